@@ -1,0 +1,3 @@
+from finetune_doctor.cli import main
+
+main()

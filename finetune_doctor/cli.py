@@ -1,0 +1,245 @@
+"""Command line: parse arguments, call a pipeline, pick a reporter. Nothing else lives here.
+
+Exit codes (DESIGN.md): 0 nothing at or above ``--fail-on``; 1 findings at or above it; 2 usage or input
+error, printed as one line ``file:line: what is wrong`` and never as a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import Any, Callable
+
+import click
+
+from finetune_doctor import __version__
+from finetune_doctor.errors import InputError, MissingExtra
+
+FORMATS = ("text", "json", "sarif", "github", "concise")
+
+
+def _fail_input(err: Exception) -> None:
+    click.echo(f"doctor: {err}", err=True)
+    sys.exit(2)
+
+
+def _guard(fn: Callable) -> Callable:
+    """Turn bad input into one line and exit 2, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (InputError, MissingExtra) as err:
+            _fail_input(err)
+        except click.exceptions.Exit:
+            raise
+        except click.ClickException:
+            raise
+        except KeyboardInterrupt:
+            sys.exit(130)
+
+    return wrapper
+
+
+def common_options(fn: Callable) -> Callable:
+    opts = [
+        click.option("--gpu", "gpu", default=None, help="GPU spec: A100-80GB, 8xH100-80GB, 2x4090 (default: NVML)."),
+        click.option("--nnodes", type=int, default=None, help="Number of nodes (each with the --gpu count)."),
+        click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+                     help="Output format (default text; github under GitHub Actions)."),
+        click.option("--output", "output", type=click.Path(dir_okay=False), default=None, help="Write the report here."),
+        click.option("--select", default=None, help="Comma-separated codes or prefixes to run."),
+        click.option("--ignore", default=None, help="Comma-separated codes or prefixes to skip."),
+        click.option("--fail-on", type=click.Choice(["error", "warning", "info", "never"]), default=None,
+                     help="Lowest severity that makes the exit code 1 (default error)."),
+        click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False),
+                     help="Extra directory of rule files (repeatable)."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _options(**kw: Any) -> dict[str, Any]:
+    from finetune_doctor.settings import Options
+
+    return Options.from_cli(**kw)
+
+
+def emit(report: Any, opts: Any) -> None:
+    """Render with the chosen reporter and exit with the DESIGN.md exit code."""
+    from finetune_doctor.reporters import render
+
+    text = render(report, opts.format)
+    if opts.output:
+        from finetune_doctor.fsutil import atomic_write
+
+        atomic_write(opts.output, text)
+    else:
+        click.echo(text, nl=not text.endswith("\n"))
+    sys.exit(exit_code(report, opts.fail_on))
+
+
+def exit_code(report: Any, fail_on: str) -> int:
+    from finetune_doctor.types import SEVERITY_RANK
+
+    if fail_on == "never":
+        return 0
+    floor = SEVERITY_RANK[fail_on]
+    return 1 if any(SEVERITY_RANK.get(f.severity, 0) >= floor for f in report.findings) else 0
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="finetune-doctor")
+def main() -> None:
+    """finetune-doctor: will a LLaMA-Factory run fit, why did it die, is the config sane."""
+
+
+@main.command()
+@click.argument("config", type=click.Path())
+@click.argument("overrides", nargs=-1)
+@common_options
+@click.option("--probe/--no-probe", default=False, help="Confirm fixes with probes (simulate on CPU, gpu if present).")
+@click.option("--data/--no-data", "scan_data", default=True, help="Scan local datasets for token lengths.")
+@click.option("--fix", is_flag=True, help="Apply safe fixes to the files, keeping comments and key order.")
+@click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that change training semantics.")
+@_guard
+def check(config: str, overrides: tuple[str, ...], probe: bool, scan_data: bool, fix: bool, unsafe_fixes: bool,
+          **kw: Any) -> None:
+    """Full diagnosis of a run before launch: rules, memory, data, probes."""
+    from finetune_doctor.pipeline import check as pipe
+
+    opts = _options(command="check", paths=[config], **kw)
+    report = pipe.run(config, overrides, opts, probe=probe, scan_data=scan_data, fix=fix, unsafe_fixes=unsafe_fixes)
+    emit(report, opts)
+
+
+@main.command()
+@click.argument("files", nargs=-1, type=click.Path())
+@common_options
+@click.option("--fix", is_flag=True, help="Apply safe fixes, keeping comments, key order and quoting.")
+@click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that change training semantics.")
+@click.option("--diff", is_flag=True, help="Show the fixes as a unified diff without writing.")
+@_guard
+def lint(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bool, **kw: Any) -> None:
+    """Static rules only (pre-commit). Never imports torch, never touches a GPU or a dataset."""
+    from finetune_doctor.pipeline import lint as pipe
+
+    opts = _options(command="lint", paths=list(files), **kw)
+    report = pipe.run(list(files), opts, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff)
+    emit(report, opts)
+
+
+@main.command()
+@click.argument("config", type=click.Path())
+@click.argument("overrides", nargs=-1)
+@common_options
+@click.option("--sweep", "sweeps", multiple=True, help="KEY=v1,v2,... what-if table (repeatable: a grid).")
+@_guard
+def estimate(config: str, overrides: tuple[str, ...], sweeps: tuple[str, ...], **kw: Any) -> None:
+    """Memory breakdown per GPU and host; --sweep for what-fits tables."""
+    from finetune_doctor.pipeline import estimate as pipe
+
+    opts = _options(command="estimate", paths=[config], **kw)
+    report = pipe.run(config, overrides, opts, sweeps=sweeps)
+    emit(report, opts)
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path())
+@click.option("--log", "logs", multiple=True, type=click.Path(), help="Extra log file (repeatable).")
+@click.option("--config", "config", type=click.Path(), default=None, help="The run's LLaMA-Factory YAML.")
+@click.option("--plot", "plot", type=click.Path(dir_okay=False), default=None, help="Draw the curves to a PNG.")
+@common_options
+@_guard
+def postmortem(run_dir: str, logs: tuple[str, ...], config: str | None, plot: str | None, **kw: Any) -> None:
+    """Why a finished or crashed run died or went NaN, from its outputs and logs."""
+    from finetune_doctor.pipeline import postmortem as pipe
+
+    opts = _options(command="postmortem", paths=[run_dir], **kw)
+    report = pipe.run(run_dir, list(logs), config, opts, plot=plot)
+    emit(report, opts)
+
+
+@main.command()
+@click.argument("config", type=click.Path())
+@click.argument("overrides", nargs=-1)
+@common_options
+@click.option("--mode", type=click.Choice(["simulate", "gpu", "auto"]), default="auto")
+@click.option("--steps", type=int, default=2, help="Training steps per probe (peak comes at step >= 2).")
+@click.option("--force", is_flag=True, help="Probe on GPUs that other processes are using.")
+@_guard
+def probe(config: str, overrides: tuple[str, ...], mode: str, steps: int, force: bool, **kw: Any) -> None:
+    """Confirm fixes by running short probes (FakeTensorMode on CPU, or real steps on GPU)."""
+    from finetune_doctor.pipeline import probe as pipe
+
+    opts = _options(command="probe", paths=[config], **kw)
+    report = pipe.run(config, overrides, opts, mode=mode, steps=steps, force=force)
+    emit(report, opts)
+
+
+@main.command()
+@click.option("--watch", type=float, default=None, help="Refresh every SECONDS (live view).")
+@click.option("--record", type=click.Path(dir_okay=False), default=None, help="Append samples to a CSV or JSONL file.")
+@click.option("--interval", type=float, default=1.0, help="Seconds between recorded samples.")
+@click.option("--count", type=int, default=None, help="Stop after this many samples (with --watch/--record).")
+@click.option("--from", "from_files", multiple=True, type=click.Path(), help="Read recorded files instead of NVML.")
+@click.option("--config", "config", type=click.Path(), default=None, help="The run's YAML, to rank likely causes.")
+@common_options
+@_guard
+def gpus(watch: float | None, record: str | None, interval: float, count: int | None,
+         from_files: tuple[str, ...], config: str | None, **kw: Any) -> None:
+    """Live per-card memory via NVML; imbalance and foreign processes."""
+    from finetune_doctor.pipeline import gpus as pipe
+
+    opts = _options(command="gpus", paths=list(from_files) or ["."], **kw)
+    report = pipe.run(opts, watch=watch, record=record, interval=interval, count=count,
+                      from_files=list(from_files), config=config)
+    emit(report, opts)
+
+
+@main.command()
+@click.argument("config", type=click.Path())
+@click.argument("overrides", nargs=-1)
+@common_options
+@click.option("--approximate", is_flag=True, help="Count tokens without the model's tokenizer (says so).")
+@click.option("--workers", type=int, default=None, help="Tokenizer processes (default: all cores).")
+@_guard
+def data(config: str, overrides: tuple[str, ...], approximate: bool, workers: int | None, **kw: Any) -> None:
+    """Token-length statistics of the configured datasets against cutoff_len."""
+    from finetune_doctor.pipeline import data as pipe
+
+    opts = _options(command="data", paths=[config], **kw)
+    report = pipe.run(config, overrides, opts, approximate=approximate, workers=workers)
+    emit(report, opts)
+
+
+@main.command(name="rules")
+@click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@_guard
+def rules_cmd(rules_dirs: tuple[str, ...], fmt: str) -> None:
+    """The rule catalogue."""
+    from finetune_doctor.engine.loader import load_rules
+    from finetune_doctor.reporters.catalog import render_catalog
+
+    click.echo(render_catalog(load_rules(list(rules_dirs)), fmt))
+
+
+@main.command()
+@click.argument("code_or_name")
+@click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False))
+@_guard
+def explain(code_or_name: str, rules_dirs: tuple[str, ...]) -> None:
+    """One rule's documentation."""
+    from finetune_doctor.engine.loader import find_rule, load_rules
+    from finetune_doctor.reporters.catalog import render_explain
+
+    rule = find_rule(load_rules(list(rules_dirs)), code_or_name)
+    click.echo(render_explain(rule))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,129 @@
+"""Run the selected rules over the facts and turn every hit into a `Finding`.
+
+The engine owns everything rules share: iterating ``for_each`` items, rendering messages, locating keys in
+the source files, building fixes from edit specs, and calling named remedy planners for computed fixes.
+A rule never knows about files or the terminal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from finetune_doctor.engine.expr import NULL, Evaluator, ExprError, unwrap
+from finetune_doctor.engine.loader import Rule
+from finetune_doctor.errors import InputError
+from finetune_doctor.types import Edit, Finding, Fix, Location, SourceDoc
+
+Planner = Callable[["RuleContext", Rule, Evaluator], "Fix | None"]
+PLANNERS: dict[str, Planner] = {}
+
+
+def planner(name: str) -> Callable[[Planner], Planner]:
+    """Register a remedy planner: a function that computes a rule's fix (e.g. the OOM remedy search)."""
+
+    def deco(fn: Planner) -> Planner:
+        PLANNERS[name] = fn
+        return fn
+
+    return deco
+
+
+@dataclass
+class RuleContext:
+    """What rules are evaluated against: fact namespaces, the source files, and planner inputs.
+
+    `facts` maps namespace names (cfg, run, ds, model, hw, mem, lint, data, ev, gpus, ...) to plain
+    dicts/lists. `sources` maps a role (config, deepspeed, ...) to the `SourceDoc` read for it.
+    `extra` carries live objects that planners need (the Run, the estimator) and never reaches a rule.
+    """
+
+    facts: dict[str, Any]
+    sources: dict[str, SourceDoc] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def locate(self, role: str | None, key: str | None) -> Location:
+        doc = self.sources.get(role or "config")
+        if doc is None:
+            doc = self.sources.get("config") or next(iter(self.sources.values()), None)
+            if doc is None:
+                return Location(None, None, None, key)
+        return doc.locate(key)
+
+
+def evaluate(rules: tuple[Rule, ...], ctx: RuleContext) -> list[Finding]:
+    """Evaluate `rules` in order; returns the findings sorted by severity then position.
+
+    A rule whose ``requires`` namespaces are absent (None) is skipped: e.g. memory rules without a model.
+    An expression that fails at run time is an error in the rule file and raises InputError naming it.
+    """
+    base = Evaluator(ctx.facts)
+    out: list[Finding] = []
+    for rule in rules:
+        if any(ctx.facts.get(ns) is None for ns in rule.requires):
+            continue
+        try:
+            out.extend(_run_rule(rule, ctx, base))
+        except ExprError as err:
+            raise InputError(f"rule {rule.code} ({rule.name}) failed: {err}", file=rule.path) from None
+    dedup: dict[tuple, Finding] = {}
+    for f in out:
+        dedup.setdefault((f.code, f.location.file, f.location.line, f.location.key, f.message), f)
+    return sorted(dedup.values(), key=Finding.sort_key)
+
+
+def _run_rule(rule: Rule, ctx: RuleContext, base: Evaluator) -> list[Finding]:
+    items: list[Any]
+    if rule.for_each:
+        seq = base.eval(rule.for_each)
+        items = list(seq) if seq is not None and seq is not NULL else []
+    else:
+        items = [None]
+    found = []
+    for item in items:
+        ev = base.with_names(item=item) if rule.for_each else base
+        if not ev.truth(rule.when):
+            continue
+        message = " ".join(ev.render(rule.message).split())
+        location = _location(rule, ctx, ev)
+        fix = _fix(rule, ctx, ev, location)
+        found.append(Finding(rule.code, rule.name, rule.severity, rule.category, message, location, fix))
+    return found
+
+
+def _location(rule: Rule, ctx: RuleContext, ev: Evaluator) -> Location:
+    loc = rule.location
+    if "from" in loc:
+        v = unwrap(ev.eval(loc["from"]))
+        if isinstance(v, Mapping):
+            return Location(v.get("file"), v.get("line"), v.get("column"), v.get("key"))
+    key = ev.render(loc["key"]) if loc.get("key") else None
+    role = ev.render(loc["file"]) if loc.get("file") else "config"
+    if "line" in loc:
+        doc = ctx.sources.get(role)
+        line = unwrap(ev.eval(str(loc["line"])))
+        return Location(doc.path if doc else role, line, None, key)
+    return ctx.locate(role, key)
+
+
+def _fix(rule: Rule, ctx: RuleContext, ev: Evaluator, location: Location) -> Fix | None:
+    spec = rule.fix
+    if spec is None:
+        return None
+    if spec.planner:
+        fn = PLANNERS.get(spec.planner)
+        if fn is None:
+            raise InputError(f"rule {rule.code} names an unknown planner {spec.planner!r}", file=rule.path)
+        return fn(ctx, rule, ev)
+    edits = []
+    for e in spec.edits:
+        if e.when and not ev.truth(e.when):
+            continue
+        role = ev.render(e.file)
+        doc = ctx.sources.get(role)
+        if doc is None:
+            continue
+        value = unwrap(ev.eval(e.value_expr)) if e.value_expr else e.value
+        edits.append(Edit(doc.path, ev.render(e.key), value, e.delete))
+    return Fix(title=ev.render(spec.title), edits=tuple(edits), safety=spec.safety,
+               cost=ev.render(spec.cost) if spec.cost else None)

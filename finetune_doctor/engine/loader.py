@@ -1,0 +1,214 @@
+"""Load rule files (``rules/*.yaml``) into `Rule` values, checking every field up front.
+
+The rule-file format is part of the contract (DESIGN.md "Rule files"). A rule file with an unknown field,
+a bad severity or an expression that does not parse is an input error naming the file and line, so that a
+user's own rule directory fails loudly rather than silently never firing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from finetune_doctor.engine.expr import check_syntax, template_exprs
+from finetune_doctor.errors import InputError
+from finetune_doctor.types import SEVERITIES
+
+COMMANDS = ("check", "lint", "estimate", "postmortem", "probe", "gpus", "data")
+CATEGORIES = ("config", "precision", "memory", "deepspeed", "numerics", "data", "distributed", "hardware", "runtime")
+DOC_SECTIONS = ("what_it_does", "why_bad", "example", "use_instead", "references")
+TOP_FIELDS = {"code", "name", "severity", "category", "commands", "requires", "for_each", "when", "message",
+              "location", "fix", "docs", "tags"}
+FIX_FIELDS = {"title", "safety", "edits", "planner", "cost"}
+EDIT_FIELDS = {"file", "key", "value", "value_expr", "delete", "when"}
+LOCATION_FIELDS = {"file", "key", "line", "from"}
+
+
+@dataclass(frozen=True)
+class EditSpec:
+    file: str                 # a role: config | deepspeed, or an expression in {..}
+    key: str                  # may hold {..} placeholders
+    value: Any = None
+    value_expr: str | None = None
+    delete: bool = False
+    when: str | None = None
+
+
+@dataclass(frozen=True)
+class FixSpec:
+    title: str
+    safety: str = "unsafe"
+    edits: tuple[EditSpec, ...] = ()
+    planner: str | None = None
+    cost: str | None = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule file, parsed. `path` is where it came from (for `doctor explain` and error messages)."""
+
+    code: str
+    name: str
+    severity: str
+    category: str
+    commands: tuple[str, ...]
+    message: str
+    when: str | None = None
+    for_each: str | None = None
+    requires: tuple[str, ...] = ()
+    location: dict[str, Any] = field(default_factory=dict)
+    fix: FixSpec | None = None
+    docs: dict[str, Any] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    path: str = ""
+
+    @property
+    def fixable(self) -> bool:
+        return self.fix is not None
+
+
+def bundled_rules_dir() -> Path:
+    """The rule pack: top-level ``rules/`` in a checkout, ``finetune_doctor/_bundled_rules`` in a wheel."""
+    here = Path(__file__).resolve().parent.parent
+    for cand in (here / "_bundled_rules", here.parent / "rules"):
+        if cand.is_dir():
+            return cand
+    raise InputError("the bundled rule pack is missing (reinstall finetune-doctor)", file=str(here))
+
+
+def load_rules(extra_dirs: list[str] | tuple[str, ...] = ()) -> tuple[Rule, ...]:
+    """All rules: the bundled pack plus every ``*.yaml`` in `extra_dirs`, sorted by code.
+
+    Raises InputError on a malformed rule file or a duplicate code/name.
+    """
+    rules = list(_load_dir(str(bundled_rules_dir())))
+    for d in extra_dirs:
+        if not Path(d).is_dir():
+            raise InputError("rule directory does not exist", file=d)
+        rules.extend(_load_dir(str(Path(d).resolve())))
+    seen: dict[str, str] = {}
+    for r in rules:
+        for ident in (r.code, r.name):
+            if ident in seen and seen[ident] != r.path:
+                raise InputError(f"rule {ident!r} is defined twice (also in {seen[ident]})", file=r.path)
+            seen[ident] = r.path
+    return tuple(sorted(rules, key=lambda r: r.code))
+
+
+@lru_cache(maxsize=16)
+def _load_dir(path: str) -> tuple[Rule, ...]:
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="safe", pure=True)
+    out = []
+    for p in sorted(Path(path).glob("*.yaml")):
+        try:
+            data = yaml.load(p.read_text(encoding="utf-8"))
+        except Exception as err:  # ruamel raises several parser error types
+            line = getattr(getattr(err, "problem_mark", None), "line", None)
+            raise InputError(f"malformed rule file: {getattr(err, 'problem', err)}", file=str(p),
+                             line=None if line is None else line + 1) from None
+        out.append(parse_rule(data, str(p)))
+    return tuple(out)
+
+
+def parse_rule(data: Any, path: str) -> Rule:
+    """Validate one rule mapping; raises InputError naming the file and the bad field."""
+
+    def bad(msg: str) -> InputError:
+        return InputError(msg, file=path)
+
+    if not isinstance(data, dict):
+        raise bad("a rule file must be a mapping")
+    unknown = set(data) - TOP_FIELDS
+    if unknown:
+        raise bad(f"unknown rule field(s): {', '.join(sorted(unknown))}")
+    for req in ("code", "name", "severity", "category", "commands", "message"):
+        if req not in data:
+            raise bad(f"missing rule field {req!r}")
+    if Path(path).stem != data["name"]:
+        raise bad(f"rule file must be named after the rule: {data['name']}.yaml")
+    if data["severity"] not in SEVERITIES:
+        raise bad(f"severity must be one of {', '.join(SEVERITIES)}")
+    if data["category"] not in CATEGORIES:
+        raise bad(f"category must be one of {', '.join(CATEGORIES)}")
+    cmds = tuple(data["commands"])
+    if not cmds or any(c not in COMMANDS for c in cmds):
+        raise bad(f"commands must be a non-empty subset of {', '.join(COMMANDS)}")
+    for key in ("when", "for_each"):
+        if data.get(key) is not None:
+            err = check_syntax(str(data[key]))
+            if err:
+                raise bad(f"{key}: {err}")
+    for expr in template_exprs(str(data["message"])):
+        err = check_syntax(expr)
+        if err:
+            raise bad(f"message: {err}")
+    loc = data.get("location") or {}
+    if set(loc) - LOCATION_FIELDS:
+        raise bad(f"unknown location field(s): {', '.join(sorted(set(loc) - LOCATION_FIELDS))}")
+    fix = None
+    if data.get("fix"):
+        f = data["fix"]
+        if set(f) - FIX_FIELDS:
+            raise bad(f"unknown fix field(s): {', '.join(sorted(set(f) - FIX_FIELDS))}")
+        if f.get("safety", "unsafe") not in ("safe", "unsafe"):
+            raise bad("fix.safety must be safe or unsafe")
+        edits = []
+        for e in f.get("edits") or []:
+            if set(e) - EDIT_FIELDS:
+                raise bad(f"unknown edit field(s): {', '.join(sorted(set(e) - EDIT_FIELDS))}")
+            if "file" not in e or "key" not in e:
+                raise bad("every fix edit needs file and key")
+            for k in ("value_expr", "when"):
+                if e.get(k) is not None and check_syntax(str(e[k])):
+                    raise bad(f"fix edit {k}: {check_syntax(str(e[k]))}")
+            edits.append(EditSpec(file=str(e["file"]), key=str(e["key"]), value=e.get("value"),
+                                  value_expr=e.get("value_expr"), delete=bool(e.get("delete", False)),
+                                  when=e.get("when")))
+        if not f.get("title"):
+            raise bad("fix.title is required")
+        fix = FixSpec(title=str(f["title"]), safety=f.get("safety", "unsafe"), edits=tuple(edits),
+                      planner=f.get("planner"), cost=f.get("cost"))
+    docs = data.get("docs") or {}
+    missing = [s for s in ("what_it_does", "why_bad") if not docs.get(s)]
+    if missing:
+        raise bad(f"docs need the sections {', '.join(missing)}")
+    return Rule(code=str(data["code"]), name=str(data["name"]), severity=data["severity"],
+                category=data["category"], commands=cmds, message=str(data["message"]).strip(),
+                when=data.get("when"), for_each=data.get("for_each"), requires=tuple(data.get("requires") or ()),
+                location=dict(loc), fix=fix, docs=dict(docs), tags=tuple(data.get("tags") or ()), path=path)
+
+
+def find_rule(rules: tuple[Rule, ...], ident: str) -> Rule:
+    """A rule by code (case-insensitive) or name; raises InputError with a did-you-mean."""
+    for r in rules:
+        if ident.upper() == r.code.upper() or ident == r.name:
+            return r
+    import difflib
+
+    names = [r.name for r in rules] + [r.code for r in rules]
+    near = difflib.get_close_matches(ident, names, n=1)
+    hint = f" (did you mean {near[0]}?)" if near else ""
+    raise InputError(f"no rule {ident!r}{hint}", file="rules")
+
+
+def select_rules(rules: tuple[Rule, ...], command: str, select: list[str] | None,
+                 ignore: list[str] | None) -> tuple[Rule, ...]:
+    """Rules that `command` evaluates, filtered ruff-style: a selector matches a code prefix or a name."""
+
+    def hit(r: Rule, sels: list[str]) -> bool:
+        return any(r.code.upper().startswith(s.upper()) or r.name == s or s.upper() == "ALL" for s in sels)
+
+    out = []
+    for r in rules:
+        if command not in r.commands:
+            continue
+        if select and not hit(r, select):
+            continue
+        if ignore and hit(r, ignore):
+            continue
+        out.append(r)
+    return tuple(out)

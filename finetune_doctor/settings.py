@@ -1,0 +1,62 @@
+"""Options of one invocation: the command line merged over the project configuration.
+
+Project configuration lives in ``[tool.finetune-doctor]`` of a ``pyproject.toml`` or in a
+``.finetune-doctor.toml``, found by walking up from the first input path (projectconfig.py). The command line
+wins over the file, as in ruff.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _split(v: str | None) -> list[str] | None:
+    if v is None:
+        return None
+    return [s.strip() for s in v.split(",") if s.strip()]
+
+
+@dataclass(frozen=True)
+class Options:
+    command: str
+    paths: tuple[str, ...] = ()
+    gpu: str | None = None
+    nnodes: int | None = None
+    format: str = "text"
+    output: str | None = None
+    select: tuple[str, ...] | None = None
+    ignore: tuple[str, ...] = ()
+    fail_on: str = "error"
+    rules_dirs: tuple[str, ...] = ()
+    per_file_ignores: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    project_file: str | None = None
+
+    @classmethod
+    def from_cli(cls, command: str, paths: list[str], gpu: str | None = None, nnodes: int | None = None,
+                 fmt: str | None = None, output: str | None = None, select: str | None = None,
+                 ignore: str | None = None, fail_on: str | None = None,
+                 rules_dirs: tuple[str, ...] = (), **_: Any) -> "Options":
+        from finetune_doctor.projectconfig import find_project_config
+
+        proj = find_project_config(paths[0] if paths else ".")
+        fmt = fmt or proj.get("format")
+        if fmt is None:
+            fmt = "github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text"
+        sel = _split(select) if select is not None else proj.get("select")
+        ign = (_split(ignore) or []) + list(proj.get("ignore") or [])
+        return cls(
+            command=command,
+            paths=tuple(paths),
+            gpu=gpu or proj.get("gpu"),
+            nnodes=nnodes or proj.get("nnodes"),
+            format=fmt,
+            output=output,
+            select=tuple(sel) if sel else None,
+            ignore=tuple(ign),
+            fail_on=fail_on or proj.get("fail-on") or "error",
+            rules_dirs=tuple(rules_dirs) + tuple(proj.get("rules") or ()),
+            per_file_ignores={k: tuple(v) for k, v in (proj.get("per-file-ignores") or {}).items()},
+            project_file=proj.get("__file__"),
+        )

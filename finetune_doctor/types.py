@@ -1,0 +1,260 @@
+"""Value types that cross module boundaries.
+
+Every type here is a frozen dataclass so that readers, analyzers, the rules engine and the reporters can pass
+them around without defensive copies. Nothing in this module imports anything heavier than the standard library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+GIB = float(1 << 30)
+"""Bytes in one GiB (2^30). Every memory figure the doctor prints is in GiB."""
+
+SEVERITIES = ("error", "warning", "info")
+SEVERITY_RANK = {"error": 3, "warning": 2, "info": 1}
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a finding points: a file and a 1-based line/column, plus the key path it concerns.
+
+    `key` is the dotted key path inside the document (``zero_optimization.stage`` for a DeepSpeed JSON,
+    ``bf16`` for a LLaMA-Factory YAML). `line`/`column` are None when the key is absent from the file
+    (the finding then points at the file as a whole, line 1).
+    """
+
+    file: str | None
+    line: int | None = None
+    column: int | None = None
+    key: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "column": self.column, "key": self.key}
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One change to one key of one file. `value` None together with `delete=True` removes the key."""
+
+    file: str
+    key: str
+    value: Any = None
+    delete: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"file": self.file, "key": self.key, "value": self.value}
+        if self.delete:
+            d["delete"] = True
+        return d
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """What a probe measured before and after a fix (DESIGN.md `fix.confirmed`)."""
+
+    by: str | None  # "simulate" | "gpu" | None
+    before_gib: float | None = None
+    after_gib: float | None = None
+    nan_free_steps: int | None = None
+    note: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {"by": self.by, "before_gib": _r(self.before_gib), "after_gib": _r(self.after_gib),
+             "nan_free_steps": self.nan_free_steps}
+        if self.note:
+            d["note"] = self.note
+        return d
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A prescription: edits plus their safety and, for memory fixes, their predicted effect.
+
+    `safety` is "safe" (applied by ``--fix``) or "unsafe" (needs ``--unsafe-fixes``: it changes training
+    semantics, e.g. the effective batch or numerics). `effect` holds ``total_gib_before``/``total_gib_after``
+    when the estimator was re-run with the edits; `cost` is a short human note on throughput/semantics.
+    """
+
+    title: str
+    edits: tuple[Edit, ...] = ()
+    safety: str = "unsafe"
+    effect: dict[str, float] | None = None
+    cost: str | None = None
+    confirmed: Confirmation | None = None
+    alternatives: tuple["Fix", ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "title": self.title,
+            "edits": [e.as_dict() for e in self.edits],
+            "safety": self.safety,
+            "effect": ({k: _r(v) for k, v in self.effect.items()} if self.effect else None),
+            "confirmed": self.confirmed.as_dict() if self.confirmed else None,
+        }
+        if self.cost:
+            d["cost"] = self.cost
+        if self.alternatives:
+            d["alternatives"] = [a.as_dict() for a in self.alternatives]
+        return d
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosis. `code`/`name` are stable (DESIGN.md); `severity` is error|warning|info."""
+
+    code: str
+    name: str
+    severity: str
+    category: str
+    message: str
+    location: Location
+    fix: Fix | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "name": self.name,
+            "severity": self.severity,
+            "category": self.category,
+            "message": self.message,
+            "location": self.location.as_dict(),
+            "fix": self.fix.as_dict() if self.fix else None,
+        }
+
+    def sort_key(self) -> tuple:
+        return (-SEVERITY_RANK.get(self.severity, 0), self.location.file or "", self.location.line or 0, self.code)
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    """One event of a run's history (postmortem). `kind` is one of DESIGN.md's timeline kinds."""
+
+    step: int | None
+    kind: str
+    detail: str
+    source: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "kind": self.kind, "detail": self.detail, "source": self.source}
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The GPUs a run will use.
+
+    `capacity_gib` is the usable device memory per GPU as ``torch.cuda.get_device_properties().total_memory``
+    reports it (GiB); `num_gpus` counts GPUs per node times nodes; `source` is flag|nvml|none.
+    """
+
+    gpu: str | None
+    num_gpus: int | None
+    capacity_gib: float | None
+    bf16: bool | None
+    source: str = "none"
+    compute_capability: tuple[int, int] | None = None
+    nnodes: int = 1
+    host_ram_gib: float | None = None
+    in_use_gib: tuple[float, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"gpu": self.gpu, "num_gpus": self.num_gpus, "capacity_gib": _r(self.capacity_gib),
+                "bf16": self.bf16, "source": self.source}
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Predicted peak memory of one training process on its busiest GPU (DESIGN.md `memory`). All GiB.
+
+    `per_gpu` maps weights/gradients/optimizer/activations/logits/buffers/runtime/total. `total` is what
+    nvidia-smi would show; `peak_allocated` is what ``torch.cuda.max_memory_allocated`` would show.
+    `host` is host RAM per node needed by offload and model loading.
+    """
+
+    per_gpu: dict[str, float]
+    peak_allocated: float
+    host: float
+    fits: bool | None
+    headroom: float | None
+    method: str = "analytic"
+    phase: str = "backward"
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total(self) -> float:
+        return self.per_gpu["total"]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "per_gpu_gib": {k: _r(v) for k, v in self.per_gpu.items()},
+            "peak_allocated_gib": _r(self.peak_allocated),
+            "host_gib": _r(self.host),
+            "fits": self.fits,
+            "headroom_gib": _r(self.headroom),
+            "method": self.method,
+        }
+
+
+def _r(x: float | None, nd: int = 2) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything one command found, ready for any reporter (DESIGN.md JSON schema v1).
+
+    `run` is the resolved run summary (the JSON `run` object), `sections` holds command-specific extras that
+    the text reporter renders and the JSON reporter emits under their own keys (``data``, ``gpus``, ``sweep``,
+    ``probe``, ``read``): additions to schema v1 that leave every v1 key as it is.
+    """
+
+    command: str
+    inputs: dict[str, Any]
+    findings: tuple[Finding, ...] = ()
+    run: dict[str, Any] | None = None
+    hardware: Hardware | None = None
+    memory: MemoryEstimate | None = None
+    timeline: tuple[TimelineEvent, ...] = ()
+    sections: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def summary(self) -> dict[str, int]:
+        out = {s: 0 for s in SEVERITIES}
+        for f in self.findings:
+            out[f.severity] = out.get(f.severity, 0) + 1
+        return out
+
+    def worst(self) -> str | None:
+        ranks = [SEVERITY_RANK.get(f.severity, 0) for f in self.findings]
+        if not ranks:
+            return None
+        best = max(ranks)
+        return next(s for s, r in SEVERITY_RANK.items() if r == best)
+
+
+@dataclass(frozen=True)
+class SourceDoc:
+    """A file that was read, with the 1-based (line, column) of every key path in it.
+
+    `positions` maps dotted key paths (``zero_optimization.stage``) to (line, column). `role` says what the
+    file is to the run: config | deepspeed | model | log | run_dir | dataset | record.
+    """
+
+    role: str
+    path: str
+    positions: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def locate(self, key: str | None) -> Location:
+        if key and key in self.positions:
+            line, col = self.positions[key]
+            return Location(self.path, line, col, key)
+        if key and "." in key:
+            # an absent nested key: point at its nearest present parent
+            parent = key.rsplit(".", 1)[0]
+            while parent:
+                if parent in self.positions:
+                    line, col = self.positions[parent]
+                    return Location(self.path, line, col, key)
+                parent = parent.rsplit(".", 1)[0] if "." in parent else ""
+        return Location(self.path, 1 if self.role in ("config", "deepspeed") else None, None, key)
