@@ -1,0 +1,362 @@
+"""Analytic per-rank GPU memory of a training step in steady state (step >= 2), and host RAM per node.
+
+No torch: every term is a closed-form byte count of the tensors PyTorch, transformers, peft and DeepSpeed keep.
+The peak is the largest of three moments of a step, each a sum of terms (bytes):
+
+* **loss** — end of the forward of a micro-batch: static state + every saved activation + the logits at the loss
+  (+ gradients when gradient accumulation keeps them from earlier micro-batches, or DeepSpeed keeps buffers).
+* **backward-end** — static state + all gradients (activations are freed as backward walks down the layers).
+* **optimizer** — static state + gradients + the optimizer implementation's temporaries.
+
+Sources of the terms (each function cites its own):
+reference/memory/REPORT.md (§3 op-by-op activation formula verified to the byte; §3 AdamW temporaries; §4 measured
+7B figures; §7 allocator, context, cuBLAS and NCCL sizes), reference/deepspeed/memory_estimators.md (ZeRO partition
+formulas), DeepSpeed engine/stage_1_and_2/stage3 buffer behaviour (reference/deepspeed/schema.md defaults),
+bitsandbytes NF4 layout (blocksize 64, fp32 absmax; nested quantization of absmax to 8 bit in blocks of 256),
+PyTorch DDP docs (``gradient_as_bucket_view=False`` keeps bucket buffers the size of all gradients).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from finetune_doctor.analyzers.params import ParamCounts, count_params
+from finetune_doctor.run import DTYPE_BYTES, Run
+from finetune_doctor.types import GIB, Hardware, MemoryEstimate
+
+MIB = float(1 << 20)
+
+# Runtime constants (REPORT.md §7). CUDA context with lazy module loading on a current driver: 0.3-0.9 GB; we take
+# 0.5 GiB. NCCL per communicator: 544 MB for 2 ranks, 688 MB for more on A100 (nccl#964); a second communicator
+# (DeepSpeed's data-parallel group beside the world group) roughly doubles it, so multi-rank DeepSpeed gets 1.2 GiB.
+CUDA_CONTEXT_GIB = 0.5
+NCCL_2_RANKS_GIB = 0.51
+NCCL_MANY_RANKS_GIB = 0.64
+CUBLAS_WORKSPACE_MIB = {"hopper": 32.0, "other": 8.0}
+# Allocator reserve = reserved - allocated at the peak. PyTorch's caching allocator rounds large blocks to 2 MiB and
+# keeps freed blocks cached; measured gaps: Answer.AI LoRA 8.28 vs 10.24 GiB, PEFT method comparison 32.94 (fake
+# tensor peak) vs 34.68 GiB reserved (REPORT.md §5, §7). Calibrated in benchmarks/memory_accuracy.py: 5 % with
+# expandable_segments (llamafactory-cli exports it for multi-GPU torchrun launches, launcher.py:79-83), 8 % without.
+RESERVE_EXPANDABLE = 0.05
+RESERVE_DEFAULT = 0.08
+# Host RAM per training process for the Python/torch/CUDA runtime (RSS of an idle CUDA process with torch loaded).
+HOST_PER_PROCESS_GIB = 3.0
+
+
+def _bytes(dtype: str) -> float:
+    return float(DTYPE_BYTES.get(dtype, 2))
+
+
+def weight_bytes_per_param(dtype: str, double_quant: bool = True) -> float:
+    """Bytes per parameter of stored weights. NF4/FP4: 0.5 + absmax overhead (bitsandbytes blocksize 64 with an fp32
+    absmax → 4/64 = 0.0625 B; with nested quantization the absmax is 8-bit in blocks of 256 with an fp32 scale →
+    1/64 + 4/(64·256) ≈ 0.0159 B). int8 (LLM.int8): 1 B + one fp32 scale per row (negligible)."""
+    if dtype in ("nf4", "fp4", "int4"):
+        return 0.5 + (1 / 64 + 4 / (64 * 256) if double_quant else 4 / 64)
+    return _bytes(dtype)
+
+
+def optimizer_state_bytes(impl: str, state_dtype_bytes: float) -> float:
+    """Persistent optimizer-state bytes per trainable parameter.
+
+    AdamW keeps exp_avg and exp_avg_sq in the parameter's dtype (torch.optim.AdamW; REPORT.md §3): 2 × dtype bytes.
+    bitsandbytes 8-bit Adam: 2 × 1 B (+ blockwise absmax, 4 B per 2048). Lion: one momentum. Adafactor (HF default
+    beta1=None): factored second moment, rows + cols per matrix ≈ negligible (we take 0.02 B/param). SGD (HF passes
+    no momentum): 0. Adagrad/RMSprop: one state. LOMO: none. AdEMAMix: three states.
+    """
+    table = {
+        "fused": 2 * state_dtype_bytes, "foreach": 2 * state_dtype_bytes, "forloop": 2 * state_dtype_bytes,
+        "paged": 2 * state_dtype_bytes, "schedule_free": 2 * state_dtype_bytes,
+        "8bit": 2 + 8 / 2048, "paged_8bit": 2 + 8 / 2048, "8bit_lion": 1 + 4 / 2048, "lion": state_dtype_bytes,
+        "adafactor": 0.02, "sgd": 0.0, "adagrad": state_dtype_bytes, "rmsprop": state_dtype_bytes,
+        "lomo": 0.0, "ademamix": 3 * state_dtype_bytes, "galore": 2 * state_dtype_bytes,
+        "galore_8bit": 2.0, "apollo": 2 * state_dtype_bytes,
+    }
+    return table.get(impl, 2 * state_dtype_bytes)
+
+
+@dataclass(frozen=True)
+class Terms:
+    """Byte counts of one rank, by category, before phase selection."""
+
+    weights: float
+    live_params: float          # ZeRO-3 gathered parameters during compute
+    gradients: float
+    grads_persistent: bool      # gradients alive at the loss moment (accumulation or DeepSpeed buffers)
+    master: float
+    states: float
+    step_temp: float
+    activations: float
+    autocast_cache: float
+    logits: float
+    buffers: float
+    host: float
+
+
+def activation_bytes_per_token_layer(run: Run, layer: int = 0) -> float:
+    """Saved activation bytes per token of one decoder layer, without checkpointing.
+
+    HF LLaMA/Qwen2 (bf16, SDPA/flash, no dropout, SwiGLU, GQA), verified op by op to the byte (REPORT.md §3):
+    ``22h + 4·h_kv + 8·I + 4·a`` bytes per token. Generalised here by element size: `e` the compute dtype bytes
+    (2 under autocast or a half-precision model, 4 in fp32), `r` the residual/norm dtype bytes (4 when the norm weights
+    are fp32 trainable params). RMSNorm keeps an fp32 copy of its input (4h) and the re-cast normed value (r·h);
+    norm outputs are saved by the projections that read them (one r·h each — under autocast with an fp32 residual
+    every projection call casts its input again, so q,k,v and gate,up each keep a 2h copy); rotated q, the SDPA output
+    and the o_proj input are e·h_q each; k and v e·h_kv each; gate, silu, up and their product e·I each; SDPA keeps a
+    float32 log-sum-exp per head (4a). Eager attention keeps the softmax output in fp32 and its cast (4+e)·a·s instead.
+    A projection that neither trains nor has a trainable adapter does not keep its input (its backward needs only the
+    weight), so LoRA on q,v keeps less than LoRA on all linears.
+    """
+    a = run.arch
+    h, hq, hkv = a.hidden_size, a.num_heads * a.hd, a.num_kv_heads * a.hd
+    if a.mla:
+        hq = a.num_heads * ((a.qk_nope_head_dim or 0) + (a.qk_rope_head_dim or 0))
+        hkv = hq
+    half_model = run.weights_dtype in ("bfloat16", "float16") or run.quantized
+    adapters_only = run.finetuning_type in ("lora", "oft")
+    e = 2.0 if (run.autocast or (half_model and (adapters_only or _bytes(run.trainable_dtype) == 2))) else 4.0
+    norms_fp32 = (run.finetuning_type == "full" and run.trainable_dtype == "float32") or run.upcast_layernorm
+    r = 4.0 if norms_fp32 else e
+    trains = _trainable_linear_names(run)
+    qkv_saved = bool(trains & {"q_proj", "k_proj", "v_proj", "q_a_proj", "kv_a_proj_with_mqa"})
+    o_saved = "o_proj" in trains
+    gu_saved = bool(trains & {"gate_proj", "up_proj"})
+    down_saved = "down_proj" in trains
+
+    b = 2 * (4 * h + r * h)                      # two RMSNorms: fp32 input copy + re-cast normed value
+    if run.autocast and r == 4.0:
+        b += (3 * qkv_saved + 2 * gu_saved) * 2 * h   # per-call autocast casts of the norm outputs
+    else:
+        b += (r * h if qkv_saved else 0) + (r * h if (gu_saved or run.finetuning_type == "full") else 0)
+    b += e * hq + e * hq                          # rotated q, SDPA output
+    b += e * hq if o_saved else 0                 # o_proj input
+    b += 2 * e * hkv                              # rotated k, v
+    seq = run.seq_len * (1 if run.packing else 1)
+    if run.attention == "eager":
+        b += (4 + e) * a.num_heads * seq
+    else:
+        b += 4 * a.num_heads
+    # MLP
+    if a.is_dense_layer(layer):
+        width, k = a.intermediate_size, 1
+    else:
+        width, k = (a.moe_intermediate_size or a.intermediate_size), a.num_experts_per_tok
+    mlp = (e * width * 3 + (e * width if down_saved else 0)) * k   # gate, silu, up (+ product if down trains)
+    if not a.is_dense_layer(layer):
+        mlp += 4 * a.num_experts + e * h * k      # router logits (fp32) and dispatched copies of the input
+        if a.shared_expert_intermediate_size:
+            w2 = a.shared_expert_intermediate_size
+            mlp += e * w2 * 3 + (e * w2 if down_saved else 0)
+    b += mlp
+    # peft without autocast casts the input of every adapter to the adapter's fp32 dtype (LoraLayer forward)
+    if run.finetuning_type in ("lora", "oft") and run.autocast is None and run.trainable_dtype == "float32":
+        ins = {"q_proj": h, "k_proj": h, "v_proj": h, "o_proj": hq, "gate_proj": h, "up_proj": h,
+               "down_proj": width * k}
+        b += 4 * sum(v for n, v in ins.items() if n in trains)
+    return b
+
+
+def _trainable_linear_names(run: Run) -> set[str]:
+    allnames = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "q_a_proj",
+                "kv_a_proj_with_mqa", "kv_b_proj", "q_b_proj"}
+    if run.finetuning_type in ("full", "freeze"):
+        return allnames
+    from finetune_doctor.analyzers.params import _targets
+
+    names, _ = _targets(run.arch, run.lora_target)
+    return names & allnames
+
+
+def _layers_with_grad(run: Run) -> int:
+    """Decoder layers that keep activations: all of them, except in freeze tuning, where only the trainable layers
+    and those above them do (LF checkpoints only layers with trainable params, checkpointing.py:100-123)."""
+    L = run.arch.num_layers
+    if run.finetuning_type == "freeze":
+        k = run.freeze_trainable_layers
+        return min(L, k) if k > 0 else L
+    return L
+
+
+def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | None = None) -> Terms:
+    """All byte terms for one rank. `tokens` overrides micro batch × cutoff_len (e.g. the longest real micro-batch)."""
+    a = run.arch
+    c = counts or count_params(run)
+    N = max(run.world_size, 1)
+    T = tokens if tokens is not None else run.tokens_per_micro_batch
+    ds, stage = run.deepspeed, (run.zero_stage if run.deepspeed else 0)
+    shard_w = N if stage == 3 else 1
+
+    # ---- weights -------------------------------------------------------------------------------------------
+    wq = weight_bytes_per_param(run.weights_dtype, run.double_quantization)
+    if run.quantized:
+        linear = sum(lin.params for i in range(a.num_layers) for lin in a.layer_linears(i))
+        other_frozen = max(c.frozen - linear, 0)
+        frozen_bytes = linear * wq + other_frozen * _bytes(a.dtype if a.dtype != "float32" else run.compute_dtype)
+    else:
+        frozen_bytes = c.frozen * wq
+    trainable_bytes = (c.trainable_base + c.adapter) * _bytes(run.trainable_dtype)
+    ref = frozen_bytes + c.trainable_base * wq if run.ref_model else 0.0
+    weights = (frozen_bytes + trainable_bytes + ref) / shard_w
+    live = 0.0
+    if stage == 3:
+        e_w = _bytes(run.trainable_dtype)
+        prefetch = run.ds_buckets.get("stage3_prefetch_bucket_size", 5e7)
+        max_live = run.ds_buckets.get("stage3_max_live_parameters", 1e9)
+        largest = max(c.largest_layer, a.embedding_params())
+        live = e_w * min(max_live, largest + prefetch)
+        # parameters under the persistence threshold stay whole on every rank (norms, biases)
+        thr = run.ds_buckets.get("stage3_param_persistence_threshold", 1e5)
+        if a.hidden_size < thr:
+            live += e_w * a.hidden_size * (2 * a.num_layers + 1)
+        if run.offload_param:
+            weights = 0.0
+    if run.offload_param and stage == 3:
+        weights = 0.0
+
+    # ---- gradients, master weights, optimizer states ----------------------------------------------------------
+    P_t = c.trainable
+    e_t = _bytes(run.trainable_dtype)
+    offload = run.offload_optimizer is not None and stage >= 1
+    impl = run.optimizer_impl
+    if not ds:
+        grads = P_t * e_t
+        grads_persistent = run.grad_accum > 1
+        master = 0.0
+        state_b = 4.0 if run.trainable_dtype == "float32" else e_t
+        states = P_t * optimizer_state_bytes(impl, state_b)
+        largest_t = max(a.embedding_params(), max((lin.params // lin.count for lin in a.layer_linears(0)),
+                                                   default=0)) if run.finetuning_type == "full" else 0
+        if run.finetuning_type != "full":
+            largest_t = max((run.lora_rank * max(lin.in_features, lin.out_features) for lin in a.layer_linears(0)),
+                            default=0) if run.finetuning_type in ("lora", "oft") else c.trainable // max(a.num_layers, 1)
+        temp = {"fused": 0.0, "foreach": P_t * state_b, "forloop": 2 * largest_t * state_b}.get(impl, 0.0)
+        if impl in ("8bit", "paged_8bit", "8bit_lion"):
+            temp = 0.0
+    else:
+        # DeepSpeed keeps fp32 masters and fp32 optimizer states in its optimizer (ZeRO paper §5; DeepSpeed
+        # estimate_zero2/3_model_states_mem_needs: 2 + 4 + 4 + 8 bytes per parameter, the last three sharded
+        # from stage 1/2/3 as the stage says).
+        half = 2.0
+        if stage == 0:
+            grads, master, states = P_t * (half + 4.0), P_t * 4.0, P_t * optimizer_state_bytes(impl, 4.0)
+        elif stage == 1:
+            grads, master, states = P_t * half + P_t * 4.0 / N, P_t * 4.0 / N, P_t * optimizer_state_bytes(impl, 4.0) / N
+        else:
+            grads, master, states = P_t * (half + 4.0) / N, P_t * 4.0 / N, P_t * optimizer_state_bytes(impl, 4.0) / N
+        grads_persistent = True
+        part = P_t * 4.0 / (N if stage >= 1 else 1)
+        if stage == 3:
+            part = min(part, run.ds_buckets.get("sub_group_size", 1e9) * 4.0)
+        temp = {"fused": 0.0, "foreach": part, "forloop": 2 * part}.get(impl, 0.0)
+        if offload:
+            grads = P_t * half / N if stage == 2 else P_t * half / N
+            master, states, temp = 0.0, 0.0, 0.0
+
+    # ---- activations ------------------------------------------------------------------------------------------
+    L_grad = _layers_with_grad(run)
+    per_layer = [activation_bytes_per_token_layer(run, i) for i in range(a.num_layers - L_grad, a.num_layers)]
+    e_res = 4.0 if (run.finetuning_type == "full" and run.trainable_dtype == "float32") else (
+        2.0 if run.autocast or _bytes(run.compute_dtype) == 2 else 4.0)
+    if run.gradient_checkpointing:
+        kept = 0.0 if run.unsloth_gc else e_res * a.hidden_size * L_grad
+        acts = T * (kept + max(per_layer, default=0.0))   # layer inputs + one layer recomputed in backward
+    else:
+        acts = T * sum(per_layer)
+    # final norm + the hidden state handed to lm_head
+    acts += T * (4 + e_res) * a.hidden_size
+    if run.neat_packing and run.attention not in ("fa2", "fa3"):
+        acts += run.micro_batch * run.seq_len * run.seq_len * _bytes(run.compute_dtype)   # 4-D mask [B,1,L,L]
+    cache = 0.0
+    if run.autocast and run.trainable_dtype == "float32" and not ds:
+        # autocast keeps a half-precision copy of each fp32 weight used in a matmul for backward
+        cache = (c.trainable_base + c.adapter) * 2.0 if run.finetuning_type == "full" else c.adapter * 2.0
+
+    # ---- logits -----------------------------------------------------------------------------------------------
+    # lm_head output in the compute dtype, its fp32 upcast for the loss, log_softmax's fp32 output (REPORT.md §3:
+    # 2sbV + 4sbV kept; the loss adds 4sbV while it runs). fp32 compute has no separate upcast.
+    e_logit = 4.0 if (run.upcast_lmhead_output or (run.autocast is None and run.compute_dtype == "float32")) else (
+        2.0 if run.autocast or run.weights_dtype != "float32" else 4.0)
+    logits = T * a.vocab_size * (e_logit + 4.0 + (4.0 if e_logit == 2.0 else 0.0))
+
+    # ---- buffers ----------------------------------------------------------------------------------------------
+    buffers = 0.0
+    if ds and stage >= 1:
+        rb = run.ds_buckets.get("reduce_bucket_size", 5e8)
+        ab = run.ds_buckets.get("allgather_bucket_size", 5e8)
+        rb = min(rb, P_t)   # a bucket never exceeds the gradients it holds
+        buffers += 2.0 * rb * (2 if run.overlap_comm else 1)
+        if stage in (1, 2):
+            buffers += 2.0 * min(ab, P_t) if N > 1 else 0.0
+    elif not ds and N > 1:
+        buffers += P_t * e_t   # DDP bucket buffers (gradient_as_bucket_view=False)
+
+    # ---- host (per node) --------------------------------------------------------------------------------------
+    g = run.gpus_per_node
+    host = HOST_PER_PROCESS_GIB * GIB * g
+    if offload:
+        host += g * P_t * (4.0 + 4.0 + optimizer_state_bytes("foreach", 4.0)) / N
+    if run.offload_param:
+        host += g * (c.frozen * wq + P_t * 2.0) / N
+    return Terms(weights, live, grads, grads_persistent, master, states, temp, acts, cache, logits, buffers, host)
+
+
+def runtime_bytes(run: Run, hw: Hardware | None) -> float:
+    """CUDA context + cuBLAS/cuBLASLt workspaces + NCCL communicator buffers (REPORT.md §7)."""
+    hopper = bool(hw and hw.compute_capability and hw.compute_capability[0] >= 9)
+    b = CUDA_CONTEXT_GIB * GIB + (CUBLAS_WORKSPACE_MIB["hopper" if hopper else "other"] + 1.0) * MIB
+    if run.world_size > 1:
+        b += (NCCL_2_RANKS_GIB if run.world_size == 2 else NCCL_MANY_RANKS_GIB) * GIB
+        if run.deepspeed:
+            b += 0.1 * GIB
+    return b
+
+
+def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
+             counts: ParamCounts | None = None) -> MemoryEstimate:
+    """Predicted steady-state peak per rank (GiB) as nvidia-smi and max_memory_allocated would show it.
+
+    `hw.capacity_gib` decides `fits` (None when no GPU is known); `tokens` replaces micro batch × cutoff_len by a
+    measured worst micro-batch. Returns per_gpu terms at the peak phase; `details` holds every term in bytes, the
+    three phase totals and the parameter counts.
+    """
+    c = counts or count_params(run)
+    t = compute_terms(run, c, tokens)
+    static = t.weights + t.master + t.states + t.buffers
+    at_loss = static + t.live + t.activations + t.autocast_cache + t.logits + (t.gradients if t.grads_persistent else 0)
+    at_bwd_end = static + t.live + t.gradients + (t.autocast_cache * 0.0)
+    at_step = static + t.gradients + t.step_temp
+    phases = {"forward/loss": at_loss, "backward": at_bwd_end, "optimizer step": at_step}
+    phase = max(phases, key=lambda k: phases[k])
+    peak = phases[phase]
+    comp = {
+        "weights": t.weights + (t.live if phase != "optimizer step" else 0.0),
+        "gradients": t.gradients if (phase != "forward/loss" or t.grads_persistent) else 0.0,
+        "optimizer": t.master + t.states + (t.step_temp if phase == "optimizer step" else 0.0),
+        "activations": (t.activations + t.autocast_cache) if phase == "forward/loss" else 0.0,
+        "logits": t.logits if phase == "forward/loss" else 0.0,
+        "buffers": t.buffers,
+    }
+    expandable = run.world_size > 1  # llamafactory-cli sets expandable_segments for torchrun launches
+    reserve = peak * (RESERVE_EXPANDABLE if expandable else RESERVE_DEFAULT)
+    rt = runtime_bytes(run, hw)
+    total = peak + reserve + rt
+    per_gpu = {k: v / GIB for k, v in comp.items()}
+    per_gpu["runtime"] = (rt + reserve) / GIB
+    per_gpu["total"] = total / GIB
+    fits = headroom = None
+    if hw is not None and hw.capacity_gib:
+        in_use = max(hw.in_use_gib) if hw.in_use_gib else 0.0
+        headroom = hw.capacity_gib - in_use - total / GIB
+        fits = headroom >= 0
+    details: dict[str, Any] = {
+        "phase_gib": {k: v / GIB for k, v in phases.items()},
+        "terms_bytes": {k: float(v) for k, v in t.__dict__.items() if isinstance(v, float)},
+        "params": {"base": c.base, "trainable": c.trainable, "adapter": c.adapter, "frozen": c.frozen,
+                   "trainable_base": c.trainable_base, "expert_lora": c.expert_lora_params},
+        "tokens_per_micro_batch": tokens if tokens is not None else run.tokens_per_micro_batch,
+        "reserve_gib": reserve / GIB,
+        "runtime_gib": rt / GIB,
+    }
+    return MemoryEstimate(per_gpu=per_gpu, peak_allocated=peak / GIB, host=t.host / GIB, fits=fits,
+                          headroom=headroom, method="analytic", phase=phase, details=details)

@@ -1,0 +1,117 @@
+"""Parameter counts of a run: total, trainable, frozen, by the finetuning type LLaMA-Factory applies.
+
+* full: every parameter trains (LF `_setup_full_tuning`, adapter.py:49-54; a VLM's frozen vision tower and projector
+  stay frozen — `ModelArch.extra_params` with `extra_frozen`).
+* freeze: the last `freeze_trainable_layers` decoder layers (the first N when negative), modules filtered by
+  `freeze_trainable_modules` (adapter.py:129-136).
+* lora / dora: rank·(in + out) per targeted linear (peft LoraLayer: A is r×in, B is out×r); DoRA adds a magnitude
+  vector of `out` per module (peft DoraLinearLayer). `all` targets every Linear except lm_head, which for an MoE
+  model includes the router and every expert's projections (LF model_utils/misc.py:28-52 finds nn.Linear modules;
+  with transformers 4.x experts are separate nn.Linear modules — the behaviour case 023 reports).
+* resize_vocab / added tokens make embed_tokens and lm_head trainable in full (adapter.py:246-255).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from finetune_doctor.arch import TARGET_ALIASES, ModelArch
+
+_ATTN_GROUP = {"q_proj", "k_proj", "v_proj", "o_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"}
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Element counts. `trainable` includes adapters; `base` is the pretrained model's parameters."""
+
+    base: int
+    trainable: int
+    adapter: int            # LoRA/DoRA/OFT parameters added on top of `base` (0 for full/freeze)
+    frozen: int             # base parameters that do not train
+    trainable_base: int     # base parameters that train (full/freeze/resize_vocab)
+    largest_layer: int
+    router_lora_modules: int = 0
+    expert_lora_params: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.base + self.adapter
+
+
+def _canonical(name: str) -> str:
+    return name.split(".")[-1]
+
+
+def _targets(arch: ModelArch, targets: tuple[str, ...]) -> tuple[set[str], bool]:
+    """Canonical linear names hit by LoRA `targets`, and whether MoE routers are included."""
+    if not targets or "all" in targets:
+        names = {_canonical(lin.name) for i in range(arch.num_layers) for lin in arch.layer_linears(i)}
+        return names, arch.is_moe
+    hit: set[str] = set()
+    router = False
+    for t in targets:
+        t = t.strip()
+        if t in ("gate", "router"):
+            router = arch.is_moe
+            continue
+        hit.update(TARGET_ALIASES.get(t, (t,)))
+        hit.update(TARGET_ALIASES.get(_canonical(t), ()))
+    return hit, router
+
+
+def count_params(run) -> ParamCounts:  # run: finetune_doctor.run.Run (not imported: avoids a cycle in typing)
+    """Parameter counts for `run` (element counts, not bytes)."""
+    arch: ModelArch = run.arch
+    base = arch.total_params()
+    largest = arch.largest_layer_params()
+    emb = arch.embedding_params() + arch.lm_head_params()
+    vocab_trainable = emb if run.resize_vocab else 0
+    ft = run.finetuning_type
+    if ft == "full":
+        trainable_base = base - (arch.extra_params if arch.extra_frozen else 0)
+        return ParamCounts(base, trainable_base, 0, base - trainable_base, trainable_base, largest)
+    if ft == "freeze":
+        k = run.freeze_trainable_layers
+        layers = range(arch.num_layers - k, arch.num_layers) if k > 0 else range(0, min(-k, arch.num_layers))
+        mods = set(run.freeze_trainable_modules)
+        tb = 0
+        for i in layers:
+            if "all" in mods:
+                tb += arch.layer_params(i)
+            else:
+                for lin in arch.layer_linears(i):
+                    group = "self_attn" if lin.name in _ATTN_GROUP else "mlp"
+                    if group in mods or lin.name in mods or _canonical(lin.name) in mods:
+                        tb += lin.params
+        tb += vocab_trainable
+        return ParamCounts(base, tb, 0, base - tb, tb, largest)
+    if ft in ("lora", "oft"):
+        r = run.lora_rank
+        names, router = _targets(arch, run.lora_target)
+        adapter = 0
+        experts = 0
+        routers = 0
+        for i in range(arch.num_layers):
+            for lin in arch.layer_linears(i):
+                if _canonical(lin.name) in names:
+                    per = r * (lin.in_features + lin.out_features)
+                    if ft == "oft":
+                        # OFT block-diagonal orthogonal matrix: r blocks of (out/r)^2 -> out^2/r (peft OFTLayer)
+                        per = lin.out_features * lin.out_features // max(r, 1)
+                    if run.use_dora:
+                        per += lin.out_features
+                    adapter += per * lin.count
+                    if lin.expert:
+                        experts += per * lin.count
+            if router and not arch.is_dense_layer(i):
+                adapter += r * (arch.hidden_size + arch.num_experts)
+                routers += 1
+        tb = vocab_trainable
+        for t in run.additional_target:
+            if t in ("embed_tokens", "wte", "tok_embeddings", "word_embeddings"):
+                tb += arch.embedding_params()
+            elif t in ("lm_head", "output", "output_layer"):
+                tb += arch.lm_head_params() or arch.embedding_params()
+        return ParamCounts(base, adapter + tb, adapter, base - tb, tb, largest, routers, experts)
+    # unknown finetuning type: treat as full so memory is not under-estimated
+    return ParamCounts(base, base, 0, 0, base, largest)

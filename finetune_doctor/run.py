@@ -1,0 +1,343 @@
+"""The training run as LLaMA-Factory would actually execute it.
+
+`resolve_run` turns the merged YAML keys, the model architecture, the DeepSpeed config and the hardware into a
+`Run`: defaults filled, precision resolved the way LLaMA-Factory resolves it, world size known. Every decision cites
+where LLaMA-Factory (snapshot ff6d4d1, see reference/llamafactory/LF_FACTS.md) or transformers makes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from finetune_doctor.arch import ModelArch
+from finetune_doctor.types import Hardware
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "nf4": 0.5, "fp4": 0.5, "int4": 0.5,
+               "float8": 1}
+
+# HF optim names -> the optimizer implementation that decides temporaries and state bytes
+# (transformers training_args.py OptimizerNames; REPORT.md §3 "Optimizer states in torch").
+OPTIM_IMPL = {
+    "adamw_torch_fused": "fused", "adamw_torch": "foreach", "adamw_hf": "forloop", "adamw_torch_xla": "foreach",
+    "adamw_apex_fused": "fused", "adamw_anyprecision": "forloop", "adamw_torch_npu_fused": "fused",
+    "adamw_bnb_8bit": "8bit", "adamw_8bit": "8bit", "paged_adamw_8bit": "paged_8bit", "paged_adamw": "paged",
+    "paged_adamw_32bit": "paged", "adamw_8bit_bnb": "8bit", "lion_8bit": "8bit_lion", "paged_lion_8bit": "8bit_lion",
+    "lion_32bit": "lion", "paged_lion_32bit": "lion", "adafactor": "adafactor", "sgd": "sgd", "adagrad": "adagrad",
+    "rmsprop": "rmsprop", "galore_adamw": "galore", "galore_adamw_8bit": "galore_8bit", "galore_adafactor": "galore",
+    "apollo_adamw": "apollo", "adalomo": "lomo", "lomo": "lomo", "schedule_free_adamw": "schedule_free",
+    "ademamix": "ademamix", "ademamix_8bit": "8bit",
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    """A resolved run. Sizes are elements or tokens; `world_size` counts data-parallel ranks over all nodes."""
+
+    arch: ModelArch
+    model_name: str
+    stage: str = "sft"
+    finetuning_type: str = "lora"
+    # precision (LF_FACTS §2)
+    bf16: bool = False
+    fp16: bool = False
+    pure_bf16: bool = False
+    weights_dtype: str = "bfloat16"       # frozen weights as stored on the GPU
+    trainable_dtype: str = "float32"      # trainable params (fp32 upcast unless pure_bf16 / badam / ZeRO-3)
+    compute_dtype: str = "bfloat16"
+    autocast: str | None = "bfloat16"     # None | bfloat16 | float16 (AMP)
+    quantization_bit: int | None = None
+    quantization_method: str | None = None
+    double_quantization: bool = True
+    ptq_method: str | None = None         # quantization_config.quant_method of a pre-quantized checkpoint
+    upcast_layernorm: bool = False
+    upcast_lmhead_output: bool = False
+    # adapters / trainable set
+    lora_rank: int = 8
+    lora_alpha: int | None = None
+    lora_target: tuple[str, ...] = ("all",)
+    additional_target: tuple[str, ...] = ()
+    use_dora: bool = False
+    resize_vocab: bool = False
+    freeze_trainable_layers: int = 2
+    freeze_trainable_modules: tuple[str, ...] = ("all",)
+    use_galore: bool = False
+    use_apollo: bool = False
+    use_badam: bool = False
+    # batch and sequence
+    micro_batch: int = 8
+    grad_accum: int = 1
+    seq_len: int = 2048
+    packing: bool = False
+    neat_packing: bool = False
+    pairwise: bool = False                # DPO/ORPO/SimPO/RM: chosen+rejected in one batch
+    ref_model: bool = False               # DPO/KTO full/freeze keep a frozen reference copy
+    # memory knobs
+    gradient_checkpointing: bool = True
+    unsloth_gc: bool = False
+    attention: str = "sdpa"               # eager | sdpa | fa2 | fa3
+    optim: str = "adamw_torch_fused"
+    optimizer_impl: str = "fused"
+    max_grad_norm: float = 1.0
+    learning_rate: float | None = None
+    # distribution
+    deepspeed: bool = False
+    zero_stage: int = 0
+    offload_optimizer: str | None = None
+    offload_param: str | None = None
+    ds_buckets: dict[str, float] = field(default_factory=dict)
+    overlap_comm: bool = False
+    world_size: int = 1
+    nnodes: int = 1
+    gpus_per_node: int = 1
+    fsdp: bool = False
+    notes: tuple[str, ...] = ()
+
+    @property
+    def tokens_per_micro_batch(self) -> int:
+        """Tokens in one forward pass of one rank: micro batch × cutoff_len (× 2 for pairwise data)."""
+        return self.micro_batch * self.seq_len * (2 if self.pairwise else 1)
+
+    @property
+    def quantized(self) -> bool:
+        return self.quantization_bit is not None or self.ptq_method is not None
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch * self.grad_accum * self.world_size
+
+    def summary(self, params_b: float | None = None) -> dict[str, Any]:
+        """The JSON report's `run` object (DESIGN.md)."""
+        return {
+            "stage": self.stage,
+            "finetuning_type": self.finetuning_type,
+            "model": self.model_name,
+            "params_b": None if params_b is None else round(params_b, 2),
+            "precision": {"weights": self.weights_dtype, "trainable": self.trainable_dtype,
+                          "compute": self.compute_dtype},
+            "zero_stage": self.zero_stage if self.deepspeed else None,
+            "offload": {"optimizer": self.offload_optimizer, "param": self.offload_param},
+            "world_size": self.world_size,
+            "micro_batch": self.micro_batch,
+            "grad_accum": self.grad_accum,
+            "seq_len": self.seq_len,
+            "gradient_checkpointing": self.gradient_checkpointing,
+            "attention": self.attention,
+        }
+
+    def facts(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("arch")
+        d["tokens_per_micro_batch"] = self.tokens_per_micro_batch
+        d["quantized"] = self.quantized
+        d["global_batch"] = self.global_batch
+        return d
+
+    def with_(self, **kw: Any) -> "Run":
+        return replace(self, **kw)
+
+
+def _split_list(v: Any) -> tuple[str, ...]:
+    """LF splits comma strings into lists in __post_init__ (finetuning_args.py:580-592)."""
+    if v is None:
+        return ()
+    if isinstance(v, (list, tuple)):
+        return tuple(str(x).strip() for x in v if str(x).strip())
+    return tuple(s.strip() for s in str(v).split(",") if s.strip())
+
+
+def _bool(v: Any, default: bool = False) -> bool:
+    if v is None:
+        return default
+    if isinstance(v, str):
+        return v.strip().lower() in ("true", "1", "yes", "on")
+    return bool(v)
+
+
+def _int(v: Any, default: int) -> int:
+    try:
+        return int(v) if v is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
+def default_optim(torch_version: tuple[int, int] | None = None) -> str:
+    """transformers' default `optim`: adamw_torch_fused on torch >= 2.8, else adamw_torch (LF_FACTS §3).
+
+    The torch version of the training machine is unknown before launch; we assume a current stack (>= 2.8) unless
+    told otherwise, and the JSON report's `run` says which optimizer was assumed.
+    """
+    if torch_version is not None and torch_version < (2, 8):
+        return "adamw_torch"
+    return "adamw_torch_fused"
+
+
+def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: Any | None = None,
+                nnodes: int | None = None) -> Run:
+    """Resolve the run LLaMA-Factory would execute from merged YAML keys `cfg`.
+
+    `ds` is a readers.dsconfig.DSConfig (or None); `hw` gives the GPU count per node (world size = GPUs per node ×
+    nodes, as ``llamafactory-cli`` launches torchrun with ``--nproc_per_node`` = all visible devices,
+    launcher.py:56-134). Unknown hardware → world size 1 unless the DeepSpeed JSON states an explicit
+    train_batch_size from which the world size follows.
+    """
+    notes: list[str] = []
+    stage = str(cfg.get("stage") or "sft")
+    ft = str(cfg.get("finetuning_type") or "lora")
+    bf16, fp16, pure_bf16 = _bool(cfg.get("bf16")), _bool(cfg.get("fp16")), _bool(cfg.get("pure_bf16"))
+
+    n_nodes = nnodes or (hw.nnodes if hw else 1) or 1
+    per_node = (hw.num_gpus // max(hw.nnodes, 1)) if (hw and hw.num_gpus) else 1
+    world = per_node * n_nodes
+
+    # DeepSpeed: stage/offload from the resolved JSON (readers/dsconfig.py)
+    zero_stage, off_opt, off_par, buckets, overlap = 0, None, None, {}, False
+    if ds is not None:
+        res = getattr(ds, "resolved", {}) or {}
+        zo = res.get("zero_optimization") or {}
+        zero_stage = _int(zo.get("stage"), 0)
+        oo = (zo.get("offload_optimizer") or {}).get("device")
+        op = (zo.get("offload_param") or {}).get("device")
+        off_opt = oo if oo in ("cpu", "nvme") and zero_stage >= 1 else None
+        off_par = op if op in ("cpu", "nvme") and zero_stage == 3 else None
+        merged = {**(getattr(ds, "defaults", {}) or {}), **zo}
+        for k in ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
+                  "stage3_max_live_parameters", "stage3_param_persistence_threshold", "sub_group_size"):
+            v = merged.get(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                buckets[k] = float(v)
+        overlap = bool(merged.get("overlap_comm", zero_stage == 3))
+        if hw is None or hw.num_gpus is None:
+            tbs = res.get("train_batch_size")
+            mbs = res.get("train_micro_batch_size_per_gpu")
+            gas = res.get("gradient_accumulation_steps")
+            if all(isinstance(x, int) and x > 0 for x in (tbs, mbs, gas)) and tbs % (mbs * gas) == 0:
+                world = tbs // (mbs * gas)
+                notes.append(f"world size {world} taken from the DeepSpeed train_batch_size")
+
+    # Quantization (LF model_utils/quantization.py:86-227): a PTQ checkpoint wins over quantization_bit.
+    qcfg = (arch.raw or {}).get("quantization_config") or {}
+    ptq = qcfg.get("quant_method") if qcfg else None
+    qbit = None if ptq else (cfg.get("quantization_bit") if cfg.get("quantization_bit") is not None else None)
+    qbit = _int(qbit, 0) or None
+    qmethod = str(cfg.get("quantization_method") or "bnb") if qbit else None
+
+    # compute dtype (parser.py:640-643, patcher.py:375-379 + extras/misc.py:241-248)
+    ckpt = arch.dtype or "float32"
+    if bf16 or pure_bf16:
+        compute = "bfloat16"
+    elif fp16:
+        compute = "float16"
+    else:
+        gpu_bf16 = True if (hw is None or hw.bf16 is None) else hw.bf16
+        compute = "bfloat16" if gpu_bf16 and ckpt == "bfloat16" else "float16"
+        notes.append(f"neither bf16 nor fp16 set: LF infers compute dtype {compute} from the checkpoint ({ckpt})")
+    autocast = "bfloat16" if bf16 else ("float16" if fp16 else None)
+
+    use_badam = _bool(cfg.get("use_badam"))
+    # trainable params upcast to fp32 unless pure_bf16 / badam, or ZeRO-3 without quantization (adapter.py:337-349)
+    zero3 = ds is not None and zero_stage == 3
+    if pure_bf16 or use_badam or (zero3 and qbit is None and ptq is None):
+        trainable_dtype = ckpt
+    else:
+        trainable_dtype = "float32"
+    weights_dtype = ckpt
+    if qbit:
+        weights_dtype = {4: "nf4" if str(cfg.get("quantization_type") or "nf4") == "nf4" else "fp4", 8: "int8"}.get(
+            qbit, f"int{qbit}")
+    elif ptq:
+        bits = qcfg.get("bits") or qcfg.get("w_bit") or 4
+        weights_dtype = "float8" if ptq in ("fp8",) else f"int{bits}"
+
+    # DeepSpeed with fp16/bf16 casts the module to half precision (engine._configure_distributed_model) and keeps
+    # fp32 masters inside its optimizer: GPU-resident trainable params are 2-byte then.
+    if ds is not None and (bf16 or fp16) and not qbit:
+        trainable_dtype = "bfloat16" if bf16 else "float16"
+        weights_dtype = trainable_dtype if ckpt == "float32" else weights_dtype
+        if ckpt == "float32":
+            notes.append("DeepSpeed casts the fp32 checkpoint to the compute dtype on the GPU")
+
+    optim = str(cfg.get("optim") or default_optim())
+    impl = OPTIM_IMPL.get(optim, "foreach")
+    if optim == "adamw_torch" and not cfg.get("optim"):
+        impl = "foreach"
+
+    attention = str(cfg.get("flash_attn") or "auto")
+    attention = {"auto": "sdpa", "disabled": "eager", "sdpa": "sdpa", "fa2": "fa2", "fa3": "fa3"}.get(attention, attention)
+
+    # activation checkpointing is ON unless disable_gradient_checkpointing (checkpointing.py:184-198); the HF key
+    # gradient_checkpointing: true re-enables it even then.
+    gc = not _bool(cfg.get("disable_gradient_checkpointing")) or _bool(cfg.get("gradient_checkpointing"))
+    if arch.model_type == "gemma3n":
+        gc = False
+
+    pairwise = stage in ("dpo", "rm", "orpo", "simpo") or (stage == "dpo")
+    pref_loss = str(cfg.get("pref_loss") or "sigmoid")
+    ref_model = stage in ("dpo", "kto") and ft in ("full", "freeze") and pref_loss not in ("orpo", "simpo") \
+        and not cfg.get("ref_model")
+    if stage in ("dpo", "kto") and cfg.get("ref_model"):
+        ref_model = True
+
+    packing = cfg.get("packing")
+    packing = (stage == "pt") if packing is None else _bool(packing)
+    neat = _bool(cfg.get("neat_packing"))
+    if neat:
+        packing = True
+
+    resize_vocab = _bool(cfg.get("resize_vocab")) or bool(cfg.get("add_tokens")) or bool(cfg.get("add_special_tokens"))
+
+    gas = _int(cfg.get("gradient_accumulation_steps"), 1)
+    mbs = _int(cfg.get("per_device_train_batch_size"), 8)
+    lr = cfg.get("learning_rate")
+    return Run(
+        arch=arch,
+        model_name=str(cfg.get("model_name_or_path") or arch.name),
+        stage=stage,
+        finetuning_type=ft,
+        bf16=bf16, fp16=fp16, pure_bf16=pure_bf16,
+        weights_dtype=weights_dtype,
+        trainable_dtype=trainable_dtype,
+        compute_dtype=compute,
+        autocast=autocast,
+        quantization_bit=qbit,
+        quantization_method=qmethod,
+        double_quantization=_bool(cfg.get("double_quantization"), True),
+        ptq_method=ptq,
+        upcast_layernorm=_bool(cfg.get("upcast_layernorm")),
+        upcast_lmhead_output=_bool(cfg.get("upcast_lmhead_output")),
+        lora_rank=_int(cfg.get("lora_rank"), 8),
+        lora_alpha=_int(cfg.get("lora_alpha"), 0) or None,
+        lora_target=_split_list(cfg.get("lora_target")) or ("all",),
+        additional_target=_split_list(cfg.get("additional_target")),
+        use_dora=_bool(cfg.get("use_dora")),
+        resize_vocab=resize_vocab,
+        freeze_trainable_layers=_int(cfg.get("freeze_trainable_layers"), 2),
+        freeze_trainable_modules=_split_list(cfg.get("freeze_trainable_modules")) or ("all",),
+        use_galore=_bool(cfg.get("use_galore")),
+        use_apollo=_bool(cfg.get("use_apollo")),
+        use_badam=use_badam,
+        micro_batch=mbs,
+        grad_accum=gas,
+        seq_len=_int(cfg.get("cutoff_len"), 2048),
+        packing=packing,
+        neat_packing=neat,
+        pairwise=pairwise,
+        ref_model=ref_model,
+        gradient_checkpointing=gc,
+        unsloth_gc=_bool(cfg.get("use_unsloth_gc")),
+        attention=attention,
+        optim=optim,
+        optimizer_impl=impl,
+        max_grad_norm=float(cfg.get("max_grad_norm") if isinstance(cfg.get("max_grad_norm"), (int, float)) else 1.0),
+        learning_rate=float(lr) if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None,
+        deepspeed=ds is not None,
+        zero_stage=zero_stage,
+        offload_optimizer=off_opt,
+        offload_param=off_par,
+        ds_buckets=buckets,
+        overlap_comm=overlap,
+        world_size=max(world, 1),
+        nnodes=n_nodes,
+        gpus_per_node=max(per_node, 1),
+        notes=tuple(notes),
+    )
