@@ -1,0 +1,219 @@
+"""Remedy planners: fixes that must be computed, not written down.
+
+``oom-remedies`` searches the smallest sets of edits that make a run fit: every candidate edit is applied to the
+resolved Run, the analytic estimator is re-run (about a millisecond), and the sets that fit are ranked by whether
+they change training semantics (unsafe), by their throughput cost, then by size. The best set becomes the fix;
+the next ones become `Fix.alternatives`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from finetune_doctor.engine.evaluate import RuleContext, planner
+from finetune_doctor.types import Edit, Fix
+
+MAX_EDITS = 3
+SHOWN = 4
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One remedy: a change to the Run and the file edits that express it.
+
+    `cost` is the throughput penalty in percent (rough, from the cited sources), `unsafe` marks remedies that
+    change what is trained or its numerics, `group` prevents two remedies on the same knob in one set.
+    """
+
+    label: str
+    group: str
+    apply: Callable[[Any], Any]
+    edits: tuple[tuple[str, str, Any, bool], ...]   # (role, key, value, delete)
+    cost: float
+    unsafe: bool
+    note: str
+
+
+def _ds_stage_edit(asm_ds: Any, stage: int) -> tuple[tuple[str, str, Any, bool], ...]:
+    if asm_ds is not None:
+        return (("deepspeed", "zero_optimization.stage", stage, False),)
+    # LLaMA-Factory ships these files (examples/deepspeed); the path is relative to the LLaMA-Factory root
+    return (("config", "deepspeed", f"examples/deepspeed/ds_z{stage}_config.json", False),)
+
+
+def candidates(run: Any, ds: Any) -> list[Candidate]:
+    """Remedies that apply to `run` (a run.Run)."""
+    out: list[Candidate] = []
+    if not run.gradient_checkpointing:
+        out.append(Candidate("enable activation checkpointing", "gc",
+                             lambda r: r.with_(gradient_checkpointing=True),
+                             (("config", "disable_gradient_checkpointing", None, True),), 25, False,
+                             "recomputes each layer's forward in backward (~1/3 more compute)"))
+    if run.attention == "eager":
+        out.append(Candidate("use SDPA attention", "attn", lambda r: r.with_(attention="sdpa"),
+                             (("config", "flash_attn", "sdpa", False),), 0, False,
+                             "no s² attention probabilities kept"))
+    if run.optimizer_impl in ("foreach", "forloop"):
+        out.append(Candidate("use the fused AdamW", "optim", lambda r: r.with_(optim="adamw_torch_fused",
+                                                                          optimizer_impl="fused"),
+                             (("config", "optim", "adamw_torch_fused", False),), 0, False,
+                             "no optimizer-step temporaries; same math"))
+    if run.optimizer_impl in ("fused", "foreach", "forloop") and not run.deepspeed:
+        out.append(Candidate("use 8-bit AdamW (bitsandbytes)", "optim8",
+                             lambda r: r.with_(optim="adamw_bnb_8bit", optimizer_impl="8bit"),
+                             (("config", "optim", "adamw_bnb_8bit", False),), 5, True,
+                             "optimizer states quantized to 8 bit"))
+    mb = run.micro_batch
+    if mb > 1:
+        for new in sorted({mb // 2, 1}, reverse=True):
+            if new < mb and mb % new == 0:
+                factor = mb // new
+                out.append(Candidate(f"micro batch {mb} → {new}, gradient accumulation ×{factor}", "mb",
+                                     (lambda n, f: lambda r: r.with_(micro_batch=n, grad_accum=r.grad_accum * f))(new, factor),
+                                     (("config", "per_device_train_batch_size", new, False),
+                                      ("config", "gradient_accumulation_steps", run.grad_accum * factor, False)),
+                                     8 * (factor - 1) ** 0.5, False, "same global batch, smaller forward passes"))
+    for new_len in (run.seq_len // 2, run.seq_len // 4):
+        if new_len >= 512:
+            out.append(Candidate(f"cutoff_len {run.seq_len} → {new_len}", "seq",
+                                 (lambda n: lambda r: r.with_(seq_len=n))(new_len),
+                                 (("config", "cutoff_len", new_len, False),), 0, True,
+                                 "longer samples are truncated"))
+    if run.finetuning_type == "full" and run.trainable_dtype == "float32" and not run.deepspeed:
+        out.append(Candidate("pure bf16 training", "prec",
+                             lambda r: r.with_(pure_bf16=True, trainable_dtype=r.arch.dtype if r.arch.dtype != "float32" else "bfloat16",
+                                               autocast=None, compute_dtype="bfloat16", bf16=False),
+                             (("config", "pure_bf16", True, False), ("config", "bf16", None, True)), 0, True,
+                             "weights, gradients and Adam states in bf16 (no fp32 master)"))
+    world = run.world_size
+    if world > 1 and not run.quantized:
+        stage = run.zero_stage if run.deepspeed else -1
+        for new_stage in (2, 3):
+            if new_stage > stage:
+                out.append(Candidate(f"DeepSpeed ZeRO-{new_stage}", "zero",
+                                     (lambda s: lambda r: _to_zero(r, s))(new_stage),
+                                     _ds_stage_edit(ds, new_stage), 5 if new_stage == 2 else 15, False,
+                                     "shards optimizer states and gradients" + (" and weights" if new_stage == 3 else "")
+                                     + f" over {world} GPUs"))
+    if run.deepspeed and run.zero_stage >= 2 and run.offload_optimizer is None:
+        out.append(Candidate("offload optimizer states to CPU", "offopt",
+                             lambda r: r.with_(offload_optimizer="cpu"),
+                             (("deepspeed", "zero_optimization.offload_optimizer.device", "cpu", False),
+                              ("deepspeed", "zero_optimization.offload_optimizer.pin_memory", True, False)),
+                             60, False, "Adam runs on the CPU; needs host RAM"))
+    if run.deepspeed and run.zero_stage == 3 and run.offload_param is None:
+        out.append(Candidate("offload parameters to CPU", "offpar", lambda r: r.with_(offload_param="cpu"),
+                             (("deepspeed", "zero_optimization.offload_param.device", "cpu", False),
+                              ("deepspeed", "zero_optimization.offload_param.pin_memory", True, False)),
+                             120, False, "weights stream from host memory every step"))
+    if run.finetuning_type in ("full", "freeze"):
+        out.append(Candidate("LoRA instead of full fine-tuning", "ft",
+                             lambda r: r.with_(finetuning_type="lora", lora_target=("all",), lora_rank=8,
+                                               trainable_dtype="float32" if not (r.deepspeed and r.zero_stage == 3) else r.trainable_dtype,
+                                               ref_model=False),
+                             (("config", "finetuning_type", "lora", False), ("config", "lora_target", "all", False)),
+                             0, True, "trains low-rank adapters only"))
+    if run.finetuning_type in ("lora",) and not run.quantized and not (run.deepspeed and run.zero_stage == 3):
+        out.append(Candidate("QLoRA (4-bit base weights)", "quant",
+                             lambda r: r.with_(quantization_bit=4, quantization_method="bnb", weights_dtype="nf4"),
+                             (("config", "quantization_bit", 4, False),), 30, True,
+                             "base weights in NF4; dequantized per matmul"))
+    if run.finetuning_type == "lora" and run.arch.is_moe and ("all" in run.lora_target):
+        out.append(Candidate("LoRA on attention projections only (not every expert)", "target",
+                             lambda r: r.with_(lora_target=("q_proj", "k_proj", "v_proj", "o_proj")),
+                             (("config", "lora_target", "q_proj,k_proj,v_proj,o_proj", False),), 0, True,
+                             "experts keep their pretrained weights"))
+    return out
+
+
+def _to_zero(run: Any, stage: int) -> Any:
+    kw: dict[str, Any] = {"deepspeed": True, "zero_stage": stage}
+    if run.bf16 or run.fp16:
+        half = "bfloat16" if run.bf16 else "float16"
+        kw["trainable_dtype"] = half if run.finetuning_type == "full" or stage == 3 else run.trainable_dtype
+        if stage == 3 and not run.quantized:
+            kw["trainable_dtype"] = run.arch.dtype if run.arch.dtype != "float32" else half
+    return run.with_(**kw)
+
+
+def search(run: Any, hw: Any, ds: Any, budget_gib: float, estimate: Callable[[Any], float]) -> list[tuple]:
+    """Edit sets of up to MAX_EDITS candidates whose estimate fits `budget_gib`, best first.
+
+    Returns (candidates, total_gib) tuples; a set is dropped when one of its subsets already fits (minimality).
+    """
+    cands = candidates(run, ds)
+    fitting: list[tuple[tuple[Candidate, ...], float]] = []
+    for k in range(1, MAX_EDITS + 1):
+        for combo in itertools.combinations(cands, k):
+            if len({c.group for c in combo}) < k:
+                continue
+            if any(set(f).issubset(combo) for f, _ in fitting):
+                continue
+            r = run
+            for c in combo:
+                r = c.apply(r)
+            total = estimate(r)
+            if total <= budget_gib:
+                fitting.append((combo, total))
+    fitting.sort(key=lambda ft: (sum(c.unsafe for c in ft[0]), sum(c.cost for c in ft[0]), len(ft[0]), ft[1]))
+    return fitting
+
+
+def _fix_of(combo: tuple[Candidate, ...], total: float, before: float, ctx: RuleContext) -> Fix:
+    edits = []
+    for c in combo:
+        for role, key, value, delete in c.edits:
+            doc = ctx.sources.get(role)
+            path = doc.path if doc else (ctx.sources["config"].path if role == "config" else role)
+            edits.append(Edit(path, key, value, delete))
+    cost = "; ".join(f"{c.label}: {c.note}" + (f" (~{c.cost:.0f}% slower)" if c.cost else "") for c in combo)
+    return Fix(title=" + ".join(c.label for c in combo), edits=tuple(edits),
+               safety="unsafe" if any(c.unsafe for c in combo) else "safe",
+               effect={"total_gib_before": before, "total_gib_after": total}, cost=cost)
+
+
+@planner("oom-remedies")
+def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
+    """The predicted-oom / cuda-oom fix: the cheapest minimal edit set that fits, with ranked alternatives."""
+    run, hw = ctx.extra.get("run"), ctx.extra.get("hw")
+    if run is None or hw is None or not hw.capacity_gib:
+        return None
+    from finetune_doctor.analyzers.memory import estimate
+
+    in_use = max(hw.in_use_gib) if hw.in_use_gib else 0.0
+    budget = hw.capacity_gib - in_use
+    before = estimate(run, hw).total
+    found = search(run, hw, ctx.extra.get("ds"), budget, lambda r: estimate(r, hw).total)
+    if not found:
+        return Fix(title="no combination of up to three standard remedies fits: use more or larger GPUs",
+                   edits=(), safety="unsafe", effect={"total_gib_before": before, "total_gib_after": before})
+    fixes = [_fix_of(combo, total, before, ctx) for combo, total in found[:SHOWN]]
+    best = fixes[0]
+    from dataclasses import replace
+
+    return replace(best, alternatives=tuple(fixes[1:]))
+
+
+@planner("fit-precision")
+def fit_precision(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
+    """accidental-fp32: enable bf16 when the GPU supports it, else fp16; report the memory effect."""
+    run, hw, doc = ctx.extra.get("run"), ctx.extra.get("hw"), ctx.sources.get("config")
+    if doc is None:
+        return None
+    bf16_ok = True if (hw is None or hw.bf16 is None) else hw.bf16
+    key = "bf16" if bf16_ok else "fp16"
+    edits = (Edit(doc.path, key, True),)
+    effect = None
+    if run is not None:
+        from finetune_doctor.analyzers.memory import estimate
+
+        after_run = run.with_(bf16=bf16_ok, fp16=not bf16_ok, autocast="bfloat16" if bf16_ok else "float16",
+                              compute_dtype="bfloat16" if bf16_ok else "float16")
+        if run.deepspeed and run.finetuning_type != "lora":
+            after_run = after_run.with_(trainable_dtype="bfloat16" if bf16_ok else "float16")
+        effect = {"total_gib_before": estimate(run, hw).total, "total_gib_after": estimate(after_run, hw).total}
+    return Fix(title=f"enable {key} mixed precision", edits=edits, safety="safe" if bf16_ok else "unsafe",
+               effect=effect,
+               cost="matmuls run in half precision with fp32 master weights (faster, not slower)")

@@ -1,0 +1,52 @@
+"""`doctor estimate`: the memory breakdown per GPU and host, and `--sweep` what-fits tables.
+
+A sweep is a grid over ``KEY=v1,v2,...`` axes; each point re-reads the config with those keys as ``key=value``
+overrides (exactly as ``llamafactory-cli train config.yaml key=value`` would) and re-runs the estimator.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from finetune_doctor.errors import InputError
+from finetune_doctor.settings import Options
+from finetune_doctor.types import Report
+
+
+def parse_sweep(spec: str) -> tuple[str, list[str]]:
+    if "=" not in spec:
+        raise InputError(f"--sweep {spec!r} is not KEY=v1,v2,...", file="<command line>")
+    key, vals = spec.split("=", 1)
+    values = [v.strip() for v in vals.split(",") if v.strip()]
+    if not key.strip() or not values:
+        raise InputError(f"--sweep {spec!r} needs a key and at least one value", file="<command line>")
+    return key.strip(), values
+
+
+def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple[str, ...] = ()) -> Report:
+    from finetune_doctor.pipeline.check import build_context, inputs_of, judge, run_summary
+
+    asm = build_context(config, overrides, opts)
+    findings = judge(asm, opts, "estimate")
+    sections: dict[str, Any] = {}
+    if asm.memory is not None:
+        sections["breakdown"] = {"phase_gib": asm.memory.details.get("phase_gib"), "phase": asm.memory.phase,
+                                 "params": asm.memory.details.get("params"),
+                                 "tokens_per_micro_batch": asm.memory.details.get("tokens_per_micro_batch")}
+    if sweeps:
+        axes = [parse_sweep(s) for s in sweeps]
+        rows = []
+        for combo in itertools.product(*[vals for _, vals in axes]):
+            ov = tuple(overrides) + tuple(f"{k}={v}" for (k, _), v in zip(axes, combo))
+            point = build_context(config, ov, opts, hw=asm.hw)
+            m = point.memory
+            rows.append({**{k: v for (k, _), v in zip(axes, combo)},
+                         "total_gib": None if m is None else round(m.total, 2),
+                         "peak_allocated_gib": None if m is None else round(m.peak_allocated, 2),
+                         "host_gib": None if m is None else round(m.host, 2),
+                         "fits": None if m is None else m.fits})
+        sections["sweep"] = {"keys": [k for k, _ in axes], "rows": rows,
+                             "capacity_gib": asm.hw.capacity_gib if asm.hw else None}
+    return Report(command="estimate", inputs=inputs_of(asm), findings=tuple(findings), run=run_summary(asm),
+                  hardware=asm.hw, memory=asm.memory, sections=sections, notes=tuple(asm.notes))

@@ -1,0 +1,54 @@
+"""Apply the fixes of findings to their files: safe ones always, unsafe ones on request, atomically.
+
+Edits are grouped per file and written in one pass per file (readers never write; fixer.py owns the comment- and
+order-preserving write). Two fixes that set the same key to different values conflict: the first (most severe)
+wins and the other is reported, not applied.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from finetune_doctor.types import Edit, Finding
+
+
+def collect_edits(findings: list[Finding], unsafe: bool) -> tuple[dict[str, list[Edit]], list[str]]:
+    per_file: dict[str, dict[str, Edit]] = {}
+    skipped: list[str] = []
+    for f in findings:
+        if f.fix is None or not f.fix.edits:
+            continue
+        if f.fix.safety != "safe" and not unsafe:
+            continue
+        for e in f.fix.edits:
+            if not e.file or e.file.startswith("<"):
+                continue
+            slot = per_file.setdefault(e.file, {})
+            prev = slot.get(e.key)
+            if prev is not None and (prev.value != e.value or prev.delete != e.delete):
+                skipped.append(f"{f.code}: {e.key} left as fixed by an earlier finding")
+                continue
+            slot[e.key] = e
+    return {k: list(v.values()) for k, v in per_file.items()}, skipped
+
+
+def apply_fixes(findings: list[Finding], *, unsafe: bool = False, dry_run: bool = False) -> list[str]:
+    """Write (or, with `dry_run`, diff) the fixes; returns human notes (what was written, or the diff)."""
+    from finetune_doctor.fixer import apply_edits, diff_edits
+
+    per_file, notes = collect_edits(findings, unsafe)
+    for path, edits in per_file.items():
+        if not Path(path).is_file():
+            notes.append(f"{path}: not a file, fix not applied")
+            continue
+        if dry_run:
+            d = diff_edits(path, edits)
+            if d:
+                notes.append(d)
+            continue
+        text = Path(path).read_text(encoding="utf-8")
+        result = apply_edits(path, edits, expect_text=text)
+        changed = getattr(result, "changed", True)
+        if changed:
+            notes.append(f"fixed {path}: " + ", ".join(e.key for e in edits))
+    return notes

@@ -1,0 +1,121 @@
+"""`doctor lint`: static rules over LLaMA-Factory YAMLs and DeepSpeed JSONs, for pre-commit.
+
+Files are recognised by content, not by name: a YAML mapping with LLaMA-Factory keys is a training config; a JSON
+object with DeepSpeed keys is a DeepSpeed config; anything else is skipped silently (pre-commit passes every
+YAML/JSON of a commit). A training YAML is linted together with the DeepSpeed JSON it references, so a JSON that
+was linted that way is not linted again on its own.
+
+This module and everything it imports stay free of torch, transformers and deepspeed (DESIGN.md); no NVML, no
+dataset is read. Memory rules run only when the project configuration (or --gpu) names the GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from finetune_doctor.errors import InputError
+from finetune_doctor.settings import Options
+from finetune_doctor.types import Finding, Report, SourceDoc
+
+LF_MARKERS = {"model_name_or_path", "stage", "finetuning_type", "do_train", "template", "dataset", "cutoff_len",
+              "lora_target", "per_device_train_batch_size", "output_dir", "adapter_name_or_path"}
+DS_MARKERS = {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size", "fp16", "bf16",
+              "gradient_accumulation_steps", "zero_allow_untested_optimizer", "optimizer", "scheduler"}
+
+
+def classify(path: str) -> str | None:
+    """'lf' for a LLaMA-Factory config, 'ds' for a DeepSpeed JSON, None for anything else (skipped)."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("no such file", file=path)
+    suffix = p.suffix.lower()
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except (UnicodeDecodeError, OSError):
+        return None
+    if suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            # a broken JSON that looks like DeepSpeed is reported by the DS reader; others are not ours
+            return "ds" if any(f'"{k}"' in text for k in ("zero_optimization", "train_micro_batch_size_per_gpu")) else None
+        if isinstance(data, dict):
+            if set(data) & {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size"}:
+                return "ds"
+            if len(set(data) & LF_MARKERS) >= 2:
+                return "lf"
+        return None
+    if suffix in (".yaml", ".yml"):
+        keys = {line.split(":", 1)[0].strip() for line in text.splitlines()
+                if line and not line[0].isspace() and ":" in line and not line.lstrip().startswith("#")}
+        if "model_name_or_path" in keys or len(keys & LF_MARKERS) >= 2:
+            return "lf"
+        return None
+    return None
+
+
+def lint_ds_alone(path: str, opts: Options) -> list[Finding]:
+    from finetune_doctor.engine.evaluate import RuleContext, evaluate
+    from finetune_doctor.engine.loader import load_rules, select_rules
+    from finetune_doctor.readers.dsconfig import ds_facts, load_ds_config
+
+    ds = load_ds_config(str(Path(path).resolve()), str(path), None, {}, None, None)
+    facts = {"ds": ds_facts(ds), "cfg": {}, "run": None, "model": None, "hw": None, "mem": None,
+             "lint": {"keys": []}, "data": None, "standalone_ds": True}
+    sources = {"deepspeed": SourceDoc("deepspeed", str(path), dict(getattr(ds, "positions", {}) or {}))}
+    rules = select_rules(load_rules(opts.rules_dirs), "lint", list(opts.select) if opts.select else None,
+                         list(opts.ignore))
+    return evaluate(rules, RuleContext(facts=facts, sources=sources))
+
+
+def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: bool = False,
+        diff: bool = False) -> Report:
+    """Lint `files`; with `fix`, apply safe (and with `unsafe_fixes`, unsafe) fixes; with `diff`, only show them."""
+    from finetune_doctor.pipeline.check import build_context, judge
+    from finetune_doctor.settings import Options as _O  # noqa: F401
+
+    findings: list[Finding] = []
+    notes: list[str] = []
+    linted_ds: set[str] = set()
+    kinds = [(f, classify(f)) for f in files]
+    skipped = [f for f, k in kinds if k is None]
+    for f, kind in kinds:
+        if kind != "lf":
+            continue
+        file_opts = _per_file(opts, f)
+        asm = build_context(f, (), file_opts, static=True)
+        findings.extend(judge(asm, file_opts, "lint"))
+        if asm.ds is not None and getattr(asm.ds, "path", None):
+            linted_ds.add(str(Path(asm.ds.path).resolve()))
+    for f, kind in kinds:
+        if kind == "ds" and str(Path(f).resolve()) not in linted_ds:
+            findings.extend(lint_ds_alone(f, _per_file(opts, f)))
+    findings.sort(key=Finding.sort_key)
+    if fix or unsafe_fixes or diff:
+        from finetune_doctor.pipeline.fixing import apply_fixes
+
+        notes.extend(apply_fixes(findings, unsafe=unsafe_fixes, dry_run=diff))
+        if not diff:
+            # re-lint: report only what is left after the fixes (ruff's behaviour)
+            return run(files, opts)
+    sections: dict[str, Any] = {}
+    if skipped:
+        sections["skipped"] = skipped
+    return Report(command="lint", inputs={"config": files[0] if len(files) == 1 else None, "deepspeed": None,
+                                          "run_dir": None, "files": list(files)},
+                  findings=tuple(findings), notes=tuple(notes), sections=sections)
+
+
+def _per_file(opts: Options, path: str) -> Options:
+    """Project configuration applies per file (each file finds its own pyproject/.finetune-doctor.toml)."""
+    if opts.paths and Path(opts.paths[0]).resolve().parent == Path(path).resolve().parent:
+        return opts
+    from dataclasses import replace
+
+    fresh = Options.from_cli(command=opts.command, paths=[path], gpu=opts.gpu if opts.gpu else None,
+                             fmt=opts.format, output=opts.output,
+                             select=",".join(opts.select) if opts.select else None,
+                             ignore=",".join(opts.ignore) if opts.ignore else None, fail_on=opts.fail_on)
+    return replace(fresh, rules_dirs=tuple(dict.fromkeys(opts.rules_dirs + fresh.rules_dirs)))
