@@ -53,15 +53,7 @@ class Facts:
     def __repr__(self) -> str:
         return f"Facts({self._d!r})"
 
-    def get(self, name: str, default: Any = None) -> Any:
-        v = self._d.get(name)
-        return default if v is None else wrap(v)
-
-    def keys(self) -> list[str]:
-        return list(self._d)
-
-    def raw(self) -> dict[str, Any]:
-        return self._d
+    # No public methods: every attribute name belongs to the facts (a fact may be called `keys` or `get`).
 
 
 class _Null:
@@ -85,6 +77,12 @@ class _Null:
 
     def __hash__(self) -> int:
         return hash(None)
+
+    # ordering against a missing fact is never true (a rule about "lr > x" does not fire without an lr)
+    def __lt__(self, other: Any) -> bool:
+        return False
+
+    __gt__ = __le__ = __ge__ = __lt__
 
     def __repr__(self) -> str:
         return "None"
@@ -118,7 +116,7 @@ def unwrap(v: Any) -> Any:
     if isinstance(v, _Null):
         return None
     if isinstance(v, Facts):
-        return {k: unwrap(x) for k, x in v.raw().items()}
+        return {k: unwrap(x) for k, x in object.__getattribute__(v, '_d').items()}
     if isinstance(v, list):
         return [unwrap(x) for x in v]
     return v
@@ -142,6 +140,25 @@ FUNCTIONS: dict[str, Any] = {
 }
 
 
+def _norm_null(x: Any) -> Any:
+    return None if isinstance(x, _Null) else x
+
+
+def _operators() -> dict:
+    import ast
+
+    from simpleeval import DEFAULT_OPERATORS
+
+    ops = dict(DEFAULT_OPERATORS)
+    # a missing fact is NULL (so that `a.b.c` never raises); `is None` must still see it as None
+    ops[ast.Is] = lambda a, b: _norm_null(a) is _norm_null(b)
+    ops[ast.IsNot] = lambda a, b: _norm_null(a) is not _norm_null(b)
+    return ops
+
+
+_OPS = _operators()
+
+
 class Evaluator:
     """Evaluates rule expressions and message templates over a fixed set of fact namespaces.
 
@@ -151,12 +168,12 @@ class Evaluator:
 
     def __init__(self, names: Mapping[str, Any]):
         self._names = {k: wrap(v) for k, v in names.items()}
-        self._se = EvalWithCompoundTypes(names=self._names, functions=FUNCTIONS)
+        self._se = EvalWithCompoundTypes(operators=_OPS, names=self._names, functions=FUNCTIONS)
 
     def with_names(self, **extra: Any) -> "Evaluator":
         ev = Evaluator.__new__(Evaluator)
         ev._names = {**self._names, **{k: wrap(v) for k, v in extra.items()}}
-        ev._se = EvalWithCompoundTypes(names=ev._names, functions=FUNCTIONS)
+        ev._se = EvalWithCompoundTypes(operators=_OPS, names=ev._names, functions=FUNCTIONS)
         return ev
 
     def eval(self, expr: str) -> Any:
