@@ -11,7 +11,6 @@ lets a condition test ``ds.zero_optimization.offload_param.device == 'cpu'`` wit
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Iterable, Mapping
 
 from simpleeval import EvalWithCompoundTypes
@@ -190,27 +189,85 @@ class Evaluator:
 
     def render(self, template: str) -> str:
         """Fill ``{expr}`` and ``{expr:spec}`` placeholders; ``{{``/``}}`` are literal braces."""
-
-        def one(m: re.Match[str]) -> str:
-            expr, spec = m.group(1), m.group(2)
+        out = []
+        for literal, expr, spec in split_template(template):
+            out.append(literal)
+            if expr is None:
+                continue
             v = unwrap(self.eval(expr))
             if spec:
                 try:
-                    return format(v, spec)
+                    out.append(format(v, spec))
+                    continue
                 except (TypeError, ValueError):
-                    return str(v)
+                    pass
             if isinstance(v, float):
-                return f"{v:.4g}" if abs(v) < 1e-3 or abs(v) >= 1e5 else f"{v:.2f}".rstrip("0").rstrip(".")
-            if isinstance(v, list):
-                return ", ".join(str(x) for x in v)
-            return str(v)
-
-        protected = template.replace("{{", "\x00").replace("}}", "\x01")
-        out = _PLACEHOLDER.sub(one, protected)
-        return out.replace("\x00", "{").replace("\x01", "}")
+                out.append(f"{v:.4g}" if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5) else f"{v:.2f}".rstrip("0").rstrip("."))
+            elif isinstance(v, list):
+                out.append(", ".join(str(x) for x in v))
+            else:
+                out.append(str(v))
+        return "".join(out)
 
 
-_PLACEHOLDER = re.compile(r"\{([^{}:]+(?:\[[^\]]*\][^{}:]*)*)(?::([^{}]*))?\}")
+def split_template(template: str) -> list[tuple[str, str | None, str | None]]:
+    """Split a message template into (literal, expression, format spec) pieces.
+
+    A placeholder runs from ``{`` to its matching ``}``; quotes, brackets and nested braces inside it are
+    respected, and the format spec starts at the last ``:`` outside them (so ``'a: b'`` in a string is safe).
+    Raises ExprError on an unclosed placeholder.
+    """
+    pieces: list[tuple[str, str | None, str | None]] = []
+    lit: list[str] = []
+    i, n = 0, len(template)
+    while i < n:
+        ch = template[i]
+        if ch == "{" and template.startswith("{{", i):
+            lit.append("{")
+            i += 2
+            continue
+        if ch == "}" and template.startswith("}}", i):
+            lit.append("}")
+            i += 2
+            continue
+        if ch != "{":
+            lit.append(ch)
+            i += 1
+            continue
+        depth, j, quote, colon = 0, i + 1, None, None
+        while j < n:
+            c = template[j]
+            if quote:
+                if c == "\\":
+                    j += 2
+                    continue
+                if c == quote:
+                    quote = None
+            elif c in "'\"":
+                quote = c
+            elif c in "([{":
+                depth += 1
+            elif c in ")]":
+                depth -= 1
+            elif c == "}":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif c == ":" and depth == 0:
+                colon = j
+            j += 1
+        if j >= n:
+            raise ExprError(f"unclosed placeholder in {template!r}")
+        body = template[i + 1:j]
+        if colon is not None:
+            expr, spec = template[i + 1:colon], template[colon + 1:j]
+        else:
+            expr, spec = body, None
+        pieces.append(("".join(lit), expr.strip(), spec))
+        lit = []
+        i = j + 1
+    pieces.append(("".join(lit), None, None))
+    return pieces
 
 
 class ExprError(Exception):
@@ -229,6 +286,6 @@ def check_syntax(expr: str) -> str | None:
 
 
 def template_exprs(template: str) -> Iterable[str]:
-    protected = template.replace("{{", "").replace("}}", "")
-    for m in _PLACEHOLDER.finditer(protected):
-        yield m.group(1)
+    for _, expr, _ in split_template(template):
+        if expr is not None:
+            yield expr
