@@ -1,0 +1,95 @@
+"""Reporters: one `Report` in, one string out, in the format the user asked for.
+
+Every format is a class with one method, ``render(report) -> str`` (the `Reporter` protocol), registered by
+name in `REPORTERS`. The registry holds import paths rather than classes so that picking ``json`` never
+imports rich: only the text reporter (and the rule catalogue) touch rich, and only inside ``render``. The
+lint path therefore pays for nothing but the standard library here (DESIGN.md "the lint path stays light").
+
+Reporters never print and never decide exit codes: the CLI writes the string and exits.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, Protocol
+
+from finetune_doctor.errors import InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from finetune_doctor.types import Report
+
+
+class Reporter(Protocol):
+    """A format. Constructed with that format's keyword options, then ``render(report) -> str``."""
+
+    def render(self, report: "Report") -> str: ...
+
+
+REPORTERS: dict[str, str] = {
+    "text": "finetune_doctor.reporters.text:TextReporter",
+    "json": "finetune_doctor.reporters.json:JsonReporter",
+    "sarif": "finetune_doctor.reporters.sarif:SarifReporter",
+    "github": "finetune_doctor.reporters.github:GithubReporter",
+    "concise": "finetune_doctor.reporters.concise:ConciseReporter",
+}
+"""Format name -> ``module:Class``. Imported on first use so an unused format costs nothing."""
+
+_OPTIONS: dict[str, tuple[str, ...]] = {
+    "text": ("color", "width"),
+    "sarif": ("rules",),
+}
+"""Which keyword options each format accepts; others are ignored for that format."""
+
+
+def get_reporter(fmt: str, **options: Any) -> Reporter:
+    """The reporter for `fmt`, built with the options it understands.
+
+    Options: ``color`` (bool or None = decide from the terminal and NO_COLOR/FORCE_COLOR) and ``width``
+    (columns) for text; ``rules`` (the loaded `Rule` tuple, so SARIF rule help covers ``--rules`` dirs) for
+    sarif. Raises InputError for an unknown format.
+    """
+    target = REPORTERS.get(fmt)
+    if target is None:
+        raise InputError(f"unknown output format {fmt!r} (choose from {', '.join(REPORTERS)})", file="--format")
+    module, _, cls = target.partition(":")
+    kwargs = {k: v for k, v in options.items() if k in _OPTIONS.get(fmt, ()) and v is not None}
+    return getattr(import_module(module), cls)(**kwargs)
+
+
+def render(report: "Report", fmt: str, **options: Any) -> str:
+    """Render `report` in `fmt` (text|json|sarif|github|concise); see `get_reporter` for the options."""
+    return get_reporter(fmt, **options).render(report)
+
+
+def display_path(path: str | None, base: str | None = None) -> str | None:
+    """`path` relative to `base` (default: the working directory) when it lies below it, else unchanged.
+
+    CI annotations and SARIF want repository-relative paths (GitHub relativises against the checkout);
+    a path outside the base stays absolute rather than growing ``../`` chains.
+    """
+    if not path:
+        return path
+    base = base or os.getcwd()
+    try:
+        absolute = os.path.abspath(path)
+        rel = os.path.relpath(absolute, base)
+    except ValueError:  # different drives on Windows
+        return path
+    if rel == os.curdir or rel.startswith(os.pardir + os.sep) or rel == os.pardir:
+        return path
+    return rel.replace(os.sep, "/")
+
+
+def one_line(text: str) -> str:
+    """Collapse runs of whitespace (newlines included) so a message fits one output line."""
+    return " ".join(str(text).split())
+
+
+def summary_line(counts: dict[str, int]) -> str:
+    """``2 errors, 1 warning, 0 info`` from `Report.summary()` counts (info is a mass noun: no plural)."""
+
+    def one(n: int, word: str) -> str:
+        return f"{n} {word}" if word == "info" or n == 1 else f"{n} {word}s"
+
+    return ", ".join(one(counts.get(s, 0), s) for s in ("error", "warning", "info"))
