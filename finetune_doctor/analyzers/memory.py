@@ -280,6 +280,13 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
     e_logit = 4.0 if (run.upcast_lmhead_output or (run.autocast is None and run.compute_dtype == "float32")) else (
         2.0 if run.autocast or run.weights_dtype != "float32" else 4.0)
     logits = T * a.vocab_size * (e_logit + 4.0 + (4.0 if e_logit == 2.0 else 0.0))
+    if run.stage in ("dpo", "kto") and (run.ref_model or run.finetuning_type in ("lora", "oft")):
+        # LF computes the reference log-probs after the policy forward (dpo/trainer.py get_batch_loss_metrics),
+        # under no_grad but while the policy's activations and logits are alive: its logits and their fp32
+        # log-softmax exist at the same time.
+        logits += T * a.vocab_size * (e_logit + 4.0)
+    if run.stage == "rm":
+        logits = T * 4.0 * 2   # a value head: one fp32 score per token (LF ValueHead), no vocabulary logits
 
     # ---- buffers ----------------------------------------------------------------------------------------------
     buffers = 0.0

@@ -162,8 +162,8 @@ def build_context(config: str, overrides: tuple[str, ...] | list[str], opts: Opt
             arch, model_src = None, None
         if model_src is not None:
             sources["model"] = model_src
-    elif need_model and not static:
-        raise InputError("model_name_or_path is not set", file=doc.path, line=1)
+    else:
+        asm.notes.append("model_name_or_path is not set: memory not estimated")
 
     ds = _load_ds(doc, hw, arch.hidden_size if arch else None)
     asm.ds = ds
