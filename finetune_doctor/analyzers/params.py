@@ -49,7 +49,12 @@ def _targets(arch: ModelArch, targets: tuple[str, ...]) -> tuple[set[str], bool]
         return names, arch.is_moe
     hit: set[str] = set()
     router = False
+    # Qwen(1) names its MLP w1/w2 (both h->I) and c_proj (I->h, also the attention output): modeling_qwen.py
+    family = {"w1": ("up_proj",), "w2": ("gate_proj",), "c_proj": ("o_proj", "down_proj")} if arch.model_type == "qwen" else {}
     for t in targets:
+        if t.strip() in family:
+            hit.update(family[t.strip()])
+            continue
         t = t.strip()
         if t in ("gate", "router"):
             router = arch.is_moe

@@ -1,0 +1,117 @@
+"""Memory accuracy: the analytic estimator against published measurements.
+
+Baseline: reference/memory/memory_points_dev.csv (measured peaks from the Qwen README profiling tables and other
+published runs; rows marked ESTIMATE are skipped, and so are rows whose model is not in the catalog or whose
+setup LLaMA-Factory cannot express). For each row the run is expressed as a LLaMA-Factory config, estimated, and
+`total` (what nvidia-smi shows) and `peak_allocated` are compared with the measurement.
+
+Run: python benchmarks/memory_accuracy.py [--csv PATH] → prints the table and the median absolute error and
+writes benchmarks/results/memory_accuracy.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+from pathlib import Path
+
+from finetune_doctor.errors import InputError
+from finetune_doctor.analyzers.memory import estimate
+from finetune_doctor.readers.modelcfg import load_arch
+from finetune_doctor.run import resolve_run
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_CSV = HERE.parent.parent / "shared" / "reference" / "memory" / "memory_points_dev.csv"
+
+
+def to_config(row: dict) -> dict | None:
+    m = row["method"].lower()
+    if "estimate" in row["measure_kind"].lower() or "/" in m:
+        return None
+    cfg: dict = {"per_device_train_batch_size": int(row["micro_batch"] or 1), "cutoff_len": int(row["seq_len"] or 2048),
+                 "optim": "adamw_torch", "flash_attn": "fa2" if "fa" in row["flash_attn"] else "sdpa"}
+    if row["precision"].startswith("bf16"):
+        cfg["bf16"] = True
+    elif row["precision"].startswith("fp16"):
+        cfg["fp16"] = True
+    if str(row["grad_ckpt"]).lower() in ("false", "no", "0"):
+        cfg["disable_gradient_checkpointing"] = True
+    if m.startswith("full"):
+        cfg["finetuning_type"] = "full"
+        if "pure_bf16" in m:
+            cfg["pure_bf16"] = True
+    else:
+        cfg["finetuning_type"] = "lora"
+        if row["model"].startswith("Qwen-"):
+            cfg["lora_target"] = "c_attn,c_proj,w1,w2"
+            cfg["lora_rank"] = 64
+        if "emb" in m:
+            cfg["additional_target"] = "wte,lm_head"
+        if m.startswith("qlora") or row["quant_bits"] in ("4", "8"):
+            cfg["quantization_bit"] = int(row["quant_bits"] or 4)
+    z = row["zero_stage"].strip("?")
+    if z in ("1", "2", "3"):
+        cfg["_zero"] = int(z)
+    return cfg
+
+
+class _DS:
+    def __init__(self, stage: int):
+        self.resolved = {"zero_optimization": {"stage": stage}}
+        self.defaults = {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--csv", default=str(DEFAULT_CSV))
+    ap.add_argument("--out", default=str(HERE / "results" / "memory_accuracy.md"))
+    args = ap.parse_args(argv)
+    from finetune_doctor.hardware.catalog import parse_gpu_spec
+
+    rows = list(csv.DictReader(open(args.csv, encoding="utf-8")))
+    table, err_total, err_alloc = [], [], []
+    skipped = 0
+    for r in rows:
+        cfg = to_config(r)
+        if cfg is None:
+            skipped += 1
+            continue
+        try:
+            arch, _ = load_arch(r["model"].replace("generic ", ""))
+        except InputError:
+            skipped += 1
+            continue
+        n = int(r["num_gpus"] or 1)
+        hw = parse_gpu_spec(f"{n}xA100-80GB")
+        zero = cfg.pop("_zero", None)
+        run = resolve_run(cfg, arch, hw, _DS(zero) if zero else None)
+        est = estimate(run, hw)
+        meas = float(r["measured_gb_per_gpu"])
+        e_t = (est.total - meas) / meas
+        e_a = (est.peak_allocated - meas) / meas
+        err_total.append(abs(e_t))
+        err_alloc.append(abs(e_a))
+        table.append((r["model"], r["method"], r["seq_len"], r["num_gpus"], r["zero_stage"], meas, est.total,
+                      est.peak_allocated, e_t))
+    lines = ["# Memory accuracy vs published measurements", "",
+             f"Baseline: `{Path(args.csv).name}` ({len(rows)} rows; {len(table)} expressible in LLaMA-Factory and in "
+             f"the catalog, {skipped} skipped). Measured values as published (unit 'G'; tool mostly unstated).", "",
+             "| model | method | seq | GPUs | ZeRO | measured | predicted total | predicted allocated | error (total) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for t in table:
+        lines.append(f"| {t[0]} | {t[1]} | {t[2]} | {t[3]} | {t[4]} | {t[5]:.1f} | {t[6]:.1f} | {t[7]:.1f} | {t[8]:+.1%} |")
+    if err_total:
+        lines += ["", f"Median absolute error of `total`: **{statistics.median(err_total):.1%}**; "
+                      f"max {max(err_total):.1%}; rows within 25 %: {sum(e <= 0.25 for e in err_total)}/{len(err_total)}.",
+                  f"Median absolute error of `peak_allocated`: {statistics.median(err_alloc):.1%}."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
