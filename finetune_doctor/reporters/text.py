@@ -1,4 +1,4 @@
-"""Text reporter: the report for people, drawn with rich into a string that the CLI prints.
+"""Text reporter: the report for people, as one string that the CLI prints.
 
 Layout, top to bottom: the command and its inputs; one line summarising the run as LLaMA-Factory will
 execute it; the GPUs; the per-GPU memory table (when memory was estimated); the timeline of a crashed or
@@ -6,20 +6,24 @@ finished run (postmortem); the findings grouped by severity, each with its fix (
 memory effect, cost, the other ranked remedies, the probe's confirmation); every ``report.sections`` entry;
 the notes; and a closing count ``N errors, N warnings, N info``.
 
+Tables (memory, timeline, record lists in sections) and whatever a section module returns are drawn by rich;
+plain lines are wrapped with ``textwrap`` and coloured with ``click.style``. rich is imported only when a
+report has something rich draws, so ``doctor lint`` (findings only) never pays for importing it: the lint
+path's budget is about 100 ms and rich alone takes a good part of that.
+
 Sections are drawn by ``finetune_doctor.reporters.sections.<key>.render(data)`` when that module exists. Its
-contract: take the section's data, return a string (printed as is, no markup), a rich renderable, or an
-iterable of those. A key without a module is shown as a generic key/value listing.
+contract: take the section's data, return a string (printed as is, indented, no markup), a rich renderable,
+or an iterable of those. A key without a module is shown as a generic key/value listing.
 
 Colour only when it will reach a terminal: ``NO_COLOR`` (any non-empty value, no-color.org) turns it off,
 ``FORCE_COLOR`` (any non-empty value, as rich reads it) turns it on, otherwise ``sys.stdout.isatty()``
-decides. rich is imported inside `TextReporter.render`, so importing this module stays cheap.
+decides. Lines carry no trailing blanks.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, Iterable
@@ -33,10 +37,20 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DEFAULT_WIDTH = 100
 MEMORY_TERMS = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "runtime")
-SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 SEVERITY_HEADING = {"error": "Errors", "warning": "Warnings", "info": "Info"}
 DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8": "fp8"}
 TIMELINE_MAX = 40
+
+# one palette, in rich's style syntax for tables and in click.style keywords for plain lines
+SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+_CLICK_STYLE: dict[str, dict[str, Any]] = {
+    "bold red": {"fg": "red", "bold": True}, "yellow": {"fg": "yellow"}, "cyan": {"fg": "cyan"},
+    "green": {"fg": "green"}, "bold green": {"fg": "green", "bold": True}, "bold": {"bold": True},
+    "dim": {"dim": True}, "red": {"fg": "red"},
+}
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_TRAILING = re.compile(r"(?:[ \t]|\x1b\[[0-9;]*m)+$", re.M)
 
 
 def want_color(stream: Any = None) -> bool:
@@ -52,20 +66,10 @@ def want_color(stream: Any = None) -> bool:
         return False
 
 
-class TextReporter:
-    """Human-readable report. `color` None decides by `want_color`; `width` None uses the terminal's
-    width on a TTY and 100 columns otherwise (so files and pipes get stable lines)."""
-
-    def __init__(self, color: bool | None = None, width: int | None = None):
-        self.color = want_color() if color is None else bool(color)
-        if width is None:
-            width = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns if self.color else DEFAULT_WIDTH
-        self.width = max(40, int(width))
-
-    def render(self, report: Report) -> str:
-        console = make_console(self.color, self.width)
-        _Drawer(console, report).draw()
-        return strip_trailing(console.file.getvalue())  # type: ignore[attr-defined]
+def strip_trailing(text: str) -> str:
+    """Drop the blanks rich pads lines with, also those inside trailing colour codes (the codes stay), so
+    output diffs cleanly and looks the same with and without colour."""
+    return _TRAILING.sub(lambda m: "".join(_ANSI.findall(m.group(0))), text)
 
 
 def make_console(color: bool, width: int) -> "Console":
@@ -79,233 +83,279 @@ def make_console(color: bool, width: int) -> "Console":
                    soft_wrap=False, legacy_windows=False, force_jupyter=False, force_interactive=False)
 
 
-_TRAILING = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)$", re.M)
-
-
-def strip_trailing(text: str) -> str:
-    """Drop the blanks rich pads lines with (also before a closing colour code), so output diffs cleanly."""
-    return _TRAILING.sub(r"\1", text)
-
-
 def gib(x: float | None, nd: int = 2) -> str:
     return "?" if x is None else f"{x:.{nd}f}"
 
 
-class _Drawer:
-    def __init__(self, console: "Console", report: Report):
-        from rich.text import Text
+class TextReporter:
+    """Human-readable report. `color` None decides by `want_color`; `width` None uses the terminal's
+    width on a TTY and 100 columns otherwise (so files and pipes get stable lines)."""
 
-        self.c = console
-        self.r = report
-        self.Text = Text
-        self.sources = SourceIndex()
+    def __init__(self, color: bool | None = None, width: int | None = None):
+        self.color = want_color() if color is None else bool(color)
+        if width is None:
+            width = DEFAULT_WIDTH
+            if self.color:
+                import shutil
 
-    # -- pieces ---------------------------------------------------------------------------------------
+                width = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+        self.width = max(40, int(width))
+
+    def render(self, report: Report) -> str:
+        out = _Writer(self.color, self.width)
+        _draw(out, report)
+        return strip_trailing("\n".join(out.lines) + "\n")
+
+
+class _Writer:
+    """Collects output lines: plain text wrapped and styled here, rich renderables drawn on demand."""
+
+    def __init__(self, color: bool, width: int):
+        self.color = color
+        self.width = width
+        self.lines: list[str] = []
+
+    def style(self, text: str, style: str | None) -> str:
+        if not (self.color and style and text):
+            return text
+        import click
+
+        return click.style(text, **_CLICK_STYLE.get(style, {"bold": True}))
+
+    def line(self, *parts: tuple[str, str | None] | str, indent: int = 0, wrap: bool = True) -> None:
+        """One logical line from (text, style) parts, wrapped to the width with a hanging indent."""
+        pieces = [(p, None) if isinstance(p, str) else p for p in parts]
+        pad = "  " * indent
+        plain = "".join(t for t, _ in pieces)
+        if not wrap or len(pad) + len(plain) <= self.width or len(pieces) > 1:
+            self.lines.append(pad + "".join(self.style(t, s) for t, s in pieces))
+            return
+        import textwrap
+
+        style = pieces[0][1]
+        for ln in textwrap.wrap(plain, self.width, initial_indent=pad, subsequent_indent=pad + "  ",
+                                break_long_words=False, break_on_hyphens=False) or [pad]:
+            self.lines.append(self.style(ln, style) if style else ln)
+
+    def blank(self) -> None:
+        self.lines.append("")
+
     def heading(self, text: str, style: str = "bold") -> None:
-        self.c.print()
-        self.c.print(self.Text(text, style=style))
+        self.blank()
+        self.line((text, style))
 
-    def indent(self, renderable: "RenderableType", level: int = 1) -> None:
+    def verbatim(self, text: str, indent: int = 0) -> None:
+        pad = "  " * indent
+        self.lines.extend(pad + ln for ln in text.split("\n"))
+
+    def rich(self, renderable: "RenderableType", indent: int = 0) -> None:
         from rich.padding import Padding
 
-        self.c.print(Padding(renderable, (0, 0, 0, 2 * level)))
+        console = make_console(self.color, self.width)
+        console.print(Padding(renderable, (0, 0, 0, 2 * indent)) if indent else renderable)
+        text = console.file.getvalue()  # type: ignore[attr-defined]
+        self.lines.extend(text.rstrip("\n").split("\n"))
 
-    def table(self, *columns: tuple[str, str]) -> Any:
-        from rich import box
-        from rich.table import Table
 
-        t = Table(box=box.SIMPLE, show_edge=False, pad_edge=False, header_style="bold", footer_style="bold")
-        for name, justify in columns:
-            t.add_column(name, justify=justify)  # type: ignore[arg-type]
-        return t
+def _table(*columns: tuple[str, str]) -> Any:
+    from rich import box
+    from rich.table import Table
 
-    # -- the report -----------------------------------------------------------------------------------
-    def draw(self) -> None:
-        self.header()
-        self.run_line()
-        self.hardware_line()
-        self.memory()
-        self.timeline()
-        self.findings()
-        self.sections()
-        self.notes()
-        self.c.print()
-        counts = self.r.summary()
-        worst = self.r.worst()
-        self.c.print(self.Text(summary_line(counts), style=SEVERITY_STYLE.get(worst or "", "green")))
+    t = Table(box=box.SIMPLE, show_edge=False, pad_edge=False, header_style="bold", footer_style="bold")
+    for name, justify in columns:
+        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+    return t
 
-    def header(self) -> None:
-        T = self.Text
-        self.c.print(T.assemble(("doctor ", "bold"), (self.r.command, "bold")))
-        for key, value in (self.r.inputs or {}).items():
-            if value is None or value == [] or value == ():
+
+# -- the report ---------------------------------------------------------------------------------------------
+def _draw(w: _Writer, r: Report) -> None:
+    sources = SourceIndex()
+    _header(w, r)
+    _run_line(w, r)
+    _hardware_line(w, r)
+    _memory(w, r)
+    _timeline(w, r)
+    _findings(w, r, sources)
+    _sections(w, r)
+    if r.notes:
+        w.heading("Notes")
+        for n in r.notes:
+            w.line(f"- {n}", indent=1)
+    w.blank()
+    w.line((summary_line(r.summary()), SEVERITY_STYLE.get(r.worst() or "", "green")))
+
+
+def _header(w: _Writer, r: Report) -> None:
+    w.line(("doctor " + r.command, "bold"))
+    for key, value in (r.inputs or {}).items():
+        if value is None or value == [] or value == ():
+            continue
+        if isinstance(value, (list, tuple)):
+            value = ", ".join(str(display_path(str(v))) for v in value)
+        elif isinstance(value, (str, os.PathLike)):
+            value = display_path(os.fspath(value))
+        w.line(f"{key}: {value}", indent=1)
+
+
+def _run_line(w: _Writer, r: Report) -> None:
+    run = r.run
+    if not run:
+        return
+    parts = []
+    model = run.get("model")
+    if model:
+        pb = run.get("params_b")
+        parts.append(f"{model} ({pb:.2f}B params)" if isinstance(pb, (int, float)) else str(model))
+    kind = "/".join(str(run[k]) for k in ("stage", "finetuning_type") if run.get(k))
+    if kind:
+        parts.append(kind)
+    prec = run.get("precision") or {}
+    if any(prec.get(k) for k in ("weights", "trainable", "compute")):
+        parts.append(", ".join(f"{k} {DTYPE_SHORT.get(str(prec[k]), prec[k])}"
+                               for k in ("weights", "trainable", "compute") if prec.get(k)))
+    zero = run.get("zero_stage")
+    if zero is not None:
+        off = run.get("offload") or {}
+        offs = [f"{k}→{v}" for k, v in off.items() if v]
+        parts.append(f"ZeRO-{zero}" + (f" (offload {', '.join(offs)})" if offs else ""))
+    if run.get("world_size") is not None:
+        parts.append(f"world size {run['world_size']}")
+    mb, ga = run.get("micro_batch"), run.get("grad_accum")
+    if mb is not None or ga is not None:
+        parts.append(f"micro batch {mb if mb is not None else '?'} × grad accum {ga if ga is not None else '?'}")
+    if run.get("seq_len") is not None:
+        parts.append(f"seq len {run['seq_len']}")
+    gc = run.get("gradient_checkpointing")
+    if gc is not None:
+        parts.append(f"GC {'on' if gc else 'off'}")
+    if run.get("attention"):
+        parts.append(f"attention {run['attention']}")
+    w.line("run: " + " · ".join(parts))
+
+
+def _hardware_line(w: _Writer, r: Report) -> None:
+    hw = r.hardware
+    if hw is None:
+        return
+    if not hw.gpu:
+        w.line("gpus: unknown (pass --gpu, e.g. --gpu 8xA100-80GB)")
+        return
+    parts = [f"{hw.num_gpus} × {hw.gpu}" if hw.num_gpus else hw.gpu]
+    if hw.nnodes and hw.nnodes > 1:
+        parts.append(f"{hw.nnodes} nodes")
+    if hw.capacity_gib is not None:
+        parts.append(f"{gib(hw.capacity_gib)} GiB usable each")
+    if hw.bf16 is not None:
+        parts.append(f"bf16 {'yes' if hw.bf16 else 'no'}")
+    parts.append(f"from {hw.source}")
+    w.line("gpus: " + " · ".join(parts))
+
+
+def _memory(w: _Writer, r: Report) -> None:
+    mem = r.memory
+    if mem is None:
+        return
+    from rich.text import Text
+
+    cap = r.hardware.capacity_gib if r.hardware else None
+    w.heading(f"Memory per GPU (busiest rank, {mem.method})")
+    t = _table(("", "left"), ("GiB", "right"), ("% of capacity", "right"))
+
+    def pct(v: float | None) -> str:
+        return f"{100.0 * v / cap:.1f}%" if (cap and v is not None) else "—"
+
+    extra = [k for k in mem.per_gpu if k not in MEMORY_TERMS and k != "total"]
+    for term in (*MEMORY_TERMS, *extra):
+        v = mem.per_gpu.get(term)
+        t.add_row(term, gib(v), pct(v))
+    total = mem.per_gpu.get("total")
+    over = cap is not None and total is not None and total > cap
+    t.show_footer = True
+    for col, text in zip(t.columns, ("total", gib(total), pct(total))):
+        col.footer = Text(text, style="bold red" if (over and col.header) else "bold")
+    w.rich(t, indent=1)
+    fits = {True: ("yes", "green"), False: ("NO", "bold red"), None: ("unknown", None)}[mem.fits]
+    w.line(f"capacity {gib(cap) + ' GiB' if cap is not None else 'unknown'}"
+           f" · headroom {gib(mem.headroom) + ' GiB' if mem.headroom is not None else 'unknown'}"
+           f" · fits {fits[0]}"
+           f" · peak allocated {gib(mem.peak_allocated)} GiB"
+           f" · host RAM per node {gib(mem.host)} GiB"
+           f" · method {mem.method}", indent=1)
+
+
+def _timeline(w: _Writer, r: Report) -> None:
+    events = r.timeline
+    if not events:
+        return
+    from rich.text import Text
+
+    w.heading("Timeline")
+    t = _table(("step", "right"), ("event", "left"), ("detail", "left"), ("source", "left"))
+    for e in events[:TIMELINE_MAX]:
+        style = "red" if e.kind in ("nan", "oom", "killed", "nccl_timeout") else ""
+        t.add_row("—" if e.step is None else str(e.step), Text(e.kind, style=style), Text(e.detail),
+                  Text(_source_ref(e.source)))
+    w.rich(t, indent=1)
+    if len(events) > TIMELINE_MAX:
+        w.line(f"… {len(events) - TIMELINE_MAX} more events (see --format json)", indent=1)
+
+
+def _findings(w: _Writer, r: Report, sources: SourceIndex) -> None:
+    if not r.findings:
+        w.heading("No findings.", "green")
+        return
+    for sev in SEVERITIES:
+        group = sorted((f for f in r.findings if f.severity == sev), key=Finding.sort_key)
+        if not group:
+            continue
+        w.heading(f"{SEVERITY_HEADING[sev]} ({len(group)})", SEVERITY_STYLE[sev])
+        for f in group:
+            _finding(w, f, sources)
+    for f in r.findings:
+        if f.severity not in SEVERITIES:
+            _finding(w, f, sources)
+
+
+def _finding(w: _Writer, f: Finding, sources: SourceIndex) -> None:
+    where = _where(f)
+    w.line((f.code, SEVERITY_STYLE.get(f.severity, "bold")), " ", (f.name, "bold"),
+           ("  " + where if where else "", "dim"))
+    w.line(f.message, indent=1)
+    if f.fix is not None:
+        _fix(w, f.fix, sources)
+
+
+def _fix(w: _Writer, fix: Fix, sources: SourceIndex, level: int = 1) -> None:
+    w.line(("fix", "bold green"), f" ({fix.safety}): {fix.title}", indent=level)
+    for e in fix.edits:
+        w.line(edit_text(e, sources), indent=level + 1)
+    for fact in _fix_facts(fix):
+        w.line(fact, indent=level + 1)
+    if fix.alternatives:
+        w.line(("alternatives:", "bold"), indent=level + 1)
+        for i, alt in enumerate(fix.alternatives, start=2):
+            edits = "; ".join(edit_text(e, sources) for e in alt.edits)
+            facts = " · ".join(_fix_facts(alt))
+            body = f"{i}. {alt.title} ({alt.safety})" + (f": {edits}" if edits else "")
+            w.line(body + (f" · {facts}" if facts else ""), indent=level + 2)
+
+
+def _sections(w: _Writer, r: Report) -> None:
+    for key, data in r.sections.items():
+        w.heading(key.replace("_", " ").capitalize())
+        renderer = _section_renderer(key)
+        if renderer is None:
+            _generic(w, data, 1)
+            continue
+        out = renderer(data)
+        items: Iterable[Any] = [out] if (isinstance(out, str) or not isinstance(out, Iterable)) else out
+        for item in items:
+            if item is None:
                 continue
-            if isinstance(value, (list, tuple)):
-                value = ", ".join(str(display_path(str(v))) for v in value)
-            elif isinstance(value, (str, os.PathLike)):
-                value = display_path(os.fspath(value))
-            self.indent(T(f"{key}: {value}"))
-
-    def run_line(self) -> None:
-        run = self.r.run
-        if not run:
-            return
-        parts = []
-        model = run.get("model")
-        if model:
-            pb = run.get("params_b")
-            parts.append(f"{model} ({pb:.2f}B params)" if isinstance(pb, (int, float)) else str(model))
-        kind = "/".join(str(run[k]) for k in ("stage", "finetuning_type") if run.get(k))
-        if kind:
-            parts.append(kind)
-        prec = run.get("precision") or {}
-        if any(prec.get(k) for k in ("weights", "trainable", "compute")):
-            parts.append(", ".join(f"{k} {DTYPE_SHORT.get(str(prec[k]), prec[k])}"
-                                   for k in ("weights", "trainable", "compute") if prec.get(k)))
-        zero = run.get("zero_stage")
-        if zero is not None:
-            off = run.get("offload") or {}
-            offs = [f"{k}→{v}" for k, v in off.items() if v]
-            parts.append(f"ZeRO-{zero}" + (f" (offload {', '.join(offs)})" if offs else ""))
-        if run.get("world_size") is not None:
-            parts.append(f"world size {run['world_size']}")
-        mb, ga = run.get("micro_batch"), run.get("grad_accum")
-        if mb is not None or ga is not None:
-            parts.append(f"micro batch {mb if mb is not None else '?'} × grad accum {ga if ga is not None else '?'}")
-        if run.get("seq_len") is not None:
-            parts.append(f"seq len {run['seq_len']}")
-        gc = run.get("gradient_checkpointing")
-        if gc is not None:
-            parts.append(f"GC {'on' if gc else 'off'}")
-        if run.get("attention"):
-            parts.append(f"attention {run['attention']}")
-        self.c.print(self.Text.assemble(("run: ", "bold"), " · ".join(parts)))
-
-    def hardware_line(self) -> None:
-        hw = self.r.hardware
-        if hw is None:
-            return
-        if not hw.gpu:
-            self.c.print(self.Text.assemble(("gpus: ", "bold"), "unknown (pass --gpu, e.g. --gpu 8xA100-80GB)"))
-            return
-        parts = [f"{hw.num_gpus} × {hw.gpu}" if hw.num_gpus else hw.gpu]
-        if hw.nnodes and hw.nnodes > 1:
-            parts.append(f"{hw.nnodes} nodes")
-        if hw.capacity_gib is not None:
-            parts.append(f"{gib(hw.capacity_gib)} GiB usable each")
-        if hw.bf16 is not None:
-            parts.append(f"bf16 {'yes' if hw.bf16 else 'no'}")
-        parts.append(f"from {hw.source}")
-        self.c.print(self.Text.assemble(("gpus: ", "bold"), " · ".join(parts)))
-
-    def memory(self) -> None:
-        mem = self.r.memory
-        if mem is None:
-            return
-        cap = self.r.hardware.capacity_gib if self.r.hardware else None
-        self.heading(f"Memory per GPU (busiest rank, {mem.method})")
-        t = self.table(("", "left"), ("GiB", "right"), ("% of capacity", "right"))
-
-        def pct(v: float | None) -> str:
-            return f"{100.0 * v / cap:.1f}%" if (cap and v is not None) else "—"
-
-        extra = [k for k in mem.per_gpu if k not in MEMORY_TERMS and k != "total"]
-        for term in (*MEMORY_TERMS, *extra):
-            v = mem.per_gpu.get(term)
-            t.add_row(term, gib(v), pct(v))
-        total = mem.per_gpu.get("total")
-        over = cap is not None and total is not None and total > cap
-        style = "bold red" if over else "bold"
-        t.show_footer = True
-        for col, text in zip(t.columns, ("total", gib(total), pct(total))):
-            col.footer = self.Text(text, style=style if col.header != "" else "bold")
-        self.indent(t)
-        fits = {True: ("yes", "green"), False: ("NO", "bold red"), None: ("unknown", "")}[mem.fits]
-        T = self.Text
-        line = T.assemble(
-            "capacity ", (f"{gib(cap)} GiB" if cap is not None else "unknown"),
-            " · headroom ", (f"{gib(mem.headroom)} GiB" if mem.headroom is not None else "unknown"),
-            " · fits ", fits,
-            f" · peak allocated {gib(mem.peak_allocated)} GiB",
-            f" · host RAM per node {gib(mem.host)} GiB",
-            f" · method {mem.method}",
-        )
-        self.indent(line)
-
-    def timeline(self) -> None:
-        events = self.r.timeline
-        if not events:
-            return
-        self.heading("Timeline")
-        t = self.table(("step", "right"), ("event", "left"), ("detail", "left"), ("source", "left"))
-        for e in events[:TIMELINE_MAX]:
-            style = "red" if e.kind in ("nan", "oom", "killed", "nccl_timeout") else ""
-            t.add_row("—" if e.step is None else str(e.step), self.Text(e.kind, style=style), e.detail,
-                      _source_ref(e.source))
-        self.indent(t)
-        if len(events) > TIMELINE_MAX:
-            self.indent(self.Text(f"… {len(events) - TIMELINE_MAX} more events (see --format json)"))
-
-    def findings(self) -> None:
-        if not self.r.findings:
-            self.heading("No findings.", "green")
-            return
-        for sev in SEVERITIES:
-            group = sorted((f for f in self.r.findings if f.severity == sev), key=Finding.sort_key)
-            if not group:
-                continue
-            self.heading(f"{SEVERITY_HEADING[sev]} ({len(group)})", SEVERITY_STYLE[sev])
-            for f in group:
-                self.finding(f)
-        others = [f for f in self.r.findings if f.severity not in SEVERITIES]
-        for f in others:
-            self.finding(f)
-
-    def finding(self, f: Finding) -> None:
-        T = self.Text
-        where = _where(f)
-        self.c.print(T.assemble((f.code, SEVERITY_STYLE.get(f.severity, "bold")), " ", (f.name, "bold"),
-                                ("  " + where if where else "", "dim")))
-        self.indent(T(f.message))
-        if f.fix is not None:
-            self.fix(f.fix)
-
-    def fix(self, fix: Fix, level: int = 1) -> None:
-        T = self.Text
-        self.indent(T.assemble(("fix", "bold green"), f" ({fix.safety}): ", fix.title), level)
-        for e in fix.edits:
-            self.indent(T(edit_text(e, self.sources)), level + 1)
-        for line in _fix_facts(fix):
-            self.indent(T(line), level + 1)
-        if fix.alternatives:
-            self.indent(T("alternatives:", style="bold"), level + 1)
-            for i, alt in enumerate(fix.alternatives, start=2):
-                edits = "; ".join(edit_text(e, self.sources) for e in alt.edits)
-                facts = " · ".join(_fix_facts(alt))
-                body = f"{i}. {alt.title} ({alt.safety})" + (f": {edits}" if edits else "")
-                self.indent(T(body + (f" · {facts}" if facts else "")), level + 2)
-
-    def sections(self) -> None:
-        for key, data in self.r.sections.items():
-            self.heading(key.replace("_", " ").capitalize())
-            renderer = _section_renderer(key)
-            if renderer is None:
-                for item in _generic(data, self.Text):
-                    self.indent(item)
-                continue
-            out = renderer(data)
-            items: Iterable[Any] = [out] if (isinstance(out, str) or not isinstance(out, Iterable)) else out
-            for item in items:
-                if item is None:
-                    continue
-                self.indent(self.Text(item) if isinstance(item, str) else item)
-
-    def notes(self) -> None:
-        if not self.r.notes:
-            return
-        self.heading("Notes")
-        for n in self.r.notes:
-            self.indent(self.Text(f"- {n}"))
+            if isinstance(item, str):
+                w.verbatim(item, indent=1)
+            else:
+                w.rich(item, indent=1)
 
 
 def _where(f: Finding) -> str:
@@ -374,7 +424,11 @@ def _scalar(v: Any) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
-        return f"{v:.4g}" if (abs(v) >= 1e5 or (v != 0 and abs(v) < 1e-3)) else f"{v:.2f}".rstrip("0").rstrip(".")
+        if v != v:
+            return "nan"
+        if abs(v) >= 1e5 or (v != 0 and abs(v) < 1e-3):
+            return f"{v:.4g}"
+        return f"{v:.2f}".rstrip("0").rstrip(".")
     return str(v)
 
 
@@ -382,46 +436,41 @@ def _is_scalar(v: Any) -> bool:
     return v is None or isinstance(v, (str, int, float, bool))
 
 
-def _generic(data: Any, Text: Any, depth: int = 0) -> list[Any]:
-    """A key/value view of arbitrary section data: scalars inline, lists of flat records as a table."""
-    from rich import box
-    from rich.padding import Padding
-    from rich.table import Table
+def _as_plain(v: Any) -> Any:
+    return v.as_dict() if hasattr(v, "as_dict") and callable(v.as_dict) else v
 
-    pad = 2 * depth
-    out: list[Any] = []
-    if hasattr(data, "as_dict") and callable(data.as_dict):
-        data = data.as_dict()
+
+def _generic(w: _Writer, data: Any, depth: int) -> None:
+    """A key/value view of arbitrary section data: scalars inline, lists of flat records as a table."""
+    data = _as_plain(data)
     if isinstance(data, dict):
         for k, v in data.items():
-            if hasattr(v, "as_dict") and callable(v.as_dict):
-                v = v.as_dict()
+            v = _as_plain(v)
             if _is_scalar(v):
-                out.append(Padding(Text(f"{k}: {_scalar(v)}"), (0, 0, 0, pad)))
-            elif isinstance(v, (list, tuple)) and all(_is_scalar(x) for x in v):
-                out.append(Padding(Text(f"{k}: {', '.join(_scalar(x) for x in v) or '—'}"), (0, 0, 0, pad)))
+                w.line(f"{k}: {_scalar(v)}", indent=depth)
+            elif isinstance(v, (list, tuple, set, frozenset)) and all(_is_scalar(x) for x in v):
+                w.line(f"{k}: {', '.join(_scalar(x) for x in v) or '—'}", indent=depth)
             else:
-                out.append(Padding(Text(f"{k}:"), (0, 0, 0, pad)))
-                out.extend(_generic(v, Text, depth + 1))
-        return out
+                w.line(f"{k}:", indent=depth)
+                _generic(w, v, depth + 1)
+        return
     if isinstance(data, (list, tuple)):
-        rows = [r.as_dict() if hasattr(r, "as_dict") else r for r in data]
-        if rows and all(isinstance(r, dict) and all(_is_scalar(x) for x in r.values()) for r in rows):
+        rows = [_as_plain(x) for x in data]
+        if rows and all(isinstance(x, dict) and all(_is_scalar(y) for y in x.values()) for x in rows):
             cols: list[str] = []
-            for r in rows:
-                cols.extend(k for k in r if k not in cols)
-            t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
-            for col in cols:
-                t.add_column(str(col))
-            for r in rows:
-                t.add_row(*(_scalar(r.get(col)) for col in cols))
-            out.append(Padding(t, (0, 0, 0, pad)))
-            return out
-        for r in rows:
-            if _is_scalar(r):
-                out.append(Padding(Text(f"- {_scalar(r)}"), (0, 0, 0, pad)))
+            for x in rows:
+                cols.extend(k for k in x if k not in cols)
+            from rich.text import Text
+
+            t = _table(*((str(c), "left") for c in cols))
+            for x in rows:
+                t.add_row(*(Text(_scalar(x.get(c))) for c in cols))
+            w.rich(t, indent=depth)
+            return
+        for x in rows:
+            if _is_scalar(x):
+                w.line(f"- {_scalar(x)}", indent=depth)
             else:
-                out.extend(_generic(r, Text, depth))
-        return out
-    out.append(Padding(Text(_scalar(data)), (0, 0, 0, pad)))
-    return out
+                _generic(w, x, depth)
+        return
+    w.line(_scalar(data), indent=depth)
