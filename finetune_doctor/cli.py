@@ -105,14 +105,17 @@ def main() -> None:
 @click.option("--data/--no-data", "scan_data", default=True, help="Scan local datasets for token lengths.")
 @click.option("--fix", is_flag=True, help="Apply safe fixes to the files, keeping comments and key order.")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that change training semantics.")
+@click.option("--validate-deepspeed", "validate_ds", is_flag=True,
+              help="Also validate the DeepSpeed JSON with DeepSpeed's own config models (imports deepspeed, ~3 s).")
 @_guard
 def check(config: str, overrides: tuple[str, ...], probe: bool, scan_data: bool, fix: bool, unsafe_fixes: bool,
-          **kw: Any) -> None:
+          validate_ds: bool, **kw: Any) -> None:
     """Full diagnosis of a run before launch: rules, memory, data, probes."""
     from finetune_doctor.pipeline import check as pipe
 
     opts = _options(command="check", paths=[config], **kw)
-    report = pipe.run(config, overrides, opts, probe=probe, scan_data=scan_data, fix=fix, unsafe_fixes=unsafe_fixes)
+    report = pipe.run(config, overrides, opts, probe=probe, scan_data=scan_data, fix=fix, unsafe_fixes=unsafe_fixes,
+                      validate_ds=validate_ds)
     emit(report, opts)
 
 

@@ -125,7 +125,8 @@ def memory_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any) -> dict[str
 
 
 def build_context(config: str, overrides: tuple[str, ...] | list[str], opts: Options, *, static: bool = False,
-                  scan_data: bool = False, hw: Hardware | None = None, need_model: bool = True) -> Assembly:
+                  scan_data: bool = False, hw: Hardware | None = None, need_model: bool = True,
+                  validate_ds: bool = False) -> Assembly:
     """Read `config` with `overrides` and compute every fact namespace (module docstring).
 
     `static=True` is the lint path: no NVML, no dataset, no deepspeed import; an unresolvable model is then not an
@@ -173,7 +174,8 @@ def build_context(config: str, overrides: tuple[str, ...] | list[str], opts: Opt
         facts["ds"] = ds_facts(ds)
         if getattr(ds, "path", None):
             sources["deepspeed"] = SourceDoc("deepspeed", str(ds.path), dict(getattr(ds, "positions", {}) or {}))
-        if not static:
+        if validate_ds and not static:
+            # importing deepspeed costs ~3 s (it imports torch): only on request, so `check` stays under a second
             try:
                 from finetune_doctor.readers.dsconfig import validate_with_deepspeed
 
@@ -273,9 +275,9 @@ def inputs_of(asm: Assembly, **extra: Any) -> dict[str, Any]:
 
 
 def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool = False, scan_data: bool = True,
-        fix: bool = False, unsafe_fixes: bool = False) -> Report:
+        fix: bool = False, unsafe_fixes: bool = False, validate_ds: bool = False) -> Report:
     """The full diagnosis of `config` before launch; returns the Report (exit code decided by the CLI)."""
-    asm = build_context(config, overrides, opts, scan_data=scan_data)
+    asm = build_context(config, overrides, opts, scan_data=scan_data, validate_ds=validate_ds)
     findings = judge(asm, opts, "check")
     sections: dict[str, Any] = {}
     if asm.ctx.facts.get("data"):
