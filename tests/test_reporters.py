@@ -21,8 +21,10 @@ from finetune_doctor import __version__
 from finetune_doctor.engine.loader import parse_rule
 from finetune_doctor.errors import InputError
 from finetune_doctor.reporters import REPORTERS, display_path, get_reporter, render, summary_line
+from finetune_doctor.reporters._source import SourceIndex, Span, edit_text, yaml_scalar
 from finetune_doctor.reporters.catalog import first_sentence, render_catalog, render_explain
 from finetune_doctor.reporters.github import annotation, escape_data, escape_property
+from finetune_doctor.reporters.sarif import replacements
 from finetune_doctor.reporters.text import want_color
 from finetune_doctor.types import (Confirmation, Edit, Finding, Fix, Hardware, Location, MemoryEstimate, Report,
                                    TimelineEvent)
@@ -643,3 +645,84 @@ def test_catalog_of_the_bundled_pack_renders():
         assert text.startswith(f"# {r.name} ({r.code})\n") and "## What it does" in text
     rows = [ln for ln in render_catalog(pack, "text", color=False).splitlines() if re.match(r"^[A-Z]+\d+ ", ln)]
     assert [ln.split()[0] for ln in rows] == sorted(r.code for r in pack)
+
+
+# ---------------------------------------------------------------------------------------------- source lookup
+NESTED_YAML = """\
+### model
+model_name_or_path: Qwen/Qwen2.5-7B   # base
+flash_attn: "fa2 # not a comment"
+lora:
+  rank: 8
+  targets:
+    - q_proj
+template: |
+  multi
+eval_dataset:
+dataset: alpaca_en_demo"""
+
+
+def test_yaml_scalar_types_round_trip_as_llamafactory_reads_them():
+    assert yaml_scalar(True) == "true" and yaml_scalar(None) == "null" and yaml_scalar(8) == "8"
+    assert yaml_scalar(1e-05) == "1.0e-05" and yaml_scalar(2.5e-06) == "2.5e-06" and yaml_scalar(0.1) == "0.1"
+    assert yaml_scalar("fa2") == "fa2" and yaml_scalar("examples/deepspeed/ds_z3_config.json") == \
+        "examples/deepspeed/ds_z3_config.json"
+    # strings a YAML 1.1 reader would retype stay strings
+    assert yaml_scalar("true") == '"true"' and yaml_scalar("1e-4") == '"1e-4"' and yaml_scalar("off") == '"off"'
+    assert yaml_scalar("a b: c") == '"a b: c"'
+
+
+def test_source_index_yaml_nested_quoted_and_blocks(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text(NESTED_YAML, encoding="utf-8")
+    src = SourceIndex()
+    assert src.value(str(p), "model_name_or_path") == Span(2, 21, 36, "Qwen/Qwen2.5-7B", True, False)
+    assert src.value(str(p), "flash_attn").text == '"fa2 # not a comment"'
+    assert src.value(str(p), "lora.rank") == Span(5, 9, 10, "8", True, False)
+    assert src.value(str(p), "lora").block and src.value(str(p), "lora.targets").block
+    assert src.value(str(p), "template") is None  # block scalar: not located
+    assert src.value(str(p), "eval_dataset").text == "" and not src.value(str(p), "eval_dataset").block
+    assert src.value(str(p), "bf16") is False
+    assert src.value(str(tmp_path / "missing.yaml"), "bf16") is None
+
+
+def test_yaml_replacements_edge_cases(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text(NESTED_YAML, encoding="utf-8")  # no trailing newline
+    src = SourceIndex()
+
+    def apply(*edits):
+        reps = []
+        for e in edits:
+            got = replacements(e, src)
+            assert got is not None, e
+            reps.extend(got)
+        return apply_replacements(NESTED_YAML, reps)
+
+    assert apply(Edit(str(p), "bf16", True)) == NESTED_YAML + "\nbf16: true"
+    assert apply(Edit(str(p), "dataset", None, delete=True)) == NESTED_YAML.replace("\ndataset: alpaca_en_demo", "\n")
+    assert apply(Edit(str(p), "eval_dataset", "alpaca_en_demo")) == NESTED_YAML.replace(
+        "eval_dataset:", "eval_dataset: alpaca_en_demo")
+    assert apply(Edit(str(p), "lora.rank", 16)) == NESTED_YAML.replace("rank: 8", "rank: 16")
+    assert apply(Edit(str(p), "flash_attn", "sdpa")) == NESTED_YAML.replace('"fa2 # not a comment"', "sdpa")
+    assert replacements(Edit(str(p), "lora", None, delete=True), src) is None  # a block
+    assert replacements(Edit(str(p), "template", "x"), src) is None  # block scalar
+    assert replacements(Edit(str(p), "lora.alpha", 16), src) is None  # nested insert: the fixer's job
+    assert replacements(Edit(str(p), "fp16", None, delete=True), src) == []  # absent: nothing to do
+
+
+def test_json_replacements_edge_cases():
+    src = SourceIndex()
+    assert replacements(Edit(DS, "zero_optimization.offload_optimizer", {"device": "cpu"}), src) is None
+    assert replacements(Edit(DS, "gradient_clipping", None, delete=True), src) is None
+    reps = replacements(Edit(DS, "bf16.enabled", True), src)
+    after = json.loads(apply_replacements(Path(DS).read_text(encoding="utf-8"), reps))
+    assert after["bf16"] == {"enabled": True} and after["fp16"]["enabled"] == "auto"
+
+
+def test_edit_text_prefers_the_edits_own_old_value():
+    e = pytypes.SimpleNamespace(file=CFG, key="cutoff_len", value=1024, delete=False, old=4096)
+    assert edit_text(e, SourceIndex()) == "cutoff_len: 4096 → 1024"
+    assert edit_text(Edit(CFG, "cutoff_len", 1024), SourceIndex()) == "cutoff_len: 2048 → 1024"
+    assert edit_text(Edit("/nonexistent/x.yaml", "cutoff_len", 1024), SourceIndex()) == "cutoff_len → 1024"
+    assert edit_text(Edit(DS, "zero_optimization.stage", 2), SourceIndex()) == "zero_optimization.stage: 3 → 2"
