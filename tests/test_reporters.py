@@ -533,6 +533,14 @@ def test_text_section_module_is_used(monkeypatch):
     out = text_of(Report("probe", {"config": CFG}, sections={"zz_probe_test": {"steps": 2}}))
     assert "Zz probe test" in out and "  probe ran 2 steps" in out
     assert "steps: 2" not in out  # the module replaced the generic dump
+    # a rich renderable that is also iterable-looking (Group) is drawn whole
+    from rich.console import Group
+    from rich.text import Text
+
+    mod.render = lambda data: Group(Text("[one]"), Text("two"))
+    lines = text_of(Report("probe", {}, sections={"zz_probe_test": {}})).splitlines()
+    i = lines.index("Zz probe test")
+    assert lines[i + 1:i + 3] == ["  [one]", "  two"]
 
 
 def test_text_empty_lint_report():

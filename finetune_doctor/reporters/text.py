@@ -40,6 +40,8 @@ MEMORY_TERMS = ("weights", "gradients", "optimizer", "activations", "logits", "b
 SEVERITY_HEADING = {"error": "Errors", "warning": "Warnings", "info": "Info"}
 DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8": "fp8"}
 TIMELINE_MAX = 40
+SECTION_TITLES = {"gpus": "GPUs", "data": "Data", "sweep": "What fits (sweep)", "probe": "Probes",
+                  "postmortem": "Postmortem", "read": "Read"}
 
 # one palette, in rich's style syntax for tables and in click.style keywords for plain lines
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -342,13 +344,14 @@ def _fix(w: _Writer, fix: Fix, sources: SourceIndex, level: int = 1) -> None:
 
 def _sections(w: _Writer, r: Report) -> None:
     for key, data in r.sections.items():
-        w.heading(key.replace("_", " ").capitalize())
+        w.heading(SECTION_TITLES.get(key) or key.replace("_", " ").capitalize())
         renderer = _section_renderer(key)
         if renderer is None:
             _generic(w, data, 1)
             continue
         out = renderer(data)
-        items: Iterable[Any] = [out] if (isinstance(out, str) or not isinstance(out, Iterable)) else out
+        single = isinstance(out, str) or _is_renderable(out) or not isinstance(out, Iterable)
+        items: Iterable[Any] = [out] if single else out
         for item in items:
             if item is None:
                 continue
@@ -356,6 +359,11 @@ def _sections(w: _Writer, r: Report) -> None:
                 w.verbatim(item, indent=1)
             else:
                 w.rich(item, indent=1)
+
+
+def _is_renderable(obj: Any) -> bool:
+    """A rich renderable (some, like Group, must not be taken apart as an iterable of parts)."""
+    return hasattr(obj, "__rich_console__") or hasattr(obj, "__rich__")
 
 
 def _where(f: Finding) -> str:
