@@ -1,0 +1,98 @@
+"""finetune-doctor's token lengths equal LLaMA-Factory's, sample by sample.
+
+The reference is fixtures/data/expected_lengths.json: LLaMA-Factory 0.9.5's own ``get_dataset`` run on the fixture
+datasets with the BPE tokenizer that tests/test_data_fixtures.py trains (scripts/freeze_lf_lengths.py made it, in
+an environment where LLaMA-Factory is installed; the project does not depend on LLaMA-Factory). Each run fixes a
+template, a stage (sft / rm / pt / ppo), a cutoff_len and data options (mask_history, train_on_prompt,
+enable_thinking, packing, neat_packing, tool_format, default_system). Compared per kept sample, in order:
+
+* sft: input length and number of labelled tokens;
+* rm (pairwise): chosen and rejected lengths and label counts;
+* pt: input length (no packing) / number of blocks (packing);
+* packed sft: number of packed rows, and with neat_packing the real (unpadded) tokens of each row.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from finetune_doctor.analyzers import templates as T
+from finetune_doctor.analyzers import tokens as K
+from finetune_doctor.readers.datasets import iter_chunks, resolve_datasets
+from test_data_fixtures import FIXTURES, build_tokenizer
+
+EXPECTED = json.loads((FIXTURES / "expected_lengths.json").read_text())
+RUNS = EXPECTED["runs"]
+
+
+@pytest.fixture(scope="module")
+def tokenizers(tmp_path_factory) -> dict[str, str]:
+    base = tmp_path_factory.mktemp("tok")
+    return {v: str(build_tokenizer(base / v, v)) for v in ("llama", "qwen")}
+
+
+def _settings(run: dict) -> K.DataSettings:
+    cfg = {"stage": run["stage"], **run["data"]}
+    return K.DataSettings.from_config(cfg)
+
+
+def _scan(run: dict, tokenizers: dict[str, str]):
+    s = _settings(run)
+    t = T.get_template(s.template, tool_format=s.tool_format, default_system=s.default_system,
+                       enable_thinking=s.enable_thinking, preserve_thinking=s.preserve_thinking)
+    counter = K.ExactCounter(tokenizers[run["tokenizer"]], t)
+    enc = K.Encoder(counter, t, s)
+    (spec,), _ = resolve_datasets([run["dataset"]], str(FIXTURES))
+    records, problems, read_errors = [], [], []
+    packer = K.Packer(s)
+    for ch in iter_chunks(spec, chunk_rows=7):  # small chunks: exercises chunk boundaries
+        recs, probs = enc.process(ch.rows, ch.first_index, ch.lines, K.ConvSpec.of(spec))
+        records += recs
+        problems += probs
+        read_errors += ch.errors
+        for r in recs:
+            packer.add(r[2], r[8])
+    packer.flush()
+    return s, records, problems, read_errors, packer
+
+
+def test_the_reference_covers_what_the_issue_asks():
+    ids = {r["id"] for r in RUNS}
+    kinds = {r["stage"] for r in RUNS}
+    assert {"sft", "rm", "pt", "ppo"} <= kinds
+    datasets = {r["dataset"] for r in RUNS}
+    assert {"alpaca_demo", "sharegpt_tools", "dpo_pairs", "alpaca_dpo", "chat_roles"} <= datasets
+    assert len(ids) == len(RUNS) > 200
+    # the small cutoffs really truncate: the reference holds sequences cut exactly at cutoff_len
+    cut = [r for r in RUNS if r["stage"] == "sft" and r["data"]["cutoff_len"] == 96 and "samples" in r]
+    assert any(any(n == 96 for n, _ in r["samples"]) for r in cut)
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[r["id"] for r in RUNS])
+def test_lengths_match_llamafactory(run, tokenizers):
+    s, records, problems, read_errors, packer = _scan(run, tokenizers)
+    ok = [r for r in records if r[2] == K.OK]
+    if "error" in run:
+        # LF could not build this dataset at all; the doctor must say why instead of reporting clean numbers
+        assert read_errors or any(p[4] for p in problems), run["error"]
+        return
+    if run["stage"] == "rm":
+        got = [[r[11][0], r[11][1], r[11][2], r[11][3]] for r in ok]
+        assert got == run["samples"]
+    elif run["stage"] == "pt" and s.packing:
+        assert packer.blocks == len(run["samples"])
+        assert all(n == s.cutoff_len for n in run["samples"])
+    elif run["stage"] == "pt":
+        assert [r[8] for r in ok] == run["samples"]
+    elif run["stage"] == "ppo":  # unsupervised: input_ids is the prompt, labels the response
+        assert [[r[6], r[7]] for r in ok] == run["samples"]
+    elif s.packing:
+        assert packer.packs == len(run["rows"])
+        assert all(n == s.cutoff_len for n, _ in run["rows"])
+        if s.neat_packing:
+            assert packer.tokens == sum(real for _, real in run["rows"])
+    else:
+        assert [[r[8], r[9]] for r in ok] == run["samples"]
