@@ -1,0 +1,715 @@
+"""Apply key edits to a LLaMA-Factory YAML or a DeepSpeed JSON without disturbing anything else in the file.
+
+Every edit is a `types.Edit`: set a key (``value``), or remove it (``delete=True``). Keys are dotted paths
+(``zero_optimization.stage``); a LLaMA-Factory YAML is flat, so its keys are plain names.
+
+How the file is kept intact
+---------------------------
+The file is parsed with ruamel.yaml's round-trip loader (YAML) or a small span-recording JSON scanner, which give
+the exact line and column of every key and value. Each edit then rewrites only the characters of that key's value
+(set), the lines of that key (delete) or adds one line (insert), so comments, blank lines, key order, quoting, number
+spellings like ``5.0e-6`` or ``1e9`` and indentation stay byte for byte as they were -- a full ``ruamel.dump`` or
+``json.dumps`` would reflow some of them (``null`` becomes empty, ``1e9`` becomes ``1000000000.0``). After the edits
+the new text is parsed again and compared with the old data plus the edits; a mismatch raises InputError rather than
+write a file that means something else.
+
+* Set on a missing key inserts it: at the end of its mapping/object, or after a named sibling (`after`).
+  A delete of key A together with a set of missing key B in the same mapping is a rename: B takes A's line and keeps
+  A's trailing comment.
+* A new string value keeps the quote style of the value it replaces; otherwise it is written plain when LLaMA-Factory
+  (OmegaConf, YAML 1.1) would read it back as the same string, else double-quoted.
+* Writes are atomic (a temp file in the same directory, then ``os.replace``; the file mode is kept). Nothing is
+  written when the file's text is not `expect_text` (it changed since it was read). Applying the same edits twice
+  changes nothing the second time.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from finetune_doctor.errors import InputError
+from finetune_doctor.types import Edit
+
+
+@dataclass(frozen=True)
+class FixResult:
+    """What `apply_edits` did to one file.
+
+    `changed` is True when the file was (or, for a dry run, would be) rewritten; `keys` lists the edited key paths
+    that changed something; `stale` is True when nothing was written because the file no longer had the expected
+    text; `text` is the new text (the old one when unchanged); `diff` the unified diff; `notes` human remarks.
+    """
+
+    path: str
+    changed: bool
+    keys: tuple[str, ...] = ()
+    stale: bool = False
+    text: str = ""
+    diff: str = ""
+    notes: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# public API
+
+def apply_edits(path: str, edits: Sequence[Edit], *, expect_text: str | None = None,
+                after: Mapping[str, str] | None = None, dry_run: bool = False) -> FixResult:
+    """Apply `edits` to the file at `path` and write it atomically; returns a FixResult.
+
+    `expect_text`: the text the caller read (and based its findings on); when the file now holds something else,
+    nothing is written and the result is ``stale``. `after` maps a new key to the sibling it goes after (default:
+    the end of its mapping). `dry_run` computes the result without writing. Raises InputError when the file cannot
+    be read or parsed, or an edit cannot be expressed (a key below a scalar).
+    """
+    raw, text, bom = _read(path)
+    if expect_text is not None and text != expect_text and raw.decode("utf-8", "replace") != expect_text:
+        return FixResult(path, False, stale=True, text=text,
+                         notes=(f"{path}: changed since it was read; fixes not written",))
+    new_text, keys = render_edits(text, edits, kind=file_kind(path, text), path=path, after=after)
+    if new_text == text:
+        return FixResult(path, False, text=text)
+    diff = _unified(path, text, new_text)
+    if not dry_run:
+        _atomic_write(path, new_text, bom=bom, expect_raw=raw)
+    return FixResult(path, True, keys=tuple(keys), text=new_text, diff=diff)
+
+
+def diff_edits(path: str, edits: Sequence[Edit], *, after: Mapping[str, str] | None = None) -> str:
+    """The unified diff `apply_edits` would write (``--- PATH`` / ``+++ PATH``), or "" when nothing changes."""
+    _raw, text, _bom = _read(path)
+    new_text, _ = render_edits(text, edits, kind=file_kind(path, text), path=path, after=after)
+    return "" if new_text == text else _unified(path, text, new_text)
+
+
+def file_kind(path: str, text: str = "") -> str:
+    """'json' for ``*.json`` (or text starting with ``{``), else 'yaml'."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".json":
+        return "json"
+    if suffix in (".yaml", ".yml"):
+        return "yaml"
+    return "json" if text.lstrip().startswith("{") else "yaml"
+
+
+def render_edits(text: str, edits: Sequence[Edit], *, kind: str, path: str = "<text>",
+                 after: Mapping[str, str] | None = None) -> tuple[str, list[str]]:
+    """The new text after `edits` (pure: no I/O) and the keys that changed. Raises InputError as apply_edits."""
+    ops = _plan(edits)
+    if kind == "json":
+        return _JsonDoc(text, path).apply(ops, after or {})
+    return _YamlDoc(text, path).apply(ops, after or {})
+
+
+# --------------------------------------------------------------------------------------------------------------
+# planning: one op per key, renames paired
+
+@dataclass
+class _Op:
+    path: tuple[str, ...]
+    action: str          # set | delete | rename
+    value: Any = None
+    new_name: str | None = None
+
+
+def _plan(edits: Sequence[Edit]) -> list[_Op]:
+    ops: dict[tuple[str, ...], _Op] = {}
+    for e in edits:
+        p = tuple(e.key.split("."))
+        ops[p] = _Op(p, "delete" if e.delete else "set", None if e.delete else e.value)
+    return list(ops.values())
+
+
+def _pair_renames(ops: list[_Op], exists) -> list[_Op]:
+    """An existing key's delete next to a set of a missing sibling (in either order) is one rename.
+
+    Only adjacent edits pair up: that is how a single fix spells a rename (``[delete old, set new]``), while
+    unrelated fixes of the same file stay separate edits.
+    """
+    out: list[_Op] = []
+    i = 0
+    while i < len(ops):
+        a = ops[i]
+        b = ops[i + 1] if i + 1 < len(ops) else None
+        if b is not None and a.path[:-1] == b.path[:-1]:
+            dele, sett = (a, b) if a.action == "delete" else (b, a)
+            if dele.action == "delete" and sett.action == "set" and exists(dele.path) and not exists(sett.path):
+                out.append(_Op(dele.path, "rename", sett.value, new_name=sett.path[-1]))
+                i += 2
+                continue
+        out.append(a)
+        i += 1
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _expected(data: Any, ops: list[_Op]) -> Any:
+    import copy
+
+    out = copy.deepcopy(data)
+    for o in ops:
+        parent = out
+        for k in o.path[:-1]:
+            parent = parent.setdefault(k, {})
+        if o.action == "delete":
+            parent.pop(o.path[-1], None)
+        elif o.action == "rename":
+            parent.pop(o.path[-1], None)
+            parent[o.new_name] = o.value
+        else:
+            parent[o.path[-1]] = o.value
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# YAML
+
+_INDICATORS = set("-?:,[]{}#&*!|>'\"%@`")
+
+
+def _yaml_scalar(v: Any, quote: str | None = None, flow: bool = False) -> str:
+    """One value as YAML text that OmegaConf (YAML 1.1) and ruamel (1.2) both read back as `v`."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if v != v:
+            return ".nan"
+        if v in (float("inf"), float("-inf")):
+            return ".inf" if v > 0 else "-.inf"
+        text = repr(v)
+        if "e" in text:  # 5e-06 -> 5.0e-6, the spelling LLaMA-Factory's examples use
+            mant, exp = text.split("e")
+            text = f"{mant if '.' in mant else mant + '.0'}e{int(exp)}"
+        return text
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_yaml_scalar(x, flow=True) for x in v) + "]"
+    if isinstance(v, Mapping):
+        return "{" + ", ".join(f"{_yaml_scalar(str(k), flow=True)}: {_yaml_scalar(x, flow=True)}"
+                               for k, x in v.items()) + "}"
+    s = str(v)
+    if quote == "'":
+        return "'" + s.replace("'", "''") + "'"
+    if quote == '"' or not _plain_ok(s, flow):
+        return json.dumps(s, ensure_ascii=False)
+    return s
+
+
+def _plain_ok(s: str, flow: bool) -> bool:
+    from finetune_doctor.readers.yamlcfg import type_scalar
+
+    if not s or s != s.strip() or "\n" in s or s[0] in _INDICATORS or ": " in s or " #" in s or s.endswith(":"):
+        return False
+    if flow and any(c in s for c in ",[]{}"):
+        return False
+    # YAML 1.1 (LF's reader) and 1.2 (ruamel) must both see a string
+    if type_scalar(s) != s:
+        return False
+    return not re.fullmatch(r"[-+]?(\.inf|\.nan|[0-9][0-9_]*(\.[0-9_]*)?([eE][-+]?[0-9]+)?|0x[0-9a-fA-F]+|0o[0-7]+)",
+                            s, re.IGNORECASE)
+
+
+class _YamlDoc:
+    def __init__(self, text: str, path: str):
+        from ruamel.yaml import YAML
+        from ruamel.yaml.error import YAMLError
+
+        self.path = path
+        self.text = text
+        self.lines = text.splitlines(keepends=True)
+        self.nl = "\r\n" if "\r\n" in text else "\n"
+        y = YAML(typ="rt")
+        y.preserve_quotes = True
+        try:
+            self.root = y.load(text)
+        except YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            raise InputError(f"malformed YAML: {getattr(err, 'problem', err)}", file=path,
+                             line=mark.line + 1 if mark else None) from None
+        if self.root is None:
+            from ruamel.yaml.comments import CommentedMap
+
+            self.root = CommentedMap()
+        if not isinstance(self.root, dict):
+            raise InputError("top level must be a mapping to edit keys", file=path, line=1)
+
+    # -- lookups
+    def _node(self, path: tuple[str, ...]):
+        cur = self.root
+        for k in path:
+            if not isinstance(cur, dict) or k not in cur:
+                return None
+            cur = cur[k]
+        return cur
+
+    def _exists(self, path: tuple[str, ...]) -> bool:
+        parent = self._node(path[:-1]) if len(path) > 1 else self.root
+        return isinstance(parent, dict) and path[-1] in parent
+
+    def _typed(self, text: str) -> Any:
+        from finetune_doctor.readers.yamlcfg import parse_yaml_text
+
+        return parse_yaml_text(text, self.path)[0]
+
+    def apply(self, ops: list[_Op], after: Mapping[str, str]) -> tuple[str, list[str]]:
+        before = self._typed(self.text) if self.text.strip() else {}
+        before = before if isinstance(before, dict) else {}
+        ops = [o for o in _pair_renames(ops, self._exists) if not self._noop(o, before)]
+        if not ops:
+            return self.text, []
+        # edit bottom-up so earlier line numbers stay valid; inserts (no line) go last, in order
+        located = [(self._anchor_line(o), i, o) for i, o in enumerate(ops)]
+        for _line, _i, o in sorted((t for t in located if t[0] is not None), key=lambda t: (-t[0], t[1])):
+            self._apply_existing(o)
+        for _line, _i, o in (t for t in located if t[0] is None):
+            self._reparse()
+            self._insert(o, after)
+        new_text = "".join(self.lines)
+        got = self._typed(new_text) if new_text.strip() else {}
+        want = _expected(before, ops)
+        if not _same(got, want):
+            raise InputError("could not apply the fix without changing other keys; edit the file by hand",
+                             file=self.path)
+        return new_text, [".".join(o.path if o.action != "rename" else o.path[:-1] + (o.new_name,)) for o in ops]
+
+    def _noop(self, o: _Op, data: Mapping[str, Any]) -> bool:
+        cur: Any = data
+        for k in o.path[:-1]:
+            if not isinstance(cur, Mapping) or k not in cur:
+                return o.action == "delete"
+            cur = cur[k]
+        if not isinstance(cur, Mapping):
+            return False
+        if o.action == "delete":
+            return o.path[-1] not in cur
+        if o.action == "set":
+            return o.path[-1] in cur and _same(cur[o.path[-1]], o.value)
+        return False
+
+    def _anchor_line(self, o: _Op) -> int | None:
+        if not self._exists(o.path):
+            return None
+        parent = self._node(o.path[:-1]) if len(o.path) > 1 else self.root
+        return parent.lc.key(o.path[-1])[0]
+
+    def _key_span(self, parent, key: str) -> tuple[int, int, int]:
+        """(first line, last line + 1, key column) of `key`'s own lines: its line and its value's continuation."""
+        line, col = parent.lc.key(key)
+        end = line + 1
+        probe = end
+        while probe < len(self.lines):
+            s = self.lines[probe]
+            stripped = s.strip()
+            indent = len(s) - len(s.lstrip(" "))
+            if not stripped or stripped.startswith("#"):
+                probe += 1
+                continue
+            if indent > col or (indent == col and stripped.startswith("-") and stripped[1:2] in ("", " ")):
+                end = probe = probe + 1
+                continue
+            break
+        return line, end, col
+
+    def _value_text(self, line_idx: int, start_col: int) -> tuple[int, int]:
+        """Column span [start, end) of the scalar/flow value that starts at (line, col) on one line."""
+        s = self.lines[line_idx].rstrip("\r\n")
+        i = start_col
+        if i >= len(s):
+            return i, i
+        c = s[i]
+        if c in "'\"":
+            j = i + 1
+            while j < len(s):
+                if c == "'" and s[j] == "'":
+                    if j + 1 < len(s) and s[j + 1] == "'":
+                        j += 2
+                        continue
+                    return i, j + 1
+                if c == '"' and s[j] == "\\":
+                    j += 2
+                    continue
+                if c == '"' and s[j] == '"':
+                    return i, j + 1
+                j += 1
+            return i, len(s)
+        if c in "[{":
+            depth, j, q = 0, i, None
+            while j < len(s):
+                ch = s[j]
+                if q:
+                    if ch == q:
+                        q = None
+                elif ch in "'\"":
+                    q = ch
+                elif ch in "[{":
+                    depth += 1
+                elif ch in "]}":
+                    depth -= 1
+                    if depth == 0:
+                        return i, j + 1
+                j += 1
+            return i, len(s)
+        m = re.search(r"\s#", s[i:])
+        end = i + m.start() if m else len(s)
+        return i, len(s[:end].rstrip())
+
+    def _colon_after_key(self, line_idx: int, col: int) -> int:
+        s = self.lines[line_idx]
+        if s[col:col + 1] in "'\"":
+            q = s[col]
+            j = s.index(q, col + 1) + 1
+        else:
+            m = re.match(r"[^:]*?:(?=\s|$)", s[col:])
+            j = col + (m.end() - 1 if m else len(s[col:]))
+        while j < len(s) and s[j] != ":":
+            j += 1
+        return j
+
+    def _apply_existing(self, o: _Op) -> None:
+        parent = self._node(o.path[:-1]) if len(o.path) > 1 else self.root
+        key = o.path[-1]
+        first, end, col = self._key_span(parent, key)
+        if o.action == "delete":
+            del self.lines[first:end]
+            return
+        colon = self._colon_after_key(first, col)
+        line = self.lines[first]
+        eol = line[len(line.rstrip("\r\n")):] or ""
+        body = line.rstrip("\r\n")
+        multi = end - first > 1
+        old = parent[key]
+        vstart = colon + 1
+        while vstart < len(body) and body[vstart] == " ":
+            vstart += 1
+        if multi or vstart >= len(body) or body[vstart] in "#|>&*!":
+            # a block value, an anchor/tag, or nothing: the new value goes right after the colon, the trailing
+            # comment of the key line stays, the continuation lines go
+            m = re.search(r"(?:^|\s)(#.*)$", body[colon + 1:])
+            comment = f" {m.group(1)}" if m else ""
+            new_body = body[:colon + 1] + " " + _yaml_scalar(o.value) + comment
+            if multi:
+                del self.lines[first + 1:end]
+        else:
+            s, e = self._value_text(first, vstart)
+            quote = getattr(old, "style", None) if isinstance(old, str) else None
+            quote = quote if quote in ("'", '"') and isinstance(o.value, str) else None
+            new_body = body[:s] + _yaml_scalar(o.value, quote) + body[e:]
+        if o.action == "rename":
+            new_body = new_body[:col] + _yaml_scalar(o.new_name) + new_body[colon:]
+        self.lines[first] = new_body + (eol or (self.nl if first < len(self.lines) - 1 else ""))
+
+    def _insert(self, o: _Op, after: Mapping[str, str]) -> None:
+        # find the deepest existing mapping on the path
+        parent_path: tuple[str, ...] = ()
+        for k in o.path[:-1]:
+            nxt = self._node(parent_path + (k,))
+            if not isinstance(nxt, dict):
+                if nxt is not None:
+                    raise InputError(f"cannot set {'.'.join(o.path)}: {'.'.join(parent_path + (k,))} is not a "
+                                     f"mapping", file=self.path)
+                break
+            parent_path += (k,)
+        parent = self._node(parent_path) if parent_path else self.root
+        rest = o.path[len(parent_path):]
+        # indentation: siblings' column, else parent column + 2
+        if len(parent):
+            first_key = next(iter(parent))
+            col = parent.lc.key(first_key)[1]
+        else:
+            col = 0 if not parent_path else self._col_of(parent_path) + 2
+        new_lines = []
+        for depth, k in enumerate(rest):
+            pad = " " * (col + 2 * depth)
+            if depth < len(rest) - 1:
+                new_lines.append(f"{pad}{_yaml_scalar(k)}:{self.nl}")
+            else:
+                new_lines.append(f"{pad}{_yaml_scalar(k)}: {_yaml_scalar(o.value)}{self.nl}")
+        sibling = after.get(".".join(o.path)) or after.get(o.path[-1])
+        if sibling is not None and sibling in parent and len(rest) == 1:
+            _first, at, _c = self._key_span(parent, sibling)
+        elif len(parent):  # right after the last key's own lines, before any trailing comment block
+            _first, at, _c = self._key_span(parent, list(parent)[-1])
+        else:
+            at = self._line_of(parent_path) + 1 if parent_path else len(self.lines)
+            if parent_path:  # `parent: {}` or `parent:` -> cannot append children under a flow/empty value
+                raise InputError(f"cannot add {'.'.join(o.path)} under an empty {'.'.join(parent_path)}",
+                                 file=self.path)
+        if at > 0 and not self.lines[at - 1].endswith(("\n", "\r")):
+            self.lines[at - 1] += self.nl
+        self.lines[at:at] = new_lines
+
+    def _reparse(self) -> None:
+        """Re-read the edited lines so that key positions are current again."""
+        self.__init__("".join(self.lines), self.path)
+
+    def _col_of(self, path: tuple[str, ...]) -> int:
+        parent = self._node(path[:-1]) if len(path) > 1 else self.root
+        return parent.lc.key(path[-1])[1]
+
+    def _line_of(self, path: tuple[str, ...]) -> int:
+        parent = self._node(path[:-1]) if len(path) > 1 else self.root
+        return parent.lc.key(path[-1])[0]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# JSON
+
+_NUM = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_WS = re.compile(r"\s*")
+
+
+@dataclass
+class _Member:
+    key: str
+    key_start: int
+    value_start: int
+    value_end: int
+    value: Any
+
+
+@dataclass
+class _Obj:
+    start: int          # index of '{'
+    end: int            # index after '}'
+    members: list[_Member]
+
+
+class _JsonDoc:
+    """Strict JSON with the character span of every object member (the json module keeps no positions)."""
+
+    def __init__(self, text: str, path: str):
+        self.text = text
+        self.path = path
+        try:
+            self.data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise InputError(f"malformed JSON: {err.msg}", file=path, line=err.lineno) from None
+        if not isinstance(self.data, dict):
+            raise InputError("top level must be an object to edit keys", file=path, line=1)
+        self.objects: dict[tuple[str, ...], _Obj] = {}
+        i = _WS.match(text, 0).end()
+        self._value(i, ())
+        self.unit, self.tabs = self._detect_indent()
+
+    def _value(self, i: int, path: tuple[str, ...]) -> tuple[Any, int]:
+        c = self.text[i]
+        if c == "{":
+            members: list[_Member] = []
+            j = _WS.match(self.text, i + 1).end()
+            out: dict[str, Any] = {}
+            if self.text[j] == "}":
+                self.objects[path] = _Obj(i, j + 1, members)
+                return out, j + 1
+            while True:
+                key, k_end = json.decoder.scanstring(self.text, j + 1)
+                colon = _WS.match(self.text, k_end).end()
+                vstart = _WS.match(self.text, colon + 1).end()
+                val, vend = self._value(vstart, path + (key,))
+                members.append(_Member(key, j, vstart, vend, val))
+                out[key] = val
+                j = _WS.match(self.text, vend).end()
+                if self.text[j] == ",":
+                    j = _WS.match(self.text, j + 1).end()
+                    continue
+                self.objects[path] = _Obj(i, j + 1, members)
+                return out, j + 1
+        if c == "[":
+            j = _WS.match(self.text, i + 1).end()
+            items = []
+            if self.text[j] == "]":
+                return items, j + 1
+            while True:
+                val, j = self._value(j, path + ("[]",))
+                items.append(val)
+                j = _WS.match(self.text, j).end()
+                if self.text[j] == ",":
+                    j = _WS.match(self.text, j + 1).end()
+                    continue
+                return items, j + 1
+        if c == '"':
+            s, end = json.decoder.scanstring(self.text, i + 1)
+            return s, end
+        for lit, val in (("true", True), ("false", False), ("null", None)):
+            if self.text.startswith(lit, i):
+                return val, i + len(lit)
+        m = _NUM.match(self.text, i)
+        return json.loads(m.group(0)), m.end()
+
+    def _detect_indent(self) -> tuple[int, bool]:
+        for line in self.text.splitlines()[1:]:
+            stripped = line.lstrip(" \t")
+            if stripped and len(stripped) < len(line):
+                lead = line[: len(line) - len(stripped)]
+                return (len(lead), lead.startswith("\t"))
+        return 2, False
+
+    def _indent_at(self, pos: int) -> str:
+        line_start = self.text.rfind("\n", 0, pos) + 1
+        lead = self.text[line_start:pos]
+        return lead[: len(lead) - len(lead.lstrip(" \t"))]
+
+    def _dump(self, v: Any, base: str) -> str:
+        unit = "\t" if self.tabs else " " * self.unit
+        text = json.dumps(v, indent=unit if isinstance(v, (dict, list)) and v else None, ensure_ascii=False)
+        return text.replace("\n", "\n" + base)
+
+    def _exists(self, path: tuple[str, ...]) -> bool:
+        obj = self.objects.get(path[:-1])
+        return obj is not None and any(m.key == path[-1] for m in obj.members)
+
+    def apply(self, ops: list[_Op], after: Mapping[str, str]) -> tuple[str, list[str]]:
+        ops = [o for o in _pair_renames(ops, self._exists) if not self._noop(o)]
+        if not ops:
+            return self.text, []
+        text = self.text
+        for o in ops:  # one at a time, re-scanning, so spans stay exact
+            doc = _JsonDoc(text, self.path)
+            text = doc._apply_one(o, after)
+        got = json.loads(text)
+        if not _same(got, _expected(self.data, ops)):
+            raise InputError("could not apply the fix without changing other keys; edit the file by hand",
+                             file=self.path)
+        return text, [".".join(o.path if o.action != "rename" else o.path[:-1] + (o.new_name,)) for o in ops]
+
+    def _noop(self, o: _Op) -> bool:
+        cur: Any = self.data
+        for k in o.path[:-1]:
+            if not isinstance(cur, dict) or k not in cur:
+                return o.action == "delete"
+            cur = cur[k]
+        if not isinstance(cur, dict):
+            return False
+        if o.action == "delete":
+            return o.path[-1] not in cur
+        if o.action == "set":
+            return o.path[-1] in cur and _same(cur[o.path[-1]], o.value)
+        return False
+
+    def _apply_one(self, o: _Op, after: Mapping[str, str]) -> str:
+        t = self.text
+        obj = self.objects.get(o.path[:-1])
+        member = next((m for m in obj.members if m.key == o.path[-1]), None) if obj else None
+        if member is not None and o.action in ("set", "rename"):
+            base = self._indent_at(member.key_start)
+            new_val = self._dump(o.value, base)
+            if o.action == "rename":
+                key_end = json.decoder.scanstring(t, member.key_start + 1)[1]
+                return (t[:member.key_start] + json.dumps(o.new_name, ensure_ascii=False) + t[key_end:member.value_start]
+                        + new_val + t[member.value_end:])
+            return t[:member.value_start] + new_val + t[member.value_end:]
+        if member is not None:  # delete the member with its comma; whole lines when it sits on its own line
+            idx = obj.members.index(member)
+            if len(obj.members) == 1:
+                return t[:obj.start + 1] + t[obj.end - 1:]
+            if idx + 1 < len(obj.members):
+                nxt = obj.members[idx + 1]
+                own_line = t[t.rfind("\n", 0, member.key_start) + 1:member.key_start].strip() == ""
+                if own_line and "\n" in t[member.value_end:nxt.key_start]:
+                    start = t.rfind("\n", 0, member.key_start) + 1
+                    stop = t.rfind("\n", 0, nxt.key_start) + 1
+                else:
+                    start, stop = member.key_start, nxt.key_start
+                return t[:start] + t[stop:]
+            prev = obj.members[idx - 1]  # the last member: from the previous value's end (drops the comma)
+            return t[:prev.value_end] + t[member.value_end:]
+        # insert (the parent chain may need creating)
+        parent_path: tuple[str, ...] = ()
+        for k in o.path[:-1]:
+            if parent_path + (k,) in self.objects:
+                parent_path += (k,)
+            else:
+                break
+        if len(parent_path) < len(o.path) - 1 and self._get(parent_path + (o.path[len(parent_path)],)) is not None:
+            raise InputError(f"cannot set {'.'.join(o.path)}: {'.'.join(o.path[:len(parent_path) + 1])} is not an "
+                             f"object", file=self.path)
+        obj = self.objects[parent_path]
+        rest = o.path[len(parent_path):]
+        value: Any = o.value
+        for k in reversed(rest[1:]):
+            value = {k: value}
+        name = rest[0]
+        unit = "\t" if self.tabs else " " * self.unit
+        if obj.members:
+            anchor = obj.members[-1]
+            sib = after.get(".".join(o.path)) or after.get(o.path[-1])
+            for m in obj.members:
+                if sib == m.key and len(rest) == 1:
+                    anchor = m
+            base = self._indent_at(anchor.key_start)
+            multiline = "\n" in t[obj.start:obj.end]
+            sep = ",\n" + base if multiline else ", "
+            entry = json.dumps(name, ensure_ascii=False) + ": " + self._dump(value, base)
+            return t[:anchor.value_end] + sep + entry + t[anchor.value_end:]
+        base = self._indent_at(obj.start)
+        entry = json.dumps(name, ensure_ascii=False) + ": " + self._dump(value, base + unit)
+        return t[:obj.start + 1] + "\n" + base + unit + entry + "\n" + base + t[obj.end - 1:]
+
+    def _get(self, path: tuple[str, ...]) -> Any:
+        cur: Any = self.data
+        for k in path:
+            if not isinstance(cur, dict) or k not in cur:
+                return None
+            cur = cur[k]
+        return cur
+
+
+# --------------------------------------------------------------------------------------------------------------
+# I/O
+
+def _read(path: str) -> tuple[bytes, str, bool]:
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        raise InputError(f"cannot read: {err.strerror}", file=path) from None
+    bom = raw.startswith(b"\xef\xbb\xbf")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise InputError(f"not UTF-8 text (byte {err.start})", file=path) from None
+    return raw, text, bom
+
+
+def _unified(path: str, old: str, new: str) -> str:
+    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                        fromfile=path, tofile=path))
+
+
+def _atomic_write(path: str, text: str, *, bom: bool, expect_raw: bytes | None) -> None:
+    """Write via a temp file in the same directory and ``os.replace``; keep the mode; refuse if the file moved on."""
+    target = Path(path)
+    data = (b"\xef\xbb\xbf" if bom else b"") + text.encode("utf-8")
+    mode = target.stat().st_mode & 0o7777
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        if expect_raw is not None and target.read_bytes() != expect_raw:
+            raise InputError("changed while the fix was being written; not written", file=path)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
