@@ -70,8 +70,15 @@ class DSProblem:
     `expected` is the value HF/LF would use, `actual` the value written. `fix`/`fix_key`/`fix_value`/`fix_title`
     describe the mechanical edit that repairs it (``auto``: set `key` to "auto"; ``set``: set `fix_key` to
     `fix_value`; ``rename``: move the value of `key` to `fix_key`; ``delete``: remove `key`), or None.
-    `detail` holds the exact upstream error text when there is one.
+    `detail` holds the exact upstream error text when there is one; `upstream` its most specific single line (for
+    a mismatch, the ``- ds KEY=V vs hf ARG=V`` line HF prints).
     """
+
+    def __post_init__(self) -> None:
+        if self.upstream is None and self.detail:
+            lines = [ln for ln in self.detail.splitlines() if ln.strip()]
+            pick = next((ln for ln in lines if ln.startswith("- ds ")), lines[0] if lines else None)
+            object.__setattr__(self, "upstream", pick)
 
     key: str | None
     kind: str
@@ -84,6 +91,7 @@ class DSProblem:
     suggestion: str | None = None
     silent: bool = False
     detail: str | None = None
+    upstream: str | None = None
     fix: str | None = None
     fix_key: str | None = None
     fix_value: Any = None
@@ -112,6 +120,9 @@ class DSConfig:
       other than ``"auto"``.
     * `ds_version` / `transformers_version`: the versions the resolution assumed (None: newest known behaviour,
       DeepSpeed 0.19.8 / transformers 5.x). `notes`: version caveats and other facts worth a line in a report.
+    * `hf_dtype` / `hf_dtype_4x`: ``HfTrainerDeepSpeedConfig.dtype()`` after HF's fill and before accelerate
+      inserts missing sections — the dtype transformers 5.x / 4.x use for ``zero.Init`` and loading
+      (hf_integration.md §2): 'bfloat16' | 'float16' | 'float32'; None when the YAML is unknown.
     """
 
     path: str | None
@@ -128,6 +139,8 @@ class DSConfig:
     world_size: int | None = None
     hidden_size: int | None = None
     notes: tuple[str, ...] = ()
+    hf_dtype: str | None = None
+    hf_dtype_4x: str | None = None
 
     @property
     def zero_stage(self) -> int:
@@ -341,6 +354,11 @@ TOP_REMOVED = {
     "graph_harvesting": "Graph harvesting has been removed.",
     "curriculum_learning": "Legacy top-level 'curriculum_learning' has been removed.",
     "progressive_layer_drop": "Progressive Layer Dropping has been removed.",
+}
+ZERO_REMOVED_WHY = {
+    "mics_shard_size": "MiCS ZeRO-3 sharding has been removed.",
+    "mics_hierarchical_params_gather": "MiCS ZeRO-3 sharding has been removed.",
+    "zeropp_loco_param": "LoCo-Zero++ has been removed (standard ZeRO++ quantized gradients remain).",
 }
 TOP_SINCE = {"log_level": "0.19.3"}
 # Plain-getter scalars worth type-checking: a string or a wrong type here crashes or is misread at run time.
@@ -566,13 +584,15 @@ def build_ds_config(raw: dict[str, Any], path: str | None, positions: Mapping[st
         line, col = _locate(pos, key)
         problems.append(DSProblem(key, kind, message, line, col, **kw))
 
+    add.problems = problems  # type: ignore[attr-defined]  # read back by _reported_unknown
+
     for d in dup_paths:
         add(d, "duplicate", f"{d} is given more than once; json.load keeps the last value and drops the others "
                             "silently (DeepSpeed's own reader would raise 'Duplicate keys in DeepSpeed config').",
             detail="ValueError: Duplicate keys in DeepSpeed config")
 
     _check_schema(raw, dsv, add)
-    resolved, filled, unresolved = _resolve(raw, lf, world_size, hidden_size, dsv, tfv, add, notes)
+    resolved, filled, unresolved, dtypes = _resolve(raw, lf, world_size, hidden_size, dsv, tfv, add, notes)
     explicit = tuple(k for k, v in _leaf_items(raw) if v != "auto")
     defaults = _defaults(raw, resolved, dsv)
     if ds_version is None:
@@ -584,7 +604,7 @@ def build_ds_config(raw: dict[str, Any], path: str | None, positions: Mapping[st
     return DSConfig(path=path, raw=raw, resolved=resolved, defaults=defaults, positions=pos,
                     problems=tuple(problems), filled=filled, unresolved=tuple(unresolved), explicit=explicit,
                     ds_version=ds_version, transformers_version=transformers_version, world_size=world_size,
-                    hidden_size=hidden_size, notes=tuple(notes))
+                    hidden_size=hidden_size, notes=tuple(notes), hf_dtype=dtypes[0], hf_dtype_4x=dtypes[1])
 
 
 def _locate(pos: Mapping[str, tuple[int, int]], key: str | None) -> tuple[int | None, int | None]:
@@ -688,18 +708,22 @@ def _check_section(prefix: str, sec: Mapping[str, Any], fields: Mapping[str, _F]
                 continue
             near = difflib.get_close_matches(key, sorted(fields), n=1, cutoff=0.75)
             hint = f"; did you mean {near[0]}?" if near else "."
+            if val == "auto":   # DeepSpeed drops "auto" before validating, but accelerate refuses it first
+                hint += (' With the value "auto" DeepSpeed would drop it silently, but accelerate stops at prepare() '
+                         "because nobody fills it.")
             add(dotted, "unknown", f"{dotted} is not a key of DeepSpeed's {prefix} section{hint}",
                 suggestion=near[0] if near else None, actual=val,
                 fix="rename" if near else "delete", fix_key=f"{prefix}.{near[0]}" if near else None,
                 fix_title=(f"Rename {key} to {near[0]}" if near else f"Remove {dotted}"),
-                detail=f"{_section_model(prefix)}: {key} Extra inputs are not permitted [type=extra_forbidden]")
+                detail=(f"ValueError: `{dotted}` not found in kwargs. Please specify `{dotted}` without `auto` (set "
+                        "to correct value) in the DeepSpeed config file or pass it in kwargs." if val == "auto" else
+                        f"{_section_model(prefix)}: {key} Extra inputs are not permitted [type=extra_forbidden]"))
             continue
         if spec.removed:
             if spec.since and dsv is not None and not _ge(dsv, spec.since):
                 pass  # too old to know it at all: reported below as unknown
             elif dsv is None or _ge(dsv, spec.removed):
-                _report_removed(dotted, f"removed from DeepSpeed's ZeRO config in {spec.removed}.", dsv, add,
-                                removed=spec.removed)
+                _report_removed(dotted, ZERO_REMOVED_WHY.get(key, "removed."), dsv, add, removed=spec.removed)
                 continue
         if spec.since and dsv is not None and not _ge(dsv, spec.since):
             add(dotted, "unknown", f"{dotted} exists only from DeepSpeed {spec.since}; DeepSpeed {_vs(dsv)} rejects "
@@ -857,7 +881,7 @@ def _check_fp16_relations(sec: Mapping[str, Any], dsv: tuple[int, ...] | None, a
 
 def _resolve(raw: dict[str, Any], lf: Mapping[str, Any], world_size: int | None, hidden_size: int | None,
              dsv: tuple[int, ...] | None, tfv: tuple[int, ...] | None, add: Any,
-             notes: list[str]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+             notes: list[str]) -> tuple[dict[str, Any], dict[str, Any], list[str], tuple[str | None, str | None]]:
     cfg = copy.deepcopy(raw)
     filled: dict[str, Any] = {}
     unresolved: list[str] = []
@@ -918,6 +942,14 @@ def _resolve(raw: dict[str, Any], lf: Mapping[str, Any], world_size: int | None,
     bf16_flag = _flag(a("bf16"), a("bf16_full_eval"))
     fill_match("fp16.enabled", fp16_flag, "fp16|fp16_full_eval", "precision")
     fill_match("bf16.enabled", bf16_flag, "bf16|bf16_full_eval", "precision")
+    # HfTrainerDeepSpeedConfig.dtype(), fixed here, before accelerate inserts missing fp16/bf16 sections:
+    # 5.x bf16 if is_true(bf16.enabled), fp16 if is_true(fp16.enabled), else fp32; 4.x fp32 only if
+    # is_false(fp16.enabled), else fp16
+    dtypes: tuple[str | None, str | None] = (None, None)
+    if have_yaml:
+        b_true = _is_true(cfg, "bf16.enabled")
+        dtypes = ("bfloat16" if b_true else "float16" if _is_true(cfg, "fp16.enabled") else "float32",
+                  "bfloat16" if b_true else "float32" if _is_false(cfg, "fp16.enabled") else "float16")
     if fp16_flag is True and str(a("half_precision_backend")) == "apex":
         notes.append("transformers 4.x fills fp16.enabled with False when half_precision_backend is apex "
                      "(fp16|fp16_full_eval+fp16_backend(amp)); 5.x fills True")
@@ -1019,8 +1051,9 @@ def _resolve(raw: dict[str, Any], lf: Mapping[str, Any], world_size: int | None,
             detail="AssertionError: bfloat16 and fp16 modes cannot be simultaneously enabled")
 
     # every "auto" left is one accelerate cannot fill: ValueError at prepare(); zero.Init would see the DS default
+    reported = _reported_unknown(add)
     for key, val in list(_leaf_items(cfg)):
-        if val != "auto" or key in unresolved:
+        if val != "auto" or key in unresolved or key in reported:
             continue
         default = _ds_default(key, dsv)
         node, leaf = _find_node(cfg, key)
@@ -1035,7 +1068,24 @@ def _resolve(raw: dict[str, Any], lf: Mapping[str, Any], world_size: int | None,
             fix="set" if default is not None else None, fix_key=key, fix_value=default,
             fix_title=(f"Set {key} to {_show(default)}, DeepSpeed's default" if default is not None
                        else f"Set {key} to a value"))
-    return cfg, filled, unresolved
+    return cfg, filled, unresolved, dtypes
+
+
+def _is_true(cfg: dict[str, Any], key: str) -> bool:
+    node, leaf = _find_node(cfg, key)
+    v = node.get(leaf) if node is not None else None
+    return False if v is None else bool(v)
+
+
+def _is_false(cfg: dict[str, Any], key: str) -> bool:
+    node, leaf = _find_node(cfg, key)
+    v = node.get(leaf) if node is not None else None
+    return False if v is None else not bool(v)
+
+
+def _reported_unknown(add: Any) -> set[str]:
+    """Keys already reported as unknown/removed (an unknown key set to "auto" is one problem, not two)."""
+    return {p.key for p in getattr(add, "problems", ()) if p.kind in ("unknown", "removed", "deprecated") and p.key}
 
 
 def _flag(*vals: Any) -> Any:
@@ -1136,7 +1186,7 @@ def ds_facts(cfg: DSConfig) -> dict[str, Any]:
     ``defaults``               `DSConfig.defaults` (zero_optimization keys absent from the JSON)
     ``version``                DeepSpeed version assumed (None: newest known, 0.19.8)
     ``hf_dtype`` / ``hf_dtype_4x`` dtype HF uses for zero.Init/loading (transformers 5.x / 4.x rule,
-                               hf_integration.md §2): 'bfloat16' | 'float16' | 'float32'
+                               hf_integration.md §2): 'bfloat16' | 'float16' | 'float32' (None: no YAML)
     ``notes``                  version caveats (list of str)
     ========================== ============================================================================
     """
@@ -1182,10 +1232,6 @@ def ds_facts(cfg: DSConfig) -> dict[str, Any]:
     bad = None if dsv is None else (parse_version("0.17.2") <= dsv <= parse_version("0.19.2"))  # type: ignore[operator]
     f16 = _lax_bool((res.get("fp16") or {}).get("enabled")) if isinstance(res.get("fp16"), dict) else False
     b16 = _lax_bool((res.get("bf16") or {}).get("enabled")) if isinstance(res.get("bf16"), dict) else False
-    fp16_node = res.get("fp16") if isinstance(res.get("fp16"), dict) else {}
-    dtype5 = "bfloat16" if b16 else ("float16" if f16 else "float32")
-    fp16_false = "enabled" in fp16_node and fp16_node.get("enabled") is not None and not bool(fp16_node.get("enabled"))
-    dtype4 = "bfloat16" if b16 else ("float32" if fp16_false else "float16")
     gc = res.get("gradient_clipping")
     if "gradient_clipping" not in cfg.raw:
         gc = 1.0 if _ge(dsv, "0.19.3") else 0.0
@@ -1212,8 +1258,8 @@ def ds_facts(cfg: DSConfig) -> dict[str, Any]:
         "unresolved": list(cfg.unresolved),
         "defaults": dict(cfg.defaults),
         "version": cfg.ds_version,
-        "hf_dtype": dtype5,
-        "hf_dtype_4x": dtype4,
+        "hf_dtype": cfg.hf_dtype,
+        "hf_dtype_4x": cfg.hf_dtype_4x,
         "notes": list(cfg.notes),
     })
     return facts
@@ -1233,6 +1279,18 @@ def validate_with_deepspeed(cfg: DSConfig) -> list[DSProblem] | None:
     first). Returns only problems that the vendored checks in `load_ds_config` did not already report for the same
     key, each of kind ``deepspeed`` with the DeepSpeed message in `detail`.
     """
+    import contextlib
+    import io
+
+    # DeepSpeed's logger writes to stdout (utils/logging.py StreamHandler(sys.stdout)), e.g. "Setting accelerator to
+    # CPU" on a GPU-less box; stdout carries the report (--format json), so everything it prints here is swallowed.
+    # A logger first created inside this block stays bound to the buffer for the rest of the process.
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink):
+        return _validate_with_deepspeed(cfg)
+
+
+def _validate_with_deepspeed(cfg: DSConfig) -> list[DSProblem] | None:
     try:
         import logging
 
