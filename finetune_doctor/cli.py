@@ -72,7 +72,14 @@ def emit(report: Any, opts: Any) -> None:
     """Render with the chosen reporter and exit with the DESIGN.md exit code."""
     from finetune_doctor.reporters import render
 
-    text = render(report, opts.format)
+    extra: dict[str, Any] = {}
+    if opts.output:
+        extra["color"] = False   # no escape codes in a file, even when stdout is a terminal
+    if opts.format == "sarif":
+        from finetune_doctor.engine.loader import load_rules
+
+        extra["rules"] = load_rules(opts.rules_dirs)
+    text = render(report, opts.format, **extra)
     if opts.output:
         from finetune_doctor.fsutil import atomic_write
 
