@@ -39,6 +39,12 @@ def _guard(fn: Callable) -> Callable:
             raise
         except KeyboardInterrupt:
             sys.exit(130)
+        except Exception as err:  # an internal error: one line, exit 2 (ruff's convention); debug re-raises
+            if os.environ.get("FINETUNE_DOCTOR_DEBUG") == "1":
+                raise
+            click.echo(f"doctor: internal error: {type(err).__name__}: {err} "
+                       "(set FINETUNE_DOCTOR_DEBUG=1 for the traceback)", err=True)
+            sys.exit(2)
 
     return wrapper
 
