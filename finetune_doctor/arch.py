@@ -6,7 +6,14 @@ transformers builds for a decoder-only LLaMA-style model (``modeling_llama.py``:
 SwiGLU MLP of gate/up/down, RMSNorm weights, untied or tied embeddings), with the variants the catalog needs:
 attention biases (Qwen1/1.5/2/2.5), a fused qkv (ChatGLM, InternLM2, Baichuan, Phi-3 — same element count),
 LayerNorm with bias, Mixture-of-Experts MLPs with optional shared experts and leading dense layers
-(Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2), and DeepSeek-V2's multi-head latent attention.
+(Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3), DeepSeek-V2's multi-head latent attention, and the four
+norms per layer of Gemma-2/3 and GLM-4-0414.
+
+Vision towers of multimodal checkpoints are not decoder layers: their parameter counts come from the
+``*_vision_params`` functions at the end of this module and land in `ModelArch.extra_params`.
+
+Every count here was checked against ``sum(p.numel())`` of the transformers model built on the meta device
+(tests/test_arch.py) and against the published counts of the bundled catalog (tests/test_modelcfg.py).
 """
 
 from __future__ import annotations
@@ -79,6 +86,10 @@ class ModelArch:
     gated_mlp: bool = True
     norm: str = "rmsnorm"               # rmsnorm | layernorm
     qk_norm: bool = False               # Qwen3 / Gemma3 per-head q/k norms
+    layer_norms: int = 2                # norm modules per decoder layer (Gemma-2/3, GLM-4-0414: 4)
+    final_norm: bool = True             # a norm after the last layer (ChatGLM post_layer_norm=false drops it)
+    positional: str = "rope"            # rope | alibi (Baichuan-13B: a [heads, seq, seq] bias, no rotary)
+    sliding_window: int | None = None   # tokens, when some or all layers use windowed attention
     dtype: str = "bfloat16"             # checkpoint dtype (config.json torch_dtype/dtype)
     max_position_embeddings: int | None = None
     # Mixture of experts
@@ -98,6 +109,7 @@ class ModelArch:
     # parameters outside the decoder stack that the shapes above do not describe (vision tower, projector)
     extra_params: int = 0
     extra_frozen: bool = True
+    extra_parts: tuple[tuple[str, int], ...] = ()   # breakdown of extra_params, e.g. (("vision_tower", n), ...)
     source: str = ""
     published_params: float | None = None      # billions, as the model card states (catalog only)
     notes: str = ""
@@ -167,7 +179,7 @@ class ModelArch:
         """Non-linear parameters of one layer: norms, router, MLA norms, q/k norms."""
         h = self.hidden_size
         per_norm = h * (2 if self.norm == "layernorm" else 1)
-        n = 2 * per_norm
+        n = self.layer_norms * per_norm
         if self.qk_norm:
             n += 2 * self.hd
         if self.mla:
@@ -188,10 +200,12 @@ class ModelArch:
     def layer_params(self, layer: int) -> int:
         return sum(lin.params for lin in self.layer_linears(layer)) + self.layer_other_params(layer)
 
+    def final_norm_params(self) -> int:
+        return self.hidden_size * (2 if self.norm == "layernorm" else 1) if self.final_norm else 0
+
     def total_params(self) -> int:
         """All parameters, counted once (tied embeddings once), including `extra_params`."""
-        final_norm = self.hidden_size * (2 if self.norm == "layernorm" else 1)
-        return (self.embedding_params() + self.lm_head_params() + final_norm + self.extra_params
+        return (self.embedding_params() + self.lm_head_params() + self.final_norm_params() + self.extra_params
                 + sum(self.layer_params(i) for i in range(self.num_layers)))
 
     def active_params(self) -> int:
@@ -212,3 +226,108 @@ class ModelArch:
 
     def with_layers(self, n: int) -> "ModelArch":
         return replace(self, num_layers=n)
+
+    def non_embedding_params(self) -> int:
+        """`total_params` minus input embeddings and an untied lm_head (the Qwen model cards' "Non-Embedding")."""
+        return self.total_params() - self.embedding_params() - self.lm_head_params()
+
+    def breakdown(self) -> dict[str, int]:
+        """Parameter counts by part (elements): embedding, lm_head, layers, final_norm, and each `extra_parts`."""
+        out = {"embedding": self.embedding_params(), "lm_head": self.lm_head_params(),
+               "layers": sum(self.layer_params(i) for i in range(self.num_layers)),
+               "final_norm": self.final_norm_params()}
+        if self.extra_parts:
+            out.update(dict(self.extra_parts))
+        elif self.extra_params:
+            out["extra"] = self.extra_params
+        return out
+
+
+# ---- vision towers of multimodal checkpoints -----------------------------------------------------------
+# Each function takes the checkpoint's ``vision_config`` dict (config.json field names) and returns element
+# counts. Shapes follow the transformers modules named in each docstring; tests/test_arch.py checks every
+# function against ``sum(p.numel())`` of those modules built on the meta device.
+
+def _linear(i: int, o: int, bias: bool = True) -> int:
+    return i * o + (o if bias else 0)
+
+
+def siglip_vision_params(vc: dict[str, Any]) -> int:
+    """SigLIP vision encoder (transformers ``siglip/modeling_siglip.py`` ``SiglipVisionTransformer``).
+
+    Patch conv with bias, learned position embeddings for ``(image_size // patch_size)**2`` patches, pre-LN
+    encoder layers (LayerNorm with bias, q/k/v/out with bias, fc1/fc2 MLP with bias), a post LayerNorm and,
+    when ``vision_use_head`` (default true), the attention-pooling head. Gemma-3 sets ``vision_use_head: false``.
+    """
+    e, i = int(vc.get("hidden_size", 768)), int(vc.get("intermediate_size", 3072))
+    layers = int(vc.get("num_hidden_layers", 12))
+    c, p, size = int(vc.get("num_channels", 3)), int(vc.get("patch_size", 16)), int(vc.get("image_size", 224))
+    n = c * p * p * e + e + (size // p) ** 2 * e
+    per_layer = 2 * 2 * e + 4 * _linear(e, e) + _linear(e, i) + _linear(i, e)
+    n += layers * per_layer + 2 * e
+    if vc.get("vision_use_head", True):
+        n += e + _linear(e, 3 * e) + _linear(e, e) + 2 * e + _linear(e, i) + _linear(i, e)
+    return n
+
+
+def qwen2_vl_vision_params(vc: dict[str, Any]) -> int:
+    """Qwen2-VL ViT with its patch merger (transformers ``qwen2_vl/modeling_qwen2_vl.py``
+    ``Qwen2VisionTransformerPretrainedModel``).
+
+    ``embed_dim`` is the ViT width and ``hidden_size`` the language model width the merger projects to.
+    Conv3d patch embedding without bias over ``temporal_patch_size x patch_size^2`` pixels; blocks of
+    LayerNorm(+bias), fused qkv with bias, proj with bias, fc1/fc2 MLP (``mlp_ratio``) with bias; merger =
+    LayerNorm(embed_dim) then Linear(m^2 E, m^2 E) and Linear(m^2 E, hidden_size), both with bias.
+    """
+    e = int(vc.get("embed_dim", 1280))
+    out = int(vc.get("hidden_size", 3584))
+    r = int(round(float(vc.get("mlp_ratio", 4)) * e))
+    depth = int(vc.get("depth", 32))
+    c = int(vc.get("in_channels", vc.get("in_chans", 3)))
+    p, t = int(vc.get("patch_size", 14)), int(vc.get("temporal_patch_size", 2))
+    m2 = int(vc.get("spatial_merge_size", 2)) ** 2
+    n = c * t * p * p * e
+    n += depth * (2 * 2 * e + _linear(e, 3 * e) + _linear(e, e) + _linear(e, r) + _linear(r, e))
+    n += 2 * e + _linear(m2 * e, m2 * e) + _linear(m2 * e, out)
+    return n
+
+
+def qwen2_5_vl_vision_params(vc: dict[str, Any]) -> int:
+    """Qwen2.5-VL window-attention ViT with merger (transformers ``qwen2_5_vl/modeling_qwen2_5_vl.py``).
+
+    Same layout as Qwen2-VL but with RMSNorm (weight only), a gated SiLU MLP of gate/up/down with bias and
+    width ``intermediate_size``; the ViT width is ``hidden_size`` and the merger output ``out_hidden_size``.
+    """
+    e, i = int(vc.get("hidden_size", 1280)), int(vc.get("intermediate_size", 3420))
+    out = int(vc.get("out_hidden_size", 3584))
+    depth = int(vc.get("depth", 32))
+    c = int(vc.get("in_channels", vc.get("in_chans", 3)))
+    p, t = int(vc.get("patch_size", 14)), int(vc.get("temporal_patch_size", 2))
+    m2 = int(vc.get("spatial_merge_size", 2)) ** 2
+    n = c * t * p * p * e
+    n += depth * (2 * e + _linear(e, 3 * e) + _linear(e, e) + 2 * _linear(e, i) + _linear(i, e))
+    n += e + _linear(m2 * e, m2 * e) + _linear(m2 * e, out)
+    return n
+
+
+def qwen3_vl_vision_params(vc: dict[str, Any]) -> int:
+    """Qwen3-VL ViT with merger and DeepStack mergers (transformers ``qwen3_vl/modeling_qwen3_vl.py``).
+
+    Conv3d patch embedding with bias, learned position embeddings (``num_position_embeddings``), blocks of
+    LayerNorm(+bias), qkv/proj with bias and a fc1/fc2 MLP with bias; the final merger normalises the ViT
+    width before the 2x2 shuffle, each of the ``len(deepstack_visual_indexes)`` DeepStack mergers normalises
+    after it (LayerNorm over m^2 E).
+    """
+    e, i = int(vc.get("hidden_size", 1152)), int(vc.get("intermediate_size", 4304))
+    out = int(vc.get("out_hidden_size", 3584))
+    depth = int(vc.get("depth", 27))
+    c = int(vc.get("in_channels", 3))
+    p, t = int(vc.get("patch_size", 16)), int(vc.get("temporal_patch_size", 2))
+    m2 = int(vc.get("spatial_merge_size", 2)) ** 2
+    npos = int(vc.get("num_position_embeddings", 2304))
+    n = c * t * p * p * e + e + npos * e
+    n += depth * (2 * 2 * e + _linear(e, 3 * e) + _linear(e, e) + _linear(e, i) + _linear(i, e))
+    mlp = _linear(m2 * e, m2 * e) + _linear(m2 * e, out)
+    n += 2 * e + mlp
+    n += len(vc.get("deepstack_visual_indexes", [8, 16, 24]) or []) * (2 * m2 * e + mlp)
+    return n
