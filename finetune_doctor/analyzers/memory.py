@@ -218,6 +218,10 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
 
     # ---- gradients, master weights, optimizer states ----------------------------------------------------------
     P_t = c.trainable
+    if run.use_badam:
+        # BAdam trains one block (decoder layer) at a time: gradients and Adam states exist for that block only
+        # (LF badam_mode layer; Luo et al. 2024, arXiv:2404.02827)
+        P_t = c.trainable / max(a.num_layers, 1)
     e_t = _bytes(run.trainable_dtype)
     offload = run.offload_optimizer is not None and stage >= 1
     impl = run.optimizer_impl
@@ -227,6 +231,10 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
         master = 0.0
         state_b = 4.0 if run.trainable_dtype == "float32" else e_t
         states = P_t * optimizer_state_bytes(impl, state_b)
+        if run.use_galore or run.use_apollo:
+            # GaLore/APOLLO keep Adam moments of the rank-r projected gradient (r x n per m x n matrix) plus the
+            # projector: about r/h of the full states (LF default rank 16; Zhao et al. 2024, arXiv:2403.03507)
+            states = P_t * optimizer_state_bytes(impl, state_b) * min(1.0, 2 * 16 / a.hidden_size) + P_t * 4 * 16 / a.hidden_size
         largest_t = max(a.embedding_params(), max((lin.params // lin.count for lin in a.layer_linears(0)),
                                                    default=0)) if run.finetuning_type == "full" else 0
         if run.finetuning_type != "full":
