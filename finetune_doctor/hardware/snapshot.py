@@ -1,0 +1,174 @@
+"""Value types of one reading of the GPUs: what NVML, a recorded file or an nvidia-smi paste says about each card.
+
+Every type is a frozen dataclass with ``to_dict``/``from_dict`` (the JSON of recordings and test fixtures), so the
+NVML adapter, the fake adapter and the readers of recorded files all produce the same thing. Memory is in bytes
+here (NVML's unit); the facts built from it are in GiB. A field NVML cannot give on this card or driver is None,
+never a sentinel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """One process with a context on a card (NVML compute or graphics process list).
+
+    `used_bytes` is None when NVML cannot say (MIG without per-instance accounting, Windows WDDM, some drivers).
+    `cmdline`/`user`/`ppid`/`group` come from psutil on the host that sampled; they are None when the pid is not
+    visible there (a container without ``--pid=host``) or psutil is missing. `group` is the pid of the nearest
+    launcher ancestor (torchrun, deepspeed, accelerate, llamafactory-cli, mpirun, srun) or else the session id:
+    processes with the same group belong to the same job.
+    """
+
+    pid: int
+    used_bytes: int | None = None
+    name: str | None = None
+    cmdline: str | None = None
+    user: str | None = None
+    ppid: int | None = None
+    group: int | None = None
+    kind: str = "compute"           # compute | graphics
+    mig: str | None = None          # "gi/ci" of the MIG instance it runs in
+
+    def to_dict(self) -> dict[str, Any]:
+        return _asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ProcessInfo":
+        return _fromdict(cls, d)
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    """One MIG device of a card: its GPU/compute instance ids, profile name and memory."""
+
+    gi: int | None
+    ci: int | None
+    name: str | None = None
+    uuid: str | None = None
+    used_bytes: int | None = None
+    total_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "MigInstance":
+        return _fromdict(cls, d)
+
+
+@dataclass(frozen=True)
+class CardSnapshot:
+    """One card at one instant.
+
+    Memory in bytes: `used_bytes`/`total_bytes`/`free_bytes` as NVML's memory info (``total`` is the full
+    framebuffer, e.g. 80 GiB on an A100-80GB); `reserved_bytes` is what the driver keeps for itself (NVML memory
+    info v2, driver ≥ 510) and None where the driver cannot say. `processes` is None when process information is
+    hidden or unsupported (``process_note`` says why) and an empty tuple when the card has none. `line` is the
+    1-based line of a recorded file this card came from.
+    """
+
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    bus_id: str | None = None
+    used_bytes: int | None = None
+    total_bytes: int | None = None
+    free_bytes: int | None = None
+    reserved_bytes: int | None = None
+    util_gpu: int | None = None          # percent
+    util_mem: int | None = None          # percent
+    temperature_c: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    compute_capability: tuple[int, int] | None = None
+    mig_enabled: bool | None = None
+    mig: tuple[MigInstance, ...] = ()
+    ecc_uncorrected: int | None = None   # volatile uncorrected ECC errors since the last driver load
+    ecc_corrected: int | None = None
+    retired_pages: int | None = None     # pages retired for ECC errors (pre-Ampere)
+    retired_pending: bool | None = None
+    remapped_rows_pending: bool | None = None   # Ampere and later: row remapping needs a reset
+    processes: tuple[ProcessInfo, ...] | None = ()
+    process_note: str | None = None
+    line: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = _asdict(self)
+        d["mig"] = [m.to_dict() for m in self.mig]
+        d["processes"] = None if self.processes is None else [p.to_dict() for p in self.processes]
+        d["compute_capability"] = list(self.compute_capability) if self.compute_capability else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CardSnapshot":
+        d = dict(d)
+        d["mig"] = tuple(MigInstance.from_dict(m) for m in d.get("mig") or ())
+        procs = d.get("processes", ())
+        d["processes"] = None if procs is None else tuple(ProcessInfo.from_dict(p) for p in procs)
+        cc = d.get("compute_capability")
+        d["compute_capability"] = tuple(cc) if cc else None
+        return _fromdict(cls, d)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """All cards of one host at one instant (`time` is Unix seconds), or a gap when sampling failed.
+
+    A gap (`gap` set, `cards` empty) marks a sample the watcher or recorder could not take: an NVML error
+    mid-watch, a GPU that fell off the bus. `notes` holds per-metric "not supported" remarks of the driver.
+    `source` is the file it was read from, when it was read from one.
+    """
+
+    time: float | None
+    host: str | None = None
+    driver: str | None = None
+    cuda_driver: str | None = None
+    cards: tuple[CardSnapshot, ...] = ()
+    gap: str | None = None
+    notes: tuple[str, ...] = ()
+    source: str | None = None
+    line: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = _asdict(self)
+        d["cards"] = [c.to_dict() for c in self.cards]
+        d["notes"] = list(self.notes)
+        for k in ("source", "line"):
+            d.pop(k, None)
+        if self.gap is None:
+            d.pop("gap")
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str | None = None, line: int | None = None) -> "Snapshot":
+        d = dict(d)
+        d["cards"] = tuple(CardSnapshot.from_dict(c) for c in d.get("cards") or ())
+        d["notes"] = tuple(d.get("notes") or ())
+        d["source"], d["line"] = source, line
+        return _fromdict(cls, d)
+
+
+def _asdict(obj: Any) -> dict[str, Any]:
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
+def _fromdict(cls: type, d: dict[str, Any]) -> Any:
+    """Build `cls` from `d`; raises ValueError on a key it does not know.
+
+    Only ``_``-prefixed keys (comments in hand-written fixtures) and ``schema`` are dropped silently, so a typo
+    in a fixture or a record from an incompatible version fails loudly instead of reading as a missing metric.
+    """
+    names = {f.name for f in fields(cls)}
+    unknown = {k for k in set(d) - names - {"schema"} if not k.startswith("_")}
+    if unknown:
+        raise ValueError(f"unknown field(s) {', '.join(sorted(unknown))} for {cls.__name__}")
+    return cls(**{k: v for k, v in d.items() if k in names})
+
+
+__all__ = ["MIB", "CardSnapshot", "MigInstance", "ProcessInfo", "Snapshot"]
