@@ -1,0 +1,306 @@
+"""What the postmortem readers found in a run's leftovers, typed and with positions, never judged.
+
+Readers (readers/logs.py, readers/trainer_log.py, readers/tbevents.py) return these frozen dataclasses; the
+timeline analyzer (analyzers/timeline.py) turns them into timeline events and the ``ev`` fact namespace that
+the postmortem rules read. Nothing here imports more than the standard library.
+
+Units: memory sizes are **bytes** (as parsed from the message, GiB = 2^30 bytes); steps are optimizer steps
+(``global_step``) where the source says so; ``line`` is 1-based and counts ``\\n`` line feeds (a tqdm bar that
+rewrites itself with ``\\r`` stays on one line, as an editor shows it). For event files ``line`` holds the
+1-based record number instead.
+
+Series keep *every* point (no sampling) in typed arrays: 24 bytes per point (int64 step, float64 value, int64
+line), so 4 million points cost about 92 MiB.
+
+The ``ev`` namespace (built by analyzers/timeline.py, shape documented there in `analyze`) is what rules see.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+MAX_RECORDS = 5000
+"""Per kind, per file: records kept in full (the rest are counted). Keeps memory bounded on pathological logs
+that print the same OVERFLOW or warning line millions of times."""
+
+
+def src(file: str | None, line: int | None) -> str | None:
+    """``file:line`` as the timeline's ``source`` field shows it (None when the file is unknown)."""
+    if file is None:
+        return None
+    return f"{file}:{line}" if line else file
+
+
+@dataclass(frozen=True)
+class FileRead:
+    """What one reader could and could not read from one file.
+
+    `kind` is text-log | trainer-log | trainer-state | results | args | event-file | nvidia-smi | unknown.
+    `complete` is False when reading stopped early (truncated record, bad CRC that could not be skipped, a
+    decode error); `problems` says what, one short sentence each. `items` counts what was extracted
+    (metric rows, scalar points, matched log lines).
+    """
+
+    path: str
+    kind: str
+    size: int = 0
+    bytes_read: int = 0
+    lines: int = 0
+    records: int = 0
+    items: int = 0
+    complete: bool = True
+    problems: tuple[str, ...] = ()
+    note: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "kind": self.kind, "size": self.size, "bytes_read": self.bytes_read,
+                "lines": self.lines, "records": self.records, "items": self.items, "complete": self.complete,
+                "problems": list(self.problems), "note": self.note}
+
+
+@dataclass(frozen=True)
+class Series:
+    """One metric over steps, from one file. Every point is kept.
+
+    `steps` are global steps, or -1 where the source gave none (HF's printed loss dicts carry no step; the
+    analyzer assigns one). `lines` holds the 1-based line (text files) or record number (event files) of
+    each point. `name` is the canonical metric (loss, grad_norm, learning_rate, epoch, eval_loss, loss_scale,
+    ...) or, for event files, the tag itself (``train/loss``).
+    """
+
+    name: str
+    file: str
+    steps: array = field(default_factory=lambda: array("q"))
+    values: array = field(default_factory=lambda: array("d"))
+    lines: array = field(default_factory=lambda: array("q"))
+    first_wall: float | None = None
+    last_wall: float | None = None
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def append(self, step: int | None, value: float, line: int) -> None:
+        self.steps.append(-1 if step is None else int(step))
+        self.values.append(value)
+        self.lines.append(line)
+
+    def nonfinite(self) -> int:
+        return sum(1 for v in self.values if not math.isfinite(v))
+
+
+@dataclass(frozen=True)
+class OomRecord:
+    """A CUDA out-of-memory message, as PyTorch's caching allocator (or the CUDA runtime) printed it.
+
+    Sizes are bytes, None when that PyTorch version's message does not carry them. `format` is
+    ``legacy`` (torch <= 2.0: "... already allocated; ... free; ... reserved in total by PyTorch"),
+    ``v2`` (torch >= 2.1: "GPU n has a total capacity of ..."), or ``runtime`` (no sizes:
+    "CUDA error: out of memory", CUBLAS_STATUS_ALLOC_FAILED). `procs` lists (pid, bytes) of every
+    "Process P has X memory in use" entry; `this_process` is the "Including non-PyTorch memory, this
+    process has X" figure. `frames` holds the function names and code lines of the traceback around the
+    message (nearest first), `memory_label` the last DeepSpeed see_memory_usage label before it.
+    Sources: reference/deepspeed/log_patterns.md §5, torch c10/cuda/CUDACachingAllocator.cpp.
+    """
+
+    file: str
+    line: int
+    step: int | None
+    rank: int | None
+    format: str
+    exc: str | None = None
+    requested: float | None = None
+    gpu: int | None = None
+    total: float | None = None
+    free: float | None = None
+    allocated: float | None = None
+    reserved: float | None = None
+    reserved_unallocated: float | None = None
+    private_pools: float | None = None
+    allowed: float | None = None
+    this_process: float | None = None
+    procs: tuple[tuple[int, float], ...] = ()
+    frames: tuple[str, ...] = ()
+    memory_label: str | None = None
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class OverflowRecord:
+    """One DeepSpeed fp16 loss-scale line (deepspeed/runtime/fp16/loss_scaler.py, fused_optimizer.py).
+
+    `kind`: ``reduce`` (scale halved: attempted -> new_scale), ``hysteresis`` (overflow absorbed by
+    hysteresis, scale unchanged), ``bare`` (bf16 check_grad_overflow: no scale numbers), ``increase``
+    (scale raised after a clean window, only the ZeRO-0 fused optimizer prints it).
+    """
+
+    file: str
+    line: int
+    step: int | None
+    rank: int | None
+    kind: str
+    attempted: float | None = None
+    new_scale: float | None = None
+    hysteresis: int | None = None
+
+
+@dataclass(frozen=True)
+class NcclRecord:
+    """An NCCL watchdog line (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, log_patterns.md §6).
+
+    `kind`: ``timeout`` (Watchdog caught collective operation timeout), ``last_work`` ("... last enqueued
+    NCCL work: E, last completed NCCL work: C"), ``heartbeat`` (watchdog stuck), ``error`` (other NCCL
+    errors). Fields are None when the line (or a truncated paste of it) does not carry them.
+    """
+
+    file: str
+    line: int
+    step: int | None
+    rank: int | None
+    kind: str
+    op: str | None = None
+    seq: int | None = None
+    numel_in: int | None = None
+    numel_out: int | None = None
+    timeout_ms: int | None = None
+    ran_ms: int | None = None
+    work: int | None = None
+    last_enqueued: int | None = None
+    last_completed: int | None = None
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class KillRecord:
+    """A process death that is not a Python exception: a signal, the OOM killer, a launcher's exit report.
+
+    `kind`: kernel-oom | cgroup-oom | slurm-oom | shell-killed | torchrun-exit | child-failed-root |
+    child-failed | launcher-exit | signal | cpu-alloc. `exitcode` as the launcher printed it (-9 = SIGKILL,
+    -6 = SIGABRT, 137 = 128+9); `signal` the signal name when known. Source: log_patterns.md §8.
+    """
+
+    file: str
+    line: int
+    step: int | None
+    kind: str
+    exitcode: int | None = None
+    signal: str | None = None
+    rank: int | None = None
+    local_rank: int | None = None
+    pid: int | None = None
+    host: str | None = None
+    bytes: float | None = None
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    """DeepSpeed ``see_memory_usage`` output: a label, then MA/Max_MA/CA/Max_CA (GB as DeepSpeed prints
+    them, i.e. 2^30 bytes rounded to 2 decimals) and host RAM used (GB) and percent."""
+
+    file: str
+    line: int
+    step: int | None
+    label: str | None
+    ma: float | None = None
+    max_ma: float | None = None
+    ca: float | None = None
+    max_ca: float | None = None
+    cpu_used: float | None = None
+    cpu_percent: float | None = None
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A line worth keeping that is not a metric: an exception, a traceback start, a warning of LLaMA-Factory
+    or transformers, a resume message, a launcher banner. `kind` names it (exception, traceback, warning,
+    attention-warning, resume, run-start, ...); `value` holds the parsed payload when there is one."""
+
+    file: str
+    line: int
+    step: int | None
+    kind: str
+    text: str
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A run fact stated by a log (world size, total steps, trainable params, compute dtype, DeepSpeed
+    version, a DeepSpeed config dump entry). The first occurrence in a file wins."""
+
+    name: str
+    value: Any
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Restart:
+    """A launch or resume boundary: a second "***** Running training *****", an HF resume message, a
+    trainer_log.jsonl whose steps go back, an event file whose first step is not after the previous one's
+    last, or a SessionLog START."""
+
+    file: str
+    line: int
+    step: int | None
+    kind: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    """Per-GPU memory over a GPU recording (nvidia-smi table or CSV log, ``doctor gpus --record`` file, pasted
+    per-card summary) as readers/smi.py reads it. MiB (2^20 bytes)."""
+
+    file: str
+    index: int
+    name: str | None
+    samples: int
+    total_mib: float | None
+    max_used_mib: float
+    last_used_mib: float
+    max_line: int
+
+
+@dataclass(frozen=True)
+class FileEvidence:
+    """Everything one reader extracted from one file. Lists are capped at `MAX_RECORDS` per kind; `dropped`
+    counts what was not kept, by kind."""
+
+    read: FileRead
+    series: tuple[Series, ...] = ()
+    ooms: tuple[OomRecord, ...] = ()
+    overflows: tuple[OverflowRecord, ...] = ()
+    aborts: tuple[Notice, ...] = ()
+    nccl: tuple[NcclRecord, ...] = ()
+    kills: tuple[KillRecord, ...] = ()
+    memory: tuple[MemoryRecord, ...] = ()
+    notices: tuple[Notice, ...] = ()
+    facts: tuple[Fact, ...] = ()
+    restarts: tuple[Restart, ...] = ()
+    gpus: tuple[GpuMemory, ...] = ()
+    gpu_samples: tuple[Any, ...] = ()        # hardware.snapshot.Snapshot values of a GPU recording
+    results: dict[str, Any] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+    last_step: int | None = None
+    total_steps: int | None = None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """All files of one postmortem, in the order they were read (run directory first, then ``--log``)."""
+
+    run_dir: str | None
+    files: tuple[FileEvidence, ...] = ()
+    skipped: tuple[FileRead, ...] = ()
+    saved_args: str | None = None
+
+    def all(self, attr: str) -> Iterable[Any]:
+        for f in self.files:
+            yield from getattr(f, attr)
+
+    def reads(self) -> list[FileRead]:
+        return [f.read for f in self.files] + list(self.skipped)

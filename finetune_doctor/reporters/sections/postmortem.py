@@ -1,0 +1,159 @@
+"""Text rendering of the ``postmortem`` report section: sparklines of the run's curves with a strip of event
+marks on the same step axis, so a NaN, a spike or an OOM can be seen against the loss and grad norm.
+
+The data is what pipeline/postmortem.py `section_data` puts in the report (JSON-safe: non-finite values are
+the strings ``"nan"``/``"inf"``). The timeline table itself is drawn by reporters/text.py from
+``report.timeline``; this section adds the picture.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+BLOCKS = "▁▂▃▄▅▆▇█"
+WIDTH = 60
+MARKS = {"nan": ("N", "bold red"), "loss_spike": ("S", "yellow"), "grad_norm_spike": ("G", "yellow"),
+         "loss_scale_drop": ("v", "magenta"), "oom": ("O", "bold red"), "nccl_timeout": ("T", "bold red"),
+         "killed": ("K", "bold red"), "restart": ("R", "cyan"), "loss_zero": ("0", "red"),
+         "grad_norm_constant": ("C", "red"), "first_loss": ("F", "red"), "exception": ("X", "bold red"),
+         "warmup_end": ("|", "dim"), "warning": ("w", "yellow"), "finished": ("✓", "green")}
+LABELS = {"loss": "loss", "grad_norm": "grad norm", "learning_rate": "lr", "loss_scale": "loss scale"}
+
+
+def _num(v: Any) -> float:
+    if isinstance(v, str):
+        return {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}.get(v, math.nan)
+    return float(v)
+
+
+def _buckets(steps: list[int], values: list[float], lo: int, hi: int, width: int) -> list[float | None]:
+    """One value per column: the column's non-finite value if any, else its value farthest from the median."""
+    cols: list[list[float]] = [[] for _ in range(width)]
+    span = max(hi - lo, 1)
+    for s, v in zip(steps, values):
+        x = min(width - 1, max(0, int((s - lo) * (width - 1) / span + 0.5)))
+        cols[x].append(v)
+    fin = sorted(v for v in values if math.isfinite(v))
+    med = fin[len(fin) // 2] if fin else 0.0
+    out: list[float | None] = []
+    for c in cols:
+        if not c:
+            out.append(None)
+            continue
+        bad = [v for v in c if not math.isfinite(v)]
+        out.append(bad[0] if bad else max(c, key=lambda v: abs(v - med)))
+    return out
+
+
+def sparkline(steps: list[int], values: list[float], lo: int, hi: int, width: int = WIDTH,
+              log: bool = False) -> tuple[str, list[int]]:
+    """Block characters for `values` over the step range [lo, hi]; non-finite points are ``×``, empty columns
+    a space. Returns the string and the column indexes that are non-finite."""
+    cols = _buckets(steps, values, lo, hi, width)
+
+    def tr(v: float) -> float:
+        return math.log10(v) if log and v > 0 else v
+
+    fin = [tr(v) for v in cols if v is not None and math.isfinite(v) and (not log or v > 0)]
+    vmin, vmax = (min(fin), max(fin)) if fin else (0.0, 1.0)
+    out, bad = [], []
+    for i, v in enumerate(cols):
+        if v is None:
+            out.append(" ")
+        elif not math.isfinite(v):
+            out.append("×")
+            bad.append(i)
+        elif log and v <= 0:
+            out.append(BLOCKS[0])
+        else:
+            k = 0 if vmax == vmin else int((tr(v) - vmin) / (vmax - vmin) * (len(BLOCKS) - 1) + 0.5)
+            out.append(BLOCKS[k])
+    return "".join(out), bad
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, str):
+        return v
+    if v == 0:
+        return "0"
+    if abs(v) >= 1e5 or abs(v) < 1e-3:
+        return f"{v:.3g}"
+    return f"{v:.4g}"
+
+
+def render(data: dict[str, Any]) -> Any:
+    """A rich renderable: one row per curve (label, sparkline, min–max, last) and the event strip."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+    from rich import box
+
+    curves = data.get("curves") or {}
+    marks = data.get("marks") or []
+    steps_all = [s for c in curves.values() for s in c.get("steps", [])] + [m["step"] for m in marks]
+    parts: list[Any] = []
+    st = data.get("steps") or {}
+    outline = []
+    if st.get("last") is not None:
+        outline.append(f"last step {st['last']}" + (f" of {st['total']}" if st.get("total") else ""))
+    if data.get("completed"):
+        outline.append("training loop finished")
+    elif data.get("crashed"):
+        outline.append("the run crashed")
+    if data.get("restarts"):
+        outline.append(f"{data['restarts']} restart(s)")
+    if outline:
+        parts.append(Text(" · ".join(outline)))
+    if data.get("gpus"):
+        cards = ", ".join(f"GPU {g['index']} {g['peak_gib']:.1f}" + (f"/{g['total_gib']:.0f}" if g.get("total_gib")
+                                                                      else "") + " GiB" for g in data["gpus"])
+        parts.append(Text(f"GPU memory peaks (recorded): {cards}"))
+    if not steps_all:
+        if not curves:
+            parts.append(Text("no metric curves in the files read", style="dim"))
+        return Group(*parts)
+    lo, hi = min(steps_all), max(steps_all)
+    width = WIDTH if hi > lo else 1
+    t = Table(box=box.SIMPLE, show_edge=False, pad_edge=False, show_header=True, header_style="bold")
+    t.add_column("curve")
+    t.add_column(f"steps {lo} → {hi}", no_wrap=True)
+    t.add_column("min – max", justify="right")
+    t.add_column("last", justify="right")
+    for name in ("loss", "grad_norm", "learning_rate", "loss_scale"):
+        c = curves.get(name)
+        if not c:
+            continue
+        vals = [_num(v) for v in c["values"]]
+        fin = [v for v in vals if math.isfinite(v) and v > 0]
+        log = name == "loss_scale" or (name == "grad_norm" and fin and max(fin) / max(min(fin), 1e-12) > 100)
+        line, bad = sparkline(c["steps"], vals, lo, hi, width, log=bool(log))
+        txt = Text(line)
+        for i in bad:
+            txt.stylize("bold red", i, i + 1)
+        label = LABELS[name] + (" (log)" if log else "")
+        t.add_row(label, txt, f"{_fmt(c.get('min'))} – {_fmt(c.get('max'))}", _fmt(c.get("last")))
+    strip = [" "] * width
+    styles: list[str | None] = [None] * width
+    seen: list[str] = []
+    span = max(hi - lo, 1)
+    for m in marks:
+        ch, style = MARKS.get(m["kind"], ("•", ""))
+        x = min(width - 1, max(0, int((m["step"] - lo) * (width - 1) / span + 0.5)))
+        # a fatal mark wins its column over an informative one
+        if strip[x] == " " or style.startswith("bold"):
+            strip[x], styles[x] = ch, style
+        if m["kind"] not in seen:
+            seen.append(m["kind"])
+    stxt = Text("".join(strip))
+    for i, sty in enumerate(styles):
+        if sty:
+            stxt.stylize(sty, i, i + 1)
+    t.add_row("events", stxt, "", "")
+    parts.append(t)
+    if seen:
+        legend = "  ".join(f"{MARKS.get(k, ('•', ''))[0]} {k.replace('_', ' ')}" for k in seen)
+        parts.append(Text(legend, style="dim"))
+    return Group(*parts)
