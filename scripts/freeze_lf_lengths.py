@@ -71,6 +71,10 @@ def runs() -> list[dict]:
                 continue
             for cut in (4096, 96):
                 add(f"sft-{t}-{ds}-{cut}", tok, "sft", ds, template=t, cutoff_len=cut)
+    for ds in SFT_SETS:  # no template: LF parses the tokenizer's chat template, or falls back to 'empty'
+        for cut in (4096, 96):
+            add(f"sft-notemplate-chatml-{ds}-{cut}", "chatml", "sft", ds, cutoff_len=cut)
+        add(f"sft-notemplate-llama-{ds}-96", "llama", "sft", ds, cutoff_len=96)
     add("sft-llama3-qwentok-alpaca_demo-96", "qwen", "sft", "alpaca_demo", template="llama3", cutoff_len=96)
     add("sft-qwen-llamatok-alpaca_demo-96", "llama", "sft", "alpaca_demo", template="qwen", cutoff_len=96)
     for ds in ("alpaca_lines", "alpaca_csv", "alpaca_parquet", "wrong_roles", "malformed_lines"):
@@ -202,7 +206,7 @@ def main() -> int:
     from test_data_fixtures import build_tokenizer, fingerprint
 
     work = Path(tempfile.mkdtemp(prefix="freeze_lf_"))
-    toks = {v: str(build_tokenizer(work / f"tok_{v}", v)) for v in ("llama", "qwen")}
+    toks = {v: str(build_tokenizer(work / f"tok_{v}", v)) for v in ("llama", "qwen", "chatml")}
     fp = {fingerprint(p) for p in toks.values()}
     assert len(fp) == 1
     todo = runs()

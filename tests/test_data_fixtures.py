@@ -6,7 +6,8 @@ finetune-doctor (``tokenizers.Tokenizer.from_file``) and LLaMA-Factory (``AutoTo
 scripts/freeze_lf_lengths.py) load the same files. Variants:
 
 * ``llama``: BOS ``<s>``, EOS ``</s>`` (a Llama-2 style special-token setup);
-* ``qwen``: no BOS, EOS ``<|endoftext|>`` (Qwen style).
+* ``qwen``: no BOS, EOS ``<|endoftext|>`` (Qwen style);
+* ``chatml``: like ``qwen`` with EOS ``<|im_end|>`` and Qwen1.5's Jinja chat template (for ``template`` unset).
 
 The special tokens the fixture templates use are in the vocabulary, except ``<|eom_id|>`` and ``<|end|>``, which
 LLaMA-Factory's ``fix_special_tokens`` must add itself (exercising that path).
@@ -73,9 +74,19 @@ def train_tokenizer():
     return tok
 
 
+# Qwen1.5's ChatML chat template (tokenizer_config.json of Qwen/Qwen1.5-7B-Chat): used when a config sets no
+# ``template`` and LLaMA-Factory parses the tokenizer's own template instead.
+CHATML_JINJA = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
 VARIANTS = {
     "llama": {"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": False},
     "qwen": {"bos_token": None, "eos_token": "<|endoftext|>", "add_bos_token": False},
+    "chatml": {"bos_token": None, "eos_token": "<|im_end|>", "add_bos_token": False, "chat_template": CHATML_JINJA},
 }
 
 

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from finetune_doctor.analyzers import templates as T
 from finetune_doctor.analyzers import tokens as K
 from finetune_doctor.readers.datasets import iter_chunks, resolve_datasets
 from test_data_fixtures import FIXTURES, build_tokenizer
@@ -31,7 +30,7 @@ RUNS = EXPECTED["runs"]
 @pytest.fixture(scope="module")
 def tokenizers(tmp_path_factory) -> dict[str, str]:
     base = tmp_path_factory.mktemp("tok")
-    return {v: str(build_tokenizer(base / v, v)) for v in ("llama", "qwen")}
+    return {v: str(build_tokenizer(base / v, v)) for v in ("llama", "qwen", "chatml")}
 
 
 def _settings(run: dict) -> K.DataSettings:
@@ -41,8 +40,7 @@ def _settings(run: dict) -> K.DataSettings:
 
 def _scan(run: dict, tokenizers: dict[str, str]):
     s = _settings(run)
-    t = T.get_template(s.template, tool_format=s.tool_format, default_system=s.default_system,
-                       enable_thinking=s.enable_thinking, preserve_thinking=s.preserve_thinking)
+    t, _ = K.resolve_template(s, tokenizers[run["tokenizer"]])
     counter = K.ExactCounter(tokenizers[run["tokenizer"]], t)
     enc = K.Encoder(counter, t, s)
     (spec,), _ = resolve_datasets([run["dataset"]], str(FIXTURES))

@@ -231,7 +231,13 @@ def get_template(name: str | None, *, tool_format: str | None = None, default_sy
     Raises KeyError for a name this module does not implement (the caller decides whether that is LF's own
     ``ValueError("Template X does not exist.")`` or just a template we lack).
     """
-    t = TEMPLATES[name or "empty"]
+    return customize(TEMPLATES[name or "empty"], tool_format=tool_format, default_system=default_system,
+                     enable_thinking=enable_thinking, preserve_thinking=preserve_thinking)
+
+
+def customize(t: Template, *, tool_format: str | None = None, default_system: str | None = None,
+              enable_thinking: bool | None = True, preserve_thinking: bool = False) -> Template:
+    """Apply the data arguments that ``get_template_and_fix_tokenizer`` writes into the template."""
     if tool_format is not None:
         slots = (CONTENT,) if t.efficient_eos else (CONTENT, EOS)
         t = replace(t, function=slots, function_tool_format=tool_format, tool_format=tool_format)
@@ -519,3 +525,60 @@ def eos_tail_slots(t: Template, eos_token: str | None) -> list[Slot] | None:
                 rest = s[pos + len(m):]
                 return [x for x in [rest] + after[j + 1:] if x != ""]
     return None
+
+
+# Every template name LLaMA-Factory 0.9.5 registers (``register_template(name=...)`` in data/template.py of the
+# PyPI wheel). A name outside this set makes LF raise ``ValueError("Template X does not exist.")`` unless the
+# installed LF is newer and added it.
+LF_TEMPLATE_NAMES = frozenset("""
+aeva alpaca bailing bailing_v2 breeze chatglm3 chatml chatml_de cohere cpm4 dbrx deepseek deepseek3 deepseekcoder
+deepseekr1 default dots_ocr empty ernie ernie_nothink ernie_vl exaone falcon falcon_h1 fewshot gemma gemma2 gemma3
+gemma3n gemma4 gemma4n glm4 glm4_5v glm4_7 glm4_moe glm4v glm_ocr glmz1 gpt_oss granite3 granite3_vision granite4
+hunyuan hunyuan_small hy3 index intern2 intern_s1 intern_vl keye_vl kimi_vl lfm2 lfm2_vl llama2 llama2_zh llama3
+llama4 llava llava_next llava_next_llama3 llava_next_mistral llava_next_qwen llava_next_video llava_next_video_mistral
+llava_next_video_yi llava_next_yi mimo mimo_v2 mimo_vl minicpm_o minicpm_v minicpm_v_4_6 minimax1 minimax2 ministral
+ministral3 mistral mistral_small mllama moonlight olmo openchat openchat-3.6 opencoder paligemma paligemma_chat phi
+phi4 phi4_mini phi_small pixtral qwen qwen2_audio qwen2_omni qwen2_vl qwen3 qwen3_5 qwen3_5_nothink qwen3_6
+qwen3_nothink qwen3_omni qwen3_omni_nothink qwen3_vl qwen3_vl_nothink sailor seed_coder seed_oss smollm smollm2 solar
+starchat telechat2 vicuna video_llava xuanyuan yi yi_vl youtu youtu_vl yuan zephyr
+""".split())
+
+
+def parse_chat_template(render: Any, prefix: str) -> Template:
+    """The template LF builds from a tokenizer's Jinja chat template when the config sets no ``template``
+    (``parse_template``, template.py:563-618): render probe conversations whose contents are ``{{content}}``
+    and cut the text into user/assistant/system slots.
+
+    `render(messages, add_generation_prompt) -> str` renders the chat template; `prefix` is what the tokenizer
+    adds around an empty text (``decode(encode(""))``, e.g. a BOS). Raises whatever the renderer raises.
+    """
+
+    def find_diff(short: str, long: str) -> str:
+        i = j = 0
+        diff = ""
+        while i < len(short) and j < len(long):
+            if short[i] == long[j]:
+                i += 1
+            else:
+                diff += long[j]
+            j += 1
+        return diff
+
+    n = len(prefix)
+    system_slot = render([{"role": "system", "content": CONTENT}], False)[n:]
+    user_empty_sys = render([{"role": "system", "content": ""}, {"role": "user", "content": CONTENT}], True)[n:]
+    user_slot = render([{"role": "user", "content": CONTENT}], True)[n:]
+    assistant_slot = render([{"role": "user", "content": CONTENT}, {"role": "assistant", "content": CONTENT}],
+                            False)[n + len(user_slot):]
+    reasoning = "<think>" in assistant_slot
+    assistant_slot = assistant_slot.replace("<think>", "").replace("</think>", "").lstrip("\n")
+    if len(user_slot) > len(user_empty_sys):
+        default_system = find_diff(user_empty_sys, user_slot)
+        sole_system = system_slot.replace(CONTENT, default_system, 1)
+        user_slot = user_slot[len(sole_system):]
+    else:
+        default_system = ""
+    return Template(name="(tokenizer chat_template)", user=(user_slot,), assistant=(assistant_slot,),
+                    system=(system_slot,), function=(assistant_slot,), function_tool_format="default",
+                    observation=(user_slot,), prefix=(prefix,) if prefix else (), default_system=default_system,
+                    kind="reasoning" if reasoning else "plain")

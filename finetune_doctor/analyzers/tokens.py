@@ -23,6 +23,7 @@ Without a tokenizer an `ApproxCounter` estimates lengths from characters and the
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 import math
 import os
@@ -37,6 +38,7 @@ from finetune_doctor.readers.datasets import Chunk, DatasetSpec, RowError, hub_s
     iter_chunks, parse_json_lines, total_bytes
 
 IGNORE = -100
+_SEQ = itertools.count()  # tie-break for heap items (never compares the dicts)
 MAX_EXAMPLES = 5          # locations kept per problem kind / per flag
 TOP_K = 5                 # longest samples kept per dataset
 
@@ -344,6 +346,79 @@ class ApproxCounter:
 
     def describe(self) -> dict[str, Any]:
         return {"source": None, "kind": "approximate", "vocab_size": None, "bos": None, "eos": self.eos}
+
+
+def render_chat_template(chat_template: str, special: dict[str, Any]) -> Callable[[list, bool], str]:
+    """A renderer for a tokenizer's Jinja chat template, set up as transformers sets it up
+    (``ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)`` with loop controls, ``tojson``,
+    ``raise_exception`` and ``strftime_now``). Needs jinja2; raises ImportError without it."""
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(msg: str) -> None:
+        raise jinja2.exceptions.TemplateError(msg)
+
+    def tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
+               sort_keys: bool = False) -> str:
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    from datetime import datetime
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    compiled = env.from_string(chat_template)
+    tokens = {k: v for k, v in special.items() if isinstance(v, str)}
+    return lambda messages, gen: compiled.render(messages=messages, add_generation_prompt=gen, tools=None,
+                                                 documents=None, **tokens)
+
+
+def resolve_template(settings: DataSettings, tokenizer_folder: str | None) -> tuple[T.Template, dict[str, Any]]:
+    """The template LF would use, with the config's overrides, and facts about how it was chosen.
+
+    ``template`` unset: LF parses the tokenizer's chat template when it has one (warning), else uses ``empty``
+    (template.py:637-650). A name LF registers but this module does not model is counted with ``empty`` (content
+    tokens only) and said so; a name LF 0.9.5 does not register at all is what LF rejects.
+    """
+    name = settings.template
+    info: dict[str, Any] = {"requested": name, "modelled": True, "lf_registered": None, "note": None}
+    kw = dict(tool_format=settings.tool_format, default_system=settings.default_system,
+              enable_thinking=settings.enable_thinking, preserve_thinking=settings.preserve_thinking)
+    if name is None:
+        cfg = read_tokenizer_config(tokenizer_folder) if tokenizer_folder else {}
+        chat = cfg.get("chat_template")
+        if isinstance(chat, str) and tokenizer_folder:
+            try:
+                from tokenizers import Tokenizer
+
+                raw = Tokenizer.from_file(str(Path(tokenizer_folder) / "tokenizer.json"))
+                prefix = raw.decode(raw.encode("", add_special_tokens=True).ids, skip_special_tokens=False)
+                special = {k: _token_text(cfg.get(k)) for k in ("bos_token", "eos_token", "unk_token", "pad_token")}
+                t = T.parse_chat_template(render_chat_template(chat, special), prefix)
+                info["note"] = ("template is not set: LLaMA-Factory parses the tokenizer's chat_template "
+                                "(so did the doctor)")
+                return T.customize(t, **kw), info
+            except Exception as err:  # any Jinja or parsing failure: fall back like a template-less tokenizer
+                info["note"] = f"template is not set and the tokenizer's chat_template could not be parsed ({err})"
+        else:
+            info["note"] = "template is not set and the tokenizer has no chat_template: LLaMA-Factory uses 'empty'"
+        return T.get_template("empty", **kw), info
+    info["lf_registered"] = name in T.LF_TEMPLATE_NAMES
+    if name in T.TEMPLATES:
+        t = T.get_template(name, **kw)
+        if t.removed_upstream:
+            info["note"] = f"template {name!r} is no longer registered in LLaMA-Factory 0.9.5"
+        elif t.multimodal:
+            info["note"] = f"{name!r} is a multimodal template: image/video/audio tokens are not counted"
+        return t, info
+    info["modelled"] = False
+    info["note"] = (f"template {name!r} is not modelled by the doctor: counted with 'empty' (contents only, no role "
+                    "markers)" if info["lf_registered"] else
+                    f"template {name!r} is not registered in LLaMA-Factory 0.9.5: LLaMA-Factory raises "
+                    f"'Template {name} does not exist.' unless your version added it")
+    return T.get_template("empty", **kw), info
 
 
 # --- conversion (LF data/converter.py) --------------------------------------------------------------------------------
@@ -866,28 +941,30 @@ def _summary(counter: Counter) -> dict[str, Any]:
             "max": max(counter), "mean": round(sum(v * c for v, c in counter.items()) / n, 1)}
 
 
-def _nice_ceiling(x: int) -> int:
-    if x <= 8:
-        return 8
-    mag = 10 ** int(math.floor(math.log10(x)))
-    for m in (1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
-        if m * mag >= x:
-            return int(m * mag)
+def _nice_width(span: int, bins: int) -> int:
+    """The smallest 1/2/2.5/5 × 10^k bin width that covers `span` in at most `bins` bins."""
+    raw = max(1.0, span / bins)
+    mag = 10 ** int(math.floor(math.log10(raw)))
+    for m in (1, 2, 2.5, 5, 10):
+        w = m * mag
+        if w >= raw and float(w).is_integer():
+            return int(w)
     return int(10 * mag)
 
 
 def histogram(counter: Counter, cutoff: int, bins: int = 16) -> dict[str, Any]:
-    """Equal-width bins from 0 to a round number ≥ max(max length, cutoff); `cutoff_bin` is the bin holding
-    cutoff_len (lengths above it are truncated)."""
+    """Equal-width bins (a round width) from 0 past max(longest sample, cutoff_len); `cutoff_bin` is the bin
+    holding cutoff_len (samples above it are truncated)."""
     if not counter:
         return {"edges": [], "counts": [], "cutoff_bin": None}
-    top = _nice_ceiling(max(max(counter), cutoff))
-    width = max(1, math.ceil(top / bins))
-    edges = [i * width for i in range(bins + 1)]
-    counts = [0] * bins
+    top = max(max(counter), cutoff) + 1
+    width = _nice_width(top, bins)
+    n = max(1, math.ceil(top / width))
+    edges = [i * width for i in range(n + 1)]
+    counts = [0] * n
     for v, c in counter.items():
-        counts[min(bins - 1, v // width)] += c
-    return {"edges": edges, "counts": counts, "cutoff_bin": min(bins - 1, cutoff // width)}
+        counts[min(n - 1, v // width)] += c
+    return {"edges": edges, "counts": counts, "cutoff_bin": min(n - 1, cutoff // width)}
 
 
 def greedy_knapsack(lengths: list[int], capacity: int) -> list[list[int]]:
@@ -951,11 +1028,11 @@ class DatasetAggregate:
                     ex = self.examples.setdefault(key, [])
                     if len(ex) < MAX_EXAMPLES:
                         ex.append({"file": file, "line": line, "index": index, "total": tof, "kept": to})
-        item = (tof, -index, {"file": file, "line": line, "index": index, "source": sf, "target": tf, "total": tof,
-                              "kept": to})
+        item = (tof, -index, next(_SEQ), {"file": file, "line": line, "index": index, "source": sf, "target": tf,
+                                          "total": tof, "kept": to})
         if len(self.longest) < TOP_K:
             heapq.heappush(self.longest, item)
-        elif item[:2] > self.longest[0][:2]:
+        elif item[:3] > self.longest[0][:3]:
             heapq.heapreplace(self.longest, item)
 
     def merge(self, other: "DatasetAggregate") -> None:
@@ -973,7 +1050,7 @@ class DatasetAggregate:
         for it in other.longest:
             if len(self.longest) < TOP_K:
                 heapq.heappush(self.longest, it)
-            elif it[:2] > self.longest[0][:2]:
+            elif it[:3] > self.longest[0][:3]:
                 heapq.heapreplace(self.longest, it)
 
     def facts(self, cutoff: int) -> dict[str, Any]:
@@ -996,7 +1073,7 @@ class DatasetAggregate:
             "total": _summary(self.counts["total"]),
             "after_cutoff": _summary(self.counts["trained"]),
             "histogram": histogram(self.counts["total"], cutoff),
-            "longest": [it[2] for it in sorted(self.longest, key=lambda x: (-x[0], -x[1]))],
+            "longest": [it[3] for it in sorted(self.longest, key=lambda x: (-x[0], -x[1], x[2]))],
             "examples": {k: v for k, v in self.examples.items()},
         }
 
@@ -1341,6 +1418,9 @@ def analyze_datasets(specs: list[DatasetSpec], settings: DataSettings, counter: 
         scanner.close()
         packer = scanner.packer
     ov = overall.facts(settings.effective_cutoff) if overall.n_rows else None
+    if ov is not None:
+        ov["truncated_in"] = [f"{e['name']} ({e['truncated']})" for e in entries if e.get("truncated")]
+        ov["empty_targets_in"] = [f"{e['name']} ({e['empty_targets']})" for e in entries if e.get("empty_targets")]
     wmb = worst_micro_batch(overall, settings)
     p99 = ov["total"]["p99"] if ov else None
     mx = ov["total"]["max"] if ov else None

@@ -467,7 +467,7 @@ def parse_json_lines(path: str, lines: list[str], nums: list[int | None], first_
     loads = json.loads
     for i, line in enumerate(lines):
         try:
-            obj = loads(line)
+            obj = loads(line.rstrip("\r\n"))  # without the newline an error reports this line's column
         except json.JSONDecodeError as err:
             rows.append(None)
             errors.append(RowError("malformed_json", path, nums[i], f"malformed JSON: {err.msg} (column "
