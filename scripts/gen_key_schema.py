@@ -40,7 +40,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "finetune_doctor" / "catalog" / "lf_keys.json"
-DEFAULT_REF = Path("/work/shared/reference/llamafactory/lf_args.json")
+DEFAULT_REF = next((p for p in (Path("/work/shared/reference/llamafactory/lf_args.json"),
+                                ROOT / "fixtures" / "lint" / "lf_args.reference.json") if p.exists()),
+                   Path("lf_args.json"))
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "finetune-doctor-keyschema"
 SCHEMA_ID = "finetune-doctor/lf-keys/v1"
 

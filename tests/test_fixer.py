@@ -22,7 +22,7 @@ from finetune_doctor.fixer import FixResult, apply_edits, diff_edits
 from finetune_doctor.readers.yamlcfg import parse_yaml_text
 from finetune_doctor.types import Edit
 
-EXAMPLES = Path("/work/shared/reference/llamafactory/examples")
+EXAMPLES = Path(__file__).resolve().parent.parent / "fixtures" / "llamafactory" / "examples"
 needs_ref = pytest.mark.skipif(not EXAMPLES.is_dir(), reason="shared LLaMA-Factory examples not present")
 YAMLS = sorted(EXAMPLES.rglob("*.yaml")) if EXAMPLES.is_dir() else []
 JSONS = sorted(EXAMPLES.rglob("*.json")) if EXAMPLES.is_dir() else []

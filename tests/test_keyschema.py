@@ -20,15 +20,17 @@ from finetune_doctor.readers.keyschema import KeyProblem, check_keys, extra_args
 from finetune_doctor.readers.yamlcfg import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
-REF = Path("/work/shared/reference/llamafactory")
 FIX = ROOT / "fixtures" / "lint"
-needs_ref = pytest.mark.skipif(not REF.is_dir(), reason="shared LLaMA-Factory reference not present")
+# the reference's lf_args.json (copied unchanged from /work/shared/reference/llamafactory) and LF's own examples
+REF_ARGS = FIX / "lf_args.reference.json"
+EXAMPLES = ROOT / "fixtures" / "llamafactory" / "examples"
+needs_ref = pytest.mark.skipif(not (REF_ARGS.is_file() and EXAMPLES.is_dir()), reason="reference fixtures missing")
 
 TRAIN_GROUPS = ("model", "data", "training", "finetuning", "generating")
 
 
 def _ref_args() -> dict:
-    return json.loads((REF / "lf_args.json").read_text())["args"]
+    return json.loads(REF_ARGS.read_text())["args"]
 
 
 def _by_key(problems: list[KeyProblem]) -> dict[str, KeyProblem]:
@@ -138,7 +140,7 @@ def test_retired_table_covers_lf_facts_1a():
 # --- check_keys ----------------------------------------------------------------------------------------------
 
 @needs_ref
-@pytest.mark.parametrize("path", sorted(p for p in (REF / "examples").rglob("*.yaml")
+@pytest.mark.parametrize("path", sorted(p for p in EXAMPLES.rglob("*.yaml")
                                         if "accelerate" not in p.parts), ids=lambda p: p.name)
 def test_every_lf_example_config_is_clean(path):
     """The configs LLaMA-Factory ships are accepted by LLaMA-Factory, so no key problem may be reported."""
@@ -292,7 +294,7 @@ def test_generator_falls_back_to_lf_args_and_installed_transformers(tmp_path):
     """Without LF importable: --lf-args gives LF's keys, transformers is introspected from this environment."""
     out = tmp_path / "keys.json"
     subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_key_schema.py"), "--lf-version", "none",
-                    "--lf-args", str(REF / "lf_args.json"), "--transformers", "installed", "--out", str(out)],
+                    "--lf-args", str(REF_ARGS), "--transformers", "installed", "--out", str(out)],
                    check=True, capture_output=True, text=True, cwd=ROOT,
                    env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     data = json.loads(out.read_text())

@@ -16,7 +16,7 @@ from finetune_doctor.suppression import (Directive, apply, apply_suppressions_to
 from finetune_doctor.types import Finding, Location
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = Path("/work/shared/reference/llamafactory/examples")
+EXAMPLES = ROOT / "fixtures" / "llamafactory" / "examples"
 
 
 def _f(code: str, line: int | None, file: str = "c.yaml", name: str = "some-rule") -> Finding:
