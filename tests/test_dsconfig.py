@@ -631,7 +631,9 @@ def test_static_verdict_equals_pydantic(section, key, value):
     if section == "zero_optimization" and key == "stage":
         raw[section] = {"stage": value}
     cfg = build_ds_config(raw, None, {}, {}, 8, 4096, ds_version=deepspeed.__version__, transformers_version="5.24.0")
-    flagged = [p for p in cfg.problems if p.kind in ("unknown", "removed", "type", "invalid")
+    # problems that mirror a DeepSpeed error carry its text in `detail`; the HF-side ones (a string stage that
+    # transformers does not see as ZeRO-3) do not, and DeepSpeed accepts those values
+    flagged = [p for p in cfg.problems if p.kind in ("unknown", "removed", "type", "invalid") and p.detail
                and p.key and p.key.startswith(f"{section}.{key}")]
     assert bool(flagged) == rejected, [p.message for p in flagged]
 
@@ -717,3 +719,38 @@ def test_inline_dict_value():
     cfg = load_ds_config(raw, "/x/t.yaml", 4, LF_LORA, 2, 4096, **NEW)
     assert cfg.path is None and cfg.resolved["train_batch_size"] == 2 * 1 * 2
     assert ds_facts(cfg)["problems"] == []
+
+
+def test_installed_version_matches_package_metadata():
+    from importlib.metadata import version
+
+    for dist in ("ruamel.yaml", "click", "pytest"):
+        assert D.installed_version(dist) == version(dist)
+    assert D.installed_version("no-such-distribution-xyz") is None
+
+
+def test_byte_order_mark_fails_as_under_hf(tmp_path):
+    p = tmp_path / "bom.json"
+    p.write_bytes(b"\xef\xbb\xbf" + (LF_DS / "ds_z2_config.json").read_bytes())
+    with open(p, encoding="utf-8") as f:       # what accelerate's HfDeepSpeedConfig does
+        with pytest.raises(json.JSONDecodeError):
+            json.load(f)
+    with pytest.raises(InputError) as ei:
+        load_ds_config(str(p), "/x/t.yaml", 1, LF_LORA, 8, 4096, **NEW)
+    assert "BOM" in ei.value.message and ei.value.line == 1
+
+
+def test_string_stage_is_not_zero3_for_transformers():
+    raw = json.loads((LF_DS / "ds_z3_config.json").read_text())
+    raw["zero_optimization"]["stage"] = "3"
+    cfg = build_ds_config(raw, None, {}, LF_LORA, 8, 4096, **NEW)
+    (p,) = kinds(cfg, "type")
+    assert p.key == "zero_optimization.stage" and p.fix_value == 3 and "zero.Init" in p.message
+    assert cfg.zero_stage == 3                              # DeepSpeed's view
+    # transformers' view, when installed: its HfDeepSpeedConfig does not see ZeRO-3 either
+    if _have("transformers") and _have("deepspeed"):
+        from transformers.integrations.deepspeed import HfDeepSpeedConfig, unset_hf_deepspeed_config
+        try:
+            assert HfDeepSpeedConfig(copy.deepcopy(raw)).is_zero3() is False
+        finally:
+            unset_hf_deepspeed_config()
