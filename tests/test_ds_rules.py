@@ -153,6 +153,13 @@ def test_deepspeed_problems_from_check_are_reported():
                       sources={"deepspeed": SourceDoc("deepspeed", cfg.path, cfg.positions)})
     (f,) = evaluate(select_rules(load_rules(), "check", ["FD201"], None), ctx)
     assert f.location.file == cfg.path and f.message == "DeepSpeed 0.19.8 rejects the config: X"
+    # through problem_dicts a keyed DeepSpeed problem points at its line
+    from finetune_doctor.readers.dsconfig import DSProblem, problem_dicts
+
+    facts["problems"] = problem_dicts(cfg, [DSProblem("zero_optimization.reduce_bucket_size", "deepspeed",
+                                                      "DeepSpeed 0.19.8 rejects the config: Y", detail="Y")])
+    (f,) = evaluate(select_rules(load_rules(), "check", ["FD201"], None), ctx)
+    assert f.location.line == line_of(LF_DS / "ds_z2_config.json", '"reduce_bucket_size"')
 
 
 # --------------------------------------------------------------------------------------------------------------

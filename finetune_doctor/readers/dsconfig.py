@@ -1273,7 +1273,7 @@ def ds_facts(cfg: DSConfig) -> dict[str, Any]:
     facts: dict[str, Any] = copy.deepcopy(res)
     facts.update({
         "path": cfg.path,
-        "problems": [dict(p.as_dict(), location=loc(p.key)) for p in cfg.problems],
+        "problems": problem_dicts(cfg, cfg.problems),
         "zero_stage": stage,
         "offload_optimizer_device": oo,
         "offload_param_device": op,
@@ -1297,6 +1297,20 @@ def ds_facts(cfg: DSConfig) -> dict[str, Any]:
         "notes": list(cfg.notes),
     })
     return facts
+
+
+def problem_dicts(cfg: DSConfig, problems: Any) -> list[dict[str, Any]]:
+    """`DSProblem`s as the dicts of ``ds.problems``: every field plus ``location`` {file, line, column, key}.
+
+    Use it for the problems `validate_with_deepspeed` returns, so they read like the others in rules.
+    """
+    file = cfg.path or "<inline deepspeed>"
+    out = []
+    for p in problems:
+        line, col = _locate(cfg.positions, p.key)
+        out.append(dict(p.as_dict(), location={"file": file, "line": line or (1 if cfg.path else None),
+                                               "column": col, "key": p.key}))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
