@@ -14,8 +14,8 @@ the new text is parsed again and compared with the old data plus the edits; a mi
 write a file that means something else.
 
 * Set on a missing key inserts it: at the end of its mapping/object, or after a named sibling (`after`).
-  A delete of key A together with a set of missing key B in the same mapping is a rename: B takes A's line and keeps
-  A's trailing comment.
+  A delete of key A next to a set of missing key B in the same mapping (in either order) is a rename: B takes A's
+  line and keeps A's trailing comment (see `_pair_renames` for how merged edits of several fixes are paired).
 * A new string value keeps the quote style of the value it replaces; otherwise it is written plain when LLaMA-Factory
   (OmegaConf, YAML 1.1) would read it back as the same string, else double-quoted.
 * Writes are atomic (a temp file in the same directory, then ``os.replace``; the file mode is kept). Nothing is
@@ -126,25 +126,37 @@ def _plan(edits: Sequence[Edit]) -> list[_Op]:
     return list(ops.values())
 
 
-def _pair_renames(ops: list[_Op], exists) -> list[_Op]:
-    """An existing key's delete next to a set of a missing sibling (in either order) is one rename.
+_MISSING = object()
 
-    Only adjacent edits pair up: that is how a single fix spells a rename (``[delete old, set new]``), while
-    unrelated fixes of the same file stay separate edits.
+
+def _pair_renames(ops: list[_Op], exists, current=lambda path: _MISSING) -> list[_Op]:
+    """An existing key's delete next to a set of a missing sibling is one rename (the new key takes the old line).
+
+    Only adjacent edits pair up: that is how one fix spells a rename (``[set new, delete old]`` or
+    ``[delete old, set new]``), while unrelated fixes of the same file stay separate. When a set has a delete on
+    both sides, the one whose current value is the value being set wins (a rename moves the value), else the
+    following one.
     """
+    def can(d: _Op | None, st: _Op) -> bool:
+        return (d is not None and d.action == "delete" and d.path[:-1] == st.path[:-1] and exists(d.path))
+
     out: list[_Op] = []
-    i = 0
-    while i < len(ops):
-        a = ops[i]
-        b = ops[i + 1] if i + 1 < len(ops) else None
-        if b is not None and a.path[:-1] == b.path[:-1]:
-            dele, sett = (a, b) if a.action == "delete" else (b, a)
-            if dele.action == "delete" and sett.action == "set" and exists(dele.path) and not exists(sett.path):
-                out.append(_Op(dele.path, "rename", sett.value, new_name=sett.path[-1]))
-                i += 2
+    taken: set[int] = set()
+    for i, o in enumerate(ops):
+        if i in taken:
+            continue
+        if o.action == "set" and not exists(o.path):
+            cands = [j for j in (i + 1, i - 1) if 0 <= j < len(ops) and j not in taken and can(ops[j], o)]
+            if cands:
+                same = [j for j in cands if _same(current(ops[j].path), o.value)]
+                j = (same or cands)[0]
+                taken.add(j)
+                rename = _Op(ops[j].path, "rename", o.value, new_name=o.path[-1])
+                if j < i:  # the delete was already emitted: replace it
+                    out = [x for x in out if x is not ops[j]]
+                out.append(rename)
                 continue
-        out.append(a)
-        i += 1
+        out.append(o)
     return out
 
 
@@ -156,6 +168,15 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     return a == b
+
+
+def _lookup(data: Any, path: tuple[str, ...]) -> Any:
+    cur = data
+    for k in path:
+        if not isinstance(cur, Mapping) or k not in cur:
+            return _MISSING
+        cur = cur[k]
+    return cur
 
 
 def _expected(data: Any, ops: list[_Op]) -> Any:
@@ -272,7 +293,7 @@ class _YamlDoc:
     def apply(self, ops: list[_Op], after: Mapping[str, str]) -> tuple[str, list[str]]:
         before = self._typed(self.text) if self.text.strip() else {}
         before = before if isinstance(before, dict) else {}
-        ops = [o for o in _pair_renames(ops, self._exists) if not self._noop(o, before)]
+        ops = [o for o in _pair_renames(ops, self._exists, lambda p: _lookup(before, p)) if not self._noop(o, before)]
         if not ops:
             return self.text, []
         # edit bottom-up so earlier line numbers stay valid; inserts (no line) go last, in order
@@ -576,7 +597,7 @@ class _JsonDoc:
         return obj is not None and any(m.key == path[-1] for m in obj.members)
 
     def apply(self, ops: list[_Op], after: Mapping[str, str]) -> tuple[str, list[str]]:
-        ops = [o for o in _pair_renames(ops, self._exists) if not self._noop(o)]
+        ops = [o for o in _pair_renames(ops, self._exists, lambda p: _lookup(self.data, p)) if not self._noop(o)]
         if not ops:
             return self.text, []
         text = self.text

@@ -90,7 +90,9 @@ def test_yaml_rename_and_delete_on_examples(src, tmp_path):
     shutil.copy(src, path)
     old = path.read_text()
     before = _typed(old)
-    edits = [Edit(str(path), "cutoff_len", delete=True), Edit(str(path), "cutoff_length_renamed", 4096),
+    # a rename moves the value; the unrelated delete next to it must stay a delete
+    edits = [Edit(str(path), "cutoff_len", delete=True),
+             Edit(str(path), "cutoff_length_renamed", before["cutoff_len"]),
              Edit(str(path), "output_dir", delete=True)]
     apply_edits(str(path), edits, expect_text=old)
     new = path.read_text()
@@ -98,8 +100,7 @@ def test_yaml_rename_and_delete_on_examples(src, tmp_path):
     assert [r.split(":")[0] for r in removed] == ["cutoff_len", "output_dir"]
     assert [a.split(":")[0] for a in added] == ["cutoff_length_renamed"]
     assert _comments(new) == _comments(old)
-    want = {("cutoff_length_renamed" if k == "cutoff_len" else k): (4096 if k == "cutoff_len" else v)
-            for k, v in before.items() if k != "output_dir"}
+    want = {("cutoff_length_renamed" if k == "cutoff_len" else k): v for k, v in before.items() if k != "output_dir"}
     got = _typed(new)
     assert got == want and list(got) == list(want)  # the renamed key sits where the old one was
 
@@ -181,6 +182,19 @@ def test_insert_after_a_named_sibling(tmp_path):
     apply_edits(str(p), [Edit(str(p), "flash_attn", "fa2")], after={"flash_attn": "model_name_or_path"})
     assert p.read_text() == "### model\nmodel_name_or_path: m\nflash_attn: fa2\n\n### method\nstage: sft\n" \
                             "finetuning_type: lora\n"
+
+
+def test_rename_pairs_with_the_delete_whose_value_it_moves(tmp_path):
+    """Edits of several fixes merged for one file: [delete A, set N = B's value, delete B] renames B, not A."""
+    p = tmp_path / "c.yaml"
+    p.write_text("compute_dtype: bfloat16  # derived\nevaluation_strategy: steps  # old name\nx: 1\n")
+    apply_edits(str(p), [Edit(str(p), "compute_dtype", delete=True), Edit(str(p), "eval_strategy", "steps"),
+                         Edit(str(p), "evaluation_strategy", delete=True)])
+    assert p.read_text() == "eval_strategy: steps  # old name\nx: 1\n"
+    # without a value match the set pairs with the following delete (rules write [set new, delete old])
+    p.write_text("a: 1\nb: 2\nc: 3\n")
+    apply_edits(str(p), [Edit(str(p), "a", delete=True), Edit(str(p), "n", 9), Edit(str(p), "b", delete=True)])
+    assert p.read_text() == "n: 9\nc: 3\n"
 
 
 def test_unrelated_delete_and_insert_are_not_a_rename(tmp_path):
