@@ -332,7 +332,8 @@ class NvmlAdapter:
 
 def _unavailable_message(nv: Any, err: Exception) -> str:
     if isinstance(err, getattr(nv, "NVMLError_LibraryNotFound", ())):
-        return "no NVIDIA driver found (libnvidia-ml.so is missing): install the driver, or use --gpu SPEC / --from FILE"
+        return ("no NVIDIA driver found (libnvidia-ml.so is missing): install the driver, or use --gpu SPEC / "
+                "--from FILE")
     if isinstance(err, getattr(nv, "NVMLError_DriverNotLoaded", ())):
         return "the NVIDIA driver is not loaded (is this a GPU machine? try nvidia-smi); use --gpu SPEC / --from FILE"
     if isinstance(err, getattr(nv, "NVMLError_LibRmVersionMismatch", ())):
@@ -383,7 +384,7 @@ def hardware_from_snapshot(snap: Snapshot, env: dict[str, str] | None = None) ->
     cards = visible_cards(snap, env)
     if not cards:
         return None
-    units: list[tuple[str, float | None, bool | None, tuple[int, int] | None, float]] = []
+    units: list[tuple[str | None, float | None, bool | None, tuple[int, int] | None, float]] = []
     for c in cards:
         model = lookup(c.name) if c.name else None
         cc = c.compute_capability or (model.compute_capability if model else None)
@@ -399,13 +400,13 @@ def hardware_from_snapshot(snap: Snapshot, env: dict[str, str] | None = None) ->
             name = model.name
         elif c.total_bytes is not None:
             cap = (c.total_bytes - (c.reserved_bytes or 0)) / GIB
-            name = c.name or f"GPU {c.index}"
+            name = c.name
         else:
-            cap, name = None, c.name or f"GPU {c.index}"
+            cap, name = None, c.name
         units.append((name, cap, bf16, cc, used))
     smallest = min(units, key=lambda u: u[1] if u[1] is not None else float("inf"))
-    names = sorted({u[0] for u in units})
-    gpu = smallest[0] if len(names) == 1 else f"{smallest[0]} (mixed: {', '.join(names)})"
+    names = sorted({u[0] for u in units if u[0]})
+    gpu = smallest[0] if len(names) <= 1 else f"{smallest[0]} (mixed: {', '.join(names)})"
     return Hardware(gpu=gpu, num_gpus=len(units), capacity_gib=None if smallest[1] is None else round(smallest[1], 2),
                     bf16=all(u[2] for u in units) if all(u[2] is not None for u in units) else None,
                     source="nvml", compute_capability=smallest[3], nnodes=1,
