@@ -79,6 +79,7 @@ def runs() -> list[dict]:
     add("sft-qwen-llamatok-alpaca_demo-96", "llama", "sft", "alpaca_demo", template="qwen", cutoff_len=96)
     for ds in ("alpaca_lines", "alpaca_csv", "alpaca_parquet", "wrong_roles", "malformed_lines"):
         add(f"sft-qwen-{ds}-96", "qwen", "sft", ds, template="qwen", cutoff_len=96)
+    add("sft-qwen-alpaca_lines-4096", "qwen", "sft", "alpaca_lines", template="qwen", cutoff_len=4096)
     for ds in ("sharegpt_tools", "chat_roles"):
         add(f"sft-qwen-maskhist-{ds}-96", "qwen", "sft", ds, template="qwen", cutoff_len=96, mask_history=True)
     add("sft-chatglm3-maskhist-chat_roles-64", "llama", "sft", "chat_roles", template="chatglm3", cutoff_len=64,

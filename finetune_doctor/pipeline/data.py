@@ -76,7 +76,7 @@ def collect(cfg: dict[str, Any], config_path: str, *, cutoff_len: int | None = N
     ``error`` and a fatal ``dataset_info`` problem, unless `strict`, where it raises InputError (``doctor data``).
     """
     from finetune_doctor.analyzers import tokens as K
-    from finetune_doctor.readers.datasets import find_dataset_dir, resolve_datasets
+    from finetune_doctor.readers.datasets import DatasetDirNotFound, find_dataset_dir, resolve_datasets
 
     t0 = time.perf_counter()
     names = K._as_list(cfg.get("dataset"))
@@ -92,11 +92,13 @@ def collect(cfg: dict[str, Any], config_path: str, *, cutoff_len: int | None = N
             find_dataset_dir(dataset_dir, cwd=cwd, config_dir=config_dir)[1]
         specs, ddir = resolve_datasets(names, dataset_dir, cwd=cwd, config_dir=config_dir,
                                        cache_dir=cfg.get("cache_dir"), env=env)
+    except DatasetDirNotFound:
+        if strict:
+            raise
+        return None
     except InputError as err:
         if strict:
             raise
-        if "cannot find" in err.message:
-            return None
         return _error_facts(err.message, {"file": err.file, "line": err.line, "column": None, "key": None})
 
     settings = K.DataSettings.from_config(cfg, cutoff_len=cutoff_len, micro_batch=micro_batch)

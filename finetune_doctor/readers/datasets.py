@@ -44,6 +44,10 @@ DEFAULT_TAGS: dict[str, str | None] = {
 }
 
 
+class DatasetDirNotFound(InputError):
+    """No dataset_info.json where the config's ``dataset_dir`` points: the data is not on this machine."""
+
+
 @dataclass(frozen=True)
 class DatasetSpec:
     """One entry of ``dataset`` as LLaMA-Factory resolves it.
@@ -125,7 +129,7 @@ def find_dataset_dir(dataset_dir: str, *, cwd: str | None = None, config_dir: st
     if os.path.isabs(dataset_dir):
         if os.path.isfile(os.path.join(dataset_dir, DATA_CONFIG)):
             return dataset_dir, "absolute"
-        raise InputError(f"no {DATA_CONFIG} in dataset_dir {dataset_dir}", file=dataset_dir)
+        raise DatasetDirNotFound(f"no {DATA_CONFIG} in dataset_dir {dataset_dir}", file=dataset_dir)
     tried = []
     cwd = cwd or os.getcwd()
     cand = os.path.normpath(os.path.join(cwd, dataset_dir))
@@ -141,7 +145,7 @@ def find_dataset_dir(dataset_dir: str, *, cwd: str | None = None, config_dir: st
             tried.append(cand)
             if os.path.isfile(os.path.join(cand, DATA_CONFIG)):
                 return cand, "config"
-    raise InputError(f"cannot find {dataset_dir}/{DATA_CONFIG} (looked in: {', '.join(tried[:4])}"
+    raise DatasetDirNotFound(f"cannot find {dataset_dir}/{DATA_CONFIG} (looked in: {', '.join(tried[:4])}"
                      + (" …" if len(tried) > 4 else "") + ")", file=os.path.join(dataset_dir, DATA_CONFIG))
 
 
@@ -589,6 +593,7 @@ def _csv_chunks(path: str, first: int, n: int, left: int | None, raw: bool) -> I
         rows: list[dict[str, Any] | None] = []
         nums: list[int | None] = []
         errors: list[RowError] = []
+        _ = reader.fieldnames  # reads the header, so line_num counts it
         start = reader.line_num + 1
         try:
             for row in reader:
