@@ -125,7 +125,8 @@ def _fix(rule: Rule, ctx: RuleContext, ev: Evaluator, location: Location) -> Fix
             continue
         value = unwrap(ev.eval(e.value_expr)) if e.value_expr else e.value
         edits.append(Edit(doc.path, ev.render(e.key), value, e.delete))
-    if spec.edits and not edits:
-        return None   # every edit was conditional and none applies here: no prescription to show
-    return Fix(title=ev.render(spec.title), edits=tuple(edits), safety=spec.safety,
+    title = " ".join(ev.render(spec.title).split())
+    if not title or title == "None":
+        return None   # the rule's title is conditional and empty here: no prescription applies
+    return Fix(title=title, edits=tuple(edits), safety=spec.safety,
                cost=ev.render(spec.cost) if spec.cost else None)

@@ -76,10 +76,12 @@ def _key_facts(doc: ConfigDoc) -> dict[str, Any]:
         return {"keys": []}
     out = []
     for p in check_keys(doc.values):
-        d = {k: getattr(p, k, None) for k in ("key", "kind", "message", "suggestion", "replacement_key")}
+        d = {k: getattr(p, k, None) for k in ("key", "kind", "message", "suggestion", "replacement_key", "fix",
+                                               "fix_value", "condition")}
         d["replacement"] = d.pop("replacement_key")
         d["line"] = doc.line_of(p.key)
-        d["override"] = p.key in doc.overrides
+        d["override"] = p.key not in doc.positions and any(k == p.key or k.startswith(p.key + ".")
+                                                           for k in doc.overrides)
         out.append(d)
     return {"keys": out}
 
