@@ -355,8 +355,21 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
         "buffers": t.buffers,
     }
     expandable = run.world_size > 1  # llamafactory-cli sets expandable_segments for torchrun launches
-    reserve = peak * (RESERVE_EXPANDABLE if expandable else RESERVE_DEFAULT)
+    factor = 1 + (RESERVE_EXPANDABLE if expandable else RESERVE_DEFAULT)
+    reserve = peak * (factor - 1)
     rt = runtime_bytes(run, hw)
+    # The moments of a run in execution order. Optimizer states are created lazily inside the first optimizer
+    # step (torch.optim.AdamW._init_group), so step 1's forward has none; the first step adds them and its
+    # temporaries at once; from step 2 on, the forward pass carries them.
+    step1_loss = t.weights + t.buffers + t.live_params + t.activations + t.autocast_cache + t.logits + (
+        t.master if run.deepspeed else 0.0)
+    timeline = [("forward of step 1", step1_loss), ("backward of step 1", at_bwd_end - t.states - t.master
+                                                     + (t.master if run.deepspeed else 0.0)),
+                ("optimizer step of step 1", at_step), ("forward of step 2", at_loss), ("backward", at_bwd_end)]
+    first_oom = None
+    if hw is not None and hw.capacity_gib:
+        budget = (hw.capacity_gib - (max(hw.in_use_gib) if hw.in_use_gib else 0.0)) * GIB - rt
+        first_oom = next((name for name, b in timeline if b * factor > budget), None)
     total = peak + reserve + rt
     per_gpu = {k: v / GIB for k, v in comp.items()}
     per_gpu["runtime"] = (rt + reserve) / GIB
@@ -373,6 +386,8 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
                    "trainable_base": c.trainable_base, "expert_lora": c.expert_lora_params},
         "tokens_per_micro_batch": tokens if tokens is not None else run.tokens_per_micro_batch,
         "reserve_gib": reserve / GIB,
+        "first_oom": first_oom,
+        "moments_gib": {name: b / GIB for name, b in timeline},
         "runtime_gib": rt / GIB,
     }
     return MemoryEstimate(per_gpu=per_gpu, peak_allocated=peak / GIB, host=t.host / GIB, fits=fits,

@@ -116,6 +116,7 @@ def memory_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any) -> dict[str
     d["peak_allocated"] = mem.peak_allocated
     d["host"] = mem.host
     d["phase"] = mem.phase
+    d["first_oom"] = mem.details.get("first_oom")
     d["capacity_gib"] = hw.capacity_gib if hw else None
     d["host_ram_gib"] = hw.host_ram_gib if hw else None
     terms = mem.details.get("terms_bytes", {})
