@@ -395,3 +395,12 @@ def test_lint_command_and_safe_fix(tmp_path):
     r = lint()
     left = sorted(f["code"] for f in json.loads(r.stdout)["findings"])
     assert left == ["FD201", "FD201"]
+
+
+def test_duplicate_key_is_a_warning_without_fix(tmp_path):
+    p = tmp_path / "dup.json"
+    p.write_text('{\n  "train_micro_batch_size_per_gpu": "auto",\n  "gradient_accumulation_steps": "auto",\n'
+                 '  "zero_optimization": {"stage": 2},\n  "zero_optimization": {"stage": 3}\n}\n')
+    (f,) = judge(p, YAML_LF)
+    assert (f.code, f.location.key, f.location.line, f.fix) == ("FD207", "zero_optimization", 4, None)
+    assert "json.load keeps the last value" in f.message

@@ -316,7 +316,6 @@ VARIANTS = [
 ]
 
 
-@needs_hf
 def _parses(p: Path) -> bool:
     try:
         json.loads(p.read_text())
@@ -325,6 +324,7 @@ def _parses(p: Path) -> bool:
         return False
 
 
+@needs_hf
 @pytest.mark.parametrize("path", LF_EXAMPLES + CASE_JSONS + [p for p in sorted(FIX.glob("*.json")) if _parses(p)],
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 @pytest.mark.parametrize("vi", range(len(VARIANTS)))
