@@ -36,14 +36,14 @@ class Candidate:
     note: str
 
 
-def _ds_stage_edit(asm_ds: Any, stage: int) -> tuple[tuple[str, str, Any, bool], ...]:
-    if asm_ds is not None:
+def _ds_stage_edit(asm_ds: Any, stage: int, stock: bool = False) -> tuple[tuple[str, str, Any, bool], ...]:
+    if asm_ds is not None and not stock:
         return (("deepspeed", "zero_optimization.stage", stage, False),)
     # LLaMA-Factory ships these files (examples/deepspeed); the path is relative to the LLaMA-Factory root
     return (("config", "deepspeed", f"examples/deepspeed/ds_z{stage}_config.json", False),)
 
 
-def candidates(run: Any, ds: Any) -> list[Candidate]:
+def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
     """Remedies that apply to `run` (a run.Run)."""
     out: list[Candidate] = []
     if not run.gradient_checkpointing:
@@ -94,16 +94,25 @@ def candidates(run: Any, ds: Any) -> list[Candidate]:
             if new_stage > stage:
                 out.append(Candidate(f"DeepSpeed ZeRO-{new_stage}", "zero",
                                      (lambda s: lambda r: _to_zero(r, s))(new_stage),
-                                     _ds_stage_edit(ds, new_stage), 5 if new_stage == 2 else 15, False,
+                                     _ds_stage_edit(ds, new_stage, stock), 5 if new_stage == 2 else 15, False,
                                      "shards optimizer states and gradients" + (" and weights" if new_stage == 3 else "")
                                      + f" over {world} GPUs"))
     if run.deepspeed and run.zero_stage >= 2 and run.offload_optimizer is None:
-        out.append(Candidate("offload optimizer states to CPU", "offopt",
-                             lambda r: r.with_(offload_optimizer="cpu"),
-                             (("deepspeed", "zero_optimization.offload_optimizer.device", "cpu", False),
-                              ("deepspeed", "zero_optimization.offload_optimizer.pin_memory", True, False)),
-                             60, False, "Adam runs on the CPU; needs host RAM"))
-    if run.deepspeed and run.zero_stage == 3 and run.offload_param is None:
+        if stock:
+            # the user runs LLaMA-Factory's stock file: point at its offload sibling instead of editing it
+            both = run.zero_stage == 3
+            out.append(Candidate("offload optimizer states" + (" and parameters" if both else "") + " to CPU", "offopt",
+                                 (lambda b: lambda r: r.with_(offload_optimizer="cpu",
+                                                               offload_param="cpu" if b else r.offload_param))(both),
+                                 (("config", "deepspeed", f"examples/deepspeed/ds_z{run.zero_stage}_offload_config.json",
+                                   False),), 120 if both else 60, False, "Adam runs on the CPU; needs host RAM"))
+        else:
+            out.append(Candidate("offload optimizer states to CPU", "offopt",
+                                 lambda r: r.with_(offload_optimizer="cpu"),
+                                 (("deepspeed", "zero_optimization.offload_optimizer.device", "cpu", False),
+                                  ("deepspeed", "zero_optimization.offload_optimizer.pin_memory", True, False)),
+                                 60, False, "Adam runs on the CPU; needs host RAM"))
+    if run.deepspeed and run.zero_stage == 3 and run.offload_param is None and not stock:
         out.append(Candidate("offload parameters to CPU", "offpar", lambda r: r.with_(offload_param="cpu"),
                              (("deepspeed", "zero_optimization.offload_param.device", "cpu", False),
                               ("deepspeed", "zero_optimization.offload_param.pin_memory", True, False)),
@@ -138,12 +147,13 @@ def _to_zero(run: Any, stage: int) -> Any:
     return run.with_(**kw)
 
 
-def search(run: Any, hw: Any, ds: Any, budget_gib: float, estimate: Callable[[Any], float]) -> list[tuple]:
+def search(run: Any, hw: Any, ds: Any, budget_gib: float, estimate: Callable[[Any], float],
+           stock: bool = False) -> list[tuple]:
     """Edit sets of up to MAX_EDITS candidates whose estimate fits `budget_gib`, best first.
 
     Returns (candidates, total_gib) tuples; a set is dropped when one of its subsets already fits (minimality).
     """
-    cands = candidates(run, ds)
+    cands = candidates(run, ds, stock)
     fitting: list[tuple[tuple[Candidate, ...], float]] = []
     for k in range(1, MAX_EDITS + 1):
         for combo in itertools.combinations(cands, k):
@@ -185,7 +195,8 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
     in_use = max(hw.in_use_gib) if hw.in_use_gib else 0.0
     budget = hw.capacity_gib - in_use
     before = estimate(run, hw).total
-    found = search(run, hw, ctx.extra.get("ds"), budget, lambda r: estimate(r, hw).total)
+    found = search(run, hw, ctx.extra.get("ds"), budget, lambda r: estimate(r, hw).total,
+                   bool(ctx.extra.get("ds_stock")))
     if not found:
         return Fix(title="no combination of up to three standard remedies fits: use more or larger GPUs",
                    edits=(), safety="unsafe", effect={"total_gib_before": before, "total_gib_after": before})

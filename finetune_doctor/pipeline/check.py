@@ -86,14 +86,39 @@ def _key_facts(doc: ConfigDoc) -> dict[str, Any]:
     return {"keys": out}
 
 
-def _load_ds(doc: ConfigDoc, hw: Hardware | None, hidden: int | None) -> Any:
+STOCK_DS = Path(__file__).resolve().parent.parent / "catalog" / "lf_deepspeed"
+
+
+def stock_ds_file(value: Any) -> Path | None:
+    """LLaMA-Factory's stock DeepSpeed file that a ``deepspeed: examples/deepspeed/NAME.json`` value names."""
+    if not isinstance(value, str):
+        return None
+    norm = value.replace("\\", "/")
+    if "examples/deepspeed/" not in norm:
+        return None
+    cand = STOCK_DS / norm.rsplit("/", 1)[-1]
+    return cand if cand.is_file() else None
+
+
+def _load_ds(doc: ConfigDoc, hw: Hardware | None, hidden: int | None, notes: list[str]) -> tuple[Any, bool]:
+    """The DeepSpeed config and whether it is LLaMA-Factory's bundled stock copy (not the user's file)."""
     value = doc.values.get("deepspeed")
     if not value:
-        return None
+        return None, False
     from finetune_doctor.readers.dsconfig import load_ds_config
 
     world = hw.num_gpus if hw and hw.num_gpus else None
-    return load_ds_config(value, doc.path, doc.line_of("deepspeed"), doc.values, world, hidden)
+    line = doc.line_of("deepspeed")
+    try:
+        return load_ds_config(value, doc.path, line, doc.values, world, hidden), False
+    except InputError as err:
+        stock = stock_ds_file(value)
+        if stock is None or "not found" not in err.message:
+            if "not found" in err.message and "deepspeed" not in doc.overrides:
+                err.message += " (pass deepspeed=PATH after the config to point at it)"
+            raise
+    notes.append(f"{value} is not on disk here: read LLaMA-Factory's stock copy of it")
+    return load_ds_config(str(stock), doc.path, line, doc.values, world, hidden), True
 
 
 def model_facts(run: Any, counts: Any) -> dict[str, Any]:
@@ -169,14 +194,26 @@ def build_context(config: str, overrides: tuple[str, ...] | list[str], opts: Opt
     else:
         asm.notes.append("model_name_or_path is not set: memory not estimated")
 
-    ds = _load_ds(doc, hw, arch.hidden_size if arch else None)
+    try:
+        ds, stock = _load_ds(doc, hw, arch.hidden_size if arch else None, asm.notes)
+    except InputError as err:
+        if not static or "not found" not in err.message:
+            raise
+        # pre-commit runs from the repository root, not from where the run launches: a missing DeepSpeed file
+        # is a finding there (deepspeed-file-missing), not a failed lint
+        facts["ds_missing"] = {"value": doc.values.get("deepspeed"),
+                               "message": err.message.replace(" (pass deepspeed=PATH after the config to point at it)", "")}
+        ds, stock = None, False
     asm.ds = ds
+    asm.ctx.extra["ds_stock"] = stock
     if ds is not None:
         from finetune_doctor.readers.dsconfig import ds_facts
 
         facts["ds"] = ds_facts(ds)
-        if getattr(ds, "path", None):
-            sources["deepspeed"] = SourceDoc("deepspeed", str(ds.path), dict(getattr(ds, "positions", {}) or {}))
+        facts["ds"]["stock"] = stock
+        if getattr(ds, "path", None) and not stock:
+            sources["deepspeed"] = SourceDoc("deepspeed", _display_path(ds.path),
+                                             dict(getattr(ds, "positions", {}) or {}))
         if validate_ds and not static:
             # importing deepspeed costs ~3 s (it imports torch): only on request, so `check` stays under a second
             try:
@@ -216,6 +253,14 @@ def build_context(config: str, overrides: tuple[str, ...] | list[str], opts: Opt
         facts["run"] = {"stage": doc.values.get("stage") or "sft",
                         "finetuning_type": doc.values.get("finetuning_type") or "lora"}
     return asm
+
+
+def _display_path(p: Any) -> str:
+    """Paths as the user would type them: relative to the current directory when below it."""
+    try:
+        return os.path.relpath(str(p)) if not os.path.relpath(str(p)).startswith("..") else str(p)
+    except ValueError:
+        return str(p)
 
 
 def _data_facts(doc: ConfigDoc, config: str, opts: Options) -> dict[str, Any] | None:
@@ -273,8 +318,8 @@ def run_summary(asm: Assembly) -> dict[str, Any] | None:
 
 
 def inputs_of(asm: Assembly, **extra: Any) -> dict[str, Any]:
-    return {"config": asm.doc.path, "deepspeed": str(asm.ds.path) if asm.ds is not None and getattr(asm.ds, "path", None)
-            else None, "run_dir": None, **extra}
+    ds = _display_path(asm.ds.path) if asm.ds is not None and getattr(asm.ds, "path", None) else None
+    return {"config": asm.doc.path, "deepspeed": ds, "run_dir": None, **extra}
 
 
 def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool = False, scan_data: bool = True,
