@@ -1014,7 +1014,7 @@ def _nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: _Ctx, fp16: bool, l
     else:
         cause, text, fix = "unknown", "the cause is not visible in the logs read", "inspect the step"
     n["cause"] = cause
-    n["cause_text"] = text
+    n["cause_text"] = text.rstrip(".")
     n["fix_title"] = fix
     what = ("loss 0.0 with grad_norm nan" if n["hidden"] and nan["metric"] == "grad_norm" else
             f"{nan['metric']} {_fmt(nan['value'])}")
@@ -1038,10 +1038,12 @@ def _fp16(cx: _Ctx, on: bool, source: str | None, out: dict[str, Any]) -> dict[s
         evidence = ("the loss scale collapsed to its minimum and DeepSpeed aborted" if sc["trajectory"] == "abort"
                     else f"the loss scale fell to {_sfmt(sc['min'])} and kept falling after calibration")
         loc = sc["location"] or (sc["abort"] or {}).get("location")
-    elif out.get("nan") and out["nan"]["cause"] not in ("learning-rate", "environment", "overlap-comm", "late"):
+    elif out.get("lr_high") or out.get("grad_const") or (out.get("first_loss") or {}).get("abnormal"):
+        pass    # a stronger explanation of the NaN / zero loss exists: not evidence against fp16
+    elif out.get("nan") and out["nan"]["cause"] in ("from-start", "unknown", "fp16-range"):
         evidence = f"{out['nan']['what']} at {out['nan']['step_text']}"
         loc = out["nan"]["location"]
-    elif out.get("loss_zero"):
+    elif out.get("loss_zero") and not out.get("nan"):
         evidence = f"loss stuck at 0 from step {out['loss_zero']['start_step']}"
         loc = out["loss_zero"]["location"]
     confirmed = bool(on and mb and evidence)
@@ -1224,11 +1226,13 @@ def _oom(ooms: list[OomRecord], cx: _Ctx, P: float | None, world: int | None, tr
         when = "at an unknown step"
     elif phase in ("optimizer step", "optimizer set-up"):
         when = f"in the first {phase} (no training step was logged before it)"
+    elif phase == "optimizer":
+        when = "while allocating optimizer states (set-up or first step; no training step was logged before it)"
     else:
         when = "before any training step was logged"
     d["when_text"] = when
     s = f"CUDA out of memory {when}"
-    if phase and phase not in when:
+    if phase and phase not in when and phase != "optimizer":
         s += f" (phase: {phase})"
     if o.requested is not None:
         s += f": tried to allocate {gib_text(o.requested)}"
@@ -1249,7 +1253,9 @@ def _oom(ooms: list[OomRecord], cx: _Ctx, P: float | None, world: int | None, tr
                                                           if d["ranks"] else "") + "."
     d["summary"] = s
     d["advice"] = _oom_advice(phase, match, cx)
-    d["timeline_text"] = (f"OOM{' in the ' + phase if phase else ''}: tried to allocate {gib_text(o.requested)}"
+    d["timeline_text"] = (f"OOM{' in the ' + phase if phase and phase != 'optimizer' else ''}"
+                          f"{' allocating optimizer states' if phase == 'optimizer' else ''}: "
+                          f"tried to allocate {gib_text(o.requested)}"
                           + (f" on GPU {o.gpu}" if o.gpu is not None else "")
                           + (f" (= {match['formula']})" if match else ""))
     d["stage_text"] = ("ZeRO-" + str(cx.zero_stage())) if cx.zero_stage() is not None else None

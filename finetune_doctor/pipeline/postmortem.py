@@ -240,7 +240,38 @@ def _context(config: str | None, opts: Options, hw: Hardware | None, notes: list
     from finetune_doctor.pipeline.check import build_context
 
     placeholder = hw or Hardware(gpu=None, num_gpus=None, capacity_gib=None, bf16=None, source="none")
-    asm = build_context(config, (), opts, hw=placeholder, need_model=False)
+    try:
+        try:
+            asm = build_context(config, (), opts, hw=placeholder, need_model=False)
+        except InputError as err:
+            if "DeepSpeed" not in err.message:
+                raise
+            # the DeepSpeed JSON is gone or unreadable: keep the model, run and memory facts without it
+            asm = build_context(config, ("deepspeed=null",), opts, hw=placeholder, need_model=False)
+            from finetune_doctor.readers.yamlcfg import load_config
+
+            original = load_config(config, ()).values.get("deepspeed")
+            if isinstance(asm.ctx.facts.get("cfg"), dict):
+                asm.ctx.facts["cfg"] = {**asm.ctx.facts["cfg"], "deepspeed": original}   # what the YAML says
+            notes.append(f"DeepSpeed config not read ({err}); facts computed without it")
+    except InputError as err:
+        # a config that no longer resolves (a DeepSpeed JSON relative to another working directory, a moved
+        # model) must not stop the postmortem: diagnose from the evidence and the YAML keys alone
+        notes.append(f"config joined only in part ({err}); model, memory and DeepSpeed facts are missing")
+        from finetune_doctor.readers.yamlcfg import load_config
+
+        try:
+            doc = load_config(config, ())
+        except InputError as err2:
+            notes.append(f"config not read: {err2}")
+            return None
+        from finetune_doctor.engine.evaluate import RuleContext
+        from finetune_doctor.pipeline.check import Assembly
+
+        hwf = None if placeholder.source == "none" else {**placeholder.as_dict(), "host_ram_gib": placeholder.host_ram_gib}
+        ctx = RuleContext(facts={"cfg": doc.values, "run": None, "model": None, "mem": None, "ds": None, "hw": hwf},
+                          sources={"config": doc.source()})
+        return Assembly(doc=doc, ctx=ctx, hw=placeholder)
     notes.extend(asm.notes)
     return asm
 

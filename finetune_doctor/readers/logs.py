@@ -65,6 +65,7 @@ _TQDM = re.compile(rb"(\d+)/(\d+) \[[\d:]+<[\d:?]+,\s*[\d.?]+\s*(?:s/it|it/s)")
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _RANK = re.compile(r"^\[rank(\d+)\]:\s?")
+_RANK_ANY = re.compile(r"\[rank(\d+)\]:\s?")
 _SIZE = r"[\d.]+\s*(?:bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)"
 _UNITS = {"bytes": 1, "B": 1, "KiB": 1 << 10, "KB": 1 << 10, "MiB": 1 << 20, "MB": 1 << 20,
           "GiB": 1 << 30, "GB": 1 << 30, "TiB": 1 << 40, "TB": 1 << 40}
@@ -252,13 +253,20 @@ def _open_chunks(path: str, problems: list[str]) -> Iterator[bytes]:
 
 
 def looks_binary(sample: bytes) -> bool:
-    """True when a leading sample is not text: NUL bytes (not UTF-16) or mostly non-printable bytes."""
+    """True when a file's leading bytes are not text: a NUL or >10 % control bytes in the first 512 bytes
+    (an event file, a pickle, an image), or >30 % in the whole sample. UTF-16 and gzip are text here."""
     if not sample:
         return False
     if sample[:2] in (b"\xff\xfe", b"\xfe\xff") or sample[:2] == b"\x1f\x8b":
         return False
-    bad = sum(1 for c in sample if c < 9 or 13 < c < 32 or c == 127)
-    return bad > len(sample) * 0.1
+
+    def bad(b: bytes) -> int:
+        return sum(1 for c in b if c < 9 or 13 < c < 32 or c == 127)
+
+    head = sample[:512]
+    if b"\x00" in head or bad(head) > len(head) * 0.1:
+        return True
+    return bad(sample) > len(sample) * 0.3
 
 
 class _TextLogParser:
@@ -317,10 +325,10 @@ class _TextLogParser:
         """Parse one triggered line. Returns how many *extra* bytes after the line a parser consumed (0)."""
         text = _ANSI.sub("", text).strip("\r\n")
         rank = None
-        m = _RANK.match(text)
+        m = _RANK_ANY.search(text)   # "[rank3]: " starts the line, or follows a tqdm fragment on it
         if m:
             rank = int(m.group(1))
-            text = text[m.end():]
+            text = text[:m.start()] + text[m.end():] if m.start() else text[m.end():]
         self.items += 1
 
         if "out of memory" in text or "OutOfMemoryError" in text or "ALLOC_FAILED" in text \
@@ -751,7 +759,9 @@ def read_text_log(path: str) -> FileEvidence:
             pos = m.start()
             if pos + base_abs < skip_abs:
                 continue
-            ls = max(buf.rfind(b"\n", max(0, pos - MAX_LINE), pos), buf.rfind(b"\r", max(0, pos - MAX_LINE), pos)) + 1
+            lo = max(0, pos - MAX_LINE)
+            ls = max(buf.rfind(b"\n", lo, pos), buf.rfind(b"\r", lo, pos))
+            ls = ls + 1 if ls >= 0 else lo      # a longer line is cut to MAX_LINE before the hit
             le_n = buf.find(b"\n", pos, pos + MAX_LINE)
             le_r = buf.find(b"\r", pos, pos + MAX_LINE)
             cands = [x for x in (le_n, le_r) if x >= 0]

@@ -129,12 +129,12 @@ def read_event_file(path: str) -> FileEvidence:
             except tf_errors.OutOfRangeError:
                 break
             except tf_errors.DataLossError as err:
-                msg = str(err)
-                if "truncated" in msg:
+                msg = str(err)   # the stub's messages end with what failed; the path itself may contain any word
+                if "has truncated record in" in msg:
                     complete = False
                     problems.append(f"last record cut off at byte {offset} ({size - offset} bytes not read)")
                     break
-                nxt, what = _resync(pw, path, offset, header_ok="event crc" in msg)
+                nxt, what = _resync(pw, path, offset, header_ok=msg.endswith("failed event crc32 check"))
                 problems.append(what)
                 complete = False
                 if nxt is None or nxt >= size:
