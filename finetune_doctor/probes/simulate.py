@@ -150,7 +150,9 @@ def fake_patches(tracker: Any = None) -> Iterator[None]:
     2. ``nn.Module.to`` on modules holding FakeTensors: the default path swaps tensors
        (``torch.utils.swap_tensors``), which fails on fake parameters (REPORT.md §4 obstacle 2). A no-op when
        nothing changes; dtype changes are done by assigning ``param.data`` as LF's own upcast does.
-    3. FSDP2's ``alloc_storage`` / ``free_storage`` resize storages outside the dispatcher; the tracker is told.
+       ``copy.deepcopy`` of a FakeTensor copies it within its own fake mode (the default makes a new mode).
+    3. DTensor sharding propagation (shape inference on full-size fake arguments) is not counted.
+    4. FSDP2's ``alloc_storage`` / ``free_storage`` resize storages outside the dispatcher; the tracker is told.
     """
     torch = _torch()
     import transformers.masking_utils as mu
@@ -185,6 +187,21 @@ def fake_patches(tracker: Any = None) -> Iterator[None]:
 
     patch(torch.nn.Module, "to", safe_to)
 
+    def fake_deepcopy(self, memo):
+        # copy.deepcopy of a FakeTensor makes a tensor of a new FakeTensorMode, which cannot be mixed with the
+        # model's (peft's modules_to_save deep-copies embed_tokens / lm_head); copy within the same mode
+        if id(self) in memo:
+            return memo[id(self)]
+        with self.fake_mode:
+            new = torch.empty_like(self)
+        if getattr(self, "_is_param", False):
+            new = torch.nn.Parameter(new, requires_grad=self.requires_grad)
+        memo[id(self)] = new
+        return new
+
+    saved.append((FakeTensor, "__deepcopy__", FakeTensor.__dict__.get("__deepcopy__")))
+    FakeTensor.__deepcopy__ = fake_deepcopy
+
     if tracker is not None:
         try:
             from torch.distributed.fsdp._fully_shard import _fsdp_param, _fsdp_param_group
@@ -209,6 +226,19 @@ def fake_patches(tracker: Any = None) -> Iterator[None]:
                 tracker.track(self.all_gather_outputs, "weights")   # gathered parameters count as weights
 
             patch(_fsdp_param.FSDPParam, "init_all_gather_outputs", init_outputs)
+            from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+            orig_meta = ShardingPropagator._propagate_tensor_meta_non_cached
+
+            def meta(self, *args, **kwargs):
+                # shape propagation builds full-size fake arguments under the ambient fake mode; not memory
+                tracker.paused += 1
+                try:
+                    return orig_meta(self, *args, **kwargs)
+                finally:
+                    tracker.paused -= 1
+
+            patch(ShardingPropagator, "_propagate_tensor_meta_non_cached", meta)
             patch(_fsdp_param, "alloc_storage", alloc)
             patch(_fsdp_param, "free_storage", free)
             patch(_fsdp_param_group, "alloc_storage", alloc)
@@ -216,7 +246,10 @@ def fake_patches(tracker: Any = None) -> Iterator[None]:
         yield
     finally:
         for obj, name, value in reversed(saved):
-            setattr(obj, name, value)
+            if value is None and obj is FakeTensor:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, value)
 
 
 # ---- building the model ----------------------------------------------------------------------------------
@@ -467,10 +500,12 @@ def _install_segment_hooks(model: Any, tracker: Any, st: _StepState, trainable: 
         key = _layer_key(i, n)
 
         def pre(mod, args, key=key):
-            if st.phase == "fwd":
-                seg("fwd", *key)
+            if st.phase in ("fwd", "ref"):
+                seg(st.phase, *key)
 
         def post(mod, args, out, key=key, i=i):
+            if st.phase == "ref" and i == n - 1:
+                seg("ref", "head")
             if st.phase != "fwd":
                 return
             t = out[0] if isinstance(out, (tuple, list)) else out
@@ -479,7 +514,7 @@ def _install_segment_hooks(model: Any, tracker: Any, st: _StepState, trainable: 
             if i == 0 and args and torch.is_tensor(args[0]) and args[0].requires_grad:
                 args[0].register_hook(lambda g: (seg("bwd", "embed"), None)[1])
             if i == n - 1:
-                seg("fwd", "head")
+                seg(st.phase, "head")
 
         handles.append(layer.register_forward_pre_hook(pre))
         handles.append(layer.register_forward_hook(post))
@@ -487,8 +522,8 @@ def _install_segment_hooks(model: Any, tracker: Any, st: _StepState, trainable: 
     head = model.get_output_embeddings()
     if head is not None:
         def head_pre(mod, args):
-            if st.phase == "fwd":
-                seg("fwd", "logits")
+            if st.phase in ("fwd", "ref"):
+                seg(st.phase, "logits")
                 tracker.default_category = "logits"
         handles.append(head.register_forward_pre_hook(head_pre))
     return handles
@@ -558,7 +593,8 @@ def _batch(spec: ProbeSpec, vocab: int):
     return ids
 
 
-def _loss(model: Any, ids: Any, spec: ProbeSpec, ref: Any):
+def _loss(model: Any, ids: Any, spec: ProbeSpec, ref: Any, st: _StepState | None = None,
+          mark: Callable[..., None] | None = None):
     """Forward + loss as the LF trainer of `spec.stage` computes it."""
     torch = _torch()
     if spec.stage in ("dpo", "kto", "orpo", "simpo"):
@@ -568,6 +604,11 @@ def _loss(model: Any, ids: Any, spec: ProbeSpec, ref: Any):
         logps = torch.gather(logits[:, :-1].log_softmax(-1), 2, ids[:, 1:].unsqueeze(2)).squeeze(2).sum(-1)
         ref_logps = None
         if ref is not None or spec.finetuning_type in ("lora", "oft"):
+            # the reference forward is its own part of the step (segments keep its peak apart from the policy's)
+            if st is not None:
+                st.phase = "ref"
+            if mark is not None:
+                mark("ref", "embed")
             with torch.no_grad():
                 if ref is not None:
                     rl = ref(input_ids=ids).logits.to(torch.float32)
@@ -576,6 +617,10 @@ def _loss(model: Any, ids: Any, spec: ProbeSpec, ref: Any):
                         rl = model(input_ids=ids).logits.to(torch.float32)
                 ref_logps = torch.gather(rl[:, :-1].log_softmax(-1), 2, ids[:, 1:].unsqueeze(2)).squeeze(2).sum(-1)
                 del rl
+            if st is not None:
+                st.phase = "fwd"
+            if mark is not None:
+                mark("fwd", "loss")
         half = logps.shape[0] // 2 if spec.pairwise else logps.shape[0]
         diff = logps[:half] - logps[half:] if spec.pairwise else logps
         if ref_logps is not None:
@@ -727,6 +772,8 @@ def train_steps(prep: Prepared, spec: ProbeSpec, steps: int, tracker: Any, *, de
     torch = _torch()
     model, ref, trainable, opt, st = prep.model, prep.ref, prep.trainable, prep.opt, prep.state
     handles = _install_segment_hooks(model, tracker, st, trainable)
+    if ref is not None:
+        handles += _install_segment_hooks(ref, tracker, st, [])
     tracker.track(list(model.parameters()), "weights")
     tracker.track(list(model.buffers()), "buffers")
     if ref is not None:
@@ -751,7 +798,8 @@ def train_steps(prep: Prepared, spec: ProbeSpec, steps: int, tracker: Any, *, de
                 tracker.set_segment(step, micro, "fwd", "embed")
                 ctx = (torch.autocast(device_type, dtype=_dtype(autocast)) if autocast else contextlib.nullcontext())
                 with ctx:
-                    loss = _loss(model, ids, spec, ref)
+                    loss = _loss(model, ids, spec, ref, st,
+                                 lambda *pos: tracker.set_segment(st.step, st.micro, *pos))
                 # the trainer keeps only the loss: model outputs (logits) die when compute_loss returns
                 # (transformers Trainer.compute_loss / LF get_batch_loss_metrics)
                 st.phase = "bwd"
@@ -761,8 +809,8 @@ def train_steps(prep: Prepared, spec: ProbeSpec, steps: int, tracker: Any, *, de
                 if on_step is not None:
                     losses.append(loss.detach())
                 del loss, ids
-                tracker.set_segment(step, micro, "bwd", "end")
                 tracker.track([p.grad for p in trainable], "gradients")
+                tracker.set_segment(step, micro, "bwd", "end")
             st.phase = "opt"
             tracker.set_segment(step, 0, "opt")
             norm = None
@@ -957,14 +1005,15 @@ def _extrapolate(a: Peak, b: Peak, k: int, L: int) -> Peak:
 
 def _describe_segment(key: tuple, L: int) -> str:
     step, micro, phase = key[0], key[1], key[2]
-    where = {"fwd": "forward", "bwd": "backward", "opt": "optimizer step", "zero": "zero_grad"}.get(phase, phase)
+    where = {"fwd": "forward", "bwd": "backward", "opt": "optimizer step", "zero": "zero_grad",
+             "ref": "reference-model forward"}.get(phase, phase)
     pos = key[3:]
     if pos and pos[0] in ("b", "t"):
         i = pos[1] if pos[0] == "b" else L - 1 - pos[1]
         where += f", layer {i + 1} of {L}"
     elif pos:
         where += {"embed": ", embeddings", "head": ", final norm", "logits": ", logits and loss",
-                  "end": ", end", }.get(pos[0], f", {pos[0]}")
+                  "end": ", end", "loss": ", loss"}.get(pos[0], f", {pos[0]}")
     s = f"step {step}"
     if micro:
         s += f" (micro-batch {micro + 1})"

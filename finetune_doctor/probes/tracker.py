@@ -94,6 +94,7 @@ class _TrackerMixin:
         self.segment_peaks: dict[tuple, Peak] = {}
         self.default_category = "temp"
         self.events = 0
+        self.paused = 0
 
     def _size(self, nbytes: int) -> int:
         r = self.round_to
@@ -192,10 +193,10 @@ _DTENSOR = None
 _WAIT_TENSOR = None
 
 
-def _fake_active() -> bool:
+def _active_fake_mode():
     from torch._guards import active_fake_mode
 
-    return active_fake_mode() is not None
+    return active_fake_mode()
 
 
 def LiveBytesTracker(round_to: int = 1):  # noqa: N802 - a factory that returns an instance, named as a class
@@ -223,16 +224,27 @@ def LiveBytesTracker(round_to: int = 1):  # noqa: N802 - a factory that returns 
             def __init__(self, round_to: int = 1):
                 base.__init__(self)
                 self._init_books(round_to)
+                self._entry_fake = None
+
+            def __enter__(self):
+                self._entry_fake = _active_fake_mode()
+                return base.__enter__(self)
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 if _DTENSOR is not None and any(t is _DTENSOR for t in types):
                     # let DTensor desugar into local-shard ops first; they come back through this mode, so its
                     # temporaries are seen too (as MemTracker does, mem_tracker.py __torch_dispatch__)
                     return NotImplemented
-                if func is _WAIT_TENSOR and _fake_active():
+                fake = _active_fake_mode()
+                if func is _WAIT_TENSOR and fake is not None:
                     # the fake kernel of wait_tensor returns a new tensor; eager returns its input
                     return args[0]
                 out = func(*args, **(kwargs or {}))
+                if self.paused or fake is not self._entry_fake:
+                    # DTensor's sharding propagation runs ops under a (nested or the ambient) FakeTensorMode
+                    # to learn output shapes; they allocate nothing on the device. simulate.fake_patches pauses
+                    # the tracker around it; a different fake mode than at entry also marks it (MemTracker).
+                    return out
                 self.events += 1
                 changed = False
                 cat = self.default_category
