@@ -104,7 +104,27 @@ def exit_code(report: Any, fail_on: str) -> int:
     return 1 if any(SEVERITY_RANK.get(f.severity, 0) >= floor for f in report.findings) else 0
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class DoctorGroup(click.Group):
+    """click's usage errors as one line and exit 2, like every other bad input (DESIGN.md)."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        try:
+            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
+                              **extra)
+        except click.exceptions.UsageError as err:
+            cmd = f" {err.ctx.info_name}" if err.ctx is not None and err.ctx.parent is not None else ""
+            click.echo(f"doctor{cmd}: {err.format_message()} (see 'doctor{cmd} --help')", err=True)
+            sys.exit(2)
+        except click.exceptions.Abort:
+            click.echo("Aborted.", err=True)
+            sys.exit(1)
+        if isinstance(rv, int) and standalone_mode:
+            sys.exit(rv)
+        return rv
+
+
+@click.group(cls=DoctorGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="finetune-doctor")
 def main() -> None:
     """finetune-doctor: will a LLaMA-Factory run fit, why did it die, is the config sane."""

@@ -80,8 +80,8 @@ def _key_facts(doc: ConfigDoc) -> dict[str, Any]:
                                                "fix_value", "condition")}
         d["replacement"] = d.pop("replacement_key")
         d["line"] = doc.line_of(p.key)
-        d["override"] = p.key not in doc.positions and any(k == p.key or k.startswith(p.key + ".")
-                                                           for k in doc.overrides)
+        # a value given as key=value on the command line is judged there, whether or not the file has the key
+        d["override"] = any(k == p.key or k.startswith(p.key + ".") for k in doc.overrides)
         out.append(d)
     return {"keys": out}
 

@@ -31,7 +31,8 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple
     findings = judge(asm, opts, "estimate")
     sections: dict[str, Any] = {}
     if asm.memory is not None:
-        sections["breakdown"] = {"phase_gib": asm.memory.details.get("phase_gib"), "phase": asm.memory.phase,
+        sections["breakdown"] = {"moments_gib": asm.memory.details.get("moments_gib"), "phase": asm.memory.phase,
+                                 "first_oom": asm.memory.details.get("first_oom"),
                                  "params": asm.memory.details.get("params"),
                                  "tokens_per_micro_batch": asm.memory.details.get("tokens_per_micro_batch")}
     if sweeps:
