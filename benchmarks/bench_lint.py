@@ -1,0 +1,217 @@
+"""Speed of `doctor lint` against `yamllint -d relaxed` on the same files, measured in the same run.
+
+Corpus: 50 LLaMA-Factory training configs and their 50 DeepSpeed JSONs, generated into a temporary directory from
+the example configs LLaMA-Factory ships (fixtures/llamafactory/examples) with varied values (learning rate, cutoff,
+batch sizes, LoRA rank, precision flags, ZeRO stage, offload, bucket sizes), each YAML pointing at its own JSON.
+
+Timed, each as a fresh process the way pre-commit starts it (console scripts of this environment):
+* ``doctor lint <100 files>`` vs ``yamllint -d relaxed <100 files>``: median wall time of N runs each, runs
+  interleaved so that both see the same machine state; the ratio doctor/yamllint (goal, issue #6: <= 1.0).
+* ``doctor lint <one config>`` cold (a new interpreter each time): median wall time (goal: <= 0.15 s).
+
+Python is run with its bytecode cache available (as after ``pip install``, which compiles .pyc files), kept in a
+temporary PYTHONPYCACHEPREFIX and warmed once; a second table repeats the measurement with PYTHONDONTWRITEBYTECODE=1,
+the setting of this development sandbox, where every import is compiled from source on every run.
+Also checks with ``-X importtime`` that `doctor lint` imports no torch, transformers or deepspeed.
+Writes benchmarks/results/lint.md.
+
+Usage: python benchmarks/bench_lint.py [RUNS]   (default 7)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+EXAMPLES = ROOT / "fixtures" / "llamafactory" / "examples"
+BIN = Path(sys.executable).parent
+N_CONFIGS = 50
+
+
+def generate(out: Path, seed: int = 20261130) -> tuple[list[Path], list[Path]]:
+    """Write N_CONFIGS LF YAMLs + one DeepSpeed JSON each, varied from LF's examples; returns (yamls, jsons)."""
+    from finetune_doctor.fixer import render_edits
+    from finetune_doctor.types import Edit
+
+    rng = random.Random(seed)
+    bases = sorted(p for p in EXAMPLES.rglob("*.yaml")
+                   if "stage:" in p.read_text() and "megatron" not in str(p) and "ray" not in p.name)
+    ds_bases = sorted((EXAMPLES / "deepspeed").glob("ds_z*_config.json"))
+    yamls, jsons = [], []
+    for i in range(N_CONFIGS):
+        base = bases[i % len(bases)]
+        ds_base = ds_bases[i % len(ds_bases)]
+        ds_path = out / f"ds_{i:02d}.json"
+        ds_edits = [Edit(str(ds_path), "zero_optimization.stage", rng.choice([0, 1, 2, 3])),
+                    Edit(str(ds_path), "zero_optimization.overlap_comm", rng.choice([True, False])),
+                    Edit(str(ds_path), "zero_optimization.reduce_bucket_size", rng.choice(["auto", 5e8, 2e8]))]
+        ds_text, _ = render_edits(ds_base.read_text(), ds_edits, kind="json", path=str(ds_path))
+        ds_path.write_text(ds_text)
+        y_path = out / f"{base.stem}_{i:02d}.yaml"
+        edits = [Edit(str(y_path), "learning_rate", rng.choice([1e-5, 5e-5, 1e-4, 2e-4, 3e-4])),
+                 Edit(str(y_path), "cutoff_len", rng.choice([1024, 2048, 4096, 8192])),
+                 Edit(str(y_path), "per_device_train_batch_size", rng.choice([1, 2, 4])),
+                 Edit(str(y_path), "gradient_accumulation_steps", rng.choice([1, 4, 8, 16])),
+                 Edit(str(y_path), "deepspeed", ds_path.name),
+                 Edit(str(y_path), rng.choice(["bf16", "fp16"]), True)]
+        if "lora" in base.read_text():
+            edits.append(Edit(str(y_path), "lora_rank", rng.choice([8, 16, 64])))
+        y_text, _ = render_edits(base.read_text(), edits, kind="yaml", path=str(y_path))
+        y_path.write_text(y_text)
+        yamls.append(y_path)
+        jsons.append(ds_path)
+    return yamls, jsons
+
+
+def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int]:
+    t = time.perf_counter()
+    res = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
+    return time.perf_counter() - t, res.returncode
+
+
+def measure(files: list[Path], one: Path, env: dict[str, str], cwd: Path, runs: int) -> dict[str, object]:
+    doctor = [str(BIN / "doctor"), "lint", "--format", "concise", *map(str, files)]
+    yamllint = [str(BIN / "yamllint"), "-d", "relaxed", *map(str, files)]
+    single = [str(BIN / "doctor"), "lint", "--format", "concise", str(one)]
+    for cmd in (doctor, yamllint, single):  # warm the OS file cache (and the bytecode cache, when allowed)
+        timed(cmd, env, cwd)
+    t_doc, t_yl, t_one, codes = [], [], [], set()
+    for _ in range(runs):
+        for cmd, sink in ((doctor, t_doc), (yamllint, t_yl), (single, t_one)):
+            dt, rc = timed(cmd, env, cwd)
+            sink.append(dt)
+            if cmd is doctor:
+                codes.add(rc)
+    return {"doctor": statistics.median(t_doc), "yamllint": statistics.median(t_yl),
+            "single": statistics.median(t_one), "doctor_all": t_doc, "yamllint_all": t_yl, "single_all": t_one,
+            "exit_codes": sorted(codes)}
+
+
+def heavy_imports(one: Path, env: dict[str, str], cwd: Path) -> list[str]:
+    res = subprocess.run([sys.executable, "-X", "importtime", "-m", "finetune_doctor", "lint", str(one)],
+                         env=env, cwd=cwd, capture_output=True, text=True)
+    mods = {ln.split("|")[-1].strip() for ln in res.stderr.splitlines() if ln.startswith("import time:")}
+    return sorted(m for m in mods if m.split(".")[0] in ("torch", "transformers", "deepspeed"))
+
+
+def breakdown(yaml_path: Path, json_path: Path, reps: int = 15) -> dict[str, float]:
+    """In-process cost (median ms) of the pieces one linted config pays, to show where `doctor lint` spends time."""
+    import json as _json
+
+    from finetune_doctor.engine import loader
+    from finetune_doctor.readers import dsconfig, keyschema, yamlcfg
+
+    def med(fn) -> float:
+        out = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t) * 1e3)
+        return statistics.median(out)
+
+    def rules_cold() -> None:
+        loader._load_dir.cache_clear()
+        loader.load_rules()
+
+    def schema_cold() -> None:
+        keyschema.load_schema.cache_clear()
+        keyschema.load_schema()
+
+    text = json_path.read_text()
+    doc = yamlcfg.load_config(str(yaml_path))
+    return {
+        "rule pack parse (ruamel, pure Python), per process": med(rules_cold),
+        "key schema JSON load, per process": med(schema_cold),
+        "LF YAML read with positions (ruamel round-trip), per config": med(lambda: yamlcfg.load_config(str(yaml_path))),
+        "DeepSpeed JSON read with positions, per JSON": med(lambda: dsconfig.parse_ds_text(text, str(json_path))),
+        "DeepSpeed JSON json.loads alone, per JSON": med(lambda: _json.loads(text)),
+        "check_keys, per config": med(lambda: keyschema.check_keys(doc.values, env={})),
+    }
+
+
+def main() -> int:
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 7
+    work = Path(tempfile.mkdtemp(prefix="bench-lint-"))
+    pyc = Path(tempfile.mkdtemp(prefix="bench-lint-pyc-"))
+    try:
+        yamls, jsons = generate(work)
+        files = yamls + jsons
+        base_env = {**os.environ, "FINETUNE_DOCTOR_NO_NVML": "1", "NO_COLOR": "1"}
+        cached = {k: v for k, v in base_env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        cached["PYTHONPYCACHEPREFIX"] = str(pyc)
+        nocache = {**base_env, "PYTHONDONTWRITEBYTECODE": "1"}
+        nocache.pop("PYTHONPYCACHEPREFIX", None)
+        r_cached = measure(files, yamls[0], cached, work, runs)
+        r_nocache = measure(files, yamls[0], nocache, work, runs)
+        heavy = heavy_imports(yamls[0], cached, work)
+        parts = breakdown(yamls[0], jsons[0])
+        load = os.getloadavg()
+        # findings as a sanity check: the corpus is linted, not skipped
+        res = subprocess.run([str(BIN / "doctor"), "lint", "--format", "json", *map(str, files)], env=cached,
+                             cwd=work, capture_output=True, text=True)
+        report = json.loads(res.stdout) if res.stdout.strip().startswith("{") else {}
+        n_findings = len(report.get("findings", []))
+        skipped = len((report.get("skipped") or report.get("sections", {}).get("skipped") or []))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(pyc, ignore_errors=True)
+
+    def row(name: str, r: dict[str, object]) -> str:
+        ratio = r["doctor"] / r["yamllint"]
+        return (f"| {name} | {r['doctor']:.3f} | {r['yamllint']:.3f} | **{ratio:.2f}** | {r['single']:.3f} |")
+
+    import ruamel.yaml
+    import yamllint
+
+    ratio = r_cached["doctor"] / r_cached["yamllint"]
+    text = f"""# doctor lint speed
+
+`doctor lint` on {N_CONFIGS} LLaMA-Factory configs + their {len(jsons)} DeepSpeed JSONs ({len(files)} files, generated
+from LLaMA-Factory's example configs with varied values by `benchmarks/bench_lint.py`), against
+`yamllint -d relaxed` on the same files, in the same run. Median wall time of {runs} runs each (interleaved, after
+one warm-up run), each a fresh process started through the console script as pre-commit starts it.
+"one file cold": `doctor lint` on one config in a new interpreter.
+
+| Python bytecode | doctor lint, s | yamllint -d relaxed, s | ratio doctor/yamllint | one file cold, s |
+|---|---|---|---|---|
+{row("cached (as installed by pip)", r_cached)}
+{row("not written (PYTHONDONTWRITEBYTECODE=1, this sandbox)", r_nocache)}
+
+Goals (issue #6): ratio <= 1.0 -- **{'met' if ratio <= 1.0 else 'NOT met'}** ({ratio:.2f});
+one file cold <= 0.15 s -- **{'met' if r_cached['single'] <= 0.15 else 'NOT met'}** ({r_cached['single']:.3f} s).
+
+- doctor lint exit codes over the runs: {r_cached['exit_codes']} (1 = findings at error level); {n_findings} findings
+  reported for the corpus, {skipped} files skipped as not LLaMA-Factory/DeepSpeed.
+- heavy imports on the lint path (`python -X importtime -m finetune_doctor lint`): {heavy or 'none'}.
+- machine load average (1/5/15 min) at the end: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on {os.cpu_count()} CPUs
+  (other work ran on the same machine; the ratio is measured interleaved in the same run for that reason).
+- raw times (cached bytecode), doctor: {', '.join(f'{t:.3f}' for t in r_cached['doctor_all'])};
+  yamllint: {', '.join(f'{t:.3f}' for t in r_cached['yamllint_all'])};
+  one file: {', '.join(f'{t:.3f}' for t in r_cached['single_all'])}.
+- machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, yamllint
+  {getattr(yamllint, '__version__', '?')}, ruamel.yaml {ruamel.yaml.__version__}.
+
+Where the time goes (in-process, median ms):
+
+| piece | ms |
+|---|---|
+""" + "\n".join(f"| {k} | {v:.1f} |" for k, v in parts.items()) + "\n"
+    print(text)
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "lint.md").write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
