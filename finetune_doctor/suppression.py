@@ -145,6 +145,9 @@ def apply_suppressions_to_docs(findings: list[Finding], docs: Mapping[str, str],
     of the ``unused-suppression`` rule (when it is selected for ``opts.command``). Returns the findings to report,
     sorted. Findings in other files (a DeepSpeed JSON) pass through untouched.
     """
+    parsed = {path: sup for path, sup in ((p, parse_suppressions(t or "")) for p, t in docs.items()) if sup}
+    if not parsed:  # the common case: no suppression comment, nothing to load
+        return list(findings)
     from finetune_doctor.engine.evaluate import RuleContext, evaluate
     from finetune_doctor.engine.loader import load_rules, select_rules
 
@@ -159,12 +162,7 @@ def apply_suppressions_to_docs(findings: list[Finding], docs: Mapping[str, str],
 
     remaining = list(findings)
     unused_items: list[dict[str, Any]] = []
-    parsed: dict[str, Suppressions] = {}
-    for path, text in docs.items():
-        sup = parse_suppressions(text or "")
-        if not sup:
-            continue
-        parsed[path] = sup
+    for path, sup in parsed.items():
         mine = [f for f in remaining if _same_file(f.location.file, path)]
         others = [f for f in remaining if not _same_file(f.location.file, path)]
         kept, used = apply(mine, sup)
