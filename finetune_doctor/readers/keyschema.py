@@ -376,6 +376,7 @@ def _check_choice(key: str, value: Any, choices: list[Any],
         folded = {str(c).lower(): c for c in choices}
         if value.lower() in folded:
             fix = folded[value.lower()]
+            why = f" (choices are case-sensitive: {fix})"
         else:
             import difflib
 
