@@ -647,6 +647,29 @@ class SampleRecord:
                 self.source, self.target, self.total, self.labels, self.flags, self.pair)
 
 
+_CACHE_CHARS = 4096       # slot texts up to this length are remembered with their token count
+_CACHE_MAX = 20_000       # entries before the cache starts over (~3 MB: keys are hashes, not the texts)
+
+
+class _Texts:
+    """Slot texts of one chunk: each distinct text once (`unique`), and one reference per slot (`refs`)."""
+
+    __slots__ = ("unique", "refs", "_index")
+
+    def __init__(self) -> None:
+        self.unique: list[str] = []
+        self.refs: list[int] = []
+        self._index: dict[str, int] = {}
+
+    def add(self, s: str) -> int:
+        i = self._index.get(s)
+        if i is None:
+            i = self._index[s] = len(self.unique)
+            self.unique.append(s)
+        self.refs.append(i)
+        return len(self.refs) - 1
+
+
 class Encoder:
     """Turns rows into `SampleRecord` lengths for one template, tokenizer and set of data arguments."""
 
@@ -665,9 +688,18 @@ class Encoder:
                 if isinstance(s, str) and T.CONTENT not in s and "{{idx}}" not in s:
                     self.const[s] = counter.length(s)
         self.thought_n = counter.length(T.empty_thought(template)) if template.kind == "reasoning" else 0
+        # token counts of strings seen before: template constants, and (bounded) any slot text, because system
+        # prompts, tool lists and instructions repeat across samples and LF would encode them every time. Keyed
+        # by (hash, length) so that the texts themselves are not kept alive.
+        self.cache: dict[tuple[int, int], int] = {}
+        self._seed_cache()
         tail = T.eos_tail_slots(template, counter.eos)
         self.eos_tail = None if tail is None else sum(self._slot_fixed(s) for s in tail)
         self.no_eos = tail is None and not template.efficient_eos
+
+    def _seed_cache(self) -> None:
+        self.cache.clear()
+        self.cache.update({(hash(k), len(k)): v for k, v in self.const.items()})
 
     def _slot_fixed(self, s: Any) -> int:
         if isinstance(s, str):
@@ -688,7 +720,7 @@ class Encoder:
         records: list[SampleRecord] = []
         problems: list[tuple] = []
         jobs: list[tuple[SampleRecord, Any]] = []  # (record, plan) waiting for token counts
-        texts: list[str] = []
+        texts = _Texts()
         for i, row in enumerate(rows):
             rec = SampleRecord(first_index + i, lines[i] if i < len(lines) else None, OK)
             records.append(rec)
@@ -713,7 +745,14 @@ class Encoder:
             if plan is None:
                 continue
             jobs.append((rec, self._collect(plan, texts)))
-        lens = self.counter.lengths(texts)
+        ulens = self.counter.lengths(texts.unique)
+        cache = self.cache
+        if len(cache) > _CACHE_MAX:
+            self._seed_cache()
+        for text, n in zip(texts.unique, ulens):
+            if len(text) <= _CACHE_CHARS:
+                cache[(hash(text), len(text))] = n
+        lens = [ulens[i] for i in texts.refs]
         for rec, items in jobs:
             self._finish(rec, items, lens)
         return [r.as_tuple() for r in records], problems
@@ -750,29 +789,30 @@ class Encoder:
         msgs = prompt + response if len(response) == 1 else prompt + [{"role": "assistant", "content": ""}]
         return ("one", T.plan_oneturn(self.t, msgs, system, tools))
 
-    def _collect(self, plan: Any, texts: list[str]) -> Any:
-        """Replace each message's slots with (fixed token count, first text index, end text index)."""
+    def _collect(self, plan: Any, texts: "_Texts") -> Any:
+        """Replace each message's slots with (fixed token count, first ref, end ref) into `texts`."""
         if plan[0] == "pt":
-            texts.append(plan[1])
-            return ("pt", len(texts) - 1)
+            return ("pt", (0, texts.add(plan[1]), len(texts.refs)))
+
+        cache = self.cache
 
         def msgs(p: T.EncodePlan, only_last: bool = False) -> list[tuple[int, int, int]]:
             out = []
             seq = p.messages[-1:] if only_last else p.messages
             for slots in seq:
-                fixed, start = 0, len(texts)
+                fixed, start = 0, len(texts.refs)
                 for s in slots:
                     if isinstance(s, str):
                         if not s:
                             continue
-                        n = self.const.get(s)
+                        n = cache.get((hash(s), len(s)))
                         if n is None:
-                            texts.append(s)
+                            texts.add(s)
                         else:
                             fixed += n
                     else:
                         fixed += self._slot_fixed(s)
-                out.append((fixed, start, len(texts)))
+                out.append((fixed, start, len(texts.refs)))
             return out
 
         if plan[0] == "sft":
@@ -789,7 +829,7 @@ class Encoder:
 
         kind = items[0]
         if kind == "pt":
-            self._finish_pt(rec, lens[items[1]])
+            self._finish_pt(rec, L(items[1]))
         elif kind == "sft":
             ml = [L(m) for m in items[1]]
             pairs = []
@@ -1385,14 +1425,18 @@ def check_columns(spec: DatasetSpec, res: ScanResult, processor: str) -> None:
 
 def analyze_datasets(specs: list[DatasetSpec], settings: DataSettings, counter: Any, template: T.Template, *,
                      workers: int = 1, progress: Callable[[str, int, int], None] | None = None,
-                     chunk_rows: int = 1000) -> dict[str, Any]:
-    """Scan `specs` in order and return the ``data`` facts (shape documented in pipeline/data.py `collect`)."""
+                     chunk_rows: int = 1000, parallel_min_bytes: int = 4 << 20) -> dict[str, Any]:
+    """Scan `specs` in order and return the ``data`` facts (shape documented in pipeline/data.py `collect`).
+
+    Worker processes are used when the files hold at least `parallel_min_bytes` (starting them costs more than
+    scanning a few MB in-process, where ``encode_batch`` still uses every core).
+    """
     enc = Encoder(counter, template, settings)
     overall = DatasetAggregate("overall")
     entries: list[dict[str, Any]] = []
     problems: list[dict[str, Any]] = []
     partial_reasons: list[str] = []
-    small = sum(total_bytes(s) for s in specs if not s.unavailable) < (4 << 20)
+    small = sum(total_bytes(s) for s in specs if not s.unavailable) < parallel_min_bytes
     n_workers = 1 if small else max(1, workers)
     with Scanner(enc, settings, workers=n_workers, progress=progress) as scanner:
         for spec in specs:
