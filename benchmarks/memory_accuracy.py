@@ -52,6 +52,13 @@ def to_config(row: dict) -> dict | None:
         if m.startswith("qlora") or row["quant_bits"] in ("4", "8"):
             cfg["quantization_bit"] = int(row["quant_bits"] or 4)
     z = row["zero_stage"].strip("?")
+    if row["zero_stage"].endswith("?"):
+        # an uncertain stage: follow the row's own reading when its note names one ("likely ZeRO-3")
+        import re
+
+        m = re.search(r"likely ZeRO-(\d)", row["notes"])
+        if m:
+            z = m.group(1)
     if z in ("1", "2", "3"):
         cfg["_zero"] = int(z)
     return cfg
@@ -93,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         e_a = (est.peak_allocated - meas) / meas
         err_total.append(abs(e_t))
         err_alloc.append(abs(e_a))
-        table.append((r["model"], r["method"], r["seq_len"], r["num_gpus"], r["zero_stage"], meas, est.total,
+        table.append((r["model"], r["method"], r["seq_len"], r["num_gpus"],
+                      r["zero_stage"] + (f" → {zero}" if zero and r["zero_stage"].strip("?") != str(zero) else ""),
+                      meas, est.total,
                       est.peak_allocated, e_t))
     lines = ["# Memory accuracy vs published measurements", "",
              f"Baseline: `{Path(args.csv).name}` ({len(rows)} rows; {len(table)} expressible in LLaMA-Factory and in "
