@@ -597,7 +597,8 @@ def read_lf_args(path: Path) -> tuple[list[dict], dict, dict[str, list[str]]]:
             "overrides_transformers_field": a.get("overrides_transformers_field", False),
         })
     source = {"package": "llamafactory", "version": data.get("version"), "how": "reference",
-              "from": str(path), "commit": data.get("lf_commit"),
+              "from": "lf_args.json: LF's hparams recorded from git (reference/llamafactory; the same file is "
+                      "fixtures/lint/lf_args.reference.json)", "commit": data.get("lf_commit"),
               "transformers_requirement": data.get("transformers_requirement"),
               "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
     return fields, source, tf_avail
