@@ -1,0 +1,98 @@
+"""Fits/OOM outcome of the real cases that state their GPUs: predicted vs what happened.
+
+Baseline: the outcome each user reported (fixtures/cases/INDEX.md, "outcome" column), read into the table below
+with the reason for each label. A case whose config cannot be sized (no model, or a `<size>` placeholder, or a
+model outside LLaMA-Factory) counts as a miss in the strict score and is listed apart in the expressible score.
+Runs each case as tests/casekit.py lays it out, with the GPUs of expected.yaml. Writes
+benchmarks/results/case_outcomes.md.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+os.environ.setdefault("FINETUNE_DOCTOR_NO_NVML", "1")
+
+from casekit import CASES, lay_out  # noqa: E402
+from ruamel.yaml import YAML  # noqa: E402
+
+from finetune_doctor.errors import InputError  # noqa: E402
+from finetune_doctor.pipeline.check import build_context  # noqa: E402
+from finetune_doctor.settings import Options  # noqa: E402
+
+# case -> (actual outcome, why that label), for every memory case whose GPUs are stated (INDEX.md)
+OUTCOMES = {
+    "001": ("oom", "OOM yes (12.94 GiB alloc)"),
+    "002": ("oom", "OOM at the first Adam step"),
+    "004": ("oom", "OOM yes"),
+    "005": ("oom", "OOM yes; needs 3x80G ZeRO-2"),
+    "008": ("oom", "near-OOM on all GPUs; ZeRO-3 was needed"),
+    "010": ("oom", "OOM + uneven use"),
+    "011": ("oom", "OOM at trainer init on GPU0"),
+    "013": ("oom", "OOM at cutoff 102400"),
+    "014": ("oom", "OOM yes"),
+    "016": ("oom", "OOM yes"),
+    "017": ("oom", "OOM above 6k (config asks 12288)"),
+    "019": ("oom", "OOM mid-run"),
+    "020": ("oom", "OOM yes"),
+    "023": ("oom", "OOM yes"),
+    "025": ("oom", "OOM at step ~129"),
+    "026": ("oom", "OOM yes; 4-bit fixes"),
+    "028": ("oom", "OOM at the first optimizer step"),
+    "029": ("oom", "OOM yes"),
+    "031": ("fits", "the config is the working run (ZeRO-3 offload, mbs 1, < 2048)"),
+    "032": ("fits", "fits on A100-40G with offload"),
+    "034": ("oom", "OOM (TRL, fp32 load)"),
+    "035": ("oom", "OOM on GPU0"),
+    "037": ("oom", "OOM often (multimodal imbalance)"),
+    "038": ("fits", "fits at 35-39 GB"),
+    "040": ("oom", "slightly over 24 GB"),
+}
+
+
+def main() -> int:
+    expected = YAML(typ="safe").load((CASES / "expected.yaml").read_text())
+    rows, right, expressible, right_expr = [], 0, 0, 0
+    for case, (actual, why) in OUTCOMES.items():
+        exp = expected[case]
+        with tempfile.TemporaryDirectory() as t:
+            cfg = lay_out(case, Path(t))
+            cwd = os.getcwd()
+            os.chdir(t)
+            try:
+                asm = build_context(str(cfg), (), Options(command="check", paths=(str(cfg),), gpu=str(exp["gpu"]) if exp.get("gpu") else None,
+                                                          nnodes=exp.get("nnodes")))
+                mem = asm.memory
+                pred = None if mem is None or mem.fits is None else ("fits" if mem.fits else "oom")
+                detail = "-" if mem is None else f"{mem.total:.1f} / {asm.hw.capacity_gib:.1f} GiB" if asm.hw else f"{mem.total:.1f} GiB"
+            except InputError as err:
+                pred, detail = None, f"not sized: {err.message[:60]}"
+            finally:
+                os.chdir(cwd)
+        ok = pred == actual
+        right += ok
+        if pred is not None:
+            expressible += 1
+            right_expr += ok
+        rows.append(f"| {case} | {exp.get('gpu') or 'n/a'} | {actual} | {pred or 'n/a'} | {'✓' if ok else '✗'} | {detail} | {why} |")
+    n = len(OUTCOMES)
+    text = "\n".join([
+        "# Fits/OOM outcome of the real cases that state their GPUs", "",
+        "| case | GPUs | reported | predicted | right | predicted total / capacity | reported outcome |",
+        "|---|---|---|---|---|---|---|", *rows, "",
+        f"Strict score (a case that cannot be sized counts as wrong): **{right}/{n} = {right / n:.0%}**.",
+        f"Among the {expressible} cases that can be sized: {right_expr}/{expressible} = "
+        f"{right_expr / max(expressible, 1):.0%}.", ""])
+    print(text)
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "case_outcomes.md").write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
