@@ -217,6 +217,7 @@ def probe(config: str, overrides: tuple[str, ...], mode: str, steps: int, force:
 
 
 @main.command()
+@click.argument("files", nargs=-1, type=click.Path())
 @click.option("--watch", type=float, default=None, help="Refresh every SECONDS (live view).")
 @click.option("--record", type=click.Path(dir_okay=False), default=None, help="Append samples to a CSV or JSONL file.")
 @click.option("--interval", type=float, default=1.0, help="Seconds between recorded samples.")
@@ -225,9 +226,13 @@ def probe(config: str, overrides: tuple[str, ...], mode: str, steps: int, force:
 @click.option("--config", "config", type=click.Path(), default=None, help="The run's YAML, to rank likely causes.")
 @common_options
 @_guard
-def gpus(watch: float | None, record: str | None, interval: float, count: int | None,
+def gpus(files: tuple[str, ...], watch: float | None, record: str | None, interval: float, count: int | None,
          from_files: tuple[str, ...], config: str | None, **kw: Any) -> None:
-    """Live per-card memory via NVML; imbalance and foreign processes."""
+    """Live per-card memory via NVML; imbalance and foreign processes.
+
+    FILES (or --from FILE, repeatable) read recorded nvidia-smi CSV/text or `--record` files instead of NVML,
+    several nodes together: `doctor gpus --from node0.jsonl node1.jsonl`."""
+    from_files = tuple(from_files) + tuple(files)
     from finetune_doctor.pipeline import gpus as pipe
 
     opts = _options(command="gpus", paths=list(from_files) or ["."], **kw)

@@ -171,7 +171,8 @@ def search(run: Any, hw: Any, ds: Any, budget_gib: float, estimate: Callable[[An
     return fitting
 
 
-def _fix_of(combo: tuple[Candidate, ...], total: float, before: float, ctx: RuleContext) -> Fix:
+def _fix_of(combo: tuple[Candidate, ...], total: float, before: float, ctx: RuleContext,
+            host_after: float | None = None) -> Fix:
     edits = []
     for c in combo:
         for role, key, value, delete in c.edits:
@@ -179,9 +180,11 @@ def _fix_of(combo: tuple[Candidate, ...], total: float, before: float, ctx: Rule
             path = doc.path if doc else (ctx.sources["config"].path if role == "config" else role)
             edits.append(Edit(path, key, value, delete))
     cost = "; ".join(f"{c.label}: {c.note}" + (f" (~{c.cost:.0f}% slower)" if c.cost else "") for c in combo)
+    effect = {"total_gib_before": before, "total_gib_after": total}
+    if host_after is not None and any(c.group in ("offopt", "offpar") for c in combo):
+        cost += f"; host RAM per node ≈ {host_after:.0f} GiB"
     return Fix(title=" + ".join(c.label for c in combo), edits=tuple(edits),
-               safety="unsafe" if any(c.unsafe for c in combo) else "safe",
-               effect={"total_gib_before": before, "total_gib_after": total}, cost=cost)
+               safety="unsafe" if any(c.unsafe for c in combo) else "safe", effect=effect, cost=cost)
 
 
 @planner("oom-remedies")
@@ -200,7 +203,13 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
     if not found:
         return Fix(title="no combination of up to three standard remedies fits: use more or larger GPUs",
                    edits=(), safety="unsafe", effect={"total_gib_before": before, "total_gib_after": before})
-    fixes = [_fix_of(combo, total, before, ctx) for combo, total in found[:SHOWN]]
+    def host_of(combo: tuple[Candidate, ...]) -> float:
+        r = run
+        for c in combo:
+            r = c.apply(r)
+        return estimate(r, hw).host
+
+    fixes = [_fix_of(combo, total, before, ctx, host_of(combo)) for combo, total in found[:SHOWN]]
     best = fixes[0]
     from dataclasses import replace
 
