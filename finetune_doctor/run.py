@@ -271,7 +271,10 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
     if arch.model_type == "gemma3n":
         gc = False
 
-    pairwise = stage in ("dpo", "rm", "orpo", "simpo") or (stage == "dpo")
+    # rm/dpo batches hold chosen + rejected (PairwiseDataCollatorWithPadding); KTO batches hold the targets and
+    # their KL counterparts (KTODataCollatorWithPadding): both double the sequences per micro-batch. ORPO and
+    # SimPO are pref_loss values of stage dpo, not stages.
+    pairwise = stage in ("dpo", "rm", "kto")
     pref_loss = str(cfg.get("pref_loss") or "sigmoid")
     ref_model = stage in ("dpo", "kto") and ft in ("full", "freeze") and pref_loss not in ("orpo", "simpo") \
         and not cfg.get("ref_model")
