@@ -401,18 +401,26 @@ def _quantize_standin(model: Any, spec: ProbeSpec, notes: list[str]) -> None:
     bits = spec.quantization_bit
     cdt = _dtype(spec.compute_dtype if spec.compute_dtype in ("bfloat16", "float16") else "bfloat16")
 
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    def _dequantized(shape, like):
+        w = torch.empty(shape, dtype=like.dtype, device=like.device)
+        if not isinstance(like, FakeTensor):
+            w.normal_(0.0, 0.02)   # real runs (gpu probe, CPU tests) need finite values, not the packed codes
+        return w
+
     class _Dequant(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x, packed, shape):
             ctx.shape = shape
             ctx.save_for_backward(packed)
-            w = torch.empty(shape, dtype=x.dtype, device=x.device)   # dequantized weight (transient)
+            w = _dequantized(shape, x)   # dequantized weight (transient)
             return torch.nn.functional.linear(x, w)
 
         @staticmethod
         def backward(ctx, g):
             (packed,) = ctx.saved_tensors
-            w = torch.empty(ctx.shape, dtype=g.dtype, device=g.device)
+            w = _dequantized(ctx.shape, g)
             return g @ w, None, None
 
     class QuantLinear(torch.nn.Linear):
@@ -519,7 +527,7 @@ def _install_segment_hooks(model: Any, tracker: Any, st: _StepState, trainable: 
         handles.append(layer.register_forward_pre_hook(pre))
         handles.append(layer.register_forward_hook(post))
 
-    head = model.get_output_embeddings()
+    head = getattr(model, "module", model).get_output_embeddings()   # DDP wraps the model in .module
     if head is not None:
         def head_pre(mod, args):
             if st.phase in ("fwd", "ref"):
@@ -613,7 +621,7 @@ def _loss(model: Any, ids: Any, spec: ProbeSpec, ref: Any, st: _StepState | None
                 if ref is not None:
                     rl = ref(input_ids=ids).logits.to(torch.float32)
                 else:
-                    with model.disable_adapter():
+                    with getattr(model, "module", model).disable_adapter():
                         rl = model(input_ids=ids).logits.to(torch.float32)
                 ref_logps = torch.gather(rl[:, :-1].log_softmax(-1), 2, ids[:, 1:].unsqueeze(2)).squeeze(2).sum(-1)
                 del rl

@@ -1,0 +1,80 @@
+"""Text rendering of ``sections["probe"]`` (pipeline/probe.py `section_data`).
+
+A header line (how the run was probed and where its peak is), a table of the peak's tensor bytes by category in
+GiB (simulate) or of each rank's measured allocated / reserved / device memory (gpu), a table of the fixes the
+probe confirmed (before → after GiB per GPU), then the probe's notes (what was modelled rather than run).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+_ORDER = ("weights", "buffers", "gradients", "optimizer", "activations", "logits", "temp", "inputs")
+
+
+def _g(x: Any, nd: int = 2) -> str:
+    return "-" if x is None else (f"{x:.{nd}f}" if isinstance(x, (int, float)) else str(x))
+
+
+def render(data: dict[str, Any]) -> Any:
+    """A rich renderable for the probe section; tolerates missing keys (older or partial payloads)."""
+    res = data.get("result") or {}
+    parts: list[Any] = []
+    by = data.get("by") or "?"
+    head = f"{by}: {data.get('spec') or ''}".rstrip(": ")
+    if by == "simulate":
+        depth = res.get("depth") or []
+        how = (f"{depth[0]} and {depth[1]} layers extrapolated to {res.get('num_layers')}" if len(depth) == 2
+               else f"{res.get('num_layers')} layers")
+        head += f" · {how} · {res.get('steps')} steps · {_g(res.get('wall_s'), 1)} s"
+        if res.get("world_size", 1) > 1:
+            head += f" · rank {res.get('rank', 0)} of {res.get('world_size')}"
+    parts.append(Text(head, style="bold"))
+    if by == "simulate":
+        t = Table(title=f"tensor peak {_g(res.get('peak_allocated_gib'))} GiB at {res.get('segment', '?')}",
+                  title_justify="left", pad_edge=False)
+        t.add_column("category")
+        t.add_column("GiB", justify="right")
+        t.add_column("of which analytic", justify="right")
+        cats = res.get("by_category_gib") or {}
+        ana = res.get("analytic_gib") or {}
+        for c in _ORDER:
+            if cats.get(c) or ana.get(c):
+                t.add_row(c, _g(cats.get(c)), _g(ana.get(c)) if ana.get(c) else "")
+        t.add_row(Text("total per GPU", style="bold"), Text(_g(data.get("total_gib")), style="bold"), "")
+        parts.append(t)
+    elif by == "gpu":
+        t = Table(title="measured per rank (GiB)", title_justify="left", pad_edge=False)
+        for col in ("rank", "max allocated", "max reserved", "device used"):
+            t.add_column(col, justify="right")
+        alloc = res.get("peak_allocated_gib") or []
+        resv = res.get("peak_reserved_gib") or []
+        used = res.get("device_used_gib") or []
+        for i, a in enumerate(alloc):
+            t.add_row(str(i), _g(a), _g(resv[i] if i < len(resv) else None), _g(used[i] if i < len(used) else None))
+        parts.append(t)
+        steps = res.get("steps")
+        ok = res.get("nan_free_steps")
+        style = "green" if res.get("finite") else "red"
+        parts.append(Text(f"{ok}/{steps} steps with finite loss and gradient norm", style=style))
+        if res.get("error"):
+            parts.append(Text(str(res["error"]), style="red"))
+    fixes = data.get("fixes") or []
+    if fixes:
+        t = Table(title="fixes confirmed", title_justify="left", pad_edge=False)
+        t.add_column("finding")
+        t.add_column("fix", overflow="fold")
+        t.add_column("by")
+        t.add_column("before → after GiB", justify="right")
+        for f in fixes:
+            ba = "-" if f.get("before_gib") is None else f"{_g(f.get('before_gib'), 1)} → {_g(f.get('after_gib'), 1)}"
+            t.add_row(f"{f.get('code', '')} {f.get('name', '')}".strip(), f.get("title") or "", f.get("by") or "-",
+                      ba)
+        parts.append(t)
+    for n in res.get("notes") or []:
+        parts.append(Text(f"· {n}", style="dim"))
+    return Group(*parts)
