@@ -80,22 +80,31 @@ def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int]:
     return time.perf_counter() - t, res.returncode
 
 
-def measure(files: list[Path], one: Path, env: dict[str, str], cwd: Path, runs: int) -> dict[str, object]:
+def measure(files: list[Path], one: Path, envs: dict[str, dict[str, str]], cwd: Path,
+            runs: int) -> dict[str, dict[str, object]]:
+    """Median wall times per environment; every command of every environment runs once per round, interleaved."""
     doctor = [str(BIN / "doctor"), "lint", "--format", "concise", *map(str, files)]
     yamllint = [str(BIN / "yamllint"), "-d", "relaxed", *map(str, files)]
     single = [str(BIN / "doctor"), "lint", "--format", "concise", str(one)]
-    for cmd in (doctor, yamllint, single):  # warm the OS file cache (and the bytecode cache, when allowed)
-        timed(cmd, env, cwd)
-    t_doc, t_yl, t_one, codes = [], [], [], set()
+    cmds = {"doctor": doctor, "yamllint": yamllint, "single": single}
+    times = {name: {c: [] for c in cmds} for name in envs}
+    codes: set[int] = set()
+    for env in envs.values():  # warm the OS file cache (and the bytecode cache, when allowed)
+        for cmd in cmds.values():
+            timed(cmd, env, cwd)
     for _ in range(runs):
-        for cmd, sink in ((doctor, t_doc), (yamllint, t_yl), (single, t_one)):
-            dt, rc = timed(cmd, env, cwd)
-            sink.append(dt)
-            if cmd is doctor:
-                codes.add(rc)
-    return {"doctor": statistics.median(t_doc), "yamllint": statistics.median(t_yl),
-            "single": statistics.median(t_one), "doctor_all": t_doc, "yamllint_all": t_yl, "single_all": t_one,
-            "exit_codes": sorted(codes)}
+        for name, env in envs.items():
+            for c, cmd in cmds.items():
+                dt, rc = timed(cmd, env, cwd)
+                times[name][c].append(dt)
+                if c == "doctor":
+                    codes.add(rc)
+    out: dict[str, dict[str, object]] = {}
+    for name, t in times.items():
+        out[name] = {c: statistics.median(v) for c, v in t.items()}
+        out[name].update({f"{c}_all": v for c, v in t.items()})
+        out[name]["exit_codes"] = sorted(codes)
+    return out
 
 
 def heavy_imports(one: Path, env: dict[str, str], cwd: Path) -> list[str]:
@@ -152,8 +161,8 @@ def main() -> int:
         cached["PYTHONPYCACHEPREFIX"] = str(pyc)
         nocache = {**base_env, "PYTHONDONTWRITEBYTECODE": "1"}
         nocache.pop("PYTHONPYCACHEPREFIX", None)
-        r_cached = measure(files, yamls[0], cached, work, runs)
-        r_nocache = measure(files, yamls[0], nocache, work, runs)
+        res_all = measure(files, yamls[0], {"cached": cached, "nocache": nocache}, work, runs)
+        r_cached, r_nocache = res_all["cached"], res_all["nocache"]
         heavy = heavy_imports(yamls[0], cached, work)
         parts = breakdown(yamls[0], jsons[0])
         load = os.getloadavg()
@@ -179,8 +188,9 @@ def main() -> int:
 
 `doctor lint` on {N_CONFIGS} LLaMA-Factory configs + their {len(jsons)} DeepSpeed JSONs ({len(files)} files, generated
 from LLaMA-Factory's example configs with varied values by `benchmarks/bench_lint.py`), against
-`yamllint -d relaxed` on the same files, in the same run. Median wall time of {runs} runs each (interleaved, after
-one warm-up run), each a fresh process started through the console script as pre-commit starts it.
+`yamllint -d relaxed` on the same files, in the same run. Median wall time of {runs} rounds (in each round every
+command of both rows runs once, interleaved; one warm-up round first), each a fresh process started through the
+console script as pre-commit starts it.
 "one file cold": `doctor lint` on one config in a new interpreter.
 
 | Python bytecode | doctor lint, s | yamllint -d relaxed, s | ratio doctor/yamllint | one file cold, s |
