@@ -11,6 +11,7 @@ lets a condition test ``ds.zero_optimization.offload_param.device == 'cpu'`` wit
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any, Iterable, Mapping
 
 from simpleeval import EvalWithCompoundTypes
@@ -152,7 +153,21 @@ def _operators() -> dict:
     # a missing fact is NULL (so that `a.b.c` never raises); `is None` must still see it as None
     ops[ast.Is] = lambda a, b: _norm_null(a) is _norm_null(b)
     ops[ast.IsNot] = lambda a, b: _norm_null(a) is not _norm_null(b)
+    # An ordering between values of the wrong types (a quoted "5e-6" against a float) is not true: the value's
+    # type is reported by invalid-value, and one mistyped key must not stop every other rule.
+    for node, fn in ((ast.Lt, operator.lt), (ast.Gt, operator.gt), (ast.LtE, operator.le), (ast.GtE, operator.ge)):
+        ops[node] = _ordering(fn)
     return ops
+
+
+def _ordering(fn: Any) -> Any:
+    def compare(a: Any, b: Any) -> bool:
+        try:
+            return fn(a, b)
+        except TypeError:
+            return False
+
+    return compare
 
 
 _OPS = _operators()

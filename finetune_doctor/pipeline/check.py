@@ -336,7 +336,7 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool =
     if fix or unsafe_fixes:
         from finetune_doctor.pipeline.fixing import apply_fixes
 
-        notes.extend(apply_fixes(findings, unsafe=unsafe_fixes))
+        notes.extend(apply_fixes(findings, unsafe=unsafe_fixes, texts={asm.doc.path: asm.doc.text}))
     return Report(command="check", inputs=inputs_of(asm), findings=tuple(findings), run=run_summary(asm),
                   hardware=asm.hw, memory=asm.memory, sections=sections, notes=tuple(notes))
 

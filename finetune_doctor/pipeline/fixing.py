@@ -32,8 +32,12 @@ def collect_edits(findings: list[Finding], unsafe: bool) -> tuple[dict[str, list
     return {k: list(v.values()) for k, v in per_file.items()}, skipped
 
 
-def apply_fixes(findings: list[Finding], *, unsafe: bool = False, dry_run: bool = False) -> list[str]:
-    """Write (or, with `dry_run`, diff) the fixes; returns human notes (what was written, or the diff)."""
+def apply_fixes(findings: list[Finding], *, unsafe: bool = False, dry_run: bool = False,
+                texts: dict[str, str] | None = None) -> list[str]:
+    """Write (or, with `dry_run`, diff) the fixes; returns human notes (what was written, or the diff).
+
+    `texts` maps a path to the text the findings were computed from: a file that changed since is left alone.
+    """
     from finetune_doctor.fixer import apply_edits, diff_edits
 
     per_file, notes = collect_edits(findings, unsafe)
@@ -46,9 +50,13 @@ def apply_fixes(findings: list[Finding], *, unsafe: bool = False, dry_run: bool 
             if d:
                 notes.append(d)
             continue
-        text = Path(path).read_text(encoding="utf-8")
+        text = (texts or {}).get(path)
+        if text is None:
+            text = Path(path).read_text(encoding="utf-8")
         result = apply_edits(path, edits, expect_text=text)
-        changed = getattr(result, "changed", True)
-        if changed:
-            notes.append(f"fixed {path}: " + ", ".join(e.key for e in edits))
+        if result.stale:
+            notes.append(f"{path} changed since it was read: no fix written (run again)")
+        elif result.changed:
+            notes.append(f"fixed {path}: " + ", ".join(result.keys or tuple(e.key for e in edits)))
+        notes.extend(f"{path}: {n}" for n in result.notes)
     return notes
