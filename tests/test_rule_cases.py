@@ -8,6 +8,8 @@ A case file holds ``fail:`` and ``pass:`` lists. Each entry is a LLaMA-Factory r
     files:     optional {relative path: text} written next to the config (datasets, dataset_info.json, a model's
                config.json)
     gpu:       optional --gpu spec; overrides: optional list of KEY=VALUE; command: check (default) | lint | estimate
+    nvml:      optional recorded NVML snapshot (a fixtures/gpus/ file, or a path written by ``files:``) that the
+               run sees as this machine's GPUs instead of ``--gpu``, replayed through hardware/fake.py's FakeAdapter
     data:      scan the datasets (check only; default false, which passes --no-data)
     expect_fix_keys:  fail entries: the set of keys the finding's fix edits (required when that fix has edits)
     expect_edits:     fail entries: edits ({key, value} or {key, delete: true}) the fix must contain
@@ -39,7 +41,7 @@ from finetune_doctor.engine.loader import load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "rule_cases"
-ENTRY_KEYS = {"name", "config", "deepspeed", "files", "gpu", "overrides", "command", "data", "expect_fix_keys",
+ENTRY_KEYS = {"name", "config", "deepspeed", "files", "gpu", "nvml", "overrides", "command", "data", "expect_fix_keys",
               "expect_edits", "expect_message", "known_misfire"}
 COMMANDS = ("check", "lint", "estimate")
 
@@ -125,6 +127,8 @@ def test_rule_case(rule_name: str, kind: str, entry: dict[str, Any], tmp_path: P
     command = entry.get("command", "check")
     assert command in rule.commands, f"{rule.code} is not evaluated by `doctor {command}`"
     monkeypatch.chdir(tmp_path)
+    if entry.get("nvml"):
+        _replay_nvml(entry, tmp_path, monkeypatch)
     code, report, output = run_entry(entry, tmp_path)
     assert code in (0, 1) and report, f"`doctor {command}` did not produce a report (exit {code}):\n{output}"
     hits = [f for f in report["findings"] if f["code"] == rule.code]
@@ -148,6 +152,19 @@ def test_rule_case(rule_name: str, kind: str, entry: dict[str, Any], tmp_path: P
     for want_edit in entry.get("expect_edits") or []:
         edits = [e for f in with_edits for e in f["fix"]["edits"]]
         assert any(_edit_matches(e, want_edit) for e in edits), f"no edit {want_edit} in {edits}"
+
+
+def _replay_nvml(entry: dict[str, Any], where: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make NVML detection read the entry's recorded snapshot (the environment variable that keeps tests off the
+    real NVML is lifted for this entry only)."""
+    from finetune_doctor.hardware import nvml
+    from finetune_doctor.hardware.fake import FakeAdapter
+
+    rel = str(entry["nvml"])
+    path = where / rel if (where / rel).is_file() or (entry.get("files") or {}).get(rel) is not None else ROOT / rel
+    assert entry.get("gpu") is None, "nvml: and gpu: exclude each other (--gpu wins over NVML)"
+    monkeypatch.delenv("FINETUNE_DOCTOR_NO_NVML", raising=False)
+    monkeypatch.setattr(nvml, "open_adapter", lambda *a, **k: FakeAdapter(path))
 
 
 def _edit_matches(edit: dict[str, Any], want: dict[str, Any]) -> bool:
