@@ -1,0 +1,86 @@
+"""The rule pack as a whole (issue #2: every rule has its documentation and a failing and a passing fixture).
+
+Read straight from the rule files (not through the loader's own checks, which this test must not trust):
+codes and names are unique and stable in form, each file is named after its rule, every rule carries the five
+documentation sections `doctor explain` and SARIF `help` are built from, every rule that `check`, `lint` or
+`estimate` evaluates has its cases in tests/rule_cases/ (run by test_rule_cases.py), and every rule that only
+runs in `postmortem`, `gpus` or `data` is at least named by some test.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from finetune_doctor.engine.loader import bundled_rules_dir, load_rules
+from test_rule_cases import CASES, load_case_file
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
+RULE_FILES = sorted(bundled_rules_dir().glob("*.yaml"))
+RAW = {p: YAML(typ="safe", pure=True).load(p.read_text(encoding="utf-8")) for p in RULE_FILES}
+STATIC = {"check", "lint", "estimate"}
+DOC_SECTIONS = ("what_it_does", "why_bad", "example", "use_instead", "references")
+
+
+def test_the_pack_is_the_one_the_engine_loads():
+    assert len(RULE_FILES) >= 60
+    assert {d["code"] for d in RAW.values()} == {r.code for r in load_rules()}
+
+
+def test_codes_and_names_are_unique_and_well_formed():
+    codes = [d["code"] for d in RAW.values()]
+    names = [d["name"] for d in RAW.values()]
+    assert len(set(codes)) == len(codes), sorted(c for c in codes if codes.count(c) > 1)
+    assert len(set(names)) == len(names), sorted(n for n in names if names.count(n) > 1)
+    assert all(re.fullmatch(r"FD\d{3}", c) for c in codes), codes
+    assert all(re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", n) for n in names), names
+
+
+@pytest.mark.parametrize("path", RULE_FILES, ids=lambda p: p.stem)
+def test_file_is_named_after_its_rule(path):
+    assert RAW[path]["name"] == path.stem
+
+
+@pytest.mark.parametrize("path", RULE_FILES, ids=lambda p: p.stem)
+def test_rule_has_every_documentation_section(path):
+    docs = RAW[path].get("docs") or {}
+    missing = [s for s in DOC_SECTIONS if not docs.get(s)]
+    assert not missing, f"{path.name}: docs lack {missing}"
+    refs = docs["references"]
+    assert isinstance(refs, list) and all(isinstance(r, str) and r.strip() for r in refs), refs
+
+
+@pytest.mark.parametrize("path", [p for p in RULE_FILES if STATIC & set(RAW[p]["commands"])], ids=lambda p: p.stem)
+def test_static_rule_has_failing_and_passing_cases(path):
+    cases = CASES / f"{path.stem}.yaml"
+    assert cases.is_file(), f"{RAW[path]['code']} runs in {RAW[path]['commands']}: add tests/rule_cases/{cases.name}"
+    data = load_case_file(cases)
+    assert len(data.get("fail") or []) >= 1 and len(data.get("pass") or []) >= 1, \
+        f"{cases.name}: needs at least one fail and one pass entry"
+    for entry in (data.get("fail") or []) + (data.get("pass") or []):
+        assert entry.get("command", "check") in RAW[path]["commands"], f"{cases.name}: {entry.get('name')}"
+
+
+def test_every_case_file_names_a_rule():
+    names = {d["name"] for d in RAW.values()}
+    orphans = [p.name for p in CASES.glob("*.yaml") if p.stem not in names]
+    assert not orphans, orphans
+
+
+def test_rules_outside_check_lint_estimate_are_named_by_a_test():
+    """postmortem/gpus/data-only rules have no config to lint; their fixtures are run directories and GPU
+    recordings, exercised by the tests of those commands. Each must at least be named (code or name) there."""
+    texts = [p.read_text(encoding="utf-8") for p in TESTS.rglob("*.py") if p.name != Path(__file__).name]
+    unnamed = []
+    for d in RAW.values():
+        if STATIC & set(d["commands"]):
+            continue
+        code = re.compile(rf"\b{d['code']}\b")
+        name = re.compile(rf"(?<![\w-]){re.escape(d['name'])}(?![\w-])")
+        if not any(code.search(t) or name.search(t) for t in texts):
+            unnamed.append(f"{d['code']} {d['name']}")
+    assert not unnamed, f"rules no test names: {unnamed}"
