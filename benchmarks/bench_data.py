@@ -179,14 +179,20 @@ def run_doctor(data: Path, tok_dir: Path, cutoff: int, procs: int) -> tuple[floa
 
 
 def memory_probe(data: Path, tok_dir: Path, cutoff: int, procs: int) -> dict:
-    """Run the doctor in a fresh process and report its peak RSS and its largest worker's (MiB)."""
+    """Run the doctor in a fresh process and report its peak RSS and its largest worker's (MiB).
+
+    The main process's peak is VmHWM from /proc (reset at exec); ru_maxrss would still carry the size of this
+    benchmark process, which the probe was forked from. The workers are forked from the small probe process, so
+    RUSAGE_CHILDREN's ru_maxrss is theirs.
+    """
     code = (
         "import json,resource,sys,time; sys.path.insert(0, %r)\n"
         "from benchmarks.bench_data import run_doctor\nfrom pathlib import Path\n"
         "t,f=run_doctor(Path(%r),Path(%r),%d,%d)\n"
-        "print(json.dumps({'seconds':t,'rows':f['overall']['rows'],'self_mib':resource.getrusage("
-        "resource.RUSAGE_SELF).ru_maxrss/1024,'worker_mib':resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss"
-        "/1024}))\n" % (str(ROOT), str(data), str(tok_dir), cutoff, procs))
+        "hwm=next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
+        "print(json.dumps({'seconds':t,'rows':f['overall']['rows'],'self_mib':hwm/1024,"
+        "'worker_mib':resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/1024}))\n"
+        % (str(ROOT), str(data), str(tok_dir), cutoff, procs))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -198,12 +204,13 @@ def main() -> int:
     ap.add_argument("--cutoff", type=int, default=1024)
     ap.add_argument("--procs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--repeat", type=int, default=3, help="interleaved doctor/baseline pairs (median reported)")
+    ap.add_argument("--short", action="store_true", help="~200-byte rows instead of ~900-byte rows")
     ap.add_argument("--no-record", action="store_true")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench_data_"))
     tok_dir = build_tokenizer(work / "tok")
     data = work / "bench.jsonl"
-    gen_rows(data, args.rows)
+    gen_rows(data, args.rows, short=args.short)
     size_mb = data.stat().st_size / 1e6
 
     # interleaved repeats: on a shared machine the load drifts, so each ratio compares neighbouring runs
@@ -223,7 +230,8 @@ def main() -> int:
         f"## {time.strftime('%Y-%m-%d %H:%M')} — {platform.node() or 'host'}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
         "",
-        f"Data: {args.rows:,} generated alpaca rows ({size_mb:.1f} MB JSON Lines), template qwen, cutoff_len "
+        f"Data: {args.rows:,} generated alpaca rows ({'short, ' if args.short else ''}{size_mb:.1f} MB JSON Lines, "
+        f"{1e6 * size_mb / args.rows:.0f} bytes per row), template qwen, cutoff_len "
         f"{args.cutoff}, byte-level BPE 32k, {args.procs} processes on both sides.",
         "",
         "| side | seconds (median) | rows/s | tokens after truncation |",

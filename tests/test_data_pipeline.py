@@ -63,7 +63,7 @@ def test_sft_statistics_match_llamafactory(tok):
     (f,) = rep.findings
     assert f.code == "FD401" and f.location.key == "cutoff_len" and f.location.line == 16
     assert f"{ov['truncated']} of {ov['samples']} samples" in f.message
-    assert f.fix.edits[0].value == d["suggested_cutoff_len"] == math.ceil(max(allv) / 128) * 128
+    assert f.fix.edits[0].value == d["cutoff_for_p99"] == math.ceil(nearest_rank(allv, 99) / 128) * 128
 
 
 def test_eos_loss_matches_llamafactory_labels(tok, tmp_path):

@@ -1461,7 +1461,8 @@ def analyze_datasets(specs: list[DatasetSpec], settings: DataSettings, counter: 
         scanner.packer.flush()
         scanner.close()
         packer = scanner.packer
-    ov = overall.facts(settings.effective_cutoff) if overall.n_rows else None
+    scanned = sum(1 for e in entries if e["status"] != "unavailable")
+    ov = overall.facts(settings.effective_cutoff) if scanned else None
     if ov is not None:
         ov["truncated_in"] = [f"{e['name']} ({e['truncated']})" for e in entries if e.get("truncated")]
         ov["empty_targets_in"] = [f"{e['name']} ({e['empty_targets']})" for e in entries if e.get("empty_targets")]
@@ -1484,21 +1485,22 @@ def analyze_datasets(specs: list[DatasetSpec], settings: DataSettings, counter: 
         "val_size": settings.val_size,
         "mix_strategy": settings.mix_strategy,
         "datasets": entries,
-        "scanned": sum(1 for e in entries if e["status"] != "unavailable"),
+        "scanned": scanned,
         "overall": ov,
         "packing_stats": packer.facts() if settings.packing else None,
         "worst_micro_batch": wmb,
         "problems": problems,
         "partial": bool(partial_reasons),
         "partial_reasons": partial_reasons,
-        "suggested_cutoff_len": suggest_cutoff(mx, p99),
+        "cutoff_for_max": round_up(mx),
+        "cutoff_for_p99": round_up(p99),
         "cutoff_over_p99": round(settings.cutoff_len / p99, 2) if p99 else None,
     }
     return facts
 
 
-def suggest_cutoff(max_len: int | None, p99: int | None) -> int | None:
-    """A cutoff_len that truncates nothing: the longest sample rounded up to a multiple of 128 tokens."""
-    if not max_len:
+def round_up(n: int | None, step: int = 128) -> int | None:
+    """`n` tokens rounded up to a multiple of `step` (a cutoff_len that holds a sample of that length)."""
+    if not n:
         return None
-    return int(math.ceil(max_len / 128.0) * 128)
+    return int(math.ceil(n / step) * step)

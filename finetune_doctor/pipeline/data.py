@@ -37,7 +37,8 @@ The ``data`` facts namespace (`collect` returns it; lengths in tokens; "full" me
                               what the memory model should use), unpacked_seq_len, unpacked_tokens, packed_tokens,
                               cutoff_tokens (rows × cutoff_len), real_tokens}
     data.worst_micro_batch_tokens   = worst_micro_batch.tokens (None when nothing was scanned)
-    data.suggested_cutoff_len the longest sample rounded up to 128; data.cutoff_over_p99 = cutoff_len / p99
+    data.cutoff_for_max / .cutoff_for_p99   the longest / the 99th-percentile sample rounded up to 128 tokens
+    data.cutoff_over_p99      cutoff_len / p99 of the total length
     data.partial / .partial_reasons[]   results do not cover every configured row
     data.notes[]              what the numbers leave out (media tokens, val_size split, sampling, eval sets)
     data.elapsed_s            scan time in seconds
@@ -79,7 +80,9 @@ def collect(cfg: dict[str, Any], config_path: str, *, cutoff_len: int | None = N
     from finetune_doctor.readers.datasets import DatasetDirNotFound, find_dataset_dir, resolve_datasets
 
     t0 = time.perf_counter()
-    names = K._as_list(cfg.get("dataset"))
+    listed = K._as_list(cfg.get("dataset"))
+    # LF keeps datasets in a dict keyed by name (loader.py _get_merged_dataset): a name listed twice is used once
+    names = list(dict.fromkeys(listed or []))
     if not names:
         if strict:
             raise InputError("the config names no dataset (key `dataset`)", file=config_path)
@@ -120,6 +123,10 @@ def collect(cfg: dict[str, Any], config_path: str, *, cutoff_len: int | None = N
     facts["dataset_dir_how"] = how
     facts["worst_micro_batch_tokens"] = (facts["worst_micro_batch"] or {}).get("tokens")
     facts["notes"] = _notes(facts, cfg, settings, tinfo, why)
+    twice = sorted({n for n in listed if listed.count(n) > 1})
+    if twice:
+        facts["notes"].append(f"{', '.join(twice)} listed more than once in `dataset`: LLaMA-Factory keeps datasets "
+                              "by name and uses each once")
     facts["elapsed_s"] = round(time.perf_counter() - t0, 3)
     return facts
 
