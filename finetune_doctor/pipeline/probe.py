@@ -46,6 +46,10 @@ def _need_torch() -> None:
 
 
 def _gpu_usable(force: bool) -> bool:
+    import os
+
+    if os.environ.get("FINETUNE_DOCTOR_NO_NVML") == "1":
+        return False
     try:
         from finetune_doctor.probes.gpu import ProbeRefused, free_gpus
 
@@ -70,10 +74,16 @@ def overhead(run: Any, hw: Hardware | None, tensor_gib: float) -> tuple[float, d
                                                       "analytic_peak_allocated": est.peak_allocated}
 
 
+# Simulations are deterministic functions of the ProbeSpec: one process (a test session, `check --probe` with many
+# fixes sharing a run) simulates each spec once.
+_SIMULATED: dict[tuple, Any] = {}
+
+
 def measure(run: Any, hw: Hardware | None, *, mode: str = "simulate", steps: int = 2, force: bool = False,
             cache: dict | None = None) -> Measured:
     """Probe `run` (a run.Run) once. `mode` simulate|gpu|auto (auto: gpu when a free GPU is here). `cache` maps
-    ProbeSpec → Measured so a run shared by several fixes is probed once."""
+    ProbeSpec → Measured so a run shared by several fixes is probed once (simulations are also kept for the
+    process)."""
     from finetune_doctor.probes.spec import spec_from_run
 
     _need_torch()
@@ -83,6 +93,10 @@ def measure(run: Any, hw: Hardware | None, *, mode: str = "simulate", steps: int
     key = (spec, mode, steps)
     if cache is not None and key in cache:
         return cache[key]
+    if mode == "simulate" and (spec, steps) in _SIMULATED:
+        res = _SIMULATED[(spec, steps)]
+        total, _ = overhead(run, hw, res.peak_gib)
+        return Measured("simulate", res.peak_gib, total, res)
     if mode == "gpu":
         from finetune_doctor.probes.gpu import run_gpu
         from finetune_doctor.probes.simulate import simulate
@@ -101,6 +115,7 @@ def measure(run: Any, hw: Hardware | None, *, mode: str = "simulate", steps: int
         from finetune_doctor.probes.simulate import simulate
 
         res = simulate(spec, steps=max(steps, 2))
+        _SIMULATED[(spec, steps)] = res
         total, _ = overhead(run, hw, res.peak_gib)
         m = Measured("simulate", res.peak_gib, total, res)
     if cache is not None:

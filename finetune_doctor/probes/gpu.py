@@ -105,8 +105,9 @@ class GpuResult:
 
 # ---- which GPUs ------------------------------------------------------------------------------------------
 
-def free_gpus(adapter: Any = None, env: dict[str, str] | None = None) -> tuple[list[int], list[str]]:
-    """Indices of visible cards nobody else is using, and one line per busy card saying who uses it.
+def free_gpus(adapter: Any = None, env: dict[str, str] | None = None) -> tuple[list[str], list[tuple[str, str]]]:
+    """Cards nobody else is using, and (card, who uses it) for each busy card. Cards are named as
+    ``CUDA_VISIBLE_DEVICES`` takes them: the UUID when NVML gives one, else the index.
 
     `adapter` is a hardware.nvml GpuSource (hardware/fake.py in tests); None opens NVML. Raises ProbeRefused when
     NVML is unavailable or no card is visible.
@@ -119,6 +120,8 @@ def free_gpus(adapter: Any = None, env: dict[str, str] | None = None) -> tuple[l
         raise ProbeRefused(f"no NVIDIA driver: {err}") from None
     try:
         snap = ad.snapshot()
+    except NVMLUnavailable as err:
+        raise ProbeRefused(f"no NVIDIA driver: {err}") from None
     finally:
         if adapter is None:
             ad.close()
@@ -126,17 +129,20 @@ def free_gpus(adapter: Any = None, env: dict[str, str] | None = None) -> tuple[l
     if not cards:
         raise ProbeRefused("no GPU is visible (CUDA_VISIBLE_DEVICES or no card)")
     me = os.getpid()
-    free, busy = [], []
-    for pos, c in enumerate(cards):
+    free: list[str] = []
+    busy: list[tuple[str, str]] = []
+    for c in cards:
+        ident = c.uuid or str(c.index)
         others = [p for p in (c.processes or ()) if p.pid != me]
         if others:
             who = ", ".join(f"pid {p.pid}" + (f" ({p.name})" if p.name else "") +
                             (f" {p.used_bytes / GIB:.1f} GiB" if p.used_bytes else "") for p in others[:3])
-            busy.append(f"GPU {c.index}: in use by {who}")
+            busy.append((ident, f"GPU {c.index}: in use by {who}"))
         elif c.processes is None and (c.used_bytes or 0) > BUSY_USED_BYTES:
-            busy.append(f"GPU {c.index}: {c.used_bytes / GIB:.1f} GiB used by processes NVML does not list")
+            busy.append((ident, f"GPU {c.index}: {c.used_bytes / GIB:.1f} GiB used by processes NVML does not "
+                                "list"))
         else:
-            free.append(pos)
+            free.append(ident)
     return free, busy
 
 
@@ -156,7 +162,7 @@ def _launch_cmd(spec: ProbeSpec, nproc: int, spec_path: Path, out: Path, device:
 
 
 def _run_once(spec: ProbeSpec, n_layers: int, steps: int, nproc: int, timeout_s: float, device: str,
-              gpus: list[int] | None) -> tuple[list[RankResult], str, str | None]:
+              gpus: list[str] | None) -> tuple[list[RankResult], str, str | None]:
     """Launch the worker for one depth; returns (per-rank results, launcher, error)."""
     with tempfile.TemporaryDirectory(prefix="doctor-probe-") as tmp:
         d = Path(tmp)
@@ -220,7 +226,7 @@ def run_gpu(spec: ProbeSpec, steps: int = 3, *, force: bool = False, timeout_s: 
     """
     t0 = time.perf_counter()
     notes: list[str] = []
-    gpus: list[int] | None = None
+    gpus: list[str] | None = None
     capacity = None
     if device == "cuda":
         if spec.deepspeed and not (_has_deepspeed() and shutil.which("deepspeed")):
@@ -228,8 +234,9 @@ def run_gpu(spec: ProbeSpec, steps: int = 3, *, force: bool = False, timeout_s: 
                                "use --mode simulate")
         free, busy = free_gpus(adapter)
         if busy and not force:
-            raise ProbeRefused("GPUs in use by other processes (pass --force to probe anyway): " + "; ".join(busy))
-        gpus = free + ([] if not force else [int(b.split()[1].rstrip(":")) for b in busy])
+            raise ProbeRefused("GPUs in use by other processes (pass --force to probe anyway): "
+                               + "; ".join(msg for _, msg in busy))
+        gpus = free + ([] if not force else [ident for ident, _ in busy])
         if not gpus:
             raise ProbeRefused("no free GPU")
         nproc = min(max(spec.world_size, 1), len(gpus))
