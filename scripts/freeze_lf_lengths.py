@@ -109,6 +109,9 @@ def runs() -> list[dict]:
             add(f"pt-{t}-{ds}-64-nopack", tok, "pt", ds, template=t, cutoff_len=64, packing=False)
             add(f"pt-{t}-{ds}-64-pack", tok, "pt", ds, template=t, cutoff_len=64, preprocessing_batch_size=7)
     add("ppo-qwen-alpaca_demo-96", "qwen", "ppo", "alpaca_demo", template="qwen", cutoff_len=96)
+    for t, tok in (("qwen", "qwen"), ("chatglm3", "llama")):
+        for cut in (4096, 64):
+            add(f"kto-{t}-kto_feedback-{cut}", tok, "kto", "kto_feedback", template=t, cutoff_len=cut)
     return out
 
 
@@ -169,7 +172,10 @@ def _inner(spec_path: str) -> None:
             results.append(entry)
             continue
         ds = mod["train_dataset"]
-        if r["stage"] == "rm":
+        if r["stage"] == "kto":  # the main sequence (LF also builds a mismatched KL sequence per row)
+            entry["samples"] = [[len(x["input_ids"]), sum(1 for v in x["labels"] if v != -100), x["kto_tags"]]
+                                for x in ds]
+        elif r["stage"] == "rm":
             entry["samples"] = [[len(x["chosen_input_ids"]), len(x["rejected_input_ids"]),
                                  sum(1 for v in x["chosen_labels"] if v != -100),
                                  sum(1 for v in x["rejected_labels"] if v != -100)] for x in ds]

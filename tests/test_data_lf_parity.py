@@ -8,6 +8,7 @@ enable_thinking, packing, neat_packing, tool_format, default_system). Compared p
 
 * sft: input length and number of labelled tokens;
 * rm (pairwise): chosen and rejected lengths and label counts;
+* kto: the length and label count of the main (desirable or undesirable) sequence;
 * pt: input length (no packing) / number of blocks (packing);
 * packed sft: number of packed rows, and with neat_packing the real (unpadded) tokens of each row.
 """
@@ -60,7 +61,7 @@ def _scan(run: dict, tokenizers: dict[str, str]):
 def test_the_reference_covers_what_the_issue_asks():
     ids = {r["id"] for r in RUNS}
     kinds = {r["stage"] for r in RUNS}
-    assert {"sft", "rm", "pt", "ppo"} <= kinds
+    assert {"sft", "rm", "pt", "ppo", "kto"} <= kinds
     datasets = {r["dataset"] for r in RUNS}
     assert {"alpaca_demo", "sharegpt_tools", "dpo_pairs", "alpaca_dpo", "chat_roles"} <= datasets
     assert len(ids) == len(RUNS) > 200
@@ -87,6 +88,8 @@ def test_lengths_match_llamafactory(run, tokenizers):
         assert all(n == s.cutoff_len for n in run["samples"])
     elif run["stage"] == "pt":
         assert [r[8] for r in ok] == run["samples"]
+    elif run["stage"] == "kto":  # the desirable/undesirable sequence (the KL sequence is not counted)
+        assert [[r[8], r[9]] for r in ok] == [s[:2] for s in run["samples"]]
     elif run["stage"] == "ppo":  # unsupervised: input_ids is the prompt, labels the response
         assert [[r[6], r[7]] for r in ok] == run["samples"]
     elif s.packing:

@@ -203,3 +203,13 @@ def test_cli_json(tok):
     out = json.loads(res.output)
     assert out["command"] == "data" and out["findings"][0]["code"] == "FD401"
     assert out["data"]["overall"]["samples"] == 20
+
+
+def test_progress_bars_do_not_change_the_result(tok, capsys):
+    a = P.run(str(CONFIGS / "qwen_lora_sft.yaml"), [f"model_name_or_path={tok['qwen']}"], opts(), cwd=str(ROOT),
+              progress=True)
+    b = P.run(str(CONFIGS / "qwen_lora_sft.yaml"), [f"model_name_or_path={tok['qwen']}"], opts(), cwd=str(ROOT),
+              progress=False)
+    strip = lambda d: {k: v for k, v in d.items() if k != "elapsed_s"}  # noqa: E731
+    assert strip(a.sections["data"]) == strip(b.sections["data"])
+    assert capsys.readouterr().out == ""  # bars go to stderr only
