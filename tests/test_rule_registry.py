@@ -84,3 +84,17 @@ def test_rules_outside_check_lint_estimate_are_named_by_a_test():
         if not any(code.search(t) or name.search(t) for t in texts):
             unnamed.append(f"{d['code']} {d['name']}")
     assert not unnamed, f"rules no test names: {unnamed}"
+
+
+INTERNAL = re.compile(r"reference/|LF_FACTS|REPORT\.md|misconfigs\.md|§|\b[Cc]ases? \d{3}\b|fixtures/cases")
+
+
+@pytest.mark.parametrize("path", RULE_FILES, ids=lambda p: p.stem)
+def test_docs_cite_only_what_a_user_can_open(path):
+    """`doctor explain` and SARIF help reach pip-installed users, who have neither this repository's reference
+    notes nor its case numbers: every reference is a URL and the prose names no internal file or case."""
+    docs = RAW[path]["docs"]
+    bad_refs = [r for r in docs["references"] if not re.fullmatch(r"https?://\S+", r)]
+    assert not bad_refs, f"{path.name}: references that are not URLs: {bad_refs}"
+    hits = [(s, m.group(0)) for s in DOC_SECTIONS[:-1] for m in INTERNAL.finditer(str(docs.get(s, "")))]
+    assert not hits, f"{path.name}: internal pointers in docs: {hits}"
