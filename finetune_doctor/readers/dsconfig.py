@@ -515,6 +515,14 @@ def parse_ds_text(text: str, path: str) -> tuple[dict[str, Any], dict[str, tuple
 
 
 def _json_positions(text: str) -> dict[str, tuple[int, int]]:
+    from finetune_doctor.readers import yamlnodes
+
+    if yamlnodes.available():
+        # libyaml composes JSON (a YAML subset) with key marks ~20x faster than ruamel's round-trip parser
+        try:
+            return yamlnodes.key_positions(text)
+        except yamlnodes.ParseError:
+            return {}
     from ruamel.yaml import YAML
     from ruamel.yaml.comments import CommentedMap
 

@@ -113,8 +113,57 @@ def _yaml_loader():
     return y
 
 
+def _typed_node(node: Any) -> Any:
+    """Type a libyaml scalar node exactly as OmegaConf's loader does: PyYAML's YAML-1.1 implicit resolvers (bool,
+    int incl. 0x/0o/sexagesimal, null, float) decided the node's tag; OmegaConf adds its float pattern for plain
+    strings such as ``1e-4``. Quoted and block scalars are strings."""
+    import yaml
+
+    tag = node.tag
+    if node.style or tag == "tag:yaml.org,2002:str":
+        if not node.style and _OMEGA_FLOAT.match(node.value):
+            return float(node.value.replace("_", ""))
+        return node.value
+    ctor = _CONSTRUCTORS.get(tag)
+    if ctor is None:
+        return node.value
+    return ctor(yaml.constructor.SafeConstructor(), node)
+
+
+def _ctor_table() -> dict[str, Any]:
+    try:
+        import yaml
+    except ImportError:
+        return {}
+    c = yaml.constructor.SafeConstructor
+    return {"tag:yaml.org,2002:bool": c.construct_yaml_bool, "tag:yaml.org,2002:int": c.construct_yaml_int,
+            "tag:yaml.org,2002:float": c.construct_yaml_float, "tag:yaml.org,2002:null": c.construct_yaml_null}
+
+
+_CONSTRUCTORS = _ctor_table()
+
+
 def parse_yaml_text(text: str, path: str) -> tuple[Any, dict[str, tuple[int, int]]]:
-    """Parse YAML text into plain typed Python values plus key positions; raises InputError with the line."""
+    """Parse YAML text into plain typed Python values plus key positions; raises InputError with the line.
+
+    Uses libyaml through PyYAML when present (readers/yamlnodes.py), else ruamel.yaml's round-trip parser; both
+    give the same values and positions (tests/test_yamlcfg.py checks it on every example config).
+    """
+    from finetune_doctor.readers import yamlnodes
+
+    if yamlnodes.available():
+        try:
+            node = yamlnodes.compose(text)
+            positions: dict[str, tuple[int, int]] = {}
+            return yamlnodes.to_python(node, _typed_node, positions), positions
+        except yamlnodes.ParseError as err:
+            raise InputError(f"malformed YAML: {err.problem}", file=path, line=err.line) from None
+        except yamlnodes.DuplicateKey as err:
+            raise InputError(f"malformed YAML: duplicate key {err.key!r}", file=path, line=err.line) from None
+    return _parse_with_ruamel(text, path)
+
+
+def _parse_with_ruamel(text: str, path: str) -> tuple[Any, dict[str, tuple[int, int]]]:
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
     try:
