@@ -12,7 +12,48 @@ rewrites itself with ``\\r`` stays on one line, as an editor shows it). For even
 Series keep *every* point (no sampling) in typed arrays: 24 bytes per point (int64 step, float64 value, int64
 line), so 4 million points cost about 92 MiB.
 
-The ``ev`` namespace (built by analyzers/timeline.py, shape documented there in `analyze`) is what rules see.
+The ``ev`` fact namespace
+-------------------------
+analyzers/timeline.py `analyze` turns an `Evidence` into the ``ev`` namespace that postmortem rules read (merged
+by pipeline/postmortem.py beside cfg/run/model/hw/mem/ds of ``pipeline.check.build_context``). Plain dicts and
+lists; a missing fact is None; every ``location`` is ``{file, line, column, key}`` of the evidence line:
+
+==================  ==========================================================================================
+files / readable    files read / files that yielded anything; ``unread``: paths with problems
+has_metrics         a loss curve was found
+completed           the training loop finished (summary dict, ``*_results.json``, LF's final log line)
+steps               {first, last, total, logged}
+loss, grad_norm     {n, first, first_step, last, last_step, min, max, median, nonfinite, zeros, basis, file}
+lr                  {first, peak, peak_step, warmup_end_step, last, schedule}
+first_loss          {value, step, vocab, ln_vocab, threshold, ratio, abnormal, vocab_known, location}
+nan                 first non-finite loss/grad_norm: {step, step_text, metric, what, value, loss, grad_norm, lr,
+                    epoch, healthy_before, first_logged, hidden, count, cause, cause_text, fix_title, location}
+loss_zero           {start_step, count, until_end, with_grad_nan, grad_norm, meaning, location}
+loss_spike          first merged loss spike {step, value, baseline, sigma, score, ratio, count, peak, location};
+                    ``loss_spikes`` counts them; ``grad_spike`` / ``grad_spikes`` the same for grad_norm
+grad_const          {value, value_text, count, first_step, last_step, sqrt_k, loss_varies, location}
+scale               DeepSpeed loss scale {text, initial, min, last, overflows, reductions, after_calibration,
+                    increases, trajectory: benign|collapse|abort, abort, still_falling, first_step, last_step,
+                    min_loss_scale, location}
+amp_skips           HF AMP skipped steps {count, steps, location}; ``benign_overflow`` {text, kind, location}
+fp16                {in_use, source, model_bf16, model_text, evidence, confirmed, hw_bf16, location}
+lr_high             {lr, threshold, step, what, reason, suggested, finetuning_type, location}
+oom                 {step, gpu, rank, format, exc, requested_gib, total_gib, free_gib, allocated_gib,
+                    reserved_gib, reserved_unallocated_gib, this_process_gib, fragmented, foreign {gib, kind,
+                    text, pids, fix}, phase, phase_evidence, match {label, formula, expected_gib, ratio, phase},
+                    when_text, summary, advice, timeline_text, stage_text, count, ranks, params, world, location}
+nccl                {rank, op, what, seq, timeout_ms, timeout_text, ran_ms, numel_in, numel_out, step, kind, likely,
+                    stragglers, ddp_timeout_fix, count, ranks, location}
+killed              {kind, signal, exitcode, rank, local_rank, pid, host, step, host_oom, who, how, host_ram_text,
+                    offload, count, location}
+crash               {kind: exception|traceback-only, cls, msg, step, where_text, text, explained, location}
+restarts            [{step, kind: resume|relaunch|session-start, detail, location}]
+attention_warning   {model, want, have, text, location}
+gpus                {cards: [{index, name, peak_gib, total_gib, samples, location}], busiest, lightest, spread_gib}
+model, world        {params, params_source, trainable, vocab, name}; {value, source}
+zero_stage          from the log, else the DeepSpeed config; ``overlap_comm`` likewise
+events              the timeline as dicts
+==================  ==========================================================================================
 """
 
 from __future__ import annotations

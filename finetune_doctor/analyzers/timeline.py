@@ -22,8 +22,9 @@ Methods, and why:
 * **Hidden NaN**: transformers' ``logging_nan_inf_filter`` (default True) logs a window whose every micro-step
   loss was NaN/Inf as ``loss 0.0`` while ``grad_norm`` stays NaN (LF_FACTS.md §8): loss 0 + grad_norm NaN is
   read as NaN, and the first such step is the first non-finite step.
-* **Constant grad norm**: the same grad_norm to 7 significant digits at ≥ 2 logs while the loss changes is not a
-  gradient norm; √k values (1.4142135 = √2, 1.7320508 = √3) are the signature of LF issues #8261 and #9567.
+* **Constant grad norm**: the same grad_norm to 7 significant digits at ≥ 3 consecutive logs while the loss changes
+  is not a gradient norm (two equal neighbours occur by chance about once per million float32 logs); a √k value
+  (1.4142135 = √2, 1.7320508 = √3), the signature of LF issues #8261 and #9567, is enough at 2.
 * **OOM**: the failed allocation is compared with sizes the model implies when params P, trainable params T
   and data-parallel ranks N are known: 4·P/N (one fp32 optimizer-state partition under ZeRO-1/2/3: master
   weights, exp_avg or exp_avg_sq), 12·P/N, 2·P/N, 2·P, 4·P and the fp32 logits b·s·V·4, within 2 % (the message
@@ -425,45 +426,9 @@ class _Ctx:
 
 
 def analyze(ev: Evidence, facts: dict[str, Any] | None = None) -> Timeline:
-    """Build the timeline and the ``ev`` facts.
-
-    ``ev`` namespace (plain dicts; every ``location`` is {file, line, column, key} of the evidence line):
-
-    ==================  ==========================================================================================
-    files / readable    files read / files that yielded anything; ``unread`` lists paths with problems
-    completed           the training loop finished (summary dict, ``*_results.json``, LF's final log line)
-    steps               {first, last, total, logged}: optimizer steps seen
-    loss, grad_norm     {n, first, first_step, last, last_step, min, max, median, nonfinite, zeros, basis, file}
-    lr                  {first, peak, peak_step, warmup_end_step, last, schedule}
-    first_loss          {value, step, vocab, ln_vocab, threshold, ratio, abnormal, location}
-    nan                 first non-finite loss/grad_norm: {step, metric, value, loss, grad_norm, lr, epoch,
-                        healthy_before, first_logged, hidden, count, cause, cause_text, fix_title, location}
-    loss_zero           {start_step, count, until_end, with_grad_nan, grad_norm, location}
-    loss_spike          first merged loss spike {step, value, baseline, ratio, score, count, peak, location};
-                        ``loss_spikes`` counts them
-    grad_spike          same for grad_norm explosions
-    grad_const          {value, count, first_step, last_step, sqrt_k, loss_varies, location}
-    scale               DeepSpeed loss scale: {initial, min, last, overflows, reductions, after_calibration,
-                        increases, trajectory (benign|collapse|abort), abort, still_falling, first_step, last_step,
-                        location}
-    amp_skips           HF AMP skipped steps (fp16, isolated grad_norm NaN with finite loss): {count, steps, location}
-    benign_overflow     {text, location} when overflows are calibration or isolated skips
-    fp16                {in_use, source, model_bf16, model_text, evidence, confirmed, location}
-    lr_high             learning rate blamed by the timeline: {lr, threshold, reason, step, suggested, location}
-    oom                 first CUDA OOM: sizes in GiB, phase, when_text, match {label, formula, expected_gib,
-                        ratio}, fragmented, foreign {gib, kind, text}, ranks, count, location, summary
-    nccl                first watchdog timeout: {rank, op, seq, timeout_ms, timeout_text, ran_ms, step, likely,
-                        stragglers, ddp_timeout_fix, location}
-    killed              root-cause process death: {kind, signal, exitcode, rank, step, host_oom, text,
-                        host_ram_text, location}
-    crash               {kind, cls, msg, step, explained, location}
-    restarts            list of {step, kind, detail, location}
-    attention_warning   {model, want, have, location}
-    gpus                per-card peaks of GPU recordings: {cards: [{index, name, peak_gib, total_gib, samples,
-                        location}], busiest, lightest, spread_gib}
-    model               {params, params_source, trainable, vocab, name}; world {value, source}; zero_stage;
-                        overlap_comm
-    ==================  ==========================================================================================
+    """Build the timeline and the ``ev`` facts (their shape: finetune_doctor/evidence.py, "The ``ev`` fact
+    namespace"). `facts` are the namespaces of ``pipeline.check.build_context`` (cfg, run, model, hw, mem, ds), or
+    None when the run's config is unknown; log statements (world size, DeepSpeed stage, parameter counts) fill in.
     """
     cx = _Ctx(facts, ev)
     curves = build_curves(ev, cx.logging_steps())
@@ -818,6 +783,10 @@ def _grad_const(gn: Curve | None, loss: Curve | None) -> dict[str, Any] | None:
     lvals = [_exact(loss, gn.steps[x]) for x in range(i, j)] if loss is not None else []
     lvals = [x for x in lvals if x is not None]
     varies = len(set(lvals)) > 1
+    # two equal neighbours happen by chance in long runs (a float32 norm has ~7 digits: about one pair per
+    # million logs), three do not; a √k value is signature enough at two
+    if j - i < (2 if sqrt_k is not None else 3):
+        return None
     if not varies and sqrt_k is None and (j - i) < 5:
         return None
     return {"value": v, "value_text": repr(v), "count": j - i, "first_step": gn.steps[i], "last_step": gn.steps[j - 1],

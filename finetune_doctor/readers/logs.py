@@ -42,26 +42,58 @@ LOOKBACK = 32 << 10      # bytes before a hit kept across chunk boundaries (the 
 MAX_LINE = 16 << 10      # a line around a hit is cut to this many bytes on each side
 MAX_PENDING = 64 << 20   # a "line" longer than this is split (a log without newlines)
 
-# One byte-level expression finds every line worth decoding. Keep each alternative anchored on a literal so
-# the scan stays fast; the per-kind parsers below do the exact matching.
-_TRIGGER = re.compile(
-    rb"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
-    rb"|OVERFLOW!|loss scale overflow|Overflow detected|Grad overflow|dynamic loss scale from|at minimum - cannot"
-    rb"|Watchdog caught|NCCL work:|watchdog thread terminated|watchdog got stuck|NCCL error|ncclSystemError"
-    rb"|ncclInternalError|ncclUnhandledCudaError|ncclRemoteError"
-    rb"|Killed|exitcode|exits with return code|oom[-_]kill|Out Of Memory|Out of memory: |\) received by PID"
-    rb"|can't allocate memory|Root Cause \(first|ChildFailedError"
-    rb"|'loss': |\{'eval_|\{'train_runtime'|\"current_steps\""
-    rb"|see_memory_usage|MA [\d.]+ GB|CPU Virtual Memory"
-    rb"|\[WARNING\||\[ERROR\||strongly recommended to train"
-    rb"|Traceback \(most recent|Error: |Exception: "
-    rb"|Total optimization steps|Num Epochs = |Gradient Accumulation steps|batch size per device"
-    rb"|Total train batch size|Number of trainable parameters|all params: |Process rank: |world_size|world size"
-    rb"|DeepSpeed info: |ZeRO stage \d optimizer|_enabled \.|zero_optimization_stage|zero_config \.|_config \."
-    rb"|num_elems = |Detected DeepSpeed ZeRO-3|Running training \*|Continuing training from"
+# Literal keywords, one of which every line worth decoding contains; the per-kind parsers below do the exact
+# matching. They are compiled into one expression factored as a trie (`trie_regex`), so that at each byte the
+# engine tests one branch per distinct first character: 3-4x faster than a flat alternation on DeepSpeed logs.
+TRIGGER_WORDS = (
+    # CUDA OOM (log_patterns.md §5)
+    "CUDA out of memory", "CUDA error: out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED",
+    "cudaErrorMemoryAllocation",
+    # DeepSpeed loss scaling (§2)
+    "OVERFLOW!", "loss scale overflow", "Overflow detected", "Grad overflow", "Reducing dynamic", "Increasing dynamic",
+    "Current loss scale",
+    # NCCL (§6)
+    "Watchdog caught", "NCCL",
+    # process death (§8)
+    "Killed", "(exitcode: ", "return code = ", "Root Cause", "ChildFailedError", "Signal ", "DefaultCPUAllocator",
+    "Detected ", "Out Of Memory", "Out of memory: ", "Memory cgroup",
+    # metrics (§7)
+    "'loss': ", "{'eval_", "{'train_runtime'", '"current_steps"',
+    # see_memory_usage (§3)
+    "MA ", "CPU Virtual Memory",
+    # warnings, exceptions
+    "WARNING|", "ERROR|", "It is strongly", "Traceback (most", "Error: ", "Exception: ",
+    # run facts: HF Trainer banner, LF, DeepSpeed init and config dump (".... " is the dump's dot filler)
+    "Total optimization", "Total train batch", "Num Epochs", "Gradient Accumulation", "Instantaneous batch",
+    "Number of trainable", "all params: ", "Process rank: ", "Config mesh", "DeepSpeed info", "ZeRO stage ", ".... ",
+    "finished initializing", "Running training", "Continuing training",
 )
-# tqdm bar of a training loop: "129/882 [40:17<3:41:05, 17.62s/it]" (rate unit s/it or it/s)
-_TQDM = re.compile(rb"(\d+)/(\d+) \[[\d:]+<[\d:?]+,\s*[\d.?]+\s*(?:s/it|it/s)")
+
+
+def trie_regex(words: tuple[str, ...] | list[str]) -> "re.Pattern[bytes]":
+    """One bytes regex matching any of `words`, with shared prefixes factored (a ab -> a(?:b)?)."""
+    trie: dict = {}
+    for w in words:
+        node = trie
+        for ch in w.encode("utf-8"):
+            node = node.setdefault(ch, {})
+        node[None] = {}
+
+    def build(node: dict) -> bytes:
+        alts = [re.escape(bytes([ch])) + build(node[ch]) for ch in sorted(k for k in node if k is not None)]
+        if not alts:
+            return b""
+        body = alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
+        return b"(?:" + body + b")?" if None in node else body
+
+    return re.compile(build(trie))
+
+
+_TRIGGER = trie_regex(TRIGGER_WORDS)
+# tqdm bar of a loop: "|██▌       | 129/882 [40:17<3:41:05, 17.62s/it]"; anchored on the bar's closing "|" (rare in
+# other output, so the scan runs at memchr speed); the rate unit is checked after the match
+_TQDM = re.compile(rb"\| ?(\d+)/(\d+) \[[\d:]+<[\d:?]+,")
+_TQDM_UNIT = re.compile(rb"\s*[\d.?]+\s*(s/it|it/s)\]")
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _RANK = re.compile(r"^\[rank(\d+)\]:\s?")
@@ -162,30 +194,30 @@ _ATTN_WARN = re.compile(r"strongly recommended to train (?P<model>\w+) models wi
                         r"implementation instead of `?(?P<have>\w+)`?")
 
 # run facts
-_FACTS = [
-    ("total_steps", re.compile(r"Total optimization steps = (?P<v>[\d,]+)"), int),
-    ("num_epochs", re.compile(r"Num Epochs = (?P<v>[\d,.]+)"), float),
-    ("grad_accum", re.compile(r"Gradient Accumulation steps = (?P<v>[\d,]+)"), int),
-    ("micro_batch", re.compile(r"Instantaneous batch size per device = (?P<v>[\d,]+)"), int),
-    ("total_batch", re.compile(r"Total train batch size \(w\. parallel, distributed & accumulation\) = (?P<v>[\d,]+)"), int),
-    ("trainable_params", re.compile(r"Number of trainable parameters = (?P<v>[\d,]+)"), int),
-    ("trainable_params", re.compile(r"trainable params: (?P<v>[\d,]+) \|\|"), int),
-    ("all_params", re.compile(r"all params: (?P<v>[\d,]+)"), int),
-    ("world_size", re.compile(r"world[ _]size(?: =|:)\s*(?P<v>\d+)"), int),
-    ("world_size", re.compile(r"\[config\.py:\d+:print\]\s+world_size \.+ (?P<v>\d+)"), int),
-    ("compute_dtype", re.compile(r"compute dtype: (?:torch\.)?(?P<v>\w+)"), str),
-    ("ds_version", re.compile(r"DeepSpeed info: version=(?P<v>[^,]+)"), str),
-    ("zero_stage", re.compile(r"Creating (?:torch\.\w+|fp16|fp32|bf16) ZeRO stage (?P<v>\d) optimizer"), int),
-    ("zero_stage", re.compile(r"zero_optimization_stage \.+ (?P<v>\d)"), int),
-    ("zero_stage", re.compile(r"zero_config \.+ stage=(?P<v>\d)"), int),
-    ("overlap_comm", re.compile(r"zero_config \.+ .*\boverlap_comm=(?P<v>True|False)"), lambda v: v == "True"),
-    ("fp16_enabled", re.compile(r"fp16_enabled \.+ (?P<v>True|False)"), lambda v: v == "True"),
-    ("fp16_enabled", re.compile(r"float16_config \.+ enabled=(?P<v>True|False)"), lambda v: v == "True"),
-    ("bf16_enabled", re.compile(r"bfloat16_enabled \.+ (?P<v>True|False)"), lambda v: v == "True"),
-    ("bf16_enabled", re.compile(r"bfloat16_config \.+ enabled=(?P<v>True|False)"), lambda v: v == "True"),
-    ("min_loss_scale", re.compile(r"float16_config \.+ .*\bmin_loss_scale=(?P<v>[\d.]+)"), float),
-    ("initial_scale_power", re.compile(r"float16_config \.+ .*\binitial_scale_power=(?P<v>\d+)"), int),
-    ("ds_params_elems", re.compile(r"finished initializing model - num_params = \d+, num_elems = (?P<v>[\d.]+[KMBT]?)"), str),
+_FACTS = [   # (fact, a literal every matching line contains, expression, conversion)
+    ("total_steps", "Total optimization", re.compile(r"Total optimization steps = (?P<v>[\d,]+)"), int),
+    ("num_epochs", "Num Epochs", re.compile(r"Num Epochs = (?P<v>[\d,.]+)"), float),
+    ("grad_accum", "Gradient Accumulation", re.compile(r"Gradient Accumulation steps = (?P<v>[\d,]+)"), int),
+    ("micro_batch", "Instantaneous", re.compile(r"Instantaneous batch size per device = (?P<v>[\d,]+)"), int),
+    ("total_batch", "Total train batch", re.compile(r"Total train batch size \(w\. parallel, distributed & accumulation\) = (?P<v>[\d,]+)"), int),
+    ("trainable_params", "Number of trainable", re.compile(r"Number of trainable parameters = (?P<v>[\d,]+)"), int),
+    ("trainable_params", "trainable params", re.compile(r"trainable params: (?P<v>[\d,]+) \|\|"), int),
+    ("all_params", "all params", re.compile(r"all params: (?P<v>[\d,]+)"), int),
+    ("world_size", "world", re.compile(r"world[ _]size(?: =|:)\s*(?P<v>\d+)"), int),
+    ("world_size", "world_size", re.compile(r"\[config\.py:\d+:print\]\s+world_size \.+ (?P<v>\d+)"), int),
+    ("compute_dtype", "compute dtype", re.compile(r"compute dtype: (?:torch\.)?(?P<v>\w+)"), str),
+    ("ds_version", "DeepSpeed info", re.compile(r"DeepSpeed info: version=(?P<v>[^,]+)"), str),
+    ("zero_stage", "ZeRO stage", re.compile(r"Creating (?:torch\.\w+|fp16|fp32|bf16) ZeRO stage (?P<v>\d) optimizer"), int),
+    ("zero_stage", "zero_optimization_stage", re.compile(r"zero_optimization_stage \.+ (?P<v>\d)"), int),
+    ("zero_stage", "zero_config", re.compile(r"zero_config \.+ stage=(?P<v>\d)"), int),
+    ("overlap_comm", "zero_config", re.compile(r"zero_config \.+ .*\boverlap_comm=(?P<v>True|False)"), lambda v: v == "True"),
+    ("fp16_enabled", "fp16_enabled", re.compile(r"fp16_enabled \.+ (?P<v>True|False)"), lambda v: v == "True"),
+    ("fp16_enabled", "float16_config", re.compile(r"float16_config \.+ enabled=(?P<v>True|False)"), lambda v: v == "True"),
+    ("bf16_enabled", "bfloat16_enabled", re.compile(r"bfloat16_enabled \.+ (?P<v>True|False)"), lambda v: v == "True"),
+    ("bf16_enabled", "bfloat16_config", re.compile(r"bfloat16_config \.+ enabled=(?P<v>True|False)"), lambda v: v == "True"),
+    ("min_loss_scale", "float16_config", re.compile(r"float16_config \.+ .*\bmin_loss_scale=(?P<v>[\d.]+)"), float),
+    ("initial_scale_power", "float16_config", re.compile(r"float16_config \.+ .*\binitial_scale_power=(?P<v>\d+)"), int),
+    ("ds_params_elems", "num_elems", re.compile(r"finished initializing model - num_params = \d+, num_elems = (?P<v>[\d.]+[KMBT]?)"), str),
 ]
 _ZERO3_DETECTED = re.compile(r"Detected DeepSpeed ZeRO-3")
 _RUN_START = re.compile(r"\*+ Running training \*+")
@@ -289,8 +321,21 @@ class _TextLogParser:
 
     # -- progress -------------------------------------------------------------------------------------------
     def progress(self, window: bytes) -> None:
-        last = None
-        for m in _TQDM.finditer(window):
+        """Move the step to the last training bar in `window`. Searched backwards from the end (only the last
+        bar matters), skipping bars of other loops: an eval loop's total, a datasets.map "examples/s" bar."""
+        end = len(window)
+        for _ in range(64):
+            k = max(window.rfind(b"s/it]", 0, end), window.rfind(b"it/s]", 0, end))
+            if k < 0:
+                return
+            j = window.rfind(b"|", max(0, k - 120), k)
+            if j < 0:
+                end = k
+                continue
+            m = _TQDM.match(window, j)
+            end = j
+            if m is None or not _TQDM_UNIT.match(window, m.end(), k + 5):
+                continue
             n, total = int(m.group(1)), int(m.group(2))
             if self.train_total is not None:
                 if total != self.train_total:
@@ -299,9 +344,8 @@ class _TextLogParser:
                 continue
             else:
                 self.bar_total_max = total
-            last = n
-        if last is not None:
-            self.step = last
+            self.step = n
+            return
 
     def during(self) -> int | None:
         """The step in progress: one past the last completed step on the training bar."""
@@ -343,7 +387,8 @@ class _TextLogParser:
                 or "NCCL error" in text or "nccl" in text:
             self._nccl(text, line, rank)
         if "'loss': " in text or "{'eval_" in text or "{'train_runtime'" in text:
-            self._metric_dict(text, line)
+            if self._metric_dict(text, line) and "Error" not in text and "OVERFLOW" not in text:
+                return 0   # the common case in a long log: a metric dict and nothing else on its line
         if '"current_steps"' in text:
             self._lf_jsonl(text, line)
         if "MA " in text or "CPU Virtual Memory" in text or "see_memory_usage" in text:
@@ -367,8 +412,8 @@ class _TextLogParser:
         return 0
 
     def _facts(self, text: str, line: int) -> None:
-        for name, rx, conv in _FACTS:
-            if name in self.facts:
+        for name, kw, rx, conv in _FACTS:
+            if name in self.facts or kw not in text:
                 continue
             m = rx.search(text)
             if m:
@@ -493,7 +538,7 @@ class _TextLogParser:
             self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, "error", text=text.strip()[:500]))
 
     # -- metrics ----------------------------------------------------------------------------------------------
-    def _metric_dict(self, text: str, line: int) -> None:
+    def _metric_dict(self, text: str, line: int) -> bool:
         i = text.find("{'")
         body = text[i:] if i >= 0 else text[text.find("'loss'"):] if "'loss'" in text else text
         kv: dict[str, float] = {}
@@ -502,19 +547,21 @@ class _TextLogParser:
             if v is not None:
                 kv[m.group("k")] = v
         if not kv:
-            return
+            return False
         prefix = "lf_" if _LF_CALLBACK.search(text[:max(i, 0)] if i >= 0 else text) else ""
         if "train_runtime" in kv or "train_loss" in kv:
             self.keep.add("notices", Notice(self.path, line, self.step, "train-summary", body[:500], kv))
-            return
+            return True
         if "loss" in kv:
             for key, name in (("loss", "loss"), ("grad_norm", "grad_norm"), ("learning_rate", "learning_rate"),
                               ("epoch", "epoch")):
                 if key in kv:
                     self.point(prefix + name, self.step, kv[key], line)
-            return
+            return True
         if "eval_loss" in kv:
             self.point(prefix + "eval_loss", self.step, kv["eval_loss"], line)
+            return True
+        return False
 
     def _lf_jsonl(self, text: str, line: int) -> None:
         i = text.find("{")

@@ -1,0 +1,107 @@
+"""`doctor postmortem` end to end through the CLI: bad input never gives a traceback, the report says what was
+read, JSON is strict JSON (no bare NaN), the text report draws the curves, --plot writes a PNG."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from click.testing import CliRunner
+
+from finetune_doctor.cli import main
+
+FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "postmortem")
+
+
+def invoke(*args):
+    r = CliRunner().invoke(main, ["postmortem", *args], catch_exceptions=False)
+    return r.exit_code, r.output
+
+
+def strict_json(text):
+    def bad(tok):
+        raise ValueError(f"non-standard JSON token {tok}")
+
+    return json.loads(text, parse_constant=bad)
+
+
+def test_missing_path_is_one_line_exit_2(tmp_path):
+    code, out = invoke(str(tmp_path / "nope"))
+    assert code == 2 and "no such file or directory" in out and "Traceback" not in out
+    assert len(out.strip().splitlines()) == 1
+
+
+def test_empty_directory_says_nothing_to_diagnose(tmp_path):
+    code, out = invoke(str(tmp_path), "--format", "json")
+    d = strict_json(out)
+    assert code == 0 and [f["name"] for f in d["findings"]] == ["no-run-evidence"]
+    assert d["read"]["files"] == [] and d["command"] == "postmortem" and d["inputs"]["run_dir"]
+
+
+def test_junk_everywhere_is_reported_not_raised(tmp_path):
+    (tmp_path / "train.log").write_bytes(os.urandom(20000))
+    (tmp_path / "trainer_state.json").write_bytes(b'{"global_step": 5, "log_history": [{"loss": 1.0, "step": 1}, {"lo')
+    (tmp_path / "trainer_log.jsonl").write_bytes(b"\x00\x01garbage\n{\"current_steps\": 1, \"loss\": 2.0}\n{\"cur")
+    runs = tmp_path / "runs" / "Jan01_x"
+    runs.mkdir(parents=True)
+    (runs / "events.out.tfevents.1.host").write_bytes(os.urandom(3000))
+    (tmp_path / "all_results.json").write_text("{not json")
+    code, out = invoke(str(tmp_path), "--format", "json")
+    assert code in (0, 1)
+    d = strict_json(out)
+    rows = {os.path.basename(f["path"]): f for f in d["read"]["files"]}
+    assert rows["train.log"]["status"] == "skipped"
+    assert rows["trainer_state.json"]["status"] == "partial" and rows["trainer_state.json"]["items"] == 1
+    assert rows["trainer_log.jsonl"]["status"] == "partial" and "malformed" in rows["trainer_log.jsonl"]["problems"][1]
+    assert rows["events.out.tfevents.1.host"]["status"] in ("partial", "skipped")
+    assert rows["all_results.json"]["status"] in ("partial", "skipped")
+    code, text = invoke(str(tmp_path))
+    assert "Read" in text and "Traceback" not in text
+
+
+def test_json_report_of_a_case(tmp_path):
+    d = os.path.join(FIX, "case_067")
+    code, out = invoke(d, "--config", os.path.join(d, "config.yaml"), "--format", "json")
+    rep = strict_json(out)
+    assert code == 1 and rep["findings"][0]["name"] == "constant-grad-norm"
+    tl = rep["timeline"]
+    assert {"step": 25, "kind": "nccl_timeout"}.items() <= tl[-1].items()
+    assert tl[-1]["source"].endswith("log.txt:6")
+    curves = rep["postmortem"]["curves"]
+    assert curves["loss"]["values"] == [3.5534, 0.0] and curves["loss"]["steps"] == [10, 20]
+    kinds = {f["kind"] for f in rep["read"]["files"]}
+    assert {"trainer-log", "event-file", "text-log"} <= kinds
+
+
+def test_text_report_draws_sparklines_and_marks():
+    d = os.path.join(FIX, "case_046")
+    code, out = invoke(d, "--config", os.path.join(d, "config.yaml"))
+    assert code == 1
+    assert "Timeline" in out and "Postmortem" in out and "×" in out and "N nan" in out
+    assert "fix (unsafe): switch the attention kernel" in out
+
+
+def test_plot_writes_a_png(tmp_path):
+    d = os.path.join(FIX, "case_041")
+    png = tmp_path / "run.png"
+    code, out = invoke(d, "--config", os.path.join(d, "config.yaml"), "--plot", str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10000
+
+
+def test_sarif_and_github_formats_render():
+    d = os.path.join(FIX, "case_058")
+    code, out = invoke(d, "--config", os.path.join(d, "config.yaml"), "--format", "sarif")
+    sarif = strict_json(out)
+    assert sarif["runs"][0]["results"][0]["ruleId"] == "FD304"
+    code, out = invoke(d, "--config", os.path.join(d, "config.yaml"), "--format", "github")
+    assert out.startswith("::error") and "FD304" in out
+
+
+def test_log_option_and_a_run_dir_that_is_a_file(tmp_path):
+    log = os.path.join(FIX, "case_050", "log.txt")
+    code, out = invoke(str(tmp_path), "--log", log, "--format", "json")
+    assert strict_json(out)["findings"][0]["name"] == "first-step-loss-abnormal"
+    code, out = invoke(log, "--format", "json")
+    assert strict_json(out)["findings"][0]["name"] == "first-step-loss-abnormal"
+    code, out = invoke(str(tmp_path), "--log", str(tmp_path / "missing.log"))
+    assert code == 2 and "missing.log" in out
