@@ -42,8 +42,18 @@ class RuleContext:
     sources: dict[str, SourceDoc] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def role_for(self, role: str | None, key: str | None) -> str:
+        """A config key given as ``key=value`` on the command line lives there, not in the file: findings point at
+        the command line and no edit of the file is proposed (the command line would override it again)."""
+        role = role or "config"
+        ov = self.sources.get("override")
+        if role == "config" and key and ov is not None and (
+                key in ov.positions or any(key.startswith(k + ".") for k in ov.positions)):
+            return "override"
+        return role
+
     def locate(self, role: str | None, key: str | None) -> Location:
-        doc = self.sources.get(role or "config")
+        doc = self.sources.get(self.role_for(role, key))
         if doc is None:
             doc = self.sources.get("config") or next(iter(self.sources.values()), None)
             if doc is None:
@@ -119,12 +129,13 @@ def _fix(rule: Rule, ctx: RuleContext, ev: Evaluator, location: Location) -> Fix
     for e in spec.edits:
         if e.when and not ev.truth(e.when):
             continue
-        role = ev.render(e.file)
+        key = ev.render(e.key)
+        role = ctx.role_for(ev.render(e.file), key)
         doc = ctx.sources.get(role)
         if doc is None:
             continue
         value = unwrap(ev.eval(e.value_expr)) if e.value_expr else e.value
-        edits.append(Edit(doc.path, ev.render(e.key), value, e.delete))
+        edits.append(Edit(doc.path, key, value, e.delete))
     title = " ".join(ev.render(spec.title).split())
     if not title or title == "None":
         return None   # the rule's title is conditional and empty here: no prescription applies

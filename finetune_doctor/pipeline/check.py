@@ -61,12 +61,22 @@ def resolve_hardware(opts: Options, *, allow_nvml: bool = True) -> Hardware | No
             hw = detect()
         except Exception:  # a broken driver must not stop a diagnosis that needs no GPU
             return None
-        if hw is not None and opts.nnodes and opts.nnodes > 1:
-            from dataclasses import replace
+        from dataclasses import replace
 
+        if hw is not None and hw.host_ram_gib is None:
+            hw = replace(hw, host_ram_gib=local_ram_gib())   # NVML sees this machine: its RAM is the node's
+        if hw is not None and opts.nnodes and opts.nnodes > 1:
             hw = replace(hw, nnodes=opts.nnodes, num_gpus=(hw.num_gpus or 1) * opts.nnodes)
         return hw
     return None
+
+
+def local_ram_gib() -> float | None:
+    """Physical RAM of this machine in GiB (POSIX sysconf), or None where it cannot be read."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _key_facts(doc: ConfigDoc) -> dict[str, Any]:

@@ -81,14 +81,16 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     linted_ds: set[str] = set()
     kinds = [(f, classify(f)) for f in files]
     skipped = [f for f, k in kinds if k is None]
+    ds_inputs: list[str] = []
     for f, kind in kinds:
         if kind != "lf":
             continue
         file_opts = _per_file(opts, f)
         asm = build_context(f, (), file_opts, static=True)
         findings.extend(judge(asm, file_opts, "lint"))
-        if asm.ds is not None and getattr(asm.ds, "path", None):
+        if asm.ds is not None and getattr(asm.ds, "path", None) and not asm.ctx.extra.get("ds_stock"):
             linted_ds.add(str(Path(asm.ds.path).resolve()))
+            ds_inputs.append(str(asm.ds.path))
     for f, kind in kinds:
         if kind == "ds" and str(Path(f).resolve()) not in linted_ds:
             findings.extend(lint_ds_alone(f, _per_file(opts, f)))
@@ -103,7 +105,10 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     sections: dict[str, Any] = {}
     if skipped:
         sections["skipped"] = skipped
-    return Report(command="lint", inputs={"config": files[0] if len(files) == 1 else None, "deepspeed": None,
+    ds_inputs += [f for f, k in kinds if k == "ds" and str(Path(f).resolve()) not in linted_ds]
+    lf_files = [f for f, k in kinds if k == "lf"]
+    return Report(command="lint", inputs={"config": lf_files[0] if len(lf_files) == 1 else None,
+                                          "deepspeed": ds_inputs[0] if len(ds_inputs) == 1 else None,
                                           "run_dir": None, "files": list(files)},
                   findings=tuple(findings), notes=tuple(notes), sections=sections)
 
