@@ -960,7 +960,7 @@ def _nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: _Ctx, fp16: bool, l
         cause, text, fix = "fp16-range", "fp16 overflow: the loss scale collapsed before it", "train in bf16"
     elif cx.overlap_comm() is True and cx.zero_stage() in (1, 2) and not late:
         cause, text, fix = "overlap-comm", ("DeepSpeed ZeRO-2 with overlap_comm can corrupt reduced gradients "
-                                            "(DeepSpeed#5347; the reports of 058 ran fine with overlap_comm false "
+                                            "(DeepSpeed#5347; Qwen-VL-Series-Finetune#10 ran fine with overlap_comm false "
                                             "or ZeRO-3)"), "set zero_optimization.overlap_comm to false"
     elif nan["first_logged"] and not late and rate is not None and rate <= 1e-7:
         cause, text, fix = "forward", (f"NaN at the first logged step with learning rate {_fmt(rate)}: no optimizer "
@@ -969,14 +969,14 @@ def _nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: _Ctx, fp16: bool, l
                                        "flash_attn: disabled)"), "switch the attention kernel"
     elif nan["first_logged"] and not late:
         cause, text, fix = "from-start", ("NaN from the first logged step with ordinary settings: usually the "
-                                          "attention kernel or the library stack (cases 044, 046, 047, 052), "
+                                          "attention kernel or the library stack (LLaMA-Factory #2916, #9631, #7263, #3353), "
                                           "or fp16 on a bf16 model"), "switch the attention kernel"
     elif late:
         where = f"epoch {_fmt(ep)}" if ep is not None else f"step {st}"
         before = (f"after {nan['healthy_before']} healthy logs ({where})" if nan["healthy_before"] else
                   f"at {where}, after training that was healthy before the logs read")
         extra = (" Under DeepSpeed, overlap_comm races (DeepSpeed#5347) and old releases (0.14.0; fixed by 0.14.3 "
-                 "in #5627) also produce late NaN." if ds else "")
+                 "in LLaMA-Factory #5627) also produce late NaN." if ds else "")
         cause, text, fix = "late", (f"NaN {before}: a bad sample or batch, "
                                     "or an optimizer-state blow-up; inspect the data around that step, lower the "
                                     "learning rate or tighten max_grad_norm." + extra), "find the bad batch"
