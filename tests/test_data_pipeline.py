@@ -213,3 +213,17 @@ def test_progress_bars_do_not_change_the_result(tok, capsys):
     strip = lambda d: {k: v for k, v in d.items() if k != "elapsed_s"}  # noqa: E731
     assert strip(a.sections["data"]) == strip(b.sections["data"])
     assert capsys.readouterr().out == ""  # bars go to stderr only
+
+
+def test_bad_cutoff_and_broken_tokenizer(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"dataset: alpaca_lines\ndataset_dir: {FIXTURES}\ncutoff_len: lots\n")
+    with pytest.raises(InputError, match="cutoff_len must be a positive integer"):
+        P.run(str(cfg), [], opts())
+    assert P.collect({"dataset": "alpaca_lines", "dataset_dir": str(FIXTURES), "cutoff_len": "lots"}, str(cfg)) is None
+    broken = tmp_path / "model"
+    broken.mkdir()
+    (broken / "tokenizer.json").write_text("{not json")
+    d = P.collect({"dataset": "alpaca_lines", "dataset_dir": str(FIXTURES), "model_name_or_path": str(broken),
+                   "template": "qwen"}, str(cfg), strict=True)
+    assert d["approximate"] and "could not be loaded" in d["tokenizer"]["reason"]

@@ -124,6 +124,8 @@ class DataSettings:
         packing = packing_explicit if (explicit is not None or neat) else stage == "pt"
         cut = cutoff_len if cutoff_len is not None else cfg.get("cutoff_len")
         mb = micro_batch if micro_batch is not None else cfg.get("per_device_train_batch_size")
+        if cut is not None and (isinstance(cut, bool) or not isinstance(cut, int) or cut < 1):
+            raise ValueError(f"cutoff_len must be a positive integer, not {cut!r}")
         return cls(
             stage=stage,
             cutoff_len=int(cut) if cut is not None else 2048,

@@ -104,16 +104,27 @@ def collect(cfg: dict[str, Any], config_path: str, *, cutoff_len: int | None = N
             raise
         return _error_facts(err.message, {"file": err.file, "line": err.line, "column": None, "key": None})
 
-    settings = K.DataSettings.from_config(cfg, cutoff_len=cutoff_len, micro_batch=micro_batch)
+    try:
+        settings = K.DataSettings.from_config(cfg, cutoff_len=cutoff_len, micro_batch=micro_batch)
+    except ValueError as err:
+        if strict:
+            raise InputError(str(err), file=config_path) from None
+        return None  # the config rules report the bad value; nothing to scan against
     base_dirs = [cwd, config_dir] + [str(p) for p in Path(config_dir).parents]
     folder, why = (None, "--approximate was given") if approximate else K.find_tokenizer(
         cfg.get("model_name_or_path"), base_dirs=base_dirs, cache_dir=cfg.get("cache_dir"), env=env)
     template, tinfo = K.resolve_template(settings, folder)
+    counter: Any = None
     if folder is not None:
-        counter: Any = K.ExactCounter(folder, template, add_tokens=K._as_list(cfg.get("add_tokens")),
-                                      add_special_tokens=K._as_list(cfg.get("add_special_tokens")),
-                                      split_special_tokens=K._as_bool(cfg.get("split_special_tokens")))
-    else:
+        try:
+            counter = K.ExactCounter(folder, template, add_tokens=K._as_list(cfg.get("add_tokens")),
+                                     add_special_tokens=K._as_list(cfg.get("add_special_tokens")),
+                                     split_special_tokens=K._as_bool(cfg.get("split_special_tokens")))
+        except ImportError:
+            why = f"{why}, but the tokenizers package is not installed (pip install tokenizers)"
+        except Exception as err:  # a tokenizer.json this tokenizers version cannot load
+            why = f"{folder}/tokenizer.json could not be loaded ({type(err).__name__}: {err})"
+    if counter is None:
         counter = K.ApproxCounter(template)
     facts = K.analyze_datasets(specs, settings, counter, template, workers=workers or os.cpu_count() or 1,
                                progress=progress)
