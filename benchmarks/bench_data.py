@@ -31,11 +31,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import random
-import resource
 import subprocess
 import sys
 import tempfile

@@ -37,7 +37,6 @@ from finetune_doctor.analyzers import templates as T
 from finetune_doctor.readers.datasets import Chunk, DatasetSpec, RowError, hub_snapshot, hf_hub_cache, \
     iter_chunks, parse_json_lines, total_bytes
 
-IGNORE = -100
 _SEQ = itertools.count()  # tie-break for heap items (never compares the dicts)
 MAX_EXAMPLES = 5          # locations kept per problem kind / per flag
 TOP_K = 5                 # longest samples kept per dataset
