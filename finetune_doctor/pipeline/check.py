@@ -254,6 +254,7 @@ def build_context(config: str, overrides: tuple[str, ...] | list[str], opts: Opt
                 facts["data"] = data
                 if data and data.get("worst_micro_batch_tokens"):
                     tokens = int(data["worst_micro_batch_tokens"])
+                scan_data = False
             mem = estimate(run, hw, counts=counts, tokens=tokens)
             asm.memory = mem
             facts["mem"] = memory_facts(mem, hw, run)
@@ -262,6 +263,9 @@ def build_context(config: str, overrides: tuple[str, ...] | list[str], opts: Opt
     else:
         facts["run"] = {"stage": doc.values.get("stage") or "sft",
                         "finetuning_type": doc.values.get("finetuning_type") or "lora"}
+    if scan_data and not static:
+        # without a model the data scan still runs (approximate token counts when no tokenizer is local)
+        facts["data"] = _data_facts(doc, config, opts)
     return asm
 
 
