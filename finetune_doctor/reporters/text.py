@@ -307,7 +307,7 @@ def _findings(w: _Writer, r: Report, sources: SourceIndex) -> None:
         w.heading("No findings.", "green")
         return
     for sev in SEVERITIES:
-        group = sorted((f for f in r.findings if f.severity == sev), key=Finding.sort_key)
+        group = [f for f in r.findings if f.severity == sev]   # the pipeline's order: causes before symptoms
         if not group:
             continue
         w.heading(f"{SEVERITY_HEADING[sev]} ({len(group)})", SEVERITY_STYLE[sev])
