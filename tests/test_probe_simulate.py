@@ -123,7 +123,7 @@ def test_obstacle_dense_mask_costs_s_squared_bytes_when_unpatched(monkeypatch):
     patched = sim.run_depth(spec, 2, 1, round_to=1)["peak"].total
     real_patch = sim.fake_patches
 
-    def without_mask_fix(tracker=None):
+    def without_mask_fix(tracker=None, **kw):
         import contextlib
 
         from transformers import masking_utils
@@ -131,7 +131,7 @@ def test_obstacle_dense_mask_costs_s_squared_bytes_when_unpatched(monkeypatch):
         @contextlib.contextmanager
         def cm():
             orig = masking_utils.find_packed_sequence_indices
-            with real_patch(tracker):
+            with real_patch(tracker, **kw):
                 masking_utils.find_packed_sequence_indices = orig   # undo the mask fix only
                 yield
         return cm()

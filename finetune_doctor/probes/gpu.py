@@ -232,8 +232,15 @@ def run_gpu(spec: ProbeSpec, steps: int = 3, *, force: bool = False, timeout_s: 
         if spec.deepspeed and not (_has_deepspeed() and shutil.which("deepspeed")):
             raise ProbeRefused("the gpu probe of a DeepSpeed run needs deepspeed installed (pip install deepspeed); "
                                "use --mode simulate")
-        free, busy = free_gpus(adapter)
-        if busy and not force:
+        try:
+            free, busy = free_gpus(adapter)
+        except ProbeRefused:
+            # no NVML (a container without the management library): nobody can be seen using the cards, so only
+            # --force proceeds, on every card CUDA shows (counted in a child: the doctor never creates a context)
+            if not force:
+                raise
+            free, busy = [str(i) for i in range(_cuda_count())], []
+            notes.append("NVML unavailable: other processes on the GPUs could not be checked (--force)")
             raise ProbeRefused("GPUs in use by other processes (pass --force to probe anyway): "
                                + "; ".join(msg for _, msg in busy))
         gpus = free + ([] if not force else [ident for ident, _ in busy])
@@ -302,6 +309,15 @@ def run_gpu(spec: ProbeSpec, steps: int = 3, *, force: bool = False, timeout_s: 
     notes.append("random weights built from the config: memory is real, loss values are not meaningful")
     return GpuResult(tuple(alloc), tuple(resv), tuple(used), finite, steps, finite_steps, depths, L, nproc,
                      launcher, time.perf_counter() - t0, tuple(notes), False, None, tuple(losses))
+
+
+def _cuda_count() -> int:
+    try:
+        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                             capture_output=True, text=True, timeout=120)
+        return int(out.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, ValueError, IndexError):
+        return 0
 
 
 def _capacity_gib(adapter: Any) -> float | None:

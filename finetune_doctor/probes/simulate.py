@@ -69,6 +69,8 @@ class SimResult:
     that were added analytically, by category; `segment` names the moment (``step 2, backward, layer 1 of 28``).
     `depth` lists the depths built (one entry: full depth; two: k and k+1, extrapolated to `num_layers`).
     `step_peaks` holds the peak of each optimizer step. `notes` say what was modelled rather than run.
+    `segments` maps each segment's description to its peak bytes by category (analytic terms included), for
+    calibration and diagnosis.
     """
 
     peak_bytes: int
@@ -86,6 +88,7 @@ class SimResult:
     params: dict[str, int] = field(default_factory=dict)
     host_bytes: int = 0
     spec: ProbeSpec | None = None
+    segments: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
 
     @property
     def peak_gib(self) -> float:
@@ -140,7 +143,7 @@ def _storage_dtype(spec: ProbeSpec) -> str:
 
 
 @contextlib.contextmanager
-def fake_patches(tracker: Any = None) -> Iterator[None]:
+def fake_patches(tracker: Any = None, *, gather_in_place: bool = False) -> Iterator[None]:
     """Patches that make a transformers/peft training step behave under FakeTensorMode as it does for real.
 
     1. ``transformers.masking_utils.find_packed_sequence_indices`` → None: with FakeTensors ``is_tracing`` is
@@ -152,7 +155,11 @@ def fake_patches(tracker: Any = None) -> Iterator[None]:
        nothing changes; dtype changes are done by assigning ``param.data`` as LF's own upcast does.
        ``copy.deepcopy`` of a FakeTensor copies it within its own fake mode (the default makes a new mode).
     3. DTensor sharding propagation (shape inference on full-size fake arguments) is not counted.
-    4. FSDP2's ``alloc_storage`` / ``free_storage`` resize storages outside the dispatcher; the tracker is told.
+    4. `gather_in_place` (the DeepSpeed ZeRO-3 stand-in): FSDP2 keeps each unit's flat all-gather buffer alive
+       until the next unit's all-gather (``_fsdp_param_group.py`` ``comm_ctx.all_gather_state``, "free unless
+       saved"), on top of the parameters copied out of it; DeepSpeed gathers into the parameters' own storage, so
+       the stand-in drops that reference once the copy-out is done.
+    5. FSDP2's ``alloc_storage`` / ``free_storage`` resize storages outside the dispatcher; the tracker is told.
     """
     torch = _torch()
     import transformers.masking_utils as mu
@@ -239,6 +246,15 @@ def fake_patches(tracker: Any = None) -> Iterator[None]:
                     tracker.paused -= 1
 
             patch(ShardingPropagator, "_propagate_tensor_meta_non_cached", meta)
+            if gather_in_place:
+                orig_wait = _fsdp_param_group.FSDPParamGroup.wait_for_unshard
+
+                def wait(self, *args, **kwargs):
+                    out = orig_wait(self, *args, **kwargs)
+                    self.comm_ctx.all_gather_state = None
+                    return out
+
+                patch(_fsdp_param_group.FSDPParamGroup, "wait_for_unshard", wait)
             patch(_fsdp_param, "alloc_storage", alloc)
             patch(_fsdp_param, "free_storage", free)
             patch(_fsdp_param_group, "alloc_storage", alloc)
@@ -715,7 +731,10 @@ def prepare(spec: ProbeSpec, n_layers: int, notes: list[str], *, mesh: Any = Non
             _quantize_standin(model, spec, notes)
     _set_requires_grad(model, spec)
     if spec.gradient_checkpointing:
-        model.enable_input_require_grads()
+        # LF replaces gradient_checkpointing_enable: it sets LF's checkpointing function and, unlike transformers'
+        # own method, does not call enable_input_require_grads — its function makes the hidden-state input of each
+        # trainable layer require grad instead (checkpointing.py _gradient_checkpointing_enable, "have already
+        # enabled input require gradients"). Frozen layers below the trainable ones therefore keep nothing.
         model._set_gradient_checkpointing(enable=True, gradient_checkpointing_func=_gc_func(spec, st))
     if spec.upcast_layernorm:
         for name, p in model.named_parameters():
@@ -859,7 +878,7 @@ def run_depth(spec: ProbeSpec, n_layers: int, steps: int = 2, *, fake: bool = Tr
     mode = FakeTensorMode(allow_non_fake_inputs=False) if fake else contextlib.nullcontext()
     tracker = LiveBytesTracker(round_to)
     torch.manual_seed(0)
-    with fake_patches(tracker), mode:
+    with fake_patches(tracker, gather_in_place=spec.sharded and spec.deepspeed), mode:
         prep = prepare(spec, n_layers, notes, mesh=mesh)
         with tracker:
             train_steps(prep, spec, steps, tracker)
@@ -914,12 +933,15 @@ class _Term:
 
 def _applies(when: str, key: tuple) -> bool:
     step, micro, phase = key[0], key[1], key[2]
-    if when == "always":
+    if when in ("always", "replace_grads"):
         return True
     if when == "states":
         return step >= 2 or phase in ("opt", "zero")
-    if when in ("grads", "replace_grads"):
-        return not (step == 1 and micro == 0 and phase == "fwd")
+    if when == "opt":
+        return phase == "opt"
+    if when == "grads_live":
+        # from a micro-batch's backward to the optimizer step (and through later micro-batches of an accumulation)
+        return phase in ("bwd", "opt") or (phase in ("fwd", "ref") and micro > 0)
     return False
 
 
@@ -933,9 +955,27 @@ _STATE_BYTES_FP32 = {"8bit": 2 + 8 / 256, "paged_8bit": 2 + 8 / 256, "galore_8bi
 
 def _analytic_terms(spec: ProbeSpec, counts: dict[str, float]) -> tuple[list[_Term], float, list[str]]:
     """Terms for what is not simulated, from the (extrapolated) parameter counts. Returns (terms, host bytes,
-    notes). Formulas: reference/deepspeed/memory_estimators.md (DeepSpeed's estimate_zero2/3_model_states_mem_needs:
-    2 B half-precision weights + 2 B half gradients + 4 B fp32 gradients + 4 B fp32 master + 8 B Adam states per
-    parameter; ZeRO-1 partitions the last three, ZeRO-2 also the half gradients, ZeRO-3 everything)."""
+    notes).
+
+    DeepSpeed's optimizer side, read from deepspeed 0.19.8 (the version reference/deepspeed/ documents):
+
+    * ZeRO-1/2 (``runtime/zero/stage_1_and_2.py``): an fp32 master partition (4 B/param / N) and the optimizer
+      states on it, persistent; at ``step()`` an fp32 copy of this rank's gradient partition is made per parameter
+      group and freed after that group's update ("Step 4: get rid of the fp32 gradients"); ZeRO-2 copies each
+      reduced gradient into a half-precision partition buffer (``grads_in_partition``, allocated in backward,
+      released with the IPG buffers after the step) and frees the replica gradients bucket by bucket; ZeRO-1 keeps
+      the replica gradients until the step (simulated).
+    * ZeRO-0 with bf16/fp16 (engine ``_configure_fp16_optimizer``): fp32 master copies and states of every
+      parameter; counted like ZeRO-1 over one rank.
+    * ZeRO-3 (``runtime/zero/stage3.py``): a half-precision parameter partition (2 B/N) beside the fp32 master
+      partition (the FSDP2 stand-in's fp32 shards); a persistent flat gradient-partition buffer in the
+      gradient-accumulation dtype (``grad_partitions_flat_buffer``, the model dtype unless
+      ``data_types.grad_accum_dtype`` says otherwise: 2 B/N for bf16); at the step an fp32 copy per sub-group of
+      at most ``sub_group_size`` (1e9) elements (``_prepare_fp32_grad_for_sub_group``). FSDP2's own fp32 gradient
+      shards are replaced by these.
+
+    Communication buffers (IPG buckets, all-gather/prefetch buckets) are the analytic model's `buffers`.
+    """
     terms: list[_Term] = []
     notes: list[str] = []
     host = 0.0
@@ -951,35 +991,42 @@ def _analytic_terms(spec: ProbeSpec, counts: dict[str, float]) -> tuple[list[_Te
         off = spec.offload_optimizer is not None and stage >= 1
         master, grads32, states = 4.0 * T / P, 4.0 * T / P, states_per_param * T / P
         if off:
-            host += (master + grads32 + states) * 1.0
+            host += master + grads32 + states
             notes.append(f"DeepSpeed ZeRO-{stage}: fp32 master, fp32 gradients and optimizer states offloaded to "
                          f"the host ({(master + grads32 + states) / GIB:.2f} GiB per rank on the host)")
         else:
             terms += [_Term("optimizer", master, "always"), _Term("optimizer", states, "states"),
-                      _Term("gradients", grads32, "grads")]
+                      _Term("gradients", grads32, "opt")]
         if stage >= 2:
-            terms += [_Term("gradients", 0.0, "replace_grads"), _Term("gradients", half * T / N, "grads")]
+            terms += [_Term("gradients", 0.0, "replace_grads"), _Term("gradients", half * T / N, "grads_live")]
         notes.append(f"DeepSpeed ZeRO-{stage} over {N} ranks: the replica (weights, activations"
-                     f"{', gradients' if stage < 2 else ''}) is simulated; fp32 master, fp32 gradient partition"
-                     f"{', half-precision gradient partition' if stage >= 2 else ''} and optimizer states are "
-                     "added analytically (DeepSpeed estimator terms 4 + 4 + 8 B/param"
-                     f"{' / N' if stage >= 1 else ''}); communication buckets are not included")
+                     f"{', gradients' if stage < 2 else ''}) is simulated; the fp32 master partition and optimizer "
+                     f"states (persistent), the fp32 gradient partition (at the step)"
+                     f"{' and the half-precision gradient partition (backward to step)' if stage >= 2 else ''} are "
+                     "added as DeepSpeed 0.19.8 allocates them; communication buckets are not included")
     if spec.sharded and spec.deepspeed:
         shard_t = counts.get("shard_trainable", T / N)
-        terms.append(_Term("weights", 2.0 * shard_t, "always"))
-        notes.append(f"DeepSpeed ZeRO-3 over {N} ranks simulated with FSDP2 fully_shard over a fake process group; "
-                     "DeepSpeed's half-precision copy of each trainable partition (2 B/param / N) is added "
-                     "analytically; prefetch and bucket buffers are not included")
+        half_b = 2.0 if spec.compute_dtype in ("bfloat16", "float16") else 4.0
+        master = counts.get("shard_trainable_bytes", 4.0 * shard_t)
+        # the fp32 shards are DeepSpeed's master partition: reported under optimizer, as DESIGN.md's per-GPU
+        # categories and the analytic model count it
+        terms += [_Term("weights", half_b * shard_t - master, "always"), _Term("optimizer", master, "always"),
+                  _Term("gradients", 0.0, "replace_grads")]
+        notes.append(f"DeepSpeed ZeRO-3 over {N} ranks simulated with FSDP2 fully_shard over a fake process group "
+                     "(fp32 shards = DeepSpeed's master partition); DeepSpeed's half-precision parameter partition, "
+                     "its persistent gradient-partition buffer and the fp32 gradients of the step are added as "
+                     "DeepSpeed 0.19.8 allocates them; prefetch and bucket buffers are not included")
         if spec.offload_optimizer:
-            moved = counts.get("shard_trainable_bytes", 0.0)
-            terms += [_Term("weights", -moved, "always"), _Term("gradients", 0.0, "replace_grads"),
-                      _Term("optimizer", 0.0, "drop_optimizer")]
-            host += moved * 3
+            terms.append(_Term("optimizer", 0.0, "drop_optimizer"))
+            host += master * 3 + half_b * shard_t
             notes.append("offload_optimizer: fp32 master, gradients and optimizer states counted on the host")
+        else:
+            terms += [_Term("gradients", half_b * shard_t, "always"),
+                      _Term("gradients", 4.0 * min(shard_t, 1e9), "opt")]
         if spec.offload_param:
             frozen_shard = counts.get("shard_weights_bytes", 0.0) - counts.get("shard_trainable_bytes", 0.0)
-            terms.append(_Term("weights", -frozen_shard - 2.0 * shard_t, "always"))
-            host += frozen_shard + 2.0 * shard_t
+            terms.append(_Term("weights", -frozen_shard - half_b * shard_t, "always"))
+            host += frozen_shard + half_b * shard_t
             notes.append("offload_param: parameter partitions counted on the host; layers are fetched per use")
     return terms, host, notes
 
@@ -989,7 +1036,6 @@ def _apply_terms(key: tuple, peak: Peak, terms: list[_Term]) -> tuple[float, dic
     added = {c: 0.0 for c in CATEGORIES}
     for t in terms:
         if t.when == "drop_optimizer":
-            added["optimizer"] -= by["optimizer"]
             continue
         if not _applies(t.when, key):
             continue
@@ -997,6 +1043,9 @@ def _apply_terms(key: tuple, peak: Peak, terms: list[_Term]) -> tuple[float, dic
             added[t.category] -= by[t.category]
         else:
             added[t.category] += t.nbytes
+    if any(t.when == "drop_optimizer" for t in terms):
+        # offloaded: master and states live on the host; nothing of the optimizer stays on the GPU
+        added["optimizer"] = -by["optimizer"]
     total = sum(by.values()) + sum(added.values())
     return total, {c: by[c] + added[c] for c in CATEGORIES}, added
 
@@ -1099,10 +1148,12 @@ def simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] = 
     notes += more
     best = None
     step_peak: dict[int, float] = {}
+    described: dict[str, dict[str, int]] = {}
     for key, pk in segs.items():
         if key[0] == "setup" or not isinstance(key[0], int):
             continue
         total, by, added = _apply_terms(key, pk, terms)
+        described[_describe_segment(key, L)] = {c: int(round(v)) for c, v in by.items()}
         step_peak[key[0]] = max(step_peak.get(key[0], 0.0), total)
         if best is None or total >= best[0]:   # on a tie prefer the later moment (steady state)
             best = (total, by, added, key)
@@ -1125,6 +1176,7 @@ def simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] = 
         params=params,
         host_bytes=int(round(host)),
         spec=spec,
+        segments=described,
     )
 
 
