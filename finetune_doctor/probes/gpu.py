@@ -241,6 +241,7 @@ def run_gpu(spec: ProbeSpec, steps: int = 3, *, force: bool = False, timeout_s: 
                 raise
             free, busy = [str(i) for i in range(_cuda_count())], []
             notes.append("NVML unavailable: other processes on the GPUs could not be checked (--force)")
+        if busy and not force:
             raise ProbeRefused("GPUs in use by other processes (pass --force to probe anyway): "
                                + "; ".join(msg for _, msg in busy))
         gpus = free + ([] if not force else [ident for ident, _ in busy])
