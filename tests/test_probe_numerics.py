@@ -71,3 +71,47 @@ def test_random_weights_cannot_confirm_numerics(tmp_path):
     r = probe_numerics(str(tmp_path), batches())
     assert r.confirmed is None and "cannot be confirmed" in r.note and r.passes == ()
     assert probe_numerics(None, batches()).confirmed is None
+
+
+def _tiny_tokenizer(path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = "the of and to in is that for it as with was on be by this are or from at which an have not".split()
+    vocab = {"[UNK]": 0, "<s>": 1, "</s>": 2, **{w: i + 3 for i, w in enumerate(words)}}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", bos_token="<s>", eos_token="</s>").save_pretrained(path)
+
+
+def test_check_probe_confirms_the_bf16_fix_of_fp16_on_a_bf16_checkpoint(tmp_path, monkeypatch, outlier_checkpoint):
+    """`doctor check --probe` on a config whose checkpoint is on disk: FD102 (fp16 on a bf16 model) is confirmed
+    by a forward pass on the configured data — fp16 overflows in the outlier MLP, bf16 does not."""
+    import json
+    import shutil
+
+    from click.testing import CliRunner
+    from transformers import AutoModelForCausalLM
+
+    from finetune_doctor.cli import main
+
+    model_dir = tmp_path / "tiny-llama"
+    AutoModelForCausalLM.from_pretrained(outlier_checkpoint, dtype=torch.bfloat16).save_pretrained(model_dir)
+    _tiny_tokenizer(model_dir)
+    (tmp_path / "data").mkdir()
+    rows = [{"instruction": "the of and to in is that for it as with", "input": "", "output": "was on be by this"}] * 3
+    (tmp_path / "data" / "tiny.json").write_text(json.dumps(rows))
+    (tmp_path / "data" / "dataset_info.json").write_text(json.dumps({"tiny": {"file_name": "tiny.json"}}))
+    (tmp_path / "train.yaml").write_text(
+        "model_name_or_path: tiny-llama\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+        "dataset: tiny\ndataset_dir: data\ntemplate: default\ncutoff_len: 64\nfp16: true\n"
+        "per_device_train_batch_size: 1\noutput_dir: out\n")
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, ["check", "train.yaml", "--gpu", "A100-80GB", "--no-data", "--probe",
+                                  "--format", "json"])
+    f = next(x for x in json.loads(r.stdout)["findings"] if x["name"] == "fp16-on-bf16-model")
+    conf = f["fix"]["confirmed"]
+    assert conf["by"] == "simulate" and conf["before_gib"] > 0
+    assert "float16 overflows first in model.layers.1.mlp.down_proj" in conf["note"]
+    assert "bfloat16 is finite everywhere" in conf["note"]
+    shutil.rmtree(model_dir)

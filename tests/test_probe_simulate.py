@@ -78,7 +78,7 @@ def test_step_two_holds_optimizer_states_step_one_does_not_in_forward():
 @pytest.mark.parametrize("kw", [
     dict(finetuning_type="full", gradient_checkpointing=False, optimizer_impl="fused"),       # peak: logits
     dict(finetuning_type="full", gradient_checkpointing=True, optimizer_impl="forloop"),     # peak: optimizer
-    dict(finetuning_type="lora", gradient_checkpointing=False, seq_len=128, grad_accum=2),
+    dict(finetuning_type="lora", gradient_checkpointing=False, grad_accum=2),
     dict(finetuning_type="freeze", freeze_trainable_layers=-1, gradient_checkpointing=False),
     dict(finetuning_type="full", stage="dpo", pairwise=True, ref_model=True),
 ], ids=["full", "full-gc-forloop", "lora-accum", "freeze-first", "dpo-ref"])

@@ -239,16 +239,104 @@ def confirm_findings(asm: Any, findings: list[Finding], opts: Options, *, mode: 
     return out
 
 
+# Largest model the numerics probe runs on the CPU: a forward in half precision of more than this many parameters
+# takes minutes and tens of GB of RAM on a CPU box.
+NUMERICS_CPU_MAX_PARAMS = 3e9
+
+
 def _with_numerics(conf: Confirmation, asm: Any, after: Any) -> Confirmation:
-    """Precision fixes: say whether numerics could be confirmed (real weights on disk) — memory is confirmed
-    either way."""
-    from finetune_doctor.probes.numerics import weights_on_disk
+    """Precision/numerics fixes: memory is confirmed either way; numerics only with the checkpoint on disk (a
+    forward pass on real samples of the configured data, probes/numerics.py), else the note says why not."""
+    from finetune_doctor.probes.numerics import probe_numerics, weights_on_disk
 
     path = asm.doc.values.get("model_name_or_path")
-    if weights_on_disk(str(path) if path else None):
-        return conf
-    return replace(conf, note=(conf.note + "; " if conf.note else "") +
-                   "numerics not confirmed: random weights (the checkpoint is not on disk here)")
+    path = _local_model_dir(str(path), asm) if path else None
+    extra = None
+    if not weights_on_disk(path):
+        extra = "numerics not confirmed: random weights (the checkpoint is not on disk here)"
+    else:
+        before = asm.run.autocast or asm.run.compute_dtype or "float32"
+        fixed = after.autocast or after.compute_dtype or "float32"
+        device = "cuda" if _gpu_usable(False) else "cpu"
+        n_params = asm.run.arch.total_params()
+        if device == "cpu" and n_params > NUMERICS_CPU_MAX_PARAMS:
+            extra = (f"numerics not probed: a {n_params / 1e9:.1f}B-parameter forward needs a free GPU "
+                     "(--mode gpu) on this machine")
+        else:
+            batches = sample_batches(asm, path)
+            if before == "float32":
+                res = probe_numerics(path, batches, fixed, "float32", device=device)
+                first = res.passes[0] if res.passes else None
+                extra = res.note if first is None else (
+                    f"numerics: {fixed} forward on {res.samples} real samples is finite everywhere" if
+                    first.first_overflow is None else
+                    f"numerics: {fixed} overflows first in {first.first_overflow} on real samples")
+            else:
+                res = probe_numerics(path, batches, before, fixed, device=device)
+                extra = "numerics: " + res.note
+    return replace(conf, note=(conf.note + "; " if conf.note else "") + extra) if extra else conf
+
+
+def _local_model_dir(name: str, asm: Any) -> str | None:
+    """`model_name_or_path` as a local directory (absolute, or relative to the YAML's directory)."""
+    from pathlib import Path
+
+    for cand in (Path(name), Path(asm.doc.path).resolve().parent / name):
+        if cand.is_dir():
+            return str(cand)
+    return None
+
+
+def sample_batches(asm: Any, model_dir: str, n: int = 4, max_len: int = 512) -> list:
+    """Up to `n` real samples of the configured datasets, tokenized with the checkpoint's tokenizer (the text of
+    each row's string fields joined, LF's template not applied), each a 1×L LongTensor with L ≤ `max_len`
+    (and ≤ cutoff_len). Empty when no dataset row is readable here."""
+    import torch
+
+    from finetune_doctor.readers.datasets import iter_chunks, resolve_datasets
+
+    values = asm.doc.values
+    names = values.get("dataset")
+    names = [x.strip() for x in (names.split(",") if isinstance(names, str) else (names or [])) if x.strip()]
+    if not names:
+        return []
+    from pathlib import Path
+
+    try:
+        specs, _ = resolve_datasets(names, str(values.get("dataset_dir") or "data"),
+                                    config_dir=str(Path(asm.doc.path).resolve().parent))
+    except InputError:
+        return []
+    texts: list[str] = []
+    for spec in specs:
+        if spec.unavailable:
+            continue
+        for ch in iter_chunks(spec, max_rows=n):
+            for row in ch.rows or []:
+                texts.append(_row_text(row))
+        if len(texts) >= n:
+            break
+    texts = [t for t in texts if t.strip()][:n]
+    if not texts:
+        return []
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(model_dir)
+    except Exception:  # no tokenizer files next to the weights
+        return []
+    limit = min(max_len, int(asm.run.seq_len or max_len))
+    return [torch.tensor([tok(t, add_special_tokens=True)["input_ids"][:limit]], dtype=torch.long) for t in texts]
+
+
+def _row_text(row: Any) -> str:
+    if isinstance(row, str):
+        return row
+    if isinstance(row, dict):
+        return "\n".join(_row_text(v) for v in row.values() if v is not None)
+    if isinstance(row, list):
+        return "\n".join(_row_text(v) for v in row)
+    return ""
 
 
 # ---- doctor probe --------------------------------------------------------------------------------------

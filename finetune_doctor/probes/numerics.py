@@ -140,9 +140,15 @@ def probe_numerics(model_path: str | None, batches: Sequence[Any] | None, dtype:
                                     "pip install 'finetune-doctor[torch,transformers]'")
     passes = []
 
+    from transformers.utils import logging as hf_logging
+
     def load(dt_name: str):
         dt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[dt_name]
-        m = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32 if autocast else dt)
+        hf_logging.disable_progress_bar()   # the doctor's output is a report, not a loading bar
+        try:
+            m = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32 if autocast else dt)
+        finally:
+            hf_logging.enable_progress_bar()
         return m.to(device).eval()
 
     model = load(dtype)
