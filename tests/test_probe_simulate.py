@@ -223,3 +223,12 @@ def test_eight_bit_adam_states_follow_bitsandbytes_layout():
             # Optimizer2State: 2 uint8 states + an fp32 absmax per 256-block each; < 4096 elements stay fp32
             expected += 2 * n + 8 * -(-n // 256) if n >= 4096 else 8 * n
     assert r.analytic["optimizer"] == expected
+
+
+def test_per_rank_peaks_under_zero3_padding():
+    # 2 layers of h=64: shards of an odd-sized dimension split unevenly over 3 ranks (torch.chunk): the last
+    # rank holds no more than rank 0
+    spec = tiny(finetuning_type="full", deepspeed=True, zero_stage=3, world_size=3, trainable_dtype="bfloat16")
+    r = sim.simulate(spec, depth="full", other_ranks=(2,))
+    assert set(r.per_rank) == {0, 2} and r.per_rank[0] == r.peak_bytes
+    assert 0 < r.per_rank[2] <= r.per_rank[0]

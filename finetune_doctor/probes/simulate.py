@@ -70,7 +70,9 @@ class SimResult:
     `depth` lists the depths built (one entry: full depth; two: k and k+1, extrapolated to `num_layers`).
     `step_peaks` holds the peak of each optimizer step. `notes` say what was modelled rather than run.
     `segments` maps each segment's description to its peak bytes by category (analytic terms included), for
-    calibration and diagnosis.
+    calibration and diagnosis. `per_rank` maps each simulated rank to its peak bytes: data-parallel ranks run the
+    same step on equal partitions, except that FSDP2 pads the last shards (``torch.chunk`` semantics), so rank 0
+    holds the largest and is the one simulated by default.
     """
 
     peak_bytes: int
@@ -89,6 +91,7 @@ class SimResult:
     host_bytes: int = 0
     spec: ProbeSpec | None = None
     segments: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
+    per_rank: dict[int, int] = field(default_factory=dict)
 
     @property
     def peak_gib(self) -> float:
@@ -115,6 +118,7 @@ class SimResult:
             "host_gib": round(self.host_bytes / GIB, 3),
             "params": dict(self.params),
             "wall_s": round(self.wall_s, 2),
+            "per_rank_gib": {str(k): round(v / GIB, 3) for k, v in self.per_rank.items()},
             "notes": list(self.notes),
         }
 
@@ -1100,8 +1104,9 @@ def choose_depth(spec: ProbeSpec, max_full: int = 4) -> tuple[int, ...]:
 
 
 def simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] = "auto", rank: int = 0,
-             round_to: int = CUDA_BLOCK, fake: bool = True) -> SimResult:
-    """Simulate `spec` and return the peak live tensor bytes of rank `rank` (a `SimResult`).
+             round_to: int = CUDA_BLOCK, fake: bool = True, other_ranks: tuple[int, ...] = ()) -> SimResult:
+    """Simulate `spec` and return the peak live tensor bytes of rank `rank` (a `SimResult`); `other_ranks` are
+    simulated too and land in `SimResult.per_rank` (each costs one more simulation).
 
     `depth`: "auto" (`choose_depth`), "full", or explicit depths ((L,) or (k, k+1)). `steps` ≥ 2 catches the
     steady-state peak. Raises InputError when the model cannot be built from its config, MissingExtra without
@@ -1177,6 +1182,9 @@ def simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] = 
         host_bytes=int(round(host)),
         spec=spec,
         segments=described,
+        per_rank={rank: int(round(total)), **{
+            r: simulate(spec, steps, depth=depths, rank=r, round_to=round_to, fake=fake).peak_bytes
+            for r in other_ranks if r != rank and 0 <= r < max(spec.world_size, 1)}},
     )
 
 

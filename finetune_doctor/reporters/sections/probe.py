@@ -47,6 +47,9 @@ def render(data: dict[str, Any]) -> Any:
                 t.add_row(c, _g(cats.get(c)), _g(ana.get(c)) if ana.get(c) else "")
         t.add_row(Text("total per GPU", style="bold"), Text(_g(data.get("total_gib")), style="bold"), "")
         parts.append(t)
+        ranks = res.get("per_rank_gib") or {}
+        if len(ranks) > 1:
+            parts.append(Text("tensor peak per rank: " + ", ".join(f"rank {k} {_g(v)} GiB" for k, v in ranks.items())))
     elif by == "gpu":
         t = Table(title="measured per rank (GiB)", title_justify="left", pad_edge=False)
         for col in ("rank", "max allocated", "max reserved", "device used"):
