@@ -40,7 +40,7 @@ class Measured:
 def _need_torch() -> None:
     try:
         import torch  # noqa: F401
-        import transformers  # noqa: F401
+        import transformers  # noqa: F401  (availability check only)
     except ImportError:
         raise MissingExtra("probes", "all") from None
 
@@ -51,7 +51,7 @@ def _gpu_usable(force: bool) -> bool:
     if os.environ.get("FINETUNE_DOCTOR_NO_NVML") == "1":
         return False
     try:
-        from finetune_doctor.probes.gpu import ProbeRefused, free_gpus
+        from finetune_doctor.probes.gpu import free_gpus
 
         free, busy = free_gpus()
     except Exception:  # no driver, no NVML: simulate

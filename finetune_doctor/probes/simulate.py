@@ -44,8 +44,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import json
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -277,7 +275,7 @@ def fake_patches(tracker: Any = None, *, gather_in_place: bool = False) -> Itera
 _PER_LAYER_LISTS = ("layer_types",)
 
 
-def _config_for_depth(cfg: dict[str, Any], n_layers: int, full_layers: int) -> dict[str, Any]:
+def _config_for_depth(cfg: dict[str, Any], n_layers: int) -> dict[str, Any]:
     out = dict(cfg)
     out["num_hidden_layers"] = n_layers
     for key in _PER_LAYER_LISTS:
@@ -296,7 +294,7 @@ def build_config(spec: ProbeSpec, n_layers: int, notes: list[str]):
     for which, cfg in (("config.json", spec.model_config), ("stand-in", spec.standin_config)):
         if not cfg:
             continue
-        cfg = _config_for_depth(cfg, n_layers, spec.num_layers)
+        cfg = _config_for_depth(cfg, n_layers)
         mt = cfg.pop("model_type", None) or spec.model_type
         try:
             conf = AutoConfig.for_model(mt, **cfg)
@@ -306,8 +304,8 @@ def build_config(spec: ProbeSpec, n_layers: int, notes: list[str]):
             continue
         conf._attn_implementation = attn
         conf.use_cache = False
-        if which == "stand-in" and spec.model_config:
-            pass
+        if which == "stand-in" and mt != spec.model_type:
+            notes.append(f"{spec.model_type} simulated as a {mt} of the same shapes (parameter count equal)")
         return conf
     raise InputError(f"no buildable config for model_type {spec.model_type!r}")
 
@@ -1186,7 +1184,3 @@ def simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] = 
             r: simulate(spec, steps, depth=depths, rank=r, round_to=round_to, fake=fake).peak_bytes
             for r in other_ranks if r != rank and 0 <= r < max(spec.world_size, 1)}},
     )
-
-
-def spec_json(spec: ProbeSpec) -> str:
-    return json.dumps(spec.as_dict(), sort_keys=True)
