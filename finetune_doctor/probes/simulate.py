@@ -302,12 +302,31 @@ def build_config(spec: ProbeSpec, n_layers: int, notes: list[str]):
             notes.append(f"transformers cannot build model_type {mt!r} ({str(err).splitlines()[0][:80]}); "
                          "simulated a LLaMA-family stand-in of the same shapes")
             continue
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+        if type(conf) not in MODEL_FOR_CAUSAL_LM_MAPPING:
+            text = conf.get_text_config() if hasattr(conf, "get_text_config") else None
+            if text is not None and type(text) in MODEL_FOR_CAUSAL_LM_MAPPING:
+                conf = text
+            else:
+                notes.append(f"{mt} has no causal-LM class in transformers (a multimodal wrapper): its language "
+                             "model is simulated from the same shapes")
+                continue
         conf._attn_implementation = attn
         conf.use_cache = False
+        if _is_moe(conf) and spec.trainable_dtype == "float32" and spec.finetuning_type in ("full", "freeze"):
+            # transformers' default grouped_mm expert kernel takes bf16 only; fp32 trainable experts run the
+            # per-expert loop
+            conf._experts_implementation = "eager"
+            notes.append("fp32 trainable experts run transformers' eager expert loop (grouped_mm needs bf16)")
         if which == "stand-in" and mt != spec.model_type:
             notes.append(f"{spec.model_type} simulated as a {mt} of the same shapes (parameter count equal)")
         return conf
     raise InputError(f"no buildable config for model_type {spec.model_type!r}")
+
+
+def _is_moe(conf: Any) -> bool:
+    return any(getattr(conf, k, None) for k in ("num_experts", "num_local_experts", "n_routed_experts"))
 
 
 def _set_requires_grad(model: Any, spec: ProbeSpec) -> None:
@@ -725,8 +744,17 @@ def prepare(spec: ProbeSpec, n_layers: int, notes: list[str], *, mesh: Any = Non
     st = _StepState()
     conf = build_config(spec, n_layers, notes)
     dev = torch.device(device) if device else contextlib.nullcontext()
-    with dev:
-        model = AutoModelForCausalLM.from_config(conf, dtype=_dtype(_storage_dtype(spec)))
+    try:
+        with dev:
+            model = AutoModelForCausalLM.from_config(conf, dtype=_dtype(_storage_dtype(spec)))
+    except ValueError as err:
+        if "attention implementation" not in str(err) or conf._attn_implementation == "eager":
+            raise
+        # a family without SDPA support (Gemma-2's logit soft-capping): transformers, hence LF's `auto`, runs eager
+        notes.append(f"{conf.model_type} has no SDPA attention in transformers: simulated with eager attention")
+        conf._attn_implementation = "eager"
+        with dev:
+            model = AutoModelForCausalLM.from_config(conf, dtype=_dtype(_storage_dtype(spec)))
     model.train()
     if spec.quantization_bit in (4, 8):
         with dev:
@@ -986,6 +1014,12 @@ def _analytic_terms(spec: ProbeSpec, counts: dict[str, float]) -> tuple[list[_Te
     states_per_param = _STATE_BYTES_FP32.get(spec.optimizer_impl, 8.0)
     if counts.get("analytic_states"):
         terms.append(_Term("optimizer", counts["analytic_states"], "states"))
+    if spec.extra_params:
+        # LF freezes a VLM's vision tower and projector by default (freeze_vision_tower, LF_FACTS §3): weights only
+        b = {"float32": 4.0}.get(spec.checkpoint_dtype, 2.0) * spec.extra_params / (N if spec.sharded else 1)
+        terms.append(_Term("weights", b, "always"))
+        notes.append(f"vision tower / projector ({spec.extra_params / 1e6:.0f}M frozen parameters) counted as "
+                     "weights, not simulated; image activations are not included (text-only batches)")
     if spec.deepspeed and not spec.sharded:
         stage = spec.zero_stage
         P = N if stage >= 1 else 1
@@ -1133,7 +1167,17 @@ def simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] = 
         notes.append("DDP gradient buckets are not simulated")
     if spec.stage in ("ppo", "rm"):
         notes.append(f"stage {spec.stage} simulated as a causal-LM loss (value head and generation not modelled)")
-    books = [run_depth(spec, n, steps, fake=fake, rank=rank, round_to=round_to, notes=notes) for n in depths]
+    from torch._subclasses.fake_tensor import DynamicOutputShapeException
+
+    try:
+        books = [run_depth(spec, n, steps, fake=fake, rank=rank, round_to=round_to, notes=notes) for n in depths]
+    except DynamicOutputShapeException as err:
+        # e.g. transformers' per-expert loop (MoE experts in fp32) indexes tokens with nonzero(): its output size
+        # depends on the routing, which fake tensors do not have
+        raise InputError(f"simulate cannot run this model's step: {err.func if hasattr(err, 'func') else err} "
+                         "has a data-dependent output shape under FakeTensorMode (MoE experts with fp32 trainable "
+                         "weights use transformers' per-expert loop); use --mode gpu, or bf16 trainable weights "
+                         "(pure_bf16) for the grouped expert kernel") from None
     L = spec.num_layers
     if len(depths) == 1:
         segs = books[0]["segments"]

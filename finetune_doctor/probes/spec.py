@@ -76,6 +76,7 @@ class ProbeSpec:
     fsdp: bool = False
     pairwise: bool = False
     ref_model: bool = False
+    extra_params: int = 0                # frozen parameters outside the language model (vision tower, projector)
 
     # ---- derived -----------------------------------------------------------------------------------------
     @property
@@ -254,4 +255,5 @@ def spec_from_run(run: Any) -> ProbeSpec:
         fsdp=bool(getattr(run, "fsdp", False)),
         pairwise=bool(run.pairwise),
         ref_model=bool(run.ref_model),
+        extra_params=int(arch.extra_params or 0) if getattr(arch, "extra_frozen", True) else 0,
     )
