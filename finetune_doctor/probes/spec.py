@@ -96,8 +96,10 @@ class ProbeSpec:
 
     @property
     def sharded(self) -> bool:
-        """Parameters, gradients and optimizer states are partitioned over ranks (ZeRO-3 or FSDP)."""
-        return self.world_size > 1 and ((self.deepspeed and self.zero_stage == 3) or self.fsdp)
+        """Parameters, gradients and optimizer states are partitioned over ranks (ZeRO-3 or FSDP). DeepSpeed
+        ZeRO-3 keeps its partition layout (half-precision partition, fp32 master, gradient buffer) even on one
+        rank, so it counts as sharded at any world size."""
+        return (self.deepspeed and self.zero_stage == 3) or (self.fsdp and self.world_size > 1)
 
     @property
     def lora_alpha_value(self) -> int:
