@@ -65,7 +65,7 @@ def main() -> int:
             cwd = os.getcwd()
             os.chdir(t)
             try:
-                asm = build_context(str(cfg), (), Options(command="check", paths=(str(cfg),), gpu=str(exp["gpu"]) if exp.get("gpu") else None,
+                asm = build_context(str(cfg), tuple(exp.get("overrides", [])), Options(command="check", paths=(str(cfg),), gpu=str(exp["gpu"]) if exp.get("gpu") else None,
                                                           nnodes=exp.get("nnodes")))
                 mem = asm.memory
                 pred = None if mem is None or mem.fits is None else ("fits" if mem.fits else "oom")

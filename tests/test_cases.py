@@ -24,7 +24,7 @@ def test_case(case, tmp_path, monkeypatch):
     exp = EXPECTED[case]
     cfg = lay_out(case, tmp_path)
     monkeypatch.chdir(tmp_path)
-    base = ["check", str(cfg), "--no-data"]
+    base = ["check", str(cfg), *exp.get("overrides", []), "--no-data"]
     if exp.get("gpu"):
         base += ["--gpu", exp["gpu"]]
     if exp.get("nnodes"):

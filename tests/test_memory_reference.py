@@ -74,4 +74,4 @@ def test_gradient_accumulation_keeps_gradients_at_the_loss():
     one = estimate(resolve_run(base, QWEN2_7B, None))
     many = estimate(resolve_run({**base, "gradient_accumulation_steps": 8}, QWEN2_7B, None))
     grads = 7_615_616_512 * 2 / 2**30
-    assert many.details["phase_gib"]["forward/loss"] - one.details["phase_gib"]["forward/loss"] == pytest.approx(grads)
+    assert many.details["phase_gib"]["loss (step 2)"] - one.details["phase_gib"]["loss (step 2)"] == pytest.approx(grads)

@@ -30,7 +30,7 @@ def test_quickstart_names_the_adam_step_with_the_2023_optimizer():
 def test_stock_deepspeed_file_is_read_when_not_on_disk(tmp_path, monkeypatch):
     shutil.copy(CASE028, tmp_path / "config.yaml")
     monkeypatch.chdir(tmp_path)
-    r = invoke("check", "config.yaml", "--gpu", "8xH200", "--no-data", "--format", "json")
+    r = invoke("check", "config.yaml", "optim=adamw_torch", "--gpu", "8xH200", "--no-data", "--format", "json")
     d = json.loads(r.output)
     assert any("stock copy" in n for n in d["notes"])
     assert d["run"]["zero_stage"] == 2
@@ -51,7 +51,7 @@ def test_missing_deepspeed_file_is_exit_2_for_check_and_a_finding_for_lint(tmp_p
 
 
 def test_sweep_over_stock_deepspeed_files():
-    r = invoke("estimate", QUICK, "--gpu", "8xV100-32GB", "--format", "json", "--sweep",
+    r = invoke("estimate", QUICK, "optim=adamw_torch", "--gpu", "8xV100-32GB", "--format", "json", "--sweep",
                "deepspeed=examples/deepspeed/ds_z2_config.json,examples/deepspeed/ds_z3_config.json")
     rows = json.loads(r.output)["sweep"]["rows"]
     assert [row["fits"] for row in rows] == [False, True]
@@ -69,7 +69,7 @@ def test_command_line_keys_point_at_the_command_line(tmp_path):
 
 def test_output_file_is_written_whole(tmp_path):
     out = tmp_path / "r.sarif"
-    r = invoke("check", QUICK, "--gpu", "8xV100-32GB", "--format", "sarif", "--output", out)
+    r = invoke("check", QUICK, "optim=adamw_torch", "--gpu", "8xV100-32GB", "--format", "sarif", "--output", out)
     assert r.exit_code == 1 and json.loads(out.read_text())["version"] == "2.1.0"
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 

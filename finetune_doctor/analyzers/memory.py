@@ -78,18 +78,23 @@ def optimizer_state_bytes(impl: str, state_dtype_bytes: float) -> float:
 
 @dataclass(frozen=True)
 class Terms:
-    """Byte counts of one rank, by category, before phase selection."""
+    """Byte counts of one rank, by category, before the moments of a step are assembled."""
 
     weights: float
     live_params: float          # ZeRO-3 gathered parameters during compute
-    gradients: float
-    grads_persistent: bool      # gradients alive at the loss moment (accumulation or DeepSpeed buffers)
+    gradients: float            # gradients from backward to the optimizer step
+    grads_persistent: bool      # ... also alive at the loss moment (accumulation keeps them)
+    grads_always: float         # gradient buffers allocated once and kept (ZeRO-3 flat partition buffer)
+    grads_step: float           # fp32 gradient partition DeepSpeed builds inside step() only
     master: float
     states: float
     step_temp: float
-    activations: float
+    activations: float          # saved for backward, alive at the loss moment
+    recompute: float            # activation checkpointing: one layer's activations rebuilt during backward
     autocast_cache: float
     logits: float
+    logits_bwd: float           # logits-related tensors during the loss's backward
+    grads_in_backward: float    # gradient buffers that exist from the first moment of backward (ZeRO-2 partition)
     buffers: float
     host: float
 
@@ -116,7 +121,7 @@ def activation_bytes_per_token_layer(run: Run, layer: int = 0) -> float:
     half_model = run.weights_dtype in ("bfloat16", "float16") or run.quantized
     adapters_only = run.finetuning_type in ("lora", "oft")
     e = 2.0 if (run.autocast or (half_model and (adapters_only or _bytes(run.trainable_dtype) == 2))) else 4.0
-    norms_fp32 = (run.finetuning_type == "full" and run.trainable_dtype == "float32") or run.upcast_layernorm
+    norms_fp32 = (run.finetuning_type in ("full", "freeze") and run.trainable_dtype == "float32") or run.upcast_layernorm
     r = 4.0 if norms_fp32 else e
     trains = _trainable_linear_names(run)
     qkv_saved = bool(trains & {"q_proj", "k_proj", "v_proj", "q_a_proj", "kv_a_proj_with_mqa"})
@@ -228,6 +233,7 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
     if not ds:
         grads = P_t * e_t
         grads_persistent = run.grad_accum > 1
+        grads_always = grads_step = 0.0
         master = 0.0
         state_b = 4.0 if run.trainable_dtype == "float32" else e_t
         states = P_t * optimizer_state_bytes(impl, state_b)
@@ -245,32 +251,46 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
             temp = 0.0
     else:
         # DeepSpeed keeps fp32 masters and fp32 optimizer states in its optimizer (ZeRO paper §5; DeepSpeed
-        # estimate_zero2/3_model_states_mem_needs: 2 + 4 + 4 + 8 bytes per parameter, the last three sharded
-        # from stage 1/2/3 as the stage says).
+        # estimate_zero2/3_model_states_mem_needs: 2 + 4 + 4 + 8 bytes per parameter). When each exists, read from
+        # deepspeed 0.19.8 runtime/zero/stage_1_and_2.py and stage3.py:
+        # * stage 0 (bf16/fp16 optimizer) and 1: half-precision replica gradients from backward to the step;
+        # * stage 2: each reduced gradient is copied into a half-precision partition buffer (grads_in_partition,
+        #   allocated in backward, released after the step) and the replica gradients are freed bucket by bucket;
+        # * stage 3: a persistent flat gradient-partition buffer (grad_partitions_flat_buffer) in the model dtype;
+        # * all: inside step() an fp32 copy of this rank's gradient partition per parameter group (stage 3: per
+        #   sub_group_size elements), freed after that group's update; the fp32 master partition and the optimizer
+        #   states on it are persistent.
         half = 2.0
-        if stage == 0:
-            grads, master, states = P_t * (half + 4.0), P_t * 4.0, P_t * optimizer_state_bytes(impl, 4.0)
-        elif stage == 1:
-            grads, master, states = P_t * half + P_t * 4.0 / N, P_t * 4.0 / N, P_t * optimizer_state_bytes(impl, 4.0) / N
+        shard = N if stage >= 1 else 1
+        master, states = P_t * 4.0 / shard, P_t * optimizer_state_bytes(impl, 4.0) / shard
+        grads_always = 0.0
+        if stage <= 1:
+            grads = P_t * half
+        elif stage == 2:
+            grads = P_t * half / N
         else:
-            grads, master, states = P_t * (half + 4.0) / N, P_t * 4.0 / N, P_t * optimizer_state_bytes(impl, 4.0) / N
-        grads_persistent = True
-        part = P_t * 4.0 / (N if stage >= 1 else 1)
+            grads, grads_always = 0.0, P_t * half / N
+        grads_persistent = run.grad_accum > 1
+        grads_step = P_t * 4.0 / shard
         if stage == 3:
-            part = min(part, run.ds_buckets.get("sub_group_size", 1e9) * 4.0)
-        temp = {"fused": 0.0, "foreach": part, "forloop": 2 * part}.get(impl, 0.0)
+            grads_step = min(grads_step, run.ds_buckets.get("sub_group_size", 1e9) * 4.0)
+        temp = {"fused": 0.0, "foreach": grads_step, "forloop": 2 * grads_step}.get(impl, 0.0)
         if offload:
-            grads = P_t * half / N if stage == 2 else P_t * half / N
-            master, states, temp = 0.0, 0.0, 0.0
+            # master, states and the fp32 gradients live on the host; the GPU keeps the half partition buffers
+            master, states, temp, grads_step = 0.0, 0.0, 0.0, 0.0
 
     # ---- activations ------------------------------------------------------------------------------------------
     L_grad = _layers_with_grad(run)
     per_layer = [activation_bytes_per_token_layer(run, i) for i in range(a.num_layers - L_grad, a.num_layers)]
-    e_res = 4.0 if (run.finetuning_type == "full" and run.trainable_dtype == "float32") else (
+    e_res = 4.0 if (run.finetuning_type in ("full", "freeze") and run.trainable_dtype == "float32") else (
         2.0 if run.autocast or _bytes(run.compute_dtype) == 2 else 4.0)
+    recompute = 0.0
     if run.gradient_checkpointing:
+        # each checkpointed layer keeps only its input; backward rebuilds one layer's activations at a time,
+        # after the logits are gone (the loss moment does not see it)
         kept = 0.0 if run.unsloth_gc else e_res * a.hidden_size * L_grad
-        acts = T * (kept + max(per_layer, default=0.0))   # layer inputs + one layer recomputed in backward
+        acts = T * kept
+        recompute = T * max(per_layer, default=0.0)
     else:
         acts = T * sum(per_layer)
     # final norm + the hidden state handed to lm_head
@@ -280,7 +300,7 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
     cache = 0.0
     if run.autocast and run.trainable_dtype == "float32" and not ds:
         # autocast keeps a half-precision copy of each fp32 weight used in a matmul for backward
-        cache = (c.trainable_base + c.adapter) * 2.0 if run.finetuning_type == "full" else c.adapter * 2.0
+        cache = (c.trainable_base + c.adapter) * 2.0
 
     # ---- logits -----------------------------------------------------------------------------------------------
     # lm_head output in the compute dtype, its fp32 upcast for the loss, log_softmax's fp32 output (REPORT.md §3:
@@ -288,13 +308,17 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
     e_logit = 4.0 if (run.upcast_lmhead_output or (run.autocast is None and run.compute_dtype == "float32")) else (
         2.0 if run.autocast or run.weights_dtype != "float32" else 4.0)
     logits = T * a.vocab_size * (e_logit + 4.0 + (4.0 if e_logit == 2.0 else 0.0))
+    # the loss's backward: log_softmax's saved fp32 output, its incoming and its outgoing fp32 gradient are alive
+    # together (12 B per token per vocabulary entry); the half-precision logits are gone by then. Measured against
+    # the simulate probe (benchmarks/results/calibration.md): LoRA/freeze/ZeRO runs peak exactly there.
+    logits_bwd = T * a.vocab_size * 12.0
     if run.stage in ("dpo", "kto") and (run.ref_model or run.finetuning_type in ("lora", "oft")):
         # LF computes the reference log-probs after the policy forward (dpo/trainer.py get_batch_loss_metrics),
         # under no_grad but while the policy's activations and logits are alive: its logits and their fp32
         # log-softmax exist at the same time.
         logits += T * a.vocab_size * (e_logit + 4.0)
     if run.stage == "rm":
-        logits = T * 4.0 * 2   # a value head: one fp32 score per token (LF ValueHead), no vocabulary logits
+        logits = logits_bwd = T * 4.0 * 2   # a value head: one fp32 score per token (LF ValueHead), no vocabulary
 
     # ---- buffers ----------------------------------------------------------------------------------------------
     buffers = 0.0
@@ -315,7 +339,9 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
         host += g * P_t * (4.0 + 4.0 + optimizer_state_bytes("foreach", 4.0)) / N
     if run.offload_param:
         host += g * (c.frozen * wq + P_t * 2.0) / N
-    return Terms(weights, live, grads, grads_persistent, master, states, temp, acts, cache, logits, buffers, host)
+    grads_in_backward = grads if (ds and stage == 2) else 0.0
+    return Terms(weights, live, grads, grads_persistent, grads_always, grads_step, master, states, temp, acts,
+                 recompute, cache, logits, logits_bwd, grads_in_backward, buffers, host)
 
 
 def runtime_bytes(run: Run, hw: Hardware | None) -> float:
@@ -339,37 +365,55 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
     """
     c = counts or count_params(run)
     t = compute_terms(run, c, tokens)
-    static = t.weights + t.master + t.states + t.buffers
-    at_loss = static + t.live_params + t.activations + t.autocast_cache + t.logits + (t.gradients if t.grads_persistent else 0)
-    at_bwd_end = static + t.live_params + t.gradients + (t.autocast_cache * 0.0)
-    at_step = static + t.gradients + t.step_temp
-    phases = {"forward/loss": at_loss, "backward": at_bwd_end, "optimizer step": at_step}
-    phase = max(phases, key=lambda k: phases[k])
-    peak = phases[phase]
+    W = t.weights + t.buffers + t.grads_always
+    held = t.gradients if t.grads_persistent else 0.0
+    # Moments of a step, in execution order. Optimizer states are created lazily inside the first optimizer step
+    # (torch.optim.AdamW._init_group), so step 1 runs without them; from step 2 on every moment carries them.
+    def moments(states: float) -> list[tuple[str, float, dict[str, float]]]:
+        opt = t.master + states
+        g_bwd = max(held, t.grads_in_backward)
+        return [
+            ("loss", W + opt + t.live_params + held + t.activations + t.autocast_cache + t.logits,
+             {"activations": t.activations + t.autocast_cache, "logits": t.logits, "gradients": held,
+              "weights": t.weights + t.live_params}),
+            # the autocast weight cache is dropped when the forward's autocast region exits (only casts that
+            # autograd saved survive, which the per-layer activations already count)
+            ("loss backward", W + opt + t.live_params + g_bwd + t.activations + t.logits_bwd,
+             {"activations": t.activations, "logits": t.logits_bwd, "gradients": g_bwd,
+              "weights": t.weights + t.live_params}),
+            ("backward", W + opt + t.live_params + g_bwd + t.activations + t.autocast_cache + t.recompute,
+             {"activations": t.activations + t.autocast_cache + t.recompute, "gradients": g_bwd,
+              "weights": t.weights + t.live_params}),
+            ("backward end", W + opt + t.live_params + t.gradients,
+             {"gradients": t.gradients, "weights": t.weights + t.live_params}),
+            ("optimizer step", W + t.master + t.states + t.gradients + t.grads_step + t.step_temp,
+             {"gradients": t.gradients + t.grads_step, "weights": t.weights, "temp": t.step_temp}),
+        ]
+
+    steady = moments(t.states)
+    name, peak, parts = max(steady, key=lambda m: m[1])
+    phase = {"loss": "forward/loss", "loss backward": "backward", "backward": "backward",
+             "backward end": "backward", "optimizer step": "optimizer step"}[name]
     comp = {
-        "weights": t.weights + (t.live_params if phase != "optimizer step" else 0.0),
-        "gradients": t.gradients if (phase != "forward/loss" or t.grads_persistent) else 0.0,
-        "optimizer": t.master + t.states + (t.step_temp if phase == "optimizer step" else 0.0),
-        "activations": (t.activations + t.autocast_cache) if phase == "forward/loss" else 0.0,
-        "logits": t.logits if phase == "forward/loss" else 0.0,
+        "weights": parts.get("weights", 0.0),
+        "gradients": parts.get("gradients", 0.0) + t.grads_always,
+        "optimizer": t.master + t.states + parts.get("temp", 0.0),
+        "activations": parts.get("activations", 0.0),
+        "logits": parts.get("logits", 0.0),
         "buffers": t.buffers,
     }
+    phases = {f"{n} (step 2)": v for n, v, _ in steady}
+    first = moments(0.0)
+    timeline = [(f"{n} of step 1", v) for n, v, _ in first[:-1]] + [("optimizer step of step 1", steady[-1][1])] + [
+        (f"{n} of step 2", v) for n, v, _ in steady[:-1]]
     expandable = run.world_size > 1  # llamafactory-cli sets expandable_segments for torchrun launches
     factor = 1 + (RESERVE_EXPANDABLE if expandable else RESERVE_DEFAULT)
     reserve = peak * (factor - 1)
     rt = runtime_bytes(run, hw)
-    # The moments of a run in execution order. Optimizer states are created lazily inside the first optimizer
-    # step (torch.optim.AdamW._init_group), so step 1's forward has none; the first step adds them and its
-    # temporaries at once; from step 2 on, the forward pass carries them.
-    step1_loss = t.weights + t.buffers + t.live_params + t.activations + t.autocast_cache + t.logits + (
-        t.master if run.deepspeed else 0.0)
-    timeline = [("forward of step 1", step1_loss), ("backward of step 1", at_bwd_end - t.states - t.master
-                                                     + (t.master if run.deepspeed else 0.0)),
-                ("optimizer step of step 1", at_step), ("forward of step 2", at_loss), ("backward", at_bwd_end)]
     first_oom = None
     if hw is not None and hw.capacity_gib:
         budget = (hw.capacity_gib - (max(hw.in_use_gib) if hw.in_use_gib else 0.0)) * GIB - rt
-        first_oom = next((name for name, b in timeline if b * factor > budget), None)
+        first_oom = next((n for n, b in timeline if b * factor > budget), None)
     total = peak + reserve + rt
     per_gpu = {k: v / GIB for k, v in comp.items()}
     per_gpu["runtime"] = (rt + reserve) / GIB
