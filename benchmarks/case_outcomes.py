@@ -66,7 +66,8 @@ def main() -> int:
             os.chdir(t)
             try:
                 asm = build_context(str(cfg), tuple(exp.get("overrides", [])), Options(command="check", paths=(str(cfg),), gpu=str(exp["gpu"]) if exp.get("gpu") else None,
-                                                          nnodes=exp.get("nnodes")))
+                                                          nnodes=exp.get("nnodes"), torch_version=exp.get("torch"),
+                                                          transformers_version=exp.get("transformers")))
                 mem = asm.memory
                 pred = None if mem is None or mem.fits is None else ("fits" if mem.fits else "oom")
                 detail = "-" if mem is None else f"{mem.total:.1f} / {asm.hw.capacity_gib:.1f} GiB" if asm.hw else f"{mem.total:.1f} GiB"

@@ -62,6 +62,10 @@ def common_options(fn: Callable) -> Callable:
                      help="Lowest severity that makes the exit code 1 (default error)."),
         click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False),
                      help="Extra directory of rule files (repeatable)."),
+        click.option("--torch", "torch_version", default=None, metavar="VERSION",
+                     help="torch on the training machine (default optimizer and kernels follow it; default: current)."),
+        click.option("--transformers", "transformers_version", default=None, metavar="VERSION",
+                     help="transformers on the training machine (its loss and DeepSpeed handling follow it)."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -134,21 +138,24 @@ def main() -> None:
 @click.argument("config", type=click.Path())
 @click.argument("overrides", nargs=-1)
 @common_options
-@click.option("--probe/--no-probe", default=False, help="Confirm fixes with probes (simulate on CPU, gpu if present).")
+@click.option("--probe", "probe_mode", flag_value="simulate", default=None,
+              help="Confirm each memory/numerics fix with a probe (simulate on CPU).")
+@click.option("--probe-mode", "probe_mode", type=click.Choice(["simulate", "gpu", "auto"]),
+              help="Probe mode for --probe: simulate (default), gpu (real steps on free local GPUs), auto.")
 @click.option("--data/--no-data", "scan_data", default=True, help="Scan local datasets for token lengths.")
 @click.option("--fix", is_flag=True, help="Apply safe fixes to the files, keeping comments and key order.")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that change training semantics.")
 @click.option("--validate-deepspeed", "validate_ds", is_flag=True,
               help="Also validate the DeepSpeed JSON with DeepSpeed's own config models (imports deepspeed, ~3 s).")
 @_guard
-def check(config: str, overrides: tuple[str, ...], probe: bool, scan_data: bool, fix: bool, unsafe_fixes: bool,
-          validate_ds: bool, **kw: Any) -> None:
+def check(config: str, overrides: tuple[str, ...], probe_mode: str | None, scan_data: bool, fix: bool,
+          unsafe_fixes: bool, validate_ds: bool, **kw: Any) -> None:
     """Full diagnosis of a run before launch: rules, memory, data, probes."""
     from finetune_doctor.pipeline import check as pipe
 
     opts = _options(command="check", paths=[config], **kw)
-    report = pipe.run(config, overrides, opts, probe=probe, scan_data=scan_data, fix=fix, unsafe_fixes=unsafe_fixes,
-                      validate_ds=validate_ds)
+    report = pipe.run(config, overrides, opts, probe=probe_mode is not None, probe_mode=probe_mode or "simulate",
+                      scan_data=scan_data, fix=fix, unsafe_fixes=unsafe_fixes, validate_ds=validate_ds)
     emit(report, opts)
 
 

@@ -19,7 +19,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-KNOWN = {"select", "ignore", "per-file-ignores", "fail-on", "rules", "gpu", "nnodes", "format"}
+KNOWN = {"select", "ignore", "per-file-ignores", "fail-on", "rules", "gpu", "nnodes", "format", "torch",
+         "transformers"}
 
 
 def find_project_config(start: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ where LLaMA-Factory (snapshot ff6d4d1, see reference/llamafactory/LF_FACTS.md) o
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -91,6 +92,7 @@ class Run:
     nnodes: int = 1
     gpus_per_node: int = 1
     fsdp: bool = False
+    shifted_logits_copy: bool = False    # transformers < 4.49 keeps an fp32 copy of the shifted logits
     notes: tuple[str, ...] = ()
 
     @property
@@ -172,8 +174,24 @@ def default_optim(torch_version: tuple[int, int] | None = None) -> str:
     return "adamw_torch_fused"
 
 
+def parse_version(v: str | None) -> tuple[int, ...] | None:
+    """'2.5.1+cu124' -> (2, 5, 1); None or unparsable -> None."""
+    if not v:
+        return None
+    m = re.match(r"^\s*(\d+)(?:\.(\d+))?(?:\.(\d+))?", str(v))
+    if not m:
+        return None
+    return tuple(int(x) for x in m.groups() if x is not None)
+
+
+# transformers before 4.49 built the loss from a contiguous fp32 copy of the shifted logits
+# (loss_utils.ForCausalLMLoss: logits[..., :-1, :].contiguous()); huggingface/transformers#35646 (in 4.49.0)
+# shifts the labels instead.
+SHIFTED_LOGITS_COPY_BEFORE = (4, 49)
+
+
 def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: Any | None = None,
-                nnodes: int | None = None) -> Run:
+                nnodes: int | None = None, stack: dict[str, str | None] | None = None) -> Run:
     """Resolve the run LLaMA-Factory would execute from merged YAML keys `cfg`.
 
     `ds` is a readers.dsconfig.DSConfig (or None); `hw` gives the GPU count per node (world size = GPUs per node ×
@@ -232,7 +250,8 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
         gpu_bf16 = True if (hw is None or hw.bf16 is None) else hw.bf16
         compute = "bfloat16" if gpu_bf16 and ckpt == "bfloat16" else "float16"
         notes.append(f"neither bf16 nor fp16 set: LF infers compute dtype {compute} from the checkpoint ({ckpt})")
-    autocast = "bfloat16" if bf16 else ("float16" if fp16 else None)
+    # accelerate enables native AMP only outside DeepSpeed; under DeepSpeed the engine casts the module instead
+    autocast = None if ds is not None else ("bfloat16" if bf16 else ("float16" if fp16 else None))
 
     use_badam = _bool(cfg.get("use_badam"))
     # trainable params upcast to fp32 unless pure_bf16 / badam, or ZeRO-3 without quantization (adapter.py:337-349)
@@ -257,7 +276,12 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
         if ckpt == "float32":
             notes.append("DeepSpeed casts the fp32 checkpoint to the compute dtype on the GPU")
 
-    optim = str(cfg.get("optim") or default_optim())
+    stack = stack or {}
+    torch_v = parse_version(stack.get("torch"))
+    tf_v = parse_version(stack.get("transformers"))
+    optim = str(cfg.get("optim") or default_optim(torch_v[:2] if torch_v else None))
+    if stack.get("torch") or stack.get("transformers"):
+        notes.append("training stack: " + ", ".join(f"{k} {v}" for k, v in stack.items() if v))
     impl = OPTIM_IMPL.get(optim, "foreach")
     if optim == "adamw_torch" and not cfg.get("optim"):
         impl = "foreach"
@@ -342,5 +366,6 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
         world_size=max(world, 1),
         nnodes=n_nodes,
         gpus_per_node=max(per_node, 1),
+        shifted_logits_copy=bool(tf_v and tf_v[:2] < SHIFTED_LOGITS_COPY_BEFORE),
         notes=tuple(notes),
     )

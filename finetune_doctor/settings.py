@@ -32,12 +32,15 @@ class Options:
     rules_dirs: tuple[str, ...] = ()
     per_file_ignores: dict[str, tuple[str, ...]] = field(default_factory=dict)
     project_file: str | None = None
+    torch_version: str | None = None         # the training machine's torch (default: a current stack)
+    transformers_version: str | None = None  # ... and transformers
 
     @classmethod
     def from_cli(cls, command: str, paths: list[str], gpu: str | None = None, nnodes: int | None = None,
                  fmt: str | None = None, output: str | None = None, select: str | None = None,
                  ignore: str | None = None, fail_on: str | None = None,
-                 rules_dirs: tuple[str, ...] = (), **_: Any) -> "Options":
+                 rules_dirs: tuple[str, ...] = (), torch_version: str | None = None,
+                 transformers_version: str | None = None, **_: Any) -> "Options":
         from finetune_doctor.projectconfig import find_project_config
 
         proj = find_project_config(paths[0] if paths else ".")
@@ -59,4 +62,6 @@ class Options:
             rules_dirs=tuple(rules_dirs) + tuple(proj.get("rules") or ()),
             per_file_ignores={k: tuple(v) for k, v in (proj.get("per-file-ignores") or {}).items()},
             project_file=proj.get("__file__"),
+            torch_version=torch_version or proj.get("torch"),
+            transformers_version=transformers_version or proj.get("transformers"),
         )

@@ -29,6 +29,9 @@ def test_case(case, tmp_path, monkeypatch):
         base += ["--gpu", exp["gpu"]]
     if exp.get("nnodes"):
         base += ["--nnodes", str(exp["nnodes"])]
+    for lib in ("torch", "transformers"):   # the versions the user reported, where the case states them
+        if exp.get(lib):
+            base += [f"--{lib}", str(exp[lib])]
     res = CliRunner().invoke(main, base + ["--format", "json"])
     if exp.get("exit") == 2:
         assert res.exit_code == 2, res.output

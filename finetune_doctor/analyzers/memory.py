@@ -307,7 +307,8 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
     # 2sbV + 4sbV kept; the loss adds 4sbV while it runs). fp32 compute has no separate upcast.
     e_logit = 4.0 if (run.upcast_lmhead_output or (run.autocast is None and run.compute_dtype == "float32")) else (
         2.0 if run.autocast or run.weights_dtype != "float32" else 4.0)
-    logits = T * a.vocab_size * (e_logit + 4.0 + (4.0 if e_logit == 2.0 else 0.0))
+    logits = T * a.vocab_size * (e_logit + 4.0 + (4.0 if e_logit == 2.0 else 0.0)
+                                 + (4.0 if run.shifted_logits_copy else 0.0))
     # the loss's backward: log_softmax's saved fp32 output, its incoming and its outgoing fp32 gradient are alive
     # together (12 B per token per vocabulary entry); the half-precision logits are gone by then. Measured against
     # the simulate probe (benchmarks/results/calibration.md): LoRA/freeze/ZeRO runs peak exactly there.

@@ -242,7 +242,8 @@ def build_context(config: str, overrides: tuple[str, ...] | list[str], opts: Opt
         from finetune_doctor.analyzers.params import count_params
         from finetune_doctor.run import resolve_run
 
-        run = resolve_run(doc.values, arch, hw, ds, nnodes=opts.nnodes)
+        run = resolve_run(doc.values, arch, hw, ds, nnodes=opts.nnodes,
+                          stack={"torch": opts.torch_version, "transformers": opts.transformers_version})
         counts = count_params(run)
         asm.run = run
         facts["run"] = run.facts()
@@ -336,8 +337,8 @@ def inputs_of(asm: Assembly, **extra: Any) -> dict[str, Any]:
     return {"config": asm.doc.path, "deepspeed": ds, "run_dir": None, **extra}
 
 
-def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool = False, scan_data: bool = True,
-        fix: bool = False, unsafe_fixes: bool = False, validate_ds: bool = False) -> Report:
+def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool = False, probe_mode: str = "simulate",
+        scan_data: bool = True, fix: bool = False, unsafe_fixes: bool = False, validate_ds: bool = False) -> Report:
     """The full diagnosis of `config` before launch; returns the Report (exit code decided by the CLI)."""
     asm = build_context(config, overrides, opts, scan_data=scan_data, validate_ds=validate_ds)
     findings = judge(asm, opts, "check")
@@ -345,7 +346,7 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool =
     if asm.ctx.facts.get("data"):
         sections["data"] = asm.ctx.facts["data"]
     if probe:
-        findings = _confirm(asm, findings, opts)
+        findings = _confirm(asm, findings, opts, probe_mode)
     notes = list(asm.notes)
     if fix or unsafe_fixes:
         from finetune_doctor.pipeline.fixing import apply_fixes
@@ -355,10 +356,10 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool =
                   hardware=asm.hw, memory=asm.memory, sections=sections, notes=tuple(notes))
 
 
-def _confirm(asm: Assembly, findings: list[Finding], opts: Options) -> list[Finding]:
+def _confirm(asm: Assembly, findings: list[Finding], opts: Options, mode: str = "simulate") -> list[Finding]:
     try:
         from finetune_doctor.pipeline.probe import confirm_findings
     except ImportError:
         asm.notes.append("probes unavailable: install finetune-doctor[torch,transformers,peft]")
         return findings
-    return confirm_findings(asm, findings, opts)
+    return confirm_findings(asm, findings, opts, mode=mode)
