@@ -99,7 +99,9 @@ def load_rules(extra_dirs: list[str] | tuple[str, ...] = ()) -> tuple[Rule, ...]
 
 @lru_cache(maxsize=16)
 def _load_dir(path: str) -> tuple[Rule, ...]:
-    return tuple(parse_rule(data, p) for p, data in _raw_rules(path))
+    raw, cached = _raw_rules(path)
+    # a cached pack was validated when it was written: skip re-parsing every expression (~10 ms per process)
+    return tuple(parse_rule(data, p, check_expressions=not cached) for p, data in raw)
 
 
 def _cache_file(path: str, files: list[Path]) -> Path | None:
@@ -121,14 +123,15 @@ def _cache_file(path: str, files: list[Path]) -> Path | None:
     return Path(base) / "finetune-doctor" / f"rules-{key.hexdigest()[:20]}.json"
 
 
-def _raw_rules(path: str) -> list[tuple[str, Any]]:
+def _raw_rules(path: str) -> tuple[list[tuple[str, Any]], bool]:
+    """The parsed YAML of each rule file, and whether it came from the cache."""
     import json
 
     files = sorted(Path(path).glob("*.yaml"))
     cache = _cache_file(path, files)
     if cache is not None and cache.is_file():
         try:
-            return [(p, d) for p, d in json.loads(cache.read_text(encoding="utf-8"))]
+            return [(p, d) for p, d in json.loads(cache.read_text(encoding="utf-8"))], True
         except (OSError, ValueError):
             pass
     from ruamel.yaml import YAML
@@ -143,8 +146,10 @@ def _raw_rules(path: str) -> list[tuple[str, Any]]:
             raise InputError(f"malformed rule file: {getattr(err, 'problem', err)}", file=str(p),
                              line=None if line is None else line + 1) from None
         out.append((str(p), data))
+    for p, data in out:   # validate before caching: only a pack that loads cleanly is ever cached
+        parse_rule(data, p)
     if cache is not None:
-        # only a pack that parses is cached; a broken write leaves no cache rather than a bad one
+        # a broken write leaves no cache rather than a bad one
         try:
             from finetune_doctor.fsutil import atomic_write
 
@@ -152,11 +157,14 @@ def _raw_rules(path: str) -> list[tuple[str, Any]]:
             atomic_write(str(cache), json.dumps(out, default=str))
         except (InputError, OSError):
             pass
-    return out
+    return out, False
 
 
-def parse_rule(data: Any, path: str) -> Rule:
-    """Validate one rule mapping; raises InputError naming the file and the bad field."""
+def parse_rule(data: Any, path: str, *, check_expressions: bool = True) -> Rule:
+    """Validate one rule mapping; raises InputError naming the file and the bad field.
+
+    `check_expressions=False` skips parsing the `when`/`for_each`/message expressions (for a pack already
+    validated, read back from the cache); every structural check still runs."""
 
     def bad(msg: str) -> InputError:
         return InputError(msg, file=path)
@@ -178,12 +186,12 @@ def parse_rule(data: Any, path: str) -> Rule:
     cmds = tuple(data["commands"])
     if not cmds or any(c not in COMMANDS for c in cmds):
         raise bad(f"commands must be a non-empty subset of {', '.join(COMMANDS)}")
-    for key in ("when", "for_each"):
+    for key in ("when", "for_each") if check_expressions else ():
         if data.get(key) is not None:
             err = check_syntax(str(data[key]))
             if err:
                 raise bad(f"{key}: {err}")
-    for expr in template_exprs(str(data["message"])):
+    for expr in (template_exprs(str(data["message"])) if check_expressions else ()):
         err = check_syntax(expr)
         if err:
             raise bad(f"message: {err}")
