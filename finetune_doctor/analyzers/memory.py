@@ -405,7 +405,8 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
     }
     phases = {f"{n} (step 2)": v for n, v, _ in steady}
     first = moments(0.0)
-    timeline = [(f"{n} of step 1", v) for n, v, _ in first[:-1]] + [("optimizer step of step 1", steady[-1][1])] + [
+    # loading the model: the weights (partitioned under ZeRO-3) before any step
+    timeline = [("model load", t.weights + t.grads_always)] + [(f"{n} of step 1", v) for n, v, _ in first[:-1]] + [("optimizer step of step 1", steady[-1][1])] + [
         (f"{n} of step 2", v) for n, v, _ in steady[:-1]]
     expandable = run.world_size > 1  # llamafactory-cli sets expandable_segments for torchrun launches
     factor = 1 + (RESERVE_EXPANDABLE if expandable else RESERVE_DEFAULT)
