@@ -18,7 +18,8 @@ MAX_POINTS = 4000
 PANELS = (("loss", "loss", False), ("grad_norm", "grad norm", True), ("learning_rate", "learning rate", False),
           ("loss_scale", "loss scale", True))
 COLORS = {"nan": "red", "oom": "red", "killed": "red", "nccl_timeout": "red", "exception": "red",
-          "loss_spike": "orange", "grad_norm_spike": "orange", "loss_scale_drop": "purple", "restart": "teal",
+          "loss_spike": "orange", "grad_norm_spike": "orange", "loss_scale_drop": "purple", "loss_scale_abort": "purple",
+          "restart": "teal",
           "loss_zero": "crimson", "grad_norm_constant": "crimson", "first_loss": "crimson", "warmup_end": "gray",
           "warning": "goldenrod", "finished": "green"}
 

@@ -261,3 +261,17 @@ def test_065_collapse_at_step_380():
     assert top(r) == "loss-scale-collapse"
     assert "64 → 2" in r.findings[0].message
     assert (379, "loss_scale_drop") in kinds(r)
+
+
+def test_065_steps_agree_and_the_abort_is_a_crash():
+    """One step rule across timeline, summary and JSON: overflows 379-383 (each printed after bars 378-382,
+    during the next step), the logged loss at 380 (logging_steps 10), last step 383 (a skipped step still
+    counts), the abort after step 383's reduction (DeepSpeed logs a reduction or raises, never both: 384)."""
+    r = diagnose("065")
+    ev = [e for e in r.timeline if e.kind.startswith("loss_scale")]
+    assert [(e.step, e.kind) for e in ev] == [(379, "loss_scale_drop"), (384, "loss_scale_abort")]
+    assert "over steps 379-383" in ev[0].detail and "after step 383" in ev[1].detail
+    pmd = r.sections["postmortem"]
+    assert pmd["steps"]["last"] == 383 and pmd["crashed"] is True
+    assert pmd["curves"]["loss_scale"]["steps"] == [379, 380, 381, 382, 383]
+    assert {"step": 384, "kind": "loss_scale_abort"} in pmd["marks"]

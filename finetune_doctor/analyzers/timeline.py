@@ -38,7 +38,7 @@ import math
 import statistics
 from array import array
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from finetune_doctor.evidence import (
@@ -488,7 +488,7 @@ def analyze(ev: Evidence, facts: dict[str, Any] | None = None) -> Timeline:
     # loss scale / overflows
     fp16_on, fp16_src = cx.fp16()
     overflows = [o for f in ev.files for o in f.overflows]
-    aborts = [a for f in ev.files for a in f.aborts]
+    aborts = [_abort_step(a, f.overflows) for f in ev.files for a in f.aborts]
     out["scale"] = _scale(overflows, aborts, cx)
     for e in _scale_events(overflows, aborts):
         add(*e)
@@ -849,6 +849,21 @@ def min_scale_of(cx: _Ctx) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def _abort_step(abort: Any, overflows: Iterable[OverflowRecord]) -> Any:
+    """The step of DeepSpeed's minimum-loss-scale abort. DeepSpeed's ``DynamicLossScaler.update_scale``
+    either logs a reduction ("OVERFLOW! ... reducing to") *or* raises "Current loss scale already at minimum",
+    never both in one step; so when the abort line's step (the step in progress per the bar) is one whose
+    overflow was already logged as a reduction -- no bar between them, as in a pasted excerpt -- the abort
+    came at a later step, and the earliest it can be is the one after that overflow's step."""
+    if abort.step is None:
+        return abort
+    done = [o.step for o in overflows if o.step is not None and o.line <= abort.line
+            and o.kind in ("reduce", "hysteresis", "bare")]
+    if done and max(done) >= abort.step:
+        return replace(abort, step=max(done) + 1)
+    return abort
+
+
 def _scale_events(overflows: list[OverflowRecord], aborts: list[Any]) -> Iterable[tuple]:
     """One timeline event per burst of consecutive overflow lines, plus the abort."""
     burst: list[OverflowRecord] = []
@@ -883,8 +898,13 @@ def _scale_events(overflows: list[OverflowRecord], aborts: list[Any]) -> Iterabl
     if e:
         out.append(e)
     for a in aborts[:1]:
-        out.append((a.step, "loss_scale_drop", "loss scale at its minimum: DeepSpeed aborted the run",
-                    src(a.file, a.line)))
+        # its own kind: the abort ends the run, a drop does not (DESIGN.md timeline kinds + loss_scale_abort)
+        last = max((o.step for o in overflows if o.step is not None and o.line <= a.line
+                    and o.kind != "increase"), default=None)
+        detail = "DeepSpeed aborted the run: loss scale already at its minimum"
+        if last is not None and a.step is not None and a.step == last + 1:
+            detail += f" (at an overflow after step {last}'s)"
+        out.append((a.step, "loss_scale_abort", detail, src(a.file, a.line)))
     return out[:30]
 
 

@@ -428,7 +428,9 @@ def section_data(tl: Any) -> dict[str, Any]:
                  "total_gib": None if c["total_gib"] is None else round(c["total_gib"], 2), "samples": c["samples"]}
                 for c in f["gpus"]["cards"]]
     return {"steps": f.get("steps"), "completed": bool(f.get("completed")), "gpus": gpus,
-            "crashed": bool(f.get("crash") or f.get("oom") or f.get("nccl") or f.get("killed")),
+            # DeepSpeed's minimum-loss-scale abort is an exception that ends the run, like any other crash
+            "crashed": bool(f.get("crash") or f.get("oom") or f.get("nccl") or f.get("killed")
+                            or (f.get("scale") or {}).get("trajectory") == "abort"),
             "curves": curves, "marks": marks, "events": len(tl.events),
             "restarts": len(f.get("restarts") or [])}
 

@@ -12,7 +12,13 @@ what could not be read is reported in the returned `FileRead`.
 Which step an event belongs to: the last training progress bar seen before it (``129/882 [40:17<3:41:05,
 17.62s/it]`` means 129 optimizer steps are done), so an OOM, overflow or NCCL timeout printed after that bar
 happened *during* step 130; a metric dict printed after the bar belongs to step 129 (HF's ProgressCallback
-updates the bar in ``on_step_end`` before ``on_log`` writes the dict). Bars of other totals (eval loops,
+updates the bar in ``on_step_end`` before ``on_log`` writes the dict). The one exception is decided from the
+text: once a line printed *during* step 130 (a DeepSpeed loss-scale line, which ``engine.step()`` prints before
+HF increments ``global_step``) has followed bar 129, a metric dict after it belongs to step 130 -- the dict of
+step 129 cannot come after step 130's optimizer step. This is what a pasted terminal shows: ``tqdm.write``
+erases bar 130 before printing the dict, so the dict seems to follow bar 129 (case 065: ``379/2724 ...
+OVERFLOW`` then ``{'loss': 2.0491, ...}`` is the step-380 log of a ``logging_steps: 10`` run). An overflow
+that reduced the scale still completes its step (DeepSpeed skips the update, HF counts the step). Bars of other totals (eval loops,
 ``datasets.map``) are ignored once the training total is known from "Total optimization steps = N".
 
 Exact message texts and their version differences: reference/deepspeed/log_patterns.md (§2 DeepSpeed loss
@@ -318,6 +324,7 @@ class _TextLogParser:
         self.items = 0
         self.nccl_seen: set[tuple] = set()
         self.pending_mem: MemoryRecord | None = None
+        self.in_step = False      # a line printed during step self.step + 1 has followed the last bar
 
     # -- progress -------------------------------------------------------------------------------------------
     def progress(self, window: bytes) -> None:
@@ -344,12 +351,19 @@ class _TextLogParser:
                 continue
             else:
                 self.bar_total_max = total
+            if n != self.step:
+                self.in_step = False
             self.step = n
             return
 
     def during(self) -> int | None:
         """The step in progress: one past the last completed step on the training bar."""
         return None if self.step is None else self.step + 1
+
+    def logged(self) -> int | None:
+        """The step a metric dict belongs to: the bar's step, or the step in progress once a line printed
+        during that step has followed the bar (see the module docstring)."""
+        return self.during() if self.in_step else self.step
 
     # -- helpers --------------------------------------------------------------------------------------------
     def fact(self, name: str, value: Any, line: int) -> None:
@@ -489,6 +503,7 @@ class _TextLogParser:
             else:
                 rec = OverflowRecord(self.path, line, self.during(), r, "bare")
             self.keep.add("overflows", rec)
+            self.in_step = self.step is not None
             if rec.new_scale is not None:
                 self.point("loss_scale", self.during(), rec.new_scale, line)
             return
@@ -497,12 +512,14 @@ class _TextLogParser:
             rec = OverflowRecord(self.path, line, self.during(), rank, "reduce", float(m.group("attempted")),
                                  float(m.group("new")))
             self.keep.add("overflows", rec)
+            self.in_step = self.step is not None
             self.point("loss_scale", self.during(), rec.new_scale, line)
             return
         m = _DS_SCALE_CHANGE.search(text)
         if m and m.group("dir") == "Increasing":
             self.keep.add("overflows", OverflowRecord(self.path, line, self.during(), rank, "increase",
                                                       float(m.group("old")), float(m.group("new"))))
+            self.in_step = self.step is not None
             self.point("loss_scale", self.during(), float(m.group("new")), line)
 
     # -- NCCL -------------------------------------------------------------------------------------------------
@@ -550,16 +567,16 @@ class _TextLogParser:
             return False
         prefix = "lf_" if _LF_CALLBACK.search(text[:max(i, 0)] if i >= 0 else text) else ""
         if "train_runtime" in kv or "train_loss" in kv:
-            self.keep.add("notices", Notice(self.path, line, self.step, "train-summary", body[:500], kv))
+            self.keep.add("notices", Notice(self.path, line, self.logged(), "train-summary", body[:500], kv))
             return True
         if "loss" in kv:
             for key, name in (("loss", "loss"), ("grad_norm", "grad_norm"), ("learning_rate", "learning_rate"),
                               ("epoch", "epoch")):
                 if key in kv:
-                    self.point(prefix + name, self.step, kv[key], line)
+                    self.point(prefix + name, self.logged(), kv[key], line)
             return True
         if "eval_loss" in kv:
-            self.point(prefix + "eval_loss", self.step, kv["eval_loss"], line)
+            self.point(prefix + "eval_loss", self.logged(), kv["eval_loss"], line)
             return True
         return False
 
@@ -841,7 +858,7 @@ def read_text_log(path: str) -> FileEvidence:
         read=rd, series=series, ooms=p.keep.get("ooms"), overflows=p.keep.get("overflows"),
         aborts=p.keep.get("aborts"), nccl=p.keep.get("nccl"), kills=p.keep.get("kills"),
         memory=p.keep.get("memory"), notices=p.keep.get("notices"), facts=tuple(p.facts.values()),
-        restarts=p.keep.get("restarts"), dropped=dropped, last_step=p.step, total_steps=p.train_total or
+        restarts=p.keep.get("restarts"), dropped=dropped, last_step=p.logged(), total_steps=p.train_total or
         (p.bar_total_max or None))
 
 

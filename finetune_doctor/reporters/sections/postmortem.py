@@ -14,7 +14,7 @@ from typing import Any
 BLOCKS = "▁▂▃▄▅▆▇█"
 WIDTH = 60
 MARKS = {"nan": ("N", "bold red"), "loss_spike": ("S", "yellow"), "grad_norm_spike": ("G", "yellow"),
-         "loss_scale_drop": ("v", "magenta"), "oom": ("O", "bold red"), "nccl_timeout": ("T", "bold red"),
+         "loss_scale_drop": ("v", "magenta"), "loss_scale_abort": ("A", "bold magenta"), "oom": ("O", "bold red"), "nccl_timeout": ("T", "bold red"),
          "killed": ("K", "bold red"), "restart": ("R", "cyan"), "loss_zero": ("0", "red"),
          "grad_norm_constant": ("C", "red"), "first_loss": ("F", "red"), "exception": ("X", "bold red"),
          "warmup_end": ("|", "dim"), "warning": ("w", "yellow"), "finished": ("✓", "green")}
