@@ -338,6 +338,8 @@ class Evidence:
     files: tuple[FileEvidence, ...] = ()
     skipped: tuple[FileRead, ...] = ()
     saved_args: str | None = None
+    # (path, path of the file already read with the same content): inputs not read twice
+    duplicates: tuple[tuple[str, str], ...] = ()
 
     def all(self, attr: str) -> Iterable[Any]:
         for f in self.files:

@@ -105,3 +105,26 @@ def test_log_option_and_a_run_dir_that_is_a_file(tmp_path):
     assert strict_json(out)["findings"][0]["name"] == "first-step-loss-abnormal"
     code, out = invoke(str(tmp_path), "--log", str(tmp_path / "missing.log"))
     assert code == 2 and "missing.log" in out
+
+
+def test_the_same_log_given_twice_under_two_paths_is_read_once(tmp_path):
+    """Case 065's log as two --log copies: 5 overflow lines, not 10, and the read section names the copy."""
+    src = os.path.join(os.path.dirname(__file__), "..", "fixtures", "postmortem", "case_065", "log.txt")
+    data = open(src, "rb").read()
+    a, b = tmp_path / "a" / "log.txt", tmp_path / "b" / "copy.txt"
+    for p in (a, b):
+        p.parent.mkdir()
+        p.write_bytes(data)
+    (tmp_path / "run").mkdir()
+    code, out = invoke(str(tmp_path / "run"), "--log", str(a), "--log", str(b), "--format", "json")
+    rep = json.loads(out)
+    drop = next(e for e in rep["timeline"] if e["kind"] == "loss_scale_drop")
+    assert drop["detail"].startswith("5 overflow(s)")
+    assert [f["path"] for f in rep["read"]["files"]] == [str(a)]
+    assert rep["read"]["duplicates"] == [{"path": str(b), "same_as": str(a)}]
+    code, out = invoke(str(tmp_path / "run"), "--log", str(a), "--log", str(b))
+    assert "same content as" in out and "read once" in out
+    # one changed byte is another file: both are read
+    b.write_bytes(data.replace(b"2.0491", b"2.0492"))
+    rep = json.loads(invoke(str(tmp_path / "run"), "--log", str(a), "--log", str(b), "--format", "json")[1])
+    assert len(rep["read"]["files"]) == 2 and rep["read"]["duplicates"] == []

@@ -168,12 +168,47 @@ def _size(path: str) -> int:
         return 0
 
 
+FINGERPRINT_BYTES = 1 << 20
+
+
+def fingerprint(path: str) -> tuple[int, str] | None:
+    """(size in bytes, BLAKE2b of the first and last MiB) of a file, or None when it cannot be read. Two inputs
+    with the same fingerprint are taken as one file given twice (a copy, a hard or bind-mounted path): reading
+    both would count every overflow, OOM and loss point twice. Cost: at most 2 MiB read per file."""
+    import hashlib
+
+    try:
+        size = os.path.getsize(path)
+        h = hashlib.blake2b(digest_size=16)
+        with open(path, "rb") as fh:
+            h.update(fh.read(FINGERPRINT_BYTES))
+            if size > FINGERPRINT_BYTES:
+                fh.seek(max(FINGERPRINT_BYTES, size - FINGERPRINT_BYTES))
+                h.update(fh.read(FINGERPRINT_BYTES))
+    except OSError:
+        return None
+    return size, h.hexdigest()
+
+
 def collect(run_dir: str | None, logs: list[str]) -> Evidence:
-    """Read the run directory and every ``--log`` file. Raises InputError for a path that does not exist."""
+    """Read the run directory and every ``--log`` file, each content once (see `fingerprint`; the copies are
+    listed in ``Evidence.duplicates``). Raises InputError for a path that does not exist."""
     files: list[FileEvidence] = []
     skipped: list[FileRead] = []
     saved = None
     seen: set[str] = set()
+    prints: dict[tuple[int, str], str] = {}
+    dups: list[tuple[str, str]] = []
+
+    def copy_of(path: str) -> bool:
+        fp = fingerprint(path)
+        if fp is None or fp[0] == 0:
+            return False
+        if fp in prints:
+            dups.append((path, prints[fp]))
+            return True
+        prints[fp] = path
+        return False
     if run_dir is not None:
         if not os.path.exists(run_dir):
             raise InputError("no such file or directory", file=run_dir)
@@ -192,6 +227,8 @@ def collect(run_dir: str | None, logs: list[str]) -> Evidence:
                 if sniff(path) != "gpu-record":
                     continue
             seen.add(os.path.realpath(path))
+            if copy_of(path):
+                continue
             fe = read_file(path, kind)
             if fe.read.kind == "unknown":
                 skipped.append(fe.read)
@@ -205,6 +242,8 @@ def collect(run_dir: str | None, logs: list[str]) -> Evidence:
         if os.path.realpath(p) in seen:
             continue
         seen.add(os.path.realpath(p))
+        if copy_of(p):
+            continue
         from finetune_doctor.readers.logs import sniff
 
         fe = read_file(p, sniff(p))
@@ -212,7 +251,8 @@ def collect(run_dir: str | None, logs: list[str]) -> Evidence:
             skipped.append(fe.read)
         else:
             files.append(fe)
-    return Evidence(run_dir=run_dir, files=tuple(files), skipped=tuple(skipped), saved_args=saved)
+    return Evidence(run_dir=run_dir, files=tuple(files), skipped=tuple(skipped), saved_args=saved,
+                    duplicates=tuple(dups))
 
 
 def _hardware_from_evidence(ev: Evidence) -> Hardware | None:
@@ -369,6 +409,7 @@ def read_data(ev: Evidence) -> dict[str, Any]:
                      "lines": r.lines or None, "records": r.records or None, "items": r.items,
                      "problems": list(r.problems), "note": r.note})
     return {"run_dir": ev.run_dir, "files": rows,
+            "duplicates": [{"path": p, "same_as": q} for p, q in ev.duplicates],
             "counts": {s: sum(1 for x in rows if x["status"] == s) for s in ("read", "partial", "skipped")}}
 
 

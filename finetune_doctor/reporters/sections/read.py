@@ -1,5 +1,6 @@
 """Text rendering of the ``read`` report section: which files were read, how much of each, and what could not
-be read (truncated records, bad CRCs, binary junk, malformed lines). Data: pipeline/postmortem.py `read_data`."""
+be read (truncated records, bad CRCs, binary junk, malformed lines), and the inputs skipped as copies of a file
+already read (same size and hash of the first/last MiB). Data: pipeline/postmortem.py `read_data`."""
 
 from __future__ import annotations
 
@@ -62,6 +63,10 @@ def render(data: dict[str, Any]) -> Any:
     for f in files:
         for p in f.get("problems") or []:
             lines.append(Text(f"{_path(f['path'], data.get('run_dir'))}: {p}", style="yellow"))
+    for d in data.get("duplicates") or []:
+        lines.append(Text(f"{_path(d['path'], data.get('run_dir'))}: same content as "
+                          f"{_path(d['same_as'], data.get('run_dir'))} (size and first/last MiB hash); read once",
+                          style="yellow"))
     c = data.get("counts") or {}
     lines.append(Text(f"{c.get('read', 0)} read, {c.get('partial', 0)} partly, {c.get('skipped', 0)} skipped",
                       style="dim"))
