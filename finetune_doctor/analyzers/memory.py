@@ -433,6 +433,7 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
         "tokens_per_micro_batch": tokens if tokens is not None else run.tokens_per_micro_batch,
         "reserve_gib": reserve / GIB,
         "first_oom": first_oom,
+        "peak_moment": f"{name} of step 2" if name != "optimizer step" else "optimizer step",
         "moments_gib": {name: b / GIB for name, b in timeline},
         "runtime_gib": rt / GIB,
     }

@@ -158,6 +158,7 @@ def search(run: Any, hw: Any, ds: Any, budget_gib: float, estimate: Callable[[An
     """
     cands = candidates(run, ds, stock)
     fitting: list[tuple[tuple[Candidate, ...], float]] = []
+    closest: tuple[tuple[Candidate, ...], float] | None = None
     for k in range(1, MAX_EDITS + 1):
         for combo in itertools.combinations(cands, k):
             if len({c.group for c in combo}) < k:
@@ -170,7 +171,10 @@ def search(run: Any, hw: Any, ds: Any, budget_gib: float, estimate: Callable[[An
             total = estimate(r)
             if total <= budget_gib:
                 fitting.append((combo, total))
+            elif closest is None or total < closest[1]:
+                closest = (combo, total)
     fitting.sort(key=lambda ft: (sum(c.unsafe for c in ft[0]), sum(c.cost for c in ft[0]), len(ft[0]), ft[1]))
+    search.closest = closest  # type: ignore[attr-defined]  # read by oom_remedies when nothing fits
     return fitting
 
 
@@ -204,8 +208,17 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
     found = search(run, hw, ctx.extra.get("ds"), budget, lambda r: estimate(r, hw).total,
                    bool(ctx.extra.get("ds_stock")))
     if not found:
-        return Fix(title="no combination of up to three standard remedies fits: use more or larger GPUs",
-                   edits=(), safety="unsafe", effect={"total_gib_before": before, "total_gib_after": before})
+        closest = getattr(search, "closest", None)
+        if closest is None:
+            return Fix(title="no standard remedy applies: use more or larger GPUs", edits=(), safety="unsafe")
+        combo, total = closest
+        fix = _fix_of(combo, total, before, ctx)
+        short = total - budget
+        from dataclasses import replace
+
+        return replace(fix, title=f"no set of up to {MAX_EDITS} standard remedies fits; the closest, "
+                                  f"{fix.title}, still needs {short:.1f} GiB more per GPU: use more or larger GPUs",
+                       safety="unsafe")
     def host_of(combo: tuple[Candidate, ...]) -> float:
         r = run
         for c in combo:

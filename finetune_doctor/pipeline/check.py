@@ -152,6 +152,8 @@ def memory_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any) -> dict[str
     d["host"] = mem.host
     d["phase"] = mem.phase
     d["first_oom"] = mem.details.get("first_oom")
+    d["peak_moment"] = mem.details.get("peak_moment")
+    d["tokens_measured"] = mem.details.get("tokens_per_micro_batch") != run.tokens_per_micro_batch
     d["capacity_gib"] = hw.capacity_gib if hw else None
     d["host_ram_gib"] = hw.host_ram_gib if hw else None
     terms = mem.details.get("terms_bytes", {})

@@ -42,7 +42,12 @@ def classify(path: str) -> str | None:
             # a broken JSON that looks like DeepSpeed is reported by the DS reader; others are not ours
             return "ds" if any(f'"{k}"' in text for k in ("zero_optimization", "train_micro_batch_size_per_gpu")) else None
         if isinstance(data, dict):
-            if set(data) & {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size"}:
+            strong = {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size",
+                      "zero_allow_untested_optimizer", "gradient_clipping", "steps_per_print",
+                      "wall_clock_breakdown", "zero_force_ds_cpu_optimizer"}
+            precision = any(isinstance(data.get(k), dict) and ({"enabled", "loss_scale"} & set(data[k]))
+                            for k in ("fp16", "bf16", "amp"))
+            if set(data) & strong or precision:
                 return "ds"
             if len(set(data) & LF_MARKERS) >= 2:
                 return "lf"

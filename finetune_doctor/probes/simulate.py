@@ -1137,6 +1137,18 @@ def choose_depth(spec: ProbeSpec, max_full: int = 4) -> tuple[int, ...]:
 
 def simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] = "auto", rank: int = 0,
              round_to: int = CUDA_BLOCK, fake: bool = True, other_ranks: tuple[int, ...] = ()) -> SimResult:
+    """See `_simulate`; library deprecation warnings raised while building and stepping the model stay inside
+    the probe (they concern transformers' own API, not the user's run)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return _simulate(spec, steps, depth=depth, rank=rank, round_to=round_to, fake=fake, other_ranks=other_ranks)
+
+
+def _simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] = "auto", rank: int = 0,
+              round_to: int = CUDA_BLOCK, fake: bool = True, other_ranks: tuple[int, ...] = ()) -> SimResult:
     """Simulate `spec` and return the peak live tensor bytes of rank `rank` (a `SimResult`); `other_ranks` are
     simulated too and land in `SimResult.per_rank` (each costs one more simulation).
 

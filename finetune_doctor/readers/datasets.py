@@ -214,9 +214,14 @@ def resolve_datasets(names: list[str], dataset_dir: str, *, cwd: str | None = No
         return [DatasetSpec(name=n, load_from="remote", source=dataset_dir[7:],
                             unavailable=f"dataset_info.json lives on the hub ({dataset_dir}); not read offline")
                 for n in names], dataset_dir
-    ddir, _how = find_dataset_dir(dataset_dir, cwd=cwd, config_dir=config_dir)
+    ddir, how = find_dataset_dir(dataset_dir, cwd=cwd, config_dir=config_dir)
     info_path = os.path.join(ddir, DATA_CONFIG)
     info, lines = load_dataset_info(info_path)
+    if how == "config" and not any(n in info for n in names):
+        # found by walking up from the config, not where LLaMA-Factory looks (the working directory), and it
+        # defines none of the run's datasets: an unrelated dataset_info.json, not the run's
+        raise DatasetDirNotFound(f"no {DATA_CONFIG} defining {', '.join(names)} under {dataset_dir} (the one at "
+                                 f"{info_path} is unrelated)", file=info_path)
     use_ms = env.get("USE_MODELSCOPE_HUB", "0").lower() in ("true", "1")
     use_om = env.get("USE_OPENMIND_HUB", "0").lower() in ("true", "1")
     specs = []
