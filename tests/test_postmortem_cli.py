@@ -128,3 +128,35 @@ def test_the_same_log_given_twice_under_two_paths_is_read_once(tmp_path):
     b.write_bytes(data.replace(b"2.0491", b"2.0492"))
     rep = json.loads(invoke(str(tmp_path / "run"), "--log", str(a), "--log", str(b), "--format", "json")[1])
     assert len(rep["read"]["files"]) == 2 and rep["read"]["duplicates"] == []
+
+
+def _postmortem_block(out: str) -> list[str]:
+    lines = out.splitlines()
+    i = lines.index("Postmortem")
+    j = next(k for k in range(i + 1, len(lines)) if lines[k] and not lines[k].startswith(" "))
+    return lines[i + 1:j]
+
+
+def test_curve_rows_fit_100_columns_with_compact_numbers():
+    """Piped output is 100 columns: each curve is one line, min–max in 3 significant digits (case 065: lr
+    0.0001961913563176343 -> 1.96e-4, loss 2.0491 -> 2.05, one value when min == max)."""
+    from finetune_doctor.reporters.sections.postmortem import _fmt
+
+    code, out = invoke(os.path.join(FIX, "case_065"))
+    block = _postmortem_block(out)
+    assert all(len(x) <= 100 for x in block)
+    row = {x.split()[0]: x for x in block if x.strip() and x.split()[0] in ("loss", "lr") and "scale" not in x}
+    assert row["lr"].split()[-2:] == ["1.96e-4", "1.96e-4"] and row["loss"].split()[-2:] == ["2.05", "2.05"]
+    scale = next(x for x in block if x.lstrip().startswith("loss scale"))
+    assert scale.split()[-4:] == ["2", "–", "32", "2"]
+    assert [_fmt(v) for v in (0.0001961913563176343, 2.0491, 1234.5, 65536.0, -3.2e-7, 0.05)] == \
+        ["1.96e-4", "2.05", "1234", "6.55e+4", "-3.2e-7", "0.05"]
+
+
+def test_event_strip_keeps_marks_of_the_same_step_and_the_legend_gives_steps():
+    """Case 041: the NaN and the loss-0 mark are both at step 5; both letters show, the legend says where."""
+    code, out = invoke(os.path.join(FIX, "case_041"))
+    block = _postmortem_block(out)
+    strip = next(x for x in block if x.lstrip().startswith("events"))
+    assert "N" in strip and "0" in strip.split("events", 1)[1]
+    assert any("N nan @5" in x and "0 loss zero @5" in x for x in block)

@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 BLOCKS = "▁▂▃▄▅▆▇█"
-WIDTH = 60
+WIDTH = 50      # sparkline columns: with the label, min–max and last cells the table fits in 100 columns
 MARKS = {"nan": ("N", "bold red"), "loss_spike": ("S", "yellow"), "grad_norm_spike": ("G", "yellow"),
          "loss_scale_drop": ("v", "magenta"), "loss_scale_abort": ("A", "bold magenta"), "oom": ("O", "bold red"), "nccl_timeout": ("T", "bold red"),
          "killed": ("K", "bold red"), "restart": ("R", "cyan"), "loss_zero": ("0", "red"),
@@ -73,15 +73,28 @@ def sparkline(steps: list[int], values: list[float], lo: int, hi: int, width: in
 
 
 def _fmt(v: Any) -> str:
+    """3 significant digits, at most 7 characters for |v| < 1e100: ``2.05``, ``1.96e-4``, ``2.3e+6`` -- short
+    enough that the min–max cell never wraps at the reporter's 100 columns."""
     if v is None:
         return "—"
     if isinstance(v, str):
         return v
     if v == 0:
         return "0"
-    if abs(v) >= 1e5 or abs(v) < 1e-3:
-        return f"{v:.3g}"
-    return f"{v:.4g}"
+    a = abs(v)
+    if 1e-3 <= a < 1e4:
+        t = f"{v:.3g}"
+        if "e" not in t:
+            return t
+        return f"{v:.0f}"   # 1000 <= |v| < 10000: "1234", not "1.23e+03"
+    m, e = f"{v:.2e}".split("e")
+    m = m.rstrip("0").rstrip(".")
+    return f"{m}e{int(e)}" if int(e) < 0 else f"{m}e+{int(e)}"
+
+
+def _range(lo: Any, hi: Any) -> str:
+    a, b = _fmt(lo), _fmt(hi)
+    return a if a == b else f"{a} – {b}"
 
 
 def render(data: dict[str, Any]) -> Any:
@@ -118,10 +131,10 @@ def render(data: dict[str, Any]) -> Any:
     lo, hi = min(steps_all), max(steps_all)
     width = WIDTH if hi > lo else 1
     t = Table(box=box.SIMPLE, show_edge=False, pad_edge=False, show_header=True, header_style="bold")
-    t.add_column("curve")
+    t.add_column("curve", no_wrap=True)
     t.add_column(f"steps {lo} → {hi}", no_wrap=True)
-    t.add_column("min – max", justify="right")
-    t.add_column("last", justify="right")
+    t.add_column("min – max", justify="right", no_wrap=True)
+    t.add_column("last", justify="right", no_wrap=True)
     for name in ("loss", "grad_norm", "learning_rate", "loss_scale"):
         c = curves.get(name)
         if not c:
@@ -134,19 +147,31 @@ def render(data: dict[str, Any]) -> Any:
         for i in bad:
             txt.stylize("bold red", i, i + 1)
         label = LABELS[name] + (" (log)" if log else "")
-        t.add_row(label, txt, f"{_fmt(c.get('min'))} – {_fmt(c.get('max'))}", _fmt(c.get("last")))
+        t.add_row(label, txt, _range(c.get("min"), c.get("max")), _fmt(c.get("last")))
     strip = [" "] * width
     styles: list[str | None] = [None] * width
-    seen: list[str] = []
+    seen: dict[str, list[int]] = {}
     span = max(hi - lo, 1)
-    for m in marks:
+
+    def free(x: int) -> int | None:
+        for d in range(0, 4):   # the nearest free column within 3 of the step's own
+            for y in (x + d, x - d):
+                if 0 <= y < width and strip[y] == " ":
+                    return y
+        return None
+
+    # fatal marks first so they take their own column; an informative mark at the same step moves next to it
+    # rather than disappearing (case 041: the loss-0 mark under the NaN mark)
+    for m in sorted(marks, key=lambda m: not MARKS.get(m["kind"], ("", ""))[1].startswith("bold")):
         ch, style = MARKS.get(m["kind"], ("•", ""))
         x = min(width - 1, max(0, int((m["step"] - lo) * (width - 1) / span + 0.5)))
-        # a fatal mark wins its column over an informative one
-        if strip[x] == " " or style.startswith("bold"):
-            strip[x], styles[x] = ch, style
-        if m["kind"] not in seen:
-            seen.append(m["kind"])
+        if strip[x] != ch:
+            y = free(x)
+            if y is not None:
+                strip[y], styles[y] = ch, style
+        seen.setdefault(m["kind"], [])
+        if m["step"] not in seen[m["kind"]]:
+            seen[m["kind"]].append(m["step"])
     stxt = Text("".join(strip))
     for i, sty in enumerate(styles):
         if sty:
@@ -154,6 +179,10 @@ def render(data: dict[str, Any]) -> Any:
     t.add_row("events", stxt, "", "")
     parts.append(t)
     if seen:
-        legend = "  ".join(f"{MARKS.get(k, ('•', ''))[0]} {k.replace('_', ' ')}" for k in seen)
+        def at(steps: list[int]) -> str:
+            steps = sorted(steps)
+            return f" @{steps[0]}" if len(steps) == 1 else f" @{steps[0]}…{steps[-1]} ({len(steps)})"
+
+        legend = "  ".join(f"{MARKS.get(k, ('•', ''))[0]} {k.replace('_', ' ')}{at(v)}" for k, v in seen.items())
         parts.append(Text(legend, style="dim"))
     return Group(*parts)
