@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = list(csv.DictReader(open(args.csv, encoding="utf-8")))
     table, err_total, err_alloc = [], [], []
+    calib: list[tuple[float, float, float, bool]] = []
     skipped = 0
     for r in rows:
         cfg = to_config(r)
@@ -100,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         e_a = (est.peak_allocated - meas) / meas
         err_total.append(abs(e_t))
         err_alloc.append(abs(e_a))
+        calib.append((est.peak_allocated, est.details["runtime_gib"], meas, run.world_size > 1))
         table.append((r["model"], r["method"], r["seq_len"], r["num_gpus"],
                       r["zero_stage"] + (f" → {zero}" if zero and r["zero_stage"].strip("?") != str(zero) else ""),
                       meas, est.total,
@@ -120,6 +122,21 @@ def main(argv: list[str] | None = None) -> int:
                   "whose activations the estimator derives op by op; the smallest model (Qwen-1.8B) shows a constant "
                   "~2 GB the estimator does not have, largest in relative terms for its 4-bit GPTQ runs at <= 512 "
                   "tokens. Rows whose ZeRO stage is uncertain ('2?') follow the row's own note."]
+    if calib:
+        # Allocator reserve: total = peak_allocated x (1 + r) + runtime. Fit r on these rows (single-process rows,
+        # where llamafactory-cli sets no expandable_segments) and report it beside the constants the estimator uses.
+        from finetune_doctor.analyzers.memory import RESERVE_DEFAULT, RESERVE_EXPANDABLE
+
+        def med_err(r: float, rows: list) -> float:
+            return statistics.median(abs(a * (1 + r) + rt - m) / m for a, rt, m, _ in rows)
+
+        single = [c for c in calib if not c[3]]
+        grid = [i / 100 for i in range(0, 31)]
+        best = min(grid, key=lambda r: med_err(r, single)) if single else None
+        lines += ["", "Allocator reserve (reserved - allocated at the peak, as a share of allocated), fitted on the "
+                      f"{len(single)} single-process rows: best r = {best:.2f} (median error {med_err(best, single):.1%}); "
+                      f"the estimator uses {RESERVE_DEFAULT:.2f} for single processes and {RESERVE_EXPANDABLE:.2f} with "
+                      f"expandable_segments (median error at {RESERVE_DEFAULT:.2f}: {med_err(RESERVE_DEFAULT, single):.1%})."]
     text = "\n".join(lines) + "\n"
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
