@@ -15,6 +15,7 @@ from typing import Any
 from finetune_doctor.errors import InputError, MissingExtra
 
 MAX_POINTS = 4000
+SHORT_SERIES = 50     # series with at most this many points are drawn with markers
 PANELS = (("loss", "loss", False), ("grad_norm", "grad norm", True), ("learning_rate", "learning rate", False),
           ("loss_scale", "loss scale", True))
 COLORS = {"nan": "red", "oom": "red", "killed": "red", "nccl_timeout": "red", "exception": "red",
@@ -73,7 +74,8 @@ def draw(timeline: Any, path: str) -> str:
         c = timeline.curves[key]
         s, v, bad = _reduce(c.steps, c.values)
         if s:
-            ax.plot(s, v, lw=0.9, color="tab:blue")
+            # a line needs two points: short series (case 065 logged one loss) get markers too
+            ax.plot(s, v, lw=0.9, color="tab:blue", marker="o" if len(s) <= SHORT_SERIES else None, ms=3.5)
             if log and min(v) > 0:
                 ax.set_yscale("log", base=2 if key == "loss_scale" else 10)
         if bad:
@@ -93,6 +95,9 @@ def draw(timeline: Any, path: str) -> str:
         handles = [Line2D([0], [0], color=col, lw=2) for col in seen.values()]
         fig.legend(handles, [k.replace("_", " ") for k in seen], loc="lower center", ncol=min(6, len(seen)),
                    fontsize=8, frameon=False)
+    from matplotlib.ticker import MaxNLocator
+
+    axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))   # steps are whole: no "379.5" tick
     axes[-1].set_xlabel("step")
     fig.suptitle("doctor postmortem", fontsize=10)
     fig.tight_layout(rect=(0, 0.06 if seen else 0, 1, 0.97))

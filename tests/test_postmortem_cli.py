@@ -160,3 +160,22 @@ def test_event_strip_keeps_marks_of_the_same_step_and_the_legend_gives_steps():
     strip = next(x for x in block if x.lstrip().startswith("events"))
     assert "N" in strip and "0" in strip.split("events", 1)[1]
     assert any("N nan @5" in x and "0 loss zero @5" in x for x in block)
+
+
+def test_plot_draws_single_point_series_and_integer_step_ticks(tmp_path, monkeypatch):
+    """Case 065 has one logged loss and lr (step 380): their panels must show a marker, and the step axis
+    (379..384) must not have half-step ticks."""
+    import matplotlib.pyplot as plt
+
+    figs = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))
+    d = os.path.join(FIX, "case_065")
+    code, out = invoke(d, "--plot", str(tmp_path / "p.png"))
+    assert (tmp_path / "p.png").stat().st_size > 1000
+    fig = figs[-1]
+    loss_ax = next(a for a in fig.axes if a.get_ylabel() == "loss")
+    line = loss_ax.get_lines()[0]
+    assert list(line.get_xdata()) == [380] and line.get_marker() == "o"
+    ticks = [t for t in fig.axes[-1].get_xticks() if 379 <= t <= 384]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+    plt.close(fig)
