@@ -130,13 +130,16 @@ def main(argv: list[str] | None = None) -> int:
         def med_err(r: float, rows: list) -> float:
             return statistics.median(abs(a * (1 + r) + rt - m) / m for a, rt, m, _ in rows)
 
+        def over(r: float, rows: list) -> int:
+            return sum(abs(a * (1 + r) + rt - m) / m > 0.25 for a, rt, m, _ in rows)
+
         single = [c for c in calib if not c[3]]
-        grid = [i / 100 for i in range(0, 31)]
-        best = min(grid, key=lambda r: med_err(r, single)) if single else None
-        lines += ["", "Allocator reserve (reserved - allocated at the peak, as a share of allocated), fitted on the "
-                      f"{len(single)} single-process rows: best r = {best:.2f} (median error {med_err(best, single):.1%}); "
-                      f"the estimator uses {RESERVE_DEFAULT:.2f} for single processes and {RESERVE_EXPANDABLE:.2f} with "
-                      f"expandable_segments (median error at {RESERVE_DEFAULT:.2f}: {med_err(RESERVE_DEFAULT, single):.1%})."]
+        grid = [i / 100 for i in range(0, 21, 2)]
+        lines += ["", f"Allocator reserve r (reserved - allocated at the peak, as a share of allocated) on the "
+                      f"{len(single)} single-process rows (the estimator uses {RESERVE_DEFAULT:.2f}; "
+                      f"{RESERVE_EXPANDABLE:.2f} with expandable_segments):", "",
+                  "| r | median error | rows over 25 % |", "|---|---|---|"]
+        lines += [f"| {r:.2f} | {med_err(r, single):.1%} | {over(r, single)} |" for r in grid]
     text = "\n".join(lines) + "\n"
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
