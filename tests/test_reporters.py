@@ -609,6 +609,21 @@ def test_render_explain_json_example_fence():
     assert '## Example\n```json\n{"zero_optimization": {"stage": 3}}\n```' in render_explain(r)
 
 
+def test_explain_fence_is_chosen_by_content():
+    """FD308's example is a DeepSpeed log excerpt that starts with "[deepspeed]": text, not json."""
+    from finetune_doctor.reporters.catalog import _lang
+
+    log = ("[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 4, reducing to 2\n"
+           "Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.")
+    r = rule(docs={**RULE_DOC["docs"], "example": log + "\n"})
+    assert "## Example\n```text\n[deepspeed] OVERFLOW!" in render_explain(r)
+    assert _lang('[{"a": 1}]') == "json"
+    assert _lang('"zero_optimization": {"stage": 3},\n"overlap_comm": false') == "json"
+    assert _lang("bf16: true\n# keep the DeepSpeed block on auto\nfp16: false") == "yaml"
+    assert _lang("{'loss': 0.0, 'grad_norm': nan}") == "text"
+    assert _lang("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True llamafactory-cli train c.yaml") == "console"
+
+
 def test_render_catalog_formats():
     other = rule(code="FD601", name="predicted-oom", severity="error", category="memory",
                  fix={"title": "make it fit", "planner": "oom-remedies"})

@@ -95,18 +95,44 @@ def first_sentence(text: str) -> str:
     return flat[: m.start()] if m else flat
 
 
+_YAML_LINE = re.compile(r"^\s*(?:#.*|- .*|-|[a-z_][a-z0-9_.\-]*:(?:\s.*)?)$")
+_JSON_KEY = re.compile(r'"[^"\n]+"\s*:')
+_ENV_CMD = re.compile(r"^[A-Z_][A-Z0-9_]*=\S* +(?:llamafactory-cli|torchrun|deepspeed|python|accelerate) ")
+
+
+def _lang(body: str) -> str:
+    """The fence language of an example, by content: ``json`` when it parses as JSON or is a JSON object with
+    an elision (``{"fp16": {...}, ...}``), ``console`` for a command line, ``yaml`` when every line is a
+    snake_case ``key: value``, a list item or a comment (how LLaMA-Factory configs look), ``text`` otherwise
+    -- a log excerpt such as ``[deepspeed] OVERFLOW! ...`` starts with a bracket but is not JSON."""
+    import json
+
+    head = body.lstrip()
+    if head.startswith(("{", "[")):
+        try:
+            json.loads(body)
+            return "json"
+        except ValueError:
+            if _JSON_KEY.search(body):
+                return "json"
+    first = next((x for x in body.splitlines() if x.strip() and not x.lstrip().startswith("#")), "")
+    if _JSON_KEY.match(first.lstrip()):   # a fragment of a DeepSpeed/dataset_info JSON: "key": {...},
+        return "json"
+    if head.startswith(("$ ", "doctor ", "llamafactory-cli ", "torchrun ", "deepspeed ", "pip ")) \
+            or _ENV_CMD.match(head):
+        return "console"
+    lines = [x for x in body.splitlines() if x.strip()]
+    if lines and all(_YAML_LINE.match(x) for x in lines):
+        return "yaml"
+    return "text"
+
+
 def _fence(text: str) -> str:
-    """`text` as a fenced code block, with the language guessed (yaml unless it is JSON or a shell line)."""
+    """`text` as a fenced code block, the language chosen by `_lang`."""
     body = str(text).strip("\n")
     if "```" in body:
         return body
-    head = body.lstrip()
-    if head.startswith(("{", "[")):
-        lang = "json"
-    elif head.startswith(("$ ", "doctor ", "llamafactory-cli ", "torchrun ", "deepspeed ", "pip ")):
-        lang = "console"
-    else:
-        lang = "yaml"
+    lang = _lang(body)
     return f"```{lang}\n{body}\n```"
 
 
