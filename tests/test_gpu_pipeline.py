@@ -336,3 +336,22 @@ def test_long_watch_keeps_peaks_in_bounded_memory(monkeypatch: pytest.MonkeyPatc
     assert data["recorder"]["samples"] == 200 and data["samples"] <= 40
     assert data["cards"][0]["peak_gib"] == round(50_030 * MIB / GIB, 2)
     assert any("summarised away" in n for n in rep.notes)
+
+
+def test_a_recording_read_with_from_says_record_and_the_card_table_fits_100_columns() -> None:
+    """--from reads a file: the hardware source is "record" (no driver was asked), and the card table's headers
+    and names stay on one line at the 100 columns of piped output."""
+    from finetune_doctor.reporters.text import TextReporter
+
+    rep = pipe.run(_opts(), from_files=[str(FIX / "node0.jsonl")])
+    assert rep.hardware is not None and rep.hardware.source == "record"
+    assert _run("one_card").hardware.source == "nvml"
+    out = TextReporter(color=False, width=100).render(rep)
+    assert "from record" in out and "from nvml" not in out
+    lines = out.splitlines()
+    head = next(ln for ln in lines if "┃card" in ln)
+    assert head.split("┃")[1:-1] and [c.strip() for c in head.split("┃")[1:-1]] == \
+        ["card", "name", "used", "peak", "total", "", "util", "temp", "power", "job"]
+    rows = [ln for ln in lines if ln.lstrip().startswith("│GPU") and "W/" in ln]   # card rows, not processes
+    assert len(rows) == 4 and all("H100-80GB" in r and "300 W/400" in r for r in rows)
+    assert all(len(ln) <= 100 for ln in lines)

@@ -156,7 +156,7 @@ def run(opts: Any, watch: float | None = None, record: str | None = None, interv
     findings = evaluate(rules, RuleContext(facts={"gpus": facts}, sources=sources))
     notes.extend(facts.pop("notes"))
     data = section_data(facts, loop_stats)
-    hw = _hardware(samples, spec_hw)
+    hw = _hardware(samples, spec_hw, record=origin == "file")
     inputs = {"config": config, "deepspeed": None, "run_dir": None, "from": list(from_files) or None,
               "record": record}
     return Report(command="gpus", inputs=inputs, findings=tuple(findings), hardware=hw, sections={"gpus": data},
@@ -186,7 +186,9 @@ def _one(src: Any) -> Snapshot:
         raise InputError(f"{err}", file="nvml") from None
 
 
-def _hardware(samples: list[Snapshot], spec: Hardware | None) -> Hardware | None:
+def _hardware(samples: list[Snapshot], spec: Hardware | None, record: bool = False) -> Hardware | None:
+    """The report's hardware: the --gpu spec, else the cards sampled. `record`: the samples were read from a
+    file (--from), so ``source`` is ``"record"``, not ``"nvml"`` -- nothing was asked of a driver here."""
     if spec is not None:
         return spec
     from dataclasses import replace
@@ -199,6 +201,8 @@ def _hardware(samples: list[Snapshot], spec: Hardware | None) -> Hardware | None
             per_host[s.host or "localhost"] = s
     # the cards NVML lists, not what CUDA_VISIBLE_DEVICES of this shell would show
     hws = [h for h in (hardware_from_snapshot(s, env={}) for s in per_host.values()) if h is not None]
+    if record:
+        hws = [replace(h, source="record") for h in hws]
     if not hws:
         return None
     if len(hws) == 1:

@@ -47,18 +47,20 @@ def render(data: dict[str, Any]) -> Any:
         parts.append(Text.from_markup(" · ".join(head), style="dim"))
 
     multi_sample = n > 1
-    cards = Table(title="GPUs", title_justify="left", expand=False, pad_edge=False)
-    cards.add_column("card")
-    cards.add_column("name", overflow="fold")
-    cards.add_column("used GiB", justify="right")
+    # short headers (the unit goes in the title) and no_wrap on the numbers: at the 100 columns of piped
+    # output a header like "used GiB" used to wrap and the name fold mid-word ("H100-80 / GB")
+    cards = Table(title="GPUs (memory in GiB)", title_justify="left", expand=False, pad_edge=False)
+    cards.add_column("card", no_wrap=True)
+    cards.add_column("name", overflow="fold", min_width=9)
+    cards.add_column("used", justify="right", no_wrap=True)
     if multi_sample:
-        cards.add_column("peak GiB", justify="right")
-    cards.add_column("capacity", justify="right")
+        cards.add_column("peak", justify="right", no_wrap=True)
+    cards.add_column("total", justify="right", no_wrap=True)
     cards.add_column("", no_wrap=True)
-    cards.add_column("util", justify="right")
-    cards.add_column("temp", justify="right")
-    cards.add_column("power", justify="right")
-    cards.add_column("job", justify="center")
+    cards.add_column("util", justify="right", no_wrap=True)
+    cards.add_column("temp", justify="right", no_wrap=True)
+    cards.add_column("power", justify="right", no_wrap=True)
+    cards.add_column("job", justify="center", no_wrap=True)
     for c in data.get("cards") or []:
         used = c.get("peak_gib") if multi_sample else c.get("used_gib")
         name = c.get("model") or c.get("name") or "?"
