@@ -519,7 +519,7 @@ def test_text_findings_fixes_and_order():
 
 def test_text_timeline_sections_notes():
     out = text_of(full_report())
-    assert re.search(r"^\s+120\s+nan\s+loss became nan\s+saves/trainer_log\.jsonl:13$", out, re.M)
+    assert re.search(r"^\s+120\s+nan\s+loss became nan\s+trainer_log\.jsonl:13$", out, re.M)
     assert "identity" in out  # the data section (its own renderer now, else the generic dump) shows the dataset
     assert "2048" in out
     assert "  - Activations assume step >= 2." in out

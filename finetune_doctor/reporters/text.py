@@ -296,7 +296,7 @@ def _timeline(w: _Writer, r: Report) -> None:
     for e in events[:TIMELINE_MAX]:
         style = "red" if e.kind in ("nan", "oom", "killed", "nccl_timeout") else ""
         t.add_row("—" if e.step is None else str(e.step), Text(e.kind, style=style), Text(e.detail),
-                  Text(_source_ref(e.source)))
+                  Text(_short_source(e.source), no_wrap=True))
     w.rich(t, indent=1)
     if len(events) > TIMELINE_MAX:
         w.line(f"… {len(events) - TIMELINE_MAX} more events (see --format json)", indent=1)
@@ -372,6 +372,17 @@ def _where(f: Finding) -> str:
         return ""
     path = display_path(loc.file) or loc.file
     return f"{path}:{loc.line}" if loc.line else path
+
+
+def _short_source(source: str | None) -> str:
+    """``/abs/run/runs/x/trainer_log.jsonl:120`` -> ``trainer_log.jsonl:120``: the timeline names the file; the
+    read section lists the full paths."""
+    if not source:
+        return ""
+    path, sep, line = source.rpartition(":")
+    if sep and line.isdigit() and path:
+        return f"{os.path.basename(path)}:{line}"
+    return os.path.basename(source) or source
 
 
 def _source_ref(source: str | None) -> str:
