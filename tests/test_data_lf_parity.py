@@ -99,3 +99,37 @@ def test_lengths_match_llamafactory(run, tokenizers):
             assert packer.tokens == sum(real for _, real in run["rows"])
     else:
         assert [[r[8], r[9]] for r in ok] == run["samples"]
+
+
+EXTRA_ROWS = [  # rows that must leave the plain-template shortcut or that stress its string handling
+    {"instruction": "say {{idx}} and {{content}}", "input": "", "output": "ok {{content}}", "system": "sys"},
+    {"instruction": "Hi", "input": "there", "output": "", "system": "You are {{content}} here."},
+    {"instruction": "", "input": "", "output": "only an answer", "system": ""},
+    {"instruction": "multi", "input": "", "output": "turns", "system": "S",
+     "history": [["first q", "first a"], ["second {{idx}}", "second a"]]},
+]
+
+
+@pytest.mark.parametrize("name", sorted(K.T.TEMPLATES))
+def test_plain_template_shortcut_gives_the_general_paths_counts(name, tokenizers):
+    """`Encoder._collect_plain` (the per-row shortcut for plain templates) must give exactly the records of the
+    general ``plan_multiturn`` path, for every template, on every sft fixture dataset, with a real BPE
+    tokenizer (so that a text split or joined differently would change a count)."""
+    s = K.DataSettings(template=name, cutoff_len=64)
+    t = K.T.get_template(name)
+    counter = K.ExactCounter(tokenizers["qwen"], t)
+    fast, slow = K.Encoder(counter, t, s), K.Encoder(counter, t, s)
+    slow._roles = None
+    from finetune_doctor.readers.datasets import DEFAULT_COLUMNS, DEFAULT_TAGS
+
+    cols = {**DEFAULT_COLUMNS, "system": "system", "history": "history"}
+    extra = K.ConvSpec("alpaca", False, cols, dict(DEFAULT_TAGS))
+    assert fast.process(EXTRA_ROWS, 0, [1, 2, 3, 4], extra) == slow.process(EXTRA_ROWS, 0, [1, 2, 3, 4], extra)
+    for ds in ("alpaca_demo", "alpaca_lines", "sharegpt_tools", "chat_roles", "wrong_roles"):
+        (spec,), _ = resolve_datasets([ds], str(FIXTURES))
+        for ch in iter_chunks(spec, chunk_rows=50):
+            cs = K.ConvSpec.of(spec)
+            assert fast.process(ch.rows, ch.first_index, ch.lines, cs) == \
+                slow.process(ch.rows, ch.first_index, ch.lines, cs)
+    if t.kind == "plain" and "{{idx}}" not in str(t.user):
+        assert fast._roles is not None  # the shortcut is actually exercised for plain templates

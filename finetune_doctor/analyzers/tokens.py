@@ -697,6 +697,35 @@ class Encoder:
         tail = T.eos_tail_slots(template, counter.eos)
         self.eos_tail = None if tail is None else sum(self._slot_fixed(s) for s in tail)
         self.no_eos = tail is None and not template.efficient_eos
+        self._roles = self._role_forms(template)
+
+    def _role_forms(self, t: T.Template) -> dict[str, tuple[int, tuple[tuple[str, str], ...]]] | None:
+        """Per role (prefix, system, user, assistant): the token count of its constant slots and the
+        (text before, text after) of each slot that takes the content — what ``message_slots`` builds for a
+        ``plain`` template, precomputed so that a row costs one concatenation per content slot.
+
+        None (every row takes the general `T.plan_multiturn` path) for llama2/reasoning templates and for
+        templates whose slots use ``{{idx}}`` or a second ``{{content}}`` pass that this shortcut does not model.
+        """
+        if t.kind != "plain":
+            return None
+        out: dict[str, tuple[int, tuple[tuple[str, str], ...]]] = {}
+        for role, slots in (("prefix", t.prefix), ("system", t.system_slots), ("user", t.user),
+                            ("assistant", t.assistant_slots)):
+            fixed, parts = 0, []
+            for s in slots:
+                if isinstance(s, str):
+                    if "{{idx}}" in s:
+                        return None
+                    if T.CONTENT in s:
+                        if role == "prefix":
+                            return None
+                        a, b = s.split(T.CONTENT, 1)
+                        parts.append((a, b))
+                        continue
+                fixed += self._slot_fixed(s)
+            out[role] = (fixed, tuple(parts))
+        return out
 
     def _seed_cache(self) -> None:
         self.cache.clear()
@@ -773,6 +802,8 @@ class Encoder:
         if p in ("supervised", "packed_supervised"):
             if len(prompt) % 2 != 1 or len(response) != 1:
                 raise RowProblem(*_why_invalid(prompt, response, cs, want=1))
+            if self._roles is not None and not tools:
+                return ("sft_plain", prompt + response, system)
             disc = self.s.mask_history and not self.t.preserve_thinking
             return ("sft", T.plan_multiturn(self.t, prompt + response, system, tools, disc))
         if p == "pairwise":
@@ -794,8 +825,13 @@ class Encoder:
         """Replace each message's slots with (fixed token count, first ref, end ref) into `texts`."""
         if plan[0] == "pt":
             return ("pt", (0, texts.add(plan[1]), len(texts.refs)))
-
         cache = self.cache
+        if plan[0] == "sft_plain":
+            out = self._collect_plain(plan[1], plan[2], texts)
+            if out is not None:
+                return out
+            disc = self.s.mask_history and not self.t.preserve_thinking
+            plan = ("sft", T.plan_multiturn(self.t, plan[1], plan[2], "", disc))
 
         def msgs(p: T.EncodePlan, only_last: bool = False) -> list[tuple[int, int, int]]:
             out = []
@@ -822,6 +858,41 @@ class Encoder:
             return ("pair", msgs(plan[1]), plan[1].extra_prompt, plan[1].extra_response,
                     msgs(plan[2], only_last=True), plan[2].extra_response)
         return ("one", msgs(plan[1]), plan[1].extra_prompt, plan[1].extra_response)
+
+    def _collect_plain(self, messages: list[dict[str, str]], system: str, texts: "_Texts") -> Any:
+        """`_collect` of ``plan_multiturn`` for a ``plain`` template and a row without tools, from the slot
+        forms of `_role_forms`: the same texts per message (order within a message does not matter to a sum), without
+        building slot lists. None when a message needs the general path (observation/function roles)."""
+        roles = self._roles
+        cache = self.cache
+        refs = texts.refs
+        out = []
+        system = system or self.t.default_system
+        for m in messages:
+            role = m["role"]
+            if (role != "user" and role != "assistant") or (role == "user" and "{{idx}}" in m["content"]):
+                return None  # LF's StringFormatter also substitutes an {{idx}} that the content brings
+        for i, m in enumerate(messages):
+            role, content = m["role"], m["content"]
+            fixed, start = 0, len(refs)
+            pieces = [(roles[role], content)]
+            if i == 0:
+                pieces.append((roles["prefix"], ""))
+                if system:
+                    pieces.append((roles["system"], system))
+            for (fx, parts), c in pieces:
+                fixed += fx
+                for a, b in parts:
+                    s = a + c + b
+                    if not s:
+                        continue
+                    n = cache.get((hash(s), len(s)))
+                    if n is None:
+                        texts.add(s)
+                    else:
+                        fixed += n
+            out.append((fixed, start, len(refs)))
+        return ("sft", out, {}, {})
 
     def _finish(self, rec: SampleRecord, items: Any, lens: list[int]) -> None:
         def L(m: tuple[int, int, int]) -> int:
