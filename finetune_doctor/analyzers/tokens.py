@@ -479,39 +479,52 @@ def _media(row: dict[str, Any], cs: ConvSpec) -> bool:
     return any(bool(_get(row, cs.columns.get(k))) for k in ("images", "videos", "audios"))
 
 
+_ALPACA_ROLES = ("history", "prompt", "query", "kto_tag", "chosen", "rejected", "response", "system", "tools",
+                 "images", "videos", "audios")
+
+
 def _convert_alpaca(row: dict[str, Any], cs: ConvSpec) -> tuple[list[dict], list[dict], str, str, bool]:
-    c = cs.columns
+    # column names looked up once per ConvSpec (an unset or empty mapping reads as None, as `_get` treats it)
+    cols = cs.__dict__.get("_alpaca")
+    if cols is None:
+        cols = tuple(cs.columns.get(k) or None for k in _ALPACA_ROLES)
+        object.__setattr__(cs, "_alpaca", cols)  # frozen dataclass: a private cache, not a field
+    hcol, pcol, qcol, kcol, chcol, rjcol, rcol, scol, tcol, icol, vcol, acol = cols
+    get = row.get
     prompt: list[dict] = []
-    hist = _get(row, c.get("history"))
-    if c.get("history") and isinstance(hist, list):
-        for pair in hist:
-            if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-                raise RowProblem("bad_value", "history entries must be [prompt, response] pairs", fatal=True)
-            prompt.append({"role": "user", "content": _as_text(pair[0], "history prompt")})
-            prompt.append({"role": "assistant", "content": _as_text(pair[1], "history response")})
+    if hcol:
+        hist = get(hcol)
+        if isinstance(hist, list):
+            for pair in hist:
+                if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                    raise RowProblem("bad_value", "history entries must be [prompt, response] pairs", fatal=True)
+                prompt.append({"role": "user", "content": _as_text(pair[0], "history prompt")})
+                prompt.append({"role": "assistant", "content": _as_text(pair[1], "history response")})
     query = []
-    for key in ("prompt", "query"):
-        v = _get(row, c.get(key))
-        if c.get(key) and v:
-            query.append(_as_text(v, f"column {c[key]!r}"))
+    for col in (pcol, qcol):
+        if col:
+            v = get(col)
+            if v:
+                query.append(v if isinstance(v, str) else _as_text(v, f"column {col!r}"))
     prompt.append({"role": "user", "content": "\n".join(query)})
-    kto = _get(row, c.get("kto_tag"))
-    if c.get("kto_tag") and isinstance(kto, bool):
-        resp = [{"role": "assistant", "content": _as_text(_get(row, c.get("response")), "response")}]
+    kto = get(kcol) if kcol else None
+    if kcol and isinstance(kto, bool):
+        resp = [{"role": "assistant", "content": _as_text(get(rcol) if rcol else None, "response")}]
         empty = {"role": "assistant", "content": ""}
         response = resp + [empty] if kto else [empty] + resp
-    elif cs.ranking and isinstance(_get(row, c.get("chosen")), str) and isinstance(_get(row, c.get("rejected")), str):
-        response = [{"role": "assistant", "content": row[c["chosen"]]},
-                    {"role": "assistant", "content": row[c["rejected"]]}]
-    elif c.get("response") and isinstance(_get(row, c.get("response")), str):
-        response = [{"role": "assistant", "content": row[c["response"]]}]
+    elif cs.ranking and chcol and rjcol and isinstance(get(chcol), str) and isinstance(get(rjcol), str):
+        response = [{"role": "assistant", "content": row[chcol]},
+                    {"role": "assistant", "content": row[rjcol]}]
+    elif rcol and isinstance(get(rcol), str):
+        response = [{"role": "assistant", "content": row[rcol]}]
     else:
         response = []
-    system = _as_text(_get(row, c.get("system")), "system") if c.get("system") else ""
-    tools = _get(row, c.get("tools")) if c.get("tools") else ""
+    system = _as_text(get(scol), "system") if scol else ""
+    tools = get(tcol) if tcol else ""
     if tools is not None and not isinstance(tools, str):
         tools = json.dumps(tools, ensure_ascii=False)
-    return prompt, response, system, tools or "", _media(row, cs)
+    media = bool((icol and get(icol)) or (vcol and get(vcol)) or (acol and get(acol)))
+    return prompt, response, system, tools or "", media
 
 
 def _convert_sharegpt(row: dict[str, Any], cs: ConvSpec) -> tuple[list[dict], list[dict], str, str, bool]:
