@@ -110,14 +110,15 @@ EXTRA_ROWS = [  # rows that must leave the plain-template shortcut or that stres
 ]
 
 
+@pytest.mark.parametrize("tok", ["qwen", "llama", "chatml"])
 @pytest.mark.parametrize("name", sorted(K.T.TEMPLATES))
-def test_plain_template_shortcut_gives_the_general_paths_counts(name, tokenizers):
+def test_plain_template_shortcut_gives_the_general_paths_counts(name, tok, tokenizers):
     """`Encoder._collect_plain` (the per-row shortcut for plain templates) must give exactly the records of the
     general ``plan_multiturn`` path, for every template, on every sft fixture dataset, with a real BPE
     tokenizer (so that a text split or joined differently would change a count)."""
     s = K.DataSettings(template=name, cutoff_len=64)
     t = K.T.get_template(name)
-    counter = K.ExactCounter(tokenizers["qwen"], t)
+    counter = K.ExactCounter(tokenizers[tok], t)
     fast, slow = K.Encoder(counter, t, s), K.Encoder(counter, t, s)
     slow._roles = None
     from finetune_doctor.readers.datasets import DEFAULT_COLUMNS, DEFAULT_TAGS
@@ -133,3 +134,28 @@ def test_plain_template_shortcut_gives_the_general_paths_counts(name, tokenizers
                 slow.process(ch.rows, ch.first_index, ch.lines, cs)
     if t.kind == "plain" and "{{idx}}" not in str(t.user):
         assert fast._roles is not None  # the shortcut is actually exercised for plain templates
+
+
+def test_a_template_tail_is_counted_apart_only_when_the_tokenizer_splits_there(tokenizers):
+    """`ExactCounter.separate_suffix`: a tail opening with a special token is its own piece; not when that
+    token strips the space before it, must be a single word, is encoded as text, or when another added token
+    could match across the boundary. Each verdict is checked against real encodings."""
+    from tokenizers import AddedToken
+
+    t = K.T.get_template("qwen")
+    texts = ["hello world", "a ", "x\n", "tail <", "<|im_", ""]
+
+    def additive(c: K.ExactCounter, tail: str) -> bool:
+        return all(c.length(x + tail) == c.length(x) + c.length(tail) for x in texts)
+
+    c = K.ExactCounter(tokenizers["qwen"], t)
+    assert c.separate_suffix("<|im_end|>\n") and additive(c, "<|im_end|>\n")
+    assert not c.separate_suffix("\n<|im_end|>")  # starts with text: may merge with the content
+    c.tk.add_special_tokens([AddedToken("<|strip|>", special=True, normalized=False, lstrip=True)])
+    assert not c.separate_suffix("<|strip|>\n") and not additive(c, "<|strip|>\n")
+    c.tk.add_special_tokens([AddedToken("<|word|>", special=True, normalized=False, single_word=True)])
+    assert not c.separate_suffix("<|word|>") and not additive(c, "<|word|>")
+    c.tk.add_special_tokens([AddedToken("<<|im_end|>", special=True, normalized=False)])  # spans "x<" + tail
+    assert not c.separate_suffix("<|im_end|>") and not additive(c, "<|im_end|>")
+    c2 = K.ExactCounter(tokenizers["qwen"], t, split_special_tokens=True)
+    assert not c2.separate_suffix("<|im_end|>\n")

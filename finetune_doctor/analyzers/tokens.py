@@ -296,6 +296,30 @@ class ExactCounter:
             return []
         return [len(e) for e in self._batch(texts, add_special_tokens=False)]
 
+    def separate_suffix(self, suffix: str) -> bool:
+        """True when ``len(encode(x + suffix)) == len(encode(x)) + len(encode(suffix))`` for every text `x`,
+        so that a constant template tail need not be encoded with every sample.
+
+        `tokenizers` cuts the input at special (non-normalized) added tokens before normalizing and
+        pre-tokenizing, and encodes the pieces between them independently (``AddedVocabulary::
+        extract_and_normalize``). A suffix that opens with such a token is therefore its own piece, unless the
+        token strips the whitespace before it (``lstrip``), must stand as a single word (``single_word``),
+        special tokens are encoded as text (``split_special_tokens``), or another added token could match across
+        the boundary (one whose tail is a prefix of the suffix). Pieces keep their position-dependent treatment
+        (Metaspace ``prepend_scheme: first``): the suffix's pieces are never first in either encoding.
+        """
+        if not suffix or self.tk.encode_special_tokens:
+            return False
+        added = list(self.tk.get_added_tokens_decoder().values())
+        lead = max((a for a in added if suffix.startswith(a.content)), key=lambda a: len(a.content), default=None)
+        if lead is None or lead.normalized or lead.lstrip or lead.single_word:
+            return False
+        for a in added:
+            w = a.content
+            if any(suffix.startswith(w[k:]) for k in range(1, len(w))):
+                return False
+        return True
+
     def length(self, text: str) -> int:
         return len(self.tk.encode(text, add_special_tokens=False)) if text else 0
 
@@ -734,6 +758,11 @@ class Encoder:
                         if role == "prefix":
                             return None
                         a, b = s.split(T.CONTENT, 1)
+                        if b and T.CONTENT not in b and getattr(self.counter, "separate_suffix", None) and \
+                                self.counter.separate_suffix(b):
+                            # the tail after the content (e.g. "<|im_end|>\n") is counted once, not per sample
+                            fixed += self.counter.length(b)
+                            b = ""
                         parts.append((a, b))
                         continue
                 fixed += self._slot_fixed(s)
