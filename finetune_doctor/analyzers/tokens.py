@@ -741,8 +741,10 @@ class Encoder:
         (text before, text after) of each slot that takes the content — what ``message_slots`` builds for a
         ``plain`` template, precomputed so that a row costs one concatenation per content slot.
 
+        A tail after the content that the tokenizer provably encodes apart (`ExactCounter.separate_suffix`,
+        e.g. ChatML's ``<|im_end|>\n``) joins the constant count: only ``before + content`` is encoded per sample.
         None (every row takes the general `T.plan_multiturn` path) for llama2/reasoning templates and for
-        templates whose slots use ``{{idx}}`` or a second ``{{content}}`` pass that this shortcut does not model.
+        templates with ``{{idx}}`` slots or content in the prefix.
         """
         if t.kind != "plain":
             return None
