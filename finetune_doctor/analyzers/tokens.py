@@ -1424,9 +1424,12 @@ class Scanner:
                 res.problem(kind, msg, file, line, index, True)
             for kind, index, line, msg, fatal in problems:
                 res.problem(kind, msg, ch.file, line, index, fatal)
+            add = res.agg.add
             for r in recs:
-                res.agg.add(r, ch.file)
-                self.packer.add(r[2], r[8])
+                add(r, ch.file)
+            if self.s.packing:  # packing_stats are reported only with packing: skip the knapsack otherwise
+                for r in recs:
+                    self.packer.add(r[2], r[8])
             if self.progress:
                 self.progress(spec.name, min(size, done_files + ch.bytes_done), size)
 
