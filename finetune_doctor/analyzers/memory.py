@@ -140,7 +140,7 @@ def activation_bytes_per_token_layer(run: Run, layer: int = 0) -> float:
     b += e * hq + e * hq                          # rotated q, SDPA output
     b += e * hq if o_saved else 0                 # o_proj input
     b += 2 * e * hkv                              # rotated k, v
-    seq = run.seq_len * (1 if run.packing else 1)
+    seq = run.seq_len   # eager attention: probabilities over the padded (or packed) row length
     if run.attention == "eager":
         b += (4 + e) * a.num_heads * seq
     else:

@@ -79,7 +79,6 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
         diff: bool = False) -> Report:
     """Lint `files`; with `fix`, apply safe (and with `unsafe_fixes`, unsafe) fixes; with `diff`, only show them."""
     from finetune_doctor.pipeline.check import build_context, judge
-    from finetune_doctor.settings import Options as _O  # noqa: F401
 
     findings: list[Finding] = []
     notes: list[str] = []
