@@ -28,8 +28,8 @@ from finetune_doctor.types import GIB, Hardware, MemoryEstimate
 MIB = float(1 << 20)
 
 # Runtime constants (REPORT.md §7). CUDA context with lazy module loading on a current driver: 0.3-0.9 GB; we take
-# 0.5 GiB. NCCL per communicator: 544 MB for 2 ranks, 688 MB for more on A100 (nccl#964); a second communicator
-# (DeepSpeed's data-parallel group beside the world group) roughly doubles it, so multi-rank DeepSpeed gets 1.2 GiB.
+# 0.5 GiB. NCCL per communicator: 544 MB for 2 ranks, 688 MB for more on A100 (nccl#964). DeepSpeed adds its
+# data-parallel process group beside the world group; we add 0.1 GiB for it, an assumption not measured here.
 CUDA_CONTEXT_GIB = 0.5
 NCCL_2_RANKS_GIB = 0.51
 NCCL_MANY_RANKS_GIB = 0.64
@@ -43,7 +43,8 @@ CUBLAS_WORKSPACE_MIB = {"hopper": 32.0, "other": 8.0}
 # we take half of that.
 RESERVE_EXPANDABLE = 0.05
 RESERVE_DEFAULT = 0.08
-# Host RAM per training process for the Python/torch/CUDA runtime (RSS of an idle CUDA process with torch loaded).
+# Host RAM per training process for the Python/torch/CUDA runtime: the resident CUDA and torch libraries of an idle
+# process. An assumption (typical, not measured here: no GPU machine was available); offload terms come on top.
 HOST_PER_PROCESS_GIB = 3.0
 
 

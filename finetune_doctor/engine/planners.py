@@ -26,8 +26,12 @@ MARGIN = 0.05
 class Candidate:
     """One remedy: a change to the Run and the file edits that express it.
 
-    `cost` is the throughput penalty in percent (rough, from the cited sources), `unsafe` marks remedies that
-    change what is trained or its numerics, `group` prevents two remedies on the same knob in one set.
+    `cost` is a rough throughput penalty in percent, used only to rank remedies: activation checkpointing repeats
+    each layer's forward (+25-33 % compute, Chen et al. 2016, arXiv:1604.06174); ZeRO-3 moves 1.5x ZeRO-2's
+    communication volume (Rajbhandari et al. 2020, arXiv:1910.02054 §7); CPU offload runs Adam on the host and
+    streams states over PCIe (ZeRO-Offload, arXiv:2101.06840) — the larger penalties are orders of magnitude, not
+    measurements. `unsafe` marks remedies that change what is trained or its numerics; `group` prevents two
+    remedies on the same knob in one set.
     """
 
     label: str
