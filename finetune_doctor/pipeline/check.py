@@ -15,7 +15,11 @@ ds        the DeepSpeed facts of readers/dsconfig.py (None without ``deepspeed:`
 lint      key problems of readers/keyschema.py: ``keys`` (list of {key, kind, message, suggestion, replacement,
           line}), and ``derived``
 data      token statistics of the configured datasets (pipeline/data.py), when scanned
+ds_missing  lint only: the ``deepspeed:`` path that did not resolve ({value, message})
+suppress  unused suppression comments (suppression.py)
 ========  =====================================================================================================
+
+`doctor postmortem` adds ``ev`` (evidence.py) and `doctor gpus` ``gpus`` (pipeline/gpus.py) beside these.
 """
 
 from __future__ import annotations
