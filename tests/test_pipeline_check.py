@@ -24,6 +24,7 @@ def test_quickstart_names_the_adam_step_with_the_2023_optimizer():
     assert r.exit_code == 1
     oom = next(f for f in json.loads(r.output)["findings"] if f["name"] == "predicted-oom")
     assert "first runs out at the optimizer step of step 1" in oom["message"]
+    assert "of which 3.14 GiB are the update's temporaries" in oom["message"]   # the traceback's allocation
     assert oom["fix"]["effect"]["total_gib_after"] < 31.75 < oom["fix"]["effect"]["total_gib_before"]
 
 

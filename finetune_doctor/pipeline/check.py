@@ -165,6 +165,7 @@ def memory_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any) -> dict[str
     d["weights_gib"] = terms.get("weights", 0.0) / GIB
     d["weights_replicated_gib"] = terms.get("weights", 0.0) / GIB if not (run.deepspeed and run.zero_stage == 3) else 0.0
     d["states_gib"] = (terms.get("states", 0.0) + terms.get("master", 0.0)) / GIB
+    d["step_temp_gib"] = terms.get("step_temp", 0.0) / GIB
     return d
 
 
