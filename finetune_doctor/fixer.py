@@ -129,6 +129,23 @@ def _plan(edits: Sequence[Edit]) -> list[_Op]:
 _MISSING = object()
 
 
+def _is_noop(o: "_Op", data: Mapping[str, Any]) -> bool:
+    """True when edit `o` would leave `data` (the parsed YAML or JSON) as it is: deleting an absent key, or setting
+    a key to the value it already has. Shared by the YAML and JSON documents."""
+    cur: Any = data
+    for k in o.path[:-1]:
+        if not isinstance(cur, Mapping) or k not in cur:
+            return o.action == "delete"
+        cur = cur[k]
+    if not isinstance(cur, Mapping):
+        return False
+    if o.action == "delete":
+        return o.path[-1] not in cur
+    if o.action == "set":
+        return o.path[-1] in cur and _same(cur[o.path[-1]], o.value)
+    return False
+
+
 def _pair_renames(ops: list[_Op], exists, current=lambda path: _MISSING) -> list[_Op]:
     """An existing key's delete next to a set of a missing sibling is one rename (the new key takes the old line).
 
@@ -293,7 +310,7 @@ class _YamlDoc:
     def apply(self, ops: list[_Op], after: Mapping[str, str]) -> tuple[str, list[str]]:
         before = self._typed(self.text) if self.text.strip() else {}
         before = before if isinstance(before, dict) else {}
-        ops = [o for o in _pair_renames(ops, self._exists, lambda p: _lookup(before, p)) if not self._noop(o, before)]
+        ops = [o for o in _pair_renames(ops, self._exists, lambda p: _lookup(before, p)) if not _is_noop(o, before)]
         if not ops:
             return self.text, []
         # edit bottom-up so earlier line numbers stay valid; inserts (no line) go last, in order
@@ -310,20 +327,6 @@ class _YamlDoc:
             raise InputError("could not apply the fix without changing other keys; edit the file by hand",
                              file=self.path)
         return new_text, [".".join(o.path if o.action != "rename" else o.path[:-1] + (o.new_name,)) for o in ops]
-
-    def _noop(self, o: _Op, data: Mapping[str, Any]) -> bool:
-        cur: Any = data
-        for k in o.path[:-1]:
-            if not isinstance(cur, Mapping) or k not in cur:
-                return o.action == "delete"
-            cur = cur[k]
-        if not isinstance(cur, Mapping):
-            return False
-        if o.action == "delete":
-            return o.path[-1] not in cur
-        if o.action == "set":
-            return o.path[-1] in cur and _same(cur[o.path[-1]], o.value)
-        return False
 
     def _anchor_line(self, o: _Op) -> int | None:
         if not self._exists(o.path):
@@ -597,7 +600,7 @@ class _JsonDoc:
         return obj is not None and any(m.key == path[-1] for m in obj.members)
 
     def apply(self, ops: list[_Op], after: Mapping[str, str]) -> tuple[str, list[str]]:
-        ops = [o for o in _pair_renames(ops, self._exists, lambda p: _lookup(self.data, p)) if not self._noop(o)]
+        ops = [o for o in _pair_renames(ops, self._exists, lambda p: _lookup(self.data, p)) if not _is_noop(o, self.data)]
         if not ops:
             return self.text, []
         text = self.text
@@ -609,20 +612,6 @@ class _JsonDoc:
             raise InputError("could not apply the fix without changing other keys; edit the file by hand",
                              file=self.path)
         return text, [".".join(o.path if o.action != "rename" else o.path[:-1] + (o.new_name,)) for o in ops]
-
-    def _noop(self, o: _Op) -> bool:
-        cur: Any = self.data
-        for k in o.path[:-1]:
-            if not isinstance(cur, dict) or k not in cur:
-                return o.action == "delete"
-            cur = cur[k]
-        if not isinstance(cur, dict):
-            return False
-        if o.action == "delete":
-            return o.path[-1] not in cur
-        if o.action == "set":
-            return o.path[-1] in cur and _same(cur[o.path[-1]], o.value)
-        return False
 
     def _apply_one(self, o: _Op, after: Mapping[str, str]) -> str:
         t = self.text
