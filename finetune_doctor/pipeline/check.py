@@ -278,11 +278,10 @@ def build_context(config: str, overrides: tuple[str, ...] | list[str], opts: Opt
 
 
 def _display_path(p: Any) -> str:
-    """Paths as the user would type them: relative to the current directory when below it."""
-    try:
-        return os.path.relpath(str(p)) if not os.path.relpath(str(p)).startswith("..") else str(p)
-    except ValueError:
-        return str(p)
+    """Paths as the user would type them (the reporters' rule: relative to the working directory when below it)."""
+    from finetune_doctor.reporters import display_path
+
+    return display_path(str(p)) or str(p)
 
 
 def _data_facts(doc: ConfigDoc, config: str, opts: Options) -> dict[str, Any] | None:
