@@ -85,3 +85,12 @@ def test_bad_inputs_are_one_line_exit_2(tmp_path):
         r = invoke(*args)
         assert r.exit_code == 2, (args, r.output)
         assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_when_nothing_fits_the_closest_remedy_says_how_far_it_is():
+    # case 023: Qwen3-30B-A3B LoRA r256 on every expert, one RTX 4090 — no set of three remedies fits
+    r = invoke("check", ROOT / "fixtures" / "cases" / "023" / "config.yaml", "--gpu", "4090", "--no-data",
+               "--format", "json")
+    oom = next(f for f in json.loads(r.output)["findings"] if f["name"] == "predicted-oom")
+    assert "still needs" in oom["fix"]["title"] and oom["fix"]["edits"]
+    assert oom["fix"]["effect"]["total_gib_after"] > 23.6 > 0

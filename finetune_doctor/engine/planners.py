@@ -155,10 +155,12 @@ def _to_zero(run: Any, stage: int) -> Any:
 
 
 def search(run: Any, hw: Any, ds: Any, budget_gib: float, estimate: Callable[[Any], float],
-           stock: bool = False) -> list[tuple]:
-    """Edit sets of up to MAX_EDITS candidates whose estimate fits `budget_gib`, best first.
+           stock: bool = False) -> tuple[list[tuple], tuple | None]:
+    """Edit sets of up to MAX_EDITS candidates whose estimate fits `budget_gib`, best first, and the set that came
+    closest when none fits.
 
-    Returns (candidates, total_gib) tuples; a set is dropped when one of its subsets already fits (minimality).
+    Returns ([(candidates, total_gib), ...], closest or None); a set is dropped when one of its subsets already
+    fits (minimality).
     """
     cands = candidates(run, ds, stock)
     fitting: list[tuple[tuple[Candidate, ...], float]] = []
@@ -178,8 +180,7 @@ def search(run: Any, hw: Any, ds: Any, budget_gib: float, estimate: Callable[[An
             elif closest is None or total < closest[1]:
                 closest = (combo, total)
     fitting.sort(key=lambda ft: (sum(c.unsafe for c in ft[0]), sum(c.cost for c in ft[0]), len(ft[0]), ft[1]))
-    search.closest = closest  # type: ignore[attr-defined]  # read by oom_remedies when nothing fits
-    return fitting
+    return fitting, closest
 
 
 def _fix_of(combo: tuple[Candidate, ...], total: float, before: float, ctx: RuleContext,
@@ -209,10 +210,9 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
     in_use = max(hw.in_use_gib) if hw.in_use_gib else 0.0
     budget = hw.capacity_gib * (1 - MARGIN) - in_use
     before = estimate(run, hw).total
-    found = search(run, hw, ctx.extra.get("ds"), budget, lambda r: estimate(r, hw).total,
+    found, closest = search(run, hw, ctx.extra.get("ds"), budget, lambda r: estimate(r, hw).total,
                    bool(ctx.extra.get("ds_stock")))
     if not found:
-        closest = getattr(search, "closest", None)
         if closest is None:
             return Fix(title="no standard remedy applies: use more or larger GPUs", edits=(), safety="unsafe")
         combo, total = closest
