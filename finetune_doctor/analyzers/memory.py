@@ -221,9 +221,7 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
         if a.hidden_size < thr:
             live += e_w * a.hidden_size * (2 * a.num_layers + 1)
         if run.offload_param:
-            weights = 0.0
-    if run.offload_param and stage == 3:
-        weights = 0.0
+            weights = 0.0   # partitions live on the host; only gathered layers (`live`) reach the GPU
 
     # ---- gradients, master weights, optimizer states ----------------------------------------------------------
     P_t = c.trainable
