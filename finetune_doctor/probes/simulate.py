@@ -412,9 +412,9 @@ def _gc_func(spec: ProbeSpec, state: "_StepState"):
     reentrant = spec.use_reentrant and not spec.sharded   # FSDP2 needs non-reentrant (LF forces it, :177-182)
 
     def func(fn, *args, **kwargs):
-        module = fn.args[0] if isinstance(fn, functools.partial) and fn.args else getattr(fn, "__self__", None)
-        params = module.parameters() if module is not None else ()
-        if any(p.requires_grad for p in params):
+        state.gc_calls += 1
+        module = _checkpointed_layer(fn)
+        if any(p.requires_grad for p in module.parameters()):
             for a in args:
                 if torch.is_tensor(a) and torch.is_floating_point(a):
                     a.requires_grad_(True)
@@ -423,6 +423,28 @@ def _gc_func(spec: ProbeSpec, state: "_StepState"):
         return fn(*args, **kwargs)
 
     return func
+
+
+def _checkpointed_layer(fn: Any) -> Any:
+    """The decoder layer behind the callable transformers hands to ``_gradient_checkpointing_func``.
+
+    Three conventions exist: ``layer.__call__`` (transformers < 4.52, per-model loops), ``partial(super().__call__,
+    **kwargs)`` (GradientCheckpointingLayer up to at least 5.17) and ``partial(Layer.forward, layer, **kwargs)``
+    (5.2x, modeling_layers.py, which checkpoints ``forward`` so FSDP2 hooks stay outside). Raises RuntimeError on
+    anything else: silently running the layer without checkpointing would measure a different run (the gpu probe
+    on transformers 5.17 did exactly that before this was written; benchmarks/results/gpu_measure.md).
+    """
+    import torch
+
+    cands = []
+    if isinstance(fn, functools.partial):
+        cands += [fn.args[0] if fn.args else None, getattr(fn.func, "__self__", None)]
+    cands.append(getattr(fn, "__self__", None))
+    for c in cands:
+        if isinstance(c, torch.nn.Module):
+            return c
+    raise RuntimeError(f"gradient checkpointing: cannot tell which layer {fn!r} belongs to (an unknown transformers "
+                       "calling convention); refusing to simulate a run without checkpointing")
 
 
 def _quantize_standin(model: Any, spec: ProbeSpec, notes: list[str]) -> None:
@@ -510,6 +532,7 @@ class _StepState:
     micro: int = 0
     phase: str = "setup"
     n_layers: int = 0
+    gc_calls: int = 0   # calls of the checkpointing function: 0 after a forward means checkpointing never engaged
 
 
 def _layer_key(i: int, n: int) -> tuple:
@@ -857,6 +880,9 @@ def train_steps(prep: Prepared, spec: ProbeSpec, steps: int, tracker: Any, *, de
                 with ctx:
                     loss = _loss(model, ids, spec, ref, st,
                                  lambda *pos: tracker.set_segment(st.step, st.micro, *pos))
+                if spec.gradient_checkpointing and st.gc_calls == 0:
+                    raise RuntimeError("gradient checkpointing is on in the spec but the model never called the "
+                                       "checkpointing function: this transformers version wires it differently")
                 # the trainer keeps only the loss: model outputs (logits) die when compute_loss returns
                 # (transformers Trainer.compute_loss / LF get_batch_loss_metrics)
                 st.phase = "bwd"
