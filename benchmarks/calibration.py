@@ -58,6 +58,8 @@ def hardware(world: int):
 def grid(small: bool = False) -> list[tuple[str, dict[str, Any], int | None, int]]:
     """(label, LF config keys, ZeRO stage or None, world size)."""
     base = {"bf16": True, "per_device_train_batch_size": 1, "cutoff_len": 4096}
+    # fp16 autocast over the bf16 checkpoint: every frozen weight is cast per matmul (found on the GPU, gpu_measure.md)
+    fp16 = {**base, "bf16": False, "fp16": True}
     rows: list[tuple[str, dict[str, Any], int | None, int]] = []
     if small:
         # the slice tests/test_probe_calibration.py runs: one config per finetuning type, one sharded
@@ -66,6 +68,8 @@ def grid(small: bool = False) -> list[tuple[str, dict[str, Any], int | None, int
             ("full s512 GC", {**base, "finetuning_type": "full", "cutoff_len": 512}, None, 1),
             ("freeze s4096 GC", {**base, "finetuning_type": "freeze"}, None, 1),
             ("lora s4096 ZeRO-3 x8", {**base, "finetuning_type": "lora"}, 3, 8),
+            ("lora s2048 noGC fp16 on bf16 weights", {**fp16, "finetuning_type": "lora", "cutoff_len": 2048,
+                                                      "disable_gradient_checkpointing": True}, None, 1),
         ]
     for ft in ("full", "freeze", "lora"):
         for seq in (512, 4096, 32768):
@@ -83,6 +87,10 @@ def grid(small: bool = False) -> list[tuple[str, dict[str, Any], int | None, int
             rows.append((f"lora s{seq} noGC {'eager' if attn == 'disabled' else 'sdpa'}",
                          {**base, "finetuning_type": "lora", "cutoff_len": seq, "flash_attn": attn,
                           "disable_gradient_checkpointing": True}, None, 1))
+    for gc in (True, False):
+        rows.append((f"lora s4096 {'GC' if gc else 'noGC'} fp16 on bf16 weights",
+                     {**fp16, "finetuning_type": "lora", **({} if gc else {"disable_gradient_checkpointing": True})},
+                     None, 1))
     for ft in ("full", "lora"):
         for stage in (0, 1, 2, 3):
             rows.append((f"{ft} s4096 ZeRO-{stage} x8", {**base, "finetuning_type": ft}, stage, 8))

@@ -179,6 +179,28 @@ def _trainable_linear_names(run: Run) -> set[str]:
     return names & allnames
 
 
+def _frozen_weight_casts(run: Run) -> tuple[list[float], float]:
+    """Bytes of autocast's copies of frozen weights that autograd saves for backward: (per decoder layer, lm_head).
+
+    When the frozen base weights are stored in a dtype other than the autocast dtype (``fp16: true`` on a bf16
+    checkpoint, LF_FACTS.md §2: weights stay in the checkpoint dtype), every matmul casts its weight to the autocast
+    dtype, and since the gradient must flow to the layer input, the matmul keeps that copy until its backward —
+    one half-precision copy of every frozen linear of every layer, plus lm_head (the tied embedding included).
+    Under checkpointing only the layer being recomputed holds its copies. LoRA/OFT only: full and freeze train
+    fp32 weights, whose casts `autocast_cache` counts; QLoRA dequantizes to the compute dtype already.
+    Found by the gpu probe on an H200 and matched by the simulate probe (benchmarks/results/gpu_measure.md, row
+    10: 2.43 GiB of copies on Qwen2.5-1.5B); the cast and save are torch's autocast (``cached_cast``) and
+    ``F.linear``'s saved weight for ``grad_input``.
+    """
+    if (run.finetuning_type not in ("lora", "oft") or not run.autocast or run.quantization_bit
+            or run.weights_dtype == run.autocast or run.deepspeed):
+        return [], 0.0
+    a = run.arch
+    e = _bytes(run.autocast)
+    per_layer = [e * sum(lin.params for lin in a.layer_linears(i)) for i in range(a.num_layers)]
+    return per_layer, e * a.vocab_size * a.hidden_size
+
+
 def _layers_with_grad(run: Run) -> int:
     """Decoder layers that keep activations: all of them, except in freeze tuning, where only the trainable layers
     and those above them do (LF checkpoints only layers with trainable params, checkpointing.py:100-123)."""
@@ -297,6 +319,13 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
         acts = T * sum(per_layer)
     # final norm + the hidden state handed to lm_head
     acts += T * (4 + e_res) * a.hidden_size
+    per_layer_cast, head_cast = _frozen_weight_casts(run)
+    if per_layer_cast:
+        if run.gradient_checkpointing:
+            recompute += max(per_layer_cast[-L_grad:], default=0.0)
+        else:
+            acts += sum(per_layer_cast[-L_grad:])
+        acts += head_cast
     if run.neat_packing and run.attention not in ("fa2", "fa3"):
         acts += run.micro_batch * run.seq_len * run.seq_len * _bytes(run.compute_dtype)   # 4-D mask [B,1,L,L]
     cache = 0.0
