@@ -240,12 +240,14 @@ class ExactCounter:
     word becomes EOS; a tokenizer without EOS gets ``<|endoftext|>``; remaining stop words are added as special
     tokens (so text containing them splits there). ``split_special_tokens`` makes special tokens in text be
     tokenized as plain text (transformers ``split_special_tokens``; ``Tokenizer.encode_special_tokens``).
+    ``fast_count`` counts through `piececount.PieceCounter` where that is exact (same numbers, 3-4× less CPU).
     """
 
     approximate = False
 
     def __init__(self, folder: str, template: T.Template, *, add_tokens: Iterable[str] | None = None,
-                 add_special_tokens: Iterable[str] | None = None, split_special_tokens: bool = False):
+                 add_special_tokens: Iterable[str] | None = None, split_special_tokens: bool = False,
+                 fast_count: bool = True):
         from tokenizers import AddedToken, Tokenizer
 
         self.folder = folder
@@ -277,6 +279,10 @@ class ExactCounter:
         if split_special_tokens:
             self.tk.encode_special_tokens = True
         self._batch = getattr(self.tk, "encode_batch_fast", None) or self.tk.encode_batch
+        from finetune_doctor.analyzers.piececount import PieceCounter
+
+        # built last: it mirrors the tokenizer with every token added above
+        self._pieces = PieceCounter.build(self.tk, Path(folder) / "tokenizer.json") if fast_count else None
 
     def _special(self, text: str) -> None:
         from tokenizers import AddedToken
@@ -294,6 +300,11 @@ class ExactCounter:
     def lengths(self, texts: list[str]) -> list[int]:
         if not texts:
             return []
+        if self._pieces is not None:
+            return self._pieces.lengths(texts, self._encode_lengths)
+        return self._encode_lengths(texts)
+
+    def _encode_lengths(self, texts: list[str]) -> list[int]:
         return [len(e) for e in self._batch(texts, add_special_tokens=False)]
 
     def separate_suffix(self, suffix: str) -> bool:
@@ -325,7 +336,8 @@ class ExactCounter:
 
     def describe(self) -> dict[str, Any]:
         return {"source": self.folder, "kind": "tokenizer.json", "vocab_size": self.tk.get_vocab_size(True),
-                "bos": self.bos, "eos": self.eos}
+                "bos": self.bos, "eos": self.eos,
+                "counting": "pieces (regex split, cached per-piece counts)" if self._pieces else "encode"}
 
 
 _SPECIAL_RE = re.compile(r"<\|[^<>|\s]{1,40}\|>|<｜[^｜]{1,30}｜>|<(?:start|end)_of_turn>|<reserved_\d+>|"
