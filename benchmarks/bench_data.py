@@ -52,8 +52,30 @@ WORDS = ("the of and to in is that for it as with was on be by this are or from 
          "你好 我们 数据 模型 训练 问题 回答 今天 天气 很好").split()
 
 
+_VOCAB: list[str] = list(WORDS)
+_CUM: list[float] | None = None
+
+
+def use_zipf_vocabulary(n: int, seed: int = 5) -> None:
+    """Draw words from WORDS plus `n` made-up ones with Zipf weights (rank^-1.07, as word frequencies in natural
+    text fall off), instead of uniformly from WORDS: the doctor's per-piece count cache then misses as it would on
+    real text with a large vocabulary, rather than almost never."""
+    global _VOCAB, _CUM
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    made = {"".join(rng.choices(letters, k=rng.randint(2, 12))) for _ in range(n)}
+    extra = sorted(made)
+    rng.shuffle(extra)
+    _VOCAB = list(WORDS) + [w.capitalize() if i % 9 == 0 else (w + str(i % 97) if i % 13 == 0 else w)
+                            for i, w in enumerate(extra)]
+    acc, _CUM = 0.0, []
+    for r in range(1, len(_VOCAB) + 1):
+        acc += r ** -1.07
+        _CUM.append(acc)
+
+
 def gen_text(rng: random.Random, n_words: int) -> str:
-    words = rng.choices(WORDS, k=n_words)
+    words = rng.choices(_VOCAB, cum_weights=_CUM, k=n_words) if _CUM else rng.choices(WORDS, k=n_words)
     out, i = [], 0
     while i < len(words):
         k = rng.randint(6, 18)
@@ -222,10 +244,14 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="interleaved doctor/baseline pairs (median reported)")
     ap.add_argument("--short", action="store_true", help="~200-byte rows instead of ~900-byte rows")
     ap.add_argument("--no-record", action="store_true")
+    ap.add_argument("--zipf", type=int, default=0, metavar="N",
+                    help="draw words Zipf-distributed from a vocabulary of N made-up words plus the built-in ones")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench_data_"))
     tok_dir = build_tokenizer(work / "tok")
     data = work / "bench.jsonl"
+    if args.zipf:
+        use_zipf_vocabulary(args.zipf)
     gen_rows(data, args.rows, short=args.short)
     size_mb = data.stat().st_size / 1e6
 
@@ -248,7 +274,8 @@ def main() -> int:
         f"## {time.strftime('%Y-%m-%d %H:%M')} — {platform.node() or 'host'}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
         "",
-        f"Data: {args.rows:,} generated alpaca rows ({'short, ' if args.short else ''}{size_mb:.1f} MB JSON Lines, "
+        f"Data: {args.rows:,} generated alpaca rows ({'short, ' if args.short else ''}"
+        f"{f'Zipf words over a {len(_VOCAB):,}-word vocabulary, ' if args.zipf else ''}{size_mb:.1f} MB JSON Lines, "
         f"{1e6 * size_mb / args.rows:.0f} bytes per row), template qwen, cutoff_len "
         f"{args.cutoff}, byte-level BPE 32k, {args.procs} processes on both sides.",
         "",
