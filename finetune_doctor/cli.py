@@ -164,14 +164,27 @@ def check(config: str, overrides: tuple[str, ...], probe_mode: str | None, scan_
 @common_options
 @click.option("--fix", is_flag=True, help="Apply safe fixes, keeping comments, key order and quoting.")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that change training semantics.")
-@click.option("--diff", is_flag=True, help="Show the fixes as a unified diff without writing.")
+@click.option("--diff", is_flag=True, help="Print only the unified diff the fixes would make (nothing is written; "
+              "exit 1 when there is one).")
 @_guard
 def lint(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bool, **kw: Any) -> None:
     """Static rules only (pre-commit). Never imports torch, never touches a GPU or a dataset."""
     from finetune_doctor.pipeline import lint as pipe
 
     opts = _options(command="lint", paths=list(files), **kw)
-    report = pipe.run(list(files), opts, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff)
+    if diff:
+        # a raw diff on stdout, nothing else (pipe it to `patch -p0`); exit 1 when it is not empty, as ruff does
+        text, notes, hidden = pipe.diff(list(files), opts, unsafe_fixes=unsafe_fixes)
+        click.echo(text, nl=False)
+        for n in notes:
+            click.echo(f"doctor: {n}", err=True)
+        if hidden:
+            click.echo(f"doctor: {hidden} more fix(es) change training semantics and are shown only with "
+                       "--unsafe-fixes", err=True)
+        if not text and not hidden:
+            click.echo("doctor: no fixes to show", err=True)
+        sys.exit(1 if text else 0)
+    report = pipe.run(list(files), opts, fix=fix, unsafe_fixes=unsafe_fixes)
     emit(report, opts)
 
 

@@ -423,7 +423,9 @@ class _YamlDoc:
         vstart = colon + 1
         while vstart < len(body) and body[vstart] == " ":
             vstart += 1
-        if multi or vstart >= len(body) or body[vstart] in "#|>&*!":
+        if o.action == "rename" and _same_value(old, o.value):
+            new_body = body   # a rename moves the value as the user wrote it (1.0e-4 stays 1.0e-4)
+        elif multi or vstart >= len(body) or body[vstart] in "#|>&*!":
             # a block value, an anchor/tag, or nothing: the new value goes right after the colon, the trailing
             # comment of the key line stays, the continuation lines go
             m = re.search(r"(?:^|\s)(#.*)$", body[colon + 1:])
@@ -723,3 +725,14 @@ def _atomic_write(path: str, text: str, *, bom: bool, expect_raw: bytes | None) 
         except OSError:
             pass
         raise
+
+
+def _same_value(old: Any, new: Any) -> bool:
+    """True when a YAML scalar already holds `new` (bool is not a number here: ``true`` is not ``1``)."""
+    if isinstance(old, (dict, list)) or isinstance(new, (dict, list)):
+        return False
+    if isinstance(old, bool) or isinstance(new, bool):
+        return isinstance(old, bool) and isinstance(new, bool) and old == new
+    if isinstance(old, (int, float)) and isinstance(new, (int, float)):
+        return float(old) == float(new)
+    return isinstance(old, str) and isinstance(new, str) and str(old) == new

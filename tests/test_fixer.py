@@ -232,6 +232,15 @@ def test_diff_edits_writes_nothing(tmp_path):
     assert diff_edits(str(p), [Edit(str(p), "bf16", False)]) == ""
 
 
+def test_a_rename_keeps_the_value_as_written_unless_the_value_changes(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("learing_rate: 1.0e-4  # peak\nlr: '3'\n")
+    apply_edits(str(p), [Edit(str(p), "learning_rate", 1.0e-4), Edit(str(p), "learing_rate", None, delete=True),
+                         Edit(str(p), "lr_new", 3), Edit(str(p), "lr", None, delete=True)])
+    # same value: the text moves untouched; a new value (the string '3' becomes the number 3) is written anew
+    assert p.read_text() == "learning_rate: 1.0e-4  # peak\nlr_new: 3\n"
+
+
 def test_bad_input_is_an_input_error(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("a: [1, 2\n")

@@ -94,3 +94,18 @@ def test_when_nothing_fits_the_closest_remedy_says_how_far_it_is():
     oom = next(f for f in json.loads(r.output)["findings"] if f["name"] == "predicted-oom")
     assert "still needs" in oom["fix"]["title"] and oom["fix"]["edits"]
     assert oom["fix"]["effect"]["total_gib_after"] > 23.6 > 0
+
+
+def test_lint_diff_prints_only_the_diff(tmp_path):
+    cfg = tmp_path / "typos.yaml"
+    shutil.copy(ROOT / "fixtures" / "lint" / "typos_sft.yaml", cfg)
+    before = cfg.read_text()
+    r = CliRunner().invoke(main, ["lint", str(cfg), "--diff", "--unsafe-fixes"])
+    assert r.exit_code == 1
+    lines = r.stdout.splitlines()
+    assert lines[:2] == [f"--- {cfg}", f"+++ {cfg}"] and lines[2].startswith("@@")
+    assert all(x[:1] in " +-@" for x in lines)                    # nothing but the diff on stdout
+    assert "-learing_rate: 1.0e-4" in lines and "+learning_rate: 1.0e-4" in lines
+    assert cfg.read_text() == before                              # nothing written
+    safe_only = CliRunner().invoke(main, ["lint", str(cfg), "--diff"])
+    assert "shown only with --unsafe-fixes" in safe_only.stderr

@@ -32,23 +32,18 @@ def collect_edits(findings: list[Finding], unsafe: bool) -> tuple[dict[str, list
     return {k: list(v.values()) for k, v in per_file.items()}, skipped
 
 
-def apply_fixes(findings: list[Finding], *, unsafe: bool = False, dry_run: bool = False,
+def apply_fixes(findings: list[Finding], *, unsafe: bool = False,
                 texts: dict[str, str] | None = None) -> list[str]:
-    """Write (or, with `dry_run`, diff) the fixes; returns human notes (what was written, or the diff).
+    """Write the fixes; returns human notes (what was written). ``lint --diff`` shows them instead (lint.diff).
 
     `texts` maps a path to the text the findings were computed from: a file that changed since is left alone.
     """
-    from finetune_doctor.fixer import apply_edits, diff_edits
+    from finetune_doctor.fixer import apply_edits
 
     per_file, notes = collect_edits(findings, unsafe)
     for path, edits in per_file.items():
         if not Path(path).is_file():
             notes.append(f"{path}: not a file, fix not applied")
-            continue
-        if dry_run:
-            d = diff_edits(path, edits)
-            if d:
-                notes.append(d)
             continue
         text = (texts or {}).get(path)
         if text is None:

@@ -75,9 +75,8 @@ def lint_ds_alone(path: str, opts: Options) -> list[Finding]:
     return evaluate(rules, RuleContext(facts=facts, sources=sources))
 
 
-def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: bool = False,
-        diff: bool = False) -> Report:
-    """Lint `files`; with `fix`, apply safe (and with `unsafe_fixes`, unsafe) fixes; with `diff`, only show them."""
+def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: bool = False) -> Report:
+    """Lint `files`; with `fix`, apply safe (and with `unsafe_fixes`, unsafe) fixes. `diff` shows them instead."""
     from finetune_doctor.pipeline.check import build_context, judge
 
     findings: list[Finding] = []
@@ -99,13 +98,12 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
         if kind == "ds" and str(Path(f).resolve()) not in linted_ds:
             findings.extend(lint_ds_alone(f, _per_file(opts, f)))
     findings.sort(key=Finding.sort_key)
-    if fix or unsafe_fixes or diff:
+    if fix or unsafe_fixes:
         from finetune_doctor.pipeline.fixing import apply_fixes
 
-        notes.extend(apply_fixes(findings, unsafe=unsafe_fixes, dry_run=diff))
-        if not diff:
-            # re-lint: report only what is left after the fixes (ruff's behaviour)
-            return run(files, opts)
+        notes.extend(apply_fixes(findings, unsafe=unsafe_fixes))
+        # re-lint: report only what is left after the fixes (ruff's behaviour)
+        return run(files, opts)
     sections: dict[str, Any] = {}
     if skipped:
         sections["skipped"] = skipped
@@ -115,6 +113,23 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
                                           "deepspeed": ds_inputs[0] if len(ds_inputs) == 1 else None,
                                           "run_dir": None, "files": list(files)},
                   findings=tuple(findings), notes=tuple(notes), sections=sections)
+
+
+def diff(files: list[str], opts: Options, *, unsafe_fixes: bool = False) -> tuple[str, list[str], int]:
+    """What ``--fix`` (with `unsafe_fixes`, ``--unsafe-fixes``) would change, as one unified diff, written nowhere.
+
+    Returns (diff text, notes for stderr, number of unsafe fixes left out). The diff is raw so that it can be piped
+    to ``patch -p0`` or reviewed in CI (ruff's ``--diff``). Raises InputError on unreadable input, as `run`.
+    """
+    from finetune_doctor.fixer import diff_edits
+    from finetune_doctor.pipeline.fixing import collect_edits
+
+    findings = list(run(files, opts).findings)
+    per_file, notes = collect_edits(findings, unsafe_fixes)
+    chunks = [d for path, edits in per_file.items() if Path(path).is_file() and (d := diff_edits(path, edits))]
+    hidden = 0 if unsafe_fixes else sum(1 for f in findings if f.fix is not None and f.fix.edits
+                                        and f.fix.safety != "safe")
+    return "".join(chunks), notes, hidden
 
 
 def _per_file(opts: Options, path: str) -> Options:
