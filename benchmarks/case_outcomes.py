@@ -10,6 +10,7 @@ benchmarks/results/case_outcomes.md.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -72,7 +73,9 @@ def main() -> int:
                 pred = None if mem is None or mem.fits is None else ("fits" if mem.fits else "oom")
                 detail = "-" if mem is None else f"{mem.total:.1f} / {asm.hw.capacity_gib:.1f} GiB" if asm.hw else f"{mem.total:.1f} GiB"
             except InputError as err:
-                pred, detail = None, f"not sized: {err.message[:60]}"
+                # the case is copied to a temporary folder: keep its random name out of the results file
+                msg = re.sub(r"/tmp/\w+/", "", err.message)
+                pred, detail = None, f"not sized: {msg[:60]}"
             finally:
                 os.chdir(cwd)
         ok = pred == actual

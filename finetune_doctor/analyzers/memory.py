@@ -31,6 +31,10 @@ MIB = float(1 << 20)
 # 0.5 GiB. NCCL per communicator: 544 MB for 2 ranks, 688 MB for more on A100 (nccl#964). DeepSpeed adds its
 # data-parallel process group beside the world group; we add 0.1 GiB for it, an assumption not measured here.
 CUDA_CONTEXT_GIB = 0.5
+# Hopper, measured: device usage minus max_memory_reserved was 0.749 GiB in 13 of 14 training runs on an H200
+# (CUDA 13.0, torch 2.11, driver 580; benchmarks/results/gpu_measure.md). The 33 MiB of cuBLAS workspace added
+# below are inside that figure on a real run, so the context itself is taken as 0.72 GiB.
+CUDA_CONTEXT_GIB_HOPPER = 0.72
 NCCL_2_RANKS_GIB = 0.51
 NCCL_MANY_RANKS_GIB = 0.64
 CUBLAS_WORKSPACE_MIB = {"hopper": 32.0, "other": 8.0}
@@ -379,7 +383,8 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
 def runtime_bytes(run: Run, hw: Hardware | None) -> float:
     """CUDA context + cuBLAS/cuBLASLt workspaces + NCCL communicator buffers (REPORT.md §7)."""
     hopper = bool(hw and hw.compute_capability and hw.compute_capability[0] >= 9)
-    b = CUDA_CONTEXT_GIB * GIB + (CUBLAS_WORKSPACE_MIB["hopper" if hopper else "other"] + 1.0) * MIB
+    b = (CUDA_CONTEXT_GIB_HOPPER if hopper else CUDA_CONTEXT_GIB) * GIB \
+        + (CUBLAS_WORKSPACE_MIB["hopper" if hopper else "other"] + 1.0) * MIB
     if run.world_size > 1:
         b += (NCCL_2_RANKS_GIB if run.world_size == 2 else NCCL_MANY_RANKS_GIB) * GIB
         if run.deepspeed:
