@@ -42,7 +42,7 @@ from finetune_doctor.engine.loader import load_rules
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "rule_cases"
 ENTRY_KEYS = {"name", "config", "deepspeed", "files", "gpu", "nvml", "overrides", "command", "data", "expect_fix_keys",
-              "expect_edits", "expect_message", "known_misfire"}
+              "expect_edits", "expect_message", "known_misfire", "options"}
 COMMANDS = ("check", "lint", "estimate")
 
 RULES = {r.name: r for r in load_rules()}
@@ -96,6 +96,7 @@ def run_entry(entry: dict[str, Any], where: Path) -> tuple[int, dict[str, Any], 
         args.append("--no-data")
     if entry.get("gpu"):
         args += ["--gpu", str(entry["gpu"])]
+    args += [str(a) for a in entry.get("options") or []]   # e.g. --torch 2.5 (the training machine's stack)
     args += ["--format", "json", "--fail-on", "never"]
     r = CliRunner().invoke(main, args)
     out = r.stdout

@@ -61,6 +61,7 @@ RELEASED = {
     "FD603": "host-oom-offload",
     "FD604": "eager-attention-long-context",
     "FD605": "lora-all-moe-experts",
+    "FD606": "predicted-tight-fit",
     "FD701": "gradient-clipping-missing",
     "FD702": "learning-rate-too-high",
     "FD703": "galore-optim-mismatch",

@@ -166,6 +166,8 @@ def memory_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any) -> dict[str
     d["weights_replicated_gib"] = terms.get("weights", 0.0) / GIB if not (run.deepspeed and run.zero_stage == 3) else 0.0
     d["states_gib"] = (terms.get("states", 0.0) + terms.get("master", 0.0)) / GIB
     d["step_temp_gib"] = terms.get("step_temp", 0.0) / GIB
+    # the planner's margin (engine/planners.py MARGIN): a fit closer than this is inside the estimator's error
+    d["margin_gib"] = 0.05 * hw.capacity_gib if hw and hw.capacity_gib else None
     return d
 
 
@@ -266,6 +268,7 @@ def build_context(config: str, overrides: tuple[str, ...] | list[str], opts: Opt
             mem = estimate(run, hw, counts=counts, tokens=tokens)
             asm.memory = mem
             facts["mem"] = memory_facts(mem, hw, run)
+            facts["mem"].update(_older_stack(doc, arch, hw, ds, opts, run, counts, tokens))
         asm.notes.extend(run.notes)
         asm.ctx.extra.update(run=run, hw=hw, doc=doc, ds=ds, counts=counts)
     else:
@@ -275,6 +278,29 @@ def build_context(config: str, overrides: tuple[str, ...] | list[str], opts: Opt
         # without a model the data scan still runs (approximate token counts when no tokenizer is local)
         facts["data"] = _data_facts(doc, config, opts)
     return asm
+
+
+def _older_stack(doc: ConfigDoc, arch: Any, hw: Hardware | None, ds: Any, opts: Options, run: Any, counts: Any,
+                 tokens: int | None) -> dict[str, Any]:
+    """The estimate on a training machine with torch < 2.8, when the verdict could depend on it.
+
+    Only when neither ``--torch`` nor ``optim`` says which optimizer the run gets: transformers then defaults to
+    the non-fused AdamW (``adamw_torch``) on torch < 2.8 and to the fused one from 2.8 on (LF_FACTS §3), and the
+    non-fused update allocates temporaries the size of the states (case 028: 16 GiB on 8×H200 for Qwen3-32B).
+    Keys ``alt_stack_total`` (GiB), ``alt_stack_fits`` and ``alt_stack_optim``; all None when not computed.
+    """
+    out: dict[str, Any] = {"alt_stack_total": None, "alt_stack_fits": None, "alt_stack_optim": None}
+    if opts.torch_version or "optim" in doc.values:
+        return out
+    from finetune_doctor.analyzers.memory import estimate
+    from finetune_doctor.run import resolve_run
+
+    old = resolve_run(doc.values, arch, hw, ds, nnodes=opts.nnodes,
+                      stack={"torch": "2.7", "transformers": opts.transformers_version})
+    if old.optim == run.optim:
+        return out
+    est = estimate(old, hw, counts=counts, tokens=tokens)
+    return {"alt_stack_total": est.total, "alt_stack_fits": est.fits, "alt_stack_optim": old.optim}
 
 
 def _display_path(p: Any) -> str:
