@@ -93,8 +93,9 @@ def _worst(data: dict[str, Any]) -> Text | None:
     what = {"padded": "padded to the longest sample", "pairwise": "chosen + rejected rows, padded",
             "packed": "packed rows of cutoff_len"}.get(w["mode"], w["mode"])
     line = (f"Worst micro-batch: {rows} × {w['seq_len']:,} = {w['tokens']:,} tokens ({what}); "
-            f"without packing {w['unpacked_tokens']:,}, with packing {w['packed_tokens']:,}, "
-            f"at cutoff_len {w['cutoff_tokens']:,}.")
+            f"without packing {w['unpacked_tokens']:,}, with packing {w['packed_tokens']:,}; "
+            f"a batch of {rows} rows filled to cutoff_len ({w['cutoff_tokens'] // max(rows, 1):,}) would be "
+            f"{w['cutoff_tokens']:,}.")
     return Text(line)
 
 
