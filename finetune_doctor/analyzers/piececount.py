@@ -40,7 +40,7 @@ KNOWN_SPLITS = frozenset({
 # Every character is probed in these neighbourhoods: each class the regexes test (letter, digit, space, newline,
 # punctuation, contraction) sits on both sides of it.
 _PROBE = "x{c}1{c} {c}!{c}\n{c}'{c}'s{c}{c}  {c}\r\n"
-_CACHE_LIMIT = 1 << 20   # distinct pieces kept per process (a few hundred MB at most); then the cache restarts
+_CACHE_LIMIT = 1 << 18   # distinct pieces kept per process (~40 MB at most); then the cache starts over
 
 
 def _split_regex(pre: dict[str, Any] | None) -> str | None:
