@@ -19,7 +19,8 @@ What is checked before it is used (`PieceCounter.build` returns None otherwise):
   disagree (a Unicode-version or case-folding difference) sends every text that contains it to the tokenizer, as
   does any character outside the BMP. The sweep takes about a second and is cached on disk per tokenizer.
 
-Measured: 3.7× faster than ``encode_batch_fast`` on one core (benchmarks/results/bench_data.md).
+Measured: about 2.6× less CPU than ``encode_batch_fast`` on one core (20,000 generated texts, 4.7 → 1.8 s), which
+makes ``doctor data`` 3.5-3.8× faster than LLaMA-Factory's own preprocessing (benchmarks/results/bench_data.md).
 """
 
 from __future__ import annotations
