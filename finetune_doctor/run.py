@@ -79,6 +79,7 @@ class Run:
     attention: str = "sdpa"               # eager | sdpa | fa2 | fa3
     optim: str = "adamw_torch_fused"
     optimizer_impl: str = "fused"
+    optim_assumed: bool = False           # `optim` unset: transformers' default for the assumed torch version
     max_grad_norm: float = 1.0
     learning_rate: float | None = None
     # distribution
@@ -125,6 +126,8 @@ class Run:
             "seq_len": self.seq_len,
             "gradient_checkpointing": self.gradient_checkpointing,
             "attention": self.attention,
+            "optim": self.optim,
+            "optim_assumed": self.optim_assumed,
         }
 
     def facts(self) -> dict[str, Any]:
@@ -355,6 +358,7 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
         attention=attention,
         optim=optim,
         optimizer_impl=impl,
+        optim_assumed=not cfg.get("optim") and not stack.get("torch"),
         max_grad_norm=float(cfg.get("max_grad_norm") if isinstance(cfg.get("max_grad_norm"), (int, float)) else 1.0),
         learning_rate=float(lr) if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None,
         deepspeed=ds is not None,

@@ -232,6 +232,10 @@ def _run_line(w: _Writer, r: Report) -> None:
         parts.append(f"GC {'on' if gc else 'off'}")
     if run.get("attention"):
         parts.append(f"attention {run['attention']}")
+    if run.get("optim"):
+        # the default optimizer follows the training machine's torch, which the doctor cannot see before launch
+        parts.append(f"optim {run['optim']}" + (" (transformers' default on torch ≥ 2.8; --torch to change)"
+                                                if run.get("optim_assumed") else ""))
     w.line("run: " + " · ".join(parts))
 
 
