@@ -389,6 +389,11 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
 
         run_d = run_summary(asm)
         memory = asm.memory
+        oom = any(getattr(e, "kind", None) == "oom" for e in tl.events)
+        if memory is not None and not oom and not (hw is not None and hw.capacity_gib):
+            # nothing to compare it with and no OOM to explain: the table would only distract from the cause
+            memory = None
+            notes.append("memory estimate left out (no GPU known, no OOM in the logs): `doctor estimate` shows it")
         if asm.ds is not None and getattr(asm.ds, "path", None):
             inputs["deepspeed"] = str(asm.ds.path)
     if hw is not None and hw.source == "none":
