@@ -127,3 +127,18 @@ def test_engine_sweep_is_cached_and_finds_what_differs(tmp_path):
         assert rust != py
     # and the common scripts are not among them (else the fast path would rarely run)
     assert not any(unicodedata.name(chr(cp), "").startswith(("CJK UNIFIED", "LATIN", "CYRILLIC")) for cp in bad)
+
+
+def test_truncation_and_padding_in_tokenizer_json_are_ignored_as_transformers_ignores_them(tmp_path):
+    tok = _train(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
+    tok.enable_truncation(max_length=4)
+    tok.enable_padding(length=64)
+    folder = _folder(tmp_path, tok, "trunc")
+    texts = ["a fairly long sentence that has well over four tokens in it", "short"]
+    for fast in (True, False):
+        c = K.ExactCounter(str(folder), T.get_template("qwen"), fast_count=fast)
+        plain = Tokenizer.from_str(tok.to_str())
+        plain.no_truncation()
+        plain.no_padding()
+        assert c.lengths(texts) == [len(plain.encode(t, add_special_tokens=False)) for t in texts]
+        assert c.lengths(texts)[0] > 4

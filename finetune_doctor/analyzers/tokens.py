@@ -252,6 +252,10 @@ class ExactCounter:
 
         self.folder = folder
         self.tk = Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
+        # a tokenizer.json may carry truncation or padding settings; transformers' fast tokenizer turns them off
+        # unless a call asks for them (set_truncation_and_padding), and LF's encode calls do not
+        self.tk.no_truncation()
+        self.tk.no_padding()
         cfg = read_tokenizer_config(folder)
         self.chat_template = cfg.get("chat_template") if isinstance(cfg.get("chat_template"), str) else None
         self.add_bos_token = bool(cfg.get("add_bos_token", False))
