@@ -25,8 +25,10 @@ def timed(cmd: list[str], n: int) -> list[float]:
     out = []
     for _ in range(n):
         t = time.perf_counter()
-        subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True)
+        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
         out.append(time.perf_counter() - t)
+        if r.returncode not in (0, 1):   # 1 = findings; anything else means the timing measured a failure
+            raise SystemExit(f"{' '.join(cmd)} exited {r.returncode}: {r.stderr.strip()[-300:]}")
     return out
 
 
