@@ -122,6 +122,17 @@ class ModelArch:
         return self.head_dim or self.hidden_size // self.num_heads
 
     @property
+    def loss_upcasts_logits(self) -> bool:
+        """Whether the model's own loss casts the logits to fp32 before the cross-entropy.
+
+        transformers' causal-LM heads do (``ForCausalLMLoss``: ``logits.float()``; before 4.45 each model's forward).
+        Qwen(1)'s remote code does not: QWenLMHeadModel.forward takes a contiguous copy of the shifted logits and
+        calls CrossEntropyLoss on it in their own dtype (modeling_qwen.py of Qwen/Qwen-7B). Only autocast then
+        brings fp32 in; without it (DeepSpeed fp16/bf16) the loss runs in half precision.
+        """
+        return self.model_type != "qwen"
+
+    @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
 

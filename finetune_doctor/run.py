@@ -89,6 +89,7 @@ class Run:
     offload_param: str | None = None
     ds_buckets: dict[str, float] = field(default_factory=dict)
     overlap_comm: bool = False
+    contiguous_gradients: bool = True     # DeepSpeedZeroConfig's default
     world_size: int = 1
     nnodes: int = 1
     gpus_per_node: int = 1
@@ -212,7 +213,7 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
     world = per_node * n_nodes
 
     # DeepSpeed: stage/offload from the resolved JSON (readers/dsconfig.py)
-    zero_stage, off_opt, off_par, buckets, overlap = 0, None, None, {}, False
+    zero_stage, off_opt, off_par, buckets, overlap, contiguous = 0, None, None, {}, False, True
     if ds is not None:
         res = getattr(ds, "resolved", {}) or {}
         zo = res.get("zero_optimization") or {}
@@ -228,6 +229,7 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 buckets[k] = float(v)
         overlap = bool(merged.get("overlap_comm", zero_stage == 3))
+        contiguous = bool(merged.get("contiguous_gradients", True))
         if hw is None or hw.num_gpus is None:
             tbs = res.get("train_batch_size")
             mbs = res.get("train_micro_batch_size_per_gpu")
@@ -367,6 +369,7 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
         offload_param=off_par,
         ds_buckets=buckets,
         overlap_comm=overlap,
+        contiguous_gradients=contiguous,
         world_size=max(world, 1),
         nnodes=n_nodes,
         gpus_per_node=max(per_node, 1),

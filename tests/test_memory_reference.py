@@ -75,3 +75,48 @@ def test_gradient_accumulation_keeps_gradients_at_the_loss():
     many = estimate(resolve_run({**base, "gradient_accumulation_steps": 8}, QWEN2_7B, None))
     grads = 7_615_616_512 * 2 / 2**30
     assert many.details["phase_gib"]["loss (step 2)"] - one.details["phase_gib"]["loss (step 2)"] == pytest.approx(grads)
+
+
+class _DS:
+    def __init__(self, **zero):
+        self.resolved = {"zero_optimization": zero}
+        self.defaults = {}
+
+
+@pytest.mark.parametrize("zero, expected_bytes", [
+    # DeepSpeed 0.19.8 stage_1_and_2.py setup_buckets: buf_0 of reduce_bucket_size elements, buf_1 with overlap_comm
+    (dict(stage=2, reduce_bucket_size=2e8, overlap_comm=True), 2 * 2e8 * 2),
+    (dict(stage=2, reduce_bucket_size=2e8, overlap_comm=False), 2 * 2e8),
+    # stage3.py "# IPG": one buffer, overlap or not
+    (dict(stage=3, reduce_bucket_size=2e8, overlap_comm=True), 2 * 2e8),
+])
+def test_deepspeed_reduction_buffer_has_its_full_bucket_size_for_a_small_lora(zero, expected_bytes):
+    # LoRA r8 on q,v trains ~2.5 M parameters: the buffer is still allocated at the full bucket size (single
+    # process, so no allgather bucket)
+    run = resolve_run({"finetuning_type": "lora", "lora_target": "q_proj,v_proj", "bf16": True}, QWEN2_7B, None,
+                      _DS(**zero))
+    assert estimate(run).details["terms_bytes"]["buffers"] == expected_bytes
+
+
+def test_without_contiguous_gradients_no_bucket_is_preallocated():
+    run = resolve_run({"finetuning_type": "lora", "lora_target": "q_proj,v_proj", "bf16": True}, QWEN2_7B, None,
+                      _DS(stage=2, reduce_bucket_size=2e8, overlap_comm=True, contiguous_gradients=False))
+    trainable = 28 * 8 * ((3584 + 3584) + (3584 + 512))      # LoRA A and B of q_proj and v_proj, rank 8
+    assert estimate(run).details["terms_bytes"]["buffers"] == 2 * trainable
+
+
+def test_qwen1_remote_code_loss_stays_in_half_precision_without_autocast():
+    # modeling_qwen.py QWenLMHeadModel.forward: contiguous shifted copy + CrossEntropyLoss, no .float(). Under
+    # DeepSpeed (no AMP) the logits, the copy and log_softmax's output are all half: 6 B per token per vocab entry;
+    # transformers' own heads upcast (2 + 4 + 4 B). Under autocast cross_entropy runs in fp32 for both.
+    from dataclasses import replace
+
+    qwen1 = replace(QWEN2_7B, name="Qwen-7B", model_type="qwen")
+    cfg = {"finetuning_type": "full", "bf16": True, "cutoff_len": 1024, "per_device_train_batch_size": 1}
+    T, V = 1024, QWEN2_7B.vocab_size
+    ds = _DS(stage=3)
+    for arch, per_entry in ((qwen1, 6.0), (QWEN2_7B, 10.0)):
+        terms = estimate(resolve_run(cfg, arch, None, ds)).details["terms_bytes"]
+        assert terms["logits"] == T * V * per_entry
+    no_ds = [estimate(resolve_run(cfg, a, None)).details["terms_bytes"]["logits"] for a in (qwen1, QWEN2_7B)]
+    assert no_ds[0] == no_ds[1]

@@ -348,6 +348,11 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
     # together (12 B per token per vocabulary entry); the half-precision logits are gone by then. Measured against
     # the simulate probe (benchmarks/results/calibration.md): LoRA/freeze/ZeRO runs peak exactly there.
     logits_bwd = T * a.vocab_size * 12.0
+    if e_logit == 2.0 and run.autocast is None and not a.loss_upcasts_logits:
+        # remote-code loss on half-precision logits (ModelArch.loss_upcasts_logits): the logits, the contiguous
+        # shifted copy and log_softmax's half output; its backward holds three half tensors
+        logits = T * a.vocab_size * (2.0 + 2.0 + 2.0)
+        logits_bwd = T * a.vocab_size * 6.0
     if run.stage in ("dpo", "kto") and (run.ref_model or run.finetuning_type in ("lora", "oft")):
         # LF computes the reference log-probs after the policy forward (dpo/trainer.py get_batch_loss_metrics),
         # under no_grad but while the policy's activations and logits are alive: its logits and their fp32
@@ -361,8 +366,13 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
     if ds and stage >= 1:
         rb = run.ds_buckets.get("reduce_bucket_size", 5e8)
         ab = run.ds_buckets.get("allgather_bucket_size", 5e8)
-        rb = min(rb, P_t)   # a bucket never exceeds the gradients it holds
-        buffers += 2.0 * rb * (2 if run.overlap_comm else 1)
+        if run.contiguous_gradients:
+            # the gradient reduction (IPG) buffer is allocated at its full reduce_bucket_size, however few the
+            # trainable parameters: ZeRO-1/2 one per bucket plus a second with overlap_comm (DeepSpeed 0.19.8
+            # stage_1_and_2.py setup_buckets, "buf_0"/"buf_1"), ZeRO-3 one (stage3.py, "# IPG"); half precision
+            buffers += 2.0 * rb * (2 if run.overlap_comm and stage in (1, 2) else 1)
+        else:
+            buffers += 2.0 * min(rb, P_t)   # no preallocated buffer: the reduction's temporaries only
         if stage in (1, 2):
             buffers += 2.0 * min(ab, P_t) if N > 1 else 0.0
     elif not ds and N > 1:
