@@ -41,10 +41,10 @@ CUBLAS_WORKSPACE_MIB = {"hopper": 32.0, "other": 8.0}
 # Allocator reserve = reserved - allocated at the peak. PyTorch's caching allocator rounds large blocks to 2 MiB and
 # keeps freed blocks cached; measured gaps: Answer.AI LoRA 8.28 vs 10.24 GiB, PEFT method comparison 32.94 (fake
 # tensor peak) vs 34.68 GiB reserved (REPORT.md §5, §7). Fitted in benchmarks/memory_accuracy.py on the 72
-# single-process published rows (results/memory_accuracy.md): 8 % gives the fewest rows off by more than 25 % (2)
-# at a 9.2 % median error; 10 % lowers the median to 8.6 % but doubles the outliers. With expandable_segments (llamafactory-cli
-# exports it for multi-GPU torchrun launches, launcher.py:79-83) segments grow in place instead of splitting, and
-# we take half of that.
+# single-process published rows (results/memory_accuracy.md): 8 % leaves no row off by more than 25 % at a 7.5 %
+# median error in that fit; 10 % lowers the median to 7.3 % but puts 2 rows over 25 %. With expandable_segments
+# (llamafactory-cli exports it for multi-GPU torchrun launches, launcher.py:79-83) segments grow in place instead
+# of splitting, and we take half of that.
 RESERVE_EXPANDABLE = 0.05
 RESERVE_DEFAULT = 0.08
 # Host RAM per training process for the Python/torch/CUDA runtime: the resident CUDA and torch libraries of an idle
