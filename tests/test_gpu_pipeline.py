@@ -251,8 +251,10 @@ def test_overhead_is_bounded_by_widening_the_interval() -> None:
                    sleep=lambda s: None)
     stats = rep.sections["gpus"]["recorder"]
     assert stats["cpu_ms_mean"] >= 4.0
-    # 4 ms per sample is 40 % of a 10 ms period: widened until the sampler stays within 5 % of a core
-    assert stats["effective_interval_s"] >= stats["cpu_ms_mean"] / 1000 / pipe.OVERHEAD_BUDGET * 0.99
+    # 4 ms per sample is 40 % of a 10 ms period: widened until the sampler stays within 5 % of a core. The period
+    # is set from the first 5 samples, each at least 4 ms by construction (the mean over all 7 can drift higher on
+    # a loaded machine, so it is not the bound)
+    assert stats["effective_interval_s"] >= 0.004 / pipe.OVERHEAD_BUDGET * 0.99
     assert any("interval widened from 0.01 s" in n for n in rep.notes)
 
 
