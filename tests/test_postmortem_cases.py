@@ -245,6 +245,8 @@ def test_061_064_min_scale_abort(n):
     assert top(r) in ("fp16-on-bf16-model-confirmed", "loss-scale-collapse")
     assert "loss-scale-collapse" in names(r)
     assert ("bf16", True) in [(e.key, e.value) for e in r.findings[0].fix.edits]
+    col = next(f for f in r.findings if f.name == "loss-scale-collapse")
+    assert "At the minimum loss scale" in col.message
 
 
 def test_062_overflow_past_calibration():
@@ -253,6 +255,8 @@ def test_062_overflow_past_calibration():
     assert top(r) in ("fp16-on-bf16-model-confirmed", "loss-scale-collapse")
     col = next(f for f in r.findings if f.name == "loss-scale-collapse")
     assert "fell to 512" in col.message
+    # at 512 the unscaled values are within a factor 512 of fp16's max, not overflowing unscaled
+    assert "a scale of only 512" in col.message and "unscaled)" not in col.message
 
 
 def test_065_collapse_at_step_380():

@@ -412,6 +412,9 @@ class _Ctx:
     def model_bf16(self) -> tuple[bool | None, str | None]:
         dt, mt = self.model.get("dtype"), self.model.get("model_type")
         name = self.model.get("name")
+        given = self.cfg.get("model_name_or_path")
+        if isinstance(given, str) and given and given != name:
+            name = f"{given} ({name})"   # as the config names it; the catalog entry it was matched to in brackets
         if dt == "bfloat16":
             return True, f"{name} is stored in bf16"
         if mt in BF16_FAMILIES:
