@@ -369,7 +369,8 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
         if run.contiguous_gradients:
             # the gradient reduction (IPG) buffer is allocated at its full reduce_bucket_size, however few the
             # trainable parameters: ZeRO-1/2 one per bucket plus a second with overlap_comm (DeepSpeed 0.19.8
-            # stage_1_and_2.py setup_buckets, "buf_0"/"buf_1"), ZeRO-3 one (stage3.py, "# IPG"); half precision
+            # stage_1_and_2.py setup_buckets, "buf_0"/"buf_1"), ZeRO-3 one (stage3.py, "# IPG"); taken in half
+            # precision (ZeRO-1 with an fp32 gradient accumulator stages fp32 there: not modelled)
             buffers += 2.0 * rb * (2 if run.overlap_comm and stage in (1, 2) else 1)
         else:
             buffers += 2.0 * min(rb, P_t)   # no preallocated buffer: the reduction's temporaries only
