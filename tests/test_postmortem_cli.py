@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 
 from click.testing import CliRunner
 
@@ -39,12 +40,14 @@ def test_empty_directory_says_nothing_to_diagnose(tmp_path):
 
 
 def test_junk_everywhere_is_reported_not_raised(tmp_path):
-    (tmp_path / "train.log").write_bytes(os.urandom(20000))
+    # seeded, not os.urandom: a random draw can now and then hold a run of printable bytes that reads as a log line
+    junk = random.Random(7)
+    (tmp_path / "train.log").write_bytes(junk.randbytes(20000))
     (tmp_path / "trainer_state.json").write_bytes(b'{"global_step": 5, "log_history": [{"loss": 1.0, "step": 1}, {"lo')
     (tmp_path / "trainer_log.jsonl").write_bytes(b"\x00\x01garbage\n{\"current_steps\": 1, \"loss\": 2.0}\n{\"cur")
     runs = tmp_path / "runs" / "Jan01_x"
     runs.mkdir(parents=True)
-    (runs / "events.out.tfevents.1.host").write_bytes(os.urandom(3000))
+    (runs / "events.out.tfevents.1.host").write_bytes(junk.randbytes(3000))
     (tmp_path / "all_results.json").write_text("{not json")
     code, out = invoke(str(tmp_path), "--format", "json")
     assert code in (0, 1)
