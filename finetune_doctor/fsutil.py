@@ -30,3 +30,22 @@ def atomic_write(path: str, text: str, encoding: str = "utf-8") -> None:
         except OSError:
             pass
         raise InputError(f"cannot write: {err.strerror}", file=path) from None
+
+
+def cache_dir() -> Path | None:
+    """The doctor's own cache folder: ``$XDG_CACHE_HOME/finetune-doctor``, else ``~/.cache/finetune-doctor``.
+    None when ``FINETUNE_DOCTOR_NO_CACHE=1`` (nothing is read from or written to it then)."""
+    if os.environ.get("FINETUNE_DOCTOR_NO_CACHE") == "1":
+        return None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "finetune-doctor"
+
+
+def write_cache(path: Path, text: str) -> None:
+    """Write a cache file atomically, best effort: a failed write (read-only home, full disk) leaves no cache
+    rather than a bad one, and is never an error."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(str(path), text)
+    except (InputError, OSError):
+        pass

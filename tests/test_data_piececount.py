@@ -105,14 +105,12 @@ def test_pipelines_it_does_not_mirror_have_no_fast_path(tmp_path):
         pre_tokenizers.Split(Regex(r"\s+|\w+"), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]))
     for name, tok in (("metaspace", meta), ("prefix", prefix), ("unknown-split", other)):
-        folder = _folder(tmp_path, tok, name)
-        assert P.PieceCounter.build(tok, folder / "tokenizer.json") is None, name
+        assert P.PieceCounter.build(tok) is None, name
 
 
 def test_engine_sweep_is_cached_and_finds_what_differs(tmp_path):
     tok = _train(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
-    folder = _folder(tmp_path, tok, "t")
-    bad = P.PieceCounter._engine_disagreements(tok, P.GPT2_REGEX, folder / "tokenizer.json", use_cache=True)
+    bad = P.PieceCounter._engine_disagreements(tok, P.GPT2_REGEX, use_cache=True)
     cached = list((tmp_path / "cache" / "finetune-doctor").glob("pieces-*.json"))
     assert len(cached) == 1 and json.loads(cached[0].read_text())["disagree"] == bad
     # whatever the two engines' Unicode versions, every character they disagree on really splits differently
@@ -142,3 +140,13 @@ def test_truncation_and_padding_in_tokenizer_json_are_ignored_as_transformers_ig
         plain.no_padding()
         assert c.lengths(texts) == [len(plain.encode(t, add_special_tokens=False)) for t in texts]
         assert c.lengths(texts)[0] > 4
+
+
+def test_an_unwritable_cache_costs_a_sweep_not_an_error(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the cache folder would go")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    tok = _train(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
+    bad = P.PieceCounter._engine_disagreements(tok, P.GPT2_REGEX, use_cache=True)
+    monkeypatch.setenv("FINETUNE_DOCTOR_NO_CACHE", "1")
+    assert P.PieceCounter._engine_disagreements(tok, P.GPT2_REGEX, use_cache=True) == bad

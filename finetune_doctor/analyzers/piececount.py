@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-from pathlib import Path
 from typing import Any, Callable
 
 GPT2_REGEX = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -67,11 +65,6 @@ def _split_regex(pre: dict[str, Any] | None) -> str | None:
     return None
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "finetune-doctor"
-
-
 class PieceCounter:
     """Token counts of texts as ``len(tokenizer.encode(text, add_special_tokens=False))`` gives them."""
 
@@ -88,9 +81,9 @@ class PieceCounter:
         self._cache: dict[str, int] = {}
 
     @classmethod
-    def build(cls, tk: Any, tokenizer_json: str | Path, *, use_cache: bool = True) -> "PieceCounter | None":
-        """A counter for the `tokenizers.Tokenizer` `tk` (loaded from `tokenizer_json`, with any tokens added since),
-        or None when its pipeline is not one this module mirrors or the ``regex`` package is missing."""
+    def build(cls, tk: Any, *, use_cache: bool = True) -> "PieceCounter | None":
+        """A counter for the `tokenizers.Tokenizer` `tk` (with any tokens added to it), or None when its pipeline is
+        not one this module mirrors or the ``regex`` package is missing."""
         import importlib.util
 
         if importlib.util.find_spec("regex") is None or importlib.util.find_spec("tokenizers") is None:
@@ -111,19 +104,23 @@ class PieceCounter:
         added = [t.content for t in tk.get_added_tokens_decoder().values() if t.content]
         added_re = re.compile("|".join(re.escape(a) for a in sorted(added, key=len, reverse=True))) if added else None
         normalize = tk.normalizer.normalize_str if tk.normalizer is not None else None
-        bad = cls._engine_disagreements(tk, pattern, tokenizer_json, use_cache)
+        bad = cls._engine_disagreements(tk, pattern, use_cache)
         unsafe = re.compile("[" + "".join(re.escape(chr(c)) for c in bad) + "\U00010000-\U0010ffff]")
         return cls(pattern, piece, normalize, added_re, unsafe)
 
     @staticmethod
-    def _engine_disagreements(tk: Any, pattern: str, tokenizer_json: str | Path, use_cache: bool) -> list[int]:
-        """BMP code points on which the tokenizer's pre-tokenizer and ``regex`` split differently (cached)."""
+    def _engine_disagreements(tk: Any, pattern: str, use_cache: bool) -> list[int]:
+        """BMP code points on which the tokenizer's pre-tokenizer and ``regex`` split differently, cached per
+        pattern and library versions (fsutil.cache_dir)."""
         import regex
         import tokenizers
 
+        from finetune_doctor.fsutil import cache_dir, write_cache
+
         key = hashlib.sha256(json.dumps([pattern, tokenizers.__version__, regex.__version__]).encode()).hexdigest()
-        path = _cache_dir() / f"pieces-{key[:20]}.json"
-        if use_cache:
+        base = cache_dir() if use_cache else None
+        path = base / f"pieces-{key[:20]}.json" if base is not None else None
+        if path is not None:
             try:
                 return [int(c) for c in json.loads(path.read_text())["disagree"]]
             except (OSError, ValueError, KeyError, TypeError):
@@ -149,14 +146,8 @@ class PieceCounter:
             if rust(text) == python(text):
                 continue
             bad += [ord(c) for c in chars if rust(_PROBE.format(c=c)) != python(_PROBE.format(c=c))]
-        if use_cache:
-            try:
-                from finetune_doctor.fsutil import atomic_write
-
-                path.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write(path, json.dumps({"pattern": pattern, "disagree": bad}))
-            except OSError:
-                pass   # a read-only home only costs the sweep next time
+        if path is not None:
+            write_cache(path, json.dumps({"pattern": pattern, "disagree": bad}))   # failing only costs a re-sweep
         return bad
 
     def lengths(self, texts: list[str], slow: Callable[[list[str]], list[int]]) -> list[int]:
@@ -168,11 +159,11 @@ class PieceCounter:
         pending: list[tuple[int, list[str]]] = []
         missing: set[str] = set()
         slow_idx: list[int] = []
+        added = self._added
         for i, text in enumerate(texts):
             if not text:
                 continue
             norm = self._normalize(text) if self._normalize else text
-            added = self._added
             if added is not None and (added.search(text) or (norm is not text and added.search(norm))):
                 slow_idx.append(i)
                 continue

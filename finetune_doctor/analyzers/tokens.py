@@ -286,7 +286,7 @@ class ExactCounter:
         from finetune_doctor.analyzers.piececount import PieceCounter
 
         # built last: it mirrors the tokenizer with every token added above
-        self._pieces = PieceCounter.build(self.tk, Path(folder) / "tokenizer.json") if fast_count else None
+        self._pieces = PieceCounter.build(self.tk) if fast_count else None
 
     def _special(self, text: str) -> None:
         from tokenizers import AddedToken

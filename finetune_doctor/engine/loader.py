@@ -111,16 +111,17 @@ def _cache_file(path: str, files: list[Path]) -> Path | None:
     same data back as JSON costs ~1 ms. FINETUNE_DOCTOR_NO_CACHE=1 turns the cache off.
     """
     import hashlib
-    import os
 
-    if os.environ.get("FINETUNE_DOCTOR_NO_CACHE") == "1":
+    from finetune_doctor.fsutil import cache_dir
+
+    base = cache_dir()
+    if base is None:
         return None
     key = hashlib.sha1(path.encode())
     for f in files:
         st = f.stat()
         key.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns};".encode())
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "finetune-doctor" / f"rules-{key.hexdigest()[:20]}.json"
+    return base / f"rules-{key.hexdigest()[:20]}.json"
 
 
 def _raw_rules(path: str) -> tuple[list[tuple[str, Any]], bool]:
@@ -149,14 +150,9 @@ def _raw_rules(path: str) -> tuple[list[tuple[str, Any]], bool]:
     for p, data in out:   # validate before caching: only a pack that loads cleanly is ever cached
         parse_rule(data, p)
     if cache is not None:
-        # a broken write leaves no cache rather than a bad one
-        try:
-            from finetune_doctor.fsutil import atomic_write
+        from finetune_doctor.fsutil import write_cache
 
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(str(cache), json.dumps(out, default=str))
-        except (InputError, OSError):
-            pass
+        write_cache(cache, json.dumps(out, default=str))
     return out, False
 
 
