@@ -23,7 +23,7 @@ from casekit import CASES, lay_out  # noqa: E402
 from ruamel.yaml import YAML  # noqa: E402
 
 from finetune_doctor.errors import InputError  # noqa: E402
-from finetune_doctor.pipeline.check import build_context  # noqa: E402
+from finetune_doctor.pipeline.check import build_context, judge  # noqa: E402
 from finetune_doctor.settings import Options  # noqa: E402
 
 # case -> (actual outcome, why that label), for every memory case whose GPUs are stated (INDEX.md)
@@ -66,15 +66,14 @@ def main() -> int:
             cwd = os.getcwd()
             os.chdir(t)
             try:
-                asm = build_context(str(cfg), tuple(exp.get("overrides", [])), Options(command="check", paths=(str(cfg),), gpu=str(exp["gpu"]) if exp.get("gpu") else None,
-                                                          nnodes=exp.get("nnodes"), torch_version=exp.get("torch"),
-                                                          transformers_version=exp.get("transformers")))
+                opts = Options(command="check", paths=(str(cfg),), gpu=str(exp["gpu"]) if exp.get("gpu") else None,
+                               nnodes=exp.get("nnodes"), torch_version=exp.get("torch"),
+                               transformers_version=exp.get("transformers"))
+                asm = build_context(str(cfg), tuple(exp.get("overrides", [])), opts)
                 mem = asm.memory
                 pred = None if mem is None or mem.fits is None else ("fits" if mem.fits else "oom")
-                m = asm.ctx.facts.get("mem") or {}
-                # FD606's condition: a fit inside the estimator's error, or one that rests on the assumed stack
-                tight = pred == "fits" and ((m.get("headroom_gib") or 0) < (m.get("margin_gib") or 0)
-                                            or m.get("alt_stack_fits") is False)
+                # the rule pack itself decides whether the fit is flagged (rules/predicted-tight-fit.yaml)
+                tight = pred == "fits" and any(f.name == "predicted-tight-fit" for f in judge(asm, opts, "check"))
                 detail = "-" if mem is None else f"{mem.total:.1f} / {asm.hw.capacity_gib:.1f} GiB" if asm.hw else f"{mem.total:.1f} GiB"
             except InputError as err:
                 tight = False

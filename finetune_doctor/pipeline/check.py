@@ -166,8 +166,10 @@ def memory_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any) -> dict[str
     d["weights_replicated_gib"] = terms.get("weights", 0.0) / GIB if not (run.deepspeed and run.zero_stage == 3) else 0.0
     d["states_gib"] = (terms.get("states", 0.0) + terms.get("master", 0.0)) / GIB
     d["step_temp_gib"] = terms.get("step_temp", 0.0) / GIB
-    # the planner's margin (engine/planners.py MARGIN): a fit closer than this is inside the estimator's error
-    d["margin_gib"] = 0.05 * hw.capacity_gib if hw and hw.capacity_gib else None
+    # the remedy planner's margin: a fit closer than this is inside the estimator's error (predicted-tight-fit)
+    from finetune_doctor.engine.planners import MARGIN
+
+    d["margin_gib"] = MARGIN * hw.capacity_gib if hw and hw.capacity_gib else None
     return d
 
 
