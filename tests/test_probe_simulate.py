@@ -61,9 +61,9 @@ def test_checkpointed_layer_is_found_under_every_transformers_calling_convention
     import functools
 
     layer = torch.nn.Linear(2, 2)
-    assert sim._checkpointed_layer(layer.__call__) is layer                               # < 4.52
+    assert sim._checkpointed_layer(layer.__call__) is layer                               # per-model loops
     assert sim._checkpointed_layer(functools.partial(layer.__call__, x=1)) is layer       # GradientCheckpointingLayer 5.17
-    assert sim._checkpointed_layer(functools.partial(type(layer).forward, layer)) is layer  # 5.2x, forward
+    assert sim._checkpointed_layer(functools.partial(type(layer).forward, layer)) is layer  # 5.24, forward
     with pytest.raises(RuntimeError, match="cannot tell which layer"):
         sim._checkpointed_layer(functools.partial(len))
 

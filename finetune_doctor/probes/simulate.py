@@ -428,9 +428,10 @@ def _gc_func(spec: ProbeSpec, state: "_StepState"):
 def _checkpointed_layer(fn: Any) -> Any:
     """The decoder layer behind the callable transformers hands to ``_gradient_checkpointing_func``.
 
-    Three conventions exist: ``layer.__call__`` (transformers < 4.52, per-model loops), ``partial(super().__call__,
-    **kwargs)`` (GradientCheckpointingLayer up to at least 5.17) and ``partial(Layer.forward, layer, **kwargs)``
-    (5.2x, modeling_layers.py, which checkpoints ``forward`` so FSDP2 hooks stay outside). Raises RuntimeError on
+    Three conventions exist: ``layer.__call__`` (the older per-model loops, before GradientCheckpointingLayer),
+    ``partial(super().__call__, **kwargs)`` (GradientCheckpointingLayer as seen in 5.17 on the GPU machine) and
+    ``partial(Layer.forward, layer, **kwargs)`` (5.24 here, modeling_layers.py, which checkpoints ``forward`` so
+    FSDP2 hooks stay outside). Raises RuntimeError on
     anything else: silently running the layer without checkpointing would measure a different run (the gpu probe
     on transformers 5.17 did exactly that before this was written; benchmarks/results/gpu_measure.md).
     """
