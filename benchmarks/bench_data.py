@@ -206,7 +206,7 @@ def run_floor(data: Path, tok_dir: Path) -> float:
 
 
 def run_doctor(data: Path, tok_dir: Path, cutoff: int, procs: int) -> tuple[float, dict]:
-    from finetune_doctor.pipeline.data import collect
+    from finetune_doctor.analyzers.datascan import collect
 
     (data.parent / "dataset_info.json").write_text(json.dumps({"bench": {"file_name": data.name}}))
     cfg = {"model_name_or_path": str(tok_dir), "dataset": "bench", "dataset_dir": str(data.parent),

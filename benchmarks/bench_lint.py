@@ -41,7 +41,7 @@ N_CONFIGS = 50
 
 def generate(out: Path, seed: int = 20261130) -> tuple[list[Path], list[Path]]:
     """Write N_CONFIGS LF YAMLs + one DeepSpeed JSON each, varied from LF's examples; returns (yamls, jsons)."""
-    from finetune_doctor.fixer import render_edits
+    from finetune_doctor.fixes.edit import render_edits
     from finetune_doctor.types import Edit
 
     rng = random.Random(seed)

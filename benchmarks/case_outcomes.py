@@ -23,7 +23,8 @@ from casekit import CASES, lay_out  # noqa: E402
 from ruamel.yaml import YAML  # noqa: E402
 
 from finetune_doctor.errors import InputError  # noqa: E402
-from finetune_doctor.pipeline.check import build_context, judge  # noqa: E402
+from finetune_doctor.engine.judge import judge  # noqa: E402
+from finetune_doctor.facts.config import assemble_config  # noqa: E402
 from finetune_doctor.settings import Options  # noqa: E402
 
 # case -> (actual outcome, why that label), for every memory case whose GPUs are stated (INDEX.md)
@@ -69,11 +70,11 @@ def main() -> int:
                 opts = Options(command="check", paths=(str(cfg),), gpu=str(exp["gpu"]) if exp.get("gpu") else None,
                                nnodes=exp.get("nnodes"), torch_version=exp.get("torch"),
                                transformers_version=exp.get("transformers"))
-                asm = build_context(str(cfg), tuple(exp.get("overrides", [])), opts)
+                asm = assemble_config(str(cfg), tuple(exp.get("overrides", [])), opts)
                 mem = asm.memory
                 pred = None if mem is None or mem.fits is None else ("fits" if mem.fits else "oom")
                 # the rule pack itself decides whether the fit is flagged (rules/predicted-tight-fit.yaml)
-                tight = pred == "fits" and any(f.name == "predicted-tight-fit" for f in judge(asm, opts, "check"))
+                tight = pred == "fits" and any(f.name == "predicted-tight-fit" for f in judge("check", asm.facts, asm.sources, opts, live=asm.live()))
                 detail = "-" if mem is None else f"{mem.total:.1f} / {asm.hw.capacity_gib:.1f} GiB" if asm.hw else f"{mem.total:.1f} GiB"
             except InputError as err:
                 tight = False

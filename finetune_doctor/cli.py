@@ -273,7 +273,18 @@ def data(config: str, overrides: tuple[str, ...], approximate: bool, workers: in
     from finetune_doctor.pipeline import data as pipe
 
     opts = _options(command="data", paths=[config], **kw)
-    report = pipe.run(config, overrides, opts, approximate=approximate, workers=workers)
+    bars = None
+    if opts.format == "text" and not opts.output and sys.stderr.isatty():
+        from finetune_doctor.reporters.sections.data import ScanProgress
+
+        bars = ScanProgress()
+        bars.start()
+    try:
+        report = pipe.run(config, overrides, opts, approximate=approximate, workers=workers,
+                          progress=bars.update if bars is not None else None)
+    finally:
+        if bars is not None:
+            bars.stop()
     emit(report, opts)
 
 

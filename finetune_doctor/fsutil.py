@@ -1,5 +1,5 @@
-"""Atomic file writes: a temporary file in the target's directory, then os.replace, so that a crash or a full
-disk never leaves a half-written report or config."""
+"""File helpers: atomic writes (a temporary file in the target's directory, then os.replace, so that a crash or a
+full disk never leaves a half-written report or config), the doctor's cache folder, and paths as users type them."""
 
 from __future__ import annotations
 
@@ -49,3 +49,22 @@ def write_cache(path: Path, text: str) -> None:
         atomic_write(str(path), text)
     except (InputError, OSError):
         pass
+
+
+def display_path(path: str | None, base: str | None = None) -> str | None:
+    """`path` relative to `base` (default: the working directory) when it lies below it, else unchanged.
+
+    CI annotations and SARIF want repository-relative paths (GitHub relativises against the checkout);
+    a path outside the base stays absolute rather than growing ``../`` chains.
+    """
+    if not path:
+        return path
+    base = base or os.getcwd()
+    try:
+        absolute = os.path.abspath(path)
+        rel = os.path.relpath(absolute, base)
+    except ValueError:  # different drives on Windows
+        return path
+    if rel == os.curdir or rel.startswith(os.pardir + os.sep) or rel == os.pardir:
+        return path
+    return rel.replace(os.sep, "/")

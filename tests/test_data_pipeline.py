@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from finetune_doctor.errors import InputError
+from finetune_doctor.analyzers.datascan import collect
 from finetune_doctor.pipeline import data as P
 from finetune_doctor.settings import Options
 from test_data_fixtures import FIXTURES, build_tokenizer
@@ -71,7 +72,7 @@ def test_eos_loss_matches_llamafactory_labels(tok, tmp_path):
     and at 96 (kept target) say how much was cut; more than the one-token tail means the EOS is gone."""
     cfg = {"model_name_or_path": tok["qwen"], "dataset": "alpaca_lines", "dataset_dir": str(FIXTURES),
            "template": "qwen", "cutoff_len": 96}
-    d = P.collect(cfg, str(tmp_path / "x.yaml"), strict=True)
+    d = collect(cfg, str(tmp_path / "x.yaml"), strict=True)
     whole = [s[1] for s in LF["sft-qwen-alpaca_lines-4096"]["samples"]]
     kept = [s[1] for s in LF["sft-qwen-alpaca_lines-96"]["samples"]]
     assert d["template"]["eos_tail_tokens"] == 1
@@ -152,12 +153,12 @@ def test_bad_configs_raise_input_errors(tmp_path):
         P.run(str(cfg), [], opts())
     assert e.value.file.endswith("dataset_info.json")
     # for doctor check: no local dataset_info.json means the data is not local → no data facts
-    assert P.collect({"dataset": "alpaca_en", "dataset_dir": str(tmp_path / "data")}, str(cfg)) is None
-    assert P.collect({"stage": "sft"}, str(cfg)) is None
+    assert collect({"dataset": "alpaca_en", "dataset_dir": str(tmp_path / "data")}, str(cfg)) is None
+    assert collect({"stage": "sft"}, str(cfg)) is None
     bad = tmp_path / "d"
     bad.mkdir()
     (bad / "dataset_info.json").write_text("{ broken")
-    facts = P.collect({"dataset": "x", "dataset_dir": str(bad)}, str(cfg))
+    facts = collect({"dataset": "x", "dataset_dir": str(bad)}, str(cfg))
     assert facts["error"] and facts["problems"][0]["fatal"]
 
 
@@ -206,10 +207,17 @@ def test_cli_json(tok):
 
 
 def test_progress_bars_do_not_change_the_result(tok, capsys):
-    a = P.run(str(CONFIGS / "qwen_lora_sft.yaml"), [f"model_name_or_path={tok['qwen']}"], opts(), cwd=str(ROOT),
-              progress=True)
+    from finetune_doctor.reporters.sections.data import ScanProgress
+
+    bars = ScanProgress()
+    bars.start()
+    try:
+        a = P.run(str(CONFIGS / "qwen_lora_sft.yaml"), [f"model_name_or_path={tok['qwen']}"], opts(), cwd=str(ROOT),
+                  progress=bars.update)
+    finally:
+        bars.stop()
     b = P.run(str(CONFIGS / "qwen_lora_sft.yaml"), [f"model_name_or_path={tok['qwen']}"], opts(), cwd=str(ROOT),
-              progress=False)
+              progress=None)
     strip = lambda d: {k: v for k, v in d.items() if k != "elapsed_s"}  # noqa: E731
     assert strip(a.sections["data"]) == strip(b.sections["data"])
     assert capsys.readouterr().out == ""  # bars go to stderr only
@@ -220,10 +228,10 @@ def test_bad_cutoff_and_broken_tokenizer(tmp_path):
     cfg.write_text(f"dataset: alpaca_lines\ndataset_dir: {FIXTURES}\ncutoff_len: lots\n")
     with pytest.raises(InputError, match="cutoff_len must be a positive integer"):
         P.run(str(cfg), [], opts())
-    assert P.collect({"dataset": "alpaca_lines", "dataset_dir": str(FIXTURES), "cutoff_len": "lots"}, str(cfg)) is None
+    assert collect({"dataset": "alpaca_lines", "dataset_dir": str(FIXTURES), "cutoff_len": "lots"}, str(cfg)) is None
     broken = tmp_path / "model"
     broken.mkdir()
     (broken / "tokenizer.json").write_text("{not json")
-    d = P.collect({"dataset": "alpaca_lines", "dataset_dir": str(FIXTURES), "model_name_or_path": str(broken),
+    d = collect({"dataset": "alpaca_lines", "dataset_dir": str(FIXTURES), "model_name_or_path": str(broken),
                    "template": "qwen"}, str(cfg), strict=True)
     assert d["approximate"] and "could not be loaded" in d["tokenizer"]["reason"]

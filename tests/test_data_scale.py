@@ -62,7 +62,7 @@ def test_workers_give_identical_facts(tmp_path, tok):
 _PEAK = """
 import json, sys
 sys.path.insert(0, {root!r})
-from finetune_doctor.pipeline.data import collect
+from finetune_doctor.analyzers.datascan import collect
 cfg = {{"model_name_or_path": {tok!r}, "dataset": "big", "dataset_dir": {d!r}, "template": "qwen",
        "cutoff_len": 256}}
 f = collect(cfg, {d!r} + "/c.yaml", workers=1, strict=True)

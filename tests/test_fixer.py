@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from finetune_doctor.errors import InputError
-from finetune_doctor.fixer import FixResult, apply_edits, diff_edits
+from finetune_doctor.fixes.edit import FixResult, apply_edits, diff_edits
 from finetune_doctor.readers.yamlcfg import parse_yaml_text
 from finetune_doctor.types import Edit
 

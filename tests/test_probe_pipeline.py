@@ -75,7 +75,7 @@ def test_doctor_probe_gpu_mode_without_a_gpu_is_an_input_error(tmp_path, monkeyp
 
 def test_confirm_between_two_runs():
     from finetune_doctor.hardware.catalog import parse_gpu_spec
-    from finetune_doctor.pipeline.probe import confirm
+    from finetune_doctor.probes.confirm import confirm
 
     arch = ModelArch(name="Qwen2-0.5B", model_type="qwen2", hidden_size=896, num_layers=24, num_heads=14,
                      num_kv_heads=2, intermediate_size=4864, vocab_size=151936, qkv_bias=True, dtype="bfloat16",

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from finetune_doctor.engine.judge import apply_suppressions
 from finetune_doctor.engine.loader import find_rule, load_rules
+from finetune_doctor.engine.suppression import Directive, apply, parse_suppressions, unused
 from finetune_doctor.settings import Options
-from finetune_doctor.suppression import (Directive, apply, apply_suppressions_to_docs, parse_suppressions,
-                                         unused)
 from finetune_doctor.types import Finding, Location
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,7 +69,7 @@ def test_unused_respects_which_rules_ran():
 def test_the_rule_file_is_valid_and_shaped_as_required():
     rule = find_rule(load_rules(), "unused-suppression")
     assert (rule.code, rule.severity, rule.commands, rule.requires) == ("FD099", "warning", ("lint", "check"),
-                                                                       ("suppress",))
+                                                                       ("lint",))
 
 
 def test_apply_to_docs_with_the_engine(tmp_path):
@@ -78,21 +78,21 @@ def test_apply_to_docs_with_the_engine(tmp_path):
     fp32 = Finding("FD101", "accidental-fp32", "error", "precision", "fp32", Location(path, 1, 1, "finetuning_type"))
     ds = Finding("FD201", "x", "error", "deepspeed", "ds", Location(str(tmp_path / "ds.json"), 3, 1, None))
     opts = Options(command="lint")
-    out = apply_suppressions_to_docs([fp32, ds], {path: text}, opts)
+    out = apply_suppressions([fp32, ds], {path: text}, opts, "lint")
     assert [(f.code, f.location.file, f.location.line) for f in out] == [
         ("FD201", str(tmp_path / "ds.json"), 3), ("FD099", path, 2)]
     assert "FD002" in out[1].message and "suppresses nothing" in out[1].message
     # --ignore FD099 (or not selecting it) turns the unused report off; --select without FD002 leaves it unjudged
-    assert [f.code for f in apply_suppressions_to_docs([fp32], {path: text}, Options(command="lint",
-                                                                                    ignore=("FD099",)))] == []
-    assert [f.code for f in apply_suppressions_to_docs([fp32], {path: text},
-                                                       Options(command="lint", select=("FD1", "FD099")))] == []
+    assert [f.code for f in apply_suppressions([fp32], {path: text}, Options(command="lint",
+                                                                            ignore=("FD099",)), "lint")] == []
+    assert [f.code for f in apply_suppressions([fp32], {path: text},
+                                               Options(command="lint", select=("FD1", "FD099")), "lint")] == []
 
 
 def test_unused_finding_can_be_silenced_file_wide(tmp_path):
     path = str(tmp_path / "c.yaml")
     text = "bf16: false  # doctor: ignore[FD002]\n# doctor: ignore-file[FD099]\n"
-    out = apply_suppressions_to_docs([], {path: text}, Options(command="lint"))
+    out = apply_suppressions([], {path: text}, Options(command="lint"), "lint")
     assert out == []
 
 

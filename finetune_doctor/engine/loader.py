@@ -221,10 +221,44 @@ def parse_rule(data: Any, path: str, *, check_expressions: bool = True) -> Rule:
     missing = [s for s in ("what_it_does", "why_bad") if not docs.get(s)]
     if missing:
         raise bad(f"docs need the sections {', '.join(missing)}")
+    if check_expressions:
+        _check_names(data, path)
     return Rule(code=str(data["code"]), name=str(data["name"]), severity=data["severity"],
                 category=data["category"], commands=cmds, message=str(data["message"]).strip(),
                 when=data.get("when"), for_each=data.get("for_each"), requires=tuple(data.get("requires") or ()),
                 location=dict(loc), fix=fix, docs=dict(docs), tags=tuple(data.get("tags") or ()), path=path)
+
+
+def _check_names(data: dict[str, Any], path: str) -> None:
+    """Every namespace in ``requires`` and every fact name in the rule's expressions must be declared
+    (facts/__init__.py); the first that is not is an InputError naming the file and the line it is on."""
+    from finetune_doctor.engine.expr import FUNCTIONS
+    from finetune_doctor.engine.names import check_names, rule_expressions
+    from finetune_doctor.facts import namespaces
+
+    spaces = namespaces()
+    for ns in data.get("requires") or ():
+        if ns not in spaces:
+            raise InputError(f"requires names an unknown fact namespace {ns!r} (known: {', '.join(spaces)})",
+                             file=path, line=_line_of(path, str(ns)))
+    problems = check_names(rule_expressions(data, template_exprs), spaces, FUNCTIONS,
+                           item_from=str(data["for_each"]) if data.get("for_each") else None)
+    if problems:
+        p = problems[0]
+        raise InputError(p.message, file=path, line=_line_of(path, p.name))
+
+
+def _line_of(path: str, name: str) -> int | None:
+    """The first line of the rule file that mentions `name` (its last dotted part as a fallback)."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for needle in (name, name.rsplit(".", 1)[-1]):
+        for i, line in enumerate(lines, 1):
+            if needle in line:
+                return i
+    return None
 
 
 def find_rule(rules: tuple[Rule, ...], ident: str) -> Rule:

@@ -12,14 +12,12 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from finetune_doctor.analyzers.memory import MARGIN
 from finetune_doctor.engine.evaluate import RuleContext, planner
 from finetune_doctor.types import Edit, Fix
 
 MAX_EDITS = 3
 SHOWN = 4
-# A remedy must leave this share of the card free: the estimator's error against published measurements is
-# ~5-10 % (benchmarks/results/memory_accuracy.md), so a fix that lands just under the capacity is no fix.
-MARGIN = 0.05
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,15 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
+from finetune_doctor.facts.config import assemble_config
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Report
 
 
 def parse_sweep(spec: str) -> tuple[str, list[str]]:
+    """``KEY=v1,v2,...`` → (KEY, [v1, v2, ...]); InputError naming the command line otherwise."""
     if "=" not in spec:
         raise InputError(f"--sweep {spec!r} is not KEY=v1,v2,...", file="<command line>")
     key, vals = spec.split("=", 1)
@@ -25,23 +28,22 @@ def parse_sweep(spec: str) -> tuple[str, list[str]]:
 
 
 def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple[str, ...] = ()) -> Report:
-    from finetune_doctor.pipeline.check import build_context, inputs_of, judge, run_summary
-
-    asm = build_context(config, overrides, opts)
-    findings = judge(asm, opts, "estimate")
+    """The estimate of `config` (and of each sweep point). Raises InputError on bad input, including a model
+    that cannot be resolved (nothing to estimate)."""
+    asm = assemble_config(config, overrides, opts)
+    findings = judge("estimate", asm.facts, asm.sources, opts, texts={asm.doc.path: asm.doc.text}, live=asm.live())
     sections: dict[str, Any] = {}
     if asm.memory is not None:
-        sections["breakdown"] = {"moments_gib": asm.memory.details.get("moments_gib"), "phase": asm.memory.phase,
-                                 "first_oom": asm.memory.details.get("first_oom"),
-                                 "params": asm.memory.details.get("params"),
-                                 "tokens_per_micro_batch": asm.memory.details.get("tokens_per_micro_batch")}
+        d = asm.memory.details
+        sections["breakdown"] = {"moments_gib": d.get("moments_gib"), "phase": asm.memory.phase,
+                                 "first_oom": d.get("first_oom"), "params": d.get("params"),
+                                 "tokens_per_micro_batch": d.get("tokens_per_micro_batch")}
     if sweeps:
         axes = [parse_sweep(s) for s in sweeps]
         rows = []
         for combo in itertools.product(*[vals for _, vals in axes]):
             ov = tuple(overrides) + tuple(f"{k}={v}" for (k, _), v in zip(axes, combo))
-            point = build_context(config, ov, opts, hw=asm.hw)
-            m = point.memory
+            m = assemble_config(config, ov, opts, hw=asm.hw).memory
             rows.append({**{k: v for (k, _), v in zip(axes, combo)},
                          "total_gib": None if m is None else round(m.total, 2),
                          "peak_allocated_gib": None if m is None else round(m.peak_allocated, 2),
@@ -49,5 +51,5 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple
                          "fits": None if m is None else m.fits})
         sections["sweep"] = {"keys": [k for k, _ in axes], "rows": rows,
                              "capacity_gib": asm.hw.capacity_gib if asm.hw else None}
-    return Report(command="estimate", inputs=inputs_of(asm), findings=tuple(findings), run=run_summary(asm),
+    return Report(command="estimate", inputs=asm.inputs(), findings=tuple(findings), run=asm.run_summary(),
                   hardware=asm.hw, memory=asm.memory, sections=sections, notes=tuple(asm.notes))

@@ -101,8 +101,7 @@ def run(opts: Any, watch: float | None = None, record: str | None = None, interv
     Raises InputError for bad files, a missing driver without ``--from``, or bad ``--watch``/``--interval``/
     ``--count`` values.
     """
-    from finetune_doctor.engine.evaluate import RuleContext, evaluate
-    from finetune_doctor.engine.loader import load_rules, select_rules
+    from finetune_doctor.engine.judge import judge
 
     if watch is not None and watch <= 0:
         raise InputError("--watch needs a positive number of seconds", file="--watch")
@@ -151,9 +150,7 @@ def run(opts: Any, watch: float | None = None, record: str | None = None, interv
         notes.extend(cfg.notes)
 
     facts = build_facts(samples, cfg=cfg, spec=spec_hw, origin=origin)
-    rules = select_rules(load_rules(getattr(opts, "rules_dirs", ()) or ()), "gpus", _list(opts, "select"),
-                         _list(opts, "ignore"))
-    findings = evaluate(rules, RuleContext(facts={"gpus": facts}, sources=sources))
+    findings = judge("gpus", {"gpus": facts}, sources, opts)
     notes.extend(facts.pop("notes"))
     data = section_data(facts, loop_stats)
     hw = _hardware(samples, spec_hw, record=origin == "file")

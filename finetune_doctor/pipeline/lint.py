@@ -15,9 +15,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
+from finetune_doctor.facts.config import assemble_config, assemble_ds_alone
+from finetune_doctor.fixes import apply_fixes, collect_edits
+from finetune_doctor.fixes.edit import diff_edits
 from finetune_doctor.settings import Options
-from finetune_doctor.types import Finding, Report, SourceDoc
+from finetune_doctor.types import Finding, Report
 
 LF_MARKERS = {"model_name_or_path", "stage", "finetuning_type", "do_train", "template", "dataset", "cutoff_len",
               "lora_target", "per_device_train_batch_size", "output_dir", "adapter_name_or_path"}
@@ -62,23 +66,13 @@ def classify(path: str) -> str | None:
 
 
 def lint_ds_alone(path: str, opts: Options) -> list[Finding]:
-    from finetune_doctor.engine.evaluate import RuleContext, evaluate
-    from finetune_doctor.engine.loader import load_rules, select_rules
-    from finetune_doctor.readers.dsconfig import ds_facts, load_ds_config
-
-    ds = load_ds_config(str(Path(path).resolve()), str(path), None, {}, None, None)
-    facts = {"ds": ds_facts(ds), "cfg": {}, "run": None, "model": None, "hw": None, "mem": None,
-             "lint": {"keys": []}, "data": None, "standalone_ds": True}
-    sources = {"deepspeed": SourceDoc("deepspeed", str(path), dict(getattr(ds, "positions", {}) or {}))}
-    rules = select_rules(load_rules(opts.rules_dirs), "lint", list(opts.select) if opts.select else None,
-                         list(opts.ignore))
-    return evaluate(rules, RuleContext(facts=facts, sources=sources))
+    """The lint findings of a DeepSpeed JSON given on its own."""
+    asm = assemble_ds_alone(path)
+    return judge("lint", asm.facts, asm.sources, opts)
 
 
 def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: bool = False) -> Report:
     """Lint `files`; with `fix`, apply safe (and with `unsafe_fixes`, unsafe) fixes. `diff` shows them instead."""
-    from finetune_doctor.pipeline.check import build_context, judge
-
     findings: list[Finding] = []
     notes: list[str] = []
     linted_ds: set[str] = set()
@@ -89,9 +83,10 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
         if kind != "lf":
             continue
         file_opts = _per_file(opts, f)
-        asm = build_context(f, (), file_opts, static=True)
-        findings.extend(judge(asm, file_opts, "lint"))
-        if asm.ds is not None and getattr(asm.ds, "path", None) and not asm.ctx.extra.get("ds_stock"):
+        asm = assemble_config(f, (), file_opts, static=True)
+        findings.extend(judge("lint", asm.facts, asm.sources, file_opts, texts={asm.doc.path: asm.doc.text},
+                              live=asm.live()))
+        if asm.ds is not None and getattr(asm.ds, "path", None) and not asm.ds_stock:
             linted_ds.add(str(Path(asm.ds.path).resolve()))
             ds_inputs.append(str(asm.ds.path))
     for f, kind in kinds:
@@ -99,8 +94,6 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
             findings.extend(lint_ds_alone(f, _per_file(opts, f)))
     findings.sort(key=Finding.sort_key)
     if fix or unsafe_fixes:
-        from finetune_doctor.pipeline.fixing import apply_fixes
-
         notes.extend(apply_fixes(findings, unsafe=unsafe_fixes))
         # re-lint: report only what is left after the fixes (ruff's behaviour)
         return run(files, opts)
@@ -121,9 +114,6 @@ def diff(files: list[str], opts: Options, *, unsafe_fixes: bool = False) -> tupl
     Returns (diff text, notes for stderr, number of unsafe fixes left out). The diff is raw so that it can be piped
     to ``patch -p0`` or reviewed in CI (ruff's ``--diff``). Raises InputError on unreadable input, as `run`.
     """
-    from finetune_doctor.fixer import diff_edits
-    from finetune_doctor.pipeline.fixing import collect_edits
-
     findings = list(run(files, opts).findings)
     per_file, notes = collect_edits(findings, unsafe_fixes)
     chunks = [d for path, edits in per_file.items() if Path(path).is_file() and (d := diff_edits(path, edits))]

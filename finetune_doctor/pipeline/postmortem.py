@@ -3,7 +3,7 @@ went NaN, from what it left behind.
 
 Flow: find the files a LLaMA-Factory run leaves (`discover`), read each with its reader (readers/logs.py,
 readers/trainer_log.py, readers/tbevents.py), join the run's config when it is known (``--config``, else the
-``training_args.yaml`` LLaMA-Factory's WebUI saves in output_dir) through `pipeline.check.build_context`, build
+``training_args.yaml`` LLaMA-Factory's WebUI saves in output_dir) through facts/config.py, build
 the timeline and the ``ev`` facts (analyzers/timeline.py), and evaluate the rules whose ``commands`` include
 ``postmortem`` over all namespaces (cfg, run, model, hw, mem, ds, ev).
 
@@ -25,10 +25,15 @@ import os
 import re
 from typing import Any
 
+from finetune_doctor.analyzers.timeline import analyze
+from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
 from finetune_doctor.evidence import Evidence, FileEvidence, FileRead
+from finetune_doctor.facts.config import Assembly, assemble_config
+from finetune_doctor.facts.hw import resolve as resolve_hardware
+from finetune_doctor.reporters.plot import draw
 from finetune_doctor.settings import Options
-from finetune_doctor.types import Finding, Hardware, Report, SEVERITY_RANK, SourceDoc
+from finetune_doctor.types import Hardware, Report, SourceDoc
 
 LOG_PATTERNS = ("*.log", "*.out", "*.err", "*.txt", "*.log.gz", "*.txt.gz", "nohup.out", "stdout*", "stderr*")
 NOT_LOGS = {"merges.txt", "vocab.txt", "requirements.txt", "added_tokens.txt", "special_tokens_map.txt",
@@ -273,111 +278,48 @@ def _hardware_from_evidence(ev: Evidence) -> Hardware | None:
     return Hardware(gpu=None, num_gpus=world, capacity_gib=cap, bf16=None, source="log")
 
 
-def _context(config: str | None, opts: Options, hw: Hardware | None, notes: list[str]) -> Any:
-    """The lead's assembly of cfg/run/model/hw/mem/ds for `config`, or None without a config."""
+def _context(config: str | None, opts: Options, hw: Hardware | None, notes: list[str]) -> Assembly | None:
+    """The config-side facts of `config` (facts/config.py, lenient: the run already happened, so a model or a
+    DeepSpeed JSON that no longer resolves narrows the diagnosis instead of stopping it), or None without a config.
+    """
     if not config:
         return None
-    from finetune_doctor.pipeline.check import build_context
-
     placeholder = hw or Hardware(gpu=None, num_gpus=None, capacity_gib=None, bf16=None, source="none")
-    try:
-        try:
-            asm = build_context(config, (), opts, hw=placeholder, need_model=False)
-        except InputError as err:
-            if "DeepSpeed" not in err.message:
-                raise
-            # the DeepSpeed JSON is gone or unreadable: keep the model, run and memory facts without it
-            asm = build_context(config, ("deepspeed=null",), opts, hw=placeholder, need_model=False)
-            from finetune_doctor.readers.yamlcfg import load_config
-
-            original = load_config(config, ()).values.get("deepspeed")
-            if isinstance(asm.ctx.facts.get("cfg"), dict):
-                asm.ctx.facts["cfg"] = {**asm.ctx.facts["cfg"], "deepspeed": original}   # what the YAML says
-            notes.append(f"DeepSpeed config not read ({err}); facts computed without it")
-    except InputError as err:
-        # a config that no longer resolves (a DeepSpeed JSON relative to another working directory, a moved
-        # model) must not stop the postmortem: diagnose from the evidence and the YAML keys alone
-        notes.append(f"config joined only in part ({err}); model, memory and DeepSpeed facts are missing")
-        from finetune_doctor.readers.yamlcfg import load_config
-
-        try:
-            doc = load_config(config, ())
-        except InputError as err2:
-            notes.append(f"config not read: {err2}")
-            return None
-        from finetune_doctor.engine.evaluate import RuleContext
-        from finetune_doctor.pipeline.check import Assembly
-
-        hwf = None if placeholder.source == "none" else {**placeholder.as_dict(), "host_ram_gib": placeholder.host_ram_gib}
-        ctx = RuleContext(facts={"cfg": doc.values, "run": None, "model": None, "mem": None, "ds": None, "hw": hwf},
-                          sources={"config": doc.source()})
-        return Assembly(doc=doc, ctx=ctx, hw=placeholder)
+    asm = assemble_config(config, (), opts, hw=placeholder, need_model=False, lenient=True)
     notes.extend(asm.notes)
     return asm
 
 
-def _rank(rule: Any) -> int:
-    for t in getattr(rule, "tags", ()):
-        if isinstance(t, str) and t.startswith("rank:"):
-            try:
-                return int(t[5:])
-            except ValueError:
-                pass
-    return 100
-
-
-def order_findings(findings: list[Finding], rules: tuple[Any, ...]) -> list[Finding]:
-    """Severity, then the rule's rank tag, then code (module docstring)."""
-    ranks = {r.code: _rank(r) for r in rules}
-    return sorted(findings, key=lambda f: (-SEVERITY_RANK.get(f.severity, 0), ranks.get(f.code, 100), f.code,
-                                           f.location.file or "", f.location.line or 0))
-
-
 def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: str | None = None) -> Report:
     """Diagnose a finished or crashed run; returns the Report (the CLI picks the exit code)."""
-    from finetune_doctor.analyzers.timeline import analyze
-    from finetune_doctor.engine.evaluate import RuleContext, evaluate
-    from finetune_doctor.engine.loader import load_rules, select_rules
-
     ev = collect(run_dir, list(logs or []))
     notes: list[str] = []
     cfg_path = config or ev.saved_args
     if config is None and ev.saved_args:
         notes.append(f"config taken from {ev.saved_args} (the arguments LLaMA-Factory saved in the run directory)")
-    hw = None
-    if opts.gpu:
-        from finetune_doctor.pipeline.check import resolve_hardware
-
-        hw = resolve_hardware(opts, allow_nvml=False)
+    hw = resolve_hardware(opts.gpu, opts.nnodes, allow_nvml=False) if opts.gpu else None
     if hw is None:
         hw = _hardware_from_evidence(ev)
     if cfg_path and not os.path.isfile(cfg_path):
         raise InputError("no such config file", file=cfg_path)
     asm = _context(cfg_path, opts, hw, notes)
     if asm is not None:
-        ctx = asm.ctx
+        facts, sources, live = asm.facts, dict(asm.sources), asm.live()
         hw = asm.hw if asm.hw is not None and asm.hw.source != "none" else hw
     else:
-        facts: dict[str, Any] = {"cfg": None, "run": None, "model": None, "mem": None, "ds": None,
-                                 "hw": None if hw is None else {**hw.as_dict(), "host_ram_gib": hw.host_ram_gib}}
-        ctx = RuleContext(facts=facts, sources={})
-    tl = analyze(ev, ctx.facts)
-    ctx.facts["ev"] = tl.facts
+        facts = {"cfg": None, "run": None, "model": None, "mem": None, "ds": None, "lint": None,
+                 "hw": None if hw is None else {**hw.as_dict(), "host_ram_gib": hw.host_ram_gib}}
+        sources, live = {}, {}
+    tl = analyze(ev, facts)
+    facts["ev"] = tl.facts
     main_log = next((f.read.path for f in ev.files if f.read.kind == "text-log"), None)
-    if main_log and "log" not in ctx.sources:
-        ctx.sources["log"] = SourceDoc("log", main_log)
-    if ev.run_dir and "run_dir" not in ctx.sources:
-        ctx.sources["run_dir"] = SourceDoc("run_dir", ev.run_dir)
-
-    import finetune_doctor.engine.planners  # noqa: F401  (registers oom-remedies for the cuda-oom rule)
-
-    rules = select_rules(load_rules(opts.rules_dirs), "postmortem", list(opts.select) if opts.select else None,
-                         list(opts.ignore))
-    findings = order_findings(evaluate(rules, ctx), rules)
+    if main_log and "log" not in sources:
+        sources["log"] = SourceDoc("log", main_log)
+    if ev.run_dir and "run_dir" not in sources:
+        sources["run_dir"] = SourceDoc("run_dir", ev.run_dir)
+    findings = judge("postmortem", facts, sources, opts, live=live, order="rank")
 
     if plot:
-        from finetune_doctor.plot import draw
-
         draw(tl, plot)
         notes.append(f"plot written to {plot}")
     sections = {"postmortem": section_data(tl), "read": read_data(ev)}
@@ -385,9 +327,7 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
     run_d = None
     memory = None
     if asm is not None:
-        from finetune_doctor.pipeline.check import run_summary
-
-        run_d = run_summary(asm)
+        run_d = asm.run_summary()
         memory = asm.memory
         oom = any(getattr(e, "kind", None) == "oom" for e in tl.events)
         if memory is not None and not oom and not (hw is not None and hw.capacity_gib):
@@ -481,4 +421,4 @@ def section_data(tl: Any) -> dict[str, Any]:
             "restarts": len(f.get("restarts") or [])}
 
 
-__all__ = ["run", "collect", "discover", "read_file", "order_findings", "section_data", "read_data", "downsample"]
+__all__ = ["run", "collect", "discover", "read_file", "section_data", "read_data", "downsample"]

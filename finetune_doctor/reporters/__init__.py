@@ -10,11 +10,11 @@ Reporters never print and never decide exit codes: the CLI writes the string and
 
 from __future__ import annotations
 
-import os
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, Protocol
 
 from finetune_doctor.errors import InputError
+from finetune_doctor.fsutil import display_path  # noqa: F401  (re-exported: the reporters' path rule)
 
 if TYPE_CHECKING:  # pragma: no cover
     from finetune_doctor.types import Report
@@ -60,25 +60,6 @@ def get_reporter(fmt: str, **options: Any) -> Reporter:
 def render(report: "Report", fmt: str, **options: Any) -> str:
     """Render `report` in `fmt` (text|json|sarif|github|concise); see `get_reporter` for the options."""
     return get_reporter(fmt, **options).render(report)
-
-
-def display_path(path: str | None, base: str | None = None) -> str | None:
-    """`path` relative to `base` (default: the working directory) when it lies below it, else unchanged.
-
-    CI annotations and SARIF want repository-relative paths (GitHub relativises against the checkout);
-    a path outside the base stays absolute rather than growing ``../`` chains.
-    """
-    if not path:
-        return path
-    base = base or os.getcwd()
-    try:
-        absolute = os.path.abspath(path)
-        rel = os.path.relpath(absolute, base)
-    except ValueError:  # different drives on Windows
-        return path
-    if rel == os.curdir or rel.startswith(os.pardir + os.sep) or rel == os.pardir:
-        return path
-    return rel.replace(os.sep, "/")
 
 
 def one_line(text: str) -> str:

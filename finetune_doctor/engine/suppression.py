@@ -11,16 +11,15 @@ place these are recognised, so a ``#`` inside a value such as ``run_name: a#b`` 
 comments: it is suppressed through ``per-file-ignores`` in the project configuration only.
 
 A suppression that hides nothing in a run where its rule was evaluated is reported by the rule file
-``rules/unused-suppression.yaml`` (facts namespace ``suppress``: ``unused`` items ``{code, line, file, scope,
-reason, location}``), like ruff's RUF100.
+``rules/unused-suppression.yaml`` (fact ``lint.unused_suppressions``: items ``{code, line, file, scope, reason,
+location}``), like ruff's RUF100. engine/judge.py applies all of this for every command.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 from finetune_doctor.types import Finding
 
@@ -111,7 +110,7 @@ def apply(findings: Iterable[Finding], suppressions: Suppressions) -> tuple[list
 
 def unused(suppressions: Suppressions, used: frozenset[tuple[int, str]], file: str,
            evaluated: Iterable[str] | None = None, known: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    """The suppression codes that hid nothing, as ``suppress.unused`` fact items.
+    """The suppression codes that hid nothing, as ``lint.unused_suppressions`` fact items.
 
     `evaluated`: codes and names of the rules that ran (a suppression of a rule that was not evaluated -- not
     selected, or not part of this command -- cannot be judged and is never reported). `known`: codes and names of
@@ -132,47 +131,3 @@ def unused(suppressions: Suppressions, used: frozenset[tuple[int, str]], file: s
             out.append({"code": code, "line": d.line, "file": file, "scope": d.scope, "reason": reason,
                         "location": {"file": file, "line": d.line, "column": None, "key": None}})
     return out
-
-
-def _same_file(a: str | None, b: str) -> bool:
-    if not a:
-        return False
-    return a == b or os.path.normcase(os.path.abspath(a)) == os.path.normcase(os.path.abspath(b))
-
-
-def apply_suppressions_to_docs(findings: list[Finding], docs: Mapping[str, str], opts: Any) -> list[Finding]:
-    """Apply the suppression comments of each YAML in `docs` ({path: text}) to `findings`, and add the findings
-    of the ``unused-suppression`` rule (when it is selected for ``opts.command``). Returns the findings to report,
-    sorted. Findings in other files (a DeepSpeed JSON) pass through untouched.
-    """
-    parsed = {path: sup for path, sup in ((p, parse_suppressions(t or "")) for p, t in docs.items()) if sup}
-    if not parsed:  # the common case: no suppression comment, nothing to load
-        return list(findings)
-    from finetune_doctor.engine.evaluate import RuleContext, evaluate
-    from finetune_doctor.engine.loader import load_rules, select_rules
-
-    command = getattr(opts, "command", "lint")
-    rules_dirs = tuple(getattr(opts, "rules_dirs", ()) or ())
-    all_rules = load_rules(rules_dirs)
-    selected = select_rules(all_rules, command, list(opts.select) if getattr(opts, "select", None) else None,
-                            list(getattr(opts, "ignore", ()) or ()))
-    evaluated = [r.code for r in selected] + [r.name for r in selected]
-    known = [r.code for r in all_rules] + [r.name for r in all_rules]
-    meta = [r for r in selected if r.name == "unused-suppression"]
-
-    remaining = list(findings)
-    unused_items: list[dict[str, Any]] = []
-    for path, sup in parsed.items():
-        mine = [f for f in remaining if _same_file(f.location.file, path)]
-        others = [f for f in remaining if not _same_file(f.location.file, path)]
-        kept, used = apply(mine, sup)
-        remaining = others + kept
-        unused_items.extend(unused(sup, used, path, evaluated, known))
-    if meta and unused_items:
-        extra = evaluate(tuple(meta), RuleContext(facts={"suppress": {"unused": unused_items}}))
-        for path, sup in parsed.items():  # an unused-suppression finding can itself be suppressed file-wide
-            mine = [f for f in extra if _same_file(f.location.file, path)]
-            kept, _ = apply(mine, Suppressions(tuple(d for d in sup.directives if d.scope == "file")))
-            extra = [f for f in extra if not _same_file(f.location.file, path)] + kept
-        remaining.extend(extra)
-    return sorted(remaining, key=Finding.sort_key)

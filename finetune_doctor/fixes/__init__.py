@@ -1,8 +1,8 @@
 """Apply the fixes of findings to their files: safe ones always, unsafe ones on request, atomically.
 
-Edits are grouped per file and written in one pass per file (readers never write; fixer.py owns the comment- and
-order-preserving write). Two fixes that set the same key to different values conflict: the first (most severe)
-wins and the other is reported, not applied.
+Edits are grouped per file and written in one pass per file (readers never write; fixes/edit.py owns the comment-
+and order-preserving write). Two fixes that set the same key to different values conflict: the first (most
+severe) wins and the other is reported, not applied. Like the reporters, this is the output end of the flow.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def apply_fixes(findings: list[Finding], *, unsafe: bool = False,
 
     `texts` maps a path to the text the findings were computed from: a file that changed since is left alone.
     """
-    from finetune_doctor.fixer import apply_edits
+    from finetune_doctor.fixes.edit import apply_edits
 
     per_file, notes = collect_edits(findings, unsafe)
     for path, edits in per_file.items():

@@ -1,0 +1,196 @@
+"""Every config-side fact namespace of one training config, assembled once per command.
+
+The order follows the data: read the YAML with its overrides (cfg, lint) → the GPUs (hw) → the model's
+architecture → the DeepSpeed JSON (ds) → the run LLaMA-Factory would execute (run, model) → the datasets (data,
+when asked) → the memory estimate (mem). `assemble_config` serves ``check``, ``lint`` (static: no NVML, no data, no
+deepspeed import), ``estimate``, ``probe`` and the config half of ``postmortem`` (lenient: a config that no longer
+resolves does not stop the diagnosis of a run that already happened).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from finetune_doctor.analyzers.memory import estimate
+from finetune_doctor.analyzers.params import count_params
+from finetune_doctor.errors import InputError
+from finetune_doctor.facts import cfg as cfg_facts
+from finetune_doctor.facts import data as data_facts
+from finetune_doctor.facts import ds as ds_facts
+from finetune_doctor.facts import hw as hw_facts
+from finetune_doctor.facts import lint as lint_facts
+from finetune_doctor.facts import mem as mem_facts
+from finetune_doctor.facts import model as model_facts
+from finetune_doctor.facts import run as run_facts
+from finetune_doctor.fsutil import display_path
+from finetune_doctor.readers.yamlcfg import ConfigDoc, load_config
+from finetune_doctor.run import resolve_run
+from finetune_doctor.settings import Options
+from finetune_doctor.types import Hardware, MemoryEstimate, SourceDoc
+
+
+@dataclass
+class Assembly:
+    """What was read and computed for one config: the fact namespaces, the source files, the live objects.
+
+    `facts` maps namespace names to plain values (facts/__init__.py); `sources` maps a role (config, override,
+    deepspeed, model) to the `SourceDoc` read for it. The live objects (`run`, `ds`, `counts`) are what remedy
+    planners and probes re-run the estimator with; they never reach a rule.
+    """
+
+    doc: ConfigDoc
+    facts: dict[str, Any]
+    sources: dict[str, SourceDoc]
+    run: Any = None                # run.Run, when the model is known
+    hw: Hardware | None = None
+    memory: MemoryEstimate | None = None
+    ds: Any = None                 # readers.dsconfig.DSConfig
+    ds_stock: bool = False
+    counts: Any = None             # analyzers.params.ParamCounts
+    notes: list[str] = field(default_factory=list)
+
+    def live(self) -> dict[str, Any]:
+        """The live objects remedy planners need (engine/planners.py)."""
+        return {"run": self.run, "hw": self.hw, "doc": self.doc, "ds": self.ds, "counts": self.counts,
+                "ds_stock": self.ds_stock}
+
+    def run_summary(self) -> dict[str, Any] | None:
+        """The JSON report's ``run`` object (DESIGN.md), None without a resolved model."""
+        if self.run is None:
+            return None
+        return self.run.summary(params_b=self.counts.base / 1e9 if self.counts else None)
+
+    def inputs(self, **extra: Any) -> dict[str, Any]:
+        """The JSON report's ``inputs`` object."""
+        ds = None
+        if self.ds is not None and getattr(self.ds, "path", None) and not self.ds_stock:
+            ds = self.sources["deepspeed"].path if "deepspeed" in self.sources else str(self.ds.path)
+        return {"config": self.doc.path, "deepspeed": ds, "run_dir": None, **extra}
+
+
+def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: Options, *, static: bool = False,
+                    scan_data: bool = False, hw: Hardware | None = None, need_model: bool = True,
+                    validate_ds: bool = False, lenient: bool = False) -> Assembly:
+    """Read `config` with `overrides` and assemble every config-side namespace.
+
+    `static=True` is the lint path: no NVML, no dataset, no deepspeed import; an unresolvable model or a missing
+    DeepSpeed file is then a fact for a rule, not an error. `need_model=False` likewise tolerates an unresolvable
+    model (a note says why). `lenient=True` (postmortem) also reads on past a DeepSpeed JSON that is missing or
+    broken. `hw` replaces hardware resolution (a sweep reuses its first point's). Raises InputError on bad input.
+    """
+    doc = load_config(config, tuple(overrides))
+    sources: dict[str, SourceDoc] = {"config": doc.source()}
+    if doc.overrides:
+        sources["override"] = SourceDoc("override", "<command line>", {k: (1, 1) for k in doc.overrides})
+    facts: dict[str, Any] = {"cfg": cfg_facts.assemble(doc.values), "lint": lint_facts.assemble(doc),
+                             "run": None, "model": None, "hw": None, "mem": None, "ds": None, "data": None}
+    asm = Assembly(doc=doc, facts=facts, sources=sources)
+    asm.hw = hw if hw is not None else hw_facts.resolve(opts.gpu, opts.nnodes, allow_nvml=not static)
+    facts["hw"] = hw_facts.assemble(asm.hw)
+
+    arch = _arch(asm, config, tolerate=static or not need_model or lenient)
+    _deepspeed(asm, arch, tolerate_missing=static or not need_model or lenient, lenient=lenient)
+    if asm.ds is not None and validate_ds and not static:
+        if not ds_facts.validate_with_deepspeed(asm.ds, facts["ds"]):
+            asm.notes.append("--validate-deepspeed: deepspeed is not installed here (pip install deepspeed); "
+                             "only the bundled checks ran")
+
+    if arch is None:
+        facts["run"] = run_facts.assemble(None, doc.values)
+        if scan_data and not static:
+            # without a model the data scan still runs (approximate token counts when no tokenizer is local)
+            facts["data"] = _scan(asm, config)
+        return asm
+
+    def resolve(stack: dict[str, str | None]) -> Any:
+        return resolve_run(doc.values, arch, asm.hw, asm.ds, nnodes=opts.nnodes, stack=stack)
+
+    stack = {"torch": opts.torch_version, "transformers": opts.transformers_version}
+    asm.run = resolve(stack)
+    asm.counts = count_params(asm.run)
+    facts["run"] = run_facts.assemble(asm.run, doc.values)
+    facts["model"] = model_facts.assemble(asm.run, asm.counts)
+    if not static or asm.hw is not None:
+        tokens = None
+        if scan_data and not static:
+            facts["data"] = _scan(asm, config)
+            tokens = (facts["data"] or {}).get("worst_micro_batch_tokens") or None
+        asm.memory = estimate(asm.run, asm.hw, counts=asm.counts, tokens=int(tokens) if tokens else None)
+        alt = mem_facts.older_stack(lambda s: resolve({**stack, **s}), asm.run, asm.hw, asm.counts,
+                                    int(tokens) if tokens else None, torch_given=bool(opts.torch_version),
+                                    optim_given="optim" in doc.values)
+        facts["mem"] = mem_facts.assemble(asm.memory, asm.hw, asm.run, alt)
+    asm.notes.extend(asm.run.notes)
+    return asm
+
+
+def _arch(asm: Assembly, config: str, *, tolerate: bool) -> Any:
+    """The model's architecture, or None (with a note) when the config names none or, if tolerated, it does not
+    resolve. The error of an unresolvable model points at ``model_name_or_path`` of the config."""
+    from finetune_doctor.readers.modelcfg import load_arch
+
+    doc = asm.doc
+    name = doc.values.get("model_name_or_path")
+    if not name:
+        asm.notes.append("model_name_or_path is not set: memory not estimated")
+        return None
+    try:
+        arch, model_src = load_arch(str(name), base_dir=str(Path(config).resolve().parent))
+    except InputError as err:
+        if not tolerate:
+            if err.file is None or err.file == str(name):
+                err = InputError(err.message, file=doc.path, line=doc.line_of("model_name_or_path"))
+            raise err from None
+        asm.notes.append(f"model not resolved: {err.message}")
+        return None
+    if model_src is not None:
+        asm.sources["model"] = model_src
+    return arch
+
+
+def _deepspeed(asm: Assembly, arch: Any, *, tolerate_missing: bool, lenient: bool) -> None:
+    """Read the DeepSpeed JSON the config names into `asm` (ds, ds_stock, facts["ds"], sources["deepspeed"]).
+
+    A path that does not resolve is the ``lint.ds_missing`` fact when tolerated (pre-commit runs from the
+    repository root, not from where the run launches; a postmortem reads a run folder moved since); `lenient` also
+    reads on past a broken JSON, with a note.
+    """
+    doc = asm.doc
+    try:
+        asm.ds, asm.ds_stock = ds_facts.load(doc.values, doc.path, doc.line_of("deepspeed"), asm.hw,
+                                             arch.hidden_size if arch else None, asm.notes,
+                                             overridden="deepspeed" in doc.overrides)
+    except InputError as err:
+        not_found = "not found" in err.message
+        if not ((tolerate_missing and not_found) or lenient):
+            raise
+        if not_found:
+            asm.facts["lint"]["ds_missing"] = ds_facts.missing(doc.values.get("deepspeed"), err)
+        else:
+            asm.notes.append(f"DeepSpeed config not read ({err}); facts computed without it")
+        return
+    asm.facts["ds"] = ds_facts.assemble(asm.ds, asm.ds_stock)
+    if asm.ds is not None and getattr(asm.ds, "path", None) and not asm.ds_stock:
+        asm.sources["deepspeed"] = SourceDoc("deepspeed", display_path(str(asm.ds.path)) or str(asm.ds.path),
+                                             dict(getattr(asm.ds, "positions", {}) or {}))
+
+
+def _scan(asm: Assembly, config: str) -> dict[str, Any] | None:
+    """The ``data`` facts; a config whose datasets are not on this machine gets a note saying so."""
+    data = data_facts.assemble(asm.doc.values, config)
+    if data is None and asm.doc.values.get("dataset"):
+        asm.notes.append("datasets not scanned: their dataset_info.json or files are not on this machine "
+                         "(`doctor data` shows what it looked for)")
+    return data
+
+
+def assemble_ds_alone(path: str) -> Assembly:
+    """The facts of a DeepSpeed JSON linted on its own (``doctor lint ds.json``): ``ds`` and an empty ``lint``."""
+    ds = ds_facts.load_alone(path)
+    doc = ConfigDoc(path=str(path), values={}, positions={})
+    sources = {"deepspeed": SourceDoc("deepspeed", str(path), dict(getattr(ds, "positions", {}) or {}))}
+    facts = {"ds": ds_facts.assemble(ds), "cfg": {}, "run": None, "model": None, "hw": None, "mem": None,
+             "lint": lint_facts.assemble(None), "data": None}
+    return Assembly(doc=doc, facts=facts, sources=sources, ds=ds)

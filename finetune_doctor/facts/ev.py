@@ -1,0 +1,40 @@
+"""``ev``: what a run's leftovers show — logs, trainer_log.jsonl, trainer_state.json, event files, recordings —
+as one timeline and the detector results the postmortem rules judge (analyzers/timeline.py `analyze`).
+
+Each detector field is a mapping (None when the detector found nothing); every ``location`` in it is
+``{file, line, column, key}`` of the evidence line. The detectors' own sub-fields are listed in evidence.py
+("The ``ev`` fact namespace") and are accepted as written.
+"""
+
+from __future__ import annotations
+
+from finetune_doctor.facts.schema import F, Namespace, OPEN
+
+_DETECTORS = {
+    "completed": "the training loop finished", "steps": "first, last, total, logged",
+    "loss": "loss curve summary", "grad_norm": "grad-norm curve summary", "lr": "learning-rate schedule",
+    "first_loss": "the first logged loss against ln(vocab)", "nan": "the first non-finite loss or grad norm",
+    "loss_zero": "loss stuck at 0", "loss_spike": "the first loss spike", "grad_spike": "the first grad-norm spike",
+    "grad_const": "a constant grad norm", "scale": "DeepSpeed's loss-scale trajectory",
+    "amp_skips": "HF AMP skipped steps", "benign_overflow": "overflow messages that are harmless",
+    "fp16": "fp16 in use and what the model was trained in", "lr_high": "a learning rate above the safe range",
+    "oom": "a CUDA out-of-memory error", "nccl": "a collective that timed out or failed",
+    "killed": "a process killed by a signal", "crash": "an exception that ended the run",
+    "attention_warning": "the attention backend warned", "gpus": "per-card memory from a recording",
+    "model": "model facts the logs state", "world": "world size the logs state",
+}
+
+NAMESPACE = Namespace("ev", __doc__.split("\n\n")[0], {
+    **{k: OPEN(v) for k, v in _DETECTORS.items()},
+    "files": F("int", "files read"), "readable": F("int", "files that yielded anything"),
+    "unread": F("list", "paths with problems"), "has_metrics": F("bool", "a loss curve was found"),
+    "loss_spikes": F("int", "loss spikes found"), "grad_spikes": F("int", "grad-norm spikes found"),
+    "restarts": F("list", "resumes and relaunches", items={
+        "step": F("int", "step"), "kind": F("str", "resume | relaunch | session-start"),
+        "detail": F("str", "what was seen"), "location": OPEN("where")}),
+    "zero_stage": F("int", "ZeRO stage from the log, else the DeepSpeed config"),
+    "overlap_comm": F("bool", "overlap_comm from the log, else the DeepSpeed config"),
+    "events": F("list", "the timeline", items={
+        "step": F("int", "step"), "kind": F("str", "DESIGN.md timeline kind"), "detail": F("str", "what happened"),
+        "source": F("str", "file:line")}),
+})

@@ -1,0 +1,67 @@
+"""``hw``: the GPUs a run will use — from ``--gpu``, else from NVML on this machine, else unknown (None).
+
+Fields mirror `types.Hardware`; ``capacity_gib`` is usable device memory per GPU as
+``torch.cuda.get_device_properties().total_memory`` reports it (GiB).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any
+
+from finetune_doctor.facts.schema import F, Namespace
+from finetune_doctor.types import GIB, Hardware
+
+NAMESPACE = Namespace("hw", __doc__.split("\n\n")[0], {
+    "gpu": F("str", "card name as the catalog or NVML names it"),
+    "num_gpus": F("int", "GPUs over all nodes"),
+    "capacity_gib": F("float", "usable memory per GPU, GiB"),
+    "bf16": F("bool", "the card computes in bf16 (Ampere and newer)"),
+    "source": F("str", "flag | nvml | record | log | none"),
+    "compute_capability": F("tuple", "(major, minor)"),
+    "in_use_gib": F("list", "memory already used on each card by other processes, GiB"),
+    "nnodes": F("int", "nodes"),
+    "host_ram_gib": F("float", "host RAM per node, GiB"),
+})
+
+
+def local_ram_gib() -> float | None:
+    """Physical RAM of this machine in GiB (POSIX sysconf), or None where it cannot be read."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def resolve(gpu_spec: str | None, nnodes: int | None, *, allow_nvml: bool = True) -> Hardware | None:
+    """`--gpu` spec, else the cards NVML sees (unless FINETUNE_DOCTOR_NO_NVML=1), else None (unknown).
+
+    Raises InputError for a spec the catalog cannot read (hardware/catalog.py). A broken NVML driver is not an
+    error: a diagnosis that needs no GPU must not stop on it.
+    """
+    if gpu_spec:
+        from finetune_doctor.hardware.catalog import parse_gpu_spec
+
+        return parse_gpu_spec(gpu_spec, nnodes)
+    if not allow_nvml or os.environ.get("FINETUNE_DOCTOR_NO_NVML") == "1":
+        return None
+    from finetune_doctor.hardware.nvml import detect
+
+    try:
+        hw = detect()
+    except Exception:  # noqa: BLE001 - any driver failure means "no GPU seen here"
+        return None
+    if hw is not None and hw.host_ram_gib is None:
+        hw = replace(hw, host_ram_gib=local_ram_gib())   # NVML sees this machine: its RAM is the node's
+    if hw is not None and nnodes and nnodes > 1:
+        hw = replace(hw, nnodes=nnodes, num_gpus=(hw.num_gpus or 1) * nnodes)
+    return hw
+
+
+def assemble(hw: Hardware | None) -> dict[str, Any] | None:
+    """The ``hw`` facts (None when no GPU is known, so that rules requiring ``hw`` are skipped)."""
+    if hw is None:
+        return None
+    return {**hw.as_dict(), "compute_capability": hw.compute_capability, "in_use_gib": list(hw.in_use_gib),
+            "nnodes": hw.nnodes, "host_ram_gib": hw.host_ram_gib}

@@ -1,0 +1,60 @@
+"""``lint``: what is wrong with the keys of a config as written, before anything is resolved.
+
+* ``keys``: one item per key problem of readers/keyschema.py (unknown, renamed, retired, derived, wrong type,
+  invalid value), with the line it is on and whether the value came from a ``key=value`` override;
+* ``ds_missing``: the ``deepspeed:`` path that did not resolve, when the command reads on without it;
+* ``unused_suppressions``: suppression comments that hid nothing (engine/suppression.py), filled by the judge.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from finetune_doctor.facts.schema import LOCATION, F, Namespace
+from finetune_doctor.readers.keyschema import check_keys
+from finetune_doctor.readers.yamlcfg import ConfigDoc
+
+KEY_ITEM = {
+    "key": F("str", "the key as written (dotted for nested keys)"),
+    "kind": F("str", "unknown | renamed | retired | derived | wrong_type | invalid_value | ..."),
+    "message": F("str", "what is wrong, in LLaMA-Factory's or transformers' terms"),
+    "suggestion": F("str", "did-you-mean key, when one is close"),
+    "replacement": F("str", "the key that replaces a renamed/retired one"),
+    "fix": F("str", "short title of the fix"),
+    "fix_value": F("any", "the value the fix writes"),
+    "condition": F("str", "when the problem applies (e.g. a version range)"),
+    "line": F("int", "1-based line of the key in the config"),
+    "override": F("bool", "the value was given as key=value on the command line"),
+}
+UNUSED_ITEM = {
+    "code": F("str", "code or rule name as written in the comment"),
+    "line": F("int", "line of the comment"),
+    "file": F("str", "the file holding the comment"),
+    "scope": F("str", "line | file"),
+    "reason": F("str", "unused | unknown"),
+    "location": LOCATION(),
+}
+
+NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
+    "keys": F("list", "key problems", items=KEY_ITEM),
+    "ds_missing": F("dict", "the deepspeed path that did not resolve", fields={
+        "value": F("str", "the path as written"), "message": F("str", "why it did not resolve")}),
+    "unused_suppressions": F("list", "suppression comments that hid nothing", items=UNUSED_ITEM),
+    "standalone_ds": F("bool", "a DeepSpeed JSON linted on its own, without a training config"),
+})
+
+
+def assemble(doc: ConfigDoc | None) -> dict[str, Any]:
+    """The ``lint`` facts of `doc` (None: a DeepSpeed JSON on its own, no keys to check)."""
+    if doc is None:
+        return {"keys": [], "standalone_ds": True}
+    out = []
+    for p in check_keys(doc.values):
+        d = {k: getattr(p, k, None) for k in ("key", "kind", "message", "suggestion", "replacement_key", "fix",
+                                               "fix_value", "condition")}
+        d["replacement"] = d.pop("replacement_key")
+        d["line"] = doc.line_of(p.key)
+        # a value given as key=value on the command line is judged there, whether or not the file has the key
+        d["override"] = any(k == p.key or k.startswith(p.key + ".") for k in doc.overrides)
+        out.append(d)
+    return {"keys": out}

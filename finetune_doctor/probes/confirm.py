@@ -1,0 +1,353 @@
+"""Confirm fixes by probing: simulate (FakeTensorMode on the CPU) or run (GPU) short steps of the run before and
+after a fix's edits. A confirmation fills ``fix.confirmed`` (DESIGN.md): ``{"by": "simulate", "before_gib": 92.4,
+"after_gib": 61.0}``.
+
+How probe bytes become the DESIGN.md per-GPU total: the probe measures tensors (simulate: the live tensor peak,
+the analogue of ``max_memory_allocated``); the analytic model (analyzers/memory.py) supplies what a tensor probe
+cannot see — DeepSpeed/DDP buffers (``per_gpu.buffers``), the allocator reserve at the estimator's rate, and the
+runtime (CUDA context, cuBLAS, NCCL). total = tensor peak + buffers + reserve·(tensor peak + buffers)/(analytic
+peak) + runtime. A gpu probe measures reserved memory itself, so its total is the measured device-level usage
+(or reserved + runtime when the driver hides usage).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+from typing import Any
+
+from finetune_doctor.errors import InputError, MissingExtra
+from finetune_doctor.settings import Options
+from finetune_doctor.types import GIB, Confirmation, Finding, Hardware
+
+# rule categories whose fixes change memory or numerics (the others change semantics or files only)
+CONFIRMABLE = ("memory", "precision", "deepspeed", "numerics")
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One probe of one run: tensor peak and DESIGN.md total per GPU (GiB), and the raw result."""
+
+    by: str                    # simulate | gpu
+    tensor_gib: float
+    total_gib: float
+    result: Any                # SimResult | GpuResult
+    finite_steps: int | None = None
+
+
+def _need_torch() -> None:
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401  (availability check only)
+    except ImportError:
+        raise MissingExtra("probes", "all") from None
+
+
+def gpu_usable(force: bool) -> bool:
+    import os
+
+    if os.environ.get("FINETUNE_DOCTOR_NO_NVML") == "1":
+        return False
+    try:
+        from finetune_doctor.probes.gpu import free_gpus
+
+        free, busy = free_gpus()
+    except Exception:  # no driver, no NVML: simulate
+        return False
+    return bool(free) and (not busy or force)
+
+
+def overhead(run: Any, hw: Hardware | None, tensor_gib: float) -> tuple[float, dict[str, float]]:
+    """DESIGN.md total per GPU for a tensor peak of `tensor_gib`, with the analytic model's buffers, allocator
+    reserve rate and runtime (module docstring). Returns (total GiB, the parts)."""
+    from finetune_doctor.analyzers.memory import estimate
+
+    est = estimate(run, hw)
+    buffers = est.per_gpu.get("buffers", 0.0)
+    rate = est.details.get("reserve_gib", 0.0) / est.peak_allocated if est.peak_allocated else 0.0
+    runtime = est.details.get("runtime_gib", 0.0)
+    reserve = rate * (tensor_gib + buffers)
+    return tensor_gib + buffers + reserve + runtime, {"buffers": buffers, "reserve": reserve, "runtime": runtime,
+                                                      "analytic_total": est.total,
+                                                      "analytic_peak_allocated": est.peak_allocated}
+
+
+# Simulations are deterministic functions of the ProbeSpec: one process (a test session, `check --probe` with many
+# fixes sharing a run) simulates each spec once.
+_SIMULATED: dict[tuple, Any] = {}
+
+
+def measure(run: Any, hw: Hardware | None, *, mode: str = "simulate", steps: int = 2, force: bool = False,
+            cache: dict | None = None) -> Measured:
+    """Probe `run` (a run.Run) once. `mode` simulate|gpu|auto (auto: gpu when a free GPU is here). `cache` maps
+    ProbeSpec → Measured so a run shared by several fixes is probed once (simulations are also kept for the
+    process)."""
+    from finetune_doctor.probes.spec import spec_from_run
+
+    _need_torch()
+    spec = spec_from_run(run)
+    if mode == "auto":
+        mode = "gpu" if gpu_usable(force) else "simulate"
+    key = (spec, mode, steps)
+    if cache is not None and key in cache:
+        return cache[key]
+    if mode == "simulate" and (spec, steps) in _SIMULATED:
+        res = _SIMULATED[(spec, steps)]
+        total, _ = overhead(run, hw, res.peak_gib)
+        return Measured("simulate", res.peak_gib, total, res)
+    if mode == "gpu":
+        from finetune_doctor.probes.gpu import run_gpu
+        from finetune_doctor.probes.simulate import simulate
+
+        predicted = simulate(spec, steps=2).peak_gib
+        res = run_gpu(spec, steps=max(steps, 2), force=force, predicted_gib=predicted)
+        if res.error:
+            total = float("inf") if res.oom else float("nan")
+            m = Measured("gpu", float("nan"), total, res, 0)
+        else:
+            dev = max((u for u in res.device_used if u is not None), default=None)
+            _, parts = overhead(run, hw, res.peak_allocated_gib)
+            total = dev / GIB if dev is not None else res.peak_reserved_gib + parts["runtime"]
+            m = Measured("gpu", res.peak_allocated_gib, total, res, res.nan_free_steps)
+    else:
+        from finetune_doctor.probes.simulate import simulate
+
+        res = simulate(spec, steps=max(steps, 2))
+        _SIMULATED[(spec, steps)] = res
+        total, _ = overhead(run, hw, res.peak_gib)
+        m = Measured("simulate", res.peak_gib, total, res)
+    if cache is not None:
+        cache[key] = m
+    return m
+
+
+def confirm(run_before: Any, run_after: Any, hw: Hardware | None = None, *, mode: str = "simulate",
+            steps: int = 2, force: bool = False, cache: dict | None = None) -> Confirmation:
+    """Probe the run before and after a fix; GiB per GPU as DESIGN.md `memory.per_gpu_gib.total` counts it.
+
+    The note says whether the fixed run fits `hw` ("fits 79.2" / "still exceeds 79.2") and, for a gpu probe, how
+    many steps had a finite loss and gradient norm.
+    """
+    b = measure(run_before, hw, mode=mode, steps=steps, force=force, cache=cache)
+    a = measure(run_after, hw, mode=mode, steps=steps, force=force, cache=cache)
+    cap = hw.capacity_gib if hw and hw.capacity_gib else None
+    parts = []   # the reporters print by/before/after themselves; the note adds what they cannot know
+    if cap:
+        parts.append(("fits " if a.total_gib <= cap else "still exceeds ") + f"{cap:.1f}")
+    if a.by == "gpu" and getattr(a.result, "error", None):
+        parts.append(a.result.error)
+    return Confirmation(by=a.by, before_gib=_num(b.total_gib), after_gib=_num(a.total_gib),
+                        nan_free_steps=a.finite_steps, note=", ".join(parts) or None)
+
+
+def _num(x: float) -> float | None:
+    return None if x != x else x
+
+
+# ---- fixes → the run after them ------------------------------------------------------------------------
+
+def _set_dotted(d: dict, key: str, value: Any, delete: bool) -> None:
+    parts = key.split(".")
+    for p in parts[:-1]:
+        d = d.setdefault(p, {})
+    if delete:
+        d.pop(parts[-1], None)
+    else:
+        d[parts[-1]] = value
+
+
+def run_after_fix(asm: Any, fix: Any, opts: Options) -> Any:
+    """The Run LLaMA-Factory would execute after `fix`'s edits: the edits are applied to the merged YAML values
+    and the resolved DeepSpeed config, and the run is resolved again (run.resolve_run)."""
+    from finetune_doctor.run import resolve_run
+
+    values = copy.deepcopy(dict(asm.doc.values))
+    ds = asm.ds
+    src = asm.sources
+    cfg_path = src["config"].path if "config" in src else None
+    ds_path = src["deepspeed"].path if "deepspeed" in src else None
+    ds_resolved = copy.deepcopy(ds.resolved) if ds is not None else None
+    reload_ds = False
+    for e in fix.edits:
+        if e.file in ("deepspeed",) or (ds_path and e.file == ds_path) or (
+                ds is not None and getattr(ds, "path", None) and e.file == ds.path):
+            if ds_resolved is None:
+                continue
+            _set_dotted(ds_resolved, e.key, e.value, e.delete)
+        else:
+            if e.file not in (cfg_path, "config", asm.doc.path):
+                continue
+            _set_dotted(values, e.key, e.value, e.delete)
+            reload_ds |= e.key == "deepspeed"
+    if reload_ds:
+        ds = _load_ds_value(values, asm, opts)
+    elif ds is not None and ds_resolved is not None:
+        ds = replace(ds, resolved=ds_resolved) if hasattr(ds, "__dataclass_fields__") else ds
+    arch = asm.run.arch
+    return resolve_run(values, arch, asm.hw, ds, nnodes=opts.nnodes)
+
+
+def _load_ds_value(values: dict, asm: Any, opts: Options) -> Any:
+    value = values.get("deepspeed")
+    if not value:
+        return None
+    from finetune_doctor.facts.ds import stock_ds_file
+    from finetune_doctor.readers.dsconfig import load_ds_config
+
+    world = asm.hw.num_gpus if asm.hw and asm.hw.num_gpus else None
+    hidden = asm.run.arch.hidden_size if asm.run is not None else None
+    try:
+        return load_ds_config(value, asm.doc.path, None, values, world, hidden)
+    except InputError:
+        stock = stock_ds_file(value)
+        if stock is None:
+            raise
+        return load_ds_config(str(stock), asm.doc.path, None, values, world, hidden)
+
+
+def _confirmable(f: Finding) -> bool:
+    return f.fix is not None and bool(f.fix.edits) and f.category in CONFIRMABLE
+
+
+def confirm_findings(asm: Any, findings: list[Finding], opts: Options, *, mode: str = "auto", steps: int = 2,
+                     force: bool = False, cache: dict | None = None) -> list[Finding]:
+    """Fill `fix.confirmed` of every finding whose fix changes memory or numerics (`doctor check --probe`).
+
+    Findings without a resolved run, or whose fix the probe cannot express, get a Confirmation with ``by=None``
+    and a note saying why; probe failures (a model transformers cannot build) become notes, never crashes.
+    """
+    if asm.run is None:
+        return findings
+    cache = {} if cache is None else cache
+    out = []
+    for f in findings:
+        if not _confirmable(f):
+            out.append(f)
+            continue
+        try:
+            after = run_after_fix(asm, f.fix, opts)
+            conf = confirm(asm.run, after, asm.hw, mode=mode, steps=steps, force=force, cache=cache)
+            if f.category in ("numerics", "precision"):
+                conf = _with_numerics(conf, asm, after)
+        except (InputError, MissingExtra) as err:
+            conf = Confirmation(by=None, note=f"not probed: {err}")
+        except Exception as err:  # a probe failure must not hide the diagnosis
+            conf = Confirmation(by=None, note=f"probe failed: {type(err).__name__}: {str(err).splitlines()[0][:160]}")
+        out.append(replace(f, fix=replace(f.fix, confirmed=conf)))
+    return out
+
+
+# Largest model the numerics probe runs on the CPU: a forward in half precision of more than this many parameters
+# takes minutes and tens of GB of RAM on a CPU box.
+NUMERICS_CPU_MAX_PARAMS = 3e9
+
+
+def _with_numerics(conf: Confirmation, asm: Any, after: Any) -> Confirmation:
+    """Precision/numerics fixes: memory is confirmed either way; numerics only with the checkpoint on disk (a
+    forward pass on real samples of the configured data, probes/numerics.py), else the note says why not."""
+    from finetune_doctor.probes.numerics import probe_numerics, weights_on_disk
+
+    path = asm.doc.values.get("model_name_or_path")
+    path = _local_model_dir(str(path), asm) if path else None
+    extra = None
+    if not weights_on_disk(path):
+        extra = "numerics not confirmed: random weights (the checkpoint is not on disk here)"
+    else:
+        before = asm.run.autocast or asm.run.compute_dtype or "float32"
+        fixed = after.autocast or after.compute_dtype or "float32"
+        device = "cuda" if gpu_usable(False) else "cpu"
+        n_params = asm.run.arch.total_params()
+        if device == "cpu" and n_params > NUMERICS_CPU_MAX_PARAMS:
+            extra = (f"numerics not probed: a {n_params / 1e9:.1f}B-parameter forward needs a free GPU "
+                     "(--mode gpu) on this machine")
+        else:
+            batches = sample_batches(asm, path)
+            if before == "float32":
+                res = probe_numerics(path, batches, fixed, "float32", device=device)
+                first = res.passes[0] if res.passes else None
+                extra = res.note if first is None else (
+                    f"numerics: {fixed} forward on {res.samples} real samples is finite everywhere" if
+                    first.first_overflow is None else
+                    f"numerics: {fixed} overflows first in {first.first_overflow} on real samples")
+            else:
+                res = probe_numerics(path, batches, before, fixed, device=device)
+                extra = "numerics: " + res.note
+    return replace(conf, note=(conf.note + "; " if conf.note else "") + extra) if extra else conf
+
+
+def _local_model_dir(name: str, asm: Any) -> str | None:
+    """`model_name_or_path` as a local directory (absolute, or relative to the YAML's directory)."""
+    from pathlib import Path
+
+    for cand in (Path(name), Path(asm.doc.path).resolve().parent / name):
+        if cand.is_dir():
+            return str(cand)
+    return None
+
+
+def sample_batches(asm: Any, model_dir: str, n: int = 4, max_len: int = 512) -> list:
+    """Up to `n` real samples of the configured datasets, tokenized with the checkpoint's tokenizer (the text of
+    each row's string fields joined, LF's template not applied), each a 1×L LongTensor with L ≤ `max_len`
+    (and ≤ cutoff_len). Empty when no dataset row is readable here."""
+    import torch
+
+    from finetune_doctor.readers.datasets import iter_chunks, resolve_datasets
+
+    values = asm.doc.values
+    names = values.get("dataset")
+    names = [x.strip() for x in (names.split(",") if isinstance(names, str) else (names or [])) if x.strip()]
+    if not names:
+        return []
+    from pathlib import Path
+
+    try:
+        specs, _ = resolve_datasets(names, str(values.get("dataset_dir") or "data"),
+                                    config_dir=str(Path(asm.doc.path).resolve().parent))
+    except InputError:
+        return []
+    texts: list[str] = []
+    for spec in specs:
+        if spec.unavailable:
+            continue
+        for ch in iter_chunks(spec, max_rows=n):
+            for row in ch.rows or []:
+                texts.append(_row_text(row))
+        if len(texts) >= n:
+            break
+    texts = [t for t in texts if t.strip()][:n]
+    if not texts:
+        return []
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(model_dir)
+    except Exception:  # no tokenizer files next to the weights
+        return []
+    limit = min(max_len, int(asm.run.seq_len or max_len))
+    return [torch.tensor([tok(t, add_special_tokens=True)["input_ids"][:limit]], dtype=torch.long) for t in texts]
+
+
+def _row_text(row: Any) -> str:
+    if isinstance(row, str):
+        return row
+    if isinstance(row, dict):
+        return "\n".join(_row_text(v) for v in row.values() if v is not None)
+    if isinstance(row, list):
+        return "\n".join(_row_text(v) for v in row)
+    return ""
+
+
+# ---- the probe section of the report --------------------------------------------------------------------------------------
+
+def section_data(run: Any, m: Measured, confirmations: list[tuple[Finding, Confirmation]]) -> dict[str, Any]:
+    """The ``sections["probe"]`` payload: the configured run's probe and each fix's confirmation."""
+    res = m.result
+    d = {"by": m.by, "tensor_gib": round(m.tensor_gib, 3), "total_gib": _num(round(m.total_gib, 3)),
+         "spec": getattr(getattr(res, "spec", None), "describe", lambda: None)(), "result": res.as_dict(),
+         "fixes": [{"code": f.code, "name": f.name, "title": f.fix.title if f.fix else None, **c.as_dict()}
+                   for f, c in confirmations]}
+    if d["spec"] is None:
+        from finetune_doctor.probes.spec import spec_from_run
+
+        d["spec"] = spec_from_run(run).describe()
+    return d
