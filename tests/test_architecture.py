@@ -1,0 +1,180 @@
+"""The house rules of docs/ARCHITECTURE.md, checked on the source: imports point down the data flow, no import
+cycles, no module over 800 lines, no function over 100 lines, no project import hidden behind ImportError.
+
+Imports are read from the syntax tree (module-level and function-level alike), so a lazy import that climbs back
+up the flow fails here too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parent.parent / "finetune_doctor"
+
+# The data flow, bottom up (docs/ARCHITECTURE.md). A module may import its own layer or a lower one.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("__init__", "types", "errors", "fsutil", "projectconfig", "settings", "arch", "evidence"),
+    ("readers", "hardware"),
+    ("run",),
+    ("analyzers",),
+    ("facts",),
+    ("engine", "probes", "reporters", "fixes"),
+    ("pipeline",),
+    ("cli", "__main__"),
+)
+LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
+MAX_MODULE_LINES = 800
+MAX_FUNCTION_LINES = 100
+# Modules being split right now (issue 15), each on its own branch; this list only shrinks.
+NOT_YET_SPLIT = {
+    "finetune_doctor.analyzers.memory", "finetune_doctor.analyzers.timeline", "finetune_doctor.analyzers.tokens",
+    "finetune_doctor.pipeline.gpus", "finetune_doctor.probes.simulate", "finetune_doctor.readers.dsconfig",
+    "finetune_doctor.readers.logs", "finetune_doctor.readers.modelcfg", "finetune_doctor.readers.trainer_log",
+    "finetune_doctor.run",
+}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in sorted(PKG.rglob("*.py")):
+        parts = p.relative_to(PKG.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = p
+    return out
+
+
+MODULES = _modules()
+
+
+def _group(module: str) -> str:
+    parts = module.split(".")
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+def _resolve(target: str) -> str | None:
+    """The project module an import names (``from finetune_doctor.facts import cfg`` names facts.cfg)."""
+    while target and target not in MODULES:
+        target = target.rsplit(".", 1)[0] if "." in target else ""
+    return target or None
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("finetune_doctor"):
+            for a in node.names:
+                tgt = _resolve(f"{node.module}.{a.name}") or _resolve(node.module)
+                if tgt:
+                    out.append((node.lineno, tgt))
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("finetune_doctor"):
+                    tgt = _resolve(a.name)
+                    if tgt:
+                        out.append((node.lineno, tgt))
+    return out
+
+
+GRAPH = {m: _imports(p) for m, p in MODULES.items()}
+
+
+def test_every_top_level_part_has_a_layer():
+    groups = {_group(m) for m in MODULES}
+    assert groups <= set(LAYER_OF), f"give these a layer in LAYERS: {sorted(groups - set(LAYER_OF))}"
+
+
+def test_imports_point_down_the_flow():
+    up = []
+    for mod, imps in GRAPH.items():
+        src = LAYER_OF[_group(mod)]
+        for line, tgt in imps:
+            if tgt == "finetune_doctor" and _group(mod) != "__init__":
+                continue   # the package's version string
+            if LAYER_OF[_group(tgt)] > src:
+                up.append(f"{MODULES[mod].relative_to(PKG.parent)}:{line} imports {tgt}")
+    assert up == []
+
+
+def test_facts_import_only_what_lies_below_them():
+    bad = [f"{m}:{line} -> {t}" for m, imps in GRAPH.items() if _group(m) == "facts"
+           for line, t in imps if LAYER_OF[_group(t)] >= LAYER_OF["facts"] and _group(t) != "facts"]
+    assert bad == []
+
+
+def test_no_pipeline_module_imports_another():
+    bad = [f"{m}:{line} -> {t}" for m, imps in GRAPH.items() if _group(m) == "pipeline"
+           for line, t in imps if _group(t) == "pipeline" and t != m]
+    assert bad == []
+
+
+def test_no_import_cycles():
+    # Tarjan's strongly connected components over module -> module edges
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for _, w in GRAPH.get(v, ()):
+            if w == v or w == "finetune_doctor":
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for m in MODULES:
+        if m not in index:
+            visit(m)
+    assert cycles == []
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_size_limits(module):
+    if module in NOT_YET_SPLIT:
+        pytest.skip("being split on its own branch (issue 15)")
+    path = MODULES[module]
+    text = path.read_text(encoding="utf-8")
+    assert text.count("\n") <= MAX_MODULE_LINES, f"{path.name} has {text.count(chr(10))} lines"
+    long = [f"{n.name} ({n.end_lineno - n.lineno + 1} lines, line {n.lineno})"
+            for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES]
+    assert long == []
+
+
+def test_no_project_import_behind_import_error():
+    hidden = []
+    for mod, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Try):
+                continue
+            catches = any(isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError")
+                          for h in node.handlers)
+            if not catches:
+                continue
+            for stmt in node.body:
+                for sub in ast.walk(stmt):
+                    if isinstance(sub, ast.ImportFrom) and (sub.module or "").startswith("finetune_doctor") \
+                            and mod not in NOT_YET_SPLIT:
+                        hidden.append(f"{path.relative_to(PKG.parent)}:{sub.lineno}")
+    assert hidden == []
