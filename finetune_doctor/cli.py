@@ -20,7 +20,9 @@ FORMATS = ("text", "json", "sarif", "github", "concise")
 
 
 def _fail_input(err: Exception) -> None:
-    click.echo(f"doctor: {err}", err=True)
+    from finetune_doctor.reporters.safe import safe_str
+
+    click.echo(safe_str(f"doctor: {err}"), err=True)
     sys.exit(2)
 
 
@@ -42,8 +44,10 @@ def _guard(fn: Callable) -> Callable:
         except Exception as err:  # an internal error: one line, exit 2 (ruff's convention); debug re-raises
             if os.environ.get("FINETUNE_DOCTOR_DEBUG") == "1":
                 raise
-            click.echo(f"doctor: internal error: {type(err).__name__}: {err} "
-                       "(set FINETUNE_DOCTOR_DEBUG=1 for the traceback)", err=True)
+            from finetune_doctor.reporters.safe import safe_str
+
+            click.echo(safe_str(f"doctor: internal error: {type(err).__name__}: {err} "
+                                "(set FINETUNE_DOCTOR_DEBUG=1 for the traceback)"), err=True)
             sys.exit(2)
 
     return wrapper
@@ -94,7 +98,7 @@ def emit(report: Any, opts: Any) -> None:
         from finetune_doctor.fsutil import atomic_write
 
         atomic_write(opts.output, text)
-    else:
+    elif text:   # a clean run in the concise format prints nothing at all, as flake8 does
         click.echo(text, nl=not text.endswith("\n"))
     sys.exit(exit_code(report, opts.fail_on))
 

@@ -10,9 +10,20 @@ from pathlib import Path
 from finetune_doctor.errors import InputError
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str, text: str, encoding: str = "utf-8") -> None:
-    """Write `text` to `path` atomically, keeping the file's mode when it exists; InputError on OS errors."""
-    target = Path(path)
+    """Write `text` to `path` atomically; InputError on OS errors.
+
+    An existing file keeps its mode; a new file gets 0666 less the umask, as ``open()`` would create it (mkstemp's
+    0600 would hide a report from the rest of a team). A symlink is followed: its target is rewritten and the link
+    stays a link (editors and pre-commit do the same).
+    """
+    target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     directory = target.parent if str(target.parent) else Path(".")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
@@ -21,8 +32,7 @@ def atomic_write(path: str, text: str, encoding: str = "utf-8") -> None:
     try:
         with os.fdopen(fd, "w", encoding=encoding, newline="") as fh:
             fh.write(text)
-        if target.exists():
-            os.chmod(tmp, target.stat().st_mode & 0o7777)
+        os.chmod(tmp, (target.stat().st_mode & 0o7777) if target.exists() else (0o666 & ~_umask()))
         os.replace(tmp, target)
     except OSError as err:
         try:

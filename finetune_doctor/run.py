@@ -7,6 +7,7 @@ where LLaMA-Factory (snapshot ff6d4d1, see reference/llamafactory/LF_FACTS.md) o
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -161,10 +162,43 @@ def _bool(v: Any, default: bool = False) -> bool:
 
 
 def _int(v: Any, default: int) -> int:
-    try:
-        return int(v) if v is not None else default
-    except (TypeError, ValueError):
+    """An integer key's value; `default` when unset or not a number (the key-schema rules report a wrong type)."""
+    if v is None or isinstance(v, bool):
         return default
+    if isinstance(v, float) and not math.isfinite(v):
+        return default
+    try:
+        return int(v)
+    except (TypeError, ValueError, OverflowError):
+        return default
+
+
+class InvalidRunValue(ValueError):
+    """A value the memory model would compute with makes no sense there (a micro batch of -8, cutoff_len 0, an
+    infinite or non-integer size). `key` is the YAML key; the key-schema rules report it as a finding, and no
+    estimate is made from it."""
+
+    def __init__(self, key: str, value: Any, why: str):
+        super().__init__(f"{key}={value!r} {why}")
+        self.key, self.value, self.why = key, value, why
+
+
+# Keys the memory model multiplies by: each must be an integer in [low, high] when set (LLaMA-Factory passes them
+# to transformers' TrainingArguments / the data collator, where 0 or a negative value fails or divides by zero).
+POSITIVE_INT_KEYS = {"per_device_train_batch_size": (1, 1 << 20), "gradient_accumulation_steps": (1, 1 << 20),
+                     "cutoff_len": (1, 1 << 24), "lora_rank": (1, 1 << 16)}
+
+
+def check_sizes(cfg: dict[str, Any]) -> None:
+    """Raise InvalidRunValue for the first key of POSITIVE_INT_KEYS whose value is not an integer in range."""
+    for key, (low, high) in POSITIVE_INT_KEYS.items():
+        v = cfg.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
+            raise InvalidRunValue(key, v, "is not an integer")
+        if not low <= v <= high:
+            raise InvalidRunValue(key, v, f"is outside {low}..{high}")
 
 
 def default_optim(torch_version: tuple[int, int] | None = None) -> str:
@@ -201,8 +235,10 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
     `ds` is a readers.dsconfig.DSConfig (or None); `hw` gives the GPU count per node (world size = GPUs per node ×
     nodes, as ``llamafactory-cli`` launches torchrun with ``--nproc_per_node`` = all visible devices,
     launcher.py:56-134). Unknown hardware → world size 1 unless the DeepSpeed JSON states an explicit
-    train_batch_size from which the world size follows.
+    train_batch_size from which the world size follows. Raises InvalidRunValue for a size the memory model cannot
+    compute with (`check_sizes`).
     """
+    check_sizes(cfg)
     notes: list[str] = []
     stage = str(cfg.get("stage") or "sft")
     ft = str(cfg.get("finetuning_type") or "lora")

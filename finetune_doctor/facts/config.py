@@ -26,7 +26,7 @@ from finetune_doctor.facts import model as model_facts
 from finetune_doctor.facts import run as run_facts
 from finetune_doctor.fsutil import display_path
 from finetune_doctor.readers.yamlcfg import ConfigDoc, load_config
-from finetune_doctor.run import resolve_run
+from finetune_doctor.run import InvalidRunValue, resolve_run
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Hardware, MemoryEstimate, SourceDoc
 
@@ -108,7 +108,13 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
         return resolve_run(doc.values, arch, asm.hw, asm.ds, nnodes=opts.nnodes, stack=stack)
 
     stack = {"torch": opts.torch_version, "transformers": opts.transformers_version}
-    asm.run = resolve(stack)
+    try:
+        asm.run = resolve(stack)
+    except InvalidRunValue as err:
+        # the key rules report the value at its line; nothing is estimated from it
+        asm.notes.append(f"memory not estimated: {err}")
+        facts["run"] = run_facts.assemble(None, doc.values)
+        return asm
     asm.counts = count_params(asm.run)
     facts["run"] = run_facts.assemble(asm.run, doc.values)
     facts["model"] = model_facts.assemble(asm.run, asm.counts)

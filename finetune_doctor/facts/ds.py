@@ -13,7 +13,6 @@ from typing import Any
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts.schema import LOCATION, OPEN, F, Namespace
 from finetune_doctor.readers import dsconfig
-from finetune_doctor.readers.yamlcfg import ConfigDoc
 from finetune_doctor.types import Hardware
 
 PROBLEM_ITEM = {

@@ -12,19 +12,35 @@ from typing import Any
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts.config import assemble_config
+from finetune_doctor.readers.yamlcfg import parse_override
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Report
 
 
+# Each point re-assembles the config (a few milliseconds); a grid this large is a typo, not a question.
+MAX_SWEEP_POINTS = 1000
+
+
 def parse_sweep(spec: str) -> tuple[str, list[str]]:
-    """``KEY=v1,v2,...`` → (KEY, [v1, v2, ...]); InputError naming the command line otherwise."""
+    """``KEY=v1,v2,...`` → (KEY, [v1, v2, ...]).
+
+    Raises InputError naming the command line for a malformed spec or a key no LLaMA-Factory version knows
+    (with the did-you-mean of the key schema): a misspelt key would otherwise give identical rows.
+    """
     if "=" not in spec:
         raise InputError(f"--sweep {spec!r} is not KEY=v1,v2,...", file="<command line>")
     key, vals = spec.split("=", 1)
+    key = key.strip()
     values = [v.strip() for v in vals.split(",") if v.strip()]
-    if not key.strip() or not values:
+    if not key or not values:
         raise InputError(f"--sweep {spec!r} needs a key and at least one value", file="<command line>")
-    return key.strip(), values
+    from finetune_doctor.readers.keyschema import check_keys
+
+    for p in check_keys({key.split(".")[0]: parse_override(f"{key}={values[0]}")[1]}):
+        if p.kind == "unknown":
+            hint = f" ({p.suggestion})" if getattr(p, "suggestion", None) else ""
+            raise InputError(f"--sweep {key}: not a LLaMA-Factory key{hint}", file="<command line>")
+    return key, values
 
 
 def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple[str, ...] = ()) -> Report:
@@ -40,11 +56,16 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple
                                  "tokens_per_micro_batch": d.get("tokens_per_micro_batch")}
     if sweeps:
         axes = [parse_sweep(s) for s in sweeps]
+        points = 1
+        for _, vals in axes:
+            points *= len(vals)
+        if points > MAX_SWEEP_POINTS:
+            raise InputError(f"--sweep grid has {points} points, more than {MAX_SWEEP_POINTS}", file="<command line>")
         rows = []
         for combo in itertools.product(*[vals for _, vals in axes]):
             ov = tuple(overrides) + tuple(f"{k}={v}" for (k, _), v in zip(axes, combo))
             m = assemble_config(config, ov, opts, hw=asm.hw).memory
-            rows.append({**{k: v for (k, _), v in zip(axes, combo)},
+            rows.append({**{k: parse_override(f"{k}={v}")[1] for (k, _), v in zip(axes, combo)},
                          "total_gib": None if m is None else round(m.total, 2),
                          "peak_allocated_gib": None if m is None else round(m.peak_allocated, 2),
                          "host_gib": None if m is None else round(m.host, 2),

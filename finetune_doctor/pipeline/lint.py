@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from finetune_doctor.engine.judge import judge
-from finetune_doctor.errors import InputError
 from finetune_doctor.facts.config import assemble_config, assemble_ds_alone
 from finetune_doctor.fixes import apply_fixes, collect_edits
 from finetune_doctor.fixes.edit import diff_edits
@@ -30,19 +29,27 @@ DS_MARKERS = {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batc
 
 
 def classify(path: str) -> str | None:
-    """'lf' for a LLaMA-Factory config, 'ds' for a DeepSpeed JSON, None for anything else (skipped)."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError("no such file", file=path)
-    suffix = p.suffix.lower()
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except (UnicodeDecodeError, OSError):
-        return None
+    """'lf' for a LLaMA-Factory config, 'ds' for a DeepSpeed JSON, None for anything else (skipped).
+
+    A file is judged by its content after the one decoding every command uses (readers/textfile.py): a file that
+    is an LLaMA-Factory or DeepSpeed config by its keys but is not UTF-8 raises the same InputError `doctor check`
+    raises for it; a file that is neither is not ours to judge. Raises InputError for a path that is missing or not
+    a regular file.
+    """
+    from finetune_doctor.readers.textfile import decode, read_bytes, sniff_text
+
+    data = read_bytes(path)
+    kind = _kind_of_text(sniff_text(data), Path(path).suffix.lower())
+    if kind is not None:
+        decode(data, path, "LLaMA-Factory YAML" if kind == "lf" else "DeepSpeed JSON")
+    return kind
+
+
+def _kind_of_text(text: str, suffix: str) -> str | None:
     if suffix == ".json":
         try:
             data = json.loads(text)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             # a broken JSON that looks like DeepSpeed is reported by the DS reader; others are not ours
             return "ds" if any(f'"{k}"' in text for k in ("zero_optimization", "train_micro_batch_size_per_gpu")) else None
         if isinstance(data, dict):
@@ -57,7 +64,7 @@ def classify(path: str) -> str | None:
                 return "lf"
         return None
     if suffix in (".yaml", ".yml"):
-        keys = {line.split(":", 1)[0].strip() for line in text.splitlines()
+        keys = {line.split(":", 1)[0].strip().lstrip("\ufeff") for line in text.splitlines()
                 if line and not line[0].isspace() and ":" in line and not line.lstrip().startswith("#")}
         if "model_name_or_path" in keys or len(keys & LF_MARKERS) >= 2:
             return "lf"

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from finetune_doctor.errors import InputError
+from finetune_doctor.readers.limits import MAX_DEPTH, MAX_INT_DIGITS, MAX_VALUES, LimitExceeded
 from finetune_doctor.types import SourceDoc
 
 # OmegaConf's float resolver (omegaconf/_utils.py get_yaml_loader): decimals, exponent-only forms, inf and nan.
@@ -84,9 +84,17 @@ def type_scalar(v: Any) -> Any:
     return v
 
 
-def _plain(node: Any, prefix: str, positions: dict[str, tuple[int, int]]) -> Any:
+def _plain(node: Any, prefix: str, positions: dict[str, tuple[int, int]], depth: int = 0,
+           budget: list[int] | None = None) -> Any:
+    """Plain values of ruamel's round-trip tree, under the same limits as the libyaml path (readers/limits.py)."""
     from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
+    budget = [MAX_VALUES] if budget is None else budget
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise LimitExceeded(f"alias expansion exceeds {MAX_VALUES} values (a billion-laughs guard)")
+    if isinstance(node, (CommentedMap, CommentedSeq)) and depth >= MAX_DEPTH:
+        raise LimitExceeded(f"nesting exceeds {MAX_DEPTH} levels")
     if isinstance(node, CommentedMap):
         out = {}
         for k in node:
@@ -97,10 +105,10 @@ def _plain(node: Any, prefix: str, positions: dict[str, tuple[int, int]]) -> Any
                 positions[path] = (line + 1, col + 1)
             except (KeyError, TypeError, AttributeError):
                 pass
-            out[key] = _plain(node[k], path, positions)
+            out[key] = _plain(node[k], path, positions, depth + 1, budget)
         return out
     if isinstance(node, CommentedSeq):
-        return [_plain(x, prefix, positions) for x in node]
+        return [_plain(x, prefix, positions, depth + 1, budget) for x in node]
     return type_scalar(node)
 
 
@@ -127,7 +135,15 @@ def _typed_node(node: Any) -> Any:
     ctor = _CONSTRUCTORS.get(tag)
     if ctor is None:
         return node.value
+    if tag == "tag:yaml.org,2002:int" and len(node.value) > MAX_INT_DIGITS:
+        raise _IntTooLong(len(node.value), node.start_mark.line + 1)
     return ctor(yaml.constructor.SafeConstructor(), node)
+
+
+class _IntTooLong(Exception):
+    def __init__(self, digits: int, line: int | None):
+        super().__init__(digits)
+        self.digits, self.line = digits, line
 
 
 def _ctor_table() -> dict[str, Any]:
@@ -151,16 +167,22 @@ def parse_yaml_text(text: str, path: str) -> tuple[Any, dict[str, tuple[int, int
     """
     from finetune_doctor.readers import yamlnodes
 
-    if yamlnodes.available():
-        try:
-            node = yamlnodes.compose(text)
-            positions: dict[str, tuple[int, int]] = {}
-            return yamlnodes.to_python(node, _typed_node, positions), positions
-        except yamlnodes.ParseError as err:
-            raise InputError(f"malformed YAML: {err.problem}", file=path, line=err.line) from None
-        except yamlnodes.DuplicateKey as err:
-            raise InputError(f"malformed YAML: duplicate key {err.key!r}", file=path, line=err.line) from None
-    return _parse_with_ruamel(text, path)
+    try:
+        if yamlnodes.available():
+            try:
+                node = yamlnodes.compose(text)
+                positions: dict[str, tuple[int, int]] = {}
+                return yamlnodes.to_python(node, _typed_node, positions), positions
+            except yamlnodes.ParseError as err:
+                raise InputError(f"malformed YAML: {err.problem}", file=path, line=err.line) from None
+            except yamlnodes.DuplicateKey as err:
+                raise InputError(f"malformed YAML: duplicate key {err.key!r}", file=path, line=err.line) from None
+        return _parse_with_ruamel(text, path)
+    except LimitExceeded as err:
+        raise InputError(err.what, file=path, line=err.line) from None
+    except _IntTooLong as err:
+        raise InputError(f"an integer of {err.digits} digits exceeds the {MAX_INT_DIGITS}-digit limit", file=path,
+                         line=err.line) from None
 
 
 def _parse_with_ruamel(text: str, path: str) -> tuple[Any, dict[str, tuple[int, int]]]:
@@ -207,25 +229,15 @@ def _set_dotted(d: dict[str, Any], key: str, value: Any) -> None:
 
 
 def load_config(path: str, overrides: tuple[str, ...] | list[str] = ()) -> ConfigDoc:
-    """Read `path` (YAML or JSON) and merge `overrides`; raises InputError for a missing, empty or malformed file.
+    """Read `path` (YAML or JSON; ``-`` is standard input) and merge `overrides`.
 
-    A top-level value that is not a mapping is an input error too: LLaMA-Factory would fail in parse_dict.
+    Raises InputError for a missing, unreadable, non-UTF-8, empty or malformed file (readers/textfile.py decides
+    how a file is read, the same way for every command), for input that breaches readers/limits.py, and for a
+    top-level value that is not a mapping (LLaMA-Factory would fail in parse_dict).
     """
-    p = Path(path)
-    if not p.exists():
-        raise InputError("no such file", file=path)
-    if p.is_dir():
-        raise InputError("is a directory, expected a LLaMA-Factory YAML", file=path)
-    try:
-        raw = p.read_bytes()
-    except OSError as err:
-        raise InputError(f"cannot read: {err.strerror}", file=path) from None
-    if b"\x00" in raw[:4096]:
-        raise InputError("binary file, expected a LLaMA-Factory YAML", file=path)
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise InputError(f"not UTF-8 text (byte {err.start})", file=path) from None
+    from finetune_doctor.readers.textfile import STDIN, read_text
+
+    text = read_text(path, "LLaMA-Factory YAML")
     if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()):
         raise InputError("empty file: no keys", file=path)
     values, positions = parse_yaml_text(text, path)
@@ -237,4 +249,5 @@ def load_config(path: str, overrides: tuple[str, ...] | list[str] = ()) -> Confi
         k, v = parse_override(item)
         ov[k] = v
         _set_dotted(merged, k, v)
-    return ConfigDoc(path=str(path), values=merged, positions=positions, overrides=ov, text=text)
+    return ConfigDoc(path="<stdin>" if path == STDIN else str(path), values=merged, positions=positions,
+                     overrides=ov, text=text)

@@ -4,12 +4,14 @@ libyaml's composer (PyYAML's C binding, ``yaml.compose(..., Loader=CSafeLoader)`
 marks about 20x faster than a pure-Python round-trip parser, which keeps `doctor lint` in pre-commit's budget.
 Values are then typed from the nodes by the caller's rule (OmegaConf's for LLaMA-Factory YAML); positions are
 1-based (line, column) of each key, dotted for nested mappings. Comment- and order-preserving *edits* stay with
-ruamel.yaml (fixer.py). When PyYAML with libyaml is absent, `available()` is False and callers use ruamel.
+ruamel.yaml (fixes/edit.py). When PyYAML with libyaml is absent, `available()` is False and callers use ruamel.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
+
+from finetune_doctor.readers.limits import MAX_DEPTH, MAX_VALUES, LimitExceeded
 
 
 class DuplicateKey(Exception):
@@ -44,37 +46,108 @@ def compose(text: str) -> Any:
         return yaml.compose(text, Loader=yaml.CSafeLoader)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
-        raise ParseError((err.problem or err.context or "malformed YAML").strip(),
+        raise ParseError(" ".join((err.problem or err.context or "malformed YAML").split()),
                          None if mark is None else mark.line + 1) from None
+    except yaml.reader.ReaderError as err:
+        # libyaml's reader knows only a character offset: turn it into the line users see in an editor
+        pos = err.position if isinstance(err.position, int) else 0
+        ch = err.character
+        code = ord(ch) if isinstance(ch, str) and len(ch) == 1 else ch
+        what = f"character U+{code:04X}" if isinstance(code, int) else f"character {ch!r}"
+        raise ParseError(f"{what} is not allowed in YAML ({err.reason})", text[:pos].count("\n") + 1) from None
     except yaml.YAMLError as err:
-        raise ParseError(str(err), None) from None
+        raise ParseError(" ".join(str(err).split()), None) from None
 
 
 def to_python(node: Any, scalar: Callable[[Any], Any], positions: dict[str, tuple[int, int]] | None = None,
               prefix: str = "", allow_duplicates: bool = False) -> Any:
     """Plain Python values of a node tree; `scalar(node)` types each scalar node; key positions go to `positions`.
 
-    Raises DuplicateKey for a repeated key unless `allow_duplicates` (then the last one wins, as json does).
+    Merge keys (``<<: *base``) merge as PyYAML's SafeLoader merges them (constructor.py ``flatten_mapping``), which is
+    what OmegaConf.load does: explicit keys win, and of several merged mappings the first wins. Raises DuplicateKey
+    for a repeated explicit key unless `allow_duplicates` (then the last one wins, as json does), and
+    limits.LimitExceeded for nesting deeper than MAX_DEPTH, more than MAX_VALUES values after alias expansion
+    ("billion laughs") or an alias that contains itself.
     """
-    import yaml
+    return _Walker(scalar, positions, allow_duplicates).value(node, prefix, 0)
 
-    if isinstance(node, yaml.MappingNode):
+
+class _Walker:
+    def __init__(self, scalar: Callable[[Any], Any], positions: dict[str, tuple[int, int]] | None,
+                 allow_duplicates: bool):
+        self.scalar, self.positions, self.dups = scalar, positions, allow_duplicates
+        self.count = 0
+        self.open: set[int] = set()   # ids of the collection nodes being converted: an alias back to one loops
+
+    def value(self, node: Any, prefix: str, depth: int) -> Any:
+        import yaml
+
+        self.count += 1
+        if self.count > MAX_VALUES:
+            raise LimitExceeded(f"alias expansion exceeds {MAX_VALUES} values (a billion-laughs guard)", _line(node))
+        if node is None:
+            return None
+        if not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            return self.scalar(node)
+        if depth >= MAX_DEPTH:
+            raise LimitExceeded(f"nesting exceeds {MAX_DEPTH} levels", _line(node))
+        if id(node) in self.open:
+            raise LimitExceeded("an alias contains itself (a recursive alias)", _line(node))
+        self.open.add(id(node))
+        try:
+            if isinstance(node, yaml.SequenceNode):
+                return [self.value(x, prefix, depth + 1) for x in node.value]
+            return self.mapping(node, prefix, depth)
+        finally:
+            self.open.discard(id(node))
+
+    def mapping(self, node: Any, prefix: str, depth: int) -> dict[str, Any]:
+        import yaml
+
         out: dict[str, Any] = {}
-        for knode, vnode in node.value:
-            key = str(scalar(knode)) if isinstance(knode, yaml.ScalarNode) else str(knode.value)
-            if key in out and not allow_duplicates:
-                raise DuplicateKey(key, knode.start_mark.line + 1)
+        explicit: set[str] = set()
+        for knode, vnode, merged in self._pairs(node, depth):
+            key = str(self.scalar(knode)) if isinstance(knode, yaml.ScalarNode) else str(knode.value)
+            if not merged:
+                if key in explicit and not self.dups:
+                    raise DuplicateKey(key, knode.start_mark.line + 1)
+                explicit.add(key)
             path = f"{prefix}.{key}" if prefix else key
-            if positions is not None:
-                # with duplicates allowed, a key points at its first occurrence (what ruamel's lc reports)
-                positions.setdefault(path, (knode.start_mark.line + 1, knode.start_mark.column + 1))
-            out[key] = to_python(vnode, scalar, positions, path, allow_duplicates)
+            if self.positions is not None:
+                # a key points at its first occurrence (what ruamel's lc reports with duplicates allowed)
+                self.positions.setdefault(path, (knode.start_mark.line + 1, knode.start_mark.column + 1))
+            out[key] = self.value(vnode, path, depth + 1)
         return out
-    if isinstance(node, yaml.SequenceNode):
-        return [to_python(x, scalar, positions, prefix, allow_duplicates) for x in node.value]
-    if node is None:
-        return None
-    return scalar(node)
+
+    def _pairs(self, node: Any, depth: int) -> list[tuple[Any, Any, bool]]:
+        """(key node, value node, came from a merge) in construction order: merged pairs first."""
+        import yaml
+
+        merged: list[tuple[Any, Any, bool]] = []
+        own: list[tuple[Any, Any, bool]] = []
+        for knode, vnode in node.value:
+            if getattr(knode, "tag", None) == "tag:yaml.org,2002:merge":
+                sources = vnode.value if isinstance(vnode, yaml.SequenceNode) else [vnode]
+                batch: list[tuple[Any, Any, bool]] = []
+                for sub in reversed(sources):   # of several merged mappings the first wins
+                    if not isinstance(sub, yaml.MappingNode):
+                        raise LimitExceeded("a merge key (<<) must merge a mapping", _line(sub))
+                    if id(sub) in self.open or depth >= MAX_DEPTH:
+                        raise LimitExceeded("a merge key merges a mapping that contains it", _line(sub))
+                    self.open.add(id(sub))
+                    try:
+                        batch.extend((k, v, True) for k, v, _ in self._pairs(sub, depth + 1))
+                    finally:
+                        self.open.discard(id(sub))
+                merged.extend(batch)
+            else:
+                own.append((knode, vnode, False))
+        return merged + own
+
+
+def _line(node: Any) -> int | None:
+    mark = getattr(node, "start_mark", None)
+    return None if mark is None else mark.line + 1
 
 
 def key_positions(text: str) -> dict[str, tuple[int, int]]:

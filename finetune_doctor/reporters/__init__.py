@@ -58,8 +58,13 @@ def get_reporter(fmt: str, **options: Any) -> Reporter:
 
 
 def render(report: "Report", fmt: str, **options: Any) -> str:
-    """Render `report` in `fmt` (text|json|sarif|github|concise); see `get_reporter` for the options."""
-    return get_reporter(fmt, **options).render(report)
+    """Render `report` in `fmt` (text|json|sarif|github|concise); see `get_reporter` for the options.
+
+    Every string of the report is made terminal-safe first (reporters/safe.py), whatever the format.
+    """
+    from finetune_doctor.reporters.safe import sanitize
+
+    return get_reporter(fmt, **options).render(sanitize(report))
 
 
 def one_line(text: str) -> str:

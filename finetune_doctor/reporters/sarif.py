@@ -167,6 +167,17 @@ def result(f: Finding, rule_index: int, sources: SourceIndex, report: Report) ->
         "message": {"text": f.message},
     }
     path = loc.file or _fallback_file(report)
+    if path and path.startswith("<"):
+        # a value given on the command line (``key=value``) has no file: a logical location names it, and the
+        # physical location falls back to the config file it overrides, so GitHub can still place the result
+        r["locations"] = [{"logicalLocations": [{"name": loc.key or path.strip("<>"),
+                                                  "fullyQualifiedName": f"command-line:{loc.key or ''}",
+                                                  "kind": "parameter"}]}]
+        cfg = _fallback_file(report)
+        if cfg and not cfg.startswith("<"):
+            r["locations"][0]["physicalLocation"] = {"artifactLocation": {"uri": artifact_uri(cfg)},
+                                                     "region": {"startLine": 1}}
+        path = None
     if path:
         phys: dict[str, Any] = {"artifactLocation": {"uri": artifact_uri(path)}}
         # a finding without a line points at the top of its file: GitHub wants a region on every result
