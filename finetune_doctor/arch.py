@@ -1,25 +1,28 @@
 """Model architecture as the memory model needs it, and exact parameter counts from it.
 
-A `ModelArch` is the normalised content of a model's ``config.json`` (readers/modelcfg.py maps each
-``model_type``'s field names onto it). Parameter counts are computed module by module from the shapes that
-transformers builds for a decoder-only LLaMA-style model (``modeling_llama.py``: q/k/v/o projections, a gated
-SwiGLU MLP of gate/up/down, RMSNorm weights, untied or tied embeddings), with the variants the catalog needs:
-attention biases (Qwen1/1.5/2/2.5), a fused qkv (ChatGLM, InternLM2, Baichuan, Phi-3 — same element count),
-LayerNorm with bias, Mixture-of-Experts MLPs with optional shared experts and leading dense layers
-(Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3), DeepSeek-V2's multi-head latent attention, and the four
-norms per layer of Gemma-2/3 and GLM-4-0414.
+A `ModelArch` is the normalised content of a model's ``config.json`` (readers/model/generic.py maps the field
+names of every family onto it). Parameter counts are computed module by module from the shapes transformers
+builds for a decoder-only model (``modeling_llama.py``: q/k/v/o projections, a gated SwiGLU MLP of gate/up/down,
+RMSNorm weights, untied or tied embeddings), with the variants the families need: attention and MLP biases, a
+fused qkv or gate_up (same element count), LayerNorm with bias, multi-head latent attention (DeepSeek-V2/V3),
+Mixture-of-Experts MLPs (routed experts, shared experts, leading dense layers, sparse steps), gated linear
+attention layers (Gated DeltaNet: Qwen3-Next, Qwen3.5), attention sinks (gpt-oss), q/k norms and four norms per
+layer (Gemma-2/3, GLM-4-0414).
 
-Vision towers of multimodal checkpoints are not decoder layers: their parameter counts come from the
-``*_vision_params`` functions at the end of this module and land in `ModelArch.extra_params`.
+Layers come in a few *kinds* (attention kind x dense/MoE MLP). Every per-layer quantity is computed once per kind
+and multiplied by the number of layers of that kind (`layer_groups`), so nothing here costs more for a deeper
+model. Parameters outside the decoder stack (vision tower, projector) are element counts in `extra_params`.
 
-Every count here was checked against ``sum(p.numel())`` of the transformers model built on the meta device
-(tests/test_arch.py) and against the published counts of the bundled catalog (tests/test_modelcfg.py).
+Counts are checked against ``sum(p.numel())`` of the transformers model built on the meta device
+(tests/test_arch.py, tests/test_model_parity.py) and against published counts (tests/test_modelcfg.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from finetune_doctor.quant import QuantSpec
 
 # Canonical names of the linear modules of one decoder layer. LoRA targets are matched against these and
 # against the aliases below (the names each family actually uses in its modeling file).
@@ -29,15 +32,15 @@ MLP_LINEARS = ("gate_proj", "up_proj", "down_proj")
 TARGET_ALIASES: dict[str, tuple[str, ...]] = {
     # fused qkv projections
     "W_pack": ("q_proj", "k_proj", "v_proj"),            # Baichuan / Baichuan2
-    "c_attn": ("q_proj", "k_proj", "v_proj"),            # Qwen(1)
-    "query_key_value": ("q_proj", "k_proj", "v_proj"),   # ChatGLM, Falcon
+    "c_attn": ("q_proj", "k_proj", "v_proj"),            # Qwen(1), GPT-2
+    "query_key_value": ("q_proj", "k_proj", "v_proj"),   # ChatGLM, Falcon, GPT-NeoX
     "wqkv": ("q_proj", "k_proj", "v_proj"),              # InternLM2
     "qkv_proj": ("q_proj", "k_proj", "v_proj"),          # Phi-3
     # attention output
     "dense": ("o_proj",), "wo": ("o_proj",), "o_proj": ("o_proj",),
     # MLP
     "w1": ("gate_proj",), "w3": ("up_proj",), "w2": ("down_proj",),
-    "gate_up_proj": ("gate_proj", "up_proj"),            # Phi-3
+    "gate_up_proj": ("gate_proj", "up_proj"),            # Phi-3, GLM
     "dense_h_to_4h": ("gate_proj", "up_proj"),           # ChatGLM
     "dense_4h_to_h": ("down_proj",),
     "feed_forward.w1": ("gate_proj",), "feed_forward.w3": ("up_proj",), "feed_forward.w2": ("down_proj",),
@@ -45,10 +48,18 @@ TARGET_ALIASES: dict[str, tuple[str, ...]] = {
 for _n in ATTN_LINEARS + MLP_LINEARS:
     TARGET_ALIASES.setdefault(_n, (_n,))
 
+# attention kinds of `ModelArch.layer_types` (transformers' own names) that have no softmax attention
+LINEAR_ATTENTION_TYPES = frozenset({"linear_attention"})
+
 
 @dataclass(frozen=True)
 class Linear:
-    """One linear module of a decoder layer: `count` copies of an `in_features`×`out_features` matrix."""
+    """One linear module of a decoder layer: `count` copies of an `in_features`×`out_features` matrix.
+
+    `targetable` is False for weights that are not ``nn.Linear`` modules in the transformers model (the fused 3-D
+    expert tensors of transformers >= 5): LLaMA-Factory's ``find_all_linear_modules`` does not find them and
+    LoRA cannot wrap them.
+    """
 
     name: str
     in_features: int
@@ -56,6 +67,7 @@ class Linear:
     bias: bool = False
     count: int = 1          # experts: one entry per expert kind, count = number of experts
     expert: bool = False    # routed expert (only `num_experts_per_tok` of them see each token)
+    targetable: bool = True
 
     @property
     def params(self) -> int:
@@ -63,11 +75,60 @@ class Linear:
 
 
 @dataclass(frozen=True)
+class LinearAttention:
+    """Gated DeltaNet layer shapes (transformers ``qwen3_next/modeling_qwen3_next.py`` ``Qwen3NextGatedDeltaNet``,
+    ``qwen3_5/modeling_qwen3_5.py``): `num_k_heads`/`num_v_heads` heads of `k_head_dim`/`v_head_dim`, a depthwise
+    causal conv of `conv_kernel` taps over q, k and v, and `split` when the input projection is four modules
+    (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a: Qwen3.5) instead of two (in_proj_qkvz, in_proj_ba)."""
+
+    num_k_heads: int
+    num_v_heads: int
+    k_head_dim: int
+    v_head_dim: int
+    conv_kernel: int = 4
+    split: bool = False
+
+    def linears(self, h: int) -> list[Linear]:
+        qk, v, nv = self.num_k_heads * self.k_head_dim, self.num_v_heads * self.v_head_dim, self.num_v_heads
+        if self.split:
+            ins = [Linear("in_proj_qkv", h, 2 * qk + v), Linear("in_proj_z", h, v), Linear("in_proj_b", h, nv),
+                   Linear("in_proj_a", h, nv)]
+        else:
+            ins = [Linear("in_proj_qkvz", h, 2 * qk + 2 * v), Linear("in_proj_ba", h, 2 * nv)]
+        return ins + [Linear("out_proj", v, h)]
+
+    def other_params(self) -> int:
+        """conv1d (depthwise, no bias) + dt_bias + A_log + the gated RMSNorm over one value head."""
+        conv_dim = 2 * self.num_k_heads * self.k_head_dim + self.num_v_heads * self.v_head_dim
+        return conv_dim * self.conv_kernel + 2 * self.num_v_heads + self.v_head_dim
+
+
+@dataclass(frozen=True)
+class ExactCounts:
+    """What the transformers model built on the meta device says (readers/model/meta.py): `total` parameters
+    (elements, tied weights once), `vision` (vision tower + projector), `linears` every ``*Linear`` module as
+    ``(qualified name, in_features, out_features)``, `lora_all` what LLaMA-Factory's ``find_all_linear_modules``
+    returns for ``lora_target: all``, `lora_all_modules` the qualified names LoRA then wraps, `experts` the
+    routed-expert parameter layout as ``(qualified name, shape)`` of one layer, `source` the transformers version."""
+
+    total: int
+    vision: int = 0
+    linears: tuple[tuple[str, int, int], ...] = ()
+    lora_all: tuple[str, ...] = ()
+    lora_all_modules: tuple[str, ...] = ()
+    experts: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    composite: bool = False
+    forbidden: tuple[str, ...] = ()
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class ModelArch:
     """Shapes of a decoder-only transformer. Sizes are element counts; `dtype` is the checkpoint dtype.
 
     `source` names where the numbers came from (a config.json path, the HF cache, or the catalog entry's
-    upstream config.json address).
+    upstream config.json address) and `source_kind` which step of the search found it: ``local``,
+    ``model-config``, ``hf-cache``, ``modelscope-cache``, ``openmind-cache``, ``catalog`` or ``hub``.
     """
 
     name: str
@@ -92,6 +153,12 @@ class ModelArch:
     sliding_window: int | None = None   # tokens, when some or all layers use windowed attention
     dtype: str = "bfloat16"             # checkpoint dtype (config.json torch_dtype/dtype)
     max_position_embeddings: int | None = None
+    # per-layer attention kinds, transformers' names ("full_attention", "sliding_attention", "linear_attention");
+    # empty: every layer is softmax attention (windowed everywhere when `sliding_window` is set)
+    layer_types: tuple[str, ...] = ()
+    attn_output_gate: bool = False      # Qwen3-Next / Qwen3.5: q_proj also emits a per-head output gate
+    attention_sinks: bool = False       # gpt-oss: one learned sink logit per head and layer
+    linear_attention: LinearAttention | None = None
     # Mixture of experts
     num_experts: int = 0
     num_experts_per_tok: int = 0
@@ -99,7 +166,10 @@ class ModelArch:
     shared_expert_intermediate_size: int = 0   # total width of the shared expert(s)
     shared_expert_gate: bool = False           # Qwen2-MoE: a 1-output sigmoid gate on the shared expert
     first_k_dense: int = 0                     # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
-    dense_layers: tuple[int, ...] = ()         # other dense layers (Qwen mlp_only_layers)
+    dense_layers: tuple[int, ...] = ()         # other dense layers (Qwen mlp_only_layers, sparse steps)
+    router_bias: bool = False                  # gpt-oss router and experts carry biases
+    experts_fused: bool = False                # experts are 3-D tensors, not nn.Linear (transformers >= 5)
+    router_linear: bool = True                 # the router is an nn.Linear named "gate" (transformers 4.x)
     # DeepSeek-V2 multi-head latent attention
     q_lora_rank: int | None = None
     kv_lora_rank: int | None = None
@@ -110,10 +180,14 @@ class ModelArch:
     extra_params: int = 0
     extra_frozen: bool = True
     extra_parts: tuple[tuple[str, int], ...] = ()   # breakdown of extra_params, e.g. (("vision_tower", n), ...)
+    quant: QuantSpec | None = None             # the checkpoint's quantization_config; None: not quantized
+    exact: ExactCounts | None = None           # counts of the meta-device build, when one ran
     source: str = ""
+    source_kind: str = ""
     published_params: float | None = None      # billions, as the model card states (catalog only)
     notes: str = ""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    _memo: dict[Any, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     # ---- derived shapes --------------------------------------------------------------------------------
     @property
@@ -141,65 +215,139 @@ class ModelArch:
         return self.kv_lora_rank is not None
 
     def is_dense_layer(self, i: int) -> bool:
-        return (not self.is_moe) or i < self.first_k_dense or i in self.dense_layers
+        return (not self.is_moe) or i < self.first_k_dense or i in self._dense_set()
 
-    def attention_linears(self) -> list[Linear]:
+    def _dense_set(self) -> frozenset[int]:
+        if "dense" not in self._memo:
+            self._memo["dense"] = frozenset(self.dense_layers)
+        return self._memo["dense"]
+
+    def attention_kind(self, i: int) -> str:
+        """``linear`` for a linear-attention layer, ``sliding`` for a windowed one, else ``full``."""
+        if self.layer_types and i < len(self.layer_types):
+            t = self.layer_types[i]
+            if t in LINEAR_ATTENTION_TYPES:
+                return "linear"
+            return "sliding" if "sliding" in t else "full"
+        return "sliding" if self.sliding_window else "full"
+
+    def mlp_kind(self, i: int) -> str:
+        """``dense`` or ``moe`` for decoder layer `i`."""
+        return "dense" if self.is_dense_layer(i) else "moe"
+
+    def layer_groups(self) -> tuple[tuple[tuple[str, str], int], ...]:
+        """Layer kinds and how many layers of each: ``(((attention_kind, mlp_kind), count), ...)``, in order of
+        first appearance. Built from counts, not by walking the layers (except an explicit `layer_types` list,
+        which is as long as the config that holds it)."""
+        if "groups" in self._memo:
+            return self._memo["groups"]
+        L = self.num_layers
+        dense = {i for i in self._dense_set() if 0 <= i < L} | set(range(min(self.first_k_dense, L)))
+        counts: dict[tuple[str, str], int] = {}
+        if self.layer_types:
+            for i in range(L):
+                k = (self.attention_kind(i), "dense" if (not self.is_moe or i in dense) else "moe")
+                counts[k] = counts.get(k, 0) + 1
+        else:
+            a = self.attention_kind(0)
+            n_dense = L if not self.is_moe else len(dense)
+            for k, n in (((a, "dense"), n_dense), ((a, "moe"), L - n_dense)):
+                if n:
+                    counts[k] = n
+        groups = tuple(counts.items())
+        self._memo["groups"] = groups
+        return groups
+
+    def _kind(self, i: int) -> tuple[str, str]:
+        return self.attention_kind(i), self.mlp_kind(i)
+
+    def attention_linears(self, kind: str = "full") -> list[Linear]:
         h, hd = self.hidden_size, self.hd
+        if kind == "linear" and self.linear_attention is not None:
+            return self.linear_attention.linears(h)
         if self.mla:
             qk_head = (self.qk_nope_head_dim or 0) + (self.qk_rope_head_dim or 0)
             out: list[Linear] = []
             if self.q_lora_rank:
-                out += [Linear("q_a_proj", h, self.q_lora_rank), Linear("q_b_proj", self.q_lora_rank, self.num_heads * qk_head)]
+                out += [Linear("q_a_proj", h, self.q_lora_rank),
+                        Linear("q_b_proj", self.q_lora_rank, self.num_heads * qk_head)]
             else:
                 out.append(Linear("q_proj", h, self.num_heads * qk_head))
             out += [
                 Linear("kv_a_proj_with_mqa", h, self.kv_lora_rank + (self.qk_rope_head_dim or 0)),
                 Linear("kv_b_proj", self.kv_lora_rank,
                        self.num_heads * ((self.qk_nope_head_dim or 0) + (self.v_head_dim or hd))),
-                Linear("o_proj", self.num_heads * (self.v_head_dim or hd), h),
+                Linear("o_proj", self.num_heads * (self.v_head_dim or hd), h, self.o_bias),
             ]
             return out
+        q_out = self.num_heads * hd * (2 if self.attn_output_gate else 1)
         return [
-            Linear("q_proj", h, self.num_heads * hd, self.qkv_bias),
+            Linear("q_proj", h, q_out, self.qkv_bias),
             Linear("k_proj", h, self.num_kv_heads * hd, self.qkv_bias),
             Linear("v_proj", h, self.num_kv_heads * hd, self.qkv_bias),
             Linear("o_proj", self.num_heads * hd, h, self.o_bias),
         ]
 
-    def _mlp(self, width: int, count: int = 1, expert: bool = False, prefix: str = "") -> list[Linear]:
+    def _mlp(self, width: int, count: int = 1, expert: bool = False, prefix: str = "",
+             bias: bool | None = None) -> list[Linear]:
         h = self.hidden_size
+        b = self.mlp_bias if bias is None else bias
+        t = not (expert and self.experts_fused)
         if self.gated_mlp:
-            return [Linear(prefix + "gate_proj", h, width, self.mlp_bias, count, expert),
-                    Linear(prefix + "up_proj", h, width, self.mlp_bias, count, expert),
-                    Linear(prefix + "down_proj", width, h, self.mlp_bias, count, expert)]
-        return [Linear(prefix + "up_proj", h, width, self.mlp_bias, count, expert),
-                Linear(prefix + "down_proj", width, h, self.mlp_bias, count, expert)]
+            return [Linear(prefix + "gate_proj", h, width, b, count, expert, t),
+                    Linear(prefix + "up_proj", h, width, b, count, expert, t),
+                    Linear(prefix + "down_proj", width, h, b, count, expert, t)]
+        return [Linear(prefix + "up_proj", h, width, b, count, expert, t),
+                Linear(prefix + "down_proj", width, h, b, count, expert, t)]
 
-    def mlp_linears(self, layer: int) -> list[Linear]:
-        if self.is_dense_layer(layer):
+    def _mlp_linears_kind(self, mlp: str) -> list[Linear]:
+        if mlp == "dense":
             return self._mlp(self.intermediate_size)
-        out = self._mlp(self.moe_intermediate_size or self.intermediate_size, self.num_experts, True, "experts.")
+        out = self._mlp(self.moe_intermediate_size or self.intermediate_size, self.num_experts, True, "experts.",
+                        bias=self.mlp_bias or self.router_bias)
         if self.shared_expert_intermediate_size:
             out += self._mlp(self.shared_expert_intermediate_size, 1, False, "shared_experts.")
+        if self.shared_expert_gate:
+            out.append(Linear("shared_expert_gate", self.hidden_size, 1))
         return out
 
-    def layer_linears(self, layer: int) -> list[Linear]:
-        return self.attention_linears() + self.mlp_linears(layer)
+    def mlp_linears(self, layer: int) -> list[Linear]:
+        return list(self._kind_linears(("full", self.mlp_kind(layer)))[1])
 
-    def layer_other_params(self, layer: int) -> int:
-        """Non-linear parameters of one layer: norms, router, MLA norms, q/k norms."""
+    def _kind_linears(self, kind: tuple[str, str]) -> tuple[tuple[Linear, ...], tuple[Linear, ...]]:
+        key = ("lin", kind)
+        if key not in self._memo:
+            self._memo[key] = (tuple(self.attention_linears(kind[0])), tuple(self._mlp_linears_kind(kind[1])))
+        return self._memo[key]
+
+    def kind_linears(self, kind: tuple[str, str]) -> list[Linear]:
+        """Linear modules of one layer of `kind` (see `layer_groups`)."""
+        att, mlp = self._kind_linears(kind)
+        return list(att + mlp)
+
+    def layer_linears(self, layer: int) -> list[Linear]:
+        return self.kind_linears(self._kind(layer))
+
+    def kind_other_params(self, kind: tuple[str, str]) -> int:
+        """Non-linear parameters of one layer of `kind`: norms, router, MLA norms, q/k norms, sinks, conv."""
         h = self.hidden_size
         per_norm = h * (2 if self.norm == "layernorm" else 1)
         n = self.layer_norms * per_norm
-        if self.qk_norm:
-            n += 2 * self.hd
-        if self.mla:
-            n += self.kv_lora_rank + (self.q_lora_rank or 0)
-        if not self.is_dense_layer(layer):
-            n += self.num_experts * h  # router
-            if self.shared_expert_gate:
-                n += h
+        if kind[0] == "linear" and self.linear_attention is not None:
+            n += self.linear_attention.other_params()
+        else:
+            if self.qk_norm:
+                n += 2 * self.hd
+            if self.mla:
+                n += self.kv_lora_rank + (self.q_lora_rank or 0)
+            if self.attention_sinks:
+                n += self.num_heads
+        if kind[1] == "moe":
+            n += self.num_experts * h + (self.num_experts if self.router_bias else 0)  # router
         return n
+
+    def layer_other_params(self, layer: int) -> int:
+        return self.kind_other_params(self._kind(layer))
 
     # ---- parameter counts ------------------------------------------------------------------------------
     def embedding_params(self) -> int:
@@ -208,35 +356,48 @@ class ModelArch:
     def lm_head_params(self) -> int:
         return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
 
+    def kind_params(self, kind: tuple[str, str]) -> int:
+        key = ("params", kind)
+        if key not in self._memo:
+            self._memo[key] = sum(lin.params for lin in self.kind_linears(kind)) + self.kind_other_params(kind)
+        return self._memo[key]
+
     def layer_params(self, layer: int) -> int:
-        return sum(lin.params for lin in self.layer_linears(layer)) + self.layer_other_params(layer)
+        return self.kind_params(self._kind(layer))
+
+    def layers_params(self) -> int:
+        """All decoder layers together (elements)."""
+        return sum(n * self.kind_params(k) for k, n in self.layer_groups())
 
     def final_norm_params(self) -> int:
         return self.hidden_size * (2 if self.norm == "layernorm" else 1) if self.final_norm else 0
 
     def total_params(self) -> int:
-        """All parameters, counted once (tied embeddings once), including `extra_params`."""
+        """All parameters, counted once (tied embeddings once), including `extra_params`; the meta-device
+        build's count when one ran (`exact`)."""
+        if self.exact is not None:
+            return self.exact.total
         return (self.embedding_params() + self.lm_head_params() + self.final_norm_params() + self.extra_params
-                + sum(self.layer_params(i) for i in range(self.num_layers)))
+                + self.layers_params())
 
     def active_params(self) -> int:
         """Parameters one token passes through (MoE: `num_experts_per_tok` routed experts)."""
-        if not self.is_moe:
-            return self.total_params()
         total = self.total_params()
-        for i in range(self.num_layers):
-            for lin in self.mlp_linears(i):
+        if not self.is_moe:
+            return total
+        for k, n in self.layer_groups():
+            for lin in self._kind_linears(k)[1]:
                 if lin.expert:
-                    total -= lin.params - lin.params // lin.count * self.num_experts_per_tok
+                    total -= n * (lin.params - lin.params // lin.count * self.num_experts_per_tok)
         return total
 
     def largest_layer_params(self) -> int:
         """Largest single parameter-holding module (elements): embeddings or one decoder layer."""
         return max([self.embedding_params(), self.lm_head_params()]
-                   + [self.layer_params(i) for i in range(self.num_layers)])
+                   + [self.kind_params(k) for k, _ in self.layer_groups()])
 
     def with_layers(self, n: int) -> "ModelArch":
-        return replace(self, num_layers=n)
+        return replace(self, num_layers=n, layer_types=self.layer_types[:n] if self.layer_types else (), exact=None)
 
     def non_embedding_params(self) -> int:
         """`total_params` minus input embeddings and an untied lm_head (the Qwen model cards' "Non-Embedding")."""
@@ -245,100 +406,15 @@ class ModelArch:
     def breakdown(self) -> dict[str, int]:
         """Parameter counts by part (elements): embedding, lm_head, layers, final_norm, and each `extra_parts`."""
         out = {"embedding": self.embedding_params(), "lm_head": self.lm_head_params(),
-               "layers": sum(self.layer_params(i) for i in range(self.num_layers)),
-               "final_norm": self.final_norm_params()}
+               "layers": self.layers_params(), "final_norm": self.final_norm_params()}
         if self.extra_parts:
             out.update(dict(self.extra_parts))
         elif self.extra_params:
             out["extra"] = self.extra_params
         return out
 
-
-# ---- vision towers of multimodal checkpoints -----------------------------------------------------------
-# Each function takes the checkpoint's ``vision_config`` dict (config.json field names) and returns element
-# counts. Shapes follow the transformers modules named in each docstring; tests/test_arch.py checks every
-# function against ``sum(p.numel())`` of those modules built on the meta device.
-
-def _linear(i: int, o: int, bias: bool = True) -> int:
-    return i * o + (o if bias else 0)
-
-
-def siglip_vision_params(vc: dict[str, Any]) -> int:
-    """SigLIP vision encoder (transformers ``siglip/modeling_siglip.py`` ``SiglipVisionTransformer``).
-
-    Patch conv with bias, learned position embeddings for ``(image_size // patch_size)**2`` patches, pre-LN
-    encoder layers (LayerNorm with bias, q/k/v/out with bias, fc1/fc2 MLP with bias), a post LayerNorm and,
-    when ``vision_use_head`` (default true), the attention-pooling head. Gemma-3 sets ``vision_use_head: false``.
-    """
-    e, i = int(vc.get("hidden_size", 768)), int(vc.get("intermediate_size", 3072))
-    layers = int(vc.get("num_hidden_layers", 12))
-    c, p, size = int(vc.get("num_channels", 3)), int(vc.get("patch_size", 16)), int(vc.get("image_size", 224))
-    n = c * p * p * e + e + (size // p) ** 2 * e
-    per_layer = 2 * 2 * e + 4 * _linear(e, e) + _linear(e, i) + _linear(i, e)
-    n += layers * per_layer + 2 * e
-    if vc.get("vision_use_head", True):
-        n += e + _linear(e, 3 * e) + _linear(e, e) + 2 * e + _linear(e, i) + _linear(i, e)
-    return n
-
-
-def qwen2_vl_vision_params(vc: dict[str, Any]) -> int:
-    """Qwen2-VL ViT with its patch merger (transformers ``qwen2_vl/modeling_qwen2_vl.py``
-    ``Qwen2VisionTransformerPretrainedModel``).
-
-    ``embed_dim`` is the ViT width and ``hidden_size`` the language model width the merger projects to.
-    Conv3d patch embedding without bias over ``temporal_patch_size x patch_size^2`` pixels; blocks of
-    LayerNorm(+bias), fused qkv with bias, proj with bias, fc1/fc2 MLP (``mlp_ratio``) with bias; merger =
-    LayerNorm(embed_dim) then Linear(m^2 E, m^2 E) and Linear(m^2 E, hidden_size), both with bias.
-    """
-    e = int(vc.get("embed_dim", 1280))
-    out = int(vc.get("hidden_size", 3584))
-    r = int(round(float(vc.get("mlp_ratio", 4)) * e))
-    depth = int(vc.get("depth", 32))
-    c = int(vc.get("in_channels", vc.get("in_chans", 3)))
-    p, t = int(vc.get("patch_size", 14)), int(vc.get("temporal_patch_size", 2))
-    m2 = int(vc.get("spatial_merge_size", 2)) ** 2
-    n = c * t * p * p * e
-    n += depth * (2 * 2 * e + _linear(e, 3 * e) + _linear(e, e) + _linear(e, r) + _linear(r, e))
-    n += 2 * e + _linear(m2 * e, m2 * e) + _linear(m2 * e, out)
-    return n
-
-
-def qwen2_5_vl_vision_params(vc: dict[str, Any]) -> int:
-    """Qwen2.5-VL window-attention ViT with merger (transformers ``qwen2_5_vl/modeling_qwen2_5_vl.py``).
-
-    Same layout as Qwen2-VL but with RMSNorm (weight only), a gated SiLU MLP of gate/up/down with bias and
-    width ``intermediate_size``; the ViT width is ``hidden_size`` and the merger output ``out_hidden_size``.
-    """
-    e, i = int(vc.get("hidden_size", 1280)), int(vc.get("intermediate_size", 3420))
-    out = int(vc.get("out_hidden_size", 3584))
-    depth = int(vc.get("depth", 32))
-    c = int(vc.get("in_channels", vc.get("in_chans", 3)))
-    p, t = int(vc.get("patch_size", 14)), int(vc.get("temporal_patch_size", 2))
-    m2 = int(vc.get("spatial_merge_size", 2)) ** 2
-    n = c * t * p * p * e
-    n += depth * (2 * e + _linear(e, 3 * e) + _linear(e, e) + 2 * _linear(e, i) + _linear(i, e))
-    n += e + _linear(m2 * e, m2 * e) + _linear(m2 * e, out)
-    return n
-
-
-def qwen3_vl_vision_params(vc: dict[str, Any]) -> int:
-    """Qwen3-VL ViT with merger and DeepStack mergers (transformers ``qwen3_vl/modeling_qwen3_vl.py``).
-
-    Conv3d patch embedding with bias, learned position embeddings (``num_position_embeddings``), blocks of
-    LayerNorm(+bias), qkv/proj with bias and a fc1/fc2 MLP with bias; the final merger normalises the ViT
-    width before the 2x2 shuffle, each of the ``len(deepstack_visual_indexes)`` DeepStack mergers normalises
-    after it (LayerNorm over m^2 E).
-    """
-    e, i = int(vc.get("hidden_size", 1152)), int(vc.get("intermediate_size", 4304))
-    out = int(vc.get("out_hidden_size", 3584))
-    depth = int(vc.get("depth", 27))
-    c = int(vc.get("in_channels", 3))
-    p, t = int(vc.get("patch_size", 16)), int(vc.get("temporal_patch_size", 2))
-    m2 = int(vc.get("spatial_merge_size", 2)) ** 2
-    npos = int(vc.get("num_position_embeddings", 2304))
-    n = c * t * p * p * e + e + npos * e
-    n += depth * (2 * 2 * e + _linear(e, 3 * e) + _linear(e, e) + _linear(e, i) + _linear(i, e))
-    mlp = _linear(m2 * e, m2 * e) + _linear(m2 * e, out)
-    n += 2 * e + mlp
-    n += len(vc.get("deepstack_visual_indexes", [8, 16, 24]) or []) * (2 * m2 * e + mlp)
-    return n
+    def layer_summary(self) -> list[dict[str, Any]]:
+        """Per-kind layer facts for reports and the memory model: one dict per kind with ``attention``
+        (full/sliding/linear), ``mlp`` (dense/moe), ``count`` (layers), ``params`` (elements per layer)."""
+        return [{"attention": k[0], "mlp": k[1], "count": n, "params": self.kind_params(k)}
+                for k, n in self.layer_groups()]

@@ -52,6 +52,13 @@ class Run:
     quantization_method: str | None = None
     double_quantization: bool = True
     ptq_method: str | None = None         # quantization_config.quant_method of a pre-quantized checkpoint
+    ptq_bits: float | None = None         # bits per quantized weight element of that checkpoint
+    ptq_format: str | None = None         # e.g. "awq 4-bit g128", "fp8 8-bit block 128x128"
+    ptq_dequantized: bool = False         # LF loads it with dequantize=True (MXFP4, FP8) and trains it unquantized
+    ptq_lora_only: bool = False           # LF trains only LoRA/OFT on it (adapter.py:330-335)
+    quantization_bit_ignored: bool = False  # quantization_bit set on a PTQ checkpoint: LF ignores it
+    quantization_unknown: bool = False    # the name suggests a quantized checkpoint but no config says how
+    linear_weight_bytes: float | None = None  # stored bytes per decoder-linear parameter of a PTQ checkpoint
     upcast_layernorm: bool = False
     upcast_lmhead_output: bool = False
     # adapters / trainable set
@@ -105,7 +112,9 @@ class Run:
 
     @property
     def quantized(self) -> bool:
-        return self.quantization_bit is not None or self.ptq_method is not None
+        """Frozen weights stay quantized on the GPU (on-the-fly bitsandbytes/HQQ/EETQ, or a PTQ checkpoint that
+        LLaMA-Factory does not dequantize)."""
+        return self.quantization_bit is not None or (self.ptq_method is not None and not self.ptq_dequantized)
 
     @property
     def global_batch(self) -> int:
@@ -275,11 +284,12 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
                 notes.append(f"world size {world} taken from the DeepSpeed train_batch_size")
 
     # Quantization (LF model_utils/quantization.py:86-227): a PTQ checkpoint wins over quantization_bit.
-    qcfg = (arch.raw or {}).get("quantization_config") or {}
-    ptq = qcfg.get("quant_method") if qcfg else None
-    qbit = None if ptq else (cfg.get("quantization_bit") if cfg.get("quantization_bit") is not None else None)
-    qbit = _int(qbit, 0) or None
+    from finetune_doctor.quant import resolve_quantization
+
+    qz = resolve_quantization(arch, cfg.get("quantization_bit"), cfg.get("quantization_method"))
+    ptq, qbit = qz["ptq_method"], qz["quantization_bit"]
     qmethod = str(cfg.get("quantization_method") or "bnb") if qbit else None
+    notes.extend(qz["notes"])
 
     # compute dtype (parser.py:640-643, patcher.py:375-379 + extras/misc.py:241-248)
     ckpt = arch.dtype or "float32"
@@ -297,7 +307,7 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
     use_badam = _bool(cfg.get("use_badam"))
     # trainable params upcast to fp32 unless pure_bf16 / badam, or ZeRO-3 without quantization (adapter.py:337-349)
     zero3 = ds is not None and zero_stage == 3
-    if pure_bf16 or use_badam or (zero3 and qbit is None and ptq is None):
+    if pure_bf16 or use_badam or (zero3 and qbit is None and (ptq is None or qz["ptq_dequantized"])):
         trainable_dtype = ckpt
     else:
         trainable_dtype = "float32"
@@ -305,9 +315,8 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
     if qbit:
         weights_dtype = {4: "nf4" if str(cfg.get("quantization_type") or "nf4") == "nf4" else "fp4", 8: "int8"}.get(
             qbit, f"int{qbit}")
-    elif ptq:
-        bits = qcfg.get("bits") or qcfg.get("w_bit") or 4
-        weights_dtype = "float8" if ptq in ("fp8",) else f"int{bits}"
+    elif ptq and not qz["ptq_dequantized"]:
+        weights_dtype = qz["weights_dtype"] or weights_dtype
 
     # DeepSpeed with fp16/bf16 casts the module to half precision (engine._configure_distributed_model) and keeps
     # fp32 masters inside its optimizer: GPU-resident trainable params are 2-byte then.
@@ -371,6 +380,13 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
         quantization_method=qmethod,
         double_quantization=_bool(cfg.get("double_quantization"), True),
         ptq_method=ptq,
+        ptq_bits=qz["ptq_bits"],
+        ptq_format=qz["ptq_format"],
+        ptq_dequantized=qz["ptq_dequantized"],
+        ptq_lora_only=qz["ptq_lora_only"],
+        quantization_bit_ignored=qz["quantization_bit_ignored"],
+        quantization_unknown=qz["quantization_unknown"],
+        linear_weight_bytes=qz["linear_weight_bytes"],
         upcast_layernorm=_bool(cfg.get("upcast_layernorm")),
         upcast_lmhead_output=_bool(cfg.get("upcast_lmhead_output")),
         lora_rank=_int(cfg.get("lora_rank"), 8),

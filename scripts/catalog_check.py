@@ -15,6 +15,7 @@ import argparse
 import sys
 import time
 
+from finetune_doctor.readers.model.catalog import resolve_entry
 from finetune_doctor.readers.modelcfg import catalog_arch, catalog_entries
 
 _WRAPPERS = {"gemma3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"}
@@ -49,10 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     for e in catalog_entries():
         arch = catalog_arch(e)
         total = arch.total_params()
-        pub = e["published_params"]
+        pub = e.get("published_params") or arch.published_params
+        if not pub:
+            continue
         err = (total / 1e9 - pub) / pub * 100
         exact = e.get("published_exact")
-        meta = None if args.no_transformers else meta_count(e["config"])
+        meta = None if args.no_transformers else meta_count(resolve_entry(e)[0])
         ok = abs(err) <= 1.0 and (exact is None or exact == total) and (meta is None or meta == total)
         bad += not ok
         rows.append((e["id"], total, pub, err, exact, meta, ok))

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from finetune_doctor.arch import (
-    ModelArch,
+from finetune_doctor.arch import ModelArch
+from finetune_doctor.readers.model.vision import (
     qwen2_5_vl_vision_params,
     qwen2_vl_vision_params,
     qwen3_vl_vision_params,

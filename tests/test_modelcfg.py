@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from finetune_doctor.errors import InputError
-from finetune_doctor.readers import modelcfg
+from finetune_doctor.readers.model.defaults import DEFAULTS
 from finetune_doctor.readers.modelcfg import (
     arch_from_config,
     catalog_arch,
@@ -138,7 +138,7 @@ def test_defaults_match_the_transformers_configuration_classes():
     # fields the hub's remote-code DeepSeek configs have and transformers' own classes dropped
     not_in_transformers = {("deepseek_v2", "moe_layer_freq"), ("deepseek_v3", "moe_layer_freq")}
     compared = 0
-    for mt, defaults in modelcfg._DEFAULTS.items():
+    for mt, defaults in DEFAULTS.items():
         if mt not in CONFIG_MAPPING or mt in ("yi", "deepseek"):
             continue
         got = transformers.AutoConfig.for_model(mt).to_dict()
@@ -275,7 +275,7 @@ def test_config_that_is_not_an_object_or_lacks_fields(tmp_path):
     (tmp_path / "b").mkdir()
     # a type with no class defaults to fall back on (transformers' LlamaConfig would default the heads)
     (tmp_path / "b" / "config.json").write_text(json.dumps({"model_type": "my_arch", "hidden_size": 8}))
-    with pytest.raises(InputError, match="no 'num_attention_heads'") as ei:
+    with pytest.raises(InputError, match="has no 'num_attention_heads'") as ei:
         load_arch(str(tmp_path / "b"))
     assert ei.value.file == str(tmp_path / "b" / "config.json")
 
@@ -308,7 +308,7 @@ def test_unknown_model_type_reads_llama_shaped_and_says_so():
     cfg = {"model_type": "my_llama", "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
            "intermediate_size": 16, "vocab_size": 10, "torch_dtype": "bfloat16"}
     arch = arch_from_config(cfg, "x", "s")
-    assert arch.total_params() == 4 * 64 + 3 * 128 + 3 * 8 + 2 * 80 and "LLaMA-shaped" in arch.notes
+    assert arch.total_params() == 4 * 64 + 3 * 128 + 3 * 8 + 2 * 80 and "LLaMA-shaped" in arch.notes and "generic decoder" in arch.notes
     with pytest.raises(InputError, match="first generation"):
         arch_from_config({"model_type": "chatglm", "inner_hidden_size": 16384, "hidden_size": 4096}, "x", "s")
 

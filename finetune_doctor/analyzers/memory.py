@@ -229,7 +229,7 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
     shard_w = N if stage == 3 else 1
 
     # ---- weights -------------------------------------------------------------------------------------------
-    wq = weight_bytes_per_param(run.weights_dtype, run.double_quantization)
+    wq = run.linear_weight_bytes or weight_bytes_per_param(run.weights_dtype, run.double_quantization)
     if run.quantized:
         linear = sum(lin.params for i in range(a.num_layers) for lin in a.layer_linears(i))
         other_frozen = max(c.frozen - linear, 0)

@@ -9,6 +9,10 @@
   model includes the router and every expert's projections (LF model_utils/misc.py:28-52 finds nn.Linear modules;
   with transformers 4.x experts are separate nn.Linear modules — the behaviour case 023 reports).
 * resize_vocab / added tokens make embed_tokens and lm_head trainable in full (adapter.py:246-255).
+* With transformers >= 5 the routed experts are fused 3-D tensors and the router a ``*TopKRouter``, neither an
+  nn.Linear: ``all`` then leaves them out (`ModelArch.experts_fused`, `router_linear`).
+* When the meta-device build ran (`ModelArch.exact`), LoRA counts come from its module list instead
+  (readers/model/meta.py ``lora_trainable``).
 """
 
 from __future__ import annotations
@@ -45,8 +49,9 @@ def _canonical(name: str) -> str:
 def _targets(arch: ModelArch, targets: tuple[str, ...]) -> tuple[set[str], bool]:
     """Canonical linear names hit by LoRA `targets`, and whether MoE routers are included."""
     if not targets or "all" in targets:
-        names = {_canonical(lin.name) for i in range(arch.num_layers) for lin in arch.layer_linears(i)}
-        return names, arch.is_moe
+        names = {_canonical(lin.name) for k, _ in arch.layer_groups() for lin in arch.kind_linears(k)
+                 if lin.targetable}
+        return names, arch.is_moe and arch.router_linear
     hit: set[str] = set()
     router = False
     # Qwen(1) names its MLP w1/w2 (both h->I) and c_proj (I->h, also the attention output): modeling_qwen.py
@@ -59,9 +64,39 @@ def _targets(arch: ModelArch, targets: tuple[str, ...]) -> tuple[set[str], bool]
         if t in ("gate", "router"):
             router = arch.is_moe
             continue
+        if t == "experts" and arch.experts_fused:
+            continue
         hit.update(TARGET_ALIASES.get(t, (t,)))
         hit.update(TARGET_ALIASES.get(_canonical(t), ()))
     return hit, router
+
+
+def lora_params(arch: ModelArch, targets: tuple[str, ...], rank: int, *, oft: bool = False,
+                dora: bool = False) -> tuple[int, int, int]:
+    """(adapter elements, MoE layers whose router gets an adapter, adapter elements on routed experts) of LoRA
+    (or OFT) at `rank` on `targets`; from the meta-device module list when `arch.exact` is set (plain LoRA)."""
+    names, router = _targets(arch, targets)
+    adapter = experts = routers = 0
+    for kind, n in arch.layer_groups():
+        for lin in arch.kind_linears(kind):
+            if _canonical(lin.name) in names and lin.targetable:
+                per = rank * (lin.in_features + lin.out_features)
+                if oft:
+                    # OFT block-diagonal orthogonal matrix: r blocks of (out/r)^2 -> out^2/r (peft OFTLayer)
+                    per = lin.out_features * lin.out_features // max(rank, 1)
+                if dora:
+                    per += lin.out_features
+                adapter += n * per * lin.count
+                if lin.expert:
+                    experts += n * per * lin.count
+        if router and kind[1] == "moe":
+            adapter += n * rank * (arch.hidden_size + arch.num_experts)
+            routers += n
+    if arch.exact is not None and not oft and not dora:
+        from finetune_doctor.readers.model.meta import lora_trainable
+
+        adapter = lora_trainable(arch.exact, targets, rank)
+    return adapter, routers, experts
 
 
 def count_params(run) -> ParamCounts:  # run: finetune_doctor.run.Run (not imported: avoids a cycle in typing)
@@ -92,25 +127,8 @@ def count_params(run) -> ParamCounts:  # run: finetune_doctor.run.Run (not impor
         return ParamCounts(base, tb, 0, base - tb, tb, largest)
     if ft in ("lora", "oft"):
         r = run.lora_rank
-        names, router = _targets(arch, run.lora_target)
-        adapter = 0
-        experts = 0
-        routers = 0
-        for i in range(arch.num_layers):
-            for lin in arch.layer_linears(i):
-                if _canonical(lin.name) in names:
-                    per = r * (lin.in_features + lin.out_features)
-                    if ft == "oft":
-                        # OFT block-diagonal orthogonal matrix: r blocks of (out/r)^2 -> out^2/r (peft OFTLayer)
-                        per = lin.out_features * lin.out_features // max(r, 1)
-                    if run.use_dora:
-                        per += lin.out_features
-                    adapter += per * lin.count
-                    if lin.expert:
-                        experts += per * lin.count
-            if router and not arch.is_dense_layer(i):
-                adapter += r * (arch.hidden_size + arch.num_experts)
-                routers += 1
+        adapter, routers, experts = lora_params(arch, tuple(run.lora_target), r, oft=ft == "oft",
+                                                dora=run.use_dora)
         tb = vocab_trainable
         for t in run.additional_target:
             if t in ("embed_tokens", "wte", "tok_embeddings", "word_embeddings"):

@@ -1,0 +1,365 @@
+"""Weights as a checkpoint stores them: the ``quantization_config`` of a config.json, and its bytes per parameter.
+
+`parse_quantization_config` turns the dict into a frozen `QuantSpec`; `stored_linear_bytes` is the pure function
+that prices the decoder's linear weights under it; `lf_treatment` says what LLaMA-Factory does with the format.
+
+Layouts (bytes per quantized weight element of an ``in_features x out_features`` linear, group size g):
+
+* AWQ GEMM/GEMV (AutoAWQ ``awq/modules/linear/gemm.py`` ``WQLinear_GEMM``): int32-packed ``qweight``
+  (bits/8), packed ``qzeros`` per group (bits/8 / g) and fp16 ``scales`` per group (2 / g).
+* GPTQ (auto-gptq / GPTQModel ``qlinear`` ``QuantLinear``): packed ``qweight`` (bits/8), ``qzeros`` and fp16
+  ``scales`` per group as AWQ, plus an int32 ``g_idx`` per input row (4 / out). ``group_size: -1`` is one group
+  per column (g = in).
+* bitsandbytes 4-bit (``bnb.nn.Params4bit``): 0.5 + an fp32 absmax per 64 (4/64), or with
+  ``bnb_4bit_use_double_quant`` an 8-bit absmax per 64 plus an fp32 scale per 256 of those
+  (1/64 + 4/(64*256)); 8-bit LLM.int8 (``Int8Params``): 1 + an fp32 ``SCB`` per output row (4 / in).
+* FP8 (transformers ``integrations/finegrained_fp8.py``; DeepSeek-V3, Qwen3-*-FP8): 1 byte plus an fp32
+  ``weight_scale_inv`` per ``weight_block_size`` block (4 / (b0*b1)); without a block size one scale per tensor.
+  ``fbgemm_fp8``: one fp32 scale per output row (4 / in).
+* MXFP4 (OCP Microscaling spec v1.0; transformers ``quantizers/quantizer_mxfp4.py``; gpt-oss): 4-bit E2M1
+  elements in blocks of 32 sharing one E8M0 scale byte: 0.5 + 1/32.
+* HQQ (``hqq/core/quantize.py`` ``Quantizer``; transformers ``HqqConfig``): nbits/8 plus an fp16 scale and an
+  fp16 zero per group (4 / g).
+* EETQ (``eetq`` ``EetqLinear``): int8 weights with an fp16 scale per output channel (2 / in).
+* compressed-tensors (``compressed_tensors/quantization/quant_args.py``): ``num_bits``/8 plus one scale (and
+  a zero point when asymmetric) in the checkpoint dtype per tensor, channel, group or block, as ``strategy``
+  says.
+
+Modules a format leaves in the checkpoint dtype: embeddings, norms, routers and lm_head always (AWQ/GPTQ/bnb/
+HQQ quantize only the decoder's ``nn.Linear`` layers), plus whatever ``modules_to_not_convert`` /
+``llm_int8_skip_modules`` / ``skip_modules`` / ``ignore`` name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from finetune_doctor.arch import ModelArch
+
+# LLaMA-Factory's own list (extras/constants.py:168-179, snapshot ff6d4d1); transformers names bitsandbytes
+# "bitsandbytes" (utils/quantization_config.py QuantizationMethod), LF "bnb".
+LF_DEQUANTIZED = frozenset({"mxfp4", "fp8"})   # model_utils/quantization.py:107-126: loaded with dequantize=True
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    """A checkpoint's quantization as its config.json states it.
+
+    `method` is ``quant_method`` lower-cased (``awq``, ``gptq``, ``bitsandbytes``, ``fp8``, ``fbgemm_fp8``,
+    ``mxfp4``, ``hqq``, ``eetq``, ``compressed-tensors``, ``aqlm``, ... or ``unknown`` when only a name
+    suggests quantization). `bits` per weight element, `group_size` elements per scale (0: per output channel,
+    -1: per tensor), `block` the FP8 block shape, `scale_bytes`/`zero_bytes` per group, `double_quant`
+    (bitsandbytes nested absmax), `skip` the module-name patterns left unquantized, `known` whether the bytes
+    are modelled (False: an unknown format or only a name hint).
+    """
+
+    method: str
+    bits: float | None = None
+    group_size: int = 0
+    block: tuple[int, int] | None = None
+    scale_bytes: float = 2.0
+    zero_bytes: float = 0.0
+    double_quant: bool = False
+    skip: tuple[str, ...] = ()
+    known: bool = True
+    detail: str = ""
+
+    @property
+    def label(self) -> str:
+        """Short human form, e.g. ``awq 4-bit g128``, ``fp8 block 128x128``."""
+        parts = [self.method]
+        if self.bits:
+            parts.append(f"{self.bits:g}-bit")
+        if self.block:
+            parts.append(f"block {self.block[0]}x{self.block[1]}")
+        elif self.group_size > 0:
+            parts.append(f"g{self.group_size}")
+        return " ".join(parts)
+
+    def bytes_per_param(self, in_features: int, out_features: int) -> float | None:
+        """Stored bytes per weight element of one quantized linear, or None when the format is not modelled."""
+        if not self.known or not self.bits:
+            return None
+        b = self.bits / 8
+        m = self.method
+        if m == "bitsandbytes":
+            if self.bits == 8:
+                return 1 + 4 / max(in_features, 1)
+            return 0.5 + (1 / 64 + 4 / (64 * 256) if self.double_quant else 4 / 64)
+        if m == "mxfp4":
+            return 0.5 + 1 / 32
+        if m == "fp8":
+            if self.block:
+                return 1 + 4 / (self.block[0] * self.block[1])
+            return 1.0
+        if m == "fbgemm_fp8":
+            return 1 + 4 / max(in_features, 1)
+        if m == "eetq":
+            return 1 + 2 / max(in_features, 1)
+        g = self.group_size if self.group_size > 0 else (in_features if self.group_size == 0 else 0)
+        per_group = self.scale_bytes + self.zero_bytes
+        out = b + (per_group / g if g else 0.0)
+        if m == "gptq":
+            out += 4 / max(out_features, 1)   # g_idx
+        return out
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v)
+
+
+def _patterns(*vals: Any) -> tuple[str, ...]:
+    out: list[str] = []
+    for v in vals:
+        if isinstance(v, str):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out.extend(str(x) for x in v if isinstance(x, str))
+    return tuple(out)
+
+
+def parse_quantization_config(qc: Any) -> QuantSpec | None:
+    """`QuantSpec` of a config.json ``quantization_config`` dict; None when `qc` is empty or not a dict.
+
+    Field names per format: AWQ ``bits``/``w_bit``, ``group_size``/``q_group_size``, ``zero_point``; GPTQ
+    ``bits``, ``group_size``, ``sym``; bitsandbytes ``load_in_4bit``/``load_in_8bit``,
+    ``bnb_4bit_use_double_quant``, ``llm_int8_skip_modules``; FP8 ``weight_block_size``; HQQ
+    ``quant_config.weight_quant_params.{nbits,group_size}`` and ``skip_modules``; compressed-tensors
+    ``config_groups.*.weights.{num_bits,strategy,group_size,symmetric,block_structure}`` and ``ignore``.
+    """
+    if not isinstance(qc, dict) or not qc:
+        return None
+    m = str(qc.get("quant_method") or "").strip().lower().replace("_", "-") or "unknown"
+    m = {"bnb": "bitsandbytes", "fbgemm-fp8": "fbgemm_fp8", "compressed_tensors": "compressed-tensors"}.get(m, m)
+    skip = _patterns(qc.get("modules_to_not_convert"), qc.get("llm_int8_skip_modules"), qc.get("skip_modules"),
+                     qc.get("ignore"))
+    bits = _num(qc.get("bits")) or _num(qc.get("w_bit"))
+    group = _num(qc.get("group_size")) or _num(qc.get("q_group_size"))
+    if m == "awq":
+        return QuantSpec("awq", bits or 4, int(group or 128), scale_bytes=2.0, zero_bytes=(bits or 4) / 8, skip=skip)
+    if m == "gptq":
+        g = int(group if group is not None else 128)
+        return QuantSpec("gptq", bits or 4, g if g > 0 else 0, scale_bytes=2.0, zero_bytes=(bits or 4) / 8, skip=skip)
+    if m == "bitsandbytes":
+        eight = bool(qc.get("load_in_8bit")) and not qc.get("load_in_4bit")
+        return QuantSpec("bitsandbytes", 8 if eight else 4, 64, double_quant=bool(qc.get("bnb_4bit_use_double_quant")),
+                         skip=skip, detail=str(qc.get("bnb_4bit_quant_type") or ("int8" if eight else "fp4")))
+    if m == "fp8":
+        blk = qc.get("weight_block_size")
+        block = (int(blk[0]), int(blk[1])) if isinstance(blk, (list, tuple)) and len(blk) == 2 and all(
+            _num(x) and x > 0 for x in blk) else None
+        return QuantSpec("fp8", 8, -1 if block is None else 0, block=block, scale_bytes=4.0, skip=skip,
+                         detail=str(qc.get("fmt") or "e4m3"))
+    if m in ("fbgemm_fp8", "eetq"):
+        return QuantSpec(m, 8, 0, skip=skip)
+    if m == "mxfp4":
+        return QuantSpec("mxfp4", 4, 32, scale_bytes=1.0, skip=skip)
+    if m == "hqq":
+        wq = ((qc.get("quant_config") or {}).get("weight_quant_params") or {}) if isinstance(
+            qc.get("quant_config"), dict) else {}
+        nb = _num(wq.get("nbits")) or _num(qc.get("nbits")) or bits
+        gs = _num(wq.get("group_size")) or _num(qc.get("group_size")) or 64
+        return QuantSpec("hqq", nb, int(gs), scale_bytes=2.0, zero_bytes=2.0, skip=skip or ("lm_head",),
+                         known=nb is not None)
+    if m == "compressed-tensors":
+        return _compressed_tensors(qc, skip)
+    if m == "aqlm":
+        # LF sets bits = 2 for AQLM (model_utils/quantization.py:136-138); codebooks are not modelled
+        return QuantSpec("aqlm", 2, 0, skip=skip, detail="codebooks not counted")
+    return QuantSpec(m, bits, int(group or 0), skip=skip, known=False,
+                     detail="quantization format not modelled: weights sized at the checkpoint dtype (an upper bound)")
+
+
+def _compressed_tensors(qc: dict[str, Any], skip: tuple[str, ...]) -> QuantSpec:
+    groups = qc.get("config_groups") if isinstance(qc.get("config_groups"), dict) else {}
+    w: dict[str, Any] = {}
+    for g in groups.values():
+        if isinstance(g, dict) and isinstance(g.get("weights"), dict):
+            w = g["weights"]
+            break
+    nb = _num(w.get("num_bits"))
+    strategy = str(w.get("strategy") or "tensor")
+    sym = w.get("symmetric", True) is not False
+    gs = int(_num(w.get("group_size")) or 0)
+    block = w.get("block_structure")
+    blk = (int(block[0]), int(block[1])) if isinstance(block, (list, tuple)) and len(block) == 2 else None
+    if strategy == "tensor":
+        gs = -1
+    elif strategy == "channel":
+        gs = 0
+    spec = QuantSpec("compressed-tensors", nb, gs if not blk else 0, block=blk, scale_bytes=2.0,
+                     zero_bytes=0.0 if sym else 2.0, skip=skip, known=nb is not None,
+                     detail=f"{w.get('type') or 'int'} {strategy}")
+    return spec
+
+
+def name_suggests_quantized(name: str) -> str | None:
+    """The quantization a repo name hints at (``-AWQ``, ``-GPTQ-Int4``, ``-FP8``, ``-bnb-4bit``, ...), or None.
+
+    A hint only: the doctor never sizes weights from a name (a config.json decides), it reports the hint.
+    """
+    base = name.strip().strip("/").rsplit("/", 1)[-1].lower()
+    for pat, what in ((r"(^|[-_.])awq($|[-_.])", "AWQ"), (r"(^|[-_.])gptq($|[-_.])", "GPTQ"),
+                      (r"(^|[-_.])fp8($|[-_.])", "FP8"), (r"(^|[-_.])(bnb|4bit|8bit)($|[-_.])", "bitsandbytes"),
+                      (r"(^|[-_.])mxfp4($|[-_.])", "MXFP4"), (r"(^|[-_.])int[48]($|[-_.])", "integer"),
+                      (r"(^|[-_.])gguf($|[-_.])", "GGUF")):
+        if re.search(pat, base):
+            return what
+    return None
+
+
+# ---- which linears a format quantizes ------------------------------------------------------------------------
+
+def _skipped(lin_name: str, group: str, skip: tuple[str, ...]) -> bool:
+    """Whether a skip pattern (a module path or a regex-like path with ``*``) leaves this linear unquantized.
+
+    Patterns name module paths (``model.layers.*.self_attn``, ``lm_head``, ``mlp.gate``); a pattern that names a
+    single layer index only (``model.layers.3.mlp``) is not applied per layer (the counts are per layer kind).
+    """
+    leaf = lin_name.rsplit(".", 1)[-1]
+    for p in skip:
+        pl = p.lower().removeprefix("re:")
+        if re.search(r"layers\.\d+\.", pl):
+            continue
+        parts = [x for x in re.split(r"[.\\*]+", pl) if x]
+        if not parts:
+            continue
+        if parts[-1] == leaf:
+            return True
+        if group == "attention" and any(x in ("self_attn", "attn", "attention", "self_attention") for x in parts):
+            return True
+        if group == "linear_attention" and "linear_attn" in parts:
+            return True
+        if group == "shared" and any("shared_expert" in x for x in parts):
+            return True
+        if group == "experts" and "experts" in parts:
+            return True
+        if group in ("mlp", "experts", "shared") and parts[-1] in ("mlp", "feed_forward", "block_sparse_moe"):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class LinearBytes:
+    """Bytes of the decoder's linear weights as loaded: `quantized`/`unquantized` element counts, `bytes` in
+    total, and `per_param` = bytes / all linear elements (None when the format is not modelled)."""
+
+    quantized: int
+    unquantized: int
+    bytes: float | None
+
+    @property
+    def per_param(self) -> float | None:
+        n = self.quantized + self.unquantized
+        return None if self.bytes is None or not n else self.bytes / n
+
+
+def stored_linear_bytes(arch: "ModelArch", spec: QuantSpec, unquantized_bytes: float = 2.0) -> LinearBytes:
+    """Bytes of every decoder-layer linear weight of `arch` stored under `spec` (biases at `unquantized_bytes`).
+
+    Linears a skip pattern names, and all of them when `spec` is not modelled, are priced at
+    `unquantized_bytes` per element (the checkpoint dtype). Computed per layer kind (`ModelArch.layer_groups`).
+    """
+    q = u = 0
+    total = 0.0
+    known = spec.known and spec.bits
+    for kind, n in arch.layer_groups():
+        for lin in arch.kind_linears(kind):
+            w = lin.count * lin.in_features * lin.out_features
+            b = lin.count * lin.out_features if lin.bias else 0
+            if lin.expert:
+                group = "experts"
+            elif lin.name.startswith("shared_experts."):
+                group = "shared"
+            elif lin.name in ("in_proj_qkvz", "in_proj_ba", "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a",
+                              "out_proj"):
+                group = "linear_attention"
+            elif lin.name.endswith(("gate_proj", "up_proj", "down_proj")):
+                group = "mlp"
+            else:
+                group = "attention"
+            per = spec.bytes_per_param(lin.in_features, lin.out_features) if known else None
+            if per is None or _skipped(lin.name, group, spec.skip):
+                u += n * w
+                total += n * (w + b) * unquantized_bytes
+            else:
+                q += n * w
+                total += n * (w * per + b * unquantized_bytes)
+            u += n * b
+    return LinearBytes(q, u, total if known else None)
+
+
+@dataclass(frozen=True)
+class LFTreatment:
+    """What LLaMA-Factory (snapshot ff6d4d1) does with a pre-quantized checkpoint.
+
+    `dequantized`: loaded with ``dequantize=True`` and trained as a plain model in the checkpoint dtype
+    (MXFP4, FP8: model_utils/quantization.py:107-126; transformers then drops the quantization,
+    quantizers/base.py ``remove_quantization_config``). Otherwise the model stays quantized: `lora_only`
+    (adapter.py:330-335 "Quantized models can only be used for the LoRA or OFT tuning"), no ZeRO-3/FSDP
+    (quantization.py:101-105), no DoRA (adapter.py:239-243), and `quantization_bit` is ignored with a warning
+    (quantization.py:94-96).
+    """
+
+    dequantized: bool
+    lora_only: bool
+    zero3_ok: bool
+    dora_ok: bool
+
+
+def lf_treatment(spec: QuantSpec) -> LFTreatment:
+    deq = spec.method in LF_DEQUANTIZED
+    return LFTreatment(dequantized=deq, lora_only=not deq, zero3_ok=deq, dora_ok=deq)
+
+
+_DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
+
+
+def resolve_quantization(arch: "ModelArch", quantization_bit: Any, quantization_method: Any) -> dict[str, Any]:
+    """The quantization LLaMA-Factory applies to `arch` given the YAML's ``quantization_bit``/``method``.
+
+    Returns a plain dict: ``ptq_method`` (None for an unquantized or unknown checkpoint), ``ptq_bits``,
+    ``ptq_format``, ``ptq_dequantized``, ``ptq_lora_only``, ``quantization_bit`` (None when a PTQ checkpoint makes
+    LF ignore it: quantization.py:94-96), ``quantization_bit_ignored``, ``quantization_unknown`` (a name hints
+    at quantization, no config says), ``weights_dtype`` (a label for a quantized PTQ checkpoint),
+    ``linear_weight_bytes`` (stored bytes per decoder-linear element, `stored_linear_bytes`) and ``notes``.
+    """
+    spec = arch.quant
+    notes: list[str] = []
+    try:
+        qbit = int(quantization_bit) if quantization_bit is not None and not isinstance(quantization_bit, bool) else None
+    except (TypeError, ValueError):
+        qbit = None
+    out: dict[str, Any] = {"ptq_method": None, "ptq_bits": None, "ptq_format": None, "ptq_dequantized": False,
+                           "ptq_lora_only": False, "quantization_bit": qbit or None, "quantization_bit_ignored": False,
+                           "quantization_unknown": False, "weights_dtype": None, "linear_weight_bytes": None,
+                           "notes": notes}
+    if spec is None:
+        return out
+    if spec.method == "unknown":
+        out["quantization_unknown"] = True
+        notes.append(f"quantization unknown ({spec.detail}): weights sized as {arch.dtype}; "
+                     "pass --model-config with the checkpoint's config.json to size them as stored")
+        return out
+    t = lf_treatment(spec)
+    out.update(ptq_method=spec.method, ptq_bits=spec.bits, ptq_format=spec.label, ptq_dequantized=t.dequantized,
+               ptq_lora_only=t.lora_only, quantization_bit=None, quantization_bit_ignored=bool(qbit))
+    if qbit:
+        notes.append(f"quantization_bit: {qbit} is ignored: the checkpoint is already {spec.label}-quantized "
+                     "(LLaMA-Factory warns and loads it as stored)")
+    if t.dequantized:
+        notes.append(f"{spec.label} checkpoint: LLaMA-Factory dequantizes it on load and trains it in {arch.dtype}")
+        return out
+    lb = stored_linear_bytes(arch, spec, _DTYPE_BYTES.get(arch.dtype, 2.0))
+    out["linear_weight_bytes"] = lb.per_param
+    bits = spec.bits or 0
+    out["weights_dtype"] = "float8" if spec.method in ("fp8", "fbgemm_fp8") else (
+        f"int{int(bits)}" if bits and float(bits).is_integer() else f"{spec.method}")
+    if lb.per_param is None:
+        notes.append(f"{spec.label}: {spec.detail or 'format not modelled'}")
+    return out

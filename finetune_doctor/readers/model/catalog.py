@@ -1,0 +1,192 @@
+"""The bundled model catalog (``finetune_doctor/catalog/models.json``): the offline fallback.
+
+An entry either holds the ``config`` fields copied from its model's config.json (with the ``source`` address),
+or names another entry with ``same_architecture_as`` (fine-tunes and distills that keep a base model's shapes:
+DeepSeek-R1-Distill-Llama-70B → Llama-3.3-70B-Instruct) plus an optional ``config_overrides`` dict of the
+config.json fields that differ (``vocab_size``, ``torch_dtype``, ``quantization_config``), its own ``source``
+and the ``basis`` of the claim. Lookups go by repo id, alias, the last path component, or that name with
+architecture-neutral endings dropped (``-Instruct``, ``-Chat``, ``-hf``; and quantization endings such as
+``-AWQ``, which then leave the quantization unknown: a name never decides the weights' dtype).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from finetune_doctor.arch import ModelArch
+from finetune_doctor.quant import QuantSpec, name_suggests_quantized
+from finetune_doctor.readers.model.generic import arch_from_config
+
+CATALOG_PATH = Path(__file__).resolve().parent.parent.parent / "catalog" / "models.json"
+
+# Name endings that do not change the architecture: chat/instruct tunes, HF-format exports, quantized
+# re-uploads keep the base model's shapes. Stripped one at a time from the end when looking up the catalog.
+QUANT_SUFFIXES = ("gptq", "awq", "int4", "int8", "fp8", "bnb", "4bit", "8bit", "gguf", "mlx", "mxfp4")
+NEUTRAL_SUFFIXES = (
+    "instruct", "chat", "hf", "base", "it", "pt", "sft", "dpo", "rlhf", "4k", "8k", "32k", "128k",
+    "ms", "full", "lora", "merged",
+) + QUANT_SUFFIXES
+MAX_ALIAS_DEPTH = 4
+
+
+def norm(s: str) -> str:
+    # ModelScope's snapshot_download writes "Qwen2.5-7B" as "Qwen2___5-7B" on disk
+    return s.strip().strip("/").replace("___", ".").lower().replace("_", "-")
+
+
+def stem(s: str) -> str:
+    """Lower-cased last path component with architecture-neutral endings removed."""
+    base = norm(s).rsplit("/", 1)[-1]
+    changed = True
+    while changed:
+        changed = False
+        for suf in NEUTRAL_SUFFIXES:
+            if base.endswith("-" + suf) and len(base) > len(suf) + 1:
+                base = base[: -len(suf) - 1]
+                changed = True
+    return base
+
+
+def _squash(s: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", stem(s))
+
+
+@lru_cache(maxsize=1)
+def catalog_entries() -> tuple[dict[str, Any], ...]:
+    """The bundled catalog: one dict per model with ``id``, ``aliases``, ``source`` and either ``config`` (fields
+    copied from its config.json, ``published_params`` in billions, ``published_basis``) or
+    ``same_architecture_as`` (another entry's id, ``basis``, optional ``config_overrides``)."""
+    try:
+        data = json.loads(CATALOG_PATH.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:  # a broken install, not user input
+        raise RuntimeError(f"bundled model catalog unreadable: {CATALOG_PATH}: {e}") from e
+    return tuple(data["models"])
+
+
+def catalog_names() -> list[str]:
+    """Repo ids of every catalog entry, in catalog order (for did-you-mean and the docs)."""
+    return [e["id"] for e in catalog_entries()]
+
+
+@lru_cache(maxsize=1)
+def _index() -> tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, set[int]], dict[str, int]]:
+    by_id: dict[str, int] = {}
+    by_name: dict[str, int] = {}
+    by_stem: dict[str, int] = {}
+    by_squash: dict[str, set[int]] = {}
+    ids: dict[str, int] = {}
+    for i, e in enumerate(catalog_entries()):
+        ids.setdefault(norm(e["id"]), i)
+        for n in [e["id"], *e.get("aliases", [])]:
+            if "/" in n:
+                by_id.setdefault(norm(n), i)
+            by_name.setdefault(norm(n).rsplit("/", 1)[-1], i)
+            by_stem.setdefault(stem(n), i)
+            by_squash.setdefault(_squash(n), set()).add(i)
+    return by_id, by_name, by_stem, by_squash, ids
+
+
+def find_in_catalog(name: str) -> tuple[dict[str, Any], str] | None:
+    """The catalog entry for a repo id or name, and how it matched: ``id`` (a repo id or aliased repo id,
+    case-insensitive), ``name`` (the last path component equals an entry's or alias's name), ``stem`` (equal
+    after dropping architecture-neutral endings such as -Instruct, -Chat, -hf, -it, -GPTQ) or ``loose`` (equal
+    letters and digits once separators are dropped, ``qwen25_7b`` for Qwen2.5-7B, when only one entry fits).
+    None when absent."""
+    by_id, by_name, by_stem, by_squash, _ = _index()
+    entries = catalog_entries()
+    n = norm(name)
+    if n in by_id:
+        return entries[by_id[n]], "id"
+    base = n.rsplit("/", 1)[-1]
+    if base in by_name:
+        return entries[by_name[base]], "name"
+    st = stem(name)
+    if st in by_stem:
+        return entries[by_stem[st]], "stem"
+    hits = by_squash.get(_squash(name), set())
+    if len(hits) == 1:
+        return entries[next(iter(hits))], "loose"
+    return None
+
+
+def did_you_mean(name: str, n: int = 3) -> list[str]:
+    """Up to `n` catalog ids whose names are closest to `name` (difflib ratio >= 0.6)."""
+    _, by_name, by_stem, _, _ = _index()
+    ids = catalog_names()
+    keys = {**by_stem, **by_name}
+    out: list[str] = []
+    for k in difflib.get_close_matches(stem(name), list(keys), n=n * 3, cutoff=0.6):
+        i = ids[keys[k]]
+        if i not in out:
+            out.append(i)
+    return out[:n]
+
+
+def _entry_by_id(mid: str) -> dict[str, Any] | None:
+    i = _index()[4].get(norm(mid))
+    if i is None:
+        found = find_in_catalog(mid)
+        return found[0] if found and found[1] == "id" else None
+    return catalog_entries()[i]
+
+
+def resolve_entry(entry: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The config dict of `entry` after following ``same_architecture_as`` links (overrides applied), and the
+    chain of ids followed. Raises RuntimeError on a dangling or circular link (a broken catalog, not user input)."""
+    chain = [entry["id"]]
+    overrides: list[dict[str, Any]] = []
+    cur = entry
+    while "config" not in cur:
+        target = cur.get("same_architecture_as")
+        if not target or len(chain) > MAX_ALIAS_DEPTH:
+            raise RuntimeError(f"catalog entry {entry['id']}: no config and no resolvable same_architecture_as")
+        nxt = _entry_by_id(str(target))
+        if nxt is None or nxt["id"] in chain:
+            raise RuntimeError(f"catalog entry {cur['id']}: same_architecture_as {target!r} is not a catalog id")
+        if isinstance(cur.get("config_overrides"), dict):
+            overrides.append(cur["config_overrides"])
+        chain.append(nxt["id"])
+        cur = nxt
+    cfg = dict(cur["config"])
+    for ov in reversed(overrides):  # the entry closest to the user's name wins
+        cfg.update(ov)
+    return cfg, chain
+
+
+def catalog_arch(entry: dict[str, Any], name: str | None = None, how: str = "id", *,
+                 transformers_major: int | None = None) -> ModelArch:
+    """`ModelArch` of one catalog entry; `name`/`how` record what the user wrote and how it matched.
+
+    An alias entry (``same_architecture_as``) takes its target's architecture and says so in `notes` and
+    `source`. When the lookup stripped a quantization ending from `name` and no catalog config states a
+    ``quantization_config``, `ModelArch.quant` is ``QuantSpec("unknown", known=False)``: the weights are sized at
+    the base checkpoint's dtype and the notes say the quantization is unknown.
+    """
+    cfg, chain = resolve_entry(entry)
+    base = catalog_entries()[_index()[4][norm(chain[-1])]]
+    arch = arch_from_config(cfg, entry["id"], f"bundled catalog: {entry.get('source') or base['source']}",
+                            transformers_major=transformers_major)
+    notes: list[str] = []
+    if len(chain) > 1:
+        notes.append(f"architecture of {chain[-1]} (catalog alias"
+                     + (f": {entry['basis']}" if entry.get("basis") else "") + ")")
+    else:
+        notes.append(f"shapes from the bundled catalog entry {entry['id']}")
+    if how != "id" or (name and norm(name) != norm(entry["id"])):
+        notes[-1] += f", matched by name from '{name}' (not read from your checkpoint)"
+    quant = arch.quant
+    hint = name_suggests_quantized(name) if name else None
+    if hint and quant is None:
+        quant = QuantSpec("unknown", known=False, detail=f"the name suggests {hint}")
+        notes.append(f"the name suggests a {hint}-quantized checkpoint, but no config.json says how it is stored: "
+                     "quantization unknown, weights sized as the unquantized base model")
+    published = base.get("published_params") if len(chain) > 1 and not entry.get("published_params") \
+        else entry.get("published_params")
+    return replace(arch, published_params=published, quant=quant, source_kind="catalog",
+                   notes="; ".join(x for x in (*notes, arch.notes) if x))

@@ -1,0 +1,330 @@
+"""The config-driven generic decoder: any ``config.json`` onto `ModelArch`, without torch or model code.
+
+One reader serves every family. It takes each quantity under every spelling the families use (hidden size as
+``hidden_size``/``n_embd``/``d_model``/``dim``; experts as ``num_experts``/``num_local_experts``/
+``n_routed_experts``/``moe_num_experts``; ...), then applies the few traits that field names do not reveal
+(`TRAITS`: which families put a bias on q/k/v, norm q and k per head, gate the shared expert, ...), each traced to
+the family's ``modeling_<type>.py`` in transformers 5.x. Layouts covered: dense, GQA/MQA, MLA (``kv_lora_rank``,
+``q_lora_rank``), MoE with shared experts and dense layers placed by ``first_k_dense_replace``,
+``decoder_sparse_step``, ``mlp_only_layers``, ``moe_layer_freq`` or ``mlp_layer_types``, hybrid layers
+(``layer_types``: sliding, full and linear attention such as Gated DeltaNet), attention sinks, tied embeddings,
+and ``text_config``/``vision_config`` nesting. The remote-code families LLaMA-Factory trains (Qwen(1), ChatGLM2/3,
+InternLM2, Baichuan) keep their own small readers in ``remote.py``.
+
+tests/test_model_parity.py compares the result with the transformers model built on the meta device for every
+causal-LM and image-text-to-text type transformers registers (types it does not model are listed there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable
+
+from finetune_doctor.arch import LinearAttention, ModelArch
+from finetune_doctor.quant import parse_quantization_config
+from finetune_doctor.readers.model.configjson import ConfigView
+from finetune_doctor.readers.model.defaults import DEFAULTS
+from finetune_doctor.readers.model.errors import ModelConfigInvalid
+from finetune_doctor.readers.model.remote import REMOTE_READERS
+from finetune_doctor.readers.model.verified import GENERIC_VERIFIED
+from finetune_doctor.readers.model.vision import (
+    qwen2_5_vl_vision_params,
+    qwen2_vl_vision_params,
+    qwen3_vl_vision_params,
+    siglip_vision_params,
+)
+
+# Spellings of each quantity, most common first.
+HIDDEN = ("hidden_size", "n_embd", "d_model", "dim", "model_dim")
+LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+HEADS = ("num_attention_heads", "n_head", "num_heads", "n_heads")
+KV_HEADS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads")
+HEAD_DIM = ("head_dim", "kv_channels", "attention_head_dim", "d_head")
+FFN = ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size", "d_ff")
+VOCAB = ("vocab_size", "padded_vocab_size", "n_vocab")
+EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts")
+TOPK = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k", "top_k")
+EXPERT_FFN = ("moe_intermediate_size", "expert_intermediate_size", "moe_ffn_hidden_size")
+SHARED_COUNT = ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
+
+# Family traits that field names do not reveal (transformers 5.x modeling files):
+#   qkv_bias     q/k/v carry a bias whatever attention_bias says (Qwen2 family: modeling_qwen2.py)
+#   qk_norm      per-head RMSNorm on q and k (Qwen3, Gemma 3, Qwen3-Next, Qwen3.5: q_norm/k_norm of head_dim)
+#   norms        norm modules per layer (Gemma 2/3, GLM-4-0414: pre and post norms around attention and MLP)
+#   shared_gate  a 1-output sigmoid gate on the shared expert (Qwen2-MoE, Qwen3-Next, Qwen3.5-MoE)
+#   sparse_step  MoE placement by ``decoder_sparse_step``/``mlp_only_layers`` (Qwen MoE family)
+#   out_gate     q_proj doubled for a per-head output gate (Qwen3-Next, Qwen3.5 full-attention layers)
+#   sinks        one learned sink logit per head (gpt-oss ``self_attn.sinks``)
+#   router_bias  router and experts carry biases (gpt-oss ``GptOssTopKRouter``/``GptOssExperts``)
+#   split_linear Gated DeltaNet with four input projections (Qwen3.5) instead of two (Qwen3-Next)
+#   bias_qkv_only attention_bias puts a bias on q/k/v but not on o_proj (GLM: modeling_glm.py GlmAttention)
+#   fused_always experts were never separate nn.Linear modules, in 4.x either (gpt-oss GptOssExperts)
+TRAITS: dict[str, dict[str, Any]] = {
+    "qwen2": {"qkv_bias": True}, "qwen2_moe": {"qkv_bias": True, "shared_gate": True, "sparse_step": True},
+    "qwen2_vl_text": {"qkv_bias": True}, "qwen2_5_vl_text": {"qkv_bias": True},
+    "qwen3": {"qk_norm": True}, "qwen3_vl_text": {"qk_norm": True},
+    "qwen3_moe": {"qk_norm": True, "sparse_step": True}, "qwen3_vl_moe_text": {"qk_norm": True, "sparse_step": True},
+    "qwen3_next": {"qk_norm": True, "sparse_step": True, "shared_gate": True, "out_gate": True},
+    "qwen3_5_text": {"qk_norm": True, "out_gate": True, "split_linear": True},
+    "qwen3_5_moe_text": {"qk_norm": True, "sparse_step": True, "shared_gate": True, "out_gate": True,
+                         "split_linear": True},
+    "gemma2": {"norms": 4}, "gemma3_text": {"norms": 4, "qk_norm": True},
+    "glm": {"bias_qkv_only": True}, "glm4": {"norms": 4, "bias_qkv_only": True},
+    "gpt_oss": {"sinks": True, "router_bias": True, "qkv_bias": True, "o_bias": True, "fused_always": True},
+    "smollm3": {}, "mixtral": {"moe_width_is_ffn": True},
+}
+for _t in ("qwen2_vl_text", "qwen2_5_vl_text"):
+    TRAITS[_t].setdefault("qkv_bias", True)
+
+# transformers 5 fused the routed experts of every in-library MoE into 3-D parameters (``*Experts`` modules with
+# ``gate_up_proj``/``down_proj`` tensors) and replaced the ``gate`` nn.Linear router by ``*TopKRouter``; in 4.x
+# each expert was an MLP of nn.Linear modules (e.g. 4.57 ``Qwen3MoeSparseMoeBlock.experts = nn.ModuleList``).
+FUSED_FROM_MAJOR = 5
+
+_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
+
+
+def checkpoint_dtype(cfg: dict[str, Any], *more: dict[str, Any]) -> tuple[str, str | None]:
+    """Checkpoint dtype from ``torch_dtype`` (transformers < 5) or ``dtype`` (transformers >= 5).
+
+    transformers instantiates float32 when neither is set (``PreTrainedModel`` default dtype), so that is the
+    answer for an absent field, with a note.
+    """
+    for d in (cfg, *more):
+        v = d.get("torch_dtype") or d.get("dtype")
+        if isinstance(v, str) and v not in ("auto",):
+            v = v.replace("torch.", "").lower()
+            return _DTYPE_ALIASES.get(v, v), None
+    return "float32", "config.json names no torch_dtype/dtype; transformers loads it as float32"
+
+
+def _sliding(c: ConfigView) -> int | None:
+    if c.cfg.get("use_sliding_window") is False:
+        return None
+    # an explicit null turns the window off (Mistral-7B-v0.2+), so the class default applies only when absent
+    sw = c.cfg["sliding_window"] if "sliding_window" in c.cfg else c.defaults.get("sliding_window")
+    return int(sw) if isinstance(sw, (int, float)) and not isinstance(sw, bool) and 0 < sw < 1 << 40 else None
+
+
+def _bool(c: ConfigView, *names: str, default: bool = False) -> bool:
+    return bool(c.get(*names, default=default))
+
+
+def _moe_fields(c: ConfigView, mt: str, n_layers: int, ffn: int) -> dict[str, Any]:
+    """Experts, their width, shared experts and which layers stay dense, under every key spelling."""
+    tr = TRAITS.get(mt, {})
+    n_exp = c.opt_int(*EXPERTS, kind="num_experts") or 0
+    if n_exp <= 1 and not c.has("n_routed_experts"):
+        return {}
+    topk = c.opt_int(*TOPK, kind="num_experts_per_tok") or min(2, n_exp)
+    width = c.opt_int(*EXPERT_FFN, kind="intermediate_size")
+    if width is None or tr.get("moe_width_is_ffn"):
+        width = ffn
+    shared = c.opt_int("shared_expert_intermediate_size", kind="intermediate_size") or 0
+    if not shared:
+        shared = width * (c.opt_int(*SHARED_COUNT, kind="num_experts") or 0)
+    first_k = c.opt_int("first_k_dense_replace", "first_k_dense") or 0
+    dense: set[int] = set(c.int_list("mlp_only_layers"))
+    mlp_types = c.str_list("mlp_layer_types")
+    if mlp_types:
+        dense |= {i for i, t in enumerate(mlp_types) if t.lower() in ("dense", "mlp")}
+    else:
+        step = c.opt_int("decoder_sparse_step")
+        freq = c.opt_int("moe_layer_freq")
+        if tr.get("sparse_step") or (step and not freq):
+            s = max(step or 1, 1)
+            dense |= {i for i in range(n_layers) if (i + 1) % s != 0}
+        elif freq and freq > 1:
+            dense |= {i for i in range(first_k, n_layers) if i % freq != 0}
+    return {
+        "num_experts": n_exp, "num_experts_per_tok": topk, "moe_intermediate_size": width,
+        "shared_expert_intermediate_size": shared,
+        "shared_expert_gate": bool(tr.get("shared_gate") and shared),
+        "first_k_dense": first_k, "dense_layers": tuple(sorted(i for i in dense if first_k <= i < n_layers)),
+        "router_bias": bool(tr.get("router_bias")),
+    }
+
+
+def _linear_attention(c: ConfigView, mt: str) -> LinearAttention | None:
+    if not c.has("linear_num_value_heads", "linear_num_key_heads"):
+        return None
+    return LinearAttention(
+        num_k_heads=c.req("linear_num_key_heads", kind="num_heads"),
+        num_v_heads=c.req("linear_num_value_heads", kind="num_heads"),
+        k_head_dim=c.req("linear_key_head_dim", kind="head_dim"),
+        v_head_dim=c.req("linear_value_head_dim", kind="head_dim"),
+        conv_kernel=c.opt_int("linear_conv_kernel_dim", kind="other") or 4,
+        split=bool(TRAITS.get(mt, {}).get("split_linear")))
+
+
+def _layer_types(c: ConfigView, n_layers: int) -> tuple[str, ...]:
+    types = c.str_list("layer_types")
+    if not types:
+        return ()
+    if len(types) != n_layers:
+        raise c.error("layer_types", f"config.json 'layer_types' lists {len(types)} layers, not num_hidden_layers "
+                                     f"({n_layers})")
+    return tuple(types)
+
+
+def decoder_fields(c: ConfigView, mt: str, transformers_major: int | None = None) -> dict[str, Any]:
+    """`ModelArch` fields of one decoder config (a text config), read generically. Raises ModelConfigInvalid."""
+    tr = TRAITS.get(mt, {})
+    hidden = c.req(*HIDDEN, kind="hidden_size")
+    heads = c.req(*HEADS, kind="num_heads")
+    kv = c.opt_int(*KV_HEADS, kind="num_kv_heads")
+    if kv is None and c.get("multi_query", "multi_query_attention") is True:
+        kv = 1
+    if kv is not None and kv > heads:
+        raise c.error(c._which(KV_HEADS), f"config.json has {kv} key/value heads, more than its {heads} attention heads")
+    hd = c.opt_int(*HEAD_DIM, kind="head_dim")
+    if hd is None and hidden % heads:
+        raise c.error(HEADS[0], f"config.json 'hidden_size' {hidden} is not divisible by "
+                                f"'num_attention_heads' {heads} and no 'head_dim' is given")
+    n_layers = c.req(*LAYERS, kind="num_layers")
+    ffn = c.opt_int(*FFN, kind="intermediate_size")
+    if ffn is None:
+        ffn = 4 * hidden
+    attn_bias = _bool(c, "attention_bias", "bias", "use_bias")
+    d: dict[str, Any] = {
+        "hidden_size": hidden, "num_layers": n_layers, "num_heads": heads,
+        "num_kv_heads": kv if kv is not None else heads, "intermediate_size": ffn,
+        "vocab_size": c.req(*VOCAB, kind="vocab_size"), "head_dim": hd,
+        "tie_word_embeddings": _bool(c, "tie_word_embeddings", "tie_embeddings"),
+        "max_position_embeddings": c.opt_int("max_position_embeddings", "n_positions", "seq_length"),
+        "qkv_bias": bool(tr.get("qkv_bias")) or attn_bias or _bool(c, "qkv_bias"),
+        "o_bias": bool(tr.get("o_bias")) or (attn_bias and not tr.get("bias_qkv_only")),
+        "mlp_bias": _bool(c, "mlp_bias"),
+        "qk_norm": bool(tr.get("qk_norm")), "layer_norms": int(tr.get("norms", 2)),
+        "sliding_window": _sliding(c), "layer_types": _layer_types(c, n_layers),
+        "attn_output_gate": bool(tr.get("out_gate")), "attention_sinks": bool(tr.get("sinks")),
+        "linear_attention": _linear_attention(c, mt),
+    }
+    if c.has("kv_lora_rank"):
+        nope, rope = c.req("qk_nope_head_dim", kind="head_dim"), c.req("qk_rope_head_dim", kind="head_dim")
+        q_rank = c.cfg["q_lora_rank"] if "q_lora_rank" in c.cfg else c.defaults.get("q_lora_rank")
+        d.update(q_lora_rank=c.opt_int("q_lora_rank", kind="rank") if q_rank else None,
+                 kv_lora_rank=c.req("kv_lora_rank", kind="rank"), qk_nope_head_dim=nope, qk_rope_head_dim=rope,
+                 v_head_dim=c.req("v_head_dim", kind="head_dim"), head_dim=nope + rope, qkv_bias=False)
+    d.update(_moe_fields(c, mt, n_layers, ffn))
+    if d.get("num_experts"):
+        fused = bool(tr.get("fused_always")) or (transformers_major or 4) >= FUSED_FROM_MAJOR
+        d.update(experts_fused=fused, router_linear=not fused)
+    return d
+
+
+# Multimodal wrappers: (text model_type, vision parameter function, projector params(vision_cfg, text_hidden))
+WRAPPERS: dict[str, tuple[str, Callable[[dict[str, Any]], int] | None, Callable[[dict[str, Any], int], int] | None]] = {
+    "qwen2_vl": ("qwen2_vl_text", qwen2_vl_vision_params, None),
+    "qwen2_5_vl": ("qwen2_5_vl_text", qwen2_5_vl_vision_params, None),
+    "qwen3_vl": ("qwen3_vl_text", qwen3_vl_vision_params, None),
+    "qwen3_vl_moe": ("qwen3_vl_moe_text", qwen3_vl_vision_params, None),
+    # Gemma3MultiModalProjector: mm_input_projection_weight [vision_hidden, text_hidden] + RMSNorm(vision_hidden)
+    "gemma3": ("gemma3_text", siglip_vision_params, lambda vc, h: int(vc.get("hidden_size", 1152)) * (h + 1)),
+}
+WRAPPER_TIE_DEFAULT = {"gemma3": True, "qwen3_vl": False, "qwen3_vl_moe": False}
+# transformers 5 fills these into a wrapper's vision_config when config.json leaves them out
+VISION_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3": {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27, "num_attention_heads": 16,
+               "image_size": 896, "patch_size": 14, "vision_use_head": False},
+}
+
+
+def arch_from_config(cfg: dict[str, Any], name: str, source: str, *,
+                     positions: dict[str, tuple[int, int]] | None = None,
+                     transformers_major: int | None = None) -> ModelArch:
+    """Normalise one ``config.json`` dict into a `ModelArch` (the generic decoder).
+
+    `name` is what the user called the model; `source` where the dict came from (a path or URL; the file of any
+    error); `positions` the key positions of that file (for the line of an error); `transformers_major` the
+    transformers major version the run uses (MoE experts are nn.Linear modules before 5; unknown: 4.x, the
+    layout LLaMA-Factory's MoE reports were made with). Multimodal wrappers count their vision tower and projector
+    in `ModelArch.extra_params` (frozen by default in LLaMA-Factory: ``freeze_vision_tower`` and
+    ``freeze_multi_modal_projector`` both default to true).
+
+    Raises ModelConfigInvalid (an InputError naming the file, line and key) when a required field is missing, of
+    the wrong type or out of range.
+    """
+    if not isinstance(cfg, dict):
+        raise ModelConfigInvalid("model config must be a JSON object", file=source, missing="a readable config.json")
+    try:
+        return _arch_from_config(cfg, name, source, positions or {}, transformers_major)
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as e:  # e.g. "depth": "32"
+        if isinstance(e, ModelConfigInvalid):
+            raise
+        raise ModelConfigInvalid(f"config.json has a field of an unexpected type: {e}", file=source,
+                                 missing="a readable config.json") from None
+
+
+def _split_wrapper(cfg: dict[str, Any], mt: str, notes: list[str]) -> tuple[dict[str, Any], str, str,
+                                                                             list[tuple[str, int]]]:
+    """(text config, its model_type, its dotted prefix in the file, vision/projector parts) of a wrapper."""
+    nested = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    # Older Qwen2-VL / Qwen2.5-VL files keep text fields at the top level; newer ones nest text_config.
+    text_cfg = {**{k: v for k, v in cfg.items() if k not in ("text_config", "vision_config")}, **nested}
+    prefix = "text_config" if nested else ""
+    parts: list[tuple[str, int]] = []
+    if mt in WRAPPERS:
+        text_mt, vis_fn, proj_fn = WRAPPERS[mt]
+        # transformers ties the wrapper's lm_head by the top-level flag; absent, by the wrapper class default
+        # (qwen2_vl / qwen2_5_vl take the text config's value instead)
+        if cfg.get("tie_word_embeddings") is not None:
+            text_cfg["tie_word_embeddings"] = cfg["tie_word_embeddings"]
+        elif mt in WRAPPER_TIE_DEFAULT:
+            text_cfg["tie_word_embeddings"] = WRAPPER_TIE_DEFAULT[mt]
+        vc = {**VISION_DEFAULTS.get(mt, {}), **(cfg.get("vision_config") or {})}
+        if vis_fn is not None:
+            parts.append(("vision_tower", vis_fn(vc)))
+        if proj_fn is not None:
+            hidden = int(text_cfg.get("hidden_size") or DEFAULTS[text_mt]["hidden_size"])
+            parts.append(("projector", proj_fn(vc, hidden)))
+        return text_cfg, text_mt, prefix, parts
+    text_mt = str(nested.get("model_type") or "").lower()
+    notes.append(f"multimodal model_type '{mt}': only its text model ('{text_mt or '?'}') is counted; "
+                 "the vision tower is not")
+    return text_cfg, text_mt, prefix, parts
+
+
+def _arch_from_config(cfg: dict[str, Any], name: str, source: str, positions: dict[str, tuple[int, int]],
+                      transformers_major: int | None) -> ModelArch:
+    mt = str(cfg.get("model_type") or "").lower()
+    notes: list[str] = []
+    parts: list[tuple[str, int]] = []
+    text_cfg, text_mt, prefix = cfg, mt, ""
+    if mt in WRAPPERS or (mt not in REMOTE_READERS and isinstance(cfg.get("text_config"), dict)):
+        text_cfg, text_mt, prefix, parts = _split_wrapper(cfg, mt, notes)
+    c = ConfigView(text_cfg, DEFAULTS.get(text_mt, {}), source, text_mt, positions, prefix)
+    if text_mt in REMOTE_READERS:
+        fields = REMOTE_READERS[text_mt](c)
+    else:
+        if text_mt not in DEFAULTS and text_mt not in TRAITS and text_mt not in GENERIC_VERIFIED:
+            notes.append(f"model_type '{text_mt or '(none)'}' is not one the doctor has verified: read by the generic "
+                         "decoder from its field names as LLaMA-shaped (q/k/v/o, gated MLP, RMSNorm)")
+        fields = decoder_fields(c, text_mt, transformers_major)
+    if text_mt == "qwen":
+        dtype, dnote = _qwen1_dtype(cfg)
+    else:
+        dtype, dnote = checkpoint_dtype(cfg, text_cfg)
+    if dnote:
+        notes.append(dnote)
+    quant = parse_quantization_config(cfg.get("quantization_config") or text_cfg.get("quantization_config"))
+    extra = sum(n for _, n in parts)
+    arch = ModelArch(name=name, model_type=mt or text_mt, dtype=dtype, extra_params=extra, extra_parts=tuple(parts),
+                     source=source, notes="; ".join(notes), raw=dict(cfg), quant=quant, **fields)
+    return arch
+
+
+def _qwen1_dtype(cfg: dict[str, Any]) -> tuple[str, str | None]:
+    """Qwen (first generation) picks its own precision from the ``bf16``/``fp16``/``fp32`` flags; with none
+    set it takes bf16 where the GPU supports it (``modeling_qwen.py`` ``QWenLMHeadModel.__init__``)."""
+    for flag, dt in (("bf16", "bfloat16"), ("fp16", "float16"), ("fp32", "float32")):
+        if cfg.get(flag):
+            return dt, None
+    if cfg.get("torch_dtype") or cfg.get("dtype"):
+        return checkpoint_dtype(cfg)
+    return "bfloat16", "Qwen config sets none of bf16/fp16/fp32: its modeling code picks bf16 where supported"
+
+
+def with_note(arch: ModelArch, note: str) -> ModelArch:
+    """`arch` with `note` put before its existing notes."""
+    return replace(arch, notes="; ".join(x for x in (note, arch.notes) if x))

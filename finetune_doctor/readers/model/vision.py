@@ -1,0 +1,94 @@
+"""Parameter counts of the vision towers of multimodal checkpoints (element counts).
+
+Each function takes the checkpoint's ``vision_config`` dict (config.json field names). Shapes follow the
+transformers modules named in each docstring; tests/test_arch.py checks every function against
+``sum(p.numel())`` of those modules built on the meta device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+def _linear(i: int, o: int, bias: bool = True) -> int:
+    return i * o + (o if bias else 0)
+
+
+def siglip_vision_params(vc: dict[str, Any]) -> int:
+    """SigLIP vision encoder (transformers ``siglip/modeling_siglip.py`` ``SiglipVisionTransformer``).
+
+    Patch conv with bias, learned position embeddings for ``(image_size // patch_size)**2`` patches, pre-LN
+    encoder layers (LayerNorm with bias, q/k/v/out with bias, fc1/fc2 MLP with bias), a post LayerNorm and,
+    when ``vision_use_head`` (default true), the attention-pooling head. Gemma-3 sets ``vision_use_head: false``.
+    """
+    e, i = int(vc.get("hidden_size", 768)), int(vc.get("intermediate_size", 3072))
+    layers = int(vc.get("num_hidden_layers", 12))
+    c, p, size = int(vc.get("num_channels", 3)), int(vc.get("patch_size", 16)), int(vc.get("image_size", 224))
+    n = c * p * p * e + e + (size // p) ** 2 * e
+    per_layer = 2 * 2 * e + 4 * _linear(e, e) + _linear(e, i) + _linear(i, e)
+    n += layers * per_layer + 2 * e
+    if vc.get("vision_use_head", True):
+        n += e + _linear(e, 3 * e) + _linear(e, e) + 2 * e + _linear(e, i) + _linear(i, e)
+    return n
+
+
+def qwen2_vl_vision_params(vc: dict[str, Any]) -> int:
+    """Qwen2-VL ViT with its patch merger (transformers ``qwen2_vl/modeling_qwen2_vl.py``
+    ``Qwen2VisionTransformerPretrainedModel``).
+
+    ``embed_dim`` is the ViT width and ``hidden_size`` the language model width the merger projects to.
+    Conv3d patch embedding without bias over ``temporal_patch_size x patch_size^2`` pixels; blocks of
+    LayerNorm(+bias), fused qkv with bias, proj with bias, fc1/fc2 MLP (``mlp_ratio``) with bias; merger =
+    LayerNorm(embed_dim) then Linear(m^2 E, m^2 E) and Linear(m^2 E, hidden_size), both with bias.
+    """
+    e = int(vc.get("embed_dim", 1280))
+    out = int(vc.get("hidden_size", 3584))
+    r = int(round(float(vc.get("mlp_ratio", 4)) * e))
+    depth = int(vc.get("depth", 32))
+    c = int(vc.get("in_channels", vc.get("in_chans", 3)))
+    p, t = int(vc.get("patch_size", 14)), int(vc.get("temporal_patch_size", 2))
+    m2 = int(vc.get("spatial_merge_size", 2)) ** 2
+    n = c * t * p * p * e
+    n += depth * (2 * 2 * e + _linear(e, 3 * e) + _linear(e, e) + _linear(e, r) + _linear(r, e))
+    n += 2 * e + _linear(m2 * e, m2 * e) + _linear(m2 * e, out)
+    return n
+
+
+def qwen2_5_vl_vision_params(vc: dict[str, Any]) -> int:
+    """Qwen2.5-VL window-attention ViT with merger (transformers ``qwen2_5_vl/modeling_qwen2_5_vl.py``).
+
+    Same layout as Qwen2-VL but with RMSNorm (weight only), a gated SiLU MLP of gate/up/down with bias and
+    width ``intermediate_size``; the ViT width is ``hidden_size`` and the merger output ``out_hidden_size``.
+    """
+    e, i = int(vc.get("hidden_size", 1280)), int(vc.get("intermediate_size", 3420))
+    out = int(vc.get("out_hidden_size", 3584))
+    depth = int(vc.get("depth", 32))
+    c = int(vc.get("in_channels", vc.get("in_chans", 3)))
+    p, t = int(vc.get("patch_size", 14)), int(vc.get("temporal_patch_size", 2))
+    m2 = int(vc.get("spatial_merge_size", 2)) ** 2
+    n = c * t * p * p * e
+    n += depth * (2 * e + _linear(e, 3 * e) + _linear(e, e) + 2 * _linear(e, i) + _linear(i, e))
+    n += e + _linear(m2 * e, m2 * e) + _linear(m2 * e, out)
+    return n
+
+
+def qwen3_vl_vision_params(vc: dict[str, Any]) -> int:
+    """Qwen3-VL ViT with merger and DeepStack mergers (transformers ``qwen3_vl/modeling_qwen3_vl.py``).
+
+    Conv3d patch embedding with bias, learned position embeddings (``num_position_embeddings``), blocks of
+    LayerNorm(+bias), qkv/proj with bias and a fc1/fc2 MLP with bias; the final merger normalises the ViT
+    width before the 2x2 shuffle, each of the ``len(deepstack_visual_indexes)`` DeepStack mergers normalises
+    after it (LayerNorm over m^2 E).
+    """
+    e, i = int(vc.get("hidden_size", 1152)), int(vc.get("intermediate_size", 4304))
+    out = int(vc.get("out_hidden_size", 3584))
+    depth = int(vc.get("depth", 27))
+    c = int(vc.get("in_channels", 3))
+    p, t = int(vc.get("patch_size", 16)), int(vc.get("temporal_patch_size", 2))
+    m2 = int(vc.get("spatial_merge_size", 2)) ** 2
+    npos = int(vc.get("num_position_embeddings", 2304))
+    n = c * t * p * p * e + e + npos * e
+    n += depth * (2 * 2 * e + _linear(e, 3 * e) + _linear(e, e) + _linear(e, i) + _linear(i, e))
+    mlp = _linear(m2 * e, m2 * e) + _linear(m2 * e, out)
+    n += 2 * e + mlp
+    n += len(vc.get("deepstack_visual_indexes", [8, 16, 24]) or []) * (2 * m2 * e + mlp)
+    return n

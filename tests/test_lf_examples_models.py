@@ -1,0 +1,60 @@
+"""Every training config among LLaMA-Factory's examples resolves its model with no network.
+
+Sources: the bundled catalog, the AWQ/GPTQ names through it (quantization then unknown: no config.json here), the
+LLaMA Pro output directory through fixtures/models/llama3-8b-pro (what scripts/llama_pro.py writes), and Qwen3-VL-4B
+through an HF-cache layout built from fixtures/models/Qwen3-VL-4B-Instruct (its real config.json) when the catalog
+has no entry for it yet.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from finetune_doctor.readers.model import hub
+from finetune_doctor.readers.modelcfg import find_in_catalog, load_arch
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = ROOT / "fixtures" / "models"
+DIRS = [ROOT / "fixtures" / "llamafactory" / "examples", Path("/work/shared/reference/llamafactory/examples")]
+YAMLS = sorted({p for d in DIRS if d.is_dir() for p in d.rglob("*.yaml")})
+QWEN3_VL_4B = 4_437_815_808  # Qwen/Qwen3-VL-4B-Instruct, hub safetensors metadata (BF16 4.44B)
+
+
+@pytest.fixture()
+def offline_machine(tmp_path, monkeypatch):
+    for var in ("HF_HUB_CACHE", "HF_HOME", "HUGGINGFACE_HUB_CACHE", "USE_MODELSCOPE_HUB", "USE_OPENMIND_HUB"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr(hub, "_hf_fetch", lambda *a, **k: pytest.fail("network used"))
+    if find_in_catalog("Qwen/Qwen3-VL-4B-Instruct") is None:
+        snap = tmp_path / "hf" / "models--Qwen--Qwen3-VL-4B-Instruct" / "snapshots" / ("a" * 40)
+        snap.mkdir(parents=True)
+        shutil.copy(FIX / "Qwen3-VL-4B-Instruct" / "config.json", snap / "config.json")
+        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    (tmp_path / "models").mkdir()
+    shutil.copytree(FIX / "llama3-8b-pro", tmp_path / "models" / "llama3-8b-pro")
+    monkeypatch.chdir(tmp_path)  # llamafactory-cli runs from the repository root: models/llama3-8b-pro is there
+    return tmp_path
+
+
+@pytest.mark.parametrize("path", YAMLS, ids=lambda p: str(p).split("examples/")[-1] + ("" if "fixtures" in str(p) else " (ref)"))
+def test_example_model_resolves_offline(path, offline_machine):
+    cfg = yaml.safe_load(path.read_text()) or {}
+    name = cfg.get("model_name_or_path")
+    if not name or cfg.get("stage") is None and "train" not in str(path):
+        pytest.skip("no training model in this file")
+    arch, _ = load_arch(str(name), base_dir=str(path.parent), allow_download=True)
+    assert arch.total_params() > 0 and arch.source_kind in ("catalog", "hf-cache", "local")
+    if name.endswith(("-AWQ", "-GPTQ")):
+        assert arch.quant is not None and arch.quant.method == "unknown"
+
+
+def test_qwen3_vl_4b_fixture_counts_as_published(offline_machine):
+    arch, _ = load_arch(str(FIX / "Qwen3-VL-4B-Instruct"))
+    assert abs(arch.total_params() / QWEN3_VL_4B - 1) < 0.001
+    assert arch.extra_params > 0 and arch.model_type == "qwen3_vl"
