@@ -34,13 +34,16 @@ class Options:
     project_file: str | None = None
     torch_version: str | None = None         # the training machine's torch (default: a current stack)
     transformers_version: str | None = None  # ... and transformers
+    model_config: str | None = None          # --model-config FILE|DIR: the model's config.json
+    offline: bool = False                    # --offline: never download a model's JSON configs
 
     @classmethod
     def from_cli(cls, command: str, paths: list[str], gpu: str | None = None, nnodes: int | None = None,
                  fmt: str | None = None, output: str | None = None, select: str | None = None,
                  ignore: str | None = None, fail_on: str | None = None,
                  rules_dirs: tuple[str, ...] = (), torch_version: str | None = None,
-                 transformers_version: str | None = None, **_: Any) -> "Options":
+                 transformers_version: str | None = None, model_config: str | None = None,
+                 offline: bool = False, **_: Any) -> "Options":
         from finetune_doctor.projectconfig import find_project_config
 
         proj = find_project_config(paths[0] if paths else ".")
@@ -64,4 +67,6 @@ class Options:
             project_file=proj.get("__file__"),
             torch_version=torch_version or proj.get("torch"),
             transformers_version=transformers_version or proj.get("transformers"),
+            model_config=model_config,
+            offline=bool(offline or proj.get("offline")),
         )

@@ -16,7 +16,7 @@ PKG = Path(__file__).resolve().parent.parent / "finetune_doctor"
 
 # The data flow, bottom up (docs/ARCHITECTURE.md). A module may import its own layer or a lower one.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("__init__", "types", "errors", "fsutil", "projectconfig", "settings", "arch", "evidence"),
+    ("__init__", "types", "errors", "fsutil", "projectconfig", "settings", "arch", "quant", "evidence"),
     ("readers", "hardware"),
     ("run",),
     ("analyzers",),
@@ -61,9 +61,22 @@ def _resolve(target: str) -> str | None:
     return target or None
 
 
+def _runtime_nodes(tree: ast.AST):
+    """Every node but those under ``if TYPE_CHECKING:`` (imports for annotations only never run)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and isinstance(child.test, ast.Name) and child.test.id == "TYPE_CHECKING":
+                stack.extend(child.orelse)
+                continue
+            stack.append(child)
+
+
 def _imports(path: Path) -> list[tuple[int, str]]:
     out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("finetune_doctor"):
             for a in node.names:
                 tgt = _resolve(f"{node.module}.{a.name}") or _resolve(node.module)

@@ -62,11 +62,14 @@ RELEASED = {
     "FD604": "eager-attention-long-context",
     "FD605": "lora-all-moe-experts",
     "FD606": "predicted-tight-fit",
+    "FD607": "model-unresolved",
     "FD701": "gradient-clipping-missing",
     "FD702": "learning-rate-too-high",
     "FD703": "galore-optim-mismatch",
     "FD704": "quantization-needs-lora",
     "FD705": "learning-rate-high",
+    "FD706": "quantization-bit-ignored",
+    "FD707": "quantization-unknown",
 }
 
 

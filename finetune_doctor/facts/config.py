@@ -62,6 +62,17 @@ class Assembly:
             return None
         return self.run.summary(params_b=self.counts.base / 1e9 if self.counts else None)
 
+    def model_section(self) -> dict[str, Any]:
+        """The report's ``model`` object: where the architecture came from (`ModelArch.source_kind`: local,
+        model-config, hf-cache, modelscope-cache, openmind-cache, catalog, hub), its config file or address, and how
+        it matched; empty without a resolved model."""
+        if self.run is None:
+            return {}
+        a = self.run.arch
+        cfg = self.sources["model"].path if "model" in self.sources else (a.source or None)
+        return {"name": self.run.model_name, "source": getattr(a, "source_kind", None) or "catalog",
+                "config": cfg, "model_type": a.model_type, "notes": a.notes or None}
+
     def inputs(self, **extra: Any) -> dict[str, Any]:
         """The JSON report's ``inputs`` object."""
         ds = None
@@ -76,8 +87,8 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     """Read `config` with `overrides` and assemble every config-side namespace.
 
     `static=True` is the lint path: no NVML, no dataset, no deepspeed import; an unresolvable model or a missing
-    DeepSpeed file is then a fact for a rule, not an error. `need_model=False` likewise tolerates an unresolvable
-    model (a note says why). `lenient=True` (postmortem) also reads on past a DeepSpeed JSON that is missing or
+    DeepSpeed file is then a fact for a rule, not an error. `need_model=False` tolerates an unresolvable model
+    (``lint.model_unresolved``, rule model-unresolved). `lenient=True` (postmortem) also reads on past a DeepSpeed JSON that is missing or
     broken. `hw` replaces hardware resolution (a sweep reuses its first point's). Raises InputError on bad input.
     """
     doc = load_config(config, tuple(overrides))
@@ -90,8 +101,8 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     asm.hw = hw if hw is not None else hw_facts.resolve(opts.gpu, opts.nnodes, allow_nvml=not static)
     facts["hw"] = hw_facts.assemble(asm.hw)
 
-    arch = _arch(asm, config, tolerate=static or not need_model or lenient)
-    _deepspeed(asm, arch, tolerate_missing=static or not need_model or lenient, lenient=lenient)
+    arch = _arch(asm, config, opts, tolerate=static or not need_model or lenient, static=static)
+    _deepspeed(asm, arch, tolerate_missing=static or lenient, lenient=lenient)
     if asm.ds is not None and validate_ds and not static:
         if not ds_facts.validate_with_deepspeed(asm.ds, facts["ds"]):
             asm.notes.append("--validate-deepspeed: deepspeed is not installed here (pip install deepspeed); "
@@ -132,9 +143,17 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     return asm
 
 
-def _arch(asm: Assembly, config: str, *, tolerate: bool) -> Any:
-    """The model's architecture, or None (with a note) when the config names none or, if tolerated, it does not
-    resolve. The error of an unresolvable model points at ``model_name_or_path`` of the config."""
+DOWNLOAD_COMMANDS = ("check", "estimate", "probe", "data")
+"""Commands that may download a model's JSON configs when nothing local has them (never lint, never postmortem)."""
+
+
+def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: bool) -> Any:
+    """The model's architecture, or None when the config names none or, if tolerated, it does not resolve.
+
+    An unresolved model becomes the ``lint.model_unresolved`` fact (what is missing and the one command that
+    supplies it) for the ``model-unresolved`` rule; untolerated, its error points at ``model_name_or_path``.
+    """
+    from finetune_doctor.readers.model.errors import ModelUnresolved
     from finetune_doctor.readers.modelcfg import load_arch
 
     doc = asm.doc
@@ -142,15 +161,29 @@ def _arch(asm: Assembly, config: str, *, tolerate: bool) -> Any:
     if not name:
         asm.notes.append("model_name_or_path is not set: memory not estimated")
         return None
+    cache = doc.values.get("cache_dir")
     try:
-        arch, model_src = load_arch(str(name), base_dir=str(Path(config).resolve().parent))
+        arch, model_src = load_arch(
+            str(name), base_dir=str(Path(config).resolve().parent),
+            cache_dir=cache if isinstance(cache, str) else None, model_config=opts.model_config,
+            allow_download=not static and opts.command in DOWNLOAD_COMMANDS, offline=opts.offline,
+            exact=False if static else "auto")
     except InputError as err:
         if not tolerate:
             if err.file is None or err.file == str(name):
                 err = InputError(err.message, file=doc.path, line=doc.line_of("model_name_or_path"))
             raise err from None
-        asm.notes.append(f"model not resolved: {err.message}")
+        fix = getattr(err, "fix", "") if isinstance(err, ModelUnresolved) else ""
+        where = f"{err.file}:{err.line}" if err.file and err.file != str(name) and err.line else err.file
+        asm.facts["lint"]["model_unresolved"] = {
+            "name": str(name), "message": err.message, "missing": getattr(err, "missing", "") or "",
+            "fix": fix or "--model-config path/to/config.json",
+            "config_json": where if where and where != str(name) else None}
+        asm.notes.append(f"memory not estimated: the architecture of {name} is not known here")
         return None
+    for note in (arch.notes or "").split("; ") if isinstance(arch.notes, str) else ():
+        if note and ("download" in note or "offline" in note):
+            asm.notes.append(note)
     if model_src is not None:
         asm.sources["model"] = model_src
     return arch

@@ -3,6 +3,7 @@
 * ``keys``: one item per key problem of readers/keyschema.py (unknown, renamed, retired, derived, wrong type,
   invalid value), with the line it is on and whether the value came from a ``key=value`` override;
 * ``ds_missing``: the ``deepspeed:`` path that did not resolve, when the command reads on without it;
+* ``model_unresolved``: the model whose config.json was found nowhere (or was unusable), when the command reads on;
 * ``unused_suppressions``: suppression comments that hid nothing (engine/suppression.py), filled by the judge.
 """
 
@@ -41,6 +42,10 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "value": F("str", "the path as written"), "message": F("str", "why it did not resolve")}),
     "unused_suppressions": F("list", "suppression comments that hid nothing", items=UNUSED_ITEM),
     "standalone_ds": F("bool", "a DeepSpeed JSON linted on its own, without a training config"),
+    "model_unresolved": F("dict", "the model could not be resolved: memory is not estimated", fields={
+        "name": F("str", "model_name_or_path as written"), "message": F("str", "why"),
+        "missing": F("str", "what was not found"), "fix": F("str", "the one flag or command that supplies it"),
+        "config_json": F("str", "file:line of a config.json that was found but is unusable")}),
 })
 
 

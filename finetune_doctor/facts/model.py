@@ -25,6 +25,8 @@ NAMESPACE = Namespace("model", __doc__.split("\n\n")[0], {
     "expert_lora_params": F("int", "LoRA parameters on routed experts"),
     "max_position_embeddings": F("int", "context length the config declares"),
     "source": F("str", "where the config came from (path or URL)"),
+    "source_kind": F("str", "local | model-config | hf-cache | modelscope-cache | openmind-cache | catalog | hub"),
+    "quant_format": F("str", "quantization_config.quant_method of a pre-quantized checkpoint (None: not quantized)"),
     "notes": F("str", "reader notes"),
 })
 
@@ -39,5 +41,6 @@ def assemble(run: Any, counts: Any) -> dict[str, Any]:
         "hidden_size": a.hidden_size, "num_layers": a.num_layers, "vocab_size": a.vocab_size,
         "num_heads": a.num_heads, "is_moe": a.is_moe, "num_experts": a.num_experts,
         "expert_lora_params": counts.expert_lora_params, "max_position_embeddings": a.max_position_embeddings,
-        "source": a.source, "notes": a.notes,
+        "source": a.source, "notes": a.notes, "source_kind": getattr(a, "source_kind", None),
+        "quant_format": getattr(getattr(a, "quant", None), "method", None),
     }

@@ -21,7 +21,8 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool =
 
     Raises InputError on bad input (exit 2).
     """
-    asm = assemble_config(config, overrides, opts, scan_data=scan_data, validate_ds=validate_ds)
+    # an unknown model narrows the diagnosis (model-unresolved) instead of ending it
+    asm = assemble_config(config, overrides, opts, scan_data=scan_data, validate_ds=validate_ds, need_model=False)
     findings = judge("check", asm.facts, asm.sources, opts, texts={asm.doc.path: asm.doc.text}, live=asm.live())
     if probe:
         findings = _confirm(asm, findings, opts, probe_mode)
@@ -30,7 +31,9 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool =
         from finetune_doctor.fixes import apply_fixes
 
         notes.extend(apply_fixes(findings, unsafe=unsafe_fixes, texts={asm.doc.path: asm.doc.text}))
-    sections: dict[str, Any] = {"data": asm.facts["data"]} if asm.facts.get("data") else {}
+    sections: dict[str, Any] = {"model": asm.model_section()} if asm.run is not None else {}
+    if asm.facts.get("data"):
+        sections["data"] = asm.facts["data"]
     return Report(command="check", inputs=asm.inputs(), findings=tuple(findings), run=asm.run_summary(),
                   hardware=asm.hw, memory=asm.memory, sections=sections, notes=tuple(notes))
 

@@ -48,7 +48,7 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple
     that cannot be resolved (nothing to estimate)."""
     asm = assemble_config(config, overrides, opts)
     findings = judge("estimate", asm.facts, asm.sources, opts, texts={asm.doc.path: asm.doc.text}, live=asm.live())
-    sections: dict[str, Any] = {}
+    sections: dict[str, Any] = {"model": asm.model_section()} if asm.run is not None else {}
     if asm.memory is not None:
         d = asm.memory.details
         sections["breakdown"] = {"moments_gib": d.get("moments_gib"), "phase": asm.memory.phase,

@@ -34,7 +34,7 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, mode: str = "
     findings = confirm_findings(asm, findings, opts, mode=mode, steps=steps, force=force, cache=cache)
     confs = [(f, f.fix.confirmed) for f in findings if f.fix is not None and f.fix.confirmed is not None]
     return Report(command="probe", inputs=asm.inputs(), findings=tuple(findings), run=asm.run_summary(),
-                  hardware=asm.hw, memory=_memory_of(asm, m), sections={"probe": section_data(asm.run, m, confs)},
+                  hardware=asm.hw, memory=_memory_of(asm, m), sections={"model": asm.model_section(), "probe": section_data(asm.run, m, confs)},
                   notes=tuple(dict.fromkeys(asm.notes)))
 
 

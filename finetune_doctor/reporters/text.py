@@ -237,6 +237,11 @@ def _run_line(w: _Writer, r: Report) -> None:
         parts.append(f"optim {run['optim']}" + (" (transformers' default on torch ≥ 2.8; --torch to change)"
                                                 if run.get("optim_assumed") else ""))
     w.line("run: " + " · ".join(parts))
+    src = (r.sections or {}).get("model") or {}
+    if src.get("source"):
+        cfg = str(src.get("config") or "")
+        where = f" ({cfg if '://' in cfg else display_path(cfg)})" if cfg else ""
+        w.line(f"model config: {src['source']}{where}", indent=1)
 
 
 def _hardware_line(w: _Writer, r: Report) -> None:
@@ -346,8 +351,14 @@ def _fix(w: _Writer, fix: Fix, sources: SourceIndex, level: int = 1) -> None:
             w.line(body + (f" · {facts}" if facts else ""), indent=level + 2)
 
 
+HEADER_SECTIONS = ("model",)
+"""Sections shown in the header lines instead of under a heading of their own."""
+
+
 def _sections(w: _Writer, r: Report) -> None:
     for key, data in r.sections.items():
+        if key in HEADER_SECTIONS:
+            continue
         w.heading(SECTION_TITLES.get(key) or key.replace("_", " ").capitalize())
         renderer = _section_renderer(key)
         if renderer is None:
