@@ -190,7 +190,8 @@ def _check_value(cls: type, name: str, kind: str, v: Any) -> None:
     if types_ is None:
         return
     if (isinstance(v, bool) and base != "bool") or not isinstance(v, types_):
-        raise ValueError(f"{cls.__name__}.{name} must be {'a number' if base in ('int', 'float') else 'a ' + base}, "
+        want = {"int": "an integer", "float": "a number"}.get(base, f"a {base}")
+        raise ValueError(f"{cls.__name__}.{name} must be {want}, "
                          f"not {type(v).__name__} {_short(v)}")
     if base in ("int", "float") and not (0 <= v <= _MAX_INT):  # NaN fails both comparisons
         raise ValueError(f"{cls.__name__}.{name} = {_short(v)} is out of range (0 to 2^53)")

@@ -17,7 +17,7 @@ process_info{pid, name, memory_usage.vram_mem}``. A value is ``{"value": V, "uni
 
 Outputs pasted one after another (``rocm-smi --showmeminfo vram --json; rocm-smi --showuse --json``, or
 ``amd-smi static --json`` then ``amd-smi metric --json``) are merged per card into one sample; a document that
-sets again a value the current sample already has starts the next sample (``amd-smi metric --watch``). Lines
+gives a card a value other than the one the current sample already has starts the next sample (``amd-smi metric --watch``). Lines
 before the first ``{``/``[`` (amd-smi's "WARNING: ..." banners) are skipped. Anything of the wrong type or range
 is an InputError naming the file and the line of the card.
 """
@@ -86,15 +86,16 @@ def snapshots(path: str, host: str, text: str, docs: list[tuple[int, Any]], note
             raise InputError("neither rocm-smi nor amd-smi JSON (expected {\"card0\": ...} or [{\"gpu\": 0, ...}])",
                              file=path, line=line)
         rows = list(_rows(path, text, line, doc))
-        if any(k in cards.get(idx, {}) for idx, _, vals in rows for k in vals if k not in ("line", "name")):
+        if any(v is not None and k not in ("line", "name") and cards.get(idx, {}).get(k, v) != v
+               for idx, _, vals in rows for k, v in vals.items()):
             yield _snapshot(path, host, cards, first_line)
             cards, first_line = {}, line
         for idx, card_line, vals in rows:
             c = cards.setdefault(idx, {"line": card_line})
-            c.update({k: v for k, v in vals.items() if v is not None})
+            c.update({k: v for k, v in vals.items() if v is not None and k != "line"})
     if cards:
         yield _snapshot(path, host, cards, first_line)
-    if not any(c.get("used") is not None for c in cards.values()):
+    if not any(c.get("used") is not None for c in cards.values()):  # the last sample tells
         notes.append(f"{path}: no used-memory values (amd-smi static / rocm-smi without --showmeminfo vram): "
                      "capacity only")
 
