@@ -183,9 +183,11 @@ def test_two_nodes_read_together() -> None:
 def test_watch_and_record_survive_an_nvml_error(tmp_path: Path) -> None:
     for ext in ("csv", "jsonl"):
         out = tmp_path / f"rec.{ext}"
-        buf = io.StringIO()
+        frames: list = []
         rep = pipe.run(_opts(), watch=0.01, record=str(out), interval=0.01, count=4,
-                       source=FakeAdapter(FIX / "watch_gap.json"), console=Console(file=buf, width=120))
+                       source=FakeAdapter(FIX / "watch_gap.json"), progress=frames.append)
+        # the live view is fed one frame per sample, the last one summarising all four
+        assert len(frames) == 4 and frames[-1]["samples"] == 4 and frames[-1]["gaps"] == 1
         stats = rep.sections["gpus"]["recorder"]
         assert (stats["samples"], stats["gaps"]) == (4, 1)
         assert stats["cpu_ms_mean"] is not None and stats["cpu_ms_mean"] >= 0
@@ -260,7 +262,7 @@ def test_overhead_is_bounded_by_widening_the_interval() -> None:
 
 def test_ctrl_c_ends_the_watch_with_a_report() -> None:
     rep = pipe.run(_opts(), watch=0.01, source=_Counting(FIX / "one_card.json", stop_after=3),
-                   console=Console(file=io.StringIO()), sleep=lambda s: None)
+                   progress=lambda data: None, sleep=lambda s: None)
     assert rep.sections["gpus"]["samples"] == 3
     assert any("stopped by Ctrl-C after 3 samples" in n for n in rep.notes)
 
@@ -325,19 +327,34 @@ def test_cli_from_file() -> None:
     assert res.exit_code == 2 and "Traceback" not in res.output
 
 
-def test_long_watch_keeps_peaks_in_bounded_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pipe, "RETAIN_MAX", 40)
+def test_long_watch_keeps_every_sample_and_the_exact_peak() -> None:
+    """A watch accumulates as it goes: all 5000 samples count, the peak is exact, and what is kept per sample is
+    8 bytes per card (the live view sees only the last LIVE_WINDOW samples)."""
     base = FakeAdapter(FIX / "one_card.json").snapshot()
     c = base.cards[0]
-    # GPU memory rises to a peak at sample 30 of 200, then stays lower
-    used = [(50_000 + (k if k <= 30 else 10)) * MIB for k in range(200)]
+    # GPU memory rises to a peak at sample 30 of 5000, then stays lower
+    used = [(50_000 + (k if k <= 30 else 10)) * MIB for k in range(5000)]
     samples = [base.__class__(time=float(k), host="h", cards=(c.__class__(**{**c.__dict__, "used_bytes": u}),))
                for k, u in enumerate(used)]
-    rep = pipe.run(_opts(), count=200, interval=0.01, source=FakeAdapter(samples), sleep=lambda s: None)
+    frames: list = []
+    rep = pipe.run(_opts(), count=5000, interval=0.01, source=FakeAdapter(samples), sleep=lambda s: None,
+                   progress=frames.append)
     data = rep.sections["gpus"]
-    assert data["recorder"]["samples"] == 200 and data["samples"] <= 40
+    assert data["recorder"]["samples"] == 5000 and data["samples"] == 5000
     assert data["cards"][0]["peak_gib"] == round(50_030 * MIB / GIB, 2)
-    assert any("summarised away" in n for n in rep.notes)
+    assert frames[-1]["samples"] == pipe.LIVE_WINDOW
+
+
+def test_live_view_draws_on_stderr_and_clears(capsys: pytest.CaptureFixture) -> None:
+    from finetune_doctor.reporters.live import LiveView
+
+    buf = io.StringIO()
+    view = LiveView(console=Console(file=buf, width=80, force_terminal=True))
+    rep = pipe.run(_opts(), count=3, interval=0.01, source=FakeAdapter(FIX / "one_card.json"), sleep=lambda s: None,
+                   progress=view.update)
+    view.stop()
+    assert "GPU" in buf.getvalue() and rep.sections["gpus"]["samples"] == 3
+    assert capsys.readouterr().out == ""
 
 
 def test_a_recording_read_with_from_says_record_and_the_card_table_fits_100_columns() -> None:
