@@ -9,6 +9,7 @@ never a sentinel.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from typing import Any
 
 MIB = 1 << 20
@@ -106,7 +107,8 @@ class CardSnapshot:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CardSnapshot":
+    def from_dict(cls, d: dict[str, Any], line: int | None = None) -> "CardSnapshot":
+        """A card from its JSON; `line` (the recording's line) replaces the stored one when given."""
         if not isinstance(d, dict):
             raise ValueError(f"a card must be a JSON object, not {type(d).__name__}")
         d = dict(d)
@@ -118,6 +120,8 @@ class CardSnapshot:
                                            for x in cc)):
             raise ValueError("compute_capability must be [major, minor]")
         d["compute_capability"] = tuple(cc) if cc else None
+        if line is not None:
+            d["line"] = line
         if "index" not in d:
             raise ValueError("a card needs its index")
         return _fromdict(cls, d)
@@ -157,7 +161,7 @@ class Snapshot:
         if not isinstance(d, dict):
             raise ValueError(f"a sample must be a JSON object, not {type(d).__name__}")
         d = dict(d)
-        d["cards"] = tuple(CardSnapshot.from_dict(c) for c in _seq(d.get("cards"), "cards"))
+        d["cards"] = tuple(CardSnapshot.from_dict(c, line) for c in _seq(d.get("cards"), "cards"))
         notes = _seq(d.get("notes"), "notes")
         if not all(isinstance(n, str) for n in notes):
             raise ValueError("notes must be strings")
@@ -178,23 +182,21 @@ _MAX_INT = 1 << 53
 _SCALARS = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
 
 
-def _check_value(cls: type, name: str, kind: str, v: Any) -> None:
-    """Raise ValueError when `v` is not the scalar type the field declares (bool is not a number here) or a
-    number is negative, not finite or beyond _MAX_INT."""
-    base = kind.replace(" | None", "").strip()
-    if v is None:
-        if "None" not in kind and base in _SCALARS:
-            raise ValueError(f"{cls.__name__}.{name} must not be null")
-        return
-    types_ = _SCALARS.get(base)
-    if types_ is None:
-        return
-    if (isinstance(v, bool) and base != "bool") or not isinstance(v, types_):
-        want = {"int": "an integer", "float": "a number"}.get(base, f"a {base}")
-        raise ValueError(f"{cls.__name__}.{name} must be {want}, "
-                         f"not {type(v).__name__} {_short(v)}")
-    if base in ("int", "float") and not (0 <= v <= _MAX_INT):  # NaN fails both comparisons
-        raise ValueError(f"{cls.__name__}.{name} = {_short(v)} is out of range (0 to 2^53)")
+@lru_cache(maxsize=None)
+def _schema(cls: type) -> dict[str, tuple[tuple[type, ...] | None, bool, str]]:
+    """Per field of `cls`: (accepted scalar types or None for a non-scalar, nullable, base type name), read once
+    from the dataclass annotations (strings under ``from __future__ import annotations``)."""
+    out = {}
+    for f in fields(cls):
+        kind = str(f.type)
+        base = kind.replace(" | None", "").strip()
+        out[f.name] = (_SCALARS.get(base), "None" in kind, base)
+    return out
+
+
+def _bad(cls: type, name: str, base: str, v: Any) -> ValueError:
+    want = {"int": "an integer", "float": "a number"}.get(base, f"a {base}")
+    return ValueError(f"{cls.__name__}.{name} must be {want}, not {type(v).__name__} {_short(v)}")
 
 
 def _short(v: Any) -> str:
@@ -208,18 +210,30 @@ def _fromdict(cls: type, d: dict[str, Any]) -> Any:
     Only ``_``-prefixed keys (comments in hand-written fixtures) and ``schema`` are dropped silently, so a typo
     in a fixture or a record from an incompatible version fails loudly instead of reading as a missing metric.
     A byte count written as a string, a negative memory size or a NaN temperature is an error too, before any
-    arithmetic sees it.
+    arithmetic sees it (bool is not a number here; numbers must lie in 0 .. 2^53).
     """
     if not isinstance(d, dict):
         raise ValueError(f"{cls.__name__} must be a JSON object, not {type(d).__name__}")
-    declared = {f.name: f for f in fields(cls)}
-    unknown = {k for k in set(d) - set(declared) - {"schema"} if not str(k).startswith("_")}
-    if unknown:
-        raise ValueError(f"unknown field(s) {', '.join(sorted(map(str, unknown)))} for {cls.__name__}")
-    for k, f in declared.items():
-        if k in d:
-            _check_value(cls, k, str(f.type), d[k])
-    return cls(**{k: v for k, v in d.items() if k in declared})
+    schema = _schema(cls)
+    kwargs = {}
+    for k, v in d.items():
+        spec = schema.get(k)
+        if spec is None:
+            if k == "schema" or str(k).startswith("_"):
+                continue
+            unknown = sorted(str(x) for x in d if x not in schema and x != "schema" and not str(x).startswith("_"))
+            raise ValueError(f"unknown field(s) {', '.join(unknown)} for {cls.__name__}")
+        types_, nullable, base = spec
+        if types_ is not None:
+            if v is None:
+                if not nullable:
+                    raise ValueError(f"{cls.__name__}.{k} must not be null")
+            elif type(v) not in types_:   # exact types: bool is not an int here, and no subclass tricks
+                raise _bad(cls, k, base, v)
+            elif base in ("int", "float") and not (0 <= v <= _MAX_INT):   # NaN fails both comparisons
+                raise ValueError(f"{cls.__name__}.{k} = {_short(v)} is out of range (0 to 2^53)")
+        kwargs[k] = v
+    return cls(**kwargs)
 
 
 def _seq(v: Any, what: str) -> list:

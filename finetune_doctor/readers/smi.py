@@ -460,8 +460,9 @@ def _read_jsonl(stream: GpuStream) -> Iterator[Snapshot]:
                     raise ValueError("host must be a string")
                 host = d.get("host") or host
                 continue
+            if not d.get("host"):
+                d["host"] = host
             snap = Snapshot.from_dict(d, source=path, line=k)
-            snap = replace(snap, cards=tuple(replace(c, line=k) for c in snap.cards), host=snap.host or host)
         except (ValueError, TypeError, RecursionError) as exc:
             if not ln.endswith("\n"):
                 stream.notes.append(f"{path}:{k}: last line is truncated; ignored")
