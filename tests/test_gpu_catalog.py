@@ -229,3 +229,24 @@ def test_unknown_gpu_is_one_line_exit_2_on_the_cli(tmp_path: Path) -> None:
     assert res.exit_code == 2
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and "MI300X" in lines[0] and "--gpu 8x24GB" in lines[0] and "Traceback" not in res.output
+
+
+def test_one_rounding_for_capacities_in_a_report() -> None:
+    """Issue 17: one report showed 31.8 and 31.75 GiB for the same card. Every place that prints the V100-32GB's
+    capacity (the gpus line, the memory section, the predicted-oom message, JSON) now prints 31.75."""
+    from click.testing import CliRunner
+
+    from finetune_doctor.cli import main
+
+    cfg = ROOT / "fixtures" / "gpus" / "configs" / "qwen2_5_7b_full_sft_ds3.yaml"
+    res = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "8xV100-32GB", "--fail-on", "never"],
+                             env={"FINETUNE_DOCTOR_NO_NVML": "1"})
+    assert res.exit_code == 0, res.output
+    shown = re.findall(r"\b(31\.\d+) GiB", res.output)
+    assert shown and set(shown) == {"31.75"}, shown
+    assert "FD601" in res.output   # the message that used to print 31.8 is among them
+    res = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "8xV100-32GB", "--format", "json",
+                                    "--fail-on", "never"], env={"FINETUNE_DOCTOR_NO_NVML": "1"})
+    doc = json.loads(res.output)
+    assert doc["hardware"]["capacity_gib"] == 31.75
+    assert {m for f in doc["findings"] for m in re.findall(r"\b(31\.\d+) GiB", f["message"])} <= {"31.75"}
