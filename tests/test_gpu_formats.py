@@ -199,3 +199,11 @@ def test_utf16_paste_from_powershell(tmp_path: Path) -> None:
     p = tmp_path / "smi.txt"
     p.write_bytes(text.encode("utf-16"))
     assert len(read_gpu_file(str(p)).samples[0].cards) == 4
+
+
+def test_a_recording_named_json_is_read_as_the_jsonl_it_is(tmp_path: Path) -> None:
+    """open_recorder accepts .json and writes JSONL; reading it back must not take it for one document."""
+    p = tmp_path / "rec.json"
+    p.write_text((FIX / "node0.jsonl").read_text())
+    rec = read_gpu_file(str(p))
+    assert rec.format == "jsonl" and len(rec.samples) == len(read_gpu_file(str(FIX / "node0.jsonl")).samples)

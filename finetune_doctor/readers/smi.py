@@ -122,8 +122,9 @@ def _detect(path: str, head: str) -> tuple[str, Callable[[GpuStream], Iterable[S
     suffix = Path(path).suffix.lower()
     text = head.lstrip()
     first = _first_json_line(head)
-    if suffix in (".jsonl", ".ndjson") or (first is not None and suffix != ".json"
-                                           and ({"cards", "gap"} & set(first) or first.get("schema") == RECORD_SCHEMA)):
+    # the recorder writes JSONL under .json too (hardware/record.py): the first line decides, not the name
+    if suffix in (".jsonl", ".ndjson") or (first is not None and (
+            {"cards", "gap"} & set(first) or first.get("schema") == RECORD_SCHEMA)):
         return "jsonl", _read_jsonl
     if text.startswith("<?xml") or text.startswith("<nvidia_smi_log"):
         return "xml", smi_xml.read
