@@ -264,8 +264,17 @@ def gpus(files: tuple[str, ...], watch: float | None, record: str | None, interv
     from finetune_doctor.pipeline import gpus as pipe
 
     opts = _options(command="gpus", paths=list(from_files) or ["."], **kw)
-    report = pipe.run(opts, watch=watch, record=record, interval=interval, count=count,
-                      from_files=list(from_files), config=config)
+    view = None
+    if watch is not None:
+        from finetune_doctor.reporters.live import LiveView
+
+        view = LiveView()
+    try:
+        report = pipe.run(opts, watch=watch, record=record, interval=interval, count=count,
+                          from_files=list(from_files), config=config, progress=view.update if view else None)
+    finally:
+        if view is not None:
+            view.stop()
     emit(report, opts)
 
 

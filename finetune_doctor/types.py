@@ -146,6 +146,8 @@ class Hardware:
 
     `capacity_gib` is the usable device memory per GPU as ``torch.cuda.get_device_properties().total_memory``
     reports it (GiB); `num_gpus` counts GPUs per node times nodes; `source` is flag|nvml|none.
+    `fp8` is whether the cards have fp8 matrix units (None when unknown); `notes` are remarks on how the value
+    was read (a bare ``--gpu 24GB`` says how it was taken), for the report's notes.
     """
 
     gpu: str | None
@@ -157,6 +159,8 @@ class Hardware:
     nnodes: int = 1
     host_ram_gib: float | None = None
     in_use_gib: tuple[float, ...] = ()
+    fp8: bool | None = None
+    notes: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {"gpu": self.gpu, "num_gpus": self.num_gpus, "capacity_gib": _r(self.capacity_gib),

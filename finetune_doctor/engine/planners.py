@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from finetune_doctor.analyzers.memory import MARGIN
 from finetune_doctor.engine.evaluate import RuleContext, planner
+from finetune_doctor.engine.expr import unwrap
 from finetune_doctor.types import Edit, Fix
 
 MAX_EDITS = 3
@@ -255,3 +256,15 @@ def fit_precision(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
     return Fix(title=f"enable {key} mixed precision", edits=edits, safety="safe" if bf16_ok else "unsafe",
                effect=effect,
                cost="matmuls run in half precision with fp32 master weights (faster, not slower)")
+
+
+@planner("gpus-uneven")
+def plan_uneven(ctx: RuleContext, rule: Any, ev: Any) -> Fix:
+    """The fix of uneven-gpu-memory: the top cause's prescription (analyzers/gpu_causes.py ranks them), with its
+    YAML edit when ``doctor gpus --config`` named the run's config."""
+    item = unwrap(ev.eval("item")) or {}
+    edits: tuple[Edit, ...] = ()
+    doc = ctx.sources.get("config")
+    if item.get("fix_key") and doc is not None:
+        edits = (Edit(doc.path, item["fix_key"], item.get("fix_value")),)
+    return Fix(title=item.get("fix_title") or rule.fix.title, edits=edits, safety=rule.fix.safety)

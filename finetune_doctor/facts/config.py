@@ -100,6 +100,8 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     asm = Assembly(doc=doc, facts=facts, sources=sources)
     asm.hw = hw if hw is not None else hw_facts.resolve(opts.gpu, opts.nnodes, allow_nvml=not static)
     facts["hw"] = hw_facts.assemble(asm.hw)
+    if asm.hw is not None:
+        asm.notes.extend(getattr(asm.hw, "notes", ()) or ())   # e.g. how a bare --gpu 24GB was read
 
     arch = _arch(asm, config, opts, tolerate=static or not need_model or lenient, static=static)
     _deepspeed(asm, arch, tolerate_missing=static or lenient, lenient=lenient)

@@ -18,6 +18,7 @@ NAMESPACE = Namespace("hw", __doc__.split("\n\n")[0], {
     "num_gpus": F("int", "GPUs over all nodes"),
     "capacity_gib": F("float", "usable memory per GPU, GiB"),
     "bf16": F("bool", "the card computes in bf16 (Ampere and newer)"),
+    "fp8": F("bool", "the card computes in fp8 (Hopper, Ada and newer; MI300 and newer)"),
     "source": F("str", "flag | nvml | record | log | none"),
     "compute_capability": F("tuple", "(major, minor)"),
     "in_use_gib": F("list", "memory already used on each card by other processes, GiB"),
@@ -64,4 +65,4 @@ def assemble(hw: Hardware | None) -> dict[str, Any] | None:
     if hw is None:
         return None
     return {**hw.as_dict(), "compute_capability": hw.compute_capability, "in_use_gib": list(hw.in_use_gib),
-            "nnodes": hw.nnodes, "host_ram_gib": hw.host_ram_gib}
+            "nnodes": hw.nnodes, "host_ram_gib": hw.host_ram_gib, "fp8": getattr(hw, "fp8", None)}

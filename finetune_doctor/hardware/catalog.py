@@ -1,23 +1,41 @@
-"""The GPU catalog: usable memory, compute capability and bf16 support of the cards people fine-tune on.
+"""The GPU catalog: usable memory, compute capability, bf16/fp8 support of the cards people fine-tune on.
 
-The data lives in ``gpus.json`` next to this file; every entry names where its capacity comes from (an OOM
-message quoting "total capacity", a case log, or an estimate from a card with the same memory configuration) and
-how sure that is (``confidence``). Capacities are what ``torch.cuda.get_device_properties(i).total_memory`` reports,
-in GiB (2^30 bytes): the number that PyTorch prints as "total capacity" in a CUDA OOM message, and the budget the
-memory model compares its peak against.
+The data lives in ``gpus.json`` next to this file (its ``about`` says what each field means); every entry names
+its source and how sure it is (``confidence``). Capacities are what ``torch.cuda.get_device_properties(i)
+.total_memory`` reports, in GiB (2^30 bytes): the number PyTorch prints as "total capacity" in a CUDA/HIP OOM
+message, and the budget the memory model compares its peak against.
 
-`parse_gpu_spec` reads the ``--gpu`` spec of DESIGN.md (``A100-80GB``, ``8xH100-80GB``, ``2x4090``, ``4xA800``,
-``V100-32GB``, ``H200``, ``910B``) and the device names NVML reports (``NVIDIA A100-SXM4-80GB``,
-``NVIDIA GeForce RTX 4090``), tolerant of case, spaces, ``-``/``_`` separators and form-factor words (SXM4, PCIe,
-HBM3). A family without a size picks the entry marked ``default`` (the larger, common training variant: A100 → 80GB,
-V100 → 32GB).
+Three rules turn what is known into a capacity; each is computed here from the catalog's own measured entries,
+so it moves when the data does, and tests/test_gpu_catalog.py checks every entry against it:
+
+* **from a vendor tool's total** (`derive_capacity`): nvidia-smi's total (driver R510+) includes the memory the
+  driver keeps; torch's total is that minus a reserve. The reserve is the median share over the measured entries
+  of the same memory kind: about 0.7 % on HBM cards (A100, H100, H200, B200), about 1.45 % on GDDR cards (T4, L4,
+  L40, RTX 3090/4090/5090). On ROCm, HIP reports rocm-smi's VRAM total as torch's total (measured on the MI300X:
+  206141652992 B = 191.98 GiB, https://github.com/ROCm/legacy-rocm-build/issues/4750), so the total is used as is.
+* **from a bare size** (`bare_capacity`, ``--gpu 24GB``): "GB" is read the way GPU memory is sold, a size in
+  GiB of framebuffer (a "24 GB" RTX 4090 has 24564 MiB), and the usable part is `BARE_FRACTION` of it: the lowest
+  share of its nominal size that any measured catalog card without an ECC carve-out keeps usable (the RTX 5090:
+  31.37 GiB of 32 GB, 0.980), so a bare size never promises more than a real card of that size gives. 24GB →
+  23.52 GiB, 80GB → 78.42 GiB. A data-center GDDR card with ECC on keeps 1/16 less (an L4 sold as 24 GB has
+  22.17 GiB): name the card for those. A size given in GiB (``80GiB``) is taken as the usable capacity itself.
+  bf16 is known for a bare size only when every catalog card sold with that size agrees.
+* **did-you-mean** (`suggest`) compares vendor and size, never letters alone: an AMD or Ascend name is matched
+  against that vendor's cards only, a known family with a size it does not come in suggests its nearest size.
+
+`parse_gpu_spec` reads the ``--gpu`` spec of DESIGN.md (``A100-80GB``, ``8xH100-80GB``, ``2x4090``, ``H200``,
+``910B``, ``MI300X``, and bare sizes ``24GB``, ``8x96GB``, ``2x24G``, ``80GiB``) and `lookup` the device names
+the vendor tools report (``NVIDIA A100-SXM4-80GB``, ``AMD Instinct MI300X``, ``910B3``), tolerant of case,
+spaces, ``-``/``_`` separators and form-factor words. A family without a size picks the entry marked ``default``.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
+import statistics
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -26,18 +44,30 @@ from finetune_doctor.errors import InputError
 from finetune_doctor.types import Hardware
 
 _CATALOG = Path(__file__).with_name("gpus.json")
+GIB = 1 << 30
+MIB = 1 << 20
 
-# Words that name a vendor, a product line or a board form factor: they never change which entry a name means.
-_NOISE = {"NVIDIA", "GEFORCE", "TESLA", "QUADRO", "HUAWEI", "SXM", "SXM2", "SXM4", "SXM5", "PCIE", "HBM2", "HBM2E",
-          "HBM3", "HBM3E", "GPU", "CARD"}
+# Words that name a vendor or product line: they never change which entry a name means.
+_NOISE = {"NVIDIA", "GEFORCE", "TESLA", "QUADRO", "HUAWEI", "AMD", "INSTINCT", "OAM", "GPU", "CARD"}
+# Board form factors: dropped only when the name with them matches no alias (an "H100 PCIe" is its own card, an
+# "A100-PCIE-40GB" is the A100-40GB).
+_FORM = {"SXM", "SXM2", "SXM4", "SXM5", "SXM6", "PCIE", "HBM2", "HBM2E", "HBM3", "HBM3E"}
 _COUNT_PREFIX = re.compile(r"^\s*(\d+)\s*[x×*]\s*(.+)$", re.IGNORECASE)
 _COUNT_SUFFIX = re.compile(r"^(.+?)\s*[x×*]\s*(\d+)\s*$", re.IGNORECASE)
 _MEM_TOKEN = re.compile(r"^(\d+)(?:G|GB|GIB)$")
+_BARE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(GB|G|GIB)\s*$", re.IGNORECASE)
+_VENDOR_HINTS = (("amd", re.compile(r"^(?:MI\d|AMD|INSTINCT|RADEON)")),
+                 ("huawei", re.compile(r"^(?:ASCEND|ATLAS|9[1-9]0|NPU)")),
+                 ("nvidia", re.compile(r"^(?:NVIDIA|RTX|GTX|GEFORCE|TESLA|QUADRO|TITAN|G[BH]\d|[ABHLPTV]\d)")))
 
 
 @dataclass(frozen=True)
 class GpuModel:
-    """One catalog entry. `capacity_gib` is torch's ``total_memory`` in GiB; `compute_capability` is None off CUDA."""
+    """One catalog entry. `capacity_gib` is torch's ``total_memory`` in GiB; `compute_capability` is None off CUDA.
+
+    `smi_total_mib` is the vendor tool's framebuffer total (nvidia-smi/rocm-smi/npu-smi) where one was found;
+    `memory` is "HBM" or "GDDR"; `ecc_carveout` marks GDDR cards that ship with ECC on (1/16 of the memory).
+    """
 
     name: str
     family: str
@@ -52,6 +82,11 @@ class GpuModel:
     aliases: tuple[str, ...] = ()
     default: bool = False
     vendor: str = "nvidia"
+    fp8: bool = False
+    smi_total_mib: int | None = None
+    memory: str = "HBM"
+    ecc_carveout: bool = False
+    unified: bool = False
 
 
 @lru_cache(maxsize=1)
@@ -66,12 +101,82 @@ def catalog() -> tuple[GpuModel, ...]:
             compute_capability=tuple(cc) if cc else None, bf16=bool(e["bf16"]), arch=e["arch"],
             confidence=e["confidence"], source=e["source"], also_seen=tuple(e.get("also_seen") or ()),
             aliases=tuple(e.get("aliases") or ()), default=bool(e.get("default", False)),
-            vendor=e.get("vendor", "nvidia")))
+            vendor=e.get("vendor", "nvidia"), fp8=bool(e.get("fp8", False)), smi_total_mib=e.get("smi_total_mib"),
+            memory=e.get("memory", "HBM"), ecc_carveout=bool(e.get("ecc_carveout", False)),
+            unified=bool(e.get("unified", False))))
     return tuple(out)
 
 
-def _tokens(text: str) -> list[str]:
-    return [t for t in re.split(r"[^A-Z0-9]+", text.upper()) if t and t not in _NOISE]
+def _measured(g: GpuModel) -> bool:
+    return g.confidence in ("quoted", "quoted-unattributed")
+
+
+@lru_cache(maxsize=1)
+def reserve_shares() -> dict[str, float]:
+    """Median share of nvidia-smi's total that torch does not see, per memory kind ("HBM", "GDDR"), over the
+    measured NVIDIA entries that carry an nvidia-smi total."""
+    shares: dict[str, list[float]] = {"HBM": [], "GDDR": []}
+    for g in catalog():
+        if _measured(g) and g.smi_total_mib and g.vendor == "nvidia":
+            shares[g.memory].append(1 - g.capacity_gib / (g.smi_total_mib / 1024))
+    return {k: statistics.median(v) for k, v in shares.items()}
+
+
+def derive_capacity(smi_total_mib: int, memory: str = "HBM", vendor: str = "nvidia") -> float:
+    """Torch's total (GiB, two decimals, rounded down) from a vendor tool's total in MiB (module docstring rule)."""
+    gib = smi_total_mib / 1024
+    if vendor == "nvidia":
+        gib *= 1 - reserve_shares()[memory]
+    return math.floor(gib * 100 + 1e-9) / 100
+
+
+@lru_cache(maxsize=1)
+def bare_fraction() -> tuple[float, str]:
+    """(usable share of a bare nominal size, the catalog card that sets it): the lowest capacity/nominal ratio over
+    measured NVIDIA entries without an ECC carve-out or unified memory."""
+    pool = [g for g in catalog() if _measured(g) and g.vendor == "nvidia" and not g.ecc_carveout and not g.unified]
+    low = min(pool, key=lambda g: g.capacity_gib / g.nominal_gb)
+    return low.capacity_gib / low.nominal_gb, low.name
+
+
+def bare_capacity(size: float, unit: str) -> tuple[float, bool | None, str]:
+    """A bare ``--gpu`` size: (usable GiB, bf16 or None, the note that says how it was read).
+
+    `unit` is "GB" (also "G": a size as cards are sold) or "GiB" (usable capacity as given). Raises InputError for a
+    size that is not positive or beyond any card (over 4096 GB).
+    """
+    if not 0 < size <= 4096:
+        raise InputError(f"--gpu {size:g}{unit}: a GPU memory size must be between 0 and 4096 GB", file="--gpu")
+    nominal = round(size)
+    same = [g for g in catalog() if g.nominal_gb == nominal]
+    if unit == "GiB":
+        cap = round(size, 2)
+        how = f"{size:g} GiB taken as the usable capacity, as given"
+    else:
+        frac, by = bare_fraction()
+        cap = math.floor(size * frac * 100 + 1e-9) / 100
+        g = next(e for e in catalog() if e.name == by)
+        how = (f"read as a card sold with {size:g} GB: {cap:.2f} GiB usable ({size:g} x {frac:.3f}, the smallest "
+               f"usable share of any catalog card's size, the {by}'s {g.capacity_gib:.2f} GiB of {g.nominal_gb} GB); "
+               "a data-center GDDR card with ECC on has 1/16 less")
+    flags = {g.bf16 for g in same}
+    if len(flags) == 1:
+        bf16: bool | None = flags.pop()
+        why = (f"bf16 {'assumed' if bf16 else 'taken as missing'}: every catalog card sold with {nominal} GB "
+               f"({', '.join(g.name for g in same[:4])}{', ...' if len(same) > 4 else ''}) "
+               f"{'has' if bf16 else 'lacks'} it")
+    else:
+        bf16 = None
+        yes = next((g.name for g in same if g.bf16), None)
+        no = next((g.name for g in same if not g.bf16), None)
+        why = ("bf16 unknown: " + (f"cards sold with {nominal} GB include the {no} (no bf16) and the {yes} (bf16)"
+                                   if yes and no else f"the catalog has no card sold with {nominal} GB"))
+    return cap, bf16, f"--gpu {size:g}{unit}: {how}; {why}; name the card (e.g. --gpu RTX-4090) to be exact"
+
+
+def _tokens(text: str, keep_form: bool = False) -> list[str]:
+    drop = _NOISE if keep_form else _NOISE | _FORM
+    return [t for t in re.split(r"[^A-Z0-9]+", text.upper()) if t and t not in drop]
 
 
 def _split_mem(tokens: list[str]) -> tuple[str, int | None]:
@@ -88,25 +193,31 @@ def _split_mem(tokens: list[str]) -> tuple[str, int | None]:
 
 
 @lru_cache(maxsize=1)
-def _index() -> tuple[dict[str, list[GpuModel]], dict[str, GpuModel]]:
-    """(family key → its entries, exact alias key → entry). Keys are the compact upper-case model strings."""
+def _index() -> tuple[dict[str, list[GpuModel]], dict[str, GpuModel], dict[str, GpuModel]]:
+    """(family key → its entries, loose alias key → entry, strict alias key → entry).
+
+    Keys are the compact upper-case model strings plus ``@size``; strict keys keep form-factor words.
+    """
     families: dict[str, list[GpuModel]] = {}
-    exact: dict[str, GpuModel] = {}
+    loose: dict[str, GpuModel] = {}
+    strict: dict[str, GpuModel] = {}
     for g in catalog():
         families.setdefault(g.family.upper(), []).append(g)
         for text in (g.name, *g.aliases):
-            model, mem = _split_mem(_tokens(text))
-            if mem is not None:
-                exact[f"{model}@{mem}"] = g
-            else:
+            for keep, table in ((False, loose), (True, strict)):
+                model, mem = _split_mem(_tokens(text, keep_form=keep))
                 # an alias without a size names the family member it is listed under (V100S → 32GB)
-                exact.setdefault(f"{model}@", g)
-    return families, exact
+                table.setdefault(f"{model}@{mem if mem is not None else ''}", g)
+    return families, loose, strict
 
 
 def lookup(name: str) -> GpuModel | None:
-    """The catalog entry a card name means, or None. Accepts specs (``A100-80GB``) and NVML names."""
-    families, exact = _index()
+    """The catalog entry a card name means, or None. Accepts specs (``A100-80GB``) and vendor tool names."""
+    families, loose, strict = _index()
+    model, mem = _split_mem(_tokens(name, keep_form=True))
+    hit = strict.get(f"{model}@{mem if mem is not None else ''}")
+    if hit is not None:
+        return hit
     tokens = _tokens(name)
     model, mem = _split_mem(tokens)
     if not model:
@@ -114,15 +225,15 @@ def lookup(name: str) -> GpuModel | None:
     if mem is None and len(tokens) > 1 and tokens[-1].isdigit():
         # "A100 80" / "H100_80": a trailing bare number after a known family is the size
         head = "".join(tokens[:-1])
-        if head in families or f"{head}@" in exact:
+        if head in families or f"{head}@" in loose:
             model, mem = head, int(tokens[-1])
-    if mem is not None and f"{model}@{mem}" in exact:
-        return exact[f"{model}@{mem}"]
+    if mem is not None and f"{model}@{mem}" in loose:
+        return loose[f"{model}@{mem}"]
     entries = families.get(model)
-    if entries is None and f"{model}@" in exact:
-        entries = families.get(exact[f"{model}@"].family.upper())
+    if entries is None and f"{model}@" in loose:
         if mem is None:
-            return exact[f"{model}@"]
+            return loose[f"{model}@"]
+        entries = families.get(loose[f"{model}@"].family.upper())
     if entries is None:
         return None
     if mem is None:
@@ -138,58 +249,96 @@ def lookup(name: str) -> GpuModel | None:
 def parse_gpu_spec(spec: str, nnodes: int | None = None) -> Hardware:
     """Read a ``--gpu`` spec into a `Hardware` (source "flag").
 
-    `spec` is ``[COUNTx]MODEL[-SIZE]`` (``8xH100-80GB``, ``2x4090``, ``A100``; ``H100x8`` also works); `nnodes`
-    multiplies the count (DESIGN.md: ``--gpu`` gives the GPUs of one node). `num_gpus` = count × nnodes;
-    `capacity_gib` is the catalog's usable GiB per card. Raises InputError with a did-you-mean for an unknown model
-    or a size that model does not come in.
+    `spec` is ``[COUNTx]MODEL[-SIZE]`` (``8xH100-80GB``, ``2x4090``, ``A100``; ``H100x8`` also works) or
+    ``[COUNTx]SIZE`` with SIZE in GB/G (as sold) or GiB (usable): ``24GB``, ``8x96GB``, ``80GiB`` (module
+    docstring). `nnodes` multiplies the count (DESIGN.md: ``--gpu`` gives the GPUs of one node): `num_gpus` =
+    count × nnodes. `capacity_gib` is the usable GiB per card. Raises InputError (file "--gpu") with a did-you-mean
+    and the bare-size form for an unknown model, a size that model does not come in, or a count below 1.
     """
     raw = spec.strip()
     if not raw:
-        raise InputError("empty --gpu spec (expected e.g. A100-80GB or 8xH100-80GB)", file="--gpu")
+        raise InputError("empty --gpu spec (expected e.g. A100-80GB, 8xH100-80GB or 8x24GB)", file="--gpu")
     count = 1
     m = _COUNT_PREFIX.match(raw)
     if m:
-        count, raw = int(m.group(1)), m.group(2)
+        count, raw = int(m.group(1)), m.group(2).strip()
     else:
         m = _COUNT_SUFFIX.match(raw)
         # "H100x8": only when what precedes the x is a known card
         if m and lookup(m.group(1)) is not None:
             raw, count = m.group(1), int(m.group(2))
-    if count < 1:
-        raise InputError(f"{spec!r}: the GPU count must be at least 1", file="--gpu")
+    if count < 1 or count > 1_000_000:
+        raise InputError(f"{spec!r}: the GPU count must be between 1 and 1000000", file="--gpu")
     if nnodes is not None and nnodes < 1:
         raise InputError(f"--nnodes {nnodes}: must be at least 1", file="--nnodes")
+    nodes = nnodes or 1
+    bare = _BARE.match(raw)
+    if bare:
+        unit = "GiB" if bare.group(2).upper() == "GIB" else "GB"
+        size = float(bare.group(1))
+        cap, bf16, note = bare_capacity(size, unit)
+        return Hardware(gpu=f"{size:g}{unit} card", num_gpus=count * nodes, capacity_gib=cap, bf16=bf16,
+                        source="flag", nnodes=nodes, notes=(note,))
     g = lookup(raw)
     if g is None:
-        raise InputError(_unknown_message(spec, raw), file="--gpu")
-    nodes = nnodes or 1
+        raise InputError(_unknown_message(spec, raw, count), file="--gpu")
     return Hardware(gpu=g.name, num_gpus=count * nodes, capacity_gib=g.capacity_gib, bf16=g.bf16, source="flag",
-                    compute_capability=g.compute_capability, nnodes=nodes)
+                    compute_capability=g.compute_capability, nnodes=nodes, fp8=g.fp8)
 
 
-def _unknown_message(spec: str, raw: str) -> str:
-    families, _ = _index()
+def vendor_of(name: str) -> str | None:
+    """The vendor a card name points to ("nvidia", "amd", "huawei") from its leading words, or None."""
+    compact = "".join(re.split(r"[^A-Z0-9]+", name.upper()))
+    for vendor, pat in _VENDOR_HINTS:
+        if pat.match(compact):
+            return vendor
+    return None
+
+
+def suggest(raw: str, n: int = 2) -> list[GpuModel]:
+    """Catalog entries a misspelt or unknown card name most likely means: same vendor first, then the closest
+    family name, then the closest size (when `raw` gives one). An AMD or Ascend name only meets its own vendor."""
+    families, _, _ = _index()
     model, mem = _split_mem(_tokens(raw))
+    if model in families:
+        pool = list(families[model])
+    else:
+        vendor = vendor_of(raw)
+        pool = [g for g in catalog() if vendor is None or g.vendor == vendor]
+    if not pool:
+        return []
+
+    def key(g: GpuModel) -> tuple[float, float]:
+        names = [g.family.upper(), *(_split_mem(_tokens(a))[0] for a in (g.name, *g.aliases))]
+        sim = max(difflib.SequenceMatcher(None, model, k).ratio() for k in names if k)
+        size = abs(g.nominal_gb - mem) / max(g.nominal_gb, mem) if mem else 0.0
+        return (-round(sim, 1), size)
+
+    ranked = sorted(pool, key=key)
+    best = key(ranked[0])[0]
+    # a weak letter match is no suggestion, unless the family itself was named
+    if model not in families and -best < 0.5:
+        return []
+    return [g for g in ranked if key(g)[0] == best][:n]
+
+
+def _unknown_message(spec: str, raw: str, count: int) -> str:
+    families, _, _ = _index()
+    model, mem = _split_mem(_tokens(raw))
+    near = suggest(raw)
+    hint = f" (did you mean {' or '.join(g.name for g in near)}?)" if near else ""
+    prefix = f"{count}x" if count > 1 else ""
+    way_out = f"or give its memory as sold, e.g. --gpu {prefix}{mem if mem else 24}GB"
     if model in families and mem is not None:
         sizes = ", ".join(f"{g.nominal_gb}GB" for g in families[model])
-        return f"{spec!r}: {families[model][0].family} comes in {sizes}, not {mem}GB"
-    names = [g.name for g in catalog()]
-    keys = {re.sub(r"[^A-Z0-9]", "", n.upper()): n for n in names}
-    for g in catalog():
-        for a in g.aliases:
-            keys.setdefault(re.sub(r"[^A-Z0-9]", "", a.upper()), g.name)
-    probe = re.sub(r"[^A-Z0-9]", "", raw.upper())
-    near = difflib.get_close_matches(probe, list(keys), n=3, cutoff=0.6)
-    hint = ""
-    if near:
-        hint = " (did you mean " + " or ".join(dict.fromkeys(keys[k] for k in near)) + "?)"
-    return f"{spec!r}: unknown GPU model{hint}; known: {', '.join(names)}"
+        return f"{spec!r}: {families[model][0].family} comes in {sizes}, not {mem}GB{hint}; {way_out}"
+    return f"{spec!r}: unknown GPU{hint}; {way_out}"
 
 
 def match_card(name: str | None, total_bytes: int | None = None) -> GpuModel | None:
-    """The catalog entry of a card NVML or nvidia-smi names, using its framebuffer size to pick the variant.
+    """The catalog entry of a card a vendor tool names, using its framebuffer size to pick the variant.
 
-    nvidia-smi truncates long names (``NVIDIA A100-SXM...``), which leaves the size out; NVML's total memory
+    nvidia-smi truncates long names (``NVIDIA A100-SXM...``), which leaves the size out; the tool's total memory
     (the full framebuffer, e.g. 81920 MiB for an A100-80GB, 40960 MiB for the 40GB) then decides. Returns None
     for a card the catalog does not know.
     """
@@ -201,5 +350,5 @@ def match_card(name: str | None, total_bytes: int | None = None) -> GpuModel | N
     siblings = [e for e in catalog() if e.family == g.family]
     if len(siblings) < 2:
         return g
-    gb = total_bytes / 1e9
+    gb = total_bytes / GIB
     return min(siblings, key=lambda e: abs(e.nominal_gb - gb))

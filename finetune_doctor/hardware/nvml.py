@@ -400,7 +400,8 @@ def hardware_from_snapshot(snap: Snapshot, env: dict[str, str] | None = None) ->
             name = model.name
         elif c.total_bytes is not None:
             cap = (c.total_bytes - (c.reserved_bytes or 0)) / GIB
-            name = c.name
+            # a tool that prints no product name (rocm-smi without --showproductname) still gives the size
+            name = c.name or f"{cap:.2f} GiB card"
         else:
             cap, name = None, c.name
         units.append((name, cap, bf16, cc, used))

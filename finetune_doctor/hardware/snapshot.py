@@ -9,6 +9,7 @@ never a sentinel.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from typing import Any
 
 MIB = 1 << 20
@@ -106,13 +107,23 @@ class CardSnapshot:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CardSnapshot":
+    def from_dict(cls, d: dict[str, Any], line: int | None = None) -> "CardSnapshot":
+        """A card from its JSON; `line` (the recording's line) replaces the stored one when given."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a card must be a JSON object, not {type(d).__name__}")
         d = dict(d)
-        d["mig"] = tuple(MigInstance.from_dict(m) for m in d.get("mig") or ())
+        d["mig"] = tuple(MigInstance.from_dict(m) for m in _seq(d.get("mig"), "mig"))
         procs = d.get("processes", ())
-        d["processes"] = None if procs is None else tuple(ProcessInfo.from_dict(p) for p in procs)
-        cc = d.get("compute_capability")
+        d["processes"] = None if procs is None else tuple(ProcessInfo.from_dict(p) for p in _seq(procs, "processes"))
+        cc = _seq(d.get("compute_capability"), "compute_capability")
+        if cc and (len(cc) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 100
+                                           for x in cc)):
+            raise ValueError("compute_capability must be [major, minor]")
         d["compute_capability"] = tuple(cc) if cc else None
+        if line is not None:
+            d["line"] = line
+        if "index" not in d:
+            raise ValueError("a card needs its index")
         return _fromdict(cls, d)
 
 
@@ -147,9 +158,16 @@ class Snapshot:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str | None = None, line: int | None = None) -> "Snapshot":
+        if not isinstance(d, dict):
+            raise ValueError(f"a sample must be a JSON object, not {type(d).__name__}")
         d = dict(d)
-        d["cards"] = tuple(CardSnapshot.from_dict(c) for c in d.get("cards") or ())
-        d["notes"] = tuple(d.get("notes") or ())
+        d["cards"] = tuple(CardSnapshot.from_dict(c, line) for c in _seq(d.get("cards"), "cards"))
+        notes = _seq(d.get("notes"), "notes")
+        if not all(isinstance(n, str) for n in notes):
+            raise ValueError("notes must be strings")
+        d["notes"] = tuple(notes)
+        if "time" not in d:
+            d["time"] = None
         d["source"], d["line"] = source, line
         return _fromdict(cls, d)
 
@@ -158,17 +176,72 @@ def _asdict(obj: Any) -> dict[str, Any]:
     return {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
+# The largest value a count or byte field may hold: 2^53 (about 8 PiB) keeps it exact as a JSON number and in
+# float arithmetic, and is far above any card.
+_MAX_INT = 1 << 53
+_SCALARS = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+
+
+@lru_cache(maxsize=None)
+def _schema(cls: type) -> dict[str, tuple[tuple[type, ...] | None, bool, str]]:
+    """Per field of `cls`: (accepted scalar types or None for a non-scalar, nullable, base type name), read once
+    from the dataclass annotations (strings under ``from __future__ import annotations``)."""
+    out = {}
+    for f in fields(cls):
+        kind = str(f.type)
+        base = kind.replace(" | None", "").strip()
+        out[f.name] = (_SCALARS.get(base), "None" in kind, base)
+    return out
+
+
+def _bad(cls: type, name: str, base: str, v: Any) -> ValueError:
+    want = {"int": "an integer", "float": "a number"}.get(base, f"a {base}")
+    return ValueError(f"{cls.__name__}.{name} must be {want}, not {type(v).__name__} {_short(v)}")
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _fromdict(cls: type, d: dict[str, Any]) -> Any:
-    """Build `cls` from `d`; raises ValueError on a key it does not know.
+    """Build `cls` from `d`; raises ValueError on a key it does not know or a value of the wrong type or range.
 
     Only ``_``-prefixed keys (comments in hand-written fixtures) and ``schema`` are dropped silently, so a typo
     in a fixture or a record from an incompatible version fails loudly instead of reading as a missing metric.
+    A byte count written as a string, a negative memory size or a NaN temperature is an error too, before any
+    arithmetic sees it (bool is not a number here; numbers must lie in 0 .. 2^53).
     """
-    names = {f.name for f in fields(cls)}
-    unknown = {k for k in set(d) - names - {"schema"} if not k.startswith("_")}
-    if unknown:
-        raise ValueError(f"unknown field(s) {', '.join(sorted(unknown))} for {cls.__name__}")
-    return cls(**{k: v for k, v in d.items() if k in names})
+    if not isinstance(d, dict):
+        raise ValueError(f"{cls.__name__} must be a JSON object, not {type(d).__name__}")
+    schema = _schema(cls)
+    kwargs = {}
+    for k, v in d.items():
+        spec = schema.get(k)
+        if spec is None:
+            if k == "schema" or str(k).startswith("_"):
+                continue
+            unknown = sorted(str(x) for x in d if x not in schema and x != "schema" and not str(x).startswith("_"))
+            raise ValueError(f"unknown field(s) {', '.join(unknown)} for {cls.__name__}")
+        types_, nullable, base = spec
+        if types_ is not None:
+            if v is None:
+                if not nullable:
+                    raise ValueError(f"{cls.__name__}.{k} must not be null")
+            elif type(v) not in types_:   # exact types: bool is not an int here, and no subclass tricks
+                raise _bad(cls, k, base, v)
+            elif base in ("int", "float") and not (0 <= v <= _MAX_INT):   # NaN fails both comparisons
+                raise ValueError(f"{cls.__name__}.{k} = {_short(v)} is out of range (0 to 2^53)")
+        kwargs[k] = v
+    return cls(**kwargs)
+
+
+def _seq(v: Any, what: str) -> list:
+    if v is None:
+        return []
+    if not isinstance(v, (list, tuple)):
+        raise ValueError(f"{what} must be a list, not {type(v).__name__}")
+    return list(v)
 
 
 __all__ = ["MIB", "CardSnapshot", "MigInstance", "ProcessInfo", "Snapshot"]

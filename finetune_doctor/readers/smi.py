@@ -1,6 +1,9 @@
-"""Read what users already have about their GPUs: nvidia-smi tables, ``--query-gpu`` CSV logs, and recordings.
+"""Read what users already have about their GPUs: nvidia-smi tables, ``--query-gpu`` CSV logs, ``-q -x`` XML,
+rocm-smi/amd-smi JSON, npu-smi tables, and the doctor's own recordings.
 
-Formats (`read_gpu_file` picks one from the extension and the first lines):
+Every format streams (`open_gpu_file` yields one `Snapshot` at a time, memory bounded by one sample), and only
+regular files or ``-`` (stdin) are read (readers/gpu_input.py). Formats (picked from the extension and the first
+lines; the AMD, Ascend and XML readers live in readers/rocm_smi.py, readers/npu_smi.py, readers/smi_xml.py):
 
 * **nvidia-smi text table** — the default ``nvidia-smi`` output, pasted or saved, one or many tables (``nvidia-smi
   -l``). Layouts of drivers 418-470 (79 columns), 510-545 (87) and 550+ (89) are recognised by their rows, not by
@@ -17,6 +20,9 @@ Formats (`read_gpu_file` picks one from the extension and the first lines):
   https://github.com/hiyouga/LlamaFactory/issues/7110 (cases/037); units are read as printed ("GB" taken as GiB,
   the script divides by 2^30).
 
+* **nvidia-smi -q -x** XML, **rocm-smi --json**, **amd-smi metric/static --json**, **npu-smi info**: see their
+  modules.
+
 A CSV or JSONL file whose last line is cut off (the recorder was killed mid-write) loses that line with a note;
 anything malformed before the last line is an InputError naming the file and line. Every card keeps the line it
 came from. Files carry no host name except JSONL recordings; the others are named after the file's stem.
@@ -25,15 +31,17 @@ came from. Files carry no host name except JSONL recordings; the others are name
 from __future__ import annotations
 
 import csv
-import io
 import json
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
+from typing import Callable, Iterable, Iterator
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.hardware.snapshot import MIB, CardSnapshot, MigInstance, ProcessInfo, Snapshot
+from finetune_doctor.readers import npu_smi, rocm_smi, smi_xml
+from finetune_doctor.readers.gpu_input import TextInput
 
 RECORD_SCHEMA = "finetune-doctor/gpus-record/v1"
 
@@ -50,36 +58,90 @@ class Recording:
     """What one file holds: its samples in time order (gaps included), its format and reading notes."""
 
     path: str
-    format: str                     # table | csv | jsonl | json | summary
+    format: str                     # table | csv | jsonl | json | summary | xml | rocm-smi | amd-smi | npu-smi
     host: str
     samples: tuple[Snapshot, ...]
     notes: tuple[str, ...] = ()
 
 
+class GpuStream:
+    """One GPU file, read as it is iterated: yields its `Snapshot`s in file order; `notes` grows while reading.
+
+    Raises InputError (file, line) while iterating when a sample is malformed, and at construction when the
+    file cannot be opened, is not a regular file, or is none of the formats.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.input = TextInput(path)
+        self.host = self.input.host
+        self.notes: list[str] = []
+        head = self.input.head()
+        if not head.strip():
+            self.input.close()
+            raise InputError("empty file", file=path)
+        try:
+            self.format, self._reader = _detect(path, head)
+        except InputError:
+            self.input.close()
+            raise
+
+    def __iter__(self) -> Iterator[Snapshot]:
+        try:
+            yield from self._reader(self)
+        finally:
+            self.input.close()
+
+
+def open_gpu_file(path: str) -> GpuStream:
+    """A streaming reader of one recorded or pasted GPU file (see GpuStream)."""
+    return GpuStream(path)
+
+
 def read_gpu_file(path: str) -> Recording:
-    """Read one recorded or pasted GPU file; raises InputError (file, line) when it is none of the formats."""
-    p = Path(path)
+    """Read one recorded or pasted GPU file whole; raises InputError (file, line) when it is none of the formats
+    or has no sample. For large recordings prefer `open_gpu_file`, which does not keep the samples."""
+    stream = open_gpu_file(path)
+    samples = tuple(stream)
+    if not samples:
+        raise InputError("no GPU samples found", file=path, line=1)
+    return Recording(path, stream.format, next((s.host for s in samples if s.host), stream.host), samples,
+                     tuple(stream.notes))
+
+
+def _first_json_line(head: str) -> dict | None:
+    first = next((ln for ln in head.splitlines() if ln.strip()), "")
     try:
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except OSError as err:
-        raise InputError(f"cannot read: {err.strerror or err}", file=path) from None
-    if not text.strip():
-        raise InputError("empty file", file=path)
-    head = text.lstrip()[:4000]
-    suffix = p.suffix.lower()
-    if suffix == ".jsonl" or (head.startswith("{") and "\n{" in text.strip() and suffix != ".json"):
-        return read_record_jsonl(path, text)
-    if suffix == ".json" or head.startswith("{"):
-        return read_record_json(path, text)
-    if "NVIDIA-SMI" in head or re.search(r"^\|\s+\d+\s+.+\|\s*[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:", head, re.M):
-        return read_smi_table(path, text)
-    first = next((ln for ln in text.splitlines() if ln.strip()), "")
-    if suffix == ".csv" or ("," in first and re.search(r"\b(index|memory\.used|uuid)\b", first)):
-        return read_query_csv(path, text)
-    if re.search(r"^\s*gpu\s*\d+\s*$", head, re.M | re.I) and re.search(r"^\s*used:", head, re.M | re.I):
-        return read_summary_lines(path, text)
-    raise InputError("not a GPU recording: expected an nvidia-smi table, an nvidia-smi --query-gpu CSV, "
-                     "or a doctor gpus --record JSONL file", file=path, line=1)
+        d = json.loads(first)
+    except ValueError:
+        return None
+    return d if isinstance(d, dict) else None
+
+
+def _detect(path: str, head: str) -> tuple[str, Callable[[GpuStream], Iterable[Snapshot]]]:
+    suffix = Path(path).suffix.lower()
+    text = head.lstrip()
+    first = _first_json_line(head)
+    # the recorder writes JSONL under .json too (hardware/record.py): the first line decides, not the name
+    if suffix in (".jsonl", ".ndjson") or (first is not None and (
+            {"cards", "gap"} & set(first) or first.get("schema") == RECORD_SCHEMA)):
+        return "jsonl", _read_jsonl
+    if text.startswith("<?xml") or text.startswith("<nvidia_smi_log"):
+        return "xml", smi_xml.read
+    json_start = re.search(r"^[\[{]", text, re.M)
+    if suffix == ".json" or text.startswith(("{", "[")) or (json_start and re.match(r"^(?:WARNING|ERROR)", text)):
+        return "json", _read_json_document
+    if re.search(r"npu-smi\s+\S+\s+Version:|^\|\s*NPU\s+Name\s+\|", text, re.M):
+        return "npu-smi", npu_smi.read
+    if "NVIDIA-SMI" in text or re.search(r"^\|\s+\d+\s+.+\|\s*[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:", text, re.M):
+        return "table", _read_table
+    first_line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    if suffix == ".csv" or ("," in first_line and re.search(r"\b(index|memory\.used|uuid)\b", first_line)):
+        return "csv", _read_csv
+    if re.search(r"^\s*gpu\s*\d+\s*$", text, re.M | re.I) and re.search(r"^\s*used:", text, re.M | re.I):
+        return "summary", _read_summary
+    raise InputError("not a GPU recording: expected an nvidia-smi table, --query-gpu CSV or -q -x XML, rocm-smi or "
+                     "amd-smi JSON, an npu-smi info table, or a doctor gpus --record file", file=path, line=1)
 
 
 # -- nvidia-smi text table --------------------------------------------------------------------------------------
@@ -92,40 +154,57 @@ _PROC_ROW = re.compile(r"^\|\s*(\d+)\s+(?:(N/A|\d+)\s+(N/A|\d+)\s+)?(\d+)\s+(C\+
                        r"(\d+MiB|N/A)\s*\|\s*$")
 _VERSION = re.compile(r"NVIDIA-SMI\s+(\S+)\s+Driver Version:\s+(\S+)\s+CUDA Version:\s+(\S+)")
 _STAMP = re.compile(r"^\s*(\w{3} \w{3}\s+\d+ \d\d:\d\d:\d\d \d{4})\s*$")
+_TABLE_MAX_LINES = 100_000
 
 
-def read_smi_table(path: str, text: str | None = None) -> Recording:
-    """One `Snapshot` per nvidia-smi table in the text (``nvidia-smi -l`` prints one per interval)."""
-    text = Path(path).read_text(encoding="utf-8", errors="replace") if text is None else text
-    host = Path(path).stem
-    lines = text.splitlines()
-    starts = [i for i, ln in enumerate(lines) if "NVIDIA-SMI" in ln and "Driver Version" in ln] or [0]
-    samples = []
-    for k, start in enumerate(starts):
-        end = starts[k + 1] if k + 1 < len(starts) else len(lines)
-        lo = start
-        stamp = None
-        for j in range(max(0, start - 3), start):
-            m = _STAMP.match(lines[j])
-            if m:
-                stamp = _parse_ctime(m.group(1))
-        samples.append(_one_table(path, host, lines, lo, end, stamp))
-    samples = [s for s in samples if s.cards]
-    if not samples:
+def _read_table(stream: GpuStream) -> Iterator[Snapshot]:
+    """One `Snapshot` per nvidia-smi table (``nvidia-smi -l`` prints one per interval), a table at a time."""
+    path, host = stream.path, stream.host
+    lines: list[str] = []
+    first_no = 1
+    stamp: float | None = None
+    recent: list[str] = []
+    found = False
+    for raw in stream.input.lines():
+        ln = raw.rstrip("\r\n")
+        if "NVIDIA-SMI" in ln and "Driver Version" in ln and lines:
+            snap = _one_table(path, host, lines, first_no, stamp)
+            if snap.cards:
+                found = True
+                yield snap
+            lines, first_no = [], stream.input.lineno
+            stamp = next((t for t in (_stamp_of(x) for x in recent[-3:]) if t is not None), None)
+        elif "NVIDIA-SMI" in ln and "Driver Version" in ln:
+            stamp = next((t for t in (_stamp_of(x) for x in recent[-3:]) if t is not None), None)
+        lines.append(ln)
+        if len(lines) > _TABLE_MAX_LINES:
+            raise InputError(f"one nvidia-smi table exceeds {_TABLE_MAX_LINES} lines", file=path, line=first_no)
+        recent = (recent + [ln])[-3:]
+    if lines:
+        snap = _one_table(path, host, lines, first_no, stamp)
+        if snap.cards:
+            found = True
+            yield snap
+    if not found:
         raise InputError("no GPU rows found in this nvidia-smi table", file=path, line=1)
-    return Recording(path, "table", host, tuple(samples))
 
 
-def _one_table(path: str, host: str, lines: list[str], lo: int, hi: int, stamp: float | None) -> Snapshot:
+def _stamp_of(line: str) -> float | None:
+    m = _STAMP.match(line)
+    return _parse_ctime(m.group(1)) if m else None
+
+
+def _one_table(path: str, host: str, lines: list[str], lo: int, stamp: float | None) -> Snapshot:
+    """The table in `lines`, whose first line is line `lo` of the file."""
     driver = cuda = None
     cards: dict[int, dict] = {}
     order: list[int] = []
     migs: dict[int, list[MigInstance]] = {}
     procs: dict[int, list[ProcessInfo]] = {}
     saw_proc_table = False
-    pending: tuple[int, str, int] | None = None
-    for ln_no in range(lo, hi):
-        ln = lines[ln_no].rstrip()
+    pending: int | None = None
+    for k, ln in enumerate(lines):
+        ln_no = lo + k
         m = _VERSION.search(ln)
         if m:
             driver, cuda = m.group(2), m.group(3)
@@ -136,16 +215,15 @@ def _one_table(path: str, host: str, lines: list[str], lo: int, hi: int, stamp: 
         m = _GPU_ROW1.match(ln)
         if m:
             idx = int(m.group(1))
-            pending = (idx, m.group(2).strip(), ln_no + 1)
-            cards[idx] = {"index": idx, "name": m.group(2).strip(), "bus_id": m.group(4), "line": ln_no + 1,
+            pending = idx
+            cards[idx] = {"index": idx, "name": m.group(2).strip(), "bus_id": m.group(4), "line": ln_no,
                           "ecc": m.group(6)}
             order.append(idx)
             continue
         m = _GPU_ROW2.match(ln)
         if m and pending is not None:
-            idx = pending[0]
             pw = re.match(r"(\d+(?:\.\d+)?)W\s*/\s*(\d+(?:\.\d+)?)W", m.group(4).strip())
-            cards[idx].update(
+            cards[pending].update(
                 used=int(m.group(5)) * MIB, total=int(m.group(6)) * MIB,
                 temp=None if m.group(2) == "N/A" else int(m.group(2)[:-1]),
                 power=float(pw.group(1)) if pw else None, limit=float(pw.group(2)) if pw else None,
@@ -154,23 +232,19 @@ def _one_table(path: str, host: str, lines: list[str], lo: int, hi: int, stamp: 
             continue
         m = _MIG_ROW.match(ln)
         if m and not saw_proc_table:
-            idx = int(m.group(1))
-            migs.setdefault(idx, []).append(MigInstance(gi=int(m.group(2)), ci=int(m.group(3)),
-                                                        used_bytes=int(m.group(5)) * MIB,
-                                                        total_bytes=int(m.group(6)) * MIB))
+            migs.setdefault(int(m.group(1)), []).append(MigInstance(
+                gi=int(m.group(2)), ci=int(m.group(3)), used_bytes=int(m.group(5)) * MIB,
+                total_bytes=int(m.group(6)) * MIB))
             continue
         if saw_proc_table:
             m = _PROC_ROW.match(ln)
             if m:
-                idx = int(m.group(1))
-                gi, ci = m.group(2), m.group(3)
+                gi = m.group(2)
                 used = None if m.group(7) == "N/A" else int(m.group(7)[:-3]) * MIB
-                kind = "graphics" if m.group(5) == "G" else "compute"
-                procs.setdefault(idx, []).append(ProcessInfo(
-                    pid=int(m.group(4)), used_bytes=used, name=m.group(6).strip() or None, kind=kind,
-                    mig=f"{gi}/{ci}" if gi and gi != "N/A" else None))
-            elif "No running processes found" in ln:
-                pass
+                procs.setdefault(int(m.group(1)), []).append(ProcessInfo(
+                    pid=int(m.group(4)), used_bytes=used, name=m.group(6).strip() or None,
+                    kind="graphics" if m.group(5) == "G" else "compute",
+                    mig=f"{gi}/{m.group(3)}" if gi and gi != "N/A" else None))
     out = []
     for idx in order:
         c = cards[idx]
@@ -182,12 +256,10 @@ def _one_table(path: str, host: str, lines: list[str], lo: int, hi: int, stamp: 
             index=idx, name=c["name"], bus_id=c["bus_id"], used_bytes=c["used"], total_bytes=c["total"],
             free_bytes=c["total"] - c["used"], util_gpu=c.get("util"), temperature_c=c.get("temp"),
             power_w=c.get("power"), power_limit_w=c.get("limit"), mig_enabled=True if mig_list else None,
-            mig=mig_list,
-            processes=tuple(procs.get(idx, ())) if saw_proc_table else None,
+            mig=mig_list, processes=tuple(procs.get(idx, ())) if saw_proc_table else None,
             process_note=None if saw_proc_table else "the pasted table has no Processes section",
             line=c["line"]))
-    return Snapshot(time=stamp, host=host, driver=driver, cuda_driver=cuda, cards=tuple(out), source=path,
-                    line=lo + 1)
+    return Snapshot(time=stamp, host=host, driver=driver, cuda_driver=cuda, cards=tuple(out), source=path, line=lo)
 
 
 def _parse_ctime(s: str) -> float | None:
@@ -201,35 +273,76 @@ def _parse_ctime(s: str) -> float | None:
 _BRACKET = re.compile(r"^\[(.*)\]$")
 
 
-def read_query_csv(path: str, text: str | None = None) -> Recording:
-    """Samples from an ``nvidia-smi --query-gpu ... --format=csv`` log (a new sample starts when an index repeats)."""
-    text = Path(path).read_text(encoding="utf-8", errors="replace") if text is None else text
-    host = Path(path).stem
-    notes: list[str] = []
-    rows = list(csv.reader(io.StringIO(text), skipinitialspace=True))
-    while rows and not any(f.strip() for f in rows[-1]):
-        rows.pop()
-    if rows and not text.endswith("\n") and len(rows) > 1:
-        # nvidia-smi and the recorder end every row with a newline: a last row without one was cut off mid-write,
-        # and even when its field count looks right its last number may be cut short
-        notes.append(f"{path}:{len(rows)}: last row has no line end (recording cut off?); ignored")
-        rows.pop()
-    if not rows:
+def _read_csv(stream: GpuStream) -> Iterator[Snapshot]:
+    """Samples from an ``nvidia-smi --query-gpu ... --format=csv`` log (a new sample starts when an index repeats),
+    one row at a time."""
+    path, host, notes = stream.path, stream.host, stream.notes
+    state = {"ended": True}
+
+    def feed() -> Iterator[str]:
+        for line in stream.input.lines():
+            state["ended"] = line.endswith("\n")
+            yield line
+
+    reader = csv.reader(feed(), skipinitialspace=True)
+    cols: list[tuple[str, str | None]] | None = None
+    names: list[str] = []
+    current: list[tuple[CardSnapshot, str | None]] = []
+    seen: set = set()
+    stamp: float | None = None
+    rows = 0
+    try:
+        for row in reader:
+            line = reader.line_num
+            if not row or all(not f.strip() for f in row):
+                continue
+            if cols is None:
+                cols, header_row = _csv_columns(path, row, notes)
+                names = [c for c, _ in cols]
+                if header_row:
+                    continue
+            if not state["ended"] and rows:
+                # nvidia-smi and the recorder end every row with a newline: a last row without one was cut off
+                # mid-write, and even when its field count looks right its last number may be cut short
+                notes.append(f"{path}:{line}: last row has no line end (recording cut off?); ignored")
+                break
+            try:
+                card, t, err = _csv_card(row, cols, line)
+            except ValueError as exc:
+                raise InputError(str(exc), file=path, line=line) from None
+            rows += 1
+            key = card.uuid if "index" not in names else card.index
+            if key in seen:
+                yield _csv_sample(current, stamp, host, path)
+                current, seen = [], set()
+            if not current:
+                stamp = t
+            seen.add(key)
+            # a row whose memory reads "[Unknown Error]" / "[GPU is lost]" is a failed query, not a value
+            current.append((card, err if err and card.used_bytes is None else None))
+    except csv.Error as exc:
+        raise InputError(f"malformed CSV: {exc}", file=path, line=reader.line_num) from None
+    if cols is None:
         raise InputError("empty CSV", file=path)
-    header = [h.strip() for h in rows[0]]
+    if current:
+        yield _csv_sample(current, stamp, host, path)
+    elif not rows:
+        raise InputError("the CSV has a header but no rows", file=path, line=1)
+
+
+def _csv_columns(path: str, header: list[str], notes: list[str]) -> tuple[list[tuple[str, str | None]], bool]:
+    """(columns with their units, whether `header` is a header row) for the first row of a --query-gpu CSV."""
+    header = [h.strip() for h in header]
     cols: list[tuple[str, str | None]] = []
-    if any(h.split(" [")[0] in QUERY_COLUMNS or h.split(" [")[0] in ("timestamp", "index") for h in header) and \
-            not _looks_numeric_row(header):
+    if any(h.split(" [")[0] in QUERY_COLUMNS for h in header) and not _looks_numeric_row(header):
         for h in header:
             m = re.match(r"^(.*?)\s*\[(.*)\]$", h)
             cols.append((m.group(1), m.group(2)) if m else (h, None))
-        body = rows[1:]
-        first_line = 2
+        is_header = True
     elif len(header) == len(QUERY_COLUMNS):
         # --format=csv,noheader[,nounits]: only our own recorder's column order can be assumed
         cols = [(c, QUERY_UNITS.get(c)) for c in QUERY_COLUMNS]
-        body = rows
-        first_line = 1
+        is_header = False
         notes.append(f"{path}: no header; assumed the doctor gpus --record columns")
     else:
         raise InputError("CSV without a header: record with nvidia-smi --format=csv (not noheader) so the "
@@ -238,33 +351,7 @@ def read_query_csv(path: str, text: str | None = None) -> Recording:
     if "memory.used" not in names or not ({"index", "uuid"} & set(names)):
         raise InputError("the CSV needs the columns index (or uuid) and memory.used; it has "
                          + ", ".join(names), file=path, line=1)
-    samples: list[Snapshot] = []
-    current: list[tuple[CardSnapshot, str | None]] = []
-    seen: set = set()
-    stamp: float | None = None
-    for k, row in enumerate(body):
-        line = first_line + k
-        if not row or all(not f.strip() for f in row):
-            continue
-        try:
-            card, t, err = _csv_card(row, cols, line)
-        except ValueError as exc:
-            raise InputError(str(exc), file=path, line=line) from None
-        key = card.uuid if "index" not in names else card.index
-        if key in seen:
-            samples.append(_csv_sample(current, stamp, host, path))
-            current, seen = [], set()
-        if not current:
-            stamp = t
-        seen.add(key)
-        # a row whose memory reads "[Unknown Error]" / "[GPU is lost]" is a failed query, not a value
-        failed = err if err and card.used_bytes is None else None
-        current.append((card, failed))
-    if current:
-        samples.append(_csv_sample(current, stamp, host, path))
-    if not samples:
-        raise InputError("the CSV has a header but no rows", file=path, line=1)
-    return Recording(path, "csv", host, tuple(samples), tuple(notes))
+    return cols, is_header
 
 
 def _looks_numeric_row(fields: list[str]) -> bool:
@@ -317,10 +404,12 @@ def _csv_card(row: list[str], cols: list[tuple[str, str | None]], line: int) -> 
 def _csv_value(name: str, unit: str | None, raw: str) -> object:
     if name in ("timestamp", "name", "uuid", "pci.bus_id", "driver_version"):
         return raw
-    m = re.match(r"^(-?\d+(?:\.\d+)?)\s*([A-Za-z%]*)$", raw)
+    m = re.match(r"^(-?\d{1,20}(?:\.\d{1,20})?)\s*([A-Za-z%]*)$", raw)
     if not m:
-        raise ValueError(f"{name}: cannot read {raw!r} as a number")
+        raise ValueError(f"{name}: cannot read {raw[:40]!r} as a number")
     value, suffix = float(m.group(1)), m.group(2)
+    if value < 0 or value > 2 ** 40:
+        raise ValueError(f"{name}: {raw[:40]!r} is out of range")
     if suffix == "GiB":
         value *= 1024.0
     elif suffix == "KiB":
@@ -353,17 +442,14 @@ def _f(v: object) -> float | None:
 
 
 # -- JSON / JSONL recordings -----------------------------------------------------------------------------------
-def read_record_jsonl(path: str, text: str | None = None) -> Recording:
-    """Samples of a ``doctor gpus --record FILE.jsonl`` recording."""
-    text = Path(path).read_text(encoding="utf-8", errors="replace") if text is None else text
-    lines = text.splitlines()
-    notes: list[str] = []
-    samples: list[Snapshot] = []
-    host = Path(path).stem
-    for k, ln in enumerate(lines):
+def _read_jsonl(stream: GpuStream) -> Iterator[Snapshot]:
+    """Samples of a ``doctor gpus --record FILE.jsonl`` recording, a line at a time."""
+    path = stream.path
+    host = stream.host
+    for ln in stream.input.lines():
+        k = stream.input.lineno
         if not ln.strip():
             continue
-        is_last = k == len(lines) - 1 or all(not x.strip() for x in lines[k + 1:])
         try:
             d = json.loads(ln)
             if not isinstance(d, dict):
@@ -371,47 +457,52 @@ def read_record_jsonl(path: str, text: str | None = None) -> Recording:
             if "schema" in d and "cards" not in d and "gap" not in d:
                 if d["schema"] != RECORD_SCHEMA:
                     raise ValueError(f"unknown schema {d['schema']!r} (expected {RECORD_SCHEMA})")
+                if d.get("host") is not None and not isinstance(d["host"], str):
+                    raise ValueError("host must be a string")
                 host = d.get("host") or host
                 continue
-            snap = Snapshot.from_dict(d, source=path, line=k + 1)
-            snap = replace(snap, cards=tuple(replace(c, line=k + 1) for c in snap.cards), host=snap.host or host)
-        except (ValueError, TypeError) as exc:
-            if is_last and not text.endswith("\n"):
-                notes.append(f"{path}:{k + 1}: last line is truncated; ignored")
-                break
-            raise InputError(f"bad recording line: {exc}", file=path, line=k + 1) from None
-        samples.append(snap)
-    if not samples:
-        raise InputError("the recording has no samples", file=path, line=1)
-    return Recording(path, "jsonl", host, tuple(samples), tuple(notes))
+            if not d.get("host"):
+                d["host"] = host
+            snap = Snapshot.from_dict(d, source=path, line=k)
+        except (ValueError, TypeError, RecursionError) as exc:
+            if not ln.endswith("\n"):
+                stream.notes.append(f"{path}:{k}: last line is truncated; ignored")
+                return
+            raise InputError(f"bad recording line: {exc}", file=path, line=k) from None
+        yield snap
 
 
-def read_record_json(path: str, text: str | None = None) -> Recording:
-    """One snapshot, or ``{"samples": [...]}``, as a JSON document (the fixtures' format)."""
-    text = Path(path).read_text(encoding="utf-8", errors="replace") if text is None else text
-    try:
-        d = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc.msg}", file=path, line=exc.lineno) from None
-    if not isinstance(d, dict):
-        raise InputError("expected a JSON object", file=path, line=1)
+def _read_json_document(stream: GpuStream) -> Iterator[Snapshot]:
+    """A JSON document: the doctor's own snapshot (``{"samples": [...]}`` or one snapshot, the fixtures' format),
+    or rocm-smi / amd-smi ``--json`` output, which readers/rocm_smi.py reads."""
+    path = stream.path
+    text = stream.input.document()
+    docs = rocm_smi.decode_documents(path, text)
+    if len(docs) == 1 and isinstance(docs[0][1], dict) and not rocm_smi.is_vendor_json(docs[0][1]):
+        yield from _own_json(stream, docs[0][1], docs[0][0])
+        return
+    stream.format = rocm_smi.vendor_format(docs)
+    yield from rocm_smi.snapshots(path, stream.host, text, docs, stream.notes)
+
+
+def _own_json(stream: GpuStream, d: dict, line: int) -> Iterator[Snapshot]:
+    path = stream.path
     if "unavailable" in d:
         raise InputError(f"this file records a machine without NVML ({d['unavailable']}): nothing to read",
-                         file=path, line=1)
+                         file=path, line=line)
     items = d.get("samples", [d])
-    samples = []
-    try:
-        for item in items:
-            if "raise" in item:
-                samples.append(Snapshot(time=None, host=d.get("host"), gap=f"NVML error: {item['raise']}",
-                                        source=path))
-                continue
-            samples.append(Snapshot.from_dict(item, source=path))
-    except (ValueError, TypeError) as exc:
-        raise InputError(f"bad snapshot: {exc}", file=path) from None
-    host = next((s.host for s in samples if s.host), Path(path).stem)
-    samples = [replace(s, host=s.host or host) for s in samples]
-    return Recording(path, "json", host, tuple(samples))
+    if not isinstance(items, list):
+        raise InputError("samples must be a list", file=path, line=line)
+    host = d.get("host") if isinstance(d.get("host"), str) else None
+    for item in items:
+        try:
+            if isinstance(item, dict) and "raise" in item:
+                snap = Snapshot(time=None, host=host, gap=f"NVML error: {item['raise']}", source=path)
+            else:
+                snap = Snapshot.from_dict(item, source=path)
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise InputError(f"bad snapshot: {exc}", file=path, line=line) from None
+        yield replace(snap, host=snap.host or host or stream.host)
 
 
 # -- "gpu N / used: X GB P%" summaries -----------------------------------------------------------------------
@@ -419,14 +510,14 @@ _SUM_GPU = re.compile(r"^\s*gpu\s*(\d+)\s*$", re.I)
 _SUM_VAL = re.compile(r"^\s*(used|free|total)\s*:\s*([\d.]+)\s*(GiB|GB|MiB|MB)\b", re.I)
 
 
-def read_summary_lines(path: str, text: str | None = None) -> Recording:
+def _read_summary(stream: GpuStream) -> Iterator[Snapshot]:
     """Per-card ``used:``/``free:`` summaries (case 037's paste): one snapshot, used and total per card."""
-    text = Path(path).read_text(encoding="utf-8", errors="replace") if text is None else text
+    path = stream.path
     cards: list[dict] = []
-    for k, ln in enumerate(text.splitlines()):
+    for ln in stream.input.lines():
         m = _SUM_GPU.match(ln)
         if m:
-            cards.append({"index": int(m.group(1)), "line": k + 1})
+            cards.append({"index": int(m.group(1)), "line": stream.input.lineno})
             continue
         m = _SUM_VAL.match(ln)
         if m and cards:
@@ -439,6 +530,5 @@ def read_summary_lines(path: str, text: str | None = None) -> Recording:
         total = c.get("total") or (c["used"] + c["free"] if "free" in c else None)
         out.append(CardSnapshot(index=c["index"], used_bytes=c["used"], total_bytes=total, free_bytes=c.get("free"),
                                 processes=None, process_note="the summary lists no processes", line=c["line"]))
-    host = Path(path).stem
-    return Recording(path, "summary", host, (Snapshot(time=None, host=host, cards=tuple(out), source=path, line=1),),
-                     (f"{path}: 'GB' read as GiB (2^30 bytes), as printed",))
+    stream.notes.append(f"{path}: 'GB' read as GiB (2^30 bytes), as printed")
+    yield Snapshot(time=None, host=stream.host, cards=tuple(out), source=path, line=1)
