@@ -31,7 +31,7 @@ exact bytes as a CPU run allocates them).
 
 Storage resizes that bypass the dispatcher (``UntypedStorage.resize_``, used by FSDP2 to free and re-allocate
 unsharded parameters, ``torch/distributed/fsdp/_fully_shard/_fsdp_param.py`` alloc_storage/free_storage) are
-reported with `storage_resized`; simulate.py patches those two FSDP2 helpers to call it.
+reported with `storage_resized`; fakemode.py patches those two FSDP2 helpers to call it.
 """
 
 from __future__ import annotations
