@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from finetune_doctor.analyzers.params import ParamCounts, count_params
-from finetune_doctor.run import DTYPE_BYTES, Run
+from finetune_doctor.analyzers import bytes as bytes_table
+from finetune_doctor.analyzers.bytes import dtype_bytes
+from finetune_doctor.run import Run
 from finetune_doctor.types import GIB, Hardware, MemoryEstimate
 
 MIB = float(1 << 20)
@@ -53,35 +55,21 @@ HOST_PER_PROCESS_GIB = 3.0
 
 
 def _bytes(dtype: str) -> float:
-    return float(DTYPE_BYTES.get(dtype, 2))
+    return dtype_bytes(dtype)
 
 
 def weight_bytes_per_param(dtype: str, double_quant: bool = True) -> float:
-    """Bytes per parameter of stored weights. NF4/FP4: 0.5 + absmax overhead (bitsandbytes blocksize 64 with an fp32
-    absmax → 4/64 = 0.0625 B; with nested quantization the absmax is 8-bit in blocks of 256 with an fp32 scale →
-    1/64 + 4/(64·256) ≈ 0.0159 B). int8 (LLM.int8): 1 B + one fp32 scale per row (negligible)."""
-    if dtype in ("nf4", "fp4", "int4"):
-        return 0.5 + (1 / 64 + 4 / (64 * 256) if double_quant else 4 / 64)
-    return _bytes(dtype)
+    """Bytes per parameter of stored weights, quantization overhead included (analyzers/bytes.py, from
+    bitsandbytes' 4-bit and 8-bit layouts)."""
+    return bytes_table.weight_bytes_per_param(dtype, double_quant)
 
 
 def optimizer_state_bytes(impl: str, state_dtype_bytes: float) -> float:
-    """Persistent optimizer-state bytes per trainable parameter.
-
-    AdamW keeps exp_avg and exp_avg_sq in the parameter's dtype (torch.optim.AdamW; REPORT.md §3): 2 × dtype bytes.
-    bitsandbytes 8-bit Adam: 2 × 1 B (+ blockwise absmax, 4 B per 2048). Lion: one momentum. Adafactor (HF default
-    beta1=None): factored second moment, rows + cols per matrix ≈ negligible (we take 0.02 B/param). SGD (HF passes
-    no momentum): 0. Adagrad/RMSprop: one state. LOMO: none. AdEMAMix: three states.
-    """
-    table = {
-        "fused": 2 * state_dtype_bytes, "foreach": 2 * state_dtype_bytes, "forloop": 2 * state_dtype_bytes,
-        "paged": 2 * state_dtype_bytes, "schedule_free": 2 * state_dtype_bytes,
-        "8bit": 2 + 8 / 2048, "paged_8bit": 2 + 8 / 2048, "8bit_lion": 1 + 4 / 2048, "lion": state_dtype_bytes,
-        "adafactor": 0.02, "sgd": 0.0, "adagrad": state_dtype_bytes, "rmsprop": state_dtype_bytes,
-        "lomo": 0.0, "ademamix": 3 * state_dtype_bytes, "galore": 2 * state_dtype_bytes,
-        "galore_8bit": 2.0, "apollo": 2 * state_dtype_bytes,
-    }
-    return table.get(impl, 2 * state_dtype_bytes)
+    """Persistent optimizer-state bytes per trainable parameter (analyzers/bytes.py, shared with the simulate
+    probe): AdamW 2 × `state_dtype_bytes`; bitsandbytes 8-bit AdamW 2 × 1 B + an fp32 absmax per block of 256
+    (bitsandbytes ≥ 0.44, ``Optimizer2State.init_state``); Lion one state; AdEMAMix three; Adafactor (HF default
+    beta1=None) factored, O(rows + cols), counted as 0; SGD as HF builds it and LOMO: 0."""
+    return bytes_table.optimizer_state_bytes_per_param(impl, state_dtype_bytes)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from finetune_doctor.analyzers.bytes import optimizer_state_bytes, quantized_weight_tensors
 from finetune_doctor.errors import InputError
 from finetune_doctor.probes.fakemode import dtype_of, load_torch, storage_dtype
 from finetune_doctor.probes.spec import ProbeSpec
@@ -235,23 +236,24 @@ def _quantize_standin(model: Any, spec: ProbeSpec, notes: list[str]) -> None:
             return out
 
     def make(lin):
-        n = lin.in_features * lin.out_features
+        # sizes from the shared table (analyzers/bytes.py `quantized_weight_tensors`, bitsandbytes' layout)
+        sizes = quantized_weight_tensors(lin.in_features * lin.out_features, lin.out_features, bits,
+                                         spec.double_quantization)
         q = QuantLinear.__new__(QuantLinear)
         torch.nn.Module.__init__(q)
         q.in_features, q.out_features = lin.in_features, lin.out_features
         if bits == 4:
-            q.weight = torch.nn.Parameter(torch.empty((n + 1) // 2, 1, dtype=torch.uint8), requires_grad=False)
-            blocks = -(-n // 64)
+            q.weight = torch.nn.Parameter(torch.empty(sizes["weight"], 1, dtype=torch.uint8), requires_grad=False)
             if spec.double_quantization:
-                q.register_buffer("absmax", torch.empty(blocks, dtype=torch.uint8))
-                q.register_buffer("absmax2", torch.empty(-(-blocks // 256), dtype=torch.float32))
-                q.register_buffer("code", torch.empty(256, dtype=torch.float32))
+                q.register_buffer("absmax", torch.empty(sizes["absmax"], dtype=torch.uint8))
+                q.register_buffer("absmax2", torch.empty(sizes["absmax2"] // 4, dtype=torch.float32))
+                q.register_buffer("code", torch.empty(sizes["code"] // 4, dtype=torch.float32))
             else:
-                q.register_buffer("absmax", torch.empty(blocks, dtype=torch.float32))
+                q.register_buffer("absmax", torch.empty(sizes["absmax"] // 4, dtype=torch.float32))
         else:
             q.weight = torch.nn.Parameter(torch.empty(lin.out_features, lin.in_features, dtype=torch.int8),
                                           requires_grad=False)
-            q.register_buffer("SCB", torch.empty(lin.out_features, dtype=torch.float32))
+            q.register_buffer("SCB", torch.empty(sizes["SCB"] // 4, dtype=torch.float32))
         q.bias = lin.bias
         return q
 
@@ -307,28 +309,13 @@ def _make_optimizer(params: list, spec: ProbeSpec, notes: list[str]):
 def _analytic_state_bytes(params: list, spec: ProbeSpec) -> tuple[int, str]:
     """Optimizer-state bytes of the implementations that are not run, and a note saying how they were counted.
 
-    bitsandbytes 8-bit (``Optimizer2State.init_state``): tensors with ≥ 4096 elements keep two uint8 states plus
-    one fp32 absmax per block of 256 for each; smaller ones keep fp32 states. Lion keeps one momentum (8-bit: one
-    uint8 state). AdEMAMix keeps three states. GaLore/APOLLO project gradients to rank 16 subspaces — counted as
-    AdamW over the full parameter (an upper bound). LOMO/AdaLomo keep none.
+    Per tensor from the shared table (analyzers/bytes.py `optimizer_state_bytes`): bitsandbytes 8-bit keeps uint8
+    states plus an fp32 absmax per block of 256 for tensors of ≥ 4096 elements and fp32 states below that
+    (``Optimizer2State.init_state``); Lion one state, AdEMAMix three; GaLore/APOLLO are counted as AdamW over the
+    full parameter (an upper bound: they keep states of a rank-16 projection); LOMO/AdaLomo none.
     """
     impl = spec.optimizer_impl
-    total = 0
-    for p in params:
-        n = p.numel()
-        e = p.element_size()
-        if impl in ("8bit", "paged_8bit", "galore_8bit"):
-            total += 2 * n + 2 * 4 * -(-n // 256) if n >= 4096 else 8 * n
-        elif impl == "8bit_lion":
-            total += n + 4 * -(-n // 256) if n >= 4096 else 4 * n
-        elif impl == "lion":
-            total += n * e
-        elif impl == "ademamix":
-            total += 3 * n * e
-        elif impl in ("lomo",):
-            total += 0
-        else:
-            total += 2 * n * e
+    total = sum(optimizer_state_bytes(impl, p.numel(), p.element_size()) for p in params)
     why = {"8bit": "bitsandbytes 8-bit AdamW (needs CUDA)", "paged_8bit": "bitsandbytes paged 8-bit AdamW",
            "8bit_lion": "bitsandbytes 8-bit Lion", "lion": "Lion", "ademamix": "AdEMAMix",
            "lomo": "LOMO (no states)", "galore": "GaLore (counted as AdamW states)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from finetune_doctor.analyzers.bytes import optimizer_state_bytes_per_param
 from finetune_doctor.probes.spec import ProbeSpec
 from finetune_doctor.probes.tracker import CATEGORIES, Peak
 
@@ -40,14 +41,6 @@ def _applies(when: str, key: tuple) -> bool:
     return False
 
 
-# Optimizer-state bytes per parameter when the optimizer works on fp32 master partitions (DeepSpeed): AdamW two fp32
-# states; bitsandbytes 8-bit two uint8 states + fp32 absmax per 256 (Optimizer2State.init_state); Lion one state;
-# AdEMAMix three; Adafactor (beta1=None) factored rows+cols, ~0 per element; SGD without momentum none.
-_STATE_BYTES_FP32 = {"8bit": 2 + 8 / 256, "paged_8bit": 2 + 8 / 256, "galore_8bit": 2 + 8 / 256,
-                     "8bit_lion": 1 + 4 / 256, "lion": 4.0, "ademamix": 12.0, "lomo": 0.0, "adafactor": 0.0,
-                     "sgd": 0.0, "adagrad": 4.0, "rmsprop": 4.0}
-
-
 def analytic_terms(spec: ProbeSpec, counts: dict[str, float]) -> tuple[list[Term], float, list[str]]:
     """Terms for what is not simulated, from the (extrapolated) parameter counts. Returns (terms, host bytes,
     notes).
@@ -76,7 +69,8 @@ def analytic_terms(spec: ProbeSpec, counts: dict[str, float]) -> tuple[list[Term
     host = 0.0
     N = max(spec.world_size, 1)
     T = counts["trainable"]
-    states_per_param = _STATE_BYTES_FP32.get(spec.optimizer_impl, 8.0)
+    # DeepSpeed's optimizer works on fp32 master partitions: states per parameter from the shared table
+    states_per_param = optimizer_state_bytes_per_param(spec.optimizer_impl, 4.0)
     if counts.get("analytic_states"):
         terms.append(Term("optimizer", counts["analytic_states"], "states"))
     if spec.extra_params:
