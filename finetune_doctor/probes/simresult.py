@@ -22,7 +22,8 @@ class SimResult:
     `segments` maps each segment's description to its peak bytes by category (analytic terms included), for
     calibration and diagnosis. `per_rank` maps each simulated rank to its peak bytes: data-parallel ranks run the
     same step on equal partitions, except that FSDP2 pads the last shards (``torch.chunk`` semantics), so rank 0
-    holds the largest and is the one simulated by default.
+    holds the largest and is the one simulated by default. `traces`: with ``simulate(trace=True)``, the
+    allocation trace of each depth built (`replay.AllocTrace`), for the allocator replay.
     """
 
     peak_bytes: int
@@ -42,6 +43,7 @@ class SimResult:
     spec: ProbeSpec | None = None
     segments: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
     per_rank: dict[int, int] = field(default_factory=dict)
+    traces: tuple[Any, ...] = field(default=(), repr=False)
 
     @property
     def peak_gib(self) -> float:

@@ -50,6 +50,7 @@ from finetune_doctor.errors import InputError
 from finetune_doctor.probes.build import prepare, zero3_setup
 from finetune_doctor.probes.depth import choose_depth, describe_segment, extrapolate_peak
 from finetune_doctor.probes.fakemode import fake_patches, load_torch
+from finetune_doctor.probes.replay import AllocTrace
 from finetune_doctor.probes.simresult import GIB, SimResult
 from finetune_doctor.probes.simterms import analytic_terms, apply_terms
 from finetune_doctor.probes.spec import ProbeSpec
@@ -62,13 +63,14 @@ __all__ = ["CUDA_BLOCK", "GIB", "SimResult", "choose_depth", "memtracker_peak", 
 
 
 def run_depth(spec: ProbeSpec, n_layers: int, steps: int = 2, *, fake: bool = True, rank: int = 0,
-              round_to: int = CUDA_BLOCK, notes: list[str] | None = None) -> dict[str, Any]:
+              round_to: int = CUDA_BLOCK, notes: list[str] | None = None, trace: bool = False) -> dict[str, Any]:
     """Simulate `steps` optimizer steps of `spec` at `n_layers` decoder layers and return the raw books.
 
     `fake=False` runs the same code on real CPU tensors (tests compare the two byte for byte; keep the model
     tiny then). Returns ``{"segments": {key: Peak}, "peak": Peak, "counts": {...}}`` where keys are
     ``(step, micro, phase, *position)`` and counts are element/byte totals of this depth used for the analytic
-    terms.
+    terms. `trace`: also record every allocation and free from the model build on (``"trace"``: a
+    `replay.AllocTrace` for the allocator replay); the books are the same either way.
     """
     torch = load_torch()
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -76,16 +78,28 @@ def run_depth(spec: ProbeSpec, n_layers: int, steps: int = 2, *, fake: bool = Tr
     notes = notes if notes is not None else []
     mesh = zero3_setup(spec.world_size, rank) if spec.sharded else None
     mode = FakeTensorMode(allow_non_fake_inputs=False) if fake else contextlib.nullcontext()
-    tracker = LiveBytesTracker(round_to)
+    tracker = LiveBytesTracker(round_to, trace=trace)
     torch.manual_seed(0)
     with fake_patches(tracker, gather_in_place=spec.sharded and spec.deepspeed), mode:
-        prep = prepare(spec, n_layers, notes, mesh=mesh)
-        with tracker:
-            train_steps(prep, spec, steps, tracker)
+        if trace:
+            # the model build is part of the trace: its segments stay reserved for the step (the gpu probe's
+            # max_memory_reserved includes them), and LF's fp32 upcasts leave freed blocks behind
+            tracker.untracked = True
+            with tracker:
+                prep = prepare(spec, n_layers, notes, mesh=mesh)
+                tracker.untracked = False
+                train_steps(prep, spec, steps, tracker)
+        else:
+            prep = prepare(spec, n_layers, notes, mesh=mesh)
+            with tracker:
+                train_steps(prep, spec, steps, tracker)
         counts = prep.counts
         del prep
     gc.collect()
-    return {"segments": tracker.segment_peaks, "peak": tracker.peak, "counts": counts}
+    out = {"segments": tracker.segment_peaks, "peak": tracker.peak, "counts": counts}
+    if trace:
+        out["trace"] = AllocTrace(tuple(tracker.trace or ()), n_layers)
+    return out
 
 
 def memtracker_peak(spec: ProbeSpec, n_layers: int | None = None, steps: int = 2, *,
@@ -115,7 +129,8 @@ def memtracker_peak(spec: ProbeSpec, n_layers: int | None = None, steps: int = 2
 
 
 def simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] = "auto", rank: int = 0,
-             round_to: int = CUDA_BLOCK, fake: bool = True, other_ranks: tuple[int, ...] = ()) -> SimResult:
+             round_to: int = CUDA_BLOCK, fake: bool = True, other_ranks: tuple[int, ...] = (),
+             trace: bool = False) -> SimResult:
     """See `_simulate`; library deprecation warnings raised while building and stepping the model stay inside
     the probe (they concern transformers' own API, not the user's run)."""
     import warnings
@@ -123,16 +138,19 @@ def simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] = 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
-        return _simulate(spec, steps, depth=depth, rank=rank, round_to=round_to, fake=fake, other_ranks=other_ranks)
+        return _simulate(spec, steps, depth=depth, rank=rank, round_to=round_to, fake=fake, other_ranks=other_ranks,
+                         trace=trace)
 
 
 def _simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] = "auto", rank: int = 0,
-              round_to: int = CUDA_BLOCK, fake: bool = True, other_ranks: tuple[int, ...] = ()) -> SimResult:
+              round_to: int = CUDA_BLOCK, fake: bool = True, other_ranks: tuple[int, ...] = (),
+              trace: bool = False) -> SimResult:
     """Simulate `spec` and return the peak live tensor bytes of rank `rank` (a `SimResult`); `other_ranks` are
     simulated too and land in `SimResult.per_rank` (each costs one more simulation).
 
     `depth`: "auto" (`choose_depth`), "full", or explicit depths ((L,) or (k, k+1)). `steps` ≥ 2 catches the
-    steady-state peak. Raises InputError when the model cannot be built from its config, MissingExtra without
+    steady-state peak. `trace`: keep each depth's allocation trace in `SimResult.traces` for the allocator replay
+    (probes/replay.py `replay_sim`). Raises InputError when the model cannot be built from its config, MissingExtra without
     torch/transformers/peft. Wall time: seconds for any model size (only 2-3 layers are built).
     """
     t0 = time.perf_counter()
@@ -161,7 +179,8 @@ def _simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] =
     from torch._subclasses.fake_tensor import DynamicOutputShapeException
 
     try:
-        books = [run_depth(spec, n, steps, fake=fake, rank=rank, round_to=round_to, notes=notes) for n in depths]
+        books = [run_depth(spec, n, steps, fake=fake, rank=rank, round_to=round_to, notes=notes, trace=trace)
+                 for n in depths]
     except DynamicOutputShapeException as err:
         # e.g. transformers' per-expert loop (MoE experts in fp32) indexes tokens with nonzero(): its output size
         # depends on the routing, which fake tensors do not have
@@ -215,6 +234,7 @@ def _simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] =
         host_bytes=int(round(host)),
         spec=spec,
         segments=described,
+        traces=tuple(b["trace"] for b in books if "trace" in b),
         per_rank={rank: int(round(total)), **{
             r: simulate(spec, steps, depth=depths, rank=r, round_to=round_to, fake=fake).peak_bytes
             for r in other_ranks if r != rank and 0 <= r < max(spec.world_size, 1)}},
