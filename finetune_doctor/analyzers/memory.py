@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from finetune_doctor.analyzers.params import ParamCounts, count_params
+from finetune_doctor.analyzers.reserve import reserve_fraction
 from finetune_doctor.analyzers import bytes as bytes_table
 from finetune_doctor.analyzers.bytes import dtype_bytes
 from finetune_doctor.run import Run
@@ -47,6 +48,8 @@ CUBLAS_WORKSPACE_MIB = {"hopper": 32.0, "other": 8.0}
 # median error in that fit; 10 % lowers the median to 7.3 % but puts 2 rows over 25 %. With expandable_segments
 # (llamafactory-cli exports it for multi-GPU torchrun launches, launcher.py:79-83) segments grow in place instead
 # of splitting, and we take half of that.
+# These flat values are the reserve the estimate used before the replay-derived table (analyzers/reserve.py); they
+# stay for the benchmarks that compare against them.
 RESERVE_EXPANDABLE = 0.05
 RESERVE_DEFAULT = 0.08
 # Host RAM per training process for the Python/torch/CUDA runtime: the resident CUDA and torch libraries of an idle
@@ -444,7 +447,9 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
     timeline = [("model load", t.weights + t.grads_always)] + [(f"{n} of step 1", v) for n, v, _ in first[:-1]] + [("optimizer step of step 1", steady[-1][1])] + [
         (f"{n} of step 2", v) for n, v, _ in steady[:-1]]
     expandable = run.world_size > 1  # llamafactory-cli sets expandable_segments for torchrun launches
-    factor = 1 + (RESERVE_EXPANDABLE if expandable else RESERVE_DEFAULT)
+    # the allocator's reserve by shape class, derived from allocator replays (analyzers/reserve.py)
+    reserve_share, shape = reserve_fraction(run, t, expandable)
+    factor = 1 + reserve_share
     reserve = peak * (factor - 1)
     rt = runtime_bytes(run, hw)
     first_oom = None
@@ -467,6 +472,8 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
                    "trainable_base": c.trainable_base, "expert_lora": c.expert_lora_params},
         "tokens_per_micro_batch": tokens if tokens is not None else run.tokens_per_micro_batch,
         "reserve_gib": reserve / GIB,
+        "reserve_share": reserve_share,
+        "reserve_class": shape,
         "first_oom": first_oom,
         "peak_moment": f"{name} of step 2" if name != "optimizer step" else "optimizer step",
         "moments_gib": {name: b / GIB for name, b in timeline},

@@ -182,12 +182,26 @@ class _Run:
     oom_segment: str = ""
 
 
-def _replay_events(trace: AllocTrace, alloc: CachingAllocator) -> _Run:
+def _compact_setup(events: tuple[tuple, ...]) -> tuple[tuple, ...]:
+    """The trace with its model build replaced by the allocations still alive when the first step starts, in
+    their order: a model loaded straight into its final layout (quantized on load by bitsandbytes, partitioned at
+    init by DeepSpeed ZeRO-3), where the simulate probe's stand-ins build the full-precision model first."""
+    start = next((i for i, e in enumerate(events) if e[0] == "m" and e[1] and isinstance(e[1][0], int)), len(events))
+    alive: dict[int, tuple] = {}
+    for e in events[:start]:
+        if e[0] == "a":
+            alive[e[1]] = e
+        elif e[0] == "f":
+            alive.pop(e[1], None)
+    return tuple(alive.values()) + events[start:]
+
+
+def _replay_events(trace: AllocTrace, alloc: CachingAllocator, compact_setup: bool = False) -> _Run:
     run = _Run()
     live: dict[int, Any] = {}
     seg, training = "setup", False
     cur = run.segments.setdefault(seg, [0, 0])
-    for ev in trace.events:
+    for ev in (_compact_setup(trace.events) if compact_setup else trace.events):
         kind = ev[0]
         if kind == "a":
             before = alloc.reserved
@@ -223,18 +237,20 @@ def _replay_events(trace: AllocTrace, alloc: CachingAllocator) -> _Run:
 
 def replay(trace: AllocTrace, config: AllocatorConfig | None = None, *, capacity: int | None = None,
            memory_fraction: float | None = None, device_total: int | None = None, device: int = 0,
-           process_overhead: int | None = None, num_layers: int | None = None) -> ReplayResult:
+           process_overhead: int | None = None, num_layers: int | None = None,
+           compact_setup: bool = False) -> ReplayResult:
     """Replay one trace through the allocator model.
 
     `capacity`: bytes the allocator may reserve on the card (its total minus the CUDA context, NCCL and other
     processes); None replays without a limit. `device_total`: the card's total bytes for the message (defaults to
     `capacity`); `process_overhead`: non-PyTorch bytes of the process (context), which adds the message's
-    per-process line. Raises nothing for a full card: the result's `oom` says where it failed.
+    per-process line. `compact_setup`: replace the model build by the tensors alive at the first step, in order
+    (`_compact_setup`). Raises nothing for a full card: the result's `oom` says where it failed.
     """
     t0 = time.perf_counter()
     config = config or AllocatorConfig()
     alloc = CachingAllocator(config, capacity, memory_fraction)
-    run = _replay_events(trace, alloc)
+    run = _replay_events(trace, alloc, compact_setup)
     oom = None
     if run.oom is not None:
         info = run.oom
@@ -252,7 +268,7 @@ def replay(trace: AllocTrace, config: AllocatorConfig | None = None, *, capacity
 def replay_depths(traces: Sequence[AllocTrace], num_layers: int, config: AllocatorConfig | None = None, *,
                   capacity: int | None = None, memory_fraction: float | None = None,
                   device_total: int | None = None, device: int = 0,
-                  process_overhead: int | None = None) -> ReplayResult:
+                  process_overhead: int | None = None, compact_setup: bool = False) -> ReplayResult:
     """Replay the probe's traces at `num_layers` layers: one full-depth trace as is; traces at k and k+1 layers
     through the full-depth trace `tracedepth.synthesize` makes of them (the repeated-layer pattern; module
     docstring). Raises ValueError for other depth combinations."""
@@ -264,7 +280,8 @@ def replay_depths(traces: Sequence[AllocTrace], num_layers: int, config: Allocat
     else:
         full, depth = synthesize(traces[0], traces[1], num_layers), (traces[0].n_layers, traces[1].n_layers)
     r = replay(full, config, capacity=capacity, memory_fraction=memory_fraction, device_total=device_total,
-               device=device, process_overhead=process_overhead, num_layers=num_layers)
+               device=device, process_overhead=process_overhead, num_layers=num_layers,
+               compact_setup=compact_setup)
     return replace(r, depth=depth, wall_s=time.perf_counter() - t0)
 
 
@@ -277,8 +294,14 @@ def replay_sim(sim: Any, config: AllocatorConfig | None = None, *, capacity: int
                memory_fraction: float | None = None, device_total: int | None = None, device: int = 0,
                process_overhead: int | None = None) -> ReplayResult:
     """Replay the traces of a `SimResult` made with ``simulate(spec, trace=True)`` (extrapolated to its
-    `num_layers` when it was simulated depth-reduced). Raises ValueError when the result holds no trace."""
+    `num_layers` when it was simulated depth-reduced). The model build is replayed as traced for plain loads
+    (the gpu probe builds exactly so); quantized, DeepSpeed and sharded runs replay it compacted
+    (`_compact_setup`), since their stand-ins build the full-precision model first. Raises ValueError when the
+    result holds no trace."""
     if not sim.traces:
         raise ValueError("the simulation kept no allocation trace: call simulate(spec, trace=True)")
+    spec = getattr(sim, "spec", None)
+    compact = bool(spec is not None and (spec.quantization_bit or spec.deepspeed or spec.sharded))
     return replay_depths(sim.traces, sim.num_layers, config, capacity=capacity, memory_fraction=memory_fraction,
-                         device_total=device_total, device=device, process_overhead=process_overhead)
+                         device_total=device_total, device=device, process_overhead=process_overhead,
+                         compact_setup=compact)
