@@ -171,7 +171,7 @@ def _predict(i: int, *, tiny: bool = False, steps: int = 3, no_gc: bool = False)
 def _reanalyze(path: Path, no_gc: set[int], steps: int) -> int:
     """Predictions recomputed here for the rows of a measured CSV; rows in `no_gc` are predicted without
     checkpointing, because that is the run the GPU executed (the spec asked for it, transformers 5.17's calling
-    convention made the probe skip it; see probes/simulate.py `_checkpointed_layer`)."""
+    convention made the probe skip it; see probes/build.py `checkpointed_layer`)."""
     with path.open(newline="") as f:
         measured = list(csv.DictReader(f))
     rows = []

@@ -23,6 +23,9 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from finetune_doctor.probes import simulate as sim  # noqa: E402
+from finetune_doctor.probes.build import checkpointed_layer, prepare  # noqa: E402
+from finetune_doctor.probes.fakemode import fake_patches  # noqa: E402
+from finetune_doctor.probes.step import NoBooks, train_steps  # noqa: E402
 from finetune_doctor.probes.spec import ProbeSpec  # noqa: E402
 
 TINY = dict(model_type="qwen2", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -61,11 +64,11 @@ def test_checkpointed_layer_is_found_under_every_transformers_calling_convention
     import functools
 
     layer = torch.nn.Linear(2, 2)
-    assert sim._checkpointed_layer(layer.__call__) is layer                               # per-model loops
-    assert sim._checkpointed_layer(functools.partial(layer.__call__, x=1)) is layer       # GradientCheckpointingLayer 5.17
-    assert sim._checkpointed_layer(functools.partial(type(layer).forward, layer)) is layer  # 5.24, forward
+    assert checkpointed_layer(layer.__call__) is layer                               # per-model loops
+    assert checkpointed_layer(functools.partial(layer.__call__, x=1)) is layer       # GradientCheckpointingLayer 5.17
+    assert checkpointed_layer(functools.partial(type(layer).forward, layer)) is layer  # 5.24, forward
     with pytest.raises(RuntimeError, match="cannot tell which layer"):
-        sim._checkpointed_layer(functools.partial(len))
+        checkpointed_layer(functools.partial(len))
 
 
 def test_checkpointing_keeps_only_layer_inputs():
@@ -94,8 +97,8 @@ def test_step_two_holds_optimizer_states_step_one_does_not_in_forward():
     books = sim.run_depth(spec, 2, 2, round_to=1)
     s1 = books["segments"][(1, 0, "fwd", "logits")]
     s2 = books["segments"][(2, 0, "fwd", "logits")]
-    with sim.fake_patches(None), FakeTensorMode():
-        trainable = sim.prepare(spec, 2, []).trainable
+    with fake_patches(None), FakeTensorMode():
+        trainable = prepare(spec, 2, []).trainable
     n, tensors = sum(p.numel() for p in trainable), len(trainable)
     assert all(p.dtype == torch.float32 for p in trainable)      # LF's fp32 upcast of trainable params
     # AdamW: exp_avg and exp_avg_sq in the parameter's dtype, plus a 4-byte fp32 step counter per tensor
@@ -145,7 +148,7 @@ def test_obstacle_dense_causal_mask_is_not_built_under_fake_mode():
         pos = torch.arange(128).unsqueeze(0)
         # unpatched: FakeTensors count as "tracing", so packing is assumed and a packed-sequence mask returned
         assert masking_utils.find_packed_sequence_indices(pos) is not None
-        with sim.fake_patches(None):
+        with fake_patches(None):
             assert masking_utils.find_packed_sequence_indices(pos) is None
     assert masking_utils.find_packed_sequence_indices(torch.arange(128).unsqueeze(0)) is None  # restored, real
 
@@ -181,7 +184,7 @@ def test_obstacle_module_to_on_fake_parameters():
         lin = torch.nn.Linear(8, 8, dtype=torch.bfloat16)
         with pytest.raises(Exception):
             lin.to(torch.float32)            # swap_tensors path fails on fake parameters
-        with sim.fake_patches(None):
+        with fake_patches(None):
             assert lin.to(torch.bfloat16) is lin          # no change: a no-op
             lin.to(torch.float32)
             assert lin.weight.dtype == torch.float32 and isinstance(lin.weight, torch.nn.Parameter)
@@ -192,12 +195,12 @@ def test_obstacle_memtracker_on_frozen_lora_weights():
     from torch.distributed._tools.mem_tracker import MemTracker
 
     spec = tiny(finetuning_type="lora")
-    with sim.fake_patches(None), FakeTensorMode():
-        prep = sim.prepare(spec, 2, [])
+    with fake_patches(None), FakeTensorMode():
+        prep = prepare(spec, 2, [])
         mt = MemTracker()
         mt.track_external(prep.model, prep.opt)
         with pytest.raises(RuntimeError, match="doesn't require gradient"), mt:
-            sim.train_steps(prep, spec, 1, sim._NoBooks())
+            train_steps(prep, spec, 1, NoBooks())
     total, by = sim.memtracker_peak(spec)
     live = sim.simulate(spec, depth="full", round_to=1).peak_bytes
     # MemTracker's ModTracker holds module inputs in its multi-grad hooks until their gradients arrive, so it
@@ -233,8 +236,8 @@ def test_qlora_standin_has_bitsandbytes_storage_layout():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     spec = tiny(finetuning_type="lora", quantization_bit=4, weights_dtype="nf4")
-    with sim.fake_patches(None), FakeTensorMode():
-        prep = sim.prepare(spec, 2, notes := [])
+    with fake_patches(None), FakeTensorMode():
+        prep = prepare(spec, 2, notes := [])
         q = [m for n, m in prep.model.named_modules() if n.endswith("base_layer") and "mlp.up_proj" in n][0]
     n = 64 * 128
     assert q.weight.numel() * q.weight.element_size() == n // 2          # 4 bits per parameter, packed
@@ -247,8 +250,8 @@ def test_eight_bit_adam_states_follow_bitsandbytes_layout():
     r = sim.simulate(spec, depth="full", round_to=1)
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    with sim.fake_patches(None), FakeTensorMode():
-        prep = sim.prepare(spec, 2, [])
+    with fake_patches(None), FakeTensorMode():
+        prep = prepare(spec, 2, [])
         expected = 0
         for p in prep.trainable:
             n = p.numel()

@@ -22,7 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from finetune_doctor.analyzers.params import ParamCounts, count_params
-from finetune_doctor.run import DTYPE_BYTES, Run
+from finetune_doctor.analyzers.reserve import reserve_fraction
+from finetune_doctor.analyzers import bytes as bytes_table
+from finetune_doctor.analyzers.bytes import dtype_bytes
+from finetune_doctor.run import Run
 from finetune_doctor.types import GIB, Hardware, MemoryEstimate
 
 MIB = float(1 << 20)
@@ -45,6 +48,8 @@ CUBLAS_WORKSPACE_MIB = {"hopper": 32.0, "other": 8.0}
 # median error in that fit; 10 % lowers the median to 7.3 % but puts 2 rows over 25 %. With expandable_segments
 # (llamafactory-cli exports it for multi-GPU torchrun launches, launcher.py:79-83) segments grow in place instead
 # of splitting, and we take half of that.
+# These flat values are the reserve the estimate used before the replay-derived table (analyzers/reserve.py); they
+# stay for the benchmarks that compare against them.
 RESERVE_EXPANDABLE = 0.05
 RESERVE_DEFAULT = 0.08
 # A verdict or a remedy must leave this share of the card free: the estimator's error against published
@@ -57,35 +62,21 @@ HOST_PER_PROCESS_GIB = 3.0
 
 
 def _bytes(dtype: str) -> float:
-    return float(DTYPE_BYTES.get(dtype, 2))
+    return dtype_bytes(dtype)
 
 
 def weight_bytes_per_param(dtype: str, double_quant: bool = True) -> float:
-    """Bytes per parameter of stored weights. NF4/FP4: 0.5 + absmax overhead (bitsandbytes blocksize 64 with an fp32
-    absmax → 4/64 = 0.0625 B; with nested quantization the absmax is 8-bit in blocks of 256 with an fp32 scale →
-    1/64 + 4/(64·256) ≈ 0.0159 B). int8 (LLM.int8): 1 B + one fp32 scale per row (negligible)."""
-    if dtype in ("nf4", "fp4", "int4"):
-        return 0.5 + (1 / 64 + 4 / (64 * 256) if double_quant else 4 / 64)
-    return _bytes(dtype)
+    """Bytes per parameter of stored weights, quantization overhead included (analyzers/bytes.py, from
+    bitsandbytes' 4-bit and 8-bit layouts)."""
+    return bytes_table.weight_bytes_per_param(dtype, double_quant)
 
 
 def optimizer_state_bytes(impl: str, state_dtype_bytes: float) -> float:
-    """Persistent optimizer-state bytes per trainable parameter.
-
-    AdamW keeps exp_avg and exp_avg_sq in the parameter's dtype (torch.optim.AdamW; REPORT.md §3): 2 × dtype bytes.
-    bitsandbytes 8-bit Adam: 2 × 1 B (+ blockwise absmax, 4 B per 2048). Lion: one momentum. Adafactor (HF default
-    beta1=None): factored second moment, rows + cols per matrix ≈ negligible (we take 0.02 B/param). SGD (HF passes
-    no momentum): 0. Adagrad/RMSprop: one state. LOMO: none. AdEMAMix: three states.
-    """
-    table = {
-        "fused": 2 * state_dtype_bytes, "foreach": 2 * state_dtype_bytes, "forloop": 2 * state_dtype_bytes,
-        "paged": 2 * state_dtype_bytes, "schedule_free": 2 * state_dtype_bytes,
-        "8bit": 2 + 8 / 2048, "paged_8bit": 2 + 8 / 2048, "8bit_lion": 1 + 4 / 2048, "lion": state_dtype_bytes,
-        "adafactor": 0.02, "sgd": 0.0, "adagrad": state_dtype_bytes, "rmsprop": state_dtype_bytes,
-        "lomo": 0.0, "ademamix": 3 * state_dtype_bytes, "galore": 2 * state_dtype_bytes,
-        "galore_8bit": 2.0, "apollo": 2 * state_dtype_bytes,
-    }
-    return table.get(impl, 2 * state_dtype_bytes)
+    """Persistent optimizer-state bytes per trainable parameter (analyzers/bytes.py, shared with the simulate
+    probe): AdamW 2 × `state_dtype_bytes`; bitsandbytes 8-bit AdamW 2 × 1 B + an fp32 absmax per block of 256
+    (bitsandbytes ≥ 0.44, ``Optimizer2State.init_state``); Lion one state; AdEMAMix three; Adafactor (HF default
+    beta1=None) factored, O(rows + cols), counted as 0; SGD as HF builds it and LOMO: 0."""
+    return bytes_table.optimizer_state_bytes_per_param(impl, state_dtype_bytes)
 
 
 @dataclass(frozen=True)
@@ -460,7 +451,9 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
     timeline = [("model load", t.weights + t.grads_always)] + [(f"{n} of step 1", v) for n, v, _ in first[:-1]] + [("optimizer step of step 1", steady[-1][1])] + [
         (f"{n} of step 2", v) for n, v, _ in steady[:-1]]
     expandable = run.world_size > 1  # llamafactory-cli sets expandable_segments for torchrun launches
-    factor = 1 + (RESERVE_EXPANDABLE if expandable else RESERVE_DEFAULT)
+    # the allocator's reserve by shape class, derived from allocator replays (analyzers/reserve.py)
+    reserve_share, shape = reserve_fraction(run, t, expandable)
+    factor = 1 + reserve_share
     reserve = peak * (factor - 1)
     rt = runtime_bytes(run, hw)
     first_oom = None
@@ -483,6 +476,8 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
                    "trainable_base": c.trainable_base, "expert_lora": c.expert_lora_params},
         "tokens_per_micro_batch": tokens if tokens is not None else run.tokens_per_micro_batch,
         "reserve_gib": reserve / GIB,
+        "reserve_share": reserve_share,
+        "reserve_class": shape,
         "first_oom": first_oom,
         "peak_moment": f"{name} of step 2" if name != "optimizer step" else "optimizer step",
         "moments_gib": {name: b / GIB for name, b in timeline},

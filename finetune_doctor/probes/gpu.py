@@ -1,7 +1,7 @@
 """The gpu probe: a few real training steps of the configured run on the local GPU(s), in a subprocess.
 
 Random weights are built from the model config (no checkpoint is read) and set up exactly as the simulate probe
-sets them up (simulate.prepare: LF's precision, LoRA, checkpointing, optimizer). Several ranks are launched with
+sets them up (build.prepare: LF's precision, LoRA, checkpointing, optimizer). Several ranks are launched with
 ``torchrun`` (or the ``deepspeed`` launcher when the run uses DeepSpeed and it is installed), so ZeRO partitioning
 and per-rank memory are real. Each rank reports ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved``
 per segment of the step (simulate's segment hooks, with the CUDA peak counters reset at each segment boundary),
@@ -255,7 +255,7 @@ def run_gpu(spec: ProbeSpec, steps: int = 3, *, force: bool = False, timeout_s: 
     if nproc < spec.world_size:
         notes.append(f"the run has {spec.world_size} ranks; {nproc} were available here, so sharded states are "
                      f"split {nproc} ways instead of {spec.world_size} (per-rank memory is an upper bound)")
-    from finetune_doctor.probes.simulate import choose_depth
+    from finetune_doctor.probes.depth import choose_depth
 
     if depth == "auto":
         full = (spec.num_layers,)
@@ -382,7 +382,9 @@ def worker(spec_file: str, out_dir: str, device: str = "cuda") -> int:
     """One rank: build, train `steps` steps, write ``rank{RANK}.json``. Exit 0, or 3 on CUDA OOM."""
     import torch
 
-    from finetune_doctor.probes import simulate as sim
+    from finetune_doctor.probes.build import prepare
+    from finetune_doctor.probes.fakemode import fake_patches
+    from finetune_doctor.probes.step import train_steps
     from finetune_doctor.probes.tracker import LiveBytesTracker
 
     payload = json.loads(Path(spec_file).read_text())
@@ -416,8 +418,8 @@ def worker(spec_file: str, out_dir: str, device: str = "cuda") -> int:
             mesh = init_device_mesh(dev.type, (world,))
         torch.manual_seed(1234 + rank)
         notes: list[str] = []
-        with sim.fake_patches(None):
-            prep = sim.prepare(local_spec, n_layers, notes, mesh=mesh, device=str(dev))
+        with fake_patches(None):
+            prep = prepare(local_spec, n_layers, notes, mesh=mesh, device=str(dev))
         if world > 1 and mesh is None and not use_ds:
             prep.model = torch.nn.parallel.DistributedDataParallel(prep.model, device_ids=[local] if device == "cuda" else None)
         seg = _CudaSegments(torch, dev) if device == "cuda" else LiveBytesTracker(1)
@@ -431,10 +433,10 @@ def worker(spec_file: str, out_dir: str, device: str = "cuda") -> int:
         if use_ds:
             _train_deepspeed(prep, local_spec, steps, seg, world, on_step)
         elif device == "cuda":
-            sim.train_steps(prep, local_spec, steps, seg, device_type="cuda", on_step=on_step)
+            train_steps(prep, local_spec, steps, seg, device_type="cuda", on_step=on_step)
         else:
             with seg:
-                sim.train_steps(prep, local_spec, steps, seg, device_type="cpu", on_step=on_step)
+                train_steps(prep, local_spec, steps, seg, device_type="cpu", on_step=on_step)
         if device == "cuda":
             torch.cuda.synchronize(dev)
             seg.set_segment("end")
@@ -472,12 +474,12 @@ def _train_deepspeed(prep: Any, spec: ProbeSpec, steps: int, seg: Any, world: in
     import deepspeed
     import torch
 
-    from finetune_doctor.probes import simulate as sim
+    from finetune_doctor.probes.step import install_segment_hooks
 
     opt = torch.optim.AdamW(prep.trainable, lr=1e-5)
     engine, _, _, _ = deepspeed.initialize(model=prep.model, optimizer=opt, config=_ds_config(spec, world))
     st = prep.state
-    handles = sim._install_segment_hooks(engine.module, seg, st, prep.trainable)
+    handles = install_segment_hooks(engine.module, seg, st, prep.trainable)
     micro = min(max(spec.grad_accum, 1), 2)
     try:
         for step in range(1, steps + 1):

@@ -31,7 +31,7 @@ exact bytes as a CPU run allocates them).
 
 Storage resizes that bypass the dispatcher (``UntypedStorage.resize_``, used by FSDP2 to free and re-allocate
 unsharded parameters, ``torch/distributed/fsdp/_fully_shard/_fsdp_param.py`` alloc_storage/free_storage) are
-reported with `storage_resized`; simulate.py patches those two FSDP2 helpers to call it.
+reported with `storage_resized`; fakemode.py patches those two FSDP2 helpers to call it.
 """
 
 from __future__ import annotations
@@ -84,9 +84,9 @@ def _storages(t: Any) -> list:
 class _TrackerMixin:
     """Bookkeeping shared by the dispatch-mode tracker; kept separate so it can be unit-tested without torch."""
 
-    def _init_books(self, round_to: int) -> None:
+    def _init_books(self, round_to: int, trace: bool = False) -> None:
         self.round_to = max(1, int(round_to))
-        self._info: dict[int, list] = {}          # id(storage) -> [category, nbytes, weakref]
+        self._info: dict[int, list] = {}          # id(storage) -> [category, nbytes, weakref, serial]
         self.live = {c: 0 for c in CATEGORIES}
         self.total = 0
         self.peak = Peak()
@@ -95,6 +95,14 @@ class _TrackerMixin:
         self.default_category = "temp"
         self.events = 0
         self.paused = 0
+        # the allocation trace (`trace=True`): ("a", serial, bytes, stream) for every storage allocation,
+        # ("f", serial) for every free, ("m", segment label) at each segment boundary, in execution order; the
+        # allocator replay (probes/replay.py) reads it. Sizes are the storages' exact bytes (the allocator rounds).
+        self.trace: list[tuple] | None = [] if trace else None
+        self._serial = 0
+        # True while the probe builds the model with tracing on: storages are traced but stay out of the books
+        # until `track` (or an op's output) names them, so the simulated peaks do not depend on tracing
+        self.untracked = False
 
     def _size(self, nbytes: int) -> int:
         r = self.round_to
@@ -103,13 +111,45 @@ class _TrackerMixin:
     def _on_free(self, key: int, _ref: Any) -> None:
         rec = self._info.pop(key, None)
         if rec is not None:
-            self.live[rec[0]] -= rec[1]
-            self.total -= rec[1]
+            if rec[0] is not None:
+                self.live[rec[0]] -= rec[1]
+                self.total -= rec[1]
+            if self.trace is not None and rec[3]:
+                self.trace.append(("f", rec[3]))
+
+    def _trace_alloc(self, nbytes: int) -> int:
+        """Record an allocation of `nbytes` on the default stream (0); returns its serial (0: nothing allocated,
+        as the allocator skips zero-byte requests)."""
+        if self.trace is None or not nbytes:
+            return 0
+        self._serial += 1
+        self.trace.append(("a", self._serial, int(nbytes), 0))
+        return self._serial
+
+    def _trace_realloc(self, rec: list, nbytes: int) -> None:
+        # a storage that changes size is a free of the old block and an allocation of a new one
+        if self.trace is None:
+            return
+        if rec[3]:
+            self.trace.append(("f", rec[3]))
+        rec[3] = self._trace_alloc(nbytes)
 
     def _add(self, st: Any, category: str) -> bool:
         key = id(st)
         rec = self._info.get(key)
         if rec is not None:
+            if rec[2]() is st and rec[0] is None:
+                # allocated while only tracing (`untracked`): joins the books now, as an unknown storage would
+                n = self._size(st.nbytes())
+                if n != rec[1]:
+                    self._trace_realloc(rec, st.nbytes())
+                    rec[1] = n
+                if self.untracked:
+                    return False
+                rec[0] = category
+                self.live[category] += n
+                self.total += n
+                return True
             if rec[2]() is st:
                 n = self._size(st.nbytes())
                 if n == rec[1]:
@@ -118,10 +158,16 @@ class _TrackerMixin:
                 self.live[rec[0]] += n - rec[1]
                 self.total += n - rec[1]
                 rec[1] = n
+                self._trace_realloc(rec, st.nbytes())
                 return True
             self._on_free(key, None)  # id reused after the old storage died without its callback running yet
         n = self._size(st.nbytes())
-        self._info[key] = [category, n, weakref.ref(st, lambda r, k=key: self._on_free(k, r))]
+        serial = self._trace_alloc(st.nbytes())
+        if self.untracked:
+            # traced, not counted: the books start where they always did (see `untracked`)
+            self._info[key] = [None, n, weakref.ref(st, lambda r, k=key: self._on_free(k, r)), serial]
+            return False
+        self._info[key] = [category, n, weakref.ref(st, lambda r, k=key: self._on_free(k, r)), serial]
         self.live[category] += n
         self.total += n
         return True
@@ -138,6 +184,8 @@ class _TrackerMixin:
     def set_segment(self, *label: Any) -> None:
         """Name the part of the step that follows (e.g. ``(2, "bwd", 5)``); peaks are also kept per segment."""
         self.segment = tuple(label)
+        if self.trace is not None:
+            self.trace.append(("m", self.segment))
         self._note_peak()
 
     def track(self, tensors: Iterable[Any], category: str) -> None:
@@ -149,7 +197,7 @@ class _TrackerMixin:
             for st in _storages(t):
                 key = id(st)
                 rec = self._info.get(key)
-                if rec is not None and rec[2]() is st:
+                if rec is not None and rec[2]() is st and rec[0] is not None:
                     if rec[0] != category:
                         self.live[rec[0]] -= rec[1]
                         self.live[category] += rec[1]
@@ -163,8 +211,8 @@ class _TrackerMixin:
         """A storage changed size outside the dispatcher (FSDP2 alloc/free of unsharded parameters)."""
         key = id(st)
         rec = self._info.get(key)
-        if rec is None or rec[2]() is not st:
-            if st.nbytes():
+        if rec is None or rec[2]() is not st or rec[0] is None:
+            if st.nbytes() or rec is not None:
                 self._add(st, self.default_category)
                 self._note_peak()
             return
@@ -172,6 +220,7 @@ class _TrackerMixin:
         self.live[rec[0]] += n - rec[1]
         self.total += n - rec[1]
         rec[1] = n
+        self._trace_realloc(rec, st.nbytes())
         self._note_peak()
 
     def category_of(self, t: Any) -> str | None:
@@ -199,13 +248,14 @@ def _active_fake_mode():
     return active_fake_mode()
 
 
-def LiveBytesTracker(round_to: int = 1):  # noqa: N802 - a factory that returns an instance, named as a class
+def LiveBytesTracker(round_to: int = 1, trace: bool = False):  # noqa: N802 - a factory, named as a class
     """Create a live-bytes tracker (a TorchDispatchMode); use it as ``with tracker: ...``.
 
     `round_to`: per-storage rounding in bytes (512 for CUDA's allocator, 1 for exact CPU bytes). Register
     pre-existing tensors with ``tracker.track(model.parameters(), "weights")`` and so on; tensors created inside
     the ``with`` block are counted in ``tracker.default_category`` (set it to "activations" during forward,
-    "temp" in backward). Read ``tracker.peak`` (a `Peak`), ``tracker.segment_peaks`` and ``tracker.snapshot()``.
+    "temp" in backward). Read ``tracker.peak`` (a `Peak`), ``tracker.segment_peaks`` and ``tracker.snapshot()``;
+    with `trace`, ``tracker.trace`` holds every allocation and free in order (see `_TrackerMixin._init_books`).
     """
     global _TRACKER_CLS, _DTENSOR, _WAIT_TENSOR
     if _TRACKER_CLS is None:
@@ -221,9 +271,9 @@ def LiveBytesTracker(round_to: int = 1):  # noqa: N802 - a factory that returns 
             _DTENSOR = _WAIT_TENSOR = None
 
         class _LiveBytesTracker(_TrackerMixin, base):
-            def __init__(self, round_to: int = 1):
+            def __init__(self, round_to: int = 1, trace: bool = False):
                 base.__init__(self)
-                self._init_books(round_to)
+                self._init_books(round_to, trace)
                 self._entry_fake = None
 
             def __enter__(self):
@@ -261,7 +311,7 @@ def LiveBytesTracker(round_to: int = 1):  # noqa: N802 - a factory that returns 
                 return out
 
         _TRACKER_CLS = _LiveBytesTracker
-    return _TRACKER_CLS(round_to)
+    return _TRACKER_CLS(round_to, trace)
 
 
 def FrozenSafeMemTracker():  # noqa: N802 - factory, see LiveBytesTracker
