@@ -36,6 +36,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from finetune_doctor.dtypes import DTYPE_BYTES
+
 if TYPE_CHECKING:  # pragma: no cover
     from finetune_doctor.arch import ModelArch
 
@@ -317,7 +319,6 @@ def lf_treatment(spec: QuantSpec) -> LFTreatment:
     return LFTreatment(dequantized=deq, lora_only=not deq, zero3_ok=deq, dora_ok=deq)
 
 
-_DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
 
 
 def resolve_quantization(arch: "ModelArch", quantization_bit: Any, quantization_method: Any) -> dict[str, Any]:
@@ -355,7 +356,7 @@ def resolve_quantization(arch: "ModelArch", quantization_bit: Any, quantization_
     if t.dequantized:
         notes.append(f"{spec.label} checkpoint: LLaMA-Factory dequantizes it on load and trains it in {arch.dtype}")
         return out
-    lb = stored_linear_bytes(arch, spec, _DTYPE_BYTES.get(arch.dtype, 2.0))
+    lb = stored_linear_bytes(arch, spec, float(DTYPE_BYTES.get(arch.dtype, 2.0)))
     out["linear_weight_bytes"] = lb.per_param
     bits = spec.bits or 0
     out["weights_dtype"] = "float8" if spec.method in ("fp8", "fbgemm_fp8") else (

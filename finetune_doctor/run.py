@@ -15,8 +15,6 @@ from typing import Any
 from finetune_doctor.arch import ModelArch
 from finetune_doctor.types import Hardware
 
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "nf4": 0.5, "fp4": 0.5, "int4": 0.5,
-               "float8": 1}
 
 # HF optim names -> the optimizer implementation that decides temporaries and state bytes
 # (transformers training_args.py OptimizerNames; REPORT.md §3 "Optimizer states in torch").

@@ -16,7 +16,7 @@ PKG = Path(__file__).resolve().parent.parent / "finetune_doctor"
 
 # The data flow, bottom up (docs/ARCHITECTURE.md). A module may import its own layer or a lower one.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("__init__", "types", "errors", "fsutil", "projectconfig", "settings", "arch", "quant", "evidence"),
+    ("__init__", "types", "errors", "fsutil", "projectconfig", "settings", "arch", "quant", "dtypes", "evidence"),
     ("readers", "hardware"),
     ("run",),
     ("analyzers",),
@@ -31,7 +31,7 @@ MAX_FUNCTION_LINES = 100
 # Modules being split right now (issue 15), each on its own branch; this list only shrinks.
 NOT_YET_SPLIT = {
     "finetune_doctor.analyzers.memory", "finetune_doctor.analyzers.timeline", "finetune_doctor.analyzers.tokens",
-"finetune_doctor.probes.simulate", "finetune_doctor.readers.dsconfig",
+"finetune_doctor.readers.dsconfig",
     "finetune_doctor.readers.logs", "finetune_doctor.readers.modelcfg", "finetune_doctor.readers.trainer_log",
     "finetune_doctor.run",
 }

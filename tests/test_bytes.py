@@ -1,4 +1,4 @@
-"""The shared byte tables (analyzers/bytes.py): bitsandbytes' layouts, and the analytic model and the simulate probe
+"""The shared byte tables (dtypes.py): bitsandbytes' layouts, and the analytic model and the simulate probe
 reading the same numbers.
 
 References: the layouts as bitsandbytes 0.50.1 writes them (``optim/optimizer.py`` ``Optimizer2State.init_state``:
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from finetune_doctor.analyzers import bytes as bt
+import finetune_doctor.dtypes as bt
 from finetune_doctor.analyzers import memory
 from finetune_doctor.run import OPTIM_IMPL
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from finetune_doctor.analyzers.params import ParamCounts, count_params
 from finetune_doctor.analyzers.reserve import reserve_fraction
-from finetune_doctor.analyzers import bytes as bytes_table
-from finetune_doctor.analyzers.bytes import dtype_bytes
+import finetune_doctor.dtypes as bytes_table
+from finetune_doctor.dtypes import dtype_bytes
 from finetune_doctor.run import Run
 from finetune_doctor.types import GIB, Hardware, MemoryEstimate
 
@@ -66,13 +66,13 @@ def _bytes(dtype: str) -> float:
 
 
 def weight_bytes_per_param(dtype: str, double_quant: bool = True) -> float:
-    """Bytes per parameter of stored weights, quantization overhead included (analyzers/bytes.py, from
+    """Bytes per parameter of stored weights, quantization overhead included (dtypes.py, from
     bitsandbytes' 4-bit and 8-bit layouts)."""
     return bytes_table.weight_bytes_per_param(dtype, double_quant)
 
 
 def optimizer_state_bytes(impl: str, state_dtype_bytes: float) -> float:
-    """Persistent optimizer-state bytes per trainable parameter (analyzers/bytes.py, shared with the simulate
+    """Persistent optimizer-state bytes per trainable parameter (dtypes.py, shared with the simulate
     probe): AdamW 2 × `state_dtype_bytes`; bitsandbytes 8-bit AdamW 2 × 1 B + an fp32 absmax per block of 256
     (bitsandbytes ≥ 0.44, ``Optimizer2State.init_state``); Lion one state; AdEMAMix three; Adafactor (HF default
     beta1=None) factored, O(rows + cols), counted as 0; SGD as HF builds it and LOMO: 0."""

@@ -11,7 +11,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from finetune_doctor.analyzers.bytes import optimizer_state_bytes, quantized_weight_tensors
+from finetune_doctor.dtypes import optimizer_state_bytes, quantized_weight_tensors
 from finetune_doctor.errors import InputError
 from finetune_doctor.probes.fakemode import dtype_of, load_torch, storage_dtype
 from finetune_doctor.probes.spec import ProbeSpec
@@ -236,7 +236,7 @@ def _quantize_standin(model: Any, spec: ProbeSpec, notes: list[str]) -> None:
             return out
 
     def make(lin):
-        # sizes from the shared table (analyzers/bytes.py `quantized_weight_tensors`, bitsandbytes' layout)
+        # sizes from the shared table (dtypes.py `quantized_weight_tensors`, bitsandbytes' layout)
         sizes = quantized_weight_tensors(lin.in_features * lin.out_features, lin.out_features, bits,
                                          spec.double_quantization)
         q = QuantLinear.__new__(QuantLinear)
@@ -309,7 +309,7 @@ def _make_optimizer(params: list, spec: ProbeSpec, notes: list[str]):
 def _analytic_state_bytes(params: list, spec: ProbeSpec) -> tuple[int, str]:
     """Optimizer-state bytes of the implementations that are not run, and a note saying how they were counted.
 
-    Per tensor from the shared table (analyzers/bytes.py `optimizer_state_bytes`): bitsandbytes 8-bit keeps uint8
+    Per tensor from the shared table (dtypes.py `optimizer_state_bytes`): bitsandbytes 8-bit keeps uint8
     states plus an fp32 absmax per block of 256 for tensors of ≥ 4096 elements and fp32 states below that
     (``Optimizer2State.init_state``); Lion one state, AdEMAMix three; GaLore/APOLLO are counted as AdamW over the
     full parameter (an upper bound: they keep states of a rank-16 projection); LOMO/AdaLomo none.

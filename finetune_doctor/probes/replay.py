@@ -32,22 +32,9 @@ from typing import Any, Sequence
 
 from finetune_doctor.probes.allocator import CachingAllocator, OutOfMemory
 from finetune_doctor.probes.allocconf import AllocatorConfig
+from finetune_doctor.probes.trace import AllocTrace
 
 GIB = float(1 << 30)
-
-
-@dataclass(frozen=True)
-class AllocTrace:
-    """One rank's allocation trace at `n_layers` decoder layers. `events`: ("a", serial, bytes, stream),
-    ("f", serial), ("m", segment label tuple), in execution order; the first marker whose step is an int starts
-    the training step (before it: model build and setup)."""
-
-    events: tuple[tuple, ...]
-    n_layers: int
-
-    @property
-    def allocations(self) -> int:
-        return sum(1 for e in self.events if e[0] == "a")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from finetune_doctor.analyzers.bytes import optimizer_state_bytes_per_param
+from finetune_doctor.dtypes import optimizer_state_bytes_per_param
 from finetune_doctor.probes.spec import ProbeSpec
 from finetune_doctor.probes.tracker import CATEGORIES, Peak
 

@@ -50,7 +50,7 @@ from finetune_doctor.errors import InputError
 from finetune_doctor.probes.build import prepare, zero3_setup
 from finetune_doctor.probes.depth import choose_depth, describe_segment, extrapolate_peak
 from finetune_doctor.probes.fakemode import fake_patches, load_torch
-from finetune_doctor.probes.replay import AllocTrace
+from finetune_doctor.probes.trace import AllocTrace
 from finetune_doctor.probes.simresult import GIB, SimResult
 from finetune_doctor.probes.simterms import analytic_terms, apply_terms
 from finetune_doctor.probes.spec import ProbeSpec

@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from finetune_doctor.probes.replay import AllocTrace
+from finetune_doctor.probes.trace import AllocTrace
 
 
 def _split(events: tuple[tuple, ...]) -> list[tuple[Any, list[tuple]]]:
