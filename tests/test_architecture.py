@@ -30,10 +30,8 @@ MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 100
 # Modules being split right now (issue 15), each on its own branch; this list only shrinks.
 NOT_YET_SPLIT = {
-    "finetune_doctor.analyzers.memory", "finetune_doctor.analyzers.timeline", "finetune_doctor.analyzers.tokens",
-"finetune_doctor.readers.dsconfig",
-    "finetune_doctor.readers.logs", "finetune_doctor.readers.modelcfg", "finetune_doctor.readers.trainer_log",
-    "finetune_doctor.run",
+    "finetune_doctor.analyzers.timeline", "finetune_doctor.analyzers.tokens", "finetune_doctor.readers.dsconfig",
+    "finetune_doctor.readers.logs", "finetune_doctor.readers.trainer_log",
 }
 
 

@@ -1,0 +1,36 @@
+"""Analytic per-rank GPU memory of a training step in steady state (step >= 2), and host RAM per node.
+
+No torch: every term is a closed-form byte count of the tensors PyTorch, transformers, peft and DeepSpeed keep.
+One module per part of the sum, each citing its sources:
+
+==============  ==============================================================================================
+weights.py      parameters (quantized as stored), ZeRO-3 partitions and gathers; gradients, fp32 masters,
+                optimizer states and the update's temporaries, with and without DeepSpeed
+activations.py  saved activations per token and layer (REPORT.md §3, verified to the byte), checkpointing,
+                autocast's weight copies
+logits.py       lm_head's output and the loss, DPO/KTO reference log-probs, the reward model's value head
+buffers.py      DeepSpeed/DDP communication buckets and host RAM per node
+runtime.py      CUDA context, cuBLAS workspaces, NCCL communicators
+terms.py        `Terms` of one rank: all of the above
+moments.py      the moments of a step, the allocator reserve and `estimate`
+constants.py    runtime constants, the former flat reserve, the verdict margin
+==============  ==============================================================================================
+"""
+
+from __future__ import annotations
+
+from finetune_doctor.analyzers.memory.activations import activation_bytes_per_token_layer
+from finetune_doctor.analyzers.memory.constants import (
+    CUBLAS_WORKSPACE_MIB, CUDA_CONTEXT_GIB, CUDA_CONTEXT_GIB_HOPPER, HOST_PER_PROCESS_GIB, MARGIN, MIB,
+    NCCL_2_RANKS_GIB, NCCL_MANY_RANKS_GIB, RESERVE_DEFAULT, RESERVE_EXPANDABLE)
+from finetune_doctor.analyzers.memory.moments import estimate
+from finetune_doctor.analyzers.memory.runtime import runtime_bytes
+from finetune_doctor.analyzers.memory.terms import Terms, compute_terms
+from finetune_doctor.analyzers.memory.weights import optimizer_state_bytes, weight_bytes_per_param
+
+__all__ = [
+    "CUBLAS_WORKSPACE_MIB", "CUDA_CONTEXT_GIB", "CUDA_CONTEXT_GIB_HOPPER", "HOST_PER_PROCESS_GIB", "MARGIN", "MIB",
+    "NCCL_2_RANKS_GIB", "NCCL_MANY_RANKS_GIB", "RESERVE_DEFAULT", "RESERVE_EXPANDABLE", "Terms",
+    "activation_bytes_per_token_layer", "compute_terms", "estimate", "optimizer_state_bytes", "runtime_bytes",
+    "weight_bytes_per_param",
+]

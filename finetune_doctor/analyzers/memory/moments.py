@@ -1,0 +1,114 @@
+"""The moments of a training step and the estimate: the peak of one process on its busiest GPU.
+
+The peak is the largest of the moments of a step, each a sum of terms (analyzers/memory/terms.py):
+
+* **loss** — end of the forward of a micro-batch: static state + every saved activation + the logits at the loss
+  (+ gradients when gradient accumulation keeps them from earlier micro-batches, or DeepSpeed keeps buffers);
+* **loss backward** — the loss's backward: its fp32 gradients instead of the logits;
+* **backward** — one checkpointed layer rebuilt;
+* **backward end** — static state + all gradients (activations are freed as backward walks down the layers);
+* **optimizer step** — static state + gradients + the optimizer implementation's temporaries.
+
+Optimizer states are created lazily inside the first optimizer step (torch.optim.AdamW._init_group), so step 1 runs
+without them. On top of the tensors come the allocator's reserve (analyzers/reserve.py) and the runtime.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from finetune_doctor.analyzers.memory.runtime import runtime_bytes
+from finetune_doctor.analyzers.memory.terms import compute_terms
+from finetune_doctor.analyzers.params import ParamCounts, count_params
+from finetune_doctor.analyzers.reserve import reserve_fraction
+from finetune_doctor.run import Run
+from finetune_doctor.types import GIB, Hardware, MemoryEstimate
+
+
+def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
+             counts: ParamCounts | None = None) -> MemoryEstimate:
+    """Predicted steady-state peak per rank (GiB) as nvidia-smi and max_memory_allocated would show it.
+
+    `hw.capacity_gib` decides `fits` (None when no GPU is known); `tokens` replaces micro batch × cutoff_len by a
+    measured worst micro-batch. Returns per_gpu terms at the peak phase; `details` holds every term in bytes, the
+    three phase totals and the parameter counts.
+    """
+    c = counts or count_params(run)
+    t = compute_terms(run, c, tokens)
+    W = t.weights + t.buffers + t.grads_always
+    held = t.gradients if t.grads_persistent else 0.0
+    # Moments of a step, in execution order. Optimizer states are created lazily inside the first optimizer step
+    # (torch.optim.AdamW._init_group), so step 1 runs without them; from step 2 on every moment carries them.
+    def moments(states: float) -> list[tuple[str, float, dict[str, float]]]:
+        opt = t.master + states
+        g_bwd = max(held, t.grads_in_backward)
+        return [
+            ("loss", W + opt + t.live_params + held + t.activations + t.autocast_cache + t.logits,
+             {"activations": t.activations + t.autocast_cache, "logits": t.logits, "gradients": held,
+              "weights": t.weights + t.live_params}),
+            # the autocast weight cache is dropped when the forward's autocast region exits (only casts that
+            # autograd saved survive, which the per-layer activations already count)
+            ("loss backward", W + opt + t.live_params + g_bwd + t.activations + t.logits_bwd,
+             {"activations": t.activations, "logits": t.logits_bwd, "gradients": g_bwd,
+              "weights": t.weights + t.live_params}),
+            ("backward", W + opt + t.live_params + g_bwd + t.activations + t.autocast_cache + t.recompute,
+             {"activations": t.activations + t.autocast_cache + t.recompute, "gradients": g_bwd,
+              "weights": t.weights + t.live_params}),
+            ("backward end", W + opt + t.live_params + t.gradients,
+             {"gradients": t.gradients, "weights": t.weights + t.live_params}),
+            ("optimizer step", W + t.master + t.states + t.gradients + t.grads_step + t.step_temp,
+             {"gradients": t.gradients + t.grads_step, "weights": t.weights, "temp": t.step_temp}),
+        ]
+
+    steady = moments(t.states)
+    name, peak, parts = max(steady, key=lambda m: m[1])
+    phase = {"loss": "forward/loss", "loss backward": "backward", "backward": "backward",
+             "backward end": "backward", "optimizer step": "optimizer step"}[name]
+    comp = {
+        "weights": parts.get("weights", 0.0),
+        "gradients": parts.get("gradients", 0.0) + t.grads_always,
+        "optimizer": t.master + t.states + parts.get("temp", 0.0),
+        "activations": parts.get("activations", 0.0),
+        "logits": parts.get("logits", 0.0),
+        "buffers": t.buffers,
+    }
+    phases = {f"{n} (step 2)": v for n, v, _ in steady}
+    first = moments(0.0)
+    # loading the model: the weights (partitioned under ZeRO-3) before any step
+    timeline = [("model load", t.weights + t.grads_always)] + [(f"{n} of step 1", v) for n, v, _ in first[:-1]] + [("optimizer step of step 1", steady[-1][1])] + [
+        (f"{n} of step 2", v) for n, v, _ in steady[:-1]]
+    expandable = run.world_size > 1  # llamafactory-cli sets expandable_segments for torchrun launches
+    # the allocator's reserve by shape class, derived from allocator replays (analyzers/reserve.py)
+    reserve_share, shape = reserve_fraction(run, t, expandable)
+    factor = 1 + reserve_share
+    reserve = peak * (factor - 1)
+    rt = runtime_bytes(run, hw)
+    first_oom = None
+    if hw is not None and hw.capacity_gib:
+        budget = (hw.capacity_gib - (max(hw.in_use_gib) if hw.in_use_gib else 0.0)) * GIB - rt
+        first_oom = next((n for n, b in timeline if b * factor > budget), None)
+    total = peak + reserve + rt
+    per_gpu = {k: v / GIB for k, v in comp.items()}
+    per_gpu["runtime"] = (rt + reserve) / GIB
+    per_gpu["total"] = total / GIB
+    fits = headroom = None
+    if hw is not None and hw.capacity_gib:
+        in_use = max(hw.in_use_gib) if hw.in_use_gib else 0.0
+        headroom = hw.capacity_gib - in_use - total / GIB
+        fits = headroom >= 0
+    details: dict[str, Any] = {
+        "phase_gib": {k: v / GIB for k, v in phases.items()},
+        "terms_bytes": {k: float(v) for k, v in t.__dict__.items() if isinstance(v, float)},
+        "params": {"base": c.base, "trainable": c.trainable, "adapter": c.adapter, "frozen": c.frozen,
+                   "trainable_base": c.trainable_base, "expert_lora": c.expert_lora_params},
+        "tokens_per_micro_batch": tokens if tokens is not None else run.tokens_per_micro_batch,
+        "reserve_gib": reserve / GIB,
+        "reserve_share": reserve_share,
+        "reserve_class": shape,
+        "first_oom": first_oom,
+        "peak_moment": f"{name} of step 2" if name != "optimizer step" else "optimizer step",
+        "moments_gib": {name: b / GIB for name, b in timeline},
+        "runtime_gib": rt / GIB,
+    }
+    return MemoryEstimate(per_gpu=per_gpu, peak_allocated=peak / GIB, host=t.host / GIB, fits=fits,
+                          headroom=headroom, method="analytic", phase=phase, details=details)

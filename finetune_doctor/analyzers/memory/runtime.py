@@ -1,0 +1,20 @@
+"""The runtime outside the tensors: CUDA context, cuBLAS workspaces, NCCL communicators (REPORT.md §7)."""
+
+from __future__ import annotations
+
+from finetune_doctor.analyzers.memory.constants import (
+    CUBLAS_WORKSPACE_MIB, CUDA_CONTEXT_GIB, CUDA_CONTEXT_GIB_HOPPER, MIB, NCCL_2_RANKS_GIB, NCCL_MANY_RANKS_GIB)
+from finetune_doctor.run import Run
+from finetune_doctor.types import GIB, Hardware
+
+
+def runtime_bytes(run: Run, hw: Hardware | None) -> float:
+    """CUDA context + cuBLAS/cuBLASLt workspaces + NCCL communicator buffers (REPORT.md §7)."""
+    hopper = bool(hw and hw.compute_capability and hw.compute_capability[0] >= 9)
+    b = (CUDA_CONTEXT_GIB_HOPPER if hopper else CUDA_CONTEXT_GIB) * GIB \
+        + (CUBLAS_WORKSPACE_MIB["hopper" if hopper else "other"] + 1.0) * MIB
+    if run.world_size > 1:
+        b += (NCCL_2_RANKS_GIB if run.world_size == 2 else NCCL_MANY_RANKS_GIB) * GIB
+        if run.deepspeed:
+            b += 0.1 * GIB
+    return b

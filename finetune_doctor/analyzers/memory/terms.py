@@ -1,0 +1,51 @@
+"""All byte terms of one rank, assembled from the parts (weights, states, activations, logits, buffers, host)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from finetune_doctor.analyzers.memory.activations import activation_terms
+from finetune_doctor.analyzers.memory.buffers import buffer_bytes, host_bytes
+from finetune_doctor.analyzers.memory.logits import logit_terms
+from finetune_doctor.analyzers.memory.weights import state_terms, weight_terms
+from finetune_doctor.analyzers.params import ParamCounts, count_params
+from finetune_doctor.run import Run
+
+
+@dataclass(frozen=True)
+class Terms:
+    """Byte counts of one rank, by category, before the moments of a step are assembled."""
+
+    weights: float
+    live_params: float          # ZeRO-3 gathered parameters during compute
+    gradients: float            # gradients from backward to the optimizer step
+    grads_persistent: bool      # ... also alive at the loss moment (accumulation keeps them)
+    grads_always: float         # gradient buffers allocated once and kept (ZeRO-3 flat partition buffer)
+    grads_step: float           # fp32 gradient partition DeepSpeed builds inside step() only
+    master: float
+    states: float
+    step_temp: float
+    activations: float          # saved for backward, alive at the loss moment
+    recompute: float            # activation checkpointing: one layer's activations rebuilt during backward
+    autocast_cache: float
+    logits: float
+    logits_bwd: float           # logits-related tensors during the loss's backward
+    grads_in_backward: float    # gradient buffers that exist from the first moment of backward (ZeRO-2 partition)
+    buffers: float
+    host: float
+
+
+def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | None = None) -> Terms:
+    """All byte terms for one rank. `tokens` overrides micro batch × cutoff_len (e.g. the longest real micro-batch)."""
+    c = counts or count_params(run)
+    T = tokens if tokens is not None else run.tokens_per_micro_batch
+    w = weight_terms(run, c)
+    s = state_terms(run, c)
+    act = activation_terms(run, c, T)
+    lg = logit_terms(run, T)
+    return Terms(
+        weights=w.weights, live_params=w.live, gradients=s.gradients, grads_persistent=s.grads_persistent,
+        grads_always=s.grads_always, grads_step=s.grads_step, master=s.master, states=s.states,
+        step_temp=s.step_temp, activations=act.saved, recompute=act.recompute, autocast_cache=act.autocast_cache,
+        logits=lg.forward, logits_bwd=lg.backward, grads_in_backward=s.grads_in_backward,
+        buffers=buffer_bytes(run, s.trainable), host=host_bytes(run, c, s.trainable, w.stored_per_param))

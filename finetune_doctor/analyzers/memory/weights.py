@@ -1,0 +1,164 @@
+"""Weights, gradients, fp32 masters and optimizer states of one rank, with DeepSpeed ZeRO partitioning.
+
+Sources: reference/deepspeed/memory_estimators.md (ZeRO partition formulas; ZeRO paper §5), DeepSpeed 0.19.8
+runtime/zero/stage_1_and_2.py and stage3.py (which buffer exists when), REPORT.md §3 (AdamW's temporaries per
+torch implementation), dtypes.py (stored bytes per parameter, optimizer-state bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import finetune_doctor.dtypes as bytes_table
+from finetune_doctor.analyzers.params import ParamCounts
+from finetune_doctor.dtypes import dtype_bytes as _bytes
+from finetune_doctor.run import Run
+
+
+def weight_bytes_per_param(dtype: str, double_quant: bool = True) -> float:
+    """Bytes per parameter of stored weights, quantization overhead included (dtypes.py, from
+    bitsandbytes' 4-bit and 8-bit layouts)."""
+    return bytes_table.weight_bytes_per_param(dtype, double_quant)
+
+
+def optimizer_state_bytes(impl: str, state_dtype_bytes: float) -> float:
+    """Persistent optimizer-state bytes per trainable parameter (dtypes.py, shared with the simulate
+    probe): AdamW 2 × `state_dtype_bytes`; bitsandbytes 8-bit AdamW 2 × 1 B + an fp32 absmax per block of 256
+    (bitsandbytes ≥ 0.44, ``Optimizer2State.init_state``); Lion one state; AdEMAMix three; Adafactor (HF default
+    beta1=None) factored, O(rows + cols), counted as 0; SGD as HF builds it and LOMO: 0."""
+    return bytes_table.optimizer_state_bytes_per_param(impl, state_dtype_bytes)
+
+
+@dataclass(frozen=True)
+class WeightTerms:
+    """Bytes of the model's parameters on one rank: `weights` resident, `live` gathered for compute (ZeRO-3),
+    `stored_per_param` the bytes of one stored (possibly quantized) decoder-linear parameter."""
+
+    weights: float
+    live: float
+    stored_per_param: float
+
+
+def weight_terms(run: Run, c: ParamCounts) -> WeightTerms:
+    """Resident and gathered weights (bytes). A reference model (DPO/KTO full/freeze) is a frozen copy."""
+    a = run.arch
+    N = max(run.world_size, 1)
+    stage = run.zero_stage if run.deepspeed else 0
+    wq = run.linear_weight_bytes or weight_bytes_per_param(run.weights_dtype, run.double_quantization)
+    if run.quantized:
+        linear = sum(n * sum(lin.params for lin in a.kind_linears(k)) for k, n in a.layer_groups())
+        other_frozen = max(c.frozen - linear, 0)
+        frozen_bytes = linear * wq + other_frozen * _bytes(a.dtype if a.dtype != "float32" else run.compute_dtype)
+    else:
+        frozen_bytes = c.frozen * wq
+    trainable_bytes = (c.trainable_base + c.adapter) * _bytes(run.trainable_dtype)
+    ref = frozen_bytes + c.trainable_base * wq if run.ref_model else 0.0
+    weights = (frozen_bytes + trainable_bytes + ref) / (N if stage == 3 else 1)
+    live = 0.0
+    if stage == 3:
+        e_w = _bytes(run.trainable_dtype)
+        prefetch = run.ds_buckets.get("stage3_prefetch_bucket_size", 5e7)
+        max_live = run.ds_buckets.get("stage3_max_live_parameters", 1e9)
+        largest = max(c.largest_layer, a.embedding_params())
+        live = e_w * min(max_live, largest + prefetch)
+        # parameters under the persistence threshold stay whole on every rank (norms, biases)
+        thr = run.ds_buckets.get("stage3_param_persistence_threshold", 1e5)
+        if a.hidden_size < thr:
+            live += e_w * a.hidden_size * (2 * a.num_layers + 1)
+        if run.offload_param:
+            weights = 0.0   # partitions live on the host; only gathered layers (`live`) reach the GPU
+    return WeightTerms(weights, live, wq)
+
+
+@dataclass(frozen=True)
+class StateTerms:
+    """Gradients, fp32 masters, optimizer states and the update's temporaries of one rank (bytes).
+
+    `trainable` is the parameter count the optimizer holds at once (BAdam: one block); `grads_persistent` says
+    gradients live across micro batches; `grads_always` is a buffer kept for the whole run (ZeRO-3), `grads_step`
+    the fp32 partition DeepSpeed builds inside step(), `grads_in_backward` what exists from the first moment of
+    backward (ZeRO-2's partition buffer).
+    """
+
+    trainable: float
+    gradients: float
+    grads_persistent: bool
+    grads_always: float
+    grads_step: float
+    grads_in_backward: float
+    master: float
+    states: float
+    step_temp: float
+
+
+def state_terms(run: Run, c: ParamCounts) -> StateTerms:
+    """The optimizer side of one rank (StateTerms), with or without DeepSpeed."""
+    P_t = c.trainable
+    if run.use_badam:
+        # BAdam trains one block (decoder layer) at a time: gradients and Adam states exist for that block only
+        # (LF badam_mode layer; Luo et al. 2024, arXiv:2404.02827)
+        P_t = c.trainable / max(run.arch.num_layers, 1)
+    if run.deepspeed:
+        return _zero_states(run, P_t)
+    return _torch_states(run, c, P_t)
+
+
+def _torch_states(run: Run, c: ParamCounts, P_t: float) -> StateTerms:
+    """A torch optimizer on the whole trainable set (no DeepSpeed): gradients in the trainable dtype, states in
+    fp32 for fp32 params, and the temporaries of the fused/foreach/for-loop implementation (REPORT.md §3)."""
+    a = run.arch
+    impl = run.optimizer_impl
+    e_t = _bytes(run.trainable_dtype)
+    state_b = 4.0 if run.trainable_dtype == "float32" else e_t
+    states = P_t * optimizer_state_bytes(impl, state_b)
+    if run.use_galore or run.use_apollo:
+        # GaLore/APOLLO keep Adam moments of the rank-r projected gradient (r x n per m x n matrix) plus the
+        # projector: about r/h of the full states (LF default rank 16; Zhao et al. 2024, arXiv:2403.03507)
+        states = states * min(1.0, 2 * 16 / a.hidden_size) + P_t * 4 * 16 / a.hidden_size
+    if run.finetuning_type == "full":
+        largest_t = max(a.embedding_params(), max((lin.params // lin.count for lin in a.layer_linears(0)), default=0))
+    elif run.finetuning_type in ("lora", "oft"):
+        largest_t = max((run.lora_rank * max(lin.in_features, lin.out_features) for lin in a.layer_linears(0)),
+                        default=0)
+    else:
+        largest_t = c.trainable // max(a.num_layers, 1)
+    temp = {"fused": 0.0, "foreach": P_t * state_b, "forloop": 2 * largest_t * state_b}.get(impl, 0.0)
+    if impl in ("8bit", "paged_8bit", "8bit_lion"):
+        temp = 0.0
+    return StateTerms(P_t, P_t * e_t, run.grad_accum > 1, 0.0, 0.0, 0.0, 0.0, states, temp)
+
+
+def _zero_states(run: Run, P_t: float) -> StateTerms:
+    """DeepSpeed keeps fp32 masters and fp32 optimizer states in its optimizer (ZeRO paper §5; DeepSpeed
+    estimate_zero2/3_model_states_mem_needs: 2 + 4 + 4 + 8 bytes per parameter). When each exists, read from
+    deepspeed 0.19.8 runtime/zero/stage_1_and_2.py and stage3.py:
+
+    * stage 0 (bf16/fp16 optimizer) and 1: half-precision replica gradients from backward to the step;
+    * stage 2: each reduced gradient is copied into a half-precision partition buffer (grads_in_partition,
+      allocated in backward, released after the step) and the replica gradients are freed bucket by bucket;
+    * stage 3: a persistent flat gradient-partition buffer (grad_partitions_flat_buffer) in the model dtype;
+    * all: inside step() an fp32 copy of this rank's gradient partition per parameter group (stage 3: per
+      sub_group_size elements), freed after that group's update; the fp32 master partition and the optimizer
+      states on it are persistent. With the optimizer offloaded, masters, states and the fp32 gradients live on
+      the host and the GPU keeps the half partition buffers.
+    """
+    N = max(run.world_size, 1)
+    stage = run.zero_stage
+    half = 2.0
+    shard = N if stage >= 1 else 1
+    master, states = P_t * 4.0 / shard, P_t * optimizer_state_bytes(run.optimizer_impl, 4.0) / shard
+    grads_always = 0.0
+    if stage <= 1:
+        grads = P_t * half
+    elif stage == 2:
+        grads = P_t * half / N
+    else:
+        grads, grads_always = 0.0, P_t * half / N
+    grads_step = P_t * 4.0 / shard
+    if stage == 3:
+        grads_step = min(grads_step, run.ds_buckets.get("sub_group_size", 1e9) * 4.0)
+    temp = {"fused": 0.0, "foreach": grads_step, "forloop": 2 * grads_step}.get(run.optimizer_impl, 0.0)
+    if run.offload_optimizer is not None and stage >= 1:
+        master, states, temp, grads_step = 0.0, 0.0, 0.0, 0.0
+    return StateTerms(P_t, grads, run.grad_accum > 1, grads_always, grads_step, grads if stage == 2 else 0.0,
+                      master, states, temp)

@@ -1,0 +1,129 @@
+"""`Run`: the training run as LLaMA-Factory would execute it — the value every analyzer, fact and probe reads."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from finetune_doctor.arch import ModelArch
+
+
+@dataclass(frozen=True)
+class Run:
+    """A resolved run. Sizes are elements or tokens; `world_size` counts data-parallel ranks over all nodes."""
+
+    arch: ModelArch
+    model_name: str
+    stage: str = "sft"
+    finetuning_type: str = "lora"
+    # precision (LF_FACTS §2)
+    bf16: bool = False
+    fp16: bool = False
+    pure_bf16: bool = False
+    weights_dtype: str = "bfloat16"       # frozen weights as stored on the GPU
+    trainable_dtype: str = "float32"      # trainable params (fp32 upcast unless pure_bf16 / badam / ZeRO-3)
+    compute_dtype: str = "bfloat16"
+    autocast: str | None = "bfloat16"     # None | bfloat16 | float16 (AMP)
+    quantization_bit: int | None = None
+    quantization_method: str | None = None
+    double_quantization: bool = True
+    ptq_method: str | None = None         # quantization_config.quant_method of a pre-quantized checkpoint
+    ptq_bits: float | None = None         # bits per quantized weight element of that checkpoint
+    ptq_format: str | None = None         # e.g. "awq 4-bit g128", "fp8 8-bit block 128x128"
+    ptq_dequantized: bool = False         # LF loads it with dequantize=True (MXFP4, FP8) and trains it unquantized
+    ptq_lora_only: bool = False           # LF trains only LoRA/OFT on it (adapter.py:330-335)
+    quantization_bit_ignored: bool = False  # quantization_bit set on a PTQ checkpoint: LF ignores it
+    quantization_unknown: bool = False    # the name suggests a quantized checkpoint but no config says how
+    linear_weight_bytes: float | None = None  # stored bytes per decoder-linear parameter of a PTQ checkpoint
+    upcast_layernorm: bool = False
+    upcast_lmhead_output: bool = False
+    # adapters / trainable set
+    lora_rank: int = 8
+    lora_alpha: int | None = None
+    lora_target: tuple[str, ...] = ("all",)
+    additional_target: tuple[str, ...] = ()
+    use_dora: bool = False
+    resize_vocab: bool = False
+    freeze_trainable_layers: int = 2
+    freeze_trainable_modules: tuple[str, ...] = ("all",)
+    use_galore: bool = False
+    use_apollo: bool = False
+    use_badam: bool = False
+    # batch and sequence
+    micro_batch: int = 8
+    grad_accum: int = 1
+    seq_len: int = 2048
+    packing: bool = False
+    neat_packing: bool = False
+    pairwise: bool = False                # DPO/ORPO/SimPO/RM: chosen+rejected in one batch
+    ref_model: bool = False               # DPO/KTO full/freeze keep a frozen reference copy
+    # memory knobs
+    gradient_checkpointing: bool = True
+    unsloth_gc: bool = False
+    attention: str = "sdpa"               # eager | sdpa | fa2 | fa3
+    optim: str = "adamw_torch_fused"
+    optimizer_impl: str = "fused"
+    optim_assumed: bool = False           # `optim` unset: transformers' default for the assumed torch version
+    max_grad_norm: float = 1.0
+    learning_rate: float | None = None
+    # distribution
+    deepspeed: bool = False
+    zero_stage: int = 0
+    offload_optimizer: str | None = None
+    offload_param: str | None = None
+    ds_buckets: dict[str, float] = field(default_factory=dict)
+    overlap_comm: bool = False
+    contiguous_gradients: bool = True     # DeepSpeedZeroConfig's default
+    world_size: int = 1
+    nnodes: int = 1
+    gpus_per_node: int = 1
+    fsdp: bool = False
+    shifted_logits_copy: bool = False    # transformers < 4.49 keeps an fp32 copy of the shifted logits
+    notes: tuple[str, ...] = ()
+
+    @property
+    def tokens_per_micro_batch(self) -> int:
+        """Tokens in one forward pass of one rank: micro batch × cutoff_len (× 2 for pairwise data)."""
+        return self.micro_batch * self.seq_len * (2 if self.pairwise else 1)
+
+    @property
+    def quantized(self) -> bool:
+        """Frozen weights stay quantized on the GPU (on-the-fly bitsandbytes/HQQ/EETQ, or a PTQ checkpoint that
+        LLaMA-Factory does not dequantize)."""
+        return self.quantization_bit is not None or (self.ptq_method is not None and not self.ptq_dequantized)
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch * self.grad_accum * self.world_size
+
+    def summary(self, params_b: float | None = None) -> dict[str, Any]:
+        """The JSON report's `run` object (DESIGN.md)."""
+        return {
+            "stage": self.stage,
+            "finetuning_type": self.finetuning_type,
+            "model": self.model_name,
+            "params_b": None if params_b is None else round(params_b, 2),
+            "precision": {"weights": self.weights_dtype, "trainable": self.trainable_dtype,
+                          "compute": self.compute_dtype},
+            "zero_stage": self.zero_stage if self.deepspeed else None,
+            "offload": {"optimizer": self.offload_optimizer, "param": self.offload_param},
+            "world_size": self.world_size,
+            "micro_batch": self.micro_batch,
+            "grad_accum": self.grad_accum,
+            "seq_len": self.seq_len,
+            "gradient_checkpointing": self.gradient_checkpointing,
+            "attention": self.attention,
+            "optim": self.optim,
+            "optim_assumed": self.optim_assumed,
+        }
+
+    def facts(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("arch")
+        d["tokens_per_micro_batch"] = self.tokens_per_micro_batch
+        d["quantized"] = self.quantized
+        d["global_batch"] = self.global_batch
+        return d
+
+    def with_(self, **kw: Any) -> "Run":
+        return replace(self, **kw)

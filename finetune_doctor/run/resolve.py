@@ -1,0 +1,199 @@
+"""`resolve_run`: the merged YAML keys, the model, the DeepSpeed config and the GPUs → the `Run` LLaMA-Factory
+would execute. Each part below resolves one concern and cites where LLaMA-Factory (snapshot ff6d4d1, see
+reference/llamafactory/LF_FACTS.md), transformers or DeepSpeed decides it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from finetune_doctor.arch import ModelArch
+from finetune_doctor.quant import resolve_quantization
+from finetune_doctor.run.model import Run
+from finetune_doctor.run.stack import OPTIM_IMPL, SHIFTED_LOGITS_COPY_BEFORE, default_optim, parse_version
+from finetune_doctor.run.values import as_bool, as_int, check_sizes, split_list
+from finetune_doctor.types import Hardware
+
+_BUCKET_KEYS = ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
+                "stage3_max_live_parameters", "stage3_param_persistence_threshold", "sub_group_size")
+
+
+def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: Any | None = None,
+                nnodes: int | None = None, stack: dict[str, str | None] | None = None) -> Run:
+    """Resolve the run LLaMA-Factory would execute from merged YAML keys `cfg`.
+
+    `ds` is a readers.dsconfig.DSConfig (or None); `hw` gives the GPU count per node (world size = GPUs per node ×
+    nodes, as ``llamafactory-cli`` launches torchrun with ``--nproc_per_node`` = all visible devices,
+    launcher.py:56-134). Unknown hardware → world size 1 unless the DeepSpeed JSON states an explicit
+    train_batch_size from which the world size follows. `stack` maps torch/transformers to the training machine's
+    versions. Raises InvalidRunValue for a size the memory model cannot compute with (`check_sizes`).
+    """
+    check_sizes(cfg)
+    notes: list[str] = []
+    stack = stack or {}
+    n_nodes = nnodes or (hw.nnodes if hw else 1) or 1
+    per_node = (hw.num_gpus // max(hw.nnodes, 1)) if (hw and hw.num_gpus) else 1
+    dsf = _deepspeed(ds, hw, notes)
+    world = dsf.pop("world", None) or per_node * n_nodes
+    stage = str(cfg.get("stage") or "sft")
+    ft = str(cfg.get("finetuning_type") or "lora")
+    gas = as_int(cfg.get("gradient_accumulation_steps"), 1)
+    mbs = as_int(cfg.get("per_device_train_batch_size"), 8)
+    lr = cfg.get("learning_rate")
+    mgn = cfg.get("max_grad_norm")
+    return Run(
+        arch=arch, model_name=str(cfg.get("model_name_or_path") or arch.name), stage=stage, finetuning_type=ft,
+        **_precision(cfg, arch, hw, ds, dsf["zero_stage"], notes),
+        **_adapters(cfg),
+        micro_batch=mbs, grad_accum=gas, seq_len=as_int(cfg.get("cutoff_len"), 2048),
+        **_stage_data(cfg, stage, ft),
+        **_memory_knobs(cfg, arch),
+        **_optimizer(cfg, stack, notes),
+        max_grad_norm=float(mgn if isinstance(mgn, (int, float)) and not isinstance(mgn, bool) else 1.0),
+        learning_rate=float(lr) if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None,
+        deepspeed=ds is not None, **dsf,
+        world_size=max(world, 1), nnodes=n_nodes, gpus_per_node=max(per_node, 1),
+        notes=tuple(notes),
+    )
+
+
+def _deepspeed(ds: Any | None, hw: Hardware | None, notes: list[str]) -> dict[str, Any]:
+    """ZeRO stage, offloads, bucket sizes and overlap from the resolved DeepSpeed JSON (readers/dsconfig.py); a
+    ``world`` key when the GPUs are unknown and the JSON's explicit batch sizes imply the world size."""
+    out: dict[str, Any] = {"zero_stage": 0, "offload_optimizer": None, "offload_param": None, "ds_buckets": {},
+                           "overlap_comm": False, "contiguous_gradients": True}
+    if ds is None:
+        return out
+    res = getattr(ds, "resolved", {}) or {}
+    zo = res.get("zero_optimization") or {}
+    stage = as_int(zo.get("stage"), 0)
+    oo = (zo.get("offload_optimizer") or {}).get("device")
+    op = (zo.get("offload_param") or {}).get("device")
+    merged = {**(getattr(ds, "defaults", {}) or {}), **zo}
+    out.update(zero_stage=stage,
+               offload_optimizer=oo if oo in ("cpu", "nvme") and stage >= 1 else None,
+               offload_param=op if op in ("cpu", "nvme") and stage == 3 else None,
+               ds_buckets={k: float(v) for k in _BUCKET_KEYS if isinstance(v := merged.get(k), (int, float))
+                           and not isinstance(v, bool)},
+               overlap_comm=bool(merged.get("overlap_comm", stage == 3)),
+               contiguous_gradients=bool(merged.get("contiguous_gradients", True)))
+    if hw is None or hw.num_gpus is None:
+        tbs, mbs, gas = (res.get(k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                                              "gradient_accumulation_steps"))
+        if all(isinstance(x, int) and x > 0 for x in (tbs, mbs, gas)) and tbs % (mbs * gas) == 0:
+            out["world"] = tbs // (mbs * gas)
+            notes.append(f"world size {out['world']} taken from the DeepSpeed train_batch_size")
+    return out
+
+
+def _precision(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: Any | None, zero_stage: int,
+               notes: list[str]) -> dict[str, Any]:
+    """Weights, trainable and compute dtypes, autocast and quantization, as LLaMA-Factory resolves them
+    (LF_FACTS.md §2: weights load in the checkpoint dtype; trainable params are upcast to fp32 unless pure_bf16)."""
+    bf16, fp16, pure_bf16 = as_bool(cfg.get("bf16")), as_bool(cfg.get("fp16")), as_bool(cfg.get("pure_bf16"))
+    # Quantization (LF model_utils/quantization.py:86-227): a PTQ checkpoint wins over quantization_bit.
+    qz = resolve_quantization(arch, cfg.get("quantization_bit"), cfg.get("quantization_method"))
+    ptq, qbit = qz["ptq_method"], qz["quantization_bit"]
+    notes.extend(qz["notes"])
+    # compute dtype (parser.py:640-643, patcher.py:375-379 + extras/misc.py:241-248)
+    ckpt = arch.dtype or "float32"
+    if bf16 or pure_bf16:
+        compute = "bfloat16"
+    elif fp16:
+        compute = "float16"
+    else:
+        gpu_bf16 = True if (hw is None or hw.bf16 is None) else hw.bf16
+        compute = "bfloat16" if gpu_bf16 and ckpt == "bfloat16" else "float16"
+        notes.append(f"neither bf16 nor fp16 set: LF infers compute dtype {compute} from the checkpoint ({ckpt})")
+    # trainable params upcast to fp32 unless pure_bf16 / badam, or ZeRO-3 without quantization (adapter.py:337-349)
+    zero3 = ds is not None and zero_stage == 3
+    if pure_bf16 or as_bool(cfg.get("use_badam")) or (zero3 and qbit is None and (ptq is None or qz["ptq_dequantized"])):
+        trainable_dtype = ckpt
+    else:
+        trainable_dtype = "float32"
+    weights_dtype = ckpt
+    if qbit:
+        weights_dtype = {4: "nf4" if str(cfg.get("quantization_type") or "nf4") == "nf4" else "fp4", 8: "int8"}.get(
+            qbit, f"int{qbit}")
+    elif ptq and not qz["ptq_dequantized"]:
+        weights_dtype = qz["weights_dtype"] or weights_dtype
+    # DeepSpeed with fp16/bf16 casts the module to half precision (engine._configure_distributed_model) and keeps
+    # fp32 masters inside its optimizer: GPU-resident trainable params are 2-byte then.
+    if ds is not None and (bf16 or fp16) and not qbit:
+        trainable_dtype = "bfloat16" if bf16 else "float16"
+        weights_dtype = trainable_dtype if ckpt == "float32" else weights_dtype
+        if ckpt == "float32":
+            notes.append("DeepSpeed casts the fp32 checkpoint to the compute dtype on the GPU")
+    return {
+        "bf16": bf16, "fp16": fp16, "pure_bf16": pure_bf16, "weights_dtype": weights_dtype,
+        "trainable_dtype": trainable_dtype, "compute_dtype": compute,
+        # accelerate enables native AMP only outside DeepSpeed; under DeepSpeed the engine casts the module instead
+        "autocast": None if ds is not None else ("bfloat16" if bf16 else ("float16" if fp16 else None)),
+        "quantization_bit": qbit, "quantization_method": str(cfg.get("quantization_method") or "bnb") if qbit else None,
+        "double_quantization": as_bool(cfg.get("double_quantization"), True), "ptq_method": ptq,
+        **{k: qz[k] for k in ("ptq_bits", "ptq_format", "ptq_dequantized", "ptq_lora_only", "quantization_bit_ignored",
+                              "quantization_unknown", "linear_weight_bytes")},
+        "upcast_layernorm": as_bool(cfg.get("upcast_layernorm")),
+        "upcast_lmhead_output": as_bool(cfg.get("upcast_lmhead_output")),
+    }
+
+
+def _adapters(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The trainable set: LoRA/OFT, freeze tuning and the optimizer-side methods (finetuning_args.py)."""
+    return {
+        "lora_rank": as_int(cfg.get("lora_rank"), 8), "lora_alpha": as_int(cfg.get("lora_alpha"), 0) or None,
+        "lora_target": split_list(cfg.get("lora_target")) or ("all",),
+        "additional_target": split_list(cfg.get("additional_target")), "use_dora": as_bool(cfg.get("use_dora")),
+        "resize_vocab": as_bool(cfg.get("resize_vocab")) or bool(cfg.get("add_tokens"))
+        or bool(cfg.get("add_special_tokens")),
+        "freeze_trainable_layers": as_int(cfg.get("freeze_trainable_layers"), 2),
+        "freeze_trainable_modules": split_list(cfg.get("freeze_trainable_modules")) or ("all",),
+        "use_galore": as_bool(cfg.get("use_galore")), "use_apollo": as_bool(cfg.get("use_apollo")),
+        "use_badam": as_bool(cfg.get("use_badam")),
+    }
+
+
+def _stage_data(cfg: dict[str, Any], stage: str, ft: str) -> dict[str, Any]:
+    """What the stage's data collator puts in a micro batch, and whether a reference model is kept.
+
+    rm/dpo batches hold chosen + rejected (PairwiseDataCollatorWithPadding); KTO batches hold the targets and their
+    KL counterparts (KTODataCollatorWithPadding): both double the sequences per micro-batch. ORPO and SimPO are
+    pref_loss values of stage dpo, not stages; they keep no reference model. Packing is on by default for pt.
+    """
+    pref_loss = str(cfg.get("pref_loss") or "sigmoid")
+    ref_model = stage in ("dpo", "kto") and ft in ("full", "freeze") and pref_loss not in ("orpo", "simpo") \
+        and not cfg.get("ref_model")
+    if stage in ("dpo", "kto") and cfg.get("ref_model"):
+        ref_model = True
+    packing = cfg.get("packing")
+    packing = (stage == "pt") if packing is None else as_bool(packing)
+    neat = as_bool(cfg.get("neat_packing"))
+    return {"pairwise": stage in ("dpo", "rm", "kto"), "ref_model": ref_model, "packing": packing or neat,
+            "neat_packing": neat}
+
+
+def _memory_knobs(cfg: dict[str, Any], arch: ModelArch) -> dict[str, Any]:
+    """Activation checkpointing and the attention kernel.
+
+    Checkpointing is ON unless disable_gradient_checkpointing (checkpointing.py:184-198); the HF key
+    gradient_checkpointing: true re-enables it even then; LF never checkpoints Gemma-3n.
+    """
+    gc = not as_bool(cfg.get("disable_gradient_checkpointing")) or as_bool(cfg.get("gradient_checkpointing"))
+    attention = str(cfg.get("flash_attn") or "auto")
+    attention = {"auto": "sdpa", "disabled": "eager", "sdpa": "sdpa", "fa2": "fa2", "fa3": "fa3"}.get(attention,
+                                                                                                   attention)
+    return {"gradient_checkpointing": gc and arch.model_type != "gemma3n", "unsloth_gc": as_bool(cfg.get("use_unsloth_gc")),
+            "attention": attention}
+
+
+def _optimizer(cfg: dict[str, Any], stack: dict[str, str | None], notes: list[str]) -> dict[str, Any]:
+    """The optimizer and its implementation (transformers' default follows the training machine's torch,
+    LF_FACTS §3), and the loss's shifted-logits copy before transformers 4.49."""
+    torch_v = parse_version(stack.get("torch"))
+    tf_v = parse_version(stack.get("transformers"))
+    optim = str(cfg.get("optim") or default_optim(torch_v[:2] if torch_v else None))
+    if stack.get("torch") or stack.get("transformers"):
+        notes.append("training stack: " + ", ".join(f"{k} {v}" for k, v in stack.items() if v))
+    return {"optim": optim, "optimizer_impl": OPTIM_IMPL.get(optim, "foreach"),
+            "optim_assumed": not cfg.get("optim") and not stack.get("torch"),
+            "shifted_logits_copy": bool(tf_v and tf_v[:2] < SHIFTED_LOGITS_COPY_BEFORE)}

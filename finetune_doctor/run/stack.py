@@ -1,0 +1,46 @@
+"""The training machine's stack as it bears on memory: transformers' default optimizer per torch version, the
+optimizer implementations, version parsing, and the loss's shifted-logits copy before transformers 4.49."""
+
+from __future__ import annotations
+
+import re
+
+# HF optim names -> the optimizer implementation that decides temporaries and state bytes
+# (transformers training_args.py OptimizerNames; REPORT.md §3 "Optimizer states in torch").
+OPTIM_IMPL = {
+    "adamw_torch_fused": "fused", "adamw_torch": "foreach", "adamw_hf": "forloop", "adamw_torch_xla": "foreach",
+    "adamw_apex_fused": "fused", "adamw_anyprecision": "forloop", "adamw_torch_npu_fused": "fused",
+    "adamw_bnb_8bit": "8bit", "adamw_8bit": "8bit", "paged_adamw_8bit": "paged_8bit", "paged_adamw": "paged",
+    "paged_adamw_32bit": "paged", "adamw_8bit_bnb": "8bit", "lion_8bit": "8bit_lion", "paged_lion_8bit": "8bit_lion",
+    "lion_32bit": "lion", "paged_lion_32bit": "lion", "adafactor": "adafactor", "sgd": "sgd", "adagrad": "adagrad",
+    "rmsprop": "rmsprop", "galore_adamw": "galore", "galore_adamw_8bit": "galore_8bit", "galore_adafactor": "galore",
+    "apollo_adamw": "apollo", "adalomo": "lomo", "lomo": "lomo", "schedule_free_adamw": "schedule_free",
+    "ademamix": "ademamix", "ademamix_8bit": "8bit",
+}
+
+
+def default_optim(torch_version: tuple[int, int] | None = None) -> str:
+    """transformers' default `optim`: adamw_torch_fused on torch >= 2.8, else adamw_torch (LF_FACTS §3).
+
+    The torch version of the training machine is unknown before launch; we assume a current stack (>= 2.8) unless
+    told otherwise, and the JSON report's `run` says which optimizer was assumed.
+    """
+    if torch_version is not None and torch_version < (2, 8):
+        return "adamw_torch"
+    return "adamw_torch_fused"
+
+
+def parse_version(v: str | None) -> tuple[int, ...] | None:
+    """'2.5.1+cu124' -> (2, 5, 1); None or unparsable -> None."""
+    if not v:
+        return None
+    m = re.match(r"^\s*(\d+)(?:\.(\d+))?(?:\.(\d+))?", str(v))
+    if not m:
+        return None
+    return tuple(int(x) for x in m.groups() if x is not None)
+
+
+# transformers before 4.49 built the loss from a contiguous fp32 copy of the shifted logits
+# (loss_utils.ForCausalLMLoss: logits[..., :-1, :].contiguous()); huggingface/transformers#35646 (in 4.49.0)
+# shifts the labels instead.
+SHIFTED_LOGITS_COPY_BEFORE = (4, 49)

@@ -1,0 +1,63 @@
+"""Typed reading of LLaMA-Factory key values for the run, and the guard on the sizes the memory model multiplies by."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def split_list(v: Any) -> tuple[str, ...]:
+    """LF splits comma strings into lists in __post_init__ (finetuning_args.py:580-592)."""
+    if v is None:
+        return ()
+    if isinstance(v, (list, tuple)):
+        return tuple(str(x).strip() for x in v if str(x).strip())
+    return tuple(s.strip() for s in str(v).split(",") if s.strip())
+
+
+def as_bool(v: Any, default: bool = False) -> bool:
+    if v is None:
+        return default
+    if isinstance(v, str):
+        return v.strip().lower() in ("true", "1", "yes", "on")
+    return bool(v)
+
+
+def as_int(v: Any, default: int) -> int:
+    """An integer key's value; `default` when unset or not a number (the key-schema rules report a wrong type)."""
+    if v is None or isinstance(v, bool):
+        return default
+    if isinstance(v, float) and not math.isfinite(v):
+        return default
+    try:
+        return int(v)
+    except (TypeError, ValueError, OverflowError):
+        return default
+
+
+class InvalidRunValue(ValueError):
+    """A value the memory model would compute with makes no sense there (a micro batch of -8, cutoff_len 0, an
+    infinite or non-integer size). `key` is the YAML key; the key-schema rules report it as a finding, and no
+    estimate is made from it."""
+
+    def __init__(self, key: str, value: Any, why: str):
+        super().__init__(f"{key}={value!r} {why}")
+        self.key, self.value, self.why = key, value, why
+
+
+# Keys the memory model multiplies by: each must be an integer in [low, high] when set (LLaMA-Factory passes them
+# to transformers' TrainingArguments / the data collator, where 0 or a negative value fails or divides by zero).
+POSITIVE_INT_KEYS = {"per_device_train_batch_size": (1, 1 << 20), "gradient_accumulation_steps": (1, 1 << 20),
+                     "cutoff_len": (1, 1 << 24), "lora_rank": (1, 1 << 16)}
+
+
+def check_sizes(cfg: dict[str, Any]) -> None:
+    """Raise InvalidRunValue for the first key of POSITIVE_INT_KEYS whose value is not an integer in range."""
+    for key, (low, high) in POSITIVE_INT_KEYS.items():
+        v = cfg.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
+            raise InvalidRunValue(key, v, "is not an integer")
+        if not low <= v <= high:
+            raise InvalidRunValue(key, v, f"is outside {low}..{high}")
