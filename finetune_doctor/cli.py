@@ -74,6 +74,8 @@ def common_options(fn: Callable) -> Callable:
                      help="The model's config.json (or its folder) when model_name_or_path is not on this machine."),
         click.option("--offline", is_flag=True, default=False,
                      help="Never download a model's JSON configs (also HF_HUB_OFFLINE=1)."),
+        click.option("--env", "env_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+                     help="The training machine's `llamafactory-cli env` (or pip freeze) output: its versions and GPUs."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)

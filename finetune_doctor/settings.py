@@ -36,6 +36,7 @@ class Options:
     transformers_version: str | None = None  # ... and transformers
     model_config: str | None = None          # --model-config FILE|DIR: the model's config.json
     offline: bool = False                    # --offline: never download a model's JSON configs
+    env_file: str | None = None              # --env FILE: the training machine's `llamafactory-cli env` output
 
     @classmethod
     def from_cli(cls, command: str, paths: list[str], gpu: str | None = None, nnodes: int | None = None,
@@ -43,7 +44,7 @@ class Options:
                  ignore: str | None = None, fail_on: str | None = None,
                  rules_dirs: tuple[str, ...] = (), torch_version: str | None = None,
                  transformers_version: str | None = None, model_config: str | None = None,
-                 offline: bool = False, **_: Any) -> "Options":
+                 offline: bool = False, env_file: str | None = None, **_: Any) -> "Options":
         from finetune_doctor.projectconfig import find_project_config
 
         proj = find_project_config(paths[0] if paths else ".")
@@ -69,4 +70,5 @@ class Options:
             transformers_version=transformers_version or proj.get("transformers"),
             model_config=model_config,
             offline=bool(offline or proj.get("offline")),
+            env_file=env_file,
         )

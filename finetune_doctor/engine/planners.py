@@ -35,7 +35,6 @@ class Candidate:
 
     label: str
     group: str
-    apply: Callable[[Any], Any]
     edits: tuple[tuple[str, str, Any, bool], ...]   # (role, key, value, delete)
     cost: float
     unsafe: bool
@@ -54,21 +53,18 @@ def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
     out: list[Candidate] = []
     if not run.gradient_checkpointing:
         out.append(Candidate("enable activation checkpointing", "gc",
-                             lambda r: r.with_(gradient_checkpointing=True),
                              (("config", "disable_gradient_checkpointing", None, True),), 25, False,
                              "recomputes each layer's forward in backward (~1/3 more compute)"))
     if run.attention == "eager":
-        out.append(Candidate("use SDPA attention", "attn", lambda r: r.with_(attention="sdpa"),
+        out.append(Candidate("use SDPA attention", "attn",
                              (("config", "flash_attn", "sdpa", False),), 0, False,
                              "no s² attention probabilities kept"))
     if run.optimizer_impl in ("foreach", "forloop"):
-        out.append(Candidate("use the fused AdamW", "optim", lambda r: r.with_(optim="adamw_torch_fused",
-                                                                          optimizer_impl="fused"),
+        out.append(Candidate("use the fused AdamW", "optim",
                              (("config", "optim", "adamw_torch_fused", False),), 0, False,
                              "no optimizer-step temporaries; same math"))
     if run.optimizer_impl in ("fused", "foreach", "forloop") and not run.deepspeed:
         out.append(Candidate("use 8-bit AdamW (bitsandbytes)", "optim8",
-                             lambda r: r.with_(optim="adamw_bnb_8bit", optimizer_impl="8bit"),
                              (("config", "optim", "adamw_bnb_8bit", False),), 5, True,
                              "optimizer states quantized to 8 bit"))
     mb = run.micro_batch
@@ -77,20 +73,21 @@ def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
             if new < mb and mb % new == 0:
                 factor = mb // new
                 out.append(Candidate(f"micro batch {mb} → {new}, gradient accumulation ×{factor}", "mb",
-                                     (lambda n, f: lambda r: r.with_(micro_batch=n, grad_accum=r.grad_accum * f))(new, factor),
                                      (("config", "per_device_train_batch_size", new, False),
                                       ("config", "gradient_accumulation_steps", run.grad_accum * factor, False)),
                                      8 * (factor - 1) ** 0.5, False, "same global batch, smaller forward passes"))
+    if run.eval_during_training and run.eval_micro_batch > 1:
+        # transformers evaluates 8 sequences at a time by default: their logits alone can outgrow the training step
+        out.append(Candidate(f"eval micro batch {run.eval_micro_batch} → 1", "evalmb",
+                             (("config", "per_device_eval_batch_size", 1, False),), 2, False,
+                             "evaluation runs in smaller batches; training is unchanged"))
     for new_len in (run.seq_len // 2, run.seq_len // 4):
         if new_len >= 512:
             out.append(Candidate(f"cutoff_len {run.seq_len} → {new_len}", "seq",
-                                 (lambda n: lambda r: r.with_(seq_len=n))(new_len),
                                  (("config", "cutoff_len", new_len, False),), 0, True,
                                  "longer samples are truncated"))
     if run.finetuning_type == "full" and run.trainable_dtype == "float32" and not run.deepspeed:
         out.append(Candidate("pure bf16 training", "prec",
-                             lambda r: r.with_(pure_bf16=True, trainable_dtype=r.arch.dtype if r.arch.dtype != "float32" else "bfloat16",
-                                               autocast=None, compute_dtype="bfloat16", bf16=False),
                              (("config", "pure_bf16", True, False), ("config", "bf16", None, True)), 0, True,
                              "weights, gradients and Adam states in bf16 (no fp32 master)"))
     world = run.world_size
@@ -99,7 +96,6 @@ def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
         for new_stage in (2, 3):
             if new_stage > stage:
                 out.append(Candidate(f"DeepSpeed ZeRO-{new_stage}", "zero",
-                                     (lambda s: lambda r: _to_zero(r, s))(new_stage),
                                      _ds_stage_edit(ds, new_stage, stock), 5 if new_stage == 2 else 15, False,
                                      "shards optimizer states and gradients" + (" and weights" if new_stage == 3 else "")
                                      + f" over {world} GPUs"))
@@ -108,58 +104,45 @@ def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
             # the user runs LLaMA-Factory's stock file: point at its offload sibling instead of editing it
             both = run.zero_stage == 3
             out.append(Candidate("offload optimizer states" + (" and parameters" if both else "") + " to CPU", "offopt",
-                                 (lambda b: lambda r: r.with_(offload_optimizer="cpu",
-                                                               offload_param="cpu" if b else r.offload_param))(both),
                                  (("config", "deepspeed", f"examples/deepspeed/ds_z{run.zero_stage}_offload_config.json",
                                    False),), 120 if both else 60, False, "Adam runs on the CPU; needs host RAM"))
         else:
             out.append(Candidate("offload optimizer states to CPU", "offopt",
-                                 lambda r: r.with_(offload_optimizer="cpu"),
                                  (("deepspeed", "zero_optimization.offload_optimizer.device", "cpu", False),
                                   ("deepspeed", "zero_optimization.offload_optimizer.pin_memory", True, False)),
                                  60, False, "Adam runs on the CPU; needs host RAM"))
     if run.deepspeed and run.zero_stage == 3 and run.offload_param is None and not stock:
-        out.append(Candidate("offload parameters to CPU", "offpar", lambda r: r.with_(offload_param="cpu"),
+        out.append(Candidate("offload parameters to CPU", "offpar",
                              (("deepspeed", "zero_optimization.offload_param.device", "cpu", False),
                               ("deepspeed", "zero_optimization.offload_param.pin_memory", True, False)),
                              120, False, "weights stream from host memory every step"))
     if run.finetuning_type in ("full", "freeze"):
         out.append(Candidate("LoRA instead of full fine-tuning", "ft",
-                             lambda r: r.with_(finetuning_type="lora", lora_target=("all",), lora_rank=8,
-                                               trainable_dtype="float32" if not (r.deepspeed and r.zero_stage == 3) else r.trainable_dtype,
-                                               ref_model=False),
                              (("config", "finetuning_type", "lora", False), ("config", "lora_target", "all", False)),
                              0, True, "trains low-rank adapters only"))
     if run.finetuning_type in ("lora",) and not run.quantized and not (run.deepspeed and run.zero_stage == 3):
         out.append(Candidate("QLoRA (4-bit base weights)", "quant",
-                             lambda r: r.with_(quantization_bit=4, quantization_method="bnb", weights_dtype="nf4"),
                              (("config", "quantization_bit", 4, False),), 30, True,
                              "base weights in NF4; dequantized per matmul"))
     if run.finetuning_type == "lora" and run.arch.is_moe and ("all" in run.lora_target):
         out.append(Candidate("LoRA on attention projections only (not every expert)", "target",
-                             lambda r: r.with_(lora_target=("q_proj", "k_proj", "v_proj", "o_proj")),
                              (("config", "lora_target", "q_proj,k_proj,v_proj,o_proj", False),), 0, True,
                              "experts keep their pretrained weights"))
     return out
 
 
-def _to_zero(run: Any, stage: int) -> Any:
-    kw: dict[str, Any] = {"deepspeed": True, "zero_stage": stage}
-    if run.bf16 or run.fp16:
-        half = "bfloat16" if run.bf16 else "float16"
-        kw["trainable_dtype"] = half if run.finetuning_type == "full" or stage == 3 else run.trainable_dtype
-        if stage == 3 and not run.quantized:
-            kw["trainable_dtype"] = run.arch.dtype if run.arch.dtype != "float32" else half
-    return run.with_(**kw)
+def _edits(combo: tuple[Candidate, ...]) -> tuple[tuple[str, str, Any, bool], ...]:
+    return tuple(e for c in combo for e in c.edits)
 
 
-def search(run: Any, hw: Any, ds: Any, budget_gib: float, estimate: Callable[[Any], float],
+def search(run: Any, ds: Any, budget_gib: float, estimate: Callable[[Any], float], after: Callable[[Any], Any],
            stock: bool = False) -> tuple[list[tuple], tuple | None]:
     """Edit sets of up to MAX_EDITS candidates whose estimate fits `budget_gib`, best first, and the set that came
     closest when none fits.
 
-    Returns ([(candidates, total_gib), ...], closest or None); a set is dropped when one of its subsets already
-    fits (minimality).
+    `after(edits)` is the run LLaMA-Factory would execute after the edits (facts/config.py `Assembly.run_after`):
+    a remedy's effect is resolved by run.py, never re-derived here. Returns ([(candidates, total_gib), ...],
+    closest or None); a set is dropped when one of its subsets already fits (minimality).
     """
     cands = candidates(run, ds, stock)
     fitting: list[tuple[tuple[Candidate, ...], float]] = []
@@ -170,10 +153,7 @@ def search(run: Any, hw: Any, ds: Any, budget_gib: float, estimate: Callable[[An
                 continue
             if any(set(f).issubset(combo) for f, _ in fitting):
                 continue
-            r = run
-            for c in combo:
-                r = c.apply(r)
-            total = estimate(r)
+            total = estimate(after(_edits(combo)))
             if total <= budget_gib:
                 fitting.append((combo, total))
             elif closest is None or total < closest[1]:
@@ -209,8 +189,9 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
     in_use = max(hw.in_use_gib) if hw.in_use_gib else 0.0
     budget = hw.capacity_gib * (1 - MARGIN) - in_use
     before = estimate(run, hw).total
-    found, closest = search(run, hw, ctx.extra.get("ds"), budget, lambda r: estimate(r, hw).total,
-                   bool(ctx.extra.get("ds_stock")))
+    after = ctx.extra["run_after"]
+    found, closest = search(run, ctx.extra.get("ds"), budget, lambda r: estimate(r, hw).total, after,
+                            bool(ctx.extra.get("ds_stock")))
     if not found:
         if closest is None:
             return Fix(title="no standard remedy applies: use more or larger GPUs", edits=(), safety="unsafe")
@@ -223,10 +204,7 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
                                   f"{fix.title}, still needs {short:.1f} GiB more per GPU: use more or larger GPUs",
                        safety="unsafe")
     def host_of(combo: tuple[Candidate, ...]) -> float:
-        r = run
-        for c in combo:
-            r = c.apply(r)
-        return estimate(r, hw).host
+        return estimate(after(_edits(combo)), hw).host
 
     fixes = [_fix_of(combo, total, before, ctx, host_of(combo)) for combo, total in found[:SHOWN]]
     best = fixes[0]
@@ -248,10 +226,7 @@ def fit_precision(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
     if run is not None:
         from finetune_doctor.analyzers.memory import estimate
 
-        after_run = run.with_(bf16=bf16_ok, fp16=not bf16_ok, autocast="bfloat16" if bf16_ok else "float16",
-                              compute_dtype="bfloat16" if bf16_ok else "float16")
-        if run.deepspeed and run.finetuning_type != "lora":
-            after_run = after_run.with_(trainable_dtype="bfloat16" if bf16_ok else "float16")
+        after_run = ctx.extra["run_after"]((("config", key, True, False),))
         effect = {"total_gib_before": estimate(run, hw).total, "total_gib_after": estimate(after_run, hw).total}
     return Fix(title=f"enable {key} mixed precision", edits=edits, safety="safe" if bf16_ok else "unsafe",
                effect=effect,

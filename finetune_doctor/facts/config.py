@@ -9,9 +9,10 @@ resolves does not stop the diagnosis of a run that already happened).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from finetune_doctor.analyzers.memory import estimate
 from finetune_doctor.analyzers.params import count_params
@@ -26,6 +27,7 @@ from finetune_doctor.facts import model as model_facts
 from finetune_doctor.facts import run as run_facts
 from finetune_doctor.fsutil import display_path
 from finetune_doctor.readers.yamlcfg import ConfigDoc, load_config
+from finetune_doctor.readers.stack import installed_versions, read_env_file
 from finetune_doctor.run import InvalidRunValue, resolve_run
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Hardware, MemoryEstimate, SourceDoc
@@ -50,11 +52,46 @@ class Assembly:
     ds_stock: bool = False
     counts: Any = None             # analyzers.params.ParamCounts
     notes: list[str] = field(default_factory=list)
+    stack: dict[str, str | None] = field(default_factory=dict)   # the training stack the run was resolved for
+    stack_sources: tuple[tuple[str, str, str], ...] = ()          # (package, version, where it came from)
+    nnodes: int | None = None
+    _after: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     def live(self) -> dict[str, Any]:
-        """The live objects remedy planners need (engine/planners.py)."""
+        """The live objects remedy planners need (engine/planners.py): `run_after` re-resolves the run for edits."""
         return {"run": self.run, "hw": self.hw, "doc": self.doc, "ds": self.ds, "counts": self.counts,
-                "ds_stock": self.ds_stock}
+                "ds_stock": self.ds_stock, "run_after": self.run_after}
+
+    def run_after(self, edits: Iterable[tuple[str, str, Any, bool]]) -> Any:
+        """The Run LLaMA-Factory would execute after `edits` — (role, key, value, delete) with role ``config`` or
+        ``deepspeed`` — resolved again by run.resolve_run, so a remedy's effect follows LLaMA-Factory's own rules
+        (precision, ZeRO-3's dtypes, quantization) rather than a copy of them.
+
+        Config edits apply to the merged YAML values; a new ``deepspeed`` path is read (LLaMA-Factory's stock file
+        when it is not on disk here); DeepSpeed edits apply to the resolved JSON. Results are cached per edit set.
+        Raises InputError when a new DeepSpeed path cannot be read.
+        """
+        key = tuple((r, k, repr(v), d) for r, k, v, d in edits)
+        if key in self._after:
+            return self._after[key]
+        values = copy.deepcopy(dict(self.doc.values))
+        ds = self.ds
+        ds_resolved = copy.deepcopy(ds.resolved) if ds is not None else None
+        reload_ds = False
+        for role, k, v, delete in edits:
+            if role == "deepspeed":
+                if ds_resolved is not None:
+                    _set_dotted(ds_resolved, k, v, delete)
+            else:
+                _set_dotted(values, k, v, delete)
+                reload_ds |= k == "deepspeed"
+        if reload_ds:
+            ds, _ = ds_facts.load(values, self.doc.path, None, self.hw, self.run.arch.hidden_size, [])
+        elif ds is not None and ds_resolved is not None:
+            ds = replace(ds, resolved=ds_resolved)
+        out = resolve_run(values, self.run.arch, self.hw, ds, nnodes=self.nnodes, stack=self.stack)
+        self._after[key] = out
+        return out
 
     def run_summary(self) -> dict[str, Any] | None:
         """The JSON report's ``run`` object (DESIGN.md), None without a resolved model."""
@@ -81,6 +118,19 @@ class Assembly:
         return {"config": self.doc.path, "deepspeed": ds, "run_dir": None, **extra}
 
 
+def _set_dotted(d: dict[str, Any], key: str, value: Any, delete: bool) -> None:
+    parts = key.split(".")
+    for p in parts[:-1]:
+        nxt = d.get(p)
+        if not isinstance(nxt, dict):
+            nxt = d[p] = {}
+        d = nxt
+    if delete:
+        d.pop(parts[-1], None)
+    else:
+        d[parts[-1]] = value
+
+
 def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: Options, *, static: bool = False,
                     scan_data: bool = False, hw: Hardware | None = None, need_model: bool = True,
                     validate_ds: bool = False, lenient: bool = False) -> Assembly:
@@ -98,7 +148,10 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     facts: dict[str, Any] = {"cfg": cfg_facts.assemble(doc.values), "lint": lint_facts.assemble(doc),
                              "run": None, "model": None, "hw": None, "mem": None, "ds": None, "data": None}
     asm = Assembly(doc=doc, facts=facts, sources=sources)
+    env_report = read_env_file(opts.env_file) if opts.env_file and not static else None
     asm.hw = hw if hw is not None else hw_facts.resolve(opts.gpu, opts.nnodes, allow_nvml=not static)
+    if asm.hw is None and env_report is not None:
+        asm.hw = hw_facts.from_env_report(env_report, opts.nnodes)
     facts["hw"] = hw_facts.assemble(asm.hw)
     if asm.hw is not None:
         asm.notes.extend(getattr(asm.hw, "notes", ()) or ())   # e.g. how a bare --gpu 24GB was read
@@ -118,9 +171,11 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
         return asm
 
     def resolve(stack: dict[str, str | None]) -> Any:
-        return resolve_run(doc.values, arch, asm.hw, asm.ds, nnodes=opts.nnodes, stack=stack)
+        return resolve_run(doc.values, arch, asm.hw, asm.ds, nnodes=opts.nnodes, stack=stack,
+                           stack_sources=asm.stack_sources)
 
-    stack = {"torch": opts.torch_version, "transformers": opts.transformers_version}
+    stack, sources = _stack(opts, asm.hw, env_report)
+    asm.stack, asm.nnodes, asm.stack_sources = stack, opts.nnodes, sources
     try:
         asm.run = resolve(stack)
     except InvalidRunValue as err:
@@ -147,6 +202,22 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
 
 DOWNLOAD_COMMANDS = ("check", "estimate", "probe", "data")
 """Commands that may download a model's JSON configs when nothing local has them (never lint, never postmortem)."""
+
+
+def _stack(opts: Options, hw: Hardware | None, env: Any) -> tuple[dict[str, str | None], tuple]:
+    """The training machine's versions and where each came from, in order of precedence: ``--torch`` /
+    ``--transformers``, then ``--env FILE``, then the packages installed here when this machine is the training
+    machine (NVML sees its GPUs). Returns ({torch, transformers} for resolve_run, (package, version, source)...)."""
+    found: dict[str, tuple[str, str]] = {}
+    if hw is not None and hw.source == "nvml":
+        found.update({k: (v, "installed here") for k, v in installed_versions().items()})
+    if env is not None:
+        found.update({k: (v, env.path) for k, v in env.versions.items()})
+    for key, flag in (("torch", opts.torch_version), ("transformers", opts.transformers_version)):
+        if flag:
+            found[key] = (flag, f"--{key}")
+    stack = {k: found[k][0] if k in found else None for k in ("torch", "transformers")}
+    return stack, tuple((k, v, src) for k, (v, src) in sorted(found.items()))
 
 
 def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: bool) -> Any:

@@ -19,7 +19,7 @@ NAMESPACE = Namespace("hw", __doc__.split("\n\n")[0], {
     "capacity_gib": F("float", "usable memory per GPU, GiB"),
     "bf16": F("bool", "the card computes in bf16 (Ampere and newer)"),
     "fp8": F("bool", "the card computes in fp8 (Hopper, Ada and newer; MI300 and newer)"),
-    "source": F("str", "flag | nvml | record | log | none"),
+    "source": F("str", "flag | nvml | env | record | log | none"),
     "compute_capability": F("tuple", "(major, minor)"),
     "in_use_gib": F("list", "memory already used on each card by other processes, GiB"),
     "nnodes": F("int", "nodes"),
@@ -58,6 +58,24 @@ def resolve(gpu_spec: str | None, nnodes: int | None, *, allow_nvml: bool = True
     if hw is not None and nnodes and nnodes > 1:
         hw = replace(hw, nnodes=nnodes, num_gpus=(hw.num_gpus or 1) * nnodes)
     return hw
+
+
+def from_env_report(env: Any, nnodes: int | None) -> Hardware | None:
+    """The GPUs an environment report names (``llamafactory-cli env``: GPU type, number and the memory torch reports
+    per card), source "env"; the catalog supplies bf16 and the compute capability. None without a GPU line."""
+    if not env.gpu_type:
+        return None
+    from finetune_doctor.hardware.catalog import match_card
+
+    card = match_card(env.gpu_type, int(env.gpu_memory_gib * GIB) if env.gpu_memory_gib else None)
+    per_node = env.gpu_number or 1
+    n = nnodes or 1
+    return Hardware(gpu=card.name if card else env.gpu_type, num_gpus=per_node * n,
+                    capacity_gib=env.gpu_memory_gib or (card.capacity_gib if card else None),
+                    bf16=card.bf16 if card else None, source="env",
+                    compute_capability=card.compute_capability if card else None, nnodes=n,
+                    notes=(f"GPUs from {env.path}: {per_node} x {env.gpu_type}"
+                           + (f", {env.gpu_memory_gib:.2f} GiB each as torch reports it" if env.gpu_memory_gib else ""),))
 
 
 def assemble(hw: Hardware | None) -> dict[str, Any] | None:

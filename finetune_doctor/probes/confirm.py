@@ -12,7 +12,6 @@ peak) + runtime. A gpu probe measures reserved memory itself, so its total is th
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -146,63 +145,20 @@ def _num(x: float) -> float | None:
 
 # ---- fixes → the run after them ------------------------------------------------------------------------
 
-def _set_dotted(d: dict, key: str, value: Any, delete: bool) -> None:
-    parts = key.split(".")
-    for p in parts[:-1]:
-        d = d.setdefault(p, {})
-    if delete:
-        d.pop(parts[-1], None)
-    else:
-        d[parts[-1]] = value
-
-
 def run_after_fix(asm: Any, fix: Any, opts: Options) -> Any:
-    """The Run LLaMA-Factory would execute after `fix`'s edits: the edits are applied to the merged YAML values
-    and the resolved DeepSpeed config, and the run is resolved again (run.resolve_run)."""
-    from finetune_doctor.run import resolve_run
-
-    values = copy.deepcopy(dict(asm.doc.values))
-    ds = asm.ds
+    """The Run LLaMA-Factory would execute after `fix`'s edits (facts/config.py `Assembly.run_after`): each edit's
+    file is mapped to its role, the config or the DeepSpeed JSON."""
     src = asm.sources
-    cfg_path = src["config"].path if "config" in src else None
-    ds_path = src["deepspeed"].path if "deepspeed" in src else None
-    ds_resolved = copy.deepcopy(ds.resolved) if ds is not None else None
-    reload_ds = False
+    ds_paths = {p for p in (src["deepspeed"].path if "deepspeed" in src else None,
+                            getattr(asm.ds, "path", None) if asm.ds is not None else None) if p}
+    cfg_paths = {p for p in (src["config"].path if "config" in src else None, asm.doc.path, "config") if p}
+    edits = []
     for e in fix.edits:
-        if e.file in ("deepspeed",) or (ds_path and e.file == ds_path) or (
-                ds is not None and getattr(ds, "path", None) and e.file == ds.path):
-            if ds_resolved is None:
-                continue
-            _set_dotted(ds_resolved, e.key, e.value, e.delete)
-        else:
-            if e.file not in (cfg_path, "config", asm.doc.path):
-                continue
-            _set_dotted(values, e.key, e.value, e.delete)
-            reload_ds |= e.key == "deepspeed"
-    if reload_ds:
-        ds = _load_ds_value(values, asm, opts)
-    elif ds is not None and ds_resolved is not None:
-        ds = replace(ds, resolved=ds_resolved) if hasattr(ds, "__dataclass_fields__") else ds
-    arch = asm.run.arch
-    return resolve_run(values, arch, asm.hw, ds, nnodes=opts.nnodes)
-
-
-def _load_ds_value(values: dict, asm: Any, opts: Options) -> Any:
-    value = values.get("deepspeed")
-    if not value:
-        return None
-    from finetune_doctor.facts.ds import stock_ds_file
-    from finetune_doctor.readers.dsconfig import load_ds_config
-
-    world = asm.hw.num_gpus if asm.hw and asm.hw.num_gpus else None
-    hidden = asm.run.arch.hidden_size if asm.run is not None else None
-    try:
-        return load_ds_config(value, asm.doc.path, None, values, world, hidden)
-    except InputError:
-        stock = stock_ds_file(value)
-        if stock is None:
-            raise
-        return load_ds_config(str(stock), asm.doc.path, None, values, world, hidden)
+        if e.file == "deepspeed" or e.file in ds_paths:
+            edits.append(("deepspeed", e.key, e.value, e.delete))
+        elif e.file in cfg_paths:
+            edits.append(("config", e.key, e.value, e.delete))
+    return asm.run_after(edits)
 
 
 def _confirmable(f: Finding) -> bool:

@@ -237,6 +237,12 @@ def _run_line(w: _Writer, r: Report) -> None:
         parts.append(f"optim {run['optim']}" + (" (transformers' default on torch ≥ 2.8; --torch to change)"
                                                 if run.get("optim_assumed") else ""))
     w.line("run: " + " · ".join(parts))
+    by_source: dict[str, list[str]] = {}
+    for item in run.get("stack") or []:
+        by_source.setdefault(str(item["source"]), []).append(f"{item['package']} {item['version']}")
+    for source, pkgs in by_source.items():
+        where = source if source.startswith("--") or " " in source else display_path(source)
+        w.line(f"stack ({where}): " + ", ".join(pkgs), indent=1)
     src = (r.sections or {}).get("model") or {}
     if src.get("source"):
         cfg = str(src.get("config") or "")

@@ -79,6 +79,14 @@ class Run:
     gpus_per_node: int = 1
     fsdp: bool = False
     shifted_logits_copy: bool = False    # transformers < 4.49 keeps an fp32 copy of the shifted logits
+    # moments after the steady step (run/moments.py)
+    eval_during_training: bool = False   # an eval_strategy with eval data: evaluations interrupt training
+    eval_micro_batch: int = 8            # per_device_eval_batch_size (transformers' default 8)
+    eval_first_step: int | None = None   # the first evaluation's step; None: at the end of epoch 1
+    eval_keeps_preds: bool = False       # compute_accuracy: argmax predictions gathered on the GPU over the eval set
+    resume: bool = False                 # resume_from_checkpoint: step 1 already carries the optimizer states
+    save_first_step: int | None = None   # the first checkpoint save's step (save_strategy steps)
+    stack_sources: tuple[tuple[str, str, str], ...] = ()   # (package, version, where it came from)
     notes: tuple[str, ...] = ()
 
     @property
@@ -115,6 +123,7 @@ class Run:
             "attention": self.attention,
             "optim": self.optim,
             "optim_assumed": self.optim_assumed,
+            "stack": [{"package": p, "version": v, "source": src} for p, v, src in self.stack_sources],
         }
 
     def facts(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any
 from finetune_doctor.arch import ModelArch
 from finetune_doctor.quant import resolve_quantization
 from finetune_doctor.run.model import Run
+from finetune_doctor.run.moments import moment_fields
 from finetune_doctor.run.stack import OPTIM_IMPL, SHIFTED_LOGITS_COPY_BEFORE, default_optim, parse_version
 from finetune_doctor.run.values import as_bool, as_int, check_sizes, split_list
 from finetune_doctor.types import Hardware
@@ -19,14 +20,15 @@ _BUCKET_KEYS = ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_
 
 
 def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: Any | None = None,
-                nnodes: int | None = None, stack: dict[str, str | None] | None = None) -> Run:
+                nnodes: int | None = None, stack: dict[str, str | None] | None = None,
+                stack_sources: tuple[tuple[str, str, str], ...] = ()) -> Run:
     """Resolve the run LLaMA-Factory would execute from merged YAML keys `cfg`.
 
     `ds` is a readers.dsconfig.DSConfig (or None); `hw` gives the GPU count per node (world size = GPUs per node ×
     nodes, as ``llamafactory-cli`` launches torchrun with ``--nproc_per_node`` = all visible devices,
     launcher.py:56-134). Unknown hardware → world size 1 unless the DeepSpeed JSON states an explicit
     train_batch_size from which the world size follows. `stack` maps torch/transformers to the training machine's
-    versions. Raises InvalidRunValue for a size the memory model cannot compute with (`check_sizes`).
+    versions; `stack_sources` lists (package, version, where it came from) for the report. Raises InvalidRunValue for a size the memory model cannot compute with (`check_sizes`).
     """
     check_sizes(cfg)
     notes: list[str] = []
@@ -51,9 +53,9 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
         **_optimizer(cfg, stack, notes),
         max_grad_norm=float(mgn if isinstance(mgn, (int, float)) and not isinstance(mgn, bool) else 1.0),
         learning_rate=float(lr) if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None,
-        deepspeed=ds is not None, **dsf,
+        deepspeed=ds is not None, **dsf, **moment_fields(cfg),
         world_size=max(world, 1), nnodes=n_nodes, gpus_per_node=max(per_node, 1),
-        notes=tuple(notes),
+        stack_sources=tuple(stack_sources), notes=tuple(notes),
     )
 
 
@@ -192,8 +194,6 @@ def _optimizer(cfg: dict[str, Any], stack: dict[str, str | None], notes: list[st
     torch_v = parse_version(stack.get("torch"))
     tf_v = parse_version(stack.get("transformers"))
     optim = str(cfg.get("optim") or default_optim(torch_v[:2] if torch_v else None))
-    if stack.get("torch") or stack.get("transformers"):
-        notes.append("training stack: " + ", ".join(f"{k} {v}" for k, v in stack.items() if v))
     return {"optim": optim, "optimizer_impl": OPTIM_IMPL.get(optim, "foreach"),
             "optim_assumed": not cfg.get("optim") and not stack.get("torch"),
             "shifted_logits_copy": bool(tf_v and tf_v[:2] < SHIFTED_LOGITS_COPY_BEFORE)}

@@ -16,6 +16,25 @@ class LogitTerms:
     backward: float
 
 
+def logit_dtype_bytes(run: Run) -> float:
+    """Bytes per element of lm_head's output: fp32 with upcast_lmhead_output or fp32 compute, else half."""
+    if run.upcast_lmhead_output or (run.autocast is None and run.compute_dtype == "float32"):
+        return 4.0
+    return 2.0 if run.autocast or run.weights_dtype != "float32" else 4.0
+
+
+def eval_logit_bytes(run: Run, T: int) -> float:
+    """The logits of an evaluation forward of `T` tokens under no_grad: lm_head's output, the loss's fp32 upcast
+    (transformers ForCausalLMLoss: ``logits.float()``) and log_softmax's fp32 output alive together while the loss
+    is computed. Fused losses that skip the logits in training (liger's fused linear cross-entropy) still
+    materialise them in evaluation: liger-kernel's ``lce_forward`` (liger_kernel/transformers/model/*.py) fuses only
+    under ``if self.training and labels is not None``. A reward model scores tokens."""
+    if run.stage == "rm":
+        return T * 4.0 * 2
+    e = logit_dtype_bytes(run)
+    return T * run.arch.vocab_size * (e + 4.0 + (4.0 if e == 2.0 else 0.0))
+
+
 def logit_terms(run: Run, T: int) -> LogitTerms:
     """The logits of a micro batch of `T` tokens.
 
@@ -26,8 +45,7 @@ def logit_terms(run: Run, T: int) -> LogitTerms:
     benchmarks/results/calibration.md).
     """
     a = run.arch
-    e_logit = 4.0 if (run.upcast_lmhead_output or (run.autocast is None and run.compute_dtype == "float32")) else (
-        2.0 if run.autocast or run.weights_dtype != "float32" else 4.0)
+    e_logit = logit_dtype_bytes(run)
     fwd = T * a.vocab_size * (e_logit + 4.0 + (4.0 if e_logit == 2.0 else 0.0)
                               + (4.0 if run.shifted_logits_copy else 0.0))
     bwd = T * a.vocab_size * 12.0

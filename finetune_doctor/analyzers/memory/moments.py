@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from finetune_doctor.analyzers.memory.activations import activation_bytes_per_token_layer
+from finetune_doctor.analyzers.memory.logits import eval_logit_bytes
 from finetune_doctor.analyzers.memory.runtime import runtime_bytes
 from finetune_doctor.analyzers.memory.terms import compute_terms
 from finetune_doctor.analyzers.params import ParamCounts, count_params
@@ -61,9 +63,10 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
         ]
 
     steady = moments(t.states)
-    name, peak, parts = max(steady, key=lambda m: m[1])
+    later = later_moments(run, t)
+    name, peak, parts = max(steady + [(n, v, p) for n, v, p, _ in later], key=lambda m: m[1])
     phase = {"loss": "forward/loss", "loss backward": "backward", "backward": "backward",
-             "backward end": "backward", "optimizer step": "optimizer step"}[name]
+             "backward end": "backward", "optimizer step": "optimizer step"}.get(name, name)
     comp = {
         "weights": parts.get("weights", 0.0),
         "gradients": parts.get("gradients", 0.0) + t.grads_always,
@@ -73,10 +76,13 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
         "buffers": t.buffers,
     }
     phases = {f"{n} (step 2)": v for n, v, _ in steady}
-    first = moments(0.0)
+    # a resumed run loads the optimizer states before step 1 (transformers Trainer._load_optimizer_and_scheduler)
+    first = steady if run.resume else moments(0.0)
     # loading the model: the weights (partitioned under ZeRO-3) before any step
-    timeline = [("model load", t.weights + t.grads_always)] + [(f"{n} of step 1", v) for n, v, _ in first[:-1]] + [("optimizer step of step 1", steady[-1][1])] + [
-        (f"{n} of step 2", v) for n, v, _ in steady[:-1]]
+    timeline = ([("model load", t.weights + t.grads_always)] + [(label, v) for _, v, _, label in later if label.endswith("step 0")]
+                + [(f"{n} of step 1", v) for n, v, _ in first[:-1]] + [("optimizer step of step 1", steady[-1][1])]
+                + [(f"{n} of step 2", v) for n, v, _ in steady[:-1]]
+                + [(label, v) for _, v, _, label in later if not label.endswith("step 0")])
     expandable = run.world_size > 1  # llamafactory-cli sets expandable_segments for torchrun launches
     # the allocator's reserve by shape class, derived from allocator replays (analyzers/reserve.py)
     reserve_share, shape = reserve_fraction(run, t, expandable)
@@ -106,9 +112,41 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
         "reserve_share": reserve_share,
         "reserve_class": shape,
         "first_oom": first_oom,
-        "peak_moment": f"{name} of step 2" if name != "optimizer step" else "optimizer step",
+        "peak_moment": next((label for n, _, _, label in later if n == name), None)
+        or (f"{name} of step 2" if name != "optimizer step" else "optimizer step"),
         "moments_gib": {name: b / GIB for name, b in timeline},
         "runtime_gib": rt / GIB,
     }
     return MemoryEstimate(per_gpu=per_gpu, peak_allocated=peak / GIB, host=t.host / GIB, fits=fits,
                           headroom=headroom, method="analytic", phase=phase, details=details)
+
+
+def later_moments(run: Run, t: Any) -> list[tuple[str, float, dict[str, float], str]]:
+    """Moments after the steady step that can run out on their own: (name, bytes, breakdown, when).
+
+    * evaluation (run/moments.py says when): the static state without gradients (the optimizer step's zero_grad
+      frees them; DeepSpeed's persistent partition buffers stay), ZeRO-3's gathered parameters, one layer's working
+      set under no_grad (bounded by the layer's saved activations) and the eval batch's logits
+      (logits.eval_logit_bytes) for ``per_device_eval_batch_size`` × cutoff_len tokens;
+    * checkpoint save: the static state and, under ZeRO-3, the module gathered for the 16-bit state dict
+      (DeepSpeed ``_zero3_consolidated_16bit_state_dict`` gathers one module at a time and copies it to the host).
+    """
+    out: list[tuple[str, float, dict[str, float], str]] = []
+    static = t.weights + t.buffers + t.grads_always + t.master + t.states + t.live_params
+    if run.eval_during_training:
+        T_e = run.eval_micro_batch * run.seq_len * (2 if run.pairwise else 1)
+        a = run.arch
+        layers = {0, a.num_layers - 1, min(a.first_k_dense, a.num_layers - 1)}
+        work = T_e * max(activation_bytes_per_token_layer(run, i) for i in layers)
+        logits = eval_logit_bytes(run, T_e)
+        when = ("evaluation before step 1, at step 0" if run.eval_first_step == 0 else
+                f"first evaluation, at step {run.eval_first_step}" if run.eval_first_step else
+                "first evaluation, at the end of epoch 1")
+        out.append(("evaluation", static + work + logits,
+                    {"weights": t.weights + t.live_params, "activations": work, "logits": logits,
+                     "gradients": 0.0}, when))
+    if run.save_first_step:
+        out.append(("checkpoint save", static + (t.live_params if run.deepspeed and run.zero_stage == 3 else 0.0),
+                    {"weights": t.weights + t.live_params, "gradients": 0.0},
+                    f"first checkpoint save, at step {run.save_first_step}"))
+    return out

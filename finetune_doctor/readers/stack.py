@@ -1,0 +1,111 @@
+"""The training machine's software stack and environment: installed package versions, a pasted environment report.
+
+Two sources, read without importing any of the packages:
+
+* **package metadata** of the environment the doctor runs in (``importlib.metadata``): torch, transformers,
+  deepspeed, peft, accelerate, liger-kernel, flash-attn, trl, bitsandbytes, datasets, llamafactory. It describes
+  the training machine only when the doctor runs where training runs; facts/config.py uses it when NVML sees GPUs
+  here (or ``--stack here``).
+* **an environment file** (``--env FILE``): what ``llamafactory-cli env`` prints (LLaMA-Factory
+  ``src/llamafactory/extras/env.py`` ``print_env``: lines ``- PyTorch version: 2.6.0+cu124 (GPU)``,
+  ``- GPU type: NVIDIA A100-SXM4-80GB``, ``- GPU number: 8``, ``- GPU memory: 79.15GB`` where the memory is
+  ``torch.cuda.mem_get_info()[1] / 1024**3``), what ``transformers env`` prints (``- `transformers` version: 4.46.1``,
+  ``- PyTorch version (GPU?): 2.5.1+cu124 (True)``), ``pip freeze`` (``name==version``) or ``pip list`` lines, and
+  shell assignments (``export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, ``NNODES=2``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from finetune_doctor.readers.textfile import read_text
+
+PACKAGES = ("torch", "transformers", "deepspeed", "peft", "accelerate", "liger-kernel", "flash-attn", "trl",
+            "bitsandbytes", "datasets", "llamafactory")
+
+# labels of print_env (LLaMA-Factory extras/env.py) and of transformers' `env` command, lower-cased
+_LABELS = {
+    "`llamafactory` version": "llamafactory", "pytorch version": "torch", "pytorch version (gpu?)": "torch",
+    "pytorch version (accelerator?)": "torch", "transformers version": "transformers",
+    "`transformers` version": "transformers", "datasets version": "datasets", "accelerate version": "accelerate",
+    "peft version": "peft", "trl version": "trl", "deepspeed version": "deepspeed",
+    "bitsandbytes version": "bitsandbytes", "accelerate` version": "accelerate", "flash-attn version": "flash-attn",
+    "liger-kernel version": "liger-kernel",
+}
+_ITEM = re.compile(r"^\s*[-*]\s*([^:]+?)\s*:\s*(.+?)\s*$")
+_FREEZE = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([0-9][^\s;]*)")
+_PIPLIST = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s+([0-9][0-9A-Za-z.+\-]*)\s*$")
+_ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Z][A-Z0-9_]*)=(['\"]?)(.*?)\2\s*$")
+_VERSION = re.compile(r"^[0-9]+(?:\.[0-9A-Za-z+\-]+)*")
+
+
+def _norm(name: str) -> str:
+    return name.strip().lower().replace("_", "-")
+
+
+def installed_versions(packages: tuple[str, ...] = PACKAGES) -> dict[str, str]:
+    """Versions of `packages` installed in this environment, from their metadata (nothing is imported)."""
+    from importlib import metadata
+
+    out: dict[str, str] = {}
+    for name in packages:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+        except Exception:  # noqa: BLE001 - a broken dist-info must not stop a diagnosis
+            continue
+    return out
+
+
+@dataclass(frozen=True)
+class EnvReport:
+    """What an environment file says: package versions, environment variables, and the GPUs print_env saw.
+
+    `gpu_memory_gib` is the total torch reports per card (mem_get_info), `gpu_number` the visible cards.
+    """
+
+    path: str
+    versions: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    gpu_type: str | None = None
+    gpu_number: int | None = None
+    gpu_memory_gib: float | None = None
+
+
+def read_env_file(path: str) -> EnvReport:
+    """Parse an environment file (module docstring). Raises InputError naming the file when it cannot be read or
+    holds nothing recognisable."""
+    from finetune_doctor.errors import InputError
+
+    text = read_text(path, "environment report")
+    versions: dict[str, str] = {}
+    env: dict[str, str] = {}
+    gpu: dict[str, str] = {}
+    for line in text.splitlines():
+        m = _ITEM.match(line)
+        if m:
+            label, value = m.group(1).strip().lower(), m.group(2).strip()
+            pkg = _LABELS.get(label)
+            if pkg and (v := _VERSION.match(value)):
+                versions[pkg] = v.group(0)
+            elif label in ("gpu type", "gpu number", "gpu memory"):
+                gpu[label] = value
+            continue
+        m = _ASSIGN.match(line)
+        if m:
+            env[m.group(1)] = m.group(3)
+            continue
+        m = _FREEZE.match(line) or _PIPLIST.match(line)
+        if m and _norm(m.group(1)) in PACKAGES:
+            versions[_norm(m.group(1))] = m.group(2)
+    number = gpu.get("gpu number")
+    mem = re.match(r"([0-9.]+)\s*G", gpu.get("gpu memory", ""))
+    report = EnvReport(path=path, versions=versions, env=env, gpu_type=gpu.get("gpu type"),
+                       gpu_number=int(number) if number and number.isdigit() else None,
+                       gpu_memory_gib=float(mem.group(1)) if mem else None)
+    if not (versions or env or report.gpu_type):
+        raise InputError("no package versions, environment variables or GPU lines found (expected the output of "
+                         "`llamafactory-cli env`, `pip freeze` or KEY=VALUE lines)", file=path)
+    return report

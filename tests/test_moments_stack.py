@@ -1,0 +1,141 @@
+"""The moments after the steady step (evaluation, saves, a resume) and the training stack read from the machine.
+
+Issue 12: an eval-time OOM is predicted for its moment, with an edit of the eval settings as its fix; a stack read
+from package metadata (or a pasted `llamafactory-cli env`) changes the default optimizer exactly as --torch does.
+"""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from finetune_doctor.cli import main
+from finetune_doctor.facts.config import assemble_config
+from finetune_doctor.settings import Options
+
+CFG = """\
+model_name_or_path: Qwen/Qwen2.5-7B-Instruct
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_target: all
+dataset: alpaca_en_demo
+template: qwen
+cutoff_len: 4096
+output_dir: saves/qwen2.5-7b/lora/sft
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+learning_rate: 1.0e-4
+bf16: true
+"""
+EVAL = "val_size: 0.05\neval_strategy: steps\neval_steps: 500\n"
+
+
+def _check(tmp_path, text, *args):
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(text)
+    res = CliRunner().invoke(main, ["check", str(cfg), "--no-data", "--format", "json", *args])
+    assert res.exit_code in (0, 1), res.output
+    return json.loads(res.output)
+
+
+def test_the_first_evaluation_decides_the_peak_and_its_fix_is_the_eval_batch(tmp_path):
+    # 8 eval sequences x 4096 tokens x 152064 vocab entries: bf16 logits, their fp32 upcast and log_softmax's fp32
+    # output alive together = 8*4096*152064*10 B = 46.4 GiB, before any weight
+    report = _check(tmp_path, CFG + EVAL, "--gpu", "A100-40GB")
+    oom = next(f for f in report["findings"] if f["name"] == "predicted-oom")
+    assert "first evaluation, at step 500" in oom["message"]
+    assert abs(report["memory"]["per_gpu_gib"]["logits"] - 8 * 4096 * 152064 * 10 / 2**30) < 0.05
+    edits = {e["key"]: e["value"] for e in oom["fix"]["edits"]}
+    assert edits == {"per_device_eval_batch_size": 1} and oom["fix"]["safety"] == "safe"
+    assert oom["fix"]["effect"]["total_gib_after"] < 40
+
+
+def test_without_evaluation_the_same_run_fits(tmp_path):
+    report = _check(tmp_path, CFG, "--gpu", "A100-40GB")
+    assert report["memory"]["fits"] is True
+    assert not any(f["name"] == "predicted-oom" for f in report["findings"])
+
+
+def test_eval_needs_eval_data_and_a_strategy(tmp_path):
+    asm = assemble_config(str(_write(tmp_path, CFG + "eval_strategy: steps\n")), (), Options(command="check"))
+    assert asm.run.eval_during_training is False          # no val_size / eval_dataset: transformers never evaluates
+    asm = assemble_config(str(_write(tmp_path, CFG + "val_size: 0.1\neval_strategy: steps\nlogging_steps: 10\n")),
+                          (), Options(command="check"))
+    assert (asm.run.eval_during_training, asm.run.eval_first_step, asm.run.eval_micro_batch) == (True, 10, 8)
+
+
+def test_a_resumed_run_carries_the_optimizer_states_from_step_1(tmp_path):
+    base = assemble_config(str(_write(tmp_path, CFG)), (), Options(command="check", gpu="A100-80GB"))
+    resumed = assemble_config(str(_write(tmp_path, CFG + "resume_from_checkpoint: saves/ckpt-500\n")), (),
+                              Options(command="check", gpu="A100-80GB"))
+    m0, m1 = base.memory.details["moments_gib"], resumed.memory.details["moments_gib"]
+    states = base.memory.details["terms_bytes"]["states"] / 2**30
+    assert abs((m1["loss of step 1"] - m0["loss of step 1"]) - states) < 1e-6 and states > 0
+
+
+def _write(tmp_path, text):
+    p = tmp_path / "train.yaml"
+    p.write_text(text)
+    return p
+
+
+ENV = """
+- `llamafactory` version: 0.9.2.dev0
+- Platform: Linux-5.15.0-119-generic-x86_64-with-glibc2.35
+- Python version: 3.10.16
+- PyTorch version: 2.5.1+cu124 (GPU)
+- Transformers version: 4.46.1
+- Datasets version: 3.1.0
+- Accelerate version: 1.0.1
+- PEFT version: 0.12.0
+- TRL version: 0.9.6
+- GPU type: NVIDIA GeForce RTX 4090
+- GPU number: 4
+- GPU memory: 23.65GB
+- DeepSpeed version: 0.15.4
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+"""
+
+
+def test_an_env_report_sets_versions_and_gpus(tmp_path):
+    from finetune_doctor.readers.stack import read_env_file
+
+    env = tmp_path / "env.txt"
+    env.write_text(ENV)
+    r = read_env_file(str(env))
+    assert r.versions["torch"] == "2.5.1+cu124" and r.versions["transformers"] == "4.46.1"
+    assert (r.gpu_type, r.gpu_number, r.gpu_memory_gib) == ("NVIDIA GeForce RTX 4090", 4, 23.65)
+    assert r.env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    report = _check(tmp_path, CFG, "--env", str(env))
+    assert report["hardware"]["num_gpus"] == 4 and report["hardware"]["source"] == "env"
+    assert report["run"]["optim"] == "adamw_torch"        # torch 2.5 < 2.8: transformers' non-fused default
+    assert {s["package"]: s["source"] for s in report["run"]["stack"]}["torch"] == str(env)
+
+
+def test_installed_versions_act_like_torch_flag_on_the_training_machine(tmp_path, monkeypatch):
+    from finetune_doctor.facts import config as fc
+    from finetune_doctor.types import Hardware
+
+    here = Hardware(gpu="A100-80GB", num_gpus=1, capacity_gib=79.15, bf16=True, source="nvml")
+    monkeypatch.setattr(fc.hw_facts, "resolve", lambda *a, **k: here)
+    monkeypatch.setattr(fc, "installed_versions", lambda: {"torch": "2.6.0", "transformers": "4.51.3"})
+    cfg = _write(tmp_path, CFG)
+    from_metadata = assemble_config(str(cfg), (), Options(command="check"))
+    from_flag = assemble_config(str(cfg), (), Options(command="check", gpu="A100-80GB", torch_version="2.6.0",
+                                                      transformers_version="4.51.3"))
+    assert from_metadata.run.optim == from_flag.run.optim == "adamw_torch"
+    assert from_metadata.memory.total == from_flag.memory.total
+    assert ("torch", "2.6.0", "installed here") in from_metadata.run.stack_sources
+    # the flag still wins over what is installed
+    flagged = assemble_config(str(cfg), (), Options(command="check", torch_version="2.8"))
+    assert flagged.run.optim == "adamw_torch_fused"
+
+
+def test_an_env_file_with_nothing_in_it_is_an_input_error(tmp_path):
+    env = tmp_path / "env.txt"
+    env.write_text("hello\n")
+    cfg = _write(tmp_path, CFG)
+    res = CliRunner().invoke(main, ["check", str(cfg), "--no-data", "--env", str(env)])
+    assert res.exit_code == 2 and f"{env}:" in res.output and "llamafactory-cli env" in res.output
