@@ -17,7 +17,8 @@ import pytest
 
 from finetune_doctor.engine.evaluate import RuleContext, evaluate
 from finetune_doctor.engine.loader import load_rules, select_rules
-from finetune_doctor.readers.dsconfig import build_ds_config, ds_facts, load_ds_config
+from finetune_doctor.facts.ds import facts_of as ds_facts
+from finetune_doctor.readers.dsconfig import build_ds_config, load_ds_config
 from finetune_doctor.readers.yamlcfg import load_config
 from finetune_doctor.types import SourceDoc
 
@@ -147,17 +148,18 @@ def test_deepspeed_problems_from_check_are_reported():
     # the check pipeline appends validate_with_deepspeed() problems as plain dicts without a location
     cfg = load_ds_config(str(LF_DS / "ds_z2_config.json"), "/runs/train.yaml", 9, YAML_LF, 8, 4096, **NEW)
     facts = ds_facts(cfg)
-    facts["problems"] = [{"key": None, "kind": "deepspeed", "message": "DeepSpeed 0.19.8 rejects the config: X",
-                          "line": None}]
+    facts["problems"] = [{"key": None, "kind": "deepspeed", "check": "deepspeed", "version": "0.19.8",
+                          "upstream": "X", "line": None}]
     ctx = RuleContext(facts={"ds": facts, "cfg": YAML_LF, "run": None},
                       sources={"deepspeed": SourceDoc("deepspeed", cfg.path, cfg.positions)})
     (f,) = evaluate(select_rules(load_rules(), "check", ["FD201"], None), ctx)
-    assert f.location.file == cfg.path and f.message == "DeepSpeed 0.19.8 rejects the config: X"
+    assert f.location.file == cfg.path and f.message == "DeepSpeed 0.19.8 rejects the config: X Upstream error: X"
     # through problem_dicts a keyed DeepSpeed problem points at its line
-    from finetune_doctor.readers.dsconfig import DSProblem, problem_dicts
+    from finetune_doctor.facts.ds import problem_dicts
+    from finetune_doctor.readers.dsproblem import DSProblem
 
     facts["problems"] = problem_dicts(cfg, [DSProblem("zero_optimization.reduce_bucket_size", "deepspeed",
-                                                      "DeepSpeed 0.19.8 rejects the config: Y", detail="Y")])
+                                                      "deepspeed", version="0.19.8", detail="Y")])
     (f,) = evaluate(select_rules(load_rules(), "check", ["FD201"], None), ctx)
     assert f.location.line == line_of(LF_DS / "ds_z2_config.json", '"reduce_bucket_size"')
 
