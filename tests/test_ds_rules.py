@@ -32,6 +32,14 @@ OURS = ("FD201", "FD202", "FD203", "FD204", "FD205", "FD206", "FD207")
 YAML_LF = dict(load_config(str(LF / "train_lora" / "qwen3_lora_sft_ds3.yaml")).values)
 
 
+def _have(mod: str) -> bool:
+    try:
+        __import__(mod)
+        return True
+    except Exception:
+        return False
+
+
 def judge(ds_path: Path | None, lf: dict, *, raw: dict | None = None, world: int | None = 8,
           hidden: int | None = 4096, run: dict | None = None, ds_version: str | None = "0.19.8",
           yaml_positions: dict | None = None):
@@ -153,7 +161,7 @@ def test_deepspeed_problems_from_check_are_reported():
     ctx = RuleContext(facts={"ds": facts, "cfg": YAML_LF, "run": None},
                       sources={"deepspeed": SourceDoc("deepspeed", cfg.path, cfg.positions)})
     (f,) = evaluate(select_rules(load_rules(), "check", ["FD201"], None), ctx)
-    assert f.location.file == cfg.path and f.message == "DeepSpeed 0.19.8 rejects the config: X Upstream error: X"
+    assert f.location.file == cfg.path and f.message == "DeepSpeed 0.19.8 rejects the config: X"
     # through problem_dicts a keyed DeepSpeed problem points at its line
     from finetune_doctor.facts.ds import problem_dicts
     from finetune_doctor.readers.dsproblem import DSProblem
@@ -406,3 +414,32 @@ def test_duplicate_key_is_a_warning_without_fix(tmp_path):
     (f,) = judge(p, YAML_LF)
     assert (f.code, f.location.key, f.location.line, f.fix) == ("FD207", "zero_optimization", 4, None)
     assert "json.load keeps the last value" in f.message
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not all(_have(m) for m in ("deepspeed", "torch")), reason="deepspeed not installed")
+def test_check_validate_deepspeed_reports_what_only_deepspeed_knows(tmp_path):
+    """`doctor check --validate-deepspeed`: a rule of DeepSpeedConfig the vendored checks do not mirror
+    (runtime/config.py: bf16_optimizer_states needs bf16_master_weights_and_grads) reaches FD201 with DeepSpeed's
+    own text; without the flag the config passes."""
+    raw = json.loads((LF_DS / "ds_z2_config.json").read_text())
+    raw["bf16"]["bf16_optimizer_states"] = True
+    (tmp_path / "ds.json").write_text(json.dumps(raw, indent=2))
+    y = tmp_path / "train.yaml"
+    y.write_text((LF / "train_lora" / "qwen3_lora_sft_ds3.yaml").read_text().replace(
+        "examples/deepspeed/ds_z3_config.json", str(tmp_path / "ds.json")))
+
+    def check(*extra):
+        r = subprocess.run([sys.executable, "-m", "finetune_doctor", "check", str(y), "--gpu", "8xA100-80GB",
+                            "--no-data", "--format", "json", "--select", "FD2", *extra], capture_output=True,
+                           text=True, cwd=ROOT)
+        assert r.returncode in (0, 1), r.stderr
+        return json.loads(r.stdout)["findings"]
+
+    assert check() == []
+    (f,) = check("--validate-deepspeed")
+    assert f["code"] == "FD201" and f["location"]["file"] == str(tmp_path / "ds.json")
+    from importlib.metadata import version
+
+    assert f["message"] == (f"DeepSpeed {version('deepspeed')} rejects the config: AssertionError: "
+                            "bf16_optimizer_states requires bf16_master_weights_and_grads to be enabled.")

@@ -20,13 +20,13 @@ problems (readers/dsproblem.py). No import of torch, transformers or deepspeed.
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 from finetune_doctor.readers import dsschema as S
 from finetune_doctor.readers import limits
+from finetune_doctor.readers.dsjson import copy_tree
 from finetune_doctor.readers.dsproblem import SRC_ACCELERATE, SRC_CONFIG, SRC_HF, Problems
 
 # HF TrainingArguments defaults for the keys HF compares (lf_args.json, transformers 4.57/5.x).
@@ -68,7 +68,7 @@ def resolve(raw: dict[str, Any], lf: Mapping[str, Any], world_size: int | None, 
 
     `lf` empty means no YAML (``doctor lint ds.json``): nothing is filled from it or compared with it.
     """
-    r = Resolution(copy.deepcopy(raw))
+    r = Resolution(copy_tree(raw))
     arg = _Args(lf)
     if not arg.have_yaml:
         r.caveats.append("no_yaml")

@@ -15,7 +15,6 @@ facts/ds.py derives the facts rules read.
 
 from __future__ import annotations
 
-import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -244,7 +243,7 @@ def _apply_fallbacks(received: dict[str, Any], fallbacks: Mapping[str, Any]) -> 
     """`received` with the fallbacks of readers/dscheck.py applied (a copy only when there are any)."""
     if not fallbacks:
         return received
-    out = copy.deepcopy(received)
+    out = dsjson.copy_tree(received)
     for key in sorted(fallbacks, key=lambda k: k.count(".")):
         node, leaf = dsauto.find_node(out, key)
         if node is None or leaf not in node:
@@ -358,7 +357,7 @@ def _full_config_error(cfg: DSConfig) -> str | None:
     import deepspeed.comm as dist
     from deepspeed.runtime.config import DeepSpeedConfig
 
-    d = copy.deepcopy(cfg.received or cfg.resolved)
+    d = dsjson.copy_tree(cfg.received or cfg.resolved)
     for key in cfg.unresolved:           # let DeepSpeed derive what we could not fill
         node, leaf = dsauto.find_node(d, key)
         if node is not None:

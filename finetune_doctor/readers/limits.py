@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import sys
 
-MAX_FILE_BYTES = 16 * 1024 * 1024
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
 """Largest config file read (bytes). Real DeepSpeed JSONs are < 5 KB, LLaMA-Factory YAMLs < 5 KB and LF's own
-data/dataset_info.json ~40 KB, so 16 MiB is over 300x any of them. A 16 MiB JSON of small keys parses into about
-150 MB of Python objects (measured: 200k keys, 4.6 MB of text, ~60 MB RSS growth), which keeps a command under the
-400 MiB RSS budget of issue 17."""
+data/dataset_info.json ~40 KB: 16 MiB is over 300x any of them, and reading it whole costs at most 16 MiB of bytes
+plus its decoded text. Logs and records (trainer_state.json, *.jsonl, recordings) are data, not configs: they are
+streamed and need limits of their own."""
 
 MAX_DEPTH = 64
 """Deepest nesting of mappings and lists (levels). DeepSpeed's deepest real section is about 6 levels
@@ -25,9 +25,11 @@ LLaMA-Factory YAMLs nest 1-2. Every recursive walk of a parsed tree (``copy.deep
 wrappers, json's own C scanner) spends 1-3 Python frames per level against Python's default recursion limit of
 1000, so 64 levels leave a wide margin where ~900 levels raise RecursionError today."""
 
-MAX_NODES = 1_000_000
-"""Most values (mapping entries plus list items) in one file. 200k keys are legal and must stay fast (issue 17);
-a million small values take about 250 MB as Python objects, still inside the RSS budget."""
+MAX_CONFIG_NODES = 250_000
+"""Most values (mapping entries plus list items) in one config file. A real DeepSpeed config holds < 100, so this
+is 2500x that; a generated 200k-key JSON (issue 17) still reads, in time linear in its size (measured in
+benchmarks/results/ds_json.md: 250k keys ≈ 6 MB of text, ≈ 3 s and ≈ 110 MB of RSS for ``doctor lint``), and the
+parsed tree can never push a command past the 400 MiB RSS budget."""
 
 MAX_INT_DIGITS = getattr(sys.int_info, "default_max_str_digits", 0) or 4300
 """Longest integer literal (decimal digits). CPython refuses to convert longer ones (``ValueError: Exceeds the
@@ -44,9 +46,9 @@ MAX_SCALAR_CHARS = 65_536
 (PATH_MAX 4096 on Linux) or a list of dataset names; 64 Ki characters bounds what a message may quote."""
 
 MAX_YAML_ALIASES = 1_000
-"""Proposal for the YAML reader: most alias uses (``*name``) in one document. LLaMA-Factory YAMLs use none; the
-billion-laughs expansion of issue 17 needs only 9 levels of 10 aliases each to reach 10^9 nodes, and with at most
-1000 alias uses, each expanding to at most MAX_NODES values, the work stays bounded."""
+"""Proposal for the YAML reader: most alias uses (``*name``) in one document, with every alias's expansion counted
+toward MAX_CONFIG_NODES. LLaMA-Factory YAMLs use no aliases; the billion-laughs document of issue 17 (9 levels of
+10 aliases, 10^9 values once expanded) then stops after 250k values instead of hanging."""
 
 
 def exceeds(what: str, value: int | str, limit: int | str, why: str = "") -> str:
