@@ -237,7 +237,7 @@ def problem_dicts(cfg: dsconfig.DSConfig, problems: Any) -> list[dict[str, Any]]
         section, _, leaf = (key or "").rpartition(".")
         d.update(section=section, leaf=leaf or None, actual_text=show(d.get("actual")),
                  expected_text=show(d.get("expected")), actual_type=S.json_type(d.get("actual")),
-                 truthy=_truthy(d.get("actual")),
+                 truthy=bool(d.get("actual")),
                  location={"file": file, "line": line or (1 if cfg.path else None), "column": col, "key": key})
         out.append(d)
     return out
@@ -254,10 +254,6 @@ def show(v: Any) -> str:
         text = str(v)
     text = printable(text)
     return text if len(text) <= 200 else text[:197] + "..."
-
-
-def _truthy(v: Any) -> bool:
-    return bool(v) if not (isinstance(v, float) and math.isnan(v)) else True
 
 
 def _number(v: Any) -> bool:

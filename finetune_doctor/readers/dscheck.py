@@ -70,8 +70,9 @@ def check_schema(raw: Mapping[str, Any], dsv: tuple[int, ...] | None, out: Probl
                source="deepspeed/runtime/zero/config.py read_zero_config_deprecated",
                detail="DeepSpeedConfig: this format of ZeRO optimization setup is deprecated.")
         legacy: dict[str, Any] = {"stage": stage}
-        if stage:
-            legacy["allgather_bucket_size"] = raw.get("allgather_size", 500_000_000)
+        size = raw.get("allgather_size", 500_000_000)
+        if stage and isinstance(size, (int, float)) and not isinstance(size, bool) and 0 <= size <= limits.INT64_MAX:
+            legacy["allgather_bucket_size"] = size
         ck.fall_back("zero_optimization", legacy)
     elif isinstance(zo, dict):
         _check_section(ck, "zero_optimization", zo, S.ZERO_FIELDS, pydantic=True)

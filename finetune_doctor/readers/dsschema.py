@@ -241,7 +241,7 @@ TOP_KEYS_SORTED = tuple(sorted(TOP_KEYS))
 TOP_SINCE = {"log_level": "0.19.3"}
 # Top-level keys DeepSpeed reads as objects: a string, list, number or null there makes DeepSpeedConfig raise
 # (TypeError from a pydantic section's ``Model(**value)``, AttributeError from ``value.get``/``.keys()``, or a
-# ValidationError). Found by feeding "x", [1] and 5 to DeepSpeedConfig 0.19.8 (tests/test_dsconfig.py repeats it).
+# ValidationError). Found by feeding "x", [1] and 5 to DeepSpeedConfig 0.19.8 (tests/test_ds_hostile.py repeats it).
 # zero_optimization also takes the legacy boolean (get_zero_config → read_zero_config_deprecated).
 TOP_SECTIONS = frozenset("""
 bf16 bfloat16 checkpoint comet comms_logger compile csv_monitor data_efficiency data_types expert_parallel fp16

@@ -28,8 +28,8 @@ wrappers, json's own C scanner) spends 1-3 Python frames per level against Pytho
 MAX_CONFIG_NODES = 250_000
 """Most values (mapping entries plus list items) in one config file. A real DeepSpeed config holds < 100, so this
 is 2500x that; a generated 200k-key JSON (issue 17) still reads, in time linear in its size (measured in
-benchmarks/results/ds_json.md: 250k keys ≈ 6 MB of text, ≈ 3 s and ≈ 110 MB of RSS for ``doctor lint``), and the
-parsed tree can never push a command past the 400 MiB RSS budget."""
+benchmarks/results/ds_json.md: 249k keys, 8 MiB of indented text, ≈ 3.3 s and ≈ 210 MiB peak RSS for the whole
+``doctor lint`` process), and the parsed tree cannot push a command past the 400 MiB RSS budget of issue 17."""
 
 MAX_INT_DIGITS = getattr(sys.int_info, "default_max_str_digits", 0) or 4300
 """Longest integer literal (decimal digits). CPython refuses to convert longer ones (``ValueError: Exceeds the
