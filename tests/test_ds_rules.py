@@ -443,3 +443,32 @@ def test_check_validate_deepspeed_reports_what_only_deepspeed_knows(tmp_path):
 
     assert f["message"] == (f"DeepSpeed {version('deepspeed')} rejects the config: AssertionError: "
                             "bf16_optimizer_states requires bf16_master_weights_and_grads to be enabled.")
+
+
+# every check the readers emit, the rule(s) that word it ('' = DeepSpeed ignores it silently: no rule reports it)
+CHECK_RULES = {
+    "unknown_key": "FD201", "unknown_more": "FD201", "too_new": "FD201", "removed": "FD201", "missing_zero": "FD201",
+    "not_object": "FD201", "no_batch_size": "FD201", "allreduce_sum_zero3": "FD201", "deprecated_both": "FD201",
+    "pydantic": "FD201", "fp16_relation": "FD201", "stage_not_int": "FD201", "partial_offload": "FD201",
+    "compute_grad_norm_zero3": "FD201", "nvme_no_path": "FD201", "int64_range": "FD201", "top_bool": "FD201",
+    "top_number": "FD201", "top_integer": "FD201", "top_positive": "FD201", "top_negative": "FD201",
+    "prefetch_float": "FD201", "unfilled_auto": "FD201", "deepspeed": "FD201",
+    "mismatch": "FD201 FD202 FD203", "gas_absent": "FD202", "precision_no_enabled": "FD203", "both_halves": "FD203",
+    "unknown_top": "FD207", "removed_later": "FD207", "legacy_bool_zero": "FD207", "legacy_bfloat16": "FD207",
+    "deprecated_alias": "FD207", "duplicate": "FD207", "unknown_plain": "", "too_new_top": "",
+}
+
+
+def test_every_check_is_worded_by_its_rule():
+    import re
+
+    rules = {r.code: r for r in load_rules()}
+    for check, codes in CHECK_RULES.items():
+        for code in codes.split():
+            assert f"'{check}'" in rules[code].message, (check, code)
+    emitted = set()
+    for src in ("dscheck.py", "dsauto.py", "dsconfig.py"):
+        text = (ROOT / "finetune_doctor" / "readers" / src).read_text()
+        # the check is the third argument of every add(key, kind, check, ...) and of DSProblem(key, kind, check)
+        emitted |= set(re.findall(r'(?:add|DSProblem)\([^,()]+, (?:kind|"[a-z]+"), "([a-z0-9_]+)"', text))
+    assert emitted == set(CHECK_RULES), emitted ^ set(CHECK_RULES)
