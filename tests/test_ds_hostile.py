@@ -459,10 +459,10 @@ def test_reading_a_fifo_or_device_directly_never_blocks(tmp_path):
 def test_os_errors_name_the_path(tmp_path):
     loop = tmp_path / "loop.json"
     loop.symlink_to(loop)
-    for value in (str(loop), "x" * 5000 + ".json"):
+    for value, why in ((str(loop), "Too many levels of symbolic links"), ("x" * 5000 + ".json", "too long")):
         with pytest.raises(InputError) as err:
             load_ds_config(value, str(tmp_path / "t.yaml"), 3, LF, 8, 4096, **NEW)
-        assert (err.value.file, err.value.line) == (str(tmp_path / "t.yaml"), 3)
+        assert (err.value.file, err.value.line) == (str(tmp_path / "t.yaml"), 3) and why in err.value.message
     with pytest.raises(InputError) as err:
         read_ds_json(loop)
     assert err.value.file == str(loop) and "cannot read DeepSpeed config" in err.value.message

@@ -131,7 +131,11 @@ def missing(value: Any, err: InputError) -> dict[str, Any]:
 
 def load_alone(path: str) -> Any:
     """A DeepSpeed JSON read on its own (``doctor lint ds.json``), with no training config to resolve against."""
-    return dsconfig.load_ds_config(str(Path(path).resolve()), str(path), None, {}, None, None)
+    try:
+        full = Path(path).resolve()
+    except (OSError, RuntimeError):   # a symlink loop (RuntimeError before Python 3.13): the reader names it
+        full = Path(path).absolute()
+    return dsconfig.load_ds_config(str(full), str(path), None, {}, None, None)
 
 
 def assemble(ds: Any, stock: bool = False) -> dict[str, Any] | None:

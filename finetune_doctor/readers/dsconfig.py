@@ -131,7 +131,10 @@ def resolve_ds_path(value: Any, yaml_path: str | os.PathLike[str], yaml_line: in
         raise err("deepspeed: is empty; give the path of a DeepSpeed JSON")
     try:
         tried = _candidates(Path(text), yaml_path, cwd)
-        for cand in tried:
+    except OSError as oserr:         # a name too long for the OS, a deleted working directory
+        raise err(f"deepspeed: {text[:200]!r} cannot be opened: {oserr.strerror or oserr}") from None
+    for cand in tried:
+        try:
             if cand.is_file():
                 return cand
             if cand.is_dir():
@@ -139,8 +142,12 @@ def resolve_ds_path(value: Any, yaml_path: str | os.PathLike[str], yaml_line: in
             if cand.exists():
                 raise err(f"deepspeed: {text!r} is not a regular file (a FIFO, socket or device), expected a JSON "
                           "file")
-    except OSError as oserr:
-        raise err(f"deepspeed: {text[:200]!r} cannot be opened: {oserr.strerror or oserr}") from None
+            if os.path.lexists(cand):
+                os.stat(cand)        # a symlink loop raises ELOOP here; a dangling link is "not found"
+        except FileNotFoundError:
+            continue
+        except OSError as oserr:
+            raise err(f"deepspeed: {text[:200]!r} cannot be opened: {oserr.strerror or oserr}") from None
     shown = ", ".join(str(t) for t in tried[:6]) + (f" (+{len(tried) - 6} parents)" if len(tried) > 6 else "")
     raise err(f"DeepSpeed config {text!r} not found (tried: {shown})")
 
