@@ -17,7 +17,8 @@ import pytest
 
 from finetune_doctor.engine.evaluate import RuleContext, evaluate
 from finetune_doctor.engine.loader import load_rules, select_rules
-from finetune_doctor.readers.dsconfig import build_ds_config, ds_facts, load_ds_config
+from finetune_doctor.facts.ds import facts_of as ds_facts
+from finetune_doctor.readers.dsconfig import build_ds_config, load_ds_config
 from finetune_doctor.readers.yamlcfg import load_config
 from finetune_doctor.types import SourceDoc
 
@@ -29,6 +30,14 @@ CASES = ROOT / "fixtures" / "cases"
 NEW = dict(ds_version="0.19.8", transformers_version="5.24.0")
 OURS = ("FD201", "FD202", "FD203", "FD204", "FD205", "FD206", "FD207")
 YAML_LF = dict(load_config(str(LF / "train_lora" / "qwen3_lora_sft_ds3.yaml")).values)
+
+
+def _have(mod: str) -> bool:
+    try:
+        __import__(mod)
+        return True
+    except Exception:
+        return False
 
 
 def judge(ds_path: Path | None, lf: dict, *, raw: dict | None = None, world: int | None = 8,
@@ -147,17 +156,18 @@ def test_deepspeed_problems_from_check_are_reported():
     # the check pipeline appends validate_with_deepspeed() problems as plain dicts without a location
     cfg = load_ds_config(str(LF_DS / "ds_z2_config.json"), "/runs/train.yaml", 9, YAML_LF, 8, 4096, **NEW)
     facts = ds_facts(cfg)
-    facts["problems"] = [{"key": None, "kind": "deepspeed", "message": "DeepSpeed 0.19.8 rejects the config: X",
-                          "line": None}]
+    facts["problems"] = [{"key": None, "kind": "deepspeed", "check": "deepspeed", "version": "0.19.8",
+                          "upstream": "X", "line": None}]
     ctx = RuleContext(facts={"ds": facts, "cfg": YAML_LF, "run": None},
                       sources={"deepspeed": SourceDoc("deepspeed", cfg.path, cfg.positions)})
     (f,) = evaluate(select_rules(load_rules(), "check", ["FD201"], None), ctx)
     assert f.location.file == cfg.path and f.message == "DeepSpeed 0.19.8 rejects the config: X"
     # through problem_dicts a keyed DeepSpeed problem points at its line
-    from finetune_doctor.readers.dsconfig import DSProblem, problem_dicts
+    from finetune_doctor.facts.ds import problem_dicts
+    from finetune_doctor.readers.dsproblem import DSProblem
 
     facts["problems"] = problem_dicts(cfg, [DSProblem("zero_optimization.reduce_bucket_size", "deepspeed",
-                                                      "DeepSpeed 0.19.8 rejects the config: Y", detail="Y")])
+                                                      "deepspeed", version="0.19.8", detail="Y")])
     (f,) = evaluate(select_rules(load_rules(), "check", ["FD201"], None), ctx)
     assert f.location.line == line_of(LF_DS / "ds_z2_config.json", '"reduce_bucket_size"')
 
@@ -404,3 +414,61 @@ def test_duplicate_key_is_a_warning_without_fix(tmp_path):
     (f,) = judge(p, YAML_LF)
     assert (f.code, f.location.key, f.location.line, f.fix) == ("FD207", "zero_optimization", 4, None)
     assert "json.load keeps the last value" in f.message
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not all(_have(m) for m in ("deepspeed", "torch")), reason="deepspeed not installed")
+def test_check_validate_deepspeed_reports_what_only_deepspeed_knows(tmp_path):
+    """`doctor check --validate-deepspeed`: a rule of DeepSpeedConfig the vendored checks do not mirror
+    (runtime/config.py: bf16_optimizer_states needs bf16_master_weights_and_grads) reaches FD201 with DeepSpeed's
+    own text; without the flag the config passes."""
+    raw = json.loads((LF_DS / "ds_z2_config.json").read_text())
+    raw["bf16"]["bf16_optimizer_states"] = True
+    (tmp_path / "ds.json").write_text(json.dumps(raw, indent=2))
+    y = tmp_path / "train.yaml"
+    y.write_text((LF / "train_lora" / "qwen3_lora_sft_ds3.yaml").read_text().replace(
+        "examples/deepspeed/ds_z3_config.json", str(tmp_path / "ds.json")))
+
+    def check(*extra):
+        r = subprocess.run([sys.executable, "-m", "finetune_doctor", "check", str(y), "--gpu", "8xA100-80GB",
+                            "--no-data", "--format", "json", "--select", "FD2", *extra], capture_output=True,
+                           text=True, cwd=ROOT)
+        assert r.returncode in (0, 1), r.stderr
+        return json.loads(r.stdout)["findings"]
+
+    assert check() == []
+    (f,) = check("--validate-deepspeed")
+    assert f["code"] == "FD201" and f["location"]["file"] == str(tmp_path / "ds.json")
+    from importlib.metadata import version
+
+    assert f["message"] == (f"DeepSpeed {version('deepspeed')} rejects the config: AssertionError: "
+                            "bf16_optimizer_states requires bf16_master_weights_and_grads to be enabled.")
+
+
+# every check the readers emit, the rule(s) that word it ('' = DeepSpeed ignores it silently: no rule reports it)
+CHECK_RULES = {
+    "unknown_key": "FD201", "unknown_more": "FD201", "too_new": "FD201", "removed": "FD201", "missing_zero": "FD201",
+    "not_object": "FD201", "no_batch_size": "FD201", "allreduce_sum_zero3": "FD201", "deprecated_both": "FD201",
+    "pydantic": "FD201", "fp16_relation": "FD201", "stage_not_int": "FD201", "partial_offload": "FD201",
+    "compute_grad_norm_zero3": "FD201", "nvme_no_path": "FD201", "int64_range": "FD201", "top_bool": "FD201",
+    "top_number": "FD201", "top_integer": "FD201", "top_positive": "FD201", "top_negative": "FD201",
+    "prefetch_float": "FD201", "unfilled_auto": "FD201", "deepspeed": "FD201",
+    "mismatch": "FD201 FD202 FD203", "gas_absent": "FD202", "precision_no_enabled": "FD203", "both_halves": "FD203",
+    "unknown_top": "FD207", "removed_later": "FD207", "legacy_bool_zero": "FD207", "legacy_bfloat16": "FD207",
+    "deprecated_alias": "FD207", "duplicate": "FD207", "unknown_plain": "", "too_new_top": "",
+}
+
+
+def test_every_check_is_worded_by_its_rule():
+    import re
+
+    rules = {r.code: r for r in load_rules()}
+    for check, codes in CHECK_RULES.items():
+        for code in codes.split():
+            assert f"'{check}'" in rules[code].message, (check, code)
+    emitted = set()
+    for src in ("dscheck.py", "dsauto.py", "dsconfig.py"):
+        text = (ROOT / "finetune_doctor" / "readers" / src).read_text()
+        # the check is the third argument of every add(key, kind, check, ...) and of DSProblem(key, kind, check)
+        emitted |= set(re.findall(r'(?:add|DSProblem)\([^,()]+, (?:kind|"[a-z]+"), "([a-z0-9_]+)"', text))
+    assert emitted == set(CHECK_RULES), emitted ^ set(CHECK_RULES)

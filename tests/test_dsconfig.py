@@ -25,9 +25,12 @@ from types import SimpleNamespace
 import pytest
 
 from finetune_doctor.errors import InputError
-from finetune_doctor.readers import dsconfig as D
-from finetune_doctor.readers.dsconfig import (build_ds_config, ds_facts, load_ds_config, parse_ds_text,
+from finetune_doctor.facts.ds import facts_of as ds_facts
+from finetune_doctor.readers import dsauto
+from finetune_doctor.readers import dsschema as S
+from finetune_doctor.readers.dsconfig import (DSConfig, build_ds_config, load_ds_config, parse_ds_text,
                                               resolve_ds_path, validate_with_deepspeed)
+from finetune_doctor.readers.dsproblem import DSProblem
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures" / "deepspeed"
@@ -64,7 +67,7 @@ def line_of(path: Path, needle: str, after: str | None = None) -> int:
     return next(i + 1 for i, ln in enumerate(lines) if i >= start and needle in ln)
 
 
-def kinds(cfg: D.DSConfig, *ks: str) -> list[D.DSProblem]:
+def kinds(cfg: DSConfig, *ks: str) -> list[DSProblem]:
     return [p for p in cfg.problems if p.kind in ks]
 
 
@@ -182,8 +185,8 @@ def test_reference_examples_resolve_cleanly(path, lf):
         # the fp8 example hard-codes fp16.enabled false: meant for bf16 runs (test_fp8_example_...)
         assert [(p.key, p.kind) for p in errs] == [("fp16.enabled", "mismatch")]
         return
-    assert not errs, [p.message for p in errs]
-    assert not [k for k, v in D._leaf_items(cfg.resolved) if v == "auto"]
+    assert not errs, [p.as_dict() for p in errs]
+    assert not [k for k, v in dsauto.leaf_items(cfg.resolved) if v == "auto"]
     mbs = lf.get("per_device_train_batch_size", 8)
     gas = lf.get("gradient_accumulation_steps", 1)
     r = cfg.resolved
@@ -247,7 +250,7 @@ def test_case_configs(path):
 # --------------------------------------------------------------------------------------------------------------
 
 def _hf_args(lf: dict, world: int) -> SimpleNamespace:
-    g = {**D.HF_DEFAULTS, **{k: v for k, v in lf.items() if v is not None}}
+    g = {**dsauto.HF_DEFAULTS, **{k: v for k, v in lf.items() if v is not None}}
     return SimpleNamespace(
         world_size=world, per_device_train_batch_size=g["per_device_train_batch_size"],
         gradient_accumulation_steps=g["gradient_accumulation_steps"], max_grad_norm=g["max_grad_norm"],
@@ -336,11 +339,11 @@ def test_resolution_equals_transformers_and_accelerate(path, vi):
     cfg = build_ds_config(raw, str(path), {}, lf, 8, 4096, **NEW)
     errors = [p for p in cfg.problems if p.kind in ("invalid", "mismatch", "type", "unknown") and not p.silent]
     if err is None:
-        assert cfg.resolved == ref
+        assert cfg.received == ref
         # what HF and accelerate let through, DeepSpeed itself judges: our errors exactly when it raises
         ds_err = deepspeed_verdict(ref, 8)
-        assert bool(errors) == (ds_err is not None), (ds_err, [p.message for p in errors])
-        if D._is_true(ref, "bf16.enabled") or D._is_true(ref, "fp16.enabled") or True:
+        assert bool(errors) == (ds_err is not None), (ds_err, [p.as_dict() for p in errors])
+        if dsauto.is_true(ref, "bf16.enabled") or dsauto.is_true(ref, "fp16.enabled") or True:
             from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
             h = HfTrainerDeepSpeedConfig(copy.deepcopy(raw))
             h.trainer_config_process(_hf_args(lf, 8))
@@ -414,7 +417,8 @@ def test_linting_a_json_alone_compares_nothing():
                          **NEW)
     assert not kinds(cfg, "mismatch")
     assert cfg.resolved["train_batch_size"] == 32 and cfg.hf_dtype is None
-    assert any("no LLaMA-Factory YAML" in n for n in cfg.notes)
+    assert "no_yaml" in cfg.caveats
+    assert any("no LLaMA-Factory YAML" in n for n in ds_facts(cfg)["notes"])
 
 
 def test_precision_section_without_enabled_is_silently_off():
@@ -529,12 +533,12 @@ def test_structural_problems():
 # --------------------------------------------------------------------------------------------------------------
 
 def _accepted_zero_keys(version: str) -> set[str]:
-    v = D.parse_version(version)
+    v = S.parse_version(version)
     out = set()
-    for name, spec in D.ZERO_FIELDS.items():
-        if spec.since and v < D.parse_version(spec.since):
+    for name, spec in S.ZERO_FIELDS.items():
+        if spec.since and v < S.parse_version(spec.since):
             continue
-        if spec.removed and v >= D.parse_version(spec.removed):
+        if spec.removed and v >= S.parse_version(spec.removed):
             continue
         out.add(name)
         if spec.other_name:
@@ -568,16 +572,16 @@ def test_vendored_tables_match_the_installed_deepspeed():
         if f.alias:
             names.add(f.alias)
     assert _accepted_zero_keys(ver) == names
-    for model, table in ((DeepSpeedZeroOffloadParamConfig, D.OFFLOAD_PARAM_FIELDS),
-                         (DeepSpeedZeroOffloadOptimizerConfig, D.OFFLOAD_OPTIMIZER_FIELDS),
-                         (DeepSpeedFP16Config, D.FP16_FIELDS), (DeepSpeedBF16Config, D.BF16_FIELDS)):
+    for model, table in ((DeepSpeedZeroOffloadParamConfig, S.OFFLOAD_PARAM_FIELDS),
+                         (DeepSpeedZeroOffloadOptimizerConfig, S.OFFLOAD_OPTIMIZER_FIELDS),
+                         (DeepSpeedFP16Config, S.FP16_FIELDS), (DeepSpeedBF16Config, S.BF16_FIELDS)):
         assert set(model.model_fields) == set(table), model.__name__
         for k, f in model.model_fields.items():
-            want = D._pin_memory_default(D.parse_version(ver)) if k == "pin_memory" else table[k].default
+            want = S.pin_memory_default(S.parse_version(ver)) if k == "pin_memory" else table[k].default
             assert f.default == want, (model.__name__, k)
     z = DeepSpeedZeroConfig()
-    for k in D.MEMORY_ZERO_KEYS:
-        spec = D.ZERO_FIELDS[k]
+    for k in S.MEMORY_ZERO_KEYS:
+        spec = S.ZERO_FIELDS[k]
         assert getattr(z, spec.other_name or k) == (False if k == "overlap_comm" else spec.default), k
 
 
@@ -635,7 +639,7 @@ def test_static_verdict_equals_pydantic(section, key, value):
     # transformers does not see as ZeRO-3) do not, and DeepSpeed accepts those values
     flagged = [p for p in cfg.problems if p.kind in ("unknown", "removed", "type", "invalid") and p.detail
                and p.key and p.key.startswith(f"{section}.{key}")]
-    assert bool(flagged) == rejected, [p.message for p in flagged]
+    assert bool(flagged) == rejected, [p.as_dict() for p in flagged]
 
 
 @needs_ds
@@ -667,7 +671,8 @@ def test_validate_with_deepspeed_without_deepspeed(monkeypatch):
 def test_lint_path_imports_no_heavy_library():
     code = (
         "import sys\n"
-        "from finetune_doctor.readers.dsconfig import load_ds_config, ds_facts\n"
+        "from finetune_doctor.readers.dsconfig import load_ds_config\n"
+        "from finetune_doctor.facts.ds import facts_of as ds_facts\n"
         f"c = load_ds_config({str(LF_DS / 'ds_z3_offload_config.json')!r}, '/x/t.yaml', 1, {{'bf16': True}}, 8, 4096)\n"
         "ds_facts(c)\n"
         "bad = [m for m in ('torch', 'transformers', 'deepspeed', 'accelerate', 'pydantic') if m in sys.modules]\n"
@@ -725,8 +730,8 @@ def test_installed_version_matches_package_metadata():
     from importlib.metadata import version
 
     for dist in ("ruamel.yaml", "click", "pytest"):
-        assert D.installed_version(dist) == version(dist)
-    assert D.installed_version("no-such-distribution-xyz") is None
+        assert S.installed_version(dist) == version(dist)
+    assert S.installed_version("no-such-distribution-xyz") is None
 
 
 def test_byte_order_mark_fails_as_under_hf(tmp_path):
@@ -745,7 +750,7 @@ def test_string_stage_is_not_zero3_for_transformers():
     raw["zero_optimization"]["stage"] = "3"
     cfg = build_ds_config(raw, None, {}, LF_LORA, 8, 4096, **NEW)
     (p,) = kinds(cfg, "type")
-    assert p.key == "zero_optimization.stage" and p.fix_value == 3 and "zero.Init" in p.message
+    assert (p.key, p.check, p.fix_value, p.actual, p.stage) == ("zero_optimization.stage", "stage_not_int", 3, "3", 3)
     assert cfg.zero_stage == 3                              # DeepSpeed's view
     # transformers' view, when installed: its HfDeepSpeedConfig does not see ZeRO-3 either
     if _have("transformers") and _have("deepspeed"):

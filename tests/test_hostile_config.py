@@ -24,7 +24,7 @@ def _laughs() -> str:
 
 CASES = {
     # name: (file bytes, expected message part, expected line)
-    "billion-laughs": (_laughs().encode(), "alias expansion exceeds 100000 values", 2),
+    "billion-laughs": (_laughs().encode(), "alias expansion exceeds 250000 values", 2),
     "recursive-alias": (b"model_name_or_path: x\na: &a [*a]\n", "an alias contains itself", 2),
     "recursive-merge": (b"a: &a\n  <<: *a\n  x: 1\nmodel_name_or_path: x\n", "merges a mapping that contains it", 1),
     "deep-nesting": (("model_name_or_path: x\n" + "".join("  " * i + f"k{i}:\n" for i in range(900))
@@ -113,7 +113,7 @@ def test_escape_sequences_from_a_file_never_reach_the_terminal(tmp_path, fmt):
     res = CliRunner().invoke(main, ["lint", str(cfg), "--format", fmt])
     assert res.exit_code in (0, 1), res.output
     assert "\x1b" not in res.output and "\x07" not in res.output
-    assert "x1b]0;owned" in res.output   # shown, escaped
+    assert "]0;owned" in res.output   # shown, escaped (as the file spells it, or as \x1b)
     res.output.encode("utf-8")   # printable: no lone surrogate left
 
 

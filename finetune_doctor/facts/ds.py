@@ -1,33 +1,51 @@
 """``ds``: the DeepSpeed config the run uses, resolved the way HF's integration resolves its "auto" values.
 
 The namespace is the resolved config tree itself (``ds.zero_optimization.stage``, ``ds.bf16.enabled``: every
-DeepSpeed top-level key is declared open) plus the derived fields below, which are not DeepSpeed keys
-(readers/dsconfig.py `ds_facts` computes them). None when the config names no ``deepspeed:`` file.
+DeepSpeed top-level key is declared open) plus the derived fields below, which are not DeepSpeed keys and are
+computed here from the reader's `DSConfig` (readers/dsconfig.py). None when the config names no ``deepspeed:`` file.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 from typing import Any
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts.schema import LOCATION, OPEN, F, Namespace
 from finetune_doctor.readers import dsconfig
+from finetune_doctor.readers import dsschema as S
+from finetune_doctor.readers.dsjson import printable
+from finetune_doctor.readers.dsproblem import FIELDS, DSProblem, locate
 from finetune_doctor.types import Hardware
 
 PROBLEM_ITEM = {
-    "kind": F("str", "unknown_key | removed | deprecated | wrong_type | out_of_range | mismatch | ..."),
-    "key": F("str", "dotted DeepSpeed key"), "message": F("str", "what is wrong"),
-    "detail": F("str", "more detail"), "group": F("str", "mismatch group: batch | precision | ..."),
-    "expected": F("any", "the value HF expects"), "actual": F("any", "the value in the file"),
-    "suggestion": F("str", "did-you-mean key"), "upstream": F("str", "DeepSpeed's or HF's own message"),
-    "fix": F("str", "fix kind"), "fix_key": F("str", "key the fix edits"), "fix_value": F("any", "value written"),
-    "fix_title": F("str", "title of the fix"), "silent": F("bool", "DeepSpeed accepts it without a word"),
+    "kind": F("str", "unknown | removed | type | invalid | mismatch | deprecated | ignored | duplicate | deepspeed"),
+    "check": F("str", "the check within the kind (rules/deepspeed-*.yaml word each)"),
+    "key": F("str", "dotted DeepSpeed key"), "section": F("str", "the dotted parent of key ('' at the top)"),
+    "leaf": F("str", "the last part of key"),
+    "group": F("str", "mismatch group: batch | precision | clipping | optimizer | scheduler"),
+    "expected": F("any", "the value HF expects, or DeepSpeed's default"), "actual": F("any", "the value in the file"),
+    "actual_text": F("str", "actual as JSON text, printable"), "expected_text": F("str", "expected likewise"),
+    "actual_type": F("str", "JSON type of actual: null | boolean | number | string | array | object"),
+    "truthy": F("bool", "what Python's bool() makes of actual (DeepSpeed's plain getters)"),
+    "suggestion": F("str", "did-you-mean key"), "hf_key": F("str", "the TrainingArguments field compared with"),
+    "replaced_by": F("str", "the dotted key a deprecated alias maps to"),
+    "since": F("str", "first DeepSpeed version that accepts the key"),
+    "removed": F("str", "first DeepSpeed version that rejects the key"),
+    "stage": F("int", "ZeRO stage involved"), "count": F("int", "keys folded into one problem"),
+    "version": F("str", "DeepSpeed version whose own verdict this is"),
+    "error": F("str", "pydantic error type"), "error_msg": F("str", "pydantic's error text"),
+    "source": F("str", "the upstream code of the check"),
+    "detail": F("str", "the exact upstream error text"), "upstream": F("str", "its most specific line"),
+    "fix": F("str", "auto | set | rename | delete"), "fix_key": F("str", "key the fix edits"),
+    "fix_value": F("any", "value written"), "silent": F("bool", "DeepSpeed accepts it without a word"),
     "line": F("int", "1-based line"), "column": F("int", "1-based column"), "location": LOCATION(),
 }
 IGNORED_OFFLOAD_ITEM = {
-    "key": F("str", "the offload key"), "device": F("str", "cpu | nvme"), "stage": F("int", "ZeRO stage"),
-    "message": F("str", "why the stage ignores it"), "location": LOCATION(),
+    "key": F("str", "the offload key"), "what": F("str", "offload_param | offload_optimizer"),
+    "device": F("str", "cpu | nvme"), "stage": F("int", "ZeRO stage"), "location": LOCATION(),
 }
 DERIVED = {
     "path": F("str", "the JSON file (None for an inline dict)"),
@@ -45,11 +63,13 @@ DERIVED = {
     "overlap_comm_buffer_gib": F("float", "HF docs' upper bound of overlap_comm buffers with ZeRO-1/2, GiB"),
     "overlap_comm_known_bad": F("bool", "DeepSpeed version in 0.17.2-0.19.2 (ZeRO-1/2 overlap corruption)"),
     "fp16_enabled": F("bool", "fp16 as DeepSpeed parses it"), "bf16_enabled": F("bool", "bf16 likewise"),
-    "gradient_clip": F("float", "gradient clipping in effect"),
+    "gradient_clipping": F("number", "gradient clipping in effect (DeepSpeed's version default when absent)"),
     "explicit": F("list", "dotted keys written with a non-auto value"),
     "unresolved": F("list", "dotted keys whose value needs facts we lack"),
     "defaults": OPEN("zero_optimization keys absent from the JSON, with DeepSpeed's defaults"),
     "version": F("str", "DeepSpeed version assumed (None: newest known)"),
+    "version_text": F("str", "that version as messages name it ('0.19.8', or '0.19.8 (assumed)' when unknown)"),
+    "transformers_version": F("str", "transformers version assumed (None: newest known)"),
     "hf_dtype": F("str", "dtype HF uses for zero.Init/loading (transformers 5.x rule)"),
     "hf_dtype_4x": F("str", "the same under transformers 4.x"),
     "notes": F("list", "version caveats"),
@@ -58,7 +78,7 @@ DERIVED = {
 
 
 def _namespace() -> Namespace:
-    fields = {k: OPEN(f"DeepSpeed config section/key {k}", type="any") for k in sorted(dsconfig.TOP_KEYS)}
+    fields = {k: OPEN(f"DeepSpeed config section/key {k}", type="any") for k in sorted(S.TOP_KEYS)}
     fields.update(DERIVED)
     return Namespace("ds", __doc__.split("\n\n")[0], fields)
 
@@ -111,14 +131,18 @@ def missing(value: Any, err: InputError) -> dict[str, Any]:
 
 def load_alone(path: str) -> Any:
     """A DeepSpeed JSON read on its own (``doctor lint ds.json``), with no training config to resolve against."""
-    return dsconfig.load_ds_config(str(Path(path).resolve()), str(path), None, {}, None, None)
+    try:
+        full = Path(path).resolve()
+    except (OSError, RuntimeError):   # a symlink loop (RuntimeError before Python 3.13): the reader names it
+        full = Path(path).absolute()
+    return dsconfig.load_ds_config(str(full), str(path), None, {}, None, None)
 
 
 def assemble(ds: Any, stock: bool = False) -> dict[str, Any] | None:
     """The ``ds`` facts of a read DeepSpeed config (None without one)."""
     if ds is None:
         return None
-    facts = dsconfig.ds_facts(ds)
+    facts = facts_of(ds)
     facts["stock"] = stock
     return facts
 
@@ -130,7 +154,147 @@ def validate_with_deepspeed(ds: Any, facts: dict[str, Any]) -> bool:
     if extra is None:
         return False
     if extra:
-        facts["problems"] = list(facts.get("problems") or []) + [
-            p if isinstance(p, dict) else {k: getattr(p, k, None) for k in ("key", "kind", "message", "line")}
-            for p in extra]
+        facts["problems"] = list(facts.get("problems") or []) + problem_dicts(ds, extra)
     return True
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The derived facts
+# ---------------------------------------------------------------------------------------------------------------
+
+_NOTES = {
+    "no_yaml": "no LLaMA-Factory YAML: the values HF takes from it are unresolved and not compared",
+    "apex_fp16_4x": "transformers 4.x fills fp16.enabled with False when half_precision_backend is apex "
+                    "(fp16|fp16_full_eval+fp16_backend(amp)); 5.x fills True",
+    "version_unknown": f"DeepSpeed version unknown: defaults and schema of DeepSpeed {S.NEWEST_DS} assumed",
+}
+
+
+def facts_of(cfg: dsconfig.DSConfig) -> dict[str, Any]:
+    """The ``ds`` fact namespace of a `DSConfig`: the resolved tree plus the DERIVED fields.
+
+    ``offload_*_device`` map the deprecated cpu_offload / cpu_offload_param aliases to 'cpu', as DeepSpeed maps
+    them; ``offload_*_active`` say whether the stage honours that offload (optimizer: stage >= 1; param: stage 3 —
+    misconfigs.md §9; the engine hands only the optimizer offload to the stage-1/2 optimizer, runtime/engine.py);
+    ``overlap_comm`` is the explicit value, else DeepSpeed's validator default (True only for stage 3);
+    ``overlap_comm_buffer_gib`` is the HF DeepSpeed guide's upper bound for overlap_comm with ZeRO-1/2, 4.5 x
+    (reduce + allgather bucket) elements x 2 bytes (fp16/bf16), in GiB; ``overlap_comm_known_bad`` is True for
+    DeepSpeed 0.17.2-0.19.2 (ZeRO-1/2 overlap gradient corruption, misconfigs.md §6), None when the version is
+    unknown; ``gradient_clipping`` is DeepSpeed's version default when absent (0.0 up to 0.19.2, 1.0 from 0.19.3,
+    PR #8068).
+    """
+    res = cfg.resolved
+    zo = res.get("zero_optimization") if isinstance(res.get("zero_optimization"), dict) else {}
+    stage = cfg.zero_stage
+    dsv = S.parse_version(cfg.ds_version)
+    oo, op = _device(cfg, zo, "offload_optimizer", "cpu_offload"), _device(cfg, zo, "offload_param", "cpu_offload_param")
+    overlap = S.lax_bool(zo.get("overlap_comm")) if zo.get("overlap_comm") is not None else None
+    overlap = (stage == 3) if overlap is None else overlap
+    rb, ab = cfg.get("zero_optimization.reduce_bucket_size"), cfg.get("zero_optimization.allgather_bucket_size")
+    buf = None
+    if overlap and stage in (1, 2) and _number(rb) and _number(ab):
+        buf = 4.5 * (float(rb) + float(ab)) * 2 / float(1 << 30)
+    bad = None if dsv is None else (S.parse_version("0.17.2") <= dsv <= S.parse_version("0.19.2"))  # type: ignore[operator]
+    gc = res.get("gradient_clipping")
+    if "gradient_clipping" not in cfg.raw:
+        gc = 1.0 if S.at_least(dsv, "0.19.3") else 0.0
+    facts: dict[str, Any] = {k: v for k, v in res.items()}
+    facts.update({
+        "path": cfg.path, "problems": problem_dicts(cfg, cfg.problems), "zero_stage": stage,
+        "offload_optimizer_device": oo, "offload_param_device": op,
+        "offload_optimizer_active": bool(oo) and stage >= 1, "offload_param_active": bool(op) and stage == 3,
+        "ignored_offloads": _ignored_offloads(cfg, zo, stage, oo, op),
+        "overlap_comm": bool(overlap), "reduce_bucket_size": rb, "allgather_bucket_size": ab,
+        "overlap_comm_buffer_gib": buf, "overlap_comm_known_bad": bad,
+        "fp16_enabled": _enabled(res, "fp16"), "bf16_enabled": _enabled(res, "bf16"), "gradient_clipping": gc,
+        "explicit": list(cfg.explicit), "unresolved": list(cfg.unresolved), "defaults": dict(cfg.defaults),
+        "version": cfg.ds_version, "version_text": S.version_text(dsv),
+        "transformers_version": cfg.transformers_version,
+        "hf_dtype": cfg.hf_dtype, "hf_dtype_4x": cfg.hf_dtype_4x, "notes": notes(cfg),
+    })
+    return facts
+
+
+def notes(cfg: dsconfig.DSConfig) -> list[str]:
+    """The version caveats of `cfg`, worded."""
+    out = []
+    for c in cfg.caveats:
+        if c == "clipping_absent":
+            gc = 1.0 if S.at_least(S.parse_version(cfg.ds_version), "0.19.3") else 0.0
+            out.append("gradient_clipping absent: HF does not fill it; DeepSpeed's default is 0.0 (no clipping) up to "
+                       f"0.19.2 and 1.0 from 0.19.3 (PR #8068) — {gc} for this DeepSpeed")
+        elif c in _NOTES:
+            out.append(_NOTES[c])
+    return out
+
+
+def problem_dicts(cfg: dsconfig.DSConfig, problems: Any) -> list[dict[str, Any]]:
+    """`DSProblem`s as the items of ``ds.problems``: every field plus ``location`` {file, line, column, key},
+    ``section``/``leaf`` of the key and the values as printable JSON text (``actual_text``, ``expected_text``,
+    ``actual_type``, ``truthy``)."""
+    file = cfg.path or "<inline deepspeed>"
+    out = []
+    for p in problems:
+        d = p.as_dict() if isinstance(p, DSProblem) else {k: getattr(p, k, None) for k in FIELDS}
+        key = d.get("key")
+        line, col = locate(cfg.positions, key)
+        section, _, leaf = (key or "").rpartition(".")
+        d.update(section=section, leaf=leaf or None, actual_text=show(d.get("actual")),
+                 expected_text=show(d.get("expected")), actual_type=S.json_type(d.get("actual")),
+                 truthy=bool(d.get("actual")),
+                 location={"file": file, "line": line or (1 if cfg.path else None), "column": col, "key": key})
+        out.append(d)
+    return out
+
+
+def show(v: Any) -> str:
+    """A value as a message quotes it: strings as JSON strings, numbers and the rest as Python prints them;
+    always printable (readers/dsjson.py `printable`) and never longer than 200 characters."""
+    if isinstance(v, str):
+        text = json.dumps(v, ensure_ascii=False)
+    elif isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 640:
+        text = f"an integer of {len(str(v)) if v.bit_length() < 14000 else 'over 4000'} digits"
+    else:
+        text = str(v)
+    text = printable(text)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
+
+
+def _enabled(res: dict[str, Any], name: str) -> bool:
+    sec = res.get(name)
+    return bool(S.lax_bool(sec.get("enabled"))) if isinstance(sec, dict) else False
+
+
+def _device(cfg: dsconfig.DSConfig, zo: dict[str, Any], sec: str, alias: str) -> str | None:
+    o = zo.get(sec)
+    d = o.get("device") if isinstance(o, dict) else None
+    if d in ("cpu", "nvme"):
+        return d
+    raw_zo = cfg.raw.get("zero_optimization") if isinstance(cfg.raw.get("zero_optimization"), dict) else {}
+    if S.lax_bool(raw_zo.get(alias)) and not isinstance(o, dict):
+        return "cpu"
+    return None
+
+
+def _ignored_offloads(cfg: dsconfig.DSConfig, zo: dict[str, Any], stage: int, oo: str | None,
+                      op: str | None) -> list[dict[str, Any]]:
+    """Offload blocks the stage ignores (rule FD204 words them)."""
+    raw_zo = cfg.raw.get("zero_optimization") if isinstance(cfg.raw.get("zero_optimization"), dict) else {}
+    file = cfg.path or "<inline deepspeed>"
+
+    def item(what: str, alias: str, device: str) -> dict[str, Any]:
+        key = f"zero_optimization.{what if what in raw_zo else alias}"
+        line, col = locate(cfg.positions, key)
+        return {"key": key, "what": what, "device": device, "stage": stage,
+                "location": {"file": file, "line": line or (1 if cfg.path else None), "column": col, "key": key}}
+
+    out = []
+    if op and stage != 3:
+        out.append(item("offload_param", "cpu_offload_param", op))
+    if oo and stage == 0:
+        out.append(item("offload_optimizer", "cpu_offload", oo))
+    return out

@@ -3,11 +3,13 @@ memory, with key positions for the findings, and the DeepSpeed JSON it names whe
 
 from __future__ import annotations
 
-import json
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from finetune_doctor.errors import InputError
+from finetune_doctor.readers.dsjson import read_json
 from finetune_doctor.readers.yamlcfg import load_config as _load_yaml
 from finetune_doctor.types import SourceDoc
 
@@ -37,10 +39,9 @@ def load_config(path: str) -> ConfigInfo:
         for cand in (Path(ds), Path(path).parent / ds):
             if cand.is_file():
                 try:
-                    data = json.loads(cand.read_text(encoding="utf-8"))
-                    info.ds = data if isinstance(data, dict) else None
-                except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError) as err:
-                    info.notes.append(f"{cand}: cannot read the DeepSpeed config ({err}); ZeRO save cost not ranked")
+                    info.ds = read_json(str(cand)).values
+                except InputError as err:
+                    info.notes.append(f"cannot read the DeepSpeed config ({err}); ZeRO save cost not ranked")
                 break
         else:
             info.notes.append(f"{path}: deepspeed file {ds} not found; ZeRO save cost not ranked")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from finetune_doctor.errors import InputError
-from finetune_doctor.readers.limits import MAX_DEPTH, MAX_INT_DIGITS, MAX_VALUES, LimitExceeded
+from finetune_doctor.readers.limits import MAX_DEPTH, MAX_INT_DIGITS, MAX_CONFIG_NODES, LimitExceeded
 from finetune_doctor.types import SourceDoc
 
 # OmegaConf's float resolver (omegaconf/_utils.py get_yaml_loader): decimals, exponent-only forms, inf and nan.
@@ -89,10 +89,10 @@ def _plain(node: Any, prefix: str, positions: dict[str, tuple[int, int]], depth:
     """Plain values of ruamel's round-trip tree, under the same limits as the libyaml path (readers/limits.py)."""
     from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-    budget = [MAX_VALUES] if budget is None else budget
+    budget = [MAX_CONFIG_NODES] if budget is None else budget
     budget[0] -= 1
     if budget[0] < 0:
-        raise LimitExceeded(f"alias expansion exceeds {MAX_VALUES} values (a billion-laughs guard)")
+        raise LimitExceeded(f"alias expansion exceeds {MAX_CONFIG_NODES} values (a billion-laughs guard)")
     if isinstance(node, (CommentedMap, CommentedSeq)) and depth >= MAX_DEPTH:
         raise LimitExceeded(f"nesting exceeds {MAX_DEPTH} levels")
     if isinstance(node, CommentedMap):

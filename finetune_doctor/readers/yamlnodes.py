@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from finetune_doctor.readers.limits import MAX_DEPTH, MAX_VALUES, LimitExceeded
+from finetune_doctor.readers.limits import MAX_DEPTH, MAX_CONFIG_NODES, LimitExceeded
 
 
 class DuplicateKey(Exception):
@@ -66,7 +66,7 @@ def to_python(node: Any, scalar: Callable[[Any], Any], positions: dict[str, tupl
     Merge keys (``<<: *base``) merge as PyYAML's SafeLoader merges them (constructor.py ``flatten_mapping``), which is
     what OmegaConf.load does: explicit keys win, and of several merged mappings the first wins. Raises DuplicateKey
     for a repeated explicit key unless `allow_duplicates` (then the last one wins, as json does), and
-    limits.LimitExceeded for nesting deeper than MAX_DEPTH, more than MAX_VALUES values after alias expansion
+    limits.LimitExceeded for nesting deeper than MAX_DEPTH, more than MAX_CONFIG_NODES values after alias expansion
     ("billion laughs") or an alias that contains itself.
     """
     return _Walker(scalar, positions, allow_duplicates).value(node, prefix, 0)
@@ -83,8 +83,8 @@ class _Walker:
         import yaml
 
         self.count += 1
-        if self.count > MAX_VALUES:
-            raise LimitExceeded(f"alias expansion exceeds {MAX_VALUES} values (a billion-laughs guard)", _line(node))
+        if self.count > MAX_CONFIG_NODES:
+            raise LimitExceeded(f"alias expansion exceeds {MAX_CONFIG_NODES} values (a billion-laughs guard)", _line(node))
         if node is None:
             return None
         if not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
