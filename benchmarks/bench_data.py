@@ -147,7 +147,7 @@ def _preprocess(batch: dict) -> dict:
     """LF's SupervisedDatasetProcessor.preprocess_dataset: every template slot encoded on its own with the
     transformers tokenizer (Template._convert_elements_to_ids), infer_seqlen per turn, ids and labels out."""
     from finetune_doctor.analyzers import templates as T
-    from finetune_doctor.analyzers.tokens import infer_seqlen
+    from finetune_doctor.analyzers.dataargs import infer_seqlen
 
     tk, t, cutoff = _tk()
     out: dict = {"input_ids": [], "attention_mask": [], "labels": []}

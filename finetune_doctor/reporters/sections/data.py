@@ -1,4 +1,4 @@
-"""Text rendering of ``sections["data"]`` (pipeline/data.py `collect`): per-dataset table, histogram, worst batch.
+"""Text rendering of ``sections["data"]`` (declared in facts/data.py): per-dataset table, histogram, worst batch.
 
 `render(data)` returns one rich renderable; the text reporter draws it under the findings. `ScanProgress` is the
 progress display `doctor data` shows on stderr while it scans (bytes of each dataset's files).
