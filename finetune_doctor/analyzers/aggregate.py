@@ -108,7 +108,9 @@ class DatasetAggregate:
         self.tokens_trained = 0
         self.media = 0
 
-    def add(self, rec: tuple, file: str) -> None:
+    def add(self, rec: tuple, file: str, file_first: int = 0) -> None:
+        """Count the sample record `rec` (`SampleRecord.as_tuple`) read from `file`, whose first row has the
+        dataset index `file_first` (examples name the row within the file)."""
         index, line, status, sf, tf, tof, s, t, to, labels, flags, pair = rec
         self.n_rows += 1
         self.status[status] += 1
@@ -130,9 +132,10 @@ class DatasetAggregate:
                     self.flags[key] += 1
                     ex = self.examples.setdefault(key, [])
                     if len(ex) < MAX_EXAMPLES:
-                        ex.append({"file": file, "line": line, "index": index, "total": tof, "kept": to})
-        item = (tof, -index, next(_SEQ), {"file": file, "line": line, "index": index, "source": sf, "target": tf,
-                                          "total": tof, "kept": to})
+                        ex.append({"file": file, "line": line, "index": index, "row": index - file_first,
+                                   "total": tof, "kept": to})
+        item = (tof, -index, next(_SEQ), {"file": file, "line": line, "index": index, "row": index - file_first,
+                                          "source": sf, "target": tf, "total": tof, "kept": to})
         if len(self.longest) < TOP_K:
             heapq.heappush(self.longest, item)
         elif item[:3] > self.longest[0][:3]:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from finetune_doctor.analyzers import templates as T
 from finetune_doctor.analyzers.aggregate import DatasetAggregate, round_up, worst_micro_batch
 from finetune_doctor.analyzers.dataargs import DataSettings, as_bool, as_list
-from finetune_doctor.analyzers.encoder import Encoder
+from finetune_doctor.analyzers.encoder import UNREADABLE, Encoder
 from finetune_doctor.analyzers.scanpool import Scanner, ScanResult
 from finetune_doctor.analyzers.tokenizer import ApproxCounter, ExactCounter, find_tokenizer, resolve_template
 from finetune_doctor.errors import InputError
@@ -152,9 +152,13 @@ PROBLEM_TEXT = {
     "bad_value": "values of the wrong type or malformed tool/function JSON; LLaMA-Factory fails on them",
     "stage_mismatch": "ranking data in a non-preference stage (or the reverse); LLaMA-Factory raises "
                       "'The dataset is not applicable in the current training stage.'",
+    "encoding": "bytes LLaMA-Factory's loader cannot decode (not UTF-8, or a byte-order mark where it fails on one)",
+    "row_too_large": "rows over the doctor's size limit per row; not measured (LLaMA-Factory reads them)",
+    "no_rows": "a dataset without any row; LLaMA-Factory's loader (datasets) fails on it",
+    "dataset_info": "dataset_info.json: LLaMA-Factory cannot read it as it is",
 }
 FATAL_KINDS = {"malformed_json", "bad_row", "unreadable", "missing_column", "bad_value", "empty_prompt",
-               "stage_mismatch"}
+               "stage_mismatch", "encoding", "no_rows", "dataset_info"}
 
 
 def accessed_columns(spec: DatasetSpec, processor: str) -> dict[str, str]:
@@ -196,15 +200,18 @@ def dataset_facts(spec: DatasetSpec, res: ScanResult | None, settings: DataSetti
     for key, p in res.problems.items():
         kind = p.get("kind", key)
         first = p["examples"][0] if p["examples"] else {}
+        msg = first.get("message", "")
+        if first.get("line") is None and first.get("row") is not None:
+            msg = f"row {first['row']}: {msg}"   # no line names this row (columnar file, one-line JSON array)
         probs.append({"dataset": spec.name, "kind": kind, "count": p["count"],
                       "fatal": p["fatal"] or kind in FATAL_KINDS, "what": PROBLEM_TEXT.get(kind, kind),
-                      "message": first.get("message", ""),
+                      "message": msg,
                       "location": {"file": first.get("file"), "line": first.get("line"), "column": None,
                                    "key": None},
                       "examples": p["examples"]})
     probs.sort(key=lambda p: (not p["fatal"], -p["count"]))
     base["problems"] = probs
-    partial = any(p["kind"] in ("malformed_json", "bad_row", "unreadable") for p in probs)
+    partial = res.cut_short or res.agg.status[UNREADABLE] > 0
     base["status"] = "partial" if partial else ("empty" if base["samples"] == 0 else "ok")
     base["reason"] = None
     return base
@@ -219,10 +226,40 @@ def check_columns(spec: DatasetSpec, res: ScanResult, processor: str) -> None:
             have = ", ".join(sorted(res.keys)[:8]) or "none"
             msg = (f"columns.{role} = {col!r}, but no row has a {col!r} field (fields: {have})" if
                    spec.info_path else f"no row has a {col!r} field")
-            res.problems["missing_column:" + role] = {
-                "kind": "missing_column", "count": 1, "fatal": True,
-                "examples": [{"file": spec.info_path or (spec.files[0] if spec.files else None),
-                              "line": spec.info_line, "index": None, "message": msg}]}
+            res.problems["missing_column:" + role] = _one(
+                "missing_column", msg, spec.info_path or (spec.files[0] if spec.files else None), spec.info_line)
+
+
+def _one(kind: str, message: str, file: str | None, line: int | None) -> dict[str, Any]:
+    return {"kind": kind, "count": 1, "fatal": True,
+            "examples": [{"file": file, "line": line, "index": None, "row": None, "message": message}]}
+
+
+def _dataset_checks(spec: DatasetSpec, res: ScanResult, settings: DataSettings) -> None:
+    """Problems of a dataset as a whole: the stage takes no such data, a column LF reads is missing, no row."""
+    if res.agg.n_rows == 0 and not res.problems:
+        # datasets 4.0.0: 'Instruction "train" corresponds to no data!' ([] or blank lines), or
+        # SchemaInferenceError for a zero-byte file (both seen with load_dataset on such files)
+        files = ", ".join(spec.files[:3]) + (" …" if len(spec.files) > 3 else "")
+        res.problems["no_rows"] = _one("no_rows", f"no row in {files}: LLaMA-Factory's loader (datasets) fails on "
+                                       "a dataset without rows ('Instruction \"train\" corresponds to no data!')",
+                                       spec.files[0] if spec.files else spec.info_path, None)
+    ranking_stage = settings.lf_stage == "rm"
+    if bool(spec.ranking) != ranking_stage and settings.lf_stage in ("rm", "sft", "pt", "ppo", "kto"):
+        res.problems["stage_mismatch"] = _one("stage_mismatch", (
+            f"dataset is {'ranked (pairwise)' if spec.ranking else 'not ranked'} but stage {settings.stage!r} "
+            f"{'needs' if ranking_stage else 'does not take'} pairwise data"), spec.info_path, spec.info_line)
+    check_columns(spec, res, settings.processor)
+
+
+def _info_problems(specs: list[DatasetSpec]) -> list[dict[str, Any]]:
+    """The ``dataset_info`` problems of dataset_info.json files that were read although LF fails on them."""
+    out: list[dict[str, Any]] = []
+    for path, what in dict.fromkeys((s.info_path, s.info_problem) for s in specs if s.info_problem):
+        out.append({"dataset": None, "kind": "dataset_info", "count": 1, "fatal": True, "what": what,
+                    "message": what, "location": {"file": path, "line": 1, "column": None, "key": None},
+                    "examples": []})
+    return out
 
 
 def analyze_datasets(specs: list[DatasetSpec], settings: DataSettings, counter: Any, template: T.Template, *,
@@ -236,7 +273,7 @@ def analyze_datasets(specs: list[DatasetSpec], settings: DataSettings, counter: 
     enc = Encoder(counter, template, settings)
     overall = DatasetAggregate("overall")
     entries: list[dict[str, Any]] = []
-    problems: list[dict[str, Any]] = []
+    problems: list[dict[str, Any]] = _info_problems(specs)
     partial_reasons: list[str] = []
     small = sum(total_bytes(s) for s in specs if not s.unavailable) < parallel_min_bytes
     n_workers = 1 if small else max(1, workers)
@@ -247,13 +284,7 @@ def analyze_datasets(specs: list[DatasetSpec], settings: DataSettings, counter: 
                 partial_reasons.append(f"{spec.name}: {spec.unavailable}")
                 continue
             res = scanner.scan(spec, max_rows=settings.max_samples, chunk_rows=chunk_rows)
-            ranking_stage = settings.lf_stage == "rm"
-            if bool(spec.ranking) != ranking_stage and settings.lf_stage in ("rm", "sft", "pt", "ppo", "kto"):
-                res.problems["stage_mismatch"] = {"kind": "stage_mismatch", "count": 1, "fatal": True, "examples": [{
-                    "file": spec.info_path, "line": spec.info_line, "index": None,
-                    "message": (f"dataset is {'ranked (pairwise)' if spec.ranking else 'not ranked'} but stage "
-                                f"{settings.stage!r} {'needs' if ranking_stage else 'does not take'} pairwise data")}]}
-            check_columns(spec, res, settings.processor)
+            _dataset_checks(spec, res, settings)
             entry = dataset_facts(spec, res, settings)
             entries.append(entry)
             problems.extend(entry["problems"])

@@ -176,9 +176,10 @@ class Encoder:
                 kind = "wrong_role_order" if "role" in b.reason else "odd_message_count"
                 problems.append((kind, rec.index, rec.line, b.reason, False))
                 continue
-            except (ValueError, KeyError, TypeError) as err:
+            except (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError) as err:
+                # a value of a shape LF's converter or template cannot take (LF fails on the row too)
                 rec.status = ERROR
-                problems.append(("bad_value", rec.index, rec.line, str(err), True))
+                problems.append(("bad_value", rec.index, rec.line, f"{type(err).__name__}: {err}"[:300], True))
                 continue
             if plan is None:
                 continue

@@ -36,7 +36,7 @@ def _work(task: tuple) -> tuple:
     if raw is not None:
         rows, errors, keys = parse_json_lines(file, raw, lines, first_index)
     recs, problems = enc.process(rows, first_index, lines, cs)
-    return recs, problems, [(e.kind, e.file, e.line, e.message, e.index, e.fatal) for e in errors], keys
+    return recs, problems, [(e.kind, e.file, e.line, e.message, e.index, e.lf_fails) for e in errors], keys
 
 
 @dataclass
@@ -47,14 +47,17 @@ class ScanResult:
     problems: dict[str, dict[str, Any]] = field(default_factory=dict)
     keys: set[str] = field(default_factory=set)
     files: list[str] = field(default_factory=list)
+    cut_short: bool = False   # a file could not be read to its end
 
     def problem(self, kind: str, message: str, file: str | None, line: int | None, index: int | None,
-                fatal: bool) -> None:
+                fatal: bool, row: int | None = None) -> None:
+        """Count one problem of `kind`; `fatal`: LLaMA-Factory stops on it; `index` is the row in the dataset,
+        `row` the row within `file` (0-based)."""
         p = self.problems.setdefault(kind, {"kind": kind, "count": 0, "fatal": False, "examples": []})
         p["count"] += 1
         p["fatal"] = p["fatal"] or fatal
         if len(p["examples"]) < MAX_EXAMPLES:
-            p["examples"].append({"file": file, "line": line, "index": index, "message": message})
+            p["examples"].append({"file": file, "line": line, "index": index, "row": row, "message": message})
 
 
 class Scanner:
@@ -115,15 +118,21 @@ class Scanner:
                 last_file = ch.file
                 res.files.append(ch.file)
             res.keys |= ch.keys | set(keys)
+            first = ch.file_first
+
+            def row(index: int | None) -> int | None:
+                return None if index is None else index - first
+
             for e in ch.errors:
-                res.problem(e.kind, e.message, e.file, e.line, e.index, True)
-            for kind, file, line, msg, index, fatal in errors:
-                res.problem(kind, msg, file, line, index, True)
+                res.cut_short = res.cut_short or e.fatal
+                res.problem(e.kind, e.message, e.file, e.line, e.index, e.lf_fails, row(e.index))
+            for kind, file, line, msg, index, lf_fails in errors:
+                res.problem(kind, msg, file, line, index, lf_fails, row(index))
             for kind, index, line, msg, fatal in problems:
-                res.problem(kind, msg, ch.file, line, index, fatal)
+                res.problem(kind, msg, ch.file, line, index, fatal, row(index))
             add = res.agg.add
             for r in recs:
-                add(r, ch.file)
+                add(r, ch.file, first)
             if self.s.packing:  # packing_stats are reported only with packing: skip the knapsack otherwise
                 for r in recs:
                     self.packer.add(r[2], r[8])
