@@ -58,7 +58,7 @@ def collect(cfg: dict[str, Any], config_path: str, *, cutoff_len: int | None = N
     dataset_dir = str(cfg.get("dataset_dir") or "data")
     try:
         how = "online" if dataset_dir == "ONLINE" or dataset_dir.startswith("REMOTE:") else \
-            find_dataset_dir(dataset_dir, cwd=cwd, config_dir=config_dir)[1]
+            find_dataset_dir(dataset_dir, cwd=cwd, config_dir=config_dir, names=names)[1]
         specs, ddir = resolve_datasets(names, dataset_dir, cwd=cwd, config_dir=config_dir,
                                        cache_dir=cfg.get("cache_dir"), env=env)
     except DatasetDirNotFound:
@@ -252,6 +252,15 @@ def _dataset_checks(spec: DatasetSpec, res: ScanResult, settings: DataSettings) 
     check_columns(spec, res, settings.processor)
 
 
+_SKIPS = {"malformed_json": "malformed", "bad_row": "not objects", "unreadable": "file unreadable",
+          "encoding": "not UTF-8", "row_too_large": "over the size limit per row"}
+
+
+def _skipped(entry: dict[str, Any]) -> set[str]:
+    """Why rows of a partial dataset were not measured, in words."""
+    return {_SKIPS[p["kind"]] for p in entry["problems"] if p["kind"] in _SKIPS} or {"unreadable"}
+
+
 def _info_problems(specs: list[DatasetSpec]) -> list[dict[str, Any]]:
     """The ``dataset_info`` problems of dataset_info.json files that were read although LF fails on them."""
     out: list[dict[str, Any]] = []
@@ -289,7 +298,7 @@ def analyze_datasets(specs: list[DatasetSpec], settings: DataSettings, counter: 
             entries.append(entry)
             problems.extend(entry["problems"])
             if entry["status"] == "partial":
-                partial_reasons.append(f"{spec.name}: unreadable rows skipped")
+                partial_reasons.append(f"{spec.name}: rows skipped ({', '.join(sorted(_skipped(entry)))})")
             overall.merge(res.agg)
         scanner.packer.flush()
         scanner.close()

@@ -202,9 +202,13 @@ def _decode(raw: bytes, head: bytes, offset: int, line: int) -> str:
         raise Unreadable("encoding", not_utf8(head, offset + err.start, line), line) from None
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB" if n >= 1 << 20 else f"{n:,} bytes"
+
+
 def too_large(size: int) -> str:
-    return (f"a row of {size / 2**20:,.1f} MiB, over the doctor's limit of {MAX_ROW_BYTES >> 20} MiB per row: "
-            "skipped, not measured (LLaMA-Factory reads it and cuts it to cutoff_len)")
+    return (f"a row of {_size(size)}, over the doctor's limit of {_size(MAX_ROW_BYTES)} per row: skipped, not "
+            "measured (LLaMA-Factory reads it and cuts it to cutoff_len)")
 
 
 class _Utf8Text:
@@ -528,6 +532,8 @@ class _ArrayReader:
             return None  # a number or literal may continue past the buffer end
         line = self.line_at(start)
         self.pos, self.last_size = end, end - start
+        if end - start > MAX_ROW_BYTES:   # it fitted in the buffer; the limit is the same as for a skipped one
+            return "large", end - start, line
         return "row", obj, line
 
     def _skip(self) -> int | None:

@@ -113,15 +113,19 @@ def not_found_message(names: list[str], dataset_dir: str, tried: list[str] | tup
     where = ", ".join(tried[:4]) + (" …" if len(tried) > 4 else "")
     default = " (the default)" if dataset_dir == "data" else ""
     extra = f"; {unrelated} defines none of them" if unrelated else ""
-    return (f"cannot find the {DATA_CONFIG} that defines {', '.join(names)}: LLaMA-Factory reads dataset_dir "
+    what = (f"dataset{'s' if len(names) > 1 else ''} {', '.join(names)}" if names else "the datasets")
+    return (f"cannot find the {DATA_CONFIG} that defines {what}: LLaMA-Factory reads dataset_dir "
             f"'{dataset_dir}'{default} relative to the folder it is launched from, and the doctor looked in "
             f"{where}{extra}. Run the doctor from the folder you launch training from, or set dataset_dir in the "
             f"config to the folder that holds {DATA_CONFIG} (an absolute path works from anywhere)")
 
 
 def _has_info(folder: str) -> bool:
+    """Something is at folder/dataset_info.json (reading it then says what is wrong with it: a FIFO, a symlink loop,
+    a folder, bytes that are not UTF-8)."""
     try:
-        return stat.S_ISREG(os.stat(os.path.join(folder, DATA_CONFIG)).st_mode)
+        os.lstat(os.path.join(folder, DATA_CONFIG))
+        return True
     except (OSError, ValueError):
         return False
 
