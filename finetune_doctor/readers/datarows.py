@@ -439,7 +439,7 @@ def _json_limit(err: Exception) -> str:
 # --- JSON arrays ----------------------------------------------------------------------------------------------------
 
 _WS = re.compile(r"[ \t\r\n]*")
-_SKIP_IN_STRING = re.compile(r'["\\]')
+_STRING_BODY = re.compile(r'(?:[^"\\]++|\\.)*+', re.S)
 _SKIP_OUTSIDE = re.compile(r'["\[\]{},]')
 
 
@@ -542,15 +542,13 @@ class _ArrayReader:
         depth, in_string, p = 0, False, self.pos
         while True:
             if in_string:
-                m = _SKIP_IN_STRING.search(self.buf, p)
-                if m is not None and m.group() == "\\" and m.end() < len(self.buf):
-                    p = m.end() + 1
-                    continue
-                if m is not None and m.group() == '"':
-                    in_string, p = False, m.end()
+                q = _STRING_BODY.match(self.buf, p).end()   # runs of text and escapes, in C
+                if q < len(self.buf) and self.buf[q] == '"':
+                    in_string, p = False, q + 1
                     if depth == 0:
                         break
                     continue
+                p = q                                       # the buffer ends inside the string (or its escape)
             else:
                 m = _SKIP_OUTSIDE.search(self.buf, p)
                 if m is not None:
@@ -572,7 +570,8 @@ class _ArrayReader:
                     p = m.end()
                     continue
             # the element goes on past the buffer: drop what was scanned and read more
-            p = m.start() if m is not None else len(self.buf)
+            if not in_string:
+                p = len(self.buf)
             self.pos = p
             if not self.refill():
                 return None
