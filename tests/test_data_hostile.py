@@ -353,6 +353,23 @@ def test_rows_over_the_limit_are_skipped_not_held(tmp_path, monkeypatch):
     assert _problems(facts)["row_too_large"]["message"].startswith("line 2:")
 
 
+@pytest.mark.parametrize("buf", [7, 64, 4096])
+def test_array_elements_over_the_limit_are_skipped_across_buffer_ends(tmp_path, monkeypatch, buf):
+    monkeypatch.setattr(R, "MAX_ROW_BYTES", 200)
+    monkeypatch.setattr(R, "_READ_BYTES", buf)
+    tricky = {"instruction": 'a "quoted" ] } [ { \\ ' * 30, "nested": [[{"x": "]"}]] * 20, "output": "y"}
+    rows = [ROWS[1], tricky, ROWS[1], "s" * 500, 12345678901234567890, ROWS[1]]
+    p = tmp_path / "a.json"
+    p.write_text(json.dumps(rows, indent=1))
+    spec = D.DatasetSpec(name="t", load_from="file", source="a.json", files=(str(p),), file_type="json")
+    got = [(r, e) for ch in D.iter_chunks(spec, chunk_rows=2) for r, e in [(ch.rows, ch.errors)]]
+    read = [r for rs, _ in got for r in rs]
+    errors = [e for _, es in got for e in es]
+    assert read == [ROWS[1], None, ROWS[1], None, None, ROWS[1]]
+    assert [e.kind for e in errors] == ["row_too_large", "row_too_large", "bad_row"]
+    assert not any(e.fatal for e in errors)
+
+
 def test_deep_nesting_in_rows(tmp_path):
     deep = "[" * 50_000 + "]" * 50_000
     jl = json.dumps(ROWS[1]) + '\n{"instruction": ' + deep + "}\n" + json.dumps(ROWS[1]) + "\n"
