@@ -22,6 +22,7 @@ a file with no row              fails ("corresponds to no data")               `
 from __future__ import annotations
 
 import codecs
+import re
 import gzip
 import json
 import os
@@ -66,8 +67,7 @@ def _doctor(tmp_path: Path, *args: str, timeout: int = 60) -> subprocess.Complet
 
 
 def _config(tmp_path: Path) -> str:
-    (tmp_path / "c.yaml").write_text("model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct\nstage: sft\nfinetuning_type: lora\n"
-                                     "template: qwen\ncutoff_len: 512\ndataset: d\n")
+    (tmp_path / "c.yaml").write_text(_config_text("d"))
     return "c.yaml"
 
 
@@ -177,8 +177,8 @@ def test_fifo_and_devices_are_never_read(tmp_path):
 
 
 def _config_text(datasets: str) -> str:
-    return ("model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct\nstage: sft\nfinetuning_type: lora\ntemplate: qwen\ncutoff_len: 512\n"
-            f"dataset: {datasets}\n")
+    return ("model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct\nstage: sft\nfinetuning_type: lora\ntemplate: qwen\n"
+            f"cutoff_len: 512\ndataset: {datasets}\n")
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs need a POSIX system")
@@ -416,3 +416,27 @@ def test_check_and_data_agree_when_the_datasets_are_not_on_this_machine(tmp_path
     assert r.returncode == 2 and "defines none of them" in r.stderr and "unrelated" not in r.stderr
     r = _doctor(tmp_path / "cfgs", "check", "c.yaml", "--gpu", "A100-80GB", "--format", "json")
     assert any("datasets not scanned" in n for n in json.loads(r.stdout)["notes"])
+
+
+@pytest.mark.parametrize("key, value, what", [
+    ("per_device_train_batch_size", float("inf"), "per_device_train_batch_size must be an integer"),
+    ("max_samples", -3, "max_samples must be an integer from 1"),
+    ("preprocessing_batch_size", 2**70, "from 1 to 2\\^63 - 1"),
+    ("template", ["qwen"], "template must be a string"),
+    ("val_size", "ten", "val_size must be a number"),
+])
+def test_config_values_of_the_wrong_type_or_range(tmp_path, key, value, what):
+    _setup(tmp_path, {"file_name": "a.json"}, {"a.json": json.dumps(ROWS).encode()})
+    with pytest.raises(InputError, match=what):
+        collect({**CFG, key: value}, str(tmp_path / "c.yaml"), approximate=True, strict=True, cwd=str(tmp_path))
+    facts = collect({**CFG, key: value}, str(tmp_path / "c.yaml"), approximate=True, cwd=str(tmp_path))
+    assert re.search(what, facts["error"]) and facts["error"].startswith("data not scanned") and not facts["problems"]
+
+
+def test_tokenizer_files_that_are_not_utf8_or_not_json(tmp_path):
+    from finetune_doctor.analyzers.tokenizer import read_tokenizer_config
+
+    (tmp_path / "tokenizer_config.json").write_bytes('{"eos_token": "é"}'.encode("latin-1"))
+    (tmp_path / "special_tokens_map.json").write_text("[" * 100_000)
+    (tmp_path / "chat_template.jinja").write_bytes(b"\xff\xfe{")
+    assert read_tokenizer_config(str(tmp_path)) == {}

@@ -83,36 +83,59 @@ class DataSettings:
     @classmethod
     def from_config(cls, cfg: dict[str, Any], *, cutoff_len: int | None = None,
                     micro_batch: int | None = None) -> "DataSettings":
+        """The settings of the config values `cfg` (`cutoff_len` / `micro_batch` override the config's).
+
+        Raises ValueError naming the key for a value LF's HfArgumentParser types differently (a list where a
+        string is expected, a float or an infinity where an integer is), or out of range.
+        """
         stage = str(cfg.get("stage") or "sft")
         neat = as_bool(cfg.get("neat_packing"))
         explicit = cfg.get("packing")
         packing_explicit = as_bool(explicit) or neat
         packing = packing_explicit if (explicit is not None or neat) else stage == "pt"
-        cut = cutoff_len if cutoff_len is not None else cfg.get("cutoff_len")
-        mb = micro_batch if micro_batch is not None else cfg.get("per_device_train_batch_size")
-        if cut is not None and (isinstance(cut, bool) or not isinstance(cut, int) or cut < 1):
-            raise ValueError(f"cutoff_len must be a positive integer, not {cut!r}")
+        cut = cutoff_len if cutoff_len is not None else _int(cfg, "cutoff_len", 1)
+        mb = micro_batch if micro_batch is not None else _int(cfg, "per_device_train_batch_size", 1)
+        val = cfg.get("val_size")
+        if val is not None and (isinstance(val, bool) or not isinstance(val, (int, float)) or not 0 <= val < 2**63):
+            raise ValueError(f"val_size must be a number from 0 (a share below 1, or a row count), not {val!r}")
         return cls(
             stage=stage,
-            cutoff_len=int(cut) if cut is not None else 2048,
+            cutoff_len=cut if cut is not None else 2048,
             packing=packing,
             packing_explicit=packing_explicit,
             neat_packing=neat,
             train_on_prompt=as_bool(cfg.get("train_on_prompt")),
             mask_history=as_bool(cfg.get("mask_history")),
-            template=cfg.get("template"),
-            tool_format=cfg.get("tool_format"),
-            default_system=cfg.get("default_system"),
+            template=_str(cfg, "template"),
+            tool_format=_str(cfg, "tool_format"),
+            default_system=_str(cfg, "default_system"),
             enable_thinking=None if cfg.get("enable_thinking", True) is None
             else as_bool(cfg.get("enable_thinking", True)),
             preserve_thinking=as_bool(cfg.get("preserve_thinking")),
-            preprocessing_batch_size=int(cfg.get("preprocessing_batch_size") or 1000),
-            micro_batch=int(mb) if isinstance(mb, (int, float)) and not isinstance(mb, bool) else 8,
-            max_samples=int(cfg["max_samples"]) if cfg.get("max_samples") is not None else None,
-            val_size=float(cfg.get("val_size") or 0.0),
-            mix_strategy=str(cfg.get("mix_strategy") or "concat"),
+            preprocessing_batch_size=_int(cfg, "preprocessing_batch_size", 1) or 1000,
+            micro_batch=mb if mb is not None else 8,
+            max_samples=_int(cfg, "max_samples", 1),
+            val_size=float(val or 0.0),
+            mix_strategy=_str(cfg, "mix_strategy") or "concat",
             streaming=as_bool(cfg.get("streaming")),
         )
+
+
+def _int(cfg: dict[str, Any], key: str, minimum: int) -> int | None:
+    """An integer key of the config (None when unset); ValueError for another type or a value below `minimum`."""
+    v = cfg.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v < 2**63:
+        raise ValueError(f"{key} must be an integer from {minimum} to 2^63 - 1, not {v!r}")
+    return v
+
+
+def _str(cfg: dict[str, Any], key: str) -> str | None:
+    v = cfg.get(key)
+    if v is not None and not isinstance(v, str):
+        raise ValueError(f"{key} must be a string, not {type(v).__name__}")
+    return v
 
 
 def infer_seqlen(source_len: int, target_len: int, cutoff_len: int) -> tuple[int, int]:

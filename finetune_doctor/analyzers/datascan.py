@@ -24,11 +24,14 @@ from finetune_doctor.readers.datasets import DatasetDirNotFound, DatasetSpec, fi
     total_bytes
 
 
-def _error_facts(message: str, location: dict[str, Any]) -> dict[str, Any]:
+def _error_facts(message: str, location: dict[str, Any] | None) -> dict[str, Any]:
+    """Facts of a scan that could not run: `message` says why; with a `location` (in dataset_info.json) it is
+    also a fatal ``dataset_info`` problem, without one (a config value) the config rules speak for it."""
+    problems = [] if location is None else [{"dataset": None, "kind": "dataset_info", "count": 1, "fatal": True,
+                                            "what": message, "message": message, "location": location,
+                                            "examples": []}]
     return {"error": message, "partial": True, "partial_reasons": [message], "datasets": [], "overall": None,
-            "problems": [{"dataset": None, "kind": "dataset_info", "count": 1, "fatal": True, "what": message,
-                          "message": message, "location": location, "examples": []}],
-            "worst_micro_batch": None, "worst_micro_batch_tokens": None, "approximate": None}
+            "problems": problems, "worst_micro_batch": None, "worst_micro_batch_tokens": None, "approximate": None}
 
 
 def collect(cfg: dict[str, Any], config_path: str, *, cutoff_len: int | None = None, micro_batch: int | None = None,
@@ -75,7 +78,7 @@ def collect(cfg: dict[str, Any], config_path: str, *, cutoff_len: int | None = N
     except ValueError as err:
         if strict:
             raise InputError(str(err), file=config_path) from None
-        return None  # the config rules report the bad value; nothing to scan against
+        return _error_facts(f"data not scanned: {err}", None)  # not "not on this machine": the value is the reason
     base_dirs = [cwd, config_dir] + [str(p) for p in Path(config_dir).parents]
     folder, why = (None, "--approximate was given") if approximate else find_tokenizer(
         cfg.get("model_name_or_path"), base_dirs=base_dirs, cache_dir=cfg.get("cache_dir"), env=env)

@@ -70,18 +70,19 @@ def read_tokenizer_config(folder: str) -> dict[str, Any]:
         if f.is_file():
             try:
                 data = json.loads(f.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError):
+            except (OSError, ValueError, RecursionError):   # unreadable, not UTF-8, not JSON: as if absent
                 continue
             if isinstance(data, dict):
                 out.update(data)
     if not out.get("chat_template"):
-        if (p / "chat_template.jinja").is_file():
-            out["chat_template"] = (p / "chat_template.jinja").read_text(encoding="utf-8")
-        elif (p / "chat_template.json").is_file():
-            try:
-                out["chat_template"] = json.loads((p / "chat_template.json").read_text())["chat_template"]
-            except (OSError, json.JSONDecodeError, KeyError, TypeError):
-                pass
+        try:
+            if (p / "chat_template.jinja").is_file():
+                out["chat_template"] = (p / "chat_template.jinja").read_text(encoding="utf-8")
+            elif (p / "chat_template.json").is_file():
+                text = (p / "chat_template.json").read_text(encoding="utf-8")
+                out["chat_template"] = json.loads(text)["chat_template"]
+        except (OSError, ValueError, RecursionError, KeyError, TypeError):
+            pass   # transformers would fail to load this chat template too; the doctor goes on without it
     return out
 
 

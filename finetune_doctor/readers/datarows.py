@@ -566,8 +566,9 @@ def _columnar(f: BinaryIO, b: _Batch, what: str, batches: Callable[[Any], Iterat
                 if b.done:
                     return
     except (pa.ArrowException, OSError) as err:
-        raise Unreadable("unreadable", f"not a readable {what} file ({str(err).splitlines()[0] if str(err) else err}"
-                                       "); LLaMA-Factory's loader (datasets, through pyarrow) fails on it too") from None
+        why = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise Unreadable("unreadable", f"not a readable {what} file ({why}); LLaMA-Factory's loader (datasets, "
+                                       "through pyarrow) fails on it too") from None
     if b.items or b.errors:
         yield b.flush(size)
 

@@ -32,8 +32,8 @@ from finetune_doctor.readers.datarows import CHUNK_ROWS, FILEEXT2TYPE, Chunk, Ro
     file_type, iter_chunks, not_utf8, open_regular, os_reason, parse_json_lines, total_bytes
 from finetune_doctor.readers.hubcache import find_cached_hub_dataset, hf_hub_cache, hub_snapshot
 
-__all__ = ["CHUNK_ROWS", "DATA_CONFIG", "DEFAULT_COLUMNS", "DEFAULT_TAGS", "FILEEXT2TYPE", "Chunk", "DatasetDirNotFound",
-           "DatasetSpec", "RowError", "find_cached_hub_dataset", "find_dataset_dir", "hf_hub_cache", "hub_snapshot",
+__all__ = ["CHUNK_ROWS", "DATA_CONFIG", "DEFAULT_COLUMNS", "DEFAULT_TAGS", "FILEEXT2TYPE", "Chunk",
+           "DatasetDirNotFound", "DatasetSpec", "RowError", "find_cached_hub_dataset", "find_dataset_dir", "hf_hub_cache", "hub_snapshot",
            "iter_chunks", "load_dataset_info", "parse_json_lines", "resolve_datasets", "total_bytes"]
 
 DATA_CONFIG = "dataset_info.json"
