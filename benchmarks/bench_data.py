@@ -28,8 +28,9 @@ Usage::
 MB/2 and MB megabytes and scans each with the full doctor (fresh process, the tokenizer, all workers); then the
 MB-sized data as a JSON array (one element per line, and all on one line), CSV, text and Parquet, read through
 the row readers alone; then hostile shapes of that size: one JSON Lines row of MB megabytes, one JSON array
-element of MB megabytes, a text file without a newline. Each line records seconds and peak RSS (main process
-VmHWM; largest worker). Results: benchmarks/results/bench_data_big.md.
+element of MB megabytes, a text file without a newline. Each line records seconds, CPU seconds of all processes
+(wall time on a shared machine moves with the load) and peak RSS (main process VmHWM; largest worker). Results:
+benchmarks/results/bench_data_big.md.
 
 The tokenizer is a byte-level BPE with a 32k vocabulary trained here on the generated text (no downloads).
 Results go to benchmarks/results/bench_data.md (appended) and are printed.
@@ -246,7 +247,9 @@ def memory_probe(data: Path, tok_dir: Path, cutoff: int, procs: int) -> dict:
 BIG_RESULTS = RESULTS.parent / "bench_data_big.md"
 _PROBE = ("import json,resource,sys,time; sys.path.insert(0, %r)\n{body}\n"
           "hwm=next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
+          "ru=[resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]\n"
           "print(json.dumps({'seconds':t,'rows':n,'bad':bad,'self_mib':hwm/1024,"
+          "'cpu':sum(r.ru_utime+r.ru_stime for r in ru),"
           "'worker_mib':resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/1024}))\n")
 
 
@@ -353,21 +356,21 @@ def big_main(args: argparse.Namespace) -> int:
                  f"Python {platform.python_version()}, load {os.getloadavg()[0]:.1f}", "",
                  f"Full scans (tokenizer, template qwen, cutoff_len {args.cutoff}, {args.procs} processes) of JSON "
                  f"Lines files made of a {block.stat().st_size / 1e6:.0f} MB block of generated alpaca rows:", "",
-                 "| file MB | rows | seconds | s per GB | main RSS MiB | largest worker MiB |",
-                 "|---:|---:|---:|---:|---:|---:|"]
+                 "| file MB | rows | seconds | CPU seconds (all processes) | CPU s per GB | main RSS MiB | "
+                 "largest worker MiB |", "|---:|---:|---:|---:|---:|---:|---:|"]
         for mb in (args.big // 4, args.big // 2, args.big):
             p = work / f"scan_{mb}.jsonl"
             _repeat_to(block, p, mb << 20)
             m = scan_probe(p, tok_dir, args.cutoff, args.procs)
             gb = p.stat().st_size / 2**30
-            lines.append(f"| {p.stat().st_size / 1e6:,.0f} | {m['rows']:,} | {m['seconds']:.1f} | "
-                         f"{m['seconds'] / gb:.1f} | {m['self_mib']:.0f} | {m['worker_mib']:.0f} |")
+            lines.append(f"| {p.stat().st_size / 1e6:,.0f} | {m['rows']:,} | {m['seconds']:.1f} | {m['cpu']:.1f} | "
+                         f"{m['cpu'] / gb:.1f} | {m['self_mib']:.0f} | {m['worker_mib']:.0f} |")
             print(lines[-1], flush=True)
             if mb != args.big:
                 p.unlink()
         big = work / f"scan_{args.big}.jsonl"
         lines += ["", f"Row readers alone on {args.big:,} MB of the same rows in each format, and hostile shapes:", "",
-                  "| input | file MB | rows | rows with problems | seconds | s per GB | RSS MiB |",
+                  "| input | file MB | rows | rows with problems | seconds | CPU s per GB | RSS MiB |",
                   "|---|---:|---:|---:|---:|---:|---:|"]
         inputs = [("JSON Lines", big, "json")]
         for kind, name, ftype in (("array", "a.json", "json"), ("oneline", "o.json", "json"), ("csv", "c.csv", "csv"),
@@ -382,7 +385,7 @@ def big_main(args: argparse.Namespace) -> int:
             m = read_probe(path, ftype)
             gb = path.stat().st_size / 2**30
             lines.append(f"| {what} | {path.stat().st_size / 1e6:,.0f} | {m['rows']:,} | {m['bad']:,} | "
-                         f"{m['seconds']:.1f} | {m['seconds'] / gb:.1f} | {m['self_mib']:.0f} |")
+                         f"{m['seconds']:.1f} | {m['cpu'] / gb:.1f} | {m['self_mib']:.0f} |")
             print(lines[-1], flush=True)
             path.unlink()
     finally:
