@@ -232,7 +232,7 @@ def test_progress_bars_do_not_change_the_result(tok, capsys):
 def test_bad_cutoff_and_broken_tokenizer(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"dataset: alpaca_lines\ndataset_dir: {FIXTURES}\ncutoff_len: lots\n")
-    with pytest.raises(InputError, match="cutoff_len must be a positive integer"):
+    with pytest.raises(InputError, match="cutoff_len must be an integer from 1"):
         P.run(str(cfg), [], opts())
     assert collect({"dataset": "alpaca_lines", "dataset_dir": str(FIXTURES), "cutoff_len": "lots"}, str(cfg)) is None
     broken = tmp_path / "model"
