@@ -234,7 +234,10 @@ def test_bad_cutoff_and_broken_tokenizer(tmp_path):
     cfg.write_text(f"dataset: alpaca_lines\ndataset_dir: {FIXTURES}\ncutoff_len: lots\n")
     with pytest.raises(InputError, match="cutoff_len must be an integer from 1"):
         P.run(str(cfg), [], opts())
-    assert collect({"dataset": "alpaca_lines", "dataset_dir": str(FIXTURES), "cutoff_len": "lots"}, str(cfg)) is None
+    # check: the scan does not run, and says why (the value), not that the data is missing; the config rules judge it
+    d = collect({"dataset": "alpaca_lines", "dataset_dir": str(FIXTURES), "cutoff_len": "lots"}, str(cfg))
+    assert d["error"] == "data not scanned: cutoff_len must be an integer from 1 to 2^63 - 1, not 'lots'"
+    assert d["problems"] == [] and d["datasets"] == []
     broken = tmp_path / "model"
     broken.mkdir()
     (broken / "tokenizer.json").write_text("{not json")
