@@ -22,6 +22,15 @@ Usage::
 
     .venv/bin/python benchmarks/bench_data.py                  # 100k rows, both sides, 1M rows doctor-only
     .venv/bin/python benchmarks/bench_data.py --rows 20000 --memory-rows 0
+    .venv/bin/python benchmarks/bench_data.py --big 1024       # 1 GB inputs: bounded memory, linear time
+
+``--big MB`` (issue 17) generates, in a temporary folder that is removed afterwards, JSON Lines files of MB/4,
+MB/2 and MB megabytes and scans each with the full doctor (fresh process, the tokenizer, all workers); then the
+MB-sized data as a JSON array (one element per line, and all on one line), CSV, text and Parquet, read through
+the row readers alone; then hostile shapes of that size: one JSON Lines row of MB megabytes, one JSON array
+element of MB megabytes, a text file without a newline. Each line records seconds, CPU seconds of all processes
+(wall time on a shared machine moves with the load) and peak RSS (main process VmHWM; largest worker). Results:
+benchmarks/results/bench_data_big.md.
 
 The tokenizer is a byte-level BPE with a 32k vocabulary trained here on the generated text (no downloads).
 Results go to benchmarks/results/bench_data.md (appended) and are printed.
@@ -147,7 +156,7 @@ def _preprocess(batch: dict) -> dict:
     """LF's SupervisedDatasetProcessor.preprocess_dataset: every template slot encoded on its own with the
     transformers tokenizer (Template._convert_elements_to_ids), infer_seqlen per turn, ids and labels out."""
     from finetune_doctor.analyzers import templates as T
-    from finetune_doctor.analyzers.tokens import infer_seqlen
+    from finetune_doctor.analyzers.dataargs import infer_seqlen
 
     tk, t, cutoff = _tk()
     out: dict = {"input_ids": [], "attention_mask": [], "labels": []}
@@ -235,6 +244,166 @@ def memory_probe(data: Path, tok_dir: Path, cutoff: int, procs: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+BIG_RESULTS = RESULTS.parent / "bench_data_big.md"
+_PROBE = ("import json,resource,sys,time; sys.path.insert(0, %r)\n{body}\n"
+          "hwm=next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
+          "ru=[resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]\n"
+          "print(json.dumps({'seconds':t,'rows':n,'bad':bad,'self_mib':hwm/1024,"
+          "'cpu':sum(r.ru_utime+r.ru_stime for r in ru),"
+          "'worker_mib':resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/1024}))\n")
+
+
+def _fresh(body: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", (_PROBE % str(ROOT)).replace("{body}", body)], capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def read_probe(path: Path, ftype: str) -> dict:
+    """The row readers alone over `path` in a fresh process: rows, rows with problems, seconds, peak RSS."""
+    return _fresh(
+        "from finetune_doctor.readers.datasets import DatasetSpec, iter_chunks\n"
+        f"spec=DatasetSpec(name='b', load_from='file', source='x', files=({str(path)!r},), file_type={ftype!r})\n"
+        "t0=time.perf_counter(); n=bad=0\n"
+        "for ch in iter_chunks(spec):\n    n+=len(ch); bad+=len(ch.errors)\n"
+        "t=time.perf_counter()-t0")
+
+
+def scan_probe(path: Path, tok_dir: Path, cutoff: int, procs: int) -> dict:
+    return _fresh(
+        "from benchmarks.bench_data import run_doctor\nfrom pathlib import Path\n"
+        f"t,f=run_doctor(Path({str(path)!r}),Path({str(tok_dir)!r}),{cutoff},{procs})\n"
+        "n=f['overall']['rows']; bad=len(f['problems'])")
+
+
+def _repeat_to(block: Path, out: Path, size: int) -> None:
+    data = block.read_bytes()
+    with open(out, "wb") as f:
+        while f.tell() < size:
+            f.write(data)
+
+
+def _convert(jsonl: Path, out: Path, kind: str) -> None:
+    """The rows of `jsonl` as a JSON array (``array``, one element per line; ``oneline``), CSV or text."""
+    import csv
+
+    with open(jsonl, encoding="utf-8") as src, open(out, "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f) if kind == "csv" else None
+        if w:
+            w.writerow(["instruction", "input", "output"])
+        sep = "\n" if kind == "array" else ""
+        for i, line in enumerate(src):
+            row = json.loads(line)
+            if w:
+                w.writerow([row["instruction"], row["input"], row["output"]])
+            elif kind == "text":
+                f.write(row["output"].replace("\n", " ") + "\n")
+            else:
+                f.write(("[" if i == 0 else ",") + sep + line.rstrip("\n"))
+        if kind in ("array", "oneline"):
+            f.write(sep + "]")
+
+
+def _to_parquet(jsonl: Path, out: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    writer = None
+    with open(jsonl, encoding="utf-8") as src:
+        while True:
+            rows = [json.loads(x) for _, x in zip(range(100_000), src)]
+            if not rows:
+                break
+            t = pa.Table.from_pylist(rows)
+            writer = writer or pq.ParquetWriter(str(out), t.schema)
+            writer.write_table(t)   # one row group of 100,000 rows (~100 MB) per call
+    writer.close()
+
+
+def _hostile(work: Path, size: int) -> list[tuple[str, Path, str]]:
+    out = []
+    p = work / "one_row.jsonl"
+    with open(p, "w") as f:
+        f.write('{"instruction": "')
+        for _ in range(size >> 20):
+            f.write("x" * (1 << 20))
+        f.write('", "output": "y"}\n{"instruction": "a", "output": "b"}\n')
+    out.append(("JSON Lines, one row of the whole size, then a small row", p, "json"))
+    q = work / "one_element.json"
+    with open(q, "w") as f:
+        f.write('[{"instruction": "a", "output": "b"}, {"instruction": "')
+        for _ in range(size >> 20):
+            f.write("x\\\"" * (1 << 18))
+        f.write('", "output": "y"}, {"instruction": "c", "output": "d"}]')
+    out.append(("JSON array, one element of the whole size between two small ones", q, "json"))
+    r = work / "no_newline.txt"
+    with open(r, "w") as f:
+        for _ in range(size >> 20):
+            f.write("word " * ((1 << 20) // 5))
+    out.append(("text without a newline", r, "text"))
+    return out
+
+
+def big_main(args: argparse.Namespace) -> int:
+    """--big: bounded RSS and linear time on inputs of `args.big` MB (see the module docstring)."""
+    work = Path(tempfile.mkdtemp(prefix="bench_data_big_"))
+    try:
+        tok_dir = build_tokenizer(work / "tok")
+        block = work / "block.jsonl"
+        gen_rows(block, 64_000)          # ~64 MB, repeated to each size
+        size = args.big << 20
+        lines = [f"## {time.strftime('%Y-%m-%d %H:%M')} — {platform.node() or 'host'}, {os.cpu_count()} cores, "
+                 f"Python {platform.python_version()}, load {os.getloadavg()[0]:.1f}", "",
+                 f"Full scans (tokenizer, template qwen, cutoff_len {args.cutoff}, {args.procs} processes) of JSON "
+                 f"Lines files made of a {block.stat().st_size / 1e6:.0f} MB block of generated alpaca rows:", "",
+                 "| file MB | rows | seconds | CPU seconds (all processes) | CPU s per GB | main RSS MiB | "
+                 "largest worker MiB |", "|---:|---:|---:|---:|---:|---:|---:|"]
+        for mb in (args.big // 4, args.big // 2, args.big):
+            p = work / f"scan_{mb}.jsonl"
+            _repeat_to(block, p, mb << 20)
+            m = scan_probe(p, tok_dir, args.cutoff, args.procs)
+            gb = p.stat().st_size / 2**30
+            lines.append(f"| {p.stat().st_size / 1e6:,.0f} | {m['rows']:,} | {m['seconds']:.1f} | {m['cpu']:.1f} | "
+                         f"{m['cpu'] / gb:.1f} | {m['self_mib']:.0f} | {m['worker_mib']:.0f} |")
+            print(lines[-1], flush=True)
+            if mb != args.big:
+                p.unlink()
+        big = work / f"scan_{args.big}.jsonl"
+        lines += ["", f"Row readers alone on {args.big:,} MB of the same rows in each format, and hostile shapes:", "",
+                  "| input | file MB | rows | rows with problems | seconds | CPU s per GB | RSS MiB |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        inputs = [("JSON Lines", big, "json")]
+        for kind, name, ftype in (("array", "a.json", "json"), ("oneline", "o.json", "json"), ("csv", "c.csv", "csv"),
+                                  ("text", "t.txt", "text")):
+            _convert(big, work / name, kind)
+            inputs.append(({"array": "JSON array, one element per line", "oneline": "JSON array on one line",
+                            "csv": "CSV", "text": "text"}[kind], work / name, ftype))
+        _to_parquet(big, work / "p.parquet")
+        inputs.append(("Parquet, row groups of 100,000 rows", work / "p.parquet", "parquet"))
+        inputs += _hostile(work, size)
+        for what, path, ftype in inputs:
+            m = read_probe(path, ftype)
+            gb = path.stat().st_size / 2**30
+            lines.append(f"| {what} | {path.stat().st_size / 1e6:,.0f} | {m['rows']:,} | {m['bad']:,} | "
+                         f"{m['seconds']:.1f} | {m['cpu'] / gb:.1f} | {m['self_mib']:.0f} |")
+            print(lines[-1], flush=True)
+            path.unlink()
+    finally:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not args.no_record:
+        head = "" if BIG_RESULTS.exists() else (
+            "# doctor data on 1 GB inputs — peak memory and time per GB\n\n"
+            "Produced by `benchmarks/bench_data.py --big 1024`; newest run last. Inputs are generated in a temporary "
+            "folder and removed.\n\n")
+        with open(BIG_RESULTS, "a", encoding="utf-8") as f:
+            f.write(head + text + "\n")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=100_000, help="rows for the speed comparison")
@@ -246,7 +415,11 @@ def main() -> int:
     ap.add_argument("--no-record", action="store_true")
     ap.add_argument("--zipf", type=int, default=0, metavar="N",
                     help="draw words Zipf-distributed from a vocabulary of N made-up words plus the built-in ones")
+    ap.add_argument("--big", type=int, default=0, metavar="MB",
+                    help="bounded memory and linear time on MB-sized inputs instead of the speed comparison")
     args = ap.parse_args()
+    if args.big:
+        return big_main(args)
     work = Path(tempfile.mkdtemp(prefix="bench_data_"))
     tok_dir = build_tokenizer(work / "tok")
     data = work / "bench.jsonl"

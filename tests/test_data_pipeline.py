@@ -121,7 +121,13 @@ def test_broken_data_is_reported_not_raised(tok):
     by = {}
     for f in rep.findings:
         by.setdefault(f.code, []).append(f)
-    assert set(by) == {"FD404", "FD405", "FD406", "FD408", "FD409"}
+    # FD408 (alpaca_badmap: rows, none valid), FD412 (missing_file: LF raises 'File ... not found'), FD415
+    # (empty_set holds [], on which datasets fails), FD409 (alpaca_en: a hub dataset not cached)
+    assert set(by) == {"FD404", "FD405", "FD406", "FD408", "FD409", "FD412", "FD415"}
+    assert [f.message for f in by["FD412"]] == [f"Dataset missing_file: file {FIXTURES / 'does_not_exist.json'} not "
+                                                "found (LLaMA-Factory: 'File " + str(FIXTURES / 'does_not_exist.json')
+                                                + " not found.')."]
+    assert by["FD415"][0].location.file.endswith("empty.json") and "corresponds to no data" in by["FD415"][0].message
     # malformed rows: file:line of the first one, the scan went on (3 good rows kept)
     mal = sorted((f.location.line, f.message) for f in by["FD404"])
     assert mal[0][0] == 2 and "malformed JSON" in mal[0][1] and by["FD404"][0].location.file.endswith("malformed.jsonl")
@@ -226,9 +232,12 @@ def test_progress_bars_do_not_change_the_result(tok, capsys):
 def test_bad_cutoff_and_broken_tokenizer(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"dataset: alpaca_lines\ndataset_dir: {FIXTURES}\ncutoff_len: lots\n")
-    with pytest.raises(InputError, match="cutoff_len must be a positive integer"):
+    with pytest.raises(InputError, match="cutoff_len must be an integer from 1"):
         P.run(str(cfg), [], opts())
-    assert collect({"dataset": "alpaca_lines", "dataset_dir": str(FIXTURES), "cutoff_len": "lots"}, str(cfg)) is None
+    # check: the scan does not run, and says why (the value), not that the data is missing; the config rules judge it
+    d = collect({"dataset": "alpaca_lines", "dataset_dir": str(FIXTURES), "cutoff_len": "lots"}, str(cfg))
+    assert d["error"] == "data not scanned: cutoff_len must be an integer from 1 to 2^63 - 1, not 'lots'"
+    assert d["problems"] == [] and d["datasets"] == []
     broken = tmp_path / "model"
     broken.mkdir()
     (broken / "tokenizer.json").write_text("{not json")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from finetune_doctor.errors import InputError
+from finetune_doctor.readers import datarows as R
 from finetune_doctor.readers import datasets as D
 from test_data_fixtures import FIXTURES
 
@@ -42,7 +43,7 @@ def test_json_array_streams_with_any_buffer_size(tmp_path, monkeypatch, buf):
     text = json.dumps(rows, indent=2)
     p = tmp_path / "a.json"
     p.write_text(text)
-    monkeypatch.setattr(D, "_READ_BYTES", buf)
+    monkeypatch.setattr(R, "_READ_BYTES", buf)
     got, lines, errors = _rows(_spec(p), chunk_rows=64)
     assert got == json.loads(text) and not errors
     assert lines == _line_of_each_element(text)
@@ -52,7 +53,7 @@ def test_json_array_element_larger_than_the_buffer(tmp_path, monkeypatch):
     rows = [{"a": "z" * 5000}, {"a": 1.5e10}, {"a": [1, 2, {"b": None}]}]
     p = tmp_path / "big.json"
     p.write_text(json.dumps(rows))
-    monkeypatch.setattr(D, "_READ_BYTES", 100)
+    monkeypatch.setattr(R, "_READ_BYTES", 100)
     got, _, errors = _rows(_spec(p))
     assert got == rows and not errors
 

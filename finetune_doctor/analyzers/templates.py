@@ -18,7 +18,7 @@ What is reproduced (template.py line numbers of the 0.9.5 wheel):
   ``enable_thinking: false`` strips thoughts and puts the empty thought in the prompt (not trained).
 * ``get_template_and_fix_tokenizer`` (L637-670): ``tool_format`` and ``default_system`` overrides.
 * ``Template.fix_special_tokens`` (L186-215): ``replace_eos`` makes ``stop_words[0]`` the EOS; the remaining stop words
-  are added as special tokens (this changes how text containing them is split). Applied in analyzers/tokens.py.
+  are added as special tokens (this changes how text containing them is split). Applied in analyzers/tokenizer.py.
 
 ``baichuan2`` (``<reserved_106>{{content}}<reserved_107>``, efficient EOS) is no longer registered in LF 0.9.5;
 it is kept here from older releases (LF ``data/template.py`` of v0.8.x) because configs still name it, and

@@ -11,13 +11,18 @@ from typing import Any, Mapping
 from finetune_doctor.facts.schema import LOCATION, OPEN, F, Namespace
 
 _STATS = OPEN("percentiles: p50, p90, p99, max, mean")
-_EXAMPLE = {"file": F("str", "dataset file"), "line": F("int", "line in it (JSON lines) or None"),
-            "index": F("int", "row index"), "source": F("int", "prompt tokens"), "target": F("int", "response tokens"),
+_EXAMPLE = {"file": F("str", "dataset file"),
+            "line": F("int", "the line that starts the row, or None where no line names it (columnar files, several "
+                             "JSON array elements on one line)"),
+            "index": F("int", "row index in the dataset (0-based)"), "row": F("int", "row index in the file (0-based)"),
+            "message": F("str", "what is wrong (problem examples)"),
+            "source": F("int", "prompt tokens"), "target": F("int", "response tokens"),
             "total": F("int", "tokens before truncation"), "kept": F("int", "tokens after truncation")}
 _PROBLEM = {
     "dataset": F("str", "dataset name"), "kind": F("str", "malformed_json | bad_row | unreadable | missing_column | "
                                                           "wrong_role_order | odd_message_count | no_response | "
-                                                          "empty_prompt | bad_value | stage_mismatch | dataset_info"),
+                                                          "empty_prompt | bad_value | stage_mismatch | dataset_info | "
+                                                          "encoding | row_too_large | no_rows"),
     "count": F("int", "rows affected"), "fatal": F("bool", "LLaMA-Factory stops on it"),
     "what": F("str", "short description"), "message": F("str", "full message"), "location": LOCATION(),
     "examples": F("list", "examples", items=_EXAMPLE),

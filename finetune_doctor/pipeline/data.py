@@ -12,6 +12,7 @@ from typing import Callable
 from finetune_doctor.analyzers.datascan import collect
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
+from finetune_doctor.readers.datasets import DatasetDirNotFound
 from finetune_doctor.readers.yamlcfg import load_config
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Report, SourceDoc
@@ -23,13 +24,20 @@ def run(config: str, overrides: tuple[str, ...] | list[str], opts: Options, appr
     """``doctor data CONFIG [KEY=VALUE ...]``: scan the datasets, judge with the data rules, return the Report.
 
     `progress(dataset, bytes_done, bytes_total)` is called as the scan goes (the CLI draws it). Raises InputError
-    when the config, its dataset_info.json or a dataset name is unusable (exit 2).
+    when the config, its dataset_info.json or a dataset name is unusable (exit 2), and when no dataset_info.json
+    defining the datasets is on this machine: the message says what was looked for, where, and how to point at it
+    (``doctor check`` on the same config skips the scan with a note naming this command).
     """
     doc = load_config(config, tuple(overrides))
     if workers is not None and workers < 1:
         raise InputError("--workers needs at least 1", file="--workers")
-    facts = collect(doc.values, doc.path, approximate=approximate, workers=workers, progress=progress, strict=True,
-                    cwd=cwd)
+    try:
+        facts = collect(doc.values, doc.path, approximate=approximate, workers=workers, progress=progress,
+                        strict=True, cwd=cwd)
+    except DatasetDirNotFound as err:
+        # the fix is in the config (dataset_dir) or in where the command runs: point at the config's key
+        key = "dataset_dir" if "dataset_dir" in doc.values else "dataset"
+        raise InputError(err.message, file=doc.path, line=doc.line_of(key)) from None
     sources: dict[str, SourceDoc] = {"config": doc.source()}
     if doc.overrides:
         sources["override"] = SourceDoc("override", "<command line>", {k: (1, 1) for k in doc.overrides})

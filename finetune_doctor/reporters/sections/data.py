@@ -1,4 +1,4 @@
-"""Text rendering of ``sections["data"]`` (pipeline/data.py `collect`): per-dataset table, histogram, worst batch.
+"""Text rendering of ``sections["data"]`` (declared in facts/data.py): per-dataset table, histogram, worst batch.
 
 `render(data)` returns one rich renderable; the text reporter draws it under the findings. `ScanProgress` is the
 progress display `doctor data` shows on stderr while it scans (bytes of each dataset's files).
@@ -99,6 +99,16 @@ def _worst(data: dict[str, Any]) -> Text | None:
     return Text(line)
 
 
+def _where(file: str | None, line: int | None, row: int | None) -> str:
+    """``file:line`` where a line names the row, else ``file row N`` (0-based row in the file, as datasets
+    indexes it): a one-line JSON file or a Parquet file has no line per row."""
+    if not file:
+        return "-"
+    if line:
+        return f"{file}:{line}"
+    return f"{file} row {row}" if row is not None else file
+
+
 def _problems(data: dict[str, Any]) -> Table | None:
     probs = data.get("problems") or []
     if not probs:
@@ -110,7 +120,9 @@ def _problems(data: dict[str, Any]) -> Table | None:
     t.add_column("first at", overflow="fold")
     for p in probs:
         loc = p.get("location") or {}
-        where = f"{loc.get('file')}:{loc['line']}" if loc.get("file") and loc.get("line") else (loc.get("file") or "-")
+        first = (p.get("examples") or [{}])[0]
+        where = _where(loc.get("file"), loc.get("line"), first.get("row") if first.get("file") == loc.get("file")
+                       else None)
         msg = p.get("message") or ""
         t.add_row(str(p.get("dataset") or "-"), _n(p.get("count")),
                   Text(f"{p.get('what')}" + (f": {msg}" if msg else ""), style="red" if p.get("fatal") else "yellow"),
@@ -134,7 +146,7 @@ def _longest(data: dict[str, Any]) -> Table | None:
     t.add_column("dataset")
     t.add_column("where", overflow="fold")
     for total, name, it in items[:5]:
-        where = f"{it['file']}:{it['line']}" if it.get("line") else f"{it['file']} row {it['index']}"
+        where = _where(it["file"], it.get("line"), it.get("row", it.get("index")))
         t.add_row(_n(total), _n(it.get("kept")), f"{_n(it.get('source'))}/{_n(it.get('target'))}", name, where)
     del ov
     return t
