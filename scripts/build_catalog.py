@@ -108,13 +108,15 @@ def effective_config(cfg: dict[str, Any]) -> dict[str, Any] | None:
         return None
 
 
-def _shape_diffs(base: dict[str, Any], other: dict[str, Any], where: str = "") -> list[str]:
+def _shape_diffs(base: dict[str, Any], other: dict[str, Any], where: str = "", both_only: bool = False) -> list[str]:
     diffs = []
     for k in sorted(SHAPE_KEYS | set(_NESTED)):
         a, b = base.get(k), other.get(k)
         if k in _NESTED:
             if isinstance(a, dict) or isinstance(b, dict):
-                diffs += _shape_diffs(a or {}, b or {}, f"{where}{k}.")
+                diffs += _shape_diffs(a or {}, b or {}, f"{where}{k}.", both_only)
+            continue
+        if both_only and (k not in base or k not in other):
             continue
         if a != b:
             diffs.append(f"{where}{k}: base {a!r}, this {b!r}")
@@ -123,11 +125,12 @@ def _shape_diffs(base: dict[str, Any], other: dict[str, Any], where: str = "") -
 
 def shape_diffs(base_cfg: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
     """The `SHAPE_KEYS` on which two catalog configs disagree, compared as transformers reads them when it can
-    (so an omitted field equals its class default), else as written."""
+    (so an omitted field equals its class default), else -- remote-code types, whose defaults live in the
+    hub's modeling file -- on the fields both files set."""
     eb, ec = effective_config(base_cfg), effective_config(cfg)
     if eb is not None and ec is not None:
         return _shape_diffs(eb, ec)
-    return _shape_diffs(base_cfg, cfg)
+    return _shape_diffs(base_cfg, cfg, both_only=True)
 
 
 def overrides_against(base_cfg: dict[str, Any], cfg: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -168,10 +171,16 @@ def make_alias(raw: dict[str, Any], base: dict[str, Any], aliases: list[str] | N
     if diffs:
         raise ValueError(f"{raw['id']} is not the architecture of {base['id']}: " + "; ".join(diffs))
     over, missing = overrides_against(base["config"], cfg)
-    basis = (f"its config.json has the same {', '.join(k for k in sorted(SHAPE_KEYS) if k in cfg)}"
+    # A remote-code file may spell a sizing field twice (num_layers and num_hidden_layers); one the base's file
+    # does not carry cannot be compared, so it is named in the basis instead of overriding anything.
+    extra = {k: over.pop(k) for k in list(over) if k in SHAPE_KEYS and k not in base["config"]}
+    shared = [k for k in sorted(SHAPE_KEYS) if k in cfg and (effective_config(cfg) is not None or k in base["config"])]
+    basis = (f"its config.json has the same {', '.join(shared)}"
              f"{' (and nested sub-configs)' if any(k in cfg for k in _NESTED) else ''} as {base['id']}")
     if missing:
         basis += f"; it leaves out {', '.join(missing)}, which the base's file sets"
+    if extra:
+        basis += "; it also sets " + ", ".join(f"{k}={v!r}" for k, v in extra.items()) + ", which the base's file does not"
     e: dict[str, Any] = {"id": raw["id"], "aliases": aliases or [], "same_architecture_as": base["id"],
                          "source": raw["source"]}
     if raw.get("read_from") and raw["read_from"] != raw["source"]:
