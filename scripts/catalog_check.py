@@ -30,6 +30,9 @@ TOLERANCE = 0.01
 # A size only stated in the model's name ("8B"): compared, but only to catch a wrong config (names round down).
 NOMINAL_TOLERANCE = 0.15
 # Module-name prefixes of the towers a card may leave out of its count ("published_scope": "text").
+# "published_scope": "non_embedding" marks a count without the token embedding and the output head.
+_EMBEDDINGS = ("embed_tokens", "lm_head", "wte", "word_embeddings")
+SCOPES = ("all", "text", "non_embedding")
 _TOWERS = ("vision_tower", "visual", "vision_model", "multi_modal_projector", "embed_vision", "audio_tower",
            "embed_audio", "vision_embed", "mm_projector", "merger")
 BASE_FIELDS = ("id", "aliases", "source", "card_params", "published_params", "published_basis", "config")
@@ -60,6 +63,8 @@ def structural_errors(entries: list[dict[str, Any]]) -> list[str]:
         if "published_params" in e and not (isinstance(e["published_params"], (int, float))
                                             and e["published_params"] > 0):
             errs.append(f"{eid}: published_params must be a positive number of billions")
+        if e.get("published_scope", "all") not in SCOPES:
+            errs.append(f"{eid}: published_scope must be one of {', '.join(SCOPES)}")
         if eid in by_id:
             errs.append(f"{eid}: duplicate id")
         by_id[eid] = e
@@ -98,7 +103,8 @@ def resolved_config(entry: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> 
 def meta_count(cfg: dict[str, Any], scope: str = "all") -> int:
     """Parameters of the transformers model built from `cfg` on the meta device; with ``scope="text"`` the
     vision/audio towers and their projectors (module names in `_TOWERS`) are left out, for cards that count the
-    language model only.
+    language model only; with ``scope="non_embedding"`` the token embedding and output head (`_EMBEDDINGS`) are
+    left out, for reports that count the blocks only.
 
     The class is the one ``architectures[0]`` names when transformers has it, else the Auto class for the
     config (image-text-to-text for configs with a vision tower, causal LM otherwise). Raises KeyError when
@@ -124,6 +130,9 @@ def meta_count(cfg: dict[str, Any], scope: str = "all") -> int:
     if scope == "text":
         return sum(p.numel() for n, p in model.named_parameters()
                    if not any(part in _TOWERS for part in n.split(".")))
+    if scope == "non_embedding":
+        return sum(p.numel() for n, p in model.named_parameters(remove_duplicate=True)
+                   if not any(part in _EMBEDDINGS for part in n.split(".")))
     return sum(p.numel() for p in model.parameters())
 
 

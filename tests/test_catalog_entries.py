@@ -111,6 +111,17 @@ def test_structural_rules_catch_bad_entries():
     twin = dict(base, id="someone/else", aliases=[base["id"].upper()])
     assert any("also claimed" in m for m in check([base, twin]))
     assert any("not an https address" in m for m in check([dict(base, source="hf://x")]))
+    assert any("published_scope" in m for m in check([dict(base, published_scope="vision")]))
+
+
+def test_non_embedding_scope_leaves_out_embedding_and_head():
+    """A count reported without embeddings (Gemma's report) is compared with the blocks only."""
+    pytest.importorskip("transformers")
+    cfg = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 1000,
+           "tie_word_embeddings": False}
+    meta_count = _checker().meta_count
+    assert meta_count(cfg) - meta_count(cfg, "non_embedding") == 2 * 1000 * 64
 
 
 def _training_models() -> set[str]:
