@@ -13,6 +13,10 @@ fields, source addresses, unique names, alias targets, no alias loops) are check
     python scripts/catalog_check.py                       # table on stdout, exit 1 on any failure
     python scripts/catalog_check.py --markdown benchmarks/results/catalog_check.md
     python scripts/catalog_check.py --only Qwen/Qwen3-8B  # one entry (repeatable)
+    python scripts/catalog_check.py --structure-only --lf-constants constants.py  # coverage of LLaMA-Factory's groups
+
+``--lf-constants`` takes LLaMA-Factory's ``src/llamafactory/extras/constants.py`` and reports which of its
+``register_model_group`` groups have at least one model id that is a catalog name (id or alias).
 """
 
 from __future__ import annotations
@@ -148,8 +152,13 @@ def check(entries: list[dict[str, Any]], only: set[str] | None = None) -> list[d
             continue
         row: dict[str, Any] = {"id": e["id"], "alias_of": e.get("same_architecture_as")}
         t0 = time.perf_counter()
+        root = e
+        while "same_architecture_as" in root and root["same_architecture_as"] in by_id:
+            root = by_id[root["same_architecture_as"]]
         if "verify" in e:
             row.update(built=None, status=e["verify"])
+        elif "verify" in root:  # an alias of a type transformers does not ship is not built either
+            row.update(built=None, status=f"alias of {root['id']}: {root['verify']}")
         else:
             try:
                 row["built"] = meta_count(resolved_config(e, by_id), e.get("published_scope", "all"))
@@ -175,12 +184,32 @@ def check(entries: list[dict[str, Any]], only: set[str] | None = None) -> list[d
     return rows
 
 
+def lf_groups(constants_text: str) -> list[list[str]]:
+    """The hub ids (``DownloadSource.DEFAULT``) of each ``register_model_group(...)`` call in LLaMA-Factory's
+    constants.py, one list per group, in file order."""
+    groups = []
+    for block in constants_text.split("register_model_group(")[1:]:
+        ids = re.findall(r'DownloadSource\.DEFAULT:\s*"([^"]+)"', block.split("\nregister_model_group", 1)[0])
+        if ids:
+            groups.append(ids)
+    return groups
+
+
+def coverage(entries: list[dict[str, Any]], groups: list[list[str]]) -> tuple[list[list[str]], list[list[str]]]:
+    """(covered, missing): groups with at least one id that is a catalog name, and the others."""
+    names = {n.lower() for e in entries for n in [e["id"], *e.get("aliases", [])]}
+    covered = [g for g in groups if any(i.lower() in names for i in g)]
+    missing = [g for g in groups if not any(i.lower() in names for i in g)]
+    return covered, missing
+
+
 def failed(row: dict[str, Any]) -> bool:
     s = row.get("status", "")
     return s.startswith("off by") or s.startswith("build failed") or s == "no published count"
 
 
-def markdown(rows: list[dict[str, Any]], errs: list[str], entries: list[dict[str, Any]]) -> str:
+def markdown(rows: list[dict[str, Any]], errs: list[str], entries: list[dict[str, Any]],
+             groups: list[list[str]] | None = None) -> str:
     import torch
     import transformers
 
@@ -193,7 +222,8 @@ def markdown(rows: list[dict[str, Any]], errs: list[str], entries: list[dict[str
     lines = [
         "# Bundled model catalog: transformers meta-device counts vs published counts",
         "",
-        f"Reproduce: `python scripts/catalog_check.py --markdown benchmarks/results/catalog_check.md` "
+        "Reproduce: `python scripts/catalog_check.py --markdown benchmarks/results/catalog_check.md "
+        "[--lf-constants <LLaMA-Factory>/src/llamafactory/extras/constants.py]` "
         f"(transformers {transformers.__version__}, torch {torch.__version__}, CPU, meta device: no weights).",
         "",
         f"{len(entries)} entries ({len(entries) - n_alias} with their own config, {n_alias} alias entries), "
@@ -204,7 +234,8 @@ def markdown(rows: list[dict[str, Any]], errs: list[str], entries: list[dict[str
         "",
         "`built` is `sum(p.numel())` of the model transformers builds from the entry's config (tied weights "
         "counted once; entries whose card counts the language model only are built without their vision/audio "
-        "towers); `published` is the entry's `published_params` (billions); `error` is built/published - 1. "
+        "towers, entries whose report leaves the embedding out without embedding and output head); `published` "
+        "is the entry's `published_params` (billions); `error` is built/published - 1. "
         "Alias rows are built from their base's config plus their overrides and have no published count of "
         "their own.",
         "",
@@ -216,6 +247,14 @@ def markdown(rows: list[dict[str, Any]], errs: list[str], entries: list[dict[str
         err = f"{r['error']:+.3%}" if "error" in r else ""
         lines.append(f"| {r['id']} | {r['alias_of'] or ''} | {built} | {r.get('published') or ''} | {err} | "
                      f"{r.get('exact', '')} | {r.get('status', '')} | {r['seconds']} |")
+    if groups is not None:
+        covered, missing = coverage(entries, groups)
+        lines += ["", "## Coverage of LLaMA-Factory's model groups", "",
+                  f"{len(covered)} of {len(groups)} `register_model_group` groups in the LLaMA-Factory constants.py "
+                  "passed with `--lf-constants` (here: the snapshot commit named in "
+                  "shared/reference/llamafactory/SNAPSHOT_COMMIT.txt) "
+                  "have at least one model id that is a catalog name. Groups with none (the first ids of each):", ""]
+        lines += [f"- {', '.join(g[:4])}{', ...' if len(g) > 4 else ''}" for g in missing]
     if errs:
         lines += ["", "## Structural errors", ""] + [f"- {x}" for x in errs]
     return "\n".join(lines) + "\n"
@@ -226,11 +265,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", type=Path, help="also write the table to this markdown file")
     ap.add_argument("--only", action="append", help="check only this id (repeatable)")
     ap.add_argument("--structure-only", action="store_true", help="skip the meta-device builds")
+    ap.add_argument("--lf-constants", type=Path, help="LLaMA-Factory's extras/constants.py: report group coverage")
     args = ap.parse_args(argv)
     entries = load()
     errs = structural_errors(entries)
     for x in errs:
         print(f"structure: {x}", file=sys.stderr)
+    groups = lf_groups(args.lf_constants.read_text(encoding="utf-8")) if args.lf_constants else None
+    if groups is not None:
+        covered, missing = coverage(entries, groups)
+        print(f"LLaMA-Factory groups covered: {len(covered)} of {len(groups)}")
+        for g in missing:
+            print(f"  not covered: {', '.join(g[:4])}{', ...' if len(g) > 4 else ''}")
     if args.structure_only:
         return 1 if errs else 0
     t0 = time.time()
@@ -242,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(rows)} checked, {len(bad)} failed, {len(errs)} structural errors, {time.time() - t0:.0f} s",
           file=sys.stderr)
     if args.markdown:
-        args.markdown.write_text(markdown(rows, errs, entries), encoding="utf-8")
+        args.markdown.write_text(markdown(rows, errs, entries, groups), encoding="utf-8")
     return 1 if bad or errs else 0
 
 
