@@ -210,22 +210,22 @@ def test_modelscope_download_under_its_switch(monkeypatch):
 def test_same_architecture_as_entry(monkeypatch):
     """The alias form the catalog engineer writes: another entry's architecture plus config_overrides."""
     base = next(e for e in catalog_mod.catalog_entries() if e["id"] == "meta-llama/Llama-3.3-70B-Instruct")
-    alias = {"id": "deepseek-ai/DeepSeek-R1-Distill-Llama-70B", "aliases": ["DeepSeek-R1-Distill-Llama-70B"],
+    alias = {"id": "example-org/Distill-Llama-70B-Test", "aliases": ["Distill-Llama-70B-Test"],
              "same_architecture_as": "meta-llama/Llama-3.3-70B-Instruct",
-             "source": "https://huggingface.co/deepseek-ai/DeepSeek-R1-Distill-Llama-70B/blob/main/config.json",
+             "source": "https://huggingface.co/example-org/Distill-Llama-70B-Test/blob/main/config.json",
              "basis": "distilled into Llama-3.3-70B-Instruct's weights", "config_overrides": {"vocab_size": 128256}}
     entries = catalog_mod.catalog_entries() + (alias,)
     monkeypatch.setattr(catalog_mod, "catalog_entries", lambda: entries)
     catalog_mod._index.cache_clear()
     try:
-        arch, _ = load_arch("deepseek-ai/DeepSeek-R1-Distill-Llama-70B")
+        arch, _ = load_arch("example-org/Distill-Llama-70B-Test")
         ref = catalog_mod.catalog_arch(base)
         assert arch.total_params() == ref.total_params() and arch.source_kind == "catalog"
         assert "architecture of meta-llama/Llama-3.3-70B-Instruct (catalog alias" in arch.notes
-        assert arch.source.endswith("DeepSeek-R1-Distill-Llama-70B/blob/main/config.json")
+        assert arch.source.endswith("Distill-Llama-70B-Test/blob/main/config.json")
         alias["config_overrides"] = {"vocab_size": 128256 + 1000}
         catalog_mod._index.cache_clear()
-        bigger, _ = load_arch("DeepSeek-R1-Distill-Llama-70B")
+        bigger, _ = load_arch("Distill-Llama-70B-Test")
         assert bigger.total_params() - ref.total_params() == 2 * 1000 * 8192  # embed + untied lm_head
     finally:
         catalog_mod._index.cache_clear()
