@@ -191,9 +191,13 @@ class OverflowRecord:
 class NcclRecord:
     """An NCCL watchdog line (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, log_patterns.md §6).
 
-    `kind`: ``timeout`` (Watchdog caught collective operation timeout), ``last_work`` ("... last enqueued
-    NCCL work: E, last completed NCCL work: C"), ``heartbeat`` (watchdog stuck), ``error`` (other NCCL
-    errors). Fields are None when the line (or a truncated paste of it) does not carry them.
+    `kind`: ``timeout`` (Watchdog caught collective operation timeout), ``last_work`` ("Timeout at NCCL work:
+    W[, last enqueued NCCL work: E, last completed NCCL work: C]" or "Exception ... detected by watchdog at
+    work"; `op` holds "timeout" or "exception" there), ``failed`` ("Some NCCL operations have failed or timed
+    out", "watchdog thread terminated", the ``WorkNCCL::checkTimeout`` frame), ``heartbeat`` (watchdog stuck),
+    ``desync-missing`` / ``desync-started`` / ``desync-ended`` (the TORCH_NCCL_DESYNC_DEBUG report: `ranks`
+    never joined / joined but did not finish collective `seq` / finished `seq` but never joined the next),
+    ``error`` (ncclGetErrorString texts, NCCL WARN lines). Fields are None when the line (or a truncated paste of it) does not carry them.
     """
 
     file: str
@@ -211,6 +215,10 @@ class NcclRecord:
     last_enqueued: int | None = None
     last_completed: int | None = None
     text: str = ""
+    pg: str | None = None          # process group id as logPrefix() prints it (``PG 1``)
+    pg_desc: str | None = None     # its description (``default_pg``) where printed
+    ranks: tuple[int, ...] = ()    # desync report: the ranks named
+    wall: float | None = None      # the line's wall clock (glog prefix), see FileEvidence.timing
 
 
 @dataclass(frozen=True)
@@ -234,6 +242,65 @@ class KillRecord:
     host: str | None = None
     bytes: float | None = None
     text: str = ""
+
+
+@dataclass(frozen=True)
+class DeviceError:
+    """A CUDA runtime or library error that is not an allocator OOM: an illegal memory access, a device-side
+    assert, a cuBLAS/cuDNN status, an ECC or launch failure, or the runtime's own "CUDA error: out of memory".
+
+    `kind`: illegal-address | device-assert | cublas | cudnn | launch-failure | ecc | out-of-memory | other.
+    `exc` is the Python class printed before it (``torch.AcceleratorError`` from torch 2.8, ``RuntimeError``
+    before); `status` the CUDA/cuBLAS/cuDNN status text. For a device-side assert, `assert_site` is the kernel
+    (``Indexing.cu indexSelectLargeIndex``) and `assert_cond` the failed condition (``srcIndex <
+    srcSelectDimSize``) of the first assert line near it. Sources: readers/logpatterns.py.
+    """
+
+    file: str
+    line: int
+    step: int | None
+    rank: int | None
+    kind: str
+    exc: str | None = None
+    status: str | None = None
+    call: str | None = None
+    assert_site: str | None = None
+    assert_cond: str | None = None
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class XidRecord:
+    """A kernel ``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., ...`` line of a pasted ``dmesg`` / ``journalctl -k``.
+    `when` is the line's timestamp as text (dmesg seconds since boot or the journal's date), `host` the
+    journal's host name when the line carries one."""
+
+    file: str
+    line: int
+    xid: int
+    pci: str | None = None
+    pid: int | None = None
+    process: str | None = None
+    host: str | None = None
+    when: str | None = None
+    wall: float | None = None
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class FlightRecord:
+    """One rank's NCCL flight-recorder dump (TORCH_NCCL_TRACE_BUFFER_SIZE > 0 with TORCH_NCCL_DUMP_ON_TIMEOUT),
+    summarised per process group: the last collective sequence number each state reached.
+
+    `groups` maps a process-group name to {desc, ranks, last_enqueued, last_started, last_completed,
+    pending: [{seq, op, state, sizes}]} (pending = the entries not completed, oldest first, at most 8).
+    """
+
+    file: str
+    rank: int
+    version: str | None
+    groups: dict[str, Any]
+    entries: int = 0
 
 
 @dataclass(frozen=True)
@@ -324,6 +391,14 @@ class FileEvidence:
     restarts: tuple[Restart, ...] = ()
     gpus: tuple[GpuMemory, ...] = ()
     gpu_samples: tuple[Any, ...] = ()        # hardware.snapshot.Snapshot values of a GPU recording
+    device_errors: tuple[DeviceError, ...] = ()
+    xids: tuple[XidRecord, ...] = ()
+    flight: tuple[FlightRecord, ...] = ()
+    # who wrote the file: {rank, local_rank, node, host, gpu, source} from its path and its own lines
+    origin: dict[str, Any] = field(default_factory=dict)
+    # wall-clock and pace of the training loop in this file: {first_wall, last_wall, fail_wall, sec_per_step,
+    # rate_samples} (seconds; wall = POSIX seconds, or seconds within the year when the prefix names no year)
+    timing: dict[str, Any] = field(default_factory=dict)
     results: dict[str, Any] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     last_step: int | None = None
