@@ -73,7 +73,7 @@ def nccl_facts(recs: list[NcclRecord], cx: RunContext, out: dict[str, Any],
     if last:
         lo = min(r.last_completed for r in last if r.last_completed is not None)
         laggards = sorted({r.rank for r in last if r.last_completed == lo and r.rank is not None})
-    early = (seq is not None and seq <= 2) or (main.step is None and not out["steps"]["last"])
+    early = (seq is not None and seq <= 2) or (seq is None and main.step is None and not out["steps"]["last"])
     likely = _likely(op, early, cx, out)
     rk = ranks or {}
     first = rk.get("first_failed")

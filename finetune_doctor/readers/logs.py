@@ -165,7 +165,7 @@ def read_text_log(path: str) -> FileEvidence:
 
     Returns a `FileEvidence` whose `read` says how many bytes and lines were read and what went wrong.
     Memory: a few 8 MiB buffers plus the kept series/records, whatever the file size.
-    Raises InputError only if the path cannot be opened at all.
+    Raises InputError when the path is not a regular file or cannot be opened at all.
     """
     problems: list[str] = []
     size = regular_size(path)
@@ -177,29 +177,80 @@ def read_text_log(path: str) -> FileEvidence:
     if looks_binary(sample):
         return FileEvidence(FileRead(path, "unknown", size, 0, complete=False,
                                      problems=("not a text file (binary content); skipped",)))
+    return scan_text(path, size, open_chunks(path, problems), problems)
+
+
+def parse_text(path: str, data: bytes) -> FileEvidence:
+    """The same scan over text already in memory (a torchelastic error file's traceback), reported as `path`."""
+    return scan_text(path, len(data), iter([data]), [])
+
+
+class _Scan:
+    """The scan state across chunks: the carried-over tail (for tracebacks above a hit), the partial last line,
+    absolute offsets, line numbers."""
+
+    def __init__(self, p: TextLogParser) -> None:
+        self.p = p
+        self.ctx = LineContext()
+        self.prev_tail = b""
+        self.line_no = 1
+        self.skip_abs = 0     # hits before this absolute offset were consumed by an earlier line
+        self.abs_pending = 0  # absolute offset of the first byte not yet scanned
+        self.tq_abs = 0       # absolute offset up to which tqdm bars were scanned
+
+    def piece(self, data: bytes, cut: int) -> None:
+        """Scan data[:cut] (it ends at a line end, or at the end of the file)."""
+        p, ctx = self.p, self.ctx
+        buf = self.prev_tail + data
+        off = len(self.prev_tail)
+        base_abs = self.abs_pending - off          # absolute offset of buf[0]
+        cursor, line = off, self.line_no
+        end = off + cut
+        for m in pat.TRIGGER.finditer(buf, off, end):
+            pos = m.start()
+            if pos + base_abs < self.skip_abs:
+                continue
+            lo = max(0, pos - HIT_BEFORE)
+            ls = max(buf.rfind(b"\n", lo, pos), buf.rfind(b"\r", lo, pos))
+            ls = ls + 1 if ls >= 0 else lo      # a longer line is cut to HIT_BEFORE before the hit
+            le_n = buf.find(b"\n", pos, pos + HIT_AFTER)
+            le_r = buf.find(b"\r", pos, pos + HIT_AFTER)
+            cands = [x for x in (le_n, le_r) if x >= 0]
+            le = min(cands) if cands else min(len(buf), pos + HIT_AFTER)
+            line += buf.count(b"\n", cursor, pos)
+            cursor = pos
+            win_start = max(self.tq_abs - base_abs, 0)
+            if win_start < pos:
+                p.progress(buf[win_start:pos])
+                self.tq_abs = base_abs + pos
+            ctx.set(buf, ls, le)
+            p.feed_line(buf[ls:le].decode("utf-8", "replace"), line, ctx)
+            self.skip_abs = base_abs + le
+        if self.tq_abs < base_abs + end:   # bars after the last hit of this piece still move the step
+            p.progress(buf[max(self.tq_abs - base_abs, off):end])
+            self.tq_abs = base_abs + end
+        self.line_no += data.count(b"\n", 0, cut)
+        self.prev_tail = (self.prev_tail + data[:cut])[-LOOKBACK:]
+        self.abs_pending += cut
+
+
+def scan_text(path: str, size: int, chunks: Iterator[bytes], problems: list[str]) -> FileEvidence:
+    """The scan of `read_text_log` over `chunks` (the module docstring says how)."""
     p = TextLogParser(path)
-    ctx = LineContext()
+    sc = _Scan(p)
     pending = b""
-    prev_tail = b""
-    line_no = 1
-    read = 0
-    nul = 0
-    skip_abs = 0          # hits before this absolute offset were consumed by an earlier line
-    abs_pending = 0       # absolute offset of pending[0]
-    tq_abs = 0            # absolute offset up to which tqdm bars were scanned
-    chunks = open_chunks(path, problems)
-    eof = False
+    read = nul = 0
     last_byte = b"\n"
+    eof = False
     while not eof:
         chunk = next(chunks, None)
         if chunk is None:
-            eof = True
-            chunk = b""
+            eof, chunk = True, b""
         read += len(chunk)
         if chunk:
             last_byte = chunk[-1:]
         nul += chunk.count(b"\x00")
-        data = pending + chunk
+        data = pending + chunk if pending else chunk
         if eof:
             cut = len(data)
         else:
@@ -209,56 +260,23 @@ def read_text_log(path: str) -> FileEvidence:
                     pending = data
                     continue
                 cut = len(data) - LOOKAHEAD
-                problems.append(f"a line longer than {MAX_PENDING >> 20} MiB near byte {abs_pending + cut} was split")
+                problems.append(f"a line longer than {MAX_PENDING >> 20} MiB near byte {sc.abs_pending + cut} was split")
             else:
                 cut += 1
-        buf = prev_tail + data
-        off = len(prev_tail)
-        base_abs = abs_pending - off          # absolute offset of buf[0]
-        cursor, line = off, line_no
-        end = off + cut
-        for m in pat.TRIGGER.finditer(buf, off, end):
-            pos = m.start()
-            if pos + base_abs < skip_abs:
-                continue
-            lo = max(0, pos - HIT_BEFORE)
-            ls = max(buf.rfind(b"\n", lo, pos), buf.rfind(b"\r", lo, pos))
-            ls = ls + 1 if ls >= 0 else lo      # a longer line is cut to MAX_LINE before the hit
-            le_n = buf.find(b"\n", pos, pos + HIT_AFTER)
-            le_r = buf.find(b"\r", pos, pos + HIT_AFTER)
-            cands = [x for x in (le_n, le_r) if x >= 0]
-            le = min(cands) if cands else min(len(buf), pos + HIT_AFTER)
-            line += buf.count(b"\n", cursor, pos)
-            cursor = pos
-            win_start = max(tq_abs - base_abs, 0)
-            if win_start < pos:
-                p.progress(buf[win_start:pos])
-                tq_abs = base_abs + pos
-            ctx.set(buf, ls, le)
-            p.feed_line(buf[ls:le].decode("utf-8", "replace"), line, ctx)
-            skip_abs = base_abs + le
-        # bars after the last hit of this piece still move the step
-        if tq_abs < base_abs + end:
-            p.progress(buf[max(tq_abs - base_abs, off):end])
-            tq_abs = base_abs + end
-        line_no += data.count(b"\n", 0, cut)
-        prev_tail = (prev_tail + data[:cut])[-LOOKBACK:]
+        sc.piece(data, cut)
         pending = data[cut:]
-        abs_pending += cut
     if nul:
         problems.append(f"{nul} NUL bytes (binary junk) ignored")
-    lines = line_no - 1 + (1 if read and last_byte != b"\n" else 0)
-    series = tuple(p.series.values())
-    dropped = dict(p.keep.dropped)
+    lines = sc.line_no - 1 + (1 if read and last_byte != b"\n" else 0)
     rd = FileRead(path, "text-log", size, read, lines=lines, items=p.items, complete=not any(
         "stopped early" in x for x in problems), problems=tuple(problems))
     return FileEvidence(
         origin=_origin(p), timing=_timing(p), device_errors=p.keep.get("device_errors"), xids=p.keep.get("xids"),
-        read=rd, series=series, ooms=p.keep.get("ooms"), overflows=p.keep.get("overflows"),
+        read=rd, series=tuple(p.series.values()), ooms=p.keep.get("ooms"), overflows=p.keep.get("overflows"),
         aborts=p.keep.get("aborts"), nccl=p.keep.get("nccl"), kills=p.keep.get("kills"),
         memory=p.keep.get("memory"), notices=p.keep.get("notices"), facts=tuple(p.facts.values()),
-        restarts=p.keep.get("restarts"), dropped=dropped, last_step=p.logged(), total_steps=p.train_total or
-        (p.bar_total_max or None))
+        restarts=p.keep.get("restarts"), dropped=dict(p.keep.dropped), last_step=p.logged(),
+        total_steps=p.train_total or (p.bar_total_max or None))
 
 
 # -- GPU recordings ------------------------------------------------------------------------------------------------
