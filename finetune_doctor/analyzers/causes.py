@@ -90,6 +90,11 @@ def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bo
         cause, text, fix = "overlap-comm", ("DeepSpeed ZeRO-2 with overlap_comm can corrupt reduced gradients "
                                             "(DeepSpeed#5347; Qwen-VL-Series-Finetune#10 ran fine with overlap_comm false "
                                             "or ZeRO-3)"), "set zero_optimization.overlap_comm to false"
+    elif cx.lint.get("ds_missing") and not late:
+        cause, text, fix = "deepspeed-unchecked", (
+            "not determined: the DeepSpeed file the config names is not here, so the run's fp16/bf16, loss-scale "
+            "and communication settings (overlap_comm) could not be checked, and the attention kernel is not "
+            "blamed without them (see deepspeed-file-missing)"), "restore the DeepSpeed file and run the postmortem again"
     elif nan["first_logged"] and not late and rate is not None and rate <= 1e-7:
         cause, text, fix = "forward", (f"NaN at the first logged step with learning rate {fmt(rate)}: no optimizer "
                                        "update can have caused it, so the forward/backward pass itself produced it "
@@ -236,7 +241,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if out.get("completed") and exc is None:
         return None
-    explained = bool(out.get("oom") or out.get("nccl") or (out.get("killed") and out["killed"]["host_oom"])
+    explained = bool(out.get("oom") or out.get("nccl") or out.get("cuda_error") or (out.get("killed") and out["killed"]["host_oom"])
                      or (out.get("scale") and out["scale"]["trajectory"] == "abort"))
     if exc is not None:
         v = exc.value or {}

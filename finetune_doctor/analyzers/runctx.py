@@ -24,6 +24,7 @@ class RunContext:
         self.hw = f.get("hw") or {}
         self.mem = f.get("mem") or {}
         self.ds = f.get("ds") or {}
+        self.lint = f.get("lint") or {}
         self.log: dict[str, Any] = {}
         self.log_at: dict[str, dict[str, Any]] = {}
         for fe in ev.files:

@@ -290,6 +290,13 @@ def downsample(steps: Any, values: Any, n: int = SPARK_POINTS) -> tuple[list[int
     return out_s, out_v
 
 
+def _ranks_section(rk: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not rk:
+        return None
+    return {k: rk.get(k) for k in ("count", "nodes", "first_failed", "waiting", "waiting_count", "stragglers",
+                                   "desync", "failed_count")}
+
+
 def section_data(tl: Any) -> dict[str, Any]:
     """The ``postmortem`` section: curves reduced for sparklines, event marks, and the run's outline."""
     f = tl.facts
@@ -313,7 +320,8 @@ def section_data(tl: Any) -> dict[str, Any]:
             # DeepSpeed's minimum-loss-scale abort is an exception that ends the run, like any other crash
             "crashed": bool(f.get("crash") or f.get("oom") or f.get("nccl") or f.get("killed")
                             or (f.get("scale") or {}).get("trajectory") == "abort"),
-            "curves": curves, "marks": marks, "events": len(tl.events),
+            "curves": curves, "marks": marks, "events": len(tl.events), "stack": f.get("stack"),
+            "ranks": _ranks_section(f.get("ranks")),
             "restarts": len(f.get("restarts") or [])}
 
 

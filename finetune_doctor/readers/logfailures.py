@@ -72,7 +72,8 @@ class FailureLines:
                     rec = OomRecord(self.path, line, self.during(), rank, "partial", exc=m.group("exc"),
                                     requested=pat.size_bytes(m.group("requested")))
             elif pat.OOM_RUNTIME.search(text):
-                rec = OomRecord(self.path, line, self.during(), rank, "runtime")
+                ce = pat.CUDA_ERROR.search(text)   # torch >= 2.8 raises it as torch.AcceleratorError
+                rec = OomRecord(self.path, line, self.during(), rank, "runtime", exc=ce.group("exc") if ce else None)
         if rec is None:
             return False
         frames = context.frames()
@@ -118,6 +119,16 @@ class FailureLines:
             self.in_step = self.step is not None
             return
         m = pat.DS_SCALE_CHANGE.search(text)
+        if m and m.group("dir") == "Reducing":
+            # ZeRO-0 fp16 optimizers print it after "Grad overflow on iteration N" (fused_optimizer.py:406-407);
+            # the same halving may also have been printed as an OVERFLOW line: count it once
+            old_s, new_s = float(m.group("old")), float(m.group("new"))
+            prev = (self.keep.lists.get("overflows") or [None])[-1]
+            if prev is None or (prev.attempted, prev.new_scale) != (old_s, new_s):
+                self.keep.add("overflows", OverflowRecord(self.path, line, self.during(), rank, "reduce", old_s, new_s))
+                self.in_step = self.step is not None
+                self.point("loss_scale", self.during(), new_s, line)
+            return
         if m and m.group("dir") == "Increasing":
             self.keep.add("overflows", OverflowRecord(self.path, line, self.during(), rank, "increase",
                                                       float(m.group("old")), float(m.group("new"))))

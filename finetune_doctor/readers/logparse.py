@@ -134,7 +134,7 @@ class TextLogParser(FailureLines):
             if m and "CUDA out of memory" not in text:
                 self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500],
                                                 {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank}))
-        if "version" in text:
+        if "version" in text or "GPU type" in text:
             self._versions(text, line)
         if "Process rank: " in text:
             self._process(text, line)

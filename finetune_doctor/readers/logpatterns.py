@@ -78,7 +78,7 @@ TRIGGER_WORDS = (
     # apex / torch_npu loss scaler
     "reducing loss scale",
     # versions and the launch command
-    "version: ", " version ", "llamafactory-cli ", "lmf train", "launcher.py ",
+    "version: ", " version ", "GPU type: ", "llamafactory-cli ", "lmf train", "launcher.py ",
 )
 
 
