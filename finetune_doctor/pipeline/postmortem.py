@@ -313,7 +313,7 @@ def section_data(tl: Any) -> dict[str, Any]:
     marks = [{"step": e.step, "kind": e.kind} for e in tl.events if e.step is not None]
     gpus = None
     if f.get("gpus"):
-        gpus = [{"index": c["index"], "name": c["name"], "peak_gib": round(c["peak_gib"], 2),
+        gpus = [{"index": c["index"], "name": c["name"], "node": c.get("node"), "peak_gib": round(c["peak_gib"], 2),
                  "total_gib": None if c["total_gib"] is None else round(c["total_gib"], 2), "samples": c["samples"]}
                 for c in f["gpus"]["cards"]]
     return {"steps": f.get("steps"), "completed": bool(f.get("completed")), "gpus": gpus,

@@ -115,7 +115,22 @@ def read_flight_dump(path: str, rank: int | None) -> FileEvidence:
 
 
 def _with_torch(records: list[FlightRecord]) -> dict[str, Any] | None:
-    """torch's own analyzer over the dumps (module docstring); None when torch is missing or rejects them."""
+    """torch's own analyzer over the dumps (module docstring); None when torch is missing or rejects them. Its
+    logger and prints are silenced: the report says what it found."""
+    import contextlib
+
+    quiet = logging.getLogger("Flight Recorder")   # components/fr_logger.py; it also warns at import
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    sink = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            return _analyze_with_torch(records)
+    finally:
+        quiet.setLevel(level)
+
+
+def _analyze_with_torch(records: list[FlightRecord]) -> dict[str, Any] | None:
     try:
         import argparse
 
@@ -136,18 +151,15 @@ def _with_torch(records: list[FlightRecord]) -> dict[str, Any] | None:
                              "version": d.get("version"), "pg_config": cfg}
     args = argparse.Namespace(verbose=False, just_print_entries=False, allow_incomplete_ranks=True, mismatch_cap=10,
                               selected_ranks=None, pg_filters=None, print_stack_trace=False, transform_ft=False)
-    quiet = logging.getLogger("Flight Recorder")
-    level = quiet.level
-    quiet.setLevel(logging.CRITICAL)
     try:
         db = builder.build_db(details, args, str(records[0].version or "2.0"))
     except Exception:  # its assertions on inconsistent dumps: the fallback still answers
         return None
-    finally:
-        quiet.setLevel(level)
+    dumped = {r.rank for r in records}
     for c in db.collectives:
         missing = sorted(getattr(c, "missing_ranks", None) or [])
-        if missing:
+        # a rank "missing" from a collective whose dump was read is a laggard; one without a dump proves nothing
+        if missing and set(missing) <= dumped and len(missing) < len(dumped):
             return {"source": "flight recorder (torch's analyzer)", "lagging": missing,
                     "seq": c.collective_seq_id, "how": f"never joined collective #{c.collective_seq_id} "
                     f"({c.collective_name}, {c.pg_desc})", "location": {"file": records[0].file, "line": None,

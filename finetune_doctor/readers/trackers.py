@@ -1,7 +1,7 @@
 """Read what experiment trackers keep on local disk: wandb run folders, swanlab run files, mlflow's ``mlruns/``.
 
 * **wandb** (``wandb/run-<date>-<id>/``, ``offline-run-...``): ``run-<id>.wandb`` holds every logged row as a
-  ``Record`` protobuf (``history`` = field 2: ``HistoryRecord{item=1: HistoryItem{key=1, value_json=16},
+  ``Record`` protobuf (``history`` = field 2: ``HistoryRecord{item=1: HistoryItem{key=1 or nested_key=2, value_json=16},
   step=2: HistoryStep{num=1}}``, wandb/proto/wandb_internal.proto) in LevelDB-log framing
   (readers/leveldblog.py). Where wandb is installed its own ``wandb_internal_pb2.Record`` parses them; without it
   the same fields are decoded from the protobuf wire format. ``files/wandb-summary.json`` holds the last value of
@@ -108,11 +108,15 @@ def _wandb_rows_wire(payloads: Iterator[bytes]) -> Iterator[tuple[int | None, di
         for num, v in wire_fields(hist):
             if num == 1 and isinstance(v, bytes):
                 key = val = None
+                nested: list[str] = []
                 for n2, v2 in wire_fields(v):
                     if n2 == 1:
                         key = v2.decode("utf-8", "replace")[:MAX_KEY]
+                    elif n2 == 2:       # wandb's core writes the key as nested_key parts
+                        nested.append(v2.decode("utf-8", "replace"))
                     elif n2 == 16:
                         val = v2.decode("utf-8", "replace")
+                key = key or "/".join(nested)[:MAX_KEY] or None
                 if key is not None and val is not None:
                     items[key] = val
             elif num == 2 and isinstance(v, bytes):
