@@ -63,6 +63,10 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+STEP_LIMIT = 1 << 62
+"""Steps at or above this are no optimizer step (2^62: any real run is far below it; the int64 arrays hold up to
+2^63 - 1, so arithmetic on them cannot overflow either)."""
+
 MAX_RECORDS = 5000
 """Per kind, per file: records kept in full (the rest are counted). Keeps memory bounded on pathological logs
 that print the same OVERFLOW or warning line millions of times."""
@@ -123,10 +127,23 @@ class Series:
     def __len__(self) -> int:
         return len(self.values)
 
-    def append(self, step: int | None, value: float, line: int) -> None:
-        self.steps.append(-1 if step is None else int(step))
+    # steps that did not fit a 64-bit step (2^63 or more, inf, nan) and were kept as unknown (-1); a reader's
+    # FileRead says how many (readers/runlayout.py `read_file`)
+    out_of_range: array = field(default_factory=lambda: array("q", [0]))
+
+    def append(self, step: int | float | None, value: float, line: int) -> None:
+        s = -1
+        if step is not None:
+            try:
+                s = int(step)
+            except (OverflowError, ValueError):
+                s = None
+            if s is None or not -1 <= s < STEP_LIMIT:
+                self.out_of_range[0] += 1
+                s = -1
+        self.steps.append(s)
         self.values.append(value)
-        self.lines.append(line)
+        self.lines.append(min(max(int(line), 0), STEP_LIMIT - 1))
 
     def nonfinite(self) -> int:
         return sum(1 for v in self.values if not math.isfinite(v))

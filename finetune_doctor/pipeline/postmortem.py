@@ -147,8 +147,8 @@ def _skipped_notes(ev: Evidence, notes: list[str]) -> None:
     """Say what was not read and which extra reads it."""
     extra = [r for r in ev.skipped if any("extra" in p for p in r.problems)]
     if extra:
-        kinds = sorted({p.split(" needs the ")[1].split(" extra")[0] for r in extra for p in r.problems
-                        if " needs the " in p})
+        kinds = sorted({m.group(1) for r in extra for p in r.problems for m in [re.search(r"needs the '(\w+)'", p)]
+                        if m})
         notes.append(f"{len(extra)} file(s) not read for want of an extra ({', '.join(kinds)}): "
                      + "; ".join(os.path.basename(r.path) for r in extra[:3])
                      + " — the text logs were read; " + " ".join(f"pip install '.[{k}]'" for k in kinds)
@@ -210,8 +210,8 @@ def _extra_of(r: Any) -> str | None:
 
 
 def _plot_title(facts: dict[str, Any], ev: Evidence) -> str:
-    model = ((facts.get("ev") or {}).get("model") or {}).get("name") or (facts.get("cfg") or {}).get(
-        "model_name_or_path")
+    model = (facts.get("cfg") or {}).get("model_name_or_path") or ((facts.get("ev") or {}).get("model") or {}).get(
+        "name")
     where = ev.run_dir or next((f.read.path for f in ev.files), "")
     return f"{model or 'model unknown'} — {where}"
 

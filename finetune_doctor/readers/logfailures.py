@@ -42,7 +42,11 @@ class FailureLines:
     # -- OOM ------------------------------------------------------------------------------------------------
     def _oom(self, text: str, line: int, rank: int | None, context: LineContext) -> bool:
         rec = None
-        m = pat.OOM_V2.search(text)
+        full = text
+        k = text.find("CUDA out of memory")
+        if k > 160:   # the expressions start with an optional class name: search from just before the message
+            text = text[k - 160:]
+        m = pat.OOM_V2.search(text) if "total capac" in text else None
         if m:
             procs, this = [], None
             for pm in pat.OOM_PROC.finditer(m.group("procs") or ""):
@@ -58,7 +62,7 @@ class FailureLines:
                             private_pools=pat.size_bytes(m.group("private_pools")), allowed=pat.size_bytes(m.group("allowed")),
                             this_process=this, procs=tuple(procs))
         else:
-            m = pat.OOM_LEGACY.search(text)
+            m = pat.OOM_LEGACY.search(text) if "total capacity;" in text else None
             if m:
                 rec = OomRecord(self.path, line, self.during(), rank, "legacy", exc=m.group("exc"),
                                 requested=pat.size_bytes(m.group("requested")), gpu=int(m.group("gpu")),
@@ -77,7 +81,7 @@ class FailureLines:
         if rec is None:
             return False
         frames = context.frames()
-        rec = replace(rec, frames=frames, memory_label=self.last_mem_label, text=text.strip()[:1000])
+        rec = replace(rec, frames=frames, memory_label=self.last_mem_label, text=full.strip()[:1000])
         self.keep.add("ooms", rec)
         return True
 
@@ -138,7 +142,8 @@ class FailureLines:
 
     # -- NCCL -------------------------------------------------------------------------------------------------
     def _nccl(self, text: str, line: int, rank: int | None, wall: float | None) -> None:
-        m = pat.NCCL_TIMEOUT.search(text)
+        # each expression is tried only where its literal occurs: a hit's window can be kilobytes of one line
+        m = pat.NCCL_TIMEOUT.search(text) if "Watchdog caught" in text else None
         if m:
             r = int(m.group("rank")) if m.group("rank") else rank
 
@@ -155,7 +160,7 @@ class FailureLines:
                                              timeout_ms=gi("tmo"), ran_ms=gi("ran"), text=text.strip()[:500],
                                              wall=wall))
             return
-        m = pat.NCCL_LAST.search(text)
+        m = pat.NCCL_LAST.search(text) if "NCCL work" in text or "detected by watchdog" in text else None
         if m:
             work = int(m.group("work"))
             key = ("last", int(m.group("rank")), m.group("pg"), work, m.group("what")[:7])
@@ -170,7 +175,7 @@ class FailureLines:
                 last_completed=int(m.group("done")) if m.group("done") else None, text=text.strip()[:500],
                 pg=m.group("pg"), pg_desc=m.group("desc"), wall=wall))
             return
-        m = pat.NCCL_HEARTBEAT.search(text)
+        m = pat.NCCL_HEARTBEAT.search(text) if "watchdog got stuck" in text else None
         if m:
             self.keep.add("nccl", NcclRecord(self.path, line, self.during(), int(m.group("rank")) if m.group("rank")
                                              else rank, "heartbeat", ran_ms=int(m.group("sec")) * 1000,
@@ -178,21 +183,22 @@ class FailureLines:
             return
         for kind, rx in (("desync-missing", pat.DESYNC_MISSING), ("desync-started", pat.DESYNC_STARTED),
                          ("desync-ended", pat.DESYNC_ENDED)):
-            m = rx.search(text)
+            m = rx.search(text) if ("lagging" in text or "collective #" in text) else None
             if m:
                 ranks = tuple(int(x) for x in m.group("ranks").replace(" ", "").split(",") if x.isdigit())
                 seq = int(m.group("seq")) if "seq" in rx.groupindex else None
                 self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, kind, seq=seq, ranks=ranks,
                                                  text=text.strip()[:500], wall=wall))
                 return
-        if pat.NCCL_FAILED.search(text) or pat.NCCL_TERMINATED.search(text) or pat.NCCL_CHECK_FRAME.search(text):
+        if ("have failed or timed out" in text or "thread terminated" in text or "checkTimeout" in text) and (
+                pat.NCCL_FAILED.search(text) or pat.NCCL_TERMINATED.search(text) or pat.NCCL_CHECK_FRAME.search(text)):
             if ("failed", rank) not in self.nccl_seen:
                 self.nccl_seen.add(("failed", rank))
                 self.fail_wall(wall)
                 self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, "failed",
                                                  text=text.strip()[:500], wall=wall))
             return
-        m = pat.NCCL_ERROR.search(text)
+        m = pat.NCCL_ERROR.search(text) if ("NCCL error" in text or "Error" in text or "NCCL WARN" in text) else None
         if m and "NCCL INFO" not in text:
             what = m.group("desc") or m.group("name") or ("WARN " + m.group("warn").strip()[:200] if m.group("warn")
                                                           else None)

@@ -15,6 +15,8 @@ from finetune_doctor.readers.lineprefix import strip_prefixes, wall_in_year
 from finetune_doctor.readers.logcontext import Keep, LineContext, num
 from finetune_doctor.readers.logfailures import FailureLines
 
+MAX_DICT = 2048   # characters of a metric dict parsed (HF's dicts are a few hundred)
+
 
 class TextLogParser(FailureLines):
     """State of one text-log scan. Call `feed_line` for every triggered line, in file order."""
@@ -262,6 +264,8 @@ class TextLogParser(FailureLines):
     def _metric_dict(self, text: str, line: int) -> bool:
         i = text.find("{'")
         body = text[i:] if i >= 0 else text[text.find("'loss'"):] if "'loss'" in text else text
+        j = body.find("}")
+        body = body[:j + 1] if 0 <= j < MAX_DICT else body[:MAX_DICT]   # one dict: HF prints one per line
         kv: dict[str, float] = {}
         for m in pat.KV.finditer(body):
             v = num(m.group("v"))

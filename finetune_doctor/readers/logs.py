@@ -206,10 +206,14 @@ class _Scan:
         base_abs = self.abs_pending - off          # absolute offset of buf[0]
         cursor, line = off, self.line_no
         end = off + cut
-        for m in pat.TRIGGER.finditer(buf, off, end):
+        start = max(off, self.skip_abs - base_abs)
+        while start < end:
+            # search again past each parsed window (not finditer): a line of kilobytes full of trigger words
+            # costs one search per window, not one per word
+            m = pat.TRIGGER.search(buf, start, end)
+            if m is None:
+                break
             pos = m.start()
-            if pos + base_abs < self.skip_abs:
-                continue
             lo = max(0, pos - HIT_BEFORE)
             ls = max(buf.rfind(b"\n", lo, pos), buf.rfind(b"\r", lo, pos))
             ls = ls + 1 if ls >= 0 else lo      # a longer line is cut to HIT_BEFORE before the hit
@@ -226,6 +230,7 @@ class _Scan:
             ctx.set(buf, ls, le)
             p.feed_line(buf[ls:le].decode("utf-8", "replace"), line, ctx)
             self.skip_abs = base_abs + le
+            start = max(le, pos + 1)
         if self.tq_abs < base_abs + end:   # bars after the last hit of this piece still move the step
             p.progress(buf[max(self.tq_abs - base_abs, off):end])
             self.tq_abs = base_abs + end

@@ -201,6 +201,10 @@ def read_file(path: str, kind: str, base: str | None = None) -> FileEvidence:
     except (OSError, MemoryError, ValueError, UnicodeError, OverflowError, RecursionError) as err:
         fe = FileEvidence(FileRead(path, kind, _size(path), 0, complete=False,
                                    problems=(f"could not be read: {type(err).__name__}: {err}",)))
+    bad = sum(s.out_of_range[0] for s in fe.series)
+    if bad:
+        fe = replace(fe, read=replace(fe.read, problems=fe.read.problems + (
+            f"{bad} step value(s) of 2^62 or more (or not a number) read as unknown steps",)))
     origin = {**origin_of(path, base), **{k: v for k, v in fe.origin.items() if v is not None}}
     if kind == "csv" or fe.read.kind == "gpu-record":
         origin.setdefault("node", os.path.splitext(os.path.basename(path))[0])

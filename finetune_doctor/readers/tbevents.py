@@ -128,6 +128,17 @@ def read_event_file(path: str) -> FileEvidence:
                 reader.GetNext()
             except tf_errors.OutOfRangeError:
                 break
+            except (OverflowError, MemoryError):
+                # a header whose (CRC-valid) length is 2^63 or more: the stub tries to read that many bytes
+                complete = False
+                nxt, what = _resync(pw, path, offset, header_ok=False)
+                problems.append(f"record at byte {offset}: length exceeds {MAX_RECORD >> 20} MiB; " + what.split(": ", 1)[-1].replace("header CRC mismatch, ", ""))
+                if nxt is None or nxt >= size:
+                    break
+                offset = nxt
+                reader.file_handle.close()
+                reader = _reader_at(pw, path, offset)
+                continue
             except tf_errors.DataLossError as err:
                 msg = str(err)   # the stub's messages end with what failed; the path itself may contain any word
                 if "has truncated record in" in msg:
