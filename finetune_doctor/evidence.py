@@ -132,6 +132,11 @@ class Series:
     out_of_range: array = field(default_factory=lambda: array("q", [0]))
 
     def append(self, step: int | float | None, value: float, line: int) -> None:
+        if type(step) is int and -1 <= step < STEP_LIMIT and type(line) is int and 0 <= line < STEP_LIMIT:
+            self.steps.append(step)          # the common case, without the checks below
+            self.values.append(value)
+            self.lines.append(line)
+            return
         s = -1
         if step is not None:
             try:

@@ -221,3 +221,43 @@ def test_many_rank_files_are_read_in_parallel_with_the_same_result(tmp_path):
     assert [f.read.path for f in serial.files] == [f.read.path for f in parallel.files]
     assert [(f.origin, f.timing, len(f.nccl), len(f.ooms)) for f in serial.files] == \
         [(f.origin, f.timing, len(f.nccl), len(f.ooms)) for f in parallel.files]
+
+
+def test_grep_finder_and_the_readers_own_expression_agree(tmp_path, monkeypatch):
+    """A plain log of >= 4 MiB has its trigger words found by grep (readers/loggrep.py); the parse must be the
+    same as with the reader's own expression, record for record."""
+    import shutil as _sh
+
+    from finetune_doctor.readers import loggrep
+    from finetune_doctor.readers.logs import read_text_log
+
+    if _sh.which("grep") is None:
+        pytest.skip("no grep on this machine")
+    msg = os.path.join(FIX, "messages")
+    parts = [open(os.path.join(msg, n), encoding="utf-8").read() for n in sorted(os.listdir(msg))
+             if n.endswith((".log", ".txt"))]
+    bar = "".join(f"  1%|▏         | {s}/900 [00:{s % 60:02d}<40:00,  3.00s/it]\r" for s in range(1, 40)) + "\n"
+    body = []
+    size = 0
+    i = 0
+    while size < loggrep.MIN_BYTES + (1 << 20):
+        chunk = bar + f"{{'loss': {2 - i / 1e5:.4f}, 'grad_norm': 1.0, 'learning_rate': 1e-4, 'epoch': 0.01}}\n" \
+            + parts[i % len(parts)]
+        body.append(chunk)
+        size += len(chunk.encode())
+        i += 1
+    p = tmp_path / "big.log"
+    p.write_text("".join(body), encoding="utf-8")
+
+    def shape(fe):
+        return ([(s.name, list(s.steps), [round(v, 9) if v == v else "nan" for v in s.values], list(s.lines))
+                 for s in fe.series], [(o.line, o.step, o.format) for o in fe.ooms],
+                [(n.line, n.kind, n.rank, n.seq, n.work) for n in fe.nccl], [(d.line, d.kind) for d in fe.device_errors],
+                [(x.line, x.xid) for x in fe.xids], [(o.line, o.kind, o.new_scale) for o in fe.overflows],
+                [(k.line, k.kind) for k in fe.kills], fe.read.lines, fe.last_step)
+
+    with_grep = read_text_log(str(p))
+    monkeypatch.setenv("FINETUNE_DOCTOR_NO_GREP", "1")
+    without = read_text_log(str(p))
+    assert shape(with_grep) == shape(without)
+    assert len(with_grep.ooms) > 10 and len(with_grep.nccl) > 10 and with_grep.series

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from finetune_doctor.evidence import (
-    DeviceError, KillRecord, NcclRecord, Notice, OomRecord, OverflowRecord, XidRecord,
+    DeviceError, KillRecord, NcclRecord, OomRecord, OverflowRecord, XidRecord,
 )
 from finetune_doctor.readers import logpatterns as pat
 from finetune_doctor.readers.logcontext import Keep, LineContext, signame
@@ -117,10 +117,6 @@ class FailureLines:
             self.keep.add("overflows", OverflowRecord(self.path, line, self.during(), rank, "reduce", new * 2, new))
             self.in_step = self.step is not None
             self.point("loss_scale", self.during(), new, line)
-            return
-        if pat.DS_BARE_OVERFLOW.search(text):
-            self.keep.add("overflows", OverflowRecord(self.path, line, self.during(), rank, "bare"))
-            self.in_step = self.step is not None
             return
         m = pat.DS_SCALE_CHANGE.search(text)
         if m and m.group("dir") == "Reducing":
@@ -336,7 +332,3 @@ class FailureLines:
                                             when=(f"{pre.uptime:.1f} s after boot" if pre.uptime is not None
                                                   else None), wall=pre.wall, text=text.strip()[:300]))
             return
-        m = pat.OOM_INVOKED.search(text) or pat.OOM_KILL_TASK.search(text)
-        if m:
-            self.keep.add("notices", Notice(self.path, line, None, "oom-killer", text.strip()[:300],
-                                            {"comm": m.group("comm"), "host": pre.host}))

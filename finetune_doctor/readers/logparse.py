@@ -41,15 +41,15 @@ class TextLogParser(FailureLines):
         self.rates: list[float] = []     # seconds per step of the training bar, one per bar seen
 
     # -- progress -------------------------------------------------------------------------------------------
-    def progress(self, window: bytes) -> None:
-        """Move the step to the last training bar in `window`. Searched backwards from the end (only the last
+    def progress(self, window: bytes, lo: int = 0, hi: int | None = None) -> None:
+        """Move the step to the last training bar in window[lo:hi]. Searched backwards from the end (only the last
         bar matters), skipping bars of other loops: an eval loop's total, a datasets.map "examples/s" bar."""
-        end = len(window)
+        end = len(window) if hi is None else hi
         for _ in range(64):
-            k = max(window.rfind(b"s/it]", 0, end), window.rfind(b"it/s]", 0, end))
+            k = max(window.rfind(b"s/it]", lo, end), window.rfind(b"it/s]", lo, end))
             if k < 0:
                 return
-            j = window.rfind(b"|", max(0, k - 120), k)
+            j = window.rfind(b"|", max(lo, k - 120), k)
             if j < 0:
                 end = k
                 continue
@@ -136,8 +136,8 @@ class TextLogParser(FailureLines):
             if m and "CUDA out of memory" not in text:
                 self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500],
                                                 {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank}))
-        if "version" in text or "GPU type" in text:
-            self._versions(text, line)
+        if "version" in text:
+            self._versions(text, line, context)
         if "Process rank: " in text:
             self._process(text, line)
         if "train" in text and ("llamafactory-cli" in text or "lmf " in text or "launcher.py" in text
@@ -165,7 +165,7 @@ class TextLogParser(FailureLines):
         if ("CUDA error" in text or "cuDNN error" in text or "Assertion `" in text or "CUBLAS_STATUS_" in text) \
                 and "CUBLAS_STATUS_ALLOC_FAILED" not in text:
             self._device(text, line, rank, context, wall)
-        if "NVRM" in text or "oom-kill" in text:
+        if "NVRM" in text:
             self._kernel(text, line, pre)
         if ("Killed" in text or "exitcode" in text or "exits with return code" in text or "oom" in text
                 or "Out Of Memory" in text or "Out of memory" in text or "received by PID" in text
@@ -205,17 +205,21 @@ class TextLogParser(FailureLines):
         except (ValueError, OverflowError):
             return None
 
-    def _versions(self, text: str, line: int) -> None:
+    def _versions(self, text: str, line: int, context: LineContext) -> None:
         """Package versions a log states (``llamafactory-cli env``, ``ds_report``, DeepSpeed's init, NCCL INFO):
-        facts ``version:<package>``, the first of each wins."""
-        s = text.strip()
-        for pkg, rx in pat.VERSION_LINES:
-            name = f"version:{pkg}"
-            if name in self.facts:
-                continue
-            m = rx.search(s)
-            if m:
-                self.fact(name, m.group("v"), line)
+        facts ``version:<package>``, the first of each wins. The env block is read from its first line on (its
+        other lines hold no trigger word)."""
+        lines = [(line, text.strip())]
+        if "`llamafactory` version" in text:
+            lines += [(line + k, strip_prefixes(t)[0].strip()) for k, t in enumerate(context.following_lines(24), 1)]
+        for ln, s in lines:
+            for pkg, rx in pat.VERSION_LINES:
+                name = f"version:{pkg}"
+                if name in self.facts:
+                    continue
+                m = rx.search(s)
+                if m:
+                    self.fact(name, m.group("v"), ln)
 
     def _process(self, text: str, line: int) -> None:
         """LLaMA-Factory's per-process line: this file's rank and its GPU (hparams/parser.py:652-653)."""
@@ -261,7 +265,33 @@ class TextLogParser(FailureLines):
             self.keep.add("restarts", Restart(self.path, line, st, "resume", text.strip()[:200]))
 
     # -- metrics ----------------------------------------------------------------------------------------------
+    def train_dict(self, groups: tuple[bytes, ...], line: int) -> None:
+        """A line that is exactly HF's step dict (`HF_TRAIN_DICT`), given as its four number fields."""
+        self.items += 1
+        try:
+            vals = [float(x) for x in groups]
+        except ValueError:
+            return
+        st = self.logged()
+        for name, v in zip(("loss", "grad_norm", "learning_rate", "epoch"), vals):
+            s = self.series.get(name)
+            if s is None:
+                s = self.series[name] = Series(name, self.path)
+            s.append(st, v, line)
+
     def _metric_dict(self, text: str, line: int) -> bool:
+        m = pat.HF_TRAIN_DICT.search(text)
+        if m and not pat.LF_CALLBACK.search(text, 0, m.start()):
+            # the common line of a long log, HF's step dict of transformers 4.38+: four numbers, no other key
+            try:
+                vals = [float(x) for x in m.groups()]
+            except ValueError:
+                vals = None
+            if vals is not None:
+                st = self.logged()
+                for name, v in zip(("loss", "grad_norm", "learning_rate", "epoch"), vals):
+                    self.point(name, st, v, line)
+                return True
         i = text.find("{'")
         body = text[i:] if i >= 0 else text[text.find("'loss'"):] if "'loss'" in text else text
         j = body.find("}")

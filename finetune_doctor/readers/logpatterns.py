@@ -26,7 +26,7 @@ transformers 4.45-5.x, LLaMA-Factory 0.9.x, apex amp. Line numbers are of the na
   (``ncclGetErrorString``: "unhandled system error", "remote process exited or there was a network error", ...);
   the same strings since v2.18 (``src/init.cc`` of v2.18.1-1). ``NCCL WARN`` is the WARN level of ``debug.cc``.
 * deepspeedai/DeepSpeed at edaa7221 (v0.19.5+): ``runtime/fp16/loss_scaler.py:274-290`` (OVERFLOW! ... reducing
-  to / but hysteresis is / Consecutive hysteresis), ``:360`` (bare "fp16 dynamic loss scale overflow!"),
+  to / but hysteresis is / Consecutive hysteresis),
   ``runtime/fp16/fused_optimizer.py:171,269,406-419`` and ``unfused_optimizer.py:155,203,281-294`` (the ZeRO-0
   wordings), ``__init__.py:158`` ("DeepSpeed info: version=..."), ``env_report.py:136-148`` (``ds_report``).
 * NVIDIA/apex at 007c5947 ``apex/amp/handle.py`` ``scale_loss`` ("Gradient overflow.  Skipping step, loss scaler
@@ -46,18 +46,21 @@ from __future__ import annotations
 
 import re
 
+# Every word starts with an upper-case letter or punctuation: Python's regex engine tries the branches at each
+# byte equal to a first character, so a first character as common as a space or a lower-case letter costs 2-3x the
+# whole scan (measured in benchmarks/bench_postmortem_ranks.py); the line parsers still match the full messages.
 TRIGGER_WORDS = (
     # CUDA OOM (log_patterns.md §5)
     "CUDA out of memory", "CUDA error: out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED",
-    "cudaErrorMemoryAllocation",
+    "ErrorMemoryAllocation",
     # DeepSpeed loss scaling (§2)
-    "OVERFLOW!", "loss scale overflow", "Overflow detected", "Grad overflow", "Reducing dynamic", "Increasing dynamic",
-    "Current loss scale",
+    "OVERFLOW!", "[deepspeed] fp16 dynamic", "Overflow detected", "Grad overflow", "Reducing dynamic",
+    "Increasing dynamic", "Current loss scale",
     # NCCL (§6)
     "Watchdog caught", "NCCL",
     # process death (§8)
-    "Killed", "(exitcode: ", "return code = ", "Root Cause", "ChildFailedError", "Signal ", "DefaultCPUAllocator",
-    "Detected ", "Out Of Memory", "Out of memory: ", "Memory cgroup",
+    "Killed", "(exitcode: ", "DefaultCPUAllocator", "Root Cause", "ChildFailedError", "Signal ", "Detected ",
+    "Out Of Memory", "Out of memory: ", "Memory cgroup", "] exits with return code",
     # metrics (§7)
     "'loss': ", "{'eval_", "{'train_runtime'", '"current_steps"',
     # see_memory_usage (§3)
@@ -66,19 +69,18 @@ TRIGGER_WORDS = (
     "WARNING|", "ERROR|", "It is strongly", "Traceback (most", "Error: ", "Exception: ",
     # run facts: HF Trainer banner, LF, DeepSpeed init and config dump (".... " is the dump's dot filler)
     "Total optimization", "Total train batch", "Num Epochs", "Gradient Accumulation", "Instantaneous batch",
-    "Number of trainable", "all params: ", "Process rank: ", "Config mesh", "DeepSpeed info", "ZeRO stage ", ".... ",
-    "finished initializing", "Running training", "Continuing training",
+    "Number of trainable", "|| all params: ", "Process rank: ", "Config mesh", "DeepSpeed info", "ZeRO stage ",
+    ".... ", "- num_params = ", "Running training", "Continuing training",
     # CUDA runtime and library errors (c10_cuda_check_implementation, ATen/cuda/Exceptions.h, device asserts)
-    "CUDA error: ", "AcceleratorError", "illegal memory access", "device-side assert", "Assertion `",
-    "CUBLAS_STATUS_", "cuDNN error", "CUDNN_STATUS_",
-    # kernel log (dmesg / journalctl -k): Xid, OOM killer
-    "NVRM: Xid", "invoked oom-killer", "oom-kill:",
-    # the desync report of TORCH_NCCL_DESYNC_DEBUG (TraceUtils.h)
-    "lagging ranks", "joined but didn't finish", "finished collective #",
+    "CUDA error: ", "AcceleratorError", "Assertion `", "CUBLAS_STATUS_", "CUDNN_STATUS_",
+    # kernel log (dmesg / journalctl -k): Xid (the OOM killer's own line is "Out of memory: Killed process")
+    "NVRM: Xid",
+    # the desync report of TORCH_NCCL_DESYNC_DEBUG (TraceUtils.h): "ranks [5] are the lagging ...", "[3] joined ..."
+    "] are the lagging", "] joined but", "] finished collective #",
     # apex / torch_npu loss scaler
-    "reducing loss scale",
-    # versions and the launch command
-    "version: ", " version ", "GPU type: ", "llamafactory-cli ", "lmf train", "launcher.py ",
+    "Skipping step, loss scaler", "Loss scaler reducing",
+    # versions (llamafactory-cli env: the block is read from its first line on) and the launch command
+    "`llamafactory` version", "-cli train ", "/launcher.py ",
 )
 
 
@@ -164,8 +166,6 @@ DS_SCALE_CHANGE = re.compile(r"(?P<dir>Reducing|Increasing) dynamic loss scale f
 # apex amp (handle.py scale_loss) and torch_npu: "Gradient overflow.  Skipping step, loss scaler 0 reducing loss
 # scale to 32768.0" / "Loss scaler reducing loss scale to 5120.0"
 APEX_OVERFLOW = re.compile(r"(?i:loss scaler) (?:(?P<idx>\d+) )?reducing loss scale to (?P<new>[\d.]+(?:e[-+]?\d+)?)")
-# DeepSpeed loss_scaler.py:360 prints the bare "fp16 dynamic loss scale overflow!" (no numbers)
-DS_BARE_OVERFLOW = re.compile(r"^(?:\[deepspeed\] )?fp16 dynamic loss scale overflow!\s*$")
 DS_GRAD_OVERFLOW_ITER = re.compile(r"Grad overflow on iteration:? (?P<it>\d+)")
 DS_MIN_SCALE = re.compile(r"Current loss scale already at minimum - cannot decrease scale anymore")
 
@@ -213,6 +213,9 @@ CF_HOST = re.compile(r"host\s*:\s*(?P<host>\S+)")
 CF_TB = re.compile(r"traceback\s*:\s*(?P<tb>.*)")
 
 # HF Trainer / LLaMA-Factory metric dicts (log_patterns.md §7): 4.x bare floats and nan, 5.x '.4g' strings
+HF_TRAIN_DICT = re.compile(r"\{'loss': '?([^,'}]+)'?, 'grad_norm': '?([^,'}]+)'?, 'learning_rate': '?([^,'}]+)'?, "
+                           r"'epoch': '?([^,'}]+)'?\}")
+HF_TRAIN_DICT_B = re.compile(HF_TRAIN_DICT.pattern.encode())
 KV = re.compile(r"'(?P<k>[\w/]+)':\s*(?P<q>'?)(?P<v>[^,'}]*)(?P=q)")
 LF_CALLBACK = re.compile(r"callbacks(?:\.py)?(?::\d+)? (?:>>|-) ")
 DS_PROGRESS = re.compile(r"\[Rank (?P<rank>\d+)\] step=(?P<step>\d+), skipped=(?P<skipped>\d+), lr=\[(?P<lr>[^\]]*)\]")
@@ -274,8 +277,6 @@ INDEX_ASSERTS = {"srcIndex < srcSelectDimSize": "embedding", "t >= 0 && t < n_cl
 # kernel log lines: dmesg "[  179.43] NVRM: Xid (PCI:0000:01:00): 79, pid=1122, GPU has fallen off the bus."
 XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F:.]+)\): (?P<xid>\d+)(?:, pid=(?P<pid>'?<?\w+>?'?))?"
                  r"(?:, name=(?P<name>[^,]+))?,?\s*(?P<rest>.*)$")
-OOM_INVOKED = re.compile(r"(?P<comm>\S+) invoked oom-killer: gfp_mask=")
-OOM_KILL_TASK = re.compile(r"oom-kill:constraint=(?P<constraint>\w+).*?,task=(?P<comm>[^,]+),pid=(?P<pid>\d+)")
 # versions a log prints (module docstring): llamafactory-cli env, ds_report, DeepSpeed's init line, NCCL's INFO
 VERSION_LINES = (
     ("llamafactory", re.compile(r"^- `llamafactory` version: (?P<v>\S+)")),

@@ -41,10 +41,11 @@ import re
 import stat
 import statistics
 import zlib
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.evidence import FileEvidence, FileRead
+from finetune_doctor.readers import loggrep
 from finetune_doctor.readers import logpatterns as pat
 from finetune_doctor.readers.logcontext import LOOKAHEAD, LOOKBACK, LineContext
 from finetune_doctor.readers.logparse import TextLogParser
@@ -177,7 +178,13 @@ def read_text_log(path: str) -> FileEvidence:
     if looks_binary(sample):
         return FileEvidence(FileRead(path, "unknown", size, 0, complete=False,
                                      problems=("not a text file (binary content); skipped",)))
-    return scan_text(path, size, open_chunks(path, problems), problems)
+    plain = sample[:2] not in (GZIP_MAGIC, b"\xff\xfe", b"\xfe\xff")
+    with loggrep.trigger_offsets(path, pat.TRIGGER_WORDS) if plain and size >= loggrep.MIN_BYTES else \
+            loggrep.none() as hits:
+        fe = scan_text(path, size, open_chunks(path, problems), problems, hits)
+    if hits is not None and not hits.ok:   # grep failed part-way: its offsets cannot be trusted
+        fe = scan_text(path, size, open_chunks(path, []), [])
+    return fe
 
 
 def parse_text(path: str, data: bytes) -> FileEvidence:
@@ -189,8 +196,9 @@ class _Scan:
     """The scan state across chunks: the carried-over tail (for tracebacks above a hit), the partial last line,
     absolute offsets, line numbers."""
 
-    def __init__(self, p: TextLogParser) -> None:
+    def __init__(self, p: TextLogParser, hits: "_Hits | None" = None) -> None:
         self.p = p
+        self.hits = hits      # trigger offsets found by grep (readers/loggrep.py), else the regex finds them
         self.ctx = LineContext()
         self.prev_tail = b""
         self.line_no = 1
@@ -210,39 +218,66 @@ class _Scan:
         while start < end:
             # search again past each parsed window (not finditer): a line of kilobytes full of trigger words
             # costs one search per window, not one per word
-            m = pat.TRIGGER.search(buf, start, end)
-            if m is None:
-                break
-            pos = m.start()
+            if self.hits is None:
+                m = pat.TRIGGER.search(buf, start, end)
+                if m is None:
+                    break
+                pos = m.start()
+            else:
+                h = self.hits.next_at_or_after(base_abs + start)
+                if h is None or h >= base_abs + end:
+                    break
+                pos = h - base_abs
             lo = max(0, pos - HIT_BEFORE)
             ls = max(buf.rfind(b"\n", lo, pos), buf.rfind(b"\r", lo, pos))
             ls = ls + 1 if ls >= 0 else lo      # a longer line is cut to HIT_BEFORE before the hit
-            le_n = buf.find(b"\n", pos, pos + HIT_AFTER)
-            le_r = buf.find(b"\r", pos, pos + HIT_AFTER)
-            cands = [x for x in (le_n, le_r) if x >= 0]
-            le = min(cands) if cands else min(len(buf), pos + HIT_AFTER)
+            le = buf.find(b"\n", pos, pos + HIT_AFTER)
+            le_r = buf.find(b"\r", pos, le if le >= 0 else pos + HIT_AFTER)
+            if le_r >= 0:
+                le = le_r
+            elif le < 0:
+                le = min(len(buf), pos + HIT_AFTER)
             line += buf.count(b"\n", cursor, pos)
             cursor = pos
-            win_start = max(self.tq_abs - base_abs, 0)
+            win_start = self.tq_abs - base_abs
             if win_start < pos:
-                p.progress(buf[win_start:pos])
+                p.progress(buf, max(win_start, 0), pos)
                 self.tq_abs = base_abs + pos
-            ctx.set(buf, ls, le)
-            p.feed_line(buf[ls:le].decode("utf-8", "replace"), line, ctx)
+            fast = pat.HF_TRAIN_DICT_B.match(buf, ls, le) if buf.startswith(b"{'loss': ", ls) else None
+            if fast is not None and fast.end() >= le - 1:
+                p.train_dict(fast.groups(), line)   # the common line of a long log, without the generic parsers
+            else:
+                ctx.set(buf, ls, le)
+                p.feed_line(buf[ls:le].decode("utf-8", "replace"), line, ctx)
             self.skip_abs = base_abs + le
             start = max(le, pos + 1)
         if self.tq_abs < base_abs + end:   # bars after the last hit of this piece still move the step
-            p.progress(buf[max(self.tq_abs - base_abs, off):end])
+            p.progress(buf, max(self.tq_abs - base_abs, off), end)
             self.tq_abs = base_abs + end
         self.line_no += data.count(b"\n", 0, cut)
         self.prev_tail = (self.prev_tail + data[:cut])[-LOOKBACK:]
         self.abs_pending += cut
 
 
-def scan_text(path: str, size: int, chunks: Iterator[bytes], problems: list[str]) -> FileEvidence:
-    """The scan of `read_text_log` over `chunks` (the module docstring says how)."""
+class _Hits:
+    """Increasing byte offsets of trigger words, consumed in order."""
+
+    def __init__(self, it: Iterable[int]) -> None:
+        self.it = iter(it)
+        self.head: int | None = next(self.it, None)
+
+    def next_at_or_after(self, off: int) -> int | None:
+        while self.head is not None and self.head < off:
+            self.head = next(self.it, None)
+        return self.head
+
+
+def scan_text(path: str, size: int, chunks: Iterator[bytes], problems: list[str],
+              hits: Iterable[int] | None = None) -> FileEvidence:
+    """The scan of `read_text_log` over `chunks` (the module docstring says how); `hits` are the trigger words'
+    byte offsets when a faster finder (grep) produced them."""
     p = TextLogParser(path)
-    sc = _Scan(p)
+    sc = _Scan(p, _Hits(hits) if hits is not None else None)
     pending = b""
     read = nul = 0
     last_byte = b"\n"
