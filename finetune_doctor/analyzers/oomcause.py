@@ -79,6 +79,64 @@ def size_candidates(cx: RunContext, P: float | None, world: int | None) -> list[
     return out
 
 
+def foreign_memory(o: OomRecord) -> dict[str, Any] | None:
+    """Memory other processes hold on the GPU of an OOM: other ranks' CUDA contexts (the ranks are not bound to
+    their own GPU), another process, or memory in use but not by this process. None when nothing notable."""
+    if o.total is None or o.free is None:
+        return None
+    foreign = None
+    used = o.total - o.free
+    others: list[tuple[int, float]] = []
+    self_b = o.this_process
+    if o.procs:
+        if self_b is None:
+            # torch 2.1 lists every process, itself included: itself is the one that holds at least what
+            # PyTorch allocated and is closest to it
+            mine = (o.allocated or 0) + (o.reserved_unallocated or 0)
+            idx = min(range(len(o.procs)), key=lambda i: (o.procs[i][1] < (o.allocated or 0),
+                                                          abs(o.procs[i][1] - mine)))
+            self_b = o.procs[idx][1]
+            others = [p for i, p in enumerate(o.procs) if i != idx]
+        else:
+            others = list(o.procs)
+        held = sum(b for _, b in others)
+    elif self_b is not None:
+        held = used - self_b
+    elif o.reserved is not None:
+        held = used - o.reserved - 0.5 * GIB     # minus a CUDA context (~300-500 MiB) of this process
+    elif o.allocated is not None:
+        held = used - o.allocated - (o.reserved_unallocated or 0) - 0.5 * GIB
+    else:
+        held = 0.0
+    small = [p for p in others if p[1] < GIB]
+    kind = None
+    if len(small) >= 2:
+        kind = "rank-contexts"
+    elif held >= max(GIB, 0.05 * o.total):
+        kind = "other-process" if others else "unaccounted"
+    if kind:
+        if kind == "rank-contexts":
+            sizes = sorted({gib_text(b) for _, b in small})
+            text = (f"{len(small)} other processes hold {', '.join(sizes)} each on GPU {o.gpu}: the CUDA contexts "
+                    f"of other ranks, so the ranks are not bound to their own GPU (device not set from "
+                    f"LOCAL_RANK), or the model is placed on cuda:0 before ZeRO-3 partitions it")
+            if self_b is not None:
+                text += f"; this process holds {gib_text(self_b)}"
+        elif kind == "other-process":
+            text = (f"other processes hold {gib_text(held)} of GPU {o.gpu} "
+                    f"({', '.join(f'pid {p} {gib_text(b)}' for p, b in others[:4])})")
+        else:
+            text = (f"{gib_text(held)} of GPU {o.gpu} is in use but not by this process "
+                    f"({gib_text(o.reserved if o.reserved is not None else (o.allocated or 0))} reserved by "
+                    f"PyTorch, {gib_text(o.free)} free of {gib_text(o.total)}): another process or rank holds it")
+        fix = ("bind every rank to its own GPU (launch with torchrun/deepspeed or FORCE_TORCHRUN=1 so LOCAL_RANK "
+               "sets the device, and move nothing to cuda:0 before that); with ZeRO-3 check that zero.Init is "
+               "active so the full model never lands on one GPU" if kind == "rank-contexts" else
+               "free the GPU (stop the other process) or keep the job off it with CUDA_VISIBLE_DEVICES")
+        foreign = {"gib": held / GIB, "kind": kind, "text": text, "pids": [p for p, _ in others], "fix": fix}
+    return foreign
+
+
 def oom_facts(ooms: list[OomRecord], cx: RunContext, P: float | None, world: int | None, trained: bool,
          ev: Evidence) -> dict[str, Any]:
     first = ooms[0]
@@ -101,59 +159,7 @@ def oom_facts(ooms: list[OomRecord], cx: RunContext, P: float | None, world: int
     d["reserved_unallocated_gib"] = g(ru)
     d["fragmented"] = bool(ru is not None and o.requested is not None and ru >= o.requested and ru >= 0.5 * GIB)
 
-    # memory held by other processes on the same GPU
-    foreign = None
-    if o.total is not None and o.free is not None:
-        used = o.total - o.free
-        others: list[tuple[int, float]] = []
-        self_b = o.this_process
-        if o.procs:
-            if self_b is None:
-                # torch 2.1 lists every process, itself included: itself is the one that holds at least what
-                # PyTorch allocated and is closest to it
-                mine = (o.allocated or 0) + (o.reserved_unallocated or 0)
-                idx = min(range(len(o.procs)), key=lambda i: (o.procs[i][1] < (o.allocated or 0),
-                                                              abs(o.procs[i][1] - mine)))
-                self_b = o.procs[idx][1]
-                others = [p for i, p in enumerate(o.procs) if i != idx]
-            else:
-                others = list(o.procs)
-            held = sum(b for _, b in others)
-        elif self_b is not None:
-            held = used - self_b
-        elif o.reserved is not None:
-            held = used - o.reserved - 0.5 * GIB     # minus a CUDA context (~300-500 MiB) of this process
-        elif o.allocated is not None:
-            held = used - o.allocated - (o.reserved_unallocated or 0) - 0.5 * GIB
-        else:
-            held = 0.0
-        small = [p for p in others if p[1] < GIB]
-        kind = None
-        if len(small) >= 2:
-            kind = "rank-contexts"
-        elif held >= max(GIB, 0.05 * o.total):
-            kind = "other-process" if others else "unaccounted"
-        if kind:
-            if kind == "rank-contexts":
-                sizes = sorted({gib_text(b) for _, b in small})
-                text = (f"{len(small)} other processes hold {', '.join(sizes)} each on GPU {o.gpu}: the CUDA contexts "
-                        f"of other ranks, so the ranks are not bound to their own GPU (device not set from "
-                        f"LOCAL_RANK), or the model is placed on cuda:0 before ZeRO-3 partitions it")
-                if self_b is not None:
-                    text += f"; this process holds {gib_text(self_b)}"
-            elif kind == "other-process":
-                text = (f"other processes hold {gib_text(held)} of GPU {o.gpu} "
-                        f"({', '.join(f'pid {p} {gib_text(b)}' for p, b in others[:4])})")
-            else:
-                text = (f"{gib_text(held)} of GPU {o.gpu} is in use but not by this process "
-                        f"({gib_text(o.reserved if o.reserved is not None else (o.allocated or 0))} reserved by "
-                        f"PyTorch, {gib_text(o.free)} free of {gib_text(o.total)}): another process or rank holds it")
-            fix = ("bind every rank to its own GPU (launch with torchrun/deepspeed or FORCE_TORCHRUN=1 so LOCAL_RANK "
-                   "sets the device, and move nothing to cuda:0 before that); with ZeRO-3 check that zero.Init is "
-                   "active so the full model never lands on one GPU" if kind == "rank-contexts" else
-                   "free the GPU (stop the other process) or keep the job off it with CUDA_VISIBLE_DEVICES")
-            foreign = {"gib": held / GIB, "kind": kind, "text": text, "pids": [p for p, _ in others], "fix": fix}
-    d["foreign"] = foreign
+    d["foreign"] = foreign_memory(o)
 
     # phase
     phase, why = oom_phase(o.frames, o.memory_label)

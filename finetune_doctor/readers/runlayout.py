@@ -201,6 +201,10 @@ def read_file(path: str, kind: str, base: str | None = None) -> FileEvidence:
     except (OSError, MemoryError, ValueError, UnicodeError, OverflowError, RecursionError) as err:
         fe = FileEvidence(FileRead(path, kind, _size(path), 0, complete=False,
                                    problems=(f"could not be read: {type(err).__name__}: {err}",)))
+    thinned = max((s.stride[0] for s in fe.series), default=1)
+    if thinned > 1:
+        fe = replace(fe, read=replace(fe.read, note="; ".join(x for x in (fe.read.note, (
+            f"curves thinned: one kept point per {thinned} logs (spikes and non-finite values kept)")) if x)))
     bad = sum(s.out_of_range[0] for s in fe.series)
     if bad:
         fe = replace(fe, read=replace(fe.read, problems=fe.read.problems + (

@@ -256,12 +256,20 @@ def read_trainer_state(path: str) -> FileEvidence:
             _scalars(buf[pos:], path, facts, line)
     if not complete:
         problems.append(f"file is cut off after {entries} log_history entries (the run died while saving it)")
+    return _state_evidence(path, size, read, line, entries, complete, problems, series, facts, notices, results)
+
+
+def _state_evidence(path: str, size: int, read: int, line: int, entries: int, complete: bool, problems: list[str],
+                    series: dict[str, Series], facts: list[Fact], notices: list[Notice],
+                    results: dict[str, Any]) -> FileEvidence:
     last = None
     gs = next((f.value for f in facts if f.name == "global_step"), None)
     for s in series.values():
         if len(s):
             last = max(last or 0, max(s.steps))
     ms = next((f.value for f in facts if f.name == "max_steps"), None)
+    gs = gs if isinstance(gs, int) and not isinstance(gs, bool) and 0 <= gs < STEP_LIMIT else None
+    ms = ms if isinstance(ms, int) and not isinstance(ms, bool) and 0 < ms < STEP_LIMIT else None
     return FileEvidence(FileRead(path, "trainer-state", size, read, lines=line, records=entries,
                                  items=sum(len(s) for s in series.values()), complete=complete,
                                  problems=tuple(problems)),
