@@ -21,7 +21,7 @@ import re
 import stat
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
-from typing import Any
+from typing import Any, Iterator
 
 from finetune_doctor.errors import InputError, MissingExtra
 from finetune_doctor.evidence import Evidence, FileEvidence, FileRead, GpuMemory
@@ -291,18 +291,61 @@ def _read_task(task: tuple[str, str, str | None]) -> FileEvidence:
     return read_file(*task)
 
 
-def read_all(tasks: list[tuple[str, str, str | None]], workers: int | None = None) -> list[FileEvidence]:
-    """Read (path, kind, base) tasks in order; in parallel over the machine's cores (processes, one file at a
-    time each) when there are at least PARALLEL_MIN_FILES files and PARALLEL_MIN_BYTES bytes."""
+def read_all(tasks: list[tuple[str, str, str | None]], workers: int | None = None) -> Iterator[FileEvidence]:
+    """Read (path, kind, base) tasks, yielding in order; in parallel over the machine's cores (processes, one file
+    at a time each) when there are at least PARALLEL_MIN_FILES files and PARALLEL_MIN_BYTES bytes. At most
+    2 x workers results wait in memory: the caller consumes them as they come."""
     total = sum(_size(p) for p, _, _ in tasks)
     n = workers or os.cpu_count() or 1
     if n < 2 or len(tasks) < PARALLEL_MIN_FILES or total < PARALLEL_MIN_BYTES:
-        return [read_file(*t) for t in tasks]
+        for t in tasks:
+            yield read_file(*t)
+        return
     import multiprocessing
+    from collections import deque
 
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    with ProcessPoolExecutor(max_workers=min(n, len(tasks)), mp_context=ctx) as pool:
-        return list(pool.map(_read_task, tasks, chunksize=1))
+    n = min(n, len(tasks))
+    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+        pending: deque = deque()
+        it = iter(tasks)
+        for t in it:
+            pending.append(pool.submit(_read_task, t))
+            if len(pending) >= 2 * n:
+                break
+        while pending:
+            fe = pending.popleft().result()
+            nxt = next(it, None)
+            if nxt is not None:
+                pending.append(pool.submit(_read_task, nxt))
+            yield fe
+
+
+class _BestCurves:
+    """Keeps, per metric name, only the longest series of the text-log and tracker files (the one
+    analyzers/curves.py would choose among them): the same curve logged by 256 ranks costs one rank's memory.
+    trainer_log/trainer_state/event-file series are always kept (their priority differs)."""
+
+    PRUNED = ("text-log", "run-record", "elastic-error")
+
+    def __init__(self) -> None:
+        self.best: dict[str, tuple[int, int]] = {}   # name -> (points, index of the file holding it)
+
+    def add(self, files: list[FileEvidence], fe: FileEvidence) -> FileEvidence:
+        if fe.read.kind not in self.PRUNED or not fe.series:
+            return fe
+        keep = []
+        idx = len(files)
+        for s in fe.series:
+            old = self.best.get(s.name)
+            if old is not None and old[0] >= len(s):
+                continue
+            if old is not None:
+                prev = files[old[1]]
+                files[old[1]] = replace(prev, series=tuple(x for x in prev.series if x.name != s.name))
+            self.best[s.name] = (len(s), idx)
+            keep.append(s)
+        return replace(fe, series=tuple(keep)) if len(keep) != len(fe.series) else fe
 
 
 def sniff_kind(path: str) -> str:
@@ -378,11 +421,12 @@ def collect(run_dir: str | None, logs: list[str], workers: int | None = None) ->
             continue
         add(p, sniff_kind(p), None)
     files: list[FileEvidence] = []
+    best = _BestCurves()
     for fe in read_all(tasks, workers):
         if fe.read.kind == "unknown":
             skipped.append(fe.read)
         else:
-            files.append(fe)
+            files.append(best.add(files, fe))
     return Evidence(run_dir=run_dir, files=tuple(files), skipped=tuple(skipped), saved_args=saved,
                     duplicates=tuple(dups))
 
