@@ -43,8 +43,9 @@ def iso(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def body(mb: int, seed: int = 5) -> bytes:
-    """The steps of a rank log, `mb` MB."""
+def body(mb: int, seed: int = 5, dicts: bool = True) -> bytes:
+    """The steps of a rank log, `mb` MB; `dicts`: with HF's metric dict every 10 steps (rank 0 under HF, whose
+    ProgressCallback prints on the world's process zero only)."""
     rnd = random.Random(seed)
     out: list[str] = []
     size = 0
@@ -57,7 +58,7 @@ def body(mb: int, seed: int = 5) -> bytes:
                  f"[2026-03-21 02:{s // 60 % 60:02d}:{s % 60:02d},123] [INFO] [timer.py:264:stop] epoch=0/micro_step="
                  f"{s * 8}/global_step={s}, RunningAvgSamplesPerSec=21.4, CurrSamplesPerSec=21.9, "
                  "MemAllocated=23.42GB, MaxMemAllocated=61.3GB"]
-        if s % 10 == 0:
+        if dicts and s % 10 == 0:
             lines.append(f"{{'loss': {2.0 - s / TOTAL + rnd.random() * 0.05:.4f}, 'grad_norm': {rnd.random() + 0.5:.6f}, "
                          f"'learning_rate': {1e-4 * (1 - s / TOTAL):.4e}, 'epoch': {s / TOTAL:.2f}}}")
         out.extend(lines)
@@ -65,10 +66,11 @@ def body(mb: int, seed: int = 5) -> bytes:
     return ("\n".join(out) + "\n").encode()
 
 
-def generate(d: str, ranks: int, mb: int, culprit: int) -> list[str]:
-    """Write the folder; returns the files."""
+def generate(d: str, ranks: int, mb: int, culprit: int, dicts_on: str = "all") -> list[str]:
+    """Write the folder; returns the files. `dicts_on`: which ranks print the metric dicts (all | rank0)."""
     shutil.rmtree(d, ignore_errors=True)
     mid = body(mb)
+    plain = mid if dicts_on == "all" else body(mb, dicts=False)
     files = []
     for r in range(ranks):
         node = r // 8
@@ -88,7 +90,7 @@ def generate(d: str, ranks: int, mb: int, culprit: int) -> list[str]:
                     "at NCCL work: 91580, last enqueued NCCL work: 91580, last completed NCCL work: 91579.\n")
         with open(p, "wb") as fh:
             fh.write(head.encode())
-            fh.write(mid)
+            fh.write(mid if r == 0 or dicts_on == "all" else plain)
             fh.write(tail.encode())
         files.append(p)
     return files
@@ -125,13 +127,15 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=50)
     ap.add_argument("--dir", default="/tmp/doctor_ranks")
     ap.add_argument("--keep", action="store_true", help="keep the generated folder")
+    ap.add_argument("--dicts-on", choices=("all", "rank0"), default="all",
+                    help="ranks that print HF's metric dicts: every rank (worst case) or rank 0 (as HF does)")
     ap.add_argument("--result", default=os.path.join(ROOT, "benchmarks", "results", "postmortem_ranks.md"))
     a = ap.parse_args()
     from finetune_doctor.readers.logpatterns import TRIGGER_WORDS
 
     culprit = min(137, a.ranks - 1)
     t = time.perf_counter()
-    files = generate(a.dir, a.ranks, a.mb, culprit)
+    files = generate(a.dir, a.ranks, a.mb, culprit, a.dicts_on)
     gen_s = time.perf_counter() - t
     total = sum(os.path.getsize(p) for p in files)
     words = a.dir.rstrip("/") + "-words.txt"     # beside the folder: a file in it would be read as a log
@@ -155,7 +159,8 @@ def main() -> None:
         "`benchmarks/bench_postmortem_ranks.py` (its docstring says what the files hold and how memory is measured).",
         "",
         f"* folder: {a.ranks} rank logs, {a.ranks // 8 + (a.ranks % 8 > 0)} nodes, {total / 1e9:.2f} GB "
-        f"({total / a.ranks / 1e6:.1f} MB each), generated in {gen_s:.0f} s, page cache warmed before timing",
+        f"({total / a.ranks / 1e6:.1f} MB each), generated in {gen_s:.0f} s, page cache warmed before timing; "
+        f"HF metric dicts printed by {'every rank (worst case)' if a.dicts_on == 'all' else 'rank 0 only (as HF does)'}",
         f"* baseline: `grep -c -F -f words.txt` with the reader's {len(TRIGGER_WORDS)} trigger words, run before "
         "and after the doctor (the faster of the two counts)",
         "",
