@@ -71,6 +71,7 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--dir", default="/tmp/doctor_big")
     ap.add_argument("--result", default=os.path.join(ROOT, "benchmarks", "results", "postmortem_big.md"))
+    ap.add_argument("--only", default=None, help="run only the cases whose label starts with this")
     a = ap.parse_args()
     cases = [("trainer_log.jsonl", trainer_log, 256), ("trainer_log.jsonl (half)", trainer_log, 128),
              ("metric lines log", metric_log, 512), ("metric lines log (half)", metric_log, 256),
@@ -78,6 +79,8 @@ def main() -> None:
              ("log without newlines", no_newline, 4), ("log without newlines (half)", no_newline, 2)]
     rows = []
     for label, make, amount in cases:
+        if a.only and not label.startswith(a.only):
+            continue
         d = os.path.join(a.dir, label.split()[0].replace(".", "_") + str(amount))
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)

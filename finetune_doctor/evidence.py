@@ -11,7 +11,7 @@ rewrites itself with ``\\r`` stays on one line, as an editor shows it). For even
 1-based record number instead.
 
 Series keep every point in typed arrays, 24 bytes per point (int64 step, float64 value, int64 line), up to
-SERIES_CAP (2,097,152 points, 48 MiB) per series; a longer curve is thinned 2:1 each time it fills, keeping
+SERIES_CAP (1,048,576 points, 24 MiB) per series; a longer curve is thinned 2:1 each time it fills, keeping
 non-finite values and the larger move of each pair (``Series.stride`` says how many logs a point stands for).
 
 The ``ev`` fact namespace
@@ -81,9 +81,10 @@ STEP_LIMIT = 1 << 62
 """Steps at or above this are no optimizer step (2^62: any real run is far below it; the int64 arrays hold up to
 2^63 - 1, so arithmetic on them cannot overflow either)."""
 
-SERIES_CAP = 1 << 21
-"""Points kept per series (2,097,152: 48 MiB): a longer curve is thinned 2:1 each time it fills (Series._thin), so
-a 512 MB log of metric lines stays within the reader's memory budget."""
+SERIES_CAP = 1 << 20
+"""Points kept per series (1,048,576: 24 MiB): a longer curve is thinned 2:1 each time it fills (Series._thin), so
+a 512 MB log of metric lines (four curves of 5.4 M points) stays within the 400 MiB budget with the analyzers'
+working copies (at 2^21 it peaked at 470 MiB: benchmarks/results/postmortem_big.md)."""
 
 MAX_RECORDS = 5000
 """Per kind, per file: records kept in full (the rest are counted). Keeps memory bounded on pathological logs
