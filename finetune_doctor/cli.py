@@ -215,17 +215,23 @@ def estimate(config: str, overrides: tuple[str, ...], sweeps: tuple[str, ...], *
 
 @main.command()
 @click.argument("run_dir", type=click.Path())
+@click.argument("overrides", nargs=-1)
 @click.option("--log", "logs", multiple=True, type=click.Path(), help="Extra log file (repeatable).")
 @click.option("--config", "config", type=click.Path(), default=None, help="The run's LLaMA-Factory YAML.")
+@click.option("--deepspeed", "deepspeed", type=click.Path(), default=None,
+              help="The run's DeepSpeed JSON (the same as deepspeed=FILE).")
 @click.option("--plot", "plot", type=click.Path(dir_okay=False), default=None, help="Draw the curves to a PNG.")
 @common_options
 @_guard
-def postmortem(run_dir: str, logs: tuple[str, ...], config: str | None, plot: str | None, **kw: Any) -> None:
-    """Why a finished or crashed run died or went NaN, from its outputs and logs."""
+def postmortem(run_dir: str, overrides: tuple[str, ...], logs: tuple[str, ...], config: str | None,
+               deepspeed: str | None, plot: str | None, **kw: Any) -> None:
+    """Why a finished or crashed run died or went NaN, from its outputs and logs.
+
+    KEY=VALUE overrides apply to the run's config as `llamafactory-cli train` applies them."""
     from finetune_doctor.pipeline import postmortem as pipe
 
     opts = _options(command="postmortem", paths=[run_dir], **kw)
-    report = pipe.run(run_dir, list(logs), config, opts, plot=plot)
+    report = pipe.run(run_dir, list(logs), config, opts, plot=plot, overrides=overrides, deepspeed=deepspeed)
     emit(report, opts)
 
 

@@ -1,16 +1,18 @@
 """What the postmortem readers found in a run's leftovers, typed and with positions, never judged.
 
-Readers (readers/logs.py, readers/trainer_log.py, readers/tbevents.py) return these frozen dataclasses; the
-timeline analyzer (analyzers/timeline.py) turns them into timeline events and the ``ev`` fact namespace that
-the postmortem rules read. Nothing here imports more than the standard library.
+Readers (readers/logs.py, readers/trainer_log.py, readers/tbevents.py, readers/trackers.py, readers/elastic.py,
+readers/flight.py; found by readers/runlayout.py) return these frozen dataclasses; the timeline analyzer
+(analyzers/timeline.py) turns them into timeline events and the ``ev`` fact namespace that the postmortem rules
+read. Nothing here imports more than the standard library.
 
 Units: memory sizes are **bytes** (as parsed from the message, GiB = 2^30 bytes); steps are optimizer steps
 (``global_step``) where the source says so; ``line`` is 1-based and counts ``\\n`` line feeds (a tqdm bar that
 rewrites itself with ``\\r`` stays on one line, as an editor shows it). For event files ``line`` holds the
 1-based record number instead.
 
-Series keep *every* point (no sampling) in typed arrays: 24 bytes per point (int64 step, float64 value, int64
-line), so 4 million points cost about 92 MiB.
+Series keep every point in typed arrays, 24 bytes per point (int64 step, float64 value, int64 line), up to
+SERIES_CAP (1,048,576 points, 24 MiB) per series; a longer curve is thinned 2:1 each time it fills, keeping
+non-finite values and the larger move of each pair (``Series.stride`` says how many logs a point stands for).
 
 The ``ev`` fact namespace
 -------------------------
@@ -27,9 +29,11 @@ loss, grad_norm     {n, first, first_step, last, last_step, min, max, median, no
 lr                  {first, peak, peak_step, warmup_end_step, last, schedule}
 first_loss          {value, step, vocab, ln_vocab, threshold, ratio, abnormal, vocab_known, location}
 nan                 first non-finite loss/grad_norm: {step, step_text, metric, what, value, loss, grad_norm, lr,
-                    epoch, healthy_before, first_logged, hidden, count, cause, cause_text, fix_title, location}
+                    epoch, healthy_before, first_logged, hidden, count, cause, cause_text, fix_title,
+                    prev_finite_step, gap_steps, location}
 loss_zero           {start_step, count, until_end, with_grad_nan, grad_norm, meaning, location}
-loss_spike          first merged loss spike {step, value, baseline, sigma, score, ratio, count, peak, location};
+loss_spike          first merged loss spike {step, value, baseline, sigma, score, ratio, count, peak, method: robust|jump,
+                    gap_steps, prev_step, prev_value, location};
                     ``loss_spikes`` counts them; ``grad_spike`` / ``grad_spikes`` the same for grad_norm
 grad_const          {value, value_text, count, first_step, last_step, sqrt_k, loss_varies, location}
 scale               DeepSpeed loss scale {text, initial, min, last, overflows, reductions, after_calibration,
@@ -43,13 +47,23 @@ oom                 {step, gpu, rank, format, exc, requested_gib, total_gib, fre
                     text, pids, fix}, phase, phase_evidence, match {label, formula, expected_gib, ratio, phase},
                     when_text, summary, advice, timeline_text, stage_text, count, ranks, params, world, location}
 nccl                {rank, op, what, seq, timeout_ms, timeout_text, ran_ms, numel_in, numel_out, step, kind, likely,
-                    stragglers, ddp_timeout_fix, count, ranks, location}
+                    stragglers, ddp_timeout_fix, count, ranks, pg, pg_desc, first_failed, waiting, location}
 killed              {kind, signal, exitcode, rank, local_rank, pid, host, step, host_oom, who, how, host_ram_text,
                     offload, count, location}
 crash               {kind: exception|traceback-only, cls, msg, step, where_text, text, explained, location}
 restarts            [{step, kind: resume|relaunch|session-start, detail, location}]
 attention_warning   {model, want, have, text, location}
-gpus                {cards: [{index, name, peak_gib, total_gib, samples, location}], busiest, lightest, spread_gib}
+gpus                {cards: [{index, name, node, peak_gib, total_gib, samples, location}], busiest, lightest, spread_gib,
+                    nodes} (recordings of several nodes join: each card names its node)
+cuda_error          {kind, exc, status, call, assert_site, assert_cond, out_of_vocab, table, rank, ranks, count, step,
+                    meaning, fix_title, location} (analyzers/failures.py)
+xid                 {events: [{xid, pci, pid, process, host, meaning, action, who, location}], worst, count, codes,
+                    hardware, location}
+ranks               {count, nodes, node_count, table, first_failed {rank, node, gpu, kind, how, location}, waiting,
+                    waiting_count, stragglers [{rank, node, sec_per_step, ratio, why}], desync {source, lagging, seq,
+                    how, location}, failed_count} (analyzers/ranks.py)
+stack               {package: {version, source}}: versions the logs print (llamafactory-cli env, ds_report, NCCL)
+skipped             [{path, why, extra}]: what was not read (not a regular file, a missing extra)
 model, world        {params, params_source, trainable, vocab, name}; {value, source}
 zero_stage          from the log, else the DeepSpeed config; ``overlap_comm`` likewise
 events              the timeline as dicts
@@ -62,6 +76,15 @@ import math
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Iterable
+
+STEP_LIMIT = 1 << 62
+"""Steps at or above this are no optimizer step (2^62: any real run is far below it; the int64 arrays hold up to
+2^63 - 1, so arithmetic on them cannot overflow either)."""
+
+SERIES_CAP = 1 << 20
+"""Points kept per series (1,048,576: 24 MiB): a longer curve is thinned 2:1 each time it fills (Series._thin), so
+a 512 MB log of metric lines (four curves of 5.4 M points) stays within the 400 MiB budget with the analyzers'
+working copies (at 2^21 it peaked at 470 MiB: benchmarks/results/postmortem_big.md)."""
 
 MAX_RECORDS = 5000
 """Per kind, per file: records kept in full (the rest are counted). Keeps memory bounded on pathological logs
@@ -123,10 +146,61 @@ class Series:
     def __len__(self) -> int:
         return len(self.values)
 
-    def append(self, step: int | None, value: float, line: int) -> None:
-        self.steps.append(-1 if step is None else int(step))
+    # steps that did not fit a 64-bit step (2^63 or more, inf, nan) and were kept as unknown (-1); a reader's
+    # FileRead says how many (readers/runlayout.py `read_file`)
+    out_of_range: array = field(default_factory=lambda: array("q", [0]))
+    # how many logged points each kept point stands for (1 until the series passes SERIES_CAP), see `_thin`
+    stride: array = field(default_factory=lambda: array("q", [1]))
+
+    def append(self, step: int | float | None, value: float, line: int) -> None:
+        if type(step) is int and -1 <= step < STEP_LIMIT and type(line) is int and 0 <= line < STEP_LIMIT:
+            self.steps.append(step)          # the common case, without the checks below
+            self.values.append(value)
+            self.lines.append(line)
+            if len(self.values) >= SERIES_CAP:
+                self._thin()
+            return
+        s = -1
+        if step is not None:
+            try:
+                s = int(step)
+            except (OverflowError, ValueError):
+                s = None
+            if s is None or not -1 <= s < STEP_LIMIT:
+                self.out_of_range[0] += 1
+                s = -1
+        self.steps.append(s)
         self.values.append(value)
-        self.lines.append(line)
+        self.lines.append(min(max(int(line), 0), STEP_LIMIT - 1))
+        if len(self.values) >= SERIES_CAP:
+            self._thin()
+
+    def _thin(self) -> None:
+        """Halve the kept points so memory stays bounded (SERIES_CAP points, 24 bytes each). Of each pair the
+        non-finite point is kept, else the one farther from the point kept before it: a spike, a NaN or a jump
+        survives thinning; the stride says how many logs a kept point stands for."""
+        st, va, li = self.steps, self.values, self.lines
+        ns, nv, nl = array("q"), array("d"), array("q")
+        prev = va[0]
+        for i in range(0, len(va) - 1, 2):
+            a, b = va[i], va[i + 1]
+            k = i
+            if b != b or b in (math.inf, -math.inf):
+                k = i + 1
+            elif a == a and a not in (math.inf, -math.inf) and abs(b - prev) > abs(a - prev):
+                k = i + 1
+            ns.append(st[k])
+            nv.append(va[k])
+            nl.append(li[k])
+            prev = va[k]
+        if len(va) % 2:
+            ns.append(st[-1])
+            nv.append(va[-1])
+            nl.append(li[-1])
+        for old, new in ((st, ns), (va, nv), (li, nl)):
+            del old[:]
+            old.extend(new)
+        self.stride[0] *= 2
 
     def nonfinite(self) -> int:
         return sum(1 for v in self.values if not math.isfinite(v))
@@ -191,9 +265,13 @@ class OverflowRecord:
 class NcclRecord:
     """An NCCL watchdog line (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, log_patterns.md §6).
 
-    `kind`: ``timeout`` (Watchdog caught collective operation timeout), ``last_work`` ("... last enqueued
-    NCCL work: E, last completed NCCL work: C"), ``heartbeat`` (watchdog stuck), ``error`` (other NCCL
-    errors). Fields are None when the line (or a truncated paste of it) does not carry them.
+    `kind`: ``timeout`` (Watchdog caught collective operation timeout), ``last_work`` ("Timeout at NCCL work:
+    W[, last enqueued NCCL work: E, last completed NCCL work: C]" or "Exception ... detected by watchdog at
+    work"; `op` holds "timeout" or "exception" there), ``failed`` ("Some NCCL operations have failed or timed
+    out", "watchdog thread terminated", the ``WorkNCCL::checkTimeout`` frame), ``heartbeat`` (watchdog stuck),
+    ``desync-missing`` / ``desync-started`` / ``desync-ended`` (the TORCH_NCCL_DESYNC_DEBUG report: `ranks`
+    never joined / joined but did not finish collective `seq` / finished `seq` but never joined the next),
+    ``error`` (ncclGetErrorString texts, NCCL WARN lines). Fields are None when the line (or a truncated paste of it) does not carry them.
     """
 
     file: str
@@ -211,6 +289,10 @@ class NcclRecord:
     last_enqueued: int | None = None
     last_completed: int | None = None
     text: str = ""
+    pg: str | None = None          # process group id as logPrefix() prints it (``PG 1``)
+    pg_desc: str | None = None     # its description (``default_pg``) where printed
+    ranks: tuple[int, ...] = ()    # desync report: the ranks named
+    wall: float | None = None      # the line's wall clock (glog prefix), see FileEvidence.timing
 
 
 @dataclass(frozen=True)
@@ -234,6 +316,65 @@ class KillRecord:
     host: str | None = None
     bytes: float | None = None
     text: str = ""
+
+
+@dataclass(frozen=True)
+class DeviceError:
+    """A CUDA runtime or library error that is not an allocator OOM: an illegal memory access, a device-side
+    assert, a cuBLAS/cuDNN status, an ECC or launch failure, or the runtime's own "CUDA error: out of memory".
+
+    `kind`: illegal-address | device-assert | cublas | cudnn | launch-failure | ecc | out-of-memory | other.
+    `exc` is the Python class printed before it (``torch.AcceleratorError`` from torch 2.8, ``RuntimeError``
+    before); `status` the CUDA/cuBLAS/cuDNN status text. For a device-side assert, `assert_site` is the kernel
+    (``Indexing.cu indexSelectLargeIndex``) and `assert_cond` the failed condition (``srcIndex <
+    srcSelectDimSize``) of the first assert line near it. Sources: readers/logpatterns.py.
+    """
+
+    file: str
+    line: int
+    step: int | None
+    rank: int | None
+    kind: str
+    exc: str | None = None
+    status: str | None = None
+    call: str | None = None
+    assert_site: str | None = None
+    assert_cond: str | None = None
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class XidRecord:
+    """A kernel ``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., ...`` line of a pasted ``dmesg`` / ``journalctl -k``.
+    `when` is the line's timestamp as text (dmesg seconds since boot or the journal's date), `host` the
+    journal's host name when the line carries one."""
+
+    file: str
+    line: int
+    xid: int
+    pci: str | None = None
+    pid: int | None = None
+    process: str | None = None
+    host: str | None = None
+    when: str | None = None
+    wall: float | None = None
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class FlightRecord:
+    """One rank's NCCL flight-recorder dump (TORCH_NCCL_TRACE_BUFFER_SIZE > 0 with TORCH_NCCL_DUMP_ON_TIMEOUT),
+    summarised per process group: the last collective sequence number each state reached.
+
+    `groups` maps a process-group name to {desc, ranks, last_enqueued, last_started, last_completed,
+    pending: [{seq, op, state, sizes}]} (pending = the entries not completed, oldest first, at most 8).
+    """
+
+    file: str
+    rank: int
+    version: str | None
+    groups: dict[str, Any]
+    entries: int = 0
 
 
 @dataclass(frozen=True)
@@ -324,6 +465,14 @@ class FileEvidence:
     restarts: tuple[Restart, ...] = ()
     gpus: tuple[GpuMemory, ...] = ()
     gpu_samples: tuple[Any, ...] = ()        # hardware.snapshot.Snapshot values of a GPU recording
+    device_errors: tuple[DeviceError, ...] = ()
+    xids: tuple[XidRecord, ...] = ()
+    flight: tuple[FlightRecord, ...] = ()
+    # who wrote the file: {rank, local_rank, node, host, gpu, source} from its path and its own lines
+    origin: dict[str, Any] = field(default_factory=dict)
+    # wall-clock and pace of the training loop in this file: {first_wall, last_wall, fail_wall, sec_per_step,
+    # rate_samples} (seconds; wall = POSIX seconds, or seconds within the year when the prefix names no year)
+    timing: dict[str, Any] = field(default_factory=dict)
     results: dict[str, Any] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     last_step: int | None = None

@@ -22,6 +22,15 @@ _DETECTORS = {
     "killed": "a process killed by a signal", "crash": "an exception that ended the run",
     "attention_warning": "the attention backend warned", "gpus": "per-card memory from a recording",
     "model": "model facts the logs state", "world": "world size the logs state",
+    "stack": "package versions the logs state: {package: {version, source}} (llamafactory-cli env, ds_report, "
+             "DeepSpeed's init line, NCCL INFO)",
+    "cuda_error": "a CUDA runtime/library error or device-side assert: {kind, exc, status, call, assert_site, "
+                  "assert_cond, out_of_vocab, table, rank, ranks, count, step, meaning, fix_title, location}",
+    "xid": "kernel Xid lines: {events: [{xid, pci, pid, process, host, meaning, action, who, location}], worst, "
+           "count, codes, hardware, location}",
+    "ranks": "the ranks of a distributed run: {count, nodes, node_count, table, first_failed {rank, node, gpu, "
+             "kind, how, location}, waiting, waiting_count, stragglers [{rank, node, sec_per_step, ratio, why}], "
+             "desync {source, lagging, seq, how, location}, failed_count}",
 }
 
 NAMESPACE = Namespace("ev", __doc__.split("\n\n")[0], {
@@ -33,6 +42,8 @@ NAMESPACE = Namespace("ev", __doc__.split("\n\n")[0], {
         "step": F("int", "step"), "kind": F("str", "resume | relaunch | session-start"),
         "detail": F("str", "what was seen"), "location": OPEN("where")}),
     "zero_stage": F("int", "ZeRO stage from the log, else the DeepSpeed config"),
+    "skipped": F("list", "what was not read and why", items={
+        "path": F("str", "path"), "why": F("str", "the reason"), "extra": F("str", "the install extra that reads it")}),
     "overlap_comm": F("bool", "overlap_comm from the log, else the DeepSpeed config"),
     "events": F("list", "the timeline", items={
         "step": F("int", "step"), "kind": F("str", "DESIGN.md timeline kind"), "detail": F("str", "what happened"),

@@ -1,11 +1,15 @@
 """`doctor postmortem RUN_DIR [--log FILE ...] [--config CONFIG.yaml] [--plot FILE.png]`: why a run died or
 went NaN, from what it left behind.
 
-Flow: find the files a LLaMA-Factory run leaves (`discover`), read each with its reader (readers/logs.py,
-readers/trainer_log.py, readers/tbevents.py), join the run's config when it is known (``--config``, else the
-``training_args.yaml`` LLaMA-Factory's WebUI saves in output_dir) through facts/config.py, build
-the timeline and the ``ev`` facts (analyzers/timeline.py), and evaluate the rules whose ``commands`` include
-``postmortem`` over all namespaces (cfg, run, model, hw, mem, ds, ev).
+Flow: find and read the files a run leaves (readers/runlayout.py: LLaMA-Factory's output_dir, per-rank and
+per-node logs, torchelastic error files, flight-recorder dumps, wandb/swanlab/mlflow folders, GPU recordings; in
+parallel over the cores when there are many), join the run's config through facts/config.py (the same inputs as
+``check``: ``--config`` with ``key=value`` overrides and ``--deepspeed``, else the ``training_args.yaml``
+LLaMA-Factory saves in output_dir, else the YAML the launch command in ``cmdline.txt`` or the log itself names),
+build the timeline and the ``ev`` facts (analyzers/timeline.py), and judge: the rules whose ``commands`` include
+``postmortem`` over all namespaces (cfg, run, model, hw, mem, ds, lint, ev), plus the config-level rules of
+``check`` (categories config, precision, deepspeed) on the config read. A DeepSpeed file the config names but that
+is not there is the ``deepspeed-file-missing`` finding.
 
 Hardware: ``--gpu`` when given; otherwise the GPU capacity printed in a CUDA OOM message and the world size a
 log states. NVML is not asked: the machine running the postmortem is not necessarily the one that trained.
@@ -20,244 +24,28 @@ files are reported in the ``read`` section and diagnosis goes on from the rest.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
+import shlex
 from typing import Any
 
 from finetune_doctor.analyzers.timeline import analyze
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
-from finetune_doctor.evidence import Evidence, FileEvidence, FileRead
+from finetune_doctor.evidence import Evidence
 from finetune_doctor.facts.config import Assembly, assemble_config
 from finetune_doctor.facts.hw import resolve as resolve_hardware
+from finetune_doctor.readers.logs import regular_size
+from finetune_doctor.readers.runlayout import collect, discover, read_file
 from finetune_doctor.reporters.plot import draw
 from finetune_doctor.settings import Options
-from finetune_doctor.types import Hardware, Report, SourceDoc
+from finetune_doctor.types import SEVERITY_RANK, Finding, Hardware, Report, SourceDoc
 
-LOG_PATTERNS = ("*.log", "*.out", "*.err", "*.txt", "*.log.gz", "*.txt.gz", "nohup.out", "stdout*", "stderr*")
-NOT_LOGS = {"merges.txt", "vocab.txt", "requirements.txt", "added_tokens.txt", "special_tokens_map.txt",
-            "README.txt", "LICENSE.txt", "license.txt", "dict.txt"}
-MAX_DEPTH = 3
 SPARK_POINTS = 120
-
-
-def _kind_of(name: str) -> str | None:
-    if name == "trainer_log.jsonl":
-        return "trainer-log"
-    if name == "trainer_state.json":
-        return "trainer-state"
-    if name.endswith("_results.json"):
-        return "results"
-    if "tfevents" in name:
-        return "event-file"
-    if name.endswith((".csv", ".jsonl")):
-        return "csv"
-    if name in NOT_LOGS:
-        return None
-    if any(fnmatch.fnmatch(name, p) for p in LOG_PATTERNS):
-        return "text-log"
-    return None
-
-
-def discover(run_dir: str) -> list[tuple[str, str]]:
-    """(path, kind) of every file worth reading under `run_dir`, in reading order.
-
-    Of the ``trainer_state.json`` files (output_dir and each ``checkpoint-N/``) only the one with the highest
-    step is read (each holds the whole log history up to its save). Event files are read one by one.
-    """
-    found: list[tuple[str, str]] = []
-    states: list[tuple[int, str]] = []
-    base = os.path.abspath(run_dir)
-    for root, dirs, files in os.walk(base):
-        depth = root[len(base):].count(os.sep)
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "node_modules"))
-        if depth >= MAX_DEPTH:
-            dirs[:] = []
-        in_ckpt = os.path.basename(root).startswith("checkpoint-")
-        for name in sorted(files):
-            p = os.path.join(root, name)
-            if in_ckpt and name != "trainer_state.json":
-                continue
-            kind = _kind_of(name)
-            if kind is None:
-                continue
-            if kind == "trainer-state":
-                m = re.search(r"checkpoint-(\d+)", root)
-                states.append((int(m.group(1)) if m else 1 << 62, p))
-                continue
-            found.append((p, kind))
-    if states:
-        found.append((max(states)[1], "trainer-state"))
-    order = {"trainer-log": 0, "trainer-state": 1, "results": 2, "event-file": 3, "text-log": 4, "csv": 5}
-    return sorted(found, key=lambda x: (order.get(x[1], 9), _event_key(x[0]) if x[1] == "event-file" else (0, x[0])))
-
-
-def _event_key(path: str) -> tuple:
-    parts = os.path.basename(path).split(".")
-    ts = next((int(x) for x in parts if x.isdigit() and len(x) >= 9), 0)
-    return (ts, path)
-
-
-def read_file(path: str, kind: str) -> FileEvidence:
-    """Read one file with the reader for `kind`; anything unexpected becomes a problem in its FileRead."""
-    from finetune_doctor.readers import logs, trainer_log
-
-    try:
-        if kind == "text-log":
-            kind = logs.sniff(path)   # a .txt that is really binary, a trainer log or an nvidia-smi CSV
-        if kind == "trainer-log":
-            return trainer_log.read_trainer_log(path)
-        if kind == "trainer-state":
-            return trainer_log.read_trainer_state(path)
-        if kind == "results":
-            return trainer_log.read_results(path)
-        if kind == "event-file":
-            from finetune_doctor.readers.tbevents import read_event_file
-
-            return read_event_file(path)
-        if kind in ("gpu-record", "csv"):
-            return read_gpu_record(path)
-        if kind == "text-log":
-            return logs.read_text_log(path)
-        if kind == "unknown":
-            size = os.path.getsize(path)
-            return FileEvidence(FileRead(path, "unknown", size, 0, complete=False,
-                                         problems=("not a text log, trainer log or event file; skipped",)))
-        size = os.path.getsize(path)
-        return FileEvidence(FileRead(path, "unknown", size, 0, complete=False, problems=("not read",)))
-    except InputError:
-        raise
-    except (OSError, MemoryError, ValueError, UnicodeError) as err:
-        return FileEvidence(FileRead(path, kind, _size(path), 0, complete=False,
-                                     problems=(f"could not be read: {type(err).__name__}: {err}",)))
-
-
-def read_gpu_record(path: str) -> FileEvidence:
-    """A GPU recording through readers/smi.py (the `doctor gpus` reader): per-card peak and last memory."""
-    from finetune_doctor.evidence import GpuMemory
-    from finetune_doctor.readers.smi import read_gpu_file
-
-    size = _size(path)
-    try:
-        rec = read_gpu_file(path)
-    except InputError as err:
-        return FileEvidence(FileRead(path, "gpu-record", size, size, complete=False,
-                                     problems=(f"line {err.line}: {err.message}" if err.line else err.message,)))
-    stats: dict[int, dict[str, Any]] = {}
-    for snap in rec.samples:
-        for c in snap.cards:
-            if c.used_bytes is None:
-                continue
-            st = stats.setdefault(c.index, {"n": 0, "max": -1.0, "last": 0.0, "line": c.line or 0, "total": None,
-                                            "name": c.name})
-            used = c.used_bytes / (1 << 20)
-            st["n"] += 1
-            st["last"] = used
-            if used > st["max"]:
-                st["max"], st["line"] = used, c.line or st["line"]
-            if c.total_bytes:
-                st["total"] = c.total_bytes / (1 << 20)
-    gpus = tuple(GpuMemory(path, i, s["name"], s["n"], s["total"], s["max"], s["last"], s["line"])
-                 for i, s in sorted(stats.items()))
-    note = "; ".join([f"{rec.format} format"] + [n.replace(f"{path}: ", "") for n in rec.notes])
-    return FileEvidence(FileRead(path, "gpu-record", size, size, records=len(rec.samples),
-                                 items=sum(g.samples for g in gpus), note=note), gpus=gpus,
-                        gpu_samples=tuple(rec.samples))
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
-
-
-FINGERPRINT_BYTES = 1 << 20
-
-
-def fingerprint(path: str) -> tuple[int, str] | None:
-    """(size in bytes, BLAKE2b of the first and last MiB) of a file, or None when it cannot be read. Two inputs
-    with the same fingerprint are taken as one file given twice (a copy, a hard or bind-mounted path): reading
-    both would count every overflow, OOM and loss point twice. Cost: at most 2 MiB read per file."""
-    import hashlib
-
-    try:
-        size = os.path.getsize(path)
-        h = hashlib.blake2b(digest_size=16)
-        with open(path, "rb") as fh:
-            h.update(fh.read(FINGERPRINT_BYTES))
-            if size > FINGERPRINT_BYTES:
-                fh.seek(max(FINGERPRINT_BYTES, size - FINGERPRINT_BYTES))
-                h.update(fh.read(FINGERPRINT_BYTES))
-    except OSError:
-        return None
-    return size, h.hexdigest()
-
-
-def collect(run_dir: str | None, logs: list[str]) -> Evidence:
-    """Read the run directory and every ``--log`` file, each content once (see `fingerprint`; the copies are
-    listed in ``Evidence.duplicates``). Raises InputError for a path that does not exist."""
-    files: list[FileEvidence] = []
-    skipped: list[FileRead] = []
-    saved = None
-    seen: set[str] = set()
-    prints: dict[tuple[int, str], str] = {}
-    dups: list[tuple[str, str]] = []
-
-    def copy_of(path: str) -> bool:
-        fp = fingerprint(path)
-        if fp is None or fp[0] == 0:
-            return False
-        if fp in prints:
-            dups.append((path, prints[fp]))
-            return True
-        prints[fp] = path
-        return False
-    if run_dir is not None:
-        if not os.path.exists(run_dir):
-            raise InputError("no such file or directory", file=run_dir)
-        if os.path.isfile(run_dir):
-            logs = [run_dir, *logs]
-            run_dir = None
-    if run_dir is not None:
-        from finetune_doctor.readers.trainer_log import find_saved_args
-
-        saved, notes = find_saved_args(run_dir)
-        skipped.extend(notes)
-        for path, kind in discover(run_dir):
-            if kind == "csv":
-                from finetune_doctor.readers.logs import sniff
-
-                if sniff(path) != "gpu-record":
-                    continue
-            seen.add(os.path.realpath(path))
-            if copy_of(path):
-                continue
-            fe = read_file(path, kind)
-            if fe.read.kind == "unknown":
-                skipped.append(fe.read)
-            else:
-                files.append(fe)
-    for p in logs:
-        if not os.path.exists(p):
-            raise InputError("no such file", file=p)
-        if os.path.isdir(p):
-            raise InputError("--log takes a file; give a directory as RUN_DIR", file=p)
-        if os.path.realpath(p) in seen:
-            continue
-        seen.add(os.path.realpath(p))
-        if copy_of(p):
-            continue
-        from finetune_doctor.readers.logs import sniff
-
-        fe = read_file(p, sniff(p))
-        if fe.read.kind == "unknown":
-            skipped.append(fe.read)
-        else:
-            files.append(fe)
-    return Evidence(run_dir=run_dir, files=tuple(files), skipped=tuple(skipped), saved_args=saved,
-                    duplicates=tuple(dups))
+CHECK_CATEGORIES = ("config", "precision", "deepspeed")
+"""Categories of ``check`` rules that judge the config alone and so apply to a run that already happened (memory
+rules do not: the logs show what the memory really did)."""
+CMDLINE = "cmdline.txt"
 
 
 def _hardware_from_evidence(ev: Evidence) -> Hardware | None:
@@ -278,31 +66,118 @@ def _hardware_from_evidence(ev: Evidence) -> Hardware | None:
     return Hardware(gpu=None, num_gpus=world, capacity_gib=cap, bf16=None, source="log")
 
 
-def _context(config: str | None, opts: Options, hw: Hardware | None, notes: list[str]) -> Assembly | None:
-    """The config-side facts of `config` (facts/config.py, lenient: the run already happened, so a model or a
-    DeepSpeed JSON that no longer resolves narrows the diagnosis instead of stopping it), or None without a config.
-    """
+def launch_command(ev: Evidence) -> tuple[str | None, list[str], str | None]:
+    """(config YAML, key=value overrides, where) of the launch command: ``cmdline.txt`` in the run folder first
+    (one shell line: ``llamafactory-cli train cfg.yaml k=v`` or torchrun of LF's launcher.py), else the command a
+    log echoes (fact ``launch`` of readers/logparse.py). (None, [], None) without one."""
+    from finetune_doctor.readers import logpatterns as pat
+
+    if ev.run_dir:
+        p = os.path.join(ev.run_dir, CMDLINE)
+        if os.path.isfile(p):
+            regular_size(p)
+            with open(p, "r", encoding="utf-8", errors="replace") as fh:
+                text = fh.read(1 << 16)
+            flat = " ".join(text.replace("\\\n", " ").split())
+            m = pat.LAUNCH_LF.search(flat) or pat.LAUNCH_TORCHRUN.search(flat)
+            if m:
+                try:
+                    over = shlex.split(m.group("over"))
+                except ValueError:
+                    over = m.group("over").split()
+                return m.group("yaml"), over, p
+    for f in ev.files:
+        for fact in f.facts:
+            if fact.name == "launch" and isinstance(fact.value, dict) and fact.value.get("config"):
+                return fact.value["config"], list(fact.value.get("overrides") or []), f"{fact.file}:{fact.line}"
+    return None, [], None
+
+
+def _resolve_config(config: str | None, ev: Evidence, notes: list[str]) -> tuple[str | None, list[str]]:
+    """The config YAML to join and the overrides its source adds (module docstring for the order)."""
+    if config:
+        if not os.path.isfile(config):
+            raise InputError("no such config file", file=config)
+        return config, []
+    if ev.saved_args:
+        notes.append(f"config taken from {ev.saved_args} (the arguments LLaMA-Factory saved in the run directory)")
+        return ev.saved_args, []
+    yaml, over, where = launch_command(ev)
+    if yaml is None:
+        return None, []
+    for cand in ([os.path.join(ev.run_dir, yaml)] if ev.run_dir else []) + [yaml]:
+        if os.path.isfile(cand):
+            notes.append(f"config taken from the launch command in {where}: {yaml}"
+                         + (f" {' '.join(over)}" if over else ""))
+            return cand, over
+    notes.append(f"the launch command in {where} names {yaml}, which is not here: pass it with --config")
+    return None, []
+
+
+def _context(config: str | None, overrides: list[str], opts: Options, hw: Hardware | None,
+             notes: list[str]) -> Assembly | None:
+    """The config-side facts of `config` with `overrides` (facts/config.py, lenient: the run already happened,
+    so a model or a DeepSpeed JSON that no longer resolves narrows the diagnosis instead of stopping it; a
+    missing DeepSpeed file becomes ``lint.ds_missing``), or None without a config."""
     if not config:
         return None
     placeholder = hw or Hardware(gpu=None, num_gpus=None, capacity_gib=None, bf16=None, source="none")
-    asm = assemble_config(config, (), opts, hw=placeholder, need_model=False, lenient=True)
+    asm = assemble_config(config, tuple(overrides), opts, hw=placeholder, need_model=False, lenient=True)
     notes.extend(asm.notes)
     return asm
 
 
-def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: str | None = None) -> Report:
-    """Diagnose a finished or crashed run; returns the Report (the CLI picks the exit code)."""
+def _judge(facts: dict[str, Any], sources: dict[str, SourceDoc], opts: Options, live: dict[str, Any],
+           has_config: bool) -> list[Finding]:
+    """The postmortem rules (cause first), then the config-level rules of ``check`` (CHECK_CATEGORIES) by
+    severity: the first finding stays the diagnosis of what happened. A static finding that a postmortem rule
+    confirmed from the logs (``fp16-on-bf16-model`` / ``fp16-on-bf16-model-confirmed``) is not repeated."""
+    found = judge("postmortem", facts, sources, opts, live=live, order="rank")
+    if not has_config:
+        return found
+    have = {(f.code, f.location.file, f.location.line) for f in found}
+    confirmed = {f.name[:-len("-confirmed")] for f in found if f.name.endswith("-confirmed")}
+    extra = [f for f in judge("check", facts, sources, opts, live=live)
+             if f.category in CHECK_CATEGORIES and (f.code, f.location.file, f.location.line) not in have
+             and f.name not in confirmed]
+    return found + sorted(extra, key=lambda f: -SEVERITY_RANK.get(f.severity, 0))
+
+
+def _skipped_notes(ev: Evidence, notes: list[str]) -> None:
+    """Say what was not read and which extra reads it."""
+    extra = [r for r in ev.skipped if any("extra" in p for p in r.problems)]
+    if extra:
+        kinds = sorted({m.group(1) for r in extra for p in r.problems for m in [re.search(r"needs the '(\w+)'", p)]
+                        if m})
+        notes.append(f"{len(extra)} file(s) not read for want of an extra ({', '.join(kinds)}): "
+                     + "; ".join(os.path.basename(r.path) for r in extra[:3])
+                     + " — the text logs were read; " + " ".join(f"pip install '.[{k}]'" for k in kinds)
+                     + " reads the rest")
+    odd = [r for r in ev.skipped if any("not a regular file" in p or p.startswith("not read:") for p in r.problems)
+           and r not in extra]
+    if odd:
+        notes.append(f"{len(odd)} path(s) skipped: " + "; ".join(f"{r.path} ({r.problems[0]})" for r in odd[:3]))
+
+
+def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: str | None = None,
+        overrides: tuple[str, ...] | list[str] = (), deepspeed: str | None = None) -> Report:
+    """Diagnose a finished or crashed run; returns the Report (the CLI picks the exit code).
+
+    `overrides` are ``key=value`` pairs merged into the config as ``llamafactory-cli train`` merges them;
+    `deepspeed` is the DeepSpeed JSON (the same as ``deepspeed=FILE``). Raises InputError for bad input paths.
+    """
     ev = collect(run_dir, list(logs or []))
     notes: list[str] = []
-    cfg_path = config or ev.saved_args
-    if config is None and ev.saved_args:
-        notes.append(f"config taken from {ev.saved_args} (the arguments LLaMA-Factory saved in the run directory)")
+    _skipped_notes(ev, notes)
+    cfg_path, cmd_over = _resolve_config(config, ev, notes)
+    over = list(cmd_over) + list(overrides) + ([f"deepspeed={deepspeed}"] if deepspeed else [])
+    if over and not cfg_path:
+        raise InputError("key=value overrides and --deepspeed need a config (--config, or training_args.yaml in "
+                         "the run folder)", file=run_dir)
     hw = resolve_hardware(opts.gpu, opts.nnodes, allow_nvml=False) if opts.gpu else None
     if hw is None:
         hw = _hardware_from_evidence(ev)
-    if cfg_path and not os.path.isfile(cfg_path):
-        raise InputError("no such config file", file=cfg_path)
-    asm = _context(cfg_path, opts, hw, notes)
+    asm = _context(cfg_path, over, opts, hw, notes)
     if asm is not None:
         facts, sources, live = asm.facts, dict(asm.sources), asm.live()
         hw = asm.hw if asm.hw is not None and asm.hw.source != "none" else hw
@@ -312,16 +187,37 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
         sources, live = {}, {}
     tl = analyze(ev, facts)
     facts["ev"] = tl.facts
+    facts["ev"]["skipped"] = [{"path": r.path, "why": r.problems[0] if r.problems else "",
+                               "extra": _extra_of(r)} for r in ev.skipped][:64]
     main_log = next((f.read.path for f in ev.files if f.read.kind == "text-log"), None)
     if main_log and "log" not in sources:
         sources["log"] = SourceDoc("log", main_log)
     if ev.run_dir and "run_dir" not in sources:
         sources["run_dir"] = SourceDoc("run_dir", ev.run_dir)
-    findings = judge("postmortem", facts, sources, opts, live=live, order="rank")
-
+    findings = _judge(facts, sources, opts, live, asm is not None)
     if plot:
-        draw(tl, plot)
+        draw(tl, plot, title=_plot_title(facts, ev))
         notes.append(f"plot written to {plot}")
+    return _report(ev, tl, asm, hw, cfg_path, findings, notes)
+
+
+def _extra_of(r: Any) -> str | None:
+    for p in r.problems:
+        m = re.search(r"needs the '(\w+)' extra", p)
+        if m:
+            return m.group(1)
+    return None
+
+
+def _plot_title(facts: dict[str, Any], ev: Evidence) -> str:
+    model = (facts.get("cfg") or {}).get("model_name_or_path") or ((facts.get("ev") or {}).get("model") or {}).get(
+        "name")
+    where = ev.run_dir or next((f.read.path for f in ev.files), "")
+    return f"{model or 'model unknown'} — {where}"
+
+
+def _report(ev: Evidence, tl: Any, asm: Assembly | None, hw: Hardware | None, cfg_path: str | None,
+            findings: list[Finding], notes: list[str]) -> Report:
     sections = {"postmortem": section_data(tl), "read": read_data(ev)}
     inputs = {"config": cfg_path, "deepspeed": None, "run_dir": ev.run_dir}
     run_d = None
@@ -394,6 +290,13 @@ def downsample(steps: Any, values: Any, n: int = SPARK_POINTS) -> tuple[list[int
     return out_s, out_v
 
 
+def _ranks_section(rk: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not rk:
+        return None
+    return {k: rk.get(k) for k in ("count", "nodes", "first_failed", "waiting", "waiting_count", "stragglers",
+                                   "desync", "failed_count")}
+
+
 def section_data(tl: Any) -> dict[str, Any]:
     """The ``postmortem`` section: curves reduced for sparklines, event marks, and the run's outline."""
     f = tl.facts
@@ -410,15 +313,16 @@ def section_data(tl: Any) -> dict[str, Any]:
     marks = [{"step": e.step, "kind": e.kind} for e in tl.events if e.step is not None]
     gpus = None
     if f.get("gpus"):
-        gpus = [{"index": c["index"], "name": c["name"], "peak_gib": round(c["peak_gib"], 2),
+        gpus = [{"index": c["index"], "name": c["name"], "node": c.get("node"), "peak_gib": round(c["peak_gib"], 2),
                  "total_gib": None if c["total_gib"] is None else round(c["total_gib"], 2), "samples": c["samples"]}
                 for c in f["gpus"]["cards"]]
     return {"steps": f.get("steps"), "completed": bool(f.get("completed")), "gpus": gpus,
             # DeepSpeed's minimum-loss-scale abort is an exception that ends the run, like any other crash
             "crashed": bool(f.get("crash") or f.get("oom") or f.get("nccl") or f.get("killed")
                             or (f.get("scale") or {}).get("trajectory") == "abort"),
-            "curves": curves, "marks": marks, "events": len(tl.events),
+            "curves": curves, "marks": marks, "events": len(tl.events), "stack": f.get("stack"),
+            "ranks": _ranks_section(f.get("ranks")),
             "restarts": len(f.get("restarts") or [])}
 
 
-__all__ = ["run", "collect", "discover", "read_file", "section_data", "read_data", "downsample"]
+__all__ = ["run", "collect", "discover", "read_file", "section_data", "read_data", "downsample", "launch_command"]

@@ -97,6 +97,29 @@ def _resync(pw: Any, path: str, offset: int, header_ok: bool) -> tuple[int | Non
     return None, f"record at byte {offset}: header CRC mismatch, no valid record in the next {RESYNC_WINDOW} bytes"
 
 
+def _scalars(ev: Any, series: dict[str, Series], path: str, rec: int) -> tuple[int, int]:
+    """Append the scalars of one summary event to `series`: (points added, non-scalar values skipped)."""
+    added = other = 0
+    for v in ev.summary.value:
+        kind = v.WhichOneof("value")
+        if kind == "simple_value":
+            val = v.simple_value
+        elif kind == "tensor":
+            val = _tensor_scalar(v.tensor)
+            if val is None:
+                other += 1
+                continue
+        else:
+            other += 1
+            continue
+        s = series.get(v.tag)
+        if s is None:
+            s = series[v.tag] = Series(v.tag, path, first_wall=ev.wall_time)
+        s.append(ev.step, val, rec)
+        added += 1
+    return added, other
+
+
 def read_event_file(path: str) -> FileEvidence:
     """Every scalar of one event file, per tag, with its step and record number.
 
@@ -128,6 +151,17 @@ def read_event_file(path: str) -> FileEvidence:
                 reader.GetNext()
             except tf_errors.OutOfRangeError:
                 break
+            except (OverflowError, MemoryError):
+                # a header whose (CRC-valid) length is 2^63 or more: the stub tries to read that many bytes
+                complete = False
+                nxt, what = _resync(pw, path, offset, header_ok=False)
+                problems.append(f"record at byte {offset}: length exceeds {MAX_RECORD >> 20} MiB; " + what.split(": ", 1)[-1].replace("header CRC mismatch, ", ""))
+                if nxt is None or nxt >= size:
+                    break
+                offset = nxt
+                reader.file_handle.close()
+                reader = _reader_at(pw, path, offset)
+                continue
             except tf_errors.DataLossError as err:
                 msg = str(err)   # the stub's messages end with what failed; the path itself may contain any word
                 if "has truncated record in" in msg:
@@ -153,26 +187,9 @@ def read_event_file(path: str) -> FileEvidence:
                 continue
             what = ev.WhichOneof("what")
             if what == "summary":
-                step = ev.step
-                for v in ev.summary.value:
-                    kind = v.WhichOneof("value")
-                    if kind == "simple_value":
-                        val = v.simple_value
-                    elif kind == "tensor":
-                        val = _tensor_scalar(v.tensor)
-                        if val is None:
-                            other += 1
-                            continue
-                    else:
-                        other += 1
-                        continue
-                    s = series.get(v.tag)
-                    if s is None:
-                        s = series[v.tag] = Series(v.tag, path, first_wall=ev.wall_time)
-                    s.steps.append(step)
-                    s.values.append(val)
-                    s.lines.append(rec)
-                    seen_data = True
+                added, skipped = _scalars(ev, series, path, rec)
+                seen_data = seen_data or added > 0
+                other += skipped
             elif what == "session_log":
                 if ev.session_log.status == start_status and seen_data:
                     restarts.append(Restart(path, rec, ev.step, "session-start",

@@ -25,7 +25,7 @@ import re
 from typing import Any, Iterator
 
 from finetune_doctor.errors import InputError
-from finetune_doctor.evidence import Fact, FileEvidence, FileRead, Notice, Restart, Series
+from finetune_doctor.evidence import STEP_LIMIT, Fact, FileEvidence, FileRead, Notice, Restart, Series
 
 MAX_JSONL_LINE = 1 << 20   # a longer "line" is not a LogCallback record
 _READ = 1 << 20
@@ -57,6 +57,16 @@ def _num(v: Any) -> float | None:
         except ValueError:
             return None
     return None
+
+
+def as_step(v: Any) -> int | None:
+    """A logged step as an int; None for a non-number, and STEP_LIMIT for inf or a number at or above it (the
+    series then records it as an unknown step and the read says so, evidence.py `Series.append`)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    if isinstance(v, float) and not (v == v and abs(v) != float("inf")):
+        return STEP_LIMIT
+    return int(v) if -1 <= v < STEP_LIMIT else STEP_LIMIT
 
 
 def _size(path: str) -> int:
@@ -105,7 +115,7 @@ def read_trainer_log(path: str) -> FileEvidence:
                 bad.append(n)
                 continue
             step = d.get("current_steps")
-            step = int(step) if isinstance(step, (int, float)) and not isinstance(step, bool) else None
+            step = as_step(step)
             if isinstance(d.get("total_steps"), int):
                 total = d["total_steps"]
             if step is not None and last_step is not None and step < last_step:
@@ -121,7 +131,7 @@ def read_trainer_log(path: str) -> FileEvidence:
                     items += 1
             if "loss" not in d and "eval_loss" not in d and step is not None and total and step >= total:
                 notices.append(Notice(path, n, step, "train-end", "final LogCallback line (training loop finished)"))
-            if step is not None:
+            if step is not None and step < STEP_LIMIT:
                 last_step = step
     if truncated_last:
         problems.append(f"last line ({n}) is cut off (the run died while writing it)")
@@ -246,12 +256,20 @@ def read_trainer_state(path: str) -> FileEvidence:
             _scalars(buf[pos:], path, facts, line)
     if not complete:
         problems.append(f"file is cut off after {entries} log_history entries (the run died while saving it)")
+    return _state_evidence(path, size, read, line, entries, complete, problems, series, facts, notices, results)
+
+
+def _state_evidence(path: str, size: int, read: int, line: int, entries: int, complete: bool, problems: list[str],
+                    series: dict[str, Series], facts: list[Fact], notices: list[Notice],
+                    results: dict[str, Any]) -> FileEvidence:
     last = None
     gs = next((f.value for f in facts if f.name == "global_step"), None)
     for s in series.values():
         if len(s):
             last = max(last or 0, max(s.steps))
     ms = next((f.value for f in facts if f.name == "max_steps"), None)
+    gs = gs if isinstance(gs, int) and not isinstance(gs, bool) and 0 <= gs < STEP_LIMIT else None
+    ms = ms if isinstance(ms, int) and not isinstance(ms, bool) and 0 < ms < STEP_LIMIT else None
     return FileEvidence(FileRead(path, "trainer-state", size, read, lines=line, records=entries,
                                  items=sum(len(s) for s in series.values()), complete=complete,
                                  problems=tuple(problems)),
@@ -277,7 +295,7 @@ def _scalars(text: str, path: str, facts: list[Fact], base_line: int = 1) -> Non
 def _state_entry(obj: dict[str, Any], line: int, path: str, series: dict[str, Series], notices: list[Notice],
                  results: dict[str, Any]) -> None:
     step = obj.get("step")
-    step = int(step) if isinstance(step, (int, float)) and not isinstance(step, bool) else None
+    step = as_step(step)
     if "train_runtime" in obj or "train_loss" in obj:
         results.update({k: v for k, v in obj.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)})
         notices.append(Notice(path, line, step, "train-summary", "final Trainer log (training loop finished)",

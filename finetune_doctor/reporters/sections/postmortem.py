@@ -121,7 +121,7 @@ def render(data: dict[str, Any]) -> Any:
     if outline:
         parts.append(Text(" · ".join(outline)))
     if data.get("gpus"):
-        cards = ", ".join(f"GPU {g['index']} {g['peak_gib']:.1f}" + (f"/{g['total_gib']:.0f}" if g.get("total_gib")
+        cards = ", ".join(f"{g['node'] + ' ' if g.get('node') else ''}GPU {g['index']} {g['peak_gib']:.1f}" + (f"/{g['total_gib']:.0f}" if g.get("total_gib")
                                                                       else "") + " GiB" for g in data["gpus"])
         parts.append(Text(f"GPU memory peaks (recorded): {cards}"))
     if not steps_all:

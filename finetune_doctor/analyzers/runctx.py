@@ -1,0 +1,111 @@
+"""What the config side says about a run (the fact namespaces of facts/config.py), with the facts its logs
+state as the fallback: the context every postmortem detector and cause asks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from finetune_doctor.evidence import Evidence
+
+# families pre-trained in bf16 even where config.json says float16 (Llama 2; Meta's model card), as the static
+# fp16-on-bf16-model rule (rules/fp16-on-bf16-model.yaml) counts them
+BF16_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
+                 "gemma3_text", "deepseek_v2", "phi3", "glm4", "chatglm", "internlm2")
+
+
+class RunContext:
+    """What the config side says (fact namespaces of build_context), with log facts as fallback."""
+
+    def __init__(self, facts: dict[str, Any] | None, ev: Evidence):
+        f = facts or {}
+        self.cfg = f.get("cfg") or {}
+        self.run = f.get("run") or {}
+        self.model = f.get("model") or {}
+        self.hw = f.get("hw") or {}
+        self.mem = f.get("mem") or {}
+        self.ds = f.get("ds") or {}
+        self.lint = f.get("lint") or {}
+        self.log: dict[str, Any] = {}
+        self.log_at: dict[str, dict[str, Any]] = {}
+        for fe in ev.files:
+            for fact in fe.facts:
+                if fact.name not in self.log:
+                    self.log[fact.name] = fact.value
+                    self.log_at[fact.name] = {"file": fact.file, "line": fact.line, "column": None, "key": None}
+
+    def finetuning_type(self) -> str:
+        return str(self.run.get("finetuning_type") or self.cfg.get("finetuning_type") or "lora")
+
+    def fp16(self) -> tuple[bool, str | None]:
+        if self.cfg.get("fp16") is True:
+            return True, "config (fp16: true)"
+        if self.run.get("compute_dtype") == "float16":
+            return True, "resolved run (fp16 compute)"
+        if self.log.get("compute_dtype") == "float16":
+            return True, "log (compute dtype: torch.float16)"
+        if self.log.get("fp16_enabled") is True or self.ds.get("fp16_enabled") is True:
+            return True, "DeepSpeed fp16 enabled"
+        return False, None
+
+    def world(self) -> tuple[int | None, str | None]:
+        if isinstance(self.log.get("world_size"), int) and self.log["world_size"] > 0:
+            return self.log["world_size"], "log"
+        if self.hw.get("num_gpus"):
+            return int(self.hw["num_gpus"]), "--gpu/NVML"
+        return None, None
+
+    def zero_stage(self) -> int | None:
+        for v in (self.log.get("zero_stage"), self.ds.get("zero_stage"), self.run.get("zero_stage") if
+                  self.run.get("deepspeed") else None):
+            if isinstance(v, int):
+                return v
+        return None
+
+    def overlap_comm(self) -> bool | None:
+        if isinstance(self.log.get("overlap_comm"), bool):
+            return self.log["overlap_comm"]
+        if isinstance(self.ds.get("overlap_comm"), bool):
+            return self.ds["overlap_comm"]
+        return None
+
+    def params(self) -> tuple[float | None, str | None]:
+        if self.model.get("params"):
+            return float(self.model["params"]), f"model {self.model.get('name')}"
+        if self.log.get("all_params"):
+            return float(self.log["all_params"]), "log (all params)"
+        e = self.log.get("ds_params_elems")
+        if isinstance(e, str) and e:
+            mult = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}.get(e[-1], 1)
+            try:
+                return float(e.rstrip("KMBT")) * mult, "log (zero.Init num_elems)"
+            except ValueError:
+                pass
+        return None, None
+
+    def trainable(self) -> float | None:
+        for v in (self.model.get("trainable_params"), self.log.get("trainable_params")):
+            if v:
+                return float(v)
+        return None
+
+    def vocab(self) -> int | None:
+        v = self.model.get("vocab_size")
+        return int(v) if v else None
+
+    def model_bf16(self) -> tuple[bool | None, str | None]:
+        dt, mt = self.model.get("dtype"), self.model.get("model_type")
+        name = self.model.get("name")
+        given = self.cfg.get("model_name_or_path")
+        if isinstance(given, str) and given and given != name:
+            name = f"{given} ({name})"   # as the config names it; the catalog entry it was matched to in brackets
+        if dt == "bfloat16":
+            return True, f"{name} is stored in bf16"
+        if mt in BF16_FAMILIES:
+            return True, f"{name} ({mt}) belongs to a family pre-trained in bf16"
+        if dt in ("float16", "float32"):
+            return False, None
+        return None, None
+
+    def logging_steps(self) -> int | None:
+        v = self.cfg.get("logging_steps") or self.log.get("logging_steps")
+        return int(v) if isinstance(v, (int, float)) and v > 0 else None

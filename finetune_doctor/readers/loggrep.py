@@ -1,0 +1,83 @@
+"""Find the trigger words of a large plain-text log with grep, when the machine has it.
+
+Why: Python's regular-expression engine tries its branches at every byte whose value can start one of ~70 words,
+which caps the text-log scan near 25 MB/s a core (benchmarks/results/postmortem_ranks.md); ``grep -F`` with the
+same fixed strings runs Commentz-Walter / Aho-Corasick over the bytes at several hundred MB/s. grep only
+*finds* the words: ``grep -o -b -a -F -f WORDS FILE`` prints the byte offset of every match (``-a`` treats binary
+junk as text, ``LC_ALL=C`` makes offsets and matching byte-exact), and readers/logs.py parses the lines around
+those offsets exactly as it parses the ones its own expression finds (the test compares both).
+
+Used for plain files of at least `MIN_BYTES` (gzip and UTF-16 logs are decoded by Python, so their offsets
+differ); without grep, or with ``FINETUNE_DOCTOR_NO_GREP=1``, the reader's own expression finds the words.
+Offsets stream from grep's stdout one line at a time: memory does not grow with the number of matches.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from typing import Iterator
+
+MIN_BYTES = 4 << 20
+_WORDS: dict[tuple[str, ...], str] = {}
+
+
+def _words_file(words: tuple[str, ...]) -> str:
+    path = _WORDS.get(words)
+    if path is None or not os.path.exists(path):
+        fd, path = tempfile.mkstemp(prefix="doctor-triggers-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write("\n".join(words) + "\n")
+        _WORDS[words] = path
+        atexit.register(lambda p=path: os.path.exists(p) and os.unlink(p))
+    return path
+
+
+class Offsets:
+    """Iterator over grep's match offsets; `ok` is False when grep ended with an error (exit status 2)."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.ok = True
+
+    def __iter__(self) -> Iterator[int]:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            k = raw.find(b":")
+            if k > 0:
+                try:
+                    yield int(raw[:k])
+                except ValueError:
+                    continue
+        if self.proc.wait() not in (0, 1):
+            self.ok = False
+
+
+@contextlib.contextmanager
+def trigger_offsets(path: str, words: tuple[str, ...]) -> Iterator[Offsets | None]:
+    """The offsets of `words` in `path` from grep, or None (grep missing or disabled)."""
+    exe = None if os.environ.get("FINETUNE_DOCTOR_NO_GREP") else shutil.which("grep")
+    if exe is None:
+        yield None
+        return
+    proc = subprocess.Popen([exe, "-o", "-b", "-a", "-F", "-f", _words_file(tuple(words)), "--", path],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "LC_ALL": "C"}, bufsize=1 << 16)
+    try:
+        yield Offsets(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@contextlib.contextmanager
+def none() -> Iterator[None]:
+    """The no-grep case of `trigger_offsets`."""
+    yield None
