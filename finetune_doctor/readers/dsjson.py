@@ -36,7 +36,7 @@ from finetune_doctor.errors import InputError
 from finetune_doctor.readers import limits
 
 _WS = re.compile(r"[ \t\n\r]*")
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")   # tab, newline and CR stay
 _CONSTANTS = {"null": None, "true": True, "false": False, "NaN": float("nan"), "Infinity": float("inf"),
               "-Infinity": float("-inf")}
 _HINT = (" — HF/LLaMA-Factory read the DeepSpeed config with json.load, so comments and trailing commas are not "
@@ -54,7 +54,7 @@ class JsonDoc:
 
 
 def printable(s: str) -> str:
-    """`s` with lone surrogates and C0/C1 control characters written as ``\\uXXXX`` escapes (others unchanged)."""
+    """`s` with lone surrogates and C0/C1 control characters but tab, newline and CR written as ``\\uXXXX`` escapes."""
     if not _UNPRINTABLE.search(s):
         return s
     return _UNPRINTABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", s)
