@@ -11,7 +11,7 @@ PyPI into a throwaway ``--cache`` directory and imported from there in a subproc
 
 * ``--lf-version 0.9.5`` downloads the ``llamafactory`` wheel (``pip download --no-deps``) and unpacks it; its
   ``hparams`` modules are imported without running the package ``__init__`` (which would pull in datasets, trl, ...).
-* ``--transformers 4.57.6,5.8.0`` installs each transformers version with its small dependencies into
+* ``--transformers 4.57.6,5.6.0,5.8.0`` installs each transformers version with its small dependencies into
   ``--cache/transformers-<v>`` (``pip install --target``); ``installed`` means the transformers importable here.
 * ``--lf-args reference/llamafactory/lf_args.json`` adds a LLaMA-Factory version recorded as JSON (the snapshot in
   /work/shared/reference, 0.9.6.dev0): used when LF cannot be imported, or in addition to an imported version.
@@ -22,7 +22,7 @@ by hand from LF_FACTS.md §1/§1a with their upstream sources.
 
 Usage::
 
-    python scripts/gen_key_schema.py                     # defaults: LF 0.9.5 from PyPI + lf_args.json + tf 4.57.6, 5.8.0
+    python scripts/gen_key_schema.py                     # defaults: LF 0.9.5 from PyPI + lf_args.json + tf 4.57.6, 5.6.0, 5.8.0
     python scripts/gen_key_schema.py --lf-version none --lf-args lf_args.json --transformers installed --out /tmp/k.json
     python scripts/gen_key_schema.py --check             # exit 1 when the committed file differs from a fresh run
 """
@@ -674,6 +674,11 @@ def build(lf_versions: list[str], lf_args: Path | None, tf_versions: list[str], 
     for lv in all_lf:
         for f in lf_fields[lv]:
             e = keys.get(f["name"])
+            if e is not None and f["group"] == "evaluation" and e["group"] != "evaluation":
+                # EvaluationArguments.seed (llamafactory-cli eval) is another parser's field of the same name: the
+                # train parser's (transformers') entry stays
+                e.setdefault("also_in_groups", sorted(set(e.get("also_in_groups") or []) | {"evaluation"}))
+                continue
             if e is None or e["origin"] == "transformers":
                 new = _entry(f)
                 new["lf_versions"] = []
@@ -770,7 +775,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="llamafactory versions to download and introspect, comma-separated; 'none' for none")
     ap.add_argument("--lf-args", default=str(DEFAULT_REF) if DEFAULT_REF.exists() else None,
                     help="lf_args.json of an LF snapshot to add as a source ('none' to skip)")
-    ap.add_argument("--transformers", default="4.57.6,5.8.0",
+    ap.add_argument("--transformers", default="4.57.6,5.6.0,5.8.0",
                     help="transformers versions to introspect, comma-separated, or 'installed'")
     ap.add_argument("--cache", default=str(DEFAULT_CACHE), help="throwaway directory for wheels and targets")
     ap.add_argument("--out", default=str(DEFAULT_OUT))
