@@ -83,19 +83,25 @@ def local_ram_gib() -> float | None:
         return None
 
 
-def _key_facts(doc: ConfigDoc) -> dict[str, Any]:
+KEY_FIELDS = ("key", "kind", "message", "suggestion", "replacement_key", "fix", "fix_value", "condition")
+
+
+def _key_facts(doc: ConfigDoc, transformers_version: str | None = None) -> dict[str, Any]:
     try:
         from finetune_doctor.readers.keyschema import check_keys
     except ImportError:  # pragma: no cover - schema module missing in a broken install
         return {"keys": []}
+    from finetune_doctor.analyzers.launch import check_launch
+
     out = []
-    for p in check_keys(doc.values):
-        d = {k: getattr(p, k, None) for k in ("key", "kind", "message", "suggestion", "replacement_key", "fix",
-                                               "fix_value", "condition")}
+    for p in [*check_keys(doc.values, transformers_version=transformers_version),
+              *check_launch(doc.values, doc.path)]:
+        p = p if isinstance(p, dict) else {k: getattr(p, k, None) for k in KEY_FIELDS}
+        d = {k: p.get(k) for k in KEY_FIELDS}
         d["replacement"] = d.pop("replacement_key")
-        d["line"] = doc.line_of(p.key)
+        d["line"] = doc.line_of(d["key"])
         # a value given as key=value on the command line is judged there, whether or not the file has the key
-        d["override"] = any(k == p.key or k.startswith(p.key + ".") for k in doc.overrides)
+        d["override"] = any(k == d["key"] or k.startswith(d["key"] + ".") for k in doc.overrides)
         out.append(d)
     return {"keys": out}
 
@@ -185,8 +191,8 @@ def build_context(config: str, overrides: tuple[str, ...] | list[str], opts: Opt
     sources: dict[str, SourceDoc] = {"config": doc.source()}
     if doc.overrides:
         sources["override"] = SourceDoc("override", "<command line>", {k: (1, 1) for k in doc.overrides})
-    facts: dict[str, Any] = {"cfg": doc.values, "lint": _key_facts(doc), "run": None, "model": None, "hw": None,
-                             "mem": None, "ds": None, "data": None}
+    facts: dict[str, Any] = {"cfg": doc.values, "lint": _key_facts(doc, opts.transformers_version), "run": None,
+                             "model": None, "hw": None, "mem": None, "ds": None, "data": None}
     asm = Assembly(doc=doc, ctx=RuleContext(facts=facts, sources=sources))
 
     if hw is None:
