@@ -215,6 +215,85 @@ DEFAULT_NOTES = {
     "packing": "None means true for stage pt, else false (parser.py:645)",
 }
 
+# Value ranges of the keys used in arithmetic, from what the code that reads them accepts. parse_dict checks none of
+# them (transformers hf_argparser.py): a value out of range is taken and fails where it is first used, or silently
+# makes no sense. `min`/`max` bound a number (`min_exclusive`: the bound itself is out); `values` lists the only
+# numbers accepted; `fails` says where and how the run fails (the finding's message quotes it), with its source.
+# A key whose value is null where the code does arithmetic on it has `null_fails`.
+_DL = "torch 2.13 utils/data/dataloader.py and sampler.py BatchSampler"
+RANGES = {
+    "per_device_train_batch_size": {"min": 1, "fails": "the training DataLoader raises \"batch_size should be a "
+                                    "positive integer value\" when the first batch is drawn", "source": _DL},
+    "per_device_eval_batch_size": {"min": 1, "fails": "the evaluation DataLoader raises \"batch_size should be a "
+                                   "positive integer value\" at the first evaluation", "source": _DL},
+    "gradient_accumulation_steps": {"min": 1, "fails": "the Trainer divides the batches per epoch by it "
+                                    "(ZeroDivisionError before the first step), and a negative count makes no sense",
+                                    "source": "transformers 5.6.0 trainer.py set_initial_training_values"},
+    "cutoff_len": {"min": 1, "fails": "every sample is truncated to nothing and LLaMA-Factory stops with \"Cannot find "
+                   "valid samples\"", "source": "LF 0.9.5 data/processor/processor_utils.py infer_seqlen"},
+    "num_train_epochs": {"min": 0, "min_exclusive": True,
+                         "fails": "the Trainer plans zero or fewer optimizer steps and trains nothing",
+                         "source": "transformers 5.6.0 trainer.py set_initial_training_values"},
+    "max_steps": {"min": -1, "fails": "-1 means 'use num_train_epochs'; a value below it makes no sense",
+                  "source": "transformers 5.6.0 training_args.py max_steps help"},
+    "learning_rate": {"min": 0, "fails": "torch's AdamW raises \"Invalid learning rate\" when the optimizer is built",
+                      "source": "torch 2.13 optim/adamw.py"},
+    "weight_decay": {"min": 0, "fails": "torch's AdamW raises \"Invalid weight_decay value\" when the optimizer is "
+                     "built", "source": "torch 2.13 optim/adamw.py"},
+    "adam_beta1": {"min": 0, "max": 1, "max_exclusive": True, "fails": "torch's AdamW raises \"Invalid beta "
+                   "parameter at index 0\" when the optimizer is built", "source": "torch 2.13 optim/adamw.py"},
+    "adam_beta2": {"min": 0, "max": 1, "max_exclusive": True, "fails": "torch's AdamW raises \"Invalid beta "
+                   "parameter at index 1\" when the optimizer is built", "source": "torch 2.13 optim/adamw.py"},
+    "adam_epsilon": {"min": 0, "fails": "torch's AdamW raises \"Invalid epsilon value\" when the optimizer is built",
+                     "source": "torch 2.13 optim/adamw.py"},
+    "lora_rank": {"min": 1, "fails": "peft raises \"`r` should be a positive integer value\" when the adapter is "
+                  "created", "source": "peft 0.18.1 tuners/lora/config.py LoraConfig.__post_init__"},
+    "lora_dropout": {"min": 0, "max": 1, "fails": "torch raises \"dropout probability has to be between 0 and 1\" "
+                     "when the adapter is created", "source": "torch 2.13 nn/modules/dropout.py"},
+    "galore_rank": {"min": 1, "fails": "GaLore projects gradients to this rank; 0 or less makes no sense",
+                    "source": "LF 0.9.5 train/trainer_utils.py _create_galore_optimizer"},
+    "apollo_rank": {"min": 1, "fails": "APOLLO projects gradients to this rank; 0 or less makes no sense",
+                    "source": "LF 0.9.5 train/trainer_utils.py _create_apollo_optimizer"},
+    # 0 is judged with the strategy (launch.py, invalid-step-setting): transformers refuses it for "steps" only
+    "logging_steps": {"min": 0, "fails": "a step count (or a share of the run below 1) must not be negative; a "
+                      "negative one never logs", "source": "transformers 5.6.0 trainer.py"},
+    "save_steps": {"min": 0, "fails": "a step count (or a share of the run below 1) must not be negative; a negative "
+                   "one never saves a checkpoint", "source": "transformers 5.6.0 trainer.py"},
+    "eval_steps": {"min": 0, "fails": "a step count (or a share of the run below 1) must not be negative",
+                   "source": "transformers 5.6.0 trainer.py"},
+    "warmup_ratio": {"min": 0, "max": 1, "fails": "a share of the run: below 0 transformers stops at start-up, above 1 "
+                     "the warm-up never ends", "source": "transformers 5.6.0 training_args.py _validate_args"},
+    "val_size": {"min": 0, "fails": "a share (below 1) or a count of samples; a negative one makes no sense",
+                 "source": "LF 0.9.5 data/data_utils.py split_dataset"},
+    "max_samples": {"min": 1, "fails": "LLaMA-Factory keeps the first max_samples rows; 0 or fewer leaves no data "
+                    "(\"Cannot find valid samples\")", "source": "LF 0.9.5 data/loader.py _load_single_dataset"},
+    "preprocessing_num_workers": {"min": 1, "fails": "datasets raises \"num_proc must be an integer > 0\" when the "
+                                  "data is tokenized", "source": "datasets 4.0.0 arrow_dataset.py map"},
+    "dataloader_num_workers": {"min": 0, "fails": "the DataLoader raises \"num_workers option should be non-negative\"",
+                               "source": _DL},
+    "seed": {"min": 0, "max": 4294967295, "fails": "transformers.set_seed (called by LLaMA-Factory while parsing) "
+             "stops with \"Seed must be between 0 and 2**32 - 1\"", "source": "numpy random seed, LF 0.9.5 "
+             "hparams/parser.py:529"},
+    "data_seed": {"min": 0, "max": 4294967295, "fails": "the sampler's generator raises when seeded with a value "
+                  "outside 0 .. 2**32 - 1", "source": "torch 2.13 Generator.manual_seed"},
+    "ref_model_quantization_bit": {"values": [4, 8], "fails": "LLaMA-Factory asserts \"We only accept 4-bit or 8-bit "
+                                   "quantization.\" while parsing", "source": "LF 0.9.5 hparams/finetuning_args.py:577"},
+    "reward_model_quantization_bit": {"values": [4, 8], "fails": "LLaMA-Factory asserts \"We only accept 4-bit or "
+                                      "8-bit quantization.\" while parsing",
+                                      "source": "LF 0.9.5 hparams/finetuning_args.py:578"},
+    "num_beams": {"min": 1, "fails": "generation raises for fewer than one beam", "source": "transformers 5.6.0 "
+                  "generation/configuration_utils.py validate"},
+    "max_new_tokens": {"min": 1, "fails": "generation raises for fewer than one new token",
+                       "source": "transformers 5.6.0 generation/configuration_utils.py validate"},
+    "image_max_pixels": {"min": 1, "fails": "images are resized to at most this many pixels; 0 or fewer makes no sense",
+                         "source": "LF 0.9.5 data/mm_plugin.py _preprocess_image"},
+}
+NULL_FAILS = {
+    name: "LLaMA-Factory adds up int(use_galore) + int(use_apollo) + use_badam while parsing (TypeError on null, "
+          "LF 0.9.5 hparams/finetuning_args.py:598)"
+    for name in ("use_galore", "use_apollo", "use_badam")
+}
+
 # Keys accepted only by a launcher mode that an environment variable turns on; outside it they are unknown keys.
 ONLY_WHEN_GROUPS = {
     "megatron_bridge": "USE_MEGATRON_BRIDGE=1 (hparams/megatron_bridge_args.py, parser.py)",
@@ -700,6 +779,10 @@ def build(lf_versions: list[str], lf_args: Path | None, tf_versions: list[str], 
             e["init"] = False
         if name in DEFAULT_NOTES:
             e["default_note"] = DEFAULT_NOTES[name]
+        if name in RANGES:
+            e["range"] = RANGES[name]
+        if name in NULL_FAILS:
+            e["null_fails"] = NULL_FAILS[name]
         if name in ref_tf_avail and e["origin"] == "transformers":
             e["reference_transformers_versions"] = ref_tf_avail[name]
     retired = {}
