@@ -9,7 +9,7 @@ Sources (``Entry.source``):
   ``llamafactory-cli train``.
 * ``case``: the users' configs of fixtures/cases (= /work/shared/cases), laid out as each user ran it
   (tests/casekit.py: the DeepSpeed file the YAML names put where it names it).
-* ``fixture``: every other LLaMA-Factory training YAML under fixtures/, read where it lies.
+* ``fixture``: every other LLaMA-Factory training YAML under fixtures/, copied with the JSON files beside it.
 * ``mutation:<family>``: generated edits of LF's own examples (the bases below), each a single line added, changed
   or removed so that the rest of the file stays as LF wrote it. Families:
 
@@ -102,8 +102,7 @@ class Entry:
     origin: str
     keys: tuple[str, ...] = ()
     files: dict[str, str] = field(default_factory=dict)   # relative path -> text, written next to config.yaml
-    cwd: str = "."             # where LF is launched from, relative to the entry folder
-    in_place: str | None = None  # fixtures read where they lie: the path relative to the repository root
+    in_place: str | None = None  # a fixture: its path relative to the repository root
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -496,10 +495,7 @@ def real_entries() -> Iterator[Entry]:
         text = p.read_text(encoding="utf-8")
         if not _is_training(text):
             continue
-        # paths in these fixtures are written from the repository root or from their own folder
-        from_root = bool(re.search(r"^(deepspeed|dataset_dir):\s*['\"]?fixtures/", text, re.M))
-        yield Entry(id=f"fixture/{rel}", source="fixture", text=text, origin=rel, in_place=rel,
-                    cwd="" if from_root else ".")
+        yield Entry(id=f"fixture/{rel}", source="fixture", text=text, origin=rel, in_place=rel)
 
 
 def build_entries() -> list[Entry]:
@@ -548,8 +544,17 @@ def build(out: Path) -> list[dict[str, Any]]:
         d = out / f"e{i:05d}"
         d.mkdir(exist_ok=True)
         if e.in_place:
-            config = ROOT / e.in_place
-            cwd = ROOT if e.cwd == "" else config.parent
+            # the fixture with the JSON files beside it, launched from an LF-like root (its repository-relative
+            # paths, fixtures/..., resolve through a link to this repository's fixtures/)
+            src = ROOT / e.in_place
+            for sib in src.parent.glob("*.json"):
+                shutil.copy(sib, d / sib.name)
+            config = d / "config.yaml"
+            shutil.copy(src, config)
+            for name, target in (("examples", out / "_lf" / "examples"), ("data", out / "_lf" / "data"),
+                                 ("fixtures", FIXTURES)):
+                (d / name).symlink_to(target, target_is_directory=True)
+            cwd = d
         elif e.source == "case":
             sys.path.insert(0, str(ROOT / "tests"))
             from casekit import lay_out  # the cases' own layout (tests/casekit.py)

@@ -107,6 +107,9 @@ def _lf() -> types.SimpleNamespace:
         return torch.device("cuda", 0)
 
     ta.TrainingArguments._setup_devices = property(_setup_devices)
+    import logging
+
+    logging.getLogger("llamafactory").setLevel(logging.ERROR)   # LF's advice lines are not verdicts
     for mod in (ta, lf_parser, lf_misc):
         for name in ("is_torch_bf16_gpu_available", "is_torch_tf32_available", "is_torch_cuda_available"):
             if hasattr(mod, name):
@@ -125,11 +128,19 @@ def _torchrun_env(cwd: Path, world_size: int) -> Iterator[None]:
     os.environ.update(LOCAL_RANK="0", RANK="0", WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT="29500", LLAMAFACTORY_VERBOSITY="WARN",
                       HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    # an integer where LF opens a path (accelerator_config: true is open(1)) closes a standard stream: keep copies
+    fds = [os.dup(fd) for fd in (0, 1, 2)]
     os.chdir(cwd)
     try:
         yield
     finally:
         os.chdir(saved_cwd)
+        for fd, copy in zip((0, 1, 2), fds):
+            try:
+                os.fstat(fd)
+            except OSError:
+                os.dup2(copy, fd)
+            os.close(copy)
         os.environ.clear()
         os.environ.update(saved_env)
 
@@ -145,11 +156,12 @@ def _missing_package(err: BaseException) -> str | None:
     return m.group(1) if m else (getattr(err, "name", None) or "unknown")
 
 
-def lf_verdict(path: Path, *, world_size: int = WORLD_SIZE) -> Verdict:
+def lf_verdict(path: Path, *, cwd: Path | None = None, world_size: int = WORLD_SIZE) -> Verdict:
     """Run LF 0.9.5's ``get_train_args`` (and its static pre-step checks) on the YAML at `path`.
 
-    The working directory is the config's folder while LF runs, as LF resolves ``deepspeed``, ``dataset_dir`` and
-    ``output_dir`` from where it is launched. Never raises for a config: every exception of LF's becomes a verdict.
+    The working directory is `cwd` (default: the config's folder) while LF runs, as LF resolves ``deepspeed``,
+    ``dataset_dir`` and ``output_dir`` from where it is launched. Never raises for a config: every exception of
+    LF's becomes a verdict.
     """
     lf = _lf()
     path = Path(path).resolve()
@@ -157,7 +169,7 @@ def lf_verdict(path: Path, *, world_size: int = WORLD_SIZE) -> Verdict:
         args = read_like_lf(path)
     except Exception as err:  # OmegaConf refuses the file before LF sees it (duplicate keys, bad YAML)
         return Verdict(False, "parse", f"{type(err).__name__}: {err}")
-    with _torchrun_env(path.parent, world_size):
+    with _torchrun_env(Path(cwd) if cwd else path.parent, world_size):
         try:
             model_args, data_args, _training, _ft, _gen = lf.get_train_args(args)
         except BaseException as err:  # noqa: BLE001 - asserts and SystemExit are LF's verdict too
@@ -175,8 +187,13 @@ def lf_verdict(path: Path, *, world_size: int = WORLD_SIZE) -> Verdict:
 def _static_checks(lf: types.SimpleNamespace, data_args: Any) -> str | None:
     """LF's pre-step checks that need only the config and the files it names (template, dataset names)."""
     template = data_args.template
-    if template is not None and template not in lf.templates:
-        return f"ValueError: Template {template} does not exist."
+    if template is not None:
+        try:
+            known = template in lf.templates
+        except TypeError:  # a list or mapping: TEMPLATES[...] raises TypeError in get_template_and_fix_tokenizer
+            return f"TypeError: unhashable type: {type(template).__name__!r}"
+        if not known:
+            return f"ValueError: Template {template} does not exist."
     ddir = data_args.dataset_dir
     if isinstance(ddir, str) and (ddir.startswith("REMOTE:") or ddir == "ONLINE"):
         return None  # the dataset_info.json of a hub repository cannot be read offline: no static verdict
