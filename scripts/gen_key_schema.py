@@ -255,18 +255,18 @@ RANGES = {
     "apollo_rank": {"min": 1, "fails": "APOLLO projects gradients to this rank; 0 or less makes no sense",
                     "source": "LF 0.9.5 train/trainer_utils.py _create_apollo_optimizer"},
     # 0 is judged with the strategy (launch.py, invalid-step-setting): transformers refuses it for "steps" only
-    "logging_steps": {"min": 0, "fails": "a step count (or a share of the run below 1) must not be negative; a "
-                      "negative one never logs", "source": "transformers 5.6.0 trainer.py"},
-    "save_steps": {"min": 0, "fails": "a step count (or a share of the run below 1) must not be negative; a negative "
-                   "one never saves a checkpoint", "source": "transformers 5.6.0 trainer.py"},
-    "eval_steps": {"min": 0, "fails": "a step count (or a share of the run below 1) must not be negative",
+    "logging_steps": {"min": 0, "fails": "a negative step count (or share of the run) never logs: the run "
+                      "goes on without a loss line", "source": "transformers 5.6.0 trainer.py"},
+    "save_steps": {"min": 0, "fails": "a negative step count (or share of the run) never saves a "
+                   "checkpoint", "source": "transformers 5.6.0 trainer.py"},
+    "eval_steps": {"min": 0, "fails": "a negative step count (or share of the run) never evaluates",
                    "source": "transformers 5.6.0 trainer.py"},
     "warmup_ratio": {"min": 0, "max": 1, "fails": "a share of the run: below 0 transformers stops at start-up, above 1 "
                      "the warm-up never ends", "source": "transformers 5.6.0 training_args.py _validate_args"},
     "val_size": {"min": 0, "fails": "a share (below 1) or a count of samples; a negative one makes no sense",
                  "source": "LF 0.9.5 data/data_utils.py split_dataset"},
-    "max_samples": {"min": 1, "fails": "LLaMA-Factory keeps the first max_samples rows; 0 or fewer leaves no data "
-                    "(\"Cannot find valid samples\")", "source": "LF 0.9.5 data/loader.py _load_single_dataset"},
+    "max_samples": {"min": 1, "fails": "LLaMA-Factory keeps the first max_samples rows, so 0 or fewer leaves no "
+                    "data and it stops with \"Cannot find valid samples\"", "source": "LF 0.9.5 data/loader.py _load_single_dataset"},
     "preprocessing_num_workers": {"min": 1, "fails": "datasets raises \"num_proc must be an integer > 0\" when the "
                                   "data is tokenized", "source": "datasets 4.0.0 arrow_dataset.py map"},
     "dataloader_num_workers": {"min": 0, "fails": "the DataLoader raises \"num_workers option should be non-negative\"",

@@ -502,8 +502,9 @@ def build_entries() -> list[Entry]:
     bases = load_bases()
     keys = train_keys()
     out = list(real_entries())
-    for fam in (fam_type(bases, keys), fam_choice(bases, keys), fam_pair(bases), fam_stage(bases),
-                fam_required(bases), fam_deepspeed(bases), fam_check(bases), fam_static(bases)):
+    # the hand-written families first: a text two families produce keeps the more specific id
+    for fam in (fam_check(bases), fam_static(bases), fam_deepspeed(bases), fam_stage(bases), fam_required(bases),
+                fam_pair(bases), fam_choice(bases, keys), fam_type(bases, keys)):
         out.extend(fam)
     seen: dict[str, Entry] = {}
     for e in out:   # the same text from two families is one config

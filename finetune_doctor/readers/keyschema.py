@@ -344,7 +344,7 @@ def _check_value(key: str, entry: Mapping[str, Any], value: Any,
                           suggestion=f"give `{key}` a value or remove the line", fix="delete")
     choices = entry.get("choices")
     if choices and kind in ("str", "bool", "int", "float"):
-        return _check_choice(key, value, choices, renames)
+        return _check_choice(key, value, choices, renames, _enum_of(entry))
     if kind not in accepts:
         return _wrong_type(key, value, kind, accepts, expected)
     if kind in ("int", "float") and entry.get("range"):
@@ -385,7 +385,7 @@ def _check_range(key: str, value: float, r: Mapping[str, Any]) -> KeyProblem | N
 
 
 def _check_choice(key: str, value: Any, choices: list[Any],
-                  renames: Mapping[str, Any] | None = None) -> KeyProblem | None:
+                  renames: Mapping[str, Any] | None = None, enum: str | None = None) -> KeyProblem | None:
     bool_choices = any(isinstance(c, bool) for c in choices)
     if value in choices and (bool_choices or not isinstance(value, bool)):
         return None
@@ -416,6 +416,11 @@ def _check_choice(key: str, value: Any, choices: list[Any],
                 fix = near[0]
                 why = f" (did you mean {near[0]}?)"
     msg = f"`{key}: {_yaml(value)}` is not a valid choice{why}; LLaMA-Factory accepts {_listing(choices)}."
+    if enum:   # transformers 5.6.0 TrainingArguments.__post_init__ converts these to its enums
+        msg += f" transformers converts it to {enum} while parsing and stops with \"... is not a valid {enum}\"."
+    elif key != "flash_attn":
+        msg += (" parse_dict does not check Literal choices: the run fails later, where LLaMA-Factory branches on "
+                "the value" + (" (\"Unknown task\" for `stage`)" if key == "stage" else "") + ".")
     if key == "flash_attn":
         msg += " A wrong value fails only at model load (\"Unknown attention type\")."
     if fix is _NO_FIX:
@@ -461,6 +466,16 @@ def _wrong_type(key: str, value: Any, kind: str, accepts: set[str], expected: st
     if fix is _NO_FIX:
         return KeyProblem(key, "wrong_type", msg, suggestion=suggestion)
     return KeyProblem(key, "wrong_type", msg, suggestion=suggestion, fix="set", fix_value=fix)
+
+
+def _enum_of(entry: Mapping[str, Any]) -> str | None:
+    """The transformers enum a choice key is converted to while parsing (its type names the class), else None."""
+    if entry.get("origin") != "transformers":
+        return None
+    import re
+
+    m = re.search(r"\b([A-Z][A-Za-z]*(?:Strategy|Type|Names|Option))\b", str(entry.get("type") or ""))
+    return m.group(1) if m else None
 
 
 def _later(kind: str, accepts: set[str], value: Any) -> str:

@@ -37,8 +37,10 @@ where llamafactory is installed.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import importlib.machinery
+import io
 import os
 import re
 import sys
@@ -128,19 +130,23 @@ def _torchrun_env(cwd: Path, world_size: int) -> Iterator[None]:
     os.environ.update(LOCAL_RANK="0", RANK="0", WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT="29500", LLAMAFACTORY_VERBOSITY="WARN",
                       HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    # an integer where LF opens a path (accelerator_config: true is open(1)) closes a standard stream: keep copies
-    fds = [os.dup(fd) for fd in (0, 1, 2)]
+    # An integer where LF opens a path (`accelerator_config: 7` is open(7), `true` is open(1)) would open and then
+    # close a file descriptor of this test process. On a launcher the descriptor is not open (or is a terminal
+    # that cannot be read as JSON), so LF fails there; here the same failure is raised without touching the fd.
+    real_open = builtins.open
+
+    def no_fd_open(file: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(file, int):
+            raise OSError(9, "Bad file descriptor")
+        return real_open(file, *args, **kwargs)
+
+    builtins.open = io.open = no_fd_open   # transformers' AcceleratorConfig.from_json_file calls io.open
     os.chdir(cwd)
     try:
         yield
     finally:
+        builtins.open = io.open = real_open
         os.chdir(saved_cwd)
-        for fd, copy in zip((0, 1, 2), fds):
-            try:
-                os.fstat(fd)
-            except OSError:
-                os.dup2(copy, fd)
-            os.close(copy)
         os.environ.clear()
         os.environ.update(saved_env)
 
