@@ -27,6 +27,41 @@ OUT = ROOT / "benchmarks" / "results" / "parity.md"
 sys.path.insert(0, str(ROOT / "tests"))
 
 
+# /work/shared/reference/llamafactory/lf_validation_rules.json (90 entries, written from LF HEAD ff6d4d1) checked
+# against the 0.9.5 source the oracle runs (hparams/parser.py, *_args.py) and what covers each entry here.
+VALIDATION_LIST = """## The 90 checks of lf_validation_rules.json, against LLaMA-Factory 0.9.5
+
+The list was written from LF HEAD ff6d4d1 (0.9.6.dev0); its line numbers are HEAD's (0.9.5's `get_train_args`
+checks are parser.py:316-413, its `_verify_model_args` 180-202). Checked entry by entry against the 0.9.5 wheel:
+
+| entries | in 0.9.5 | covered by |
+|---|---|---|
+| 0 (unknown / init=False keys) | yes | FD001 unknown-key, FD002 renamed-key, FD004 derived-key |
+| 3, 6, 18, 33, 34, 35, 48 (missing model, export dataset, reward model, max_steps, dataset, eval data, Trackio project) | yes | FD010 missing-required-key |
+| 5, 8-14, 23, 36 (compute_accuracy), 37, 42, 43 | yes | FD011 conflicting-options |
+| 19, 20, 24, 26, 27, 29, 30 | yes | FD012 option-needs-other-stage |
+| 21, 22, 25, 45 | yes | FD013 option-needs-other-method, FD704 quantization-needs-lora |
+| 36 (ZeRO-3), 38, 39 (ZeRO-3), 41, 44 | yes | FD014 deepspeed-incompatible-option |
+| 39 (device without bf16) | yes | FD103 bf16-unsupported-gpu (needs the GPU: `--gpu` or NVML) |
+| 40 | yes | FD015 distributed-incompatible-option (condition: a torchrun launch) |
+| 17 | yes (assert) | FD003 invalid-value (finetuning_type choices; ref/reward quantization bits 4 or 8) |
+| 31, 32 (launch mode) | yes | not config checks: the oracle answers as torchrun, which `llamafactory-cli` uses for >1 GPU |
+| 46 (optional packages) | yes | not config checks: configs failing only on them are dropped here |
+| 47 (dependency versions at import) | yes, different pins: 0.9.5 allows transformers <=5.6.0, HEAD excludes 5.6.0 | the environment, not the config |
+| 7 (kt_cpu_activation), 28 (Megatron-Bridge) | no: HEAD only | keys the 0.9.5 parser does not know (FD001) |
+| 2, 4, 15, 16, 49-58 | warnings, automatic changes, behaviour | not rejections |
+| 74 (template), 77 (dataset names, dataset_info.json) | yes, before the first step | FD017 template-not-registered, FD018 dataset-not-defined |
+| 63 (flash_attn), 87, 89 (GaLore/APOLLO optim) | yes, at model load / trainer creation | FD005, FD703 (later failures) |
+| 59-62, 64-73, 75, 76, 78-86, 88 | model load, data, trainer | other rules or none: they need the model or the data |
+
+Not in the list but rejected while parsing, from transformers 5.6.0 `TrainingArguments` and accelerate 1.11
+`DeepSpeedPlugin`, and covered: fp16 with bf16 (FD011), the logging/eval/save step and strategy checks
+(FD016), enum choices of eval/save/logging strategy, scheduler and optim (FD003), `fsdp` contradictions and a
+prefetch factor without workers (FD011), a DeepSpeed path that does not exist (FD230) or a DeepSpeed JSON
+without `zero_optimization` (FD201), and `transformers.set_seed`'s range for `seed` (FD003).
+"""
+
+
 def run_tests(results: Path) -> tuple[int, float]:
     env = dict(os.environ, FD_PARITY_RESULTS=str(results), FINETUNE_DOCTOR_NO_NVML="1")
     t = time.monotonic()
@@ -90,6 +125,7 @@ def render(outs: list[dict], rc: int | None, seconds: float | None) -> str:
     caught = Counter(code for o in outs if o["outcome"] == "caught" for code in {e[0] for e in o["errors"]})
     for code, n in caught.most_common():
         lines.append(f"| {code} | {n} |")
+    lines += ["", VALIDATION_LIST]
     lines += ["", "## How to reproduce", "", "```bash",
               "python3 -m venv .venv && .venv/bin/pip install -e \".[test]\" "
               "&& .venv/bin/pip install --no-deps llamafactory==0.9.5",

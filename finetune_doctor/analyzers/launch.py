@@ -585,15 +585,21 @@ def _datasets(c: _Cfg, config_path: str | None) -> list[Problem]:
     working directory). A `dataset_dir` the config sets and that resolves nowhere is reported; LF's default
     ``data`` that is not here is not (a linter may run outside the folder training launches from)."""
     from finetune_doctor.errors import InputError
-    from finetune_doctor.readers.datasets import find_dataset_dir, load_dataset_info
+    from finetune_doctor.readers.datasets import load_dataset_info
 
     ddir = c("dataset_dir")
     names = [(k, n) for k in ("dataset", "eval_dataset") for n in (_names(c(k)) or [])]
     if not names or not isinstance(ddir, str) or ddir == "ONLINE" or ddir.startswith("REMOTE:"):
         return []
+    # LF opens dataset_dir from the working directory; the config's own folder is the one other place a run
+    # launched next to its config would see (not find_dataset_dir's walk up the parents: a folder named data
+    # above the config may be anything)
+    bases = [os.getcwd()] + ([os.path.dirname(os.path.abspath(config_path))] if config_path else [])
     try:
-        found, _how = find_dataset_dir(ddir, config_dir=os.path.dirname(os.path.abspath(config_path))
-                                       if config_path else None)
+        found = next((os.path.join(b, ddir) for b in bases
+                      if os.path.isfile(os.path.join(b, ddir, "dataset_info.json"))), None)
+        if found is None:
+            raise InputError("no dataset_info.json")
         info, _lines = load_dataset_info(os.path.join(found, "dataset_info.json"))
     except InputError:
         if not c.given("dataset_dir"):
@@ -604,7 +610,8 @@ def _datasets(c: _Cfg, config_path: str | None) -> list[Problem]:
     out = []
     for key, name in names:
         if name not in info:
-            out.append(_p(key, "dataset", f"dataset `{name}` is not defined in {found}/dataset_info.json: "
+            shown = os.path.relpath(found) if not os.path.isabs(ddir) else found
+            out.append(_p(key, "dataset", f"dataset `{name}` is not defined in {shown}/dataset_info.json: "
                                           f"LLaMA-Factory stops with \"Undefined dataset {name} in "
                                           "dataset_info.json.\" when the data is loaded.",
                           f"add `{name}` to dataset_info.json or correct the name in `{key}`"))
