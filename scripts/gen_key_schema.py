@@ -11,7 +11,7 @@ PyPI into a throwaway ``--cache`` directory and imported from there in a subproc
 
 * ``--lf-version 0.9.5`` downloads the ``llamafactory`` wheel (``pip download --no-deps``) and unpacks it; its
   ``hparams`` modules are imported without running the package ``__init__`` (which would pull in datasets, trl, ...).
-* ``--transformers 4.57.6,5.8.0`` installs each transformers version with its small dependencies into
+* ``--transformers 4.57.6,5.6.0,5.8.0`` installs each transformers version with its small dependencies into
   ``--cache/transformers-<v>`` (``pip install --target``); ``installed`` means the transformers importable here.
 * ``--lf-args reference/llamafactory/lf_args.json`` adds a LLaMA-Factory version recorded as JSON (the snapshot in
   /work/shared/reference, 0.9.6.dev0): used when LF cannot be imported, or in addition to an imported version.
@@ -22,7 +22,7 @@ by hand from LF_FACTS.md §1/§1a with their upstream sources.
 
 Usage::
 
-    python scripts/gen_key_schema.py                     # defaults: LF 0.9.5 from PyPI + lf_args.json + tf 4.57.6, 5.8.0
+    python scripts/gen_key_schema.py                     # defaults: LF 0.9.5 from PyPI + lf_args.json + tf 4.57.6, 5.6.0, 5.8.0
     python scripts/gen_key_schema.py --lf-version none --lf-args lf_args.json --transformers installed --out /tmp/k.json
     python scripts/gen_key_schema.py --check             # exit 1 when the committed file differs from a fresh run
 """
@@ -57,93 +57,6 @@ LF_CLASSES = (
 
 # ---------------------------------------------------------------------------------------------------------------
 # Hand-written tables (sources in each entry).
-
-# Keys LF rejects today and what replaced them. `replacement` is the key that now does the same job; `same_value`
-# says whether the old value can be moved to the new key unchanged (a safe rename); `scale` describes a value
-# conversion when it cannot. Versions are LLaMA-Factory git tags (LF_FACTS.md §1a: hparams fields diffed across tags
-# v0.5.0...v0.9.5 against HEAD ff6d4d1).
-RETIRED = {
-    "dpo_beta": {"replacement": "pref_beta", "same_value": True, "last_seen": "v0.7",
-                 "explanation": "The DPO options were renamed pref_* when ORPO/SimPO joined DPO."},
-    "dpo_ftx": {"replacement": "pref_ftx", "same_value": True, "last_seen": "v0.7",
-                "explanation": "The DPO options were renamed pref_* when ORPO/SimPO joined DPO."},
-    "dpo_loss": {"replacement": "pref_loss", "same_value": True, "last_seen": "v0.7",
-                 "explanation": "The DPO options were renamed pref_*; pref_loss also takes orpo and simpo."},
-    "orpo_beta": {"replacement": "pref_beta", "same_value": True, "last_seen": "v0.7",
-                  "explanation": "ORPO now reads pref_beta (with pref_loss: orpo)."},
-    "num_layer_trainable": {"replacement": "freeze_trainable_layers", "same_value": True, "last_seen": "v0.7",
-                            "explanation": "Freeze tuning options were renamed freeze_*."},
-    "name_module_trainable": {"replacement": "freeze_trainable_modules", "same_value": True, "last_seen": "v0.7",
-                              "explanation": "Freeze tuning options were renamed freeze_*."},
-    "sft_packing": {"replacement": "packing", "same_value": True, "last_seen": "v0.5",
-                    "explanation": "Packing is no longer SFT-only; the key is packing."},
-    "cache_path": {"replacement": "tokenized_path", "same_value": True, "last_seen": "v0.6",
-                   "explanation": "The tokenized dataset cache is now tokenized_path."},
-    "new_special_tokens": {"replacement": "add_special_tokens", "same_value": True, "last_seen": "v0.9.2",
-                           "explanation": "Special tokens to add to the tokenizer are now add_special_tokens "
-                                          "(comma-separated string)."},
-    "image_resolution": {"replacement": "image_max_pixels", "same_value": False, "scale": "square",
-                         "last_seen": "v0.9.1",
-                         "explanation": "image_resolution was a side length in pixels; image_max_pixels is a pixel "
-                                        "count (side length squared, default 768*768 = 589824)."},
-    "video_resolution": {"replacement": "video_max_pixels", "same_value": False, "scale": "square",
-                         "last_seen": "v0.9.1",
-                         "explanation": "video_resolution was a side length in pixels; video_max_pixels is a pixel "
-                                        "count (side length squared, default 256*256 = 65536)."},
-    "image_dir": {"replacement": "media_dir", "same_value": True, "last_seen": "v0.9.1",
-                  "explanation": "Images, videos and audio share one folder option, media_dir."},
-    "vllm_dtype": {"replacement": "infer_dtype", "same_value": True, "last_seen": "v0.9",
-                   "explanation": "The inference dtype option is shared by all inference engines as infer_dtype."},
-    "use_cache": {"replacement": "use_kv_cache", "same_value": True, "last_seen": "v0.9.3",
-                  "explanation": "LLaMA-Factory's own use_cache became use_kv_cache. transformers 5 added an "
-                                 "unrelated training option named use_cache.",
-                  "transformers_key_in": ["5"]},
-    "evaluation_strategy": {"replacement": "eval_strategy", "same_value": True, "last_seen": "transformers 4.45",
-                            "explanation": "transformers renamed evaluation_strategy to eval_strategy; neither "
-                                           "4.57 nor 5.8 accepts the old name."},
-    "badam_switch_block_every": {"replacement": "badam_switch_interval", "same_value": True, "last_seen": "v0.6",
-                                 "explanation": "BAdam's block switch period is badam_switch_interval."},
-    "fp32": {"replacement": None, "last_seen": None,
-             "explanation": "There is no fp32 key. Full fp32 training means leaving bf16, fp16 and pure_bf16 unset "
-                            "(LF then trains in fp32 for full/freeze tuning); the WebUI's 'fp32' compute type maps "
-                            "to exactly that."},
-    "torch_dtype": {"replacement": None, "last_seen": None,
-                    "explanation": "LLaMA-Factory always loads weights in the checkpoint's dtype (torch_dtype='auto', "
-                                   "model/loader.py). Compute precision comes from bf16/fp16/pure_bf16 in training "
-                                   "and from infer_dtype for chat/export."},
-    "split": {"replacement": None, "last_seen": "v0.8",
-              "explanation": "The dataset split is set per dataset in dataset_info.json (\"split\": \"train\")."},
-    "reserved_label_len": {"replacement": None, "last_seen": "v0.8",
-                           "explanation": "Removed; cutoff_len alone bounds source plus target."},
-    "visual_inputs": {"replacement": None, "last_seen": "v0.8",
-                      "explanation": "Removed; multimodal models are recognised from the model and template."},
-    "train_mm_proj_only": {"replacement": None, "last_seen": "v0.9.1",
-                           "explanation": "Replaced by freeze_vision_tower, freeze_multi_modal_projector and "
-                                          "freeze_language_model."},
-    "ppo_logger": {"replacement": None, "last_seen": "v0.9",
-                   "explanation": "Removed; PPO logs through report_to like the other stages."},
-    "lora_bf16_mode": {"replacement": None, "last_seen": "v0.9",
-                       "explanation": "Removed; trainable parameters stay in half precision only with pure_bf16 "
-                                      "(otherwise LF upcasts them to fp32, model/adapter.py)."},
-    "ray_run_name": {"replacement": None, "last_seen": "v0.9.4", "explanation": "Ray option removed in v0.9.5."},
-    "ray_storage_path": {"replacement": None, "last_seen": "v0.9.4", "explanation": "Ray option removed in v0.9.5."},
-    "ray_storage_filesystem": {"replacement": None, "last_seen": "v0.9.4",
-                               "explanation": "Ray option removed in v0.9.5."},
-    "resources_per_worker": {"replacement": None, "last_seen": "v0.9.4",
-                             "explanation": "Ray option removed in v0.9.5."},
-    "placement_strategy": {"replacement": None, "last_seen": "v0.9.4",
-                           "explanation": "Ray option removed in v0.9.5."},
-    "kt_mode": {"replacement": None, "last_seen": "v0.9.4", "explanation": "KTransformers option removed."},
-    "kt_maxlen": {"replacement": None, "last_seen": "v0.9.4", "explanation": "KTransformers option removed."},
-    "kt_use_cuda_graph": {"replacement": None, "last_seen": "v0.9.4",
-                          "explanation": "KTransformers option removed."},
-    "kt_force_think": {"replacement": None, "last_seen": "v0.9.4", "explanation": "KTransformers option removed."},
-    "kt_optimize_rule": {"replacement": None, "last_seen": "v0.9.4",
-                         "explanation": "KTransformers option removed."},
-    "cpu_infer": {"replacement": None, "last_seen": "v0.9.4", "explanation": "KTransformers option removed."},
-    "chunk_size": {"replacement": None, "last_seen": "v0.9.4", "explanation": "KTransformers option removed."},
-    "mode": {"replacement": None, "last_seen": "v0.9.4", "explanation": "KTransformers option removed."},
-}
 
 # transformers 4.x keys that 5.x dropped, with what to use on 5.x. Filled in only where transformers' own 4.57.6
 # help text or deprecation warning names the successor (transformers 4.57.6 training_args.py).
@@ -214,6 +127,8 @@ DEFAULT_NOTES = {
     "lora_alpha": "None means 2 x lora_rank (finetuning_args.py __post_init__)",
     "packing": "None means true for stage pt, else false (parser.py:645)",
 }
+
+from lf_key_tables import NULL_FAILS, RANGES, RETIRED  # noqa: E402,F401  (scripts/ is sys.path[0] here)
 
 # Keys accepted only by a launcher mode that an environment variable turns on; outside it they are unknown keys.
 ONLY_WHEN_GROUPS = {
@@ -674,6 +589,11 @@ def build(lf_versions: list[str], lf_args: Path | None, tf_versions: list[str], 
     for lv in all_lf:
         for f in lf_fields[lv]:
             e = keys.get(f["name"])
+            if e is not None and f["group"] == "evaluation" and e["group"] != "evaluation":
+                # EvaluationArguments.seed (llamafactory-cli eval) is another parser's field of the same name: the
+                # train parser's (transformers') entry stays
+                e.setdefault("also_in_groups", sorted(set(e.get("also_in_groups") or []) | {"evaluation"}))
+                continue
             if e is None or e["origin"] == "transformers":
                 new = _entry(f)
                 new["lf_versions"] = []
@@ -695,6 +615,10 @@ def build(lf_versions: list[str], lf_args: Path | None, tf_versions: list[str], 
             e["init"] = False
         if name in DEFAULT_NOTES:
             e["default_note"] = DEFAULT_NOTES[name]
+        if name in RANGES:
+            e["range"] = RANGES[name]
+        if name in NULL_FAILS:
+            e["null_fails"] = NULL_FAILS[name]
         if name in ref_tf_avail and e["origin"] == "transformers":
             e["reference_transformers_versions"] = ref_tf_avail[name]
     retired = {}
@@ -770,7 +694,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="llamafactory versions to download and introspect, comma-separated; 'none' for none")
     ap.add_argument("--lf-args", default=str(DEFAULT_REF) if DEFAULT_REF.exists() else None,
                     help="lf_args.json of an LF snapshot to add as a source ('none' to skip)")
-    ap.add_argument("--transformers", default="4.57.6,5.8.0",
+    ap.add_argument("--transformers", default="4.57.6,5.6.0,5.8.0",
                     help="transformers versions to introspect, comma-separated, or 'installed'")
     ap.add_argument("--cache", default=str(DEFAULT_CACHE), help="throwaway directory for wheels and targets")
     ap.add_argument("--out", default=str(DEFAULT_OUT))

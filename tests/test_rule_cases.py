@@ -14,6 +14,8 @@ A case file holds ``fail:`` and ``pass:`` lists. Each entry is a LLaMA-Factory r
     expect_fix_keys:  fail entries: the set of keys the finding's fix edits (required when that fix has edits)
     expect_edits:     fail entries: edits ({key, value} or {key, delete: true}) the fix must contain
     expect_message:   fail entries: a piece of text the finding's message must contain
+                      (every edit that any finding on a fail entry proposes must change its file's value: a
+                      deletion of a key the file holds, or a value other than the one it holds)
     known_misfire:    a rule that misbehaves on this entry today (why, in words): the entry is a strict xfail, so
                       it starts failing the day the rule is repaired and the mark must go
 
@@ -153,6 +155,39 @@ def test_rule_case(rule_name: str, kind: str, entry: dict[str, Any], tmp_path: P
     for want_edit in entry.get("expect_edits") or []:
         edits = [e for f in with_edits for e in f["fix"]["edits"]]
         assert any(_edit_matches(e, want_edit) for e in edits), f"no edit {want_edit} in {edits}"
+    # a fix that changes nothing is a bug (issue 14: `bf16: true -> true` offered for fp16 + bf16): every edit of
+    # every finding on a failing fixture must change the value its file holds
+    for f in [f for f in report["findings"] if f.get("fix") and f["fix"].get("edits")]:
+        for e in f["fix"]["edits"]:
+            assert not _is_noop(e, tmp_path, entry), f"{f['code']} proposes an edit that changes nothing: {e}"
+
+
+_ABSENT = object()
+
+
+def _current(edit: dict[str, Any], where: Path, entry: dict[str, Any]) -> Any:
+    """The value the edited file holds at the edit's key (dotted for JSON), or _ABSENT."""
+    from finetune_doctor.readers.yamlcfg import load_config
+
+    name = Path(str(edit["file"])).name
+    if name.endswith(".json"):
+        data: Any = json.loads((where / name).read_text(encoding="utf-8"))
+        for part in str(edit["key"]).split("."):
+            if not isinstance(data, dict) or part not in data:
+                return _ABSENT
+            data = data[part]
+        return data
+    if edit["file"] in ("<command line>", "override"):
+        return _ABSENT
+    values = load_config(str(where / name), ()).values
+    return values.get(edit["key"], _ABSENT)
+
+
+def _is_noop(edit: dict[str, Any], where: Path, entry: dict[str, Any]) -> bool:
+    now = _current(edit, where, entry)
+    if edit.get("delete"):
+        return now is _ABSENT
+    return now is not _ABSENT and now == edit.get("value") and type(now) is type(edit.get("value"))
 
 
 def _replay_nvml(entry: dict[str, Any], where: Path, monkeypatch: pytest.MonkeyPatch) -> None:

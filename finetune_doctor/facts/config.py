@@ -145,7 +145,8 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     sources: dict[str, SourceDoc] = {"config": doc.source()}
     if doc.overrides:
         sources["override"] = SourceDoc("override", "<command line>", {k: (1, 1) for k in doc.overrides})
-    facts: dict[str, Any] = {"cfg": cfg_facts.assemble(doc.values), "lint": lint_facts.assemble(doc),
+    facts: dict[str, Any] = {"cfg": cfg_facts.assemble(doc.values),
+                             "lint": lint_facts.assemble(doc, opts.transformers_version),
                              "run": None, "model": None, "hw": None, "mem": None, "ds": None, "data": None}
     asm = Assembly(doc=doc, facts=facts, sources=sources)
     env_report = read_env_file(opts.env_file) if opts.env_file and not static else None

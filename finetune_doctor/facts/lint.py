@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from finetune_doctor.facts.schema import LOCATION, F, Namespace
+from finetune_doctor.analyzers.launch import check_launch
 from finetune_doctor.readers.keyschema import check_keys
 from finetune_doctor.readers.yamlcfg import ConfigDoc
 
@@ -49,17 +50,23 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
 })
 
 
-def assemble(doc: ConfigDoc | None) -> dict[str, Any]:
-    """The ``lint`` facts of `doc` (None: a DeepSpeed JSON on its own, no keys to check)."""
+KEY_FIELDS = ("key", "kind", "message", "suggestion", "replacement_key", "fix", "fix_value", "condition")
+
+
+def assemble(doc: ConfigDoc | None, transformers_version: str | None = None) -> dict[str, Any]:
+    """The ``lint`` facts of `doc` (None: a DeepSpeed JSON on its own, no keys to check): the key schema's problems
+    (readers/keyschema.py, for the training machine's transformers when known) and LLaMA-Factory's launch-time
+    checks (analyzers/launch.py)."""
     if doc is None:
         return {"keys": [], "standalone_ds": True}
     out = []
-    for p in check_keys(doc.values):
-        d = {k: getattr(p, k, None) for k in ("key", "kind", "message", "suggestion", "replacement_key", "fix",
-                                               "fix_value", "condition")}
+    for p in [*check_keys(doc.values, transformers_version=transformers_version),
+              *check_launch(doc.values, doc.path)]:
+        p = p if isinstance(p, dict) else {k: getattr(p, k, None) for k in KEY_FIELDS}
+        d = {k: p.get(k) for k in KEY_FIELDS}
         d["replacement"] = d.pop("replacement_key")
-        d["line"] = doc.line_of(p.key)
+        d["line"] = doc.line_of(d["key"])
         # a value given as key=value on the command line is judged there, whether or not the file has the key
-        d["override"] = any(k == p.key or k.startswith(p.key + ".") for k in doc.overrides)
+        d["override"] = any(k == d["key"] or k.startswith(d["key"] + ".") for k in doc.overrides)
         out.append(d)
     return {"keys": out}

@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "catalog", "lf_keys.json")
-KINDS = ("unknown", "renamed", "derived", "invalid_value", "wrong_type")
+KINDS = ("unknown", "renamed", "derived", "invalid_value", "wrong_type", "out_of_range")
 _NO_FIX = object()
 
 
@@ -33,7 +33,8 @@ _NO_FIX = object()
 class KeyProblem:
     """One problem with one top-level key of a LLaMA-Factory YAML.
 
-    `kind` is unknown | renamed | derived | invalid_value | wrong_type. `message` says what is wrong (one
+    `kind` is unknown | renamed | derived | invalid_value | wrong_type | out_of_range (a number outside the range
+    the schema's ``range`` gives for the key: what the code that uses it accepts). `message` says what is wrong (one
     sentence); `suggestion` what to write instead (or None). `replacement_key` is the key that should hold the value
     instead (renamed keys, hyphen/case slips, one confident did-you-mean), else None. `fix` names the mechanical fix
     when there is one: ``"rename"`` (remove `key`, write `fix_value` at `replacement_key`), ``"set"`` (write
@@ -332,16 +333,22 @@ def _check_value(key: str, entry: Mapping[str, Any], value: Any,
     kind = _kind(value)
     expected = " or ".join(_KIND_WORDS.get(k, k) for k in sorted(accepts - {"null"})) or "null"
     if kind == "null":
+        if entry.get("null_fails"):
+            return KeyProblem(key, "wrong_type", f"`{key}` is empty (null): {entry['null_fails']}.",
+                              suggestion=f"write `{key}: false` or remove the line", fix="set", fix_value=False)
         if "null" in accepts or "bool" in accepts:  # an empty bool behaves as false in every `if` LF writes
             return None
         return KeyProblem(key, "wrong_type", f"`{key}` is empty (null) but LLaMA-Factory needs {expected}; the "
-                                             f"empty value replaces the default {_yaml(entry.get('default'))}.",
+                                             f"empty value replaces the default {_yaml(entry.get('default'))}, and its first "
+                                             f"use fails (TypeError on None).",
                           suggestion=f"give `{key}` a value or remove the line", fix="delete")
     choices = entry.get("choices")
     if choices and kind in ("str", "bool", "int", "float"):
-        return _check_choice(key, value, choices, renames)
+        return _check_choice(key, value, choices, renames, _enum_of(entry))
     if kind not in accepts:
         return _wrong_type(key, value, kind, accepts, expected)
+    if kind in ("int", "float") and entry.get("range"):
+        return _check_range(key, value, entry["range"])
     items = entry.get("item_choices")
     if items and kind in ("list", "str"):
         parts = value if kind == "list" else str(value).replace(",", " ").split()
@@ -353,8 +360,32 @@ def _check_value(key: str, entry: Mapping[str, Any], value: Any,
     return None
 
 
+def _check_range(key: str, value: float, r: Mapping[str, Any]) -> KeyProblem | None:
+    """`value` against the schema's ``range`` of `key` (scripts/gen_key_schema.py RANGES, each with its source)."""
+    if r.get("values") is not None:
+        if value in r["values"]:
+            return None
+        allowed = " or ".join(_yaml(v) for v in r["values"])
+        return KeyProblem(key, "out_of_range", f"`{key}: {_yaml(value)}` is not {allowed}: {r['fails']}.",
+                          suggestion=f"use {allowed}")
+    lo, hi = r.get("min"), r.get("max")
+    low = lo is not None and (value <= lo if r.get("min_exclusive") else value < lo)
+    high = hi is not None and (value >= hi if r.get("max_exclusive") else value > hi)
+    if not (low or high):
+        return None
+    bounds = []
+    if lo is not None:
+        bounds.append(f"{'>' if r.get('min_exclusive') else '>='} {_yaml(lo)}")
+    if hi is not None:
+        bounds.append(f"{'<' if r.get('max_exclusive') else '<='} {_yaml(hi)}")
+    want = " and ".join(bounds)
+    return KeyProblem(key, "out_of_range", f"`{key}: {_yaml(value)}` is out of range (it must be {want}); "
+                                           f"parse_dict takes it unchecked, and then {r['fails']}.",
+                      suggestion=f"give `{key}` a value {want}")
+
+
 def _check_choice(key: str, value: Any, choices: list[Any],
-                  renames: Mapping[str, Any] | None = None) -> KeyProblem | None:
+                  renames: Mapping[str, Any] | None = None, enum: str | None = None) -> KeyProblem | None:
     bool_choices = any(isinstance(c, bool) for c in choices)
     if value in choices and (bool_choices or not isinstance(value, bool)):
         return None
@@ -385,6 +416,11 @@ def _check_choice(key: str, value: Any, choices: list[Any],
                 fix = near[0]
                 why = f" (did you mean {near[0]}?)"
     msg = f"`{key}: {_yaml(value)}` is not a valid choice{why}; LLaMA-Factory accepts {_listing(choices)}."
+    if enum:   # transformers 5.6.0 TrainingArguments.__post_init__ converts these to its enums
+        msg += f" transformers converts it to {enum} while parsing and stops with \"... is not a valid {enum}\"."
+    elif key != "flash_attn":
+        msg += (" parse_dict does not check Literal choices: the run fails later, where LLaMA-Factory branches on "
+                "the value" + (" (\"Unknown task\" for `stage`)" if key == "stage" else "") + ".")
     if key == "flash_attn":
         msg += " A wrong value fails only at model load (\"Unknown attention type\")."
     if fix is _NO_FIX:
@@ -426,10 +462,38 @@ def _wrong_type(key: str, value: Any, kind: str, accepts: set[str], expected: st
     if key == "per_device_train_batch_size" and kind == "str":
         suggestion = "set a number, or auto_find_batch_size: true to let transformers halve it on OOM"
     msg = (f"`{key}` is {_KIND_WORDS.get(kind, kind)} ({_yaml(value)}) but LLaMA-Factory expects {expected}{why}; "
-           f"parse_dict does not convert it.")
+           f"parse_dict does not convert it, {_later(kind, accepts, value)}.")
     if fix is _NO_FIX:
         return KeyProblem(key, "wrong_type", msg, suggestion=suggestion)
     return KeyProblem(key, "wrong_type", msg, suggestion=suggestion, fix="set", fix_value=fix)
+
+
+def _enum_of(entry: Mapping[str, Any]) -> str | None:
+    """The transformers enum a choice key is converted to while parsing (its type names the class), else None."""
+    if entry.get("origin") != "transformers":
+        return None
+    import re
+
+    m = re.search(r"\b([A-Z][A-Za-z]*(?:Strategy|Type|Names|Option))\b", str(entry.get("type") or ""))
+    return m.group(1) if m else None
+
+
+def _later(kind: str, accepts: set[str], value: Any) -> str:
+    """What happens after parsing to a value of the wrong kind (the failure the finding names)."""
+    if accepts <= {"bool", "null"}:
+        return (f"and Python's truth test reads it as {_yaml(bool(value))}, so the option is silently "
+                f"{'on' if value else 'off'} (a quoted 'false' turns it on)")
+    if accepts & {"int", "float"} and kind == "bool":
+        return f"and Python uses it as the number {int(value)}, which is rarely what was meant"
+    if accepts & {"int", "float"} and kind == "float":
+        return "and it fails where a whole count is needed (range(), slicing: TypeError)"
+    if accepts & {"int", "float"}:
+        return ("and the first comparison or arithmetic on it raises TypeError (while parsing, at model or "
+                "data loading, or at the first step)")
+    if "str" in accepts:
+        return ("and the string operations on it (path joins, splits, name lookups) raise TypeError or look up "
+                "a name that does not exist, at model or data loading")
+    return "and its first use fails (TypeError)"
 
 
 def describe(key: str) -> dict[str, Any] | None:

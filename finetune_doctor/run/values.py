@@ -48,7 +48,8 @@ class InvalidRunValue(ValueError):
 # Keys the memory model multiplies by: each must be an integer in [low, high] when set (LLaMA-Factory passes them
 # to transformers' TrainingArguments / the data collator, where 0 or a negative value fails or divides by zero).
 POSITIVE_INT_KEYS = {"per_device_train_batch_size": (1, 1 << 20), "gradient_accumulation_steps": (1, 1 << 20),
-                     "cutoff_len": (1, 1 << 24), "lora_rank": (1, 1 << 16)}
+                     "cutoff_len": (1, 1 << 24), "lora_rank": (1, 1 << 16),
+                     "per_device_eval_batch_size": (1, 1 << 20)}
 
 
 def check_sizes(cfg: dict[str, Any]) -> None:

@@ -1,0 +1,176 @@
+"""Compare `doctor lint` with LLaMA-Factory's verdict (oracle.py) on each config of the parity corpus.
+
+Each config gets one outcome:
+
+* ``caught``: LF rejects it and the doctor reports an error at a right place: a key LF's message names or the
+  corpus entry touched, on that key's line (or the key absent from the file: a finding at the file for a key the
+  file lacks); for DeepSpeed rejections a finding in the DeepSpeed JSON counts too.
+* ``misplaced``: LF rejects it and the doctor reports errors, none at a right place.
+* ``missed``: LF rejects it and the doctor reports no error.
+* ``clean``: LF accepts it and the doctor reports no error.
+* ``later``: LF accepts it and the doctor's errors all describe failures that come after argument parsing, at
+  places the parser does not check (LATER_FAILURES: a value parse_dict passes without looking at it, a file or
+  name looked up later). They are errors for the user, and the documented exception of the parity rule.
+* ``false-error``: LF accepts it and the doctor reports an error that is not such a later failure.
+* ``dropped``: LF failed only because an optional package is missing on this machine, or the config needs a
+  launcher mode this machine cannot run (Megatron-Core / Megatron-Bridge, whose packages are not installable
+  here): no verdict about the config.
+
+Both sides see the same stack: the doctor is told ``--transformers 5.6.0`` (the test extra's pin), and runs from
+the folder LF is launched from.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from finetune_doctor.readers.keyschema import load_schema
+
+# rule codes whose errors name a failure after argument parsing (the parity rule's documented exception), and why
+LATER_FAILURES = {
+    "FD003": "a value parse_dict passes unchecked (wrong type, a Literal choice, out of range): it fails where the "
+             "value is first used (model load, data loading, the first step)",
+    "FD005": "flash_attn is checked only at model load (\"Unknown attention type\")",
+    "FD201": "DeepSpeed validates its config in deepspeed.initialize (after parsing, before the first step)",
+    "FD202": "HF compares the DeepSpeed batch values with the YAML in trainer_config_finalize, at deepspeed_init",
+    "FD203": "HF compares the DeepSpeed precision with the YAML in trainer_config_finalize, at deepspeed_init",
+    "FD702": "a learning rate this far above the usual diverges as warm-up ends (NaN loss)",
+    "FD703": "the GaLore/APOLLO optimizer builder rejects the optim at trainer creation (NotImplementedError)",
+}
+REJECTED = ("caught", "misplaced", "missed")
+ACCEPTED = ("clean", "later", "false-error")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    id: str
+    source: str
+    outcome: str
+    lf_phase: str
+    lf_error: str | None
+    errors: tuple[tuple[str, str | None, int | None, str], ...]   # (code, key, line, message)
+    right_keys: tuple[str, ...] = ()
+    note: str | None = None
+
+
+# words of LF/transformers/accelerate messages that stand for keys without naming them
+_PHRASES = {
+    "layer-wise GaLore": ("galore_layerwise", "use_galore"), "layer-wise APOLLO": ("apollo_layerwise", "use_apollo"),
+    "BAdam": ("use_badam", "badam_mode"), "Template ": ("template",), "Undefined dataset": ("dataset", "eval_dataset"),
+    "dataset_info.json": ("dataset_dir", "dataset"), "DeepSpeed": ("deepspeed",), "deepspeed": ("deepspeed",),
+    "Quantization is only compatible": ("quantization_bit", "finetuning_type"), "quantized model": ("quantization_bit",),
+    "saving steps": ("save_steps", "eval_steps"), "save and eval strategy": ("save_strategy", "eval_strategy"),
+    "SchedulerType": ("lr_scheduler_type",), "IntervalStrategy": ("eval_strategy", "logging_strategy"),
+    "SaveStrategy": ("save_strategy",), "OptimizerNames": ("optim",), "eval_dataset be provided":
+    ("do_eval", "do_predict", "predict_with_generate", "eval_strategy"), "PPO": ("stage",),
+    "Invalid fine-tuning method": ("finetuning_type",), "requires an eval strategy": ("eval_strategy",),
+}
+
+
+def keys_named(message: str, known: set[str], values: dict[str, Any] | None = None) -> set[str]:
+    """Config keys that LF's message names: `x`, --x, 'x' in a key list, the bare word, a phrase of _PHRASES
+    that stands for keys, and for a TypeError on None the keys the config leaves empty."""
+    message = message or ""
+    out = {w for w in _NAME.findall(message) if w in known and len(w) > 2}
+    for phrase, keys in _PHRASES.items():
+        if phrase in message:
+            out.update(keys)
+    if "NoneType" in message and values:
+        out.update(k for k, v in values.items() if v is None)
+    return out
+
+
+def _line_of(text: str, key: str) -> int | None:
+    m = re.search(rf"^{re.escape(key)}\s*:", text, re.M)
+    return text.count("\n", 0, m.start()) + 1 if m else None
+
+
+def doctor_errors(config: Path, cwd: Path) -> list[tuple[str, str | None, int | None, str, str | None]]:
+    """`doctor lint` on `config` from `cwd`: its error findings as (code, key, line, message, file)."""
+    from finetune_doctor.errors import InputError
+    from finetune_doctor.pipeline import lint
+    from finetune_doctor.settings import Options
+
+    saved = os.getcwd()
+    os.chdir(cwd)
+    try:
+        opts = Options.from_cli(command="lint", paths=[str(config)], transformers_version="5.6.0")
+        report = lint.run([str(config)], opts)
+    except InputError as err:  # exit 2: `file:line: message`, the strongest "this will not start"
+        key = "deepspeed" if err.file and str(err.file).endswith(".json") else None
+        return [("exit-2", key, err.line, err.message, str(err.file) if err.file else None)]
+    finally:
+        os.chdir(saved)
+    return [(f.code, f.location.key, f.location.line, f.message, f.location.file) for f in report.findings
+            if f.severity == "error"]
+
+
+def needs_launcher(text: str) -> str | None:
+    """The launcher mode a config is written for, when this machine cannot run it (dropped from the count)."""
+    keys = {m.group(1) for m in re.finditer(r"^([A-Za-z_][A-Za-z0-9_]*)\s*:", text, re.M)}
+    schema = load_schema()["keys"]
+    if any((schema.get(k) or {}).get("group") == "megatron_bridge" for k in keys):
+        return "Megatron-Bridge keys (USE_MEGATRON_BRIDGE=1 and megatron-bridge, not installable here)"
+    if {"expert_model_parallel_size", "tensor_model_parallel_size", "moe_grouped_gemm"} & keys:
+        return "Megatron-Core keys (USE_MCA=1 and mcore_adapter, not installable here)"
+    return None
+
+
+def judge_entry(entry: dict[str, Any]) -> Outcome:
+    """Run both sides on one index entry of scripts/gen_parity_corpus.py and classify the result."""
+    from parity.oracle import lf_verdict
+
+    config, cwd = Path(entry["config"]), Path(entry["cwd"])
+    text = config.read_text(encoding="utf-8")
+    launcher = needs_launcher(text)
+    if launcher:
+        return Outcome(entry["id"], entry["source"], "dropped", "-", None, (), note=launcher)
+    verdict = lf_verdict(config, cwd=cwd)
+    if verdict.missing_package:
+        return Outcome(entry["id"], entry["source"], "dropped", verdict.phase, verdict.error, (),
+                       note=f"needs the package {verdict.missing_package}")
+    errs = doctor_errors(config, cwd)
+    shown = tuple((c, k, ln, m) for c, k, ln, m, _f in errs)
+    if verdict.accepted:
+        if not errs:
+            return Outcome(entry["id"], entry["source"], "clean", verdict.phase, None, ())
+        later = all(c in LATER_FAILURES for c, *_ in errs)
+        return Outcome(entry["id"], entry["source"], "later" if later else "false-error", verdict.phase, None, shown)
+    from parity.oracle import read_like_lf
+
+    values = read_like_lf(config)
+    known = set(load_schema()["keys"]) | set(entry.get("keys") or ()) | set(values if isinstance(values, dict) else ())
+    right = set(entry.get("keys") or ()) | keys_named(verdict.error or "", known,
+                                                      values if isinstance(values, dict) else None)
+    if not errs:
+        return Outcome(entry["id"], entry["source"], "missed", verdict.phase, verdict.error, (), tuple(sorted(right)))
+    ds_reject = "deepspeed" in right
+    for _code, key, line, _msg, file in errs:
+        if file and file.endswith(".json") and ds_reject:
+            return Outcome(entry["id"], entry["source"], "caught", verdict.phase, verdict.error, shown,
+                           tuple(sorted(right)))
+        if key in right and (line == _line_of(text, key) or _line_of(text, key) is None):
+            return Outcome(entry["id"], entry["source"], "caught", verdict.phase, verdict.error, shown,
+                           tuple(sorted(right)))
+    return Outcome(entry["id"], entry["source"], "misplaced", verdict.phase, verdict.error, shown,
+                   tuple(sorted(right)))
+
+
+def matrix(outcomes: list[Outcome]) -> dict[str, Any]:
+    """Counts by outcome, recall of LF's rejections and the false errors, overall and by source."""
+    from collections import Counter
+
+    by = Counter(o.outcome for o in outcomes)
+    rejected = sum(by[k] for k in REJECTED)
+    accepted = sum(by[k] for k in ACCEPTED)
+    per_source: dict[str, Counter] = {}
+    for o in outcomes:
+        per_source.setdefault(o.source, Counter())[o.outcome] += 1
+    return {"total": len(outcomes), "by_outcome": dict(by), "rejected": rejected, "accepted": accepted,
+            "recall": by["caught"] / rejected if rejected else 1.0, "false_errors": by["false-error"],
+            "per_source": {k: dict(v) for k, v in sorted(per_source.items())}}
