@@ -318,6 +318,10 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
     if ev.run_dir and "run_dir" not in sources:
         sources["run_dir"] = SourceDoc("run_dir", ev.run_dir)
     findings = judge("postmortem", facts, sources, opts, live=live, order="rank")
+    if asm is not None and any(f.name == "fragmentation" for f in findings):
+        from finetune_doctor.probes.confirm import confirm_fragmentation
+
+        findings = confirm_fragmentation(asm, findings, opts)   # replays the crashed config (probes/replayed.py)
 
     if plot:
         draw(tl, plot)
