@@ -188,6 +188,23 @@ def _pct(p: float) -> str:
     return f"{100 * p:.1f} %"
 
 
+def coverage() -> list[str]:
+    """Leave-one-out coverage of the 90 % interval over the benchmark rows, per method (derive_uncertainty.loo)."""
+    from derive_uncertainty import loo
+
+    from finetune_doctor.analyzers.uncertainty import prior
+
+    rows = [{**r, "eps": float(r["eps"])} for r in csv.DictReader(open(ROWS, encoding="utf-8"))]
+    checks = loo(rows, *prior())
+    lines = ["| method | rows | measured peak inside its 90 % interval |", "|---|---|---|"]
+    for method in ("analytic", "simulated", "measured"):
+        ch = [c for c in checks if c["method"] == method]
+        if ch:
+            k = sum(c["inside"] for c in ch)
+            lines.append(f"| {method} | {len(ch)} | {k}/{len(ch)} = {k / len(ch):.0%} |")
+    return lines
+
+
 def report(rq: list[dict], cq: list[dict], hq: list[dict]) -> str:
     near = [q for q in cq if abs(q["total"] / q["cap"] - 1) <= NEAR or abs(q["flat"] / q["cap"] - 1) <= NEAR]
     lines = ["# Verdicts at the margin: fits / at-risk / oom and the probability of OOM", "",
@@ -211,6 +228,7 @@ def report(rq: list[dict], cq: list[dict], hq: list[dict]) -> str:
         lines.append("verdict → share that ran out: " + "; ".join(
             f"{v} {n} ({k}/{n} = {k / n:.0%} OOM)" if n else f"{v} 0" for v, (n, k) in counts.items()) + ".")
         lines.append("")
+    lines += ["Interval coverage, leave-one-out over the rows themselves (calibrated: 90 %):", "", *coverage(), ""]
     lines += ["## 2. Real cases within 10 % of their card", "",
               f"The cases of benchmarks/case_outcomes.py that can be sized ({len(cq)}); these {len(near)} have the "
               "prediction (shape-class or flat reserve) within 10 % of the card's capacity.", ""]

@@ -54,9 +54,9 @@ LEVEL = 0.90
 # table's "prior" (chosen by benchmarks/derive_uncertainty.py) overrides these defaults
 PRIOR_KAPPA0 = 1.0
 PRIOR_NU0 = 1
-# a prediction is never trusted closer than 1 %: the allocator reserves in 2 MiB pages and 20 MiB blocks and the
-# CUDA context moves by tens of MiB between drivers (benchmarks/results/gpu_measure.md), so a spread measured as
-# smaller than this is the sample's luck
+# a prediction is never trusted closer than 1 %. An assumption, not a measurement: the only repeats on the device
+# (gpu_measure.csv rows 1 and 2, one configuration on one machine) agree to 0.01 %, which says nothing about other
+# machines, drivers or data; the floor keeps a class whose few rows happen to agree from claiming certainty
 SIGMA_FLOOR = 0.01
 
 
