@@ -166,3 +166,25 @@ def test_held_out_reports_are_not_passed_as_fits(case, tmp_path, monkeypatch):
     # what the thread reports is an OOM: the doctor must not say `fits` with p_oom under 5 %
     assert not (mem["verdict"] == "fits" and mem["p_oom"] < uncertainty.P_OOM_TARGET)
     assert mem["verdict"] in ("at-risk", "oom")
+
+
+def test_a_replay_that_is_not_the_simulated_step_is_not_used():
+    from types import SimpleNamespace
+
+    from finetune_doctor.probes.allocconf import AllocatorConfig
+    from finetune_doctor.probes.replay import ReplayResult
+    from finetune_doctor.probes.replayed import AGREEMENT, ReplayView, untrusted
+
+    gib = 1 << 30
+
+    def view(allocated: float) -> ReplayView:
+        rep = ReplayResult(int(allocated * 1.1 * gib), int(allocated * gib), "2/0/fwd", AllocatorConfig(), (2, 3), 28,
+                           100, 0.1)
+        return ReplayView(rep, AllocatorConfig(), 0.0, 0.5, allocated * 1.1 + 0.5, None, None)
+
+    plain = SimpleNamespace(spec=SimpleNamespace(sharded=False), analytic={"optimizer": 1 * gib},
+                            peak_bytes=11 * gib, peak_gib=11.0)
+    assert untrusted(view(10.0), plain) is None                      # 10 GiB replayed + 1 GiB analytic = 11
+    assert "misses the simulated tensor peak" in untrusted(view(10.0 * (1 + 2 * AGREEMENT)), plain)
+    sharded = SimpleNamespace(spec=SimpleNamespace(sharded=True), analytic={}, peak_bytes=10 * gib, peak_gib=10.0)
+    assert "ZeRO-3/FSDP stand-in" in untrusted(view(10.0), sharded)
