@@ -76,6 +76,8 @@ def main() -> int:
                 # the rule pack itself decides whether the fit is flagged (rules/predicted-tight-fit.yaml)
                 tight = pred == "fits" and any(f.name == "predicted-tight-fit" for f in judge("check", asm.facts, asm.sources, opts, live=asm.live()))
                 detail = "-" if mem is None else f"{mem.total:.1f} / {asm.hw.capacity_gib:.1f} GiB" if asm.hw else f"{mem.total:.1f} GiB"
+                if mem is not None and mem.p_oom is not None:
+                    detail += f" (p_oom {100 * mem.p_oom:.0f} %)"
             except InputError as err:
                 tight = False
                 # the case is copied to a temporary folder: keep its random name out of the results file
@@ -98,8 +100,9 @@ def main() -> int:
     text = "\n".join([
         "# Fits/OOM outcome of the real cases that state their GPUs", "",
         "'right (fits flag)' scores the estimate's fits/OOM alone; 'right (with FD606)' counts a fit that the",
-        "predicted-tight-fit warning flags (headroom under 5% of the card, or OOM on the torch < 2.8 default",
-        "optimizer when the stack is not stated) as the doctor's OOM warning.", "",
+        "predicted-tight-fit warning flags (the at-risk verdict: a probability of OOM over 5 % by the error the",
+        "benchmarks measured, analyzers/uncertainty.py, or OOM on the torch < 2.8 default optimizer when the stack",
+        "is not stated) as the doctor's OOM warning. The verdicts' Brier scores: benchmarks/results/margin.md.", "",
         "| case | GPUs | reported | predicted | right (fits flag) | right (with FD606) | predicted total / capacity | "
         "reported outcome |",
         "|---|---|---|---|---|---|---|---|", *rows, "",

@@ -74,7 +74,8 @@ class Fix:
 
     `safety` is "safe" (applied by ``--fix``) or "unsafe" (needs ``--unsafe-fixes``: it changes training
     semantics, e.g. the effective batch or numerics). `effect` holds ``total_gib_before``/``total_gib_after``
-    when the estimator was re-run with the edits; `cost` is a short human note on throughput/semantics.
+    when the estimator was re-run with the edits, and ``p_oom_before``/``p_oom_after`` (0-1) where the remedy
+    planner computed them; `cost` is a short human note on throughput/semantics.
     """
 
     title: str
@@ -90,7 +91,9 @@ class Fix:
             "title": self.title,
             "edits": [e.as_dict() for e in self.edits],
             "safety": self.safety,
-            "effect": ({k: _r(v) for k, v in self.effect.items()} if self.effect else None),
+            # probabilities (p_oom_*) keep three decimals, GiB two
+            "effect": ({k: _r(v, 3 if k.startswith("p_") else 2) for k, v in self.effect.items()}
+                       if self.effect else None),
             "confirmed": self.confirmed.as_dict() if self.confirmed else None,
         }
         if self.cost:
@@ -174,6 +177,9 @@ class MemoryEstimate:
     `per_gpu` maps weights/gradients/optimizer/activations/logits/buffers/runtime/total. `total` is what
     nvidia-smi would show; `peak_allocated` is what ``torch.cuda.max_memory_allocated`` would show.
     `host` is host RAM per node needed by offload and model loading.
+    `verdict` (fits | at-risk | oom), `p_oom` (probability that the peak passes the card, 0-1) and `interval_gib`
+    (the central 90 % predictive interval of `total`) come from the error model of analyzers/uncertainty.py; None
+    when no GPU is known (the interval is known without one).
     """
 
     per_gpu: dict[str, float]
@@ -184,6 +190,9 @@ class MemoryEstimate:
     method: str = "analytic"
     phase: str = "backward"
     details: dict[str, Any] = field(default_factory=dict)
+    verdict: str | None = None
+    p_oom: float | None = None
+    interval_gib: tuple[float, float] | None = None
 
     @property
     def total(self) -> float:
@@ -197,6 +206,9 @@ class MemoryEstimate:
             "fits": self.fits,
             "headroom_gib": _r(self.headroom),
             "method": self.method,
+            "verdict": self.verdict,
+            "p_oom": None if self.p_oom is None else round(float(self.p_oom), 3),
+            "interval_gib": None if self.interval_gib is None else [_r(v) for v in self.interval_gib],
         }
 
 

@@ -21,9 +21,10 @@ def case_ids() -> list[str]:
     return sorted(p.name for p in CASES.iterdir() if p.is_dir() and (p / "config.yaml").exists())
 
 
-def lay_out(case: str, tmp: Path) -> Path:
-    """Copy case `case` into `tmp` and return the path of its config.yaml there."""
-    src = CASES / case
+def lay_out(case: str, tmp: Path, base: Path = CASES) -> Path:
+    """Copy case `case` of `base` (fixtures/cases, or another folder laid out alike) into `tmp` and return the
+    path of its config.yaml there."""
+    src = base / case
     shutil.copytree(LF_EXAMPLES, tmp / "examples")
     cfg = tmp / "config.yaml"
     text = (src / "config.yaml").read_text(encoding="utf-8")

@@ -79,6 +79,7 @@ RELEASED = {
     "FD605": "lora-all-moe-experts",
     "FD606": "predicted-tight-fit",
     "FD607": "model-unresolved",
+    "FD660": "expandable-segments",
     "FD701": "gradient-clipping-missing",
     "FD702": "learning-rate-too-high",
     "FD703": "galore-optim-mismatch",

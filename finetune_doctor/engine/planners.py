@@ -3,7 +3,10 @@
 ``oom-remedies`` searches the smallest sets of edits that make a run fit: every candidate edit is applied to the
 resolved Run, the analytic estimator is re-run (about a millisecond), and the sets that fit are ranked by whether
 they change training semantics (unsafe), by their throughput cost, then by size. The best set becomes the fix;
-the next ones become `Fix.alternatives`.
+the next ones become `Fix.alternatives`. A set fits when the probability of OOM of its estimate is at most 5 %
+(analyzers/uncertainty.py: the estimate's error measured on the benchmarks for the run's shape class), not when
+it lands just under the card. Besides YAML and DeepSpeed edits, a single-process run may be launched with the
+caching allocator's expandable segments (an environment variable, no file edit).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from finetune_doctor.analyzers.memory import MARGIN
+from finetune_doctor.analyzers import launchenv, uncertainty
 from finetune_doctor.engine.evaluate import RuleContext, planner
 from finetune_doctor.engine.expr import unwrap
 from finetune_doctor.types import Edit, Fix
@@ -30,7 +33,8 @@ class Candidate:
     communication volume (Rajbhandari et al. 2020, arXiv:1910.02054 §7); CPU offload runs Adam on the host and
     streams states over PCIe (ZeRO-Offload, arXiv:2101.06840) — the larger penalties are orders of magnitude, not
     measurements. `unsafe` marks remedies that change what is trained or its numerics; `group` prevents two
-    remedies on the same knob in one set.
+    remedies on the same knob in one set. `expandable`: the remedy is the allocator setting
+    ``expandable_segments:True`` (no file edit; its effect is the 'on' reserve, facts/mem.py `expandable_total`).
     """
 
     label: str
@@ -39,6 +43,21 @@ class Candidate:
     cost: float
     unsafe: bool
     note: str
+    expandable: bool = False
+
+
+# llamafactory-cli runs a single-process job in its own process, with the shell's environment (launcher.py:60-62,
+# 136+ at ff6d4d12): the variable goes before the command. Expandable segments exist from torch 2.1; torch >= 2.8
+# reads PYTORCH_ALLOC_CONF first when both are set (probes/allocconf.py).
+EXPANDABLE_HOWTO = ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True llamafactory-cli train config.yaml "
+                    "(torch >= 2.1; if PYTORCH_ALLOC_CONF is set, add it there: torch >= 2.8 reads that first)")
+
+
+def expandable_candidate() -> Candidate:
+    """The allocator remedy: segments grow in place instead of leaving freed blocks of other sizes cached."""
+    return Candidate(launchenv.EXPANDABLE_REMEDY, "alloc", (), 0,
+                     False, "the caching allocator maps pages into one growing segment instead of cutting fixed "
+                     "segments, so freed memory is reused across sizes: " + EXPANDABLE_HOWTO, expandable=True)
 
 
 def _ds_stage_edit(asm_ds: Any, stage: int, stock: bool = False) -> tuple[tuple[str, str, Any, bool], ...]:
@@ -51,6 +70,8 @@ def _ds_stage_edit(asm_ds: Any, stage: int, stock: bool = False) -> tuple[tuple[
 def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
     """Remedies that apply to `run` (a run.Run)."""
     out: list[Candidate] = []
+    if not launchenv.torchrun_launch(run, launchenv.launch_env(run)) and not launchenv.expandable_segments(run):
+        out.append(expandable_candidate())
     if not run.gradient_checkpointing:
         out.append(Candidate("enable activation checkpointing", "gc",
                              (("config", "disable_gradient_checkpointing", None, True),), 25, False,
@@ -135,35 +156,58 @@ def _edits(combo: tuple[Candidate, ...]) -> tuple[tuple[str, str, Any, bool], ..
     return tuple(e for c in combo for e in c.edits)
 
 
-def search(run: Any, ds: Any, budget_gib: float, estimate: Callable[[Any], float], after: Callable[[Any], Any],
+Judge = Callable[[Any, bool], tuple[bool, float, float]]
+"""(run, expandable segments on) → (fits with p_oom <= 5 %, total GiB, p_oom)."""
+
+
+def search(run: Any, ds: Any, judge: Judge, after: Callable[[Any], Any],
            stock: bool = False) -> tuple[list[tuple], tuple | None]:
-    """Edit sets of up to MAX_EDITS candidates whose estimate fits `budget_gib`, best first, and the set that came
-    closest when none fits.
+    """Edit sets of up to MAX_EDITS candidates that `judge` accepts, best first, and the set that came closest
+    (lowest p_oom, then total) when none does.
 
     `after(edits)` is the run LLaMA-Factory would execute after the edits (facts/config.py `Assembly.run_after`):
-    a remedy's effect is resolved by run.py, never re-derived here. Returns ([(candidates, total_gib), ...],
+    a remedy's effect is resolved by run.py, never re-derived here. Returns ([(candidates, total_gib, p_oom), ...],
     closest or None); a set is dropped when one of its subsets already fits (minimality).
     """
     cands = candidates(run, ds, stock)
-    fitting: list[tuple[tuple[Candidate, ...], float]] = []
-    closest: tuple[tuple[Candidate, ...], float] | None = None
+    fitting: list[tuple[tuple[Candidate, ...], float, float]] = []
+    closest: tuple[tuple[Candidate, ...], float, float] | None = None
     for k in range(1, MAX_EDITS + 1):
         for combo in itertools.combinations(cands, k):
             if len({c.group for c in combo}) < k:
                 continue
-            if any(set(f).issubset(combo) for f, _ in fitting):
+            if any(set(f).issubset(combo) for f, _, _ in fitting):
                 continue
-            total = estimate(after(_edits(combo)))
-            if total <= budget_gib:
-                fitting.append((combo, total))
-            elif closest is None or total < closest[1]:
-                closest = (combo, total)
-    fitting.sort(key=lambda ft: (sum(c.unsafe for c in ft[0]), sum(c.cost for c in ft[0]), len(ft[0]), ft[1]))
+            ok, total, p = judge(after(_edits(combo)), any(c.expandable for c in combo))
+            if ok:
+                fitting.append((combo, total, p))
+            elif closest is None or (p, total) < (closest[2], closest[1]):
+                closest = (combo, total, p)
+    # among equals the set that changes the run least (the largest total that still meets the target) comes first:
+    # halving cutoff_len beats quartering it when both bring the probability of OOM under 5 %
+    fitting.sort(key=lambda ft: (sum(c.unsafe for c in ft[0]), sum(c.cost for c in ft[0]), len(ft[0]), -ft[1]))
     return fitting, closest
 
 
-def _fix_of(combo: tuple[Candidate, ...], total: float, before: float, ctx: RuleContext,
-            host_after: float | None = None) -> Fix:
+def judge_against(hw: Any) -> Judge:
+    """The planners' fit test on `hw`: the analytic estimate (with expandable segments when asked) and its
+    probability of OOM by the error model of its shape class."""
+    from finetune_doctor.analyzers.memory import estimate
+    from finetune_doctor.facts.mem import budget_of, expandable_total, shape_of
+
+    budget = budget_of(hw) or 0.0
+
+    def judge(r: Any, expandable: bool) -> tuple[bool, float, float]:
+        est = estimate(r, hw)
+        total = expandable_total(est, r) if expandable and r.world_size == 1 else est.total
+        p = uncertainty.p_oom(total, budget, uncertainty.error_dist("analytic", shape_of(est)))
+        return p <= uncertainty.P_OOM_TARGET, total, p
+
+    return judge
+
+
+def _fix_of(combo: tuple[Candidate, ...], total: float, before: tuple[float, float], ctx: RuleContext,
+            host_after: float | None = None, p_after: float | None = None) -> Fix:
     edits = []
     for c in combo:
         for role, key, value, delete in c.edits:
@@ -171,46 +215,56 @@ def _fix_of(combo: tuple[Candidate, ...], total: float, before: float, ctx: Rule
             path = doc.path if doc else (ctx.sources["config"].path if role == "config" else role)
             edits.append(Edit(path, key, value, delete))
     cost = "; ".join(f"{c.label}: {c.note}" + (f" (~{c.cost:.0f}% slower)" if c.cost else "") for c in combo)
-    effect = {"total_gib_before": before, "total_gib_after": total}
+    effect = {"total_gib_before": before[0], "total_gib_after": total, "p_oom_before": before[1]}
+    if p_after is not None:
+        effect["p_oom_after"] = p_after
     if host_after is not None and any(c.group in ("offopt", "offpar") for c in combo):
         cost += f"; host RAM per node ≈ {host_after:.0f} GiB"
     return Fix(title=" + ".join(c.label for c in combo), edits=tuple(edits),
                safety="unsafe" if any(c.unsafe for c in combo) else "safe", effect=effect, cost=cost)
 
 
+def _safe_total(r: Any, hw: Any) -> float:
+    """The largest total (GiB) with p_oom <= 5 % on `hw` for the run `r` (its shape class decides)."""
+    from finetune_doctor.analyzers.memory import estimate
+    from finetune_doctor.facts.mem import budget_of, shape_of
+
+    dist = uncertainty.error_dist("analytic", shape_of(estimate(r, hw)))
+    return uncertainty.safe_total(budget_of(hw) or 0.0, dist)
+
+
 @planner("oom-remedies")
 def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
-    """The predicted-oom / cuda-oom fix: the cheapest minimal edit set that fits, with ranked alternatives."""
+    """The predicted-oom / predicted-tight-fit / cuda-oom fix: the cheapest minimal edit set whose probability of
+    OOM is at most 5 %, with ranked alternatives."""
+    from dataclasses import replace
+
     run, hw = ctx.extra.get("run"), ctx.extra.get("hw")
     if run is None or hw is None or not hw.capacity_gib:
         return None
-    from finetune_doctor.analyzers.memory import estimate
-
-    in_use = max(hw.in_use_gib) if hw.in_use_gib else 0.0
-    budget = hw.capacity_gib * (1 - MARGIN) - in_use
-    before = estimate(run, hw).total
+    judge = judge_against(hw)
     after = ctx.extra["run_after"]
-    found, closest = search(run, ctx.extra.get("ds"), budget, lambda r: estimate(r, hw).total, after,
-                            bool(ctx.extra.get("ds_stock")))
+    _, total0, p0 = judge(run, False)
+    before = (total0, p0)
+    found, closest = search(run, ctx.extra.get("ds"), judge, after, bool(ctx.extra.get("ds_stock")))
     if not found:
         if closest is None:
             return Fix(title="no standard remedy applies: use more or larger GPUs", edits=(), safety="unsafe")
-        combo, total = closest
-        fix = _fix_of(combo, total, before, ctx)
-        short = total - budget
-        from dataclasses import replace
+        combo, total, p = closest
+        fix = _fix_of(combo, total, before, ctx, p_after=p)
+        short = total - _safe_total(after(_edits(combo)), hw)
+        return replace(fix, title=f"no set of up to {MAX_EDITS} standard remedies brings the probability of OOM "
+                                  f"to {100 * uncertainty.P_OOM_TARGET:.0f} %; the closest, {fix.title}, leaves "
+                                  f"{100 * p:.0f} % and still needs {short:.1f} GiB more per GPU: use more or "
+                                  "larger GPUs", safety="unsafe")
 
-        return replace(fix, title=f"no set of up to {MAX_EDITS} standard remedies fits; the closest, "
-                                  f"{fix.title}, still needs {short:.1f} GiB more per GPU: use more or larger GPUs",
-                       safety="unsafe")
+    from finetune_doctor.analyzers.memory import estimate
+
     def host_of(combo: tuple[Candidate, ...]) -> float:
         return estimate(after(_edits(combo)), hw).host
 
-    fixes = [_fix_of(combo, total, before, ctx, host_of(combo)) for combo, total in found[:SHOWN]]
-    best = fixes[0]
-    from dataclasses import replace
-
-    return replace(best, alternatives=tuple(fixes[1:]))
+    fixes = [_fix_of(combo, total, before, ctx, host_of(combo), p) for combo, total, p in found[:SHOWN]]
+    return replace(fixes[0], alternatives=tuple(fixes[1:]))
 
 
 @planner("fit-precision")
@@ -243,3 +297,16 @@ def plan_uneven(ctx: RuleContext, rule: Any, ev: Any) -> Fix:
     if item.get("fix_key") and doc is not None:
         edits = (Edit(doc.path, item["fix_key"], item.get("fix_value")),)
     return Fix(title=item.get("fix_title") or rule.fix.title, edits=edits, safety=rule.fix.safety)
+
+
+@planner("expandable-segments")
+def plan_expandable(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
+    """expandable-segments: the allocator setting with its predicted effect (total and probability of OOM before →
+    after, facts/mem.py `expandable_facts`) and how to set it for llamafactory-cli."""
+    mem = unwrap(ev.eval("mem")) or {}
+    if mem.get("expandable_total") is None:
+        return None
+    effect = {"total_gib_before": mem["total"], "total_gib_after": mem["expandable_total"],
+              "p_oom_before": mem.get("p_oom"), "p_oom_after": mem.get("expandable_p_oom")}
+    return Fix(title=launchenv.EXPANDABLE_REMEDY, edits=(), safety="safe",
+               effect={k: v for k, v in effect.items() if v is not None}, cost=expandable_candidate().note)

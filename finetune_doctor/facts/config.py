@@ -192,10 +192,11 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
         if scan_data and not static:
             facts["data"] = _scan(asm, config)
             tokens = (facts["data"] or {}).get("worst_micro_batch_tokens") or None
-        asm.memory = estimate(asm.run, asm.hw, counts=asm.counts, tokens=int(tokens) if tokens else None)
+        est = estimate(asm.run, asm.hw, counts=asm.counts, tokens=int(tokens) if tokens else None)
         alt = mem_facts.older_stack(lambda s: resolve({**stack, **s}), asm.run, asm.hw, asm.counts,
                                     int(tokens) if tokens else None, torch_given=bool(opts.torch_version),
                                     optim_given="optim" in doc.values)
+        asm.memory = mem_facts.judged(est, asm.hw, alt)   # verdict, p_oom, interval (analyzers/uncertainty.py)
         facts["mem"] = mem_facts.assemble(asm.memory, asm.hw, asm.run, alt)
     asm.notes.extend(asm.run.notes)
     return asm

@@ -3,13 +3,20 @@
 ``per_gpu`` and ``per_gpu_gib`` hold the DESIGN.md breakdown (weights, gradients, optimizer, activations, logits,
 buffers, runtime, total); the moments of a step say where the peak falls and where the run first runs out.
 ``alt_stack_*`` is the same estimate on a training machine with torch < 2.8 when the verdict could depend on it.
+``verdict``, ``p_oom`` and ``interval_*`` say how sure the doctor is (analyzers/uncertainty.py: the error measured
+on the benchmarks, by method and shape class); ``expandable_*`` is the estimate with the caching allocator's
+expandable segments on, for a run whose processes would run without them (analyzers/launchenv.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from finetune_doctor.analyzers.memory import MARGIN, estimate
+from finetune_doctor.analyzers import launchenv, uncertainty
+from finetune_doctor.analyzers.memory import compute_terms, estimate
+from finetune_doctor.analyzers.params import count_params
+from finetune_doctor.analyzers.reserve import reserve_fraction
 from finetune_doctor.facts.schema import F, Namespace
 from finetune_doctor.types import GIB, Hardware, MemoryEstimate
 
@@ -36,10 +43,33 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "weights_replicated_gib": F("float", "weights replicated on every rank that ZeRO-3 would shard, GiB"),
     "states_gib": F("float", "optimizer states and fp32 masters, GiB"),
     "step_temp_gib": F("float", "the optimizer update's temporaries, GiB"),
-    "margin_gib": F("float", "the estimator's error margin on this card, GiB"),
+    "margin_gib": F("float", "room the error model asks for on this card: budget minus safe_total_gib, GiB"),
     "alt_stack_total": F("float", "total on a torch < 2.8 training machine, GiB"),
     "alt_stack_fits": F("bool", "whether that fits"),
     "alt_stack_optim": F("str", "the optimizer that stack defaults to"),
+    "alt_stack_p_oom": F("float", "probability of OOM on that stack (0-1)"),
+    "budget_gib": F("float", "capacity minus memory already in use, GiB"),
+    "verdict": F("str", "fits | at-risk | oom (analyzers/uncertainty.py); None without a GPU"),
+    "verdict_reason": F("str", "why at-risk: error (p_oom over 5 %) | stack (an older torch runs out)"),
+    "p_oom": F("float", "probability that the peak passes the budget (0-1)"),
+    "p_oom_pct": F("float", "the same in percent"),
+    "p_oom_target": F("float", "what remedies aim at (0-1)"),
+    "interval_gib": F("list", "central 90 % predictive interval of total, GiB"),
+    "interval_lo_gib": F("float", "its lower end, GiB"),
+    "interval_hi_gib": F("float", "its upper end, GiB"),
+    "safe_total_gib": F("float", "the largest total with p_oom <= p_oom_target on this card, GiB"),
+    "error_class": F("str", "the shape class whose benchmark error applies"),
+    "error_rows": F("int", "benchmark rows of this method and class behind the error model"),
+    "error_bias_pct": F("float", "their mean under-prediction, percent of total"),
+    "error_spread_pct": F("float", "their predictive spread (scale), percent of total"),
+    "reserve_gib": F("float", "cached-but-unallocated memory the allocator holds at the peak, GiB"),
+    "expandable": F("bool", "the estimate assumes expandable segments (llamafactory-cli's torchrun launch)"),
+    "expandable_in_env": F("bool", "the training processes get expandable_segments:True from the environment"),
+    "expandable_total": F("float", "total with expandable segments on, GiB (None when already assumed)"),
+    "expandable_saves_gib": F("float", "total minus expandable_total, GiB"),
+    "expandable_p_oom": F("float", "p_oom with expandable segments on (0-1)"),
+    "expandable_p_oom_pct": F("float", "the same in percent"),
+    "expandable_verdict": F("str", "the verdict with expandable segments on"),
 })
 
 
@@ -62,9 +92,81 @@ def assemble(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[str, 
     d["weights_replicated_gib"] = 0.0 if sharded else terms.get("weights", 0.0) / GIB
     d["states_gib"] = (terms.get("states", 0.0) + terms.get("master", 0.0)) / GIB
     d["step_temp_gib"] = terms.get("step_temp", 0.0) / GIB
-    d["margin_gib"] = MARGIN * hw.capacity_gib if hw and hw.capacity_gib else None
     d.update(alt or {"alt_stack_total": None, "alt_stack_fits": None, "alt_stack_optim": None})
+    d.update(verdict_facts(mem, hw, run, alt))
     return d
+
+
+def budget_of(hw: Hardware | None) -> float | None:
+    """The memory a run may use per GPU: capacity minus what is already in use (GiB), None without a GPU."""
+    if hw is None or not hw.capacity_gib:
+        return None
+    return hw.capacity_gib - (max(hw.in_use_gib) if hw.in_use_gib else 0.0)
+
+
+def shape_of(mem: MemoryEstimate) -> str:
+    return str(mem.details.get("reserve_class") or "default")
+
+
+def judged(mem: MemoryEstimate, hw: Hardware | None, alt: dict[str, Any] | None = None) -> MemoryEstimate:
+    """`mem` with its verdict, p_oom and interval (analyzers/uncertainty.py) against `hw`'s budget. A run that
+    fits the assumed stack but not a torch < 2.8 one (`alt`, `older_stack`) is at risk: the stack is not known."""
+    a = uncertainty.assess(mem.total, budget_of(hw), mem.method, shape_of(mem))
+    verdict = a.verdict
+    if verdict == "fits" and alt and alt.get("alt_stack_fits") is False:
+        verdict = "at-risk"
+    return replace(mem, verdict=verdict, p_oom=a.p_oom, interval_gib=a.interval_gib)
+
+
+def verdict_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[str, Any] | None) -> dict[str, Any]:
+    """The verdict and error-model facts of `mem` (namespace fields budget_gib … expandable_verdict)."""
+    budget = budget_of(hw)
+    a = uncertainty.assess(mem.total, budget, mem.method, shape_of(mem))
+    d = a.dist
+    verdict = mem.verdict or a.verdict
+    reason = None
+    if verdict == "at-risk":
+        reason = "error" if a.p_oom is not None and a.p_oom > uncertainty.P_OOM_TARGET else "stack"
+    out: dict[str, Any] = {
+        "budget_gib": budget, "verdict": verdict, "verdict_reason": reason, "p_oom": a.p_oom,
+        "p_oom_pct": None if a.p_oom is None else 100 * a.p_oom, "p_oom_target": uncertainty.P_OOM_TARGET,
+        "interval_gib": list(a.interval_gib), "interval_lo_gib": a.interval_gib[0],
+        "interval_hi_gib": a.interval_gib[1], "safe_total_gib": a.safe_total_gib,
+        "margin_gib": None if budget is None else budget - a.safe_total_gib,
+        "error_class": d.shape, "error_rows": d.n, "error_bias_pct": 100 * d.mu, "error_spread_pct": 100 * d.scale,
+        "alt_stack_p_oom": None,
+    }
+    if alt and alt.get("alt_stack_total") is not None and budget is not None:
+        out["alt_stack_p_oom"] = uncertainty.p_oom(alt["alt_stack_total"], budget, d)
+    out.update(expandable_facts(mem, hw, run))
+    return out
+
+
+def expandable_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any) -> dict[str, Any]:
+    """The estimate with expandable segments on. The analytic model assumes them for torchrun launches (world size
+    > 1, analyzers/memory/moments.py); for a single process the reserve of the run's shape class is taken from the
+    'on' column of reserve_table.json instead of the 'off' one (analyzers/reserve.py), the tensors unchanged."""
+    assumed = run.world_size > 1
+    reserve = float(mem.details.get("reserve_gib") or 0.0)
+    out: dict[str, Any] = {"reserve_gib": reserve, "expandable": assumed,
+                           "expandable_in_env": launchenv.expandable_segments(run),
+                           "expandable_total": None, "expandable_saves_gib": None, "expandable_p_oom": None,
+                           "expandable_p_oom_pct": None, "expandable_verdict": None}
+    if assumed or mem.method != "analytic":
+        return out
+    total = expandable_total(mem, run)
+    a = uncertainty.assess(total, budget_of(hw), mem.method, shape_of(mem))
+    out.update({"expandable_total": total, "expandable_saves_gib": mem.total - total, "expandable_p_oom": a.p_oom,
+                "expandable_p_oom_pct": None if a.p_oom is None else 100 * a.p_oom, "expandable_verdict": a.verdict})
+    return out
+
+
+def expandable_total(mem: MemoryEstimate, run: Any) -> float:
+    """`mem.total` (GiB) of an analytic single-process estimate with expandable segments on: tensor peak ×
+    (1 + the class's 'on' reserve) + runtime (the estimate's own sum, analyzers/memory/moments.py)."""
+    tokens = mem.details.get("tokens_per_micro_batch")
+    share, _ = reserve_fraction(run, compute_terms(run, count_params(run), tokens), True)
+    return mem.peak_allocated * (1 + share) + float(mem.details.get("runtime_gib") or 0.0)
 
 
 def older_stack(resolve: Any, run: Any, hw: Hardware | None, counts: Any, tokens: int | None,

@@ -24,8 +24,9 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool =
     # an unknown model narrows the diagnosis (model-unresolved) instead of ending it
     asm = assemble_config(config, overrides, opts, scan_data=scan_data, validate_ds=validate_ds, need_model=False)
     findings = judge("check", asm.facts, asm.sources, opts, texts={asm.doc.path: asm.doc.text}, live=asm.live())
+    probed = None
     if probe:
-        findings = _confirm(asm, findings, opts, probe_mode)
+        findings, probed = _confirm(asm, findings, opts, probe_mode)
     notes = list(asm.notes)
     if fix or unsafe_fixes:
         from finetune_doctor.fixes import apply_fixes
@@ -34,17 +35,20 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool =
     sections: dict[str, Any] = {"model": asm.model_section()} if asm.run is not None else {}
     if asm.facts.get("data"):
         sections["data"] = asm.facts["data"]
+    if probed:
+        sections["probe"] = probed   # the configured run's simulation replayed (probes/confirm.py probe_check)
     return Report(command="check", inputs=asm.inputs(), findings=tuple(findings), run=asm.run_summary(),
                   hardware=asm.hw, memory=asm.memory, sections=sections, notes=tuple(notes))
 
 
-def _confirm(asm: Any, findings: list, opts: Options, mode: str) -> list:
-    """`--probe`: fill each memory/numerics fix's ``confirmed``; without torch a note names the install line."""
+def _confirm(asm: Any, findings: list, opts: Options, mode: str) -> tuple[list, dict | None]:
+    """`--probe`: fill each memory/numerics fix's ``confirmed`` and replay the configured run's simulation (the
+    probe section); without torch a note names the install line."""
     try:
         import torch  # noqa: F401
     except ImportError:
         asm.notes.append("probes unavailable: install the [all] extra (pip install '.[all]')")
-        return findings
-    from finetune_doctor.probes.confirm import confirm_findings
+        return findings, None
+    from finetune_doctor.probes.confirm import probe_check
 
-    return confirm_findings(asm, findings, opts, mode=mode)
+    return probe_check(asm, findings, opts, mode=mode)

@@ -195,6 +195,10 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
     if ev.run_dir and "run_dir" not in sources:
         sources["run_dir"] = SourceDoc("run_dir", ev.run_dir)
     findings = _judge(facts, sources, opts, live, asm is not None)
+    if asm is not None and any(f.name == "fragmentation" for f in findings):
+        from finetune_doctor.probes.confirm import confirm_fragmentation
+
+        findings = confirm_fragmentation(asm, findings, opts)   # replays the crashed config (probes/replayed.py)
     if plot:
         draw(tl, plot, title=_plot_title(facts, ev))
         notes.append(f"plot written to {plot}")

@@ -2,7 +2,11 @@
 
 Reads and judges the config as `doctor check` does (facts/config.py, engine/judge.py), probes the run as configured
 and confirms every fix that changes memory or numerics by probing the run before and after its edits
-(probes/confirm.py). The report's ``memory`` is the probe's (method simulated | measured).
+(probes/confirm.py). The report's ``memory`` is the probe's (method simulated | measured), with the verdict of
+that method's error model (analyzers/uncertainty.py). A simulation records its allocation trace and replays it
+through the caching-allocator model (probes/replayed.py): the total is the replay's peak reserved plus what the
+trace does not hold, and the probe section shows the replay (fragmentation, PyTorch's OOM message on a card it
+would not fit, and the same trace with expandable segments on).
 """
 
 from __future__ import annotations
@@ -10,7 +14,11 @@ from __future__ import annotations
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts.config import Assembly, assemble_config
-from finetune_doctor.probes.confirm import Measured, confirm_findings, gpu_usable, measure, overhead, section_data
+from dataclasses import replace
+
+from finetune_doctor.facts.mem import judged
+from finetune_doctor.probes.confirm import (Measured, confirm_expandable, confirm_findings, gpu_usable, measure,
+                                            overhead, replay_data, section_data)
 from finetune_doctor.settings import Options
 from finetune_doctor.types import GIB, MemoryEstimate, Report
 
@@ -29,13 +37,30 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, mode: str = "
     if mode == "gpu":
         _require_gpu(asm, force)
     cache: dict = {}
-    m = measure(asm.run, asm.hw, mode=mode, steps=steps, force=force, cache=cache)
+    m = measure(asm.run, asm.hw, mode=mode, steps=steps, force=force, cache=cache, trace=True,
+                torch_version=opts.torch_version)
+    if m.note:
+        asm.notes.append(m.note)
+    if m.replay is not None:
+        from finetune_doctor.probes.replayed import with_toggled
+
+        m = replace(m, replay=with_toggled(m.replay, asm.run, asm.hw, m.result))
     findings = judge("check", asm.facts, asm.sources, opts, texts={asm.doc.path: asm.doc.text}, live=asm.live())
-    findings = confirm_findings(asm, findings, opts, mode=mode, steps=steps, force=force, cache=cache)
+    findings = confirm_findings(asm, findings, opts, mode=mode, steps=steps, force=force, cache=cache, trace=True)
+    findings = confirm_expandable(findings, m)
     confs = [(f, f.fix.confirmed) for f in findings if f.fix is not None and f.fix.confirmed is not None]
+    section = section_data(asm.run, m, confs)
+    memory = _memory_of(asm, m)
+    if m.replay is not None:
+        section["replay"] = replay_data(asm.run, asm.hw, m, _shape(asm))
     return Report(command="probe", inputs=asm.inputs(), findings=tuple(findings), run=asm.run_summary(),
-                  hardware=asm.hw, memory=_memory_of(asm, m), sections={"model": asm.model_section(), "probe": section_data(asm.run, m, confs)},
+                  hardware=asm.hw, memory=memory, sections={"model": asm.model_section(), "probe": section},
                   notes=tuple(dict.fromkeys(asm.notes)))
+
+
+def _shape(asm: Assembly) -> str:
+    """The run's shape class (analyzers/reserve.py), as the analytic estimate classified it."""
+    return str((asm.memory.details if asm.memory else {}).get("reserve_class") or "default")
 
 
 def _require_gpu(asm: Assembly, force: bool) -> None:
@@ -68,7 +93,10 @@ def _memory_of(asm: Assembly, m: Measured) -> MemoryEstimate | None:
         per["activations"] = (by.get("activations", 0) + by.get("temp", 0) + by.get("inputs", 0)) / GIB
         per["logits"] = by.get("logits", 0) / GIB
     per["buffers"] = parts["buffers"]
-    per["runtime"] = total - m.tensor_gib - parts["buffers"] if m.by == "gpu" else parts["reserve"] + parts["runtime"]
+    if m.replay is not None:   # the replay's total: runtime holds the runtime and what the allocator keeps cached
+        total = m.total_gib
+    per["runtime"] = (total - m.tensor_gib - parts["buffers"] if m.by == "gpu" or m.replay is not None
+                      else parts["reserve"] + parts["runtime"])
     per["total"] = total
     hw = asm.hw
     fits = headroom = None
@@ -76,6 +104,8 @@ def _memory_of(asm: Assembly, m: Measured) -> MemoryEstimate | None:
         in_use = max(hw.in_use_gib) if hw.in_use_gib else 0.0
         headroom = hw.capacity_gib - in_use - total
         fits = headroom >= 0
-    return MemoryEstimate(per_gpu=per, peak_allocated=m.tensor_gib, host=asm.memory.host if asm.memory else 0.0,
-                          fits=fits, headroom=headroom, method="simulated" if m.by == "simulate" else "measured",
-                          phase=getattr(m.result, "segment", "") or "", details={"probe": m.by})
+    est = MemoryEstimate(per_gpu=per, peak_allocated=m.tensor_gib, host=asm.memory.host if asm.memory else 0.0,
+                         fits=fits, headroom=headroom, method="simulated" if m.by == "simulate" else "measured",
+                         phase=getattr(m.result, "segment", "") or "",
+                         details={"probe": m.by, "reserve_class": _shape(asm)})
+    return judged(est, hw)

@@ -32,6 +32,8 @@ class Measured:
     total_gib: float
     result: Any                # SimResult | GpuResult
     finite_steps: int | None = None
+    replay: Any = None         # probes/replayed.py ReplayView: the trace replayed (simulate with trace=True)
+    note: str | None = None    # why there is no replay
 
 
 def _need_torch() -> None:
@@ -77,10 +79,13 @@ _SIMULATED: dict[tuple, Any] = {}
 
 
 def measure(run: Any, hw: Hardware | None, *, mode: str = "simulate", steps: int = 2, force: bool = False,
-            cache: dict | None = None) -> Measured:
+            cache: dict | None = None, trace: bool = False, torch_version: str | None = None) -> Measured:
     """Probe `run` (a run.Run) once. `mode` simulate|gpu|auto (auto: gpu when a free GPU is here). `cache` maps
     ProbeSpec → Measured so a run shared by several fixes is probed once (simulations are also kept for the
-    process)."""
+    process). `trace` (simulate): record the allocation trace and replay it through the caching-allocator model
+    (probes/replayed.py); the total is then the replay's (peak reserved + what the trace does not hold + runtime)
+    instead of the tensor peak plus the analytic reserve rate. `torch_version` selects how the allocator variables
+    are read."""
     from finetune_doctor.probes.spec import spec_from_run
 
     _need_torch()
@@ -88,12 +93,9 @@ def measure(run: Any, hw: Hardware | None, *, mode: str = "simulate", steps: int
     if mode == "auto":
         mode = "gpu" if gpu_usable(force) else "simulate"
     key = (spec, mode, steps)
-    if cache is not None and key in cache:
+    if cache is not None and key in cache and (not trace or mode != "simulate" or cache[key].replay is not None
+                                                or cache[key].note):
         return cache[key]
-    if mode == "simulate" and (spec, steps) in _SIMULATED:
-        res = _SIMULATED[(spec, steps)]
-        total, _ = overhead(run, hw, res.peak_gib)
-        return Measured("simulate", res.peak_gib, total, res)
     if mode == "gpu":
         from finetune_doctor.probes.gpu import run_gpu
         from finetune_doctor.probes.simulate import simulate
@@ -109,26 +111,49 @@ def measure(run: Any, hw: Hardware | None, *, mode: str = "simulate", steps: int
             total = dev / GIB if dev is not None else res.peak_reserved_gib + parts["runtime"]
             m = Measured("gpu", res.peak_allocated_gib, total, res, res.nan_free_steps)
     else:
-        from finetune_doctor.probes.simulate import simulate
-
-        res = simulate(spec, steps=max(steps, 2))
-        _SIMULATED[(spec, steps)] = res
-        total, _ = overhead(run, hw, res.peak_gib)
-        m = Measured("simulate", res.peak_gib, total, res)
+        m = _simulated(run, hw, spec, steps, trace, torch_version)
     if cache is not None:
         cache[key] = m
     return m
 
 
+def _simulated(run: Any, hw: Hardware | None, spec: Any, steps: int, trace: bool,
+               torch_version: str | None) -> Measured:
+    """The simulate probe of `spec`, replayed when `trace` (measure)."""
+    from finetune_doctor.probes.simulate import simulate
+
+    res = _SIMULATED.get((spec, steps))
+    if res is None or (trace and not res.traces):
+        res = simulate(spec, steps=max(steps, 2), trace=trace)
+        _SIMULATED[(spec, steps)] = res
+    total, _ = overhead(run, hw, res.peak_gib)
+    if not trace:
+        return Measured("simulate", res.peak_gib, total, res)
+    from finetune_doctor.probes.replayed import replay_probe, untrusted
+
+    try:
+        view = replay_probe(run, hw, res, torch_version=torch_version, toggle=False)
+    except InputError as err:   # an allocator variable torch would refuse: the tensor peak still stands
+        return Measured("simulate", res.peak_gib, total, res, note=f"allocator replay skipped: {err.message}")
+    why = untrusted(view, res)
+    if why:
+        return Measured("simulate", res.peak_gib, total, res, note=f"allocator replay: {why}")
+    return Measured("simulate", res.peak_gib, view.total_gib, res, replay=view)
+
+
 def confirm(run_before: Any, run_after: Any, hw: Hardware | None = None, *, mode: str = "simulate",
-            steps: int = 2, force: bool = False, cache: dict | None = None) -> Confirmation:
-    """Probe the run before and after a fix; GiB per GPU as DESIGN.md `memory.per_gpu_gib.total` counts it.
+            steps: int = 2, force: bool = False, cache: dict | None = None, trace: bool = False,
+            torch_version: str | None = None) -> Confirmation:
+    """Probe the run before and after a fix; GiB per GPU as DESIGN.md `memory.per_gpu_gib.total` counts it
+    (`trace`: from the allocator replay of each simulation, `measure`).
 
     The note says whether the fixed run fits `hw` ("fits 79.2" / "still exceeds 79.2") and, for a gpu probe, how
     many steps had a finite loss and gradient norm.
     """
-    b = measure(run_before, hw, mode=mode, steps=steps, force=force, cache=cache)
-    a = measure(run_after, hw, mode=mode, steps=steps, force=force, cache=cache)
+    kw = {"mode": mode, "steps": steps, "force": force, "cache": cache, "trace": trace,
+          "torch_version": torch_version}
+    b = measure(run_before, hw, **kw)
+    a = measure(run_after, hw, **kw)
     cap = hw.capacity_gib if hw and hw.capacity_gib else None
     parts = []   # the reporters print by/before/after themselves; the note adds what they cannot know
     if cap:
@@ -166,7 +191,7 @@ def _confirmable(f: Finding) -> bool:
 
 
 def confirm_findings(asm: Any, findings: list[Finding], opts: Options, *, mode: str = "auto", steps: int = 2,
-                     force: bool = False, cache: dict | None = None) -> list[Finding]:
+                     force: bool = False, cache: dict | None = None, trace: bool = False) -> list[Finding]:
     """Fill `fix.confirmed` of every finding whose fix changes memory or numerics (`doctor check --probe`).
 
     Findings without a resolved run, or whose fix the probe cannot express, get a Confirmation with ``by=None``
@@ -182,7 +207,8 @@ def confirm_findings(asm: Any, findings: list[Finding], opts: Options, *, mode: 
             continue
         try:
             after = run_after_fix(asm, f.fix, opts)
-            conf = confirm(asm.run, after, asm.hw, mode=mode, steps=steps, force=force, cache=cache)
+            conf = confirm(asm.run, after, asm.hw, mode=mode, steps=steps, force=force, cache=cache, trace=trace,
+                           torch_version=opts.torch_version)
             if f.category in ("numerics", "precision"):
                 conf = _with_numerics(conf, asm, after)
         except (InputError, MissingExtra) as err:
@@ -307,3 +333,108 @@ def section_data(run: Any, m: Measured, confirmations: list[tuple[Finding, Confi
 
         d["spec"] = spec_from_run(run).describe()
     return d
+
+
+def replay_data(run: Any, hw: Hardware | None, m: Measured, shape: str) -> dict[str, Any] | None:
+    """The probe section's ``replay`` object: the trace replayed on the card (probes/replayed.py `ReplayView`,
+    GiB) with the simulated method's verdict, probability of OOM and 90 % interval (analyzers/uncertainty.py for
+    `shape` class); None without a replay."""
+    if m.replay is None:
+        return None
+    from finetune_doctor.analyzers import uncertainty
+    from finetune_doctor.facts.mem import budget_of
+
+    view = m.replay
+    a = uncertainty.assess(view.total_gib, budget_of(hw), "simulated", shape)
+    d = view.as_dict()
+    d.update({"verdict": a.verdict, "p_oom": None if a.p_oom is None else round(a.p_oom, 3),
+              "interval_gib": [round(v, 2) for v in a.interval_gib], "error_class": shape})
+    return d
+
+
+def configured(asm: Any, opts: Options, *, steps: int = 2, cache: dict | None = None) -> Measured | None:
+    """The configured run's simulate probe with its replay, from `cache` when a confirmation probed it already;
+    None when it cannot be simulated here (the reason goes to the notes)."""
+    try:
+        return measure(asm.run, asm.hw, mode="simulate", steps=steps, cache=cache, trace=True,
+                       torch_version=opts.torch_version)
+    except (InputError, MissingExtra) as err:
+        asm.notes.append(f"allocator replay skipped: {err}")
+    except Exception as err:  # a probe failure must not hide the diagnosis
+        asm.notes.append(f"allocator replay skipped: {type(err).__name__}: {str(err).splitlines()[0][:160]}")
+    return None
+
+
+def probe_check(asm: Any, findings: list[Finding], opts: Options, *, mode: str = "simulate",
+                steps: int = 2) -> tuple[list[Finding], dict[str, Any] | None]:
+    """`doctor check --probe`: confirm every memory/numerics fix (`confirm_findings`, simulations traced) and,
+    when the configured run was simulated (a fix needed it, or the expandable-segments remedy does), replay its
+    trace through the caching-allocator model: the probe section gets the predicted peak reserved, the
+    fragmentation, the simulated verdict and, on a card it would not fit, PyTorch's OOM message; the remedy
+    `launch with ...expandable_segments:True` is confirmed by replaying the trace with the setting on.
+    Returns (findings, the ``probe`` section or None)."""
+    from finetune_doctor.analyzers.launchenv import EXPANDABLE_REMEDY
+    from finetune_doctor.probes.replayed import with_toggled
+    from finetune_doctor.probes.spec import spec_from_run
+
+    cache: dict = {}
+    findings = confirm_findings(asm, findings, opts, mode=mode, steps=steps, cache=cache, trace=True)
+    if asm.run is None:
+        return findings, None
+    wants = [f for f in findings if f.fix is not None and f.fix.title == EXPANDABLE_REMEDY]
+    m = cache.get((spec_from_run(asm.run), "simulate", steps))
+    if m is None and wants:
+        m = configured(asm, opts, steps=steps, cache=cache)
+    if m is None:
+        return findings, None
+    if m.note:
+        asm.notes.append(m.note)
+    if m.replay is not None:
+        m = replace(m, replay=with_toggled(m.replay, asm.run, asm.hw, m.result))
+        findings = confirm_expandable(findings, m)
+    confs = [(f, f.fix.confirmed) for f in findings if f.fix is not None and f.fix.confirmed is not None]
+    section = section_data(asm.run, m, confs)
+    shape = str((asm.memory.details if asm.memory else {}).get("reserve_class") or "default")
+    section["replay"] = replay_data(asm.run, asm.hw, m, shape)
+    return findings, section
+
+
+def confirm_expandable(findings: list[Finding], m: Measured) -> list[Finding]:
+    """Confirm the remedy ``launch with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (no file edit, so no
+    before/after simulation) by the configured run's replay with the setting off and on (`m.replay`, toggled)."""
+    from finetune_doctor.analyzers.launchenv import EXPANDABLE_REMEDY
+    from finetune_doctor.probes.replayed import expandable_confirmation
+
+    if m.replay is None:
+        return findings
+    conf = expandable_confirmation(m.replay)
+    return [replace(f, fix=replace(f.fix, confirmed=conf))
+            if f.fix is not None and f.fix.title == EXPANDABLE_REMEDY and not f.fix.edits else f for f in findings]
+
+
+def confirm_fragmentation(asm: Any, findings: list[Finding], opts: Options) -> list[Finding]:
+    """`doctor postmortem`: confirm the ``fragmentation`` finding by replaying the crashed config — its simulate
+    probe's trace through the caching-allocator model on the card the log names, with the settings the run had
+    (probes/replayed.py) and with expandable segments on. Without torch, a resolved run or a card, the finding
+    keeps the estimate's figures (rules/fragmentation.yaml) and this returns it unchanged."""
+    frag = [f for f in findings if f.name == "fragmentation" and f.fix is not None]
+    if not frag or asm is None or asm.run is None or asm.hw is None or not asm.hw.capacity_gib:
+        return findings
+    try:
+        _need_torch()
+    except MissingExtra:
+        return findings
+    from finetune_doctor.probes.replayed import expandable_confirmation, with_toggled
+
+    m = configured(asm, opts)
+    if m is None or m.replay is None:
+        if m is not None and m.note:
+            asm.notes.append(m.note)
+        return findings
+    view = with_toggled(m.replay, asm.run, asm.hw, m.result)
+    conf = expandable_confirmation(view)
+    if view.toggled is None:
+        conf = replace(conf, note="the run already had expandable segments (llamafactory-cli sets them for torchrun "
+                                  "launches unless OPTIM_TORCH is disabled): the replay finds "
+                                  f"{view.as_dict()['fragmentation_gib']:.2f} GiB reserved but unallocated at its peak")
+    return [replace(f, fix=replace(f.fix, confirmed=conf)) if f in frag else f for f in findings]

@@ -298,6 +298,11 @@ def _memory(w: _Writer, r: Report) -> None:
            f" · peak allocated {gib(mem.peak_allocated)} GiB"
            f" · host RAM per node {gib(mem.host)} GiB"
            f" · method {mem.method}", indent=1)
+    if mem.interval_gib is not None:
+        lo, hi = mem.interval_gib
+        verdict = f"verdict {mem.verdict} · probability of OOM {_pct(mem.p_oom)} · " if mem.verdict else ""
+        w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB (the benchmarks' error for this kind of run)",
+               indent=1)
 
 
 def _timeline(w: _Writer, r: Report) -> None:
@@ -416,13 +421,28 @@ def _source_ref(source: str | None) -> str:
     return display_path(source) or source
 
 
+def _pct(p: float | None) -> str:
+    """A probability as the report prints it: whole percent, '< 1 %' and '> 99 %' at the ends."""
+    if p is None:
+        return "unknown"
+    if p < 0.01:
+        return "< 1 %"
+    if p > 0.99:
+        return "> 99 %"
+    return f"{100 * p:.0f} %"
+
+
 def _fix_facts(fix: Fix) -> list[str]:
     """Effect, cost and confirmation of a fix, one short line each."""
     out = []
     eff = dict(fix.effect or {})
     before, after = eff.pop("total_gib_before", None), eff.pop("total_gib_after", None)
+    p0, p1 = eff.pop("p_oom_before", None), eff.pop("p_oom_after", None)
     if before is not None or after is not None:
-        out.append(f"effect: total {gib(before, 1)} → {gib(after, 1)} GiB")
+        line = f"effect: total {gib(before, 1)} → {gib(after, 1)} GiB"
+        if p0 is not None and p1 is not None:
+            line += f", probability of OOM {_pct(p0)} → {_pct(p1)}"
+        out.append(line)
     for k, v in eff.items():
         out.append(f"effect: {k} {v:.2f}" if isinstance(v, float) else f"effect: {k} {v}")
     if fix.cost:

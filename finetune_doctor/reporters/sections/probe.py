@@ -1,8 +1,10 @@
 """Text rendering of ``sections["probe"]`` (pipeline/probe.py `section_data`).
 
 A header line (how the run was probed and where its peak is), a table of the peak's tensor bytes by category in
-GiB (simulate) or of each rank's measured allocated / reserved / device memory (gpu), a table of the fixes the
-probe confirmed (before → after GiB per GPU), then the probe's notes (what was modelled rather than run).
+GiB (simulate) or of each rank's measured allocated / reserved / device memory (gpu), the allocator replay of a
+simulation (probes/replayed.py: peak reserved, fragmentation, verdict, PyTorch's OOM message on a card it would
+not fit, the same with expandable segments), a table of the fixes the probe confirmed (before → after GiB per
+GPU), then the probe's notes (what was modelled rather than run).
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ def render(data: dict[str, Any]) -> Any:
         parts.append(Text(f"{ok}/{steps} steps with finite loss and gradient norm", style=style))
         if res.get("error"):
             parts.append(Text(str(res["error"]), style="red"))
+    if data.get("replay"):
+        parts.extend(_replay(data["replay"]))
     fixes = data.get("fixes") or []
     if fixes:
         t = Table(title="fixes confirmed", title_justify="left", pad_edge=False)
@@ -81,3 +85,34 @@ def render(data: dict[str, Any]) -> Any:
     for n in res.get("notes") or []:
         parts.append(Text(f"· {n}", style="dim"))
     return Group(*parts)
+
+
+def _pct(p: Any) -> str:
+    if not isinstance(p, (int, float)):
+        return "unknown"
+    return "< 1 %" if p < 0.01 else ("> 99 %" if p > 0.99 else f"{100 * p:.0f} %")
+
+
+def _replay_line(r: dict[str, Any], label: str) -> Text:
+    frag = r.get("fragmentation_share")
+    return Text(f"{label}: peak reserved {_g(r.get('peak_reserved_gib'))} GiB (allocated "
+                f"{_g(r.get('peak_allocated_gib'))}, reserved but unallocated {_g(r.get('fragmentation_gib'))} GiB"
+                f"{'' if frag is None else f' = {100 * frag:.1f} %'}) at {r.get('peak_segment', '?')} · total per GPU "
+                f"{_g(r.get('total_gib'))} GiB" + ("" if r.get("fits") is None else
+                                                   (" · fits" if r.get("fits") else " · does not fit")))
+
+
+def _replay(r: dict[str, Any]) -> list[Any]:
+    """The allocator replay's lines (payload: confirm.py `replay_data`)."""
+    conf = r.get("alloc_conf") or "defaults"
+    out: list[Any] = [_replay_line(r, f"allocator replay ({conf})")]
+    if r.get("verdict"):
+        lo, hi = (r.get("interval_gib") or [None, None])[:2]
+        out.append(Text(f"verdict {r['verdict']} · probability of OOM {_pct(r.get('p_oom'))} · 90 % interval "
+                        f"{_g(lo)}–{_g(hi)} GiB"))
+    if r.get("oom"):
+        out.append(Text("on this card PyTorch would stop with: " + str(r["oom"].get("message", "")), style="red"))
+    alt = r.get("with_expandable_segments")
+    if alt:
+        out.append(_replay_line(alt, "with expandable_segments:True"))
+    return out

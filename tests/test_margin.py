@@ -1,0 +1,190 @@
+"""The verdict at the margin end to end: the report's verdict, probability of OOM and interval (analyzers/
+uncertainty.py through facts/mem.py), remedies that aim at p_oom <= 5 %, the expandable-segments remedy and how
+llamafactory-cli's launcher decides the allocator setting (analyzers/launchenv.py), and the held-out reports of
+fixtures/margin_holdout. References: the error model's own functions evaluated independently on the report's
+numbers, reserve_table.json read directly, PyTorch's allocator-config parser (probes/allocconf.py) for the launcher's
+environment, and what each held-out thread reports (an OOM)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from ruamel.yaml import YAML
+
+from casekit import lay_out
+from finetune_doctor.analyzers import launchenv, uncertainty
+from finetune_doctor.arch import ModelArch
+from finetune_doctor.cli import main
+from finetune_doctor.probes.allocconf import alloc_conf_from_env
+from finetune_doctor.run import resolve_run
+
+ROOT = Path(__file__).resolve().parent.parent
+HOLDOUT = ROOT / "fixtures" / "margin_holdout"
+RESERVE = json.loads((ROOT / "finetune_doctor" / "analyzers" / "reserve_table.json").read_text())["classes"]
+
+QWEN7_8K = """model_name_or_path: Qwen/Qwen2.5-7B
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_target: all
+dataset: alpaca_en_demo
+template: qwen
+cutoff_len: {cutoff}
+output_dir: saves/qwen2.5-7b/lora/sft
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+learning_rate: 1.0e-4
+bf16: true
+"""
+
+
+def check_json(tmp_path: Path, text: str, *args: str) -> dict:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(text, encoding="utf-8")
+    r = CliRunner().invoke(main, ["check", str(cfg), "--no-data", "--format", "json", *args])
+    assert r.exit_code in (0, 1), r.output
+    return json.loads(r.output)
+
+
+# -- the launcher's environment ------------------------------------------------------------------------------------
+
+def _run(world: int):
+    arch = ModelArch(name="m", model_type="qwen2", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                     intermediate_size=128, vocab_size=512, dtype="bfloat16")
+    from finetune_doctor.hardware.catalog import parse_gpu_spec
+
+    return resolve_run({"finetuning_type": "lora"}, arch, parse_gpu_spec(f"{world}xA100-80GB"))
+
+
+@pytest.mark.parametrize("world,env,torch,on", [
+    (1, {}, None, False),
+    (2, {}, None, True),                                                    # torchrun: launcher.py:79-83
+    (2, {"OPTIM_TORCH": "0"}, None, False),                                 # the user switched it off
+    (2, {"OPTIM_TORCH": "0", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, None, True),
+    (1, {"FORCE_TORCHRUN": "1"}, None, True),
+    (1, {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128, expandable_segments : True"}, None, True),
+    (1, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}, None, False),
+    # torch >= 2.8 reads PYTORCH_ALLOC_CONF first: the launcher's PYTORCH_CUDA_ALLOC_CONF is shadowed
+    (2, {"PYTORCH_ALLOC_CONF": "max_split_size_mb:64"}, "2.9", False),
+    (2, {"PYTORCH_ALLOC_CONF": "max_split_size_mb:64"}, "2.5", True),
+])
+def test_launcher_environment_agrees_with_torchs_parser(world, env, torch, on):
+    run = _run(world)
+    assert launchenv.expandable_segments(run, env, torch) is on
+    # the full parser of PyTorch's setting (probes/allocconf.py) reads the same environment the same way
+    assert alloc_conf_from_env(launchenv.launch_env(run, env), torch).expandable_segments is on
+
+
+# -- the verdict in the report ------------------------------------------------------------------------------------
+
+def test_report_verdict_probability_and_interval_follow_the_error_model(tmp_path):
+    d = check_json(tmp_path, QWEN7_8K.format(cutoff=9216), "--gpu", "A100-40GB")
+    mem, cap = d["memory"], d["hardware"]["capacity_gib"]
+    dist = uncertainty.error_dist("analytic", "long_sequence")           # >= 8192 tokens per micro-batch
+    total = mem["per_gpu_gib"]["total"]
+    assert mem["fits"] is True and mem["verdict"] == "at-risk"
+    assert mem["p_oom"] == pytest.approx(uncertainty.p_oom(total, cap, dist), abs=2e-3)
+    lo, hi = mem["interval_gib"]
+    assert lo == pytest.approx(total * math.exp(dist.quantile(0.05)), abs=0.02)
+    assert hi == pytest.approx(total * math.exp(dist.quantile(0.95)), abs=0.02)
+    # the v1 keys keep their meaning
+    assert mem["headroom_gib"] == pytest.approx(cap - total, abs=0.02) and mem["method"] == "analytic"
+    codes = {f["code"] for f in d["findings"]}
+    assert "FD606" in codes and "FD601" not in codes
+
+
+def test_far_from_the_card_is_fits_and_over_it_is_oom(tmp_path):
+    far = check_json(tmp_path, QWEN7_8K.format(cutoff=2048), "--gpu", "A100-80GB")["memory"]
+    assert far["verdict"] == "fits" and far["p_oom"] <= uncertainty.P_OOM_TARGET
+    over = check_json(tmp_path, QWEN7_8K.format(cutoff=16384), "--gpu", "A100-40GB")["memory"]
+    assert over["fits"] is False and over["verdict"] == "oom" and over["p_oom"] > 0.5
+    none = check_json(tmp_path, QWEN7_8K.format(cutoff=2048))["memory"]   # no GPU known: no verdict, an interval
+    assert none["verdict"] is None and none["p_oom"] is None and none["interval_gib"][0] < none["interval_gib"][1]
+
+
+def test_remedies_aim_at_five_percent(tmp_path):
+    d = check_json(tmp_path, QWEN7_8K.format(cutoff=9216), "--gpu", "A100-40GB")
+    tight = next(f for f in d["findings"] if f["name"] == "predicted-tight-fit")
+    fixes = [tight["fix"], *tight["fix"].get("alternatives", [])]
+    assert fixes and all(f["effect"]["p_oom_after"] <= uncertainty.P_OOM_TARGET for f in fixes)
+    assert tight["fix"]["effect"]["p_oom_before"] == pytest.approx(d["memory"]["p_oom"], abs=1e-3)
+    # the best fix changes the run least: the largest total that meets the target among equals
+    same = [f for f in fixes if f["safety"] == tight["fix"]["safety"] and not f.get("cost", "").count(" + ")]
+    assert tight["fix"]["effect"]["total_gib_after"] >= max(f["effect"]["total_gib_after"] for f in same) - 1e-9
+
+
+def test_expandable_segments_remedy_and_its_effect(tmp_path):
+    d = check_json(tmp_path, QWEN7_8K.format(cutoff=9216), "--gpu", "A100-40GB")
+    frag = next(f for f in d["findings"] if f["name"] == "expandable-segments")
+    eff = frag["fix"]["effect"]
+    # the 'on' reserve of the run's class, read from the table itself: tensor peak × (1 + r_on) + runtime
+    mem = d["memory"]
+    runtime_and_reserve = mem["per_gpu_gib"]["total"] - mem["peak_allocated_gib"]
+    reserve_off = RESERVE["long_sequence"]["off"]["median"] * mem["peak_allocated_gib"]
+    expected = mem["peak_allocated_gib"] * (1 + RESERVE["long_sequence"]["on"]["median"]) + \
+        (runtime_and_reserve - reserve_off)
+    assert eff["total_gib_after"] == pytest.approx(expected, abs=0.03)
+    assert eff["p_oom_after"] <= uncertainty.P_OOM_TARGET < eff["p_oom_before"]
+    assert frag["fix"]["title"] == launchenv.EXPANDABLE_REMEDY and frag["fix"]["edits"] == []
+    assert "llamafactory-cli train" in frag["fix"]["cost"]
+    # the OOM remedies take the same, free remedy first
+    tight = next(f for f in d["findings"] if f["name"] == "predicted-tight-fit")
+    assert tight["fix"]["title"] == launchenv.EXPANDABLE_REMEDY and tight["fix"]["safety"] == "safe"
+
+
+def test_text_report_shows_verdict_and_probabilities(tmp_path):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(QWEN7_8K.format(cutoff=9216), encoding="utf-8")
+    out = CliRunner().invoke(main, ["check", str(cfg), "--no-data", "--gpu", "A100-40GB"]).output
+    flat = " ".join(out.split())
+    assert "verdict at-risk · probability of OOM 16 % · 90 % interval" in flat
+    assert "effect: total 38.7 → 36.9 GiB, probability of OOM 16 % → 5 %" in flat
+
+
+# -- the held-out reports -------------------------------------------------------------------------------------------
+
+HELD = YAML(typ="safe").load((HOLDOUT / "expected.yaml").read_text())
+
+
+@pytest.mark.parametrize("case", sorted(HELD))
+def test_held_out_reports_are_not_passed_as_fits(case, tmp_path, monkeypatch):
+    exp = HELD[case]
+    text = (HOLDOUT / case / "case.md").read_text(encoding="utf-8")
+    assert "**Source**: https://github.com/" in text and exp["outcome"] == "oom"
+    cfg = lay_out(case, tmp_path, HOLDOUT)
+    monkeypatch.chdir(tmp_path)
+    args = ["check", str(cfg), "--no-data", "--format", "json", "--gpu", exp["gpu"]]
+    for key in ("torch", "transformers"):
+        if exp.get(key):
+            args += [f"--{key}", exp[key]]
+    r = CliRunner().invoke(main, args + list(exp.get("overrides", [])))
+    mem = json.loads(r.output)["memory"]
+    # what the thread reports is an OOM: the doctor must not say `fits` with p_oom under 5 %
+    assert not (mem["verdict"] == "fits" and mem["p_oom"] < uncertainty.P_OOM_TARGET)
+    assert mem["verdict"] in ("at-risk", "oom")
+
+
+def test_a_replay_that_is_not_the_simulated_step_is_not_used():
+    from types import SimpleNamespace
+
+    from finetune_doctor.probes.allocconf import AllocatorConfig
+    from finetune_doctor.probes.replay import ReplayResult
+    from finetune_doctor.probes.replayed import AGREEMENT, ReplayView, untrusted
+
+    gib = 1 << 30
+
+    def view(allocated: float) -> ReplayView:
+        rep = ReplayResult(int(allocated * 1.1 * gib), int(allocated * gib), "2/0/fwd", AllocatorConfig(), (2, 3), 28,
+                           100, 0.1)
+        return ReplayView(rep, AllocatorConfig(), 0.0, 0.5, allocated * 1.1 + 0.5, None, None)
+
+    plain = SimpleNamespace(spec=SimpleNamespace(sharded=False), analytic={"optimizer": 1 * gib},
+                            peak_bytes=11 * gib, peak_gib=11.0)
+    assert untrusted(view(10.0), plain) is None                      # 10 GiB replayed + 1 GiB analytic = 11
+    assert "misses the simulated tensor peak" in untrusted(view(10.0 * (1 + 2 * AGREEMENT)), plain)
+    sharded = SimpleNamespace(spec=SimpleNamespace(sharded=True), analytic={}, peak_bytes=10 * gib, peak_gib=10.0)
+    assert "ZeRO-3/FSDP stand-in" in untrusted(view(10.0), sharded)

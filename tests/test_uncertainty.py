@@ -1,0 +1,130 @@
+"""The error model of the memory prediction (analyzers/uncertainty.py) against independent references: Student's t
+against the published table of its quantiles, the conjugate update against the textbook formulas computed by hand,
+the verdict's thresholds, and the committed table against the committed benchmark rows it was derived from."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from statistics import NormalDist
+
+import pytest
+
+from finetune_doctor.analyzers import uncertainty as u
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# two-sided critical values t_{1-α/2, ν} as printed in Abramowitz & Stegun Table 26.10 (and every statistics text)
+T_TABLE = [(0.95, 1, 6.314), (0.975, 1, 12.706), (0.95, 2, 2.920), (0.975, 2, 4.303), (0.95, 5, 2.015),
+           (0.975, 5, 2.571), (0.95, 10, 1.812), (0.975, 10, 2.228), (0.95, 30, 1.697), (0.975, 30, 2.042),
+           (0.995, 4, 4.604), (0.995, 15, 2.947)]
+
+
+@pytest.mark.parametrize("p,dof,t", T_TABLE)
+def test_t_quantiles_match_the_printed_table(p, dof, t):
+    assert u.t_quantile(p, dof) == pytest.approx(t, abs=1e-3)
+    # the table rounds t to three decimals: the CDF there is p within pdf(t) · 0.0005 < 3e-4
+    assert u.t_cdf(t, dof) == pytest.approx(p, abs=3e-4)
+    assert u.t_cdf(-t, dof) == pytest.approx(1 - p, abs=3e-4)
+
+
+def test_t_closed_forms_and_the_normal_limit():
+    # ν = 1 is Cauchy: F(x) = 1/2 + atan(x)/π; ν = 2: F(x) = 1/2 + x / (2 √(2 + x²))
+    for x in (-3.0, -0.5, 0.0, 0.7, 4.0):
+        assert u.t_cdf(x, 1) == pytest.approx(0.5 + math.atan(x) / math.pi, abs=1e-12)
+        assert u.t_cdf(x, 2) == pytest.approx(0.5 + x / (2 * math.sqrt(2 + x * x)), abs=1e-12)
+        assert u.t_cdf(x, 2000) == pytest.approx(NormalDist().cdf(x), abs=1e-3)
+    with pytest.raises(ValueError):
+        u.t_cdf(1.0, 0)
+    with pytest.raises(ValueError):
+        u.t_quantile(1.0, 3)
+
+
+def test_conjugate_update_by_hand():
+    # BDA3 §3.3 with prior (μ0, σ0²) from the pooled rows, weights κ0 = 2, ν0 = 3, and a class of n = 6 rows
+    methods = {"m": {"pooled": {"n": 40, "mean": 0.1, "var": 0.04},
+                     "classes": {"c": {"n": 6, "mean": 0.2, "var": 0.01}}}}
+    d = u.dist_from(methods, "m", "c", 2.0, 3)
+    kn, nun = 2 + 6, 3 + 6
+    mun = (2 * 0.1 + 6 * 0.2) / kn
+    var = (3 * 0.04 + 5 * 0.01 + (2 * 6 / kn) * (0.2 - 0.1) ** 2) / nun
+    assert d.mu == pytest.approx(mun, abs=1e-12) and d.dof == nun and d.n == 6
+    assert d.scale == pytest.approx(math.sqrt(var * (1 + 1 / kn)), abs=1e-12)
+    # a class without rows is a random row of its method: the pooled rows' predictive, N − 1 degrees of freedom
+    e = u.dist_from(methods, "m", "other", 2.0, 3)
+    assert (e.mu, e.dof, e.n) == (0.1, 39, 0)
+    assert e.scale == pytest.approx(math.sqrt(0.04 * (1 + 1 / 40)), abs=1e-12)
+    # a spread measured as none is floored
+    flat = {"m": {"pooled": {"n": 2, "mean": 0.0, "var": 0.0}, "classes": {"c": {"n": 2, "mean": 0.0, "var": 0.0}}}}
+    assert u.dist_from(flat, "m", "c", 1.0, 1).scale == u.SIGMA_FLOOR
+
+
+def test_the_prior_is_the_best_leave_one_out_pair_of_the_rows():
+    rows = _rows()
+    prior = u.table()["prior"]
+    scores = prior["loo_log_score"]
+    best = max(scores, key=scores.get)
+    assert best == f"{prior['kappa0']:g},{prior['nu0']}"
+    assert u.log_score(rows, prior["kappa0"], prior["nu0"]) == pytest.approx(scores[best], abs=1e-2)
+    assert u.prior() == (float(prior["kappa0"]), int(prior["nu0"]))
+    # a measurement's spread is one class for every shape
+    assert u.error_dist("measured", "zero") == u.error_dist("measured", "long_sequence")
+
+
+def _rows() -> list[dict]:
+    with open(ROOT / "benchmarks" / "results" / "uncertainty_rows.csv", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_summarize_and_derive():
+    rows = [{"method": "analytic", "shape": "a", "eps": x} for x in (0.1, 0.2, 0.3)] + \
+           [{"method": "analytic", "shape": "b", "eps": -0.1}]
+    t = u.derive(rows)["analytic"]
+    assert t["classes"]["a"] == {"n": 3, "mean": pytest.approx(0.2), "var": pytest.approx(0.01)}
+    assert t["classes"]["b"] == {"n": 1, "mean": -0.1, "var": 0.0}
+    assert t["pooled"]["n"] == 4 and t["pooled"]["mean"] == pytest.approx(0.125)
+
+
+def test_verdict_thresholds_and_interval():
+    d = u.error_dist("analytic", "default")
+    budget = 80.0
+    safe = u.safe_total(budget, d)
+    assert u.p_oom(safe, budget, d) == pytest.approx(u.P_OOM_TARGET, abs=1e-6)
+    assert u.assess(safe * 0.999, budget, "analytic", "default").verdict == "fits"
+    tight = u.assess(safe * 1.02, budget, "analytic", "default")
+    assert tight.verdict == "at-risk" and tight.p_oom > u.P_OOM_TARGET
+    over = u.assess(budget * 1.001, budget, "analytic", "default")
+    assert over.verdict == "oom" and over.p_oom > 0.4
+    # p_oom is P(total · e^ε > budget): the t CDF at ln(budget/total), standardized
+    total = 70.0
+    z = (math.log(budget / total) - d.mu) / d.scale
+    assert u.p_oom(total, budget, d) == pytest.approx(1 - u.t_cdf(z, d.dof), abs=1e-12)
+    # the interval is the central 90 % of the predictive distribution, known without a GPU
+    a = u.assess(total, None, "analytic", "default")
+    assert a.verdict is None and a.p_oom is None
+    lo, hi = a.interval_gib
+    assert d.cdf(math.log(lo / total)) == pytest.approx(0.05, abs=1e-6)
+    assert d.cdf(math.log(hi / total)) == pytest.approx(0.95, abs=1e-6)
+    # an unknown method is taken as the widest, analytic
+    assert u.error_dist("nonsense", "default") == u.error_dist("analytic", "default")
+
+
+def test_the_committed_table_is_derived_from_the_committed_rows():
+    # benchmarks/derive_uncertainty.py writes both; the table must be exactly what the rows give
+    rows = _rows()
+    assert {r["method"] for r in rows} == set(u.METHODS)
+    derived = u.derive(rows)
+    table = u.table()["methods"]
+    assert set(derived) == set(table)
+    for method, m in derived.items():
+        assert m["pooled"]["n"] == table[method]["pooled"]["n"]
+        for name in ("mean", "var"):
+            assert m["pooled"][name] == pytest.approx(table[method]["pooled"][name], abs=1e-9)
+        for cls, c in m["classes"].items():
+            assert c["n"] == table[method]["classes"][cls]["n"]
+            assert c["mean"] == pytest.approx(table[method]["classes"][cls]["mean"], abs=1e-9)
+    # every row's ε is ln(measured / predicted) of its own columns
+    for r in rows:
+        assert float(r["eps"]) == pytest.approx(math.log(float(r["measured_gib"]) / float(r["predicted_gib"])),
+                                                abs=1e-4)
