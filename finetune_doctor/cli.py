@@ -74,6 +74,10 @@ def common_options(fn: Callable) -> Callable:
                      help="The model's config.json (or its folder) when model_name_or_path is not on this machine."),
         click.option("--offline", is_flag=True, default=False,
                      help="Never download a model's JSON configs (also HF_HUB_OFFLINE=1)."),
+        click.option("--accelerate-config", "accelerate_config", type=click.Path(), default=None, metavar="FILE",
+                     help="The accelerate config the run is launched with (FSDP/FSDP2, processes, mixed precision)."),
+        click.option("--launch", "launch", type=click.Path(), default=None, metavar="FILE",
+                     help="A file holding the launch command line (cmdline.txt, train.sh): launcher, ranks, env."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)

@@ -36,6 +36,8 @@ class Options:
     transformers_version: str | None = None  # ... and transformers
     model_config: str | None = None          # --model-config FILE|DIR: the model's config.json
     offline: bool = False                    # --offline: never download a model's JSON configs
+    accelerate_config: str | None = None     # --accelerate-config FILE: the accelerate config of the launch
+    launch: str | None = None                # a file holding the launch command line (a run folder's cmdline.txt)
 
     @classmethod
     def from_cli(cls, command: str, paths: list[str], gpu: str | None = None, nnodes: int | None = None,
@@ -43,7 +45,8 @@ class Options:
                  ignore: str | None = None, fail_on: str | None = None,
                  rules_dirs: tuple[str, ...] = (), torch_version: str | None = None,
                  transformers_version: str | None = None, model_config: str | None = None,
-                 offline: bool = False, **_: Any) -> "Options":
+                 offline: bool = False, accelerate_config: str | None = None, launch: str | None = None,
+                 **_: Any) -> "Options":
         from finetune_doctor.projectconfig import find_project_config
 
         proj = find_project_config(paths[0] if paths else ".")
@@ -69,4 +72,6 @@ class Options:
             transformers_version=transformers_version or proj.get("transformers"),
             model_config=model_config,
             offline=bool(offline or proj.get("offline")),
+            accelerate_config=accelerate_config,
+            launch=launch,
         )
