@@ -212,12 +212,24 @@ def _fsdp_requested(cfg: dict[str, Any], acc: AccelerateConfig | None, launch: L
     return on_acc or on_launch or _yaml_fsdp(cfg)[0]
 
 
+# transformers 5.24 TrainingArguments._process_fsdp_args defaults, for FSDP set in the YAML and launched without
+# accelerate launch (llamafactory-cli / torchrun: no FSDP_* environment)
+_TRANSFORMERS_FSDP_DEFAULTS: dict[str, Any] = {
+    "fsdp_version": 2, "fsdp_offload_params": False, "fsdp_min_num_params": 0, "fsdp_sharding_strategy": "FULL_SHARD",
+    "fsdp_reshard_after_forward": True, "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+    "fsdp_transformer_layer_cls_to_wrap": None, "fsdp_backward_prefetch": None, "fsdp_state_dict_type": "FULL_STATE_DICT",
+    "fsdp_forward_prefetch": False, "fsdp_use_orig_params": True, "fsdp_cpu_ram_efficient_loading": False,
+    "fsdp_sync_module_states": True, "fsdp_activation_checkpointing": False,
+}
+
+
 def _fsdp_settings(acc: AccelerateConfig | None, launch: LaunchCommand | None,
                    cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """FSDP launch settings: launch defaults ← config file ← command-line flags; the YAML's fsdp_config over all."""
     from finetune_doctor.readers.accelerate import FSDP_LAUNCH_DEFAULTS
 
-    s = dict(FSDP_LAUNCH_DEFAULTS)
+    by_accelerate = acc is not None or (launch is not None and launch.launcher == "accelerate")
+    s = dict(FSDP_LAUNCH_DEFAULTS if by_accelerate else _TRANSFORMERS_FSDP_DEFAULTS)
     source = "accelerate launch defaults"
     if acc is not None:
         s.update(acc.fsdp)
@@ -229,8 +241,10 @@ def _fsdp_settings(acc: AccelerateConfig | None, launch: LaunchCommand | None,
             source = "accelerate launch"
     on, conf = _yaml_fsdp(cfg)
     if on:
+        # transformers 5.24 _process_fsdp_args: FSDP2 and TRANSFORMER_BASED_WRAP unless fsdp_config says otherwise
         source = "YAML fsdp/fsdp_config"
-        s["fsdp_version"] = conf.get("version", 2 if acc is None else s["fsdp_version"])
+        s["fsdp_version"] = conf.get("version", 2)
+        s["fsdp_auto_wrap_policy"] = conf.get("auto_wrap_policy", "TRANSFORMER_BASED_WRAP")
         if "sharding" in conf:
             s["fsdp_sharding_strategy"] = str(conf["sharding"]).upper()
             s["fsdp_reshard_after_forward"] = conf["sharding"] in ("full_shard", "hybrid_shard")

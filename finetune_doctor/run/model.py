@@ -158,6 +158,7 @@ class Run:
             "attention": self.attention,
             "optim": self.optim,
             "optim_assumed": self.optim_assumed,
+            "engine": self.engine,
         }
 
     def facts(self) -> dict[str, Any]:
