@@ -415,13 +415,57 @@ def _mcore_layout_error(run: Run, cfg: dict[str, Any], variant: str, world: int,
     """The first parallel layout Megatron-Core (or the adapter in front of it) refuses at launch, as
     ``mcore_error`` (its message, in the words of the check) and ``mcore_error_key`` (the YAML key to change)."""
     a = run.arch
-    checks: list[tuple[bool, str, str]] = [
+    # in the order the launch meets them: argument parsing (the adapter's or LLaMA-Factory's), the model check,
+    # the process groups, then the model's config
+    early: list[tuple[bool, str, str]] = []
+    layers = a.num_layers + as_bool(cfg.get("account_for_embedding_in_pipeline_split")) + as_bool(
+        cfg.get("account_for_loss_in_pipeline_split"))
+    stages = pp * (vpp or 1)
+    late: list[tuple[bool, str, str]] = []
+    if variant == "mca":
+        # mcore_adapter training_args.py MegatronArguments.__post_init__
+        og, gr = as_bool(cfg.get("overlap_param_gather")), as_bool(cfg.get("overlap_grad_reduce"))
+        early += [(og and not do, "overlap_param_gather",
+                   "--overlap_param_gather only supported with distributed optimizer"),
+                  (og and not gr, "overlap_grad_reduce",
+                   "--overlap_grad_reduce should be turned on when using --overlap_param_gather"),
+                  # LLaMA-Factory train/mca/workflow.py:93-109 (_check_model_support), extras/constants.py:58-74
+                  (a.model_type not in MCA_SUPPORTED_MODELS, "model_name_or_path",
+                   f"Model {a.model_type} is not supported by mcore_adapter")]
+        # mcore_adapter models/model_config.py:398-409
+        late.append((not cfg.get("pipeline_model_parallel_layout") and layers % stages != 0,
+                     "pipeline_model_parallel_size", f"The number of layers ({layers}) must be a multiple of the "
+                     f"pipeline_model_parallel_size ({pp}) and virtual_pipeline_model_parallel_size ({vpp})"))
+    else:
+        size = tp * pp * cp * ep
+        # LLaMA-Factory hparams/parser.py:336-348, 431-441 and megatron_bridge_args.py __post_init__
+        early += [
+            (as_bool(cfg.get("sequence_parallel")) and tp <= 1, "sequence_parallel",
+             "`sequence_parallel` requires `tensor_model_parallel_size` > 1"),
+            (run.stage not in ("pt", "sft"), "stage", "Megatron Bridge only supports the `pt` and `sft` stages"),
+            (run.finetuning_type not in ("full", "lora"), "finetuning_type",
+             "Megatron Bridge only supports `full` and `lora` finetuning"),
+            (run.quantization_bit is not None, "quantization_bit",
+             "Quantized models are not supported with Megatron Bridge"),
+            (bool(cfg.get("deepspeed")), "deepspeed", "Megatron Bridge is incompatible with DeepSpeed"),
+            (size > world or world % size != 0, "tensor_model_parallel_size",
+             f"Total Megatron Bridge parallel size ({size}) must divide `world_size` ({world})"),
+        ]
+        # megatron/core/transformer/transformer_block.py:156-159, 174-178
+        late += [(layers % pp != 0, "pipeline_model_parallel_size",
+                  f"num_layers={layers} should be divisible by config.pipeline_model_parallel_size={pp}"),
+                 (vpp is not None and (layers // pp) % vpp != 0, "virtual_pipeline_model_parallel_size",
+                  f"num_layers_per_pipeline_rank {layers // pp} should be divisible by vp_size {vpp}")]
+    core: list[tuple[bool, str, str]] = [
         # megatron/core/parallel_state.py:815-823 (initialize_model_parallel)
         (world % (tp * pp * cp) != 0, "tensor_model_parallel_size",
          f"world_size ({world}) is not divisible by tensor x pipeline x context parallel size ({tp * pp * cp})"),
         # parallel_state.py:877-883
         (world % (etp * ep * pp) != 0, "expert_model_parallel_size",
          f"world_size ({world}) is not divisible by expert_tensor_model_pipeline_parallel size ({etp * ep * pp})"),
+        # parallel_state.py:827-830
+        (vpp is not None and pp <= 1, "virtual_pipeline_model_parallel_size",
+         "pipeline-model-parallel size should be greater than 1 with interleaved schedule"),
         # megatron/core/transformer/transformer_config.py:1446-1450
         (a.num_heads % tp != 0, "tensor_model_parallel_size",
          f"num_attention_heads ({a.num_heads}) must be a multiple of tensor_model_parallel_size ({tp})"),
@@ -434,42 +478,8 @@ def _mcore_layout_error(run: Run, cfg: dict[str, Any], variant: str, world: int,
         # megatron/core/transformer/moe/moe_layer.py:186
         (a.is_moe and a.num_experts % ep != 0, "expert_model_parallel_size",
          f"num_moe_experts ({a.num_experts}) is not divisible by expert_model_parallel_size ({ep})"),
-        # parallel_state.py:827-830
-        (vpp is not None and pp <= 1, "virtual_pipeline_model_parallel_size",
-         "pipeline-model-parallel size should be greater than 1 with interleaved schedule"),
     ]
-    layers = a.num_layers + as_bool(cfg.get("account_for_embedding_in_pipeline_split")) + as_bool(
-        cfg.get("account_for_loss_in_pipeline_split"))
-    stages = pp * (vpp or 1)
-    if variant == "mca":
-        # mcore_adapter models/model_config.py:398-409
-        checks.append((not cfg.get("pipeline_model_parallel_layout") and layers % stages != 0,
-                       "pipeline_model_parallel_size", f"The number of layers ({layers}) must be a multiple of the "
-                       f"pipeline_model_parallel_size ({pp}) and virtual_pipeline_model_parallel_size ({vpp})"))
-        # mcore_adapter training_args.py MegatronArguments.__post_init__
-        og, gr = as_bool(cfg.get("overlap_param_gather")), as_bool(cfg.get("overlap_grad_reduce"))
-        checks += [(og and not do, "overlap_param_gather",
-                    "--overlap_param_gather only supported with distributed optimizer"),
-                   (og and not gr, "overlap_grad_reduce",
-                    "--overlap_grad_reduce should be turned on when using --overlap_param_gather")]
-        # LLaMA-Factory train/mca/workflow.py:93-109 (_check_model_support) against extras/constants.py:58-74
-        checks.append((a.model_type not in MCA_SUPPORTED_MODELS, "model_name_or_path",
-                       f"Model {a.model_type} is not supported by mcore_adapter"))
-    else:
-        size = tp * pp * cp * ep
-        # LLaMA-Factory hparams/parser.py:336-348, 431-441 and megatron_bridge_args.py __post_init__
-        checks += [
-            (size > world or world % size != 0, "tensor_model_parallel_size",
-             f"Total Megatron Bridge parallel size ({size}) must divide `world_size` ({world})"),
-            (as_bool(cfg.get("sequence_parallel")) and tp <= 1, "sequence_parallel",
-             "`sequence_parallel` requires `tensor_model_parallel_size` > 1"),
-            (run.stage not in ("pt", "sft"), "stage", "Megatron Bridge only supports the `pt` and `sft` stages"),
-            (run.finetuning_type not in ("full", "lora"), "finetuning_type",
-             "Megatron Bridge only supports `full` and `lora` finetuning"),
-            (run.quantization_bit is not None, "quantization_bit",
-             "Quantized models are not supported with Megatron Bridge"),
-            (bool(cfg.get("deepspeed")), "deepspeed", "Megatron Bridge is incompatible with DeepSpeed"),
-        ]
+    checks = early + core + late
     for bad, key, msg in checks:
         if bad:
             return {"mcore_error": msg, "mcore_error_key": key}
