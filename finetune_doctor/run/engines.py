@@ -58,7 +58,7 @@ MCORE_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "vir
               "moe_token_dispatcher_type", "moe_grouped_gemm", "overlap_param_gather", "overlap_grad_reduce")
 # keys only Megatron Bridge has (megatron_bridge_args.py:126-150)
 BRIDGE_ONLY_KEYS = ("use_packed_sequences", "export_hf_on_finish", "megatron_pretrained_checkpoint", "extra_config",
-                    "masked_softmax_fusion")
+                    "masked_softmax_fusion", "mixed_precision")
 _HALF = {"bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
 
 

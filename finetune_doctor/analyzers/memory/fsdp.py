@@ -76,16 +76,23 @@ def compute_view(run: Run) -> Run:
                      deepspeed=False)
 
 
-def _stored_bytes(run: Run) -> tuple[float, float, float]:
-    """(trainable, frozen linear, other frozen) bytes per element of the sharded parameters."""
+def _stored_bytes(run: Run) -> tuple[float, float, float, float]:
+    """(trainable, frozen linear, other frozen) bytes per element of the sharded parameters, and the bytes per
+    frozen linear element every rank keeps whole.
+
+    A bitsandbytes 4-bit weight is a ``Params4bit`` whose packed data (0.5 B per element, stored in the compute
+    dtype) is the parameter FSDP shards; its ``quant_state`` (absmax, nested absmax, code) is a plain attribute of
+    that parameter (bitsandbytes ``nn/modules.py`` ``Params4bit``), which neither FSDP1's FlatParameter nor FSDP2's
+    DTensor shards: each rank keeps all of it."""
     pd = run.fsdp_param_dtype
     b_t = 4.0 if (run.trainable_dtype == "float32" or (run.fsdp_version == 2 and pd and not run.quantized)) \
         else _bytes(run.trainable_dtype)
     if run.quantized:
         wq = run.linear_weight_bytes or weight_bytes_per_param(run.weights_dtype, run.double_quantization)
-        return b_t, wq, _bytes(run.compute_dtype)
+        packed = _bytes(run.weights_dtype) if run.weights_dtype in ("nf4", "fp4") else wq
+        return b_t, packed, _bytes(run.compute_dtype), wq - packed
     b_f = _bytes(run.weights_dtype)
-    return b_t, b_f, b_f
+    return b_t, b_f, b_f, 0.0
 
 
 def _layer_parts(run: Run, c: ParamCounts, i: int) -> tuple[float, float, float]:
@@ -121,14 +128,14 @@ def fsdp_terms(run: Run, c: ParamCounts, T: int) -> dict[str, float | bool]:
     a = run.arch
     N = shard_group(run)
     v2 = run.fsdp_version == 2
-    b_t, b_fl, b_fo = _stored_bytes(run)
+    b_t, b_fl, b_fo, b_whole = _stored_bytes(run)
     pd = run.fsdp_param_dtype
     live_t = _bytes(pd) if pd else b_t
     live_fo = _bytes(pd) if pd else b_fo
     live_fl = b_fl if run.quantized else live_fo
     red = _bytes(pd) if pd else b_t
     # ---- decoder layers
-    shard_w = shard_t = 0.0
+    shard_w = shard_t = whole = 0.0
     layer_live: list[float] = []
     layer_train: list[float] = []
     for i in range(a.num_layers):
@@ -141,6 +148,7 @@ def fsdp_terms(run: Run, c: ParamCounts, T: int) -> dict[str, float | bool]:
         else:
             frac = math.ceil((fl + fo + tr) / N) / max(fl + fo + tr, 1) if N > 1 else 1.0
         shard_w += frac * (fl * b_fl + fo * b_fo)
+        whole += fl * b_whole
         shard_t += frac * tr
         layer_live.append(fl * live_fl + fo * live_fo + tr * live_t)
         layer_train.append(tr)
@@ -188,14 +196,15 @@ def fsdp_terms(run: Run, c: ParamCounts, T: int) -> dict[str, float | bool]:
     temp = {"fused": 0.0, "foreach": P_t * state_b, "forloop": 2 * largest * state_b}.get(run.optimizer_impl, 0.0)
     if run.optimizer_impl in ("8bit", "paged_8bit", "8bit_lion"):
         temp = 0.0
-    weights = shard_w + P_t * b_t
+    weights = shard_w + P_t * b_t + whole
     host_steady = 0.0
     if run.fsdp_offload_params:
-        host_steady = weights + grads + states
-        weights = grads = states = temp = 0.0
+        # only parameters are offloaded: the 4-bit quant_state stays where the kernels read it
+        host_steady = weights - whole + grads + states
+        weights, grads, states, temp = whole, 0.0, 0.0, 0.0
     # ---- host RAM per node: the load (every rank, or rank 0 alone) or the offloaded shards, plus the runtime
     g = max(run.gpus_per_node, 1)
-    model_bytes = c.base * (b_fl if run.quantized else _bytes(run.weights_dtype))
+    model_bytes = c.base * ((b_fl + b_whole) if run.quantized else _bytes(run.weights_dtype))
     load = model_bytes * (1 if run.fsdp_cpu_ram_efficient_loading else g)
     host = HOST_PER_PROCESS_GIB * GIB * g + max(load, host_steady * g)
     view = compute_view(run)

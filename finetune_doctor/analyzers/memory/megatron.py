@@ -118,7 +118,7 @@ def _per_layer_activation(run: Run, i: int, tokens: float) -> float:
         ffn = (a.moe_intermediate_size or a.intermediate_size) * max(a.num_experts_per_tok, 1) \
             + (a.shared_expert_intermediate_size or 0)
     mlp = 4.0 * gated * ffn / h
-    if run.mcore_sp and run.mcore_recompute == "selective":
+    if run.mcore_sp:
         return tokens * h * (18.0 + mlp) / tp
     return tokens * h * (10.0 + (8.0 + mlp) / tp)
 
@@ -157,20 +157,25 @@ def stage_activations(run: Run, stage: int, tokens: float) -> tuple[float, float
     if stage == 0:
         pp = max(run.mcore_pp, 1)
         saved += (8.0 * tokens + tokens * h) * (flight if pp > 1 else 1.0)   # input ids + embedding dropout
-    if not (run.mcore_sp and run.mcore_recompute == "selective"):
+    if not run.mcore_sp:
         saved *= 1.05   # the formula's allowance for temporaries (without SP, line 450)
     return saved, recompute
 
 
 def _logits(run: Run, tokens: float, fused_ce: bool) -> tuple[float, float]:
-    """(at the loss, during its backward) bytes of the last stage's logits: bf16 [s, b, V/TP] and the fp32
-    copy the vocab-parallel cross-entropy computes on (formula line 370-376: 4 bytes per logit); a fused
-    cross-entropy keeps the bf16 logits and its gradient only."""
+    """(at the loss, during its backward) bytes of the last stage's logits [s, b, V/TP].
+
+    The unfused vocab-parallel cross-entropy computes on an fp32 copy of the bf16 logits (megatron/core/
+    tensor_parallel/cross_entropy.py:25; the formula's 4 bytes per logit, line 370-376) and saves its softmax in
+    it; backward turns that softmax into the fp32 gradient and casts it to bf16: 2 + 4 bytes at the loss, 4 + 2
+    during its backward. The fused one (megatron/core/fusions/fused_cross_entropy.py) keeps the bf16 logits and a
+    bf16 exp_logits (2 + 2), and in backward the saved bf16 softmax, an fp32 gradient and its bf16 cast
+    (2 + 4 + 2 at most, the fp32 one freed as the cast completes: taken as 2 + 4)."""
     V, tp = run.arch.vocab_size, max(run.mcore_tp, 1)
     n = tokens * V / tp
     if fused_ce:
-        return 2.0 * n, 2.0 * 2.0 * n
-    return (2.0 + 4.0) * n, 4.0 * 2.0 * n
+        return 4.0 * n, 6.0 * n
+    return 6.0 * n, 6.0 * n
 
 
 def megatron_terms(run: Run, c: ParamCounts, T: int) -> dict[str, float | bool]:
