@@ -14,6 +14,7 @@ from finetune_doctor.run import resolve_run
 from finetune_doctor.run.engines import LaunchInputs
 
 LF = Path(__file__).resolve().parent.parent / "fixtures" / "llamafactory" / "examples"
+ENGINES = Path(__file__).resolve().parent.parent / "fixtures" / "engines"
 LORA = {"model_name_or_path": "meta-llama/Meta-Llama-3-8B-Instruct", "stage": "sft", "finetuning_type": "lora",
         "lora_target": "all", "bf16": True, "per_device_train_batch_size": 1, "cutoff_len": 2048}
 
@@ -84,7 +85,8 @@ def test_launch_flags_override_the_config_file():
 
 
 def test_yaml_fsdp_option_uses_transformers_defaults():
-    cfg = _yaml("extras/fp8/llama3_fp8_fsdp_sft.yaml")
+    # the YAML's `fsdp` option list, as LLaMA-Factory's extras/fp8/llama3_fp8_fsdp_sft.yaml (ff6d4d1) writes it
+    cfg = YAML(typ="safe", pure=True).load((ENGINES / "llama3_full_sft_fsdp_option.yaml").read_text(encoding="utf-8"))
     r = _run(cfg)
     # transformers 5.24 _process_fsdp_args: FSDP2, TRANSFORMER_BASED_WRAP, no rank-0 loading unless asked
     assert (r.engine, r.fsdp_version, r.fsdp_wrap, r.fsdp_cpu_ram_efficient_loading) == (

@@ -18,19 +18,16 @@ TRAIN = sorted(p for p in (LF_ROOT / "examples").rglob("*.yaml") if "do_train: t
 ACCELERATE = sorted((LF_ROOT / "examples" / "accelerate").glob("*.yaml"))
 FSDP_QLORA = "examples/extras/fsdp_qlora/llama3_lora_sft.yaml"
 # examples whose errors are real: GaLore/APOLLO set no `optim`, and transformers' default on torch >= 2.8
-# (adamw_torch_fused) is one LLaMA-Factory's GaLore/APOLLO builders reject (LF_FACTS.md §3); the FP8 FSDP example
-# sets `fsdp_transformer_layer_cls_to_wrap`, a TrainingArguments key transformers 5 removed, which LLaMA-Factory's
-# HfArgumentParser then refuses (the key schema's finding).
+# (adamw_torch_fused) is one LLaMA-Factory's GaLore/APOLLO builders reject (LF_FACTS.md §3).
 # models that are not on this machine: llama_pro's expanded model is written by LF's scripts/llama_pro.py; Qwen3-VL
 # is not in the bundled catalog yet. Tests never download, so check narrows to the config rules (model-unresolved).
 NOT_RESOLVABLE = {"extras/llama_pro/llama3_freeze_sft.yaml", "train_full/qwen3vl_full_sft.yaml",
                   "train_lora/qwen3vl_lora_sft.yaml"}
 KNOWN_ERRORS = {"extras/galore/llama3_full_sft.yaml": {"galore-optim-mismatch"},
-                "extras/apollo/llama3_full_sft.yaml": {"galore-optim-mismatch"},
-                "extras/fp8/llama3_fp8_fsdp_sft.yaml": {"unknown-key"}}
+                "extras/apollo/llama3_full_sft.yaml": {"galore-optim-mismatch"}}
 # the engine each example trains with (run/engines.py); every other example trains with DDP or DeepSpeed
 ENGINES = {"megatron/qwen3_moe_full.yaml": "megatron", "megatron/qwen2_vl_full.yaml": "megatron",
-           "megatron_bridge/llama3_sft.yaml": "megatron", "extras/fp8/llama3_fp8_fsdp_sft.yaml": "fsdp"}
+           "megatron_bridge/llama3_sft.yaml": "megatron"}
 
 
 def test_there_are_training_examples():

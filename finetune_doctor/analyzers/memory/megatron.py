@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from finetune_doctor.analyzers.memory.constants import HOST_PER_PROCESS_GIB
-from finetune_doctor.analyzers.params import ParamCounts
+from finetune_doctor.analyzers.params import ParamCounts, count_params
 from finetune_doctor.dtypes import dtype_bytes as _bytes
 from finetune_doctor.run import Run
 from finetune_doctor.types import GIB
@@ -180,7 +180,11 @@ def _logits(run: Run, tokens: float, fused_ce: bool) -> tuple[float, float]:
 
 def megatron_terms(run: Run, c: ParamCounts, T: int) -> dict[str, float | bool]:
     """The `Terms` fields (analyzers/memory/terms.py) of the busiest rank (the first or the last pipeline
-    stage), for microbatches of `T` tokens. Bytes."""
+    stage), for microbatches of `T` tokens. Bytes. Under the mcore adapter every parameter trains whatever
+    `finetuning_type` says (run/engines.py), and DeepSpeed settings do not apply (the adapter clears them)."""
+    if run.mcore == "mca" and run.finetuning_type != "full":
+        run = run.with_(finetuning_type="full")
+        c = count_params(run)
     best: dict[str, float | bool] | None = None
     stages = {0, max(run.mcore_pp, 1) - 1}
     for s in sorted(stages):

@@ -41,7 +41,7 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
     """All byte terms for one rank. `tokens` overrides micro batch × cutoff_len (e.g. the longest real micro-batch)."""
     c = counts or count_params(run)
     T = tokens if tokens is not None else run.tokens_per_micro_batch
-    if run.engine == "fsdp":
+    if run.engine == "fsdp" and not run.deepspeed:   # a DeepSpeed config would take over (run/engines.py)
         return Terms(**fsdp_terms(run, c, T))        # analyzers/memory/fsdp.py
     if run.engine == "megatron":
         return Terms(**megatron_terms(run, c, T))    # analyzers/memory/megatron.py
