@@ -6,7 +6,8 @@ setup LLaMA-Factory cannot express). For each row the run is expressed as a LLaM
 `total` (what nvidia-smi shows) and `peak_allocated` are compared with the measurement.
 
 Run: python benchmarks/memory_accuracy.py [--csv PATH] → prints the table and the median absolute error and
-writes benchmarks/results/memory_accuracy.md.
+writes benchmarks/results/memory_accuracy.md. The FSDP/FSDP2 and Megatron-Core measurements are a section of their
+own, from benchmarks/engine_points.py.
 """
 
 from __future__ import annotations
@@ -155,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"{RESERVE_EXPANDABLE:.2f} with expandable_segments):", "",
                   "| r | median error | rows over 25 % |", "|---|---|---|"]
         lines += [f"| {r:.2f} | {med_err(r, single):.1%} | {over(r, single)} |" for r in grid]
+    # FSDP/FSDP2 and Megatron-Core rows: a section of their own (benchmarks/engine_points.py)
+    from engine_points import section as engine_section
+
+    lines += engine_section()
     text = "\n".join(lines) + "\n"
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -76,6 +76,10 @@ def common_options(fn: Callable) -> Callable:
                      help="Never download a model's JSON configs (also HF_HUB_OFFLINE=1)."),
         click.option("--env", "env_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
                      help="The training machine's `llamafactory-cli env` (or pip freeze) output: its versions and GPUs."),
+        click.option("--accelerate-config", "accelerate_config", type=click.Path(), default=None, metavar="FILE",
+                     help="The accelerate config the run is launched with (FSDP/FSDP2, processes, mixed precision)."),
+        click.option("--launch", "launch", type=click.Path(), default=None, metavar="FILE",
+                     help="A file holding the launch command line (cmdline.txt, train.sh): launcher, ranks, env."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)

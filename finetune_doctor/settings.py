@@ -37,6 +37,8 @@ class Options:
     model_config: str | None = None          # --model-config FILE|DIR: the model's config.json
     offline: bool = False                    # --offline: never download a model's JSON configs
     env_file: str | None = None              # --env FILE: the training machine's `llamafactory-cli env` output
+    accelerate_config: str | None = None     # --accelerate-config FILE: the accelerate config of the launch
+    launch: str | None = None                # a file holding the launch command line (a run folder's cmdline.txt)
 
     @classmethod
     def from_cli(cls, command: str, paths: list[str], gpu: str | None = None, nnodes: int | None = None,
@@ -44,7 +46,8 @@ class Options:
                  ignore: str | None = None, fail_on: str | None = None,
                  rules_dirs: tuple[str, ...] = (), torch_version: str | None = None,
                  transformers_version: str | None = None, model_config: str | None = None,
-                 offline: bool = False, env_file: str | None = None, **_: Any) -> "Options":
+                 offline: bool = False, env_file: str | None = None, accelerate_config: str | None = None,
+                 launch: str | None = None, **_: Any) -> "Options":
         from finetune_doctor.projectconfig import find_project_config
 
         proj = find_project_config(paths[0] if paths else ".")
@@ -71,4 +74,6 @@ class Options:
             model_config=model_config,
             offline=bool(offline or proj.get("offline")),
             env_file=env_file,
+            accelerate_config=accelerate_config,
+            launch=launch,
         )

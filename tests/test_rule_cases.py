@@ -170,17 +170,19 @@ def _current(edit: dict[str, Any], where: Path, entry: dict[str, Any]) -> Any:
     from finetune_doctor.readers.yamlcfg import load_config
 
     name = Path(str(edit["file"])).name
-    if name.endswith(".json"):
-        data: Any = json.loads((where / name).read_text(encoding="utf-8"))
-        for part in str(edit["key"]).split("."):
-            if not isinstance(data, dict) or part not in data:
-                return _ABSENT
-            data = data[part]
-        return data
     if edit["file"] in ("<command line>", "override"):
         return _ABSENT
-    values = load_config(str(where / name), ()).values
-    return values.get(edit["key"], _ABSENT)
+    if name.endswith(".json"):
+        data: Any = json.loads((where / name).read_text(encoding="utf-8"))
+    else:
+        data = load_config(str(where / name), ()).values
+        if edit["key"] in data:          # a LLaMA-Factory key that itself holds a dot is looked up whole
+            return data[edit["key"]]
+    for part in str(edit["key"]).split("."):   # dotted keys of JSON and of nested YAML (an accelerate config)
+        if not isinstance(data, dict) or part not in data:
+            return _ABSENT
+        data = data[part]
+    return data
 
 
 def _is_noop(edit: dict[str, Any], where: Path, entry: dict[str, Any]) -> bool:

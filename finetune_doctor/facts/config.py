@@ -51,6 +51,7 @@ class Assembly:
     ds: Any = None                 # readers.dsconfig.DSConfig
     ds_stock: bool = False
     counts: Any = None             # analyzers.params.ParamCounts
+    launch: Any = None             # run.engines.LaunchInputs: accelerate config and launch command line
     notes: list[str] = field(default_factory=list)
     stack: dict[str, str | None] = field(default_factory=dict)   # the training stack the run was resolved for
     stack_sources: tuple[tuple[str, str, str], ...] = ()          # (package, version, where it came from)
@@ -89,7 +90,8 @@ class Assembly:
             ds, _ = ds_facts.load(values, self.doc.path, None, self.hw, self.run.arch.hidden_size, [])
         elif ds is not None and ds_resolved is not None:
             ds = replace(ds, resolved=ds_resolved)
-        out = resolve_run(values, self.run.arch, self.hw, ds, nnodes=self.nnodes, stack=self.stack)
+        out = resolve_run(values, self.run.arch, self.hw, ds, nnodes=self.nnodes, stack=self.stack,
+                          stack_sources=self.stack_sources, launch=self.launch)
         self._after[key] = out
         return out
 
@@ -159,6 +161,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
 
     arch = _arch(asm, config, opts, tolerate=static or not need_model or lenient, static=static)
     _deepspeed(asm, arch, tolerate_missing=static or lenient, lenient=lenient)
+    _accelerate(asm, opts, lenient=lenient)
     if asm.ds is not None and validate_ds and not static:
         if not ds_facts.validate_with_deepspeed(asm.ds, facts["ds"]):
             asm.notes.append("--validate-deepspeed: deepspeed is not installed here (pip install deepspeed); "
@@ -173,7 +176,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
 
     def resolve(stack: dict[str, str | None]) -> Any:
         return resolve_run(doc.values, arch, asm.hw, asm.ds, nnodes=opts.nnodes, stack=stack,
-                           stack_sources=asm.stack_sources)
+                           stack_sources=asm.stack_sources, launch=asm.launch)
 
     stack, sources = _stack(opts, asm.hw, env_report)
     asm.stack, asm.nnodes, asm.stack_sources = stack, opts.nnodes, sources
@@ -289,6 +292,42 @@ def _deepspeed(asm: Assembly, arch: Any, *, tolerate_missing: bool, lenient: boo
     if asm.ds is not None and getattr(asm.ds, "path", None) and not asm.ds_stock:
         asm.sources["deepspeed"] = SourceDoc("deepspeed", display_path(str(asm.ds.path)) or str(asm.ds.path),
                                              dict(getattr(asm.ds, "positions", {}) or {}))
+
+
+def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
+    """Read the launch command line (``opts.launch``, e.g. a run folder's cmdline.txt) and the accelerate config
+    (``--accelerate-config``, else the launch's ``--config_file``) into ``asm.launch`` and ``sources["accelerate"]``.
+
+    A config named by ``--accelerate-config`` that cannot be read is an InputError; one named only inside a
+    launch command line (relative to where the run was launched, which may not be here) is a note, as is a launch
+    file that holds no launch under `lenient` (postmortem).
+    """
+    from finetune_doctor.readers.accelerate import load_accelerate_config, read_launch_file
+    from finetune_doctor.run.engines import LaunchInputs
+
+    launch = acc = None
+    if getattr(opts, "launch", None):
+        try:
+            launch = read_launch_file(opts.launch)
+        except InputError as err:
+            if not lenient:
+                raise
+            asm.notes.append(f"launch command not read ({err})")
+    path = getattr(opts, "accelerate_config", None)
+    if path:
+        acc = load_accelerate_config(path)
+    elif launch is not None and launch.accelerate_config:
+        found = next((p for p in (Path(launch.accelerate_config), Path(opts.launch).parent / launch.accelerate_config)
+                      if p.is_file()), None)
+        if found is None:
+            asm.notes.append(f"the launch's accelerate config {launch.accelerate_config} is not on this machine: "
+                             "its FSDP settings are not known (--accelerate-config FILE)")
+        else:
+            acc = load_accelerate_config(str(found))
+    if acc is not None:
+        asm.sources["accelerate"] = SourceDoc("accelerate", display_path(acc.path) or acc.path, dict(acc.positions))
+    if launch is not None or acc is not None:
+        asm.launch = LaunchInputs(acc, launch)
 
 
 def _scan(asm: Assembly, config: str) -> dict[str, Any] | None:

@@ -78,6 +78,49 @@ class Run:
     nnodes: int = 1
     gpus_per_node: int = 1
     fsdp: bool = False
+    # engines beyond DeepSpeed (run/engines.py); defaults describe a DDP or DeepSpeed run
+    engine: str = "ddp"                   # single | ddp | deepspeed | fsdp | megatron
+    launcher: str | None = None           # accelerate | torchrun | deepspeed | llamafactory-cli | ray | python
+    ray_num_workers: int | None = None
+    fsdp_version: int = 0                 # 1 | 2 under FSDP
+    fsdp_sharding: str | None = None      # FULL_SHARD | SHARD_GRAD_OP | HYBRID_SHARD | _HYBRID_SHARD_ZERO2 | NO_SHARD
+    fsdp_reshard_after_forward: bool = True
+    fsdp_offload_params: bool = False
+    fsdp_param_dtype: str | None = None   # dtype units are all-gathered and computed in (mixed precision)
+    fsdp_wrap: str | None = None          # TRANSFORMER_BASED_WRAP | SIZE_BASED_WRAP | NO_WRAP
+    fsdp_wrap_cls: tuple[str, ...] = ()
+    fsdp_min_num_params: int = 0
+    fsdp_use_orig_params: bool = True
+    fsdp_backward_prefetch: str | None = None
+    fsdp_forward_prefetch: bool = False
+    fsdp_cpu_ram_efficient_loading: bool = False
+    fsdp_sync_module_states: bool = True
+    fsdp_activation_checkpointing: bool = False
+    fsdp_state_dict_type: str | None = None
+    fsdp_source: str | None = None
+    fsdp_flat_dtype_conflict: str | None = None  # FSDP1: a unit whose parameters would mix dtypes
+    fsdp_ignored: bool = False            # FSDP was asked for but DeepSpeed runs (accelerate checks it first)
+    fsdp_ignored_strategy: str | None = None  # an FSDP1 fsdp_sharding_strategy written into an FSDP2 config
+    mcore: str | None = None              # mca | bridge: Megatron-Core through LLaMA-Factory
+    mcore_tp: int = 1
+    mcore_pp: int = 1
+    mcore_vpp: int | None = None
+    mcore_cp: int = 1
+    mcore_ep: int = 1
+    mcore_etp: int = 1
+    mcore_sp: bool = False
+    mcore_dp: int = 1                     # data-parallel ranks: world / (TP x PP x CP)
+    mcore_expert_dp: int = 1              # expert data-parallel ranks: world / (ETP x EP x PP)
+    mcore_distributed_optimizer: bool = False
+    mcore_recompute: str | None = None    # full | selective
+    mcore_recompute_method: str | None = None
+    mcore_recompute_num_layers: int | None = None
+    mcore_optimizer_offload: float = 0.0  # share of fp32 master params and Adam states kept on the host
+    mcore_overlap_param_gather: bool = False
+    mcore_overlap_grad_reduce: bool = False
+    mcore_ce_fusion: bool = False         # cross_entropy_loss_fusion: no fp32 copy of the logits
+    mcore_error: str | None = None        # the first parallel layout Megatron-Core refuses, in its words
+    mcore_error_key: str | None = None
     shifted_logits_copy: bool = False    # transformers < 4.49 keeps an fp32 copy of the shifted logits
     # moments after the steady step (run/moments.py)
     eval_during_training: bool = False   # an eval_strategy with eval data: evaluations interrupt training
@@ -124,6 +167,7 @@ class Run:
             "optim": self.optim,
             "optim_assumed": self.optim_assumed,
             "stack": [{"package": p, "version": v, "source": src} for p, v, src in self.stack_sources],
+            "engine": self.engine,
         }
 
     def facts(self) -> dict[str, Any]:

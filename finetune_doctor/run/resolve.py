@@ -9,6 +9,7 @@ from typing import Any
 
 from finetune_doctor.arch import ModelArch
 from finetune_doctor.quant import resolve_quantization
+from finetune_doctor.run.engines import LaunchInputs, resolve_engine
 from finetune_doctor.run.model import Run
 from finetune_doctor.run.moments import moment_fields
 from finetune_doctor.run.stack import OPTIM_IMPL, SHIFTED_LOGITS_COPY_BEFORE, default_optim, parse_version
@@ -21,14 +22,16 @@ _BUCKET_KEYS = ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_
 
 def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: Any | None = None,
                 nnodes: int | None = None, stack: dict[str, str | None] | None = None,
-                stack_sources: tuple[tuple[str, str, str], ...] = ()) -> Run:
+                stack_sources: tuple[tuple[str, str, str], ...] = (), launch: LaunchInputs | None = None) -> Run:
     """Resolve the run LLaMA-Factory would execute from merged YAML keys `cfg`.
 
     `ds` is a readers.dsconfig.DSConfig (or None); `hw` gives the GPU count per node (world size = GPUs per node ×
     nodes, as ``llamafactory-cli`` launches torchrun with ``--nproc_per_node`` = all visible devices,
     launcher.py:56-134). Unknown hardware → world size 1 unless the DeepSpeed JSON states an explicit
     train_batch_size from which the world size follows. `stack` maps torch/transformers to the training machine's
-    versions; `stack_sources` lists (package, version, where it came from) for the report. Raises InvalidRunValue for a size the memory model cannot compute with (`check_sizes`).
+    versions; `stack_sources` lists (package, version, where it came from) for the report. `launch` (an
+    accelerate config and/or a launch command line) decides the engine and the ranks beyond DeepSpeed
+    (run/engines.py). Raises InvalidRunValue for a size the memory model cannot compute with (`check_sizes`).
     """
     check_sizes(cfg)
     notes: list[str] = []
@@ -43,7 +46,7 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
     mbs = as_int(cfg.get("per_device_train_batch_size"), 8)
     lr = cfg.get("learning_rate")
     mgn = cfg.get("max_grad_norm")
-    return Run(
+    run = Run(
         arch=arch, model_name=str(cfg.get("model_name_or_path") or arch.name), stage=stage, finetuning_type=ft,
         **_precision(cfg, arch, hw, ds, dsf["zero_stage"], notes),
         **_adapters(cfg),
@@ -57,6 +60,7 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
         world_size=max(world, 1), nnodes=n_nodes, gpus_per_node=max(per_node, 1),
         stack_sources=tuple(stack_sources), notes=tuple(notes),
     )
+    return resolve_engine(run, cfg, launch, hw)
 
 
 def _deepspeed(ds: Any | None, hw: Hardware | None, notes: list[str]) -> dict[str, Any]:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from finetune_doctor.analyzers.memory.activations import activation_terms
 from finetune_doctor.analyzers.memory.buffers import buffer_bytes, host_bytes
+from finetune_doctor.analyzers.memory.fsdp import fsdp_terms
+from finetune_doctor.analyzers.memory.megatron import megatron_terms
 from finetune_doctor.analyzers.memory.logits import logit_terms
 from finetune_doctor.analyzers.memory.weights import state_terms, weight_terms
 from finetune_doctor.analyzers.params import ParamCounts, count_params
@@ -39,6 +41,10 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
     """All byte terms for one rank. `tokens` overrides micro batch × cutoff_len (e.g. the longest real micro-batch)."""
     c = counts or count_params(run)
     T = tokens if tokens is not None else run.tokens_per_micro_batch
+    if run.engine == "fsdp" and not run.deepspeed:   # a DeepSpeed config would take over (run/engines.py)
+        return Terms(**fsdp_terms(run, c, T))        # analyzers/memory/fsdp.py
+    if run.engine == "megatron":
+        return Terms(**megatron_terms(run, c, T))    # analyzers/memory/megatron.py
     w = weight_terms(run, c)
     s = state_terms(run, c)
     act = activation_terms(run, c, T)
