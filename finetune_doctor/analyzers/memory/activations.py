@@ -49,7 +49,8 @@ def activation_bytes_per_token_layer(run: Run, layer: int = 0, frozen: bool = Fa
     half_model = run.weights_dtype in ("bfloat16", "float16") or run.quantized
     adapters_only = run.finetuning_type in ("lora", "oft")
     e = 2.0 if (run.autocast or (half_model and (adapters_only or _bytes(run.trainable_dtype) == 2))) else 4.0
-    norms_fp32 = (run.finetuning_type in ("full", "freeze") and run.trainable_dtype == "float32") or run.upcast_layernorm
+    norms_fp32 = (run.finetuning_type in ("full", "freeze") and run.trainable_dtype == "float32" and not frozen) \
+        or run.upcast_layernorm
     r = 4.0 if norms_fp32 else e
     trains = set() if frozen else _trainable_linear_names(run)
     qkv_saved = bool(trains & {"q_proj", "k_proj", "v_proj", "q_a_proj", "kv_a_proj_with_mqa"})
@@ -128,15 +129,15 @@ def _norms_and_inputs(run: Run, h: int, r: float, trains: set[str], frozen: bool
 
 
 def layer_transients(run: Run, layer: int | None = None) -> tuple[float, float]:
-    """(forward, backward) bytes per token a decoder layer holds for a moment on top of what it saves, where LoRA
-    adapters are fp32 under autocast: the down projection's input goes through peft's fp32 cast
-    (``_cast_input_dtype``) and autocast's half copy. Forward: the MLP product (2·I), its fp32 cast (4·I), and the
-    base and LoRA outputs (2·2h). Backward of that projection: the base path's input gradient (2·I) and the LoRA
-    path's half gradient with its fp32 cast on the way back through the two casts (2·I + 4·I). They decide the
-    step only when the logits no longer do (liger's fused loss). Other setups keep no such casts: (0, 0)."""
-    if not (run.finetuning_type in ("lora", "oft") and run.autocast and run.trainable_dtype == "float32"):
-        return 0.0, 0.0
-    if "down_proj" not in _trainable_linear_names(run):
+    """(forward, backward) bytes per token a LoRA/OFT decoder layer holds for a moment on top of what it saves,
+    at its adapted down projection (the widest input, I). Forward: the MLP product (2·I), peft's cast of it to
+    the adapters' dtype when that differs (4·I for fp32 adapters, ``_cast_input_dtype``), OFT's rotated input
+    (2·I, the base layer runs on it) and the base and adapter outputs (2·2h). Backward: the base path's input
+    gradient (2·I), the adapter path's (2·I, plus 4·I back through the fp32 cast), and for OFT the gradient of
+    the rotated input plus the operands ``einsum("...rk,rkc->...rc")``'s backward lays out contiguously for its
+    batched matmuls (3 × 2·I; peft v0.18.1 ``tuners/oft/layer.py:246-278``). They decide the step only when the
+    logits no longer do (liger's fused loss); full and freeze tuning keep no such casts: (0, 0)."""
+    if run.finetuning_type not in ("lora", "oft") or "down_proj" not in _trainable_linear_names(run):
         return 0.0, 0.0
     a = run.arch
     i = a.num_layers - 1 if layer is None else layer
@@ -144,13 +145,16 @@ def layer_transients(run: Run, layer: int | None = None) -> tuple[float, float]:
         width = a.intermediate_size
     else:
         width = (a.moe_intermediate_size or a.intermediate_size) * a.num_experts_per_tok
-    return 6.0 * width + 4.0 * a.hidden_size, 8.0 * width
+    cast = 4.0 if (run.trainable_dtype == "float32" and _bytes(run.compute_dtype) == 2) else 0.0
+    oft = run.finetuning_type == "oft"
+    return (2.0 + cast + 2.0 * oft) * width + 4.0 * a.hidden_size, (4.0 + cast + 6.0 * oft) * width
 
 
 def residual_bytes(run: Run) -> float:
-    """Bytes per element of the residual stream: fp32 when full/freeze tuning keeps fp32 weights (the embedding
-    output and every residual add stay fp32 under autocast), else the compute dtype."""
-    if run.finetuning_type in ("full", "freeze") and run.trainable_dtype == "float32":
+    """Bytes per element of the residual stream: fp32 when full tuning keeps fp32 weights (the embedding output
+    is fp32 and every residual add stays fp32 under autocast), else the compute dtype (freeze tuning leaves the
+    embedding in half precision, and autocast returns the projections' outputs in half)."""
+    if run.finetuning_type == "full" and run.trainable_dtype == "float32":
         return 4.0
     return 2.0 if run.autocast or _bytes(run.compute_dtype) == 2 else 4.0
 
@@ -264,6 +268,9 @@ def activation_terms(run: Run, c: ParamCounts, T: int) -> ActivationTerms:
         acts = T * kept + above
         recompute = T * max(per_layer, default=0.0) + (T * e_res * a.hidden_size if offloaded else 0.0)
         recompute += _dora_transient(run) + T * layer_transients(run)[1]
+        # the checkpointed layers sit below the frozen ones: by the time backward rebuilds them, the frozen
+        # layers above have released what they kept
+        recompute = max(recompute - above, 0.0)
     else:
         acts = T * sum(per_layer) + above
         recompute = T * layer_transients(run)[1]

@@ -117,7 +117,7 @@ def badam_states(run: Run, P_t: float, e_t: float) -> OptStates:
     gradients are converted to fp32 one parameter at a time and the half ones dropped (``_grad_to_hp``,
     :275-287). Ratio mode (``BlockOptimizerRatio``): every parameter trains, but each gradient is made sparse in
     its post-accumulate hook, keeping ``update_ratio`` of the entries with int64 COO indices, and the Adam moments
-    are vectors of those entries only (:601-606, :729-735)."""
+    are vectors of those entries only (``sparse_update_hook``, :578 and :805-; moments ``zeros_like(p.grad._values())``, :731-734)."""
     if run.badam_mode == "ratio":
         share = run.badam_update_ratio
         return OptStates(P_t * share * (e_t + 16.0), True, 0.0, 2.0 * P_t * share * e_t, 0.0, 0.0)
