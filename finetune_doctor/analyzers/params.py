@@ -8,15 +8,15 @@
   vector of `out` per module (peft v0.18.1 ``tuners/lora/dora.py:64``, ``weight_norm`` of length out). rsLoRA
   changes only the scaling (alpha/√r), PiSSA only the initial values (the base weight keeps its shape,
   ``init_lora_weights="pissa_niter_<n>"``, LF adapter.py:288-294), LoRA+ only the learning rate of B (LF
-  trainer_utils.py:372-409): all three count as LoRA.
+  trainer_utils.py:372-409): all three count as LoRA. `all` targets every Linear except lm_head, which for an MoE
+  model includes the router and every expert's projections (LF model_utils/misc.py:28-52 finds nn.Linear modules;
+  with transformers 4.x experts are separate nn.Linear modules — the behaviour case 023 reports).
 * oft: peft v0.18.1 ``tuners/oft/layer.py:446-475``: ``r = in // oft_block_size`` blocks when ``oft_rank`` is 0
   (LF's default, block size 32), else ``oft_block_size = in // r``; a size that does not divide ``in`` is moved to
   the nearest divisor (``adjust_oft_parameters``, :505-523); each block stores the upper triangle of a
   skew-symmetric matrix, ``b·(b-1)/2`` elements, so a module holds ``r·b·(b-1)/2``.
 * KTransformers (`use_kt`) runs the routed experts on the CPU: their weights (`kt_expert_params`) and their LoRA
-  leave the GPU's counts (LF docs/en/advanced/ktransformers.md). `all` targets every Linear except lm_head, which for an MoE
-  model includes the router and every expert's projections (LF model_utils/misc.py:28-52 finds nn.Linear modules;
-  with transformers 4.x experts are separate nn.Linear modules — the behaviour case 023 reports).
+  leave the GPU's counts (LF docs/en/advanced/ktransformers.md).
 * resize_vocab / added tokens make embed_tokens and lm_head trainable in full (adapter.py:246-255).
 * With transformers >= 5 the routed experts are fused 3-D tensors and the router a ``*TopKRouter``, neither an
   nn.Linear: ``all`` then leaves them out (`ModelArch.experts_fused`, `router_linear`).
@@ -97,11 +97,12 @@ def _divisor_near(n: int, want: int) -> int:
 def oft_module_params(in_features: int, oft_rank: int = 0, oft_block_size: int = 32) -> int:
     """Trainable elements peft's OFT adds to one linear of `in_features` inputs (module docstring)."""
     if oft_rank == 0:
-        b = oft_block_size if (oft_block_size and in_features % oft_block_size == 0 and oft_block_size <= in_features) \
-            else _divisor_near(in_features, max(oft_block_size, 1))
+        fits = bool(oft_block_size) and in_features % oft_block_size == 0 and oft_block_size <= in_features
+        b = oft_block_size if fits else _divisor_near(in_features, max(oft_block_size, 1))
         r = in_features // b
     else:
-        r = oft_rank if in_features % oft_rank == 0 and oft_rank <= in_features else _divisor_near(in_features, oft_rank)
+        fits = in_features % oft_rank == 0 and oft_rank <= in_features
+        r = oft_rank if fits else _divisor_near(in_features, oft_rank)
         b = in_features // r
     return r * (b * (b - 1) // 2)
 

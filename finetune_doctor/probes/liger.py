@@ -94,7 +94,8 @@ def _functions():
         @staticmethod
         def backward(ctx, dy):
             x2, weight, rstd = ctx.saved_tensors
-            dy2 = dy.reshape(-1, x2.shape[-1])
+            # a training step hands a dense gradient (contiguous() is a no-op); a broadcast one gets its own copy
+            dy2 = dy.contiguous().reshape(-1, x2.shape[-1])
             w = weight.float() + ctx.offset
             dw = torch.zeros(x2.shape[-1], dtype=torch.float32, device=x2.device) if weight.requires_grad else None
             for s, e in _rows(x2.shape[0]):

@@ -24,11 +24,13 @@ def activation_bytes_per_token_layer(run: Run, layer: int = 0, frozen: bool = Fa
     HF LLaMA/Qwen2 (bf16, SDPA/flash, no dropout, SwiGLU, GQA), verified op by op to the byte (REPORT.md §3):
     ``22h + 4·h_kv + 8·I + 4·a`` bytes per token. Generalised here by element size: `e` the compute dtype bytes
     (2 under autocast or a half-precision model, 4 in fp32), `r` the residual/norm dtype bytes (4 when the norm weights
-    are fp32 trainable params). RMSNorm keeps an fp32 copy of its input (4h) and the re-cast normed value (r·h);
-    norm outputs are saved by the projections that read them (one r·h each — under autocast with an fp32 residual
-    every projection call casts its input again, so q,k,v and gate,up each keep a 2h copy); rotated q, the SDPA output
+    are fp32 trainable params). RMSNorm keeps an fp32 copy of its input (4h) and, when its weight trains, the
+    re-cast normed value (r·h); norm outputs are saved by the projections that read them (`_norms_and_inputs`: one
+    r·h each, or a copy per adapted module where peft casts the input for fp32 adapters, or per call under autocast
+    with an fp32 residual); rotated q, the SDPA output
     and the o_proj input are e·h_q each; k and v e·h_kv each; gate, silu, up and their product e·I each; SDPA keeps a
-    float32 log-sum-exp per head (4a). Eager attention keeps the softmax output in fp32 and its cast (4+e)·a·s instead.
+    float32 log-sum-exp per head (4a). Eager attention keeps the softmax output in fp32 and its cast (4+e)·a·s
+    instead.
     A projection that neither trains nor has a trainable adapter does not keep its input (its backward needs only the
     weight), so LoRA on q,v keeps less than LoRA on all linears.
 

@@ -102,8 +102,11 @@ def lowrank_states(run: Run, P_t: float, e_t: float) -> OptStates:
     k = min(m, n)
     temp = 2.0 * m * n * e_t + (4.0 * (m * n + m * k + k * n) if svd else 0.0)
     if layerwise:
-        # one parameter's gradient and its update at a time, inside backward
-        return OptStates(m * n * e_t + temp, False, 0.0, states, 0.0, 0.0)
+        # one parameter's gradient and its update at a time, inside backward: the largest gradient is the
+        # embedding's or lm_head's when they train (they step in their hooks too, as plain AdamW)
+        a = run.arch
+        biggest = max(m * n, a.embedding_params(), a.lm_head_params()) if run.finetuning_type == "full" else m * n
+        return OptStates(biggest * e_t + temp, False, 0.0, states, 0.0, 0.0)
     return OptStates(P_t * e_t, run.grad_accum > 1, 0.0, states, 0.0, temp)
 
 
@@ -117,7 +120,8 @@ def badam_states(run: Run, P_t: float, e_t: float) -> OptStates:
     gradients are converted to fp32 one parameter at a time and the half ones dropped (``_grad_to_hp``,
     :275-287). Ratio mode (``BlockOptimizerRatio``): every parameter trains, but each gradient is made sparse in
     its post-accumulate hook, keeping ``update_ratio`` of the entries with int64 COO indices, and the Adam moments
-    are vectors of those entries only (``sparse_update_hook``, :578 and :805-; moments ``zeros_like(p.grad._values())``, :731-734)."""
+    are vectors of those entries only (``sparse_update_hook``, :578 and :805-; the moments are
+    ``zeros_like(p.grad._values())``, :731-734)."""
     if run.badam_mode == "ratio":
         share = run.badam_update_ratio
         return OptStates(P_t * share * (e_t + 16.0), True, 0.0, 2.0 * P_t * share * e_t, 0.0, 0.0)
