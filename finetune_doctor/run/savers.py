@@ -121,7 +121,14 @@ def _attention_savers(cfg: dict[str, Any], arch: ModelArch, stack: dict[str, str
 
 def _fp8(cfg: dict[str, Any]) -> dict[str, Any]:
     """``fp8`` and ``fp8_backend`` (hparams/training_args.py:123-139): ``auto`` builds torchao's recipe
-    (train/fp8_utils.py:57-62), ``te`` Transformer Engine's (fp8_utils.py:46-50)."""
+    (train/fp8_utils.py:57-62), ``te`` Transformer Engine's (fp8_utils.py:46-50). What LF converts: the decoder's
+    linear layers whose sides divide by 16, not the embeddings or lm_head (``module_filter_func``, :72-93); the
+    parameters, gradients and optimizer states keep their dtypes and torchao's rowwise float8 linear keeps its
+    inputs in high precision for backward (pytorch/ao @024fe94 ``torchao/float8/float8_linear.py``,
+    ``manual_float8_matmul_with_args_in_hp``: ``save_for_backward(input_hp, weight_hp_t)``, the fp8 casts are
+    per-call temporaries), so the memory terms do not change. Transformer Engine's ``te.Linear`` keeps the
+    input of a trainable weight's gradient GEMM quantized; that saving is not modelled (an upper bound for full
+    tuning under ``te``)."""
     on = as_bool(cfg.get("fp8"))
     backend = str(cfg.get("fp8_backend") or "auto").lower()
     if backend == "auto":
