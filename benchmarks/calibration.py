@@ -15,7 +15,8 @@ activations when the lm_head starts, logits at their largest).
 
 Grid (Qwen2.5-7B unless stated; bf16; fused AdamW; micro batch 1; sdpa; gradient checkpointing on):
 finetuning type full / freeze / LoRA × seq 512 / 4096 / 32768 × checkpointing on / off; micro batch 1 / 4 / 8;
-eager vs sdpa; ZeRO 0 (DeepSpeed) / 1 / 2 / 3 over 8 ranks; world size 1 / 2 / 8 / 64 under ZeRO-2/3.
+eager vs sdpa; liger-kernel on (LoRA, full, freeze); ZeRO 0 (DeepSpeed) / 1 / 2 / 3 over 8 ranks; world size 1 / 2 / 8
+/ 64 under ZeRO-2/3.
 
 Usage: .venv/bin/python benchmarks/calibration.py [--slice] → prints the table, writes
 benchmarks/results/calibration.md (--slice: the small slice the tests run, not written).
@@ -91,6 +92,13 @@ def grid(small: bool = False) -> list[tuple[str, dict[str, Any], int | None, int
         rows.append((f"lora s4096 {'GC' if gc else 'noGC'} fp16 on bf16 weights",
                      {**fp16, "finetuning_type": "lora", **({} if gc else {"disable_gradient_checkpointing": True})},
                      None, 1))
+    # liger-kernel (fused linear cross-entropy, RMSNorm, SwiGLU), simulated by probes/liger.py's stand-ins
+    for label, extra in (("lora s4096 GC liger", {"finetuning_type": "lora"}),
+                         ("lora s32768 GC liger", {"finetuning_type": "lora", "cutoff_len": 32768}),
+                         ("lora s4096 noGC liger", {"finetuning_type": "lora", "disable_gradient_checkpointing": True}),
+                         ("full s4096 GC liger", {"finetuning_type": "full"}),
+                         ("freeze s4096 GC liger", {"finetuning_type": "freeze"})):
+        rows.append((label, {**base, "enable_liger_kernel": True, **extra}, None, 1))
     for ft in ("full", "lora"):
         for stage in (0, 1, 2, 3):
             rows.append((f"{ft} s4096 ZeRO-{stage} x8", {**base, "finetuning_type": ft}, stage, 8))

@@ -75,6 +75,61 @@ def to_config(row: dict) -> dict | None:
     return cfg
 
 
+# Published measurements of runs with liger-kernel on. Each row: (source, model, LF config keys, DeepSpeed
+# zero_optimization or None, GPUs, stack, measured GiB per GPU, what the measurement is). Rows whose setup this
+# branch cannot express are listed in LIGER_NOT_EXPRESSIBLE with the reason.
+LIGER_ROWS = [
+    ("hiyouga/LlamaFactory#7055 (2025-02-24): the reporter's YAML; nvidia-smi on the busier of 2 cards",
+     "Qwen/Qwen2.5-14B-Instruct",
+     {"stage": "sft", "finetuning_type": "lora", "lora_target": "all", "lora_rank": 16, "lora_alpha": 32,
+      "enable_liger_kernel": True, "flash_attn": "fa2", "cutoff_len": 12800, "per_device_train_batch_size": 4,
+      "gradient_accumulation_steps": 2, "bf16": True},
+     {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}, "overlap_comm": False},
+     2, {"torch": "2.4.0", "transformers": "4.44.0"}, 72782 / 1024,
+     "nvidia-smi (allocator cache included) at an unstated moment of a run that evaluates every 200 steps with "
+     "4 x 12800-token eval batches; liger's fused loss runs only in training (skip_logits needs self.training), so "
+     "evaluation materialises the logits; the reporter's follow-up (#7110) shows the two cards at 40 and 75 GB"),
+]
+LIGER_NOT_EXPRESSIBLE = [
+    ("liger-kernel examples/huggingface/README.md (v0.6.3), Qwen2-7B, alpaca, bs 32/48/64 on 4 x A100, FSDP1: "
+     "peak allocated 51154 MB (bs 32 without liger), 39300 / 42086 / 42709 MB with liger",
+     "FSDP1 full_shard of a bf16-loaded model is not modelled on this branch (wt/engines adds FSDP), and the "
+     "tokens per batch are not published (alpaca samples padded to the longest of each batch, truncated at 512)"),
+    ("liger-kernel examples/huggingface/README.md, LLaMA-3-8B and Gemma-7B charts (same setup)",
+     "as above; their values are bars without labels"),
+    ("liger-kernel benchmark/data/all_benchmark_data.csv, fused_linear_cross_entropy memory (H 4096, V 128256, "
+     "BT 4096-32768, liger 0.4.2)",
+     "kernel-level runs of liger 0.4.2, whose FLCE upcast each chunk to fp32 and accumulated with addmm; LF requires "
+     ">= 0.6.3, and the harness keeps one more V x H tensor than its code explains"),
+]
+
+
+def liger_table() -> tuple[list[str], list[float]]:
+    """The liger rows: predicted steady step against the measurement, and the rows not expressible."""
+    from finetune_doctor.hardware.catalog import parse_gpu_spec
+
+    lines = ["", "## Runs with liger-kernel", "",
+             "| source | model | predicted total | predicted logits | measured | error (total) | what was measured |",
+             "|---|---|---|---|---|---|---|"]
+    errs = []
+    for src, model, cfg, zo, n, stack, meas, what in LIGER_ROWS:
+        arch, _ = load_arch(model)
+        hw = parse_gpu_spec(f"{n}xA100-80GB")
+        def ds():
+            return _DS(zo["stage"], {k: v for k, v in zo.items() if k != "stage"}) if zo else None
+
+        est = estimate(resolve_run(cfg, arch, hw, ds(), stack=stack), hw)
+        off = estimate(resolve_run({**cfg, "enable_liger_kernel": False}, arch, hw, ds(), stack=stack), hw)
+        e = (est.total - meas) / meas
+        errs.append(abs(e))
+        lines.append(f"| {src} | {model} | {est.total:.1f} (without liger {off.total:.1f}) | "
+                     f"{est.per_gpu['logits']:.2f} (without liger {off.per_gpu['logits']:.1f}) | {meas:.1f} | "
+                     f"{e:+.1%} | {what} |")
+    lines += ["", "Published liger measurements not expressible here:", ""]
+    lines += [f"- {src}: {why}" for src, why in LIGER_NOT_EXPRESSIBLE]
+    return lines, errs
+
+
 class _DS:
     def __init__(self, stage: int, extra: dict | None = None):
         self.resolved = {"zero_optimization": {"stage": stage, **(extra or {})}}
@@ -160,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     from engine_points import section as engine_section
 
     lines += engine_section()
+    liger_lines, liger_errs = liger_table()
+    lines += liger_lines
+    if liger_errs:
+        lines += ["", f"Median absolute error of `total` on the liger rows: {statistics.median(liger_errs):.1%} "
+                      f"({len(liger_errs)} row{'s' if len(liger_errs) != 1 else ''})."]
     text = "\n".join(lines) + "\n"
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

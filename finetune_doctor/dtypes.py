@@ -44,10 +44,13 @@ BNB_CODE_ENTRIES = 256        # fp32 code of the nested quantization, per tensor
 # RMSprop: one; AdEMAMix: three (two EMAs of the gradient and one of its square); SGD as HF builds it (no momentum)
 # and LOMO/AdaLomo: none; Adafactor with HF's defaults (beta1=None) keeps only the factored second moment, rows +
 # columns per matrix, which is O(m+n) rather than O(mn) and counted as zero per parameter.
+# Muon (LLaMA-Factory third_party/muon/muon.py:176-178): one momentum buffer per matrix it orthogonalises (its
+# other parameters keep AdamW's two moments, analyzers/memory/optstates.py). GaLore/APOLLO keep two moments, but of
+# the projected gradient: `lowrank_state_elements` gives their size.
 _STATE_COUNT = {
     "fused": 2, "foreach": 2, "forloop": 2, "paged": 2, "schedule_free": 2, "galore": 2, "apollo": 2,
     "8bit": 2, "paged_8bit": 2, "galore_8bit": 2, "8bit_lion": 1, "lion": 1, "adagrad": 1, "rmsprop": 1,
-    "ademamix": 3, "sgd": 0, "lomo": 0, "adafactor": 0,
+    "ademamix": 3, "sgd": 0, "lomo": 0, "adafactor": 0, "muon": 1,
 }
 _EIGHT_BIT = ("8bit", "paged_8bit", "galore_8bit", "8bit_lion")
 
@@ -94,6 +97,16 @@ def optimizer_state_bytes(impl: str, numel: int, elem_bytes: float, blocksize: i
             return k * 4 * numel
         return k * (numel + BNB_ABSMAX_BYTES * -(-numel // blocksize))
     return int(k * numel * elem_bytes)
+
+
+def lowrank_state_elements(out_features: int, in_features: int, rank: int) -> tuple[int, int]:
+    """(elements of one projected gradient / Adam moment, elements of the projector) of GaLore or APOLLO on one
+    ``out × in`` matrix with ``proj_type: std`` (LF's default): the smaller side is projected to `rank`, so the
+    moments are ``r × max(out, in)`` and the projector ``r × min(out, in)`` (GaLore @2cc66f8
+    ``galore_projector.py:12-21``, APOLLO @76b3472 ``random_projector.py:108-116``); a rank above the smaller side
+    keeps the whole side (``Vh[:rank]`` of a ``full_matrices=False`` SVD has at most min(out, in) rows)."""
+    r = min(rank, out_features, in_features)
+    return r * max(out_features, in_features), r * min(out_features, in_features)
 
 
 def weight_bytes_per_param(dtype: str, double_quant: bool = True) -> float:

@@ -5,9 +5,18 @@
 * freeze: the last `freeze_trainable_layers` decoder layers (the first N when negative), modules filtered by
   `freeze_trainable_modules` (adapter.py:129-136).
 * lora / dora: rank·(in + out) per targeted linear (peft LoraLayer: A is r×in, B is out×r); DoRA adds a magnitude
-  vector of `out` per module (peft DoraLinearLayer). `all` targets every Linear except lm_head, which for an MoE
+  vector of `out` per module (peft v0.18.1 ``tuners/lora/dora.py:64``, ``weight_norm`` of length out). rsLoRA
+  changes only the scaling (alpha/√r), PiSSA only the initial values (the base weight keeps its shape,
+  ``init_lora_weights="pissa_niter_<n>"``, LF adapter.py:288-294), LoRA+ only the learning rate of B (LF
+  trainer_utils.py:372-409): all three count as LoRA. `all` targets every Linear except lm_head, which for an MoE
   model includes the router and every expert's projections (LF model_utils/misc.py:28-52 finds nn.Linear modules;
   with transformers 4.x experts are separate nn.Linear modules — the behaviour case 023 reports).
+* oft: peft v0.18.1 ``tuners/oft/layer.py:446-475``: ``r = in // oft_block_size`` blocks when ``oft_rank`` is 0
+  (LF's default, block size 32), else ``oft_block_size = in // r``; a size that does not divide ``in`` is moved to
+  the nearest divisor (``adjust_oft_parameters``, :505-523); each block stores the upper triangle of a
+  skew-symmetric matrix, ``b·(b-1)/2`` elements, so a module holds ``r·b·(b-1)/2``.
+* KTransformers (`use_kt`) runs the routed experts on the CPU: their weights (`kt_expert_params`) and their LoRA
+  leave the GPU's counts (LF docs/en/advanced/ktransformers.md).
 * resize_vocab / added tokens make embed_tokens and lm_head trainable in full (adapter.py:246-255).
 * With transformers >= 5 the routed experts are fused 3-D tensors and the router a ``*TopKRouter``, neither an
   nn.Linear: ``all`` then leaves them out (`ModelArch.experts_fused`, `router_linear`).
@@ -36,6 +45,7 @@ class ParamCounts:
     largest_layer: int
     router_lora_modules: int = 0
     expert_lora_params: int = 0
+    kt_expert_params: int = 0   # routed-expert weights KTransformers keeps on the CPU (not in `frozen`)
 
     @property
     def total(self) -> int:
@@ -71,8 +81,34 @@ def _targets(arch: ModelArch, targets: tuple[str, ...]) -> tuple[set[str], bool]
     return hit, router
 
 
+def _divisor_near(n: int, want: int) -> int:
+    """peft's ``adjust_oft_parameters``: the divisor of `n` nearest to `want`, the lower one on a tie."""
+    if want >= n:
+        return n
+    hi = want
+    while hi <= n and n % hi:
+        hi += 1
+    lo = want
+    while lo > 1 and n % lo:
+        lo -= 1
+    return lo if (want - lo) <= (hi - want) else hi
+
+
+def oft_module_params(in_features: int, oft_rank: int = 0, oft_block_size: int = 32) -> int:
+    """Trainable elements peft's OFT adds to one linear of `in_features` inputs (module docstring)."""
+    if oft_rank == 0:
+        fits = bool(oft_block_size) and in_features % oft_block_size == 0 and oft_block_size <= in_features
+        b = oft_block_size if fits else _divisor_near(in_features, max(oft_block_size, 1))
+        r = in_features // b
+    else:
+        fits = in_features % oft_rank == 0 and oft_rank <= in_features
+        r = oft_rank if fits else _divisor_near(in_features, oft_rank)
+        b = in_features // r
+    return r * (b * (b - 1) // 2)
+
+
 def lora_params(arch: ModelArch, targets: tuple[str, ...], rank: int, *, oft: bool = False,
-                dora: bool = False) -> tuple[int, int, int]:
+                dora: bool = False, oft_rank: int = 0, oft_block_size: int = 32) -> tuple[int, int, int]:
     """(adapter elements, MoE layers whose router gets an adapter, adapter elements on routed experts) of LoRA
     (or OFT) at `rank` on `targets`; from the meta-device module list when `arch.exact` is set (plain LoRA)."""
     names, router = _targets(arch, targets)
@@ -82,21 +118,36 @@ def lora_params(arch: ModelArch, targets: tuple[str, ...], rank: int, *, oft: bo
             if _canonical(lin.name) in names and lin.targetable:
                 per = rank * (lin.in_features + lin.out_features)
                 if oft:
-                    # OFT block-diagonal orthogonal matrix: r blocks of (out/r)^2 -> out^2/r (peft OFTLayer)
-                    per = lin.out_features * lin.out_features // max(rank, 1)
+                    per = oft_module_params(lin.in_features, oft_rank, oft_block_size)
                 if dora:
                     per += lin.out_features
                 adapter += n * per * lin.count
                 if lin.expert:
                     experts += n * per * lin.count
         if router and kind[1] == "moe":
-            adapter += n * rank * (arch.hidden_size + arch.num_experts)
+            adapter += n * (oft_module_params(arch.hidden_size, oft_rank, oft_block_size) if oft
+                            else rank * (arch.hidden_size + arch.num_experts))
             routers += n
     if arch.exact is not None and not oft and not dora:
         from finetune_doctor.readers.model.meta import lora_trainable
 
         adapter = lora_trainable(arch.exact, targets, rank)
     return adapter, routers, experts
+
+
+def kt_expert_params(arch: ModelArch) -> int:
+    """Elements of the routed experts of every MoE layer (what KTransformers moves to the CPU)."""
+    return sum(n * lin.params for k, n in arch.layer_groups() for lin in arch.kind_linears(k) if lin.expert)
+
+
+def badam_block_params(run) -> int:  # run: finetune_doctor.run.Run
+    """Trainable elements of BAdam's largest block in layer mode: one decoder layer (badam ``BlockOptimizer``
+    ``infer_param_groups``: one block per ``layers.<i>.``, embeddings and lm_head not trained unless asked, which LF
+    does not), or only its LoRA weights in LoRA mode (``lora_mode``, "Will only train the lora parameters")."""
+    arch: ModelArch = run.arch
+    if run.finetuning_type in ("lora", "oft"):
+        return count_params(run).adapter // max(arch.num_layers, 1)
+    return max((arch.kind_params(k) for k, _ in arch.layer_groups()), default=0)
 
 
 def count_params(run) -> ParamCounts:  # run: finetune_doctor.run.Run (not imported: avoids a cycle in typing)
@@ -128,13 +179,20 @@ def count_params(run) -> ParamCounts:  # run: finetune_doctor.run.Run (not impor
     if ft in ("lora", "oft"):
         r = run.lora_rank
         adapter, routers, experts = lora_params(arch, tuple(run.lora_target), r, oft=ft == "oft",
-                                                dora=run.use_dora)
+                                                dora=run.use_dora and ft == "lora",
+                                                oft_rank=getattr(run, "oft_rank", 0),
+                                                oft_block_size=getattr(run, "oft_block_size", 32))
         tb = vocab_trainable
         for t in run.additional_target:
             if t in ("embed_tokens", "wte", "tok_embeddings", "word_embeddings"):
                 tb += arch.embedding_params()
             elif t in ("lm_head", "output", "output_layer"):
                 tb += arch.lm_head_params() or arch.embedding_params()
+        kt = kt_expert_params(arch) if getattr(run, "use_kt", False) else 0
+        if kt:
+            # KTransformers: routed experts and their LoRA live on the CPU (kt_host_bytes counts them there)
+            return ParamCounts(base, adapter - experts + tb, adapter - experts, base - tb - kt, tb, largest, routers,
+                               experts, kt)
         return ParamCounts(base, adapter + tb, adapter, base - tb, tb, largest, routers, experts)
     # unknown finetuning type: treat as full so memory is not under-estimated
     return ParamCounts(base, base, 0, 0, base, largest)

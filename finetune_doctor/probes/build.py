@@ -14,6 +14,7 @@ from typing import Any
 from finetune_doctor.dtypes import optimizer_state_bytes, quantized_weight_tensors
 from finetune_doctor.errors import InputError
 from finetune_doctor.probes.fakemode import dtype_of, load_torch, storage_dtype
+from finetune_doctor.probes.liger import apply_liger
 from finetune_doctor.probes.spec import ProbeSpec
 
 
@@ -131,8 +132,8 @@ def _apply_adapter(model: Any, spec: ProbeSpec, notes: list[str]):
                               task_type="CAUSAL_LM")
     else:
         # LF defaults: oft_rank 0, oft_block_size 32 (finetuning_args.py OftArguments)
-        cfg = peft.OFTConfig(r=0, oft_block_size=32, target_modules=targets, modules_to_save=to_save,
-                             task_type="CAUSAL_LM")
+        cfg = peft.OFTConfig(r=spec.oft_rank, oft_block_size=spec.oft_block_size, target_modules=targets,
+                             modules_to_save=to_save, task_type="CAUSAL_LM")
     return peft.get_peft_model(model, cfg)
 
 
@@ -405,6 +406,9 @@ def prepare(spec: ProbeSpec, n_layers: int, notes: list[str], *, mesh: Any = Non
         with dev:
             model = AutoModelForCausalLM.from_config(conf, dtype=dtype_of(storage_dtype(spec)))
     model.train()
+    if spec.liger_flce or spec.liger_rms_norm or spec.liger_swiglu:
+        # LF applies liger before the model is built (loader.py:142); patching the instance is the same
+        apply_liger(model, spec, notes)
     if spec.quantization_bit in (4, 8):
         with dev:
             _quantize_standin(model, spec, notes)

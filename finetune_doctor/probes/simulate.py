@@ -29,6 +29,8 @@ What is not simulated, and enters analytically (each adds a note to the result):
 * 8-bit optimizers (bitsandbytes needs CUDA): states counted from bitsandbytes' layout.
 * bitsandbytes 4-bit / 8-bit weights: a stand-in module with bnb's storage layout (packed uint8 + absmax) that
   dequantizes on each call; bnb's kernels are not run.
+* liger-kernel's Triton kernels (fused linear cross-entropy, RMSNorm, SwiGLU): stand-ins that allocate and save
+  what the kernels do (probes/liger.py); RoPE is left as transformers runs it (the same saved tensors).
 * CUDA kernel choice (obstacle 3 of REPORT.md §4): the CPU build cannot make fake CUDA tensors, so SDPA runs its
   CPU flash kernel (same saved tensors as FlashAttention-2: output + log-sum-exp) and the AdamW implementation
   is chosen explicitly.

@@ -77,6 +77,13 @@ class ProbeSpec:
     pairwise: bool = False
     ref_model: bool = False
     extra_params: int = 0                # frozen parameters outside the language model (vision tower, projector)
+    # liger-kernel as LF applies it (run/savers.py), simulated by probes/liger.py; OFT's peft sizes
+    liger_flce: bool = False
+    liger_rms_norm: bool = False
+    liger_swiglu: bool = False
+    flce_addmm_out_dtype: bool = True
+    oft_rank: int = 0
+    oft_block_size: int = 32
 
     # ---- derived -----------------------------------------------------------------------------------------
     @property
@@ -258,4 +265,10 @@ def spec_from_run(run: Any) -> ProbeSpec:
         pairwise=bool(run.pairwise),
         ref_model=bool(run.ref_model),
         extra_params=int(arch.extra_params or 0) if getattr(arch, "extra_frozen", True) else 0,
+        liger_flce=bool(getattr(run, "liger_flce", False)),
+        liger_rms_norm=bool(getattr(run, "liger_rms_norm", False)),
+        liger_swiglu=bool(getattr(run, "liger_swiglu", False)),
+        flce_addmm_out_dtype=bool(getattr(run, "flce_addmm_out_dtype", True)),
+        oft_rank=int(getattr(run, "oft_rank", 0) or 0),
+        oft_block_size=int(getattr(run, "oft_block_size", 32) or 0),
     )

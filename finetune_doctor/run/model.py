@@ -130,6 +130,42 @@ class Run:
     resume: bool = False                 # resume_from_checkpoint: step 1 already carries the optimizer states
     save_first_step: int | None = None   # the first checkpoint save's step (save_strategy steps)
     stack_sources: tuple[tuple[str, str, str], ...] = ()   # (package, version, where it came from)
+    # memory savers as LLaMA-Factory applies them (run/savers.py cites each decision)
+    liger_kernel: bool = False            # enable_liger_kernel and LF has a liger patch for the model type
+    liger_unpatched: bool = False         # enable_liger_kernel, but LF patches nothing for this model type
+    liger_flce: bool = False              # liger's fused linear cross-entropy: the logits are never materialised
+    liger_flce_off: str | None = None     # why not, with liger on: patch | stage | loss | label_smoothing
+    liger_rms_norm: bool = False          # liger RMSNorm (saves its input and one fp32 rstd per row)
+    liger_swiglu: bool = False            # liger SwiGLU/GeGLU (saves gate and up only)
+    liger_rope: bool = False              # liger RoPE (rotates q and k in place)
+    flce_addmm_out_dtype: bool = True     # torch >= 2.8: the fused loss adds lm_head's gradient in fp32 in place
+    use_reentrant_gc: bool = True         # reentrant activation checkpointing (False under FSDP2 / KT)
+    use_unsloth: bool = False             # unsloth's FastLanguageModel: offloaded checkpoints, fused loss
+    shift_attn: bool = False              # LongLoRA S2-Attn in effect (llama, transformers 4.45-4.47)
+    shift_attn_requested: bool = False    # shift_attn set in the config
+    shift_attn_unsupported: bool = False  # ... on a model type LF has no S2-Attn for (it warns, does nothing)
+    shift_attn_version_error: bool = False  # ... on a transformers version where LF's patch raises
+    fp8: bool = False                     # fp8 mixed precision through accelerate
+    fp8_backend: str | None = None        # torchao | te | msamp
+    use_muon: bool = False                # LF's Muon: 2-D matrices momentum only, the rest AdamW
+    galore_rank: int = 16
+    galore_target: tuple[str, ...] = ("all",)
+    galore_layerwise: bool = False        # per-parameter optimizer steps inside backward
+    galore_proj_type: str = "std"
+    apollo_rank: int = 16
+    apollo_target: tuple[str, ...] = ("all",)
+    apollo_layerwise: bool = False
+    apollo_proj: str = "random"
+    badam_mode: str = "layer"             # layer: one decoder layer trains at a time; ratio: a share of each
+    badam_update_ratio: float = 0.05
+    loraplus_lr_ratio: float | None = None
+    use_rslora: bool = False
+    pissa_init: bool = False
+    oft_rank: int = 0                     # peft OFT r (0: derived from oft_block_size)
+    oft_block_size: int = 32
+    use_kt: bool = False                  # KTransformers: routed experts on the CPU
+    kt_expert_bytes: float = 2.0          # bytes per routed-expert weight on the host (bf16 2, int8 1, int4 0.5)
+    kt_cpu_activation: str | None = None  # retain | recompute (KT's CPU expert activations)
     notes: tuple[str, ...] = ()
 
     @property

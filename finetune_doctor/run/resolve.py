@@ -12,6 +12,7 @@ from finetune_doctor.quant import resolve_quantization
 from finetune_doctor.run.engines import LaunchInputs, resolve_engine
 from finetune_doctor.run.model import Run
 from finetune_doctor.run.moments import moment_fields
+from finetune_doctor.run.savers import resolve_savers
 from finetune_doctor.run.stack import OPTIM_IMPL, SHIFTED_LOGITS_COPY_BEFORE, default_optim, parse_version
 from finetune_doctor.run.values import as_bool, as_int, check_sizes, split_list
 from finetune_doctor.types import Hardware
@@ -58,6 +59,7 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
         learning_rate=float(lr) if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None,
         deepspeed=ds is not None, **dsf, **moment_fields(cfg),
         world_size=max(world, 1), nnodes=n_nodes, gpus_per_node=max(per_node, 1),
+        **resolve_savers(cfg, arch, stage, stack, notes),
         stack_sources=tuple(stack_sources), notes=tuple(notes),
     )
     return resolve_engine(run, cfg, launch, hw)

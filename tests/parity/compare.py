@@ -40,6 +40,8 @@ LATER_FAILURES = {
     "FD203": "HF compares the DeepSpeed precision with the YAML in trainer_config_finalize, at deepspeed_init",
     "FD702": "a learning rate this far above the usual diverges as warm-up ends (NaN loss)",
     "FD703": "the GaLore/APOLLO optimizer builder rejects the optim at trainer creation (NotImplementedError)",
+    "FD633": "LLaMA-Factory's LongLoRA patch checks the transformers version at model load (require_version), after "
+             "the arguments parsed",
 }
 REJECTED = ("caught", "misplaced", "missed")
 ACCEPTED = ("clean", "later", "false-error")

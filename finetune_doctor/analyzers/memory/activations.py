@@ -1,7 +1,10 @@
 """Saved activations of the decoder layers: bytes per token and layer, and the terms of a whole forward pass.
 
 Sources: reference/memory/REPORT.md §3 (the op-by-op formula of HF LLaMA/Qwen2 layers, verified to the byte against
-a fake-mode tracker), LLaMA-Factory's checkpointing (model_utils/checkpointing.py), torch autocast.
+a fake-mode tracker), LLaMA-Factory's checkpointing (model_utils/checkpointing.py), torch autocast, and the savers
+LLaMA-Factory applies (run/savers.py): liger-kernel's RMSNorm and SwiGLU (v0.8.2 ``ops/rms_norm.py``,
+``ops/swiglu.py``), peft's DoRA (v0.18.1 ``tuners/lora/dora.py``), unsloth's offloaded checkpoints
+(checkpointing.py:63-97) and KTransformers' CPU experts.
 """
 
 from __future__ import annotations
@@ -11,21 +14,34 @@ from dataclasses import dataclass
 from finetune_doctor.analyzers.params import ParamCounts, _targets
 from finetune_doctor.dtypes import dtype_bytes as _bytes
 from finetune_doctor.run import Run
+from finetune_doctor.run.savers import S2ATTN_GROUP_RATIO
 
 
-def activation_bytes_per_token_layer(run: Run, layer: int = 0) -> float:
-    """Saved activation bytes per token of one decoder layer, without checkpointing.
+def activation_bytes_per_token_layer(run: Run, layer: int = 0, frozen: bool = False) -> float:
+    """Saved activation bytes per token of one decoder layer, without checkpointing (`frozen`: a layer without
+    trainable parameters that gradients still flow through, which keeps no projection inputs).
 
     HF LLaMA/Qwen2 (bf16, SDPA/flash, no dropout, SwiGLU, GQA), verified op by op to the byte (REPORT.md §3):
     ``22h + 4·h_kv + 8·I + 4·a`` bytes per token. Generalised here by element size: `e` the compute dtype bytes
     (2 under autocast or a half-precision model, 4 in fp32), `r` the residual/norm dtype bytes (4 when the norm weights
-    are fp32 trainable params). RMSNorm keeps an fp32 copy of its input (4h) and the re-cast normed value (r·h);
-    norm outputs are saved by the projections that read them (one r·h each — under autocast with an fp32 residual
-    every projection call casts its input again, so q,k,v and gate,up each keep a 2h copy); rotated q, the SDPA output
+    are fp32 trainable params). RMSNorm keeps an fp32 copy of its input (4h) and, when its weight trains, the
+    re-cast normed value (r·h); norm outputs are saved by the projections that read them (`_norms_and_inputs`: one
+    r·h each, or a copy per adapted module where peft casts the input for fp32 adapters, or per call under autocast
+    with an fp32 residual); rotated q, the SDPA output
     and the o_proj input are e·h_q each; k and v e·h_kv each; gate, silu, up and their product e·I each; SDPA keeps a
-    float32 log-sum-exp per head (4a). Eager attention keeps the softmax output in fp32 and its cast (4+e)·a·s instead.
+    float32 log-sum-exp per head (4a). Eager attention keeps the softmax output in fp32 and its cast (4+e)·a·s
+    instead.
     A projection that neither trains nor has a trainable adapter does not keep its input (its backward needs only the
     weight), so LoRA on q,v keeps less than LoRA on all linears.
+
+    Savers: liger's RMSNorm keeps its input X and one fp32 rstd per row (``save_for_backward(X, W, RSTD)``,
+    rms_norm.py:449-453, :657) and returns Y in X's dtype, instead of HF's fp32 copy and re-cast value; liger's
+    SwiGLU keeps gate and up (``save_for_backward(a, b)``, swiglu.py:262) and writes their gradients in place,
+    instead of HF's silu output as a third tensor. DoRA multiplies the base and the LoRA results by the magnitude
+    scale, and autograd keeps both (``(mag_norm_scale - 1) * base_result + mag_norm_scale * lora_result``,
+    dora.py:99): one output-sized tensor each per adapted module. KTransformers runs the routed experts on the CPU,
+    so their activations leave the GPU. Shift short attention (LongLoRA) makes eager attention's probabilities
+    group-sized (a quarter of the row, model_utils/longlora.py:91-92).
     """
     a = run.arch
     h, hq, hkv = a.hidden_size, a.num_heads * a.hd, a.num_kv_heads * a.hd
@@ -35,23 +51,22 @@ def activation_bytes_per_token_layer(run: Run, layer: int = 0) -> float:
     half_model = run.weights_dtype in ("bfloat16", "float16") or run.quantized
     adapters_only = run.finetuning_type in ("lora", "oft")
     e = 2.0 if (run.autocast or (half_model and (adapters_only or _bytes(run.trainable_dtype) == 2))) else 4.0
-    norms_fp32 = (run.finetuning_type in ("full", "freeze") and run.trainable_dtype == "float32") or run.upcast_layernorm
+    norms_fp32 = (run.finetuning_type in ("full", "freeze") and run.trainable_dtype == "float32" and not frozen) \
+        or run.upcast_layernorm
     r = 4.0 if norms_fp32 else e
-    trains = _trainable_linear_names(run)
+    trains = set() if frozen else _trainable_linear_names(run)
     qkv_saved = bool(trains & {"q_proj", "k_proj", "v_proj", "q_a_proj", "kv_a_proj_with_mqa"})
     o_saved = "o_proj" in trains
     gu_saved = bool(trains & {"gate_proj", "up_proj"})
     down_saved = "down_proj" in trains
 
-    b = 2 * (4 * h + r * h)                      # two RMSNorms: fp32 input copy + re-cast normed value
-    if run.autocast and r == 4.0:
-        b += (3 * qkv_saved + 2 * gu_saved) * 2 * h   # per-call autocast casts of the norm outputs
-    else:
-        b += (r * h if qkv_saved else 0) + (r * h if (gu_saved or run.finetuning_type == "full") else 0)
+    b = _norms_and_inputs(run, h, r, trains, frozen)
     b += e * hq + e * hq                          # rotated q, SDPA output
     b += e * hq if o_saved else 0                 # o_proj input
     b += 2 * e * hkv                              # rotated k, v
     seq = run.seq_len   # eager attention: probabilities over the padded (or packed) row length
+    if run.shift_attn:
+        seq = max(int(seq * S2ATTN_GROUP_RATIO), 1)
     if run.attention == "eager":
         b += (4 + e) * a.num_heads * seq
     else:
@@ -61,21 +76,103 @@ def activation_bytes_per_token_layer(run: Run, layer: int = 0) -> float:
         width, k = a.intermediate_size, 1
     else:
         width, k = (a.moe_intermediate_size or a.intermediate_size), a.num_experts_per_tok
-    mlp = (e * width * 3 + (e * width if down_saved else 0)) * k   # gate, silu, up (+ product if down trains)
+    gated = 2 if run.liger_swiglu else 3        # liger: gate and up; HF: gate, silu, up
+    mlp = (e * width * gated + (e * width if down_saved else 0)) * k   # (+ product if down trains)
     if not a.is_dense_layer(layer):
+        if run.use_kt:
+            mlp = 0.0                             # routed experts run on the CPU (KTransformers)
         mlp += 4 * a.num_experts + e * h * k      # router logits (fp32) and dispatched copies of the input
         if a.shared_expert_intermediate_size:
             w2 = a.shared_expert_intermediate_size
-            mlp += e * w2 * 3 + (e * w2 if down_saved else 0)
+            mlp += e * w2 * gated + (e * w2 if down_saved else 0)
     b += mlp
-    # peft without autocast runs each fp32 adapter on a cast copy of its input (LoraLayer forward). Measured in
-    # fake mode on Qwen2-7B LoRA r8 (REPORT.md §4: 24.72 vs 22.59 GiB at s=1024, no GC): 2 bytes per input element
-    # per adapted module stay alive, not 4 — the fp32 copy is freed once lora_A's half-precision result exists.
+    if run.use_dora and run.finetuning_type == "lora" and trains:
+        b += 2 * e * sum(lin.out_features * (k if lin.expert else lin.count)
+                         for lin in a.layer_linears(layer) if _canonical(lin.name) in trains and lin.targetable)
+    # peft without autocast runs each fp32 adapter on an fp32 cast of its input (``_cast_input_dtype``), which
+    # lora_A keeps: 4 bytes per input element per adapted module, e of them counted above (saved-tensor hooks on
+    # a real CPU step, and REPORT.md §4: 24.72 vs 22.59 GiB at s=1024, no GC).
     if run.finetuning_type in ("lora", "oft") and run.autocast is None and run.trainable_dtype == "float32":
-        ins = {"q_proj": h, "k_proj": h, "v_proj": h, "o_proj": hq, "gate_proj": h, "up_proj": h,
-               "down_proj": width * k}
+        # (q/k/v and gate/up copies are in _norms_and_inputs; o_proj's and down_proj's inputs are kept at e above)
+        ins = {"o_proj": hq, "down_proj": width * k}
         b += 2 * sum(v for n, v in ins.items() if n in trains)
     return b
+
+
+def _norms_and_inputs(run: Run, h: int, r: float, trains: set[str], frozen: bool) -> float:
+    """Bytes per token the two norms keep, plus the copies of their outputs the q/k/v and gate/up projections keep.
+
+    HF's RMSNorm keeps an fp32 copy of its input (4h) and, when its weight trains, the re-cast normed value the
+    weight multiplies (r·h; autograd saves an operand only for the other operand's gradient). liger's keeps X and
+    an fp32 rstd per row. A projection that trains (or carries a trainable adapter) keeps its input: one shared
+    tensor, except when the input must be cast for it — peft casts the input to the adapter's fp32 dtype
+    (``_cast_input_dtype``, peft v0.18.1 tuners_utils.py:1538-1553) and autocast casts that back to half for
+    lora_A, so each adapted module keeps its own 2-byte copy; under autocast with an fp32 residual every
+    projection call casts its input again.
+    """
+    qkv = trains & {"q_proj", "k_proj", "v_proj", "q_a_proj", "kv_a_proj_with_mqa"}
+    gu = trains & {"gate_proj", "up_proj"}
+    if run.liger_rms_norm:
+        out_b = residual_bytes(run)
+        b = 2 * (out_b * h + 4)
+    else:
+        norm_trains = run.finetuning_type in ("full", "freeze") and not frozen
+        out_b = r
+        b = 2 * (4 * h + (r * h if norm_trains else 0))
+    fp32_adapters = run.finetuning_type in ("lora", "oft") and run.trainable_dtype == "float32"
+    if fp32_adapters and out_b != 4.0:
+        # each adapted module: its own copy, half under autocast (the cast back for lora_A), else the fp32 cast
+        b += (len(qkv) + len(gu)) * (2 if run.autocast else 4) * h
+    elif run.autocast and out_b == 4.0:
+        b += (3 * bool(qkv) + 2 * bool(gu)) * 2 * h   # per-call autocast casts of the fp32 norm outputs
+    else:
+        b += (out_b * h if qkv else 0) + (out_b * h if (gu or (run.finetuning_type == "full" and not frozen)) else 0)
+    return b
+
+
+def layer_transients(run: Run, layer: int | None = None) -> tuple[float, float]:
+    """(forward, backward) bytes per token a LoRA/OFT decoder layer holds for a moment on top of what it saves,
+    at its adapted down projection (the widest input, I). Forward: the MLP product (2·I), peft's cast of it to
+    the adapters' dtype when that differs (4·I for fp32 adapters, ``_cast_input_dtype``), OFT's rotated input
+    (2·I, the base layer runs on it) and the base and adapter outputs (2·2h). Backward: the base path's input
+    gradient (2·I), the adapter path's (2·I, plus 4·I back through the fp32 cast), and for OFT the gradient of
+    the rotated input plus the operands ``einsum("...rk,rkc->...rc")``'s backward lays out contiguously for its
+    batched matmuls (3 × 2·I; peft v0.18.1 ``tuners/oft/layer.py:246-278``). They decide the step only when the
+    logits no longer do (liger's fused loss); full and freeze tuning keep no such casts: (0, 0)."""
+    if run.finetuning_type not in ("lora", "oft") or "down_proj" not in _trainable_linear_names(run):
+        return 0.0, 0.0
+    a = run.arch
+    i = a.num_layers - 1 if layer is None else layer
+    if a.is_dense_layer(i):
+        width = a.intermediate_size
+    else:
+        width = (a.moe_intermediate_size or a.intermediate_size) * a.num_experts_per_tok
+    cast = 4.0 if (run.trainable_dtype == "float32" and _bytes(run.compute_dtype) == 2) else 0.0
+    oft = run.finetuning_type == "oft"
+    return (2.0 + cast + 2.0 * oft) * width + 4.0 * a.hidden_size, (4.0 + cast + 6.0 * oft) * width
+
+
+def residual_bytes(run: Run) -> float:
+    """Bytes per element of the residual stream: fp32 when full tuning keeps fp32 weights (the embedding output
+    is fp32 and every residual add stays fp32 under autocast), else the compute dtype (freeze tuning leaves the
+    embedding in half precision, and autocast returns the projections' outputs in half)."""
+    if run.finetuning_type == "full" and run.trainable_dtype == "float32":
+        return 4.0
+    return 2.0 if run.autocast or _bytes(run.compute_dtype) == 2 else 4.0
+
+
+def final_hidden_bytes(run: Run) -> float:
+    """Bytes per element of the final norm's output, the hidden states lm_head (or the fused loss) reads: HF's
+    RMSNorm multiplies by its weight after re-casting, so an fp32 norm weight (full tuning in fp32,
+    ``upcast_layernorm``) promotes it to fp32; liger's returns the input's dtype (rms_norm.py:449)."""
+    if run.liger_rms_norm:
+        return residual_bytes(run)
+    fp32_norm = (run.finetuning_type in ("full", "freeze") and run.trainable_dtype == "float32") or run.upcast_layernorm
+    return 4.0 if fp32_norm else residual_bytes(run)
+
+
+def _canonical(name: str) -> str:
+    return name.split(".")[-1]
 
 
 def _trainable_linear_names(run: Run) -> set[str]:
@@ -109,46 +206,81 @@ def _frozen_weight_casts(run: Run) -> tuple[list[float], float]:
     return per_layer, e * a.vocab_size * a.hidden_size
 
 
-def _layers_with_grad(run: Run) -> int:
-    """Decoder layers that keep activations: all of them, except in freeze tuning, where only the trainable layers
-    and those above them do (LF checkpoints only layers with trainable params, checkpointing.py:100-123)."""
+def _grad_layers(run: Run) -> tuple[range, range]:
+    """(trainable layers, frozen layers above the lowest trainable one) of the decoder stack.
+
+    LF checkpoints only layers with trainable parameters and runs the others as they are
+    (``get_custom_gradient_checkpointing_func``, checkpointing.py:100-123); a frozen layer above a trainable one is
+    still on the gradient's path, so it keeps its activations, unchecked. Layers below the lowest trainable layer
+    keep nothing. Freeze tuning trains the last `freeze_trainable_layers` (the first |n| when negative,
+    adapter.py:129-136); BAdam's layer mode trains one decoder layer at a time (badam ``BlockOptimizer``,
+    ``infer_param_groups`` makes one block per ``layers.<i>.``), and every switch order reaches the lowest layer,
+    where all layers above it are frozen: that block decides the peak.
+    """
     L = run.arch.num_layers
     if run.finetuning_type == "freeze":
         k = run.freeze_trainable_layers
-        return min(L, k) if k > 0 else L
-    return L
+        if k > 0:
+            return range(max(L - k, 0), L), range(0)
+        n = min(-k, L) if k < 0 else L
+        return range(0, n), range(n, L)
+    if run.use_badam and run.badam_mode == "layer" and L > 1:
+        return range(0, 1), range(1, L)
+    return range(0, L), range(0)
+
+
+def _dora_transient(run: Run) -> float:
+    """Bytes DoRA builds per adapted module to take the weight norm (dora.py:73-79): an ``in × in`` identity,
+    the ``out × in`` LoRA weight, its scaled copy and the sum with the base weight, in the input's dtype; the
+    largest adapted module decides (they are freed before the next module runs)."""
+    if not (run.use_dora and run.finetuning_type == "lora"):
+        return 0.0
+    e = 2.0 if run.autocast or _bytes(run.compute_dtype) == 2 else 4.0
+    trains = _trainable_linear_names(run)
+    sizes = [lin.in_features * lin.in_features + 3 * lin.in_features * lin.out_features
+             for lin in run.arch.layer_linears(0) if _canonical(lin.name) in trains and lin.targetable]
+    return e * max(sizes, default=0)
 
 
 @dataclass(frozen=True)
 class ActivationTerms:
     """Bytes of one rank's forward: saved activations at the loss moment, the one layer rebuilt during a
-    checkpointed backward, and autocast's cache of half-precision copies of fp32 trainable weights."""
+    checkpointed backward, autocast's cache of half-precision copies of fp32 trainable weights, and what the
+    savers keep in host RAM per process (`host`: unsloth's offloaded checkpoints, KTransformers' experts)."""
 
     saved: float
     recompute: float
     autocast_cache: float
+    host: float = 0.0
 
 
 def activation_terms(run: Run, c: ParamCounts, T: int) -> ActivationTerms:
     """Activations of a micro batch of `T` tokens (module docstring); `c` the parameter counts."""
     a = run.arch
-    L_grad = _layers_with_grad(run)
-    per_layer = [activation_bytes_per_token_layer(run, i) for i in range(a.num_layers - L_grad, a.num_layers)]
-    e_res = 4.0 if (run.finetuning_type in ("full", "freeze") and run.trainable_dtype == "float32") else (
-        2.0 if run.autocast or _bytes(run.compute_dtype) == 2 else 4.0)
+    trainable, frozen = _grad_layers(run)
+    per_layer = [activation_bytes_per_token_layer(run, i) for i in trainable]
+    above = T * sum(activation_bytes_per_token_layer(run, i, frozen=True) for i in frozen)
+    e_res = residual_bytes(run)
+    offloaded = run.unsloth_gc or run.use_unsloth
     recompute = 0.0
     if run.gradient_checkpointing:
-        # each checkpointed layer keeps only its input; backward rebuilds one layer's activations at a time,
-        # after the logits are gone (the loss moment does not see it)
-        kept = 0.0 if run.unsloth_gc else e_res * a.hidden_size * L_grad
-        acts = T * kept
-        recompute = T * max(per_layer, default=0.0)
+        # each checkpointed layer keeps only its input (in host RAM with unsloth's checkpointing); backward
+        # rebuilds one layer's activations at a time, after the logits are gone (the loss moment does not see it)
+        kept = 0.0 if offloaded else e_res * a.hidden_size * len(trainable)
+        acts = T * kept + above
+        recompute = T * max(per_layer, default=0.0) + (T * e_res * a.hidden_size if offloaded else 0.0)
+        recompute += _dora_transient(run) + T * layer_transients(run)[1]
+        # the checkpointed layers sit below the frozen ones: by the time backward rebuilds them, the frozen
+        # layers above have released what they kept
+        recompute = max(recompute - above, 0.0)
     else:
-        acts = T * sum(per_layer)
-    # final norm + the hidden state handed to lm_head
-    acts += T * (4 + e_res) * a.hidden_size
+        acts = T * sum(per_layer) + above
+        recompute = T * layer_transients(run)[1]
+    # final norm + the hidden state handed to lm_head (liger's norm keeps its input and an fp32 rstd per row)
+    acts += T * ((2 * e_res * a.hidden_size + 4) if run.liger_rms_norm else (4 + e_res) * a.hidden_size)
     per_layer_cast, head_cast = _frozen_weight_casts(run)
     if per_layer_cast:
+        L_grad = len(trainable) + len(frozen)
         if run.gradient_checkpointing:
             recompute += max(per_layer_cast[-L_grad:], default=0.0)
         else:
@@ -160,4 +292,34 @@ def activation_terms(run: Run, c: ParamCounts, T: int) -> ActivationTerms:
     if run.autocast and run.trainable_dtype == "float32" and not run.deepspeed:
         # autocast keeps a half-precision copy of each fp32 weight used in a matmul for backward
         cache = (c.trainable_base + c.adapter) * 2.0
-    return ActivationTerms(acts, recompute, cache)
+    host = offloaded_checkpoint_bytes(run, T, len(trainable)) if run.gradient_checkpointing else 0.0
+    return ActivationTerms(acts, recompute, cache, host + kt_host_bytes(run, c, T))
+
+
+def offloaded_checkpoint_bytes(run: Run, T: int, layers: int) -> float:
+    """Host RAM one process holds for unsloth's checkpointing: each checkpointed layer's input moved to the CPU
+    (``hidden_states.to("cpu", non_blocking=True)``, checkpointing.py:75). A non-blocking copy from the GPU lands
+    in pinned memory (torch ``_to_copy``: ``pin_out`` when non_blocking from CUDA), which the caching host
+    allocator rounds up to a power of two and keeps for reuse (torch 2.13
+    ``ATen/core/CachingHostAllocator.h:300-309``, ``PowerOf2Ceil``)."""
+    if not (run.unsloth_gc or run.use_unsloth) or layers <= 0:
+        return 0.0
+    nbytes = int(T * run.arch.hidden_size * residual_bytes(run))
+    return float(layers * (1 << max(nbytes - 1, 0).bit_length()))
+
+
+def kt_host_bytes(run: Run, c: ParamCounts, T: int) -> float:
+    """Host RAM of KTransformers' CPU experts per process (hparams/model_args.py:463-520, LF
+    docs/en/advanced/ktransformers.md): the routed experts' weights at `Run.kt_expert_bytes` each, their LoRA
+    weights with fp32 gradients and AdamW states (4 + 4 + 8 B each), and with ``kt_cpu_activation: retain`` the
+    experts' gate/up/product activations of every MoE layer (3 × width × k × 2 B per token). KT's own staging
+    buffers (``kt_max_cache_depth``) are not counted."""
+    if not run.use_kt or not c.kt_expert_params:
+        return 0.0
+    a = run.arch
+    host = c.kt_expert_params * run.kt_expert_bytes + c.expert_lora_params * 16.0
+    if run.kt_cpu_activation == "retain":
+        moe_layers = sum(n for k, n in a.layer_groups() if k[1] == "moe")
+        width = a.moe_intermediate_size or a.intermediate_size
+        host += T * moe_layers * 3 * width * a.num_experts_per_tok * 2.0
+    return host

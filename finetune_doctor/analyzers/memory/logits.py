@@ -1,10 +1,13 @@
-"""The logits and the loss: lm_head's output, its fp32 upcast, log_softmax and their backward (REPORT.md §3), and
-the variants LLaMA-Factory's stages add (DPO/KTO reference log-probs, the reward model's value head)."""
+"""The logits and the loss: lm_head's output, its fp32 upcast, log_softmax and their backward (REPORT.md §3), the
+variants LLaMA-Factory's stages add (DPO/KTO reference log-probs, the reward model's value head), and liger's
+fused linear cross-entropy, which never materialises the logits."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from finetune_doctor.analyzers.memory.activations import final_hidden_bytes, layer_transients
+from finetune_doctor.dtypes import dtype_bytes as _bytes
 from finetune_doctor.run import Run
 
 
@@ -32,7 +35,60 @@ def eval_logit_bytes(run: Run, T: int) -> float:
     if run.stage == "rm":
         return T * 4.0 * 2
     e = logit_dtype_bytes(run)
-    return T * run.arch.vocab_size * (e + 4.0 + (4.0 if e == 2.0 else 0.0))
+    # before transformers 4.49 the loss also takes a contiguous fp32 copy of the shifted logits
+    return T * run.arch.vocab_size * (e + 4.0 + (4.0 if e == 2.0 else 0.0) + (4.0 if run.shifted_logits_copy else 0.0))
+def _next_pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def flce_chunk_tokens(tokens: int, hidden: int, vocab: int) -> int:
+    """Rows of one chunk of liger's fused linear cross-entropy: ``inc_factor = ceil(V / H)``, ``chunk_size =
+    next_power_of_2(ceil(BT / inc_factor))`` (liger-kernel v0.8.2 ``ops/fused_linear_cross_entropy.py:64-70``,
+    unchanged since v0.4), so that one chunk of logits is about the size of the hidden states."""
+    inc = -(-vocab // max(hidden, 1))
+    return min(_next_pow2(-(-tokens // max(inc, 1))), tokens)   # the last (or only) chunk is sliced at BT
+
+
+def _head_trains(run: Run) -> bool:
+    """lm_head's weight requires grad: full tuning, or resize_vocab / additional_target making it trainable
+    (LF adapter.py:246-255)."""
+    heads = {"lm_head", "output", "output_layer"}
+    return run.finetuning_type == "full" or run.resize_vocab or bool(heads & set(run.additional_target))
+
+
+def flce_terms(run: Run, T: int, e_in: float) -> LogitTerms:
+    """liger's fused linear cross-entropy over `T` tokens whose final hidden states are `e_in` bytes per element
+    (liger-kernel v0.8.2 ``ops/fused_linear_cross_entropy.py`` ``fused_linear_cross_entropy_forward``):
+
+    * kept from the forward to the backward, as the gradients it computes in the forward (``save_for_backward``
+      of ``grad_input`` and ``grad_weight``, lines 72-84, :395-): ``grad_input`` ``zeros_like(_input)`` (T·H·e_in)
+      and, when lm_head trains, ``grad_weight`` ``zeros_like(weight)`` (V·H in the weight's dtype);
+    * per-token bookkeeping: the fp32 ``loss_1d`` (line 86), the ``target != ignore_index`` mask (line 92) and the
+      labels shifted by padding (``transformers/model/loss_utils.py:87-88``, int64);
+    * inside each chunk (lines 108-257): the chunk's logits, ``chunk × V`` in the matmul dtype (the loss gradient
+      is written into it in place by the Triton kernel), the ``chunk × H`` product copied into ``grad_input``, and,
+      when lm_head trains, the ``grad_weight`` update: one ``addmm`` straight into an fp32 ``grad_weight`` on
+      torch >= 2.8 (lines 235-255, `Run.flce_addmm_out_dtype`), else ``torch.mm(...).float()``, a V·H temporary
+      in the matmul dtype plus its fp32 copy (line 257).
+
+    The loss's backward only scales those saved gradients in place (``fused_linear_cross_entropy_backward``,
+    lines 292-336), so `backward` is what was saved.
+    """
+    a = run.arch
+    H, V = a.hidden_size, a.vocab_size
+    e_mm = 2.0 if run.autocast else max(e_in, _bytes(run.weights_dtype if run.finetuning_type != "full"
+                                                     else run.trainable_dtype))
+    saved = T * H * e_in
+    if _head_trains(run):
+        e_w = _bytes(run.trainable_dtype)
+        saved += V * H * e_w
+        temp_w = 0.0 if (run.flce_addmm_out_dtype and e_w == 4.0 and e_mm == 2.0) else V * H * (e_mm + 4.0)
+    else:
+        temp_w = 0.0
+    book = T * (4.0 + 1.0 + 8.0)
+    chunk = flce_chunk_tokens(T, H, V)
+    temp = chunk * (V + H) * e_mm + temp_w
+    return LogitTerms(saved + book + temp, saved)
 
 
 def logit_terms(run: Run, T: int) -> LogitTerms:
@@ -42,9 +98,15 @@ def logit_terms(run: Run, T: int) -> LogitTerms:
     2sbV + 4sbV kept; the loss adds 4sbV while it runs); fp32 compute has no separate upcast. The loss's backward
     holds log_softmax's saved fp32 output, its incoming and its outgoing fp32 gradient together (12 B per token per
     vocabulary entry); the half-precision logits are gone by then (measured against the simulate probe,
-    benchmarks/results/calibration.md).
+    benchmarks/results/calibration.md). With liger's fused linear cross-entropy (`Run.liger_flce`: pt/sft only,
+    run/savers.py) see `flce_terms`; ``upcast_lmhead_output`` then has nothing to act on (the forward hook sits on
+    lm_head, which the fused loss never calls).
     """
     a = run.arch
+    if run.liger_flce and run.stage in ("pt", "sft"):
+        # with the logits gone, the forward's largest moment may be inside the last layer instead
+        f = flce_terms(run, T, final_hidden_bytes(run))
+        return LogitTerms(max(f.forward, T * layer_transients(run)[0]), f.backward)
     e_logit = logit_dtype_bytes(run)
     fwd = T * a.vocab_size * (e_logit + 4.0 + (4.0 if e_logit == 2.0 else 0.0)
                               + (4.0 if run.shifted_logits_copy else 0.0))

@@ -54,4 +54,6 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
         grads_always=s.grads_always, grads_step=s.grads_step, master=s.master, states=s.states,
         step_temp=s.step_temp, activations=act.saved, recompute=act.recompute, autocast_cache=act.autocast_cache,
         logits=lg.forward, logits_bwd=lg.backward, grads_in_backward=s.grads_in_backward,
-        buffers=buffer_bytes(run, s.trainable), host=host_bytes(run, c, s.trainable, w.stored_per_param))
+        buffers=buffer_bytes(run, s.trainable),
+        # per node: each process's own host RAM, plus what the savers keep there per process (activations.py)
+        host=host_bytes(run, c, s.trainable, w.stored_per_param) + act.host * run.gpus_per_node)

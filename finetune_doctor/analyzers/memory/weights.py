@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import finetune_doctor.dtypes as bytes_table
-from finetune_doctor.analyzers.params import ParamCounts
+from finetune_doctor.analyzers.memory.optstates import badam_states, lowrank_states, muon_states
+from finetune_doctor.analyzers.params import ParamCounts, badam_block_params
 from finetune_doctor.dtypes import dtype_bytes as _bytes
 from finetune_doctor.run import Run
 
@@ -94,27 +95,41 @@ class StateTerms:
 def state_terms(run: Run, c: ParamCounts) -> StateTerms:
     """The optimizer side of one rank (StateTerms), with or without DeepSpeed."""
     P_t = c.trainable
-    if run.use_badam:
+    if run.use_badam and run.badam_mode == "layer":
         # BAdam trains one block (decoder layer) at a time: gradients and Adam states exist for that block only
-        # (LF badam_mode layer; Luo et al. 2024, arXiv:2404.02827)
-        P_t = c.trainable / max(run.arch.num_layers, 1)
+        # (optstates.badam_states; Luo et al. 2024, arXiv:2404.02827)
+        P_t = float(badam_block_params(run))
     if run.deepspeed:
         return _zero_states(run, P_t)
-    return _torch_states(run, c, P_t)
+    return _torch_states(run, c, c.trainable if run.use_badam else P_t)
+
+
+def _lf_optimizer(run: Run, P_t: float, e_t: float) -> StateTerms | None:
+    """The optimizers LF builds itself (optstates.py), as StateTerms; None for transformers' own."""
+    if run.use_galore or run.use_apollo:
+        o = lowrank_states(run, P_t, e_t)
+    elif run.use_badam:
+        o = badam_states(run, P_t, e_t)
+        P_t = o.gradients / e_t if run.badam_mode == "layer" else P_t
+    elif run.use_muon:
+        o = muon_states(run, P_t, e_t)
+    else:
+        return None
+    return StateTerms(P_t, o.gradients, o.persistent, 0.0, o.grads_step, 0.0, o.master, o.states, o.temp)
 
 
 def _torch_states(run: Run, c: ParamCounts, P_t: float) -> StateTerms:
     """A torch optimizer on the whole trainable set (no DeepSpeed): gradients in the trainable dtype, states in
-    fp32 for fp32 params, and the temporaries of the fused/foreach/for-loop implementation (REPORT.md §3)."""
+    fp32 for fp32 params, and the temporaries of the fused/foreach/for-loop implementation (REPORT.md §3);
+    GaLore, APOLLO, BAdam and Muon as LF builds them (optstates.py)."""
     a = run.arch
     impl = run.optimizer_impl
     e_t = _bytes(run.trainable_dtype)
     state_b = 4.0 if run.trainable_dtype == "float32" else e_t
+    lf = _lf_optimizer(run, P_t, e_t)
+    if lf is not None:
+        return lf
     states = P_t * optimizer_state_bytes(impl, state_b)
-    if run.use_galore or run.use_apollo:
-        # GaLore/APOLLO keep Adam moments of the rank-r projected gradient (r x n per m x n matrix) plus the
-        # projector: about r/h of the full states (LF default rank 16; Zhao et al. 2024, arXiv:2403.03507)
-        states = states * min(1.0, 2 * 16 / a.hidden_size) + P_t * 4 * 16 / a.hidden_size
     if run.finetuning_type == "full":
         largest_t = max(a.embedding_params(), max((lin.params // lin.count for lin in a.layer_linears(0)), default=0))
     elif run.finetuning_type in ("lora", "oft"):

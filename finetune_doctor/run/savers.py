@@ -1,0 +1,191 @@
+"""The memory savers LLaMA-Factory applies, resolved from the YAML keys into `Run` fields.
+
+Every decision below is what LLaMA-Factory does at the snapshot the project follows (ff6d4d1, LF_FACTS.md), with
+the upstream file and line. Nothing here computes bytes: the analyzers (analyzers/memory/, analyzers/params.py)
+read the fields this module fills.
+
+Liger (``model/model_utils/liger_kernel.py``): ``enable_liger_kernel`` patches the model classes of the model types
+listed at lines 41-92 with liger-kernel's ``apply_liger_kernel_to_<type>``; any other type logs "Current model does
+not support liger kernel." and patches nothing (line 94). The loader passes ``require_logits = stage not in
+["pt", "sft"]`` (``model/loader.py:142``), and then LF turns the fused linear cross-entropy off (lines 97-99).
+Which kernels each patch applies by default is read from liger-kernel v0.8.2
+``src/liger_kernel/transformers/monkey_patch.py`` (the signatures' defaults; LF requires liger-kernel>=0.6.3,
+``requirements/liger-kernel.txt``, and the defaults are the same in v0.6.3). Even when the fused loss is patched
+in, the patched forward computes it only when it receives the labels (``skip_logits = self.training and labels is
+not None``, liger-kernel v0.8.2 ``transformers/model/qwen2.py:100``); transformers' Trainer pops the labels
+before the forward whenever it has a ``compute_loss_func`` or a label smoother (transformers 5.24.0
+``trainer.py:2163-2164``), which LF sets for ``use_dft_loss``/``use_eaft_loss``/``use_asft_loss``
+(``train/sft/trainer.py:108-125``) and transformers for ``label_smoothing_factor > 0``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from finetune_doctor.arch import ModelArch
+from finetune_doctor.run.stack import parse_version
+from finetune_doctor.run.values import as_bool, as_int, split_list
+
+# model_type -> (fused linear CE, RMSNorm, gated-MLP kernel, RoPE) as liger-kernel v0.8.2 applies them by default
+# (monkey_patch.py signatures). "swiglu"/"geglu" fuse the activation and the gate product; granite's patch
+# defaults to the plain liger cross-entropy (fused_linear_cross_entropy=False); llava patches only the loss;
+# glm4/glm4v, qwen3_next, qwen3_5(_moe) keep their own RoPE (rope=False); gpt_oss has no SwiGLU patch.
+LIGER_PATCHES: dict[str, tuple[bool, bool, str | None, bool]] = {
+    "gemma": (True, True, "geglu", True), "gemma2": (True, True, "geglu", True),
+    "gemma3": (True, True, "geglu", True), "gemma3_text": (True, True, "geglu", True),
+    "glm": (True, True, "swiglu", False), "glm4": (True, True, "swiglu", False),
+    "glm4v": (True, True, "swiglu", False), "granite": (False, True, "swiglu", True),
+    "llama": (True, True, "swiglu", True), "llava": (True, False, None, False),
+    "mistral": (True, True, "swiglu", True), "mixtral": (True, True, "swiglu", True),
+    "mllama": (True, True, "swiglu", True), "olmo2": (True, True, "swiglu", True),
+    "paligemma": (True, True, "geglu", True), "phi3": (True, True, "swiglu", True),
+    "qwen2": (True, True, "swiglu", True), "qwen2_vl": (True, True, "swiglu", True),
+    "qwen2_5_vl": (True, True, "swiglu", True), "qwen3": (True, True, "swiglu", True),
+    "qwen3_moe": (True, True, "swiglu", True), "qwen3_next": (True, True, "swiglu", False),
+    "qwen3_5": (True, True, "swiglu", False), "qwen3_5_moe": (True, True, "swiglu", False),
+    "gpt_oss": (True, True, None, True),
+}
+
+# stages whose trainer reads the logits itself: LF asks liger for the plain cross-entropy instead of the fused
+# loss there (loader.py:142, liger_kernel.py:97-99)
+LOGITS_STAGES = ("rm", "ppo", "dpo", "kto")
+# LongLoRA's shift short attention exists for these model types only (extras/constants.py:136) and only with
+# transformers >= 4.45, < 4.48 (model_utils/longlora.py:353, a mandatory version check)
+S2ATTN_TYPES = ("llama",)
+S2ATTN_TRANSFORMERS = ((4, 45), (4, 48))
+S2ATTN_GROUP_RATIO = 0.25     # longlora.py:366 group_size_ratio
+FP8_BACKENDS = ("torchao", "te", "msamp")
+
+
+def _liger(cfg: dict[str, Any], arch: ModelArch, stage: str, stack: dict[str, str | None]) -> dict[str, Any]:
+    torch_v = parse_version(stack.get("torch"))
+    # liger-kernel v0.8.2 fused_linear_cross_entropy.py:18 and :235-255: torch.addmm(out_dtype=float32) on torch
+    # >= 2.8 (an unknown torch is taken as today's); CUDA compute capability >= 8 is assumed as well
+    out: dict[str, Any] = {"liger_kernel": False, "liger_unpatched": False, "liger_flce": False,
+                           "liger_rms_norm": False, "liger_swiglu": False, "liger_rope": False,
+                           "liger_flce_off": None, "flce_addmm_out_dtype": torch_v is None or torch_v[:2] >= (2, 8)}
+    if not as_bool(cfg.get("enable_liger_kernel")):
+        return out
+    patch = LIGER_PATCHES.get(arch.model_type)
+    if patch is None:
+        out["liger_unpatched"] = True
+        return out
+    flce, rms, mlp, rope = patch
+    # the gated-MLP kernel replaces the MLP only where the model has a gated MLP to replace
+    out.update(liger_kernel=True, liger_rms_norm=rms and arch.norm == "rmsnorm",
+               liger_swiglu=bool(mlp) and arch.gated_mlp, liger_rope=rope and arch.positional == "rope")
+    off = None
+    if not flce:
+        off = "patch"
+    elif stage in LOGITS_STAGES:
+        off = "stage"
+    elif any(as_bool(cfg.get(k)) for k in ("use_dft_loss", "use_eaft_loss", "use_asft_loss")):
+        off = "loss"
+    elif isinstance(cfg.get("label_smoothing_factor"), (int, float)) and cfg["label_smoothing_factor"] > 0:
+        off = "label_smoothing"
+    out["liger_flce"] = off is None
+    out["liger_flce_off"] = off
+    return out
+
+
+def _checkpointing(cfg: dict[str, Any], arch: ModelArch, notes: list[str]) -> dict[str, Any]:
+    """``use_reentrant_gc`` (default True, model_args.py:149), forced False under FSDP2
+    (checkpointing.py:177-182) and KTransformers with checkpointing (model_args.py, configure_kt_checkpointing);
+    ``use_unsloth``: LF loads through unsloth's FastLanguageModel with ``use_gradient_checkpointing="unsloth"``
+    (model_utils/unsloth.py:47, :77), unsloth's checkpointing that moves each layer input to host RAM."""
+    use_kt = as_bool(cfg.get("use_kt"))
+    reentrant = as_bool(cfg.get("use_reentrant_gc"), True) and not (
+        use_kt and not as_bool(cfg.get("disable_gradient_checkpointing")))
+    unsloth = as_bool(cfg.get("use_unsloth"))
+    if unsloth and str(cfg.get("finetuning_type") or "lora") == "oft":
+        notes.append("use_unsloth with OFT: LF raises 'Unsloth is currently not supported for OFT.' (adapter.py:283)")
+    return {"use_reentrant_gc": reentrant, "use_unsloth": unsloth}
+
+
+def _attention_savers(cfg: dict[str, Any], arch: ModelArch, stack: dict[str, str | None],
+                      notes: list[str]) -> dict[str, Any]:
+    """``shift_attn`` (LongLoRA S²-Attn, group_size_ratio 1/4 of the sequence) takes effect only on the listed
+    model types and transformers versions; ``rope_scaling`` changes the RoPE frequencies and
+    max_position_embeddings (model_utils/rope.py:35-83), never a tensor size of the step."""
+    want = as_bool(cfg.get("shift_attn"))
+    tf = parse_version(stack.get("transformers"))
+    lo, hi = S2ATTN_TRANSFORMERS
+    version_ok = tf is not None and lo <= tf[:2] < hi
+    applies = want and arch.model_type in S2ATTN_TYPES
+    if cfg.get("rope_scaling"):
+        notes.append(f"rope_scaling {cfg['rope_scaling']}: RoPE frequencies change, no tensor of the step does")
+    return {"shift_attn": applies and version_ok, "shift_attn_requested": want,
+            "shift_attn_unsupported": want and not applies,
+            "shift_attn_version_error": applies and not version_ok}
+
+
+def _fp8(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``fp8`` and ``fp8_backend`` (hparams/training_args.py:123-139): ``auto`` builds torchao's recipe
+    (train/fp8_utils.py:57-62), ``te`` Transformer Engine's (fp8_utils.py:46-50). What LF converts: the decoder's
+    linear layers whose sides divide by 16, not the embeddings or lm_head (``module_filter_func``, :72-93); the
+    parameters, gradients and optimizer states keep their dtypes and torchao's rowwise float8 linear keeps its
+    inputs in high precision for backward (pytorch/ao @024fe94 ``torchao/float8/float8_linear.py``,
+    ``manual_float8_matmul_with_args_in_hp``: ``save_for_backward(input_hp, weight_hp_t)``, the fp8 casts are
+    per-call temporaries), so the memory terms do not change. Transformer Engine's ``te.Linear`` keeps the
+    input of a trainable weight's gradient GEMM quantized; that saving is not modelled (an upper bound for full
+    tuning under ``te``)."""
+    on = as_bool(cfg.get("fp8"))
+    backend = str(cfg.get("fp8_backend") or "auto").lower()
+    if backend == "auto":
+        backend = "torchao"
+    return {"fp8": on, "fp8_backend": backend if on else None}
+
+
+def _optimizers(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The optimizer-side methods and their LF defaults (hparams/finetuning_args.py: GaLore 263-300, APOLLO
+    302-350, BAdam 353-400, LoRA+ 91-98, PiSSA 107-118, OFT 143-150, Muon 522)."""
+    return {
+        "use_muon": as_bool(cfg.get("use_muon")),
+        "galore_rank": as_int(cfg.get("galore_rank"), 16),
+        "galore_target": split_list(cfg.get("galore_target")) or ("all",),
+        "galore_layerwise": as_bool(cfg.get("galore_layerwise")),
+        "galore_proj_type": str(cfg.get("galore_proj_type") or "std"),
+        "apollo_rank": as_int(cfg.get("apollo_rank"), 16),
+        "apollo_target": split_list(cfg.get("apollo_target")) or ("all",),
+        "apollo_layerwise": as_bool(cfg.get("apollo_layerwise")),
+        "apollo_proj": str(cfg.get("apollo_proj") or "random"),
+        "badam_mode": str(cfg.get("badam_mode") or "layer"),
+        "badam_update_ratio": float(cfg["badam_update_ratio"]) if isinstance(cfg.get("badam_update_ratio"),
+                                                                             (int, float)) else 0.05,
+        "loraplus_lr_ratio": float(cfg["loraplus_lr_ratio"]) if isinstance(cfg.get("loraplus_lr_ratio"),
+                                                                           (int, float)) else None,
+        "use_rslora": as_bool(cfg.get("use_rslora")),
+        "pissa_init": as_bool(cfg.get("pissa_init")),
+        "oft_rank": as_int(cfg.get("oft_rank"), 0),
+        "oft_block_size": as_int(cfg.get("oft_block_size"), 32),
+    }
+
+
+def _kt(cfg: dict[str, Any]) -> dict[str, Any]:
+    """KTransformers (hparams/model_args.py:463-520, docs/en/advanced/ktransformers.md): routed MoE experts run on
+    the CPU; their weights are the original bf16 ones unless ``kt_weight_path`` points at pre-quantized INT8
+    experts; ``kt_cpu_activation`` defaults to ``recompute`` under GPU checkpointing and ``retain`` otherwise
+    (``get_kt_activation_policy``)."""
+    on = as_bool(cfg.get("use_kt"))
+    if not on:
+        return {"use_kt": False, "kt_expert_bytes": 2.0, "kt_cpu_activation": None}
+    fmt = str((cfg.get("kt_config") or {}).get("kt_expert_weight_format") or "") if isinstance(
+        cfg.get("kt_config"), dict) else ""
+    fmt = fmt or ("int8" if cfg.get("kt_weight_path") else "bf16")
+    expert_bytes = {"bf16": 2.0, "int8": 1.0, "int4": 0.5}.get(fmt.lower(), 2.0)
+    gpu_gc = not as_bool(cfg.get("disable_gradient_checkpointing"))
+    act = str(cfg.get("kt_cpu_activation") or ("recompute" if gpu_gc else "retain"))
+    return {"use_kt": True, "kt_expert_bytes": expert_bytes, "kt_cpu_activation": act}
+
+
+def resolve_savers(cfg: dict[str, Any], arch: ModelArch, stage: str, stack: dict[str, str | None] | None,
+                   notes: list[str]) -> dict[str, Any]:
+    """The `Run` fields of the memory savers (run/model.py documents each), from the merged YAML keys `cfg`.
+
+    `stage` is the resolved LF stage, `stack` the training machine's versions (transformers decides whether
+    shift_attn can run). Appends what a reader of the estimate should know to `notes`. Raises nothing: a value
+    LF would reject is reported by the rules that read these fields.
+    """
+    stack = stack or {}
+    return {**_liger(cfg, arch, stage, stack), **_checkpointing(cfg, arch, notes),
+            **_attention_savers(cfg, arch, stack, notes), **_fp8(cfg), **_optimizers(cfg), **_kt(cfg)}
