@@ -23,16 +23,12 @@ from typing import Any, Callable
 from finetune_doctor.arch import LinearAttention, ModelArch
 from finetune_doctor.quant import parse_quantization_config
 from finetune_doctor.readers.model.configjson import ConfigView
-from finetune_doctor.readers.model.defaults import DEFAULTS
+from finetune_doctor.readers.model.defaults import DEFAULTS, defaults_for
 from finetune_doctor.readers.model.errors import ModelConfigInvalid
+from finetune_doctor.readers.model.families import FAMILIES
 from finetune_doctor.readers.model.remote import REMOTE_READERS
 from finetune_doctor.readers.model.verified import GENERIC_VERIFIED
-from finetune_doctor.readers.model.vision import (
-    qwen2_5_vl_vision_params,
-    qwen2_vl_vision_params,
-    qwen3_vl_vision_params,
-    siglip_vision_params,
-)
+from finetune_doctor.readers.model.wrappers import WRAPPERS, Version, tie_word_embeddings
 
 # Spellings of each quantity, most common first.
 HIDDEN = ("hidden_size", "n_embd", "d_model", "dim", "model_dim")
@@ -71,7 +67,7 @@ TRAITS: dict[str, dict[str, Any]] = {
     "gemma2": {"norms": 4}, "gemma3_text": {"norms": 4, "qk_norm": True},
     "glm": {"bias_qkv_only": True}, "glm4": {"norms": 4, "bias_qkv_only": True},
     "gpt_oss": {"sinks": True, "router_bias": True, "qkv_bias": True, "o_bias": True, "fused_always": True},
-    "smollm3": {}, "mixtral": {"moe_width_is_ffn": True},
+    "smollm3": {}, "mixtral": {"moe_width_is_ffn": True}, "jamba": {"moe_width_is_ffn": True},
 }
 for _t in ("qwen2_vl_text", "qwen2_5_vl_text"):
     TRAITS[_t].setdefault("qkv_bias", True)
@@ -128,6 +124,9 @@ def _moe_fields(c: ConfigView, mt: str, n_layers: int, ffn: int) -> dict[str, An
     mlp_types = c.str_list("mlp_layer_types")
     if mlp_types:
         dense |= {i for i, t in enumerate(mlp_types) if t.lower() in ("dense", "mlp")}
+    elif isinstance(c.cfg.get("moe_layer_freq"), list):
+        # a per-layer list (MiMo-V2-Flash's hub config): 1 marks a MoE layer, 0 a dense one
+        dense |= {i for i, f in enumerate(c.int_list("moe_layer_freq")) if not f}
     else:
         step = c.opt_int("decoder_sparse_step")
         freq = c.opt_int("moe_layer_freq")
@@ -159,6 +158,11 @@ def _linear_attention(c: ConfigView, mt: str) -> LinearAttention | None:
 
 def _layer_types(c: ConfigView, n_layers: int) -> tuple[str, ...]:
     types = c.str_list("layer_types")
+    if not types and c.has("linear_num_value_heads", "linear_num_key_heads"):
+        # Qwen3-Next / Qwen3.5 without a list: full attention every `full_attention_interval` (default 4) layers,
+        # Gated DeltaNet between (configuration_qwen3_next.py / configuration_qwen3_5.py __post_init__)
+        k = c.opt_int("full_attention_interval", kind="other") or 4
+        return tuple("full_attention" if (i + 1) % k == 0 else "linear_attention" for i in range(n_layers))
     if not types:
         return ()
     if len(types) != n_layers:
@@ -213,21 +217,20 @@ def decoder_fields(c: ConfigView, mt: str, transformers_major: int | None = None
     return d
 
 
-# Multimodal wrappers: (text model_type, vision parameter function, projector params(vision_cfg, text_hidden))
-WRAPPERS: dict[str, tuple[str, Callable[[dict[str, Any]], int] | None, Callable[[dict[str, Any], int], int] | None]] = {
-    "qwen2_vl": ("qwen2_vl_text", qwen2_vl_vision_params, None),
-    "qwen2_5_vl": ("qwen2_5_vl_text", qwen2_5_vl_vision_params, None),
-    "qwen3_vl": ("qwen3_vl_text", qwen3_vl_vision_params, None),
-    "qwen3_vl_moe": ("qwen3_vl_moe_text", qwen3_vl_vision_params, None),
-    # Gemma3MultiModalProjector: mm_input_projection_weight [vision_hidden, text_hidden] + RMSNorm(vision_hidden)
-    "gemma3": ("gemma3_text", siglip_vision_params, lambda vc, h: int(vc.get("hidden_size", 1152)) * (h + 1)),
-}
-WRAPPER_TIE_DEFAULT = {"gemma3": True, "qwen3_vl": False, "qwen3_vl_moe": False}
-# transformers 5 fills these into a wrapper's vision_config when config.json leaves them out
-VISION_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gemma3": {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27, "num_attention_heads": 16,
-               "image_size": 896, "patch_size": 14, "vision_use_head": False},
-}
+NEWEST: Version = (5, 24)   # the newest transformers the tables here were checked against
+
+
+def transformers_version(v: int | str | tuple[int, ...] | None) -> Version:
+    """(major, minor) of the transformers the run uses from a major number (its newest minor), a version string
+    ("5.6.0") or a tuple; None: the newest checked (`NEWEST`)."""
+    if v is None:
+        return NEWEST
+    if isinstance(v, int):
+        return (v, 999) if v != NEWEST[0] else NEWEST
+    if isinstance(v, str):
+        parts = [int("".join(ch for ch in x if ch.isdigit()) or 0) for x in v.split(".")[:2]]
+        return (parts[0], parts[1] if len(parts) > 1 else 0)
+    return (int(v[0]), int(v[1]) if len(v) > 1 else 0)
 
 
 def arch_from_config(cfg: dict[str, Any], name: str, source: str, *,
@@ -256,51 +259,60 @@ def arch_from_config(cfg: dict[str, Any], name: str, source: str, *,
                                  missing="a readable config.json") from None
 
 
-def _split_wrapper(cfg: dict[str, Any], mt: str, notes: list[str]) -> tuple[dict[str, Any], str, str,
-                                                                             list[tuple[str, int]]]:
-    """(text config, its model_type, its dotted prefix in the file, vision/projector parts) of a wrapper."""
+def _split_wrapper(cfg: dict[str, Any], mt: str, notes: list[str], version: Version
+                   ) -> tuple[dict[str, Any], str, str, list[tuple[str, int]]]:
+    """(text config, its model_type, its dotted prefix in the file, tower/projector parts) of a wrapper."""
     nested = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
-    # Older Qwen2-VL / Qwen2.5-VL files keep text fields at the top level; newer ones nest text_config.
-    text_cfg = {**{k: v for k, v in cfg.items() if k not in ("text_config", "vision_config")}, **nested}
+    # Older Qwen2-VL / Qwen2.5-VL / PaliGemma files keep text fields at the top level; newer ones nest text_config.
+    top = {k: v for k, v in cfg.items() if k not in ("text_config", "vision_config", "audio_config")}
     prefix = "text_config" if nested else ""
     parts: list[tuple[str, int]] = []
-    if mt in WRAPPERS:
-        text_mt, vis_fn, proj_fn = WRAPPERS[mt]
-        # transformers ties the wrapper's lm_head by the top-level flag; absent, by the wrapper class default
-        # (qwen2_vl / qwen2_5_vl take the text config's value instead)
-        if cfg.get("tie_word_embeddings") is not None:
-            text_cfg["tie_word_embeddings"] = cfg["tie_word_embeddings"]
-        elif mt in WRAPPER_TIE_DEFAULT:
-            text_cfg["tie_word_embeddings"] = WRAPPER_TIE_DEFAULT[mt]
-        vc = {**VISION_DEFAULTS.get(mt, {}), **(cfg.get("vision_config") or {})}
-        if vis_fn is not None:
-            parts.append(("vision_tower", vis_fn(vc)))
-        if proj_fn is not None:
-            hidden = int(text_cfg.get("hidden_size") or DEFAULTS[text_mt]["hidden_size"])
-            parts.append(("projector", proj_fn(vc, hidden)))
-        return text_cfg, text_mt, prefix, parts
-    text_mt = str(nested.get("model_type") or "").lower()
-    notes.append(f"multimodal model_type '{mt}': only its text model ('{text_mt or '?'}') is counted; "
-                 "the vision tower is not")
+    w = WRAPPERS.get(mt)
+    if w is None:
+        text_mt = str(nested.get("model_type") or "").lower()
+        notes.append(f"multimodal model_type '{mt}': only its text model ('{text_mt or '?'}') is counted; "
+                     "the vision tower is not")
+        return {**top, **nested}, text_mt, prefix, parts
+    text_cfg = {**(w.text_defaults if not nested else {}), **top, **nested}
+    text_mt = str(nested.get("model_type") or w.text_type).lower()
+    text_cfg["tie_word_embeddings"] = tie_word_embeddings(w, cfg, text_cfg, version)
+    hidden = int(text_cfg.get("hidden_size") or defaults_for(text_mt, version).get("hidden_size") or 0)
+    first: dict[str, Any] | None = None
+    for part, key, fn in w.towers:
+        sub = cfg.get(key)
+        # an absent sub-config takes the wrapper's own defaults; a given one the tower class's (Gemma 3: both)
+        tc = dict(w.tower_defaults) if not isinstance(sub, dict) else (
+            {**w.tower_defaults, **sub} if w.fill_partial else dict(sub))
+        first = tc if first is None else first
+        parts.append((part, fn(tc)))
+    if w.projector is not None:
+        parts.append(("projector", w.projector(first or {}, hidden, cfg)))
+    if w.newline:
+        parts.append(("image_newline", hidden))
     return text_cfg, text_mt, prefix, parts
 
 
 def _arch_from_config(cfg: dict[str, Any], name: str, source: str, positions: dict[str, tuple[int, int]],
-                      transformers_major: int | None) -> ModelArch:
+                      transformers_major: int | str | None) -> ModelArch:
     mt = str(cfg.get("model_type") or "").lower()
+    version = transformers_version(transformers_major)
     notes: list[str] = []
     parts: list[tuple[str, int]] = []
     text_cfg, text_mt, prefix = cfg, mt, ""
     if mt in WRAPPERS or (mt not in REMOTE_READERS and isinstance(cfg.get("text_config"), dict)):
-        text_cfg, text_mt, prefix, parts = _split_wrapper(cfg, mt, notes)
-    c = ConfigView(text_cfg, DEFAULTS.get(text_mt, {}), source, text_mt, positions, prefix)
+        text_cfg, text_mt, prefix, parts = _split_wrapper(cfg, mt, notes, version)
+    c = ConfigView(text_cfg, defaults_for(text_mt, version), source, text_mt, positions, prefix)
     if text_mt in REMOTE_READERS:
         fields = REMOTE_READERS[text_mt](c)
     else:
-        if text_mt not in DEFAULTS and text_mt not in TRAITS and text_mt not in GENERIC_VERIFIED:
+        if text_mt not in DEFAULTS and text_mt not in TRAITS and text_mt not in GENERIC_VERIFIED \
+                and text_mt not in FAMILIES:
             notes.append(f"model_type '{text_mt or '(none)'}' is not one the doctor has verified: read by the generic "
                          "decoder from its field names as LLaMA-shaped (q/k/v/o, gated MLP, RMSNorm)")
-        fields = decoder_fields(c, text_mt, transformers_major)
+        major = version[0] if transformers_major is not None else None
+        fields = decoder_fields(c, text_mt, major)
+        if text_mt in FAMILIES:
+            fields = FAMILIES[text_mt](c, fields)
     if text_mt == "qwen":
         dtype, dnote = _qwen1_dtype(cfg)
     else:
