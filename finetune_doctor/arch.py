@@ -51,6 +51,7 @@ for _n in ATTN_LINEARS + MLP_LINEARS:
 # attention kinds of `ModelArch.layer_types` (transformers' own names) that have no softmax attention
 LINEAR_ATTENTION_TYPES = frozenset({"linear_attention"})
 STATE_SPACE_TYPES = frozenset({"mamba"})
+ACTIVE_SCOPES = ("all", "text", "no_input_embedding", "non_embedding")   # see ModelArch.active_params
 
 
 @dataclass(frozen=True)
@@ -523,17 +524,21 @@ class ModelArch:
           MoE model's name counts (Qwen3-VL-235B-A22B: 22.2 B text-only, 22.8 B with the vision tower);
         * ``no_input_embedding``: without the input token embedding, the output head still counted: the gpt-oss
           model card's "active parameters" (arXiv:2508.10925 section 2, Table 1: 5.13 B for gpt-oss-120b, the
-          unembedding counted as active, the embedding not).
+          unembedding counted as active, the embedding not);
+        * ``non_embedding``: the text model without the input embedding and an untied output head (the
+          "Non-Embedding" convention of the Qwen cards, `non_embedding_params`).
 
         Raises ValueError for another `scope`.
         """
-        if scope not in ("all", "text", "no_input_embedding"):
-            raise ValueError(f"active_params scope must be all, text or no_input_embedding, not {scope!r}")
+        if scope not in ACTIVE_SCOPES:
+            raise ValueError(f"active_params scope must be one of {', '.join(ACTIVE_SCOPES)}, not {scope!r}")
         total = self.total_params()
-        if scope == "text":
+        if scope in ("text", "non_embedding"):
             total -= self.extra_params if self.exact is None else self.exact.vision
-        elif scope == "no_input_embedding":
+        if scope in ("no_input_embedding", "non_embedding"):
             total -= self.vocab_size * self.hidden_size
+        if scope == "non_embedding":
+            total -= self.lm_head_params()
         if not self.is_moe:
             return total
         for k, n in self.layer_groups():

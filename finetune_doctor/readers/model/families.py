@@ -206,7 +206,54 @@ def jamba(c: ConfigView, d: Fields) -> Fields:
     return d
 
 
+def fused_gate_up(c: ConfigView, d: Fields) -> Fields:
+    """GLM / GLM-4-0414 (modeling_glm.py, modeling_glm4.py ``GlmMLP``): gate and up are one ``gate_up_proj``
+    Linear of twice the MLP width (same elements, one LoRA module)."""
+    d.update(module_names=(("gate_up", "gate_up_proj"),))
+    return d
+
+
+def phi3(c: ConfigView, d: Fields) -> Fields:
+    """Phi-3 / Phi-4 (modeling_phi3.py ``Phi3Attention``/``Phi3MLP``): one ``qkv_proj`` Linear of (heads + 2 kv)
+    head widths and one ``gate_up_proj``."""
+    d.update(module_names=(("qkv", "qkv_proj"), ("gate_up", "gate_up_proj")))
+    return d
+
+
+def gemma4_text(c: ConfigView, d: Fields) -> Fields:
+    """Gemma-4 text (transformers 5.24.0 configuration_gemma4.py ``__post_init__``, modeling_gemma4.py
+    ``Gemma4TextAttention``/``Gemma4TextDecoderLayer``/``Gemma4TextRouter``): four RMSNorms per layer, q/k norms of
+    the head width (the v norm has no scale); full-attention layers use ``global_head_dim`` (default 512) and, under
+    ``attention_k_eq_v``, ``num_global_key_value_heads`` and no v_proj; with ``enable_moe_block`` every layer runs
+    the dense MLP and ``num_experts`` fused experts of ``moe_intermediate_size`` (top ``top_k_experts``) side by
+    side, a router with a scale vector, a per-expert scale and a ``proj`` Linear, and three more norms. Not
+    modelled: per-layer input embeddings (``hidden_size_per_layer_input``) and KV-sharing layers
+    (``num_kv_shared_layers``); the notes say so when a config has them."""
+    heads, kv = d["num_heads"], d["num_kv_heads"]
+    k_eq_v = _flag(c, "attention_k_eq_v", False)
+    full_kv = (c.opt_int("num_global_key_value_heads", kind="num_kv_heads") if k_eq_v else None) or kv
+    full = AttentionShape(heads, full_kv, c.opt_int("global_head_dim", kind="head_dim") or 512, shared_kv=k_eq_v)
+    d.update(layer_norms=4, qk_norm=True, qk_norm_scope="head", attention_shapes=(("full", full),),
+             tie_word_embeddings=_flag(c, "tie_word_embeddings", True), o_bias=d["qkv_bias"])
+    n_exp = c.opt_int("num_experts", kind="num_experts") or 0
+    if _flag(c, "enable_moe_block", False) and n_exp:
+        h = d["hidden_size"]
+        d.update(num_experts=n_exp, num_experts_per_tok=c.opt_int("top_k_experts", kind="num_experts_per_tok") or 1,
+                 moe_intermediate_size=c.req("moe_intermediate_size", kind="intermediate_size"),
+                 shared_expert_intermediate_size=0, first_k_dense=0, dense_layers=(), dense_mlp_in_moe=True,
+                 router_params=h + n_exp, moe_norms=3, experts_fused=True, router_linear=True)
+    else:
+        d.update(num_experts=0, num_experts_per_tok=0)
+    missing = [k for k in ("hidden_size_per_layer_input", "num_kv_shared_layers") if c.opt_int(k, kind="other")]
+    if missing:
+        d["_note"] = (f"Gemma-4 {' and '.join(missing)} are not counted by the generic decoder (per-layer input "
+                      "embeddings, KV-sharing layers): the meta-device build gives the exact count")
+    return d
+
+
 FAMILIES: dict[str, Callable[[ConfigView, Fields], Fields]] = {
+    "gemma4_text": gemma4_text,
+    "glm": fused_gate_up, "glm4": fused_gate_up, "phi3": phi3,
     "gpt2": gpt2, "bloom": bloom, "falcon": falcon, "starcoder2": starcoder2,
     "cohere": cohere, "cohere2": cohere, "cohere2_moe": cohere, "olmo": olmo,
     "olmo2": qk_norm_all, "olmo3": qk_norm_all, "flex_olmo": qk_norm_all,

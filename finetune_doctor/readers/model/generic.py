@@ -181,10 +181,9 @@ def decoder_fields(c: ConfigView, mt: str, transformers_major: int | None = None
         kv = 1
     if kv is not None and kv > heads:
         raise c.error(c._which(KV_HEADS), f"config.json has {kv} key/value heads, more than its {heads} attention heads")
+    # without head_dim transformers takes hidden_size // num_attention_heads, floored (e.g. modeling_llama.py
+    # LlamaAttention; Glm4MoeConfig's defaults 4096 / 96 give 42), and so does `ModelArch.hd`
     hd = c.opt_int(*HEAD_DIM, kind="head_dim")
-    if hd is None and hidden % heads:
-        raise c.error(HEADS[0], f"config.json 'hidden_size' {hidden} is not divisible by "
-                                f"'num_attention_heads' {heads} and no 'head_dim' is given")
     n_layers = c.req(*LAYERS, kind="num_layers")
     ffn = c.opt_int(*FFN, kind="intermediate_size")
     if ffn is None:
@@ -268,6 +267,10 @@ def _split_wrapper(cfg: dict[str, Any], mt: str, notes: list[str], version: Vers
     prefix = "text_config" if nested else ""
     parts: list[tuple[str, int]] = []
     w = WRAPPERS.get(mt)
+    if w is not None and isinstance(cfg.get("audio_config"), dict) and not any(k == "audio_config"
+                                                                             for _, k, _ in w.towers):
+        notes.append(f"'{mt}' audio tower (audio_config) is not counted by the generic decoder: the meta-device "
+                     "build gives the exact count")
     if w is None:
         text_mt = str(nested.get("model_type") or "").lower()
         notes.append(f"multimodal model_type '{mt}': only its text model ('{text_mt or '?'}') is counted; "
@@ -313,6 +316,8 @@ def _arch_from_config(cfg: dict[str, Any], name: str, source: str, positions: di
         fields = decoder_fields(c, text_mt, major)
         if text_mt in FAMILIES:
             fields = FAMILIES[text_mt](c, fields)
+            if fields.get("_note"):
+                notes.append(fields.pop("_note"))
     if text_mt == "qwen":
         dtype, dnote = _qwen1_dtype(cfg)
     else:

@@ -173,3 +173,17 @@ def qwen2_audio_encoder_params(ac: dict[str, Any]) -> int:
     n = mel * d * 3 + d + d * d * 3 + d + int(ac.get("max_source_positions", 1500)) * d
     n += layers * (d * d + 3 * _linear(d, d) + 2 * 2 * d + _linear(d, f) + _linear(f, d))
     return n + 2 * d
+
+
+def gemma4_vision_params(vc: dict[str, Any]) -> int:
+    """Gemma-4 vision encoder (transformers ``gemma4/modeling_gemma4.py`` ``Gemma4VisionModel``, 5.24.0): patch
+    embedder (``input_proj`` Linear 3·p² -> hidden without bias, a [2, ``position_embedding_size``, hidden]
+    position table), layers of q/k/v/o without bias (heads x ``head_dim``), q/k RMSNorms of ``head_dim`` (the
+    v norm has no scale), a gated MLP gate/up/down and four RMSNorms; the pooler holds no parameters."""
+    e, i = int(vc.get("hidden_size", 768)), int(vc.get("intermediate_size", 3072))
+    heads = int(vc.get("num_attention_heads", 12))
+    hd = int(vc.get("head_dim") or 64)
+    p, pos = int(vc.get("patch_size", 16)), int(vc.get("position_embedding_size", 10240))
+    layers = int(vc.get("num_hidden_layers", 16))
+    n = 3 * p * p * e + 2 * pos * e
+    return n + layers * (4 * e * heads * hd + 2 * hd + 3 * e * i + 4 * e)

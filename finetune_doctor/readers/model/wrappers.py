@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from finetune_doctor.readers.model.vision import (
     clip_vision_params,
+    gemma4_vision_params,
     llama4_vision_params,
     llava_projector_params,
     mistral3_projector_params,
@@ -69,6 +70,12 @@ def _audio_projector(ac: dict[str, Any], h: int, _cfg: dict[str, Any]) -> int:
     return int(ac.get("d_model", 1280)) * h + h
 
 
+def _gemma4_projector(vc: dict[str, Any], h: int, _cfg: dict[str, Any]) -> int:
+    """Gemma4MultimodalEmbedder ``embed_vision``: a norm without scale and ``embedding_projection`` (vision width
+    -> text width, no bias)."""
+    return int(vc.get("hidden_size", 768)) * h
+
+
 def _llama4_projector(vc: dict[str, Any], h: int, _cfg: dict[str, Any]) -> int:
     """Llama4MultiModalProjector: linear_1 from ``vision_output_dim`` to the text width, no bias."""
     return int(vc.get("vision_output_dim", 7680)) * h
@@ -95,6 +102,8 @@ WRAPPERS: dict[str, Wrapper] = {
                            tie=False),
     "gemma3": Wrapper("gemma3_text", (("vision_tower", "vision_config", siglip_vision_params),), _gemma3_projector,
                       tie=True, tower_defaults=_SIGLIP_GEMMA3, fill_partial=True),
+    "gemma4": Wrapper("gemma4_text", (("vision_tower", "vision_config", gemma4_vision_params),), _gemma4_projector,
+                      tie=True),
     "llava": Wrapper("llama", (("vision_tower", "vision_config", clip_vision_params),), llava_projector_params,
                      tie=False, tie_from_text=(5, 0), tower_defaults=_CLIP_LLAVA),
     "llava_next": Wrapper("llama", (("vision_tower", "vision_config", clip_vision_params),), llava_projector_params,
