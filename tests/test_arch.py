@@ -228,7 +228,10 @@ def test_wrapper_lm_head_tying_follows_transformers(mt, top, txt):
     cfg, model = _build(mt, kw, "AutoModelForImageTextToText")
     raw = {"model_type": mt, **({"tie_word_embeddings": top} if top is not None else {}),
            "text_config": text, "vision_config": kw["vision_config"]}
-    assert arch_from_config(raw, mt, "<t>").total_params() == _numel(model)
+    # the tie rules of the wrapper configs differ between releases (qwen2_vl adopts a true text flag in 5.24, not
+    # in 5.6): the reader follows the installed one
+    assert arch_from_config(raw, mt, "<t>", transformers_major=transformers.__version__).total_params() \
+        == _numel(model)
 
 
 def test_active_params_scopes_leave_out_towers_and_embeddings():

@@ -71,8 +71,9 @@ def test_lists_are_disjoint_and_cover_the_families_llamafactory_trains_most():
             "deepseek_v2", "deepseek_v3", "gpt_oss", "olmoe", "granite"} <= GENERIC_VERIFIED
 
 
-# Verified on transformers 5.24.0, different in 5.6.0 (counts or the LoRA `all` set); not investigated yet.
-OLDER_TRANSFORMERS_DIFFER = {"aria_text", "deepseek_v2", "gemma3", "granitemoe", "granitemoeshared"}
+# Verified on transformers 5.24.0, different in 5.6.0: Gemma 3's default config builds 7,087,104 fewer parameters
+# in 5.6.0 than the reader counts (its wrapper defaults changed between the releases; not traced yet).
+OLDER_TRANSFORMERS_DIFFER = {"gemma3"}
 
 
 @pytest.mark.parametrize("mt", REGISTERED)
@@ -80,7 +81,7 @@ def test_generic_decoder_matches_the_meta_build(mt):
     major_minor = tuple(int(x) for x in transformers.__version__.split(".")[:2])
     if mt in OLDER_TRANSFORMERS_DIFFER and major_minor < (5, 24):
         pytest.skip(f"generic counts verified on transformers 5.24; transformers {transformers.__version__} "
-                    "builds this type differently (not yet investigated)")
+                    "builds this type's default config differently (OLDER_TRANSFORMERS_DIFFER)")
     if mt not in GENERIC_VERIFIED:
         pytest.skip(SKIPPED.get(mt, f"registered by transformers {transformers.__version__} after this list"))
     for tag, cfg in configs(mt):
@@ -136,11 +137,20 @@ LORA_COVERS_TOWERS = {"video_llava"}
 def test_generic_decoder_matches_the_meta_build_on_resized_real_configs(case):
     from finetune_doctor.readers.model.catalog import catalog_entries
 
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
     mid, layers = FAMILY_CASES[case]
     cfg = next(e for e in catalog_entries() if e["id"] == mid)["config"]
     mt = cfg["model_type"]
+    if mt not in CONFIG_MAPPING:
+        pytest.skip(f"transformers {transformers.__version__} has no {mt}")
     for tag, c in (("real", cfg), ("resized", resized(cfg, layers))):
-        total_g, total_m, lora_g, lora_m = compare(mt, c)
+        try:
+            total_g, total_m, lora_g, lora_m = compare(mt, c)
+        except Exception as err:  # e.g. 5.6.0's strict DbrxFFNConfig refuses moe_jitter_eps: 0
+            if not (isinstance(err, (TypeError, ValueError)) or "Validation" in type(err).__name__):
+                raise
+            pytest.skip(f"transformers {transformers.__version__} rejects {mid}'s config.json: {str(err)[:120]}")
         assert total_g == total_m, (case, tag, total_g, total_m)
         if mt not in LORA_COVERS_TOWERS:
             assert lora_g == lora_m, (case, tag, lora_g, lora_m)

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from finetune_doctor.errors import InputError
-from finetune_doctor.readers.model.defaults import DEFAULTS
+from finetune_doctor.readers.model.defaults import DEFAULTS, defaults_for
+from finetune_doctor.readers.model.generic import transformers_version
 from finetune_doctor.readers.modelcfg import (
     arch_from_config,
     catalog_arch,
@@ -138,9 +139,19 @@ def test_catalog_counts_equal_transformers_meta_models(mid):
         meta = cc.meta_count(cc.resolved_config(by_id[mid], by_id))
     except KeyError as err:
         pytest.skip(str(err))
+    except Exception as err:  # a release whose strict config class rejects the hub's file (5.6.0: DBRX)
+        if not (isinstance(err, (TypeError, ValueError)) or "Validation" in type(err).__name__):
+            raise
+        pytest.skip(f"transformers {transformers_mod().__version__} rejects this config.json: {str(err)[:120]}")
     if mid in READER_GAPS:
         pytest.xfail(f"reader gap: {READER_GAPS[mid]}")
     assert catalog_arch(ENTRIES[mid]).total_params() == meta
+
+
+def transformers_mod():
+    import transformers
+
+    return transformers
 
 
 def test_catalog_facts_beyond_counts():
@@ -169,9 +180,11 @@ def test_defaults_match_the_transformers_configuration_classes():
     # fields the hub's remote-code DeepSeek configs have and transformers' own classes dropped
     not_in_transformers = {("deepseek_v2", "moe_layer_freq"), ("deepseek_v3", "moe_layer_freq")}
     compared = 0
-    for mt, defaults in DEFAULTS.items():
+    version = transformers_version(transformers.__version__)   # some defaults changed between 5.6 and 5.24
+    for mt in DEFAULTS:
         if mt not in CONFIG_MAPPING or mt in ("yi", "deepseek"):
             continue
+        defaults = defaults_for(mt, version)
         got = transformers.AutoConfig.for_model(mt).to_dict()
         for k, v in defaults.items():
             if (mt, k) in not_in_transformers:

@@ -16,6 +16,7 @@ from finetune_doctor.arch import AttentionShape, MambaMixer
 from finetune_doctor.readers.model.configjson import ConfigView
 
 Fields = dict[str, Any]
+Version = tuple[int, int]
 
 
 def _flag(c: ConfigView, name: str, default: bool) -> bool:
@@ -23,7 +24,7 @@ def _flag(c: ConfigView, name: str, default: bool) -> bool:
     return default if v is None else bool(v)
 
 
-def gpt2(c: ConfigView, d: Fields) -> Fields:
+def gpt2(c: ConfigView, d: Fields, version: Version = (5, 24)) -> Fields:
     """GPT-2 (modeling_gpt2.py ``GPT2Block``): learned positions ``wpe`` of ``n_positions`` rows, LayerNorm with
     bias (ln_1, ln_2, ln_f), fused ``c_attn`` (h -> 3h) and ``c_proj``, an MLP ``c_fc`` (``n_inner`` or 4h) ->
     ``c_proj``, every projection with a bias and all of them ``Conv1D`` modules, not nn.Linear (LLaMA-Factory's
@@ -37,7 +38,7 @@ def gpt2(c: ConfigView, d: Fields) -> Fields:
     return d
 
 
-def bloom(c: ConfigView, d: Fields) -> Fields:
+def bloom(c: ConfigView, d: Fields, version: Version = (5, 24)) -> Fields:
     """BLOOM (modeling_bloom.py ``BloomBlock``): ALiBi, no rotary; ``word_embeddings_layernorm`` after the
     embedding; LayerNorm with bias; fused ``query_key_value`` (h -> 3h) and ``dense`` with biases; MLP
     ``dense_h_to_4h`` (4h) -> ``dense_4h_to_h`` with biases; lm_head tied (``tie_word_embeddings`` default true)."""
@@ -50,7 +51,7 @@ def bloom(c: ConfigView, d: Fields) -> Fields:
     return d
 
 
-def falcon(c: ConfigView, d: Fields) -> Fields:
+def falcon(c: ConfigView, d: Fields, version: Version = (5, 24)) -> Fields:
     """Falcon (modeling_falcon.py ``FalconAttention``/``FalconDecoderLayer``): fused ``query_key_value`` of
     (heads + 2 kv) head widths under ``new_decoder_architecture`` (kv = ``num_kv_heads``), h + 2 head widths under
     ``multi_query``, else 3h; ``dense``; MLP ``dense_h_to_4h`` (``ffn_hidden_size``, default 4h) ->
@@ -78,7 +79,7 @@ def falcon(c: ConfigView, d: Fields) -> Fields:
     return d
 
 
-def starcoder2(c: ConfigView, d: Fields) -> Fields:
+def starcoder2(c: ConfigView, d: Fields, version: Version = (5, 24)) -> Fields:
     """StarCoder2 (modeling_starcoder2.py): LayerNorm with bias, ``use_bias`` (default true) on q/k/v/o and on
     the non-gated MLP ``c_fc`` -> ``c_proj``; lm_head tied by default."""
     b = _flag(c, "use_bias", True)
@@ -88,7 +89,7 @@ def starcoder2(c: ConfigView, d: Fields) -> Fields:
     return d
 
 
-def cohere(c: ConfigView, d: Fields) -> Fields:
+def cohere(c: ConfigView, d: Fields, version: Version = (5, 24)) -> Fields:
     """Cohere / Cohere2 / Cohere2-MoE (modeling_cohere*.py): one ``input_layernorm`` per layer (attention and MLP
     run in parallel on it), ``CohereLayerNorm`` is a weight without bias, ``use_qk_norm`` adds the same norm over
     [heads, head_dim] of q and [kv heads, head_dim] of k; lm_head tied by default (``tie_word_embeddings`` true)."""
@@ -97,20 +98,20 @@ def cohere(c: ConfigView, d: Fields) -> Fields:
     return d
 
 
-def olmo(c: ConfigView, d: Fields) -> Fields:
+def olmo(c: ConfigView, d: Fields, version: Version = (5, 24)) -> Fields:
     """OLMo (first generation, modeling_olmo.py ``OlmoLayerNorm``): LayerNorm without any parameters."""
     d.update(norm="none")
     return d
 
 
-def qk_norm_all(c: ConfigView, d: Fields) -> Fields:
+def qk_norm_all(c: ConfigView, d: Fields, version: Version = (5, 24)) -> Fields:
     """OLMo-2/3, FlexOlmo (modeling_olmo2.py ``Olmo2Attention``): RMSNorm over all heads of q (heads x head_dim)
     and of k (kv heads x head_dim), and the two norms after attention and MLP."""
     d.update(qk_norm=True, qk_norm_scope="all")
     return d
 
 
-def glm4_moe(c: ConfigView, d: Fields) -> Fields:
+def glm4_moe(c: ConfigView, d: Fields, version: Version = (5, 24)) -> Fields:
     """GLM-4.5/4.6/4.7 (modeling_glm4_moe.py ``Glm4MoeAttention``): ``attention_bias`` on q/k/v only, o_proj
     without; ``use_qk_norm`` adds per-head RMSNorms of head_dim on q and k."""
     bias = _flag(c, "attention_bias", False)
@@ -118,7 +119,7 @@ def glm4_moe(c: ConfigView, d: Fields) -> Fields:
     return d
 
 
-def llama4_text(c: ConfigView, d: Fields) -> Fields:
+def llama4_text(c: ConfigView, d: Fields, version: Version = (5, 24)) -> Fields:
     """Llama-4 text (configuration_llama4.py ``Llama4TextConfig.__post_init__``, modeling_llama4.py
     ``Llama4TextDecoderLayer``/``Llama4TextMoe``): MoE at ``moe_layers`` (default every
     ``interleave_moe_layer_step``-th layer, from step - 1), each with ``num_local_experts`` routed experts of width
@@ -136,7 +137,7 @@ def llama4_text(c: ConfigView, d: Fields) -> Fields:
     return d
 
 
-def mimo_v2_flash(c: ConfigView, d: Fields) -> Fields:
+def mimo_v2_flash(c: ConfigView, d: Fields, version: Version = (5, 24)) -> Fields:
     """MiMo-V2-Flash (modeling_mimo_v2_flash.py ``MiMoV2FlashAttention``, configuration ``__post_init__``):
     sliding-window layers (``hybrid_layer_pattern`` 1 in the hub config; transformers' default pattern is full
     attention at layer 0 and every 6th) with twice the key/value heads (``swa_num_key_value_heads``) and a sink
@@ -164,7 +165,7 @@ def mimo_v2_flash(c: ConfigView, d: Fields) -> Fields:
     return d
 
 
-def dbrx(c: ConfigView, d: Fields) -> Fields:
+def dbrx(c: ConfigView, d: Fields, version: Version = (5, 24)) -> Fields:
     """DBRX (modeling_dbrx.py ``DbrxBlock``): ``d_model``/``n_heads``/``n_layers`` at the top, ``kv_n_heads`` in
     ``attn_config`` and the experts in ``ffn_config`` (``moe_num_experts`` of width ``ffn_hidden_size``,
     ``moe_top_k``); fused ``Wqkv`` and ``out_proj`` without biases; weight-only LayerNorms (norm_1, norm_2, norm_f);
@@ -185,12 +186,12 @@ def dbrx(c: ConfigView, d: Fields) -> Fields:
     return d
 
 
-def jamba(c: ConfigView, d: Fields) -> Fields:
+def jamba(c: ConfigView, d: Fields, version: Version = (5, 24)) -> Fields:
     """Jamba (modeling_jamba.py ``JambaAttentionDecoderLayer``/``JambaMambaDecoderLayer``): attention where
     ``i % attn_layer_period == attn_layer_offset``, a Mamba mixer elsewhere (`MambaMixer`: inner width
     ``mamba_expand`` x hidden, ``mamba_d_state``, ``mamba_d_conv``, ``mamba_dt_rank``, ``mamba_conv_bias``,
     ``mamba_proj_bias``, ``mamba_inner_layernorms``); MoE where ``i % expert_layer_period == expert_layer_offset``
-    (router nn.Linear, no shared expert), a dense MLP elsewhere; two RMSNorms per layer."""
+    (no shared expert), a dense MLP elsewhere; two RMSNorms per layer. `version`: the transformers release."""
     n, h = d["num_layers"], d["hidden_size"]
     ap, ao = c.opt_int("attn_layer_period") or 8, c.opt_int("attn_layer_offset") or 4
     ep, eo = c.opt_int("expert_layer_period") or 2, c.opt_int("expert_layer_offset") or 1
@@ -206,21 +207,21 @@ def jamba(c: ConfigView, d: Fields) -> Fields:
     return d
 
 
-def fused_gate_up(c: ConfigView, d: Fields) -> Fields:
+def fused_gate_up(c: ConfigView, d: Fields, version: Version = (5, 24)) -> Fields:
     """GLM / GLM-4-0414 (modeling_glm.py, modeling_glm4.py ``GlmMLP``): gate and up are one ``gate_up_proj``
     Linear of twice the MLP width (same elements, one LoRA module)."""
     d.update(module_names=(("gate_up", "gate_up_proj"),))
     return d
 
 
-def phi3(c: ConfigView, d: Fields) -> Fields:
+def phi3(c: ConfigView, d: Fields, version: Version = (5, 24)) -> Fields:
     """Phi-3 / Phi-4 (modeling_phi3.py ``Phi3Attention``/``Phi3MLP``): one ``qkv_proj`` Linear of (heads + 2 kv)
     head widths and one ``gate_up_proj``."""
     d.update(module_names=(("qkv", "qkv_proj"), ("gate_up", "gate_up_proj")))
     return d
 
 
-def gemma4_text(c: ConfigView, d: Fields) -> Fields:
+def gemma4_text(c: ConfigView, d: Fields, version: Version = (5, 24)) -> Fields:
     """Gemma-4 text (transformers 5.24.0 configuration_gemma4.py ``__post_init__``, modeling_gemma4.py
     ``Gemma4TextAttention``/``Gemma4TextDecoderLayer``/``Gemma4TextRouter``): four RMSNorms per layer, q/k norms of
     the head width (the v norm has no scale); full-attention layers use ``global_head_dim`` (default 512) and, under
@@ -251,7 +252,7 @@ def gemma4_text(c: ConfigView, d: Fields) -> Fields:
     return d
 
 
-FAMILIES: dict[str, Callable[[ConfigView, Fields], Fields]] = {
+FAMILIES: dict[str, Callable[[ConfigView, Fields, Version], Fields]] = {
     "gemma4_text": gemma4_text,
     "glm": fused_gate_up, "glm4": fused_gate_up, "phi3": phi3,
     "gpt2": gpt2, "bloom": bloom, "falcon": falcon, "starcoder2": starcoder2,

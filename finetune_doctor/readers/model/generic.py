@@ -171,7 +171,16 @@ def _layer_types(c: ConfigView, n_layers: int) -> tuple[str, ...]:
     return tuple(types)
 
 
-def decoder_fields(c: ConfigView, mt: str, transformers_major: int | None = None) -> dict[str, Any]:
+# MoE families whose router stayed an nn.Linear (``gate``, ``router``, GraniteMoE's ``router.layer``) into 5.x while
+# the experts were fused: LoRA `all` wraps it. So in transformers 5.6.0 (modeling_aria.py, modeling_deepseek_v2.py,
+# modeling_jamba.py, modeling_granitemoe*.py), a ``*TopKRouter`` parameter in 5.24.0: model_type -> the first release
+# checked with the parameter.
+ROUTER_LINEAR_BEFORE: dict[str, tuple[int, int]] = dict.fromkeys(
+    ("aria_text", "deepseek_v2", "jamba", "granitemoe", "granitemoeshared"), (5, 24))
+
+
+def decoder_fields(c: ConfigView, mt: str, transformers_major: int | None = None,
+                   version: tuple[int, int] | None = None) -> dict[str, Any]:
     """`ModelArch` fields of one decoder config (a text config), read generically. Raises ModelConfigInvalid."""
     tr = TRAITS.get(mt, {})
     hidden = c.req(*HIDDEN, kind="hidden_size")
@@ -212,7 +221,9 @@ def decoder_fields(c: ConfigView, mt: str, transformers_major: int | None = None
     d.update(_moe_fields(c, mt, n_layers, ffn))
     if d.get("num_experts"):
         fused = bool(tr.get("fused_always")) or (transformers_major or 4) >= FUSED_FROM_MAJOR
-        d.update(experts_fused=fused, router_linear=not fused)
+        linear = not fused or (mt in ROUTER_LINEAR_BEFORE and version is not None
+                               and version < ROUTER_LINEAR_BEFORE[mt])
+        d.update(experts_fused=fused, router_linear=linear)
     return d
 
 
@@ -313,9 +324,9 @@ def _arch_from_config(cfg: dict[str, Any], name: str, source: str, positions: di
             notes.append(f"model_type '{text_mt or '(none)'}' is not one the doctor has verified: read by the generic "
                          "decoder from its field names as LLaMA-shaped (q/k/v/o, gated MLP, RMSNorm)")
         major = version[0] if transformers_major is not None else None
-        fields = decoder_fields(c, text_mt, major)
+        fields = decoder_fields(c, text_mt, major, version)
         if text_mt in FAMILIES:
-            fields = FAMILIES[text_mt](c, fields)
+            fields = FAMILIES[text_mt](c, fields, version)
             if fields.get("_note"):
                 notes.append(fields.pop("_note"))
     if text_mt == "qwen":

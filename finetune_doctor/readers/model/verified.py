@@ -1,8 +1,8 @@
 """Model types on which the generic decoder is verified: its total and LoRA (``all``, r=8) counts equal the
 transformers meta-device build within 0.5 % for the default config and two resized ones
 (tests/test_model_parity.py, run with transformers 5.24.0 and 5.6.0, LLaMA-Factory's test pin).
-``load_arch(exact="auto")`` builds every other type on the meta device when torch and transformers are installed: among the families LLaMA-Factory trains that
-are DBRX (transformers cannot rebuild its default config, so the type is not verified here, though the catalog's
+``load_arch(exact="auto")`` builds every other type on the meta device when torch and transformers are
+installed; among the families LLaMA-Factory trains, that is DBRX (transformers cannot rebuild its default config, so the type is not verified here, though the catalog's
 config is counted exactly), Video-LLaVA (LLaMA-Factory's ``lora_target: all`` also wraps its image/video towers,
 which the decoder-only LoRA count leaves out), Gemma-4, the remote-code families (Qwen(1), ChatGLM, InternLM2,
 Baichuan: no transformers class, so the build fails and the generic answer stands) and every type transformers
