@@ -6,8 +6,9 @@ builds for a decoder-only model (``modeling_llama.py``: q/k/v/o projections, a g
 RMSNorm weights, untied or tied embeddings), with the variants the families need: attention and MLP biases, a
 fused qkv or gate_up (same element count), LayerNorm with bias, multi-head latent attention (DeepSeek-V2/V3),
 Mixture-of-Experts MLPs (routed experts, shared experts, leading dense layers, sparse steps), gated linear
-attention layers (Gated DeltaNet: Qwen3-Next, Qwen3.5), attention sinks (gpt-oss), q/k norms and four norms per
-layer (Gemma-2/3, GLM-4-0414).
+attention layers (Gated DeltaNet: Qwen3-Next, Qwen3.5), Mamba mixers (Jamba), attention sinks (gpt-oss), q/k norms
+and four norms per layer (Gemma-2/3, GLM-4-0414), per-kind attention shapes (Gemma-4, MiMo-V2-Flash), fused and
+renamed modules (Falcon, GPT-2's Conv1D, Phi-3), LayerNorm without bias or without parameters, learned positions.
 
 Layers come in a few *kinds* (attention kind x dense/MoE MLP). Every per-layer quantity is computed once per kind
 and multiplied by the number of layers of that kind (`layer_groups`), so nothing here costs more for a deeper

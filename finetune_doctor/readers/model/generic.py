@@ -8,8 +8,12 @@ the family's ``modeling_<type>.py`` in transformers 5.x. Layouts covered: dense,
 ``q_lora_rank``), MoE with shared experts and dense layers placed by ``first_k_dense_replace``,
 ``decoder_sparse_step``, ``mlp_only_layers``, ``moe_layer_freq`` or ``mlp_layer_types``, hybrid layers
 (``layer_types``: sliding, full and linear attention such as Gated DeltaNet), attention sinks, tied embeddings,
-and ``text_config``/``vision_config`` nesting. The remote-code families LLaMA-Factory trains (Qwen(1), ChatGLM2/3,
-InternLM2, Baichuan) keep their own small readers in ``remote.py``.
+and ``text_config``/``vision_config`` nesting. Families whose layer is not LLaMA-shaped (GPT-2, BLOOM, Falcon,
+StarCoder2, Cohere, OLMo, DBRX, Jamba's Mamba layers, Llama-4's interleaved MoE, MiMo-V2-Flash, Gemma-4) are
+finished by ``families.py``; multimodal wrappers (towers, projectors, tie rules) are ``wrappers.py``. The
+remote-code families LLaMA-Factory trains (Qwen(1), ChatGLM2/3, InternLM2, Baichuan) keep their own small readers
+in ``remote.py``. Where transformers releases build a type differently (5.6.0, LLaMA-Factory's test pin, against
+5.24.0), the reader follows the release the run uses (`transformers_version`).
 
 tests/test_model_parity.py compares the result with the transformers model built on the meta device for every
 causal-LM and image-text-to-text type transformers registers (types it does not model are listed there).
