@@ -13,11 +13,17 @@ from typing import Any
 RANK = 8
 
 
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+
+
 def _resize(d: dict[str, Any], layers: int, vocab: int, ffn_scale: float) -> dict[str, Any]:
     d = copy.deepcopy(d)
-    old = d.get("num_hidden_layers")
+    key = next((k for k in LAYER_KEYS if isinstance(d.get(k), int)), "num_hidden_layers")
+    old = d.get(key)
     if isinstance(old, int) and old > layers:
-        d["num_hidden_layers"] = layers
+        # also under the canonical name: transformers 5 FalconConfig no longer maps the hub's n_layer onto
+        # num_hidden_layers (it keeps its default 32), GPT-2 and DBRX map num_hidden_layers onto theirs
+        d[key] = d["num_hidden_layers"] = layers
         for k, v in list(d.items()):
             if isinstance(v, list) and len(v) == old:
                 d[k] = v[:layers]
@@ -29,7 +35,7 @@ def _resize(d: dict[str, Any], layers: int, vocab: int, ffn_scale: float) -> dic
         for k in ("pad_token_id", "bos_token_id", "eos_token_id"):
             if isinstance(d.get(k), int) and d[k] >= vocab:
                 d[k] = vocab - 1
-    for k in ("intermediate_size", "moe_intermediate_size"):
+    for k in ("intermediate_size", "moe_intermediate_size", "intermediate_size_mlp", "n_inner", "ffn_hidden_size"):
         if isinstance(d.get(k), int) and d[k] > 16:
             d[k] = int(d[k] * ffn_scale) // 16 * 16
     return d
@@ -50,6 +56,19 @@ def configs(mt: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def resized(cfg: dict[str, Any], layers: int, vocab: int = 1000, ffn_scale: float = 0.5) -> dict[str, Any]:
+    """A real config cut to `layers` decoder layers with another vocabulary and MLP width (text_config when
+    nested): the same family at another size."""
+    d = copy.deepcopy(cfg)
+    if isinstance(d.get("text_config"), dict):
+        d["text_config"] = _resize(d["text_config"], layers, vocab, ffn_scale)
+        if isinstance(d.get("vocab_size"), int):
+            d["vocab_size"] = vocab
+    else:
+        d = _resize(d, layers, vocab, ffn_scale)
+    return d
+
+
 def compare(mt: str, cfg: dict[str, Any]) -> tuple[int, int, int, int]:
     import transformers
 
@@ -58,9 +77,9 @@ def compare(mt: str, cfg: dict[str, Any]) -> tuple[int, int, int, int]:
     from finetune_doctor.readers.model.meta import build_model, exact_counts, lora_trainable
 
     cfg = {**cfg, "model_type": mt}
-    major = int(transformers.__version__.split(".")[0])
     model = build_model(cfg)
     ex = exact_counts(model, mt)
-    arch = arch_from_config(cfg, mt, "<parity>", transformers_major=major)
+    # the installed version: class defaults and tie rules that differ between releases follow it
+    arch = arch_from_config(cfg, mt, "<parity>", transformers_major=transformers.__version__)
     lora_g = lora_params(arch, ("all",), RANK)[0]
     return arch.total_params(), ex.total, lora_g, lora_trainable(ex, ("all",), RANK)

@@ -228,4 +228,41 @@ def test_wrapper_lm_head_tying_follows_transformers(mt, top, txt):
     cfg, model = _build(mt, kw, "AutoModelForImageTextToText")
     raw = {"model_type": mt, **({"tie_word_embeddings": top} if top is not None else {}),
            "text_config": text, "vision_config": kw["vision_config"]}
-    assert arch_from_config(raw, mt, "<t>").total_params() == _numel(model)
+    # the tie rules of the wrapper configs differ between releases (qwen2_vl adopts a true text flag in 5.24, not
+    # in 5.6): the reader follows the installed one
+    assert arch_from_config(raw, mt, "<t>", transformers_major=transformers.__version__).total_params() \
+        == _numel(model)
+
+
+def test_active_params_scopes_leave_out_towers_and_embeddings():
+    """Each scope removes exactly its part of the meta-device model: the vision tower and merger ("text"), the
+    input embedding ("no_input_embedding"), both embedding tables ("non_embedding")."""
+    cfg, model = _build("qwen3_vl_moe", VISION_TINY["qwen3_vl_moe"], "AutoModelForImageTextToText")
+    arch = arch_from_config(cfg.to_dict(), "q", "<t>")
+    inner = model.model
+    vision = _numel(inner.visual)
+    embed = inner.language_model.embed_tokens.weight.numel()
+    head = 0 if arch.tie_word_embeddings else model.lm_head.weight.numel()
+    full = arch.active_params()
+    assert arch.active_params("text") == full - vision
+    assert arch.active_params("no_input_embedding") == full - embed
+    assert arch.active_params("non_embedding") == full - vision - embed - head
+    with pytest.raises(ValueError, match="scope"):
+        arch.active_params("vision")
+
+
+@pytest.mark.parametrize("case", ["qwen2_moe-sparse-step", "qwen3_moe-mlp-only", "deepseek_v3", "llama"])
+def test_groups_in_counts_the_layers_of_a_range(case):
+    """`groups_in` (the helper for per-layer loops) equals walking the layers one by one."""
+    mt, kw = CASES[case]
+    cfg, _ = _build(mt, kw)
+    arch = arch_from_config(cfg.to_dict(), case, "<t>")
+    L = arch.num_layers
+    for lo, hi in ((0, L), (1, L), (0, 1), (L - 2, L), (2, 2), (-3, L + 5)):
+        walked: dict = {}
+        for i in range(max(lo, 0), min(hi, L)):
+            k = (arch.attention_kind(i), arch.mlp_kind(i))
+            walked[k] = walked.get(k, 0) + 1
+        assert dict(arch.groups_in(lo, hi)) == walked, (lo, hi)
+        assert sum(n * arch.kind_linear_params(k) for k, n in arch.groups_in(lo, hi)) == sum(
+            sum(lin.params for lin in arch.layer_linears(i)) for i in range(max(lo, 0), min(hi, L)))

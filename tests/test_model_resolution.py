@@ -235,3 +235,25 @@ def test_unknown_model_error_is_typed_and_carries_the_fix():
     with pytest.raises(ModelUnresolved) as ei:
         load_arch("/no/such/dir/my-model")
     assert ei.value.fix == "--model-config path/to/config.json" and ei.value.file is None
+
+
+@pytest.mark.slow
+def test_exact_auto_builds_on_meta_only_outside_the_verified_types():
+    """``exact="auto"``: a type outside GENERIC_VERIFIED (Video-LLaVA, whose LoRA ``all`` also wraps its towers)
+    gets the meta-device counts, a verified one (Qwen2.5) keeps the generic decoder's, a remote-code type
+    transformers does not ship (ChatGLM3) keeps the generic answer with a note."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from finetune_doctor.readers.model.meta import build_model, exact_counts
+    from finetune_doctor.readers.model.verified import GENERIC_VERIFIED
+
+    assert "video_llava" not in GENERIC_VERIFIED and "qwen2" in GENERIC_VERIFIED
+    arch, _ = load_arch("LanguageBind/Video-LLaVA-7B-hf", exact="auto")
+    assert arch.exact is not None and "meta-device build" in arch.notes
+    ref = exact_counts(build_model(arch.raw), "video_llava")
+    assert arch.total_params() == ref.total and arch.exact.lora_all_modules == ref.lora_all_modules
+    assert any(".image_tower." in m for m in arch.exact.lora_all_modules)   # LF's default vision key misses it
+    q, _ = load_arch("Qwen/Qwen2.5-7B-Instruct", exact="auto")
+    assert q.exact is None
+    glm, _ = load_arch("THUDM/chatglm3-6b", exact="auto")
+    assert glm.exact is None and "meta-device build failed" in glm.notes

@@ -59,8 +59,10 @@ def _canonical(name: str) -> str:
 def _targets(arch: ModelArch, targets: tuple[str, ...]) -> tuple[set[str], bool]:
     """Canonical linear names hit by LoRA `targets`, and whether MoE routers are included."""
     if not targets or "all" in targets:
-        names = {_canonical(lin.name) for k, _ in arch.layer_groups() for lin in arch.kind_linears(k)
-                 if lin.targetable}
+        # the module names themselves and the canonical roles they stand for (a fused query_key_value is q, k
+        # and v for the memory model's saved-activation rules)
+        names = {n for k, _ in arch.layer_groups() for lin in arch.kind_linears(k) if lin.targetable
+                 for n in (_canonical(lin.name), *lin.roles)}
         return names, arch.is_moe and arch.router_linear
     hit: set[str] = set()
     router = False
@@ -78,6 +80,7 @@ def _targets(arch: ModelArch, targets: tuple[str, ...]) -> tuple[set[str], bool]
             continue
         hit.update(TARGET_ALIASES.get(t, (t,)))
         hit.update(TARGET_ALIASES.get(_canonical(t), ()))
+        hit.add(_canonical(t))   # the module's own name (peft matches the last name component)
     return hit, router
 
 
@@ -163,17 +166,17 @@ def count_params(run) -> ParamCounts:  # run: finetune_doctor.run.Run (not impor
         return ParamCounts(base, trainable_base, 0, base - trainable_base, trainable_base, largest)
     if ft == "freeze":
         k = run.freeze_trainable_layers
-        layers = range(arch.num_layers - k, arch.num_layers) if k > 0 else range(0, min(-k, arch.num_layers))
+        lo, hi = (arch.num_layers - k, arch.num_layers) if k > 0 else (0, min(-k, arch.num_layers))
         mods = set(run.freeze_trainable_modules)
         tb = 0
-        for i in layers:
+        for kind, n in arch.groups_in(lo, hi):
             if "all" in mods:
-                tb += arch.layer_params(i)
-            else:
-                for lin in arch.layer_linears(i):
-                    group = "self_attn" if lin.name in _ATTN_GROUP else "mlp"
-                    if group in mods or lin.name in mods or _canonical(lin.name) in mods:
-                        tb += lin.params
+                tb += n * arch.kind_params(kind)
+                continue
+            for lin in arch.kind_linears(kind):
+                group = "self_attn" if (lin.name in _ATTN_GROUP or set(lin.roles) & _ATTN_GROUP) else "mlp"
+                if group in mods or lin.name in mods or _canonical(lin.name) in mods:
+                    tb += n * lin.params
         tb += vocab_trainable
         return ParamCounts(base, tb, 0, base - tb, tb, largest)
     if ft in ("lora", "oft"):

@@ -8,8 +8,12 @@ the family's ``modeling_<type>.py`` in transformers 5.x. Layouts covered: dense,
 ``q_lora_rank``), MoE with shared experts and dense layers placed by ``first_k_dense_replace``,
 ``decoder_sparse_step``, ``mlp_only_layers``, ``moe_layer_freq`` or ``mlp_layer_types``, hybrid layers
 (``layer_types``: sliding, full and linear attention such as Gated DeltaNet), attention sinks, tied embeddings,
-and ``text_config``/``vision_config`` nesting. The remote-code families LLaMA-Factory trains (Qwen(1), ChatGLM2/3,
-InternLM2, Baichuan) keep their own small readers in ``remote.py``.
+and ``text_config``/``vision_config`` nesting. Families whose layer is not LLaMA-shaped (GPT-2, BLOOM, Falcon,
+StarCoder2, Cohere, OLMo, DBRX, Jamba's Mamba layers, Llama-4's interleaved MoE, MiMo-V2-Flash, Gemma-4) are
+finished by ``families.py``; multimodal wrappers (towers, projectors, tie rules) are ``wrappers.py``. The
+remote-code families LLaMA-Factory trains (Qwen(1), ChatGLM2/3, InternLM2, Baichuan) keep their own small readers
+in ``remote.py``. Where transformers releases build a type differently (5.6.0, LLaMA-Factory's test pin, against
+5.24.0), the reader follows the release the run uses (`transformers_version`).
 
 tests/test_model_parity.py compares the result with the transformers model built on the meta device for every
 causal-LM and image-text-to-text type transformers registers (types it does not model are listed there).
@@ -23,16 +27,12 @@ from typing import Any, Callable
 from finetune_doctor.arch import LinearAttention, ModelArch
 from finetune_doctor.quant import parse_quantization_config
 from finetune_doctor.readers.model.configjson import ConfigView
-from finetune_doctor.readers.model.defaults import DEFAULTS
+from finetune_doctor.readers.model.defaults import DEFAULTS, defaults_for
 from finetune_doctor.readers.model.errors import ModelConfigInvalid
+from finetune_doctor.readers.model.families import FAMILIES
 from finetune_doctor.readers.model.remote import REMOTE_READERS
 from finetune_doctor.readers.model.verified import GENERIC_VERIFIED
-from finetune_doctor.readers.model.vision import (
-    qwen2_5_vl_vision_params,
-    qwen2_vl_vision_params,
-    qwen3_vl_vision_params,
-    siglip_vision_params,
-)
+from finetune_doctor.readers.model.wrappers import WRAPPERS, Version, tie_word_embeddings
 
 # Spellings of each quantity, most common first.
 HIDDEN = ("hidden_size", "n_embd", "d_model", "dim", "model_dim")
@@ -71,7 +71,7 @@ TRAITS: dict[str, dict[str, Any]] = {
     "gemma2": {"norms": 4}, "gemma3_text": {"norms": 4, "qk_norm": True},
     "glm": {"bias_qkv_only": True}, "glm4": {"norms": 4, "bias_qkv_only": True},
     "gpt_oss": {"sinks": True, "router_bias": True, "qkv_bias": True, "o_bias": True, "fused_always": True},
-    "smollm3": {}, "mixtral": {"moe_width_is_ffn": True},
+    "smollm3": {}, "mixtral": {"moe_width_is_ffn": True}, "jamba": {"moe_width_is_ffn": True},
 }
 for _t in ("qwen2_vl_text", "qwen2_5_vl_text"):
     TRAITS[_t].setdefault("qkv_bias", True)
@@ -128,6 +128,9 @@ def _moe_fields(c: ConfigView, mt: str, n_layers: int, ffn: int) -> dict[str, An
     mlp_types = c.str_list("mlp_layer_types")
     if mlp_types:
         dense |= {i for i, t in enumerate(mlp_types) if t.lower() in ("dense", "mlp")}
+    elif isinstance(c.cfg.get("moe_layer_freq"), list):
+        # a per-layer list (MiMo-V2-Flash's hub config): 1 marks a MoE layer, 0 a dense one
+        dense |= {i for i, f in enumerate(c.int_list("moe_layer_freq")) if not f}
     else:
         step = c.opt_int("decoder_sparse_step")
         freq = c.opt_int("moe_layer_freq")
@@ -159,6 +162,11 @@ def _linear_attention(c: ConfigView, mt: str) -> LinearAttention | None:
 
 def _layer_types(c: ConfigView, n_layers: int) -> tuple[str, ...]:
     types = c.str_list("layer_types")
+    if not types and c.has("linear_num_value_heads", "linear_num_key_heads"):
+        # Qwen3-Next / Qwen3.5 without a list: full attention every `full_attention_interval` (default 4) layers,
+        # Gated DeltaNet between (configuration_qwen3_next.py / configuration_qwen3_5.py __post_init__)
+        k = c.opt_int("full_attention_interval", kind="other") or 4
+        return tuple("full_attention" if (i + 1) % k == 0 else "linear_attention" for i in range(n_layers))
     if not types:
         return ()
     if len(types) != n_layers:
@@ -167,7 +175,16 @@ def _layer_types(c: ConfigView, n_layers: int) -> tuple[str, ...]:
     return tuple(types)
 
 
-def decoder_fields(c: ConfigView, mt: str, transformers_major: int | None = None) -> dict[str, Any]:
+# MoE families whose router stayed an nn.Linear (``gate``, ``router``, GraniteMoE's ``router.layer``) into 5.x while
+# the experts were fused: LoRA `all` wraps it. So in transformers 5.6.0 (modeling_aria.py, modeling_deepseek_v2.py,
+# modeling_jamba.py, modeling_granitemoe*.py), a ``*TopKRouter`` parameter in 5.24.0: model_type -> the first release
+# checked with the parameter.
+ROUTER_LINEAR_BEFORE: dict[str, tuple[int, int]] = dict.fromkeys(
+    ("aria_text", "deepseek_v2", "jamba", "granitemoe", "granitemoeshared"), (5, 24))
+
+
+def decoder_fields(c: ConfigView, mt: str, transformers_major: int | None = None,
+                   version: tuple[int, int] | None = None) -> dict[str, Any]:
     """`ModelArch` fields of one decoder config (a text config), read generically. Raises ModelConfigInvalid."""
     tr = TRAITS.get(mt, {})
     hidden = c.req(*HIDDEN, kind="hidden_size")
@@ -177,10 +194,9 @@ def decoder_fields(c: ConfigView, mt: str, transformers_major: int | None = None
         kv = 1
     if kv is not None and kv > heads:
         raise c.error(c._which(KV_HEADS), f"config.json has {kv} key/value heads, more than its {heads} attention heads")
+    # without head_dim transformers takes hidden_size // num_attention_heads, floored (e.g. modeling_llama.py
+    # LlamaAttention; Glm4MoeConfig's defaults 4096 / 96 give 42), and so does `ModelArch.hd`
     hd = c.opt_int(*HEAD_DIM, kind="head_dim")
-    if hd is None and hidden % heads:
-        raise c.error(HEADS[0], f"config.json 'hidden_size' {hidden} is not divisible by "
-                                f"'num_attention_heads' {heads} and no 'head_dim' is given")
     n_layers = c.req(*LAYERS, kind="num_layers")
     ffn = c.opt_int(*FFN, kind="intermediate_size")
     if ffn is None:
@@ -209,25 +225,26 @@ def decoder_fields(c: ConfigView, mt: str, transformers_major: int | None = None
     d.update(_moe_fields(c, mt, n_layers, ffn))
     if d.get("num_experts"):
         fused = bool(tr.get("fused_always")) or (transformers_major or 4) >= FUSED_FROM_MAJOR
-        d.update(experts_fused=fused, router_linear=not fused)
+        linear = not fused or (mt in ROUTER_LINEAR_BEFORE and version is not None
+                               and version < ROUTER_LINEAR_BEFORE[mt])
+        d.update(experts_fused=fused, router_linear=linear)
     return d
 
 
-# Multimodal wrappers: (text model_type, vision parameter function, projector params(vision_cfg, text_hidden))
-WRAPPERS: dict[str, tuple[str, Callable[[dict[str, Any]], int] | None, Callable[[dict[str, Any], int], int] | None]] = {
-    "qwen2_vl": ("qwen2_vl_text", qwen2_vl_vision_params, None),
-    "qwen2_5_vl": ("qwen2_5_vl_text", qwen2_5_vl_vision_params, None),
-    "qwen3_vl": ("qwen3_vl_text", qwen3_vl_vision_params, None),
-    "qwen3_vl_moe": ("qwen3_vl_moe_text", qwen3_vl_vision_params, None),
-    # Gemma3MultiModalProjector: mm_input_projection_weight [vision_hidden, text_hidden] + RMSNorm(vision_hidden)
-    "gemma3": ("gemma3_text", siglip_vision_params, lambda vc, h: int(vc.get("hidden_size", 1152)) * (h + 1)),
-}
-WRAPPER_TIE_DEFAULT = {"gemma3": True, "qwen3_vl": False, "qwen3_vl_moe": False}
-# transformers 5 fills these into a wrapper's vision_config when config.json leaves them out
-VISION_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gemma3": {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27, "num_attention_heads": 16,
-               "image_size": 896, "patch_size": 14, "vision_use_head": False},
-}
+NEWEST: Version = (5, 24)   # the newest transformers the tables here were checked against
+
+
+def transformers_version(v: int | str | tuple[int, ...] | None) -> Version:
+    """(major, minor) of the transformers the run uses from a major number (its newest minor), a version string
+    ("5.6.0") or a tuple; None: the newest checked (`NEWEST`)."""
+    if v is None:
+        return NEWEST
+    if isinstance(v, int):
+        return (v, 999) if v != NEWEST[0] else NEWEST
+    if isinstance(v, str):
+        parts = [int("".join(ch for ch in x if ch.isdigit()) or 0) for x in v.split(".")[:2]]
+        return (parts[0], parts[1] if len(parts) > 1 else 0)
+    return (int(v[0]), int(v[1]) if len(v) > 1 else 0)
 
 
 def arch_from_config(cfg: dict[str, Any], name: str, source: str, *,
@@ -256,51 +273,66 @@ def arch_from_config(cfg: dict[str, Any], name: str, source: str, *,
                                  missing="a readable config.json") from None
 
 
-def _split_wrapper(cfg: dict[str, Any], mt: str, notes: list[str]) -> tuple[dict[str, Any], str, str,
-                                                                             list[tuple[str, int]]]:
-    """(text config, its model_type, its dotted prefix in the file, vision/projector parts) of a wrapper."""
+def _split_wrapper(cfg: dict[str, Any], mt: str, notes: list[str], version: Version
+                   ) -> tuple[dict[str, Any], str, str, list[tuple[str, int]]]:
+    """(text config, its model_type, its dotted prefix in the file, tower/projector parts) of a wrapper."""
     nested = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
-    # Older Qwen2-VL / Qwen2.5-VL files keep text fields at the top level; newer ones nest text_config.
-    text_cfg = {**{k: v for k, v in cfg.items() if k not in ("text_config", "vision_config")}, **nested}
+    # Older Qwen2-VL / Qwen2.5-VL / PaliGemma files keep text fields at the top level; newer ones nest text_config.
+    top = {k: v for k, v in cfg.items() if k not in ("text_config", "vision_config", "audio_config")}
     prefix = "text_config" if nested else ""
     parts: list[tuple[str, int]] = []
-    if mt in WRAPPERS:
-        text_mt, vis_fn, proj_fn = WRAPPERS[mt]
-        # transformers ties the wrapper's lm_head by the top-level flag; absent, by the wrapper class default
-        # (qwen2_vl / qwen2_5_vl take the text config's value instead)
-        if cfg.get("tie_word_embeddings") is not None:
-            text_cfg["tie_word_embeddings"] = cfg["tie_word_embeddings"]
-        elif mt in WRAPPER_TIE_DEFAULT:
-            text_cfg["tie_word_embeddings"] = WRAPPER_TIE_DEFAULT[mt]
-        vc = {**VISION_DEFAULTS.get(mt, {}), **(cfg.get("vision_config") or {})}
-        if vis_fn is not None:
-            parts.append(("vision_tower", vis_fn(vc)))
-        if proj_fn is not None:
-            hidden = int(text_cfg.get("hidden_size") or DEFAULTS[text_mt]["hidden_size"])
-            parts.append(("projector", proj_fn(vc, hidden)))
-        return text_cfg, text_mt, prefix, parts
-    text_mt = str(nested.get("model_type") or "").lower()
-    notes.append(f"multimodal model_type '{mt}': only its text model ('{text_mt or '?'}') is counted; "
-                 "the vision tower is not")
+    w = WRAPPERS.get(mt)
+    if w is not None and isinstance(cfg.get("audio_config"), dict) and not any(k == "audio_config"
+                                                                             for _, k, _ in w.towers):
+        notes.append(f"'{mt}' audio tower (audio_config) is not counted by the generic decoder: the meta-device "
+                     "build gives the exact count")
+    if w is None:
+        text_mt = str(nested.get("model_type") or "").lower()
+        notes.append(f"multimodal model_type '{mt}': only its text model ('{text_mt or '?'}') is counted; "
+                     "the vision tower is not")
+        return {**top, **nested}, text_mt, prefix, parts
+    text_cfg = {**(w.text_defaults if not nested else {}), **top, **nested}
+    text_mt = str(nested.get("model_type") or w.text_type).lower()
+    text_cfg["tie_word_embeddings"] = tie_word_embeddings(w, cfg, text_cfg, version)
+    hidden = int(text_cfg.get("hidden_size") or defaults_for(text_mt, version).get("hidden_size") or 0)
+    first: dict[str, Any] | None = None
+    for part, key, fn in w.towers:
+        sub = cfg.get(key)
+        # an absent sub-config takes the wrapper's own defaults; a given one the tower class's (Gemma 3: both)
+        tc = dict(w.tower_defaults) if not isinstance(sub, dict) else (
+            {**w.tower_defaults, **sub} if w.fill_partial else dict(sub))
+        first = tc if first is None else first
+        parts.append((part, fn(tc)))
+    if w.projector is not None:
+        parts.append(("projector", w.projector(first or {}, hidden, cfg)))
+    if w.newline:
+        parts.append(("image_newline", hidden))
     return text_cfg, text_mt, prefix, parts
 
 
 def _arch_from_config(cfg: dict[str, Any], name: str, source: str, positions: dict[str, tuple[int, int]],
-                      transformers_major: int | None) -> ModelArch:
+                      transformers_major: int | str | None) -> ModelArch:
     mt = str(cfg.get("model_type") or "").lower()
+    version = transformers_version(transformers_major)
     notes: list[str] = []
     parts: list[tuple[str, int]] = []
     text_cfg, text_mt, prefix = cfg, mt, ""
     if mt in WRAPPERS or (mt not in REMOTE_READERS and isinstance(cfg.get("text_config"), dict)):
-        text_cfg, text_mt, prefix, parts = _split_wrapper(cfg, mt, notes)
-    c = ConfigView(text_cfg, DEFAULTS.get(text_mt, {}), source, text_mt, positions, prefix)
+        text_cfg, text_mt, prefix, parts = _split_wrapper(cfg, mt, notes, version)
+    c = ConfigView(text_cfg, defaults_for(text_mt, version), source, text_mt, positions, prefix)
     if text_mt in REMOTE_READERS:
         fields = REMOTE_READERS[text_mt](c)
     else:
-        if text_mt not in DEFAULTS and text_mt not in TRAITS and text_mt not in GENERIC_VERIFIED:
+        if text_mt not in DEFAULTS and text_mt not in TRAITS and text_mt not in GENERIC_VERIFIED \
+                and text_mt not in FAMILIES:
             notes.append(f"model_type '{text_mt or '(none)'}' is not one the doctor has verified: read by the generic "
                          "decoder from its field names as LLaMA-shaped (q/k/v/o, gated MLP, RMSNorm)")
-        fields = decoder_fields(c, text_mt, transformers_major)
+        major = version[0] if transformers_major is not None else None
+        fields = decoder_fields(c, text_mt, major, version)
+        if text_mt in FAMILIES:
+            fields = FAMILIES[text_mt](c, fields, version)
+            if fields.get("_note"):
+                notes.append(fields.pop("_note"))
     if text_mt == "qwen":
         dtype, dnote = _qwen1_dtype(cfg)
     else:

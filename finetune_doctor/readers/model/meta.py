@@ -3,7 +3,8 @@
 ``torch.device("meta")`` plus ``AutoModelFor*.from_config`` allocates no memory and loads no weights; no remote
 code runs (``trust_remote_code`` is never passed, so a model type transformers does not ship fails here and the
 generic decoder's answer stands). The model class follows LLaMA-Factory's loader (model/loader.py:157-165 at
-snapshot ff6d4d1): image-text-to-text types through ``AutoModelForImageTextToText``, the rest through
+snapshot ff6d4d1): image-text-to-text types through ``AutoModelForImageTextToText``, audio-text ones
+(``AutoModelForSeq2SeqLM``'s mapping, e.g. Qwen2-Audio) through that class, the rest through
 ``AutoModelForCausalLM``. From the built model come the exact parameter count, every ``*Linear`` module with its
 shape, the routed-expert tensors and the vision tower's size, and what ``lora_target: all`` resolves to —
 LLaMA-Factory's ``find_all_linear_modules`` (model_utils/misc.py:28-52): the last name component of every module
@@ -62,14 +63,21 @@ def build_model(cfg: dict[str, Any]) -> Any:
     """The transformers model of config dict `cfg` on the meta device. Raises whatever transformers raises."""
     import torch
     import transformers
-    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+        MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+    )
 
     mt = str(cfg.get("model_type") or "")
     kwargs = {k: v for k, v in cfg.items() if k not in ("model_type", "architectures", "auto_map",
                                                        "quantization_config")}
     config = transformers.AutoConfig.for_model(mt, **kwargs)
-    auto = (transformers.AutoModelForImageTextToText if mt in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
-            else transformers.AutoModelForCausalLM)
+    if mt in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        auto = transformers.AutoModelForImageTextToText
+    elif mt in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:   # audio-text (Qwen2-Audio), loader.py:161
+        auto = transformers.AutoModelForSeq2SeqLM
+    else:
+        auto = transformers.AutoModelForCausalLM
     with torch.device("meta"):
         return auto.from_config(config)
 
@@ -112,7 +120,8 @@ def exact_counts(model: Any, model_type: str, freeze_vision_tower: bool = True) 
             continue
         all_modules.append(qual)
     vision = 0
-    for attr in ("visual", "vision_tower", "vision_model", "multi_modal_projector"):
+    for attr in ("visual", "vision_tower", "vision_model", "image_tower", "video_tower", "audio_tower",
+                 "multi_modal_projector", "embed_vision", "embed_audio"):
         for holder in (model, getattr(model, "model", None)):
             sub = getattr(holder, attr, None) if holder is not None else None
             if sub is not None and hasattr(sub, "parameters"):
