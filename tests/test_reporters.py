@@ -428,7 +428,7 @@ def test_concise_lines():
         "-:1:1: FD800 GPU 0 is in use",
         f"{DS_REL}:20:5: FD401 overlap_comm is false under ZeRO-3.",
         f"{CFG_REL}:1:1: FD001 x",
-        f"{CFG_REL}:{cfg_line('cutoff_len:')}:1: FD601 Predicted peak 92.4 GiB per GPU exceeds the A100-80GB's 79.2 GiB.",
+        f"{CFG_REL}:{cfg_line('cutoff_len:')}:1: FD601 [*] Predicted peak 92.4 GiB per GPU exceeds the A100-80GB's 79.2 GiB.",
         f"{CFG_REL}:{cfg_line('fp16:')}:1: FD102 fp16: true on a model trained in bfloat16 [bold]overflows[/bold].",
     ]
     assert render(Report("lint", {}), "concise") == ""
@@ -514,7 +514,7 @@ def test_text_findings_fixes_and_order():
     assert "    bf16: (unset) → true" in lines and "    fp16: true → (delete)" in lines
     # rich markup in a message is shown, not interpreted
     assert "fp16: true on a model trained in bfloat16 [bold]overflows[/bold]." in out
-    assert lines[-1] == "1 error, 1 warning, 1 info"
+    assert lines[-1] == "1 error, 1 warning, 1 info · 1 fixable with --fix"   # FD601's fix is safe, FD102's is not
     assert all(ln == ln.rstrip() for ln in lines)
 
 

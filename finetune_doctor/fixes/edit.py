@@ -69,7 +69,7 @@ def apply_edits(path: str, edits: Sequence[Edit], *, expect_text: str | None = N
     be read or parsed, or an edit cannot be expressed (a key below a scalar).
     """
     raw, text, bom = _read(path)
-    if expect_text is not None and text != expect_text and raw.decode("utf-8", "replace") != expect_text:
+    if expect_text is not None and _lf(text) != _lf(expect_text):
         return FixResult(path, False, stale=True, text=text,
                          notes=(f"{path}: changed since it was read; fixes not written",))
     new_text, keys = render_edits(text, edits, kind=file_kind(path, text), path=path, after=after)
@@ -425,6 +425,11 @@ class _YamlDoc:
             vstart += 1
         if o.action == "rename" and _same_value(old, o.value):
             new_body = body   # a rename moves the value as the user wrote it (1.0e-4 stays 1.0e-4)
+        elif o.action == "rename" and not multi and vstart < len(body) and body[vstart] not in "#|>&*!":
+            # a new key with a new value replaces the old line: the old line's trailing comment spoke of the
+            # deleted key and its value, so it goes with them instead of landing on the new key
+            s, _e = self._value_text(first, vstart)
+            new_body = body[:s].rstrip() + " " + _yaml_scalar(o.value)
         elif multi or vstart >= len(body) or body[vstart] in "#|>&*!":
             # a block value, an anchor/tag, or nothing: the new value goes right after the colon, the trailing
             # comment of the key line stays, the continuation lines go
@@ -699,14 +704,24 @@ def _read(path: str) -> tuple[bytes, str, bool]:
     return raw, text, bom
 
 
+def _lf(text: str) -> str:
+    """`text` with CRLF and lone CR line ends as LF: a reader that decoded with universal newlines (Python's
+    default text mode) saw the same document as the bytes on disk."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def _unified(path: str, old: str, new: str) -> str:
     return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
                                         fromfile=path, tofile=path))
 
 
 def _atomic_write(path: str, text: str, *, bom: bool, expect_raw: bytes | None) -> None:
-    """Write via a temp file in the same directory and ``os.replace``; keep the mode; refuse if the file moved on."""
-    target = Path(path)
+    """Write via a temp file in the same directory and ``os.replace``; keep the mode; refuse if the file moved on.
+
+    A symlinked config is written at its target (``os.path.realpath``), so the link stays a link and the file it
+    names gets the fix, as an editor saving through the link would do.
+    """
+    target = Path(os.path.realpath(path))
     data = (b"\xef\xbb\xbf" if bom else b"") + text.encode("utf-8")
     mode = target.stat().st_mode & 0o7777
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))

@@ -31,7 +31,7 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool =
     if fix or unsafe_fixes:
         from finetune_doctor.fixes import apply_fixes
 
-        notes.extend(apply_fixes(findings, unsafe=unsafe_fixes, texts={asm.doc.path: asm.doc.text}))
+        notes.extend(apply_fixes(findings, unsafe=unsafe_fixes, texts={asm.doc.path: asm.doc.text}).notes)
     sections: dict[str, Any] = {"model": asm.model_section()} if asm.run is not None else {}
     if asm.facts.get("data"):
         sections["data"] = asm.facts["data"]

@@ -12,6 +12,7 @@ dataset is read. Memory rules run only when the project configuration (or --gpu)
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -101,9 +102,14 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
             findings.extend(lint_ds_alone(f, _per_file(opts, f)))
     findings.sort(key=Finding.sort_key)
     if fix or unsafe_fixes:
-        notes.extend(apply_fixes(findings, unsafe=unsafe_fixes))
-        # re-lint: report only what is left after the fixes (ruff's behaviour)
-        return run(files, opts)
+        # only the files named on the command line are written: a pre-commit hook passes the staged files, and an
+        # edit to an unstaged DeepSpeed JSON that a YAML names would be left behind as an unstaged change
+        done = apply_fixes(findings, unsafe=unsafe_fixes, only=list(files))
+        # re-lint: report only what is left after the fixes (ruff's behaviour), with what was written
+        after = run(files, opts)
+        return replace(after, notes=done.notes + after.notes,
+                       sections={**after.sections, "fixes": {"fixed": done.fixed,
+                                                             "remaining": len(after.findings)}})
     sections: dict[str, Any] = {}
     if skipped:
         sections["skipped"] = skipped
@@ -133,8 +139,6 @@ def _per_file(opts: Options, path: str) -> Options:
     """Project configuration applies per file (each file finds its own pyproject/.finetune-doctor.toml)."""
     if opts.paths and Path(opts.paths[0]).resolve().parent == Path(path).resolve().parent:
         return opts
-    from dataclasses import replace
-
     fresh = Options.from_cli(command=opts.command, paths=[path], gpu=opts.gpu if opts.gpu else None,
                              fmt=opts.format, output=opts.output,
                              select=",".join(opts.select) if opts.select else None,

@@ -79,3 +79,18 @@ def summary_line(counts: dict[str, int]) -> str:
         return f"{n} {word}" if word == "info" or n == 1 else f"{n} {word}s"
 
     return ", ".join(one(counts.get(s, 0), s) for s in ("error", "warning", "info"))
+
+
+def fix_summary(report: "Report") -> str:
+    """The summary line's fix part, as ruff words it: `` · 2 fixed, 1 remaining`` after ``--fix``, else
+    `` · 1 fixable with --fix`` when `lint`/`check` found safe fixes with edits; "" otherwise."""
+    from finetune_doctor.fixes import fixable
+
+    done = (report.sections or {}).get("fixes")
+    if isinstance(done, dict):
+        return f" · {done.get('fixed', 0)} fixed, {done.get('remaining', 0)} remaining"
+    if report.command not in ("lint", "check"):
+        return ""
+    n = sum(1 for f in report.findings if fixable(f))
+    return f" · {n} fixable with --fix" if n else ""
+

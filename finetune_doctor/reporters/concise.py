@@ -8,6 +8,7 @@ carries the verdict.
 
 from __future__ import annotations
 
+from finetune_doctor.fixes import fixable
 from finetune_doctor.reporters import display_path, one_line
 from finetune_doctor.types import Finding, Report
 
@@ -18,10 +19,11 @@ class ConciseReporter:
 
 
 def line(f: Finding) -> str:
-    """``config.yaml:12:1: FD101 message``."""
+    """``config.yaml:12:1: FD101 message`` (``FD101 [*] message`` when ``--fix`` can apply its fix)."""
     loc = f.location
     path = display_path(loc.file) if loc.file else "-"
-    return f"{path}:{loc.line or 1}:{loc.column or 1}: {f.code} {one_line(f.message)}"
+    mark = "[*] " if fixable(f) else ""    # ruff's mark of a finding that --fix can apply
+    return f"{path}:{loc.line or 1}:{loc.column or 1}: {f.code} {mark}{one_line(f.message)}"
 
 
 def _position(f: Finding) -> tuple:

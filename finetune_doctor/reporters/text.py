@@ -28,7 +28,7 @@ import sys
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, Iterable
 
-from finetune_doctor.reporters import display_path, summary_line
+from finetune_doctor.reporters import display_path, fix_summary, summary_line
 from finetune_doctor.reporters._source import SourceIndex, edit_text
 from finetune_doctor.types import SEVERITIES, Finding, Fix, Report
 
@@ -184,7 +184,7 @@ def _draw(w: _Writer, r: Report) -> None:
         for n in r.notes:
             w.line(f"- {n}", indent=1)
     w.blank()
-    w.line((summary_line(r.summary()), SEVERITY_STYLE.get(r.worst() or "", "green")))
+    w.line((summary_line(r.summary()) + fix_summary(r), SEVERITY_STYLE.get(r.worst() or "", "green")))
 
 
 def _header(w: _Writer, r: Report) -> None:
@@ -362,8 +362,8 @@ def _fix(w: _Writer, fix: Fix, sources: SourceIndex, level: int = 1) -> None:
             w.line(body + (f" · {facts}" if facts else ""), indent=level + 2)
 
 
-HEADER_SECTIONS = ("model",)
-"""Sections shown in the header lines instead of under a heading of their own."""
+HEADER_SECTIONS = ("model", "fixes")
+"""Sections shown in the header or summary lines instead of under a heading of their own."""
 
 
 def _sections(w: _Writer, r: Report) -> None:
