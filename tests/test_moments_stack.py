@@ -139,3 +139,16 @@ def test_an_env_file_with_nothing_in_it_is_an_input_error(tmp_path):
     cfg = _write(tmp_path, CFG)
     res = CliRunner().invoke(main, ["check", str(cfg), "--no-data", "--env", str(env)])
     assert res.exit_code == 2 and f"{env}:" in res.output and "llamafactory-cli env" in res.output
+
+
+def test_the_stacks_transformers_major_decides_the_moe_expert_layout(tmp_path):
+    # transformers 5 fuses a Qwen3-MoE layer's experts into 3-D parameters (modeling_qwen3_moe.py at v5.0.0), so
+    # LoRA's `all` target no longer reaches them: fewer trainable parameters than under 4.x's nn.Linear experts
+    cfg = _write(tmp_path, "model_name_or_path: Qwen/Qwen3-30B-A3B\nstage: sft\ndo_train: true\n"
+                           "finetuning_type: lora\nlora_target: all\nbf16: true\ncutoff_len: 2048\n")
+    v4, v5 = (assemble_config(str(cfg), (), Options(command="estimate", gpu="H100-80GB", offline=True,
+                                                    transformers_version=v))
+              for v in ("4.57.1", "5.6.0"))
+    assert (v4.run.arch.experts_fused, v5.run.arch.experts_fused) == (False, True)
+    assert v5.counts.trainable < v4.counts.trainable
+    assert v5.memory.total < v4.memory.total
