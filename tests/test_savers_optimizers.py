@@ -155,3 +155,24 @@ def test_rslora_pissa_and_loraplus_keep_lora_sizes(key, value):
     a = estimate(resolve_run({**base, key: value}, ARCH, None))
     b = estimate(resolve_run(base, ARCH, None))
     assert a.peak_allocated == b.peak_allocated
+
+
+def test_muon_lora_on_a_hybrid_stack_counts_every_layer_kind():
+    # Qwen2-MoE with a dense first layer (mlp_only_layers): layer 0's shapes are not the MoE layers'. Reference:
+    # walk every decoder layer's adapted linears and sum LoRA's A (r x in) and B (out x r) matrices.
+    moe = arch_from_config({"model_type": "qwen2_moe", "hidden_size": 256, "num_hidden_layers": 4,
+                            "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 1024,
+                            "moe_intermediate_size": 128, "shared_expert_intermediate_size": 512,
+                            "num_experts": 4, "num_experts_per_tok": 2, "mlp_only_layers": [0],
+                            "vocab_size": 1000, "torch_dtype": "bfloat16"}, "tiny-moe", "test")
+    r = resolve_run({"finetuning_type": "lora", "lora_target": "all", "lora_rank": 8, "use_muon": True,
+                     "bf16": True}, moe, None)
+    c = count_params(r)
+    layer0 = {lin.name for lin in moe.layer_linears(0)}
+    assert layer0 != {lin.name for lin in moe.layer_linears(1)}          # the stack really is hybrid
+    rank, e_t = 8, 4.0
+    walked = sum(lin.count * rank * (lin.in_features + lin.out_features)
+                 for i in range(moe.num_layers) for lin in moe.layer_linears(i) if lin.targetable)
+    walked = min(walked, c.trainable)
+    s = state_terms(r, c)
+    assert s.states == walked * e_t + (c.trainable - walked) * 2 * e_t

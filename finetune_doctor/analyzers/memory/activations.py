@@ -238,7 +238,8 @@ def _dora_transient(run: Run) -> float:
     e = 2.0 if run.autocast or _bytes(run.compute_dtype) == 2 else 4.0
     trains = _trainable_linear_names(run)
     sizes = [lin.in_features * lin.in_features + 3 * lin.in_features * lin.out_features
-             for lin in run.arch.layer_linears(0) if _canonical(lin.name) in trains and lin.targetable]
+             for kind, _n in run.arch.layer_groups() for lin in run.arch.kind_linears(kind)
+             if _canonical(lin.name) in trains and lin.targetable]
     return e * max(sizes, default=0)
 
 

@@ -142,9 +142,11 @@ def muon_states(run: Run, P_t: float, e_t: float) -> OptStates:
     if run.finetuning_type in ("lora", "oft"):
         names, _ = _targets(a, run.lora_target)
         r = run.lora_rank
-        mats = [(r, lin.in_features, 1) for lin in a.layer_linears(0) if _canonical(lin.name) in names] + \
-               [(lin.out_features, r, 1) for lin in a.layer_linears(0) if _canonical(lin.name) in names]
-        matrix_elems = sum(m * n for m, n, _ in mats) * a.num_layers
+        # per layer kind: a hybrid stack's first layer (dense before MoE, linear attention before full) is not
+        # every layer's shape
+        mats = [(m, n, count * lin.count) for kind, count in a.layer_groups() for lin in a.kind_linears(kind)
+                if _canonical(lin.name) in names for m, n in ((r, lin.in_features), (lin.out_features, r))]
+        matrix_elems = sum(m * n * c for m, n, c in mats)
     else:
         mats = _trained_matrices(run)
         matrix_elems = sum(m * n * c for m, n, c in mats)

@@ -14,6 +14,7 @@ from finetune_doctor.analyzers.memory.optstates import badam_states, lowrank_sta
 from finetune_doctor.analyzers.params import ParamCounts, badam_block_params
 from finetune_doctor.dtypes import dtype_bytes as _bytes
 from finetune_doctor.run import Run
+from finetune_doctor.arch import Linear, ModelArch
 
 
 def weight_bytes_per_param(dtype: str, double_quant: bool = True) -> float:
@@ -131,9 +132,9 @@ def _torch_states(run: Run, c: ParamCounts, P_t: float) -> StateTerms:
         return lf
     states = P_t * optimizer_state_bytes(impl, state_b)
     if run.finetuning_type == "full":
-        largest_t = max(a.embedding_params(), max((lin.params // lin.count for lin in a.layer_linears(0)), default=0))
+        largest_t = max(a.embedding_params(), max((lin.params // lin.count for lin in _all_linears(a)), default=0))
     elif run.finetuning_type in ("lora", "oft"):
-        largest_t = max((run.lora_rank * max(lin.in_features, lin.out_features) for lin in a.layer_linears(0)),
+        largest_t = max((run.lora_rank * max(lin.in_features, lin.out_features) for lin in _all_linears(a)),
                         default=0)
     else:
         largest_t = c.trainable // max(a.num_layers, 1)
@@ -177,3 +178,10 @@ def _zero_states(run: Run, P_t: float) -> StateTerms:
         master, states, temp, grads_step = 0.0, 0.0, 0.0, 0.0
     return StateTerms(P_t, grads, run.grad_accum > 1, grads_always, grads_step, grads if stage == 2 else 0.0,
                       master, states, temp)
+
+
+def _all_linears(a: ModelArch) -> list[Linear]:
+    """The linear layers of every layer kind of the stack (``ModelArch.layer_groups``): the largest tensor of a
+    hybrid model may sit in a layer kind that layer 0 is not (a MoE layer after dense ones)."""
+    return [lin for kind, _n in a.layer_groups() for lin in a.kind_linears(kind)]
+
