@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from finetune_doctor.engine.judge import judge
+from finetune_doctor.errors import install_hint
 from finetune_doctor.facts.config import assemble_config
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Report
@@ -47,7 +48,7 @@ def _confirm(asm: Any, findings: list, opts: Options, mode: str) -> tuple[list, 
     try:
         import torch  # noqa: F401
     except ImportError:
-        asm.notes.append("probes unavailable: install the [all] extra (pip install '.[all]')")
+        asm.notes.append(f"probes unavailable: install the [all] extra ({install_hint('all')})")
         return findings, None
     from finetune_doctor.probes.confirm import probe_check
 

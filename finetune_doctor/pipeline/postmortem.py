@@ -31,7 +31,7 @@ from typing import Any
 
 from finetune_doctor.analyzers.timeline import analyze
 from finetune_doctor.engine.judge import judge
-from finetune_doctor.errors import InputError
+from finetune_doctor.errors import InputError, install_hint
 from finetune_doctor.evidence import Evidence
 from finetune_doctor.facts.config import Assembly, assemble_config
 from finetune_doctor.facts.hw import resolve as resolve_hardware
@@ -151,7 +151,7 @@ def _skipped_notes(ev: Evidence, notes: list[str]) -> None:
                         if m})
         notes.append(f"{len(extra)} file(s) not read for want of an extra ({', '.join(kinds)}): "
                      + "; ".join(os.path.basename(r.path) for r in extra[:3])
-                     + " — the text logs were read; " + " ".join(f"pip install '.[{k}]'" for k in kinds)
+                     + " — the text logs were read; " + install_hint(",".join(kinds))
                      + " reads the rest")
     odd = [r for r in ev.skipped if any("not a regular file" in p or p.startswith("not read:") for p in r.problems)
            and r not in extra]

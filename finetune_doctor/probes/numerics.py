@@ -136,8 +136,9 @@ def probe_numerics(model_path: str | None, batches: Sequence[Any] | None, dtype:
         import torch
         from transformers import AutoModelForCausalLM
     except ImportError:
-        return NumericsResult(None, "numerics probe needs torch and transformers: "
-                                    "pip install 'finetune-doctor[torch,transformers]'")
+        from finetune_doctor.errors import install_hint
+
+        return NumericsResult(None, f"numerics probe needs torch and transformers: {install_hint('torch,transformers')}")
     passes = []
 
     from transformers.utils import logging as hf_logging

@@ -6,7 +6,7 @@ Design"; distinguishable with every common colour-vision deficiency) and with a 
 kinds rely on hue alone. Non-finite values cannot be plotted as values: each NaN is a black ``X`` and each Inf a
 black ``^`` on a band above the panel's data (in axes coordinates, outside the value range), with a light
 vertical span at its step, and the legend counts them. The title names the model and the run folder. Curves longer than `MAX_POINTS` are reduced to per-bucket minimum and
-maximum, which keeps spikes visible. matplotlib is imported here only (``pip install finetune-doctor[plot]``),
+maximum, which keeps spikes visible. matplotlib is imported here only (the ``plot`` extra),
 with the non-interactive Agg backend.
 """
 

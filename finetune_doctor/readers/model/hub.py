@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from finetune_doctor.errors import install_hint
 from finetune_doctor import fsutil
 from finetune_doctor.readers.model.caches import REPO_ID, _hf_layout_config
 
@@ -125,7 +126,7 @@ def download_configs(repo_id: str, *, offline: bool = False, use_modelscope: boo
         return Download(None, note=f"no download: cannot create {root}: {e.strerror}")
     got, err = _with_timeout(lambda: fetch(repo_id, CONFIG_FILES[0], root, timeout_s), timeout_s)
     if err and ("No module named" in err or "ModuleNotFoundError" in err or "ImportError" in err):
-        return Download(None, note=f"no download: {client} is not installed (pip install 'finetune-doctor[hub]')")
+        return Download(None, note=f"no download: {client} is not installed ({install_hint('hub')})")
     if got is None:
         return Download(None, note=f"download of {repo_id} config.json from {'ModelScope' if use_modelscope else 'the Hugging Face hub'} "
                                    f"failed: {err or 'no file'}")
