@@ -36,7 +36,7 @@ OUT = ROOT / "benchmarks" / "results" / "simulate.md"
 QWEN25_7B = dict(model_type="qwen2", hidden_size=3584, num_hidden_layers=28, num_attention_heads=28,
                  num_key_value_heads=4, intermediate_size=18944, vocab_size=152064, tie_word_embeddings=False,
                  max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6)   # Qwen/Qwen2.5-7B config.json
-QWEN2_7B = dict(QWEN25_7B, max_position_embeddings=131072)                                    # REPORT.md §4 setup
+QWEN2_7B = dict(QWEN25_7B, max_position_embeddings=131072)                                    # reference/memory/REPORT.md §4 setup
 LLAMA3_70B = dict(model_type="llama", hidden_size=8192, num_hidden_layers=80, num_attention_heads=64,
                   num_key_value_heads=8, intermediate_size=28672, vocab_size=128256, tie_word_embeddings=False,
                   max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5)    # meta-llama/Meta-Llama-3-70B
@@ -89,7 +89,7 @@ FSDP_NOTE = ("Notes: the FSDP2 rows differ because the probe wraps embed_tokens 
 
 
 def report_rows():
-    """(label, REPORT.md §4 GiB, spec) for the prototype's table. Setup there: Qwen2-7B from config, bf16 weights,
+    """(label, reference/memory/REPORT.md §4 GiB, spec) for the prototype's table. Setup there: Qwen2-7B from config, bf16 weights,
     b=1, SDPA, AdamW, two steps; 'no autocast' unless stated."""
     pure = dict(trainable_dtype="bfloat16", pure_bf16=True, autocast=None, gradient_checkpointing=False)
     return [
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
         lines += [""] + after + [""]
     from finetune_doctor.probes.simulate import simulate
 
-    lines += ["## REPORT.md §4 figures recomputed", "",
+    lines += ["## reference/memory/REPORT.md §4 figures recomputed", "",
               "| config (Qwen2-7B, b=1, bf16 weights) | REPORT GiB | simulate GiB | difference | peak at | s |",
               "|---|---|---|---|---|---|"]
     for label, ref, s in report_rows():

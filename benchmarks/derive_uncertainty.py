@@ -54,12 +54,8 @@ FIELDS = ("source", "id", "model", "config", "method", "shape", "predicted_gib",
 
 
 def shared_reference() -> Path:
-    """/work/shared/reference (the team's shared folder) from a worktree or the main checkout."""
-    for up in (ROOT.parent, ROOT.parent.parent):
-        p = up / "shared" / "reference"
-        if p.is_dir():
-            return p
-    raise SystemExit("shared/reference not found next to the repository; pass --published")
+    """The reference notes: docs/reference in this repository (a snapshot of the team's shared folder)."""
+    return ROOT / "docs" / "reference"
 
 
 def published_rows(path: Path) -> list[dict]:
@@ -198,7 +194,7 @@ def loo(rows: list[dict], k0: float, nu0: int) -> list[dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--published", default=None, help="memory_points_dev.csv (default: shared/reference/memory)")
+    ap.add_argument("--published", default=None, help="memory_points_dev.csv (default: docs/reference/memory)")
     ap.add_argument("--reuse-simulated", action="store_true", help="keep the simulated rows of the rows file")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)

@@ -24,7 +24,7 @@ from finetune_doctor.readers.modelcfg import load_arch
 from finetune_doctor.run import resolve_run
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_CSV = HERE.parent.parent / "shared" / "reference" / "memory" / "memory_points_dev.csv"
+DEFAULT_CSV = HERE.parent / "docs" / "reference" / "memory" / "memory_points_dev.csv"
 
 
 def to_config(row: dict) -> dict | None:

@@ -40,7 +40,7 @@ BNB_NESTED_BLOCKSIZE = 256    # quantize_blockwise of the absmax under compress_
 BNB_CODE_ENTRIES = 256        # fp32 code of the nested quantization, per tensor
 
 # Number of optimizer-state tensors of the size of the parameter, per implementation (the keys of
-# run.OPTIM_IMPL's values). AdamW: exp_avg and exp_avg_sq (torch.optim.AdamW; REPORT.md §3); Lion, Adagrad,
+# run.OPTIM_IMPL's values). AdamW: exp_avg and exp_avg_sq (torch.optim.AdamW; reference/memory/REPORT.md §3); Lion, Adagrad,
 # RMSprop: one; AdEMAMix: three (two EMAs of the gradient and one of its square); SGD as HF builds it (no momentum)
 # and LOMO/AdaLomo: none; Adafactor with HF's defaults (beta1=None) keeps only the factored second moment, rows +
 # columns per matrix, which is O(m+n) rather than O(mn) and counted as zero per parameter.

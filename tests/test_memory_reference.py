@@ -1,6 +1,6 @@
 """The analytic memory model against independent references.
 
-1. Byte-exact closed forms: AdamW state bytes and the fused/foreach/for-loop temporaries (REPORT.md §3).
+1. Byte-exact closed forms: AdamW state bytes and the fused/foreach/for-loop temporaries (reference/memory/REPORT.md §3).
 2. Tensor peaks measured by a fake-mode simulation of Qwen2-7B (torch 2.13 FakeTensorMode + live-bytes tracker,
    reference/memory/REPORT.md §4 table "Results (GiB)"), each with the tolerance stated beside it.
 """
@@ -20,12 +20,12 @@ def peak(cfg):
 
 
 def test_qwen2_7b_parameter_count_matches_report():
-    # REPORT.md §4: "untied; 7.6156 B params"
+    # reference/memory/REPORT.md §4: "untied; 7.6156 B params"
     assert QWEN2_7B.total_params() == 7_615_616_512
 
 
 def test_per_layer_activation_formula_is_byte_exact():
-    # REPORT.md §3: per layer = s·b·(22h + 4h_kv + 8I) + 4·a·s·b; 232,560 B per token per layer for Qwen2-7B
+    # reference/memory/REPORT.md §3: per layer = s·b·(22h + 4h_kv + 8I) + 4·a·s·b; 232,560 B per token per layer for Qwen2-7B
     run = resolve_run({"finetuning_type": "full", "pure_bf16": True}, QWEN2_7B, None)
     assert activation_bytes_per_token_layer(run) == 22 * 3584 + 4 * 512 + 8 * 18944 + 4 * 28 == 232_560
 
@@ -43,14 +43,14 @@ def test_full_finetune_optimizer_step_is_exact(optim, expected):
 
 
 def test_fp32_trainable_with_bf16_autocast_is_exact():
-    # REPORT.md §4: "fp32 master + bf16 autocast 117.54" (16 B/param + for-loop temporaries)
+    # reference/memory/REPORT.md §4: "fp32 master + bf16 autocast 117.54" (16 B/param + for-loop temporaries)
     cfg = {"finetuning_type": "full", "bf16": True, "optim": "adamw_hf", "per_device_train_batch_size": 1,
            "cutoff_len": 1024, "disable_gradient_checkpointing": True}
     assert peak(cfg) == pytest.approx(117.54, abs=0.01)
 
 
 @pytest.mark.parametrize("cfg, measured, tol", [
-    # step 2 at seq 4096: states live during forward/backward (REPORT.md §4: 73.70)
+    # step 2 at seq 4096: states live during forward/backward (reference/memory/REPORT.md §4: 73.70)
     ({**FULL, "optim": "adamw_hf", "cutoff_len": 4096}, 73.70, 0.02),
     # eager attention keeps s^2 probabilities (148.5)
     ({**FULL, "optim": "adamw_hf", "cutoff_len": 4096, "flash_attn": "disabled"}, 148.5, 0.02),

@@ -111,7 +111,7 @@ def test_gpu_steps_are_finite_and_match_simulate(kw):
     alloc, resv, used = res.peak_allocated[0], res.peak_reserved[0], res.device_used[0]
     assert alloc <= resv and (used is None or resv <= used)
     # simulate counts tensors only; cuBLAS/cuBLASLt workspaces also come from the caching allocator on CUDA
-    # (REPORT.md §7: 8-32 MiB per handle), so measured is a little above predicted
+    # (reference/memory/REPORT.md §7: 8-32 MiB per handle), so measured is a little above predicted
     sim = simulate(spec, steps=3).peak_bytes
     assert 0.97 * sim <= alloc <= 1.10 * sim + (64 << 20)
 

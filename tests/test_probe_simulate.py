@@ -8,7 +8,7 @@
 3. The prototype's obstacles (reference/memory/REPORT.md §4) are each handled: dense causal mask, Module.to on
    fake parameters, MemTracker on frozen parameters.
 4. Closed forms: sharded bytes under FSDP2 are 1/N of the parameters; the QLoRA stand-in holds bitsandbytes'
-   storage layout; 8-bit optimizer states follow bitsandbytes' layout. (REPORT.md §4's Qwen2-7B figures are
+   storage layout; 8-bit optimizer states follow bitsandbytes' layout. (reference/memory/REPORT.md §4's Qwen2-7B figures are
    reproduced by benchmarks/bench_simulate.py: each takes seconds, too long for this file's budget.)
 """
 

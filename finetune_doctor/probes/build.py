@@ -326,7 +326,7 @@ def _analytic_state_bytes(params: list, spec: ProbeSpec) -> tuple[int, str]:
 
 def zero3_setup(world: int, rank: int):
     """A fake process group of `world` ranks (no communication; collectives return correctly shaped outputs) and
-    a 1-D device mesh over it (REPORT.md §4 obstacle 6: the mesh is made outside FakeTensorMode)."""
+    a 1-D device mesh over it (reference/memory/REPORT.md §4 obstacle 6: the mesh is made outside FakeTensorMode)."""
     torch = load_torch()
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh

@@ -41,10 +41,10 @@ def fake_patches(tracker: Any = None, *, gather_in_place: bool = False) -> Itera
 
     1. ``transformers.masking_utils.find_packed_sequence_indices`` → None: with FakeTensors ``is_tracing`` is
        true, so the packed-sequence check cannot read values and assumes packing, and a dense b×1×s×s mask plus
-       masked SDPA is built (+O(s²) bytes; REPORT.md §4 obstacle 1). The probe's batches are unpacked rows of
+       masked SDPA is built (+O(s²) bytes; reference/memory/REPORT.md §4 obstacle 1). The probe's batches are unpacked rows of
        full length, for which the real check returns None.
     2. ``nn.Module.to`` on modules holding FakeTensors: the default path swaps tensors
-       (``torch.utils.swap_tensors``), which fails on fake parameters (REPORT.md §4 obstacle 2). A no-op when
+       (``torch.utils.swap_tensors``), which fails on fake parameters (reference/memory/REPORT.md §4 obstacle 2). A no-op when
        nothing changes; dtype changes are done by assigning ``param.data`` as LF's own upcast does.
        ``copy.deepcopy`` of a FakeTensor copies it within its own fake mode (the default makes a new mode).
     3. DTensor sharding propagation (shape inference on full-size fake arguments) is not counted.

@@ -7,7 +7,7 @@ checkpoint dtype, trainable params upcast to fp32 unless pure_bf16 (``model/adap
 peft with LF's targets (``all`` = every Linear but lm_head, ``model_utils/misc.py:28-52``), gradient
 checkpointing only of layers that train (``model_utils/checkpointing.py:100-123``) with ``use_reentrant`` as
 configured, autocast for bf16/fp16, the configured optimizer implementation, ``steps`` optimizer steps of
-``min(grad_accum, 2)`` micro-batches each (the peak comes at step ≥ 2 once optimizer states exist, REPORT.md key
+``min(grad_accum, 2)`` micro-batches each (the peak comes at step ≥ 2 once optimizer states exist, reference/memory/REPORT.md key
 finding 4). `tracker.LiveBytesTracker` counts live bytes by category; the result is the analogue of
 ``torch.cuda.max_memory_allocated`` on the busiest rank.
 
@@ -31,11 +31,11 @@ What is not simulated, and enters analytically (each adds a note to the result):
   dequantizes on each call; bnb's kernels are not run.
 * liger-kernel's Triton kernels (fused linear cross-entropy, RMSNorm, SwiGLU): stand-ins that allocate and save
   what the kernels do (probes/liger.py); RoPE is left as transformers runs it (the same saved tensors).
-* CUDA kernel choice (obstacle 3 of REPORT.md §4): the CPU build cannot make fake CUDA tensors, so SDPA runs its
+* CUDA kernel choice (obstacle 3 of reference/memory/REPORT.md §4): the CPU build cannot make fake CUDA tensors, so SDPA runs its
   CPU flash kernel (same saved tensors as FlashAttention-2: output + log-sum-exp) and the AdamW implementation
   is chosen explicitly.
 
-The three prototype obstacles (REPORT.md §4) are handled in `fake_patches`: the dense causal mask
+The three prototype obstacles (reference/memory/REPORT.md §4) are handled in `fake_patches`: the dense causal mask
 (transformers' ``is_tracing`` treats FakeTensors as traced, so ``find_packed_sequence_indices`` reports packed
 sequences and a b×1×s×s mask is built), ``Module.to`` on fake parameters (always takes the ``swap_tensors`` path,
 which fails), and MemTracker on frozen parameters (`tracker.FrozenSafeMemTracker`).
@@ -107,7 +107,7 @@ def run_depth(spec: ProbeSpec, n_layers: int, steps: int = 2, *, fake: bool = Tr
 def memtracker_peak(spec: ProbeSpec, n_layers: int | None = None, steps: int = 2, *,
                     fake: bool = True) -> tuple[int, dict[str, int]]:
     """The same steps under ``torch.distributed._tools.mem_tracker.MemTracker`` (per-module statistics; slower,
-    REPORT.md §4). Uses `tracker.FrozenSafeMemTracker`, which accepts LoRA's frozen base weights. Returns the peak
+    reference/memory/REPORT.md §4). Uses `tracker.FrozenSafeMemTracker`, which accepts LoRA's frozen base weights. Returns the peak
     total bytes and MemTracker's per-reference-type bytes at its peak snapshot. Full depth only."""
     torch = load_torch()
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 # HF optim names -> the optimizer implementation that decides temporaries and state bytes
-# (transformers training_args.py OptimizerNames; REPORT.md §3 "Optimizer states in torch").
+# (transformers training_args.py OptimizerNames; reference/memory/REPORT.md §3 "Optimizer states in torch").
 OPTIM_IMPL = {
     "adamw_torch_fused": "fused", "adamw_torch": "foreach", "adamw_hf": "forloop", "adamw_torch_xla": "foreach",
     "adamw_apex_fused": "fused", "adamw_anyprecision": "forloop", "adamw_torch_npu_fused": "fused",

@@ -6,7 +6,7 @@ One module per part of the sum, each citing its sources:
 ==============  ==============================================================================================
 weights.py      parameters (quantized as stored), ZeRO-3 partitions and gathers; gradients, fp32 masters,
                 optimizer states and the update's temporaries, with and without DeepSpeed
-activations.py  saved activations per token and layer (REPORT.md §3, verified to the byte), checkpointing,
+activations.py  saved activations per token and layer (reference/memory/REPORT.md §3, verified to the byte), checkpointing,
                 autocast's weight copies
 logits.py       lm_head's output and the loss, DPO/KTO reference log-probs, the reward model's value head
 buffers.py      DeepSpeed/DDP communication buckets and host RAM per node

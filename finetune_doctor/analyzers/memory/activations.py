@@ -21,7 +21,7 @@ def activation_bytes_per_token_layer(run: Run, layer: int = 0, frozen: bool = Fa
     """Saved activation bytes per token of one decoder layer, without checkpointing (`frozen`: a layer without
     trainable parameters that gradients still flow through, which keeps no projection inputs).
 
-    HF LLaMA/Qwen2 (bf16, SDPA/flash, no dropout, SwiGLU, GQA), verified op by op to the byte (REPORT.md §3):
+    HF LLaMA/Qwen2 (bf16, SDPA/flash, no dropout, SwiGLU, GQA), verified op by op to the byte (reference/memory/REPORT.md §3):
     ``22h + 4·h_kv + 8·I + 4·a`` bytes per token. Generalised here by element size: `e` the compute dtype bytes
     (2 under autocast or a half-precision model, 4 in fp32), `r` the residual/norm dtype bytes (4 when the norm weights
     are fp32 trainable params). RMSNorm keeps an fp32 copy of its input (4h) and, when its weight trains, the
@@ -91,7 +91,7 @@ def activation_bytes_per_token_layer(run: Run, layer: int = 0, frozen: bool = Fa
                          for lin in a.layer_linears(layer) if _canonical(lin.name) in trains and lin.targetable)
     # peft without autocast runs each fp32 adapter on an fp32 cast of its input (``_cast_input_dtype``), which
     # lora_A keeps: 4 bytes per input element per adapted module, e of them counted above (saved-tensor hooks on
-    # a real CPU step, and REPORT.md §4: 24.72 vs 22.59 GiB at s=1024, no GC).
+    # a real CPU step, and reference/memory/REPORT.md §4: 24.72 vs 22.59 GiB at s=1024, no GC).
     if run.finetuning_type in ("lora", "oft") and run.autocast is None and run.trainable_dtype == "float32":
         # (q/k/v and gate/up copies are in _norms_and_inputs; o_proj's and down_proj's inputs are kept at e above)
         ins = {"o_proj": hq, "down_proj": width * k}

@@ -1,7 +1,7 @@
 """Communication buffers (DeepSpeed's reduction and allgather buckets, DDP's bucket views) and host RAM per node.
 
 Sources: DeepSpeed 0.19.8 stage_1_and_2.py ``setup_buckets`` and stage3.py (the IPG buffer), PyTorch DDP docs
-(``gradient_as_bucket_view=False`` keeps bucket buffers the size of all gradients), REPORT.md §7.
+(``gradient_as_bucket_view=False`` keeps bucket buffers the size of all gradients), reference/memory/REPORT.md §7.
 """
 
 from __future__ import annotations

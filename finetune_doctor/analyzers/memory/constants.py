@@ -5,7 +5,7 @@ from __future__ import annotations
 
 MIB = float(1 << 20)
 
-# Runtime constants (REPORT.md §7). CUDA context with lazy module loading on a current driver: 0.3-0.9 GB; we take
+# Runtime constants (reference/memory/REPORT.md §7). CUDA context with lazy module loading on a current driver: 0.3-0.9 GB; we take
 # 0.5 GiB. NCCL per communicator: 544 MB for 2 ranks, 688 MB for more on A100 (nccl#964). DeepSpeed adds its
 # data-parallel process group beside the world group; we add 0.1 GiB for it, an assumption not measured here.
 CUDA_CONTEXT_GIB = 0.5
@@ -18,7 +18,7 @@ NCCL_MANY_RANKS_GIB = 0.64
 CUBLAS_WORKSPACE_MIB = {"hopper": 32.0, "other": 8.0}
 # Allocator reserve = reserved - allocated at the peak. PyTorch's caching allocator rounds large blocks to 2 MiB and
 # keeps freed blocks cached; measured gaps: Answer.AI LoRA 8.28 vs 10.24 GiB, PEFT method comparison 32.94 (fake
-# tensor peak) vs 34.68 GiB reserved (REPORT.md §5, §7). Fitted in benchmarks/memory_accuracy.py on the 72
+# tensor peak) vs 34.68 GiB reserved (reference/memory/REPORT.md §5, §7). Fitted in benchmarks/memory_accuracy.py on the 72
 # single-process published rows (results/memory_accuracy.md): 8 % leaves no row off by more than 25 % at a 7.5 %
 # median error in that fit; 10 % lowers the median to 7.3 % but puts 2 rows over 25 %. With expandable_segments
 # (llamafactory-cli exports it for multi-GPU torchrun launches, launcher.py:79-83) segments grow in place instead

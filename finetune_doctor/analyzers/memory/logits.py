@@ -1,4 +1,4 @@
-"""The logits and the loss: lm_head's output, its fp32 upcast, log_softmax and their backward (REPORT.md §3), the
+"""The logits and the loss: lm_head's output, its fp32 upcast, log_softmax and their backward (reference/memory/REPORT.md §3), the
 variants LLaMA-Factory's stages add (DPO/KTO reference log-probs, the reward model's value head), and liger's
 fused linear cross-entropy, which never materialises the logits."""
 
@@ -94,7 +94,7 @@ def flce_terms(run: Run, T: int, e_in: float) -> LogitTerms:
 def logit_terms(run: Run, T: int) -> LogitTerms:
     """The logits of a micro batch of `T` tokens.
 
-    lm_head output in the compute dtype, its fp32 upcast for the loss, log_softmax's fp32 output (REPORT.md §3:
+    lm_head output in the compute dtype, its fp32 upcast for the loss, log_softmax's fp32 output (reference/memory/REPORT.md §3:
     2sbV + 4sbV kept; the loss adds 4sbV while it runs); fp32 compute has no separate upcast. The loss's backward
     holds log_softmax's saved fp32 output, its incoming and its outgoing fp32 gradient together (12 B per token per
     vocabulary entry); the half-precision logits are gone by then (measured against the simulate probe,

@@ -1,4 +1,4 @@
-"""The runtime outside the tensors: CUDA context, cuBLAS workspaces, NCCL communicators (REPORT.md §7)."""
+"""The runtime outside the tensors: CUDA context, cuBLAS workspaces, NCCL communicators (reference/memory/REPORT.md §7)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from finetune_doctor.types import GIB, Hardware
 
 
 def runtime_bytes(run: Run, hw: Hardware | None) -> float:
-    """CUDA context + cuBLAS/cuBLASLt workspaces + NCCL communicator buffers (REPORT.md §7)."""
+    """CUDA context + cuBLAS/cuBLASLt workspaces + NCCL communicator buffers (reference/memory/REPORT.md §7)."""
     hopper = bool(hw and hw.compute_capability and hw.compute_capability[0] >= 9)
     b = (CUDA_CONTEXT_GIB_HOPPER if hopper else CUDA_CONTEXT_GIB) * GIB \
         + (CUBLAS_WORKSPACE_MIB["hopper" if hopper else "other"] + 1.0) * MIB

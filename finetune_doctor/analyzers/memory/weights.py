@@ -1,7 +1,7 @@
 """Weights, gradients, fp32 masters and optimizer states of one rank, with DeepSpeed ZeRO partitioning.
 
 Sources: reference/deepspeed/memory_estimators.md (ZeRO partition formulas; ZeRO paper §5), DeepSpeed 0.19.8
-runtime/zero/stage_1_and_2.py and stage3.py (which buffer exists when), REPORT.md §3 (AdamW's temporaries per
+runtime/zero/stage_1_and_2.py and stage3.py (which buffer exists when), reference/memory/REPORT.md §3 (AdamW's temporaries per
 torch implementation), dtypes.py (stored bytes per parameter, optimizer-state bytes).
 """
 
@@ -121,7 +121,7 @@ def _lf_optimizer(run: Run, P_t: float, e_t: float) -> StateTerms | None:
 
 def _torch_states(run: Run, c: ParamCounts, P_t: float) -> StateTerms:
     """A torch optimizer on the whole trainable set (no DeepSpeed): gradients in the trainable dtype, states in
-    fp32 for fp32 params, and the temporaries of the fused/foreach/for-loop implementation (REPORT.md §3);
+    fp32 for fp32 params, and the temporaries of the fused/foreach/for-loop implementation (reference/memory/REPORT.md §3);
     GaLore, APOLLO, BAdam and Muon as LF builds them (optstates.py)."""
     a = run.arch
     impl = run.optimizer_impl
