@@ -63,6 +63,7 @@ def _random_texts(n: int, seed: int = 3) -> list[str]:
     return [" ".join(rng.choices(pool, k=rng.randint(1, 6))) for _ in range(n)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["gpt2-bytelevel", "qwen2-split-nfc", "llama3-split"])
 def test_counts_equal_the_tokenizers_own(tmp_path, kind):
     if kind == "gpt2-bytelevel":
@@ -83,6 +84,7 @@ def test_counts_equal_the_tokenizers_own(tmp_path, kind):
     assert fast.lengths(texts) == [len(slow.tk.encode(t, add_special_tokens=False)) if t else 0 for t in texts]
 
 
+@pytest.mark.slow
 def test_texts_it_must_not_count_go_to_the_tokenizer(tmp_path):
     folder = build_tokenizer(tmp_path / "tok", "chatml")
     c = K.ExactCounter(str(folder), T.get_template("qwen"))
@@ -108,6 +110,7 @@ def test_pipelines_it_does_not_mirror_have_no_fast_path(tmp_path):
         assert P.PieceCounter.build(tok) is None, name
 
 
+@pytest.mark.slow
 def test_engine_sweep_is_cached_and_finds_what_differs(tmp_path):
     tok = _train(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
     bad = P.PieceCounter._engine_disagreements(tok, P.GPT2_REGEX, use_cache=True)
@@ -127,6 +130,7 @@ def test_engine_sweep_is_cached_and_finds_what_differs(tmp_path):
     assert not any(unicodedata.name(chr(cp), "").startswith(("CJK UNIFIED", "LATIN", "CYRILLIC")) for cp in bad)
 
 
+@pytest.mark.slow
 def test_truncation_and_padding_in_tokenizer_json_are_ignored_as_transformers_ignores_them(tmp_path):
     tok = _train(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
     tok.enable_truncation(max_length=4)
@@ -142,6 +146,7 @@ def test_truncation_and_padding_in_tokenizer_json_are_ignored_as_transformers_ig
         assert c.lengths(texts)[0] > 4
 
 
+@pytest.mark.slow
 def test_an_unwritable_cache_costs_a_sweep_not_an_error(tmp_path, monkeypatch):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the cache folder would go")

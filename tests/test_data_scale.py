@@ -40,6 +40,7 @@ def tok(tmp_path_factory) -> str:
     return str(build_tokenizer(tmp_path_factory.mktemp("tok") / "qwen", "qwen"))
 
 
+@pytest.mark.slow
 def test_workers_give_identical_facts(tmp_path, tok):
     write_rows(tmp_path / "big.jsonl", 6000)
     specs, _ = resolve_datasets(["big"], str(tmp_path))
@@ -78,6 +79,7 @@ def peak_rss_kib(d: Path, tok: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @needs_proc
 def test_memory_does_not_grow_with_the_file(tmp_path, tok):
     small, large = tmp_path / "s", tmp_path / "l"

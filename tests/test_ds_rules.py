@@ -376,6 +376,7 @@ def test_cases(path):
     assert codes(judge(path, lf, ds_version=None)) == CASE_CODES.get(case, [])
 
 
+@pytest.mark.slow
 def test_lint_command_and_safe_fix(tmp_path):
     for name in ("qwen2_lora_sft_batch_mismatch.yaml", "batch_mismatch.json"):
         shutil.copy(FIX / name, tmp_path / name)
@@ -396,8 +397,12 @@ def test_lint_command_and_safe_fix(tmp_path):
                    ("FD202", "train_micro_batch_size_per_gpu"), ("FD203", "bf16.enabled"),
                    ("FD203", "fp16.enabled")]
     assert all(f["location"]["file"].endswith("batch_mismatch.json") for f in rep["findings"])
-    lint("--fix")
-    fixed = json.loads((tmp_path / "batch_mismatch.json").read_text())
+    ds = tmp_path / "batch_mismatch.json"
+    before = ds.read_bytes()
+    lint("--fix")                        # only the files given are written: the JSON the YAML names was not given
+    assert ds.read_bytes() == before
+    lint("--fix", str(ds))
+    fixed = json.loads(ds.read_text())
     assert fixed["train_batch_size"] == fixed["train_micro_batch_size_per_gpu"] == "auto"
     assert fixed["gradient_accumulation_steps"] == "auto"
     assert fixed["fp16"]["enabled"] == fixed["bf16"]["enabled"] == "auto"

@@ -76,6 +76,7 @@ def test_lists_are_disjoint_and_cover_the_families_llamafactory_trains_most():
 OLDER_TRANSFORMERS_DIFFER = {"gemma3"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mt", REGISTERED)
 def test_generic_decoder_matches_the_meta_build(mt):
     major_minor = tuple(int(x) for x in transformers.__version__.split(".")[:2])

@@ -122,6 +122,7 @@ def test_catalog_count_matches_published(mid):
         assert abs(dict(arch.extra_parts)["vision_tower"] / 1e9 / e["published_vision_params"] - 1) <= 0.01
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mid", sorted(ENTRIES))
 def test_catalog_counts_equal_transformers_meta_models(mid):
     """Every entry (alias entries through their base) whose model_type transformers ships, built on the meta device

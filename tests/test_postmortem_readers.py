@@ -350,6 +350,7 @@ def _write_torch(logdir, n, start=1, tags=("train/loss", "train/grad_norm")):
     return next(str(p) for p in logdir.iterdir() if "tfevents" in p.name)
 
 
+@pytest.mark.slow
 def test_every_scalar_is_kept_and_matches_eventaccumulator(tmp_path):
     from tensorboard.backend.event_processing import event_accumulator as ea
 

@@ -18,6 +18,9 @@ import calibration  # noqa: E402
 
 from finetune_doctor.readers.modelcfg import load_arch  # noqa: E402
 
+# every test here builds and runs torch models (seconds each): outside the fast lane (pytest -m "not slow")
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def arch():

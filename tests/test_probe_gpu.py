@@ -13,6 +13,9 @@ from finetune_doctor.hardware.fake import FakeAdapter
 from finetune_doctor.probes.gpu import ProbeRefused, free_gpus, run_gpu
 from finetune_doctor.probes.spec import ProbeSpec
 
+# every test here builds and runs torch models (seconds each): outside the fast lane (pytest -m "not slow")
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 GPUS = ROOT / "fixtures" / "gpus"
 IDLE = ROOT / "fixtures" / "probes" / "idle_two_cards.json"

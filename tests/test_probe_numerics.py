@@ -11,6 +11,9 @@ pytest.importorskip("transformers")
 
 from finetune_doctor.probes.numerics import FP16_MAX, probe_numerics, weights_on_disk  # noqa: E402
 
+# every test here builds and runs torch models (seconds each): outside the fast lane (pytest -m "not slow")
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def outlier_checkpoint(tmp_path_factory):

@@ -19,6 +19,9 @@ from finetune_doctor.arch import ModelArch  # noqa: E402
 from finetune_doctor.cli import main  # noqa: E402
 from finetune_doctor.run import resolve_run  # noqa: E402
 
+# every test here builds and runs torch models (seconds each): outside the fast lane (pytest -m "not slow")
+pytestmark = pytest.mark.slow
+
 
 def invoke(*args):
     return CliRunner().invoke(main, [str(a) for a in args])

@@ -28,6 +28,9 @@ from finetune_doctor.probes.fakemode import fake_patches  # noqa: E402
 from finetune_doctor.probes.step import NoBooks, train_steps  # noqa: E402
 from finetune_doctor.probes.spec import ProbeSpec  # noqa: E402
 
+# every test here builds and runs torch models (seconds each): outside the fast lane (pytest -m "not slow")
+pytestmark = pytest.mark.slow
+
 TINY = dict(model_type="qwen2", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=128, vocab_size=512, tie_word_embeddings=False)
 

@@ -18,6 +18,9 @@ from finetune_doctor.readers.modelcfg import load_arch
 from finetune_doctor.run import resolve_run
 from finetune_doctor.types import Hardware
 
+# every test here builds and runs torch models (seconds each): outside the fast lane (pytest -m "not slow")
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 ISSUE_7055 = ROOT / "fixtures" / "savers" / "lf_issue_7055" / "config.yaml"
 
