@@ -93,6 +93,18 @@ def test_gpt_oss_mxfp4_quantizes_only_experts():
     assert t.dequantized and not t.lora_only and t.zero3_ok
 
 
+def test_gpt_oss_without_a_named_dtype_trains_in_bf16():
+    """gpt-oss's config.json names no dtype; LF loads with torch_dtype='auto' and dequantizes MXFP4 (loader.py:154,
+    quantization.py:107-112), so the weights are bf16: 2 bytes per parameter, not float32's 4 (LF#8872, where the
+    doctor said "stored in float32" and predicted 88 GiB for a run the user trained in about 50 GB on an A100)."""
+    arch, _ = load_arch("openai/gpt-oss-20b", offline=True)
+    assert arch.dtype == "bfloat16"
+    run = resolve_run({"finetuning_type": "lora", "lora_target": "all", "bf16": True}, arch, None)
+    assert run.ptq_dequantized and run.weights_dtype == "bfloat16"
+    c = count_params(run)
+    assert compute_terms(run).weights == pytest.approx(2 * c.base + 4 * c.adapter, rel=1e-3)
+
+
 def test_awq_run_weights_are_about_a_third_of_bf16_and_quantization_bit_is_ignored():
     """The issue's T4 case: Llama-3-8B-AWQ was sized as 15 GiB of bf16; stored, it is about 5.5 GiB."""
     arch = arch_from_config({**LLAMA3_8B, "quantization_config": AWQ}, "TechxGenus/Meta-Llama-3-8B-Instruct-AWQ", "s")

@@ -84,18 +84,32 @@ FUSED_FROM_MAJOR = 5
 _DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
 
 
+# Quantization formats whose unconverted tensors (attention, router, embeddings, lm_head) ship in bfloat16 and
+# whose transformers quantizer loads in bfloat16 when no dtype is named: MXFP4 (gpt-oss model card, arXiv:2508.10925
+# §2: "MoE weights in MXFP4, the rest in BF16"; transformers quantizers/quantizer_mxfp4.py ``update_dtype``).
+_BF16_WHEN_UNNAMED = frozenset({"mxfp4"})
+
+
 def checkpoint_dtype(cfg: dict[str, Any], *more: dict[str, Any]) -> tuple[str, str | None]:
     """Checkpoint dtype from ``torch_dtype`` (transformers < 5) or ``dtype`` (transformers >= 5).
 
-    transformers instantiates float32 when neither is set (``PreTrainedModel`` default dtype), so that is the
-    answer for an absent field, with a note.
+    LLaMA-Factory loads with ``torch_dtype="auto"`` (model/loader.py:154 at ff6d4d1): the config's dtype, else the
+    dtype of the checkpoint's first floating-point tensor (transformers modeling_utils.py ``_get_dtype``). Without
+    a named dtype the weights themselves decide, which only their files tell: float32 is then the conservative
+    answer, with a note, except for an MXFP4 checkpoint (bfloat16, `_BF16_WHEN_UNNAMED`).
     """
     for d in (cfg, *more):
         v = d.get("torch_dtype") or d.get("dtype")
         if isinstance(v, str) and v not in ("auto",):
             v = v.replace("torch.", "").lower()
             return _DTYPE_ALIASES.get(v, v), None
-    return "float32", "config.json names no torch_dtype/dtype; transformers loads it as float32"
+    q = cfg.get("quantization_config")
+    method = str(q.get("quant_method") or "").lower() if isinstance(q, dict) else ""
+    if method in _BF16_WHEN_UNNAMED:
+        return "bfloat16", (f"config.json names no dtype; its {method.upper()} checkpoint keeps the unquantized "
+                            "tensors in bfloat16, which LLaMA-Factory's torch_dtype='auto' load takes")
+    return "float32", ("config.json names no torch_dtype/dtype; LLaMA-Factory's torch_dtype='auto' load then takes "
+                       "the dtype of the checkpoint's first floating-point tensor, assumed float32 here")
 
 
 def _sliding(c: ConfigView) -> int | None:
