@@ -583,7 +583,8 @@ def _template(c: _Cfg) -> list[Problem]:
 def _datasets(c: _Cfg, config_path: str | None) -> list[Problem]:
     """LF 0.9.5 data/parser.py:95-126: every name must be a key of dataset_dir/dataset_info.json (opened from the
     working directory). A `dataset_dir` the config sets and that resolves nowhere is reported; LF's default
-    ``data`` that is not here is not (a linter may run outside the folder training launches from)."""
+    ``data`` that is not here is not (a linter may run outside the folder training launches from), nor an
+    absolute folder that does not exist on this machine (it names the training machine's disk)."""
     from finetune_doctor.errors import InputError
     from finetune_doctor.readers.datasets import load_dataset_info
 
@@ -602,7 +603,9 @@ def _datasets(c: _Cfg, config_path: str | None) -> list[Problem]:
             raise InputError("no dataset_info.json")
         info, _lines = load_dataset_info(os.path.join(found, "dataset_info.json"))
     except InputError:
-        if not c.given("dataset_dir"):
+        if not c.given("dataset_dir") or (os.path.isabs(ddir) and not os.path.isdir(ddir)):
+            # an absolute folder this machine lacks is the training machine's (`check` notes the data it did not
+            # scan); one that exists without dataset_info.json, or a relative one found nowhere, is wrong anywhere
             return []
         return [_p("dataset_dir", "dataset", f"`dataset_dir: {ddir}` holds no dataset_info.json here: LLaMA-Factory "
                                              f"stops with \"Cannot open {ddir}/dataset_info.json\" when the data is "

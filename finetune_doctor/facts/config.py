@@ -114,10 +114,13 @@ class Assembly:
 
     def inputs(self, **extra: Any) -> dict[str, Any]:
         """The JSON report's ``inputs`` object."""
-        ds = None
-        if self.ds is not None and getattr(self.ds, "path", None) and not self.ds_stock:
+        ds, stock = None, {}
+        if self.ds is not None and self.ds_stock:
+            # not on disk here: the file the YAML names, read from LLaMA-Factory's stock copy of it
+            ds, stock = str(self.doc.values.get("deepspeed") or self.ds.path), {"deepspeed_stock": True}
+        elif self.ds is not None and getattr(self.ds, "path", None):
             ds = self.sources["deepspeed"].path if "deepspeed" in self.sources else str(self.ds.path)
-        return {"config": self.doc.path, "deepspeed": ds, "run_dir": None, **extra}
+        return {"config": self.doc.path, "deepspeed": ds, **stock, "run_dir": None, **extra}
 
 
 def _set_dotted(d: dict[str, Any], key: str, value: Any, delete: bool) -> None:
@@ -158,6 +161,10 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     facts["hw"] = hw_facts.assemble(asm.hw)
     if asm.hw is not None:
         asm.notes.extend(getattr(asm.hw, "notes", ()) or ())   # e.g. how a bare --gpu 24GB was read
+    elif not static:
+        # no verdict without a card: say so instead of a clean report that reads like a pass
+        asm.notes.append("GPUs unknown (no --gpu, no NVML, no --env): the fit is not judged and one GPU is assumed "
+                         "for the world size; pass e.g. --gpu 4xL20, or --env with `llamafactory-cli env` output")
 
     # the stack first: the model's layout depends on the transformers release that builds it (MoE experts)
     stack, sources = _stack(opts, asm.hw, env_report)

@@ -189,8 +189,13 @@ def _draw(w: _Writer, r: Report) -> None:
 
 def _header(w: _Writer, r: Report) -> None:
     w.line(("doctor " + r.command, "bold"))
-    for key, value in (r.inputs or {}).items():
-        if value is None or value == [] or value == ():
+    inputs = r.inputs or {}
+    for key, value in inputs.items():
+        if value is None or value == [] or value == () or key == "deepspeed_stock":
+            continue
+        if key == "deepspeed" and inputs.get("deepspeed_stock"):
+            value = f"{value} (not on disk here: LLaMA-Factory's stock copy)"
+            w.line(f"{key}: {value}", indent=1)
             continue
         if isinstance(value, (list, tuple)):
             value = ", ".join(str(display_path(str(v))) for v in value)
