@@ -112,6 +112,7 @@ RELEASED = {
     "FD705": "learning-rate-high",
     "FD706": "quantization-bit-ignored",
     "FD707": "quantization-unknown",
+    "FD708": "quantization-options-without-bit",
 }
 
 
