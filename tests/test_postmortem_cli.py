@@ -182,3 +182,20 @@ def test_plot_draws_single_point_series_and_integer_step_ticks(tmp_path, monkeyp
     ticks = [t for t in fig.axes[-1].get_xticks() if 379 <= t <= 384]
     assert ticks and all(float(t).is_integer() for t in ticks)
     plt.close(fig)
+
+
+def test_the_ranks_a_log_names_bound_the_world_size_when_nothing_states_it(tmp_path):
+    # a pasted tail of rank 5's output: torch 2.x's OOM message behind torchrun's `[rankN]:` prefix, and no line
+    # that states the world size (LF's "Process rank: ..., world size: ..." line scrolled away)
+    (tmp_path / "train.log").write_text(
+        "[rank5]: Traceback (most recent call last):\n"
+        "[rank5]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.56 GiB. GPU 5 has a total "
+        "capacity of 79.10 GiB of which 1.20 GiB is free. Including non-PyTorch memory, this process has 77.89 GiB "
+        "memory in use. Of the allocated memory 74.20 GiB is allocated by PyTorch, and 2.90 GiB is reserved by "
+        "PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory "
+        "Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)\n")
+    _code, out = invoke(str(tmp_path), "--format", "json")
+    report = strict_json(out)
+    assert report["hardware"]["num_gpus"] == 6 and report["hardware"]["capacity_gib"] == 79.1
+    assert any("world size taken as 6" in n for n in report["notes"])

@@ -61,9 +61,20 @@ def _hardware_from_evidence(ev: Evidence) -> Hardware | None:
             break
     world = next((fact.value for f in ev.files for fact in f.facts if fact.name == "world_size"
                   and isinstance(fact.value, int)), None)
+    notes: tuple[str, ...] = ()
+    if world is None:
+        # no log states the world size, but the ranks that print (``[rank3]:`` prefixes, rank files, failure
+        # records) bound it from below: a ZeRO run sized on one rank would read 4·P/N with N = 1
+        seen = [r for f in ev.files for r in (f.origin.get("rank"), *(o.rank for o in f.ooms),
+                                              *(n.rank for n in f.nccl), *(k.rank for k in f.kills))
+                if isinstance(r, int) and 0 <= r < 1 << 20]
+        if seen and max(seen) > 0:
+            world = max(seen) + 1
+            notes = (f"world size taken as {world}, the highest rank the logs name plus one (a lower bound); "
+                     "pass --gpu NxTYPE [--nnodes M] for the real one",)
     if cap is None and world is None:
         return None
-    return Hardware(gpu=None, num_gpus=world, capacity_gib=cap, bf16=None, source="log")
+    return Hardware(gpu=None, num_gpus=world, capacity_gib=cap, bf16=None, source="log", notes=notes)
 
 
 def launch_command(ev: Evidence) -> tuple[str | None, list[str], str | None]:
@@ -178,6 +189,8 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
     if hw is None:
         hw = _hardware_from_evidence(ev)
     asm = _context(cfg_path, over, opts, hw, notes)
+    if asm is None and hw is not None:
+        notes.extend(hw.notes)     # with a config, assemble_config reports them
     if asm is not None:
         facts, sources, live = asm.facts, dict(asm.sources), asm.live()
         hw = asm.hw if asm.hw is not None and asm.hw.source != "none" else hw
