@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any, Callable, Mapping
 
 from finetune_doctor.readers.keyschema import load_schema
@@ -562,6 +563,16 @@ def _best_model(c: _Cfg, es: str, ss: str, steps: dict[str, Any]) -> list[Proble
 
 # --- names looked up before the first step -------------------------------------------------------------------------
 
+def _template_of_model(model: Any, names: Any) -> list[str]:
+    """[the longest registered template whose letters and digits begin the model's own name], or [] (names of
+    four characters or fewer are too generic to match on)."""
+    if not isinstance(model, str) or not model.strip("/"):
+        return []
+    base = re.sub(r"[^a-z0-9]", "", model.rstrip("/").rsplit("/", 1)[-1].lower())
+    hits = [t for t in names if len(re.sub(r"[^a-z0-9]", "", t)) > 4 and base.startswith(re.sub(r"[^a-z0-9]", "", t))]
+    return [max(hits, key=len)] if hits else []
+
+
 def _template(c: _Cfg) -> list[Problem]:
     """LF 0.9.5 data/template.py:628-641: a template name must be registered (``TEMPLATES``)."""
     import difflib
@@ -571,8 +582,13 @@ def _template(c: _Cfg) -> list[Problem]:
     name = c("template")
     if not isinstance(name, str) or name in LF_TEMPLATE_NAMES:
         return []
-    near = difflib.get_close_matches(name.lower(), sorted(LF_TEMPLATE_NAMES),
-                                     n=1, cutoff=0.75)
+    # a near-identical spelling first (qwen3_NOTHINK -> qwen3_nothink); then, as LF names most templates after the
+    # model family (gpt-oss -> gpt_oss, GLM-4.5V -> glm4_5v), the registered name the model's own name starts
+    # with; then a looser spelling
+    names = sorted(LF_TEMPLATE_NAMES)
+    near = (difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.85)
+            or _template_of_model(c("model_name_or_path"), names)
+            or difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.75))
     hint = f" Did you mean `{near[0]}`?" if near else ""
     return [_p("template", "template", f"`template: {name}` is not a template LLaMA-Factory 0.9.5 registers: it stops "
                                        f"with \"Template {name} does not exist.\" when the data is loaded.{hint}",
