@@ -175,6 +175,27 @@ class Series:
         if len(self.values) >= SERIES_CAP:
             self._thin()
 
+    def extend(self, steps: list, values: list[float], lines: list[int]) -> None:
+        """Append many points at once (equal-length lists, in order) with exactly the result of calling
+        `append` for each: the bulk path of a text log's metric dicts. Whole stretches of plain steps go in with
+        ``array.extend``, cut where the series fills so that `_thin` runs at the same points as it would."""
+        if not values:
+            return
+        if set(map(type, steps)) != {int} or set(map(type, lines)) != {int} or min(steps) < -1 \
+                or max(steps) >= STEP_LIMIT or min(lines) < 0 or max(lines) >= STEP_LIMIT:
+            for s, v, ln in zip(steps, values, lines):
+                self.append(s, v, ln)
+            return
+        i, n = 0, len(values)
+        while i < n:
+            j = min(n, i + SERIES_CAP - len(self.values))
+            self.steps.extend(steps[i:j])
+            self.values.extend(values[i:j])
+            self.lines.extend(lines[i:j])
+            i = j
+            if len(self.values) >= SERIES_CAP:
+                self._thin()
+
     def _thin(self) -> None:
         """Halve the kept points so memory stays bounded (SERIES_CAP points, 24 bytes each). Of each pair the
         non-finite point is kept, else the one farther from the point kept before it: a spike, a NaN or a jump

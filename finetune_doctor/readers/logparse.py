@@ -16,6 +16,8 @@ from finetune_doctor.readers.logcontext import Keep, LineContext, num
 from finetune_doctor.readers.logfailures import FailureLines
 
 MAX_DICT = 2048   # characters of a metric dict parsed (HF's dicts are a few hundred)
+FAST_NAMES = ("loss", "grad_norm", "learning_rate", "epoch")   # HF's step dict, in its key order
+FLUSH_DICTS = 4096   # step dicts held before they go into the series (bounds the waiting lists)
 
 
 class TextLogParser(FailureLines):
@@ -39,6 +41,9 @@ class TextLogParser(FailureLines):
         self.origin_votes: dict[str, dict[Any, Any]] = {}
         self.timing: dict[str, Any] = {}
         self.rates: list[float] = []     # seconds per step of the training bar, one per bar seen
+        self.fast_steps: list[int | None] = []   # step dicts waiting for `flush`: step, line, four raw numbers
+        self.fast_lines: list[int] = []
+        self.fast_values: list[bytes] = []
 
     # -- progress -------------------------------------------------------------------------------------------
     def progress(self, window: bytes, lo: int = 0, hi: int | None = None) -> None:
@@ -100,6 +105,8 @@ class TextLogParser(FailureLines):
                 self.train_total = int(value)
 
     def point(self, name: str, step: int | None, value: float, line: int) -> None:
+        if self.fast_steps:
+            self.flush()
         s = self.series.get(name)
         if s is None:
             s = self.series[name] = Series(name, self.path)
@@ -266,18 +273,30 @@ class TextLogParser(FailureLines):
 
     # -- metrics ----------------------------------------------------------------------------------------------
     def train_dict(self, groups: tuple[bytes, ...], line: int) -> None:
-        """A line that is exactly HF's step dict (`HF_TRAIN_DICT`), given as its four number fields."""
+        """A line that is exactly HF's step dict with four numbers (`HF_TRAIN_DICT_NUM_B`), given as its four
+        number fields. The points wait in `fast` (a flat list, four values a dict) and go into the series in bulk
+        (`flush`) before any other point of those series, at the end of the file and every FLUSH_DICTS dicts, so
+        the series are the same as when each point is appended as it comes."""
         self.items += 1
-        try:
-            vals = [float(x) for x in groups]
-        except ValueError:
+        if not self.fast_steps:
+            for name in FAST_NAMES:   # created now, in the order the line parser would create them
+                if name not in self.series:
+                    self.series[name] = Series(name, self.path)
+        self.fast_steps.append(self.logged())
+        self.fast_lines.append(line)
+        self.fast_values.extend(groups)
+        if len(self.fast_steps) >= FLUSH_DICTS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Move the waiting step-dict points into their series (see `train_dict`)."""
+        if not self.fast_steps:
             return
-        st = self.logged()
-        for name, v in zip(("loss", "grad_norm", "learning_rate", "epoch"), vals):
-            s = self.series.get(name)
-            if s is None:
-                s = self.series[name] = Series(name, self.path)
-            s.append(st, v, line)
+        steps, lines, raw = self.fast_steps, self.fast_lines, self.fast_values
+        self.fast_steps, self.fast_lines, self.fast_values = [], [], []
+        vals = list(map(float, raw))   # cannot fail: HF_TRAIN_DICT_NUM_B admits only what float() reads
+        for k, name in enumerate(FAST_NAMES):
+            self.series[name].extend(steps, vals[k::4], lines)
 
     def _metric_dict(self, text: str, line: int) -> bool:
         m = pat.HF_TRAIN_DICT.search(text)

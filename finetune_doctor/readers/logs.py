@@ -196,8 +196,9 @@ class _Scan:
     """The scan state across chunks: the carried-over tail (for tracebacks above a hit), the partial last line,
     absolute offsets, line numbers."""
 
-    def __init__(self, p: TextLogParser, hits: "_Hits | None" = None) -> None:
+    def __init__(self, p: TextLogParser, hits: "_Hits | None" = None, fast: bool = True) -> None:
         self.p = p
+        self.fast = fast      # HF's step dicts in bulk (TextLogParser.train_dict); False: every line by feed_line
         self.hits = hits      # trigger offsets found by grep (readers/loggrep.py), else the regex finds them
         self.ctx = LineContext()
         self.prev_tail = b""
@@ -215,6 +216,7 @@ class _Scan:
         cursor, line = off, self.line_no
         end = off + cut
         start = max(off, self.skip_abs - base_abs)
+        dict_match = pat.HF_TRAIN_DICT_NUM_B.match if self.fast else None
         while start < end:
             # search again past each parsed window (not finditer): a line of kilobytes full of trigger words
             # costs one search per window, not one per word
@@ -228,9 +230,6 @@ class _Scan:
                 if h is None or h >= base_abs + end:
                     break
                 pos = h - base_abs
-            lo = max(0, pos - HIT_BEFORE)
-            ls = max(buf.rfind(b"\n", lo, pos), buf.rfind(b"\r", lo, pos))
-            ls = ls + 1 if ls >= 0 else lo      # a longer line is cut to HIT_BEFORE before the hit
             le = buf.find(b"\n", pos, pos + HIT_AFTER)
             le_r = buf.find(b"\r", pos, le if le >= 0 else pos + HIT_AFTER)
             if le_r >= 0:
@@ -243,10 +242,16 @@ class _Scan:
             if win_start < pos:
                 p.progress(buf, max(win_start, 0), pos)
                 self.tq_abs = base_abs + pos
-            fast = pat.HF_TRAIN_DICT_B.match(buf, ls, le) if buf.startswith(b"{'loss': ", ls) else None
+            # HF's step dict alone on its line (the hit is its "'loss': ", the line starts one byte before it):
+            # the common line of a long log, taken without the generic parsers when every value is a number
+            fast = dict_match(buf, pos - 1, le) if dict_match is not None and pos > 0 and buf[pos - 1] == 123 \
+                and (pos == 1 or buf[pos - 2] in (10, 13)) else None
             if fast is not None and fast.end() >= le - 1:
-                p.train_dict(fast.groups(), line)   # the common line of a long log, without the generic parsers
+                p.train_dict(fast.groups(), line)
             else:
+                lo = max(0, pos - HIT_BEFORE)
+                ls = max(buf.rfind(b"\n", lo, pos), buf.rfind(b"\r", lo, pos))
+                ls = ls + 1 if ls >= 0 else lo      # a longer line is cut to HIT_BEFORE before the hit
                 ctx.set(buf, ls, le)
                 p.feed_line(buf[ls:le].decode("utf-8", "replace"), line, ctx)
             self.skip_abs = base_abs + le
@@ -254,8 +259,8 @@ class _Scan:
         if self.tq_abs < base_abs + end:   # bars after the last hit of this piece still move the step
             p.progress(buf, max(self.tq_abs - base_abs, off), end)
             self.tq_abs = base_abs + end
-        self.line_no += data.count(b"\n", 0, cut)
-        self.prev_tail = (self.prev_tail + data[:cut])[-LOOKBACK:]
+        self.line_no = line + buf.count(b"\n", cursor, end)
+        self.prev_tail = buf[max(0, end - LOOKBACK):end]
         self.abs_pending += cut
 
 
@@ -273,11 +278,12 @@ class _Hits:
 
 
 def scan_text(path: str, size: int, chunks: Iterator[bytes], problems: list[str],
-              hits: Iterable[int] | None = None) -> FileEvidence:
+              hits: Iterable[int] | None = None, fast: bool = True) -> FileEvidence:
     """The scan of `read_text_log` over `chunks` (the module docstring says how); `hits` are the trigger words'
-    byte offsets when a faster finder (grep) produced them."""
+    byte offsets when a faster finder (grep) produced them; `fast=False` parses HF's step dicts line by line
+    too (the reference the bulk path is tested against)."""
     p = TextLogParser(path)
-    sc = _Scan(p, _Hits(hits) if hits is not None else None)
+    sc = _Scan(p, _Hits(hits) if hits is not None else None, fast)
     pending = b""
     read = nul = 0
     last_byte = b"\n"
@@ -289,7 +295,8 @@ def scan_text(path: str, size: int, chunks: Iterator[bytes], problems: list[str]
         read += len(chunk)
         if chunk:
             last_byte = chunk[-1:]
-        nul += chunk.count(b"\x00")
+        if b"\x00" in chunk:   # memchr speed; the count only for a chunk that has one
+            nul += chunk.count(b"\x00")
         data = pending + chunk if pending else chunk
         if eof:
             cut = len(data)
@@ -307,6 +314,7 @@ def scan_text(path: str, size: int, chunks: Iterator[bytes], problems: list[str]
         pending = data[cut:]
     if nul:
         problems.append(f"{nul} NUL bytes (binary junk) ignored")
+    p.flush()
     lines = sc.line_no - 1 + (1 if read and last_byte != b"\n" else 0)
     rd = FileRead(path, "text-log", size, read, lines=lines, items=p.items, complete=not any(
         "stopped early" in x for x in problems), problems=tuple(problems))
