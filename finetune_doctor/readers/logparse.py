@@ -41,6 +41,7 @@ class TextLogParser(FailureLines):
         self.origin_votes: dict[str, dict[Any, Any]] = {}
         self.timing: dict[str, Any] = {}
         self.rates: list[float] = []     # seconds per step of the training bar, one per bar seen
+        self.units = (b"s/it]", b"it/s]")   # the bar's rate units, the last one found first
         self.fast_steps: list[int | None] = []   # step dicts waiting for `flush`: step, line, four raw numbers
         self.fast_lines: list[int] = []
         self.fast_values: list[bytes] = []
@@ -51,17 +52,23 @@ class TextLogParser(FailureLines):
         bar matters), skipping bars of other loops: an eval loop's total, a datasets.map "examples/s" bar."""
         end = len(window) if hi is None else hi
         for _ in range(64):
-            k = max(window.rfind(b"s/it]", lo, end), window.rfind(b"it/s]", lo, end))
+            # the unit of the last bar first: the other is then looked for only after it (the two never overlap)
+            first, second = self.units
+            a = window.rfind(first, lo, end)
+            k = window.rfind(second, a + 1 if a >= 0 else lo, end)
             if k < 0:
-                return
+                k = a
+                if k < 0:
+                    return
+            else:
+                self.units = (second, first)
             j = window.rfind(b"|", max(lo, k - 120), k)
             if j < 0:
                 end = k
                 continue
-            m = pat.TQDM.match(window, j)
+            m = pat.TQDM_RATE.match(window, j, k + 5)
             end = j
-            u = pat.TQDM_UNIT.match(window, m.end(), k + 5) if m is not None else None
-            if m is None or u is None:
+            if m is None:
                 continue
             n, total = int(m.group(1)), int(m.group(2))
             if self.train_total is not None:
@@ -73,7 +80,7 @@ class TextLogParser(FailureLines):
                 self.bar_total_max = total
             if n != self.step:
                 self.in_step = False
-                self._rate(u)
+                self._rate(m)
             self.step = n
             return
 

@@ -108,6 +108,9 @@ TRIGGER = trie_regex(TRIGGER_WORDS)
 # other output, so the scan runs at memchr speed); the rate unit is checked after the match
 TQDM = re.compile(rb"\| ?(\d+)/(\d+) \[[\d:]+<[\d:?]+,")
 TQDM_UNIT = re.compile(rb"\s*(?P<rate>[\d.?]+)\s*(?P<unit>s/it|it/s)\]")
+# the two in one match (TQDM's part ends at the first comma after "<", so the split is the same as matching them in
+# turn): the line parser's bar search, run at every hit of a long log
+TQDM_RATE = re.compile(TQDM.pattern + TQDM_UNIT.pattern)
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 RANK = re.compile(r"^\[rank(\d+)\]:\s?")
