@@ -223,8 +223,10 @@ HF_TRAIN_DICT_B = re.compile(HF_TRAIN_DICT.pattern.encode())
 # "-inf"; 5.x's '.4g' strings): the bulk path of readers/logs.py takes only these, so its float() never fails and it
 # records what the line parser's HF_TRAIN_DICT branch records; any other value goes through the line parser.
 _NUM_B = rb"'?([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf))'?"
-HF_TRAIN_DICT_NUM_B = re.compile(rb"\{'loss': " + _NUM_B + rb", 'grad_norm': " + _NUM_B + rb", 'learning_rate': "
-                                 + _NUM_B + rb", 'epoch': " + _NUM_B + rb"\}")
+HF_TRAIN_DICT_NUM_B = rb"\{'loss': " + _NUM_B + rb", 'grad_norm': " + _NUM_B + rb", 'learning_rate': " + _NUM_B \
+    + rb", 'epoch': " + _NUM_B + rb"\}"
+# ... alone on its line: at most one byte after it before the line ends (the line parser's test), or the text ends
+HF_TRAIN_DICT_LINE_B = re.compile(HF_TRAIN_DICT_NUM_B + rb"[^\n\r]?(?:[\n\r]|\Z)")
 KV = re.compile(r"'(?P<k>[\w/]+)':\s*(?P<q>'?)(?P<v>[^,'}]*)(?P=q)")
 LF_CALLBACK = re.compile(r"callbacks(?:\.py)?(?::\d+)? (?:>>|-) ")
 DS_PROGRESS = re.compile(r"\[Rank (?P<rank>\d+)\] step=(?P<step>\d+), skipped=(?P<skipped>\d+), lr=\[(?P<lr>[^\]]*)\]")

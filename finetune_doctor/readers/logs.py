@@ -41,7 +41,7 @@ import re
 import stat
 import statistics
 import zlib
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.evidence import FileEvidence, FileRead
@@ -198,92 +198,145 @@ class _Scan:
 
     def __init__(self, p: TextLogParser, hits: "_Hits | None" = None, fast: bool = True) -> None:
         self.p = p
-        self.fast = fast      # HF's step dicts in bulk (TextLogParser.train_dict); False: every line by feed_line
         self.hits = hits      # trigger offsets found by grep (readers/loggrep.py), else the regex finds them
+        self.fast = fast      # HF's step dicts in bulk (TextLogParser.train_dict); False: every line by feed_line
         self.ctx = LineContext()
         self.prev_tail = b""
-        self.line_no = 1
+        self.line_no = 1      # without grep: the line of the first byte not yet scanned
         self.skip_abs = 0     # hits before this absolute offset were consumed by an earlier line
         self.abs_pending = 0  # absolute offset of the first byte not yet scanned
         self.tq_abs = 0       # absolute offset up to which tqdm bars were scanned
+        # with grep: the last hit's line, the line feeds counted after it, and where uncounted bytes begin
+        self.hit_line = 1
+        self.tail_nl = 0
+        self.uncounted: int | None = None
 
     def piece(self, data: bytes, cut: int) -> None:
         """Scan data[:cut] (it ends at a line end, or at the end of the file)."""
-        p, ctx = self.p, self.ctx
+        p, ctx, hits = self.p, self.ctx, self.hits
         buf = self.prev_tail + data
         off = len(self.prev_tail)
         base_abs = self.abs_pending - off          # absolute offset of buf[0]
         cursor, line = off, self.line_no
         end = off + cut
         start = max(off, self.skip_abs - base_abs)
-        dict_match = pat.HF_TRAIN_DICT_NUM_B.match if self.fast else None
+        dict_line = pat.HF_TRAIN_DICT_LINE_B.match if self.fast else None
+        last = -1                                  # the last hit of this piece
         while start < end:
             # search again past each parsed window (not finditer): a line of kilobytes full of trigger words
             # costs one search per window, not one per word
-            if self.hits is None:
+            if hits is None:
                 m = pat.TRIGGER.search(buf, start, end)
                 if m is None:
                     break
                 pos = m.start()
+                line += buf.count(b"\n", cursor, pos)
+                cursor = pos
             else:
-                h = self.hits.next_at_or_after(base_abs + start)
-                if h is None or h >= base_abs + end:
+                i = hits.seek(base_abs + start)
+                if i < 0 or hits.offs[i] >= base_abs + end:
                     break
-                pos = h - base_abs
-            le = buf.find(b"\n", pos, pos + HIT_AFTER)
-            le_r = buf.find(b"\r", pos, le if le >= 0 else pos + HIT_AFTER)
-            if le_r >= 0:
-                le = le_r
-            elif le < 0:
-                le = min(len(buf), pos + HIT_AFTER)
-            line += buf.count(b"\n", cursor, pos)
-            cursor = pos
+                pos = hits.offs[i] - base_abs
+                line = hits.lines[i]
+            last = pos
             win_start = self.tq_abs - base_abs
             if win_start < pos:
                 p.progress(buf, max(win_start, 0), pos)
                 self.tq_abs = base_abs + pos
             # HF's step dict alone on its line (the hit is its "'loss': ", the line starts one byte before it):
             # the common line of a long log, taken without the generic parsers when every value is a number
-            fast = dict_match(buf, pos - 1, le) if dict_match is not None and pos > 0 and buf[pos - 1] == 123 \
-                and (pos == 1 or buf[pos - 2] in (10, 13)) else None
-            if fast is not None and fast.end() >= le - 1:
+            fast = dict_line(buf, pos - 1, pos + HIT_AFTER) if dict_line is not None and pos > 0 \
+                and buf[pos - 1] == 123 and (pos == 1 or buf[pos - 2] in (10, 13)) else None
+            if fast is not None:
+                le = fast.end()
+                if le > pos and buf[le - 1] in (10, 13):
+                    le -= 1
                 p.train_dict(fast.groups(), line)
             else:
-                lo = max(0, pos - HIT_BEFORE)
-                ls = max(buf.rfind(b"\n", lo, pos), buf.rfind(b"\r", lo, pos))
-                ls = ls + 1 if ls >= 0 else lo      # a longer line is cut to HIT_BEFORE before the hit
-                ctx.set(buf, ls, le)
-                p.feed_line(buf[ls:le].decode("utf-8", "replace"), line, ctx)
+                le = self._line(buf, pos, line, ctx)
             self.skip_abs = base_abs + le
             start = max(le, pos + 1)
         if self.tq_abs < base_abs + end:   # bars after the last hit of this piece still move the step
             p.progress(buf, max(self.tq_abs - base_abs, off), end)
             self.tq_abs = base_abs + end
-        self.line_no = line + buf.count(b"\n", cursor, end)
+        if hits is None:
+            self.line_no = line + buf.count(b"\n", cursor, end)
+        elif last >= 0:
+            self.hit_line, self.tail_nl, self.uncounted = line, buf.count(b"\n", last, end), None
+        elif self.uncounted is None:
+            self.uncounted = base_abs + off   # counted at the end only if no later hit gives the line
         self.prev_tail = buf[max(0, end - LOOKBACK):end]
         self.abs_pending += cut
 
+    def _line(self, buf: bytes, pos: int, line: int, ctx: LineContext) -> int:
+        """Hand the line around the hit at `pos` to the line parser; returns where the line ends."""
+        le = buf.find(b"\n", pos, pos + HIT_AFTER)
+        le_r = buf.find(b"\r", pos, le if le >= 0 else pos + HIT_AFTER)
+        if le_r >= 0:
+            le = le_r
+        elif le < 0:
+            le = min(len(buf), pos + HIT_AFTER)
+        lo = max(0, pos - HIT_BEFORE)
+        ls = max(buf.rfind(b"\n", lo, pos), buf.rfind(b"\r", lo, pos))
+        ls = ls + 1 if ls >= 0 else lo      # a longer line is cut to HIT_BEFORE before the hit
+        ctx.set(buf, ls, le)
+        self.p.feed_line(buf[ls:le].decode("utf-8", "replace"), line, ctx)
+        return le
+
+    def lines_seen(self, path: str) -> int:
+        """1 + the line feeds scanned: counted by the scan without grep; with grep, the last hit's line plus
+        the line feeds after it (bytes after the last hit that no piece counted are read again from `path`)."""
+        if self.hits is None:
+            return self.line_no
+        n = self.hit_line + self.tail_nl
+        if self.uncounted is not None:
+            with open(path, "rb") as fh:
+                fh.seek(self.uncounted)
+                left = self.abs_pending - self.uncounted
+                while left > 0:
+                    b = fh.read(min(CHUNK, left))
+                    if not b:
+                        break
+                    n += b.count(b"\n")
+                    left -= len(b)
+        return n
+
 
 class _Hits:
-    """Increasing byte offsets of trigger words, consumed in order."""
+    """grep's hits (readers/loggrep.py `Offsets.batches`): increasing byte offsets and their lines, consumed in
+    order, one batch in memory at a time."""
 
-    def __init__(self, it: Iterable[int]) -> None:
-        self.it = iter(it)
-        self.head: int | None = next(self.it, None)
+    def __init__(self, batches: Iterator[tuple[list[int], list[int]]]) -> None:
+        self.batches = batches
+        self.offs: list[int] = []
+        self.lines: list[int] = []
+        self.i = 0
 
-    def next_at_or_after(self, off: int) -> int | None:
-        while self.head is not None and self.head < off:
-            self.head = next(self.it, None)
-        return self.head
+    def seek(self, off: int) -> int:
+        """The index in `offs` of the first hit at or after byte `off`, or -1 when there is none."""
+        i, offs = self.i, self.offs
+        while True:
+            n = len(offs)
+            while i < n and offs[i] < off:
+                i += 1
+            if i < n:
+                self.i = i
+                return i
+            nxt = next(self.batches, None)
+            if nxt is None:
+                self.i = i
+                return -1
+            self.offs, self.lines = nxt
+            offs, i = self.offs, 0
 
 
 def scan_text(path: str, size: int, chunks: Iterator[bytes], problems: list[str],
-              hits: Iterable[int] | None = None, fast: bool = True) -> FileEvidence:
-    """The scan of `read_text_log` over `chunks` (the module docstring says how); `hits` are the trigger words'
-    byte offsets when a faster finder (grep) produced them; `fast=False` parses HF's step dicts line by line
-    too (the reference the bulk path is tested against)."""
+              hits: "loggrep.Offsets | None" = None, fast: bool = True) -> FileEvidence:
+    """The scan of `read_text_log` over `chunks` (the module docstring says how); `hits`: the trigger words'
+    byte offsets and lines when grep found them (then `path` is the plain file the chunks come from);
+    `fast=False` parses HF's step dicts line by line too (the reference the bulk path is tested against)."""
     p = TextLogParser(path)
-    sc = _Scan(p, _Hits(hits) if hits is not None else None, fast)
+    sc = _Scan(p, _Hits(hits.batches()) if hits is not None else None, fast)
     pending = b""
     read = nul = 0
     last_byte = b"\n"
@@ -315,7 +368,7 @@ def scan_text(path: str, size: int, chunks: Iterator[bytes], problems: list[str]
     if nul:
         problems.append(f"{nul} NUL bytes (binary junk) ignored")
     p.flush()
-    lines = sc.line_no - 1 + (1 if read and last_byte != b"\n" else 0)
+    lines = sc.lines_seen(path) - 1 + (1 if read and last_byte != b"\n" else 0)
     rd = FileRead(path, "text-log", size, read, lines=lines, items=p.items, complete=not any(
         "stopped early" in x for x in problems), problems=tuple(problems))
     return FileEvidence(
