@@ -42,9 +42,9 @@ class TextLogParser(FailureLines):
         self.timing: dict[str, Any] = {}
         self.rates: list[float] = []     # seconds per step of the training bar, one per bar seen
         self.units = (b"s/it]", b"it/s]")   # the bar's rate units, the last one found first
-        self.fast_steps: list[int | None] = []   # step dicts waiting for `flush`: step, line, four raw numbers
+        self.fast_steps: list[int | None] = []   # step dicts waiting for `flush`: step, line, four values
         self.fast_lines: list[int] = []
-        self.fast_values: list[bytes] = []
+        self.fast_values: list[float] = []
 
     # -- progress -------------------------------------------------------------------------------------------
     def progress(self, window: bytes, lo: int = 0, hi: int | None = None) -> None:
@@ -279,11 +279,16 @@ class TextLogParser(FailureLines):
             self.keep.add("restarts", Restart(self.path, line, st, "resume", text.strip()[:200]))
 
     # -- metrics ----------------------------------------------------------------------------------------------
-    def train_dict(self, groups: tuple[bytes, ...], line: int) -> None:
-        """A line that is exactly HF's step dict with four numbers (`HF_TRAIN_DICT_NUM_B`), given as its four
-        number fields. The points wait in `fast` (a flat list, four values a dict) and go into the series in bulk
-        (`flush`) before any other point of those series, at the end of the file and every FLUSH_DICTS dicts, so
-        the series are the same as when each point is appended as it comes."""
+    def train_dict(self, groups: tuple[bytes, ...], line: int) -> bool:
+        """A line that is exactly HF's step dict (`HF_TRAIN_DICT_LINE_B`), given as its four number fields;
+        False (nothing recorded) when float() does not read one of them: the line parser takes such a line. The
+        points wait in flat lists and go into the series in bulk (`flush`) before any other point of those series,
+        at the end of the file and every FLUSH_DICTS dicts, so the series are the same as when each point is
+        appended as it comes (what `_metric_dict` records for the same line)."""
+        try:
+            vals = [float(x) for x in groups]
+        except ValueError:
+            return False
         self.items += 1
         if not self.fast_steps:
             for name in FAST_NAMES:   # created now, in the order the line parser would create them
@@ -291,17 +296,17 @@ class TextLogParser(FailureLines):
                     self.series[name] = Series(name, self.path)
         self.fast_steps.append(self.logged())
         self.fast_lines.append(line)
-        self.fast_values.extend(groups)
+        self.fast_values.extend(vals)
         if len(self.fast_steps) >= FLUSH_DICTS:
             self.flush()
+        return True
 
     def flush(self) -> None:
         """Move the waiting step-dict points into their series (see `train_dict`)."""
         if not self.fast_steps:
             return
-        steps, lines, raw = self.fast_steps, self.fast_lines, self.fast_values
+        steps, lines, vals = self.fast_steps, self.fast_lines, self.fast_values
         self.fast_steps, self.fast_lines, self.fast_values = [], [], []
-        vals = list(map(float, raw))   # cannot fail: HF_TRAIN_DICT_NUM_B admits only what float() reads
         for k, name in enumerate(FAST_NAMES):
             self.series[name].extend(steps, vals[k::4], lines)
 

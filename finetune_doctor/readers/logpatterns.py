@@ -219,14 +219,11 @@ CF_TB = re.compile(r"traceback\s*:\s*(?P<tb>.*)")
 HF_TRAIN_DICT = re.compile(r"\{'loss': '?([^,'}]+)'?, 'grad_norm': '?([^,'}]+)'?, 'learning_rate': '?([^,'}]+)'?, "
                            r"'epoch': '?([^,'}]+)'?\}")
 HF_TRAIN_DICT_B = re.compile(HF_TRAIN_DICT.pattern.encode())
-# The same dict with every value a number Python's float() reads (repr of a float: "2.0", "1e-05", "nan", "inf",
-# "-inf"; 5.x's '.4g' strings): the bulk path of readers/logs.py takes only these, so its float() never fails and it
-# records what the line parser's HF_TRAIN_DICT branch records; any other value goes through the line parser.
-_NUM_B = rb"'?([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf))'?"
-HF_TRAIN_DICT_NUM_B = rb"\{'loss': " + _NUM_B + rb", 'grad_norm': " + _NUM_B + rb", 'learning_rate': " + _NUM_B \
-    + rb", 'epoch': " + _NUM_B + rb"\}"
-# ... alone on its line: at most one byte after it before the line ends (the line parser's test), or the text ends
-HF_TRAIN_DICT_LINE_B = re.compile(HF_TRAIN_DICT_NUM_B + rb"[^\n\r]?(?:[\n\r]|\Z)")
+# ... alone on its line: at most one byte after it before the line ends (the line parser's test), or the text ends;
+# the bulk path of readers/logs.py (TextLogParser.train_dict), which hands any line whose four values float() does
+# not read to the line parser
+HF_TRAIN_DICT_LINE_B = re.compile(HF_TRAIN_DICT_B.pattern.replace(rb"[^,'}]", rb"[^,'}\n\r]")
+                                  + rb"[^\n\r]?(?:[\n\r]|\Z)")
 KV = re.compile(r"'(?P<k>[\w/]+)':\s*(?P<q>'?)(?P<v>[^,'}]*)(?P=q)")
 LF_CALLBACK = re.compile(r"callbacks(?:\.py)?(?::\d+)? (?:>>|-) ")
 DS_PROGRESS = re.compile(r"\[Rank (?P<rank>\d+)\] step=(?P<step>\d+), skipped=(?P<skipped>\d+), lr=\[(?P<lr>[^\]]*)\]")

@@ -247,11 +247,10 @@ class _Scan:
             # the common line of a long log, taken without the generic parsers when every value is a number
             fast = dict_line(buf, pos - 1, pos + HIT_AFTER) if dict_line is not None and pos > 0 \
                 and buf[pos - 1] == 123 and (pos == 1 or buf[pos - 2] in (10, 13)) else None
-            if fast is not None:
+            if fast is not None and p.train_dict(fast.groups(), line):
                 le = fast.end()
-                if le > pos and buf[le - 1] in (10, 13):
+                if buf[le - 1] in (10, 13):
                     le -= 1
-                p.train_dict(fast.groups(), line)
             else:
                 le = self._line(buf, pos, line, ctx)
             self.skip_abs = base_abs + le
