@@ -286,7 +286,7 @@ class TextLogParser(FailureLines):
         at the end of the file and every FLUSH_DICTS dicts, so the series are the same as when each point is
         appended as it comes (what `_metric_dict` records for the same line)."""
         try:
-            vals = [float(x) for x in groups]
+            vals = list(map(float, groups))
         except ValueError:
             return False
         self.items += 1
@@ -294,7 +294,8 @@ class TextLogParser(FailureLines):
             for name in FAST_NAMES:   # created now, in the order the line parser would create them
                 if name not in self.series:
                     self.series[name] = Series(name, self.path)
-        self.fast_steps.append(self.logged())
+        st = self.step
+        self.fast_steps.append(st + 1 if self.in_step and st is not None else st)   # `logged`
         self.fast_lines.append(line)
         self.fast_values.extend(vals)
         if len(self.fast_steps) >= FLUSH_DICTS:
