@@ -175,14 +175,20 @@ class Series:
         if len(self.values) >= SERIES_CAP:
             self._thin()
 
-    def extend(self, steps: list, values: list[float], lines: list[int]) -> None:
+    @staticmethod
+    def plain(steps: list, lines: list) -> bool:
+        """True when every step and line is an int that `append` stores as it is (its fast case)."""
+        return bool(steps) and set(map(type, steps)) == {int} and set(map(type, lines)) == {int} \
+            and min(steps) >= -1 and max(steps) < STEP_LIMIT and min(lines) >= 0 and max(lines) < STEP_LIMIT
+
+    def extend(self, steps: list, values: list[float], lines: list[int], plain: bool | None = None) -> None:
         """Append many points at once (equal-length lists, in order) with exactly the result of calling
         `append` for each: the bulk path of a text log's metric dicts. Whole stretches of plain steps go in with
-        ``array.extend``, cut where the series fills so that `_thin` runs at the same points as it would."""
+        ``array.extend``, cut where the series fills so that `_thin` runs at the same points as it would.
+        `plain`: the caller's `Series.plain(steps, lines)` (one test for several series sharing the steps)."""
         if not values:
             return
-        if set(map(type, steps)) != {int} or set(map(type, lines)) != {int} or min(steps) < -1 \
-                or max(steps) >= STEP_LIMIT or min(lines) < 0 or max(lines) >= STEP_LIMIT:
+        if not (self.plain(steps, lines) if plain is None else plain):
             for s, v, ln in zip(steps, values, lines):
                 self.append(s, v, ln)
             return

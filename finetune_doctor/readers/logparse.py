@@ -308,8 +308,9 @@ class TextLogParser(FailureLines):
             return
         steps, lines, vals = self.fast_steps, self.fast_lines, self.fast_values
         self.fast_steps, self.fast_lines, self.fast_values = [], [], []
+        plain = Series.plain(steps, lines)
         for k, name in enumerate(FAST_NAMES):
-            self.series[name].extend(steps, vals[k::4], lines)
+            self.series[name].extend(steps, vals[k::4], lines, plain)
 
     def _metric_dict(self, text: str, line: int) -> bool:
         m = pat.HF_TRAIN_DICT.search(text)
