@@ -52,6 +52,7 @@ from finetune_doctor.readers.logparse import TextLogParser
 from finetune_doctor.readers.logpatterns import size_bytes
 
 CHUNK = 8 << 20          # bytes read at a time
+FAST_DICTS = True        # HF's step dicts in bulk (tests/test_postmortem_fastpath.py compares it with False)
 MAX_PENDING = 64 << 20   # a "line" longer than this is split (a log without newlines)
 HIT_BEFORE = 2 << 10     # bytes before a hit the parsers see (the line start of a long line is cut there)
 HIT_AFTER = 8 << 10      # bytes after a hit the parsers see (a CUDA OOM message is about 1 KiB)
@@ -336,11 +337,13 @@ class _Hits:
 
 
 def scan_text(path: str, size: int, chunks: Iterator[bytes], problems: list[str],
-              hits: "loggrep.Offsets | None" = None, fast: bool = True) -> FileEvidence:
+              hits: "loggrep.Offsets | None" = None, fast: bool | None = None) -> FileEvidence:
     """The scan of `read_text_log` over `chunks` (the module docstring says how); `hits`: the trigger words'
     byte offsets and lines when grep found them (then `path` is the plain file the chunks come from);
-    `fast=False` parses HF's step dicts line by line too (the reference the bulk path is tested against)."""
+    `fast=False` parses HF's step dicts line by line too (the reference the bulk path is tested against;
+    None: `FAST_DICTS`)."""
     p = TextLogParser(path)
+    fast = FAST_DICTS if fast is None else fast
     sc = _Scan(p, _Hits(hits.batches()) if hits is not None else None, fast)
     pending = b""
     read = nul = 0
