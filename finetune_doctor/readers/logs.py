@@ -27,6 +27,13 @@ line that prints it), readers/logparse.py (the line parser), readers/logfailures
 readers/logcontext.py (the bytes around a line). Cost is linear in the file: each hit hands the parsers at most
 `HIT_BEFORE` + `HIT_AFTER` bytes, and the hits inside that window are not parsed again.
 
+The common hit of a long log is HF's step dict alone on its line. It skips the line parser: one bytes expression
+(logpatterns.py `HF_TRAIN_DICT_LINE_B`, the line parser's own dict expression plus the line end) and float() take
+its four values, and the points go into the series in bulk (TextLogParser.train_dict / flush); a line float()
+cannot read goes to the line parser. tests/test_postmortem_fastpath.py checks both give the same FileEvidence.
+With grep (readers/loggrep.py) the hits come with their line numbers, so only the bytes after a file's last hit
+are counted for line feeds; benchmarks/results/postmortem_ranks.md has what each step saved.
+
 Exact message texts and their version differences: reference/deepspeed/log_patterns.md (§2 DeepSpeed loss
 scaling, §3 see_memory_usage, §5 PyTorch CUDA OOM by version, §6 NCCL watchdog, §7 HF Trainer dicts, §8 process
 death) and the examples in reference/deepspeed/log_examples/ and reference/llamafactory/log_examples/.
