@@ -303,15 +303,18 @@ class _Scan:
         if self.hits is None:
             return self.line_no
         n = self.hit_line
-        with open(path, "rb") as fh:
-            fh.seek(self.uncounted)
-            left = self.abs_pending - self.uncounted
-            while left > 0:
-                b = fh.read(min(CHUNK, left))
-                if not b:
-                    break
-                n += b.count(b"\n")
-                left -= len(b)
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(self.uncounted)
+                left = self.abs_pending - self.uncounted
+                while left > 0:
+                    b = fh.read(min(CHUNK, left))
+                    if not b:
+                        break
+                    n += b.count(b"\n")
+                    left -= len(b)
+        except OSError:   # gone since it was read: the lines up to the last hit are what is known
+            pass
         return n
 
 
