@@ -175,6 +175,33 @@ class Series:
         if len(self.values) >= SERIES_CAP:
             self._thin()
 
+    @staticmethod
+    def plain(steps: list, lines: list) -> bool:
+        """True when every step and line is an int that `append` stores as it is (its fast case)."""
+        return bool(steps) and set(map(type, steps)) == {int} and set(map(type, lines)) == {int} \
+            and min(steps) >= -1 and max(steps) < STEP_LIMIT and min(lines) >= 0 and max(lines) < STEP_LIMIT
+
+    def extend(self, steps: list, values: list[float], lines: list[int], plain: bool | None = None) -> None:
+        """Append many points at once (equal-length lists, in order) with exactly the result of calling
+        `append` for each: the bulk path of a text log's metric dicts. Whole stretches of plain steps go in with
+        ``array.extend``, cut where the series fills so that `_thin` runs at the same points as it would.
+        `plain`: the caller's `Series.plain(steps, lines)` (one test for several series sharing the steps)."""
+        if not values:
+            return
+        if not (self.plain(steps, lines) if plain is None else plain):
+            for s, v, ln in zip(steps, values, lines):
+                self.append(s, v, ln)
+            return
+        i, n = 0, len(values)
+        while i < n:
+            j = min(n, i + SERIES_CAP - len(self.values))
+            self.steps.extend(steps[i:j])
+            self.values.extend(values[i:j])
+            self.lines.extend(lines[i:j])
+            i = j
+            if len(self.values) >= SERIES_CAP:
+                self._thin()
+
     def _thin(self) -> None:
         """Halve the kept points so memory stays bounded (SERIES_CAP points, 24 bytes each). Of each pair the
         non-finite point is kept, else the one farther from the point kept before it: a spike, a NaN or a jump

@@ -3,13 +3,15 @@
 Why: Python's regular-expression engine tries its branches at every byte whose value can start one of ~70 words,
 which caps the text-log scan near 25 MB/s a core (benchmarks/results/postmortem_ranks.md); ``grep -F`` with the
 same fixed strings runs Commentz-Walter / Aho-Corasick over the bytes at several hundred MB/s. grep only
-*finds* the words: ``grep -o -b -a -F -f WORDS FILE`` prints the byte offset of every match (``-a`` treats binary
-junk as text, ``LC_ALL=C`` makes offsets and matching byte-exact), and readers/logs.py parses the lines around
-those offsets exactly as it parses the ones its own expression finds (the test compares both).
+*finds* the words: ``grep -o -b -n -a -F -f WORDS FILE`` prints the line number and byte offset of every match
+(``-a`` treats binary junk as text, ``LC_ALL=C`` makes offsets and matching byte-exact), and readers/logs.py parses
+the lines around those offsets exactly as it parses the ones its own expression finds (the test compares both).
+grep's line numbers spare Python its count of line feeds (CPython's ``bytes.count`` of one byte runs near
+1 GB/s, grep's memchr-based count several times faster): only the bytes after the last match are counted.
 
 Used for plain files of at least `MIN_BYTES` (gzip and UTF-16 logs are decoded by Python, so their offsets
 differ); without grep, or with ``FINETUNE_DOCTOR_NO_GREP=1``, the reader's own expression finds the words.
-Offsets stream from grep's stdout one line at a time: memory does not grow with the number of matches.
+Offsets stream from grep's stdout in 64 KiB batches: memory does not grow with the number of matches.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -37,24 +40,41 @@ def _words_file(words: tuple[str, ...]) -> str:
     return path
 
 
+_HIT = re.compile(rb"^(\d+):(\d+):", re.M)
+BATCH = 1 << 16   # bytes of grep's output parsed at a time
+
+
 class Offsets:
-    """Iterator over grep's match offsets; `ok` is False when grep ended with an error (exit status 2)."""
+    """grep's matches as batches of (byte offsets, line numbers), two lists each, in file order; `ok` is False
+    when grep ended with an error (exit status 2). The line number is grep's (``-n``: 1 + the line feeds before
+    the match), the one readers/logs.py would count."""
 
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
         self.ok = True
 
-    def __iter__(self) -> Iterator[int]:
+    def batches(self) -> Iterator[tuple[list[int], list[int]]]:
         assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            k = raw.find(b":")
-            if k > 0:
-                try:
-                    yield int(raw[:k])
-                except ValueError:
-                    continue
+        read = self.proc.stdout.read1
+        rest = b""
+        while True:
+            block = read(BATCH)
+            if not block:
+                break
+            if rest:
+                block = rest + block
+            k = block.rfind(b"\n") + 1
+            rest = block[k:]
+            found = _HIT.findall(block, 0, k)
+            if found:
+                yield [int(o) for _, o in found], [int(n) for n, _ in found]
         if self.proc.wait() not in (0, 1):
             self.ok = False
+
+    def __iter__(self) -> Iterator[int]:
+        """The offsets alone."""
+        for offs, _ in self.batches():
+            yield from offs
 
 
 @contextlib.contextmanager
@@ -64,7 +84,7 @@ def trigger_offsets(path: str, words: tuple[str, ...]) -> Iterator[Offsets | Non
     if exe is None:
         yield None
         return
-    proc = subprocess.Popen([exe, "-o", "-b", "-a", "-F", "-f", _words_file(tuple(words)), "--", path],
+    proc = subprocess.Popen([exe, "-o", "-b", "-n", "-a", "-F", "-f", _words_file(tuple(words)), "--", path],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                             env={**os.environ, "LC_ALL": "C"}, bufsize=1 << 16)
     try:

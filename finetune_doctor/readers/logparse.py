@@ -16,6 +16,8 @@ from finetune_doctor.readers.logcontext import Keep, LineContext, num
 from finetune_doctor.readers.logfailures import FailureLines
 
 MAX_DICT = 2048   # characters of a metric dict parsed (HF's dicts are a few hundred)
+FAST_NAMES = ("loss", "grad_norm", "learning_rate", "epoch")   # HF's step dict, in its key order
+FLUSH_DICTS = 4096   # step dicts held before they go into the series (bounds the waiting lists)
 
 
 class TextLogParser(FailureLines):
@@ -39,6 +41,10 @@ class TextLogParser(FailureLines):
         self.origin_votes: dict[str, dict[Any, Any]] = {}
         self.timing: dict[str, Any] = {}
         self.rates: list[float] = []     # seconds per step of the training bar, one per bar seen
+        self.units = (b"s/it]", b"it/s]")   # the bar's rate units, the last one found first
+        self.fast_steps: list[int | None] = []   # step dicts waiting for `flush`: step, line, four values
+        self.fast_lines: list[int] = []
+        self.fast_values: list[float] = []
 
     # -- progress -------------------------------------------------------------------------------------------
     def progress(self, window: bytes, lo: int = 0, hi: int | None = None) -> None:
@@ -46,17 +52,23 @@ class TextLogParser(FailureLines):
         bar matters), skipping bars of other loops: an eval loop's total, a datasets.map "examples/s" bar."""
         end = len(window) if hi is None else hi
         for _ in range(64):
-            k = max(window.rfind(b"s/it]", lo, end), window.rfind(b"it/s]", lo, end))
+            # the unit of the last bar first: the other is then looked for only after it (the two never overlap)
+            first, second = self.units
+            a = window.rfind(first, lo, end)
+            k = window.rfind(second, a + 1 if a >= 0 else lo, end)
             if k < 0:
-                return
+                k = a
+                if k < 0:
+                    return
+            else:
+                self.units = (second, first)
             j = window.rfind(b"|", max(lo, k - 120), k)
             if j < 0:
                 end = k
                 continue
-            m = pat.TQDM.match(window, j)
+            m = pat.TQDM_RATE.match(window, j, k + 5)
             end = j
-            u = pat.TQDM_UNIT.match(window, m.end(), k + 5) if m is not None else None
-            if m is None or u is None:
+            if m is None:
                 continue
             n, total = int(m.group(1)), int(m.group(2))
             if self.train_total is not None:
@@ -68,7 +80,7 @@ class TextLogParser(FailureLines):
                 self.bar_total_max = total
             if n != self.step:
                 self.in_step = False
-                self._rate(u)
+                self._rate(m)
             self.step = n
             return
 
@@ -100,6 +112,8 @@ class TextLogParser(FailureLines):
                 self.train_total = int(value)
 
     def point(self, name: str, step: int | None, value: float, line: int) -> None:
+        if self.fast_steps:
+            self.flush()
         s = self.series.get(name)
         if s is None:
             s = self.series[name] = Series(name, self.path)
@@ -265,19 +279,38 @@ class TextLogParser(FailureLines):
             self.keep.add("restarts", Restart(self.path, line, st, "resume", text.strip()[:200]))
 
     # -- metrics ----------------------------------------------------------------------------------------------
-    def train_dict(self, groups: tuple[bytes, ...], line: int) -> None:
-        """A line that is exactly HF's step dict (`HF_TRAIN_DICT`), given as its four number fields."""
-        self.items += 1
+    def train_dict(self, groups: tuple[bytes, ...], line: int) -> bool:
+        """A line that is exactly HF's step dict (`HF_TRAIN_DICT_LINE_B`), given as its four number fields;
+        False (nothing recorded) when float() does not read one of them: the line parser takes such a line. The
+        points wait in flat lists and go into the series in bulk (`flush`) before any other point of those series,
+        at the end of the file and every FLUSH_DICTS dicts, so the series are the same as when each point is
+        appended as it comes (what `_metric_dict` records for the same line)."""
         try:
-            vals = [float(x) for x in groups]
+            vals = list(map(float, groups))
         except ValueError:
+            return False
+        self.items += 1
+        if not self.fast_steps:
+            for name in FAST_NAMES:   # created now, in the order the line parser would create them
+                if name not in self.series:
+                    self.series[name] = Series(name, self.path)
+        st = self.step
+        self.fast_steps.append(st + 1 if self.in_step and st is not None else st)   # `logged`
+        self.fast_lines.append(line)
+        self.fast_values.extend(vals)
+        if len(self.fast_steps) >= FLUSH_DICTS:
+            self.flush()
+        return True
+
+    def flush(self) -> None:
+        """Move the waiting step-dict points into their series (see `train_dict`)."""
+        if not self.fast_steps:
             return
-        st = self.logged()
-        for name, v in zip(("loss", "grad_norm", "learning_rate", "epoch"), vals):
-            s = self.series.get(name)
-            if s is None:
-                s = self.series[name] = Series(name, self.path)
-            s.append(st, v, line)
+        steps, lines, vals = self.fast_steps, self.fast_lines, self.fast_values
+        self.fast_steps, self.fast_lines, self.fast_values = [], [], []
+        plain = Series.plain(steps, lines)
+        for k, name in enumerate(FAST_NAMES):
+            self.series[name].extend(steps, vals[k::4], lines, plain)
 
     def _metric_dict(self, text: str, line: int) -> bool:
         m = pat.HF_TRAIN_DICT.search(text)

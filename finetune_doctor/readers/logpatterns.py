@@ -108,6 +108,9 @@ TRIGGER = trie_regex(TRIGGER_WORDS)
 # other output, so the scan runs at memchr speed); the rate unit is checked after the match
 TQDM = re.compile(rb"\| ?(\d+)/(\d+) \[[\d:]+<[\d:?]+,")
 TQDM_UNIT = re.compile(rb"\s*(?P<rate>[\d.?]+)\s*(?P<unit>s/it|it/s)\]")
+# the two in one match (TQDM's part ends at the first comma after "<", so the split is the same as matching them in
+# turn): the line parser's bar search, run at every hit of a long log
+TQDM_RATE = re.compile(TQDM.pattern + TQDM_UNIT.pattern)
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 RANK = re.compile(r"^\[rank(\d+)\]:\s?")
@@ -216,6 +219,11 @@ CF_TB = re.compile(r"traceback\s*:\s*(?P<tb>.*)")
 HF_TRAIN_DICT = re.compile(r"\{'loss': '?([^,'}]+)'?, 'grad_norm': '?([^,'}]+)'?, 'learning_rate': '?([^,'}]+)'?, "
                            r"'epoch': '?([^,'}]+)'?\}")
 HF_TRAIN_DICT_B = re.compile(HF_TRAIN_DICT.pattern.encode())
+# ... alone on its line: at most one byte after it before the line ends (the line parser's test), or the text ends;
+# the bulk path of readers/logs.py (TextLogParser.train_dict), which hands any line whose four values float() does
+# not read to the line parser
+HF_TRAIN_DICT_LINE_B = re.compile(HF_TRAIN_DICT_B.pattern.replace(rb"[^,'}]", rb"[^,'}\n\r]")
+                                  + rb"[^\n\r]?(?:[\n\r]|\Z)")
 KV = re.compile(r"'(?P<k>[\w/]+)':\s*(?P<q>'?)(?P<v>[^,'}]*)(?P=q)")
 LF_CALLBACK = re.compile(r"callbacks(?:\.py)?(?::\d+)? (?:>>|-) ")
 DS_PROGRESS = re.compile(r"\[Rank (?P<rank>\d+)\] step=(?P<step>\d+), skipped=(?P<skipped>\d+), lr=\[(?P<lr>[^\]]*)\]")

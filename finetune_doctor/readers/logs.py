@@ -27,6 +27,13 @@ line that prints it), readers/logparse.py (the line parser), readers/logfailures
 readers/logcontext.py (the bytes around a line). Cost is linear in the file: each hit hands the parsers at most
 `HIT_BEFORE` + `HIT_AFTER` bytes, and the hits inside that window are not parsed again.
 
+The common hit of a long log is HF's step dict alone on its line. It skips the line parser: one bytes expression
+(logpatterns.py `HF_TRAIN_DICT_LINE_B`, the line parser's own dict expression plus the line end) and float() take
+its four values, and the points go into the series in bulk (TextLogParser.train_dict / flush); a line float()
+cannot read goes to the line parser. tests/test_postmortem_fastpath.py checks both give the same FileEvidence.
+With grep (readers/loggrep.py) the hits come with their line numbers, so only the bytes after a file's last hit
+are counted for line feeds; benchmarks/results/postmortem_ranks.md has what each step saved.
+
 Exact message texts and their version differences: reference/deepspeed/log_patterns.md (§2 DeepSpeed loss
 scaling, §3 see_memory_usage, §5 PyTorch CUDA OOM by version, §6 NCCL watchdog, §7 HF Trainer dicts, §8 process
 death) and the examples in reference/deepspeed/log_examples/ and reference/llamafactory/log_examples/.
@@ -41,7 +48,7 @@ import re
 import stat
 import statistics
 import zlib
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.evidence import FileEvidence, FileRead
@@ -52,10 +59,12 @@ from finetune_doctor.readers.logparse import TextLogParser
 from finetune_doctor.readers.logpatterns import size_bytes
 
 CHUNK = 8 << 20          # bytes read at a time
+FAST_DICTS = True        # HF's step dicts in bulk (tests/test_postmortem_fastpath.py compares it with False)
 MAX_PENDING = 64 << 20   # a "line" longer than this is split (a log without newlines)
 HIT_BEFORE = 2 << 10     # bytes before a hit the parsers see (the line start of a long line is cut there)
-HIT_AFTER = 8 << 10
-GZIP_MAGIC = b"\x1f\x8b"      # bytes after a hit the parsers see (a CUDA OOM message is about 1 KiB)
+HIT_AFTER = 8 << 10      # bytes after a hit the parsers see (a CUDA OOM message is about 1 KiB)
+GZIP_MAGIC = b"\x1f\x8b"
+_CONTROL = bytes([*range(9), *range(14, 32), 127])   # control bytes that text does not hold
 
 
 def regular_size(path: str) -> int:
@@ -152,8 +161,8 @@ def looks_binary(sample: bytes) -> bool:
     if sample[:2] in (b"\xff\xfe", b"\xfe\xff") or sample[:2] == b"\x1f\x8b":
         return False
 
-    def bad(b: bytes) -> int:
-        return sum(1 for c in b if c < 9 or 13 < c < 32 or c == 127)
+    def bad(b: bytes) -> int:   # bytes < 9, 14..31 and 127, counted at C speed
+        return len(b) - len(b.translate(None, _CONTROL))
 
     head = sample[:512]
     if b"\x00" in head or bad(head) > len(head) * 0.1:
@@ -196,88 +205,156 @@ class _Scan:
     """The scan state across chunks: the carried-over tail (for tracebacks above a hit), the partial last line,
     absolute offsets, line numbers."""
 
-    def __init__(self, p: TextLogParser, hits: "_Hits | None" = None) -> None:
+    def __init__(self, p: TextLogParser, hits: "_Hits | None" = None, fast: bool = True) -> None:
         self.p = p
         self.hits = hits      # trigger offsets found by grep (readers/loggrep.py), else the regex finds them
+        self.fast = fast      # HF's step dicts in bulk (TextLogParser.train_dict); False: every line by feed_line
         self.ctx = LineContext()
         self.prev_tail = b""
-        self.line_no = 1
+        self.line_no = 1      # without grep: the line of the first byte not yet scanned
         self.skip_abs = 0     # hits before this absolute offset were consumed by an earlier line
         self.abs_pending = 0  # absolute offset of the first byte not yet scanned
         self.tq_abs = 0       # absolute offset up to which tqdm bars were scanned
+        # with grep: the last hit's line and byte offset (the line feeds after it are not counted yet)
+        self.hit_line = 1
+        self.uncounted = 0
 
     def piece(self, data: bytes, cut: int) -> None:
         """Scan data[:cut] (it ends at a line end, or at the end of the file)."""
-        p, ctx = self.p, self.ctx
+        p, ctx, hits = self.p, self.ctx, self.hits
         buf = self.prev_tail + data
         off = len(self.prev_tail)
         base_abs = self.abs_pending - off          # absolute offset of buf[0]
         cursor, line = off, self.line_no
         end = off + cut
         start = max(off, self.skip_abs - base_abs)
+        dict_line = pat.HF_TRAIN_DICT_LINE_B.match if self.fast else None
+        last = -1                                  # the last hit of this piece
         while start < end:
             # search again past each parsed window (not finditer): a line of kilobytes full of trigger words
             # costs one search per window, not one per word
-            if self.hits is None:
+            if hits is None:
                 m = pat.TRIGGER.search(buf, start, end)
                 if m is None:
                     break
                 pos = m.start()
+                line += buf.count(b"\n", cursor, pos)
+                cursor = pos
             else:
-                h = self.hits.next_at_or_after(base_abs + start)
-                if h is None or h >= base_abs + end:
+                i = hits.i   # the next hit is usually the one after the last (one hit a line)
+                offs = hits.offs
+                if i >= len(offs) or offs[i] < base_abs + start:
+                    i = hits.seek(base_abs + start)
+                    if i < 0:
+                        break
+                    offs = hits.offs
+                h = offs[i]
+                if h >= base_abs + end:
                     break
                 pos = h - base_abs
-            lo = max(0, pos - HIT_BEFORE)
-            ls = max(buf.rfind(b"\n", lo, pos), buf.rfind(b"\r", lo, pos))
-            ls = ls + 1 if ls >= 0 else lo      # a longer line is cut to HIT_BEFORE before the hit
-            le = buf.find(b"\n", pos, pos + HIT_AFTER)
-            le_r = buf.find(b"\r", pos, le if le >= 0 else pos + HIT_AFTER)
-            if le_r >= 0:
-                le = le_r
-            elif le < 0:
-                le = min(len(buf), pos + HIT_AFTER)
-            line += buf.count(b"\n", cursor, pos)
-            cursor = pos
+                line = hits.lines[i]
+                hits.i = i + 1
+            last = pos
             win_start = self.tq_abs - base_abs
             if win_start < pos:
                 p.progress(buf, max(win_start, 0), pos)
                 self.tq_abs = base_abs + pos
-            fast = pat.HF_TRAIN_DICT_B.match(buf, ls, le) if buf.startswith(b"{'loss': ", ls) else None
-            if fast is not None and fast.end() >= le - 1:
-                p.train_dict(fast.groups(), line)   # the common line of a long log, without the generic parsers
+            # HF's step dict alone on its line (the hit is its "'loss': ", the line starts one byte before it):
+            # the common line of a long log, taken without the generic parsers when every value is a number
+            fast = dict_line(buf, pos - 1, pos + HIT_AFTER) if dict_line is not None and pos > 0 \
+                and buf[pos - 1] == 123 and (pos == 1 or buf[pos - 2] in (10, 13)) else None
+            if fast is not None and p.train_dict(fast.groups(), line):
+                le = fast.end()
+                if buf[le - 1] in (10, 13):
+                    le -= 1
             else:
-                ctx.set(buf, ls, le)
-                p.feed_line(buf[ls:le].decode("utf-8", "replace"), line, ctx)
+                le = self._line(buf, pos, line, ctx)
             self.skip_abs = base_abs + le
             start = max(le, pos + 1)
         if self.tq_abs < base_abs + end:   # bars after the last hit of this piece still move the step
             p.progress(buf, max(self.tq_abs - base_abs, off), end)
             self.tq_abs = base_abs + end
-        self.line_no += data.count(b"\n", 0, cut)
-        self.prev_tail = (self.prev_tail + data[:cut])[-LOOKBACK:]
+        if hits is None:
+            self.line_no = line + buf.count(b"\n", cursor, end)
+        elif last >= 0:   # the line feeds after the last hit are counted at the end, only after the file's last
+            self.hit_line, self.uncounted = line, base_abs + last
+        self.prev_tail = buf[max(0, end - LOOKBACK):end]
         self.abs_pending += cut
+
+    def _line(self, buf: bytes, pos: int, line: int, ctx: LineContext) -> int:
+        """Hand the line around the hit at `pos` to the line parser; returns where the line ends."""
+        le = buf.find(b"\n", pos, pos + HIT_AFTER)
+        le_r = buf.find(b"\r", pos, le if le >= 0 else pos + HIT_AFTER)
+        if le_r >= 0:
+            le = le_r
+        elif le < 0:
+            le = min(len(buf), pos + HIT_AFTER)
+        lo = max(0, pos - HIT_BEFORE)
+        ls = max(buf.rfind(b"\n", lo, pos), buf.rfind(b"\r", lo, pos))
+        ls = ls + 1 if ls >= 0 else lo      # a longer line is cut to HIT_BEFORE before the hit
+        ctx.set(buf, ls, le)
+        self.p.feed_line(buf[ls:le].decode("utf-8", "replace"), line, ctx)
+        return le
+
+    def lines_seen(self, path: str) -> int:
+        """1 + the line feeds scanned: counted by the scan without grep; with grep, the last hit's line plus
+        the line feeds after it, read again from `path` (the plain file grep read; usually a few bytes, as a
+        crashed run's log ends with its failure lines)."""
+        if self.hits is None:
+            return self.line_no
+        n = self.hit_line
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(self.uncounted)
+                left = self.abs_pending - self.uncounted
+                while left > 0:
+                    b = fh.read(min(CHUNK, left))
+                    if not b:
+                        break
+                    n += b.count(b"\n")
+                    left -= len(b)
+        except OSError:   # gone since it was read: the lines up to the last hit are what is known
+            pass
+        return n
 
 
 class _Hits:
-    """Increasing byte offsets of trigger words, consumed in order."""
+    """grep's hits (readers/loggrep.py `Offsets.batches`): increasing byte offsets and their lines, consumed in
+    order, one batch in memory at a time."""
 
-    def __init__(self, it: Iterable[int]) -> None:
-        self.it = iter(it)
-        self.head: int | None = next(self.it, None)
+    def __init__(self, batches: Iterator[tuple[list[int], list[int]]]) -> None:
+        self.batches = batches
+        self.offs: list[int] = []
+        self.lines: list[int] = []
+        self.i = 0
 
-    def next_at_or_after(self, off: int) -> int | None:
-        while self.head is not None and self.head < off:
-            self.head = next(self.it, None)
-        return self.head
+    def seek(self, off: int) -> int:
+        """The index in `offs` of the first hit at or after byte `off`, or -1 when there is none."""
+        i, offs = self.i, self.offs
+        while True:
+            n = len(offs)
+            while i < n and offs[i] < off:
+                i += 1
+            if i < n:
+                self.i = i
+                return i
+            nxt = next(self.batches, None)
+            if nxt is None:
+                self.i = i
+                return -1
+            self.offs, self.lines = nxt
+            offs, i = self.offs, 0
 
 
 def scan_text(path: str, size: int, chunks: Iterator[bytes], problems: list[str],
-              hits: Iterable[int] | None = None) -> FileEvidence:
-    """The scan of `read_text_log` over `chunks` (the module docstring says how); `hits` are the trigger words'
-    byte offsets when a faster finder (grep) produced them."""
+              hits: "loggrep.Offsets | None" = None, fast: bool | None = None) -> FileEvidence:
+    """The scan of `read_text_log` over `chunks` (the module docstring says how); `hits`: the trigger words'
+    byte offsets and lines when grep found them (then `path` is the plain file the chunks come from);
+    `fast=False` parses HF's step dicts line by line too (the reference the bulk path is tested against;
+    None: `FAST_DICTS`)."""
     p = TextLogParser(path)
-    sc = _Scan(p, _Hits(hits) if hits is not None else None)
+    fast = FAST_DICTS if fast is None else fast
+    sc = _Scan(p, _Hits(hits.batches()) if hits is not None else None, fast)
     pending = b""
     read = nul = 0
     last_byte = b"\n"
@@ -289,7 +366,8 @@ def scan_text(path: str, size: int, chunks: Iterator[bytes], problems: list[str]
         read += len(chunk)
         if chunk:
             last_byte = chunk[-1:]
-        nul += chunk.count(b"\x00")
+        if b"\x00" in chunk:   # memchr speed; the count only for a chunk that has one
+            nul += chunk.count(b"\x00")
         data = pending + chunk if pending else chunk
         if eof:
             cut = len(data)
@@ -307,7 +385,8 @@ def scan_text(path: str, size: int, chunks: Iterator[bytes], problems: list[str]
         pending = data[cut:]
     if nul:
         problems.append(f"{nul} NUL bytes (binary junk) ignored")
-    lines = sc.line_no - 1 + (1 if read and last_byte != b"\n" else 0)
+    p.flush()
+    lines = sc.lines_seen(path) - 1 + (1 if read and last_byte != b"\n" else 0)
     rd = FileRead(path, "text-log", size, read, lines=lines, items=p.items, complete=not any(
         "stopped early" in x for x in problems), problems=tuple(problems))
     return FileEvidence(
