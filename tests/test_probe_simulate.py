@@ -248,6 +248,30 @@ def test_zero2_adds_deepspeed_partitions_analytically():
     assert any("ZeRO-2" in n for n in r.notes)
 
 
+def test_analytic_part_is_what_the_deepspeed_terms_put_inside_each_category():
+    """"of which analytic" is the analytic bytes inside a category's figure, never negative nor above it; the net
+    change against the simulation (negative where simulated bytes are replaced) is kept apart for the replay."""
+    base = tiny(finetuning_type="full", deepspeed=True, world_size=4, trainable_dtype="bfloat16",
+                compute_dtype="bfloat16")
+    z2 = sim.simulate(base.with_(zero_stage=2), depth="full", round_to=1)
+    z3 = sim.simulate(base.with_(zero_stage=3), depth="full", round_to=1)
+    T = z2.params["trainable"]
+    for r in (z2, z3):
+        assert all(0 < v <= r.by_category[c] for c, v in r.analytic_part.items()), (r.analytic_part, r.by_category)
+    # ZeRO-2 (reference/deepspeed/memory_estimators.md): fp32 master 4 + Adam 8 B per parameter / N, and the
+    # half-precision gradient partition 2 B / N standing in for the replica's gradients, all analytic
+    assert z2.analytic_part["optimizer"] == pytest.approx(12 * T / 4, rel=1e-6)
+    assert z2.analytic_part["gradients"] == pytest.approx(2 * T / 4, rel=1e-6) == z2.by_category["gradients"]
+    # ZeRO-3 stand-in: DeepSpeed's half-precision parameter partition (2 B / N) is the analytic part of weights;
+    # the simulated fp32 shards move to optimizer (the master partition), so optimizer has no analytic part
+    assert z3.analytic_part["weights"] == pytest.approx(2 * T / 4, rel=0.01)
+    assert "optimizer" not in z3.analytic_part
+    assert z3.by_category["optimizer"] == pytest.approx((4 + 8) * T / 4, rel=0.01)
+    assert z3.analytic["weights"] < 0          # the net change: the fp32 shards left the weights
+    d = z3.as_dict()   # the report's "of which analytic" column reads analytic_gib
+    assert set(d["analytic_gib"]) == {"weights", "gradients"} and "optimizer" in d["analytic_net_gib"]
+
+
 def test_qlora_standin_has_bitsandbytes_storage_layout():
     from torch._subclasses.fake_tensor import FakeTensorMode
 

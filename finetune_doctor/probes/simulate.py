@@ -49,7 +49,8 @@ import time
 from typing import Any
 
 from finetune_doctor.errors import InputError
-from finetune_doctor.probes.build import prepare, zero3_setup
+from finetune_doctor.probes import forked
+from finetune_doctor.probes.build import build_config, prepare, zero3_setup
 from finetune_doctor.probes.depth import choose_depth, describe_segment, extrapolate_peak
 from finetune_doctor.probes.fakemode import fake_patches, load_torch
 from finetune_doctor.probes.trace import AllocTrace
@@ -97,11 +98,58 @@ def run_depth(spec: ProbeSpec, n_layers: int, steps: int = 2, *, fake: bool = Tr
                 train_steps(prep, spec, steps, tracker)
         counts = prep.counts
         del prep
-    gc.collect()
+    if not fake:
+        # real CPU tensors (tests' tiny models): free them before the next depth. Fake tensors hold no memory,
+        # and a full collection of a process that imported torch and transformers costs ~0.3 s per depth
+        gc.collect()
     out = {"segments": tracker.segment_peaks, "peak": tracker.peak, "counts": counts}
     if trace:
         out["trace"] = AllocTrace(tuple(tracker.trace or ()), n_layers)
     return out
+
+
+def _warm_up(spec: ProbeSpec, n_layers: int) -> None:
+    """Pay the lazy imports of a first simulation once, before `_books` forks: FakeTensorMode's first
+    construction imports torch._dynamo (seconds), and the model's transformers module and peft load on first use.
+    Any failure here is left to the simulation itself to raise."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    FakeTensorMode()
+    try:
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+        MODEL_FOR_CAUSAL_LM_MAPPING[type(build_config(spec, n_layers, []))]
+        if spec.finetuning_type in ("lora", "oft"):
+            import peft  # noqa: F401
+    except Exception:  # noqa: BLE001 - the depth run reports it
+        pass
+
+
+def _books(spec: ProbeSpec, depths: tuple[int, ...], steps: int, **kw: Any) -> list[dict[str, Any]]:
+    """`run_depth` of each depth. Two fake depths run side by side where a fork is usable (probes/forked.py):
+    the child simulates k+1 layers while this process simulates k; the books are the same as run one after
+    the other (each depth is its own deterministic simulation: its own FakeTensorMode, tracker and seed)."""
+    notes = kw.pop("notes")
+    if len(depths) != 2 or not kw.get("fake", True) or not forked.usable():
+        return [run_depth(spec, n, steps, notes=notes, **kw) for n in depths]
+    _warm_up(spec, depths[0])
+
+    def second() -> tuple[dict[str, Any], list[str]]:
+        more: list[str] = []
+        return run_depth(spec, depths[1], steps, notes=more, **kw), more
+
+    child = forked.start(second)
+    try:
+        first = run_depth(spec, depths[0], steps, notes=notes, **kw)
+    except BaseException:
+        if child is not None:
+            child.abandon()
+        raise
+    got = child.result() if child is not None else None
+    if got is None:   # no fork here, or the child failed: run it here (and raise what it raises)
+        return [first, run_depth(spec, depths[1], steps, notes=notes, **kw)]
+    notes.extend(got[1])
+    return [first, got[0]]
 
 
 def memtracker_peak(spec: ProbeSpec, n_layers: int | None = None, steps: int = 2, *,
@@ -181,8 +229,7 @@ def _simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] =
     from torch._subclasses.fake_tensor import DynamicOutputShapeException
 
     try:
-        books = [run_depth(spec, n, steps, fake=fake, rank=rank, round_to=round_to, notes=notes, trace=trace)
-                 for n in depths]
+        books = _books(spec, depths, steps, fake=fake, rank=rank, round_to=round_to, notes=notes, trace=trace)
     except DynamicOutputShapeException as err:
         # e.g. transformers' per-expert loop (MoE experts in fp32) indexes tokens with nonzero(): its output size
         # depends on the routing, which fake tensors do not have
@@ -211,19 +258,20 @@ def _simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] =
     for key, pk in segs.items():
         if key[0] == "setup" or not isinstance(key[0], int):
             continue
-        total, by, added = apply_terms(key, pk, terms)
+        total, by, added, part = apply_terms(key, pk, terms)
         described[describe_segment(key, L)] = {c: int(round(v)) for c, v in by.items()}
         step_peak[key[0]] = max(step_peak.get(key[0], 0.0), total)
         if best is None or total >= best[0]:   # on a tie prefer the later moment (steady state)
-            best = (total, by, added, key)
+            best = (total, by, added, key, part)
     assert best is not None, "no segment was tracked"
-    total, by, added, key = best
+    total, by, added, key, part = best
     params = {k: int(round(v)) for k, v in counts.items() if k in ("trainable", "total")}
     return SimResult(
         peak_bytes=int(round(total)),
         by_category={c: int(round(v)) for c, v in by.items()},
         segment=describe_segment(key, L),
         analytic={c: int(round(v)) for c, v in added.items() if v},
+        analytic_part={c: int(round(v)) for c, v in part.items() if v},
         depth=depths,
         num_layers=L,
         rank=rank,
