@@ -41,6 +41,7 @@ class Forked:
             code = 1
             try:
                 os.close(r)
+                _silence()
                 data = pickle.dumps(fn(), protocol=pickle.HIGHEST_PROTOCOL)
                 with os.fdopen(w, "wb") as f:
                     f.write(data)
@@ -74,6 +75,15 @@ class Forked:
             os.waitpid(self._pid, 0)
         except ChildProcessError:
             pass
+
+
+def _silence() -> None:
+    """The child writes nothing: its output (warnings the parent's own depth prints too) would interleave with
+    the parent's, and the parent's streams may have been locked by a thread at the fork."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")
 
 
 def start(fn: Callable[[], Any]) -> Forked | None:

@@ -46,7 +46,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from typing import Any
+from typing import Any, Callable
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.probes import forked
@@ -66,8 +66,10 @@ __all__ = ["CUDA_BLOCK", "GIB", "SimResult", "choose_depth", "memtracker_peak", 
 
 
 def run_depth(spec: ProbeSpec, n_layers: int, steps: int = 2, *, fake: bool = True, rank: int = 0,
-              round_to: int = CUDA_BLOCK, notes: list[str] | None = None, trace: bool = False) -> dict[str, Any]:
+              round_to: int = CUDA_BLOCK, notes: list[str] | None = None, trace: bool = False,
+              progress: Callable[[str], None] | None = None, alongside: str = "") -> dict[str, Any]:
     """Simulate `steps` optimizer steps of `spec` at `n_layers` decoder layers and return the raw books.
+    `progress(message)` hears of the build and of each micro-batch (`alongside`: what runs in parallel, for it).
 
     `fake=False` runs the same code on real CPU tensors (tests compare the two byte for byte; keep the model
     tiny then). Returns ``{"segments": {key: Peak}, "peak": Peak, "counts": {...}}`` where keys are
@@ -82,6 +84,13 @@ def run_depth(spec: ProbeSpec, n_layers: int, steps: int = 2, *, fake: bool = Tr
     mesh = zero3_setup(spec.world_size, rank) if spec.sharded else None
     mode = FakeTensorMode(allow_non_fake_inputs=False) if fake else contextlib.nullcontext()
     tracker = LiveBytesTracker(round_to, trace=trace)
+    on_micro = None
+    if progress is not None:
+        progress(f"simulating {n_layers} of {spec.num_layers} layers: building the model{alongside}")
+
+        def on_micro(step: int, micro: int, micro_steps: int) -> None:
+            progress(f"simulating {n_layers} of {spec.num_layers} layers: step {step}/{steps}, micro-batch "
+                     f"{micro + 1}/{micro_steps}{alongside}")
     torch.manual_seed(0)
     with fake_patches(tracker, gather_in_place=spec.sharded and spec.deepspeed), mode:
         if trace:
@@ -91,11 +100,11 @@ def run_depth(spec: ProbeSpec, n_layers: int, steps: int = 2, *, fake: bool = Tr
             with tracker:
                 prep = prepare(spec, n_layers, notes, mesh=mesh)
                 tracker.untracked = False
-                train_steps(prep, spec, steps, tracker)
+                train_steps(prep, spec, steps, tracker, on_micro=on_micro)
         else:
             prep = prepare(spec, n_layers, notes, mesh=mesh)
             with tracker:
-                train_steps(prep, spec, steps, tracker)
+                train_steps(prep, spec, steps, tracker, on_micro=on_micro)
         counts = prep.counts
         del prep
     if not fake:
@@ -129,9 +138,11 @@ def _books(spec: ProbeSpec, depths: tuple[int, ...], steps: int, **kw: Any) -> l
     """`run_depth` of each depth. Two fake depths run side by side where a fork is usable (probes/forked.py):
     the child simulates k+1 layers while this process simulates k; the books are the same as run one after
     the other (each depth is its own deterministic simulation: its own FakeTensorMode, tracker and seed)."""
-    notes = kw.pop("notes")
+    notes, progress = kw.pop("notes"), kw.pop("progress", None)
     if len(depths) != 2 or not kw.get("fake", True) or not forked.usable():
-        return [run_depth(spec, n, steps, notes=notes, **kw) for n in depths]
+        return [run_depth(spec, n, steps, notes=notes, progress=progress, **kw) for n in depths]
+    if progress is not None:
+        progress("simulating: loading the model's code")
     _warm_up(spec, depths[0])
 
     def second() -> tuple[dict[str, Any], list[str]]:
@@ -140,14 +151,17 @@ def _books(spec: ProbeSpec, depths: tuple[int, ...], steps: int, **kw: Any) -> l
 
     child = forked.start(second)
     try:
-        first = run_depth(spec, depths[0], steps, notes=notes, **kw)
+        first = run_depth(spec, depths[0], steps, notes=notes, progress=progress,
+                          alongside=f" ({depths[1]} layers in a second process)" if child is not None else "", **kw)
     except BaseException:
         if child is not None:
             child.abandon()
         raise
+    if progress is not None and child is not None:
+        progress(f"simulating {depths[1]} of {spec.num_layers} layers (second process)")
     got = child.result() if child is not None else None
     if got is None:   # no fork here, or the child failed: run it here (and raise what it raises)
-        return [first, run_depth(spec, depths[1], steps, notes=notes, **kw)]
+        return [first, run_depth(spec, depths[1], steps, notes=notes, progress=progress, **kw)]
     notes.extend(got[1])
     return [first, got[0]]
 
@@ -180,21 +194,22 @@ def memtracker_peak(spec: ProbeSpec, n_layers: int | None = None, steps: int = 2
 
 def simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] = "auto", rank: int = 0,
              round_to: int = CUDA_BLOCK, fake: bool = True, other_ranks: tuple[int, ...] = (),
-             trace: bool = False) -> SimResult:
+             trace: bool = False, progress: Callable[[str], None] | None = None) -> SimResult:
     """See `_simulate`; library deprecation warnings raised while building and stepping the model stay inside
-    the probe (they concern transformers' own API, not the user's run)."""
+    the probe (they concern transformers' own API, not the user's run). `progress(message)` hears what the
+    probe is doing (the build, each micro-batch); it must not raise."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
         return _simulate(spec, steps, depth=depth, rank=rank, round_to=round_to, fake=fake, other_ranks=other_ranks,
-                         trace=trace)
+                         trace=trace, progress=progress)
 
 
 def _simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] = "auto", rank: int = 0,
               round_to: int = CUDA_BLOCK, fake: bool = True, other_ranks: tuple[int, ...] = (),
-              trace: bool = False) -> SimResult:
+              trace: bool = False, progress: Callable[[str], None] | None = None) -> SimResult:
     """Simulate `spec` and return the peak live tensor bytes of rank `rank` (a `SimResult`); `other_ranks` are
     simulated too and land in `SimResult.per_rank` (each costs one more simulation).
 
@@ -229,7 +244,8 @@ def _simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] =
     from torch._subclasses.fake_tensor import DynamicOutputShapeException
 
     try:
-        books = _books(spec, depths, steps, fake=fake, rank=rank, round_to=round_to, notes=notes, trace=trace)
+        books = _books(spec, depths, steps, fake=fake, rank=rank, round_to=round_to, notes=notes, trace=trace,
+                       progress=progress)
     except DynamicOutputShapeException as err:
         # e.g. transformers' per-expert loop (MoE experts in fp32) indexes tokens with nonzero(): its output size
         # depends on the routing, which fake tensors do not have

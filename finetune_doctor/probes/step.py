@@ -154,10 +154,12 @@ class NoBooks:
 
 def train_steps(prep: Prepared, spec: ProbeSpec, steps: int, tracker: Any, *, device_type: str = "cpu",
                 on_step: Callable[[int, float, float | None], None] | None = None,
-                between_steps: Callable[[], None] | None = None) -> None:
+                between_steps: Callable[[], None] | None = None,
+                on_micro: Callable[[int, int, int], None] | None = None) -> None:
     """Run `steps` optimizer steps of ``min(grad_accum, 2)`` micro-batches on `prep` as the HF/LF trainer does,
     naming segments on `tracker` (see `install_segment_hooks`). `on_step(step, loss, grad_norm)` receives each
-    step's loss and (when clipping runs) the total gradient norm as Python floats (real tensors only)."""
+    step's loss and (when clipping runs) the total gradient norm as Python floats (real tensors only);
+    `on_micro(step, micro, micro_steps)` is called as each micro-batch starts (progress, fake tensors too)."""
     torch = load_torch()
     model, ref, trainable, opt, st = prep.model, prep.ref, prep.trainable, prep.opt, prep.state
     handles = install_segment_hooks(model, tracker, st, trainable)
@@ -179,6 +181,8 @@ def train_steps(prep: Prepared, spec: ProbeSpec, steps: int, tracker: Any, *, de
             losses = []
             for micro in range(micro_steps):
                 st.micro = micro
+                if on_micro is not None:
+                    on_micro(step, micro, micro_steps)
                 with torch.device(dev):
                     ids = _batch(spec, prep.vocab)
                 tracker.track([ids], "inputs")
