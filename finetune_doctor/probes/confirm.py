@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-# what a probe is doing, for the caller to show (pipeline → reporters/sections/probe.py `progress`); probes never
-# touch the terminal themselves
-Progress = Callable[[str], None] | None
-
 from finetune_doctor.errors import InputError, MissingExtra
 from finetune_doctor.settings import Options
 from finetune_doctor.types import GIB, Confirmation, Finding, Hardware
+
+# what a probe is doing, for the caller to show (pipeline → reporters/sections/probe.py `progress`); probes never
+# touch the terminal themselves
+Progress = Callable[[str], None] | None
 
 # rule categories whose fixes change memory or numerics (the others change semantics or files only)
 CONFIRMABLE = ("memory", "precision", "deepspeed", "numerics")

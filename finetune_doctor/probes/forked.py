@@ -4,10 +4,10 @@ depths, k and k+1 layers, are independent simulations of the same spec).
 Why fork and not spawn: a spawned interpreter would import torch and transformers again (seconds, more than a
 depth costs), while a fork shares the parent's imported modules copy-on-write. The child sends its result back
 pickled through a pipe and leaves with ``os._exit`` (no atexit handlers, no flush of the parent's buffered
-output, so nothing is printed twice). Only where fork is safe and useful: Linux (the default start method there,
+output, so nothing is printed twice). Only where fork is safe and pays: Linux (the default start method there,
 Python ``multiprocessing`` docs, "Contexts and start methods"), more than one CPU this process may run on
-(``os.sched_getaffinity``), and the caller must not print from the child — a thread of the parent (a terminal
-spinner) does not exist there, and a lock it held at the fork stays held.
+(``os.sched_getaffinity``) with one of them idle (`worthwhile`). The child writes nothing (`_silence`): a thread
+of the parent (a terminal status line) does not exist there, and a lock it held at the fork stays held.
 
 A child that fails for any reason yields None: the caller then runs the piece itself, so the error a user sees is
 the one the sequential run raises.
@@ -22,12 +22,31 @@ from typing import Any, Callable
 
 
 def usable() -> bool:
-    """Whether `start` forks here (Linux, more than one CPU available to this process)."""
+    """Whether `start` can fork here (Linux, more than one CPU available to this process)."""
+    return _cpus() > 1
+
+
+def _cpus() -> int:
     if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
+        return 0
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return 0
+
+
+def worthwhile() -> bool:
+    """Whether a piece should run in a child now: `usable()` and a CPU is idle (the 1-minute load average,
+    this process included, at most the CPUs available minus one). The child costs CPU time of its own — it starts
+    without the fake-tensor dispatch cache the parent fills (torch/_subclasses/fake_tensor.py
+    ``FakeTensorMode.cache``), which one sequential process reuses from one depth to the next — so on a busy
+    machine it buys no wall time (benchmarks/results/margin_speed.md) and only takes CPU from the other jobs."""
+    n = _cpus()
+    if n < 2:
         return False
     try:
-        return len(os.sched_getaffinity(0)) > 1
-    except (AttributeError, OSError):
+        return os.getloadavg()[0] <= n - 1
+    except OSError:
         return False
 
 

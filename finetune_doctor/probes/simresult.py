@@ -19,7 +19,8 @@ class SimResult:
     analytic terms make to each category against the simulation (negative where they replace simulated bytes:
     ZeRO-2's gradient partition for the replica's gradients, the ZeRO-3 stand-in's fp32 shards moved from weights
     to optimizer) — the bytes the allocation trace does not hold; `analytic_part` is how many bytes of each
-    category's figure come from analytic terms (0 ≤ analytic_part ≤ by_category); `segment` names the moment (``step 2, backward, layer 1 of 28``).
+    category's figure come from analytic terms (0 ≤ analytic_part ≤ by_category); `segment` names the moment
+    (``step 2, backward, layer 1 of 28``).
     `depth` lists the depths built (one entry: full depth; two: k and k+1, extrapolated to `num_layers`).
     `step_peaks` holds the peak of each optimizer step. `notes` say what was modelled rather than run.
     `segments` maps each segment's description to its peak bytes by category (analytic terms included), for

@@ -135,24 +135,28 @@ def _warm_up(spec: ProbeSpec, n_layers: int) -> None:
 
 
 def _books(spec: ProbeSpec, depths: tuple[int, ...], steps: int, **kw: Any) -> list[dict[str, Any]]:
-    """`run_depth` of each depth. Two fake depths run side by side where a fork is usable (probes/forked.py):
+    """`run_depth` of each depth. Two fake depths run side by side where a fork pays (probes/forked.py
+    `worthwhile`: Linux, a CPU idle):
     the child simulates k+1 layers while this process simulates k; the books are the same as run one after
     the other (each depth is its own deterministic simulation: its own FakeTensorMode, tracker and seed)."""
     notes, progress = kw.pop("notes"), kw.pop("progress", None)
-    if len(depths) != 2 or not kw.get("fake", True) or not forked.usable():
+    if len(depths) != 2 or not kw.get("fake", True) or not forked.worthwhile():
         return [run_depth(spec, n, steps, notes=notes, progress=progress, **kw) for n in depths]
     if progress is not None:
         progress("simulating: loading the model's code")
     _warm_up(spec, depths[0])
 
     def second() -> tuple[dict[str, Any], list[str]]:
+        # one intra-op thread in the child, as DataLoader workers do (torch/utils/data/_utils/worker.py
+        # `_worker_loop`): an OpenMP pool the parent started does not survive the fork
+        load_torch().set_num_threads(1)
         more: list[str] = []
         return run_depth(spec, depths[1], steps, notes=more, **kw), more
 
     child = forked.start(second)
     try:
         first = run_depth(spec, depths[0], steps, notes=notes, progress=progress,
-                          alongside=f" ({depths[1]} layers in a second process)" if child is not None else "", **kw)
+                          alongside=f" (+{depths[1]} layers in parallel)" if child is not None else "", **kw)
     except BaseException:
         if child is not None:
             child.abandon()
