@@ -47,6 +47,31 @@ learning_rate: 1.0e-4
 bf16: true
 """
 GPU = "A100-40GB"
+# what cProfile and per-stage timestamps (time.process_time, this machine, load average 2.5-4) showed: kept with
+# the table because the table alone cannot say it
+WHERE = """## Where the time goes (profiled 2026-12-02)
+
+One `check --probe` of this config is ~11-14 CPU seconds; its wall time is 1.7-2.5 times that at the load
+averages of 3-6 this 2-CPU machine runs at while the team works, and that factor is most of the "unexplained"
+20 s of the first measurement (38 s). Per stage, CPU seconds:
+
+- imports, 4.6-5.8 s: torch and transformers; peft; `torch._dynamo`, which `FakeTensorMode.__init__` imports
+  (torch/_subclasses/fake_tensor.py:1478 in 2.13; ~1.5 s CPU, 2.9 s wall, not in a bare `import torch`);
+  transformers.modeling_layers → processing_utils (~1 s wall); scipy.optimize through transformers.loss (0.7 s
+  wall, only because the test extra installs scipy).
+- simulation, 3-4 s: depth 2 ≈ 1.2-1.5 s, depth 3 ≈ 1.7-2.0 s, i.e. ~0.5 s per decoder layer for the 4
+  micro-batches (forward, recomputation, backward through FakeTensorMode's dispatch); the model build is
+  0.1-0.2 s a depth. A full `gc.collect()` after each depth cost 0.28 s each (now only after real-tensor runs).
+- replays, 0.2-0.25 s each; the full-depth trace was synthesized for each (0.06-0.11 s; now once).
+- the interpreter's exit after the report is written: ~1 s CPU, 2.6 s wall (module teardown with torch
+  loaded; `os._exit` after flushing would skip it, a change to cli.py).
+
+Not the cause: a subprocess (the probe runs in the doctor's process), a second simulation of the configured run
+(simulations are cached per spec), the remedy planner (this config's fixes are the expandable-segments remedy,
+confirmed by the replay without simulating). The two depths run side by side in a forked child when a CPU is
+idle (probes/forked.py): on a busy machine the child only adds CPU (it starts without the parent's fake-tensor
+dispatch cache), so it is not used there.
+"""
 
 
 def in_process(repeat: int) -> dict:
@@ -162,7 +187,7 @@ def main(argv=None) -> int:
               + (f"; baseline {', '.join(f'{w:.1f}/{c:.1f}' for w, c in base)}" if base else "")
               + f"; simulate sequential / side by side {', '.join(f'{x:.2f}' for x in ip['seq'])} / "
               f"{', '.join(f'{x:.2f}' for x in ip['plain'])}.", "",
-              "## Reproduce", "",
+              WHERE, "## Reproduce", "",
               "    python benchmarks/margin_speed.py --repeat 3     # CPU only, ~4 min",
               "    # against an earlier commit: git archive <commit> | tar -x -C /tmp/base",
               "    python benchmarks/margin_speed.py --repeat 3 --baseline /tmp/base"]
