@@ -6,19 +6,21 @@ and confirms every fix that changes memory or numerics by probing the run before
 that method's error model (analyzers/uncertainty.py). A simulation records its allocation trace and replays it
 through the caching-allocator model (probes/replayed.py): the total is the replay's peak reserved plus what the
 trace does not hold, and the probe section shows the replay (fragmentation, PyTorch's OOM message on a card it
-would not fit, and the same trace with expandable segments on).
+would not fit, and the same trace with expandable segments on). While it probes, a terminal's stderr shows what it
+is doing (reporters/sections/probe.py `progress`; nothing when stderr is not a terminal).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts.config import Assembly, assemble_config
-from dataclasses import replace
-
 from finetune_doctor.facts.mem import judged
-from finetune_doctor.probes.confirm import (Measured, confirm_expandable, confirm_findings, gpu_usable, measure,
-                                            overhead, replay_data, section_data)
+from finetune_doctor.probes.confirm import (Measured, Progress, confirm_expandable, confirm_findings, gpu_usable,
+                                            measure, overhead, replay_data, section_data)
+from finetune_doctor.reporters.sections.probe import progress as probe_progress
 from finetune_doctor.settings import Options
 from finetune_doctor.types import GIB, MemoryEstimate, Report
 
@@ -36,17 +38,8 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, mode: str = "
         raise InputError("no model to probe: set model_name_or_path", file=asm.doc.path, line=1)
     if mode == "gpu":
         _require_gpu(asm, force)
-    cache: dict = {}
-    m = measure(asm.run, asm.hw, mode=mode, steps=steps, force=force, cache=cache, trace=True,
-                torch_version=opts.torch_version)
-    if m.note:
-        asm.notes.append(m.note)
-    if m.replay is not None:
-        from finetune_doctor.probes.replayed import with_toggled
-
-        m = replace(m, replay=with_toggled(m.replay, asm.run, asm.hw, m.result))
-    findings = judge("check", asm.facts, asm.sources, opts, texts={asm.doc.path: asm.doc.text}, live=asm.live())
-    findings = confirm_findings(asm, findings, opts, mode=mode, steps=steps, force=force, cache=cache, trace=True)
+    with probe_progress() as say:   # a status line on a terminal's stderr, nothing otherwise
+        m, findings = _probe(asm, opts, mode, steps, force, say)
     findings = confirm_expandable(findings, m)
     confs = [(f, f.fix.confirmed) for f in findings if f.fix is not None and f.fix.confirmed is not None]
     section = section_data(asm.run, m, confs)
@@ -56,6 +49,27 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, mode: str = "
     return Report(command="probe", inputs=asm.inputs(), findings=tuple(findings), run=asm.run_summary(),
                   hardware=asm.hw, memory=memory, sections={"model": asm.model_section(), "probe": section},
                   notes=tuple(dict.fromkeys(asm.notes)))
+
+
+def _probe(asm: Assembly, opts: Options, mode: str, steps: int, force: bool,
+           say: Progress) -> tuple[Measured, list]:
+    """The configured run probed (its replay toggled) and every memory/numerics fix confirmed; `say` hears each
+    stage."""
+    cache: dict = {}
+    m = measure(asm.run, asm.hw, mode=mode, steps=steps, force=force, cache=cache, trace=True,
+                torch_version=opts.torch_version, progress=say)
+    if m.note:
+        asm.notes.append(m.note)
+    if m.replay is not None:
+        from finetune_doctor.probes.replayed import with_toggled
+
+        if say is not None:
+            say("replaying the trace with expandable_segments:True")
+        m = replace(m, replay=with_toggled(m.replay, asm.run, asm.hw, m.result))
+    findings = judge("check", asm.facts, asm.sources, opts, texts={asm.doc.path: asm.doc.text}, live=asm.live())
+    findings = confirm_findings(asm, findings, opts, mode=mode, steps=steps, force=force, cache=cache, trace=True,
+                                progress=say)
+    return m, findings
 
 
 def _shape(asm: Assembly) -> str:

@@ -165,7 +165,14 @@ def _gc_func(spec: ProbeSpec, state: "StepState"):
                 if torch.is_tensor(a) and torch.is_floating_point(a):
                     a.requires_grad_(True)
                     break
-            return checkpoint(fn, *args, use_reentrant=reentrant, **kwargs)
+            state.checkpointing += 1
+            try:
+                out = checkpoint(fn, *args, use_reentrant=reentrant, **kwargs)
+            finally:
+                state.checkpointing -= 1
+            if state.on_checkpoint_exit is not None:
+                state.on_checkpoint_exit(module, out)
+            return out
         return fn(*args, **kwargs)
 
     return func
@@ -279,6 +286,9 @@ class StepState:
     phase: str = "setup"
     n_layers: int = 0
     gc_calls: int = 0   # calls of the checkpointing function: 0 after a forward means checkpointing never engaged
+    checkpointing: int = 0   # > 0 while a layer runs inside torch.utils.checkpoint (its forward, not the recompute)
+    # called with (layer, output) when a checkpointed layer returns: the output autograd sees (step.py)
+    on_checkpoint_exit: Any = None
 
 
 def _make_optimizer(params: list, spec: ProbeSpec, notes: list[str]):

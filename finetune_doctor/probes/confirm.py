@@ -13,11 +13,15 @@ peak) + runtime. A gpu probe measures reserved memory itself, so its total is th
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 from finetune_doctor.errors import InputError, MissingExtra
 from finetune_doctor.settings import Options
 from finetune_doctor.types import GIB, Confirmation, Finding, Hardware
+
+# what a probe is doing, for the caller to show (pipeline → reporters/sections/probe.py `progress`); probes never
+# touch the terminal themselves
+Progress = Callable[[str], None] | None
 
 # rule categories whose fixes change memory or numerics (the others change semantics or files only)
 CONFIRMABLE = ("memory", "precision", "deepspeed", "numerics")
@@ -79,15 +83,18 @@ _SIMULATED: dict[tuple, Any] = {}
 
 
 def measure(run: Any, hw: Hardware | None, *, mode: str = "simulate", steps: int = 2, force: bool = False,
-            cache: dict | None = None, trace: bool = False, torch_version: str | None = None) -> Measured:
+            cache: dict | None = None, trace: bool = False, torch_version: str | None = None,
+            progress: Progress = None) -> Measured:
     """Probe `run` (a run.Run) once. `mode` simulate|gpu|auto (auto: gpu when a free GPU is here). `cache` maps
     ProbeSpec → Measured so a run shared by several fixes is probed once (simulations are also kept for the
     process). `trace` (simulate): record the allocation trace and replay it through the caching-allocator model
     (probes/replayed.py); the total is then the replay's (peak reserved + what the trace does not hold + runtime)
     instead of the tensor peak plus the analytic reserve rate. `torch_version` selects how the allocator variables
-    are read."""
+    are read. `progress(message)` hears each stage (import, simulation, replays)."""
     from finetune_doctor.probes.spec import spec_from_run
 
+    if progress is not None:
+        progress("loading torch and transformers")
     _need_torch()
     spec = spec_from_run(run)
     if mode == "auto":
@@ -111,26 +118,28 @@ def measure(run: Any, hw: Hardware | None, *, mode: str = "simulate", steps: int
             total = dev / GIB if dev is not None else res.peak_reserved_gib + parts["runtime"]
             m = Measured("gpu", res.peak_allocated_gib, total, res, res.nan_free_steps)
     else:
-        m = _simulated(run, hw, spec, steps, trace, torch_version)
+        m = _simulated(run, hw, spec, steps, trace, torch_version, progress)
     if cache is not None:
         cache[key] = m
     return m
 
 
 def _simulated(run: Any, hw: Hardware | None, spec: Any, steps: int, trace: bool,
-               torch_version: str | None) -> Measured:
+               torch_version: str | None, progress: Progress = None) -> Measured:
     """The simulate probe of `spec`, replayed when `trace` (measure)."""
     from finetune_doctor.probes.simulate import simulate
 
     res = _SIMULATED.get((spec, steps))
     if res is None or (trace and not res.traces):
-        res = simulate(spec, steps=max(steps, 2), trace=trace)
+        res = simulate(spec, steps=max(steps, 2), trace=trace, progress=progress)
         _SIMULATED[(spec, steps)] = res
     total, _ = overhead(run, hw, res.peak_gib)
     if not trace:
         return Measured("simulate", res.peak_gib, total, res)
     from finetune_doctor.probes.replayed import replay_probe, untrusted
 
+    if progress is not None:
+        progress("replaying the allocation trace through the caching-allocator model")
     try:
         view = replay_probe(run, hw, res, torch_version=torch_version, toggle=False)
     except InputError as err:   # an allocator variable torch would refuse: the tensor peak still stands
@@ -143,7 +152,7 @@ def _simulated(run: Any, hw: Hardware | None, spec: Any, steps: int, trace: bool
 
 def confirm(run_before: Any, run_after: Any, hw: Hardware | None = None, *, mode: str = "simulate",
             steps: int = 2, force: bool = False, cache: dict | None = None, trace: bool = False,
-            torch_version: str | None = None) -> Confirmation:
+            torch_version: str | None = None, progress: Progress = None) -> Confirmation:
     """Probe the run before and after a fix; GiB per GPU as DESIGN.md `memory.per_gpu_gib.total` counts it
     (`trace`: from the allocator replay of each simulation, `measure`).
 
@@ -152,8 +161,10 @@ def confirm(run_before: Any, run_after: Any, hw: Hardware | None = None, *, mode
     """
     kw = {"mode": mode, "steps": steps, "force": force, "cache": cache, "trace": trace,
           "torch_version": torch_version}
-    b = measure(run_before, hw, **kw)
-    a = measure(run_after, hw, **kw)
+    b = measure(run_before, hw, progress=None if progress is None else lambda m: progress(f"before the fix: {m}"),
+                **kw)
+    a = measure(run_after, hw, progress=None if progress is None else lambda m: progress(f"after the fix: {m}"),
+                **kw)
     cap = hw.capacity_gib if hw and hw.capacity_gib else None
     parts = []   # the reporters print by/before/after themselves; the note adds what they cannot know
     if cap:
@@ -191,7 +202,8 @@ def _confirmable(f: Finding) -> bool:
 
 
 def confirm_findings(asm: Any, findings: list[Finding], opts: Options, *, mode: str = "auto", steps: int = 2,
-                     force: bool = False, cache: dict | None = None, trace: bool = False) -> list[Finding]:
+                     force: bool = False, cache: dict | None = None, trace: bool = False,
+                     progress: Progress = None) -> list[Finding]:
     """Fill `fix.confirmed` of every finding whose fix changes memory or numerics (`doctor check --probe`).
 
     Findings without a resolved run, or whose fix the probe cannot express, get a Confirmation with ``by=None``
@@ -207,8 +219,9 @@ def confirm_findings(asm: Any, findings: list[Finding], opts: Options, *, mode: 
             continue
         try:
             after = run_after_fix(asm, f.fix, opts)
+            say = None if progress is None else (lambda m, f=f: progress(f"{f.code} {f.name}, {m}"))
             conf = confirm(asm.run, after, asm.hw, mode=mode, steps=steps, force=force, cache=cache, trace=trace,
-                           torch_version=opts.torch_version)
+                           torch_version=opts.torch_version, progress=say)
             if f.category in ("numerics", "precision"):
                 conf = _with_numerics(conf, asm, after)
         except (InputError, MissingExtra) as err:
@@ -352,12 +365,13 @@ def replay_data(run: Any, hw: Hardware | None, m: Measured, shape: str) -> dict[
     return d
 
 
-def configured(asm: Any, opts: Options, *, steps: int = 2, cache: dict | None = None) -> Measured | None:
+def configured(asm: Any, opts: Options, *, steps: int = 2, cache: dict | None = None,
+               progress: Progress = None) -> Measured | None:
     """The configured run's simulate probe with its replay, from `cache` when a confirmation probed it already;
     None when it cannot be simulated here (the reason goes to the notes)."""
     try:
         return measure(asm.run, asm.hw, mode="simulate", steps=steps, cache=cache, trace=True,
-                       torch_version=opts.torch_version)
+                       torch_version=opts.torch_version, progress=progress)
     except (InputError, MissingExtra) as err:
         asm.notes.append(f"allocator replay skipped: {err}")
     except Exception as err:  # a probe failure must not hide the diagnosis
@@ -366,30 +380,33 @@ def configured(asm: Any, opts: Options, *, steps: int = 2, cache: dict | None = 
 
 
 def probe_check(asm: Any, findings: list[Finding], opts: Options, *, mode: str = "simulate",
-                steps: int = 2) -> tuple[list[Finding], dict[str, Any] | None]:
+                steps: int = 2, progress: Progress = None) -> tuple[list[Finding], dict[str, Any] | None]:
     """`doctor check --probe`: confirm every memory/numerics fix (`confirm_findings`, simulations traced) and,
     when the configured run was simulated (a fix needed it, or the expandable-segments remedy does), replay its
     trace through the caching-allocator model: the probe section gets the predicted peak reserved, the
     fragmentation, the simulated verdict and, on a card it would not fit, PyTorch's OOM message; the remedy
     `launch with ...expandable_segments:True` is confirmed by replaying the trace with the setting on.
-    Returns (findings, the ``probe`` section or None)."""
+    `progress(message)` hears each stage. Returns (findings, the ``probe`` section or None)."""
     from finetune_doctor.analyzers.launchenv import EXPANDABLE_REMEDY
     from finetune_doctor.probes.replayed import with_toggled
     from finetune_doctor.probes.spec import spec_from_run
 
     cache: dict = {}
-    findings = confirm_findings(asm, findings, opts, mode=mode, steps=steps, cache=cache, trace=True)
+    findings = confirm_findings(asm, findings, opts, mode=mode, steps=steps, cache=cache, trace=True,
+                                progress=progress)
     if asm.run is None:
         return findings, None
     wants = [f for f in findings if f.fix is not None and f.fix.title == EXPANDABLE_REMEDY]
     m = cache.get((spec_from_run(asm.run), "simulate", steps))
     if m is None and wants:
-        m = configured(asm, opts, steps=steps, cache=cache)
+        m = configured(asm, opts, steps=steps, cache=cache, progress=progress)
     if m is None:
         return findings, None
     if m.note:
         asm.notes.append(m.note)
     if m.replay is not None:
+        if progress is not None:
+            progress("replaying the trace with expandable_segments:True")
         m = replace(m, replay=with_toggled(m.replay, asm.run, asm.hw, m.result))
         findings = confirm_expandable(findings, m)
     confs = [(f, f.fix.confirmed) for f in findings if f.fix is not None and f.fix.confirmed is not None]

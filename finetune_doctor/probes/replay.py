@@ -259,17 +259,31 @@ def replay_depths(traces: Sequence[AllocTrace], num_layers: int, config: Allocat
     """Replay the probe's traces at `num_layers` layers: one full-depth trace as is; traces at k and k+1 layers
     through the full-depth trace `tracedepth.synthesize` makes of them (the repeated-layer pattern; module
     docstring). Raises ValueError for other depth combinations."""
-    from finetune_doctor.probes.tracedepth import synthesize
-
     t0 = time.perf_counter()
     if len(traces) == 1:
         full, depth = traces[0], (traces[0].n_layers,)
     else:
-        full, depth = synthesize(traces[0], traces[1], num_layers), (traces[0].n_layers, traces[1].n_layers)
+        full, depth = _synthesized(traces[0], traces[1], num_layers), (traces[0].n_layers, traces[1].n_layers)
     r = replay(full, config, capacity=capacity, memory_fraction=memory_fraction, device_total=device_total,
                device=device, process_overhead=process_overhead, num_layers=num_layers,
                compact_setup=compact_setup)
     return replace(r, depth=depth, wall_s=time.perf_counter() - t0)
+
+
+# the last full-depth trace synthesized: a probe replays one simulation several times (the settings as launched,
+# expandable segments on, under the card's limit), and the synthesis is the same each time
+_LAST_SYNTH: list[tuple[AllocTrace, AllocTrace, int, AllocTrace]] = []
+
+
+def _synthesized(a: AllocTrace, b: AllocTrace, num_layers: int) -> AllocTrace:
+    """`tracedepth.synthesize(a, b, num_layers)`, reused while the same two traces are replayed."""
+    from finetune_doctor.probes.tracedepth import synthesize
+
+    if _LAST_SYNTH and _LAST_SYNTH[0][0] is a and _LAST_SYNTH[0][1] is b and _LAST_SYNTH[0][2] == num_layers:
+        return _LAST_SYNTH[0][3]
+    full = synthesize(a, b, num_layers)
+    _LAST_SYNTH[:] = [(a, b, num_layers, full)]
+    return full
 
 
 def trace_of(tracker: Any, n_layers: int) -> AllocTrace:

@@ -15,8 +15,12 @@ class SimResult:
     """Peak live tensor bytes of one rank over the simulated steps.
 
     `peak_bytes` is the analogue of ``torch.cuda.max_memory_allocated`` (bytes; simulated + analytic parts);
-    `by_category` splits it at the peak moment (keys of `tracker.CATEGORIES`); `analytic` says which bytes of
-    that were added analytically, by category; `segment` names the moment (``step 2, backward, layer 1 of 28``).
+    `by_category` splits it at the peak moment (keys of `tracker.CATEGORIES`); `analytic` is the net change the
+    analytic terms make to each category against the simulation (negative where they replace simulated bytes:
+    ZeRO-2's gradient partition for the replica's gradients, the ZeRO-3 stand-in's fp32 shards moved from weights
+    to optimizer) — the bytes the allocation trace does not hold; `analytic_part` is how many bytes of each
+    category's figure come from analytic terms (0 ≤ analytic_part ≤ by_category); `segment` names the moment
+    (``step 2, backward, layer 1 of 28``).
     `depth` lists the depths built (one entry: full depth; two: k and k+1, extrapolated to `num_layers`).
     `step_peaks` holds the peak of each optimizer step. `notes` say what was modelled rather than run.
     `segments` maps each segment's description to its peak bytes by category (analytic terms included), for
@@ -44,6 +48,7 @@ class SimResult:
     segments: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
     per_rank: dict[int, int] = field(default_factory=dict)
     traces: tuple[Any, ...] = field(default=(), repr=False)
+    analytic_part: dict[str, int] = field(default_factory=dict)
 
     @property
     def peak_gib(self) -> float:
@@ -58,7 +63,10 @@ class SimResult:
             "method": "simulated",
             "peak_allocated_gib": round(self.peak_gib, 3),
             "by_category_gib": {k: round(v / GIB, 3) for k, v in self.by_category.items() if v},
-            "analytic_gib": {k: round(v / GIB, 3) for k, v in self.analytic.items() if v},
+            # "of which analytic": the analytic bytes inside each category's figure; the net change against the
+            # simulation (negative where simulated bytes were replaced) is kept apart
+            "analytic_gib": {k: round(v / GIB, 3) for k, v in self.analytic_part.items() if v},
+            "analytic_net_gib": {k: round(v / GIB, 3) for k, v in self.analytic.items() if v},
             "segment": self.segment,
             "depth": list(self.depth),
             "num_layers": self.num_layers,

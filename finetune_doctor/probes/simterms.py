@@ -19,12 +19,22 @@ class Term:
     `when`: "always"; "states" (from the first optimizer step on: optimizer states exist); "grads" (from the
     first backward on); "replace_grads" (drop the simulated gradients of this segment: ZeRO-2 reduces them into
     a partition bucket by bucket).
+
+    `simulated`: which part of the category's figure the term changes — the bytes the probe simulated, or those
+    it adds analytically. By default a positive term is analytic bytes added and a negative one removes simulated
+    bytes; a term that moves simulated bytes to another category (the ZeRO-3 stand-in's fp32 shards, reported as
+    DeepSpeed's master partition) or removes analytic ones (an analytic partition then offloaded) says so.
     """
 
     category: str
     nbytes: float
     when: str
     note: str = ""
+    simulated: bool | None = None
+
+    @property
+    def on_simulated(self) -> bool:
+        return self.nbytes < 0 if self.simulated is None else self.simulated
 
 
 def _applies(when: str, key: tuple) -> bool:
@@ -105,8 +115,8 @@ def analytic_terms(spec: ProbeSpec, counts: dict[str, float]) -> tuple[list[Term
         master = counts.get("shard_trainable_bytes", 4.0 * shard_t)
         # the fp32 shards are DeepSpeed's master partition: reported under optimizer, as DESIGN.md's per-GPU
         # categories and the analytic model count it
-        terms += [Term("weights", half_b * shard_t - master, "always"), Term("optimizer", master, "always"),
-                  Term("gradients", 0.0, "replace_grads")]
+        terms += [Term("weights", half_b * shard_t, "always"), Term("weights", -master, "always"),
+                  Term("optimizer", master, "always", simulated=True), Term("gradients", 0.0, "replace_grads")]
         notes.append(f"DeepSpeed ZeRO-3 over {N} ranks simulated with FSDP2 fully_shard over a fake process group "
                      "(fp32 shards = DeepSpeed's master partition); DeepSpeed's half-precision parameter partition, "
                      "its persistent gradient-partition buffer and the fp32 gradients of the step are added as "
@@ -120,26 +130,32 @@ def analytic_terms(spec: ProbeSpec, counts: dict[str, float]) -> tuple[list[Term
                       Term("gradients", 4.0 * min(shard_t, 1e9), "opt")]
         if spec.offload_param:
             frozen_shard = counts.get("shard_weights_bytes", 0.0) - counts.get("shard_trainable_bytes", 0.0)
-            terms.append(Term("weights", -frozen_shard - half_b * shard_t, "always"))
+            terms += [Term("weights", -frozen_shard, "always"),
+                      Term("weights", -half_b * shard_t, "always", simulated=False)]
             host += frozen_shard + half_b * shard_t
             notes.append("offload_param: parameter partitions counted on the host; layers are fetched per use")
     return terms, host, notes
 
 
-def apply_terms(key: tuple, peak: Peak, terms: list[Term]) -> tuple[float, dict[str, float], dict[str, float]]:
-    by = {c: float(peak.by_category.get(c, 0)) for c in CATEGORIES}
-    added = {c: 0.0 for c in CATEGORIES}
+def apply_terms(key: tuple, peak: Peak, terms: list[Term]) -> tuple[float, dict[str, float], dict[str, float],
+                                                                    dict[str, float]]:
+    """The segment `key`'s bytes with the analytic `terms` applied to its simulated `peak`. Returns (total, bytes by
+    category, the net change by category against the simulation — negative where simulated bytes were replaced —
+    and the analytic part of each category's bytes: 0 ≤ analytic part ≤ bytes, the figure "of which analytic")."""
+    sim = {c: float(peak.by_category.get(c, 0)) for c in CATEGORIES}
+    kept = dict(sim)                        # simulated bytes still counted
+    ana = {c: 0.0 for c in CATEGORIES}      # analytic bytes counted
     for t in terms:
-        if t.when == "drop_optimizer":
-            continue
-        if not _applies(t.when, key):
+        if t.when == "drop_optimizer" or not _applies(t.when, key):
             continue
         if t.when == "replace_grads":
-            added[t.category] -= by[t.category]
+            kept[t.category] = 0.0
+        elif t.on_simulated:
+            kept[t.category] += t.nbytes
         else:
-            added[t.category] += t.nbytes
+            ana[t.category] += t.nbytes
     if any(t.when == "drop_optimizer" for t in terms):
         # offloaded: master and states live on the host; nothing of the optimizer stays on the GPU
-        added["optimizer"] = -by["optimizer"]
-    total = sum(by.values()) + sum(added.values())
-    return total, {c: by[c] + added[c] for c in CATEGORIES}, added
+        kept["optimizer"] = ana["optimizer"] = 0.0
+    by = {c: kept[c] + ana[c] for c in CATEGORIES}
+    return sum(by.values()), by, {c: by[c] - sim[c] for c in CATEGORIES}, ana

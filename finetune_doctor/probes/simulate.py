@@ -46,10 +46,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from typing import Any
+from typing import Any, Callable
 
 from finetune_doctor.errors import InputError
-from finetune_doctor.probes.build import prepare, zero3_setup
+from finetune_doctor.probes import forked
+from finetune_doctor.probes.build import build_config, prepare, zero3_setup
 from finetune_doctor.probes.depth import choose_depth, describe_segment, extrapolate_peak
 from finetune_doctor.probes.fakemode import fake_patches, load_torch
 from finetune_doctor.probes.trace import AllocTrace
@@ -65,8 +66,10 @@ __all__ = ["CUDA_BLOCK", "GIB", "SimResult", "choose_depth", "memtracker_peak", 
 
 
 def run_depth(spec: ProbeSpec, n_layers: int, steps: int = 2, *, fake: bool = True, rank: int = 0,
-              round_to: int = CUDA_BLOCK, notes: list[str] | None = None, trace: bool = False) -> dict[str, Any]:
+              round_to: int = CUDA_BLOCK, notes: list[str] | None = None, trace: bool = False,
+              progress: Callable[[str], None] | None = None, alongside: str = "") -> dict[str, Any]:
     """Simulate `steps` optimizer steps of `spec` at `n_layers` decoder layers and return the raw books.
+    `progress(message)` hears of the build and of each micro-batch (`alongside`: what runs in parallel, for it).
 
     `fake=False` runs the same code on real CPU tensors (tests compare the two byte for byte; keep the model
     tiny then). Returns ``{"segments": {key: Peak}, "peak": Peak, "counts": {...}}`` where keys are
@@ -81,6 +84,13 @@ def run_depth(spec: ProbeSpec, n_layers: int, steps: int = 2, *, fake: bool = Tr
     mesh = zero3_setup(spec.world_size, rank) if spec.sharded else None
     mode = FakeTensorMode(allow_non_fake_inputs=False) if fake else contextlib.nullcontext()
     tracker = LiveBytesTracker(round_to, trace=trace)
+    on_micro = None
+    if progress is not None:
+        progress(f"simulating {n_layers} of {spec.num_layers} layers: building the model{alongside}")
+
+        def on_micro(step: int, micro: int, micro_steps: int) -> None:
+            progress(f"simulating {n_layers} of {spec.num_layers} layers: step {step}/{steps}, micro-batch "
+                     f"{micro + 1}/{micro_steps}{alongside}")
     torch.manual_seed(0)
     with fake_patches(tracker, gather_in_place=spec.sharded and spec.deepspeed), mode:
         if trace:
@@ -90,18 +100,74 @@ def run_depth(spec: ProbeSpec, n_layers: int, steps: int = 2, *, fake: bool = Tr
             with tracker:
                 prep = prepare(spec, n_layers, notes, mesh=mesh)
                 tracker.untracked = False
-                train_steps(prep, spec, steps, tracker)
+                train_steps(prep, spec, steps, tracker, on_micro=on_micro)
         else:
             prep = prepare(spec, n_layers, notes, mesh=mesh)
             with tracker:
-                train_steps(prep, spec, steps, tracker)
+                train_steps(prep, spec, steps, tracker, on_micro=on_micro)
         counts = prep.counts
         del prep
-    gc.collect()
+    if not fake:
+        # real CPU tensors (tests' tiny models): free them before the next depth. Fake tensors hold no memory,
+        # and a full collection of a process that imported torch and transformers costs ~0.3 s per depth
+        gc.collect()
     out = {"segments": tracker.segment_peaks, "peak": tracker.peak, "counts": counts}
     if trace:
         out["trace"] = AllocTrace(tuple(tracker.trace or ()), n_layers)
     return out
+
+
+def _warm_up(spec: ProbeSpec, n_layers: int) -> None:
+    """Pay the lazy imports of a first simulation once, before `_books` forks: FakeTensorMode's first
+    construction imports torch._dynamo (seconds), and the model's transformers module and peft load on first use.
+    Any failure here is left to the simulation itself to raise."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    FakeTensorMode()
+    try:
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+        MODEL_FOR_CAUSAL_LM_MAPPING[type(build_config(spec, n_layers, []))]
+        if spec.finetuning_type in ("lora", "oft"):
+            import peft  # noqa: F401
+    except Exception:  # noqa: BLE001 - the depth run reports it
+        pass
+
+
+def _books(spec: ProbeSpec, depths: tuple[int, ...], steps: int, **kw: Any) -> list[dict[str, Any]]:
+    """`run_depth` of each depth. Two fake depths run side by side where a fork pays (probes/forked.py
+    `worthwhile`: Linux, a CPU idle):
+    the child simulates k+1 layers while this process simulates k; the books are the same as run one after
+    the other (each depth is its own deterministic simulation: its own FakeTensorMode, tracker and seed)."""
+    notes, progress = kw.pop("notes"), kw.pop("progress", None)
+    if len(depths) != 2 or not kw.get("fake", True) or not forked.worthwhile():
+        return [run_depth(spec, n, steps, notes=notes, progress=progress, **kw) for n in depths]
+    if progress is not None:
+        progress("simulating: loading the model's code")
+    _warm_up(spec, depths[0])
+
+    def second() -> tuple[dict[str, Any], list[str]]:
+        # one intra-op thread in the child, as DataLoader workers do (torch/utils/data/_utils/worker.py
+        # `_worker_loop`): an OpenMP pool the parent started does not survive the fork
+        load_torch().set_num_threads(1)
+        more: list[str] = []
+        return run_depth(spec, depths[1], steps, notes=more, **kw), more
+
+    child = forked.start(second)
+    try:
+        first = run_depth(spec, depths[0], steps, notes=notes, progress=progress,
+                          alongside=f" (+{depths[1]} layers in parallel)" if child is not None else "", **kw)
+    except BaseException:
+        if child is not None:
+            child.abandon()
+        raise
+    if progress is not None and child is not None:
+        progress(f"simulating {depths[1]} of {spec.num_layers} layers (second process)")
+    got = child.result() if child is not None else None
+    if got is None:   # no fork here, or the child failed: run it here (and raise what it raises)
+        return [first, run_depth(spec, depths[1], steps, notes=notes, progress=progress, **kw)]
+    notes.extend(got[1])
+    return [first, got[0]]
 
 
 def memtracker_peak(spec: ProbeSpec, n_layers: int | None = None, steps: int = 2, *,
@@ -132,21 +198,22 @@ def memtracker_peak(spec: ProbeSpec, n_layers: int | None = None, steps: int = 2
 
 def simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] = "auto", rank: int = 0,
              round_to: int = CUDA_BLOCK, fake: bool = True, other_ranks: tuple[int, ...] = (),
-             trace: bool = False) -> SimResult:
+             trace: bool = False, progress: Callable[[str], None] | None = None) -> SimResult:
     """See `_simulate`; library deprecation warnings raised while building and stepping the model stay inside
-    the probe (they concern transformers' own API, not the user's run)."""
+    the probe (they concern transformers' own API, not the user's run). `progress(message)` hears what the
+    probe is doing (the build, each micro-batch); it must not raise."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
         return _simulate(spec, steps, depth=depth, rank=rank, round_to=round_to, fake=fake, other_ranks=other_ranks,
-                         trace=trace)
+                         trace=trace, progress=progress)
 
 
 def _simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] = "auto", rank: int = 0,
               round_to: int = CUDA_BLOCK, fake: bool = True, other_ranks: tuple[int, ...] = (),
-              trace: bool = False) -> SimResult:
+              trace: bool = False, progress: Callable[[str], None] | None = None) -> SimResult:
     """Simulate `spec` and return the peak live tensor bytes of rank `rank` (a `SimResult`); `other_ranks` are
     simulated too and land in `SimResult.per_rank` (each costs one more simulation).
 
@@ -181,8 +248,8 @@ def _simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] =
     from torch._subclasses.fake_tensor import DynamicOutputShapeException
 
     try:
-        books = [run_depth(spec, n, steps, fake=fake, rank=rank, round_to=round_to, notes=notes, trace=trace)
-                 for n in depths]
+        books = _books(spec, depths, steps, fake=fake, rank=rank, round_to=round_to, notes=notes, trace=trace,
+                       progress=progress)
     except DynamicOutputShapeException as err:
         # e.g. transformers' per-expert loop (MoE experts in fp32) indexes tokens with nonzero(): its output size
         # depends on the routing, which fake tensors do not have
@@ -211,19 +278,20 @@ def _simulate(spec: ProbeSpec, steps: int = 2, *, depth: str | tuple[int, ...] =
     for key, pk in segs.items():
         if key[0] == "setup" or not isinstance(key[0], int):
             continue
-        total, by, added = apply_terms(key, pk, terms)
+        total, by, added, part = apply_terms(key, pk, terms)
         described[describe_segment(key, L)] = {c: int(round(v)) for c, v in by.items()}
         step_peak[key[0]] = max(step_peak.get(key[0], 0.0), total)
         if best is None or total >= best[0]:   # on a tie prefer the later moment (steady state)
-            best = (total, by, added, key)
+            best = (total, by, added, key, part)
     assert best is not None, "no segment was tracked"
-    total, by, added, key = best
+    total, by, added, key, part = best
     params = {k: int(round(v)) for k, v in counts.items() if k in ("trainable", "total")}
     return SimResult(
         peak_bytes=int(round(total)),
         by_category={c: int(round(v)) for c, v in by.items()},
         segment=describe_segment(key, L),
         analytic={c: int(round(v)) for c, v in added.items() if v},
+        analytic_part={c: int(round(v)) for c, v in part.items() if v},
         depth=depths,
         num_layers=L,
         rank=rank,

@@ -19,11 +19,17 @@ def _layer_key(i: int, n: int) -> tuple:
 def install_segment_hooks(model: Any, tracker: Any, st: StepState, trainable: list) -> list:
     """Hooks that name the segment of the step the tracker is in, and keep gradients categorised.
 
-    Forward: a pre-hook per decoder layer; backward: a gradient hook on each layer's output (it fires before that
-    layer's backward and before its recomputation under checkpointing — transformers ≥ 5 checkpoints ``forward``
-    inside the module call, so module hooks run once, outside the checkpoint, ``modeling_layers.py``
-    GradientCheckpointingLayer). Gradients: ``register_post_accumulate_grad_hook`` on plain parameters; FSDP2
-    assigns sharded gradients directly, so every backward segment change also sweeps ``param.grad``.
+    Forward: a pre-hook per decoder layer; backward: a gradient hook on each layer's output as autograd sees it
+    (it fires before that layer's backward and before its recomputation under checkpointing). Where the module
+    hooks run depends on how transformers checkpoints the layer: 5.24 checkpoints ``forward`` inside the module
+    call, so the hooks run outside the checkpoint; 5.6 checkpoints the whole module call
+    (``GradientCheckpointingLayer.__call__`` hands ``partial(super().__call__)`` to the checkpointing function,
+    transformers 5.6.0 ``modeling_layers.py:92``), so the forward hook runs inside it — under the reentrant
+    checkpoint in ``no_grad`` (its output there does not require grad, and the tensor autograd sees is the one
+    ``CheckpointFunction`` returns). A layer whose forward hook ran inside a checkpoint therefore gets its gradient
+    hook when the checkpointing function returns (``StepState.on_checkpoint_exit``, build.py `_gc_func`).
+    Gradients: ``register_post_accumulate_grad_hook`` on plain parameters; FSDP2 assigns sharded gradients
+    directly, so every backward segment change also sweeps ``param.grad``.
     """
     torch = load_torch()
     layers = decoder_layers(model)
@@ -40,8 +46,26 @@ def install_segment_hooks(model: Any, tracker: Any, st: StepState, trainable: li
             handles.append(p.register_post_accumulate_grad_hook(
                 lambda q: tracker.track([q.grad], "gradients")))
 
+    keys = {id(layer): _layer_key(i, n) for i, layer in enumerate(layers)}
+    pending: set[int] = set()   # layers whose forward hook ran inside a checkpoint: hooked when it returns
+
+    def hook_output(out, key):
+        t = out[0] if isinstance(out, (tuple, list)) else out
+        if torch.is_tensor(t) and t.requires_grad:
+            t.register_hook(lambda g, key=key: (seg("bwd", *key), None)[1])
+
+    chained = st.on_checkpoint_exit   # a reference model's hooks come second: keep the policy's
+
+    def on_checkpoint_exit(mod, out):
+        if id(mod) in pending:
+            pending.discard(id(mod))
+            hook_output(out, keys[id(mod)])
+        elif chained is not None:
+            chained(mod, out)
+
+    st.on_checkpoint_exit = on_checkpoint_exit
     for i, layer in enumerate(layers):
-        key = _layer_key(i, n)
+        key = keys[id(layer)]
 
         def pre(mod, args, key=key):
             if st.phase in ("fwd", "ref"):
@@ -52,9 +76,10 @@ def install_segment_hooks(model: Any, tracker: Any, st: StepState, trainable: li
                 seg("ref", "head")
             if st.phase != "fwd":
                 return
-            t = out[0] if isinstance(out, (tuple, list)) else out
-            if torch.is_tensor(t) and t.requires_grad:
-                t.register_hook(lambda g, key=key: (seg("bwd", *key), None)[1])
+            if st.checkpointing:
+                pending.add(id(mod))
+            else:
+                hook_output(out, key)
             if i == 0 and args and torch.is_tensor(args[0]) and args[0].requires_grad:
                 args[0].register_hook(lambda g: (seg("bwd", "embed"), None)[1])
             if i == n - 1:
@@ -129,10 +154,12 @@ class NoBooks:
 
 def train_steps(prep: Prepared, spec: ProbeSpec, steps: int, tracker: Any, *, device_type: str = "cpu",
                 on_step: Callable[[int, float, float | None], None] | None = None,
-                between_steps: Callable[[], None] | None = None) -> None:
+                between_steps: Callable[[], None] | None = None,
+                on_micro: Callable[[int, int, int], None] | None = None) -> None:
     """Run `steps` optimizer steps of ``min(grad_accum, 2)`` micro-batches on `prep` as the HF/LF trainer does,
     naming segments on `tracker` (see `install_segment_hooks`). `on_step(step, loss, grad_norm)` receives each
-    step's loss and (when clipping runs) the total gradient norm as Python floats (real tensors only)."""
+    step's loss and (when clipping runs) the total gradient norm as Python floats (real tensors only);
+    `on_micro(step, micro, micro_steps)` is called as each micro-batch starts (progress, fake tensors too)."""
     torch = load_torch()
     model, ref, trainable, opt, st = prep.model, prep.ref, prep.trainable, prep.opt, prep.state
     handles = install_segment_hooks(model, tracker, st, trainable)
@@ -154,6 +181,8 @@ def train_steps(prep: Prepared, spec: ProbeSpec, steps: int, tracker: Any, *, de
             losses = []
             for micro in range(micro_steps):
                 st.micro = micro
+                if on_micro is not None:
+                    on_micro(step, micro, micro_steps)
                 with torch.device(dev):
                     ids = _batch(spec, prep.vocab)
                 tracker.track([ids], "inputs")
@@ -199,3 +228,4 @@ def train_steps(prep: Prepared, spec: ProbeSpec, steps: int, tracker: Any, *, de
     finally:
         for h in handles:
             h.remove()
+        st.on_checkpoint_exit = None

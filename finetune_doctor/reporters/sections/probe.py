@@ -9,13 +9,45 @@ GPU), then the probe's notes (what was modelled rather than run).
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import sys
+import time
+from typing import Any, Callable, Iterator, TextIO
 
-from rich.console import Group
+from rich.console import Console, Group
+from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from finetune_doctor.reporters.safe import safe_str
+
 _ORDER = ("weights", "buffers", "gradients", "optimizer", "activations", "logits", "temp", "inputs")
+
+
+@contextlib.contextmanager
+def progress(stream: TextIO | None = None) -> Iterator[Callable[[str], None] | None]:
+    """What a running probe is doing, on one transient status line of `stream` (default stderr): yields a
+    callback ``update(message)`` that shows the message with the seconds since the probe started; the line is
+    erased when the block ends, before any report is printed. Yields None, and writes nothing, when `stream` is
+    not a terminal (output redirected, CI, a JSON or SARIF report piped on).
+
+    The line is redrawn only when a message comes (rich ``Live`` with ``auto_refresh=False``): a refresh thread
+    could hold the terminal's lock at the moment the simulate probe forks (probes/forked.py), and the child would
+    inherit the lock held."""
+    stream = stream if stream is not None else sys.stderr
+    isatty = getattr(stream, "isatty", None)
+    if not (callable(isatty) and isatty()):
+        yield None
+        return
+    console = Console(file=stream, highlight=False)
+    t0 = time.monotonic()
+    with Live(Text(""), console=console, auto_refresh=False, transient=True, redirect_stdout=False,
+              redirect_stderr=False) as live:
+        def update(message: str) -> None:
+            live.update(Text(f"probe: {safe_str(message)} · {time.monotonic() - t0:.0f} s", style="dim"),
+                        refresh=True)
+
+        yield update
 
 
 def _g(x: Any, nd: int = 2) -> str:
