@@ -1,3 +1,3 @@
-from finetune_doctor.cli import main
+from finetune_doctor.cli import entry
 
-main()
+entry()

@@ -344,3 +344,26 @@ def explain(code_or_name: str, rules_dirs: tuple[str, ...]) -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+
+def entry() -> None:
+    """The console script: `main`, then a fast exit once torch is loaded.
+
+    Tearing down torch, transformers and their thread pools at interpreter exit costs about 1 CPU second (2-3 s
+    wall on a loaded machine: benchmarks/results/margin_speed.md) after the report is out. Every output is written
+    and flushed by then (reports via click.echo or fsutil.atomic_write), so the process ends with ``os._exit``.
+    Without torch in the process (lint, check without probes) the normal exit runs.
+    """
+    try:
+        main()
+        code: Any = 0
+    except SystemExit as done:
+        code = done.code
+    if "torch" not in sys.modules:
+        raise SystemExit(code)
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)

@@ -12,6 +12,7 @@ from typing import Any
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import install_hint
 from finetune_doctor.facts.config import assemble_config
+from finetune_doctor.reporters.sections.probe import progress as probe_progress
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Report
 
@@ -52,4 +53,5 @@ def _confirm(asm: Any, findings: list, opts: Options, mode: str) -> tuple[list, 
         return findings, None
     from finetune_doctor.probes.confirm import probe_check
 
-    return probe_check(asm, findings, opts, mode=mode)
+    with probe_progress() as say:   # a status line on a terminal's stderr, nothing otherwise
+        return probe_check(asm, findings, opts, mode=mode, progress=say)
