@@ -37,6 +37,10 @@ AAI = "github.com/AnswerDotAI/fsdp_qlora benchmarks_03_2024.md (05ed9f2)"
 PEFT = "huggingface/peft docs/source/accelerate/fsdp.md"
 LF = "hiyouga/LlamaFactory examples/megatron/qwen3_moe_full.yaml (ff6d4d1)"
 SWIFT = "modelscope/ms-swift examples/megatron/{} (3602360)"
+# benchmarks_03_2024.md: "done in February and March 2024"; README.md:18 installs "transformers!=4.38.*,!=4.39.*"
+# (4.38.0 came out on 2024-02-21, 4.39.0 on 2024-03-20, 4.40.0 on 2024-04-18): 4.37.2, the last release it allows
+# then; README.md:24 asks for PyTorch >= 2.2 (2.2.0, 2024-01-30)
+AAI_STACK = {"torch": "2.2.0", "transformers": "4.37.2"}
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class Point:
     run: dict[str, Any] = field(default_factory=dict)
     why: str = ""
     fixed_length: bool = True   # every micro batch is `cutoff_len` tokens (packing, or a fixed-length dataset)
+    stack: dict[str, str] | None = None   # the measured trainer's torch/transformers, where its source dates them
 
 
 def _aai(model: str, train: str, bs: int, ctx: int, measured: float, *, gpu: str = "2xRTX3090",
@@ -73,7 +78,8 @@ def _aai(model: str, train: str, bs: int, ctx: int, measured: float, *, gpu: str
                  run={"weights_dtype": "nf4" if train == "qlora" else "bfloat16", "trainable_dtype": "bfloat16",
                       "compute_dtype": "bfloat16"},
                  why="train.py precision=bf16 loads every weight and adapter in bf16 (LF: pure_bf16); its 4-bit "
-                     "layers store in bf16 as LF's do")
+                     "layers store in bf16 as LF's do",
+                 stack=AAI_STACK)
 
 
 def fsdp_points() -> list[Point]:
@@ -186,7 +192,7 @@ def evaluate(p: Point) -> tuple[float, Any]:
     arch, _ = load_arch(p.model)
     hw = parse_gpu_spec(p.gpu)
     acc = accelerate_config_from_values(p.acc, "accelerate.yaml") if p.acc else None
-    run = resolve_run(p.cfg, arch, hw, launch=LaunchInputs(acc))
+    run = resolve_run(p.cfg, arch, hw, launch=LaunchInputs(acc), stack=p.stack)
     if p.run:
         run = run.with_(**p.run)
     est = estimate(run, hw)

@@ -22,7 +22,7 @@ from finetune_doctor.analyzers.memory.logits import eval_logit_bytes
 from finetune_doctor.analyzers.memory.runtime import runtime_bytes
 from finetune_doctor.analyzers.memory.terms import compute_terms
 from finetune_doctor.analyzers.params import ParamCounts, count_params
-from finetune_doctor.analyzers.reserve import reserve_fraction
+from finetune_doctor.analyzers.reserve import pool_reserve, reserve_fraction
 from finetune_doctor.run import Run
 from finetune_doctor.types import GIB, Hardware, MemoryEstimate
 
@@ -87,7 +87,7 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
     # the allocator's reserve by shape class, derived from allocator replays (analyzers/reserve.py)
     reserve_share, shape = reserve_fraction(run, t, expandable)
     factor = 1 + reserve_share
-    reserve = peak * (factor - 1)
+    reserve = pool_reserve(peak, reserve_share, t)   # FSDP's stream pools and init floor (reserve.py)
     rt = runtime_bytes(run, hw)
     first_oom = None
     if hw is not None and hw.capacity_gib:
