@@ -41,6 +41,9 @@ SWIFT = "modelscope/ms-swift examples/megatron/{} (3602360)"
 # (4.38.0 came out on 2024-02-21, 4.39.0 on 2024-03-20, 4.40.0 on 2024-04-18): 4.37.2, the last release it allows
 # then; README.md:24 asks for PyTorch >= 2.2 (2.2.0, 2024-01-30)
 AAI_STACK = {"torch": "2.2.0", "transformers": "4.37.2"}
+# the PEFT doc's QLoRA section asks for "transformers>4.44.2" and "peft>0.13.0" (0.13.1 came out on 2024-10-08,
+# transformers 4.46.0 on 2024-10-24): 4.45.2, the release between; torch 2.4.1 the release of that month's start
+PEFT_QLORA_STACK = {"torch": "2.4.1", "transformers": "4.45.2"}
 
 
 @dataclass(frozen=True)
@@ -114,16 +117,47 @@ def fsdp_points() -> list[Point]:
         Point(PEFT, l70, "QLoRA r8 bs2 seq2048 packed, CPU offload", "2xRTX4090", 19.6, "device",
               {**peft, "per_device_train_batch_size": 2, "quantization_bit": 4},
               {"distributed_type": "FSDP", "mixed_precision": "no", "num_processes": 2,
-               "fsdp_config": {**fsdp1, "fsdp_offload_params": True}}),
+               "fsdp_config": {**fsdp1, "fsdp_offload_params": True}}, stack=PEFT_QLORA_STACK),
         Point(PEFT, l70, "QLoRA r8 bs2 seq2048 packed, CPU offload: host RAM", "2xRTX4090", 107.0, "host",
               {**peft, "per_device_train_batch_size": 2, "quantization_bit": 4},
               {"distributed_type": "FSDP", "mixed_precision": "no", "num_processes": 2,
-               "fsdp_config": {**fsdp1, "fsdp_offload_params": True}}),
+               "fsdp_config": {**fsdp1, "fsdp_offload_params": True}}, stack=PEFT_QLORA_STACK),
         Point(PEFT, l70, "QLoRA r8 bs2 seq2048 packed, no offload", "2xA100-80GB", 35.6, "device",
               {**peft, "per_device_train_batch_size": 2, "quantization_bit": 4},
-              {"distributed_type": "FSDP", "mixed_precision": "no", "num_processes": 2, "fsdp_config": fsdp1}),
+              {"distributed_type": "FSDP", "mixed_precision": "no", "num_processes": 2, "fsdp_config": fsdp1},
+              stack=PEFT_QLORA_STACK),
     ]
     return pts
+
+
+LIGER = "linkedin/Liger-Kernel examples/huggingface README.md, img/qwen_mem_alloc.png (image of 2024-08-26, 03fd603)"
+
+
+def liger_points() -> list[Point]:
+    """liger-kernel's own Hugging Face example (run_qwen.sh, training.py, config/fsdp_config.json at ead96b6):
+    Qwen2-7B full fine-tuning loaded in bf16 (``dtype=torch.bfloat16``, no fp32 upcast: LF's pure_bf16), TRL's
+    SFTTrainer with ``--bf16`` (accelerate's FSDP1 mixed precision in bf16), ``--fsdp "full_shard auto_wrap"``
+    (the decoder layer class), backward_pre and forward prefetch, FSDP activation checkpointing, AdamW (torch),
+    4 × A100-80GB, alpaca at max_seq_length 512. The chart gives the run's peak ``max_memory_allocated`` in MiB
+    (callback.py: binary units). Alpaca samples are padded to the longest of each batch and truncated at 512;
+    an epoch of 32-sample batches meets samples of that length, so the peak batch is micro batch × 512 tokens.
+    ``AutoLigerKernelForCausalLM`` applies RoPE, RMSNorm, SwiGLU and the fused linear cross-entropy, as LF's
+    ``enable_liger_kernel`` does for sft. The image dates the stack: transformers 4.44 (before 4.46's loss
+    rewrite), torch 2.4."""
+    cfg = {"model_name_or_path": "Qwen/Qwen2-7B", "finetuning_type": "full", "cutoff_len": 512, "pure_bf16": True,
+           "optim": "adamw_torch", "flash_attn": "sdpa", "stage": "sft"}
+    acc = {"distributed_type": "FSDP", "mixed_precision": "bf16", "num_processes": 4,
+           "fsdp_config": {"fsdp_version": 1, "fsdp_sharding_strategy": "FULL_SHARD",
+                           "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "fsdp_backward_prefetch": "BACKWARD_PRE",
+                           "fsdp_forward_prefetch": True, "fsdp_use_orig_params": True,
+                           "fsdp_activation_checkpointing": True}}
+    stack = {"torch": "2.4.0", "transformers": "4.44.2"}
+    rows = [(32, False, 51154.27), (32, True, 39300.01), (48, True, 42085.62), (64, True, 42709.12)]
+    return [Point(LIGER, "Qwen/Qwen2-7B", f"full bs{bs} seq512 " + ("liger" if lg else "without liger"),
+                  "4xA100-80GB", mib / 1024, "allocated",
+                  {**cfg, "per_device_train_batch_size": bs, "enable_liger_kernel": lg}, acc, stack=stack,
+                  why="peak max_memory_allocated over the run, MiB as charted")
+            for bs, lg, mib in rows]
 
 
 def _mcore(source: str, model: str, setup: str, gpus: int, measured: float, *, tp: int = 1, pp: int = 1,
@@ -211,7 +245,8 @@ def section() -> list[str]:
              "measured), each expressed as LLaMA-Factory would run it and estimated with the FSDP terms "
              "(analyzers/memory/fsdp.py) or Megatron's theoretical-memory formula (analyzers/memory/megatron.py)."]
     errs: list[float] = []
-    for title, points in (("FSDP / FSDP2", fsdp_points()), ("Megatron-Core", megatron_points())):
+    for title, points in (("FSDP / FSDP2", fsdp_points()), ("Megatron-Core", megatron_points()),
+                          ("liger-kernel (FSDP1)", liger_points())):
         lines += ["", f"### {title}", "", "| source | model | setup | GPUs | kind | measured | predicted | error |",
                   "|---|---|---|---|---|---|---|---|"]
         mine: list[float] = []

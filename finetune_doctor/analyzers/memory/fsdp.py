@@ -83,10 +83,14 @@ def _stored_bytes(run: Run) -> tuple[float, float, float, float]:
     A bitsandbytes 4-bit weight is a ``Params4bit`` whose packed data (0.5 B per element, stored in the compute
     dtype) is the parameter FSDP shards; its ``quant_state`` (absmax, nested absmax, code) is a plain attribute of
     that parameter (bitsandbytes ``nn/modules.py`` ``Params4bit``), which neither FSDP1's FlatParameter nor FSDP2's
-    DTensor shards: each rank keeps all of it."""
+    DTensor shards: each rank keeps all of it.
+
+    Under accelerate's mixed precision, FSDP1 trainable FlatParameters stored in half precision are upcast to fp32
+    after wrapping, as DeepSpeed keeps fp32 partitions (accelerate 16cb6eb ``accelerator.py:1991-2032``: every
+    FSDP module whose flat parameter requires grad and is not fp32, quantized models' adapters included)."""
     pd = run.fsdp_param_dtype
-    b_t = 4.0 if (run.trainable_dtype == "float32" or (run.fsdp_version == 2 and pd and not run.quantized)) \
-        else _bytes(run.trainable_dtype)
+    upcast = bool(pd) and (run.fsdp_version != 2 or not run.quantized)
+    b_t = 4.0 if (run.trainable_dtype == "float32" or upcast) else _bytes(run.trainable_dtype)
     if run.quantized:
         wq = run.linear_weight_bytes or weight_bytes_per_param(run.weights_dtype, run.double_quantization)
         packed = _bytes(run.weights_dtype) if run.weights_dtype in ("nf4", "fp4") else wq
