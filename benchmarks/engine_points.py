@@ -79,9 +79,10 @@ def _aai(model: str, train: str, bs: int, ctx: int, measured: float, *, gpu: str
     setup = f"{train} r64 bs{bs} ctx{ctx}" + (" offload" if offload else "") + (" NO_SHARD" if ddp else "")
     return Point(AAI, model, setup, gpu, measured, kind, cfg, acc,
                  run={"weights_dtype": "nf4" if train == "qlora" else "bfloat16", "trainable_dtype": "bfloat16",
-                      "compute_dtype": "bfloat16"},
-                 why="train.py precision=bf16 loads every weight and adapter in bf16 (LF: pure_bf16); its 4-bit "
-                     "layers store in bf16 as LF's do",
+                      "compute_dtype": "bfloat16", "fsdp_param_dtype": None},
+                 why="train.py precision=bf16 loads every weight and adapter in bf16 (LF: pure_bf16) and wraps "
+                     "without MixedPrecision or accelerate (train.py:535-539, mp_policy None: no fp32 upcast); its "
+                     "4-bit layers store in bf16 as LF's do",
                  stack=AAI_STACK)
 
 
@@ -268,16 +269,32 @@ def section() -> list[str]:
         lines += ["", f"{title}: median absolute error **{statistics.median(mine):.1%}** over {len(mine)} rows, "
                       f"max {max(mine):.1%}, within 10 %: {sum(x <= 0.10 for x in mine)}/{len(mine)}."]
     lines += ["", f"All engine rows: median absolute error **{statistics.median(errs):.1%}** over {len(errs)} rows.",
-              "", "Reading the misses. FSDP: the two rows that publish `max_memory_allocated` agree within about 1 %, "
-              "while every reserved or nvidia-smi row is under-predicted: the allocator reserve the estimate adds "
-              "(analyzers/reserve.py, replayed from single-stream runs) is 4-14 %, where these FSDP1 runs reserve 12-24 % "
-              "over what they allocate (the same source gives both for Llama-2-7B LoRA: 8.28 → 10.24 and 9.16 → 10.22 "
-              "GiB). FSDP all-gathers and reduce-scatters on streams of their own, and the caching allocator reuses a "
-              "block only on the stream that allocated it; a reserve class for FSDP from replays of FSDP traces would "
-              "close most of this gap. The PEFT host-RAM row (107 GB) also counts what the loading rank holds besides "
-              "the offloaded shards. Megatron: dense layouts land within 6 % except pretrain.sh, whose header states the "
-              "whole card; the MoE layouts are under-predicted by 19-23 %: the theoretical formula has no term for the "
-              "token dispatcher's permutation buffers, the grouped-GEMM workspaces or the expert-parallel communicators."]
+              "", "Reading the misses. FSDP: the reserve of an FSDP1 rank is no longer a share of its tensors "
+              "alone. The caching allocator keeps a pool per stream, and FSDP1 allocates on three streams of its own "
+              "(all-gather destinations on the unshard stream, low-precision or offloaded shards on the pre-unshard "
+              "stream, reduce-scatter outputs on the post-backward stream): their high water is the root unit plus "
+              "the running, prefetched and rate-limiter-queued decoder layers, more than the two units the tensor "
+              "peak counts. FSDP initialisation also leaves the largest unit's parameters, its flat copy and a "
+              "broadcast bucket cached on the default stream, which sets a floor under short runs: fsdp_qlora's "
+              "Llama-2-7B LoRA reserves 10.2 GiB at 512 and at 2048 tokens while its allocated peak grows from 8.3 "
+              "to 9.2 GiB (analyzers/memory/fsdp.py stream_pools cites the torch lines). The fsdp_qlora rows run on "
+              "the stack their benchmark dates (transformers 4.37.2: the fp32 logits and the shifted copy). What is "
+              "left are under-predictions of 8-17 % on the rows with 16-25 k tokens per micro batch (Llama-2-7B and "
+              "Yi-34B with bs 4-12 at 2048, CPU offload): the default stream's share comes from single-stream "
+              "replays of LLaMA-Factory runs, not of FSDP1's reentrant-checkpointed units, and no published trace "
+              "separates it; the PEFT rows (nvidia-smi, one of them a 72-80 GB range read off a screenshot that "
+              "includes the final FULL_STATE_DICT save, and a host-RAM figure that counts what the loading rank "
+              "holds besides the offloaded shards) stay 15-32 % under. No FSDP2 row is published. liger-kernel: "
+              "its own FSDP1 example runs under accelerate's mixed precision, which upcasts the bf16-loaded "
+              "trainable flat parameters to fp32 (accelerate accelerator.py:1991-2032), doubling weights, "
+              "gradients and AdamW states; with that the three liger rows land within 6 %. The row without liger "
+              "is over-predicted by 20 %: its peak is the loss, where the estimate keeps 14 bytes per logit for "
+              "transformers 4.44 (bf16 logits, fp32 upcast, shifted copy, log-softmax); the bf16 logits are "
+              "freed once upcast (nothing saves them for backward), which would make it 12 and the row +11 % "
+              "(analyzers/memory/logits.py, not changed here). Megatron: dense layouts land within 6 % except "
+              "pretrain.sh, whose header states the whole card; the MoE layouts are under-predicted by 19-23 %: "
+              "the theoretical formula has no term for the token dispatcher's permutation buffers, the grouped-GEMM "
+              "workspaces or the expert-parallel communicators."]
     return lines
 
 
