@@ -96,3 +96,21 @@ def test_accelerate_upcasts_half_trainable_flat_params():
     tm, tp = compute_terms(mixed), compute_terms(plain)
     assert tm.weights == pytest.approx(2 * tp.weights, rel=1e-12)
     assert tm.gradients == pytest.approx(2 * tp.gradients, rel=1e-12)
+
+
+def test_expandable_segments_only_under_llamafactory_cli():
+    """LF 0.9.5 launcher.py:80-83 exports expandable_segments:True when llamafactory-cli starts torchrun; an
+    accelerate launch keeps the allocator's default, so its default-stream share is the table's 'off' column."""
+    from finetune_doctor.analyzers.reserve import reserve_fraction
+
+    acc = _run(2, {"finetuning_type": "lora", "lora_target": "all"})
+    assert acc.launcher == "accelerate"
+    est = estimate(acc, parse_gpu_spec("2xA100-80GB"))
+    assert est.details["reserve_share"] == reserve_fraction(acc, compute_terms(acc), expandable=False)[0]
+    arch, _ = load_arch(MODEL)
+    cli = resolve_run({"model_name_or_path": MODEL, "finetuning_type": "lora", "bf16": True, "cutoff_len": 1024},
+                      arch, parse_gpu_spec("2xA100-80GB"))
+    est_cli = estimate(cli, parse_gpu_spec("2xA100-80GB"))
+    assert est_cli.details["reserve_share"] == reserve_fraction(cli, compute_terms(cli), expandable=True)[0]
+    assert reserve_fraction(cli, compute_terms(cli), expandable=True)[0] != \
+        reserve_fraction(cli, compute_terms(cli), expandable=False)[0]
