@@ -127,7 +127,8 @@ def liger_table() -> tuple[list[str], list[float]]:
                   "integration page and LinkedIn's Liger-Kernel post give percentages only (\"-60 % memory\"); "
                   "linkedin/Liger-Kernel#311 reports an OOM without a number; PrimeIntellect-ai/prime-rl#1685 "
                   "(28 GB without liger, OOM with it) is an RL trainer LLaMA-Factory cannot express; "
-                  "hiyouga/LlamaFactory#5510 quotes the README's percentages. None gives GiB for a named model, "
+                  "hiyouga/LlamaFactory#5510 quotes the README's percentages; hiyouga/LlamaFactory#8287 gives 50 GB "
+                  "to 14 GB on 8 × A100 without the model's size, sequence length or batch. None gives GiB for a named model, "
                   "sequence length, batch and GPU.", "",
               "Published liger measurements not expressible here:", ""]
     lines += [f"- {src}: {why}" for src, why in LIGER_NOT_EXPRESSIBLE]

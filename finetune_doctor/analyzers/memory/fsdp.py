@@ -172,8 +172,8 @@ def stream_pools(run: Run, N: int, big: float, big_stored: float, root_live: flo
     bucket stay cached beside the shards. Later default-stream tensors reuse those blocks, so the default pool
     is the larger of this floor and the default stream's own peak.
 
-    FSDP2 (``fully_shard``) and NO_SHARD/SHARD_GRAD_OP keep their allocated units only (zeros but ``side_live``):
-    none of the published rows measures them, and their stream lifetimes are not derived here.
+    FSDP2 (``fully_shard``), NO_SHARD and SHARD_GRAD_OP get zeros (the share alone, as before): no published row
+    measures them, and their streams' lifetimes are not derived here.
     """
     zero = {"side_pools": 0.0, "side_live": 0.0, "init_floor": 0.0}
     strategy = run.fsdp_sharding or "FULL_SHARD"
