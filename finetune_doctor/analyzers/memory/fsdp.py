@@ -35,6 +35,10 @@ Per rank, with N ranks in the shard group (the world; a node for HYBRID_SHARD; 1
   ``fsdp_cpu_ram_efficient_loading`` lets rank 0 alone load it and the others start on the meta device
   (accelerate ``FullyShardedDataParallelPlugin.cpu_ram_efficient_loading``; fsdp_utils.py:820-838).
 
+* **allocator pools** (FSDP1): what the caching allocator keeps on FSDP's unshard, pre-unshard and
+  post-backward streams, and what initialisation leaves cached on the default stream (`stream_pools`; the reserve
+  is assembled in analyzers/reserve.py ``pool_reserve``).
+
 Activations and logits are the HF model's (activations.py, logits.py) computed on what the GPU runs: under mixed
 precision FSDP casts the parameters to ``param_dtype`` and accelerate adds autocast, so the residual stream and
 the matmuls are half precision and no autocast weight cache exists (`compute_view`).
