@@ -37,6 +37,13 @@ AAI = "github.com/AnswerDotAI/fsdp_qlora benchmarks_03_2024.md (05ed9f2)"
 PEFT = "huggingface/peft docs/source/accelerate/fsdp.md"
 LF = "hiyouga/LlamaFactory examples/megatron/qwen3_moe_full.yaml (ff6d4d1)"
 SWIFT = "modelscope/ms-swift examples/megatron/{} (3602360)"
+# benchmarks_03_2024.md: "done in February and March 2024"; README.md:18 installs "transformers!=4.38.*,!=4.39.*"
+# (4.38.0 came out on 2024-02-21, 4.39.0 on 2024-03-20, 4.40.0 on 2024-04-18): 4.37.2, the last release it allows
+# then; README.md:24 asks for PyTorch >= 2.2 (2.2.0, 2024-01-30)
+AAI_STACK = {"torch": "2.2.0", "transformers": "4.37.2"}
+# the PEFT doc's QLoRA section asks for "transformers>4.44.2" and "peft>0.13.0" (0.13.1 came out on 2024-10-08,
+# transformers 4.46.0 on 2024-10-24): 4.45.2, the release between; torch 2.4.1 the release of that month's start
+PEFT_QLORA_STACK = {"torch": "2.4.1", "transformers": "4.45.2"}
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,7 @@ class Point:
     run: dict[str, Any] = field(default_factory=dict)
     why: str = ""
     fixed_length: bool = True   # every micro batch is `cutoff_len` tokens (packing, or a fixed-length dataset)
+    stack: dict[str, str] | None = None   # the measured trainer's torch/transformers, where its source dates them
 
 
 def _aai(model: str, train: str, bs: int, ctx: int, measured: float, *, gpu: str = "2xRTX3090",
@@ -71,9 +79,11 @@ def _aai(model: str, train: str, bs: int, ctx: int, measured: float, *, gpu: str
     setup = f"{train} r64 bs{bs} ctx{ctx}" + (" offload" if offload else "") + (" NO_SHARD" if ddp else "")
     return Point(AAI, model, setup, gpu, measured, kind, cfg, acc,
                  run={"weights_dtype": "nf4" if train == "qlora" else "bfloat16", "trainable_dtype": "bfloat16",
-                      "compute_dtype": "bfloat16"},
-                 why="train.py precision=bf16 loads every weight and adapter in bf16 (LF: pure_bf16); its 4-bit "
-                     "layers store in bf16 as LF's do")
+                      "compute_dtype": "bfloat16", "fsdp_param_dtype": None},
+                 why="train.py precision=bf16 loads every weight and adapter in bf16 (LF: pure_bf16) and wraps "
+                     "without MixedPrecision or accelerate (train.py:535-539, mp_policy None: no fp32 upcast); its "
+                     "4-bit layers store in bf16 as LF's do",
+                 stack=AAI_STACK)
 
 
 def fsdp_points() -> list[Point]:
@@ -108,16 +118,47 @@ def fsdp_points() -> list[Point]:
         Point(PEFT, l70, "QLoRA r8 bs2 seq2048 packed, CPU offload", "2xRTX4090", 19.6, "device",
               {**peft, "per_device_train_batch_size": 2, "quantization_bit": 4},
               {"distributed_type": "FSDP", "mixed_precision": "no", "num_processes": 2,
-               "fsdp_config": {**fsdp1, "fsdp_offload_params": True}}),
+               "fsdp_config": {**fsdp1, "fsdp_offload_params": True}}, stack=PEFT_QLORA_STACK),
         Point(PEFT, l70, "QLoRA r8 bs2 seq2048 packed, CPU offload: host RAM", "2xRTX4090", 107.0, "host",
               {**peft, "per_device_train_batch_size": 2, "quantization_bit": 4},
               {"distributed_type": "FSDP", "mixed_precision": "no", "num_processes": 2,
-               "fsdp_config": {**fsdp1, "fsdp_offload_params": True}}),
+               "fsdp_config": {**fsdp1, "fsdp_offload_params": True}}, stack=PEFT_QLORA_STACK),
         Point(PEFT, l70, "QLoRA r8 bs2 seq2048 packed, no offload", "2xA100-80GB", 35.6, "device",
               {**peft, "per_device_train_batch_size": 2, "quantization_bit": 4},
-              {"distributed_type": "FSDP", "mixed_precision": "no", "num_processes": 2, "fsdp_config": fsdp1}),
+              {"distributed_type": "FSDP", "mixed_precision": "no", "num_processes": 2, "fsdp_config": fsdp1},
+              stack=PEFT_QLORA_STACK),
     ]
     return pts
+
+
+LIGER = "linkedin/Liger-Kernel examples/huggingface README.md, img/qwen_mem_alloc.png (image of 2024-08-26, 03fd603)"
+
+
+def liger_points() -> list[Point]:
+    """liger-kernel's own Hugging Face example (run_qwen.sh, training.py, config/fsdp_config.json at ead96b6):
+    Qwen2-7B full fine-tuning loaded in bf16 (``dtype=torch.bfloat16``, no fp32 upcast: LF's pure_bf16), TRL's
+    SFTTrainer with ``--bf16`` (accelerate's FSDP1 mixed precision in bf16), ``--fsdp "full_shard auto_wrap"``
+    (the decoder layer class), backward_pre and forward prefetch, FSDP activation checkpointing, AdamW (torch),
+    4 × A100-80GB, alpaca at max_seq_length 512. The chart gives the run's peak ``max_memory_allocated`` in MiB
+    (callback.py: binary units). Alpaca samples are padded to the longest of each batch and truncated at 512;
+    an epoch of 32-sample batches meets samples of that length, so the peak batch is micro batch × 512 tokens.
+    ``AutoLigerKernelForCausalLM`` applies RoPE, RMSNorm, SwiGLU and the fused linear cross-entropy, as LF's
+    ``enable_liger_kernel`` does for sft. The image dates the stack: transformers 4.44 (before 4.46's loss
+    rewrite), torch 2.4."""
+    cfg = {"model_name_or_path": "Qwen/Qwen2-7B", "finetuning_type": "full", "cutoff_len": 512, "pure_bf16": True,
+           "optim": "adamw_torch", "flash_attn": "sdpa", "stage": "sft"}
+    acc = {"distributed_type": "FSDP", "mixed_precision": "bf16", "num_processes": 4,
+           "fsdp_config": {"fsdp_version": 1, "fsdp_sharding_strategy": "FULL_SHARD",
+                           "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "fsdp_backward_prefetch": "BACKWARD_PRE",
+                           "fsdp_forward_prefetch": True, "fsdp_use_orig_params": True,
+                           "fsdp_activation_checkpointing": True}}
+    stack = {"torch": "2.4.0", "transformers": "4.44.2"}
+    rows = [(32, False, 51154.27), (32, True, 39300.01), (48, True, 42085.62), (64, True, 42709.12)]
+    return [Point(LIGER, "Qwen/Qwen2-7B", f"full bs{bs} seq512 " + ("liger" if lg else "without liger"),
+                  "4xA100-80GB", mib / 1024, "allocated",
+                  {**cfg, "per_device_train_batch_size": bs, "enable_liger_kernel": lg}, acc, stack=stack,
+                  why="peak max_memory_allocated over the run, MiB as charted")
+            for bs, lg, mib in rows]
 
 
 def _mcore(source: str, model: str, setup: str, gpus: int, measured: float, *, tp: int = 1, pp: int = 1,
@@ -186,7 +227,7 @@ def evaluate(p: Point) -> tuple[float, Any]:
     arch, _ = load_arch(p.model)
     hw = parse_gpu_spec(p.gpu)
     acc = accelerate_config_from_values(p.acc, "accelerate.yaml") if p.acc else None
-    run = resolve_run(p.cfg, arch, hw, launch=LaunchInputs(acc))
+    run = resolve_run(p.cfg, arch, hw, launch=LaunchInputs(acc), stack=p.stack)
     if p.run:
         run = run.with_(**p.run)
     est = estimate(run, hw)
@@ -205,7 +246,8 @@ def section() -> list[str]:
              "measured), each expressed as LLaMA-Factory would run it and estimated with the FSDP terms "
              "(analyzers/memory/fsdp.py) or Megatron's theoretical-memory formula (analyzers/memory/megatron.py)."]
     errs: list[float] = []
-    for title, points in (("FSDP / FSDP2", fsdp_points()), ("Megatron-Core", megatron_points())):
+    for title, points in (("FSDP / FSDP2", fsdp_points()), ("Megatron-Core", megatron_points()),
+                          ("liger-kernel (FSDP1)", liger_points())):
         lines += ["", f"### {title}", "", "| source | model | setup | GPUs | kind | measured | predicted | error |",
                   "|---|---|---|---|---|---|---|---|"]
         mine: list[float] = []
@@ -227,16 +269,37 @@ def section() -> list[str]:
         lines += ["", f"{title}: median absolute error **{statistics.median(mine):.1%}** over {len(mine)} rows, "
                       f"max {max(mine):.1%}, within 10 %: {sum(x <= 0.10 for x in mine)}/{len(mine)}."]
     lines += ["", f"All engine rows: median absolute error **{statistics.median(errs):.1%}** over {len(errs)} rows.",
-              "", "Reading the misses. FSDP: the two rows that publish `max_memory_allocated` agree within about 1 %, "
-              "while every reserved or nvidia-smi row is under-predicted: the allocator reserve the estimate adds "
-              "(analyzers/reserve.py, replayed from single-stream runs) is 4-14 %, where these FSDP1 runs reserve 12-24 % "
-              "over what they allocate (the same source gives both for Llama-2-7B LoRA: 8.28 → 10.24 and 9.16 → 10.22 "
-              "GiB). FSDP all-gathers and reduce-scatters on streams of their own, and the caching allocator reuses a "
-              "block only on the stream that allocated it; a reserve class for FSDP from replays of FSDP traces would "
-              "close most of this gap. The PEFT host-RAM row (107 GB) also counts what the loading rank holds besides "
-              "the offloaded shards. Megatron: dense layouts land within 6 % except pretrain.sh, whose header states the "
-              "whole card; the MoE layouts are under-predicted by 19-23 %: the theoretical formula has no term for the "
-              "token dispatcher's permutation buffers, the grouped-GEMM workspaces or the expert-parallel communicators."]
+              "", "Reading the misses. FSDP: the reserve of an FSDP1 rank is no longer a share of its tensors "
+              "alone. The caching allocator keeps a pool per stream, and FSDP1 allocates on three streams of its own "
+              "(all-gather destinations on the unshard stream, low-precision or offloaded shards on the pre-unshard "
+              "stream, reduce-scatter outputs on the post-backward stream): their high water is the root unit plus "
+              "the running, prefetched and rate-limiter-queued decoder layers, more than the two units the tensor "
+              "peak counts. FSDP initialisation also leaves the largest unit's parameters, its flat copy and a "
+              "broadcast bucket cached on the default stream, which sets a floor under short runs: fsdp_qlora's "
+              "Llama-2-7B LoRA reserves 10.2 GiB at 512 and at 2048 tokens while its allocated peak grows from 8.3 "
+              "to 9.2 GiB (analyzers/memory/fsdp.py stream_pools cites the torch lines). The fsdp_qlora rows run on "
+              "the stack their benchmark dates (transformers 4.37.2: the fp32 logits and the shifted copy). Neither "
+              "train.py (mp.spawn) nor accelerate launch sets expandable_segments, which llamafactory-cli "
+              "exports only when it starts torchrun itself (LF launcher.py:80-83): these rows take the "
+              "allocator-default column of the reserve table. What is left: the Llama-2-7B Q-LoRA row at 512 "
+              "tokens (-19 %; its README gives 3.72 GiB reserved after wrapping where the init floor derived "
+              "here is 3.2 GiB), and 10-15 % under on the CPU-offload rows of Llama-2-70B and 7B LoRA and the "
+              "NO_SHARD Q-LoRA row: the default stream's share comes from single-stream replays of "
+              "LLaMA-Factory runs, not of FSDP1's reentrant-checkpointed units, and no published trace "
+              "separates it; the PEFT rows (nvidia-smi, one of them a 72-80 GB range read off a screenshot that "
+              "includes the final FULL_STATE_DICT save, and a host-RAM figure that counts what the loading rank "
+              "holds besides the offloaded shards) stay 13-31 % under, the host row 62 %. No FSDP2 row is "
+              "published. liger-kernel: "
+              "its own FSDP1 example runs under accelerate's mixed precision, which upcasts the bf16-loaded "
+              "trainable flat parameters to fp32 (accelerate accelerator.py:1991-2032), doubling weights, "
+              "gradients and AdamW states; with that the three liger rows land within 6 %. The row without liger "
+              "is over-predicted by 20 %: its peak is the loss, where the estimate keeps 14 bytes per logit for "
+              "transformers 4.44 (bf16 logits, fp32 upcast, shifted copy, log-softmax); the bf16 logits are "
+              "freed once upcast (nothing saves them for backward), which would make it 12 and the row +11 % "
+              "(analyzers/memory/logits.py, not changed here). Megatron: dense layouts land within 6 % except "
+              "pretrain.sh, whose header states the whole card; the MoE layouts are under-predicted by 19-23 %: "
+              "the theoretical formula has no term for the token dispatcher's permutation buffers, the grouped-GEMM "
+              "workspaces or the expert-parallel communicators."]
     return lines
 
 

@@ -91,12 +91,9 @@ LIGER_ROWS = [
      "evaluation materialises the logits; the reporter's follow-up (#7110) shows the two cards at 40 and 75 GB"),
 ]
 LIGER_NOT_EXPRESSIBLE = [
-    ("liger-kernel examples/huggingface/README.md (v0.6.3), Qwen2-7B, alpaca, bs 32/48/64 on 4 x A100, FSDP1: "
-     "peak allocated 51154 MB (bs 32 without liger), 39300 / 42086 / 42709 MB with liger",
-     "FSDP1 full_shard of a bf16-loaded model is not modelled on this branch (wt/engines adds FSDP), and the "
-     "tokens per batch are not published (alpaca samples padded to the longest of each batch, truncated at 512)"),
-    ("liger-kernel examples/huggingface/README.md, LLaMA-3-8B and Gemma-7B charts (same setup)",
-     "as above; their values are bars without labels"),
+    ("liger-kernel examples/huggingface/README.md, LLaMA-3-8B and Gemma-7B charts (the setup of the Qwen2-7B "
+     "chart, whose labelled bars are rows of the engine section)",
+     "their bars carry no values"),
     ("liger-kernel benchmark/data/all_benchmark_data.csv, fused_linear_cross_entropy memory (H 4096, V 128256, "
      "BT 4096-32768, liger 0.4.2)",
      "kernel-level runs of liger 0.4.2, whose FLCE upcast each chunk to fp32 and accumulated with addmm; LF requires "
@@ -125,7 +122,15 @@ def liger_table() -> tuple[list[str], list[float]]:
         lines.append(f"| {src} | {model} | {est.total:.1f} (without liger {off.total:.1f}) | "
                      f"{est.per_gpu['logits']:.2f} (without liger {off.per_gpu['logits']:.1f}) | {meas:.1f} | "
                      f"{e:+.1%} | {what} |")
-    lines += ["", "Published liger measurements not expressible here:", ""]
+    lines += ["", "liger-kernel's own FSDP1 example (Qwen2-7B, 4 × A100) is a table of the engine section above. "
+                  "Searched besides (stored web pages and issue threads, 2026-12-02): TRL's liger "
+                  "integration page and LinkedIn's Liger-Kernel post give percentages only (\"-60 % memory\"); "
+                  "linkedin/Liger-Kernel#311 reports an OOM without a number; PrimeIntellect-ai/prime-rl#1685 "
+                  "(28 GB without liger, OOM with it) is an RL trainer LLaMA-Factory cannot express; "
+                  "hiyouga/LlamaFactory#5510 quotes the README's percentages; hiyouga/LlamaFactory#8287 gives 50 GB "
+                  "to 14 GB on 8 × A100 without the model's size, sequence length or batch. None gives GiB for a named model, "
+                  "sequence length, batch and GPU.", "",
+              "Published liger measurements not expressible here:", ""]
     lines += [f"- {src}: {why}" for src, why in LIGER_NOT_EXPRESSIBLE]
     return lines, errs
 
@@ -174,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                       meas, est.total,
                       est.peak_allocated, e_t))
     lines = ["# Memory accuracy vs published measurements", "",
+             "Reproduce: `FINETUNE_DOCTOR_NO_NVML=1 python benchmarks/memory_accuracy.py` (CPU only, seconds).", "",
              f"Baseline: `{Path(args.csv).name}` ({len(rows)} rows; {len(table)} expressible in LLaMA-Factory and in "
              f"the catalog, {skipped} skipped). Measured values as published (unit 'G'; tool mostly unstated).", "",
              "| model | method | seq | GPUs | ZeRO | measured | predicted total | predicted allocated | error (total) |",

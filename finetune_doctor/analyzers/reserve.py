@@ -13,6 +13,10 @@ Pure Python, no torch. The classes, in the order they are tested (the first that
 * ``default`` — everything else.
 
 Expandable segments (``expandable_segments:True``) have a column of their own.
+
+FSDP1 ranks allocate on streams of their own, and the allocator keeps one pool per stream; the class's share
+covers only the default stream, ``pool_reserve`` adds FSDP's pools and the blocks its initialisation leaves
+(analyzers/memory/fsdp.py ``stream_pools`` derives them from torch's FSDP source).
 """
 
 from __future__ import annotations
@@ -58,3 +62,14 @@ def reserve_fraction(run: Any, terms: Any, expandable: bool) -> tuple[float, str
     if entry is None:
         return FALLBACK[mode], cls
     return float(entry[mode]["median"]), cls
+
+
+def pool_reserve(peak: float, share: float, terms: Any) -> float:
+    """The reserve in bytes over a tensor peak of `peak` bytes: ``share`` of the default stream's tensors, or
+    the blocks FSDP initialisation left in that pool when they are more, plus FSDP's own stream pools beyond
+    what `peak` already counts (`terms`: fields ``side_pools``, ``side_live``, ``init_floor``, bytes, all 0
+    outside FSDP1, where this is ``peak * share``)."""
+    side_live = min(getattr(terms, "side_live", 0.0), peak)
+    default_peak = peak - side_live
+    default_pool = max(default_peak * (1 + share), getattr(terms, "init_floor", 0.0))
+    return default_pool + max(getattr(terms, "side_pools", 0.0), side_live) - peak

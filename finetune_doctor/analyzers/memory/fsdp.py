@@ -35,6 +35,10 @@ Per rank, with N ranks in the shard group (the world; a node for HYBRID_SHARD; 1
   ``fsdp_cpu_ram_efficient_loading`` lets rank 0 alone load it and the others start on the meta device
   (accelerate ``FullyShardedDataParallelPlugin.cpu_ram_efficient_loading``; fsdp_utils.py:820-838).
 
+* **allocator pools** (FSDP1): what the caching allocator keeps on FSDP's unshard, pre-unshard and
+  post-backward streams, and what initialisation leaves cached on the default stream (`stream_pools`; the reserve
+  is assembled in analyzers/reserve.py ``pool_reserve``).
+
 Activations and logits are the HF model's (activations.py, logits.py) computed on what the GPU runs: under mixed
 precision FSDP casts the parameters to ``param_dtype`` and accelerate adds autocast, so the residual stream and
 the matmuls are half precision and no autocast weight cache exists (`compute_view`).
@@ -83,10 +87,14 @@ def _stored_bytes(run: Run) -> tuple[float, float, float, float]:
     A bitsandbytes 4-bit weight is a ``Params4bit`` whose packed data (0.5 B per element, stored in the compute
     dtype) is the parameter FSDP shards; its ``quant_state`` (absmax, nested absmax, code) is a plain attribute of
     that parameter (bitsandbytes ``nn/modules.py`` ``Params4bit``), which neither FSDP1's FlatParameter nor FSDP2's
-    DTensor shards: each rank keeps all of it."""
+    DTensor shards: each rank keeps all of it.
+
+    Under accelerate's mixed precision, FSDP1 trainable FlatParameters stored in half precision are upcast to fp32
+    after wrapping, as DeepSpeed keeps fp32 partitions (accelerate 16cb6eb ``accelerator.py:1991-2032``: every
+    FSDP module whose flat parameter requires grad and is not fp32, quantized models' adapters included)."""
     pd = run.fsdp_param_dtype
-    b_t = 4.0 if (run.trainable_dtype == "float32" or (run.fsdp_version == 2 and pd and not run.quantized)) \
-        else _bytes(run.trainable_dtype)
+    upcast = bool(pd) and (run.fsdp_version != 2 or not run.quantized)
+    b_t = 4.0 if (run.trainable_dtype == "float32" or upcast) else _bytes(run.trainable_dtype)
     if run.quantized:
         wq = run.linear_weight_bytes or weight_bytes_per_param(run.weights_dtype, run.double_quantization)
         packed = _bytes(run.weights_dtype) if run.weights_dtype in ("nf4", "fp4") else wq
@@ -123,6 +131,75 @@ def _chunk(elems: float, rows: int, N: int) -> float:
     return math.ceil(rows / N) * (elems / rows)
 
 
+# torch.distributed.fsdp._init_utils.PARAM_BROADCAST_BUCKET_SIZE (torch 2.13.0 _init_utils.py:60): the bucket
+# sync_module_states broadcasts each unit's states in
+BROADCAST_BUCKET_BYTES = 250 * 1024 * 1024
+# torch 2.13.0 _limiter_utils.py:15: free events the rate limiter lets queue before it waits on the oldest
+LIMITER_INFLIGHT = 2
+
+
+def stream_pools(run: Run, N: int, big: float, big_stored: float, root_live: float, root_stored: float,
+                 live: float, gpu_weights: float) -> dict[str, float]:
+    """What the caching allocator reserves for an FSDP1 rank beyond the default stream's tensors. Bytes.
+
+    Returns ``side_pools`` (the high-water mark of the pools of FSDP's own streams), ``side_live`` (the part of
+    it the tensor peak already counts: the unsharded units in `live`) and ``init_floor`` (what the default
+    stream's pool still holds when training starts). analyzers/reserve.py ``pool_reserve`` turns them into the
+    reserve. `big`/`big_stored`: the largest decoder-layer unit unsharded in the compute / stored dtype;
+    `root_live`/`root_stored`: the root unit (embeddings, final norm, lm_head) likewise.
+
+    Why (torch 2.13.0, ``torch/distributed/fsdp``): the caching allocator keeps one pool per stream: a block
+    freed on one stream is re-allocated only on that stream (c10/cuda/CUDACachingAllocator.cpp, the opening
+    comment), and a block freed after ``record_stream`` waits until the recording stream passes that point.
+    FSDP1 allocates on three streams of its own (``_runtime_utils.py:263-269``):
+
+    * unshard stream: every all-gather destination (``_runtime_utils.py:304-306`` → ``_flat_param.py:1395-1409``
+      ``_alloc_padded_unsharded_flat_param``). A unit's block is freed at its reshard with ``record_stream`` on
+      the compute stream (``_flat_param.py:1805-1821``), so while the CPU runs ahead the next all-gather cannot
+      reuse it. The rate limiter lets ``LIMITER_INFLIGHT`` freed units queue before it synchronises the oldest
+      (``_runtime_utils.py:297-302``, events enqueued at every reshard ``:316-326``). High water: the root (never
+      resharded after forward, ``:496-499``) plus the running unit, the prefetched one (``backward_prefetch``)
+      and the queued frees. With LoRA leaves wrapped as units of their own (peft's policy) the queue entries
+      between two decoder layers are leaf frees, so one layer free stays queued; without leaves, two;
+    * pre-unshard stream (``_runtime_utils.py:293-294`` ``pre_unshard``): under parameter mixed precision the
+      low-precision shard ``_mp_shard`` (``_flat_param.py:1342-1357``), with CPU offload the shard's copy to the
+      device (``:1336-1338``), one per unit in flight; the offloaded copy lives until the reshard;
+    * post-backward stream: the reduce-scatter output (``_runtime_utils.py:890-902``); with CPU offload it is
+      copied to the host and freed (``:985``), a shard per unit in flight.
+
+    Initialisation leaves its blocks in the default stream's pool (nothing empties the cache between
+    ``FullyShardedDataParallel(...)``/``accelerator.prepare`` and the first step): per unit
+    ``_init_param_handle_from_module`` moves the unit's parameters to the GPU (``_init_utils.py:603-608``),
+    broadcasts them in ``BROADCAST_BUCKET_BYTES`` buckets under ``sync_module_states`` (``:1162-1167``), and
+    ``FlatParamHandle`` concatenates them (``_flat_param.py:893``) before ``shard`` clones this rank's chunk
+    and frees the whole (``:945-975``, ``:1122-1138``). The largest unit's parameters, its flat copy and a
+    bucket stay cached beside the shards. Later default-stream tensors reuse those blocks, so the default pool
+    is the larger of this floor and the default stream's own peak.
+
+    FSDP2 (``fully_shard``), NO_SHARD and SHARD_GRAD_OP get zeros (the share alone, as before): no published row
+    measures them, and their streams' lifetimes are not derived here.
+    """
+    zero = {"side_pools": 0.0, "side_live": 0.0, "init_floor": 0.0}
+    strategy = run.fsdp_sharding or "FULL_SHARD"
+    if run.fsdp_version == 2 or N <= 1 or strategy in _NO_RESHARD:
+        return zero
+    leaves = run.finetuning_type in ("lora", "oft")
+    pre = 2 if (run.fsdp_backward_prefetch in ("BACKWARD_PRE", "BACKWARD_POST") or run.fsdp_forward_prefetch) else 1
+    n = pre + (LIMITER_INFLIGHT - 1 if leaves else LIMITER_INFLIGHT)
+    unshard = root_live + n * big
+    pd = run.fsdp_param_dtype
+    pre_unshard = 0.0
+    if pd and big != big_stored:   # parameter mixed precision: the low-precision shard is a copy
+        pre_unshard = (n * big + root_live) / N
+    if run.fsdp_offload_params:
+        pre_unshard = max(pre_unshard, (n * big_stored + root_stored) / N)
+    post = n * big_stored / N if run.fsdp_offload_params else 0.0
+    unit = max(big_stored, root_stored)
+    bucket = min(BROADCAST_BUCKET_BYTES, unit) if (run.fsdp_sync_module_states and run.world_size > 1) else 0.0
+    return {"side_pools": unshard + pre_unshard + post, "side_live": live,
+            "init_floor": gpu_weights + 2 * unit + bucket}
+
+
 def fsdp_terms(run: Run, c: ParamCounts, T: int) -> dict[str, float | bool]:
     """The `Terms` fields (analyzers/memory/terms.py) of one FSDP rank for micro batches of `T` tokens. Bytes."""
     a = run.arch
@@ -137,6 +214,7 @@ def fsdp_terms(run: Run, c: ParamCounts, T: int) -> dict[str, float | bool]:
     # ---- decoder layers
     shard_w = shard_t = whole = 0.0
     layer_live: list[float] = []
+    layer_stored: list[float] = []
     layer_train: list[float] = []
     for i in range(a.num_layers):
         fl, fo, tr = _layer_parts(run, c, i)
@@ -151,6 +229,7 @@ def fsdp_terms(run: Run, c: ParamCounts, T: int) -> dict[str, float | bool]:
         whole += fl * b_whole
         shard_t += frac * tr
         layer_live.append(fl * live_fl + fo * live_fo + tr * live_t)
+        layer_stored.append(fl * b_fl + fo * b_fo + tr * b_t)
         layer_train.append(tr)
     # ---- embeddings, final norm, lm_head
     emb, head, norm = a.embedding_params(), a.lm_head_params(), a.final_norm_params()
@@ -207,6 +286,8 @@ def fsdp_terms(run: Run, c: ParamCounts, T: int) -> dict[str, float | bool]:
     model_bytes = c.base * ((b_fl + b_whole) if run.quantized else _bytes(run.weights_dtype))
     load = model_bytes * (1 if run.fsdp_cpu_ram_efficient_loading else g)
     host = HOST_PER_PROCESS_GIB * GIB * g + max(load, host_steady * g)
+    pools = stream_pools(run, N, max(layer_live, default=0.0), max(layer_stored, default=0.0),
+                         tail_live if not v2 else 0.0, outer_frozen * b_fo + emb_t * b_t, live, weights)
     view = compute_view(run)
     act = activation_terms(view, c, T)
     lg = logit_terms(view, T)
@@ -217,4 +298,4 @@ def fsdp_terms(run: Run, c: ParamCounts, T: int) -> dict[str, float | bool]:
             # loss's backward, where no unit has produced a gradient yet
             "activations": act.saved, "recompute": act.recompute + g_bwd, "autocast_cache": act.autocast_cache,
             "logits": lg.forward, "logits_bwd": lg.backward, "grads_in_backward": 0.0, "buffers": 0.0,
-            "host": host}
+            "host": host, **pools}

@@ -22,7 +22,7 @@ from finetune_doctor.analyzers.memory.logits import eval_logit_bytes
 from finetune_doctor.analyzers.memory.runtime import runtime_bytes
 from finetune_doctor.analyzers.memory.terms import compute_terms
 from finetune_doctor.analyzers.params import ParamCounts, count_params
-from finetune_doctor.analyzers.reserve import reserve_fraction
+from finetune_doctor.analyzers.reserve import pool_reserve, reserve_fraction
 from finetune_doctor.run import Run
 from finetune_doctor.types import GIB, Hardware, MemoryEstimate
 
@@ -83,11 +83,13 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
                 + [(f"{n} of step 1", v) for n, v, _ in first[:-1]] + [("optimizer step of step 1", steady[-1][1])]
                 + [(f"{n} of step 2", v) for n, v, _ in steady[:-1]]
                 + [(label, v) for _, v, _, label in later if not label.endswith("step 0")])
-    expandable = run.world_size > 1  # llamafactory-cli sets expandable_segments for torchrun launches
+    # llamafactory-cli exports expandable_segments:True when it starts torchrun itself (LF 0.9.5 launcher.py:80-83);
+    # accelerate launch, torchrun or deepspeed started by hand leave the allocator's default
+    expandable = run.world_size > 1 and run.launcher in (None, "llamafactory-cli")
     # the allocator's reserve by shape class, derived from allocator replays (analyzers/reserve.py)
     reserve_share, shape = reserve_fraction(run, t, expandable)
     factor = 1 + reserve_share
-    reserve = peak * (factor - 1)
+    reserve = pool_reserve(peak, reserve_share, t)   # FSDP's stream pools and init floor (reserve.py)
     rt = runtime_bytes(run, hw)
     first_oom = None
     if hw is not None and hw.capacity_gib:

@@ -35,6 +35,11 @@ class Terms:
     grads_in_backward: float    # gradient buffers that exist from the first moment of backward (ZeRO-2 partition)
     buffers: float
     host: float
+    # FSDP1 only (analyzers/memory/fsdp.py stream_pools): pools of FSDP's own streams, the part of them the
+    # tensor peak counts, and what initialisation leaves cached on the default stream
+    side_pools: float = 0.0
+    side_live: float = 0.0
+    init_floor: float = 0.0
 
 
 def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | None = None) -> Terms:
