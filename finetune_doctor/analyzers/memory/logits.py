@@ -37,6 +37,8 @@ def eval_logit_bytes(run: Run, T: int) -> float:
     e = logit_dtype_bytes(run)
     # before transformers 4.49 the loss also takes a contiguous fp32 copy of the shifted logits
     return T * run.arch.vocab_size * (e + 4.0 + (4.0 if e == 2.0 else 0.0) + (4.0 if run.shifted_logits_copy else 0.0))
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(int(n) - 1, 0).bit_length()
 
