@@ -70,7 +70,10 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple
                          "peak_allocated_gib": None if m is None else round(m.peak_allocated, 2),
                          "host_gib": None if m is None else round(m.host, 2),
                          "fits": None if m is None else m.fits})
+        run = asm.run
+        # ZeRO-3 and FSDP refuse a PTQ checkpoint (LF 0.9.5 model_utils/quantization.py:100-104): no hint toward them
+        shardable = run is None or not (run.ptq_method and not run.ptq_dequantized)
         sections["sweep"] = {"keys": [k for k, _ in axes], "rows": rows,
-                             "capacity_gib": asm.hw.capacity_gib if asm.hw else None}
+                             "capacity_gib": asm.hw.capacity_gib if asm.hw else None, "zero3_allowed": shardable}
     return Report(command="estimate", inputs=asm.inputs(), findings=tuple(findings), run=asm.run_summary(),
                   hardware=asm.hw, memory=asm.memory, sections=sections, notes=tuple(asm.notes))

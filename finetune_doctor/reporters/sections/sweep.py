@@ -28,8 +28,13 @@ def render(data: dict[str, Any]) -> Any:
     if data.get("rows") and not any(r.get("fits") for r in data["rows"]) and cap:
         from rich.console import Group
 
-        hint = Text("No point fits. Try sweeping other axes, e.g. --sweep deepspeed=examples/deepspeed/"
-                    "ds_z2_config.json,examples/deepspeed/ds_z3_config.json,examples/deepspeed/ds_z3_offload_config.json "
-                    "or --sweep finetuning_type=full,lora", style="yellow")
+        if data.get("zero3_allowed", True):
+            hint = Text("No point fits. Try sweeping other axes, e.g. --sweep deepspeed=examples/deepspeed/"
+                        "ds_z2_config.json,examples/deepspeed/ds_z3_config.json,examples/deepspeed/"
+                        "ds_z3_offload_config.json or --sweep finetuning_type=full,lora", style="yellow")
+        else:   # a PTQ checkpoint: LLaMA-Factory refuses ZeRO-3 and FSDP for it
+            hint = Text("No point fits. Try sweeping other axes, e.g. --sweep per_device_train_batch_size=1,2 "
+                        "or --sweep lora_rank=8,16 (ZeRO-3 and FSDP are refused for this pre-quantized checkpoint)",
+                        style="yellow")
         return Group(t, hint)
     return t
