@@ -257,3 +257,17 @@ def test_exact_auto_builds_on_meta_only_outside_the_verified_types():
     assert q.exact is None
     glm, _ = load_arch("THUDM/chatglm3-6b", exact="auto")
     assert glm.exact is None and "meta-device build failed" in glm.notes
+
+
+def test_a_hub_cache_folder_of_the_training_machine_is_sized_as_its_repository(tmp_path):
+    # LF#7388 passed `.../models--Qwen--Qwen2.5-VL-3B-Instruct/snapshots/<sha>` from the training machine; the
+    # folder name is huggingface_hub's encoding of the repository id (file_download.py repo_folder_name)
+    path = str(tmp_path / "hub" / "models--Qwen--Qwen2.5-7B-Instruct" / "snapshots" / "0123abc")
+    by_path, _ = load_arch(path, offline=True)
+    by_id, _ = load_arch("Qwen/Qwen2.5-7B-Instruct", offline=True)
+    assert by_path.total_params() == by_id.total_params()
+    assert "sized as Qwen/Qwen2.5-7B-Instruct" in by_path.notes
+    with pytest.raises(ModelUnresolved) as err:           # an unknown repository still names what is missing
+        load_arch(str(tmp_path / "models--acme--NoSuchModel-3B"), offline=True)
+    assert "acme/NoSuchModel-3B" in err.value.message
+    assert err.value.message.count(str(tmp_path / "models--acme--NoSuchModel-3B")) <= 1

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -156,10 +157,18 @@ def _resolve(name: str, base_dir: str | None, hf_home: str | None, cache_dir: st
                                        "(adapter_config.json)"), doc
             looked.append(f"{cand} has no config.json")
     if not looked:
-        looked.append(f"no config.json at {' or '.join(str(c) for c in _local_candidates(name, base_dir))}")
+        places = dict.fromkeys(str(c) for c in _local_candidates(name, base_dir))   # once each, in order
+        looked.append(f"no config.json at {' or '.join(places)}")
     if model_config:
         return _from_file(_model_config_file(model_config, base_dir), name, "model-config",
                           f"config from --model-config {model_config}", tf_major)
+    repo = _repo_of_cache_folder(name)
+    if repo is not None and depth < 3:
+        arch, doc = load_arch(repo, base_dir=base_dir, hf_home=hf_home, cache_dir=cache_dir,
+                              allow_download=allow_download, offline=offline, timeout_s=timeout_s,
+                              transformers_major=tf_major, _depth=depth + 1)
+        return with_note(arch, f"{name} is a hub-cache folder not on this machine; sized as {repo}, the repository "
+                               "its folder name encodes"), doc
     if REPO_ID.match(name):
         hit = hub_cache_config(name, hf_home, cache_dir)
         if hit is not None:
@@ -195,6 +204,17 @@ def _resolve(name: str, base_dir: str | None, hf_home: str | None, cache_dir: st
     fix = _fix_command(name)
     raise ModelUnresolved(f"unknown model '{name}': {', '.join(looked)}{hint}; supply its config with {fix}",
                           model=name, missing="the model's config.json", fix=fix)
+
+
+_CACHE_FOLDER = re.compile(r"(?:^|/)models--(?P<org>[A-Za-z0-9][\w.-]*?)--(?P<name>[\w.-]+?)(?:/snapshots/[^/]+)?/?$")
+
+
+def _repo_of_cache_folder(path: str) -> str | None:
+    """``ORG/NAME`` of a huggingface_hub cache folder (``.../models--ORG--NAME/snapshots/<revision>``, the layout of
+    huggingface_hub's file_download.py ``repo_folder_name``), or None. Users pass such paths, copied from the
+    training machine, as ``model_name_or_path``."""
+    m = _CACHE_FOLDER.search(path.replace("\\", "/"))
+    return f"{m.group('org')}/{m.group('name')}" if m else None
 
 
 def read_processor_config(model_dir: Path) -> dict[str, Any] | None:
