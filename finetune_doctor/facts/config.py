@@ -265,7 +265,10 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
     except InputError as err:
         if not tolerate:
             if err.file is None or err.file == str(name):
-                err = InputError(err.message, file=doc.path, line=doc.line_of("model_name_or_path"))
+                if "model_name_or_path" in (doc.overrides or {}):   # a key=value override named the model
+                    err = InputError(err.message, file="<command line>", line=None)
+                else:
+                    err = InputError(err.message, file=doc.path, line=doc.line_of("model_name_or_path"))
             raise err from None
         fix = getattr(err, "fix", "") if isinstance(err, ModelUnresolved) else ""
         where = f"{err.file}:{err.line}" if err.file and err.file != str(name) and err.line else err.file
