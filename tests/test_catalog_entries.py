@@ -75,6 +75,21 @@ def test_alias_entry_fields(entry):
                 assert over[sub][k] == base["config"][sub][k], (sub, k)
 
 
+def _resolved(entry):
+    if "config" in entry:
+        return dict(entry["config"])
+    return {**_resolved(BY_ID[entry["same_architecture_as"]]), **entry["config_overrides"]}
+
+
+@pytest.mark.parametrize("entry", ALIASES, ids=lambda e: e["id"])
+def test_alias_overrides_differ_from_their_base(entry):
+    """An override that restates the base's value is a stale copy: when a base entry is corrected (Qwen2.5-32B's
+    rms_norm_eps, 1e-05 in its hub file), the aliases that recorded the old difference must follow."""
+    base = _resolved(BY_ID[entry["same_architecture_as"]])
+    same = [k for k, v in entry["config_overrides"].items() if k in base and base[k] == v]
+    assert not same, same
+
+
 def test_names_are_unique_across_the_catalog():
     seen: dict[str, str] = {}
     for e in ENTRIES:
