@@ -271,3 +271,20 @@ def test_a_hub_cache_folder_of_the_training_machine_is_sized_as_its_repository(t
         load_arch(str(tmp_path / "models--acme--NoSuchModel-3B"), offline=True)
     assert "acme/NoSuchModel-3B" in err.value.message
     assert err.value.message.count(str(tmp_path / "models--acme--NoSuchModel-3B")) <= 1
+
+
+@pytest.mark.parametrize("name, base", [
+    ("deepseek-ai/DeepSeek-R1-0528", "deepseek-ai/DeepSeek-R1"),            # a release tag: same architecture
+    ("unsloth/DeepSeek-R1-0528-BF16", "deepseek-ai/DeepSeek-R1"),           # ... and a precision conversion
+    ("unsloth/gpt-oss-120b-BF16", "openai/gpt-oss-120b"),                   # LF dequantizes MXFP4 to bf16 anyway
+    ("Qwen/Qwen2.5-7B-Instruct-AWQ", "Qwen/Qwen2.5-7B"),
+])
+def test_release_tags_and_precision_endings_keep_the_architecture(name, base):
+    found, how = catalog_mod.find_in_catalog(name)
+    assert (found["id"], how) == (base, "stem")
+
+
+def test_sizes_are_not_release_tags():
+    # four digits with a unit are a size or a context length, never stripped as a release tag
+    assert catalog_mod.stem("Qwen/Qwen2.5-7B-1024k") == "qwen2.5-7b-1024k"
+    assert catalog_mod.stem("acme/model-2507") == "model"

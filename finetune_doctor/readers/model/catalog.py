@@ -28,10 +28,16 @@ CATALOG_PATH = Path(__file__).resolve().parent.parent.parent / "catalog" / "mode
 # Name endings that do not change the architecture: chat/instruct tunes, HF-format exports, quantized
 # re-uploads keep the base model's shapes. Stripped one at a time from the end when looking up the catalog.
 QUANT_SUFFIXES = ("gptq", "awq", "int4", "int8", "fp8", "bnb", "4bit", "8bit", "gguf", "mlx", "mxfp4")
+# Precision conversions (unsloth's gpt-oss-120b-BF16, DeepSeek-R1 BF16 uploads) keep the shapes; their dtype is
+# the base entry's, which for an MXFP4/FP8 base is what LLaMA-Factory dequantizes to anyway (bf16).
+PRECISION_SUFFIXES = ("bf16", "fp16", "fp32")
 NEUTRAL_SUFFIXES = (
     "instruct", "chat", "hf", "base", "it", "pt", "sft", "dpo", "rlhf", "4k", "8k", "32k", "128k",
     "ms", "full", "lora", "merged",
-) + QUANT_SUFFIXES
+) + QUANT_SUFFIXES + PRECISION_SUFFIXES
+# A four-digit release tag (DeepSeek-R1-0528, DeepSeek-V3-0324, Qwen3-30B-A3B-2507, Mistral-Small-...-2503) marks
+# a retrained checkpoint of the same architecture; sizes always carry a unit (7b, 32k), so four bare digits do not.
+RELEASE_TAG = re.compile(r"-\d{4}$")
 MAX_ALIAS_DEPTH = 4
 
 
@@ -41,7 +47,8 @@ def norm(s: str) -> str:
 
 
 def stem(s: str) -> str:
-    """Lower-cased last path component with architecture-neutral endings removed."""
+    """Lower-cased last path component with architecture-neutral endings removed (tune, quantization and precision
+    endings, a four-digit release tag)."""
     base = norm(s).rsplit("/", 1)[-1]
     changed = True
     while changed:
@@ -50,6 +57,10 @@ def stem(s: str) -> str:
             if base.endswith("-" + suf) and len(base) > len(suf) + 1:
                 base = base[: -len(suf) - 1]
                 changed = True
+        tag = RELEASE_TAG.search(base)
+        if tag and tag.start() > 0:
+            base = base[:tag.start()]
+            changed = True
     return base
 
 
