@@ -14,7 +14,7 @@ import shutil
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from fuzzkit import strategies as fs
@@ -32,6 +32,7 @@ def _offline(monkeypatch):
 
 def _ok(args: list[str], limit_s: float = 20.0) -> None:
     out = invoke(args, limit_s)
+    event(f"{args[0]}{' --fix' if '--fix' in args else ''} exit {out.code}")
     assert out.problem is None, f"doctor {' '.join(args)}: {out.problem}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
 
 
