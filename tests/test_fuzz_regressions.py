@@ -133,3 +133,61 @@ def test_lone_surrogate_in_a_json_array_dataset_does_not_crash_data(tmp_path):
     cfg.write_text(BASE.replace("alpaca_en_demo", "ds") + f"dataset_dir: {tmp_path}\n")
     out = invoke(["data", str(cfg), "--approximate", "--workers", "1", "--offline"])
     assert out.problem is None and out.code in (1, 2) and "surrogate" in out.stdout + out.stderr, out
+
+
+# --- the big-input benchmark's find (benchmarks/bench_big_inputs.py) --------------------------------------------
+
+def _no_newline_log(path, mib: int) -> None:
+    words = "CUDA out of memory 'loss': NCCL Killed Traceback (most recent call last) "
+    chunk = words * ((1 << 20) // len(words))
+    with open(path, "w") as fh:
+        for _ in range(mib):
+            fh.write(chunk)
+
+
+def _summary(fe):
+    return (len(fe.ooms or ()), len(fe.kills or ()), len(fe.nccl or ()), len(fe.notices or ()), fe.read.lines,
+            fe.read.bytes_read if hasattr(fe.read, "bytes_read") else None)
+
+
+@pytest.mark.slow
+def test_log_without_newlines_stops_grep_and_reads_the_same_as_without_it(tmp_path, monkeypatch):
+    # 256 MB without a newline cost 662 MiB (grep held the whole line) and 450 s; grep is now stopped at the first
+    # line longer than a chunk and capped in address space, and the scan finds the same evidence
+    from finetune_doctor.readers import loggrep
+    from finetune_doctor.readers.logs import read_text_log
+
+    log = tmp_path / "train.log"
+    _no_newline_log(log, 12)
+    stops = []
+    real_stop = loggrep.Offsets.stop
+    monkeypatch.setattr(loggrep.Offsets, "stop", lambda self: (stops.append(1), real_stop(self))[1])
+    with_grep = read_text_log(str(log))
+    assert stops == [1]
+    monkeypatch.setenv("FINETUNE_DOCTOR_NO_GREP", "1")
+    assert _summary(read_text_log(str(log))) == _summary(with_grep)
+
+
+def test_grep_stopped_early_keeps_its_offsets_valid(tmp_path):
+    from finetune_doctor.readers import loggrep
+
+    log = tmp_path / "a.log"
+    log.write_bytes(b"x\nCUDA out of memory\n" * 10)
+    with loggrep.trigger_offsets(str(log), ("CUDA out of memory",)) as hits:
+        if hits is None:
+            pytest.skip("no grep on this machine")
+        first = next(iter(hits))
+        hits.stop()
+        assert first == 2 and hits.ok
+
+
+def test_grep_past_its_memory_limit_is_a_failed_grep_not_a_big_process(tmp_path, monkeypatch):
+    from finetune_doctor.readers import loggrep
+
+    monkeypatch.setattr(loggrep, "GREP_MAX_BYTES", 24 << 20)
+    log = tmp_path / "a.log"
+    _no_newline_log(log, 48)
+    with loggrep.trigger_offsets(str(log), ("CUDA out of memory",)) as hits:
+        if hits is None:
+            pytest.skip("no grep on this machine")
+        assert list(hits) == [] and not hits.ok   # "memory exhausted", exit 2: readers/logs.py rescans itself

@@ -9,7 +9,13 @@ those offsets exactly as it parses the ones its own expression finds (the test c
 
 Used for plain files of at least `MIN_BYTES` (gzip and UTF-16 logs are decoded by Python, so their offsets
 differ); without grep, or with ``FINETUNE_DOCTOR_NO_GREP=1``, the reader's own expression finds the words.
-Offsets stream from grep's stdout one line at a time: memory does not grow with the number of matches.
+Offsets stream from grep's stdout one line at a time: memory does not grow with the number of matches. grep
+holds a whole line in memory before it prints a match in it, so a log without newlines would cost grep the size
+of the file (662 MiB and 450 s for 256 MB, benchmarks/results/big_inputs.md): readers/logs.py stops grep
+(`Offsets.stop`) at the first line longer than a chunk and finds the rest of the words itself, and grep runs
+under an address-space limit (`GREP_MAX_BYTES`): grep reads ahead of the scan, so a long line can grow it before
+the scan meets that line; past the limit grep stops with "memory exhausted" (exit 2) and the scan falls back to
+its own expression.
 """
 
 from __future__ import annotations
@@ -23,6 +29,13 @@ import tempfile
 from typing import Iterator
 
 MIN_BYTES = 4 << 20
+GREP_MAX_BYTES = 128 << 20   # grep's address space: ~10 MiB for itself and the words, the rest for one line
+
+
+def _limit_memory() -> None:   # in the child, before exec
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (GREP_MAX_BYTES, GREP_MAX_BYTES))
 _WORDS: dict[tuple[str, ...], str] = {}
 
 
@@ -43,6 +56,15 @@ class Offsets:
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
         self.ok = True
+        self.stopped = False
+
+    def stop(self) -> None:
+        """End grep now: the caller finds the words from here on itself. The offsets grep printed before stay
+        valid, also when grep already died of its memory limit: that happens only on a line longer than the one
+        the caller stops at, and grep prints the matches of earlier lines, in order, before it reads further."""
+        self.stopped, self.ok = True, True
+        if self.proc.poll() is None:
+            self.proc.kill()
 
     def __iter__(self) -> Iterator[int]:
         assert self.proc.stdout is not None
@@ -53,7 +75,7 @@ class Offsets:
                     yield int(raw[:k])
                 except ValueError:
                     continue
-        if self.proc.wait() not in (0, 1):
+        if self.proc.wait() not in (0, 1) and not self.stopped:
             self.ok = False
 
 
@@ -66,7 +88,7 @@ def trigger_offsets(path: str, words: tuple[str, ...]) -> Iterator[Offsets | Non
         return
     proc = subprocess.Popen([exe, "-o", "-b", "-a", "-F", "-f", _words_file(tuple(words)), "--", path],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                            env={**os.environ, "LC_ALL": "C"}, bufsize=1 << 16)
+                            env={**os.environ, "LC_ALL": "C"}, bufsize=1 << 16, preexec_fn=_limit_memory)
     try:
         yield Offsets(proc)
     finally:
