@@ -36,6 +36,8 @@ def _limit_memory() -> None:   # in the child, before exec
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (GREP_MAX_BYTES, GREP_MAX_BYTES))
+
+
 _WORDS: dict[tuple[str, ...], str] = {}
 
 
