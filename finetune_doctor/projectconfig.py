@@ -7,6 +7,7 @@ An unknown option is an input error naming the file.
 
 from __future__ import annotations
 
+import os
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -25,9 +26,17 @@ KNOWN = {"select", "ignore", "per-file-ignores", "fail-on", "rules", "gpu", "nno
 
 def find_project_config(start: str) -> dict[str, Any]:
     """The project options that apply to `start` (a file or directory), or {} when there are none."""
-    p = Path(start).resolve()
-    d = p if p.is_dir() else p.parent
-    return dict(_find(str(d)))
+    try:
+        p = Path(start).resolve()
+        d = p if p.is_dir() else p.parent
+    except (OSError, RuntimeError):
+        # a symlink loop (RuntimeError from pathlib) or a name too long for the OS: discovery falls back to the
+        # folder the path names, and the command's own reader reports the path itself (file:line, exit 2)
+        d = Path(os.path.abspath(start)).parent
+    try:
+        return dict(_find(str(d)))
+    except OSError:
+        return {}
 
 
 @lru_cache(maxsize=64)

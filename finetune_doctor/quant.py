@@ -334,7 +334,7 @@ def resolve_quantization(arch: "ModelArch", quantization_bit: Any, quantization_
     notes: list[str] = []
     try:
         qbit = int(quantization_bit) if quantization_bit is not None and not isinstance(quantization_bit, bool) else None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):   # .inf: the key-schema rules report the wrong type
         qbit = None
     out: dict[str, Any] = {"ptq_method": None, "ptq_bits": None, "ptq_format": None, "ptq_dequantized": False,
                            "ptq_lora_only": False, "quantization_bit": qbit or None, "quantization_bit_ignored": False,

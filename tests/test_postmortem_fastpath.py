@@ -167,3 +167,24 @@ def test_postmortem_report_is_the_same_with_and_without_the_bulk_path(tmp_path, 
     names = [f["name"] for f in reports[0]["findings"]]
     assert "cuda-oom" in names and reports[0]["postmortem"]["ranks"]
     assert os.path.exists(tmp_path / "run" / "node1" / "rank1.log")
+
+
+def test_line_numbers_stay_right_after_grep_stops_at_a_line_longer_than_a_chunk(tmp_path):
+    """grep is stopped at the first line longer than a chunk (readers/logs.py, a log without newlines would grow
+    grep to the file's size); from there the scan counts lines itself and must start from grep's count."""
+    import shutil
+
+    from finetune_doctor.readers import logs as logs_mod
+    from finetune_doctor.readers.logs import read_text_log
+
+    if shutil.which("grep") is None:
+        pytest.skip("no grep here")
+    head = [f"{{'loss': {2.0 - i * 1e-4:.4f}, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': {i / 100:.2f}}}"
+            for i in range(1, 1001)]
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+           "79.10 GiB of which 1.00 GiB is free.")
+    text = "\n".join(head + ["x" * (logs_mod.CHUNK + (1 << 20)), oom]) + "\n"
+    path = tmp_path / "train.log"
+    path.write_text(text)
+    ev = read_text_log(str(path))
+    assert [o.line for o in ev.ooms] == [len(head) + 2]

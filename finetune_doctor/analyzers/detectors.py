@@ -84,7 +84,9 @@ def sparse_jumps(c: Curve, ratio: float) -> list[dict[str, Any]]:
             lj = math.log(v / prev)
             med = sorted(fin)[len(fin) // 2]
             history_ok = len(jumps) < 2 or lj >= JUMP_VS_HISTORY * max(abs(j) for j in jumps)
-            if v >= ratio * prev and v >= ratio * med and history_ok:
+            # med > 0 as in `spikes`: a median of zeros (grad norms of 0.0 logged while nothing trains) gives no
+            # scale to judge a jump against
+            if med > 0 and v >= ratio * prev and v >= ratio * med and history_ok:
                 out.append({"index": i, "step": c.steps[i], "value": v, "baseline": med, "sigma": None,
                             "score": lj / max(max((abs(j) for j in jumps), default=0.0), 1e-12) if jumps else None,
                             "ratio": v / med, "count": 1, "peak": v, "peak_step": c.steps[i], "method": "jump",

@@ -37,11 +37,13 @@ Pure Python, no third-party import: `doctor lint` calls it.
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import re
 from typing import Any, Callable, Mapping
 
+from finetune_doctor.errors import InputError
+from finetune_doctor.readers.dsjson import read_json
 from finetune_doctor.readers.keyschema import load_schema
 
 Problem = dict[str, Any]
@@ -414,10 +416,9 @@ def zero_stage_of(values: Mapping[str, Any], config_path: str | None) -> int | N
         for base in bases:
             path = os.path.join(base, ds)
             if os.path.isfile(path):
-                try:
-                    with open(path, encoding="utf-8") as fh:
-                        data = json.load(fh)
-                except (OSError, ValueError):
+                try:   # the DeepSpeed reader's limits (depth, size, numbers): a hostile file cannot recurse here
+                    data = read_json(path).values
+                except InputError:
                     return None
                 break
     if not isinstance(data, Mapping):
@@ -502,6 +503,13 @@ def _interval(c: _Cfg) -> list[Problem]:
                       fix="set", fix_value=10))
     for key, strat in (("logging_steps", ls), ("eval_steps", es), ("save_steps", ss)):
         v = steps[key]
+        if strat == "steps" and _num(v) and v == math.inf:
+            # transformers 5.6.0 training_args.py:1692 (__post_init__) compares `{key} != int({key})` above 1:
+            # int(inf) raises OverflowError there, so the run never starts
+            out.append(_p(key, "interval", f"`{key}: {v}` is not a finite number: transformers stops in "
+                                           "TrainingArguments (int(inf) raises OverflowError).",
+                          f"write a whole step count, e.g. `{key}: 500`"))
+            continue
         if strat == "steps" and _num(v) and v > 1 and v != int(v):
             out.append(_p(key, "interval", f"`{key}: {v}`: a value above 1 is a step count and must be whole "
                                            f"(below 1 it is a share of the run); transformers stops with "

@@ -3,6 +3,7 @@ state as the fallback: the context every postmortem detector and cause asks."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from finetune_doctor.evidence import Evidence
@@ -108,4 +109,5 @@ class RunContext:
 
     def logging_steps(self) -> int | None:
         v = self.cfg.get("logging_steps") or self.log.get("logging_steps")
-        return int(v) if isinstance(v, (int, float)) and v > 0 else None
+        ok = isinstance(v, int) or (isinstance(v, float) and math.isfinite(v))   # 1e400 reads as inf: no count
+        return int(v) if ok and not isinstance(v, bool) and v > 0 else None

@@ -46,7 +46,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
 
-from finetune_doctor.readers.jsonarray import ArrayReader, json_limit
+from finetune_doctor.readers.jsonarray import LONE_SURROGATE, ArrayReader, has_lone_surrogate, json_limit
 
 if TYPE_CHECKING:
     from finetune_doctor.readers.datasets import DatasetSpec
@@ -420,6 +420,10 @@ def parse_json_lines(path: str, lines: list[str | None], nums: list[int | None],
         except (RecursionError, ValueError) as err:   # nesting past the parser's depth; a 4300+ digit integer
             rows.append(None)
             errors.append(RowError("malformed_json", path, nums[i], json_limit(err), index=first_index + i))
+            continue
+        if has_lone_surrogate(line, obj):
+            rows.append(None)
+            errors.append(RowError("malformed_json", path, nums[i], LONE_SURROGATE, index=first_index + i))
             continue
         if not isinstance(obj, dict):
             rows.append(None)

@@ -18,6 +18,33 @@ def json_limit(err: Exception) -> str:
     return f"a JSON value exceeds what can be read: {err}"
 
 
+# a \uD800-\uDFFF escape: the only way a lone surrogate gets into a decoded JSON string. pyarrow's JSON reader, which
+# datasets.load_dataset("json") uses for LLaMA-Factory's datasets, refuses one ("JSON parse error: The surrogate
+# pair in string is invalid.", pyarrow 26.0.1; tests/test_fuzz_regressions.py), so the dataset fails to load.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+LONE_SURROGATE = ("a lone UTF-16 surrogate escape (\\uD800-\\uDFFF without its pair): datasets' JSON reader "
+                  "(pyarrow) stops with \"The surrogate pair in string is invalid\"")
+
+
+def has_lone_surrogate(source: str, value: Any) -> bool:
+    """Whether decoded JSON `value` holds a lone surrogate; `source` (its text) is searched first, so a value
+    whose text has no surrogate escape costs one regex scan. O(size of value) otherwise."""
+    if _SURROGATE_ESCAPE.search(source) is None:
+        return False
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if any("\ud800" <= ch <= "\udfff" for ch in v):
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
 _WS = re.compile(r"[ \t\r\n]*")
 _STRING_BODY = re.compile(r'(?:[^"\\]++|\\.)*+', re.S)
 _SKIP_OUTSIDE = re.compile(r'["\[\]{},]')
@@ -112,6 +139,8 @@ class ArrayReader:
         if end >= len(self.buf) and not self.src.eof and self.refill():
             return None  # a number or literal may continue past the buffer end
         line = self.line_at(start)
+        if has_lone_surrogate(self.buf[start:end], obj):
+            return "error", LONE_SURROGATE + " (the rest of this JSON array cannot be read)", line
         self.pos, self.last_size = end, end - start
         if end - start > self.max_element:   # it fitted in the buffer; the limit is the same as for a skipped one
             return "large", end - start, line

@@ -11,7 +11,13 @@ grep's line numbers spare Python its count of line feeds (CPython's ``bytes.coun
 
 Used for plain files of at least `MIN_BYTES` (gzip and UTF-16 logs are decoded by Python, so their offsets
 differ); without grep, or with ``FINETUNE_DOCTOR_NO_GREP=1``, the reader's own expression finds the words.
-Offsets stream from grep's stdout in 64 KiB batches: memory does not grow with the number of matches.
+Offsets stream from grep's stdout in 64 KiB batches: memory does not grow with the number of matches. grep
+holds a whole line in memory before it prints a match in it, so a log without newlines would cost grep the size
+of the file (662 MiB and 450 s for 256 MB, benchmarks/results/big_inputs.md): readers/logs.py stops grep
+(`Offsets.stop`) at the first line longer than a chunk and finds the rest of the words itself, and grep runs
+under an address-space limit (`GREP_MAX_BYTES`): grep reads ahead of the scan, so a long line can grow it before
+the scan meets that line; past the limit grep stops with "memory exhausted" (exit 2) and the scan falls back to
+its own expression.
 """
 
 from __future__ import annotations
@@ -26,6 +32,15 @@ import tempfile
 from typing import Iterator
 
 MIN_BYTES = 4 << 20
+GREP_MAX_BYTES = 128 << 20   # grep's address space: ~10 MiB for itself and the words, the rest for one line
+
+
+def _limit_memory() -> None:   # in the child, before exec
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (GREP_MAX_BYTES, GREP_MAX_BYTES))
+
+
 _WORDS: dict[tuple[str, ...], str] = {}
 
 
@@ -52,6 +67,15 @@ class Offsets:
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
         self.ok = True
+        self.stopped = False
+
+    def stop(self) -> None:
+        """End grep now: the caller finds the words from here on itself. The offsets grep printed before stay
+        valid, also when grep already died of its memory limit: that happens only on a line longer than the one
+        the caller stops at, and grep prints the matches of earlier lines, in order, before it reads further."""
+        self.stopped, self.ok = True, True
+        if self.proc.poll() is None:
+            self.proc.kill()
 
     def batches(self) -> Iterator[tuple[list[int], list[int]]]:
         assert self.proc.stdout is not None
@@ -68,7 +92,7 @@ class Offsets:
             found = _HIT.findall(block, 0, k)
             if found:
                 yield [int(o) for _, o in found], [int(n) for n, _ in found]
-        if self.proc.wait() not in (0, 1):
+        if self.proc.wait() not in (0, 1) and not self.stopped:
             self.ok = False
 
     def __iter__(self) -> Iterator[int]:
@@ -86,7 +110,7 @@ def trigger_offsets(path: str, words: tuple[str, ...]) -> Iterator[Offsets | Non
         return
     proc = subprocess.Popen([exe, "-o", "-b", "-n", "-a", "-F", "-f", _words_file(tuple(words)), "--", path],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                            env={**os.environ, "LC_ALL": "C"}, bufsize=1 << 16)
+                            env={**os.environ, "LC_ALL": "C"}, bufsize=1 << 16, preexec_fn=_limit_memory)
     try:
         yield Offsets(proc)
     finally:

@@ -144,7 +144,7 @@ class TextLogParser(FailureLines):
         if "[WARNING|" in text or "[ERROR|" in text or "strongly recommended to train" in text:
             self._warning(text, line)
         if "Traceback (most recent" in text:
-            self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip(), rank))
+            self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip()[:500], rank))
         if "Error" in text or "Exception" in text:
             m = pat.EXC.match(text)
             if m and "CUDA out of memory" not in text:

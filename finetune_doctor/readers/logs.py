@@ -60,7 +60,8 @@ from finetune_doctor.readers.logpatterns import size_bytes
 
 CHUNK = 8 << 20          # bytes read at a time
 FAST_DICTS = True        # HF's step dicts in bulk (tests/test_postmortem_fastpath.py compares it with False)
-MAX_PENDING = 64 << 20   # a "line" longer than this is split (a log without newlines)
+MAX_PENDING = 16 << 20   # a "line" longer than this is split (a log without newlines); the buffers of one such
+# line (pending + chunk, the piece with its carried tail) then stay near 3 x 16 MiB, where 64 MiB gave ~200 MiB RSS
 HIT_BEFORE = 2 << 10     # bytes before a hit the parsers see (the line start of a long line is cut there)
 HIT_AFTER = 8 << 10      # bytes after a hit the parsers see (a CUDA OOM message is about 1 KiB)
 GZIP_MAGIC = b"\x1f\x8b"
@@ -374,6 +375,11 @@ def scan_text(path: str, size: int, chunks: Iterator[bytes], problems: list[str]
         else:
             cut = data.rfind(b"\n", 0, max(0, len(data) - LOOKAHEAD))
             if cut < 0:
+                if sc.hits is not None and hits is not None and hasattr(hits, "stop"):
+                    # a line longer than a chunk: grep would hold all of it in memory (readers/loggrep.py)
+                    hits.stop()
+                    sc.line_no = sc.lines_seen(path)   # grep's line numbers end here; the scan counts on
+                    sc.hits = None
                 if len(data) < MAX_PENDING:
                     pending = data
                     continue

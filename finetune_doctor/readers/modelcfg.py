@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from finetune_doctor.arch import ModelArch
+from finetune_doctor.errors import InputError
 from finetune_doctor.readers.model.caches import (
     REPO_ID,
     env_enabled,
@@ -91,10 +92,13 @@ def _from_file(path: Path, name: str, kind: str, note: str, tf_major: int | None
 
 def _model_config_file(model_config: str, base_dir: str | None) -> Path:
     for cand in _local_candidates(model_config, base_dir):
-        if cand.is_file():
-            return cand
-        if cand.is_dir() and (cand / "config.json").is_file():
-            return cand / "config.json"
+        try:
+            if cand.is_file():
+                return cand
+            if cand.is_dir() and (cand / "config.json").is_file():
+                return cand / "config.json"
+        except OSError as err:   # a name too long for the OS (is_file passes only ENOENT/ENOTDIR/ELOOP quietly)
+            raise InputError(f"--model-config: cannot read: {err.strerror or err}", file=str(cand)) from None
     raise ModelUnresolved(f"--model-config {model_config}: no such file, and no config.json in such a directory",
                           model=model_config, missing="the model config file",
                           fix="--model-config path/to/config.json")

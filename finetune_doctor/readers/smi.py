@@ -113,7 +113,7 @@ def _first_json_line(head: str) -> dict | None:
     first = next((ln for ln in head.splitlines() if ln.strip()), "")
     try:
         d = json.loads(first)
-    except ValueError:
+    except (ValueError, RecursionError):   # not a JSON line, or nested past the parser: not a recording's header
         return None
     return d if isinstance(d, dict) else None
 

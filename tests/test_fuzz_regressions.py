@@ -1,0 +1,193 @@
+"""Regression tests for the defects the fuzz suite (tests/test_fuzz_structured.py, tests/test_fuzz_corpus.py)
+found, one test per defect, each on the smallest input that showed it (issue 17)."""
+
+from __future__ import annotations
+
+from array import array
+
+from finetune_doctor.analyzers.curves import Curve
+from finetune_doctor.analyzers.detectors import sparse_jumps
+
+
+def _curve(values: list[float]) -> Curve:
+    n = len(values)
+    return Curve("grad_norm", array("q", range(0, 10 * n, 10)), array("d", values), array("q", range(1, n + 1)),
+                 ((0, "trainer_state.json"),))
+
+
+def test_sparse_jump_after_a_median_of_zeros_is_not_a_division_by_zero():
+    # fuzz: trainer_state.json whose grad norms read 0, 0, 0.0625, 1.0 (ZeroDivisionError in `ratio`: v / 0)
+    assert sparse_jumps(_curve([0.0, 0.0, 0.0625, 1.0, 0.0, 0.0]), 10.0) == []
+
+
+def test_sparse_jump_over_a_positive_median_is_still_found():
+    found = sparse_jumps(_curve([1.0, 1.1, 0.9, 50.0]), 10.0)
+    assert [(s["step"], s["value"], s["baseline"]) for s in found] == [(30, 50.0, 1.0)]
+    assert found[0]["ratio"] == 50.0
+
+
+# --- the hostile corpus's finds (tests/test_fuzz_corpus.py) -------------------------------------------------------
+
+import math  # noqa: E402
+import os  # noqa: E402
+
+import pytest  # noqa: E402
+
+from finetune_doctor.analyzers.launch import check_launch, zero_stage_of  # noqa: E402
+from finetune_doctor.projectconfig import find_project_config  # noqa: E402
+from finetune_doctor.readers.datarows import parse_json_lines  # noqa: E402
+from finetune_doctor.readers.smi import _first_json_line  # noqa: E402
+from finetune_doctor.run.moments import _step  # noqa: E402
+from fuzzkit.run import invoke  # noqa: E402
+
+BASE = ("model_name_or_path: Qwen/Qwen2.5-7B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+        "dataset: alpaca_en_demo\ntemplate: qwen\ncutoff_len: 2048\noutput_dir: out\n")
+
+
+def test_project_config_discovery_survives_a_symlink_loop_and_a_too_long_name(tmp_path):
+    loop = tmp_path / "loop"
+    os.symlink("loop", loop)
+    assert find_project_config(str(loop)) == {}
+    assert find_project_config(str(tmp_path / ("x" * 300))) == {}
+
+
+@pytest.mark.parametrize("command", ["lint", "check", "estimate"])
+def test_symlink_loop_and_too_long_config_name_are_input_errors(tmp_path, command):
+    loop = tmp_path / "loop.yaml"
+    os.symlink("loop.yaml", loop)
+    for path, why in ((str(loop), "Too many levels of symbolic links"), (str(tmp_path / ("x" * 300)), "too long")):
+        out = invoke([command, path, "--offline"] + (["--no-data"] if command == "check" else []))
+        assert out.problem is None and out.code == 2, out
+        assert out.stderr.startswith(f"doctor: {path}: cannot read: ") and why in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("key", ["logging_steps", "save_steps"])
+def test_infinite_step_interval_is_a_finding_not_an_overflow(tmp_path, key):
+    # transformers 5.6.0 training_args.py:1692 runs int(inf) on it: OverflowError, the run never starts
+    probs = [p for p in check_launch({"stage": "sft", key: math.inf}) if p["key"] == key]
+    assert [p["kind"] for p in probs] == ["interval"] and "not a finite number" in probs[0]["message"]
+    assert _step(math.inf) is None and _step(math.nan) is None and _step(500.7) == 500
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(BASE + f"{key}: .inf\n")
+    out = invoke(["lint", str(cfg)])
+    assert out.problem is None and out.code == 1 and key in out.stdout, out
+
+
+def test_infinite_quantization_bit_is_a_wrong_type_not_an_overflow(tmp_path):
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(BASE + "quantization_bit: .inf\n")
+    for argv in (["lint", str(cfg)], ["estimate", str(cfg), "--gpu", "A100-80GB", "--offline"]):
+        out = invoke(argv)
+        assert out.problem is None and out.code in (1, 2), out
+        assert "quantization_bit" in out.stdout + out.stderr
+
+
+def test_zero_stage_probe_reads_a_deep_deepspeed_json_through_the_limited_reader(tmp_path):
+    (tmp_path / "ds.json").write_text("[" * 5000 + "]" * 5000)
+    assert zero_stage_of({"deepspeed": "ds.json"}, str(tmp_path / "train.yaml")) is None
+    (tmp_path / "ds3.json").write_text('{"zero_optimization": {"stage": 3}}')
+    assert zero_stage_of({"deepspeed": "ds3.json"}, str(tmp_path / "train.yaml")) == 3
+
+
+def test_gpus_header_sniff_of_deep_json_is_not_a_recursion_error(tmp_path):
+    assert _first_json_line("[" * 100000 + "]" * 100000) is None
+    assert _first_json_line('{"schema": "x"}\n') == {"schema": "x"}
+    p = tmp_path / "node0.json"
+    p.write_text("[" * 100000 + "]" * 100000)
+    out = invoke(["gpus", "--from", str(p)])
+    assert out.problem is None and out.code == 2 and out.stderr.startswith(f"doctor: {p}:1: "), out
+
+
+def test_trainer_state_logging_steps_1e400_is_no_count(tmp_path):
+    (tmp_path / "trainer_state.json").write_text('{"global_step": 50, "max_steps": 100, "log_history": [], '
+                                                 '"logging_steps": 1e400}')
+    out = invoke(["postmortem", str(tmp_path)])
+    assert out.problem is None and out.code in (0, 1), out
+
+
+def test_model_config_name_too_long_names_the_path(tmp_path):
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(BASE)
+    long = "y" * 300
+    out = invoke(["estimate", str(cfg), "--model-config", long, "--gpu", "A100-80GB", "--offline"])
+    assert out.problem is None and out.code == 2 and long in out.stderr and "too long" in out.stderr, out
+
+
+def test_lone_surrogate_in_a_dataset_row_is_a_row_error_as_pyarrow_refuses_it():
+    pa_json = pytest.importorskip("pyarrow.json")
+    import io
+
+    import pyarrow as pa
+    with pytest.raises(pa.ArrowInvalid, match="surrogate pair in string is invalid"):
+        pa_json.read_json(io.BytesIO(b'{"instruction": "\\ud800"}\n'))
+    lines = ['{"instruction": "\\ud800", "output": "x"}', '{"instruction": "\\ud83d\\ude00", "output": "x"}']
+    rows, errors, _ = parse_json_lines("d.jsonl", lines, [1, 2], 0)
+    assert rows[0] is None and rows[1] == {"instruction": "\U0001F600", "output": "x"}
+    assert [(e.line, "surrogate" in e.message) for e in errors] == [(1, True)]
+
+
+def test_lone_surrogate_in_a_json_array_dataset_does_not_crash_data(tmp_path):
+    (tmp_path / "d.json").write_text('[{"instruction": "\\ud800", "output": "x"}]')
+    (tmp_path / "dataset_info.json").write_text('{"ds": {"file_name": "d.json"}}')
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(BASE.replace("alpaca_en_demo", "ds") + f"dataset_dir: {tmp_path}\n")
+    out = invoke(["data", str(cfg), "--approximate", "--workers", "1", "--offline"])
+    assert out.problem is None and out.code in (1, 2) and "surrogate" in out.stdout + out.stderr, out
+
+
+# --- the big-input benchmark's find (benchmarks/bench_big_inputs.py) --------------------------------------------
+
+def _no_newline_log(path, mib: int) -> None:
+    words = "CUDA out of memory 'loss': NCCL Killed Traceback (most recent call last) "
+    chunk = words * ((1 << 20) // len(words))
+    with open(path, "w") as fh:
+        for _ in range(mib):
+            fh.write(chunk)
+
+
+def _summary(fe):
+    return (len(fe.ooms or ()), len(fe.kills or ()), len(fe.nccl or ()), len(fe.notices or ()), fe.read.lines,
+            fe.read.bytes_read if hasattr(fe.read, "bytes_read") else None)
+
+
+@pytest.mark.slow
+def test_log_without_newlines_stops_grep_and_reads_the_same_as_without_it(tmp_path, monkeypatch):
+    # 256 MB without a newline cost 662 MiB (grep held the whole line) and 450 s; grep is now stopped at the first
+    # line longer than a chunk and capped in address space, and the scan finds the same evidence
+    from finetune_doctor.readers import loggrep
+    from finetune_doctor.readers.logs import read_text_log
+
+    log = tmp_path / "train.log"
+    _no_newline_log(log, 12)
+    stops = []
+    real_stop = loggrep.Offsets.stop
+    monkeypatch.setattr(loggrep.Offsets, "stop", lambda self: (stops.append(1), real_stop(self))[1])
+    with_grep = read_text_log(str(log))
+    assert stops == [1]
+    monkeypatch.setenv("FINETUNE_DOCTOR_NO_GREP", "1")
+    assert _summary(read_text_log(str(log))) == _summary(with_grep)
+
+
+def test_grep_stopped_early_keeps_its_offsets_valid(tmp_path):
+    from finetune_doctor.readers import loggrep
+
+    log = tmp_path / "a.log"
+    log.write_bytes(b"x\nCUDA out of memory\n" * 10)
+    with loggrep.trigger_offsets(str(log), ("CUDA out of memory",)) as hits:
+        if hits is None:
+            pytest.skip("no grep on this machine")
+        first = next(iter(hits))
+        hits.stop()
+        assert first == 2 and hits.ok
+
+
+def test_grep_past_its_memory_limit_is_a_failed_grep_not_a_big_process(tmp_path, monkeypatch):
+    from finetune_doctor.readers import loggrep
+
+    monkeypatch.setattr(loggrep, "GREP_MAX_BYTES", 24 << 20)
+    log = tmp_path / "a.log"
+    _no_newline_log(log, 48)
+    with loggrep.trigger_offsets(str(log), ("CUDA out of memory",)) as hits:
+        if hits is None:
+            pytest.skip("no grep on this machine")
+        assert list(hits) == [] and not hits.ok   # "memory exhausted", exit 2: readers/logs.py rescans itself
