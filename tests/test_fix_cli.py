@@ -102,3 +102,15 @@ def test_fixable_findings_are_marked_and_counted(tmp_path):
     report = json.loads(res.output)
     assert report["fixes"] == {"fixed": 1, "remaining": 0}
     assert report["findings"] == []
+
+
+def test_fix_edits_a_deepspeed_json_that_holds_nan_and_infinity(tmp_path):
+    # json.load (DeepSpeed's and HF's reader) takes these literals; the fixer's scanner must too (found by the
+    # fuzz corpus: internal error on `"stage": NaN`)
+    cfg, ds = _fp16_mismatch(tmp_path)
+    ds.write_text('{\n  "train_micro_batch_size_per_gpu": "auto",\n  "gradient_clipping": Infinity,\n'
+                  '  "fp16": {"enabled": true, "loss_scale": NaN},\n  "zero_optimization": {"stage": 3}\n}\n')
+    code, out = _lint("--fix", str(cfg), str(ds))
+    assert "internal error" not in out
+    text = ds.read_text()
+    assert '"enabled": "auto"' in text and '"gradient_clipping": Infinity' in text and '"loss_scale": NaN' in text

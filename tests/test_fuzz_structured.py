@@ -30,17 +30,9 @@ def _offline(monkeypatch):
     monkeypatch.setenv("FINETUNE_DOCTOR_NO_NVML", "1")
 
 
-# A defect in a module this suite's area may not edit (tests/test_fuzz_corpus.py KNOWN): the fixer's JSON value
-# scanner (fixes/edit.py) does not know the NaN/Infinity literals json.load accepts. Counted, not failed on.
-KNOWN_FIX_JSON = "AttributeError: 'NoneType' object has no attribute 'group'"
-
-
 def _ok(args: list[str], limit_s: float = 20.0, text: str = "") -> None:
     out = invoke(args, limit_s)
     event(f"{args[0]}{' --fix' if '--fix' in args else ''} exit {out.code}")
-    if out.problem and "--fix" in args and KNOWN_FIX_JSON in out.problem and ("NaN" in text or "Infinity" in text):
-        event("known: fixes/edit.py on a NaN/Infinity literal")
-        return
     assert out.problem is None, f"doctor {' '.join(args)}: {out.problem}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
 
 

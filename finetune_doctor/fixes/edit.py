@@ -184,6 +184,8 @@ def _same(a: Any, b: Any) -> bool:
         return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True   # NaN (a JSON NaN literal, YAML .nan) is the value it was
     return a == b
 
 
@@ -578,10 +580,16 @@ class _JsonDoc:
         if c == '"':
             s, end = json.decoder.scanstring(self.text, i + 1)
             return s, end
-        for lit, val in (("true", True), ("false", False), ("null", None)):
+        # Python's json (which DeepSpeed and HF read the file with) also takes NaN, Infinity and -Infinity
+        for lit, val in (("true", True), ("false", False), ("null", None), ("NaN", float("nan")),
+                         ("Infinity", float("inf")), ("-Infinity", float("-inf"))):
             if self.text.startswith(lit, i):
                 return val, i + len(lit)
         m = _NUM.match(self.text, i)
+        if m is None:
+            line = self.text.count("\n", 0, i) + 1
+            raise InputError(f"cannot edit: unexpected {self.text[i:i + 12]!r} where a JSON value belongs",
+                             file=self.path, line=line)
         return json.loads(m.group(0)), m.end()
 
     def _detect_indent(self) -> tuple[int, bool]:
