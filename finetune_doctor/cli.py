@@ -80,6 +80,9 @@ def common_options(fn: Callable) -> Callable:
                      help="The accelerate config the run is launched with (FSDP/FSDP2, processes, mixed precision)."),
         click.option("--launch", "launch", type=click.Path(), default=None, metavar="FILE",
                      help="A file holding the launch command line (cmdline.txt, train.sh): launcher, ranks, env."),
+        click.option("--host-ram", "host_ram", default=None, metavar="SIZE",
+                     help="Host RAM per node of the training machine (744GB, 693GiB): CPU offload is judged "
+                          "against it (default: this machine's when NVML sees its GPUs)."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from finetune_doctor.cli import main
@@ -152,3 +153,22 @@ def test_the_stacks_transformers_major_decides_the_moe_expert_layout(tmp_path):
     assert (v4.run.arch.experts_fused, v5.run.arch.experts_fused) == (False, True)
     assert v5.counts.trainable < v4.counts.trainable
     assert v5.memory.total < v4.memory.total
+
+
+def test_host_ram_of_the_training_machine_is_what_offload_is_judged_against():
+    from finetune_doctor.errors import InputError
+    from finetune_doctor.facts.hw import parse_host_ram
+
+    assert parse_host_ram("744GB") == round(744e9 / 2**30, 2) == 692.9   # decimal, as `free -g` prints it
+    assert parse_host_ram("693GiB") == parse_host_ram("693") == 693.0
+    assert parse_host_ram("1.5TB") == round(1.5e12 / 2**30, 2)
+    for bad in ("lots", "0", "-5GB", "12 MB"):
+        with pytest.raises(InputError):
+            parse_host_ram(bad)
+    # LF#6755: Qwen2.5-32B full, ZeRO-3 offload on one H100 NVL; CPU offload needs ~552 GiB of host RAM
+    cfg = "fixtures/real_reports/13-qwen25-32b-full-z3off-1xh100nvl-hostoom/config.yaml"
+    for ram, fires in (("300GB", True), ("2TB", False)):
+        res = CliRunner().invoke(main, ["check", cfg, "--gpu", "H100-NVL", "--offline", "--no-data",
+                                        "--host-ram", ram, "--format", "json"])
+        codes = {f["code"] for f in json.loads(res.output)["findings"]}
+        assert ("FD603" in codes) is fires, (ram, codes)

@@ -158,6 +158,12 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     asm.hw = hw if hw is not None else hw_facts.resolve(opts.gpu, opts.nnodes, allow_nvml=not static)
     if asm.hw is None and env_report is not None:
         asm.hw = hw_facts.from_env_report(env_report, opts.nnodes)
+    if opts.host_ram:
+        ram = hw_facts.parse_host_ram(opts.host_ram)
+        if asm.hw is not None:
+            asm.hw = replace(asm.hw, host_ram_gib=ram)
+        else:
+            asm.notes.append("--host-ram is judged with the GPUs: pass --gpu too")
     facts["hw"] = hw_facts.assemble(asm.hw)
     if asm.hw is not None:
         asm.notes.extend(getattr(asm.hw, "notes", ()) or ())   # e.g. how a bare --gpu 24GB was read

@@ -7,9 +7,11 @@ Fields mirror `types.Hardware`; ``capacity_gib`` is usable device memory per GPU
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 from typing import Any
 
+from finetune_doctor.errors import InputError
 from finetune_doctor.facts.schema import F, Namespace
 from finetune_doctor.types import GIB, Hardware
 
@@ -84,3 +86,18 @@ def assemble(hw: Hardware | None) -> dict[str, Any] | None:
         return None
     return {**hw.as_dict(), "compute_capability": hw.compute_capability, "in_use_gib": list(hw.in_use_gib),
             "nnodes": hw.nnodes, "host_ram_gib": hw.host_ram_gib, "fp8": getattr(hw, "fp8", None)}
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gib|gb|tib|tb|g|t)?\s*$", re.I)
+
+
+def parse_host_ram(text: str) -> float:
+    """GiB of a ``--host-ram`` size: ``744GB`` (decimal, as `free -g` and vendors print it: 693 GiB), ``693GiB``,
+    ``1.5TB``; a bare number is GiB. Raises InputError naming the flag for anything else or a non-positive size."""
+    m = _SIZE.match(str(text))
+    if not m or float(m.group(1)) <= 0 or float(m.group(1)) > 1 << 20:
+        raise InputError(f"--host-ram {text!r}: expected a size such as 744GB or 693GiB", file="<command line>")
+    n, unit = float(m.group(1)), (m.group(2) or "gib").lower()
+    scale = {"gib": 1.0, "g": 1.0, "gb": 1e9 / GIB, "tib": 1024.0, "t": 1024.0, "tb": 1e12 / GIB}[unit]
+    return round(n * scale, 2)
+
