@@ -172,3 +172,14 @@ def test_host_ram_of_the_training_machine_is_what_offload_is_judged_against():
                                         "--host-ram", ram, "--format", "json"])
         codes = {f["code"] for f in json.loads(res.output)["findings"]}
         assert ("FD603" in codes) is fires, (ram, codes)
+
+
+def test_the_stacks_full_transformers_version_reaches_the_model_reader(tmp_path):
+    # DeepSeek-V2's router is an nn.Linear before transformers 5.24 (generic.py ROUTER_LINEAR_BEFORE): the minor
+    # version decides, so the stack's whole version string must reach the reader, not only its major number
+    cfg = _write(tmp_path, "model_name_or_path: deepseek-ai/DeepSeek-V2-Lite\nstage: sft\ndo_train: true\n"
+                           "finetuning_type: lora\nlora_target: all\nbf16: true\n")
+    linear = [assemble_config(str(cfg), (), Options(command="estimate", gpu="H100-80GB", offline=True,
+                                                    transformers_version=v)).run.arch.router_linear
+              for v in ("5.6.0", "5.24.0")]
+    assert linear == [True, False]

@@ -176,7 +176,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     stack, sources = _stack(opts, asm.hw, env_report)
     asm.stack, asm.nnodes, asm.stack_sources = stack, opts.nnodes, sources
     arch = _arch(asm, config, opts, tolerate=static or not need_model or lenient, static=static,
-                 transformers_major=_major(stack.get("transformers")))
+                 transformers=stack.get("transformers"))
     _deepspeed(asm, arch, tolerate_missing=static or lenient, lenient=lenient)
     _accelerate(asm, opts, lenient=lenient)
     if asm.ds is not None and validate_ds and not static:
@@ -240,14 +240,8 @@ def _stack(opts: Options, hw: Hardware | None, env: Any) -> tuple[dict[str, str 
     return stack, tuple((k, v, src) for k, (v, src) in sorted(found.items()))
 
 
-def _major(version: str | None) -> int | None:
-    """The major number of a version string (``"4.57.1"`` -> 4), None when absent or not a number."""
-    head = (version or "").split(".", 1)[0]
-    return int(head) if head.isdigit() and len(head) < 4 else None
-
-
 def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: bool,
-          transformers_major: int | None = None) -> Any:
+          transformers: str | None = None) -> Any:
     """The model's architecture, or None when the config names none or, if tolerated, it does not resolve.
 
     An unresolved model becomes the ``lint.model_unresolved`` fact (what is missing and the one command that
@@ -267,7 +261,7 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
             str(name), base_dir=str(Path(config).resolve().parent),
             cache_dir=cache if isinstance(cache, str) else None, model_config=opts.model_config,
             allow_download=not static and opts.command in DOWNLOAD_COMMANDS, offline=opts.offline,
-            exact=False if static else "auto", transformers_major=transformers_major)
+            exact=False if static else "auto", transformers_major=transformers)
     except InputError as err:
         if not tolerate:
             if err.file is None or err.file == str(name):

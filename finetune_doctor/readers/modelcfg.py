@@ -83,7 +83,7 @@ def _adapter_base(d: Path) -> str | None:
     return v if isinstance(v, str) and v.strip() else None
 
 
-def _from_file(path: Path, name: str, kind: str, note: str, tf_major: int | None) -> tuple[ModelArch, SourceDoc]:
+def _from_file(path: Path, name: str, kind: str, note: str, tf_major: int | str | None) -> tuple[ModelArch, SourceDoc]:
     cfg, doc = read_config_json(path)
     arch = arch_from_config(cfg, name, str(path), positions=doc.positions, transformers_major=tf_major)
     arch = replace(arch, source_kind=kind)
@@ -113,16 +113,17 @@ def _fix_command(name: str) -> str:
 def load_arch(model_name_or_path: str, *, base_dir: str | None = None, hf_home: str | None = None,
               cache_dir: str | None = None, model_config: str | None = None, allow_download: bool = False,
               offline: bool = False, timeout_s: float = 8.0, exact: bool | str = False,
-              transformers_major: int | None = None, _depth: int = 0) -> tuple[ModelArch, SourceDoc | None]:
+              transformers_major: int | str | None = None, _depth: int = 0) -> tuple[ModelArch, SourceDoc | None]:
     """Architecture of LLaMA-Factory's ``model_name_or_path``; the module docstring gives the search order.
 
     `base_dir` is the directory of the YAML that names the model (relative paths are tried there first);
     `hf_home` and `cache_dir` add hub caches to search first; `model_config` is an explicit config.json FILE|DIR;
     `allow_download` permits the JSON-config download (`offline` or ``HF_HUB_OFFLINE=1`` forbid it; `timeout_s`
     bounds it, seconds); `exact` ``False`` | ``"auto"`` | ``True`` chooses the meta-device build;
-    `transformers_major` the training stack's transformers major version (MoE expert layout). A directory holding
-    only a PEFT ``adapter_config.json`` is sized as its ``base_model_name_or_path``. Returns the arch and the
-    `SourceDoc` of the config.json read (None for a catalog match; `notes` then say how it matched).
+    `transformers_major` the training stack's transformers, a major number or a version string such as
+    ``"5.6.0"`` (MoE expert layout, router modules). A directory holding only a PEFT ``adapter_config.json`` is
+    sized as its ``base_model_name_or_path``. Returns the arch and the `SourceDoc` of the config.json read (None
+    for a catalog match; `notes` then say how it matched).
 
     Raises ModelConfigInvalid (an InputError with file, line and key) for a config.json that is unreadable, not
     JSON, or lacks or misstates a required field; ModelUnresolved (an InputError carrying `missing` and the
@@ -142,7 +143,7 @@ def load_arch(model_name_or_path: str, *, base_dir: str | None = None, hf_home: 
 
 
 def _resolve(name: str, base_dir: str | None, hf_home: str | None, cache_dir: str | None, model_config: str | None,
-             allow_download: bool, offline: bool, timeout_s: float, tf_major: int | None,
+             allow_download: bool, offline: bool, timeout_s: float, tf_major: int | str | None,
              depth: int) -> tuple[ModelArch, SourceDoc | None]:
     looked: list[str] = []
     for cand in _local_candidates(name, base_dir):

@@ -171,7 +171,7 @@ def resolve_entry(entry: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 
 def catalog_arch(entry: dict[str, Any], name: str | None = None, how: str = "id", *,
-                 transformers_major: int | None = None) -> ModelArch:
+                 transformers_major: int | str | None = None) -> ModelArch:
     """`ModelArch` of one catalog entry; `name`/`how` record what the user wrote and how it matched.
 
     An alias entry (``same_architecture_as``) takes its target's architecture and says so in `notes` and

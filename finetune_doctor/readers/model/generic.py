@@ -263,12 +263,12 @@ def transformers_version(v: int | str | tuple[int, ...] | None) -> Version:
 
 def arch_from_config(cfg: dict[str, Any], name: str, source: str, *,
                      positions: dict[str, tuple[int, int]] | None = None,
-                     transformers_major: int | None = None) -> ModelArch:
+                     transformers_major: int | str | None = None) -> ModelArch:
     """Normalise one ``config.json`` dict into a `ModelArch` (the generic decoder).
 
     `name` is what the user called the model; `source` where the dict came from (a path or URL; the file of any
     error); `positions` the key positions of that file (for the line of an error); `transformers_major` the
-    transformers major version the run uses (MoE experts are nn.Linear modules before 5; unknown: 4.x, the
+    transformers the run uses, a major number or a version string (MoE experts are nn.Linear modules before 5; unknown: 4.x, the
     layout LLaMA-Factory's MoE reports were made with). Multimodal wrappers count their vision tower and projector
     in `ModelArch.extra_params` (frozen by default in LLaMA-Factory: ``freeze_vision_tower`` and
     ``freeze_multi_modal_projector`` both default to true).
