@@ -95,6 +95,7 @@ def parse_host_ram(text: str) -> float:
     """GiB of a ``--host-ram`` size: ``744GB`` (decimal, as `free -g` and vendors print it: 693 GiB), ``693GiB``,
     ``1.5TB``; a bare number is GiB. Raises InputError naming the flag for anything else or a non-positive size."""
     m = _SIZE.match(str(text))
+    # 2^20 GiB (a PiB) bounds any node: a larger figure is a typo, and the arithmetic stays finite
     if not m or float(m.group(1)) <= 0 or float(m.group(1)) > 1 << 20:
         raise InputError(f"--host-ram {text!r}: expected a size such as 744GB or 693GiB", file="<command line>")
     n, unit = float(m.group(1)), (m.group(2) or "gib").lower()

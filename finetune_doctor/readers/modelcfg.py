@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from finetune_doctor.arch import ModelArch
 from finetune_doctor.errors import InputError
 from finetune_doctor.readers.model.caches import (
     REPO_ID,
+    repo_of_cache_folder,
     env_enabled,
     hub_cache_config,
     hub_cache_dirs,
@@ -167,7 +167,7 @@ def _resolve(name: str, base_dir: str | None, hf_home: str | None, cache_dir: st
     if model_config:
         return _from_file(_model_config_file(model_config, base_dir), name, "model-config",
                           f"config from --model-config {model_config}", tf_major)
-    repo = _repo_of_cache_folder(name)
+    repo = repo_of_cache_folder(name)
     if repo is not None and depth < 3:
         arch, doc = load_arch(repo, base_dir=base_dir, hf_home=hf_home, cache_dir=cache_dir,
                               allow_download=allow_download, offline=offline, timeout_s=timeout_s,
@@ -209,17 +209,6 @@ def _resolve(name: str, base_dir: str | None, hf_home: str | None, cache_dir: st
     fix = _fix_command(name)
     raise ModelUnresolved(f"unknown model '{name}': {', '.join(looked)}{hint}; supply its config with {fix}",
                           model=name, missing="the model's config.json", fix=fix)
-
-
-_CACHE_FOLDER = re.compile(r"(?:^|/)models--(?P<org>[A-Za-z0-9][\w.-]*?)--(?P<name>[\w.-]+?)(?:/snapshots/[^/]+)?/?$")
-
-
-def _repo_of_cache_folder(path: str) -> str | None:
-    """``ORG/NAME`` of a huggingface_hub cache folder (``.../models--ORG--NAME/snapshots/<revision>``, the layout of
-    huggingface_hub's file_download.py ``repo_folder_name``), or None. Users pass such paths, copied from the
-    training machine, as ``model_name_or_path``."""
-    m = _CACHE_FOLDER.search(path.replace("\\", "/"))
-    return f"{m.group('org')}/{m.group('name')}" if m else None
 
 
 def read_processor_config(model_dir: Path) -> dict[str, Any] | None:

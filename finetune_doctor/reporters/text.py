@@ -193,14 +193,12 @@ def _header(w: _Writer, r: Report) -> None:
     for key, value in inputs.items():
         if value is None or value == [] or value == () or key == "deepspeed_stock":
             continue
-        if key == "deepspeed" and inputs.get("deepspeed_stock"):
-            value = f"{value} (not on disk here: LLaMA-Factory's stock copy)"
-            w.line(f"{key}: {value}", indent=1)
-            continue
         if isinstance(value, (list, tuple)):
             value = ", ".join(str(display_path(str(v))) for v in value)
         elif isinstance(value, (str, os.PathLike)):
             value = display_path(os.fspath(value))
+        if key == "deepspeed" and inputs.get("deepspeed_stock"):
+            value = f"{value} (not on disk here: LLaMA-Factory's stock copy)"
         w.line(f"{key}: {value}", indent=1)
 
 

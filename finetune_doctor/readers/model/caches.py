@@ -76,6 +76,17 @@ def _snapshot_file(repo: Path, filename: str = "config.json") -> Path | None:
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
+_CACHE_FOLDER = re.compile(r"(?:^|/)models--(?P<org>[A-Za-z0-9][\w.-]*?)--(?P<name>[\w.-]+?)(?:/snapshots/[^/]+)?/?$")
+
+
+def repo_of_cache_folder(path: str) -> str | None:
+    """``ORG/NAME`` of a huggingface_hub cache folder (``.../models--ORG--NAME/snapshots/<revision>``, the folder
+    `_hf_layout_config` looks up: huggingface_hub's file_download.py ``repo_folder_name``), or None. Users pass
+    such paths, copied from the training machine, as ``model_name_or_path``."""
+    m = _CACHE_FOLDER.search(path.replace("\\", "/"))
+    return f"{m.group('org')}/{m.group('name')}" if m else None
+
+
 def _hf_layout_config(repo_id: str, roots: list[Path]) -> Path | None:
     folder = "models--" + repo_id.replace("/", "--")
     for root in roots:
