@@ -217,6 +217,40 @@ def _r(x: float | None, nd: int = 2) -> float | None:
 
 
 @dataclass(frozen=True)
+class Assumption:
+    """A value the doctor used but did not read from the user's inputs (docs/DESIGN.md, "Honest verdicts").
+
+    `name` is a stable kebab-case id (``sample-lengths``, ``gpu-variant``, ``launcher``, ``lf-version``, ...);
+    `value` what was used, `source` why (``catalog alias``, ``folder name``, ``LF default``, ...);
+    `alternatives` the other plausible values; `effect_gib` maps each alternative to the predicted per-GPU total
+    (GiB) under it and `effect_verdict` to the verdict under it (fits | at-risk | oom), both empty when the
+    alternative was not evaluated; `resolve_with` the flag, file or machine that removes the assumption.
+    `moves_verdict` is True when some alternative gives another verdict than the one reported.
+    """
+
+    name: str
+    value: Any
+    source: str
+    alternatives: tuple[Any, ...] = ()
+    effect_gib: dict[str, float] = field(default_factory=dict)
+    effect_verdict: dict[str, str] = field(default_factory=dict)
+    resolve_with: str = ""
+    moves_verdict: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "value": self.value,
+            "source": self.source,
+            "alternatives": list(self.alternatives),
+            "effect": {"total_gib": {str(k): _r(v) for k, v in self.effect_gib.items()},
+                       "verdict": {str(k): v for k, v in self.effect_verdict.items()}},
+            "resolve_with": self.resolve_with,
+            "moves_verdict": self.moves_verdict,
+        }
+
+
+@dataclass(frozen=True)
 class Report:
     """Everything one command found, ready for any reporter (DESIGN.md JSON schema v1).
 
@@ -234,6 +268,7 @@ class Report:
     timeline: tuple[TimelineEvent, ...] = ()
     sections: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    assumptions: tuple[Assumption, ...] = ()
 
     def summary(self) -> dict[str, int]:
         out = {s: 0 for s in SEVERITIES}

@@ -59,6 +59,8 @@ def report_dict(report: Report) -> dict[str, Any]:
         "findings": [f.as_dict() for f in report.findings],
         "timeline": [e.as_dict() for e in report.timeline],
         "summary": report.summary(),
+        # verdict-moving assumptions first (docs/DESIGN.md, "Honest verdicts")
+        "assumptions": [a.as_dict() for a in sorted(report.assumptions, key=lambda a: not a.moves_verdict)],
     }
     for key, value in report.sections.items():
         if key in out or key == "notes":
