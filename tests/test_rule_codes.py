@@ -105,6 +105,8 @@ RELEASED = {
     "FD637": "oft-rank-and-block-size",
     "FD638": "fp8-unsupported-gpu",
     "FD639": "unsloth-gc-host-ram",
+    "FD640": "verdict-depends-on-assumption",
+    "FD641": "assumption-moves-verdict",
     "FD701": "gradient-clipping-missing",
     "FD702": "learning-rate-too-high",
     "FD703": "galore-optim-mismatch",

@@ -56,12 +56,14 @@ class Assembly:
     stack: dict[str, str | None] = field(default_factory=dict)   # the training stack the run was resolved for
     stack_sources: tuple[tuple[str, str, str], ...] = ()          # (package, version, where it came from)
     nnodes: int | None = None
+    assumptions: list = field(default_factory=list)   # types.Assumption: what was assumed (facts/assume.py)
+    hw_worst: Hardware | None = None   # the smallest card a bare --gpu may mean, when that decides the verdict
     _after: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     def live(self) -> dict[str, Any]:
         """The live objects remedy planners need (engine/planners.py): `run_after` re-resolves the run for edits."""
         return {"run": self.run, "hw": self.hw, "doc": self.doc, "ds": self.ds, "counts": self.counts,
-                "ds_stock": self.ds_stock, "run_after": self.run_after}
+                "ds_stock": self.ds_stock, "run_after": self.run_after, "hw_worst": self.hw_worst}
 
     def run_after(self, edits: Iterable[tuple[str, str, Any, bool]]) -> Any:
         """The Run LLaMA-Factory would execute after `edits` — (role, key, value, delete) with role ``config`` or
@@ -154,6 +156,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
                              "lint": lint_facts.assemble(doc, opts.transformers_version),
                              "run": None, "model": None, "hw": None, "mem": None, "ds": None, "data": None}
     asm = Assembly(doc=doc, facts=facts, sources=sources)
+    facts["lint"]["strict"] = bool(getattr(opts, "strict", False))
     env_report = read_env_file(opts.env_file) if opts.env_file and not static else None
     asm.hw = hw if hw is not None else hw_facts.resolve(opts.gpu, opts.nnodes, allow_nvml=not static)
     if asm.hw is None and env_report is not None:
@@ -215,9 +218,52 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
                                     int(tokens) if tokens else None, torch_given=bool(opts.torch_version),
                                     optim_given="optim" in doc.values)
         asm.memory = mem_facts.judged(est, asm.hw, alt)   # verdict, p_oom, interval (analyzers/uncertainty.py)
+        honest = _assumptions(asm, opts, int(tokens) if tokens else None, alt)
         facts["mem"] = mem_facts.assemble(asm.memory, asm.hw, asm.run, alt)
+        facts["mem"].update(honest)
+    else:
+        _assumptions(asm, opts, None, None)
+    facts["lint"]["assumptions"] = [{**a.as_dict(), "effect_text": effect_text(a)}
+                                    for a in sort_assumptions(asm.assumptions)]
     asm.notes.extend(asm.run.notes)
     return asm
+
+
+def effect_text(a: Any) -> str:
+    """``A100-40GB: 92.1 GiB, oom; ...``: each evaluated alternative of an Assumption, for rule messages."""
+    return "; ".join(f"{k}: {v:.1f} GiB" + (f", {a.effect_verdict[k]}" if k in a.effect_verdict else "")
+                     for k, v in a.effect_gib.items())
+
+
+def sort_assumptions(items: Iterable[Any]) -> list[Any]:
+    """Verdict-moving assumptions first, each group in the order they were found (docs/DESIGN.md)."""
+    return sorted(items, key=lambda a: not a.moves_verdict)
+
+
+def _assumptions(asm: Assembly, opts: Options, tokens: int | None, alt: dict[str, Any] | None) -> dict[str, Any]:
+    """Record what the estimate assumed (facts/assume.py) into ``asm.assumptions`` and fold the open ones into the
+    memory verdict; returns the ``mem`` facts that say so (verdict, verdict_reason, deciding_assumption,
+    token_budget)."""
+    from finetune_doctor.facts import assume
+
+    mem = asm.memory
+    base = mem.verdict if mem is not None else None
+    asm.assumptions.extend(assume.collect(asm, opts, tokens=tokens, base_verdict=base, alt_stack=alt))
+    if mem is None:
+        return {}
+    verdict, deciding = assume.fold(base, mem.total, asm.assumptions)
+    budget = assume.token_budget(asm.run, asm.hw, asm.counts) if tokens is None else None
+    out: dict[str, Any] = {"deciding_assumption": assume.deciding_facts(deciding, mem.total, base),
+                           "token_budget": budget}
+    details = dict(mem.details)
+    details["token_budget"] = budget
+    details["deciding_assumption"] = out["deciding_assumption"]
+    asm.memory = replace(mem, verdict=verdict, details=details)
+    if deciding is not None:
+        out.update(verdict=verdict, verdict_reason="assumption")
+        if deciding.name == "gpu-variant":
+            asm.hw_worst = assume.smallest_variant(asm.hw, opts.gpu)
+    return out
 
 
 DOWNLOAD_COMMANDS = ("check", "estimate", "probe", "data")

@@ -43,6 +43,14 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "value": F("str", "the path as written"), "message": F("str", "why it did not resolve")}),
     "unused_suppressions": F("list", "suppression comments that hid nothing", items=UNUSED_ITEM),
     "standalone_ds": F("bool", "a DeepSpeed JSON linted on its own, without a training config"),
+    "assumptions": F("list", "what the command assumed rather than read, verdict-moving first (facts/assume.py)",
+                     items={"name": F("str", "stable id"), "value": F("any", "the value used"),
+                            "source": F("str", "why"), "alternatives": F("list", "other plausible values"),
+                            "effect": F("dict", "total_gib and verdict per alternative"),
+                            "resolve_with": F("str", "what removes it"),
+                            "moves_verdict": F("bool", "an alternative gives another verdict"),
+                            "effect_text": F("str", "each evaluated alternative: total GiB and verdict")}),
+    "strict": F("bool", "--strict: verdict-moving assumptions and machine-dependent checks are errors"),
     "model_unresolved": F("dict", "the model could not be resolved: memory is not estimated", fields={
         "name": F("str", "model_name_or_path as written"), "message": F("str", "why"),
         "missing": F("str", "what was not found"), "fix": F("str", "the one flag or command that supplies it"),
@@ -58,7 +66,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None) -> 
     (readers/keyschema.py, for the training machine's transformers when known) and LLaMA-Factory's launch-time
     checks (analyzers/launch.py)."""
     if doc is None:
-        return {"keys": [], "standalone_ds": True}
+        return {"keys": [], "standalone_ds": True, "assumptions": [], "strict": False}
     out = []
     for p in [*check_keys(doc.values, transformers_version=transformers_version),
               *check_launch(doc.values, doc.path)]:
@@ -69,4 +77,4 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None) -> 
         # a value given as key=value on the command line is judged there, whether or not the file has the key
         d["override"] = any(k == d["key"] or k.startswith(d["key"] + ".") for k in doc.overrides)
         out.append(d)
-    return {"keys": out}
+    return {"keys": out, "assumptions": [], "strict": False}

@@ -43,17 +43,23 @@ def parse_sweep(spec: str) -> tuple[str, list[str]]:
     return key, values
 
 
-def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple[str, ...] = ()) -> Report:
+def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple[str, ...] = (),
+        scan_data: bool = True) -> Report:
     """The estimate of `config` (and of each sweep point). Raises InputError on bad input, including a model
-    that cannot be resolved (nothing to estimate)."""
-    asm = assemble_config(config, overrides, opts)
+    that cannot be resolved (nothing to estimate).
+
+    `scan_data` measures the longest micro-batch of the datasets on this machine, as ``check`` does, so that both
+    commands give the same total for the same inputs; sweep points are not scanned (each is its worst case, every
+    sample at cutoff_len)."""
+    asm = assemble_config(config, overrides, opts, scan_data=scan_data)
     findings = judge("estimate", asm.facts, asm.sources, opts, texts={asm.doc.path: asm.doc.text}, live=asm.live())
     sections: dict[str, Any] = {"model": asm.model_section()} if asm.run is not None else {}
     if asm.memory is not None:
         d = asm.memory.details
         sections["breakdown"] = {"moments_gib": d.get("moments_gib"), "phase": asm.memory.phase,
                                  "first_oom": d.get("first_oom"), "params": d.get("params"),
-                                 "tokens_per_micro_batch": d.get("tokens_per_micro_batch")}
+                                 "tokens_per_micro_batch": d.get("tokens_per_micro_batch"),
+                                 "token_budget": d.get("token_budget")}
     if sweeps:
         axes = [parse_sweep(s) for s in sweeps]
         points = 1
@@ -76,4 +82,5 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple
         sections["sweep"] = {"keys": [k for k, _ in axes], "rows": rows,
                              "capacity_gib": asm.hw.capacity_gib if asm.hw else None, "zero3_allowed": shardable}
     return Report(command="estimate", inputs=asm.inputs(), findings=tuple(findings), run=asm.run_summary(),
-                  hardware=asm.hw, memory=asm.memory, sections=sections, notes=tuple(asm.notes))
+                  hardware=asm.hw, memory=asm.memory, sections=sections, notes=tuple(asm.notes),
+                  assumptions=tuple(asm.assumptions))

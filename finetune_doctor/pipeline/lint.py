@@ -87,11 +87,14 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     kinds = [(f, classify(f)) for f in files]
     skipped = [f for f, k in kinds if k is None]
     ds_inputs: list[str] = []
+    assumed: dict[tuple[str, str], Any] = {}
     for f, kind in kinds:
         if kind != "lf":
             continue
         file_opts = _per_file(opts, f)
         asm = assemble_config(f, (), file_opts, static=True)
+        for a in asm.assumptions:   # one entry per assumption and value over all files (facts/assume.py)
+            assumed.setdefault((a.name, str(a.value)), a)
         findings.extend(judge("lint", asm.facts, asm.sources, file_opts, texts={asm.doc.path: asm.doc.text},
                               live=asm.live()))
         if asm.ds is not None and getattr(asm.ds, "path", None) and not asm.ds_stock:
@@ -118,7 +121,8 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     return Report(command="lint", inputs={"config": lf_files[0] if len(lf_files) == 1 else None,
                                           "deepspeed": ds_inputs[0] if len(ds_inputs) == 1 else None,
                                           "run_dir": None, "files": list(files)},
-                  findings=tuple(findings), notes=tuple(notes), sections=sections)
+                  findings=tuple(findings), notes=tuple(notes), sections=sections,
+                  assumptions=tuple(assumed.values()))
 
 
 def diff(files: list[str], opts: Options, *, unsafe_fixes: bool = False) -> tuple[str, list[str], int]:
@@ -143,4 +147,8 @@ def _per_file(opts: Options, path: str) -> Options:
                              fmt=opts.format, output=opts.output,
                              select=",".join(opts.select) if opts.select else None,
                              ignore=",".join(opts.ignore) if opts.ignore else None, fail_on=opts.fail_on)
-    return replace(fresh, rules_dirs=tuple(dict.fromkeys(opts.rules_dirs + fresh.rules_dirs)))
+    # the command line's stack and --strict hold for every file (a project file may add its own)
+    return replace(fresh, rules_dirs=tuple(dict.fromkeys(opts.rules_dirs + fresh.rules_dirs)),
+                   strict=opts.strict or fresh.strict,
+                   transformers_version=opts.transformers_version or fresh.transformers_version,
+                   torch_version=opts.torch_version or fresh.torch_version)

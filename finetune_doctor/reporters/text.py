@@ -176,6 +176,7 @@ def _draw(w: _Writer, r: Report) -> None:
     _run_line(w, r)
     _hardware_line(w, r)
     _memory(w, r)
+    _assumed(w, r)
     _timeline(w, r)
     _findings(w, r, sources)
     _sections(w, r)
@@ -306,6 +307,23 @@ def _memory(w: _Writer, r: Report) -> None:
         verdict = f"verdict {mem.verdict} · probability of OOM {_pct(mem.p_oom)} · " if mem.verdict else ""
         w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB (the benchmarks' error for this kind of run)",
                indent=1)
+    from finetune_doctor.reporters.sections import assumed
+
+    for line in (assumed.deciding_line(mem.details.get("deciding_assumption")),
+                 assumed.budget_line(mem.details.get("token_budget"))):
+        if line:
+            w.line(line, indent=1)
+
+
+def _assumed(w: _Writer, r: Report) -> None:
+    """What the report assumed rather than read, verdict-moving first ("!"), one line each."""
+    from finetune_doctor.reporters.sections import assumed
+
+    if not r.assumptions:
+        return
+    w.heading("Assumed (not read from your inputs; ! moves the verdict)")
+    for text, moves in assumed.assumption_lines(r.assumptions):
+        w.line((text, "yellow" if moves else None), indent=1)
 
 
 def _timeline(w: _Writer, r: Report) -> None:

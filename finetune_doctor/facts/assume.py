@@ -1,0 +1,311 @@
+"""Assumptions: the values ``check``, ``estimate`` and ``lint`` used but did not read, each weighed by re-running
+the memory model under its alternatives (docs/DESIGN.md, "Honest verdicts"; issue #21).
+
+The memory model is a pure function of the run (analyzers/memory/moments.py ``estimate``: a fraction of a
+millisecond), so every alternative that changes only the run or the card is evaluated exactly: the Run is
+re-resolved by run.resolve_run (precision, optimizer, engine follow LLaMA-Factory's rules there, not here) and
+judged by the same error model as the reported estimate (analyzers/uncertainty.py ``assess``).
+
+Two kinds:
+
+* **open** assumptions (`OPEN`): a value the doctor cannot know here — sample lengths without the data, the GPU
+  variant of a bare ``--gpu A100``, the training machine's torch, a checkpoint dtype its config.json does not
+  name, the launcher. The memory verdict is ``fits`` or ``oom`` only when it holds under every
+  alternative of every open assumption (`fold`); otherwise ``at-risk``, naming the deciding assumption.
+* **defaults**: a value LLaMA-Factory or transformers would fill in for sure (``per_device_eval_batch_size`` 8);
+  recorded with its effect so the user sees what it costs, but it does not open the verdict.
+
+`token_budget` answers "how long may the samples be": the largest sequence length (tokens per sample) at which the
+run still fits, for training and for the first evaluation, by bisection over the memory model's sequence length.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any, Callable
+
+from finetune_doctor.analyzers import uncertainty
+from finetune_doctor.analyzers.memory import estimate
+from finetune_doctor.types import Assumption, Hardware
+
+# The shortest samples taken as plausible when the data is not here: a one-turn instruction with a short answer
+# (alpaca's median is ~150 tokens under a chat template; 512 leaves room for the longest sample of a batch).
+SHORT_SAMPLE_TOKENS = 512
+# the transformers release before the loss stopped copying the shifted logits (run/stack.py
+# SHIFTED_LOGITS_COPY_BEFORE = 4.49): the plausible older stack
+OLD_TRANSFORMERS = "4.48.3"
+# transformers < 4.49 is weighed and shown but not open: the run is modelled as LLaMA-Factory 0.9.5 runs it, and
+# 0.9.5 requires transformers >= 4.55 (its wheel's metadata, catalog/lf_keys.json "sources"); an older
+# transformers means an older LLaMA-Factory, which is the LF-version assumption's to open
+OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-dtype", "launcher"})
+VERDICT_ORDER = {"fits": 0, "at-risk": 1, "oom": 2}
+
+Judge = Callable[[Any, Hardware | None, int | None], tuple[float, str | None]]
+
+
+def judge_run(counts: Any = None) -> Judge:
+    """(run, hw, tokens) → (total GiB, verdict) by the memory model and the error model of the reported estimate.
+    `counts` (analyzers.params.ParamCounts) is reused only for runs of the same architecture and trainable set."""
+
+    def judge(run: Any, hw: Hardware | None, tokens: int | None = None) -> tuple[float, str | None]:
+        est = estimate(run, hw, counts=counts, tokens=tokens)
+        budget = _budget(hw)
+        a = uncertainty.assess(est.total, budget, est.method, str(est.details.get("reserve_class") or "default"))
+        return est.total, a.verdict
+
+    return judge
+
+
+def _budget(hw: Hardware | None) -> float | None:
+    if hw is None or not hw.capacity_gib:
+        return None
+    return hw.capacity_gib - (max(hw.in_use_gib) if hw.in_use_gib else 0.0)
+
+
+def _weigh(name: str, value: Any, source: str, resolve_with: str, base_verdict: str | None,
+           alts: list[tuple[str, Callable[[], tuple[float, str | None]] | None]]) -> Assumption:
+    """An Assumption whose alternatives are evaluated by the given thunks (None: not evaluable here)."""
+    gib: dict[str, float] = {}
+    verdicts: dict[str, str] = {}
+    for label, thunk in alts:
+        if thunk is None:
+            continue
+        total, verdict = thunk()
+        gib[label] = total
+        if verdict is not None:
+            verdicts[label] = verdict
+    moves = base_verdict is not None and any(v != base_verdict for v in verdicts.values())
+    return Assumption(name=name, value=value, source=source, alternatives=tuple(label for label, _ in alts),
+                      effect_gib=gib, effect_verdict=verdicts, resolve_with=resolve_with, moves_verdict=moves)
+
+
+def collect(asm: Any, opts: Any, *, tokens: int | None, base_verdict: str | None,
+            alt_stack: dict[str, Any] | None = None) -> list[Assumption]:
+    """Every assumption behind `asm`'s estimate (facts/config.py `Assembly` with a resolved run), weighed against
+    `base_verdict` (the verdict of the reported estimate). `tokens` is the measured worst micro-batch (None: the
+    data was not scanned); `alt_stack` is facts/mem.py `older_stack`'s result. Pure apart from reading
+    ``os.environ`` for the launch variables. Never raises for a resolved run."""
+    run, hw, doc = asm.run, asm.hw, asm.doc
+    judge = judge_run(asm.counts)
+    fresh = judge_run(None)
+    out: list[Assumption] = []
+    cfg = doc.values
+
+    def rerun(stack: dict[str, Any] | None = None, arch: Any = None, launch: Any = None) -> Any:
+        from finetune_doctor.run import resolve_run
+
+        return resolve_run(cfg, arch or run.arch, hw, asm.ds, nnodes=asm.nnodes, stack={**asm.stack, **(stack or {})},
+                           stack_sources=asm.stack_sources, launch=launch if launch is not None else asm.launch)
+
+    # -- the data ------------------------------------------------------------------------------------------------
+    if tokens is None and not run.packing:
+        short = min(SHORT_SAMPLE_TOKENS, run.seq_len)
+        alts = [(f"samples of {short} tokens", lambda: judge(run.with_(seq_len=short), hw, None))] \
+            if short < run.seq_len else []
+        out.append(_weigh(
+            "sample-lengths", f"every sample fills cutoff_len ({run.seq_len} tokens)",
+            "the datasets were not scanned (not on this machine, or --no-data): the worst case is taken",
+            "the data on this machine (check measures the longest micro-batch) or --context FILE from "
+            "`doctor context`", base_verdict, alts))
+    # -- the card ------------------------------------------------------------------------------------------------
+    if hw is not None and hw.source == "flag" and opts.gpu:
+        from finetune_doctor.hardware.catalog import variants
+
+        others = variants(opts.gpu)
+        if others:
+            alts = [(g.name, (lambda g=g: judge(run, replace(hw, gpu=g.name, capacity_gib=g.capacity_gib, bf16=g.bf16,
+                                                              compute_capability=g.compute_capability), tokens)))
+                    for g in others]
+            out.append(_weigh("gpu-variant", hw.gpu, f"--gpu {opts.gpu} names no memory size: the catalogue's default "
+                              f"variant ({hw.capacity_gib:.2f} GiB usable) is taken",
+                              f"--gpu {'/'.join([hw.gpu] + [g.name for g in others])}", base_verdict, alts))
+    # -- the stack -----------------------------------------------------------------------------------------------
+    given = {p for p, _v, _s in asm.stack_sources}
+    if "torch" not in given:
+        alts = []
+        if alt_stack and alt_stack.get("alt_stack_total") is not None:
+            total = float(alt_stack["alt_stack_total"])
+            # judged as the reported estimate is: same method, same shape class (the optimizer leaves both)
+            shape = str((asm.memory.details if asm.memory else {}).get("reserve_class") or "default")
+            verdict = uncertainty.assess(total, _budget(hw), "analytic", shape).verdict if hw else None
+            alts.append((f"torch < 2.8 ({alt_stack.get('alt_stack_optim')})",
+                         lambda total=total, verdict=verdict: (total, verdict)))
+        why = ("transformers' default optimizer follows torch (fused AdamW from 2.8)"
+               if run.optim_assumed else "the YAML's `optim` fixes the optimizer; kernels follow torch")
+        out.append(_weigh("torch-version", ">= 2.8 (a current stack)",
+                          f"no --torch, --env or installed torch of the training machine; {why}",
+                          "--torch VERSION, or --env FILE with `llamafactory-cli env` of the training machine",
+                          base_verdict, alts))
+    if "transformers" not in given:
+        old = rerun({"transformers": OLD_TRANSFORMERS})
+        moved = old.shifted_logits_copy != run.shifted_logits_copy
+        alts = [(f"transformers {OLD_TRANSFORMERS}", (lambda: judge(old, hw, tokens)) if moved else None)]
+        out.append(_weigh("transformers-version", ">= 4.49 (a current stack)",
+                          "no --transformers, --env or installed transformers of the training machine: renamed and "
+                          "version-only keys are judged for transformers 4.57-5.x, and the loss shifts labels "
+                          "instead of copying the logits (transformers >= 4.49)",
+                          "--transformers VERSION, or --env FILE", base_verdict, alts))
+    if run.deepspeed and "deepspeed" not in given:
+        dsv = getattr(asm.ds, "ds_version", None) if asm.ds is not None else None
+        out.append(_weigh("deepspeed-version", dsv or "0.19.8 (the newest behaviour the doctor knows)",
+                          "installed on this machine, not read from the training machine" if dsv else
+                          "no DeepSpeed version of the training machine: defaults and known bugs of 0.19.8 apply",
+                          "--env FILE with `llamafactory-cli env` (or `pip freeze`) of the training machine",
+                          base_verdict, []))
+    # -- the checkpoint ------------------------------------------------------------------------------------------
+    if "assumed float32" in str(run.arch.notes or ""):
+        bf = replace(run.arch, dtype="bfloat16")
+        out.append(_weigh("checkpoint-dtype", "float32", "the model's config.json names no torch_dtype/dtype; "
+                          "LLaMA-Factory's torch_dtype='auto' load takes the stored weights' dtype",
+                          "--model-config with the checkpoint's config.json (or the model folder on this machine)",
+                          base_verdict, [("bfloat16", lambda: fresh(rerun(arch=bf), hw, tokens))]))
+    # -- the launch ----------------------------------------------------------------------------------------------
+    out.extend(_launch(asm, run, hw, tokens, judge, fresh, rerun, base_verdict))
+    # -- defaults the run will take (recorded, not open) --------------------------------------------------------
+    if run.eval_during_training and "per_device_eval_batch_size" not in cfg:
+        alts = []
+        if run.micro_batch != run.eval_micro_batch:
+            alts.append((f"{run.micro_batch} (the training micro batch)",
+                         lambda: judge(run.with_(eval_micro_batch=run.micro_batch), hw, tokens)))
+        out.append(_weigh("eval-batch", run.eval_micro_batch, "per_device_eval_batch_size is not set: "
+                          "transformers' TrainingArguments default (8) evaluates 8 samples per micro batch",
+                          "set per_device_eval_batch_size in the YAML", base_verdict, alts))
+    offload = run.offload_optimizer == "cpu" or run.offload_param == "cpu" or bool(getattr(run, "fsdp_offload", False))
+    if offload and (hw is None or hw.host_ram_gib is None):
+        out.append(_weigh("host-ram", "unknown", "CPU offload keeps states in host RAM, and the training machine's "
+                          "RAM was not given: host OOM is not judged", "--host-ram SIZE (e.g. 744GB)",
+                          base_verdict, []))
+    return out
+
+
+def smallest_variant(hw: Hardware | None, spec: str | None) -> Hardware | None:
+    """`hw` as the smallest card the bare ``--gpu`` `spec` may mean (``A100`` → the 40 GB card), None when the spec
+    names a size or the card has one variant: what a remedy must fit when the GPU variant decides the verdict."""
+    if hw is None or not spec:
+        return None
+    from finetune_doctor.hardware.catalog import variants
+
+    others = [g for g in variants(spec) if g.capacity_gib < (hw.capacity_gib or 0)]
+    if not others:
+        return None
+    g = min(others, key=lambda g: g.capacity_gib)
+    return replace(hw, gpu=g.name, capacity_gib=g.capacity_gib, bf16=g.bf16, compute_capability=g.compute_capability)
+
+
+def launch_known(asm: Any) -> bool:
+    """Whether anything the doctor can see says how the run is launched: ``--launch``, ``--accelerate-config``, an
+    accelerate config beside the YAML (facts/config.py), or llamafactory-cli's launch variables in this
+    environment (FORCE_TORCHRUN, NNODES: LLaMA-Factory launcher.py)."""
+    if asm.launch is not None:
+        return True
+    return any(os.environ.get(k) for k in ("FORCE_TORCHRUN", "NNODES"))
+
+
+def _launch(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: Judge, fresh: Judge,
+            rerun: Callable[..., Any], base_verdict: str | None) -> list[Assumption]:
+    """The launcher and the ranks, when nothing the doctor can see says how the run is launched."""
+    if run.world_size <= 1 or launch_known(asm) or run.engine == "megatron":
+        return []
+    alts: list[tuple[str, Any]] = [("torchrun or deepspeed started by hand (allocator default)",
+                                    lambda: judge(run.with_(launcher="torchrun"), hw, tokens))]
+    if run.engine == "ddp":
+        from finetune_doctor.readers.accelerate import AccelerateConfig
+        from finetune_doctor.run.engines import LaunchInputs
+
+        acc = AccelerateConfig(path="<assumed FSDP launch>", values={}, positions={}, distributed_type="FSDP",
+                               num_processes=run.world_size, num_machines=run.nnodes)
+        alts.append(("accelerate launch with FSDP", lambda: fresh(rerun(launch=LaunchInputs(acc, None)), hw, tokens)))
+    engine = "DeepSpeed as the YAML names it" if run.deepspeed else "DDP"
+    out = [_weigh("launcher", f"llamafactory-cli train (torchrun, {engine}, expandable segments on)",
+                  "no --launch, --accelerate-config, accelerate config beside the YAML, or FORCE_TORCHRUN/NNODES "
+                  "in the environment", "--launch FILE (the launch command line) or --accelerate-config FILE",
+                  base_verdict, alts)]
+    src = "every GPU of --gpu on each node" if hw is not None and hw.source == "flag" else "the GPUs seen here"
+    out.append(_weigh("world-size", run.world_size, f"{src} (llamafactory-cli sets NPROC_PER_NODE to the visible "
+                      "devices, launcher.py)", "--launch FILE, --accelerate-config FILE or --nnodes N",
+                      base_verdict, []))
+    return out
+
+
+def fold(verdict: str | None, total: float, assumptions: list[Assumption]) -> tuple[str | None, Assumption | None]:
+    """The verdict across the plausible range of every open assumption: `verdict` when every evaluated alternative
+    of every open assumption agrees with it, else ``at-risk`` with the deciding assumption (of the open ones whose
+    alternatives change the verdict, the one that moves the predicted `total` (GiB) the most). An ``at-risk``
+    verdict stays at-risk; None (no card) stays None."""
+    if verdict is None:
+        return None, None
+    movers = [a for a in assumptions if a.name in OPEN and a.moves_verdict]
+    if not movers or verdict == "at-risk":
+        return verdict, None
+    movers.sort(key=lambda a: -max((abs(v - total) for v in a.effect_gib.values()), default=0.0))
+    return "at-risk", movers[0]
+
+
+def deciding_facts(a: Assumption | None, total: float, verdict: str | None) -> dict[str, Any] | None:
+    """The ``mem.deciding_assumption`` fact: the assumption, its first alternative whose verdict differs from
+    `verdict` (the one under the assumed value) and that alternative's total (GiB)."""
+    if a is None:
+        return None
+    flip = next((k for k, v in a.effect_verdict.items() if v != verdict), None)
+    return {"name": a.name, "value": str(a.value), "source": a.source, "alternative": flip,
+            "alternative_total_gib": a.effect_gib.get(flip) if flip else None,
+            "alternative_verdict": a.effect_verdict.get(flip) if flip else None, "verdict_assumed": verdict,
+            "total_gib": total, "resolve_with": a.resolve_with}
+
+
+def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str, Any] | None:
+    """The largest sequence length (tokens per sample, ≤ cutoff_len) at which the run still fits its card with
+    p_oom ≤ 5 % (the ``fits`` verdict of analyzers/uncertainty.py), for training and for the first evaluation;
+    None without a card or for a packed run (every sequence is cutoff_len long).
+
+    Bisection over `run.seq_len` (the memory model is monotone in it): training is judged with evaluation off,
+    evaluation from the evaluation moment alone (its tensor peak × (1 + the allocator reserve share) + the
+    runtime, analyzers/memory/moments.py). Returns ``{"cutoff_len", "train": {"tokens_per_sample",
+    "tokens_per_micro_batch", "fits_at_cutoff"}, "eval": {...} or None}``; ``tokens_per_sample`` is 0 when even
+    one-token samples do not fit.
+    """
+    budget = _budget(hw)
+    if budget is None or run.packing:
+        return None
+    per_seq = 2 if run.pairwise else 1
+
+    def fits_train(n: int) -> bool:
+        est = estimate(run.with_(seq_len=n, eval_during_training=False), hw, counts=counts)
+        return uncertainty.assess(est.total, budget, est.method, str(est.details.get("reserve_class") or
+                                                                     "default")).verdict == "fits"
+
+    def fits_eval(n: int) -> bool:
+        est = estimate(run.with_(seq_len=n), hw, counts=counts)
+        d = est.details
+        moment = next((v for k, v in (d.get("moments_gib") or {}).items() if "evaluation" in k), None)
+        if moment is None:
+            return True
+        total = moment * (1 + float(d.get("reserve_share") or 0.0)) + float(d.get("runtime_gib") or 0.0)
+        return uncertainty.assess(total, budget, est.method, str(d.get("reserve_class") or "default")).verdict == "fits"
+
+    def largest(ok: Callable[[int], bool], batch: int) -> dict[str, Any]:
+        n = _bisect(ok, run.seq_len)
+        return {"tokens_per_sample": n, "tokens_per_micro_batch": n * batch * per_seq,
+                "micro_batch": batch, "fits_at_cutoff": n >= run.seq_len}
+
+    out: dict[str, Any] = {"cutoff_len": run.seq_len, "train": largest(fits_train, run.micro_batch), "eval": None}
+    if run.eval_during_training:
+        out["eval"] = largest(fits_eval, run.eval_micro_batch)
+    return out
+
+
+def _bisect(ok: Callable[[int], bool], hi: int) -> int:
+    """The largest n in [1, hi] with ok(n) (ok monotone: true up to some n), 0 when ok(1) is false."""
+    if ok(hi):
+        return hi
+    if not ok(1):
+        return 0
+    lo = 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
