@@ -48,6 +48,9 @@ def test_missing_deepspeed_file_is_exit_2_for_check_and_a_finding_for_lint(tmp_p
     assert r.exit_code == 2 and r.output.startswith("doctor: config.yaml:") and "deepspeed=PATH" in r.output
     r = invoke("lint", "config.yaml", "--format", "json")
     d = json.loads(r.output)
+    # away from the training machine the path is not checked here (info); --strict makes it the error
+    assert [f["name"] for f in d["findings"] if "deepspeed" in f["message"]] == ["not-checked-here"]
+    d = json.loads(invoke("lint", "config.yaml", "--format", "json", "--strict").output)
     assert [f["name"] for f in d["findings"] if f["name"] == "deepspeed-file-missing"] == ["deepspeed-file-missing"]
 
 

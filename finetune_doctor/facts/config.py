@@ -178,6 +178,9 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     # the stack first: the model's layout depends on the transformers release that builds it (MoE experts)
     stack, sources = _stack(opts, asm.hw, env_report)
     asm.stack, asm.nnodes, asm.stack_sources = stack, opts.nnodes, sources
+    if stack.get("transformers") and stack["transformers"] != opts.transformers_version:
+        # --env (or this training machine) names transformers: its renamed keys are judged for that release
+        facts["lint"]["keys"] = lint_facts.assemble(doc, stack["transformers"])["keys"]
     arch = _arch(asm, config, opts, tolerate=static or not need_model or lenient, static=static,
                  transformers=stack.get("transformers"))
     _deepspeed(asm, arch, tolerate_missing=static or lenient, lenient=lenient)
@@ -349,7 +352,14 @@ def _deepspeed(asm: Assembly, arch: Any, *, tolerate_missing: bool, lenient: boo
         if not ((tolerate_missing and not_found) or lenient):
             raise
         if not_found:
-            asm.facts["lint"]["ds_missing"] = ds_facts.missing(doc.values.get("deepspeed"), err)
+            missing = ds_facts.missing(doc.values.get("deepspeed"), err)
+            missing["machine_dependent"] = not lenient   # lint: the training machine may hold it
+            asm.facts["lint"]["ds_missing"] = missing
+            if not lenient:
+                asm.facts["lint"]["keys"].append({
+                    "key": "deepspeed", "kind": "not_here", "message": missing["message"], "suggestion": None,
+                    "replacement": None, "fix": None, "fix_value": None, "condition": "not on this machine",
+                    "line": doc.line_of("deepspeed"), "override": "deepspeed" in doc.overrides})
         else:
             asm.notes.append(f"DeepSpeed config not read ({err}); facts computed without it")
         return
@@ -389,10 +399,53 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
                              "its FSDP settings are not known (--accelerate-config FILE)")
         else:
             acc = load_accelerate_config(str(found))
+    if launch is None and acc is None and not lenient:
+        acc = _accelerate_beside(asm)
+        launch = _env_launch() if acc is None else None
     if acc is not None:
         asm.sources["accelerate"] = SourceDoc("accelerate", display_path(acc.path) or acc.path, dict(acc.positions))
     if launch is not None or acc is not None:
         asm.launch = LaunchInputs(acc, launch)
+
+
+# accelerate's own default file name (accelerate config writes default_config.yaml) and the names users give it
+ACCELERATE_BESIDE = ("accelerate_config.yaml", "accelerate_config.yml", "accelerate.yaml", "default_config.yaml",
+                     "fsdp_config.yaml")
+# llamafactory-cli's launch variables (LLaMA-Factory launcher.py: FORCE_TORCHRUN starts torchrun, NNODES and
+# NPROC_PER_NODE size it)
+LAUNCH_ENV = ("FORCE_TORCHRUN", "NNODES", "NPROC_PER_NODE")
+
+
+def _accelerate_beside(asm: Assembly) -> Any:
+    """The one accelerate config beside the training YAML (`ACCELERATE_BESIDE`), with a note; None when there is
+    none, several, or a file of that name that is not an accelerate config."""
+    from finetune_doctor.readers.accelerate import load_accelerate_config
+
+    here = Path(asm.doc.path).resolve().parent
+    found = [here / n for n in ACCELERATE_BESIDE if (here / n).is_file()]
+    if len(found) != 1:
+        return None
+    try:
+        acc = load_accelerate_config(str(found[0]))
+    except InputError:
+        return None
+    asm.notes.append(f"launch read from the accelerate config beside the YAML ({found[0].name}); "
+                     "--accelerate-config FILE names another")
+    return acc
+
+
+def _env_launch() -> Any:
+    """A ``llamafactory-cli train`` launch from FORCE_TORCHRUN/NNODES/NPROC_PER_NODE in this environment, or None
+    when none is set."""
+    import os
+
+    from finetune_doctor.readers.accelerate import LaunchCommand
+
+    env = {k: os.environ[k] for k in LAUNCH_ENV if os.environ.get(k)}
+    if not env.get("FORCE_TORCHRUN") and not env.get("NNODES"):
+        return None
+    return LaunchCommand(launcher="llamafactory-cli", env=env, options={}, script="train",
+                         text=" ".join(f"{k}={v}" for k, v in env.items()) + " llamafactory-cli train")
 
 
 def _scan(asm: Assembly, config: str) -> dict[str, Any] | None:

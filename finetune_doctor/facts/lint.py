@@ -18,7 +18,8 @@ from finetune_doctor.readers.yamlcfg import ConfigDoc
 
 KEY_ITEM = {
     "key": F("str", "the key as written (dotted for nested keys)"),
-    "kind": F("str", "unknown | renamed | retired | derived | wrong_type | invalid_value | ..."),
+    "kind": F("str", "unknown | renamed | retired | derived | wrong_type | invalid_value | not_here (a path "
+                     "the training machine may hold: not checked here) | ..."),
     "message": F("str", "what is wrong, in LLaMA-Factory's or transformers' terms"),
     "suggestion": F("str", "did-you-mean key, when one is close"),
     "replacement": F("str", "the key that replaces a renamed/retired one"),
@@ -40,7 +41,8 @@ UNUSED_ITEM = {
 NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
     "keys": F("list", "key problems", items=KEY_ITEM),
     "ds_missing": F("dict", "the deepspeed path that did not resolve", fields={
-        "value": F("str", "the path as written"), "message": F("str", "why it did not resolve")}),
+        "value": F("str", "the path as written"), "message": F("str", "why it did not resolve"),
+        "machine_dependent": F("bool", "lint: the training machine may hold it (not checked here unless --strict)")}),
     "unused_suppressions": F("list", "suppression comments that hid nothing", items=UNUSED_ITEM),
     "standalone_ds": F("bool", "a DeepSpeed JSON linted on its own, without a training config"),
     "assumptions": F("list", "what the command assumed rather than read, verdict-moving first (facts/assume.py)",
