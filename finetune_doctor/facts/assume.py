@@ -22,7 +22,7 @@ run still fits, for training and for the first evaluation, by bisection over the
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from finetune_doctor.analyzers import uncertainty
@@ -80,54 +80,91 @@ def _weigh(name: str, value: Any, source: str, resolve_with: str, base_verdict: 
                       effect_gib=gib, effect_verdict=verdicts, resolve_with=resolve_with, moves_verdict=moves)
 
 
+@dataclass
+class _Seen:
+    """What every group of assumptions reads: the assembly, its run and card, the judges and the re-resolver."""
+
+    asm: Any
+    opts: Any
+    tokens: int | None
+    base: str | None
+    judge: Judge
+    fresh: Judge
+
+    @property
+    def run(self) -> Any:
+        return self.asm.run
+
+    @property
+    def hw(self) -> Hardware | None:
+        return self.asm.hw
+
+    @property
+    def cfg(self) -> dict[str, Any]:
+        return self.asm.doc.values
+
+    def rerun(self, stack: dict[str, Any] | None = None, arch: Any = None, launch: Any = None) -> Any:
+        """The run re-resolved by run.resolve_run with another stack, architecture or launch."""
+        from finetune_doctor.run import resolve_run
+
+        a = self.asm
+        return resolve_run(self.cfg, arch or self.run.arch, self.hw, a.ds, nnodes=a.nnodes,
+                           stack={**a.stack, **(stack or {})}, stack_sources=a.stack_sources,
+                           launch=launch if launch is not None else a.launch)
+
+
 def collect(asm: Any, opts: Any, *, tokens: int | None, base_verdict: str | None,
             alt_stack: dict[str, Any] | None = None) -> list[Assumption]:
     """Every assumption behind `asm`'s estimate (facts/config.py `Assembly` with a resolved run), weighed against
     `base_verdict` (the verdict of the reported estimate). `tokens` is the measured worst micro-batch (None: the
     data was not scanned); `alt_stack` is facts/mem.py `older_stack`'s result. Pure apart from reading
     ``os.environ`` for the launch variables. Never raises for a resolved run."""
-    run, hw, doc = asm.run, asm.hw, asm.doc
-    judge = judge_run(asm.counts)
-    fresh = judge_run(None)
-    out: list[Assumption] = []
-    cfg = doc.values
+    c = _Seen(asm, opts, tokens, base_verdict, judge_run(asm.counts), judge_run(None))
+    return [*_data_and_card(c), *_stack(c, alt_stack), *_checkpoint(c),
+            *_launch(asm, c.run, c.hw, tokens, c.judge, c.fresh, c.rerun, base_verdict), *_defaults(c)]
 
-    def rerun(stack: dict[str, Any] | None = None, arch: Any = None, launch: Any = None) -> Any:
-        from finetune_doctor.run import resolve_run
 
-        return resolve_run(cfg, arch or run.arch, hw, asm.ds, nnodes=asm.nnodes, stack={**asm.stack, **(stack or {})},
-                           stack_sources=asm.stack_sources, launch=launch if launch is not None else asm.launch)
-
-    # -- the data ------------------------------------------------------------------------------------------------
-    if tokens is None and not run.packing:
+def _data_and_card(c: _Seen) -> list[Assumption]:
+    """The sample lengths without the data; the card a bare ``--gpu`` names; no card at all."""
+    run, hw, out = c.run, c.hw, []
+    if c.tokens is None and not run.packing:
         short = min(SHORT_SAMPLE_TOKENS, run.seq_len)
-        alts = [(f"samples of {short} tokens", lambda: judge(run.with_(seq_len=short), hw, None))] \
+        alts = [(f"samples of {short} tokens", lambda: c.judge(run.with_(seq_len=short), hw, None))] \
             if short < run.seq_len else []
         out.append(_weigh(
             "sample-lengths", f"every sample fills cutoff_len ({run.seq_len} tokens)",
             "the datasets were not scanned (not on this machine, or --no-data): the worst case is taken",
             "the data on this machine (check measures the longest micro-batch) or --context FILE from "
-            "`doctor context`", base_verdict, alts))
-    # -- the card ------------------------------------------------------------------------------------------------
-    if hw is not None and hw.source == "flag" and opts.gpu:
+            "`doctor context`", c.base, alts))
+    if hw is not None and hw.source == "flag" and c.opts.gpu:
         from finetune_doctor.hardware.catalog import variants
 
-        others = variants(opts.gpu)
+        others = variants(c.opts.gpu)
         if others:
-            alts = [(g.name, (lambda g=g: judge(run, replace(hw, gpu=g.name, capacity_gib=g.capacity_gib, bf16=g.bf16,
-                                                              compute_capability=g.compute_capability), tokens)))
+            alts = [(g.name, (lambda g=g: c.judge(run, replace(hw, gpu=g.name, capacity_gib=g.capacity_gib,
+                                                                bf16=g.bf16, compute_capability=g.compute_capability),
+                                                  c.tokens)))
                     for g in others]
-            out.append(_weigh("gpu-variant", hw.gpu, f"--gpu {opts.gpu} names no memory size: the catalogue's default "
-                              f"variant ({hw.capacity_gib:.2f} GiB usable) is taken",
-                              f"--gpu {'/'.join([hw.gpu] + [g.name for g in others])}", base_verdict, alts))
-    # -- the stack -----------------------------------------------------------------------------------------------
-    given = {p for p, _v, _s in asm.stack_sources}
+            out.append(_weigh("gpu-variant", hw.gpu, f"--gpu {c.opts.gpu} names no memory size: the catalogue's "
+                              f"default variant ({hw.capacity_gib:.2f} GiB usable) is taken",
+                              f"--gpu {'/'.join([hw.gpu] + [g.name for g in others])}", c.base, alts))
+    if hw is None:
+        out.append(_weigh("gpus", "unknown: one GPU, no capacity", "no --gpu, no --env and no GPU seen here: the fit "
+                          "is not judged and the world size is 1", "--gpu SPEC (e.g. 8xA100-80GB) or --env FILE",
+                          None, []))
+    return out
+
+
+def _stack(c: _Seen, alt_stack: dict[str, Any] | None) -> list[Assumption]:
+    """torch, transformers and DeepSpeed of the training machine, when nothing names them."""
+    run, hw, out = c.run, c.hw, []
+    given = {p for p, _v, _s in c.asm.stack_sources}
     if "torch" not in given:
         alts = []
         if alt_stack and alt_stack.get("alt_stack_total") is not None:
             total = float(alt_stack["alt_stack_total"])
             # judged as the reported estimate is: same method, same shape class (the optimizer leaves both)
-            shape = str((asm.memory.details if asm.memory else {}).get("reserve_class") or "default")
+            shape = str((c.asm.memory.details if c.asm.memory else {}).get("reserve_class") or "default")
             verdict = uncertainty.assess(total, _budget(hw), "analytic", shape).verdict if hw else None
             alts.append((f"torch < 2.8 ({alt_stack.get('alt_stack_optim')})",
                          lambda total=total, verdict=verdict: (total, verdict)))
@@ -136,46 +173,61 @@ def collect(asm: Any, opts: Any, *, tokens: int | None, base_verdict: str | None
         out.append(_weigh("torch-version", ">= 2.8 (a current stack)",
                           f"no --torch, --env or installed torch of the training machine; {why}",
                           "--torch VERSION, or --env FILE with `llamafactory-cli env` of the training machine",
-                          base_verdict, alts))
+                          c.base, alts))
     if "transformers" not in given:
-        old = rerun({"transformers": OLD_TRANSFORMERS})
+        old = c.rerun({"transformers": OLD_TRANSFORMERS})
         moved = old.shifted_logits_copy != run.shifted_logits_copy
-        alts = [(f"transformers {OLD_TRANSFORMERS}", (lambda: judge(old, hw, tokens)) if moved else None)]
+        alts = [(f"transformers {OLD_TRANSFORMERS}", (lambda: c.judge(old, hw, c.tokens)) if moved else None)]
         out.append(_weigh("transformers-version", ">= 4.49 (a current stack)",
                           "no --transformers, --env or installed transformers of the training machine: renamed and "
                           "version-only keys are judged for transformers 4.57-5.x, and the loss shifts labels "
                           "instead of copying the logits (transformers >= 4.49)",
-                          "--transformers VERSION, or --env FILE", base_verdict, alts))
+                          "--transformers VERSION, or --env FILE", c.base, alts))
     if run.deepspeed and "deepspeed" not in given:
-        dsv = getattr(asm.ds, "ds_version", None) if asm.ds is not None else None
+        dsv = getattr(c.asm.ds, "ds_version", None) if c.asm.ds is not None else None
         out.append(_weigh("deepspeed-version", dsv or "0.19.8 (the newest behaviour the doctor knows)",
                           "installed on this machine, not read from the training machine" if dsv else
                           "no DeepSpeed version of the training machine: defaults and known bugs of 0.19.8 apply",
                           "--env FILE with `llamafactory-cli env` (or `pip freeze`) of the training machine",
-                          base_verdict, []))
-    # -- the checkpoint ------------------------------------------------------------------------------------------
-    if "assumed float32" in str(run.arch.notes or ""):
-        bf = replace(run.arch, dtype="bfloat16")
-        out.append(_weigh("checkpoint-dtype", "float32", "the model's config.json names no torch_dtype/dtype; "
-                          "LLaMA-Factory's torch_dtype='auto' load takes the stored weights' dtype",
-                          "--model-config with the checkpoint's config.json (or the model folder on this machine)",
-                          base_verdict, [("bfloat16", lambda: fresh(rerun(arch=bf), hw, tokens))]))
-    # -- the launch ----------------------------------------------------------------------------------------------
-    out.extend(_launch(asm, run, hw, tokens, judge, fresh, rerun, base_verdict))
-    # -- defaults the run will take (recorded, not open) --------------------------------------------------------
+                          c.base, []))
+    return out
+
+
+def _checkpoint(c: _Seen) -> list[Assumption]:
+    """A checkpoint dtype its config.json does not name (readers/model/generic.py takes float32 then)."""
+    if "assumed float32" not in str(c.run.arch.notes or ""):
+        return []
+    bf = replace(c.run.arch, dtype="bfloat16")
+    return [_weigh("checkpoint-dtype", "float32", "the model's config.json names no torch_dtype/dtype; "
+                   "LLaMA-Factory's torch_dtype='auto' load takes the stored weights' dtype",
+                   "--model-config with the checkpoint's config.json (or the model folder on this machine)",
+                   c.base, [("bfloat16", lambda: c.fresh(c.rerun(arch=bf), c.hw, c.tokens))])]
+
+
+def _defaults(c: _Seen) -> list[Assumption]:
+    """Values LLaMA-Factory or transformers fill in for sure (recorded with their effect, not open), and the host
+    RAM an offloading run is not judged against."""
+    run, hw, cfg, out = c.run, c.hw, c.cfg, []
     if run.eval_during_training and "per_device_eval_batch_size" not in cfg:
         alts = []
         if run.micro_batch != run.eval_micro_batch:
             alts.append((f"{run.micro_batch} (the training micro batch)",
-                         lambda: judge(run.with_(eval_micro_batch=run.micro_batch), hw, tokens)))
+                         lambda: c.judge(run.with_(eval_micro_batch=run.micro_batch), hw, c.tokens)))
         out.append(_weigh("eval-batch", run.eval_micro_batch, "per_device_eval_batch_size is not set: "
                           "transformers' TrainingArguments default (8) evaluates 8 samples per micro batch",
-                          "set per_device_eval_batch_size in the YAML", base_verdict, alts))
+                          "set per_device_eval_batch_size in the YAML", c.base, alts))
+    if "per_device_train_batch_size" not in cfg and run.micro_batch != 1:
+        out.append(_weigh("train-batch", run.micro_batch, "per_device_train_batch_size is not set: transformers' "
+                          "TrainingArguments default", "set per_device_train_batch_size in the YAML", c.base,
+                          [("1", lambda: c.judge(run.with_(micro_batch=1), hw, None))]))
+    if "cutoff_len" not in cfg:
+        out.append(_weigh("cutoff-len", run.seq_len, "cutoff_len is not set: LLaMA-Factory's DataArguments "
+                          "default (data_args.py)", "set cutoff_len in the YAML", c.base, []))
     offload = run.offload_optimizer == "cpu" or run.offload_param == "cpu" or bool(getattr(run, "fsdp_offload", False))
     if offload and (hw is None or hw.host_ram_gib is None):
         out.append(_weigh("host-ram", "unknown", "CPU offload keeps states in host RAM, and the training machine's "
                           "RAM was not given: host OOM is not judged", "--host-ram SIZE (e.g. 744GB)",
-                          base_verdict, []))
+                          c.base, []))
     return out
 
 
