@@ -38,7 +38,10 @@ OLD_TRANSFORMERS = "4.48.3"
 # transformers < 4.49 is weighed and shown but not open: the run is modelled as LLaMA-Factory 0.9.5 runs it, and
 # 0.9.5 requires transformers >= 4.55 (its wheel's metadata, catalog/lf_keys.json "sources"); an older
 # transformers means an older LLaMA-Factory, which is the LF-version assumption's to open
-OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-dtype", "launcher"})
+OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-dtype", "launcher",
+                  "deepspeed-config"})
+STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_config.json",
+            "examples/deepspeed/ds_z3_offload_config.json")
 VERDICT_ORDER = {"fits": 0, "at-risk": 1, "oom": 2}
 
 Judge = Callable[[Any, Hardware | None, int | None], tuple[float, str | None]]
@@ -120,7 +123,7 @@ def collect(asm: Any, opts: Any, *, tokens: int | None, base_verdict: str | None
     data was not scanned); `alt_stack` is facts/mem.py `older_stack`'s result. Pure apart from reading
     ``os.environ`` for the launch variables. Never raises for a resolved run."""
     c = _Seen(asm, opts, tokens, base_verdict, judge_run(asm.counts), judge_run(None))
-    return [*_data_and_card(c), *_stack(c, alt_stack), *_checkpoint(c),
+    return [*_data_and_card(c), *_deepspeed_config(c), *_stack(c, alt_stack), *_checkpoint(c),
             *_launch(asm, c.run, c.hw, tokens, c.judge, c.fresh, c.rerun, base_verdict), *_defaults(c)]
 
 
@@ -191,6 +194,20 @@ def _stack(c: _Seen, alt_stack: dict[str, Any] | None) -> list[Assumption]:
                           "--env FILE with `llamafactory-cli env` (or `pip freeze`) of the training machine",
                           c.base, []))
     return out
+
+
+def _deepspeed_config(c: _Seen) -> list[Assumption]:
+    """A DeepSpeed file not on this machine (facts/config.py `_stand_in_deepspeed`): the stock file used for it,
+    with LLaMA-Factory's other stock stages evaluated (Assembly.run_after re-reads and re-resolves)."""
+    if not getattr(c.asm, "ds_assumed", None):
+        return []
+    path, used = c.asm.ds_assumed
+    alts = [(alt.rsplit("/", 1)[-1], (lambda alt=alt: c.fresh(c.asm.run_after([("config", "deepspeed", alt, False)]),
+                                                           c.hw, c.tokens)))
+            for alt in STOCK_DS if alt != used]
+    return [_weigh("deepspeed-config", used.rsplit("/", 1)[-1], f"{path} is not on this machine: LLaMA-Factory's "
+                   "stock file of the stage its name suggests stands in for it",
+                   f"run where {path} is, or deepspeed=PATH with a copy of it", c.base, alts)]
 
 
 def _checkpoint(c: _Seen) -> list[Assumption]:

@@ -58,6 +58,7 @@ class Assembly:
     nnodes: int | None = None
     assumptions: list = field(default_factory=list)   # types.Assumption: what was assumed (facts/assume.py)
     hw_worst: Hardware | None = None   # the smallest card a bare --gpu may mean, when that decides the verdict
+    ds_assumed: tuple[str, str] | None = None   # (the DeepSpeed path not here, the stock file used instead)
     _after: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     def live(self) -> dict[str, Any]:
@@ -349,17 +350,20 @@ def _deepspeed(asm: Assembly, arch: Any, *, tolerate_missing: bool, lenient: boo
                                              overridden="deepspeed" in doc.overrides)
     except InputError as err:
         not_found = "not found" in err.message
-        if not ((tolerate_missing and not_found) or lenient):
+        if not (not_found or lenient):
             raise
         if not_found:
             missing = ds_facts.missing(doc.values.get("deepspeed"), err)
-            missing["machine_dependent"] = not lenient   # lint: the training machine may hold it
+            missing["machine_dependent"] = not lenient   # lint, check: the training machine may hold it
             asm.facts["lint"]["ds_missing"] = missing
             if not lenient:
                 asm.facts["lint"]["keys"].append({
                     "key": "deepspeed", "kind": "not_here", "message": missing["message"], "suggestion": None,
                     "replacement": None, "fix": None, "fix_value": None, "condition": "not on this machine",
                     "line": doc.line_of("deepspeed"), "override": "deepspeed" in doc.overrides})
+            if not tolerate_missing:
+                _stand_in_deepspeed(asm, arch)   # check, estimate: estimate with a stock file, as an assumption
+                return
         else:
             asm.notes.append(f"DeepSpeed config not read ({err}); facts computed without it")
         return
@@ -367,6 +371,31 @@ def _deepspeed(asm: Assembly, arch: Any, *, tolerate_missing: bool, lenient: boo
     if asm.ds is not None and getattr(asm.ds, "path", None) and not asm.ds_stock:
         asm.sources["deepspeed"] = SourceDoc("deepspeed", display_path(str(asm.ds.path)) or str(asm.ds.path),
                                              dict(getattr(asm.ds, "positions", {}) or {}))
+
+
+def ds_stage_hint(value: Any) -> tuple[int, bool]:
+    """(ZeRO stage, CPU offload) a DeepSpeed file name suggests (``ds_z3_offload.json`` → (3, True)); (2, False)
+    when it says nothing, the stage cases/INDEX.md infers for a file it does not show."""
+    import re
+
+    name = str(value or "").lower().rsplit("/", 1)[-1]
+    m = re.search(r"(?:z|zero|stage)[-_ ]?([0-3])", name)
+    return (int(m.group(1)) if m else 2), "offload" in name
+
+
+def _stand_in_deepspeed(asm: Assembly, arch: Any) -> None:
+    """A DeepSpeed file the config names that is not on this machine: the run is estimated with LLaMA-Factory's
+    stock file of the stage its name suggests (`ds_stage_hint`), recorded as the ``deepspeed-config`` assumption
+    (facts/assume.py evaluates the other stock stages); the path itself is not-checked-here."""
+    doc = asm.doc
+    value = doc.values.get("deepspeed")
+    stage, offload = ds_stage_hint(value)
+    stock = f"examples/deepspeed/ds_z{stage}{'_offload' if offload and stage in (2, 3) else ''}_config.json"
+    asm.ds, asm.ds_stock = ds_facts.load({**doc.values, "deepspeed": stock}, doc.path, doc.line_of("deepspeed"),
+                                         asm.hw, arch.hidden_size if arch else None, [])
+    asm.ds_assumed = (str(value), stock)
+    asm.facts["ds"] = ds_facts.assemble(asm.ds, asm.ds_stock)
+    asm.notes.append(f"{value} is not on this machine: estimated with LLaMA-Factory's {stock} (an assumption)")
 
 
 def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
