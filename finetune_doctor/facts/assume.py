@@ -44,20 +44,29 @@ STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_co
             "examples/deepspeed/ds_z3_offload_config.json")
 VERDICT_ORDER = {"fits": 0, "at-risk": 1, "oom": 2}
 
-Judge = Callable[[Any, Hardware | None, int | None], tuple[float, str | None]]
+Judge = Callable[[Any, Hardware | None, int | None], "tuple[float, str | None] | None"]
 
 
-def judge_run(counts: Any = None) -> Judge:
+def judge_run(counts: Any = None, enabled: bool = True) -> Judge:
     """(run, hw, tokens) → (total GiB, verdict) by the memory model and the error model of the reported estimate.
-    `counts` (analyzers.params.ParamCounts) is reused only for runs of the same architecture and trainable set."""
+    `counts` (analyzers.params.ParamCounts) is reused only for runs of the same architecture and trainable set.
+    Disabled (``lint`` without a card: no verdict to move), it returns None and the alternative stays unweighed."""
 
-    def judge(run: Any, hw: Hardware | None, tokens: int | None = None) -> tuple[float, str | None]:
+    def judge(run: Any, hw: Hardware | None, tokens: int | None = None) -> tuple[float, str | None] | None:
+        if not enabled:
+            return None
         est = estimate(run, hw, counts=counts, tokens=tokens)
         budget = _budget(hw)
         a = uncertainty.assess(est.total, budget, est.method, str(est.details.get("reserve_class") or "default"))
         return est.total, a.verdict
 
+    judge.enabled = enabled   # type: ignore[attr-defined]
     return judge
+
+
+def _on(judge: Judge) -> bool:
+    """Whether `judge` weighs alternatives (judge_run's `enabled`): re-resolving a run for nothing is skipped."""
+    return bool(getattr(judge, "enabled", True))
 
 
 def _budget(hw: Hardware | None) -> float | None:
@@ -72,9 +81,10 @@ def _weigh(name: str, value: Any, source: str, resolve_with: str, base_verdict: 
     gib: dict[str, float] = {}
     verdicts: dict[str, str] = {}
     for label, thunk in alts:
-        if thunk is None:
+        res = thunk() if thunk is not None else None
+        if res is None:
             continue
-        total, verdict = thunk()
+        total, verdict = res
         gib[label] = total
         if verdict is not None:
             verdicts[label] = verdict
@@ -122,7 +132,8 @@ def collect(asm: Any, opts: Any, *, tokens: int | None, base_verdict: str | None
     `base_verdict` (the verdict of the reported estimate). `tokens` is the measured worst micro-batch (None: the
     data was not scanned); `alt_stack` is facts/mem.py `older_stack`'s result. Pure apart from reading
     ``os.environ`` for the launch variables. Never raises for a resolved run."""
-    c = _Seen(asm, opts, tokens, base_verdict, judge_run(asm.counts), judge_run(None))
+    weigh = asm.hw is not None or asm.memory is not None   # lint without a card: listed, not weighed
+    c = _Seen(asm, opts, tokens, base_verdict, judge_run(asm.counts, weigh), judge_run(None, weigh))
     return [*_data_and_card(c), *_deepspeed_config(c), *_stack(c, alt_stack), *_checkpoint(c),
             *_launch(asm, c.run, c.hw, tokens, c.judge, c.fresh, c.rerun, base_verdict), *_defaults(c)]
 
@@ -178,10 +189,14 @@ def _stack(c: _Seen, alt_stack: dict[str, Any] | None) -> list[Assumption]:
                           "--torch VERSION, or --env FILE with `llamafactory-cli env` of the training machine",
                           c.base, alts))
     if "transformers" not in given:
-        old = c.rerun({"transformers": OLD_TRANSFORMERS})
-        moved = old.shifted_logits_copy != run.shifted_logits_copy
-        alts = [(f"transformers {OLD_TRANSFORMERS}", (lambda: c.judge(old, hw, c.tokens)) if moved else None)]
-        out.append(_weigh("transformers-version", ">= 4.49 (a current stack)",
+        def older() -> tuple[float, str | None] | None:
+            if not _on(c.judge):
+                return None   # not weighed: skip the re-resolution too
+            old = c.rerun({"transformers": OLD_TRANSFORMERS})
+            return c.judge(old, hw, c.tokens) if old.shifted_logits_copy != run.shifted_logits_copy else None
+
+        alts = [(f"transformers {OLD_TRANSFORMERS}", older)]
+        out.append(_weigh("transformers-version", "a current release (4.57-5.x)",
                           "no --transformers, --env or installed transformers of the training machine: renamed and "
                           "version-only keys are judged for transformers 4.57-5.x, and the loss shifts labels "
                           "instead of copying the logits (transformers >= 4.49)",
@@ -203,7 +218,7 @@ def _deepspeed_config(c: _Seen) -> list[Assumption]:
         return []
     path, used = c.asm.ds_assumed
     alts = [(alt.rsplit("/", 1)[-1], (lambda alt=alt: c.fresh(c.asm.run_after([("config", "deepspeed", alt, False)]),
-                                                           c.hw, c.tokens)))
+                                                           c.hw, c.tokens) if _on(c.fresh) else None))
             for alt in STOCK_DS if alt != used]
     return [_weigh("deepspeed-config", used.rsplit("/", 1)[-1], f"{path} is not on this machine: LLaMA-Factory's "
                    "stock file of the stage its name suggests stands in for it",
@@ -218,7 +233,7 @@ def _checkpoint(c: _Seen) -> list[Assumption]:
     return [_weigh("checkpoint-dtype", "float32", "the model's config.json names no torch_dtype/dtype; "
                    "LLaMA-Factory's torch_dtype='auto' load takes the stored weights' dtype",
                    "--model-config with the checkpoint's config.json (or the model folder on this machine)",
-                   c.base, [("bfloat16", lambda: c.fresh(c.rerun(arch=bf), c.hw, c.tokens))])]
+                   c.base, [("bfloat16", lambda: c.fresh(c.rerun(arch=bf), c.hw, c.tokens) if _on(c.fresh) else None)])]
 
 
 def _defaults(c: _Seen) -> list[Assumption]:
@@ -284,7 +299,8 @@ def _launch(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: 
 
         acc = AccelerateConfig(path="<assumed FSDP launch>", values={}, positions={}, distributed_type="FSDP",
                                num_processes=run.world_size, num_machines=run.nnodes)
-        alts.append(("accelerate launch with FSDP", lambda: fresh(rerun(launch=LaunchInputs(acc, None)), hw, tokens)))
+        alts.append(("accelerate launch with FSDP", lambda: fresh(rerun(launch=LaunchInputs(acc, None)), hw, tokens)
+                     if _on(fresh) else None))
     engine = "DeepSpeed as the YAML names it" if run.deepspeed else "DDP"
     out = [_weigh("launcher", f"llamafactory-cli train (torchrun, {engine}, expandable segments on)",
                   "no --launch, --accelerate-config, accelerate config beside the YAML, or FORCE_TORCHRUN/NNODES "

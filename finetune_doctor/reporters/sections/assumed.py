@@ -47,7 +47,7 @@ def assumption_lines(items: Iterable[Any]) -> list[tuple[str, bool]]:
         for alt in a.alternatives:
             g, v = a.effect_gib.get(alt), a.effect_verdict.get(alt)
             if g is None:
-                effects.append(f"{alt}: not evaluated")
+                effects.append(str(alt))
             else:
                 effects.append(f"{alt}: {g:.1f} GiB" + (f" {v}" if v else ""))
         eff = f" — if {'; '.join(effects)}" if effects else ""
