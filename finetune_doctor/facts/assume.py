@@ -10,7 +10,7 @@ Two kinds:
 
 * **open** assumptions (`OPEN`): a value the doctor cannot know here — sample lengths without the data, the GPU
   variant of a bare ``--gpu A100``, the training machine's torch, a checkpoint dtype its config.json does not
-  name, the launcher. The memory verdict is ``fits`` or ``oom`` only when it holds under every
+  name, the launcher, a DeepSpeed file that is not on this machine. The memory verdict is ``fits`` or ``oom`` only when it holds under every
   alternative of every open assumption (`fold`); otherwise ``at-risk``, naming the deciding assumption.
 * **defaults**: a value LLaMA-Factory or transformers would fill in for sure (``per_device_eval_batch_size`` 8);
   recorded with its effect so the user sees what it costs, but it does not open the verdict.
@@ -42,7 +42,6 @@ OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-
                   "deepspeed-config"})
 STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_config.json",
             "examples/deepspeed/ds_z3_offload_config.json")
-VERDICT_ORDER = {"fits": 0, "at-risk": 1, "oom": 2}
 
 Judge = Callable[[Any, Hardware | None, int | None], "tuple[float, str | None] | None"]
 
