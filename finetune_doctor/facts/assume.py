@@ -226,7 +226,9 @@ def _deepspeed_config(c: _Seen) -> list[Assumption]:
 
 def _checkpoint(c: _Seen) -> list[Assumption]:
     """A checkpoint dtype its config.json does not name (readers/model/generic.py takes float32 then)."""
-    if "assumed float32" not in str(c.run.arch.notes or ""):
+    notes = str(c.run.arch.notes or "")
+    # readers/model/generic.py checkpoint_dtype's note is the only sign today (ModelArch has no "assumed" flag)
+    if c.run.arch.dtype != "float32" or not ("assumed float32" in notes or "names no torch_dtype" in notes):
         return []
     bf = replace(c.run.arch, dtype="bfloat16")
     return [_weigh("checkpoint-dtype", "float32", "the model's config.json names no torch_dtype/dtype; "
