@@ -304,7 +304,9 @@ def _memory(w: _Writer, r: Report) -> None:
            f" · method {mem.method}", indent=1)
     if mem.interval_gib is not None:
         lo, hi = mem.interval_gib
-        verdict = f"verdict {mem.verdict} · probability of OOM {_pct(mem.p_oom)} · " if mem.verdict else ""
+        # an at-risk verdict an assumption decides: p_oom is the assumed case's (facts/assume.py)
+        cond = " as assumed" if mem.details.get("deciding_assumption") else ""
+        verdict = f"verdict {mem.verdict} · probability of OOM {_pct(mem.p_oom)}{cond} · " if mem.verdict else ""
         w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB (the benchmarks' error for this kind of run)",
                indent=1)
     from finetune_doctor.reporters.sections import assumed

@@ -27,15 +27,16 @@ def budget_line(tb: dict[str, Any] | None) -> str | None:
 
 
 def deciding_line(d: dict[str, Any] | None) -> str | None:
-    """Why the verdict is at-risk when an open assumption decides it, None otherwise."""
+    """Why the verdict is at-risk when an open assumption decides it (the Assumed section says how to remove it),
+    None otherwise."""
     if not d:
         return None
     alt = d.get("alternative")
     tail = ""
     if alt and d.get("alternative_total_gib") is not None:
-        tail = (f"; with {alt}: {d['alternative_total_gib']:.1f} GiB, {d.get('alternative_verdict')}")
-    return (f"at-risk because it depends on {d['name']}: assumed {d['value']} → {d['total_gib']:.1f} GiB, "
-            f"{d.get('verdict_assumed')}{tail} (resolve with {d.get('resolve_with')})")
+        tail = f", {d['alternative_total_gib']:.1f} GiB ({d.get('alternative_verdict')}) with {alt}"
+    return (f"at-risk on {d['name']}: {d['total_gib']:.1f} GiB ({d.get('verdict_assumed')}) as assumed "
+            f"({d['value']}){tail}")
 
 
 def assumption_lines(items: Iterable[Any]) -> list[tuple[str, bool]]:
