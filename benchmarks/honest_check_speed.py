@@ -39,6 +39,43 @@ def run(cmd: list[str], cwd: str) -> tuple[float, subprocess.CompletedProcess]:
     return time.perf_counter() - t, r
 
 
+def every_example() -> list[str]:
+    """Every training config among LLaMA-Factory's examples, in one process (click's test runner, no interpreter
+    start-up): the verdict or why none, the verdict-moving assumptions first, and the time per config."""
+    os.environ.update(FINETUNE_DOCTOR_NO_NVML="1", HF_HUB_OFFLINE="1")
+    sys.path.insert(0, str(ROOT))
+    from click.testing import CliRunner
+
+    from finetune_doctor.cli import main as cli
+
+    skip = ("accelerate", "deepspeed", "inference", "merge_lora")
+    cfgs = sorted(p for p in EXAMPLES.rglob("*.yaml") if not any(part in skip for part in p.parts))
+    out = ["## Every LF example training config, in one process", "",
+           "| config | ms | verdict | verdict-moving assumptions (first) |", "|---|---|---|---|"]
+    verdicts = 0
+    with tempfile.TemporaryDirectory() as empty:
+        here = os.getcwd()
+        os.chdir(empty)
+        try:
+            for cfg in cfgs:
+                t = time.perf_counter()
+                r = CliRunner().invoke(cli, ["check", str(cfg), "--gpu", "A100", "--format", "json", "--offline"])
+                ms = 1000 * (time.perf_counter() - t)
+                rep = json.loads(r.stdout) if r.exit_code in (0, 1) else {}
+                mem = rep.get("memory") or {}
+                movers = [a["name"] for a in rep.get("assumptions", []) if a["moves_verdict"]]
+                flags = [a["moves_verdict"] for a in rep.get("assumptions", [])]
+                why = mem.get("verdict") or ("model not in the catalogue" if any(
+                    f["name"] == "model-unresolved" for f in rep.get("findings", [])) else f"exit {r.exit_code}")
+                verdicts += bool(mem.get("verdict"))
+                ok = "" if flags == sorted(flags, reverse=True) else " (NOT first)"
+                out.append(f"| {cfg.relative_to(EXAMPLES)} | {ms:.0f} | {why} | {', '.join(movers) or '-'}{ok} |")
+        finally:
+            os.chdir(here)
+    out += ["", f"{verdicts}/{len(cfgs)} configs get a verdict."]
+    return out
+
+
 def main() -> int:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     rows = []
@@ -74,6 +111,7 @@ def main() -> int:
     worst = max(t for _, t, *_ in rows)
     lines += ["", f"Slowest: {worst:.3f} s (goal: under 1 s). Verdicts: "
               f"{sum(1 for r in rows if r[2])}/{len(rows)}."]
+    lines += ["", *every_example()]
     text = "\n".join(lines) + "\n"
     (HERE / "results" / "honest_check_speed.md").write_text(text, encoding="utf-8")
     print(text)
