@@ -217,3 +217,17 @@ def test_every_catalogue_example_gets_a_verdict_with_movers_first():
         assert flags == sorted(flags, reverse=True)
         assert {"gpu-variant", "torch-version"} <= set(by_name(r))
     assert seen >= 3
+
+
+def test_gemma2_auto_attention_is_an_assumption(tmp_path):
+    # LLaMA-Factory's gemma2 branch: flash_attn auto takes fa2 when flash-attn is installed, else eager
+    cfg = tmp_path / "gemma2.yaml"
+    cfg.write_text("model_name_or_path: google/gemma-2-9b-it\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+                   "dataset: alpaca_en_demo\ntemplate: gemma\ncutoff_len: 4096\noutput_dir: out\n"
+                   "per_device_train_batch_size: 1\nbf16: true\n")
+    _, r = doctor("check", cfg, "--gpu", "A100-80GB", "--no-data")
+    att = by_name(r)["attention-kernel"]
+    assert att["value"] == r["run"]["attention"] and set(att["alternatives"]) == {"fa2", "eager"} - {att["value"]}
+    assert set(att["effect"]["total_gib"]) == set(att["alternatives"])
+    _, fa2 = doctor("check", cfg, "flash_attn=fa2", "--gpu", "A100-80GB", "--no-data")
+    assert "attention-kernel" not in by_name(fa2)

@@ -39,7 +39,7 @@ OLD_TRANSFORMERS = "4.48.3"
 # 0.9.5 requires transformers >= 4.55 (its wheel's metadata, catalog/lf_keys.json "sources"); an older
 # transformers means an older LLaMA-Factory, which is the LF-version assumption's to open
 OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-dtype", "launcher",
-                  "deepspeed-config"})
+                  "deepspeed-config", "attention-kernel"})
 STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_config.json",
             "examples/deepspeed/ds_z3_offload_config.json")
 
@@ -133,7 +133,7 @@ def collect(asm: Any, opts: Any, *, tokens: int | None, base_verdict: str | None
     ``os.environ`` for the launch variables. Never raises for a resolved run."""
     weigh = asm.hw is not None or asm.memory is not None   # lint without a card: listed, not weighed
     c = _Seen(asm, opts, tokens, base_verdict, judge_run(asm.counts, weigh), judge_run(None, weigh))
-    return [*_data_and_card(c), *_deepspeed_config(c), *_stack(c, alt_stack), *_checkpoint(c),
+    return [*_data_and_card(c), *_deepspeed_config(c), *_stack(c, alt_stack), *_checkpoint(c), *_attention(c),
             *_launch(asm, c.run, c.hw, tokens, c.judge, c.fresh, c.rerun, base_verdict), *_defaults(c)]
 
 
@@ -235,6 +235,20 @@ def _checkpoint(c: _Seen) -> list[Assumption]:
                    "LLaMA-Factory's torch_dtype='auto' load takes the stored weights' dtype",
                    "--model-config with the checkpoint's config.json (or the model folder on this machine)",
                    c.base, [("bfloat16", lambda: c.fresh(c.rerun(arch=bf), c.hw, c.tokens) if _on(c.fresh) else None)])]
+
+
+def _attention(c: _Seen) -> list[Assumption]:
+    """Gemma-2 with ``flash_attn: auto`` (or unset): LLaMA-Factory takes FlashAttention-2 when flash-attn is
+    installed on the training machine and eager attention when not (model/model_utils/attention.py, the gemma2
+    branch at ff6d4d1); which one runs is not visible here, and eager keeps the full score matrix."""
+    run = c.run
+    if run.arch.model_type != "gemma2" or str(c.cfg.get("flash_attn") or "auto") != "auto":
+        return []
+    alts = [(k, (lambda k=k: c.judge(run.with_(attention=k), c.hw, c.tokens)))
+            for k in ("fa2", "eager") if k != run.attention]
+    return [_weigh("attention-kernel", run.attention, "flash_attn: auto on Gemma-2: LLaMA-Factory uses "
+                   "FlashAttention-2 if flash-attn is installed on the training machine, else eager attention",
+                   "flash_attn: fa2 (or disabled) in the YAML, or --env FILE listing flash-attn", c.base, alts)]
 
 
 def _defaults(c: _Seen) -> list[Assumption]:
