@@ -200,6 +200,10 @@ def _stack(c: _Seen, alt_stack: dict[str, Any] | None) -> list[Assumption]:
                           "version-only keys are judged for transformers 4.57-5.x, and the loss shifts labels "
                           "instead of copying the logits (transformers >= 4.49)",
                           "--transformers VERSION, or --env FILE", c.base, alts))
+    if "llamafactory" not in given:
+        out.append(_weigh("llamafactory-version", "0.9.5", "no LLaMA-Factory version of the training machine: keys, "
+                          "defaults and the run are judged as LLaMA-Factory 0.9.5 runs them (catalog/lf_keys.json)",
+                          "--env FILE with `llamafactory-cli env` of the training machine", c.base, []))
     if run.deepspeed and "deepspeed" not in given:
         dsv = getattr(c.asm.ds, "ds_version", None) if c.asm.ds is not None else None
         out.append(_weigh("deepspeed-version", dsv or "0.19.8 (the newest behaviour the doctor knows)",

@@ -95,7 +95,7 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
         asm = assemble_config(f, (), file_opts, static=True)
         for a in asm.assumptions:   # one entry per assumption and value over all files (facts/assume.py)
             # without a memory estimate only the stack lint judges keys for bears on its findings
-            if asm.memory is not None or a.name == "transformers-version":
+            if asm.memory is not None or a.name in ("transformers-version", "llamafactory-version"):
                 assumed.setdefault((a.name, str(a.value)), a)
         findings.extend(judge("lint", asm.facts, asm.sources, file_opts, texts={asm.doc.path: asm.doc.text},
                               live=asm.live()))
