@@ -366,8 +366,9 @@ def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str,
     Bisection over `run.seq_len` (the memory model is monotone in it): training is judged with evaluation off,
     evaluation from the evaluation moment alone (its tensor peak × (1 + the allocator reserve share) + the
     runtime, analyzers/memory/moments.py). Returns ``{"cutoff_len", "train": {"tokens_per_sample",
-    "tokens_per_micro_batch", "fits_at_cutoff"}, "eval": {...} or None}``; ``tokens_per_sample`` is 0 when even
-    one-token samples do not fit.
+    "tokens_per_micro_batch", "micro_batch", "fits_at_cutoff"}, "eval": {...} or None}``; ``tokens_per_sample``
+    is the longest sequence (for DPO/RM/KTO each of the pair's sequences; the collator pads a micro batch to its
+    longest, so one long sample sets the whole batch) and 0 when even one-token samples do not fit.
     """
     budget = _budget(hw)
     if budget is None or run.packing:
