@@ -141,14 +141,16 @@ def _set_dotted(d: dict[str, Any], key: str, value: Any, delete: bool) -> None:
 
 def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: Options, *, static: bool = False,
                     scan_data: bool = False, hw: Hardware | None = None, need_model: bool = True,
-                    validate_ds: bool = False, lenient: bool = False) -> Assembly:
+                    validate_ds: bool = False, lenient: bool = False, assume: bool = True) -> Assembly:
     """Read `config` with `overrides` and assemble every config-side namespace.
 
     `static=True` is the lint path: no NVML, no dataset, no deepspeed import; an unresolvable model or a missing
     DeepSpeed file is then a fact for a rule, not an error. `need_model=False` tolerates an unresolvable model
     (``lint.model_unresolved``, rule model-unresolved). `lenient=True` (postmortem) also reads on past a DeepSpeed JSON that is missing or
-    broken. `hw` replaces hardware resolution (a sweep reuses its first point's). Raises InputError on bad input.
+    broken. `hw` replaces hardware resolution (a sweep reuses its first point's). `assume=False` (a sweep's points)
+    skips recording and weighing assumptions (facts/assume.py). Raises InputError on bad input.
     """
+    assume = assume and not lenient   # a postmortem judges a run that happened: nothing to assume for a verdict
     doc = load_config(config, tuple(overrides))
     sources: dict[str, SourceDoc] = {"config": doc.source()}
     if doc.overrides:
@@ -222,10 +224,10 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
                                     int(tokens) if tokens else None, torch_given=bool(opts.torch_version),
                                     optim_given="optim" in doc.values)
         asm.memory = mem_facts.judged(est, asm.hw, alt)   # verdict, p_oom, interval (analyzers/uncertainty.py)
-        honest = _assumptions(asm, opts, int(tokens) if tokens else None, alt)
+        honest = _assumptions(asm, opts, int(tokens) if tokens else None, alt) if assume else {}
         facts["mem"] = mem_facts.assemble(asm.memory, asm.hw, asm.run, alt)
-        facts["mem"].update(honest)
-    else:
+        facts["mem"].update({"deciding_assumption": None, "token_budget": None, **honest})
+    elif assume:
         _assumptions(asm, opts, None, None)
     facts["lint"]["assumptions"] = [{**a.as_dict(), "effect_text": effect_text(a)}
                                     for a in sort_assumptions(asm.assumptions)]

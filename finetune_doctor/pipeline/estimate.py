@@ -70,7 +70,7 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple
         rows = []
         for combo in itertools.product(*[vals for _, vals in axes]):
             ov = tuple(overrides) + tuple(f"{k}={v}" for (k, _), v in zip(axes, combo))
-            m = assemble_config(config, ov, opts, hw=asm.hw).memory
+            m = assemble_config(config, ov, opts, hw=asm.hw, assume=False).memory
             rows.append({**{k: parse_override(f"{k}={v}")[1] for (k, _), v in zip(axes, combo)},
                          "total_gib": None if m is None else round(m.total, 2),
                          "peak_allocated_gib": None if m is None else round(m.peak_allocated, 2),
