@@ -118,7 +118,10 @@ class Assembly:
     def inputs(self, **extra: Any) -> dict[str, Any]:
         """The JSON report's ``inputs`` object."""
         ds, stock = None, {}
-        if self.ds is not None and self.ds_stock:
+        if self.ds is not None and self.ds_assumed:
+            # not on this machine and not a stock name: a stock file stands in (the deepspeed-config assumption)
+            ds, stock = self.ds_assumed[0], {"deepspeed_stand_in": self.ds_assumed[1]}
+        elif self.ds is not None and self.ds_stock:
             # not on disk here: the file the YAML names, read from LLaMA-Factory's stock copy of it
             ds, stock = str(self.doc.values.get("deepspeed") or self.ds.path), {"deepspeed_stock": True}
         elif self.ds is not None and getattr(self.ds, "path", None):

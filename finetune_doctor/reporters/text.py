@@ -192,7 +192,7 @@ def _header(w: _Writer, r: Report) -> None:
     w.line(("doctor " + r.command, "bold"))
     inputs = r.inputs or {}
     for key, value in inputs.items():
-        if value is None or value == [] or value == () or key == "deepspeed_stock":
+        if value is None or value == [] or value == () or key in ("deepspeed_stock", "deepspeed_stand_in"):
             continue
         if isinstance(value, (list, tuple)):
             value = ", ".join(str(display_path(str(v))) for v in value)
@@ -200,6 +200,8 @@ def _header(w: _Writer, r: Report) -> None:
             value = display_path(os.fspath(value))
         if key == "deepspeed" and inputs.get("deepspeed_stock"):
             value = f"{value} (not on disk here: LLaMA-Factory's stock copy)"
+        elif key == "deepspeed" and inputs.get("deepspeed_stand_in"):
+            value = f"{value} (not on this machine: estimated with {inputs['deepspeed_stand_in']}, an assumption)"
         w.line(f"{key}: {value}", indent=1)
 
 
