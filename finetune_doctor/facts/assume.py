@@ -8,7 +8,7 @@ judged by the same error model as the reported estimate (analyzers/uncertainty.p
 
 Two kinds:
 
-* **open** assumptions (`OPEN`): a value the doctor cannot know here — sample lengths without the data, the GPU
+* **open** assumptions (every one not in `NOT_OPEN`; `OPEN` lists this module's): a value the doctor cannot know here — sample lengths without the data, the GPU
   variant of a bare ``--gpu A100``, the training machine's torch, a checkpoint dtype its config.json does not
   name, the launcher, a DeepSpeed file that is not on this machine. The memory verdict is ``fits`` or ``oom`` only when it holds under every
   alternative of every open assumption (`fold`); otherwise ``at-risk``, naming the deciding assumption.
@@ -35,11 +35,14 @@ SHORT_SAMPLE_TOKENS = 512
 # the transformers release before the loss stopped copying the shifted logits (run/stack.py
 # SHIFTED_LOGITS_COPY_BEFORE = 4.49): the plausible older stack
 OLD_TRANSFORMERS = "4.48.3"
-# transformers < 4.49 is weighed and shown but not open: the run is modelled as LLaMA-Factory 0.9.5 runs it, and
-# 0.9.5 requires transformers >= 4.55 (its wheel's metadata, catalog/lf_keys.json "sources"); an older
-# transformers means an older LLaMA-Factory, which is the LF-version assumption's to open
+# Assumptions that never open the verdict: values LLaMA-Factory or transformers fill in for sure (eval and train
+# batch, cutoff_len), and transformers < 4.49, weighed and shown but not plausible under the modelled release: the
+# run is modelled as LLaMA-Factory 0.9.5 runs it, and 0.9.5 requires transformers >= 4.55 (its wheel's metadata,
+# catalog/lf_keys.json "sources"); an older transformers means an older LLaMA-Factory. Every other assumption whose
+# alternatives change the verdict opens it, including those other modules add (the model's resolution).
+NOT_OPEN = frozenset({"eval-batch", "train-batch", "cutoff-len", "transformers-version"})
 OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-dtype", "launcher",
-                  "deepspeed-config", "attention-kernel"})
+                  "deepspeed-config", "attention-kernel"})   # the ones this module records
 STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_config.json",
             "examples/deepspeed/ds_z3_offload_config.json")
 
@@ -339,7 +342,7 @@ def fold(verdict: str | None, total: float, assumptions: list[Assumption]) -> tu
     verdict stays at-risk; None (no card) stays None."""
     if verdict is None:
         return None, None
-    movers = [a for a in assumptions if a.name in OPEN and a.moves_verdict]
+    movers = [a for a in assumptions if a.name not in NOT_OPEN and a.moves_verdict]
     if not movers or verdict == "at-risk":
         return verdict, None
     movers.sort(key=lambda a: -max((abs(v - total) for v in a.effect_gib.values()), default=0.0))
