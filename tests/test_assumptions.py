@@ -231,3 +231,22 @@ def test_gemma2_auto_attention_is_an_assumption(tmp_path):
     assert set(att["effect"]["total_gib"]) == set(att["alternatives"])
     _, fa2 = doctor("check", cfg, "flash_attn=fa2", "--gpu", "A100-80GB", "--no-data")
     assert "attention-kernel" not in by_name(fa2)
+
+
+def test_fold_opens_the_verdict_on_any_moving_assumption_but_sure_defaults():
+    from finetune_doctor.facts.assume import fold
+    from finetune_doctor.types import Assumption
+
+    # a model-resolution assumption another module adds (folder name → catalogue entry) opens the verdict
+    folder = Assumption("model", "Qwen/Qwen2.5-7B", "folder name", ("Qwen/Qwen2.5-14B",),
+                        effect_gib={"Qwen/Qwen2.5-14B": 41.0}, effect_verdict={"Qwen/Qwen2.5-14B": "oom"},
+                        moves_verdict=True)
+    gpu = Assumption("gpu-variant", "A100-80GB", "bare --gpu", ("A100-40GB",), effect_gib={"A100-40GB": 30.0},
+                     effect_verdict={"A100-40GB": "at-risk"}, moves_verdict=True)
+    evalb = Assumption("eval-batch", 8, "transformers default", ("1",), effect_gib={"1": 20.0},
+                       effect_verdict={"1": "fits"}, moves_verdict=True)
+    assert fold("fits", 30.0, [evalb]) == ("fits", None)              # a sure default does not open it
+    assert fold("oom", 30.0, [evalb]) == ("oom", None)
+    assert fold("fits", 30.0, [gpu, folder]) == ("at-risk", folder)   # the one that moves the total most decides
+    assert fold("at-risk", 30.0, [folder]) == ("at-risk", None)
+    assert fold(None, 30.0, [folder]) == (None, None)                  # no card, no verdict
