@@ -189,6 +189,8 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
         facts["lint"]["keys"] = lint_facts.assemble(doc, stack["transformers"])["keys"]
     arch = _arch(asm, config, opts, tolerate=static or not need_model or lenient, static=static,
                  transformers=stack.get("transformers"))
+    if arch is None:
+        _model_not_here(asm)
     _deepspeed(asm, arch, tolerate_missing=static or lenient, lenient=lenient)
     _accelerate(asm, opts, lenient=lenient)
     if asm.ds is not None and validate_ds and not static:
@@ -339,6 +341,27 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
     if model_src is not None:
         asm.sources["model"] = model_src
     return arch
+
+
+def _model_not_here(asm: Assembly) -> None:
+    """An unresolved model named by a local path (absolute, ``./``, ``../``, ``~``) that is not on this machine: the
+    training machine may hold it, so it is not-checked-here (info) unless --strict (model-unresolved). A name that
+    could be a hub id (``org/name``) stays model-unresolved: LLaMA-Factory would look it up on the hub too."""
+    import os
+
+    unresolved = asm.facts["lint"].get("model_unresolved")
+    if not unresolved:
+        return
+    name = str(unresolved.get("name") or "")
+    local = name.startswith(("/", "./", "../", "~")) or (len(name) > 2 and name[1] == ":" and name[2] in "\\/")
+    here = os.path.exists(os.path.expanduser(name))
+    unresolved["not_here"] = bool(local and not here)
+    if unresolved["not_here"]:
+        doc = asm.doc
+        asm.facts["lint"]["keys"].append({
+            "key": "model_name_or_path", "kind": "not_here", "message": unresolved["message"],
+            "suggestion": None, "replacement": None, "fix": None, "fix_value": None, "condition": "not on this machine",
+            "line": doc.line_of("model_name_or_path"), "override": "model_name_or_path" in doc.overrides})
 
 
 def _deepspeed(asm: Assembly, arch: Any, *, tolerate_missing: bool, lenient: bool) -> None:
