@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from finetune_doctor.arch import ModelArch
-from finetune_doctor.quant import resolve_quantization
+from finetune_doctor.run.quantization import resolve_quantization
 from finetune_doctor.run.engines import LaunchInputs, resolve_engine
 from finetune_doctor.run.model import Run
 from finetune_doctor.run.moments import moment_fields

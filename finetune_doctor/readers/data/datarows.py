@@ -44,12 +44,18 @@ import json
 import os
 import stat
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator, Protocol
 
 from finetune_doctor.readers.data.jsonarray import LONE_SURROGATE, ArrayReader, has_lone_surrogate, json_limit
 
-if TYPE_CHECKING:
-    from finetune_doctor.readers.data.datasets import DatasetSpec
+
+
+class RowSource(Protocol):
+    """What the row reader needs of a dataset entry (readers/data/datasets.py `DatasetSpec` is one): its local
+    files and LF's file type for them. A protocol, so the row reader does not import the resolver above it."""
+
+    files: tuple[str, ...]
+    file_type: str | None
 
 # LF's file types (extras/constants.py FILEEXT2TYPE): the extension decides the builder
 FILEEXT2TYPE = {"arrow": "arrow", "csv": "csv", "json": "json", "jsonl": "json", "parquet": "parquet", "txt": "text"}
@@ -330,7 +336,7 @@ class _Batch:
         return ch
 
 
-def iter_chunks(spec: "DatasetSpec", *, chunk_rows: int = CHUNK_ROWS, max_rows: int | None = None,
+def iter_chunks(spec: RowSource, *, chunk_rows: int = CHUNK_ROWS, max_rows: int | None = None,
                 raw_jsonl: bool = False) -> Iterator[Chunk]:
     """Stream the rows of every file of `spec` in chunks of at most `chunk_rows` rows (and CHUNK_CHARS characters).
 
@@ -611,7 +617,7 @@ _READERS: dict[str, Callable[[BinaryIO, _Batch], Iterator[Chunk]]] = {
     "text": _text_chunks}
 
 
-def total_bytes(spec: "DatasetSpec") -> int:
+def total_bytes(spec: RowSource) -> int:
     """Sum of the sizes of the dataset's files (progress bars measure bytes)."""
     tot = 0
     for f in spec.files:

@@ -12,7 +12,7 @@ dataset_info.json is read under the decoding policy of readers/data/datarows.py:
 on which ``json.load`` fails ("Unexpected UTF-8 BOM"), is read past and reported (`DatasetSpec.info_problem`).
 
 Rows are streamed by readers/data/datarows.py (re-exported here); hub datasets are looked up only in the local caches
-(readers/model/hubcache.py). Readers judge nothing: they report what they found, and analyzers decide what it means.
+(readers/data/hubcache.py). Readers judge nothing: they report what they found, and analyzers decide what it means.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 from finetune_doctor.errors import InputError
 from finetune_doctor.readers.data.datarows import CHUNK_ROWS, FILEEXT2TYPE, Chunk, RowError, Unreadable, file_problem, \
     file_type, iter_chunks, not_utf8, open_regular, os_reason, parse_json_lines, total_bytes
-from finetune_doctor.readers.model.hubcache import find_cached_hub_dataset, hf_hub_cache, hub_snapshot
+from finetune_doctor.readers.data.hubcache import find_cached_hub_dataset, hf_hub_cache, hub_snapshot
 
 __all__ = ["CHUNK_ROWS", "DATA_CONFIG", "DEFAULT_COLUMNS", "DEFAULT_TAGS", "FILEEXT2TYPE", "Chunk",
            "DatasetDirNotFound", "DatasetSpec", "RowError", "find_cached_hub_dataset", "find_dataset_dir", "hf_hub_cache", "hub_snapshot",

@@ -20,7 +20,7 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Iterator, Protocol
 
 from finetune_doctor.errors import InputError
 
@@ -145,3 +145,12 @@ class TextInput:
                                  file=self.path, line=self.lineno)
             parts.append(line)
         return "".join(parts)
+
+
+class GpuSource(Protocol):
+    """What a format reader (readers/gpus/smi_xml.py, npu_smi.py) needs of the GPU file being read
+    (readers/gpus/smi.py `GpuStream` is one): its path, its host name and the open `TextInput`."""
+
+    path: str
+    host: str
+    input: TextInput

@@ -21,13 +21,12 @@ Memory-Usage is the board's DDR and is not used. A new ``npu-smi ... Version:`` 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.hardware.snapshot import MIB, CardSnapshot, ProcessInfo, Snapshot
+from finetune_doctor.readers.gpus.gpu_input import GpuSource
 
-if TYPE_CHECKING:
-    from finetune_doctor.readers.gpus.smi import GpuStream
 
 _HEADER = re.compile(r"npu-smi\s+(\S+)\s+Version:\s*(\S+)")
 _ROW1 = re.compile(r"^\|\s*(\d+)\s+(\S+)\s*\|\s*(\S+)\s*\|\s*(\S+)\s+(\d+|-|NA)\s+(\d+)\s*/\s*(\d+)\s*\|\s*$")
@@ -38,7 +37,7 @@ _NO_PROC = re.compile(r"No running processes found in NPU (\d+)")
 _MAX_MIB = 1 << 30
 
 
-def read(stream: "GpuStream") -> Iterator[Snapshot]:
+def read(stream: GpuSource) -> Iterator[Snapshot]:
     """One `Snapshot` per npu-smi table in the stream."""
     path, host = stream.path, stream.host
     state = _Table(path, host, 1)

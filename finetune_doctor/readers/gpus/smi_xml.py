@@ -19,19 +19,18 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from datetime import datetime
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.hardware.snapshot import MIB, CardSnapshot, ProcessInfo, Snapshot
+from finetune_doctor.readers.gpus.gpu_input import GpuSource
 
-if TYPE_CHECKING:
-    from finetune_doctor.readers.gpus.smi import GpuStream
 
 _UNIT = {"B": 1, "KIB": 1 << 10, "MIB": MIB, "GIB": 1 << 30}
 _MAX = 1 << 53
 
 
-def read(stream: "GpuStream") -> Iterator[Snapshot]:
+def read(stream: GpuSource) -> Iterator[Snapshot]:
     """One `Snapshot` per ``nvidia_smi_log`` document in the stream."""
     doc: _Doc | None = None
     found = False
