@@ -20,7 +20,7 @@ from pathlib import Path
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.analyzers.memory import estimate
-from finetune_doctor.readers.modelcfg import load_arch
+from finetune_doctor.readers.model.modelcfg import load_arch
 from finetune_doctor.run import resolve_run
 
 HERE = Path(__file__).resolve().parent

@@ -101,7 +101,7 @@ export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 
 
 def test_an_env_report_sets_versions_and_gpus(tmp_path):
-    from finetune_doctor.readers.stack import read_env_file
+    from finetune_doctor.readers.config.stack import read_env_file
 
     env = tmp_path / "env.txt"
     env.write_text(ENV)

@@ -167,7 +167,7 @@ _ABSENT = object()
 
 def _current(edit: dict[str, Any], where: Path, entry: dict[str, Any]) -> Any:
     """The value the edited file holds at the edit's key (dotted for JSON), or _ABSENT."""
-    from finetune_doctor.readers.yamlcfg import load_config
+    from finetune_doctor.readers.config.yamlcfg import load_config
 
     name = Path(str(edit["file"])).name
     if edit["file"] in ("<command line>", "override"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from finetune_doctor.arch import ModelArch
-from finetune_doctor.quant import resolve_quantization
+from finetune_doctor.run.quantization import resolve_quantization
 from finetune_doctor.run.engines import LaunchInputs, resolve_engine
 from finetune_doctor.run.model import Run
 from finetune_doctor.run.moments import moment_fields
@@ -26,7 +26,7 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
                 stack_sources: tuple[tuple[str, str, str], ...] = (), launch: LaunchInputs | None = None) -> Run:
     """Resolve the run LLaMA-Factory would execute from merged YAML keys `cfg`.
 
-    `ds` is a readers.dsconfig.DSConfig (or None); `hw` gives the GPU count per node (world size = GPUs per node ×
+    `ds` is a readers.deepspeed.dsconfig.DSConfig (or None); `hw` gives the GPU count per node (world size = GPUs per node ×
     nodes, as ``llamafactory-cli`` launches torchrun with ``--nproc_per_node`` = all visible devices,
     launcher.py:56-134). Unknown hardware → world size 1 unless the DeepSpeed JSON states an explicit
     train_batch_size from which the world size follows. `stack` maps torch/transformers to the training machine's
@@ -66,7 +66,7 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
 
 
 def _deepspeed(ds: Any | None, hw: Hardware | None, notes: list[str]) -> dict[str, Any]:
-    """ZeRO stage, offloads, bucket sizes and overlap from the resolved DeepSpeed JSON (readers/dsconfig.py); a
+    """ZeRO stage, offloads, bucket sizes and overlap from the resolved DeepSpeed JSON (readers/deepspeed/dsconfig.py); a
     ``world`` key when the GPUs are unknown and the JSON's explicit batch sizes imply the world size."""
     out: dict[str, Any] = {"zero_stage": 0, "offload_optimizer": None, "offload_param": None, "ds_buckets": {},
                            "overlap_comm": False, "contiguous_gradients": True}

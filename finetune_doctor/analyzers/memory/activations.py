@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from finetune_doctor.analyzers.params import ParamCounts, _targets
+from finetune_doctor.analyzers.memory.params import ParamCounts, _targets
 from finetune_doctor.dtypes import dtype_bytes as _bytes
 from finetune_doctor.run import Run
 from finetune_doctor.run.savers import S2ATTN_GROUP_RATIO

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from finetune_doctor.analyzers.memory.constants import HOST_PER_PROCESS_GIB
 from finetune_doctor.analyzers.memory.weights import optimizer_state_bytes
-from finetune_doctor.analyzers.params import ParamCounts
+from finetune_doctor.analyzers.memory.params import ParamCounts
 from finetune_doctor.dtypes import dtype_bytes as _bytes
 from finetune_doctor.run import Run
 from finetune_doctor.types import GIB

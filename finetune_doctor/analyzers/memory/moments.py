@@ -10,7 +10,7 @@ The peak is the largest of the moments of a step, each a sum of terms (analyzers
 * **optimizer step** — static state + gradients + the optimizer implementation's temporaries.
 
 Optimizer states are created lazily inside the first optimizer step (torch.optim.AdamW._init_group), so step 1 runs
-without them. On top of the tensors come the allocator's reserve (analyzers/reserve.py) and the runtime.
+without them. On top of the tensors come the allocator's reserve (analyzers/memory/reserve.py) and the runtime.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from finetune_doctor.analyzers.memory.activations import activation_bytes_per_to
 from finetune_doctor.analyzers.memory.logits import eval_logit_bytes
 from finetune_doctor.analyzers.memory.runtime import runtime_bytes
 from finetune_doctor.analyzers.memory.terms import compute_terms
-from finetune_doctor.analyzers.params import ParamCounts, count_params
-from finetune_doctor.analyzers.reserve import pool_reserve, reserve_fraction
+from finetune_doctor.analyzers.memory.params import ParamCounts, count_params
+from finetune_doctor.analyzers.memory.reserve import pool_reserve, reserve_fraction
 from finetune_doctor.run import Run
 from finetune_doctor.types import GIB, Hardware, MemoryEstimate
 
@@ -86,7 +86,7 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
     # llamafactory-cli exports expandable_segments:True when it starts torchrun itself (LF 0.9.5 launcher.py:80-83);
     # accelerate launch, torchrun or deepspeed started by hand leave the allocator's default
     expandable = run.world_size > 1 and run.launcher in (None, "llamafactory-cli")
-    # the allocator's reserve by shape class, derived from allocator replays (analyzers/reserve.py)
+    # the allocator's reserve by shape class, derived from allocator replays (analyzers/memory/reserve.py)
     reserve_share, shape = reserve_fraction(run, t, expandable)
     factor = 1 + reserve_share
     reserve = pool_reserve(peak, reserve_share, t)   # FSDP's stream pools and init floor (reserve.py)

@@ -10,7 +10,7 @@ from finetune_doctor.analyzers.memory.fsdp import fsdp_terms
 from finetune_doctor.analyzers.memory.megatron import megatron_terms
 from finetune_doctor.analyzers.memory.logits import logit_terms
 from finetune_doctor.analyzers.memory.weights import state_terms, weight_terms
-from finetune_doctor.analyzers.params import ParamCounts, count_params
+from finetune_doctor.analyzers.memory.params import ParamCounts, count_params
 from finetune_doctor.run import Run
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import finetune_doctor.dtypes as bytes_table
 from finetune_doctor.analyzers.memory.optstates import badam_states, lowrank_states, muon_states
-from finetune_doctor.analyzers.params import ParamCounts, badam_block_params
+from finetune_doctor.analyzers.memory.params import ParamCounts, badam_block_params
 from finetune_doctor.arch import Linear, ModelArch
 from finetune_doctor.dtypes import dtype_bytes as _bytes
 from finetune_doctor.run import Run
