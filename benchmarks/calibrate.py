@@ -23,8 +23,10 @@ to finetune_doctor/analyzers/uncertainty_table.json (``--no-write`` to skip) wit
 
 **The report (test only).** Brier score of p_oom over the rows with an outcome and a card; the share of
 measurements inside the stated 90 % interval; reliability per probability bin; p ≥ 0.9 on runs that trained and
-p ≤ 0.1 on runs that ran out of memory; the memory error (median and max |predicted/measured − 1|). The dev half's
-numbers are printed beside them for diagnosis; the test half is never used to choose anything.
+p ≤ 0.1 on runs that ran out of memory; the memory error (median and max |predicted/measured − 1|). Beside the
+fitted table, the baseline: the table of 2026-12-02 (before any held-out calibration, kept in
+fixtures/uncertainty/pinned_table.json) on the same rows. The dev half's numbers are printed for diagnosis; the
+test half is never used to choose anything.
 
 Usage (CPU, about a minute)::
 
@@ -60,6 +62,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 DOC = RESULTS / "calibrate.md"
 ROWS_CSV = RESULTS / "calibrate_rows.csv"
 TABLE = ROOT / "finetune_doctor" / "analyzers" / "uncertainty_table.json"
+BASELINE = ROOT / "fixtures" / "uncertainty" / "pinned_table.json"   # the table of 2026-12-02, before this fit
 STOCK = ROOT / "finetune_doctor" / "catalog" / "lf_deepspeed"
 BINS = (0.0, 0.1, 0.3, 0.7, 0.9, 1.0000001)
 # a row with no card of its own is sized on this one: its memory is compared, it has no outcome to score
@@ -203,7 +206,7 @@ def fit(fit_rows: list[dict[str, Any]], provenance: dict[str, Any]) -> dict[str,
 
 
 def install(table: dict[str, Any]) -> None:
-    """Write `table` and drop the cached copies, so the next assembly uses it."""
+    """Make `table` the one the next assembly uses (written to the table file, cached copies dropped)."""
     from finetune_doctor.analyzers import uncertainty
 
     TABLE.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
@@ -300,6 +303,22 @@ def _bins_table(sm: dict[str, Any]) -> list[str]:
     return out
 
 
+def _dominant(scored: list[dict[str, Any]], half: str, k: int = 8) -> list[str]:
+    """The rows that weigh most: the largest (p - outcome)² terms of the Brier score, the measurements outside
+    their interval."""
+    terms = sorted(((s["pred"]["p_oom"] - (s["row"]["outcome"] == "oom")) ** 2, s["row"]["id"], s["pred"]["p_oom"],
+                    s["row"]["outcome"]) for s in scored
+                   if s["row"]["split"] == half and s["row"].get("outcome") and s["row"].get("gpu")
+                   and "error" not in s["pred"] and s["pred"].get("p_oom") is not None)[::-1]
+    total = sum(t[0] for t in terms) or 1.0
+    out = [f"Largest Brier terms ({half}): " + "; ".join(
+        f"{i} ({o}, p_oom {p:.2f}: {t:.2f}, {t / total:.0%} of the sum)" for t, i, p, o in terms[:k])]
+    outside = [f"{s['row']['id']} ({s['cmp']['rel_err']:+.0%} {s['cmp']['kind']})" for s in scored
+               if s["row"]["split"] == half and s["cmp"] is not None and not s["cmp"]["inside"]]
+    out += ["", f"Outside the 90 % interval ({half}, {len(outside)}): " + ("; ".join(outside) or "none")]
+    return out
+
+
 def _rows_table(scored: list[dict[str, Any]]) -> list[str]:
     out = ["| row | card | outcome | p_oom | counter | measured GiB | predicted GiB | error | in 90 % |",
            "|---|---|---|---|---|---|---|---|---|"]
@@ -366,6 +385,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = load_rows()
     old_text = TABLE.read_bytes()
     old_rows_text = UNC_ROWS.read_bytes()
+    # the baseline: the error model before the held-out calibration, so every rerun reports the same comparison
+    install(json.loads(BASELINE.read_text(encoding="utf-8")))
     before = score_all(rows)
     dev_scored = [s for s in before if s["row"]["split"] == "dev" and s["cmp"] is not None]
     legacy = legacy_rows() if args.with_legacy else []
@@ -392,7 +413,7 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
         for when in ("before", "after"):
             sm[(half, when)] = summary([s for s in res[when] if s["row"]["split"] == half])
         printed += summary_lines(f"{half} (fitted table)", sm[(half, "after")])
-        printed += summary_lines(f"{half} (table before the fit)", sm[(half, "before")])[:1]
+        printed += summary_lines(f"{half} (baseline table of 2026-12-02)", sm[(half, "before")])[:1]
     t = res["table"]["prior"]
     md = ["# Calibration of p_oom and the 90 % interval on held-out rows", "",
           "Reproduce (CPU, about a minute): `FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python "
@@ -406,8 +427,10 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
     for half in halves:
         a, b = sm[(half, "after")], sm[(half, "before")]
         md += [f"## {half} half", "", *[f"- {x}" for x in summary_lines("fitted table", a)],
-               f"- table before the fit: " + summary_lines("", b)[0].lstrip(": "), "",
+               "- baseline (the table of 2026-12-02, before the held-out calibration, "
+               "fixtures/uncertainty/pinned_table.json): " + summary_lines("", b)[0].lstrip(": "), "",
                "Reliability (fitted table):", "", *_bins_table(a), "",
+               *_dominant(res["after"], half), "",
                "Memory error by engine, method and tokens per micro-batch:", "",
                *breakdown([s for s in res["after"] if s["row"]["split"] == half],
                           lambda r, p: f"{engine_of(r)} / {r['method']} / {seq_band(r)}"), "",
