@@ -8,7 +8,9 @@ Data: benchmarks/data/calibration_rows.yaml. Each row is one run as its source s
 * ``model`` (a catalogue id), ``method`` (full | freeze | lora | qlora), ``config`` (LLaMA-Factory keys: the user's own
   YAML for LLaMA-Factory threads, the equivalent keys for other frameworks), ``deepspeed`` (the ``zero_optimization``
   the run used, ``_stock`` naming LLaMA-Factory's stock file when the thread names it), ``fsdp`` (accelerate
-  ``fsdp_config`` keys) and ``gpu`` (``NxCARD`` as ``--gpu`` takes it, null when the source does not say);
+  ``fsdp_config`` keys) and ``gpu`` (``NxCARD`` as ``--gpu`` takes it, null when the source does not say; then
+  ``world``, the number of processes when the source states it, sizes the run on benchmarks/calibrate.py's
+  default card, and the row has no outcome to score);
 * ``measured``: ``{value, unit, kind}`` or null. ``unit`` GB (10^9 bytes, what litgpt prints), GiB (2^30: nvidia-smi's
   MiB / 1024, torch's counters divided by 1024^3) or GB-class (a card's marketed size); ``kind`` allocated
   (``max_memory_allocated``/active), reserved (``max_memory_reserved``), nvidia-smi (device usage incl. context),

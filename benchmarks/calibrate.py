@@ -106,7 +106,7 @@ def write_row(row: dict[str, Any], folder: Path) -> tuple[Path, Path | None]:
         cfg["deepspeed"] = "ds.json"
     if row.get("fsdp"):
         spec = str(row.get("gpu") or "")
-        world = int(spec.split("x", 1)[0]) if re.match(r"^\d+x", spec) else 1
+        world = int(spec.split("x", 1)[0]) if re.match(r"^\d+x", spec) else int(row.get("world") or 1)
         acc = folder / "accelerate.yaml"
         acc.write_text(_accelerate_yaml(row["fsdp"], world), encoding="utf-8")
     text = "\n".join(f"{k}: {json.dumps(v) if isinstance(v, str) else _scalar(v)}" for k, v in cfg.items()) + "\n"
@@ -126,7 +126,7 @@ def predict(row: dict[str, Any]) -> dict[str, Any]:
     from finetune_doctor.facts.config import assemble_config
     from finetune_doctor.settings import Options
 
-    gpu = row.get("gpu") or DEFAULT_GPU
+    gpu = row.get("gpu") or f"{int(row.get('world') or 1)}x{DEFAULT_GPU}"
     with tempfile.TemporaryDirectory(prefix="calib-") as tmp:
         path, acc = write_row(row, Path(tmp))
         opts = Options(command="estimate", paths=(str(path),), gpu=gpu, offline=True,
@@ -371,7 +371,8 @@ def engine_of(row: dict[str, Any]) -> str:
     if fs:
         return "FSDP" + ("+offload" if fs.get("fsdp_offload_params") else "")
     spec = str(row.get("gpu") or "")
-    return "DDP" if re.match(r"^\d+x", spec) and int(spec.split("x", 1)[0]) > 1 else "single"
+    world = int(spec.split("x", 1)[0]) if re.match(r"^\d+x", spec) else int(row.get("world") or 1)
+    return "DDP" if world > 1 else "single"
 
 
 def seq_band(row: dict[str, Any]) -> str:
@@ -431,7 +432,8 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
                "fixtures/uncertainty/pinned_table.json): " + summary_lines("", b)[0].lstrip(": "), "",
                "Reliability (fitted table):", "", *_bins_table(a), "",
                *_dominant(res["after"], half), "",
-               "Memory error by engine, method and tokens per micro-batch:", "",
+               "Memory error (predicted / measured - 1 of the counter the source measured; negative: under-predicted) "
+               "by engine, method and tokens per micro-batch:", "",
                *breakdown([s for s in res["after"] if s["row"]["split"] == half],
                           lambda r, p: f"{engine_of(r)} / {r['method']} / {seq_band(r)}"), "",
                "Rows (fitted table):", "", *_rows_table([s for s in res["after"] if s["row"]["split"] == half]), ""]
