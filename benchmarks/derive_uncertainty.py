@@ -1,6 +1,11 @@
 #!/usr/bin/env python
 """Derive the error model of the memory prediction (analyzers/memory/uncertainty.py) from the benchmark rows; write it.
 
+Since the held-out calibration (benchmarks/calibrate.py, issue #21 item 5) the committed table's ``analytic`` rows
+are the dev half of benchmarks/data/calibration_rows.yaml, fitted by that script, which keeps this script's
+``simulated`` and ``measured`` rows. Running this script rewrites the table from the rows below instead; run
+benchmarks/calibrate.py after it to restore the held-out fit.
+
 Rows, each one prediction against one measurement of the peak device memory per GPU, ε = ln(measured / predicted):
 
 * published: the rows of reference/memory/memory_points_dev.csv that benchmarks/memory_accuracy.py expresses as a

@@ -117,6 +117,7 @@ def test_remedies_aim_at_five_percent(tmp_path):
     assert tight["fix"]["effect"]["total_gib_after"] >= max(f["effect"]["total_gib_after"] for f in same) - 1e-9
 
 
+@pytest.mark.usefixtures("pinned_error_model")   # the remedy's arithmetic, not the live calibration's width
 def test_expandable_segments_remedy_and_its_effect(tmp_path):
     d = check_json(tmp_path, QWEN7_8K.format(cutoff=9216), "--gpu", "A100-40GB")
     frag = next(f for f in d["findings"] if f["name"] == "expandable-segments")
@@ -136,6 +137,7 @@ def test_expandable_segments_remedy_and_its_effect(tmp_path):
     assert tight["fix"]["title"] == launchenv.EXPANDABLE_REMEDY and tight["fix"]["safety"] == "safe"
 
 
+@pytest.mark.usefixtures("pinned_error_model")   # the text layout, with the numbers of a fixed error model
 def test_text_report_shows_verdict_and_probabilities(tmp_path):
     cfg = tmp_path / "config.yaml"
     cfg.write_text(QWEN7_8K.format(cutoff=9216), encoding="utf-8")

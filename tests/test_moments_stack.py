@@ -41,6 +41,7 @@ def _check(tmp_path, text, *args):
     return json.loads(res.output)
 
 
+@pytest.mark.usefixtures("pinned_error_model")   # the remedy planner's choice under a fixed error model
 def test_the_first_evaluation_decides_the_peak_and_its_fix_is_the_eval_batch(tmp_path):
     # 8 eval sequences x 4096 tokens x 152064 vocab entries: bf16 logits, their fp32 upcast and log_softmax's fp32
     # output alive together = 8*4096*152064*10 B = 46.4 GiB, before any weight

@@ -41,6 +41,9 @@ from ruamel.yaml import YAML
 from finetune_doctor.cli import main
 from finetune_doctor.engine.loader import load_rules
 
+# the memory rules' cases were written against a fixed error model (tests/conftest.py pinned_error_model)
+pytestmark = pytest.mark.usefixtures("pinned_error_model")
+
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "rule_cases"
 ENTRY_KEYS = {"name", "config", "deepspeed", "files", "gpu", "nvml", "overrides", "command", "data", "expect_fix_keys",
