@@ -12,14 +12,14 @@ taken to fill ``cutoff_len``), on the row's card (``--gpu``). What the doctor re
 ``peak_allocated``; ``reserved`` with ``total`` less the runtime term (CUDA context, NCCL and cuBLAS workspaces,
 which torch's reserved counter does not see); ``nvidia-smi`` and ``unknown`` with ``total``; ``boundary`` (the
 longest run that still fit a card) with ``total`` against the card's capacity. The error is ε = ln(measured /
-predicted), as in analyzers/uncertainty.py.
+predicted), as in analyzers/memory/uncertainty.py.
 
 **The fit (dev only).** The table's ``analytic`` method is re-derived from the ε of the dev rows, per shape class
 (``uncertainty.derive``), and the prior weights (κ0, ν0) are chosen on them by leave-one-out log predictive density
 (benchmarks/derive_uncertainty.py `choose_prior`). With ``--with-legacy`` the published rows the memory model was
 tuned on (docs/reference/memory/memory_points_dev.csv, as derive_uncertainty.py expresses them) join the dev rows.
 The ``simulated`` and ``measured`` methods are kept as they are (no row here is a probe). The fitted table is written
-to finetune_doctor/analyzers/uncertainty_table.json (``--no-write`` to skip) with the dev rows' provenance.
+to finetune_doctor/analyzers/memory/uncertainty_table.json (``--no-write`` to skip) with the dev rows' provenance.
 
 **The report (test only).** Brier score of p_oom over the rows with an outcome and a card; the share of
 measurements inside the stated 90 % interval; reliability per probability bin; p ≥ 0.9 on runs that trained and
@@ -61,7 +61,7 @@ from calib_data import load_rows, measured_gib  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results"
 DOC = RESULTS / "calibrate.md"
 ROWS_CSV = RESULTS / "calibrate_rows.csv"
-TABLE = ROOT / "finetune_doctor" / "analyzers" / "uncertainty_table.json"
+TABLE = ROOT / "finetune_doctor" / "analyzers" / "memory" / "uncertainty_table.json"
 BASELINE = ROOT / "fixtures" / "uncertainty" / "pinned_table.json"   # the table of 2026-12-02, before this fit
 STOCK = ROOT / "finetune_doctor" / "catalog" / "lf_deepspeed"
 BINS = (0.0, 0.1, 0.3, 0.7, 0.9, 1.0000001)
@@ -190,7 +190,7 @@ def fit(fit_rows: list[dict[str, Any]], provenance: dict[str, Any]) -> dict[str,
     leave-one-out log predictive density over all of them (derive_uncertainty.choose_prior)."""
     from derive_uncertainty import choose_prior
 
-    from finetune_doctor.analyzers.uncertainty import derive
+    from finetune_doctor.analyzers.memory.uncertainty import derive
 
     (k0, nu0), scores = choose_prior(fit_rows)
     return {"about": ("Error of the memory prediction, eps = ln(measured / predicted) of the peak device memory per "
@@ -198,7 +198,7 @@ def fit(fit_rows: list[dict[str, Any]], provenance: dict[str, Any]) -> dict[str,
                       "rows, chosen by leave-one-out log predictive density. The analytic rows are the dev half of "
                       "benchmarks/data/calibration_rows.yaml, fitted by benchmarks/calibrate.py (the test half is "
                       "only scored); simulated and measured rows come from benchmarks/derive_uncertainty.py. All "
-                      "rows: benchmarks/results/uncertainty_rows.csv. The model is analyzers/uncertainty.py."),
+                      "rows: benchmarks/results/uncertainty_rows.csv. The model is analyzers/memory/uncertainty.py."),
             "generated": date.today().isoformat(),
             "prior": {"kappa0": k0, "nu0": nu0, "loo_log_score": {k: round(v, 3) for k, v in scores.items()}},
             "fitted_on": provenance,
@@ -207,8 +207,7 @@ def fit(fit_rows: list[dict[str, Any]], provenance: dict[str, Any]) -> dict[str,
 
 def install(table: dict[str, Any]) -> None:
     """Make `table` the one the next assembly uses (written to the table file, cached copies dropped)."""
-    from finetune_doctor.analyzers import uncertainty
-
+    from finetune_doctor.analyzers.memory import uncertainty
     TABLE.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     uncertainty.table.cache_clear()
     uncertainty.error_dist.cache_clear()
@@ -419,7 +418,7 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
     md = ["# Calibration of p_oom and the 90 % interval on held-out rows", "",
           "Reproduce (CPU, about a minute): `FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python "
           "benchmarks/calibrate.py` — scores every row of `benchmarks/data/calibration_rows.yaml` through "
-          "`assemble_config` (what `doctor estimate` runs), fits `analyzers/uncertainty_table.json` on the dev half "
+          "`assemble_config` (what `doctor estimate` runs), fits `analyzers/memory/uncertainty_table.json` on the dev half "
           "and scores both halves with the fitted table. Rerun it whenever the memory model changes.", "",
           f"Fitted: analytic rows = the {res['table']['fitted_on']['dev_rows']} dev measurements"
           + (f" + {res['legacy']} published rows of memory_points_dev.csv" if res["legacy"] else "")

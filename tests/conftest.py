@@ -19,8 +19,7 @@ import pytest as _pytest
 
 @_pytest.fixture
 def pinned_error_model(monkeypatch):
-    from finetune_doctor.analyzers import uncertainty
-
+    from finetune_doctor.analyzers.memory import uncertainty
     pinned = _json.loads((Path(__file__).resolve().parent.parent / "fixtures" / "uncertainty" /
                           "pinned_table.json").read_text(encoding="utf-8"))
     monkeypatch.setattr(uncertainty, "table", lambda: pinned)

@@ -1,8 +1,8 @@
-"""The calibrated error model (finetune_doctor/analyzers/uncertainty_table.json, fitted by benchmarks/calibrate.py on
+"""The calibrated error model (finetune_doctor/analyzers/memory/uncertainty_table.json, fitted by benchmarks/calibrate.py on
 the dev half of benchmarks/data/calibration_rows.yaml) and the held-out data it was fitted on.
 
 References: the committed data file and rows file (no test-half row may be in the fit; a committed split never
-moves), the t-distribution arithmetic of analyzers/uncertainty.py evaluated on the live table, and two rows of
+moves), the t-distribution arithmetic of analyzers/memory/uncertainty.py evaluated on the live table, and two rows of
 the dev half whose outcome the source states (a run that ran out, a run far below its card).
 """
 
@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from finetune_doctor.analyzers import uncertainty as u
-
+from finetune_doctor.analyzers.memory import uncertainty as u
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
