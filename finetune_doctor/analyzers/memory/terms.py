@@ -9,6 +9,7 @@ from finetune_doctor.analyzers.memory.buffers import buffer_bytes, host_bytes
 from finetune_doctor.analyzers.memory.fsdp import fsdp_terms
 from finetune_doctor.analyzers.memory.megatron import megatron_terms
 from finetune_doctor.analyzers.memory.logits import logit_terms
+from finetune_doctor.analyzers.memory.qlora import dequant_transient_bytes
 from finetune_doctor.analyzers.memory.weights import state_terms, weight_terms
 from finetune_doctor.analyzers.params import ParamCounts, count_params
 from finetune_doctor.run import Run
@@ -57,7 +58,9 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
     return Terms(
         weights=w.weights, live_params=w.live, gradients=s.gradients, grads_persistent=s.grads_persistent,
         grads_always=s.grads_always, grads_step=s.grads_step, master=s.master, states=s.states,
-        step_temp=s.step_temp, activations=act.saved, recompute=act.recompute, autocast_cache=act.autocast_cache,
+        step_temp=s.step_temp, activations=act.saved,
+        # the backward of a 4-bit linear dequantises its weight beside the layer rebuilt for it (qlora.py)
+        recompute=act.recompute + dequant_transient_bytes(run), autocast_cache=act.autocast_cache,
         logits=lg.forward, logits_bwd=lg.backward, grads_in_backward=s.grads_in_backward,
         buffers=buffer_bytes(run, s.trainable),
         # per node: each process's own host RAM, plus what the savers keep there per process (activations.py)
