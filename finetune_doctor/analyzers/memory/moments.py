@@ -19,6 +19,7 @@ from typing import Any
 
 from finetune_doctor.analyzers.memory.activations import activation_bytes_per_token_layer
 from finetune_doctor.analyzers.memory.logits import eval_logit_bytes
+from finetune_doctor.analyzers.memory.npu import is_npu
 from finetune_doctor.analyzers.memory.runtime import runtime_bytes
 from finetune_doctor.analyzers.memory.terms import compute_terms
 from finetune_doctor.analyzers.params import ParamCounts, count_params
@@ -84,8 +85,9 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
                 + [(f"{n} of step 2", v) for n, v, _ in steady[:-1]]
                 + [(label, v) for _, v, _, label in later if not label.endswith("step 0")])
     # llamafactory-cli exports expandable_segments:True when it starts torchrun itself (LF 0.9.5 launcher.py:80-83);
-    # accelerate launch, torchrun or deepspeed started by hand leave the allocator's default
-    expandable = run.world_size > 1 and run.launcher in (None, "llamafactory-cli")
+    # accelerate launch, torchrun or deepspeed started by hand leave the allocator's default; torch_npu reads only
+    # PYTORCH_NPU_ALLOC_CONF, so on an Ascend NPU the CUDA variable LF exports changes nothing (npu.py)
+    expandable = run.world_size > 1 and run.launcher in (None, "llamafactory-cli") and not is_npu(hw)
     # the allocator's reserve by shape class, derived from allocator replays (analyzers/reserve.py)
     reserve_share, shape = reserve_fraction(run, t, expandable)
     factor = 1 + reserve_share

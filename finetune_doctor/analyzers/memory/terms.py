@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from finetune_doctor.analyzers.memory.activations import activation_terms
 from finetune_doctor.analyzers.memory.buffers import buffer_bytes, host_bytes
+from finetune_doctor.analyzers.memory.ddp import broadcast_cache_bytes
 from finetune_doctor.analyzers.memory.fsdp import fsdp_terms
 from finetune_doctor.analyzers.memory.megatron import megatron_terms
 from finetune_doctor.analyzers.memory.logits import logit_terms
@@ -63,5 +64,7 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
         recompute=act.recompute + dequant_transient_bytes(run), autocast_cache=act.autocast_cache,
         logits=lg.forward, logits_bwd=lg.backward, grads_in_backward=s.grads_in_backward,
         buffers=buffer_bytes(run, s.trainable),
+        # DDP's wrap-time broadcast leaves one coalesced bucket cached (ddp.py)
+        init_floor=broadcast_cache_bytes(run, w.weights),
         # per node: each process's own host RAM, plus what the savers keep there per process (activations.py)
         host=host_bytes(run, c, s.trainable, w.stored_per_param) + act.host * run.gpus_per_node)
