@@ -61,6 +61,8 @@ class Run:
     gradient_checkpointing: bool = True
     unsloth_gc: bool = False
     attention: str = "sdpa"               # eager | sdpa | fa2 | fa3
+    # what eager attention keeps per score element: fp32+cast | half | half+masked (run/attention.py)
+    attention_saved: str = "fp32+cast"
     optim: str = "adamw_torch_fused"
     optimizer_impl: str = "fused"
     optim_assumed: bool = False           # `optim` unset: transformers' default for the assumed torch version

@@ -9,6 +9,7 @@ from typing import Any
 
 from finetune_doctor.arch import ModelArch
 from finetune_doctor.quant import resolve_quantization
+from finetune_doctor.run.attention import resolve_attention
 from finetune_doctor.run.engines import LaunchInputs, resolve_engine
 from finetune_doctor.run.model import Run
 from finetune_doctor.run.moments import moment_fields
@@ -53,7 +54,7 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
         **_adapters(cfg),
         micro_batch=mbs, grad_accum=gas, seq_len=as_int(cfg.get("cutoff_len"), 2048),
         **_stage_data(cfg, stage, ft),
-        **_memory_knobs(cfg, arch),
+        **_memory_knobs(cfg, arch, notes),
         **_optimizer(cfg, stack, notes),
         max_grad_norm=float(mgn if isinstance(mgn, (int, float)) and not isinstance(mgn, bool) else 1.0),
         learning_rate=float(lr) if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None,
@@ -180,18 +181,22 @@ def _stage_data(cfg: dict[str, Any], stage: str, ft: str) -> dict[str, Any]:
             "neat_packing": neat}
 
 
-def _memory_knobs(cfg: dict[str, Any], arch: ModelArch) -> dict[str, Any]:
+def _memory_knobs(cfg: dict[str, Any], arch: ModelArch, notes: list[str] | None = None) -> dict[str, Any]:
     """Activation checkpointing and the attention kernel.
 
     Checkpointing is ON unless disable_gradient_checkpointing (checkpointing.py:184-198); the HF key
-    gradient_checkpointing: true re-enables it even then; LF never checkpoints Gemma-3n.
+    gradient_checkpointing: true re-enables it even then; LF never checkpoints Gemma-3n. A model whose own code
+    runs its attention (run/attention.py) gets eager attention whatever ``flash_attn`` says.
     """
     gc = not as_bool(cfg.get("disable_gradient_checkpointing")) or as_bool(cfg.get("gradient_checkpointing"))
     attention = str(cfg.get("flash_attn") or "auto")
     attention = {"auto": "sdpa", "disabled": "eager", "sdpa": "sdpa", "fa2": "fa2", "fa3": "fa3"}.get(attention,
                                                                                                    attention)
+    attention, saved, note = resolve_attention(attention, arch)
+    if note and notes is not None:
+        notes.append(note)
     return {"gradient_checkpointing": gc and arch.model_type != "gemma3n", "unsloth_gc": as_bool(cfg.get("use_unsloth_gc")),
-            "attention": attention}
+            "attention": attention, "attention_saved": saved}
 
 
 def _optimizer(cfg: dict[str, Any], stack: dict[str, str | None], notes: list[str]) -> dict[str, Any]:
