@@ -63,6 +63,12 @@ class Run:
     attention: str = "sdpa"               # eager | sdpa | fa2 | fa3
     # what eager attention keeps per score element: fp32+cast | half | half+masked (run/attention.py)
     attention_saved: str = "fp32+cast"
+    # multimodal (LF ProcessorArguments / FinetuningArguments defaults; analyzers/memory/vision.py)
+    image_max_pixels: int = 768 * 768
+    image_min_pixels: int = 32 * 32
+    video_max_pixels: int = 256 * 256
+    video_min_pixels: int = 16 * 16
+    freeze_vision_tower: bool = True
     optim: str = "adamw_torch_fused"
     optimizer_impl: str = "fused"
     optim_assumed: bool = False           # `optim` unset: transformers' default for the assumed torch version

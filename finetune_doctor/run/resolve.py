@@ -196,7 +196,11 @@ def _memory_knobs(cfg: dict[str, Any], arch: ModelArch, notes: list[str] | None 
     if note and notes is not None:
         notes.append(note)
     return {"gradient_checkpointing": gc and arch.model_type != "gemma3n", "unsloth_gc": as_bool(cfg.get("use_unsloth_gc")),
-            "attention": attention, "attention_saved": saved}
+            "attention": attention, "attention_saved": saved,
+            # the processor arguments LF reads (hparams/model_args.py:305-330) and freeze_vision_tower (:546)
+            **{k: as_int(cfg.get(k), d) for k, d in (("image_max_pixels", 768 * 768), ("image_min_pixels", 32 * 32),
+                                                     ("video_max_pixels", 256 * 256), ("video_min_pixels", 16 * 16))},
+            "freeze_vision_tower": as_bool(cfg.get("freeze_vision_tower"), True)}
 
 
 def _optimizer(cfg: dict[str, Any], stack: dict[str, str | None], notes: list[str]) -> dict[str, Any]:

@@ -45,7 +45,11 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
     def moments(states: float) -> list[tuple[str, float, dict[str, float]]]:
         opt = t.master + states
         g_bwd = max(held, t.grads_in_backward)
-        return [
+        # the vision tower runs first, before any decoder activation exists (vision.py)
+        vision = [("vision tower", W + opt + t.live_params + held + getattr(t, "vision", 0.0),
+                   {"activations": getattr(t, "vision", 0.0), "gradients": held,
+                    "weights": t.weights + t.live_params})] if getattr(t, "vision", 0.0) else []
+        return vision + [
             ("loss", W + opt + t.live_params + held + t.activations + t.autocast_cache + t.logits,
              {"activations": t.activations + t.autocast_cache, "logits": t.logits, "gradients": held,
               "weights": t.weights + t.live_params}),
@@ -66,7 +70,7 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
     steady = moments(t.states)
     later = later_moments(run, t)
     name, peak, parts = max(steady + [(n, v, p) for n, v, p, _ in later], key=lambda m: m[1])
-    phase = {"loss": "forward/loss", "loss backward": "backward", "backward": "backward",
+    phase = {"vision tower": "forward/loss", "loss": "forward/loss", "loss backward": "backward", "backward": "backward",
              "backward end": "backward", "optimizer step": "optimizer step"}.get(name, name)
     comp = {
         "weights": parts.get("weights", 0.0),

@@ -11,6 +11,7 @@ from finetune_doctor.analyzers.memory.fsdp import fsdp_terms
 from finetune_doctor.analyzers.memory.megatron import megatron_terms
 from finetune_doctor.analyzers.memory.logits import logit_terms
 from finetune_doctor.analyzers.memory.qlora import dequant_transient_bytes
+from finetune_doctor.analyzers.memory.vision import vision_terms
 from finetune_doctor.analyzers.memory.weights import state_terms, weight_terms
 from finetune_doctor.analyzers.params import ParamCounts, count_params
 from finetune_doctor.run import Run
@@ -42,6 +43,8 @@ class Terms:
     side_pools: float = 0.0
     side_live: float = 0.0
     init_floor: float = 0.0
+    # multimodal (analyzers/memory/vision.py): one vision block's working set at the start of the forward
+    vision: float = 0.0
 
 
 def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | None = None) -> Terms:
@@ -56,15 +59,16 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
     s = state_terms(run, c)
     act = activation_terms(run, c, T)
     lg = logit_terms(run, T)
+    vis_work, vis_saved, _ = vision_terms(run)
     return Terms(
         weights=w.weights, live_params=w.live, gradients=s.gradients, grads_persistent=s.grads_persistent,
         grads_always=s.grads_always, grads_step=s.grads_step, master=s.master, states=s.states,
-        step_temp=s.step_temp, activations=act.saved,
+        step_temp=s.step_temp, activations=act.saved + vis_saved,
         # the backward of a 4-bit linear dequantises its weight beside the layer rebuilt for it (qlora.py)
         recompute=act.recompute + dequant_transient_bytes(run), autocast_cache=act.autocast_cache,
         logits=lg.forward, logits_bwd=lg.backward, grads_in_backward=s.grads_in_backward,
         buffers=buffer_bytes(run, s.trainable),
         # DDP's wrap-time broadcast leaves one coalesced bucket cached (ddp.py)
-        init_floor=broadcast_cache_bytes(run, w.weights),
+        init_floor=broadcast_cache_bytes(run, w.weights), vision=vis_work,
         # per node: each process's own host RAM, plus what the savers keep there per process (activations.py)
         host=host_bytes(run, c, s.trainable, w.stored_per_param) + act.host * run.gpus_per_node)
