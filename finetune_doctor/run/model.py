@@ -80,6 +80,7 @@ class Run:
     offload_optimizer: str | None = None
     offload_param: str | None = None
     ds_buckets: dict[str, float] = field(default_factory=dict)
+    ds_gather_16bit_on_save: bool = False   # zero_optimization.stage3_gather_16bit_weights_on_model_save
     overlap_comm: bool = False
     contiguous_gradients: bool = True     # DeepSpeedZeroConfig's default
     world_size: int = 1

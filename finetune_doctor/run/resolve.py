@@ -19,7 +19,8 @@ from finetune_doctor.run.values import as_bool, as_int, check_sizes, split_list
 from finetune_doctor.types import Hardware
 
 _BUCKET_KEYS = ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
-                "stage3_max_live_parameters", "stage3_param_persistence_threshold", "sub_group_size")
+                "stage3_max_live_parameters", "stage3_param_persistence_threshold", "sub_group_size",
+                "stage3_max_reuse_distance")
 
 
 def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: Any | None = None,
@@ -84,6 +85,8 @@ def _deepspeed(ds: Any | None, hw: Hardware | None, notes: list[str]) -> dict[st
                offload_param=op if op in ("cpu", "nvme") and stage == 3 else None,
                ds_buckets={k: float(v) for k in _BUCKET_KEYS if isinstance(v := merged.get(k), (int, float))
                            and not isinstance(v, bool)},
+               ds_gather_16bit_on_save=merged.get("stage3_gather_16bit_weights_on_model_save",
+                                                  merged.get("gather_16bit_weights_on_model_save")) is True,
                overlap_comm=bool(merged.get("overlap_comm", stage == 3)),
                contiguous_gradients=bool(merged.get("contiguous_gradients", True)))
     if hw is None or hw.num_gpus is None:

@@ -125,7 +125,11 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
         "moments_gib": {name: b / GIB for name, b in timeline},
         "runtime_gib": rt / GIB,
     }
-    return MemoryEstimate(per_gpu=per_gpu, peak_allocated=peak / GIB, host=t.host / GIB, fits=fits,
+    # host RAM per node peaks when a ZeRO-3 checkpoint is consolidated on rank 0 (hostsave.py); LF saves at least
+    # once, at the end of training
+    details["host_steady_gib"] = t.host / GIB
+    details["host_save_gib"] = t.host_save / GIB
+    return MemoryEstimate(per_gpu=per_gpu, peak_allocated=peak / GIB, host=(t.host + t.host_save) / GIB, fits=fits,
                           headroom=headroom, method="analytic", phase=phase, details=details)
 
 

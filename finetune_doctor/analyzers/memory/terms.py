@@ -8,6 +8,7 @@ from finetune_doctor.analyzers.memory.activations import activation_terms
 from finetune_doctor.analyzers.memory.buffers import buffer_bytes, host_bytes
 from finetune_doctor.analyzers.memory.ddp import broadcast_cache_bytes
 from finetune_doctor.analyzers.memory.fsdp import fsdp_terms
+from finetune_doctor.analyzers.memory.hostsave import save_host_bytes
 from finetune_doctor.analyzers.memory.megatron import megatron_terms
 from finetune_doctor.analyzers.memory.logits import logit_terms
 from finetune_doctor.analyzers.memory.qlora import dequant_transient_bytes
@@ -45,6 +46,8 @@ class Terms:
     init_floor: float = 0.0
     # multimodal (analyzers/memory/vision.py): one vision block's working set at the start of the forward
     vision: float = 0.0
+    # host RAM rank 0's node gains while a ZeRO-3 checkpoint's 16-bit weights are consolidated (hostsave.py)
+    host_save: float = 0.0
 
 
 def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | None = None) -> Terms:
@@ -70,5 +73,6 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
         buffers=buffer_bytes(run, s.trainable),
         # DDP's wrap-time broadcast leaves one coalesced bucket cached (ddp.py)
         init_floor=broadcast_cache_bytes(run, w.weights), vision=vis_work,
+        host_save=save_host_bytes(run, c)[0],
         # per node: each process's own host RAM, plus what the savers keep there per process (activations.py)
         host=host_bytes(run, c, s.trainable, w.stored_per_param) + act.host * run.gpus_per_node)
