@@ -19,6 +19,7 @@ from typing import Any
 
 from finetune_doctor.analyzers.memory.activations import activation_bytes_per_token_layer
 from finetune_doctor.analyzers.memory.logits import eval_logit_bytes
+from finetune_doctor.analyzers.memory.assumed import term_assumptions
 from finetune_doctor.analyzers.memory.npu import is_npu
 from finetune_doctor.analyzers.memory.runtime import runtime_bytes
 from finetune_doctor.analyzers.memory.terms import compute_terms
@@ -45,11 +46,7 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
     def moments(states: float) -> list[tuple[str, float, dict[str, float]]]:
         opt = t.master + states
         g_bwd = max(held, t.grads_in_backward)
-        # the vision tower runs first, before any decoder activation exists (vision.py)
-        vision = [("vision tower", W + opt + t.live_params + held + getattr(t, "vision", 0.0),
-                   {"activations": getattr(t, "vision", 0.0), "gradients": held,
-                    "weights": t.weights + t.live_params})] if getattr(t, "vision", 0.0) else []
-        return vision + [
+        return _vision_moment(t, W + opt, held) + [
             ("loss", W + opt + t.live_params + held + t.activations + t.autocast_cache + t.logits,
              {"activations": t.activations + t.autocast_cache, "logits": t.logits, "gradients": held,
               "weights": t.weights + t.live_params}),
@@ -127,10 +124,20 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
     }
     # host RAM per node peaks when a ZeRO-3 checkpoint is consolidated on rank 0 (hostsave.py); LF saves at least
     # once, at the end of training
-    details["host_steady_gib"] = t.host / GIB
-    details["host_save_gib"] = t.host_save / GIB
+    details.update(host_steady_gib=t.host / GIB, host_save_gib=t.host_save / GIB,
+                   assumptions=term_assumptions(run, hw, t))
     return MemoryEstimate(per_gpu=per_gpu, peak_allocated=peak / GIB, host=(t.host + t.host_save) / GIB, fits=fits,
                           headroom=headroom, method="analytic", phase=phase, details=details)
+
+
+def _vision_moment(t: Any, static: float, held: float) -> list[tuple[str, float, dict[str, float]]]:
+    """The vision tower's moment: it runs first, before any decoder activation exists (vision.py); none
+    without a tower."""
+    v = getattr(t, "vision", 0.0)
+    if not v:
+        return []
+    return [("vision tower", static + t.live_params + held + v,
+             {"activations": v, "gradients": held, "weights": t.weights + t.live_params})]
 
 
 def later_moments(run: Run, t: Any) -> list[tuple[str, float, dict[str, float], str]]:
