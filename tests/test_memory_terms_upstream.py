@@ -248,3 +248,13 @@ def test_host_at_zero3_save_gathers_the_16bit_model_on_rank0():
     assert save_host_bytes(no_gather, c)[0] == 0.0
     est = estimate(full, parse_gpu_spec("8xA100-80GB"))
     assert est.host == pytest.approx(est.details["host_steady_gib"] + 2.0 * c.total / GIB)
+
+
+def test_zero3_reduce_scatter_flattens_one_bucket_in_backward():
+    # coalesced_collectives.py:122 torch.cat of the bucket's chunks: min(reduce_bucket_size, trainable) x 2 bytes
+    full = compute_terms(_run(zo={"stage": 3, "reduce_bucket_size": 16777216}))
+    assert full.grads_in_backward == 2.0 * 16777216
+    lora = _run(finetuning_type="lora", lora_target="q_proj,v_proj", zo={"stage": 3, "reduce_bucket_size": 5e8})
+    n = count_params(lora).trainable
+    assert n < 5e8 and compute_terms(lora).grads_in_backward == 2.0 * n
+    assert compute_terms(_run(zo={"stage": 2})).grads_in_backward == count_params(_run()).trainable * 2.0 / 8

@@ -202,3 +202,14 @@ def offload_param_device(run: Run, live: Zero3Live) -> float:
     if not (run.deepspeed and run.zero_stage == 3 and run.offload_param):
         return 0.0
     return live.peak + live.persistent
+
+
+def reduce_scatter_bytes(run: Run, trainable: float) -> float:
+    """The copy ZeRO-3's gradient reduction makes of each bucket: ``__avg_scatter_grads`` (stage3.py:1912-1931)
+    hands the bucket's full gradients to ``reduce_scatter_coalesced``, which concatenates their per-rank chunks,
+    padded, into one flat tensor (``runtime/comm/coalesced_collectives.py:94-128``, ``torch.cat`` at :122) and
+    reduce-scatters into views of it: one bucket of at most ``reduce_bucket_size`` elements (fewer when fewer
+    parameters train) in the half dtype, beside the IPG bucket, during backward. Bytes; 0 outside ZeRO-3."""
+    if not (run.deepspeed and run.zero_stage == 3):
+        return 0.0
+    return 2.0 * min(setting(run, "reduce_bucket_size"), trainable)
