@@ -15,7 +15,10 @@ LLaMA-Factory launch leaves torch_npu with.
   ``NPUAllocatorConfig::instance``, commit 00ebc60). ``llamafactory-cli`` exports only
   ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` for its torchrun launch (LF launcher.py:80-83), so on an NPU
   the segments are not expandable unless the user sets the NPU variable: the reserve takes the allocator-default
-  column (analyzers/reserve.py).
+  column (analyzers/reserve.py). Its block sizes are CUDA's (``NPUCachingAllocator.cpp`` at commit 0045d0d:
+  ``kMinBlockSize`` 512 B, ``kSmallBuffer`` 2 MiB, ``kLargeBuffer`` 20 MiB, ``kMinLargeAlloc`` 10 MiB,
+  ``kRoundLarge`` 2 MiB; large allocations also aligned to ``kAlignRoundLarge`` 16 KiB), so the replay-derived
+  shares of the CUDA allocator carry over; 1 GiB segments appear only with ``page_size:1g`` in that variable.
 
 Not derived (no source found that states it): the CANN runtime context and operator workspaces
 (``NPUWorkspaceAllocator``). The CUDA context constant stands in for them, an assumption `runtime_bytes` says in
