@@ -207,10 +207,28 @@ def test_scores_scale_with_the_batch_shape_not_the_token_count():
 
 # ---- vision tower ----------------------------------------------------------------------------------------------
 
+def _upstream_smart_resize():
+    """transformers' own smart_resize, taken from its source file (importing the module needs torchvision)."""
+    import ast
+    import importlib.util
+    import math
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("transformers is not installed")
+    path = Path(list(spec.submodule_search_locations)[0]) / "models" / "qwen2_vl" / "image_processing_qwen2_vl.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "smart_resize")
+    ns: dict = {"math": math}
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), str(path), "exec"), ns)
+    return ns["smart_resize"]
+
+
 def test_smart_resize_matches_transformers():
-    mod = pytest.importorskip("transformers.models.qwen2_vl.image_processing_qwen2_vl")
-    for h, w in ((768, 768), (1080, 1920), (8000, 8000), (30, 4000), (50, 50)):
-        assert smart_resize(h, w) == tuple(mod.smart_resize(h, w, 28, 3136, 12845056))
+    upstream = _upstream_smart_resize()
+    for h, w in ((768, 768), (1080, 1920), (8000, 8000), (30, 4000), (50, 50), (3584, 3584)):
+        assert smart_resize(h, w) == tuple(upstream(h, w, 28, 3136, 12845056))
 
 
 def test_image_tokens_from_image_max_pixels():

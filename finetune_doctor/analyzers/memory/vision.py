@@ -81,7 +81,7 @@ def image_tokens(width: int, height: int, max_pixels: int = LF_DEFAULTS["image_m
 def max_patches_per_image(max_pixels: int) -> int:
     """The most patches one image can bring at `max_pixels` (an image at least that large): the bound to use when
     the images are not known. ``min(max_pixels, processor max) / 14²``."""
-    return int(min(max_pixels, PROCESSOR_MAX_PIXELS) // (PATCH * PATCH))
+    return max(int(min(max_pixels, PROCESSOR_MAX_PIXELS) // (PATCH * PATCH)), 0)
 
 
 def _vision_shape(raw: dict) -> tuple[int, int, int, int, int] | None:
@@ -89,14 +89,18 @@ def _vision_shape(raw: dict) -> tuple[int, int, int, int, int] | None:
     vc = raw.get("vision_config") if isinstance(raw, dict) else None
     if not isinstance(vc, dict) or "depth" not in vc:
         return None
-    width = int(vc.get("embed_dim") or vc.get("hidden_size") or 0)
-    if not width:
+    try:
+        width = int(vc.get("embed_dim") or vc.get("hidden_size") or 0)
+        if vc.get("intermediate_size"):              # Qwen2.5-VL: gated SiLU MLP
+            mlp, mats = int(vc["intermediate_size"]), 3
+        else:                                        # Qwen2-VL: fc1 -> QuickGELU -> fc2
+            mlp, mats = int(width * float(vc.get("mlp_ratio") or 4)), 2
+        depth, heads = int(vc["depth"]), int(vc.get("num_heads") or 16)
+    except (TypeError, ValueError, OverflowError):   # a config.json with non-numeric shapes: no vision term
         return None
-    if vc.get("intermediate_size"):                  # Qwen2.5-VL: gated SiLU MLP
-        mlp, mats = int(vc["intermediate_size"]), 3
-    else:                                            # Qwen2-VL: fc1 -> QuickGELU -> fc2
-        mlp, mats = int(width * float(vc.get("mlp_ratio", 4))), 2
-    return int(vc["depth"]), width, int(vc.get("num_heads", 16)), mlp, mats
+    if min(width, mlp, depth, heads) <= 0:
+        return None
+    return depth, width, heads, mlp, mats
 
 
 def tower_working_bytes(raw: dict, patches: int, per_image: int, eager: bool, e: float = 2.0) -> float:
