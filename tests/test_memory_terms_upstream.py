@@ -242,11 +242,48 @@ def test_image_tokens_from_image_max_pixels():
 def test_vision_tower_working_set_by_hand():
     arch, _ = load_arch("Qwen/Qwen2-VL-7B-Instruct")
     n = 2916
-    # width 1280, MLP 4·1280 = 5120 (fc1 + activation): e·(6·1280 + 5120) + fp32 pixels 3·2·14²·4 per patch
-    per_patch = 2 * (6 * 1280 + 5120) + 3 * 2 * 196 * 4
+    # width 1280, 16 heads (head_dim 80), MLP 5120: attention phase (5·2 + 24)·1280 = 43,520 B per patch beats the
+    # MLP's 2·2·1280 + 3·2·5120 = 35,840; + cos/sin 2·4·80; + fp32 pixels 3·2·14²·4
+    per_patch = 34 * 1280 + 2 * 4 * 80 + 3 * 2 * 196 * 4
     assert tower_working_bytes(arch.raw, n, n, eager=False) == n * per_patch
-    # eager: 16 heads × n² fp32 scores and their bf16 cast (modeling_qwen2_vl.py per-image attention)
-    assert tower_working_bytes(arch.raw, n, n, eager=True) == n * per_patch + 16 * n * n * 6
+    # eager: at the softmax, 7·2·1280 B per patch beside 16 heads × n² scores of bf16 + fp32 copy + fp32 softmax
+    tables = 2 * 4 * 80 + 3 * 2 * 196 * 4
+    assert tower_working_bytes(arch.raw, n, n, eager=True) == n * (14 * 1280 + tables) + 16 * n * n * 10
+    # fp16 on CUDA takes the half_to_float kernel: no fp32 copy, the cast back peaks at 2·2 + 4
+    assert tower_working_bytes(arch.raw, n, n, eager=True, fp16=True) == n * (14 * 1280 + tables) + 16 * n * n * 8
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl,tol", [("sdpa", 0.03), ("eager", 0.03)])
+def test_vision_tower_working_set_against_a_real_cpu_forward(impl, tol):
+    # transformers' own Qwen2-VL vision tower (two blocks of the 7B's shapes, random bf16 weights), one real CPU
+    # forward of a 16 x 16-patch image under no_grad, measured by the live-bytes tracker (the analogue of
+    # max_memory_allocated): everything beyond weights and inputs against the formula minus its pixel term
+    torch = pytest.importorskip("torch")
+    vl = pytest.importorskip("transformers.models.qwen2_vl.modeling_qwen2_vl")
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLVisionConfig
+
+    from finetune_doctor.probes.tracker import LiveBytesTracker
+
+    arch, _ = load_arch("Qwen/Qwen2-VL-7B-Instruct")
+    vc = {k: v for k, v in arch.raw["vision_config"].items() if k != "model_type"}
+    cfg = Qwen2VLVisionConfig(**{**vc, "depth": 2})
+    cfg._attn_implementation = impl
+    torch.manual_seed(0)
+    model = vl.Qwen2VisionTransformerPretrainedModel._from_config(cfg, dtype=torch.bfloat16).eval()
+    n = 256
+    x = torch.randn(n, 3 * 2 * 14 * 14)
+    grid = torch.tensor([[1, 16, 16]])
+    tr = LiveBytesTracker()
+    tr.track(model.parameters(), "weights")
+    tr.track(model.buffers(), "buffers")
+    tr.track([x, grid], "inputs")
+    tr.default_category = "activations"
+    with torch.no_grad(), tr:
+        model(x, grid_thw=grid)
+    measured = tr.peak.by_category["activations"]
+    predicted = tower_working_bytes(arch.raw, n, n, eager=impl == "eager") - n * 3 * 2 * 196 * 4
+    assert predicted == pytest.approx(measured, rel=tol)
 
 
 # ---- host RAM at save ------------------------------------------------------------------------------------------

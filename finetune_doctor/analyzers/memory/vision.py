@@ -103,20 +103,43 @@ def _vision_shape(raw: dict) -> tuple[int, int, int, int, int] | None:
     return depth, width, heads, mlp, mats
 
 
-def tower_working_bytes(raw: dict, patches: int, per_image: int, eager: bool, e: float = 2.0) -> float:
-    """Bytes one vision block holds while it runs over `patches` patches (all images of a micro-batch), the
-    tower frozen: residual stream and norm output, q/k/v and the attention output (e bytes each), the MLP's
-    intermediate tensors, the fp32 pixel values (3 × 2 × 14² per patch) and, with eager attention, the fp32
-    scores and their cast for the largest image (`per_image` patches). 0 when `raw` has no vision_config."""
+def tower_working_bytes(raw: dict, patches: int, per_image: int, eager: bool, e: float = 2.0,
+                        fp16: bool = False) -> float:
+    """Bytes one vision block holds at its peak while it runs over `patches` patches (all images of a
+    micro-batch), the tower frozen (no autograd graph), plus the fp32 pixel values (3 × 2 × 14² per patch) and the
+    rotary tables. 0 when `raw` has no Qwen2-VL-style vision_config.
+
+    Op by op (transformers 5.6.0 ``models/qwen2_vl/modeling_qwen2_vl.py``), D the width, e the compute bytes:
+
+    * attention (``VisionAttention.forward`` :395-460, ``apply_rotary_pos_emb_vision`` :257-268): the block input
+      and ``norm1``'s output (e·D each), the fused qkv output (3e·D; q, k and v are views of it), then the rotary
+      embedding in fp32: ``q.float()``, ``k.float()``, ``q_embed`` and, while ``k_embed`` is summed, ``k·cos``,
+      ``rotate_half(k)·sin`` and the sum (six 4·D tensors): ``(5e + 24)·D``;
+    * the MLP (``VisionMlp``: fc1, QuickGELU ``x·sigmoid(1.702x)``, fc2; Qwen2.5-VL's gated SiLU MLP): the block
+      input, ``norm2``'s output and three (gated: four) intermediate tensors of the MLP width;
+    * the rotary tables cos and sin, fp32 ``[patches, head_dim]`` each, live through the tower;
+    * with eager attention the peak moves to the softmax of the largest image (`per_image` patches): the block
+      input, ``norm1``'s output, the qkv output and the rotated q and k in e bytes (``7e·D``) beside ``heads × n²``
+      scores (e bytes), their fp32 copy and its softmax: ATen's ``softmax(x, dtype=float32)`` converts the input
+      first unless it is fp16 on CUDA (aten/src/ATen/native/SoftMax.cpp ``softmax``: the ``half_to_float`` kernel is
+      taken for ``ScalarType::Half`` only), so ``e + 4 + 4`` bytes per score in bf16, ``max(e + 4, 2e + 4)`` in fp16;
+      the larger of this and the rotary peak.
+
+    Checked against a real CPU forward of the tower's blocks under the live-bytes tracker
+    (tests/test_memory_terms_upstream.py).
+    """
     shape = _vision_shape(raw)
     if shape is None or patches <= 0:
         return 0.0
     _depth, d, heads, mlp, mats = shape
-    b = patches * e * (d * 6 + mlp * (mats - 1))
-    b += patches * 3 * 2 * PATCH * PATCH * 4.0
+    hd = d // heads
+    attn = (5 * e + 24) * d
+    ffn = 2 * e * d + (mats + 1) * e * mlp       # QuickGELU: fc1, sigmoid, product; gated: gate, up, act, product
+    block = patches * max(attn, ffn)
     if eager:
-        b += heads * float(per_image) ** 2 * (4 + e)
-    return b
+        per_score = max(e + 4, 2 * e + 4) if fp16 else e + 8
+        block = max(block, patches * 7 * e * d + heads * float(per_image) ** 2 * per_score)
+    return block + patches * (2 * 4 * hd + 3 * 2 * PATCH * PATCH * 4.0)
 
 
 def tower_saved_bytes(raw: dict, patches: int, e: float = 2.0) -> float:
@@ -141,6 +164,7 @@ def vision_terms(run) -> tuple[float, float, int]:  # run: finetune_doctor.run.R
     per_image = max_patches_per_image(run.image_max_pixels)
     patches = per_image * max(run.micro_batch, 1) * (2 if run.pairwise else 1)
     e = 4.0 if run.compute_dtype == "float32" and run.autocast is None else 2.0
-    work = tower_working_bytes(raw, patches, per_image, run.attention == "eager", e)
+    work = tower_working_bytes(raw, patches, per_image, run.attention == "eager", e,
+                               fp16=run.compute_dtype == "float16")
     trains = not run.freeze_vision_tower and run.finetuning_type == "full"
     return work, (tower_saved_bytes(raw, patches, e) if trains else 0.0), per_image
