@@ -240,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--only", default=",".join(CASES))
     ap.add_argument("--budget-s", type=float, default=480)
+    ap.add_argument("--case-s", type=float, default=120, help="the most one case may take (process start included)")
     ap.add_argument("--local_rank", type=int, default=None)    # the deepspeed launcher passes it
     args = ap.parse_args(argv)
     if args.worker:
@@ -265,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
             if time.perf_counter() - t0 > args.budget_s:
                 row["error"] = "budget reached"
             else:
-                rc, tail = _launch(name, ranks, out_dir, timeout=int(max(60, args.budget_s - (time.perf_counter() - t0))))
+                left = args.budget_s - (time.perf_counter() - t0)
+                rc, tail = _launch(name, ranks, out_dir, timeout=int(max(30, min(left, args.case_s))))
                 row["rc"] = rc
                 files = sorted(out_dir.glob(f"{name}.rank*.json"))
                 row["measured"] = [json.loads(f.read_text()) for f in files]
