@@ -239,7 +239,9 @@ class OomRecord:
 
     Sizes are bytes, None when that PyTorch version's message does not carry them. `format` is
     ``legacy`` (torch <= 2.0: "... already allocated; ... free; ... reserved in total by PyTorch"),
-    ``v2`` (torch >= 2.1: "GPU n has a total capacity of ..."), or ``runtime`` (no sizes:
+    ``v2`` (torch >= 2.1: "GPU n has a total capacity of ..."), ``npu`` (torch_npu: "NPU out of memory. ... (NPU n;
+    ... total capacity; ... already allocated; ... current active; ... free; ... reserved in total by PyTorch)"),
+    or ``runtime`` (no sizes:
     "CUDA error: out of memory", CUBLAS_STATUS_ALLOC_FAILED). `procs` lists (pid, bytes) of every
     "Process P has X memory in use" entry; `this_process` is the "Including non-PyTorch memory, this
     process has X" figure. `frames` holds the function names and code lines of the traceback around the

@@ -30,6 +30,7 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "peak_allocated": F("float", "tensor peak as max_memory_allocated shows it, GiB"),
     "peak_allocated_gib": F("float", "the same, rounded"),
     "host": F("float", "host RAM per node, GiB"), "host_gib": F("float", "the same, rounded"),
+    "host_save": F("float", "the part of host that a ZeRO-3 checkpoint save adds on rank 0's node, GiB"),
     "fits": F("bool", "total <= capacity minus memory in use (None without a GPU)"),
     "headroom_gib": F("float", "capacity minus in-use minus total, GiB"),
     "method": F("str", "analytic | simulated | measured"),
@@ -80,6 +81,7 @@ def assemble(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[str, 
     d["total"] = mem.total
     d["peak_allocated"] = mem.peak_allocated
     d["host"] = mem.host
+    d["host_save"] = mem.details.get("host_save_gib", 0.0)
     d["phase"] = mem.phase
     d["first_oom"] = mem.details.get("first_oom")
     d["peak_moment"] = mem.details.get("peak_moment")

@@ -61,6 +61,8 @@ class FailureLines:
                             reserved_unallocated=pat.size_bytes(m.group("reserved_unallocated")),
                             private_pools=pat.size_bytes(m.group("private_pools")), allowed=pat.size_bytes(m.group("allowed")),
                             this_process=this, procs=tuple(procs))
+        elif "NPU out of memory" in full:
+            rec = self._npu_oom(full, line, rank)
         else:
             m = pat.OOM_LEGACY.search(text) if "total capacity;" in text else None
             if m:
@@ -84,6 +86,19 @@ class FailureLines:
         rec = replace(rec, frames=frames, memory_label=self.last_mem_label, text=full.strip()[:1000])
         self.keep.add("ooms", rec)
         return True
+
+    def _npu_oom(self, text: str, line: int, rank: int | None) -> OomRecord | None:
+        """torch_npu's OOM message (logpatterns.OOM_NPU): the legacy layout's sizes, device index as `gpu`."""
+        k = text.find("NPU out of memory")
+        m = pat.OOM_NPU.search(text[max(k - 160, 0):])
+        if m is None:
+            return None
+        size = pat.size_bytes
+        return OomRecord(self.path, line, self.during(), rank, "npu", exc=m.group("exc"),
+                         requested=size(m.group("requested")), gpu=int(m.group("gpu")) if m.group("gpu") else None,
+                         total=size(m.group("total")), free=size(m.group("free")),
+                         allocated=size(m.group("allocated")), reserved=size(m.group("reserved")),
+                         allowed=size(m.group("allowed")))
 
     # -- loss scaling -----------------------------------------------------------------------------------------
     def _overflow(self, text: str, line: int, rank: int | None) -> None:

@@ -52,7 +52,7 @@ import re
 TRIGGER_WORDS = (
     # CUDA OOM (log_patterns.md §5)
     "CUDA out of memory", "CUDA error: out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED",
-    "ErrorMemoryAllocation",
+    "ErrorMemoryAllocation", "NPU out of memory",
     # DeepSpeed loss scaling (§2)
     "OVERFLOW!", "[deepspeed] fp16 dynamic", "Overflow detected", "Grad overflow", "Reducing dynamic",
     "Increasing dynamic", "Current loss scale",
@@ -153,6 +153,15 @@ OOM_V2 = re.compile(
     + _g("allocated") + r" is allocated by PyTorch,\s*(?:with " + _g("private_pools")
     + r" allocated in private pools \(e\.g\., CUDA Graphs\),\s*)?and " + _g("reserved_unallocated")
     + r" is reserved by PyTorch but unallocated")
+# torch_npu's caching allocator (Ascend; the CUDA allocator's legacy layout with "NPU n" and a "current active"
+# clause): "NPU out of memory. Tried to allocate 260.00 MiB (NPU 0; 28.50 GiB total capacity; 10.24 GiB already
+# allocated; 10.24 GiB current active; 149.57 MiB free; 10.28 GiB reserved in total by PyTorch)" (quoted in the
+# vllm-ascend and MindIE FAQs; hiyouga/LlamaFactory#5491 "NPU 2; 60.97 GiB total capacity")
+OOM_NPU = re.compile(
+    r"(?:(?P<exc>[\w.]*(?:Error|Exception)):\s*)?(?:[\w.]+:\s*)?NPU out of memory\.\s*Tried to allocate "
+    + _g("requested") + r"\.?\s*(?:\(NPU (?P<gpu>\d+);\s*" + _g("total") + r" total capacity;\s*(?:" + _g("allocated")
+    + r" already allocated;\s*)?(?:" + _g("active") + r" current active;\s*)?" + _g("free") + r" free;\s*(?:"
+    + _g("allowed") + r" allowed;\s*)?" + _g("reserved") + r" reserved in total by PyTorch)?")
 OOM_PROC = re.compile(r"(?:Process (?P<pid>\d+)|(?P<self>this process)) has (?P<mem>" + SIZE + r") memory in use")
 OOM_PARTIAL = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)):\s*)?CUDA out of memory\.?(?:\s*Tried to allocate "
                           + _g("requested") + r")?")
