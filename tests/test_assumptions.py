@@ -42,6 +42,11 @@ def by_name(report: dict) -> dict[str, dict]:
     return {a["name"]: a for a in report["assumptions"]}
 
 
+def assumed(rep: dict) -> str:
+    """The verdict under the assumed values, before other open assumptions fold in."""
+    return (rep["memory"].get("deciding_assumption") or {}).get("verdict_assumed") or rep["memory"]["verdict"]
+
+
 def test_long_context_lora_without_its_data_is_at_risk_with_a_token_budget():
     # cases/025: the user's samples are not here; every sample at 8192 tokens x 6 per micro batch does not fit,
     # 512-token samples do: the verdict is at-risk, not oom at p 0.99, and names the sample lengths
@@ -60,9 +65,6 @@ def test_long_context_lora_without_its_data_is_at_risk_with_a_token_budget():
     # the budget is the memory model's own boundary: at n tokens the run fits, 5 % beyond it it does not
     _, at = doctor("estimate", CASE025, f"cutoff_len={n}", "--gpu", "8xA800-80GB", "--no-data")
     _, past = doctor("estimate", CASE025, f"cutoff_len={int(n * 1.05)}", "--gpu", "8xA800-80GB", "--no-data")
-    def assumed(rep: dict) -> str:   # the verdict under the assumed values, before other assumptions fold in
-        return (rep["memory"].get("deciding_assumption") or {}).get("verdict_assumed") or rep["memory"]["verdict"]
-
     assert assumed(at) == "fits" and assumed(past) != "fits"
     first = r["assumptions"][0]
     assert first["name"] == "sample-lengths" and first["moves_verdict"]
@@ -81,16 +83,16 @@ def test_an_oom_that_holds_for_short_samples_stays_oom():
 
 
 def test_bare_a100_is_the_80gb_card_with_the_40gb_card_evaluated():
-    # cases/022 (Qwen2-7B reward model, full, ZeRO-3) on four cards: 39.4 GiB per GPU fits the 80 GB card and
-    # not the 40 GB one; a bare --gpu A100 must not say "fits"
-    _, bare = doctor("check", CASE022, "--gpu", "4xA100", "--no-data")
-    _, small = doctor("check", CASE022, "--gpu", "4xA100-40GB", "--no-data")
-    _, big = doctor("check", CASE022, "--gpu", "4xA100-80GB", "--no-data")
+    # cases/022 (Qwen2-7B reward model, full, ZeRO-3) on eight cards: 24.5 GiB per GPU fits the 80 GB card and
+    # not surely the 40 GB one; a bare --gpu A100 must not say "fits"
+    _, bare = doctor("check", CASE022, "--gpu", "8xA100", "--no-data")
+    _, small = doctor("check", CASE022, "--gpu", "8xA100-40GB", "--no-data")
+    _, big = doctor("check", CASE022, "--gpu", "8xA100-80GB", "--no-data")
     variant = by_name(bare)["gpu-variant"]
     assert variant["value"] == "A100-80GB" and variant["alternatives"] == ["A100-40GB"]
     # the alternative is the same run judged on the other card: what --gpu A100-40GB reports before folding
     assert variant["effect"]["total_gib"]["A100-40GB"] == small["memory"]["per_gpu_gib"]["total"]
-    assert variant["effect"]["verdict"]["A100-40GB"] == small["memory"]["deciding_assumption"]["verdict_assumed"]
+    assert variant["effect"]["verdict"]["A100-40GB"] == assumed(small) != "fits"
     assert big["memory"]["verdict"] == "fits" and "gpu-variant" not in by_name(big)
     assert bare["memory"]["verdict"] == "at-risk" and variant["moves_verdict"]
     assert bare["memory"]["deciding_assumption"]["name"] == "gpu-variant"

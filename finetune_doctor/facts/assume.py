@@ -4,7 +4,7 @@ the memory model under its alternatives (docs/DESIGN.md, "Honest verdicts"; issu
 The memory model is a pure function of the run (analyzers/memory/moments.py ``estimate``: a fraction of a
 millisecond), so every alternative that changes only the run or the card is evaluated exactly: the Run is
 re-resolved by run.resolve_run (precision, optimizer, engine follow LLaMA-Factory's rules there, not here) and
-judged by the same error model as the reported estimate (analyzers/uncertainty.py ``assess``).
+judged by the same error model as the reported estimate (analyzers/memory/uncertainty.py ``assess``).
 
 Two kinds:
 
@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from finetune_doctor.analyzers import uncertainty
+from finetune_doctor.analyzers.memory import uncertainty
 from finetune_doctor.analyzers.memory import estimate
 from finetune_doctor.types import Assumption, Hardware
 
@@ -51,7 +51,7 @@ Judge = Callable[[Any, Hardware | None, int | None], "tuple[float, str | None] |
 
 def judge_run(counts: Any = None, enabled: bool = True) -> Judge:
     """(run, hw, tokens) → (total GiB, verdict) by the memory model and the error model of the reported estimate.
-    `counts` (analyzers.params.ParamCounts) is reused only for runs of the same architecture and trainable set.
+    `counts` (analyzers.memory.params.ParamCounts) is reused only for runs of the same architecture and trainable set.
     Disabled (``lint`` without a card: no verdict to move), it returns None and the alternative stays unweighed."""
 
     def judge(run: Any, hw: Hardware | None, tokens: int | None = None) -> tuple[float, str | None] | None:
@@ -316,7 +316,7 @@ def _launch(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: 
     alts: list[tuple[str, Any]] = [("torchrun or deepspeed started by hand (allocator default)",
                                     lambda: judge(run.with_(launcher="torchrun"), hw, tokens))]
     if run.engine == "ddp":
-        from finetune_doctor.readers.accelerate import AccelerateConfig
+        from finetune_doctor.readers.config.accelerate import AccelerateConfig
         from finetune_doctor.run.engines import LaunchInputs
 
         acc = AccelerateConfig(path="<assumed FSDP launch>", values={}, positions={}, distributed_type="FSDP",
@@ -363,7 +363,7 @@ def deciding_facts(a: Assumption | None, total: float, verdict: str | None) -> d
 
 def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str, Any] | None:
     """The largest sequence length (tokens per sample, ≤ cutoff_len) at which the run still fits its card with
-    p_oom ≤ 5 % (the ``fits`` verdict of analyzers/uncertainty.py), for training and for the first evaluation;
+    p_oom ≤ 5 % (the ``fits`` verdict of analyzers/memory/uncertainty.py), for training and for the first evaluation;
     None without a card or for a packed run (every sequence is cutoff_len long).
 
     Bisection over `run.seq_len` (the memory model is monotone in it): training is judged with evaluation off,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from finetune_doctor.analyzers.memory import estimate
-from finetune_doctor.analyzers.params import count_params
+from finetune_doctor.analyzers.memory.params import count_params
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts import cfg as cfg_facts
 from finetune_doctor.facts import data as data_facts
@@ -26,8 +26,8 @@ from finetune_doctor.facts import mem as mem_facts
 from finetune_doctor.facts import model as model_facts
 from finetune_doctor.facts import run as run_facts
 from finetune_doctor.fsutil import display_path
-from finetune_doctor.readers.yamlcfg import ConfigDoc, load_config
-from finetune_doctor.readers.stack import installed_versions, read_env_file
+from finetune_doctor.readers.config.yamlcfg import ConfigDoc, load_config
+from finetune_doctor.readers.config.stack import installed_versions, read_env_file
 from finetune_doctor.run import InvalidRunValue, resolve_run
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Hardware, MemoryEstimate, SourceDoc
@@ -48,9 +48,9 @@ class Assembly:
     run: Any = None                # run.Run, when the model is known
     hw: Hardware | None = None
     memory: MemoryEstimate | None = None
-    ds: Any = None                 # readers.dsconfig.DSConfig
+    ds: Any = None                 # readers.deepspeed.dsconfig.DSConfig
     ds_stock: bool = False
-    counts: Any = None             # analyzers.params.ParamCounts
+    counts: Any = None             # analyzers.memory.params.ParamCounts
     launch: Any = None             # run.engines.LaunchInputs: accelerate config and launch command line
     notes: list[str] = field(default_factory=list)
     stack: dict[str, str | None] = field(default_factory=dict)   # the training stack the run was resolved for
@@ -228,7 +228,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
         alt = mem_facts.older_stack(lambda s: resolve({**stack, **s}), asm.run, asm.hw, asm.counts,
                                     int(tokens) if tokens else None, torch_given=bool(opts.torch_version),
                                     optim_given="optim" in doc.values)
-        asm.memory = mem_facts.judged(est, asm.hw, alt)   # verdict, p_oom, interval (analyzers/uncertainty.py)
+        asm.memory = mem_facts.judged(est, asm.hw, alt)   # verdict, p_oom, interval (analyzers/memory/uncertainty.py)
         honest = _assumptions(asm, opts, int(tokens) if tokens else None, alt) if assume else {}
         facts["mem"] = mem_facts.assemble(asm.memory, asm.hw, asm.run, alt)
         facts["mem"].update({"deciding_assumption": None, "token_budget": None, **honest})
@@ -305,7 +305,7 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
     supplies it) for the ``model-unresolved`` rule; untolerated, its error points at ``model_name_or_path``.
     """
     from finetune_doctor.readers.model.errors import ModelUnresolved
-    from finetune_doctor.readers.modelcfg import load_arch
+    from finetune_doctor.readers.model.modelcfg import load_arch
 
     doc = asm.doc
     name = doc.values.get("model_name_or_path")
@@ -434,7 +434,7 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
     launch command line (relative to where the run was launched, which may not be here) is a note, as is a launch
     file that holds no launch under `lenient` (postmortem).
     """
-    from finetune_doctor.readers.accelerate import load_accelerate_config, read_launch_file
+    from finetune_doctor.readers.config.accelerate import load_accelerate_config, read_launch_file
     from finetune_doctor.run.engines import LaunchInputs
 
     launch = acc = None
@@ -476,7 +476,7 @@ LAUNCH_ENV = ("FORCE_TORCHRUN", "NNODES", "NPROC_PER_NODE")
 def _accelerate_beside(asm: Assembly) -> Any:
     """The one accelerate config beside the training YAML (`ACCELERATE_BESIDE`), with a note; None when there is
     none, several, or a file of that name that is not an accelerate config."""
-    from finetune_doctor.readers.accelerate import load_accelerate_config
+    from finetune_doctor.readers.config.accelerate import load_accelerate_config
 
     here = Path(asm.doc.path).resolve().parent
     found = [here / n for n in ACCELERATE_BESIDE if (here / n).is_file()]
@@ -496,7 +496,7 @@ def _env_launch() -> Any:
     when none is set."""
     import os
 
-    from finetune_doctor.readers.accelerate import LaunchCommand
+    from finetune_doctor.readers.config.accelerate import LaunchCommand
 
     env = {k: os.environ[k] for k in LAUNCH_ENV if os.environ.get(k)}
     if not env.get("FORCE_TORCHRUN") and not env.get("NNODES"):
