@@ -252,3 +252,15 @@ def test_fold_opens_the_verdict_on_any_moving_assumption_but_sure_defaults():
     assert fold("fits", 30.0, [gpu, folder]) == ("at-risk", folder)   # the one that moves the total most decides
     assert fold("at-risk", 30.0, [folder]) == ("at-risk", None)
     assert fold(None, 30.0, [folder]) == (None, None)                  # no card, no verdict
+
+
+def test_the_memory_terms_assumptions_reach_the_report():
+    # analyzers/memory/assumed.py records the vision tower's image assumptions in the estimate's details; the
+    # report lists them, the image size weighed at image_min_pixels
+    cfg = EXAMPLES / "train_lora" / "qwen3vl_lora_sft.yaml"
+    _, r = doctor("check", cfg, "--gpu", "RTX4090", "--no-data")
+    names = by_name(r)
+    assert {"images-per-sample", "image-pixels"} <= set(names)
+    pixels = names["image-pixels"]
+    assert pixels["value"] == 262144 and list(pixels["effect"]["total_gib"]) == [str(pixels["alternatives"][0])]
+    assert pixels["effect"]["total_gib"][str(pixels["alternatives"][0])] <= r["memory"]["per_gpu_gib"]["total"]

@@ -42,7 +42,7 @@ OLD_TRANSFORMERS = "4.48.3"
 # alternatives change the verdict opens it, including those other modules add (the model's resolution).
 NOT_OPEN = frozenset({"eval-batch", "train-batch", "cutoff-len", "transformers-version"})
 OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-dtype", "launcher",
-                  "deepspeed-config", "attention-kernel"})   # the ones this module records
+                  "deepspeed-config", "attention-kernel", "image-pixels"})   # the ones this module weighs
 STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_config.json",
             "examples/deepspeed/ds_z3_offload_config.json")
 
@@ -137,6 +137,7 @@ def collect(asm: Any, opts: Any, *, tokens: int | None, base_verdict: str | None
     weigh = asm.hw is not None or asm.memory is not None   # lint without a card: listed, not weighed
     c = _Seen(asm, opts, tokens, base_verdict, judge_run(asm.counts, weigh), judge_run(None, weigh))
     return [*_data_and_card(c), *_deepspeed_config(c), *_stack(c, alt_stack), *_checkpoint(c), *_attention(c),
+            *_terms(c),
             *_launch(asm, c.run, c.hw, tokens, c.judge, c.fresh, c.rerun, base_verdict), *_defaults(c)]
 
 
@@ -242,6 +243,21 @@ def _checkpoint(c: _Seen) -> list[Assumption]:
                    "LLaMA-Factory's torch_dtype='auto' load takes the stored weights' dtype",
                    "--model-config with the checkpoint's config.json (or the model folder on this machine)",
                    c.base, [("bfloat16", lambda: c.fresh(c.rerun(arch=bf), c.hw, c.tokens) if _on(c.fresh) else None)])]
+
+
+def _terms(c: _Seen) -> list[Assumption]:
+    """The memory terms' own assumptions (analyzers/memory/assumed.py, in the estimate's details), weighed where
+    the run carries the value: the image size (``image_max_pixels`` is the largest an image may be; the smallest,
+    ``image_min_pixels``, is the other end of the range)."""
+    mem = c.asm.memory
+    out = []
+    for a in (mem.details.get("assumptions") if mem is not None else None) or ():
+        if a.name == "image-pixels" and a.alternatives:
+            alts = [(str(v), (lambda v=v: c.judge(c.run.with_(image_max_pixels=int(v)), c.hw, c.tokens)))
+                    for v in a.alternatives if isinstance(v, int)]
+            a = _weigh(a.name, a.value, a.source, a.resolve_with, c.base, alts)
+        out.append(a)
+    return out
 
 
 def _attention(c: _Seen) -> list[Assumption]:
