@@ -112,7 +112,7 @@ def _fix_command(name: str) -> str:
 
 def load_arch(model_name_or_path: str, *, base_dir: str | None = None, hf_home: str | None = None,
               cache_dir: str | None = None, model_config: str | None = None, allow_download: bool = False,
-              offline: bool = False, timeout_s: float = 8.0, exact: bool | str = False,
+              offline: bool = False, timeout_s: float = 2.0, exact: bool | str = False,
               transformers_major: int | str | None = None, _depth: int = 0) -> tuple[ModelArch, SourceDoc | None]:
     """Architecture of LLaMA-Factory's ``model_name_or_path``; the module docstring gives the search order.
 
