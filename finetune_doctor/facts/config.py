@@ -30,7 +30,7 @@ from finetune_doctor.readers.yamlcfg import ConfigDoc, load_config
 from finetune_doctor.readers.stack import installed_versions, read_env_file
 from finetune_doctor.run import InvalidRunValue, resolve_run
 from finetune_doctor.settings import Options
-from finetune_doctor.types import Hardware, MemoryEstimate, SourceDoc
+from finetune_doctor.types import Assumption, Hardware, MemoryEstimate, SourceDoc
 
 
 @dataclass
@@ -56,6 +56,7 @@ class Assembly:
     stack: dict[str, str | None] = field(default_factory=dict)   # the training stack the run was resolved for
     stack_sources: tuple[tuple[str, str, str], ...] = ()          # (package, version, where it came from)
     nnodes: int | None = None
+    assumptions: list[Assumption] = field(default_factory=list)   # values used but not read (Report.assumptions)
     _after: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     def live(self) -> dict[str, Any]:
@@ -247,6 +248,7 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
     An unresolved model becomes the ``lint.model_unresolved`` fact (what is missing and the one command that
     supplies it) for the ``model-unresolved`` rule; untolerated, its error points at ``model_name_or_path``.
     """
+    from finetune_doctor.readers.model.byname import multimodal_hint
     from finetune_doctor.readers.model.errors import ModelUnresolved
     from finetune_doctor.readers.modelcfg import load_arch
 
@@ -261,7 +263,9 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
             str(name), base_dir=str(Path(config).resolve().parent),
             cache_dir=cache if isinstance(cache, str) else None, model_config=opts.model_config,
             allow_download=not static and opts.command in DOWNLOAD_COMMANDS, offline=opts.offline,
-            exact=False if static else "auto", transformers_major=transformers)
+            exact=False if static else "auto", transformers_major=transformers,
+            template=str(doc.values.get("template") or "") or None, multimodal=multimodal_hint(doc.values),
+            assumptions=asm.assumptions)
     except InputError as err:
         if not tolerate:
             if err.file is None or err.file == str(name):
@@ -279,7 +283,7 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
         asm.notes.append(f"memory not estimated: the architecture of {name} is not known here")
         return None
     for note in (arch.notes or "").split("; ") if isinstance(arch.notes, str) else ():
-        if note and ("download" in note or "offline" in note):
+        if note and ("download" in note or "offline" in note or note.startswith("sized as the catalogue entry")):
             asm.notes.append(note)
     if model_src is not None:
         asm.sources["model"] = model_src
