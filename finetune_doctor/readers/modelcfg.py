@@ -50,6 +50,7 @@ from finetune_doctor.readers.model.configjson import json_key_positions, read_co
 from finetune_doctor.readers.model.errors import ModelConfigInvalid, ModelUnresolved
 from finetune_doctor.readers.model.generic import arch_from_config, with_note
 from finetune_doctor.readers.model.hub import cached_download, download_configs
+from finetune_doctor.readers.model.weights import stored_dtype
 from finetune_doctor.types import Assumption, SourceDoc
 
 __all__ = [
@@ -58,7 +59,7 @@ __all__ = [
     "read_config_json",
 ]
 
-SOURCE_KINDS = ("local", "model-config", "hf-cache", "modelscope-cache", "openmind-cache", "catalog", "hub")
+SOURCE_KINDS = ("local", "model-config", "hf-cache", "modelscope-cache", "openmind-cache", "catalog", "hub", "context")
 
 
 def _local_candidates(name: str, base_dir: str | None) -> list[Path]:
@@ -103,9 +104,21 @@ def _adapter_base(d: Path) -> str | None:
 
 def _from_file(path: Path, name: str, kind: str, note: str, tf_major: int | str | None) -> tuple[ModelArch, SourceDoc]:
     cfg, doc = read_config_json(path)
+    stored = None if _names_dtype(cfg) else stored_dtype(path.parent)
+    if stored is not None:
+        # what torch_dtype="auto" resolves to when config.json names none: the weights' own dtype
+        cfg = {**cfg, "torch_dtype": stored[0]}
+        note = "; ".join(x for x in (note, f"checkpoint dtype {stored[0]} from the safetensors header of "
+                                           f"{stored[1]} (config.json names none)") if x)
     arch = arch_from_config(cfg, name, str(path), positions=doc.positions, transformers_major=tf_major)
     arch = replace(arch, source_kind=kind)
     return (with_note(arch, note) if note else arch), doc
+
+
+def _names_dtype(cfg: dict[str, Any]) -> bool:
+    subs = [cfg] + [cfg[k] for k in ("text_config", "llm_config") if isinstance(cfg.get(k), dict)]
+    return any(isinstance(d.get("torch_dtype") or d.get("dtype"), str) and (d.get("torch_dtype") or d.get("dtype"))
+               != "auto" for d in subs)
 
 
 def _model_config_file(model_config: str, base_dir: str | None) -> Path:
@@ -133,6 +146,7 @@ def load_arch(model_name_or_path: str, *, base_dir: str | None = None, hf_home: 
               offline: bool = False, timeout_s: float = 2.0, exact: bool | str = False,
               transformers_major: int | str | None = None, template: str | None = None,
               multimodal: str | None = None, assumptions: list[Assumption] | None = None,
+              context_config: tuple[dict[str, Any], str] | None = None,
               _depth: int = 0) -> tuple[ModelArch, SourceDoc | None]:
     """Architecture of LLaMA-Factory's ``model_name_or_path``; the module docstring gives the search order.
 
@@ -144,7 +158,9 @@ def load_arch(model_name_or_path: str, *, base_dir: str | None = None, hf_home: 
     ``"5.6.0"`` (MoE expert layout, router modules). A directory holding only a PEFT ``adapter_config.json`` is
     sized as its ``base_model_name_or_path``. `template` (the YAML's) and `multimodal` (why the YAML says the model
     sees images/video/audio, readers/model/byname.py ``multimodal_hint``) narrow a match by name; every value taken
-    from a name rather than a config.json is appended to `assumptions` as an `Assumption` (name ``model``). Returns the arch and the `SourceDoc` of the config.json read (None
+    from a name rather than a config.json is appended to `assumptions` as an `Assumption` (name ``model``).
+    `context_config` is (config.json dict, where it was read) from a ``doctor context`` file: it acts exactly as
+    ``--model-config`` (consulted after the local folder, source kind ``context``). Returns the arch and the `SourceDoc` of the config.json read (None
     for a catalog match; `notes` then say how it matched).
 
     Raises ModelConfigInvalid (an InputError with file, line and key) for a config.json that is unreadable, not
@@ -156,6 +172,7 @@ def load_arch(model_name_or_path: str, *, base_dir: str | None = None, hf_home: 
         raise ModelUnresolved("model_name_or_path is empty", model="", missing="model_name_or_path",
                               fix="model_name_or_path: ORG/NAME or a local directory")
     ctx = _Ctx(template, multimodal, assumptions if assumptions is not None else [])
+    ctx.context_config = context_config
     arch, doc = _resolve(name, base_dir, hf_home, cache_dir, model_config, allow_download, offline, timeout_s,
                          transformers_major, _depth, ctx)
     if exact:
@@ -170,6 +187,7 @@ class _Ctx:
 
     def __init__(self, template: str | None, multimodal: str | None, assumptions: list[Assumption]):
         self.template, self.multimodal, self.assumptions = template, multimodal, assumptions
+        self.context_config: tuple[dict[str, Any], str] | None = None
 
 
 def _by_name(name: str, found: tuple[dict[str, Any], str] | None, ctx: _Ctx, tf_major: int | str | None,
@@ -249,6 +267,10 @@ def _resolve(name: str, base_dir: str | None, hf_home: str | None, cache_dir: st
     if model_config:
         return _from_file(_model_config_file(model_config, base_dir), name, "model-config",
                           f"config from --model-config {model_config}", tf_major)
+    if ctx.context_config is not None:
+        cfg, where = ctx.context_config
+        arch = arch_from_config(cfg, name, where, transformers_major=tf_major)
+        return replace(arch, source_kind="context"), None
     repo = repo_of_cache_folder(name)
     if repo is not None and depth < 3:
         arch, doc = load_arch(repo, base_dir=base_dir, hf_home=hf_home, cache_dir=cache_dir,
