@@ -67,7 +67,8 @@ def _training_machine(root: Path) -> Path:
     head = json.dumps({"__metadata__": {"format": "pt"},
                        "model.embed_tokens.weight": {"dtype": "BF16", "shape": [4, 2], "data_offsets": [0, 16]}})
     (model / "model.safetensors").write_bytes(struct.pack("<Q", len(head)) + head.encode() + bytes(16))
-    build_tokenizer(model, "qwen")
+    for f in _TOKENIZER.iterdir():
+        shutil.copy(f, model / f.name)
     (proj / "data").mkdir()
     (proj / "data" / "dataset_info.json").write_text(json.dumps({"tiny_alpaca": {"file_name": "tiny.json"}}))
     (proj / "data" / "tiny.json").write_text(json.dumps(ROWS, ensure_ascii=False))
@@ -75,12 +76,25 @@ def _training_machine(root: Path) -> Path:
     return proj
 
 
+_TOKENIZER = Path()
+
+
+_CACHE = Path()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _tokenizer(tmp_path_factory):
+    global _TOKENIZER, _CACHE
+    _TOKENIZER = build_tokenizer(tmp_path_factory.mktemp("tok"), "qwen")   # trained once per module
+    _CACHE = tmp_path_factory.mktemp("xdg")   # the scan's per-tokenizer piece counts, computed once (~20 s)
+
+
 @pytest.fixture()
 def machines(tmp_path, monkeypatch):
     for var in ("HF_HUB_CACHE", "HF_HOME", "HF_HUB_OFFLINE", "FINETUNE_DOCTOR_NO_NVML"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(_CACHE))
     proj = _training_machine(tmp_path)
     other = tmp_path / "laptop" / "repo"
     other.mkdir(parents=True)
@@ -100,8 +114,7 @@ def _run(args, cwd, monkeypatch, gpus: bool):
 
 
 # Where a value came from differs between the machines by design: the report names it.
-PROVENANCE = {("inputs",), ("model", "source"), ("model", "config"), ("model", "notes"), ("hardware", "source"),
-              ("notes",), ("run", "stack")}
+PROVENANCE = {("inputs",), ("model", "source"), ("model", "config"), ("hardware", "source")}
 
 
 def _comparable(report: dict, base: str) -> dict:
@@ -111,6 +124,8 @@ def _comparable(report: dict, base: str) -> dict:
         for k in path[:-1]:
             d = d.get(k) or {}
         d.pop(path[-1], None)
+    if (r.get("run") or {}).get("stack"):   # each version's source names the machine or the context file
+        r["run"]["stack"] = [(x["package"], x["version"]) for x in r["run"]["stack"]]
     if r.get("data"):
         r["data"] = sanitize({k: v for k, v in r["data"].items() if k != "elapsed_s"}, base)
     return r

@@ -49,16 +49,19 @@ def _declared_dtype(cfg: dict[str, Any]) -> str | None:
     return None
 
 
-def model_config(ctx: MachineContext | None) -> tuple[dict[str, Any], str] | None:
-    """(config.json dict, where) for ``load_arch(context_config=...)``; the stored weights' dtype the context
-    recorded fills a config.json that names none, as ``torch_dtype="auto"`` would on the training machine."""
+def model_config(ctx: MachineContext | None) -> tuple[dict[str, Any], str, str] | None:
+    """(config.json dict, where, note) for ``load_arch(context_config=...)``; the stored weights' dtype the
+    context recorded fills a config.json that names none, as ``torch_dtype="auto"`` would on the training
+    machine (the note says so, as the local read does)."""
     if ctx is None or ctx.model_config is None:
         return None
     cfg = dict(ctx.model_config)
     wd = (ctx.section("model") or {}).get("weights_dtype")
+    note = ""
     if _declared_dtype(cfg) is None and isinstance(wd, dict) and isinstance(wd.get("value"), str):
         cfg["torch_dtype"] = wd["value"]
-    return cfg, f"{ctx.path} (model.config)"
+        note = f"checkpoint dtype {wd['value']} from the {wd.get('source') or 'stored weights'} (config.json names none)"
+    return cfg, f"{ctx.path} (model.config)", note
 
 
 def check_dtype(ctx: MachineContext | None, arch: Any, model_src: Any) -> None:

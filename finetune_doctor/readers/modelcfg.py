@@ -146,7 +146,7 @@ def load_arch(model_name_or_path: str, *, base_dir: str | None = None, hf_home: 
               offline: bool = False, timeout_s: float = 2.0, exact: bool | str = False,
               transformers_major: int | str | None = None, template: str | None = None,
               multimodal: str | None = None, assumptions: list[Assumption] | None = None,
-              context_config: tuple[dict[str, Any], str] | None = None,
+              context_config: tuple[dict[str, Any], str, str] | None = None,
               _depth: int = 0) -> tuple[ModelArch, SourceDoc | None]:
     """Architecture of LLaMA-Factory's ``model_name_or_path``; the module docstring gives the search order.
 
@@ -159,7 +159,7 @@ def load_arch(model_name_or_path: str, *, base_dir: str | None = None, hf_home: 
     sized as its ``base_model_name_or_path``. `template` (the YAML's) and `multimodal` (why the YAML says the model
     sees images/video/audio, readers/model/byname.py ``multimodal_hint``) narrow a match by name; every value taken
     from a name rather than a config.json is appended to `assumptions` as an `Assumption` (name ``model``).
-    `context_config` is (config.json dict, where it was read) from a ``doctor context`` file: it acts exactly as
+    `context_config` is (config.json dict, where it was read, note) from a ``doctor context`` file: it acts as
     ``--model-config`` (consulted after the local folder, source kind ``context``). Returns the arch and the `SourceDoc` of the config.json read (None
     for a catalog match; `notes` then say how it matched).
 
@@ -187,7 +187,7 @@ class _Ctx:
 
     def __init__(self, template: str | None, multimodal: str | None, assumptions: list[Assumption]):
         self.template, self.multimodal, self.assumptions = template, multimodal, assumptions
-        self.context_config: tuple[dict[str, Any], str] | None = None
+        self.context_config: tuple[dict[str, Any], str, str] | None = None
 
 
 def _by_name(name: str, found: tuple[dict[str, Any], str] | None, ctx: _Ctx, tf_major: int | str | None,
@@ -268,9 +268,9 @@ def _resolve(name: str, base_dir: str | None, hf_home: str | None, cache_dir: st
         return _from_file(_model_config_file(model_config, base_dir), name, "model-config",
                           f"config from --model-config {model_config}", tf_major)
     if ctx.context_config is not None:
-        cfg, where = ctx.context_config
-        arch = arch_from_config(cfg, name, where, transformers_major=tf_major)
-        return replace(arch, source_kind="context"), None
+        cfg, where, note = ctx.context_config
+        arch = replace(arch_from_config(cfg, name, where, transformers_major=tf_major), source_kind="context")
+        return (with_note(arch, note) if note else arch), None
     repo = repo_of_cache_folder(name)
     if repo is not None and depth < 3:
         arch, doc = load_arch(repo, base_dir=base_dir, hf_home=hf_home, cache_dir=cache_dir,
