@@ -132,3 +132,11 @@ def test_check_reports_the_assumption_in_json(tmp_path):
     r = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "A100-80GB", "--no-data", "--format", "json"])
     d = json.loads(r.output)
     assert d["memory"] is None and [f["name"] for f in d["findings"] if f["name"] == "model-unresolved"]
+
+
+def test_a_name_that_says_another_architecture_is_not_sized_as_the_base():
+    # LLaMA Pro's block expansion (LF scripts/llama_pro.py writes models/llama3-8b-pro) adds decoder layers
+    assert infer("models/llama3-8b-pro") is None and infer("/x/Qwen2-7B-moe-upcycled") is None
+    assert infer("/x/Qwen2.5-7B-to-14B") is None
+    with pytest.raises(ModelUnresolved):
+        load_arch("models/llama3-8b-pro")

@@ -36,6 +36,11 @@ MULTIMODAL_TEMPLATES = frozenset({
     "qwen3_vl_nothink", "video_llava", "yi_vl", "youtu_vl",
 })
 _EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+# Words after the size that name another architecture than the base's: LLaMA Pro's block expansion adds layers
+# (LF scripts/llama_pro.py writes "<name>-pro"), depth up-scaling, MoE upcycling, added towers. A name carrying
+# one is never sized as the base.
+CHANGES_ARCH = frozenset({"pro", "expanded", "expand", "upscaled", "dus", "moe", "upcycled", "vl", "vision",
+                          "audio", "omni", "mm", "multimodal"})
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,18 @@ def traits(name: str) -> Traits:
 def _family(fam: str) -> str:
     # meta-llama/Meta-Llama-3-8B and a folder named Llama-3-8B are one family
     return fam[4:] if fam.startswith("meta") and len(fam) > 4 else fam
+
+
+def changes_architecture(name: str) -> bool:
+    """True when a word after the size (or a second size) says the checkpoint is not the base's shape
+    (`CHANGES_ARCH`: llama3-8b-pro, Qwen2-7B-moe, ...)."""
+    base = norm(name).rsplit("/", 1)[-1]
+    toks = [t for t in re.split(r"[-\s]+", base) if t]
+    idx = next((i for i, t in enumerate(toks) if SIZE.match(t)), None)
+    if idx is None:
+        return False
+    tail = toks[idx + 1:]
+    return any(t in CHANGES_ARCH or SIZE.match(t) for t in tail)
 
 
 def shell_variables(name: str) -> list[str]:
@@ -130,7 +147,7 @@ def infer(name: str, mm_hint: str | None = None, template: str | None = None) ->
     narrowed to vision/audio models when `mm_hint` says so; None when the name states no size, or when zero or
     several architectures fit (a guess between them would be silent)."""
     t = traits(name)
-    if t.size is None or not t.family:
+    if t.size is None or not t.family or changes_architecture(name):
         return None
     tkey = re.sub(r"[^a-z0-9]", "", (template or "").lower())
     by_arch: dict[str, dict[str, Any]] = {}
