@@ -140,3 +140,10 @@ def test_a_name_that_says_another_architecture_is_not_sized_as_the_base():
     assert infer("/x/Qwen2.5-7B-to-14B") is None
     with pytest.raises(ModelUnresolved):
         load_arch("models/llama3-8b-pro")
+
+
+def test_a_name_without_a_family_word_takes_the_templates_family():
+    r = infer("/data/output/sft-7b", template="gemma")
+    assert r is not None and r.entry["id"] == "google/gemma-7b" and "template gemma" in r.why
+    assert infer("/data/output/sft-7b") is None                     # no family, no template: nothing decided
+    assert infer("/data/output/sft-8b", template="llama3") is None  # Llama 3 and 3.1 share the template

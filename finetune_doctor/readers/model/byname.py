@@ -35,6 +35,10 @@ MULTIMODAL_TEMPLATES = frozenset({
     "pixtral", "qwen2_audio", "qwen2_omni", "qwen3_omni", "qwen3_omni_nothink", "qwen2_vl", "qwen3_vl",
     "qwen3_vl_nothink", "video_llava", "yi_vl", "youtu_vl",
 })
+# Words people put before the size that name no model family (/data/sft-7b, my-ckpt-7b)
+GENERIC_WORDS = frozenset({"sft", "ckpt", "checkpoint", "output", "outputs", "out", "merged", "merge", "lora",
+                           "model", "models", "my", "final", "best", "last", "run", "exp", "train", "trained",
+                           "finetune", "finetuned", "ft", "dpo", "full", "base", "new", "old", "test"})
 _EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 # Words after the size that name another architecture than the base's: LLaMA Pro's block expansion adds layers
 # (LF scripts/llama_pro.py writes "<name>-pro"), depth up-scaling, MoE upcycling, added towers. A name carrying
@@ -59,7 +63,7 @@ def traits(name: str) -> Traits:
     toks = [t for t in re.split(r"[-\s]+", base) if t]
     for i, t in enumerate(toks):
         if SIZE.match(t):
-            fam = re.sub(r"[^a-z0-9]", "", "".join(toks[:i]))
+            fam = re.sub(r"[^a-z0-9]", "", "".join(w for w in toks[:i] if w not in GENERIC_WORDS))
             act = toks[i + 1] if i + 1 < len(toks) and ACTIVE.match(toks[i + 1]) else None
             return Traits(_family(fam), t, act)
     return Traits(_family(re.sub(r"[^a-z0-9]", "", base)), None, None)
@@ -147,9 +151,11 @@ def infer(name: str, mm_hint: str | None = None, template: str | None = None) ->
     narrowed to vision/audio models when `mm_hint` says so; None when the name states no size, or when zero or
     several architectures fit (a guess between them would be silent)."""
     t = traits(name)
-    if t.size is None or not t.family or changes_architecture(name):
-        return None
     tkey = re.sub(r"[^a-z0-9]", "", (template or "").lower())
+    # a name without a family word (/data/model/7b-sft) takes the template's family, if it names one
+    from_template = not t.family and bool(tkey) and tkey not in ("default", "empty", "custom", "alpaca", "vicuna")
+    if t.size is None or not (t.family or from_template) or changes_architecture(name):
+        return None
     by_arch: dict[str, dict[str, Any]] = {}
     excluded: list[str] = []
     for e in catalog_entries():
@@ -157,8 +163,9 @@ def infer(name: str, mm_hint: str | None = None, template: str | None = None) ->
         for et in _entry_traits(e):
             if et.size != t.size or et.active != t.active:
                 continue
-            if et.family == t.family or (mm_hint and tkey and et.family.startswith(tkey)
-                                         and (tkey.startswith(t.family) or t.family.startswith(tkey))):
+            if (t.family and et.family == t.family) or (from_template and et.family.startswith(tkey)) or (
+                    mm_hint and tkey and et.family.startswith(tkey)
+                    and (tkey.startswith(t.family) or t.family.startswith(tkey))):
                 fits = True
                 break
         if not fits:
@@ -173,7 +180,8 @@ def infer(name: str, mm_hint: str | None = None, template: str | None = None) ->
     if len(by_arch) != 1:
         return None
     (entry,) = by_arch.values()
-    why = f"family '{t.family}', size {t.size}" + (f", active {t.active}" if t.active else "")
+    why = (f"family '{t.family}'" if t.family else f"family of template {template}") + f", size {t.size}" + (
+        f", active {t.active}" if t.active else "")
     if mm_hint:
         why += f", with a vision/audio tower ({mm_hint})"
     return Inference(entry, why, tuple(dict.fromkeys(excluded)))
