@@ -225,3 +225,15 @@ def test_secrets_and_paths_stay_on_the_machine(machines, monkeypatch):
     assert str(proj) not in text
     r = _run(["context", "train.yaml", "--launch", "train.sh", "--keep-paths"], proj, monkeypatch, gpus=True)
     assert str(proj) in (proj / FILE_NAME).read_text()
+
+
+def test_a_context_beside_the_config_serves_only_its_own_config(machines, monkeypatch):
+    proj, other = machines
+    _run(["context", "train.yaml"], proj, monkeypatch, gpus=True)
+    shutil.copy(proj / FILE_NAME, other / FILE_NAME)
+    (other / "other.yaml").write_text(YAML.replace("models/tiny-qwen", "Qwen/Qwen2.5-7B"))
+    r = _run(["lint", "other.yaml", "train.yaml", "--format", "json"], other, monkeypatch, gpus=False)
+    assert r.exit_code in (0, 1), r.output      # a folder of configs is linted; the context is not forced on both
+    r = _run(["check", "other.yaml", "--no-data", "--format", "json"], other, monkeypatch, gpus=False)
+    d = json.loads(r.output)
+    assert d["inputs"].get("context") is None and any("not used for this config" in n for n in d["notes"])

@@ -158,8 +158,9 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
                              "lint": lint_facts.assemble(doc, opts.transformers_version),
                              "run": None, "model": None, "hw": None, "mem": None, "ds": None, "data": None}
     asm = Assembly(doc=doc, facts=facts, sources=sources)
-    asm.context = machine.load(config, opts)
-    machine.check_model(asm.context, doc)
+    asm.context, ctx_note = machine.load(config, opts, doc)
+    if ctx_note:
+        asm.notes.append(ctx_note)
     if machine.data(asm.context, doc.values)[0] is not None:
         # the datasets were resolved on the training machine: its scan, carried by the context, reports them
         facts["lint"]["keys"] = [k for k in facts["lint"].get("keys", []) if k.get("kind") != "dataset"]

@@ -11,6 +11,7 @@ contradicts a config.json read here, is an InputError naming both sources.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 from finetune_doctor.errors import InputError
@@ -20,12 +21,27 @@ from finetune_doctor.types import Hardware
 CONTEXT_COMMANDS = ("check", "estimate", "lint")
 
 
-def load(config: str, opts: Any) -> MachineContext | None:
-    """The context for `config` under `opts` (``--context``, else the file beside the config), for the commands
-    that take one; None otherwise."""
+def load(config: str, opts: Any, doc: Any) -> tuple[MachineContext | None, str | None]:
+    """(the context for `config`, a note) under `opts`, for the commands that take one.
+
+    ``--context FILE`` is used as given: a file for another model is an InputError (`check_model`). A
+    ``.doctor-context.json`` found beside the config serves the configs it was captured for (same file name or same
+    model); for another config in that folder it is skipped with a note, so that linting a folder of configs
+    never stops on it."""
     if getattr(opts, "command", None) not in CONTEXT_COMMANDS:
-        return None
-    return find_context(config, getattr(opts, "context", None))
+        return None, None
+    explicit = getattr(opts, "context", None)
+    ctx = find_context(config, explicit)
+    if ctx is None or explicit:
+        check_model(ctx, doc)
+        return ctx, None
+    same_file = (ctx.section("config") or {}).get("file") == Path(doc.path).name
+    name = doc.values.get("model_name_or_path")
+    if not same_file and ctx.model_name is not None and str(name or "").strip() != ctx.model_name.strip():
+        return None, (f"{ctx.path} was captured for {(ctx.section('config') or {}).get('file')} "
+                      f"(model {ctx.model_name}): not used for this config")
+    check_model(ctx, doc)
+    return ctx, None
 
 
 def check_model(ctx: MachineContext | None, doc: Any) -> None:
