@@ -390,14 +390,17 @@ def entry() -> None:
 @click.option("--keep-paths", is_flag=True, help="Keep absolute paths of this machine in the file (default: made "
               "relative to the config's folder or cut to their last component).")
 @click.option("--no-data", "no_data", is_flag=True, help="Do not scan the datasets.")
+@click.option("--from", "gpus_from", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Read the GPUs from an nvidia-smi, rocm-smi, amd-smi or npu-smi output instead of NVML.")
 @_guard
-def context(config: str, overrides: tuple[str, ...], keep_paths: bool, no_data: bool, **kw: Any) -> None:
+def context(config: str, overrides: tuple[str, ...], keep_paths: bool, no_data: bool, gpus_from: str | None,
+            **kw: Any) -> None:
     """Capture this (training) machine for checks elsewhere: writes .doctor-context.json beside the config."""
     from finetune_doctor.pipeline import context as pipe
 
     opts = _options(command="context", paths=[config], **{**kw, "output": None})
     got = pipe.capture(config, overrides, opts, output=kw.get("output"), keep_paths=keep_paths,
-                       scan_data=not no_data)
+                       scan_data=not no_data, gpus_from=gpus_from)
     d = got.data
     gpus = (d.get("hardware") or {})
     parts = [f"model {((d.get('model') or {}).get('name'))}" + (" (config.json)" if (d.get("model") or {}).get("config")

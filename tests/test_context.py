@@ -237,3 +237,12 @@ def test_a_context_beside_the_config_serves_only_its_own_config(machines, monkey
     r = _run(["check", "other.yaml", "--no-data", "--format", "json"], other, monkeypatch, gpus=False)
     d = json.loads(r.output)
     assert d["inputs"].get("context") is None and any("not used for this config" in n for n in d["notes"])
+
+
+def test_ascend_gpus_come_from_an_npu_smi_output(machines, monkeypatch):
+    proj, _ = machines
+    r = _run(["context", "train.yaml", "--no-data", "--from", ROOT / "fixtures" / "gpus" / "npu_smi_8x910b3.txt"],
+             proj, monkeypatch, gpus=False)
+    assert r.exit_code == 0, r.output
+    hw = json.loads((proj / FILE_NAME).read_text())["hardware"]
+    assert (hw["gpu"], hw["num_gpus"], hw["source"]) == ("Ascend-910B-64GB", 8, "record")

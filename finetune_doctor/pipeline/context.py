@@ -62,8 +62,22 @@ def _model(values: dict[str, Any], config: str, opts: Options, notes: list[str])
                                                           "source": f"safetensors header of {stored[1]}"}}
 
 
-def _hardware(opts: Options, notes: list[str]) -> dict[str, Any] | None:
-    hw = hw_facts.resolve(opts.gpu, opts.nnodes, allow_nvml=True)
+def _from_file(path: str) -> Any:
+    """The GPUs of an nvidia-smi / rocm-smi / amd-smi / npu-smi output (readers/smi.py, the readers ``doctor gpus
+    --from`` uses): AMD and Ascend machines have no NVML to ask."""
+    from finetune_doctor.hardware.nvml import hardware_from_snapshot
+    from finetune_doctor.readers.smi import read_gpu_file
+
+    rec = read_gpu_file(path)
+    snap = next((s for s in reversed(rec.samples) if s.cards), None)
+    if snap is None:
+        raise InputError("no GPU in this file", file=path)
+    return hardware_from_snapshot(snap)
+
+
+def _hardware(opts: Options, notes: list[str], gpus_from: str | None = None) -> dict[str, Any] | None:
+    hw = _from_file(gpus_from) if gpus_from and not opts.gpu else hw_facts.resolve(opts.gpu, opts.nnodes,
+                                                                                   allow_nvml=True)
     ram = hw_facts.parse_host_ram(opts.host_ram) if opts.host_ram else hw_facts.local_ram_gib()
     if hw is None:
         notes.append("no GPU seen here (NVML): the context holds no GPUs; pass --gpu SPEC to record them")
@@ -73,7 +87,7 @@ def _hardware(opts: Options, notes: list[str]) -> dict[str, Any] | None:
             "compute_capability": list(hw.compute_capability) if hw.compute_capability else None,
             "nnodes": hw.nnodes, "host_ram_gib": ram if ram is not None else hw.host_ram_gib,
             # memory other processes hold now is this moment's, not the machine's: a check elsewhere sees none
-            "in_use_gib": [], "fp8": hw.fp8, "source": hw.source}
+            "in_use_gib": [], "fp8": hw.fp8, "source": "record" if gpus_from and not opts.gpu else hw.source}
 
 
 def _launch(opts: Options, base: str, keep_paths: bool) -> dict[str, Any] | None:
@@ -95,9 +109,10 @@ def _launch(opts: Options, base: str, keep_paths: bool) -> dict[str, Any] | None
 
 
 def capture(config: str, overrides: tuple[str, ...], opts: Options, *, output: str | None = None,
-            keep_paths: bool = False, scan_data: bool = True) -> Captured:
+            keep_paths: bool = False, scan_data: bool = True, gpus_from: str | None = None) -> Captured:
     """Write the context of `config` (with `overrides`) to `output` (default: ``.doctor-context.json`` beside the
-    config). Raises InputError on bad input or when the model's config.json cannot be read here."""
+    config). `gpus_from` reads the GPUs from an nvidia-smi / rocm-smi / amd-smi / npu-smi output instead of NVML.
+    Raises InputError on bad input or when the model's config.json cannot be read here."""
     doc = load_config(config, tuple(overrides))
     base = str(Path(doc.path).resolve().parent) if doc.path != "-" else str(Path.cwd())
     notes: list[str] = []
@@ -113,7 +128,7 @@ def capture(config: str, overrides: tuple[str, ...], opts: Options, *, output: s
                    "data_keys": data_keys_digest(doc.values)},
         "model": model,
         "stack": {**{k: None for k in STACK_PACKAGES}, **stack},
-        "hardware": _hardware(opts, notes),
+        "hardware": _hardware(opts, notes, gpus_from),
         "launch": _launch(opts, base, keep_paths),
         "data": None if data is None else {k: v for k, v in data.items() if k != "elapsed_s"},
     }
