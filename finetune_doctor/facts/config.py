@@ -371,14 +371,17 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
 
 
 def _scan(asm: Assembly, config: str) -> dict[str, Any] | None:
-    """The ``data`` facts; a config whose datasets are not on this machine gets a note saying so."""
+    """The ``data`` facts: the datasets scanned here when they are here, else the statistics a ``doctor context``
+    file carries (the training machine's scan); without either, a note says so."""
+    data = data_facts.assemble(asm.doc.values, config)
+    if data is not None:
+        return data
     data, note = machine.data(asm.context, asm.doc.values)
     if note:
         asm.notes.append(note)
     if data is not None:
         return data
-    data = data_facts.assemble(asm.doc.values, config)
-    if data is None and asm.doc.values.get("dataset"):
+    if asm.doc.values.get("dataset"):
         asm.notes.append("datasets not scanned: their dataset_info.json or files are not on this machine "
                          "(`doctor data` shows what it looked for)")
     return data

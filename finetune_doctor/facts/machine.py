@@ -4,7 +4,8 @@
 Each value acts exactly as its flag, and a flag given on the command line wins: ``model.config`` as
 ``--model-config`` (after the local folder), ``stack`` as ``--env``, ``hardware`` as ``--gpu`` and
 ``--host-ram``, ``launch`` as ``--accelerate-config`` and ``--launch``, ``data`` as the dataset scan's result when
-the YAML keys it depends on are unchanged. A context captured for another model, or one whose model dtype
+the datasets are not on this machine and the YAML keys the statistics depend on are unchanged (data that is here is
+scanned here: it may have changed since the capture). A context captured for another model, or one whose model dtype
 contradicts a config.json read here, is an InputError naming both sources.
 """
 
