@@ -107,6 +107,13 @@ CLASS_DEFAULT_VOCAB: dict[str, tuple[int, str]] = {
 }
 
 
+ABOUT = ("provenance records, for torch_dtype and vocab_size, the value the doctor sizes with, where it is from "
+         "(config.json, stored weights, modeling code, transformers class default, or the base entry), the source "
+         "read and whether it was re-read (checked); architecture names the file the shapes come from. It is "
+         "written by scripts/catalog_provenance.py: run it after adding an entry (tests/test_catalog_provenance.py "
+         "fails on an entry without it).")
+
+
 def _find(cfg: dict[str, Any], keys: tuple[str, ...]) -> tuple[Any, str] | None:
     for k in keys:
         if cfg.get(k) is not None and cfg.get(k) != "auto":
@@ -160,6 +167,8 @@ def provenance(entry: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> dict[
 
 def main() -> int:
     data = load_catalog()
+    if ABOUT not in data["about"]:
+        data["about"] = data["about"].rstrip() + " " + ABOUT
     by_id = {e["id"]: e for e in data["models"]}
     for e in data["models"]:
         e.pop("provenance", None)
