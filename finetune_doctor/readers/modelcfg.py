@@ -318,9 +318,9 @@ def _resolve(name: str, base_dir: str | None, hf_home: str | None, cache_dir: st
 
 def _unknown(name: str, looked: list[str]) -> ModelUnresolved:
     var = byname.shell_variables(name)
-    # a suggestion never changes the size class or MoE-ness the name states (Qwen2-57B-A14B is not Qwen2-7B)
+    # a suggestion keeps the family and MoE-ness the name states (Qwen2-57B-A14B is not Qwen2-7B)
     sugg = [] if var and name.strip() in var else [
-        s for s in did_you_mean(name, 6) if (e := find_in_catalog(s)) is None or byname.same_class(name, e[0])][:3]
+        s for s in did_you_mean(name, 6) if (e := find_in_catalog(s)) is None or byname.same_kind(name, e[0])][:3]
     hint = f" (did you mean {', '.join(sugg)}?)" if sugg else ""
     fix = _fix_command(name)
     if var:

@@ -136,6 +136,19 @@ def same_class(name: str, entry: dict[str, Any]) -> bool:
                for e in _entry_traits(entry))
 
 
+def same_kind(name: str, entry: dict[str, Any]) -> bool:
+    """True when `entry` is a fair suggestion for `name`: the same family and the same MoE-ness (a size may
+    differ: ``Qwen2.5-8B`` is a typo of Qwen2.5-7B; ``Qwen2-57B-A14B`` is not a Qwen2-7B)."""
+    t = traits(name)
+    if t.size is None:
+        return True
+    _, cfg = _base_id(entry)
+    if (t.active is not None) != is_moe(cfg) and not t.size.count("x"):
+        return False
+    return any((not t.family or e.family == t.family) and (e.active is None) == (t.active is None)
+               for e in _entry_traits(entry))
+
+
 @dataclass(frozen=True)
 class Inference:
     """One catalogue entry a name points at: `entry`, `why` (what narrowed it), `others` (other architectures
