@@ -1,8 +1,8 @@
 """``doctor context`` on the training machine, then ``doctor check --context`` elsewhere, gives the training
 machine's report (issue 21). The "training machine" is built here: a tiny model folder (the real Qwen2.5-0.5B
 config.json, a stored-weights header, and a BPE tokenizer trained in the test), a tiny alpaca dataset, one GPU seen
-through NVML (the fake adapter replaying fixtures/gpus/one_card.json, idle). The "other machine" has only the YAML and the
-context file: no model, no data, no GPU."""
+through NVML (the fake adapter replaying fixtures/gpus/one_card.json, idle). The "other machine" has only the YAML
+and the context file: no model, no data, no GPU."""
 
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ def _idle_card() -> dict:
     """fixtures/gpus/one_card.json with its training process gone: the machine before launch."""
     snap = json.loads(ONE_CARD.read_text())
     card = snap["cards"][0]
-    card.update(used_bytes=0, free_bytes=card["total_bytes"] - card["reserved_bytes"],   # NVML v2: used excludes reserved
-                processes=[], util_gpu=0, util_mem=0)
+    # NVML's v2 memory query counts the driver's reserve apart from `used`
+    card.update(used_bytes=0, free_bytes=card["total_bytes"] - card["reserved_bytes"], processes=[], util_gpu=0,
+                util_mem=0)
     return snap
 
 YAML = """\

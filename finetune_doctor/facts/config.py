@@ -239,7 +239,8 @@ DOWNLOAD_COMMANDS = ("check", "estimate", "probe", "data")
 def _stack(opts: Options, hw: Hardware | None, env: Any, ctx: Any = None) -> tuple[dict[str, str | None], tuple]:
     """The training machine's versions and where each came from, in order of precedence: ``--torch`` /
     ``--transformers``, then ``--env FILE``, then a ``doctor context`` file (`ctx`, as ``--env``), then the packages
-    installed here when this machine is the training machine (NVML sees its GPUs). Returns ({torch, transformers} for resolve_run, (package, version, source)...)."""
+    installed here when this machine is the training machine (NVML sees its GPUs). Returns ({torch, transformers}
+    for resolve_run, (package, version, source)...)."""
     found: dict[str, tuple[str, str]] = {}
     if hw is not None and hw.source == "nvml":
         found.update({k: (v, "installed here") for k, v in installed_versions().items()})

@@ -77,7 +77,8 @@ def model_config(ctx: MachineContext | None) -> tuple[dict[str, Any], str, str] 
     note = ""
     if _declared_dtype(cfg) is None and isinstance(wd, dict) and isinstance(wd.get("value"), str):
         cfg["torch_dtype"] = wd["value"]
-        note = f"checkpoint dtype {wd['value']} from the {wd.get('source') or 'stored weights'} (config.json names none)"
+        where = wd.get("source") or "stored weights"
+        note = f"checkpoint dtype {wd['value']} from the {where} (config.json names none)"
     return cfg, f"{ctx.path} (model.config)", note
 
 

@@ -160,8 +160,8 @@ def load_arch(model_name_or_path: str, *, base_dir: str | None = None, hf_home: 
     sees images/video/audio, readers/model/byname.py ``multimodal_hint``) narrow a match by name; every value taken
     from a name rather than a config.json is appended to `assumptions` as an `Assumption` (name ``model``).
     `context_config` is (config.json dict, where it was read, note) from a ``doctor context`` file: it acts as
-    ``--model-config`` (consulted after the local folder, source kind ``context``). Returns the arch and the `SourceDoc` of the config.json read (None
-    for a catalog match; `notes` then say how it matched).
+    ``--model-config`` (consulted after the local folder, source kind ``context``). Returns the arch and the
+    `SourceDoc` of the config.json read (None for a catalog match or a context; `notes` then say how it matched).
 
     Raises ModelConfigInvalid (an InputError with file, line and key) for a config.json that is unreadable, not
     JSON, or lacks or misstates a required field; ModelUnresolved (an InputError carrying `missing` and the

@@ -177,7 +177,8 @@ def _dtype_not_in_config(cfg: dict[str, Any], entry: dict[str, Any], base: dict[
     names none: transformers modeling_utils.py ``_get_dtype``) or the modeling code's; scripts/catalog_provenance.py
     writes it."""
     for d in (cfg, cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}):
-        if isinstance(d.get("torch_dtype") or d.get("dtype"), str) and (d.get("torch_dtype") or d.get("dtype")) != "auto":
+        v = d.get("torch_dtype") or d.get("dtype")
+        if isinstance(v, str) and v != "auto":
             return None
     for e in (entry, base):
         rec = (e.get("provenance") or {}).get("torch_dtype")
