@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from finetune_doctor.analyzers.memory import estimate
-from finetune_doctor.analyzers.params import count_params
+from finetune_doctor.analyzers.memory.params import count_params
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts import cfg as cfg_facts
 from finetune_doctor.facts import data as data_facts
@@ -27,8 +27,8 @@ from finetune_doctor.facts import mem as mem_facts
 from finetune_doctor.facts import model as model_facts
 from finetune_doctor.facts import run as run_facts
 from finetune_doctor.fsutil import display_path
-from finetune_doctor.readers.yamlcfg import ConfigDoc, load_config
-from finetune_doctor.readers.stack import installed_versions, read_env_file
+from finetune_doctor.readers.config.yamlcfg import ConfigDoc, load_config
+from finetune_doctor.readers.config.stack import installed_versions, read_env_file
 from finetune_doctor.run import InvalidRunValue, resolve_run
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Assumption, Hardware, MemoryEstimate, SourceDoc
@@ -49,9 +49,9 @@ class Assembly:
     run: Any = None                # run.Run, when the model is known
     hw: Hardware | None = None
     memory: MemoryEstimate | None = None
-    ds: Any = None                 # readers.dsconfig.DSConfig
+    ds: Any = None                 # readers.deepspeed.dsconfig.DSConfig
     ds_stock: bool = False
-    counts: Any = None             # analyzers.params.ParamCounts
+    counts: Any = None             # analyzers.memory.params.ParamCounts
     launch: Any = None             # run.engines.LaunchInputs: accelerate config and launch command line
     notes: list[str] = field(default_factory=list)
     stack: dict[str, str | None] = field(default_factory=dict)   # the training stack the run was resolved for
@@ -226,7 +226,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
         alt = mem_facts.older_stack(lambda s: resolve({**stack, **s}), asm.run, asm.hw, asm.counts,
                                     int(tokens) if tokens else None, torch_given=bool(opts.torch_version),
                                     optim_given="optim" in doc.values)
-        asm.memory = mem_facts.judged(est, asm.hw, alt)   # verdict, p_oom, interval (analyzers/uncertainty.py)
+        asm.memory = mem_facts.judged(est, asm.hw, alt)   # verdict, p_oom, interval (analyzers/memory/uncertainty.py)
         facts["mem"] = mem_facts.assemble(asm.memory, asm.hw, asm.run, alt)
     asm.notes.extend(asm.run.notes)
     return asm
@@ -263,7 +263,7 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
     """
     from finetune_doctor.readers.model.byname import multimodal_hint
     from finetune_doctor.readers.model.errors import ModelUnresolved
-    from finetune_doctor.readers.modelcfg import load_arch
+    from finetune_doctor.readers.model.modelcfg import load_arch
 
     doc = asm.doc
     name = doc.values.get("model_name_or_path")
@@ -339,7 +339,7 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
     launch command line (relative to where the run was launched, which may not be here) is a note, as is a launch
     file that holds no launch under `lenient` (postmortem).
     """
-    from finetune_doctor.readers.accelerate import load_accelerate_config, read_launch_file
+    from finetune_doctor.readers.config.accelerate import load_accelerate_config, read_launch_file
     from finetune_doctor.run.engines import LaunchInputs
 
     launch = acc = None

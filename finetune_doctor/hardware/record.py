@@ -1,6 +1,6 @@
 """Writers of ``doctor gpus --record FILE``: nvidia-smi ``--query-gpu`` CSV, or JSONL snapshots.
 
-The CSV is byte-for-byte the layout ``nvidia-smi --query-gpu=<readers.smi.QUERY_COLUMNS> --format=csv`` prints
+The CSV is byte-for-byte the layout ``nvidia-smi --query-gpu=<readers.gpus.smi.QUERY_COLUMNS> --format=csv`` prints
 (``, `` separators, units in the header and after each value, ``[N/A]`` for a missing value), so tools that read
 nvidia-smi logs read it too; it has no processes. The JSONL keeps everything a `Snapshot` holds, processes
 included. A sample NVML failed to take is written as a gap: a JSONL ``{"time", "gap"}`` line, or CSV rows of the
@@ -17,7 +17,7 @@ from typing import IO
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.hardware.snapshot import MIB, CardSnapshot, Snapshot
-from finetune_doctor.readers.smi import QUERY_COLUMNS, QUERY_UNITS, RECORD_SCHEMA
+from finetune_doctor.readers.gpus.smi import QUERY_COLUMNS, QUERY_UNITS, RECORD_SCHEMA
 
 
 def open_recorder(path: str, host: str | None = None, interval_s: float | None = None) -> "CsvRecorder | JsonlRecorder":
