@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from finetune_doctor.cli import main
 from finetune_doctor.hardware import nvml
 from finetune_doctor.hardware.fake import FakeAdapter
-from finetune_doctor.readers.context import FILE_NAME, MAX_BYTES, sanitize
+from finetune_doctor.readers.config.context import FILE_NAME, MAX_BYTES, sanitize
 from test_data_fixtures import build_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ import pytest
 
 from finetune_doctor.readers.model import hub
 from finetune_doctor.readers.model.errors import ModelUnresolved
-from finetune_doctor.readers.modelcfg import load_arch
+from finetune_doctor.readers.model.modelcfg import load_arch
 
 REPO = "acme/not-in-the-catalog-7b"
 

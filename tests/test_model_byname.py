@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from finetune_doctor.cli import main
-from finetune_doctor.readers import modelcfg
+from finetune_doctor.readers.model import modelcfg
 from finetune_doctor.readers.model.byname import infer, multimodal_hint, same_class, traits
 from finetune_doctor.readers.model.catalog import catalog_arch, find_in_catalog
 from finetune_doctor.readers.model.errors import ModelUnresolved
-from finetune_doctor.readers.modelcfg import load_arch
+from finetune_doctor.readers.model.modelcfg import load_arch
 
 YAML = """\
 model_name_or_path: {model}

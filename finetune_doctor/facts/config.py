@@ -58,7 +58,7 @@ class Assembly:
     stack_sources: tuple[tuple[str, str, str], ...] = ()          # (package, version, where it came from)
     nnodes: int | None = None
     assumptions: list[Assumption] = field(default_factory=list)   # values used but not read (Report.assumptions)
-    context: Any = None            # readers.context.MachineContext: the training machine, captured (--context)
+    context: Any = None            # readers.config.context.MachineContext: the training machine, captured (--context)
     _after: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     def live(self) -> dict[str, Any]:

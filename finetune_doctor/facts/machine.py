@@ -1,4 +1,4 @@
-"""A ``doctor context`` file (readers/context.py) turned into what the equivalent flags would have given.
+"""A ``doctor context`` file (readers/config/context.py) turned into what the equivalent flags would have given.
 
 ``check``, ``estimate`` and ``lint`` take ``--context FILE`` (or find ``.doctor-context.json`` beside the config).
 Each value acts exactly as its flag, and a flag given on the command line wins: ``model.config`` as
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from finetune_doctor.errors import InputError
-from finetune_doctor.readers.context import MachineContext, data_keys_digest, find_context
+from finetune_doctor.readers.config.context import MachineContext, data_keys_digest, find_context
 from finetune_doctor.types import Hardware
 
 CONTEXT_COMMANDS = ("check", "estimate", "lint")
@@ -128,7 +128,7 @@ def accelerate(ctx: MachineContext | None) -> Any:
     values = launch.get("accelerate_config")
     if not isinstance(values, dict):
         return None
-    from finetune_doctor.readers.accelerate import accelerate_config_from_values
+    from finetune_doctor.readers.config.accelerate import accelerate_config_from_values
 
     return accelerate_config_from_values(values, f"{ctx.path} (launch.accelerate_config)")
 
@@ -138,7 +138,7 @@ def launch(ctx: MachineContext | None) -> Any:
     text = ((ctx.section("launch") or {}) if ctx is not None else {}).get("command")
     if not isinstance(text, str) or not text.strip():
         return None
-    from finetune_doctor.readers.accelerate import parse_launch
+    from finetune_doctor.readers.config.accelerate import parse_launch
 
     return parse_launch(text, f"{ctx.path} (launch.command)")
 

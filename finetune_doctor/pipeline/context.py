@@ -1,4 +1,4 @@
-"""``doctor context CONFIG.yaml``: capture the training machine once, in one small JSON (readers/context.py).
+"""``doctor context CONFIG.yaml``: capture the training machine once, in one small JSON (readers/config/context.py).
 
 Run where the training runs. It records what a check elsewhere cannot see: the model's config.json (and its
 processor config, and the stored weights' dtype when config.json names none), the stack's versions from the
@@ -18,10 +18,10 @@ from finetune_doctor import __version__
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts import data as data_facts
 from finetune_doctor.facts import hw as hw_facts
-from finetune_doctor.readers.context import FILE_NAME, MAX_BYTES, SCHEMA, STACK_PACKAGES, VERSION, \
+from finetune_doctor.readers.config.context import FILE_NAME, MAX_BYTES, SCHEMA, STACK_PACKAGES, VERSION, \
     data_keys_digest, redact, sanitize, strip_paths
-from finetune_doctor.readers.stack import installed_versions
-from finetune_doctor.readers.yamlcfg import load_config
+from finetune_doctor.readers.config.stack import installed_versions
+from finetune_doctor.readers.config.yamlcfg import load_config
 from finetune_doctor.settings import Options
 
 
@@ -36,7 +36,7 @@ class Captured:
 
 def _model(values: dict[str, Any], config: str, opts: Options, notes: list[str]) -> dict[str, Any] | None:
     from finetune_doctor.readers.model.weights import stored_dtype
-    from finetune_doctor.readers.modelcfg import load_arch, read_config_json, read_processor_config
+    from finetune_doctor.readers.model.modelcfg import load_arch, read_config_json, read_processor_config
 
     name = values.get("model_name_or_path")
     if not name:
@@ -63,10 +63,10 @@ def _model(values: dict[str, Any], config: str, opts: Options, notes: list[str])
 
 
 def _from_file(path: str) -> Any:
-    """The GPUs of an nvidia-smi / rocm-smi / amd-smi / npu-smi output (readers/smi.py, the readers ``doctor gpus
+    """The GPUs of an nvidia-smi / rocm-smi / amd-smi / npu-smi output (readers/gpus/smi.py, the readers ``doctor gpus
     --from`` uses): AMD and Ascend machines have no NVML to ask."""
     from finetune_doctor.hardware.nvml import hardware_from_snapshot
-    from finetune_doctor.readers.smi import read_gpu_file
+    from finetune_doctor.readers.gpus.smi import read_gpu_file
 
     rec = read_gpu_file(path)
     snap = next((s for s in reversed(rec.samples) if s.cards), None)
@@ -91,13 +91,13 @@ def _hardware(opts: Options, notes: list[str], gpus_from: str | None = None) -> 
 
 
 def _launch(opts: Options, base: str, keep_paths: bool) -> dict[str, Any] | None:
-    from finetune_doctor.readers.accelerate import load_accelerate_config
+    from finetune_doctor.readers.config.accelerate import load_accelerate_config
     from finetune_doctor.readers.textfile import read_text
 
     out: dict[str, Any] = {"accelerate_config": None, "accelerate_config_file": None, "command": None}
     if opts.accelerate_config:
         load_accelerate_config(opts.accelerate_config)   # refuse a file a check would refuse
-        from finetune_doctor.readers.yamlcfg import parse_yaml_text
+        from finetune_doctor.readers.config.yamlcfg import parse_yaml_text
 
         values, _ = parse_yaml_text(read_text(opts.accelerate_config, "accelerate config"), opts.accelerate_config)
         out["accelerate_config"] = sanitize(values, base, keep_paths)
