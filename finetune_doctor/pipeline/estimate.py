@@ -76,4 +76,5 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple
         sections["sweep"] = {"keys": [k for k, _ in axes], "rows": rows,
                              "capacity_gib": asm.hw.capacity_gib if asm.hw else None, "zero3_allowed": shardable}
     return Report(command="estimate", inputs=asm.inputs(), findings=tuple(findings), run=asm.run_summary(),
-                  hardware=asm.hw, memory=asm.memory, sections=sections, notes=tuple(asm.notes))
+                  hardware=asm.hw, memory=asm.memory, sections=sections, notes=tuple(asm.notes),
+                  assumptions=tuple(asm.assumptions))
