@@ -206,7 +206,8 @@ def name_suggests_quantized(name: str) -> str | None:
     for pat, what in ((r"(^|[-_.])awq($|[-_.])", "AWQ"), (r"(^|[-_.])gptq($|[-_.])", "GPTQ"),
                       (r"(^|[-_.])fp8($|[-_.])", "FP8"), (r"(^|[-_.])(bnb|4bit|8bit)($|[-_.])", "bitsandbytes"),
                       (r"(^|[-_.])mxfp4($|[-_.])", "MXFP4"), (r"(^|[-_.])int[48]($|[-_.])", "integer"),
-                      (r"(^|[-_.])gguf($|[-_.])", "GGUF")):
+                      (r"(^|[-_.])gguf($|[-_.])", "GGUF"), (r"(^|[-_.])aqlm($|[-_.])", "AQLM"),
+                      (r"(^|[-_.])[123]bit($|[-_.])", "low-bit")):
         if re.search(pat, base):
             return what
     return None

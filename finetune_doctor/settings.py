@@ -41,6 +41,7 @@ class Options:
     launch: str | None = None                # a file holding the launch command line (a run folder's cmdline.txt)
     host_ram: str | None = None              # --host-ram SIZE: host RAM per node of the training machine
     strict: bool = False                     # --strict: verdict-moving assumptions and unchecked files are errors
+    context: str | None = None               # --context FILE: the training machine captured by `doctor context`
 
     @classmethod
     def from_cli(cls, command: str, paths: list[str], gpu: str | None = None, nnodes: int | None = None,
@@ -50,6 +51,7 @@ class Options:
                  transformers_version: str | None = None, model_config: str | None = None,
                  offline: bool = False, env_file: str | None = None, accelerate_config: str | None = None,
                  launch: str | None = None, host_ram: str | None = None, strict: bool = False,
+                 context: str | None = None,
                  **_: Any) -> "Options":
         from finetune_doctor.projectconfig import find_project_config
 
@@ -81,4 +83,5 @@ class Options:
             launch=launch,
             host_ram=host_ram,
             strict=bool(strict or proj.get("strict")),
+            context=context,
         )

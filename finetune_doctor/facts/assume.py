@@ -46,6 +46,13 @@ OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-
 STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_config.json",
             "examples/deepspeed/ds_z3_offload_config.json")
 
+# what only the memory estimate rests on: `lint` without a card lists none of them (the stack's and the model's
+# assumptions, which its key and model judgments rest on, it keeps)
+MEMORY_ONLY = frozenset({"sample-lengths", "gpus", "gpu-variant", "torch-version", "deepspeed-version",
+                         "deepspeed-config", "checkpoint-dtype", "attention-kernel", "launcher", "world-size",
+                         "eval-batch", "train-batch", "cutoff-len", "host-ram", "images-per-sample", "image-pixels",
+                         "hccl-buffsize", "npu-runtime", "save-gathers-adapter-only"})
+
 Judge = Callable[[Any, Hardware | None, int | None], "tuple[float, str | None] | None"]
 
 

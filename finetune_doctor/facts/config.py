@@ -22,6 +22,7 @@ from finetune_doctor.facts import data as data_facts
 from finetune_doctor.facts import ds as ds_facts
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import lint as lint_facts
+from finetune_doctor.facts import machine
 from finetune_doctor.facts import mem as mem_facts
 from finetune_doctor.facts import model as model_facts
 from finetune_doctor.facts import run as run_facts
@@ -30,7 +31,7 @@ from finetune_doctor.readers.config.yamlcfg import ConfigDoc, load_config
 from finetune_doctor.readers.config.stack import installed_versions, read_env_file
 from finetune_doctor.run import InvalidRunValue, resolve_run
 from finetune_doctor.settings import Options
-from finetune_doctor.types import Hardware, MemoryEstimate, SourceDoc
+from finetune_doctor.types import Assumption, Hardware, MemoryEstimate, SourceDoc
 
 
 @dataclass
@@ -56,7 +57,8 @@ class Assembly:
     stack: dict[str, str | None] = field(default_factory=dict)   # the training stack the run was resolved for
     stack_sources: tuple[tuple[str, str, str], ...] = ()          # (package, version, where it came from)
     nnodes: int | None = None
-    assumptions: list = field(default_factory=list)   # types.Assumption: what was assumed (facts/assume.py)
+    assumptions: list[Assumption] = field(default_factory=list)   # values used but not read (Report.assumptions)
+    context: Any = None            # readers.config.context.MachineContext: the training machine, captured (--context)
     hw_worst: Hardware | None = None   # the smallest card a bare --gpu may mean, when that decides the verdict
     ds_assumed: tuple[str, str] | None = None   # (the DeepSpeed path not here, the stock file used instead)
     _after: dict[tuple, Any] = field(default_factory=dict, repr=False)
@@ -126,7 +128,8 @@ class Assembly:
             ds, stock = str(self.doc.values.get("deepspeed") or self.ds.path), {"deepspeed_stock": True}
         elif self.ds is not None and getattr(self.ds, "path", None):
             ds = self.sources["deepspeed"].path if "deepspeed" in self.sources else str(self.ds.path)
-        return {"config": self.doc.path, "deepspeed": ds, **stock, "run_dir": None, **extra}
+        ctx = {"context": self.context.path} if self.context is not None else {}
+        return {"config": self.doc.path, "deepspeed": ds, **stock, "run_dir": None, **ctx, **extra}
 
 
 def _set_dotted(d: dict[str, Any], key: str, value: Any, delete: bool) -> None:
@@ -163,30 +166,22 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
                              "run": None, "model": None, "hw": None, "mem": None, "ds": None, "data": None}
     asm = Assembly(doc=doc, facts=facts, sources=sources)
     facts["lint"]["strict"] = bool(getattr(opts, "strict", False))
+    asm.context, ctx_note = machine.load(config, opts, doc)
+    if ctx_note:
+        asm.notes.append(ctx_note)
     env_report = read_env_file(opts.env_file) if opts.env_file and not static else None
-    asm.hw = hw if hw is not None else hw_facts.resolve(opts.gpu, opts.nnodes, allow_nvml=not static)
-    if asm.hw is None and env_report is not None:
-        asm.hw = hw_facts.from_env_report(env_report, opts.nnodes)
-    if opts.host_ram:
-        ram = hw_facts.parse_host_ram(opts.host_ram)
-        if asm.hw is not None:
-            asm.hw = replace(asm.hw, host_ram_gib=ram)
-        else:
-            asm.notes.append("--host-ram is judged with the GPUs: pass --gpu too")
-    facts["hw"] = hw_facts.assemble(asm.hw)
-    if asm.hw is not None:
-        asm.notes.extend(getattr(asm.hw, "notes", ()) or ())   # e.g. how a bare --gpu 24GB was read
-    elif not static:
-        # no verdict without a card: say so instead of a clean report that reads like a pass
-        asm.notes.append("GPUs unknown (no --gpu, no NVML, no --env): the fit is not judged and one GPU is assumed "
-                         "for the world size; pass e.g. --gpu 4xL20, or --env with `llamafactory-cli env` output")
+    _hardware(asm, opts, hw, env_report, static=static)
 
     # the stack first: the model's layout depends on the transformers release that builds it (MoE experts)
-    stack, sources = _stack(opts, asm.hw, env_report)
+    stack, sources = _stack(opts, asm.hw, env_report, asm.context)
     asm.stack, asm.nnodes, asm.stack_sources = stack, opts.nnodes, sources
     if stack.get("transformers") and stack["transformers"] != opts.transformers_version:
         # --env (or this training machine) names transformers: its renamed keys are judged for that release
         facts["lint"]["keys"] = lint_facts.assemble(doc, stack["transformers"])["keys"]
+    if machine.data(asm.context, doc.values)[0] is not None:
+        # the datasets were resolved on the training machine: its scan, carried by the context, reports them
+        facts["lint"]["keys"] = [k for k in facts["lint"].get("keys", []) if k.get("kind") != "dataset"
+                                 and not (k.get("kind") == "not_here" and k.get("key") == "dataset_dir")]
     arch = _arch(asm, config, opts, tolerate=static or not need_model or lenient, static=static,
                  transformers=stack.get("transformers"))
     if arch is None:
@@ -240,6 +235,29 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     return asm
 
 
+def _hardware(asm: Assembly, opts: Options, hw: Hardware | None, env_report: Any, *, static: bool) -> None:
+    """The GPUs into ``asm.hw`` and ``facts["hw"]``: `hw` (a sweep's), the context's, ``--gpu``, NVML (not
+    `static`), ``--env``; ``--host-ram`` on top. Raises InputError for a --gpu or --host-ram it cannot read."""
+    if hw is None and not opts.gpu:   # the training machine's GPUs act as --gpu (a flag still wins)
+        hw = machine.hardware(asm.context, opts.nnodes)
+    asm.hw = hw if hw is not None else hw_facts.resolve(opts.gpu, opts.nnodes, allow_nvml=not static)
+    if asm.hw is None and env_report is not None:
+        asm.hw = hw_facts.from_env_report(env_report, opts.nnodes)
+    if opts.host_ram:
+        ram = hw_facts.parse_host_ram(opts.host_ram)
+        if asm.hw is not None:
+            asm.hw = replace(asm.hw, host_ram_gib=ram)
+        else:
+            asm.notes.append("--host-ram is judged with the GPUs: pass --gpu too")
+    asm.facts["hw"] = hw_facts.assemble(asm.hw)
+    if asm.hw is not None:
+        asm.notes.extend(getattr(asm.hw, "notes", ()) or ())   # e.g. how a bare --gpu 24GB was read
+    elif not static:
+        # no verdict without a card: say so instead of a clean report that reads like a pass
+        asm.notes.append("GPUs unknown (no --gpu, no NVML, no --env): the fit is not judged and one GPU is assumed "
+                         "for the world size; pass e.g. --gpu 4xL20, or --env with `llamafactory-cli env` output")
+
+
 def effect_text(a: Any) -> str:
     """``A100-40GB: 92.1 GiB, oom; ...``: each evaluated alternative of an Assumption, for rule messages."""
     return "; ".join(f"{k}: {v:.1f} GiB" + (f", {a.effect_verdict[k]}" if k in a.effect_verdict else "")
@@ -281,13 +299,15 @@ DOWNLOAD_COMMANDS = ("check", "estimate", "probe", "data")
 """Commands that may download a model's JSON configs when nothing local has them (never lint, never postmortem)."""
 
 
-def _stack(opts: Options, hw: Hardware | None, env: Any) -> tuple[dict[str, str | None], tuple]:
+def _stack(opts: Options, hw: Hardware | None, env: Any, ctx: Any = None) -> tuple[dict[str, str | None], tuple]:
     """The training machine's versions and where each came from, in order of precedence: ``--torch`` /
-    ``--transformers``, then ``--env FILE``, then the packages installed here when this machine is the training
-    machine (NVML sees its GPUs). Returns ({torch, transformers} for resolve_run, (package, version, source)...)."""
+    ``--transformers``, then ``--env FILE``, then a ``doctor context`` file (`ctx`, as ``--env``), then the packages
+    installed here when this machine is the training machine (NVML sees its GPUs). Returns ({torch, transformers}
+    for resolve_run, (package, version, source)...)."""
     found: dict[str, tuple[str, str]] = {}
     if hw is not None and hw.source == "nvml":
         found.update({k: (v, "installed here") for k, v in installed_versions().items()})
+    found.update({k: (v, ctx.path) for k, v in machine.stack(ctx).items()})
     if env is not None:
         found.update({k: (v, env.path) for k, v in env.versions.items()})
     for key, flag in (("torch", opts.torch_version), ("transformers", opts.transformers_version)):
@@ -304,6 +324,7 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
     An unresolved model becomes the ``lint.model_unresolved`` fact (what is missing and the one command that
     supplies it) for the ``model-unresolved`` rule; untolerated, its error points at ``model_name_or_path``.
     """
+    from finetune_doctor.readers.model.byname import multimodal_hint
     from finetune_doctor.readers.model.errors import ModelUnresolved
     from finetune_doctor.readers.model.modelcfg import load_arch
 
@@ -318,7 +339,9 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
             str(name), base_dir=str(Path(config).resolve().parent),
             cache_dir=cache if isinstance(cache, str) else None, model_config=opts.model_config,
             allow_download=not static and opts.command in DOWNLOAD_COMMANDS, offline=opts.offline,
-            exact=False if static else "auto", transformers_major=transformers)
+            exact=False if static else "auto", transformers_major=transformers,
+            template=str(doc.values.get("template") or "") or None, multimodal=multimodal_hint(doc.values),
+            assumptions=asm.assumptions, context_config=machine.model_config(asm.context))
     except InputError as err:
         if not tolerate:
             if err.file is None or err.file == str(name):
@@ -336,9 +359,10 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
         asm.notes.append(f"memory not estimated: the architecture of {name} is not known here")
         return None
     for note in (arch.notes or "").split("; ") if isinstance(arch.notes, str) else ():
-        if note and ("download" in note or "offline" in note):
+        if note and ("download" in note or "offline" in note or note.startswith("sized as the catalogue entry")):
             asm.notes.append(note)
     if model_src is not None:
+        machine.check_dtype(asm.context, arch, model_src)
         asm.sources["model"] = model_src
     return arch
 
@@ -438,6 +462,8 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
     from finetune_doctor.run.engines import LaunchInputs
 
     launch = acc = None
+    if not getattr(opts, "launch", None):
+        launch = machine.launch(asm.context)
     if getattr(opts, "launch", None):
         try:
             launch = read_launch_file(opts.launch)
@@ -456,6 +482,8 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
                              "its FSDP settings are not known (--accelerate-config FILE)")
         else:
             acc = load_accelerate_config(str(found))
+    if acc is None and not path:
+        acc = machine.accelerate(asm.context)
     if launch is None and acc is None and not lenient:
         acc = _accelerate_beside(asm)
         launch = _env_launch() if acc is None else None
@@ -506,9 +534,17 @@ def _env_launch() -> Any:
 
 
 def _scan(asm: Assembly, config: str) -> dict[str, Any] | None:
-    """The ``data`` facts; a config whose datasets are not on this machine gets a note saying so."""
+    """The ``data`` facts: the datasets scanned here when they are here, else the statistics a ``doctor context``
+    file carries (the training machine's scan); without either, a note says so."""
     data = data_facts.assemble(asm.doc.values, config)
-    if data is None and asm.doc.values.get("dataset"):
+    if data is not None:
+        return data
+    data, note = machine.data(asm.context, asm.doc.values)
+    if note:
+        asm.notes.append(note)
+    if data is not None:
+        return data
+    if asm.doc.values.get("dataset"):
         asm.notes.append("datasets not scanned: their dataset_info.json or files are not on this machine "
                          "(`doctor data` shows what it looked for)")
     return data

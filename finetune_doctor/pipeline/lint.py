@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from finetune_doctor.engine.judge import judge
+from finetune_doctor.facts.assume import MEMORY_ONLY
 from finetune_doctor.facts.config import assemble_config, assemble_ds_alone
 from finetune_doctor.fixes import apply_fixes, collect_edits
 from finetune_doctor.fixes.edit import diff_edits
@@ -94,8 +95,8 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
         file_opts = _per_file(opts, f)
         asm = assemble_config(f, (), file_opts, static=True)
         for a in asm.assumptions:   # one entry per assumption and value over all files (facts/assume.py)
-            # without a memory estimate only the stack lint judges keys for bears on its findings
-            if asm.memory is not None or a.name in ("transformers-version", "llamafactory-version"):
+            # without a memory estimate, the memory's own assumptions bear on no finding of lint
+            if asm.memory is not None or a.name not in MEMORY_ONLY:
                 assumed.setdefault((a.name, str(a.value)), a)
         findings.extend(judge("lint", asm.facts, asm.sources, file_opts, texts={asm.doc.path: asm.doc.text},
                               live=asm.live()))
