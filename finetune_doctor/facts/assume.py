@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from finetune_doctor.analyzers.memory import uncertainty
 from finetune_doctor.analyzers.memory import estimate
+from finetune_doctor.facts.mem import shape_of
 from finetune_doctor.types import Assumption, Hardware
 
 # The shortest samples taken as plausible when the data is not here: a one-turn instruction with a short answer
@@ -66,7 +67,7 @@ def judge_run(counts: Any = None, enabled: bool = True) -> Judge:
             return None
         est = estimate(run, hw, counts=counts, tokens=tokens)
         budget = _budget(hw)
-        a = uncertainty.assess(est.total, budget, est.method, str(est.details.get("reserve_class") or "default"))
+        a = uncertainty.assess(est.total, budget, est.method, shape_of(est))
         return est.total, a.verdict
 
     judge.enabled = enabled   # type: ignore[attr-defined]
@@ -188,7 +189,7 @@ def _stack(c: _Seen, alt_stack: dict[str, Any] | None) -> list[Assumption]:
         if alt_stack and alt_stack.get("alt_stack_total") is not None:
             total = float(alt_stack["alt_stack_total"])
             # judged as the reported estimate is: same method, same shape class (the optimizer leaves both)
-            shape = str((c.asm.memory.details if c.asm.memory else {}).get("reserve_class") or "default")
+            shape = shape_of(c.asm.memory) if c.asm.memory is not None else "default"
             verdict = uncertainty.assess(total, _budget(hw), "analytic", shape).verdict if hw else None
             alts.append((f"torch < 2.8 ({alt_stack.get('alt_stack_optim')})",
                          lambda total=total, verdict=verdict: (total, verdict)))
@@ -403,8 +404,7 @@ def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str,
 
     def fits_train(n: int) -> bool:
         est = estimate(run.with_(seq_len=n, eval_during_training=False), hw, counts=counts)
-        return uncertainty.assess(est.total, budget, est.method, str(est.details.get("reserve_class") or
-                                                                     "default")).verdict == "fits"
+        return uncertainty.assess(est.total, budget, est.method, shape_of(est)).verdict == "fits"
 
     def fits_eval(n: int) -> bool:
         est = estimate(run.with_(seq_len=n), hw, counts=counts)
@@ -413,7 +413,7 @@ def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str,
         if moment is None:
             return True
         total = moment * (1 + float(d.get("reserve_share") or 0.0)) + float(d.get("runtime_gib") or 0.0)
-        return uncertainty.assess(total, budget, est.method, str(d.get("reserve_class") or "default")).verdict == "fits"
+        return uncertainty.assess(total, budget, est.method, shape_of(est)).verdict == "fits"
 
     def largest(ok: Callable[[int], bool], batch: int) -> dict[str, Any]:
         n = _bisect(ok, run.seq_len)
