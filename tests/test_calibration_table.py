@@ -189,11 +189,19 @@ def test_litgpt_rows_are_sized_as_the_bf16_copy_litgpt_trains():
     cfg = calib_data.model_config_for(row)
     assert cfg["torch_dtype"] == "bfloat16" and cfg["vocab_size"] == 256000
     assert calib_data.model_config_for(next(r for r in ROWS if r["framework"] == "LLaMA-Factory")) is None
-    as_lf = predict({**row, "framework": "LLaMA-Factory"})             # the checkpoint's fp32, as LF loads it
     as_litgpt = predict(row)
-    # 2.51 B params at 2 bytes instead of 4 is 4.7 GiB less, and without autocast (pure_bf16 alone) the
-    # activations follow the weights' dtype, so they halve too: more than the weights' 4.7 GiB in all
-    assert as_lf["total"] - as_litgpt["total"] > 4.68
+    # the same row read as an fp32 checkpoint (what LF loads when config.json says float32): 2.51 B params at 2
+    # bytes instead of 4 is 4.7 GiB less, and without autocast (pure_bf16 alone) the activations follow the
+    # weights' dtype, so they halve too: more than the weights' 4.7 GiB in all
+    fp32 = dict(cfg, torch_dtype="float32")
+    import calibrate
+    orig = calibrate.model_config_for
+    try:
+        calibrate.model_config_for = lambda r: fp32 if r is row else orig(r)
+        as_fp32 = predict(row)
+    finally:
+        calibrate.model_config_for = orig
+    assert as_fp32["total"] - as_litgpt["total"] > 4.68
 
 
 def test_dev_only_never_assembles_a_test_row(monkeypatch):
