@@ -90,6 +90,37 @@ def measured_gib(row: dict[str, Any], capacity_gib: float | None = None) -> floa
     return float(m["value"]) * UNIT_BYTES[m["unit"]] / GIB
 
 
+# -- translating other frameworks' runs: rules per framework, applied to every row of it ------------------------
+#
+# A row from another framework is written as the LLaMA-Factory YAML that does the same thing. Where the framework
+# does something no LLaMA-Factory key expresses, a rule here says what the doctor is given instead, for every row
+# of that framework (never per row). Each rule names its source.
+
+# litgpt runs its config-hub recipes at ``precision: bf16-true`` (the rows' notes): Lightning Fabric's
+# HalfPrecision("bf16-true") creates the module under a bfloat16 default dtype and casts it with
+# ``module.to(dtype=torch.bfloat16)`` (``convert_module``; lightning/fabric/plugins/precision/half.py, e.g.
+# https://lightning.ai/docs/fabric/2.3.3/_modules/lightning/fabric/plugins/precision/half.html), so every weight is
+# bf16 on the GPU whatever dtype the checkpoint was stored in. LLaMA-Factory keeps the checkpoint's dtype for the
+# frozen base (the doctor's fp32-checkpoint rule), and `pure_bf16` does not change that, so the row's model is given
+# to the doctor as its config.json with ``torch_dtype: bfloat16`` (the bf16 copy litgpt trains), through
+# ``--model-config``.
+BF16_TRUE_FRAMEWORKS = ("litgpt",)
+
+
+def model_config_for(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The config.json the doctor should size `row`'s model from (a framework rule above), or None for the
+    model as the catalogue or hub has it. Raises LookupError when the rule applies and the bundled catalogue has no
+    config for the model."""
+    if row.get("framework") not in BF16_TRUE_FRAMEWORKS:
+        return None
+    from finetune_doctor.readers.model.modelcfg import find_in_catalog
+
+    found = find_in_catalog(str(row["model"]))
+    if found is None or not found[0].get("config"):
+        raise LookupError(f"{row['id']}: {row['model']} has no config in the bundled catalogue")
+    return {**found[0]["config"], "torch_dtype": "bfloat16"}
+
+
 def write_split(path: Path = ROWS) -> dict[str, int]:
     """Fill the ``split`` of every row in the data file by `assign_split`; returns rows per half."""
     import yaml

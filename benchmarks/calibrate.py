@@ -3,7 +3,9 @@
 
 Rows: benchmarks/data/calibration_rows.yaml (benchmarks/calib_data.py documents the fields and the split by source,
 which was committed before any fit). Each row is written out as the LLaMA-Factory YAML it stands for (with a
-DeepSpeed JSON beside it, or an accelerate FSDP config) and assembled in-process by
+DeepSpeed JSON beside it, or an accelerate FSDP config; where a framework does what no LLaMA-Factory key says, the
+framework rules of calib_data.py, applied to every row of that framework, e.g. litgpt's bf16-true weights) and
+assembled in-process by
 ``facts.config.assemble_config`` — the code ``doctor estimate`` runs — offline, with no dataset (every sample is
 taken to fill ``cutoff_len``), on the row's card (``--gpu``). What the doctor reports for it (``memory.total``,
 ``peak_allocated``, ``p_oom``, ``interval_gib``, the shape class) is what is scored.
@@ -14,8 +16,11 @@ which torch's reserved counter does not see); ``nvidia-smi`` and ``unknown`` wit
 longest run that still fit a card) with ``total`` against the card's capacity. The error is ε = ln(measured /
 predicted), as in analyzers/memory/uncertainty.py.
 
-**The fit (dev only).** The table's ``analytic`` method is re-derived from the ε of the dev rows, per shape class
-(``uncertainty.derive``), and the prior weights (κ0, ν0) are chosen on them by leave-one-out log predictive density
+**The fit (dev only).** First the form of the error model is chosen by leave-one-source-out on the dev rows
+(benchmarks/calib_loso.py: what the analytic classes are keyed by — shape class, weight storage or both — and how
+p_oom's spread follows from the interval's, λ and τ; the objective is stated there). Then the table's ``analytic``
+method is re-derived from the ε of the dev rows, per class of the chosen key (``uncertainty.derive``), and the prior
+weights (κ0, ν0) are chosen on them by leave-one-out log predictive density
 (benchmarks/derive_uncertainty.py `choose_prior`). With ``--with-legacy`` the published rows the memory model was
 tuned on (docs/reference/memory/memory_points_dev.csv, as derive_uncertainty.py expresses them) join the dev rows.
 The ``simulated`` and ``measured`` methods are kept as they are (no row here is a probe). The fitted table is written
@@ -31,6 +36,10 @@ test half is never used to choose anything.
 Usage (CPU, about a minute)::
 
     FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python benchmarks/calibrate.py [--no-write] [--with-legacy]
+    FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python benchmarks/calibrate.py --dev-only
+
+``--dev-only`` is the mode to work in: only dev rows are loaded, assembled, scored and reported (the page goes to
+the temp folder, the table and rows file are restored), so nothing about a test row is seen while choosing.
 
 Writes benchmarks/results/calibrate.md and benchmarks/results/calibrate_rows.csv; prints the summary lines.
 """
@@ -56,7 +65,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("FINETUNE_DOCTOR_NO_NVML", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from calib_data import load_rows, measured_gib  # noqa: E402
+from calib_data import load_rows, measured_gib, model_config_for  # noqa: E402
+import calib_loso  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 DOC = RESULTS / "calibrate.md"
@@ -97,7 +107,12 @@ def _accelerate_yaml(fsdp: dict[str, Any], world: int) -> str:
 
 
 def write_row(row: dict[str, Any], folder: Path) -> tuple[Path, Path | None]:
-    """Write `row` as config.yaml (+ ds.json or accelerate.yaml) in `folder`; (config path, accelerate path)."""
+    """Write `row` as config.yaml (+ ds.json or accelerate.yaml, + model/config.json where a framework rule of
+    calib_data.py gives the model another config) in `folder`; (config path, accelerate path)."""
+    mc = model_config_for(row)
+    if mc is not None:
+        (folder / "model").mkdir()
+        (folder / "model" / "config.json").write_text(json.dumps(mc, indent=1), encoding="utf-8")
     cfg = {"model_name_or_path": row["model"], "do_train": True, "dataset": "calibration_rows",
            "template": "default", "output_dir": "out", **row["config"]}
     acc = None
@@ -122,6 +137,7 @@ def _scalar(v: Any) -> str:
 def predict(row: dict[str, Any]) -> dict[str, Any]:
     """What `doctor estimate` reports for `row` (in-process): a dict of total, peak_allocated, runtime (GiB),
     shape class, method, p_oom, interval (GiB), capacity; ``error`` instead when the doctor refuses the input."""
+    from finetune_doctor.analyzers.memory.uncertainty import error_class
     from finetune_doctor.errors import InputError
     from finetune_doctor.facts.config import assemble_config
     from finetune_doctor.settings import Options
@@ -129,8 +145,9 @@ def predict(row: dict[str, Any]) -> dict[str, Any]:
     gpu = row.get("gpu") or f"{int(row.get('world') or 1)}x{DEFAULT_GPU}"
     with tempfile.TemporaryDirectory(prefix="calib-") as tmp:
         path, acc = write_row(row, Path(tmp))
+        mc = Path(tmp) / "model" / "config.json"
         opts = Options(command="estimate", paths=(str(path),), gpu=gpu, offline=True,
-                       accelerate_config=str(acc) if acc else None)
+                       accelerate_config=str(acc) if acc else None, model_config=str(mc) if mc.exists() else None)
         try:
             asm = assemble_config(str(path), (), opts)
         except InputError as err:
@@ -141,6 +158,8 @@ def predict(row: dict[str, Any]) -> dict[str, Any]:
         return {"total": mem.total, "peak_allocated": mem.peak_allocated,
                 "runtime": float(mem.details.get("runtime_gib") or 0.0),
                 "shape": str(mem.details.get("reserve_class") or "default"), "method": mem.method,
+                "cls": error_class(str(mem.details.get("reserve_class") or "default"),
+                                   bool(mem.details.get("quantized"))),
                 "p_oom": mem.p_oom, "interval": tuple(mem.interval_gib) if mem.interval_gib else None,
                 "capacity": asm.hw.capacity_gib if asm.hw else None, "verdict": mem.verdict}
 
@@ -184,7 +203,8 @@ def legacy_rows() -> list[dict[str, Any]]:
     return published_rows(shared_reference() / "memory" / "memory_points_dev.csv")
 
 
-def fit(fit_rows: list[dict[str, Any]], provenance: dict[str, Any]) -> dict[str, Any]:
+def fit(fit_rows: list[dict[str, Any]], provenance: dict[str, Any], class_by: tuple[str, ...] = ("shape",),
+        tau: float = 0.0, factor: float = 1.0) -> dict[str, Any]:
     """The uncertainty table of `fit_rows` (every method's rows: the dev analytic rows and the kept simulated and
     measured rows): per method and class statistics (`uncertainty.derive`), the prior (κ0, ν0) with the best
     leave-one-out log predictive density over all of them (derive_uncertainty.choose_prior)."""
@@ -201,6 +221,8 @@ def fit(fit_rows: list[dict[str, Any]], provenance: dict[str, Any]) -> dict[str,
                       "rows: benchmarks/results/uncertainty_rows.csv. The model is analyzers/memory/uncertainty.py."),
             "generated": date.today().isoformat(),
             "prior": {"kappa0": k0, "nu0": nu0, "loo_log_score": {k: round(v, 3) for k, v in scores.items()}},
+            "class_by": {"analytic": list(class_by)},
+            "p_oom_scale_factor": factor, "p_oom_extra_scale": tau,
             "fitted_on": provenance,
             "methods": derive(fit_rows)}
 
@@ -260,12 +282,13 @@ def kept_rows() -> list[dict[str, Any]]:
         return [r for r in csv.DictReader(fh) if r["method"] != "analytic"]
 
 
-def as_unc_row(s: dict[str, Any]) -> dict[str, Any]:
+def as_unc_row(s: dict[str, Any], by: tuple[str, ...] = ("shape",)) -> dict[str, Any]:
     """A scored dev row as a rows-file row: the prediction is the doctor's total, the measurement is scaled to the
     same counter (total · e^ε), so ε is the row's own error on the counter its source measured."""
     r, p, c = s["row"], s["pred"], s["cmp"]
     return {"source": "calibration-dev", "id": r["id"], "model": r["model"],
-            "config": f"{r['method']} {r.get('gpu') or '-'} ({c['kind']})", "method": p["method"], "shape": p["shape"],
+            "config": f"{r['method']} {r.get('gpu') or '-'} ({c['kind']})", "method": p["method"],
+            "shape": calib_loso.class_of(p, by),
             "predicted_gib": round(p["total"], 4), "measured_gib": round(p["total"] * math.exp(c["eps"]), 4),
             "eps": round(c["eps"], 6), "world": "", "peak_allocated_gib": "", "runtime_gib": ""}
 
@@ -383,6 +406,8 @@ def seq_band(row: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Score with today's table, fit on dev, score again; returns everything the report needs."""
     rows = load_rows()
+    if args.dev_only:   # nothing about a test row is assembled, scored or printed
+        rows = [r for r in rows if r["split"] == "dev"]
     old_text = TABLE.read_bytes()
     old_rows_text = UNC_ROWS.read_bytes()
     # the baseline: the error model before the held-out calibration, so every rerun reports the same comparison
@@ -390,19 +415,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     before = score_all(rows)
     dev_scored = [s for s in before if s["row"]["split"] == "dev" and s["cmp"] is not None]
     legacy = legacy_rows() if args.with_legacy else []
-    fit_rows = [as_unc_row(s) for s in dev_scored] + legacy + kept_rows()
+    kept = kept_rows()
+    variants = calib_loso.loso([s for s in before if s["row"]["split"] == "dev"], kept)
+    chosen = calib_loso.choose(variants)
+    if getattr(args, "form", "shape") == "shape":
+        # the form of the first held-out fit (error class = shape class, one spread for p_oom and the interval):
+        # the table main ships, since the LOSO-chosen form scored worse on the test half (calibrate.md)
+        chosen = next(v for v in variants if v["class_by"] == ["shape"] and v["factor"] == 1 and v["tau"] == 0)
+    by = tuple(chosen["class_by"])
+    fit_rows = [as_unc_row(s, by) for s in dev_scored] + legacy + kept
     table = fit(fit_rows, {"rows": "benchmarks/data/calibration_rows.yaml, split dev",
-                           "dev_rows": len(dev_scored), "legacy_published_rows": len(legacy)})
+                           "dev_rows": len(dev_scored), "legacy_published_rows": len(legacy),
+                           "variant": "chosen by leave-one-source-out on dev (benchmarks/calib_loso.py): LOSO Brier "
+                                      f"{chosen['brier']:.3f}, coverage {chosen['coverage']:.3f}"},
+                by, chosen["tau"], chosen["factor"])
     install(table)
     write_unc_rows(fit_rows)
     try:
         after = score_all(rows)
     finally:
-        if args.no_write:
+        if args.no_write or args.dev_only:
             UNC_ROWS.write_bytes(old_rows_text)
             install(json.loads(old_text))
             TABLE.write_bytes(old_text)
-    return {"rows": rows, "before": before, "after": after, "table": table, "legacy": len(legacy)}
+    return {"rows": rows, "before": before, "after": after, "table": table, "legacy": len(legacy),
+            "variants": variants, "chosen": chosen}
 
 
 def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str]:
@@ -422,8 +459,10 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
           "and scores both halves with the fitted table. Rerun it whenever the memory model changes.", "",
           f"Fitted: analytic rows = the {res['table']['fitted_on']['dev_rows']} dev measurements"
           + (f" + {res['legacy']} published rows of memory_points_dev.csv" if res["legacy"] else "")
-          + f"; prior κ0 = {t['kappa0']:g}, ν0 = {t['nu0']} (best leave-one-out log score).", "",
-          "## Rows", ""] + counts_lines(res["rows"]) + [""]
+          + f"; prior κ0 = {t['kappa0']:g}, ν0 = {t['nu0']} (best leave-one-out log score); analytic classes keyed by "
+          f"{' × '.join(res['chosen']['class_by'])}, p_oom's spread √((λ·s)² + τ²) with λ = {res['chosen']['factor']:.2f}, "
+          f"τ = {res['chosen']['tau']:.2f}.", "",
+          "## Rows", ""] + counts_lines(res["rows"]) + [""] + loso_lines(res)
     for half in halves:
         a, b = sm[(half, "after")], sm[(half, "before")]
         md += [f"## {half} half", "", *[f"- {x}" for x in summary_lines("fitted table", a)],
@@ -438,7 +477,27 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
                "Rows (fitted table):", "", *_rows_table([s for s in res["after"] if s["row"]["split"] == half]), ""]
         if a["errors"]:
             md += ["Refused by the doctor: " + "; ".join(a["errors"]), ""]
+        if half == "dev":
+            md += diagnosis_lines([s for s in res["after"] if s["row"]["split"] == half])
     return printed, "\n".join(md) + "\n"
+
+
+def loso_lines(res: dict[str, Any]) -> list[str]:
+    """The variants of the error model and their leave-one-source-out numbers on the dev half."""
+    return ["## Choosing the error model: leave-one-source-out on the dev half", "",
+            calib_loso.__doc__.split("\n\n", 1)[1].strip(), "",
+            *calib_loso.table_lines(res["variants"], res["chosen"]), ""]
+
+
+def diagnosis_lines(scored: list[dict[str, Any]]) -> list[str]:
+    """The dev half's memory error by framework, fine-tuning method, engine and the counter measured."""
+    out = []
+    for name, key in (("framework", lambda r, p: str(r["framework"]).split(" (")[0]),
+                      ("method", lambda r, p: r["method"]), ("engine", lambda r, p: engine_of(r)),
+                      ("counter", lambda r, p: r["measured"]["kind"]),
+                      ("framework × method", lambda r, p: f"{str(r['framework']).split(' (')[0]} / {r['method']}")):
+        out += [f"Memory error by {name} (dev):", "", *breakdown(scored, key), ""]
+    return out
 
 
 def write_rows_csv(res: dict[str, Any]) -> None:
@@ -460,12 +519,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="score with the fitted table, then restore the old one")
     ap.add_argument("--with-legacy", action="store_true",
                     help="add the published rows the memory model was tuned on to the dev rows")
-    ap.add_argument("--dev-only", action="store_true", help="report the dev half only (while choosing options)")
+    ap.add_argument("--form", choices=("loso", "shape"), default="shape",
+                    help="the error model's form: 'shape' (class = shape class, λ 1, τ 0: what main ships) or "
+                         "'loso' (the variant leave-one-source-out on dev picks)")
+    ap.add_argument("--dev-only", action="store_true", help="assemble, score and report the dev half only, the table restored after "
+                    "(while choosing options: nothing about a test row is computed)")
     args = ap.parse_args(argv)
     res = run(args)
     printed, md = report(res, ("dev",) if args.dev_only else ("test", "dev"))
     for line in printed:
         print(line)
+    if args.dev_only:
+        out = Path(tempfile.gettempdir()) / "calibrate_dev.md"
+        out.write_text(md, encoding="utf-8")
+        print(f"dev half only (nothing about a test row was computed); the page: {out}")
     if not args.dev_only and not args.no_write:
         DOC.write_text(md, encoding="utf-8")
         write_rows_csv(res)

@@ -9,6 +9,7 @@ the dev half whose outcome the source states (a run that ran out, a run far belo
 from __future__ import annotations
 
 import csv
+import json
 import math
 import sys
 from pathlib import Path
@@ -71,7 +72,9 @@ def test_no_test_row_is_in_the_fit():
     assert table["methods"]["analytic"]["pooled"]["n"] == len(analytic)
 
 
-CLASSES = sorted(u.table()["methods"]["analytic"]["classes"]) + ["moe", "a class with no rows"]
+# the error classes a run can have (uncertainty.error_class: shape class × weight storage), whatever the table keys by
+CLASSES = [u.error_class(shape, q) for shape in ("default", "zero", "long_sequence", "large_vocab_logits", "moe",
+                                                 "a class with no rows") for q in (False, True)]
 
 
 @pytest.mark.parametrize("shape", CLASSES)
@@ -106,7 +109,7 @@ def test_fewer_rows_give_a_wider_interval():
         assert width(less) > width(known), cls
     # a class the table has no rows of is the pooled rows' own predictive, at least as wide as the pooled data
     pooled = methods["analytic"]["pooled"]
-    unknown = u.error_dist("analytic", "a class with no rows")
+    unknown = u.dist_from(methods, "analytic", "a class with no rows", k0, nu0)
     assert unknown.n == 0 and unknown.scale >= math.sqrt(pooled["var"]) - 1e-12
 
 
@@ -138,3 +141,80 @@ def test_each_counter_is_compared_with_its_own_prediction():
     c = compare({"measured": {"value": 24, "unit": "GB-class", "kind": "boundary"}}, pred)
     assert c["measured"] == 22.19 and c["predicted"] == 20.0
     assert compare({"measured": None}, pred) is None
+
+
+def test_classes_follow_the_tables_class_by(monkeypatch):
+    rows = [{"method": "analytic", "shape": k, "eps": e} for k, e in
+            (("quantized", 0.3), ("quantized", 0.35), ("quantized", 0.25), ("unquantized", 0.0), ("unquantized", 0.05),
+             ("unquantized", -0.05))]
+    keyed = {"prior": {"kappa0": 1.0, "nu0": 1}, "class_by": {"analytic": ["weights"]}, "methods": u.derive(rows)}
+    monkeypatch.setattr(u, "table", lambda: keyed)
+    u.error_dist.cache_clear()
+    try:
+        q = u.error_dist("analytic", u.error_class("default", True))
+        f = u.error_dist("analytic", u.error_class("zero", False))
+        assert (q.shape, q.n, f.shape, f.n) == ("quantized", 3, "unquantized", 3)
+        assert q.mu > 0.2 > 0.1 > f.mu                       # a quantized run's bias is its own class's
+        # a table without class_by keys by the shape class alone: the weight part is dropped
+        monkeypatch.setattr(u, "table", lambda: {**keyed, "class_by": None})
+        assert u.class_key("analytic", "zero/quantized") == "zero"
+    finally:
+        u.error_dist.cache_clear()
+
+
+def test_p_oom_spread_and_the_interval(monkeypatch):
+    d = u.ErrorDist("analytic", "default", 0.0, 0.2, 5, 10)
+    assert u.widened(d, 0.0, 1.0) is d
+    assert u.widened(d, 0.15, 1.0).scale == pytest.approx(0.25)          # √(0.2² + 0.15²)
+    assert u.widened(d, 0.0, 0.5).scale == pytest.approx(0.1)
+    base = {"prior": {"kappa0": 1.0, "nu0": 1}, "methods": {"analytic": {
+        "pooled": {"n": 10, "mean": 0.0, "var": 0.04}, "classes": {"default": {"n": 10, "mean": 0.0, "var": 0.04}}}}}
+    sharp = {**base, "p_oom_scale_factor": 0.5, "p_oom_extra_scale": 0.0}
+    out = {}
+    for name, t in (("base", base), ("sharp", sharp)):
+        monkeypatch.setattr(u, "table", lambda t=t: t)
+        u.error_dist.cache_clear()
+        out[name] = (u.assess(18.0, 20.0, "analytic", "default"), u.assess(22.0, 20.0, "analytic", "default"))
+    u.error_dist.cache_clear()
+    # λ < 1 sharpens p_oom on both sides of the budget and leaves the 90 % interval as it is
+    assert out["sharp"][0].p_oom < out["base"][0].p_oom and out["sharp"][1].p_oom > out["base"][1].p_oom
+    assert out["sharp"][0].interval_gib == pytest.approx(out["base"][0].interval_gib)
+    assert out["sharp"][0].safe_total_gib > out["base"][0].safe_total_gib
+
+
+def test_litgpt_rows_are_sized_as_the_bf16_copy_litgpt_trains():
+    from calibrate import predict
+
+    row = next(r for r in ROWS if r["id"] == "litgpt-hub-gemma-2b-lora")
+    cfg = calib_data.model_config_for(row)
+    assert cfg["torch_dtype"] == "bfloat16" and cfg["vocab_size"] == 256000
+    assert calib_data.model_config_for(next(r for r in ROWS if r["framework"] == "LLaMA-Factory")) is None
+    as_litgpt = predict(row)
+    # the same row read as an fp32 checkpoint (what LF loads when config.json says float32): 2.51 B params at 2
+    # bytes instead of 4 is 4.7 GiB less, and without autocast (pure_bf16 alone) the activations follow the
+    # weights' dtype, so they halve too: more than the weights' 4.7 GiB in all
+    fp32 = dict(cfg, torch_dtype="float32")
+    import calibrate
+    orig = calibrate.model_config_for
+    try:
+        calibrate.model_config_for = lambda r: fp32 if r is row else orig(r)
+        as_fp32 = predict(row)
+    finally:
+        calibrate.model_config_for = orig
+    assert as_fp32["total"] - as_litgpt["total"] > 4.68
+
+
+def test_dev_only_never_assembles_a_test_row(monkeypatch):
+    import calibrate
+
+    seen = []
+    monkeypatch.setattr(calibrate, "predict", lambda r: seen.append(r["split"]) or {"error": "not assembled"})
+    monkeypatch.setattr(calibrate.calib_loso, "loso", lambda scored, kept: [
+        {"class_by": ["shape"], "factor": 1.0, "tau": 0.0, "brier": 0.1, "coverage": 0.9}])
+    before = calibrate.TABLE.read_bytes(), calibrate.UNC_ROWS.read_bytes()
+    try:
+        calibrate.run(calibrate.argparse.Namespace(dev_only=True, no_write=False, with_legacy=False))
+    finally:
+        calibrate.install(json.loads(before[0]))
+    assert seen and set(seen) == {"dev"}
+    assert (calibrate.TABLE.read_bytes(), calibrate.UNC_ROWS.read_bytes()) == before   # dev-only writes nothing

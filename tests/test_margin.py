@@ -84,10 +84,13 @@ def test_launcher_environment_agrees_with_torchs_parser(world, env, torch, on):
 def test_report_verdict_probability_and_interval_follow_the_error_model(tmp_path):
     d = check_json(tmp_path, QWEN7_8K.format(cutoff=9216), "--gpu", "A100-40GB")
     mem, cap = d["memory"], d["hardware"]["capacity_gib"]
-    dist = uncertainty.error_dist("analytic", "long_sequence")           # >= 8192 tokens per micro-batch
+    cls = uncertainty.error_class("long_sequence", False)               # >= 8192 tokens per micro-batch, bf16
+    dist = uncertainty.error_dist("analytic", cls)
     total = mem["per_gpu_gib"]["total"]
     assert mem["fits"] is True and mem["verdict"] == "at-risk"
-    assert mem["p_oom"] == pytest.approx(uncertainty.p_oom(total, cap, dist), abs=2e-3)
+    # p_oom from the interval's distribution with the table's (λ, τ) spread (uncertainty.oom_dist)
+    assert mem["p_oom"] == pytest.approx(uncertainty.p_oom(total, cap, uncertainty.oom_dist("analytic", cls)),
+                                         abs=2e-3)
     lo, hi = mem["interval_gib"]
     assert lo == pytest.approx(total * math.exp(dist.quantile(0.05)), abs=0.02)
     assert hi == pytest.approx(total * math.exp(dist.quantile(0.95)), abs=0.02)

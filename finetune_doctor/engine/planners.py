@@ -200,7 +200,7 @@ def judge_against(hw: Any) -> Judge:
     def judge(r: Any, expandable: bool) -> tuple[bool, float, float]:
         est = estimate(r, hw)
         total = expandable_total(est, r) if expandable and r.world_size == 1 else est.total
-        p = uncertainty.p_oom(total, budget, uncertainty.error_dist("analytic", shape_of(est)))
+        p = uncertainty.p_oom(total, budget, uncertainty.oom_dist("analytic", shape_of(est)))
         return p <= uncertainty.P_OOM_TARGET, total, p
 
     return judge
@@ -229,7 +229,7 @@ def _safe_total(r: Any, hw: Any) -> float:
     from finetune_doctor.analyzers.memory import estimate
     from finetune_doctor.facts.mem import budget_of, shape_of
 
-    dist = uncertainty.error_dist("analytic", shape_of(estimate(r, hw)))
+    dist = uncertainty.oom_dist("analytic", shape_of(estimate(r, hw)))
     return uncertainty.safe_total(budget_of(hw) or 0.0, dist)
 
 

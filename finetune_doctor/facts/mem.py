@@ -74,7 +74,8 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "interval_lo_gib": F("float", "its lower end, GiB"),
     "interval_hi_gib": F("float", "its upper end, GiB"),
     "safe_total_gib": F("float", "the largest total with p_oom <= p_oom_target on this card, GiB"),
-    "error_class": F("str", "the shape class whose benchmark error applies"),
+    "error_class": F("str", "the error class whose benchmark error applies (shape class, and weight storage where "
+                                "the table keys by it)"),
     "error_rows": F("int", "benchmark rows of this method and class behind the error model"),
     "error_bias_pct": F("float", "their mean under-prediction, percent of total"),
     "error_spread_pct": F("float", "their predictive spread (scale), percent of total"),
@@ -122,7 +123,9 @@ def budget_of(hw: Hardware | None) -> float | None:
 
 
 def shape_of(mem: MemoryEstimate) -> str:
-    return str(mem.details.get("reserve_class") or "default")
+    """The error class of `mem` (analyzers/memory/uncertainty.py `error_class`): shape class and weight storage."""
+    return uncertainty.error_class(str(mem.details.get("reserve_class") or "default"),
+                                   bool(mem.details.get("quantized")))
 
 
 def judged(mem: MemoryEstimate, hw: Hardware | None, alt: dict[str, Any] | None = None) -> MemoryEstimate:
@@ -154,7 +157,8 @@ def verdict_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[
         "alt_stack_p_oom": None,
     }
     if alt and alt.get("alt_stack_total") is not None and budget is not None:
-        out["alt_stack_p_oom"] = uncertainty.p_oom(alt["alt_stack_total"], budget, d)
+        out["alt_stack_p_oom"] = uncertainty.p_oom(alt["alt_stack_total"], budget,
+                                                  uncertainty.oom_dist(d.method, shape_of(mem)))
     out.update(expandable_facts(mem, hw, run))
     return out
 

@@ -115,7 +115,7 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
         "tokens_per_micro_batch": tokens if tokens is not None else run.tokens_per_micro_batch,
         "reserve_gib": reserve / GIB,
         "reserve_share": reserve_share,
-        "reserve_class": shape,
+        "reserve_class": shape, "quantized": bool(run.quantization_bit),   # the error class (uncertainty.py)
         "first_oom": first_oom,
         "peak_moment": next((label for n, _, _, label in later if n == name), None)
         or (f"{name} of step 2" if name != "optimizer step" else "optimizer step"),

@@ -27,7 +27,13 @@ pair of a small grid with the best leave-one-out log predictive density over the
 chooses them and writes them into the table). The scale is never below `SIGMA_FLOOR`.
 
 **The verdict.** With `budget` = capacity − memory already in use (GiB) the probability of OOM is
-p_oom = P(total·e^ε > budget). The verdict is ``oom`` when the prediction itself exceeds the budget (the meaning
+p_oom = P(total·e^ε > budget). Whether a run near its card's edge runs out also depends on what the prediction
+does not see (the card's usable memory on that machine, other processes, the lengths the data really reach, the
+allocator's luck), while the measurements the interval is fitted on also carry errors an outcome does not (rows
+from other frameworks translated into LLaMA-Factory keys, counters other than the peak). So for the analytic method
+p_oom takes ε's scale s as √((λ·s)² + τ²): λ (``p_oom_scale_factor``) and τ (``p_oom_extra_scale``, an independent
+spread of the budget) are chosen on outcome rows by benchmarks/calibrate.py (1 and 0 when the table has none). The
+verdict is ``oom`` when the prediction itself exceeds the budget (the meaning
 of ``fits == False`` is unchanged), ``fits`` when p_oom ≤ `P_OOM_TARGET` (5 %), else ``at-risk``. `interval_gib` is
 the central `LEVEL` (90 %) predictive interval of the peak. Remedies aim at p_oom ≤ 5 % (engine/planners.py).
 
@@ -215,14 +221,47 @@ def table() -> dict[str, Any]:
     return json.loads(TABLE.read_text(encoding="utf-8"))
 
 
+def error_class(shape: str, quantized: bool) -> str:
+    """The error class of a run: its shape class and whether its base weights are stored quantized,
+    ``"<shape>/quantized"`` or ``"<shape>/unquantized"``. Which parts a method's classes are keyed by is the
+    table's ``class_by`` (benchmarks/calibrate.py chooses it by leave-one-source-out on the dev rows); a table
+    without one keys every method by the shape class alone."""
+    return f"{shape}/{'quantized' if quantized else 'unquantized'}"
+
+
+def class_key(method: str, cls: str) -> str:
+    """The key of error class `cls` (`error_class`, or a bare shape class) in the table's classes of `method`:
+    the parts the table's ``class_by`` names for that method (default: the shape class only)."""
+    shape, _, weights = cls.partition("/")
+    by = (table().get("class_by") or {}).get(method) or ["shape"]
+    parts = {"shape": shape, "weights": weights or "unquantized"}
+    return "/".join(parts[b] for b in by)
+
+
+def oom_spread() -> tuple[float, float]:
+    """(λ, τ) of the table (``p_oom_scale_factor``, default 1; ``p_oom_extra_scale``, ln units, default 0): how
+    p_oom's spread follows from the interval's (module docstring, 'The verdict')."""
+    t = table()
+    return float(t.get("p_oom_scale_factor") or 1.0), float(t.get("p_oom_extra_scale") or 0.0)
+
+
+def widened(d: ErrorDist, tau: float, factor: float = 1.0) -> ErrorDist:
+    """`d` with its scale s replaced by √((λ·s)² + τ²) for λ = `factor`, τ = `tau`: same location and dof,
+    never below `SIGMA_FLOOR`."""
+    if tau <= 0 and factor == 1.0:
+        return d
+    scale = max(math.sqrt((factor * d.scale) ** 2 + tau ** 2), SIGMA_FLOOR)
+    return ErrorDist(d.method, d.shape, d.mu, scale, d.dof, d.n)
+
+
 @lru_cache(maxsize=64)
 def error_dist(method: str, shape: str) -> ErrorDist:
     """The error distribution of predictions by `method` (analytic | simulated | measured) for runs of `shape`
-    class; an unknown method is taken as analytic (the widest). A measurement's spread does not depend on the
-    run's shape: ``measured`` has one class, ``any``."""
+    (a shape class or an `error_class`); an unknown method is taken as analytic (the widest). A measurement's
+    spread does not depend on the run's shape: ``measured`` has one class, ``any``."""
     methods = table()["methods"]
     method = method if method in methods else "analytic"
-    return dist_from(methods, method, ANY if method in SHAPELESS else shape)
+    return dist_from(methods, method, ANY if method in SHAPELESS else class_key(method, shape))
 
 
 # -- the verdict ---------------------------------------------------------------------------------------------------
@@ -261,6 +300,16 @@ def assess(total_gib: float, budget_gib: float | None, method: str, shape: str) 
     hi = total_gib * math.exp(d.quantile((1.0 + LEVEL) / 2))
     if budget_gib is None:
         return Assessment(None, None, (lo, hi), d, None, None)
-    p = p_oom(total_gib, budget_gib, d)
+    dp = oom_dist(method, shape)
+    p = p_oom(total_gib, budget_gib, dp)
     verdict = "oom" if total_gib > budget_gib else ("fits" if p <= P_OOM_TARGET else "at-risk")
-    return Assessment(verdict, p, (lo, hi), d, budget_gib, safe_total(budget_gib, d))
+    return Assessment(verdict, p, (lo, hi), d, budget_gib, safe_total(budget_gib, dp))
+
+
+def oom_dist(method: str, shape: str) -> ErrorDist:
+    """The distribution p_oom is taken from: for the analytic method `error_dist` with its scale set by the
+    table's λ and τ (`oom_spread`, `widened`), which the calibration chose on outcome rows; the probe methods'
+    own as they are."""
+    d = error_dist(method, shape)
+    factor, tau = oom_spread()
+    return widened(d, tau, factor) if d.method == "analytic" else d
