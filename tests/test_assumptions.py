@@ -139,7 +139,8 @@ def test_transformers_version_decides_evaluation_strategy(tmp_path):
     # cases/025 writes evaluation_strategy: accepted by transformers through 4.45, removed in 4.46
     def renamed(*opts: str) -> list[dict]:
         _, r = doctor("lint", CASE025, *opts)
-        return [f for f in r["findings"] if f["name"] == "renamed-key" and f["location"]["key"] == "evaluation_strategy"]
+        return [f for f in r["findings"]
+                if f["name"] == "renamed-key" and f["location"]["key"] == "evaluation_strategy"]
 
     assert renamed("--transformers", "4.43.4") == []
     assert renamed("--transformers", "4.45.2") == []

@@ -8,10 +8,11 @@ judged by the same error model as the reported estimate (analyzers/memory/uncert
 
 Two kinds:
 
-* **open** assumptions (every one not in `NOT_OPEN`; `OPEN` lists this module's): a value the doctor cannot know here — sample lengths without the data, the GPU
-  variant of a bare ``--gpu A100``, the training machine's torch, a checkpoint dtype its config.json does not
-  name, the launcher, a DeepSpeed file that is not on this machine. The memory verdict is ``fits`` or ``oom`` only when it holds under every
-  alternative of every open assumption (`fold`); otherwise ``at-risk``, naming the deciding assumption.
+* **open** assumptions (every one not in `NOT_OPEN`; `OPEN` lists this module's): a value the doctor cannot
+  know here — sample lengths without the data, the GPU variant of a bare ``--gpu A100``, the training machine's
+  torch, a checkpoint dtype its config.json does not name, the launcher, a DeepSpeed file that is not on this
+  machine. The memory verdict is ``fits`` or ``oom`` only when it holds under every alternative of every open
+  assumption (`fold`); otherwise ``at-risk``, naming the deciding assumption.
 * **defaults**: a value LLaMA-Factory or transformers would fill in for sure (``per_device_eval_batch_size`` 8);
   recorded with its effect so the user sees what it costs, but it does not open the verdict.
 
