@@ -57,8 +57,9 @@ def common_options(fn: Callable) -> Callable:
     opts = [
         click.option("--gpu", "gpu", default=None, help="GPU spec: A100-80GB, 8xH100-80GB, 2x4090 (default: NVML)."),
         click.option("--nnodes", type=int, default=None, help="Number of nodes (each with the --gpu count)."),
-        click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
-                     help="Output format (default text; github under GitHub Actions)."),
+        click.option("--format", "--output-format", "fmt", type=click.Choice(FORMATS), default=None,
+                     help="Output format (default text; github under GitHub Actions). --output-format is ruff's "
+                          "name for it."),
         click.option("--output", "output", type=click.Path(dir_okay=False), default=None, help="Write the report here."),
         click.option("--select", default=None, help="Comma-separated codes or prefixes to run."),
         click.option("--ignore", default=None, help="Comma-separated codes or prefixes to skip."),
@@ -106,14 +107,17 @@ def emit(report: Any, opts: Any) -> None:
         from finetune_doctor.engine.loader import load_rules
 
         extra["rules"] = load_rules(opts.rules_dirs)
-    text = render(report, opts.format, **extra)
+    _write(render(report, opts.format, **extra), opts)
+    sys.exit(exit_code(report, opts.fail_on))
+
+
+def _write(text: str, opts: Any) -> None:
     if opts.output:
         from finetune_doctor.fsutil import atomic_write
 
         atomic_write(opts.output, text)
     elif text:   # a clean run in the concise format prints nothing at all, as flake8 does
         click.echo(text, nl=not text.endswith("\n"))
-    sys.exit(exit_code(report, opts.fail_on))
 
 
 def exit_code(report: Any, fail_on: str) -> int:
@@ -183,12 +187,27 @@ def check(config: str, overrides: tuple[str, ...], probe_mode: str | None, scan_
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that change training semantics.")
 @click.option("--diff", is_flag=True, help="Print only the unified diff the fixes would make (nothing is written; "
               "exit 1 when there is one).")
+@click.option("--statistics", is_flag=True, help="Print one line per rule code with its count instead of findings.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings (bad input still exits 2).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Use this pyproject.toml or .finetune-doctor.toml instead of looking one up per file.")
+@click.option("--stdin-filename", default=None, metavar="PATH",
+              help="The name standard input (-) is linted under: findings point at it, its suffix says YAML/JSON.")
+@click.option("--force-exclude", is_flag=True,
+              help="Apply exclude/extend-exclude to files named on the command line too (as pre-commit names them).")
 @_guard
-def lint(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bool, **kw: Any) -> None:
-    """Static rules only (pre-commit). Never imports torch, never touches a GPU or a dataset."""
+def lint(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bool, statistics: bool, exit_zero: bool,
+         config_file: str | None, stdin_filename: str | None, force_exclude: bool, **kw: Any) -> None:
+    """Static rules over FILES, directories (walked for YAML/JSON configs) or - (standard input); for
+    pre-commit. Never imports torch, never touches a GPU or a dataset."""
     from finetune_doctor.pipeline import lint as pipe
+    from finetune_doctor.pipeline.lintinputs import collect
 
-    opts = _options(command="lint", paths=list(files), **kw)
+    files = tuple(collect(files, stdin_filename=stdin_filename, config_file=config_file,
+                          force_exclude=force_exclude))
+    if exit_zero:
+        kw["fail_on"] = "never"
+    opts = _options(command="lint", paths=list(files), config_file=config_file, **kw)
     if diff:
         # a raw diff on stdout, nothing else (pipe it to `patch -p0`); exit 1 when it is not empty, as ruff does
         text, notes, hidden = pipe.diff(list(files), opts, unsafe_fixes=unsafe_fixes)
@@ -202,6 +221,11 @@ def lint(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bool, **kw
             click.echo("doctor: no fixes to show", err=True)
         sys.exit(1 if text else 0)
     report = pipe.run(list(files), opts, fix=fix, unsafe_fixes=unsafe_fixes)
+    if statistics:
+        from finetune_doctor.reporters.statistics import render_statistics
+
+        _write(render_statistics(pipe.statistics(report), opts.format), opts)
+        sys.exit(exit_code(report, opts.fail_on))
     emit(report, opts)
 
 

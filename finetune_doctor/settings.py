@@ -40,6 +40,7 @@ class Options:
     accelerate_config: str | None = None     # --accelerate-config FILE: the accelerate config of the launch
     launch: str | None = None                # a file holding the launch command line (a run folder's cmdline.txt)
     host_ram: str | None = None              # --host-ram SIZE: host RAM per node of the training machine
+    config_file: str | None = None           # lint --config FILE: this project configuration, no discovery
 
     @classmethod
     def from_cli(cls, command: str, paths: list[str], gpu: str | None = None, nnodes: int | None = None,
@@ -48,10 +49,11 @@ class Options:
                  rules_dirs: tuple[str, ...] = (), torch_version: str | None = None,
                  transformers_version: str | None = None, model_config: str | None = None,
                  offline: bool = False, env_file: str | None = None, accelerate_config: str | None = None,
-                 launch: str | None = None, host_ram: str | None = None, **_: Any) -> "Options":
-        from finetune_doctor.projectconfig import find_project_config
+                 launch: str | None = None, host_ram: str | None = None, config_file: str | None = None,
+                 **_: Any) -> "Options":
+        from finetune_doctor.projectconfig import find_project_config, load_project_config
 
-        proj = find_project_config(paths[0] if paths else ".")
+        proj = load_project_config(config_file) if config_file else find_project_config(paths[0] if paths else ".")
         fmt = fmt or proj.get("format")
         if fmt is None:
             fmt = "github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text"
@@ -78,4 +80,5 @@ class Options:
             accelerate_config=accelerate_config,
             launch=launch,
             host_ram=host_ram,
+            config_file=config_file,
         )

@@ -68,6 +68,13 @@ def read_bytes(path: str, what: str = "DeepSpeed config") -> bytes:
     naming `path` for those, for every OS error (missing, permission, symlink loop, name too long) and for a file
     over the size limit.
     """
+    from finetune_doctor.readers.textfile import provided
+
+    given = provided(str(path))
+    if given is not None:
+        if len(given) > limits.MAX_CONFIG_BYTES:
+            raise InputError(f"{what} exceeds the {limits.MAX_CONFIG_BYTES >> 20} MiB limit", file=str(path))
+        return given
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     try:
         fd = os.open(path, flags)
