@@ -365,8 +365,10 @@ def explain(code_or_name: str, rules_dirs: tuple[str, ...]) -> None:
     from finetune_doctor.engine.loader import find_rule, load_rules
     from finetune_doctor.reporters.catalog import render_explain
 
+    from finetune_doctor.reporters.wrap import terminal_width, wrap_markdown
+
     rule = find_rule(load_rules(list(rules_dirs)), code_or_name)
-    click.echo(render_explain(rule))
+    click.echo(wrap_markdown(render_explain(rule), terminal_width()))
 
 
 if __name__ == "__main__":  # pragma: no cover
