@@ -106,7 +106,7 @@ def _model_config_file(model_config: str, base_dir: str | None) -> Path:
 
 def _fix_command(name: str) -> str:
     if REPO_ID.match(name):
-        return (f"huggingface-cli download {name} config.json  (or --model-config path/to/config.json)")
+        return (f"hf download {name} config.json  (or --model-config path/to/config.json)")
     return "--model-config path/to/config.json"
 
 
