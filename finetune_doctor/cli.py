@@ -107,15 +107,30 @@ def emit(report: Any, opts: Any) -> None:
         from finetune_doctor.engine.loader import load_rules
 
         extra["rules"] = load_rules(opts.rules_dirs)
-    _write(render(report, opts.format, **extra), opts)
+    _write(render(report, opts.format, **extra), opts, _input_files(report))
     sys.exit(exit_code(report, opts.fail_on))
 
 
-def _write(text: str, opts: Any) -> None:
-    if opts.output:
-        from finetune_doctor.fsutil import atomic_write
+def _input_files(report: Any) -> list[str]:
+    """The files a report was made from (its `inputs` and the postmortem's read list), for the output policy."""
+    out: list[str] = []
+    for v in (report.inputs or {}).values():
+        if isinstance(v, str):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out.extend(x for x in v if isinstance(x, str))
+    for rec in (report.sections or {}).get("read") or []:
+        if isinstance(rec, dict) and isinstance(rec.get("file") or rec.get("path"), str):
+            out.append(rec.get("file") or rec.get("path"))
+    return out
 
-        atomic_write(opts.output, text)
+
+def _write(text: str, opts: Any, inputs: Any = ()) -> None:
+    if opts.output:
+        from finetune_doctor.fsutil import write_output
+
+        # the output policy (fsutil.py): stdout for - and /dev/stdout, regular files only, never an input
+        write_output(opts.output, text, "--output", [*opts.paths, *inputs])
     elif text:   # a clean run in the concise format prints nothing at all, as flake8 does
         click.echo(text, nl=not text.endswith("\n"))
 

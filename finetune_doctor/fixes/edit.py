@@ -724,30 +724,26 @@ def _unified(path: str, old: str, new: str) -> str:
 
 
 def _atomic_write(path: str, text: str, *, bom: bool, expect_raw: bytes | None) -> None:
-    """Write via a temp file in the same directory and ``os.replace``; keep the mode; refuse if the file moved on.
+    """Write under the output policy (fsutil.py): a temp file in the same directory and ``os.replace`` (in place
+    when the file has other hard links); keep the mode; refuse a read-only file and a file that moved on.
 
     A symlinked config is written at its target (``os.path.realpath``), so the link stays a link and the file it
-    names gets the fix, as an editor saving through the link would do.
+    names gets the fix, as an editor saving through the link would do. Every OS error (a read-only folder, a full
+    disk) is an InputError naming the file; the file is then unchanged.
     """
-    target = Path(os.path.realpath(path))
+    from finetune_doctor.fsutil import is_read_only, write_bytes
+
+    target = os.path.realpath(path)
+    if is_read_only(target):
+        raise InputError("read-only file: --fix does not rewrite it (make it writable first)", file=path)
     data = (b"\xef\xbb\xbf" if bom else b"") + text.encode("utf-8")
-    mode = target.stat().st_mode & 0o7777
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        if expect_raw is not None and target.read_bytes() != expect_raw:
-            raise InputError("changed while the fix was being written; not written", file=path)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+        moved = expect_raw is not None and Path(target).read_bytes() != expect_raw
+    except OSError as err:
+        raise InputError(f"cannot read: {err.strerror or err}", file=path) from None
+    if moved:
+        raise InputError("changed while the fix was being written; not written", file=path)
+    write_bytes(target, data, shown=path)
 
 
 def _same_value(old: Any, new: Any) -> bool:
