@@ -18,6 +18,18 @@ def _split(v: str | None) -> list[str] | None:
     return [s.strip() for s in v.split(",") if s.strip()]
 
 
+def _check_version(flag: str, given: str | None) -> None:
+    """A version flag must hold a version (numbers.py bounds it): one line naming the flag otherwise."""
+    if given is None:
+        return
+    from finetune_doctor.errors import InputError
+    from finetune_doctor.numbers import parse_version
+
+    if parse_version(given) is None:
+        shown = given if len(given) <= 40 else given[:40] + f"… ({len(given)} characters)"
+        raise InputError(f"expected a version such as 2.5.1, got {shown!r}", file=flag)
+
+
 @dataclass(frozen=True)
 class Options:
     command: str
@@ -57,6 +69,8 @@ class Options:
         fmt = fmt or proj.get("format")
         if fmt is None:
             fmt = "github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text"
+        for flag, given in (("--torch", torch_version), ("--transformers", transformers_version)):
+            _check_version(flag, given)
         sel = _split(select) if select is not None else proj.get("select")
         ign = (_split(ignore) or []) + list(proj.get("ignore") or [])
         return cls(

@@ -29,7 +29,9 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool =
     probed = None
     if probe:
         findings, probed = _confirm(asm, findings, opts, probe_mode)
-    notes = list(asm.notes)
+    from finetune_doctor.facts.lint import dropped_note
+
+    notes = list(asm.notes) + dropped_note(config, asm.facts)
     if fix or unsafe_fixes:
         return _fix_and_recheck(config, overrides, opts, findings, asm, unsafe=unsafe_fixes, probe=probe,
                                 probe_mode=probe_mode, scan_data=scan_data, validate_ds=validate_ds)

@@ -12,6 +12,7 @@ dataset is read. Memory rules run only when the project configuration (or --gpu)
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts.config import assemble_config, assemble_ds_alone
+from finetune_doctor.facts.lint import dropped_note
 from finetune_doctor.fixes import apply_fixes, collect_edits
 from finetune_doctor.fixes.edit import diff_edits
 from finetune_doctor.settings import Options
@@ -51,13 +53,17 @@ def classify(path: str) -> str | None:
     return kind
 
 
+_DS_WORD = re.compile(r"\b(?:zero_optimization|train_micro_batch_size_per_gpu|train_batch_size)\b")
+
+
 def _kind_of_text(text: str, suffix: str) -> str | None:
     if suffix == ".json":
         try:
             data = json.loads(text)
         except (ValueError, RecursionError):
-            # a broken JSON that looks like DeepSpeed is reported by the DS reader; others are not ours
-            return "ds" if any(f'"{k}"' in text for k in ("zero_optimization", "train_micro_batch_size_per_gpu")) else None
+            # a broken JSON that looks like DeepSpeed is reported by the DS reader (which `check` would call
+            # malformed too): quoted keys, and also hjson-style or YAML text saved as .json (issue 27)
+            return "ds" if _DS_WORD.search(text) else None
         if isinstance(data, dict):
             strong = {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size",
                       "zero_allow_untested_optimizer", "gradient_clipping", "steps_per_print",
@@ -97,6 +103,7 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
             continue
         file_opts = _per_file(opts, f)
         asm = assemble_config(f, (), file_opts, static=True)
+        notes.extend(dropped_note(f, asm.facts))
         findings.extend(judge("lint", asm.facts, asm.sources, file_opts, texts={asm.doc.path: asm.doc.text},
                               live=asm.live()))
         if asm.ds is not None and getattr(asm.ds, "path", None) and not asm.ds_stock:

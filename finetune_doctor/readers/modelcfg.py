@@ -147,11 +147,13 @@ def _resolve(name: str, base_dir: str | None, hf_home: str | None, cache_dir: st
              depth: int) -> tuple[ModelArch, SourceDoc | None]:
     looked: list[str] = []
     for cand in _local_candidates(name, base_dir):
-        if cand.name.endswith(".json") and cand.exists() and not cand.is_dir():
+        # os.path's tests answer False for a name the OS refuses (ENAMETOOLONG for a 5,000-character
+        # model_name_or_path, issue 27) where pathlib's raise
+        if cand.name.endswith(".json") and os.path.exists(cand) and not os.path.isdir(cand):
             return _from_file(cand, name, "local", "", tf_major)   # read_config_json refuses non-regular files
-        if cand.is_dir():
+        if os.path.isdir(cand):
             cfgp = cand / "config.json"
-            if cfgp.exists():
+            if os.path.exists(cfgp):
                 return _from_file(cfgp, name, "local", "", tf_major)
             base = _adapter_base(cand)
             if base and base != name and depth < 3:
