@@ -85,9 +85,36 @@ def _adapter_base(d: Path) -> str | None:
 
 def _from_file(path: Path, name: str, kind: str, note: str, tf_major: int | str | None) -> tuple[ModelArch, SourceDoc]:
     cfg, doc = read_config_json(path)
+    _require_model_type(cfg, name, str(path))
     arch = arch_from_config(cfg, name, str(path), positions=doc.positions, transformers_major=tf_major)
     arch = replace(arch, source_kind=kind)
     return (with_note(arch, note) if note else arch), doc
+
+
+def _require_model_type(cfg: dict, name: str, path: str) -> None:
+    """transformers' AutoConfig refuses a config.json without ``model_type`` ("Unrecognized model in ... Should
+    have a `model_type` key in its config.json"), unless a known model type's name occurs in the path it was
+    given (configuration_auto.py ``AutoConfig.from_pretrained``: the pattern fallback). So does LLaMA-Factory,
+    which loads through it: issue 27 saw such a config get "fits", exit 0. Raises ModelConfigInvalid at line 1."""
+    mt = cfg.get("model_type")
+    if isinstance(mt, str) and mt.strip():
+        return
+    known = {str(e.get("config", {}).get("model_type") or "") for e in _catalog_entries()} - {""}
+    if any(t in name for t in sorted(known, key=len, reverse=True)):
+        return
+    raise ModelConfigInvalid("config.json has no `model_type`: transformers' AutoConfig (and so LLaMA-Factory) "
+                             "refuses it with \"Unrecognized model ... Should have a `model_type` key\"; add the "
+                             "model_type of its architecture (e.g. \"qwen2\")", file=path, line=1,
+                             missing="model_type in config.json")
+
+
+def _catalog_entries() -> tuple:
+    try:
+        from finetune_doctor.readers.model.catalog import catalog_entries
+
+        return tuple(catalog_entries())
+    except (OSError, ValueError):
+        return ()
 
 
 def _model_config_file(model_config: str, base_dir: str | None) -> Path:
