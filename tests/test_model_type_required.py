@@ -53,3 +53,15 @@ def test_model_type_in_the_path_is_what_transformers_falls_back_to(tmp_path):
 def test_with_model_type_nothing_changes(tmp_path):
     report = _run(tmp_path, "my-model", drop=False)
     assert report["memory"] is not None and report["exit"] in (0, 1)
+
+
+def test_probe_with_micro_batch_zero_names_the_real_reason(tmp_path):
+    # was: "no model to probe: set model_name_or_path" for a config that sets it
+    train = tmp_path / "train.yaml"
+    train.write_text(f"model_name_or_path: {MODEL}\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+                     "dataset: alpaca_en_demo\ntemplate: qwen\noutput_dir: out\nper_device_train_batch_size: 0\n")
+    res = CliRunner().invoke(main, ["probe", str(train), "--mode", "simulate", "--gpu", "A100-80GB"])
+    assert res.exit_code == 2, res.output
+    line = res.output.strip()
+    assert line.startswith(f"doctor: {train}:8: nothing to probe:") and "per_device_train_batch_size" in line
+    assert "set model_name_or_path" not in line
