@@ -65,28 +65,8 @@ def test_100k_unknown_keys_finish_in_budget(tmp_path):
     assert res.returncode == 1 and res.stdout.count(" FD001 ") == 1000
 
 
-RSS_SCRIPT = """
-import resource, sys
-from finetune_doctor.cli import main
-try:
-    main([*sys.argv[1:]])
-except SystemExit as e:
-    code = e.code
-print("RSS_MIB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, file=sys.stderr)
-sys.exit(code)
-"""
-
-
-@pytest.mark.slow
-def test_a_10_mib_string_in_a_deepspeed_json_stays_small(tmp_path):
-    ds = tmp_path / "ds.json"
-    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2},
-                              "comment": "x" * (10 << 20)}))
-    res = subprocess.run([sys.executable, "-c", RSS_SCRIPT, "lint", str(ds)], capture_output=True, text=True,
-                         timeout=120, env=ENV)
-    assert res.returncode == 2 and "exceeds the limit" in res.stderr, res.stderr
-    rss = int(res.stderr.split("RSS_MIB")[1].split()[0])
-    assert rss < 250, rss      # was 1.4 GB; the text itself is 10 MiB, decoded once by json's C scanner
+# the 10 MiB DeepSpeed string's peak RSS (1.4 GB before) is measured in a subprocess by
+# tests/test_fuzz_round2.py::test_cost_bombs_stay_under_budget, with the other bombs of issue 27
 
 
 def test_torch_version_of_5000_digits_is_one_line():

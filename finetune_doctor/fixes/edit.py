@@ -282,6 +282,10 @@ def _blank_tabs(m: "re.Match[str]") -> str:
 _ANCHOR = re.compile(r"(?<![\w&*])&([^\s,\[\]{}]+)")
 
 
+class _Unfaithful(Exception):
+    """Applied edits would change keys they do not name."""
+
+
 class _YamlDoc:
     def __init__(self, text: str, path: str):
         from ruamel.yaml import YAML
@@ -367,6 +371,31 @@ class _YamlDoc:
         ops = kept
         if not ops:
             return self.text, []
+        original = self.text   # every attempt starts from it on a fresh document (_reparse re-initialises)
+        try:
+            return _YamlDoc(original, self.path)._apply_ops(ops, after, before)
+        except _Unfaithful:
+            pass
+        # one op changed other keys (a merge key or an alias supplies the key too): keep the ops that apply on
+        # their own and say which could not, instead of refusing the whole file (issue 27, fuzz round 2)
+        good = []
+        for o in ops:
+            try:
+                _YamlDoc(original, self.path)._apply_ops([o], after, before)
+                good.append(o)
+            except _Unfaithful:
+                self.skipped.append(f"`{'.'.join(o.path)}`: the fix would change other keys too (a merge key or "
+                                    "an alias supplies it as well); not fixed, edit it by hand")
+        if not good:
+            return self.text, []
+        try:
+            return _YamlDoc(original, self.path)._apply_ops(good, after, before)
+        except _Unfaithful:
+            raise InputError("could not apply the fix without changing other keys; edit the file by hand",
+                             file=self.path) from None
+
+    def _apply_ops(self, ops: list[_Op], after: Mapping[str, str], before: Any) -> tuple[str, list[str]]:
+        """Apply `ops` to this document's lines; _Unfaithful when the result differs from `before` + `ops`."""
         # edit bottom-up so earlier line numbers stay valid; inserts (no line) go last, in order
         located = [(self._anchor_line(o), i, o) for i, o in enumerate(ops)]
         for _line, _i, o in sorted((t for t in located if t[0] is not None), key=lambda t: (-t[0], t[1])):
@@ -378,8 +407,7 @@ class _YamlDoc:
         got = self._typed(new_text) if new_text.strip() else {}
         want = _expected(before, ops)
         if not _same(got, want):
-            raise InputError("could not apply the fix without changing other keys; edit the file by hand",
-                             file=self.path)
+            raise _Unfaithful()
         return new_text, [".".join(o.path if o.action != "rename" else o.path[:-1] + (o.new_name,)) for o in ops]
 
     def _anchor_line(self, o: _Op) -> int | None:
