@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BUDGET_MIB = {"lint": 150, "check (no torch)": 150, "check --probe (torch)": 600, "probe --mode simulate": 800}
+BUDGET_MIB = {"lint": 200, "check (no torch)": 200, "check --probe (torch)": 600, "probe --mode simulate": 800}
 """The budgets the fuzz suite enforces (tests/test_fuzz_round2.py)."""
 
 CHILD = ("import atexit, os, sys\n"

@@ -35,7 +35,7 @@ HEAD = ("model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: sft\ndo_train: true\nfine
 LIMIT_S = 30.0
 
 # RSS budgets per command, MiB (benchmarks/results/rss_budgets.md; issue 27 item 6)
-BUDGET_MIB = {"lint": 150, "check": 150, "check --probe": 600, "probe": 800}
+BUDGET_MIB = {"lint": 200, "check": 200, "gpus": 200, "check --probe": 600, "probe": 800}
 
 
 @pytest.fixture(autouse=True)
@@ -220,7 +220,7 @@ def test_cost_bombs_stay_under_budget(tmp_path, capsys):
         code, rss, err = _peak(argv, timeout=60)
         rows.append(f"{name} ({argv[0]}) {rss:.0f} MiB exit {code}")
         assert code in (0, 1, 2) and "internal error" not in err and "Traceback" not in err, (name, err[-400:])
-        assert rss < BUDGET_MIB[argv[0]] if argv[0] in BUDGET_MIB else 150, (name, rss)
+        assert rss < BUDGET_MIB[argv[0]], (name, rss)
     with capsys.disabled():
         print("\nround-2 bombs, peak RSS: " + "; ".join(rows))
 
