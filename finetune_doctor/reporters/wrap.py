@@ -52,10 +52,13 @@ def terminal_width(default: int = DEFAULT_WIDTH) -> int:
     raw = os.environ.get("COLUMNS", "").strip()
     if raw.isdigit() and len(raw) <= 5 and int(raw) > 0:
         return _clamp(int(raw))
-    for fd in (1, 2):
+    import sys
+
+    # the streams the output goes to (sys.stdout may be replaced, e.g. by click's test runner: then no terminal)
+    for stream in (sys.stdout, sys.stderr):
         try:
-            cols = os.get_terminal_size(fd).columns
-        except (OSError, ValueError):
+            cols = os.get_terminal_size(stream.fileno()).columns
+        except (AttributeError, OSError, ValueError):
             continue
         if cols > 0:
             return _clamp(cols)
