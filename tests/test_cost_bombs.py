@@ -102,3 +102,13 @@ def test_deepspeed_json_that_json_load_refuses_is_malformed_in_lint(tmp_path, te
     ds.write_text(text)
     res = CliRunner().invoke(main, ["lint", str(ds)])
     assert res.exit_code == 2 and "malformed DeepSpeed JSON" in res.output, res.output
+
+
+def test_5000_digit_number_in_a_gpu_recording_is_named(tmp_path):
+    lines = (ROOT / "fixtures/gpus/node0.jsonl").read_text().splitlines()
+    rec = tmp_path / "rec.jsonl"
+    rec.write_text("\n".join([lines[0], lines[1].replace('"used_bytes":62914560000', '"used_bytes":' + "9" * 5000)])
+                   + "\n")
+    res = CliRunner().invoke(main, ["gpus", "--from", str(rec)])
+    assert res.exit_code == 2 and f"{rec}:2: bad recording line: a number of 5000 digits" in res.output
+    assert "set_int_max_str_digits" not in res.output
