@@ -57,8 +57,9 @@ def common_options(fn: Callable) -> Callable:
     opts = [
         click.option("--gpu", "gpu", default=None, help="GPU spec: A100-80GB, 8xH100-80GB, 2x4090 (default: NVML)."),
         click.option("--nnodes", type=int, default=None, help="Number of nodes (each with the --gpu count)."),
-        click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
-                     help="Output format (default text; github under GitHub Actions)."),
+        click.option("--format", "--output-format", "fmt", type=click.Choice(FORMATS), default=None,
+                     help="Output format (default text; github under GitHub Actions). --output-format is ruff's "
+                          "name for it."),
         click.option("--output", "output", type=click.Path(dir_okay=False), default=None, help="Write the report here."),
         click.option("--select", default=None, help="Comma-separated codes or prefixes to run."),
         click.option("--ignore", default=None, help="Comma-separated codes or prefixes to skip."),
@@ -121,14 +122,32 @@ def emit(report: Any, opts: Any) -> None:
         from finetune_doctor.engine.loader import load_rules
 
         extra["rules"] = load_rules(opts.rules_dirs)
-    text = render(report, opts.format, **extra)
-    if opts.output:
-        from finetune_doctor.fsutil import atomic_write
+    _write(render(report, opts.format, **extra), opts, _input_files(report))
+    sys.exit(exit_code(report, opts.fail_on))
 
-        atomic_write(opts.output, text)
+
+def _input_files(report: Any) -> list[str]:
+    """The files a report was made from (its `inputs` and the postmortem's read list), for the output policy."""
+    out: list[str] = []
+    for v in (report.inputs or {}).values():
+        if isinstance(v, str):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out.extend(x for x in v if isinstance(x, str))
+    for rec in (report.sections or {}).get("read") or []:
+        if isinstance(rec, dict) and isinstance(rec.get("file") or rec.get("path"), str):
+            out.append(rec.get("file") or rec.get("path"))
+    return out
+
+
+def _write(text: str, opts: Any, inputs: Any = ()) -> None:
+    if opts.output:
+        from finetune_doctor.fsutil import write_output
+
+        # the output policy (fsutil.py): stdout for - and /dev/stdout, regular files only, never an input
+        write_output(opts.output, text, "--output", [*opts.paths, *inputs])
     elif text:   # a clean run in the concise format prints nothing at all, as flake8 does
         click.echo(text, nl=not text.endswith("\n"))
-    sys.exit(exit_code(report, opts.fail_on))
 
 
 def exit_code(report: Any, fail_on: str) -> int:
@@ -202,12 +221,27 @@ def check(config: str, overrides: tuple[str, ...], probe_mode: str | None, scan_
               "exit 1 when there is one).")
 @strict_option
 @context_option
+@click.option("--statistics", is_flag=True, help="Print one line per rule code with its count instead of findings.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings (bad input still exits 2).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Use this pyproject.toml or .finetune-doctor.toml instead of looking one up per file.")
+@click.option("--stdin-filename", default=None, metavar="PATH",
+              help="The name standard input (-) is linted under: findings point at it, its suffix says YAML/JSON.")
+@click.option("--force-exclude", is_flag=True,
+              help="Apply exclude/extend-exclude to files named on the command line too (as pre-commit names them).")
 @_guard
-def lint(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bool, **kw: Any) -> None:
-    """Static rules only (pre-commit). Never imports torch, never touches a GPU or a dataset."""
+def lint(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bool, statistics: bool, exit_zero: bool,
+         config_file: str | None, stdin_filename: str | None, force_exclude: bool, **kw: Any) -> None:
+    """Static rules over FILES, directories (walked for YAML/JSON configs) or - (standard input); for
+    pre-commit. Never imports torch, never touches a GPU or a dataset."""
     from finetune_doctor.pipeline import lint as pipe
+    from finetune_doctor.pipeline.lintinputs import collect
 
-    opts = _options(command="lint", paths=list(files), **kw)
+    files = tuple(collect(files, stdin_filename=stdin_filename, config_file=config_file,
+                          force_exclude=force_exclude))
+    if exit_zero:
+        kw["fail_on"] = "never"
+    opts = _options(command="lint", paths=list(files), config_file=config_file, **kw)
     if diff:
         # a raw diff on stdout, nothing else (pipe it to `patch -p0`); exit 1 when it is not empty, as ruff does
         text, notes, hidden = pipe.diff(list(files), opts, unsafe_fixes=unsafe_fixes)
@@ -221,6 +255,11 @@ def lint(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bool, **kw
             click.echo("doctor: no fixes to show", err=True)
         sys.exit(1 if text else 0)
     report = pipe.run(list(files), opts, fix=fix, unsafe_fixes=unsafe_fixes)
+    if statistics:
+        from finetune_doctor.reporters.statistics import render_statistics
+
+        _write(render_statistics(pipe.statistics(report), opts.format), opts)
+        sys.exit(exit_code(report, opts.fail_on))
     emit(report, opts)
 
 
@@ -364,8 +403,10 @@ def explain(code_or_name: str, rules_dirs: tuple[str, ...]) -> None:
     from finetune_doctor.engine.loader import find_rule, load_rules
     from finetune_doctor.reporters.catalog import render_explain
 
+    from finetune_doctor.reporters.wrap import terminal_width, wrap_markdown
+
     rule = find_rule(load_rules(list(rules_dirs)), code_or_name)
-    click.echo(render_explain(rule))
+    click.echo(wrap_markdown(render_explain(rule), terminal_width()))
 
 
 if __name__ == "__main__":  # pragma: no cover

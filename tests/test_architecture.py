@@ -16,7 +16,8 @@ PKG = Path(__file__).resolve().parent.parent / "finetune_doctor"
 
 # The data flow, bottom up (docs/ARCHITECTURE.md). A module may import its own layer or a lower one.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("__init__", "types", "errors", "fsutil", "projectconfig", "settings", "arch", "quant", "dtypes", "evidence"),
+    ("__init__", "types", "errors", "fsutil", "projectconfig", "settings", "arch", "quant", "dtypes", "evidence",
+     "numbers"),
     ("readers", "hardware"),
     ("run",),
     ("analyzers",),

@@ -57,7 +57,7 @@ def test_local_wins_and_says_local(tmp_path):
 def test_model_config_file_or_dir(tmp_path):
     with pytest.raises(ModelUnresolved) as ei:
         load_arch(REPO)
-    assert ei.value.fix.startswith(f"huggingface-cli download {REPO} config.json")
+    assert ei.value.fix.startswith(f"hf download {REPO} config.json")
     assert "--model-config" in ei.value.message and ei.value.model == REPO
     arch, doc = load_arch(REPO, model_config=str(QWEN05))
     assert arch.source_kind == "model-config" and arch.total_params() == QWEN05_PARAMS

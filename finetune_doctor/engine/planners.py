@@ -68,7 +68,16 @@ def _ds_stage_edit(asm_ds: Any, stage: int, stock: bool = False) -> tuple[tuple[
 
 
 def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
-    """Remedies that apply to `run` (a run.Run)."""
+    """Remedies that apply to `run` (a run.Run).
+
+    Never one LLaMA-Factory would ignore or refuse for this model (issue 26): on a pre-quantized checkpoint —
+    known from its config.json (`run.ptq_method`) or, when the config is not on this machine, hinted by its name
+    (``-AWQ``, ``-GPTQ-Int4``, ``-FP8``: quant.py `name_suggests_quantized`) — `quantization_bit` is ignored
+    (LF model_args: a checkpoint's own quantization_config wins) and ZeRO-3 is refused, so neither is proposed.
+    """
+    from finetune_doctor.quant import name_suggests_quantized
+
+    prequantized = run.quantized or run.ptq_method is not None or bool(name_suggests_quantized(run.model_name or ""))
     out: list[Candidate] = []
     if not launchenv.torchrun_launch(run, launchenv.launch_env(run)) and not launchenv.expandable_segments(run):
         out.append(expandable_candidate())
@@ -112,7 +121,7 @@ def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
                              (("config", "pure_bf16", True, False), ("config", "bf16", None, True)), 0, True,
                              "weights, gradients and Adam states in bf16 (no fp32 master)"))
     world = run.world_size
-    if world > 1 and not run.quantized:
+    if world > 1 and not prequantized:
         stage = run.zero_stage if run.deepspeed else -1
         for new_stage in (2, 3):
             if new_stage > stage:
@@ -141,7 +150,7 @@ def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
         out.append(Candidate("LoRA instead of full fine-tuning", "ft",
                              (("config", "finetuning_type", "lora", False), ("config", "lora_target", "all", False)),
                              0, True, "trains low-rank adapters only"))
-    if run.finetuning_type in ("lora",) and not run.quantized and not (run.deepspeed and run.zero_stage == 3):
+    if run.finetuning_type in ("lora",) and not prequantized and not (run.deepspeed and run.zero_stage == 3):
         out.append(Candidate("QLoRA (4-bit base weights)", "quant",
                              (("config", "quantization_bit", 4, False),), 30, True,
                              "base weights in NF4; dequantized per matmul"))

@@ -25,12 +25,25 @@ def open_recorder(path: str, host: str | None = None, interval_s: float | None =
 
     Raises InputError for another extension, or for a CSV whose existing header is not ours.
     """
+    from finetune_doctor.fsutil import STDOUT, output_target
+
+    if output_target(path, "--record") == STDOUT:
+        raise InputError("--record appends samples to a file; standard output carries the report (name a file)",
+                         file=path)
     suffix = Path(path).suffix.lower()
     if suffix == ".csv":
         return CsvRecorder(path)
     if suffix in (".jsonl", ".ndjson", ".json"):
         return JsonlRecorder(path, host, interval_s)
     raise InputError("--record needs a .csv (nvidia-smi --query-gpu format) or .jsonl file name", file=path)
+
+
+def _flush(f: IO[str], path: str) -> None:
+    """Flush one sample; a full disk or a revoked folder mid-recording is one line naming the file."""
+    try:
+        f.flush()
+    except OSError as err:
+        raise InputError(f"cannot write: {err.strerror or err}", file=path) from None
 
 
 def _stamp(t: float | None) -> str:
@@ -70,7 +83,7 @@ class CsvRecorder:
             for c in snap.cards:
                 self._f.write(self._row(snap.time, c) + "\n")
                 self.rows += 1
-        self._f.flush()
+        _flush(self._f, self.path)
 
     @staticmethod
     def _row(t: float | None, c: CardSnapshot, error: str | None = None) -> str:
@@ -113,7 +126,7 @@ class JsonlRecorder:
         else:
             self._f.write(json.dumps(snap.to_dict(), separators=(",", ":")) + "\n")
         self.rows += 1
-        self._f.flush()
+        _flush(self._f, self.path)
 
     def close(self) -> None:
         self._f.close()

@@ -92,6 +92,16 @@ def run(opts: Any, watch: float | None = None, record: str | None = None, interv
                   sections={"gpus": section_data(facts, loop_stats)}, notes=tuple(dict.fromkeys(notes)))
 
 
+def _no_driver(message: str, spec: Hardware | None) -> str:
+    """The driver error, with advice that fits what the user already gave: after ``--gpu A100-80GB`` "use --gpu
+    SPEC" is no help (issue 26) — the spec names the cards but `doctor gpus` shows their live memory."""
+    if spec is None:
+        return message
+    head = message.split(";")[0].split(": install the driver")[0]
+    return (f"{head}: --gpu names the cards but `doctor gpus` shows their live memory, which needs the driver; "
+            "run it on the training machine, or read a recording there with --from FILE")
+
+
 def _sample(opts: Any, source: Any, watch: float | None, record: str | None, interval: float, count: int | None,
             cfg: ConfigInfo | None, spec: Hardware | None, take: Callable[[Snapshot], None],
             progress: Callable[[dict[str, Any]], None] | None, sleep: Callable[[float], None],
@@ -100,7 +110,7 @@ def _sample(opts: Any, source: Any, watch: float | None, record: str | None, int
     try:
         src = source if source is not None else open_adapter()
     except NVMLUnavailable as err:
-        raise InputError(f"{err}", file="nvml") from None
+        raise InputError(_no_driver(str(err), spec), file="nvml") from None
     try:
         if watch is None and record is None and count is None:
             try:

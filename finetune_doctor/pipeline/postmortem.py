@@ -212,7 +212,7 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
 
         findings = confirm_fragmentation(asm, findings, opts)   # replays the crashed config (probes/replayed.py)
     if plot:
-        draw(tl, plot, title=_plot_title(facts, ev))
+        draw(tl, plot, title=_plot_title(facts, ev), inputs=[f.read.path for f in ev.files] + [cfg_path or ""])
         notes.append(f"plot written to {plot}")
     return _report(ev, tl, asm, hw, cfg_path, findings, notes)
 

@@ -197,7 +197,11 @@ def _fix_for(top: dict[str, Any] | None, cfg: ConfigInfo | None) -> tuple[str, s
     if k == "multimodal":
         cur = _cfg_get(cfg, "image_max_pixels")
         # LLaMA-Factory's default image_max_pixels is 768*768 = 589824 (LF_FACTS.md §4)
-        cur = cur if isinstance(cur, (int, float)) and cur > 0 else 589824
+        from finetune_doctor.numbers import finite
+
+        # .inf or a 5,000-digit value is no size (numbers.py): the default is what LF would use
+        f = finite(cur)
+        cur = f if f is not None and f > 0 else 589824
         new = int(cur // 2)
         return (f"Cap the image size: image_max_pixels {int(cur)} -> {new} (fewer visual tokens per image)",
                 "image_max_pixels", new)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Mapping
 
@@ -163,6 +163,10 @@ class _Ctx:
     tf_major: str | None
     tf_majors: list[str]
     value_renames: Mapping[str, Any]
+    # did-you-mean costs ~3 ms per unknown key (difflib over ~400 known names): a file of 100k unknown keys ran
+    # past 60 s (issue 27). The first MAX_SUGGESTIONS unknown keys of a file get one; the rest say so.
+    suggestions_left: list[int] = field(default_factory=lambda: [MAX_SUGGESTIONS])
+    known_cache: list[str] = field(default_factory=list)   # the usable known names, computed once per file
     tf_version: tuple[int, ...] | None = None
 
 
@@ -180,6 +184,9 @@ def _transformers_last(r: Mapping[str, Any]) -> tuple[int, ...] | None:
     last = str(r.get("last_seen") or "")
     return _release(last.split(" ", 1)[1]) if last.startswith("transformers ") else None
 
+
+MAX_SUGGESTIONS = 500
+"""Unknown keys per file that get a did-you-mean (about 1.5 s of difflib at most on a 2-core machine)."""
 
 _FATE = "\0fate\0"
 _STOPS = "LLaMA-Factory stops with \"Some keys are not used by the HfArgumentParser\""
@@ -310,7 +317,9 @@ def _unknown(ctx: _Ctx, key: str, value: Any) -> KeyProblem:
             return False
         return not (ctx.mode == "train" and e.get("group") in ("evaluation", "infer_eval_only"))
 
-    known = [n for n, e in ctx.keys.items() if usable(n, e)]
+    if not ctx.known_cache:
+        ctx.known_cache.extend(n for n, e in ctx.keys.items() if usable(n, e))
+    known = ctx.known_cache
     norm = key.strip().lower().replace("-", "_").replace(" ", "_")
     if norm != key and norm in ctx.keys and usable(norm, ctx.keys[norm]):
         return KeyProblem(key, "unknown", f"`{key}` is not a key (keys are lower_snake_case): {_FATE}.",
@@ -320,6 +329,11 @@ def _unknown(ctx: _Ctx, key: str, value: Any) -> KeyProblem:
         extra = _rename(ctx, new, value) if ctx.retired[norm].get("same_value") else {}
         return KeyProblem(key, "renamed", f"`{key}` is an old spelling of `{new}`: {_FATE}.",
                           suggestion=f"write `{new}`", replacement_key=new, **extra)
+    if ctx.suggestions_left[0] <= 0:
+        return KeyProblem(key, "unknown", f"Unknown key `{key}`: {_FATE}.",
+                          suggestion=f"remove `{key}` or check its spelling (no spelling suggestion past the first "
+                                     f"{MAX_SUGGESTIONS} unknown keys of a file)")
+    ctx.suggestions_left[0] -= 1
     near = difflib.get_close_matches(norm, known + list(ctx.retired), n=3, cutoff=0.75)
     names: list[str] = []
     for n in near:

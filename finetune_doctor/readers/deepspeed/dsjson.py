@@ -68,6 +68,13 @@ def read_bytes(path: str, what: str = "DeepSpeed config") -> bytes:
     naming `path` for those, for every OS error (missing, permission, symlink loop, name too long) and for a file
     over the size limit.
     """
+    from finetune_doctor.readers.textfile import provided
+
+    given = provided(str(path))
+    if given is not None:
+        if len(given) > limits.MAX_CONFIG_BYTES:
+            raise InputError(f"{what} exceeds the {limits.MAX_CONFIG_BYTES >> 20} MiB limit", file=str(path))
+        return given
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     try:
         fd = os.open(path, flags)
@@ -158,7 +165,7 @@ def parse(text: str, path: str, what: str = "DeepSpeed config") -> JsonDoc:
 
 
 # a string token (a key when a colon follows) or a bracket; and what in a text may decode to an unprintable string
-_TOKEN = re.compile(r'"((?:[^"\\]|\\.)*)"([ \t\n\r]*:)?|[{}\[\]]')
+_NEXT = re.compile(r'["{}\[\]]')
 _UNPRINTABLE_SRC = re.compile(r"\\u(?:00[01][0-9a-fA-F]|007[fF]|00[89][0-9a-fA-F]|[dD][89a-fA-F][0-9a-fA-F]{2})"
                               r"|\\[bfnrt]|[\x7f-\x9f]")
 
@@ -178,34 +185,43 @@ def _fast(text: str) -> JsonDoc | None:
     dups: set[str] = set()
     stack: list[list[Any]] = []              # [is object, dotted path, pending key path, keys seen]
     longest = limits.MAX_SCALAR_CHARS + 2
-    for m in _TOKEN.finditer(text):
-        kind = m.lastindex                    # None: a bracket; 1: a string value; 2: a key
-        if kind == 1:
-            if m.end() - m.start() > longest:
+    pos = 0
+    # strings are measured by the json module's own C scanstring, never by a regex: a `(?:[^"\\]|\\.)*` group
+    # over one 10 MiB string kept a backtracking frame per character and peaked at 1.4 GB (issue 27)
+    while True:
+        m = _NEXT.search(text, pos)
+        if m is None:
+            break
+        at, tok = m.start(), m.group()
+        if tok == '"':
+            try:
+                name, end = scanstring(text, at + 1, True)
+            except ValueError:
                 return None
-        elif kind is None:
-            tok = m.group()
-            if tok == "{" or tok == "[":
-                if len(stack) >= limits.MAX_DEPTH:
-                    return None
-                top = stack[-1] if stack else None
-                prefix = "" if top is None else top[2] if top[0] else top[1]
-                stack.append([tok == "{", prefix, None, set() if tok == "{" else None])
-            else:
-                stack.pop()
-        else:
-            raw = m.group(1)
-            if len(raw) > limits.MAX_SCALAR_CHARS:
+            if end - at > longest:
                 return None
-            name = scanstring(raw + '"', 0, True)[0] if "\\" in raw else raw
+            pos = end
+            after = _WS.match(text, end).end()
+            if after >= len(text) or text[after] != ":":
+                continue                      # a string value
             frame = stack[-1]
             key = f"{frame[1]}.{name}" if frame[1] else name
             if name in frame[3]:
                 dups.add(key)
             else:
                 frame[3].add(name)
-                offsets.append((key, m.start()))
+                offsets.append((key, at))
             frame[2] = key
+            continue
+        pos = at + 1
+        if tok == "{" or tok == "[":
+            if len(stack) >= limits.MAX_DEPTH:
+                return None
+            top = stack[-1] if stack else None
+            prefix = "" if top is None else top[2] if top[0] else top[1]
+            stack.append([tok == "{", prefix, None, set() if tok == "{" else None])
+        else:
+            stack.pop()
     return JsonDoc(values, _positions(text, offsets), tuple(sorted(dups)))
 
 

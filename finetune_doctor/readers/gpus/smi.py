@@ -442,6 +442,17 @@ def _f(v: object) -> float | None:
 
 
 # -- JSON / JSONL recordings -----------------------------------------------------------------------------------
+def _bounded_int(text: str) -> int:
+    """JSON integers through the one bounded number parser (numbers.py): a 5,000-digit value is named as such
+    instead of Python's int-conversion limit message (issue 27)."""
+    from finetune_doctor.numbers import MAX_INT_DIGITS, bounded_int
+
+    n = bounded_int(text)
+    if n is None:
+        raise ValueError(f"a number of {len(text)} digits (more than {MAX_INT_DIGITS}) is no GPU metric")
+    return n
+
+
 def _read_jsonl(stream: GpuStream) -> Iterator[Snapshot]:
     """Samples of a ``doctor gpus --record FILE.jsonl`` recording, a line at a time."""
     path = stream.path
@@ -451,7 +462,7 @@ def _read_jsonl(stream: GpuStream) -> Iterator[Snapshot]:
         if not ln.strip():
             continue
         try:
-            d = json.loads(ln)
+            d = json.loads(ln, parse_int=_bounded_int)
             if not isinstance(d, dict):
                 raise ValueError("a line must be a JSON object")
             if "schema" in d and "cards" not in d and "gap" not in d:

@@ -104,6 +104,7 @@ def _adapter_base(d: Path) -> str | None:
 
 def _from_file(path: Path, name: str, kind: str, note: str, tf_major: int | str | None) -> tuple[ModelArch, SourceDoc]:
     cfg, doc = read_config_json(path)
+    _require_model_type(cfg, name, str(path))
     stored = None if _names_dtype(cfg) else stored_dtype(path.parent)
     if stored is not None:
         # what torch_dtype="auto" resolves to when config.json names none: the weights' own dtype
@@ -119,6 +120,32 @@ def _names_dtype(cfg: dict[str, Any]) -> bool:
     subs = [cfg] + [cfg[k] for k in ("text_config", "llm_config") if isinstance(cfg.get(k), dict)]
     return any(isinstance(d.get("torch_dtype") or d.get("dtype"), str) and (d.get("torch_dtype") or d.get("dtype"))
                != "auto" for d in subs)
+
+
+def _require_model_type(cfg: dict, name: str, path: str) -> None:
+    """transformers' AutoConfig refuses a config.json without ``model_type`` ("Unrecognized model in ... Should
+    have a `model_type` key in its config.json"), unless a known model type's name occurs in the path it was
+    given (configuration_auto.py ``AutoConfig.from_pretrained``: the pattern fallback). So does LLaMA-Factory,
+    which loads through it: issue 27 saw such a config get "fits", exit 0. Raises ModelConfigInvalid at line 1."""
+    mt = cfg.get("model_type")
+    if isinstance(mt, str) and mt.strip():
+        return
+    known = {str(e.get("config", {}).get("model_type") or "") for e in _catalog_entries()} - {""}
+    if any(t in name for t in sorted(known, key=len, reverse=True)):
+        return
+    raise ModelConfigInvalid("config.json has no `model_type`: transformers' AutoConfig (and so LLaMA-Factory) "
+                             "refuses it with \"Unrecognized model ... Should have a `model_type` key\"; add the "
+                             "model_type of its architecture (e.g. \"qwen2\")", file=path, line=1,
+                             missing="model_type in config.json")
+
+
+def _catalog_entries() -> tuple:
+    try:
+        from finetune_doctor.readers.model.catalog import catalog_entries
+
+        return tuple(catalog_entries())
+    except (OSError, ValueError):
+        return ()
 
 
 def _model_config_file(model_config: str, base_dir: str | None) -> Path:
@@ -137,7 +164,7 @@ def _model_config_file(model_config: str, base_dir: str | None) -> Path:
 
 def _fix_command(name: str) -> str:
     if REPO_ID.match(name):
-        return (f"huggingface-cli download {name} config.json  (or --model-config path/to/config.json)")
+        return (f"hf download {name} config.json  (or --model-config path/to/config.json)")
     return "--model-config path/to/config.json"
 
 
@@ -246,11 +273,13 @@ def _resolve(name: str, base_dir: str | None, hf_home: str | None, cache_dir: st
         if why_not:
             looked.append(why_not)
             continue
-        if cand.name.endswith(".json") and cand.exists() and not cand.is_dir():
+        # os.path's tests answer False for a name the OS refuses (ENAMETOOLONG for a 5,000-character
+        # model_name_or_path, issue 27) where pathlib's raise
+        if cand.name.endswith(".json") and os.path.exists(cand) and not os.path.isdir(cand):
             return _from_file(cand, name, "local", "", tf_major)   # read_config_json refuses non-regular files
-        if cand.is_dir():
+        if os.path.isdir(cand):
             cfgp = cand / "config.json"
-            if cfgp.exists():
+            if os.path.exists(cfgp):
                 return _from_file(cfgp, name, "local", "", tf_major)
             base = _adapter_base(cand)
             if base and base != name and depth < 3:
