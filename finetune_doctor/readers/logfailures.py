@@ -186,6 +186,15 @@ class FailureLines:
                 self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, kind, seq=seq, ranks=ranks,
                                                  text=text.strip()[:500], wall=wall))
                 return
+        if "thread terminated" in text and "imeout" not in text and "timed out" not in text \
+                and pat.NCCL_TERMINATED.search(text):
+            # the watchdog aborts on any asynchronous error of the stream it watches ("... terminated with
+            # exception: CUDA error: an illegal memory access was encountered"): the CUDA error is the event
+            # (recorded by _device), the abort is not a collective timeout
+            what = text[pat.NCCL_TERMINATED.search(text).end():].strip()[:200] or None
+            self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, "watchdog-error", op=what,
+                                             text=text.strip()[:500], wall=wall))
+            return
         if ("have failed or timed out" in text or "thread terminated" in text or "checkTimeout" in text) and (
                 pat.NCCL_FAILED.search(text) or pat.NCCL_TERMINATED.search(text) or pat.NCCL_CHECK_FRAME.search(text)):
             if ("failed", rank) not in self.nccl_seen:

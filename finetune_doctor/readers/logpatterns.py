@@ -71,6 +71,9 @@ TRIGGER_WORDS = (
     "Total optimization", "Total train batch", "Num Epochs", "Gradient Accumulation", "Instantaneous batch",
     "Number of trainable", "|| all params: ", "Process rank: ", "Config mesh", "DeepSpeed info", "ZeRO stage ",
     ".... ", "- num_params = ", "Running training", "Continuing training",
+    # the trainer (FACTS "trainer"): Lightning's process-group line; NeMo's "[NeMo I" prefix is on every line of
+    # its logs, so a log of >= 4 MiB (grep path) names NeMo only through the other lines
+    "GLOBAL_RANK: ",
     # CUDA runtime and library errors (c10_cuda_check_implementation, ATen/cuda/Exceptions.h, device asserts)
     "CUDA error: ", "AcceleratorError", "Assertion `", "CUBLAS_STATUS_", "CUDNN_STATUS_",
     # kernel log (dmesg / journalctl -k): Xid (the OOM killer's own line is "Out of memory: Killed process")
@@ -264,6 +267,19 @@ FACTS = [   # (fact, a literal every matching line contains, expression, convers
     ("min_loss_scale", "float16_config", re.compile(r"float16_config \.+ .*\bmin_loss_scale=(?P<v>[\d.]+)"), float),
     ("initial_scale_power", "float16_config", re.compile(r"float16_config \.+ .*\binitial_scale_power=(?P<v>\d+)"), int),
     ("ds_params_elems", "num_elems", re.compile(r"finished initializing model - num_params = \d+, num_elems = (?P<v>[\d.]+[KMBT]?)"), str),
+    # which trainer wrote the log, so that advice names that trainer's setting: HF Trainer's banner
+    # (transformers/trainer.py ``_inner_training_loop``: "***** Running training *****"), LLaMA-Factory's logger
+    # names, NeMo's logging prefix (nemo/utils/nemo_logging.py: "[NeMo I 2024-05-01 10:00:00 file:line]") and
+    # Lightning's process-group line (lightning/fabric/utilities/distributed.py ``_init_dist_connection``:
+    # "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/8"); the first one a file prints wins
+    ("trainer", "Running training", re.compile(r"(?P<v>\*+ Running training \*+)"), lambda v: "transformers"),
+    ("trainer", "llamafactory.", re.compile(r"(?P<v>llamafactory\.\w+)"), lambda v: "transformers"),
+    ("trainer", "[NeMo ", re.compile(r"(?P<v>\[NeMo [IWE] \d{4}-)"), lambda v: "nemo"),
+    # NeMo's Megatron progress bar (nemo/.../megatron_gpt_model.py logs reduced_train_loss, consumed_samples)
+    # and Lightning's own bar (its version number ``v_num``)
+    ("trainer", "reduced_train_loss", re.compile(r"(?P<v>reduced_train_loss=)"), lambda v: "nemo"),
+    ("trainer", "v_num=", re.compile(r"(?P<v>, v_num=)"), lambda v: "lightning"),
+    ("trainer", "GLOBAL_RANK", re.compile(r"(?P<v>Initializing distributed: GLOBAL_RANK: \d+)"), lambda v: "lightning"),
 ]
 ZERO3_DETECTED = re.compile(r"Detected DeepSpeed ZeRO-3")
 RUN_START = re.compile(r"\*+ Running training \*+")
