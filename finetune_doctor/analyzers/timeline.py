@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from finetune_doctor.analyzers import causes, detectors, failures, ranks
+from finetune_doctor.analyzers import causes, detectors, failures, health, ranks
 from finetune_doctor.analyzers.collectives import nccl_facts
 from finetune_doctor.analyzers.curves import Curve, build_curves, curve_summary, fmt, location_of
 from finetune_doctor.analyzers.detectors import spikes
@@ -251,6 +251,7 @@ def _end(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, 
     c = out["crash"]
     if c and not (c["explained"] and c["kind"] == "traceback-only"):
         events.at(c["step"], "exception", c["text"], c["location"])
+    out["health"] = health.health_facts(ev, cx, curves, out)
     if out["completed"]:
         events.add(out["steps"]["last"], "finished", "the training loop finished (final metrics were logged)",
                    out["completed"]["source"])
