@@ -35,3 +35,24 @@ def test_a_stopped_log_with_a_two_thousand_day_timeout_is_a_hang():
     names = [f.name for f in r.findings]
     assert names[0] == "run-hang" and "run-stopped-without-error" not in names
     assert "step 37 of 400" in r.findings[0].message
+
+
+def test_a_cut_oom_message_keeps_every_figure_printed_whole():
+    """torch >= 2.1's message (c10/cuda/CUDACachingAllocator.cpp) cut after "and 2.1": the capacity, the free
+    memory and the allocated figure survive; the cut figure is not read."""
+    from finetune_doctor.readers.runlayout import collect
+
+    ev = collect(os.path.join(FIX, "oom_cut"), [])
+    o = ev.files[0].ooms[0]
+    gib = float(1 << 30)
+    assert (o.format, o.gpu, o.total / gib, o.free / gib, o.allocated / gib, o.requested / gib) == \
+        ("partial", 0, 79.15, 1.02, 75.31, 2.0)
+    assert o.reserved_unallocated is None and o.this_process == 78.12 * gib
+    assert "1.02 GiB free of 79.15 GiB" in run("oom_cut").findings[0].message
+
+
+def test_a_crash_after_the_evaluation_at_a_save_step_is_during_the_checkpoint_save():
+    r = run("save_after_eval")
+    f = r.findings[0]
+    assert f.name == "run-crashed" and "during the checkpoint save at step 500" in f.message
+    assert [(e.step, e.kind) for e in r.timeline] == [(500, "exception")]

@@ -14,7 +14,8 @@ None or a mapping that names its evidence (``evidence``: the lines or values it 
   banner, trainer_log's ``total_steps``, or ``max_steps`` of the config) by more than STOP_SHORT of it, the run
   did not complete, and no log shows an error of any kind (exception, OOM, CUDA error, NCCL, a kill line): the
   process was ended from outside (SIGKILL from the kernel's OOM killer, the scheduler, a preemption, a closed
-  terminal) — or it still hangs.
+  terminal) — or it still hangs. Only a log read from HF's banner (or LF's trainer_log.jsonl) counts: a paste
+  cut anywhere would look the same.
 * **Hang**: stopped without an error, and something says the processes were alive but not progressing: the NCCL
   heartbeat monitor ("ProcessGroupNCCL's watchdog got stuck", ProcessGroupNCCL.cpp ``HeartbeatMonitor``), ranks
   whose last steps differ with none failed, or a ``ddp_timeout`` so large (≥ HANG_TIMEOUT_S) that the watchdog
@@ -88,11 +89,14 @@ def _errored(out: dict[str, Any]) -> bool:
 
 
 def _total(out: dict[str, Any], cx: RunContext) -> tuple[int | None, str | None]:
-    t = (out.get("steps") or {}).get("total")
-    if t:
-        return int(t), "the log's total steps"
+    """The run's total from a record of the whole run: HF's "Total optimization steps" banner or LLaMA-Factory's
+    trainer_log.jsonl (fact ``total_steps``), with max_steps of the config beside a banner. A bar's total alone
+    is not enough: a pasted excerpt ends anywhere, and only a log read from its banner ends where the run did."""
+    t = cx.log.get("total_steps")
+    if isinstance(t, int) and t > 0:
+        return t, "the log's total steps"
     ms = cx.cfg.get("max_steps")
-    if isinstance(ms, int) and ms > 0:
+    if isinstance(ms, int) and ms > 0 and cx.log.get("micro_batch") is not None:
         return ms, "max_steps of the config"
     return None, None
 
@@ -138,3 +142,47 @@ def health_facts(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: di
     """``ev.health``: {no_update, stopped, hang} (module docstring)."""
     s, h = stopped(ev, cx, out)
     return {"no_update": no_update(ev, cx, curves), "stopped": s, "hang": h}
+
+
+def _eval_points(f: Any) -> list[tuple[int, int]]:
+    """(line, step) of the eval_loss points of one file."""
+    out: list[tuple[int, int]] = []
+    for s in f.series:
+        if s.name.endswith("eval_loss"):
+            out += [(s.lines[i], s.steps[i]) for i in range(len(s.steps))]
+    return out
+
+
+def _after_eval(step: int, cx: RunContext) -> tuple[str, str]:
+    ss = cx.cfg.get("save_steps")
+    if isinstance(ss, int) and ss > 0 and step % ss == 0:
+        return "save", (f"during the checkpoint save at step {step}, right after its evaluation (step {step} is a "
+                        f"multiple of save_steps {ss}: HF's Trainer evaluates, then saves)")
+    return "evaluation", f"right after the evaluation at step {step}"
+
+
+def crash_moment(ev: Evidence, cx: RunContext, file: str, line: int, step: int | None) -> tuple[str, str, int] | None:
+    """(phase, words, step) of a crash at `file`:`line` from the moment markers before it in the same file:
+    HF's "Saving model checkpoint to .../checkpoint-N" (phase save), "***** Running Evaluation *****" with or
+    without its eval_loss logged after it (evaluation, or the save that follows an evaluation at a save step),
+    or an eval_loss logged at the step just before the crash. None when nothing places it; a marker counts only
+    when no training step was counted between it and the crash (the bar's step is the same)."""
+    f = next((x for x in ev.files if x.read.path == file), None)
+    if f is None:
+        return None
+    marks = [n for n in f.notices if n.kind in ("save", "eval-start") and n.line < line]
+    evals = [(ln, s) for ln, s in _eval_points(f) if ln < line]
+    last = marks[-1] if marks else None
+    if last is not None and (step is None or last.step == step):
+        at = (last.value or {}).get("step")
+        if last.kind == "save":
+            return "save", f"during the checkpoint save of checkpoint-{at}", at if at is not None else step
+        done = [s for ln, s in evals if ln > last.line]
+        if done:
+            ph, words = _after_eval(done[-1], cx)
+            return ph, words, done[-1]
+        return "evaluation", f"during the evaluation at step {at}", at if at is not None else step
+    if evals and step is not None and evals[-1][1] in (step - 1, step):
+        ph, words = _after_eval(evals[-1][1], cx)
+        return ph, words, evals[-1][1]
+    return None

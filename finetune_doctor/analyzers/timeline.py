@@ -249,6 +249,10 @@ def _end(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, 
     out["completed"] = causes.completed_facts(ev)
     out["crash"] = causes.crash_facts(ev, out)
     c = out["crash"]
+    if c and c.get("location"):
+        got = health.crash_moment(ev, cx, c["location"]["file"], c["location"]["line"], c["step"])
+        if got:
+            c["phase"], c["where_text"], c["step"] = got
     if c and not (c["explained"] and c["kind"] == "traceback-only"):
         events.at(c["step"], "exception", c["text"], c["location"])
     out["health"] = health.health_facts(ev, cx, curves, out)

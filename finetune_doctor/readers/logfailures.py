@@ -17,6 +17,22 @@ from finetune_doctor.readers.logcontext import Keep, LineContext, signame
 from finetune_doctor.readers.lineprefix import Prefix
 
 
+def oom_figures(text: str) -> dict[str, Any]:
+    """The figures of a cut OOM message, each read on its own (logpatterns.OOM_FIGURES): {gpu, total, free,
+    this_process, allocated, reserved_unallocated, reserved, allowed} for those printed whole."""
+    out: dict[str, Any] = {}
+    for name, rx in pat.OOM_FIGURES:
+        key = "total" if name == "gpu_total" else name
+        if key in out:
+            continue
+        m = rx.search(text)
+        if m:
+            out[key] = pat.size_bytes(m.group("v"))
+            if name == "gpu_total":
+                out["gpu"] = int(m.group("gpu"))
+    return out
+
+
 class FailureLines:
     """The failure half of the text-log parser (a mixin; see the module docstring)."""
 
@@ -74,7 +90,7 @@ class FailureLines:
                 m = pat.OOM_PARTIAL.search(text)
                 if m and (m.group("exc") or m.group("requested") or text.lstrip().startswith("CUDA out of memory")):
                     rec = OomRecord(self.path, line, self.during(), rank, "partial", exc=m.group("exc"),
-                                    requested=pat.size_bytes(m.group("requested")))
+                                    requested=pat.size_bytes(m.group("requested")), **oom_figures(text))
             elif pat.OOM_RUNTIME.search(text):
                 ce = pat.CUDA_ERROR.search(text)   # torch >= 2.8 raises it as torch.AcceleratorError
                 rec = OomRecord(self.path, line, self.during(), rank, "runtime", exc=ce.group("exc") if ce else None)

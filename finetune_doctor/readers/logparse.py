@@ -143,6 +143,8 @@ class TextLogParser(FailureLines):
             self._memory(text, line, context)
         if "[WARNING|" in text or "[ERROR|" in text or "strongly recommended to train" in text:
             self._warning(text, line)
+        if "Saving model checkpoint to" in text or "Running Evaluation" in text:
+            self._moment(text, line)
         if "Traceback (most recent" in text:
             self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip()[:500], rank))
         if "Error" in text or "Exception" in text:
@@ -386,6 +388,19 @@ class TextLogParser(FailureLines):
         elif m:
             self.keep.add("memory", MemoryRecord(self.path, line, self.during(), None, cpu_used=float(m.group("used")),
                                                  cpu_percent=float(m.group("pct"))))
+
+    def _moment(self, text: str, line: int) -> None:
+        """HF Trainer's evaluation and save markers (transformers/trainer.py ``evaluation_loop``: "***** Running
+        Evaluation *****"; ``_save``: "Saving model checkpoint to DIR"): a crash after one is placed in it.
+        ``value.step`` is the checkpoint's step (``checkpoint-N``) or the bar's step."""
+        m = pat.SAVE_MARK.search(text)
+        if m:
+            c = pat.CHECKPOINT_STEP.search(m.group("dir"))
+            self.keep.add("notices", Notice(self.path, line, self.during(), "save", text.strip()[:300],
+                                            {"step": int(c.group("step")) if c else self.step}))
+        elif "***** Running Evaluation" in text:
+            self.keep.add("notices", Notice(self.path, line, self.during(), "eval-start", text.strip()[:300],
+                                            {"step": self.step}))
 
     def _warning(self, text: str, line: int) -> None:
         m = pat.ATTN_WARN.search(text)

@@ -71,6 +71,8 @@ TRIGGER_WORDS = (
     "Total optimization", "Total train batch", "Num Epochs", "Gradient Accumulation", "Instantaneous batch",
     "Number of trainable", "|| all params: ", "Process rank: ", "Config mesh", "DeepSpeed info", "ZeRO stage ",
     ".... ", "- num_params = ", "Running training", "Continuing training",
+    # HF Trainer's evaluation and save markers (the phase a crash happened in)
+    "Saving model checkpoint", "Running Evaluation",
     # the trainer (FACTS "trainer"): Lightning's process-group line; NeMo's "[NeMo I" prefix is on every line of
     # its logs, so a log of >= 4 MiB (grep path) names NeMo only through the other lines
     "GLOBAL_RANK: ",
@@ -159,6 +161,20 @@ OOM_V2 = re.compile(
 OOM_PROC = re.compile(r"(?:Process (?P<pid>\d+)|(?P<self>this process)) has (?P<mem>" + SIZE + r") memory in use")
 OOM_PARTIAL = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)):\s*)?CUDA out of memory\.?(?:\s*Tried to allocate "
                           + _g("requested") + r")?")
+# each figure of an OOM message on its own, so that a message cut by a paste keeps every figure printed whole
+# before the cut (a size needs its unit: "2.1" at the cut is not read as 2.1 bytes). Both layouts above.
+OOM_FIGURES = (
+    ("gpu_total", re.compile(r"GPU (?P<gpu>\d+) has a total capac(?:i?)ty of " + _g("v") + r"(?= of which)")),
+    ("gpu_total", re.compile(r"\(GPU (?P<gpu>\d+);\s*" + _g("v") + r" total capacity;")),
+    ("free", re.compile(r"of which " + _g("v") + r" is free")),
+    ("free", re.compile(r"total capacity;.*?" + _g("v") + r" free;")),
+    ("this_process", re.compile(r"this process has " + _g("v") + r" memory in use")),
+    ("allocated", re.compile(r"Of the allocated memory " + _g("v") + r" is allocated by PyTorch")),
+    ("allocated", re.compile(_g("v") + r" already allocated;")),
+    ("reserved_unallocated", re.compile(r"and " + _g("v") + r" is reserved by PyTorch but unallocated")),
+    ("reserved", re.compile(_g("v") + r" reserved in total by PyTorch")),
+    ("allowed", re.compile(_g("v") + r" allowed;")),
+)
 OOM_RUNTIME = re.compile(r"CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation")
 
 # DeepSpeed fp16 loss scaler (log_patterns.md §2)
@@ -281,6 +297,8 @@ FACTS = [   # (fact, a literal every matching line contains, expression, convers
     ("trainer", "v_num=", re.compile(r"(?P<v>, v_num=)"), lambda v: "lightning"),
     ("trainer", "GLOBAL_RANK", re.compile(r"(?P<v>Initializing distributed: GLOBAL_RANK: \d+)"), lambda v: "lightning"),
 ]
+SAVE_MARK = re.compile(r"Saving model checkpoint to (?P<dir>\S+)")
+CHECKPOINT_STEP = re.compile(r"checkpoint-(?P<step>\d+)")
 ZERO3_DETECTED = re.compile(r"Detected DeepSpeed ZeRO-3")
 RUN_START = re.compile(r"\*+ Running training \*+")
 RESUME = re.compile(r"Continuing training from (?:checkpoint, will skip to saved global_step|global step (?P<step>\d+))")
