@@ -14,6 +14,7 @@ _DETECTORS = {
     "completed": "the training loop finished", "steps": "first, last, total, logged",
     "loss": "loss curve summary", "grad_norm": "grad-norm curve summary", "lr": "learning-rate schedule",
     "first_loss": "the first logged loss against ln(vocab)", "nan": "the first non-finite loss or grad norm",
+    "grad_nan_only": "a non-finite grad_norm the loss never felt: {step, count, loss_from, loss_to, detail, location}",
     "loss_zero": "loss stuck at 0", "loss_spike": "the first loss spike", "grad_spike": "the first grad-norm spike",
     "grad_const": "a constant grad norm", "scale": "DeepSpeed's loss-scale trajectory",
     "amp_skips": "HF AMP skipped steps", "benign_overflow": "overflow messages that are harmless",
