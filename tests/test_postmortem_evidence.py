@@ -64,3 +64,22 @@ def test_learning_rate_without_the_method_states_both_and_the_assumption(tmp_pat
     assert "100× the usual 1e-4 for LoRA, 1000× the usual 1e-5 for a full fine-tune" in f.message
     assert "give --config" in f.message
     assert [a.name for a in r.assumptions] == ["finetuning-method"]
+
+
+def test_the_plot_draws_nan_hidden_zero_losses_as_gaps_with_a_marker(tmp_path, monkeypatch):
+    import math
+
+    import matplotlib.pyplot as plt
+
+    figs = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))
+    lines = [f"{{'loss': {2.0 - 0.05 * s:.4f}, 'grad_norm': 0.8, 'learning_rate': 1e-05, 'epoch': {s / 100:.2f}}}"
+             for s in range(1, 6)]
+    lines += ["{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.06}"] * 3
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    pm.run(str(tmp_path), [], None, Options(command="postmortem"), plot=str(tmp_path / "p.png"))
+    ax = next(a for a in figs[-1].axes if a.get_ylabel() == "loss")
+    ys = list(ax.get_lines()[0].get_ydata())
+    assert ys[:5] == [1.95, 1.9, 1.85, 1.8, 1.75] and all(math.isnan(y) for y in ys[5:])   # gaps, not zeros
+    assert any("nan logged as 0.0 (3)" in t.get_text() for t in ax.get_legend().get_texts())
+    plt.close(figs[-1])
