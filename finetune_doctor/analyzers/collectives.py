@@ -17,7 +17,45 @@ from finetune_doctor.analyzers.ranks import FAR_BEHIND
 from finetune_doctor.analyzers.runctx import RunContext
 from finetune_doctor.evidence import NcclRecord
 
-_MAIN_ORDER = ("timeout", "last_work", "heartbeat", "failed", "desync-missing", "desync-started", "error")
+_MAIN_ORDER = ("timeout", "last_work", "heartbeat", "failed", "desync-missing", "desync-started")
+"""The records that mean a collective timed out or was torn down; NCCL's own errors ("unhandled system error",
+a WARN line) are not timeouts and go to `nccl_error_facts`."""
+
+NCCL_MEANINGS = {
+    "unhandled system error": ("a system call NCCL needs failed — almost always the network between nodes: NCCL "
+                               "picked an interface the peers cannot reach (docker/virtual bridges), a firewall, "
+                               "or a peer that is not up; set NCCL_SOCKET_IFNAME to the interface the nodes share "
+                               "(and NCCL_IB_DISABLE=1 without InfiniBand) and rerun with NCCL_DEBUG=INFO"),
+    "remote process exited or there was a network error": (
+        "a peer process died or the link dropped: the cause is on the other rank or node (its own log), or the "
+        "network"),
+    "unhandled cuda error": ("a CUDA call inside NCCL failed (often out of memory for NCCL's buffers, or a driver "
+                             "problem); NCCL_DEBUG=INFO names the call"),
+    "internal error": "NCCL hit an internal error: NCCL_DEBUG=INFO shows where; mismatched NCCL versions across "
+                      "nodes are a common cause",
+    "invalid usage": "NCCL was called inconsistently across ranks (different collectives, sizes or orders)",
+    "invalid argument": "NCCL was given an invalid argument (a device or communicator mismatch)",
+}
+NCCL_NAMES = {"ncclSystemError": "unhandled system error", "ncclRemoteError":
+              "remote process exited or there was a network error", "ncclUnhandledCudaError": "unhandled cuda error",
+              "ncclInternalError": "internal error", "ncclInvalidUsage": "invalid usage",
+              "ncclInvalidArgument": "invalid argument"}
+
+
+def nccl_error_facts(recs: list[NcclRecord]) -> dict[str, Any] | None:
+    """``ev.nccl_error``: the first NCCL error that is not a timeout — ncclGetErrorString's text as torch prints
+    it ("NCCL error in: ProcessGroupNCCL.cpp:N, unhandled system error", nccl src/init.cc ``ncclGetErrorString``)
+    or the ncclResult name — with what it means and the NCCL WARN lines beside it. None without one (WARN lines
+    alone are not an error: NCCL warns about optional plugins it did not find)."""
+    errs = [r for r in recs if r.kind == "error" and r.op and not r.op.startswith("WARN ")]
+    if not errs:
+        return None
+    e = errs[0]
+    desc = NCCL_NAMES.get(e.op or "", e.op or "")
+    warns = [r.op[5:] for r in recs if r.kind == "error" and r.op and r.op.startswith("WARN ")][:3]
+    return {"desc": desc, "meaning": NCCL_MEANINGS.get(desc, "NCCL failed; NCCL_DEBUG=INFO shows the failing call"),
+            "rank": e.rank, "count": len(errs), "warns": warns, "step": e.step,
+            "location": location_of(e.file, e.line)}
 
 
 def _main(recs: list[NcclRecord]) -> NcclRecord | None:

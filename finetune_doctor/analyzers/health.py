@@ -84,7 +84,7 @@ def no_update(ev: Evidence, cx: RunContext, curves: dict[str, Curve]) -> dict[st
 
 
 def _errored(out: dict[str, Any]) -> bool:
-    return any(out.get(k) for k in ("crash", "oom", "nccl", "killed", "cuda_error")) or \
+    return any(out.get(k) for k in ("crash", "oom", "nccl", "nccl_error", "killed", "cuda_error")) or \
         (out.get("scale") or {}).get("trajectory") == "abort"
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from finetune_doctor.analyzers import causes, detectors, failures, health, ranks
-from finetune_doctor.analyzers.collectives import nccl_facts
+from finetune_doctor.analyzers.collectives import nccl_error_facts, nccl_facts
 from finetune_doctor.analyzers.curves import Curve, build_curves, curve_summary, fmt, location_of
 from finetune_doctor.analyzers.detectors import spikes
 from finetune_doctor.analyzers.oomcause import oom_facts
@@ -249,6 +249,10 @@ def _distributed(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: di
     out["ranks"] = ranks.rank_facts(ev, out)
     nccl = [n for f in ev.files for n in f.nccl]
     out["nccl"] = nccl_facts(nccl, cx, out, out["ranks"]) if nccl else None
+    out["nccl_error"] = nccl_error_facts(nccl) if nccl else None
+    if out["nccl_error"]:
+        e = out["nccl_error"]
+        events.at(e["step"], "exception", f"NCCL error: {e['desc']}", e["location"])
     if out["nccl"]:
         n = out["nccl"]
         events.at(n["step"], "nccl_timeout", n["timeline_text"], n["location"])

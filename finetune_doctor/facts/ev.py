@@ -20,6 +20,7 @@ _DETECTORS = {
     "amp_skips": "HF AMP skipped steps", "benign_overflow": "overflow messages that are harmless",
     "fp16": "fp16 in use and what the model was trained in", "lr_high": "a learning rate above the safe range",
     "oom": "a CUDA out-of-memory error", "nccl": "a collective that timed out or failed",
+    "nccl_error": "an NCCL error that is not a timeout: {desc, meaning, rank, count, warns, step, location}",
     "killed": "a process killed by a signal", "crash": "an exception that ended the run",
     "attention_warning": "the attention backend warned", "gpus": "per-card memory from a recording",
     "model": "model facts the logs state", "world": "world size the logs state",

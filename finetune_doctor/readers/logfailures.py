@@ -299,10 +299,24 @@ class FailureLines:
     # -- CUDA runtime and library errors ------------------------------------------------------------------------
     def _device(self, text: str, line: int, rank: int | None, context: LineContext, wall: float | None) -> None:
         m = pat.DEVICE_ASSERT.search(text)
-        if m:
-            self.keep.add("asserts", (line, f"{m.group('file')} {m.group('kernel') or ''}".strip(), m.group("cond")))
+        bare = pat.DEVICE_ASSERT_BARE.search(text) if m is None and "Assertion `" in text else None
+        if m or bare:
+            site = f"{m.group('file')} {m.group('kernel') or ''}".strip() if m else None
+            cond = (m or bare).group("cond")
+            self.keep.add("asserts", (line, site, cond))
+            # the assert is the event even when the paste holds no "CUDA error: device-side assert triggered"
+            # line after it; that line, when it comes, is the same error (same key) and adds nothing
+            key = ("device", "device-assert", rank, "device-side assert triggered")
+            known = any(d.kind == "device-assert" for d in self.keep.lists.get("device_errors") or [])
+            if key not in self.nccl_seen and not known:
+                self.nccl_seen.add(key)
+                self.fail_wall(wall)
+                self.keep.add("device_errors", DeviceError(self.path, line, self.during(), rank, "device-assert",
+                                                           status="device-side assert triggered", assert_site=site,
+                                                           assert_cond=cond, text=text.strip()[:500]))
             return
-        m = pat.CUDA_ERROR.search(text) or pat.CUDNN_ERROR.search(text)
+        m = pat.CUDA_ERROR.search(text) or pat.CUDNN_ERROR.search(text) or (
+            pat.CUDA_ERROR_THC.search(text) if "cuda runtime error" in text else None)
         if m is None:
             if "CUBLAS_STATUS_" in text and "ALLOC_FAILED" not in text and "when calling" in text:
                 m = pat.CUDA_ERROR.search("CUDA error: " + text[text.index("CUBLAS_STATUS_"):])
@@ -328,6 +342,12 @@ class FailureLines:
             kind = "other"
         key = ("device", kind, rank, status)
         if key in self.nccl_seen:   # the same error re-raised by every frame of a chained exception
+            recs = self.keep.lists.get("device_errors") or []
+            for i, rec in enumerate(recs):
+                # an assert line recorded first: the exception line names the class it was raised as
+                if rec.kind == kind and rec.exc is None and m.group("exc"):
+                    recs[i] = replace(rec, exc=m.group("exc"))
+                    break
             return
         self.nccl_seen.add(key)
         self.fail_wall(wall)

@@ -178,7 +178,8 @@ class TextLogParser(FailureLines):
         if "NCCL" in text or "nccl" in text or "Watchdog caught" in text or "watchdog got stuck" in text \
                 or "lagging" in text or "collective #" in text:
             self._nccl(text, line, rank, wall)
-        if ("CUDA error" in text or "cuDNN error" in text or "Assertion `" in text or "CUBLAS_STATUS_" in text) \
+        if ("CUDA error" in text or "cuDNN error" in text or "Assertion `" in text or "CUBLAS_STATUS_" in text
+                or "cuda runtime error" in text) \
                 and "CUBLAS_STATUS_ALLOC_FAILED" not in text:
             self._device(text, line, rank, context, wall)
         if "NVRM" in text:

@@ -210,7 +210,7 @@ NCCL_TERMINATED = re.compile(_PG.replace("(?P<", "(?P<t_") + r"(?:Process group|
                              r"with exception: |(?:Process group|NCCL) watchdog thread terminated with exception: ")
 NCCL_CHECK_FRAME = re.compile(r"c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from checkTimeout at")
 # ncclGetErrorString (nccl src/init.cc:3415-3437, the same since v2.18) as torch's "NCCL error in: ..." prints it
-NCCL_ERROR = re.compile(r"NCCL error(?: in: [^,]*,)? ?(?P<desc>unhandled system error|unhandled cuda error|internal "
+NCCL_ERROR = re.compile(r"(?:NCCL error(?: in: [^,]*,)?|ProcessGroupNCCL\.cpp:\d+,) ?(?P<desc>unhandled system error|unhandled cuda error|internal "
                         r"error|invalid usage|invalid argument|remote process exited or there was a network error|"
                         r"timeout)?|(?P<name>nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)"
                         r"Error)|NCCL WARN (?P<warn>.*)")
@@ -311,6 +311,12 @@ CUDA_ERROR = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)): )?CUDA error: (
 CUDNN_ERROR = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)): )?cuDNN error: (?P<status>CUDNN_STATUS_\w+)")
 DEVICE_ASSERT = re.compile(r"(?P<file>[\w.]+\.cuh?):\d+: (?:(?P<kernel>[^:\n]*?): )?block: \[[\d,]+\], thread: \[[\d,]+\]"
                            r" Assertion `(?P<cond>[^`]+)` failed")
+# the assert line without its "file.cu:N: kernel: block: [..], thread: [..]" head (a paste that kept only the
+# condition, or a rich traceback that printed it alone)
+DEVICE_ASSERT_BARE = re.compile(r"Assertion `(?P<cond>[^`]+)` failed")
+# torch <= 1.x's runtime-error text (THC: "cuda runtime error (59) : device-side assert triggered at FILE:LINE")
+CUDA_ERROR_THC = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)): )?cuda runtime error \((?P<code>\d+)\) : "
+                            r"(?P<status>[^\n]+?)(?: at (?P<call>\S+))?\s*$")
 # the assert conditions that mean an id outside the table: an embedding lookup (Indexing.cu) or a label outside
 # the classes of the loss (Loss.cu / cross entropy); the rest are named by their kernel
 INDEX_ASSERTS = {"srcIndex < srcSelectDimSize": "embedding", "t >= 0 && t < n_classes": "loss",

@@ -123,7 +123,7 @@ def draw(timeline: Any, path: str, title: str | None = None) -> str:
     return path
 
 
-def _panel(ax: Any, c: Any, key: str, label: str, log: bool, hidden: set[int]) -> None:
+def _panel(ax: Any, c: Any, key: str, label: str, log: bool, hidden: set[int] | frozenset[int] = frozenset()) -> None:
     """One curve with gaps at its non-finite and hidden-NaN points, which are marked on a band above the values
     (module docstring)."""
     s, v, bad = _reduce(c.steps, c.values, hidden)
