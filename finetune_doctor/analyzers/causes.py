@@ -260,7 +260,21 @@ def crash_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
         kind = "traceback-only"
     total = out["steps"]["total"]
     pct = f" ({100 * rec.step / total:.0f}% of {total})" if rec.step and total else ""
+    disk = _disk_full(ev)
     return {"kind": kind, "cls": (exc.value or {}).get("cls") if exc else None,
             "msg": (exc.value or {}).get("msg") if exc else None, "step": rec.step, "explained": explained,
             "text": text, "where_text": (f"during step {rec.step}{pct}" if rec.step is not None else
-                                         "at an unknown step"), "location": location_of(rec.file, rec.line)}
+                                         "at an unknown step"), "location": location_of(rec.file, rec.line),
+            "disk_full": disk}
+
+
+def _disk_full(ev: Evidence) -> dict[str, Any] | None:
+    """The exception line that says a write ran out of disk (logpatterns.DISK_FULL), or None."""
+    from finetune_doctor.readers import logpatterns as pat
+
+    for f in ev.files:
+        for n in f.notices:
+            if n.kind == "exception" and pat.DISK_FULL.search(n.text):
+                return {"text": n.text[:200], "location": location_of(n.file, n.line),
+                        "saving": "save" in n.text.lower() or "serializ" in n.text.lower()}
+    return None

@@ -219,7 +219,8 @@ class FailureLines:
                 self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, "failed",
                                                  text=text.strip()[:500], wall=wall))
             return
-        m = pat.NCCL_ERROR.search(text) if ("NCCL error" in text or "Error" in text or "NCCL WARN" in text) else None
+        m = pat.NCCL_ERROR.search(text) if ("NCCL error" in text or "Error" in text or "NCCL WARN" in text
+                                            or "NCCL failure" in text or ".cpp:" in text) else None
         if m and "NCCL INFO" not in text:
             what = m.group("desc") or m.group("name") or ("WARN " + m.group("warn").strip()[:200] if m.group("warn")
                                                           else None)
@@ -316,7 +317,8 @@ class FailureLines:
                                                            assert_cond=cond, text=text.strip()[:500]))
             return
         m = pat.CUDA_ERROR.search(text) or pat.CUDNN_ERROR.search(text) or (
-            pat.CUDA_ERROR_THC.search(text) if "cuda runtime error" in text else None)
+            pat.CUDA_ERROR_THC.search(text) if "cuda runtime error" in text else None) or (
+            pat.CUDA_ERROR_ALT.search(text) if "CUDA warning" in text or "cudaError" in text else None)
         if m is None:
             if "CUBLAS_STATUS_" in text and "ALLOC_FAILED" not in text and "when calling" in text:
                 m = pat.CUDA_ERROR.search("CUDA error: " + text[text.index("CUBLAS_STATUS_"):])
@@ -345,7 +347,7 @@ class FailureLines:
             recs = self.keep.lists.get("device_errors") or []
             for i, rec in enumerate(recs):
                 # an assert line recorded first: the exception line names the class it was raised as
-                if rec.kind == kind and rec.exc is None and m.group("exc"):
+                if rec.kind == kind and rec.exc is None and "exc" in m.re.groupindex and m.group("exc"):
                     recs[i] = replace(rec, exc=m.group("exc"))
                     break
             return
@@ -362,7 +364,8 @@ class FailureLines:
                     site, cond = f"{a.group('file')} {a.group('kernel') or ''}".strip(), a.group("cond")
                     break
         call = m.group("call") if "call" in m.re.groupindex else None
-        self.keep.add("device_errors", DeviceError(self.path, line, self.during(), rank, kind, exc=m.group("exc"),
+        exc = m.group("exc") if "exc" in m.re.groupindex else None
+        self.keep.add("device_errors", DeviceError(self.path, line, self.during(), rank, kind, exc=exc,
                                                    status=status[:200], call=call, assert_site=site,
                                                    assert_cond=cond, text=text.strip()[:500]))
 

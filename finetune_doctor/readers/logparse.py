@@ -149,6 +149,12 @@ class TextLogParser(FailureLines):
             self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip()[:500], rank))
         if "Error" in text or "Exception" in text:
             m = pat.EXC.match(text)
+            k = text.find("] ") if m is None and ("Error: " in text or "Exception: " in text) else -1
+            while m is None and k >= 0:
+                # a line behind a logger's own prefix ("2023-04-29 06:01:12.977 [177/train/578 (pid 28936)] [id]
+                # OSError: ..."): the exception starts after one of the brackets
+                m = pat.EXC.match(text[k + 2:])
+                k = text.find("] ", k + 2)
             if m and "CUDA out of memory" not in text:
                 self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500],
                                                 {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank}))
@@ -179,7 +185,7 @@ class TextLogParser(FailureLines):
                 or "lagging" in text or "collective #" in text:
             self._nccl(text, line, rank, wall)
         if ("CUDA error" in text or "cuDNN error" in text or "Assertion `" in text or "CUBLAS_STATUS_" in text
-                or "cuda runtime error" in text) \
+                or "cuda runtime error" in text or "CUDA warning" in text or "cudaError" in text) \
                 and "CUBLAS_STATUS_ALLOC_FAILED" not in text:
             self._device(text, line, rank, context, wall)
         if "NVRM" in text:

@@ -77,7 +77,7 @@ TRIGGER_WORDS = (
     # its logs, so a log of >= 4 MiB (grep path) names NeMo only through the other lines
     "GLOBAL_RANK: ",
     # CUDA runtime and library errors (c10_cuda_check_implementation, ATen/cuda/Exceptions.h, device asserts)
-    "CUDA error: ", "AcceleratorError", "Assertion `", "CUBLAS_STATUS_", "CUDNN_STATUS_",
+    "CUDA error: ", "AcceleratorError", "Assertion `", "CUBLAS_STATUS_", "CUDNN_STATUS_", "CUDA warning: ",
     # kernel log (dmesg / journalctl -k): Xid (the OOM killer's own line is "Out of memory: Killed process")
     "NVRM: Xid",
     # the desync report of TORCH_NCCL_DESYNC_DEBUG (TraceUtils.h): "ranks [5] are the lagging ...", "[3] joined ..."
@@ -175,7 +175,9 @@ OOM_FIGURES = (
     ("reserved", re.compile(_g("v") + r" reserved in total by PyTorch")),
     ("allowed", re.compile(_g("v") + r" allowed;")),
 )
-OOM_RUNTIME = re.compile(r"CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation")
+# NCCL's own allocation failure (nccl include/alloc.h: "NCCL WARN Cuda failure 2 'out of memory'") is the same event
+OOM_RUNTIME = re.compile(r"CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|"
+                         r"Cuda failure \d+ 'out of memory'")
 
 # DeepSpeed fp16 loss scaler (log_patterns.md §2)
 DS_OVERFLOW = re.compile(
@@ -210,7 +212,7 @@ NCCL_TERMINATED = re.compile(_PG.replace("(?P<", "(?P<t_") + r"(?:Process group|
                              r"with exception: |(?:Process group|NCCL) watchdog thread terminated with exception: ")
 NCCL_CHECK_FRAME = re.compile(r"c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from checkTimeout at")
 # ncclGetErrorString (nccl src/init.cc:3415-3437, the same since v2.18) as torch's "NCCL error in: ..." prints it
-NCCL_ERROR = re.compile(r"(?:NCCL error(?: in: [^,]*,)?|ProcessGroupNCCL\.cpp:\d+,) ?(?P<desc>unhandled system error|unhandled cuda error|internal "
+NCCL_ERROR = re.compile(r"(?:NCCL error(?: in: [^,]*,)?|ProcessGroupNCCL\.cpp:\d+,|NCCL failure [\w./-]+:\d+ ') ?(?P<desc>unhandled system error|unhandled cuda error|internal "
                         r"error|invalid usage|invalid argument|remote process exited or there was a network error|"
                         r"timeout)?|(?P<name>nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)"
                         r"Error)|NCCL WARN (?P<warn>.*)")
@@ -299,6 +301,11 @@ FACTS = [   # (fact, a literal every matching line contains, expression, convers
 ]
 SAVE_MARK = re.compile(r"Saving model checkpoint to (?P<dir>\S+)")
 CHECKPOINT_STEP = re.compile(r"checkpoint-(?P<step>\d+)")
+# a write that ran out of disk: the OS error (errno 28, ENOSPC), safetensors' "(os error 28)", and what torch.save's
+# zip writer says when a write stops short (caffe2/serialize/inline_container.cc: "unexpected pos N vs M",
+# "PytorchStreamWriter failed writing file")
+DISK_FULL = re.compile(r"No space left on device|\[Errno 28\]|os error 28|PytorchStreamWriter failed writing file|"
+                       r"inline_container\.cc:\d+\] \. unexpected pos \d+ vs \d+|Disk quota exceeded")
 ZERO3_DETECTED = re.compile(r"Detected DeepSpeed ZeRO-3")
 RUN_START = re.compile(r"\*+ Running training \*+")
 RESUME = re.compile(r"Continuing training from (?:checkpoint, will skip to saved global_step|global step (?P<step>\d+))")
@@ -314,6 +321,10 @@ DEVICE_ASSERT = re.compile(r"(?P<file>[\w.]+\.cuh?):\d+: (?:(?P<kernel>[^:\n]*?)
 # the assert line without its "file.cu:N: kernel: block: [..], thread: [..]" head (a paste that kept only the
 # condition, or a rich traceback that printed it alone)
 DEVICE_ASSERT_BARE = re.compile(r"Assertion `(?P<cond>[^`]+)` failed")
+# the same CUDA errors as a destructor's warning ("CUDA warning: an illegal memory access was encountered (function
+# destroyEvent)", c10/cuda/CUDAFunctions) or as thrust/CUB name them ("merge_sort: failed to synchronize:
+# cudaErrorIllegalAddress: an illegal memory access was encountered")
+CUDA_ERROR_ALT = re.compile(r"(?:CUDA warning: |cudaError\w+: )(?P<status>[^\n(]+?)(?: \(function \w+\))?\s*$")
 # torch <= 1.x's runtime-error text (THC: "cuda runtime error (59) : device-side assert triggered at FILE:LINE")
 CUDA_ERROR_THC = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)): )?cuda runtime error \((?P<code>\d+)\) : "
                             r"(?P<status>[^\n]+?)(?: at (?P<call>\S+))?\s*$")
