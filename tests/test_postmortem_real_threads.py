@@ -1,4 +1,4 @@
-"""The real crashed runs of fixtures/postmortem/real_threads/ (31 public threads, none in shared/cases): the
+"""The real crashed runs of fixtures/postmortem/real_threads/ (44 public threads in two rounds, none in shared/cases): the
 first finding names the thread's root cause. A regression guard over benchmarks/real_threads.py's judgement;
 the held-out numbers are in benchmarks/results/real_threads.md."""
 
@@ -15,16 +15,20 @@ assert spec and spec.loader
 rt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rt)
 CASES = rt.load_cases()
-# a custom trainer's key=value lines ("step=220  loss=1.43  gnorm=7.7") carry none of the reader's trigger words
-KNOWN_MISS = {"entrenar274"}
+# entrenar274: a custom trainer's key=value lines carry none of the reader's trigger words; ds3160, chatglm102, ds2788
+# (round 2, held out): DeepSpeed's launcher lines "Killing subprocess N" without the "exits with return code = -9" line
+# (cut, or not printed) are not read as a kill
+KNOWN_MISS = {"entrenar274", "ds3160", "chatglm102", "ds2788"}
 
 
 def test_the_split_is_by_source_and_fixed():
     by_repo: dict[str, set[str]] = {}
     for c in CASES:
-        by_repo.setdefault(c["repo"], set()).add(c["split"])
+        if c["round"] == 1:
+            by_repo.setdefault(c["repo"], set()).add(c["split"])
     assert all(len(s) == 1 for s in by_repo.values())
     assert len(CASES) >= 30 and {c["split"] for c in CASES} == {"dev", "test"}
+    assert all(c["split"] == "test" for c in CASES if c["round"] == 2)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
