@@ -57,8 +57,9 @@ def common_options(fn: Callable) -> Callable:
     opts = [
         click.option("--gpu", "gpu", default=None, help="GPU spec: A100-80GB, 8xH100-80GB, 2x4090 (default: NVML)."),
         click.option("--nnodes", type=int, default=None, help="Number of nodes (each with the --gpu count)."),
-        click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
-                     help="Output format (default text; github under GitHub Actions)."),
+        click.option("--format", "--output-format", "fmt", type=click.Choice(FORMATS), default=None,
+                     help="Output format (default text; github under GitHub Actions). --output-format is ruff's "
+                          "name for it."),
         click.option("--output", "output", type=click.Path(dir_okay=False), default=None, help="Write the report here."),
         click.option("--select", default=None, help="Comma-separated codes or prefixes to run."),
         click.option("--ignore", default=None, help="Comma-separated codes or prefixes to skip."),
@@ -89,6 +90,14 @@ def common_options(fn: Callable) -> Callable:
     return fn
 
 
+def context_option(fn: Callable) -> Callable:
+    """``--context FILE`` for the commands that answer as on the training machine (check, estimate, lint)."""
+    return click.option("--context", "context", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+                        help="The training machine captured by `doctor context` (default: .doctor-context.json "
+                             "beside the config); its values act as --model-config, --env, --gpu, --host-ram, "
+                             "--accelerate-config and the data scan.")(fn)
+
+
 def _options(**kw: Any) -> dict[str, Any]:
     from finetune_doctor.settings import Options
 
@@ -106,14 +115,32 @@ def emit(report: Any, opts: Any) -> None:
         from finetune_doctor.engine.loader import load_rules
 
         extra["rules"] = load_rules(opts.rules_dirs)
-    text = render(report, opts.format, **extra)
-    if opts.output:
-        from finetune_doctor.fsutil import atomic_write
+    _write(render(report, opts.format, **extra), opts, _input_files(report))
+    sys.exit(exit_code(report, opts.fail_on))
 
-        atomic_write(opts.output, text)
+
+def _input_files(report: Any) -> list[str]:
+    """The files a report was made from (its `inputs` and the postmortem's read list), for the output policy."""
+    out: list[str] = []
+    for v in (report.inputs or {}).values():
+        if isinstance(v, str):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out.extend(x for x in v if isinstance(x, str))
+    for rec in (report.sections or {}).get("read") or []:
+        if isinstance(rec, dict) and isinstance(rec.get("file") or rec.get("path"), str):
+            out.append(rec.get("file") or rec.get("path"))
+    return out
+
+
+def _write(text: str, opts: Any, inputs: Any = ()) -> None:
+    if opts.output:
+        from finetune_doctor.fsutil import write_output
+
+        # the output policy (fsutil.py): stdout for - and /dev/stdout, regular files only, never an input
+        write_output(opts.output, text, "--output", [*opts.paths, *inputs])
     elif text:   # a clean run in the concise format prints nothing at all, as flake8 does
         click.echo(text, nl=not text.endswith("\n"))
-    sys.exit(exit_code(report, opts.fail_on))
 
 
 def exit_code(report: Any, fail_on: str) -> int:
@@ -164,6 +191,7 @@ def main() -> None:
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that change training semantics.")
 @click.option("--validate-deepspeed", "validate_ds", is_flag=True,
               help="Also validate the DeepSpeed JSON with DeepSpeed's own config models (imports deepspeed, ~3 s).")
+@context_option
 @_guard
 def check(config: str, overrides: tuple[str, ...], probe_mode: str | None, scan_data: bool, fix: bool,
           unsafe_fixes: bool, validate_ds: bool, **kw: Any) -> None:
@@ -183,12 +211,28 @@ def check(config: str, overrides: tuple[str, ...], probe_mode: str | None, scan_
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that change training semantics.")
 @click.option("--diff", is_flag=True, help="Print only the unified diff the fixes would make (nothing is written; "
               "exit 1 when there is one).")
+@context_option
+@click.option("--statistics", is_flag=True, help="Print one line per rule code with its count instead of findings.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings (bad input still exits 2).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Use this pyproject.toml or .finetune-doctor.toml instead of looking one up per file.")
+@click.option("--stdin-filename", default=None, metavar="PATH",
+              help="The name standard input (-) is linted under: findings point at it, its suffix says YAML/JSON.")
+@click.option("--force-exclude", is_flag=True,
+              help="Apply exclude/extend-exclude to files named on the command line too (as pre-commit names them).")
 @_guard
-def lint(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bool, **kw: Any) -> None:
-    """Static rules only (pre-commit). Never imports torch, never touches a GPU or a dataset."""
+def lint(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bool, statistics: bool, exit_zero: bool,
+         config_file: str | None, stdin_filename: str | None, force_exclude: bool, **kw: Any) -> None:
+    """Static rules over FILES, directories (walked for YAML/JSON configs) or - (standard input); for
+    pre-commit. Never imports torch, never touches a GPU or a dataset."""
     from finetune_doctor.pipeline import lint as pipe
+    from finetune_doctor.pipeline.lintinputs import collect
 
-    opts = _options(command="lint", paths=list(files), **kw)
+    files = tuple(collect(files, stdin_filename=stdin_filename, config_file=config_file,
+                          force_exclude=force_exclude))
+    if exit_zero:
+        kw["fail_on"] = "never"
+    opts = _options(command="lint", paths=list(files), config_file=config_file, **kw)
     if diff:
         # a raw diff on stdout, nothing else (pipe it to `patch -p0`); exit 1 when it is not empty, as ruff does
         text, notes, hidden = pipe.diff(list(files), opts, unsafe_fixes=unsafe_fixes)
@@ -204,6 +248,11 @@ def lint(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bool, **kw
     report = pipe.run(list(files), opts, fix=fix, unsafe_fixes=unsafe_fixes)
     for path, why in (report.sections.get("skip_reasons") or {}).items():   # a skip is never silent
         click.echo(f"doctor: skipped {path}: {why}", err=True)
+    if statistics:
+        from finetune_doctor.reporters.statistics import render_statistics
+
+        _write(render_statistics(pipe.statistics(report), opts.format), opts)
+        sys.exit(exit_code(report, opts.fail_on))
     emit(report, opts)
 
 
@@ -212,6 +261,7 @@ def lint(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bool, **kw
 @click.argument("overrides", nargs=-1)
 @common_options
 @click.option("--sweep", "sweeps", multiple=True, help="KEY=v1,v2,... what-if table (repeatable: a grid).")
+@context_option
 @_guard
 def estimate(config: str, overrides: tuple[str, ...], sweeps: tuple[str, ...], **kw: Any) -> None:
     """Memory breakdown per GPU and host; --sweep for what-fits tables."""
@@ -343,8 +393,10 @@ def explain(code_or_name: str, rules_dirs: tuple[str, ...]) -> None:
     from finetune_doctor.engine.loader import find_rule, load_rules
     from finetune_doctor.reporters.catalog import render_explain
 
+    from finetune_doctor.reporters.wrap import terminal_width, wrap_markdown
+
     rule = find_rule(load_rules(list(rules_dirs)), code_or_name)
-    click.echo(render_explain(rule))
+    click.echo(wrap_markdown(render_explain(rule), terminal_width()))
 
 
 if __name__ == "__main__":  # pragma: no cover
@@ -372,3 +424,34 @@ def entry() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code or 0)
+
+
+@main.command()
+@click.argument("config", type=click.Path())
+@click.argument("overrides", nargs=-1)
+@common_options
+@click.option("--keep-paths", is_flag=True, help="Keep absolute paths of this machine in the file (default: made "
+              "relative to the config's folder or cut to their last component).")
+@click.option("--no-data", "no_data", is_flag=True, help="Do not scan the datasets.")
+@click.option("--from", "gpus_from", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Read the GPUs from an nvidia-smi, rocm-smi, amd-smi or npu-smi output instead of NVML.")
+@_guard
+def context(config: str, overrides: tuple[str, ...], keep_paths: bool, no_data: bool, gpus_from: str | None,
+            **kw: Any) -> None:
+    """Capture this (training) machine for checks elsewhere: writes .doctor-context.json beside the config."""
+    from finetune_doctor.pipeline import context as pipe
+
+    opts = _options(command="context", paths=[config], **{**kw, "output": None})
+    got = pipe.capture(config, overrides, opts, output=kw.get("output"), keep_paths=keep_paths,
+                       scan_data=not no_data, gpus_from=gpus_from)
+    d = got.data
+    gpus = (d.get("hardware") or {})
+    parts = [f"model {((d.get('model') or {}).get('name'))}" + (" (config.json)" if (d.get("model") or {}).get("config")
+                                                                else " (no config.json)"),
+             f"GPUs {gpus.get('num_gpus')} x {gpus.get('gpu')}" if gpus.get("gpu") else "no GPUs",
+             "stack " + ", ".join(f"{k} {v}" for k, v in (d.get("stack") or {}).items() if v and k in
+                                  ("torch", "transformers", "deepspeed", "llamafactory", "peft", "accelerate")),
+             f"{len((d.get('data') or {}).get('datasets') or [])} dataset(s) scanned"]
+    click.echo(f"doctor: wrote {got.path}: " + "; ".join(parts))
+    for n in got.notes:
+        click.echo(f"doctor: note: {n}", err=True)

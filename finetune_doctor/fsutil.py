@@ -1,11 +1,29 @@
-"""File helpers: atomic writes (a temporary file in the target's directory, then os.replace, so that a crash or a
-full disk never leaves a half-written report or config), the doctor's cache folder, and paths as users type them."""
+"""File helpers: the one output policy, atomic writes, the doctor's cache folder, and paths as users type them.
+
+Output policy (issue 27), for ``--output``, ``--fix``, ``gpus --record`` and ``postmortem --plot`` alike:
+
+* ``-`` and ``/dev/stdout`` (or any path that is this process's standard output) mean standard output;
+* only a regular file the user named is written, or a new one created: a FIFO, a device (``/dev/full``, even as
+  root), a socket or a folder is refused;
+* a report never replaces a file this run reads (``--output cfg.yaml`` of ``doctor check cfg.yaml``);
+* a read-only file is refused, not replaced behind its mode; a file with several hard links is written in place
+  (after the whole text was first written to a temporary file, so a full disk leaves the original intact), so
+  every link still sees the new content;
+* every OS error (ENOSPC, EACCES, EROFS, ...) is one line naming the file, exit 2.
+
+Atomic writes: a temporary file in the target's directory, then ``os.replace``, so that a crash or a full disk never
+leaves a half-written report or config.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
+import sys
 import tempfile
 from pathlib import Path
+from typing import Iterable
 
 from finetune_doctor.errors import InputError
 
@@ -21,25 +39,126 @@ def atomic_write(path: str, text: str, encoding: str = "utf-8") -> None:
 
     An existing file keeps its mode; a new file gets 0666 less the umask, as ``open()`` would create it (mkstemp's
     0600 would hide a report from the rest of a team). A symlink is followed: its target is rewritten and the link
-    stays a link (editors and pre-commit do the same).
+    stays a link (editors and pre-commit do the same). A file with several hard links is written in place.
     """
-    target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
+    target = os.path.realpath(path) if os.path.islink(path) else path
+    write_bytes(target, text.encode(encoding), shown=path)
+
+
+STDOUT = "-"
+"""`output_target`'s answer for standard output."""
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def _is_stdout(path: str) -> bool:
+    if path in ("-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"):
+        return True
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    except OSError as err:
-        raise InputError(f"cannot write: {err.strerror}", file=path) from None
+        return os.path.samestat(os.stat(path), os.fstat(sys.stdout.fileno()))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def output_target(path: str, flag: str = "--output", inputs: Iterable[str] = ()) -> str:
+    """Where a write of `flag` to `path` goes under the output policy (module docstring): STDOUT, or the path of
+    a regular file to write (the target of a symlink). Raises InputError (one line: the file and why) for a FIFO,
+    device, socket or folder, a file among `inputs`, or a read-only file."""
+    if _is_stdout(path):
+        return STDOUT
     try:
-        with os.fdopen(fd, "w", encoding=encoding, newline="") as fh:
-            fh.write(text)
-        os.chmod(tmp, (target.stat().st_mode & 0o7777) if target.exists() else (0o666 & ~_umask()))
-        os.replace(tmp, target)
+        st = os.stat(path)
+    except FileNotFoundError:
+        return path   # created; a missing folder or a read-only one is the write's own one-line error
     except OSError as err:
+        raise InputError(f"cannot write {flag}: {err.strerror or err}", file=path) from None
+    for test, kind in _KINDS:
+        if test(st.st_mode):
+            raise InputError(f"is {kind}: {flag} writes only regular files (name a file)", file=path)
+    for other in inputs:
         try:
-            os.unlink(tmp)
+            if other and other != "-" and os.path.samestat(st, os.stat(other)):
+                raise InputError(f"is an input of this run: {flag} would overwrite it (name another file)",
+                                 file=path)
         except OSError:
-            pass
-        raise InputError(f"cannot write: {err.strerror}", file=path) from None
+            continue
+    if is_read_only(path, st):
+        raise InputError(f"read-only file: {flag} does not replace it (make it writable, or name another file)",
+                         file=path)
+    return os.path.realpath(path)
+
+
+def is_read_only(path: str, st: os.stat_result | None = None) -> bool:
+    """A file nobody may write (no w bit: root's access() would still say yes) or this user may not."""
+    try:
+        st = st or os.stat(path)
+    except OSError:
+        return False
+    return not (st.st_mode & 0o222) or not os.access(path, os.W_OK)
+
+
+def write_output(path: str, text: str, flag: str = "--output", inputs: Iterable[str] = ()) -> None:
+    """Write a report under the output policy: standard output, or the regular file `path` (atomically; in
+    place after a complete temporary copy when the file has other hard links). InputError on refusal or OS error."""
+    target = output_target(path, flag, inputs)
+    if target == STDOUT:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    write_bytes(target, text.encode("utf-8"), shown=path)
+
+
+def write_bytes(target: str, data: bytes, shown: str | None = None, mode: int | None = None) -> None:
+    """`data` into the regular file `target`: a temporary file in its folder first (so a full disk fails before
+    the original is touched), then ``os.replace`` — or, when `target` has other hard links, a copy into the file
+    itself so the links stay one file. Keeps an existing file's mode (else `mode`, else 0666 less the umask).
+    Raises InputError naming `shown` (default `target`) for every OS error."""
+    shown = shown or target
+    directory = os.path.dirname(target) or "."
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as err:
+        raise InputError(f"cannot write: {err.strerror or err}", file=shown) from None
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if st is not None and st.st_nlink > 1:
+            with open(target, "r+b") as fh:
+                fh.write(data)
+                fh.truncate()
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.unlink(tmp)
+            tmp = None
+            return
+        os.chmod(tmp, (st.st_mode & 0o7777) if st is not None else (mode if mode is not None else 0o666 & ~_umask()))
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as err:
+        raise InputError(f"cannot write: {_why(err)}", file=shown) from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _why(err: OSError) -> str:
+    """The OS error in words, with what to do for the usual ones."""
+    text = err.strerror or str(err)
+    hint = {errno.ENOSPC: "free space on that device or write elsewhere",
+            errno.EACCES: "no permission to write in that folder",
+            errno.EROFS: "that file system is mounted read-only",
+            errno.EDQUOT: "disk quota exceeded"}.get(err.errno or 0)
+    return f"{text} ({hint})" if hint else text
 
 
 def cache_dir() -> Path | None:

@@ -18,6 +18,18 @@ def _split(v: str | None) -> list[str] | None:
     return [s.strip() for s in v.split(",") if s.strip()]
 
 
+def _check_version(flag: str, given: str | None) -> None:
+    """A version flag must hold a version (numbers.py bounds it): one line naming the flag otherwise."""
+    if given is None:
+        return
+    from finetune_doctor.errors import InputError
+    from finetune_doctor.numbers import parse_version
+
+    if parse_version(given) is None:
+        shown = given if len(given) <= 40 else given[:40] + f"… ({len(given)} characters)"
+        raise InputError(f"expected a version such as 2.5.1, got {shown!r}", file=flag)
+
+
 @dataclass(frozen=True)
 class Options:
     command: str
@@ -40,6 +52,8 @@ class Options:
     accelerate_config: str | None = None     # --accelerate-config FILE: the accelerate config of the launch
     launch: str | None = None                # a file holding the launch command line (a run folder's cmdline.txt)
     host_ram: str | None = None              # --host-ram SIZE: host RAM per node of the training machine
+    context: str | None = None               # --context FILE: the training machine captured by `doctor context`
+    config_file: str | None = None           # lint --config FILE: this project configuration, no discovery
 
     @classmethod
     def from_cli(cls, command: str, paths: list[str], gpu: str | None = None, nnodes: int | None = None,
@@ -48,13 +62,16 @@ class Options:
                  rules_dirs: tuple[str, ...] = (), torch_version: str | None = None,
                  transformers_version: str | None = None, model_config: str | None = None,
                  offline: bool = False, env_file: str | None = None, accelerate_config: str | None = None,
-                 launch: str | None = None, host_ram: str | None = None, **_: Any) -> "Options":
-        from finetune_doctor.projectconfig import find_project_config
+                 launch: str | None = None, host_ram: str | None = None, context: str | None = None,
+                 config_file: str | None = None, **_: Any) -> "Options":
+        from finetune_doctor.projectconfig import find_project_config, load_project_config
 
-        proj = find_project_config(paths[0] if paths else ".")
+        proj = load_project_config(config_file) if config_file else find_project_config(paths[0] if paths else ".")
         fmt = fmt or proj.get("format")
         if fmt is None:
             fmt = "github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text"
+        for flag, given in (("--torch", torch_version), ("--transformers", transformers_version)):
+            _check_version(flag, given)
         sel = _split(select) if select is not None else proj.get("select")
         ign = (_split(ignore) or []) + list(proj.get("ignore") or [])
         return cls(
@@ -78,4 +95,6 @@ class Options:
             accelerate_config=accelerate_config,
             launch=launch,
             host_ram=host_ram,
+            context=context,
+            config_file=config_file,
         )

@@ -1,13 +1,13 @@
 """``doctor gpus --from`` on nvidia-smi's per-process views (issue #25): the Processes section pasted alone,
 ``--query-compute-apps`` CSV and ``pmon``; and a stray context on an idle card. Fixtures: fixtures/gpus/procs/
-(nvidia-smi 550-580 layouts, see readers/smi_procs.py)."""
+(nvidia-smi 550-580 layouts, see readers/gpus/smi_procs.py)."""
 
 from __future__ import annotations
 
 import os
 
 from finetune_doctor.pipeline import gpus as gp
-from finetune_doctor.readers.smi import read_gpu_file
+from finetune_doctor.readers.gpus.smi import read_gpu_file
 from finetune_doctor.settings import Options
 
 FIX = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "gpus", "procs")

@@ -15,7 +15,7 @@ import pytest
 from finetune_doctor.readers.model import catalog as catalog_mod
 from finetune_doctor.readers.model import hub
 from finetune_doctor.readers.model.errors import ModelUnresolved
-from finetune_doctor.readers.modelcfg import load_arch
+from finetune_doctor.readers.model.modelcfg import load_arch
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "models"
 QWEN05 = FIXTURES / "Qwen2.5-0.5B-Instruct" / "config.json"
@@ -57,7 +57,7 @@ def test_local_wins_and_says_local(tmp_path):
 def test_model_config_file_or_dir(tmp_path):
     with pytest.raises(ModelUnresolved) as ei:
         load_arch(REPO)
-    assert ei.value.fix.startswith(f"huggingface-cli download {REPO} config.json")
+    assert ei.value.fix.startswith(f"hf download {REPO} config.json")
     assert "--model-config" in ei.value.message and ei.value.model == REPO
     arch, doc = load_arch(REPO, model_config=str(QWEN05))
     assert arch.source_kind == "model-config" and arch.total_params() == QWEN05_PARAMS

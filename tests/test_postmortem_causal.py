@@ -85,8 +85,8 @@ def test_256_ranks_the_rank_that_raised_is_the_root_whatever_the_clocks(tmp_path
 def test_rank_states_are_tabled(tmp_path):
     d = tmp_path / "ranks"
     write_ranks(str(d), 8, 5, None, 1800, stuck=None)
-    from finetune_doctor.analyzers.ranks import rank_facts
-    from finetune_doctor.readers.runlayout import collect
+    from finetune_doctor.analyzers.postmortem.ranks import rank_facts
+    from finetune_doctor.readers.runlogs.runlayout import collect
 
     rk = rank_facts(collect(str(d), []), {})
     assert rk["states"] == {"raised": 1, "timed out": 7}

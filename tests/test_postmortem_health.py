@@ -40,7 +40,7 @@ def test_a_stopped_log_with_a_two_thousand_day_timeout_is_a_hang():
 def test_a_cut_oom_message_keeps_every_figure_printed_whole():
     """torch >= 2.1's message (c10/cuda/CUDACachingAllocator.cpp) cut after "and 2.1": the capacity, the free
     memory and the allocated figure survive; the cut figure is not read."""
-    from finetune_doctor.readers.runlayout import collect
+    from finetune_doctor.readers.runlogs.runlayout import collect
 
     ev = collect(os.path.join(FIX, "oom_cut"), [])
     o = ev.files[0].ooms[0]

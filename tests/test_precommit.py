@@ -2,8 +2,10 @@
 
 A temporary hook repository holds a copy of this project (the package, the rule pack, pyproject.toml and
 .pre-commit-hooks.yaml) committed once; a temporary training-config repository installs the hook from it by path
-and commit hash, the way a team would from GitHub. pre-commit builds the hook's own virtualenv with pip (PyPI is
-needed for the dependencies: click, rich, ruamel.yaml, simpleeval, nvidia-ml-py, hatchling).
+and commit hash, the way a team would from GitHub. pre-commit builds the hook's own virtualenv with pip, which needs the dependencies (click, rich, ruamel.yaml,
+simpleeval, nvidia-ml-py, pathspec, hatchling) from an index: with no network, pip's configuration must name a mirror
+or a wheelhouse (PIP_INDEX_URL, or PIP_NO_INDEX=1 with PIP_FIND_LINKS), which these tests inherit from the
+environment. The README's own snippet is run verbatim (but for the URL) against a fresh, untagged clone.
 
 Checked: committing a LLaMA-Factory config with a renamed key is blocked and the hook prints the finding; the
 corrected config commits. The fix hook rewrites the key in place (comment kept), blocks that commit as pre-commit does
@@ -155,3 +157,37 @@ def test_fix_hook_rewrites_the_key_and_the_restaged_file_commits(tmp_path, env, 
     _run(["git", "add", "-A"], repo, env)
     res = _run(["git", "commit", "-m", "add dpo config"], repo, env, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def _readme_snippet() -> str:
+    """The first ```yaml block after the README's pre-commit heading, as a user copies it."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("### As a pre-commit hook"):]
+    start = section.index("```yaml\n") + len("```yaml\n")
+    return section[start:section.index("```", start)]
+
+
+def test_readme_snippet_works_from_a_fresh_clone(tmp_path, env, hook_repo):
+    """The README's block, verbatim but for the URL (a fresh `git clone` of the project, which has no tag),
+    then `pre-commit autoupdate` and `pre-commit install` as the README says: the bad config is blocked."""
+    clone = tmp_path / "finetune-doctor"
+    _run(["git", "clone", "-q", str(hook_repo[0]), str(clone)], tmp_path, env)
+    assert _run(["git", "tag"], clone, env).stdout.strip() == ""   # the case the old `rev: v0.1.0` failed on
+    snippet = _readme_snippet()
+    assert "https://github.com/<you>/finetune-doctor" in snippet
+    repo = tmp_path / "configs"
+    repo.mkdir()
+    (repo / ".pre-commit-config.yaml").write_text(
+        snippet.replace("https://github.com/<you>/finetune-doctor", str(clone)))
+    _run(["git", "init", "-q"], repo, env)
+    _run([sys.executable, "-m", "pre_commit", "autoupdate"], repo, env)
+    pinned = (repo / ".pre-commit-config.yaml").read_text()
+    assert f"rev: {hook_repo[1]}" in pinned, pinned   # no tag: the clone's HEAD commit, pinned by SHA
+    _run([sys.executable, "-m", "pre_commit", "install"], repo, env)
+    _run(["git", "add", ".pre-commit-config.yaml"], repo, env)
+    _run(["git", "commit", "-q", "-m", "pre-commit config"], repo, env)
+    (repo / "qwen_dpo.yaml").write_text(BAD_CONFIG)
+    _run(["git", "add", "-A"], repo, env)
+    res = _run(["git", "commit", "-m", "add dpo config"], repo, env, check=False)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "FD002" in out and "dpo_beta" in out, out

@@ -67,6 +67,12 @@ def _comment_texts(sources: Mapping[str, SourceDoc], texts: Mapping[str, str] | 
         path = doc.path
         if path in out or not path or not (doc.role == "config" or path.lower().endswith(_COMMENTED)):
             continue
+        from finetune_doctor.readers.textfile import provided
+
+        given = provided(path)
+        if given is not None:
+            out[path] = given.decode("utf-8-sig", errors="replace")
+            continue
         try:
             if os.path.isfile(path):
                 out[path] = Path(path).read_text(encoding="utf-8-sig", errors="replace")

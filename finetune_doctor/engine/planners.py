@@ -4,7 +4,7 @@
 resolved Run, the analytic estimator is re-run (about a millisecond), and the sets that fit are ranked by whether
 they change training semantics (unsafe), by their throughput cost, then by size. The best set becomes the fix;
 the next ones become `Fix.alternatives`. A set fits when the probability of OOM of its estimate is at most 5 %
-(analyzers/uncertainty.py: the estimate's error measured on the benchmarks for the run's shape class), not when
+(analyzers/memory/uncertainty.py: the estimate's error measured on the benchmarks for the run's shape class), not when
 it lands just under the card. Besides YAML and DeepSpeed edits, a single-process run may be launched with the
 caching allocator's expandable segments (an environment variable, no file edit).
 """
@@ -15,7 +15,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from finetune_doctor.analyzers import launchenv, uncertainty
+from finetune_doctor.analyzers.memory import launchenv, uncertainty
 from finetune_doctor.engine.evaluate import RuleContext, planner
 from finetune_doctor.engine.expr import unwrap
 from finetune_doctor.types import Edit, Fix
@@ -68,7 +68,16 @@ def _ds_stage_edit(asm_ds: Any, stage: int, stock: bool = False) -> tuple[tuple[
 
 
 def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
-    """Remedies that apply to `run` (a run.Run)."""
+    """Remedies that apply to `run` (a run.Run).
+
+    Never one LLaMA-Factory would ignore or refuse for this model (issue 26): on a pre-quantized checkpoint —
+    known from its config.json (`run.ptq_method`) or, when the config is not on this machine, hinted by its name
+    (``-AWQ``, ``-GPTQ-Int4``, ``-FP8``: quant.py `name_suggests_quantized`) — `quantization_bit` is ignored
+    (LF model_args: a checkpoint's own quantization_config wins) and ZeRO-3 is refused, so neither is proposed.
+    """
+    from finetune_doctor.quant import name_suggests_quantized
+
+    prequantized = run.quantized or run.ptq_method is not None or bool(name_suggests_quantized(run.model_name or ""))
     out: list[Candidate] = []
     if not launchenv.torchrun_launch(run, launchenv.launch_env(run)) and not launchenv.expandable_segments(run):
         out.append(expandable_candidate())
@@ -112,7 +121,7 @@ def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
                              (("config", "pure_bf16", True, False), ("config", "bf16", None, True)), 0, True,
                              "weights, gradients and Adam states in bf16 (no fp32 master)"))
     world = run.world_size
-    if world > 1 and not run.quantized:
+    if world > 1 and not prequantized:
         stage = run.zero_stage if run.deepspeed else -1
         for new_stage in (2, 3):
             if new_stage > stage:
@@ -141,7 +150,7 @@ def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
         out.append(Candidate("LoRA instead of full fine-tuning", "ft",
                              (("config", "finetuning_type", "lora", False), ("config", "lora_target", "all", False)),
                              0, True, "trains low-rank adapters only"))
-    if run.finetuning_type in ("lora",) and not run.quantized and not (run.deepspeed and run.zero_stage == 3):
+    if run.finetuning_type in ("lora",) and not prequantized and not (run.deepspeed and run.zero_stage == 3):
         out.append(Candidate("QLoRA (4-bit base weights)", "quant",
                              (("config", "quantization_bit", 4, False),), 30, True,
                              "base weights in NF4; dequantized per matmul"))
@@ -200,7 +209,7 @@ def judge_against(hw: Any) -> Judge:
     def judge(r: Any, expandable: bool) -> tuple[bool, float, float]:
         est = estimate(r, hw)
         total = expandable_total(est, r) if expandable and r.world_size == 1 else est.total
-        p = uncertainty.p_oom(total, budget, uncertainty.error_dist("analytic", shape_of(est)))
+        p = uncertainty.p_oom(total, budget, uncertainty.oom_dist("analytic", shape_of(est)))
         return p <= uncertainty.P_OOM_TARGET, total, p
 
     return judge
@@ -229,7 +238,7 @@ def _safe_total(r: Any, hw: Any) -> float:
     from finetune_doctor.analyzers.memory import estimate
     from finetune_doctor.facts.mem import budget_of, shape_of
 
-    dist = uncertainty.error_dist("analytic", shape_of(estimate(r, hw)))
+    dist = uncertainty.oom_dist("analytic", shape_of(estimate(r, hw)))
     return uncertainty.safe_total(budget_of(hw) or 0.0, dist)
 
 
@@ -289,7 +298,7 @@ def fit_precision(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
 
 @planner("gpus-uneven")
 def plan_uneven(ctx: RuleContext, rule: Any, ev: Any) -> Fix:
-    """The fix of uneven-gpu-memory: the top cause's prescription (analyzers/gpu_causes.py ranks them), with its
+    """The fix of uneven-gpu-memory: the top cause's prescription (analyzers/gpus/gpu_causes.py ranks them), with its
     YAML edit when ``doctor gpus --config`` named the run's config."""
     item = unwrap(ev.eval("item")) or {}
     edits: tuple[Edit, ...] = ()

@@ -1,5 +1,5 @@
 """``ev``: what a run's leftovers show — logs, trainer_log.jsonl, trainer_state.json, event files, recordings —
-as one timeline and the detector results the postmortem rules judge (analyzers/timeline.py `analyze`).
+as one timeline and the detector results the postmortem rules judge (analyzers/postmortem/timeline.py `analyze`).
 
 Each detector field is a mapping (None when the detector found nothing); every ``location`` in it is
 ``{file, line, column, key}`` of the evidence line. The detectors' own sub-fields are listed in evidence.py
@@ -30,7 +30,7 @@ _DETECTORS = {
                   "assert_cond, out_of_vocab, table, rank, ranks, count, step, meaning, fix_title, location}",
     "xid": "kernel Xid lines: {events: [{xid, pci, pid, process, host, meaning, action, who, location}], worst, "
            "count, codes, hardware, location}",
-    "health": "run health (analyzers/health.py): {no_update {why, evidence, check, location}, stopped {last_step, "
+    "health": "run health (analyzers/postmortem/health.py): {no_update {why, evidence, check, location}, stopped {last_step, "
               "total, total_source, percent, location}, hang {the same + evidence}}",
     "ranks": "the ranks of a distributed run: {count, nodes, node_count, table, first_failed {rank, node, gpu, "
              "kind, state, step, phase, op, seq, cause, how, location}, states {state: count}, seq_behind {ranks, value, "

@@ -28,7 +28,7 @@ NAMESPACE = Namespace("gpus", __doc__.split("\n\n")[0], {
                                     "total_gib")},
         "location": _LOC}),
     "idle_contexts": F("list", "a context's worth of memory on a card at 0 % while others train "
-                              "(analyzers/gpu_cards.py idle_contexts)", items={
+                              "(analyzers/gpus/gpu_cards.py idle_contexts)", items={
         **{k: F("any", k) for k in ("label", "host", "index", "gib", "pids", "busy", "busy_util")},
         "location": _LOC}),
     "foreign": F("list", "processes outside the job holding memory", items={

@@ -1,6 +1,6 @@
 """``lint``: what is wrong with the keys of a config as written, before anything is resolved.
 
-* ``keys``: one item per key problem of readers/keyschema.py (unknown, renamed, retired, derived, wrong type,
+* ``keys``: one item per key problem of readers/config/keyschema.py (unknown, renamed, retired, derived, wrong type,
   invalid value), with the line it is on and whether the value came from a ``key=value`` override;
 * ``ds_missing``: the ``deepspeed:`` path that did not resolve, when the command reads on without it;
 * ``model_unresolved``: the model whose config.json was found nowhere (or was unusable), when the command reads on;
@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from finetune_doctor.facts.schema import LOCATION, F, Namespace
-from finetune_doctor.analyzers.launch import check_launch
-from finetune_doctor.readers.keyschema import check_keys
-from finetune_doctor.readers.yamlcfg import ConfigDoc
+from finetune_doctor.analyzers.config.launch import check_launch
+from finetune_doctor.readers.config.keyschema import check_keys
+from finetune_doctor.readers.config.yamlcfg import ConfigDoc
 
 KEY_ITEM = {
     "key": F("str", "the key as written (dotted for nested keys)"),
@@ -43,6 +43,7 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "value": F("str", "the path as written"), "message": F("str", "why it did not resolve")}),
     "unused_suppressions": F("list", "suppression comments that hid nothing", items=UNUSED_ITEM),
     "standalone_ds": F("bool", "a DeepSpeed JSON linted on its own, without a training config"),
+    "keys_dropped": F("int", "key problems beyond MAX_PER_KIND of one kind, counted but not judged one by one"),
     "model_unresolved": F("dict", "the model could not be resolved: memory is not estimated", fields={
         "name": F("str", "model_name_or_path as written"), "message": F("str", "why"),
         "missing": F("str", "what was not found"), "fix": F("str", "the one flag or command that supplies it"),
@@ -50,23 +51,40 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
 })
 
 
+MAX_PER_KIND = 1000
+"""Key problems of one kind (unknown, renamed, ...) judged one by one per file. Each costs about 1 ms of rule
+evaluation; a file of 100k unknown keys (issue 27) is reported by its first 1,000 and a count of the rest."""
+
 KEY_FIELDS = ("key", "kind", "message", "suggestion", "replacement_key", "fix", "fix_value", "condition")
 
 
 def assemble(doc: ConfigDoc | None, transformers_version: str | None = None) -> dict[str, Any]:
     """The ``lint`` facts of `doc` (None: a DeepSpeed JSON on its own, no keys to check): the key schema's problems
-    (readers/keyschema.py, for the training machine's transformers when known) and LLaMA-Factory's launch-time
-    checks (analyzers/launch.py)."""
+    (readers/config/keyschema.py, for the training machine's transformers when known) and LLaMA-Factory's launch-time
+    checks (analyzers/config/launch.py)."""
     if doc is None:
         return {"keys": [], "standalone_ds": True}
     out = []
+    per_kind: dict[str, int] = {}
+    dropped = 0
     for p in [*check_keys(doc.values, transformers_version=transformers_version),
               *check_launch(doc.values, doc.path)]:
         p = p if isinstance(p, dict) else {k: getattr(p, k, None) for k in KEY_FIELDS}
+        kind = str(p.get("kind"))
+        per_kind[kind] = per_kind.get(kind, 0) + 1
+        if per_kind[kind] > MAX_PER_KIND:
+            dropped += 1
+            continue
         d = {k: p.get(k) for k in KEY_FIELDS}
         d["replacement"] = d.pop("replacement_key")
         d["line"] = doc.line_of(d["key"])
         # a value given as key=value on the command line is judged there, whether or not the file has the key
         d["override"] = any(k == d["key"] or k.startswith(d["key"] + ".") for k in doc.overrides)
         out.append(d)
-    return {"keys": out}
+    return {"keys": out, "keys_dropped": dropped}
+
+
+def dropped_note(path: str, facts: dict[str, Any]) -> list[str]:
+    """The note for key problems past facts/lint.py MAX_PER_KIND of one kind (counted, not judged one by one)."""
+    n = (facts.get("lint") or {}).get("keys_dropped") or 0
+    return [f"{path}: {n} more key problems of a kind reported 1,000 times were counted, not listed"] if n else []

@@ -27,14 +27,15 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from finetune_doctor.errors import InputError
+from finetune_doctor.fixes.fileio import atomic_write as _atomic_write
+from finetune_doctor.fixes.fileio import lf as _lf
+from finetune_doctor.fixes.fileio import read as _read
 from finetune_doctor.types import Edit
 
 
@@ -72,13 +73,14 @@ def apply_edits(path: str, edits: Sequence[Edit], *, expect_text: str | None = N
     if expect_text is not None and _lf(text) != _lf(expect_text):
         return FixResult(path, False, stale=True, text=text,
                          notes=(f"{path}: changed since it was read; fixes not written",))
-    new_text, keys = render_edits(text, edits, kind=file_kind(path, text), path=path, after=after)
+    left: list[str] = []
+    new_text, keys = render_edits(text, edits, kind=file_kind(path, text), path=path, after=after, notes=left)
     if new_text == text:
-        return FixResult(path, False, text=text)
+        return FixResult(path, False, text=text, notes=tuple(left))
     diff = _unified(path, text, new_text)
     if not dry_run:
         _atomic_write(path, new_text, bom=bom, expect_raw=raw)
-    return FixResult(path, True, keys=tuple(keys), text=new_text, diff=diff)
+    return FixResult(path, True, keys=tuple(keys), text=new_text, diff=diff, notes=tuple(left))
 
 
 def diff_edits(path: str, edits: Sequence[Edit], *, after: Mapping[str, str] | None = None) -> str:
@@ -99,12 +101,15 @@ def file_kind(path: str, text: str = "") -> str:
 
 
 def render_edits(text: str, edits: Sequence[Edit], *, kind: str, path: str = "<text>",
-                 after: Mapping[str, str] | None = None) -> tuple[str, list[str]]:
-    """The new text after `edits` (pure: no I/O) and the keys that changed. Raises InputError as apply_edits."""
+                 after: Mapping[str, str] | None = None, notes: list[str] | None = None) -> tuple[str, list[str]]:
+    """The new text after `edits` (pure: no I/O) and the keys that changed; `notes`, when given, collects why an
+    edit was left out (a key from a merge key, an anchor an alias uses). Raises InputError as apply_edits."""
     ops = _plan(edits)
-    if kind == "json":
-        return _JsonDoc(text, path).apply(ops, after or {})
-    return _YamlDoc(text, path).apply(ops, after or {})
+    doc: Any = _JsonDoc(text, path) if kind == "json" else _YamlDoc(text, path)
+    out = doc.apply(ops, after or {})
+    if notes is not None:
+        notes.extend(getattr(doc, "skipped", ()))
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -254,7 +259,7 @@ def _yaml_scalar(v: Any, quote: str | None = None, flow: bool = False) -> str:
 
 
 def _plain_ok(s: str, flow: bool) -> bool:
-    from finetune_doctor.readers.yamlcfg import type_scalar
+    from finetune_doctor.readers.config.yamlcfg import type_scalar
 
     if not s or s != s.strip() or "\n" in s or s[0] in _INDICATORS or ": " in s or " #" in s or s.endswith(":"):
         return False
@@ -265,6 +270,20 @@ def _plain_ok(s: str, flow: bool) -> bool:
         return False
     return not re.fullmatch(r"[-+]?(\.inf|\.nan|[0-9][0-9_]*(\.[0-9_]*)?([eE][-+]?[0-9]+)?|0x[0-9a-fA-F]+|0o[0-7]+)",
                             s, re.IGNORECASE)
+
+
+_TAB_AFTER_COLON = re.compile(r"^([ ]*(?:- )?[^\s#'\"{}\[\]][^:#\n]*:)([ \t]*\t[ \t]*)(?=\S)", re.M)
+
+
+def _blank_tabs(m: "re.Match[str]") -> str:
+    return m.group(1) + m.group(2).replace("\t", " ")
+
+
+_ANCHOR = re.compile(r"(?<![\w&*])&([^\s,\[\]{}]+)")
+
+
+class _Unfaithful(Exception):
+    """Applied edits would change keys they do not name."""
 
 
 class _YamlDoc:
@@ -278,8 +297,11 @@ class _YamlDoc:
         self.nl = "\r\n" if "\r\n" in text else "\n"
         y = YAML(typ="rt")
         y.preserve_quotes = True
+        self.skipped: list[str] = []
         try:
-            self.root = y.load(text)
+            # ruamel refuses a tab between `key:` and its value, which libyaml and OmegaConf accept (issue 27):
+            # it parses a copy with those tabs as blanks, one for one, so every line and column stays valid
+            self.root = y.load(_TAB_AFTER_COLON.sub(_blank_tabs, text))
         except YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             raise InputError(f"malformed YAML: {getattr(err, 'problem', err)}", file=path,
@@ -301,20 +323,79 @@ class _YamlDoc:
         return cur
 
     def _exists(self, path: tuple[str, ...]) -> bool:
+        """`path` is a key written in its own mapping (not one a merge key ``<<`` brings in)."""
+        parent = self._node(path[:-1]) if len(path) > 1 else self.root
+        if not isinstance(parent, dict) or path[-1] not in parent:
+            return False
+        own = getattr(parent, "_ok", None)   # ruamel's set of a mapping's own keys when it has merges
+        return own is None or path[-1] in own
+
+    def _present(self, path: tuple[str, ...]) -> bool:
         parent = self._node(path[:-1]) if len(path) > 1 else self.root
         return isinstance(parent, dict) and path[-1] in parent
 
+    def _blocked(self, o: _Op) -> str | None:
+        """Why op `o` cannot be applied without breaking what YAML users rely on, or None (issue 27)."""
+        key = ".".join(o.path)
+        if o.action in ("delete", "rename") and self._present(o.path) and not self._exists(o.path):
+            return (f"`{key}` comes from a merge key (<<): not fixed; edit the mapping it is merged from "
+                    "by hand")
+        if not self._exists(o.path) or (o.action == "rename" and _same_value(self._node(o.path), o.value)):
+            return None   # a rename that keeps the value keeps its text, anchor included
+        parent = self._node(o.path[:-1]) if len(o.path) > 1 else self.root
+        first, end, _col = self._key_span(parent, o.path[-1])
+        span = "".join(self.lines[first:end])
+        rest = "".join(self.lines[:first] + self.lines[end:])
+        for name in _ANCHOR.findall(span):
+            if re.search(r"\*" + re.escape(name) + r"(?![^\s,\[\]{}])", rest):
+                return (f"`{key}` carries the anchor &{name} that an alias (*{name}) elsewhere uses: not fixed, "
+                        "as changing it would change or break that alias; edit it by hand")
+        return None
+
     def _typed(self, text: str) -> Any:
-        from finetune_doctor.readers.yamlcfg import parse_yaml_text
+        from finetune_doctor.readers.config.yamlcfg import parse_yaml_text
 
         return parse_yaml_text(text, self.path)[0]
 
     def apply(self, ops: list[_Op], after: Mapping[str, str]) -> tuple[str, list[str]]:
         before = self._typed(self.text) if self.text.strip() else {}
         before = before if isinstance(before, dict) else {}
-        ops = [o for o in _pair_renames(ops, self._exists, lambda p: _lookup(before, p)) if not _is_noop(o, before)]
+        ops = [o for o in _pair_renames(ops, self._present, lambda p: _lookup(before, p)) if not _is_noop(o, before)]
+        kept = []
+        for o in ops:
+            why = self._blocked(o)
+            if why:
+                self.skipped.append(why)
+            else:
+                kept.append(o)
+        ops = kept
         if not ops:
             return self.text, []
+        original = self.text   # every attempt starts from it on a fresh document (_reparse re-initialises)
+        try:
+            return _YamlDoc(original, self.path)._apply_ops(ops, after, before)
+        except _Unfaithful:
+            pass
+        # one op changed other keys (a merge key or an alias supplies the key too): keep the ops that apply on
+        # their own and say which could not, instead of refusing the whole file (issue 27, fuzz round 2)
+        good = []
+        for o in ops:
+            try:
+                _YamlDoc(original, self.path)._apply_ops([o], after, before)
+                good.append(o)
+            except _Unfaithful:
+                self.skipped.append(f"`{'.'.join(o.path)}`: the fix would change other keys too (a merge key or "
+                                    "an alias supplies it as well); not fixed, edit it by hand")
+        if not good:
+            return self.text, []
+        try:
+            return _YamlDoc(original, self.path)._apply_ops(good, after, before)
+        except _Unfaithful:
+            raise InputError("could not apply the fix without changing other keys; edit the file by hand",
+                             file=self.path) from None
+
+    def _apply_ops(self, ops: list[_Op], after: Mapping[str, str], before: Any) -> tuple[str, list[str]]:
+        """Apply `ops` to this document's lines; _Unfaithful when the result differs from `before` + `ops`."""
         # edit bottom-up so earlier line numbers stay valid; inserts (no line) go last, in order
         located = [(self._anchor_line(o), i, o) for i, o in enumerate(ops)]
         for _line, _i, o in sorted((t for t in located if t[0] is not None), key=lambda t: (-t[0], t[1])):
@@ -326,8 +407,7 @@ class _YamlDoc:
         got = self._typed(new_text) if new_text.strip() else {}
         want = _expected(before, ops)
         if not _same(got, want):
-            raise InputError("could not apply the fix without changing other keys; edit the file by hand",
-                             file=self.path)
+            raise _Unfaithful()
         return new_text, [".".join(o.path if o.action != "rename" else o.path[:-1] + (o.new_name,)) for o in ops]
 
     def _anchor_line(self, o: _Op) -> int | None:
@@ -423,7 +503,7 @@ class _YamlDoc:
         multi = end - first > 1
         old = parent[key]
         vstart = colon + 1
-        while vstart < len(body) and body[vstart] == " ":
+        while vstart < len(body) and body[vstart] in " \t":
             vstart += 1
         if o.action == "rename" and _same_value(old, o.value):
             new_body = body   # a rename moves the value as the user wrote it (1.0e-4 stays 1.0e-4)
@@ -437,7 +517,9 @@ class _YamlDoc:
             # comment of the key line stays, the continuation lines go
             m = re.search(r"(?:^|\s)(#.*)$", body[colon + 1:])
             comment = f" {m.group(1)}" if m else ""
-            new_body = body[:colon + 1] + " " + _yaml_scalar(o.value) + comment
+            anchor = re.match(r"&[^\s,\[\]{}]+", body[vstart:])   # an anchor no alias uses: it stays
+            new_body = (body[:colon + 1] + " " + (anchor.group(0) + " " if anchor and not multi else "")
+                        + _yaml_scalar(o.value) + comment)
             if multi:
                 del self.lines[first + 1:end]
         else:
@@ -462,10 +544,10 @@ class _YamlDoc:
             parent_path += (k,)
         parent = self._node(parent_path) if parent_path else self.root
         rest = o.path[len(parent_path):]
-        # indentation: siblings' column, else parent column + 2
-        if len(parent):
-            first_key = next(iter(parent))
-            col = parent.lc.key(first_key)[1]
+        # indentation: siblings' column, else parent column + 2 (keys a merge key brings in have no line here)
+        own = [k for k in parent if getattr(parent, "_ok", None) is None or k in parent._ok]
+        if own:
+            col = parent.lc.key(own[0])[1]
         else:
             col = 0 if not parent_path else self._col_of(parent_path) + 2
         new_lines = []
@@ -476,10 +558,10 @@ class _YamlDoc:
             else:
                 new_lines.append(f"{pad}{_yaml_scalar(k)}: {_yaml_scalar(o.value)}{self.nl}")
         sibling = after.get(".".join(o.path)) or after.get(o.path[-1])
-        if sibling is not None and sibling in parent and len(rest) == 1:
+        if sibling is not None and sibling in own and len(rest) == 1:
             _first, at, _c = self._key_span(parent, sibling)
-        elif len(parent):  # right after the last key's own lines, before any trailing comment block
-            _first, at, _c = self._key_span(parent, list(parent)[-1])
+        elif own:  # right after the last key's own lines, before any trailing comment block
+            _first, at, _c = self._key_span(parent, own[-1])
         else:
             at = self._line_of(parent_path) + 1 if parent_path else len(self.lines)
             if parent_path:  # `parent: {}` or `parent:` -> cannot append children under a flow/empty value
@@ -696,58 +778,9 @@ class _JsonDoc:
         return cur
 
 
-# --------------------------------------------------------------------------------------------------------------
-# I/O
-
-def _read(path: str) -> tuple[bytes, str, bool]:
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as err:
-        raise InputError(f"cannot read: {err.strerror}", file=path) from None
-    bom = raw.startswith(b"\xef\xbb\xbf")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise InputError(f"not UTF-8 text (byte {err.start})", file=path) from None
-    return raw, text, bom
-
-
-def _lf(text: str) -> str:
-    """`text` with CRLF and lone CR line ends as LF: a reader that decoded with universal newlines (Python's
-    default text mode) saw the same document as the bytes on disk."""
-    return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
 def _unified(path: str, old: str, new: str) -> str:
     return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
                                         fromfile=path, tofile=path))
-
-
-def _atomic_write(path: str, text: str, *, bom: bool, expect_raw: bytes | None) -> None:
-    """Write via a temp file in the same directory and ``os.replace``; keep the mode; refuse if the file moved on.
-
-    A symlinked config is written at its target (``os.path.realpath``), so the link stays a link and the file it
-    names gets the fix, as an editor saving through the link would do.
-    """
-    target = Path(os.path.realpath(path))
-    data = (b"\xef\xbb\xbf" if bom else b"") + text.encode("utf-8")
-    mode = target.stat().st_mode & 0o7777
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        if expect_raw is not None and target.read_bytes() != expect_raw:
-            raise InputError("changed while the fix was being written; not written", file=path)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _same_value(old: Any, new: Any) -> bool:

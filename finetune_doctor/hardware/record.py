@@ -1,6 +1,6 @@
 """Writers of ``doctor gpus --record FILE``: nvidia-smi ``--query-gpu`` CSV, or JSONL snapshots.
 
-The CSV is byte-for-byte the layout ``nvidia-smi --query-gpu=<readers.smi.QUERY_COLUMNS> --format=csv`` prints
+The CSV is byte-for-byte the layout ``nvidia-smi --query-gpu=<readers.gpus.smi.QUERY_COLUMNS> --format=csv`` prints
 (``, `` separators, units in the header and after each value, ``[N/A]`` for a missing value), so tools that read
 nvidia-smi logs read it too; it has no processes. The JSONL keeps everything a `Snapshot` holds, processes
 included. A sample NVML failed to take is written as a gap: a JSONL ``{"time", "gap"}`` line, or CSV rows of the
@@ -17,7 +17,7 @@ from typing import IO
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.hardware.snapshot import MIB, CardSnapshot, Snapshot
-from finetune_doctor.readers.smi import QUERY_COLUMNS, QUERY_UNITS, RECORD_SCHEMA
+from finetune_doctor.readers.gpus.smi import QUERY_COLUMNS, QUERY_UNITS, RECORD_SCHEMA
 
 
 def open_recorder(path: str, host: str | None = None, interval_s: float | None = None) -> "CsvRecorder | JsonlRecorder":
@@ -25,12 +25,25 @@ def open_recorder(path: str, host: str | None = None, interval_s: float | None =
 
     Raises InputError for another extension, or for a CSV whose existing header is not ours.
     """
+    from finetune_doctor.fsutil import STDOUT, output_target
+
+    if output_target(path, "--record") == STDOUT:
+        raise InputError("--record appends samples to a file; standard output carries the report (name a file)",
+                         file=path)
     suffix = Path(path).suffix.lower()
     if suffix == ".csv":
         return CsvRecorder(path)
     if suffix in (".jsonl", ".ndjson", ".json"):
         return JsonlRecorder(path, host, interval_s)
     raise InputError("--record needs a .csv (nvidia-smi --query-gpu format) or .jsonl file name", file=path)
+
+
+def _flush(f: IO[str], path: str) -> None:
+    """Flush one sample; a full disk or a revoked folder mid-recording is one line naming the file."""
+    try:
+        f.flush()
+    except OSError as err:
+        raise InputError(f"cannot write: {err.strerror or err}", file=path) from None
 
 
 def _stamp(t: float | None) -> str:
@@ -70,7 +83,7 @@ class CsvRecorder:
             for c in snap.cards:
                 self._f.write(self._row(snap.time, c) + "\n")
                 self.rows += 1
-        self._f.flush()
+        _flush(self._f, self.path)
 
     @staticmethod
     def _row(t: float | None, c: CardSnapshot, error: str | None = None) -> str:
@@ -113,7 +126,7 @@ class JsonlRecorder:
         else:
             self._f.write(json.dumps(snap.to_dict(), separators=(",", ":")) + "\n")
         self.rows += 1
-        self._f.flush()
+        _flush(self._f, self.path)
 
     def close(self) -> None:
         self._f.close()

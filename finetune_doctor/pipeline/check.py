@@ -29,18 +29,35 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool =
     probed = None
     if probe:
         findings, probed = _confirm(asm, findings, opts, probe_mode)
-    notes = list(asm.notes)
-    if fix or unsafe_fixes:
-        from finetune_doctor.fixes import apply_fixes
+    from finetune_doctor.facts.lint import dropped_note
 
-        notes.extend(apply_fixes(findings, unsafe=unsafe_fixes, texts={asm.doc.path: asm.doc.text}).notes)
+    notes = list(asm.notes) + dropped_note(config, asm.facts)
+    if fix or unsafe_fixes:
+        return _fix_and_recheck(config, overrides, opts, findings, asm, unsafe=unsafe_fixes, probe=probe,
+                                probe_mode=probe_mode, scan_data=scan_data, validate_ds=validate_ds)
     sections: dict[str, Any] = {"model": asm.model_section()} if asm.run is not None else {}
     if asm.facts.get("data"):
         sections["data"] = asm.facts["data"]
     if probed:
         sections["probe"] = probed   # the configured run's simulation replayed (probes/confirm.py probe_check)
     return Report(command="check", inputs=asm.inputs(), findings=tuple(findings), run=asm.run_summary(),
-                  hardware=asm.hw, memory=asm.memory, sections=sections, notes=tuple(notes))
+                  hardware=asm.hw, memory=asm.memory, sections=sections, notes=tuple(notes),
+                  assumptions=tuple(asm.assumptions))
+
+
+def _fix_and_recheck(config: str, overrides: tuple[str, ...], opts: Options, findings: list, asm: Any, *,
+                     unsafe: bool, **again: Any) -> Report:
+    """``check --fix``: write the fixes to the config named on the command line only (a DeepSpeed JSON or any
+    other file it names is reported, not edited, as ``lint --fix`` does), then check again and report the state
+    after the fix, with ``fixes: {fixed, remaining}`` (ruff's behaviour)."""
+    from dataclasses import replace
+
+    from finetune_doctor.fixes import apply_fixes
+
+    done = apply_fixes(findings, unsafe=unsafe, texts={asm.doc.path: asm.doc.text}, only=[config])
+    after = run(config, overrides, opts, **again)
+    return replace(after, notes=tuple(done.notes) + after.notes,
+                   sections={**after.sections, "fixes": {"fixed": done.fixed, "remaining": len(after.findings)}})
 
 
 def _confirm(asm: Any, findings: list, opts: Options, mode: str) -> tuple[list, dict | None]:

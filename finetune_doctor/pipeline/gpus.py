@@ -1,8 +1,8 @@
 """``doctor gpus``: per-card memory from NVML or recorded files, and which card is in trouble and why.
 
 Flow: samples (one NVML snapshot; a ``--watch``/``--record`` loop, hardware/sampler.py; or ``--from FILE ...``
-streamed by readers/smi.py) → a `SampleAccumulator` → `build_facts` (the ``gpus`` namespace,
-analyzers/gpu_cards.py) → rules with ``commands: [gpus]`` (uneven-gpu-memory FD501, foreign-process-on-gpu FD502,
+streamed by readers/gpus/smi.py) → a `SampleAccumulator` → `build_facts` (the ``gpus`` namespace,
+analyzers/gpus/gpu_cards.py) → rules with ``commands: [gpus]`` (uneven-gpu-memory FD501, foreign-process-on-gpu FD502,
 multi-card-process FD503, near-capacity FD504) → `Report` with ``sections["gpus"]``.
 
 The pipeline never draws: during a watch it hands the section data of the latest samples to a `progress`
@@ -17,15 +17,15 @@ from collections import deque
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
-from finetune_doctor.analyzers.gpu_cards import SampleAccumulator, build_facts
+from finetune_doctor.analyzers.gpus.gpu_cards import SampleAccumulator, build_facts
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
 from finetune_doctor.hardware.catalog import parse_gpu_spec
 from finetune_doctor.hardware.nvml import NVMLQueryError, NVMLUnavailable, hardware_from_snapshot, open_adapter
 from finetune_doctor.hardware.sampler import OVERHEAD_BUDGET, sample_loop
 from finetune_doctor.hardware.snapshot import Snapshot
-from finetune_doctor.readers.gpu_config import ConfigInfo, load_config
-from finetune_doctor.readers.smi import open_gpu_file
+from finetune_doctor.readers.gpus.gpu_config import ConfigInfo, load_config
+from finetune_doctor.readers.gpus.smi import open_gpu_file
 from finetune_doctor.types import Hardware, Report, SourceDoc
 
 __all__ = ["OVERHEAD_BUDGET", "LIVE_WINDOW", "run", "section_data", "build_facts"]
@@ -92,6 +92,16 @@ def run(opts: Any, watch: float | None = None, record: str | None = None, interv
                   sections={"gpus": section_data(facts, loop_stats)}, notes=tuple(dict.fromkeys(notes)))
 
 
+def _no_driver(message: str, spec: Hardware | None) -> str:
+    """The driver error, with advice that fits what the user already gave: after ``--gpu A100-80GB`` "use --gpu
+    SPEC" is no help (issue 26) — the spec names the cards but `doctor gpus` shows their live memory."""
+    if spec is None:
+        return message
+    head = message.split(";")[0].split(": install the driver")[0]
+    return (f"{head}: --gpu names the cards but `doctor gpus` shows their live memory, which needs the driver; "
+            "run it on the training machine, or read a recording there with --from FILE")
+
+
 def _sample(opts: Any, source: Any, watch: float | None, record: str | None, interval: float, count: int | None,
             cfg: ConfigInfo | None, spec: Hardware | None, take: Callable[[Snapshot], None],
             progress: Callable[[dict[str, Any]], None] | None, sleep: Callable[[float], None],
@@ -100,7 +110,7 @@ def _sample(opts: Any, source: Any, watch: float | None, record: str | None, int
     try:
         src = source if source is not None else open_adapter()
     except NVMLUnavailable as err:
-        raise InputError(f"{err}", file="nvml") from None
+        raise InputError(_no_driver(str(err), spec), file="nvml") from None
     try:
         if watch is None and record is None and count is None:
             try:

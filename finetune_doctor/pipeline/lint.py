@@ -13,12 +13,15 @@ dataset is read. Memory rules run only when the project configuration (or --gpu)
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from finetune_doctor.engine.judge import judge
+from finetune_doctor.errors import InputError
 from finetune_doctor.facts.config import assemble_config, assemble_ds_alone
+from finetune_doctor.facts.lint import dropped_note
 from finetune_doctor.fixes import apply_fixes, collect_edits
 from finetune_doctor.fixes.edit import diff_edits
 from finetune_doctor.settings import Options
@@ -38,13 +41,20 @@ def classify(path: str) -> str | None:
     raises for it; a file that is neither is not ours to judge. Raises InputError for a path that is missing or not
     a regular file.
     """
-    from finetune_doctor.readers.textfile import decode, read_bytes, sniff_text
+    from finetune_doctor.readers.textfile import decode, provided, read_bytes, sniff_text
 
     data = read_bytes(path)
-    kind = _kind_of_text(sniff_text(data), Path(path).suffix.lower())
+    suffix = Path(path).suffix.lower()
+    if provided(path) is not None and suffix not in (".json", ".yaml", ".yml"):
+        # standard input without a telling --stdin-filename: a JSON object starts with "{", anything else is YAML
+        suffix = ".json" if sniff_text(data).lstrip().startswith("{") else ".yaml"
+    kind = _kind_of_text(sniff_text(data), suffix)
     if kind is not None:
         decode(data, path, "LLaMA-Factory YAML" if kind == "lf" else "DeepSpeed JSON")
     return kind
+
+
+_DS_WORD = re.compile(r"\b(?:zero_optimization|train_micro_batch_size_per_gpu|train_batch_size)\b")
 
 
 def _kind_of_text(text: str, suffix: str) -> str | None:
@@ -52,8 +62,9 @@ def _kind_of_text(text: str, suffix: str) -> str | None:
         try:
             data = json.loads(text)
         except (ValueError, RecursionError):
-            # a broken JSON that looks like DeepSpeed is reported by the DS reader; others are not ours
-            return "ds" if any(f'"{k}"' in text for k in ("zero_optimization", "train_micro_batch_size_per_gpu")) else None
+            # a broken JSON that looks like DeepSpeed is reported by the DS reader (which `check` would call
+            # malformed too): quoted keys, and also hjson-style or YAML text saved as .json (issue 27)
+            return "ds" if _DS_WORD.search(text) else None
         if isinstance(data, dict):
             strong = {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size",
                       "zero_allow_untested_optimizer", "gradient_clipping", "steps_per_print",
@@ -93,7 +104,7 @@ def _only_lf_keys(keys: set[str]) -> bool:
     LLaMA-Factory would read and reject as the rules do."""
     if len(keys) < 2:
         return False
-    from finetune_doctor.readers.keyschema import load_schema
+    from finetune_doctor.readers.config.keyschema import load_schema
 
     schema = load_schema()["keys"]
     return all(k in schema for k in keys) and any(schema[k].get("origin") == "llamafactory" for k in keys)
@@ -125,6 +136,7 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     """Lint `files`; with `fix`, apply safe (and with `unsafe_fixes`, unsafe) fixes. `diff` shows them instead."""
     findings: list[Finding] = []
     notes: list[str] = []
+    assumed: list = []
     linted_ds: set[str] = set()
     kinds = [(f, classify(f)) for f in files]
     skipped = [f for f, k in kinds if k is None]
@@ -134,6 +146,8 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
             continue
         file_opts = _per_file(opts, f)
         asm = assemble_config(f, (), file_opts, static=True)
+        assumed.extend(asm.assumptions)
+        notes.extend(dropped_note(f, asm.facts))
         findings.extend(judge("lint", asm.facts, asm.sources, file_opts, texts={asm.doc.path: asm.doc.text},
                               live=asm.live()))
         if asm.ds is not None and getattr(asm.ds, "path", None) and not asm.ds_stock:
@@ -144,6 +158,7 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
             findings.extend(lint_ds_alone(f, _per_file(opts, f)))
     findings.sort(key=lint_order)
     if fix or unsafe_fixes:
+        _refuse_stdin(files)
         # only the files named on the command line are written: a pre-commit hook passes the staged files, and an
         # edit to an unstaged DeepSpeed JSON that a YAML names would be left behind as an unstaged change
         done = apply_fixes(findings, unsafe=unsafe_fixes, only=list(files))
@@ -161,7 +176,7 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     return Report(command="lint", inputs={"config": lf_files[0] if len(lf_files) == 1 else None,
                                           "deepspeed": ds_inputs[0] if len(ds_inputs) == 1 else None,
                                           "run_dir": None, "files": list(files)},
-                  findings=tuple(findings), notes=tuple(notes), sections=sections)
+                  findings=tuple(findings), notes=tuple(notes), sections=sections, assumptions=tuple(assumed))
 
 
 def diff(files: list[str], opts: Options, *, unsafe_fixes: bool = False) -> tuple[str, list[str], int]:
@@ -170,6 +185,7 @@ def diff(files: list[str], opts: Options, *, unsafe_fixes: bool = False) -> tupl
     Returns (diff text, notes for stderr, number of unsafe fixes left out). The diff is raw so that it can be piped
     to ``patch -p0`` or reviewed in CI (ruff's ``--diff``). Raises InputError on unreadable input, as `run`.
     """
+    _refuse_stdin(files)
     findings = list(run(files, opts).findings)
     per_file, notes = collect_edits(findings, unsafe_fixes)
     chunks = [d for path, edits in per_file.items() if Path(path).is_file() and (d := diff_edits(path, edits))]
@@ -178,10 +194,34 @@ def diff(files: list[str], opts: Options, *, unsafe_fixes: bool = False) -> tupl
     return "".join(chunks), notes, hidden
 
 
+def _refuse_stdin(files: list[str]) -> None:
+    from finetune_doctor.readers.textfile import provided
+
+    for f in files:
+        if provided(f) is not None:
+            raise InputError("--fix and --diff rewrite files: standard input has none to rewrite "
+                             "(lint the file itself)", file=f)
+
+
+def statistics(report: Report) -> list[dict[str, Any]]:
+    """``--statistics``: one row per rule code, most frequent first (ruff's order), as
+    ``{"code", "name", "count", "fixable"}`` where `fixable` counts the findings ``--fix`` would apply."""
+    from finetune_doctor.fixes import fixable
+
+    rows: dict[str, dict[str, Any]] = {}
+    for f in report.findings:
+        row = rows.setdefault(f.code, {"code": f.code, "name": f.name, "count": 0, "fixable": 0})
+        row["count"] += 1
+        row["fixable"] += int(fixable(f))
+    return sorted(rows.values(), key=lambda r: (-r["count"], r["code"]))
+
+
 def _per_file(opts: Options, path: str) -> Options:
     """Project configuration applies per file (each file finds its own pyproject/.finetune-doctor.toml)."""
     if opts.paths and Path(opts.paths[0]).resolve().parent == Path(path).resolve().parent:
         return opts
+    if opts.config_file:
+        return opts   # --config FILE: one configuration for every file, no discovery (ruff's --config)
     fresh = Options.from_cli(command=opts.command, paths=[path], gpu=opts.gpu if opts.gpu else None,
                              fmt=opts.format, output=opts.output,
                              select=",".join(opts.select) if opts.select else None,

@@ -3,7 +3,7 @@
 Reads and judges the config as `doctor check` does (facts/config.py, engine/judge.py), probes the run as configured
 and confirms every fix that changes memory or numerics by probing the run before and after its edits
 (probes/confirm.py). The report's ``memory`` is the probe's (method simulated | measured), with the verdict of
-that method's error model (analyzers/uncertainty.py). A simulation records its allocation trace and replays it
+that method's error model (analyzers/memory/uncertainty.py). A simulation records its allocation trace and replays it
 through the caching-allocator model (probes/replayed.py): the total is the replay's peak reserved plus what the
 trace does not hold, and the probe section shows the replay (fragmentation, PyTorch's OOM message on a card it
 would not fit, and the same trace with expandable segments on). While it probes, a terminal's stderr shows what it
@@ -25,6 +25,17 @@ from finetune_doctor.settings import Options
 from finetune_doctor.types import GIB, MemoryEstimate, Report
 
 
+def _nothing_to_probe(asm: Assembly, opts: Options) -> InputError:
+    """Why there is no run to probe, in the words of the first error `check` reports for it (a micro batch of 0,
+    an unknown model...), at its line; "set model_name_or_path" only when that is the reason (issue 27)."""
+    findings = judge("check", asm.facts, asm.sources, opts, texts={asm.doc.path: asm.doc.text}, live=asm.live())
+    first = next((f for f in findings if f.severity == "error"), None)
+    if first is not None:
+        return InputError(f"nothing to probe: {first.message}", file=first.location.file or asm.doc.path,
+                          line=first.location.line)
+    return InputError("no model to probe: set model_name_or_path", file=asm.doc.path, line=1)
+
+
 def run(config: str, overrides: tuple[str, ...], opts: Options, *, mode: str = "auto", steps: int = 2,
         force: bool = False) -> Report:
     """`doctor probe CONFIG.yaml`: probe the configured run and confirm every memory/numerics fix.
@@ -35,7 +46,7 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, mode: str = "
         raise InputError(f"--steps must be at least 1, got {steps}", file="--steps")
     asm = assemble_config(config, overrides, opts, scan_data=False)
     if asm.run is None:
-        raise InputError("no model to probe: set model_name_or_path", file=asm.doc.path, line=1)
+        raise _nothing_to_probe(asm, opts)
     if mode == "gpu":
         _require_gpu(asm, force)
     with probe_progress() as say:   # a status line on a terminal's stderr, nothing otherwise
@@ -73,7 +84,7 @@ def _probe(asm: Assembly, opts: Options, mode: str, steps: int, force: bool,
 
 
 def _shape(asm: Assembly) -> str:
-    """The run's shape class (analyzers/reserve.py), as the analytic estimate classified it."""
+    """The run's shape class (analyzers/memory/reserve.py), as the analytic estimate classified it."""
     return str((asm.memory.details if asm.memory else {}).get("reserve_class") or "default")
 
 

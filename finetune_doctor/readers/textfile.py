@@ -20,6 +20,20 @@ from finetune_doctor.errors import InputError
 from finetune_doctor.readers.limits import MAX_CONFIG_BYTES
 
 STDIN = "-"
+_PROVIDED: dict[str, bytes] = {}
+"""Inputs already read from elsewhere (``doctor lint -`` reads standard input once, under its --stdin-filename)."""
+
+
+def provide(path: str, data: bytes) -> None:
+    """Make `read_bytes(path)` return `data`: standard input read once, linted under the name the user gave."""
+    _PROVIDED[path] = data
+
+
+def provided(path: str) -> bytes | None:
+    """The bytes `provide` registered for `path`, or None."""
+    return _PROVIDED.get(path)
+
+
 _BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
          (b"\xfe\xff", "UTF-16"))
 
@@ -30,7 +44,9 @@ def read_bytes(path: str, what: str = "file", limit: int = MAX_CONFIG_BYTES) -> 
     Raises InputError naming `path` for a missing path, a directory, anything that is not a regular file, an OS
     error (permission, a symlink loop, a name too long) or a file over `limit` bytes.
     """
-    if path == STDIN:
+    if path in _PROVIDED:
+        data = _PROVIDED[path]
+    elif path == STDIN:
         data = sys.stdin.buffer.read(limit + 1)
     else:
         try:

@@ -74,9 +74,15 @@ class SourceIndex:
 
     def _load(self, path: str) -> tuple[str, dict[str, Span]] | None:
         if path not in self._cache:
+            from finetune_doctor.readers.textfile import provided
+
+            given = provided(path)
             try:
-                with open(path, encoding="utf-8") as fh:
-                    text = fh.read()
+                if given is not None:
+                    text = given.decode("utf-8")
+                else:
+                    with open(path, encoding="utf-8") as fh:
+                        text = fh.read()
             except (OSError, UnicodeDecodeError):
                 self._cache[path] = None
             else:

@@ -64,16 +64,21 @@ def render_catalog(rules: Iterable["Rule"], fmt: str = "text", color: bool | Non
     from rich.table import Table
     from rich.text import Text
 
-    from finetune_doctor.reporters.text import SEVERITY_STYLE, TextReporter, make_console, strip_trailing
+    from finetune_doctor.reporters.text import (SEVERITY_STYLE, TextReporter, keep_numbers_whole, make_console,
+                                                strip_trailing)
 
     opts = TextReporter(color=color, width=width)
     console = make_console(opts.color, opts.width)
     table = Table(box=box.SIMPLE, show_edge=False, pad_edge=False, header_style="bold")
-    for col in CATALOG_COLUMNS:
+    # under 100 columns the category goes (`doctor explain` and --format json keep it): with it, the longest
+    # rule name and the commands cannot share 80 columns without cutting a word
+    columns = [c for c in CATALOG_COLUMNS if opts.width >= 100 or c != "category"]
+    for col in columns:
         table.add_column(col, no_wrap=col in ("code", "name", "severity"))
     for row in rows:
         table.add_row(*(Text(_cell(row, c), style=SEVERITY_STYLE[row["severity"]] if c == "severity" else "")
-                        for c in CATALOG_COLUMNS))
+                        for c in columns))
+    keep_numbers_whole(table, opts.width)
     console.print(table)
     console.print(f"{len(rows)} rules · `doctor explain CODE` shows one rule's documentation", markup=False)
     return strip_trailing(console.file.getvalue())  # type: ignore[attr-defined]

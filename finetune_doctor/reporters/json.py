@@ -24,6 +24,8 @@ from finetune_doctor import __version__
 from finetune_doctor.types import Report
 
 SCHEMA = "finetune-doctor/report/v1"
+SCHEMA_FILE = "report-v1.json"
+"""The JSON Schema (draft 2020-12) of SCHEMA, shipped in the package as finetune_doctor/schema/report-v1.json."""
 TOOL_NAME = "finetune-doctor"
 
 V1_KEYS = ("schema", "tool", "command", "inputs", "run", "hardware", "memory", "findings", "timeline", "summary")
@@ -41,6 +43,13 @@ class JsonReporter:
 
     def render(self, report: Report) -> str:
         return json.dumps(report_dict(report), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def load_schema() -> dict[str, Any]:
+    """The report's JSON Schema (its ``$id`` is SCHEMA) from the installed package, for CI pipelines and tests."""
+    from importlib.resources import files
+
+    return json.loads(files("finetune_doctor").joinpath("schema", SCHEMA_FILE).read_text(encoding="utf-8"))
 
 
 def report_dict(report: Report) -> dict[str, Any]:

@@ -83,9 +83,16 @@ def _reduce(steps: Any, values: Any, hidden: set[int] | frozenset[int] = frozens
     return rs, rv, bad
 
 
-def draw(timeline: Any, path: str, title: str | None = None) -> str:
-    """Write the PNG to `path` and return it; `title` names the model and the run folder. Raises MissingExtra
-    without matplotlib, InputError when the file cannot be written."""
+def draw(timeline: Any, path: str, title: str | None = None, inputs: Any = ()) -> str:
+    """Write the PNG to `path` and return it; `title` names the model and the run folder. The output policy of
+    fsutil.py applies (a regular file only, never one of `inputs`, written atomically). Raises MissingExtra
+    without matplotlib, InputError when the file cannot or may not be written."""
+    from finetune_doctor.fsutil import STDOUT, output_target
+
+    target = output_target(path, "--plot", inputs)
+    if target == STDOUT:
+        raise InputError("--plot writes a PNG file; standard output carries the report (name a .png file)",
+                         file=path)
     try:
         import matplotlib
 
@@ -114,12 +121,16 @@ def draw(timeline: Any, path: str, title: str | None = None) -> str:
     axes[-1].set_xlabel("step")
     fig.suptitle(f"doctor postmortem: {title}" if title else "doctor postmortem", fontsize=10)
     fig.tight_layout(rect=(0, 0.06 if events else 0, 1, 0.96))
+    import io
+
+    from finetune_doctor.fsutil import write_bytes
+
+    buf = io.BytesIO()
     try:
-        fig.savefig(path, dpi=110)
-    except OSError as err:
-        raise InputError(f"cannot write the plot: {err.strerror or err}", file=path) from None
+        fig.savefig(buf, dpi=110, format="png")
     finally:
         plt.close(fig)
+    write_bytes(target, buf.getvalue(), shown=path)
     return path
 
 

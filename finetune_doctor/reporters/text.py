@@ -89,23 +89,83 @@ def gib(x: float | None, nd: int = 2) -> str:
     return "?" if x is None else f"{x:.{nd}f}"
 
 
+_NUMBER_CELL = re.compile(r"^(?=.*\d)[\d\s.,/%()<>≤≥~±+\-−×]*(?:GiB|MiB|KiB|GB|MB|B|ms|s|k|M|x|°C|W)?[\d\s.,/%()]*$"
+                          r"|^[—?–-]?$")
+
+
+def keep_numbers_whole(renderable: Any, width: int | None = None) -> None:
+    """Give the columns of a rich Table minimum widths so that rich narrows text before numbers (issue 26).
+
+    A column whose cells are all numbers (``1,090``, ``34.5``, ``3 (25%)``, ``—``) gets its widest cell as its
+    minimum, so rich never prints ``1,0…``. When the table fits `width` that way, every other column also gets
+    its longest word (header words included) as its minimum, so no word is cut either; the header of a numeric
+    column may still wrap at its blanks. Tables nested in a Group or Padding are reached too.
+    """
+    from rich.table import Table
+
+    if isinstance(renderable, Table):
+        cols = renderable.columns
+        numeric = [_is_numeric(col) for col in cols]
+        whole = [max([len(str(getattr(c, "plain", c))) for c in col.cells] + [1]) for col in cols]
+        words = [max([len(w) for c in [col.header, *col.cells] for w in str(getattr(c, "plain", c)).split()] + [1])
+                 for col in cols]
+        need = [max(whole[i], words[i]) if numeric[i] else words[i] for i in range(len(cols))]
+        heads = [len(str(getattr(col.header, "plain", col.header))) for col in cols]
+        natural = sum(max(whole[i], heads[i]) for i in range(len(cols))) + _gaps(renderable)
+        if width is not None and natural > width:
+            for i, col in enumerate(cols):
+                if numeric[i]:
+                    col.max_width = need[i]   # the header of a number column wraps at its blanks first
+            if sum(need) + _gaps(renderable) > width:
+                # still too tight for every word: one blank between columns keeps them whole
+                renderable.padding = (0, 0, 0, 0) if renderable.box else (0, 1, 0, 0)
+        for i, col in enumerate(cols):
+            if numeric[i]:
+                col.min_width = max(whole[i], col.min_width or 0)
+            if width is not None and sum(need) + _gaps(renderable) <= width:
+                col.min_width = max(need[i], col.min_width or 0)
+            for c in col.cells:
+                keep_numbers_whole(c, width)
+    for attr in ("renderables", "_renderables"):
+        for child in getattr(renderable, attr, None) or ():
+            keep_numbers_whole(child, width)
+    inner = getattr(renderable, "renderable", None)
+    if inner is not None and inner is not renderable:
+        keep_numbers_whole(inner, width)
+
+
+def _gaps(table: Any) -> int:
+    """Columns of a rich Table spent on padding, dividers and edges."""
+    _, right, _, left = table.padding
+    n = len(table.columns)
+    pad = n * (left + right) - (0 if table.pad_edge else left + right)
+    rules = (n - 1 + (2 if table.show_edge else 0)) if table.box else 0
+    return pad + rules
+
+
+def _is_numeric(col: Any) -> bool:
+    cells = [str(getattr(c, "plain", c)).strip() for c in col.cells]
+    return any(cells) and all(_NUMBER_CELL.match(c) for c in cells)
+
+
 class TextReporter:
-    """Human-readable report. `color` None decides by `want_color`; `width` None uses the terminal's
-    width on a TTY and 100 columns otherwise (so files and pipes get stable lines)."""
+    """Human-readable report. `color` None decides by `want_color`; `width` None follows ``COLUMNS``, then the
+    terminal on stdout or stderr, else 100 columns (reporters/wrap.py `terminal_width`)."""
 
     def __init__(self, color: bool | None = None, width: int | None = None):
         self.color = want_color() if color is None else bool(color)
         if width is None:
-            width = DEFAULT_WIDTH
-            if self.color:
-                import shutil
+            from finetune_doctor.reporters.wrap import terminal_width
 
-                width = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+            width = terminal_width(DEFAULT_WIDTH)
         self.width = max(40, int(width))
 
     def render(self, report: Report) -> str:
+        from finetune_doctor.reporters.wrap import rendering_at
+
         out = _Writer(self.color, self.width)
-        _draw(out, report)
+        with rendering_at(self.width):
+            _draw(out, report)
         return strip_trailing("\n".join(out.lines) + "\n")
 
 
@@ -125,19 +185,18 @@ class _Writer:
         return click.style(text, **_CLICK_STYLE.get(style, {"bold": True}))
 
     def line(self, *parts: tuple[str, str | None] | str, indent: int = 0, wrap: bool = True) -> None:
-        """One logical line from (text, style) parts, wrapped to the width with a hanging indent."""
+        """One logical line from (text, style) parts, wrapped at blanks to the width with a hanging indent;
+        each part keeps its style on whichever line it lands (reporters/wrap.py)."""
+        from finetune_doctor.reporters.wrap import wrap_pieces
+
         pieces = [(p, None) if isinstance(p, str) else p for p in parts]
         pad = "  " * indent
         plain = "".join(t for t, _ in pieces)
-        if not wrap or len(pad) + len(plain) <= self.width or len(pieces) > 1:
+        if not wrap or len(pad) + len(plain) <= self.width:
             self.lines.append(pad + "".join(self.style(t, s) for t, s in pieces))
             return
-        import textwrap
-
-        style = pieces[0][1]
-        for ln in textwrap.wrap(plain, self.width, initial_indent=pad, subsequent_indent=pad + "  ",
-                                break_long_words=False, break_on_hyphens=False) or [pad]:
-            self.lines.append(self.style(ln, style) if style else ln)
+        for ln in wrap_pieces(pieces, self.width, pad, pad + "  "):
+            self.lines.append("".join(self.style(t, s) for t, s in ln))
 
     def blank(self) -> None:
         self.lines.append("")
@@ -147,12 +206,18 @@ class _Writer:
         self.line((text, style))
 
     def verbatim(self, text: str, indent: int = 0) -> None:
+        """Preformatted lines (a section's own layout), each wrapped at blanks only when it is too wide."""
+        from finetune_doctor.reporters.wrap import wrap_text
+
         pad = "  " * indent
-        self.lines.extend(pad + ln for ln in text.split("\n"))
+        for ln in text.split("\n"):
+            self.lines.extend(wrap_text(pad + ln, self.width) if len(_ANSI.sub("", pad + ln)) > self.width
+                              else [pad + ln])
 
     def rich(self, renderable: "RenderableType", indent: int = 0) -> None:
         from rich.padding import Padding
 
+        keep_numbers_whole(renderable, self.width - 2 * indent)
         console = make_console(self.color, self.width)
         console.print(Padding(renderable, (0, 0, 0, 2 * indent)) if indent else renderable)
         text = console.file.getvalue()  # type: ignore[attr-defined]

@@ -31,13 +31,10 @@ def default_optim(torch_version: tuple[int, int] | None = None) -> str:
 
 
 def parse_version(v: str | None) -> tuple[int, ...] | None:
-    """'2.5.1+cu124' -> (2, 5, 1); None or unparsable -> None."""
-    if not v:
-        return None
-    m = re.match(r"^\s*(\d+)(?:\.(\d+))?(?:\.(\d+))?", str(v))
-    if not m:
-        return None
-    return tuple(int(x) for x in m.groups() if x is not None)
+    """'2.5.1+cu124' -> (2, 5, 1); None or unparsable (or over-long: numbers.py bounds it) -> None."""
+    from finetune_doctor.numbers import parse_version as bounded
+
+    return bounded(str(v)) if v else None
 
 
 # transformers before 4.49 built the loss from a contiguous fp32 copy of the shifted logits

@@ -10,7 +10,7 @@ class ModelUnresolved(InputError):
 
     `model` is what the YAML names (``model_name_or_path``), `missing` what was not found or not readable (one
     phrase), `fix` the one command or flag that supplies it (``--model-config path/to/config.json`` or
-    ``huggingface-cli download ID config.json``). `file`/`line` point at the config.json at fault when there is
+    ``hf download ID config.json``). `file`/`line` point at the config.json at fault when there is
     one, else are None (the caller points at the YAML's ``model_name_or_path``). `key` names the config.json field
     at fault, if any.
     """

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Group
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -33,7 +34,7 @@ def _dataset_table(data: dict[str, Any]) -> Table:
     cut = data.get("effective_cutoff") or data.get("cutoff_len")
     t = Table(title=f"Total tokens per sample (cutoff_len {_n(data.get('cutoff_len'))}"
                     + (", approximate" if data.get("approximate") else "") + ")",
-              title_justify="left", pad_edge=False)
+              title_justify="left", pad_edge=False, box=box.SIMPLE, show_edge=False)
     t.add_column("dataset", no_wrap=True)
     t.add_column("samples", justify="right")
     for c in ("p50", "p90", "p99", "max"):
@@ -113,7 +114,7 @@ def _problems(data: dict[str, Any]) -> Table | None:
     probs = data.get("problems") or []
     if not probs:
         return None
-    t = Table(title="Data problems", title_justify="left", pad_edge=False)
+    t = Table(title="Data problems", title_justify="left", pad_edge=False, box=box.SIMPLE, show_edge=False)
     t.add_column("dataset")
     t.add_column("rows", justify="right")
     t.add_column("what", overflow="fold")
@@ -139,7 +140,7 @@ def _longest(data: dict[str, Any]) -> Table | None:
     if not items:
         return None
     items.sort(key=lambda x: -x[0])
-    t = Table(title="Longest samples", title_justify="left", pad_edge=False)
+    t = Table(title="Longest samples", title_justify="left", pad_edge=False, box=box.SIMPLE, show_edge=False)
     t.add_column("tokens", justify="right")
     t.add_column("kept", justify="right")
     t.add_column("source/target", justify="right")

@@ -129,7 +129,10 @@ def render(data: dict[str, Any]) -> Any:
             parts.append(Text("no metric curves in the files read", style="dim"))
         return Group(*parts)
     lo, hi = min(steps_all), max(steps_all)
-    width = WIDTH if hi > lo else 1
+    from finetune_doctor.reporters.wrap import render_width
+
+    # the strip shrinks with the terminal: the label, range and last-value columns take about 50 of its columns
+    width = max(10, min(WIDTH, render_width() - 52)) if hi > lo else 1
     t = Table(box=box.SIMPLE, show_edge=False, pad_edge=False, show_header=True, header_style="bold")
     t.add_column("curve", no_wrap=True)
     t.add_column(f"steps {lo} → {hi}", no_wrap=True)
