@@ -35,3 +35,11 @@ def test_launch_errors_sort_before_findings_that_depend_on_this_machine():
     names = [f.name for f in r.findings if f.severity == "error"]
     assert names.index("deepspeed-file-missing") > names.index("conflicting-options")
     assert names.index("deepspeed-file-missing") > names.index("missing-required-key")
+
+
+def test_standard_input_fragment_is_linted_and_a_foreign_one_skipped_with_its_reason():
+    with open(os.path.join(FIX, "data_keys_only.yaml"), encoding="utf-8") as fh:
+        r = CliRunner().invoke(main, ["lint", "-", "--format", "concise"], input=fh.read())
+    assert r.exit_code == 1 and "`val_size: 0.1` with `streaming`" in r.stdout
+    r = CliRunner().invoke(main, ["lint", "-"], input="name: CI\non: [push]\n")
+    assert r.exit_code == 0 and "skipped -: a YAML with neither model_name_or_path" in r.stderr

@@ -112,12 +112,14 @@ def _only_lf_keys(keys: set[str]) -> bool:
 
 def skip_reason(path: str) -> str:
     """Why `path` is not linted, in one line (the CLI prints it on stderr: a skip is never silent)."""
-    from finetune_doctor.readers.textfile import read_bytes, sniff_text
+    from finetune_doctor.readers.textfile import provided, read_bytes, sniff_text
 
     suffix = Path(path).suffix.lower()
     text = sniff_text(read_bytes(path))
     if not text.strip():
         return "empty file"
+    if provided(path) is not None and suffix not in (".json", ".yaml", ".yml"):
+        suffix = ".json" if text.lstrip().startswith("{") else ".yaml"     # as `classify` reads standard input
     if suffix not in (".json", ".yaml", ".yml"):
         return f"not a YAML or JSON file by its suffix ({suffix or 'none'})"
     if suffix == ".json":
