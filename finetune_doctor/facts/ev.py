@@ -30,11 +30,11 @@ _DETECTORS = {
                   "assert_cond, out_of_vocab, table, rank, ranks, count, step, meaning, fix_title, location}",
     "xid": "kernel Xid lines: {events: [{xid, pci, pid, process, host, meaning, action, who, location}], worst, "
            "count, codes, hardware, location}",
-    "health": "run health (analyzers/postmortem/health.py): {no_update {why, evidence, check, location}, stopped {last_step, "
-              "total, total_source, percent, location}, hang {the same + evidence}}",
+    "health": "run health (analyzers/postmortem/health.py): {no_update {why, evidence, check, location}, "
+              "stopped {last_step, total, total_source, percent, location}, hang {the same + evidence}}",
     "ranks": "the ranks of a distributed run: {count, nodes, node_count, table, first_failed {rank, node, gpu, "
-             "kind, state, step, phase, op, seq, cause, how, location}, states {state: count}, seq_behind {ranks, value, "
-             "others, gap, what}, waiting, waiting_count, stragglers [{rank, node, sec_per_step, ratio, why}], "
+             "kind, state, step, phase, op, seq, cause, how, location}, states {state: count}, "
+             "seq_behind {ranks, value, others, gap, what}, waiting, waiting_count, stragglers [{rank, node, sec_per_step, ratio, why}], "
              "desync {source, lagging, seq, how, location}, failed_count}",
 }
 

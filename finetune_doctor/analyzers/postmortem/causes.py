@@ -246,7 +246,8 @@ def crash_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if out.get("completed") and exc is None:
         return None
-    explained = bool(out.get("oom") or out.get("nccl") or out.get("nccl_error") or out.get("cuda_error") or (out.get("killed") and out["killed"]["host_oom"])
+    explained = bool(out.get("oom") or out.get("nccl") or out.get("nccl_error") or out.get("cuda_error")
+                     or (out.get("killed") and out["killed"]["host_oom"])
                      or (out.get("scale") and out["scale"]["trajectory"] == "abort"))
     if exc is not None:
         v = exc.value or {}

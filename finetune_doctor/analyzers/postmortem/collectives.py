@@ -115,8 +115,8 @@ def _likely(op: str | None, early: bool, cx: RunContext, out: dict[str, Any]) ->
 
 
 def _behind_in_one_file(recs: list[NcclRecord]) -> dict[str, Any] | None:
-    """The seq-behind test of analyzers/postmortem/ranks.py over the "last enqueued / last completed" lines of one pasted
-    log (several ranks' lines in one file, so no per-rank table)."""
+    """The seq-behind test of analyzers/postmortem/ranks.py over the "last enqueued / last completed" lines of
+    one pasted log (several ranks' lines in one file, so no per-rank table)."""
     from finetune_doctor.analyzers.postmortem.ranks import seq_behind
 
     rows: dict[int, dict[str, Any]] = {}

@@ -55,7 +55,8 @@ def no_update(ev: Evidence, cx: RunContext, curves: dict[str, Curve]) -> dict[st
         return {"why": "the learning rate was 0 for the whole run"
                 + (" and no parameter received a gradient" if both else ""),
                 "evidence": _curve_evidence(lr, "learning_rate")
-                + (f", {_curve_evidence(gn, 'grad_norm')}" if both and gn is not None else "") + loss_txt, "location": location_of(lr.file_at(0), lr.lines[0]),
+                + (f", {_curve_evidence(gn, 'grad_norm')}" if both and gn is not None else "") + loss_txt,
+                "location": location_of(lr.file_at(0), lr.lines[0]),
                 "check": "learning_rate in the config (0, or a tiny value printed as 0), a warm-up longer than the "
                          "run (warmup_steps/warmup_ratio vs max_steps), and lr_scheduler_type (constant_with_warmup "
                          "at step 0 of a resumed run)"}

@@ -221,7 +221,8 @@ NCCL_TERMINATED = re.compile(_PG.replace("(?P<", "(?P<t_") + r"(?:Process group|
                              r"with exception: |(?:Process group|NCCL) watchdog thread terminated with exception: ")
 NCCL_CHECK_FRAME = re.compile(r"c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from checkTimeout at")
 # ncclGetErrorString (nccl src/init.cc:3415-3437, the same since v2.18) as torch's "NCCL error in: ..." prints it
-NCCL_ERROR = re.compile(r"(?:NCCL error(?: in: [^,]*,)?|ProcessGroupNCCL\.cpp:\d+,|NCCL failure [\w./-]+:\d+ ') ?(?P<desc>unhandled system error|unhandled cuda error|internal "
+NCCL_ERROR = re.compile(r"(?:NCCL error(?: in: [^,]*,)?|ProcessGroupNCCL\.cpp:\d+,|NCCL failure [\w./-]+:\d+ ') ?"
+                        r"(?P<desc>unhandled system error|unhandled cuda error|internal "
                         r"error|invalid usage|invalid argument|remote process exited or there was a network error|"
                         r"timeout)?|(?P<name>nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)"
                         r"Error)|NCCL WARN (?P<warn>.*)")
