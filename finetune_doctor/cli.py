@@ -255,6 +255,8 @@ def lint(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bool, stat
             click.echo("doctor: no fixes to show", err=True)
         sys.exit(1 if text else 0)
     report = pipe.run(list(files), opts, fix=fix, unsafe_fixes=unsafe_fixes)
+    for path, why in (report.sections.get("skip_reasons") or {}).items():   # a skip is never silent
+        click.echo(f"doctor: skipped {path}: {why}", err=True)
     if statistics:
         from finetune_doctor.reporters.statistics import render_statistics
 

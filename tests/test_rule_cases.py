@@ -8,6 +8,7 @@ A case file holds ``fail:`` and ``pass:`` lists. Each entry is a LLaMA-Factory r
     files:     optional {relative path: text} written next to the config (datasets, dataset_info.json, a model's
                config.json)
     gpu:       optional --gpu spec; overrides: optional list of KEY=VALUE; command: check (default) | lint | estimate
+               | postmortem (the directory is the run folder: its ``files:`` are the logs, ``--config config.yaml``)
     nvml:      optional recorded NVML snapshot (a fixtures/gpus/ file, or a path written by ``files:``) that the
                run sees as this machine's GPUs instead of ``--gpu``, replayed through hardware/fake.py's FakeAdapter
     data:      scan the datasets (check only; default false, which passes --no-data)
@@ -48,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "rule_cases"
 ENTRY_KEYS = {"name", "config", "deepspeed", "files", "gpu", "nvml", "overrides", "command", "data", "expect_fix_keys",
               "expect_edits", "expect_message", "known_misfire", "options"}
-COMMANDS = ("check", "lint", "estimate")
+COMMANDS = ("check", "lint", "estimate", "postmortem")
 
 RULES = {r.name: r for r in load_rules()}
 
@@ -93,7 +94,9 @@ def run_entry(entry: dict[str, Any], where: Path) -> tuple[int, dict[str, Any], 
         p.write_text(text, encoding="utf-8")
     command = entry.get("command", "check")
     args = [command, "config.yaml"]
-    if command != "lint":
+    if command == "postmortem":     # the entry's files are the run folder (logs), its config the run's YAML
+        args = [command, ".", "--config", "config.yaml"]
+    if command not in ("lint", "postmortem"):
         args += [str(o) for o in entry.get("overrides") or []]
     elif entry.get("overrides"):
         raise AssertionError("lint takes no KEY=VALUE overrides")

@@ -14,11 +14,13 @@ _DETECTORS = {
     "completed": "the training loop finished", "steps": "first, last, total, logged",
     "loss": "loss curve summary", "grad_norm": "grad-norm curve summary", "lr": "learning-rate schedule",
     "first_loss": "the first logged loss against ln(vocab)", "nan": "the first non-finite loss or grad norm",
+    "grad_nan_only": "a non-finite grad_norm the loss never felt: {step, count, loss_from, loss_to, detail, location}",
     "loss_zero": "loss stuck at 0", "loss_spike": "the first loss spike", "grad_spike": "the first grad-norm spike",
     "grad_const": "a constant grad norm", "scale": "DeepSpeed's loss-scale trajectory",
     "amp_skips": "HF AMP skipped steps", "benign_overflow": "overflow messages that are harmless",
     "fp16": "fp16 in use and what the model was trained in", "lr_high": "a learning rate above the safe range",
     "oom": "a CUDA out-of-memory error", "nccl": "a collective that timed out or failed",
+    "nccl_error": "an NCCL error that is not a timeout: {desc, meaning, rank, count, warns, step, location}",
     "killed": "a process killed by a signal", "crash": "an exception that ended the run",
     "attention_warning": "the attention backend warned", "gpus": "per-card memory from a recording",
     "model": "model facts the logs state", "world": "world size the logs state",
@@ -28,8 +30,11 @@ _DETECTORS = {
                   "assert_cond, out_of_vocab, table, rank, ranks, count, step, meaning, fix_title, location}",
     "xid": "kernel Xid lines: {events: [{xid, pci, pid, process, host, meaning, action, who, location}], worst, "
            "count, codes, hardware, location}",
+    "health": "run health (analyzers/postmortem/health.py): {no_update {why, evidence, check, location}, "
+              "stopped {last_step, total, total_source, percent, location}, hang {the same + evidence}}",
     "ranks": "the ranks of a distributed run: {count, nodes, node_count, table, first_failed {rank, node, gpu, "
-             "kind, how, location}, waiting, waiting_count, stragglers [{rank, node, sec_per_step, ratio, why}], "
+             "kind, state, step, phase, op, seq, cause, how, location}, states {state: count}, "
+             "seq_behind {ranks, value, others, gap, what}, waiting, waiting_count, stragglers [{rank, node, sec_per_step, ratio, why}], "
              "desync {source, lagging, seq, how, location}, failed_count}",
 }
 

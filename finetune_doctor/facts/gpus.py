@@ -27,6 +27,10 @@ NAMESPACE = Namespace("gpus", __doc__.split("\n\n")[0], {
         **{k: F("any", k) for k in ("each_gib", "host", "index", "label", "n", "owners", "pids", "subject",
                                     "total_gib")},
         "location": _LOC}),
+    "idle_contexts": F("list", "a context's worth of memory on a card at 0 % while others train "
+                              "(analyzers/gpus/gpu_cards.py idle_contexts)", items={
+        **{k: F("any", k) for k in ("label", "host", "index", "gib", "pids", "busy", "busy_util")},
+        "location": _LOC}),
     "foreign": F("list", "processes outside the job holding memory", items={
         **{k: F("any", k) for k in ("cmdline", "held_text", "label", "pid", "used_gib", "user", "who", "why")},
         "location": _LOC}),

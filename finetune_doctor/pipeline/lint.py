@@ -1,8 +1,9 @@
 """`doctor lint`: static rules over LLaMA-Factory YAMLs and DeepSpeed JSONs, for pre-commit.
 
 Files are recognised by content, not by name: a YAML mapping with LLaMA-Factory keys is a training config; a JSON
-object with DeepSpeed keys is a DeepSpeed config; anything else is skipped silently (pre-commit passes every
-YAML/JSON of a commit). A training YAML is linted together with the DeepSpeed JSON it references, so a JSON that
+object with DeepSpeed keys is a DeepSpeed config, and so is a YAML whose keys are all LLaMA-Factory's (a fragment
+such as ``streaming: true`` with ``val_size: 0.1``); anything else is skipped, and the CLI says why on stderr
+(pre-commit passes every YAML/JSON of a commit). A training YAML is linted together with the DeepSpeed JSON it references, so a JSON that
 was linted that way is not linted again on its own.
 
 This module and everything it imports stay free of torch, transformers and deepspeed (DESIGN.md); no NVML, no
@@ -79,10 +80,53 @@ def _kind_of_text(text: str, suffix: str) -> str | None:
     if suffix in (".yaml", ".yml"):
         keys = {line.split(":", 1)[0].strip().lstrip("\ufeff") for line in text.splitlines()
                 if line and not line[0].isspace() and ":" in line and not line.lstrip().startswith("#")}
-        if "model_name_or_path" in keys or len(keys & LF_MARKERS) >= 2:
+        if "model_name_or_path" in keys or len(keys & LF_MARKERS) >= 2 or _only_lf_keys(keys):
             return "lf"
         return None
     return None
+
+
+MACHINE_DEPENDENT = ("dataset-not-defined", "deepspeed-file-missing")
+"""Lint rules whose verdict depends on files of the machine that runs the lint (the dataset_info.json under
+dataset_dir, the DeepSpeed JSON's path): on a laptop or a CI runner they describe that machine, not the launch."""
+
+
+def lint_order(f: Finding) -> tuple:
+    """Severity first; within it, what LLaMA-Factory rejects at launch on any machine before the findings that
+    depend on this machine's files (MACHINE_DEPENDENT); then file, line, code."""
+    sev, *rest = f.sort_key()
+    return (sev, f.name in MACHINE_DEPENDENT, *rest)
+
+
+def _only_lf_keys(keys: set[str]) -> bool:
+    """A YAML of two or more top-level keys, every one a key of LLaMA-Factory's argument schema
+    (catalog/lf_keys.json) and one of them LLaMA-Factory's own (not only a transformers TrainingArguments key
+    such as ``seed``): a fragment of a training config (``streaming: true`` with ``val_size: 0.1``), which
+    LLaMA-Factory would read and reject as the rules do."""
+    if len(keys) < 2:
+        return False
+    from finetune_doctor.readers.config.keyschema import load_schema
+
+    schema = load_schema()["keys"]
+    return all(k in schema for k in keys) and any(schema[k].get("origin") == "llamafactory" for k in keys)
+
+
+def skip_reason(path: str) -> str:
+    """Why `path` is not linted, in one line (the CLI prints it on stderr: a skip is never silent)."""
+    from finetune_doctor.readers.textfile import provided, read_bytes, sniff_text
+
+    suffix = Path(path).suffix.lower()
+    text = sniff_text(read_bytes(path))
+    if not text.strip():
+        return "empty file"
+    if provided(path) is not None and suffix not in (".json", ".yaml", ".yml"):
+        suffix = ".json" if text.lstrip().startswith("{") else ".yaml"     # as `classify` reads standard input
+    if suffix not in (".json", ".yaml", ".yml"):
+        return f"not a YAML or JSON file by its suffix ({suffix or 'none'})"
+    if suffix == ".json":
+        return "a JSON without DeepSpeed keys (zero_optimization, train_micro_batch_size_per_gpu, fp16/bf16 ...)"
+    return ("a YAML with neither model_name_or_path nor two LLaMA-Factory keys, and with keys LLaMA-Factory does "
+            "not know: not a training config")
 
 
 def lint_ds_alone(path: str, opts: Options) -> list[Finding]:
@@ -118,7 +162,7 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     for f, kind in kinds:
         if kind == "ds" and str(Path(f).resolve()) not in linted_ds:
             findings.extend(lint_ds_alone(f, _per_file(opts, f)))
-    findings.sort(key=Finding.sort_key)
+    findings.sort(key=lint_order)
     if fix or unsafe_fixes:
         _refuse_stdin(files)
         # only the files named on the command line are written: a pre-commit hook passes the staged files, and an
@@ -132,6 +176,7 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     sections: dict[str, Any] = {}
     if skipped:
         sections["skipped"] = skipped
+        sections["skip_reasons"] = {f: skip_reason(f) for f in skipped}
     ds_inputs += [f for f, k in kinds if k == "ds" and str(Path(f).resolve()) not in linted_ds]
     lf_files = [f for f, k in kinds if k == "lf"]
     return Report(command="lint", inputs={"config": lf_files[0] if len(lf_files) == 1 else None,

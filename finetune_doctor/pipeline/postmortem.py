@@ -39,13 +39,15 @@ from finetune_doctor.readers.runlogs.logs import regular_size
 from finetune_doctor.readers.runlogs.runlayout import collect, discover, read_file
 from finetune_doctor.reporters.plot import draw
 from finetune_doctor.settings import Options
-from finetune_doctor.types import SEVERITY_RANK, Finding, Hardware, Report, SourceDoc
+from finetune_doctor.types import SEVERITY_RANK, Assumption, Finding, Hardware, Report, SourceDoc
 
 SPARK_POINTS = 120
 CHECK_CATEGORIES = ("config", "precision", "deepspeed")
 """Categories of ``check`` rules that judge the config alone and so apply to a run that already happened (memory
 rules do not: the logs show what the memory really did)."""
 CMDLINE = "cmdline.txt"
+LR_HIGH_FULL = 5e-4
+"""analyzers/causes.py LR_HIGH["full"]: below it a full fine-tune's rate is not blamed, so the method decides."""
 
 
 def _hardware_from_evidence(ev: Evidence) -> Hardware | None:
@@ -251,7 +253,28 @@ def _report(ev: Evidence, tl: Any, asm: Assembly | None, hw: Hardware | None, cf
     if hw is not None and hw.source == "none":
         hw = None
     return Report(command="postmortem", inputs=inputs, findings=tuple(findings), run=run_d, hardware=hw,
-                  memory=memory, timeline=tl.events, sections=sections, notes=tuple(notes))
+                  memory=memory, timeline=tl.events, sections=sections, notes=tuple(notes),
+                  assumptions=_assumptions(tl.facts, findings))
+
+
+def _assumptions(f: dict[str, Any], findings: list[Finding]) -> tuple[Assumption, ...]:
+    """What a finding used that the inputs did not say: the fine-tuning method behind the learning-rate
+    judgement when neither a config nor the log's trainable share tells it (analyzers/causes.py)."""
+    out = []
+    lh = f.get("lr_high") or {}
+    if lh and not lh.get("method_known") and any(x.name == "learning-rate-too-high-confirmed" for x in findings):
+        out.append(Assumption(
+            name="finetuning-method", value="lora", source="no config and no trainable share in the logs: LoRA's "
+            "threshold (5e-3), the higher one, so that a full fine-tune is not blamed on a rate that is usual for it",
+            alternatives=("full", "freeze"), resolve_with="--config the run's YAML (finetuning_type)",
+            moves_verdict=bool(lh.get("lr") is not None and lh["lr"] < LR_HIGH_FULL)))
+    gs = f.get("grad_spike") or {}
+    if gs.get("clipped_unfelt") and gs.get("max_grad_norm_source") != "config":
+        out.append(Assumption(
+            name="max-grad-norm", value=gs.get("max_grad_norm"), source="no config: HF's and LLaMA-Factory's "
+            "default max_grad_norm (transformers training_args.py)", alternatives=(0.0,),
+            resolve_with="--config the run's YAML (max_grad_norm)", moves_verdict=True))
+    return tuple(out)
 
 
 # -- sections -------------------------------------------------------------------------------------------------------

@@ -5,7 +5,9 @@ timeline event is a vertical line coloured by kind, in the Okabe-Ito palette (Ok
 Design"; distinguishable with every common colour-vision deficiency) and with a line style per family, so no two
 kinds rely on hue alone. Non-finite values cannot be plotted as values: each NaN is a black ``X`` and each Inf a
 black ``^`` on a band above the panel's data (in axes coordinates, outside the value range), with a light
-vertical span at its step, and the legend counts them. The title names the model and the run folder. Curves longer than `MAX_POINTS` are reduced to per-bucket minimum and
+vertical span at its step and a gap in the line, and the legend counts them. A loss of exactly 0.0 logged with a
+non-finite grad_norm is a NaN hidden by ``logging_nan_inf_filter``: drawn as a gap with a vermillion ``X``
+("nan logged as 0.0"), never as a point at zero. The title names the model and the run folder. Curves longer than `MAX_POINTS` are reduced to per-bucket minimum and
 maximum, which keeps spikes visible. matplotlib is imported here only (the ``plot`` extra),
 with the non-interactive Agg backend.
 """
@@ -36,19 +38,36 @@ LINE = OKABE_ITO["blue"]
 NONFINITE_Y = 1.02     # axes fraction: just above the plotted values, inside the figure
 
 
-def _reduce(steps: Any, values: Any) -> tuple[list[int], list[float], list[tuple[int, str]]]:
-    """(steps, finite values, (step, "nan"|"inf") of non-finite values), at most MAX_POINTS finite points
-    (bucket min+max)."""
+def hidden_nan_steps(curves: dict[str, Any]) -> set[int]:
+    """Steps whose logged loss is exactly 0.0 while grad_norm is non-finite at the same step: HF's Trainer with
+    ``logging_nan_inf_filter`` (the default) leaves NaN/Inf losses out of the logged mean, which prints 0.0 when
+    every loss of the interval was NaN (transformers/trainer.py ``training_step`` accounting). Such a 0.0 is a
+    hidden NaN, not a perfect fit."""
+    loss, gn = curves.get("loss"), curves.get("grad_norm")
+    if loss is None or gn is None or not len(loss) or not len(gn):
+        return set()
+    bad_gn = {s for s, v in zip(gn.steps, gn.values) if not math.isfinite(v)}
+    return {s for s, v in zip(loss.steps, loss.values) if v == 0.0 and s in bad_gn}
+
+
+def _reduce(steps: Any, values: Any, hidden: set[int] | frozenset[int] = frozenset()
+            ) -> tuple[list[int], list[float], list[tuple[int, str]]]:
+    """(steps, values, (step, "nan"|"inf"|"hidden") of non-finite values): a non-finite or hidden value leaves a
+    gap in the line (a NaN in the values, which matplotlib does not join across); at most MAX_POINTS finite
+    points (bucket min+max, without the gaps)."""
     fs, fv, bad = [], [], []
     for s, v in zip(steps, values):
-        if math.isfinite(v):
+        if math.isfinite(v) and not (v == 0.0 and s in hidden):
             fs.append(s)
             fv.append(v)
         else:
-            bad.append((s, "nan" if v != v else "inf"))
-    n = len(fv)
+            bad.append((s, "hidden" if math.isfinite(v) else "nan" if v != v else "inf"))
+            fs.append(s)
+            fv.append(math.nan)
+    n = sum(1 for v in fv if v == v)
     if n <= MAX_POINTS:
         return fs, fv, bad
+    fs, fv = [s for s, v in zip(fs, fv) if v == v], [v for v in fv if v == v]
     half = MAX_POINTS // 2
     rs, rv = [], []
     for b in range(half):
@@ -89,8 +108,9 @@ def draw(timeline: Any, path: str, title: str | None = None, inputs: Any = ()) -
     if not panels:
         axes[0].text(0.5, 0.5, "no metric curves in the files read", ha="center", va="center",
                      transform=axes[0].transAxes)
+    hidden = hidden_nan_steps(timeline.curves)
     for ax, (key, label, log) in zip(axes, panels):
-        _panel(ax, timeline.curves[key], key, label, log)
+        _panel(ax, timeline.curves[key], key, label, log, hidden if key == "loss" else set())
         for e in events:
             col, ls = STYLES.get(e.kind, ("grey", "-"))
             ax.axvline(e.step, color=OKABE_ITO[col], ls=ls, lw=1.0, alpha=0.8)
@@ -114,20 +134,24 @@ def draw(timeline: Any, path: str, title: str | None = None, inputs: Any = ()) -
     return path
 
 
-def _panel(ax: Any, c: Any, key: str, label: str, log: bool) -> None:
-    """One curve, its non-finite points on a band above the values (module docstring)."""
-    s, v, bad = _reduce(c.steps, c.values)
-    if s:
+def _panel(ax: Any, c: Any, key: str, label: str, log: bool, hidden: set[int] | frozenset[int] = frozenset()) -> None:
+    """One curve with gaps at its non-finite and hidden-NaN points, which are marked on a band above the values
+    (module docstring)."""
+    s, v, bad = _reduce(c.steps, c.values, hidden)
+    fin = [x for x in v if x == x]
+    if fin:
         # a line needs two points: short series (case 065 logged one loss) get markers too
-        ax.plot(s, v, lw=0.9, color=LINE, marker="o" if len(s) <= SHORT_SERIES else None, ms=3.5)
-        if log and min(v) > 0:
+        ax.plot(s, v, lw=0.9, color=LINE, marker="o" if len(fin) <= SHORT_SERIES else None, ms=3.5)
+        if log and min(fin) > 0:
             ax.set_yscale("log", base=2 if key == "loss_scale" else 10)
-    for kind, marker in (("nan", "X"), ("inf", "^")):
+    for kind, marker, text in (("nan", "X", "nan"), ("inf", "^", "inf"),
+                               ("hidden", "X", "nan logged as 0.0")):
         xs = [st for st, k in bad if k == kind]
         if not xs:
             continue
-        ax.scatter(xs, [NONFINITE_Y] * len(xs), marker=marker, color=OKABE_ITO["black"], s=36, zorder=4,
-                   transform=ax.get_xaxis_transform(), clip_on=False, label=f"{kind} ({len(xs)})")
+        ax.scatter(xs, [NONFINITE_Y] * len(xs), marker=marker, s=36, zorder=4, transform=ax.get_xaxis_transform(),
+                   clip_on=False, label=f"{text} ({len(xs)})",
+                   color=OKABE_ITO["vermillion" if kind == "hidden" else "black"])
         for x in xs[:200]:
             ax.axvspan(x - 0.5, x + 0.5, color=OKABE_ITO["grey"], alpha=0.25, lw=0)
     if bad:

@@ -225,7 +225,44 @@ def build_facts(samples: Iterable[Snapshot] | SampleAccumulator, cfg: ConfigInfo
         "expected_alloc_gib": expected_alloc_gib, "cards": cards, "job": job_out,
         "uneven": [u] if u else [], "foreign": foreign, "stray_contexts": stray_items,
         "model_split": split, "config": cfg.path if cfg else None, "notes": list(dict.fromkeys(notes)),
+        "idle_contexts": idle_contexts(cards),
     }
+
+
+IDLE_CONTEXT_MIN_GIB = 0.1     # below this the driver's own reservation, not a context
+TRAINING_UTIL = 20             # percent: a card that computes
+IDLE_CONTEXT_BLIND_GIB = 0.3
+"""Without a process list the smallest memory called a context: a torch CUDA context with cuBLAS workspace is
+0.3-0.6 GiB (cases/011: 398 MiB), while an idle AMD MI300X reports 0.28 GiB used by the driver alone
+(fixtures/gpus/rocm_smi_8xmi300x.json)."""
+
+
+def idle_contexts(cards: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Cards that hold a context's worth of memory (IDLE_CONTEXT_MIN_GIB to THRESHOLDS.context_max_gib) at 0 %
+    utilisation while other cards of the same host train (≥ TRAINING_UTIL % and more than busy_gib): a stray
+    CUDA context — a process that touched the card and does nothing on it (a rank that initialised the default
+    device, an evaluation script or a notebook left open). Needs utilisation: nvidia-smi tables, --query-gpu
+    CSV, pmon, recordings."""
+    t = THRESHOLDS
+    out = []
+    for d in cards:
+        peak = d["peak_gib"]
+        if d["util_gpu"] != 0 or peak is None or not IDLE_CONTEXT_MIN_GIB <= peak <= t["context_max_gib"]:
+            continue
+        if d["process_info"] and not d.get("processes"):
+            continue       # the process list is known and empty: the driver's own memory, not a context
+        if not d["process_info"] and peak < IDLE_CONTEXT_BLIND_GIB:
+            continue
+        busy = [c for c in cards if c["host"] == d["host"] and c is not d and (c["util_gpu"] or 0) >= TRAINING_UTIL
+                and (c["peak_gib"] or 0) > t["busy_gib"]]
+        if not busy:
+            continue
+        pids = [p["pid"] for p in d.get("processes") or []]
+        utils = sorted(c["util_gpu"] for c in busy)
+        out.append({"label": d["label"], "host": d["host"], "index": d["index"], "gib": peak, "pids": pids,
+                    "busy": _ranges([c["label"] for c in busy]), "busy_util": f"{utils[0]}–{utils[-1]} %"
+                    if utils[0] != utils[-1] else f"{utils[0]} %", "location": d["location"]})
+    return out
 
 
 def card_capacity(c: CardSnapshot, spec: Hardware | None) -> tuple[Any, float | None]:

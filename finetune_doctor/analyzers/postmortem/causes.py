@@ -39,7 +39,9 @@ def lr_high_facts(cx: RunContext, lr: Curve | None, nan: dict | None, out: dict[
     rate = value_at(lr, step)
     if rate is None or rate == 0:
         rate = cx.cfg.get("learning_rate") if isinstance(cx.cfg.get("learning_rate"), (int, float)) else None
-    ft = cx.finetuning_type()
+    ft, ft_src = cx.method()
+    known = ft is not None
+    ft = ft or "lora"      # unknown method: LoRA's threshold, the higher one, so a full run is never over-blamed
     thr = LR_HIGH.get(ft, LR_HIGH["lora"])
     typical = LR_TYPICAL.get(ft, 1e-4)
     if rate is None:
@@ -47,9 +49,12 @@ def lr_high_facts(cx: RunContext, lr: Curve | None, nan: dict | None, out: dict[
     suggested = typical if rate > 3 * typical else rate / 3
     info = out.get("lr") or {}
     if rate >= thr:
+        usual = (f"{rate / typical:.0f}× the usual {fmt(typical)} for {ft}" if known else
+                 f"{rate / 1e-4:.0f}× the usual 1e-4 for LoRA, {rate / 1e-5:.0f}× the usual 1e-5 for a full "
+                 "fine-tune; the method is not known here: give --config")
         return {"lr": rate, "threshold": thr, "step": step, "what": what, "location": loc, "suggested": suggested,
-                "finetuning_type": ft, "reason": f"{what} at learning rate {fmt(rate)}, ≥ {fmt(thr)} "
-                f"({rate / typical:.0f}× the usual {fmt(typical)} for {ft})"}
+                "finetuning_type": ft, "method_known": known, "method_source": ft_src,
+                "reason": f"{what} at learning rate {fmt(rate)}, ≥ {fmt(thr)} ({usual})"}
     w = info.get("warmup_end_step")
     healthy = (nan or {}).get("healthy_before", 3 if not nan else 0)
     if w and step is not None and 0.5 * w <= step <= 1.5 * w and rate >= 0.5 * info["peak"] and healthy >= 3:
@@ -241,7 +246,8 @@ def crash_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if out.get("completed") and exc is None:
         return None
-    explained = bool(out.get("oom") or out.get("nccl") or out.get("cuda_error") or (out.get("killed") and out["killed"]["host_oom"])
+    explained = bool(out.get("oom") or out.get("nccl") or out.get("nccl_error") or out.get("cuda_error")
+                     or (out.get("killed") and out["killed"]["host_oom"])
                      or (out.get("scale") and out["scale"]["trajectory"] == "abort"))
     if exc is not None:
         v = exc.value or {}
@@ -255,7 +261,21 @@ def crash_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
         kind = "traceback-only"
     total = out["steps"]["total"]
     pct = f" ({100 * rec.step / total:.0f}% of {total})" if rec.step and total else ""
+    disk = _disk_full(ev)
     return {"kind": kind, "cls": (exc.value or {}).get("cls") if exc else None,
             "msg": (exc.value or {}).get("msg") if exc else None, "step": rec.step, "explained": explained,
             "text": text, "where_text": (f"during step {rec.step}{pct}" if rec.step is not None else
-                                         "at an unknown step"), "location": location_of(rec.file, rec.line)}
+                                         "at an unknown step"), "location": location_of(rec.file, rec.line),
+            "disk_full": disk}
+
+
+def _disk_full(ev: Evidence) -> dict[str, Any] | None:
+    """The exception line that says a write ran out of disk (logpatterns.DISK_FULL), or None."""
+    from finetune_doctor.readers.runlogs import logpatterns as pat
+
+    for f in ev.files:
+        for n in f.notices:
+            if n.kind == "exception" and pat.DISK_FULL.search(n.text):
+                return {"text": n.text[:200], "location": location_of(n.file, n.line),
+                        "saving": "save" in n.text.lower() or "serializ" in n.text.lower()}
+    return None

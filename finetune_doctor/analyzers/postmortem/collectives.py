@@ -13,10 +13,49 @@ from __future__ import annotations
 from typing import Any
 
 from finetune_doctor.analyzers.postmortem.curves import location_of
+from finetune_doctor.analyzers.postmortem.ranks import FAR_BEHIND
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.evidence import NcclRecord
 
-_MAIN_ORDER = ("timeout", "last_work", "heartbeat", "failed", "desync-missing", "desync-started", "error")
+_MAIN_ORDER = ("timeout", "last_work", "heartbeat", "failed", "desync-missing", "desync-started")
+"""The records that mean a collective timed out or was torn down; NCCL's own errors ("unhandled system error",
+a WARN line) are not timeouts and go to `nccl_error_facts`."""
+
+NCCL_MEANINGS = {
+    "unhandled system error": ("a system call NCCL needs failed — almost always the network between nodes: NCCL "
+                               "picked an interface the peers cannot reach (docker/virtual bridges), a firewall, "
+                               "or a peer that is not up; set NCCL_SOCKET_IFNAME to the interface the nodes share "
+                               "(and NCCL_IB_DISABLE=1 without InfiniBand) and rerun with NCCL_DEBUG=INFO"),
+    "remote process exited or there was a network error": (
+        "a peer process died or the link dropped: the cause is on the other rank or node (its own log), or the "
+        "network"),
+    "unhandled cuda error": ("a CUDA call inside NCCL failed (often out of memory for NCCL's buffers, or a driver "
+                             "problem); NCCL_DEBUG=INFO names the call"),
+    "internal error": "NCCL hit an internal error: NCCL_DEBUG=INFO shows where; mismatched NCCL versions across "
+                      "nodes are a common cause",
+    "invalid usage": "NCCL was called inconsistently across ranks (different collectives, sizes or orders)",
+    "invalid argument": "NCCL was given an invalid argument (a device or communicator mismatch)",
+}
+NCCL_NAMES = {"ncclSystemError": "unhandled system error", "ncclRemoteError":
+              "remote process exited or there was a network error", "ncclUnhandledCudaError": "unhandled cuda error",
+              "ncclInternalError": "internal error", "ncclInvalidUsage": "invalid usage",
+              "ncclInvalidArgument": "invalid argument"}
+
+
+def nccl_error_facts(recs: list[NcclRecord]) -> dict[str, Any] | None:
+    """``ev.nccl_error``: the first NCCL error that is not a timeout — ncclGetErrorString's text as torch prints
+    it ("NCCL error in: ProcessGroupNCCL.cpp:N, unhandled system error", nccl src/init.cc ``ncclGetErrorString``)
+    or the ncclResult name — with what it means and the NCCL WARN lines beside it. None without one (WARN lines
+    alone are not an error: NCCL warns about optional plugins it did not find)."""
+    errs = [r for r in recs if r.kind == "error" and r.op and not r.op.startswith("WARN ")]
+    if not errs:
+        return None
+    e = errs[0]
+    desc = NCCL_NAMES.get(e.op or "", e.op or "")
+    warns = [r.op[5:] for r in recs if r.kind == "error" and r.op and r.op.startswith("WARN ")][:3]
+    return {"desc": desc, "meaning": NCCL_MEANINGS.get(desc, "NCCL failed; NCCL_DEBUG=INFO shows the failing call"),
+            "rank": e.rank, "count": len(errs), "warns": warns, "step": e.step,
+            "location": location_of(e.file, e.line)}
 
 
 def _main(recs: list[NcclRecord]) -> NcclRecord | None:
@@ -27,13 +66,34 @@ def _main(recs: list[NcclRecord]) -> NcclRecord | None:
     return None
 
 
-def _timeout_text(tmo: int | None) -> str | None:
+_TRAINER_NAMES = {"nemo": "NeMo (through Lightning)", "lightning": "Lightning"}
+
+
+def _timeout_text(tmo: int | None, trainer: str | None) -> str | None:
+    """Who set the timeout. 1800 s is transformers' ``ddp_timeout`` default (training_args.py) and also torch's
+    ``default_pg_timeout`` (torch/distributed/constants.py, 30 min) that Lightning's DDPStrategy and DeepSpeed's
+    ``init_distributed`` pass by default: the HF setting is named only for a run an HF-based trainer wrote."""
+    hf = trainer == "transformers"
     if tmo == 1800000:
-        return "1800 s: transformers' default ddp_timeout"
+        return ("1800 s: transformers' default ddp_timeout" if hf else
+                "1800 s: torch.distributed's default_pg_timeout (30 min)"
+                + (f", which {_TRAINER_NAMES.get(trainer, trainer)} passes by default" if trainer else ""))
     if tmo == 600000:
         return "600 s: torch's default NCCL timeout (the framework passed none)"
     if tmo:
-        return f"{tmo / 1000:.0f} s as configured (ddp_timeout)"
+        return f"{tmo / 1000:.0f} s as configured" + (" (ddp_timeout)" if hf else "")
+    return None
+
+
+def late_watchdog(main: NcclRecord, tmo: int | None) -> str | None:
+    """A watchdog that fired far later than its timeout (``ran for`` ≥ 3× ``Timeout(ms)``): its own thread was
+    held up — the process stalled on the host (swapping, a blocked CUDA driver call, a stuck dataloader worker
+    holding the GIL), so the timeout says little about the collective itself (WorkNCCL::checkTimeout checks
+    only when the watchdog loop runs, ProcessGroupNCCL.cpp)."""
+    if main.ran_ms and tmo and main.ran_ms >= 3 * tmo:
+        return (f"the watchdog fired after {main.ran_ms / 1000:.0f} s, {main.ran_ms / tmo:.0f}× its "
+                f"{tmo / 1000:.0f} s timeout: the process itself was stalled (host swapping, a blocked driver call, "
+                "a frozen dataloader), not only the collective")
     return None
 
 
@@ -54,6 +114,24 @@ def _likely(op: str | None, early: bool, cx: RunContext, out: dict[str, Any]) ->
     return "one rank stopped participating in collectives (stuck, slow, or dead)"
 
 
+def _behind_in_one_file(recs: list[NcclRecord]) -> dict[str, Any] | None:
+    """The seq-behind test of analyzers/postmortem/ranks.py over the "last enqueued / last completed" lines of
+    one pasted log (several ranks' lines in one file, so no per-rank table)."""
+    from finetune_doctor.analyzers.postmortem.ranks import seq_behind
+
+    rows: dict[int, dict[str, Any]] = {}
+    for r in recs:
+        if r.rank is None:
+            continue
+        row = rows.setdefault(r.rank, {"enqueued": None, "completed": None, "failure": None})
+        if r.kind == "last_work":
+            row["enqueued"], row["completed"] = r.last_enqueued, r.last_completed
+        elif r.kind == "timeout" and r.seq is not None:
+            # the furthest collective this rank's watchdog timed out on (several may be pending)
+            row["failure"] = {"seq": max(r.seq, (row["failure"] or {}).get("seq") or 0)}
+    return seq_behind(rows) if len(rows) >= 2 else None
+
+
 def nccl_facts(recs: list[NcclRecord], cx: RunContext, out: dict[str, Any],
                ranks: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """``ev.nccl`` from the NCCL records of every file and ``ev.ranks``; None without a timeout or failure."""
@@ -68,30 +146,38 @@ def nccl_facts(recs: list[NcclRecord], cx: RunContext, out: dict[str, Any],
             op, seq = twin.op, twin.seq if twin.seq is not None else seq
     timeouts = [r for r in recs if r.kind == "timeout" or (r.kind == "last_work" and r.op == "timeout")]
     tmo = next((r.timeout_ms for r in recs if r.timeout_ms), None)
-    last = [r for r in recs if r.kind == "last_work" and r.last_completed is not None]
-    laggards: list[int] = []
-    if last:
-        lo = min(r.last_completed for r in last if r.last_completed is not None)
-        laggards = sorted({r.rank for r in last if r.last_completed == lo and r.rank is not None})
+    rk = ranks or {}
+    behind = rk.get("seq_behind") or _behind_in_one_file(recs)
+    laggards: list[int] = list(behind["ranks"]) if behind else []
     early = (seq is not None and seq <= 2) or (seq is None and main.step is None and not out["steps"]["last"])
     likely = _likely(op, early, cx, out)
-    rk = ranks or {}
     first = rk.get("first_failed")
     desync = rk.get("desync")
     if desync and desync.get("lagging"):
         likely += (f"; the {desync['source']} names rank(s) {', '.join(map(str, desync['lagging'][:16]))}: they "
                    f"{desync['how']}")
-    elif laggards and len({r.rank for r in last}) > 1:
-        likely += f"; rank(s) {', '.join(map(str, laggards[:16]))} completed the fewest collectives"
-    if first and first.get("kind") and "NCCL" not in first["kind"]:
+    elif behind:
+        likely += (f"; rank(s) {', '.join(map(str, laggards[:16]))} stopped at {behind['what']} #{behind['value']} "
+                   f"while the others reached #{behind['others']}")
+        if behind["gap"] >= FAR_BEHIND:
+            likely += (f" — {behind['gap']} collectives behind: it left the sequence long before the timeout (a "
+                       "collective on a rank-dependent code path, uneven batches or a rank-0-only evaluation)")
+    late = late_watchdog(main, tmo)
+    if late:
+        likely += "; " + late
+    if first and first.get("kind") and first.get("cause"):
         where = f" on {first['node']}" if first.get("node") else ""
         likely += f"; rank {first['rank']}{where} failed first ({first['kind']}), the others waited on it"
+    elif first and first.get("state") in ("still running", "silent"):
+        likely += f"; rank {first['rank']} logged no failure: it was stuck, and the others waited on it"
     what = (f"{op}" + (f" (SeqNum {seq})" if seq is not None else "")) if op else \
         (f"collective #{seq}" if seq is not None else "a collective")
-    d = {"rank": main.rank, "op": op, "seq": seq, "timeout_ms": tmo, "timeout_text": _timeout_text(tmo),
+    trainer = cx.log.get("trainer") or ("transformers" if cx.cfg else None)
+    d = {"rank": main.rank, "op": op, "seq": seq, "timeout_ms": tmo, "timeout_text": _timeout_text(tmo, trainer),
          "ran_ms": main.ran_ms, "numel_in": main.numel_in, "numel_out": main.numel_out, "step": main.step,
          "kind": main.kind, "likely": likely, "stragglers": laggards, "pg": main.pg, "pg_desc": main.pg_desc,
-         "ddp_timeout_fix": bool(early and tmo is not None and tmo <= 1800000
+         "trainer": trainer, "late": late,
+         "ddp_timeout_fix": bool(early and trainer == "transformers" and tmo is not None and tmo <= 1800000
                                 and "NCCL" in ((first or {}).get("kind") or "NCCL")),
          "count": len(timeouts), "ranks": sorted({r.rank for r in timeouts if r.rank is not None}),
          "first_failed": first, "waiting": rk.get("waiting") or [], "what": what,

@@ -213,6 +213,43 @@ def first_loss_facts(loss: Curve | None, cx: RunContext) -> dict[str, Any] | Non
     return None
 
 
+def clipped_unfelt(spike: dict[str, Any], loss: Curve | None, max_grad_norm: Any) -> dict[str, Any] | None:
+    """A grad-norm spike that clipping absorbed: HF's Trainer (and DeepSpeed) log the total norm *before*
+    clipping (transformers/trainer.py: ``_grad_norm = self.accelerator.clip_grad_norm_(...)`` returns the
+    pre-clip norm), so with ``max_grad_norm`` > 0 below the spike the applied update was scaled down to it. It
+    was unfelt when the loss at the spike and at the next 2 logs stays within 10 % of the median of the 5 logs
+    before it. None otherwise (no loss curve, clipping off, or the loss moved)."""
+    if loss is None or not isinstance(max_grad_norm, (int, float)) or max_grad_norm <= 0 \
+            or spike["value"] <= max_grad_norm:
+        return None
+    st = spike["step"]
+    before = [v for i, v in enumerate(loss.values) if loss.steps[i] < st and math.isfinite(v)][-5:]
+    after = [v for i, v in enumerate(loss.values) if loss.steps[i] >= st][:3]
+    if len(before) < 3 or len(after) < 2:
+        return None
+    med = sorted(before)[len(before) // 2]
+    if not all(math.isfinite(v) and abs(v - med) <= 0.1 * abs(med) for v in after):
+        return None
+    return {"max_grad_norm": max_grad_norm, "loss_median": med, "loss_after": after}
+
+
+def grad_nan_only(nan: dict[str, Any] | None, loss: Curve | None) -> dict[str, Any] | None:
+    """A non-finite grad_norm that the loss never felt: every loss logged from that step on is finite and not
+    0.0 (not a NaN hidden by ``logging_nan_inf_filter``), at least 2 logs follow, and the last is no higher than
+    the one at the NaN. Then the training did not go non-finite — the logged norm did (a skipped step, or a norm
+    computed over a partition that held an inf) — and "training went non-finite" would overstate it."""
+    if nan is None or nan["metric"] != "grad_norm" or loss is None or nan["step"] is None:
+        return None
+    after = [loss.values[i] for i in range(len(loss)) if loss.steps[i] >= nan["step"]]
+    if len(after) < 3 or not all(math.isfinite(v) and v != 0.0 for v in after) or after[-1] > after[0]:
+        return None
+    return {"step": nan["step"], "count": nan["count"], "location": nan["location"],
+            "loss_from": after[0], "loss_to": after[-1],
+            "detail": f"grad_norm {fmt(nan['value'])} at {nan['count']} log(s) from step {nan['step']}, while the "
+                      f"loss stayed finite and went {fmt(after[0])} → {fmt(after[-1])}: the logged norm, not the "
+                      "training, went non-finite"}
+
+
 def first_nonfinite(loss: Curve | None, gn: Curve | None) -> dict[str, Any] | None:
     best = None
     for name, c in (("loss", loss), ("grad_norm", gn)):

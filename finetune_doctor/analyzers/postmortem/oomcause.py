@@ -18,6 +18,7 @@ from finetune_doctor.evidence import Evidence, OomRecord
 from finetune_doctor.types import GIB
 
 SIZE_MATCH_TOL = 0.02
+HUGE_REQUEST = 0.25
 
 
 PHASES = (
@@ -208,8 +209,11 @@ def oom_facts(ooms: list[OomRecord], cx: RunContext, P: float | None, world: int
     if d["count"] > 1:
         s += f" {d['count']} OOM messages in the logs" + (f" (ranks {', '.join(map(str, d['ranks']))})"
                                                           if d["ranks"] else "") + "."
+    d["sdpa_mask"] = sdpa_mask = explicit_mask_sdpa(o)
+    if sdpa_mask:
+        s += f" It failed inside scaled_dot_product_attention, {sdpa_mask}."
     d["summary"] = s
-    d["advice"] = oom_advice(phase, match, cx)
+    d["advice"] = SDPA_MASK_ADVICE if sdpa_mask else oom_advice(phase, match, cx)
     d["timeline_text"] = (f"OOM{' in the ' + phase if phase and phase != 'optimizer' else ''}"
                           f"{' allocating optimizer states' if phase == 'optimizer' else ''}: "
                           f"tried to allocate {gib_text(o.requested)}"
@@ -217,6 +221,32 @@ def oom_facts(ooms: list[OomRecord], cx: RunContext, P: float | None, world: int
                           + (f" (= {match['formula']})" if match else ""))
     d["stage_text"] = ("ZeRO-" + str(cx.zero_stage())) if cx.zero_stage() is not None else None
     return d
+
+
+SDPA_MASK_ADVICE = (
+    "With an explicit mask PyTorch cannot pick its flash kernel (torch/nn/attention: the flash backend takes no "
+    "attn_mask) and falls back to the memory-efficient or the math kernel; the math kernel materialises the "
+    "batch × heads × seq × seq score matrix, and the 4-D mask itself is batch × seq × seq: it grows with the square "
+    "of the longest sequence, so a smaller batch does not cure one long sample. Use an attention path without a "
+    "materialised mask (flash_attn: fa2, or sdpa without padding: packing), or lower cutoff_len.")
+
+
+def explicit_mask_sdpa(o: OomRecord) -> str | None:
+    """The frame text that shows the OOM inside ``scaled_dot_product_attention`` with an ``attn_mask`` passed
+    (transformers/integrations/sdpa_attention.py ``sdpa_attention_forward``: ``attn_mask=attention_mask``; the
+    traceback prints the call), or None. A mask of None (``attn_mask=None``) does not count."""
+    frames = " | ".join(o.frames) + " " + o.text
+    if "scaled_dot_product_attention" not in frames:
+        return None
+    for key in ("attn_mask=attention_mask", "attn_mask=causal_mask", "attention_mask,", "attn_mask=attn_mask"):
+        if key in frames:
+            return f"called with an explicit attention mask (the traceback shows `{key.rstrip(',')}`)"
+    if o.requested is not None and o.total and o.requested >= HUGE_REQUEST * o.total:
+        # the flash and memory-efficient kernels work in tiles and never allocate seq × seq; one request of a
+        # quarter of the card inside SDPA is the math kernel's score matrix
+        return (f"one request of {gib_text(o.requested)}, {100 * o.requested / o.total:.0f} % of the card: the math "
+                "kernel's score matrix, which SDPA falls back to when a mask is passed")
+    return None
 
 
 def oom_advice(phase: str | None, match: dict[str, Any] | None, cx: RunContext) -> str:

@@ -1,18 +1,28 @@
-"""The ranks and nodes of a distributed run, joined from their own files: who failed first, who was waiting on it,
-who was slow, and where each one sits (node, GPU).
+"""The ranks and nodes of a distributed run, joined from their own files: each rank's last state, the rank the
+others waited on (the root), who was slow, and where each one sits (node, GPU).
 
 Each file carries its writer in ``FileEvidence.origin`` (the path: ``node1/rank3.log``, torchelastic's
 ``attempt_0/3/error.json``, a flight-recorder dump's rank suffix; or its lines: ``[rank3]:`` prefixes, LLaMA-
 Factory's "Process rank: 3, ... device: cuda:3"), and its pace and failure time in ``FileEvidence.timing``.
 
-* **First failure.** The rank whose first failure line (an OOM, a CUDA error, an exception, an NCCL timeout)
-  carries the earliest wall clock; without clocks, torchelastic's "Root Cause (first observed failure)" (its
-  error files hold the timestamp, errors/__init__.py:152-158 of torch 2.13); without that, a rank with a
-  failure other than a collective timeout, since a timeout is what the others see while they wait.
-* **Waiting ranks.** Ranks whose watchdog timed out on a collective, minus the first failure; the desync
-  report of TORCH_NCCL_DESYNC_DEBUG (TraceUtils.h ``analyzeMissingRanks``/``analyzeLaggingRanks``) or the
-  flight-recorder dumps name the laggards directly and win over this inference. With only "last enqueued /
-  last completed NCCL work" lines, the ranks that completed the fewest collectives are the laggards.
+* **State of each rank**: ``raised`` (a CUDA OOM, a CUDA error, a Python exception that is not the collective's
+  own abort), ``killed`` (the kernel's or cgroup's OOM killer, slurm, a shell's "Killed", SIGKILL),
+  ``timed out`` (the NCCL watchdog's timeout, "last enqueued / last completed NCCL work", "Some NCCL operations
+  have failed or timed out", the heartbeat monitor, and the ``DistBackendError`` those raise), ``aborted`` (the
+  watchdog or torchelastic tearing the process down after another rank failed: SIGABRT/SIGTERM, "failed
+  (exitcode: N)"), ``finished``, ``still running`` (it logged progress and nothing else) and ``silent`` (its file
+  shows neither). A timeout or an abort is what a rank sees while it waits on another: a consequence
+  (ProcessGroupNCCL.cpp ``WorkNCCL::checkTimeout``; torch/distributed/elastic/agent/server/api.py tears down the
+  other workers once one fails).
+* **Root: causality first, clocks second.** (1) the ranks that raised or were killed are causes, the timed-out
+  ranks their consequences, whatever the clocks: a line without a wall clock is not later than one with it;
+  among several causes, the one the desync report / flight recorder names, else the earliest step, else the
+  earliest clock. (2) without a cause: the laggards that TORCH_NCCL_DESYNC_DEBUG (TraceUtils.h
+  ``analyzeMissingRanks``/``analyzeLaggingRanks``) or the flight-recorder dumps name; (3) the rank whose
+  collective sequence number is behind the others' (strictly; equal counts or a cut line name nobody);
+  (4) the ranks that logged no failure while the others timed out (stuck, not dead); (5) torchelastic's "Root
+  Cause (first observed failure)", which is only the first process to exit; (6) the earliest failure by clock.
+  ``first_failed.how`` says which step decided.
 * **Stragglers.** From each rank's seconds per step (the training bar's rate): at least 3 ranks with a pace, and
   a rank ≥ 1.25× the median of the others (a bar's rate moves by a few percent between steps; 25 % is a rank
   that is really behind). A rank whose last step is behind the furthest rank's by ≥ 2 steps is a straggler too.
@@ -29,6 +39,20 @@ from finetune_doctor.evidence import Evidence, FileEvidence
 STRAGGLER_RATIO = 1.25
 STRAGGLER_LAG = 2
 TABLE_CAP = 1024
+CAUSE_STATES = ("raised", "killed")
+FAR_BEHIND = 10
+"""Collectives a rank's counter must trail by for it to be named behind even between two ranks (a counter that
+far back left the sequence long before the timeout; one or two apart is the normal skew of in-flight work)."""
+CONSEQUENCE_EXC = ("DistBackendError", "DistError", "ChildFailedError", "DistNetworkError", "SignalException")
+"""Exception classes that a rank raises because another one failed (torch.distributed's watchdog and store,
+torchelastic's agent): consequences, not causes (torch/distributed/elastic/multiprocessing/errors/__init__.py)."""
+CONSEQUENCE_WORDS = ("NCCL", "Watchdog", "watchdog", "timed out", "Timeout", "Connection reset", "TCPStore",
+                     "recvValue", "Broken pipe", "ProcessGroup")
+_PHASE_WORDS = (("save", ("_save_checkpoint", "save_model", "save_checkpoint", "Saving model checkpoint")),
+                ("evaluation", ("evaluation_loop", "evaluate", "prediction_step", "Running Evaluation")),
+                ("optimizer", ("optimizer.step", "_optimizer_step", "step (adamw", "clip_grad")),
+                ("backward", ("backward", "reduce_scatter", "allreduce_bucket")),
+                ("forward", ("forward", "compute_loss")))
 
 
 def _rank_of(f: FileEvidence) -> int | None:
@@ -36,40 +60,88 @@ def _rank_of(f: FileEvidence) -> int | None:
     return r if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < 1 << 20 else None
 
 
-def _first_failure(f: FileEvidence) -> dict[str, Any] | None:
-    """The first failure record of one file: (line, kind, is_timeout)."""
-    cands: list[tuple[int, str, bool]] = []
+def _is_consequence_exc(value: dict[str, Any] | None, text: str) -> bool:
+    cls = (value or {}).get("cls") or ""
+    msg = (value or {}).get("msg") or text
+    return any(c in cls for c in CONSEQUENCE_EXC) or any(w in msg for w in CONSEQUENCE_WORDS)
+
+
+def _phase(text: str, frames: tuple[str, ...] = ()) -> str | None:
+    for phase, words in _PHASE_WORDS:
+        if any(w in x for x in (text, *frames) for w in words):
+            return phase
+    return None
+
+
+def _events(f: FileEvidence) -> list[dict[str, Any]]:
+    """Every failure event of one file: {line, state, kind, step, phase, op, seq, wall}."""
+    wall = f.timing.get("fail_wall")
+    out: list[dict[str, Any]] = []
+
+    def add(line: int, state: str, kind: str, step: int | None, phase: str | None = None, op: str | None = None,
+            seq: int | None = None, w: float | None = None) -> None:
+        out.append({"line": line, "state": state, "kind": kind, "step": step, "phase": phase, "op": op,
+                    "seq": seq, "wall": w})
+
     for o in f.ooms[:1]:
-        cands.append((o.line, "CUDA out of memory", False))
+        from finetune_doctor.analyzers.postmortem.oomcause import oom_phase
+
+        ph = oom_phase(o.frames, o.memory_label)[0]
+        add(o.line, "raised", "CUDA out of memory", o.step, ph, w=wall)
     for d in f.device_errors[:1]:
-        cands.append((d.line, f"CUDA error: {d.status}", False))
+        add(d.line, "raised", f"CUDA error: {d.status}", d.step, _phase(d.text), w=wall)
     for n in f.nccl:
         if n.kind in ("timeout", "last_work", "failed", "heartbeat"):
-            cands.append((n.line, "NCCL collective timeout", True))
+            add(n.line, "timed out", "NCCL collective timeout", n.step, None, n.op if n.kind == "timeout" else None,
+                n.seq if n.seq is not None else n.work, n.wall if n.wall is not None else wall)
             break
     for n in f.notices:
         if n.kind == "exception":
-            cands.append((n.line, (n.value or {}).get("cls") or "exception", False))
+            v = n.value or {}
+            if _is_consequence_exc(v, n.text):
+                add(n.line, "timed out" if "imeout" in n.text or "timed out" in n.text else "aborted",
+                    v.get("cls") or "exception", n.step, w=wall)
+            else:
+                add(n.line, "raised", v.get("cls") or "exception", n.step, _phase(n.text), w=wall)
             break
     for k in f.kills:
-        if k.kind in ("kernel-oom", "cgroup-oom", "slurm-oom", "signal", "shell-killed"):
-            cands.append((k.line, f"killed ({k.signal or k.kind})", False))
+        if k.kind in ("kernel-oom", "cgroup-oom", "slurm-oom", "shell-killed") or (
+                k.kind == "signal" and k.signal == "SIGKILL"):
+            add(k.line, "killed", f"killed ({k.signal or k.kind})", k.step, w=wall)
             break
-    if not cands:
+        if k.kind in ("signal", "torchrun-exit", "launcher-exit"):
+            add(k.line, "aborted", f"aborted ({k.signal or ('exitcode ' + str(k.exitcode))})", k.step, w=wall)
+            break
+    return out
+
+
+def _failure(evs: list[dict[str, Any]], path: str) -> dict[str, Any] | None:
+    """The event that stands for the rank: a cause before a consequence, then the first line."""
+    if not evs:
         return None
-    line, kind, timeout = min(cands)
-    return {"line": line, "kind": kind, "timeout": timeout, "wall": f.timing.get("fail_wall"),
-            "location": location_of(f.read.path, line)}
+    order = {"raised": 0, "killed": 1, "timed out": 2, "aborted": 3}
+    e = min(evs, key=lambda x: (order[x["state"]], x["line"]))
+    step = next((x["step"] for x in evs if x["step"] is not None), None)
+    coll = next((x for x in evs if x["seq"] is not None or x["op"]), None)
+    return {"line": e["line"], "kind": e["kind"], "state": e["state"], "timeout": e["state"] == "timed out",
+            "wall": e["wall"], "step": e["step"] if e["step"] is not None else step, "phase": e["phase"],
+            "op": coll["op"] if coll else None, "seq": coll["seq"] if coll else None,
+            "location": location_of(path, e["line"])}
+
+
+def _new_row(r: int) -> dict[str, Any]:
+    return {"rank": r, "node": None, "host": None, "gpu": None, "local_rank": None, "files": [], "last_step": None,
+            "sec_per_step": None, "failure": None, "state": "silent", "completed": None, "enqueued": None}
 
 
 def _table(ev: Evidence) -> dict[int, dict[str, Any]]:
     rows: dict[int, dict[str, Any]] = {}
+    order = {"raised": 0, "killed": 1, "timed out": 2, "aborted": 3}
     for f in ev.files:
         r = _rank_of(f)
         if r is None:
             continue
-        row = rows.setdefault(r, {"rank": r, "node": None, "host": None, "gpu": None, "local_rank": None,
-                                  "files": [], "last_step": None, "sec_per_step": None, "failure": None})
+        row = rows.setdefault(r, _new_row(r))
         row["files"].append(f.read.path)
         for key in ("node", "host", "gpu", "local_rank"):
             if row[key] is None and f.origin.get(key) is not None:
@@ -78,10 +150,22 @@ def _table(ev: Evidence) -> dict[int, dict[str, Any]]:
             row["last_step"] = max(row["last_step"] or 0, f.last_step)
         if f.timing.get("sec_per_step"):
             row["sec_per_step"] = f.timing["sec_per_step"]
-        fail = _first_failure(f)
+        for n in f.nccl:
+            if n.kind == "last_work" and (n.rank is None or n.rank == r):
+                if n.last_completed is not None:
+                    row["completed"] = n.last_completed
+                if n.last_enqueued is not None:
+                    row["enqueued"] = n.last_enqueued
+        fail = _failure(_events(f), f.read.path)
         old = row["failure"]
-        if fail and (old is None or (fail["wall"] or float("inf")) < (old["wall"] or float("inf"))):
+        if fail and (old is None or (order[fail["state"]], fail["wall"] or float("inf"))
+                     < (order[old["state"]], old["wall"] or float("inf"))):
             row["failure"] = fail
+    for row in rows.values():
+        if row["failure"]:
+            row["state"] = row["failure"]["state"]
+        elif row["last_step"] is not None or row["sec_per_step"]:
+            row["state"] = "still running"
     return rows
 
 
@@ -110,6 +194,87 @@ def _desync(ev: Evidence) -> dict[str, Any] | None:
     return None
 
 
+def seq_behind(rows: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+    """The ranks whose collective counter is strictly behind every other logged rank's: ``last enqueued`` (a
+    rank that never enqueued the collective the others wait in), else ``last completed``, else the sequence
+    number each rank's watchdog timed out on. None when every rank shows the same count, when fewer than two
+    ranks print one, or when the behind ranks are half or more of those that print (then it is the others that
+    ran ahead, not one that stopped)."""
+    for key, what in (("enqueued", "last enqueued collective"), ("completed", "last completed collective"),
+                      ("seq", "timed-out collective")):
+        vals = {r: (row["failure"] or {}).get("seq") if key == "seq" else row[key] for r, row in rows.items()}
+        vals = {r: v for r, v in vals.items() if isinstance(v, int)}
+        if len(vals) < 2 or len(set(vals.values())) < 2:
+            continue
+        lo, hi = min(vals.values()), max(vals.values())
+        behind = sorted(r for r, v in vals.items() if v == lo)
+        if 2 * len(behind) >= len(vals) and not (len(behind) == 1 and hi - lo >= FAR_BEHIND):
+            continue
+        return {"ranks": behind, "value": lo, "others": hi, "gap": hi - lo, "what": what}
+    return None
+
+
+def _pick(cands: list[int], rows: dict[int, dict[str, Any]], lagging: set[int]) -> tuple[int, str]:
+    """One of several causes: the one the desync report names, else the earliest step, else the earliest clock."""
+    if len(cands) == 1:
+        return cands[0], ""
+    named = [r for r in cands if r in lagging]
+    if named:
+        return min(named), f"; of {len(cands)} ranks that raised, the one the desync report/flight recorder names"
+
+    def key(r: int) -> tuple[float, float, int]:
+        f = rows[r]["failure"]
+        return (f["step"] if f["step"] is not None else float("inf"),
+                f["wall"] if f["wall"] is not None else float("inf"), r)
+    best = min(cands, key=key)
+    f = rows[best]["failure"]
+    by = ("the earliest step" if f["step"] is not None else
+          "the earliest wall clock" if f["wall"] is not None else "the lowest rank (no step or clock to order them)")
+    return best, f"; of {len(cands)} ranks that raised or were killed, {by}"
+
+
+def root_of(rows: dict[int, dict[str, Any]], ev: Evidence,
+            desync: dict[str, Any] | None) -> tuple[int | None, str | None, dict[str, Any] | None]:
+    """(rank, how it was decided, seq-behind facts) — the module docstring gives the order."""
+    failed = {r: row for r, row in rows.items() if row["failure"]}
+    waited = sum(1 for row in failed.values() if row["state"] in ("timed out", "aborted"))
+    lagging = set(desync["lagging"]) if desync and desync.get("lagging") else set()
+    behind = seq_behind(rows)
+    causes = sorted(r for r, row in failed.items() if row["state"] in CAUSE_STATES)
+    if causes:
+        r, extra = _pick(causes, rows, lagging)
+        st = rows[r]["state"]
+        how = (f"causality: rank {r} {st} ({rows[r]['failure']['kind']})"
+               + (f" while {waited} rank(s) only timed out or were aborted waiting" if waited else "")
+               + extra + " — a timeout is a consequence, whatever the clocks say")
+        return r, how, behind
+    if lagging:
+        return min(lagging), f"the {desync['source']} names rank(s) {_join(sorted(lagging))}: they {desync['how']}", \
+            behind
+    if behind:
+        return behind["ranks"][0], (f"rank(s) {_join(behind['ranks'])} stopped at {behind['what']} "
+                                    f"#{behind['value']} while the others reached #{behind['others']}"), behind
+    timed = [r for r, row in failed.items() if row["state"] == "timed out"]
+    quiet = sorted(r for r, row in rows.items() if row["state"] in ("still running", "silent"))
+    if timed and quiet and len(quiet) * 2 < len(rows):
+        return quiet[0], (f"rank(s) {_join(quiet)} logged no failure while {len(timed)} rank(s) timed out: the one "
+                          "the others waited on was stuck, not dead"), behind
+    root = _elastic_root(ev)
+    if root is not None:
+        return root, "torchelastic's root cause (the first process to exit; nothing else names a cause)", behind
+    walls = {r: row["failure"]["wall"] for r, row in failed.items() if row["failure"]["wall"] is not None}
+    if walls:
+        r = min(walls, key=lambda x: (walls[x], x))
+        return r, ("the earliest failure line by wall clock (every rank only timed out: the clock is the weakest "
+                   "evidence)"), behind
+    return None, None, behind
+
+
+def _join(xs: list[int], cap: int = 16) -> str:
+    s = ", ".join(map(str, xs[:cap]))
+    return s + (f" and {len(xs) - cap} more" if len(xs) > cap else "")
+
+
 def _stragglers(rows: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     paced = {r: row["sec_per_step"] for r, row in rows.items() if row["sec_per_step"]}
@@ -130,39 +295,37 @@ def _stragglers(rows: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda x: x["rank"])
 
 
+def _states(rows: dict[int, dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for row in rows.values():
+        out[row["state"]] = out.get(row["state"], 0) + 1
+    return out
+
+
 def rank_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
     """``ev.ranks`` (shape in facts/ev.py), or None when no file names its rank."""
     rows = _table(ev)
     if not rows:
         return None
     failed = {r: row for r, row in rows.items() if row["failure"]}
-    first = None
-    how = None
-    walls = {r: row["failure"]["wall"] for r, row in failed.items() if row["failure"]["wall"] is not None}
     desync = _desync(ev)
-    if walls:
-        first, how = min(walls, key=lambda r: (walls[r], r)), "earliest failure line by wall clock"
-    elif _elastic_root(ev) is not None:
-        first, how = _elastic_root(ev), "torchelastic's root cause (first observed failure)"
-    elif desync and desync["lagging"]:
-        first, how = min(desync["lagging"]), desync["source"]
-    else:
-        real = [r for r, row in failed.items() if not row["failure"]["timeout"]]
-        if real:
-            first, how = min(real, key=lambda r: (rows[r]["failure"]["line"], r)), "the only failure that is not a " \
-                "collective timeout"
-    timed_out = sorted(r for r, row in failed.items() if row["failure"]["timeout"] and r != first)
+    first, how, behind = root_of(rows, ev, desync)
+    timed_out = sorted(r for r, row in failed.items() if row["state"] in ("timed out", "aborted") and r != first)
     lag = set(desync["lagging"]) if desync else set()
     waiting = [r for r in timed_out if r not in lag] if lag else timed_out
     nodes = sorted({row["node"] or row["host"] for row in rows.values() if row["node"] or row["host"]})
     first_d = None
     if first is not None:
-        row = rows.get(first) or {"node": None, "host": None, "gpu": None, "failure": None}
+        row = rows.get(first) or _new_row(first)
         fail = row["failure"] or {}
-        first_d = {"rank": first, "node": row["node"] or row["host"], "gpu": row["gpu"], "kind": fail.get("kind"),
-                   "how": how, "location": fail.get("location")}
+        first_d = {"rank": first, "node": row["node"] or row["host"], "gpu": row["gpu"],
+                   "kind": fail.get("kind") or ("no failure logged (stuck)" if row["state"] in
+                                                ("still running", "silent") else None),
+                   "state": row["state"], "step": fail.get("step", row["last_step"]), "phase": fail.get("phase"),
+                   "op": fail.get("op"), "seq": fail.get("seq"), "how": how, "location": fail.get("location"),
+                   "cause": row["state"] in CAUSE_STATES}
     table = [{k: v for k, v in row.items() if k != "files"} | {"file": row["files"][0]}
              for _, row in sorted(rows.items())[:TABLE_CAP]]
     return {"count": len(rows), "nodes": nodes, "node_count": len(nodes), "table": table, "first_failed": first_d,
             "waiting": waiting[:64], "waiting_count": len(waiting), "stragglers": _stragglers(rows)[:64],
-            "desync": desync, "failed_count": len(failed)}
+            "desync": desync, "failed_count": len(failed), "states": _states(rows), "seq_behind": behind}

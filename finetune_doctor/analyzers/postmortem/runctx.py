@@ -37,6 +37,22 @@ class RunContext:
     def finetuning_type(self) -> str:
         return str(self.run.get("finetuning_type") or self.cfg.get("finetuning_type") or "lora")
 
+    def method(self) -> tuple[str | None, str | None]:
+        """(finetuning type, where it was read) — the config's, else the trainable share the log states (PEFT's
+        "trainable params: T || all params: A": below 20 % an adapter, above 90 % a full fine-tune), else
+        (None, None): method-dependent advice must then ask for the config or state its assumption."""
+        ft = self.run.get("finetuning_type") or self.cfg.get("finetuning_type")
+        if ft:
+            return str(ft), "config"
+        t, a = self.log.get("trainable_params"), self.log.get("all_params")
+        if isinstance(t, int) and isinstance(a, int) and a > 0 and t > 0:
+            share = t / a
+            if share < 0.2:
+                return "lora", f"the log's trainable share {100 * share:.2f} % (an adapter)"
+            if share > 0.9:
+                return "full", f"the log's trainable share {100 * share:.0f} % (a full fine-tune)"
+        return None, None
+
     def fp16(self) -> tuple[bool, str | None]:
         if self.cfg.get("fp16") is True:
             return True, "config (fp16: true)"

@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from finetune_doctor.analyzers.postmortem import causes, detectors, failures, ranks
-from finetune_doctor.analyzers.postmortem.collectives import nccl_facts
+from finetune_doctor.analyzers.postmortem import causes, detectors, failures, health, ranks
+from finetune_doctor.analyzers.postmortem.collectives import nccl_error_facts, nccl_facts
 from finetune_doctor.analyzers.postmortem.curves import Curve, build_curves, curve_summary, fmt, location_of
 from finetune_doctor.analyzers.postmortem.detectors import spikes
 from finetune_doctor.analyzers.postmortem.oomcause import oom_facts
@@ -160,6 +160,14 @@ def _numerics(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[
     if gn is not None and len(gn) >= 2 and not gc:
         sp = detectors.curve_spikes(gn, "grad_norm")
         out["grad_spikes"], out["grad_spike"] = len(sp), (sp[0] if sp else None)
+        if sp:
+            # max_grad_norm from the config, else HF's and LLaMA-Factory's default 1.0 (training_args.py)
+            mgn = cx.cfg.get("max_grad_norm", 1.0) if cx.cfg else 1.0
+            cu = detectors.clipped_unfelt(sp[0], loss, mgn)
+            sp[0]["clipped_unfelt"] = cu is not None
+            sp[0]["max_grad_norm"] = mgn
+            sp[0]["max_grad_norm_source"] = "config" if cx.cfg and "max_grad_norm" in cx.cfg else \
+                "HF's default, no config read"
         for s in sp[:20]:
             events.add(s["step"], "grad_norm_spike", detectors.spike_text(s, "grad_norm"), s["source"])
 
@@ -184,8 +192,11 @@ def _nan(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, 
     amp, lz, gc = out["amp_skips"], out["loss_zero"], out["grad_const"]
     out["lr_high"] = causes.lr_high_facts(cx, lr, nan, out, lz, epoch)
     out["nan"] = None
-    if nan is not None and not (amp and nan["metric"] == "grad_norm" and nan["step"] in amp["steps"]
-                                and not (lz and lz["with_grad_nan"])):
+    out["grad_nan_only"] = g = detectors.grad_nan_only(nan, loss)
+    if g:
+        events.at(g["step"], "warning", g["detail"], g["location"])
+    if nan is not None and not g and not (amp and nan["metric"] == "grad_norm" and nan["step"] in amp["steps"]
+                                          and not (lz and lz["with_grad_nan"])):
         out["nan"] = n = causes.nan_cause(nan, out, cx, fp16_on, lr, epoch)
         events.at(n["step"], "nan", n["detail"], n["location"])
     if lz:
@@ -238,6 +249,10 @@ def _distributed(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: di
     out["ranks"] = ranks.rank_facts(ev, out)
     nccl = [n for f in ev.files for n in f.nccl]
     out["nccl"] = nccl_facts(nccl, cx, out, out["ranks"]) if nccl else None
+    out["nccl_error"] = nccl_error_facts(nccl) if nccl else None
+    if out["nccl_error"]:
+        e = out["nccl_error"]
+        events.at(e["step"], "exception", f"NCCL error: {e['desc']}", e["location"])
     if out["nccl"]:
         n = out["nccl"]
         events.at(n["step"], "nccl_timeout", n["timeline_text"], n["location"])
@@ -249,8 +264,13 @@ def _end(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, 
     out["completed"] = causes.completed_facts(ev)
     out["crash"] = causes.crash_facts(ev, out)
     c = out["crash"]
+    if c and c.get("location"):
+        got = health.crash_moment(ev, cx, c["location"]["file"], c["location"]["line"], c["step"])
+        if got:
+            c["phase"], c["where_text"], c["step"] = got
     if c and not (c["explained"] and c["kind"] == "traceback-only"):
         events.at(c["step"], "exception", c["text"], c["location"])
+    out["health"] = health.health_facts(ev, cx, curves, out)
     if out["completed"]:
         events.add(out["steps"]["last"], "finished", "the training loop finished (final metrics were logged)",
                    out["completed"]["source"])

@@ -40,7 +40,7 @@ from typing import Callable, Iterable, Iterator
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.hardware.snapshot import MIB, CardSnapshot, MigInstance, ProcessInfo, Snapshot
-from finetune_doctor.readers.gpus import npu_smi, rocm_smi, smi_xml
+from finetune_doctor.readers.gpus import npu_smi, rocm_smi, smi_procs, smi_xml
 from finetune_doctor.readers.gpus.gpu_input import TextInput
 
 RECORD_SCHEMA = "finetune-doctor/gpus-record/v1"
@@ -136,12 +136,19 @@ def _detect(path: str, head: str) -> tuple[str, Callable[[GpuStream], Iterable[S
     if "NVIDIA-SMI" in text or re.search(r"^\|\s+\d+\s+.+\|\s*[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:", text, re.M):
         return "table", _read_table
     first_line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    if smi_procs.looks_like_compute_apps(first_line):
+        return "compute-apps", smi_procs.read_compute_apps
     if suffix == ".csv" or ("," in first_line and re.search(r"\b(index|memory\.used|uuid)\b", first_line)):
         return "csv", _read_csv
     if re.search(r"^\s*gpu\s*\d+\s*$", text, re.M | re.I) and re.search(r"^\s*used:", text, re.M | re.I):
         return "summary", _read_summary
-    raise InputError("not a GPU recording: expected an nvidia-smi table, --query-gpu CSV or -q -x XML, rocm-smi or "
-                     "amd-smi JSON, an npu-smi info table, or a doctor gpus --record file", file=path, line=1)
+    if smi_procs.looks_like_pmon(text):
+        return "pmon", smi_procs.read_pmon
+    if smi_procs.looks_like_processes(text):
+        return "processes", smi_procs.read_processes
+    raise InputError("not a GPU recording: expected an nvidia-smi table (or its Processes section), --query-gpu or "
+                     "--query-compute-apps CSV, pmon, -q -x XML, rocm-smi or amd-smi JSON, an npu-smi info table, or a "
+                     "doctor gpus --record file", file=path, line=1)
 
 
 # -- nvidia-smi text table --------------------------------------------------------------------------------------

@@ -17,6 +17,22 @@ from finetune_doctor.readers.runlogs.logcontext import Keep, LineContext, signam
 from finetune_doctor.readers.runlogs.lineprefix import Prefix
 
 
+def oom_figures(text: str) -> dict[str, Any]:
+    """The figures of a cut OOM message, each read on its own (logpatterns.OOM_FIGURES): {gpu, total, free,
+    this_process, allocated, reserved_unallocated, reserved, allowed} for those printed whole."""
+    out: dict[str, Any] = {}
+    for name, rx in pat.OOM_FIGURES:
+        key = "total" if name == "gpu_total" else name
+        if key in out:
+            continue
+        m = rx.search(text)
+        if m:
+            out[key] = pat.size_bytes(m.group("v"))
+            if name == "gpu_total":
+                out["gpu"] = int(m.group("gpu"))
+    return out
+
+
 class FailureLines:
     """The failure half of the text-log parser (a mixin; see the module docstring)."""
 
@@ -76,7 +92,7 @@ class FailureLines:
                 m = pat.OOM_PARTIAL.search(text)
                 if m and (m.group("exc") or m.group("requested") or text.lstrip().startswith("CUDA out of memory")):
                     rec = OomRecord(self.path, line, self.during(), rank, "partial", exc=m.group("exc"),
-                                    requested=pat.size_bytes(m.group("requested")))
+                                    requested=pat.size_bytes(m.group("requested")), **oom_figures(text))
             elif pat.OOM_RUNTIME.search(text):
                 ce = pat.CUDA_ERROR.search(text)   # torch >= 2.8 raises it as torch.AcceleratorError
                 rec = OomRecord(self.path, line, self.during(), rank, "runtime", exc=ce.group("exc") if ce else None)
@@ -201,6 +217,15 @@ class FailureLines:
                 self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, kind, seq=seq, ranks=ranks,
                                                  text=text.strip()[:500], wall=wall))
                 return
+        if "thread terminated" in text and "imeout" not in text and "timed out" not in text \
+                and pat.NCCL_TERMINATED.search(text):
+            # the watchdog aborts on any asynchronous error of the stream it watches ("... terminated with
+            # exception: CUDA error: an illegal memory access was encountered"): the CUDA error is the event
+            # (recorded by _device), the abort is not a collective timeout
+            what = text[pat.NCCL_TERMINATED.search(text).end():].strip()[:200] or None
+            self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, "watchdog-error", op=what,
+                                             text=text.strip()[:500], wall=wall))
+            return
         if ("have failed or timed out" in text or "thread terminated" in text or "checkTimeout" in text) and (
                 pat.NCCL_FAILED.search(text) or pat.NCCL_TERMINATED.search(text) or pat.NCCL_CHECK_FRAME.search(text)):
             if ("failed", rank) not in self.nccl_seen:
@@ -209,7 +234,8 @@ class FailureLines:
                 self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, "failed",
                                                  text=text.strip()[:500], wall=wall))
             return
-        m = pat.NCCL_ERROR.search(text) if ("NCCL error" in text or "Error" in text or "NCCL WARN" in text) else None
+        m = pat.NCCL_ERROR.search(text) if ("NCCL error" in text or "Error" in text or "NCCL WARN" in text
+                                            or "NCCL failure" in text or ".cpp:" in text) else None
         if m and "NCCL INFO" not in text:
             what = m.group("desc") or m.group("name") or ("WARN " + m.group("warn").strip()[:200] if m.group("warn")
                                                           else None)
@@ -289,10 +315,25 @@ class FailureLines:
     # -- CUDA runtime and library errors ------------------------------------------------------------------------
     def _device(self, text: str, line: int, rank: int | None, context: LineContext, wall: float | None) -> None:
         m = pat.DEVICE_ASSERT.search(text)
-        if m:
-            self.keep.add("asserts", (line, f"{m.group('file')} {m.group('kernel') or ''}".strip(), m.group("cond")))
+        bare = pat.DEVICE_ASSERT_BARE.search(text) if m is None and "Assertion `" in text else None
+        if m or bare:
+            site = f"{m.group('file')} {m.group('kernel') or ''}".strip() if m else None
+            cond = (m or bare).group("cond")
+            self.keep.add("asserts", (line, site, cond))
+            # the assert is the event even when the paste holds no "CUDA error: device-side assert triggered"
+            # line after it; that line, when it comes, is the same error (same key) and adds nothing
+            key = ("device", "device-assert", rank, "device-side assert triggered")
+            known = any(d.kind == "device-assert" for d in self.keep.lists.get("device_errors") or [])
+            if key not in self.nccl_seen and not known:
+                self.nccl_seen.add(key)
+                self.fail_wall(wall)
+                self.keep.add("device_errors", DeviceError(self.path, line, self.during(), rank, "device-assert",
+                                                           status="device-side assert triggered", assert_site=site,
+                                                           assert_cond=cond, text=text.strip()[:500]))
             return
-        m = pat.CUDA_ERROR.search(text) or pat.CUDNN_ERROR.search(text)
+        m = pat.CUDA_ERROR.search(text) or pat.CUDNN_ERROR.search(text) or (
+            pat.CUDA_ERROR_THC.search(text) if "cuda runtime error" in text else None) or (
+            pat.CUDA_ERROR_ALT.search(text) if "CUDA warning" in text or "cudaError" in text else None)
         if m is None:
             if "CUBLAS_STATUS_" in text and "ALLOC_FAILED" not in text and "when calling" in text:
                 m = pat.CUDA_ERROR.search("CUDA error: " + text[text.index("CUBLAS_STATUS_"):])
@@ -318,6 +359,12 @@ class FailureLines:
             kind = "other"
         key = ("device", kind, rank, status)
         if key in self.nccl_seen:   # the same error re-raised by every frame of a chained exception
+            recs = self.keep.lists.get("device_errors") or []
+            for i, rec in enumerate(recs):
+                # an assert line recorded first: the exception line names the class it was raised as
+                if rec.kind == kind and rec.exc is None and "exc" in m.re.groupindex and m.group("exc"):
+                    recs[i] = replace(rec, exc=m.group("exc"))
+                    break
             return
         self.nccl_seen.add(key)
         self.fail_wall(wall)
@@ -332,7 +379,8 @@ class FailureLines:
                     site, cond = f"{a.group('file')} {a.group('kernel') or ''}".strip(), a.group("cond")
                     break
         call = m.group("call") if "call" in m.re.groupindex else None
-        self.keep.add("device_errors", DeviceError(self.path, line, self.during(), rank, kind, exc=m.group("exc"),
+        exc = m.group("exc") if "exc" in m.re.groupindex else None
+        self.keep.add("device_errors", DeviceError(self.path, line, self.during(), rank, kind, exc=exc,
                                                    status=status[:200], call=call, assert_site=site,
                                                    assert_cond=cond, text=text.strip()[:500]))
 

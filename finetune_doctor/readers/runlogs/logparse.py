@@ -143,10 +143,18 @@ class TextLogParser(FailureLines):
             self._memory(text, line, context)
         if "[WARNING|" in text or "[ERROR|" in text or "strongly recommended to train" in text:
             self._warning(text, line)
+        if "Saving model checkpoint to" in text or "Running Evaluation" in text:
+            self._moment(text, line)
         if "Traceback (most recent" in text:
             self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip()[:500], rank))
         if "Error" in text or "Exception" in text:
             m = pat.EXC.match(text)
+            k = text.find("] ") if m is None and ("Error: " in text or "Exception: " in text) else -1
+            while m is None and k >= 0:
+                # a line behind a logger's own prefix ("2023-04-29 06:01:12.977 [177/train/578 (pid 28936)] [id]
+                # OSError: ..."): the exception starts after one of the brackets
+                m = pat.EXC.match(text[k + 2:])
+                k = text.find("] ", k + 2)
             if m and "CUDA out of memory" not in text:
                 self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500],
                                                 {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank}))
@@ -176,7 +184,8 @@ class TextLogParser(FailureLines):
         if "NCCL" in text or "nccl" in text or "Watchdog caught" in text or "watchdog got stuck" in text \
                 or "lagging" in text or "collective #" in text:
             self._nccl(text, line, rank, wall)
-        if ("CUDA error" in text or "cuDNN error" in text or "Assertion `" in text or "CUBLAS_STATUS_" in text) \
+        if ("CUDA error" in text or "cuDNN error" in text or "Assertion `" in text or "CUBLAS_STATUS_" in text
+                or "cuda runtime error" in text or "CUDA warning" in text or "cudaError" in text) \
                 and "CUBLAS_STATUS_ALLOC_FAILED" not in text:
             self._device(text, line, rank, context, wall)
         if "NVRM" in text:
@@ -386,6 +395,19 @@ class TextLogParser(FailureLines):
         elif m:
             self.keep.add("memory", MemoryRecord(self.path, line, self.during(), None, cpu_used=float(m.group("used")),
                                                  cpu_percent=float(m.group("pct"))))
+
+    def _moment(self, text: str, line: int) -> None:
+        """HF Trainer's evaluation and save markers (transformers/trainer.py ``evaluation_loop``: "***** Running
+        Evaluation *****"; ``_save``: "Saving model checkpoint to DIR"): a crash after one is placed in it.
+        ``value.step`` is the checkpoint's step (``checkpoint-N``) or the bar's step."""
+        m = pat.SAVE_MARK.search(text)
+        if m:
+            c = pat.CHECKPOINT_STEP.search(m.group("dir"))
+            self.keep.add("notices", Notice(self.path, line, self.during(), "save", text.strip()[:300],
+                                            {"step": int(c.group("step")) if c else self.step}))
+        elif "***** Running Evaluation" in text:
+            self.keep.add("notices", Notice(self.path, line, self.during(), "eval-start", text.strip()[:300],
+                                            {"step": self.step}))
 
     def _warning(self, text: str, line: int) -> None:
         m = pat.ATTN_WARN.search(text)

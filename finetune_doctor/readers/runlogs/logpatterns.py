@@ -71,8 +71,13 @@ TRIGGER_WORDS = (
     "Total optimization", "Total train batch", "Num Epochs", "Gradient Accumulation", "Instantaneous batch",
     "Number of trainable", "|| all params: ", "Process rank: ", "Config mesh", "DeepSpeed info", "ZeRO stage ",
     ".... ", "- num_params = ", "Running training", "Continuing training",
+    # HF Trainer's evaluation and save markers (the phase a crash happened in)
+    "Saving model checkpoint", "Running Evaluation",
+    # the trainer (FACTS "trainer"): Lightning's process-group line; NeMo's "[NeMo I" prefix is on every line of
+    # its logs, so a log of >= 4 MiB (grep path) names NeMo only through the other lines
+    "GLOBAL_RANK: ",
     # CUDA runtime and library errors (c10_cuda_check_implementation, ATen/cuda/Exceptions.h, device asserts)
-    "CUDA error: ", "AcceleratorError", "Assertion `", "CUBLAS_STATUS_", "CUDNN_STATUS_",
+    "CUDA error: ", "AcceleratorError", "Assertion `", "CUBLAS_STATUS_", "CUDNN_STATUS_", "CUDA warning: ",
     # kernel log (dmesg / journalctl -k): Xid (the OOM killer's own line is "Out of memory: Killed process")
     "NVRM: Xid",
     # the desync report of TORCH_NCCL_DESYNC_DEBUG (TraceUtils.h): "ranks [5] are the lagging ...", "[3] joined ..."
@@ -165,7 +170,23 @@ OOM_NPU = re.compile(
 OOM_PROC = re.compile(r"(?:Process (?P<pid>\d+)|(?P<self>this process)) has (?P<mem>" + SIZE + r") memory in use")
 OOM_PARTIAL = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)):\s*)?CUDA out of memory\.?(?:\s*Tried to allocate "
                           + _g("requested") + r")?")
-OOM_RUNTIME = re.compile(r"CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation")
+# each figure of an OOM message on its own, so that a message cut by a paste keeps every figure printed whole
+# before the cut (a size needs its unit: "2.1" at the cut is not read as 2.1 bytes). Both layouts above.
+OOM_FIGURES = (
+    ("gpu_total", re.compile(r"GPU (?P<gpu>\d+) has a total capac(?:i?)ty of " + _g("v") + r"(?= of which)")),
+    ("gpu_total", re.compile(r"\(GPU (?P<gpu>\d+);\s*" + _g("v") + r" total capacity;")),
+    ("free", re.compile(r"of which " + _g("v") + r" is free")),
+    ("free", re.compile(r"total capacity;.*?" + _g("v") + r" free;")),
+    ("this_process", re.compile(r"this process has " + _g("v") + r" memory in use")),
+    ("allocated", re.compile(r"Of the allocated memory " + _g("v") + r" is allocated by PyTorch")),
+    ("allocated", re.compile(_g("v") + r" already allocated;")),
+    ("reserved_unallocated", re.compile(r"and " + _g("v") + r" is reserved by PyTorch but unallocated")),
+    ("reserved", re.compile(_g("v") + r" reserved in total by PyTorch")),
+    ("allowed", re.compile(_g("v") + r" allowed;")),
+)
+# NCCL's own allocation failure (nccl include/alloc.h: "NCCL WARN Cuda failure 2 'out of memory'") is the same event
+OOM_RUNTIME = re.compile(r"CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|"
+                         r"Cuda failure \d+ 'out of memory'")
 
 # DeepSpeed fp16 loss scaler (log_patterns.md §2)
 DS_OVERFLOW = re.compile(
@@ -200,7 +221,8 @@ NCCL_TERMINATED = re.compile(_PG.replace("(?P<", "(?P<t_") + r"(?:Process group|
                              r"with exception: |(?:Process group|NCCL) watchdog thread terminated with exception: ")
 NCCL_CHECK_FRAME = re.compile(r"c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from checkTimeout at")
 # ncclGetErrorString (nccl src/init.cc:3415-3437, the same since v2.18) as torch's "NCCL error in: ..." prints it
-NCCL_ERROR = re.compile(r"NCCL error(?: in: [^,]*,)? ?(?P<desc>unhandled system error|unhandled cuda error|internal "
+NCCL_ERROR = re.compile(r"(?:NCCL error(?: in: [^,]*,)?|ProcessGroupNCCL\.cpp:\d+,|NCCL failure [\w./-]+:\d+ ') ?"
+                        r"(?P<desc>unhandled system error|unhandled cuda error|internal "
                         r"error|invalid usage|invalid argument|remote process exited or there was a network error|"
                         r"timeout)?|(?P<name>nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)"
                         r"Error)|NCCL WARN (?P<warn>.*)")
@@ -273,7 +295,27 @@ FACTS = [   # (fact, a literal every matching line contains, expression, convers
     ("min_loss_scale", "float16_config", re.compile(r"float16_config \.+ .*\bmin_loss_scale=(?P<v>[\d.]+)"), float),
     ("initial_scale_power", "float16_config", re.compile(r"float16_config \.+ .*\binitial_scale_power=(?P<v>\d+)"), int),
     ("ds_params_elems", "num_elems", re.compile(r"finished initializing model - num_params = \d+, num_elems = (?P<v>[\d.]+[KMBT]?)"), str),
+    # which trainer wrote the log, so that advice names that trainer's setting: HF Trainer's banner
+    # (transformers/trainer.py ``_inner_training_loop``: "***** Running training *****"), LLaMA-Factory's logger
+    # names, NeMo's logging prefix (nemo/utils/nemo_logging.py: "[NeMo I 2024-05-01 10:00:00 file:line]") and
+    # Lightning's process-group line (lightning/fabric/utilities/distributed.py ``_init_dist_connection``:
+    # "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/8"); the first one a file prints wins
+    ("trainer", "Running training", re.compile(r"(?P<v>\*+ Running training \*+)"), lambda v: "transformers"),
+    ("trainer", "llamafactory.", re.compile(r"(?P<v>llamafactory\.\w+)"), lambda v: "transformers"),
+    ("trainer", "[NeMo ", re.compile(r"(?P<v>\[NeMo [IWE] \d{4}-)"), lambda v: "nemo"),
+    # NeMo's Megatron progress bar (nemo/.../megatron_gpt_model.py logs reduced_train_loss, consumed_samples)
+    # and Lightning's own bar (its version number ``v_num``)
+    ("trainer", "reduced_train_loss", re.compile(r"(?P<v>reduced_train_loss=)"), lambda v: "nemo"),
+    ("trainer", "v_num=", re.compile(r"(?P<v>, v_num=)"), lambda v: "lightning"),
+    ("trainer", "GLOBAL_RANK", re.compile(r"(?P<v>Initializing distributed: GLOBAL_RANK: \d+)"), lambda v: "lightning"),
 ]
+SAVE_MARK = re.compile(r"Saving model checkpoint to (?P<dir>\S+)")
+CHECKPOINT_STEP = re.compile(r"checkpoint-(?P<step>\d+)")
+# a write that ran out of disk: the OS error (errno 28, ENOSPC), safetensors' "(os error 28)", and what torch.save's
+# zip writer says when a write stops short (caffe2/serialize/inline_container.cc: "unexpected pos N vs M",
+# "PytorchStreamWriter failed writing file")
+DISK_FULL = re.compile(r"No space left on device|\[Errno 28\]|os error 28|PytorchStreamWriter failed writing file|"
+                       r"inline_container\.cc:\d+\] \. unexpected pos \d+ vs \d+|Disk quota exceeded")
 ZERO3_DETECTED = re.compile(r"Detected DeepSpeed ZeRO-3")
 RUN_START = re.compile(r"\*+ Running training \*+")
 RESUME = re.compile(r"Continuing training from (?:checkpoint, will skip to saved global_step|global step (?P<step>\d+))")
@@ -286,6 +328,16 @@ CUDA_ERROR = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)): )?CUDA error: (
 CUDNN_ERROR = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)): )?cuDNN error: (?P<status>CUDNN_STATUS_\w+)")
 DEVICE_ASSERT = re.compile(r"(?P<file>[\w.]+\.cuh?):\d+: (?:(?P<kernel>[^:\n]*?): )?block: \[[\d,]+\], thread: \[[\d,]+\]"
                            r" Assertion `(?P<cond>[^`]+)` failed")
+# the assert line without its "file.cu:N: kernel: block: [..], thread: [..]" head (a paste that kept only the
+# condition, or a rich traceback that printed it alone)
+DEVICE_ASSERT_BARE = re.compile(r"Assertion `(?P<cond>[^`]+)` failed")
+# the same CUDA errors as a destructor's warning ("CUDA warning: an illegal memory access was encountered (function
+# destroyEvent)", c10/cuda/CUDAFunctions) or as thrust/CUB name them ("merge_sort: failed to synchronize:
+# cudaErrorIllegalAddress: an illegal memory access was encountered")
+CUDA_ERROR_ALT = re.compile(r"(?:CUDA warning: |cudaError\w+: )(?P<status>[^\n(]+?)(?: \(function \w+\))?\s*$")
+# torch <= 1.x's runtime-error text (THC: "cuda runtime error (59) : device-side assert triggered at FILE:LINE")
+CUDA_ERROR_THC = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)): )?cuda runtime error \((?P<code>\d+)\) : "
+                            r"(?P<status>[^\n]+?)(?: at (?P<call>\S+))?\s*$")
 # the assert conditions that mean an id outside the table: an embedding lookup (Indexing.cu) or a label outside
 # the classes of the loss (Loss.cu / cross entropy); the rest are named by their kernel
 INDEX_ASSERTS = {"srcIndex < srcSelectDimSize": "embedding", "t >= 0 && t < n_classes": "loss",

@@ -1,0 +1,189 @@
+"""Run health: a run that never trained, a run that stopped without an error, a run that hangs (issue #25).
+
+Input: the merged curves (analyzers/curves.py), the ``ev`` facts built before (steps, completed, crash, oom,
+nccl, killed, cuda_error, ranks) and the run context. Output: ``ev.health`` = {no_update, stopped, hang}, each
+None or a mapping that names its evidence (``evidence``: the lines or values it rests on, ``location``).
+
+* **No update** (the optimizer changed nothing): every logged ``learning_rate`` is exactly 0 (at least
+  MIN_LOGS logs — one 0 is the first warm-up step of HF's schedulers, transformers/optimization.py
+  ``get_linear_schedule_with_warmup``: lr = peak·step/warmup, 0 at step 0), or every logged ``grad_norm`` is
+  exactly 0.0 (no parameter received a gradient: nothing trainable, or the graph cut before them), or the log
+  states 0 trainable parameters (PEFT's "trainable params: 0 || all params: ..."), or torch's "optimizer got an
+  empty parameter list" (torch/optim/optimizer.py ``Optimizer.__init__``).
+* **Stopped without an error**: the last step is short of the total (``Total optimization steps`` of HF's
+  banner, trainer_log's ``total_steps``, or ``max_steps`` of the config) by more than STOP_SHORT of it, the run
+  did not complete, and no log shows an error of any kind (exception, OOM, CUDA error, NCCL, a kill line): the
+  process was ended from outside (SIGKILL from the kernel's OOM killer, the scheduler, a preemption, a closed
+  terminal) — or it still hangs. Only a log read from HF's banner (or LF's trainer_log.jsonl) counts: a paste
+  cut anywhere would look the same.
+* **Hang**: stopped without an error, and something says the processes were alive but not progressing: the NCCL
+  heartbeat monitor ("ProcessGroupNCCL's watchdog got stuck", ProcessGroupNCCL.cpp ``HeartbeatMonitor``), ranks
+  whose last steps differ with none failed, or a ``ddp_timeout`` so large (≥ HANG_TIMEOUT_S) that the watchdog
+  never fires (LLaMA-Factory's examples set 180000000 s).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from finetune_doctor.analyzers.postmortem.curves import Curve, location_of
+from finetune_doctor.analyzers.postmortem.runctx import RunContext
+from finetune_doctor.evidence import Evidence
+
+MIN_LOGS = 3
+STOP_SHORT = 0.05
+HANG_TIMEOUT_S = 24 * 3600
+
+
+def _all_zero(c: Curve | None) -> bool:
+    return c is not None and len(c) >= MIN_LOGS and all(v == 0.0 for v in c.values)
+
+
+def _curve_evidence(c: Curve, name: str) -> str:
+    return f"'{name}': 0.0 at all {len(c)} logs (steps {c.steps[0]}–{c.steps[-1]})"
+
+
+def no_update(ev: Evidence, cx: RunContext, curves: dict[str, Curve]) -> dict[str, Any] | None:
+    """``ev.health.no_update``: {why, evidence, check, location} or None."""
+    lr, gn, loss = curves.get("learning_rate"), curves.get("grad_norm"), curves.get("loss")
+    flat = loss is not None and len(loss) >= MIN_LOGS and max(loss.values) - min(loss.values) <= \
+        0.01 * max(abs(loss.values[0]), 1e-9)
+    loss_txt = (f"; the loss stayed at {loss.values[0]:.4g}" if flat else "") if loss is not None else ""
+    if _all_zero(lr):
+        assert lr is not None
+        both = _all_zero(gn)
+        return {"why": "the learning rate was 0 for the whole run"
+                + (" and no parameter received a gradient" if both else ""),
+                "evidence": _curve_evidence(lr, "learning_rate")
+                + (f", {_curve_evidence(gn, 'grad_norm')}" if both and gn is not None else "") + loss_txt,
+                "location": location_of(lr.file_at(0), lr.lines[0]),
+                "check": "learning_rate in the config (0, or a tiny value printed as 0), a warm-up longer than the "
+                         "run (warmup_steps/warmup_ratio vs max_steps), and lr_scheduler_type (constant_with_warmup "
+                         "at step 0 of a resumed run)"}
+    if _all_zero(gn):
+        assert gn is not None
+        return {"why": "no parameter received a gradient (grad_norm exactly 0.0 at every log)",
+                "evidence": _curve_evidence(gn, "grad_norm") + loss_txt,
+                "location": location_of(gn.file_at(0), gn.lines[0]),
+                "check": "which parameters are trainable (finetuning_type, lora_target matching no module, "
+                         "freeze_trainable_layers), whether the loss reaches them (gradient checkpointing with a "
+                         "frozen embedding needs enable_input_require_grads; a detached loss), and the labels "
+                         "(all -100 gives loss 0, not a flat loss)"}
+    tp = cx.log.get("trainable_params")
+    if tp == 0:
+        at = cx.log_at.get("trainable_params")
+        return {"why": "the log states 0 trainable parameters", "evidence": "trainable params: 0",
+                "location": at, "check": "finetuning_type and lora_target / freeze_trainable_modules: they "
+                                         "matched no parameter of this model"}
+    for f in ev.files:
+        for n in f.notices:
+            if n.kind == "exception" and "empty parameter list" in n.text:
+                return {"why": "the optimizer was built with no parameters", "evidence": n.text[:200],
+                        "location": location_of(n.file, n.line),
+                        "check": "finetuning_type and the trainable modules: nothing requires a gradient"}
+    return None
+
+
+def _errored(out: dict[str, Any]) -> bool:
+    return any(out.get(k) for k in ("crash", "oom", "nccl", "nccl_error", "killed", "cuda_error")) or \
+        (out.get("scale") or {}).get("trajectory") == "abort"
+
+
+def _total(out: dict[str, Any], cx: RunContext) -> tuple[int | None, str | None]:
+    """The run's total from a record of the whole run: HF's "Total optimization steps" banner or LLaMA-Factory's
+    trainer_log.jsonl (fact ``total_steps``), with max_steps of the config beside a banner. A bar's total alone
+    is not enough: a pasted excerpt ends anywhere, and only a log read from its banner ends where the run did."""
+    t = cx.log.get("total_steps")
+    if isinstance(t, int) and t > 0:
+        return t, "the log's total steps"
+    ms = cx.cfg.get("max_steps")
+    if isinstance(ms, int) and ms > 0 and cx.log.get("micro_batch") is not None:
+        return ms, "max_steps of the config"
+    return None, None
+
+
+def _hang_evidence(ev: Evidence, cx: RunContext, out: dict[str, Any]) -> str | None:
+    for f in ev.files:
+        for n in f.nccl:
+            if n.kind == "heartbeat":
+                return f"the NCCL heartbeat monitor: {n.text[:160]} ({f.read.path}:{n.line})"
+    rk = out.get("ranks") or {}
+    steps = {row["rank"]: row.get("last_step") for row in rk.get("table") or [] if row.get("last_step") is not None}
+    if len(steps) >= 2 and len(set(steps.values())) > 1 and not rk.get("failed_count"):
+        lo = min(steps.values())
+        behind = sorted(r for r, s in steps.items() if s == lo)
+        return (f"rank(s) {', '.join(map(str, behind[:8]))} stopped at step {lo} while others reached "
+                f"{max(steps.values())}, and no rank failed")
+    tmo = cx.cfg.get("ddp_timeout")
+    if isinstance(tmo, (int, float)) and tmo >= HANG_TIMEOUT_S:
+        return (f"ddp_timeout is {int(tmo)} s ({tmo / 86400:.0f} days): a rank stuck in a collective is never "
+                "timed out, so a hang leaves exactly this log")
+    return None
+
+
+def stopped(ev: Evidence, cx: RunContext, out: dict[str, Any]) -> tuple[dict[str, Any] | None,
+                                                                         dict[str, Any] | None]:
+    """(``ev.health.stopped``, ``ev.health.hang``): at most one of them is set."""
+    if out.get("completed") or _errored(out):
+        return None, None
+    last = (out.get("steps") or {}).get("last")
+    total, tsrc = _total(out, cx)
+    if last is None or not total or total - last <= max(1, STOP_SHORT * total):
+        return None, None
+    where = next((f.read.path for f in reversed(ev.files) if f.read.kind == "text-log"), None)
+    d = {"last_step": last, "total": total, "total_source": tsrc, "percent": round(100 * last / total, 1),
+         "location": location_of(where, None) if where else None}
+    hang = _hang_evidence(ev, cx, out)
+    if hang:
+        return None, {**d, "evidence": hang}
+    return d, None
+
+
+def health_facts(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, Any]) -> dict[str, Any]:
+    """``ev.health``: {no_update, stopped, hang} (module docstring)."""
+    s, h = stopped(ev, cx, out)
+    return {"no_update": no_update(ev, cx, curves), "stopped": s, "hang": h}
+
+
+def _eval_points(f: Any) -> list[tuple[int, int]]:
+    """(line, step) of the eval_loss points of one file."""
+    out: list[tuple[int, int]] = []
+    for s in f.series:
+        if s.name.endswith("eval_loss"):
+            out += [(s.lines[i], s.steps[i]) for i in range(len(s.steps))]
+    return out
+
+
+def _after_eval(step: int, cx: RunContext) -> tuple[str, str]:
+    ss = cx.cfg.get("save_steps")
+    if isinstance(ss, int) and ss > 0 and step % ss == 0:
+        return "save", (f"during the checkpoint save at step {step}, right after its evaluation (step {step} is a "
+                        f"multiple of save_steps {ss}: HF's Trainer evaluates, then saves)")
+    return "evaluation", f"right after the evaluation at step {step}"
+
+
+def crash_moment(ev: Evidence, cx: RunContext, file: str, line: int, step: int | None) -> tuple[str, str, int] | None:
+    """(phase, words, step) of a crash at `file`:`line` from the moment markers before it in the same file:
+    HF's "Saving model checkpoint to .../checkpoint-N" (phase save), "***** Running Evaluation *****" with or
+    without its eval_loss logged after it (evaluation, or the save that follows an evaluation at a save step),
+    or an eval_loss logged at the step just before the crash. None when nothing places it; a marker counts only
+    when no training step was counted between it and the crash (the bar's step is the same)."""
+    f = next((x for x in ev.files if x.read.path == file), None)
+    if f is None:
+        return None
+    marks = [n for n in f.notices if n.kind in ("save", "eval-start") and n.line < line]
+    evals = [(ln, s) for ln, s in _eval_points(f) if ln < line]
+    last = marks[-1] if marks else None
+    if last is not None and (step is None or last.step == step):
+        at = (last.value or {}).get("step")
+        if last.kind == "save":
+            return "save", f"during the checkpoint save of checkpoint-{at}", at if at is not None else step
+        done = [s for ln, s in evals if ln > last.line]
+        if done:
+            ph, words = _after_eval(done[-1], cx)
+            return ph, words, done[-1]
+        return "evaluation", f"during the evaluation at step {at}", at if at is not None else step
+    if evals and step is not None and evals[-1][1] in (step - 1, step):
+        ph, words = _after_eval(evals[-1][1], cx)
+        return ph, words, evals[-1][1]
+    return None

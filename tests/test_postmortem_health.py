@@ -1,0 +1,59 @@
+"""Run health (issue #25): a run that never trained, a run stopped from outside, a run that hangs — on the
+fixtures under fixtures/postmortem/health/ (HF Trainer's banner lines of transformers/trainer.py
+``_inner_training_loop``, tqdm bars, the metric dicts ``Trainer.log`` prints, LLaMA-Factory's parser line)."""
+
+from __future__ import annotations
+
+import os
+
+from finetune_doctor.pipeline import postmortem as pm
+from finetune_doctor.settings import Options
+
+FIX = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "postmortem", "health")
+
+
+def run(name: str):
+    return pm.run(os.path.join(FIX, name), [], None, Options(command="postmortem"))
+
+
+def test_lr_and_grad_norm_zero_for_the_whole_run_is_a_run_that_never_trained():
+    r = run("no_update")
+    f = r.findings[0]
+    assert f.name == "no-parameter-update"
+    assert "'learning_rate': 0.0 at all 40 logs (steps 10–400)" in f.message
+    assert "'grad_norm': 0.0 at all 40 logs" in f.message and "loss stayed at 2.412" in f.message
+
+
+def test_a_log_that_ends_at_46_of_400_without_an_error_was_stopped_from_outside():
+    r = run("stopped")
+    assert r.findings[0].name == "run-stopped-without-error"
+    assert "step 46 of 400" in r.findings[0].message and "dmesg" in r.findings[0].message
+
+
+def test_a_stopped_log_with_a_two_thousand_day_timeout_is_a_hang():
+    r = run("hang")
+    names = [f.name for f in r.findings]
+    assert names[0] == "run-hang" and "run-stopped-without-error" not in names
+    assert "step 37 of 400" in r.findings[0].message
+
+
+def test_a_cut_oom_message_keeps_every_figure_printed_whole():
+    """torch >= 2.1's message (c10/cuda/CUDACachingAllocator.cpp) cut after "and 2.1": the capacity, the free
+    memory and the allocated figure survive; the cut figure is not read."""
+    from finetune_doctor.readers.runlogs.runlayout import collect
+
+    ev = collect(os.path.join(FIX, "oom_cut"), [])
+    o = ev.files[0].ooms[0]
+    gib = float(1 << 30)
+    assert (o.format, o.gpu, o.total / gib, o.free / gib, o.allocated / gib, o.requested / gib) == \
+        ("partial", 0, 79.15, 1.02, 75.31, 2.0)
+    assert o.reserved_unallocated is None and o.this_process == 78.12 * gib
+    assert "1.02 GiB free of 79.15 GiB" in run("oom_cut").findings[0].message
+
+
+def test_a_crash_after_the_evaluation_at_a_save_step_is_during_the_checkpoint_save():
+    r = run("save_after_eval")
+    f = r.findings[0]
+    # torch.save's zip writer stopping short ("unexpected pos N vs M") is a full disk (rule disk-full)
+    assert f.name == "disk-full" and "during the checkpoint save at step 500" in f.message
+    assert [(e.step, e.kind) for e in r.timeline] == [(500, "exception")]

@@ -1,0 +1,40 @@
+"""The real crashed runs of fixtures/postmortem/real_threads/ (44 public threads in two rounds, none in shared/cases): the
+first finding names the thread's root cause. A regression guard over benchmarks/real_threads.py's judgement;
+the held-out numbers are in benchmarks/results/real_threads.md."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+spec = importlib.util.spec_from_file_location("real_threads", os.path.join(ROOT, "benchmarks", "real_threads.py"))
+assert spec and spec.loader
+rt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(rt)
+CASES = rt.load_cases()
+# entrenar274: a custom trainer's key=value lines carry none of the reader's trigger words; ds3160, chatglm102, ds2788
+# (round 2, held out): DeepSpeed's launcher lines "Killing subprocess N" without the "exits with return code = -9" line
+# (cut, or not printed) are not read as a kill
+KNOWN_MISS = {"entrenar274", "ds3160", "chatglm102", "ds2788"}
+
+
+def test_the_split_is_by_source_and_fixed():
+    by_repo: dict[str, set[str]] = {}
+    for c in CASES:
+        if c["round"] == 1:
+            by_repo.setdefault(c["repo"], set()).add(c["split"])
+    assert all(len(s) == 1 for s in by_repo.values())
+    assert len(CASES) >= 30 and {c["split"] for c in CASES} == {"dev", "test"}
+    assert all(c["split"] == "test" for c in CASES if c["round"] == 2)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_first_finding_names_the_threads_root_cause(case):
+    got = rt.judge_case(case)
+    if case["id"] in KNOWN_MISS:
+        assert not got["right"], "fixed: remove it from KNOWN_MISS"
+    else:
+        assert got["right"], f"{case['id']}: first finding {got['first']}: {got['message'][:200]}"
