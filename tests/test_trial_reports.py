@@ -1,0 +1,51 @@
+"""Faults a new user found running the doctor on real LLaMA-Factory reports (issue 21's spirit: never guess
+silently, verdicts follow the unknowns): each test pins the whole kind of fault, on real-shaped inputs."""
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from finetune_doctor.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK = ROOT / "fixtures" / "quickstart" / "llama7b_full_zero2_v100.yaml"
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def check_json(*args):
+    r = invoke("check", *args, "--no-data", "--format", "json")
+    assert r.exit_code in (0, 1), r.output
+    return json.loads(r.output)
+
+
+def _oom_fixes(d):
+    oom = next(f for f in d["findings"] if f["name"] in ("predicted-oom", "cuda-oom"))
+    return [oom["fix"], *oom["fix"].get("alternatives", [])]
+
+
+def test_oom_remedy_is_the_cheapest_that_fits_plain_zero3():
+    # case 002 (hiyouga/LlamaFactory#1221): ZeRO-2 → ZeRO-3 made the 8x V100-32GB run work; the planner once skipped
+    # it because its probability of OOM (about 20 %) misses the 5 % target, and led with ZeRO-3 + CPU offload
+    fixes = _oom_fixes(check_json(QUICK, "optim=adamw_torch", "--gpu", "8xV100-32GB"))
+    first = fixes[0]
+    assert [(e["key"], e["value"]) for e in first["edits"]] == [("zero_optimization.stage", 3)]
+    assert first["effect"]["total_gib_after"] < 31.75 and 0.05 < first["effect"]["p_oom_after"] < 0.5
+    assert "probability of OOM stays" in first["cost"]
+    # the sets that reach the 5 % target follow
+    assert any(f["effect"]["p_oom_after"] <= 0.05 for f in fixes[1:])
+
+
+def test_oom_remedy_needing_more_host_ram_than_the_node_has_is_ranked_last():
+    fixes = _oom_fixes(check_json(QUICK, "optim=adamw_torch", "--gpu", "8xV100-32GB", "--host-ram", "64GB"))
+    offload = [i for i, f in enumerate(fixes) if any("offload" in e["key"] or "offload" in str(e["value"])
+                                                       for e in f["edits"])]
+    assert offload, fixes
+    assert offload == list(range(len(fixes) - len(offload), len(fixes)))   # after every remedy that fits the node
+    assert all("more than the node's 60 GiB" in fixes[i]["cost"] for i in offload)
+    # with the node's RAM unknown the same remedy is not marked
+    free = _oom_fixes(check_json(QUICK, "optim=adamw_torch", "--gpu", "8xV100-32GB"))
+    assert not any("more than the node's" in f.get("cost", "") for f in free)
