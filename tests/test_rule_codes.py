@@ -75,6 +75,7 @@ RELEASED = {
     "FD601": "predicted-oom",
     "FD602": "weights-replicated",
     "FD603": "host-oom-offload",
+    "FD623": "host-oom-offload-ram-unknown",
     "FD604": "eager-attention-long-context",
     "FD605": "lora-all-moe-experts",
     "FD606": "predicted-tight-fit",

@@ -49,3 +49,17 @@ def test_oom_remedy_needing_more_host_ram_than_the_node_has_is_ranked_last():
     # with the node's RAM unknown the same remedy is not marked
     free = _oom_fixes(check_json(QUICK, "optim=adamw_torch", "--gpu", "8xV100-32GB"))
     assert not any("more than the node's" in f.get("cost", "") for f in free)
+
+
+def test_host_ram_overrun_is_an_error_when_the_node_ram_is_known_and_a_warning_when_assumed():
+    # LF#6755's shape: Qwen2.5-32B full, ZeRO-3 offload on one H100 NVL, ~552 GiB of host RAM needed
+    cfg = ROOT / "fixtures/real_reports/13-qwen25-32b-full-z3off-1xh100nvl-hostoom/config.yaml"
+    known = invoke("check", cfg, "--gpu", "H100-NVL", "--offline", "--no-data", "--host-ram", "512GB",
+                   "--format", "json", "--fail-on", "error")
+    f = {x["code"]: x for x in json.loads(known.output)["findings"]}
+    assert f["FD603"]["severity"] == "error" and "SIGKILL" in f["FD603"]["message"] and "FD623" not in f
+    assert known.exit_code == 1
+    unknown = check_json(cfg, "--gpu", "H100-NVL", "--offline")
+    g = {x["code"]: x for x in unknown["findings"]}
+    assert "FD603" not in g and g["FD623"]["severity"] == "warning"
+    assert "unknown here" in g["FD623"]["message"]
