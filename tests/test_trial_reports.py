@@ -63,3 +63,17 @@ def test_host_ram_overrun_is_an_error_when_the_node_ram_is_known_and_a_warning_w
     g = {x["code"]: x for x in unknown["findings"]}
     assert "FD603" not in g and g["FD623"]["severity"] == "warning"
     assert "unknown here" in g["FD623"]["message"]
+
+
+def test_messages_speak_of_runs_not_of_internal_class_names(tmp_path):
+    # the quickstart's ZeRO-2 run: the error class is "zero" with one measured run behind it
+    d = check_json(QUICK, "optim=adamw_torch", "--gpu", "8xV100-32GB")
+    oom = next(f for f in d["findings"] if f["name"] == "predicted-oom")
+    assert "(ZeRO-2/3 runs: measured on 1 run)" in oom["message"]
+    assert "(zero)" not in oom["message"] and "benchmark rows" not in oom["message"]
+    text = invoke("check", QUICK, "optim=adamw_torch", "--gpu", "8xV100-32GB", "--no-data").output
+    assert "host RAM needed per node" in " ".join(text.split())
+    # `doctor explain` cites the public threads, not the project's case folders
+    for code in ("FD606", "FD502", "FD504"):
+        out = invoke("explain", code).output
+        assert "cases/0" not in out, code

@@ -61,6 +61,8 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "safe_total_gib": F("float", "the largest total with p_oom <= p_oom_target on this card, GiB"),
     "error_class": F("str", "the shape class whose benchmark error applies"),
     "error_rows": F("int", "benchmark rows of this method and class behind the error model"),
+    "error_kind": F("str", "the kind of run (shape class) in user terms, e.g. ZeRO-2/3 runs"),
+    "error_label": F("str", "the kind of run and how many measured runs its error rests on, in user terms"),
     "error_bias_pct": F("float", "their mean under-prediction, percent of total"),
     "error_spread_pct": F("float", "their predictive spread (scale), percent of total"),
     "reserve_gib": F("float", "cached-but-unallocated memory the allocator holds at the peak, GiB"),
@@ -135,7 +137,7 @@ def verdict_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[
         "interval_gib": list(a.interval_gib), "interval_lo_gib": a.interval_gib[0],
         "interval_hi_gib": a.interval_gib[1], "safe_total_gib": a.safe_total_gib,
         "margin_gib": None if budget is None else budget - a.safe_total_gib,
-        "error_class": d.shape, "error_rows": d.n, "error_bias_pct": 100 * d.mu, "error_spread_pct": 100 * d.scale,
+        "error_class": d.shape, "error_rows": d.n, "error_label": d.label(), "error_kind": d.kind(), "error_bias_pct": 100 * d.mu, "error_spread_pct": 100 * d.scale,
         "alt_stack_p_oom": None,
     }
     if alt and alt.get("alt_stack_total") is not None and budget is not None:

@@ -60,6 +60,12 @@ PRIOR_NU0 = 1
 SIGMA_FLOOR = 0.01
 
 
+# the shape classes (analyzers/memory/reserve.py `shape_class`) as a user reads them
+CLASS_WORDS = {"zero": "ZeRO-2/3 runs", "moe": "mixture-of-experts runs", "long_sequence": "long-sequence runs",
+               "large_vocab_logits": "runs whose logits dominate (large vocabulary)",
+               "default": "dense runs without ZeRO-2/3", ANY: "repeated measurements of one run"}
+
+
 # -- Student's t ---------------------------------------------------------------------------------------------------
 
 def t_cdf(x: float, dof: int) -> float:
@@ -135,6 +141,18 @@ class ErrorDist:
 
     def quantile(self, p: float) -> float:
         return self.mu + self.scale * t_quantile(p, self.dof)
+
+    def kind(self) -> str:
+        """The shape class in the user's words: "ZeRO-2/3 runs"."""
+        return CLASS_WORDS.get(self.shape, f"{self.shape.replace('_', ' ')} runs")
+
+    def label(self) -> str:
+        """The kind of run and how many measured runs stand behind its error, in the user's words (messages,
+        report text): "ZeRO runs: measured on 1 run"."""
+        kind = self.kind()
+        if not self.n:
+            return f"{kind}: none measured, the error of all measured runs"
+        return f"{kind}: measured on {self.n} run{'s' if self.n != 1 else ''}"
 
     def describe(self) -> str:
         rows = f"{self.n} benchmark row{'s' if self.n != 1 else ''}" if self.n else "no rows of its own"
