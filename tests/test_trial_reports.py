@@ -77,3 +77,52 @@ def test_messages_speak_of_runs_not_of_internal_class_names(tmp_path):
     for code in ("FD606", "FD502", "FD504"):
         out = invoke("explain", code).output
         assert "cases/0" not in out, code
+
+
+LORA_YAML = """### model
+model_name_or_path: {model}
+trust_remote_code: true
+
+### method
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_target: all
+
+### dataset
+dataset: alpaca_en_demo
+template: qwen
+cutoff_len: 2048
+
+### output
+output_dir: saves/qwen2.5-7b/lora/sft
+
+### train
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+learning_rate: 1.0e-4
+num_train_epochs: 3.0
+bf16: true
+"""
+
+
+def test_checkpoint_folder_not_here_is_sized_by_its_parent_folder_name(tmp_path):
+    from finetune_doctor.readers.model.byname import checkpoint_parent
+
+    assert checkpoint_parent("/data/models/qwen2.5-7b-sft-v3/checkpoint-1200") == (
+        "/data/models/qwen2.5-7b-sft-v3", "checkpoint-1200")
+    assert checkpoint_parent("/ckpt/Qwen2.5-7B-dpo/global_step500/merged") == (
+        "/ckpt/Qwen2.5-7B-dpo", "global_step500/merged")
+    assert checkpoint_parent("/data/models/qwen2.5-7b-sft-v3") is None
+    assert checkpoint_parent("merged") is None
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(LORA_YAML.format(model="/data/models/qwen2.5-7b-sft-v3/checkpoint-1200"), encoding="utf-8")
+    d = check_json(cfg, "--gpu", "A100-80GB", "--offline")
+    assert "FD607" not in {f["code"] for f in d["findings"]}
+    assert d["memory"]["fits"] is True and d["memory"]["per_gpu_gib"]["weights"] > 14
+    assert [(a["name"], a["value"], a["source"]) for a in d["assumptions"] if a["name"] == "model"] == [
+        ("model", "Qwen/Qwen2.5-7B", "folder name")]
+    assert any("does not exist on this machine" in n and "checkpoint-1200" in n for n in d["notes"])
+    # a parent that names no model leaves the model unknown, as before
+    cfg.write_text(LORA_YAML.format(model="./outputs/merged"), encoding="utf-8")
+    assert "FD607" in {f["code"] for f in check_json(cfg, "--gpu", "A100-80GB", "--offline")["findings"]}
