@@ -114,6 +114,8 @@ RELEASED = {
     "FD706": "quantization-bit-ignored",
     "FD707": "quantization-unknown",
     "FD708": "quantization-options-without-bit",
+    "FD711": "dora-memory",
+    "FD712": "optimizer-options-without-switch",
 }
 
 

@@ -73,6 +73,7 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "expandable_p_oom": F("float", "p_oom with expandable segments on (0-1)"),
     "expandable_p_oom_pct": F("float", "the same in percent"),
     "expandable_verdict": F("str", "the verdict with expandable segments on"),
+    "dora_gib": F("float", "what use_dora adds to total (the same run with LoRA minus it), GiB; None without DoRA"),
 })
 
 
@@ -98,7 +99,18 @@ def assemble(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[str, 
     d["step_temp_gib"] = terms.get("step_temp", 0.0) / GIB
     d.update(alt or {"alt_stack_total": None, "alt_stack_fits": None, "alt_stack_optim": None})
     d.update(verdict_facts(mem, hw, run, alt))
+    d["dora_gib"] = dora_gib(mem, hw, run)
     return d
+
+
+def dora_gib(mem: MemoryEstimate, hw: Hardware | None, run: Any) -> float | None:
+    """GiB per GPU that DoRA adds to `mem` (the estimate of `run`): `mem.total` minus the same run with plain
+    LoRA. The terms are analyzers/memory/params.py (the magnitude vectors) and activations.py (the output-sized
+    products DoRA keeps, and `_dora_transient`, the dense weight it builds per adapted module to take the weight
+    norm, peft tuners/lora/dora.py). None when the run is no DoRA run."""
+    if run is None or not getattr(run, "use_dora", False) or run.finetuning_type != "lora":
+        return None
+    return mem.total - estimate(replace(run, use_dora=False), hw).total
 
 
 def budget_of(hw: Hardware | None) -> float | None:
