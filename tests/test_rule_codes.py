@@ -67,6 +67,7 @@ RELEASED = {
     "FD412": "dataset-file-missing",
     "FD413": "dataset-not-utf8",
     "FD415": "dataset-without-rows",
+    "FD416": "image-tokens-exceed-cutoff",
     "FD501": "uneven-gpu-memory",
     "FD502": "foreign-process-on-gpu",
     "FD503": "multi-card-process",

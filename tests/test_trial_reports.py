@@ -126,3 +126,27 @@ def test_checkpoint_folder_not_here_is_sized_by_its_parent_folder_name(tmp_path)
     # a parent that names no model leaves the model unknown, as before
     cfg.write_text(LORA_YAML.format(model="./outputs/merged"), encoding="utf-8")
     assert "FD607" in {f["code"] for f in check_json(cfg, "--gpu", "A100-80GB", "--offline")["findings"]}
+
+
+def test_every_qwen_vl_in_the_catalogue_has_a_vision_tower_term():
+    # Qwen/Qwen2.5-VL-3B-Instruct's hub config writes vision_config with its non-default fields only (no depth):
+    # the tower's class defaults (transformers configuration_qwen2_5_vl.py) must fill it, or the tower is dropped
+    from finetune_doctor.analyzers.memory.vision import max_image_tokens, vision_terms
+    from finetune_doctor.hardware.catalog import parse_gpu_spec
+    from finetune_doctor.readers.model.modelcfg import load_arch
+    from finetune_doctor.run import resolve_run
+
+    for model in ("Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2-VL-2B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct",
+                  "Qwen/Qwen3-VL-4B-Instruct"):
+        arch, _ = load_arch(model)
+        work = []
+        for px in (262144, 67108864):
+            cfg = {"bf16": True, "per_device_train_batch_size": 1, "cutoff_len": 24576, "finetuning_type": "lora",
+                   "lora_target": "all", "image_max_pixels": px}
+            work.append(vision_terms(resolve_run(cfg, arch, parse_gpu_spec("A100-80GB"), None))[0])
+        assert 0 < work[0] < work[1], model
+    arch, _ = load_arch("Qwen/Qwen2.5-VL-3B-Instruct")
+    # 512 x 512 pixels: 36² patches of 14 px, 2 x 2 merged → 334 tokens; 64 M pixels: the processor's cap,
+    # 12,845,056 / 28² = 16,384 tokens
+    assert max_image_tokens(arch.raw, 262144) == 262144 // 196 // 4
+    assert max_image_tokens(arch.raw, 67108864) == 16384
