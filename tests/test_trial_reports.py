@@ -150,3 +150,32 @@ def test_every_qwen_vl_in_the_catalogue_has_a_vision_tower_term():
     # 12,845,056 / 28² = 16,384 tokens
     assert max_image_tokens(arch.raw, 262144) == 262144 // 196 // 4
     assert max_image_tokens(arch.raw, 67108864) == 16384
+
+
+AWQ = ROOT / "fixtures/trial_reports/qwen3-32b-awq-lora-2xa6000.yaml"   # a user's AWQ LoRA that trained
+
+
+def test_weights_sized_as_an_upper_bound_never_decide_an_oom_verdict():
+    d = check_json(AWQ, "--gpu", "2xA6000", "--offline")
+    codes = {f["code"]: f for f in d["findings"]}
+    # sized as bf16 Qwen3-32B the run is over the card; as AWQ 4-bit g128 it is not: at-risk, not oom
+    assert d["memory"]["fits"] is False and d["memory"]["verdict"] == "at-risk"
+    assert "FD601" not in codes and "FD606" not in codes and "FD602" not in codes
+    q = codes["FD707"]
+    assert q["severity"] == "warning" and "stored as awq 4-bit g128 they would take" in q["message"]
+    (a,) = [a for a in d["assumptions"] if a["name"] == "weights-quantization"]
+    assert a["value"] == "unquantized bfloat16 (an upper bound)" and a["alternatives"] == ["awq 4-bit g128"]
+    alt_total = a["effect"]["total_gib"]["awq 4-bit g128"]
+    assert alt_total < 47.53 < d["memory"]["per_gpu_gib"]["total"]
+    assert a["effect"]["verdict"]["awq 4-bit g128"] in ("fits", "at-risk")
+    # FD102 says what it assumed instead of "(stored in bf16)"
+    assert "sized as its base model, stored in bf16" in codes["FD102"]["message"]
+
+
+def test_a_bf16_name_drops_the_catalogue_fp8_quantization():
+    from finetune_doctor.readers.model.modelcfg import load_arch
+
+    fp8, _ = load_arch("deepseek-ai/DeepSeek-R1")
+    assert fp8.quant is not None and fp8.quant.method == "fp8"
+    bf16, _ = load_arch("/workspace/cache/ymttest/DeepSeek-R1-0528-BF16", offline=True)
+    assert bf16.quant is None and "quantization_config (fp8) is dropped" in bf16.notes

@@ -18,6 +18,7 @@ from finetune_doctor.analyzers.memory import compute_terms, estimate
 from finetune_doctor.analyzers.memory.params import count_params
 from finetune_doctor.analyzers.memory.reserve import reserve_fraction
 from finetune_doctor.facts.schema import F, Namespace
+from finetune_doctor.quant import hinted_spec
 from finetune_doctor.types import GIB, Hardware, MemoryEstimate
 
 _TERMS = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "runtime", "total")
@@ -51,7 +52,8 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "alt_stack_p_oom": F("float", "probability of OOM on that stack (0-1)"),
     "budget_gib": F("float", "capacity minus memory already in use, GiB"),
     "verdict": F("str", "fits | at-risk | oom (analyzers/memory/uncertainty.py); None without a GPU"),
-    "verdict_reason": F("str", "why at-risk: error (p_oom over 5 %) | stack (an older torch runs out)"),
+    "verdict_reason": F("str", "why at-risk: error (p_oom over 5 %) | stack (an older torch runs out) | "
+                               "assumption (weights sized as an upper bound; stored as the name suggests, they fit)"),
     "p_oom": F("float", "probability that the peak passes the budget (0-1)"),
     "p_oom_pct": F("float", "the same in percent"),
     "p_oom_target": F("float", "what remedies aim at (0-1)"),
@@ -73,12 +75,17 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "expandable_p_oom": F("float", "p_oom with expandable segments on (0-1)"),
     "expandable_p_oom_pct": F("float", "the same in percent"),
     "expandable_verdict": F("str", "the verdict with expandable segments on"),
+    "quant_alt_label": F("str", "the format a quantized-looking name suggests, when the weights were sized unquantized"),
+    "quant_alt_total": F("float", "total with the weights stored in that format, GiB (None: not evaluated)"),
+    "quant_alt_verdict": F("str", "the verdict with the weights stored in that format"),
     "dora_gib": F("float", "what use_dora adds to total (the same run with LoRA minus it), GiB; None without DoRA"),
 })
 
 
-def assemble(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The ``mem`` facts of an estimate for `run` on `hw`; `alt` is `older_stack`'s result."""
+def assemble(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[str, Any] | None = None,
+             qalt: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``mem`` facts of an estimate for `run` on `hw`; `alt` is `older_stack`'s result, `qalt`
+    `quant_alternative`'s."""
     d = dict(mem.as_dict())
     d["per_gpu"] = dict(mem.per_gpu)
     d["total"] = mem.total
@@ -99,6 +106,9 @@ def assemble(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[str, 
     d["step_temp_gib"] = terms.get("step_temp", 0.0) / GIB
     d.update(alt or {"alt_stack_total": None, "alt_stack_fits": None, "alt_stack_optim": None})
     d.update(verdict_facts(mem, hw, run, alt))
+    d.update(qalt or {"quant_alt_label": None, "quant_alt_total": None, "quant_alt_verdict": None})
+    if d["verdict"] == "at-risk" and mem.fits is False:
+        d["verdict_reason"] = "assumption"   # an upper bound over the card, its alternative fits (facts/config.py)
     d["dora_gib"] = dora_gib(mem, hw, run)
     return d
 
@@ -183,6 +193,22 @@ def expandable_total(mem: MemoryEstimate, run: Any) -> float:
     tokens = mem.details.get("tokens_per_micro_batch")
     share, _ = reserve_fraction(run, compute_terms(run, count_params(run), tokens), True)
     return mem.peak_allocated * (1 + share) + float(mem.details.get("runtime_gib") or 0.0)
+
+
+def quant_alternative(resolve_arch: Any, run: Any, hw: Hardware | None, tokens: int | None) -> dict[str, Any]:
+    """The estimate with the weights stored as the model's name suggests (quant.py `hinted_spec`), for a run whose
+    weights were sized unquantized because no config.json says how they are stored (``run.quantization_unknown``:
+    an upper bound). `resolve_arch(arch)` re-resolves the run on another architecture. Keys ``quant_alt_label``,
+    ``quant_alt_total`` (GiB) and ``quant_alt_verdict``; all None when not computed (no hint that shrinks the
+    weights, or no GPU to judge against)."""
+    out: dict[str, Any] = {"quant_alt_label": None, "quant_alt_total": None, "quant_alt_verdict": None}
+    spec = hinted_spec(str(getattr(run, "model_name", "") or "")) if getattr(run, "quantization_unknown", False) \
+        else None
+    if spec is None:
+        return out
+    alt_run = resolve_arch(replace(run.arch, quant=spec))
+    est = judged(estimate(alt_run, hw, tokens=tokens), hw)
+    return {"quant_alt_label": spec.label, "quant_alt_total": est.total, "quant_alt_verdict": est.verdict}
 
 
 def older_stack(resolve: Any, run: Any, hw: Hardware | None, counts: Any, tokens: int | None,
