@@ -29,8 +29,10 @@ chooses them and writes them into the table). The scale is never below `SIGMA_FL
 **The verdict.** With `budget` = capacity − memory already in use (GiB) the probability of OOM is
 p_oom = P(total·e^ε > budget). The verdict is ``oom`` when the prediction itself exceeds the budget (the meaning
 of ``fits == False`` is unchanged), ``fits`` when p_oom ≤ `P_OOM_TARGET` (5 %), else ``at-risk``. `interval_gib` is
-the central `LEVEL` (90 %) predictive interval of the peak. Remedies aim at p_oom ≤ 5 %; for a run predicted over the card the
-cheapest set that brings it under with p_oom < 50 % leads (engine/planners.py).
+the central `LEVEL` (90 %) predictive interval of the peak. Remedies aim at p_oom ≤ 5 %; for a run predicted over
+the card the cheapest set that brings it under with p_oom < 50 % leads (engine/planners.py). A prediction over the
+card from weights sized as an upper bound (a quantized-looking name without a config.json) is at-risk, not oom,
+when the weights as the name suggests fit (facts/config.py `_quant_assumption`).
 
 The t distribution's CDF is Abramowitz & Stegun 26.7.3 (odd ν) and 26.7.4 (even ν), exact for integer ν.
 """
