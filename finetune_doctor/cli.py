@@ -237,6 +237,7 @@ def lint(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bool, stat
     from finetune_doctor.pipeline import lint as pipe
     from finetune_doctor.pipeline.lintinputs import collect
 
+    files_given = tuple(files)
     files = tuple(collect(files, stdin_filename=stdin_filename, config_file=config_file,
                           force_exclude=force_exclude))
     if exit_zero:
@@ -255,8 +256,12 @@ def lint(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bool, stat
             click.echo("doctor: no fixes to show", err=True)
         sys.exit(1 if text else 0)
     report = pipe.run(list(files), opts, fix=fix, unsafe_fixes=unsafe_fixes)
-    for path, why in (report.sections.get("skip_reasons") or {}).items():   # a skip is never silent
-        click.echo(f"doctor: skipped {path}: {why}", err=True)
+    # a file named on the command line is never skipped silently; files a directory walk found that are no
+    # configs are dropped without a word, as ruff drops the files of a folder it does not lint
+    named = {os.path.normpath(f) for f in files_given if not os.path.isdir(f)}
+    for path, why in (report.sections.get("skip_reasons") or {}).items():
+        if os.path.normpath(path) in named or path == "-":
+            click.echo(f"doctor: skipped {path}: {why}", err=True)
     if statistics:
         from finetune_doctor.reporters.statistics import render_statistics
 

@@ -213,6 +213,25 @@ def name_suggests_quantized(name: str) -> str | None:
     return None
 
 
+def hinted_spec(name: str) -> QuantSpec | None:
+    """How a checkpoint whose name hints at a format (`name_suggests_quantized`) would most likely be stored, for
+    an alternative to weigh, never to size the run by: AWQ 4-bit with groups of 128 (AutoAWQ's default,
+    ``q_group_size`` 128, the layout of Qwen's own -AWQ uploads); GPTQ 4-bit (8-bit for ``-Int8``) with groups of
+    128 (Qwen's -GPTQ-Int4/-Int8 uploads); bitsandbytes 4-bit (8-bit for ``-8bit``). None for FP8/MXFP4 (LLaMA-
+    Factory dequantizes them on load: the unquantized size is what trains) and for formats not modelled."""
+    hint = name_suggests_quantized(name)
+    low = name.strip().strip("/").rsplit("/", 1)[-1].lower()
+    eight = bool(re.search(r"(^|[-_.])(int8|8bit|w8a16|w8a8)($|[-_.])", low))
+    if hint == "AWQ":
+        return parse_quantization_config({"quant_method": "awq", "bits": 4, "group_size": 128})
+    if hint in ("GPTQ", "integer"):
+        return parse_quantization_config({"quant_method": "gptq", "bits": 8 if eight else 4, "group_size": 128})
+    if hint == "bitsandbytes":
+        return parse_quantization_config({"quant_method": "bitsandbytes", "load_in_8bit": eight,
+                                          "load_in_4bit": not eight, "bnb_4bit_quant_type": "nf4"})
+    return None
+
+
 @dataclass(frozen=True)
 class LFTreatment:
     """What LLaMA-Factory (snapshot ff6d4d1) does with a pre-quantized checkpoint.

@@ -227,9 +227,9 @@ def test_plot_title_names_model_and_run_folder(tmp_path):
 
     real = plot.draw
 
-    def spy(tl, path, title=None):
+    def spy(tl, path, title=None, **kw):
         captured["title"] = title
-        return real(tl, path, title=title)
+        return real(tl, path, title=title, **kw)
 
     import finetune_doctor.pipeline.postmortem as pipe
 

@@ -145,7 +145,8 @@ def test_rule_facts_for_pre_quantized_checkpoints():
     arch = arch_from_config({**LLAMA3_8B, "quantization_config": AWQ}, "x", "s")
     cfg = {"finetuning_type": "full", "quantization_bit": 4}
     run = resolve_run(cfg, arch, None)
-    ev = Evaluator({"cfg": cfg, "run": run.facts(), "model": {"dtype": arch.dtype, "name": "x"}})
+    # every namespace is present in the pipeline (None when not computed): quantization-unknown reads mem
+    ev = Evaluator({"cfg": cfg, "run": run.facts(), "model": {"dtype": arch.dtype, "name": "x"}, "mem": None})
     for name, expect in (("quantization-needs-lora", True), ("quantization-bit-ignored", True),
                          ("quantization-unknown", False)):
         rule = yaml.safe_load((rules / f"{name}.yaml").read_text())

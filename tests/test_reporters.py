@@ -484,7 +484,7 @@ def test_text_memory_table_values():
         assert row is not None, term
         assert row.groups() == (f"{v:.2f}", f"{100 * v / cap:.1f}%")
     assert ("capacity 79.15 GiB · headroom -13.26 GiB · fits NO · peak allocated 85.00 GiB · "
-            "host RAM per node 40.00 GiB · method analytic") in " ".join(out.split())
+            "host RAM needed per node 40.00 GiB · method analytic") in " ".join(out.split())
 
 
 def test_text_memory_without_capacity():

@@ -70,6 +70,7 @@ RELEASED = {
     "FD412": "dataset-file-missing",
     "FD413": "dataset-not-utf8",
     "FD415": "dataset-without-rows",
+    "FD416": "image-tokens-exceed-cutoff",
     "FD501": "uneven-gpu-memory",
     "FD502": "foreign-process-on-gpu",
     "FD503": "multi-card-process",
@@ -78,6 +79,7 @@ RELEASED = {
     "FD601": "predicted-oom",
     "FD602": "weights-replicated",
     "FD603": "host-oom-offload",
+    "FD623": "host-oom-offload-ram-unknown",
     "FD604": "eager-attention-long-context",
     "FD605": "lora-all-moe-experts",
     "FD606": "predicted-tight-fit",
@@ -118,6 +120,8 @@ RELEASED = {
     "FD706": "quantization-bit-ignored",
     "FD707": "quantization-unknown",
     "FD708": "quantization-options-without-bit",
+    "FD711": "dora-memory",
+    "FD712": "optimizer-options-without-switch",
 }
 
 

@@ -5,7 +5,9 @@ resolved Run, the analytic estimator is re-run (about a millisecond), and the se
 they change training semantics (unsafe), by their throughput cost, then by size. The best set becomes the fix;
 the next ones become `Fix.alternatives`. A set fits when the probability of OOM of its estimate is at most 5 %
 (analyzers/memory/uncertainty.py: the estimate's error measured on the benchmarks for the run's shape class), not when
-it lands just under the card. Besides YAML and DeepSpeed edits, a single-process run may be launched with the
+it lands just under the card. For a run predicted over the card, the cheapest set that brings the prediction
+under it with p_oom < 50 % leads even when it misses 5 % (`cheapest_under`; the fitting sets follow), and a set
+whose host RAM per node exceeds the node's known RAM is ranked last with the reason. Besides YAML and DeepSpeed edits, a single-process run may be launched with the
 caching allocator's expandable segments (an environment variable, no file edit).
 """
 
@@ -170,7 +172,7 @@ Judge = Callable[[Any, bool], tuple[bool, float, float]]
 
 
 def search(run: Any, ds: Any, judge: Judge, after: Callable[[Any], Any],
-           stock: bool = False) -> tuple[list[tuple], tuple | None]:
+           stock: bool = False, seen: list | None = None) -> tuple[list[tuple], tuple | None]:
     """Edit sets of up to MAX_EDITS candidates that `judge` accepts, best first, and the set that came closest
     (lowest p_oom, then total) when none does.
 
@@ -188,14 +190,31 @@ def search(run: Any, ds: Any, judge: Judge, after: Callable[[Any], Any],
             if any(set(f).issubset(combo) for f, _, _ in fitting):
                 continue
             ok, total, p = judge(after(_edits(combo)), any(c.expandable for c in combo))
+            if seen is not None:
+                seen.append((combo, total, p))
             if ok:
                 fitting.append((combo, total, p))
             elif closest is None or (p, total) < (closest[2], closest[1]):
                 closest = (combo, total, p)
     # among equals the set that changes the run least (the largest total that still meets the target) comes first:
     # halving cutoff_len beats quartering it when both bring the probability of OOM under 5 %
-    fitting.sort(key=lambda ft: (sum(c.unsafe for c in ft[0]), sum(c.cost for c in ft[0]), len(ft[0]), -ft[1]))
+    fitting.sort(key=_rank)
     return fitting, closest
+
+
+def _rank(ft: tuple) -> tuple:
+    return (sum(c.unsafe for c in ft[0]), sum(c.cost for c in ft[0]), len(ft[0]), -ft[1])
+
+
+def cheapest_under(seen: list[tuple], budget: float) -> tuple | None:
+    """The cheapest minimal set among `seen` whose prediction lands under `budget` (GiB) and is more likely to fit
+    than not (p_oom < 50 %: the median of the predicted peak, total·e^μ, is under the card), though its
+    probability of OOM may stay above the 5 % target: for a run predicted to OOM, the cheapest change that fits (e.g. ZeRO-3 for LLaMA-7B
+    full on 8 V100-32GB, 21.05 GiB of 31.75, what fixed it in hiyouga/LlamaFactory#1221,
+    fixtures/quickstart). Ranked as `search` ranks; None when no set fits under the budget."""
+    under = [t for t in seen if t[1] <= budget and t[2] < 0.5]
+    under = [t for t in under if not any(set(u[0]) < set(t[0]) for u in under)]
+    return min(under, key=_rank) if under else None
 
 
 def judge_against(hw: Any) -> Judge:
@@ -228,7 +247,7 @@ def _fix_of(combo: tuple[Candidate, ...], total: float, before: tuple[float, flo
     if p_after is not None:
         effect["p_oom_after"] = p_after
     if host_after is not None and any(c.group in ("offopt", "offpar") for c in combo):
-        cost += f"; host RAM per node ≈ {host_after:.0f} GiB"
+        cost += f"; host RAM needed per node ≈ {host_after:.0f} GiB"
     return Fix(title=" + ".join(c.label for c in combo), edits=tuple(edits),
                safety="unsafe" if any(c.unsafe for c in combo) else "safe", effect=effect, cost=cost)
 
@@ -257,8 +276,23 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
     after = ctx.extra["run_after"]
     _, total0, p0 = judge(run, False)
     before = (total0, p0)
-    found, closest = search(run, ctx.extra.get("ds"), judge, after, bool(ctx.extra.get("ds_stock")))
-    if not found:
+    seen: list[tuple] = []
+    found, closest = search(run, ctx.extra.get("ds"), judge, after, bool(ctx.extra.get("ds_stock")), seen)
+
+    from finetune_doctor.analyzers.memory import estimate
+    from finetune_doctor.facts.mem import budget_of
+
+    def host_of(combo: tuple[Candidate, ...]) -> float:
+        return estimate(after(_edits(combo)), hw).host
+
+    # a prediction over the card: the cheapest set that brings it under the card, more likely to fit than not, comes
+    # first even when its probability of OOM stays above the target; the sets that reach the target follow
+    budget = budget_of(hw) or 0.0
+    cheap = cheapest_under(seen, budget) if total0 > budget else None
+    if cheap is not None and found and _rank(cheap) < _rank(found[0]):
+        found = [cheap, *found]
+    found, over = _host_split(found, hw.host_ram_gib, host_of)
+    if not found and not over:
         if closest is None:
             return Fix(title="no standard remedy applies: use more or larger GPUs", edits=(), safety="unsafe")
         combo, total, p = closest
@@ -268,14 +302,26 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
                                   f"to {100 * uncertainty.P_OOM_TARGET:.0f} %; the closest, {fix.title}, leaves "
                                   f"{100 * p:.0f} % and still needs {short:.1f} GiB more per GPU: use more or "
                                   "larger GPUs", safety="unsafe")
-
-    from finetune_doctor.analyzers.memory import estimate
-
-    def host_of(combo: tuple[Candidate, ...]) -> float:
-        return estimate(after(_edits(combo)), hw).host
-
     fixes = [_fix_of(combo, total, before, ctx, host_of(combo), p) for combo, total, p in found[:SHOWN]]
+    fixes = [f if f.effect["p_oom_after"] <= uncertainty.P_OOM_TARGET else
+             replace(f, cost=f"{f.cost}; fits the card by the prediction, but the probability of OOM stays "
+                             f"{100 * f.effect['p_oom_after']:.0f} % (over the {100 * uncertainty.P_OOM_TARGET:.0f} % "
+                             "the next remedies reach)") for f in fixes]
+    for combo, total, p in over[:max(SHOWN - len(fixes), 1)]:
+        fix = _fix_of(combo, total, before, ctx, host_of(combo), p)
+        fixes.append(replace(fix, cost=f"{fix.cost}; ranked last: needs about {host_of(combo):.0f} GiB of host RAM "
+                                       f"per node, more than the node's {hw.host_ram_gib:.0f} GiB"))
     return replace(fixes[0], alternatives=tuple(fixes[1:]))
+
+
+def _host_split(found: list[tuple], host_ram: float | None,
+                host_of: Callable[[tuple], float]) -> tuple[list[tuple], list[tuple]]:
+    """(sets whose host RAM per node fits the node's `host_ram` GiB, sets that need more). With the node's RAM
+    unknown every set is kept: the host-oom-offload rules judge the chosen one."""
+    if not host_ram:
+        return found, []
+    ok = [ft for ft in found if host_of(ft[0]) <= host_ram]
+    return ok, [ft for ft in found if ft not in ok]
 
 
 @planner("fit-precision")

@@ -224,8 +224,13 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
                                     int(tokens) if tokens else None, torch_given=bool(opts.torch_version),
                                     optim_given="optim" in doc.values)
         asm.memory = mem_facts.judged(est, asm.hw, alt)   # verdict, p_oom, interval (analyzers/memory/uncertainty.py)
+        qalt = mem_facts.quant_alternative(
+            lambda a: resolve_run(doc.values, a, asm.hw, asm.ds, nnodes=opts.nnodes, stack=stack,
+                                  stack_sources=asm.stack_sources, launch=asm.launch),
+            asm.run, asm.hw, int(tokens) if tokens else None)
+        _quant_assumption(asm, qalt)
         honest = _assumptions(asm, opts, int(tokens) if tokens else None, alt) if assume else {}
-        facts["mem"] = mem_facts.assemble(asm.memory, asm.hw, asm.run, alt)
+        facts["mem"] = mem_facts.assemble(asm.memory, asm.hw, asm.run, alt, qalt)
         facts["mem"].update({"deciding_assumption": None, "token_budget": None, **honest})
     elif assume:
         _assumptions(asm, opts, None, None)
@@ -293,6 +298,25 @@ def _assumptions(asm: Assembly, opts: Options, tokens: int | None, alt: dict[str
         if deciding.name == "gpu-variant":
             asm.hw_worst = assume.smallest_variant(asm.hw, opts.gpu)
     return out
+
+
+def _quant_assumption(asm: Assembly, qalt: dict[str, Any]) -> None:
+    """Record how the weights of a quantized-looking checkpoint were sized (unquantized: an upper bound) with the
+    alternative its name suggests, and keep an upper bound from deciding an ``oom`` verdict: when the weights as
+    the name suggests they are stored fit, the verdict is at-risk (issue 21: verdicts follow the unknowns)."""
+    label = qalt.get("quant_alt_label")
+    if label is None or asm.run is None or asm.memory is None:
+        return
+    if asm.memory.verdict == "oom" and qalt.get("quant_alt_verdict") in ("fits", "at-risk"):
+        asm.memory = replace(asm.memory, verdict="at-risk")
+    verdict = asm.memory.verdict
+    asm.assumptions.append(Assumption(
+        name="weights-quantization", value=f"unquantized {asm.run.arch.dtype} (an upper bound)",
+        source="the model name suggests a quantized checkpoint; no config.json says how it is stored",
+        alternatives=(label,), effect_gib={label: qalt["quant_alt_total"]},
+        effect_verdict={label: qalt["quant_alt_verdict"]} if qalt.get("quant_alt_verdict") else {},
+        resolve_with="--model-config (the checkpoint's config.json)",
+        moves_verdict=bool(qalt.get("quant_alt_verdict")) and qalt["quant_alt_verdict"] != verdict))
 
 
 DOWNLOAD_COMMANDS = ("check", "estimate", "probe", "data")

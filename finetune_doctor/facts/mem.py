@@ -18,6 +18,7 @@ from finetune_doctor.analyzers.memory import compute_terms, estimate
 from finetune_doctor.analyzers.memory.params import count_params
 from finetune_doctor.analyzers.memory.reserve import reserve_fraction
 from finetune_doctor.facts.schema import F, Namespace
+from finetune_doctor.quant import hinted_spec
 from finetune_doctor.types import GIB, Hardware, MemoryEstimate
 
 _TERMS = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "runtime", "total")
@@ -52,7 +53,8 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "budget_gib": F("float", "capacity minus memory already in use, GiB"),
     "verdict": F("str", "fits | at-risk | oom (analyzers/memory/uncertainty.py); None without a GPU"),
     "verdict_reason": F("str", "why at-risk: error (p_oom over 5 %) | stack (an older torch runs out) | "
-                               "assumption (an open assumption's alternative changes the verdict: facts/assume.py)"),
+                               "assumption (an open assumption's alternative changes the verdict, facts/assume.py; or the weights "
+                               "were sized as an upper bound and stored as the name suggests they fit)"),
     "deciding_assumption": F("dict", "the open assumption an at-risk verdict depends on (None otherwise)", fields={
         "name": F("str", "the assumption's id (sample-lengths, gpu-variant, ...)"),
         "value": F("str", "the value assumed"), "source": F("str", "why it was assumed"),
@@ -77,6 +79,8 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "error_class": F("str", "the error class whose benchmark error applies (shape class, and weight storage where "
                                 "the table keys by it)"),
     "error_rows": F("int", "benchmark rows of this method and class behind the error model"),
+    "error_kind": F("str", "the kind of run (shape class) in user terms, e.g. ZeRO-2/3 runs"),
+    "error_label": F("str", "the kind of run and how many measured runs its error rests on, in user terms"),
     "error_bias_pct": F("float", "their mean under-prediction, percent of total"),
     "error_spread_pct": F("float", "their predictive spread (scale), percent of total"),
     "reserve_gib": F("float", "cached-but-unallocated memory the allocator holds at the peak, GiB"),
@@ -87,11 +91,17 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "expandable_p_oom": F("float", "p_oom with expandable segments on (0-1)"),
     "expandable_p_oom_pct": F("float", "the same in percent"),
     "expandable_verdict": F("str", "the verdict with expandable segments on"),
+    "quant_alt_label": F("str", "the format a quantized-looking name suggests, when the weights were sized unquantized"),
+    "quant_alt_total": F("float", "total with the weights stored in that format, GiB (None: not evaluated)"),
+    "quant_alt_verdict": F("str", "the verdict with the weights stored in that format"),
+    "dora_gib": F("float", "what use_dora adds to total (the same run with LoRA minus it), GiB; None without DoRA"),
 })
 
 
-def assemble(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The ``mem`` facts of an estimate for `run` on `hw`; `alt` is `older_stack`'s result."""
+def assemble(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[str, Any] | None = None,
+             qalt: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``mem`` facts of an estimate for `run` on `hw`; `alt` is `older_stack`'s result, `qalt`
+    `quant_alternative`'s."""
     d = dict(mem.as_dict())
     d["per_gpu"] = dict(mem.per_gpu)
     d["total"] = mem.total
@@ -112,7 +122,21 @@ def assemble(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[str, 
     d["step_temp_gib"] = terms.get("step_temp", 0.0) / GIB
     d.update(alt or {"alt_stack_total": None, "alt_stack_fits": None, "alt_stack_optim": None})
     d.update(verdict_facts(mem, hw, run, alt))
+    d.update(qalt or {"quant_alt_label": None, "quant_alt_total": None, "quant_alt_verdict": None})
+    if d["verdict"] == "at-risk" and mem.fits is False:
+        d["verdict_reason"] = "assumption"   # an upper bound over the card, its alternative fits (facts/config.py)
+    d["dora_gib"] = dora_gib(mem, hw, run)
     return d
+
+
+def dora_gib(mem: MemoryEstimate, hw: Hardware | None, run: Any) -> float | None:
+    """GiB per GPU that DoRA adds to `mem` (the estimate of `run`): `mem.total` minus the same run with plain
+    LoRA. The terms are analyzers/memory/params.py (the magnitude vectors) and activations.py (the output-sized
+    products DoRA keeps, and `_dora_transient`, the dense weight it builds per adapted module to take the weight
+    norm, peft tuners/lora/dora.py). None when the run is no DoRA run."""
+    if run is None or not getattr(run, "use_dora", False) or run.finetuning_type != "lora":
+        return None
+    return mem.total - estimate(replace(run, use_dora=False), hw).total
 
 
 def budget_of(hw: Hardware | None) -> float | None:
@@ -153,7 +177,7 @@ def verdict_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[
         "interval_gib": list(a.interval_gib), "interval_lo_gib": a.interval_gib[0],
         "interval_hi_gib": a.interval_gib[1], "safe_total_gib": a.safe_total_gib,
         "margin_gib": None if budget is None else budget - a.safe_total_gib,
-        "error_class": d.shape, "error_rows": d.n, "error_bias_pct": 100 * d.mu, "error_spread_pct": 100 * d.scale,
+        "error_class": d.shape, "error_rows": d.n, "error_label": d.label(), "error_kind": d.kind(), "error_bias_pct": 100 * d.mu, "error_spread_pct": 100 * d.scale,
         "alt_stack_p_oom": None,
     }
     if alt and alt.get("alt_stack_total") is not None and budget is not None:
@@ -188,6 +212,22 @@ def expandable_total(mem: MemoryEstimate, run: Any) -> float:
     tokens = mem.details.get("tokens_per_micro_batch")
     share, _ = reserve_fraction(run, compute_terms(run, count_params(run), tokens), True)
     return mem.peak_allocated * (1 + share) + float(mem.details.get("runtime_gib") or 0.0)
+
+
+def quant_alternative(resolve_arch: Any, run: Any, hw: Hardware | None, tokens: int | None) -> dict[str, Any]:
+    """The estimate with the weights stored as the model's name suggests (quant.py `hinted_spec`), for a run whose
+    weights were sized unquantized because no config.json says how they are stored (``run.quantization_unknown``:
+    an upper bound). `resolve_arch(arch)` re-resolves the run on another architecture. Keys ``quant_alt_label``,
+    ``quant_alt_total`` (GiB) and ``quant_alt_verdict``; all None when not computed (no hint that shrinks the
+    weights, or no GPU to judge against)."""
+    out: dict[str, Any] = {"quant_alt_label": None, "quant_alt_total": None, "quant_alt_verdict": None}
+    spec = hinted_spec(str(getattr(run, "model_name", "") or "")) if getattr(run, "quantization_unknown", False) \
+        else None
+    if spec is None:
+        return out
+    alt_run = resolve_arch(replace(run.arch, quant=spec))
+    est = judged(estimate(alt_run, hw, tokens=tokens), hw)
+    return {"quant_alt_label": spec.label, "quant_alt_total": est.total, "quant_alt_verdict": est.verdict}
 
 
 def older_stack(resolve: Any, run: Any, hw: Hardware | None, counts: Any, tokens: int | None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from finetune_doctor.analyzers.memory.vision import max_image_tokens
 from finetune_doctor.facts.schema import F, Namespace
 
 NAMESPACE = Namespace("model", __doc__.split("\n\n")[0], {
@@ -28,6 +29,8 @@ NAMESPACE = Namespace("model", __doc__.split("\n\n")[0], {
     "source_kind": F("str", "local | model-config | hf-cache | modelscope-cache | openmind-cache | catalog | hub"),
     "quant_format": F("str", "quantization_config.quant_method of a pre-quantized checkpoint (None: not quantized)"),
     "notes": F("str", "reader notes"),
+    "image_tokens_max": F("int", "language tokens of one image at image_max_pixels (Qwen-VL towers; None: no such "
+                                 "tower), analyzers/memory/vision.py max_image_tokens"),
 })
 
 
@@ -43,4 +46,5 @@ def assemble(run: Any, counts: Any) -> dict[str, Any]:
         "expert_lora_params": counts.expert_lora_params, "max_position_embeddings": a.max_position_embeddings,
         "source": a.source, "notes": a.notes, "source_kind": getattr(a, "source_kind", None),
         "quant_format": getattr(getattr(a, "quant", None), "method", None),
+        "image_tokens_max": max_image_tokens(a.raw, run.image_max_pixels) if isinstance(a.raw, dict) else None,
     }

@@ -47,7 +47,8 @@ CHECK_CATEGORIES = ("config", "precision", "deepspeed")
 rules do not: the logs show what the memory really did)."""
 CMDLINE = "cmdline.txt"
 LR_HIGH_FULL = 5e-4
-"""analyzers/causes.py LR_HIGH["full"]: below it a full fine-tune's rate is not blamed, so the method decides."""
+"""analyzers/postmortem/causes.py LR_HIGH["full"]: below it a full fine-tune's rate is not blamed, so the method
+decides."""
 
 
 def _hardware_from_evidence(ev: Evidence) -> Hardware | None:
@@ -259,7 +260,7 @@ def _report(ev: Evidence, tl: Any, asm: Assembly | None, hw: Hardware | None, cf
 
 def _assumptions(f: dict[str, Any], findings: list[Finding]) -> tuple[Assumption, ...]:
     """What a finding used that the inputs did not say: the fine-tuning method behind the learning-rate
-    judgement when neither a config nor the log's trainable share tells it (analyzers/causes.py)."""
+    judgement when neither a config nor the log's trainable share tells it (analyzers/postmortem/causes.py)."""
     out = []
     lh = f.get("lr_high") or {}
     if lh and not lh.get("method_known") and any(x.name == "learning-rate-too-high-confirmed" for x in findings):

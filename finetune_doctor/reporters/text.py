@@ -367,7 +367,7 @@ def _memory(w: _Writer, r: Report) -> None:
            f" · headroom {gib(mem.headroom) + ' GiB' if mem.headroom is not None else 'unknown'}"
            f" · fits {fits[0]}"
            f" · peak allocated {gib(mem.peak_allocated)} GiB"
-           f" · host RAM per node {gib(mem.host)} GiB"
+           f" · host RAM needed per node {gib(mem.host)} GiB"
            f" · method {mem.method}", indent=1)
     if mem.interval_gib is not None:
         lo, hi = mem.interval_gib

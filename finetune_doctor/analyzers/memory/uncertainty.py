@@ -35,7 +35,10 @@ p_oom takes ε's scale s as √((λ·s)² + τ²): λ (``p_oom_scale_factor``) a
 spread of the budget) are chosen on outcome rows by benchmarks/calibrate.py (1 and 0 when the table has none). The
 verdict is ``oom`` when the prediction itself exceeds the budget (the meaning
 of ``fits == False`` is unchanged), ``fits`` when p_oom ≤ `P_OOM_TARGET` (5 %), else ``at-risk``. `interval_gib` is
-the central `LEVEL` (90 %) predictive interval of the peak. Remedies aim at p_oom ≤ 5 % (engine/planners.py).
+the central `LEVEL` (90 %) predictive interval of the peak. Remedies aim at p_oom ≤ 5 %; for a run predicted over
+the card the cheapest set that brings it under with p_oom < 50 % leads (engine/planners.py). A prediction over the
+card from weights sized as an upper bound (a quantized-looking name without a config.json) is at-risk, not oom,
+when the weights as the name suggests fit (facts/config.py `_quant_assumption`).
 
 The t distribution's CDF is Abramowitz & Stegun 26.7.3 (odd ν) and 26.7.4 (even ν), exact for integer ν.
 """
@@ -64,6 +67,12 @@ PRIOR_NU0 = 1
 # (gpu_measure.csv rows 1 and 2, one configuration on one machine) agree to 0.01 %, which says nothing about other
 # machines, drivers or data; the floor keeps a class whose few rows happen to agree from claiming certainty
 SIGMA_FLOOR = 0.01
+
+
+# the shape classes (analyzers/memory/reserve.py `shape_class`) as a user reads them
+CLASS_WORDS = {"zero": "ZeRO-2/3 runs", "moe": "mixture-of-experts runs", "long_sequence": "long-sequence runs",
+               "large_vocab_logits": "runs whose logits dominate (large vocabulary)",
+               "default": "dense runs without ZeRO-2/3", ANY: "repeated measurements of one run"}
 
 
 # -- Student's t ---------------------------------------------------------------------------------------------------
@@ -141,6 +150,18 @@ class ErrorDist:
 
     def quantile(self, p: float) -> float:
         return self.mu + self.scale * t_quantile(p, self.dof)
+
+    def kind(self) -> str:
+        """The shape class in the user's words: "ZeRO-2/3 runs"."""
+        return CLASS_WORDS.get(self.shape, f"{self.shape.replace('_', ' ')} runs")
+
+    def label(self) -> str:
+        """The kind of run and how many measured runs stand behind its error, in the user's words (messages,
+        report text): "ZeRO runs: measured on 1 run"."""
+        kind = self.kind()
+        if not self.n:
+            return f"{kind}: none measured, the error of all measured runs"
+        return f"{kind}: measured on {self.n} run{'s' if self.n != 1 else ''}"
 
     def describe(self) -> str:
         rows = f"{self.n} benchmark row{'s' if self.n != 1 else ''}" if self.n else "no rows of its own"

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import math
 
+from finetune_doctor.readers.model.wrappers import vision_config
+
 PATCH = 14
 MERGE = 2
 FACTOR = PATCH * MERGE
@@ -84,9 +86,28 @@ def max_patches_per_image(max_pixels: int) -> int:
     return max(int(min(max_pixels, PROCESSOR_MAX_PIXELS) // (PATCH * PATCH)), 0)
 
 
+def max_image_tokens(raw: dict, max_pixels: int) -> int | None:
+    """Language tokens of one image at the bound `max_pixels` (LLaMA-Factory's ``image_max_pixels``) for a model
+    with a Qwen-VL-style vision tower: ``min(max_pixels, processor max) / patch² / merge²`` (28² = 784 pixels per
+    token for Qwen2-VL/2.5-VL; the tower's own ``patch_size``, e.g. 16 for Qwen3-VL). The processor's cap is
+    Qwen2-VL's preprocessor_config.json (`PROCESSOR_MAX_PIXELS`). None for a model without such a tower."""
+    if _vision_shape(raw) is None:
+        return None
+    vc = vision_config(raw) or {}
+    try:
+        patch = int(vc.get("patch_size") or vc.get("spatial_patch_size") or PATCH)
+        merge = int(vc.get("spatial_merge_size") or MERGE)
+    except (TypeError, ValueError):
+        patch, merge = PATCH, MERGE
+    if patch <= 0 or merge <= 0:
+        return None
+    return int(min(int(max_pixels), PROCESSOR_MAX_PIXELS) // (patch * patch)) // (merge * merge)
+
+
 def _vision_shape(raw: dict) -> tuple[int, int, int, int, int] | None:
-    """(depth, width, heads, mlp width, mlp matrices) of a Qwen2-VL-style vision_config, or None."""
-    vc = raw.get("vision_config") if isinstance(raw, dict) else None
+    """(depth, width, heads, mlp width, mlp matrices) of a Qwen2-VL-style vision_config, or None. The Qwen VL
+    wrappers' class defaults fill the fields a config.json leaves out (readers/model/wrappers.py `vision_config`)."""
+    vc = vision_config(raw)
     if not isinstance(vc, dict) or "depth" not in vc:
         return None
     try:

@@ -1,6 +1,6 @@
 """Run health: a run that never trained, a run that stopped without an error, a run that hangs (issue #25).
 
-Input: the merged curves (analyzers/curves.py), the ``ev`` facts built before (steps, completed, crash, oom,
+Input: the merged curves (analyzers/postmortem/curves.py), the ``ev`` facts built before (steps, completed, crash, oom,
 nccl, killed, cuda_error, ranks) and the run context. Output: ``ev.health`` = {no_update, stopped, hang}, each
 None or a mapping that names its evidence (``evidence``: the lines or values it rests on, ``location``).
 

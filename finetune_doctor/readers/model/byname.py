@@ -86,6 +86,26 @@ def changes_architecture(name: str) -> bool:
     return any(t in CHANGES_ARCH or SIZE.match(t) for t in tail)
 
 
+# Folders a training run writes under its output directory (transformers Trainer ``checkpoint-<step>``, DeepSpeed
+# ``global_step<N>``, LLaMA-Factory export / merge folders people name ``merged``/``final``): they say nothing
+# about the model, their parent folder does
+CHECKPOINT_LEAF = re.compile(r"^(checkpoint[-_]?\d+|global[-_]?step[-_]?\d+|step[-_]?\d+|epoch[-_]?\d+|"
+                             r"ckpt([-_]?\d+)?|final|merged?|best|last|latest|export(ed)?|hf(_model)?)$", re.I)
+
+
+def checkpoint_parent(name: str) -> tuple[str, str] | None:
+    """(the nearest ancestor of `name` whose leaf is not a checkpoint-like folder, the checkpoint part) when the
+    leaf of the path `name` is one (`CHECKPOINT_LEAF`: ``checkpoint-1200``, ``global_step500``, ``merged``), else
+    None. ``/data/m/qwen2.5-7b-sft-v3/checkpoint-1200`` → (``/data/m/qwen2.5-7b-sft-v3``, ``checkpoint-1200``)."""
+    parts = [p for p in str(name).replace("\\", "/").rstrip("/").split("/")]
+    tail: list[str] = []
+    while len(parts) > 1 and CHECKPOINT_LEAF.match(parts[-1]):
+        tail.insert(0, parts.pop())
+    if not tail or not parts or parts[-1] in ("", ".", ".."):
+        return None
+    return "/".join(parts), "/".join(tail)
+
+
 def shell_variables(name: str) -> list[str]:
     """Unexpanded shell variables in `name` (``${model_dir}``, ``$MODEL``), as written."""
     return [m.group(0) for m in SHELL_VAR.finditer(name)]

@@ -187,6 +187,21 @@ def _dtype_not_in_config(cfg: dict[str, Any], entry: dict[str, Any], base: dict[
     return None
 
 
+_PLAIN_DTYPE = re.compile(r"(^|[-_.])(bf16|fp16|fp32|bfloat16|float16)($|[-_.])")
+
+
+def names_plain_dtype(name: str) -> bool:
+    """True when the last path component of `name` states an unquantized dtype (``DeepSeek-R1-0528-BF16``,
+    ``...-fp16``) and no quantized format: a conversion of a quantized release to plain weights."""
+    base = str(name).strip().strip("/").rsplit("/", 1)[-1].lower()
+    return bool(_PLAIN_DTYPE.search(base)) and name_suggests_quantized(name) is None
+
+
+def cfg_quant_method(entry: dict[str, Any]) -> str:
+    qc = resolve_entry(entry)[0].get("quantization_config")
+    return str(qc.get("quant_method") or "quantized") if isinstance(qc, dict) else "none"
+
+
 def catalog_arch(entry: dict[str, Any], name: str | None = None, how: str = "id", *,
                  transformers_major: int | str | None = None) -> ModelArch:
     """`ModelArch` of one catalog entry; `name`/`how` record what the user wrote and how it matched.
@@ -204,6 +219,11 @@ def catalog_arch(entry: dict[str, Any], name: str | None = None, how: str = "id"
         cfg = {**cfg, "torch_dtype": stored["value"]}
         notes.append(f"checkpoint dtype {stored['value']} from the {stored['from']} (catalogue provenance"
                      + ("" if stored.get("checked", True) else ", recalled, not re-read") + ")")
+    if name and isinstance(cfg.get("quantization_config"), dict) and names_plain_dtype(name):
+        # DeepSeek-R1-0528-BF16: an upcast of the FP8 release; the catalogue's quantization_config is not its own
+        cfg = {k: v for k, v in cfg.items() if k != "quantization_config"}
+        notes.append(f"the name '{name}' states an unquantized dtype: {entry['id']}'s quantization_config "
+                     f"({cfg_quant_method(entry)}) is dropped, the weights sized as {cfg.get('torch_dtype') or 'stored'}")
     arch = arch_from_config(cfg, entry["id"], f"bundled catalog: {entry.get('source') or base['source']}",
                             transformers_major=transformers_major)
     if len(chain) > 1:

@@ -332,6 +332,9 @@ def _resolve(name: str, base_dir: str | None, hf_home: str | None, cache_dir: st
     arch = _by_name(name, found, ctx, tf_major, infer_ok=not (allow_download and REPO_ID.match(name)))
     if arch is not None:
         return arch, None
+    arch = _by_parent(name, ctx, tf_major)
+    if arch is not None:
+        return arch, None
     looked.append("not in the bundled catalog")
     if allow_download and REPO_ID.match(name):
         dl = download_configs(name, offline=offline, use_modelscope=env_enabled("USE_MODELSCOPE_HUB"),
@@ -343,6 +346,23 @@ def _resolve(name: str, base_dir: str | None, hf_home: str | None, cache_dir: st
         if arch is not None:
             return with_note(arch, dl.note), None
     raise _unknown(name, looked)
+
+
+def _by_parent(name: str, ctx: _Ctx, tf_major: int | str | None) -> ModelArch | None:
+    """A checkpoint folder not on this machine (``.../qwen2.5-7b-sft-v3/checkpoint-1200``) sized by the nearest
+    ancestor folder name that matches the catalogue (byname.py `checkpoint_parent`), as an assumption; None when
+    the leaf is no checkpoint-like folder or the parent's name matches nothing."""
+    split = byname.checkpoint_parent(name)
+    if split is None:
+        return None
+    parent, leaf = split
+    arch = _by_name(parent, find_in_catalog(parent), ctx, tf_major)
+    if arch is None:
+        return None
+    # the text reporter keeps notes that start "sized as the catalogue entry" (facts/config.py); no "; " inside
+    return with_note(arch, f"sized as the catalogue entry of its parent folder '{parent}': the path '{name}' does not "
+                           f"exist on this machine, and '{leaf}' is a folder a training run writes (a checkpoint or "
+                           "an export), which names no model")
 
 
 def _unknown(name: str, looked: list[str]) -> ModelUnresolved:

@@ -89,6 +89,33 @@ _SIGLIP_PALIGEMMA = {"intermediate_size": 4096, "hidden_size": 1152, "patch_size
                      "num_hidden_layers": 27, "num_attention_heads": 16, "vision_use_head": False}
 _QWEN_TIE = (5, 24)   # qwen2_vl/qwen2_5_vl adopt the text config's tie flag in 5.24.0, not in 5.6.0
 
+# The Qwen vision towers' class defaults (transformers 5.6.0 configuration_qwen2_vl.py Qwen2VLVisionConfig,
+# configuration_qwen2_5_vl.py Qwen2_5_VLVisionConfig, configuration_qwen3_vl.py Qwen3VLVisionConfig): hub files saved
+# by newer transformers write only the fields that differ (Qwen/Qwen2.5-VL-3B-Instruct's vision_config names no
+# depth, heads or MLP width), and transformers fills the rest from these
+QWEN_VISION_DEFAULTS: dict[str, dict[str, Any]] = {
+    "qwen2_vl": {"depth": 32, "embed_dim": 1280, "hidden_size": 3584, "mlp_ratio": 4, "num_heads": 16,
+                 "in_channels": 3, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2},
+    "qwen2_5_vl": {"depth": 32, "hidden_size": 3584, "intermediate_size": 3420, "num_heads": 16, "in_channels": 3,
+                   "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 3584,
+                   "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31]},
+    "qwen3_vl": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "in_channels": 3,
+                 "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 3584,
+                 "num_position_embeddings": 2304, "deepstack_visual_indexes": [8, 16, 24]},
+}
+QWEN_VISION_DEFAULTS["qwen3_vl_moe"] = QWEN_VISION_DEFAULTS["qwen3_vl"]
+
+
+def vision_config(raw: dict[str, Any]) -> dict[str, Any] | None:
+    """The checkpoint's ``vision_config`` as transformers builds it: for the Qwen2-VL / Qwen2.5-VL / Qwen3-VL
+    wrappers (top-level ``model_type``) the fields the file leaves out take the class defaults
+    (`QWEN_VISION_DEFAULTS`); other models' dict as written. None when there is no vision_config dict."""
+    vc = raw.get("vision_config") if isinstance(raw, dict) else None
+    if not isinstance(vc, dict):
+        return None
+    return {**QWEN_VISION_DEFAULTS.get(str(raw.get("model_type") or ""), {}), **vc}
+
+
 WRAPPERS: dict[str, Wrapper] = {
     "qwen2_vl": Wrapper("qwen2_vl_text", (("vision_tower", "vision_config", qwen2_vl_vision_params),),
                         tie=False, tie_from_text=_QWEN_TIE),
