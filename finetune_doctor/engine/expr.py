@@ -10,9 +10,10 @@ lets a condition test ``ds.zero_optimization.offload_param.device == 'cpu'`` wit
 
 from __future__ import annotations
 
+import ast
 import math
 import operator
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from simpleeval import EvalWithCompoundTypes
 
@@ -145,8 +146,6 @@ def _norm_null(x: Any) -> Any:
 
 
 def _operators() -> dict:
-    import ast
-
     from simpleeval import DEFAULT_OPERATORS
 
     ops = dict(DEFAULT_OPERATORS)
@@ -190,22 +189,30 @@ class Evaluator:
         ev._se = EvalWithCompoundTypes(operators=_OPS, names=ev._names, functions=FUNCTIONS)
         return ev
 
-    def eval(self, expr: str) -> Any:
+    def eval(self, expr: "str | Expr") -> Any:
+        """The value of `expr`: a compiled `Expr` (a rule's, parsed once at load) or source text (parsed once per
+        process through `compile_expr`'s cache). Raises ExprError when it fails."""
+        if not isinstance(expr, Expr):
+            expr = compile_expr(expr)
         try:
-            return self._se.eval(expr)
+            return self._se.eval(expr.source, previously_parsed=expr.node)
+        except ExprError:
+            raise
         except Exception as err:  # simpleeval raises many types; all mean the same to a rule
-            raise ExprError(f"{expr!r}: {err}") from err
+            raise ExprError(f"{expr.source!r}: {err}") from err
 
-    def truth(self, expr: str | None) -> bool:
+    def truth(self, expr: "str | Expr | None") -> bool:
         if expr is None or expr == "":
             return True
         v = self.eval(expr)
         return bool(v) and not isinstance(v, _Null)
 
-    def render(self, template: str) -> str:
+    def render(self, template: "str | Template") -> str:
         """Fill ``{expr}`` and ``{expr:spec}`` placeholders; ``{{``/``}}`` are literal braces."""
+        if not isinstance(template, Template):
+            template = compile_template(template)
         out = []
-        for literal, expr, spec in split_template(template):
+        for literal, expr, spec in template.pieces:
             out.append(literal)
             if expr is None:
                 continue
@@ -289,18 +296,86 @@ class ExprError(Exception):
     """A rule expression could not be parsed or evaluated."""
 
 
-def check_syntax(expr: str) -> str | None:
-    """Return an error message if `expr` is not a valid expression, else None (no evaluation happens)."""
-    import ast
+class Expr:
+    """One rule expression, parsed at most once per process.
 
-    try:
-        ast.parse(expr, mode="eval")
-    except SyntaxError as err:
-        return f"invalid expression {expr!r}: {err.msg}"
-    return None
+    `node` is the body of ``ast.parse(source, mode="eval")``, the tree simpleeval walks (``previously_parsed``), so
+    the evaluator keeps simpleeval's whitelist of node types, operators and functions while no expression is parsed
+    twice. It is parsed on first use, not at load: a cached rule pack loads in ~1 ms, and a rule `doctor lint` never
+    evaluates (a memory rule without a model) costs nothing. Raises ExprError from `node` on a syntax error; the
+    loader touches `node` of every expression of a pack it has not validated before.
+    """
+
+    __slots__ = ("source", "_node")
+
+    def __init__(self, source: str):
+        self.source = source.strip()
+        self._node: ast.AST | None = None
+
+    @property
+    def node(self) -> ast.AST:
+        if self._node is None:
+            try:
+                self._node = ast.parse(self.source, mode="eval").body
+            except SyntaxError as err:
+                raise ExprError(f"invalid expression {self.source!r}: {err.msg}") from None
+        return self._node
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, Expr) and other.source == self.source
+
+    def __hash__(self) -> int:
+        return hash(self.source)
+
+    def __repr__(self) -> str:
+        return f"Expr({self.source!r})"
 
 
-def template_exprs(template: str) -> Iterable[str]:
-    for _, expr, _ in split_template(template):
-        if expr is not None:
-            yield expr
+class Template:
+    """A message template split once into (literal, `Expr` or None, format spec or None) pieces."""
+
+    __slots__ = ("source", "_pieces")
+
+    def __init__(self, source: str):
+        self.source = source
+        self._pieces: tuple[tuple[str, Expr | None, str | None], ...] | None = None
+
+    @property
+    def pieces(self) -> tuple[tuple[str, "Expr | None", str | None], ...]:
+        """Split on first use (raises ExprError on an unclosed placeholder); each placeholder a shared `Expr`."""
+        if self._pieces is None:
+            self._pieces = tuple((lit, None if e is None else compile_expr(e), spec)
+                                 for lit, e, spec in split_template(self.source))
+        return self._pieces
+
+    def exprs(self) -> tuple["Expr", ...]:
+        return tuple(e for _, e, _ in self.pieces if e is not None)
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, Template) and other.source == self.source
+
+    def __hash__(self) -> int:
+        return hash(self.source)
+
+    def __repr__(self) -> str:
+        return f"Template({self.source!r})"
+
+
+_EXPRS: dict[str, Expr] = {}
+_TEMPLATES: dict[str, Template] = {}
+
+
+def compile_expr(source: str) -> Expr:
+    """The one `Expr` of `source` in this process (rules sharing an expression share its tree)."""
+    e = _EXPRS.get(source)
+    if e is None:
+        e = _EXPRS[source] = Expr(source)
+    return e
+
+
+def compile_template(source: str) -> Template:
+    """The one `Template` of `source` in this process; raises ExprError on an unclosed placeholder."""
+    t = _TEMPLATES.get(source)
+    if t is None:
+        t = _TEMPLATES[source] = Template(source)
+    return t
