@@ -99,3 +99,32 @@ def test_explain_and_sarif_help_read_as_text(rule):
         prose = _FENCE.sub("", text)
         assert "{" not in prose and "}" not in prose, (rule.code, [ln for ln in prose.splitlines()
                                                                    if "{" in ln or "}" in ln])
+
+
+@pytest.mark.parametrize("source", [
+    "().__class__", "'{0.__class__}'.format(cfg)", "(lambda: 1)()", "__import__('os')", "cfg._d",
+    "[x := 1]", "cfg.a.mro()",
+])
+def test_simpleevals_whitelist_still_refuses(source):
+    from finetune_doctor.engine.expr import Evaluator, ExprError
+
+    with pytest.raises(ExprError):
+        Evaluator({"cfg": {"a": 1}}).eval(source)
+
+
+@pytest.mark.parametrize("source", ["9 ** 9 ** 9", "'a' * 10 ** 9", "open('/etc/passwd')", "eval('1')"])
+def test_no_builtins_and_capped_operators(source):
+    from finetune_doctor.engine.expr import Evaluator, ExprError
+
+    with pytest.raises(ExprError):
+        Evaluator({}).eval(source)
+
+
+def test_compiled_expressions_keep_the_languages_meaning():
+    from finetune_doctor.engine.expr import Evaluator
+
+    ev = Evaluator({"cfg": {"lr": "5e-6", "n": 3, "xs": [{"k": "a"}, {"k": "b"}]}})
+    assert ev.eval("cfg.missing is None") and not ev.eval("cfg.lr > 1e-3") and not ev.eval("cfg.missing < 1")
+    assert ev.eval("1 < cfg.n < 5") and not ev.eval("1 < cfg.n < 2") and not ev.eval("5 < cfg.n < 'x'")
+    assert ev.eval("[x.k for x in cfg.xs if x.k != 'a']") == ["b"]
+    assert ev.eval("'a' in [x.k for x in cfg.xs]") and ev.eval("join(sorted(['b', 'a']))") == "a, b"

@@ -1,8 +1,12 @@
-"""The safe expression language of rule files: simpleeval over a tree of read-only facts.
+"""The safe expression language of rule files: simpleeval's language over a tree of read-only facts, compiled.
 
-Why simpleeval: it parses Python expression syntax with the `ast` module and walks it with a whitelist of
-node types, operators and functions, so a rule file can say ``run.zero_stage == 3 and mem.fits == False``
-without any ``eval``. Its import costs about 12 ms (measured, issue #2), inside the lint budget.
+Why simpleeval: it defines a whitelist of Python expression syntax (node types, operators with length-capped
+``+``/``*``/``**``, no ``_`` names or attributes, no ``format``), so a rule file can say
+``run.zero_stage == 3 and mem.fits == False`` and nothing more. Walking the tree with simpleeval on every evaluation
+cost most of `doctor lint`'s judge time (issue #22), so each expression is checked against that same whitelist once,
+its operators are bound to the same operator functions, and the result is compiled to a code object evaluated with
+no builtins (`Expr`). Not carried over: simpleeval's cap on comprehension length (facts are finite lists read from
+the user's files) and its check that no result is a module (no module is reachable from facts or `FUNCTIONS`).
 
 Facts are exposed as `Facts` objects: attribute access into a dict, where a missing key reads as None. That
 lets a condition test ``ds.zero_optimization.offload_param.device == 'cpu'`` without guarding every level.
@@ -13,9 +17,8 @@ from __future__ import annotations
 import ast
 import math
 import operator
+from functools import lru_cache
 from typing import Any, Mapping
-
-from simpleeval import EvalWithCompoundTypes
 
 from finetune_doctor.types import GIB
 
@@ -181,24 +184,25 @@ class Evaluator:
 
     def __init__(self, names: Mapping[str, Any]):
         self._names = {k: wrap(v) for k, v in names.items()}
-        self._se = EvalWithCompoundTypes(operators=_OPS, names=self._names, functions=FUNCTIONS)
+        self._scope = {**_SCOPE, **self._names}
 
     def with_names(self, **extra: Any) -> "Evaluator":
         ev = Evaluator.__new__(Evaluator)
-        ev._names = {**self._names, **{k: wrap(v) for k, v in extra.items()}}
-        ev._se = EvalWithCompoundTypes(operators=_OPS, names=ev._names, functions=FUNCTIONS)
+        more = {k: wrap(v) for k, v in extra.items()}
+        ev._names = {**self._names, **more}
+        ev._scope = {**self._scope, **more}
         return ev
 
     def eval(self, expr: "str | Expr") -> Any:
-        """The value of `expr`: a compiled `Expr` (a rule's, parsed once at load) or source text (parsed once per
-        process through `compile_expr`'s cache). Raises ExprError when it fails."""
+        """The value of `expr`: a compiled `Expr` (a rule's, compiled once per process) or source text (compiled
+        once per process through `compile_expr`'s cache). Raises ExprError when it fails."""
         if not isinstance(expr, Expr):
             expr = compile_expr(expr)
         try:
-            return self._se.eval(expr.source, previously_parsed=expr.node)
+            return eval(expr.code, self._scope)   # noqa: S307 - a code object checked and lowered by `lower`
         except ExprError:
             raise
-        except Exception as err:  # simpleeval raises many types; all mean the same to a rule
+        except Exception as err:  # a rule's expression failing on facts of an unexpected shape
             raise ExprError(f"{expr.source!r}: {err}") from err
 
     def truth(self, expr: "str | Expr | None") -> bool:
@@ -297,29 +301,41 @@ class ExprError(Exception):
 
 
 class Expr:
-    """One rule expression, parsed at most once per process.
+    """One rule expression, parsed and compiled at most once per process.
 
-    `node` is the body of ``ast.parse(source, mode="eval")``, the tree simpleeval walks (``previously_parsed``), so
-    the evaluator keeps simpleeval's whitelist of node types, operators and functions while no expression is parsed
-    twice. It is parsed on first use, not at load: a cached rule pack loads in ~1 ms, and a rule `doctor lint` never
-    evaluates (a memory rule without a model) costs nothing. Raises ExprError from `node` on a syntax error; the
-    loader touches `node` of every expression of a pack it has not validated before.
+    `node` is the body of ``ast.parse(source, mode="eval")``; `code` the code object `lower` makes of it: the tree is
+    first checked against simpleeval's whitelist (its node types, its operators, no name or attribute starting with
+    ``_``, none of its forbidden methods), then every operator becomes a call of the same operator function simpleeval
+    would call (`_OPS`: its length-capped ``+``/``*``/``**``, our NULL-aware ``is`` and type-safe orderings). So a
+    rule means what it meant under simpleeval's tree walk, at CPython's speed. Both are made on first use, not at load:
+    a cached rule pack loads in ~1 ms, and a rule `doctor lint` never evaluates costs nothing. Raises ExprError from
+    `node`/`code` on a syntax error or a construct outside the whitelist; the loader touches `node` of every
+    expression of a pack it has not validated before.
     """
 
-    __slots__ = ("source", "_node")
+    __slots__ = ("source", "_node", "_code")
 
     def __init__(self, source: str):
         self.source = source.strip()
         self._node: ast.AST | None = None
+        self._code: Any = None
 
     @property
     def node(self) -> ast.AST:
         if self._node is None:
             try:
-                self._node = ast.parse(self.source, mode="eval").body
+                tree = ast.parse(self.source, mode="eval")
             except SyntaxError as err:
                 raise ExprError(f"invalid expression {self.source!r}: {err.msg}") from None
+            _check_allowed(tree, self.source)
+            self._node = tree.body
         return self._node
+
+    @property
+    def code(self) -> Any:
+        if self._code is None:
+            self._code = lower(self.node, self.source)
+        return self._code
 
     def __eq__(self, other: Any) -> bool:
         return isinstance(other, Expr) and other.source == self.source
@@ -329,6 +345,67 @@ class Expr:
 
     def __repr__(self) -> str:
         return f"Expr({self.source!r})"
+
+
+@lru_cache(maxsize=1)
+def _allowed_nodes() -> frozenset[type]:
+    """simpleeval's evaluable node types, plus the parts of them that are not evaluated on their own."""
+    from simpleeval import EvalWithCompoundTypes
+
+    evaluable = set(EvalWithCompoundTypes().nodes) - {ast.Assign, ast.AugAssign, ast.Import, ast.Expr}
+    parts = {ast.Expression, ast.Load, ast.Store, ast.comprehension, ast.keyword, ast.And, ast.Or}
+    return frozenset(evaluable | parts | set(_OPS))
+
+
+def _check_allowed(tree: ast.AST, source: str) -> None:
+    """Raise ExprError for any construct simpleeval would refuse to evaluate."""
+    from simpleeval import DISALLOW_METHODS, DISALLOW_PREFIXES
+
+    allowed = _allowed_nodes()
+    for n in ast.walk(tree):
+        if type(n) not in allowed:
+            raise ExprError(f"{source!r}: {type(n).__name__} is not available in rule expressions")
+        name = n.attr if isinstance(n, ast.Attribute) else n.id if isinstance(n, ast.Name) else None
+        if name is not None and (name.startswith(tuple(DISALLOW_PREFIXES)) or name in DISALLOW_METHODS):
+            raise ExprError(f"{source!r}: the name {name!r} is not available in rule expressions")
+
+
+class _Lower(ast.NodeTransformer):
+    """Every binary operator and comparison becomes a call of its `_OPS` function (named ``_op_<Op>``, a name no
+    rule can write: names starting with ``_`` are refused)."""
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        return ast.Call(ast.Name(f"_op_{type(node.op).__name__}", ast.Load()), [node.left, node.right], [])
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        if len(node.ops) == 1:
+            return ast.Call(ast.Name(f"_op_{type(node.ops[0]).__name__}", ast.Load()),
+                            [node.left, node.comparators[0]], [])
+        fns = ast.Tuple([ast.Name(f"_op_{type(o).__name__}", ast.Load()) for o in node.ops], ast.Load())
+        return ast.Call(ast.Name("_op_chain", ast.Load()),
+                        [node.left, fns, ast.Tuple(list(node.comparators), ast.Load())], [])
+
+
+def _chain(left: Any, fns: tuple, rights: tuple) -> Any:
+    """``a < b < c`` as simpleeval evaluates it: pairwise, stopping at the first false result."""
+    result: Any = True
+    for fn, right in zip(fns, rights):
+        result = fn(left, right)
+        if not result:
+            return result
+        left = right
+    return result
+
+
+def lower(node: ast.AST, source: str) -> Any:
+    """The code object of an expression tree already checked by `_check_allowed` (see `Expr`)."""
+    import copy
+
+    body = _Lower().visit(copy.deepcopy(node))
+    tree = ast.fix_missing_locations(ast.Expression(body))
+    return compile(tree, f"<rule expression {source[:60]!r}>", "eval")
 
 
 class Template:
@@ -379,3 +456,8 @@ def compile_template(source: str) -> Template:
     if t is None:
         t = _TEMPLATES[source] = Template(source)
     return t
+
+
+# what a compiled expression sees besides the facts: no builtins, the rule functions, the operator functions
+_SCOPE: dict[str, Any] = {"__builtins__": {}, **FUNCTIONS, "_op_chain": _chain,
+                          **{f"_op_{t.__name__}": fn for t, fn in _OPS.items()}}
