@@ -334,7 +334,10 @@ class Expr:
     @property
     def code(self) -> Any:
         if self._code is None:
+            # lowering rewrites the checked tree in place (a deep copy costs more than the parse); should anything
+            # ask for `node` afterwards, it is parsed again
             self._code = lower(self.node, self.source)
+            self._node = None
         return self._code
 
     def __eq__(self, other: Any) -> bool:
@@ -400,10 +403,8 @@ def _chain(left: Any, fns: tuple, rights: tuple) -> Any:
 
 
 def lower(node: ast.AST, source: str) -> Any:
-    """The code object of an expression tree already checked by `_check_allowed` (see `Expr`)."""
-    import copy
-
-    body = _Lower().visit(copy.deepcopy(node))
+    """The code object of an expression tree already checked by `_check_allowed` (see `Expr`); rewrites `node`."""
+    body = _Lower().visit(node)
     tree = ast.fix_missing_locations(ast.Expression(body))
     return compile(tree, f"<rule expression {source[:60]!r}>", "eval")
 

@@ -123,6 +123,7 @@ class Rule:
         return tuple(out)
 
 
+@lru_cache(maxsize=1)
 def bundled_rules_dir() -> Path:
     """The rule pack: top-level ``rules/`` in a checkout, ``finetune_doctor/_bundled_rules`` in a wheel."""
     here = Path(__file__).resolve().parent.parent
