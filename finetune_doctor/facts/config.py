@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from finetune_doctor.analyzers.memory import estimate
 from finetune_doctor.analyzers.params import count_params
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts import cfg as cfg_facts
@@ -22,7 +21,6 @@ from finetune_doctor.facts import data as data_facts
 from finetune_doctor.facts import ds as ds_facts
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import lint as lint_facts
-from finetune_doctor.facts import mem as mem_facts
 from finetune_doctor.facts import model as model_facts
 from finetune_doctor.facts import run as run_facts
 from finetune_doctor.fsutil import display_path
@@ -206,6 +204,10 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     facts["run"] = run_facts.assemble(asm.run, doc.values)
     facts["model"] = model_facts.assemble(asm.run, asm.counts)
     if not static or asm.hw is not None:
+        # the memory model is imported only here: `doctor lint` without --gpu never estimates (import time, #22)
+        from finetune_doctor.analyzers.memory import estimate
+        from finetune_doctor.facts import mem as mem_facts
+
         tokens = None
         if scan_data and not static:
             facts["data"] = _scan(asm, config)
