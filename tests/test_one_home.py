@@ -1,0 +1,81 @@
+"""One home per fact (issue #22): each fact that two commands resolve is resolved by one function, and these tests
+pin the shared answer where two copies had drifted."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from finetune_doctor.analyzers.tokenizer import find_tokenizer
+from finetune_doctor.readers import gpu_config
+from finetune_doctor.readers.dsconfig import resolve_ds_path
+from finetune_doctor.readers.hubcache import hf_hub_cache
+from finetune_doctor.readers.model.caches import cached_model_files, env_enabled, hub_cache_dirs
+
+DS = {"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 3}}
+
+
+def test_gpus_config_finds_the_deepspeed_json_where_check_does(tmp_path, monkeypatch):
+    """LF's YAMLs name ``examples/deepspeed/...`` relative to the checkout root; a YAML under examples/train_full/
+    run from elsewhere is found in the YAML's parents by `doctor check` and, now, by `doctor gpus --config`."""
+    (tmp_path / "examples" / "deepspeed").mkdir(parents=True)
+    (tmp_path / "examples" / "deepspeed" / "ds_z3_config.json").write_text(json.dumps(DS))
+    (tmp_path / "examples" / "train_full").mkdir()
+    y = tmp_path / "examples" / "train_full" / "run.yaml"
+    y.write_text("stage: sft\ndeepspeed: examples/deepspeed/ds_z3_config.json\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert resolve_ds_path("examples/deepspeed/ds_z3_config.json", y).read_text() == json.dumps(DS)
+    info = gpu_config.load_config(str(y))
+    assert info.ds == DS and not info.notes
+
+
+def test_gpus_config_missing_deepspeed_is_a_note(tmp_path, monkeypatch):
+    y = tmp_path / "run.yaml"
+    y.write_text("stage: sft\ndeepspeed: nowhere/ds.json\n")
+    monkeypatch.chdir(tmp_path)
+    info = gpu_config.load_config(str(y))
+    assert info.ds is None and info.notes == [f"{y}: deepspeed file nowhere/ds.json not found; ZeRO save cost "
+                                              "not ranked"]
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("Y", True), ("y", True), ("0", False),
+                                       ("yes", False), ("", False)])
+def test_use_modelscope_hub_is_read_as_lf_reads_it(value, on):
+    """LF's is_env_enabled: true, y or 1 (lower-cased); the dataset reader used to drop "y"."""
+    from finetune_doctor.readers.datasets import _source
+
+    env = {"USE_MODELSCOPE_HUB": value}
+    assert env_enabled("USE_MODELSCOPE_HUB", env) is on
+    attr = {"hf_hub_url": "org/ds", "ms_hub_url": "org/ds-ms"}
+    assert _source(attr, env_enabled("USE_MODELSCOPE_HUB", env), False)["load_from"] == ("ms_hub" if on else "hf_hub")
+
+
+def _ms_tokenizer(root: Path) -> Path:
+    folder = root / "hub" / "models" / "acme" / "tiny___v1"
+    folder.mkdir(parents=True)
+    (folder / "tokenizer.json").write_text("{}")
+    return folder
+
+
+def test_tokenizer_and_model_config_use_one_modelscope_root(tmp_path):
+    """modelscope puts models under $MODELSCOPE_CACHE/hub (utils/file_utils.py get_model_cache_root); the tokenizer
+    finder used $MODELSCOPE_CACHE itself, and looked there even without USE_MODELSCOPE_HUB."""
+    folder = _ms_tokenizer(tmp_path / "ms")
+    env = {"MODELSCOPE_CACHE": str(tmp_path / "ms"), "HF_HUB_CACHE": str(tmp_path / "hf")}
+    assert find_tokenizer("acme/tiny.v1", env=env)[0] is None
+    on = {**env, "USE_MODELSCOPE_HUB": "1"}
+    got, how = find_tokenizer("acme/tiny.v1", env=on)
+    assert got == str(folder) and how.startswith("ModelScope cache")
+    assert cached_model_files("acme/tiny.v1", "tokenizer.json", env=on) == [(folder / "tokenizer.json",
+                                                                             "ModelScope cache")]
+
+
+def test_one_hf_hub_cache_order(tmp_path):
+    env = {"HF_HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    assert hf_hub_cache(env) == hub_cache_dirs(env=env)[0] == tmp_path / "home" / "hub"
+    env["HUGGINGFACE_HUB_CACHE"] = str(tmp_path / "legacy")
+    assert hf_hub_cache(env) == tmp_path / "legacy"
+    env["HF_HUB_CACHE"] = str(tmp_path / "new")
+    assert hf_hub_cache(env) == hub_cache_dirs(env=env)[0] == tmp_path / "new"
