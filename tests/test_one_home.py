@@ -79,3 +79,24 @@ def test_one_hf_hub_cache_order(tmp_path):
     assert hf_hub_cache(env) == tmp_path / "legacy"
     env["HF_HUB_CACHE"] = str(tmp_path / "new")
     assert hf_hub_cache(env) == hub_cache_dirs(env=env)[0] == tmp_path / "new"
+
+
+def test_one_split_arg_with_lfs_empty_items():
+    """LF keeps empty items (data_args.py split_arg); two of the four copies dropped them. The data scan, the launch
+    checks and the run all read lists through run/values.py now."""
+    from finetune_doctor.analyzers import launch, tokens
+    from finetune_doctor.run.values import split_arg, split_list
+
+    assert split_arg("a, ,b,") == ["a", "", "b", ""]
+    assert split_arg(["x", 1]) == ["x", "1"] and split_arg(None) is None and split_arg(3) == ["3"]
+    assert tokens.as_list is split_arg and launch._names("a,,b") == ["a", "", "b"] and launch._names(3) is None
+    assert split_list("q_proj, ,v_proj,") == ("q_proj", "v_proj")   # module names: an empty item names none
+
+
+def test_one_as_bool():
+    from finetune_doctor.analyzers import dataargs, tokens
+    from finetune_doctor.run import values
+
+    assert dataargs.as_bool is values.as_bool is tokens.as_bool
+    assert [values.as_bool(v) for v in ("True", " on", "1", "no", "y", False, 1)] == [True, True, True, False,
+                                                                                     False, False, True]

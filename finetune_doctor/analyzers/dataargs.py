@@ -10,24 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-
-def as_bool(v: Any, default: bool = False) -> bool:
-    if v is None:
-        return default
-    if isinstance(v, str):
-        return v.strip().lower() in ("1", "true", "yes", "on")
-    return bool(v)
-
-
-def as_list(v: Any) -> list[str] | None:
-    """LF's ``split_arg`` for comma strings (data_args.py __post_init__)."""
-    if v is None:
-        return None
-    if isinstance(v, str):
-        return [s.strip() for s in v.split(",")]
-    if isinstance(v, (list, tuple)):
-        return [str(s).strip() for s in v]
-    return [str(v)]
+from finetune_doctor.run.values import as_bool
 
 
 @dataclass(frozen=True)

@@ -6,16 +6,29 @@ import math
 from typing import Any
 
 
-def split_list(v: Any) -> tuple[str, ...]:
-    """LF splits comma strings into lists in __post_init__ (finetuning_args.py:580-592)."""
+def split_arg(v: Any) -> list[str] | None:
+    """LLaMA-Factory's ``split_arg`` (hparams/data_args.py:148-151, finetuning_args.py:580-583), the one copy here:
+    a comma string is split at every comma and each item stripped, empty items kept as LF keeps them
+    (``"a,,b"`` → ``["a", "", "b"]``: LF then looks up a dataset called ``""``); a list's items as strings; None
+    stays None; another scalar is one item."""
     if v is None:
-        return ()
+        return None
+    if isinstance(v, str):
+        return [s.strip() for s in v.split(",")]
     if isinstance(v, (list, tuple)):
-        return tuple(str(x).strip() for x in v if str(x).strip())
-    return tuple(s.strip() for s in str(v).split(",") if s.strip())
+        return [str(x) for x in v]
+    return [str(v)]
+
+
+def split_list(v: Any) -> tuple[str, ...]:
+    """`split_arg`'s non-empty items, stripped, as the memory model counts module names (an empty item names no
+    module: LF hands it to PEFT, which matches nothing with it)."""
+    return tuple(s.strip() for s in split_arg(v) or () if s.strip())
 
 
 def as_bool(v: Any, default: bool = False) -> bool:
+    """A boolean key's value as the run reads it (the one copy): YAML booleans as they are, the strings true, 1,
+    yes, on (any case) as True, any other string as False; `default` when unset."""
     if v is None:
         return default
     if isinstance(v, str):
