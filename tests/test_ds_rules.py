@@ -417,7 +417,8 @@ def test_duplicate_key_is_a_warning_without_fix(tmp_path):
     p.write_text('{\n  "train_micro_batch_size_per_gpu": "auto",\n  "gradient_accumulation_steps": "auto",\n'
                  '  "zero_optimization": {"stage": 2},\n  "zero_optimization": {"stage": 3}\n}\n')
     (f,) = judge(p, YAML_LF)
-    assert (f.code, f.location.key, f.location.line, f.fix) == ("FD207", "zero_optimization", 4, None)
+    # at the occurrence json.load keeps (issue #22: one JSON scanner, last wins)
+    assert (f.code, f.location.key, f.location.line, f.fix) == ("FD207", "zero_optimization", 5, None)
     assert "json.load keeps the last value" in f.message
 
 

@@ -100,3 +100,20 @@ def test_one_as_bool():
     assert dataargs.as_bool is values.as_bool is tokens.as_bool
     assert [values.as_bool(v) for v in ("True", " on", "1", "no", "y", False, 1)] == [True, True, True, False,
                                                                                      False, False, True]
+
+
+def test_one_json_key_scanner_places_a_duplicate_where_json_load_reads_it():
+    """json.load keeps the last of two equal keys; every JSON reader now points at that one (three scanners had
+    kept the first)."""
+    from finetune_doctor.readers import dsjson
+    from finetune_doctor.readers.model.configjson import json_key_positions
+
+    text = '{\n  "zero_optimization": {\n    "stage": 2,\n    "stage": 3\n  },\n  "x": [{"k": 1}]\n}\n'
+    assert json.loads(text)["zero_optimization"]["stage"] == 3
+    want = {"zero_optimization": (2, 3), "zero_optimization.stage": (4, 5), "x": (6, 3), "x.k": (6, 10)}
+    assert json_key_positions(text) == dsjson.key_positions(text) == want
+    doc = dsjson.parse(text, "ds.json")
+    assert doc.positions == want and doc.duplicates == ("zero_optimization.stage",)
+    # the exact parser (taken for a text with an escaped control character) agrees with the fast scan
+    slow = text.replace('"x"', '"x\\u0001"')
+    assert dsjson.parse(slow, "ds.json").positions["zero_optimization.stage"] == (4, 5)
