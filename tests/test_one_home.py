@@ -117,3 +117,12 @@ def test_one_json_key_scanner_places_a_duplicate_where_json_load_reads_it():
     # the exact parser (taken for a text with an escaped control character) agrees with the fast scan
     slow = text.replace('"x"', '"x\\u0001"')
     assert dsjson.parse(slow, "ds.json").positions["zero_optimization.stage"] == (4, 5)
+
+
+def test_one_bf16_family_list():
+    """The rule reads model.bf16_family, built from the list the postmortem uses; no copy of the list in a rule."""
+    from finetune_doctor.analyzers.runctx import BF16_FAMILIES
+
+    root = Path(__file__).resolve().parent.parent
+    rule = (root / "rules" / "fp16-on-bf16-model.yaml").read_text()
+    assert "model.bf16_family" in rule and "'qwen2'" not in rule and "qwen2" in BF16_FAMILIES

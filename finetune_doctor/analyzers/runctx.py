@@ -8,8 +8,8 @@ from typing import Any
 
 from finetune_doctor.evidence import Evidence
 
-# families pre-trained in bf16 even where config.json says float16 (Llama 2; Meta's model card), as the static
-# fp16-on-bf16-model rule (rules/fp16-on-bf16-model.yaml) counts them
+# families pre-trained in bf16 even where config.json says float16 (Llama 2; Meta's model card): the one list, read by
+# the postmortem here and, as the fact model.bf16_family (facts/model.py), by rules/fp16-on-bf16-model.yaml
 BF16_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
                  "gemma3_text", "deepseek_v2", "phi3", "glm4", "chatglm", "internlm2")
 
