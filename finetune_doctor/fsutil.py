@@ -4,7 +4,6 @@ full disk never leaves a half-written report or config), the doctor's cache fold
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from finetune_doctor.errors import InputError
@@ -26,6 +25,8 @@ def atomic_write(path: str, text: str, encoding: str = "utf-8") -> None:
     target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     directory = target.parent if str(target.parent) else Path(".")
     try:
+        import tempfile   # not on the lint path's import list: it pulls in shutil, bz2 and lzma
+
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     except OSError as err:
         raise InputError(f"cannot write: {err.strerror}", file=path) from None
@@ -78,3 +79,16 @@ def display_path(path: str | None, base: str | None = None) -> str | None:
     if rel == os.curdir or rel.startswith(os.pardir + os.sep) or rel == os.pardir:
         return path
     return rel.replace(os.sep, "/")
+
+
+def format_bytes(n: int | None) -> str:
+    """A byte count for people, in binary units with one decimal: "0 B", "512 B", "1.5 KiB", "20.0 MiB", "2.3 GiB".
+    The one size formatter of reports and messages (the PyTorch-worded OOM text keeps c10's own format_size,
+    probes/replay.py)."""
+    if not n:
+        return "0 B"
+    for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= f:
+            return f"{n / f:.1f} {unit}"
+    return f"{n} B"
+

@@ -126,3 +126,13 @@ def test_one_bf16_family_list():
     root = Path(__file__).resolve().parent.parent
     rule = (root / "rules" / "fp16-on-bf16-model.yaml").read_text()
     assert "model.bf16_family" in rule and "'qwen2'" not in rule and "qwen2" in BF16_FAMILIES
+
+
+def test_one_size_formatter():
+    from finetune_doctor.fsutil import format_bytes
+    from finetune_doctor.readers import datarows
+    from finetune_doctor.reporters.sections import read
+
+    assert [format_bytes(n) for n in (None, 0, 512, 1536, 20 << 20, int(2.25 * (1 << 30)))] == [
+        "0 B", "0 B", "512 B", "1.5 KiB", "20.0 MiB", "2.2 GiB"]
+    assert datarows._size is read._size is format_bytes
