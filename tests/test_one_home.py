@@ -136,3 +136,14 @@ def test_one_size_formatter():
     assert [format_bytes(n) for n in (None, 0, 512, 1536, 20 << 20, int(2.25 * (1 << 30)))] == [
         "0 B", "0 B", "512 B", "1.5 KiB", "20.0 MiB", "2.2 GiB"]
     assert datarows._size is read._size is format_bytes
+
+
+@pytest.mark.parametrize("value, text", [(1e-5, "1.0e-5"), (5e-06, "5.0e-6"), (2.0e-4, "0.0002"), (1e20, "1.0e+20"),
+                                         (True, "true"), (None, "null"), ("yes", '"yes"'), ("q_proj", "q_proj"),
+                                         ("1e-5", '"1e-5"')])
+def test_one_yaml_scalar_writer(value, text):
+    """What --fix writes and what SARIF/text show as the edit are one spelling (they were 1.0e-5 vs 1.0e-05)."""
+    from finetune_doctor.fixes.edit import yaml_scalar
+    from finetune_doctor.reporters._source import yaml_scalar as shown
+
+    assert yaml_scalar(value) == shown(value) == text

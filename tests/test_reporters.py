@@ -688,7 +688,8 @@ dataset: alpaca_en_demo"""
 
 def test_yaml_scalar_types_round_trip_as_llamafactory_reads_them():
     assert yaml_scalar(True) == "true" and yaml_scalar(None) == "null" and yaml_scalar(8) == "8"
-    assert yaml_scalar(1e-05) == "1.0e-05" and yaml_scalar(2.5e-06) == "2.5e-06" and yaml_scalar(0.1) == "0.1"
+    # the spelling --fix writes (fixes/edit.py, the one writer; issue #22)
+    assert yaml_scalar(1e-05) == "1.0e-5" and yaml_scalar(2.5e-06) == "2.5e-6" and yaml_scalar(0.1) == "0.1"
     assert yaml_scalar("fa2") == "fa2" and yaml_scalar("examples/deepspeed/ds_z3_config.json") == \
         "examples/deepspeed/ds_z3_config.json"
     # strings a YAML 1.1 reader would retype stay strings
