@@ -147,3 +147,15 @@ def test_one_yaml_scalar_writer(value, text):
     from finetune_doctor.reporters._source import yaml_scalar as shown
 
     assert yaml_scalar(value) == shown(value) == text
+
+
+def test_postmortem_without_config_builds_hw_with_the_shared_builder(tmp_path):
+    """The config-less postmortem built `hw` by hand and lost compute_capability, in_use_gib, nnodes and fp8."""
+    from finetune_doctor.facts import CONFIG_NAMES, hw as hw_facts, skeleton
+    from finetune_doctor.facts.hw import resolve
+
+    hw = resolve("2xA100-80GB", 1, allow_nvml=False)
+    facts = skeleton(hw=hw_facts.assemble(hw))
+    assert set(facts) == set(CONFIG_NAMES) and facts["cfg"] is None
+    assert {"compute_capability", "in_use_gib", "nnodes", "fp8", "host_ram_gib"} <= set(facts["hw"])
+    assert facts["hw"]["compute_capability"] == hw.compute_capability

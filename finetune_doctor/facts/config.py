@@ -17,6 +17,7 @@ from typing import Any, Iterable
 from finetune_doctor.analyzers.params import count_params
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts import cfg as cfg_facts
+from finetune_doctor.facts import skeleton
 from finetune_doctor.facts import data as data_facts
 from finetune_doctor.facts import ds as ds_facts
 from finetune_doctor.facts import hw as hw_facts
@@ -148,9 +149,8 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     sources: dict[str, SourceDoc] = {"config": doc.source()}
     if doc.overrides:
         sources["override"] = SourceDoc("override", "<command line>", {k: (1, 1) for k in doc.overrides})
-    facts: dict[str, Any] = {"cfg": cfg_facts.assemble(doc.values),
-                             "lint": lint_facts.assemble(doc, opts.transformers_version),
-                             "run": None, "model": None, "hw": None, "mem": None, "ds": None, "data": None}
+    facts: dict[str, Any] = skeleton(cfg=cfg_facts.assemble(doc.values),
+                                     lint=lint_facts.assemble(doc, opts.transformers_version))
     asm = Assembly(doc=doc, facts=facts, sources=sources)
     env_report = read_env_file(opts.env_file) if opts.env_file and not static else None
     asm.hw = hw if hw is not None else hw_facts.resolve(opts.gpu, opts.nnodes, allow_nvml=not static)
@@ -365,6 +365,5 @@ def assemble_ds_alone(path: str) -> Assembly:
     ds = ds_facts.load_alone(path)
     doc = ConfigDoc(path=str(path), values={}, positions={})
     sources = {"deepspeed": SourceDoc("deepspeed", str(path), dict(getattr(ds, "positions", {}) or {}))}
-    facts = {"ds": ds_facts.assemble(ds), "cfg": {}, "run": None, "model": None, "hw": None, "mem": None,
-             "lint": lint_facts.assemble(None), "data": None}
+    facts = skeleton(ds=ds_facts.assemble(ds), cfg={}, lint=lint_facts.assemble(None))
     return Assembly(doc=doc, facts=facts, sources=sources, ds=ds)

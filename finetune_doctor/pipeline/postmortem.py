@@ -34,6 +34,8 @@ from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError, install_hint
 from finetune_doctor.evidence import Evidence
 from finetune_doctor.facts.config import Assembly, assemble_config
+from finetune_doctor.facts import hw as hw_facts
+from finetune_doctor.facts import skeleton
 from finetune_doctor.facts.hw import resolve as resolve_hardware
 from finetune_doctor.readers.logs import regular_size
 from finetune_doctor.readers.runlayout import collect, discover, read_file
@@ -195,8 +197,8 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
         facts, sources, live = asm.facts, dict(asm.sources), asm.live()
         hw = asm.hw if asm.hw is not None and asm.hw.source != "none" else hw
     else:
-        facts = {"cfg": None, "run": None, "model": None, "mem": None, "ds": None, "lint": None,
-                 "hw": None if hw is None else {**hw.as_dict(), "host_ram_gib": hw.host_ram_gib}}
+        # the shared skeleton and hw builder: the hand-built hw dropped compute_capability, in_use_gib, nnodes, fp8
+        facts = skeleton(hw=hw_facts.assemble(hw))
         sources, live = {}, {}
     tl = analyze(ev, facts)
     facts["ev"] = tl.facts
