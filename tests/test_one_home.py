@@ -159,3 +159,15 @@ def test_postmortem_without_config_builds_hw_with_the_shared_builder(tmp_path):
     assert set(facts) == set(CONFIG_NAMES) and facts["cfg"] is None
     assert {"compute_capability", "in_use_gib", "nnodes", "fp8", "host_ram_gib"} <= set(facts["hw"])
     assert facts["hw"]["compute_capability"] == hw.compute_capability
+
+
+@pytest.mark.parametrize("cfg", [{"stage": "pt"}, {"stage": "sft"}, {"stage": "sft", "neat_packing": True},
+                                 {"stage": "pt", "packing": False}, {"stage": "sft", "packing": "true"}, {}])
+def test_the_data_scan_and_the_run_settle_packing_cutoff_and_batch_alike(cfg):
+    from finetune_doctor.analyzers.dataargs import DataSettings
+    from finetune_doctor.run.resolve import _stage_data
+
+    ds = DataSettings.from_config(cfg)
+    run = _stage_data(cfg, str(cfg.get("stage") or "sft"), "lora")
+    assert (ds.packing, ds.neat_packing) == (run["packing"], run["neat_packing"])
+    assert (ds.cutoff_len, ds.micro_batch) == (2048, 8)

@@ -36,6 +36,22 @@ def as_bool(v: Any, default: bool = False) -> bool:
     return bool(v)
 
 
+# LLaMA-Factory's defaults for the sizes of one micro-batch: cutoff_len (data_args.py) and HF's
+# per_device_train_batch_size (training_args.py); the run and the data scan read them from here
+DEFAULT_CUTOFF_LEN = 2048
+DEFAULT_MICRO_BATCH = 8
+
+
+def packing_of(cfg: Any, stage: str) -> tuple[bool, bool, bool]:
+    """(packing, packing given in the config, neat_packing) as LLaMA-Factory settles them: ``packing`` unset is on
+    for ``stage: pt`` (parser.py), ``neat_packing`` implies packing (data_args.py). The one copy: the run
+    (run/resolve.py) and the data scan (analyzers/dataargs.py) both call it."""
+    neat = as_bool(cfg.get("neat_packing"))
+    given = cfg.get("packing")
+    explicit = as_bool(given) or neat
+    return (explicit if (given is not None or neat) else stage == "pt"), explicit, neat
+
+
 def as_int(v: Any, default: int) -> int:
     """An integer key's value; `default` when unset or not a number (the key-schema rules report a wrong type)."""
     if v is None or isinstance(v, bool):
