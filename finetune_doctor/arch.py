@@ -440,9 +440,6 @@ class ModelArch:
             out.append(Linear("shared_expert_gate", self.hidden_size, 1))
         return out
 
-    def mlp_linears(self, layer: int) -> list[Linear]:
-        return list(self._kind_linears(("full", self.mlp_kind(layer)))[1])
-
     def _kind_linears(self, kind: tuple[str, str]) -> tuple[tuple[Linear, ...], tuple[Linear, ...]]:
         key = ("lin", kind)
         if key not in self._memo:
@@ -569,9 +566,3 @@ class ModelArch:
         elif self.extra_params:
             out["extra"] = self.extra_params
         return out
-
-    def layer_summary(self) -> list[dict[str, Any]]:
-        """Per-kind layer facts for reports and the memory model: one dict per kind with ``attention``
-        (full/sliding/linear), ``mlp`` (dense/moe), ``count`` (layers), ``params`` (elements per layer)."""
-        return [{"attention": k[0], "mlp": k[1], "count": n, "params": self.kind_params(k)}
-                for k, n in self.layer_groups()]

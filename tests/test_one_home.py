@@ -171,3 +171,17 @@ def test_the_data_scan_and_the_run_settle_packing_cutoff_and_batch_alike(cfg):
     run = _stage_data(cfg, str(cfg.get("stage") or "sft"), "lora")
     assert (ds.packing, ds.neat_packing) == (run["packing"], run["neat_packing"])
     assert (ds.cutoff_len, ds.micro_batch) == (2048, 8)
+
+
+def test_hardware_imports_no_reader():
+    """hardware/ sits under readers/ (readers/smi.py reads what hardware/record.py writes): the recorder's formats
+    are declared by the recorder, so no hardware module imports a reader."""
+    import ast as _ast
+
+    root = Path(__file__).resolve().parent.parent / "finetune_doctor" / "hardware"
+    ups = []
+    for f in sorted(root.glob("*.py")):
+        for node in _ast.walk(_ast.parse(f.read_text())):
+            if isinstance(node, _ast.ImportFrom) and (node.module or "").startswith("finetune_doctor.readers"):
+                ups.append(f"{f.name}: {node.module}")
+    assert ups == []

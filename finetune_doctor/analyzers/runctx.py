@@ -15,7 +15,8 @@ BF16_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "
 
 
 class RunContext:
-    """What the config side says (fact namespaces of build_context), with log facts as fallback."""
+    """What the config side says (the fact namespaces facts/config.py `assemble_config` builds), with log facts as
+    fallback."""
 
     def __init__(self, facts: dict[str, Any] | None, ev: Evidence):
         f = facts or {}

@@ -25,7 +25,6 @@ import json
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from finetune_doctor.arch import ModelArch
 from finetune_doctor.errors import InputError
@@ -209,16 +208,3 @@ def _resolve(name: str, base_dir: str | None, hf_home: str | None, cache_dir: st
     fix = _fix_command(name)
     raise ModelUnresolved(f"unknown model '{name}': {', '.join(looked)}{hint}; supply its config with {fix}",
                           model=name, missing="the model's config.json", fix=fix)
-
-
-def read_processor_config(model_dir: Path) -> dict[str, Any] | None:
-    """``preprocessor_config.json`` (or ``processor_config.json``) beside a config.json, or None."""
-    for nm in ("preprocessor_config.json", "processor_config.json"):
-        f = model_dir / nm
-        if f.is_file():
-            try:
-                v = json.loads(f.read_text(encoding="utf-8"))
-            except (OSError, ValueError, RecursionError):
-                return None
-            return v if isinstance(v, dict) else None
-    return None

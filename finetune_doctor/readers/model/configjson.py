@@ -12,7 +12,6 @@ import json
 import math
 import os
 import stat
-from pathlib import Path
 from typing import Any
 
 from finetune_doctor.readers.dsjson import key_positions
@@ -176,11 +175,3 @@ class ConfigView:
         if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
             raise self.error(name, f"config.json '{name}' is not a list of strings")
         return [str(x) for x in v]
-
-
-def config_file_in(path: Path) -> Path | None:
-    """``config.json`` of a model directory, or the file itself when `path` names a ``config.json``."""
-    if path.is_file() and path.name.endswith(".json"):
-        return path
-    f = path / "config.json"
-    return f if f.is_file() else None
