@@ -126,8 +126,17 @@ def rule(**over):
 # ---------------------------------------------------------------------------------------------- registry
 def test_registry_and_dispatch():
     assert set(REPORTERS) == {"text", "json", "sarif", "github", "concise"}
+    # render() is get_reporter(fmt).render() after making every string terminal-safe: a finding whose message
+    # carries an escape sequence (a hostile key name) reaches the bare reporter as is, and render() without it
+    from dataclasses import replace
+
     r = full_report()
-    assert render(r, "json") == get_reporter("json").render(r)
+    f0 = r.findings[0]
+    hostile = replace(r, findings=(replace(f0, message=f0.message + " \x1b[2J\x1b]0;pwned\x07"),) + r.findings[1:])
+    raw = json.loads(get_reporter("json").render(hostile))["findings"][0]["message"]
+    safe = json.loads(render(hostile, "json"))["findings"][0]["message"]
+    assert "\x1b" in raw and "\x1b" not in safe and "\x07" not in safe and safe.startswith(f0.message)
+    assert render(r, "json") == get_reporter("json").render(r)   # nothing to make safe: the same text
     with pytest.raises(InputError, match="unknown output format 'xml'"):
         render(r, "xml")
 
