@@ -185,3 +185,14 @@ def test_hardware_imports_no_reader():
             if isinstance(node, _ast.ImportFrom) and (node.module or "").startswith("finetune_doctor.readers"):
                 ups.append(f"{f.name}: {node.module}")
     assert ups == []
+
+
+def test_command_modes_are_one_declared_table():
+    from finetune_doctor.facts.config import MODES, Mode
+
+    assert MODES["lint"] == Mode(static=True) and MODES["postmortem"] == Mode(need_model=False, lenient=True)
+    assert set(MODES) == {"lint", "check", "estimate", "probe", "postmortem"}
+    root = Path(__file__).resolve().parent.parent / "finetune_doctor" / "pipeline"
+    for f in root.glob("*.py"):   # no call site spells the flags again
+        text = f.read_text()
+        assert "static=True" not in text and "lenient=True" not in text and "need_model=" not in text, f.name

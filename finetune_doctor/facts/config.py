@@ -135,16 +135,46 @@ def _set_dotted(d: dict[str, Any], key: str, value: Any, delete: bool) -> None:
         d[parts[-1]] = value
 
 
-def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: Options, *, static: bool = False,
-                    scan_data: bool = False, hw: Hardware | None = None, need_model: bool = True,
-                    validate_ds: bool = False, lenient: bool = False) -> Assembly:
-    """Read `config` with `overrides` and assemble every config-side namespace.
+@dataclass(frozen=True)
+class Mode:
+    """How a command assembles a config's facts (one row of `MODES`).
 
-    `static=True` is the lint path: no NVML, no dataset, no deepspeed import; an unresolvable model or a missing
+    `static` is the lint path: no NVML, no dataset, no deepspeed import; an unresolvable model or a missing
     DeepSpeed file is then a fact for a rule, not an error. `need_model=False` tolerates an unresolvable model
-    (``lint.model_unresolved``, rule model-unresolved). `lenient=True` (postmortem) also reads on past a DeepSpeed JSON that is missing or
-    broken. `hw` replaces hardware resolution (a sweep reuses its first point's). Raises InputError on bad input.
+    (``lint.model_unresolved``, rule model-unresolved). `lenient` (postmortem) also reads on past a DeepSpeed JSON
+    that is missing or broken. `scan_data` scans the datasets; `validate_ds` runs DeepSpeed's own config models.
     """
+
+    static: bool = False
+    scan_data: bool = False
+    need_model: bool = True
+    validate_ds: bool = False
+    lenient: bool = False
+
+
+# The command modes, declared once (they were five booleans at every call site). `check` turns scan_data and
+# validate_ds on from its flags: replace(MODES["check"], scan_data=..., validate_ds=...).
+MODES: dict[str, Mode] = {
+    "lint": Mode(static=True),
+    "check": Mode(need_model=False),
+    "estimate": Mode(),
+    "probe": Mode(),
+    "postmortem": Mode(need_model=False, lenient=True),
+}
+
+
+def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: Options, mode: "Mode | str" = "estimate",
+                    *, hw: Hardware | None = None, **legacy: bool) -> Assembly:
+    """Read `config` with `overrides` and assemble every config-side namespace, the way `mode` (a `Mode` or a
+    command name of `MODES`) says. `hw` replaces hardware resolution (a sweep reuses its first point's).
+    `legacy` accepts the former keyword flags (static, scan_data, need_model, validate_ds, lenient) for branches
+    written before `MODES`; they override the mode's fields. Raises InputError on bad input.
+    """
+    m = MODES[mode] if isinstance(mode, str) else mode
+    if legacy:
+        m = replace(m, **legacy)
+    static, scan_data, need_model, validate_ds, lenient = (m.static, m.scan_data, m.need_model, m.validate_ds,
+                                                           m.lenient)
     doc = load_config(config, tuple(overrides))
     sources: dict[str, SourceDoc] = {"config": doc.source()}
     if doc.overrides:

@@ -91,7 +91,7 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
         if kind != "lf":
             continue
         file_opts = _per_file(opts, f)
-        asm = assemble_config(f, (), file_opts, static=True)
+        asm = assemble_config(f, (), file_opts, "lint")
         findings.extend(judge("lint", asm.facts, asm.sources, file_opts, texts={asm.doc.path: asm.doc.text},
                               live=asm.live()))
         if asm.ds is not None and getattr(asm.ds, "path", None) and not asm.ds_stock:

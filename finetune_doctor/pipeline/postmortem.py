@@ -135,7 +135,7 @@ def _context(config: str | None, overrides: list[str], opts: Options, hw: Hardwa
     if not config:
         return None
     placeholder = hw or Hardware(gpu=None, num_gpus=None, capacity_gib=None, bf16=None, source="none")
-    asm = assemble_config(config, tuple(overrides), opts, hw=placeholder, need_model=False, lenient=True)
+    asm = assemble_config(config, tuple(overrides), opts, "postmortem", hw=placeholder)
     notes.extend(asm.notes)
     return asm
 
