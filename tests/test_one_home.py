@@ -121,11 +121,13 @@ def test_one_json_key_scanner_places_a_duplicate_where_json_load_reads_it():
 
 def test_one_bf16_family_list():
     """The rule reads model.bf16_family, built from the list the postmortem uses; no copy of the list in a rule."""
-    from finetune_doctor.analyzers.runctx import BF16_FAMILIES
+    from finetune_doctor.analyzers.runctx import BF16_FAMILIES as in_postmortem
+    from finetune_doctor.arch import BF16_FAMILIES
 
     root = Path(__file__).resolve().parent.parent
     rule = (root / "rules" / "fp16-on-bf16-model.yaml").read_text()
     assert "model.bf16_family" in rule and "'qwen2'" not in rule and "qwen2" in BF16_FAMILIES
+    assert in_postmortem is BF16_FAMILIES
 
 
 def test_one_size_formatter():

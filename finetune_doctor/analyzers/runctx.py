@@ -6,12 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from finetune_doctor.arch import BF16_FAMILIES
 from finetune_doctor.evidence import Evidence
-
-# families pre-trained in bf16 even where config.json says float16 (Llama 2; Meta's model card): the one list, read by
-# the postmortem here and, as the fact model.bf16_family (facts/model.py), by rules/fp16-on-bf16-model.yaml
-BF16_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
-                 "gemma3_text", "deepseek_v2", "phi3", "glm4", "chatglm", "internlm2")
 
 
 class RunContext:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from finetune_doctor.analyzers.runctx import BF16_FAMILIES
+from finetune_doctor.arch import BF16_FAMILIES
 from finetune_doctor.facts.schema import F, Namespace
 
 NAMESPACE = Namespace("model", __doc__.split("\n\n")[0], {
     "name": F("str", "model name as the config gives it, or the catalog id"),
     "model_type": F("str", "config.json model_type"),
-    "bf16_family": F("bool", "a family pre-trained in bf16 (analyzers/runctx.py BF16_FAMILIES, the one list)"),
+    "bf16_family": F("bool", "a family pre-trained in bf16 (arch.py BF16_FAMILIES, the one list)"),
     "dtype": F("str", "checkpoint dtype (config.json torch_dtype/dtype)"),
     "params_b": F("float", "parameters, billions"),
     "params": F("int", "parameters"),
