@@ -41,7 +41,7 @@ def predict_row(n: int, no_gc: bool) -> dict:
     from finetune_doctor.probes.replay import replay_sim
     from finetune_doctor.probes.simulate import simulate
     from finetune_doctor.probes.spec import spec_from_run
-    from finetune_doctor.readers.modelcfg import load_arch
+    from finetune_doctor.readers.model.modelcfg import load_arch
     from finetune_doctor.run import resolve_run
     from finetune_doctor.types import Hardware
 

@@ -136,8 +136,7 @@ def _tk():
     if "tk" not in _B:
         from transformers import PreTrainedTokenizerFast
 
-        from finetune_doctor.analyzers import templates as T
-
+        from finetune_doctor.analyzers.data import templates as T
         tk = PreTrainedTokenizerFast(tokenizer_file=str(Path(os.environ["BENCH_TOK"]) / "tokenizer.json"),
                                      eos_token="<|im_end|>")
         _B.update(tk=tk, t=T.get_template("qwen"), cutoff=int(os.environ["BENCH_CUTOFF"]))
@@ -155,8 +154,8 @@ def _align(example: dict) -> dict:
 def _preprocess(batch: dict) -> dict:
     """LF's SupervisedDatasetProcessor.preprocess_dataset: every template slot encoded on its own with the
     transformers tokenizer (Template._convert_elements_to_ids), infer_seqlen per turn, ids and labels out."""
-    from finetune_doctor.analyzers import templates as T
-    from finetune_doctor.analyzers.dataargs import infer_seqlen
+    from finetune_doctor.analyzers.data import templates as T
+    from finetune_doctor.analyzers.data.dataargs import infer_seqlen
 
     tk, t, cutoff = _tk()
     out: dict = {"input_ids": [], "attention_mask": [], "labels": []}
@@ -215,7 +214,7 @@ def run_floor(data: Path, tok_dir: Path) -> float:
 
 
 def run_doctor(data: Path, tok_dir: Path, cutoff: int, procs: int) -> tuple[float, dict]:
-    from finetune_doctor.analyzers.datascan import collect
+    from finetune_doctor.analyzers.data.datascan import collect
 
     (data.parent / "dataset_info.json").write_text(json.dumps({"bench": {"file_name": data.name}}))
     cfg = {"model_name_or_path": str(tok_dir), "dataset": "bench", "dataset_dir": str(data.parent),
@@ -262,7 +261,7 @@ def _fresh(body: str) -> dict:
 def read_probe(path: Path, ftype: str) -> dict:
     """The row readers alone over `path` in a fresh process: rows, rows with problems, seconds, peak RSS."""
     return _fresh(
-        "from finetune_doctor.readers.datasets import DatasetSpec, iter_chunks\n"
+        "from finetune_doctor.readers.data.datasets import DatasetSpec, iter_chunks\n"
         f"spec=DatasetSpec(name='b', load_from='file', source='x', files=({str(path)!r},), file_type={ftype!r})\n"
         "t0=time.perf_counter(); n=bad=0\n"
         "for ch in iter_chunks(spec):\n    n+=len(ch); bad+=len(ch.errors)\n"

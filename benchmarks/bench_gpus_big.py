@@ -76,7 +76,7 @@ def write_jsonl(path: Path, target_bytes: int) -> int:
 
 def write_csv(jsonl: Path, path: Path) -> None:
     from finetune_doctor.hardware.record import CsvRecorder
-    from finetune_doctor.readers.smi import open_gpu_file
+    from finetune_doctor.readers.gpus.smi import open_gpu_file
 
     rec = CsvRecorder(str(path))
     for snap in open_gpu_file(str(jsonl)):
@@ -139,8 +139,8 @@ def main(max_mb: int) -> str:
         f"peak RSS {rw['rss_mib']:.0f} MiB.",
         "",
         "Before this change (issue 17), a 200 MB recording peaked at 862 MB and 10k cards took over 30 s. The "
-        "readers now stream (readers/smi.py, one line at a time) into a SampleAccumulator that keeps each card's "
-        "peak and 8 bytes per card per sample (analyzers/gpu_cards.py), so RSS grows with the cards, not the text.",
+        "readers now stream (readers/gpus/smi.py, one line at a time) into a SampleAccumulator that keeps each card's "
+        "peak and 8 bytes per card per sample (analyzers/gpus/gpu_cards.py), so RSS grows with the cards, not the text.",
         "",
     ]
     text = "\n".join(lines)

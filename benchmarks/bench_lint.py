@@ -126,8 +126,8 @@ def breakdown(yaml_path: Path, json_path: Path, reps: int = 15) -> dict[str, flo
     import json as _json
 
     from finetune_doctor.engine import loader
-    from finetune_doctor.readers import dsconfig, keyschema, yamlcfg
-
+    from finetune_doctor.readers.deepspeed import dsconfig
+    from finetune_doctor.readers.config import keyschema, yamlcfg
     def med(fn) -> float:
         out = []
         for _ in range(reps):

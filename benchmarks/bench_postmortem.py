@@ -97,7 +97,7 @@ def write_log(path: str, target_bytes: int) -> tuple[int, int]:
 
 CHILD = {
     "ours-event-file": """
-from finetune_doctor.readers.tbevents import read_event_file
+from finetune_doctor.readers.runlogs.tbevents import read_event_file
 ev = read_event_file({event!r})
 RESULT = {{"points": sum(len(s) for s in ev.series), "tags": len(ev.series)}}
 """,

@@ -10,7 +10,7 @@ with the failure: one rank's CUDA OOM, the others' NCCL watchdog timeout, with I
 order them.
 
 Baseline: ``grep -c -F -f words.txt FILES`` with words.txt = the reader's trigger words
-(readers/logpatterns.py TRIGGER_WORDS): grep counting the lines the doctor has to look at, GNU grep's fastest
+(readers/runlogs/logpatterns.py TRIGGER_WORDS): grep counting the lines the doctor has to look at, GNU grep's fastest
 mode for a set of fixed strings. Each is a fresh process; peak memory is the largest sum of RSS over the process
 and its children (psutil, sampled every 50 ms).
 
@@ -131,7 +131,7 @@ def main() -> None:
                     help="ranks that print HF's metric dicts: every rank (worst case) or rank 0 (as HF does)")
     ap.add_argument("--result", default=os.path.join(ROOT, "benchmarks", "results", "postmortem_ranks.md"))
     a = ap.parse_args()
-    from finetune_doctor.readers.logpatterns import TRIGGER_WORDS
+    from finetune_doctor.readers.runlogs.logpatterns import TRIGGER_WORDS
 
     culprit = min(137, a.ranks - 1)
     t = time.perf_counter()

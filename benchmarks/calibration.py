@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slice", action="store_true")
     ap.add_argument("--model", default="Qwen/Qwen2.5-7B")
     args = ap.parse_args(argv)
-    from finetune_doctor.readers.modelcfg import load_arch
+    from finetune_doctor.readers.model.modelcfg import load_arch
 
     arch, _ = load_arch(args.model)
     rows = []

@@ -101,7 +101,7 @@ def main() -> int:
         "# Fits/OOM outcome of the real cases that state their GPUs", "",
         "'right (fits flag)' scores the estimate's fits/OOM alone; 'right (with FD606)' counts a fit that the",
         "predicted-tight-fit warning flags (the at-risk verdict: a probability of OOM over 5 % by the error the",
-        "benchmarks measured, analyzers/uncertainty.py, or OOM on the torch < 2.8 default optimizer when the stack",
+        "benchmarks measured, analyzers/memory/uncertainty.py, or OOM on the torch < 2.8 default optimizer when the stack",
         "is not stated) as the doctor's OOM warning. The verdicts' Brier scores: benchmarks/results/margin.md.", "",
         "| case | GPUs | reported | predicted | right (fits flag) | right (with FD606) | predicted total / capacity | "
         "reported outcome |",

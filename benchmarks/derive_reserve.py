@@ -6,12 +6,12 @@ trace on (probes/simulate.py), and replayed through the caching-allocator model 
 expandable segments off and on. The reserve of a config is what the allocator holds beyond the tensor peak:
 ``r = (peak reserved + analytic bytes) / (simulated tensor peak) − 1``, where the analytic bytes (DeepSpeed's
 partitions, which the simulate probe adds without allocating them) are flat buffers allocated once, so they add
-to reserved and to allocated alike. Configs are grouped by the shape class `analyzers/reserve.py
+to reserved and to allocated alike. Configs are grouped by the shape class `analyzers/memory/reserve.py
 shape_class` gives their Run; the table stores each class's median, spread and members.
 
 Usage::
 
-    python benchmarks/derive_reserve.py            # writes finetune_doctor/analyzers/reserve_table.json and
+    python benchmarks/derive_reserve.py            # writes finetune_doctor/analyzers/memory/reserve_table.json and
                                                    # benchmarks/results/reserve_derivation.md
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-TABLE = ROOT / "finetune_doctor" / "analyzers" / "reserve_table.json"
+TABLE = ROOT / "finetune_doctor" / "analyzers" / "memory" / "reserve_table.json"
 DOC = ROOT / "benchmarks" / "results" / "reserve_derivation.md"
 
 Q05, Q15, Q7, L8 = "Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-1.5B", "Qwen/Qwen2.5-7B", "meta-llama/Meta-Llama-3-8B"
@@ -53,7 +53,7 @@ GRID = [
 # ZeRO-2/3 (class `zero`) is not derived: the simulate probe runs DeepSpeed's replica and adds its partitions
 # analytically (ZeRO-2), or stands in FSDP2 for ZeRO-3 (its full-size build and unsharded storages stay in the
 # trace), so neither trace has DeepSpeed's allocation pattern (flat partitions, IPG buckets). The class keeps the
-# former flat reserve (analyzers/reserve.py FALLBACK) until a device run measures it.
+# former flat reserve (analyzers/memory/reserve.py FALLBACK) until a device run measures it.
 
 
 class _DS:
@@ -64,12 +64,12 @@ class _DS:
 
 def measure(model: str, cfg: dict, world: int, stage: int | None) -> dict:
     from finetune_doctor.analyzers.memory import compute_terms
-    from finetune_doctor.analyzers.reserve import shape_class
+    from finetune_doctor.analyzers.memory.reserve import shape_class
     from finetune_doctor.probes.allocconf import parse_alloc_conf
     from finetune_doctor.probes.replay import replay_sim
     from finetune_doctor.probes.simulate import simulate
     from finetune_doctor.probes.spec import spec_from_run
-    from finetune_doctor.readers.modelcfg import load_arch
+    from finetune_doctor.readers.model.modelcfg import load_arch
     from finetune_doctor.run import resolve_run
     from finetune_doctor.types import Hardware
 
@@ -123,7 +123,7 @@ def _doc(rows: list[dict], classes: dict) -> str:
              f"{sum(r['sim_s'] for r in rows):.0f} s of simulation). The analytic model (analyzers/memory.py) adds "
              "`reserve × tensor peak` for the allocator's cached-but-unallocated memory; it took a flat 8 % (5 % with "
              "expandable segments) before. Now the reserve is the median over the configs of the run's shape class "
-             "(analyzers/reserve.py `shape_class`: DeepSpeed ZeRO-2/3 → `zero`; a MoE model → `moe`; ≥ 8192 tokens per "
+             "(analyzers/memory/reserve.py `shape_class`: DeepSpeed ZeRO-2/3 → `zero`; a MoE model → `moe`; ≥ 8192 tokens per "
              "micro-batch → `long_sequence`; fp32 logits ≥ 25 % of the tensor peak → `large_vocab_logits`; else "
              "`default`). The `zero` class is not derived (its traces are stand-ins, see GRID in the script) and "
              "keeps the former flat 8 % / 5 %.", "",

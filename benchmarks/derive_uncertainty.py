@@ -1,5 +1,10 @@
 #!/usr/bin/env python
-"""Derive the error model of the memory prediction (analyzers/uncertainty.py) from the benchmark rows; write it.
+"""Derive the error model of the memory prediction (analyzers/memory/uncertainty.py) from the benchmark rows; write it.
+
+Since the held-out calibration (benchmarks/calibrate.py, issue #21 item 5) the committed table's ``analytic`` rows
+are the dev half of benchmarks/data/calibration_rows.yaml, fitted by that script, which keeps this script's
+``simulated`` and ``measured`` rows. Running this script rewrites the table from the rows below instead; run
+benchmarks/calibrate.py after it to restore the held-out fit.
 
 Rows, each one prediction against one measurement of the peak device memory per GPU, ε = ln(measured / predicted):
 
@@ -13,7 +18,7 @@ Rows, each one prediction against one measurement of the peak device memory per 
   allocator model with the default settings (probes/replayed.py, what ``doctor probe`` reports).
 * measured: device rows of one configuration as run measured more than once, each against their mean.
 
-Each row's shape class is analyzers/reserve.py `shape_class` of its run. The table keeps per method the pooled
+Each row's shape class is analyzers/memory/reserve.py `shape_class` of its run. The table keeps per method the pooled
 statistics and those of each class (`uncertainty.derive`); the predictive distributions follow from them at run
 time (`uncertainty.dist_from`). The results page adds the leave-one-out check: every row's 90 % interval and
 p(measured > predicted) from a table derived without that row.
@@ -24,7 +29,7 @@ Usage::
     python benchmarks/derive_uncertainty.py --reuse-simulated   # keep the simulated rows of the rows file
     python benchmarks/derive_uncertainty.py --no-write
 
-Writes finetune_doctor/analyzers/uncertainty_table.json, benchmarks/results/uncertainty_rows.csv and
+Writes finetune_doctor/analyzers/memory/uncertainty_table.json, benchmarks/results/uncertainty_rows.csv and
 benchmarks/results/uncertainty_derivation.md.
 """
 
@@ -45,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("FINETUNE_DOCTOR_NO_NVML", "1")
-TABLE = ROOT / "finetune_doctor" / "analyzers" / "uncertainty_table.json"
+TABLE = ROOT / "finetune_doctor" / "analyzers" / "memory" / "uncertainty_table.json"
 ROWS = ROOT / "benchmarks" / "results" / "uncertainty_rows.csv"
 DOC = ROOT / "benchmarks" / "results" / "uncertainty_derivation.md"
 DEVICE_CSV = ROOT / "benchmarks" / "results" / "gpu_measure.csv"
@@ -64,7 +69,7 @@ def published_rows(path: Path) -> list[dict]:
     from finetune_doctor.analyzers.memory import estimate
     from finetune_doctor.errors import InputError
     from finetune_doctor.hardware.catalog import parse_gpu_spec
-    from finetune_doctor.readers.modelcfg import load_arch
+    from finetune_doctor.readers.model.modelcfg import load_arch
     from finetune_doctor.run import resolve_run
 
     out, seen = [], []
@@ -99,7 +104,7 @@ def device_rows(reuse: dict[str, dict]) -> list[dict]:
 
     from finetune_doctor.analyzers.memory import estimate
     from finetune_doctor.hardware.catalog import parse_gpu_spec
-    from finetune_doctor.readers.modelcfg import load_arch
+    from finetune_doctor.readers.model.modelcfg import load_arch
     from finetune_doctor.run import resolve_run
 
     out = []
@@ -138,7 +143,7 @@ def device_rows(reuse: dict[str, dict]) -> list[dict]:
 def measured_rows(device: list[dict]) -> list[dict]:
     """Repeated measurements of one configuration as run: each against the group's mean (shape class ``any``:
     the spread of a measurement does not depend on the run's shape)."""
-    from finetune_doctor.analyzers.uncertainty import ANY
+    from finetune_doctor.analyzers.memory.uncertainty import ANY
 
     groups: dict[str, list[dict]] = {}
     for r in device:
@@ -170,7 +175,7 @@ GRID = [(k, v) for k in (0.5, 1.0, 2.0, 4.0, 8.0) for v in (1, 2, 4, 8)]
 
 def choose_prior(rows: list[dict]) -> tuple[tuple[float, int], dict[str, float]]:
     """The (κ0, ν0) of GRID with the best leave-one-out log predictive density over `rows`, and every score."""
-    from finetune_doctor.analyzers.uncertainty import log_score
+    from finetune_doctor.analyzers.memory.uncertainty import log_score
 
     scores = {f"{k:g},{v}": log_score(rows, k, v) for k, v in GRID}
     best = max(GRID, key=lambda kv: scores[f"{kv[0]:g},{kv[1]}"])
@@ -179,7 +184,7 @@ def choose_prior(rows: list[dict]) -> tuple[tuple[float, int], dict[str, float]]
 
 def loo(rows: list[dict], k0: float, nu0: int) -> list[dict]:
     """Leave-one-out: each row's 90 % interval and p(measured > predicted) from the other rows' table."""
-    from finetune_doctor.analyzers.uncertainty import LEVEL, derive, dist_from
+    from finetune_doctor.analyzers.memory.uncertainty import LEVEL, derive, dist_from
 
     out = []
     for i, r in enumerate(rows):
@@ -198,7 +203,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reuse-simulated", action="store_true", help="keep the simulated rows of the rows file")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
-    from finetune_doctor.analyzers.uncertainty import derive
+    from finetune_doctor.analyzers.memory.uncertainty import derive
 
     pub = Path(args.published) if args.published else shared_reference() / "memory" / "memory_points_dev.csv"
     reuse = {}
@@ -215,7 +220,7 @@ def main(argv=None) -> int:
     table = {"about": "Error of the memory prediction, eps = ln(measured / predicted) of the peak device memory per "
                       "GPU, by method and shape class: n, mean, sample variance; prior: the weights of the pooled "
                       "rows, chosen by leave-one-out log predictive density. Regenerate with "
-                      "benchmarks/derive_uncertainty.py; the model is analyzers/uncertainty.py.",
+                      "benchmarks/derive_uncertainty.py; the model is analyzers/memory/uncertainty.py.",
              "generated": time.strftime("%Y-%m-%d"),
              "prior": {"kappa0": k0, "nu0": nu0, "loo_log_score": {k: round(v, 3) for k, v in scores.items()}},
              "methods": methods}
@@ -235,7 +240,7 @@ def main(argv=None) -> int:
 
 def _doc(rows: list[dict], methods: dict, checks: list[dict], prior: tuple[float, int],
          scores: dict[str, float]) -> str:
-    from finetune_doctor.analyzers.uncertainty import LEVEL, SIGMA_FLOOR, dist_from
+    from finetune_doctor.analyzers.memory.uncertainty import LEVEL, SIGMA_FLOOR, dist_from
 
     k0, nu0 = prior
     lines = ["# Error model of the memory prediction", "",
@@ -246,7 +251,7 @@ def _doc(rows: list[dict], methods: dict, checks: list[dict], prior: tuple[float
              "and repeated device measurements of one configuration (measured). The predictive distribution of a "
              f"class is Student's t from the conjugate update of its method's pooled rows (the mean worth κ0 = {k0:g} "
              f"rows, the variance ν0 = {nu0} rows) by the class's rows; a class without rows takes the pooled rows' "
-             f"own predictive; scale floor {100 * SIGMA_FLOOR:.0f} % (analyzers/uncertainty.py). κ0 and ν0 are "
+             f"own predictive; scale floor {100 * SIGMA_FLOOR:.0f} % (analyzers/memory/uncertainty.py). κ0 and ν0 are "
              "the pair with the best leave-one-out log predictive density over all rows: "
              + ", ".join(f"({k}) {v:.1f}" for k, v in sorted(scores.items(), key=lambda kv: -kv[1])[:6]) + " … "
              f"(worst {min(scores.values()):.1f}).", "",

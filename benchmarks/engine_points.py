@@ -219,8 +219,8 @@ def evaluate(p: Point) -> tuple[float, Any]:
     """(predicted value comparable with `p.measured`, the MemoryEstimate) for one point."""
     from finetune_doctor.analyzers.memory import estimate
     from finetune_doctor.hardware.catalog import parse_gpu_spec
-    from finetune_doctor.readers.accelerate import accelerate_config_from_values
-    from finetune_doctor.readers.modelcfg import load_arch
+    from finetune_doctor.readers.config.accelerate import accelerate_config_from_values
+    from finetune_doctor.readers.model.modelcfg import load_arch
     from finetune_doctor.run import resolve_run
     from finetune_doctor.run.engines import LaunchInputs
 

@@ -149,7 +149,7 @@ def _predict(i: int, *, tiny: bool = False, steps: int = 3, no_gc: bool = False)
     from finetune_doctor.analyzers.memory import estimate
     from finetune_doctor.probes.simulate import simulate
     from finetune_doctor.probes.spec import spec_from_run
-    from finetune_doctor.readers.modelcfg import load_arch
+    from finetune_doctor.readers.model.modelcfg import load_arch
     from finetune_doctor.run import resolve_run
     from finetune_doctor.types import Hardware
 

@@ -64,7 +64,7 @@ def cards() -> list[tuple[str, float]]:
 
 def row_questions() -> list[dict]:
     """Set 1: every benchmark row × card near its measured peak, scored leave-one-out."""
-    from finetune_doctor.analyzers.uncertainty import P_OOM_TARGET, derive, dist_from, p_oom
+    from finetune_doctor.analyzers.memory.uncertainty import P_OOM_TARGET, derive, dist_from, p_oom
 
     rows = list(csv.DictReader(open(ROWS, encoding="utf-8")))
     out = []
@@ -192,7 +192,7 @@ def coverage() -> list[str]:
     """Leave-one-out coverage of the 90 % interval over the benchmark rows, per method (derive_uncertainty.loo)."""
     from derive_uncertainty import loo
 
-    from finetune_doctor.analyzers.uncertainty import prior
+    from finetune_doctor.analyzers.memory.uncertainty import prior
 
     rows = [{**r, "eps": float(r["eps"])} for r in csv.DictReader(open(ROWS, encoding="utf-8"))]
     checks = loo(rows, *prior())
@@ -210,7 +210,7 @@ def report(rq: list[dict], cq: list[dict], hq: list[dict]) -> str:
     lines = ["# Verdicts at the margin: fits / at-risk / oom and the probability of OOM", "",
              f"{time.strftime('%Y-%m-%d')}; `python benchmarks/margin.py`. Brier score = mean (p − outcome)², outcome "
              "1 when the run ran out of memory; a hard verdict counts as p = 0 (fits) or 1 (oom), so the Brier score of "
-             "a hard verdict is its error rate. The error model (analyzers/uncertainty.py) gives p_oom; its verdict "
+             "a hard verdict is its error rate. The error model (analyzers/memory/uncertainty.py) gives p_oom; its verdict "
              "is `oom` when the prediction exceeds the card, `fits` when p_oom ≤ 5 %, else `at-risk`.", "",
              "## 1. Benchmark rows on every card within 10 % of their measured peak", "",
              "Each row of benchmarks/results/uncertainty_rows.csv (published and device measurements) against each "

@@ -80,7 +80,7 @@ def in_process(repeat: int) -> dict:
     from finetune_doctor.probes.replayed import replay_probe
     from finetune_doctor.probes.simulate import simulate
     from finetune_doctor.probes.spec import spec_from_run
-    from finetune_doctor.readers.modelcfg import load_arch
+    from finetune_doctor.readers.model.modelcfg import load_arch
     from finetune_doctor.run import resolve_run
 
     hw = parse_gpu_spec(GPU)

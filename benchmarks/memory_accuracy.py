@@ -8,6 +8,12 @@ setup LLaMA-Factory cannot express). For each row the run is expressed as a LLaM
 Run: python benchmarks/memory_accuracy.py [--csv PATH] → prints the table and the median absolute error and
 writes benchmarks/results/memory_accuracy.md. The FSDP/FSDP2 and Megatron-Core measurements are a section of their
 own, from benchmarks/engine_points.py.
+
+Held-out rows: the published measurements of benchmarks/data/calibration_rows.yaml (split by source into dev and
+test before any fit, benchmarks/calib_data.py) are a section of their own, each half reported separately, by
+engine, method and tokens per micro-batch. Each is compared with the prediction of the counter its source measured
+(benchmarks/calibrate.py `compare`: allocated with ``peak_allocated``, reserved with ``total`` less the runtime
+term, nvidia-smi with ``total``), through the same in-process path as ``doctor estimate``.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from pathlib import Path
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.analyzers.memory import estimate
-from finetune_doctor.readers.modelcfg import load_arch
+from finetune_doctor.readers.model.modelcfg import load_arch
 from finetune_doctor.run import resolve_run
 
 HERE = Path(__file__).resolve().parent
@@ -135,6 +141,39 @@ def liger_table() -> tuple[list[str], list[float]]:
     return lines, errs
 
 
+def heldout_section() -> list[str]:
+    """The dev and test halves of the held-out published measurements (module docstring), by engine, method and
+    tokens per micro-batch; the printed summary line of each half. A run that trained and was called ``oom`` is
+    counted (issue #23's bar)."""
+    from calibrate import breakdown, engine_of, score_all, seq_band
+
+    from calib_data import load_rows
+
+    rows = load_rows()
+    scored = score_all(rows)
+    lines = ["", "## Held-out published measurements (benchmarks/data/calibration_rows.yaml)", "",
+             "Each half separately (split by source before any fit). Error = predicted / measured - 1 of the "
+             "counter the source measured (allocated, reserved, nvidia-smi; a card's capacity for the longest run "
+             "that fit). Reproduce with this script; benchmarks/calibrate.py scores the same rows for p_oom.", ""]
+    for half in ("dev", "test"):
+        h = [s for s in scored if s["row"]["split"] == half]
+        errs = [abs(s["cmp"]["rel_err"]) for s in h if s["cmp"] is not None]
+        called_oom = [s["row"]["id"] for s in h if s["row"].get("outcome") == "trained" and s["row"].get("gpu")
+                      and s["pred"].get("verdict") == "oom"]
+        head = (f"{half}: {len(errs)} measurements, median |error| {statistics.median(errs):.1%}, max "
+                f"{max(errs):.1%}; within 25 %: {sum(e <= 0.25 for e in errs)}/{len(errs)}; runs that trained "
+                f"called oom: {len(called_oom)} {called_oom or ''}") if errs else f"{half}: no measurements"
+        print(head)
+        lines += [f"### {half} half", "", head, "", "By engine / method / tokens per micro-batch:", "",
+                  *breakdown(h, lambda r, p: f"{engine_of(r)} / {r['method']} / {seq_band(r)}"), "",
+                  "By engine:", "", *breakdown(h, lambda r, p: engine_of(r)), "",
+                  "By method:", "", *breakdown(h, lambda r, p: r["method"]), "",
+                  "By tokens per micro-batch:", "", *breakdown(h, lambda r, p: seq_band(r)), "",
+                  "By what was measured:", "", *breakdown(h, lambda r, p: str((r.get("measured") or {}).get("kind"))),
+                  ""]
+    return lines
+
+
 class _DS:
     def __init__(self, stage: int, extra: dict | None = None):
         self.resolved = {"zero_optimization": {"stage": stage, **(extra or {})}}
@@ -221,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine_points import section as engine_section
 
     lines += engine_section()
+    lines += heldout_section()
     liger_lines, liger_errs = liger_table()
     lines += liger_lines
     if liger_errs:

@@ -56,7 +56,7 @@ ACTIVE_SCOPES = ("all", "text", "no_input_embedding", "non_embedding")   # see M
 
 
 # families pre-trained in bf16 even where config.json says float16 (Llama 2; Meta's model card): the one list, read by
-# the postmortem (analyzers/runctx.py) and, as the fact model.bf16_family (facts/model.py), by
+# the postmortem (analyzers/postmortem/runctx.py) and, as the fact model.bf16_family (facts/model.py), by
 # rules/fp16-on-bf16-model.yaml
 BF16_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
                  "gemma3_text", "deepseek_v2", "phi3", "glm4", "chatglm", "internlm2")

@@ -96,6 +96,14 @@ def common_options(fn: Callable) -> Callable:
     return fn
 
 
+def context_option(fn: Callable) -> Callable:
+    """``--context FILE`` for the commands that answer as on the training machine (check, estimate, lint)."""
+    return click.option("--context", "context", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+                        help="The training machine captured by `doctor context` (default: .doctor-context.json "
+                             "beside the config); its values act as --model-config, --env, --gpu, --host-ram, "
+                             "--accelerate-config and the data scan.")(fn)
+
+
 def _options(**kw: Any) -> dict[str, Any]:
     from finetune_doctor.settings import Options
 
@@ -171,6 +179,7 @@ def main() -> None:
 @UNSAFE_FIXES_OPTION
 @click.option("--validate-deepspeed", "validate_ds", is_flag=True,
               help="Also validate the DeepSpeed JSON with DeepSpeed's own config models (imports deepspeed, ~3 s).")
+@context_option
 @_guard
 def check(config: str, overrides: tuple[str, ...], probe_mode: str | None, scan_data: bool, fix: bool,
           unsafe_fixes: bool, validate_ds: bool, **kw: Any) -> None:
@@ -190,6 +199,7 @@ def check(config: str, overrides: tuple[str, ...], probe_mode: str | None, scan_
 @UNSAFE_FIXES_OPTION
 @click.option("--diff", is_flag=True, help="Print only the unified diff the fixes would make (nothing is written; "
               "exit 1 when there is one).")
+@context_option
 @_guard
 def lint(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bool, **kw: Any) -> None:
     """Static rules only (pre-commit). Never imports torch, never touches a GPU or a dataset."""
@@ -217,6 +227,7 @@ def lint(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bool, **kw
 @click.argument("overrides", nargs=-1)
 @common_options
 @click.option("--sweep", "sweeps", multiple=True, help="KEY=v1,v2,... what-if table (repeatable: a grid).")
+@context_option
 @_guard
 def estimate(config: str, overrides: tuple[str, ...], sweeps: tuple[str, ...], **kw: Any) -> None:
     """Memory breakdown per GPU and host; --sweep for what-fits tables."""
@@ -377,3 +388,34 @@ def entry() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code or 0)
+
+
+@main.command()
+@click.argument("config", type=click.Path())
+@click.argument("overrides", nargs=-1)
+@common_options
+@click.option("--keep-paths", is_flag=True, help="Keep absolute paths of this machine in the file (default: made "
+              "relative to the config's folder or cut to their last component).")
+@click.option("--no-data", "no_data", is_flag=True, help="Do not scan the datasets.")
+@click.option("--from", "gpus_from", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Read the GPUs from an nvidia-smi, rocm-smi, amd-smi or npu-smi output instead of NVML.")
+@_guard
+def context(config: str, overrides: tuple[str, ...], keep_paths: bool, no_data: bool, gpus_from: str | None,
+            **kw: Any) -> None:
+    """Capture this (training) machine for checks elsewhere: writes .doctor-context.json beside the config."""
+    from finetune_doctor.pipeline import context as pipe
+
+    opts = _options(command="context", paths=[config], **{**kw, "output": None})
+    got = pipe.capture(config, overrides, opts, output=kw.get("output"), keep_paths=keep_paths,
+                       scan_data=not no_data, gpus_from=gpus_from)
+    d = got.data
+    gpus = (d.get("hardware") or {})
+    parts = [f"model {((d.get('model') or {}).get('name'))}" + (" (config.json)" if (d.get("model") or {}).get("config")
+                                                                else " (no config.json)"),
+             f"GPUs {gpus.get('num_gpus')} x {gpus.get('gpu')}" if gpus.get("gpu") else "no GPUs",
+             "stack " + ", ".join(f"{k} {v}" for k, v in (d.get("stack") or {}).items() if v and k in
+                                  ("torch", "transformers", "deepspeed", "llamafactory", "peft", "accelerate")),
+             f"{len((d.get('data') or {}).get('datasets') or [])} dataset(s) scanned"]
+    click.echo(f"doctor: wrote {got.path}: " + "; ".join(parts))
+    for n in got.notes:
+        click.echo(f"doctor: note: {n}", err=True)

@@ -1,8 +1,8 @@
 """What the postmortem readers found in a run's leftovers, typed and with positions, never judged.
 
-Readers (readers/logs.py, readers/trainer_log.py, readers/tbevents.py, readers/trackers.py, readers/elastic.py,
-readers/flight.py; found by readers/runlayout.py) return these frozen dataclasses; the timeline analyzer
-(analyzers/timeline.py) turns them into timeline events and the ``ev`` fact namespace that the postmortem rules
+Readers (readers/runlogs/logs.py, readers/runlogs/trainer_log.py, readers/runlogs/tbevents.py, readers/runlogs/trackers.py, readers/runlogs/elastic.py,
+readers/runlogs/flight.py; found by readers/runlogs/runlayout.py) return these frozen dataclasses; the timeline analyzer
+(analyzers/postmortem/timeline.py) turns them into timeline events and the ``ev`` fact namespace that the postmortem rules
 read. Nothing here imports more than the standard library.
 
 Units: memory sizes are **bytes** (as parsed from the message, GiB = 2^30 bytes); steps are optimizer steps
@@ -16,8 +16,8 @@ non-finite values and the larger move of each pair (``Series.stride`` says how m
 
 The ``ev`` fact namespace
 -------------------------
-analyzers/timeline.py `analyze` turns an `Evidence` into the ``ev`` namespace that postmortem rules read (merged
-by pipeline/postmortem.py beside cfg/run/model/hw/mem/ds of ``facts.config.assemble_config``). Plain dicts and
+analyzers/postmortem/timeline.py `analyze` turns an `Evidence` into the ``ev`` namespace that postmortem rules read
+(merged by pipeline/postmortem.py beside cfg/run/model/hw/mem/ds of ``facts.config.assemble_config``). Plain dicts and
 lists; a missing fact is None; every ``location`` is ``{file, line, column, key}`` of the evidence line:
 
 ==================  ==========================================================================================
@@ -56,12 +56,12 @@ attention_warning   {model, want, have, text, location}
 gpus                {cards: [{index, name, node, peak_gib, total_gib, samples, location}], busiest, lightest, spread_gib,
                     nodes} (recordings of several nodes join: each card names its node)
 cuda_error          {kind, exc, status, call, assert_site, assert_cond, out_of_vocab, table, rank, ranks, count, step,
-                    meaning, fix_title, location} (analyzers/failures.py)
+                    meaning, fix_title, location} (analyzers/postmortem/failures.py)
 xid                 {events: [{xid, pci, pid, process, host, meaning, action, who, location}], worst, count, codes,
                     hardware, location}
 ranks               {count, nodes, node_count, table, first_failed {rank, node, gpu, kind, how, location}, waiting,
                     waiting_count, stragglers [{rank, node, sec_per_step, ratio, why}], desync {source, lagging, seq,
-                    how, location}, failed_count} (analyzers/ranks.py)
+                    how, location}, failed_count} (analyzers/postmortem/ranks.py)
 stack               {package: {version, source}}: versions the logs print (llamafactory-cli env, ds_report, NCCL)
 skipped             [{path, why, extra}]: what was not read (not a regular file, a missing extra)
 model, world        {params, params_source, trainable, vocab, name}; {value, source}
@@ -147,7 +147,7 @@ class Series:
         return len(self.values)
 
     # steps that did not fit a 64-bit step (2^63 or more, inf, nan) and were kept as unknown (-1); a reader's
-    # FileRead says how many (readers/runlayout.py `read_file`)
+    # FileRead says how many (readers/runlogs/runlayout.py `read_file`)
     out_of_range: array = field(default_factory=lambda: array("q", [0]))
     # how many logged points each kept point stands for (1 until the series passes SERIES_CAP), see `_thin`
     stride: array = field(default_factory=lambda: array("q", [1]))
@@ -239,7 +239,9 @@ class OomRecord:
 
     Sizes are bytes, None when that PyTorch version's message does not carry them. `format` is
     ``legacy`` (torch <= 2.0: "... already allocated; ... free; ... reserved in total by PyTorch"),
-    ``v2`` (torch >= 2.1: "GPU n has a total capacity of ..."), or ``runtime`` (no sizes:
+    ``v2`` (torch >= 2.1: "GPU n has a total capacity of ..."), ``npu`` (torch_npu: "NPU out of memory. ... (NPU n;
+    ... total capacity; ... already allocated; ... current active; ... free; ... reserved in total by PyTorch)"),
+    or ``runtime`` (no sizes:
     "CUDA error: out of memory", CUBLAS_STATUS_ALLOC_FAILED). `procs` lists (pid, bytes) of every
     "Process P has X memory in use" entry; `this_process` is the "Including non-PyTorch memory, this
     process has X" figure. `frames` holds the function names and code lines of the traceback around the
@@ -354,7 +356,7 @@ class DeviceError:
     `exc` is the Python class printed before it (``torch.AcceleratorError`` from torch 2.8, ``RuntimeError``
     before); `status` the CUDA/cuBLAS/cuDNN status text. For a device-side assert, `assert_site` is the kernel
     (``Indexing.cu indexSelectLargeIndex``) and `assert_cond` the failed condition (``srcIndex <
-    srcSelectDimSize``) of the first assert line near it. Sources: readers/logpatterns.py.
+    srcSelectDimSize``) of the first assert line near it. Sources: readers/runlogs/logpatterns.py.
     """
 
     file: str
@@ -462,7 +464,7 @@ class Restart:
 @dataclass(frozen=True)
 class GpuMemory:
     """Per-GPU memory over a GPU recording (nvidia-smi table or CSV log, ``doctor gpus --record`` file, pasted
-    per-card summary) as readers/smi.py reads it. MiB (2^20 bytes)."""
+    per-card summary) as readers/gpus/smi.py reads it. MiB (2^20 bytes)."""
 
     file: str
     index: int

@@ -1,7 +1,8 @@
 """Weights as a checkpoint stores them: the ``quantization_config`` of a config.json, and its bytes per parameter.
 
-`parse_quantization_config` turns the dict into a frozen `QuantSpec`; `stored_linear_bytes` is the pure function
-that prices the decoder's linear weights under it; `lf_treatment` says what LLaMA-Factory does with the format.
+`parse_quantization_config` turns the dict into a frozen `QuantSpec`; `lf_treatment` says what LLaMA-Factory does
+with the format. Pricing a model's linears under a spec and resolving the YAML's quantization keys against the
+checkpoint live in run/quantization.py (they need the model's architecture).
 
 Layouts (bytes per quantized weight element of an ``in_features x out_features`` linear, group size g):
 
@@ -34,12 +35,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from finetune_doctor.dtypes import DTYPE_BYTES
-
-if TYPE_CHECKING:  # pragma: no cover
-    from finetune_doctor.arch import ModelArch
 
 # LLaMA-Factory's own list (extras/constants.py:168-179, snapshot ff6d4d1); transformers names bitsandbytes
 # "bitsandbytes" (utils/quantization_config.py QuantizationMethod), LF "bnb".
@@ -209,91 +206,11 @@ def name_suggests_quantized(name: str) -> str | None:
     for pat, what in ((r"(^|[-_.])awq($|[-_.])", "AWQ"), (r"(^|[-_.])gptq($|[-_.])", "GPTQ"),
                       (r"(^|[-_.])fp8($|[-_.])", "FP8"), (r"(^|[-_.])(bnb|4bit|8bit)($|[-_.])", "bitsandbytes"),
                       (r"(^|[-_.])mxfp4($|[-_.])", "MXFP4"), (r"(^|[-_.])int[48]($|[-_.])", "integer"),
-                      (r"(^|[-_.])gguf($|[-_.])", "GGUF")):
+                      (r"(^|[-_.])gguf($|[-_.])", "GGUF"), (r"(^|[-_.])aqlm($|[-_.])", "AQLM"),
+                      (r"(^|[-_.])[123]bit($|[-_.])", "low-bit")):
         if re.search(pat, base):
             return what
     return None
-
-
-# ---- which linears a format quantizes ------------------------------------------------------------------------
-
-def _skipped(lin_name: str, group: str, skip: tuple[str, ...]) -> bool:
-    """Whether a skip pattern (a module path or a regex-like path with ``*``) leaves this linear unquantized.
-
-    Patterns name module paths (``model.layers.*.self_attn``, ``lm_head``, ``mlp.gate``); a pattern that names a
-    single layer index only (``model.layers.3.mlp``) is not applied per layer (the counts are per layer kind).
-    """
-    leaf = lin_name.rsplit(".", 1)[-1]
-    for p in skip:
-        pl = p.lower().removeprefix("re:")
-        if re.search(r"layers\.\d+\.", pl):
-            continue
-        parts = [x for x in re.split(r"[.\\*]+", pl) if x]
-        if not parts:
-            continue
-        if parts[-1] == leaf:
-            return True
-        if group == "attention" and any(x in ("self_attn", "attn", "attention", "self_attention") for x in parts):
-            return True
-        if group == "linear_attention" and "linear_attn" in parts:
-            return True
-        if group == "shared" and any("shared_expert" in x for x in parts):
-            return True
-        if group == "experts" and "experts" in parts:
-            return True
-        if group in ("mlp", "experts", "shared") and parts[-1] in ("mlp", "feed_forward", "block_sparse_moe"):
-            return True
-    return False
-
-
-@dataclass(frozen=True)
-class LinearBytes:
-    """Bytes of the decoder's linear weights as loaded: `quantized`/`unquantized` element counts, `bytes` in
-    total, and `per_param` = bytes / all linear elements (None when the format is not modelled)."""
-
-    quantized: int
-    unquantized: int
-    bytes: float | None
-
-    @property
-    def per_param(self) -> float | None:
-        n = self.quantized + self.unquantized
-        return None if self.bytes is None or not n else self.bytes / n
-
-
-def stored_linear_bytes(arch: "ModelArch", spec: QuantSpec, unquantized_bytes: float = 2.0) -> LinearBytes:
-    """Bytes of every decoder-layer linear weight of `arch` stored under `spec` (biases at `unquantized_bytes`).
-
-    Linears a skip pattern names, and all of them when `spec` is not modelled, are priced at
-    `unquantized_bytes` per element (the checkpoint dtype). Computed per layer kind (`ModelArch.layer_groups`).
-    """
-    q = u = 0
-    total = 0.0
-    known = spec.known and spec.bits
-    for kind, n in arch.layer_groups():
-        for lin in arch.kind_linears(kind):
-            w = lin.count * lin.in_features * lin.out_features
-            b = lin.count * lin.out_features if lin.bias else 0
-            if lin.expert:
-                group = "experts"
-            elif lin.name.startswith("shared_experts."):
-                group = "shared"
-            elif lin.name in ("in_proj_qkvz", "in_proj_ba", "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a",
-                              "out_proj"):
-                group = "linear_attention"
-            elif lin.name.endswith(("gate_proj", "up_proj", "down_proj")):
-                group = "mlp"
-            else:
-                group = "attention"
-            per = spec.bytes_per_param(lin.in_features, lin.out_features) if known else None
-            if per is None or _skipped(lin.name, group, spec.skip):
-                u += n * w
-                total += n * (w + b) * unquantized_bytes
-            else:
-                q += n * w
-                total += n * (w * per + b * unquantized_bytes)
-            u += n * b
-    return LinearBytes(q, u, total if known else None)
 
 
 @dataclass(frozen=True)
@@ -317,50 +234,3 @@ class LFTreatment:
 def lf_treatment(spec: QuantSpec) -> LFTreatment:
     deq = spec.method in LF_DEQUANTIZED
     return LFTreatment(dequantized=deq, lora_only=not deq, zero3_ok=deq, dora_ok=deq)
-
-
-
-
-def resolve_quantization(arch: "ModelArch", quantization_bit: Any, quantization_method: Any) -> dict[str, Any]:
-    """The quantization LLaMA-Factory applies to `arch` given the YAML's ``quantization_bit``/``method``.
-
-    Returns a plain dict: ``ptq_method`` (None for an unquantized or unknown checkpoint), ``ptq_bits``,
-    ``ptq_format``, ``ptq_dequantized``, ``ptq_lora_only``, ``quantization_bit`` (None when a PTQ checkpoint makes
-    LF ignore it: quantization.py:94-96), ``quantization_bit_ignored``, ``quantization_unknown`` (a name hints
-    at quantization, no config says), ``weights_dtype`` (a label for a quantized PTQ checkpoint),
-    ``linear_weight_bytes`` (stored bytes per decoder-linear element, `stored_linear_bytes`) and ``notes``.
-    """
-    spec = arch.quant
-    notes: list[str] = []
-    try:
-        qbit = int(quantization_bit) if quantization_bit is not None and not isinstance(quantization_bit, bool) else None
-    except (TypeError, ValueError, OverflowError):   # .inf: the key-schema rules report the wrong type
-        qbit = None
-    out: dict[str, Any] = {"ptq_method": None, "ptq_bits": None, "ptq_format": None, "ptq_dequantized": False,
-                           "ptq_lora_only": False, "quantization_bit": qbit or None, "quantization_bit_ignored": False,
-                           "quantization_unknown": False, "weights_dtype": None, "linear_weight_bytes": None,
-                           "notes": notes}
-    if spec is None:
-        return out
-    if spec.method == "unknown":
-        out["quantization_unknown"] = True
-        notes.append(f"quantization unknown ({spec.detail}): weights sized as {arch.dtype}; "
-                     "pass --model-config with the checkpoint's config.json to size them as stored")
-        return out
-    t = lf_treatment(spec)
-    out.update(ptq_method=spec.method, ptq_bits=spec.bits, ptq_format=spec.label, ptq_dequantized=t.dequantized,
-               ptq_lora_only=t.lora_only, quantization_bit=None, quantization_bit_ignored=bool(qbit))
-    if qbit:
-        notes.append(f"quantization_bit: {qbit} is ignored: the checkpoint is already {spec.label}-quantized "
-                     "(LLaMA-Factory warns and loads it as stored)")
-    if t.dequantized:
-        notes.append(f"{spec.label} checkpoint: LLaMA-Factory dequantizes it on load and trains it in {arch.dtype}")
-        return out
-    lb = stored_linear_bytes(arch, spec, float(DTYPE_BYTES.get(arch.dtype, 2.0)))
-    out["linear_weight_bytes"] = lb.per_param
-    bits = spec.bits or 0
-    out["weights_dtype"] = "float8" if spec.method in ("fp8", "fbgemm_fp8") else (
-        f"int{int(bits)}" if bits and float(bits).is_integer() else f"{spec.method}")
-    if lb.per_param is None:
-        notes.append(f"{spec.label}: {spec.detail or 'format not modelled'}")
-    return out

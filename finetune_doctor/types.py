@@ -178,7 +178,7 @@ class MemoryEstimate:
     nvidia-smi would show; `peak_allocated` is what ``torch.cuda.max_memory_allocated`` would show.
     `host` is host RAM per node needed by offload and model loading.
     `verdict` (fits | at-risk | oom), `p_oom` (probability that the peak passes the card, 0-1) and `interval_gib`
-    (the central 90 % predictive interval of `total`) come from the error model of analyzers/uncertainty.py; None
+    (the central 90 % predictive interval of `total`) come from the error model of analyzers/memory/uncertainty.py; None
     when no GPU is known (the interval is known without one).
     """
 

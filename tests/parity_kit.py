@@ -72,7 +72,7 @@ def resized(cfg: dict[str, Any], layers: int, vocab: int = 1000, ffn_scale: floa
 def compare(mt: str, cfg: dict[str, Any]) -> tuple[int, int, int, int]:
     import transformers
 
-    from finetune_doctor.analyzers.params import lora_params
+    from finetune_doctor.analyzers.memory.params import lora_params
     from finetune_doctor.readers.model.generic import arch_from_config
     from finetune_doctor.readers.model.meta import build_model, exact_counts, lora_trainable
 

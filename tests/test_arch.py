@@ -18,7 +18,7 @@ from finetune_doctor.readers.model.vision import (
     qwen3_vl_vision_params,
     siglip_vision_params,
 )
-from finetune_doctor.readers.modelcfg import arch_from_config
+from finetune_doctor.readers.model.modelcfg import arch_from_config
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

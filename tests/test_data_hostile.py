@@ -32,11 +32,10 @@ from pathlib import Path
 
 import pytest
 
-from finetune_doctor.analyzers.datascan import collect
+from finetune_doctor.analyzers.data.datascan import collect
 from finetune_doctor.errors import InputError
-from finetune_doctor.readers import datarows as R
-from finetune_doctor.readers import datasets as D
-
+from finetune_doctor.readers.data import datarows as R
+from finetune_doctor.readers.data import datasets as D
 ROWS = [{"instruction": "héllo", "input": "", "output": "wörld"}, {"instruction": "b", "input": "", "output": "c"}]
 CFG = {"stage": "sft", "template": "qwen", "cutoff_len": 512, "dataset": "d"}
 
@@ -434,7 +433,7 @@ def test_config_values_of_the_wrong_type_or_range(tmp_path, key, value, what):
 
 
 def test_tokenizer_files_that_are_not_utf8_or_not_json(tmp_path):
-    from finetune_doctor.analyzers.tokenizer import read_tokenizer_config
+    from finetune_doctor.analyzers.data.tokenizer import read_tokenizer_config
 
     (tmp_path / "tokenizer_config.json").write_bytes('{"eos_token": "é"}'.encode("latin-1"))
     (tmp_path / "special_tokens_map.json").write_text("[" * 100_000)

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from finetune_doctor.analyzers import tokens as K
-from finetune_doctor.readers.datasets import iter_chunks, resolve_datasets
+from finetune_doctor.analyzers.data import tokens as K
+from finetune_doctor.readers.data.datasets import iter_chunks, resolve_datasets
 from test_data_fixtures import FIXTURES, build_tokenizer
 
 EXPECTED = json.loads((FIXTURES / "expected_lengths.json").read_text())
@@ -121,7 +121,7 @@ def test_plain_template_shortcut_gives_the_general_paths_counts(name, tok, token
     counter = K.ExactCounter(tokenizers[tok], t)
     fast, slow = K.Encoder(counter, t, s), K.Encoder(counter, t, s)
     slow._roles = None
-    from finetune_doctor.readers.datasets import DEFAULT_COLUMNS, DEFAULT_TAGS
+    from finetune_doctor.readers.data.datasets import DEFAULT_COLUMNS, DEFAULT_TAGS
 
     cols = {**DEFAULT_COLUMNS, "system": "system", "history": "history"}
     extra = K.ConvSpec("alpaca", False, cols, dict(DEFAULT_TAGS))

@@ -1,4 +1,4 @@
-"""The piece counter (analyzers/piececount.py) against the tokenizer itself: the same count for every text, the
+"""The piece counter (analyzers/data/piececount.py) against the tokenizer itself: the same count for every text, the
 long way for the texts it must not count, and no fast path for pipelines it does not mirror."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ pytest.importorskip("regex")
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
 
-from finetune_doctor.analyzers import piececount as P  # noqa: E402
-from finetune_doctor.analyzers import tokens as K  # noqa: E402
-from finetune_doctor.analyzers import templates as T  # noqa: E402
+from finetune_doctor.analyzers.data import piececount as P  # noqa: E402
+from finetune_doctor.analyzers.data import tokens as K  # noqa: E402
+from finetune_doctor.analyzers.data import templates as T  # noqa: E402
 from test_data_fixtures import SPECIALS, build_tokenizer, corpus  # noqa: E402
 
 QWEN2 = next(p for p in P.KNOWN_SPLITS if r"\p{N}|" in p)

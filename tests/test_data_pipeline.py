@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from finetune_doctor.errors import InputError
-from finetune_doctor.analyzers.datascan import collect
+from finetune_doctor.analyzers.data.datascan import collect
 from finetune_doctor.pipeline import data as P
 from finetune_doctor.settings import Options
 from test_data_fixtures import FIXTURES, build_tokenizer

@@ -1,4 +1,4 @@
-"""readers/datasets.py: dataset_info.json resolution as LLaMA-Factory does it, and streaming row readers.
+"""readers/data/datasets.py: dataset_info.json resolution as LLaMA-Factory does it, and streaming row readers.
 
 References: the rows of each file as the standard library / pyarrow read them whole (json.load, csv, pyarrow),
 and LLaMA-Factory's DatasetAttr rules (LF data/parser.py) restated in the assertions.
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from finetune_doctor.errors import InputError
-from finetune_doctor.readers import datarows as R
-from finetune_doctor.readers import datasets as D
+from finetune_doctor.readers.data import datarows as R
+from finetune_doctor.readers.data import datasets as D
 from test_data_fixtures import FIXTURES
 
 

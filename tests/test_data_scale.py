@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from finetune_doctor.analyzers import tokens as K
-from finetune_doctor.readers.datasets import resolve_datasets
+from finetune_doctor.analyzers.data import tokens as K
+from finetune_doctor.readers.data.datasets import resolve_datasets
 from test_data_fixtures import build_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +63,7 @@ def test_workers_give_identical_facts(tmp_path, tok):
 _PEAK = """
 import json, sys
 sys.path.insert(0, {root!r})
-from finetune_doctor.analyzers.datascan import collect
+from finetune_doctor.analyzers.data.datascan import collect
 cfg = {{"model_name_or_path": {tok!r}, "dataset": "big", "dataset_dir": {d!r}, "template": "qwen",
        "cutoff_len": 256}}
 f = collect(cfg, {d!r} + "/c.yaml", workers=1, strict=True)

@@ -12,9 +12,9 @@ from collections import Counter
 
 import pytest
 
-from finetune_doctor.analyzers import templates as T
-from finetune_doctor.analyzers import tokens as K
-from finetune_doctor.readers.datasets import DEFAULT_COLUMNS, DEFAULT_TAGS
+from finetune_doctor.analyzers.data import templates as T
+from finetune_doctor.analyzers.data import tokens as K
+from finetune_doctor.readers.data.datasets import DEFAULT_COLUMNS, DEFAULT_TAGS
 
 
 class CharCounter:

@@ -22,9 +22,10 @@ from click.testing import CliRunner
 from finetune_doctor.cli import main
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts.ds import facts_of
-from finetune_doctor.readers import dscheck, dsjson, limits
-from finetune_doctor.readers import dsschema as S
-from finetune_doctor.readers.dsconfig import build_ds_config, load_ds_config, read_ds_json
+from finetune_doctor.readers.deepspeed import dscheck, dsjson
+from finetune_doctor.readers import limits
+from finetune_doctor.readers.deepspeed import dsschema as S
+from finetune_doctor.readers.deepspeed.dsconfig import build_ds_config, load_ds_config, read_ds_json
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted(p for p in (ROOT / "fixtures").rglob("*.json"))
@@ -179,8 +180,7 @@ def test_syntax_errors_are_json_loads_errors(seed):
 
 
 def test_fixture_positions_match_libyaml_and_values_match_json():
-    from finetune_doctor.readers import yamlnodes
-
+    from finetune_doctor.readers.config import yamlnodes
     checked = 0
     for path in FIXTURES:
         text = path.read_text(encoding="utf-8")
@@ -447,7 +447,7 @@ def test_fifo_device_and_directory_as_the_deepspeed_file(tmp_path):
 def test_reading_a_fifo_or_device_directly_never_blocks(tmp_path):
     fifo = tmp_path / "f.json"
     os.mkfifo(fifo)
-    code = ("import sys\nfrom finetune_doctor.errors import InputError\nfrom finetune_doctor.readers import dsjson\n"
+    code = ("import sys\nfrom finetune_doctor.errors import InputError\nfrom finetune_doctor.readers.deepspeed import dsjson\n"
             "for p in sys.argv[1:]:\n    try:\n        dsjson.read_bytes(p)\n    except InputError as e:\n"
             "        print(e)\n")
     r = subprocess.run([sys.executable, "-c", code, str(fifo), "/dev/zero", str(tmp_path)], capture_output=True,

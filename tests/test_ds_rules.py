@@ -18,8 +18,8 @@ import pytest
 from finetune_doctor.engine.evaluate import RuleContext, evaluate
 from finetune_doctor.engine.loader import load_rules, select_rules
 from finetune_doctor.facts.ds import facts_of as ds_facts
-from finetune_doctor.readers.dsconfig import build_ds_config, load_ds_config
-from finetune_doctor.readers.yamlcfg import load_config
+from finetune_doctor.readers.deepspeed.dsconfig import build_ds_config, load_ds_config
+from finetune_doctor.readers.config.yamlcfg import load_config
 from finetune_doctor.types import SourceDoc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,7 +164,7 @@ def test_deepspeed_problems_from_check_are_reported():
     assert f.location.file == cfg.path and f.message == "DeepSpeed 0.19.8 rejects the config: X"
     # through problem_dicts a keyed DeepSpeed problem points at its line
     from finetune_doctor.facts.ds import problem_dicts
-    from finetune_doctor.readers.dsproblem import DSProblem
+    from finetune_doctor.readers.deepspeed.dsproblem import DSProblem
 
     facts["problems"] = problem_dicts(cfg, [DSProblem("zero_optimization.reduce_bucket_size", "deepspeed",
                                                       "deepspeed", version="0.19.8", detail="Y")])
@@ -468,7 +468,7 @@ CHECK_RULES = {
 def test_every_check_is_worded_by_its_rule():
     import re
 
-    from finetune_doctor.readers.dsproblem import DS_CHECKS
+    from finetune_doctor.readers.deepspeed.dsproblem import DS_CHECKS
 
     rules = {r.code: r for r in load_rules()}
     for check, codes in CHECK_RULES.items():
@@ -479,7 +479,7 @@ def test_every_check_is_worded_by_its_rule():
     assert set(DS_CHECKS) == set(CHECK_RULES)
     emitted = set()
     for src in ("dscheck.py", "dsauto.py", "dsconfig.py"):
-        text = (ROOT / "finetune_doctor" / "readers" / src).read_text()
+        text = (ROOT / "finetune_doctor" / "readers" / "deepspeed" / src).read_text()
         # the check is the third argument of every add(key, kind, check, ...) and of DSProblem(key, kind, check)
         emitted |= set(re.findall(r'(?:add|DSProblem)\([^,()]+, (?:kind|"[a-z]+"), "([a-z0-9_]+)"', text))
     assert emitted == set(CHECK_RULES), emitted ^ set(CHECK_RULES)

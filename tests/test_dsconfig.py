@@ -26,11 +26,11 @@ import pytest
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts.ds import facts_of as ds_facts
-from finetune_doctor.readers import dsauto
-from finetune_doctor.readers import dsschema as S
-from finetune_doctor.readers.dsconfig import (DSConfig, build_ds_config, load_ds_config, parse_ds_text,
+from finetune_doctor.readers.deepspeed import dsauto
+from finetune_doctor.readers.deepspeed import dsschema as S
+from finetune_doctor.readers.deepspeed.dsconfig import (DSConfig, build_ds_config, load_ds_config, parse_ds_text,
                                               resolve_ds_path, validate_with_deepspeed)
-from finetune_doctor.readers.dsproblem import DSProblem
+from finetune_doctor.readers.deepspeed.dsproblem import DSProblem
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures" / "deepspeed"
@@ -228,7 +228,7 @@ CASE_EXPECT = {
 
 @pytest.mark.parametrize("path", CASE_JSONS, ids=lambda p: p.parent.name)
 def test_case_configs(path):
-    from finetune_doctor.readers.yamlcfg import load_config
+    from finetune_doctor.readers.config.yamlcfg import load_config
 
     case = path.parent.name
     lf = load_config(str(path.parent / "config.yaml")).values
@@ -671,7 +671,7 @@ def test_validate_with_deepspeed_without_deepspeed(monkeypatch):
 def test_lint_path_imports_no_heavy_library():
     code = (
         "import sys\n"
-        "from finetune_doctor.readers.dsconfig import load_ds_config\n"
+        "from finetune_doctor.readers.deepspeed.dsconfig import load_ds_config\n"
         "from finetune_doctor.facts.ds import facts_of as ds_facts\n"
         f"c = load_ds_config({str(LF_DS / 'ds_z3_offload_config.json')!r}, '/x/t.yaml', 1, {{'bf16': True}}, 8, 4096)\n"
         "ds_facts(c)\n"

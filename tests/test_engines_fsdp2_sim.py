@@ -16,7 +16,7 @@ import pytest
 from finetune_doctor.analyzers.memory import estimate
 from finetune_doctor.arch import ModelArch
 from finetune_doctor.hardware.catalog import parse_gpu_spec
-from finetune_doctor.readers.accelerate import accelerate_config_from_values
+from finetune_doctor.readers.config.accelerate import accelerate_config_from_values
 from finetune_doctor.run import resolve_run
 from finetune_doctor.run.engines import LaunchInputs
 

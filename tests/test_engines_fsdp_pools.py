@@ -1,4 +1,4 @@
-"""FSDP1's allocator pools (analyzers/memory/fsdp.py ``stream_pools``, analyzers/reserve.py ``pool_reserve``) against
+"""FSDP1's allocator pools (analyzers/memory/fsdp.py ``stream_pools``, analyzers/memory/reserve.py ``pool_reserve``) against
 their definitions, with every unit size computed here from the model's parameter shapes: the unshard stream holds
 the root unit plus (running + backward-prefetched + queued frees) decoder layers (torch 2.13.0 ``_runtime_utils.py``
 rate limiter, ``_limiter_utils.py:15``), the pre-unshard stream a low-precision shard per unit in flight, and FSDP
@@ -9,10 +9,10 @@ trainable flat params to fp32 under mixed precision (accelerate ``accelerator.py
 import pytest
 
 from finetune_doctor.analyzers.memory import compute_terms, estimate
-from finetune_doctor.analyzers.params import count_params
+from finetune_doctor.analyzers.memory.params import count_params
 from finetune_doctor.hardware.catalog import parse_gpu_spec
-from finetune_doctor.readers.accelerate import accelerate_config_from_values
-from finetune_doctor.readers.modelcfg import load_arch
+from finetune_doctor.readers.config.accelerate import accelerate_config_from_values
+from finetune_doctor.readers.model.modelcfg import load_arch
 from finetune_doctor.run import resolve_run
 from finetune_doctor.run.engines import LaunchInputs
 
@@ -101,7 +101,7 @@ def test_accelerate_upcasts_half_trainable_flat_params():
 def test_expandable_segments_only_under_llamafactory_cli():
     """LF 0.9.5 launcher.py:80-83 exports expandable_segments:True when llamafactory-cli starts torchrun; an
     accelerate launch keeps the allocator's default, so its default-stream share is the table's 'off' column."""
-    from finetune_doctor.analyzers.reserve import reserve_fraction
+    from finetune_doctor.analyzers.memory.reserve import reserve_fraction
 
     acc = _run(2, {"finetuning_type": "lora", "lora_target": "all"})
     assert acc.launcher == "accelerate"

@@ -12,10 +12,10 @@ from finetune_doctor.analyzers.memory import compute_terms, estimate
 from finetune_doctor.analyzers.memory.activations import activation_terms
 from finetune_doctor.analyzers.memory.fsdp import compute_view
 from finetune_doctor.analyzers.memory.megatron import stage_layers
-from finetune_doctor.analyzers.params import count_params
+from finetune_doctor.analyzers.memory.params import count_params
 from finetune_doctor.hardware.catalog import parse_gpu_spec
-from finetune_doctor.readers.accelerate import accelerate_config_from_values
-from finetune_doctor.readers.modelcfg import load_arch
+from finetune_doctor.readers.config.accelerate import accelerate_config_from_values
+from finetune_doctor.readers.model.modelcfg import load_arch
 from finetune_doctor.run import resolve_run
 from finetune_doctor.run.engines import LaunchInputs
 

@@ -1,4 +1,4 @@
-"""readers/accelerate.py: accelerate configs as `accelerate launch` reads them and launch command lines as each
+"""readers/config/accelerate.py: accelerate configs as `accelerate launch` reads them and launch command lines as each
 launcher reads them. References: LLaMA-Factory's own accelerate configs and launch script (fixtures/llamafactory,
 copied unchanged), the launch lines of real user reports (fixtures/cases/*/cmdline.txt), and the launchers'
 documented flags (accelerate 1.15 commands/launch.py, torchrun, the deepspeed launcher, LLaMA-Factory
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from finetune_doctor.errors import InputError
-from finetune_doctor.readers.accelerate import (
+from finetune_doctor.readers.config.accelerate import (
     FSDP_LAUNCH_DEFAULTS, accelerate_config_from_values, launch_file_in, load_accelerate_config, parse_launch,
     read_launch_file)
 

@@ -8,8 +8,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from finetune_doctor.hardware.catalog import parse_gpu_spec
-from finetune_doctor.readers.accelerate import accelerate_config_from_values, load_accelerate_config, parse_launch
-from finetune_doctor.readers.modelcfg import load_arch
+from finetune_doctor.readers.config.accelerate import accelerate_config_from_values, load_accelerate_config, parse_launch
+from finetune_doctor.readers.model.modelcfg import load_arch
 from finetune_doctor.run import resolve_run
 from finetune_doctor.run.engines import LaunchInputs
 
@@ -24,7 +24,7 @@ def _yaml(rel: str) -> dict:
 
 
 class _DS:
-    """A resolved DeepSpeed config as readers/dsconfig.py hands it to resolve_run (only what the run reads)."""
+    """A resolved DeepSpeed config as readers/deepspeed/dsconfig.py hands it to resolve_run (only what the run reads)."""
 
     def __init__(self, stage: int):
         self.resolved, self.defaults = {"zero_optimization": {"stage": stage}}, {}

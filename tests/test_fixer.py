@@ -19,7 +19,7 @@ import pytest
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.fixes.edit import FixResult, apply_edits, diff_edits
-from finetune_doctor.readers.yamlcfg import parse_yaml_text
+from finetune_doctor.readers.config.yamlcfg import parse_yaml_text
 from finetune_doctor.types import Edit
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "fixtures" / "llamafactory" / "examples"

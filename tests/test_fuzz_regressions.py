@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from array import array
 
-from finetune_doctor.analyzers.curves import Curve
-from finetune_doctor.analyzers.detectors import sparse_jumps
+from finetune_doctor.analyzers.postmortem.curves import Curve
+from finetune_doctor.analyzers.postmortem.detectors import sparse_jumps
 
 
 def _curve(values: list[float]) -> Curve:
@@ -33,10 +33,10 @@ import os  # noqa: E402
 
 import pytest  # noqa: E402
 
-from finetune_doctor.analyzers.launch import check_launch, zero_stage_of  # noqa: E402
+from finetune_doctor.analyzers.config.launch import check_launch, zero_stage_of  # noqa: E402
 from finetune_doctor.projectconfig import find_project_config  # noqa: E402
-from finetune_doctor.readers.datarows import parse_json_lines  # noqa: E402
-from finetune_doctor.readers.smi import _first_json_line  # noqa: E402
+from finetune_doctor.readers.data.datarows import parse_json_lines  # noqa: E402
+from finetune_doctor.readers.gpus.smi import _first_json_line  # noqa: E402
 from finetune_doctor.run.moments import _step  # noqa: E402
 from fuzzkit.run import invoke  # noqa: E402
 
@@ -154,8 +154,8 @@ def _summary(fe):
 def test_log_without_newlines_stops_grep_and_reads_the_same_as_without_it(tmp_path, monkeypatch):
     # 256 MB without a newline cost 662 MiB (grep held the whole line) and 450 s; grep is now stopped at the first
     # line longer than a chunk and capped in address space, and the scan finds the same evidence
-    from finetune_doctor.readers import loggrep
-    from finetune_doctor.readers.logs import read_text_log
+    from finetune_doctor.readers.runlogs import loggrep
+    from finetune_doctor.readers.runlogs.logs import read_text_log
 
     log = tmp_path / "train.log"
     _no_newline_log(log, 12)
@@ -169,8 +169,7 @@ def test_log_without_newlines_stops_grep_and_reads_the_same_as_without_it(tmp_pa
 
 
 def test_grep_stopped_early_keeps_its_offsets_valid(tmp_path):
-    from finetune_doctor.readers import loggrep
-
+    from finetune_doctor.readers.runlogs import loggrep
     log = tmp_path / "a.log"
     log.write_bytes(b"x\nCUDA out of memory\n" * 10)
     with loggrep.trigger_offsets(str(log), ("CUDA out of memory",)) as hits:
@@ -182,12 +181,11 @@ def test_grep_stopped_early_keeps_its_offsets_valid(tmp_path):
 
 
 def test_grep_past_its_memory_limit_is_a_failed_grep_not_a_big_process(tmp_path, monkeypatch):
-    from finetune_doctor.readers import loggrep
-
+    from finetune_doctor.readers.runlogs import loggrep
     monkeypatch.setattr(loggrep, "GREP_MAX_BYTES", 24 << 20)
     log = tmp_path / "a.log"
     _no_newline_log(log, 48)
     with loggrep.trigger_offsets(str(log), ("CUDA out of memory",)) as hits:
         if hits is None:
             pytest.skip("no grep on this machine")
-        assert list(hits) == [] and not hits.ok   # "memory exhausted", exit 2: readers/logs.py rescans itself
+        assert list(hits) == [] and not hits.ok   # "memory exhausted", exit 2: readers/runlogs/logs.py rescans itself

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from finetune_doctor.cli import main
 from finetune_doctor.errors import InputError
 from finetune_doctor.pipeline import gpus as pipe
-from finetune_doctor.readers.smi import open_gpu_file, read_gpu_file
+from finetune_doctor.readers.gpus.smi import open_gpu_file, read_gpu_file
 from finetune_doctor.settings import Options
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "gpus"
@@ -184,8 +184,7 @@ def test_stdin_is_read_with_a_dash() -> None:
 
 
 def test_a_line_without_end_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from finetune_doctor.readers import gpu_input
-
+    from finetune_doctor.readers.gpus import gpu_input
     monkeypatch.setattr(gpu_input, "MAX_LINE", 1000)
     big = tmp_path / "one.csv"
     big.write_text("index, memory.used [MiB]\n" + "0" * 5000)

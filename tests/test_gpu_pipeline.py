@@ -15,7 +15,7 @@ from finetune_doctor.errors import InputError
 from finetune_doctor.hardware.fake import FakeAdapter
 from finetune_doctor.hardware.nvml import NVMLQueryError, NVMLUnavailable
 from finetune_doctor.pipeline import gpus as pipe
-from finetune_doctor.readers.smi import read_gpu_file
+from finetune_doctor.readers.gpus.smi import read_gpu_file
 from finetune_doctor.reporters.sections.gpus import render
 from finetune_doctor.settings import Options
 

@@ -9,7 +9,7 @@ import pytest
 from finetune_doctor.errors import InputError
 from finetune_doctor.hardware.fake import FakeAdapter
 from finetune_doctor.hardware.record import CsvRecorder, JsonlRecorder, open_recorder
-from finetune_doctor.readers.smi import read_gpu_file
+from finetune_doctor.readers.gpus.smi import read_gpu_file
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "gpus"
 MIB = 2**20

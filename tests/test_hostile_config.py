@@ -70,7 +70,7 @@ def test_merge_keys_merge_as_omegaconf_loads_them(tmp_path):
     cfg = tmp_path / "train.yaml"
     cfg.write_text("base: &b {stage: sft, cutoff_len: 512, finetuning_type: lora}\n"
                    "model_name_or_path: Qwen/Qwen2.5-0.5B\n<<: *b\ncutoff_len: 1024\n")
-    from finetune_doctor.readers.yamlcfg import load_config
+    from finetune_doctor.readers.config.yamlcfg import load_config
 
     doc = load_config(str(cfg))
     # PyYAML's SafeLoader (what OmegaConf.load uses) merges the anchor; the explicit key wins

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from finetune_doctor.readers import keyschema
-from finetune_doctor.readers.keyschema import KeyProblem, check_keys, extra_args_allowed, load_schema
-from finetune_doctor.readers.yamlcfg import load_config
+from finetune_doctor.readers.config import keyschema
+from finetune_doctor.readers.config.keyschema import KeyProblem, check_keys, extra_args_allowed, load_schema
+from finetune_doctor.readers.config.yamlcfg import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures" / "lint"
@@ -284,8 +284,8 @@ def test_load_schema_is_cached():
 
 
 def test_import_stays_light():
-    """readers/keyschema.py is on the lint path: no torch/transformers, difflib only when needed."""
-    code = ("import sys; import finetune_doctor.readers.keyschema as k; "
+    """readers/config/keyschema.py is on the lint path: no torch/transformers, difflib only when needed."""
+    code = ("import sys; import finetune_doctor.readers.config.keyschema as k; "
             "bad=[m for m in ('torch','transformers','deepspeed','difflib') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"

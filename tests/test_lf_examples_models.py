@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from finetune_doctor.readers.model import hub
-from finetune_doctor.readers.modelcfg import find_in_catalog, load_arch
+from finetune_doctor.readers.model.modelcfg import find_in_catalog, load_arch
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures" / "models"

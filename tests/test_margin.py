@@ -1,6 +1,6 @@
 """The verdict at the margin end to end: the report's verdict, probability of OOM and interval (analyzers/
 uncertainty.py through facts/mem.py), remedies that aim at p_oom <= 5 %, the expandable-segments remedy and how
-llamafactory-cli's launcher decides the allocator setting (analyzers/launchenv.py), and the held-out reports of
+llamafactory-cli's launcher decides the allocator setting (analyzers/memory/launchenv.py), and the held-out reports of
 fixtures/margin_holdout. References: the error model's own functions evaluated independently on the report's
 numbers, reserve_table.json read directly, PyTorch's allocator-config parser (probes/allocconf.py) for the launcher's
 environment, and what each held-out thread reports (an OOM)."""
@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from ruamel.yaml import YAML
 
 from casekit import lay_out
-from finetune_doctor.analyzers import launchenv, uncertainty
+from finetune_doctor.analyzers.memory import launchenv, uncertainty
 from finetune_doctor.arch import ModelArch
 from finetune_doctor.cli import main
 from finetune_doctor.probes.allocconf import alloc_conf_from_env
@@ -24,7 +24,7 @@ from finetune_doctor.run import resolve_run
 
 ROOT = Path(__file__).resolve().parent.parent
 HOLDOUT = ROOT / "fixtures" / "margin_holdout"
-RESERVE = json.loads((ROOT / "finetune_doctor" / "analyzers" / "reserve_table.json").read_text())["classes"]
+RESERVE = json.loads((ROOT / "finetune_doctor" / "analyzers" / "memory" / "reserve_table.json").read_text())["classes"]
 
 QWEN7_8K = """model_name_or_path: Qwen/Qwen2.5-7B
 stage: sft
@@ -117,6 +117,7 @@ def test_remedies_aim_at_five_percent(tmp_path):
     assert tight["fix"]["effect"]["total_gib_after"] >= max(f["effect"]["total_gib_after"] for f in same) - 1e-9
 
 
+@pytest.mark.usefixtures("pinned_error_model")   # the remedy's arithmetic, not the live calibration's width
 def test_expandable_segments_remedy_and_its_effect(tmp_path):
     d = check_json(tmp_path, QWEN7_8K.format(cutoff=9216), "--gpu", "A100-40GB")
     frag = next(f for f in d["findings"] if f["name"] == "expandable-segments")
@@ -136,6 +137,7 @@ def test_expandable_segments_remedy_and_its_effect(tmp_path):
     assert tight["fix"]["title"] == launchenv.EXPANDABLE_REMEDY and tight["fix"]["safety"] == "safe"
 
 
+@pytest.mark.usefixtures("pinned_error_model")   # the text layout, with the numbers of a fixed error model
 def test_text_report_shows_verdict_and_probabilities(tmp_path):
     cfg = tmp_path / "config.yaml"
     cfg.write_text(QWEN7_8K.format(cutoff=9216), encoding="utf-8")

@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from finetune_doctor.analyzers import uncertainty  # noqa: E402
+from finetune_doctor.analyzers.memory import uncertainty  # noqa: E402
 from finetune_doctor.cli import main  # noqa: E402
 from finetune_doctor.hardware.catalog import parse_gpu_spec  # noqa: E402
 from finetune_doctor.pipeline import postmortem as pm  # noqa: E402
@@ -24,7 +24,7 @@ from finetune_doctor.probes.replay import replay_sim  # noqa: E402
 from finetune_doctor.probes.replayed import replay_probe, untrusted  # noqa: E402
 from finetune_doctor.probes.simulate import simulate  # noqa: E402
 from finetune_doctor.probes.spec import spec_from_run  # noqa: E402
-from finetune_doctor.readers.modelcfg import load_arch  # noqa: E402
+from finetune_doctor.readers.model.modelcfg import load_arch  # noqa: E402
 from finetune_doctor.run import resolve_run  # noqa: E402
 from finetune_doctor.settings import Options  # noqa: E402
 

@@ -15,7 +15,7 @@ import pytest
 from finetune_doctor.readers.model import catalog as catalog_mod
 from finetune_doctor.readers.model import hub
 from finetune_doctor.readers.model.errors import ModelUnresolved
-from finetune_doctor.readers.modelcfg import load_arch
+from finetune_doctor.readers.model.modelcfg import load_arch
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "models"
 QWEN05 = FIXTURES / "Qwen2.5-0.5B-Instruct" / "config.json"

@@ -1,4 +1,4 @@
-"""readers/modelcfg.py: finding a model's config.json (local, HF cache, catalog) and the bundled catalog's numbers.
+"""readers/model/modelcfg.py: finding a model's config.json (local, HF cache, catalog) and the bundled catalog's numbers.
 
 The catalog checks compare every entry with two references that do not come from this code: the parameter
 count the model card / hub / technical report publishes, and ``sum(p.numel())`` of the transformers model built
@@ -19,7 +19,7 @@ import pytest
 from finetune_doctor.errors import InputError
 from finetune_doctor.readers.model.defaults import DEFAULTS, defaults_for
 from finetune_doctor.readers.model.generic import transformers_version
-from finetune_doctor.readers.modelcfg import (
+from finetune_doctor.readers.model.modelcfg import (
     arch_from_config,
     catalog_arch,
     catalog_entries,
@@ -371,7 +371,7 @@ def test_json_key_positions_nested_and_escaped():
 
 
 def test_reader_imports_no_torch_or_transformers():
-    code = ("import sys, finetune_doctor.readers.modelcfg as m; m.catalog_entries(); "
+    code = ("import sys, finetune_doctor.readers.model.modelcfg as m; m.catalog_entries(); "
             "bad = [x for x in ('torch', 'transformers') if x in sys.modules]; print(bad); sys.exit(bool(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from finetune_doctor.readers.model.errors import ModelConfigInvalid
-from finetune_doctor.readers.modelcfg import load_arch
+from finetune_doctor.readers.model.modelcfg import load_arch
 
 BASE = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "torch_dtype": "bfloat16"}

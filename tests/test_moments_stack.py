@@ -41,6 +41,7 @@ def _check(tmp_path, text, *args):
     return json.loads(res.output)
 
 
+@pytest.mark.usefixtures("pinned_error_model")   # the remedy planner's choice under a fixed error model
 def test_the_first_evaluation_decides_the_peak_and_its_fix_is_the_eval_batch(tmp_path):
     # 8 eval sequences x 4096 tokens x 152064 vocab entries: bf16 logits, their fp32 upcast and log_softmax's fp32
     # output alive together = 8*4096*152064*10 B = 46.4 GiB, before any weight
@@ -101,7 +102,7 @@ export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 
 
 def test_an_env_report_sets_versions_and_gpus(tmp_path):
-    from finetune_doctor.readers.stack import read_env_file
+    from finetune_doctor.readers.config.stack import read_env_file
 
     env = tmp_path / "env.txt"
     env.write_text(ENV)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from finetune_doctor.analyzers.tokenizer import find_tokenizer
-from finetune_doctor.readers import gpu_config
-from finetune_doctor.readers.dsconfig import resolve_ds_path
-from finetune_doctor.readers.hubcache import hf_hub_cache
+from finetune_doctor.analyzers.data.tokenizer import find_tokenizer
+from finetune_doctor.readers.gpus import gpu_config
+from finetune_doctor.readers.deepspeed.dsconfig import resolve_ds_path
+from finetune_doctor.readers.data.hubcache import hf_hub_cache
 from finetune_doctor.readers.model.caches import cached_model_files, env_enabled, hub_cache_dirs
 
 DS = {"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 3}}
@@ -44,7 +44,7 @@ def test_gpus_config_missing_deepspeed_is_a_note(tmp_path, monkeypatch):
                                        ("yes", False), ("", False)])
 def test_use_modelscope_hub_is_read_as_lf_reads_it(value, on):
     """LF's is_env_enabled: true, y or 1 (lower-cased); the dataset reader used to drop "y"."""
-    from finetune_doctor.readers.datasets import _source
+    from finetune_doctor.readers.data.datasets import _source
 
     env = {"USE_MODELSCOPE_HUB": value}
     assert env_enabled("USE_MODELSCOPE_HUB", env) is on
@@ -84,7 +84,8 @@ def test_one_hf_hub_cache_order(tmp_path):
 def test_one_split_arg_with_lfs_empty_items():
     """LF keeps empty items (data_args.py split_arg); two of the four copies dropped them. The data scan, the launch
     checks and the run all read lists through run/values.py now."""
-    from finetune_doctor.analyzers import launch, tokens
+    from finetune_doctor.analyzers.config import launch
+    from finetune_doctor.analyzers.data import tokens
     from finetune_doctor.run.values import split_arg, split_list
 
     assert split_arg("a, ,b,") == ["a", "", "b", ""]
@@ -94,7 +95,7 @@ def test_one_split_arg_with_lfs_empty_items():
 
 
 def test_one_as_bool():
-    from finetune_doctor.analyzers import dataargs, tokens
+    from finetune_doctor.analyzers.data import dataargs, tokens
     from finetune_doctor.run import values
 
     assert dataargs.as_bool is values.as_bool is tokens.as_bool
@@ -105,7 +106,7 @@ def test_one_as_bool():
 def test_one_json_key_scanner_places_a_duplicate_where_json_load_reads_it():
     """json.load keeps the last of two equal keys; every JSON reader now points at that one (three scanners had
     kept the first)."""
-    from finetune_doctor.readers import dsjson
+    from finetune_doctor.readers.deepspeed import dsjson
     from finetune_doctor.readers.model.configjson import json_key_positions
 
     text = '{\n  "zero_optimization": {\n    "stage": 2,\n    "stage": 3\n  },\n  "x": [{"k": 1}]\n}\n'
@@ -121,7 +122,7 @@ def test_one_json_key_scanner_places_a_duplicate_where_json_load_reads_it():
 
 def test_one_bf16_family_list():
     """The rule reads model.bf16_family, built from the list the postmortem uses; no copy of the list in a rule."""
-    from finetune_doctor.analyzers.runctx import BF16_FAMILIES as in_postmortem
+    from finetune_doctor.analyzers.postmortem.runctx import BF16_FAMILIES as in_postmortem
     from finetune_doctor.arch import BF16_FAMILIES
 
     root = Path(__file__).resolve().parent.parent
@@ -132,7 +133,7 @@ def test_one_bf16_family_list():
 
 def test_one_size_formatter():
     from finetune_doctor.fsutil import format_bytes
-    from finetune_doctor.readers import datarows
+    from finetune_doctor.readers.data import datarows
     from finetune_doctor.reporters.sections import read
 
     assert [format_bytes(n) for n in (None, 0, 512, 1536, 20 << 20, int(2.25 * (1 << 30)))] == [
@@ -166,7 +167,7 @@ def test_postmortem_without_config_builds_hw_with_the_shared_builder(tmp_path):
 @pytest.mark.parametrize("cfg", [{"stage": "pt"}, {"stage": "sft"}, {"stage": "sft", "neat_packing": True},
                                  {"stage": "pt", "packing": False}, {"stage": "sft", "packing": "true"}, {}])
 def test_the_data_scan_and_the_run_settle_packing_cutoff_and_batch_alike(cfg):
-    from finetune_doctor.analyzers.dataargs import DataSettings
+    from finetune_doctor.analyzers.data.dataargs import DataSettings
     from finetune_doctor.run.resolve import _stage_data
 
     ds = DataSettings.from_config(cfg)
@@ -176,7 +177,7 @@ def test_the_data_scan_and_the_run_settle_packing_cutoff_and_batch_alike(cfg):
 
 
 def test_hardware_imports_no_reader():
-    """hardware/ sits under readers/ (readers/smi.py reads what hardware/record.py writes): the recorder's formats
+    """hardware/ sits under readers/ (readers/gpus/smi.py reads what hardware/record.py writes): the recorder's formats
     are declared by the recorder, so no hardware module imports a reader."""
     import ast as _ast
 

@@ -54,7 +54,7 @@ def test_001_optimizer_state_shard_of_a_13b_model_on_4_gpus():
     assert top(r) == "cuda-oom"
     f = r.findings[0]
     assert "4·P/N" in f.message and "optimizer-state partition" in f.message
-    from finetune_doctor.readers.modelcfg import load_arch
+    from finetune_doctor.readers.model.modelcfg import load_arch
 
     P = load_arch("baichuan-inc/Baichuan2-13B-Chat")[0].total_params()
     assert abs(4 * P / 4 / GIB - 12.94) < 0.005

@@ -1,4 +1,4 @@
-"""The bulk path of HF's step dicts (readers/logs.py `_Scan.piece` -> TextLogParser.train_dict / flush) against the
+"""The bulk path of HF's step dicts (readers/runlogs/logs.py `_Scan.piece` -> TextLogParser.train_dict / flush) against the
 line parser (`fast=False`: every dict through `feed_line` / `_metric_dict`), and grep's hits against the reader's own
 expression: the same FileEvidence field for field, and the same postmortem report.
 
@@ -27,8 +27,7 @@ from click.testing import CliRunner
 from finetune_doctor import evidence
 from finetune_doctor.cli import main
 from finetune_doctor.evidence import Series
-from finetune_doctor.readers import loggrep, logparse, logs
-
+from finetune_doctor.readers.runlogs import loggrep, logparse, logs
 TOTAL = 400
 
 
@@ -170,12 +169,12 @@ def test_postmortem_report_is_the_same_with_and_without_the_bulk_path(tmp_path, 
 
 
 def test_line_numbers_stay_right_after_grep_stops_at_a_line_longer_than_a_chunk(tmp_path):
-    """grep is stopped at the first line longer than a chunk (readers/logs.py, a log without newlines would grow
+    """grep is stopped at the first line longer than a chunk (readers/runlogs/logs.py, a log without newlines would grow
     grep to the file's size); from there the scan counts lines itself and must start from grep's count."""
     import shutil
 
-    from finetune_doctor.readers import logs as logs_mod
-    from finetune_doctor.readers.logs import read_text_log
+    from finetune_doctor.readers.runlogs import logs as logs_mod
+    from finetune_doctor.readers.runlogs.logs import read_text_log
 
     if shutil.which("grep") is None:
         pytest.skip("no grep here")

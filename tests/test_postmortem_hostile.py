@@ -14,9 +14,9 @@ import pytest
 
 from finetune_doctor.errors import InputError, MissingExtra
 from finetune_doctor.pipeline import postmortem as pm
-from finetune_doctor.readers import logs as logs_mod
-from finetune_doctor.readers.logs import read_text_log
-from finetune_doctor.readers.runlayout import collect
+from finetune_doctor.readers.runlogs import logs as logs_mod
+from finetune_doctor.readers.runlogs.logs import read_text_log
+from finetune_doctor.readers.runlogs.runlayout import collect
 from finetune_doctor.settings import Options
 
 
@@ -135,8 +135,7 @@ def test_huge_steps_and_lengths_are_per_file_problems(tmp_path):
 
 
 def test_core_install_without_tensorboard_reads_the_text_logs(tmp_path, monkeypatch):
-    from finetune_doctor.readers import tbevents
-
+    from finetune_doctor.readers.runlogs import tbevents
     def missing():
         raise MissingExtra("reading TensorBoard event files", "tensorboard")
 
@@ -157,7 +156,7 @@ def test_trainer_state_of_100k_entries_is_read_whole():
     here: every entry comes back."""
     import tempfile
 
-    from finetune_doctor.readers.trainer_log import read_trainer_state
+    from finetune_doctor.readers.runlogs.trainer_log import read_trainer_state
 
     hist = [{"epoch": i / 1000, "grad_norm": 1.0, "learning_rate": 1e-4, "loss": 2.0, "step": i} for i in range(1, 100001)]
     with tempfile.TemporaryDirectory() as t:
@@ -174,8 +173,8 @@ def test_constant_grad_norm_over_100k_logs_is_linear():
     100k logs); the lookups are bisections now, so this finishes in a second or two."""
     from array import array
 
-    from finetune_doctor.analyzers.curves import Curve
-    from finetune_doctor.analyzers.detectors import grad_const_facts
+    from finetune_doctor.analyzers.postmortem.curves import Curve
+    from finetune_doctor.analyzers.postmortem.detectors import grad_const_facts
 
     n = 100000
     steps = array("q", range(1, n + 1))
@@ -196,7 +195,7 @@ def test_plot_marks_nonfinite_values_visibly_with_a_safe_palette(tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from finetune_doctor.analyzers.curves import Curve
+    from finetune_doctor.analyzers.postmortem.curves import Curve
     from finetune_doctor.reporters import plot
 
     from array import array

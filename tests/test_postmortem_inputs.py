@@ -61,8 +61,8 @@ def test_nan_onset_says_how_far_the_last_finite_log_was(tmp_path):
     nan = r.sections["postmortem"]
     facts = next(f for f in r.findings if f.name == "nan-loss")
     assert facts is not None
-    from finetune_doctor.analyzers.timeline import analyze
-    from finetune_doctor.readers.runlayout import collect
+    from finetune_doctor.analyzers.postmortem.timeline import analyze
+    from finetune_doctor.readers.runlogs.runlayout import collect
 
     ev = analyze(collect(str(d), [])).facts["nan"]
     assert (ev["prev_finite_step"], ev["gap_steps"]) == (200, 100)

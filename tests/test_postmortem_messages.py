@@ -13,8 +13,8 @@ import shutil
 import pytest
 
 from finetune_doctor.pipeline import postmortem as pm
-from finetune_doctor.readers.lineprefix import strip_prefixes
-from finetune_doctor.readers.logs import read_text_log
+from finetune_doctor.readers.runlogs.lineprefix import strip_prefixes
+from finetune_doctor.readers.runlogs.logs import read_text_log
 from finetune_doctor.settings import Options
 
 MSG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "postmortem", "messages")
@@ -134,7 +134,7 @@ def test_every_xid_code_is_read_and_explained(tmp_path):
     f = r.findings[0]
     # the first hardware code is 48 (13/31/43/45 are application faults in NVIDIA's catalogue)
     assert f.name == "gpu-xid-error" and "Xid 48 on GPU 0000:5e:00" in f.message and "double-bit ECC" in f.message
-    from finetune_doctor.analyzers.failures import XID_MEANINGS
+    from finetune_doctor.analyzers.postmortem.failures import XID_MEANINGS
 
     assert set(XID_MEANINGS) >= {13, 31, 43, 45, 48, 63, 64, 74, 79, 92, 94, 95, 119}
 

@@ -16,9 +16,9 @@ import random
 
 import pytest
 
-from finetune_doctor.readers.logs import read_text_log, size_bytes, sniff
-from finetune_doctor.readers.tbevents import read_event_file
-from finetune_doctor.readers.trainer_log import read_results, read_trainer_log, read_trainer_state
+from finetune_doctor.readers.runlogs.logs import read_text_log, size_bytes, sniff
+from finetune_doctor.readers.runlogs.tbevents import read_event_file
+from finetune_doctor.readers.runlogs.trainer_log import read_results, read_trainer_log, read_trainer_state
 
 REF = "/work/shared/reference"
 DS_LOGS = f"{REF}/deepspeed/log_examples"
@@ -258,7 +258,7 @@ def test_utf16_and_gzip_logs(tmp_path):
 
 
 def test_line_numbers_across_chunks_and_a_line_without_newlines(tmp_path, monkeypatch):
-    import finetune_doctor.readers.logs as logs
+    import finetune_doctor.readers.runlogs.logs as logs
 
     monkeypatch.setattr(logs, "CHUNK", 4096)
     monkeypatch.setattr(logs, "LOOKAHEAD", 512)

@@ -19,8 +19,8 @@ import zlib
 import pytest
 
 from finetune_doctor.pipeline import postmortem as pm
-from finetune_doctor.readers import leveldblog
-from finetune_doctor.readers.trackers import read_mlflow_metric, read_swanlab, read_wandb
+from finetune_doctor.readers.runlogs import leveldblog
+from finetune_doctor.readers.runlogs.trackers import read_mlflow_metric, read_swanlab, read_wandb
 from finetune_doctor.settings import Options
 
 FIX = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "postmortem")
@@ -166,7 +166,7 @@ def test_flight_dumps_refuse_pickled_code(tmp_path):
     """A dump is a pickle: one that names a global (os.system) is refused, never run."""
     import pickle
 
-    from finetune_doctor.readers.flight import read_flight_dump
+    from finetune_doctor.readers.runlogs.flight import read_flight_dump
 
     class Evil:
         def __reduce__(self):
@@ -180,8 +180,7 @@ def test_flight_dumps_refuse_pickled_code(tmp_path):
 
 
 def test_flight_dumps_fallback_without_torch(monkeypatch):
-    from finetune_doctor.readers import flight
-
+    from finetune_doctor.readers.runlogs import flight
     monkeypatch.setattr(flight, "_with_torch", lambda records: None)
     recs = [flight.read_flight_dump(p, None).flight[0]
             for p in sorted(glob.glob(os.path.join(FIX, "multirank", "traces", "nccl_trace_rank_*")))]
@@ -190,13 +189,13 @@ def test_flight_dumps_fallback_without_torch(monkeypatch):
 
 
 def test_elastic_error_file():
-    from finetune_doctor.readers.elastic import read_elastic_error
+    from finetune_doctor.readers.runlogs.elastic import read_elastic_error
 
     fe = read_elastic_error(os.path.join(FIX, "multirank", "node1", "attempt_0", "1", "error.json"))
     assert fe.timing["fail_wall"] == 1774058400 + 7 * 60 + 1
     assert any(n.kind == "exception" and n.value["cls"] == "OutOfMemoryError" for n in fe.notices)
     assert fe.ooms and fe.ooms[0].requested == 1.88 * (1 << 30)
-    from finetune_doctor.readers.runlayout import origin_of
+    from finetune_doctor.readers.runlogs.runlayout import origin_of
 
     assert origin_of(os.path.join(FIX, "multirank", "node1", "attempt_0", "1", "error.json"),
                      os.path.join(FIX, "multirank")) == {"local_rank": 1, "attempt": 0, "node": "node1",
@@ -205,8 +204,7 @@ def test_elastic_error_file():
 
 @pytest.mark.slow
 def test_many_rank_files_are_read_in_parallel_with_the_same_result(tmp_path):
-    from finetune_doctor.readers import runlayout
-
+    from finetune_doctor.readers.runlogs import runlayout
     d = tmp_path / "big"
     src = os.path.join(FIX, "multirank")
     shutil.copytree(src, d)
@@ -224,12 +222,12 @@ def test_many_rank_files_are_read_in_parallel_with_the_same_result(tmp_path):
 
 
 def test_grep_finder_and_the_readers_own_expression_agree(tmp_path, monkeypatch):
-    """A plain log of >= 4 MiB has its trigger words found by grep (readers/loggrep.py); the parse must be the
+    """A plain log of >= 4 MiB has its trigger words found by grep (readers/runlogs/loggrep.py); the parse must be the
     same as with the reader's own expression, record for record."""
     import shutil as _sh
 
-    from finetune_doctor.readers import loggrep
-    from finetune_doctor.readers.logs import read_text_log
+    from finetune_doctor.readers.runlogs import loggrep
+    from finetune_doctor.readers.runlogs.logs import read_text_log
 
     if _sh.which("grep") is None:
         pytest.skip("no grep on this machine")

@@ -12,7 +12,7 @@ import json
 import math
 import random
 
-from finetune_doctor.analyzers.timeline import analyze, spikes, build_curves
+from finetune_doctor.analyzers.postmortem.timeline import analyze, spikes, build_curves
 from finetune_doctor.pipeline import postmortem as pm
 from finetune_doctor.settings import Options
 

@@ -16,7 +16,7 @@ pytest.importorskip("peft")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import calibration  # noqa: E402
 
-from finetune_doctor.readers.modelcfg import load_arch  # noqa: E402
+from finetune_doctor.readers.model.modelcfg import load_arch  # noqa: E402
 
 # every test here builds and runs torch models (seconds each): outside the fast lane (pytest -m "not slow")
 pytestmark = pytest.mark.slow

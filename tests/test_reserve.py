@@ -1,4 +1,4 @@
-"""The replay-derived allocator reserve of the analytic model (analyzers/reserve.py, reserve_table.json)."""
+"""The replay-derived allocator reserve of the analytic model (analyzers/memory/reserve.py, reserve_table.json)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from finetune_doctor.analyzers import reserve
+from finetune_doctor.analyzers.memory import reserve
 from finetune_doctor.analyzers.memory import compute_terms, estimate
-from finetune_doctor.readers.modelcfg import load_arch
+from finetune_doctor.readers.model.modelcfg import load_arch
 from finetune_doctor.run import resolve_run
 from finetune_doctor.types import GIB, Hardware
 

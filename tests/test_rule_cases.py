@@ -42,6 +42,9 @@ from ruamel.yaml import YAML
 from finetune_doctor.cli import main
 from finetune_doctor.engine.loader import load_rules
 
+# the memory rules' cases were written against a fixed error model (tests/conftest.py pinned_error_model)
+pytestmark = pytest.mark.usefixtures("pinned_error_model")
+
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "rule_cases"
 ENTRY_KEYS = {"name", "config", "deepspeed", "files", "gpu", "nvml", "overrides", "command", "data", "expect_fix_keys",
@@ -173,7 +176,7 @@ _ABSENT = object()
 
 def _current(edit: dict[str, Any], where: Path, entry: dict[str, Any]) -> Any:
     """The value the edited file holds at the edit's key (dotted for JSON), or _ABSENT."""
-    from finetune_doctor.readers.yamlcfg import load_config
+    from finetune_doctor.readers.config.yamlcfg import load_config
 
     name = Path(str(edit["file"])).name
     if edit["file"] in ("<command line>", "override"):

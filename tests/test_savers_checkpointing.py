@@ -9,9 +9,9 @@ import pytest
 from finetune_doctor.analyzers.memory import activation_bytes_per_token_layer, estimate
 from finetune_doctor.analyzers.memory.activations import (
     activation_terms, offloaded_checkpoint_bytes, residual_bytes)
-from finetune_doctor.analyzers.params import count_params, kt_expert_params
+from finetune_doctor.analyzers.memory.params import count_params, kt_expert_params
 from finetune_doctor.readers.model.generic import arch_from_config
-from finetune_doctor.readers.modelcfg import load_arch
+from finetune_doctor.readers.model.modelcfg import load_arch
 from finetune_doctor.run import resolve_run
 from finetune_doctor.types import GIB, Hardware
 

@@ -14,7 +14,7 @@ from finetune_doctor.analyzers.memory import estimate
 from finetune_doctor.analyzers.memory.logits import flce_chunk_tokens, flce_terms, logit_terms
 from finetune_doctor.cli import main
 from finetune_doctor.readers.model.generic import arch_from_config
-from finetune_doctor.readers.modelcfg import load_arch
+from finetune_doctor.readers.model.modelcfg import load_arch
 from finetune_doctor.run import resolve_run
 from finetune_doctor.types import Hardware
 

@@ -1,5 +1,5 @@
 """Optimizer states and adapter sizes of the methods LLaMA-Factory builds itself (analyzers/memory/optstates.py,
-analyzers/params.py), against the optimizers' and peft's own layouts."""
+analyzers/memory/params.py), against the optimizers' and peft's own layouts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from finetune_doctor.analyzers.memory import estimate
 from finetune_doctor.analyzers.memory.optstates import _trained_matrices
 from finetune_doctor.analyzers.memory.weights import state_terms
-from finetune_doctor.analyzers.params import badam_block_params, count_params, oft_module_params
+from finetune_doctor.analyzers.memory.params import badam_block_params, count_params, oft_module_params
 from finetune_doctor.dtypes import lowrank_state_elements
 from finetune_doctor.readers.model.generic import arch_from_config
 from finetune_doctor.run import resolve_run

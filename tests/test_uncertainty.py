@@ -1,4 +1,4 @@
-"""The error model of the memory prediction (analyzers/uncertainty.py) against independent references: Student's t
+"""The error model of the memory prediction (analyzers/memory/uncertainty.py) against independent references: Student's t
 against the published table of its quantiles, the conjugate update against the textbook formulas computed by hand,
 the verdict's thresholds, and the committed table against the committed benchmark rows it was derived from."""
 
@@ -11,8 +11,7 @@ from statistics import NormalDist
 
 import pytest
 
-from finetune_doctor.analyzers import uncertainty as u
-
+from finetune_doctor.analyzers.memory import uncertainty as u
 ROOT = Path(__file__).resolve().parent.parent
 
 # two-sided critical values t_{1-α/2, ν} as printed in Abramowitz & Stegun Table 26.10 (and every statistics text)

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from finetune_doctor.errors import InputError
-from finetune_doctor.readers import yamlcfg, yamlnodes
-from finetune_doctor.readers.dsjson import parse as _parse_json
+from finetune_doctor.readers.config import yamlcfg, yamlnodes
+from finetune_doctor.readers.deepspeed.dsjson import parse as _parse_json
 
 ROOT = Path(__file__).resolve().parent.parent
 YAMLS = sorted((ROOT / "fixtures").rglob("*.yaml"))

@@ -4,7 +4,7 @@
 resolved Run, the analytic estimator is re-run (about a millisecond), and the sets that fit are ranked by whether
 they change training semantics (unsafe), by their throughput cost, then by size. The best set becomes the fix;
 the next ones become `Fix.alternatives`. A set fits when the probability of OOM of its estimate is at most 5 %
-(analyzers/uncertainty.py: the estimate's error measured on the benchmarks for the run's shape class), not when
+(analyzers/memory/uncertainty.py: the estimate's error measured on the benchmarks for the run's shape class), not when
 it lands just under the card. Besides YAML and DeepSpeed edits, a single-process run may be launched with the
 caching allocator's expandable segments (an environment variable, no file edit).
 """
@@ -15,7 +15,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from finetune_doctor.analyzers import launchenv, uncertainty
+from finetune_doctor.analyzers.memory import launchenv, uncertainty
 from finetune_doctor.engine.evaluate import RuleContext, planner
 from finetune_doctor.engine.expr import unwrap
 from finetune_doctor.types import Edit, Fix
@@ -289,7 +289,7 @@ def fit_precision(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
 
 @planner("gpus-uneven")
 def plan_uneven(ctx: RuleContext, rule: Any, ev: Any) -> Fix:
-    """The fix of uneven-gpu-memory: the top cause's prescription (analyzers/gpu_causes.py ranks them), with its
+    """The fix of uneven-gpu-memory: the top cause's prescription (analyzers/gpus/gpu_causes.py ranks them), with its
     YAML edit when ``doctor gpus --config`` named the run's config."""
     item = unwrap(ev.eval("item")) or {}
     edits: tuple[Edit, ...] = ()

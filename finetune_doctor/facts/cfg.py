@@ -2,7 +2,7 @@
 
 Declared fields are every key of the bundled key schema (catalog/lf_keys.json: LLaMA-Factory's and transformers'
 argument dataclasses, retired and derived keys), so a rule that names a key no LLaMA-Factory version knows fails
-to load. Values are what OmegaConf hands ``HfArgumentParser.parse_dict`` (readers/yamlcfg.py); a key the file does
+to load. Values are what OmegaConf hands ``HfArgumentParser.parse_dict`` (readers/config/yamlcfg.py); a key the file does
 not set reads as None.
 """
 
@@ -16,7 +16,7 @@ from finetune_doctor.facts.schema import Field, Namespace, OPEN
 
 @lru_cache(maxsize=1)
 def namespace() -> Namespace:
-    from finetune_doctor.readers.keyschema import load_schema
+    from finetune_doctor.readers.config.keyschema import load_schema
 
     schema = load_schema()
     names = set(schema.get("keys") or ()) | set(schema.get("retired") or ()) | set(schema.get("derived") or ())

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from finetune_doctor.analyzers.params import count_params
+from finetune_doctor.analyzers.memory.params import count_params
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts import cfg as cfg_facts
 from finetune_doctor.facts import skeleton
@@ -22,14 +22,15 @@ from finetune_doctor.facts import data as data_facts
 from finetune_doctor.facts import ds as ds_facts
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import lint as lint_facts
+from finetune_doctor.facts import machine
 from finetune_doctor.facts import model as model_facts
 from finetune_doctor.facts import run as run_facts
 from finetune_doctor.fsutil import display_path
-from finetune_doctor.readers.yamlcfg import ConfigDoc, load_config
-from finetune_doctor.readers.stack import installed_versions, read_env_file
+from finetune_doctor.readers.config.yamlcfg import ConfigDoc, load_config
+from finetune_doctor.readers.config.stack import installed_versions, read_env_file
 from finetune_doctor.run import InvalidRunValue, resolve_run
 from finetune_doctor.settings import Options
-from finetune_doctor.types import Hardware, MemoryEstimate, SourceDoc
+from finetune_doctor.types import Assumption, Hardware, MemoryEstimate, SourceDoc
 
 
 @dataclass
@@ -47,14 +48,16 @@ class Assembly:
     run: Any = None                # run.Run, when the model is known
     hw: Hardware | None = None
     memory: MemoryEstimate | None = None
-    ds: Any = None                 # readers.dsconfig.DSConfig
+    ds: Any = None                 # readers.deepspeed.dsconfig.DSConfig
     ds_stock: bool = False
-    counts: Any = None             # analyzers.params.ParamCounts
+    counts: Any = None             # analyzers.memory.params.ParamCounts
     launch: Any = None             # run.engines.LaunchInputs: accelerate config and launch command line
     notes: list[str] = field(default_factory=list)
     stack: dict[str, str | None] = field(default_factory=dict)   # the training stack the run was resolved for
     stack_sources: tuple[tuple[str, str, str], ...] = ()          # (package, version, where it came from)
     nnodes: int | None = None
+    assumptions: list[Assumption] = field(default_factory=list)   # values used but not read (Report.assumptions)
+    context: Any = None            # readers.config.context.MachineContext: the training machine, captured (--context)
     _after: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     def live(self) -> dict[str, Any]:
@@ -119,7 +122,8 @@ class Assembly:
             ds, stock = str(self.doc.values.get("deepspeed") or self.ds.path), {"deepspeed_stock": True}
         elif self.ds is not None and getattr(self.ds, "path", None):
             ds = self.sources["deepspeed"].path if "deepspeed" in self.sources else str(self.ds.path)
-        return {"config": self.doc.path, "deepspeed": ds, **stock, "run_dir": None, **extra}
+        ctx = {"context": self.context.path} if self.context is not None else {}
+        return {"config": self.doc.path, "deepspeed": ds, **stock, "run_dir": None, **ctx, **extra}
 
 
 def _set_dotted(d: dict[str, Any], key: str, value: Any, delete: bool) -> None:
@@ -182,7 +186,15 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     facts: dict[str, Any] = skeleton(cfg=cfg_facts.assemble(doc.values),
                                      lint=lint_facts.assemble(doc, opts.transformers_version))
     asm = Assembly(doc=doc, facts=facts, sources=sources)
+    asm.context, ctx_note = machine.load(config, opts, doc)
+    if ctx_note:
+        asm.notes.append(ctx_note)
+    if machine.data(asm.context, doc.values)[0] is not None:
+        # the datasets were resolved on the training machine: its scan, carried by the context, reports them
+        facts["lint"]["keys"] = [k for k in facts["lint"].get("keys", []) if k.get("kind") != "dataset"]
     env_report = read_env_file(opts.env_file) if opts.env_file and not static else None
+    if hw is None and not opts.gpu:   # the training machine's GPUs act as --gpu (a flag still wins)
+        hw = machine.hardware(asm.context, opts.nnodes)
     asm.hw = hw if hw is not None else hw_facts.resolve(opts.gpu, opts.nnodes, allow_nvml=not static)
     if asm.hw is None and env_report is not None:
         asm.hw = hw_facts.from_env_report(env_report, opts.nnodes)
@@ -201,7 +213,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
                          "for the world size; pass e.g. --gpu 4xL20, or --env with `llamafactory-cli env` output")
 
     # the stack first: the model's layout depends on the transformers release that builds it (MoE experts)
-    stack, sources = _stack(opts, asm.hw, env_report)
+    stack, sources = _stack(opts, asm.hw, env_report, asm.context)
     asm.stack, asm.nnodes, asm.stack_sources = stack, opts.nnodes, sources
     arch = _arch(asm, config, opts, tolerate=static or not need_model or lenient, static=static,
                  transformers=stack.get("transformers"))
@@ -246,7 +258,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
         alt = mem_facts.older_stack(lambda s: resolve({**stack, **s}), asm.run, asm.hw, asm.counts,
                                     int(tokens) if tokens else None, torch_given=bool(opts.torch_version),
                                     optim_given="optim" in doc.values)
-        asm.memory = mem_facts.judged(est, asm.hw, alt)   # verdict, p_oom, interval (analyzers/uncertainty.py)
+        asm.memory = mem_facts.judged(est, asm.hw, alt)   # verdict, p_oom, interval (analyzers/memory/uncertainty.py)
         facts["mem"] = mem_facts.assemble(asm.memory, asm.hw, asm.run, alt)
     asm.notes.extend(asm.run.notes)
     return asm
@@ -256,13 +268,15 @@ DOWNLOAD_COMMANDS = ("check", "estimate", "probe", "data")
 """Commands that may download a model's JSON configs when nothing local has them (never lint, never postmortem)."""
 
 
-def _stack(opts: Options, hw: Hardware | None, env: Any) -> tuple[dict[str, str | None], tuple]:
+def _stack(opts: Options, hw: Hardware | None, env: Any, ctx: Any = None) -> tuple[dict[str, str | None], tuple]:
     """The training machine's versions and where each came from, in order of precedence: ``--torch`` /
-    ``--transformers``, then ``--env FILE``, then the packages installed here when this machine is the training
-    machine (NVML sees its GPUs). Returns ({torch, transformers} for resolve_run, (package, version, source)...)."""
+    ``--transformers``, then ``--env FILE``, then a ``doctor context`` file (`ctx`, as ``--env``), then the packages
+    installed here when this machine is the training machine (NVML sees its GPUs). Returns ({torch, transformers}
+    for resolve_run, (package, version, source)...)."""
     found: dict[str, tuple[str, str]] = {}
     if hw is not None and hw.source == "nvml":
         found.update({k: (v, "installed here") for k, v in installed_versions().items()})
+    found.update({k: (v, ctx.path) for k, v in machine.stack(ctx).items()})
     if env is not None:
         found.update({k: (v, env.path) for k, v in env.versions.items()})
     for key, flag in (("torch", opts.torch_version), ("transformers", opts.transformers_version)):
@@ -279,8 +293,9 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
     An unresolved model becomes the ``lint.model_unresolved`` fact (what is missing and the one command that
     supplies it) for the ``model-unresolved`` rule; untolerated, its error points at ``model_name_or_path``.
     """
+    from finetune_doctor.readers.model.byname import multimodal_hint
     from finetune_doctor.readers.model.errors import ModelUnresolved
-    from finetune_doctor.readers.modelcfg import load_arch
+    from finetune_doctor.readers.model.modelcfg import load_arch
 
     doc = asm.doc
     name = doc.values.get("model_name_or_path")
@@ -293,7 +308,9 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
             str(name), base_dir=str(Path(config).resolve().parent),
             cache_dir=cache if isinstance(cache, str) else None, model_config=opts.model_config,
             allow_download=not static and opts.command in DOWNLOAD_COMMANDS, offline=opts.offline,
-            exact=False if static else "auto", transformers_major=transformers)
+            exact=False if static else "auto", transformers_major=transformers,
+            template=str(doc.values.get("template") or "") or None, multimodal=multimodal_hint(doc.values),
+            assumptions=asm.assumptions, context_config=machine.model_config(asm.context))
     except InputError as err:
         if not tolerate:
             if err.file is None or err.file == str(name):
@@ -311,9 +328,10 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
         asm.notes.append(f"memory not estimated: the architecture of {name} is not known here")
         return None
     for note in (arch.notes or "").split("; ") if isinstance(arch.notes, str) else ():
-        if note and ("download" in note or "offline" in note):
+        if note and ("download" in note or "offline" in note or note.startswith("sized as the catalogue entry")):
             asm.notes.append(note)
     if model_src is not None:
+        machine.check_dtype(asm.context, arch, model_src)
         asm.sources["model"] = model_src
     return arch
 
@@ -353,10 +371,12 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
     launch command line (relative to where the run was launched, which may not be here) is a note, as is a launch
     file that holds no launch under `lenient` (postmortem).
     """
-    from finetune_doctor.readers.accelerate import load_accelerate_config, read_launch_file
+    from finetune_doctor.readers.config.accelerate import load_accelerate_config, read_launch_file
     from finetune_doctor.run.engines import LaunchInputs
 
     launch = acc = None
+    if not getattr(opts, "launch", None):
+        launch = machine.launch(asm.context)
     if getattr(opts, "launch", None):
         try:
             launch = read_launch_file(opts.launch)
@@ -375,6 +395,8 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
                              "its FSDP settings are not known (--accelerate-config FILE)")
         else:
             acc = load_accelerate_config(str(found))
+    if acc is None and not path:
+        acc = machine.accelerate(asm.context)
     if acc is not None:
         asm.sources["accelerate"] = SourceDoc("accelerate", display_path(acc.path) or acc.path, dict(acc.positions))
     if launch is not None or acc is not None:
@@ -382,9 +404,17 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
 
 
 def _scan(asm: Assembly, config: str) -> dict[str, Any] | None:
-    """The ``data`` facts; a config whose datasets are not on this machine gets a note saying so."""
+    """The ``data`` facts: the datasets scanned here when they are here, else the statistics a ``doctor context``
+    file carries (the training machine's scan); without either, a note says so."""
     data = data_facts.assemble(asm.doc.values, config)
-    if data is None and asm.doc.values.get("dataset"):
+    if data is not None:
+        return data
+    data, note = machine.data(asm.context, asm.doc.values)
+    if note:
+        asm.notes.append(note)
+    if data is not None:
+        return data
+    if asm.doc.values.get("dataset"):
         asm.notes.append("datasets not scanned: their dataset_info.json or files are not on this machine "
                          "(`doctor data` shows what it looked for)")
     return data

@@ -1,4 +1,4 @@
-"""``data``: token statistics of the configured datasets against cutoff_len (analyzers/datascan.py `collect`).
+"""``data``: token statistics of the configured datasets against cutoff_len (analyzers/data/datascan.py `collect`).
 
 Lengths are tokens; "full" means before truncation. None when the config names no dataset or its data is not on
 this machine (``doctor check`` then says so in a note). Percentile blocks are ``{p50, p90, p99, max, mean}``.
@@ -80,7 +80,7 @@ def assemble(values: Mapping[str, Any], config_path: str) -> dict[str, Any] | No
     A scan that fails for a reason other than bad input must not hide the config diagnosis: it becomes facts with
     ``error`` and ``partial``.
     """
-    from finetune_doctor.analyzers.datascan import collect
+    from finetune_doctor.analyzers.data.datascan import collect
     from finetune_doctor.errors import InputError
 
     try:

@@ -2,7 +2,7 @@
 
 The namespace is the resolved config tree itself (``ds.zero_optimization.stage``, ``ds.bf16.enabled``: every
 DeepSpeed top-level key is declared open) plus the derived fields below, which are not DeepSpeed keys and are
-computed here from the reader's `DSConfig` (readers/dsconfig.py). None when the config names no ``deepspeed:`` file.
+computed here from the reader's `DSConfig` (readers/deepspeed/dsconfig.py). None when the config names no ``deepspeed:`` file.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts.schema import LOCATION, OPEN, F, Namespace
-from finetune_doctor.readers import dsconfig
-from finetune_doctor.readers import dsschema as S
-from finetune_doctor.readers.dsjson import printable
-from finetune_doctor.readers.dsproblem import DS_CHECKS, FIELDS, DSProblem, locate
+from finetune_doctor.readers.deepspeed import dsconfig
+from finetune_doctor.readers.deepspeed import dsschema as S
+from finetune_doctor.readers.deepspeed.dsjson import printable
+from finetune_doctor.readers.deepspeed.dsproblem import DS_CHECKS, FIELDS, DSProblem, locate
 from finetune_doctor.types import Hardware
 
 PROBLEM_ITEM = {
@@ -249,7 +249,7 @@ def problem_dicts(cfg: dsconfig.DSConfig, problems: Any) -> list[dict[str, Any]]
 
 def show(v: Any) -> str:
     """A value as a message quotes it: strings as JSON strings, numbers and the rest as Python prints them;
-    always printable (readers/dsjson.py `printable`) and never longer than 200 characters."""
+    always printable (readers/deepspeed/dsjson.py `printable`) and never longer than 200 characters."""
     if isinstance(v, str):
         text = json.dumps(v, ensure_ascii=False)
     elif isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 640:

@@ -1,5 +1,5 @@
 """``ev``: what a run's leftovers show — logs, trainer_log.jsonl, trainer_state.json, event files, recordings —
-as one timeline and the detector results the postmortem rules judge (analyzers/timeline.py `analyze`).
+as one timeline and the detector results the postmortem rules judge (analyzers/postmortem/timeline.py `analyze`).
 
 Each detector field is a mapping (None when the detector found nothing); every ``location`` in it is
 ``{file, line, column, key}`` of the evidence line. The detectors' own sub-fields are listed in evidence.py

@@ -1,6 +1,6 @@
 """``lint``: what is wrong with the keys of a config as written, before anything is resolved.
 
-* ``keys``: one item per key problem of readers/keyschema.py (unknown, renamed, retired, derived, wrong type,
+* ``keys``: one item per key problem of readers/config/keyschema.py (unknown, renamed, retired, derived, wrong type,
   invalid value), with the line it is on and whether the value came from a ``key=value`` override;
 * ``ds_missing``: the ``deepspeed:`` path that did not resolve, when the command reads on without it;
 * ``model_unresolved``: the model whose config.json was found nowhere (or was unusable), when the command reads on;
@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from finetune_doctor.facts.schema import LOCATION, F, Namespace
-from finetune_doctor.analyzers.launch import check_launch
-from finetune_doctor.readers.keyschema import check_keys
-from finetune_doctor.readers.yamlcfg import ConfigDoc
+from finetune_doctor.analyzers.config.launch import check_launch
+from finetune_doctor.readers.config.keyschema import check_keys
+from finetune_doctor.readers.config.yamlcfg import ConfigDoc
 
 KEY_ITEM = {
     "key": F("str", "the key as written (dotted for nested keys)"),
@@ -55,8 +55,8 @@ KEY_FIELDS = ("key", "kind", "message", "suggestion", "replacement_key", "fix", 
 
 def assemble(doc: ConfigDoc | None, transformers_version: str | None = None) -> dict[str, Any]:
     """The ``lint`` facts of `doc` (None: a DeepSpeed JSON on its own, no keys to check): the key schema's problems
-    (readers/keyschema.py, for the training machine's transformers when known) and LLaMA-Factory's launch-time
-    checks (analyzers/launch.py)."""
+    (readers/config/keyschema.py, for the training machine's transformers when known) and LLaMA-Factory's launch-time
+    checks (analyzers/config/launch.py)."""
     if doc is None:
         return {"keys": [], "standalone_ds": True}
     out = []

@@ -3,9 +3,9 @@
 ``per_gpu`` and ``per_gpu_gib`` hold the DESIGN.md breakdown (weights, gradients, optimizer, activations, logits,
 buffers, runtime, total); the moments of a step say where the peak falls and where the run first runs out.
 ``alt_stack_*`` is the same estimate on a training machine with torch < 2.8 when the verdict could depend on it.
-``verdict``, ``p_oom`` and ``interval_*`` say how sure the doctor is (analyzers/uncertainty.py: the error measured
+``verdict``, ``p_oom`` and ``interval_*`` say how sure the doctor is (analyzers/memory/uncertainty.py: the error measured
 on the benchmarks, by method and shape class); ``expandable_*`` is the estimate with the caching allocator's
-expandable segments on, for a run whose processes would run without them (analyzers/launchenv.py).
+expandable segments on, for a run whose processes would run without them (analyzers/memory/launchenv.py).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from finetune_doctor.analyzers import launchenv, uncertainty
+from finetune_doctor.analyzers.memory import launchenv, uncertainty
 from finetune_doctor.analyzers.memory import compute_terms, estimate
-from finetune_doctor.analyzers.params import count_params
-from finetune_doctor.analyzers.reserve import reserve_fraction
+from finetune_doctor.analyzers.memory.params import count_params
+from finetune_doctor.analyzers.memory.reserve import reserve_fraction
 from finetune_doctor.facts.schema import F, Namespace
 from finetune_doctor.types import GIB, Hardware, MemoryEstimate
 
@@ -30,6 +30,7 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "peak_allocated": F("float", "tensor peak as max_memory_allocated shows it, GiB"),
     "peak_allocated_gib": F("float", "the same, rounded"),
     "host": F("float", "host RAM per node, GiB"), "host_gib": F("float", "the same, rounded"),
+    "host_save": F("float", "the part of host that a ZeRO-3 checkpoint save adds on rank 0's node, GiB"),
     "fits": F("bool", "total <= capacity minus memory in use (None without a GPU)"),
     "headroom_gib": F("float", "capacity minus in-use minus total, GiB"),
     "method": F("str", "analytic | simulated | measured"),
@@ -49,7 +50,7 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "alt_stack_optim": F("str", "the optimizer that stack defaults to"),
     "alt_stack_p_oom": F("float", "probability of OOM on that stack (0-1)"),
     "budget_gib": F("float", "capacity minus memory already in use, GiB"),
-    "verdict": F("str", "fits | at-risk | oom (analyzers/uncertainty.py); None without a GPU"),
+    "verdict": F("str", "fits | at-risk | oom (analyzers/memory/uncertainty.py); None without a GPU"),
     "verdict_reason": F("str", "why at-risk: error (p_oom over 5 %) | stack (an older torch runs out)"),
     "p_oom": F("float", "probability that the peak passes the budget (0-1)"),
     "p_oom_pct": F("float", "the same in percent"),
@@ -80,6 +81,7 @@ def assemble(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[str, 
     d["total"] = mem.total
     d["peak_allocated"] = mem.peak_allocated
     d["host"] = mem.host
+    d["host_save"] = mem.details.get("host_save_gib", 0.0)
     d["phase"] = mem.phase
     d["first_oom"] = mem.details.get("first_oom")
     d["peak_moment"] = mem.details.get("peak_moment")
@@ -109,7 +111,7 @@ def shape_of(mem: MemoryEstimate) -> str:
 
 
 def judged(mem: MemoryEstimate, hw: Hardware | None, alt: dict[str, Any] | None = None) -> MemoryEstimate:
-    """`mem` with its verdict, p_oom and interval (analyzers/uncertainty.py) against `hw`'s budget. A run that
+    """`mem` with its verdict, p_oom and interval (analyzers/memory/uncertainty.py) against `hw`'s budget. A run that
     fits the assumed stack but not a torch < 2.8 one (`alt`, `older_stack`) is at risk: the stack is not known."""
     a = uncertainty.assess(mem.total, budget_of(hw), mem.method, shape_of(mem))
     verdict = a.verdict
@@ -145,7 +147,7 @@ def verdict_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[
 def expandable_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any) -> dict[str, Any]:
     """The estimate with expandable segments on. The analytic model assumes them for torchrun launches (world size
     > 1, analyzers/memory/moments.py); for a single process the reserve of the run's shape class is taken from the
-    'on' column of reserve_table.json instead of the 'off' one (analyzers/reserve.py), the tensors unchanged."""
+    'on' column of reserve_table.json instead of the 'off' one (analyzers/memory/reserve.py), the tensors unchanged."""
     assumed = run.world_size > 1
     reserve = float(mem.details.get("reserve_gib") or 0.0)
     out: dict[str, Any] = {"reserve_gib": reserve, "expandable": assumed,

@@ -1,7 +1,7 @@
 """``model``: the architecture and parameter counts of the model the config names (None when not resolved).
 
-Counts are exact element counts (analyzers/params.py) of the shapes read from the model's config.json
-(readers/modelcfg.py); ``params_b`` is billions.
+Counts are exact element counts (analyzers/memory/params.py) of the shapes read from the model's config.json
+(readers/model/modelcfg.py); ``params_b`` is billions.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ NAMESPACE = Namespace("model", __doc__.split("\n\n")[0], {
 
 
 def assemble(run: Any, counts: Any) -> dict[str, Any]:
-    """The ``model`` facts of a resolved run (run.Run) and its counts (analyzers.params.ParamCounts)."""
+    """The ``model`` facts of a resolved run (run.Run) and its counts (analyzers.memory.params.ParamCounts)."""
     a = run.arch
     return {
         "name": a.name, "model_type": a.model_type, "bf16_family": a.model_type in BF16_FAMILIES,

@@ -255,7 +255,7 @@ def yaml_scalar(v: Any, quote: str | None = None, flow: bool = False) -> str:
 
 
 def _plain_ok(s: str, flow: bool) -> bool:
-    from finetune_doctor.readers.yamlcfg import type_scalar
+    from finetune_doctor.readers.config.yamlcfg import type_scalar
 
     if not s or s != s.strip() or "\n" in s or s[0] in _INDICATORS or ": " in s or " #" in s or s.endswith(":"):
         return False
@@ -306,7 +306,7 @@ class _YamlDoc:
         return isinstance(parent, dict) and path[-1] in parent
 
     def _typed(self, text: str) -> Any:
-        from finetune_doctor.readers.yamlcfg import parse_yaml_text
+        from finetune_doctor.readers.config.yamlcfg import parse_yaml_text
 
         return parse_yaml_text(text, self.path)[0]
 

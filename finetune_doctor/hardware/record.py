@@ -1,6 +1,6 @@
 """Writers of ``doctor gpus --record FILE``: nvidia-smi ``--query-gpu`` CSV, or JSONL snapshots.
 
-The CSV is byte-for-byte the layout ``nvidia-smi --query-gpu=<readers.smi.QUERY_COLUMNS> --format=csv`` prints
+The CSV is byte-for-byte the layout ``nvidia-smi --query-gpu=<readers.gpus.smi.QUERY_COLUMNS> --format=csv`` prints
 (``, `` separators, units in the header and after each value, ``[N/A]`` for a missing value), so tools that read
 nvidia-smi logs read it too; it has no processes. The JSONL keeps everything a `Snapshot` holds, processes
 included. A sample NVML failed to take is written as a gap: a JSONL ``{"time", "gap"}`` line, or CSV rows of the
@@ -18,7 +18,7 @@ from typing import IO
 from finetune_doctor.errors import InputError
 from finetune_doctor.hardware.snapshot import MIB, CardSnapshot, Snapshot
 
-# The --record formats are the recorder's to define; readers/smi.py reads them back (it took them from a reader:
+# The --record formats are the recorder's to define; readers/gpus/smi.py reads them back (it took them from a reader:
 # the one arrow up, issue #22).
 RECORD_SCHEMA = "finetune-doctor/gpus-record/v1"
 

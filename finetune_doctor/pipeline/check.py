@@ -42,7 +42,8 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool =
     if probed:
         sections["probe"] = probed   # the configured run's simulation replayed (probes/confirm.py probe_check)
     return Report(command="check", inputs=asm.inputs(), findings=tuple(findings), run=asm.run_summary(),
-                  hardware=asm.hw, memory=asm.memory, sections=sections, notes=tuple(notes))
+                  hardware=asm.hw, memory=asm.memory, sections=sections, notes=tuple(notes),
+                  assumptions=tuple(asm.assumptions))
 
 
 def _confirm(asm: Any, findings: list, opts: Options, mode: str) -> tuple[list, dict | None]:

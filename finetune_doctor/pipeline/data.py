@@ -1,6 +1,6 @@
 """``doctor data``: token lengths of the configured datasets against cutoff_len.
 
-Reads the config, scans the datasets (analyzers/datascan.py `collect`; the ``data`` facts are declared in
+Reads the config, scans the datasets (analyzers/data/datascan.py `collect`; the ``data`` facts are declared in
 facts/data.py), judges them with the rules whose ``commands`` include ``data`` and returns the Report with
 ``sections["data"]``.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from finetune_doctor.analyzers.datascan import collect
+from finetune_doctor.analyzers.data.datascan import collect
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
-from finetune_doctor.readers.datasets import DatasetDirNotFound
-from finetune_doctor.readers.yamlcfg import load_config
+from finetune_doctor.readers.data.datasets import DatasetDirNotFound
+from finetune_doctor.readers.config.yamlcfg import load_config
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Report, SourceDoc
 

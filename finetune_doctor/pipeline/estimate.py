@@ -12,7 +12,7 @@ from typing import Any
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts.config import assemble_config
-from finetune_doctor.readers.yamlcfg import parse_override
+from finetune_doctor.readers.config.yamlcfg import parse_override
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Report
 
@@ -34,7 +34,7 @@ def parse_sweep(spec: str) -> tuple[str, list[str]]:
     values = [v.strip() for v in vals.split(",") if v.strip()]
     if not key or not values:
         raise InputError(f"--sweep {spec!r} needs a key and at least one value", file="<command line>")
-    from finetune_doctor.readers.keyschema import check_keys
+    from finetune_doctor.readers.config.keyschema import check_keys
 
     for p in check_keys({key.split(".")[0]: parse_override(f"{key}={values[0]}")[1]}):
         if p.kind == "unknown":
@@ -76,4 +76,5 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple
         sections["sweep"] = {"keys": [k for k, _ in axes], "rows": rows,
                              "capacity_gib": asm.hw.capacity_gib if asm.hw else None, "zero3_allowed": shardable}
     return Report(command="estimate", inputs=asm.inputs(), findings=tuple(findings), run=asm.run_summary(),
-                  hardware=asm.hw, memory=asm.memory, sections=sections, notes=tuple(asm.notes))
+                  hardware=asm.hw, memory=asm.memory, sections=sections, notes=tuple(asm.notes),
+                  assumptions=tuple(asm.assumptions))

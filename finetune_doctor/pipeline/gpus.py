@@ -1,8 +1,8 @@
 """``doctor gpus``: per-card memory from NVML or recorded files, and which card is in trouble and why.
 
 Flow: samples (one NVML snapshot; a ``--watch``/``--record`` loop, hardware/sampler.py; or ``--from FILE ...``
-streamed by readers/smi.py) → a `SampleAccumulator` → `build_facts` (the ``gpus`` namespace,
-analyzers/gpu_cards.py) → rules with ``commands: [gpus]`` (uneven-gpu-memory FD501, foreign-process-on-gpu FD502,
+streamed by readers/gpus/smi.py) → a `SampleAccumulator` → `build_facts` (the ``gpus`` namespace,
+analyzers/gpus/gpu_cards.py) → rules with ``commands: [gpus]`` (uneven-gpu-memory FD501, foreign-process-on-gpu FD502,
 multi-card-process FD503, near-capacity FD504) → `Report` with ``sections["gpus"]``.
 
 The pipeline never draws: during a watch it hands the section data of the latest samples to a `progress`
@@ -17,15 +17,15 @@ from collections import deque
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
-from finetune_doctor.analyzers.gpu_cards import SampleAccumulator, build_facts
+from finetune_doctor.analyzers.gpus.gpu_cards import SampleAccumulator, build_facts
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
 from finetune_doctor.hardware.catalog import parse_gpu_spec
 from finetune_doctor.hardware.nvml import NVMLQueryError, NVMLUnavailable, hardware_from_snapshot, open_adapter
 from finetune_doctor.hardware.sampler import OVERHEAD_BUDGET, sample_loop
 from finetune_doctor.hardware.snapshot import Snapshot
-from finetune_doctor.readers.gpu_config import ConfigInfo, load_config
-from finetune_doctor.readers.smi import open_gpu_file
+from finetune_doctor.readers.gpus.gpu_config import ConfigInfo, load_config
+from finetune_doctor.readers.gpus.smi import open_gpu_file
 from finetune_doctor.types import Hardware, Report, SourceDoc
 
 __all__ = ["OVERHEAD_BUDGET", "LIVE_WINDOW", "run", "section_data", "build_facts"]

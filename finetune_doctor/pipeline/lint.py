@@ -83,6 +83,7 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     """Lint `files`; with `fix`, apply safe (and with `unsafe_fixes`, unsafe) fixes. `diff` shows them instead."""
     findings: list[Finding] = []
     notes: list[str] = []
+    assumed: list = []
     linted_ds: set[str] = set()
     kinds = [(f, classify(f)) for f in files]
     skipped = [f for f, k in kinds if k is None]
@@ -92,6 +93,7 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
             continue
         file_opts = _per_file(opts, f)
         asm = assemble_config(f, (), file_opts, "lint")
+        assumed.extend(asm.assumptions)
         findings.extend(judge("lint", asm.facts, asm.sources, file_opts, texts={asm.doc.path: asm.doc.text},
                               live=asm.live()))
         if asm.ds is not None and getattr(asm.ds, "path", None) and not asm.ds_stock:
@@ -118,7 +120,7 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     return Report(command="lint", inputs={"config": lf_files[0] if len(lf_files) == 1 else None,
                                           "deepspeed": ds_inputs[0] if len(ds_inputs) == 1 else None,
                                           "run_dir": None, "files": list(files)},
-                  findings=tuple(findings), notes=tuple(notes), sections=sections)
+                  findings=tuple(findings), notes=tuple(notes), sections=sections, assumptions=tuple(assumed))
 
 
 def diff(files: list[str], opts: Options, *, unsafe_fixes: bool = False) -> tuple[str, list[str], int]:

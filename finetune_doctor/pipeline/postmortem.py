@@ -1,12 +1,12 @@
 """`doctor postmortem RUN_DIR [--log FILE ...] [--config CONFIG.yaml] [--plot FILE.png]`: why a run died or
 went NaN, from what it left behind.
 
-Flow: find and read the files a run leaves (readers/runlayout.py: LLaMA-Factory's output_dir, per-rank and
+Flow: find and read the files a run leaves (readers/runlogs/runlayout.py: LLaMA-Factory's output_dir, per-rank and
 per-node logs, torchelastic error files, flight-recorder dumps, wandb/swanlab/mlflow folders, GPU recordings; in
 parallel over the cores when there are many), join the run's config through facts/config.py (the same inputs as
 ``check``: ``--config`` with ``key=value`` overrides and ``--deepspeed``, else the ``training_args.yaml``
 LLaMA-Factory saves in output_dir, else the YAML the launch command in ``cmdline.txt`` or the log itself names),
-build the timeline and the ``ev`` facts (analyzers/timeline.py), and judge: the rules whose ``commands`` include
+build the timeline and the ``ev`` facts (analyzers/postmortem/timeline.py), and judge: the rules whose ``commands`` include
 ``postmortem`` over all namespaces (cfg, run, model, hw, mem, ds, lint, ev), plus the config-level rules of
 ``check`` (categories config, precision, deepspeed) on the config read. A DeepSpeed file the config names but that
 is not there is the ``deepspeed-file-missing`` finding.
@@ -29,7 +29,7 @@ import re
 import shlex
 from typing import Any
 
-from finetune_doctor.analyzers.timeline import analyze
+from finetune_doctor.analyzers.postmortem.timeline import analyze
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError, install_hint
 from finetune_doctor.evidence import Evidence
@@ -37,8 +37,8 @@ from finetune_doctor.facts.config import Assembly, assemble_config
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import skeleton
 from finetune_doctor.facts.hw import resolve as resolve_hardware
-from finetune_doctor.readers.logs import regular_size
-from finetune_doctor.readers.runlayout import collect, discover, read_file
+from finetune_doctor.readers.runlogs.logs import regular_size
+from finetune_doctor.readers.runlogs.runlayout import collect, discover, read_file
 from finetune_doctor.reporters.plot import draw
 from finetune_doctor.settings import Options
 from finetune_doctor.types import SEVERITY_RANK, Finding, Hardware, Report, SourceDoc
@@ -82,9 +82,8 @@ def _hardware_from_evidence(ev: Evidence) -> Hardware | None:
 def launch_command(ev: Evidence) -> tuple[str | None, list[str], str | None]:
     """(config YAML, key=value overrides, where) of the launch command: ``cmdline.txt`` in the run folder first
     (one shell line: ``llamafactory-cli train cfg.yaml k=v`` or torchrun of LF's launcher.py), else the command a
-    log echoes (fact ``launch`` of readers/logparse.py). (None, [], None) without one."""
-    from finetune_doctor.readers import logpatterns as pat
-
+    log echoes (fact ``launch`` of readers/runlogs/logparse.py). (None, [], None) without one."""
+    from finetune_doctor.readers.runlogs import logpatterns as pat
     if ev.run_dir:
         p = os.path.join(ev.run_dir, CMDLINE)
         if os.path.isfile(p):

@@ -3,7 +3,7 @@
 Reads and judges the config as `doctor check` does (facts/config.py, engine/judge.py), probes the run as configured
 and confirms every fix that changes memory or numerics by probing the run before and after its edits
 (probes/confirm.py). The report's ``memory`` is the probe's (method simulated | measured), with the verdict of
-that method's error model (analyzers/uncertainty.py). A simulation records its allocation trace and replays it
+that method's error model (analyzers/memory/uncertainty.py). A simulation records its allocation trace and replays it
 through the caching-allocator model (probes/replayed.py): the total is the replay's peak reserved plus what the
 trace does not hold, and the probe section shows the replay (fragmentation, PyTorch's OOM message on a card it
 would not fit, and the same trace with expandable segments on). While it probes, a terminal's stderr shows what it
@@ -73,7 +73,7 @@ def _probe(asm: Assembly, opts: Options, mode: str, steps: int, force: bool,
 
 
 def _shape(asm: Assembly) -> str:
-    """The run's shape class (analyzers/reserve.py), as the analytic estimate classified it."""
+    """The run's shape class (analyzers/memory/reserve.py), as the analytic estimate classified it."""
     return str((asm.memory.details if asm.memory else {}).get("reserve_class") or "default")
 
 

@@ -286,7 +286,7 @@ def sample_batches(asm: Any, model_dir: str, n: int = 4, max_len: int = 512) -> 
     (and ≤ cutoff_len). Empty when no dataset row is readable here."""
     import torch
 
-    from finetune_doctor.readers.datasets import iter_chunks, resolve_datasets
+    from finetune_doctor.readers.data.datasets import iter_chunks, resolve_datasets
 
     values = asm.doc.values
     names = values.get("dataset")
@@ -350,11 +350,11 @@ def section_data(run: Any, m: Measured, confirmations: list[tuple[Finding, Confi
 
 def replay_data(run: Any, hw: Hardware | None, m: Measured, shape: str) -> dict[str, Any] | None:
     """The probe section's ``replay`` object: the trace replayed on the card (probes/replayed.py `ReplayView`,
-    GiB) with the simulated method's verdict, probability of OOM and 90 % interval (analyzers/uncertainty.py for
+    GiB) with the simulated method's verdict, probability of OOM and 90 % interval (analyzers/memory/uncertainty.py for
     `shape` class); None without a replay."""
     if m.replay is None:
         return None
-    from finetune_doctor.analyzers import uncertainty
+    from finetune_doctor.analyzers.memory import uncertainty
     from finetune_doctor.facts.mem import budget_of
 
     view = m.replay
@@ -387,7 +387,7 @@ def probe_check(asm: Any, findings: list[Finding], opts: Options, *, mode: str =
     fragmentation, the simulated verdict and, on a card it would not fit, PyTorch's OOM message; the remedy
     `launch with ...expandable_segments:True` is confirmed by replaying the trace with the setting on.
     `progress(message)` hears each stage. Returns (findings, the ``probe`` section or None)."""
-    from finetune_doctor.analyzers.launchenv import EXPANDABLE_REMEDY
+    from finetune_doctor.analyzers.memory.launchenv import EXPANDABLE_REMEDY
     from finetune_doctor.probes.replayed import with_toggled
     from finetune_doctor.probes.spec import spec_from_run
 
@@ -419,7 +419,7 @@ def probe_check(asm: Any, findings: list[Finding], opts: Options, *, mode: str =
 def confirm_expandable(findings: list[Finding], m: Measured) -> list[Finding]:
     """Confirm the remedy ``launch with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (no file edit, so no
     before/after simulation) by the configured run's replay with the setting off and on (`m.replay`, toggled)."""
-    from finetune_doctor.analyzers.launchenv import EXPANDABLE_REMEDY
+    from finetune_doctor.analyzers.memory.launchenv import EXPANDABLE_REMEDY
     from finetune_doctor.probes.replayed import expandable_confirmation
 
     if m.replay is None:

@@ -1,7 +1,7 @@
 """A simulate probe's allocation trace replayed for the report: what the caching allocator would reserve on the
 user's card, under the allocator settings the training process gets, and whether expandable segments change it.
 
-Which settings the training process gets: analyzers/launchenv.py (``llamafactory-cli train`` gives torchrun
+Which settings the training process gets: analyzers/memory/launchenv.py (``llamafactory-cli train`` gives torchrun
 workers ``expandable_segments:True``; a single-process run keeps the shell's variables), parsed as torch parses
 them (probes/allocconf.py).
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from finetune_doctor.analyzers.launchenv import launch_env
+from finetune_doctor.analyzers.memory.launchenv import launch_env
 from finetune_doctor.probes.allocconf import AllocatorConfig, alloc_conf_from_env, with_expandable
 from finetune_doctor.probes.replay import ReplayResult, oom_message, replay_sim
 from finetune_doctor.types import GIB, Confirmation

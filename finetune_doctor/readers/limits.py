@@ -4,7 +4,7 @@ A breach is an `InputError` naming the file and line, worded ``... exceeds ...``
 traceback or an ``internal error``. The numbers are far above any real LLaMA-Factory or DeepSpeed config and far
 below what would exhaust the machine or Python; the measurements behind them are in each comment.
 
-Used by readers/dsjson.py (DeepSpeed JSON) and readers/yamlcfg.py with readers/yamlnodes.py (training YAMLs and
+Used by readers/deepspeed/dsjson.py (DeepSpeed JSON) and readers/config/yamlcfg.py with readers/config/yamlnodes.py (training YAMLs and
 ``key=value`` overrides): a training config is the same kind of small, hand-written file.
 """
 

@@ -15,7 +15,7 @@ decides each one:
 * **FSDP** (`_fsdp`): on when the accelerate config's ``distributed_type`` is FSDP, ``accelerate launch
   --use_fsdp`` or the YAML's ``fsdp`` option; DeepSpeed wins when both are set (accelerate ``state.py:972-1011``
   tests ``ACCELERATE_USE_DEEPSPEED`` before FSDP). Settings as accelerate's ``FullyShardedDataParallelPlugin``
-  resolves them (``utils/dataclasses.py:1815-2010``) after the launch defaults (readers/accelerate.py), or as
+  resolves them (``utils/dataclasses.py:1815-2010``) after the launch defaults (readers/config/accelerate.py), or as
   transformers 5.24 ``TrainingArguments._process_fsdp_args`` builds them from the YAML (FSDP2 by default there).
   The mixed-precision dtype is TrainingArguments' ``mixed_precision`` (``bf16``/``fp16`` from the YAML, else the
   launcher's ``ACCELERATE_MIXED_PRECISION``; training_args.py:1614-1618), and under QLoRA the 4-bit storage dtype
@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from finetune_doctor.readers.accelerate import AccelerateConfig, LaunchCommand
+from finetune_doctor.readers.config.accelerate import AccelerateConfig, LaunchCommand
 from finetune_doctor.run.model import Run
 from finetune_doctor.run.values import as_bool, as_int
 from finetune_doctor.types import Hardware
@@ -226,7 +226,7 @@ _TRANSFORMERS_FSDP_DEFAULTS: dict[str, Any] = {
 def _fsdp_settings(acc: AccelerateConfig | None, launch: LaunchCommand | None,
                    cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """FSDP launch settings: launch defaults ← config file ← command-line flags; the YAML's fsdp_config over all."""
-    from finetune_doctor.readers.accelerate import FSDP_LAUNCH_DEFAULTS
+    from finetune_doctor.readers.config.accelerate import FSDP_LAUNCH_DEFAULTS
 
     by_accelerate = acc is not None or (launch is not None and launch.launcher == "accelerate")
     s = dict(FSDP_LAUNCH_DEFAULTS if by_accelerate else _TRANSFORMERS_FSDP_DEFAULTS)

@@ -61,6 +61,14 @@ class Run:
     gradient_checkpointing: bool = True
     unsloth_gc: bool = False
     attention: str = "sdpa"               # eager | sdpa | fa2 | fa3
+    # what eager attention keeps per score element: fp32+cast | half | half+masked (run/attention.py)
+    attention_saved: str = "fp32+cast"
+    # multimodal (LF ProcessorArguments / FinetuningArguments defaults; analyzers/memory/vision.py)
+    image_max_pixels: int = 768 * 768
+    image_min_pixels: int = 32 * 32
+    video_max_pixels: int = 256 * 256
+    video_min_pixels: int = 16 * 16
+    freeze_vision_tower: bool = True
     optim: str = "adamw_torch_fused"
     optimizer_impl: str = "fused"
     optim_assumed: bool = False           # `optim` unset: transformers' default for the assumed torch version
@@ -72,6 +80,7 @@ class Run:
     offload_optimizer: str | None = None
     offload_param: str | None = None
     ds_buckets: dict[str, float] = field(default_factory=dict)
+    ds_gather_16bit_on_save: bool = False   # zero_optimization.stage3_gather_16bit_weights_on_model_save
     overlap_comm: bool = False
     contiguous_gradients: bool = True     # DeepSpeedZeroConfig's default
     world_size: int = 1

@@ -25,7 +25,7 @@ from finetune_doctor.run.values import as_bool, as_int
 
 def _step(v: Any) -> int | None:
     """A step count as transformers reads it: an int >= 1, or a float >= 1 truncated; < 1 is a ratio (None).
-    A non-finite float is no step count (transformers stops on it; analyzers/launch.py says so): None."""
+    A non-finite float is no step count (transformers stops on it; analyzers/config/launch.py says so): None."""
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
         return None
     return int(v) if v >= 1 else None

@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from finetune_doctor.arch import ModelArch
-from finetune_doctor.quant import resolve_quantization
+from finetune_doctor.run.quantization import resolve_quantization
+from finetune_doctor.run.attention import resolve_attention
 from finetune_doctor.run.engines import LaunchInputs, resolve_engine
 from finetune_doctor.run.model import Run
 from finetune_doctor.run.moments import moment_fields
@@ -19,7 +20,8 @@ from finetune_doctor.run.values import DEFAULT_CUTOFF_LEN, DEFAULT_MICRO_BATCH, 
 from finetune_doctor.types import Hardware
 
 _BUCKET_KEYS = ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
-                "stage3_max_live_parameters", "stage3_param_persistence_threshold", "sub_group_size")
+                "stage3_max_live_parameters", "stage3_param_persistence_threshold", "sub_group_size",
+                "stage3_max_reuse_distance")
 
 
 def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: Any | None = None,
@@ -27,7 +29,7 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
                 stack_sources: tuple[tuple[str, str, str], ...] = (), launch: LaunchInputs | None = None) -> Run:
     """Resolve the run LLaMA-Factory would execute from merged YAML keys `cfg`.
 
-    `ds` is a readers.dsconfig.DSConfig (or None); `hw` gives the GPU count per node (world size = GPUs per node ×
+    `ds` is a readers.deepspeed.dsconfig.DSConfig (or None); `hw` gives the GPU count per node (world size = GPUs per node ×
     nodes, as ``llamafactory-cli`` launches torchrun with ``--nproc_per_node`` = all visible devices,
     launcher.py:56-134). Unknown hardware → world size 1 unless the DeepSpeed JSON states an explicit
     train_batch_size from which the world size follows. `stack` maps torch/transformers to the training machine's
@@ -54,7 +56,7 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
         **_adapters(cfg),
         micro_batch=mbs, grad_accum=gas, seq_len=as_int(cfg.get("cutoff_len"), DEFAULT_CUTOFF_LEN),
         **_stage_data(cfg, stage, ft),
-        **_memory_knobs(cfg, arch),
+        **_memory_knobs(cfg, arch, notes),
         **_optimizer(cfg, stack, notes),
         max_grad_norm=float(mgn if isinstance(mgn, (int, float)) and not isinstance(mgn, bool) else 1.0),
         learning_rate=float(lr) if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None,
@@ -67,7 +69,7 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
 
 
 def _deepspeed(ds: Any | None, hw: Hardware | None, notes: list[str]) -> dict[str, Any]:
-    """ZeRO stage, offloads, bucket sizes and overlap from the resolved DeepSpeed JSON (readers/dsconfig.py); a
+    """ZeRO stage, offloads, bucket sizes and overlap from the resolved DeepSpeed JSON (readers/deepspeed/dsconfig.py); a
     ``world`` key when the GPUs are unknown and the JSON's explicit batch sizes imply the world size."""
     out: dict[str, Any] = {"zero_stage": 0, "offload_optimizer": None, "offload_param": None, "ds_buckets": {},
                            "overlap_comm": False, "contiguous_gradients": True}
@@ -84,6 +86,8 @@ def _deepspeed(ds: Any | None, hw: Hardware | None, notes: list[str]) -> dict[st
                offload_param=op if op in ("cpu", "nvme") and stage == 3 else None,
                ds_buckets={k: float(v) for k in _BUCKET_KEYS if isinstance(v := merged.get(k), (int, float))
                            and not isinstance(v, bool)},
+               ds_gather_16bit_on_save=merged.get("stage3_gather_16bit_weights_on_model_save",
+                                                  merged.get("gather_16bit_weights_on_model_save")) is True,
                overlap_comm=bool(merged.get("overlap_comm", stage == 3)),
                contiguous_gradients=bool(merged.get("contiguous_gradients", True)))
     if hw is None or hw.num_gpus is None:
@@ -179,18 +183,26 @@ def _stage_data(cfg: dict[str, Any], stage: str, ft: str) -> dict[str, Any]:
             "neat_packing": neat}
 
 
-def _memory_knobs(cfg: dict[str, Any], arch: ModelArch) -> dict[str, Any]:
+def _memory_knobs(cfg: dict[str, Any], arch: ModelArch, notes: list[str] | None = None) -> dict[str, Any]:
     """Activation checkpointing and the attention kernel.
 
     Checkpointing is ON unless disable_gradient_checkpointing (checkpointing.py:184-198); the HF key
-    gradient_checkpointing: true re-enables it even then; LF never checkpoints Gemma-3n.
+    gradient_checkpointing: true re-enables it even then; LF never checkpoints Gemma-3n. A model whose own code
+    runs its attention (run/attention.py) gets eager attention whatever ``flash_attn`` says.
     """
     gc = not as_bool(cfg.get("disable_gradient_checkpointing")) or as_bool(cfg.get("gradient_checkpointing"))
     attention = str(cfg.get("flash_attn") or "auto")
     attention = {"auto": "sdpa", "disabled": "eager", "sdpa": "sdpa", "fa2": "fa2", "fa3": "fa3"}.get(attention,
                                                                                                    attention)
+    attention, saved, note = resolve_attention(attention, arch)
+    if note and notes is not None:
+        notes.append(note)
     return {"gradient_checkpointing": gc and arch.model_type != "gemma3n", "unsloth_gc": as_bool(cfg.get("use_unsloth_gc")),
-            "attention": attention}
+            "attention": attention, "attention_saved": saved,
+            # the processor arguments LF reads (hparams/model_args.py:305-330) and freeze_vision_tower (:546)
+            **{k: as_int(cfg.get(k), d) for k, d in (("image_max_pixels", 768 * 768), ("image_min_pixels", 32 * 32),
+                                                     ("video_max_pixels", 256 * 256), ("video_min_pixels", 16 * 16))},
+            "freeze_vision_tower": as_bool(cfg.get("freeze_vision_tower"), True)}
 
 
 def _optimizer(cfg: dict[str, Any], stack: dict[str, str | None], notes: list[str]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The memory savers LLaMA-Factory applies, resolved from the YAML keys into `Run` fields.
 
 Every decision below is what LLaMA-Factory does at the snapshot the project follows (ff6d4d1, LF_FACTS.md), with
-the upstream file and line. Nothing here computes bytes: the analyzers (analyzers/memory/, analyzers/params.py)
+the upstream file and line. Nothing here computes bytes: the analyzers (analyzers/memory/, analyzers/memory/params.py)
 read the fields this module fills.
 
 Liger (``model/model_utils/liger_kernel.py``): ``enable_liger_kernel`` patches the model classes of the model types

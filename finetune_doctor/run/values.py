@@ -45,7 +45,7 @@ DEFAULT_MICRO_BATCH = 8
 def packing_of(cfg: Any, stage: str) -> tuple[bool, bool, bool]:
     """(packing, packing given in the config, neat_packing) as LLaMA-Factory settles them: ``packing`` unset is on
     for ``stage: pt`` (parser.py), ``neat_packing`` implies packing (data_args.py). The one copy: the run
-    (run/resolve.py) and the data scan (analyzers/dataargs.py) both call it."""
+    (run/resolve.py) and the data scan (analyzers/data/dataargs.py) both call it."""
     neat = as_bool(cfg.get("neat_packing"))
     given = cfg.get("packing")
     explicit = as_bool(given) or neat

@@ -1,7 +1,7 @@
 """Hypothesis strategies for the structured inputs the doctor reads, built from the project's own data:
 
 * training YAMLs: the real LLaMA-Factory examples under fixtures/llamafactory/examples, with keys replaced or added
-  from the key schema lint checks against (finetune_doctor/catalog/lf_keys.json via readers/keyschema.py), each
+  from the key schema lint checks against (finetune_doctor/catalog/lf_keys.json via readers/config/keyschema.py), each
   value drawn for the key's declared type (``accepts``), its choices and range -- and, as often, one of the wrong
   kinds and edge values users write (a list for a count, -8, 0, 2^63, .inf);
 * DeepSpeed JSONs: the configs LLaMA-Factory ships (finetune_doctor/catalog/lf_deepspeed) with values replaced;
@@ -24,7 +24,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from finetune_doctor.readers.keyschema import load_schema
+from finetune_doctor.readers.config.keyschema import load_schema
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EDGE_INTS = [0, 1, -1, -8, 2, 7, 8, 1023, 4096, 2**31, 2**53 + 1, 2**63 - 1, 2**63, 2**64, -(2**63)]

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from finetune_doctor.readers.keyschema import load_schema
+from finetune_doctor.readers.config.keyschema import load_schema
 
 # rule codes whose errors name a failure after argument parsing (the parity rule's documented exception), and why
 LATER_FAILURES = {

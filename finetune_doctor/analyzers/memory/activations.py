@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from finetune_doctor.analyzers.params import ParamCounts, _targets
+from finetune_doctor.analyzers.memory.params import ParamCounts, _targets
 from finetune_doctor.dtypes import dtype_bytes as _bytes
 from finetune_doctor.run import Run
 from finetune_doctor.run.savers import S2ATTN_GROUP_RATIO
@@ -68,7 +68,10 @@ def activation_bytes_per_token_layer(run: Run, layer: int = 0, frozen: bool = Fa
     if run.shift_attn:
         seq = max(int(seq * S2ATTN_GROUP_RATIO), 1)
     if run.attention == "eager":
-        b += (4 + e) * a.num_heads * seq
+        # fp32 probabilities and their cast (HF eager, BLOOM, MPT), or what a model's own code keeps instead
+        # (run/attention.py: Falcon's ALiBi branch one half copy, Baichuan-13B's clamp and softmax two)
+        per = {"half": e, "half+masked": 2 * e}.get(run.attention_saved, 4 + e)
+        b += per * a.num_heads * seq
     else:
         b += 4 * a.num_heads
     # MLP

@@ -1,14 +1,16 @@
 """Communication buffers (DeepSpeed's reduction and allgather buckets, DDP's bucket views) and host RAM per node.
 
-Sources: DeepSpeed 0.19.8 stage_1_and_2.py ``setup_buckets`` and stage3.py (the IPG buffer), PyTorch DDP docs
-(``gradient_as_bucket_view=False`` keeps bucket buffers the size of all gradients), reference/memory/REPORT.md §7.
+Sources: DeepSpeed 0.19.8 stage_1_and_2.py ``setup_buckets`` and stage3.py (the IPG buffer), torch DDP's Reducer as
+the HF Trainer configures it (ddp.py: ``gradient_as_bucket_view=False`` keeps bucket buffers the size of all
+trainable gradients), reference/memory/REPORT.md §7.
 """
 
 from __future__ import annotations
 
 from finetune_doctor.analyzers.memory.constants import HOST_PER_PROCESS_GIB
+from finetune_doctor.analyzers.memory.ddp import reducer_bucket_bytes
 from finetune_doctor.analyzers.memory.weights import optimizer_state_bytes
-from finetune_doctor.analyzers.params import ParamCounts
+from finetune_doctor.analyzers.memory.params import ParamCounts
 from finetune_doctor.dtypes import dtype_bytes as _bytes
 from finetune_doctor.run import Run
 from finetune_doctor.types import GIB
@@ -32,9 +34,8 @@ def buffer_bytes(run: Run, trainable: float) -> float:
         if stage in (1, 2) and N > 1:
             out += 2.0 * min(ab, trainable)
         return out
-    if not run.deepspeed and N > 1:
-        return trainable * _bytes(run.trainable_dtype)   # DDP bucket buffers (gradient_as_bucket_view=False)
-    return 0.0
+    # DDP's Reducer: one bucket copy of every trainable gradient (HF never sets gradient_as_bucket_view; ddp.py)
+    return reducer_bucket_bytes(run, trainable)
 
 
 def host_bytes(run: Run, c: ParamCounts, trainable: float, stored_per_param: float) -> float:

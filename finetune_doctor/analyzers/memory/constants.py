@@ -23,7 +23,7 @@ CUBLAS_WORKSPACE_MIB = {"hopper": 32.0, "other": 8.0}
 # median error in that fit; 10 % lowers the median to 7.3 % but puts 2 rows over 25 %. With expandable_segments
 # (llamafactory-cli exports it for multi-GPU torchrun launches, launcher.py:79-83) segments grow in place instead
 # of splitting, and we take half of that.
-# These flat values are the reserve the estimate used before the replay-derived table (analyzers/reserve.py); they
+# These flat values are the reserve the estimate used before the replay-derived table (analyzers/memory/reserve.py); they
 # stay for the benchmarks that compare against them.
 RESERVE_EXPANDABLE = 0.05
 RESERVE_DEFAULT = 0.08

@@ -37,7 +37,7 @@ Per rank, with N ranks in the shard group (the world; a node for HYBRID_SHARD; 1
 
 * **allocator pools** (FSDP1): what the caching allocator keeps on FSDP's unshard, pre-unshard and
   post-backward streams, and what initialisation leaves cached on the default stream (`stream_pools`; the reserve
-  is assembled in analyzers/reserve.py ``pool_reserve``).
+  is assembled in analyzers/memory/reserve.py ``pool_reserve``).
 
 Activations and logits are the HF model's (activations.py, logits.py) computed on what the GPU runs: under mixed
 precision FSDP casts the parameters to ``param_dtype`` and accelerate adds autocast, so the residual stream and
@@ -52,7 +52,7 @@ from finetune_doctor.analyzers.memory.activations import activation_terms
 from finetune_doctor.analyzers.memory.constants import HOST_PER_PROCESS_GIB
 from finetune_doctor.analyzers.memory.logits import logit_terms
 from finetune_doctor.analyzers.memory.weights import optimizer_state_bytes, weight_bytes_per_param
-from finetune_doctor.analyzers.params import ParamCounts
+from finetune_doctor.analyzers.memory.params import ParamCounts
 from finetune_doctor.dtypes import dtype_bytes as _bytes
 from finetune_doctor.run import Run
 from finetune_doctor.types import GIB
@@ -144,7 +144,7 @@ def stream_pools(run: Run, N: int, big: float, big_stored: float, root_live: flo
 
     Returns ``side_pools`` (the high-water mark of the pools of FSDP's own streams), ``side_live`` (the part of
     it the tensor peak already counts: the unsharded units in `live`) and ``init_floor`` (what the default
-    stream's pool still holds when training starts). analyzers/reserve.py ``pool_reserve`` turns them into the
+    stream's pool still holds when training starts). analyzers/memory/reserve.py ``pool_reserve`` turns them into the
     reserve. `big`/`big_stored`: the largest decoder-layer unit unsharded in the compute / stored dtype;
     `root_live`/`root_stored`: the root unit (embeddings, final norm, lm_head) likewise.
 

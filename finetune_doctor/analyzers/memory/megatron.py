@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from finetune_doctor.analyzers.memory.constants import HOST_PER_PROCESS_GIB
-from finetune_doctor.analyzers.params import ParamCounts, count_params
+from finetune_doctor.analyzers.memory.params import ParamCounts, count_params
 from finetune_doctor.dtypes import dtype_bytes as _bytes
 from finetune_doctor.run import Run
 from finetune_doctor.types import GIB

@@ -10,7 +10,7 @@ The peak is the largest of the moments of a step, each a sum of terms (analyzers
 * **optimizer step** — static state + gradients + the optimizer implementation's temporaries.
 
 Optimizer states are created lazily inside the first optimizer step (torch.optim.AdamW._init_group), so step 1 runs
-without them. On top of the tensors come the allocator's reserve (analyzers/reserve.py) and the runtime.
+without them. On top of the tensors come the allocator's reserve (analyzers/memory/reserve.py) and the runtime.
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from typing import Any
 
 from finetune_doctor.analyzers.memory.activations import activation_bytes_per_token_layer
 from finetune_doctor.analyzers.memory.logits import eval_logit_bytes
+from finetune_doctor.analyzers.memory.assumed import term_assumptions
+from finetune_doctor.analyzers.memory.npu import is_npu
 from finetune_doctor.analyzers.memory.runtime import runtime_bytes
 from finetune_doctor.analyzers.memory.terms import compute_terms
-from finetune_doctor.analyzers.params import ParamCounts, count_params
-from finetune_doctor.analyzers.reserve import pool_reserve, reserve_fraction
+from finetune_doctor.analyzers.memory.params import ParamCounts, count_params
+from finetune_doctor.analyzers.memory.reserve import pool_reserve, reserve_fraction
 from finetune_doctor.run import Run
 from finetune_doctor.types import GIB, Hardware, MemoryEstimate
 
@@ -44,7 +46,7 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
     def moments(states: float) -> list[tuple[str, float, dict[str, float]]]:
         opt = t.master + states
         g_bwd = max(held, t.grads_in_backward)
-        return [
+        return _vision_moment(t, W + opt, held) + [
             ("loss", W + opt + t.live_params + held + t.activations + t.autocast_cache + t.logits,
              {"activations": t.activations + t.autocast_cache, "logits": t.logits, "gradients": held,
               "weights": t.weights + t.live_params}),
@@ -65,7 +67,7 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
     steady = moments(t.states)
     later = later_moments(run, t)
     name, peak, parts = max(steady + [(n, v, p) for n, v, p, _ in later], key=lambda m: m[1])
-    phase = {"loss": "forward/loss", "loss backward": "backward", "backward": "backward",
+    phase = {"vision tower": "forward/loss", "loss": "forward/loss", "loss backward": "backward", "backward": "backward",
              "backward end": "backward", "optimizer step": "optimizer step"}.get(name, name)
     comp = {
         "weights": parts.get("weights", 0.0),
@@ -84,9 +86,10 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
                 + [(f"{n} of step 2", v) for n, v, _ in steady[:-1]]
                 + [(label, v) for _, v, _, label in later if not label.endswith("step 0")])
     # llamafactory-cli exports expandable_segments:True when it starts torchrun itself (LF 0.9.5 launcher.py:80-83);
-    # accelerate launch, torchrun or deepspeed started by hand leave the allocator's default
-    expandable = run.world_size > 1 and run.launcher in (None, "llamafactory-cli")
-    # the allocator's reserve by shape class, derived from allocator replays (analyzers/reserve.py)
+    # accelerate launch, torchrun or deepspeed started by hand leave the allocator's default; torch_npu reads only
+    # PYTORCH_NPU_ALLOC_CONF, so on an Ascend NPU the CUDA variable LF exports changes nothing (npu.py)
+    expandable = run.world_size > 1 and run.launcher in (None, "llamafactory-cli") and not is_npu(hw)
+    # the allocator's reserve by shape class, derived from allocator replays (analyzers/memory/reserve.py)
     reserve_share, shape = reserve_fraction(run, t, expandable)
     factor = 1 + reserve_share
     reserve = pool_reserve(peak, reserve_share, t)   # FSDP's stream pools and init floor (reserve.py)
@@ -119,8 +122,22 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
         "moments_gib": {name: b / GIB for name, b in timeline},
         "runtime_gib": rt / GIB,
     }
-    return MemoryEstimate(per_gpu=per_gpu, peak_allocated=peak / GIB, host=t.host / GIB, fits=fits,
+    # host RAM per node peaks when a ZeRO-3 checkpoint is consolidated on rank 0 (hostsave.py); LF saves at least
+    # once, at the end of training
+    details.update(host_steady_gib=t.host / GIB, host_save_gib=t.host_save / GIB,
+                   assumptions=term_assumptions(run, hw, t))
+    return MemoryEstimate(per_gpu=per_gpu, peak_allocated=peak / GIB, host=(t.host + t.host_save) / GIB, fits=fits,
                           headroom=headroom, method="analytic", phase=phase, details=details)
+
+
+def _vision_moment(t: Any, static: float, held: float) -> list[tuple[str, float, dict[str, float]]]:
+    """The vision tower's moment: it runs first, before any decoder activation exists (vision.py); none
+    without a tower."""
+    v = getattr(t, "vision", 0.0)
+    if not v:
+        return []
+    return [("vision tower", static + t.live_params + held + v,
+             {"activations": v, "gradients": held, "weights": t.weights + t.live_params})]
 
 
 def later_moments(run: Run, t: Any) -> list[tuple[str, float, dict[str, float], str]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from finetune_doctor.analyzers.params import _ATTN_GROUP, _canonical, _targets, badam_block_params
+from finetune_doctor.analyzers.memory.params import _ATTN_GROUP, _canonical, _targets, badam_block_params
 from finetune_doctor.dtypes import lowrank_state_elements, optimizer_state_bytes_per_param
 from finetune_doctor.dtypes import dtype_bytes as _bytes
 from finetune_doctor.run import Run

@@ -6,11 +6,16 @@ from dataclasses import dataclass
 
 from finetune_doctor.analyzers.memory.activations import activation_terms
 from finetune_doctor.analyzers.memory.buffers import buffer_bytes, host_bytes
+from finetune_doctor.analyzers.memory.ddp import broadcast_cache_bytes
 from finetune_doctor.analyzers.memory.fsdp import fsdp_terms
+from finetune_doctor.analyzers.memory.hostsave import save_host_bytes
 from finetune_doctor.analyzers.memory.megatron import megatron_terms
 from finetune_doctor.analyzers.memory.logits import logit_terms
+from finetune_doctor.analyzers.memory.qlora import dequant_transient_bytes
+from finetune_doctor.analyzers.memory.vision import vision_terms
+from finetune_doctor.analyzers.memory.zero3 import reduce_scatter_bytes
 from finetune_doctor.analyzers.memory.weights import state_terms, weight_terms
-from finetune_doctor.analyzers.params import ParamCounts, count_params
+from finetune_doctor.analyzers.memory.params import ParamCounts, count_params
 from finetune_doctor.run import Run
 
 
@@ -40,6 +45,10 @@ class Terms:
     side_pools: float = 0.0
     side_live: float = 0.0
     init_floor: float = 0.0
+    # multimodal (analyzers/memory/vision.py): one vision block's working set at the start of the forward
+    vision: float = 0.0
+    # host RAM rank 0's node gains while a ZeRO-3 checkpoint's 16-bit weights are consolidated (hostsave.py)
+    host_save: float = 0.0
 
 
 def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | None = None) -> Terms:
@@ -54,11 +63,19 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
     s = state_terms(run, c)
     act = activation_terms(run, c, T)
     lg = logit_terms(run, T)
+    vis_work, vis_saved, _ = vision_terms(run)
     return Terms(
         weights=w.weights, live_params=w.live, gradients=s.gradients, grads_persistent=s.grads_persistent,
         grads_always=s.grads_always, grads_step=s.grads_step, master=s.master, states=s.states,
-        step_temp=s.step_temp, activations=act.saved, recompute=act.recompute, autocast_cache=act.autocast_cache,
-        logits=lg.forward, logits_bwd=lg.backward, grads_in_backward=s.grads_in_backward,
+        step_temp=s.step_temp, activations=act.saved + vis_saved,
+        # the backward of a 4-bit linear dequantises its weight beside the layer rebuilt for it (qlora.py)
+        recompute=act.recompute + dequant_transient_bytes(run), autocast_cache=act.autocast_cache,
+        logits=lg.forward, logits_bwd=lg.backward,
+        # ZeRO-3 flattens each gradient bucket for its reduce-scatter during backward (zero3.py)
+        grads_in_backward=s.grads_in_backward + reduce_scatter_bytes(run, s.trainable),
         buffers=buffer_bytes(run, s.trainable),
+        # DDP's wrap-time broadcast leaves one coalesced bucket cached (ddp.py)
+        init_floor=broadcast_cache_bytes(run, w.weights), vision=vis_work,
+        host_save=save_host_bytes(run, c)[0],
         # per node: each process's own host RAM, plus what the savers keep there per process (activations.py)
         host=host_bytes(run, c, s.trainable, w.stored_per_param) + act.host * run.gpus_per_node)

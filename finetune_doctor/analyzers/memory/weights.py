@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import finetune_doctor.dtypes as bytes_table
+from finetune_doctor.analyzers.memory.zero3 import zero3_live
 from finetune_doctor.analyzers.memory.optstates import badam_states, lowrank_states, muon_states
-from finetune_doctor.analyzers.params import ParamCounts, badam_block_params
+from finetune_doctor.analyzers.memory.params import ParamCounts, badam_block_params
 from finetune_doctor.arch import Linear, ModelArch
 from finetune_doctor.dtypes import dtype_bytes as _bytes
 from finetune_doctor.run import Run
@@ -58,15 +59,9 @@ def weight_terms(run: Run, c: ParamCounts) -> WeightTerms:
     weights = (frozen_bytes + trainable_bytes + ref) / (N if stage == 3 else 1)
     live = 0.0
     if stage == 3:
-        e_w = _bytes(run.trainable_dtype)
-        prefetch = run.ds_buckets.get("stage3_prefetch_bucket_size", 5e7)
-        max_live = run.ds_buckets.get("stage3_max_live_parameters", 1e9)
-        largest = max(c.largest_layer, a.embedding_params())
-        live = e_w * min(max_live, largest + prefetch)
-        # parameters under the persistence threshold stay whole on every rank (norms, biases)
-        thr = run.ds_buckets.get("stage3_param_persistence_threshold", 1e5)
-        if a.hidden_size < thr:
-            live += e_w * a.hidden_size * (2 * a.num_layers + 1)
+        # gathered and persistent parameters as DeepSpeed's coordinator keeps them (zero3.py)
+        z = zero3_live(run, c)
+        live = z.peak + z.persistent
         if run.offload_param:
             weights = 0.0   # partitions live on the host; only gathered layers (`live`) reach the GPU
     return WeightTerms(weights, live, wq)
@@ -176,6 +171,10 @@ def _zero_states(run: Run, P_t: float) -> StateTerms:
     temp = {"fused": 0.0, "foreach": grads_step, "forloop": 2 * grads_step}.get(run.optimizer_impl, 0.0)
     if run.offload_optimizer is not None and stage >= 1:
         master, states, temp, grads_step = 0.0, 0.0, 0.0, 0.0
+        if stage == 3:
+            # the flat gradient partition lives where the optimizer does: stage3.py:333 sets the device to cpu
+            # under offload_optimizer and :790-795 allocates (and pins) grad_partitions_flat_buffer there
+            grads_always = 0.0
     return StateTerms(P_t, grads, run.grad_accum > 1, grads_always, grads_step, grads if stage == 2 else 0.0,
                       master, states, temp)
 

@@ -176,6 +176,23 @@ def resolve_entry(entry: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return cfg, chain
 
 
+def _dtype_not_in_config(cfg: dict[str, Any], entry: dict[str, Any], base: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``provenance.torch_dtype`` record (value, from, source, checked) when the catalogue's config copy names
+    no dtype, else None. The record says whether the value is the real config.json's (left out of a copy read from
+    a fine-tune or conversion), the stored weights' (what ``torch_dtype="auto"`` resolves to when config.json
+    names none: transformers modeling_utils.py ``_get_dtype``) or the modeling code's; scripts/catalog_provenance.py
+    writes it."""
+    for d in (cfg, cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}):
+        v = d.get("torch_dtype") or d.get("dtype")
+        if isinstance(v, str) and v != "auto":
+            return None
+    for e in (entry, base):
+        rec = (e.get("provenance") or {}).get("torch_dtype")
+        if isinstance(rec, dict) and isinstance(rec.get("value"), str):
+            return rec
+    return None
+
+
 def catalog_arch(entry: dict[str, Any], name: str | None = None, how: str = "id", *,
                  transformers_major: int | str | None = None) -> ModelArch:
     """`ModelArch` of one catalog entry; `name`/`how` record what the user wrote and how it matched.
@@ -187,9 +204,14 @@ def catalog_arch(entry: dict[str, Any], name: str | None = None, how: str = "id"
     """
     cfg, chain = resolve_entry(entry)
     base = catalog_entries()[_index()[4][norm(chain[-1])]]
+    notes: list[str] = []
+    stored = _dtype_not_in_config(cfg, entry, base)
+    if stored is not None:
+        cfg = {**cfg, "torch_dtype": stored["value"]}
+        notes.append(f"checkpoint dtype {stored['value']} from the {stored['from']} (catalogue provenance"
+                     + ("" if stored.get("checked", True) else ", recalled, not re-read") + ")")
     arch = arch_from_config(cfg, entry["id"], f"bundled catalog: {entry.get('source') or base['source']}",
                             transformers_major=transformers_major)
-    notes: list[str] = []
     if len(chain) > 1:
         notes.append(f"architecture of {chain[-1]} (catalog alias"
                      + (f": {entry['basis']}" if entry.get("basis") else "") + ")")
@@ -197,6 +219,7 @@ def catalog_arch(entry: dict[str, Any], name: str | None = None, how: str = "id"
         notes.append(f"shapes from the bundled catalog entry {entry['id']}")
     if how != "id" or (name and norm(name) != norm(entry["id"])):
         notes[-1] += f", matched by name from '{name}' (not read from your checkpoint)"
+    notes = notes[1:] + notes[:1]   # how it matched first, then where the dtype came from
     quant = arch.quant
     hint = name_suggests_quantized(name) if name else None
     if hint and quant is None:

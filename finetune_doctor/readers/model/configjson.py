@@ -14,7 +14,7 @@ import os
 import stat
 from typing import Any
 
-from finetune_doctor.readers.dsjson import key_positions
+from finetune_doctor.readers.deepspeed.dsjson import key_positions
 from finetune_doctor.readers.model.errors import ModelConfigInvalid
 from finetune_doctor.types import SourceDoc
 
@@ -40,7 +40,7 @@ LIMITS: dict[str, tuple[int, int]] = {
 
 def json_key_positions(text: str) -> dict[str, tuple[int, int]]:
     """(line, column), both 1-based, of every object key in a JSON text, by dotted path (``text_config.hidden_size``):
-    readers/dsjson.py `key_positions`, the one scanner (a duplicated key at its last occurrence, as json.load)."""
+    readers/deepspeed/dsjson.py `key_positions`, the one scanner (a duplicated key at its last occurrence, as json.load)."""
     return key_positions(text)
 
 

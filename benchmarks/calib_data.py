@@ -1,0 +1,112 @@
+"""The held-out calibration rows: published memory measurements and real runs with known outcomes.
+
+Data: benchmarks/data/calibration_rows.yaml. Each row is one run as its source states it:
+
+* ``source`` (the page, thread or document, with a commit for repository files), ``source_type``
+  (framework-doc | vendor-doc | issue-thread), ``date``, ``framework`` (what ran it: LLaMA-Factory, litgpt, torchtune,
+  TRL + PEFT...);
+* ``model`` (a catalogue id), ``method`` (full | freeze | lora | qlora), ``config`` (LLaMA-Factory keys: the user's own
+  YAML for LLaMA-Factory threads, the equivalent keys for other frameworks), ``deepspeed`` (the ``zero_optimization``
+  the run used, ``_stock`` naming LLaMA-Factory's stock file when the thread names it), ``fsdp`` (accelerate
+  ``fsdp_config`` keys) and ``gpu`` (``NxCARD`` as ``--gpu`` takes it, null when the source does not say; then
+  ``world``, the number of processes when the source states it, sizes the run on benchmarks/calibrate.py's
+  default card, and the row has no outcome to score);
+* ``measured``: ``{value, unit, kind}`` or null. ``unit`` GB (10^9 bytes, what litgpt prints), GiB (2^30: nvidia-smi's
+  MiB / 1024, torch's counters divided by 1024^3) or GB-class (a card's marketed size); ``kind`` allocated
+  (``max_memory_allocated``/active), reserved (``max_memory_reserved``), nvidia-smi (device usage incl. context),
+  boundary (the card's capacity at the longest length that still trained) or unknown;
+* ``outcome``: trained | oom | null; ``unknown``: what the source does not state and the row had to assume (so
+  "never guess silently" holds for the data too); ``notes``;
+* ``split``: dev | test (`assign_split`).
+
+**The split** is by source: every row of one page or thread lands in the same half. Within each source type the
+sources are ordered by the SHA-256 of their address and dealt, in that order, to whichever half holds fewer rows of
+that type so far (then fewer rows in all; dev on a tie), so both halves hold documentation tables and user threads. It
+depends only on the addresses and the row counts, never on the doctor's errors, so rows added later fall where the
+rule puts them. `assign_split` is that rule (a committed split never moves); the split column was written and
+committed before any fit (`python benchmarks/calib_data.py --write-split` fills it for rows without one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROWS = HERE / "data" / "calibration_rows.yaml"
+GIB = float(1 << 30)
+# GB-class sizes of cards as sold → the capacity torch reports is taken from the GPU catalogue instead
+UNIT_BYTES = {"GB": 1e9, "GiB": GIB}
+
+
+def load_rows(path: Path = ROWS) -> list[dict[str, Any]]:
+    """The rows of the data file (a list of dicts as documented above). Raises FileNotFoundError, yaml errors."""
+    from ruamel.yaml import YAML
+
+    data = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
+    return list(data["rows"])
+
+
+def source_key(source: str) -> str:
+    """The SHA-256 (hex) of a source address: the order in which sources are dealt to the halves."""
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
+def assign_split(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """source → "dev" | "test" by the module docstring's rule: whole sources, dealt within each source type in hash
+    order to the half holding fewer rows of that type (then fewer rows in all, then dev). A source whose rows already
+    carry a split keeps it (a committed split never moves). Raises ValueError when one source's rows disagree."""
+    counts: dict[str, int] = {}
+    kind: dict[str, str] = {}
+    fixed: dict[str, str] = {}
+    for r in rows:
+        src = r["source"]
+        counts[src] = counts.get(src, 0) + 1
+        kind[src] = str(r.get("source_type") or "other")
+        if r.get("split") and fixed.setdefault(src, r["split"]) != r["split"]:
+            raise ValueError(f"rows of {src} are in both halves")
+    total = {"dev": 0, "test": 0}
+    by_type: dict[tuple[str, str], int] = {}
+    out: dict[str, str] = dict(fixed)
+    for src, side in fixed.items():
+        total[side] += counts[src]
+        by_type[(kind[src], side)] = by_type.get((kind[src], side), 0) + counts[src]
+    for src in sorted((s for s in counts if s not in fixed), key=lambda s: (kind[s], source_key(s))):
+        side = min(("dev", "test"), key=lambda h: (by_type.get((kind[src], h), 0), total[h], h != "dev"))
+        out[src] = side
+        total[side] += counts[src]
+        by_type[(kind[src], side)] = by_type.get((kind[src], side), 0) + counts[src]
+    return out
+
+
+def measured_gib(row: dict[str, Any], capacity_gib: float | None = None) -> float | None:
+    """The measurement in GiB, or None. A ``boundary`` row (GB-class) is the card's capacity (`capacity_gib`)."""
+    m = row.get("measured")
+    if not m:
+        return None
+    if m["unit"] == "GB-class":
+        return capacity_gib
+    return float(m["value"]) * UNIT_BYTES[m["unit"]] / GIB
+
+
+def write_split(path: Path = ROWS) -> dict[str, int]:
+    """Fill the ``split`` of every row in the data file by `assign_split`; returns rows per half."""
+    import yaml
+
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    split = assign_split(doc["rows"])
+    for r in doc["rows"]:
+        r["split"] = split[r["source"]]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=140), encoding="utf-8")
+    out = {"dev": 0, "test": 0}
+    for r in doc["rows"]:
+        out[r["split"]] += 1
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    if "--write-split" in sys.argv:
+        print(write_split())

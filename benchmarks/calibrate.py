@@ -1,0 +1,477 @@
+#!/usr/bin/env python
+"""Calibrate the doctor's p_oom and 90 % interval on held-out rows: fit on the dev half, report on the test half.
+
+Rows: benchmarks/data/calibration_rows.yaml (benchmarks/calib_data.py documents the fields and the split by source,
+which was committed before any fit). Each row is written out as the LLaMA-Factory YAML it stands for (with a
+DeepSpeed JSON beside it, or an accelerate FSDP config) and assembled in-process by
+``facts.config.assemble_config`` — the code ``doctor estimate`` runs — offline, with no dataset (every sample is
+taken to fill ``cutoff_len``), on the row's card (``--gpu``). What the doctor reports for it (``memory.total``,
+``peak_allocated``, ``p_oom``, ``interval_gib``, the shape class) is what is scored.
+
+**Compared quantity.** A measurement is compared with the prediction of the same counter: ``allocated`` with
+``peak_allocated``; ``reserved`` with ``total`` less the runtime term (CUDA context, NCCL and cuBLAS workspaces,
+which torch's reserved counter does not see); ``nvidia-smi`` and ``unknown`` with ``total``; ``boundary`` (the
+longest run that still fit a card) with ``total`` against the card's capacity. The error is ε = ln(measured /
+predicted), as in analyzers/memory/uncertainty.py.
+
+**The fit (dev only).** The table's ``analytic`` method is re-derived from the ε of the dev rows, per shape class
+(``uncertainty.derive``), and the prior weights (κ0, ν0) are chosen on them by leave-one-out log predictive density
+(benchmarks/derive_uncertainty.py `choose_prior`). With ``--with-legacy`` the published rows the memory model was
+tuned on (docs/reference/memory/memory_points_dev.csv, as derive_uncertainty.py expresses them) join the dev rows.
+The ``simulated`` and ``measured`` methods are kept as they are (no row here is a probe). The fitted table is written
+to finetune_doctor/analyzers/memory/uncertainty_table.json (``--no-write`` to skip) with the dev rows' provenance.
+
+**The report (test only).** Brier score of p_oom over the rows with an outcome and a card; the share of
+measurements inside the stated 90 % interval; reliability per probability bin; p ≥ 0.9 on runs that trained and
+p ≤ 0.1 on runs that ran out of memory; the memory error (median and max |predicted/measured − 1|). Beside the
+fitted table, the baseline: the table of 2026-12-02 (before any held-out calibration, kept in
+fixtures/uncertainty/pinned_table.json) on the same rows. The dev half's numbers are printed for diagnosis; the
+test half is never used to choose anything.
+
+Usage (CPU, about a minute)::
+
+    FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python benchmarks/calibrate.py [--no-write] [--with-legacy]
+
+Writes benchmarks/results/calibrate.md and benchmarks/results/calibrate_rows.csv; prints the summary lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import tempfile
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+os.environ.setdefault("FINETUNE_DOCTOR_NO_NVML", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from calib_data import load_rows, measured_gib  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+DOC = RESULTS / "calibrate.md"
+ROWS_CSV = RESULTS / "calibrate_rows.csv"
+TABLE = ROOT / "finetune_doctor" / "analyzers" / "memory" / "uncertainty_table.json"
+BASELINE = ROOT / "fixtures" / "uncertainty" / "pinned_table.json"   # the table of 2026-12-02, before this fit
+STOCK = ROOT / "finetune_doctor" / "catalog" / "lf_deepspeed"
+BINS = (0.0, 0.1, 0.3, 0.7, 0.9, 1.0000001)
+# a row with no card of its own is sized on this one: its memory is compared, it has no outcome to score
+DEFAULT_GPU = "A100-80GB"
+
+
+# -- expressing a row as the files `doctor estimate` reads ---------------------------------------------------------
+
+def _ds_json(ds: dict[str, Any]) -> dict[str, Any]:
+    """The DeepSpeed JSON of a row: LLaMA-Factory's stock file of its stage (``_stock`` when the thread names it)
+    with the row's ``zero_optimization`` keys over it."""
+    zo = dict(ds.get("zero_optimization") or {})
+    stage = int(zo.get("stage", 0))
+    name = ds.get("_stock") or {0: "ds_z0_config.json", 1: "ds_z2_config.json", 2: "ds_z2_config.json",
+                                3: "ds_z3_config.json"}[stage]
+    base = json.loads((STOCK / name).read_text(encoding="utf-8"))
+    base.setdefault("zero_optimization", {}).update(zo)
+    return base
+
+
+def _accelerate_yaml(fsdp: dict[str, Any], world: int) -> str:
+    """An accelerate config for an FSDP row (the keys accelerate's own `accelerate config` writes)."""
+    lines = ["compute_environment: LOCAL_MACHINE", "distributed_type: FSDP", "fsdp_config:"]
+    keys = {"fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "fsdp_backward_prefetch": "BACKWARD_PRE",
+            "fsdp_cpu_ram_efficient_loading": "true", "fsdp_state_dict_type": "FULL_STATE_DICT",
+            "fsdp_use_orig_params": "true", "fsdp_sync_module_states": "true"}
+    for k, v in {**keys, **fsdp}.items():
+        lines.append(f"  {k}: {str(v).lower() if isinstance(v, bool) else v}")
+    lines += ["machine_rank: 0", "main_training_function: main", "mixed_precision: bf16", "num_machines: 1",
+              f"num_processes: {world}", "rdzv_backend: static", "same_network: true", "use_cpu: false"]
+    return "\n".join(lines) + "\n"
+
+
+def write_row(row: dict[str, Any], folder: Path) -> tuple[Path, Path | None]:
+    """Write `row` as config.yaml (+ ds.json or accelerate.yaml) in `folder`; (config path, accelerate path)."""
+    cfg = {"model_name_or_path": row["model"], "do_train": True, "dataset": "calibration_rows",
+           "template": "default", "output_dir": "out", **row["config"]}
+    acc = None
+    if row.get("deepspeed"):
+        (folder / "ds.json").write_text(json.dumps(_ds_json(row["deepspeed"]), indent=1), encoding="utf-8")
+        cfg["deepspeed"] = "ds.json"
+    if row.get("fsdp"):
+        spec = str(row.get("gpu") or "")
+        world = int(spec.split("x", 1)[0]) if re.match(r"^\d+x", spec) else int(row.get("world") or 1)
+        acc = folder / "accelerate.yaml"
+        acc.write_text(_accelerate_yaml(row["fsdp"], world), encoding="utf-8")
+    text = "\n".join(f"{k}: {json.dumps(v) if isinstance(v, str) else _scalar(v)}" for k, v in cfg.items()) + "\n"
+    path = folder / "config.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path, acc
+
+
+def _scalar(v: Any) -> str:
+    return "true" if v is True else "false" if v is False else str(v)
+
+
+def predict(row: dict[str, Any]) -> dict[str, Any]:
+    """What `doctor estimate` reports for `row` (in-process): a dict of total, peak_allocated, runtime (GiB),
+    shape class, method, p_oom, interval (GiB), capacity; ``error`` instead when the doctor refuses the input."""
+    from finetune_doctor.errors import InputError
+    from finetune_doctor.facts.config import assemble_config
+    from finetune_doctor.settings import Options
+
+    gpu = row.get("gpu") or f"{int(row.get('world') or 1)}x{DEFAULT_GPU}"
+    with tempfile.TemporaryDirectory(prefix="calib-") as tmp:
+        path, acc = write_row(row, Path(tmp))
+        opts = Options(command="estimate", paths=(str(path),), gpu=gpu, offline=True,
+                       accelerate_config=str(acc) if acc else None)
+        try:
+            asm = assemble_config(str(path), (), opts)
+        except InputError as err:
+            return {"error": str(err)}
+        mem = asm.memory
+        if mem is None:
+            return {"error": "no memory estimate (" + "; ".join(asm.notes[:2]) + ")"}
+        return {"total": mem.total, "peak_allocated": mem.peak_allocated,
+                "runtime": float(mem.details.get("runtime_gib") or 0.0),
+                "shape": str(mem.details.get("reserve_class") or "default"), "method": mem.method,
+                "p_oom": mem.p_oom, "interval": tuple(mem.interval_gib) if mem.interval_gib else None,
+                "capacity": asm.hw.capacity_gib if asm.hw else None, "verdict": mem.verdict}
+
+
+def compare(row: dict[str, Any], pred: dict[str, Any]) -> dict[str, Any] | None:
+    """The measured and predicted value of the same counter (module docstring), their ε and whether the stated
+    90 % interval (scaled to that counter) holds the measurement; None without a measurement."""
+    m = row.get("measured")
+    if not m or "error" in pred:
+        return None
+    kind = m["kind"]
+    meas = measured_gib(row, pred.get("capacity"))
+    if meas is None:
+        return None
+    total = pred["total"]
+    if kind == "allocated":
+        p = pred["peak_allocated"]
+    elif kind == "reserved":
+        p = total - pred["runtime"]
+    else:
+        p = total
+    lo, hi = pred["interval"] or (None, None)
+    scale = p / total if total else 1.0
+    inside = None if lo is None else (lo * scale <= meas <= hi * scale)
+    return {"kind": kind, "measured": meas, "predicted": p, "eps": math.log(meas / p), "inside": inside,
+            "rel_err": p / meas - 1.0}
+
+
+# -- fitting --------------------------------------------------------------------------------------------------------
+
+def eps_rows(scored: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Error rows {method, shape, eps} (uncertainty.derive's input) of the scored rows that carry a measurement."""
+    return [{"method": s["pred"]["method"], "shape": s["pred"]["shape"], "eps": s["cmp"]["eps"], "id": s["row"]["id"]}
+            for s in scored if s["cmp"] is not None]
+
+
+def legacy_rows() -> list[dict[str, Any]]:
+    """The published rows the memory model was tuned on (derive_uncertainty.published_rows), rows-file rows."""
+    from derive_uncertainty import published_rows, shared_reference
+
+    return published_rows(shared_reference() / "memory" / "memory_points_dev.csv")
+
+
+def fit(fit_rows: list[dict[str, Any]], provenance: dict[str, Any]) -> dict[str, Any]:
+    """The uncertainty table of `fit_rows` (every method's rows: the dev analytic rows and the kept simulated and
+    measured rows): per method and class statistics (`uncertainty.derive`), the prior (κ0, ν0) with the best
+    leave-one-out log predictive density over all of them (derive_uncertainty.choose_prior)."""
+    from derive_uncertainty import choose_prior
+
+    from finetune_doctor.analyzers.memory.uncertainty import derive
+
+    (k0, nu0), scores = choose_prior(fit_rows)
+    return {"about": ("Error of the memory prediction, eps = ln(measured / predicted) of the peak device memory per "
+                      "GPU, by method and shape class: n, mean, sample variance; prior: the weights of the pooled "
+                      "rows, chosen by leave-one-out log predictive density. The analytic rows are the dev half of "
+                      "benchmarks/data/calibration_rows.yaml, fitted by benchmarks/calibrate.py (the test half is "
+                      "only scored); simulated and measured rows come from benchmarks/derive_uncertainty.py. All "
+                      "rows: benchmarks/results/uncertainty_rows.csv. The model is analyzers/memory/uncertainty.py."),
+            "generated": date.today().isoformat(),
+            "prior": {"kappa0": k0, "nu0": nu0, "loo_log_score": {k: round(v, 3) for k, v in scores.items()}},
+            "fitted_on": provenance,
+            "methods": derive(fit_rows)}
+
+
+def install(table: dict[str, Any]) -> None:
+    """Make `table` the one the next assembly uses (written to the table file, cached copies dropped)."""
+    from finetune_doctor.analyzers.memory import uncertainty
+    TABLE.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    uncertainty.table.cache_clear()
+    uncertainty.error_dist.cache_clear()
+
+
+# -- scoring --------------------------------------------------------------------------------------------------------
+
+def score_all(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for r in rows:
+        pred = predict(r)
+        out.append({"row": r, "pred": pred, "cmp": compare(r, pred)})
+    return out
+
+
+def summary(scored: list[dict[str, Any]]) -> dict[str, Any]:
+    """Brier, interval coverage, reliability bins, confident misses and memory error over `scored`."""
+    outc = [(s["pred"]["p_oom"], 1.0 if s["row"]["outcome"] == "oom" else 0.0, s) for s in scored
+            if s["row"].get("outcome") and s["row"].get("gpu") and "error" not in s["pred"]
+            and s["pred"].get("p_oom") is not None]
+    meas = [s for s in scored if s["cmp"] is not None]
+    bins = []
+    for lo, hi in zip(BINS, BINS[1:]):
+        b = [(p, y) for p, y, _ in outc if lo <= p < hi]
+        bins.append({"bin": f"[{lo:.1f}, {min(hi, 1.0):.1f}{']' if hi > 1 else ')'}", "n": len(b),
+                     "mean_p": statistics.mean(p for p, _ in b) if b else None,
+                     "oom_rate": statistics.mean(y for _, y in b) if b else None})
+    errs = [abs(s["cmp"]["rel_err"]) for s in meas]
+    return {"n_outcomes": len(outc), "n_oom": int(sum(y for _, y, _ in outc)),
+            "brier": statistics.mean((p - y) ** 2 for p, y, _ in outc) if outc else None,
+            "brier_half": statistics.mean((0.5 - y) ** 2 for _, y, _ in outc) if outc else None,
+            "n_meas": len(meas), "inside": (sum(bool(s["cmp"]["inside"]) for s in meas) / len(meas)) if meas else None,
+            "bins": bins,
+            "sure_fits_but_oom": [s["row"]["id"] for p, y, s in outc if y == 1 and p <= 0.1],
+            "sure_oom_but_trained": [s["row"]["id"] for p, y, s in outc if y == 0 and p >= 0.9],
+            "median_err": statistics.median(errs) if errs else None, "max_err": max(errs) if errs else None,
+            "errors": [s["row"]["id"] + ": " + s["pred"]["error"] for s in scored if "error" in s["pred"]]}
+
+
+# -- the rows file beside the table (tests/test_uncertainty.py checks the table against it) ------------------------
+
+UNC_ROWS = RESULTS / "uncertainty_rows.csv"
+UNC_FIELDS = ("source", "id", "model", "config", "method", "shape", "predicted_gib", "measured_gib", "eps", "world",
+              "peak_allocated_gib", "runtime_gib")
+
+
+def kept_rows() -> list[dict[str, Any]]:
+    """The simulated and measured rows of the current rows file (benchmarks/derive_uncertainty.py), kept as they are."""
+    with open(UNC_ROWS, encoding="utf-8") as fh:
+        return [r for r in csv.DictReader(fh) if r["method"] != "analytic"]
+
+
+def as_unc_row(s: dict[str, Any]) -> dict[str, Any]:
+    """A scored dev row as a rows-file row: the prediction is the doctor's total, the measurement is scaled to the
+    same counter (total · e^ε), so ε is the row's own error on the counter its source measured."""
+    r, p, c = s["row"], s["pred"], s["cmp"]
+    return {"source": "calibration-dev", "id": r["id"], "model": r["model"],
+            "config": f"{r['method']} {r.get('gpu') or '-'} ({c['kind']})", "method": p["method"], "shape": p["shape"],
+            "predicted_gib": round(p["total"], 4), "measured_gib": round(p["total"] * math.exp(c["eps"]), 4),
+            "eps": round(c["eps"], 6), "world": "", "peak_allocated_gib": "", "runtime_gib": ""}
+
+
+def write_unc_rows(rows: list[dict[str, Any]]) -> None:
+    with open(UNC_ROWS, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=UNC_FIELDS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in UNC_FIELDS})
+
+
+# -- report ---------------------------------------------------------------------------------------------------------
+
+def _f(v: float | None, fmt: str) -> str:
+    return "—" if v is None else format(v, fmt)
+
+
+def summary_lines(name: str, sm: dict[str, Any]) -> list[str]:
+    """The printed summary of one half."""
+    return [f"{name}: Brier {_f(sm['brier'], '.3f')} over {sm['n_outcomes']} runs ({sm['n_oom']} OOM; answering 0.5 "
+            f"scores {_f(sm['brier_half'], '.3f')}); inside the 90 % interval {_f(sm['inside'], '.0%')} of "
+            f"{sm['n_meas']} measurements; memory |error| median {_f(sm['median_err'], '.1%')}, "
+            f"max {_f(sm['max_err'], '.1%')}",
+            f"{name}: p >= 0.9 on runs that trained: {len(sm['sure_oom_but_trained'])} "
+            f"{sm['sure_oom_but_trained'] or ''}; p <= 0.1 on runs that ran out: {len(sm['sure_fits_but_oom'])} "
+            f"{sm['sure_fits_but_oom'] or ''}"]
+
+
+def _bins_table(sm: dict[str, Any]) -> list[str]:
+    out = ["| p_oom bin | runs | mean p_oom | share that ran out |", "|---|---|---|---|"]
+    for b in sm["bins"]:
+        out.append(f"| {b['bin']} | {b['n']} | {_f(b['mean_p'], '.2f')} | {_f(b['oom_rate'], '.2f')} |")
+    return out
+
+
+def _dominant(scored: list[dict[str, Any]], half: str, k: int = 8) -> list[str]:
+    """The rows that weigh most: the largest (p - outcome)² terms of the Brier score, the measurements outside
+    their interval."""
+    terms = sorted(((s["pred"]["p_oom"] - (s["row"]["outcome"] == "oom")) ** 2, s["row"]["id"], s["pred"]["p_oom"],
+                    s["row"]["outcome"]) for s in scored
+                   if s["row"]["split"] == half and s["row"].get("outcome") and s["row"].get("gpu")
+                   and "error" not in s["pred"] and s["pred"].get("p_oom") is not None)[::-1]
+    total = sum(t[0] for t in terms) or 1.0
+    out = [f"Largest Brier terms ({half}): " + "; ".join(
+        f"{i} ({o}, p_oom {p:.2f}: {t:.2f}, {t / total:.0%} of the sum)" for t, i, p, o in terms[:k])]
+    outside = [f"{s['row']['id']} ({s['cmp']['rel_err']:+.0%} {s['cmp']['kind']})" for s in scored
+               if s["row"]["split"] == half and s["cmp"] is not None and not s["cmp"]["inside"]]
+    out += ["", f"Outside the 90 % interval ({half}, {len(outside)}): " + ("; ".join(outside) or "none")]
+    return out
+
+
+def _rows_table(scored: list[dict[str, Any]]) -> list[str]:
+    out = ["| row | card | outcome | p_oom | counter | measured GiB | predicted GiB | error | in 90 % |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for s in scored:
+        r, p, c = s["row"], s["pred"], s["cmp"]
+        if "error" in p:
+            out.append(f"| {r['id']} | {r.get('gpu') or '—'} | {r.get('outcome') or '—'} | refused: {p['error'][:80]} "
+                       "| | | | | |")
+            continue
+        cm = (f"{c['kind']} | {c['measured']:.1f} | {c['predicted']:.1f} | {c['rel_err']:+.0%} | "
+              f"{'yes' if c['inside'] else 'no'}") if c else "— | — | — | — | —"
+        pp = "—" if p["p_oom"] is None or not r.get("gpu") else f"{p['p_oom']:.3f}"
+        out.append(f"| {r['id']} | {r.get('gpu') or '—'} | {r.get('outcome') or '—'} | {pp} | {cm} |")
+    return out
+
+
+def breakdown(scored: list[dict[str, Any]], key) -> list[str]:
+    """Median and max |error| of the measurements per group (`key(row, pred)` → group name)."""
+    groups: dict[str, list[float]] = {}
+    for s in scored:
+        if s["cmp"] is not None:
+            groups.setdefault(key(s["row"], s["pred"]), []).append(s["cmp"]["rel_err"])
+    out = ["| group | n | median error | median abs error | max abs error |", "|---|---|---|---|---|"]
+    for g, errs in sorted(groups.items()):
+        a = [abs(e) for e in errs]
+        out.append(f"| {g} | {len(errs)} | {statistics.median(errs):+.1%} | {statistics.median(a):.1%} | "
+                   f"{max(a):.1%} |")
+    return out
+
+
+def counts_lines(rows: list[dict[str, Any]]) -> list[str]:
+    out = ["| half | rows | sources | measurements | with outcome | OOM | framework-doc | vendor-doc | issue-thread |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for half in ("dev", "test"):
+        h = [r for r in rows if r["split"] == half]
+        st = {t: sum(r["source_type"] == t for r in h) for t in ("framework-doc", "vendor-doc", "issue-thread")}
+        out.append(f"| {half} | {len(h)} | {len({r['source'] for r in h})} | {sum(bool(r.get('measured')) for r in h)} "
+                   f"| {sum(bool(r.get('outcome')) for r in h)} | {sum(r.get('outcome') == 'oom' for r in h)} | "
+                   f"{st['framework-doc']} | {st['vendor-doc']} | {st['issue-thread']} |")
+    return out
+
+
+def engine_of(row: dict[str, Any]) -> str:
+    """DDP | single | ZeRO-n[+offload] | FSDP[+offload] of a row (what its source ran)."""
+    ds, fs = row.get("deepspeed"), row.get("fsdp")
+    if ds:
+        zo = ds.get("zero_optimization") or {}
+        off = "+offload" if zo.get("offload_optimizer") or zo.get("offload_param") else ""
+        return f"ZeRO-{zo.get('stage', 0)}{off}"
+    if fs:
+        return "FSDP" + ("+offload" if fs.get("fsdp_offload_params") else "")
+    spec = str(row.get("gpu") or "")
+    world = int(spec.split("x", 1)[0]) if re.match(r"^\d+x", spec) else int(row.get("world") or 1)
+    return "DDP" if world > 1 else "single"
+
+
+def seq_band(row: dict[str, Any]) -> str:
+    """Tokens per micro-batch band: < 2k, 2k-8k, >= 8k."""
+    t = int(row["config"].get("cutoff_len") or 0) * int(row["config"].get("per_device_train_batch_size") or 1)
+    return "< 2k tokens" if t < 2048 else ("2k-8k tokens" if t < 8192 else ">= 8k tokens")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Score with today's table, fit on dev, score again; returns everything the report needs."""
+    rows = load_rows()
+    old_text = TABLE.read_bytes()
+    old_rows_text = UNC_ROWS.read_bytes()
+    # the baseline: the error model before the held-out calibration, so every rerun reports the same comparison
+    install(json.loads(BASELINE.read_text(encoding="utf-8")))
+    before = score_all(rows)
+    dev_scored = [s for s in before if s["row"]["split"] == "dev" and s["cmp"] is not None]
+    legacy = legacy_rows() if args.with_legacy else []
+    fit_rows = [as_unc_row(s) for s in dev_scored] + legacy + kept_rows()
+    table = fit(fit_rows, {"rows": "benchmarks/data/calibration_rows.yaml, split dev",
+                           "dev_rows": len(dev_scored), "legacy_published_rows": len(legacy)})
+    install(table)
+    write_unc_rows(fit_rows)
+    try:
+        after = score_all(rows)
+    finally:
+        if args.no_write:
+            UNC_ROWS.write_bytes(old_rows_text)
+            install(json.loads(old_text))
+            TABLE.write_bytes(old_text)
+    return {"rows": rows, "before": before, "after": after, "table": table, "legacy": len(legacy)}
+
+
+def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str]:
+    """(printed summary lines, markdown page)."""
+    printed: list[str] = []
+    sm = {}
+    for half in halves:
+        for when in ("before", "after"):
+            sm[(half, when)] = summary([s for s in res[when] if s["row"]["split"] == half])
+        printed += summary_lines(f"{half} (fitted table)", sm[(half, "after")])
+        printed += summary_lines(f"{half} (baseline table of 2026-12-02)", sm[(half, "before")])[:1]
+    t = res["table"]["prior"]
+    md = ["# Calibration of p_oom and the 90 % interval on held-out rows", "",
+          "Reproduce (CPU, about a minute): `FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python "
+          "benchmarks/calibrate.py` — scores every row of `benchmarks/data/calibration_rows.yaml` through "
+          "`assemble_config` (what `doctor estimate` runs), fits `analyzers/memory/uncertainty_table.json` on the dev half "
+          "and scores both halves with the fitted table. Rerun it whenever the memory model changes.", "",
+          f"Fitted: analytic rows = the {res['table']['fitted_on']['dev_rows']} dev measurements"
+          + (f" + {res['legacy']} published rows of memory_points_dev.csv" if res["legacy"] else "")
+          + f"; prior κ0 = {t['kappa0']:g}, ν0 = {t['nu0']} (best leave-one-out log score).", "",
+          "## Rows", ""] + counts_lines(res["rows"]) + [""]
+    for half in halves:
+        a, b = sm[(half, "after")], sm[(half, "before")]
+        md += [f"## {half} half", "", *[f"- {x}" for x in summary_lines("fitted table", a)],
+               "- baseline (the table of 2026-12-02, before the held-out calibration, "
+               "fixtures/uncertainty/pinned_table.json): " + summary_lines("", b)[0].lstrip(": "), "",
+               "Reliability (fitted table):", "", *_bins_table(a), "",
+               *_dominant(res["after"], half), "",
+               "Memory error (predicted / measured - 1 of the counter the source measured; negative: under-predicted) "
+               "by engine, method and tokens per micro-batch:", "",
+               *breakdown([s for s in res["after"] if s["row"]["split"] == half],
+                          lambda r, p: f"{engine_of(r)} / {r['method']} / {seq_band(r)}"), "",
+               "Rows (fitted table):", "", *_rows_table([s for s in res["after"] if s["row"]["split"] == half]), ""]
+        if a["errors"]:
+            md += ["Refused by the doctor: " + "; ".join(a["errors"]), ""]
+    return printed, "\n".join(md) + "\n"
+
+
+def write_rows_csv(res: dict[str, Any]) -> None:
+    with open(ROWS_CSV, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["id", "split", "source", "gpu", "outcome", "p_oom", "counter", "measured_gib", "predicted_gib",
+                    "eps", "inside_90", "shape"])
+        for s in res["after"]:
+            r, p, c = s["row"], s["pred"], s["cmp"]
+            w.writerow([r["id"], r["split"], r["source"], r.get("gpu") or "", r.get("outcome") or "",
+                        "" if "error" in p or p["p_oom"] is None or not r.get("gpu") else round(p["p_oom"], 4),
+                        c["kind"] if c else "", round(c["measured"], 3) if c else "",
+                        round(c["predicted"], 3) if c else "", round(c["eps"], 4) if c else "",
+                        ("" if c is None else int(bool(c["inside"]))), p.get("shape", "")])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--no-write", action="store_true", help="score with the fitted table, then restore the old one")
+    ap.add_argument("--with-legacy", action="store_true",
+                    help="add the published rows the memory model was tuned on to the dev rows")
+    ap.add_argument("--dev-only", action="store_true", help="report the dev half only (while choosing options)")
+    args = ap.parse_args(argv)
+    res = run(args)
+    printed, md = report(res, ("dev",) if args.dev_only else ("test", "dev"))
+    for line in printed:
+        print(line)
+    if not args.dev_only and not args.no_write:
+        DOC.write_text(md, encoding="utf-8")
+        write_rows_csv(res)
+        print(f"wrote {DOC.relative_to(ROOT)}, {ROWS_CSV.relative_to(ROOT)}, {TABLE.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,666 @@
+"""What LLaMA-Factory, transformers and accelerate reject while parsing a training config, decided from the YAML.
+
+``llamafactory-cli train config.yaml`` stops in its first second when the arguments contradict each other:
+LLaMA-Factory 0.9.5 ``hparams/parser.py`` ``get_train_args`` (lines 316-413, ``_verify_model_args`` 180-202), the
+``__post_init__`` of its argument classes (``finetuning_args.py:560-615``, ``data_args.py:147-189``,
+``model_args.py:206-208, 346-351, 395-397``), transformers 5.6.0 ``TrainingArguments.__post_init__`` /
+``_validate_args`` / ``_process_fsdp_args`` (training_args.py) and accelerate 1.11 ``DeepSpeedPlugin.__post_init__``
+(utils/dataclasses.py). `check_launch` replays those checks on the typed values of one config and returns one
+problem per failed check, in the shape of keyschema's ``lint.keys`` items (key, kind, message, suggestion,
+replacement_key, fix, fix_value, condition), so that the rule files ``rules/<family>.yaml`` only select by `kind`:
+
+=====================  ==================================================================================
+kind                   family (rule)
+=====================  ==================================================================================
+``missing``            a key the run cannot start without (missing-required-key)
+``conflict``           two options that exclude each other (conflicting-options)
+``stage``              an option the stage does not take (option-needs-other-stage)
+``method``             an option the fine-tuning method does not take (option-needs-other-method)
+``zero3``              an option DeepSpeed ZeRO-3 (or DeepSpeed at all) cannot run (deepspeed-incompatible-option)
+``distributed``        an option a torchrun (multi-GPU) launch cannot run (distributed-incompatible-option)
+``interval``           logging/eval/save steps and strategies transformers refuses (invalid-step-setting)
+``template``           a template LLaMA-Factory does not register (template-not-registered)
+``dataset``            a dataset name its dataset_info.json does not define (dataset-not-defined)
+=====================  ==================================================================================
+
+The last two are checked by LLaMA-Factory after parsing, before the first step (``data/template.py``
+``get_template_and_fix_tokenizer``, ``data/parser.py`` ``get_dataset_list``): they need only the config and the
+dataset_info.json it names, which is read (never a dataset).
+
+Each check is written from the source line it mirrors (cited at the check); the message quotes what LLaMA-Factory
+or transformers raises and says why. A check only judges values of the type its source compares: a wrong type is
+keyschema's finding (invalid-value), not a second one here. ``condition`` is set where the verdict depends on the
+launch (``"torchrun launch"``: LLaMA-Factory runs torchrun for more than one GPU or with FORCE_TORCHRUN=1).
+
+Pure Python, no third-party import: `doctor lint` calls it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any, Callable, Mapping
+
+from finetune_doctor.errors import InputError
+from finetune_doctor.readers.deepspeed.dsjson import read_json
+from finetune_doctor.readers.config.keyschema import load_schema
+from finetune_doctor.run.values import split_arg
+
+Problem = dict[str, Any]
+_NOT_SET = object()
+
+
+class _Cfg:
+    """Values as LF's dataclasses would hold them: the config's value, else the schema's default."""
+
+    def __init__(self, values: Mapping[str, Any], zero_stage: int | None):
+        self.values = values
+        self.keys = load_schema()["keys"]
+        self.zero_stage = zero_stage
+
+    def __call__(self, key: str) -> Any:
+        if key in self.values:
+            return self.values[key]
+        e = self.keys.get(key) or {}
+        by_version = e.get("default_by_version")
+        if by_version:   # transformers 5's default where 4 and 5 differ (report_to: 'none' vs None)
+            newest = sorted(by_version, key=lambda v: [int(p) for p in v.split(".") if p.isdigit()])[-1]
+            return by_version[newest]
+        return e.get("default")
+
+    def given(self, key: str) -> bool:
+        return key in self.values
+
+    @property
+    def stage(self) -> Any:
+        return self("stage")
+
+    @property
+    def method(self) -> Any:
+        return self("finetuning_type")
+
+
+def _p(key: str, kind: str, message: str, suggestion: str | None = None, *, fix: str | None = None,
+       fix_value: Any = None, condition: str | None = None) -> Problem:
+    return {"key": key, "kind": kind, "message": message, "suggestion": suggestion, "replacement_key": None,
+            "fix": fix, "fix_value": fix_value, "condition": condition}
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _where(c: _Cfg, *keys: str) -> str:
+    """The first of `keys` the config sets (where a finding should point), else the first."""
+    return next((k for k in keys if c.given(k)), keys[0])
+
+
+def _names(v: Any) -> list[str] | None:
+    """LF's ``split_arg`` (run/values.py, the one copy) of a string or list; None for anything else (not a list
+    of names LF could read)."""
+    return split_arg(v) if isinstance(v, (str, list)) else None
+
+
+# --- missing ------------------------------------------------------------------------------------------------------
+
+def _missing(c: _Cfg) -> list[Problem]:
+    out = []
+    if c("model_name_or_path") is None:   # model_args.py:207-208
+        out.append(_p("model_name_or_path", "missing",
+                      "`model_name_or_path` is not set: LLaMA-Factory stops with \"Please provide "
+                      "`model_name_or_path`.\" before anything else is read.",
+                      "set `model_name_or_path` to a hub id or a local folder"))
+    if c("do_train") is True and c("dataset") is None:   # parser.py:359-360
+        out.append(_p("dataset", "missing",
+                      "`do_train: true` without `dataset`: LLaMA-Factory stops with \"Please specify dataset for "
+                      "training.\"", "name the training data in `dataset` (dataset_info.json names)"))
+    if c.stage == "ppo" and c("reward_model") is None:   # finetuning_args.py:580-581
+        out.append(_p("reward_model", "missing",
+                      "`stage: ppo` without `reward_model`: PPO scores its samples with a reward model, and "
+                      "LLaMA-Factory stops with \"`reward_model` is necessary for PPO training.\"",
+                      "set `reward_model` to the output folder of an `rm` stage run"))
+    if c("streaming") is True and _num(c("max_steps")) and c("max_steps") == -1:   # parser.py:356-357
+        out.append(_p(_where(c, "max_steps", "streaming"), "missing",
+                      "`streaming: true` without `max_steps`: a streamed dataset has no length, so the number of "
+                      "steps cannot be derived from epochs; LLaMA-Factory stops with \"Please specify `max_steps` in "
+                      "streaming mode.\"", "set `max_steps`"))
+    if c("export_quantization_bit") is not None and c("export_quantization_dataset") is None:  # model_args 396-397
+        out.append(_p("export_quantization_bit", "missing",
+                      "`export_quantization_bit` without `export_quantization_dataset`: GPTQ export calibrates on "
+                      "data, and LLaMA-Factory stops with \"Quantization dataset is necessary for exporting.\"",
+                      "set `export_quantization_dataset`, or remove `export_quantization_bit` from a training "
+                      "config"))
+    out += _eval_data(c)
+    report = c("report_to")
+    loggers = [report] if isinstance(report, str) else report if isinstance(report, list) else []
+    if "trackio" in loggers and not c("project"):   # parser.py:132-137
+        out.append(_p(_where(c, "project", "report_to"), "missing",
+                      "`report_to: trackio` without a `project`: LLaMA-Factory stops with \"`--project` must be "
+                      "specified when using Trackio.\"", "set `project`"))
+    return out
+
+
+def _eval_data(c: _Cfg) -> list[Problem]:
+    """parser.py:362-365, with transformers' rule that an eval strategy other than 'no' sets do_eval (5.6.0
+    training_args.py __post_init__ "Auto-derived Values")."""
+    val = c("val_size")
+    if not _num(val) or c("eval_dataset") is not None or val >= 1e-6:
+        return []
+    strategy = c("eval_strategy")
+    why = [k for k, on in (("do_eval", c("do_eval") is True), ("do_predict", c("do_predict") is True),
+                           ("predict_with_generate", c("predict_with_generate") is True),
+                           ("eval_strategy", isinstance(strategy, str) and strategy != "no")) if on]
+    if not why:
+        return []
+    key = _where(c, *why)
+    shown = f"`eval_strategy: {strategy}`" if key == "eval_strategy" else f"`{key}: true`"
+    return [_p(key, "missing",
+               f"{shown} but no evaluation data (`eval_dataset` unset and `val_size` 0): LLaMA-Factory stops with "
+               "\"Please make sure eval_dataset be provided or val_size >1e-6\""
+               + (" (an eval strategy other than 'no' turns do_eval on)" if key == "eval_strategy" else "") + ".",
+               "set `val_size: 0.1` (a held-out share of `dataset`) or `eval_dataset`")]
+
+
+# --- conflicts ------------------------------------------------------------------------------------------------------
+
+def _conflicts(c: _Cfg) -> list[Problem]:
+    out = []
+    if c("fp16") is True and c("bf16") is True:   # transformers 5.6.0 _validate_args
+        keep = "bf16"
+        out.append(_p("fp16", "conflict",
+                      "`fp16: true` and `bf16: true` together: transformers stops with \"At most one of fp16 and "
+                      "bf16 can be True, but not both\". Mixed precision has one compute dtype.",
+                      f"remove `fp16` and keep `{keep}: true` (bf16 needs an Ampere or newer GPU)", fix="delete"))
+    if c("fp16_full_eval") is True and c("bf16_full_eval") is True:
+        out.append(_p("fp16_full_eval", "conflict",
+                      "`fp16_full_eval` and `bf16_full_eval` together: transformers stops with \"At most one of "
+                      "fp16 and bf16 can be True for full eval, but not both\".", "remove one of them",
+                      fix="delete"))
+    if c("mask_history") is True and c("train_on_prompt") is True:   # data_args.py:182-183
+        out.append(_p("mask_history", "conflict",
+                      "`mask_history` and `train_on_prompt` together: one drops the earlier turns from the loss, the "
+                      "other adds the prompts to it; LLaMA-Factory stops with \"`mask_history` is incompatible with "
+                      "`train_on_prompt`.\"", "remove one of them"))
+    tuners = [k for k in ("use_galore", "use_apollo", "use_badam") if c(k) is True]
+    if len(tuners) > 1:   # finetuning_args.py:598-599
+        out.append(_p(tuners[1], "conflict",
+                      f"`{tuners[0]}` and `{tuners[1]}` together: each replaces the optimizer, and LLaMA-Factory stops "
+                      "with \"Cannot use GaLore, APOLLO or BAdam together.\"", f"keep one of {', '.join(tuners)}"))
+    if c("predict_with_generate") is True and c("compute_accuracy") is True:   # parser.py:371-372
+        out.append(_p("compute_accuracy", "conflict",
+                      "`predict_with_generate` with `compute_accuracy`: token accuracy needs the logits of a forward "
+                      "pass, generation gives text; LLaMA-Factory stops with \"Cannot use `predict_with_generate` and "
+                      "`compute_accuracy` together.\"", "remove `compute_accuracy`", fix="delete"))
+    val = c("val_size")
+    if _num(val) and val > 1e-6:
+        if c("dataset") is None:   # data_args.py:159-160
+            out.append(_p("val_size", "conflict",
+                          "`val_size` without `dataset`: the validation share is split off the training data; "
+                          "LLaMA-Factory stops with \"Cannot specify `val_size` if `dataset` is None.\"",
+                          "remove `val_size` or set `dataset`"))
+        if c("eval_dataset") is not None:   # data_args.py:162-163
+            out.append(_p("val_size", "conflict",
+                          "`val_size` with `eval_dataset`: the evaluation data would come from two places; "
+                          "LLaMA-Factory stops with \"Cannot specify `val_size` if `eval_dataset` is not None.\"",
+                          "remove `val_size` (the eval_dataset is used)", fix="delete"))
+        if c("streaming") is True and val < 1:   # data_args.py:176-177
+            out.append(_p("val_size", "conflict",
+                          f"`val_size: {val}` with `streaming`: a stream has no length to take a share of; "
+                          "LLaMA-Factory stops with \"Streaming mode should have an integer val size.\"",
+                          "give `val_size` as a number of samples (e.g. 1000)"))
+    out += _interleave(c)
+    if c("streaming") is True and c("max_samples") is not None:   # data_args.py:179-180
+        out.append(_p("max_samples", "conflict",
+                      "`max_samples` with `streaming`: LLaMA-Factory stops with \"`max_samples` is incompatible with "
+                      "`streaming`.\"", "remove `max_samples` (bound a stream with `max_steps`)", fix="delete"))
+    for kind in ("image", "video"):   # model_args.py:346-351
+        lo, hi = c(f"{kind}_min_pixels"), c(f"{kind}_max_pixels")
+        if _num(lo) and _num(hi) and hi < lo:
+            out.append(_p(_where(c, f"{kind}_max_pixels", f"{kind}_min_pixels"), "conflict",
+                          f"`{kind}_max_pixels: {hi}` is smaller than `{kind}_min_pixels: {lo}`: LLaMA-Factory stops "
+                          f"with \"`{kind}_max_pixels` cannot be smaller than `{kind}_min_pixels`.\"",
+                          f"raise `{kind}_max_pixels` to at least {lo}"))
+    if c("fp8") is True and c("quantization_bit") is not None:   # parser.py:403-404
+        out.append(_p("fp8", "conflict",
+                      "`fp8` with `quantization_bit`: LLaMA-Factory stops with \"FP8 training is not compatible with "
+                      "quantization. Please disable one of them.\"", "remove `fp8`", fix="delete"))
+    backend = c("infer_backend")
+    if isinstance(backend, str) and backend != "huggingface":   # parser.py:406-407
+        out.append(_p("infer_backend", "conflict",
+                      f"`infer_backend: {backend}` in a training config: LLaMA-Factory stops with \"vLLM/SGLang backend "
+                      "is only available for API, CLI and Web.\"", "remove `infer_backend`", fix="delete"))
+    if c("do_train") is True and c("quantization_device_map") == "auto":   # parser.py:374-375
+        out.append(_p("quantization_device_map", "conflict",
+                      "`quantization_device_map: auto` while training: LLaMA-Factory stops with \"Cannot use device "
+                      "map for quantized models in training.\" (each rank holds its own copy)",
+                      "remove `quantization_device_map`", fix="delete"))
+    out += _fsdp(c)
+    if c("dataloader_num_workers") == 0 and c("dataloader_prefetch_factor") is not None:   # transformers
+        out.append(_p("dataloader_prefetch_factor", "conflict",
+                      "`dataloader_prefetch_factor` with `dataloader_num_workers: 0`: transformers stops with "
+                      "\"--dataloader_prefetch_factor can only be set when data is loaded in a different process\".",
+                      "remove `dataloader_prefetch_factor` or set `dataloader_num_workers` above 0"))
+    return out
+
+
+def _interleave(c: _Cfg) -> list[Problem]:
+    """data_args.py:165-174."""
+    probs = c("interleave_probs")
+    if probs is None:
+        return []
+    if c("mix_strategy") == "concat":
+        return [_p("interleave_probs", "conflict",
+                   "`interleave_probs` with `mix_strategy: concat` (the default): LLaMA-Factory stops with "
+                   "\"`interleave_probs` is only valid for interleaved mixing.\"",
+                   "set `mix_strategy: interleave_under` (or interleave_over)")]
+    parts = _names(probs)
+    out = []
+    for key, what in (("dataset", "dataset"), ("eval_dataset", "eval dataset")):
+        names = _names(c(key))
+        if parts is not None and names is not None and len(names) != len(parts):
+            out.append(_p("interleave_probs", "conflict",
+                          f"`interleave_probs` has {len(parts)} weights for {len(names)} datasets in `{key}`: "
+                          f"LLaMA-Factory stops with \"The length of {what} and interleave probs should be "
+                          "identical.\"", f"give one weight per name in `{key}`"))
+    return out
+
+
+def _fsdp(c: _Cfg) -> list[Problem]:
+    """transformers 5.6.0 training_args.py _process_fsdp_args."""
+    fsdp = c("fsdp")
+    opts = fsdp.split() if isinstance(fsdp, str) else fsdp if isinstance(fsdp, list) else []
+    if opts == ["offload"]:
+        return [_p("fsdp", "conflict", "`fsdp: offload` on its own: transformers stops with \"`--fsdp offload` "
+                                       "can't work on its own.\"", "write `fsdp: full_shard offload`")]
+    if "full_shard" in opts and "shard_grad_op" in opts:
+        return [_p("fsdp", "conflict", "`fsdp` names full_shard and shard_grad_op: transformers stops with "
+                                       "\"`--fsdp full_shard` is not compatible with `--fsdp shard_grad_op`.\"",
+                   "keep one sharding strategy")]
+    return []
+
+
+# --- stage and method ---------------------------------------------------------------------------------------------
+
+def _stage(c: _Cfg) -> list[Problem]:
+    out = []
+    stage = c.stage
+    if not isinstance(stage, str):
+        return out
+    if stage != "sft":   # parser.py:316-324
+        for key, msg in (("predict_with_generate", "`predict_with_generate` cannot be set as True except SFT."),
+                         ("neat_packing", "`neat_packing` cannot be set as True except SFT."),
+                         ("train_on_prompt", "`train_on_prompt` or `mask_history` cannot be set as True except SFT."),
+                         ("mask_history", "`train_on_prompt` or `mask_history` cannot be set as True except SFT.")):
+            if c(key) is True:
+                out.append(_p(key, "stage", f"`{key}: true` with `stage: {stage}`: it is an SFT option; "
+                                            f"LLaMA-Factory stops with \"{msg}\"", f"remove `{key}`", fix="delete"))
+    if stage == "sft" and c("do_predict") is True and c("predict_with_generate") is not True:   # parser.py:326-327
+        out.append(_p("do_predict", "stage",
+                      "`do_predict: true` without `predict_with_generate`: SFT predictions are generated text; "
+                      "LLaMA-Factory stops with \"Please enable `predict_with_generate` to save model predictions.\"",
+                      "add `predict_with_generate: true`"))
+    if stage in ("rm", "ppo") and c("load_best_model_at_end") is True:   # parser.py:329-330
+        out.append(_p("load_best_model_at_end", "stage",
+                      f"`load_best_model_at_end` with `stage: {stage}`: LLaMA-Factory stops with \"RM and PPO stages "
+                      "do not support `load_best_model_at_end`.\"", "remove `load_best_model_at_end`", fix="delete"))
+    if stage == "ppo":
+        out += _ppo(c)
+    pref = c("pref_loss")
+    if stage == "dpo" and pref != "sigmoid" and _num(c("dpo_label_smoothing")) and c("dpo_label_smoothing") > 1e-6:
+        out.append(_p("dpo_label_smoothing", "stage",   # finetuning_args.py:589-590
+                      f"`dpo_label_smoothing` with `pref_loss: {pref}`: label smoothing is defined for the sigmoid "
+                      "DPO loss only; LLaMA-Factory stops with \"`dpo_label_smoothing` is only valid for sigmoid "
+                      "loss function.\"", "remove `dpo_label_smoothing`", fix="delete"))
+    if c("pissa_init") is True and (stage in ("ppo", "kto") or (stage == "dpo" and pref not in ("orpo", "simpo"))):
+        out.append(_p("pissa_init", "stage",   # finetuning_args.py:601-602 (use_ref_model: dpo without orpo/simpo)
+                      f"`pissa_init` with `stage: {stage}`: PiSSA rewrites the base weights, which the reference "
+                      "model of this stage shares; LLaMA-Factory stops with \"Cannot use PiSSA for current training "
+                      "stage.\"", "remove `pissa_init`", fix="delete"))
+    return out
+
+
+def _ppo(c: _Cfg) -> list[Problem]:
+    """parser.py:332-348 and finetuning_args.py:583-587."""
+    out = []
+    if c("do_train") is not True:
+        out.append(_p("do_train", "stage", "`stage: ppo` without `do_train: true`: LLaMA-Factory stops with \"PPO "
+                                           "training does not support evaluation, use the SFT stage to evaluate "
+                                           "models.\"", "set `do_train: true`", fix="set", fix_value=True))
+    if c("shift_attn") is True:
+        out.append(_p("shift_attn", "stage", "`shift_attn` with `stage: ppo`: LLaMA-Factory stops with \"PPO training "
+                                             "is incompatible with S^2-Attn.\"", "remove `shift_attn`", fix="delete"))
+    rtype = c("reward_model_type")
+    if rtype == "lora" and c("use_unsloth") is True:
+        out.append(_p("use_unsloth", "stage", "`use_unsloth` with a LoRA reward model: LLaMA-Factory stops with "
+                                              "\"Unsloth does not support lora reward model.\"",
+                      "set `reward_model_type: full`, or remove `use_unsloth`"))
+    if rtype == "lora" and c("use_kt") is True:
+        out.append(_p("use_kt", "stage", "`use_kt` with a LoRA reward model: LLaMA-Factory stops with "
+                                         "\"KTransformers does not support lora reward model.\"",
+                      "set `reward_model_type: full`, or remove `use_kt`"))
+    report = c("report_to")
+    loggers = [report] if isinstance(report, str) else report if isinstance(report, list) else []
+    bad = [x for x in loggers if x not in ("wandb", "tensorboard", "trackio", "none", "all")]
+    if bad:
+        out.append(_p("report_to", "stage", f"`report_to: {', '.join(map(str, bad))}` with `stage: ppo`: "
+                                            "LLaMA-Factory stops with \"PPO only accepts wandb, tensorboard, or "
+                                            "trackio logger.\"", "use wandb, tensorboard or trackio"))
+    method = c.method
+    for t in ("lora", "oft"):
+        if rtype == t and method != t and c("reward_model") is not None:
+            out.append(_p(_where(c, "reward_model_type", "finetuning_type"), "stage",
+                          f"`reward_model_type: {t}` with `finetuning_type: {method}`: the reward adapter is loaded "
+                          f"into the policy model, which needs {t} too; LLaMA-Factory stops with \"`reward_model_type` "
+                          f"cannot be {t} for Freeze/Full PPO training.\"", "set `reward_model_type: full`"))
+    return out
+
+
+def _method(c: _Cfg) -> list[Problem]:
+    out = []
+    method = c.method
+    if not isinstance(method, str):
+        return out
+    if c("adapter_name_or_path") is not None and method != "lora":   # parser.py:185-186
+        out.append(_p("adapter_name_or_path", "method",
+                      f"`adapter_name_or_path` with `finetuning_type: {method}`: adapters exist only for LoRA; "
+                      "LLaMA-Factory stops with \"Adapter is only valid for the LoRA method.\"",
+                      "merge the adapter into the model first (llamafactory-cli export), or train LoRA"))
+    if method != "lora":   # finetuning_args.py:604-615
+        for key, test in (("loraplus_lr_ratio", lambda v: v is not None), ("use_rslora", lambda v: v is True),
+                          ("use_dora", lambda v: v is True), ("pissa_init", lambda v: v is True)):
+            if test(c(key)):
+                out.append(_p(key, "method", f"`{key}` with `finetuning_type: {method}`: it is a LoRA option; "
+                                             f"LLaMA-Factory stops with \"`{key}` is only valid for LoRA training.\"",
+                              f"remove `{key}`", fix="delete"))
+    if c("use_llama_pro") is True and method == "full":   # finetuning_args.py:592-593
+        out.append(_p("use_llama_pro", "method", "`use_llama_pro` with `finetuning_type: full`: LLaMA Pro trains the "
+                                                 "expanded blocks only; LLaMA-Factory stops with \"`use_llama_pro` is "
+                                                 "only valid for Freeze or LoRA training.\"",
+                      "set `finetuning_type: freeze`"))
+    tuners = [k for k in ("use_galore", "use_apollo", "use_badam") if c(k) is True]
+    if method == "lora" and tuners:   # finetuning_args.py:595-596
+        out.append(_p(tuners[0], "method", f"`{tuners[0]}` with `finetuning_type: lora`: GaLore, APOLLO and BAdam are "
+                                           "full-parameter optimizers; LLaMA-Factory stops with \"Cannot use LoRA "
+                                           "with GaLore, APOLLO or BAdam together.\"",
+                      "set `finetuning_type: full`, or remove " + ", ".join(f"`{t}`" for t in tuners)))
+    if c("quantization_bit") is not None:   # parser.py:188-202 (FD704 reports full/freeze)
+        adapters = _names(c("adapter_name_or_path"))
+        for key, on, msg in (
+                ("pissa_init", c("pissa_init") is True,
+                 "Please use scripts/pissa_init.py to initialize PiSSA for a quantized model."),
+                ("resize_vocab", c("resize_vocab") is True, "Cannot resize embedding layers of a quantized model."),
+                ("create_new_adapter", adapters is not None and c("create_new_adapter") is True,
+                 "Cannot create new adapter upon a quantized model."),
+                ("adapter_name_or_path", adapters is not None and len(adapters) != 1,
+                 "Quantized model only accepts a single adapter. Merge them first.")):
+            if on and method in ("lora", "oft"):
+                out.append(_p(key, "method", f"`{key}` on a quantized model (`quantization_bit`): LLaMA-Factory stops "
+                                             f"with \"{msg}\"", f"remove `{key}` or `quantization_bit`"))
+    return out
+
+
+# --- DeepSpeed and launch -----------------------------------------------------------------------------------------
+
+def zero_stage_of(values: Mapping[str, Any], config_path: str | None) -> int | None:
+    """The ZeRO stage ``is_deepspeed_zero3_enabled`` sees: ``zero_optimization.stage`` of the DeepSpeed JSON the
+    config names (transformers integrations/deepspeed.py ``HfDeepSpeedConfig``; only the integer 3 counts as
+    ZeRO-3), read from the working directory or the config's folder. None without DeepSpeed or when the file is
+    unreadable (deepspeed-file-missing / the DeepSpeed reader report that)."""
+    ds = values.get("deepspeed")
+    data: Any = None
+    if isinstance(ds, Mapping):
+        data = ds
+    elif isinstance(ds, str) and ds:
+        bases = [os.getcwd()] + ([os.path.dirname(os.path.abspath(config_path))] if config_path else [])
+        for base in bases:
+            path = os.path.join(base, ds)
+            if os.path.isfile(path):
+                try:   # the DeepSpeed reader's limits (depth, size, numbers): a hostile file cannot recurse here
+                    data = read_json(path).values
+                except InputError:
+                    return None
+                break
+    if not isinstance(data, Mapping):
+        return None
+    zo = data.get("zero_optimization")
+    stage = zo.get("stage") if isinstance(zo, Mapping) else None
+    return stage if isinstance(stage, int) and not isinstance(stage, bool) else 0
+
+
+def _deepspeed(c: _Cfg) -> list[Problem]:
+    out = []
+    if c("deepspeed") and c.zero_stage is not None:
+        if c.zero_stage == 3:   # parser.py:367-413
+            for key, msg in (("pure_bf16", "`pure_bf16` is incompatible with DeepSpeed ZeRO-3."),
+                             ("use_unsloth", "Unsloth is incompatible with DeepSpeed ZeRO-3."),
+                             ("use_kt", "KTransformers is incompatible with DeepSpeed ZeRO-3."),
+                             ("predict_with_generate", "`predict_with_generate` is incompatible with DeepSpeed ZeRO-3."),
+                             ("pissa_init", "Please use scripts/pissa_init.py to initialize PiSSA in DeepSpeed "
+                                            "ZeRO-3.")):
+                if c(key) is True:
+                    out.append(_p(key, "zero3", f"`{key}` with DeepSpeed ZeRO-3 (`deepspeed: {c('deepspeed')}`): "
+                                                f"ZeRO-3 shards the weights this option needs whole; LLaMA-Factory "
+                                                f"stops with \"{msg}\"",
+                                  f"remove `{key}`, or use a ZeRO-2 DeepSpeed config"))
+        tuners = [k for k in ("use_galore", "use_apollo") if c(k) is True]
+        if tuners:   # parser.py:400-401
+            out.append(_p(tuners[0], "zero3", f"`{tuners[0]}` with DeepSpeed: these optimizers project gradients per "
+                                              "layer and cannot run inside DeepSpeed's; LLaMA-Factory stops with "
+                                              "\"GaLore and APOLLO are incompatible with DeepSpeed yet.\"",
+                          "remove `deepspeed` (GaLore/APOLLO save their memory without it)"))
+    if c("use_badam") is True and c("badam_mode") != "ratio" and c.zero_stage != 3:   # parser.py:394-398
+        out.append(_p("use_badam", "distributed", "layer-wise BAdam on a torchrun launch without DeepSpeed ZeRO-3: "
+                                                  "LLaMA-Factory stops with \"Layer-wise BAdam only supports "
+                                                  "DeepSpeed ZeRO-3 training.\"",
+                      "add a ZeRO-3 DeepSpeed config (examples/deepspeed/ds_z3_config.json), or train on one GPU",
+                      condition="torchrun launch"))
+    return out
+
+
+def _distributed(c: _Cfg) -> list[Problem]:
+    """parser.py:387-398: under torchrun (more than one GPU, or FORCE_TORCHRUN=1; always with DeepSpeed)."""
+    out = []
+    for tuner, key, msg in (("use_galore", "galore_layerwise", "Distributed training does not support layer-wise "
+                                                               "GaLore."),
+                            ("use_apollo", "apollo_layerwise", "Distributed training does not support layer-wise "
+                                                               "APOLLO.")):
+        if c(tuner) is True and c(key) is True:
+            out.append(_p(key, "distributed", f"`{key}: true` on a torchrun launch: layer-wise updates run inside "
+                                              f"backward hooks that DDP does not synchronise; LLaMA-Factory stops with "
+                                              f"\"{msg}\"", f"set `{key}: false` for multi-GPU training",
+                          fix="set", fix_value=False, condition="torchrun launch"))
+    if c("use_badam") is True and c("badam_mode") == "ratio":
+        out.append(_p("badam_mode", "distributed", "`badam_mode: ratio` on a torchrun launch: LLaMA-Factory stops with "
+                                                   "\"Radio-based BAdam does not yet support distributed training, "
+                                                   "use layer-wise BAdam.\"", "set `badam_mode: layer`",
+                      fix="set", fix_value="layer", condition="torchrun launch"))
+    return out
+
+
+# --- steps and strategies (transformers 5.6.0 training_args.py __post_init__ / _validate_args) --------------------
+
+def _interval(c: _Cfg) -> list[Problem]:
+    out = []
+    ls, es, ss = c("logging_strategy"), c("eval_strategy"), c("save_strategy")
+    if not all(isinstance(s, str) for s in (ls, es, ss)):
+        return out
+    steps = {k: c(k) for k in ("logging_steps", "eval_steps", "save_steps")}
+    if es == "steps" and (steps["eval_steps"] is None or steps["eval_steps"] == 0):
+        if _num(steps["logging_steps"]) and steps["logging_steps"] > 0:
+            steps["eval_steps"] = steps["logging_steps"]   # "using `logging_steps` to initialize `eval_steps`"
+        elif _num(steps["logging_steps"]):
+            out.append(_p(_where(c, "eval_steps", "logging_steps", "eval_strategy"), "interval",
+                          "`eval_strategy: steps` without `eval_steps` and with `logging_steps: 0`: transformers "
+                          "stops with \"evaluation strategy steps requires either non-zero --eval_steps or "
+                          "--logging_steps\".", "set `eval_steps`"))
+            return out
+    if ls == "steps" and steps["logging_steps"] == 0 and _num(steps["logging_steps"]):
+        out.append(_p("logging_steps", "interval", "`logging_steps: 0` with the default `logging_strategy: steps`: "
+                                                   "transformers stops with \"logging strategy steps requires non-zero "
+                                                   "--logging_steps\".",
+                      "log every N steps (e.g. `logging_steps: 10`), or set `logging_strategy: no`",
+                      fix="set", fix_value=10))
+    for key, strat in (("logging_steps", ls), ("eval_steps", es), ("save_steps", ss)):
+        v = steps[key]
+        if strat == "steps" and _num(v) and v == math.inf:
+            # transformers 5.6.0 training_args.py:1692 (__post_init__) compares `{key} != int({key})` above 1:
+            # int(inf) raises OverflowError there, so the run never starts
+            out.append(_p(key, "interval", f"`{key}: {v}` is not a finite number: transformers stops in "
+                                           "TrainingArguments (int(inf) raises OverflowError).",
+                          f"write a whole step count, e.g. `{key}: 500`"))
+            continue
+        if strat == "steps" and _num(v) and v > 1 and v != int(v):
+            out.append(_p(key, "interval", f"`{key}: {v}`: a value above 1 is a step count and must be whole "
+                                           f"(below 1 it is a share of the run); transformers stops with "
+                                           f"\"--{key} must be an integer if bigger than 1\".",
+                          f"write `{key}: {int(v)}`", fix="set", fix_value=int(v)))
+    if c("load_best_model_at_end") is True and ss != "best":
+        out += _best_model(c, es, ss, steps)
+    sched = c("lr_scheduler_type")
+    if sched in ("reduce_lr_on_plateau", "greedy") and es == "no":
+        out.append(_p("lr_scheduler_type", "interval", f"`lr_scheduler_type: {sched}` without an eval strategy: it "
+                                                       "steps on evaluation results; transformers stops with "
+                                                       f"\"lr_scheduler_type {sched} requires an eval strategy\".",
+                      "set `eval_strategy: epoch` (with eval data), or another scheduler"))
+    warm = c("warmup_steps")
+    if c("warmup_ratio") is None and _num(warm) and warm < 0:
+        out.append(_p("warmup_steps", "interval", f"`warmup_steps: {warm}` is negative: transformers stops with "
+                                                  "\"warmup_steps must be an integer or a float\".",
+                      "set `warmup_steps: 0` or a positive count", fix="set", fix_value=0))
+    ratio = c("warmup_ratio")
+    if _num(ratio) and ratio < 0:   # warmup_ratio is copied into warmup_steps (5.6.0 __post_init__)
+        out.append(_p("warmup_ratio", "interval", f"`warmup_ratio: {ratio}` is negative: transformers copies it into "
+                                                  "warmup_steps and stops with \"warmup_steps must be an integer or a "
+                                                  "float\".", "set `warmup_ratio: 0.1` or remove it"))
+    empty = c("torch_empty_cache_steps")
+    if empty is not None and not (isinstance(empty, int) and empty > 0):   # True passes: bool is an int there
+        out.append(_p("torch_empty_cache_steps", "interval",
+                      f"`torch_empty_cache_steps: {empty}`: transformers stops with \"`torch_empty_cache_steps` must "
+                      "be an integer bigger than 0\".", "remove it or give a positive whole number"))
+    return out
+
+
+def _best_model(c: _Cfg, es: str, ss: str, steps: dict[str, Any]) -> list[Problem]:
+    """transformers 5.6.0 _validate_args: load_best_model_at_end needs matching save and eval schedules."""
+    key = "load_best_model_at_end"
+    if es != ss:
+        return [_p(_where(c, "save_strategy", "eval_strategy", key), "interval",
+                   f"`load_best_model_at_end` with `eval_strategy: {es}` and `save_strategy: {ss}`: the best "
+                   "checkpoint must be one that was evaluated; transformers stops with \"--load_best_model_at_end "
+                   "requires the save and eval strategy to match\".", f"set `save_strategy: {es}` (or best)")]
+    ev, sv = steps["eval_steps"], steps["save_steps"]
+    if es != "steps" or not (_num(ev) and _num(sv)) or ev == 0:
+        return []
+    ev_i, sv_i = (int(ev) if ev > 1 else ev), (int(sv) if sv > 1 else sv)
+    if (ev_i < 1) != (sv_i < 1):
+        msg = "cannot get guaranteed when mixing ratio and absolute steps"
+    elif ev_i < 1 and round(sv_i * 1_000_000) % round(ev_i * 1_000_000) != 0:
+        msg = f"but found {sv}, which is not a multiple of {ev}"
+    elif ev_i >= 1 and sv_i % ev_i != 0:
+        msg = f"but found {sv}, which is not a round multiple of {ev}"
+    else:
+        return []
+    return [_p(_where(c, "save_steps", "eval_steps"), "interval",
+               f"`load_best_model_at_end` with `save_steps: {sv}` and `eval_steps: {ev}`: every saved checkpoint must "
+               f"have been evaluated; transformers stops with \"--load_best_model_at_end requires the saving steps to "
+               f"be a multiple of the evaluation steps\" ({msg}).",
+               "make `save_steps` a multiple of `eval_steps`" + (f" (e.g. {ev_i * max(1, round(sv_i / ev_i))})"
+                                                                 if isinstance(ev_i, int) else ""))]
+
+
+# --- names looked up before the first step -------------------------------------------------------------------------
+
+def _template_of_model(model: Any, names: Any) -> list[str]:
+    """[the longest registered template whose letters and digits begin the model's own name], or [] (names of
+    four characters or fewer are too generic to match on)."""
+    if not isinstance(model, str) or not model.strip("/"):
+        return []
+    base = re.sub(r"[^a-z0-9]", "", model.rstrip("/").rsplit("/", 1)[-1].lower())
+    hits = [t for t in names if len(re.sub(r"[^a-z0-9]", "", t)) > 4 and base.startswith(re.sub(r"[^a-z0-9]", "", t))]
+    return [max(hits, key=len)] if hits else []
+
+
+def _template(c: _Cfg) -> list[Problem]:
+    """LF 0.9.5 data/template.py:628-641: a template name must be registered (``TEMPLATES``)."""
+    import difflib
+
+    from finetune_doctor.analyzers.data.templates import LF_TEMPLATE_NAMES
+
+    name = c("template")
+    if not isinstance(name, str) or name in LF_TEMPLATE_NAMES:
+        return []
+    # a near-identical spelling first (qwen3_NOTHINK -> qwen3_nothink); then, as LF names most templates after the
+    # model family (gpt-oss -> gpt_oss, GLM-4.5V -> glm4_5v), the registered name the model's own name starts
+    # with; then a looser spelling
+    names = sorted(LF_TEMPLATE_NAMES)
+    near = (difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.85)
+            or _template_of_model(c("model_name_or_path"), names)
+            or difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.75))
+    hint = f" Did you mean `{near[0]}`?" if near else ""
+    return [_p("template", "template", f"`template: {name}` is not a template LLaMA-Factory 0.9.5 registers: it stops "
+                                       f"with \"Template {name} does not exist.\" when the data is loaded.{hint}",
+               f"write `template: {near[0]}`" if near else "use a template name from LLaMA-Factory's data/template.py",
+               fix="set" if near else None, fix_value=near[0] if near else None)]
+
+
+def _datasets(c: _Cfg, config_path: str | None) -> list[Problem]:
+    """LF 0.9.5 data/parser.py:95-126: every name must be a key of dataset_dir/dataset_info.json (opened from the
+    working directory). A `dataset_dir` the config sets and that resolves nowhere is reported; LF's default
+    ``data`` that is not here is not (a linter may run outside the folder training launches from), nor an
+    absolute folder that does not exist on this machine (it names the training machine's disk)."""
+    from finetune_doctor.errors import InputError
+    from finetune_doctor.readers.data.datasets import load_dataset_info
+
+    ddir = c("dataset_dir")
+    names = [(k, n) for k in ("dataset", "eval_dataset") for n in (_names(c(k)) or [])]
+    if not names or not isinstance(ddir, str) or ddir == "ONLINE" or ddir.startswith("REMOTE:"):
+        return []
+    # LF opens dataset_dir from the working directory; the config's own folder is the one other place a run
+    # launched next to its config would see (not find_dataset_dir's walk up the parents: a folder named data
+    # above the config may be anything)
+    bases = [os.getcwd()] + ([os.path.dirname(os.path.abspath(config_path))] if config_path else [])
+    try:
+        found = next((os.path.join(b, ddir) for b in bases
+                      if os.path.isfile(os.path.join(b, ddir, "dataset_info.json"))), None)
+        if found is None:
+            raise InputError("no dataset_info.json")
+        info, _lines = load_dataset_info(os.path.join(found, "dataset_info.json"))
+    except InputError:
+        if not c.given("dataset_dir") or (os.path.isabs(ddir) and not os.path.isdir(ddir)):
+            # an absolute folder this machine lacks is the training machine's (`check` notes the data it did not
+            # scan); one that exists without dataset_info.json, or a relative one found nowhere, is wrong anywhere
+            return []
+        return [_p("dataset_dir", "dataset", f"`dataset_dir: {ddir}` holds no dataset_info.json here: LLaMA-Factory "
+                                             f"stops with \"Cannot open {ddir}/dataset_info.json\" when the data is "
+                                             "loaded.", "point `dataset_dir` at the folder holding dataset_info.json")]
+    out = []
+    for key, name in names:
+        if name not in info:
+            shown = os.path.relpath(found) if not os.path.isabs(ddir) else found
+            out.append(_p(key, "dataset", f"dataset `{name}` is not defined in {shown}/dataset_info.json: "
+                                          f"LLaMA-Factory stops with \"Undefined dataset {name} in "
+                                          "dataset_info.json.\" when the data is loaded.",
+                          f"add `{name}` to dataset_info.json or correct the name in `{key}`"))
+    return out
+
+
+CHECKS: tuple[Callable[[_Cfg], list[Problem]], ...] = (_missing, _conflicts, _stage, _method, _deepspeed,
+                                                       _distributed, _interval, _template)
+
+
+def check_launch(values: Mapping[str, Any], config_path: str | None = None) -> list[Problem]:
+    """The parse-time rejections of one LLaMA-Factory training config (module docstring), in check order.
+
+    `values` is the typed mapping keyschema reads (readers/config/yamlcfg.py); `config_path` locates a relative
+    ``deepspeed:`` file next to the config when it is not under the working directory. Never raises: a check
+    whose inputs have types its source would not compare is skipped (keyschema reports the type).
+    """
+    c = _Cfg(values, zero_stage_of(values, config_path))
+    out: list[Problem] = []
+    for check in (*CHECKS, lambda cfg: _datasets(cfg, config_path)):
+        try:
+            out.extend(check(c))
+        except (TypeError, ValueError, AttributeError):   # a value of a type LF's own check would trip on
+            continue
+    return out

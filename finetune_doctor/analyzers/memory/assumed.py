@@ -1,0 +1,42 @@
+"""What the upstream-derived terms (zero3, qlora, ddp, npu, vision, hostsave) used without reading it from the
+user's inputs, as `Assumption` values (docs/DESIGN.md "Honest verdicts"). `estimate` puts them in
+``details["assumptions"]``; the pipeline that builds `Report.assumptions` can lift them from there. Effects are left
+empty here: evaluating each alternative is the verdict module's work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from finetune_doctor.analyzers.memory.npu import HCCL_BUFFSIZE_MB, is_npu
+from finetune_doctor.analyzers.memory.vision import max_patches_per_image
+from finetune_doctor.run import Run
+from finetune_doctor.types import Assumption, Hardware
+
+
+def term_assumptions(run: Run, hw: Hardware | None, t: Any) -> list[Assumption]:
+    """The assumptions behind `t` (analyzers.memory.terms.Terms) for `run` on `hw`."""
+    out: list[Assumption] = []
+    if getattr(t, "vision", 0.0):
+        out.append(Assumption(
+            "images-per-sample", 1, "not read: the dataset's images are not opened by the memory estimate",
+            alternatives=(2, 4), resolve_with="doctor data CONFIG.yaml on the training machine"))
+        out.append(Assumption(
+            "image-pixels", run.image_max_pixels,
+            f"image_max_pixels bound: each image at the largest size LF lets through "
+            f"({max_patches_per_image(run.image_max_pixels)} patches)",
+            alternatives=(run.image_min_pixels,), resolve_with="image_max_pixels in the YAML"))
+    if is_npu(hw) and run.world_size > 1:
+        out.append(Assumption(
+            "hccl-buffsize", f"{HCCL_BUFFSIZE_MB:.0f} MB", "CANN default (HCCL_BUFFSIZE unset or not read)",
+            alternatives=("50 MB", "512 MB"), resolve_with="HCCL_BUFFSIZE in the launch environment"))
+    if is_npu(hw):
+        out.append(Assumption(
+            "npu-runtime", "the CUDA context constant", "no torch_npu/CANN source states the runtime's own usage",
+            resolve_with="npu-smi on the training machine (doctor context)"))
+    if getattr(t, "host_save", 0.0) and run.finetuning_type in ("lora", "oft") and not any(
+            p == "transformers" for p, _v, _s in run.stack_sources):
+        out.append(Assumption(
+            "save-gathers-adapter-only", True, "transformers 5.6 (the version the doctor reads) gathers only the "
+                                               "adapter of a PEFT model at a ZeRO-3 save",
+            alternatives=(False,), resolve_with="--context from the training machine (its transformers version)"))
+    return out

@@ -1,0 +1,170 @@
+"""Vision tokens per image and the vision tower's memory, for the Qwen2-VL family of ViTs (14-pixel patches
+merged 2 × 2 into one language token).
+
+How many pixels reach the tower:
+
+1. LLaMA-Factory shrinks an image above ``image_max_pixels`` (default 768·768) and enlarges one below
+   ``image_min_pixels`` (default 32·32) by the square root of the ratio (LF data/mm_plugin.py:219-230,
+   hparams/model_args.py:305-330; videos: ``video_max_pixels`` 256·256, ``video_min_pixels`` 16·16, per frame).
+2. The processor's ``smart_resize`` rounds each side to a multiple of ``patch × merge`` = 28 and keeps the area
+   within its own ``[min_pixels, max_pixels]`` (transformers 5.6.0
+   ``models/qwen2_vl/image_processing_qwen2_vl.py:62-88``; the checkpoints' preprocessor_config.json set
+   ``max_pixels`` 12845056, Qwen/Qwen2-VL-7B-Instruct).
+3. The tower sees ``(h/14)·(w/14)`` patches (× frames/2 for video, ``temporal_patch_size`` 2) and the language model
+   ``patches / merge²`` tokens: ``tokens ≈ pixels / 28²``.
+
+The tower's attention runs per image (``cu_seqlens``; ``modeling_qwen2_vl.py:395-440``): FlashAttention on the
+packed sequence, otherwise one attention per image chunk, whose eager path materialises ``heads × n² `` fp32
+scores and their cast for an image of ``n`` patches.
+
+What the tower holds: LLaMA-Factory freezes it by default (``freeze_vision_tower: true``, hparams/
+finetuning_args.py:546), so nothing in it requires grad and autograd keeps nothing: its cost is the working set of
+one block over all the micro-batch's patches at the start of the forward (`tower_working_bytes`). When it trains,
+each block keeps its input for the checkpointed backward (`tower_saved_bytes`).
+"""
+
+from __future__ import annotations
+
+import math
+
+PATCH = 14
+MERGE = 2
+FACTOR = PATCH * MERGE
+PROCESSOR_MAX_PIXELS = 12845056      # Qwen2-VL-7B-Instruct preprocessor_config.json
+PROCESSOR_MIN_PIXELS = 3136
+LF_DEFAULTS = {"image_max_pixels": 768 * 768, "image_min_pixels": 32 * 32,
+               "video_max_pixels": 256 * 256, "video_min_pixels": 16 * 16}
+
+
+def lf_resize(width: int, height: int, max_pixels: int, min_pixels: int) -> tuple[int, int]:
+    """Image size after LLaMA-Factory's own resize (mm_plugin.py:219-230)."""
+    if width * height > max_pixels:
+        f = math.sqrt(max_pixels / (width * height))
+        width, height = int(width * f), int(height * f)
+    if width * height < min_pixels:
+        f = math.sqrt(min_pixels / (width * height))
+        width, height = int(width * f), int(height * f)
+    return max(width, 1), max(height, 1)
+
+
+def smart_resize(height: int, width: int, min_pixels: int = PROCESSOR_MIN_PIXELS,
+                 max_pixels: int = PROCESSOR_MAX_PIXELS, factor: int = FACTOR) -> tuple[int, int]:
+    """The processor's resize (image_processing_qwen2_vl.py:62-88): sides multiples of `factor`, area within
+    ``[min_pixels, max_pixels]``. Returns (height, width) in pixels."""
+    h = max(factor, round(height / factor) * factor)
+    w = max(factor, round(width / factor) * factor)
+    if h * w > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h = max(factor, math.floor(height / beta / factor) * factor)
+        w = max(factor, math.floor(width / beta / factor) * factor)
+    elif h * w < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h = math.ceil(height * beta / factor) * factor
+        w = math.ceil(width * beta / factor) * factor
+    return h, w
+
+
+def image_patches(width: int, height: int, max_pixels: int = LF_DEFAULTS["image_max_pixels"],
+                  min_pixels: int = LF_DEFAULTS["image_min_pixels"]) -> int:
+    """Patches the tower sees for one `width` × `height` image (merge² of them make one language token)."""
+    w, h = lf_resize(width, height, max_pixels, min_pixels)
+    hh, ww = smart_resize(h, w)
+    return (hh // PATCH) * (ww // PATCH)
+
+
+def image_tokens(width: int, height: int, max_pixels: int = LF_DEFAULTS["image_max_pixels"],
+                 min_pixels: int = LF_DEFAULTS["image_min_pixels"]) -> int:
+    """Language-model tokens of one image: patches / merge²."""
+    return image_patches(width, height, max_pixels, min_pixels) // (MERGE * MERGE)
+
+
+def max_patches_per_image(max_pixels: int) -> int:
+    """The most patches one image can bring at `max_pixels` (an image at least that large): the bound to use when
+    the images are not known. ``min(max_pixels, processor max) / 14²``."""
+    return max(int(min(max_pixels, PROCESSOR_MAX_PIXELS) // (PATCH * PATCH)), 0)
+
+
+def _vision_shape(raw: dict) -> tuple[int, int, int, int, int] | None:
+    """(depth, width, heads, mlp width, mlp matrices) of a Qwen2-VL-style vision_config, or None."""
+    vc = raw.get("vision_config") if isinstance(raw, dict) else None
+    if not isinstance(vc, dict) or "depth" not in vc:
+        return None
+    try:
+        width = int(vc.get("embed_dim") or vc.get("hidden_size") or 0)
+        if vc.get("intermediate_size"):              # Qwen2.5-VL: gated SiLU MLP
+            mlp, mats = int(vc["intermediate_size"]), 3
+        else:                                        # Qwen2-VL: fc1 -> QuickGELU -> fc2
+            mlp, mats = int(width * float(vc.get("mlp_ratio") or 4)), 2
+        depth, heads = int(vc["depth"]), int(vc.get("num_heads") or 16)
+    except (TypeError, ValueError, OverflowError):   # a config.json with non-numeric shapes: no vision term
+        return None
+    if min(width, mlp, depth, heads) <= 0:
+        return None
+    return depth, width, heads, mlp, mats
+
+
+def tower_working_bytes(raw: dict, patches: int, per_image: int, eager: bool, e: float = 2.0,
+                        fp16: bool = False) -> float:
+    """Bytes one vision block holds at its peak while it runs over `patches` patches (all images of a
+    micro-batch), the tower frozen (no autograd graph), plus the fp32 pixel values (3 × 2 × 14² per patch) and the
+    rotary tables. 0 when `raw` has no Qwen2-VL-style vision_config.
+
+    Op by op (transformers 5.6.0 ``models/qwen2_vl/modeling_qwen2_vl.py``), D the width, e the compute bytes:
+
+    * attention (``VisionAttention.forward`` :395-460, ``apply_rotary_pos_emb_vision`` :257-268): the block input
+      and ``norm1``'s output (e·D each), the fused qkv output (3e·D; q, k and v are views of it), then the rotary
+      embedding in fp32: ``q.float()``, ``k.float()``, ``q_embed`` and, while ``k_embed`` is summed, ``k·cos``,
+      ``rotate_half(k)·sin`` and the sum (six 4·D tensors): ``(5e + 24)·D``;
+    * the MLP (``VisionMlp``: fc1, QuickGELU ``x·sigmoid(1.702x)``, fc2; Qwen2.5-VL's gated SiLU MLP): the block
+      input, ``norm2``'s output and three (gated: four) intermediate tensors of the MLP width;
+    * the rotary tables cos and sin, fp32 ``[patches, head_dim]`` each, live through the tower;
+    * with eager attention the peak moves to the softmax of the largest image (`per_image` patches): the block
+      input, ``norm1``'s output, the qkv output and the rotated q and k in e bytes (``7e·D``) beside ``heads × n²``
+      scores (e bytes), their fp32 copy and its softmax: ATen's ``softmax(x, dtype=float32)`` converts the input
+      first unless it is fp16 on CUDA (aten/src/ATen/native/SoftMax.cpp ``softmax``: the ``half_to_float`` kernel is
+      taken for ``ScalarType::Half`` only), so ``e + 4 + 4`` bytes per score in bf16, ``max(e + 4, 2e + 4)`` in fp16;
+      the larger of this and the rotary peak.
+
+    Checked against a real CPU forward of the tower's blocks under the live-bytes tracker
+    (tests/test_memory_terms_upstream.py).
+    """
+    shape = _vision_shape(raw)
+    if shape is None or patches <= 0:
+        return 0.0
+    _depth, d, heads, mlp, mats = shape
+    hd = d // heads
+    attn = (5 * e + 24) * d
+    ffn = 2 * e * d + (mats + 1) * e * mlp       # QuickGELU: fc1, sigmoid, product; gated: gate, up, act, product
+    block = patches * max(attn, ffn)
+    if eager:
+        per_score = max(e + 4, 2 * e + 4) if fp16 else e + 8
+        block = max(block, patches * 7 * e * d + heads * float(per_image) ** 2 * per_score)
+    return block + patches * (2 * 4 * hd + 3 * 2 * PATCH * PATCH * 4.0)
+
+
+def tower_saved_bytes(raw: dict, patches: int, e: float = 2.0) -> float:
+    """Bytes the vision blocks keep for backward when the tower trains under gradient checkpointing: each block's
+    input (patches × width × e)."""
+    shape = _vision_shape(raw)
+    if shape is None or patches <= 0:
+        return 0.0
+    depth, d, _h, _m, _k = shape
+    return depth * patches * d * e
+
+
+def vision_terms(run) -> tuple[float, float, int]:  # run: finetune_doctor.run.Run
+    """(working bytes of one vision block at the start of the forward, bytes the tower keeps for backward,
+    patches per image) for `run`, bounded by ``image_max_pixels`` with one image per sample (the images are
+    not read here: an image smaller than the bound brings fewer patches). Zeros for a model without a
+    Qwen2-VL-style vision_config. The tower keeps activations only when it trains (``freeze_vision_tower:
+    false`` with full fine-tuning, LF model/adapter.py); LoRA never adapts it while frozen."""
+    raw = run.arch.raw
+    if _vision_shape(raw) is None:
+        return 0.0, 0.0, 0
+    per_image = max_patches_per_image(run.image_max_pixels)
+    patches = per_image * max(run.micro_batch, 1) * (2 if run.pairwise else 1)
+    e = 4.0 if run.compute_dtype == "float32" and run.autocast is None else 2.0
+    work = tower_working_bytes(raw, patches, per_image, run.attention == "eager", e,
+                               fp16=run.compute_dtype == "float16")
+    trains = not run.freeze_vision_tower and run.finetuning_type == "full"
+    return work, (tower_saved_bytes(raw, patches, e) if trains else 0.0), per_image

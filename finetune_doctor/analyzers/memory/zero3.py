@@ -1,0 +1,215 @@
+"""DeepSpeed ZeRO-3 on the device beyond the partitions: persistent parameters held whole, the parameters the
+partitioned-parameter coordinator keeps gathered (the layer being recomputed and differentiated, the modules that
+the max-reuse-distance rule keeps across the forward/backward boundary, the prefetch bucket) and, with
+``offload_param``, what still reaches the GPU.
+
+Derived from DeepSpeed 0.19.8 (the version docs/ARCHITECTURE.md "Sources" names), read in the installed package:
+
+* persistence: ``runtime/zero/parameter_offload.py:316-330`` (``mark_persistent_parameters``): every parameter with
+  ``ds_numel <= param_persistence_threshold`` (default 1e5, ``runtime/zero/config.py:228``) is marked ``ds_persist``
+  while the running total stays under ``model_persistence_threshold`` (default ``sys.maxsize``); persistent
+  parameters are never partitioned or released (``partitioned_param_coordinator.py:641-643``).
+* release: ``partitioned_param_coordinator.py:634-662`` (``__params_to_release``): after a submodule runs, a
+  parameter is kept gathered when it occurs again within the next ``max_reuse_distance`` elements of the recorded
+  trace (``stage3_max_reuse_distance``, default 1e9, ``config.py:251``). The trace is forward then backward; with
+  activation checkpointing each layer's backward first re-runs its forward.
+* prefetch: ``partitioned_param_coordinator.py:452-470``: up to ``min(max_live_parameters - available,
+  prefetch_bucket_size)`` elements of the next modules of the trace are all-gathered ahead (whole modules: the loop
+  tests the running count before it pops the next parameter, so the last module may overshoot the bucket).
+* ``"auto"`` values as transformers fills them (5.6.0 ``integrations/deepspeed.py:199-240``): ``reduce_bucket_size
+  = hidden²``, ``stage3_prefetch_bucket_size = int(0.9·hidden²)``, ``stage3_param_persistence_threshold =
+  10·hidden`` (readers/deepspeed/dsauto.py resolves them; `hf_auto_values` restates the formula for the tests).
+* the gradient side (IPG bucket of ``reduce_bucket_size`` elements, ``stage3.py:779-783``; the flat gradient
+  partition ``grad_partitions_flat_buffer``, ``stage3.py:786-795``, pinned on the host when the optimizer is
+  offloaded with pin_memory) stays in buffers.py and weights.py.
+
+Pure Python: element counts from `ModelArch`, bytes from the stored dtypes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from finetune_doctor.analyzers.memory.params import ParamCounts, _canonical, _targets
+from finetune_doctor.dtypes import weight_bytes_per_param
+from finetune_doctor.run import Run
+
+# runtime/zero/config.py defaults (DeepSpeed 0.19.8)
+DEFAULTS = {"stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9,
+            "stage3_prefetch_bucket_size": 5e7, "stage3_param_persistence_threshold": 1e5,
+            "reduce_bucket_size": 5e8}
+
+
+def hf_auto_values(hidden_size: int) -> dict[str, int]:
+    """What transformers writes for the hidden-size "auto" keys of a ZeRO-3 config (integrations/deepspeed.py:
+    230-240). Elements."""
+    h = int(hidden_size)
+    return {"reduce_bucket_size": h * h, "stage3_prefetch_bucket_size": int(0.9 * h * h),
+            "stage3_param_persistence_threshold": 10 * h}
+
+
+def setting(run: Run, key: str) -> float:
+    """The ZeRO-3 value of `key` the run uses: the resolved config's, else DeepSpeed's default."""
+    return float(run.ds_buckets.get(key, DEFAULTS[key]))
+
+
+@dataclass(frozen=True)
+class Zero3Live:
+    """Bytes of one rank, ZeRO-3 only.
+
+    `persistent` parameters below the threshold, whole on every rank (already counted once as a 1/N partition
+    in `weights`: this is the other (N-1)/N); `at_loss` gathered at the end of the forward (the output layer and
+    the modules kept for their reuse in backward); `in_backward` gathered while the last layer's backward runs
+    (that layer whole where reuse keeps it, what the boundary kept of earlier layers, and the prefetch of the next
+    layer); `peak` the larger of the two.
+    """
+
+    persistent: float
+    at_loss: float
+    in_backward: float
+
+    @property
+    def peak(self) -> float:
+        return max(self.at_loss, self.in_backward)
+
+
+def _modules(run: Run, layer: int) -> list[tuple[float, float]]:
+    """(elements as the trace counts them, bytes when gathered) of each leaf module of decoder layer `layer` in
+    forward order, persistent parameters excluded. A LoRA-wrapped linear is its base plus lora_A and lora_B (each
+    a module of its own with parameters, all visited together); a quantized base counts its packed storage."""
+    a = run.arch
+    thr = setting(run, "stage3_param_persistence_threshold")
+    names, _ = _targets(a, run.lora_target) if run.finetuning_type == "lora" else (set(), False)
+    wq = _stored_bytes(run)
+    out = []
+    for lin in a.layer_linears(layer):
+        per = lin.in_features * lin.out_features
+        n = per * lin.count
+        byts = n * wq
+        if _canonical(lin.name) in names and lin.targetable:
+            for m in (run.lora_rank * lin.in_features, run.lora_rank * lin.out_features):
+                if m > thr:              # lora_A/B above the threshold are partitioned like the base
+                    n += m * lin.count
+                    byts += m * lin.count * 2.0
+        out.append((byts / 2.0 if run.quantized else float(n), byts))
+    return out
+
+
+def _stored_bytes(run: Run) -> float:
+    """Bytes per gathered decoder-linear element: the engine casts every parameter to the half dtype
+    (DeepSpeed engine ``_configure_distributed_model``), quantized weights keep their packed storage."""
+    if run.quantized:
+        return run.linear_weight_bytes or weight_bytes_per_param(run.weights_dtype, run.double_quantization)
+    return 2.0
+
+
+def persistent_elements(run: Run, counts: ParamCounts | None = None) -> float:
+    """Elements of the parameters DeepSpeed keeps whole (``ds_numel <= threshold``): norm weights and biases,
+    q/k norms, small LoRA matrices, a MoE router below the threshold."""
+    a = run.arch
+    thr = setting(run, "stage3_param_persistence_threshold")
+    names, _ = _targets(a, run.lora_target) if run.finetuning_type == "lora" else (set(), False)
+    total = 0.0
+    for kind, n in a.layer_groups():
+        per_layer = 0.0
+        norm = a.norm_params()
+        if norm:
+            # a LayerNorm is two tensors (weight, bias) of `hidden` each
+            w = a.hidden_size
+            parts = 2 if a.norm == "layernorm" else 1
+            if w <= thr:
+                per_layer += a.layer_norms * parts * w
+        for lin in a.kind_linears(kind):
+            if lin.bias and lin.out_features <= thr:
+                per_layer += lin.out_features * lin.count
+            if run.finetuning_type == "lora" and _canonical(lin.name) in names and lin.targetable:
+                for m in (run.lora_rank * lin.in_features, run.lora_rank * lin.out_features):
+                    if m <= thr:
+                        per_layer += m * lin.count
+        total += n * per_layer
+    if a.final_norm and a.hidden_size <= thr:
+        total += a.final_norm_params()
+    return total
+
+
+def zero3_live(run: Run, counts: ParamCounts | None = None) -> Zero3Live:
+    """The ZeRO-3 device terms of `run` (Zero3Live, bytes); all zero outside ZeRO-3.
+
+    Boundary rule (parameter_offload / coordinator lines in the module docstring): module m of layer i is kept
+    gathered from its forward to its reuse when the elements the trace visits in between are under
+    ``max_reuse_distance`` R. With checkpointing that distance is ``P_i - s_m + 3·Σ_{k>i} P_k + 2·P_head`` (the rest of
+    the forward, the head's backward, each later layer re-run and differentiated, then layer i re-run up to m);
+    without it ``2·(suffix_i(m) + Σ_{k>i} P_k + P_head)``. Inside a checkpointed layer's backward, module m was
+    just re-run and is reused by its own backward after ``2·suffix_i(m)`` elements. The output layer is reused
+    right after the loss (nothing with parameters runs in between) and is gathered at the loss moment.
+    """
+    if not (run.deepspeed and run.zero_stage == 3):
+        return Zero3Live(0.0, 0.0, 0.0)
+    a = run.arch
+    N = max(run.world_size, 1)
+    R = setting(run, "stage3_max_reuse_distance")
+    prefetch = min(setting(run, "stage3_prefetch_bucket_size"), setting(run, "stage3_max_live_parameters"))
+    persistent = persistent_elements(run) * 2.0 * (1.0 - 1.0 / N)
+    head_el = float(a.vocab_size * a.hidden_size)   # the output layer (the embedding itself when tied)
+    head_b = head_el * 2.0
+    L = a.num_layers
+    mods = [_modules(run, i) for i in sorted({max(L - 4, 0), L - 1})]
+    last = mods[-1]
+    P = sum(n for n, _ in last)                     # one (late) layer, in trace elements
+    gc = run.gradient_checkpointing
+    kept_b = 0.0                                    # kept across the forward/backward boundary
+    for back in range(min(L, 64)):                  # layer L-1-back; beyond R nothing more can be kept
+        later = back * P
+        suffix = 0.0
+        any_kept = False
+        for n, b in reversed(last):
+            dist = (P - n + 3 * later + 2 * head_el) if gc else 2 * (suffix + later + head_el)
+            if dist < R:
+                kept_b += b
+                any_kept = True
+            suffix += n
+        if not any_kept:
+            break
+    # the last layer's backward: each of its modules re-run (checkpointing) and kept while its own backward comes
+    # within R; without checkpointing the boundary rule above already decided
+    in_layer = 0.0
+    if gc:
+        suffix = 0.0
+        for n, b in reversed(last):
+            if 2 * suffix < R:
+                in_layer += b
+            suffix += n
+        # the modules of the last layer the boundary kept are the same tensors
+        boundary_last = sum(b for n, b in last if (P - n + 2 * head_el) < R)
+        in_layer = max(in_layer - boundary_last, 0.0)
+    # prefetch: the trace's next modules are the previous layer's, re-run in forward order (checkpointing) or
+    # differentiated in reverse order; whole modules up to the bucket
+    pre = 0.0
+    got = 0.0
+    for n, b in (last if gc else list(reversed(last))):
+        if got >= prefetch:
+            break
+        pre += b
+        got += n
+    at_loss = head_b + kept_b
+    in_backward = kept_b + in_layer + pre
+    return Zero3Live(persistent, at_loss, in_backward)
+
+
+def offload_param_device(run: Run, live: Zero3Live) -> float:
+    """With ``offload_param`` the partitions stay on the host (pinned when pin_memory: buffers.py counts them);
+    the device holds only what is gathered and the persistent parameters (bytes)."""
+    if not (run.deepspeed and run.zero_stage == 3 and run.offload_param):
+        return 0.0
+    return live.peak + live.persistent
+
+
+def reduce_scatter_bytes(run: Run, trainable: float) -> float:
+    """The copy ZeRO-3's gradient reduction makes of each bucket: ``__avg_scatter_grads`` (stage3.py:1912-1931)
+    hands the bucket's full gradients to ``reduce_scatter_coalesced``, which concatenates their per-rank chunks,
+    padded, into one flat tensor (``runtime/comm/coalesced_collectives.py:94-128``, ``torch.cat`` at :122) and
+    reduce-scatters into views of it: one bucket of at most ``reduce_bucket_size`` elements (fewer when fewer
+    parameters train) in the half dtype, beside the IPG bucket, during backward. Bytes; 0 outside ZeRO-3."""
+    if not (run.deepspeed and run.zero_stage == 3):
+        return 0.0
+    return 2.0 * min(setting(run, "reduce_bucket_size"), trainable)

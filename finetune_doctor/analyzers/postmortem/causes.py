@@ -1,0 +1,261 @@
+"""The causes the postmortem names: why the loss went NaN, whether the learning rate is to blame, fp16 on a bf16
+model, harmless overflows, a collective that timed out, a killed process, the exception that ended the run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
+from finetune_doctor.analyzers.postmortem.runctx import RunContext
+from finetune_doctor.evidence import Evidence, KillRecord, src
+
+LATE_EPOCH = 0.05
+LATE_STEP = 50
+# learning rates beyond which a divergence is blamed on the rate itself (LLaMA-Factory's examples use 1e-4 for
+# LoRA and 1e-5 for full fine-tuning; these are 50x those)
+LR_HIGH = {"lora": 5e-3, "oft": 5e-3, "freeze": 1e-3, "full": 5e-4}
+LR_TYPICAL = {"lora": 1e-4, "oft": 1e-4, "freeze": 1e-5, "full": 1e-5}
+
+
+def lr_high_facts(cx: RunContext, lr: Curve | None, nan: dict | None, out: dict[str, Any], lz: dict | None,
+             epoch: Curve | None) -> dict[str, Any] | None:
+    """The learning rate is blamed when an instability happens at a rate far above the usual one for the
+    finetuning type, or right as warm-up ends (within ±50 % of the warm-up length) after healthy logs."""
+    cands = []
+    if nan:
+        cands.append((nan["step"], nan["location"], "non-finite " + nan["metric"]))
+    if lz:
+        cands.append((lz["start_step"], lz["location"], "loss stuck at 0"))
+    if out.get("loss_spike"):
+        cands.append((out["loss_spike"]["step"], out["loss_spike"]["location"], "loss spike"))
+    if out.get("grad_spike"):
+        cands.append((out["grad_spike"]["step"], out["grad_spike"]["location"], "grad-norm explosion"))
+    sc = out.get("scale")
+    if sc and sc["trajectory"] in ("collapse", "abort") and sc.get("location"):
+        cands.append((sc["first_step"] if sc["first_step"] is not None else 10 ** 9, sc["location"], "loss-scale collapse"))
+    if not cands:
+        return None
+    step, loc, what = min(cands, key=lambda c: c[0] if c[0] is not None else 10 ** 9)
+    rate = value_at(lr, step)
+    if rate is None or rate == 0:
+        rate = cx.cfg.get("learning_rate") if isinstance(cx.cfg.get("learning_rate"), (int, float)) else None
+    ft = cx.finetuning_type()
+    thr = LR_HIGH.get(ft, LR_HIGH["lora"])
+    typical = LR_TYPICAL.get(ft, 1e-4)
+    if rate is None:
+        return None
+    suggested = typical if rate > 3 * typical else rate / 3
+    info = out.get("lr") or {}
+    if rate >= thr:
+        return {"lr": rate, "threshold": thr, "step": step, "what": what, "location": loc, "suggested": suggested,
+                "finetuning_type": ft, "reason": f"{what} at learning rate {fmt(rate)}, ≥ {fmt(thr)} "
+                f"({rate / typical:.0f}× the usual {fmt(typical)} for {ft})"}
+    w = info.get("warmup_end_step")
+    healthy = (nan or {}).get("healthy_before", 3 if not nan else 0)
+    if w and step is not None and 0.5 * w <= step <= 1.5 * w and rate >= 0.5 * info["peak"] and healthy >= 3:
+        return {"lr": rate, "threshold": thr, "step": step, "what": what, "location": loc, "suggested": suggested,
+                "finetuning_type": ft, "reason": f"{what} at step {step}, as warm-up ends at step {w} "
+                f"(learning rate {fmt(rate)}, peak {fmt(info['peak'])})"}
+    return None
+
+
+def epoch_at(epoch: Curve | None, step: int | None) -> float | None:
+    return value_at(epoch, step) if epoch is not None else None
+
+
+def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bool, lr: Curve | None,
+               epoch: Curve | None) -> dict[str, Any]:
+    st = nan["step"]
+    rate = value_at(lr, st)
+    ep = epoch_at(epoch, st)
+    n = dict(nan)
+    n["lr"] = rate
+    n["epoch"] = ep
+    n["hidden"] = bool(nan["metric"] == "grad_norm" and nan.get("loss") == 0.0)
+    sc = out.get("scale")
+    fl = out.get("first_loss")
+    late = (ep is not None and ep >= LATE_EPOCH) or (st is not None and st >= LATE_STEP and nan["healthy_before"] >= 3) \
+        or nan["healthy_before"] >= 10
+    ds = bool(cx.cfg.get("deepspeed") or cx.zero_stage() is not None)
+    if out.get("lr_high"):
+        cause, text, fix = "learning-rate", (f"the learning rate ({out['lr_high']['reason']}; see "
+                                             "learning-rate-too-high-confirmed)"), "lower the learning rate"
+    elif fl and fl["abnormal"]:
+        cause, text, fix = "environment", ("the first loss was already impossible for a working forward pass "
+                                           "(see first-step-loss-abnormal): a broken kernel or environment"), \
+            "switch the attention kernel / rebuild the environment"
+    elif fp16 and sc and sc["trajectory"] in ("collapse", "abort"):
+        cause, text, fix = "fp16-range", "fp16 overflow: the loss scale collapsed before it", "train in bf16"
+    elif cx.overlap_comm() is True and cx.zero_stage() in (1, 2) and not late:
+        cause, text, fix = "overlap-comm", ("DeepSpeed ZeRO-2 with overlap_comm can corrupt reduced gradients "
+                                            "(DeepSpeed#5347; Qwen-VL-Series-Finetune#10 ran fine with overlap_comm false "
+                                            "or ZeRO-3)"), "set zero_optimization.overlap_comm to false"
+    elif cx.lint.get("ds_missing") and not late:
+        cause, text, fix = "deepspeed-unchecked", (
+            "not determined: the DeepSpeed file the config names is not here, so the run's fp16/bf16, loss-scale "
+            "and communication settings (overlap_comm) could not be checked, and the attention kernel is not "
+            "blamed without them (see deepspeed-file-missing)"), "restore the DeepSpeed file and run the postmortem again"
+    elif nan["first_logged"] and not late and rate is not None and rate <= 1e-7:
+        cause, text, fix = "forward", (f"NaN at the first logged step with learning rate {fmt(rate)}: no optimizer "
+                                       "update can have caused it, so the forward/backward pass itself produced it "
+                                       "(attention kernel: #9631 was fixed by flash_attn: fa2; #8088 by "
+                                       "flash_attn: disabled)"), "switch the attention kernel"
+    elif nan["first_logged"] and not late:
+        cause, text, fix = "from-start", ("NaN from the first logged step with ordinary settings: usually the "
+                                          "attention kernel or the library stack (LLaMA-Factory #2916, #9631, #7263, #3353), "
+                                          "or fp16 on a bf16 model"), "switch the attention kernel"
+    elif late:
+        where = f"epoch {fmt(ep)}" if ep is not None else f"step {st}"
+        before = (f"after {nan['healthy_before']} healthy logs ({where})" if nan["healthy_before"] else
+                  f"at {where}, after training that was healthy before the logs read")
+        extra = (" Under DeepSpeed, overlap_comm races (DeepSpeed#5347) and old releases (0.14.0; fixed by 0.14.3 "
+                 "in LLaMA-Factory #5627) also produce late NaN." if ds else "")
+        cause, text, fix = "late", (f"NaN {before}: a bad sample or batch, "
+                                    "or an optimizer-state blow-up; inspect the data around that step, lower the "
+                                    "learning rate or tighten max_grad_norm." + extra), "find the bad batch"
+    else:
+        cause, text, fix = "unknown", "the cause is not visible in the logs read", "inspect the step"
+    n["cause"] = cause
+    n["cause_text"] = text.rstrip(".")
+    n["fix_title"] = fix
+    what = ("loss 0.0 with grad_norm nan" if n["hidden"] and nan["metric"] == "grad_norm" else
+            f"{nan['metric']} {fmt(nan['value'])}")
+    n["what"] = what
+    n["detail"] = f"first non-finite value: {what}" + (f" (lr {fmt(rate)})" if rate is not None else "")
+    basis = nan.get("basis")
+    n["step_text"] = (f"log #{nan['index'] + 1} (the printed dicts carry no step)" if basis == "ordinal" else
+                      f"about step {st}" if basis in ("estimated", "logging_steps") else
+                      f"step {st}" if st is not None else "an unknown step")
+    return n
+
+
+def fp16_facts(cx: RunContext, on: bool, source: str | None, out: dict[str, Any]) -> dict[str, Any]:
+    sc = out.get("scale")
+    if sc and sc["initial"] is not None and not on:
+        on, source = True, "DeepSpeed fp16 loss-scale lines"
+    mb, mtext = cx.model_bf16()
+    evidence = None
+    loc = None
+    if sc and sc["trajectory"] in ("collapse", "abort"):
+        evidence = ("the loss scale collapsed to its minimum and DeepSpeed aborted" if sc["trajectory"] == "abort"
+                    else f"the loss scale fell to {sfmt(sc['min'])} and kept falling after calibration")
+        loc = sc["location"] or (sc["abort"] or {}).get("location")
+    elif out.get("lr_high") or out.get("grad_const") or (out.get("first_loss") or {}).get("abnormal"):
+        pass    # a stronger explanation of the NaN / zero loss exists: not evidence against fp16
+    elif out.get("nan") and out["nan"]["cause"] in ("from-start", "unknown", "fp16-range"):
+        evidence = f"{out['nan']['what']} at {out['nan']['step_text']}"
+        loc = out["nan"]["location"]
+    elif out.get("loss_zero") and not out.get("nan"):
+        evidence = f"loss stuck at 0 from step {out['loss_zero']['start_step']}"
+        loc = out["loss_zero"]["location"]
+    confirmed = bool(on and mb and evidence)
+    return {"in_use": on, "source": source, "model_bf16": mb, "model_text": mtext, "evidence": evidence,
+            "confirmed": confirmed, "location": loc, "hw_bf16": cx.hw.get("bf16")}
+
+
+def benign_overflow(out: dict[str, Any]) -> dict[str, Any] | None:
+    sc, amp = out.get("scale"), out.get("amp_skips")
+    if sc and sc["trajectory"] == "benign" and sc["overflows"]:
+        text = (f"{sc['overflows']} fp16 overflow(s) skipped step(s) while the loss scale searched down from "
+                f"{sfmt(sc['initial'])} to {sfmt(sc['min'])}")
+        if sc["increases"]:
+            text += f", then it grew again ({sc['increases']} increase(s))"
+        elif sc["still_falling"]:
+            text += "; the log ends before the scale settles, so watch it"
+        return {"text": text, "location": sc["location"], "kind": "deepspeed"}
+    if amp:
+        return {"text": f"the fp16 GradScaler skipped {amp['count']} step(s) (grad_norm nan with a finite loss) "
+                        "and training went on", "location": amp["location"], "kind": "amp"}
+    return None
+
+
+
+# -- process death ----------------------------------------------------------------------------------------------------
+
+KILL_PRIORITY = {"child-failed-root": 0, "kernel-oom": 1, "cgroup-oom": 1, "slurm-oom": 1, "torchrun-exit": 2,
+                  "launcher-exit": 3, "shell-killed": 4, "signal": 5, "cpu-alloc": 6}
+
+
+def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: dict[str, Any]) -> dict[str, Any] | None:
+    # the root cause: torchrun's "first observed failure", else the kernel's own record, else the launcher's
+    relevant = [k for k in kills if not (k.kind == "child-failed" or (k.exitcode in (-15, 143) and k.kind != "signal"))]
+    if not relevant:
+        return None
+    k = min(relevant, key=lambda x: (KILL_PRIORITY.get(x.kind, 9), x.line))
+    host_oom = (k.kind in ("kernel-oom", "cgroup-oom", "slurm-oom", "cpu-alloc")
+                or k.signal == "SIGKILL" or k.exitcode in (-9, 137))
+    if not host_oom and k.exitcode not in (-6, 134):
+        # a Python exception (exit code 1) is reported by the crash fact, not as a kill
+        if k.exitcode is not None and k.exitcode > 0 and k.kind in ("child-failed-root", "torchrun-exit", "launcher-exit"):
+            return None
+    step = k.step
+    if step is None:
+        step = next((x.step for x in kills if x.step is not None), None)
+    host = [m for m in mems if m.cpu_percent is not None]
+    peak = max(host, key=lambda m: m.cpu_percent) if host else None
+    run_off = cx.run.get("offload_optimizer") or cx.run.get("offload_param") or cx.ds.get("offload_optimizer_device") \
+        or cx.ds.get("offload_param_device")
+    hram = None
+    if cx.mem.get("host"):
+        hram = (f"this config needs about {cx.mem['host']:.0f} GiB of host RAM per node"
+                + (" (DeepSpeed CPU offload pins the fp32 master weights and Adam states there)" if run_off else "")
+                + (f", and the node has {cx.hw.get('host_ram_gib'):.0f} GiB" if cx.hw.get("host_ram_gib") else ""))
+    elif peak is not None:
+        hram = f"DeepSpeed last saw host RAM at {peak.cpu_used:.0f} GB used ({peak.cpu_percent:.0f} %)"
+    who = (f"rank {k.rank}" if k.rank is not None else f"local rank {k.local_rank}" if k.local_rank is not None
+           else f"pid {k.pid}" if k.pid is not None else "a training process")
+    how = {"kernel-oom": "the kernel's OOM killer", "cgroup-oom": "the cgroup (container) memory limit",
+           "slurm-oom": "Slurm's memory limit (oom_kill event)", "cpu-alloc": "a failed host allocation"}.get(
+        k.kind, f"{k.signal or 'a signal'}" + (f" (exit code {k.exitcode})" if k.exitcode is not None else ""))
+    d = {"kind": k.kind, "signal": k.signal, "exitcode": k.exitcode, "rank": k.rank, "local_rank": k.local_rank,
+         "pid": k.pid, "host": k.host, "step": step, "host_oom": host_oom, "who": who, "how": how,
+         "host_ram_text": hram, "offload": bool(run_off), "location": location_of(k.file, k.line),
+         "text": k.text, "count": len(kills)}
+    d["timeline_text"] = f"{who} killed by {how}"
+    return d
+
+
+def completed_facts(ev: Evidence) -> dict[str, Any] | None:
+    for f in ev.files:
+        for n in f.notices:
+            if n.kind in ("train-summary", "train-end"):
+                return {"source": src(n.file, n.line), "kind": n.kind}
+        if f.read.kind == "results" and any(k.startswith("train_") for k in f.results):
+            return {"source": f.read.path, "kind": "results"}
+    return None
+
+
+def crash_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
+    exc = None
+    tb = None
+    for f in ev.files:
+        for n in f.notices:
+            if n.kind == "exception":
+                v = n.value or {}
+                if "CUDA out of memory" in n.text or "loss scale already at minimum" in n.text:
+                    continue
+                exc = n        # the last exception is what ended the run
+            elif n.kind == "traceback":
+                tb = n
+    if exc is None and tb is None:
+        return None
+    if out.get("completed") and exc is None:
+        return None
+    explained = bool(out.get("oom") or out.get("nccl") or out.get("cuda_error") or (out.get("killed") and out["killed"]["host_oom"])
+                     or (out.get("scale") and out["scale"]["trajectory"] == "abort"))
+    if exc is not None:
+        v = exc.value or {}
+        text = f"{v.get('cls')}: {v.get('msg')}"[:200]
+        rec = exc
+        kind = "exception"
+    else:
+        assert tb is not None
+        rec = tb
+        text = "Traceback without the exception text (the log was cut)"
+        kind = "traceback-only"
+    total = out["steps"]["total"]
+    pct = f" ({100 * rec.step / total:.0f}% of {total})" if rec.step and total else ""
+    return {"kind": kind, "cls": (exc.value or {}).get("cls") if exc else None,
+            "msg": (exc.value or {}).get("msg") if exc else None, "step": rec.step, "explained": explained,
+            "text": text, "where_text": (f"during step {rec.step}{pct}" if rec.step is not None else
+                                         "at an unknown step"), "location": location_of(rec.file, rec.line)}

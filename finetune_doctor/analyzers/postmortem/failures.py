@@ -1,0 +1,151 @@
+"""Device and machine failures in a run's logs: CUDA runtime and library errors, device-side asserts, the kernel's
+Xid lines, GPU recordings, and the package versions the logs state (``ev.stack``).
+
+Xid meanings follow NVIDIA's Xid catalogue (https://docs.nvidia.com/deploy/xid-errors/index.html and its
+"Analyzing Xid Errors" tables for Ampere and newer), in our words: what broke and the first thing to do.
+A device-side assert in an embedding lookup (``Indexing.cu`` indexSelect*Index, condition ``srcIndex <
+srcSelectDimSize``) or in the loss (``Loss.cu`` nll_loss*, ``t >= 0 && t < n_classes``) means an id outside
+the table: token ids or labels at or above the vocabulary size (a tokenizer with added tokens and an embedding
+that was not resized, or a template that writes ids of another tokenizer).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from finetune_doctor.analyzers.postmortem.curves import location_of
+from finetune_doctor.analyzers.postmortem.runctx import RunContext
+from finetune_doctor.evidence import Evidence, src
+from finetune_doctor.readers.runlogs.logpatterns import INDEX_ASSERTS
+
+# code -> (what it means, what to do); the codes issue 16 names, from NVIDIA's Xid catalogue
+XID_MEANINGS: dict[int, tuple[str, str, str]] = {
+    13: ("graphics engine exception: a kernel faulted (out-of-range access, illegal instruction); usually the "
+         "application or a library kernel, rarely the GPU", "rerun the failing step with CUDA_LAUNCH_BLOCKING=1; if "
+         "it repeats on one GPU only, run the GPU's diagnostics", "application"),
+    31: ("GPU memory page fault: a kernel touched an address it does not own (illegal memory access); usually an "
+         "application or library bug, a driver bug otherwise", "look for the illegal-memory-access error in the "
+         "training log; update the library whose kernel faulted", "application"),
+    43: ("GPU stopped processing: the channel of a faulting application was reset; the GPU itself is fine",
+         "the process that owned the channel died: fix that error; no GPU reset is needed", "application"),
+    45: ("preemptive cleanup: the driver tore down a channel after an earlier error or a killed process",
+         "look at the Xid or kill just before it: that is the cause", "follow-up"),
+    48: ("double-bit ECC error: uncorrectable memory corruption on the GPU", "drain the node; reset the GPU "
+         "(nvidia-smi -r) or reboot, and report the card if it repeats", "hardware"),
+    63: ("ECC page retirement / row remapping recorded: a failing memory row was marked", "reset the GPU (or "
+         "reboot) to activate the remap; the card is fine afterwards", "hardware"),
+    64: ("ECC page retirement / row remapping failed: the card could not retire a failing row", "drain the node "
+         "and report the card", "hardware"),
+    74: ("NVLink error: a link between GPUs reported a fault", "reset the GPUs; if it repeats check the NVLink "
+         "bridge/board and nvidia-smi nvlink -e counters", "hardware"),
+    79: ("GPU has fallen off the bus: the card stopped answering on PCIe", "reboot the node; check power, "
+         "cooling and the PCIe slot; report the card if it repeats", "hardware"),
+    92: ("high single-bit ECC error rate", "watch the card's ECC counters (nvidia-smi -q -d ECC); plan a "
+         "replacement if the rate stays high", "hardware"),
+    94: ("contained ECC error: memory corruption confined to one application, which had to stop", "restart the "
+         "training; the GPU keeps working (row remapping follows at the next reset)", "hardware"),
+    95: ("uncontained ECC error: memory corruption that may have reached every application on the GPU",
+         "drain the node and reset the GPU before any further use", "hardware"),
+    119: ("GSP RPC timeout: the GPU's system processor (firmware) stopped answering the driver", "reset the "
+          "GPU or reboot; update the driver if it repeats", "hardware"),
+}
+
+
+def stack_facts(ev: Evidence) -> dict[str, Any] | None:
+    """``ev.stack``: {package: {version, source}} from the version lines the logs print (the first per package,
+    in reading order); None when no log states one."""
+    out: dict[str, Any] = {}
+    for f in ev.files:
+        for fact in f.facts:
+            if fact.name.startswith("version:"):
+                pkg = fact.name[8:]
+                if pkg not in out:
+                    out[pkg] = {"version": str(fact.value), "source": src(fact.file, fact.line)}
+    return out or None
+
+
+def cuda_error_facts(ev: Evidence, cx: RunContext) -> dict[str, Any] | None:
+    """``ev.cuda_error``: the first CUDA runtime/library error (not an allocator OOM, which ``ev.oom`` holds),
+    what it means and where. None without one."""
+    errs = [e for f in ev.files for e in f.device_errors if e.kind != "out-of-memory"]
+    if not errs:
+        return None
+    e = errs[0]
+    ranks = sorted({x.rank for x in errs if x.rank is not None})
+    table = INDEX_ASSERTS.get(e.assert_cond or "")
+    vocab = cx.vocab()
+    if table in ("embedding", "loss"):
+        where = "the embedding lookup" if table == "embedding" else "the loss"
+        meaning = (f"a device-side assert in {where} ({e.assert_site}: {e.assert_cond}): "
+                   + ("token ids" if table == "embedding" else "labels") + " outside the vocabulary"
+                   + (f" (ids at or above vocab_size {vocab})" if vocab else "")
+                   + ": the tokenizer has tokens the model's embedding does not (added special tokens without "
+                   "resize_vocab: true, or a template or dataset that was tokenized with another tokenizer)")
+        fix = "set resize_vocab: true (or use the model's own tokenizer and template)"
+    elif e.kind == "device-assert":
+        meaning = ("a device-side assert" + (f" in {e.assert_site} ({e.assert_cond})" if e.assert_site else "")
+                   + ": a kernel's own check failed; the traceback's operation names where")
+        fix = "rerun with CUDA_LAUNCH_BLOCKING=1 to see the failing operation"
+    elif e.kind == "illegal-address":
+        meaning = ("an illegal memory access: a kernel read or wrote outside its memory (a kernel bug in the "
+                   "attention implementation or a fused op, an id outside a table, or failing GPU memory; an Xid "
+                   "31/13/94 in the kernel log tells which)")
+        fix = "switch the attention implementation (flash_attn: sdpa) and rerun with CUDA_LAUNCH_BLOCKING=1"
+    elif e.kind in ("cublas", "cudnn"):
+        meaning = (f"{'cuBLAS' if e.kind == 'cublas' else 'cuDNN'} failed with {e.status}"
+                   + (f" in `{e.call}`" if e.call else "") + ": usually memory exhausted inside the library "
+                   "(NOT_INITIALIZED / ALLOC_FAILED), a shape or dtype the library does not support (NOT_SUPPORTED, "
+                   "INVALID_VALUE), or an earlier asynchronous CUDA error surfacing here (EXECUTION_FAILED)")
+        fix = "rerun with CUDA_LAUNCH_BLOCKING=1; lower the micro-batch if memory is near the limit"
+    elif e.kind == "ecc":
+        meaning = "an uncorrectable ECC error on the GPU: hardware, not the training code"
+        fix = "drain the node and reset the GPU"
+    else:
+        meaning = f"the CUDA runtime reported: {e.status}"
+        fix = "rerun with CUDA_LAUNCH_BLOCKING=1 to see the failing operation"
+    return {"kind": e.kind, "exc": e.exc, "status": e.status, "call": e.call, "assert_site": e.assert_site,
+            "assert_cond": e.assert_cond, "out_of_vocab": table in ("embedding", "loss"), "table": table,
+            "rank": e.rank, "ranks": ranks, "count": len(errs), "step": e.step, "meaning": meaning, "fix_title": fix,
+            "location": location_of(e.file, e.line),
+            "timeline_text": f"{e.exc + ': ' if e.exc else ''}CUDA error: {e.status}"[:160]}
+
+
+def xid_facts(ev: Evidence) -> dict[str, Any] | None:
+    """``ev.xid``: the kernel's Xid lines, each explained; `worst` is the first hardware Xid (else the first).
+    None without any."""
+    recs = [x for f in ev.files for x in f.xids]
+    if not recs:
+        return None
+    events = []
+    for x in recs[:200]:
+        meaning, action, who = XID_MEANINGS.get(x.xid, ("an Xid the doctor has no explanation for; see NVIDIA's "
+                                                         "Xid catalogue", "look the code up in NVIDIA's catalogue",
+                                                         "unknown"))
+        events.append({"xid": x.xid, "pci": x.pci, "pid": x.pid, "process": x.process, "host": x.host,
+                       "meaning": meaning, "action": action, "who": who, "location": location_of(x.file, x.line),
+                       "when": x.wall, "timeline_text": f"kernel Xid {x.xid} on GPU {x.pci}: {meaning.split(':')[0]}"})
+    hw = [e for e in events if e["who"] == "hardware"]
+    worst = hw[0] if hw else events[0]
+    return {"events": events, "worst": worst, "count": len(recs), "codes": sorted({x.xid for x in recs}),
+            "hardware": bool(hw), "location": worst["location"]}
+
+
+def gpu_record_facts(ev: Evidence) -> dict[str, Any] | None:
+    """``ev.gpus``: per-card peaks of GPU recordings (nvidia-smi logs, ``doctor gpus --record``, pasted per-card
+    summaries), several nodes together: cards are named by the recording's file when more than one file holds
+    cards."""
+    files = [f for f in ev.files if f.gpus]
+    if not files:
+        return None
+    many = len(files) > 1
+    peaks = []
+    for f in files:
+        node = f.origin.get("node") or f.origin.get("host")
+        for g in f.gpus:
+            peaks.append({"index": g.index, "name": g.name, "peak_gib": g.max_used_mib / 1024, "samples": g.samples,
+                          "total_gib": None if g.total_mib is None else g.total_mib / 1024,
+                          "node": node if many else None, "location": location_of(g.file, g.max_line)})
+    hi = max(peaks, key=lambda x: x["peak_gib"])
+    lo = min(peaks, key=lambda x: x["peak_gib"])
+    return {"cards": peaks, "busiest": hi, "lightest": lo, "spread_gib": hi["peak_gib"] - lo["peak_gib"],
+            "nodes": len(files)}

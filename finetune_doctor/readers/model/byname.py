@@ -1,0 +1,204 @@
+"""Sizing a model by its name when no config.json is at hand: what a name can and cannot decide (issue 21).
+
+A name such as ``/data/model/Qwen2.5-7b-sft-v3`` (a folder of the training machine) or ``${model_dir}/Qwen2-7B``
+says three things that decide memory: the family (``qwen2.5``), the size class (``7b``) and, for a mixture of
+experts, the active size (``a14b`` in Qwen2-57B-A14B). A name-based match may use none of its freedom to change
+any of them: it is accepted only when exactly one catalogue architecture has the same family, size class and
+active size (`traits`), and it is then an assumption the report names (``model`` from the ``folder name``,
+removed by ``--model-config``), never a silent substitution.
+
+LLaMA-Factory's ``template`` and its ``image_*``/``video_*`` keys narrow the family: a vision template (its
+mm_plugin, LLaMA-Factory ``data/template.py`` at the snapshot in docs/reference/llamafactory/SNAPSHOT_COMMIT.txt)
+means the checkpoint carries a vision tower, so a text-only entry of the same name cannot be it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from finetune_doctor.readers.model.catalog import catalog_entries, norm, resolve_entry
+
+SIZE = re.compile(r"^(\d+x)?\d+(\.\d+)?[bm]$")    # 7b, 0.5b, 57b, 8x7b, 560m
+ACTIVE = re.compile(r"^a\d+(\.\d+)?b$")            # a14b, a3b (Qwen MoE active size)
+SHELL_VAR = re.compile(r"\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
+
+# Templates whose mm_plugin makes the model a vision/audio model (LF data/template.py register_template ...
+# mm_plugin=get_mm_plugin(...)). Templates that serve text-only checkpoints of the same family as well (gemma3,
+# gemma4, llama4, qwen3_5, mistral_small, ministral3, custom) are left out: they do not decide the modality.
+MULTIMODAL_TEMPLATES = frozenset({
+    "dots_ocr", "ernie_vl", "gemma3n", "glm4v", "glm4_5v", "glm_ocr", "granite3_vision", "intern_vl", "intern_s1",
+    "keye_vl", "kimi_vl", "lfm2_vl", "mllama", "moss_vl", "llava", "llava_next", "llava_next_llama3",
+    "llava_next_mistral", "llava_next_qwen", "llava_next_yi", "llava_next_video", "llava_next_video_mistral",
+    "llava_next_video_yi", "mimo_vl", "minicpm_v", "minicpm_v_4_6", "minicpm_o", "paligemma", "paligemma_chat",
+    "pixtral", "qwen2_audio", "qwen2_omni", "qwen3_omni", "qwen3_omni_nothink", "qwen2_vl", "qwen3_vl",
+    "qwen3_vl_nothink", "video_llava", "yi_vl", "youtu_vl",
+})
+# Words people put before the size that name no model family (/data/sft-7b, my-ckpt-7b)
+GENERIC_WORDS = frozenset({"sft", "ckpt", "checkpoint", "output", "outputs", "out", "merged", "merge", "lora",
+                           "model", "models", "my", "final", "best", "last", "run", "exp", "train", "trained",
+                           "finetune", "finetuned", "ft", "dpo", "full", "base", "new", "old", "test"})
+_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+# Words after the size that name another architecture than the base's: LLaMA Pro's block expansion adds layers
+# (LF scripts/llama_pro.py writes "<name>-pro"), depth up-scaling, MoE upcycling, added towers. A name carrying
+# one is never sized as the base.
+CHANGES_ARCH = frozenset({"pro", "expanded", "expand", "upscaled", "dus", "moe", "upcycled", "vl", "vision",
+                          "audio", "omni", "mm", "multimodal"})
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What a name says about the model: `family` (letters and digits before the size, ``meta`` dropped),
+    `size` (``7b``, ``8x7b``; None when the name states none) and `active` (``a14b``; None for a dense name)."""
+
+    family: str
+    size: str | None
+    active: str | None
+
+
+def traits(name: str) -> Traits:
+    """The family, size class and active size stated by the last path component of `name`."""
+    base = norm(name).rsplit("/", 1)[-1]
+    toks = [t for t in re.split(r"[-\s]+", base) if t]
+    for i, t in enumerate(toks):
+        if SIZE.match(t):
+            fam = re.sub(r"[^a-z0-9]", "", "".join(w for w in toks[:i] if w not in GENERIC_WORDS))
+            act = toks[i + 1] if i + 1 < len(toks) and ACTIVE.match(toks[i + 1]) else None
+            return Traits(_family(fam), t, act)
+    return Traits(_family(re.sub(r"[^a-z0-9]", "", base)), None, None)
+
+
+def _family(fam: str) -> str:
+    # meta-llama/Meta-Llama-3-8B and a folder named Llama-3-8B are one family
+    return fam[4:] if fam.startswith("meta") and len(fam) > 4 else fam
+
+
+def changes_architecture(name: str) -> bool:
+    """True when a word after the size (or a second size) says the checkpoint is not the base's shape
+    (`CHANGES_ARCH`: llama3-8b-pro, Qwen2-7B-moe, ...)."""
+    base = norm(name).rsplit("/", 1)[-1]
+    toks = [t for t in re.split(r"[-\s]+", base) if t]
+    idx = next((i for i, t in enumerate(toks) if SIZE.match(t)), None)
+    if idx is None:
+        return False
+    tail = toks[idx + 1:]
+    return any(t in CHANGES_ARCH or SIZE.match(t) for t in tail)
+
+
+def shell_variables(name: str) -> list[str]:
+    """Unexpanded shell variables in `name` (``${model_dir}``, ``$MODEL``), as written."""
+    return [m.group(0) for m in SHELL_VAR.finditer(name)]
+
+
+def is_moe(cfg: dict[str, Any]) -> bool:
+    subs = [cfg] + [v for k, v in cfg.items() if k.endswith("_config") and isinstance(v, dict)]
+    return any(isinstance(d.get(k), int) and not isinstance(d.get(k), bool) and d[k] > 0
+               for d in subs for k in _EXPERT_KEYS)
+
+
+def is_multimodal(cfg: dict[str, Any]) -> bool:
+    return any(isinstance(cfg.get(k), dict) for k in ("vision_config", "audio_config", "visual", "vision_tower"))
+
+
+def multimodal_hint(values: dict[str, Any]) -> str | None:
+    """Why the YAML says the model sees images, video or audio (a vision template, an ``image_*``/``video_*``
+    key), or None."""
+    tpl = str(values.get("template") or "").strip()
+    if tpl in MULTIMODAL_TEMPLATES:
+        return f"template {tpl}"
+    keys = sorted(k for k in values if isinstance(k, str) and k.startswith(("image_", "video_", "audio_"))
+                  and values[k] is not None)
+    return f"{keys[0]} is set" if keys else None
+
+
+def _entry_traits(entry: dict[str, Any]) -> list[Traits]:
+    return [traits(n) for n in [entry["id"], *entry.get("aliases", [])]]
+
+
+def _base_id(entry: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    cfg, chain = resolve_entry(entry)
+    return chain[-1], cfg
+
+
+def same_class(name: str, entry: dict[str, Any]) -> bool:
+    """True when `entry` keeps the size class, the active size (MoE vs dense) and the family `name` states.
+
+    A name that states no size decides nothing and passes; the entry's MoE-ness must match a stated active size.
+    """
+    t = traits(name)
+    if t.size is None:
+        return True
+    _, cfg = _base_id(entry)
+    if t.active is not None and not is_moe(cfg):
+        return False
+    return any(e.size == t.size and e.active == t.active and (not t.family or e.family == t.family)
+               for e in _entry_traits(entry))
+
+
+def same_kind(name: str, entry: dict[str, Any]) -> bool:
+    """True when `entry` is a fair suggestion for `name`: the same family and the same MoE-ness (a size may
+    differ: ``Qwen2.5-8B`` is a typo of Qwen2.5-7B; ``Qwen2-57B-A14B`` is not a Qwen2-7B)."""
+    t = traits(name)
+    if t.size is None:
+        return True
+    _, cfg = _base_id(entry)
+    if (t.active is not None) != is_moe(cfg) and not t.size.count("x"):
+        return False
+    return any((not t.family or e.family == t.family) and (e.active is None) == (t.active is None)
+               for e in _entry_traits(entry))
+
+
+@dataclass(frozen=True)
+class Inference:
+    """One catalogue entry a name points at: `entry`, `why` (what narrowed it), `others` (other architectures
+    of the same family and size that the narrowing excluded)."""
+
+    entry: dict[str, Any]
+    why: str
+    others: tuple[str, ...] = ()
+
+
+def infer(name: str, mm_hint: str | None = None, template: str | None = None) -> Inference | None:
+    """The one catalogue architecture whose family, size class and active size equal those `name` states,
+    narrowed to vision/audio models when `mm_hint` says so; None when the name states no size, or when zero or
+    several architectures fit (a guess between them would be silent)."""
+    t = traits(name)
+    tkey = re.sub(r"[^a-z0-9]", "", (template or "").lower())
+    # a name without a family word (/data/model/7b-sft) takes the template's family, if it names one
+    from_template = not t.family and bool(tkey) and tkey not in ("default", "empty", "custom", "alpaca", "vicuna")
+    if t.size is None or not (t.family or from_template) or changes_architecture(name):
+        return None
+    by_arch: dict[str, dict[str, Any]] = {}
+    excluded: list[str] = []
+    for e in catalog_entries():
+        fits = False
+        for et in _entry_traits(e):
+            if et.size != t.size or et.active != t.active:
+                continue
+            if (t.family and et.family == t.family) or (from_template and et.family.startswith(tkey)) or (
+                    mm_hint and tkey and et.family.startswith(tkey)
+                    and (tkey.startswith(t.family) or t.family.startswith(tkey))):
+                fits = True
+                break
+        if not fits:
+            continue
+        base, cfg = _base_id(e)
+        if mm_hint and not is_multimodal(cfg):
+            excluded.append(e["id"])
+            continue
+        if t.active is not None and not is_moe(cfg):
+            continue
+        by_arch.setdefault(base, e)
+    if len(by_arch) != 1:
+        return None
+    (entry,) = by_arch.values()
+    why = (f"family '{t.family}'" if t.family else f"family of template {template}") + f", size {t.size}" + (
+        f", active {t.active}" if t.active else "")
+    if mm_hint:
+        why += f", with a vision/audio tower ({mm_hint})"
+    return Inference(entry, why, tuple(dict.fromkeys(excluded)))
+
+
+def candidates_text(ids: Iterable[str]) -> str:
+    return ", ".join(ids)

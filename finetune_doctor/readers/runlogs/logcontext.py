@@ -1,0 +1,106 @@
+"""The pieces of the text-log scan every line parser shares: capped record lists, the bytes around the line
+being parsed (the traceback above an OOM, the ChildFailedError block below its header), signal names."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from finetune_doctor.evidence import MAX_RECORDS
+from finetune_doctor.readers.runlogs import logpatterns as pat
+from finetune_doctor.readers.runlogs.lineprefix import strip_prefixes
+
+LOOKAHEAD = 16 << 10     # bytes after a hit a parser may look at (a ChildFailedError block)
+LOOKBACK = 32 << 10      # bytes before a hit kept across chunk boundaries (the traceback above an OOM)
+MAX_LINE = 16 << 10      # a line around a hit is cut to this many bytes on each side
+
+
+class Keep:
+    """Capped lists: keep the first MAX_RECORDS of each kind, count the rest."""
+
+    def __init__(self) -> None:
+        self.lists: dict[str, list[Any]] = {}
+        self.dropped: dict[str, int] = {}
+
+    def add(self, kind: str, item: Any) -> None:
+        lst = self.lists.setdefault(kind, [])
+        if len(lst) < MAX_RECORDS:
+            lst.append(item)
+        else:
+            self.dropped[kind] = self.dropped.get(kind, 0) + 1
+
+    def get(self, kind: str) -> tuple[Any, ...]:
+        return tuple(self.lists.get(kind, ()))
+
+
+def num(v: str) -> float | None:
+    v = v.strip()
+    try:
+        return float(v)
+    except ValueError:
+        return None
+
+
+def signame(code: int | None) -> str | None:
+    return {-9: "SIGKILL", 137: "SIGKILL", -6: "SIGABRT", 134: "SIGABRT", -15: "SIGTERM", 143: "SIGTERM",
+            -11: "SIGSEGV", 139: "SIGSEGV", -7: "SIGBUS"}.get(code) if code is not None else None
+
+
+class LineContext:
+    """Access to the bytes around the line being parsed (bounded: LOOKBACK before, LOOKAHEAD after)."""
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.ls = 0
+        self.le = 0
+
+    def set(self, buf: bytes, ls: int, le: int) -> None:
+        self.buf, self.ls, self.le = buf, ls, le
+
+    def previous_line(self) -> str | None:
+        end = self.ls - 1
+        if end <= 0:
+            return None
+        start = max(self.buf.rfind(b"\n", max(0, end - MAX_LINE), end), self.buf.rfind(b"\r", max(0, end - MAX_LINE), end))
+        return self.buf[start + 1:end].decode("utf-8", "replace").strip() or None
+
+    def following_lines(self, n: int) -> list[str]:
+        chunk = self.buf[self.le:self.le + LOOKAHEAD].decode("utf-8", "replace")
+        return chunk.splitlines()[1:n + 1]
+
+    def frames(self) -> tuple[str, ...]:
+        """Function names and code lines of the traceback around the current line, nearest first: the frames
+        above it up to "Traceback (most recent call last)", else a traceback that starts right below it."""
+        before = self.buf[max(0, self.ls - 8192):self.ls].decode("utf-8", "replace").splitlines()[-80:]
+        out: list[str] = []
+        for ln in reversed(before):
+            ln = strip_prefixes(ln)[0]
+            if "Traceback (most recent call last)" in ln:
+                break
+            if pat.EXC.match(ln) and out:  # a previous exception: this traceback ended before it
+                break
+            frame_of(ln, out)
+        if not out:
+            after = self.buf[self.le:self.le + 8192].decode("utf-8", "replace").splitlines()[1:80]
+            if after and "Traceback (most recent call last)" in strip_prefixes(after[0])[0]:
+                lines = []
+                for ln in after[1:]:
+                    ln = strip_prefixes(ln)[0]
+                    if pat.EXC.match(ln):
+                        break
+                    lines.append(ln)
+                for ln in reversed(lines):
+                    frame_of(ln, out)
+        return tuple(out[:40])
+
+
+FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>[\d.]+), in (?P<func>[\w<>]+)')
+
+
+def frame_of(ln: str, out: list[str]) -> None:
+    m = FRAME.match(ln)
+    if m:
+        out.append(f"{m.group('func')} ({os.path.basename(m.group('file'))})")
+    elif ln.strip() and not ln.strip().startswith(("^", "~")):
+        out.append(ln.strip()[:200])

@@ -1,0 +1,349 @@
+"""Failure lines of a text log: CUDA OOM, loss-scale overflows, the NCCL watchdog and its desync report,
+process deaths, CUDA runtime/library errors and kernel Xid lines. The patterns and the upstream lines that print
+them are in readers/runlogs/logpatterns.py; `FailureLines` is mixed into readers/runlogs/logparse.py's parser, whose state
+(`path`, `keep`, `during()`, the training bar's `step`) it uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from finetune_doctor.evidence import (
+    DeviceError, KillRecord, NcclRecord, OomRecord, OverflowRecord, XidRecord,
+)
+from finetune_doctor.readers.runlogs import logpatterns as pat
+from finetune_doctor.readers.runlogs.logcontext import Keep, LineContext, signame
+from finetune_doctor.readers.runlogs.lineprefix import Prefix
+
+
+class FailureLines:
+    """The failure half of the text-log parser (a mixin; see the module docstring)."""
+
+    path: str
+    keep: Keep
+    step: int | None
+    in_step: bool
+    last_mem_label: str | None
+    nccl_seen: set[tuple]
+    timing: dict[str, Any]
+
+    def during(self) -> int | None:  # pragma: no cover - provided by the parser
+        raise NotImplementedError
+
+    def point(self, name: str, step: int | None, value: float, line: int) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def fail_wall(self, wall: float | None) -> None:
+        """The wall clock of the first failure line of this file (what orders the ranks' failures)."""
+        if wall is not None and self.timing.get("fail_wall") is None:
+            self.timing["fail_wall"] = wall
+
+    # -- OOM ------------------------------------------------------------------------------------------------
+    def _oom(self, text: str, line: int, rank: int | None, context: LineContext) -> bool:
+        rec = None
+        full = text
+        k = text.find("CUDA out of memory")
+        if k > 160:   # the expressions start with an optional class name: search from just before the message
+            text = text[k - 160:]
+        m = pat.OOM_V2.search(text) if "total capac" in text else None
+        if m:
+            procs, this = [], None
+            for pm in pat.OOM_PROC.finditer(m.group("procs") or ""):
+                if pm.group("self"):
+                    this = pat.size_bytes(pm.group("mem"))
+                else:
+                    procs.append((int(pm.group("pid")), pat.size_bytes(pm.group("mem")) or 0.0))
+            rec = OomRecord(self.path, line, self.during(), rank, "v2", exc=m.group("exc"),
+                            requested=pat.size_bytes(m.group("requested")), gpu=int(m.group("gpu")),
+                            total=pat.size_bytes(m.group("total")), free=pat.size_bytes(m.group("free")),
+                            allocated=pat.size_bytes(m.group("allocated")),
+                            reserved_unallocated=pat.size_bytes(m.group("reserved_unallocated")),
+                            private_pools=pat.size_bytes(m.group("private_pools")), allowed=pat.size_bytes(m.group("allowed")),
+                            this_process=this, procs=tuple(procs))
+        elif "NPU out of memory" in full:
+            rec = self._npu_oom(full, line, rank)
+        else:
+            m = pat.OOM_LEGACY.search(text) if "total capacity;" in text else None
+            if m:
+                rec = OomRecord(self.path, line, self.during(), rank, "legacy", exc=m.group("exc"),
+                                requested=pat.size_bytes(m.group("requested")), gpu=int(m.group("gpu")),
+                                total=pat.size_bytes(m.group("total")), free=pat.size_bytes(m.group("free")),
+                                allocated=pat.size_bytes(m.group("allocated")), reserved=pat.size_bytes(m.group("reserved")),
+                                allowed=pat.size_bytes(m.group("allowed")))
+            elif "CUDA out of memory" in text:
+                # a message cut by the paste: keep it only if it is an exception line or names a size
+                m = pat.OOM_PARTIAL.search(text)
+                if m and (m.group("exc") or m.group("requested") or text.lstrip().startswith("CUDA out of memory")):
+                    rec = OomRecord(self.path, line, self.during(), rank, "partial", exc=m.group("exc"),
+                                    requested=pat.size_bytes(m.group("requested")))
+            elif pat.OOM_RUNTIME.search(text):
+                ce = pat.CUDA_ERROR.search(text)   # torch >= 2.8 raises it as torch.AcceleratorError
+                rec = OomRecord(self.path, line, self.during(), rank, "runtime", exc=ce.group("exc") if ce else None)
+        if rec is None:
+            return False
+        frames = context.frames()
+        rec = replace(rec, frames=frames, memory_label=self.last_mem_label, text=full.strip()[:1000])
+        self.keep.add("ooms", rec)
+        return True
+
+    def _npu_oom(self, text: str, line: int, rank: int | None) -> OomRecord | None:
+        """torch_npu's OOM message (logpatterns.OOM_NPU): the legacy layout's sizes, device index as `gpu`."""
+        k = text.find("NPU out of memory")
+        m = pat.OOM_NPU.search(text[max(k - 160, 0):])
+        if m is None:
+            return None
+        size = pat.size_bytes
+        return OomRecord(self.path, line, self.during(), rank, "npu", exc=m.group("exc"),
+                         requested=size(m.group("requested")), gpu=int(m.group("gpu")) if m.group("gpu") else None,
+                         total=size(m.group("total")), free=size(m.group("free")),
+                         allocated=size(m.group("allocated")), reserved=size(m.group("reserved")),
+                         allowed=size(m.group("allowed")))
+
+    # -- loss scaling -----------------------------------------------------------------------------------------
+    def _overflow(self, text: str, line: int, rank: int | None) -> None:
+        m = pat.DS_OVERFLOW.search(text)
+        if m:
+            r = int(m.group("rank")) if m.group("rank") else rank
+            if m.group("new"):
+                rec = OverflowRecord(self.path, line, self.during(), r, "reduce", float(m.group("attempted")),
+                                     float(m.group("new")))
+            elif m.group("h"):
+                rec = OverflowRecord(self.path, line, self.during(), r, "hysteresis", float(m.group("attempted")),
+                                     float(m.group("attempted")), int(m.group("h2")))
+            else:
+                rec = OverflowRecord(self.path, line, self.during(), r, "bare")
+            self.keep.add("overflows", rec)
+            self.in_step = self.step is not None
+            if rec.new_scale is not None:
+                self.point("loss_scale", self.during(), rec.new_scale, line)
+            return
+        m = pat.DS_OVERFLOW_DETECTED.search(text)
+        if m:
+            rec = OverflowRecord(self.path, line, self.during(), rank, "reduce", float(m.group("attempted")),
+                                 float(m.group("new")))
+            self.keep.add("overflows", rec)
+            self.in_step = self.step is not None
+            self.point("loss_scale", self.during(), rec.new_scale, line)
+            return
+        m = pat.APEX_OVERFLOW.search(text)
+        if m:
+            new = float(m.group("new"))
+            self.keep.add("overflows", OverflowRecord(self.path, line, self.during(), rank, "reduce", new * 2, new))
+            self.in_step = self.step is not None
+            self.point("loss_scale", self.during(), new, line)
+            return
+        m = pat.DS_SCALE_CHANGE.search(text)
+        if m and m.group("dir") == "Reducing":
+            # ZeRO-0 fp16 optimizers print it after "Grad overflow on iteration N" (fused_optimizer.py:406-407);
+            # the same halving may also have been printed as an OVERFLOW line: count it once
+            old_s, new_s = float(m.group("old")), float(m.group("new"))
+            prev = (self.keep.lists.get("overflows") or [None])[-1]
+            if prev is None or (prev.attempted, prev.new_scale) != (old_s, new_s):
+                self.keep.add("overflows", OverflowRecord(self.path, line, self.during(), rank, "reduce", old_s, new_s))
+                self.in_step = self.step is not None
+                self.point("loss_scale", self.during(), new_s, line)
+            return
+        if m and m.group("dir") == "Increasing":
+            self.keep.add("overflows", OverflowRecord(self.path, line, self.during(), rank, "increase",
+                                                      float(m.group("old")), float(m.group("new"))))
+            self.in_step = self.step is not None
+            self.point("loss_scale", self.during(), float(m.group("new")), line)
+
+
+    # -- NCCL -------------------------------------------------------------------------------------------------
+    def _nccl(self, text: str, line: int, rank: int | None, wall: float | None) -> None:
+        # each expression is tried only where its literal occurs: a hit's window can be kilobytes of one line
+        m = pat.NCCL_TIMEOUT.search(text) if "Watchdog caught" in text else None
+        if m:
+            r = int(m.group("rank")) if m.group("rank") else rank
+
+            def gi(k: str) -> int | None:
+                return int(m.group(k)) if m.group(k) else None
+
+            key = ("timeout", r, gi("seq"), m.group("op"))
+            if key in self.nccl_seen:   # the same timeout repeated by "watchdog thread terminated" / "what():"
+                return
+            self.nccl_seen.add(key)
+            self.fail_wall(wall)
+            self.keep.add("nccl", NcclRecord(self.path, line, self.during(), r, "timeout", op=m.group("op"),
+                                             seq=gi("seq"), numel_in=gi("nin"), numel_out=gi("nout"),
+                                             timeout_ms=gi("tmo"), ran_ms=gi("ran"), text=text.strip()[:500],
+                                             wall=wall))
+            return
+        m = pat.NCCL_LAST.search(text) if "NCCL work" in text or "detected by watchdog" in text else None
+        if m:
+            work = int(m.group("work"))
+            key = ("last", int(m.group("rank")), m.group("pg"), work, m.group("what")[:7])
+            if key in self.nccl_seen:
+                return
+            self.nccl_seen.add(key)
+            self.fail_wall(wall)
+            self.keep.add("nccl", NcclRecord(
+                self.path, line, self.during(), int(m.group("rank")), "last_work",
+                op="timeout" if m.group("what").startswith("Timeout") else "exception", work=work,
+                last_enqueued=int(m.group("enq")) if m.group("enq") else None,
+                last_completed=int(m.group("done")) if m.group("done") else None, text=text.strip()[:500],
+                pg=m.group("pg"), pg_desc=m.group("desc"), wall=wall))
+            return
+        m = pat.NCCL_HEARTBEAT.search(text) if "watchdog got stuck" in text else None
+        if m:
+            self.keep.add("nccl", NcclRecord(self.path, line, self.during(), int(m.group("rank")) if m.group("rank")
+                                             else rank, "heartbeat", ran_ms=int(m.group("sec")) * 1000,
+                                             text=text.strip()[:500], wall=wall))
+            return
+        for kind, rx in (("desync-missing", pat.DESYNC_MISSING), ("desync-started", pat.DESYNC_STARTED),
+                         ("desync-ended", pat.DESYNC_ENDED)):
+            m = rx.search(text) if ("lagging" in text or "collective #" in text) else None
+            if m:
+                ranks = tuple(int(x) for x in m.group("ranks").replace(" ", "").split(",") if x.isdigit())
+                seq = int(m.group("seq")) if "seq" in rx.groupindex else None
+                self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, kind, seq=seq, ranks=ranks,
+                                                 text=text.strip()[:500], wall=wall))
+                return
+        if ("have failed or timed out" in text or "thread terminated" in text or "checkTimeout" in text) and (
+                pat.NCCL_FAILED.search(text) or pat.NCCL_TERMINATED.search(text) or pat.NCCL_CHECK_FRAME.search(text)):
+            if ("failed", rank) not in self.nccl_seen:
+                self.nccl_seen.add(("failed", rank))
+                self.fail_wall(wall)
+                self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, "failed",
+                                                 text=text.strip()[:500], wall=wall))
+            return
+        m = pat.NCCL_ERROR.search(text) if ("NCCL error" in text or "Error" in text or "NCCL WARN" in text) else None
+        if m and "NCCL INFO" not in text:
+            what = m.group("desc") or m.group("name") or ("WARN " + m.group("warn").strip()[:200] if m.group("warn")
+                                                          else None)
+            self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, "error", op=what,
+                                             text=text.strip()[:500], wall=wall))
+
+    # -- process death ----------------------------------------------------------------------------------------
+    def _kill(self, text: str, line: int, rank: int | None) -> None:
+        st = self.during()
+        m = pat.KERNEL_OOM.search(text)
+        if m:
+            self.keep.add("kills", KillRecord(self.path, line, st, "cgroup-oom" if m.group("cg") else "kernel-oom",
+                                              signal="SIGKILL", pid=int(m.group("pid")),
+                                              bytes=int(m.group("rss")) * 1024 if m.group("rss") else None,
+                                              text=text.strip()[:300]))
+            return
+        m = pat.SLURM_OOM.search(text)
+        if m:
+            self.keep.add("kills", KillRecord(self.path, line, st, "slurm-oom", signal="SIGKILL", text=text.strip()[:300]))
+            return
+        m = pat.TORCHRUN_FAILED.search(text)
+        if m:
+            code = int(m.group("code"))
+            self.keep.add("kills", KillRecord(self.path, line, st, "torchrun-exit", exitcode=code,
+                                              signal=signame(code), local_rank=int(m.group("lr")),
+                                              pid=int(m.group("pid")), text=text.strip()[:300]))
+            return
+        m = pat.LAUNCHER_EXIT.search(text)
+        if m:
+            code = int(m.group("rc"))
+            self.keep.add("kills", KillRecord(self.path, line, st, "launcher-exit", exitcode=code,
+                                              signal=signame(code), text=text.strip()[:300]))
+            return
+        m = pat.CPU_ALLOC.search(text)
+        if m:
+            self.keep.add("kills", KillRecord(self.path, line, st, "cpu-alloc", bytes=float(m.group("bytes")),
+                                              text=text.strip()[:300]))
+            return
+        m = pat.SHELL_KILLED.search(text)
+        if m:
+            self.keep.add("kills", KillRecord(self.path, line, st, "shell-killed", exitcode=137, signal="SIGKILL",
+                                              pid=int(m.group("pid")) if m.group("pid") else None,
+                                              text=text.strip()[:300]))
+            return
+        m = pat.SIGNAL.search(text)
+        if m and "traceback" not in text:
+            self.keep.add("kills", KillRecord(self.path, line, st, "signal", exitcode=-int(m.group("num")),
+                                              signal=m.group("name"), pid=int(m.group("pid")), rank=rank,
+                                              text=text.strip()[:300]))
+
+
+    def _child_failed(self, line: int, context: LineContext) -> None:
+        """torchrun's ChildFailedError block: parse the entry under "Root Cause (first observed failure):"."""
+        rank = lr = code = pid = None
+        sig = host = tb = None
+        for ln in context.following_lines(12):
+            ln = pat.RANK.sub("", ln)
+            if ln.strip().startswith("=") and rank is not None:
+                break
+            if (m := pat.CF_RANK.search(ln)):
+                rank, lr = int(m.group("rank")), int(m.group("lr"))
+            elif (m := pat.CF_EXIT.search(ln)):
+                code, pid, sig = int(m.group("code")), int(m.group("pid")), m.group("sig")
+            elif (m := pat.CF_HOST.search(ln)):
+                host = m.group("host")
+            elif (m := pat.CF_TB.search(ln)):
+                tb = m.group("tb").strip()
+        if code is None:
+            return
+        if sig is None:
+            sig = signame(code)
+        self.keep.add("kills", KillRecord(self.path, line, self.during(), "child-failed-root", exitcode=code,
+                                          signal=sig, rank=rank, local_rank=lr, pid=pid, host=host,
+                                          text=(tb or "")[:300]))
+
+
+    # -- CUDA runtime and library errors ------------------------------------------------------------------------
+    def _device(self, text: str, line: int, rank: int | None, context: LineContext, wall: float | None) -> None:
+        m = pat.DEVICE_ASSERT.search(text)
+        if m:
+            self.keep.add("asserts", (line, f"{m.group('file')} {m.group('kernel') or ''}".strip(), m.group("cond")))
+            return
+        m = pat.CUDA_ERROR.search(text) or pat.CUDNN_ERROR.search(text)
+        if m is None:
+            if "CUBLAS_STATUS_" in text and "ALLOC_FAILED" not in text and "when calling" in text:
+                m = pat.CUDA_ERROR.search("CUDA error: " + text[text.index("CUBLAS_STATUS_"):])
+            if m is None:
+                return
+        status = m.group("status").strip().rstrip(".")
+        low = status.lower()
+        if "CUDNN_STATUS" in status:
+            kind = "cudnn"
+        elif "CUBLAS_STATUS" in status:
+            kind = "cublas"
+        elif "illegal memory access" in low or "illegal address" in low or "misaligned address" in low:
+            kind = "illegal-address"
+        elif "device-side assert" in low:
+            kind = "device-assert"
+        elif "out of memory" in low:
+            kind = "out-of-memory"
+        elif "ecc" in low:
+            kind = "ecc"
+        elif "launch failure" in low or "launch timed out" in low:
+            kind = "launch-failure"
+        else:
+            kind = "other"
+        key = ("device", kind, rank, status)
+        if key in self.nccl_seen:   # the same error re-raised by every frame of a chained exception
+            return
+        self.nccl_seen.add(key)
+        self.fail_wall(wall)
+        site = cond = None
+        asserts = self.keep.lists.get("asserts")
+        if asserts:
+            _, site, cond = asserts[0]
+        else:
+            for ln in context.following_lines(40):   # the kernel's own assert lines often follow the traceback
+                a = pat.DEVICE_ASSERT.search(ln)
+                if a:
+                    site, cond = f"{a.group('file')} {a.group('kernel') or ''}".strip(), a.group("cond")
+                    break
+        call = m.group("call") if "call" in m.re.groupindex else None
+        self.keep.add("device_errors", DeviceError(self.path, line, self.during(), rank, kind, exc=m.group("exc"),
+                                                   status=status[:200], call=call, assert_site=site,
+                                                   assert_cond=cond, text=text.strip()[:500]))
+
+    # -- kernel log -------------------------------------------------------------------------------------------
+    def _kernel(self, text: str, line: int, pre: Prefix) -> None:
+        m = pat.XID.search(text)
+        if m:
+            pid = m.group("pid")
+            self.keep.add("xids", XidRecord(self.path, line, int(m.group("xid")), pci=m.group("pci"),
+                                            pid=int(pid) if pid and pid.isdigit() else None,
+                                            process=(m.group("name") or "").strip() or None, host=pre.host,
+                                            when=(f"{pre.uptime:.1f} s after boot" if pre.uptime is not None
+                                                  else None), wall=pre.wall, text=text.strip()[:300]))
+            return

@@ -1,0 +1,401 @@
+"""The text-log line parser: the training bar (which step an event belongs to), metric dicts, run facts,
+DeepSpeed memory lines, warnings, exceptions, versions and the launch command. Failure lines are parsed by
+readers/runlogs/logfailures.py (mixed in); the scan that feeds it is readers/runlogs/logs.py. Patterns: readers/runlogs/logpatterns.py.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from finetune_doctor.evidence import Fact, MemoryRecord, Notice, Restart, Series
+from finetune_doctor.readers.runlogs import logpatterns as pat
+from finetune_doctor.readers.runlogs.lineprefix import strip_prefixes, wall_in_year
+from finetune_doctor.readers.runlogs.logcontext import Keep, LineContext, num
+from finetune_doctor.readers.runlogs.logfailures import FailureLines
+
+MAX_DICT = 2048   # characters of a metric dict parsed (HF's dicts are a few hundred)
+FAST_NAMES = ("loss", "grad_norm", "learning_rate", "epoch")   # HF's step dict, in its key order
+FLUSH_DICTS = 4096   # step dicts held before they go into the series (bounds the waiting lists)
+
+
+class TextLogParser(FailureLines):
+    """State of one text-log scan. Call `feed_line` for every triggered line, in file order."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.keep = Keep()
+        self.series: dict[str, Series] = {}
+        self.facts: dict[str, Fact] = {}
+        self.step: int | None = None          # completed optimizer steps per the last training bar
+        self.train_total: int | None = None
+        self.bar_total_max = 0
+        self.run_starts = 0
+        self.last_mem_label: str | None = None
+        self.last_mem_label_line = 0
+        self.items = 0
+        self.nccl_seen: set[tuple] = set()
+        self.pending_mem: MemoryRecord | None = None
+        self.in_step = False      # a line printed during step self.step + 1 has followed the last bar
+        self.origin_votes: dict[str, dict[Any, Any]] = {}
+        self.timing: dict[str, Any] = {}
+        self.rates: list[float] = []     # seconds per step of the training bar, one per bar seen
+        self.units = (b"s/it]", b"it/s]")   # the bar's rate units, the last one found first
+        self.fast_steps: list[int | None] = []   # step dicts waiting for `flush`: step, line, four values
+        self.fast_lines: list[int] = []
+        self.fast_values: list[float] = []
+
+    # -- progress -------------------------------------------------------------------------------------------
+    def progress(self, window: bytes, lo: int = 0, hi: int | None = None) -> None:
+        """Move the step to the last training bar in window[lo:hi]. Searched backwards from the end (only the last
+        bar matters), skipping bars of other loops: an eval loop's total, a datasets.map "examples/s" bar."""
+        end = len(window) if hi is None else hi
+        for _ in range(64):
+            # the unit of the last bar first: the other is then looked for only after it (the two never overlap)
+            first, second = self.units
+            a = window.rfind(first, lo, end)
+            k = window.rfind(second, a + 1 if a >= 0 else lo, end)
+            if k < 0:
+                k = a
+                if k < 0:
+                    return
+            else:
+                self.units = (second, first)
+            j = window.rfind(b"|", max(lo, k - 120), k)
+            if j < 0:
+                end = k
+                continue
+            m = pat.TQDM_RATE.match(window, j, k + 5)
+            end = j
+            if m is None:
+                continue
+            n, total = int(m.group(1)), int(m.group(2))
+            if self.train_total is not None:
+                if total != self.train_total:
+                    continue
+            elif total < self.bar_total_max:
+                continue
+            else:
+                self.bar_total_max = total
+            if n != self.step:
+                self.in_step = False
+                self._rate(m)
+            self.step = n
+            return
+
+    def _rate(self, u: Any) -> None:
+        """Seconds per step from the bar's rate (tqdm prints s/it below 1 it/s, it/s above), the last 4096."""
+        try:
+            r = float(u.group("rate"))
+        except ValueError:
+            return
+        if r > 0:
+            self.rates.append(r if u.group("unit") == b"s/it" else 1.0 / r)
+            if len(self.rates) > 8192:
+                del self.rates[:4096]
+
+    def during(self) -> int | None:
+        """The step in progress: one past the last completed step on the training bar."""
+        return None if self.step is None else self.step + 1
+
+    def logged(self) -> int | None:
+        """The step a metric dict belongs to: the bar's step, or the step in progress once a line printed
+        during that step has followed the bar (see the module docstring)."""
+        return self.during() if self.in_step else self.step
+
+    # -- helpers --------------------------------------------------------------------------------------------
+    def fact(self, name: str, value: Any, line: int) -> None:
+        if name not in self.facts:
+            self.facts[name] = Fact(name, value, self.path, line)
+            if name == "total_steps":
+                self.train_total = int(value)
+
+    def point(self, name: str, step: int | None, value: float, line: int) -> None:
+        if self.fast_steps:
+            self.flush()
+        s = self.series.get(name)
+        if s is None:
+            s = self.series[name] = Series(name, self.path)
+        s.append(step, value, line)
+
+    # -- one line -------------------------------------------------------------------------------------------
+    def feed_line(self, text: str, line: int, context: LineContext) -> int:
+        """Parse one triggered line. Returns how many *extra* bytes after the line a parser consumed (0)."""
+        text = pat.ANSI.sub("", text).strip("\r\n")
+        text, pre = strip_prefixes(text)
+        rank = pre.rank if pre.rank is not None else pre.task
+        m = pat.RANK_ANY.search(text)   # "[rank3]: " after a tqdm fragment on the same line
+        if m:
+            rank = int(m.group(1))
+            text = text[:m.start()] + text[m.end():]
+        self._origin(pre, rank)
+        wall = pre.wall if pre.wall is not None else self._glog_wall(text)
+        self.items += 1
+        if self._failures(text, line, rank, context, pre, wall):
+            return 0
+        if "'loss': " in text or "{'eval_" in text or "{'train_runtime'" in text:
+            if self._metric_dict(text, line) and "Error" not in text and "OVERFLOW" not in text:
+                return 0   # the common case in a long log: a metric dict and nothing else on its line
+        if '"current_steps"' in text:
+            self._lf_jsonl(text, line)
+        if "MA " in text or "CPU Virtual Memory" in text or "see_memory_usage" in text:
+            self._memory(text, line, context)
+        if "[WARNING|" in text or "[ERROR|" in text or "strongly recommended to train" in text:
+            self._warning(text, line)
+        if "Traceback (most recent" in text:
+            self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip()[:500], rank))
+        if "Error" in text or "Exception" in text:
+            m = pat.EXC.match(text)
+            if m and "CUDA out of memory" not in text:
+                self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500],
+                                                {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank}))
+        if "version" in text:
+            self._versions(text, line, context)
+        if "Process rank: " in text:
+            self._process(text, line)
+        if "train" in text and ("llamafactory-cli" in text or "lmf " in text or "launcher.py" in text
+                                or ".py " in text):
+            self._launch(text, line)
+        self._facts(text, line)
+        return 0
+
+    def _failures(self, text: str, line: int, rank: int | None, context: LineContext, pre: Any,
+                  wall: float | None) -> bool:
+        """The failure lines (logfailures.py); True when the line was fully consumed."""
+        if "out of memory" in text or "OutOfMemoryError" in text or "ALLOC_FAILED" in text \
+                or "cudaErrorMemoryAllocation" in text:
+            if self._oom(text, line, rank, context):
+                self.fail_wall(wall)
+                return True
+        if ("OVERFLOW!" in text or "overflow!" in text or "Overflow detected" in text or "dynamic loss scale from" in text
+                or "reducing loss scale" in text):
+            self._overflow(text, line, rank)
+        if "at minimum - cannot" in text and pat.DS_MIN_SCALE.search(text):
+            self.keep.add("aborts", Notice(self.path, line, self.during(), "min-loss-scale", text.strip()))
+        if "NCCL" in text or "nccl" in text or "Watchdog caught" in text or "watchdog got stuck" in text \
+                or "lagging" in text or "collective #" in text:
+            self._nccl(text, line, rank, wall)
+        if ("CUDA error" in text or "cuDNN error" in text or "Assertion `" in text or "CUBLAS_STATUS_" in text) \
+                and "CUBLAS_STATUS_ALLOC_FAILED" not in text:
+            self._device(text, line, rank, context, wall)
+        if "NVRM" in text:
+            self._kernel(text, line, pre)
+        if ("Killed" in text or "exitcode" in text or "exits with return code" in text or "oom" in text
+                or "Out Of Memory" in text or "Out of memory" in text or "received by PID" in text
+                or "can't allocate memory" in text):
+            self._kill(text, line, rank)
+        if "Root Cause (first" in text:
+            self._child_failed(line, context)
+        return False
+
+    def _origin(self, pre: Any, rank: int | None) -> None:
+        """Count what the prefixes say about who wrote the line (the file's rank, local rank, host) and its time."""
+        o = self.origin_votes
+        if rank is not None:
+            o.setdefault("rank", {}).setdefault(rank, 0)
+            o["rank"][rank] += 1
+        if pre.local_rank is not None:
+            o.setdefault("local_rank", {}).setdefault(pre.local_rank, 0)
+            o["local_rank"][pre.local_rank] += 1
+        if pre.host is not None:
+            o.setdefault("host", {}).setdefault(pre.host, 0)
+            o["host"][pre.host] += 1
+        if pre.wall is not None:
+            t = self.timing
+            if t.get("first_wall") is None:
+                t["first_wall"] = pre.wall
+            t["last_wall"] = pre.wall
+
+    def _glog_wall(self, text: str) -> float | None:
+        """The time of a c10 glog prefix ``[E1003 18:37:01.832146912 File.cpp:N]`` (month not zero-padded)."""
+        m = pat.GLOG_TIME.search(text)
+        if not m:
+            return None
+        md = m.group("md")
+        try:
+            return wall_in_year(int(md[:-2]), int(md[-2:]), int(m.group("h")), int(m.group("mi")),
+                                float(m.group("s")))
+        except (ValueError, OverflowError):
+            return None
+
+    def _versions(self, text: str, line: int, context: LineContext) -> None:
+        """Package versions a log states (``llamafactory-cli env``, ``ds_report``, DeepSpeed's init, NCCL INFO):
+        facts ``version:<package>``, the first of each wins. The env block is read from its first line on (its
+        other lines hold no trigger word)."""
+        lines = [(line, text.strip())]
+        if "`llamafactory` version" in text:
+            lines += [(line + k, strip_prefixes(t)[0].strip()) for k, t in enumerate(context.following_lines(24), 1)]
+        for ln, s in lines:
+            for pkg, rx in pat.VERSION_LINES:
+                name = f"version:{pkg}"
+                if name in self.facts:
+                    continue
+                m = rx.search(s)
+                if m:
+                    self.fact(name, m.group("v"), ln)
+
+    def _process(self, text: str, line: int) -> None:
+        """LLaMA-Factory's per-process line: this file's rank and its GPU (hparams/parser.py:652-653)."""
+        m = pat.LF_PROCESS.search(text)
+        if m:
+            self.origin_votes.setdefault("lf_rank", {}).setdefault(int(m.group("rank")), m.group("dev"))
+            self.fact("world_size", int(m.group("world")), line)
+
+    def _launch(self, text: str, line: int) -> None:
+        """The launch command the log echoes: config YAML and overrides (fact ``launch``)."""
+        if "launch" in self.facts:
+            return
+        m = pat.LAUNCH_LF.search(text) or pat.LAUNCH_TORCHRUN.search(text)
+        if m:
+            self.fact("launch", {"config": m.group("yaml"), "overrides": m.group("over").split(), "form": "yaml"},
+                      line)
+            return
+        m = pat.LAUNCH_ARGPARSE.search(text)
+        if m and "--" in m.group("args"):
+            self.fact("launch", {"config": None, "args": m.group("args").split(), "form": "argparse"}, line)
+
+    def _facts(self, text: str, line: int) -> None:
+        for name, kw, rx, conv in pat.FACTS:
+            if name in self.facts or kw not in text:
+                continue
+            m = rx.search(text)
+            if m:
+                try:
+                    v = m.group("v")
+                    self.fact(name, conv(v.replace(",", "")) if conv in (int, float) else conv(v), line)
+                except ValueError:
+                    pass
+        if "zero_stage" not in self.facts and pat.ZERO3_DETECTED.search(text):
+            self.fact("zero_stage", 3, line)
+        if pat.RUN_START.search(text):
+            self.run_starts += 1
+            if self.run_starts > 1:
+                self.keep.add("restarts", Restart(self.path, line, self.step, "relaunch",
+                                                  f"training started again (launch #{self.run_starts} in this log)"))
+        m = pat.RESUME.search(text)
+        if m:
+            st = int(m.group("step")) if m.group("step") else None
+            self.keep.add("restarts", Restart(self.path, line, st, "resume", text.strip()[:200]))
+
+    # -- metrics ----------------------------------------------------------------------------------------------
+    def train_dict(self, groups: tuple[bytes, ...], line: int) -> bool:
+        """A line that is exactly HF's step dict (`HF_TRAIN_DICT_LINE_B`), given as its four number fields;
+        False (nothing recorded) when float() does not read one of them: the line parser takes such a line. The
+        points wait in flat lists and go into the series in bulk (`flush`) before any other point of those series,
+        at the end of the file and every FLUSH_DICTS dicts, so the series are the same as when each point is
+        appended as it comes (what `_metric_dict` records for the same line)."""
+        try:
+            vals = list(map(float, groups))
+        except ValueError:
+            return False
+        self.items += 1
+        if not self.fast_steps:
+            for name in FAST_NAMES:   # created now, in the order the line parser would create them
+                if name not in self.series:
+                    self.series[name] = Series(name, self.path)
+        st = self.step
+        self.fast_steps.append(st + 1 if self.in_step and st is not None else st)   # `logged`
+        self.fast_lines.append(line)
+        self.fast_values.extend(vals)
+        if len(self.fast_steps) >= FLUSH_DICTS:
+            self.flush()
+        return True
+
+    def flush(self) -> None:
+        """Move the waiting step-dict points into their series (see `train_dict`)."""
+        if not self.fast_steps:
+            return
+        steps, lines, vals = self.fast_steps, self.fast_lines, self.fast_values
+        self.fast_steps, self.fast_lines, self.fast_values = [], [], []
+        plain = Series.plain(steps, lines)
+        for k, name in enumerate(FAST_NAMES):
+            self.series[name].extend(steps, vals[k::4], lines, plain)
+
+    def _metric_dict(self, text: str, line: int) -> bool:
+        m = pat.HF_TRAIN_DICT.search(text)
+        if m and not pat.LF_CALLBACK.search(text, 0, m.start()):
+            # the common line of a long log, HF's step dict of transformers 4.38+: four numbers, no other key
+            try:
+                vals = [float(x) for x in m.groups()]
+            except ValueError:
+                vals = None
+            if vals is not None:
+                st = self.logged()
+                for name, v in zip(("loss", "grad_norm", "learning_rate", "epoch"), vals):
+                    self.point(name, st, v, line)
+                return True
+        i = text.find("{'")
+        body = text[i:] if i >= 0 else text[text.find("'loss'"):] if "'loss'" in text else text
+        j = body.find("}")
+        body = body[:j + 1] if 0 <= j < MAX_DICT else body[:MAX_DICT]   # one dict: HF prints one per line
+        kv: dict[str, float] = {}
+        for m in pat.KV.finditer(body):
+            v = num(m.group("v"))
+            if v is not None:
+                kv[m.group("k")] = v
+        if not kv:
+            return False
+        prefix = "lf_" if pat.LF_CALLBACK.search(text[:max(i, 0)] if i >= 0 else text) else ""
+        if "train_runtime" in kv or "train_loss" in kv:
+            self.keep.add("notices", Notice(self.path, line, self.logged(), "train-summary", body[:500], kv))
+            return True
+        if "loss" in kv:
+            for key, name in (("loss", "loss"), ("grad_norm", "grad_norm"), ("learning_rate", "learning_rate"),
+                              ("epoch", "epoch")):
+                if key in kv:
+                    self.point(prefix + name, self.logged(), kv[key], line)
+            return True
+        if "eval_loss" in kv:
+            self.point(prefix + "eval_loss", self.logged(), kv["eval_loss"], line)
+            return True
+        return False
+
+    def _lf_jsonl(self, text: str, line: int) -> None:
+        i = text.find("{")
+        try:
+            d = json.loads(text[i:])
+        except (ValueError, TypeError):
+            return
+        if not isinstance(d, dict):
+            return
+        st = d.get("current_steps")
+        for key, name in (("loss", "loss"), ("lr", "learning_rate"), ("epoch", "epoch"), ("eval_loss", "eval_loss")):
+            v = d.get(key)
+            if isinstance(v, (int, float)):
+                self.point(name, st, float(v), line)
+
+    # -- memory -----------------------------------------------------------------------------------------------
+    def _memory(self, text: str, line: int, context: LineContext) -> None:
+        m = pat.MEM_MA.search(text)
+        if m:
+            label = context.previous_line()
+            label = pat.DS_PREFIX.sub("", label).strip() if label else None
+            if label and (pat.MEM_MA.search(label) or pat.MEM_CPU.search(label)):
+                label = None
+            rec = MemoryRecord(self.path, line, self.during(), label, float(m.group("ma")), float(m.group("mma")),
+                               float(m.group("ca")), float(m.group("mca")))
+            self.keep.add("memory", rec)
+            if label:
+                self.last_mem_label, self.last_mem_label_line = label, line
+            return
+        m = pat.MEM_CPU.search(text)
+        mem = self.keep.lists.get("memory")
+        if m and mem and mem[-1].line >= line - 2 and mem[-1].cpu_used is None:
+            mem[-1] = replace(mem[-1], cpu_used=float(m.group("used")), cpu_percent=float(m.group("pct")))
+        elif m:
+            self.keep.add("memory", MemoryRecord(self.path, line, self.during(), None, cpu_used=float(m.group("used")),
+                                                 cpu_percent=float(m.group("pct"))))
+
+    def _warning(self, text: str, line: int) -> None:
+        m = pat.ATTN_WARN.search(text)
+        if m:
+            self.keep.add("notices", Notice(self.path, line, self.during(), "attention-warning", text.strip()[:400],
+                                            {"model": m.group("model"), "want": m.group("want"),
+                                             "have": m.group("have")}))
+            return
+        m = pat.LF_LOG.match(text.strip())
+        if m:
+            self.keep.add("notices", Notice(self.path, line, self.during(), m.group("lvl").lower(),
+                                            m.group("msg").strip()[:400], {"where": m.group("where"),
+                                                                          "logger": m.group("logger")}))

@@ -1,0 +1,324 @@
+"""Every message pattern the text-log reader matches, each with the upstream line that prints it.
+
+Versions covered: torch 2.3-2.14 (and the older CUDA OOM layouts), NCCL 2.18-2.28, DeepSpeed 0.14-0.19,
+transformers 4.45-5.x, LLaMA-Factory 0.9.x, apex amp. Line numbers are of the named commits or installed wheels:
+
+* torch 2.13.0 wheel (``site-packages/torch``): elastic ``multiprocessing/errors/__init__.py:185-201`` (the
+  ChildFailedError block), ``errors/error_handler.py:69-88`` (TORCHELASTIC_ERROR_FILE JSON),
+  ``include/c10/util/Exception.h:331-336`` (``AcceleratorError``, the Python ``torch.AcceleratorError`` of torch
+  >= 2.8), ``include/ATen/cuda/Exceptions.h:43-69`` (cuDNN / cuBLAS status messages).
+* pytorch/pytorch at cf1380dfb6c8 (C++ not shipped in the wheel, cited by function):
+  ``torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`` ``WorkNCCL::checkTimeout`` ("Watchdog caught collective
+  operation timeout: <WorkNCCL> ran for N milliseconds before timing out."), ``Watchdog::runLoop`` /
+  ``watchdogHandler`` ("Exception (either an error or timeout) detected by watchdog at work: W, last enqueued NCCL
+  work: E, last completed NCCL work: C." and, on a timeout, "Timeout at NCCL work: W, last enqueued ...";
+  "Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels ...";
+  "Process group watchdog thread terminated with exception: ..."), ``HeartbeatMonitor`` ("ProcessGroupNCCL's
+  watchdog got stuck for N seconds without making progress"); ``torch/csrc/distributed/c10d/TraceUtils.h``
+  ``analyzeMissingRanks`` / ``analyzeLaggingRanks`` (the TORCH_NCCL_DESYNC_DEBUG report); ``logPrefix()`` is
+  ``[PG n Rank r]`` (2.3-2.5), ``[PG ID n PG GUID g(desc) Rank r]`` (2.6+) and ``[PG n (desc) Rank r]`` in
+  between; c10 glog lines start ``[rankN]:[E<M>DD HH:MM:SS.ns ProcessGroupNCCL.cpp:LINE]``.
+  ``c10/cuda/CUDAException.cpp`` ``c10_cuda_check_implementation`` ("CUDA error: <cudaGetErrorString>", then
+  "CUDA kernel errors might be asynchronously reported ..."); device-side asserts print the kernel's
+  ``file:line: kernel: block: [..], thread: [..] Assertion `cond` failed.`` (``aten/src/ATen/native/cuda/
+  Indexing.cu`` indexSelect*Index for embeddings, ``Loss.cu`` nll_loss_forward_reduce_cuda_kernel_2d for the loss).
+* NVIDIA/nccl at 5067397c (v2.28): ``src/init.cc:695`` ("NCCL version X.Y.Z+cudaN"), ``src/init.cc:3415-3437``
+  (``ncclGetErrorString``: "unhandled system error", "remote process exited or there was a network error", ...);
+  the same strings since v2.18 (``src/init.cc`` of v2.18.1-1). ``NCCL WARN`` is the WARN level of ``debug.cc``.
+* deepspeedai/DeepSpeed at edaa7221 (v0.19.5+): ``runtime/fp16/loss_scaler.py:274-290`` (OVERFLOW! ... reducing
+  to / but hysteresis is / Consecutive hysteresis),
+  ``runtime/fp16/fused_optimizer.py:171,269,406-419`` and ``unfused_optimizer.py:155,203,281-294`` (the ZeRO-0
+  wordings), ``__init__.py:158`` ("DeepSpeed info: version=..."), ``env_report.py:136-148`` (``ds_report``).
+* NVIDIA/apex at 007c5947 ``apex/amp/handle.py`` ``scale_loss`` ("Gradient overflow.  Skipping step, loss scaler
+  N reducing loss scale to S"); torch_npu's scaler prints "Loss scaler reducing loss scale to S".
+* hiyouga/LLaMA-Factory at ff6d4d12 (0.9.6.dev0): ``extras/env.py:38-102`` (``llamafactory-cli env``: "- PyTorch
+  version: ..."), ``hparams/parser.py:652-653`` ("Process rank: R, world size: W, device: cuda:G, ..."),
+  ``extras/logging.py:39-41`` (running_log.txt lines), ``train/callbacks.py:302-307`` (the webui metric line).
+* Linux ``mm/oom_kill.c`` ``__oom_kill_process`` ("Out of memory: Killed process P (comm) total-vm:..."),
+  ``dump_header`` ("comm invoked oom-killer: gfp_mask=..."); NVIDIA's kernel module prints
+  ``NVRM: Xid (PCI:dddd:bb:dd): N, ...`` (https://docs.nvidia.com/deploy/xid-errors/index.html).
+
+The older message shapes (torch <= 2.2 OOM, NCCL watchdog of torch 1.x-2.2) and the HF / LF metric lines are
+documented in reference/deepspeed/log_patterns.md (§2-§8), which these expressions were first checked against.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Every word starts with an upper-case letter or punctuation: Python's regex engine tries the branches at each
+# byte equal to a first character, so a first character as common as a space or a lower-case letter costs 2-3x the
+# whole scan (measured in benchmarks/bench_postmortem_ranks.py); the line parsers still match the full messages.
+TRIGGER_WORDS = (
+    # CUDA OOM (log_patterns.md §5)
+    "CUDA out of memory", "CUDA error: out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED",
+    "ErrorMemoryAllocation", "NPU out of memory",
+    # DeepSpeed loss scaling (§2)
+    "OVERFLOW!", "[deepspeed] fp16 dynamic", "Overflow detected", "Grad overflow", "Reducing dynamic",
+    "Increasing dynamic", "Current loss scale",
+    # NCCL (§6)
+    "Watchdog caught", "NCCL",
+    # process death (§8)
+    "Killed", "(exitcode: ", "DefaultCPUAllocator", "Root Cause", "ChildFailedError", "Signal ", "Detected ",
+    "Out Of Memory", "Out of memory: ", "Memory cgroup", "] exits with return code",
+    # metrics (§7)
+    "'loss': ", "{'eval_", "{'train_runtime'", '"current_steps"',
+    # see_memory_usage (§3)
+    "MA ", "CPU Virtual Memory",
+    # warnings, exceptions
+    "WARNING|", "ERROR|", "It is strongly", "Traceback (most", "Error: ", "Exception: ",
+    # run facts: HF Trainer banner, LF, DeepSpeed init and config dump (".... " is the dump's dot filler)
+    "Total optimization", "Total train batch", "Num Epochs", "Gradient Accumulation", "Instantaneous batch",
+    "Number of trainable", "|| all params: ", "Process rank: ", "Config mesh", "DeepSpeed info", "ZeRO stage ",
+    ".... ", "- num_params = ", "Running training", "Continuing training",
+    # CUDA runtime and library errors (c10_cuda_check_implementation, ATen/cuda/Exceptions.h, device asserts)
+    "CUDA error: ", "AcceleratorError", "Assertion `", "CUBLAS_STATUS_", "CUDNN_STATUS_",
+    # kernel log (dmesg / journalctl -k): Xid (the OOM killer's own line is "Out of memory: Killed process")
+    "NVRM: Xid",
+    # the desync report of TORCH_NCCL_DESYNC_DEBUG (TraceUtils.h): "ranks [5] are the lagging ...", "[3] joined ..."
+    "] are the lagging", "] joined but", "] finished collective #",
+    # apex / torch_npu loss scaler
+    "Skipping step, loss scaler", "Loss scaler reducing",
+    # versions (llamafactory-cli env: the block is read from its first line on) and the launch command
+    "`llamafactory` version", "-cli train ", "/launcher.py ",
+)
+
+
+def trie_regex(words: tuple[str, ...] | list[str]) -> "re.Pattern[bytes]":
+    """One bytes regex matching any of `words`, with shared prefixes factored (a ab -> a(?:b)?)."""
+    trie: dict = {}
+    for w in words:
+        node = trie
+        for ch in w.encode("utf-8"):
+            node = node.setdefault(ch, {})
+        node[None] = {}
+
+    def build(node: dict) -> bytes:
+        alts = [re.escape(bytes([ch])) + build(node[ch]) for ch in sorted(k for k in node if k is not None)]
+        if not alts:
+            return b""
+        body = alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
+        return b"(?:" + body + b")?" if None in node else body
+
+    return re.compile(build(trie))
+
+
+TRIGGER = trie_regex(TRIGGER_WORDS)
+# tqdm bar of a loop: "|██▌       | 129/882 [40:17<3:41:05, 17.62s/it]"; anchored on the bar's closing "|" (rare in
+# other output, so the scan runs at memchr speed); the rate unit is checked after the match
+TQDM = re.compile(rb"\| ?(\d+)/(\d+) \[[\d:]+<[\d:?]+,")
+TQDM_UNIT = re.compile(rb"\s*(?P<rate>[\d.?]+)\s*(?P<unit>s/it|it/s)\]")
+# the two in one match (TQDM's part ends at the first comma after "<", so the split is the same as matching them in
+# turn): the line parser's bar search, run at every hit of a long log
+TQDM_RATE = re.compile(TQDM.pattern + TQDM_UNIT.pattern)
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+RANK = re.compile(r"^\[rank(\d+)\]:\s?")
+RANK_ANY = re.compile(r"\[rank(\d+)\]:\s?")
+SIZE = r"[\d.]+\s*(?:bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)"
+UNITS = {"bytes": 1, "B": 1, "KiB": 1 << 10, "KB": 1 << 10, "MiB": 1 << 20, "MB": 1 << 20,
+          "GiB": 1 << 30, "GB": 1 << 30, "TiB": 1 << 40, "TB": 1 << 40}
+
+
+def size_bytes(text: str | None) -> float | None:
+    """``"12.94 GiB"`` -> bytes. PyTorch's ``format_size`` prints binary units (KiB/MiB/GiB); hand-edited
+    pastes that say ``GB`` are read as binary too. Returns None for None or unparsable text."""
+    if not text:
+        return None
+    m = re.match(r"\s*([\d.]+)\s*([A-Za-z]+)", text)
+    if not m or m.group(2) not in UNITS:
+        return None
+    try:
+        return float(m.group(1)) * UNITS[m.group(2)]
+    except ValueError:
+        return None
+
+
+def _g(name: str) -> str:
+    return f"(?P<{name}>{SIZE})"
+
+
+# PyTorch CUDA OOM, torch <= 2.0 (log_patterns.md §5), tolerant to spacing and a "." after the request
+OOM_LEGACY = re.compile(
+    r"(?:(?P<exc>[\w.]*(?:Error|Exception)):\s*)?CUDA out of memory\.\s*Tried to allocate " + _g("requested")
+    + r"\.?\s*\(GPU (?P<gpu>\d+);\s*" + _g("total") + r" total capacity;\s*(?:" + _g("allocated")
+    + r" already allocated;\s*)?" + _g("free") + r" free;\s*(?:" + _g("allowed") + r" allowed;\s*)?"
+    + _g("reserved") + r" (?:reserved in total by PyTorch|cached)")
+# torch >= 2.1 (PR pytorch#99699; "capacty" typo in 2.1; private pools clause from 2.4)
+OOM_V2 = re.compile(
+    r"(?:(?P<exc>[\w.]*(?:Error|Exception)):\s*)?CUDA out of memory\.\s*Tried to allocate " + _g("requested")
+    + r"\.\s*GPU (?P<gpu>\d+) has a total capac(?:i?)ty of " + _g("total") + r" of which " + _g("free")
+    + r" is free\.\s*(?P<procs>(?:(?:Process \d+|Including non-PyTorch memory, this process) has "
+    + SIZE + r" memory in use\.\s*)*)(?:" + _g("allowed") + r" allowed;\s*)?Of the allocated memory "
+    + _g("allocated") + r" is allocated by PyTorch,\s*(?:with " + _g("private_pools")
+    + r" allocated in private pools \(e\.g\., CUDA Graphs\),\s*)?and " + _g("reserved_unallocated")
+    + r" is reserved by PyTorch but unallocated")
+# torch_npu's caching allocator (Ascend; the CUDA allocator's legacy layout with "NPU n" and a "current active"
+# clause): "NPU out of memory. Tried to allocate 260.00 MiB (NPU 0; 28.50 GiB total capacity; 10.24 GiB already
+# allocated; 10.24 GiB current active; 149.57 MiB free; 10.28 GiB reserved in total by PyTorch)" (quoted in the
+# vllm-ascend and MindIE FAQs; hiyouga/LlamaFactory#5491 "NPU 2; 60.97 GiB total capacity")
+OOM_NPU = re.compile(
+    r"(?:(?P<exc>[\w.]*(?:Error|Exception)):\s*)?(?:[\w.]+:\s*)?NPU out of memory\.\s*Tried to allocate "
+    + _g("requested") + r"\.?\s*(?:\(NPU (?P<gpu>\d+);\s*" + _g("total") + r" total capacity;\s*(?:" + _g("allocated")
+    + r" already allocated;\s*)?(?:" + _g("active") + r" current active;\s*)?" + _g("free") + r" free;\s*(?:"
+    + _g("allowed") + r" allowed;\s*)?" + _g("reserved") + r" reserved in total by PyTorch)?")
+OOM_PROC = re.compile(r"(?:Process (?P<pid>\d+)|(?P<self>this process)) has (?P<mem>" + SIZE + r") memory in use")
+OOM_PARTIAL = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)):\s*)?CUDA out of memory\.?(?:\s*Tried to allocate "
+                          + _g("requested") + r")?")
+OOM_RUNTIME = re.compile(r"CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation")
+
+# DeepSpeed fp16 loss scaler (log_patterns.md §2)
+DS_OVERFLOW = re.compile(
+    r"\[(?:deepspeed|deepscale)\] (?:fp16 dynamic loss scale overflow!|OVERFLOW!) (?:Rank (?P<rank>\d+) )?"
+    r"Skipping step\.(?: Attempted loss scale: (?P<attempted>[\d.]+), (?:reducing to (?P<new>[\d.]+)"
+    r"|but hysteresis is (?P<h>\d+)\. Reducing hysteresis to (?P<h2>\d+)))?")
+DS_OVERFLOW_DETECTED = re.compile(r"Overflow detected\. Skipping step\. Attempted loss scale: (?P<attempted>[\d.]+),"
+                                   r" reducing to (?P<new>[\d.]+)")
+DS_SCALE_CHANGE = re.compile(r"(?P<dir>Reducing|Increasing) dynamic loss scale from (?P<old>[\d.]+) to (?P<new>[\d.]+)")
+# apex amp (handle.py scale_loss) and torch_npu: "Gradient overflow.  Skipping step, loss scaler 0 reducing loss
+# scale to 32768.0" / "Loss scaler reducing loss scale to 5120.0"
+APEX_OVERFLOW = re.compile(r"(?i:loss scaler) (?:(?P<idx>\d+) )?reducing loss scale to (?P<new>[\d.]+(?:e[-+]?\d+)?)")
+DS_GRAD_OVERFLOW_ITER = re.compile(r"Grad overflow on iteration:? (?P<it>\d+)")
+DS_MIN_SCALE = re.compile(r"Current loss scale already at minimum - cannot decrease scale anymore")
+
+# NCCL watchdog (ProcessGroupNCCL.cpp, see the module docstring); a pasted line may be cut anywhere after
+# "Watchdog caught collective operati". The WorkNCCL repr: 1.10-1.13 SeqNum, OpType, Timeout(ms); 2.0+ adds
+# NumelIn/NumelOut; some builds print TensorShape.
+NCCL_TIMEOUT = re.compile(
+    r"(?:\[Rank (?P<rank>\d+)\] )?Watchdog caught collective operati(?:on timeout: WorkNCCL\((?:SeqNum=(?P<seq>\d+), )?"
+    r"(?:OpType=(?P<op>\w+))?(?:, TensorShape=\[[^\]]*\])?(?:, NumelIn=(?P<nin>\d+), NumelOut=(?P<nout>\d+))?"
+    r"(?:, Timeout\(ms\)=(?P<tmo>\d+))?\)?(?: ran for (?P<ran>\d+) milliseconds)?)?")
+# logPrefix() of every generation: [PG 1 Rank 4], [PG 0 (default_pg) Rank 1], [PG ID 2 PG GUID 3(desc) Rank 3]
+_PG = r"\[PG (?:ID )?(?P<pg>\d+)(?: PG GUID (?P<guid>[^\]\s]+?))?(?: ?\((?P<desc>[^)\]]*)\))? Rank (?P<rank>\d+)\] "
+# "Timeout at NCCL work: W" alone is what a paste cut at the line end leaves (LlamaFactory#7396)
+NCCL_LAST = re.compile(
+    _PG + r"(?P<what>Exception \(either an error or timeout\) detected by watchdog at work|Timeout at NCCL work): "
+    r"(?P<work>-?\d+)(?:, last enqueued NCCL work: (?P<enq>-?\d+)(?:, last completed NCCL work: (?P<done>-?\d+))?)?")
+NCCL_HEARTBEAT = re.compile(r"(?:Rank (?P<rank>\d+)\] )?ProcessGroupNCCL's watchdog got stuck for (?P<sec>\d+) seconds")
+NCCL_FAILED = re.compile(r"(?:\[Rank (?P<rank>\d+)\] )?Some NCCL operations have failed or timed out")
+NCCL_TERMINATED = re.compile(_PG.replace("(?P<", "(?P<t_") + r"(?:Process group|NCCL) watchdog thread terminated "
+                             r"with exception: |(?:Process group|NCCL) watchdog thread terminated with exception: ")
+NCCL_CHECK_FRAME = re.compile(r"c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from checkTimeout at")
+# ncclGetErrorString (nccl src/init.cc:3415-3437, the same since v2.18) as torch's "NCCL error in: ..." prints it
+NCCL_ERROR = re.compile(r"NCCL error(?: in: [^,]*,)? ?(?P<desc>unhandled system error|unhandled cuda error|internal "
+                        r"error|invalid usage|invalid argument|remote process exited or there was a network error|"
+                        r"timeout)?|(?P<name>nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)"
+                        r"Error)|NCCL WARN (?P<warn>.*)")
+NCCL_VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+)")
+# TORCH_NCCL_DESYNC_DEBUG report (TraceUtils.h analyzeMissingRanks / analyzeLaggingRanks)
+DESYNC_MISSING = re.compile(r"ranks \[(?P<ranks>[\d, ]*)\] are the lagging ranks that caused this timeout")
+DESYNC_STARTED = re.compile(r"\[(?P<ranks>[\d, ]*)\] joined but didn't finish collective #(?P<seq>\d+)")
+DESYNC_ENDED = re.compile(r"\[(?P<ranks>[\d, ]*)\] finished collective #(?P<seq>\d+), but didn't join collective")
+
+# process death (log_patterns.md §8)
+KERNEL_OOM = re.compile(r"(?P<cg>Memory cgroup )?[Oo]ut of memory: Killed process (?P<pid>\d+) \((?P<comm>[^)]+)\)"
+                         r"(?: total-vm:\d+kB, anon-rss:(?P<rss>\d+)kB)?")
+SHELL_KILLED = re.compile(r"line \d+:\s+(?P<pid>\d+) Killed\s+(?P<cmd>.+)$|^\s*Killed\s*$")
+SLURM_OOM = re.compile(r"Detected (?P<n>\d+) oom[-_]kill event|task \d+: Out Of Memory")
+TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<lr>\d+) \(pid: (?P<pid>\d+)\)")
+SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\) received by PID (?P<pid>\d+)")
+LAUNCHER_EXIT = re.compile(r"\[launch\.py:\d+:sigkill_handler\] .*exits with return code = (?P<rc>-?\d+)")
+CPU_ALLOC = re.compile(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (?P<bytes>\d+) bytes")
+CF_RANK = re.compile(r"rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<lr>\d+)\)")
+CF_EXIT = re.compile(r"exitcode\s*:\s*(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)(?:\s*\((?P<sig>SIG\w+)\))?")
+CF_HOST = re.compile(r"host\s*:\s*(?P<host>\S+)")
+CF_TB = re.compile(r"traceback\s*:\s*(?P<tb>.*)")
+
+# HF Trainer / LLaMA-Factory metric dicts (log_patterns.md §7): 4.x bare floats and nan, 5.x '.4g' strings
+HF_TRAIN_DICT = re.compile(r"\{'loss': '?([^,'}]+)'?, 'grad_norm': '?([^,'}]+)'?, 'learning_rate': '?([^,'}]+)'?, "
+                           r"'epoch': '?([^,'}]+)'?\}")
+HF_TRAIN_DICT_B = re.compile(HF_TRAIN_DICT.pattern.encode())
+# ... alone on its line: at most one byte after it before the line ends (the line parser's test), or the text ends;
+# the bulk path of readers/runlogs/logs.py (TextLogParser.train_dict), which hands any line whose four values float() does
+# not read to the line parser
+HF_TRAIN_DICT_LINE_B = re.compile(HF_TRAIN_DICT_B.pattern.replace(rb"[^,'}]", rb"[^,'}\n\r]")
+                                  + rb"[^\n\r]?(?:[\n\r]|\Z)")
+KV = re.compile(r"'(?P<k>[\w/]+)':\s*(?P<q>'?)(?P<v>[^,'}]*)(?P=q)")
+LF_CALLBACK = re.compile(r"callbacks(?:\.py)?(?::\d+)? (?:>>|-) ")
+DS_PROGRESS = re.compile(r"\[Rank (?P<rank>\d+)\] step=(?P<step>\d+), skipped=(?P<skipped>\d+), lr=\[(?P<lr>[^\]]*)\]")
+
+# see_memory_usage (log_patterns.md §3)
+MEM_MA = re.compile(r"MA (?P<ma>[\d.]+) GB\s+Max_MA (?P<mma>[\d.]+) GB\s+CA (?P<ca>[\d.]+) GB\s+Max_CA (?P<mca>[\d.]+) GB")
+MEM_CPU = re.compile(r"CPU Virtual Memory:\s+used = (?P<used>[\d.]+) GB, percent = (?P<pct>[\d.]+)%")
+DS_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+\] \[[A-Z]+\] \[[\w.]+:\d+:\w+\] ")
+
+# exceptions and warnings
+EXC = re.compile(r"^\s*(?P<cls>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)|Exception):\s?(?P<msg>.*)$")
+LF_LOG = re.compile(r"^\[(?P<lvl>WARNING|ERROR)\|(?P<where>[^\]]+)\]\s*(?:[\d-]+ [\d:,]+ )?(?:(?P<logger>[\w.]+):\d+ )?>> (?P<msg>.*)$")
+ATTN_WARN = re.compile(r"strongly recommended to train (?P<model>\w+) models with the `?(?P<want>\w+)`? attention "
+                        r"implementation instead of `?(?P<have>\w+)`?")
+
+# run facts
+FACTS = [   # (fact, a literal every matching line contains, expression, conversion)
+    ("total_steps", "Total optimization", re.compile(r"Total optimization steps = (?P<v>[\d,]+)"), int),
+    ("num_epochs", "Num Epochs", re.compile(r"Num Epochs = (?P<v>[\d,.]+)"), float),
+    ("grad_accum", "Gradient Accumulation", re.compile(r"Gradient Accumulation steps = (?P<v>[\d,]+)"), int),
+    ("micro_batch", "Instantaneous", re.compile(r"Instantaneous batch size per device = (?P<v>[\d,]+)"), int),
+    ("total_batch", "Total train batch", re.compile(r"Total train batch size \(w\. parallel, distributed & accumulation\) = (?P<v>[\d,]+)"), int),
+    ("trainable_params", "Number of trainable", re.compile(r"Number of trainable parameters = (?P<v>[\d,]+)"), int),
+    ("trainable_params", "trainable params", re.compile(r"trainable params: (?P<v>[\d,]+) \|\|"), int),
+    ("all_params", "all params", re.compile(r"all params: (?P<v>[\d,]+)"), int),
+    ("world_size", "world", re.compile(r"world[ _]size(?: =|:)\s*(?P<v>\d+)"), int),
+    ("world_size", "world_size", re.compile(r"\[config\.py:\d+:print\]\s+world_size \.+ (?P<v>\d+)"), int),
+    ("compute_dtype", "compute dtype", re.compile(r"compute dtype: (?:torch\.)?(?P<v>\w+)"), str),
+    ("ds_version", "DeepSpeed info", re.compile(r"DeepSpeed info: version=(?P<v>[^,]+)"), str),
+    ("zero_stage", "ZeRO stage", re.compile(r"Creating (?:torch\.\w+|fp16|fp32|bf16) ZeRO stage (?P<v>\d) optimizer"), int),
+    ("zero_stage", "zero_optimization_stage", re.compile(r"zero_optimization_stage \.+ (?P<v>\d)"), int),
+    ("zero_stage", "zero_config", re.compile(r"zero_config \.+ stage=(?P<v>\d)"), int),
+    ("overlap_comm", "zero_config", re.compile(r"zero_config \.+ .*\boverlap_comm=(?P<v>True|False)"), lambda v: v == "True"),
+    ("fp16_enabled", "fp16_enabled", re.compile(r"fp16_enabled \.+ (?P<v>True|False)"), lambda v: v == "True"),
+    ("fp16_enabled", "float16_config", re.compile(r"float16_config \.+ enabled=(?P<v>True|False)"), lambda v: v == "True"),
+    ("bf16_enabled", "bfloat16_enabled", re.compile(r"bfloat16_enabled \.+ (?P<v>True|False)"), lambda v: v == "True"),
+    ("bf16_enabled", "bfloat16_config", re.compile(r"bfloat16_config \.+ enabled=(?P<v>True|False)"), lambda v: v == "True"),
+    ("min_loss_scale", "float16_config", re.compile(r"float16_config \.+ .*\bmin_loss_scale=(?P<v>[\d.]+)"), float),
+    ("initial_scale_power", "float16_config", re.compile(r"float16_config \.+ .*\binitial_scale_power=(?P<v>\d+)"), int),
+    ("ds_params_elems", "num_elems", re.compile(r"finished initializing model - num_params = \d+, num_elems = (?P<v>[\d.]+[KMBT]?)"), str),
+]
+ZERO3_DETECTED = re.compile(r"Detected DeepSpeed ZeRO-3")
+RUN_START = re.compile(r"\*+ Running training \*+")
+RESUME = re.compile(r"Continuing training from (?:checkpoint, will skip to saved global_step|global step (?P<step>\d+))")
+
+
+# CUDA runtime and library errors (module docstring). The class is torch.AcceleratorError from torch 2.8,
+# RuntimeError (or torch.cuda.CudaError) before.
+CUDA_ERROR = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)): )?CUDA error: (?P<status>[^\n]+?)(?: when calling "
+                        r"`(?P<call>[^`]+)`)?\s*$")
+CUDNN_ERROR = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)): )?cuDNN error: (?P<status>CUDNN_STATUS_\w+)")
+DEVICE_ASSERT = re.compile(r"(?P<file>[\w.]+\.cuh?):\d+: (?:(?P<kernel>[^:\n]*?): )?block: \[[\d,]+\], thread: \[[\d,]+\]"
+                           r" Assertion `(?P<cond>[^`]+)` failed")
+# the assert conditions that mean an id outside the table: an embedding lookup (Indexing.cu) or a label outside
+# the classes of the loss (Loss.cu / cross entropy); the rest are named by their kernel
+INDEX_ASSERTS = {"srcIndex < srcSelectDimSize": "embedding", "t >= 0 && t < n_classes": "loss",
+                 "idx_dim >= 0 && idx_dim < index_size && \"index out of bounds\"": "gather",
+                 "index out of bounds": "index"}
+# kernel log lines: dmesg "[  179.43] NVRM: Xid (PCI:0000:01:00): 79, pid=1122, GPU has fallen off the bus."
+XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F:.]+)\): (?P<xid>\d+)(?:, pid=(?P<pid>'?<?\w+>?'?))?"
+                 r"(?:, name=(?P<name>[^,]+))?,?\s*(?P<rest>.*)$")
+# versions a log prints (module docstring): llamafactory-cli env, ds_report, DeepSpeed's init line, NCCL's INFO
+VERSION_LINES = (
+    ("llamafactory", re.compile(r"^- `llamafactory` version: (?P<v>\S+)")),
+    ("torch", re.compile(r"^- PyTorch version: (?P<v>[\w.+]+)")),
+    ("transformers", re.compile(r"^- Transformers version: (?P<v>[\w.+]+)")),
+    ("datasets", re.compile(r"^- Datasets version: (?P<v>[\w.+]+)")),
+    ("accelerate", re.compile(r"^- Accelerate version: (?P<v>[\w.+]+)")),
+    ("peft", re.compile(r"^- PEFT version: (?P<v>[\w.+]+)")),
+    ("trl", re.compile(r"^- TRL version: (?P<v>[\w.+]+)")),
+    ("deepspeed", re.compile(r"^- DeepSpeed version: (?P<v>[\w.+]+)")),
+    ("bitsandbytes", re.compile(r"^- Bitsandbytes version: (?P<v>[\w.+]+)")),
+    ("vllm", re.compile(r"^- vLLM version: (?P<v>[\w.+]+)")),
+    ("gpu", re.compile(r"^- GPU type: (?P<v>.+?)\s*$")),
+    ("deepspeed", re.compile(r"DeepSpeed info: version=(?P<v>[^,\s]+)")),
+    ("torch", re.compile(r"^torch version \.+ (?P<v>[\w.+]+)")),
+    ("deepspeed", re.compile(r"^deepspeed info \.+ (?P<v>[\w.+]+)")),
+    ("cuda", re.compile(r"^torch cuda version \.+ (?P<v>[\w.]+)")),
+    ("nccl", NCCL_VERSION),
+)
+# "Process rank: 3, world size: 8, device: cuda:3, distributed training: True, compute dtype: torch.bfloat16"
+LF_PROCESS = re.compile(r"Process rank: (?P<rank>\d+), world size: (?P<world>\d+), device: (?P<dev>[\w:]+)")
+# the launch command as a log or cmdline.txt echoes it: LF's CLI with a YAML and key=value overrides, torchrun of
+# LF's launcher.py, or the argparse form of src/train.py
+LAUNCH_LF = re.compile(r"(?:llamafactory-cli|lmf) train (?P<yaml>\S+\.ya?ml)(?P<over>(?:\s+[\w.]+=\S+)*)")
+LAUNCH_TORCHRUN = re.compile(r"launcher\.py (?P<yaml>\S+\.ya?ml)(?P<over>(?:\s+[\w.]+=\S+)*)")
+LAUNCH_ARGPARSE = re.compile(r"(?:src/)?train(?:_bash)?\.py\s+(?P<args>(?:--\w+(?:[ =](?!--)\S+)?\s*)+)")
+# c10 glog prefix (c10/util/Logging.cpp): "[E1003 18:37:01.832146912 ProcessGroupNCCL.cpp:607]"
+GLOG_TIME = re.compile(r"\[[EWIF](?P<md>\d{3,4}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d(?:\.\d+)?) ")

@@ -1,0 +1,66 @@
+"""Models that run their own attention: the ``flash_attn`` key does not reach them, and their attention scores
+(batch × heads × seq × seq) are materialised and kept for backward.
+
+Which attention a model really runs, read from the code that runs it:
+
+* **BLOOM** (transformers 5.6.0 ``models/bloom/modeling_bloom.py``): ``BloomPreTrainedModel`` declares neither
+  ``_supports_sdpa`` nor ``_supports_flash_attn``, so transformers keeps eager attention (``flash_attn: auto``) or
+  refuses the load for an explicit ``fa2``/``sdpa`` (modeling_utils.py:1682, :1755). The ALiBi scores come from
+  ``alibi.baddbmm`` (:266-271), the softmax runs in fp32 and is cast back (:280): autograd keeps the fp32
+  probabilities (softmax's backward reads its output) and their half-precision cast (the value matmul's input).
+* **MPT** (``models/mpt/modeling_mpt.py:107-127``): same shape of code, ``softmax(scores.float()).to(dtype)``.
+* **Falcon with ``alibi: true``** (``models/falcon/modeling_falcon.py:395-411``): the ALiBi branch ignores the
+  attention implementation; the scores are upcast to fp32 but the softmax returns the hidden dtype
+  (``F.softmax(..., dtype=hidden_states.dtype)``), so only the half-precision probabilities are kept.
+* **Baichuan-13B / Baichuan2-13B** (remote code, ``trust_remote_code``; ``modeling_baichuan.py`` of the 13B
+  checkpoints, as ipex-llm's adaptation of Baichuan2-13B-Chat c6f8592 reproduces it): ALiBi via a
+  ``[heads, seq, seq]`` mask added to ``q @ kᵀ``, clamped with ``torch.max`` and soft-maxed in the model dtype;
+  the clamp keeps its input and the softmax its output, two half-precision copies. LLaMA-Factory's
+  ``configure_attn_implementation`` only rewrites ``_attn_implementation`` (and InternLM2's own key), which this
+  code never reads (LF model/model_utils/attention.py).
+
+`saved` names what autograd keeps per score element: ``fp32+cast`` (4 + e bytes), ``half`` (e), ``half+masked``
+(2·e); activations.py turns it into bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from finetune_doctor.arch import ModelArch
+
+
+@dataclass(frozen=True)
+class OwnAttention:
+    """The attention a model's own code runs: `saved` per score element (module docstring), `why` for notes."""
+
+    saved: str
+    why: str
+
+
+def own_attention(arch: ModelArch) -> OwnAttention | None:
+    """The materialised attention of `arch`, or None when the ``flash_attn`` setting decides."""
+    mt = arch.model_type
+    if mt == "bloom":
+        return OwnAttention("fp32+cast", "BLOOM has no SDPA or FlashAttention path in transformers: eager ALiBi "
+                                         "attention with an fp32 softmax (modeling_bloom.py:266-280)")
+    if mt == "mpt":
+        return OwnAttention("fp32+cast", "MPT has no SDPA or FlashAttention path in transformers: eager attention "
+                                         "with an fp32 softmax (modeling_mpt.py:107-127)")
+    if mt == "falcon" and arch.positional == "alibi":
+        return OwnAttention("half", "Falcon with alibi runs its eager ALiBi branch whatever the attention "
+                                    "implementation (modeling_falcon.py:395-411)")
+    if mt == "baichuan" and arch.positional == "alibi":
+        return OwnAttention("half+masked", "the Baichuan 13B remote code computes ALiBi attention itself "
+                                           "(trust_remote_code): flash_attn does not reach it")
+    return None
+
+
+def resolve_attention(requested: str, arch: ModelArch) -> tuple[str, str, str | None]:
+    """(attention kernel, saved-scores kind, note) for `requested` (the flash_attn value mapped to
+    eager/sdpa/fa2/fa3) on `arch`: ``eager`` with the model's own kind when its code materialises the scores."""
+    own = own_attention(arch)
+    if own is None:
+        return requested, "fp32+cast", None
+    note = None if requested == "eager" else f"flash_attn: {requested} does not apply: {own.why}"
+    return "eager", own.saved, note

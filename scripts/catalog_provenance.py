@@ -1,0 +1,186 @@
+"""Give every catalogue entry the provenance of its checkpoint dtype and vocabulary (issue 21).
+
+Each entry of ``finetune_doctor/catalog/models.json`` gets ``provenance``: for ``torch_dtype`` and ``vocab_size``
+the ``value`` the doctor sizes with, ``from`` (``config.json`` — the field of the model's own config.json, at the top
+level or in ``text_config``; ``stored weights`` — the dtype of the checkpoint's tensors, which is what
+``torch_dtype="auto"`` resolves to when config.json names none (transformers modeling_utils.py ``_get_dtype``);
+``modeling code`` — remote code that picks its own precision; ``same_architecture_as`` — inherited from the base
+entry), the ``source`` read, and ``checked``: true when the value was read in the cited file or page, false when it
+is recalled and was not re-read (the report lists those). ``architecture`` names the file the shape fields come
+from.
+
+Values the copied config does not hold are in `MANUAL` with what was read. Run from the repository root:
+``python scripts/catalog_provenance.py`` (rewrites models.json in the catalogue's own layout).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from build_catalog import load_catalog, write_catalog  # noqa: E402
+
+# The config.json of these models names a dtype that the catalogue's copy (a fine-tune or conversion) left out, or
+# names none, so the stored weights decide. Each: (value, from, source, checked).
+MANUAL: dict[str, tuple[str, str, str, bool]] = {
+    "google/gemma-7b": (
+        "bfloat16", "config.json",
+        "GemmaConfig printed after from_pretrained('google/gemma-7b') with transformers 4.45.2 (torch_dtype "
+        "'bfloat16'), in a public notes file found by exact-string search on '\"_name_or_path\": \"google/gemma-7b\"'",
+        True),
+    "google/gemma-2b": (
+        "bfloat16", "config.json",
+        "verbatim copy of google/gemma-2b's config.json (transformers_version 4.38.0.dev0, torch_dtype 'bfloat16') "
+        "embedded as GEMMA2_CONFIG in a public Lumina-2 text-encoder loader", True),
+    "CohereForAI/c4ai-command-r-v01": (
+        "float16", "config.json",
+        "transformers docs/source/en/model_doc/cohere.md: 'The checkpoints uploaded on the Hub use torch_dtype = "
+        "'float16''", True),
+    "bigscience/bloom-560m": (
+        "float16", "stored weights",
+        "config.json names no dtype (BloomConfig of bigscience/bloom-560m printed with transformers 4.26.0 has no "
+        "torch_dtype); the weights are FP16 (model summary at https://www.promptlayer.com/models/bloom-560m: "
+        "'operates with FP16 precision'; 559,214,592 parameters in a 1.12 GB file = 2 bytes each)", True),
+    "bigcode/starcoder2-3b": (
+        "float32", "stored weights",
+        "config.json names no dtype (the catalogue copies the hub file); the weights are float32: llama.cpp PR "
+        "#5795 (https://github.com/ggml-org/llama.cpp/pull/5795) converts the 3B (hidden 3072, ffn 12288) with every "
+        "tensor listed as f32, and refact PR #317 (https://github.com/smallcloudai/refact/pull/317) budgets "
+        "12,000 MB for bigcode/starcoder2-3b (4 bytes x 3.03 B)", True),
+    "openai-community/gpt2-large": (
+        "float32", "stored weights",
+        "config.json names no dtype; the weights were converted from OpenAI's float32 TensorFlow checkpoint "
+        "(transformers PR #1064, https://github.com/huggingface/transformers/pull/1064, via "
+        "convert_gpt2_checkpoint_to_pytorch; the family's 1.5B checkpoint is ~6 GB on disk, 4 bytes a parameter, "
+        "https://github.com/openai/gpt-3/issues/1)", True),
+    "openai/gpt-oss-120b": (
+        "bfloat16", "stored weights",
+        "config.json names no dtype (quantization_config mxfp4); the tensors outside the MoE experts are stored in "
+        "BF16 and the experts in MXFP4 (gpt-oss model card, arXiv:2508.10925 section 2)", True),
+    "openai/gpt-oss-20b": (
+        "bfloat16", "stored weights",
+        "config.json names no dtype (quantization_config mxfp4); the tensors outside the MoE experts are stored in "
+        "BF16 and the experts in MXFP4 (gpt-oss model card, arXiv:2508.10925 section 2)", True),
+    "Qwen/Qwen-1_8B": (
+        "bfloat16", "modeling code",
+        "config.json names no dtype and sets none of bf16/fp16/fp32: modeling_qwen.py QWenLMHeadModel.__init__ then "
+        "picks bf16 where the GPU supports it (finetune_doctor/readers/model/generic.py _qwen1_dtype)", True),
+    "Qwen/Qwen-7B": (
+        "bfloat16", "modeling code",
+        "config.json names no dtype and sets none of bf16/fp16/fp32: modeling_qwen.py QWenLMHeadModel.__init__ then "
+        "picks bf16 where the GPU supports it (finetune_doctor/readers/model/generic.py _qwen1_dtype)", True),
+    "Qwen/Qwen-14B": (
+        "bfloat16", "modeling code",
+        "config.json names no dtype and sets none of bf16/fp16/fp32: modeling_qwen.py QWenLMHeadModel.__init__ then "
+        "picks bf16 where the GPU supports it (finetune_doctor/readers/model/generic.py _qwen1_dtype)", True),
+    "Qwen/Qwen-72B": (
+        "bfloat16", "modeling code",
+        "config.json names no dtype and sets none of bf16/fp16/fp32: modeling_qwen.py QWenLMHeadModel.__init__ then "
+        "picks bf16 where the GPU supports it (finetune_doctor/readers/model/generic.py _qwen1_dtype)", True),
+    # Not re-read in this session (no stored copy of the hub file or of the weights' header was found): recalled.
+    "baichuan-inc/Baichuan-7B": (
+        "float16", "stored weights",
+        "recalled, not re-read: a 14 GB pytorch_model.bin for 7.0 B parameters (2 bytes each) on the hub page; "
+        "--model-config with the real config.json overrides it", False),
+    "LGAI-EXAONE/EXAONE-3.0-7.8B-Instruct": (
+        "float32", "config.json",
+        "recalled, not re-read: the hub's config.json names float32 and ships ~31 GB of shards; a bf16 re-save "
+        "(heegyu/EXAONE-3.0-7.8B-Instruct-bf16, the catalogue's copy) exists for that reason; --model-config "
+        "with the real config.json overrides it", False),
+    "mistralai/Codestral-22B-v0.1": (
+        "bfloat16", "config.json",
+        "recalled, not re-read: the hub's config.json names bfloat16, as Mistral AI's other transformers uploads "
+        "(Mistral-7B-v0.3) do; the catalogue's copy is an AWQ conversion that left it out", False),
+    "Tele-AI/TeleChat2-7B": (
+        "bfloat16", "stored weights",
+        "recalled, not re-read: config.json (hub file at commit cd0b54ce) names no dtype; the safetensors shards "
+        "hold BF16 tensors", False),
+}
+
+# config.json names no vocabulary size: the transformers configuration class's default is what builds the model.
+CLASS_DEFAULT_VOCAB: dict[str, tuple[int, str]] = {
+    mid: (262_208, "transformers models/gemma3/configuration_gemma3.py Gemma3TextConfig vocab_size = 262_208 "
+                   "(transformers 5.6.0, line 77); the config.json's text_config names none")
+    for mid in ("google/gemma-3-4b-pt", "google/gemma-3-12b-pt", "google/gemma-3-27b-pt")
+}
+
+
+ABOUT = ("provenance records, for torch_dtype and vocab_size, the value the doctor sizes with, where it is from "
+         "(config.json, stored weights, modeling code, transformers class default, or the base entry), the source "
+         "read and whether it was re-read (checked); architecture names the file the shapes come from. It is "
+         "written by scripts/catalog_provenance.py: run it after adding an entry (tests/test_catalog_provenance.py "
+         "fails on an entry without it).")
+
+
+def _find(cfg: dict[str, Any], keys: tuple[str, ...]) -> tuple[Any, str] | None:
+    for k in keys:
+        if cfg.get(k) is not None and cfg.get(k) != "auto":
+            return cfg[k], k
+    for sub in ("text_config", "llm_config", "language_config"):
+        d = cfg.get(sub)
+        if isinstance(d, dict):
+            for k in keys:
+                if d.get(k) is not None and d.get(k) != "auto":
+                    return d[k], f"{sub}.{k}"
+    return None
+
+
+def provenance(entry: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The ``provenance`` object of one entry (module docstring)."""
+    where = entry.get("read_from") or entry["source"]
+    out: dict[str, Any] = {"architecture": where}
+    cfg = entry.get("config")
+    if cfg is None:   # an alias: its own overrides, else the base entry's
+        ov = entry.get("config_overrides") or {}
+        base = by_id[entry["same_architecture_as"]]
+        while "config" not in base:
+            base = by_id[base["same_architecture_as"]]
+        basep = provenance(base, by_id)
+        for field, keys in (("torch_dtype", ("torch_dtype", "dtype")), ("vocab_size", ("vocab_size",
+                                                                                       "padded_vocab_size"))):
+            hit = _find(ov, keys)
+            if hit is not None:
+                out[field] = {"value": hit[0], "from": "config.json", "field": hit[1], "source": entry["source"],
+                              "checked": True}
+            else:
+                out[field] = {**basep[field], "from": f"same_architecture_as {base['id']}: " + basep[field]["from"]}
+        out["architecture"] = f"same_architecture_as {base['id']}"
+        return out
+    dt = _find(cfg, ("torch_dtype", "dtype"))
+    if dt is not None:
+        out["torch_dtype"] = {"value": dt[0], "from": "config.json", "field": dt[1], "source": where,
+                              "checked": True}
+    elif entry["id"] in MANUAL:
+        v, frm, src, ok = MANUAL[entry["id"]]
+        out["torch_dtype"] = {"value": v, "from": frm, "source": src, "checked": ok}
+    voc = _find(cfg, ("vocab_size", "padded_vocab_size"))
+    if voc is not None:
+        out["vocab_size"] = {"value": voc[0], "from": "config.json", "field": voc[1], "source": where,
+                             "checked": True}
+    elif entry["id"] in CLASS_DEFAULT_VOCAB:
+        v, src = CLASS_DEFAULT_VOCAB[entry["id"]]
+        out["vocab_size"] = {"value": v, "from": "transformers class default", "source": src, "checked": True}
+    return out
+
+
+def main() -> int:
+    data = load_catalog()
+    if ABOUT not in data["about"]:
+        data["about"] = data["about"].rstrip() + " " + ABOUT
+    by_id = {e["id"]: e for e in data["models"]}
+    for e in data["models"]:
+        e.pop("provenance", None)
+    for e in data["models"]:
+        e["provenance"] = provenance(e, by_id)
+    missing = [e["id"] for e in data["models"] if not {"torch_dtype", "vocab_size"} <= set(e["provenance"])]
+    write_catalog(data)
+    unchecked = [e["id"] for e in data["models"] if e.get("config")
+                 and not e["provenance"].get("torch_dtype", {}).get("checked", True)]
+    print(f"{len(data['models'])} entries; missing: {missing or 'none'}; recalled, not re-read: {unchecked}")
+    return 1 if missing else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

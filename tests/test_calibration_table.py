@@ -1,0 +1,140 @@
+"""The calibrated error model (finetune_doctor/analyzers/memory/uncertainty_table.json, fitted by benchmarks/calibrate.py on
+the dev half of benchmarks/data/calibration_rows.yaml) and the held-out data it was fitted on.
+
+References: the committed data file and rows file (no test-half row may be in the fit; a committed split never
+moves), the t-distribution arithmetic of analyzers/memory/uncertainty.py evaluated on the live table, and two rows of
+the dev half whose outcome the source states (a run that ran out, a run far below its card).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from finetune_doctor.analyzers.memory import uncertainty as u
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import calib_data  # noqa: E402
+
+ROWS = calib_data.load_rows()
+
+
+def test_every_row_names_its_source_and_a_committed_half():
+    for r in ROWS:
+        assert r["source"].startswith("https://") and r["split"] in ("dev", "test"), r["id"]
+        assert r["source_type"] in ("framework-doc", "vendor-doc", "issue-thread"), r["id"]
+        assert r.get("measured") or r.get("outcome"), f"{r['id']} has neither a measurement nor an outcome"
+    assert len({r["id"] for r in ROWS}) == len(ROWS)
+    # whole sources in one half, and the rule reproduces the committed split (it never moves)
+    by_source: dict[str, set[str]] = {}
+    for r in ROWS:
+        by_source.setdefault(r["source"], set()).add(r["split"])
+    assert all(len(v) == 1 for v in by_source.values())
+    committed = {s: next(iter(v)) for s, v in by_source.items()}
+    assert calib_data.assign_split(ROWS) == committed                # a committed split never moves
+    # the ms-swift rows were added last: dealt by the rule after the others, they land where they are
+    later = [r if not r["id"].startswith("swift-") else {k: v for k, v in r.items() if k != "split"} for r in ROWS]
+    assert any("split" not in r for r in later)
+    assert calib_data.assign_split(later) == committed
+    # a source whose rows disagree is refused
+    with pytest.raises(ValueError):
+        calib_data.assign_split([{"source": "a", "split": "dev"}, {"source": "a", "split": "test"}])
+
+
+def test_units_of_the_measurements():
+    litgpt = next(r for r in ROWS if r["id"] == "litgpt-hub-llama-2-7b-lora")
+    assert calib_data.measured_gib(litgpt) == pytest.approx(19.77e9 / 2**30, abs=1e-9)   # litgpt prints 1e9 bytes
+    smi = next(r for r in ROWS if r["id"] == "lf-4772-qlora")
+    assert calib_data.measured_gib(smi) == 72.0
+    boundary = next(r for r in ROWS if r["id"] == "unsloth-hf-fa2-llama31-8b-24gb")
+    assert calib_data.measured_gib(boundary, 23.64) == 23.64 and calib_data.measured_gib(boundary) is None
+
+
+def test_no_test_row_is_in_the_fit():
+    table = u.table()
+    assert table["fitted_on"]["rows"].endswith("split dev")
+    test_ids = {r["id"] for r in ROWS if r["split"] == "test"}
+    dev_measured = {r["id"] for r in ROWS if r["split"] == "dev" and r.get("measured")}
+    with open(ROOT / "benchmarks" / "results" / "uncertainty_rows.csv", encoding="utf-8") as fh:
+        fitted = [r for r in csv.DictReader(fh) if r["source"] == "calibration-dev"]
+    ids = {r["id"] for r in fitted}
+    assert ids and not ids & test_ids
+    assert ids <= dev_measured and table["fitted_on"]["dev_rows"] == len(fitted)
+    # the analytic method of the table is exactly the analytic rows of the rows file
+    with open(ROOT / "benchmarks" / "results" / "uncertainty_rows.csv", encoding="utf-8") as fh:
+        analytic = [r for r in csv.DictReader(fh) if r["method"] == "analytic"]
+    assert table["methods"]["analytic"]["pooled"]["n"] == len(analytic)
+
+
+CLASSES = sorted(u.table()["methods"]["analytic"]["classes"]) + ["moe", "a class with no rows"]
+
+
+@pytest.mark.parametrize("shape", CLASSES)
+def test_probability_and_interval_are_sane_for_every_class(shape):
+    budget = 79.15
+    ps = [u.assess(t, budget, "analytic", shape).p_oom for t in (5, 20, 40, 60, 75, 79, 85, 120, 400)]
+    assert all(0.0 <= p <= 1.0 for p in ps)
+    assert all(a <= b for a, b in zip(ps, ps[1:])), ps           # more predicted memory, more risk
+    assert ps[0] < 0.05 and ps[-1] > 0.95                           # far below / far above the card
+    a_small, a_big = u.assess(40, 40.0, "analytic", shape), u.assess(40, 80.0, "analytic", shape)
+    assert a_big.p_oom < a_small.p_oom                               # a bigger card, less risk
+    ratios = []
+    for total in (1.0, 23.5, 70.0):
+        lo, hi = u.assess(total, None, "analytic", shape).interval_gib
+        assert 0 < lo <= total <= hi, (shape, lo, total, hi)         # the interval holds the point estimate
+        ratios.append(hi / lo)
+    assert ratios[0] == pytest.approx(ratios[1]) == pytest.approx(ratios[2])   # an error in shares of the total
+    assert ratios[0] > 1.05                                         # never claims to know the peak within 5 %
+
+
+def test_fewer_rows_give_a_wider_interval():
+    methods = u.table()["methods"]
+    k0, nu0 = u.prior()
+    for cls, stats in methods["analytic"]["classes"].items():
+        if stats["n"] < 3:
+            continue
+        known = u.dist_from(methods, "analytic", cls, k0, nu0)
+        thin = {**methods, "analytic": {**methods["analytic"],
+                                        "classes": {**methods["analytic"]["classes"], cls: {**stats, "n": 2}}}}
+        less = u.dist_from(thin, "analytic", cls, k0, nu0)
+        width = lambda d: d.quantile(0.95) - d.quantile(0.05)  # noqa: E731
+        assert width(less) > width(known), cls
+    # a class the table has no rows of is the pooled rows' own predictive, at least as wide as the pooled data
+    pooled = methods["analytic"]["pooled"]
+    unknown = u.error_dist("analytic", "a class with no rows")
+    assert unknown.n == 0 and unknown.scale >= math.sqrt(pooled["var"]) - 1e-12
+
+
+@pytest.mark.parametrize("row_id,low,high", [
+    ("litgpt-hub-gemma-7b-lora-oom", 0.5, 1.0),      # the table reports OOM on the A10G
+    ("litgpt-hub-llama-3.2-1b-lora", 0.0, 0.05),     # 4.2 GB allocated on a 24 GB card
+])
+def test_dev_outcomes_through_the_estimate_path(row_id, low, high):
+    from calibrate import predict
+
+    row = next(r for r in ROWS if r["id"] == row_id)
+    assert row["split"] == "dev"
+    pred = predict(row)
+    assert "error" not in pred and low <= pred["p_oom"] <= high, pred
+
+
+def test_each_counter_is_compared_with_its_own_prediction():
+    from calibrate import compare
+
+    pred = {"total": 20.0, "peak_allocated": 16.0, "runtime": 1.5, "interval": (18.0, 24.0), "capacity": 22.19}
+    row = {"measured": {"value": 17.0, "unit": "GiB", "kind": "allocated"}}
+    c = compare(row, pred)
+    assert c["predicted"] == 16.0 and c["eps"] == pytest.approx(math.log(17 / 16))
+    assert c["inside"] is True                                      # 17 within [18, 24] x 16/20 = [14.4, 19.2]
+    c = compare({"measured": {"value": 17.0, "unit": "GiB", "kind": "reserved"}}, pred)
+    assert c["predicted"] == 18.5 and c["inside"] is True
+    c = compare({"measured": {"value": 25.0, "unit": "GiB", "kind": "nvidia-smi"}}, pred)
+    assert c["predicted"] == 20.0 and c["inside"] is False and c["rel_err"] == pytest.approx(-0.2)
+    c = compare({"measured": {"value": 24, "unit": "GB-class", "kind": "boundary"}}, pred)
+    assert c["measured"] == 22.19 and c["predicted"] == 20.0
+    assert compare({"measured": None}, pred) is None

@@ -1,0 +1,72 @@
+"""Every catalogue entry carries its checkpoint dtype and vocabulary, each with its source (issue 21).
+
+The dtype is the model's config.json's (top level or text_config), else the stored weights' (what LLaMA-Factory's
+``torch_dtype="auto"`` load resolves to when config.json names none), else the modeling code's own choice; an alias
+entry inherits its base's unless its own config.json overrides the field. The doctor sizes with exactly that
+value: before this, 30 base entries had no dtype in the catalogue and were sized as float32 checkpoints
+(google/gemma-7b, bf16 on the hub: +119 % and a false OOM)."""
+
+from __future__ import annotations
+
+import pytest
+
+from finetune_doctor.readers.model.catalog import catalog_arch, catalog_entries, find_in_catalog
+
+FROM = {"config.json", "stored weights", "modeling code", "transformers class default"}
+ENTRIES = catalog_entries()
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["id"] for e in ENTRIES])
+def test_entry_has_dtype_and_vocab_with_their_source(entry):
+    prov = entry.get("provenance") or {}
+    for field in ("torch_dtype", "vocab_size"):
+        rec = prov.get(field)
+        assert isinstance(rec, dict), f"{entry['id']}: no {field} provenance"
+        assert rec.get("value") not in (None, "", "auto"), f"{entry['id']}: {field} has no value"
+        assert isinstance(rec.get("source"), str) and len(rec["source"]) > 10, f"{entry['id']}: {field} source"
+        assert rec.get("from", "").split(": ")[-1] in FROM, f"{entry['id']}: {field} from {rec.get('from')!r}"
+        assert isinstance(rec.get("checked"), bool)
+    assert prov.get("architecture")
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["id"] for e in ENTRIES])
+def test_the_doctor_sizes_with_the_recorded_dtype_and_vocab(entry):
+    arch = catalog_arch(entry, entry["id"])
+    prov = entry["provenance"]
+    want = str(prov["torch_dtype"]["value"]).replace("torch.", "")
+    assert arch.dtype == {"bf16": "bfloat16", "fp16": "float16"}.get(want, want)
+    assert arch.vocab_size == prov["vocab_size"]["value"]
+    assert "assumed float32 here" not in arch.notes   # no entry falls back to the conservative guess
+
+
+def test_gemma_7b_is_bf16_as_on_the_hub():
+    entry, _ = find_in_catalog("google/gemma-7b")
+    arch = catalog_arch(entry, "google/gemma-7b")
+    assert arch.dtype == "bfloat16" and "from the config.json" in arch.notes
+    assert entry["provenance"]["torch_dtype"]["checked"] is True
+
+
+def test_a_checkpoint_without_a_config_dtype_is_sized_in_its_stored_dtype():
+    entry, _ = find_in_catalog("openai-community/gpt2-large")
+    assert "torch_dtype" not in entry["config"]                 # the real config.json names none
+    assert entry["provenance"]["torch_dtype"]["from"] == "stored weights"
+    assert catalog_arch(entry, "gpt2-large").dtype == "float32"
+
+
+def test_gemma_7b_lora_without_a_precision_flag_is_sized_from_bf16_weights(tmp_path, monkeypatch):
+    """LF infers the compute dtype from the checkpoint when neither bf16 nor fp16 is set (LF_FACTS.md §2): a
+    float32 guess doubled the frozen weights (31.9 GiB instead of 16.0 GiB) and ran the step in fp16."""
+    import json
+
+    from click.testing import CliRunner
+
+    from finetune_doctor.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "g.yaml").write_text("model_name_or_path: google/gemma-7b\nstage: sft\ndo_train: true\n"
+                                     "finetuning_type: lora\ntemplate: gemma\ndataset: alpaca_en_demo\n"
+                                     "cutoff_len: 2048\nper_device_train_batch_size: 2\noutput_dir: out\n")
+    r = CliRunner().invoke(main, ["estimate", "g.yaml", "--gpu", "A100-80GB", "--offline", "--format", "json"])
+    d = json.loads(r.output)
+    assert d["run"]["precision"]["weights"] == "bfloat16" and d["run"]["precision"]["compute"] == "bfloat16"
+    assert d["memory"]["per_gpu_gib"]["weights"] == pytest.approx(15.9, abs=0.3)   # 8.54 B x 2 bytes

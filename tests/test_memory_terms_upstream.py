@@ -1,0 +1,315 @@
+"""The memory terms derived from upstream source (issue 23), each against an independent reference: numbers
+computed here by hand from the upstream formula the module cites (stated beside each assert), or the upstream
+function itself where the test environment has it (transformers' smart_resize). Tolerances are stated; most are
+exact because the terms are byte counts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from finetune_doctor.analyzers.memory import compute_terms, estimate
+from finetune_doctor.analyzers.memory.activations import activation_bytes_per_token_layer
+from finetune_doctor.analyzers.memory.ddp import bucket_count, reducer_bucket_bytes
+from finetune_doctor.analyzers.memory.hostsave import save_host_bytes
+from finetune_doctor.analyzers.memory.npu import hccl_bytes, is_npu
+from finetune_doctor.analyzers.memory.qlora import dequant_transient_bytes
+from finetune_doctor.analyzers.memory.vision import image_tokens, smart_resize, tower_working_bytes
+from finetune_doctor.analyzers.memory.zero3 import hf_auto_values, persistent_elements, zero3_live
+from finetune_doctor.analyzers.memory.params import count_params
+from finetune_doctor.analyzers.memory.reserve import TABLE
+from finetune_doctor.hardware.catalog import parse_gpu_spec
+from finetune_doctor.readers.deepspeed.dsconfig import load_ds_config
+from finetune_doctor.readers.runlogs.logs import read_text_log
+from finetune_doctor.readers.model.modelcfg import load_arch
+from finetune_doctor.run import resolve_run
+
+MIB = float(1 << 20)
+GIB = float(1 << 30)
+L3 = "meta-llama/Meta-Llama-3-8B"
+# Llama-3-8B shapes (config.json): h 4096, 32 layers, 32 heads, 8 kv heads (1024 wide), I 14336, V 128256
+Q, K, V, O = 4096 * 4096, 4096 * 1024, 4096 * 1024, 4096 * 4096
+G = U = D = 4096 * 14336
+P_LAYER = Q + K + V + O + G + U + D          # 218,103,808 linear elements per layer
+HEAD = 128256 * 4096
+
+
+class _DS:
+    """A resolved DeepSpeed config as readers/deepspeed/dsconfig.py hands it to resolve_run."""
+
+    def __init__(self, zo: dict):
+        self.resolved = {"zero_optimization": zo}
+        self.defaults = {}
+
+
+def _run(model=L3, gpus="8xA100-80GB", zo: dict | None = None, **cfg):
+    base = {"bf16": True, "per_device_train_batch_size": 1, "cutoff_len": 2048, "finetuning_type": "full"}
+    arch, _ = load_arch(model)
+    return resolve_run({**base, **cfg}, arch, parse_gpu_spec(gpus), _DS(zo) if zo else None)
+
+
+# ---- ZeRO-3 ----------------------------------------------------------------------------------------------------
+
+def test_hf_auto_values_follow_transformers_formula(tmp_path):
+    # transformers integrations/deepspeed.py:230-240: hidden², int(0.9·hidden²), 10·hidden
+    assert hf_auto_values(4096) == {"reduce_bucket_size": 16777216, "stage3_prefetch_bucket_size": 15099494,
+                                    "stage3_param_persistence_threshold": 40960}
+    # and the reader that fills the "auto" keys (readers/deepspeed/dsauto.py) lands on the same numbers
+    p = tmp_path / "ds_z3.json"
+    p.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {
+        "stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+        "stage3_param_persistence_threshold": "auto"}}))
+    ds = load_ds_config(str(p), str(tmp_path / "train.yaml"), 1, {}, 8, 4096)
+    zo = ds.resolved["zero_optimization"]
+    assert {k: zo[k] for k in hf_auto_values(4096)} == hf_auto_values(4096)
+
+
+def test_persistent_parameters_are_the_ones_under_the_threshold():
+    # threshold 10·4096 = 40960 (HF auto). Per layer: two RMSNorm weights (4096 each); LoRA r8 A = 8 × in and
+    # B = 8 × out for q,k,v,o,gate,up,down: A of q,k,v,o,gate,up (8·4096 = 32768 ≤ 40960) and B of q,o,down
+    # (32768) and k,v (8·1024 = 8192); not A of down (8·14336) nor B of gate/up (8·14336 = 114688).
+    run = _run(finetuning_type="lora", lora_target="all", lora_rank=8,
+               zo={"stage": 3, "stage3_param_persistence_threshold": 40960})
+    per_layer = 2 * 4096 + 6 * 32768 + 3 * 32768 + 2 * 8192
+    assert persistent_elements(run) == 32 * per_layer + 4096      # + the final norm
+
+
+def test_zero3_live_set_full_finetune_default_config():
+    # DeepSpeed defaults: max_reuse_distance 1e9, prefetch bucket 5e7, checkpointing on (LF default).
+    run = _run(zo={"stage": 3})
+    z = zero3_live(run)
+    # at the loss the output layer is gathered (its reuse follows at once); no earlier module is within 1e9
+    # elements of its reuse: the last layer's closest, k_proj, is P_LAYER - K + 2·HEAD = 1,264,582,656 away
+    assert P_LAYER - K + 2 * HEAD > 1e9
+    assert z.at_loss == 2.0 * HEAD
+    # in the last layer's checkpointed backward every module is re-run and kept until its own backward
+    # (2·suffix <= 2·(P_LAYER - Q) < 1e9), and the prefetch takes whole modules of the next layer in forward order
+    # until 5e7 elements are passed: q, k, v, o (41,943,040) then gate (58,720,256) crosses it
+    prefetch = Q + K + V + O + G
+    assert z.in_backward == 2.0 * (P_LAYER + prefetch)
+    assert z.peak == 2.0 * HEAD
+
+
+def test_zero3_reuse_distance_keeps_the_last_layer_across_the_boundary():
+    # with max_reuse_distance 1.5e9 the last layer's modules are all within reach of their reuse
+    # (P_LAYER - n + 2·HEAD <= 1,264,582,656 < 1.5e9) and the one before is not (3·P_LAYER more)
+    run = _run(zo={"stage": 3, "stage3_max_reuse_distance": 1.5e9})
+    z = zero3_live(run)
+    assert z.at_loss == 2.0 * (HEAD + P_LAYER)
+    prefetch = Q + K + V + O + G
+    assert z.in_backward == 2.0 * (P_LAYER + prefetch)     # the kept layer is not counted twice
+
+
+def test_zero3_offload_optimizer_moves_the_flat_gradient_partition_to_the_host():
+    on = compute_terms(_run(zo={"stage": 3, "offload_optimizer": {"device": "cpu"}}))
+    off = compute_terms(_run(zo={"stage": 3}))
+    n = count_params(_run(zo={"stage": 3})).trainable
+    assert off.grads_always == n * 2.0 / 8            # stage3.py:790: partition numel x 2 bytes, on the GPU
+    assert on.grads_always == 0.0                      # stage3.py:333: the device is cpu under offload
+
+
+# ---- QLoRA -----------------------------------------------------------------------------------------------------
+
+def test_qlora_dequantised_weight_is_the_largest_linear_in_the_compute_dtype():
+    q = _run(finetuning_type="lora", quantization_bit=4)
+    plain = _run(finetuning_type="lora")
+    # MatMul4Bit.backward: dequantize_4bit(B).to(grad_output.dtype): gate/up/down, 4096 x 14336, bf16
+    assert dequant_transient_bytes(q) == 2.0 * G
+    assert dequant_transient_bytes(plain) == 0.0
+    assert compute_terms(q).recompute - compute_terms(plain).recompute == pytest.approx(2.0 * G, abs=1.0)
+
+
+# ---- DDP -------------------------------------------------------------------------------------------------------
+
+def test_ddp_buckets_hold_one_copy_of_the_trainable_gradients_only():
+    run = _run(gpus="2xA100-80GB", finetuning_type="lora", lora_target="all", lora_rank=8)
+    c = count_params(run)
+    # LoRA r8 on all 7 linears of 32 layers: 8·(in+out) each; trainable fp32 (LF upcasts adapters)
+    per_layer = 8 * ((4096 + 4096) * 2 + (4096 + 1024) * 2 + (4096 + 14336) * 3)
+    assert c.trainable == 32 * per_layer
+    assert reducer_bucket_bytes(run, c.trainable) == 4.0 * c.trainable
+    assert reducer_bucket_bytes(run, c.trainable, bucket_view=True) == 0.0
+    # 1 MiB first bucket, then 25 MiB ones: 4·20,971,520 = 83,886,080 B -> 1 + ceil(82,837,504 / 26,214,400) = 5
+    assert bucket_count(run, c.trainable) == 5
+    single = _run(gpus="A100-80GB", finetuning_type="lora")
+    assert reducer_bucket_bytes(single, c.trainable) == 0.0
+
+
+# ---- NPU -------------------------------------------------------------------------------------------------------
+
+def test_npu_hccl_buffers_and_allocator_column():
+    hw = parse_gpu_spec("8x910B")
+    assert is_npu(hw) and not is_npu(parse_gpu_spec("8xA100-80GB"))
+    arch, _ = load_arch(L3)
+    ddp = resolve_run({"bf16": True, "finetuning_type": "lora", "cutoff_len": 2048}, arch, hw)
+    ds = resolve_run({"bf16": True, "finetuning_type": "lora", "cutoff_len": 2048}, arch, hw, _DS({"stage": 2}))
+    # CANN: 2 x HCCL_BUFFSIZE (200 MB) per communicator; DeepSpeed clones the world group (groups.py:723-735)
+    assert hccl_bytes(ddp) == 1 * 2 * 200 * MIB
+    assert hccl_bytes(ds) == 2 * 2 * 200 * MIB
+    est = estimate(ddp, hw)
+    table = json.loads(TABLE.read_text(encoding="utf-8"))["classes"]
+    # llamafactory-cli exports PYTORCH_CUDA_ALLOC_CONF, which torch_npu never reads: the "off" column
+    assert est.details["reserve_share"] == table[est.details["reserve_class"]]["off"]["median"]
+
+
+NPU_LOG = """\
+  File "/app/src/llamafactory/train/sft/workflow.py", line 96, in run_sft
+RuntimeError: NPU out of memory. Tried to allocate 1.96 GiB (NPU 3; 60.97 GiB total capacity; 12.41 GiB already \
+allocated; 12.41 GiB current active; 1.10 GiB free; 58.52 GiB reserved in total by PyTorch) If reserved memory is \
+>> allocated memory try setting max_split_size_mb to avoid fragmentation.
+torch.OutOfMemoryError: NPU out of memory. Tried to allocate 674.00 MiB
+"""
+
+
+def test_npu_oom_message_is_read_with_its_sizes(tmp_path):
+    p = tmp_path / "train.log"
+    p.write_text(NPU_LOG)
+    ooms = [o for o in read_text_log(str(p)).ooms if o.format == "npu"]
+    assert len(ooms) == 2
+    a, b = ooms
+    assert (a.requested, a.gpu, a.total, a.allocated, a.free, a.reserved) == pytest.approx(
+        (1.96 * GIB, 3, 60.97 * GIB, 12.41 * GIB, 1.10 * GIB, 58.52 * GIB))
+    assert a.exc == "RuntimeError"
+    assert (b.requested, b.gpu, b.total) == (674 * MIB, None, None)
+
+
+# ---- attention the model runs itself, and the batch shape --------------------------------------------------------
+
+def test_bloom_ignores_flash_attn_and_keeps_fp32_probabilities():
+    arch, _ = load_arch("bigscience/bloom-560m")
+    fa2 = resolve_run({"bf16": True, "finetuning_type": "lora", "flash_attn": "fa2", "cutoff_len": 1024}, arch,
+                      parse_gpu_spec("A100-80GB"))
+    assert fa2.attention == "eager" and fa2.attention_saved == "fp32+cast"
+    assert any("flash_attn: fa2 does not apply" in n for n in fa2.notes)
+    sdpa = fa2.with_(attention="sdpa")
+    # modeling_bloom.py:280: fp32 softmax output (4 B) + its bf16 cast (2 B) per score, instead of SDPA's fp32
+    # log-sum-exp per head (4 B)
+    diff = activation_bytes_per_token_layer(fa2) - activation_bytes_per_token_layer(sdpa)
+    assert diff == (4 + 2) * arch.num_heads * 1024 - 4 * arch.num_heads
+
+
+def test_scores_scale_with_the_batch_shape_not_the_token_count():
+    arch, _ = load_arch("baichuan-inc/Baichuan2-13B-Chat")
+    hw = parse_gpu_spec("A100-80GB")
+
+    def rec(mb, s):
+        r = resolve_run({"bf16": True, "finetuning_type": "lora", "flash_attn": "fa2", "cutoff_len": s,
+                         "per_device_train_batch_size": mb}, arch, hw)
+        return r, compute_terms(r).recompute
+    r1, long_one = rec(1, 8192)
+    r4, four = rec(4, 2048)
+    assert r1.attention_saved == "half+masked"
+    # the checkpointed layer rebuilt in backward keeps 2·e bytes per score: b × heads × s² of them
+    scores = lambda b, s: 2 * 2 * arch.num_heads * b * s * s  # noqa: E731
+    assert long_one - four == pytest.approx(scores(1, 8192) - scores(4, 2048), rel=0.02)
+
+
+# ---- vision tower ----------------------------------------------------------------------------------------------
+
+def _upstream_smart_resize():
+    """transformers' own smart_resize, taken from its source file (importing the module needs torchvision)."""
+    import ast
+    import importlib.util
+    import math
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("transformers is not installed")
+    path = Path(list(spec.submodule_search_locations)[0]) / "models" / "qwen2_vl" / "image_processing_qwen2_vl.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "smart_resize")
+    ns: dict = {"math": math}
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), str(path), "exec"), ns)
+    return ns["smart_resize"]
+
+
+def test_smart_resize_matches_transformers():
+    upstream = _upstream_smart_resize()
+    for h, w in ((768, 768), (1080, 1920), (8000, 8000), (30, 4000), (50, 50), (3584, 3584)):
+        assert smart_resize(h, w) == tuple(upstream(h, w, 28, 3136, 12845056))
+
+
+def test_image_tokens_from_image_max_pixels():
+    # LF resize: 8000x8000 down to 768x768 (default image_max_pixels); smart_resize: 768 -> 756 (27 x 28);
+    # (756/14)² = 2916 patches, / 2² = 729 tokens
+    assert image_tokens(8000, 8000) == 729
+    # with image_max_pixels = 64e6 the processor's own cap (12,845,056) decides: 3584 x 3584 -> 256² patches
+    assert image_tokens(8000, 8000, max_pixels=64_000_000) == (3584 // 14) ** 2 // 4
+
+
+def test_vision_tower_working_set_by_hand():
+    arch, _ = load_arch("Qwen/Qwen2-VL-7B-Instruct")
+    n = 2916
+    # width 1280, 16 heads (head_dim 80), MLP 5120: attention phase (5·2 + 24)·1280 = 43,520 B per patch beats the
+    # MLP's 2·2·1280 + 3·2·5120 = 35,840; + cos/sin 2·4·80; + fp32 pixels 3·2·14²·4
+    per_patch = 34 * 1280 + 2 * 4 * 80 + 3 * 2 * 196 * 4
+    assert tower_working_bytes(arch.raw, n, n, eager=False) == n * per_patch
+    # eager: at the softmax, 7·2·1280 B per patch beside 16 heads × n² scores of bf16 + fp32 copy + fp32 softmax
+    tables = 2 * 4 * 80 + 3 * 2 * 196 * 4
+    assert tower_working_bytes(arch.raw, n, n, eager=True) == n * (14 * 1280 + tables) + 16 * n * n * 10
+    # fp16 on CUDA takes the half_to_float kernel: no fp32 copy, the cast back peaks at 2·2 + 4
+    assert tower_working_bytes(arch.raw, n, n, eager=True, fp16=True) == n * (14 * 1280 + tables) + 16 * n * n * 8
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl,tol", [("sdpa", 0.03), ("eager", 0.03)])
+def test_vision_tower_working_set_against_a_real_cpu_forward(impl, tol):
+    # transformers' own Qwen2-VL vision tower (two blocks of the 7B's shapes, random bf16 weights), one real CPU
+    # forward of a 16 x 16-patch image under no_grad, measured by the live-bytes tracker (the analogue of
+    # max_memory_allocated): everything beyond weights and inputs against the formula minus its pixel term
+    torch = pytest.importorskip("torch")
+    vl = pytest.importorskip("transformers.models.qwen2_vl.modeling_qwen2_vl")
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLVisionConfig
+
+    from finetune_doctor.probes.tracker import LiveBytesTracker
+
+    arch, _ = load_arch("Qwen/Qwen2-VL-7B-Instruct")
+    vc = {k: v for k, v in arch.raw["vision_config"].items() if k != "model_type"}
+    cfg = Qwen2VLVisionConfig(**{**vc, "depth": 2})
+    cfg._attn_implementation = impl
+    torch.manual_seed(0)
+    model = vl.Qwen2VisionTransformerPretrainedModel._from_config(cfg, dtype=torch.bfloat16).eval()
+    n = 256
+    x = torch.randn(n, 3 * 2 * 14 * 14)
+    grid = torch.tensor([[1, 16, 16]])
+    tr = LiveBytesTracker()
+    tr.track(model.parameters(), "weights")
+    tr.track(model.buffers(), "buffers")
+    tr.track([x, grid], "inputs")
+    tr.default_category = "activations"
+    with torch.no_grad(), tr:
+        model(x, grid_thw=grid)
+    measured = tr.peak.by_category["activations"]
+    predicted = tower_working_bytes(arch.raw, n, n, eager=impl == "eager") - n * 3 * 2 * 196 * 4
+    assert predicted == pytest.approx(measured, rel=tol)
+
+
+# ---- host RAM at save ------------------------------------------------------------------------------------------
+
+def test_host_at_zero3_save_gathers_the_16bit_model_on_rank0():
+    zo = {"stage": 3, "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"},
+          "stage3_gather_16bit_weights_on_model_save": True}
+    full = _run(zo=zo)
+    c = count_params(full)
+    assert save_host_bytes(full, c)[0] == 2.0 * c.total
+    lora = _run(zo=zo, finetuning_type="lora")
+    cl = count_params(lora)
+    assert save_host_bytes(lora, cl)[0] == 2.0 * cl.adapter            # transformers 5.6 trainer.py:3784-3787
+    old = lora.with_(stack_sources=(("transformers", "4.44.0", "test"),))
+    assert save_host_bytes(old, cl)[0] == 2.0 * cl.total
+    no_gather = _run(zo={**zo, "stage3_gather_16bit_weights_on_model_save": False})
+    assert save_host_bytes(no_gather, c)[0] == 0.0
+    est = estimate(full, parse_gpu_spec("8xA100-80GB"))
+    assert est.host == pytest.approx(est.details["host_steady_gib"] + 2.0 * c.total / GIB)
+
+
+def test_zero3_reduce_scatter_flattens_one_bucket_in_backward():
+    # coalesced_collectives.py:122 torch.cat of the bucket's chunks: min(reduce_bucket_size, trainable) x 2 bytes
+    full = compute_terms(_run(zo={"stage": 3, "reduce_bucket_size": 16777216}))
+    assert full.grads_in_backward == 2.0 * 16777216
+    lora = _run(finetuning_type="lora", lora_target="q_proj,v_proj", zo={"stage": 3, "reduce_bucket_size": 5e8})
+    n = count_params(lora).trainable
+    assert n < 5e8 and compute_terms(lora).grads_in_backward == 2.0 * n
+    assert compute_terms(_run(zo={"stage": 2})).grads_in_backward == count_params(_run()).trainable * 2.0 / 8
