@@ -25,6 +25,7 @@ import json
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from finetune_doctor.arch import ModelArch
 from finetune_doctor.errors import InputError
@@ -330,3 +331,15 @@ def _unknown(name: str, looked: list[str]) -> ModelUnresolved:
     return ModelUnresolved(f"unknown model '{name}': {', '.join(looked)}{hint}; supply its config with {fix}",
                            model=name, missing="the model's config.json", fix=fix)
 
+
+def read_processor_config(model_dir: Path) -> dict[str, Any] | None:
+    """``preprocessor_config.json`` (or ``processor_config.json``) beside a config.json, or None."""
+    for nm in ("preprocessor_config.json", "processor_config.json"):
+        f = model_dir / nm
+        if f.is_file():
+            try:
+                v = json.loads(f.read_text(encoding="utf-8"))
+            except (OSError, ValueError, RecursionError):
+                return None
+            return v if isinstance(v, dict) else None
+    return None
