@@ -46,7 +46,7 @@ def parse_sweep(spec: str) -> tuple[str, list[str]]:
 def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple[str, ...] = ()) -> Report:
     """The estimate of `config` (and of each sweep point). Raises InputError on bad input, including a model
     that cannot be resolved (nothing to estimate)."""
-    asm = assemble_config(config, overrides, opts)
+    asm = assemble_config(config, overrides, opts, "estimate")
     findings = judge("estimate", asm.facts, asm.sources, opts, texts={asm.doc.path: asm.doc.text}, live=asm.live())
     sections: dict[str, Any] = {"model": asm.model_section()} if asm.run is not None else {}
     if asm.memory is not None:
@@ -64,7 +64,7 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple
         rows = []
         for combo in itertools.product(*[vals for _, vals in axes]):
             ov = tuple(overrides) + tuple(f"{k}={v}" for (k, _), v in zip(axes, combo))
-            m = assemble_config(config, ov, opts, hw=asm.hw).memory
+            m = assemble_config(config, ov, opts, "estimate", hw=asm.hw).memory
             rows.append({**{k: parse_override(f"{k}={v}")[1] for (k, _), v in zip(axes, combo)},
                          "total_gib": None if m is None else round(m.total, 2),
                          "peak_allocated_gib": None if m is None else round(m.peak_allocated, 2),

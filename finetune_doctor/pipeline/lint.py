@@ -147,7 +147,7 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
         if kind != "lf":
             continue
         file_opts = _per_file(opts, f)
-        asm = assemble_config(f, (), file_opts, static=True)
+        asm = assemble_config(f, (), file_opts, "lint")
         assumed.extend(asm.assumptions)
         notes.extend(dropped_note(f, asm.facts))
         findings.extend(judge("lint", asm.facts, asm.sources, file_opts, texts={asm.doc.path: asm.doc.text},
