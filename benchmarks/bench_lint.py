@@ -15,6 +15,12 @@ the setting of this development sandbox, where every import is compiled from sou
 Also checks with ``-X importtime`` that `doctor lint` imports no torch, transformers or deepspeed.
 Writes benchmarks/results/lint.md.
 
+Second, LLaMA-Factory's own examples as they are (issue #22): every YAML under the copy in
+fixtures/llamafactory/examples, and every YAML under a full examples/ folder of LLaMA-Factory when one is given
+(``LF_EXAMPLES=path``; default: the snapshot's copy at /work/shared/reference/llamafactory/examples when present),
+each against ``yamllint -d relaxed`` on the same files, interleaved, bytecode cached (goal: ratio <= 0.5, one file
+<= 0.12 s).
+
 Usage: python benchmarks/bench_lint.py [RUNS]   (default 7)
 """
 
@@ -37,6 +43,7 @@ ROOT = HERE.parent
 EXAMPLES = ROOT / "fixtures" / "llamafactory" / "examples"
 BIN = Path(sys.executable).parent
 N_CONFIGS = 50
+LF_FULL = Path(os.environ.get("LF_EXAMPLES", "/work/shared/reference/llamafactory/examples"))
 
 
 def generate(out: Path, seed: int = 20261130) -> tuple[list[Path], list[Path]]:
@@ -134,7 +141,7 @@ def breakdown(yaml_path: Path, json_path: Path, reps: int = 15) -> dict[str, flo
         loader.load_rules()
 
     def schema_cold() -> None:
-        keyschema.load_schema.cache_clear()
+        keyschema._bundled_schema.cache_clear()
         keyschema.load_schema()
 
     text = json_path.read_text()
@@ -163,6 +170,10 @@ def main() -> int:
         nocache.pop("PYTHONPYCACHEPREFIX", None)
         res_all = measure(files, yamls[0], {"cached": cached, "nocache": nocache}, work, runs)
         r_cached, r_nocache = res_all["cached"], res_all["nocache"]
+        corpora = {"fixtures/llamafactory/examples (copy)": sorted(EXAMPLES.rglob("*.yaml"))}
+        if LF_FULL.is_dir():
+            corpora[f"{LF_FULL} (LLaMA-Factory's examples/)"] = sorted(LF_FULL.rglob("*.yaml"))
+        lf_res = {name: measure(fs, fs[0], {"cached": cached}, work, runs)["cached"] for name, fs in corpora.items()}
         heavy = heavy_imports(yamls[0], cached, work)
         parts = breakdown(yamls[0], jsons[0])
         load = os.getloadavg()
@@ -211,6 +222,21 @@ one file cold <= 0.15 s -- **{'met' if r_cached['single'] <= 0.15 else 'NOT met'
   one file: {', '.join(f'{t:.3f}' for t in r_cached['single_all'])}.
 - machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, yamllint
   {getattr(yamllint, '__version__', '?')}, ruamel.yaml {ruamel.yaml.__version__}.
+
+## LLaMA-Factory's examples, as shipped (issue #22)
+
+Every YAML of each folder (configs of every kind: train, inference, merge; LLaMA-Factory v1 configs included),
+`doctor lint` against `yamllint -d relaxed` on the same files, bytecode cached (PYTHONPYCACHEPREFIX, warmed once),
+median of {runs} interleaved rounds. "one file": `doctor lint` on the first YAML of the folder.
+
+| corpus | files | doctor lint, s | yamllint -d relaxed, s | ratio doctor/yamllint | one file, s |
+|---|---|---|---|---|---|
+""" + "\n".join(f"| {name} | {len(corpora[name])} | {r['doctor']:.3f} | {r['yamllint']:.3f} | "
+                f"**{r['doctor'] / r['yamllint']:.2f}** | {r['single']:.3f} |" for name, r in lf_res.items()) + f"""
+
+Goals (issue #22): ratio <= 0.5 -- {'; '.join(f"{n.split(' ')[0]}: **{'met' if r['doctor'] / r['yamllint'] <= 0.5 else 'NOT met'}**" for n, r in lf_res.items())};
+one file <= 0.12 s -- {'; '.join(f"{n.split(' ')[0]}: **{'met' if r['single'] <= 0.12 else 'NOT met'}**" for n, r in lf_res.items())}.
+Raw times: {'; '.join(f"{n.split(' ')[0]}: doctor {', '.join(f'{t:.3f}' for t in r['doctor_all'])} / yamllint {', '.join(f'{t:.3f}' for t in r['yamllint_all'])}" for n, r in lf_res.items())}.
 
 Where the time goes (in-process, median ms):
 

@@ -55,6 +55,13 @@ STATE_SPACE_TYPES = frozenset({"mamba"})
 ACTIVE_SCOPES = ("all", "text", "no_input_embedding", "non_embedding")   # see ModelArch.active_params
 
 
+# families pre-trained in bf16 even where config.json says float16 (Llama 2; Meta's model card): the one list, read by
+# the postmortem (analyzers/postmortem/runctx.py) and, as the fact model.bf16_family (facts/model.py), by
+# rules/fp16-on-bf16-model.yaml
+BF16_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
+                 "gemma3_text", "deepseek_v2", "phi3", "glm4", "chatglm", "internlm2")
+
+
 @dataclass(frozen=True)
 class Linear:
     """One linear module of a decoder layer: `count` copies of an `in_features`×`out_features` matrix.
@@ -440,9 +447,6 @@ class ModelArch:
             out.append(Linear("shared_expert_gate", self.hidden_size, 1))
         return out
 
-    def mlp_linears(self, layer: int) -> list[Linear]:
-        return list(self._kind_linears(("full", self.mlp_kind(layer)))[1])
-
     def _kind_linears(self, kind: tuple[str, str]) -> tuple[tuple[Linear, ...], tuple[Linear, ...]]:
         key = ("lin", kind)
         if key not in self._memo:
@@ -569,9 +573,3 @@ class ModelArch:
         elif self.extra_params:
             out["extra"] = self.extra_params
         return out
-
-    def layer_summary(self) -> list[dict[str, Any]]:
-        """Per-kind layer facts for reports and the memory model: one dict per kind with ``attention``
-        (full/sliding/linear), ``mlp`` (dense/moe), ``count`` (layers), ``params`` (elements per layer)."""
-        return [{"attention": k[0], "mlp": k[1], "count": n, "params": self.kind_params(k)}
-                for k, n in self.layer_groups()]

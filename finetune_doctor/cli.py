@@ -53,6 +53,14 @@ def _guard(fn: Callable) -> Callable:
     return wrapper
 
 
+# options more than one command takes, declared once (issue #22)
+RULES_OPTION = click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False),
+                            help="Extra directory of rule files (repeatable).")
+FIX_OPTION = click.option("--fix", is_flag=True, help="Apply safe fixes, keeping comments, key order and quoting.")
+UNSAFE_FIXES_OPTION = click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that change training "
+                                                                         "semantics.")
+
+
 def common_options(fn: Callable) -> Callable:
     opts = [
         click.option("--gpu", "gpu", default=None, help="GPU spec: A100-80GB, 8xH100-80GB, 2x4090 (default: NVML)."),
@@ -65,8 +73,7 @@ def common_options(fn: Callable) -> Callable:
         click.option("--ignore", default=None, help="Comma-separated codes or prefixes to skip."),
         click.option("--fail-on", type=click.Choice(["error", "warning", "info", "never"]), default=None,
                      help="Lowest severity that makes the exit code 1 (default error)."),
-        click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False),
-                     help="Extra directory of rule files (repeatable)."),
+        RULES_OPTION,
         click.option("--torch", "torch_version", default=None, metavar="VERSION",
                      help="torch on the training machine (default optimizer and kernels follow it; default: current)."),
         click.option("--transformers", "transformers_version", default=None, metavar="VERSION",
@@ -194,8 +201,8 @@ def main() -> None:
 @click.option("--probe-mode", "probe_mode", type=click.Choice(["simulate", "gpu", "auto"]),
               help="Probe mode for --probe: simulate (default), gpu (real steps on free local GPUs), auto.")
 @click.option("--data/--no-data", "scan_data", default=True, help="Scan local datasets for token lengths.")
-@click.option("--fix", is_flag=True, help="Apply safe fixes to the files, keeping comments and key order.")
-@click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that change training semantics.")
+@FIX_OPTION
+@UNSAFE_FIXES_OPTION
 @click.option("--validate-deepspeed", "validate_ds", is_flag=True,
               help="Also validate the DeepSpeed JSON with DeepSpeed's own config models (imports deepspeed, ~3 s).")
 @strict_option
@@ -215,8 +222,8 @@ def check(config: str, overrides: tuple[str, ...], probe_mode: str | None, scan_
 @main.command()
 @click.argument("files", nargs=-1, type=click.Path())
 @common_options
-@click.option("--fix", is_flag=True, help="Apply safe fixes, keeping comments, key order and quoting.")
-@click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that change training semantics.")
+@FIX_OPTION
+@UNSAFE_FIXES_OPTION
 @click.option("--diff", is_flag=True, help="Print only the unified diff the fixes would make (nothing is written; "
               "exit 1 when there is one).")
 @strict_option
@@ -390,7 +397,7 @@ def data(config: str, overrides: tuple[str, ...], approximate: bool, workers: in
 
 
 @main.command(name="rules")
-@click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False))
+@RULES_OPTION
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 @_guard
 def rules_cmd(rules_dirs: tuple[str, ...], fmt: str) -> None:
@@ -403,7 +410,7 @@ def rules_cmd(rules_dirs: tuple[str, ...], fmt: str) -> None:
 
 @main.command()
 @click.argument("code_or_name")
-@click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False))
+@RULES_OPTION
 @_guard
 def explain(code_or_name: str, rules_dirs: tuple[str, ...]) -> None:
     """One rule's documentation."""

@@ -16,8 +16,8 @@ non-finite values and the larger move of each pair (``Series.stride`` says how m
 
 The ``ev`` fact namespace
 -------------------------
-analyzers/postmortem/timeline.py `analyze` turns an `Evidence` into the ``ev`` namespace that postmortem rules read (merged
-by pipeline/postmortem.py beside cfg/run/model/hw/mem/ds of ``pipeline.check.build_context``). Plain dicts and
+analyzers/postmortem/timeline.py `analyze` turns an `Evidence` into the ``ev`` namespace that postmortem rules read
+(merged by pipeline/postmortem.py beside cfg/run/model/hw/mem/ds of ``facts.config.assemble_config``). Plain dicts and
 lists; a missing fact is None; every ``location`` is ``{file, line, column, key}`` of the evidence line:
 
 ==================  ==========================================================================================

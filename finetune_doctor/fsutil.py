@@ -21,7 +21,6 @@ import errno
 import os
 import stat
 import sys
-import tempfile
 from pathlib import Path
 from typing import Iterable
 
@@ -123,6 +122,8 @@ def write_bytes(target: str, data: bytes, shown: str | None = None, mode: int | 
     except OSError as err:
         raise InputError(f"cannot write: {err.strerror or err}", file=shown) from None
     tmp = None
+    import tempfile   # only when writing: it pulls in shutil, bz2 and lzma (the lint path's import time)
+
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
         with os.fdopen(fd, "wb") as fh:
@@ -197,3 +198,16 @@ def display_path(path: str | None, base: str | None = None) -> str | None:
     if rel == os.curdir or rel.startswith(os.pardir + os.sep) or rel == os.pardir:
         return path
     return rel.replace(os.sep, "/")
+
+
+def format_bytes(n: int | None) -> str:
+    """A byte count for people, in binary units with one decimal: "0 B", "512 B", "1.5 KiB", "20.0 MiB", "2.3 GiB".
+    The one size formatter of reports and messages (the PyTorch-worded OOM text keeps c10's own format_size,
+    probes/replay.py)."""
+    if not n:
+        return "0 B"
+    for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= f:
+            return f"{n / f:.1f} {unit}"
+    return f"{n} B"
+

@@ -408,7 +408,8 @@ def test_duplicate_keys_at_every_depth():
     assert doc.duplicates == ("zero_optimization", "zero_optimization.offload_param.device", "zero_optimization.stage")
     cfg = build_ds_config(doc.values, "d.json", doc.positions, LF, 8, 4096, dup_paths=doc.duplicates, **NEW)
     dups = {p.key: p.line for p in cfg.problems if p.kind == "duplicate"}
-    assert dups == {"zero_optimization": 2, "zero_optimization.offload_param.device": 2, "zero_optimization.stage": 2}
+    # each at the occurrence json.load keeps: the second zero_optimization (line 4) and what lies below it
+    assert dups == {"zero_optimization": 4, "zero_optimization.offload_param.device": 2, "zero_optimization.stage": 4}
 
 
 @pytest.mark.parametrize("data, line, what", [

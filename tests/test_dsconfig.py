@@ -164,7 +164,7 @@ def test_duplicate_keys_are_reported():
     assert raw["train_micro_batch_size_per_gpu"] == "auto"      # json.load keeps the last value
     cfg = build_ds_config(raw, "d.json", pos, LF_LORA, 8, 4096, dup_paths=dups, **NEW)
     dup = kinds(cfg, "duplicate")
-    assert [p.key for p in dup] == ["train_micro_batch_size_per_gpu"] and dup[0].line == 3
+    assert [p.key for p in dup] == ["train_micro_batch_size_per_gpu"] and dup[0].line == 4   # json.load's copy
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -204,3 +204,17 @@ def test_megatron_model_and_bridge_checks():
     assert "must divide `world_size` (8)" in _run(br).mcore_error
     assert "`sequence_parallel` requires" in _run({**_yaml("megatron_bridge/llama3_sft.yaml"),
                                                    "sequence_parallel": True}).mcore_error
+
+
+def test_run_facts_are_asdict_without_the_architecture():
+    """Run.facts() builds its dict field by field (no deep copy of the ModelArch); it must equal what
+    dataclasses.asdict gives for every field but `arch`."""
+    from dataclasses import asdict
+
+    run = _run(_yaml("train_lora/qwen3_lora_dpo.yaml"), acc=_acc("fsdp_config.yaml"))
+    want = asdict(run)
+    want.pop("arch")
+    got = run.facts()
+    for k in ("tokens_per_micro_batch", "quantized", "global_batch"):
+        got.pop(k)
+    assert got == want and "arch" not in got

@@ -20,6 +20,9 @@ from hypothesis import strategies as st
 from fuzzkit import strategies as fs
 from fuzzkit.run import invoke
 
+# Hypothesis fuzzers run hundreds of whole commands each: the slow lane (CI's `-m "not gpu"`), not the edit loop
+pytestmark = pytest.mark.slow
+
 PROFILE = dict(derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 GPU = ["--gpu", "A100-80GB", "--offline"]
 

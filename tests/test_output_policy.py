@@ -129,7 +129,7 @@ def test_write_faults_are_one_line_and_leave_the_file(tmp_path, monkeypatch, cod
 
     # a full disk fails at the first flush to the temporary file; a read-only folder or file system at its creation
     monkeypatch.setattr(fsutil.os, "fsync", fail) if code == errno.ENOSPC else \
-        monkeypatch.setattr(fsutil.tempfile, "mkstemp", fail)
+        monkeypatch.setattr(__import__("tempfile"), "mkstemp", fail)
     one_line_error(CliRunner().invoke(main, ["lint", "--fix", str(cfg)]), "train.yaml", os.strerror(code))
     assert cfg.read_text() == BAD
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.yaml"]      # no temporary file left behind

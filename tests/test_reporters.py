@@ -126,8 +126,17 @@ def rule(**over):
 # ---------------------------------------------------------------------------------------------- registry
 def test_registry_and_dispatch():
     assert set(REPORTERS) == {"text", "json", "sarif", "github", "concise"}
+    # render() is get_reporter(fmt).render() after making every string terminal-safe: a finding whose message
+    # carries an escape sequence (a hostile key name) reaches the bare reporter as is, and render() without it
+    from dataclasses import replace
+
     r = full_report()
-    assert render(r, "json") == get_reporter("json").render(r)
+    f0 = r.findings[0]
+    hostile = replace(r, findings=(replace(f0, message=f0.message + " \x1b[2J\x1b]0;pwned\x07"),) + r.findings[1:])
+    raw = json.loads(get_reporter("json").render(hostile))["findings"][0]["message"]
+    safe = json.loads(render(hostile, "json"))["findings"][0]["message"]
+    assert "\x1b" in raw and "\x1b" not in safe and "\x07" not in safe and safe.startswith(f0.message)
+    assert render(r, "json") == get_reporter("json").render(r)   # nothing to make safe: the same text
     with pytest.raises(InputError, match="unknown output format 'xml'"):
         render(r, "xml")
 
@@ -690,7 +699,8 @@ dataset: alpaca_en_demo"""
 
 def test_yaml_scalar_types_round_trip_as_llamafactory_reads_them():
     assert yaml_scalar(True) == "true" and yaml_scalar(None) == "null" and yaml_scalar(8) == "8"
-    assert yaml_scalar(1e-05) == "1.0e-05" and yaml_scalar(2.5e-06) == "2.5e-06" and yaml_scalar(0.1) == "0.1"
+    # the spelling --fix writes (fixes/edit.py, the one writer; issue #22)
+    assert yaml_scalar(1e-05) == "1.0e-5" and yaml_scalar(2.5e-06) == "2.5e-6" and yaml_scalar(0.1) == "0.1"
     assert yaml_scalar("fa2") == "fa2" and yaml_scalar("examples/deepspeed/ds_z3_config.json") == \
         "examples/deepspeed/ds_z3_config.json"
     # strings a YAML 1.1 reader would retype stay strings

@@ -17,6 +17,7 @@ A case file holds ``fail:`` and ``pass:`` lists. Each entry is a LLaMA-Factory r
     expect_message:   fail entries: a piece of text the finding's message must contain
                       (every edit that any finding on a fail entry proposes must change its file's value: a
                       deletion of a key the file holds, or a value other than the one it holds)
+    slow:             true for an entry that takes seconds (it builds a model with transformers): the slow lane
     known_misfire:    a rule that misbehaves on this entry today (why, in words): the entry is a strict xfail, so
                       it starts failing the day the rule is repaired and the mark must go
 
@@ -48,7 +49,7 @@ pytestmark = pytest.mark.usefixtures("pinned_error_model")
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "rule_cases"
 ENTRY_KEYS = {"name", "config", "deepspeed", "files", "gpu", "nvml", "overrides", "command", "data", "expect_fix_keys",
-              "expect_edits", "expect_message", "known_misfire", "options"}
+              "expect_edits", "expect_message", "known_misfire", "options", "slow"}
 COMMANDS = ("check", "lint", "estimate", "postmortem")
 
 RULES = {r.name: r for r in load_rules()}
@@ -79,6 +80,8 @@ def _params() -> list[Any]:
                 label = entry.get("name") or str(i)
                 marks = ([pytest.mark.xfail(strict=True, reason=str(entry["known_misfire"]))]
                          if entry.get("known_misfire") else [])
+                if entry.get("slow"):
+                    marks.append(pytest.mark.slow)
                 out.append(pytest.param(path.stem, kind, entry, id=f"{path.stem}:{kind}:{label}", marks=marks))
     return out
 
@@ -136,6 +139,9 @@ def test_rule_case(rule_name: str, kind: str, entry: dict[str, Any], tmp_path: P
     command = entry.get("command", "check")
     assert command in rule.commands, f"{rule.code} is not evaluated by `doctor {command}`"
     monkeypatch.chdir(tmp_path)
+    # tests never reach a network: a model config not on this machine fails at once instead of after the download
+    # timeout (one case took 6-17 s waiting for huggingface.co)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     if entry.get("nvml"):
         _replay_nvml(entry, tmp_path, monkeypatch)
     code, report, output = run_entry(entry, tmp_path)

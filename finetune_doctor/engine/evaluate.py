@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from finetune_doctor.engine.expr import NULL, Evaluator, ExprError, unwrap
+from finetune_doctor.engine.expr import NULL, Evaluator, ExprError, Template, unwrap
 from finetune_doctor.engine.loader import Rule
 from finetune_doctor.errors import InputError
 from finetune_doctor.types import Edit, Finding, Fix, Location, SourceDoc
@@ -84,34 +84,56 @@ def evaluate(rules: tuple[Rule, ...], ctx: RuleContext) -> list[Finding]:
 
 def _run_rule(rule: Rule, ctx: RuleContext, base: Evaluator) -> list[Finding]:
     items: list[Any]
-    if rule.for_each:
+    if rule.for_each is not None:
         seq = base.eval(rule.for_each)
         items = list(seq) if seq is not None and seq is not NULL else []
     else:
         items = [None]
     found = []
     for item in items:
-        ev = base.with_names(item=item) if rule.for_each else base
+        ev = base.with_names(item=item) if rule.for_each is not None else base
         if not ev.truth(rule.when):
             continue
-        message = " ".join(ev.render(rule.message).split())
+        message = _message(rule, ev)
         location = _location(rule, ctx, ev)
         fix = _fix(rule, ctx, ev, location)
         found.append(Finding(rule.code, rule.name, rule.severity, rule.category, message, location, fix))
     return found
 
 
+def _message(rule: Rule, ev: Evaluator) -> str:
+    text = ev.render(_pick(rule, ev))
+    suffix = rule.message.suffix
+    if suffix is not None and ev.truth(rule.message.suffix_when):
+        text = f"{text} {ev.render(suffix)}"
+    return " ".join(text.split())
+
+
+def _pick(rule: Rule, ev: Evaluator) -> Template:
+    """The message template: the rule's one text, or the case of its table that the selector's value names."""
+    msg = rule.message
+    if msg.text is not None:
+        return msg.text
+    value = unwrap(ev.eval(msg.by)) if msg.by is not None else None
+    hit = msg.cases.get(str(value)) if value is not None else None
+    if hit is None:
+        hit = msg.default
+    if hit is None:   # the loader admits no table that can get here; a producer emitting an undeclared value can
+        raise ExprError(f"message table has no case for {msg.by.source if msg.by else ''} == {value!r}")
+    return hit
+
+
 def _location(rule: Rule, ctx: RuleContext, ev: Evaluator) -> Location:
     loc = rule.location
-    if "from" in loc:
-        v = unwrap(ev.eval(loc["from"]))
+    if loc.from_ is not None:
+        v = unwrap(ev.eval(loc.from_))
         if isinstance(v, Mapping):
             return Location(v.get("file"), v.get("line"), v.get("column"), v.get("key"))
-    key = ev.render(loc["key"]) if loc.get("key") else None
-    role = ev.render(loc["file"]) if loc.get("file") else "config"
-    if "line" in loc:
+    key = ev.render(loc.key) if loc.key is not None and loc.key.source else None
+    role = ev.render(loc.file) if loc.file is not None and loc.file.source else "config"
+    if loc.line is not None:
         doc = ctx.sources.get(role)
-        line = unwrap(ev.eval(str(loc["line"])))
+        line = unwrap(ev.eval(loc.line))
         return Location(doc.path if doc else role, line, None, key)
     return ctx.locate(role, key)
 
@@ -127,17 +149,17 @@ def _fix(rule: Rule, ctx: RuleContext, ev: Evaluator, location: Location) -> Fix
         return fn(ctx, rule, ev)
     edits = []
     for e in spec.edits:
-        if e.when and not ev.truth(e.when):
+        if e.when is not None and not ev.truth(e.when):
             continue
         key = ev.render(e.key)
         role = ctx.role_for(ev.render(e.file), key)
         doc = ctx.sources.get(role)
         if doc is None:
             continue
-        value = unwrap(ev.eval(e.value_expr)) if e.value_expr else e.value
+        value = unwrap(ev.eval(e.value_expr)) if e.value_expr is not None else e.value
         edits.append(Edit(doc.path, key, value, e.delete))
     title = " ".join(ev.render(spec.title).split())
     if not title or title == "None":
         return None   # the rule's title is conditional and empty here: no prescription applies
     return Fix(title=title, edits=tuple(edits), safety=spec.safety,
-               cost=ev.render(spec.cost) if spec.cost else None)
+               cost=ev.render(spec.cost) if spec.cost is not None else None)

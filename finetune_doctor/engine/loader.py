@@ -10,15 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-from finetune_doctor.engine.expr import check_syntax, template_exprs
+from finetune_doctor.engine.expr import Expr, ExprError, Template, compile_expr, compile_template
 from finetune_doctor.errors import InputError
 from finetune_doctor.types import SEVERITIES
 
 COMMANDS = ("check", "lint", "estimate", "postmortem", "probe", "gpus", "data")
 CATEGORIES = ("config", "precision", "memory", "deepspeed", "numerics", "data", "distributed", "hardware", "runtime")
 DOC_SECTIONS = ("what_it_does", "why_bad", "example", "use_instead", "references")
+MESSAGE_FIELDS = {"by", "cases", "default", "suffix"}
+SUFFIX_FIELDS = {"when", "text"}
 TOP_FIELDS = {"code", "name", "severity", "category", "commands", "requires", "for_each", "when", "message",
               "location", "fix", "docs", "tags"}
 FIX_FIELDS = {"title", "safety", "edits", "planner", "cost"}
@@ -28,39 +30,74 @@ LOCATION_FIELDS = {"file", "key", "line", "from"}
 
 @dataclass(frozen=True)
 class EditSpec:
-    file: str                 # a role: config | deepspeed, or an expression in {..}
-    key: str                  # may hold {..} placeholders
+    file: Template            # a role: config | deepspeed, or an expression in {..}
+    key: Template             # may hold {..} placeholders
     value: Any = None
-    value_expr: str | None = None
+    value_expr: Expr | None = None
     delete: bool = False
-    when: str | None = None
+    when: Expr | None = None
 
 
 @dataclass(frozen=True)
 class FixSpec:
-    title: str
+    title: Template
     safety: str = "unsafe"
     edits: tuple[EditSpec, ...] = ()
     planner: str | None = None
-    cost: str | None = None
+    cost: Template | None = None
+
+
+@dataclass(frozen=True)
+class LocationSpec:
+    """Where a finding points: ``from`` (an expression giving {file, line, column, key}), or a ``file`` role and a
+    ``key`` (templates) with an optional ``line`` expression."""
+
+    file: Template | None = None
+    key: Template | None = None
+    line: Expr | None = None
+    from_: Expr | None = None
+
+
+@dataclass(frozen=True)
+class Message:
+    """A rule's message: one template, or a table of templates keyed by the value of the selector `by`.
+
+    In a table, the case keys were checked at load against the values the selected fact declares
+    (facts/schema.py `Field.values`), so a misspelt case is a load error; a value with no case takes `default`,
+    which the loader requires unless the cases cover every declared value.
+    """
+
+    text: Template | None = None
+    by: Expr | None = None
+    cases: Mapping[str, Template] = field(default_factory=dict)
+    default: Template | None = None
+    suffix: Template | None = None        # appended to whichever case renders, when `suffix_when` holds
+    suffix_when: Expr | None = None
+
+    def templates(self) -> tuple[Template, ...]:
+        """Every template the message can render (the text, or each case then the default, then the suffix)."""
+        if self.text is not None:
+            return (self.text,)
+        return tuple(t for t in (*self.cases.values(), self.default, self.suffix) if t is not None)
 
 
 @dataclass(frozen=True)
 class Rule:
-    """One rule file, parsed. `path` is where it came from (for `doctor explain` and error messages)."""
+    """One rule file, parsed and compiled: each expression an `Expr` (parsed once), each template a `Template`.
+    `path` is where it came from (for `doctor explain` and error messages)."""
 
     code: str
     name: str
     severity: str
     category: str
     commands: tuple[str, ...]
-    message: str
-    when: str | None = None
-    for_each: str | None = None
+    message: Message
+    when: Expr | None = None
+    for_each: Expr | None = None
     requires: tuple[str, ...] = ()
-    location: dict[str, Any] = field(default_factory=dict)
+    location: LocationSpec = LocationSpec()
     fix: FixSpec | None = None
-    docs: dict[str, Any] = field(default_factory=dict)
+    docs: Mapping[str, Any] = field(default_factory=dict)
     tags: tuple[str, ...] = ()
     path: str = ""
 
@@ -68,7 +105,25 @@ class Rule:
     def fixable(self) -> bool:
         return self.fix is not None
 
+    def expressions(self) -> tuple[Expr, ...]:
+        """Every compiled expression of the rule, placeholders included (the loader parses them all once to validate
+        a pack it has not cached)."""
+        out: list[Expr] = [e for e in (self.when, self.for_each, self.message.by, self.message.suffix_when)
+                           if e is not None]
+        temps = [*self.message.templates(), self.location.file, self.location.key]
+        out += [e for e in (self.location.line, self.location.from_) if e is not None]
+        if self.fix is not None:
+            temps += [self.fix.title, self.fix.cost]
+            for ed in self.fix.edits:
+                temps += [ed.file, ed.key]
+                out += [e for e in (ed.value_expr, ed.when) if e is not None]
+        for t in temps:
+            if t is not None:
+                out.extend(t.exprs())
+        return tuple(out)
 
+
+@lru_cache(maxsize=1)
 def bundled_rules_dir() -> Path:
     """The rule pack: top-level ``rules/`` in a checkout, ``finetune_doctor/_bundled_rules`` in a wheel."""
     here = Path(__file__).resolve().parent.parent
@@ -157,10 +212,11 @@ def _raw_rules(path: str) -> tuple[list[tuple[str, Any]], bool]:
 
 
 def parse_rule(data: Any, path: str, *, check_expressions: bool = True) -> Rule:
-    """Validate one rule mapping; raises InputError naming the file and the bad field.
+    """Validate one rule mapping and compile it; raises InputError naming the file and the bad field.
 
-    `check_expressions=False` skips parsing the `when`/`for_each`/message expressions (for a pack already
-    validated, read back from the cache); every structural check still runs."""
+    Every expression becomes an `Expr` and every template a `Template` (engine/expr.py), shared by all rules that
+    hold the same text and parsed at most once per process. `check_expressions=False` (a pack already validated,
+    read back from the cache) leaves the parsing to first use; every structural check still runs."""
 
     def bad(msg: str) -> InputError:
         return InputError(msg, file=path)
@@ -182,58 +238,117 @@ def parse_rule(data: Any, path: str, *, check_expressions: bool = True) -> Rule:
     cmds = tuple(data["commands"])
     if not cmds or any(c not in COMMANDS for c in cmds):
         raise bad(f"commands must be a non-empty subset of {', '.join(COMMANDS)}")
-    for key in ("when", "for_each") if check_expressions else ():
-        if data.get(key) is not None:
-            err = check_syntax(str(data[key]))
-            if err:
-                raise bad(f"{key}: {err}")
-    for expr in (template_exprs(str(data["message"])) if check_expressions else ()):
-        err = check_syntax(expr)
-        if err:
-            raise bad(f"message: {err}")
     loc = data.get("location") or {}
     if set(loc) - LOCATION_FIELDS:
         raise bad(f"unknown location field(s): {', '.join(sorted(set(loc) - LOCATION_FIELDS))}")
-    fix = None
-    if data.get("fix"):
-        f = data["fix"]
-        if set(f) - FIX_FIELDS:
-            raise bad(f"unknown fix field(s): {', '.join(sorted(set(f) - FIX_FIELDS))}")
-        if f.get("safety", "unsafe") not in ("safe", "unsafe"):
-            raise bad("fix.safety must be safe or unsafe")
-        edits = []
-        for e in f.get("edits") or []:
-            if set(e) - EDIT_FIELDS:
-                raise bad(f"unknown edit field(s): {', '.join(sorted(set(e) - EDIT_FIELDS))}")
-            if "file" not in e or "key" not in e:
-                raise bad("every fix edit needs file and key")
-            for k in ("value_expr", "when"):
-                if e.get(k) is not None and check_syntax(str(e[k])):
-                    raise bad(f"fix edit {k}: {check_syntax(str(e[k]))}")
-            edits.append(EditSpec(file=str(e["file"]), key=str(e["key"]), value=e.get("value"),
-                                  value_expr=e.get("value_expr"), delete=bool(e.get("delete", False)),
-                                  when=e.get("when")))
-        if not f.get("title"):
-            raise bad("fix.title is required")
-        fix = FixSpec(title=str(f["title"]), safety=f.get("safety", "unsafe"), edits=tuple(edits),
-                      planner=f.get("planner"), cost=f.get("cost"))
     docs = data.get("docs") or {}
     missing = [s for s in ("what_it_does", "why_bad") if not docs.get(s)]
     if missing:
         raise bad(f"docs need the sections {', '.join(missing)}")
+    rule = Rule(code=str(data["code"]), name=str(data["name"]), severity=data["severity"],
+                category=data["category"], commands=cmds, message=_message(data["message"], bad),
+                when=_expr(data.get("when")), for_each=_expr(data.get("for_each")),
+                requires=tuple(data.get("requires") or ()),
+                location=LocationSpec(file=_template(loc.get("file")), key=_template(loc.get("key")),
+                                      line=_expr(loc.get("line")), from_=_expr(loc.get("from"))),
+                fix=_fix_spec(data.get("fix"), bad), docs=dict(docs), tags=tuple(data.get("tags") or ()), path=path)
     if check_expressions:
-        _check_names(data, path)
-    return Rule(code=str(data["code"]), name=str(data["name"]), severity=data["severity"],
-                category=data["category"], commands=cmds, message=str(data["message"]).strip(),
-                when=data.get("when"), for_each=data.get("for_each"), requires=tuple(data.get("requires") or ()),
-                location=dict(loc), fix=fix, docs=dict(docs), tags=tuple(data.get("tags") or ()), path=path)
+        for key in ("when", "for_each"):
+            e = getattr(rule, key)
+            try:
+                if e is not None:
+                    e.node
+            except ExprError as err:
+                raise bad(f"{key}: {err}") from None
+        try:
+            for e in rule.expressions():
+                e.node
+        except ExprError as err:
+            raise bad(f"{err}") from None
+        _check_names(rule, data, path)
+        _check_cases(rule, path)
+    return rule
 
 
-def _check_names(data: dict[str, Any], path: str) -> None:
+def _expr(v: Any) -> Expr | None:
+    return None if v is None or v == "" else compile_expr(str(v))
+
+
+def _template(v: Any) -> Template | None:
+    return None if v is None else compile_template(str(v))
+
+
+def _message(m: Any, bad: Any) -> Message:
+    """A message: a template string, or a table ``{by: <expression>, cases: {value: template}, default: template}``."""
+    if not isinstance(m, dict):
+        return Message(text=compile_template(str(m).strip()))
+    if set(m) - MESSAGE_FIELDS:
+        raise bad(f"unknown message field(s): {', '.join(sorted(set(m) - MESSAGE_FIELDS))}")
+    cases = m.get("cases")
+    if not m.get("by") or not isinstance(cases, dict) or not cases:
+        raise bad("a message table needs `by` (the expression it switches on) and a non-empty `cases` mapping")
+    suffix = m.get("suffix") or {}
+    if not isinstance(suffix, dict) or set(suffix) - SUFFIX_FIELDS or (suffix and not suffix.get("text")):
+        raise bad("message.suffix is a mapping {text: template, when: condition}")
+    return Message(by=compile_expr(str(m["by"])),
+                   cases={str(k): compile_template(str(v).strip()) for k, v in cases.items()},
+                   default=None if m.get("default") is None else compile_template(str(m["default"]).strip()),
+                   suffix=_template(str(suffix["text"]).strip()) if suffix else None,
+                   suffix_when=_expr(suffix.get("when")))
+
+
+def _fix_spec(f: Any, bad: Any) -> FixSpec | None:
+    if not f:
+        return None
+    if set(f) - FIX_FIELDS:
+        raise bad(f"unknown fix field(s): {', '.join(sorted(set(f) - FIX_FIELDS))}")
+    if f.get("safety", "unsafe") not in ("safe", "unsafe"):
+        raise bad("fix.safety must be safe or unsafe")
+    edits = []
+    for e in f.get("edits") or []:
+        if set(e) - EDIT_FIELDS:
+            raise bad(f"unknown edit field(s): {', '.join(sorted(set(e) - EDIT_FIELDS))}")
+        if "file" not in e or "key" not in e:
+            raise bad("every fix edit needs file and key")
+        edits.append(EditSpec(file=compile_template(str(e["file"])), key=compile_template(str(e["key"])),
+                              value=e.get("value"), value_expr=_expr(e.get("value_expr")),
+                              delete=bool(e.get("delete", False)), when=_expr(e.get("when"))))
+    if not f.get("title"):
+        raise bad("fix.title is required")
+    return FixSpec(title=compile_template(str(f["title"])), safety=f.get("safety", "unsafe"), edits=tuple(edits),
+                   planner=f.get("planner"), cost=_template(f.get("cost")))
+
+
+def _check_cases(rule: Rule, path: str) -> None:
+    """A message table's case keys must be values its selector's fact declares; an uncovered value needs a
+    default. Raises InputError naming the file and the line of the bad case."""
+    message = rule.message
+    if message.by is None:
+        return
+    from finetune_doctor.engine.expr import FUNCTIONS
+    from finetune_doctor.engine.names import declared_values
+    from finetune_doctor.facts import namespaces
+
+    values = declared_values(message.by.node, namespaces(), FUNCTIONS,
+                             item_from=rule.for_each.node if rule.for_each is not None else None)
+    if values is None:
+        raise InputError(f"message table switches on {message.by.source!r}, a fact that declares no values "
+                         "(facts/<ns>.py: F(..., values=...))", file=path, line=_line_of(path, "by:"))
+    for case in message.cases:
+        if case not in values:
+            raise InputError(f"message case {case!r} is not a value of {message.by.source} "
+                             f"(declared: {', '.join(values)})", file=path, line=_line_of(path, f"{case}:"))
+    uncovered = [v for v in values if v not in message.cases]
+    if uncovered and message.default is None:
+        raise InputError(f"message table has no case for {', '.join(uncovered)} and no default", file=path,
+                         line=_line_of(path, "cases:"))
+
+
+def _check_names(rule: Rule, data: dict[str, Any], path: str) -> None:
     """Every namespace in ``requires`` and every fact name in the rule's expressions must be declared
     (facts/__init__.py); the first that is not is an InputError naming the file and the line it is on."""
     from finetune_doctor.engine.expr import FUNCTIONS
-    from finetune_doctor.engine.names import check_names, rule_expressions
+    from finetune_doctor.engine.names import check_names
     from finetune_doctor.facts import namespaces
 
     spaces = namespaces()
@@ -241,8 +356,8 @@ def _check_names(data: dict[str, Any], path: str) -> None:
         if ns not in spaces:
             raise InputError(f"requires names an unknown fact namespace {ns!r} (known: {', '.join(spaces)})",
                              file=path, line=_line_of(path, str(ns)))
-    problems = check_names(rule_expressions(data, template_exprs), spaces, FUNCTIONS,
-                           item_from=str(data["for_each"]) if data.get("for_each") else None)
+    problems = check_names([e.node for e in rule.expressions()], spaces, FUNCTIONS,
+                           item_from=rule.for_each.node if rule.for_each is not None else None)
     if problems:
         p = problems[0]
         raise InputError(p.message, file=path, line=_line_of(path, p.name))

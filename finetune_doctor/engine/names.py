@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 from finetune_doctor.facts.schema import Field, Namespace
 
@@ -32,15 +32,15 @@ class NameProblem:
 class _Shape:
     """What a name stands for while checking: a namespace, a field, or the fields of a list's element."""
 
-    __slots__ = ("fields", "open", "type", "items")
+    __slots__ = ("fields", "open", "type", "items", "values")
 
     def __init__(self, fields: Mapping[str, Field] | None, open_: bool, type_: str = "dict",
-                 items: Mapping[str, Field] | None = None):
-        self.fields, self.open, self.type, self.items = fields, open_, type_, items
+                 items: Mapping[str, Field] | None = None, values: tuple[str, ...] | None = None):
+        self.fields, self.open, self.type, self.items, self.values = fields, open_, type_, items, values
 
     @classmethod
     def of_field(cls, f: Field) -> "_Shape":
-        return cls(f.fields, f.open or (f.fields is None and f.type in ("dict", "any")), f.type, f.items)
+        return cls(f.fields, f.open or (f.fields is None and f.type in ("dict", "any")), f.type, f.items, f.values)
 
     @classmethod
     def of_items(cls, items: Mapping[str, Field] | None) -> "_Shape | None":
@@ -157,62 +157,35 @@ def _near(word: str, choices: list[str]) -> str | None:
     return hit[0] if hit else None
 
 
-def check_names(exprs: Iterable[str], namespaces: Mapping[str, Namespace], functions: Iterable[str], *,
-                item_from: str | None = None) -> list[NameProblem]:
-    """Every name problem of `exprs` (Python expressions already known to parse).
+def check_names(trees: Iterable[ast.AST], namespaces: Mapping[str, Namespace], functions: Iterable[str], *,
+                item_from: ast.AST | None = None) -> list[NameProblem]:
+    """Every name problem of `trees` (parsed expression bodies: a rule's compiled `Expr.node`s, engine/expr.py).
 
-    `item_from` is the rule's ``for_each`` expression: ``item`` then has the shape of its elements (unchecked
-    when that cannot be known).
+    `item_from` is the tree of the rule's ``for_each``: ``item`` then has the shape of its elements (unchecked when
+    that cannot be known).
     """
     ck = _Checker(namespaces, functions)
-    scope: dict[str, _Shape | None] = {}
-    if item_from is not None:
-        try:
-            tree = ast.parse(item_from, mode="eval").body
-        except SyntaxError:
-            tree = None
-        src = ck.shape_of(tree, {}) if tree is not None else None
-        scope["item"] = _Shape.of_items(src.items) if src is not None else None
-    for e in exprs:
-        try:
-            tree = ast.parse(e, mode="eval")
-        except SyntaxError:
-            continue   # syntax is the loader's other check
-        ck.visit(tree.body, scope)
+    scope = _item_scope(ck, item_from)
+    for tree in trees:
+        ck.visit(tree, scope)
     seen: dict[str, NameProblem] = {}
     for p in ck.problems:
         seen.setdefault(p.name, p)
     return list(seen.values())
 
 
-def rule_expressions(data: Mapping[str, Any], template_exprs: Any) -> list[str]:
-    """Every expression of a rule mapping: ``when``, ``for_each``, the message's and titles' placeholders,
-    ``location`` (``from``, ``line``, templated ``key``/``file``) and each fix edit's ``value_expr``/``when``."""
-    out: list[str] = []
-    for k in ("when", "for_each"):
-        if data.get(k) is not None:
-            out.append(str(data[k]))
-    out.extend(template_exprs(str(data.get("message") or "")))
-    loc = data.get("location") or {}
-    if isinstance(loc, Mapping):
-        for k in ("from", "line"):
-            if loc.get(k) is not None:
-                out.append(str(loc[k]))
-        for k in ("key", "file"):
-            if loc.get(k) is not None:
-                out.extend(template_exprs(str(loc[k])))
-    fix = data.get("fix") or {}
-    if isinstance(fix, Mapping):
-        for k in ("title", "cost"):
-            if fix.get(k):
-                out.extend(template_exprs(str(fix[k])))
-        for e in fix.get("edits") or ():
-            if not isinstance(e, Mapping):
-                continue
-            for k in ("value_expr", "when"):
-                if e.get(k) is not None:
-                    out.append(str(e[k]))
-            for k in ("key", "file"):
-                if e.get(k) is not None:
-                    out.extend(template_exprs(str(e[k])))
-    return out
+def _item_scope(ck: _Checker, item_from: ast.AST | None) -> dict[str, _Shape | None]:
+    if item_from is None:
+        return {}
+    src = ck.shape_of(item_from, {})
+    return {"item": _Shape.of_items(src.items) if src is not None else None}
+
+
+def declared_values(tree: ast.AST, namespaces: Mapping[str, Namespace], functions: Iterable[str], *,
+                    item_from: ast.AST | None = None) -> tuple[str, ...] | None:
+    """The values the fact `tree` names can take, as its declaration lists them (`Field.values`); None when it is
+    not a plain fact chain or its field declares no values. A message table switching on it may only name these
+    (engine/loader.py)."""
+    ck = _Checker(namespaces, functions)
+    shape = ck.shape_of(tree, _item_scope(ck, item_from))
+    return None if shape is None else shape.values

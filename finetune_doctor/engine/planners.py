@@ -353,7 +353,7 @@ def plan_uneven(ctx: RuleContext, rule: Any, ev: Any) -> Fix:
     doc = ctx.sources.get("config")
     if item.get("fix_key") and doc is not None:
         edits = (Edit(doc.path, item["fix_key"], item.get("fix_value")),)
-    return Fix(title=item.get("fix_title") or rule.fix.title, edits=edits, safety=rule.fix.safety)
+    return Fix(title=item.get("fix_title") or ev.render(rule.fix.title), edits=edits, safety=rule.fix.safety)
 
 
 @planner("expandable-segments")

@@ -28,6 +28,15 @@ from typing import Mapping
 from finetune_doctor.facts.schema import Namespace
 
 NAMES = ("cfg", "lint", "hw", "model", "run", "ds", "mem", "data", "ev", "gpus")
+CONFIG_NAMES = NAMES[:8]   # the namespaces a config's facts hold (ev: a postmortem's logs, gpus: doctor gpus)
+
+
+def skeleton(**given: object) -> dict[str, object]:
+    """The one facts skeleton: every namespace of a config's facts, None (a rule requiring it is skipped) unless
+    `given`. facts/config.py, the DeepSpeed-alone lint and the config-less postmortem all start from it."""
+    out: dict[str, object] = dict.fromkeys(CONFIG_NAMES)
+    out.update(given)
+    return out
 
 
 @lru_cache(maxsize=1)

@@ -26,9 +26,8 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from finetune_doctor.analyzers.memory import uncertainty
-from finetune_doctor.analyzers.memory import estimate
-from finetune_doctor.facts.mem import shape_of
+# the memory model is imported where an alternative is weighed, not here: `lint` without a card lists assumptions
+# without weighing them and stays off the memory model (ARCHITECTURE.md, "memory model off the lint path")
 from finetune_doctor.types import Assumption, Hardware
 
 # The shortest samples taken as plausible when the data is not here: a one-turn instruction with a short answer
@@ -66,6 +65,9 @@ def judge_run(counts: Any = None, enabled: bool = True) -> Judge:
     def judge(run: Any, hw: Hardware | None, tokens: int | None = None) -> tuple[float, str | None] | None:
         if not enabled:
             return None
+        from finetune_doctor.analyzers.memory import estimate, uncertainty
+        from finetune_doctor.facts.mem import shape_of
+
         est = estimate(run, hw, counts=counts, tokens=tokens)
         budget = _budget(hw)
         a = uncertainty.assess(est.total, budget, est.method, shape_of(est))
@@ -189,6 +191,9 @@ def _stack(c: _Seen, alt_stack: dict[str, Any] | None) -> list[Assumption]:
         alts = []
         if alt_stack and alt_stack.get("alt_stack_total") is not None:
             total = float(alt_stack["alt_stack_total"])
+            from finetune_doctor.analyzers.memory import uncertainty
+            from finetune_doctor.facts.mem import shape_of
+
             # judged as the reported estimate is: same method, same shape class (the optimizer leaves both)
             shape = shape_of(c.asm.memory) if c.asm.memory is not None else "default"
             verdict = uncertainty.assess(total, _budget(hw), "analytic", shape).verdict if hw else None
@@ -401,6 +406,9 @@ def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str,
     budget = _budget(hw)
     if budget is None or run.packing:
         return None
+    from finetune_doctor.analyzers.memory import estimate, uncertainty
+    from finetune_doctor.facts.mem import shape_of
+
     per_seq = 2 if run.pairwise else 1
 
     def fits_train(n: int) -> bool:

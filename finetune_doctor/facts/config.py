@@ -14,16 +14,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from finetune_doctor.analyzers.memory import estimate
 from finetune_doctor.analyzers.memory.params import count_params
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts import cfg as cfg_facts
+from finetune_doctor.facts import skeleton
 from finetune_doctor.facts import data as data_facts
 from finetune_doctor.facts import ds as ds_facts
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import lint as lint_facts
 from finetune_doctor.facts import machine
-from finetune_doctor.facts import mem as mem_facts
 from finetune_doctor.facts import model as model_facts
 from finetune_doctor.facts import run as run_facts
 from finetune_doctor.fsutil import display_path
@@ -145,25 +144,54 @@ def _set_dotted(d: dict[str, Any], key: str, value: Any, delete: bool) -> None:
         d[parts[-1]] = value
 
 
-def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: Options, *, static: bool = False,
-                    scan_data: bool = False, hw: Hardware | None = None, need_model: bool = True,
-                    validate_ds: bool = False, lenient: bool = False, assume: bool = True) -> Assembly:
-    """Read `config` with `overrides` and assemble every config-side namespace.
+@dataclass(frozen=True)
+class Mode:
+    """How a command assembles a config's facts (one row of `MODES`).
 
-    `static=True` is the lint path: no NVML, no dataset, no deepspeed import; an unresolvable model or a missing
+    `static` is the lint path: no NVML, no dataset, no deepspeed import; an unresolvable model or a missing
     DeepSpeed file is then a fact for a rule, not an error. `need_model=False` tolerates an unresolvable model
-    (``lint.model_unresolved``, rule model-unresolved). `lenient=True` (postmortem) also reads on past a DeepSpeed JSON that is missing or
-    broken. `hw` replaces hardware resolution (a sweep reuses its first point's). `assume=False` (a sweep's points)
-    skips recording and weighing assumptions (facts/assume.py). Raises InputError on bad input.
+    (``lint.model_unresolved``, rule model-unresolved). `lenient` (postmortem) also reads on past a DeepSpeed JSON
+    that is missing or broken. `scan_data` scans the datasets; `validate_ds` runs DeepSpeed's own config models.
     """
-    assume = assume and not lenient   # a postmortem judges a run that happened: nothing to assume for a verdict
+
+    static: bool = False
+    scan_data: bool = False
+    need_model: bool = True
+    validate_ds: bool = False
+    lenient: bool = False
+    assume: bool = True
+
+
+# The command modes, declared once (they were five booleans at every call site). `check` turns scan_data and
+# validate_ds on from its flags: replace(MODES["check"], scan_data=..., validate_ds=...).
+MODES: dict[str, Mode] = {
+    "lint": Mode(static=True),
+    "check": Mode(need_model=False),
+    "estimate": Mode(),
+    "probe": Mode(),
+    "postmortem": Mode(need_model=False, lenient=True),
+}
+
+
+def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: Options, mode: "Mode | str" = "estimate",
+                    *, hw: Hardware | None = None, **legacy: bool) -> Assembly:
+    """Read `config` with `overrides` and assemble every config-side namespace, the way `mode` (a `Mode` or a
+    command name of `MODES`) says. `hw` replaces hardware resolution (a sweep reuses its first point's).
+    `legacy` accepts the former keyword flags (static, scan_data, need_model, validate_ds, lenient) for branches
+    written before `MODES`; they override the mode's fields. Raises InputError on bad input.
+    """
+    m = MODES[mode] if isinstance(mode, str) else mode
+    if legacy:
+        m = replace(m, **legacy)
+    static, scan_data, need_model, validate_ds, lenient = (m.static, m.scan_data, m.need_model, m.validate_ds,
+                                                           m.lenient)
+    assume = m.assume and not lenient   # a postmortem judges a run that happened: nothing to assume for a verdict
     doc = load_config(config, tuple(overrides))
     sources: dict[str, SourceDoc] = {"config": doc.source()}
     if doc.overrides:
         sources["override"] = SourceDoc("override", "<command line>", {k: (1, 1) for k in doc.overrides})
-    facts: dict[str, Any] = {"cfg": cfg_facts.assemble(doc.values),
-                             "lint": lint_facts.assemble(doc, opts.transformers_version),
-                             "run": None, "model": None, "hw": None, "mem": None, "ds": None, "data": None}
+    facts: dict[str, Any] = skeleton(cfg=cfg_facts.assemble(doc.values),
+                                     lint=lint_facts.assemble(doc, opts.transformers_version))
     asm = Assembly(doc=doc, facts=facts, sources=sources)
     facts["lint"]["strict"] = bool(getattr(opts, "strict", False))
     asm.context, ctx_note = machine.load(config, opts, doc)
@@ -215,6 +243,10 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     facts["run"] = run_facts.assemble(asm.run, doc.values)
     facts["model"] = model_facts.assemble(asm.run, asm.counts)
     if not static or asm.hw is not None:
+        # the memory model is imported only here: `doctor lint` without --gpu never estimates (import time, #22)
+        from finetune_doctor.analyzers.memory import estimate
+        from finetune_doctor.facts import mem as mem_facts
+
         tokens = None
         if scan_data and not static:
             facts["data"] = _scan(asm, config)
@@ -579,6 +611,5 @@ def assemble_ds_alone(path: str) -> Assembly:
     ds = ds_facts.load_alone(path)
     doc = ConfigDoc(path=str(path), values={}, positions={})
     sources = {"deepspeed": SourceDoc("deepspeed", str(path), dict(getattr(ds, "positions", {}) or {}))}
-    facts = {"ds": ds_facts.assemble(ds), "cfg": {}, "run": None, "model": None, "hw": None, "mem": None,
-             "lint": lint_facts.assemble(None), "data": None}
+    facts = skeleton(ds=ds_facts.assemble(ds), cfg={}, lint=lint_facts.assemble(None))
     return Assembly(doc=doc, facts=facts, sources=sources, ds=ds)

@@ -17,12 +17,12 @@ from finetune_doctor.facts.schema import LOCATION, OPEN, F, Namespace
 from finetune_doctor.readers.deepspeed import dsconfig
 from finetune_doctor.readers.deepspeed import dsschema as S
 from finetune_doctor.readers.deepspeed.dsjson import printable
-from finetune_doctor.readers.deepspeed.dsproblem import FIELDS, DSProblem, locate
+from finetune_doctor.readers.deepspeed.dsproblem import DS_CHECKS, FIELDS, DSProblem, locate
 from finetune_doctor.types import Hardware
 
 PROBLEM_ITEM = {
     "kind": F("str", "unknown | removed | type | invalid | mismatch | deprecated | ignored | duplicate | deepspeed"),
-    "check": F("str", "the check within the kind (rules/deepspeed-*.yaml word each)"),
+    "check": F("str", "the check within the kind (rules/deepspeed-*.yaml word each)", values=DS_CHECKS),
     "key": F("str", "dotted DeepSpeed key"), "section": F("str", "the dotted parent of key ('' at the top)"),
     "leaf": F("str", "the last part of key"),
     "group": F("str", "mismatch group: batch | precision | clipping | optimizer | scheduler"),

@@ -9,11 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from finetune_doctor.analyzers.memory.vision import max_image_tokens
+from finetune_doctor.arch import BF16_FAMILIES
 from finetune_doctor.facts.schema import F, Namespace
 
 NAMESPACE = Namespace("model", __doc__.split("\n\n")[0], {
     "name": F("str", "model name as the config gives it, or the catalog id"),
     "model_type": F("str", "config.json model_type"),
+    "bf16_family": F("bool", "a family pre-trained in bf16 (arch.py BF16_FAMILIES, the one list)"),
     "dtype": F("str", "checkpoint dtype (config.json torch_dtype/dtype)"),
     "params_b": F("float", "parameters, billions"),
     "params": F("int", "parameters"),
@@ -38,7 +40,8 @@ def assemble(run: Any, counts: Any) -> dict[str, Any]:
     """The ``model`` facts of a resolved run (run.Run) and its counts (analyzers.memory.params.ParamCounts)."""
     a = run.arch
     return {
-        "name": a.name, "model_type": a.model_type, "dtype": a.dtype, "params_b": counts.base / 1e9,
+        "name": a.name, "model_type": a.model_type, "bf16_family": a.model_type in BF16_FAMILIES,
+        "dtype": a.dtype, "params_b": counts.base / 1e9,
         "params": counts.base, "trainable_params": counts.trainable, "adapter_params": counts.adapter,
         "trainable_pct": 100.0 * counts.trainable / max(counts.base, 1),
         "hidden_size": a.hidden_size, "num_layers": a.num_layers, "vocab_size": a.vocab_size,

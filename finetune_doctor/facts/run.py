@@ -11,8 +11,10 @@ from typing import Any, Mapping
 
 from finetune_doctor.facts.schema import OPEN, F, Field, Namespace
 from finetune_doctor.run import Run
+from finetune_doctor.run.savers import LIGER_FLCE_OFF
 
 _TYPES = {"bool": "bool", "int": "int", "float": "float", "str": "str"}
+_VALUES = {"liger_flce_off": LIGER_FLCE_OFF}   # fields whose values a rule's message table may switch on
 _DOCS = {
     "stage": "pt | sft | rm | ppo | dpo | kto", "finetuning_type": "lora | oft | freeze | full",
     "weights_dtype": "frozen weights as stored on the GPU", "trainable_dtype": "trainable params' dtype",
@@ -59,7 +61,7 @@ def _namespace() -> Namespace:
         base = t.split("|")[0].strip().split("[")[0]
         kind = _TYPES.get(base, "tuple" if base == "tuple" else "any")
         out[f.name] = OPEN(_DOCS.get(f.name, f"Run.{f.name}"), "dict") if base == "dict" else \
-            F(kind, _DOCS.get(f.name, f"Run.{f.name}"))
+            F(kind, _DOCS.get(f.name, f"Run.{f.name}"), values=_VALUES.get(f.name))
     out["tokens_per_micro_batch"] = F("int", "tokens in one forward of one rank (x2 for pairwise data)")
     out["quantized"] = F("bool", "quantization_bit set or a pre-quantized checkpoint")
     out["global_batch"] = F("int", "micro batch x gradient accumulation x world size")

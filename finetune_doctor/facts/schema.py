@@ -24,7 +24,9 @@ class Field:
     """One declared fact. `type` is one of TYPES (informative; "number" is int or float, any may also be None).
 
     `fields` declares the sub-fields of a mapping value; `items` those of each element of a list value;
-    `open` accepts any sub-name below this field (its keys come from an open-ended source).
+    `open` accepts any sub-name below this field (its keys come from an open-ended source). `values` lists every
+    value a str field can take, where the producer declares them: a rule's message table switching on this field
+    may only name these values (engine/loader.py checks it at load).
     """
 
     type: str = "any"
@@ -32,6 +34,7 @@ class Field:
     fields: Mapping[str, "Field"] | None = None
     items: Mapping[str, "Field"] | None = None
     open: bool = False
+    values: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -49,11 +52,12 @@ class Namespace:
 
 
 def F(type: str = "any", doc: str = "", *, fields: Mapping[str, Field] | None = None,
-      items: Mapping[str, Field] | None = None, open: bool = False) -> Field:
+      items: Mapping[str, Field] | None = None, open: bool = False,
+      values: tuple[str, ...] | None = None) -> Field:
     """Shorthand for declaring a `Field`."""
     if type not in TYPES:
         raise ValueError(f"unknown fact type {type!r}")
-    return Field(type, doc, fields, items, open)
+    return Field(type, doc, fields, items, open, values)
 
 
 def OPEN(doc: str = "", type: str = "dict") -> Field:

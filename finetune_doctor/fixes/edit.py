@@ -227,8 +227,9 @@ def _expected(data: Any, ops: list[_Op]) -> Any:
 _INDICATORS = set("-?:,[]{}#&*!|>'\"%@`")
 
 
-def _yaml_scalar(v: Any, quote: str | None = None, flow: bool = False) -> str:
-    """One value as YAML text that OmegaConf (YAML 1.1) and ruamel (1.2) both read back as `v`."""
+def yaml_scalar(v: Any, quote: str | None = None, flow: bool = False) -> str:
+    """One value as YAML text that OmegaConf (YAML 1.1) and ruamel (1.2) both read back as `v`: the one YAML scalar
+    writer (fixes and the edits reporters show)."""
     if v is None:
         return "null"
     if isinstance(v, bool):
@@ -241,14 +242,15 @@ def _yaml_scalar(v: Any, quote: str | None = None, flow: bool = False) -> str:
         if v in (float("inf"), float("-inf")):
             return ".inf" if v > 0 else "-.inf"
         text = repr(v)
-        if "e" in text:  # 5e-06 -> 5.0e-6, the spelling LLaMA-Factory's examples use
-            mant, exp = text.split("e")
-            text = f"{mant if '.' in mant else mant + '.0'}e{int(exp)}"
+        if "e" in text:  # 5e-06 -> 5.0e-6, the spelling LLaMA-Factory's examples use; 1e+20 keeps its sign,
+            mant, exp = text.split("e")   # which YAML 1.1's float pattern requires
+            e = int(exp)
+            text = f"{mant if '.' in mant else mant + '.0'}e{'-' if e < 0 else '+'}{abs(e)}"
         return text
     if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_yaml_scalar(x, flow=True) for x in v) + "]"
+        return "[" + ", ".join(yaml_scalar(x, flow=True) for x in v) + "]"
     if isinstance(v, Mapping):
-        return "{" + ", ".join(f"{_yaml_scalar(str(k), flow=True)}: {_yaml_scalar(x, flow=True)}"
+        return "{" + ", ".join(f"{yaml_scalar(str(k), flow=True)}: {yaml_scalar(x, flow=True)}"
                                for k, x in v.items()) + "}"
     s = str(v)
     if quote == "'":
@@ -511,7 +513,7 @@ class _YamlDoc:
             # a new key with a new value replaces the old line: the old line's trailing comment spoke of the
             # deleted key and its value, so it goes with them instead of landing on the new key
             s, _e = self._value_text(first, vstart)
-            new_body = body[:s].rstrip() + " " + _yaml_scalar(o.value)
+            new_body = body[:s].rstrip() + " " + yaml_scalar(o.value)
         elif multi or vstart >= len(body) or body[vstart] in "#|>&*!":
             # a block value, an anchor/tag, or nothing: the new value goes right after the colon, the trailing
             # comment of the key line stays, the continuation lines go
@@ -519,16 +521,16 @@ class _YamlDoc:
             comment = f" {m.group(1)}" if m else ""
             anchor = re.match(r"&[^\s,\[\]{}]+", body[vstart:])   # an anchor no alias uses: it stays
             new_body = (body[:colon + 1] + " " + (anchor.group(0) + " " if anchor and not multi else "")
-                        + _yaml_scalar(o.value) + comment)
+                        + yaml_scalar(o.value) + comment)
             if multi:
                 del self.lines[first + 1:end]
         else:
             s, e = self._value_text(first, vstart)
             quote = getattr(old, "style", None) if isinstance(old, str) else None
             quote = quote if quote in ("'", '"') and isinstance(o.value, str) else None
-            new_body = body[:s] + _yaml_scalar(o.value, quote) + body[e:]
+            new_body = body[:s] + yaml_scalar(o.value, quote) + body[e:]
         if o.action == "rename":
-            new_body = new_body[:col] + _yaml_scalar(o.new_name) + new_body[colon:]
+            new_body = new_body[:col] + yaml_scalar(o.new_name) + new_body[colon:]
         self.lines[first] = new_body + (eol or (self.nl if first < len(self.lines) - 1 else ""))
 
     def _insert(self, o: _Op, after: Mapping[str, str]) -> None:
@@ -554,9 +556,9 @@ class _YamlDoc:
         for depth, k in enumerate(rest):
             pad = " " * (col + 2 * depth)
             if depth < len(rest) - 1:
-                new_lines.append(f"{pad}{_yaml_scalar(k)}:{self.nl}")
+                new_lines.append(f"{pad}{yaml_scalar(k)}:{self.nl}")
             else:
-                new_lines.append(f"{pad}{_yaml_scalar(k)}: {_yaml_scalar(o.value)}{self.nl}")
+                new_lines.append(f"{pad}{yaml_scalar(k)}: {yaml_scalar(o.value)}{self.nl}")
         sibling = after.get(".".join(o.path)) or after.get(o.path[-1])
         if sibling is not None and sibling in own and len(rest) == 1:
             _first, at, _c = self._key_span(parent, sibling)

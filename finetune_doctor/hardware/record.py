@@ -17,7 +17,17 @@ from typing import IO
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.hardware.snapshot import MIB, CardSnapshot, Snapshot
-from finetune_doctor.readers.gpus.smi import QUERY_COLUMNS, QUERY_UNITS, RECORD_SCHEMA
+
+# The --record formats are the recorder's to define; readers/gpus/smi.py reads them back (it took them from a reader:
+# the one arrow up, issue #22).
+RECORD_SCHEMA = "finetune-doctor/gpus-record/v1"
+
+# the columns `doctor gpus --record x.csv` writes, in nvidia-smi --query-gpu names (nvidia-smi --help-query-gpu)
+QUERY_COLUMNS = ("timestamp", "index", "name", "uuid", "pci.bus_id", "memory.used", "memory.free", "memory.total",
+                 "memory.reserved", "utilization.gpu", "utilization.memory", "temperature.gpu", "power.draw",
+                 "power.limit")
+QUERY_UNITS = {"memory.used": "MiB", "memory.free": "MiB", "memory.total": "MiB", "memory.reserved": "MiB",
+               "utilization.gpu": "%", "utilization.memory": "%", "power.draw": "W", "power.limit": "W"}
 
 
 def open_recorder(path: str, host: str | None = None, interval_s: float | None = None) -> "CsvRecorder | JsonlRecorder":

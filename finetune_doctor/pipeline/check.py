@@ -7,11 +7,12 @@ fixes (fixes/).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import install_hint
-from finetune_doctor.facts.config import assemble_config
+from finetune_doctor.facts.config import MODES, assemble_config
 from finetune_doctor.reporters.sections.probe import progress as probe_progress
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Report
@@ -24,7 +25,8 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool =
     Raises InputError on bad input (exit 2).
     """
     # an unknown model narrows the diagnosis (model-unresolved) instead of ending it
-    asm = assemble_config(config, overrides, opts, scan_data=scan_data, validate_ds=validate_ds, need_model=False)
+    asm = assemble_config(config, overrides, opts,
+                          replace(MODES["check"], scan_data=scan_data, validate_ds=validate_ds))
     findings = judge("check", asm.facts, asm.sources, opts, texts={asm.doc.path: asm.doc.text}, live=asm.live())
     probed = None
     if probe:

@@ -148,7 +148,7 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
         if kind != "lf":
             continue
         file_opts = _per_file(opts, f)
-        asm = assemble_config(f, (), file_opts, static=True)
+        asm = assemble_config(f, (), file_opts, "lint")
         for a in asm.assumptions:   # one entry per assumption and value over all files (facts/assume.py)
             # without a memory estimate, the memory's own assumptions bear on no finding of lint
             if asm.memory is not None or a.name not in MEMORY_ONLY:

@@ -34,6 +34,8 @@ from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError, install_hint
 from finetune_doctor.evidence import Evidence
 from finetune_doctor.facts.config import Assembly, assemble_config
+from finetune_doctor.facts import hw as hw_facts
+from finetune_doctor.facts import skeleton
 from finetune_doctor.facts.hw import resolve as resolve_hardware
 from finetune_doctor.readers.runlogs.logs import regular_size
 from finetune_doctor.readers.runlogs.runlayout import collect, discover, read_file
@@ -135,7 +137,7 @@ def _context(config: str | None, overrides: list[str], opts: Options, hw: Hardwa
     if not config:
         return None
     placeholder = hw or Hardware(gpu=None, num_gpus=None, capacity_gib=None, bf16=None, source="none")
-    asm = assemble_config(config, tuple(overrides), opts, hw=placeholder, need_model=False, lenient=True)
+    asm = assemble_config(config, tuple(overrides), opts, "postmortem", hw=placeholder)
     notes.extend(asm.notes)
     return asm
 
@@ -197,8 +199,8 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
         facts, sources, live = asm.facts, dict(asm.sources), asm.live()
         hw = asm.hw if asm.hw is not None and asm.hw.source != "none" else hw
     else:
-        facts = {"cfg": None, "run": None, "model": None, "mem": None, "ds": None, "lint": None,
-                 "hw": None if hw is None else {**hw.as_dict(), "host_ram_gib": hw.host_ram_gib}}
+        # the shared skeleton and hw builder: the hand-built hw dropped compute_capability, in_use_gib, nnodes, fp8
+        facts = skeleton(hw=hw_facts.assemble(hw))
         sources, live = {}, {}
     tl = analyze(ev, facts)
     facts["ev"] = tl.facts

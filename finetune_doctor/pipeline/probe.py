@@ -44,7 +44,7 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, mode: str = "
     """
     if steps < 1:
         raise InputError(f"--steps must be at least 1, got {steps}", file="--steps")
-    asm = assemble_config(config, overrides, opts, scan_data=False)
+    asm = assemble_config(config, overrides, opts, "probe")
     if asm.run is None:
         raise _nothing_to_probe(asm, opts)
     if mode == "gpu":

@@ -286,11 +286,6 @@ def _synthesized(a: AllocTrace, b: AllocTrace, num_layers: int) -> AllocTrace:
     return full
 
 
-def trace_of(tracker: Any, n_layers: int) -> AllocTrace:
-    """The `AllocTrace` a `LiveBytesTracker(trace=True)` recorded at `n_layers` layers."""
-    return AllocTrace(tuple(tracker.trace or ()), n_layers)
-
-
 def replay_sim(sim: Any, config: AllocatorConfig | None = None, *, capacity: int | None = None,
                memory_fraction: float | None = None, device_total: int | None = None, device: int = 0,
                process_overhead: int | None = None) -> ReplayResult:

@@ -223,13 +223,6 @@ class _TrackerMixin:
         self._trace_realloc(rec, st.nbytes())
         self._note_peak()
 
-    def category_of(self, t: Any) -> str | None:
-        for st in _storages(t):
-            rec = self._info.get(id(st))
-            if rec is not None and rec[2]() is st:
-                return rec[0]
-        return None
-
     def snapshot(self) -> dict[str, int]:
         """Live bytes per category now (plus ``total``)."""
         out = dict(self.live)

@@ -18,16 +18,12 @@ lines and 1-based columns counted in Unicode code points; ``end_col`` is the col
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from json.decoder import scanstring
 from typing import Any
 
 _YAML_KEY = re.compile(r"""^(?P<indent>[ ]*)(?P<q>["']?)(?P<key>[^"'#:\s][^"'#:]*?)(?P=q)[ \t]*:(?=[ \t]|$)""")
-_YAML_PLAIN_SAFE = re.compile(r"^[A-Za-z_][A-Za-z0-9_./@+-]*$")
-_YAML_SPECIAL = {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "~", "nan", "inf"}
-_NUMBER = re.compile(r"^[-+]?(\d[\d_]*)?(\.\d*)?([eE][-+]?\d+)?$")
 
 
 @dataclass(frozen=True)
@@ -221,34 +217,12 @@ def _yaml_scalar(line: str, i: int) -> tuple[str | None, int]:
 
 
 def yaml_scalar(value: Any) -> str:
-    """`value` spelled as a YAML scalar that LLaMA-Factory reads back as the same type.
+    """`value` spelled as a YAML scalar that LLaMA-Factory reads back as the same type: exactly what ``--fix``
+    writes (fixes/edit.py `yaml_scalar`, the one YAML scalar writer: ``1.0e-5``, never ``1e-05``, which a YAML 1.1
+    reader takes for a string; reference/llamafactory/LF_FACTS.md §1)."""
+    from finetune_doctor.fixes.edit import yaml_scalar as write
 
-    Floats keep a decimal point in the mantissa (``1.0e-05``): a YAML 1.1 reader takes ``1e-05`` for a
-    string (reference/llamafactory/LF_FACTS.md §1 on how LF's OmegaConf loading types scalars).
-    """
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return ".nan"
-        if math.isinf(value):
-            return ".inf" if value > 0 else "-.inf"
-        s = repr(value)
-        if "e" in s:
-            mant, exp = s.split("e")
-            if "." not in mant:
-                mant += ".0"
-            s = f"{mant}e{exp}"
-        return s
-    if isinstance(value, str):
-        if _YAML_PLAIN_SAFE.match(value) and value.lower() not in _YAML_SPECIAL and not _NUMBER.match(value):
-            return value
-        return json.dumps(value, ensure_ascii=False)
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return write(value)
 
 
 def format_value(value: Any, as_json: bool) -> str:

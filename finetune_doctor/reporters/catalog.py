@@ -157,7 +157,7 @@ def fix_safety_text(rule: "Rule") -> str:
                 "re-runs the estimator on each candidate and ranks the ones that make the run fit. Each "
                 "computed fix states its own safety; fixes that change the effective batch, the sequence "
                 "length or the numerics are unsafe and are applied only with `--unsafe-fixes`.")
-    keys = ", ".join(f"`{e.key}` ({e.file})" for e in rule.fix.edits)
+    keys = ", ".join(dict.fromkeys(_edit_words(e) for e in rule.fix.edits))
     edits = f" It edits {keys}." if keys else ""
     if rule.fix.safety == "safe":
         return ("This fix is marked safe: it does not change what the run computes, so `--fix` applies it, "
@@ -165,6 +165,14 @@ def fix_safety_text(rule: "Rule") -> str:
     return ("This fix is marked unsafe: it changes how the run trains (numerics, effective batch, or a "
             "memory/throughput trade-off), so it is applied only with `--unsafe-fixes`, after you have "
             "read it." + edits)
+
+
+def _edit_words(edit: Any) -> str:
+    """One fix edit in words: a templated key or file (filled per finding) is described, never shown as code."""
+    key, where = edit.key.source, edit.file.source
+    key_text = "the key each finding names" if "{" in key else f"`{key}`"
+    where_text = "config, or the command line where the key was given" if "{" in where else where
+    return f"{key_text} ({where_text})"
 
 
 def render_explain(rule: "Rule", heading: bool = True) -> str:

@@ -501,16 +501,6 @@ def _short_source(source: str | None) -> str:
     return os.path.basename(source) or source
 
 
-def _source_ref(source: str | None) -> str:
-    """``/abs/run/trainer_log.jsonl:120`` -> path shown relative to the working directory when below it."""
-    if not source:
-        return ""
-    path, sep, line = source.rpartition(":")
-    if sep and line.isdigit() and path:
-        return f"{display_path(path)}:{line}"
-    return display_path(source) or source
-
-
 def _pct(p: float | None) -> str:
     """A probability as the report prints it: whole percent, '< 1 %' and '> 99 %' at the ends."""
     if p is None:

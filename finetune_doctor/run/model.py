@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 from finetune_doctor.arch import ModelArch
@@ -216,8 +216,9 @@ class Run:
         }
 
     def facts(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("arch")
+        # field by field, skipping the architecture: asdict(self) deep-copied the whole ModelArch only to drop it
+        # (a quarter of `doctor lint`'s fact assembly)
+        d = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name != "arch"}
         d["tokens_per_micro_batch"] = self.tokens_per_micro_batch
         d["quantized"] = self.quantized
         d["global_batch"] = self.global_batch
@@ -225,3 +226,16 @@ class Run:
 
     def with_(self, **kw: Any) -> "Run":
         return replace(self, **kw)
+
+
+def _plain(v: Any) -> Any:
+    """`v` as ``dataclasses.asdict`` renders a field value: dataclasses as dicts, containers rebuilt."""
+    if is_dataclass(v) and not isinstance(v, type):
+        return asdict(v)
+    if isinstance(v, tuple) and hasattr(v, "_fields"):   # a namedtuple, rebuilt positionally as asdict does
+        return type(v)(*(_plain(x) for x in v))
+    if isinstance(v, (list, tuple)):
+        return type(v)(_plain(x) for x in v)
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v

@@ -15,7 +15,8 @@ from finetune_doctor.run.model import Run
 from finetune_doctor.run.moments import moment_fields
 from finetune_doctor.run.savers import resolve_savers
 from finetune_doctor.run.stack import OPTIM_IMPL, SHIFTED_LOGITS_COPY_BEFORE, default_optim, parse_version
-from finetune_doctor.run.values import as_bool, as_int, check_sizes, split_list
+from finetune_doctor.run.values import DEFAULT_CUTOFF_LEN, DEFAULT_MICRO_BATCH, as_bool, as_int, check_sizes, \
+    packing_of, split_list
 from finetune_doctor.types import Hardware
 
 _BUCKET_KEYS = ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
@@ -46,14 +47,14 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
     stage = str(cfg.get("stage") or "sft")
     ft = str(cfg.get("finetuning_type") or "lora")
     gas = as_int(cfg.get("gradient_accumulation_steps"), 1)
-    mbs = as_int(cfg.get("per_device_train_batch_size"), 8)
+    mbs = as_int(cfg.get("per_device_train_batch_size"), DEFAULT_MICRO_BATCH)
     lr = cfg.get("learning_rate")
     mgn = cfg.get("max_grad_norm")
     run = Run(
         arch=arch, model_name=str(cfg.get("model_name_or_path") or arch.name), stage=stage, finetuning_type=ft,
         **_precision(cfg, arch, hw, ds, dsf["zero_stage"], notes),
         **_adapters(cfg),
-        micro_batch=mbs, grad_accum=gas, seq_len=as_int(cfg.get("cutoff_len"), 2048),
+        micro_batch=mbs, grad_accum=gas, seq_len=as_int(cfg.get("cutoff_len"), DEFAULT_CUTOFF_LEN),
         **_stage_data(cfg, stage, ft),
         **_memory_knobs(cfg, arch, notes),
         **_optimizer(cfg, stack, notes),
@@ -177,10 +178,8 @@ def _stage_data(cfg: dict[str, Any], stage: str, ft: str) -> dict[str, Any]:
         and not cfg.get("ref_model")
     if stage in ("dpo", "kto") and cfg.get("ref_model"):
         ref_model = True
-    packing = cfg.get("packing")
-    packing = (stage == "pt") if packing is None else as_bool(packing)
-    neat = as_bool(cfg.get("neat_packing"))
-    return {"pairwise": stage in ("dpo", "rm", "kto"), "ref_model": ref_model, "packing": packing or neat,
+    packing, _, neat = packing_of(cfg, stage)
+    return {"pairwise": stage in ("dpo", "rm", "kto"), "ref_model": ref_model, "packing": packing,
             "neat_packing": neat}
 
 

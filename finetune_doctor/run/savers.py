@@ -26,6 +26,10 @@ from finetune_doctor.arch import ModelArch
 from finetune_doctor.run.stack import parse_version
 from finetune_doctor.run.values import as_bool, as_int, split_list
 
+# why liger's fused linear cross-entropy is off with liger on (Run.liger_flce_off): the values the rule
+# liger-fused-loss-off words one by one (facts/run.py declares them)
+LIGER_FLCE_OFF = ("patch", "stage", "loss", "label_smoothing")
+
 # model_type -> (fused linear CE, RMSNorm, gated-MLP kernel, RoPE) as liger-kernel v0.8.2 applies them by default
 # (monkey_patch.py signatures). "swiglu"/"geglu" fuse the activation and the gate product; granite's patch
 # defaults to the plain liger cross-entropy (fused_linear_cross_entropy=False); llava patches only the loss;
@@ -74,7 +78,7 @@ def _liger(cfg: dict[str, Any], arch: ModelArch, stage: str, stack: dict[str, st
     # the gated-MLP kernel replaces the MLP only where the model has a gated MLP to replace
     out.update(liger_kernel=True, liger_rms_norm=rms and arch.norm == "rmsnorm",
                liger_swiglu=bool(mlp) and arch.gated_mlp, liger_rope=rope and arch.positional == "rope")
-    off = None
+    off = None   # one of LIGER_FLCE_OFF
     if not flce:
         off = "patch"
     elif stage in LOGITS_STAGES:

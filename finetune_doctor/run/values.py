@@ -6,21 +6,50 @@ import math
 from typing import Any
 
 
-def split_list(v: Any) -> tuple[str, ...]:
-    """LF splits comma strings into lists in __post_init__ (finetuning_args.py:580-592)."""
+def split_arg(v: Any) -> list[str] | None:
+    """LLaMA-Factory's ``split_arg`` (hparams/data_args.py:148-151, finetuning_args.py:580-583), the one copy here:
+    a comma string is split at every comma and each item stripped, empty items kept as LF keeps them
+    (``"a,,b"`` → ``["a", "", "b"]``: LF then looks up a dataset called ``""``); a list's items as strings; None
+    stays None; another scalar is one item."""
     if v is None:
-        return ()
+        return None
+    if isinstance(v, str):
+        return [s.strip() for s in v.split(",")]
     if isinstance(v, (list, tuple)):
-        return tuple(str(x).strip() for x in v if str(x).strip())
-    return tuple(s.strip() for s in str(v).split(",") if s.strip())
+        return [str(x) for x in v]
+    return [str(v)]
+
+
+def split_list(v: Any) -> tuple[str, ...]:
+    """`split_arg`'s non-empty items, stripped, as the memory model counts module names (an empty item names no
+    module: LF hands it to PEFT, which matches nothing with it)."""
+    return tuple(s.strip() for s in split_arg(v) or () if s.strip())
 
 
 def as_bool(v: Any, default: bool = False) -> bool:
+    """A boolean key's value as the run reads it (the one copy): YAML booleans as they are, the strings true, 1,
+    yes, on (any case) as True, any other string as False; `default` when unset."""
     if v is None:
         return default
     if isinstance(v, str):
         return v.strip().lower() in ("true", "1", "yes", "on")
     return bool(v)
+
+
+# LLaMA-Factory's defaults for the sizes of one micro-batch: cutoff_len (data_args.py) and HF's
+# per_device_train_batch_size (training_args.py); the run and the data scan read them from here
+DEFAULT_CUTOFF_LEN = 2048
+DEFAULT_MICRO_BATCH = 8
+
+
+def packing_of(cfg: Any, stage: str) -> tuple[bool, bool, bool]:
+    """(packing, packing given in the config, neat_packing) as LLaMA-Factory settles them: ``packing`` unset is on
+    for ``stage: pt`` (parser.py), ``neat_packing`` implies packing (data_args.py). The one copy: the run
+    (run/resolve.py) and the data scan (analyzers/data/dataargs.py) both call it."""
+    neat = as_bool(cfg.get("neat_packing"))
+    given = cfg.get("packing")
+    explicit = as_bool(given) or neat
+    return (explicit if (given is not None or neat) else stage == "pt"), explicit, neat
 
 
 def as_int(v: Any, default: int) -> int:

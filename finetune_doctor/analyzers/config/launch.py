@@ -45,6 +45,7 @@ from typing import Any, Callable, Mapping
 from finetune_doctor.errors import InputError
 from finetune_doctor.readers.deepspeed.dsjson import read_json
 from finetune_doctor.readers.config.keyschema import load_schema
+from finetune_doctor.run.values import split_arg
 
 Problem = dict[str, Any]
 _NOT_SET = object()
@@ -96,10 +97,9 @@ def _where(c: _Cfg, *keys: str) -> str:
 
 
 def _names(v: Any) -> list[str] | None:
-    """LF's ``split_arg`` (data_args.py:148-151): a comma string split and stripped; lists unchanged."""
-    if isinstance(v, str):
-        return [s.strip() for s in v.split(",")]
-    return list(v) if isinstance(v, list) else None
+    """LF's ``split_arg`` (run/values.py, the one copy) of a string or list; None for anything else (not a list
+    of names LF could read)."""
+    return split_arg(v) if isinstance(v, (str, list)) else None
 
 
 # --- missing ------------------------------------------------------------------------------------------------------

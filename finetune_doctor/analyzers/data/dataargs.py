@@ -10,24 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-
-def as_bool(v: Any, default: bool = False) -> bool:
-    if v is None:
-        return default
-    if isinstance(v, str):
-        return v.strip().lower() in ("1", "true", "yes", "on")
-    return bool(v)
-
-
-def as_list(v: Any) -> list[str] | None:
-    """LF's ``split_arg`` for comma strings (data_args.py __post_init__)."""
-    if v is None:
-        return None
-    if isinstance(v, str):
-        return [s.strip() for s in v.split(",")]
-    if isinstance(v, (list, tuple)):
-        return [str(s).strip() for s in v]
-    return [str(v)]
+from finetune_doctor.run.values import DEFAULT_CUTOFF_LEN, DEFAULT_MICRO_BATCH, as_bool, packing_of
 
 
 @dataclass(frozen=True)
@@ -89,10 +72,7 @@ class DataSettings:
         string is expected, a float or an infinity where an integer is), or out of range.
         """
         stage = str(cfg.get("stage") or "sft")
-        neat = as_bool(cfg.get("neat_packing"))
-        explicit = cfg.get("packing")
-        packing_explicit = as_bool(explicit) or neat
-        packing = packing_explicit if (explicit is not None or neat) else stage == "pt"
+        packing, packing_explicit, neat = packing_of(cfg, stage)   # the run's own rule (run/values.py)
         cut = cutoff_len if cutoff_len is not None else _int(cfg, "cutoff_len", 1)
         mb = micro_batch if micro_batch is not None else _int(cfg, "per_device_train_batch_size", 1)
         val = cfg.get("val_size")
@@ -100,7 +80,7 @@ class DataSettings:
             raise ValueError(f"val_size must be a number from 0 (a share below 1, or a row count), not {val!r}")
         return cls(
             stage=stage,
-            cutoff_len=cut if cut is not None else 2048,
+            cutoff_len=cut if cut is not None else DEFAULT_CUTOFF_LEN,
             packing=packing,
             packing_explicit=packing_explicit,
             neat_packing=neat,
@@ -113,7 +93,7 @@ class DataSettings:
             else as_bool(cfg.get("enable_thinking", True)),
             preserve_thinking=as_bool(cfg.get("preserve_thinking")),
             preprocessing_batch_size=_int(cfg, "preprocessing_batch_size", 1) or 1000,
-            micro_batch=mb if mb is not None else 8,
+            micro_batch=mb if mb is not None else DEFAULT_MICRO_BATCH,
             max_samples=_int(cfg, "max_samples", 1),
             val_size=float(val or 0.0),
             mix_strategy=_str(cfg, "mix_strategy") or "concat",

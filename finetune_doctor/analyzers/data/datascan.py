@@ -15,10 +15,11 @@ from typing import Any, Callable
 
 from finetune_doctor.analyzers.data import templates as T
 from finetune_doctor.analyzers.data.aggregate import DatasetAggregate, round_up, worst_micro_batch
-from finetune_doctor.analyzers.data.dataargs import DataSettings, as_bool, as_list
+from finetune_doctor.analyzers.data.dataargs import DataSettings
 from finetune_doctor.analyzers.data.encoder import UNREADABLE, Encoder
 from finetune_doctor.analyzers.data.scanpool import Scanner, ScanResult
 from finetune_doctor.analyzers.data.tokenizer import ApproxCounter, ExactCounter, find_tokenizer, resolve_template
+from finetune_doctor.run.values import as_bool, split_arg
 from finetune_doctor.errors import InputError
 from finetune_doctor.readers.data.datasets import DatasetDirNotFound, DatasetSpec, find_dataset_dir, resolve_datasets, \
     total_bytes
@@ -49,7 +50,7 @@ def collect(cfg: dict[str, Any], config_path: str, *, cutoff_len: int | None = N
     ``error`` and a fatal ``dataset_info`` problem, unless `strict`, where it raises InputError (``doctor data``).
     """
     t0 = time.perf_counter()
-    listed = as_list(cfg.get("dataset"))
+    listed = split_arg(cfg.get("dataset"))
     # LF keeps datasets in a dict keyed by name (loader.py _get_merged_dataset): a name listed twice is used once
     names = list(dict.fromkeys(listed or []))
     if not names:
@@ -86,8 +87,8 @@ def collect(cfg: dict[str, Any], config_path: str, *, cutoff_len: int | None = N
     counter: Any = None
     if folder is not None:
         try:
-            counter = ExactCounter(folder, template, add_tokens=as_list(cfg.get("add_tokens")),
-                                     add_special_tokens=as_list(cfg.get("add_special_tokens")),
+            counter = ExactCounter(folder, template, add_tokens=split_arg(cfg.get("add_tokens")),
+                                     add_special_tokens=split_arg(cfg.get("add_special_tokens")),
                                      split_special_tokens=as_bool(cfg.get("split_special_tokens")))
         except ImportError:
             why = f"{why}, but the tokenizers package is not installed (pip install tokenizers)"

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from finetune_doctor.analyzers.data import templates as T
 from finetune_doctor.analyzers.data.dataargs import DataSettings
-from finetune_doctor.readers.data.datasets import hf_hub_cache, hub_snapshot
+from finetune_doctor.readers.model.caches import cached_model_files
 
 
 def _token_text(v: Any) -> str | None:
@@ -48,14 +48,9 @@ def find_tokenizer(model: str | None, *, base_dirs: Sequence[str] = (), cache_di
                 return None, f"{c} has only a slow sentencepiece tokenizer (tokenizer.model), no tokenizer.json"
             return None, f"{c} has no tokenizer.json"
     if model.count("/") == 1 and not model.startswith((".", "/")):
-        for cache in ([Path(cache_dir).expanduser()] if cache_dir else []) + [hf_hub_cache(env)]:
-            snap = hub_snapshot(model, "model", cache)
-            if snap is not None and (snap / "tokenizer.json").is_file():
-                return str(snap), f"HF cache {snap}"
-        ms_root = Path(env.get("MODELSCOPE_CACHE") or os.path.expanduser("~/.cache/modelscope/hub"))
-        for c in (ms_root / "models" / model, ms_root / model):
-            if (c / "tokenizer.json").is_file():
-                return str(c), f"ModelScope cache {c}"
+        # the one cache locator (readers/model/caches.py): ModelScope/openMind when LF would download from them
+        for f, where in cached_model_files(model, "tokenizer.json", cache_dir, env):
+            return str(f.parent), f"{where} {f.parent}"
         return None, f"{model} is not in the local HF cache (no download is attempted)"
     return None, f"model path {model} not found"
 

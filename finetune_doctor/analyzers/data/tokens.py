@@ -38,7 +38,7 @@ from finetune_doctor.analyzers.data import templates as T
 from finetune_doctor.analyzers.data.aggregate import DatasetAggregate, Packer, greedy_knapsack, histogram, pad8, \
     percentile, round_up, worst_micro_batch
 from finetune_doctor.analyzers.data.converter import ConvSpec, RowProblem, convert_row
-from finetune_doctor.analyzers.data.dataargs import DataSettings, as_bool, as_list, infer_seqlen
+from finetune_doctor.analyzers.data.dataargs import DataSettings, infer_seqlen
 from finetune_doctor.analyzers.data.datascan import FATAL_KINDS, PROBLEM_TEXT, accessed_columns, analyze_datasets, \
     check_columns, dataset_facts
 from finetune_doctor.analyzers.data.encoder import DROPPED, EMPTY_TARGET, EOS_LOST, ERROR, HAS_MEDIA, OK, TRUNCATED, \
@@ -46,8 +46,10 @@ from finetune_doctor.analyzers.data.encoder import DROPPED, EMPTY_TARGET, EOS_LO
 from finetune_doctor.analyzers.data.scanpool import Scanner, ScanResult
 from finetune_doctor.analyzers.data.tokenizer import ApproxCounter, ExactCounter, find_tokenizer, read_tokenizer_config, \
     render_chat_template, resolve_template
+from finetune_doctor.run.values import as_bool, split_arg
 
-_as_bool, _as_list = as_bool, as_list   # the names LF's ``split_arg`` port had before the split
+as_list = split_arg   # LF's split_arg, the one copy (run/values.py), under the name this facade always exported
+_as_bool, _as_list = as_bool, split_arg   # the names LF's ``split_arg`` port had before the split
 
 __all__ = [
     "T", "DatasetAggregate", "Packer", "greedy_knapsack", "histogram", "pad8", "percentile", "round_up",

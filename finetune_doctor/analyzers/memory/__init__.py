@@ -26,18 +26,30 @@ assumed.py      what those terms assumed, as `Assumption` values in the estimate
 
 from __future__ import annotations
 
-from finetune_doctor.analyzers.memory.activations import activation_bytes_per_token_layer
-from finetune_doctor.analyzers.memory.constants import (
-    CUBLAS_WORKSPACE_MIB, CUDA_CONTEXT_GIB, CUDA_CONTEXT_GIB_HOPPER, HOST_PER_PROCESS_GIB, MARGIN, MIB,
-    NCCL_2_RANKS_GIB, NCCL_MANY_RANKS_GIB, RESERVE_DEFAULT, RESERVE_EXPANDABLE)
-from finetune_doctor.analyzers.memory.moments import estimate
-from finetune_doctor.analyzers.memory.runtime import runtime_bytes
-from finetune_doctor.analyzers.memory.terms import Terms, compute_terms
-from finetune_doctor.analyzers.memory.weights import optimizer_state_bytes, weight_bytes_per_param
+from typing import Any
 
-__all__ = [
-    "CUBLAS_WORKSPACE_MIB", "CUDA_CONTEXT_GIB", "CUDA_CONTEXT_GIB_HOPPER", "HOST_PER_PROCESS_GIB", "MARGIN", "MIB",
-    "NCCL_2_RANKS_GIB", "NCCL_MANY_RANKS_GIB", "RESERVE_DEFAULT", "RESERVE_EXPANDABLE", "Terms",
-    "activation_bytes_per_token_layer", "compute_terms", "estimate", "optimizer_state_bytes", "runtime_bytes",
-    "weight_bytes_per_param",
-]
+# The package's names, each imported from its module on first use (PEP 562): `doctor lint` imports this package for
+# analyzers/memory/params.py, launchenv.py and uncertainty.py and must not pay for the whole memory model (issue #22).
+_FROM = {
+    "activation_bytes_per_token_layer": "activations",
+    **dict.fromkeys(("CUBLAS_WORKSPACE_MIB", "CUDA_CONTEXT_GIB", "CUDA_CONTEXT_GIB_HOPPER", "HOST_PER_PROCESS_GIB",
+                     "MARGIN", "MIB", "NCCL_2_RANKS_GIB", "NCCL_MANY_RANKS_GIB", "RESERVE_DEFAULT",
+                     "RESERVE_EXPANDABLE"), "constants"),
+    "estimate": "moments",
+    "runtime_bytes": "runtime",
+    "Terms": "terms", "compute_terms": "terms",
+    "optimizer_state_bytes": "weights", "weight_bytes_per_param": "weights",
+}
+
+__all__ = sorted(_FROM)
+
+
+def __getattr__(name: str) -> Any:
+    mod = _FROM.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"{__name__}.{mod}"), name)
+    globals()[name] = value
+    return value

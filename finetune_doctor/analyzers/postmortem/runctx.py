@@ -6,16 +6,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from finetune_doctor.arch import BF16_FAMILIES
 from finetune_doctor.evidence import Evidence
-
-# families pre-trained in bf16 even where config.json says float16 (Llama 2; Meta's model card), as the static
-# fp16-on-bf16-model rule (rules/fp16-on-bf16-model.yaml) counts them
-BF16_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
-                 "gemma3_text", "deepseek_v2", "phi3", "glm4", "chatglm", "internlm2")
 
 
 class RunContext:
-    """What the config side says (fact namespaces of build_context), with log facts as fallback."""
+    """What the config side says (the fact namespaces facts/config.py `assemble_config` builds), with log facts as
+    fallback."""
 
     def __init__(self, facts: dict[str, Any] | None, ev: Evidence):
         f = facts or {}

@@ -46,6 +46,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Iterator, Protocol
 
+from finetune_doctor.fsutil import format_bytes
 from finetune_doctor.readers.data.jsonarray import LONE_SURROGATE, ArrayReader, has_lone_surrogate, json_limit
 
 
@@ -209,8 +210,7 @@ def _decode(raw: bytes, head: bytes, offset: int, line: int) -> str:
         raise Unreadable("encoding", not_utf8(head, offset + err.start, line), line) from None
 
 
-def _size(n: int) -> str:
-    return f"{n / 2**20:,.1f} MiB" if n >= 1 << 20 else f"{n:,} bytes"
+_size = format_bytes   # the one size formatter (fsutil.py)
 
 
 def too_large(size: int) -> str:

@@ -31,6 +31,7 @@ from finetune_doctor.errors import InputError
 from finetune_doctor.readers.data.datarows import CHUNK_ROWS, FILEEXT2TYPE, Chunk, RowError, Unreadable, file_problem, \
     file_type, iter_chunks, not_utf8, open_regular, os_reason, parse_json_lines, total_bytes
 from finetune_doctor.readers.data.hubcache import find_cached_hub_dataset, hf_hub_cache, hub_snapshot
+from finetune_doctor.readers.model.caches import env_enabled
 
 __all__ = ["CHUNK_ROWS", "DATA_CONFIG", "DEFAULT_COLUMNS", "DEFAULT_TAGS", "FILEEXT2TYPE", "Chunk",
            "DatasetDirNotFound", "DatasetSpec", "RowError", "find_cached_hub_dataset", "find_dataset_dir", "hf_hub_cache", "hub_snapshot",
@@ -338,8 +339,7 @@ def resolve_datasets(names: list[str], dataset_dir: str, *, cwd: str | None = No
         cwd_dir = os.path.normpath(os.path.join(cwd or os.getcwd(), dataset_dir))
         raise DatasetDirNotFound(not_found_message(names, dataset_dir, [cwd_dir, ddir], unrelated=info_path),
                                  file=info_path, tried=(cwd_dir, ddir), unrelated=info_path)
-    use_ms = env.get("USE_MODELSCOPE_HUB", "0").lower() in ("true", "1")
-    use_om = env.get("USE_OPENMIND_HUB", "0").lower() in ("true", "1")
+    use_ms, use_om = env_enabled("USE_MODELSCOPE_HUB", env), env_enabled("USE_OPENMIND_HUB", env)
     specs = []
     for n in names:
         if n not in info:

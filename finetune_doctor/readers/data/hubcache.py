@@ -11,18 +11,12 @@ import os
 from pathlib import Path
 
 from finetune_doctor.readers.data.datarows import file_type
+from finetune_doctor.readers.model.caches import hub_cache_dirs
 
 def hf_hub_cache(env: dict[str, str] | None = None) -> Path:
-    """The HF hub cache folder: HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub (huggingface_hub
-    constants.py)."""
-    env = os.environ if env is None else env
-    if env.get("HF_HUB_CACHE"):
-        return Path(env["HF_HUB_CACHE"]).expanduser()
-    if env.get("HUGGINGFACE_HUB_CACHE"):
-        return Path(env["HUGGINGFACE_HUB_CACHE"]).expanduser()
-    home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
-                                              "huggingface")
-    return Path(home).expanduser() / "hub"
+    """The HF hub cache folder huggingface_hub itself uses (constants.py): the first of readers/model/caches.py
+    `hub_cache_dirs`, the one list of hub cache locations."""
+    return hub_cache_dirs(env=env)[0]
 
 
 def hub_snapshot(repo_id: str, kind: str, cache: Path) -> Path | None:

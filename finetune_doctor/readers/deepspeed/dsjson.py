@@ -181,7 +181,7 @@ def _fast(text: str) -> JsonDoc | None:
         values = json.loads(text)
     except (ValueError, RecursionError):      # JSONDecodeError, an integer over the digit limit, deep nesting
         return None
-    offsets: list[tuple[str, int]] = []
+    offsets: list[tuple[str, int, bool]] = []
     dups: set[str] = set()
     stack: list[list[Any]] = []              # [is object, dotted path, pending key path, keys seen]
     longest = limits.MAX_SCALAR_CHARS + 2
@@ -208,9 +208,8 @@ def _fast(text: str) -> JsonDoc | None:
             key = f"{frame[1]}.{name}" if frame[1] else name
             if name in frame[3]:
                 dups.add(key)
-            else:
-                frame[3].add(name)
-                offsets.append((key, at))
+            frame[3].add(name)
+            offsets.append((key, at, any(not f[0] for f in stack)))
             frame[2] = key
             continue
         pos = at + 1
@@ -225,15 +224,34 @@ def _fast(text: str) -> JsonDoc | None:
     return JsonDoc(values, _positions(text, offsets), tuple(sorted(dups)))
 
 
-def _positions(text: str, offsets: list[tuple[str, int]]) -> dict[str, tuple[int, int]]:
-    """Key offsets (ascending) → (line, column), in one merge with the newline offsets."""
+def key_positions(text: str) -> dict[str, tuple[int, int]]:
+    """(line, column), both 1-based, of every object key of a JSON text by dotted path (``text_config.hidden_size``;
+    a key inside an array under the array's path). A duplicated key is placed at its last occurrence, the one whose
+    value ``json.load`` keeps. The one JSON key scanner: DeepSpeed JSONs, model config.json, recordings. {} for a text
+    that does not parse or breaches the input limits (readers/limits.py)."""
+    doc = _fast(text)
+    if doc is not None:
+        return doc.positions
+    try:
+        return _Parser(text, "").run()[1]
+    except (_Syntax, InputError):
+        return {}
+
+
+def _positions(text: str, offsets: list[tuple[str, int, bool]]) -> dict[str, tuple[int, int]]:
+    """Key offsets (ascending; each flagged when inside an array) → (line, column), in one merge with the newline
+    offsets. A key met again keeps its last offset, where json.load takes its value from (a duplicate, or any key
+    below one); inside an array the first element's keys stand for the path (the elements are not duplicates)."""
     out: dict[str, tuple[int, int]] = {}
     lines = _Lines(text).starts
     start, j = 0, 0
-    for path, off in offsets:
+    for path, off, in_array in offsets:
         while j < len(lines) and lines[j] <= off:
             start, j = lines[j], j + 1
-        out.setdefault(path, (j + 1, off - start + 1))
+        if in_array:
+            out.setdefault(path, (j + 1, off - start + 1))
+        else:
+            out[path] = (j + 1, off - start + 1)
     return out
 
 
@@ -271,7 +289,8 @@ class _Parser:
 
     def __init__(self, text: str, path: str):
         self.s, self.path = text, path
-        self.offsets: list[tuple[str, int]] = []
+        self.offsets: list[tuple[str, int, bool]] = []
+        self.stack: list[list[Any]] = []
         self.dups: set[str] = set()
 
     def breach(self, pos: int, what: str, value: Any, limit: Any, why: str) -> InputError:
@@ -290,6 +309,7 @@ class _Parser:
 
     def document(self, i: int) -> tuple[Any, int]:
         s, n, stack, nodes = self.s, len(self.s), [], 0
+        self.stack = stack
         max_depth, max_nodes = limits.MAX_DEPTH, limits.MAX_CONFIG_NODES
         while True:
             if i >= n:
@@ -353,9 +373,8 @@ class _Parser:
         seen = frame[4]
         if name in seen:
             self.dups.add(path)
-        else:
-            seen.add(name)
-            self.offsets.append((path, i))
+        seen.add(name)
+        self.offsets.append((path, i, any(f[4] is None for f in self.stack)))
         frame[2], frame[3] = name, path
         m = _COLON.match(s, end)
         if m is None:

@@ -19,6 +19,17 @@ SRC_HF = "transformers integrations/deepspeed.py HfTrainerDeepSpeedConfig"
 SRC_ACCELERATE = "accelerate utils/dataclasses.py DeepSpeedPlugin / accelerator.py _prepare_deepspeed"
 SRC_JSON = "transformers integrations/deepspeed.py HfDeepSpeedConfig (json.load)"
 
+# Every check a DeepSpeed reader emits (DSProblem.check): the values rules/deepspeed-*.yaml's message tables may name
+# (facts/ds.py declares them; tests/test_ds_rules.py pins this list against the readers' source).
+DS_CHECKS = (
+    "unknown_key", "unknown_more", "too_new", "removed", "missing_zero", "not_object", "no_batch_size",
+    "allreduce_sum_zero3", "deprecated_both", "pydantic", "fp16_relation", "stage_not_int", "partial_offload",
+    "compute_grad_norm_zero3", "nvme_no_path", "int64_range", "top_bool", "top_number", "top_integer",
+    "top_positive", "top_negative", "prefetch_float", "unfilled_auto", "deepspeed", "mismatch", "gas_absent",
+    "precision_no_enabled", "both_halves", "unknown_top", "removed_later", "legacy_bool_zero", "legacy_bfloat16",
+    "deprecated_alias", "duplicate", "unknown_plain", "too_new_top",
+)
+
 
 @dataclass(frozen=True)
 class DSProblem:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from finetune_doctor.errors import InputError
-from finetune_doctor.readers.deepspeed.dsjson import read_json
 from finetune_doctor.readers.config.yamlcfg import load_config as _load_yaml
+from finetune_doctor.readers.deepspeed.dsconfig import resolve_ds_path
+from finetune_doctor.readers.deepspeed.dsjson import read_json
 from finetune_doctor.types import SourceDoc
 
 
@@ -30,21 +30,20 @@ class ConfigInfo:
 
 def load_config(path: str) -> ConfigInfo:
     """Read `path` with the shared YAML reader (readers/config/yamlcfg.py; InputError for a bad file) and the DeepSpeed
-    JSON its ``deepspeed`` key names, relative to the working directory or to the YAML. A missing or unreadable
+    JSON its ``deepspeed`` key names, found the way ``doctor check`` finds it (readers/deepspeed/dsconfig.py
+    `resolve_ds_path`: the working directory, the YAML's folder, then each of its parents). A missing or unreadable
     DeepSpeed file is a note, not an error: only the ZeRO-3 save cost is then left unranked."""
     doc = _load_yaml(path)
     info = ConfigInfo(path, dict(doc.values), doc.source())
     ds = info.values.get("deepspeed")
     if isinstance(ds, str) and ds.strip():
-        for cand in (Path(ds), Path(path).parent / ds):
-            if cand.is_file():
-                try:
-                    info.ds = read_json(str(cand)).values
-                except InputError as err:
-                    info.notes.append(f"cannot read the DeepSpeed config ({err}); ZeRO save cost not ranked")
-                break
-        else:
-            info.notes.append(f"{path}: deepspeed file {ds} not found; ZeRO save cost not ranked")
+        try:
+            info.ds = read_json(str(resolve_ds_path(ds, path))).values
+        except InputError as err:
+            if "not found" in err.message:
+                info.notes.append(f"{path}: deepspeed file {ds} not found; ZeRO save cost not ranked")
+            else:
+                info.notes.append(f"cannot read the DeepSpeed config ({err}); ZeRO save cost not ranked")
     elif isinstance(ds, dict):
         info.ds = ds
     return info

@@ -39,18 +39,10 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from finetune_doctor.errors import InputError
+from finetune_doctor.hardware.record import QUERY_COLUMNS, QUERY_UNITS, RECORD_SCHEMA
 from finetune_doctor.hardware.snapshot import MIB, CardSnapshot, MigInstance, ProcessInfo, Snapshot
 from finetune_doctor.readers.gpus import npu_smi, rocm_smi, smi_procs, smi_xml
 from finetune_doctor.readers.gpus.gpu_input import TextInput
-
-RECORD_SCHEMA = "finetune-doctor/gpus-record/v1"
-
-# the columns `doctor gpus --record x.csv` writes, in nvidia-smi --query-gpu names (nvidia-smi --help-query-gpu)
-QUERY_COLUMNS = ("timestamp", "index", "name", "uuid", "pci.bus_id", "memory.used", "memory.free", "memory.total",
-                 "memory.reserved", "utilization.gpu", "utilization.memory", "temperature.gpu", "power.draw",
-                 "power.limit")
-QUERY_UNITS = {"memory.used": "MiB", "memory.free": "MiB", "memory.total": "MiB", "memory.reserved": "MiB",
-               "utilization.gpu": "%", "utilization.memory": "%", "power.draw": "W", "power.limit": "W"}
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,17 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Mapping
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 _TRUE = ("true", "y", "1")
 
 
-def env_enabled(name: str) -> bool:
-    """LLaMA-Factory's ``is_env_enabled`` (extras/misc.py:258-260)."""
-    return os.environ.get(name, "0").lower() in _TRUE
+def env_enabled(name: str, env: Mapping[str, str] | None = None) -> bool:
+    """LLaMA-Factory's ``is_env_enabled`` (extras/misc.py:258-260): the variable lower-cased is true, y or 1.
+    `env` defaults to ``os.environ``. The one reading of USE_MODELSCOPE_HUB / USE_OPENMIND_HUB (models, tokenizers,
+    datasets)."""
+    return str((os.environ if env is None else env).get(name, "0")).lower() in _TRUE
 
 
 def _dedup(cands: list[str]) -> list[Path]:
@@ -39,16 +42,18 @@ def _dedup(cands: list[str]) -> list[Path]:
     return out
 
 
-def hub_cache_dirs(hf_home: str | None = None, cache_dir: str | None = None) -> list[Path]:
+def hub_cache_dirs(hf_home: str | None = None, cache_dir: str | None = None,
+                   env: Mapping[str, str] | None = None) -> list[Path]:
     """Hub cache folders to look in, in order: `cache_dir` (LLaMA-Factory ``cache_dir``), `hf_home`/hub,
     ``$HF_HUB_CACHE``, ``$HUGGINGFACE_HUB_CACHE``, ``$HF_HOME/hub``, ``$XDG_CACHE_HOME/huggingface/hub``,
-    ``~/.cache/huggingface/hub``."""
+    ``~/.cache/huggingface/hub`` (`env` defaults to ``os.environ``). Without `cache_dir` and `hf_home` the first is
+    the one folder huggingface_hub itself uses (constants.py)."""
     cands: list[str] = []
     if cache_dir:
         cands.append(cache_dir)
     if hf_home:
         cands.append(os.path.join(hf_home, "hub"))
-    env = os.environ
+    env = os.environ if env is None else env
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         if env.get(var):
             cands.append(env[var])
@@ -114,13 +119,15 @@ def hub_cache_config(repo_id: str, hf_home: str | None = None, cache_dir: str | 
     return _hf_layout_config(repo_id, hub_cache_dirs(hf_home, cache_dir))
 
 
-def modelscope_cache_dirs(cache_dir: str | None = None) -> list[Path]:
+def modelscope_cache_dirs(cache_dir: str | None = None, env: Mapping[str, str] | None = None) -> list[Path]:
     """ModelScope model roots: `cache_dir`, ``$MODELSCOPE_CACHE/hub``, ``~/.cache/modelscope/hub`` (each also with
-    its ``models/`` subfolder, where newer modelscope releases put models)."""
+    its ``models/`` subfolder, where newer modelscope releases put models). ``$MODELSCOPE_CACHE`` is the cache's
+    base, not its model root: modelscope ``utils/file_utils.py`` ``get_model_cache_root`` joins ``hub`` to it."""
     cands: list[str] = []
     if cache_dir:
         cands.append(cache_dir)
-    base = os.environ.get("MODELSCOPE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "modelscope")
+    env = os.environ if env is None else env
+    base = env.get("MODELSCOPE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "modelscope")
     cands.append(os.path.join(base, "hub"))
     out: list[Path] = []
     for p in _dedup(cands):
@@ -141,10 +148,45 @@ def modelscope_cache_config(repo_id: str, cache_dir: str | None = None) -> Path 
     return None
 
 
+def openmind_cache_dirs(cache_dir: str | None = None, env: Mapping[str, str] | None = None) -> list[Path]:
+    """openMind hub roots: `cache_dir`, ``$OPENMIND_HUB_CACHE``, ``~/.cache/openmind/hub`` (module docstring)."""
+    env = os.environ if env is None else env
+    cands = [c for c in (cache_dir, env.get("OPENMIND_HUB_CACHE")) if c]
+    cands.append(os.path.join(os.path.expanduser("~"), ".cache", "openmind", "hub"))
+    return _dedup(cands)
+
+
 def openmind_cache_config(repo_id: str, cache_dir: str | None = None) -> Path | None:
     """``config.json`` of `repo_id` in an openMind cache (huggingface_hub layout, see the module docstring)."""
     if not REPO_ID.match(repo_id):
         return None
-    cands = [c for c in (cache_dir, os.environ.get("OPENMIND_HUB_CACHE")) if c]
-    cands.append(os.path.join(os.path.expanduser("~"), ".cache", "openmind", "hub"))
-    return _hf_layout_config(repo_id, _dedup(cands))
+    return _hf_layout_config(repo_id, openmind_cache_dirs(cache_dir))
+
+
+def cached_model_files(repo_id: str, filename: str, cache_dir: str | None = None,
+                       env: Mapping[str, str] | None = None) -> list[tuple[Path, str]]:
+    """`filename` of hub model `repo_id` wherever LLaMA-Factory would have downloaded it on this machine: the
+    ModelScope cache when ``USE_MODELSCOPE_HUB`` is on, the openMind cache when ``USE_OPENMIND_HUB`` is on, then the
+    HF hub cache (misc.py:294-336 tries them in that order). Returns (file, "ModelScope cache" | "openMind cache" |
+    "HF cache") for each copy found, in that order; [] for a name that is not a hub id. The one cache locator
+    for model files (config.json, tokenizer.json)."""
+    if not REPO_ID.match(repo_id):
+        return []
+    out: list[tuple[Path, str]] = []
+    if env_enabled("USE_MODELSCOPE_HUB", env):
+        org, name = repo_id.split("/", 1)
+        for root in modelscope_cache_dirs(cache_dir, env):
+            for nm in dict.fromkeys((name, name.replace(".", "___"))):
+                if (root / org / nm / filename).is_file():
+                    out.append((root / org / nm / filename, "ModelScope cache"))
+    if env_enabled("USE_OPENMIND_HUB", env):
+        out += [(f, "openMind cache") for root in openmind_cache_dirs(cache_dir, env)
+                if (f := _hf_layout_file(repo_id, root, filename)) is not None]
+    out += [(f, "HF cache") for root in hub_cache_dirs(cache_dir=cache_dir, env=env)
+            if (f := _hf_layout_file(repo_id, root, filename)) is not None]
+    return out
+
+
+def _hf_layout_file(repo_id: str, root: Path, filename: str) -> Path | None:
+    repo = root / ("models--" + repo_id.replace("/", "--"))
+    return _snapshot_file(repo, filename) if repo.is_dir() else None

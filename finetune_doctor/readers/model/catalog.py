@@ -128,6 +128,12 @@ def find_in_catalog(name: str) -> tuple[dict[str, Any], str] | None:
 
 def did_you_mean(name: str, n: int = 3) -> list[str]:
     """Up to `n` catalog ids whose names are closest to `name` (difflib ratio >= 0.6)."""
+    return list(_did_you_mean(name, n))
+
+
+@lru_cache(maxsize=256)
+def _did_you_mean(name: str, n: int) -> tuple[str, ...]:
+    # one difflib scan of the catalog per name per process: a corpus names the same few models over and over
     _, by_name, by_stem, _, _ = _index()
     ids = catalog_names()
     keys = {**by_stem, **by_name}
@@ -136,7 +142,7 @@ def did_you_mean(name: str, n: int = 3) -> list[str]:
         i = ids[keys[k]]
         if i not in out:
             out.append(i)
-    return out[:n]
+    return tuple(out[:n])
 
 
 def _entry_by_id(mid: str) -> dict[str, Any] | None:

@@ -12,9 +12,9 @@ import json
 import math
 import os
 import stat
-from pathlib import Path
 from typing import Any
 
+from finetune_doctor.readers.deepspeed.dsjson import key_positions
 from finetune_doctor.readers.model.errors import ModelConfigInvalid
 from finetune_doctor.types import SourceDoc
 
@@ -39,38 +39,9 @@ LIMITS: dict[str, tuple[int, int]] = {
 
 
 def json_key_positions(text: str) -> dict[str, tuple[int, int]]:
-    """(line, column), both 1-based, of every object key in a JSON text, by dotted path (``text_config.hidden_size``).
-
-    Keys inside arrays are recorded under their enclosing object's path. The text must already parse as JSON.
-    """
-    pos: dict[str, tuple[int, int]] = {}
-    stack: list[list[Any]] = []  # [kind, current key]
-    line, line_start, i, n = 1, 0, 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "\n":
-            line, line_start = line + 1, i + 1
-        elif ch == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            k = j + 1
-            while k < n and text[k] in " \t\r\n":
-                k += 1
-            if k < n and text[k] == ":" and stack and stack[-1][0] == "obj":
-                key = json.loads(text[i:j + 1])
-                stack[-1][1] = key
-                prefix = [str(e[1]) for e in stack[:-1] if e[0] == "obj" and e[1] is not None]
-                pos.setdefault(".".join(prefix + [key]), (line, i - line_start + 1))
-            i = j
-        elif ch == "{":
-            stack.append(["obj", None])
-        elif ch == "[":
-            stack.append(["arr", None])
-        elif ch in "}]" and stack:
-            stack.pop()
-        i += 1
-    return pos
+    """(line, column), both 1-based, of every object key in a JSON text, by dotted path (``text_config.hidden_size``):
+    readers/deepspeed/dsjson.py `key_positions`, the one scanner (a duplicated key at its last occurrence, as json.load)."""
+    return key_positions(text)
 
 
 def _reject_constant(name: str) -> Any:
@@ -204,11 +175,3 @@ class ConfigView:
         if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
             raise self.error(name, f"config.json '{name}' is not a list of strings")
         return [str(x) for x in v]
-
-
-def config_file_in(path: Path) -> Path | None:
-    """``config.json`` of a model directory, or the file itself when `path` names a ``config.json``."""
-    if path.is_file() and path.name.endswith(".json"):
-        return path
-    f = path / "config.json"
-    return f if f.is_file() else None

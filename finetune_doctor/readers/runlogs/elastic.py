@@ -23,13 +23,6 @@ MAX_BYTES = 4 << 20
 _CLS = re.compile(r"^(?P<cls>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*): ?(?P<msg>.*)", re.S)
 
 
-def looks_elastic(sample: bytes) -> bool:
-    """True when a JSON file's start is a torchelastic error file."""
-    head = sample[:4096]
-    return head.lstrip().startswith(b"{") and b'"message"' in head and (b"extraInfo" in head or b"timestamp" in head
-                                                                         or b"errorCode" in head)
-
-
 def read_elastic_error(path: str) -> FileEvidence:
     """One error file: the exception as a notice, the traceback scanned, the timestamp as ``timing.fail_wall``."""
     size = regular_size(path)

@@ -42,10 +42,6 @@ def num(v: str) -> float | None:
         return None
 
 
-def to_int(v: str) -> int:
-    return int(v.replace(",", ""))
-
-
 def signame(code: int | None) -> str | None:
     return {-9: "SIGKILL", 137: "SIGKILL", -6: "SIGABRT", 134: "SIGABRT", -15: "SIGTERM", 143: "SIGTERM",
             -11: "SIGSEGV", 139: "SIGSEGV", -7: "SIGBUS"}.get(code) if code is not None else None

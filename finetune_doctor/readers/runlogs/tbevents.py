@@ -213,25 +213,3 @@ def read_event_file(path: str) -> FileEvidence:
     return FileEvidence(FileRead(path, "event-file", size, min(offset, size), records=rec, items=n,
                                  complete=complete, problems=tuple(problems), note=note),
                         series=final, restarts=tuple(restarts), notices=tuple(notices), last_step=last)
-
-
-def find_event_files(run_dir: str, max_depth: int = 4) -> list[str]:
-    """``events.out.tfevents.*`` files under `run_dir` (transformers puts them in ``runs/<date>_<host>/``),
-    ordered by the writer's creation timestamp in the file name, then path."""
-    out: list[str] = []
-    base = os.path.abspath(run_dir)
-    for root, dirs, files in os.walk(base):
-        depth = root[len(base):].count(os.sep)
-        if depth >= max_depth:
-            dirs[:] = []
-        dirs.sort()
-        for f in files:
-            if "tfevents" in f:
-                out.append(os.path.join(root, f))
-
-    def key(p: str) -> tuple:
-        parts = os.path.basename(p).split(".")
-        ts = next((int(x) for x in parts if x.isdigit() and len(x) >= 9), 0)
-        return (ts, p)
-
-    return sorted(out, key=key)

@@ -7,16 +7,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from finetune_doctor.fsutil import format_bytes
+
 STATUS_STYLE = {"read": "green", "partial": "yellow", "skipped": "red"}
 
 
-def _size(n: int | None) -> str:
-    if not n:
-        return "0 B"
-    for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= f:
-            return f"{n / f:.1f} {unit}"
-    return f"{n} B"
+_size = format_bytes
 
 
 def _path(p: str, base: str | None) -> str:

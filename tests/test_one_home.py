@@ -1,0 +1,201 @@
+"""One home per fact (issue #22): each fact that two commands resolve is resolved by one function, and these tests
+pin the shared answer where two copies had drifted."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from finetune_doctor.analyzers.data.tokenizer import find_tokenizer
+from finetune_doctor.readers.gpus import gpu_config
+from finetune_doctor.readers.deepspeed.dsconfig import resolve_ds_path
+from finetune_doctor.readers.data.hubcache import hf_hub_cache
+from finetune_doctor.readers.model.caches import cached_model_files, env_enabled, hub_cache_dirs
+
+DS = {"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 3}}
+
+
+def test_gpus_config_finds_the_deepspeed_json_where_check_does(tmp_path, monkeypatch):
+    """LF's YAMLs name ``examples/deepspeed/...`` relative to the checkout root; a YAML under examples/train_full/
+    run from elsewhere is found in the YAML's parents by `doctor check` and, now, by `doctor gpus --config`."""
+    (tmp_path / "examples" / "deepspeed").mkdir(parents=True)
+    (tmp_path / "examples" / "deepspeed" / "ds_z3_config.json").write_text(json.dumps(DS))
+    (tmp_path / "examples" / "train_full").mkdir()
+    y = tmp_path / "examples" / "train_full" / "run.yaml"
+    y.write_text("stage: sft\ndeepspeed: examples/deepspeed/ds_z3_config.json\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert resolve_ds_path("examples/deepspeed/ds_z3_config.json", y).read_text() == json.dumps(DS)
+    info = gpu_config.load_config(str(y))
+    assert info.ds == DS and not info.notes
+
+
+def test_gpus_config_missing_deepspeed_is_a_note(tmp_path, monkeypatch):
+    y = tmp_path / "run.yaml"
+    y.write_text("stage: sft\ndeepspeed: nowhere/ds.json\n")
+    monkeypatch.chdir(tmp_path)
+    info = gpu_config.load_config(str(y))
+    assert info.ds is None and info.notes == [f"{y}: deepspeed file nowhere/ds.json not found; ZeRO save cost "
+                                              "not ranked"]
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("Y", True), ("y", True), ("0", False),
+                                       ("yes", False), ("", False)])
+def test_use_modelscope_hub_is_read_as_lf_reads_it(value, on):
+    """LF's is_env_enabled: true, y or 1 (lower-cased); the dataset reader used to drop "y"."""
+    from finetune_doctor.readers.data.datasets import _source
+
+    env = {"USE_MODELSCOPE_HUB": value}
+    assert env_enabled("USE_MODELSCOPE_HUB", env) is on
+    attr = {"hf_hub_url": "org/ds", "ms_hub_url": "org/ds-ms"}
+    assert _source(attr, env_enabled("USE_MODELSCOPE_HUB", env), False)["load_from"] == ("ms_hub" if on else "hf_hub")
+
+
+def _ms_tokenizer(root: Path) -> Path:
+    folder = root / "hub" / "models" / "acme" / "tiny___v1"
+    folder.mkdir(parents=True)
+    (folder / "tokenizer.json").write_text("{}")
+    return folder
+
+
+def test_tokenizer_and_model_config_use_one_modelscope_root(tmp_path):
+    """modelscope puts models under $MODELSCOPE_CACHE/hub (utils/file_utils.py get_model_cache_root); the tokenizer
+    finder used $MODELSCOPE_CACHE itself, and looked there even without USE_MODELSCOPE_HUB."""
+    folder = _ms_tokenizer(tmp_path / "ms")
+    env = {"MODELSCOPE_CACHE": str(tmp_path / "ms"), "HF_HUB_CACHE": str(tmp_path / "hf")}
+    assert find_tokenizer("acme/tiny.v1", env=env)[0] is None
+    on = {**env, "USE_MODELSCOPE_HUB": "1"}
+    got, how = find_tokenizer("acme/tiny.v1", env=on)
+    assert got == str(folder) and how.startswith("ModelScope cache")
+    assert cached_model_files("acme/tiny.v1", "tokenizer.json", env=on) == [(folder / "tokenizer.json",
+                                                                             "ModelScope cache")]
+
+
+def test_one_hf_hub_cache_order(tmp_path):
+    env = {"HF_HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    assert hf_hub_cache(env) == hub_cache_dirs(env=env)[0] == tmp_path / "home" / "hub"
+    env["HUGGINGFACE_HUB_CACHE"] = str(tmp_path / "legacy")
+    assert hf_hub_cache(env) == tmp_path / "legacy"
+    env["HF_HUB_CACHE"] = str(tmp_path / "new")
+    assert hf_hub_cache(env) == hub_cache_dirs(env=env)[0] == tmp_path / "new"
+
+
+def test_one_split_arg_with_lfs_empty_items():
+    """LF keeps empty items (data_args.py split_arg); two of the four copies dropped them. The data scan, the launch
+    checks and the run all read lists through run/values.py now."""
+    from finetune_doctor.analyzers.config import launch
+    from finetune_doctor.analyzers.data import tokens
+    from finetune_doctor.run.values import split_arg, split_list
+
+    assert split_arg("a, ,b,") == ["a", "", "b", ""]
+    assert split_arg(["x", 1]) == ["x", "1"] and split_arg(None) is None and split_arg(3) == ["3"]
+    assert tokens.as_list is split_arg and launch._names("a,,b") == ["a", "", "b"] and launch._names(3) is None
+    assert split_list("q_proj, ,v_proj,") == ("q_proj", "v_proj")   # module names: an empty item names none
+
+
+def test_one_as_bool():
+    from finetune_doctor.analyzers.data import dataargs, tokens
+    from finetune_doctor.run import values
+
+    assert dataargs.as_bool is values.as_bool is tokens.as_bool
+    assert [values.as_bool(v) for v in ("True", " on", "1", "no", "y", False, 1)] == [True, True, True, False,
+                                                                                     False, False, True]
+
+
+def test_one_json_key_scanner_places_a_duplicate_where_json_load_reads_it():
+    """json.load keeps the last of two equal keys; every JSON reader now points at that one (three scanners had
+    kept the first)."""
+    from finetune_doctor.readers.deepspeed import dsjson
+    from finetune_doctor.readers.model.configjson import json_key_positions
+
+    text = '{\n  "zero_optimization": {\n    "stage": 2,\n    "stage": 3\n  },\n  "x": [{"k": 1}]\n}\n'
+    assert json.loads(text)["zero_optimization"]["stage"] == 3
+    want = {"zero_optimization": (2, 3), "zero_optimization.stage": (4, 5), "x": (6, 3), "x.k": (6, 10)}
+    assert json_key_positions(text) == dsjson.key_positions(text) == want
+    doc = dsjson.parse(text, "ds.json")
+    assert doc.positions == want and doc.duplicates == ("zero_optimization.stage",)
+    # the exact parser (taken for a text with an escaped control character) agrees with the fast scan
+    slow = text.replace('"x"', '"x\\u0001"')
+    assert dsjson.parse(slow, "ds.json").positions["zero_optimization.stage"] == (4, 5)
+
+
+def test_one_bf16_family_list():
+    """The rule reads model.bf16_family, built from the list the postmortem uses; no copy of the list in a rule."""
+    from finetune_doctor.analyzers.postmortem.runctx import BF16_FAMILIES as in_postmortem
+    from finetune_doctor.arch import BF16_FAMILIES
+
+    root = Path(__file__).resolve().parent.parent
+    rule = (root / "rules" / "fp16-on-bf16-model.yaml").read_text()
+    assert "model.bf16_family" in rule and "'qwen2'" not in rule and "qwen2" in BF16_FAMILIES
+    assert in_postmortem is BF16_FAMILIES
+
+
+def test_one_size_formatter():
+    from finetune_doctor.fsutil import format_bytes
+    from finetune_doctor.readers.data import datarows
+    from finetune_doctor.reporters.sections import read
+
+    assert [format_bytes(n) for n in (None, 0, 512, 1536, 20 << 20, int(2.25 * (1 << 30)))] == [
+        "0 B", "0 B", "512 B", "1.5 KiB", "20.0 MiB", "2.2 GiB"]
+    assert datarows._size is read._size is format_bytes
+
+
+@pytest.mark.parametrize("value, text", [(1e-5, "1.0e-5"), (5e-06, "5.0e-6"), (2.0e-4, "0.0002"), (1e20, "1.0e+20"),
+                                         (True, "true"), (None, "null"), ("yes", '"yes"'), ("q_proj", "q_proj"),
+                                         ("1e-5", '"1e-5"')])
+def test_one_yaml_scalar_writer(value, text):
+    """What --fix writes and what SARIF/text show as the edit are one spelling (they were 1.0e-5 vs 1.0e-05)."""
+    from finetune_doctor.fixes.edit import yaml_scalar
+    from finetune_doctor.reporters._source import yaml_scalar as shown
+
+    assert yaml_scalar(value) == shown(value) == text
+
+
+def test_postmortem_without_config_builds_hw_with_the_shared_builder(tmp_path):
+    """The config-less postmortem built `hw` by hand and lost compute_capability, in_use_gib, nnodes and fp8."""
+    from finetune_doctor.facts import CONFIG_NAMES, hw as hw_facts, skeleton
+    from finetune_doctor.facts.hw import resolve
+
+    hw = resolve("2xA100-80GB", 1, allow_nvml=False)
+    facts = skeleton(hw=hw_facts.assemble(hw))
+    assert set(facts) == set(CONFIG_NAMES) and facts["cfg"] is None
+    assert {"compute_capability", "in_use_gib", "nnodes", "fp8", "host_ram_gib"} <= set(facts["hw"])
+    assert facts["hw"]["compute_capability"] == hw.compute_capability
+
+
+@pytest.mark.parametrize("cfg", [{"stage": "pt"}, {"stage": "sft"}, {"stage": "sft", "neat_packing": True},
+                                 {"stage": "pt", "packing": False}, {"stage": "sft", "packing": "true"}, {}])
+def test_the_data_scan_and_the_run_settle_packing_cutoff_and_batch_alike(cfg):
+    from finetune_doctor.analyzers.data.dataargs import DataSettings
+    from finetune_doctor.run.resolve import _stage_data
+
+    ds = DataSettings.from_config(cfg)
+    run = _stage_data(cfg, str(cfg.get("stage") or "sft"), "lora")
+    assert (ds.packing, ds.neat_packing) == (run["packing"], run["neat_packing"])
+    assert (ds.cutoff_len, ds.micro_batch) == (2048, 8)
+
+
+def test_hardware_imports_no_reader():
+    """hardware/ sits under readers/ (readers/gpus/smi.py reads what hardware/record.py writes): the recorder's formats
+    are declared by the recorder, so no hardware module imports a reader."""
+    import ast as _ast
+
+    root = Path(__file__).resolve().parent.parent / "finetune_doctor" / "hardware"
+    ups = []
+    for f in sorted(root.glob("*.py")):
+        for node in _ast.walk(_ast.parse(f.read_text())):
+            if isinstance(node, _ast.ImportFrom) and (node.module or "").startswith("finetune_doctor.readers"):
+                ups.append(f"{f.name}: {node.module}")
+    assert ups == []
+
+
+def test_command_modes_are_one_declared_table():
+    from finetune_doctor.facts.config import MODES, Mode
+
+    assert MODES["lint"] == Mode(static=True) and MODES["postmortem"] == Mode(need_model=False, lenient=True)
+    assert set(MODES) == {"lint", "check", "estimate", "probe", "postmortem"}
+    root = Path(__file__).resolve().parent.parent / "finetune_doctor" / "pipeline"
+    for f in root.glob("*.py"):   # no call site spells the flags again
+        text = f.read_text()
+        assert "static=True" not in text and "lenient=True" not in text and "need_model=" not in text, f.name
