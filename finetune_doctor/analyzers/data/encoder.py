@@ -207,7 +207,7 @@ class Encoder:
             rec.flags |= HAS_MEDIA
             if self.media is not None:
                 prompt, response, extra = self._media(row, cs, prompt, response, rec, problems)
-        return self._plan_text(prompt, response, system, tools), extra
+        return self._plan_text(prompt, response, system, tools, cs), extra
 
     def _media(self, row: dict[str, Any], cs: ConvSpec, prompt: list[dict], response: list[dict],
                rec: SampleRecord, problems: list[tuple]) -> tuple[list[dict], list[dict], list[int]]:
@@ -241,7 +241,7 @@ class Encoder:
             out.append({**m, "content": c.replace(IMAGE, "").replace(VIDEO, "")} if a or b else m)
         return out[:len(prompt)], out[len(prompt):], extra
 
-    def _plan_text(self, prompt: list[dict], response: list[dict], system: str, tools: str) -> Any:
+    def _plan_text(self, prompt: list[dict], response: list[dict], system: str, tools: str, cs: ConvSpec) -> Any:
         p = self.processor
         if p.startswith("pretrain"):
             if not prompt:
