@@ -66,6 +66,7 @@ class DataSettings:
     video_max_pixels: int = 256 * 256
     video_min_pixels: int = 16 * 16
     video_maxlen: int = 128
+    video_fps: float = 2.0
     media_dir: str | None = None
 
     @property
@@ -131,6 +132,7 @@ class DataSettings:
             **{k: _int_or(cfg, k, lo, d) for k, lo, d in (
                 ("image_max_pixels", 1, 768 * 768), ("image_min_pixels", 0, 32 * 32),
                 ("video_max_pixels", 1, 256 * 256), ("video_min_pixels", 0, 16 * 16), ("video_maxlen", 1, 128))},
+            video_fps=_fps(cfg.get("video_fps")),
             media_dir=_str(cfg, "media_dir"),
         )
 
@@ -159,6 +161,15 @@ def _int_or(cfg: dict[str, Any], key: str, minimum: int, default: int) -> int:
     except (TypeError, ValueError, OverflowError):
         return default
     return min(max(n, minimum), 2**63 - 1)
+
+
+def _fps(v: Any) -> float:
+    """``video_fps`` as LF uses it (model_args.py default 2.0): a positive finite number, else the default."""
+    try:
+        f = float(v) if v is not None and not isinstance(v, bool) else 2.0
+    except (TypeError, ValueError, OverflowError):
+        return 2.0
+    return f if math.isfinite(f) and 0 < f < 1e6 else 2.0
 
 
 def _str(cfg: dict[str, Any], key: str) -> str | None:

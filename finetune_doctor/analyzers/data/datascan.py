@@ -96,7 +96,8 @@ def collect(cfg: dict[str, Any], config_path: str, *, cutoff_len: int | None = N
             why = f"{folder}/tokenizer.json could not be loaded ({type(err).__name__}: {err})"
     if counter is None:
         counter = ApproxCounter(template)
-    rule = media_rule(settings.template, read_preprocessor(folder))
+    rule = media_rule(settings.template, read_preprocessor(folder),
+                      read_preprocessor(folder, "video_preprocessor_config.json"))
     # LF: media_dir defaults to dataset_dir; both are taken relative to where LF is launched (data_args.py)
     media_dir = os.path.join(cwd, settings.media_dir) if settings.media_dir else ddir
     media = MediaCounter(rule, settings, media_dir, cwd) if rule is not None else None

@@ -232,13 +232,18 @@ class Encoder:
         img, vid, notes = self.media.sample(images, videos)
         for why in notes[:1]:
             problems.append(("media_assumed", rec.index, rec.line, why, False))
+        for why in self.media.too_large[:1]:
+            problems.append(("bad_value", rec.index, rec.line, why, True))
         extra, i, j, out = [], 0, 0, []
         for m in msgs:
             c = m["content"]
             a, b = c.count(IMAGE), c.count(VIDEO)
-            extra.append(sum(img[i:i + a]) + sum(vid[j:j + b]))
+            extra.append(sum(img[i:i + a]) + sum(n for n, _ in vid[j:j + b]))
+            if b:   # Qwen3-VL's per-group "<t seconds>" text stays text: the tokenizer counts it
+                parts = c.split(VIDEO)
+                c = parts[0] + "".join(vid[j + k][1] + parts[k + 1] for k in range(b))
             i, j = i + a, j + b
-            out.append({**m, "content": c.replace(IMAGE, "").replace(VIDEO, "")} if a or b else m)
+            out.append({**m, "content": c.replace(IMAGE, "")} if a or b else m)
         return out[:len(prompt)], out[len(prompt):], extra
 
     def _plan_text(self, prompt: list[dict], response: list[dict], system: str, tools: str, cs: ConvSpec) -> Any:

@@ -7,8 +7,9 @@ Qwen2-VL / Qwen2.5-VL / Qwen3-VL plugins that rule is the processor's smart_resi
 analyzers/memory/vision.py) and ``(h/patch)·(w/patch)/merge²`` ``<|image_pad|>`` tokens plus ``<|vision_start|>``
 and ``<|vision_end|>`` (LF mm_plugin.py:2581-2597).
 
-Videos given as files are not opened (reading their duration needs a container parser): each counts as
-``video_maxlen`` frames at ``video_max_pixels`` — the most LF lets through — and that is an assumption of the scan.
+Videos given as MP4/MOV files are counted from their header (duration and frame size, readers/data/mp4.py; no
+frame is decoded); any other video counts as ``video_maxlen`` frames at ``video_max_pixels`` — the most LF lets
+through — and that is an assumption of the scan.
 A video given as a list of frame images (LF's "already sampled" form, mm_plugin.py:2283-2290) is counted from its
 frames. Every image that cannot be read here is counted at ``image_max_pixels`` and named as an assumption too.
 
@@ -23,7 +24,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from finetune_doctor.analyzers.memory.vision import PROCESSOR_MAX_PIXELS, PROCESSOR_MIN_PIXELS, image_tokens
+from finetune_doctor.analyzers.memory.vision import PROCESSOR_MAX_PIXELS, PROCESSOR_MIN_PIXELS, image_tokens, \
+    lf_resize, qwen_lf_resize, smart_resize, video_smart_resize
+from finetune_doctor.readers.data.mp4 import video_header
 
 IMAGE, VIDEO, AUDIO = "<image>", "<video>", "<audio>"   # LF extras/constants.py IMAGE_PLACEHOLDER etc.
 _SIZE_CACHE_MAX = 50_000      # image paths whose header size is remembered (one tuple each)
@@ -31,46 +34,69 @@ _SIZE_CACHE_MAX = 50_000      # image paths whose header size is remembered (one
 
 @dataclass(frozen=True)
 class MediaRule:
-    """How one family's processor turns an image into tokens: ``patch`` × ``merge`` grid within the processor's
-    ``[proc_min, proc_max]`` pixels, ``wrap`` tokens around each image (vision start/end), ``temporal`` frames per
-    video patch. `source` names where the processor values came from (a preprocessor_config.json or a default)."""
+    """How one family's processors turn media into tokens: a ``patch`` × ``merge`` grid, images within the image
+    processor's ``[proc_min, proc_max]`` pixels and video frames within the video processor's ``[video_min,
+    video_max]`` (for Qwen3-VL over all frames together, `vision.video_smart_resize`); ``wrap`` tokens around each
+    image or temporal group (vision start/end); ``temporal`` frames per video patch; ``timestamps``: each temporal
+    group is preceded by a ``<t seconds>`` text (LF Qwen3VLPlugin, mm_plugin.py:2750-2762). `source` names where
+    the processor values came from."""
 
     family: str
     patch: int
     merge: int
     proc_min: int
     proc_max: int
+    video_min: int
+    video_max: int
     wrap: int = 2
     temporal: int = 2
+    timestamps: bool = False
     source: str = "transformers defaults"
 
 
-# LF template name -> (family, patch, merge): template.py registers qwen2_vl with the qwen2_vl plugin and qwen3_vl /
-# qwen3_vl_nothink with the qwen3_vl plugin; transformers 5.6.0 Qwen2VLImageProcessor: patch 14, merge 2,
-# min 56·56, max 28·28·1280; Qwen3-VL checkpoints use patch 16 (factor 32) with the same processor class.
-FAMILIES = {"qwen2_vl": ("qwen2_vl", 14, 2), "qwen3_vl": ("qwen3_vl", 16, 2), "qwen3_vl_nothink": ("qwen3_vl", 16, 2)}
+# LF template name -> family: template.py registers qwen2_vl with the qwen2_vl plugin and qwen3_vl /
+# qwen3_vl_nothink with the qwen3_vl plugin. Per family (patch, merge, image min/max, video min/max) when the
+# model's own configs are not read: Qwen2-VL: the Qwen2-VL-7B-Instruct preprocessor_config.json (as the memory term)
+# and transformers 5.6.0 Qwen2VLVideoProcessor (128·28², 768·28², video_processing_qwen2_vl.py:74); Qwen3-VL:
+# patch 16, transformers' Qwen2VLImageProcessor defaults (56², 1280·28²) and Qwen3VLVideoProcessor (128·32²,
+# 768·32², video_processing_qwen3_vl.py:88).
+FAMILIES = {"qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_nothink": "qwen3_vl"}
+_DEFAULTS = {"qwen2_vl": (14, 2, PROCESSOR_MIN_PIXELS, PROCESSOR_MAX_PIXELS, 128 * 28 * 28, 768 * 28 * 28),
+             "qwen3_vl": (16, 2, 56 * 56, 1280 * 28 * 28, 128 * 32 * 32, 768 * 32 * 32)}
 
 
-def media_rule(template: str | None, preprocessor: dict[str, Any] | None) -> MediaRule | None:
-    """The `MediaRule` for LF template `template`, with the processor values of the model's
-    preprocessor_config.json (`preprocessor`, already parsed) where it has them; None for a family the doctor does
-    not model. Qwen2-VL without a preprocessor_config.json uses the Qwen2-VL-7B-Instruct checkpoint's values
-    (min 3136, max 12,845,056), the ones the memory term uses."""
-    fam = FAMILIES.get(template or "")
-    if fam is None:
+def media_rule(template: str | None, preprocessor: dict[str, Any] | None,
+               video_preprocessor: dict[str, Any] | None = None) -> MediaRule | None:
+    """The `MediaRule` for LF template `template`, with the values of the model's preprocessor_config.json and
+    video_preprocessor_config.json (already parsed) where they have them (``patch_size``, ``merge_size``,
+    ``min_pixels``/``max_pixels`` or ``size.shortest_edge``/``size.longest_edge``, as transformers reads them);
+    None for a family the doctor does not model."""
+    family = FAMILIES.get(template or "")
+    if family is None:
         return None
-    family, patch, merge = fam
-    lo, hi = (PROCESSOR_MIN_PIXELS, PROCESSOR_MAX_PIXELS) if family == "qwen2_vl" else (56 * 56, 28 * 28 * 1280)
-    source = "Qwen2-VL-7B-Instruct preprocessor_config.json" if family == "qwen2_vl" else \
-        "transformers Qwen2VLImageProcessor defaults (no preprocessor_config.json read)"
-    p = preprocessor if isinstance(preprocessor, dict) else {}
+    patch, merge, lo, hi, vlo, vhi = _DEFAULTS[family]
+    read = []
+    got = _proc_values(preprocessor)
+    if got:
+        patch, merge, lo, hi = got
+        read.append("preprocessor_config.json")
+    vgot = _proc_values(video_preprocessor)
+    if vgot:
+        vlo, vhi = vgot[2], vgot[3]
+        read.append("video_preprocessor_config.json")
+    source = ("the model's " + " and ".join(read)) if len(read) == 2 else \
+        f"{family} defaults (transformers 5.6.0 / the reference checkpoint)" + \
+        (f"; the model's {read[0]}" if read else "")
+    return MediaRule(family, patch, merge, lo, hi, vlo, vhi, timestamps=family == "qwen3_vl", source=source)
+
+
+def _proc_values(p: Any) -> tuple[int, int, int, int] | None:
+    if not isinstance(p, dict):
+        return None
     size = p.get("size") if isinstance(p.get("size"), dict) else {}
-    vals = {"patch": p.get("patch_size"), "merge": p.get("merge_size"),
-            "lo": p.get("min_pixels", size.get("shortest_edge")), "hi": p.get("max_pixels", size.get("longest_edge"))}
-    if all(_pos_int(v) for v in vals.values()):
-        patch, merge, lo, hi = vals["patch"], vals["merge"], vals["lo"], vals["hi"]
-        source = "the model's preprocessor_config.json"
-    return MediaRule(family, patch, merge, lo, hi, source=source)
+    vals = (p.get("patch_size"), p.get("merge_size"), p.get("min_pixels", size.get("shortest_edge")),
+            p.get("max_pixels", size.get("longest_edge")))
+    return vals if all(_pos_int(v) for v in vals) else None  # type: ignore[return-value]
 
 
 def _pos_int(v: Any) -> bool:
@@ -88,15 +114,22 @@ class MediaCounter:
         self.media_dir = media_dir
         self.cwd = cwd or os.getcwd()
         self._sizes: dict[str, tuple[int, int] | str] = {}
+        self.too_large: list[str] = []    # images LF cannot open, since the last `sample`
 
     # -- one image ------------------------------------------------------------------------------------------------
 
     def image(self, item: Any, max_pixels: int, min_pixels: int) -> tuple[int, str | None]:
-        """(tokens, why it was assumed or None) of one image entry (a path, ``{"path"|"bytes"}``, or bytes)."""
+        """(tokens, why it was assumed or None) of one image entry (a path, ``{"path"|"bytes"}``, or bytes).
+        An image over Pillow's decompression-bomb limit is counted clamped and remembered in `too_large`."""
         size = self.size_of(item)
         if isinstance(size, str):
             side = math.isqrt(max_pixels)             # unreadable: the largest square LF lets through
             return self._tokens(side, side, max_pixels, min_pixels), size
+        limit = bomb_limit()
+        if limit is not None and size[0] * size[1] > limit:
+            self.too_large.append(f"{str(item)[:80]} is {size[0]}x{size[1]} = {size[0] * size[1]} pixels, over "
+                                  f"Pillow's decompression-bomb limit ({limit}): Image.open in LLaMA-Factory's "
+                                  "mm_plugin raises DecompressionBombError")
         return self._tokens(size[0], size[1], max_pixels, min_pixels), None
 
     def _tokens(self, w: int, h: int, max_pixels: int, min_pixels: int) -> int:
@@ -138,13 +171,59 @@ class MediaCounter:
                 return None
         return None
 
+    def video_file(self, v: Any) -> tuple[int, float | None, tuple[int, int] | None, str | None]:
+        """(frames LF samples, duration in seconds or None, (width, height) or None, why it was assumed or None)
+        of a video file. From the MP4/MOV header: ``min(video_maxlen, max(1, floor(duration × video_fps)))``
+        frames (LF mm_plugin.py:237-247; the stream's frame count, a further cap there, is not read: it binds only
+        below ``video_fps`` frames per second) at the track's frame size. Otherwise ``video_maxlen`` frames of
+        unknown size (counted at ``video_max_pixels``)."""
+        s = self.s
+        path = self.resolve(v) if isinstance(v, str) and v else None
+        got = video_header(path) if path else None
+        if got is not None and math.isfinite(got[0]):
+            dur = min(got[0], 1e9)
+            return min(s.video_maxlen, max(1, math.floor(dur * s.video_fps))), dur, (got[1], got[2]), None
+        why = f"video {str(v)[:80]}: {'no MP4/MOV header read' if path else 'not found'}, counted at " \
+              f"video_maxlen={s.video_maxlen} frames of video_max_pixels"
+        return s.video_maxlen, None, None, why
+
+    def video_tokens(self, frames: int, size: tuple[int, int] | None, step: float) -> tuple[int, str]:
+        """(media tokens, timestamp text) of one video of `frames` sampled frames of `size` (None: the largest
+        square ``video_max_pixels`` lets through). LF repeats the last frame to an even count (mm_plugin.py:2313,
+        :2451), resizes each frame within ``video_min_pixels``/``video_max_pixels``, and the video processor fits
+        it to its own bounds; ``ceil(frames / 2)`` temporal groups of ``(h/patch)·(w/patch)/merge²`` tokens.
+        Qwen2-VL wraps the whole video in vision start/end; Qwen3-VL wraps each group and puts a ``<t seconds>``
+        text before it: the mean time of the group's first and last frame, frame k at ``k × step`` seconds and the
+        repeated frame at the last one's time (transformers ``Qwen3VLProcessor._calculate_timestamps``); for a
+        file LF's frames are spread over the whole stream, so the text can differ by a digit from LF's."""
+        s, r = self.s, self.rule
+        times = [k * step for k in range(frames)]
+        frames += frames % r.temporal
+        times += times[-1:] * (frames - len(times))
+        if size is None:
+            side = math.isqrt(s.video_max_pixels)
+            size = (side, side)
+        w, h = qwen_lf_resize(*lf_resize(size[0], size[1], s.video_max_pixels, s.video_min_pixels))
+        if r.timestamps:
+            hh, ww = video_smart_resize(frames, h, w, r.video_min, r.video_max, r.patch * r.merge, r.temporal)
+        else:
+            hh, ww = smart_resize(h, w, r.video_min, r.video_max, r.patch * r.merge)
+        groups = -(-frames // r.temporal)
+        per = (hh // r.patch) * (ww // r.patch) // (r.merge * r.merge)
+        if not r.timestamps:
+            return groups * per + r.wrap, ""
+        text = "".join(f"<{(times[i] + times[i + r.temporal - 1]) / 2:.1f} seconds>"
+                       for i in range(0, frames, r.temporal))
+        return groups * (per + r.wrap), text
+
     # -- one sample -----------------------------------------------------------------------------------------------
 
-    def sample(self, images: list[Any], videos: list[Any]) -> tuple[list[int], list[int], list[str]]:
-        """(tokens per image, tokens per video, what was assumed) for one sample's media lists, each count with the
-        vision start/end tokens."""
+    def sample(self, images: list[Any], videos: list[Any]) -> tuple[list[int], list[tuple[int, str]], list[str]]:
+        """(tokens per image, (tokens, timestamp text) per video, what was assumed) for one sample's media lists,
+        each count with the vision start/end tokens."""
         s, r = self.s, self.rule
         notes: list[str] = []
+        self.too_large = []
         img = []
         for it in images:
             n, why = self.image(it, s.image_max_pixels, s.image_min_pixels)
@@ -153,19 +232,31 @@ class MediaCounter:
             img.append(n + r.wrap)
         vid = []
         for v in videos:
-            if isinstance(v, list) and v:
-                frames = len(v)
-                per, why = self.image(v[0], s.video_max_pixels, s.video_min_pixels)
-                if why:
-                    notes.append("video frame " + why)
+            if isinstance(v, list) and v:                  # frames already sampled (mm_plugin.py:2283-2290)
+                size = self.size_of(v[0])
+                if isinstance(size, str):
+                    notes.append("video frame " + size)
+                    size = None
+                vid.append(self.video_tokens(len(v), size, 1 / s.video_fps))
             else:
-                frames = s.video_maxlen
-                side = math.isqrt(s.video_max_pixels)
-                per = self._tokens(side, side, s.video_max_pixels, s.video_min_pixels)
-                notes.append(f"video {str(v)[:80]}: not opened, counted at video_maxlen={frames} frames")
-            frames += frames % r.temporal                  # LF repeats the last frame to an even count (:2313)
-            vid.append(per * (frames // r.temporal) + r.wrap)
+                frames, dur, size, why = self.video_file(v)
+                if why:
+                    notes.append(why)
+                vid.append(self.video_tokens(frames, size, dur / (frames - 1) if dur and frames > 1
+                                             else 1 / s.video_fps))
         return img, vid, notes
+
+
+def bomb_limit() -> int | None:
+    """The pixel count above which ``PIL.Image.open`` raises DecompressionBombError (2 × ``MAX_IMAGE_PIXELS``,
+    PIL/Image.py ``_decompression_bomb_check``; 178,956,970 by default), None without Pillow or with the check
+    switched off. LLaMA-Factory and transformers leave it at the default."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return None
+    m = Image.MAX_IMAGE_PIXELS
+    return 2 * int(m) if m else None
 
 
 def header_size(src: Any, name: str) -> tuple[int, int] | str:
@@ -220,14 +311,15 @@ def _size_past_bomb_check(src: Any) -> tuple[int, int] | None:
     return None
 
 
-def read_preprocessor(folder: str | None) -> dict[str, Any] | None:
-    """The model folder's preprocessor_config.json (what transformers' AutoImageProcessor reads), or None when
-    there is none, it is over 1 MiB or not a JSON object."""
+def read_preprocessor(folder: str | None, name: str = "preprocessor_config.json") -> dict[str, Any] | None:
+    """The model folder's preprocessor_config.json (what transformers' AutoImageProcessor reads; `name`
+    video_preprocessor_config.json for the video processor), or None when there is none, it is over 1 MiB or not
+    a JSON object."""
     if not folder:
         return None
     import json
 
-    path = os.path.join(str(folder), "preprocessor_config.json")
+    path = os.path.join(str(folder), name)
     try:
         if os.path.getsize(path) > 1 << 20:
             return None
@@ -278,10 +370,11 @@ def media_assumptions(media: dict[str, Any] | None) -> list:
             alternatives=("the processor's tokens per image (LLaVA 576, Qwen-VL up to image_max_pixels/784, ...)",),
             resolve_with="a Qwen-VL template (qwen2_vl, qwen3_vl), or measure one batch with LLaMA-Factory"))
         return out
-    if media.get("processor_source") != "the model's preprocessor_config.json":
+    if not str(media.get("processor_source") or "").startswith("the model's"):
         out.append(Assumption(
             "media-processor-pixels", media.get("processor_source"),
-            "the model folder's preprocessor_config.json was not read (min_pixels/max_pixels, patch_size)",
+            "the model folder's preprocessor_config.json / video_preprocessor_config.json were not both read "
+            "(min_pixels/max_pixels, patch_size)",
             alternatives=("the checkpoint's own min_pixels/max_pixels",),
             resolve_with="the model's folder with preprocessor_config.json on this machine"))
     if media.get("assumed_samples"):

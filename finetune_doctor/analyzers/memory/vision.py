@@ -77,6 +77,25 @@ def qwen_lf_resize(width: int, height: int) -> tuple[int, int]:
     return width, height
 
 
+def video_smart_resize(frames: int, height: int, width: int, min_pixels: int, max_pixels: int, factor: int = 32,
+                       temporal: int = 2) -> tuple[int, int]:
+    """Qwen3-VL's video resize (transformers 5.6.0 ``models/qwen3_vl/video_processing_qwen3_vl.py:35-62``, which
+    LF's Qwen3VLPlugin calls, mm_plugin.py:2608-2628): like `smart_resize`, but the pixel bounds hold for all
+    ``frames`` (rounded up to a multiple of ``temporal``) together. Returns (height, width) in pixels."""
+    h = round(height / factor) * factor
+    w = round(width / factor) * factor
+    t = -(-frames // temporal) * temporal
+    if t * h * w > max_pixels:
+        beta = math.sqrt((frames * height * width) / max_pixels)
+        h = max(factor, math.floor(height / beta / factor) * factor)
+        w = max(factor, math.floor(width / beta / factor) * factor)
+    elif t * h * w < min_pixels:
+        beta = math.sqrt(min_pixels / (frames * height * width))
+        h = math.ceil(height * beta / factor) * factor
+        w = math.ceil(width * beta / factor) * factor
+    return h, w
+
+
 def image_patches(width: int, height: int, max_pixels: int = LF_DEFAULTS["image_max_pixels"],
                   min_pixels: int = LF_DEFAULTS["image_min_pixels"], *, patch: int = PATCH, merge: int = MERGE,
                   proc_min: int = PROCESSOR_MIN_PIXELS, proc_max: int = PROCESSOR_MAX_PIXELS) -> int:
