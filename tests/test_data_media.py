@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -17,10 +18,9 @@ from finetune_doctor.facts import data as data_facts
 
 PIL = pytest.importorskip("PIL.Image")
 
-MLLM_DEMO = {"file_name": "mllm.json", "formatting": "sharegpt",
-             "columns": {"messages": "messages", "images": "images"},
-             "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user",
-                      "assistant_tag": "assistant"}}
+# LF's own entry for its multimodal demo data (data/dataset_info.json, kept in the fixtures)
+MLLM_DEMO = json.loads((Path(__file__).resolve().parent.parent / "fixtures" / "llamafactory" / "data_examples" /
+                        "dataset_info.excerpt.json").read_text())["mllm_demo"]
 ALPACA_MM = {"file_name": "alpaca_mm.json", "columns": {"prompt": "instruction", "query": "input",
                                                         "response": "output", "images": "images"}}
 
