@@ -5,6 +5,7 @@ expected count is worked by hand from the processor formula in the comments."""
 
 from __future__ import annotations
 
+import io
 import json
 import struct
 import zlib
@@ -224,6 +225,27 @@ def test_header_size_reads_no_pixels_and_survives_bombs(tmp_path):
     # what LF meets at Image.open for that header
     with pytest.raises(PIL.DecompressionBombError):
         PIL.open(str(p))
+
+
+@pytest.mark.parametrize("ext,kw", [("png", {}), ("webp", {"lossless": True}), ("webp", {"quality": 80}),
+                                    ("gif", {}), ("jpg", {}), ("bmp", {})])
+def test_header_size_agrees_with_pillow(tmp_path, ext, kw):
+    from PIL import features
+
+    if ext == "webp" and not features.check("webp"):
+        pytest.skip("this Pillow has no WebP")
+    p = tmp_path / f"x.{ext}"
+    PIL.new("RGB", (1001, 37)).save(p, **kw)
+    with PIL.open(p) as im:
+        assert header_size(str(p), p.name) == im.size == (1001, 37)
+    assert header_size(io.BytesIO(p.read_bytes()), "<bytes>") == (1001, 37)
+
+
+def test_png_with_a_huge_chunk_is_read_from_its_first_bytes(tmp_path):
+    # IHDR, then a private chunk claiming 1 GiB: only the first 30 bytes are read (no MemoryError, no 1 GiB read)
+    head = png_header_only(4000, 3000)[:33] + struct.pack(">I", 1 << 30) + b"prIv"
+    (tmp_path / "c.png").write_bytes(head)
+    assert header_size(str(tmp_path / "c.png"), "c.png") == (4000, 3000)
 
 
 def test_mp4_reader_is_bounded_and_refuses_lies(tmp_path):

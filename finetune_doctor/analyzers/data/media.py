@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -263,6 +264,10 @@ def header_size(src: Any, name: str) -> tuple[int, int] | str:
     """(width, height) of an image file or binary stream from its header (Pillow's lazy open decodes no pixel),
     or the reason in words. A header above Pillow's decompression-bomb limit still gives its size (read through the
     format's plugin directly): LF would fail to open it, and `MediaCounter` counts it clamped."""
+    quick = _quick_size(src)
+    if quick is not None:
+        w, h = quick
+        return (w, h) if w > 0 and h > 0 else f"{name}: header gives {w}x{h}"
     try:
         from PIL import Image
     except ImportError:
@@ -280,6 +285,39 @@ def header_size(src: Any, name: str) -> tuple[int, int] | str:
     if not (isinstance(w, int) and isinstance(h, int)) or w <= 0 or h <= 0:
         return f"{name}: header gives {w}x{h}"
     return w, h
+
+
+def _quick_size(src: Any) -> tuple[int, int] | None:
+    """(width, height) of a PNG or WebP from its first 30 bytes, None for another format or a short read.
+
+    Pillow's own open is not bounded for these two: its PNG reader reads every chunk before the image data whole
+    (a private chunk of 1 GiB is read into memory), its WebP reader the whole file. The fields: PNG's IHDR
+    (width, height u32 big-endian at bytes 16-23, PNG spec §11.2.2); WebP (RFC 9649): ``VP8X`` canvas size - 1
+    (24-bit little-endian at 24 and 27), ``VP8L`` 14-bit width - 1 and height - 1 after the 0x2f signature at 20,
+    ``VP8 `` 14-bit width and height after the start code 9d 01 2a at 23."""
+    try:
+        if isinstance(src, str):
+            with open(src, "rb") as f:
+                head = f.read(30)
+        else:
+            src.seek(0)
+            head = src.read(30)
+            src.seek(0)
+    except (OSError, ValueError):
+        return None
+    if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR" and len(head) >= 24:
+        return struct.unpack(">II", head[16:24])
+    if head[:4] != b"RIFF" or head[8:12] != b"WEBP" or len(head) < 30:
+        return None
+    kind = head[12:16]
+    if kind == b"VP8X":
+        return 1 + int.from_bytes(head[24:27], "little"), 1 + int.from_bytes(head[27:30], "little")
+    if kind == b"VP8L" and head[20] == 0x2F:
+        bits = int.from_bytes(head[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if kind == b"VP8 " and head[23:26] == b"\x9d\x01\x2a":
+        return struct.unpack("<H", head[26:28])[0] & 0x3FFF, struct.unpack("<H", head[28:30])[0] & 0x3FFF
+    return None
 
 
 def _size_past_bomb_check(src: Any) -> tuple[int, int] | None:
