@@ -225,6 +225,13 @@ def test_header_size_reads_no_pixels_and_survives_bombs(tmp_path):
     # what LF meets at Image.open for that header
     with pytest.raises(PIL.DecompressionBombError):
         PIL.open(str(p))
+    # a format Pillow parses itself (GIF, 60000×60000 in its logical screen and image descriptor): read past
+    # Image.open's bomb check through the GIF plugin
+    gif = (b"GIF89a" + struct.pack("<HH", 60000, 60000) + b"\x00\x00\x00" + b",\x00\x00\x00\x00"
+           + struct.pack("<HH", 60000, 60000) + b"\x00\x02\x02\x4c\x01\x00;")
+    with pytest.raises(PIL.DecompressionBombError):
+        PIL.open(io.BytesIO(gif))
+    assert header_size(io.BytesIO(gif), "<bytes>") == (60000, 60000)
 
 
 @pytest.mark.parametrize("ext,kw", [("png", {}), ("webp", {"lossless": True}), ("webp", {"quality": 80}),

@@ -166,7 +166,7 @@ PROBLEM_TEXT = {
     "row_too_large": "rows over the doctor's size limit per row; not measured (LLaMA-Factory reads them)",
     "no_rows": "a dataset without any row; LLaMA-Factory's loader (datasets) fails on it",
     "dataset_info": "dataset_info.json: LLaMA-Factory cannot read it as it is",
-    "media_assumed": "media whose size was not read here (file not found or unreadable, video files): counted at "
+    "media_assumed": "media whose size was not read here (file not found or unreadable, a video without an MP4/MOV header): counted at "
                      "the largest size LLaMA-Factory lets through",
 }
 FATAL_KINDS = {"malformed_json", "bad_row", "unreadable", "missing_column", "bad_value", "empty_prompt",

@@ -420,7 +420,7 @@ def media_assumptions(media: dict[str, Any] | None) -> list:
         out.append(Assumption(
             "media-sizes", f"image_max_pixels={lim.get('image_max_pixels')}, "
                            f"video_maxlen={lim.get('video_maxlen')} frames",
-            f"{media['assumed_samples']} samples with images not found/unreadable here or video files not opened: "
+            f"{media['assumed_samples']} samples with images not found/unreadable here or videos without an MP4/MOV header: "
             "counted at the largest size LLaMA-Factory lets through",
             alternatives=("smaller images or shorter videos (fewer tokens)",),
             resolve_with="the media files under media_dir on this machine; videos as frame lists"))
