@@ -115,6 +115,8 @@ class MediaCounter:
         self.media_dir = media_dir
         self.cwd = cwd or os.getcwd()
         self._sizes: dict[str, tuple[int, int] | str] = {}
+        self._tok: dict[tuple[int, int, int, int], int] = {}
+        self._bomb = bomb_limit()
         self.too_large: list[str] = []    # images LF cannot open, since the last `sample`
 
     # -- one image ------------------------------------------------------------------------------------------------
@@ -126,7 +128,7 @@ class MediaCounter:
         if isinstance(size, str):
             side = math.isqrt(max_pixels)             # unreadable: the largest square LF lets through
             return self._tokens(side, side, max_pixels, min_pixels), size
-        limit = bomb_limit()
+        limit = self._bomb
         if limit is not None and size[0] * size[1] > limit:
             self.too_large.append(f"{str(item)[:80]} is {size[0]}x{size[1]} = {size[0] * size[1]} pixels, over "
                                   f"Pillow's decompression-bomb limit ({limit}): Image.open in LLaMA-Factory's "
@@ -134,9 +136,16 @@ class MediaCounter:
         return self._tokens(size[0], size[1], max_pixels, min_pixels), None
 
     def _tokens(self, w: int, h: int, max_pixels: int, min_pixels: int) -> int:
-        r = self.rule
-        return image_tokens(w, h, max_pixels, min_pixels, patch=r.patch, merge=r.merge, proc_min=r.proc_min,
-                            proc_max=r.proc_max)
+        key = (w, h, max_pixels, min_pixels)
+        n = self._tok.get(key)
+        if n is None:
+            r = self.rule
+            n = image_tokens(w, h, max_pixels, min_pixels, patch=r.patch, merge=r.merge, proc_min=r.proc_min,
+                             proc_max=r.proc_max)
+            if len(self._tok) >= _SIZE_CACHE_MAX:
+                self._tok.clear()
+            self._tok[key] = n
+        return n
 
     def size_of(self, item: Any) -> tuple[int, int] | str:
         """(width, height) from the image's header, or the reason it could not be read."""
