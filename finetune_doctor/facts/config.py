@@ -594,6 +594,7 @@ def _scan(asm: Assembly, config: str) -> dict[str, Any] | None:
     file carries (the training machine's scan); without either, a note says so."""
     data = data_facts.assemble(asm.doc.values, config)
     if data is not None:
+        asm.assumptions.extend(data_facts.assumptions(data))
         return data
     data, note = machine.data(asm.context, asm.doc.values)
     if note:

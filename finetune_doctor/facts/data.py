@@ -70,6 +70,7 @@ NAMESPACE = Namespace("data", __doc__.split("\n\n")[0], {
     "cutoff_over_p99": F("float", "cutoff_len / p99 of the total length"),
     "partial": F("bool", "results do not cover every configured row"),
     "partial_reasons": F("list", "why"), "notes": F("list", "what the numbers leave out"),
+    "media": OPEN("media tokens: family, template, processor_source, samples, assumed_samples, limits, note"),
     "elapsed_s": F("float", "scan time, seconds"), "error": F("str", "why the scan could not run"),
 })
 
@@ -89,3 +90,10 @@ def assemble(values: Mapping[str, Any], config_path: str) -> dict[str, Any] | No
         raise
     except Exception as err:  # noqa: BLE001 - see docstring
         return {"error": f"{type(err).__name__}: {err}", "partial": True}
+
+
+def assumptions(data: Mapping[str, Any] | None) -> list:
+    """The `Assumption`s of a scan (media sizes and token rules, analyzers/data/media.py), for Report.assumptions."""
+    from finetune_doctor.analyzers.data.media import media_assumptions
+
+    return media_assumptions((data or {}).get("media"))

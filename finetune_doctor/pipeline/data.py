@@ -12,6 +12,7 @@ from typing import Callable
 from finetune_doctor.analyzers.data.datascan import collect
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
+from finetune_doctor.facts import data as data_facts
 from finetune_doctor.readers.data.datasets import DatasetDirNotFound
 from finetune_doctor.readers.config.yamlcfg import load_config
 from finetune_doctor.settings import Options
@@ -49,4 +50,4 @@ def run(config: str, overrides: tuple[str, ...] | list[str], opts: Options, appr
                    "seq_len": facts["cutoff_len"], "packing": facts["packing"]}
     return Report(command="data", inputs={"config": doc.path, "deepspeed": None, "run_dir": None},
                   findings=tuple(findings), run=run_summary, sections={"data": facts},
-                  notes=tuple(facts.get("notes") or ()))
+                  notes=tuple(facts.get("notes") or ()), assumptions=tuple(data_facts.assumptions(facts)))

@@ -7,6 +7,7 @@ cutting a prompt/response pair to cutoff_len (``data/processor/processor_utils.p
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,16 @@ class DataSettings:
     val_size: float = 0.0
     mix_strategy: str = "concat"
     streaming: bool = False
+    # the media arguments LF's plugins read (hparams/model_args.py: image_max_pixels 768·768, image_min_pixels
+    # 32·32, video_max_pixels 256·256, video_min_pixels 16·16, video_maxlen 128; data_args.py: media_dir
+    # defaults to dataset_dir)
+    image_max_pixels: int = 768 * 768
+    image_min_pixels: int = 32 * 32
+    video_max_pixels: int = 256 * 256
+    video_min_pixels: int = 16 * 16
+    video_maxlen: int = 128
+    video_fps: float = 2.0
+    media_dir: str | None = None
 
     @property
     def effective_cutoff(self) -> int:
@@ -98,6 +109,11 @@ class DataSettings:
             val_size=float(val or 0.0),
             mix_strategy=_str(cfg, "mix_strategy") or "concat",
             streaming=as_bool(cfg.get("streaming")),
+            **{k: _int_or(cfg, k, lo, d) for k, lo, d in (
+                ("image_max_pixels", 1, 768 * 768), ("image_min_pixels", 0, 32 * 32),
+                ("video_max_pixels", 1, 256 * 256), ("video_min_pixels", 0, 16 * 16), ("video_maxlen", 1, 128))},
+            video_fps=_fps(cfg.get("video_fps")),
+            media_dir=_str(cfg, "media_dir"),
         )
 
 
@@ -109,6 +125,31 @@ def _int(cfg: dict[str, Any], key: str, minimum: int) -> int | None:
     if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v < 2**63:
         raise ValueError(f"{key} must be an integer from {minimum} to 2^63 - 1, not {v!r}")
     return v
+
+
+def _int_or(cfg: dict[str, Any], key: str, minimum: int, default: int) -> int:
+    """A media limit as LF's plugin would use it: HfArgumentParser does not type-check ``parse_dict``, so a float
+    or an integer-valued string works there as well; LF's default for an unset, non-numeric or infinite value
+    (the key-schema rules report a wrong type), never below `minimum` and never above 2^63 - 1, so the products the
+    token count takes stay Python ints and nothing overflows a float."""
+    v = cfg.get(key)
+    if isinstance(v, bool) or v is None:
+        return default
+    try:
+        f = float(v)
+        n = int(f) if math.isfinite(f) else default
+    except (TypeError, ValueError, OverflowError):
+        return default
+    return min(max(n, minimum), 2**63 - 1)
+
+
+def _fps(v: Any) -> float:
+    """``video_fps`` as LF uses it (model_args.py default 2.0): a positive finite number, else the default."""
+    try:
+        f = float(v) if v is not None and not isinstance(v, bool) else 2.0
+    except (TypeError, ValueError, OverflowError):
+        return 2.0
+    return f if math.isfinite(f) and 0 < f < 1e6 else 2.0
 
 
 def _str(cfg: dict[str, Any], key: str) -> str | None:

@@ -17,6 +17,7 @@ from finetune_doctor.analyzers.data import templates as T
 from finetune_doctor.analyzers.data.aggregate import DatasetAggregate, round_up, worst_micro_batch
 from finetune_doctor.analyzers.data.dataargs import DataSettings
 from finetune_doctor.analyzers.data.encoder import UNREADABLE, Encoder
+from finetune_doctor.analyzers.data.media import MediaCounter, media_facts, media_rule, read_preprocessor
 from finetune_doctor.analyzers.data.scanpool import Scanner, ScanResult
 from finetune_doctor.analyzers.data.tokenizer import ApproxCounter, ExactCounter, find_tokenizer, resolve_template
 from finetune_doctor.run.values import as_bool, split_arg
@@ -96,8 +97,14 @@ def collect(cfg: dict[str, Any], config_path: str, *, cutoff_len: int | None = N
             why = f"{folder}/tokenizer.json could not be loaded ({type(err).__name__}: {err})"
     if counter is None:
         counter = ApproxCounter(template)
+    rule = media_rule(settings.template, read_preprocessor(folder),
+                      read_preprocessor(folder, "video_preprocessor_config.json"))
+    # LF: media_dir defaults to dataset_dir; both are taken relative to where LF is launched (data_args.py)
+    media_dir = os.path.join(cwd, settings.media_dir) if settings.media_dir else ddir
+    media = MediaCounter(rule, settings, media_dir, cwd) if rule is not None else None
     facts = analyze_datasets(specs, settings, counter, template, workers=workers or os.cpu_count() or 1,
-                               progress=progress)
+                               progress=progress, media=media)
+    facts["media"] = media_facts(rule, settings, facts)
     facts["tokenizer"] = {**counter.describe(), "reason": why}
     facts["template"].update({k: v for k, v in tinfo.items() if k != "requested"})
     facts["dataset_dir"] = ddir
@@ -121,9 +128,9 @@ def _notes(facts: dict[str, Any], cfg: dict[str, Any], settings: Any, tinfo: dic
     if facts["dataset_dir_how"] == "config":
         notes.append(f"dataset_dir found relative to the config ({facts['dataset_dir']}); LLaMA-Factory resolves it "
                      "against the directory it is launched from")
-    media = (facts["overall"] or {}).get("with_media") or 0
-    if media:
-        notes.append(f"{media} samples carry images/videos/audios: their media tokens are not counted")
+    media = facts.get("media") or {}
+    if media.get("note"):
+        notes.append(media["note"])
     if settings.val_size:
         notes.append(f"val_size={settings.val_size}: LLaMA-Factory holds that share out for evaluation; statistics "
                      "cover every row")
@@ -160,6 +167,8 @@ PROBLEM_TEXT = {
     "row_too_large": "rows over the doctor's size limit per row; not measured (LLaMA-Factory reads them)",
     "no_rows": "a dataset without any row; LLaMA-Factory's loader (datasets) fails on it",
     "dataset_info": "dataset_info.json: LLaMA-Factory cannot read it as it is",
+    "media_assumed": "media whose size was not read here (file not found or unreadable, a video without an MP4/MOV header): counted at "
+                     "the largest size LLaMA-Factory lets through",
 }
 FATAL_KINDS = {"malformed_json", "bad_row", "unreadable", "missing_column", "bad_value", "empty_prompt",
                "stage_mismatch", "encoding", "no_rows", "dataset_info"}
@@ -277,13 +286,14 @@ def _info_problems(specs: list[DatasetSpec]) -> list[dict[str, Any]]:
 
 def analyze_datasets(specs: list[DatasetSpec], settings: DataSettings, counter: Any, template: T.Template, *,
                      workers: int = 1, progress: Callable[[str, int, int], None] | None = None,
-                     chunk_rows: int = 1000, parallel_min_bytes: int = 4 << 20) -> dict[str, Any]:
+                     chunk_rows: int = 1000, parallel_min_bytes: int = 4 << 20,
+                     media: MediaCounter | None = None) -> dict[str, Any]:
     """Scan `specs` in order and return the ``data`` facts (shape declared in facts/data.py).
 
     Worker processes are used when the files hold at least `parallel_min_bytes` (starting them costs more than
     scanning a few MB in-process, where ``encode_batch`` still uses every core).
     """
-    enc = Encoder(counter, template, settings)
+    enc = Encoder(counter, template, settings, media)
     overall = DatasetAggregate("overall")
     entries: list[dict[str, Any]] = []
     problems: list[dict[str, Any]] = _info_problems(specs)

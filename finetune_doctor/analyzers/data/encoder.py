@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from finetune_doctor.analyzers.data import templates as T
 from finetune_doctor.analyzers.data.converter import ConvSpec, RowProblem, _Broken, _why_invalid, convert_row
 from finetune_doctor.analyzers.data.dataargs import DataSettings, infer_seqlen
+from finetune_doctor.analyzers.data.media import IMAGE, VIDEO, MediaCounter
 
 
 # flags of a sample record
@@ -75,8 +76,10 @@ class _Texts:
 class Encoder:
     """Turns rows into `SampleRecord` lengths for one template, tokenizer and set of data arguments."""
 
-    def __init__(self, counter: Any, template: T.Template, settings: DataSettings):
+    def __init__(self, counter: Any, template: T.Template, settings: DataSettings,
+                 media: MediaCounter | None = None):
         self.counter = counter
+        self.media = media
         self.t = template
         self.s = settings
         self.cutoff = settings.effective_cutoff
@@ -157,7 +160,7 @@ class Encoder:
         """Records (as tuples) and problems ``(kind, index, line, message, fatal)`` for one chunk of rows."""
         records: list[SampleRecord] = []
         problems: list[tuple] = []
-        jobs: list[tuple[SampleRecord, Any]] = []  # (record, plan) waiting for token counts
+        jobs: list[tuple[SampleRecord, Any, list[int]]] = []  # (record, plan, media tokens per message)
         texts = _Texts()
         for i, row in enumerate(rows):
             rec = SampleRecord(first_index + i, lines[i] if i < len(lines) else None, OK)
@@ -166,7 +169,7 @@ class Encoder:
                 rec.status = UNREADABLE
                 continue
             try:
-                plan = self._plan(row, cs, rec)
+                plan, extra = self._plan(row, cs, rec, problems)
             except RowProblem as p:
                 rec.status = ERROR if p.fatal else DROPPED
                 problems.append((p.kind, rec.index, rec.line, p.message, p.fatal))
@@ -183,7 +186,7 @@ class Encoder:
                 continue
             if plan is None:
                 continue
-            jobs.append((rec, self._collect(plan, texts)))
+            jobs.append((rec, self._collect(plan, texts), extra))
         ulens = self.counter.lengths(texts.unique)
         cache = self.cache
         if len(cache) > _CACHE_MAX:
@@ -192,14 +195,58 @@ class Encoder:
             if len(text) <= _CACHE_CHARS:
                 cache[(hash(text), len(text))] = n
         lens = [ulens[i] for i in texts.refs]
-        for rec, items in jobs:
-            self._finish(rec, items, lens)
+        for rec, items, extra in jobs:
+            self._finish(rec, items, lens, extra)
         return [r.as_tuple() for r in records], problems
 
-    def _plan(self, row: dict[str, Any], cs: ConvSpec, rec: SampleRecord) -> Any:
+    def _plan(self, row: dict[str, Any], cs: ConvSpec, rec: SampleRecord, problems: list[tuple]) -> Any:
+        """(plan, media tokens per message of prompt + response) of one row."""
         prompt, response, system, tools, media = convert_row(row, cs)
+        extra: list[int] = []
         if media:
             rec.flags |= HAS_MEDIA
+            if self.media is not None:
+                prompt, response, extra = self._media(row, cs, prompt, response, rec, problems)
+        return self._plan_text(prompt, response, system, tools, cs), extra
+
+    def _media(self, row: dict[str, Any], cs: ConvSpec, prompt: list[dict], response: list[dict],
+               rec: SampleRecord, problems: list[tuple]) -> tuple[list[dict], list[dict], list[int]]:
+        """Each ``<image>``/``<video>`` placeholder replaced by nothing in the text and by its media tokens in the
+        message's count (LF's Qwen-VL plugins expand it into special tokens, which the tokenizer never merges with
+        the text around them). LF raises when the placeholders and the media differ in number (mm_plugin.py
+        ``_validate_messages``): a fatal ``bad_value`` here. What was assumed is a non-fatal ``media_assumed``."""
+        def items(role: str) -> list[Any]:
+            col = cs.columns.get(role)
+            v = row.get(col) if col else None
+            return [] if not v else (v if isinstance(v, list) else [v])
+
+        images, videos = items("images"), items("videos")
+        msgs = prompt + response
+        n_img = sum(m["content"].count(IMAGE) for m in msgs)
+        n_vid = sum(m["content"].count(VIDEO) for m in msgs)
+        if n_img != len(images) or n_vid != len(videos):
+            what = "images" if n_img != len(images) else "videos"
+            raise RowProblem("bad_value", f"{len(images) if what == 'images' else len(videos)} {what} but "
+                             f"{n_img if what == 'images' else n_vid} {IMAGE if what == 'images' else VIDEO} "
+                             f"placeholders: LLaMA-Factory raises 'The number of {what} does not match'", fatal=True)
+        img, vid, notes = self.media.sample(images, videos)
+        for why in notes[:1]:
+            problems.append(("media_assumed", rec.index, rec.line, why, False))
+        for why in self.media.too_large[:1]:
+            problems.append(("bad_value", rec.index, rec.line, why, True))
+        extra, i, j, out = [], 0, 0, []
+        for m in msgs:
+            c = m["content"]
+            a, b = c.count(IMAGE), c.count(VIDEO)
+            extra.append(sum(img[i:i + a]) + sum(n for n, _ in vid[j:j + b]))
+            if b:   # Qwen3-VL's per-group "<t seconds>" text stays text: the tokenizer counts it
+                parts = c.split(VIDEO)
+                c = parts[0] + "".join(vid[j + k][1] + parts[k + 1] for k in range(b))
+            i, j = i + a, j + b
+            out.append({**m, "content": c.replace(IMAGE, "")} if a or b else m)
+        return out[:len(prompt)], out[len(prompt):], extra
+
+    def _plan_text(self, prompt: list[dict], response: list[dict], system: str, tools: str, cs: ConvSpec) -> Any:
         p = self.processor
         if p.startswith("pretrain"):
             if not prompt:
@@ -303,16 +350,20 @@ class Encoder:
             out.append((fixed, start, len(refs)))
         return ("sft", out, {}, {})
 
-    def _finish(self, rec: SampleRecord, items: Any, lens: list[int]) -> None:
+    def _finish(self, rec: SampleRecord, items: Any, lens: list[int], extra: list[int] = ()) -> None:
+        """Token counts of one planned row; `extra[k]` media tokens join message k (prompt + response order)."""
         def L(m: tuple[int, int, int]) -> int:
             fixed, a, b = m
             return fixed + (sum(lens[a:b]) if b > a else 0)
 
+        def add(ml: list[int], first: int = 0) -> list[int]:
+            return [n + (extra[first + k] if first + k < len(extra) else 0) for k, n in enumerate(ml)]
+
         kind = items[0]
         if kind == "pt":
-            self._finish_pt(rec, L(items[1]))
+            self._finish_pt(rec, L(items[1]) + sum(extra))
         elif kind == "sft":
-            ml = [L(m) for m in items[1]]
+            ml = add([L(m) for m in items[1]])
             pairs = []
             for k in range(0, len(ml), 2):
                 s, t = ml[k], ml[k + 1]
@@ -321,13 +372,13 @@ class Encoder:
                 pairs.append((s, t))
             self._finish_sft(rec, pairs)
         elif kind == "pair":
-            ml = [L(m) for m in items[1]]
+            ml = add([L(m) for m in items[1]])
             prompt = sum(ml[:-1]) + self.thought_n * items[2].get(0, 0)
             chosen = ml[-1] + self.thought_n * items[3].get(0, 0)
-            rejected = L(items[4][0]) + self.thought_n * items[5].get(0, 0)
+            rejected = add([L(items[4][0])], len(ml))[0] + self.thought_n * items[5].get(0, 0)
             self._finish_pair(rec, prompt, chosen, rejected)
         else:
-            ml = [L(m) for m in items[1]]
+            ml = add([L(m) for m in items[1]])
             prompt = sum(ml[:-1]) + self.thought_n * items[2].get(0, 0)
             resp = ml[-1] + self.thought_n * items[3].get(0, 0)
             self._finish_one(rec, prompt, resp)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from finetune_doctor.analyzers.data import templates as T
+from finetune_doctor.analyzers.data.media import FAMILIES as MEDIA_FAMILIES
 from finetune_doctor.analyzers.data.dataargs import DataSettings
 from finetune_doctor.readers.model.caches import cached_model_files
 
@@ -300,8 +301,9 @@ def resolve_template(settings: DataSettings, tokenizer_folder: str | None) -> tu
         t = T.get_template(name, **kw)
         if t.removed_upstream:
             info["note"] = f"template {name!r} is no longer registered in LLaMA-Factory 0.9.5"
-        elif t.multimodal:
-            info["note"] = f"{name!r} is a multimodal template: image/video/audio tokens are not counted"
+        elif t.multimodal and name not in MEDIA_FAMILIES:
+            info["note"] = (f"{name!r} is a multimodal template whose media tokens the doctor does not model: "
+                            "image/video/audio tokens are not counted")
         return t, info
     info["modelled"] = False
     info["note"] = (f"template {name!r} is not modelled by the doctor: counted with 'empty' (contents only, no role "

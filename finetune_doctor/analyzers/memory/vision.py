@@ -66,18 +66,57 @@ def smart_resize(height: int, width: int, min_pixels: int = PROCESSOR_MIN_PIXELS
     return h, w
 
 
+def qwen_lf_resize(width: int, height: int) -> tuple[int, int]:
+    """LLaMA-Factory's extra step for the Qwen-VL plugins after `lf_resize` (mm_plugin.py:2260-2275, the
+    ``Qwen2VLPlugin._preprocess_image`` override): a side under 28 px is raised to 28, and an aspect ratio over
+    200 is cut to 180 (the processor's smart_resize refuses ratios over 200)."""
+    if min(width, height) < 28:
+        width, height = max(width, 28), max(height, 28)
+    if width > 200 * height:
+        width = height * 180
+    if height > 200 * width:
+        height = width * 180
+    return width, height
+
+
+def video_smart_resize(frames: int, height: int, width: int, min_pixels: int, max_pixels: int, factor: int = 32,
+                       temporal: int = 2) -> tuple[int, int]:
+    """Qwen3-VL's video resize (transformers 5.6.0 ``models/qwen3_vl/video_processing_qwen3_vl.py:35-62``, which
+    LF's Qwen3VLPlugin calls, mm_plugin.py:2608-2628): like `smart_resize`, but the pixel bounds hold for all
+    ``frames`` (rounded up to a multiple of ``temporal``) together. Returns (height, width) in pixels."""
+    h = round(height / factor) * factor
+    w = round(width / factor) * factor
+    t = -(-frames // temporal) * temporal
+    if t * h * w > max_pixels:
+        beta = math.sqrt((frames * height * width) / max_pixels)
+        h = max(factor, math.floor(height / beta / factor) * factor)
+        w = max(factor, math.floor(width / beta / factor) * factor)
+    elif t * h * w < min_pixels:
+        beta = math.sqrt(min_pixels / (frames * height * width))
+        h = math.ceil(height * beta / factor) * factor
+        w = math.ceil(width * beta / factor) * factor
+    return h, w
+
+
 def image_patches(width: int, height: int, max_pixels: int = LF_DEFAULTS["image_max_pixels"],
-                  min_pixels: int = LF_DEFAULTS["image_min_pixels"]) -> int:
-    """Patches the tower sees for one `width` × `height` image (merge² of them make one language token)."""
-    w, h = lf_resize(width, height, max_pixels, min_pixels)
-    hh, ww = smart_resize(h, w)
-    return (hh // PATCH) * (ww // PATCH)
+                  min_pixels: int = LF_DEFAULTS["image_min_pixels"], *, patch: int = PATCH, merge: int = MERGE,
+                  proc_min: int = PROCESSOR_MIN_PIXELS, proc_max: int = PROCESSOR_MAX_PIXELS) -> int:
+    """Patches the tower sees for one `width` × `height` image (merge² of them make one language token):
+    LF's resize, its Qwen-VL step (`qwen_lf_resize`), then the processor's smart_resize to multiples of
+    ``patch × merge`` within ``[proc_min, proc_max]`` (Qwen2-VL: 14 × 2; Qwen3-VL: 16 × 2)."""
+    w, h = qwen_lf_resize(*lf_resize(width, height, max_pixels, min_pixels))
+    hh, ww = smart_resize(h, w, proc_min, proc_max, patch * merge)
+    return (hh // patch) * (ww // patch)
 
 
 def image_tokens(width: int, height: int, max_pixels: int = LF_DEFAULTS["image_max_pixels"],
-                 min_pixels: int = LF_DEFAULTS["image_min_pixels"]) -> int:
-    """Language-model tokens of one image: patches / merge²."""
-    return image_patches(width, height, max_pixels, min_pixels) // (MERGE * MERGE)
+                 min_pixels: int = LF_DEFAULTS["image_min_pixels"], *, patch: int = PATCH, merge: int = MERGE,
+                 proc_min: int = PROCESSOR_MIN_PIXELS, proc_max: int = PROCESSOR_MAX_PIXELS) -> int:
+    """Language-model tokens of one image: patches / merge² (LF mm_plugin.py:2581-2586: ``image_grid_thw.prod()
+    // merge_size²`` ``<|image_pad|>`` tokens, between ``<|vision_start|>`` and ``<|vision_end|>``, which are not
+    counted here)."""
+    return image_patches(width, height, max_pixels, min_pixels, patch=patch, merge=merge, proc_min=proc_min,
+                         proc_max=proc_max) // (merge * merge)
 
 
 def max_patches_per_image(max_pixels: int) -> int:
