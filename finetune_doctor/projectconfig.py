@@ -21,7 +21,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 KNOWN = {"select", "ignore", "per-file-ignores", "fail-on", "rules", "gpu", "nnodes", "format", "torch",
-         "transformers", "offline"}
+         "transformers", "offline", "llamafactory"}
 
 
 def find_project_config(start: str) -> dict[str, Any]:

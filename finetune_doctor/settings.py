@@ -40,6 +40,7 @@ class Options:
     accelerate_config: str | None = None     # --accelerate-config FILE: the accelerate config of the launch
     launch: str | None = None                # a file holding the launch command line (a run folder's cmdline.txt)
     host_ram: str | None = None              # --host-ram SIZE: host RAM per node of the training machine
+    lf_version: str | None = None            # --llamafactory VERSION: the training machine's LLaMA-Factory
 
     @classmethod
     def from_cli(cls, command: str, paths: list[str], gpu: str | None = None, nnodes: int | None = None,
@@ -48,7 +49,8 @@ class Options:
                  rules_dirs: tuple[str, ...] = (), torch_version: str | None = None,
                  transformers_version: str | None = None, model_config: str | None = None,
                  offline: bool = False, env_file: str | None = None, accelerate_config: str | None = None,
-                 launch: str | None = None, host_ram: str | None = None, **_: Any) -> "Options":
+                 launch: str | None = None, host_ram: str | None = None, lf_version: str | None = None,
+                 **_: Any) -> "Options":
         from finetune_doctor.projectconfig import find_project_config
 
         proj = find_project_config(paths[0] if paths else ".")
@@ -78,4 +80,5 @@ class Options:
             accelerate_config=accelerate_config,
             launch=launch,
             host_ram=host_ram,
+            lf_version=lf_version or proj.get("llamafactory"),
         )

@@ -113,6 +113,9 @@ RELEASED = {
     "FD706": "quantization-bit-ignored",
     "FD707": "quantization-unknown",
     "FD708": "quantization-options-without-bit",
+    "FD041": "unverified-config-problem",
+    "FD042": "v1-parse-error",
+    "FD741": "galore-default-optim-unverified",
 }
 
 

@@ -21,12 +21,14 @@ from finetune_doctor.facts import cfg as cfg_facts
 from finetune_doctor.facts import data as data_facts
 from finetune_doctor.facts import ds as ds_facts
 from finetune_doctor.facts import hw as hw_facts
+from finetune_doctor.facts import kinds
 from finetune_doctor.facts import lint as lint_facts
 from finetune_doctor.facts import mem as mem_facts
 from finetune_doctor.facts import model as model_facts
 from finetune_doctor.facts import run as run_facts
 from finetune_doctor.fsutil import display_path
 from finetune_doctor.readers.yamlcfg import ConfigDoc, load_config
+from finetune_doctor.readers.lfrelease import version_in_use
 from finetune_doctor.readers.stack import installed_versions, read_env_file
 from finetune_doctor.run import InvalidRunValue, resolve_run
 from finetune_doctor.settings import Options
@@ -56,6 +58,10 @@ class Assembly:
     stack: dict[str, str | None] = field(default_factory=dict)   # the training stack the run was resolved for
     stack_sources: tuple[tuple[str, str, str], ...] = ()          # (package, version, where it came from)
     nnodes: int | None = None
+    kind: str = "train"            # readers/lfkind.py: which LF command reads the config
+    release: Any = None            # readers/lfrelease.Release the keys were judged for
+    assumptions: list[Any] = field(default_factory=list)          # types.Assumption: what was not read
+    kind_section: dict[str, Any] | None = None                    # export / chat estimates (facts/kinds.py)
     _after: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     def live(self) -> dict[str, Any]:
@@ -147,17 +153,26 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     broken. `hw` replaces hardware resolution (a sweep reuses its first point's). Raises InputError on bad input.
     """
     doc = load_config(config, tuple(overrides))
+    kind = _kind(doc)
     sources: dict[str, SourceDoc] = {"config": doc.source()}
     if doc.overrides:
         sources["override"] = SourceDoc("override", "<command line>", {k: (1, 1) for k in doc.overrides})
+    env_report = read_env_file(opts.env_file) if opts.env_file else None
+    release = version_in_use(opts.lf_version, env_report.versions if env_report else None, opts.env_file)
+    hw = hw if hw is not None else hw_facts.resolve(opts.gpu, opts.nnodes, allow_nvml=not static)
+    if hw is None and env_report is not None and not static:
+        hw = hw_facts.from_env_report(env_report, opts.nnodes)
     facts: dict[str, Any] = {"cfg": cfg_facts.assemble(doc.values),
-                             "lint": lint_facts.assemble(doc, opts.transformers_version),
+                             "lint": lint_facts.assemble(doc, opts.transformers_version, release=release, kind=kind,
+                                                         launch=kinds.launch_facts(opts, hw, env_report)),
                              "run": None, "model": None, "hw": None, "mem": None, "ds": None, "data": None}
-    asm = Assembly(doc=doc, facts=facts, sources=sources)
-    env_report = read_env_file(opts.env_file) if opts.env_file and not static else None
-    asm.hw = hw if hw is not None else hw_facts.resolve(opts.gpu, opts.nnodes, allow_nvml=not static)
-    if asm.hw is None and env_report is not None:
-        asm.hw = hw_facts.from_env_report(env_report, opts.nnodes)
+    asm = Assembly(doc=doc, facts=facts, sources=sources, kind=kind, release=release)
+    asm.assumptions.extend(kinds.assumptions(asm, opts, hw))
+    asm.hw = hw
+    if kind in ("train-v1", "export-v1"):
+        asm.doc, v1_notes = kinds.v1_doc(doc)
+        asm.notes.extend(v1_notes)
+        facts["cfg"] = cfg_facts.assemble({k: v for k, v in asm.doc.values.items() if k != "_v1"})
     if opts.host_ram:
         ram = hw_facts.parse_host_ram(opts.host_ram)
         if asm.hw is not None:
@@ -177,8 +192,12 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     asm.stack, asm.nnodes, asm.stack_sources = stack, opts.nnodes, sources
     arch = _arch(asm, config, opts, tolerate=static or not need_model or lenient, static=static,
                  transformers=stack.get("transformers"))
+    if kind not in ("train", "train-v1"):
+        return kinds.not_training(asm, arch)
     _deepspeed(asm, arch, tolerate_missing=static or lenient, lenient=lenient)
     _accelerate(asm, opts, lenient=lenient)
+    if kind == "train-v1":
+        asm.launch = kinds.v1_launch(asm.doc.values.get("_v1") or {}, asm.launch)
     if asm.ds is not None and validate_ds and not static:
         if not ds_facts.validate_with_deepspeed(asm.ds, facts["ds"]):
             asm.notes.append("--validate-deepspeed: deepspeed is not installed here (pip install deepspeed); "
@@ -190,6 +209,8 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
             # without a model the data scan still runs (approximate token counts when no tokenizer is local)
             facts["data"] = _scan(asm, config)
         return asm
+
+    doc = asm.doc
 
     def resolve(stack: dict[str, str | None]) -> Any:
         return resolve_run(doc.values, arch, asm.hw, asm.ds, nnodes=opts.nnodes, stack=stack,
@@ -218,6 +239,17 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
         facts["mem"] = mem_facts.assemble(asm.memory, asm.hw, asm.run, alt)
     asm.notes.extend(asm.run.notes)
     return asm
+
+
+def _kind(doc: ConfigDoc) -> str:
+    """Which LF command reads `doc` (readers/lfkind.py); a file LF does not read as a config is an InputError
+    naming the flag that takes it. A YAML of no recognisable kind is read as a training config, as before."""
+    from finetune_doctor.readers.lfkind import NOT_LF, kind_of
+
+    kind = kind_of(doc.values, suffix=Path(doc.path).suffix.lower() or ".yaml")
+    if kind in NOT_LF:
+        raise InputError(f"this is {NOT_LF[kind]}", file=doc.path)
+    return kind or "train"
 
 
 DOWNLOAD_COMMANDS = ("check", "estimate", "probe", "data")
@@ -252,6 +284,8 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
 
     doc = asm.doc
     name = doc.values.get("model_name_or_path")
+    if not name and asm.kind not in ("train", "train-v1"):
+        return None
     if not name:
         asm.notes.append("model_name_or_path is not set: memory not estimated")
         return None

@@ -20,6 +20,7 @@ from finetune_doctor.engine.judge import judge
 from finetune_doctor.facts.config import assemble_config, assemble_ds_alone
 from finetune_doctor.fixes import apply_fixes, collect_edits
 from finetune_doctor.fixes.edit import diff_edits
+from finetune_doctor.readers.lfkind import v1_hits
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Finding, Report
 
@@ -67,8 +68,8 @@ def _kind_of_text(text: str, suffix: str) -> str | None:
     if suffix in (".yaml", ".yml"):
         keys = {line.split(":", 1)[0].strip().lstrip("\ufeff") for line in text.splitlines()
                 if line and not line[0].isspace() and ":" in line and not line.lstrip().startswith("#")}
-        if "model_name_or_path" in keys or len(keys & LF_MARKERS) >= 2:
-            return "lf"
+        if "model_name_or_path" in keys or len(keys & LF_MARKERS) >= 2 or len(v1_hits(keys)) >= 2:
+            return "lf"   # a v0 config, or a LLaMA-Factory v1 one (USE_V1=1): readers/lfkind.py tells which
         return None
     return None
 
@@ -87,11 +88,16 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     kinds = [(f, classify(f)) for f in files]
     skipped = [f for f, k in kinds if k is None]
     ds_inputs: list[str] = []
+    recognised: dict[str, str] = {}
+    assumed: dict[str, Any] = {}
     for f, kind in kinds:
         if kind != "lf":
             continue
         file_opts = _per_file(opts, f)
         asm = assemble_config(f, (), file_opts, static=True)
+        recognised[f] = asm.kind
+        for a in asm.assumptions:
+            assumed.setdefault(a.name, a)
         findings.extend(judge("lint", asm.facts, asm.sources, file_opts, texts={asm.doc.path: asm.doc.text},
                               live=asm.live()))
         if asm.ds is not None and getattr(asm.ds, "path", None) and not asm.ds_stock:
@@ -113,12 +119,36 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     sections: dict[str, Any] = {}
     if skipped:
         sections["skipped"] = skipped
+    recognised.update({f: "deepspeed" for f, k in kinds if k == "ds"})
+    recognised.update({f: k for f in skipped if (k := _other_kind(f))})
+    if recognised:
+        sections["kinds"] = recognised   # which LF command (or flag) reads each file (readers/lfkind.py)
     ds_inputs += [f for f, k in kinds if k == "ds" and str(Path(f).resolve()) not in linted_ds]
     lf_files = [f for f, k in kinds if k == "lf"]
     return Report(command="lint", inputs={"config": lf_files[0] if len(lf_files) == 1 else None,
                                           "deepspeed": ds_inputs[0] if len(ds_inputs) == 1 else None,
                                           "run_dir": None, "files": list(files)},
-                  findings=tuple(findings), notes=tuple(notes), sections=sections)
+                  findings=tuple(findings), notes=tuple(notes), sections=sections,
+                  assumptions=tuple(assumed.values()))
+
+
+def _other_kind(path: str) -> str | None:
+    """The kind of a file that is not linted (an accelerate config, a dataset registry, ...), None when it is
+    none LF knows of: read leniently, as it is only named in the report."""
+    from finetune_doctor.readers.lfkind import kind_of
+    from finetune_doctor.readers.textfile import read_text
+
+    try:
+        text = read_text(path, "file")
+        if path.lower().endswith(".json"):
+            values = json.loads(text)
+        else:
+            from ruamel.yaml import YAML
+
+            values = YAML(typ="safe", pure=True).load(text)
+    except Exception:   # not ours to judge: an unreadable extra file is only left unnamed
+        return None
+    return kind_of(values, suffix=Path(path).suffix.lower())
 
 
 def diff(files: list[str], opts: Options, *, unsafe_fixes: bool = False) -> tuple[str, list[str], int]:
@@ -142,5 +172,6 @@ def _per_file(opts: Options, path: str) -> Options:
     fresh = Options.from_cli(command=opts.command, paths=[path], gpu=opts.gpu if opts.gpu else None,
                              fmt=opts.format, output=opts.output,
                              select=",".join(opts.select) if opts.select else None,
-                             ignore=",".join(opts.ignore) if opts.ignore else None, fail_on=opts.fail_on)
+                             ignore=",".join(opts.ignore) if opts.ignore else None, fail_on=opts.fail_on,
+                             lf_version=opts.lf_version, env_file=opts.env_file)
     return replace(fresh, rules_dirs=tuple(dict.fromkeys(opts.rules_dirs + fresh.rules_dirs)))

@@ -112,7 +112,7 @@ def _looks_like_training(values: Mapping[str, Any]) -> bool:
 
 def check_keys(values: Mapping[str, Any], *, env: Mapping[str, str] | None = None,
                parser: str = "auto", transformers_version: str | None = None,
-               schema: Mapping[str, Any] | None = None) -> list[KeyProblem]:
+               schema: Mapping[str, Any] | None = None, release: Any = None) -> list[KeyProblem]:
     """Problems with the top-level keys and values of one LLaMA-Factory config, in key order.
 
     `values` is the typed mapping LF would pass to ``parse_dict`` (readers/yamlcfg.py gives it). `env` defaults to
@@ -121,7 +121,12 @@ def check_keys(values: Mapping[str, Any], *, env: Mapping[str, str] | None = Non
     (the keys of ``llamafactory-cli train``), ``any`` (any LF parser: chat/export/eval configs too) or ``auto``
     (``train`` when the mapping has ``stage`` or ``do_train``). `transformers_version` (e.g. ``"4.57.6"``) makes keys
     that only some transformers versions declare definite; without it such a key is reported with a `condition`.
-    Keys of LF's Megatron-Bridge mode (``USE_MEGATRON_BRIDGE=1``) are accepted. Never raises for any mapping.
+    Keys of LF's Megatron-Bridge mode (``USE_MEGATRON_BRIDGE=1``) are accepted. `release`
+    (readers/lfrelease.Release) is the LLaMA-Factory release judged for: a key or a choice that release declares
+    is never a problem (``image_resolution`` on 0.9.1, ``quantization_method: bitsandbytes`` on 0.8); an LF key it
+    lacks is unknown, naming the releases that have it; with the version not known (``release.known`` False) a
+    problem that some release would not have gets the `condition` "LLaMA-Factory <versions>". None keeps the
+    0.9.5/main schema alone. Never raises for any mapping.
     """
     sch = schema if schema is not None else load_schema()
     ctx = _Ctx(
@@ -133,12 +138,15 @@ def check_keys(values: Mapping[str, Any], *, env: Mapping[str, str] | None = Non
         tf_major=_major(transformers_version) if transformers_version else None,
         tf_majors=sorted({_major(v) for v in sch.get("transformers_versions", [])}),
         value_renames=sch.get("value_renames", {}),
+        release=release,
     )
     lenient = extra_args_allowed(env)
     out: list[KeyProblem] = []
     for raw_key, value in values.items():
         key = str(raw_key)
         problem = _check_one(ctx, key, value)
+        if problem is not None and release is not None:
+            problem = _by_release(ctx, key, value, problem)
         if problem is None:
             continue
         if problem.kind in ("unknown", "renamed", "derived"):
@@ -162,6 +170,71 @@ class _Ctx:
     tf_major: str | None
     tf_majors: list[str]
     value_renames: Mapping[str, Any]
+    release: Any = None
+
+
+def _by_release(ctx: _Ctx, key: str, value: Any, p: KeyProblem) -> KeyProblem | None:
+    """`p` (found against the 0.9.5/main schema) seen from the release in use: dropped when that release declares
+    the key and, for a closed choice, the value; with the version unknown, kept under the condition of the
+    releases that would reject it. Transformers' own keys and values are not LF's to decide: kept as they are."""
+    from dataclasses import replace
+
+    rel = ctx.release
+    if not rel.has_key(key):
+        if p.kind in ("unknown", "renamed") and rel.known and rel.key_versions(key):
+            have = rel.key_versions(key)
+            span = have[0] if len(have) == 1 else f"{have[0]}-{have[-1]}"
+            return replace(p, message=p.message.replace(".", f" (LLaMA-Factory {span} declares it; "
+                                                            f"{rel.label} does not).", 1)
+                           if p.kind == "unknown" and p.message.startswith("Unknown key") else p.message)
+        return p
+    if p.kind in ("unknown", "renamed", "derived"):
+        if ctx.mode == "train" and _release_cls(key) in _NOT_TRAIN_CLASSES:
+            if key == "kt_config" and ctx.values.get("use_kt") is True:
+                # LF main model_args.py:572-584 reads training_args.kt_config: the KTransformers build of
+                # transformers declares it in TrainingArguments, stock transformers does not
+                return replace(p, condition="stock transformers; the KTransformers build of transformers that "
+                                            "use_kt training needs declares it")
+            return p   # declared, but by the chat/eval parsers only
+        if rel.known or len(rel.key_versions(key)) == len(load_release_versions()):
+            return None
+        others = [v for v in rel.versions if v not in rel.key_versions(key)]
+        return replace(p, condition=f"LLaMA-Factory {spans(others)}")
+    if p.kind == "invalid_value":
+        ch = rel.choices(key)
+        if ch is None or value in ch:
+            if rel.known or ch is None:
+                return None
+            return replace(p, condition=f"LLaMA-Factory releases whose `{key}` choices lack {_yaml(value)}")
+    return p
+
+
+_NOT_TRAIN_CLASSES = ("EvaluationArguments", "_KTransformersRuntimeArguments")
+
+
+def _release_cls(key: str) -> str | None:
+    from finetune_doctor.readers.lfrelease import load as load_releases
+
+    return (load_releases()["keys"].get(key) or {}).get("cls")
+
+
+def spans(versions: list[str]) -> str:
+    """Catalogued versions as runs of consecutive releases: "0.8.0-0.8.3, 0.9.2-0.9.6.dev0"."""
+    allv = load_release_versions()
+    idx = sorted(allv.index(v) for v in versions if v in allv)
+    runs: list[list[int]] = []
+    for i in idx:
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(allv[r[0]] if len(r) == 1 else f"{allv[r[0]]}-{allv[r[-1]]}" for r in runs)
+
+
+def load_release_versions() -> list[str]:
+    from finetune_doctor.readers.lfrelease import load as load_releases
+
+    return load_releases()["versions"]
 
 
 _FATE = "\0fate\0"

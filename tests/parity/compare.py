@@ -30,6 +30,8 @@ from typing import Any
 
 from finetune_doctor.readers.keyschema import load_schema
 
+WORLD_SIZE = 8   # parity/oracle.py answers as `torchrun --nproc-per-node 8`
+
 # rule codes whose errors name a failure after argument parsing (the parity rule's documented exception), and why
 LATER_FAILURES = {
     "FD003": "a value parse_dict passes unchecked (wrong type, a Literal choice, out of range): it fails where the "
@@ -100,6 +102,10 @@ def doctor_errors(config: Path, cwd: Path) -> list[tuple[str, str | None, int | 
 
     saved = os.getcwd()
     os.chdir(cwd)
+    # the oracle answers as a torchrun launch of WORLD_SIZE ranks: the doctor reads the same launch from the
+    # environment (facts/kinds.py launch_facts), as it would on the training machine
+    saved_ws = os.environ.get("WORLD_SIZE")
+    os.environ["WORLD_SIZE"] = str(WORLD_SIZE)
     try:
         opts = Options.from_cli(command="lint", paths=[str(config)], transformers_version="5.6.0")
         report = lint.run([str(config)], opts)
@@ -108,6 +114,10 @@ def doctor_errors(config: Path, cwd: Path) -> list[tuple[str, str | None, int | 
         return [("exit-2", key, err.line, err.message, str(err.file) if err.file else None)]
     finally:
         os.chdir(saved)
+        if saved_ws is None:
+            os.environ.pop("WORLD_SIZE", None)
+        else:
+            os.environ["WORLD_SIZE"] = saved_ws
     return [(f.code, f.location.key, f.location.line, f.message, f.location.file) for f in report.findings
             if f.severity == "error"]
 
