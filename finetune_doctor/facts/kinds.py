@@ -95,8 +95,6 @@ def chat_estimate(values: Mapping[str, Any], arch: Any, capacity_gib: float | No
 NOT_JUDGED = {
     "eval": "an evaluation config (llamafactory-cli eval): the doctor checks its keys but does not estimate the "
             "benchmark's memory (weights plus batch_size x the longest few-shot prompt)",
-    "export-v1": "a v1 export config: the doctor checks its keys; the merge's memory is that of the weights on "
-                 "the export device",
 }
 
 
@@ -203,7 +201,13 @@ def not_training(asm: Any, arch: Any) -> Any:
     if arch is None:
         asm.notes.append(f"a {cmd} config: its estimate needs the model's architecture, which is not known here")
         return asm
-    if asm.kind == "export":
+    if asm.kind == "export-v1":
+        # v1 merge_and_export_model (plugins/model_plugins/peft.py L301-335): ModelEngine(is_train=False) loads the
+        # model on the accelerator, merges the LoRA and saves in export_size GB shards, in infer_dtype
+        peft = values.get("_peft") or {}
+        values = {"export_size": peft.get("export_size", 5), "infer_dtype": peft.get("infer_dtype", "auto"),
+                  "export_device": "auto"}
+    if asm.kind in ("export", "export-v1"):
         e = export_estimate(values, arch)
         where = "host RAM (export_device: cpu)" if e["device"] == "cpu" else "GPU memory over the visible GPUs"
         quant = f", GPTQ {e['quantized_bits']}-bit" if e["quantized_bits"] else ""

@@ -35,12 +35,16 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool =
 
         notes.extend(apply_fixes(findings, unsafe=unsafe_fixes, texts={asm.doc.path: asm.doc.text}).notes)
     sections: dict[str, Any] = {"model": asm.model_section()} if asm.run is not None else {}
+    sections["config_kind"] = asm.kind   # which LF command reads it (readers/lfkind.py)
+    if asm.kind_section:
+        sections[asm.kind_section["kind"]] = asm.kind_section   # export / chat estimate (facts/kinds.py)
     if asm.facts.get("data"):
         sections["data"] = asm.facts["data"]
     if probed:
         sections["probe"] = probed   # the configured run's simulation replayed (probes/confirm.py probe_check)
     return Report(command="check", inputs=asm.inputs(), findings=tuple(findings), run=asm.run_summary(),
-                  hardware=asm.hw, memory=asm.memory, sections=sections, notes=tuple(notes))
+                  hardware=asm.hw, memory=asm.memory, sections=sections, notes=tuple(notes),
+                  assumptions=tuple(asm.assumptions))
 
 
 def _confirm(asm: Any, findings: list, opts: Options, mode: str) -> tuple[list, dict | None]:

@@ -180,6 +180,8 @@ def to_v0(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     if "model" not in values:
         notes.append("v1 `model` not set: v1's default Qwen/Qwen3-4B-Instruct-2507 is used")
     peft = values.get("peft_config") if isinstance(values.get("peft_config"), Mapping) else None
+    if peft:
+        v["_peft"] = dict(peft)   # the export keys of a v1 merge (export_dir, export_size, infer_dtype)
     if peft and peft.get("name") == "lora":
         v["finetuning_type"] = "lora"
         v["lora_rank"] = int(peft.get("r", 8)) if isinstance(peft.get("r", 8), int) else 8
