@@ -156,7 +156,8 @@ def test_display_path(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- json
-V1 = ["schema", "tool", "command", "inputs", "run", "hardware", "memory", "findings", "timeline", "summary"]
+V1 = ["schema", "tool", "command", "inputs", "run", "hardware", "memory", "findings", "timeline", "summary",
+      "assumptions"]
 
 
 def test_json_schema_v1_structure_and_rounding():
@@ -218,6 +219,7 @@ def test_json_lint_report_keeps_every_key():
     r = Report("lint", {"config": "a.yaml"})
     d = json.loads(render(r, "json"))
     assert list(d) == V1 + ["notes"]
+    assert d["assumptions"] == []
     assert d["run"] is None and d["memory"] is None
     assert d["hardware"] == {"gpu": None, "num_gpus": None, "capacity_gib": None, "bf16": None, "source": "none"}
     assert d["inputs"] == {"config": "a.yaml", "deepspeed": None, "run_dir": None}
@@ -750,3 +752,15 @@ def test_edit_text_prefers_the_edits_own_old_value():
     assert edit_text(Edit(CFG, "cutoff_len", 1024), SourceIndex()) == "cutoff_len: 2048 → 1024"
     assert edit_text(Edit("/nonexistent/x.yaml", "cutoff_len", 1024), SourceIndex()) == "cutoff_len → 1024"
     assert edit_text(Edit(DS, "zero_optimization.stage", 2), SourceIndex()) == "zero_optimization.stage: 3 → 2"
+
+
+def test_json_lists_verdict_moving_assumptions_first():
+    from finetune_doctor.types import Assumption
+    quiet = Assumption("eval-batch", 8, "transformers default", (1,), resolve_with="per_device_eval_batch_size")
+    loud = Assumption("gpu-variant", "A100-80GB", "--gpu A100 names two cards", ("A100-40GB",),
+                      effect_gib={"A100-40GB": 41.237}, effect_verdict={"A100-40GB": "oom"},
+                      resolve_with="--gpu A100-40GB or --gpu A100-80GB", moves_verdict=True)
+    d = json.loads(render(Report("check", {"config": "a.yaml"}, assumptions=(quiet, loud)), "json"))
+    assert [a["name"] for a in d["assumptions"]] == ["gpu-variant", "eval-batch"]
+    assert d["assumptions"][0]["effect"] == {"total_gib": {"A100-40GB": 41.24}, "verdict": {"A100-40GB": "oom"}}
+    assert d["assumptions"][1]["alternatives"] == [1] and d["assumptions"][1]["moves_verdict"] is False
