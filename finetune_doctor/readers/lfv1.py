@@ -169,10 +169,12 @@ def to_v0(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     none -> full (``v1/plugins/model_plugins/peft.py``); ``quant_config`` bnb + quantization_bit -> on-the-fly bnb
     (``quantization.py``); ``micro_batch_size`` -> per_device_train_batch_size; ``global_batch_size`` kept for the
     caller to derive accumulation; ``bf16`` (default true in v1) -> bf16; ``enable_activation_checkpointing``
-    (default true) -> gradient checkpointing; ``flash_attn`` eager/sdpa/flash_attention_2 -> disabled/sdpa/fa2;
+    (default true) -> gradient checkpointing (full tuning keeps fp32 weights as v0's upcast does: v1
+    ``core/model_engine.py`` L203-207 casts the model to float32; FSDP2 gathers them in bf16, ``fsdp2.py``
+    ``get_mp_policy``); ``flash_attn`` eager/sdpa/flash_attention_2 -> disabled/sdpa/fa2;
     ``kernel_config: liger_kernel`` -> enable_liger_kernel; ``dist_config: deepspeed`` -> deepspeed: config_file;
-    ``optim_config: muon`` -> use_muon. FSDP2, EP and Ulysses are returned in the notes and the ``_v1`` entry
-    (engine, ep_size, cp_size) for the run resolver.
+    ``optim_config: muon`` -> use_muon; Ulysses ``cp_size`` -> cutoff_len / cp_size (each rank's slice). FSDP2
+    and EP are returned in the notes and the ``_v1`` entry (engine, ep_size, cp_size) for the run resolver.
     """
     v: dict[str, Any] = {"stage": "sft", "do_train": True, "finetuning_type": "full", "template": "default"}
     notes: list[str] = []
@@ -233,9 +235,13 @@ def to_v0(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     v["_v1"] = {"engine": engine, "ep_size": ep if isinstance(ep, int) else 1, "cp_size": cp if isinstance(cp, int)
                 else 1, "batching": str(values.get("batching_strategy", "normal")),
                 "dist": dist.get("name") if dist else None}
-    if isinstance(cp, int) and cp > 1:
-        notes.append(f"v1 Ulysses context parallel cp_size {cp}: each rank holds 1/{cp} of the sequence's "
-                     "activations (v1 plugins/model_plugins/parallelization/sequence_parallel.py)")
+    if isinstance(cp, int) and not isinstance(cp, bool) and cp > 1 and isinstance(v["cutoff_len"], int):
+        # padding_and_split_data (sequence_parallel.py) pads each batch to a multiple of cp and gives every rank
+        # of the CP group its slice: activations and logits per rank follow cutoff_len / cp
+        v["cutoff_len"] = -(-v["cutoff_len"] // cp)
+        notes.append(f"v1 Ulysses context parallel cp_size {cp}: each rank holds {v['cutoff_len']} of the "
+                     f"sequence's tokens (v1 plugins/model_plugins/parallelization/sequence_parallel.py), estimated "
+                     "as that length")
     if str(values.get("batching_strategy", "normal")) != "normal":
         notes.append(f"v1 batching_strategy {values.get('batching_strategy')}: tokens per micro-batch follow the "
                      "packer, estimated at micro_batch_size x cutoff_len")
