@@ -116,6 +116,8 @@ RELEASED = {
     "FD041": "unverified-config-problem",
     "FD042": "v1-parse-error",
     "FD741": "galore-default-optim-unverified",
+    "FD640": "inference-does-not-fit",
+    "FD641": "export-does-not-fit",
 }
 
 

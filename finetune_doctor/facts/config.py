@@ -237,7 +237,9 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
                                     optim_given="optim" in doc.values)
         asm.memory = mem_facts.judged(est, asm.hw, alt)   # verdict, p_oom, interval (analyzers/uncertainty.py)
         facts["mem"] = mem_facts.assemble(asm.memory, asm.hw, asm.run, alt)
-    asm.notes.extend(asm.run.notes)
+    # a v1 run's FSDP2 comes from its dist_config, handed to the resolver as an accelerate FSDP2 setting
+    asm.notes.extend(n.replace("from the accelerate config", "from v1's dist_config") if kind == "train-v1" else n
+                     for n in asm.run.notes)
     return asm
 
 

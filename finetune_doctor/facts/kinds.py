@@ -214,6 +214,9 @@ def not_training(asm: Any, arch: Any) -> Any:
         asm.notes.append(f"a {cmd} config (merge{quant}), not training: the model loads in {e['dtype']} into "
                          f"{where}, about {e['peak_gib']} GiB at the peak; export_dir receives about "
                          f"{e['written_gib']} GiB in {e['shards']} shard(s)")
+        cap = asm.hw.capacity_gib * (asm.hw.num_gpus or 1) if asm.hw is not None and asm.hw.capacity_gib else None
+        e["fits"] = None if e["device"] == "cpu" or cap is None else e["peak_gib"] <= cap
+        e["capacity_gib"] = None if e["device"] == "cpu" else cap
         asm.kind_section = {"kind": "export", **e}
     else:
         cap = asm.hw.capacity_gib if asm.hw is not None else None
@@ -221,5 +224,7 @@ def not_training(asm: Any, arch: Any) -> Any:
         extra = (f"; the engine reserves {e['reserved_gib']} GiB of each card up front" if e["reserved_gib"] else "")
         asm.notes.append(f"a {cmd} config ({e['backend']}), not training: weights {e['weights_gib']} GiB + KV cache "
                          f"{e['kv_gib']} GiB at {e['max_len']} tokens{extra}")
+        e["capacity_gib"] = cap
         asm.kind_section = {"kind": "chat", **e}
+    asm.facts["lint"]["kind_estimate"] = dict(asm.kind_section)   # for the rules (inference/export-does-not-fit)
     return asm

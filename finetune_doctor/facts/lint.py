@@ -51,6 +51,14 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
                               "--accelerate-config, the environment), not assumed"),
     "torchrun": F("bool", "the inputs say the run is launched with torchrun (FORCE_TORCHRUN=1, WORLD_SIZE > 1)"),
     "torch_known": F("bool", "the training machine's torch version was read (--torch, --env, its own GPUs)"),
+    "kind_estimate": F("dict", "the estimate of a config that does not train (facts/kinds.py)", fields={
+        "kind": F("str", "export | chat"), "fits": F("bool", "fits the GPUs (None: not judged)"),
+        "device": F("str", "export: cpu | gpu"), "peak_gib": F("float", "export: peak while merging, GiB"),
+        "written_gib": F("float", "export: size of export_dir, GiB"), "backend": F("str", "chat: engine"),
+        "weights_gib": F("float", "chat: weights, GiB"), "kv_gib": F("float", "chat: KV cache at max_len, GiB"),
+        "max_len": F("int", "chat: tokens the KV cache is sized for"),
+        "reserved_gib": F("float", "chat: vLLM/SGLang's up-front reservation of one card, GiB"),
+        "capacity_gib": F("float", "the GPU memory the estimate is judged against, GiB")}),
     "model_unresolved": F("dict", "the model could not be resolved: memory is not estimated", fields={
         "name": F("str", "model_name_or_path as written"), "message": F("str", "why"),
         "missing": F("str", "what was not found"), "fix": F("str", "the one flag or command that supplies it"),
