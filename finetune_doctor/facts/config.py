@@ -153,7 +153,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     broken. `hw` replaces hardware resolution (a sweep reuses its first point's). Raises InputError on bad input.
     """
     doc = load_config(config, tuple(overrides))
-    kind = _kind(doc)
+    kind = _kind(doc, getattr(opts, "launch", None))
     sources: dict[str, SourceDoc] = {"config": doc.source()}
     if doc.overrides:
         sources["override"] = SourceDoc("override", "<command line>", {k: (1, 1) for k in doc.overrides})
@@ -243,12 +243,21 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     return asm
 
 
-def _kind(doc: ConfigDoc) -> str:
-    """Which LF command reads `doc` (readers/lfkind.py); a file LF does not read as a config is an InputError
-    naming the flag that takes it. A YAML of no recognisable kind is read as a training config, as before."""
+def _kind(doc: ConfigDoc, launch_file: str | None = None) -> str:
+    """Which LF command reads `doc` (readers/lfkind.py; ``USE_V1=1`` on the --launch line counts); a file LF does
+    not read as a config is an InputError naming the flag that takes it. A YAML of no recognisable kind is read as
+    a training config, as before."""
     from finetune_doctor.readers.lfkind import NOT_LF, kind_of
 
-    kind = kind_of(doc.values, suffix=Path(doc.path).suffix.lower() or ".yaml")
+    launch_env = None
+    if launch_file:
+        from finetune_doctor.readers.accelerate import read_launch_file
+
+        try:
+            launch_env = read_launch_file(launch_file).env
+        except InputError:
+            launch_env = None   # reported where the launch is read (_accelerate)
+    kind = kind_of(doc.values, suffix=Path(doc.path).suffix.lower() or ".yaml", launch_env=launch_env)
     if kind in NOT_LF:
         raise InputError(f"this is {NOT_LF[kind]}", file=doc.path)
     return kind or "train"

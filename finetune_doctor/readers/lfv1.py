@@ -91,7 +91,7 @@ def _unknown(key: str, fields: Mapping[str, Any], lenient: bool) -> Problem:
     cond = "ALLOW_EXTRA_KEYS is set" if lenient else None
     if key in V0_TO_V1:
         new, how = V0_TO_V1[key]
-        hint = f" In v1, {how}." if how else f" In v1 it is `{new}`."
+        hint = (f" {how}." if how.startswith("v1") else f" In v1, {how}.") if how else f" In v1 it is `{new}`."
         return _p(key, "unknown", f"`{key}` is a LLaMA-Factory v0 key, not a v1 one: {fate}.{hint}",
                   suggestion=how or f"write `{new}`", replacement=new if new and not how else None,
                   fix="rename" if new and not how else None, condition=cond)
