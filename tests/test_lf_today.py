@@ -270,3 +270,32 @@ def test_every_v1_training_example_gets_an_estimate(monkeypatch):
         if "fsdp2" in p.read_text() and "deepspeed" not in p.read_text():
             assert report["run"]["engine"] == "fsdp", (p, report["run"])
     assert estimated >= len(train) - 1
+
+
+def test_use_v1_on_the_launch_line_reads_the_config_as_v1(tmp_path):
+    """`USE_V1=1 llamafactory-cli sft x.yaml` runs v1's parser whatever the keys: a v0 YAML launched so stops on
+    its first v0 key (LF main cli.py: USE_V1 dispatches to v1/launcher.py)."""
+    launch = tmp_path / "train.sh"
+    launch.write_text("USE_V1=1 llamafactory-cli sft v0.yaml\n", encoding="utf-8")
+    cfg = tmp_path / "v0.yaml"
+    cfg.write_text("model_name_or_path: Qwen/Qwen3-4B\nstage: sft\ndo_train: true\ndataset: identity\n"
+                   "template: qwen3\noutput_dir: saves/x\n", encoding="utf-8")
+    res = CliRunner().invoke(main, ["check", str(cfg), "--launch", str(launch), "--no-data", "--offline",
+                                    "--format", "json"])
+    report = json.loads(res.output)
+    assert report["config_kind"] == "train-v1"
+    first = next(f for f in report["findings"] if f["location"]["key"] == "model_name_or_path")
+    assert first["name"] == "unknown-key" and "the model is `model`" in first["message"]
+
+
+def test_lint_names_the_kind_of_every_file(tmp_path):
+    acc = tmp_path / "fsdp.yaml"
+    acc.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_processes: 2\n", encoding="utf-8")
+    info = tmp_path / "dataset_info.json"
+    info.write_text('{"identity": {"file_name": "identity.json"}}', encoding="utf-8")
+    v1 = tmp_path / "v1.yaml"
+    v1.write_text("model: Qwen/Qwen3-4B\npeft_config:\n  name: lora\n  r: 16\nmicro_batch_size: 1\n", encoding="utf-8")
+    res = CliRunner().invoke(main, ["lint", str(acc), str(info), str(v1), "--format", "json"])
+    report = json.loads(res.output)
+    assert report["kinds"] == {str(acc): "accelerate", str(info): "dataset_info", str(v1): "train-v1"}
+    assert not _errors(report)
