@@ -147,6 +147,8 @@ def check_keys(values: Mapping[str, Any], *, env: Mapping[str, str] | None = Non
         problem = _check_one(ctx, key, value)
         if problem is not None and release is not None:
             problem = _by_release(ctx, key, value, problem)
+        elif problem is None and release is not None:
+            problem = _not_yet(ctx, key)
         if problem is None:
             continue
         if problem.kind in ("unknown", "renamed", "derived"):
@@ -210,6 +212,27 @@ def _by_release(ctx: _Ctx, key: str, value: Any, p: KeyProblem) -> KeyProblem | 
 
 
 _NOT_TRAIN_CLASSES = ("EvaluationArguments", "_KTransformersRuntimeArguments")
+
+
+def _not_yet(ctx: _Ctx, key: str) -> KeyProblem | None:
+    """A key the 0.9.5/main schema accepts but the release in use does not declare (added later, or dropped):
+    LLaMA-Factory of that release stops on it. Keys transformers declares are not LF's to decide."""
+    rel = ctx.release
+    entry = ctx.keys.get(key) or {}
+    if not rel.known or entry.get("origin") == "transformers" or rel.has_key(key):
+        return None
+    # LF's own TrainingArguments re-declares keys transformers 5 dropped (overwrite_output_dir), which older
+    # releases took from transformers; Megatron keys came from mcore_adapter's arguments (USE_MCA) before LF
+    # declared them for Megatron-Bridge: neither is a key the older release lacked
+    if _release_cls(key) == "TrainingArguments" or entry.get("group") == "megatron_bridge":
+        return None
+    have = rel.key_versions(key)
+    if not have:
+        return None
+    return _with_fate(KeyProblem(key, "unknown", f"`{key}` is not a key of {rel.label} (LLaMA-Factory "
+                                                 f"{spans(have)} declares it): {_FATE}.",
+                                 suggestion=f"remove `{key}`, or run a LLaMA-Factory release that has it"),
+                      extra_args_allowed(None))
 
 
 def _release_cls(key: str) -> str | None:
