@@ -1,7 +1,9 @@
-"""Launch parity against LLaMA-Factory main (the snapshot, 0.9.6.dev0), with the doctor told ``--llamafactory
-main``: the corpus of tests/test_parity_lf.py (LF's examples, users' cases, fixtures, mutations), judged by the
-snapshot's own ``get_train_args`` in a child process (tests/parity/release_oracle.py), so the installed 0.9.5 stays
-the oracle of tests/test_parity_lf.py in this process.
+"""Launch parity against other LLaMA-Factory releases than the installed 0.9.5 (tests/test_parity_lf.py): main
+(the snapshot, 0.9.6.dev0, on transformers 5.6.0) and 0.9.0 (the wheel with the transformers 4.45.0 / peft / trl /
+accelerate / datasets it pins, installed by .ci/run with ``pip install --no-deps --target .lf-releases/0.9.0``).
+The doctor is told ``--llamafactory VERSION --transformers <that stack's>``; the corpus is tests/test_parity_lf.py's
+(LF's examples, users' cases, fixtures, mutations), judged by the release's own ``get_train_args`` in a child
+process (tests/parity/release_oracle.py), so the installed 0.9.5 stays the oracle of tests/test_parity_lf.py.
 
 Bars as for 0.9.5: recall of LF's rejections >= 99 %, and no error on a config LF accepts other than the
 documented later failures (compare.LATER_FAILURES). The misses that test_parity_lf.py documents (KNOWN_MISSES)
@@ -31,27 +33,38 @@ pytestmark = [pytest.mark.slow,
                                  reason="LF's parser needs the test extra (omegaconf, transformers, ...)")]
 
 
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list:
+RELEASES = {"main": ("oracle", "5.6.0"), "0.9.0": (".lf-releases/0.9.0", "4.45.0")}
+
+
+@pytest.fixture(scope="module", params=sorted(RELEASES))
+def outcomes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> list:
     import gen_parity_corpus
 
     from parity.compare import judge_entry
 
-    index = gen_parity_corpus.build(tmp_path_factory.mktemp("parity_main"))
-    src = SHARED / "oracles" / "llamafactory-main" / "src"
-    res = subprocess.run([sys.executable, str(ROOT / "tests" / "parity" / "release_oracle.py"), str(src)],
+    version = request.param
+    where, transformers = RELEASES[version]
+    src = SHARED / "oracles" / "llamafactory-main" / "src" if where == "oracle" else ROOT / where
+    if not (src / "llamafactory").is_dir():
+        pytest.skip(f"LF {version} is not installed at {src} (.ci/run installs it)")
+    tmp = tmp_path_factory.mktemp(f"parity_{version}")
+    index = gen_parity_corpus.build(tmp / "corpus")
+    verdict_file = tmp / "verdicts.json"
+    res = subprocess.run([sys.executable, str(ROOT / "tests" / "parity" / "release_oracle.py"), str(src),
+                          str(verdict_file)],
                          input=json.dumps([{"config": e["config"], "cwd": e["cwd"]} for e in index]),
                          capture_output=True, text=True, timeout=3000, check=False,
                          env={**os.environ, "PYTHONPATH": ""})
     if res.returncode != 0:
-        pytest.skip(f"LF main's parser could not run here: {res.stderr.strip().splitlines()[-1:]}")
-    verdicts = [SimpleNamespace(**v) for v in json.loads(res.stdout)]
-    outs = [judge_entry(e, v, lf_version="main") for e, v in zip(index, verdicts)]
-    dump = os.environ.get("FD_PARITY_MAIN_RESULTS")
+        pytest.skip(f"LF {version}'s parser could not run here: {res.stderr.strip().splitlines()[-1:]}")
+    verdicts = [SimpleNamespace(**v) for v in json.loads(verdict_file.read_text(encoding="utf-8"))]
+    outs = [judge_entry(e, v, lf_version=version, transformers=transformers) for e, v in zip(index, verdicts)]
+    dump = os.environ.get("FD_PARITY_RELEASE_RESULTS")
     if dump:
         from dataclasses import asdict
 
-        Path(dump).write_text(json.dumps([asdict(o) for o in outs], indent=1) + "\n", encoding="utf-8")
+        Path(f"{dump}.{version}.json").write_text(json.dumps([asdict(o) for o in outs], indent=1) + "\n",
+                                                  encoding="utf-8")
     return outs
 
 

@@ -242,6 +242,9 @@ def to_v0(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
         notes.append(f"v1 Ulysses context parallel cp_size {cp}: each rank holds {v['cutoff_len']} of the "
                      f"sequence's tokens (v1 plugins/model_plugins/parallelization/sequence_parallel.py), estimated "
                      "as that length")
+    if values.get("train_dataset"):
+        notes.append(f"v1 dataset YAML {values['train_dataset']} is not scanned: token lengths are taken at "
+                     "cutoff_len")
     if str(values.get("batching_strategy", "normal")) != "normal":
         notes.append(f"v1 batching_strategy {values.get('batching_strategy')}: tokens per micro-batch follow the "
                      "packer, estimated at micro_batch_size x cutoff_len")

@@ -94,7 +94,7 @@ def _line_of(text: str, key: str) -> int | None:
     return text.count("\n", 0, m.start()) + 1 if m else None
 
 
-def doctor_errors(config: Path, cwd: Path, lf_version: str | None = None
+def doctor_errors(config: Path, cwd: Path, lf_version: str | None = None, transformers: str = "5.6.0"
                   ) -> list[tuple[str, str | None, int | None, str, str | None]]:
     """`doctor lint` on `config` from `cwd` (for LF `lf_version`, default: the installed release): its error
     findings as (code, key, line, message, file)."""
@@ -109,7 +109,7 @@ def doctor_errors(config: Path, cwd: Path, lf_version: str | None = None
     saved_ws = os.environ.get("WORLD_SIZE")
     os.environ["WORLD_SIZE"] = str(WORLD_SIZE)
     try:
-        opts = Options.from_cli(command="lint", paths=[str(config)], transformers_version="5.6.0",
+        opts = Options.from_cli(command="lint", paths=[str(config)], transformers_version=transformers,
                                 lf_version=lf_version)
         report = lint.run([str(config)], opts)
     except InputError as err:  # exit 2: `file:line: message`, the strongest "this will not start"
@@ -136,10 +136,12 @@ def needs_launcher(text: str) -> str | None:
     return None
 
 
-def judge_entry(entry: dict[str, Any], verdict: Any = None, lf_version: str | None = None) -> Outcome:
+def judge_entry(entry: dict[str, Any], verdict: Any = None, lf_version: str | None = None,
+                transformers: str = "5.6.0") -> Outcome:
     """Run both sides on one index entry of scripts/gen_parity_corpus.py and classify the result. `verdict` is
     LF's answer when another process gave it (tests/test_parity_releases.py: another release's parser), else the
-    installed LF is asked here; `lf_version` is what the doctor is told (`--llamafactory`)."""
+    installed LF is asked here; `lf_version` and `transformers` are what the doctor is told (`--llamafactory`,
+    `--transformers`: the stack the oracle ran on)."""
     config, cwd = Path(entry["config"]), Path(entry["cwd"])
     text = config.read_text(encoding="utf-8")
     launcher = needs_launcher(text)
@@ -152,7 +154,7 @@ def judge_entry(entry: dict[str, Any], verdict: Any = None, lf_version: str | No
     if verdict.missing_package:
         return Outcome(entry["id"], entry["source"], "dropped", verdict.phase, verdict.error, (),
                        note=f"needs the package {verdict.missing_package}")
-    errs = doctor_errors(config, cwd, lf_version)
+    errs = doctor_errors(config, cwd, lf_version, transformers)
     shown = tuple((c, k, ln, m) for c, k, ln, m, _f in errs)
     if verdict.accepted:
         if not errs:

@@ -1,7 +1,9 @@
-"""Another LLaMA-Factory release's v0 parser as the oracle, in a child process: ``python release_oracle.py SRC <
-entries.json > verdicts.json``.
+"""Another LLaMA-Factory release's v0 parser as the oracle, in a child process: ``python release_oracle.py SRC OUT <
+entries.json`` writes the verdicts to OUT (LF logs to stdout, so stdout is not the channel).
 
-SRC is the folder holding that release's ``llamafactory`` package (the snapshot's ``src``); it goes first on
+SRC is the folder holding that release's ``llamafactory`` package (the snapshot's ``src``, or a ``pip install
+--no-deps --target`` folder of a published release with the transformers/peft/trl/accelerate/datasets it pins,
+.ci/run); it goes first on
 ``sys.path`` here only, so the test process keeps the llamafactory it imported. Each entry is ``{"config", "cwd"}``
 of scripts/gen_parity_corpus.py's index; each verdict is tests/parity/oracle.py's `Verdict` as a dict.
 
@@ -29,7 +31,7 @@ def main() -> int:
     out = []
     for e in json.load(sys.stdin):
         out.append(asdict(lf_verdict(Path(e["config"]), cwd=Path(e["cwd"]))))
-    json.dump(out, sys.stdout)
+    Path(sys.argv[2]).write_text(json.dumps(out), encoding="utf-8")
     return 0
 
 
