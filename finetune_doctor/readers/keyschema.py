@@ -183,12 +183,10 @@ def _by_release(ctx: _Ctx, key: str, value: Any, p: KeyProblem) -> KeyProblem | 
 
     rel = ctx.release
     if not rel.has_key(key):
-        if p.kind in ("unknown", "renamed") and rel.known and rel.key_versions(key):
-            have = rel.key_versions(key)
-            span = have[0] if len(have) == 1 else f"{have[0]}-{have[-1]}"
-            return replace(p, message=p.message.replace(".", f" (LLaMA-Factory {span} declares it; "
-                                                            f"{rel.label} does not).", 1)
-                           if p.kind == "unknown" and p.message.startswith("Unknown key") else p.message)
+        if p.kind == "unknown" and rel.known and rel.key_versions(key) and p.message.startswith("Unknown key"):
+            # a key of other releases, not a typo: say which releases have it
+            return replace(p, message=f"`{key}` is not a key of {rel.label} (LLaMA-Factory "
+                                      f"{spans(rel.key_versions(key))} declares it): {_FATE}.")
         return p
     if p.kind in ("unknown", "renamed", "derived"):
         if ctx.mode == "train" and _release_cls(key) in _NOT_TRAIN_CLASSES:
