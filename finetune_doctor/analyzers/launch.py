@@ -53,8 +53,11 @@ _NOT_SET = object()
 class _Cfg:
     """Values as LF's dataclasses would hold them: the config's value, else the schema's default."""
 
-    def __init__(self, values: Mapping[str, Any], zero_stage: int | None, release: Any = None):
+    def __init__(self, values: Mapping[str, Any], zero_stage: int | None, release: Any = None,
+                 transformers: str | None = None):
         self.values = values
+        m = re.match(r"^\s*(\d+)\.(\d+)", transformers or "")
+        self.tf = (int(m.group(1)), int(m.group(2))) if m else None   # the training machine's transformers
         self.keys = load_schema()["keys"]
         self.zero_stage = zero_stage
         self.release = release   # readers/lfrelease.Release: the LF release(s) judged for, None = 0.9.5's registry
@@ -62,6 +65,8 @@ class _Cfg:
     def __call__(self, key: str) -> Any:
         if key in self.values:
             return self.values[key]
+        if key == "eval_strategy" and self.tf is not None and self.tf <= (4, 45) and "evaluation_strategy" in self.values:
+            return self.values["evaluation_strategy"]   # its name up to transformers 4.45
         e = self.keys.get(key) or {}
         by_version = e.get("default_by_version")
         if by_version:   # transformers 5's default where 4 and 5 differ (report_to: 'none' vs None)
@@ -107,6 +112,12 @@ def _names(v: Any) -> list[str] | None:
 
 def _missing(c: _Cfg) -> list[Problem]:
     out = []
+    if c.tf is not None and c.tf < (4, 49) and c.values.get("output_dir") is None:
+        # output_dir had no default before transformers 4.49 (huggingface/transformers#35735)
+        out.append(_p("output_dir", "missing",
+                      f"`output_dir` is not set: transformers {c.tf[0]}.{c.tf[1]} requires it and stops with "
+                      "\"__init__() missing 1 required positional argument: 'output_dir'\"",
+                      "set `output_dir` (e.g. saves/<model>/<method>/sft)"))
     if c("model_name_or_path") is None:   # model_args.py:207-208
         out.append(_p("model_name_or_path", "missing",
                       "`model_name_or_path` is not set: LLaMA-Factory stops with \"Please provide "
@@ -665,15 +676,17 @@ CHECKS: tuple[Callable[[_Cfg], list[Problem]], ...] = (_missing, _conflicts, _st
                                                        _distributed, _interval, _template)
 
 
-def check_launch(values: Mapping[str, Any], config_path: str | None = None, release: Any = None) -> list[Problem]:
+def check_launch(values: Mapping[str, Any], config_path: str | None = None, release: Any = None,
+                 transformers: str | None = None) -> list[Problem]:
     """The parse-time rejections of one LLaMA-Factory training config (module docstring), in check order.
 
     `values` is the typed mapping keyschema reads (readers/yamlcfg.py); `config_path` locates a relative
     ``deepspeed:`` file next to the config when it is not under the working directory. Never raises: a check
     whose inputs have types its source would not compare is skipped (keyschema reports the type). `release`
-    (readers/lfrelease.Release) judges the template against that release's registry (None: 0.9.5's).
+    (readers/lfrelease.Release) judges the template against that release's registry (None: 0.9.5's);
+    `transformers` (the training machine's version, when known) adds the checks of older transformers.
     """
-    c = _Cfg(values, zero_stage_of(values, config_path), release)
+    c = _Cfg(values, zero_stage_of(values, config_path), release, transformers)
     out: list[Problem] = []
     for check in (*CHECKS, lambda cfg: _datasets(cfg, config_path)):
         try:

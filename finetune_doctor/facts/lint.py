@@ -77,7 +77,7 @@ def _problems(doc: ConfigDoc, transformers_version: str | None, release: Any, ki
         return check_v1(doc.values)
     if kind == "train":
         return [*check_keys(doc.values, transformers_version=transformers_version, release=release),
-                *check_launch(doc.values, doc.path, release)]
+                *check_launch(doc.values, doc.path, release, transformers_version)]
     # export, chat, eval: LF's infer/eval parsers; of the launch checks only the template lookup applies
     return [*check_keys(doc.values, transformers_version=transformers_version, release=release, parser="any"),
             *[p for p in check_launch(doc.values, doc.path, release) if p.get("kind") == "template"]]

@@ -139,6 +139,7 @@ def check_keys(values: Mapping[str, Any], *, env: Mapping[str, str] | None = Non
         tf_majors=sorted({_major(v) for v in sch.get("transformers_versions", [])}),
         value_renames=sch.get("value_renames", {}),
         release=release,
+        tf_version=transformers_version,
     )
     lenient = extra_args_allowed(env)
     out: list[KeyProblem] = []
@@ -173,6 +174,7 @@ class _Ctx:
     tf_majors: list[str]
     value_renames: Mapping[str, Any]
     release: Any = None
+    tf_version: str | None = None
 
 
 def _by_release(ctx: _Ctx, key: str, value: Any, p: KeyProblem) -> KeyProblem | None:
@@ -317,7 +319,20 @@ def _check_known(ctx: _Ctx, key: str, entry: Mapping[str, Any], value: Any) -> K
         replacement_key=successor, condition=None if ctx.tf_major else f"transformers {gone}", **extra)
 
 
-def _retired(ctx: _Ctx, key: str, r: Mapping[str, Any], value: Any, entry: Mapping[str, Any] | None) -> KeyProblem:
+def _still_in(last_seen: str, tf_version: str | None) -> bool:
+    """A retired transformers key ("last_seen": "transformers 4.45") on a training machine at or below that
+    version: the key is still read there."""
+    import re
+
+    m = re.match(r"transformers (\d+)\.(\d+)", last_seen or "")
+    t = re.match(r"(\d+)\.(\d+)", tf_version or "")
+    return bool(m and t) and (int(t.group(1)), int(t.group(2))) <= (int(m.group(1)), int(m.group(2)))
+
+
+def _retired(ctx: _Ctx, key: str, r: Mapping[str, Any], value: Any, entry: Mapping[str, Any] | None
+             ) -> KeyProblem | None:
+    if _still_in(str(r.get("last_seen") or ""), ctx.tf_version):
+        return None
     new = r.get("replacement")
     when = f" (last accepted in {r['last_seen']})" if r.get("last_seen") else ""
     cond = None
