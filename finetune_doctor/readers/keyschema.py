@@ -149,7 +149,7 @@ def check_keys(values: Mapping[str, Any], *, env: Mapping[str, str] | None = Non
         if problem is not None and release is not None:
             problem = _by_release(ctx, key, value, problem)
         elif problem is None and release is not None:
-            problem = _not_yet(ctx, key)
+            problem = _not_yet(ctx, key) or _choice_not_yet(ctx, key, value)
         if problem is None:
             continue
         if problem.kind in ("unknown", "renamed", "derived"):
@@ -212,6 +212,20 @@ def _by_release(ctx: _Ctx, key: str, value: Any, p: KeyProblem) -> KeyProblem | 
 
 
 _NOT_TRAIN_CLASSES = ("EvaluationArguments", "_KTransformersRuntimeArguments")
+
+
+def _choice_not_yet(ctx: _Ctx, key: str, value: Any) -> KeyProblem | None:
+    """A closed choice the 0.9.5/main schema accepts but the release in use does not list (finetuning_type: oft
+    before 0.9.4): LF of that release fails on it where it branches on the value, or asserts while parsing."""
+    rel = ctx.release
+    if not rel.known or not isinstance(value, str) or not rel.has_key(key):
+        return None
+    choices = rel.choices(key)
+    if not choices or value in choices:
+        return None
+    return KeyProblem(key, "invalid_value", f"`{key}: {_yaml(value)}` is not a choice of {rel.label}, which "
+                                            f"accepts {_listing(choices)}: it fails where LLaMA-Factory branches "
+                                            f"on the value.", suggestion=f"use one of {_listing(choices)}")
 
 
 def _not_yet(ctx: _Ctx, key: str) -> KeyProblem | None:
