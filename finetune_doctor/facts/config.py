@@ -163,7 +163,9 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     if hw is None and env_report is not None and not static:
         hw = hw_facts.from_env_report(env_report, opts.nnodes)
     facts: dict[str, Any] = {"cfg": cfg_facts.assemble(doc.values),
-                             "lint": lint_facts.assemble(doc, opts.transformers_version, release=release, kind=kind,
+                             "lint": lint_facts.assemble(doc, opts.transformers_version or (
+                                 env_report.versions.get("transformers") if env_report else None),
+                                                         release=release, kind=kind,
                                                          launch=kinds.launch_facts(opts, hw, env_report)),
                              "run": None, "model": None, "hw": None, "mem": None, "ds": None, "data": None}
     asm = Assembly(doc=doc, facts=facts, sources=sources, kind=kind, release=release)
