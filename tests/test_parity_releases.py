@@ -37,7 +37,7 @@ RELEASES = {"main": ("oracle", "5.6.0"), "0.9.0": (".lf-releases/0.9.0", "4.45.0
 
 
 @pytest.fixture(scope="module", params=sorted(RELEASES))
-def outcomes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> list:
+def outcomes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     import gen_parity_corpus
 
     from parity.compare import judge_entry
@@ -65,20 +65,41 @@ def outcomes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 
         Path(f"{dump}.{version}.json").write_text(json.dumps([asdict(o) for o in outs], indent=1) + "\n",
                                                   encoding="utf-8")
-    return outs
+    return SimpleNamespace(version=version, outs=outs)
 
 
-def test_recall_of_main_rejections(outcomes: list) -> None:
+# LF 0.9.0 runs on transformers 4.45, whose own checks and choices the key schema does not hold (it is built from
+# transformers 4.57.6, 5.6.0 and 5.8.0), and its parser has checks 0.9.5 dropped (analyzers/launch.py replays
+# 0.9.5's). Each pattern is one such difference; where the doctor reports errors there, they are other keys 0.9.0
+# rejects as well (trust_remote_code before 0.9.2, a template 0.9.0 lacks), LF stopping at the first.
+DIFFERENCES_090 = {
+    "is not a valid OptimizerNames": "transformers 4.45's optimizer names",
+    "is not a valid SchedulerType": "transformers 4.45's scheduler names",
+    "is not a valid IntervalStrategy": "transformers 4.45's strategies (no 'best')",
+    "warmup_steps must be of type int": "transformers 4.45 checks warmup_steps in __post_init__",
+    "requires the saving steps to be a round multiple": "transformers 4.45's load_best_model_at_end step check",
+    "'<' not supported between instances of 'NoneType'": "transformers 4.45 compares an empty warmup_ratio",
+    "missing 1 required positional argument: 'output_dir'": "transformers < 4.49 needs output_dir; the doctor "
+                                                           "reports it, after another key 0.9.0 rejects first",
+    "Please specify dataset for evaluation": "a check of LF 0.9.0's parser that 0.9.5 dropped",
+    "Please specify which `template` to use": "a check of LF 0.9.0's parser that 0.9.5 dropped",
+}
+
+
+def test_recall_of_the_release_rejections(outcomes: SimpleNamespace) -> None:
     from parity.compare import matrix
     from test_parity_lf import KNOWN_MISSES
 
-    m = matrix(outcomes)
+    m = matrix(outcomes.outs)
     assert m["rejected"] >= 1000, m
     assert m["recall"] >= 0.99, m
-    missed = {o.id: (o.outcome, o.lf_error) for o in outcomes if o.outcome in ("missed", "misplaced")}
-    assert not {k: v for k, v in missed.items() if k not in KNOWN_MISSES}, missed
+    missed = {o.id: (o.outcome, o.lf_error) for o in outcomes.outs if o.outcome in ("missed", "misplaced")}
+    differences = DIFFERENCES_090 if outcomes.version == "0.9.0" else {}
+    unexplained = {k: v for k, v in missed.items()
+                   if k not in KNOWN_MISSES and not any(p in (v[1] or "") for p in differences)}
+    assert not unexplained, unexplained
 
 
-def test_no_error_on_a_config_main_accepts(outcomes: list) -> None:
-    false = [(o.id, o.errors) for o in outcomes if o.outcome == "false-error"]
+def test_no_error_on_a_config_the_release_accepts(outcomes: SimpleNamespace) -> None:
+    false = [(o.id, o.errors) for o in outcomes.outs if o.outcome == "false-error"]
     assert not false, false[:10]
