@@ -172,9 +172,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     asm.assumptions.extend(kinds.assumptions(asm, opts, hw))
     asm.hw = hw
     if kind in ("train-v1", "export-v1"):
-        asm.doc, v1_notes = kinds.v1_doc(doc)
-        asm.notes.extend(v1_notes if kind == "train-v1" else ())
-        facts["cfg"] = cfg_facts.assemble({k: v for k, v in asm.doc.values.items() if k not in ("_v1", "_peft")})
+        kinds.adopt_v1(asm)   # the run is resolved from the v1 config's v0 keys
     if opts.host_ram:
         ram = hw_facts.parse_host_ram(opts.host_ram)
         if asm.hw is not None:

@@ -118,6 +118,16 @@ def v1_doc(doc: Any) -> tuple[Any, list[str]]:
     return replace(doc, values=values, positions=pos), notes
 
 
+def adopt_v1(asm: Any) -> None:
+    """Put a v1 config's run in `asm`: its v0 keys (`v1_doc`) as the doc the run is resolved from and as the
+    ``cfg`` facts, and, for training, the notes on what v1 does that those keys cannot say."""
+    from finetune_doctor.facts import cfg as cfg_facts
+
+    asm.doc, notes = v1_doc(asm.doc)
+    asm.notes.extend(notes if asm.kind == "train-v1" else ())
+    asm.facts["cfg"] = cfg_facts.assemble({k: v for k, v in asm.doc.values.items() if k not in ("_v1", "_peft")})
+
+
 def v1_launch(v1: Mapping[str, Any], launch: Any) -> Any:
     """The launch inputs of a v1 run: its ``dist_config`` fsdp2/fsdpturbo is FSDP2 (v1
     ``plugins/trainer_plugins/distributed/fsdp2.py``: fully_shard over the decoder layers, reshard after forward),
