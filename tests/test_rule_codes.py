@@ -116,8 +116,8 @@ RELEASED = {
     "FD041": "unverified-config-problem",
     "FD042": "v1-parse-error",
     "FD741": "galore-default-optim-unverified",
-    "FD640": "inference-does-not-fit",
-    "FD641": "export-does-not-fit",
+    "FD642": "inference-does-not-fit",
+    "FD643": "export-does-not-fit",
 }
 
 
