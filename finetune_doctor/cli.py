@@ -78,6 +78,9 @@ def common_options(fn: Callable) -> Callable:
                      help="torch on the training machine (default optimizer and kernels follow it; default: current)."),
         click.option("--transformers", "transformers_version", default=None, metavar="VERSION",
                      help="transformers on the training machine (its loss and DeepSpeed handling follow it)."),
+        click.option("--llamafactory", "lf_version", default=None, metavar="VERSION",
+                     help="LLaMA-Factory on the training machine (0.8.3, 0.9.5, main): its keys, choices and "
+                          "templates decide (default: --env, else the installed llamafactory, else any release)."),
         click.option("--model-config", "model_config", type=click.Path(), default=None, metavar="FILE|DIR",
                      help="The model's config.json (or its folder) when model_name_or_path is not on this machine."),
         click.option("--offline", is_flag=True, default=False,

@@ -27,7 +27,7 @@ SCHEMA: dict[str, str] = {
     "select": "codes", "ignore": "codes", "per-file-ignores": "per-file", "fail-on": "fail-on",
     "rules": "strings", "gpu": "string", "nnodes": "nnodes", "format": "format", "torch": "string",
     "transformers": "string", "offline": "bool", "strict": "bool", "exclude": "strings",
-    "extend-exclude": "strings",
+    "extend-exclude": "strings", "llamafactory": "string",
 }
 """Each option's type; `_check` says what each type accepts."""
 KNOWN = set(SCHEMA)

@@ -55,6 +55,7 @@ class Options:
     strict: bool = False                     # --strict: verdict-moving assumptions and unchecked files are errors
     context: str | None = None               # --context FILE: the training machine captured by `doctor context`
     config_file: str | None = None           # lint --config FILE: this project configuration, no discovery
+    lf_version: str | None = None            # --llamafactory VERSION: the training machine's LLaMA-Factory
 
     @classmethod
     def from_cli(cls, command: str, paths: list[str], gpu: str | None = None, nnodes: int | None = None,
@@ -64,7 +65,8 @@ class Options:
                  transformers_version: str | None = None, model_config: str | None = None,
                  offline: bool = False, env_file: str | None = None, accelerate_config: str | None = None,
                  launch: str | None = None, host_ram: str | None = None, strict: bool = False,
-                 context: str | None = None, config_file: str | None = None, **_: Any) -> "Options":
+                 context: str | None = None, config_file: str | None = None,
+                 lf_version: str | None = None, **_: Any) -> "Options":
         from finetune_doctor.projectconfig import find_project_config, load_project_config
 
         proj = load_project_config(config_file) if config_file else find_project_config(paths[0] if paths else ".")
@@ -99,4 +101,5 @@ class Options:
             strict=bool(strict or proj.get("strict")),
             context=context,
             config_file=config_file,
+            lf_version=lf_version or proj.get("llamafactory"),
         )

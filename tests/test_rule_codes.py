@@ -122,6 +122,11 @@ RELEASED = {
     "FD708": "quantization-options-without-bit",
     "FD711": "dora-memory",
     "FD712": "optimizer-options-without-switch",
+    "FD041": "unverified-config-problem",
+    "FD042": "v1-parse-error",
+    "FD741": "galore-default-optim-unverified",
+    "FD642": "inference-does-not-fit",
+    "FD643": "export-does-not-fit",
 }
 
 

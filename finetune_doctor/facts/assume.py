@@ -48,9 +48,10 @@ STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_co
             "examples/deepspeed/ds_z3_offload_config.json")
 
 # what only the memory estimate rests on: `lint` without a card lists none of them (the stack's and the model's
-# assumptions, which its key and model judgments rest on, it keeps)
+# assumptions, which its key and model judgments rest on, it keeps; so is the launcher, which decides whether the
+# launch-dependent rules fire: facts/kinds.py)
 MEMORY_ONLY = frozenset({"sample-lengths", "gpus", "gpu-variant", "torch-version", "deepspeed-version",
-                         "deepspeed-config", "checkpoint-dtype", "attention-kernel", "launcher", "world-size",
+                         "deepspeed-config", "checkpoint-dtype", "attention-kernel", "world-size",
                          "eval-batch", "train-batch", "cutoff-len", "host-ram", "images-per-sample", "image-pixels",
                          "hccl-buffsize", "npu-runtime", "save-gathers-adapter-only"})
 
@@ -218,10 +219,8 @@ def _stack(c: _Seen, alt_stack: dict[str, Any] | None) -> list[Assumption]:
                           "version-only keys are judged for transformers 4.57-5.x, and the loss shifts labels "
                           "instead of copying the logits (transformers >= 4.49)",
                           "--transformers VERSION, or --env FILE", c.base, alts))
-    if "llamafactory" not in given:
-        out.append(_weigh("llamafactory-version", "0.9.5", "no LLaMA-Factory version of the training machine: keys, "
-                          "defaults and the run are judged as LLaMA-Factory 0.9.5 runs them (catalog/lf_keys.json)",
-                          "--env FILE with `llamafactory-cli env` of the training machine", c.base, []))
+    # the LLaMA-Factory release is recorded where the config is read (facts/kinds.py `lf-version`): the keys are
+    # judged for the release named, else for every release together (readers/config/lfrelease.py)
     if run.deepspeed and "deepspeed" not in given:
         dsv = getattr(c.asm.ds, "ds_version", None) if c.asm.ds is not None else None
         out.append(_weigh("deepspeed-version", dsv or "0.19.8 (the newest behaviour the doctor knows)",

@@ -21,6 +21,7 @@ from finetune_doctor.facts import skeleton
 from finetune_doctor.facts import data as data_facts
 from finetune_doctor.facts import ds as ds_facts
 from finetune_doctor.facts import hw as hw_facts
+from finetune_doctor.facts import kinds
 from finetune_doctor.facts import lint as lint_facts
 from finetune_doctor.facts import machine
 from finetune_doctor.facts import model as model_facts
@@ -28,6 +29,7 @@ from finetune_doctor.facts import run as run_facts
 from finetune_doctor.fsutil import display_path
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc, load_config
 from finetune_doctor.readers.config.stack import installed_versions, read_env_file
+from finetune_doctor.readers.config.lfrelease import version_in_use
 from finetune_doctor.run import InvalidRunValue, resolve_run
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Assumption, Hardware, MemoryEstimate, SourceDoc
@@ -60,6 +62,10 @@ class Assembly:
     context: Any = None            # readers.config.context.MachineContext: the training machine, captured (--context)
     hw_worst: Hardware | None = None   # the smallest card a bare --gpu may mean, when that decides the verdict
     ds_assumed: tuple[str, str] | None = None   # (the DeepSpeed path not here, the stock file used instead)
+    kind: str = "train"            # readers/config/lfkind.py: which LF command reads the config
+    release: Any = None            # readers/lfrelease.Release the keys were judged for
+    kind_section: dict[str, Any] | None = None                    # export / chat estimates (facts/kinds.py)
+    doc_read: Any = None           # the config as read (a v1 config before its adoption as v0 keys)
     _after: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     def live(self) -> dict[str, Any]:
@@ -186,36 +192,29 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     static, scan_data, need_model, validate_ds, lenient = (m.static, m.scan_data, m.need_model, m.validate_ds,
                                                            m.lenient)
     assume = m.assume and not lenient   # a postmortem judges a run that happened: nothing to assume for a verdict
-    doc = load_config(config, tuple(overrides))
-    sources: dict[str, SourceDoc] = {"config": doc.source()}
-    if doc.overrides:
-        sources["override"] = SourceDoc("override", "<command line>", {k: (1, 1) for k in doc.overrides})
-    facts: dict[str, Any] = skeleton(cfg=cfg_facts.assemble(doc.values),
-                                     lint=lint_facts.assemble(doc, opts.transformers_version))
-    asm = Assembly(doc=doc, facts=facts, sources=sources)
-    facts["lint"]["strict"] = bool(getattr(opts, "strict", False))
-    asm.context, ctx_note = machine.load(config, opts, doc)
-    if ctx_note:
-        asm.notes.append(ctx_note)
-    env_report = read_env_file(opts.env_file) if opts.env_file and not static else None
-    _hardware(asm, opts, hw, env_report, static=static)
+    asm, env_report = _read(config, overrides, opts, hw, static=static)
+    doc, facts, kind, release = asm.doc_read, asm.facts, asm.kind, asm.release
 
     # the stack first: the model's layout depends on the transformers release that builds it (MoE experts)
     stack, sources = _stack(opts, asm.hw, env_report, asm.context)
     asm.stack, asm.nnodes, asm.stack_sources = stack, opts.nnodes, sources
     if stack.get("transformers") and stack["transformers"] != opts.transformers_version:
         # --env (or this training machine) names transformers: its renamed keys are judged for that release
-        facts["lint"]["keys"] = lint_facts.assemble(doc, stack["transformers"])["keys"]
+        facts["lint"]["keys"] = lint_facts.assemble(doc, stack["transformers"], release=release, kind=kind)["keys"]
     if machine.data(asm.context, doc.values)[0] is not None:
         # the datasets were resolved on the training machine: its scan, carried by the context, reports them
         facts["lint"]["keys"] = [k for k in facts["lint"].get("keys", []) if k.get("kind") != "dataset"
                                  and not (k.get("kind") == "not_here" and k.get("key") == "dataset_dir")]
     arch = _arch(asm, config, opts, tolerate=static or not need_model or lenient, static=static,
                  transformers=stack.get("transformers"))
+    if kind not in ("train", "train-v1"):
+        return kinds.not_training(asm, arch)
     if arch is None:
         _model_not_here(asm)
     _deepspeed(asm, arch, tolerate_missing=static or lenient, lenient=lenient)
     _accelerate(asm, opts, lenient=lenient)
+    if kind == "train-v1":
+        asm.launch = kinds.v1_launch(asm.doc.values.get("_v1") or {}, asm.launch)
     if asm.ds is not None and validate_ds and not static:
         if not ds_facts.validate_with_deepspeed(asm.ds, facts["ds"]):
             asm.notes.append("--validate-deepspeed: deepspeed is not installed here (pip install deepspeed); "
@@ -227,6 +226,8 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
             # without a model the data scan still runs (approximate token counts when no tokenizer is local)
             facts["data"] = _scan(asm, config)
         return asm
+
+    doc = asm.doc
 
     def resolve(stack: dict[str, str | None]) -> Any:
         return resolve_run(doc.values, arch, asm.hw, asm.ds, nnodes=opts.nnodes, stack=stack,
@@ -268,8 +269,44 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
         _assumptions(asm, opts, None, None)
     facts["lint"]["assumptions"] = [{**a.as_dict(), "effect_text": effect_text(a)}
                                     for a in sort_assumptions(asm.assumptions)]
-    asm.notes.extend(asm.run.notes)
+    _one_per_name(asm)
+    # a v1 run's FSDP2 comes from its dist_config, handed to the resolver as an accelerate FSDP2 setting
+    asm.notes.extend(n.replace("from the accelerate config", "from v1's dist_config") if kind == "train-v1" else n
+                     for n in asm.run.notes)
     return asm
+
+
+def _read(config: str, overrides: tuple[str, ...] | list[str], opts: Options, hw: Hardware | None, *,
+          static: bool) -> tuple[Assembly, Any]:
+    """The config read and typed before any model is sized: its kind (readers/config/lfkind.py), the LF release it
+    is judged for, the ``cfg``/``lint`` facts, the training machine's context, the GPUs, the launch facts and the
+    config reading's assumptions; a v1 config adopted as its v0 keys. Returns the Assembly and the --env report
+    (None under `static`: lint never takes GPUs or a stack from --env). Raises InputError on bad input."""
+    doc = load_config(config, tuple(overrides))
+    kind = _kind(doc, getattr(opts, "launch", None))
+    sources: dict[str, SourceDoc] = {"config": doc.source()}
+    if doc.overrides:
+        sources["override"] = SourceDoc("override", "<command line>", {k: (1, 1) for k in doc.overrides})
+    # --env is read even by lint: its LLaMA-Factory and transformers releases decide which keys exist
+    env_report = read_env_file(opts.env_file) if opts.env_file else None
+    release = version_in_use(opts.lf_version, env_report.versions if env_report else None, opts.env_file)
+    facts: dict[str, Any] = skeleton(cfg=cfg_facts.assemble(doc.values),
+                                     lint=lint_facts.assemble(doc, opts.transformers_version or (
+                                         env_report.versions.get("transformers") if env_report else None),
+                                         release=release, kind=kind))
+    asm = Assembly(doc=doc, facts=facts, sources=sources, kind=kind, release=release)
+    asm.doc_read = doc
+    facts["lint"]["strict"] = bool(getattr(opts, "strict", False))
+    asm.context, ctx_note = machine.load(config, opts, doc)
+    if ctx_note:
+        asm.notes.append(ctx_note)
+    env_report = env_report if not static else None
+    _hardware(asm, opts, hw, env_report, static=static)
+    facts["lint"].update(kinds.launch_facts(opts, asm.hw, env_report))
+    asm.assumptions.extend(kinds.assumptions(asm, opts, asm.hw))
+    if kind in ("train-v1", "export-v1"):
+        kinds.adopt_v1(asm)   # the run is resolved from the v1 config's v0 keys
+    return asm, env_report
 
 
 def _hardware(asm: Assembly, opts: Options, hw: Hardware | None, env_report: Any, *, static: bool) -> None:
@@ -293,6 +330,14 @@ def _hardware(asm: Assembly, opts: Options, hw: Hardware | None, env_report: Any
         # no verdict without a card: say so instead of a clean report that reads like a pass
         asm.notes.append("GPUs unknown (no --gpu, no NVML, no --env): the fit is not judged and one GPU is assumed "
                          "for the world size; pass e.g. --gpu 4xL20, or --env with `llamafactory-cli env` output")
+
+
+def _one_per_name(asm: Assembly) -> None:
+    """One assumption per name: the config reading (facts/kinds.py) records the launcher and the LF release before
+    the estimate; when the estimate weighs the same question (facts/assume.py), its entry, which carries the
+    alternatives' effects, replaces the first."""
+    last = {a.name: i for i, a in enumerate(asm.assumptions)}
+    asm.assumptions[:] = [a for i, a in enumerate(asm.assumptions) if last[a.name] == i]
 
 
 def effect_text(a: Any) -> str:
@@ -351,6 +396,26 @@ def _quant_assumption(asm: Assembly, qalt: dict[str, Any]) -> None:
         moves_verdict=bool(qalt.get("quant_alt_verdict")) and qalt["quant_alt_verdict"] != verdict))
 
 
+def _kind(doc: ConfigDoc, launch_file: str | None = None) -> str:
+    """Which LF command reads `doc` (readers/config/lfkind.py; ``USE_V1=1`` on the --launch line counts); a file LF does
+    not read as a config is an InputError naming the flag that takes it. A YAML of no recognisable kind is read as
+    a training config, as before."""
+    from finetune_doctor.readers.config.lfkind import NOT_LF, kind_of
+
+    launch_env = None
+    if launch_file:
+        from finetune_doctor.readers.config.accelerate import read_launch_file
+
+        try:
+            launch_env = read_launch_file(launch_file).env
+        except InputError:
+            launch_env = None   # reported where the launch is read (_accelerate)
+    kind = kind_of(doc.values, suffix=Path(doc.path).suffix.lower() or ".yaml", launch_env=launch_env)
+    if kind in NOT_LF:
+        raise InputError(f"this is {NOT_LF[kind]}", file=doc.path)
+    return kind or "train"
+
+
 DOWNLOAD_COMMANDS = ("check", "estimate", "probe", "data")
 """Commands that may download a model's JSON configs when nothing local has them (never lint, never postmortem)."""
 
@@ -386,6 +451,8 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
 
     doc = asm.doc
     name = doc.values.get("model_name_or_path")
+    if not name and asm.kind not in ("train", "train-v1"):
+        return None
     if not name:
         asm.notes.append("model_name_or_path is not set: memory not estimated")
         return None

@@ -26,6 +26,7 @@ KEY_ITEM = {
     "fix": F("str", "short title of the fix"),
     "fix_value": F("any", "the value the fix writes"),
     "condition": F("str", "when the problem applies (e.g. a version range)"),
+    "was": F("str", "for kind unverified: the kind the problem has when its condition holds"),
     "line": F("int", "1-based line of the key in the config"),
     "override": F("bool", "the value was given as key=value on the command line"),
 }
@@ -54,6 +55,21 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
                             "effect_text": F("str", "each evaluated alternative: total GiB and verdict")}),
     "strict": F("bool", "--strict: verdict-moving assumptions and machine-dependent checks are errors"),
     "keys_dropped": F("int", "key problems beyond MAX_PER_KIND of one kind, counted but not judged one by one"),
+    "config_kind": F("str", "which LLaMA-Factory command reads the config: train, train-v1, export, export-v1, "
+                            "chat, eval (readers/config/lfkind.py)"),
+    "lf_version": F("str", "the LLaMA-Factory release(s) the keys were judged for, or 'unknown'"),
+    "launch_known": F("bool", "the launcher and rank count were read from the inputs (--gpu, --launch, "
+                              "--accelerate-config, the environment), not assumed"),
+    "torchrun": F("bool", "the inputs say the run is launched with torchrun (FORCE_TORCHRUN=1, WORLD_SIZE > 1)"),
+    "torch_known": F("bool", "the training machine's torch version was read (--torch, --env, its own GPUs)"),
+    "kind_estimate": F("dict", "the estimate of a config that does not train (facts/kinds.py)", fields={
+        "kind": F("str", "export | chat"), "fits": F("bool", "fits the GPUs (None: not judged)"),
+        "device": F("str", "export: cpu | gpu"), "peak_gib": F("float", "export: peak while merging, GiB"),
+        "written_gib": F("float", "export: size of export_dir, GiB"), "backend": F("str", "chat: engine"),
+        "weights_gib": F("float", "chat: weights, GiB"), "kv_gib": F("float", "chat: KV cache at max_len, GiB"),
+        "max_len": F("int", "chat: tokens the KV cache is sized for"),
+        "reserved_gib": F("float", "chat: vLLM/SGLang's up-front reservation of one card, GiB"),
+        "capacity_gib": F("float", "the GPU memory the estimate is judged against, GiB")}),
     "model_unresolved": F("dict", "the model could not be resolved: memory is not estimated", fields={
         "name": F("str", "model_name_or_path as written"), "message": F("str", "why"),
         "missing": F("str", "what was not found"), "fix": F("str", "the one flag or command that supplies it"),
@@ -69,21 +85,46 @@ evaluation; a file of 100k unknown keys (issue 27) is reported by its first 1,00
 KEY_FIELDS = ("key", "kind", "message", "suggestion", "replacement_key", "fix", "fix_value", "condition")
 
 
-def assemble(doc: ConfigDoc | None, transformers_version: str | None = None) -> dict[str, Any]:
+def _problems(doc: ConfigDoc, transformers_version: str | None, release: Any, kind: str) -> list[Any]:
+    """The key and parse-time problems of `doc` for the LF command that reads it (readers/config/lfkind.py)."""
+    if kind in ("train-v1", "export-v1"):
+        from finetune_doctor.readers.config.lfv1 import check_v1
+
+        return check_v1(doc.values)
+    if kind == "train":
+        return [*check_keys(doc.values, transformers_version=transformers_version, release=release),
+                *check_launch(doc.values, doc.path, release, transformers_version)]
+    # export, chat, eval: LF's infer/eval parsers; of the launch checks only the template lookup applies
+    return [*check_keys(doc.values, transformers_version=transformers_version, release=release, parser="any"),
+            *[p for p in check_launch(doc.values, doc.path, release) if p.get("kind") == "template"]]
+
+
+def _unverified(condition: str | None, transformers_version: str | None) -> bool:
+    """A condition that names a version or build the inputs did not give: the problem may not apply."""
+    if not condition:
+        return False
+    return (condition.startswith("LLaMA-Factory ") or condition.startswith("stock transformers")
+            or (condition.startswith("transformers ") and not transformers_version))
+
+
+def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, release: Any = None,
+             kind: str = "train", launch: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``lint`` facts of `doc` (None: a DeepSpeed JSON on its own, no keys to check): the key schema's problems
-    (readers/config/keyschema.py, for the training machine's transformers when known) and LLaMA-Factory's launch-time
-    checks (analyzers/config/launch.py)."""
+    (readers/config/keyschema.py, for the training machine's transformers and the LF `release` when known, see
+    readers/config/lfrelease.py) and LLaMA-Factory's launch-time checks (analyzers/config/launch.py), or v1's (readers/config/lfv1.py)
+    for a v1 config. A problem whose condition names a version the inputs did not give becomes kind
+    ``unverified`` (rule unverified-config-problem: a warning, not an error), its own kind kept in ``was``.
+    `launch` is facts/kinds.py `launch_facts`."""
     if doc is None:
         return {"keys": [], "standalone_ds": True, "assumptions": [], "strict": False}
     out = []
     per_kind: dict[str, int] = {}
     dropped = 0
-    for p in [*check_keys(doc.values, transformers_version=transformers_version),
-              *check_launch(doc.values, doc.path)]:
+    for p in _problems(doc, transformers_version, release, kind):
         p = p if isinstance(p, dict) else {k: getattr(p, k, None) for k in KEY_FIELDS}
-        kind = str(p.get("kind"))
-        per_kind[kind] = per_kind.get(kind, 0) + 1
-        if per_kind[kind] > MAX_PER_KIND:
+        problem_kind = str(p.get("kind"))   # not `kind`: that is the config's kind, reported below
+        per_kind[problem_kind] = per_kind.get(problem_kind, 0) + 1
+        if per_kind[problem_kind] > MAX_PER_KIND:
             dropped += 1
             continue
         d = {k: p.get(k) for k in KEY_FIELDS}
@@ -91,8 +132,12 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None) -> 
         d["line"] = doc.line_of(d["key"])
         # a value given as key=value on the command line is judged there, whether or not the file has the key
         d["override"] = any(k == d["key"] or k.startswith(d["key"] + ".") for k in doc.overrides)
+        if _unverified(d["condition"], transformers_version):
+            d["was"], d["kind"] = d["kind"], "unverified"
         out.append(d)
-    return {"keys": out, "keys_dropped": dropped, "assumptions": [], "strict": False}
+    rel = "unknown" if release is None or not release.known else ",".join(release.versions)
+    return {"keys": out, "keys_dropped": dropped, "assumptions": [], "strict": False, "config_kind": kind,
+            "lf_version": rel, **(launch or {"launch_known": False, "torchrun": False, "torch_known": False})}
 
 
 def dropped_note(path: str, facts: dict[str, Any]) -> list[str]:

@@ -38,6 +38,9 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool =
         return _fix_and_recheck(config, overrides, opts, findings, asm, unsafe=unsafe_fixes, probe=probe,
                                 probe_mode=probe_mode, scan_data=scan_data, validate_ds=validate_ds)
     sections: dict[str, Any] = {"model": asm.model_section()} if asm.run is not None else {}
+    sections["config_kind"] = asm.kind   # which LF command reads it (readers/config/lfkind.py)
+    if asm.kind_section:
+        sections[asm.kind_section["kind"]] = asm.kind_section   # export / chat estimate (facts/kinds.py)
     if asm.facts.get("data"):
         sections["data"] = asm.facts["data"]
     if probed:

@@ -25,6 +25,7 @@ from finetune_doctor.facts.config import assemble_config, assemble_ds_alone
 from finetune_doctor.facts.lint import dropped_note
 from finetune_doctor.fixes import apply_fixes, collect_edits
 from finetune_doctor.fixes.edit import diff_edits
+from finetune_doctor.readers.config.lfkind import v1_hits
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Finding, Report
 
@@ -80,8 +81,9 @@ def _kind_of_text(text: str, suffix: str) -> str | None:
     if suffix in (".yaml", ".yml"):
         keys = {line.split(":", 1)[0].strip().lstrip("\ufeff") for line in text.splitlines()
                 if line and not line[0].isspace() and ":" in line and not line.lstrip().startswith("#")}
-        if "model_name_or_path" in keys or len(keys & LF_MARKERS) >= 2 or _only_lf_keys(keys):
-            return "lf"
+        if "model_name_or_path" in keys or len(keys & LF_MARKERS) >= 2 or _only_lf_keys(keys) \
+                or len(v1_hits(keys)) >= 2:
+            return "lf"   # a v0 config, or a LLaMA-Factory v1 one (USE_V1=1): readers/config/lfkind.py tells which
         return None
     return None
 
@@ -143,12 +145,14 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     kinds = [(f, classify(f)) for f in files]
     skipped = [f for f, k in kinds if k is None]
     ds_inputs: list[str] = []
+    recognised: dict[str, str] = {}
     assumed: dict[tuple[str, str], Any] = {}
     for f, kind in kinds:
         if kind != "lf":
             continue
         file_opts = _per_file(opts, f)
         asm = assemble_config(f, (), file_opts, "lint")
+        recognised[f] = asm.kind
         for a in asm.assumptions:   # one entry per assumption and value over all files (facts/assume.py)
             # without a memory estimate, the memory's own assumptions bear on no finding of lint
             if asm.memory is not None or a.name not in MEMORY_ONLY:
@@ -177,6 +181,10 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     if skipped:
         sections["skipped"] = skipped
         sections["skip_reasons"] = {f: skip_reason(f) for f in skipped}
+    recognised.update({f: "deepspeed" for f, k in kinds if k == "ds"})
+    recognised.update({f: k for f in skipped if (k := _other_kind(f))})
+    if recognised:
+        sections["kinds"] = recognised   # which LF command (or flag) reads each file (readers/config/lfkind.py)
     ds_inputs += [f for f, k in kinds if k == "ds" and str(Path(f).resolve()) not in linted_ds]
     lf_files = [f for f, k in kinds if k == "lf"]
     return Report(command="lint", inputs={"config": lf_files[0] if len(lf_files) == 1 else None,
@@ -184,6 +192,25 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
                                           "run_dir": None, "files": list(files)},
                   findings=tuple(findings), notes=tuple(notes), sections=sections,
                   assumptions=tuple(assumed.values()))
+
+
+def _other_kind(path: str) -> str | None:
+    """The kind of a file that is not linted (an accelerate config, a dataset registry, ...), None when it is
+    none LF knows of: read leniently, as it is only named in the report."""
+    from finetune_doctor.readers.config.lfkind import kind_of
+    from finetune_doctor.readers.textfile import read_text
+
+    try:
+        text = read_text(path, "file")
+        if path.lower().endswith(".json"):
+            values = json.loads(text)
+        else:
+            from ruamel.yaml import YAML
+
+            values = YAML(typ="safe", pure=True).load(text)
+    except Exception:   # not ours to judge: an unreadable extra file is only left unnamed
+        return None
+    return kind_of(values, suffix=Path(path).suffix.lower())
 
 
 def diff(files: list[str], opts: Options, *, unsafe_fixes: bool = False) -> tuple[str, list[str], int]:
@@ -232,7 +259,8 @@ def _per_file(opts: Options, path: str) -> Options:
     fresh = Options.from_cli(command=opts.command, paths=[path], gpu=opts.gpu if opts.gpu else None,
                              fmt=opts.format, output=opts.output,
                              select=",".join(opts.select) if opts.select else None,
-                             ignore=",".join(opts.ignore) if opts.ignore else None, fail_on=opts.fail_on)
+                             ignore=",".join(opts.ignore) if opts.ignore else None, fail_on=opts.fail_on,
+                             lf_version=opts.lf_version, env_file=opts.env_file)
     # the command line's stack and --strict hold for every file (a project file may add its own)
     return replace(fresh, rules_dirs=tuple(dict.fromkeys(opts.rules_dirs + fresh.rules_dirs)),
                    strict=opts.strict or fresh.strict,

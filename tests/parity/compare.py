@@ -30,6 +30,8 @@ from typing import Any
 
 from finetune_doctor.readers.config.keyschema import load_schema
 
+WORLD_SIZE = 8   # parity/oracle.py answers as `torchrun --nproc-per-node 8`
+
 # rule codes whose errors name a failure after argument parsing (the parity rule's documented exception), and why
 LATER_FAILURES = {
     "FD003": "a value parse_dict passes unchecked (wrong type, a Literal choice, out of range): it fails where the "
@@ -92,22 +94,33 @@ def _line_of(text: str, key: str) -> int | None:
     return text.count("\n", 0, m.start()) + 1 if m else None
 
 
-def doctor_errors(config: Path, cwd: Path) -> list[tuple[str, str | None, int | None, str, str | None]]:
-    """`doctor lint` on `config` from `cwd`: its error findings as (code, key, line, message, file)."""
+def doctor_errors(config: Path, cwd: Path, lf_version: str | None = None, transformers: str = "5.6.0"
+                  ) -> list[tuple[str, str | None, int | None, str, str | None]]:
+    """`doctor lint` on `config` from `cwd` (for LF `lf_version`, default: the installed release): its error
+    findings as (code, key, line, message, file)."""
     from finetune_doctor.errors import InputError
     from finetune_doctor.pipeline import lint
     from finetune_doctor.settings import Options
 
     saved = os.getcwd()
     os.chdir(cwd)
+    # the oracle answers as a torchrun launch of WORLD_SIZE ranks: the doctor reads the same launch from the
+    # environment (facts/kinds.py launch_facts), as it would on the training machine
+    saved_ws = os.environ.get("WORLD_SIZE")
+    os.environ["WORLD_SIZE"] = str(WORLD_SIZE)
     try:
-        opts = Options.from_cli(command="lint", paths=[str(config)], transformers_version="5.6.0")
+        opts = Options.from_cli(command="lint", paths=[str(config)], transformers_version=transformers,
+                                lf_version=lf_version)
         report = lint.run([str(config)], opts)
     except InputError as err:  # exit 2: `file:line: message`, the strongest "this will not start"
         key = "deepspeed" if err.file and str(err.file).endswith(".json") else None
         return [("exit-2", key, err.line, err.message, str(err.file) if err.file else None)]
     finally:
         os.chdir(saved)
+        if saved_ws is None:
+            os.environ.pop("WORLD_SIZE", None)
+        else:
+            os.environ["WORLD_SIZE"] = saved_ws
     return [(f.code, f.location.key, f.location.line, f.message, f.location.file) for f in report.findings
             if f.severity == "error"]
 
@@ -123,20 +136,25 @@ def needs_launcher(text: str) -> str | None:
     return None
 
 
-def judge_entry(entry: dict[str, Any]) -> Outcome:
-    """Run both sides on one index entry of scripts/gen_parity_corpus.py and classify the result."""
-    from parity.oracle import lf_verdict
-
+def judge_entry(entry: dict[str, Any], verdict: Any = None, lf_version: str | None = None,
+                transformers: str = "5.6.0") -> Outcome:
+    """Run both sides on one index entry of scripts/gen_parity_corpus.py and classify the result. `verdict` is
+    LF's answer when another process gave it (tests/test_parity_releases.py: another release's parser), else the
+    installed LF is asked here; `lf_version` and `transformers` are what the doctor is told (`--llamafactory`,
+    `--transformers`: the stack the oracle ran on)."""
     config, cwd = Path(entry["config"]), Path(entry["cwd"])
     text = config.read_text(encoding="utf-8")
     launcher = needs_launcher(text)
     if launcher:
         return Outcome(entry["id"], entry["source"], "dropped", "-", None, (), note=launcher)
-    verdict = lf_verdict(config, cwd=cwd)
+    if verdict is None:
+        from parity.oracle import lf_verdict
+
+        verdict = lf_verdict(config, cwd=cwd)
     if verdict.missing_package:
         return Outcome(entry["id"], entry["source"], "dropped", verdict.phase, verdict.error, (),
                        note=f"needs the package {verdict.missing_package}")
-    errs = doctor_errors(config, cwd)
+    errs = doctor_errors(config, cwd, lf_version, transformers)
     shown = tuple((c, k, ln, m) for c, k, ln, m, _f in errs)
     if verdict.accepted:
         if not errs:

@@ -54,14 +54,20 @@ _NOT_SET = object()
 class _Cfg:
     """Values as LF's dataclasses would hold them: the config's value, else the schema's default."""
 
-    def __init__(self, values: Mapping[str, Any], zero_stage: int | None):
+    def __init__(self, values: Mapping[str, Any], zero_stage: int | None, release: Any = None,
+                 transformers: str | None = None):
         self.values = values
+        m = re.match(r"^\s*(\d+)\.(\d+)", transformers or "")
+        self.tf = (int(m.group(1)), int(m.group(2))) if m else None   # the training machine's transformers
         self.keys = load_schema()["keys"]
         self.zero_stage = zero_stage
+        self.release = release   # readers/lfrelease.Release: the LF release(s) judged for, None = 0.9.5's registry
 
     def __call__(self, key: str) -> Any:
         if key in self.values:
             return self.values[key]
+        if key == "eval_strategy" and self.tf is not None and self.tf <= (4, 45) and "evaluation_strategy" in self.values:
+            return self.values["evaluation_strategy"]   # its name up to transformers 4.45
         e = self.keys.get(key) or {}
         by_version = e.get("default_by_version")
         if by_version:   # transformers 5's default where 4 and 5 differ (report_to: 'none' vs None)
@@ -106,6 +112,12 @@ def _names(v: Any) -> list[str] | None:
 
 def _missing(c: _Cfg) -> list[Problem]:
     out = []
+    if c.tf is not None and c.tf < (4, 49) and c.values.get("output_dir") is None:
+        # output_dir had no default before transformers 4.49 (huggingface/transformers#35735)
+        out.append(_p("output_dir", "missing",
+                      f"`output_dir` is not set: transformers {c.tf[0]}.{c.tf[1]} requires it and stops with "
+                      "\"__init__() missing 1 required positional argument: 'output_dir'\"",
+                      "set `output_dir` (e.g. saves/<model>/<method>/sft)"))
     if c("model_name_or_path") is None:   # model_args.py:207-208
         out.append(_p("model_name_or_path", "missing",
                       "`model_name_or_path` is not set: LLaMA-Factory stops with \"Please provide "
@@ -588,8 +600,23 @@ def _template(c: _Cfg) -> list[Problem]:
     from finetune_doctor.analyzers.data.templates import LF_TEMPLATE_NAMES
 
     name = c("template")
-    if not isinstance(name, str) or name in LF_TEMPLATE_NAMES:
+    if not isinstance(name, str):
         return []
+    rel = c.release
+    if rel is not None and rel.has_template(name):
+        return []   # registered by the release judged for (moss_vl on main, a template 0.8 had)
+    if rel is None and name in LF_TEMPLATE_NAMES:
+        return []
+    who, cond = "LLaMA-Factory 0.9.5", None
+    if rel is not None:
+        who = rel.label
+        elsewhere = rel.template_versions(name)
+        if elsewhere:
+            span = f"{elsewhere[0]}{'-' + elsewhere[-1] if len(elsewhere) > 1 else ''}"
+            if rel.known:   # the release in use lacks it: say which ones have it
+                who = f"{rel.label} (only {span})"
+            else:           # the LF version is not known: the verdict is that of the release in use
+                cond = f"LLaMA-Factory {', '.join(v for v in rel.versions if v not in elsewhere)}; registered in {span}"
     # a near-identical spelling first (qwen3_NOTHINK -> qwen3_nothink); then, as LF names most templates after the
     # model family (gpt-oss -> gpt_oss, GLM-4.5V -> glm4_5v), the registered name the model's own name starts
     # with; then a looser spelling
@@ -598,10 +625,10 @@ def _template(c: _Cfg) -> list[Problem]:
             or _template_of_model(c("model_name_or_path"), names)
             or difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.75))
     hint = f" Did you mean `{near[0]}`?" if near else ""
-    return [_p("template", "template", f"`template: {name}` is not a template LLaMA-Factory 0.9.5 registers: it stops "
+    return [_p("template", "template", f"`template: {name}` is not a template {who} registers: it stops "
                                        f"with \"Template {name} does not exist.\" when the data is loaded.{hint}",
                f"write `template: {near[0]}`" if near else "use a template name from LLaMA-Factory's data/template.py",
-               fix="set" if near else None, fix_value=near[0] if near else None)]
+               fix="set" if near else None, fix_value=near[0] if near else None, condition=cond)]
 
 
 def _datasets(c: _Cfg, config_path: str | None) -> list[Problem]:
@@ -657,14 +684,17 @@ CHECKS: tuple[Callable[[_Cfg], list[Problem]], ...] = (_missing, _conflicts, _st
                                                        _distributed, _interval, _template)
 
 
-def check_launch(values: Mapping[str, Any], config_path: str | None = None) -> list[Problem]:
+def check_launch(values: Mapping[str, Any], config_path: str | None = None, release: Any = None,
+                 transformers: str | None = None) -> list[Problem]:
     """The parse-time rejections of one LLaMA-Factory training config (module docstring), in check order.
 
     `values` is the typed mapping keyschema reads (readers/config/yamlcfg.py); `config_path` locates a relative
     ``deepspeed:`` file next to the config when it is not under the working directory. Never raises: a check
-    whose inputs have types its source would not compare is skipped (keyschema reports the type).
+    whose inputs have types its source would not compare is skipped (keyschema reports the type). `release`
+    (readers/lfrelease.Release) judges the template against that release's registry (None: 0.9.5's);
+    `transformers` (the training machine's version, when known) adds the checks of older transformers.
     """
-    c = _Cfg(values, zero_stage_of(values, config_path))
+    c = _Cfg(values, zero_stage_of(values, config_path), release, transformers)
     out: list[Problem] = []
     for check in (*CHECKS, lambda cfg: _datasets(cfg, config_path)):
         try:

@@ -262,7 +262,8 @@ def _command(tokens: list[str], env: dict[str, str], line: int, text: str) -> La
         opts, i = _options(rest, frozenset({"include", "exclude", "hostfile", "num_gpus", "num_nodes"}))
         return _with_script(LaunchCommand("deepspeed", env, opts, line=line, text=text), rest[i:])
     if head in ("llamafactory-cli", "lmf"):
-        if not rest or rest[0] != "train":
+        # v1 (USE_V1=1) trains with sft/dpo/rm as well as train (LF main v1/launcher.py _DIST_TRAIN_COMMANDS)
+        if not rest or rest[0] not in (("train", "sft", "dpo", "rm") if _env_on(env, "USE_V1") else ("train",)):
             return None
         args = tuple(rest[1:])
         return LaunchCommand("llamafactory-cli", env, {}, "train", args, _config_of(list(args)), line, text)
@@ -270,6 +271,11 @@ def _command(tokens: list[str], env: dict[str, str], line: int, text: str) -> La
         args = tuple(rest[1:])
         return LaunchCommand("python", env, {}, rest[0], args, _config_of(list(args)), line, text)
     return None
+
+
+def _env_on(env: dict[str, str], name: str) -> bool:
+    """LF's is_env_enabled: true/y/1, case-insensitive."""
+    return str(env.get(name, "0")).lower() in ("true", "y", "1")
 
 
 def _with_script(cmd: LaunchCommand, tail: list[str]) -> LaunchCommand:

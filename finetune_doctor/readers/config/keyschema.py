@@ -122,7 +122,7 @@ def _looks_like_training(values: Mapping[str, Any]) -> bool:
 
 def check_keys(values: Mapping[str, Any], *, env: Mapping[str, str] | None = None,
                parser: str = "auto", transformers_version: str | None = None,
-               schema: Mapping[str, Any] | None = None) -> list[KeyProblem]:
+               schema: Mapping[str, Any] | None = None, release: Any = None) -> list[KeyProblem]:
     """Problems with the top-level keys and values of one LLaMA-Factory config, in key order.
 
     `values` is the typed mapping LF would pass to ``parse_dict`` (readers/config/yamlcfg.py gives it). `env` defaults to
@@ -131,7 +131,12 @@ def check_keys(values: Mapping[str, Any], *, env: Mapping[str, str] | None = Non
     (the keys of ``llamafactory-cli train``), ``any`` (any LF parser: chat/export/eval configs too) or ``auto``
     (``train`` when the mapping has ``stage`` or ``do_train``). `transformers_version` (e.g. ``"4.57.6"``) makes keys
     that only some transformers versions declare definite; without it such a key is reported with a `condition`.
-    Keys of LF's Megatron-Bridge mode (``USE_MEGATRON_BRIDGE=1``) are accepted. Never raises for any mapping.
+    Keys of LF's Megatron-Bridge mode (``USE_MEGATRON_BRIDGE=1``) are accepted. `release`
+    (readers/lfrelease.Release) is the LLaMA-Factory release judged for: a key or a choice that release declares
+    is never a problem (``image_resolution`` on 0.9.1, ``quantization_method: bitsandbytes`` on 0.8); an LF key it
+    lacks is unknown, naming the releases that have it; with the version not known (``release.known`` False) a
+    problem that some release would not have gets the `condition` "LLaMA-Factory <versions>". None keeps the
+    0.9.5/main schema alone. Never raises for any mapping.
     """
     sch = schema if schema is not None else load_schema()
     ctx = _Ctx(
@@ -144,12 +149,17 @@ def check_keys(values: Mapping[str, Any], *, env: Mapping[str, str] | None = Non
         tf_version=_release(transformers_version),
         tf_majors=sorted({_major(v) for v in sch.get("transformers_versions", [])}),
         value_renames=sch.get("value_renames", {}),
+        release=release,
     )
     lenient = extra_args_allowed(env)
     out: list[KeyProblem] = []
     for raw_key, value in values.items():
         key = str(raw_key)
         problem = _check_one(ctx, key, value)
+        if problem is not None and release is not None:
+            problem = _by_release(ctx, key, value, problem)
+        elif problem is None and release is not None:
+            problem = _not_yet(ctx, key) or _choice_not_yet(ctx, key, value)
         if problem is None:
             continue
         if problem.kind in ("unknown", "renamed", "derived"):
@@ -178,6 +188,104 @@ class _Ctx:
     suggestions_left: list[int] = field(default_factory=lambda: [MAX_SUGGESTIONS])
     known_cache: list[str] = field(default_factory=list)   # the usable known names, computed once per file
     tf_version: tuple[int, ...] | None = None
+    release: Any = None
+
+
+def _by_release(ctx: _Ctx, key: str, value: Any, p: KeyProblem) -> KeyProblem | None:
+    """`p` (found against the 0.9.5/main schema) seen from the release in use: dropped when that release declares
+    the key and, for a closed choice, the value; with the version unknown, kept under the condition of the
+    releases that would reject it. Transformers' own keys and values are not LF's to decide: kept as they are."""
+    from dataclasses import replace
+
+    rel = ctx.release
+    if not rel.has_key(key):
+        if p.kind == "unknown" and rel.known and rel.key_versions(key) and p.message.startswith("Unknown key"):
+            # a key of other releases, not a typo: say which releases have it
+            return replace(p, message=f"`{key}` is not a key of {rel.label} (LLaMA-Factory "
+                                      f"{spans(rel.key_versions(key))} declares it): {_FATE}.")
+        return p
+    if p.kind in ("unknown", "renamed", "derived"):
+        if ctx.mode == "train" and _release_cls(key) in _NOT_TRAIN_CLASSES:
+            if key == "kt_config" and ctx.values.get("use_kt") is True:
+                # LF main model_args.py:572-584 reads training_args.kt_config: the KTransformers build of
+                # transformers declares it in TrainingArguments, stock transformers does not
+                return replace(p, condition="stock transformers; the KTransformers build of transformers that "
+                                            "use_kt training needs declares it")
+            return p   # declared, but by the chat/eval parsers only
+        if rel.known or len(rel.key_versions(key)) == len(load_release_versions()):
+            return None
+        others = [v for v in rel.versions if v not in rel.key_versions(key)]
+        return replace(p, condition=f"LLaMA-Factory {spans(others)}")
+    if p.kind == "invalid_value":
+        ch = rel.choices(key)
+        if ch is None or value in ch:
+            if rel.known or ch is None:
+                return None
+            return replace(p, condition=f"LLaMA-Factory releases whose `{key}` choices lack {_yaml(value)}")
+    return p
+
+
+_NOT_TRAIN_CLASSES = ("EvaluationArguments", "_KTransformersRuntimeArguments")
+
+
+def _choice_not_yet(ctx: _Ctx, key: str, value: Any) -> KeyProblem | None:
+    """A closed choice the 0.9.5/main schema accepts but the release in use does not list (finetuning_type: oft
+    before 0.9.4): LF of that release fails on it where it branches on the value, or asserts while parsing."""
+    rel = ctx.release
+    if not rel.known or not isinstance(value, str) or not rel.has_key(key):
+        return None
+    choices = rel.choices(key)
+    if not choices or value in choices:
+        return None
+    return KeyProblem(key, "invalid_value", f"`{key}: {_yaml(value)}` is not a choice of {rel.label}, which "
+                                            f"accepts {_listing(choices)}: it fails where LLaMA-Factory branches "
+                                            f"on the value.", suggestion=f"use one of {_listing(choices)}")
+
+
+def _not_yet(ctx: _Ctx, key: str) -> KeyProblem | None:
+    """A key the 0.9.5/main schema accepts but the release in use does not declare (added later, or dropped):
+    LLaMA-Factory of that release stops on it. Keys transformers declares are not LF's to decide."""
+    rel = ctx.release
+    entry = ctx.keys.get(key) or {}
+    if not rel.known or entry.get("origin") == "transformers" or rel.has_key(key):
+        return None
+    # LF's own TrainingArguments re-declares keys transformers 5 dropped (overwrite_output_dir), which older
+    # releases took from transformers; Megatron keys came from mcore_adapter's arguments (USE_MCA) before LF
+    # declared them for Megatron-Bridge: neither is a key the older release lacked
+    if _release_cls(key) == "TrainingArguments" or entry.get("group") == "megatron_bridge":
+        return None
+    have = rel.key_versions(key)
+    if not have:
+        return None
+    return _with_fate(KeyProblem(key, "unknown", f"`{key}` is not a key of {rel.label} (LLaMA-Factory "
+                                                 f"{spans(have)} declares it): {_FATE}.",
+                                 suggestion=f"remove `{key}`, or run a LLaMA-Factory release that has it"),
+                      extra_args_allowed(None))
+
+
+def _release_cls(key: str) -> str | None:
+    from finetune_doctor.readers.config.lfrelease import load as load_releases
+
+    return (load_releases()["keys"].get(key) or {}).get("cls")
+
+
+def spans(versions: list[str]) -> str:
+    """Catalogued versions as runs of consecutive releases: "0.8.0-0.8.3, 0.9.2-0.9.6.dev0"."""
+    allv = load_release_versions()
+    idx = sorted(allv.index(v) for v in versions if v in allv)
+    runs: list[list[int]] = []
+    for i in idx:
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(allv[r[0]] if len(r) == 1 else f"{allv[r[0]]}-{allv[r[-1]]}" for r in runs)
+
+
+def load_release_versions() -> list[str]:
+    from finetune_doctor.readers.config.lfrelease import load as load_releases
+
+    return load_releases()["versions"]
 
 
 def _release(version: str | None) -> tuple[int, ...] | None:
@@ -262,7 +370,20 @@ def _check_known(ctx: _Ctx, key: str, entry: Mapping[str, Any], value: Any) -> K
         replacement_key=successor, condition=None if ctx.tf_major else f"transformers {gone}", **extra)
 
 
-def _retired(ctx: _Ctx, key: str, r: Mapping[str, Any], value: Any, entry: Mapping[str, Any] | None) -> KeyProblem:
+def _still_in(last_seen: str, tf_version: tuple[int, ...] | None) -> bool:
+    """A retired transformers key ("last_seen": "transformers 4.45") on a training machine at or below that
+    version (`tf_version` as `_release` parses it): the key is still read there."""
+    import re
+
+    m = re.match(r"transformers (\d+)\.(\d+)", last_seen or "")
+    return bool(m and tf_version and len(tf_version) >= 2) and \
+        tuple(tf_version[:2]) <= (int(m.group(1)), int(m.group(2)))
+
+
+def _retired(ctx: _Ctx, key: str, r: Mapping[str, Any], value: Any, entry: Mapping[str, Any] | None
+             ) -> KeyProblem | None:
+    if _still_in(str(r.get("last_seen") or ""), ctx.tf_version):
+        return None
     new = r.get("replacement")
     when = f" (last accepted in {r['last_seen']})" if r.get("last_seen") else ""
     cond = None

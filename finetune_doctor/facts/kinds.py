@@ -1,0 +1,240 @@
+"""Estimates for the LLaMA-Factory configs that do not train: export (merge / quantize) and chat/API inference.
+
+A merge is not a training step: ``llamafactory-cli export`` loads the base model (in ``infer_dtype``; ``auto`` is
+the checkpoint dtype) on ``export_device`` -- ``cpu`` puts it in host RAM (LF main ``hparams/parser.py`` L694-699:
+``device_map = {"": cpu}``), ``auto`` spreads it over the visible GPUs -- applies the adapter and
+``merge_and_unload`` in place, and writes ``export_dir`` in ``export_size`` GB shards (``train/tuner.py``
+``export_model``). No gradients, optimizer states, activations or logits exist. GPTQ export
+(``export_quantization_bit``) calibrates on ``export_quantization_nsamples`` samples of
+``export_quantization_maxlen`` tokens on the GPU and writes the quantized linears.
+
+Chat/API (``llamafactory-cli chat|webchat|api``) holds the weights and a KV cache. What LF hands each engine
+(LF main ``chat/*_engine.py`` and ``hparams/model_args.py`` L400-445): HF generates with ``max_new_tokens``
+(default 1024) after the prompt, its KV cache growing with the sequence; vLLM gets ``max_model_len = vllm_maxlen``
+(4096) and ``gpu_memory_utilization = vllm_gpu_util`` (0.7) -- it reserves that fraction of each card up front,
+whatever the model needs; SGLang gets ``context_length = sglang_maxlen`` (4096) and ``mem_fraction_static =
+sglang_mem_fraction`` (0.7), the same up-front reservation.
+
+KV cache per token = 2 (K and V) x layers x KV heads x head_dim x bytes (weights' dtype). Units: GiB (2^30 bytes).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+GIB = 2 ** 30
+_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "auto": None}
+
+
+def _dtype_bytes(values: Mapping[str, Any], arch: Any) -> tuple[int, str]:
+    want = str(values.get("infer_dtype", "auto"))
+    if _BYTES.get(want):
+        return _BYTES[want], want
+    ckpt = str(getattr(arch, "dtype", "bfloat16") or "bfloat16")
+    return (4 if "32" in ckpt else 2), ckpt
+
+
+def _kv_per_token(arch: Any, nbytes: int) -> int:
+    hd = arch.head_dim or (arch.hidden_size // max(arch.num_heads, 1))
+    return 2 * arch.num_layers * arch.num_kv_heads * hd * nbytes
+
+
+def export_estimate(values: Mapping[str, Any], arch: Any) -> dict[str, Any]:
+    """The export's memory and output: ``device`` (cpu | gpu), ``peak_gib`` (host RAM for cpu, the GPUs' total
+    for auto), ``written_gib`` (size of export_dir), ``shards`` (files of export_size GB), ``quantized_bits``."""
+    params = arch.total_params()
+    nbytes, dtype = _dtype_bytes(values, arch)
+    weights = params * nbytes
+    device = "cpu" if str(values.get("export_device", "cpu")) == "cpu" else "gpu"
+    bits = values.get("export_quantization_bit")
+    written = weights
+    if isinstance(bits, int) and not isinstance(bits, bool) and bits in (2, 3, 4, 8):
+        # GPTQ packs the decoder's linear weights; embeddings, norms and the LM head stay in the compute dtype
+        emb = arch.vocab_size * arch.hidden_size * (1 if arch.tie_word_embeddings else 2)
+        written = (params - emb) * bits / 8 + emb * nbytes
+        device = "gpu"   # calibration runs the model forward on the GPU (optimum GPTQ)
+    size = values.get("export_size", 5)
+    shard_gb = size if isinstance(size, (int, float)) and not isinstance(size, bool) and size > 0 else 5
+    return {"device": device, "dtype": dtype, "params_b": round(params / 1e9, 3),
+            "peak_gib": round(weights * 1.05 / GIB, 2),   # the merge adds one LoRA delta at a time
+            "written_gib": round(written / GIB, 2), "shards": max(1, -(-int(written) // int(shard_gb * 1e9))),
+            "quantized_bits": bits if isinstance(bits, int) and not isinstance(bits, bool) else None}
+
+
+def chat_estimate(values: Mapping[str, Any], arch: Any, capacity_gib: float | None) -> dict[str, Any]:
+    """Weights and KV cache of a chat/API config for its backend: ``backend``, ``weights_gib``, ``kv_gib``
+    (at the length LF passes to the engine), ``reserved_gib`` (vLLM/SGLang's up-front fraction of one card, when the
+    card is known), ``max_len`` and ``fits`` (None without a card). Assumes one sequence at a time (chat)."""
+    nbytes, dtype = _dtype_bytes(values, arch)
+    backend = str(values.get("infer_backend", "huggingface"))
+    weights = arch.total_params() * nbytes
+    bits = values.get("quantization_bit")
+    if isinstance(bits, int) and not isinstance(bits, bool) and bits in (4, 8):
+        weights = weights * bits / (8 * nbytes)
+    if backend == "vllm":
+        max_len, frac = values.get("vllm_maxlen", 4096), values.get("vllm_gpu_util", 0.7)
+    elif backend == "sglang":
+        max_len, frac = values.get("sglang_maxlen", 4096), values.get("sglang_mem_fraction", 0.7)
+    else:
+        gen = values.get("max_new_tokens", 1024)
+        cut = values.get("cutoff_len", 2048)
+        max_len, frac = (gen if isinstance(gen, int) else 1024) + (cut if isinstance(cut, int) else 2048), None
+    max_len = max_len if isinstance(max_len, int) and not isinstance(max_len, bool) else 4096
+    kv = _kv_per_token(arch, nbytes) * max_len
+    out: dict[str, Any] = {"backend": backend, "dtype": dtype, "weights_gib": round(weights / GIB, 2),
+                           "kv_gib": round(kv / GIB, 3), "max_len": max_len, "reserved_gib": None, "fits": None}
+    if capacity_gib:
+        if isinstance(frac, (int, float)) and not isinstance(frac, bool):
+            out["reserved_gib"] = round(capacity_gib * frac, 2)
+            out["fits"] = (weights + kv) / GIB <= capacity_gib * frac
+        else:
+            out["fits"] = (weights + kv) / GIB <= capacity_gib
+    return out
+
+
+NOT_JUDGED = {
+    "eval": "an evaluation config (llamafactory-cli eval): the doctor checks its keys but does not estimate the "
+            "benchmark's memory (weights plus batch_size x the longest few-shot prompt)",
+}
+
+
+def v1_doc(doc: Any) -> tuple[Any, list[str]]:
+    """A v1 config's `ConfigDoc` as the v0 keys of the same run (readers/config/lfv1.py `to_v0`), each placed at the line
+    of the v1 key it came from, so that a finding about the run points into the v1 file."""
+    from dataclasses import replace
+
+    from finetune_doctor.readers.config.lfv1 import to_v0
+
+    values, notes = to_v0(doc.values)
+    where = {"model_name_or_path": "model", "per_device_train_batch_size": "micro_batch_size",
+             "finetuning_type": "peft_config", "lora_rank": "peft_config.r", "lora_target": "peft_config.target_modules",
+             "quantization_bit": "quant_config.quantization_bit", "deepspeed": "dist_config.config_file",
+             "disable_gradient_checkpointing": "enable_activation_checkpointing",
+             "enable_liger_kernel": "kernel_config", "use_muon": "optim_config"}
+    pos = dict(doc.positions)
+    for v0, v1 in where.items():
+        if v1 in doc.positions and v0 not in pos:
+            pos[v0] = doc.positions[v1]
+    return replace(doc, values=values, positions=pos), notes
+
+
+def adopt_v1(asm: Any) -> None:
+    """Put a v1 config's run in `asm`: its v0 keys (`v1_doc`) as the doc the run is resolved from and as the
+    ``cfg`` facts, and, for training, the notes on what v1 does that those keys cannot say."""
+    from finetune_doctor.facts import cfg as cfg_facts
+
+    asm.doc, notes = v1_doc(asm.doc)
+    asm.notes.extend(notes if asm.kind == "train-v1" else ())
+    asm.facts["cfg"] = cfg_facts.assemble({k: v for k, v in asm.doc.values.items() if k not in ("_v1", "_peft")})
+
+
+def v1_launch(v1: Mapping[str, Any], launch: Any) -> Any:
+    """The launch inputs of a v1 run: its ``dist_config`` fsdp2/fsdpturbo is FSDP2 (v1
+    ``plugins/trainer_plugins/distributed/fsdp2.py``: fully_shard over the decoder layers, reshard after forward),
+    given to the run resolver the way an accelerate FSDP2 config is, unless an accelerate config was given."""
+    if v1.get("engine") != "fsdp2" or (launch is not None and launch.accelerate is not None):
+        return launch
+    from finetune_doctor.readers.config.accelerate import AccelerateConfig
+    from finetune_doctor.run.engines import LaunchInputs
+
+    acc = AccelerateConfig(path="<v1 dist_config>", values={}, positions={}, distributed_type="FSDP",
+                           fsdp={"fsdp_version": 2, "fsdp_reshard_after_forward": True,
+                                 "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP"})
+    return LaunchInputs(acc, launch.launch if launch is not None else None)
+
+
+def launch_facts(opts: Any, hw: Any, env_report: Any = None, env: Mapping[str, str] | None = None
+                 ) -> dict[str, Any]:
+    """Whether the launcher and rank count were read from the user's inputs: ``launch_known`` (a --gpu count or
+    GPUs seen, a --launch file, an --accelerate-config, or WORLD_SIZE / NPROC_PER_NODE / FORCE_TORCHRUN in the
+    environment) and ``torchrun`` (FORCE_TORCHRUN=1, WORLD_SIZE > 1, or a torchrun launch line: LF runs torchrun
+    then whatever the GPU count, LF ``cli.py`` / ``launcher.py``); ``torch_known`` (--torch, --env, or this
+    machine's own GPUs: the installed torch is the training machine's)."""
+    import os
+
+    from finetune_doctor.readers.config.lfkind import env_enabled
+
+    env = os.environ if env is None else env
+    ws = str(env.get("WORLD_SIZE", "") or env.get("NPROC_PER_NODE", ""))
+    torchrun = env_enabled("FORCE_TORCHRUN", env) or (ws.isdigit() and int(ws) > 1)
+    known = bool(hw is not None or getattr(opts, "launch", None) or getattr(opts, "accelerate_config", None)
+                 or ws or torchrun)
+    torch_known = bool(getattr(opts, "torch_version", None)
+                       or (env_report is not None and env_report.versions.get("torch"))
+                       or (hw is not None and getattr(hw, "source", None) == "nvml"))
+    return {"launch_known": known, "torchrun": torchrun, "torch_known": torch_known}
+
+
+def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:
+    """The assumptions of the config's reading: the LF release when the inputs did not name it, and, for a
+    training config, the launcher and rank count when nothing says how the run is launched."""
+    from finetune_doctor.types import Assumption
+
+    out: list[Any] = []
+    rel = asm.release
+    if rel is not None and (not rel.known or rel.note or rel.source == "installed here"):
+        if not rel.known:
+            value, why = f"any release {rel.versions[0]}-{rel.versions[-1]}", (rel.note or "not given: no "
+                         "--llamafactory, no --env, llamafactory not installed here")
+            alts = tuple(rel.versions)
+        else:
+            value = rel.versions[0] if len(rel.versions) == 1 else f"{rel.versions[0]}-{rel.versions[-1]}"
+            why = rel.note or "the llamafactory installed here, taken as the training machine's"
+            alts = ()
+        out.append(Assumption(name="lf-version", value=value, source=why, alternatives=alts,
+                              resolve_with="--llamafactory VERSION, or --env FILE with `llamafactory-cli env` "
+                                           "output of the training machine"))
+    facts = asm.facts["lint"]
+    if asm.kind in ("train", "train-v1") and not facts.get("launch_known"):
+        out.append(Assumption(name="launcher", value="one process on one GPU (python, no torchrun)",
+                              source="no --gpu count, --launch file, accelerate config or WORLD_SIZE / "
+                                     "FORCE_TORCHRUN in the environment",
+                              alternatives=("torchrun over several GPUs", "accelerate launch"),
+                              resolve_with="--gpu NxCARD, --launch FILE or --accelerate-config FILE"))
+    return out
+
+
+def not_training(asm: Any, arch: Any) -> Any:
+    """Finish the assembly of a config that does not train (export, chat, eval, v1 export): no training run is
+    resolved, the kind's own estimate goes to ``asm.kind_section`` and a note, or one note says what is not
+    judged. Returns `asm`."""
+    from finetune_doctor.facts import run as run_facts
+
+    values = asm.doc.values
+    asm.facts["run"] = run_facts.assemble(None, values)
+    from finetune_doctor.readers.config.lfkind import COMMANDS
+
+    cmd = COMMANDS.get(asm.kind, asm.kind)
+    if asm.kind in NOT_JUDGED:
+        asm.notes.append(NOT_JUDGED[asm.kind])
+        return asm
+    if arch is None:
+        asm.notes.append(f"a {cmd} config: its estimate needs the model's architecture, which is not known here")
+        return asm
+    if asm.kind == "export-v1":
+        # v1 merge_and_export_model (plugins/model_plugins/peft.py L301-335): ModelEngine(is_train=False) loads the
+        # model on the accelerator, merges the LoRA and saves in export_size GB shards, in infer_dtype
+        peft = values.get("_peft") or {}
+        values = {"export_size": peft.get("export_size", 5), "infer_dtype": peft.get("infer_dtype", "auto"),
+                  "export_device": "auto"}
+    if asm.kind in ("export", "export-v1"):
+        e = export_estimate(values, arch)
+        where = "host RAM (export_device: cpu)" if e["device"] == "cpu" else "GPU memory over the visible GPUs"
+        quant = f", GPTQ {e['quantized_bits']}-bit" if e["quantized_bits"] else ""
+        asm.notes.append(f"a {cmd} config (merge{quant}), not training: the model loads in {e['dtype']} into "
+                         f"{where}, about {e['peak_gib']} GiB at the peak; export_dir receives about "
+                         f"{e['written_gib']} GiB in {e['shards']} shard(s)")
+        cap = asm.hw.capacity_gib * (asm.hw.num_gpus or 1) if asm.hw is not None and asm.hw.capacity_gib else None
+        e["fits"] = None if e["device"] == "cpu" or cap is None else e["peak_gib"] <= cap
+        e["capacity_gib"] = None if e["device"] == "cpu" else cap
+        asm.kind_section = {"kind": "export", **e}
+    else:
+        cap = asm.hw.capacity_gib if asm.hw is not None else None
+        e = chat_estimate(values, arch, cap)
+        extra = (f"; the engine reserves {e['reserved_gib']} GiB of each card up front" if e["reserved_gib"] else "")
+        asm.notes.append(f"a {cmd} config ({e['backend']}), not training: weights {e['weights_gib']} GiB + KV cache "
+                         f"{e['kv_gib']} GiB at {e['max_len']} tokens{extra}")
+        e["capacity_gib"] = cap
+        asm.kind_section = {"kind": "chat", **e}
+    asm.facts["lint"]["kind_estimate"] = dict(asm.kind_section)   # for the rules (inference/export-does-not-fit)
+    return asm

@@ -1,0 +1,208 @@
+"""Which LLaMA-Factory release a config is judged for, and what that release reads.
+
+The data is ``finetune_doctor/catalog/lf_releases.json``, built by ``scripts/build_lf_releases.py`` from LF's own
+published wheels (0.8.0 ... 0.9.5, ``pip download --no-deps llamafactory==X``) and the source snapshot (0.9.6.dev0,
+"main"): for every key an argument dataclass declares (``hparams/*.py``), the releases that declare it, its closed
+choices and defaults per release; for every chat template (``data/template.py`` ``register_template``), the releases
+that register it.
+
+`choose(version)` maps a version string to a `Release`:
+
+* a published version or the snapshot's ("0.9.5", "0.9.6.dev0", "main") -> that release;
+* a version between two catalogued ones (0.8.4 was never on PyPI but is what a git install between 0.8.3 and
+  0.9.0 reports) -> both neighbours: a key or value either declares is accepted;
+* newer than the snapshot -> the snapshot, with a note; older than 0.8.0 -> 0.8.0, with a note;
+* None or unreadable -> every catalogued release (the union), ``known`` False: nothing that some release accepts is
+  an error.
+
+`version_in_use(flag, env_versions)` picks the version the way the doctor's flags rank it: ``--llamafactory``, then
+``--env`` (``llamafactory-cli env`` prints "`llamafactory` version"), then the llamafactory package installed here
+(importlib.metadata: read from the package's metadata, never imported), else None.
+
+Pure Python; the JSON is read once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+CATALOG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "catalog", "lf_releases.json")
+MAIN_ALIASES = ("main", "master", "head", "snapshot")
+
+
+@lru_cache(maxsize=1)
+def load() -> dict[str, Any]:
+    """The release catalog as JSON data (raises only for a broken install: the file ships with the package)."""
+    with open(CATALOG, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _parse_ranges(text: str) -> frozenset[int]:
+    out: set[int] = set()
+    for part in str(text).split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            out.update(range(int(a), int(b) + 1))
+        elif part:
+            out.add(int(part))
+    return frozenset(out)
+
+
+def _vtuple(v: str) -> tuple[int, ...] | None:
+    m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", v or "")
+    if not m:
+        return None
+    return tuple(int(x) for x in m.groups(default="0"))
+
+
+@dataclass(frozen=True)
+class Release:
+    """The release(s) a config is judged against.
+
+    `given` is the version as read (None: not known); `versions` the catalogued releases it stands for (one, two
+    neighbours, or all of them); `known` whether the version was read at all; `source` where it was read
+    (``--llamafactory``, the --env file, ``installed here``, or ``not given``); `note` how an uncatalogued version
+    was mapped (empty when exact).
+    """
+
+    given: str | None
+    versions: tuple[str, ...]
+    known: bool
+    source: str = "not given"
+    note: str = ""
+
+    @property
+    def indices(self) -> frozenset[int]:
+        allv = load()["versions"]
+        return frozenset(allv.index(v) for v in self.versions)
+
+    @property
+    def label(self) -> str:
+        """How a message names it: "LLaMA-Factory 0.9.5", "LLaMA-Factory 0.8.3-0.9.0", "any LLaMA-Factory release"."""
+        if not self.known:
+            return "any LLaMA-Factory release from " + self.versions[0] + " to " + self.versions[-1]
+        if len(self.versions) == 1:
+            return f"LLaMA-Factory {self.versions[0]}"
+        return f"LLaMA-Factory {self.versions[0]}-{self.versions[-1]}"
+
+    def has_key(self, key: str) -> bool:
+        """Some release of this selection declares `key` in an argument dataclass (init field)."""
+        e = load()["keys"].get(key)
+        return e is not None and bool(_parse_ranges(e["in"]) & self.indices)
+
+    def key_versions(self, key: str) -> list[str]:
+        """Every catalogued release that declares `key` (for messages: "added in 0.9.3")."""
+        e = load()["keys"].get(key)
+        allv = load()["versions"]
+        return [allv[i] for i in sorted(_parse_ranges(e["in"]))] if e else []
+
+    def choices(self, key: str) -> list[Any] | None:
+        """The union of `key`'s closed choices over the selection, None when some release leaves it open."""
+        e = load()["keys"].get(key)
+        if e is None or "choices" not in e:
+            return None
+        per = _per_release(e["choices"], load()["versions"])
+        has = _parse_ranges(e["in"])
+        out: list[Any] = []
+        for i in sorted(self.indices & has):
+            ch = per.get(i)
+            if ch is None:
+                return None
+            out += [c for c in ch if c not in out]
+        return out or None
+
+    def default(self, key: str) -> Any:
+        """`key`'s default in the newest release of the selection that declares it (None when none does)."""
+        e = load()["keys"].get(key)
+        if e is None:
+            return None
+        per = _per_release(e.get("default", {}), load()["versions"])
+        idx = sorted(self.indices & _parse_ranges(e["in"]))
+        return per.get(idx[-1]) if idx else None
+
+    def has_template(self, name: str) -> bool:
+        t = load()["templates"].get(name)
+        return t is not None and bool(_parse_ranges(t) & self.indices)
+
+    def template_versions(self, name: str) -> list[str]:
+        t = load()["templates"].get(name)
+        allv = load()["versions"]
+        return [allv[i] for i in sorted(_parse_ranges(t))] if t else []
+
+
+def _per_release(compact: dict[str, Any], versions: list[str]) -> dict[int, Any]:
+    """Expand the catalog's change points ({"3": v, "7": w}) to one value per release index."""
+    out: dict[int, Any] = {}
+    cur: Any = None
+    have = False
+    for i in range(len(versions)):
+        if str(i) in compact:
+            cur, have = compact[str(i)], True
+        if have:
+            out[i] = cur
+    return out
+
+
+def choose(version: str | None, source: str = "not given") -> Release:
+    """The `Release` a version string stands for (see the module docstring). Never raises."""
+    allv = load()["versions"]
+    if not version or not str(version).strip():
+        return Release(None, tuple(allv), False, source)
+    v = str(version).strip()
+    if v.lower() in MAIN_ALIASES:
+        return Release(v, (allv[-1],), True, source)
+    if v in allv:
+        return Release(v, (v,), True, source)
+    want = _vtuple(v)
+    if want is None:
+        return Release(v, tuple(allv), False, source, note=f"`{v}` is not a version number: judged for every release")
+    tuples = [_vtuple(x) for x in allv]
+    if want > tuples[-1]:
+        return Release(v, (allv[-1],), True, source, note=f"{v} is newer than the catalog: judged as {allv[-1]}")
+    if want < tuples[0]:
+        return Release(v, (allv[0],), True, source, note=f"{v} is older than the catalog: judged as {allv[0]}")
+    for i, t in enumerate(tuples):
+        if t == want:   # "0.9.5.post1", "0.9.6.dev3": the release with the same number
+            return Release(v, (allv[i],), True, source)
+    lo = max(i for i, t in enumerate(tuples) if t < want)
+    pair = (allv[lo], allv[lo + 1])
+    return Release(v, pair, True, source,
+                   note=f"{v} is no published release: judged by {pair[0]} and {pair[1]}, the releases around it")
+
+
+def installed_version() -> str | None:
+    """The llamafactory version installed here, from its package metadata (no import), else None."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:   # pragma: no cover - Python < 3.8
+        return None
+    try:
+        return version("llamafactory")
+    except PackageNotFoundError:
+        return None
+    except Exception:   # a broken metadata folder is not the user's config problem
+        return None
+
+
+def version_in_use(flag: str | None, env_versions: dict[str, str] | None = None,
+                   env_path: str | None = None, *, use_installed: bool = True) -> Release:
+    """The `Release` of the training machine: ``--llamafactory``, then ``--env``, then the installed package."""
+    if flag:
+        return choose(flag, "--llamafactory")
+    if env_versions and env_versions.get("llamafactory"):
+        return choose(env_versions["llamafactory"], env_path or "--env")
+    if use_installed:
+        got = installed_version()
+        if got:
+            return choose(got, "installed here")
+    return choose(None)
+
+
+def v1_catalog() -> dict[str, Any]:
+    """The v1 argument classes' fields (``fields``) and registered plugin names (``plugins``) at the snapshot."""
+    return load()["v1"]

@@ -1,0 +1,251 @@
+"""LLaMA-Factory v1 configs (``USE_V1=1 llamafactory-cli sft config.yaml``): what v1's own parser rejects.
+
+v1 parses a YAML with ``HfArgumentParser([ModelArguments, DataArguments, TrainingArguments, SampleArguments])``
+``.parse_dict(args, allow_extra_keys=is_env_enabled("ALLOW_EXTRA_KEYS"))`` (LF main ``v1/config/arg_parser.py``
+L35-52; note ALLOW_EXTRA_KEYS, not v0's ALLOW_EXTRA_ARGS, with ``is_env_enabled`` of ``v1/utils/env.py`` L28-30:
+true/yes/on/t/y/1). Then the dataclasses' ``__post_init__`` run:
+
+* ``ModelArguments`` (``v1/config/model_args.py`` L63-73): ``flash_attn`` must be one of ``AttentionFunction``
+  (eager, sdpa, flash_attention_2: ``v1/utils/types.py``), else ValueError "Unsupported `flash_attn`";
+  ``init_config``, ``peft_config``, ``kernel_config``, ``quant_config`` go through ``get_plugin_config``.
+* ``get_plugin_config`` (``v1/config/arg_utils.py`` L80-103): None stays None; a string starting with ``{`` is
+  parsed as JSON; anything else that is not a mapping fails (``.items()`` of a str or list: AttributeError); a
+  mapping without ``name`` raises "Plugin configuration must have a 'name' field.".
+* ``TrainingArguments`` (``v1/config/training_args.py`` L170-198): ``dist_config``, ``optim_config``,
+  ``lr_scheduler_config`` through ``get_plugin_config``; ``batching_strategy: dynamic_batching`` needs
+  ``max_steps`` > 0 and refuses ``save_epochs``.
+
+`check_v1(values)` returns one problem per rejection in the shape of keyschema's ``lint.keys`` items. Kinds:
+``unknown`` (a key no v1 class declares; the v0 spelling named when there is one), ``v1_parse`` (a
+``__post_init__`` rejection) and ``invalid_value`` (a plugin name v1 does not register: it fails when the plugin is
+looked up, after parsing). The field list and plugin names come from the catalog (scripts/build_lf_releases.py,
+read from the snapshot's ``v1/config`` and ``v1/plugins``). Pure Python: `doctor lint` calls it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from typing import Any, Mapping
+
+from finetune_doctor.readers.config.lfrelease import v1_catalog
+
+Problem = dict[str, Any]
+PLUGIN_KEYS = {"init_config": "InitPlugin", "peft_config": "PeftPlugin", "kernel_config": "KernelPlugin",
+               "quant_config": "QuantizationPlugin", "dist_config": "DistributedPlugin",
+               "optim_config": "OptimizerPlugin", "lr_scheduler_config": None}
+# the v0 key a v1 user most likely carried over, and where v1 takes it
+V0_TO_V1 = {
+    "model_name_or_path": ("model", "the model is `model`"),
+    "per_device_train_batch_size": ("micro_batch_size", "the per-GPU batch is `micro_batch_size`"),
+    "dataset": ("train_dataset", "v1 reads a dataset YAML: `train_dataset: data/xxx.yaml`"),
+    "eval_dataset": ("eval_dataset", None),
+    "deepspeed": ("dist_config", "DeepSpeed is `dist_config: {name: deepspeed, config_file: PATH}`"),
+    "finetuning_type": ("peft_config", "LoRA/freeze is `peft_config: {name: lora, r: 16, ...}`"),
+    "lora_rank": ("peft_config", "the LoRA rank is `peft_config.r`"),
+    "lora_alpha": ("peft_config", "`peft_config.lora_alpha`"),
+    "lora_target": ("peft_config", "`peft_config.target_modules`"),
+    "quantization_bit": ("quant_config", "`quant_config: {name: bnb, quantization_bit: 4}`"),
+    "enable_liger_kernel": ("kernel_config", "`kernel_config: {name: liger_kernel}`"),
+    "gradient_checkpointing": ("enable_activation_checkpointing", None),
+    "disable_gradient_checkpointing": ("enable_activation_checkpointing", "inverted: `enable_activation_checkpointing`"),
+    "gradient_accumulation_steps": ("global_batch_size", "v1 derives accumulation from `global_batch_size`"),
+    "template": ("custom_chat_template", "v1 uses the tokenizer's chat template (or `custom_chat_template`)"),
+    "stage": (None, "the stage is the command: `llamafactory-cli sft|dpo|rm`"),
+    "do_train": (None, "v1 has no do_train: the command trains"),
+    "optim": ("optim_config", "`optim_config: {name: muon, ...}`"),
+}
+FLASH_ATTN = ("eager", "sdpa", "flash_attention_2")
+
+
+def extra_keys_allowed(env: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if env is None else env
+    return str(env.get("ALLOW_EXTRA_KEYS", "0")).lower() in ("true", "yes", "on", "t", "y", "1")
+
+
+def _p(key: str, kind: str, message: str, suggestion: str | None = None, *, replacement: str | None = None,
+       fix: str | None = None, fix_value: Any = None, condition: str | None = None) -> Problem:
+    return {"key": key, "kind": kind, "message": message, "suggestion": suggestion, "replacement_key": replacement,
+            "fix": fix, "fix_value": fix_value, "condition": condition}
+
+
+def check_v1(values: Mapping[str, Any], env: Mapping[str, str] | None = None) -> list[Problem]:
+    """v1's parse-time rejections of one config (module docstring), in key order. Never raises."""
+    cat = v1_catalog()
+    fields = cat["fields"]
+    out: list[Problem] = []
+    lenient = extra_keys_allowed(env)
+    for raw in values:
+        key = str(raw)
+        if key in fields:
+            continue
+        out.append(_unknown(key, fields, lenient))
+    out += _post_init(values, cat)
+    return out
+
+
+def _unknown(key: str, fields: Mapping[str, Any], lenient: bool) -> Problem:
+    fate = ("v1 drops it silently because ALLOW_EXTRA_KEYS is set, so it has no effect" if lenient else
+            "v1's parser stops with \"Some keys are not used by the HfArgumentParser\"")
+    cond = "ALLOW_EXTRA_KEYS is set" if lenient else None
+    if key in V0_TO_V1:
+        new, how = V0_TO_V1[key]
+        hint = (f" {how}." if how.startswith("v1") else f" In v1, {how}.") if how else f" In v1 it is `{new}`."
+        return _p(key, "unknown", f"`{key}` is a LLaMA-Factory v0 key, not a v1 one: {fate}.{hint}",
+                  suggestion=how or f"write `{new}`", replacement=new if new and not how else None,
+                  fix="rename" if new and not how else None, condition=cond)
+    near = difflib.get_close_matches(key.lower().replace("-", "_"), list(fields), n=1, cutoff=0.8)
+    if near:
+        return _p(key, "unknown", f"Unknown v1 key `{key}`: {fate}. Did you mean `{near[0]}`?",
+                  suggestion=f"did you mean `{near[0]}`?", condition=cond)
+    return _p(key, "unknown", f"Unknown v1 key `{key}`: {fate}.", suggestion=f"remove `{key}`", condition=cond)
+
+
+def _post_init(values: Mapping[str, Any], cat: Mapping[str, Any]) -> list[Problem]:
+    out: list[Problem] = []
+    fa = values.get("flash_attn", "sdpa")
+    if "flash_attn" in values and (not isinstance(fa, str) or fa not in FLASH_ATTN):
+        v0 = {"fa2": "flash_attention_2", "disabled": "eager", "auto": "sdpa", "sdpa": "sdpa"}
+        fix = v0.get(str(fa)) if isinstance(fa, str) else None
+        out.append(_p("flash_attn", "v1_parse", f"`flash_attn: {fa}` is not a v1 attention function: v1 stops with "
+                                                f"\"Unsupported `flash_attn`\" (it takes {', '.join(FLASH_ATTN)}"
+                                                f"{'; ' + repr(fa) + ' is the v0 spelling' if fix else ''}).",
+                      suggestion=f"write `flash_attn: {fix}`" if fix else f"use one of {', '.join(FLASH_ATTN)}",
+                      fix="set" if fix else None, fix_value=fix))
+    plugins = cat.get("plugins", {})
+    for key, family in PLUGIN_KEYS.items():
+        if key in values:
+            out += _plugin(key, values[key], plugins.get(family) if family else None)
+    strategy = values.get("batching_strategy")
+    if str(strategy) == "dynamic_batching":
+        steps = values.get("max_steps")
+        if steps is None or (isinstance(steps, (int, float)) and not isinstance(steps, bool) and steps <= 0):
+            out.append(_p("max_steps", "v1_parse",
+                          "`batching_strategy: dynamic_batching` without a positive `max_steps`: v1 stops with "
+                          "\"`dynamic_batching` requires `max_steps` because it is step-driven.\"",
+                          suggestion="set `max_steps`"))
+        if values.get("save_epochs") is not None:
+            out.append(_p("save_epochs", "v1_parse", "`save_epochs` with `batching_strategy: dynamic_batching`: v1 "
+                                                     "stops with \"`save_epochs` is not supported with "
+                                                     "`dynamic_batching`; use `save_steps` instead.\"",
+                          suggestion="use `save_steps`", fix="delete"))
+    return out
+
+
+def _plugin(key: str, value: Any, names: list[str] | None) -> list[Problem]:
+    if value is None:
+        return []
+    if isinstance(value, str) and value.startswith("{"):
+        try:
+            value = json.loads(value)
+        except ValueError as err:
+            return [_p(key, "v1_parse", f"`{key}` is a string that starts with `{{` but is not JSON ({err}): v1's "
+                                        "get_plugin_config stops on it.", suggestion=f"write `{key}` as a mapping")]
+    if not isinstance(value, Mapping):
+        return [_p(key, "v1_parse", f"`{key}` must be a mapping with a `name` (e.g. `{key}: {{name: ...}}`); v1's "
+                                    f"get_plugin_config fails on {type(value).__name__} values while parsing.",
+                   suggestion=f"write `{key}: {{name: {value if isinstance(value, str) else '...'}}}`")]
+    if "name" not in value:
+        return [_p(key, "v1_parse", f"`{key}` has no `name`: v1 stops with \"Plugin configuration must have a "
+                                    "'name' field.\"", suggestion=f"add `name:` under `{key}`")]
+    if names:
+        # kernel_config names a comma-separated list ("auto, flash-linear-attention"); auto picks for the device
+        wanted = [n.strip() for n in str(value["name"]).split(",")] if key == "kernel_config" else [str(value["name"])]
+        bad = [n for n in wanted if n not in names and n != "auto"]
+        if bad:
+            return [_p(f"{key}.name", "invalid_value",
+                       f"`{key}.name: {', '.join(bad)}` is not a plugin v1 registers ({', '.join(names)}"
+                       f"{', auto' if key == 'kernel_config' else ''}): the parser takes it, and the run fails "
+                       "when the plugin is looked up.", suggestion=f"use one of {', '.join(names)}")]
+    return []
+
+
+def to_v0(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The v0 keys whose run is the one v1 trains for `values`, and notes on what v1 does that v0 keys cannot say.
+
+    Mapping (LF main v1 sources): ``model`` -> model_name_or_path; ``peft_config`` lora (r, lora_alpha,
+    target_modules) / freeze (freeze_trainable_layers, freeze_trainable_modules) -> finetuning_type and its keys,
+    none -> full (``v1/plugins/model_plugins/peft.py``); ``quant_config`` bnb + quantization_bit -> on-the-fly bnb
+    (``quantization.py``); ``micro_batch_size`` -> per_device_train_batch_size; ``global_batch_size`` kept for the
+    caller to derive accumulation; ``bf16`` (default true in v1) -> bf16; ``enable_activation_checkpointing``
+    (default true) -> gradient checkpointing (full tuning keeps fp32 weights as v0's upcast does: v1
+    ``core/model_engine.py`` L203-207 casts the model to float32; FSDP2 gathers them in bf16, ``fsdp2.py``
+    ``get_mp_policy``); ``flash_attn`` eager/sdpa/flash_attention_2 -> disabled/sdpa/fa2;
+    ``kernel_config: liger_kernel`` -> enable_liger_kernel; ``dist_config: deepspeed`` -> deepspeed: config_file;
+    ``optim_config: muon`` -> use_muon; Ulysses ``cp_size`` -> cutoff_len / cp_size (each rank's slice). FSDP2
+    and EP are returned in the notes and the ``_v1`` entry (engine, ep_size, cp_size) for the run resolver.
+    """
+    v: dict[str, Any] = {"stage": "sft", "do_train": True, "finetuning_type": "full", "template": "default"}
+    notes: list[str] = []
+    v["model_name_or_path"] = values.get("model", "Qwen/Qwen3-4B-Instruct-2507")
+    if "model" not in values:
+        notes.append("v1 `model` not set: v1's default Qwen/Qwen3-4B-Instruct-2507 is used")
+    peft = values.get("peft_config") if isinstance(values.get("peft_config"), Mapping) else None
+    if peft:
+        v["_peft"] = dict(peft)   # the export keys of a v1 merge (export_dir, export_size, infer_dtype)
+    if peft and peft.get("name") == "lora":
+        v["finetuning_type"] = "lora"
+        v["lora_rank"] = int(peft.get("r", 8)) if isinstance(peft.get("r", 8), int) else 8
+        if isinstance(peft.get("lora_alpha"), int):
+            v["lora_alpha"] = peft["lora_alpha"]
+        tm = peft.get("target_modules", "all")
+        v["lora_target"] = ",".join(tm) if isinstance(tm, list) else str(tm)
+    elif peft and peft.get("name") == "freeze":
+        v["finetuning_type"] = "freeze"
+        for k in ("freeze_trainable_layers", "freeze_trainable_modules", "freeze_extra_modules"):
+            if peft.get(k) is not None:
+                v[k] = peft[k]
+    quant = values.get("quant_config") if isinstance(values.get("quant_config"), Mapping) else None
+    if quant and quant.get("name") in ("bnb", "auto") and quant.get("quantization_bit") in (4, 8):
+        if v["finetuning_type"] == "lora":
+            v["quantization_bit"] = quant["quantization_bit"]
+            v["quantization_method"] = "bnb"
+        else:   # v0 refuses this pair; what v1 does with it is not modelled
+            notes.append("quant_config without a LoRA peft_config: estimated unquantized")
+    for src, dst in (("micro_batch_size", "per_device_train_batch_size"), ("cutoff_len", "cutoff_len"),
+                     ("learning_rate", "learning_rate"), ("max_steps", "max_steps"), ("output_dir", "output_dir"),
+                     ("trust_remote_code", "trust_remote_code")):
+        if src in values:
+            v[dst] = values[src]
+    v.setdefault("per_device_train_batch_size", 1)
+    v.setdefault("cutoff_len", 2048)
+    v["bf16"] = values.get("bf16", True) is not False
+    if values.get("enable_activation_checkpointing", True) is False:
+        v["disable_gradient_checkpointing"] = True
+    fa = values.get("flash_attn", "sdpa")
+    v["flash_attn"] = {"eager": "disabled", "sdpa": "sdpa", "flash_attention_2": "fa2"}.get(str(fa), "auto")
+    kernel = values.get("kernel_config") if isinstance(values.get("kernel_config"), Mapping) else None
+    if kernel and "liger_kernel" in str(kernel.get("name")):
+        v["enable_liger_kernel"] = True
+    optim = values.get("optim_config") if isinstance(values.get("optim_config"), Mapping) else None
+    if optim and optim.get("name") == "muon":
+        v["use_muon"] = True
+    dist = values.get("dist_config") if isinstance(values.get("dist_config"), Mapping) else None
+    engine = "ddp"
+    if dist and dist.get("name") == "deepspeed" and dist.get("config_file"):
+        v["deepspeed"] = dist["config_file"]
+        engine = "deepspeed"
+    elif dist and dist.get("name") in ("fsdp2", "fsdpturbo"):
+        engine = "fsdp2"
+    if dist is None:
+        notes.append("v1 with no dist_config: each rank holds a full replica (DDP)")
+    ep = dist.get("ep_size") if dist else None
+    cp = values.get("cp_size", 1)
+    v["_v1"] = {"engine": engine, "ep_size": ep if isinstance(ep, int) else 1, "cp_size": cp if isinstance(cp, int)
+                else 1, "batching": str(values.get("batching_strategy", "normal")),
+                "dist": dist.get("name") if dist else None}
+    if isinstance(cp, int) and not isinstance(cp, bool) and cp > 1 and isinstance(v["cutoff_len"], int):
+        # padding_and_split_data (sequence_parallel.py) pads each batch to a multiple of cp and gives every rank
+        # of the CP group its slice: activations and logits per rank follow cutoff_len / cp
+        v["cutoff_len"] = -(-v["cutoff_len"] // cp)
+        notes.append(f"v1 Ulysses context parallel cp_size {cp}: each rank holds {v['cutoff_len']} of the "
+                     f"sequence's tokens (v1 plugins/model_plugins/parallelization/sequence_parallel.py), estimated "
+                     "as that length")
+    if values.get("train_dataset"):
+        notes.append(f"v1 dataset YAML {values['train_dataset']} is not scanned: token lengths are taken at "
+                     "cutoff_len")
+    if str(values.get("batching_strategy", "normal")) != "normal":
+        notes.append(f"v1 batching_strategy {values.get('batching_strategy')}: tokens per micro-batch follow the "
+                     "packer, estimated at micro_batch_size x cutoff_len")
+    return v, notes
