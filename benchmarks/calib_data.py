@@ -111,6 +111,9 @@ BF16_TRUE_FRAMEWORKS = ("litgpt",)
 # machine's pip freeze (``--env``), for every row of that framework. litgpt at the commit its config-hub rows cite
 # (00af8b0d, 2024-09-27) pins ``bitsandbytes==0.42.0`` in the ``all`` extra (pyproject.toml:41), the extra its
 # quantization tutorial installs; 0.42.0's MatMul4Bit keeps each 4-bit linear's input (analyzers/memory/qlora.py).
+# Not pinned, so left as the doctor reads them: the PEFT FSDP-QLoRA page asks for ``bitsandbytes>=0.43.3``
+# (peft 5d602fdbf docs/source/accelerate/fsdp.md:169; every such release drops the input, the default);
+# torchtune's QLoRA is torchao's NF4, not bitsandbytes; LLaMA-Factory requires only ``bitsandbytes>=0.39.0``.
 FRAMEWORK_PINS: dict[str, dict[str, str]] = {"litgpt": {"bitsandbytes": "0.42.0"}}
 
 
