@@ -345,8 +345,13 @@ def test_old_bitsandbytes_keeps_the_inputs_lora_does_not_already_keep():
     saved, rec = _bnb_delta(use_reentrant_gc=False)
     assert saved == pytest.approx(T * 32 * 2 * (4096 + 4096 + 4096 + 14336), rel=1e-12)
     assert rec == pytest.approx(T * per, rel=1e-12)
-    # adapters on every linear keep every input already (x itself, lora_dropout 0): nothing to add
+    # adapters on every linear keep every input already (x itself, lora_dropout 0): nothing to add, under autocast
+    # (peft's 4-bit layer does not cast then) and with bf16 adapters alike
     assert _bnb_delta(disable_gradient_checkpointing=True, lora_target="all") == (0.0, 0.0)
+    assert _bnb_delta(disable_gradient_checkpointing=True, lora_target="all", bf16=False, pure_bf16=True) == (0.0, 0.0)
+    # no autocast, fp32 adapters on a bf16 model: lora_A keeps peft's fp32 cast, so every x is MatMul4Bit's alone
+    saved, _ = _bnb_delta(disable_gradient_checkpointing=True, lora_target="all", bf16=False)
+    assert saved == pytest.approx(T * 32 * 2 * (4096 + 4096 + 4096 + 14336), rel=1e-12)
 
 
 def test_bitsandbytes_version_boundary_and_the_unknown_version_assumption():

@@ -96,16 +96,19 @@ def input_bytes_per_token_layer(run: Run, layer: int, adapted_kept: bool) -> flo
 
     `adapted_kept`: the saved-activation model (activations.py ``activation_bytes_per_token_layer``) already counts
     the input of every projection that carries a trainable adapter, since peft's ``lora_A(dropout(x))`` keeps x
-    itself when lora_dropout is 0 (nn.Identity): the same storage, so it is not counted again. False where those
-    saves are discarded (non-reentrant checkpointing's pack hook drops autograd's saved tensors but not a Python
-    attribute such as ``ctx.tensors``). MoE layers' gate/up inputs are the dispatched copies that model counts
+    itself when lora_dropout is 0 (nn.Identity): the same storage, so it is not counted again. peft's 4-bit layer
+    casts x to the adapter's dtype only outside autocast (``requires_conversion = not
+    torch.is_autocast_enabled()``, peft v0.18.1 ``tuners/lora/bnb.py:563-566``): fp32 adapters on half inputs
+    without autocast keep an fp32 copy, not x, so x counts. False where those saves are discarded (non-reentrant
+    checkpointing's pack hook drops autograd's saved tensors but not a Python attribute such as ``ctx.tensors``). MoE layers' gate/up inputs are the dispatched copies that model counts
     already. Layer 0's q/k/v input needs no gradient without checkpointing (LF calls
     ``enable_input_require_grads`` only with it); counted anyway (one layer's h, an upper bound)."""
     from finetune_doctor.analyzers.memory.activations import _trainable_linear_names
 
     a = run.arch
     e = 2.0 if run.autocast or dtype_bytes(run.compute_dtype) == 2 else 4.0
-    kept = _trainable_linear_names(run) if adapted_kept else set()
+    cast_copy = not run.autocast and run.trainable_dtype == "float32" and e == 2.0
+    kept = _trainable_linear_names(run) if adapted_kept and not cast_copy else set()
     dense = a.is_dense_layer(layer)
     width = a.intermediate_size if dense else (a.moe_intermediate_size or a.intermediate_size) * a.num_experts_per_tok
     inputs = (({"q_proj", "k_proj", "v_proj", "q_a_proj", "kv_a_proj_with_mqa"}, a.hidden_size),
