@@ -49,5 +49,6 @@ def term_assumptions(run: Run, hw: Hardware | None, t: Any) -> list[Assumption]:
             "not read: the release the QLoRA terms were read from (its 4-bit matmul keeps no input for backward); "
             "releases before 0.43.2 keep every 4-bit linear's input",
             alternatives=(BNB_OLD,),
-            resolve_with="--env FILE with the training machine's pip freeze (bitsandbytes==...)"))
+            resolve_with="--context from `doctor context` on the training machine, or --env FILE "
+                         "(its pip freeze or `llamafactory-cli env`)"))
     return out
