@@ -97,6 +97,13 @@ def common_options(fn: Callable) -> Callable:
     return fn
 
 
+def strict_option(fn: Callable) -> Callable:
+    """``--strict`` (check, estimate, lint): for CI gates, every verdict-moving assumption and every check that
+    could not run on this machine (a dataset_dir, a DeepSpeed path not here) is an error."""
+    return click.option("--strict", is_flag=True, default=False,
+                        help="Treat verdict-moving assumptions and files not on this machine as errors (CI).")(fn)
+
+
 def context_option(fn: Callable) -> Callable:
     """``--context FILE`` for the commands that answer as on the training machine (check, estimate, lint)."""
     return click.option("--context", "context", type=click.Path(dir_okay=False), default=None, metavar="FILE",
@@ -198,6 +205,7 @@ def main() -> None:
 @UNSAFE_FIXES_OPTION
 @click.option("--validate-deepspeed", "validate_ds", is_flag=True,
               help="Also validate the DeepSpeed JSON with DeepSpeed's own config models (imports deepspeed, ~3 s).")
+@strict_option
 @context_option
 @_guard
 def check(config: str, overrides: tuple[str, ...], probe_mode: str | None, scan_data: bool, fix: bool,
@@ -218,6 +226,7 @@ def check(config: str, overrides: tuple[str, ...], probe_mode: str | None, scan_
 @UNSAFE_FIXES_OPTION
 @click.option("--diff", is_flag=True, help="Print only the unified diff the fixes would make (nothing is written; "
               "exit 1 when there is one).")
+@strict_option
 @context_option
 @click.option("--statistics", is_flag=True, help="Print one line per rule code with its count instead of findings.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings (bad input still exits 2).")
@@ -273,14 +282,17 @@ def lint(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bool, stat
 @click.argument("overrides", nargs=-1)
 @common_options
 @click.option("--sweep", "sweeps", multiple=True, help="KEY=v1,v2,... what-if table (repeatable: a grid).")
+@click.option("--data/--no-data", "scan_data", default=True,
+              help="Scan local datasets for token lengths (as check does).")
+@strict_option
 @context_option
 @_guard
-def estimate(config: str, overrides: tuple[str, ...], sweeps: tuple[str, ...], **kw: Any) -> None:
+def estimate(config: str, overrides: tuple[str, ...], sweeps: tuple[str, ...], scan_data: bool, **kw: Any) -> None:
     """Memory breakdown per GPU and host; --sweep for what-fits tables."""
     from finetune_doctor.pipeline import estimate as pipe
 
     opts = _options(command="estimate", paths=[config], **kw)
-    report = pipe.run(config, overrides, opts, sweeps=sweeps)
+    report = pipe.run(config, overrides, opts, sweeps=sweeps, scan_data=scan_data)
     emit(report, opts)
 
 

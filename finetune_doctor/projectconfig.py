@@ -26,7 +26,8 @@ FORMATS = ("text", "json", "sarif", "github", "concise")
 SCHEMA: dict[str, str] = {
     "select": "codes", "ignore": "codes", "per-file-ignores": "per-file", "fail-on": "fail-on",
     "rules": "strings", "gpu": "string", "nnodes": "nnodes", "format": "format", "torch": "string",
-    "transformers": "string", "offline": "bool", "exclude": "strings", "extend-exclude": "strings",
+    "transformers": "string", "offline": "bool", "strict": "bool", "exclude": "strings",
+    "extend-exclude": "strings",
 }
 """Each option's type; `_check` says what each type accepts."""
 KNOWN = set(SCHEMA)

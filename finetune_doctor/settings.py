@@ -52,6 +52,7 @@ class Options:
     accelerate_config: str | None = None     # --accelerate-config FILE: the accelerate config of the launch
     launch: str | None = None                # a file holding the launch command line (a run folder's cmdline.txt)
     host_ram: str | None = None              # --host-ram SIZE: host RAM per node of the training machine
+    strict: bool = False                     # --strict: verdict-moving assumptions and unchecked files are errors
     context: str | None = None               # --context FILE: the training machine captured by `doctor context`
     config_file: str | None = None           # lint --config FILE: this project configuration, no discovery
 
@@ -62,8 +63,8 @@ class Options:
                  rules_dirs: tuple[str, ...] = (), torch_version: str | None = None,
                  transformers_version: str | None = None, model_config: str | None = None,
                  offline: bool = False, env_file: str | None = None, accelerate_config: str | None = None,
-                 launch: str | None = None, host_ram: str | None = None, context: str | None = None,
-                 config_file: str | None = None, **_: Any) -> "Options":
+                 launch: str | None = None, host_ram: str | None = None, strict: bool = False,
+                 context: str | None = None, config_file: str | None = None, **_: Any) -> "Options":
         from finetune_doctor.projectconfig import find_project_config, load_project_config
 
         proj = load_project_config(config_file) if config_file else find_project_config(paths[0] if paths else ".")
@@ -95,6 +96,7 @@ class Options:
             accelerate_config=accelerate_config,
             launch=launch,
             host_ram=host_ram,
+            strict=bool(strict or proj.get("strict")),
             context=context,
             config_file=config_file,
         )

@@ -209,6 +209,8 @@ class MemoryEstimate:
             "verdict": self.verdict,
             "p_oom": None if self.p_oom is None else round(float(self.p_oom), 3),
             "interval_gib": None if self.interval_gib is None else [_r(v) for v in self.interval_gib],
+            # honest verdicts (facts/assume.py): how long samples may be, and the assumption an at-risk names
+            **{k: self.details[k] for k in ("token_budget", "deciding_assumption") if self.details.get(k)},
         }
 
 

@@ -3,6 +3,7 @@ visible in the config, the matching finding is among the results (fixtures/cases
 says why when the cause cannot be seen before launch)."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,9 @@ def test_case(case, tmp_path, monkeypatch):
     cfg = lay_out(case, tmp_path)
     monkeypatch.chdir(tmp_path)
     base = ["check", str(cfg), *exp.get("overrides", []), "--no-data"]
+    if exp.get("launch"):   # the launch file the case holds, given as a user gives it (--launch)
+        shutil.copy(CASES / case / exp["launch"], tmp_path / "cmdline.txt")
+        base += ["--launch", "cmdline.txt"]
     if exp.get("gpu"):
         base += ["--gpu", exp["gpu"]]
     if exp.get("nnodes"):

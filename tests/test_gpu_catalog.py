@@ -244,7 +244,9 @@ def test_one_rounding_for_capacities_in_a_report() -> None:
     assert res.exit_code == 0, res.output
     shown = re.findall(r"\b(31\.\d+) GiB", res.output)
     assert shown and set(shown) == {"31.75"}, shown
-    assert "FD601" in res.output   # the message that used to print 31.8 is among them
+    # the memory verdict's message that used to print 31.8 is among them (predicted-oom, or with the data not here
+    # and short samples fitting, verdict-depends-on-assumption)
+    assert "FD601" in res.output or "FD640" in res.output
     res = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "8xV100-32GB", "--format", "json",
                                     "--fail-on", "never"], env={"FINETUNE_DOCTOR_NO_NVML": "1"})
     doc = json.loads(res.output)

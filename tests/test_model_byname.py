@@ -131,6 +131,11 @@ def test_check_reports_the_assumption_in_json(tmp_path):
     cfg.write_text(YAML.format(model="/data/models/Qwen2-57B-A14B-Instruct", template="qwen"))
     r = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "A100-80GB", "--no-data", "--format", "json"])
     d = json.loads(r.output)
+    # a local folder that is not on this machine: not checked here (info), model-unresolved under --strict
+    assert d["memory"] is None and [f["name"] for f in d["findings"] if f["name"] == "not-checked-here"]
+    r = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "A100-80GB", "--no-data", "--format", "json",
+                                  "--strict"])
+    d = json.loads(r.output)
     assert d["memory"] is None and [f["name"] for f in d["findings"] if f["name"] == "model-unresolved"]
 
 

@@ -57,3 +57,21 @@ def test_a_crash_after_the_evaluation_at_a_save_step_is_during_the_checkpoint_sa
     # torch.save's zip writer stopping short ("unexpected pos N vs M") is a full disk (rule disk-full)
     assert f.name == "disk-full" and "during the checkpoint save at step 500" in f.message
     assert [(e.step, e.kind) for e in r.timeline] == [(500, "exception")]
+
+
+def test_an_nccl_error_at_process_group_setup_is_nccl_error_not_a_timeout(tmp_path):
+    """NCCL's own failure, as torch 2.x raises it from ProcessGroupNCCL (the DistBackendError text of
+    torch/csrc/distributed/c10d/NCCLUtils.hpp C10D_NCCL_CHECK, NCCL's 'unhandled system error' and its WARN line):
+    a connection problem between nodes, reported as FD326, never as a collective timeout."""
+    log = tmp_path / "train.log"
+    log.write_text(
+        "[INFO|trainer.py:2243] 2025-03-02 10:01:12,118 >> ***** Running training *****\n"
+        "node1:6601:6625 [0] include/socket.h:385 NCCL WARN Net : Connection closed by remote peer 10.0.0.2<46012>\n"
+        "[rank0]: Traceback (most recent call last):\n"
+        "[rank0]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+        "NCCLUtils.hpp:317, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5\n"
+        "[rank0]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device "
+        "error.\n", encoding="utf-8")
+    r = pm.run(str(tmp_path), [], None, Options(command="postmortem"))
+    names = [f.name for f in r.findings]
+    assert names[0] == "nccl-error" and "nccl-timeout" not in names

@@ -96,7 +96,9 @@ def test_the_schema_rejects_what_it_should(validator):
     # additions the contract allows: new sections, token_budget, assumptions as Assumption.as_dict gives them
     ok = json.loads(json.dumps(report))
     ok["new_section"] = {"anything": [1, 2]}
-    ok["memory"]["token_budget"] = {"train": {"per_micro_batch": 4096, "per_sample": 2048}}
+    ok["memory"]["token_budget"] = {"cutoff_len": 8192, "eval": None,
+                                    "train": {"tokens_per_sample": 2048, "tokens_per_micro_batch": 4096,
+                                              "micro_batch": 2, "fits_at_cutoff": False}}
     ok["assumptions"] = [{"name": "sample-lengths", "value": 2048, "source": "cutoff_len", "alternatives": [512],
                           "effect": {"total_gib": {"512": 20.5}, "verdict": {"512": "fits"}},
                           "resolve_with": "doctor data", "moves_verdict": True}]

@@ -268,6 +268,8 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
     from dataclasses import replace
 
     run, hw = ctx.extra.get("run"), ctx.extra.get("hw")
+    if rule.name == "verdict-depends-on-assumption" and ctx.extra.get("hw_worst") is not None:
+        hw = ctx.extra["hw_worst"]   # a bare --gpu decides: the remedy must fit the smallest card it may mean
     if run is None or hw is None or not hw.capacity_gib:
         return None
     judge = judge_against(hw)

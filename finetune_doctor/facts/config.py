@@ -58,12 +58,14 @@ class Assembly:
     nnodes: int | None = None
     assumptions: list[Assumption] = field(default_factory=list)   # values used but not read (Report.assumptions)
     context: Any = None            # readers.config.context.MachineContext: the training machine, captured (--context)
+    hw_worst: Hardware | None = None   # the smallest card a bare --gpu may mean, when that decides the verdict
+    ds_assumed: tuple[str, str] | None = None   # (the DeepSpeed path not here, the stock file used instead)
     _after: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     def live(self) -> dict[str, Any]:
         """The live objects remedy planners need (engine/planners.py): `run_after` re-resolves the run for edits."""
         return {"run": self.run, "hw": self.hw, "doc": self.doc, "ds": self.ds, "counts": self.counts,
-                "ds_stock": self.ds_stock, "run_after": self.run_after}
+                "ds_stock": self.ds_stock, "run_after": self.run_after, "hw_worst": self.hw_worst}
 
     def run_after(self, edits: Iterable[tuple[str, str, Any, bool]]) -> Any:
         """The Run LLaMA-Factory would execute after `edits` — (role, key, value, delete) with role ``config`` or
@@ -117,7 +119,10 @@ class Assembly:
     def inputs(self, **extra: Any) -> dict[str, Any]:
         """The JSON report's ``inputs`` object."""
         ds, stock = None, {}
-        if self.ds is not None and self.ds_stock:
+        if self.ds is not None and self.ds_assumed:
+            # not on this machine and not a stock name: a stock file stands in (the deepspeed-config assumption)
+            ds, stock = self.ds_assumed[0], {"deepspeed_stand_in": self.ds_assumed[1]}
+        elif self.ds is not None and self.ds_stock:
             # not on disk here: the file the YAML names, read from LLaMA-Factory's stock copy of it
             ds, stock = str(self.doc.values.get("deepspeed") or self.ds.path), {"deepspeed_stock": True}
         elif self.ds is not None and getattr(self.ds, "path", None):
@@ -154,6 +159,7 @@ class Mode:
     need_model: bool = True
     validate_ds: bool = False
     lenient: bool = False
+    assume: bool = True
 
 
 # The command modes, declared once (they were five booleans at every call site). `check` turns scan_data and
@@ -179,6 +185,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
         m = replace(m, **legacy)
     static, scan_data, need_model, validate_ds, lenient = (m.static, m.scan_data, m.need_model, m.validate_ds,
                                                            m.lenient)
+    assume = m.assume and not lenient   # a postmortem judges a run that happened: nothing to assume for a verdict
     doc = load_config(config, tuple(overrides))
     sources: dict[str, SourceDoc] = {"config": doc.source()}
     if doc.overrides:
@@ -186,37 +193,27 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     facts: dict[str, Any] = skeleton(cfg=cfg_facts.assemble(doc.values),
                                      lint=lint_facts.assemble(doc, opts.transformers_version))
     asm = Assembly(doc=doc, facts=facts, sources=sources)
+    facts["lint"]["strict"] = bool(getattr(opts, "strict", False))
     asm.context, ctx_note = machine.load(config, opts, doc)
     if ctx_note:
         asm.notes.append(ctx_note)
-    if machine.data(asm.context, doc.values)[0] is not None:
-        # the datasets were resolved on the training machine: its scan, carried by the context, reports them
-        facts["lint"]["keys"] = [k for k in facts["lint"].get("keys", []) if k.get("kind") != "dataset"]
     env_report = read_env_file(opts.env_file) if opts.env_file and not static else None
-    if hw is None and not opts.gpu:   # the training machine's GPUs act as --gpu (a flag still wins)
-        hw = machine.hardware(asm.context, opts.nnodes)
-    asm.hw = hw if hw is not None else hw_facts.resolve(opts.gpu, opts.nnodes, allow_nvml=not static)
-    if asm.hw is None and env_report is not None:
-        asm.hw = hw_facts.from_env_report(env_report, opts.nnodes)
-    if opts.host_ram:
-        ram = hw_facts.parse_host_ram(opts.host_ram)
-        if asm.hw is not None:
-            asm.hw = replace(asm.hw, host_ram_gib=ram)
-        else:
-            asm.notes.append("--host-ram is judged with the GPUs: pass --gpu too")
-    facts["hw"] = hw_facts.assemble(asm.hw)
-    if asm.hw is not None:
-        asm.notes.extend(getattr(asm.hw, "notes", ()) or ())   # e.g. how a bare --gpu 24GB was read
-    elif not static:
-        # no verdict without a card: say so instead of a clean report that reads like a pass
-        asm.notes.append("GPUs unknown (no --gpu, no NVML, no --env): the fit is not judged and one GPU is assumed "
-                         "for the world size; pass e.g. --gpu 4xL20, or --env with `llamafactory-cli env` output")
+    _hardware(asm, opts, hw, env_report, static=static)
 
     # the stack first: the model's layout depends on the transformers release that builds it (MoE experts)
     stack, sources = _stack(opts, asm.hw, env_report, asm.context)
     asm.stack, asm.nnodes, asm.stack_sources = stack, opts.nnodes, sources
+    if stack.get("transformers") and stack["transformers"] != opts.transformers_version:
+        # --env (or this training machine) names transformers: its renamed keys are judged for that release
+        facts["lint"]["keys"] = lint_facts.assemble(doc, stack["transformers"])["keys"]
+    if machine.data(asm.context, doc.values)[0] is not None:
+        # the datasets were resolved on the training machine: its scan, carried by the context, reports them
+        facts["lint"]["keys"] = [k for k in facts["lint"].get("keys", []) if k.get("kind") != "dataset"
+                                 and not (k.get("kind") == "not_here" and k.get("key") == "dataset_dir")]
     arch = _arch(asm, config, opts, tolerate=static or not need_model or lenient, static=static,
                  transformers=stack.get("transformers"))
+    if arch is None:
+        _model_not_here(asm)
     _deepspeed(asm, arch, tolerate_missing=static or lenient, lenient=lenient)
     _accelerate(asm, opts, lenient=lenient)
     if asm.ds is not None and validate_ds and not static:
@@ -264,9 +261,75 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
                                   stack_sources=asm.stack_sources, launch=asm.launch),
             asm.run, asm.hw, int(tokens) if tokens else None)
         _quant_assumption(asm, qalt)
+        honest = _assumptions(asm, opts, int(tokens) if tokens else None, alt) if assume else {}
         facts["mem"] = mem_facts.assemble(asm.memory, asm.hw, asm.run, alt, qalt)
+        facts["mem"].update({"deciding_assumption": None, "token_budget": None, **honest})
+    elif assume:
+        _assumptions(asm, opts, None, None)
+    facts["lint"]["assumptions"] = [{**a.as_dict(), "effect_text": effect_text(a)}
+                                    for a in sort_assumptions(asm.assumptions)]
     asm.notes.extend(asm.run.notes)
     return asm
+
+
+def _hardware(asm: Assembly, opts: Options, hw: Hardware | None, env_report: Any, *, static: bool) -> None:
+    """The GPUs into ``asm.hw`` and ``facts["hw"]``: `hw` (a sweep's), the context's, ``--gpu``, NVML (not
+    `static`), ``--env``; ``--host-ram`` on top. Raises InputError for a --gpu or --host-ram it cannot read."""
+    if hw is None and not opts.gpu:   # the training machine's GPUs act as --gpu (a flag still wins)
+        hw = machine.hardware(asm.context, opts.nnodes)
+    asm.hw = hw if hw is not None else hw_facts.resolve(opts.gpu, opts.nnodes, allow_nvml=not static)
+    if asm.hw is None and env_report is not None:
+        asm.hw = hw_facts.from_env_report(env_report, opts.nnodes)
+    if opts.host_ram:
+        ram = hw_facts.parse_host_ram(opts.host_ram)
+        if asm.hw is not None:
+            asm.hw = replace(asm.hw, host_ram_gib=ram)
+        else:
+            asm.notes.append("--host-ram is judged with the GPUs: pass --gpu too")
+    asm.facts["hw"] = hw_facts.assemble(asm.hw)
+    if asm.hw is not None:
+        asm.notes.extend(getattr(asm.hw, "notes", ()) or ())   # e.g. how a bare --gpu 24GB was read
+    elif not static:
+        # no verdict without a card: say so instead of a clean report that reads like a pass
+        asm.notes.append("GPUs unknown (no --gpu, no NVML, no --env): the fit is not judged and one GPU is assumed "
+                         "for the world size; pass e.g. --gpu 4xL20, or --env with `llamafactory-cli env` output")
+
+
+def effect_text(a: Any) -> str:
+    """``A100-40GB: 92.1 GiB, oom; ...``: each evaluated alternative of an Assumption, for rule messages."""
+    return "; ".join(f"{k}: {v:.1f} GiB" + (f", {a.effect_verdict[k]}" if k in a.effect_verdict else "")
+                     for k, v in a.effect_gib.items())
+
+
+def sort_assumptions(items: Iterable[Any]) -> list[Any]:
+    """Verdict-moving assumptions first, each group in the order they were found (docs/DESIGN.md)."""
+    return sorted(items, key=lambda a: not a.moves_verdict)
+
+
+def _assumptions(asm: Assembly, opts: Options, tokens: int | None, alt: dict[str, Any] | None) -> dict[str, Any]:
+    """Record what the estimate assumed (facts/assume.py) into ``asm.assumptions`` and fold the open ones into the
+    memory verdict; returns the ``mem`` facts that say so (verdict, verdict_reason, deciding_assumption,
+    token_budget)."""
+    from finetune_doctor.facts import assume
+
+    mem = asm.memory
+    base = mem.verdict if mem is not None else None
+    asm.assumptions.extend(assume.collect(asm, opts, tokens=tokens, base_verdict=base, alt_stack=alt))
+    if mem is None:
+        return {}
+    verdict, deciding = assume.fold(base, mem.total, asm.assumptions)
+    budget = assume.token_budget(asm.run, asm.hw, asm.counts) if tokens is None else None
+    out: dict[str, Any] = {"deciding_assumption": assume.deciding_facts(deciding, mem.total, base),
+                           "token_budget": budget}
+    details = dict(mem.details)
+    details["token_budget"] = budget
+    details["deciding_assumption"] = out["deciding_assumption"]
+    asm.memory = replace(mem, verdict=verdict, details=details)
+    if deciding is not None:
+        out.update(verdict=verdict, verdict_reason="assumption")
+        if deciding.name == "gpu-variant":
+            asm.hw_worst = assume.smallest_variant(asm.hw, opts.gpu)
+    return out
 
 
 def _quant_assumption(asm: Assembly, qalt: dict[str, Any]) -> None:
@@ -360,6 +423,27 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
     return arch
 
 
+def _model_not_here(asm: Assembly) -> None:
+    """An unresolved model named by a local path (absolute, ``./``, ``../``, ``~``) that is not on this machine: the
+    training machine may hold it, so it is not-checked-here (info) unless --strict (model-unresolved). A name that
+    could be a hub id (``org/name``) stays model-unresolved: LLaMA-Factory would look it up on the hub too."""
+    import os
+
+    unresolved = asm.facts["lint"].get("model_unresolved")
+    if not unresolved:
+        return
+    name = str(unresolved.get("name") or "")
+    local = name.startswith(("/", "./", "../", "~")) or (len(name) > 2 and name[1] == ":" and name[2] in "\\/")
+    here = os.path.exists(os.path.expanduser(name))
+    unresolved["not_here"] = bool(local and not here)
+    if unresolved["not_here"]:
+        doc = asm.doc
+        asm.facts["lint"]["keys"].append({
+            "key": "model_name_or_path", "kind": "not_here", "message": unresolved["message"],
+            "suggestion": None, "replacement": None, "fix": None, "fix_value": None, "condition": "not on this machine",
+            "line": doc.line_of("model_name_or_path"), "override": "model_name_or_path" in doc.overrides})
+
+
 def _deepspeed(asm: Assembly, arch: Any, *, tolerate_missing: bool, lenient: bool) -> None:
     """Read the DeepSpeed JSON the config names into `asm` (ds, ds_stock, facts["ds"], sources["deepspeed"]).
 
@@ -374,10 +458,20 @@ def _deepspeed(asm: Assembly, arch: Any, *, tolerate_missing: bool, lenient: boo
                                              overridden="deepspeed" in doc.overrides)
     except InputError as err:
         not_found = "not found" in err.message
-        if not ((tolerate_missing and not_found) or lenient):
+        if not (not_found or lenient):
             raise
         if not_found:
-            asm.facts["lint"]["ds_missing"] = ds_facts.missing(doc.values.get("deepspeed"), err)
+            missing = ds_facts.missing(doc.values.get("deepspeed"), err)
+            missing["machine_dependent"] = not lenient   # lint, check: the training machine may hold it
+            asm.facts["lint"]["ds_missing"] = missing
+            if not lenient:
+                asm.facts["lint"]["keys"].append({
+                    "key": "deepspeed", "kind": "not_here", "message": missing["message"], "suggestion": None,
+                    "replacement": None, "fix": None, "fix_value": None, "condition": "not on this machine",
+                    "line": doc.line_of("deepspeed"), "override": "deepspeed" in doc.overrides})
+            if not tolerate_missing:
+                _stand_in_deepspeed(asm, arch)   # check, estimate: estimate with a stock file, as an assumption
+                return
         else:
             asm.notes.append(f"DeepSpeed config not read ({err}); facts computed without it")
         return
@@ -385,6 +479,31 @@ def _deepspeed(asm: Assembly, arch: Any, *, tolerate_missing: bool, lenient: boo
     if asm.ds is not None and getattr(asm.ds, "path", None) and not asm.ds_stock:
         asm.sources["deepspeed"] = SourceDoc("deepspeed", display_path(str(asm.ds.path)) or str(asm.ds.path),
                                              dict(getattr(asm.ds, "positions", {}) or {}))
+
+
+def ds_stage_hint(value: Any) -> tuple[int, bool]:
+    """(ZeRO stage, CPU offload) a DeepSpeed file name suggests (``ds_z3_offload.json`` → (3, True)); (2, False)
+    when it says nothing, the stage cases/INDEX.md infers for a file it does not show."""
+    import re
+
+    name = str(value or "").lower().rsplit("/", 1)[-1]
+    m = re.search(r"(?:z|zero|stage)[-_ ]?([0-3])", name)
+    return (int(m.group(1)) if m else 2), "offload" in name
+
+
+def _stand_in_deepspeed(asm: Assembly, arch: Any) -> None:
+    """A DeepSpeed file the config names that is not on this machine: the run is estimated with LLaMA-Factory's
+    stock file of the stage its name suggests (`ds_stage_hint`), recorded as the ``deepspeed-config`` assumption
+    (facts/assume.py evaluates the other stock stages); the path itself is not-checked-here."""
+    doc = asm.doc
+    value = doc.values.get("deepspeed")
+    stage, offload = ds_stage_hint(value)
+    stock = f"examples/deepspeed/ds_z{stage}{'_offload' if offload and stage in (2, 3) else ''}_config.json"
+    asm.ds, asm.ds_stock = ds_facts.load({**doc.values, "deepspeed": stock}, doc.path, doc.line_of("deepspeed"),
+                                         asm.hw, arch.hidden_size if arch else None, [])
+    asm.ds_assumed = (str(value), stock)
+    asm.facts["ds"] = ds_facts.assemble(asm.ds, asm.ds_stock)
+    asm.notes.append(f"{value} is not on this machine: estimated with LLaMA-Factory's {stock} (an assumption)")
 
 
 def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
@@ -421,10 +540,53 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
             acc = load_accelerate_config(str(found))
     if acc is None and not path:
         acc = machine.accelerate(asm.context)
+    if launch is None and acc is None and not lenient:
+        acc = _accelerate_beside(asm)
+        launch = _env_launch() if acc is None else None
     if acc is not None:
         asm.sources["accelerate"] = SourceDoc("accelerate", display_path(acc.path) or acc.path, dict(acc.positions))
     if launch is not None or acc is not None:
         asm.launch = LaunchInputs(acc, launch)
+
+
+# accelerate's own default file name (accelerate config writes default_config.yaml) and the names users give it
+ACCELERATE_BESIDE = ("accelerate_config.yaml", "accelerate_config.yml", "accelerate.yaml", "default_config.yaml",
+                     "fsdp_config.yaml")
+# llamafactory-cli's launch variables (LLaMA-Factory launcher.py: FORCE_TORCHRUN starts torchrun, NNODES and
+# NPROC_PER_NODE size it)
+LAUNCH_ENV = ("FORCE_TORCHRUN", "NNODES", "NPROC_PER_NODE")
+
+
+def _accelerate_beside(asm: Assembly) -> Any:
+    """The one accelerate config beside the training YAML (`ACCELERATE_BESIDE`), with a note; None when there is
+    none, several, or a file of that name that is not an accelerate config."""
+    from finetune_doctor.readers.config.accelerate import load_accelerate_config
+
+    here = Path(asm.doc.path).resolve().parent
+    found = [here / n for n in ACCELERATE_BESIDE if (here / n).is_file()]
+    if len(found) != 1:
+        return None
+    try:
+        acc = load_accelerate_config(str(found[0]))
+    except InputError:
+        return None
+    asm.notes.append(f"launch read from the accelerate config beside the YAML ({found[0].name}); "
+                     "--accelerate-config FILE names another")
+    return acc
+
+
+def _env_launch() -> Any:
+    """A ``llamafactory-cli train`` launch from FORCE_TORCHRUN/NNODES/NPROC_PER_NODE in this environment, or None
+    when none is set."""
+    import os
+
+    from finetune_doctor.readers.config.accelerate import LaunchCommand
+
+    env = {k: os.environ[k] for k in LAUNCH_ENV if os.environ.get(k)}
+    if not env.get("FORCE_TORCHRUN") and not env.get("NNODES"):
+        return None
+    return LaunchCommand(launcher="llamafactory-cli", env=env, options={}, script="train",
+                         text=" ".join(f"{k}={v}" for k, v in env.items()) + " llamafactory-cli train")
 
 
 def _scan(asm: Assembly, config: str) -> dict[str, Any] | None:

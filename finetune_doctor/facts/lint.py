@@ -18,7 +18,8 @@ from finetune_doctor.readers.config.yamlcfg import ConfigDoc
 
 KEY_ITEM = {
     "key": F("str", "the key as written (dotted for nested keys)"),
-    "kind": F("str", "unknown | renamed | retired | derived | wrong_type | invalid_value | ..."),
+    "kind": F("str", "unknown | renamed | retired | derived | wrong_type | invalid_value | not_here (a path "
+                     "the training machine may hold: not checked here) | ..."),
     "message": F("str", "what is wrong, in LLaMA-Factory's or transformers' terms"),
     "suggestion": F("str", "did-you-mean key, when one is close"),
     "replacement": F("str", "the key that replaces a renamed/retired one"),
@@ -40,14 +41,24 @@ UNUSED_ITEM = {
 NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
     "keys": F("list", "key problems", items=KEY_ITEM),
     "ds_missing": F("dict", "the deepspeed path that did not resolve", fields={
-        "value": F("str", "the path as written"), "message": F("str", "why it did not resolve")}),
+        "value": F("str", "the path as written"), "message": F("str", "why it did not resolve"),
+        "machine_dependent": F("bool", "lint: the training machine may hold it (not checked here unless --strict)")}),
     "unused_suppressions": F("list", "suppression comments that hid nothing", items=UNUSED_ITEM),
     "standalone_ds": F("bool", "a DeepSpeed JSON linted on its own, without a training config"),
+    "assumptions": F("list", "what the command assumed rather than read, verdict-moving first (facts/assume.py)",
+                     items={"name": F("str", "stable id"), "value": F("any", "the value used"),
+                            "source": F("str", "why"), "alternatives": F("list", "other plausible values"),
+                            "effect": F("dict", "total_gib and verdict per alternative"),
+                            "resolve_with": F("str", "what removes it"),
+                            "moves_verdict": F("bool", "an alternative gives another verdict"),
+                            "effect_text": F("str", "each evaluated alternative: total GiB and verdict")}),
+    "strict": F("bool", "--strict: verdict-moving assumptions and machine-dependent checks are errors"),
     "keys_dropped": F("int", "key problems beyond MAX_PER_KIND of one kind, counted but not judged one by one"),
     "model_unresolved": F("dict", "the model could not be resolved: memory is not estimated", fields={
         "name": F("str", "model_name_or_path as written"), "message": F("str", "why"),
         "missing": F("str", "what was not found"), "fix": F("str", "the one flag or command that supplies it"),
-        "config_json": F("str", "file:line of a config.json that was found but is unusable")}),
+        "config_json": F("str", "file:line of a config.json that was found but is unusable"),
+        "not_here": F("bool", "a local path that is not on this machine (not checked here unless --strict)")}),
 })
 
 
@@ -63,7 +74,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None) -> 
     (readers/config/keyschema.py, for the training machine's transformers when known) and LLaMA-Factory's launch-time
     checks (analyzers/config/launch.py)."""
     if doc is None:
-        return {"keys": [], "standalone_ds": True}
+        return {"keys": [], "standalone_ds": True, "assumptions": [], "strict": False}
     out = []
     per_kind: dict[str, int] = {}
     dropped = 0
@@ -81,7 +92,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None) -> 
         # a value given as key=value on the command line is judged there, whether or not the file has the key
         d["override"] = any(k == d["key"] or k.startswith(d["key"] + ".") for k in doc.overrides)
         out.append(d)
-    return {"keys": out, "keys_dropped": dropped}
+    return {"keys": out, "keys_dropped": dropped, "assumptions": [], "strict": False}
 
 
 def dropped_note(path: str, facts: dict[str, Any]) -> list[str]:

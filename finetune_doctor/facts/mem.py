@@ -53,7 +53,22 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "budget_gib": F("float", "capacity minus memory already in use, GiB"),
     "verdict": F("str", "fits | at-risk | oom (analyzers/memory/uncertainty.py); None without a GPU"),
     "verdict_reason": F("str", "why at-risk: error (p_oom over 5 %) | stack (an older torch runs out) | "
-                               "assumption (weights sized as an upper bound; stored as the name suggests, they fit)"),
+                               "assumption (an open assumption's alternative changes the verdict, facts/assume.py; or the weights "
+                               "were sized as an upper bound and stored as the name suggests they fit)"),
+    "deciding_assumption": F("dict", "the open assumption an at-risk verdict depends on (None otherwise)", fields={
+        "name": F("str", "the assumption's id (sample-lengths, gpu-variant, ...)"),
+        "value": F("str", "the value assumed"), "source": F("str", "why it was assumed"),
+        "alternative": F("str", "the plausible alternative that changes the verdict"),
+        "alternative_total_gib": F("float", "total under that alternative, GiB"),
+        "alternative_verdict": F("str", "the verdict under that alternative"),
+        "verdict_assumed": F("str", "the verdict under the assumed value"),
+        "total_gib": F("float", "total under the assumed value, GiB"),
+        "resolve_with": F("str", "the flag, file or machine that removes the assumption")}),
+    "token_budget": F("dict", "with the data not scanned: the longest samples that still fit (facts/assume.py)",
+                      fields={"cutoff_len": F("int", "cutoff_len"),
+                              "train": F("dict", "training: tokens_per_sample, tokens_per_micro_batch, micro_batch, "
+                                                 "fits_at_cutoff"),
+                              "eval": F("dict", "the first evaluation, the same fields (None without one)")}),
     "p_oom": F("float", "probability that the peak passes the budget (0-1)"),
     "p_oom_pct": F("float", "the same in percent"),
     "p_oom_target": F("float", "what remedies aim at (0-1)"),

@@ -246,6 +246,28 @@ def lookup(name: str) -> GpuModel | None:
     return close[0] if len(close) == 1 else None
 
 
+def variants(spec: str) -> list[GpuModel]:
+    """The other memory sizes of the card a ``--gpu`` spec names when the spec gives no size (``A100`` →
+    [A100-40GB]: the catalogue's default entry is the one `parse_gpu_spec` took), else []. A count prefix
+    (``8xA100``) is ignored. Never raises."""
+    raw = spec.strip()
+    m = _COUNT_PREFIX.match(raw)
+    if m:
+        raw = m.group(2).strip()
+    else:
+        m = _COUNT_SUFFIX.match(raw)
+        if m and lookup(m.group(1)) is not None:
+            raw = m.group(1)
+    if _BARE.match(raw):
+        return []
+    _model, mem = _split_mem(_tokens(raw))
+    chosen = lookup(raw)
+    if mem is not None or chosen is None:
+        return []
+    families, _, _ = _index()
+    return [g for g in families.get(chosen.family.upper(), []) if g.name != chosen.name]
+
+
 def parse_gpu_spec(spec: str, nnodes: int | None = None) -> Hardware:
     """Read a ``--gpu`` spec into a `Hardware` (source "flag").
 

@@ -43,17 +43,23 @@ def parse_sweep(spec: str) -> tuple[str, list[str]]:
     return key, values
 
 
-def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple[str, ...] = ()) -> Report:
+def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple[str, ...] = (),
+        scan_data: bool = True) -> Report:
     """The estimate of `config` (and of each sweep point). Raises InputError on bad input, including a model
-    that cannot be resolved (nothing to estimate)."""
-    asm = assemble_config(config, overrides, opts, "estimate")
+    that cannot be resolved (nothing to estimate).
+
+    `scan_data` measures the longest micro-batch of the datasets on this machine, as ``check`` does, so that both
+    commands give the same total for the same inputs; sweep points are not scanned (each is its worst case, every
+    sample at cutoff_len)."""
+    asm = assemble_config(config, overrides, opts, "estimate", scan_data=scan_data)
     findings = judge("estimate", asm.facts, asm.sources, opts, texts={asm.doc.path: asm.doc.text}, live=asm.live())
     sections: dict[str, Any] = {"model": asm.model_section()} if asm.run is not None else {}
     if asm.memory is not None:
         d = asm.memory.details
         sections["breakdown"] = {"moments_gib": d.get("moments_gib"), "phase": asm.memory.phase,
                                  "first_oom": d.get("first_oom"), "params": d.get("params"),
-                                 "tokens_per_micro_batch": d.get("tokens_per_micro_batch")}
+                                 "tokens_per_micro_batch": d.get("tokens_per_micro_batch"),
+                                 "token_budget": d.get("token_budget")}
     if sweeps:
         axes = [parse_sweep(s) for s in sweeps]
         points = 1
@@ -64,7 +70,7 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple
         rows = []
         for combo in itertools.product(*[vals for _, vals in axes]):
             ov = tuple(overrides) + tuple(f"{k}={v}" for (k, _), v in zip(axes, combo))
-            m = assemble_config(config, ov, opts, "estimate", hw=asm.hw).memory
+            m = assemble_config(config, ov, opts, "estimate", hw=asm.hw, assume=False).memory
             rows.append({**{k: parse_override(f"{k}={v}")[1] for (k, _), v in zip(axes, combo)},
                          "total_gib": None if m is None else round(m.total, 2),
                          "peak_allocated_gib": None if m is None else round(m.peak_allocated, 2),

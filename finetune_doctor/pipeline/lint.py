@@ -20,6 +20,7 @@ from typing import Any
 
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
+from finetune_doctor.facts.assume import MEMORY_ONLY
 from finetune_doctor.facts.config import assemble_config, assemble_ds_alone
 from finetune_doctor.facts.lint import dropped_note
 from finetune_doctor.fixes import apply_fixes, collect_edits
@@ -138,17 +139,20 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     """Lint `files`; with `fix`, apply safe (and with `unsafe_fixes`, unsafe) fixes. `diff` shows them instead."""
     findings: list[Finding] = []
     notes: list[str] = []
-    assumed: list = []
     linted_ds: set[str] = set()
     kinds = [(f, classify(f)) for f in files]
     skipped = [f for f, k in kinds if k is None]
     ds_inputs: list[str] = []
+    assumed: dict[tuple[str, str], Any] = {}
     for f, kind in kinds:
         if kind != "lf":
             continue
         file_opts = _per_file(opts, f)
         asm = assemble_config(f, (), file_opts, "lint")
-        assumed.extend(asm.assumptions)
+        for a in asm.assumptions:   # one entry per assumption and value over all files (facts/assume.py)
+            # without a memory estimate, the memory's own assumptions bear on no finding of lint
+            if asm.memory is not None or a.name not in MEMORY_ONLY:
+                assumed.setdefault((a.name, str(a.value)), a)
         notes.extend(dropped_note(f, asm.facts))
         findings.extend(judge("lint", asm.facts, asm.sources, file_opts, texts={asm.doc.path: asm.doc.text},
                               live=asm.live()))
@@ -178,7 +182,8 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     return Report(command="lint", inputs={"config": lf_files[0] if len(lf_files) == 1 else None,
                                           "deepspeed": ds_inputs[0] if len(ds_inputs) == 1 else None,
                                           "run_dir": None, "files": list(files)},
-                  findings=tuple(findings), notes=tuple(notes), sections=sections, assumptions=tuple(assumed))
+                  findings=tuple(findings), notes=tuple(notes), sections=sections,
+                  assumptions=tuple(assumed.values()))
 
 
 def diff(files: list[str], opts: Options, *, unsafe_fixes: bool = False) -> tuple[str, list[str], int]:
@@ -228,4 +233,8 @@ def _per_file(opts: Options, path: str) -> Options:
                              fmt=opts.format, output=opts.output,
                              select=",".join(opts.select) if opts.select else None,
                              ignore=",".join(opts.ignore) if opts.ignore else None, fail_on=opts.fail_on)
-    return replace(fresh, rules_dirs=tuple(dict.fromkeys(opts.rules_dirs + fresh.rules_dirs)))
+    # the command line's stack and --strict hold for every file (a project file may add its own)
+    return replace(fresh, rules_dirs=tuple(dict.fromkeys(opts.rules_dirs + fresh.rules_dirs)),
+                   strict=opts.strict or fresh.strict,
+                   transformers_version=opts.transformers_version or fresh.transformers_version,
+                   torch_version=opts.torch_version or fresh.torch_version)

@@ -241,6 +241,7 @@ def _draw(w: _Writer, r: Report) -> None:
     _run_line(w, r)
     _hardware_line(w, r)
     _memory(w, r)
+    _assumed(w, r)
     _timeline(w, r)
     _findings(w, r, sources)
     _sections(w, r)
@@ -256,7 +257,7 @@ def _header(w: _Writer, r: Report) -> None:
     w.line(("doctor " + r.command, "bold"))
     inputs = r.inputs or {}
     for key, value in inputs.items():
-        if value is None or value == [] or value == () or key == "deepspeed_stock":
+        if value is None or value == [] or value == () or key in ("deepspeed_stock", "deepspeed_stand_in"):
             continue
         if isinstance(value, (list, tuple)):
             value = ", ".join(str(display_path(str(v))) for v in value)
@@ -264,6 +265,8 @@ def _header(w: _Writer, r: Report) -> None:
             value = display_path(os.fspath(value))
         if key == "deepspeed" and inputs.get("deepspeed_stock"):
             value = f"{value} (not on disk here: LLaMA-Factory's stock copy)"
+        elif key == "deepspeed" and inputs.get("deepspeed_stand_in"):
+            value = f"{value} (not on this machine: estimated with {inputs['deepspeed_stand_in']}, an assumption)"
         w.line(f"{key}: {value}", indent=1)
 
 
@@ -368,9 +371,28 @@ def _memory(w: _Writer, r: Report) -> None:
            f" · method {mem.method}", indent=1)
     if mem.interval_gib is not None:
         lo, hi = mem.interval_gib
-        verdict = f"verdict {mem.verdict} · probability of OOM {_pct(mem.p_oom)} · " if mem.verdict else ""
+        # an at-risk verdict an assumption decides: p_oom is the assumed case's (facts/assume.py)
+        cond = " as assumed" if mem.details.get("deciding_assumption") else ""
+        verdict = f"verdict {mem.verdict} · probability of OOM {_pct(mem.p_oom)}{cond} · " if mem.verdict else ""
         w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB (the benchmarks' error for this kind of run)",
                indent=1)
+    from finetune_doctor.reporters.sections import assumed
+
+    for line in (assumed.deciding_line(mem.details.get("deciding_assumption")),
+                 assumed.budget_line(mem.details.get("token_budget"))):
+        if line:
+            w.line(line, indent=1)
+
+
+def _assumed(w: _Writer, r: Report) -> None:
+    """What the report assumed rather than read, verdict-moving first ("!"), one line each."""
+    from finetune_doctor.reporters.sections import assumed
+
+    if not r.assumptions:
+        return
+    w.heading("Assumed (not read from your inputs; ! moves the verdict)")
+    for text, moves in assumed.assumption_lines(r.assumptions):
+        w.line((text, "yellow" if moves else None), indent=1)
 
 
 def _timeline(w: _Writer, r: Report) -> None:

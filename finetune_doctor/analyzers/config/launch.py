@@ -629,8 +629,16 @@ def _datasets(c: _Cfg, config_path: str | None) -> list[Problem]:
     except InputError:
         if not c.given("dataset_dir") or (os.path.isabs(ddir) and not os.path.isdir(ddir)):
             # an absolute folder this machine lacks is the training machine's (`check` notes the data it did not
-            # scan); one that exists without dataset_info.json, or a relative one found nowhere, is wrong anywhere
+            # scan)
             return []
+        message = (f"`dataset_dir: {ddir}` holds no dataset_info.json here: LLaMA-Factory stops with \"Cannot open "
+                   f"{ddir}/dataset_info.json\" when the data is loaded.")
+        if not any(os.path.isdir(os.path.join(b, ddir)) for b in bases):
+            # a relative folder found nowhere: the machine (or folder) training launches from may hold it, so it
+            # is not checked here (not-checked-here, info) unless --strict (dataset-not-defined)
+            return [_p("dataset_dir", "not_here", message, "point `dataset_dir` at the folder holding "
+                       "dataset_info.json", condition="not on this machine")]
+        # a folder that exists here without dataset_info.json is wrong anywhere
         return [_p("dataset_dir", "dataset", f"`dataset_dir: {ddir}` holds no dataset_info.json here: LLaMA-Factory "
                                              f"stops with \"Cannot open {ddir}/dataset_info.json\" when the data is "
                                              "loaded.", "point `dataset_dir` at the folder holding dataset_info.json")]

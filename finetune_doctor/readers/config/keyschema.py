@@ -141,6 +141,7 @@ def check_keys(values: Mapping[str, Any], *, env: Mapping[str, str] | None = Non
         derived=sch.get("derived", {}),
         mode=("train" if _looks_like_training(values) else "any") if parser == "auto" else parser,
         tf_major=_major(transformers_version) if transformers_version else None,
+        tf_version=_release(transformers_version),
         tf_majors=sorted({_major(v) for v in sch.get("transformers_versions", [])}),
         value_renames=sch.get("value_renames", {}),
     )
@@ -176,6 +177,22 @@ class _Ctx:
     # past 60 s (issue 27). The first MAX_SUGGESTIONS unknown keys of a file get one; the rest say so.
     suggestions_left: list[int] = field(default_factory=lambda: [MAX_SUGGESTIONS])
     known_cache: list[str] = field(default_factory=list)   # the usable known names, computed once per file
+    tf_version: tuple[int, ...] | None = None
+
+
+def _release(version: str | None) -> tuple[int, ...] | None:
+    """'4.43.4' → (4, 43, 4); None or unparsable → None."""
+    import re
+
+    m = re.match(r"^\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", str(version or ""))
+    return tuple(int(x) for x in m.groups() if x is not None) if m else None
+
+
+def _transformers_last(r: Mapping[str, Any]) -> tuple[int, ...] | None:
+    """The last transformers release that accepts a key transformers itself renamed (``last_seen: "transformers
+    4.45"``), else None (a LLaMA-Factory rename, which the LF version decides)."""
+    last = str(r.get("last_seen") or "")
+    return _release(last.split(" ", 1)[1]) if last.startswith("transformers ") else None
 
 
 MAX_SUGGESTIONS = 500
@@ -197,6 +214,11 @@ def _with_fate(p: KeyProblem, lenient: bool) -> KeyProblem:
 def _check_one(ctx: _Ctx, key: str, value: Any) -> KeyProblem | None:
     entry = ctx.keys.get(key)
     if key in ctx.retired:
+        last = _transformers_last(ctx.retired[key])
+        if last is not None and ctx.tf_version is not None and ctx.tf_version[:len(last)] <= last:
+            # transformers still declares it there: evaluation_strategy is accepted (with a deprecation warning)
+            # through 4.45; huggingface/transformers#30190 deprecated it in 4.41.0 and v4.46.0 removed it
+            return None
         live = entry is not None and ctx.tf_major is not None and ctx.tf_major in {
             _major(v) for v in entry.get("transformers_versions", [])}
         if live:  # use_cache on transformers 5: a transformers key of its own there
@@ -249,6 +271,11 @@ def _retired(ctx: _Ctx, key: str, r: Mapping[str, Any], value: Any, entry: Mappi
         dead = [m for m in ctx.tf_majors if m not in live]
         cond = f"transformers {'/'.join(dead)}.x" if dead else None
     why = f" {r['explanation']}" if r.get("explanation") else ""
+    last = _transformers_last(r)
+    if last is not None and ctx.tf_version is None and cond is None:
+        # no --transformers: judged for the current stack, said as a condition (an assumption of the report)
+        nxt = ".".join(str(x) for x in (*last[:-1], last[-1] + 1))
+        cond = f"transformers >= {nxt}; no --transformers given"
     if not new:
         return KeyProblem(key, "unknown", f"`{key}` is not a LLaMA-Factory key{when}: {_FATE}.{why}",
                           suggestion=f"remove `{key}`", fix="delete", condition=cond)

@@ -1,0 +1,122 @@
+"""Issue #21, "Done when": a check with no network, no data, no model folder and no version given returns a
+verdict on every config whose model family is in the catalogue, in under 1 s, with the assumptions that move it
+listed first.
+
+Runs `doctor check CONFIG --gpu A100 --format json` on LLaMA-Factory's own example configs
+(fixtures/llamafactory/examples/train_*), from an empty working directory (their `dataset_dir: data` is not there:
+no data), with HF_HUB_OFFLINE=1 and no --torch/--transformers/--env (no version), and no model folder (the examples
+name hub models). For each config: the median wall time of N runs (a fresh process each), the verdict, and whether
+the verdict-moving assumptions come first. Baseline measured in the same run: `python -c "import click, rich,
+ruamel.yaml"` (the floor of any CLI on the same libraries). Writes benchmarks/results/honest_check_speed.md.
+
+    python benchmarks/honest_check_speed.py [N]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+EXAMPLES = ROOT / "fixtures" / "llamafactory" / "examples"
+CONFIGS = [EXAMPLES / p for p in ("train_lora/qwen3_lora_sft.yaml", "train_lora/qwen3_lora_dpo.yaml",
+                                  "train_lora/qwen3_lora_sft_ds3.yaml", "train_full/qwen3_full_sft.yaml",
+                                  "train_qlora/qwen3_lora_sft_otfq.yaml", "train_lora/qwen3vl_lora_sft.yaml")]
+
+
+def run(cmd: list[str], cwd: str) -> tuple[float, subprocess.CompletedProcess]:
+    env = {**os.environ, "FINETUNE_DOCTOR_NO_NVML": "1", "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    t = time.perf_counter()
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    return time.perf_counter() - t, r
+
+
+def every_example() -> list[str]:
+    """Every training config among LLaMA-Factory's examples, in one process (click's test runner, no interpreter
+    start-up): the verdict or why none, the verdict-moving assumptions first, and the time per config."""
+    os.environ.update(FINETUNE_DOCTOR_NO_NVML="1", HF_HUB_OFFLINE="1")
+    sys.path.insert(0, str(ROOT))
+    from click.testing import CliRunner
+
+    from finetune_doctor.cli import main as cli
+
+    skip = ("accelerate", "deepspeed", "inference", "merge_lora")
+    cfgs = sorted(p for p in EXAMPLES.rglob("*.yaml") if not any(part in skip for part in p.parts))
+    out = ["## Every LF example training config, in one process", "",
+           "| config | ms | verdict | verdict-moving assumptions (first) |", "|---|---|---|---|"]
+    verdicts = 0
+    with tempfile.TemporaryDirectory() as empty:
+        here = os.getcwd()
+        os.chdir(empty)
+        try:
+            for cfg in cfgs:
+                t = time.perf_counter()
+                r = CliRunner().invoke(cli, ["check", str(cfg), "--gpu", "A100", "--format", "json", "--offline"])
+                ms = 1000 * (time.perf_counter() - t)
+                rep = json.loads(r.stdout) if r.exit_code in (0, 1) else {}
+                mem = rep.get("memory") or {}
+                movers = [a["name"] for a in rep.get("assumptions", []) if a["moves_verdict"]]
+                flags = [a["moves_verdict"] for a in rep.get("assumptions", [])]
+                why = mem.get("verdict") or ("model not in the catalogue" if any(
+                    f["name"] == "model-unresolved" for f in rep.get("findings", [])) else f"exit {r.exit_code}")
+                verdicts += bool(mem.get("verdict"))
+                ok = "" if flags == sorted(flags, reverse=True) else " (NOT first)"
+                out.append(f"| {cfg.relative_to(EXAMPLES)} | {ms:.0f} | {why} | {', '.join(movers) or '-'}{ok} |")
+        finally:
+            os.chdir(here)
+    out += ["", f"{verdicts}/{len(cfgs)} configs get a verdict."]
+    return out
+
+
+def main() -> int:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    rows = []
+    with tempfile.TemporaryDirectory() as empty:
+        base = [run([sys.executable, "-c", "import click, rich, ruamel.yaml"], empty)[0] for _ in range(n)]
+        for cfg in CONFIGS:
+            if not cfg.is_file():
+                continue
+            cmd = [sys.executable, "-m", "finetune_doctor", "check", str(cfg), "--gpu", "A100", "--format", "json"]
+            times, report = [], None
+            for _ in range(n):
+                t, r = run(cmd, empty)
+                if r.returncode not in (0, 1):
+                    raise SystemExit(f"{cfg.name}: exit {r.returncode}: {r.stderr.strip()[-300:]}")
+                times.append(t)
+                report = json.loads(r.stdout)
+            mem = report["memory"] or {}
+            flags = [a["moves_verdict"] for a in report["assumptions"]]
+            rows.append((cfg.relative_to(EXAMPLES), statistics.median(times), mem.get("verdict"),
+                         (mem.get("deciding_assumption") or {}).get("name") or "-",
+                         ", ".join(a["name"] for a in report["assumptions"] if a["moves_verdict"]) or "-",
+                         flags == sorted(flags, reverse=True)))
+    b = statistics.median(base)
+    lines = ["# doctor check with nothing but the config (issue #21 done-when)", "",
+             f"`python benchmarks/honest_check_speed.py {n}`: median wall of {n} fresh processes per config, "
+             "--gpu A100 (size not given), HF_HUB_OFFLINE=1, empty working directory (no data), no versions, "
+             "no model folder.", "",
+             f"Baseline, same run: `python -c \"import click, rich, ruamel.yaml\"` {b:.3f} s.", "",
+             "| config | median s | x baseline | verdict | deciding | verdict-moving assumptions | movers first |",
+             "|---|---|---|---|---|---|---|"]
+    for name, t, verdict, deciding, movers, first in rows:
+        lines.append(f"| {name} | {t:.3f} | {t / b:.2f} | {verdict} | {deciding} | {movers} | {first} |")
+    worst = max(t for _, t, *_ in rows)
+    lines += ["", f"Slowest: {worst:.3f} s (goal: under 1 s). Verdicts: "
+              f"{sum(1 for r in rows if r[2])}/{len(rows)}."]
+    lines += ["", *every_example()]
+    text = "\n".join(lines) + "\n"
+    (HERE / "results" / "honest_check_speed.md").write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

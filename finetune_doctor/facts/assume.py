@@ -1,0 +1,451 @@
+"""Assumptions: the values ``check``, ``estimate`` and ``lint`` used but did not read, each weighed by re-running
+the memory model under its alternatives (docs/DESIGN.md, "Honest verdicts"; issue #21).
+
+The memory model is a pure function of the run (analyzers/memory/moments.py ``estimate``: a fraction of a
+millisecond), so every alternative that changes only the run or the card is evaluated exactly: the Run is
+re-resolved by run.resolve_run (precision, optimizer, engine follow LLaMA-Factory's rules there, not here) and
+judged by the same error model as the reported estimate (analyzers/memory/uncertainty.py ``assess``).
+
+Two kinds:
+
+* **open** assumptions (every one not in `NOT_OPEN`; `OPEN` lists this module's): a value the doctor cannot
+  know here — sample lengths without the data, the GPU variant of a bare ``--gpu A100``, the training machine's
+  torch, a checkpoint dtype its config.json does not name, the launcher, a DeepSpeed file that is not on this
+  machine. The memory verdict is ``fits`` or ``oom`` only when it holds under every alternative of every open
+  assumption (`fold`); otherwise ``at-risk``, naming the deciding assumption.
+* **defaults**: a value LLaMA-Factory or transformers would fill in for sure (``per_device_eval_batch_size`` 8);
+  recorded with its effect so the user sees what it costs, but it does not open the verdict.
+
+`token_budget` answers "how long may the samples be": the largest sequence length (tokens per sample) at which the
+run still fits, for training and for the first evaluation, by bisection over the memory model's sequence length.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+# the memory model is imported where an alternative is weighed, not here: `lint` without a card lists assumptions
+# without weighing them and stays off the memory model (ARCHITECTURE.md, "memory model off the lint path")
+from finetune_doctor.types import Assumption, Hardware
+
+# The shortest samples taken as plausible when the data is not here: a one-turn instruction with a short answer
+# (alpaca's median is ~150 tokens under a chat template; 512 leaves room for the longest sample of a batch).
+SHORT_SAMPLE_TOKENS = 512
+# the transformers release before the loss stopped copying the shifted logits (run/stack.py
+# SHIFTED_LOGITS_COPY_BEFORE = 4.49): the plausible older stack
+OLD_TRANSFORMERS = "4.48.3"
+# Assumptions that never open the verdict: values LLaMA-Factory or transformers fill in for sure (eval and train
+# batch, cutoff_len), and transformers < 4.49, weighed and shown but not plausible under the modelled release: the
+# run is modelled as LLaMA-Factory 0.9.5 runs it, and 0.9.5 requires transformers >= 4.55 (its wheel's metadata,
+# catalog/lf_keys.json "sources"); an older transformers means an older LLaMA-Factory. Every other assumption whose
+# alternatives change the verdict opens it, including those other modules add (the model's resolution).
+NOT_OPEN = frozenset({"eval-batch", "train-batch", "cutoff-len", "transformers-version"})
+OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-dtype", "launcher",
+                  "deepspeed-config", "attention-kernel", "image-pixels"})   # the ones this module weighs
+STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_config.json",
+            "examples/deepspeed/ds_z3_offload_config.json")
+
+# what only the memory estimate rests on: `lint` without a card lists none of them (the stack's and the model's
+# assumptions, which its key and model judgments rest on, it keeps)
+MEMORY_ONLY = frozenset({"sample-lengths", "gpus", "gpu-variant", "torch-version", "deepspeed-version",
+                         "deepspeed-config", "checkpoint-dtype", "attention-kernel", "launcher", "world-size",
+                         "eval-batch", "train-batch", "cutoff-len", "host-ram", "images-per-sample", "image-pixels",
+                         "hccl-buffsize", "npu-runtime", "save-gathers-adapter-only"})
+
+Judge = Callable[[Any, Hardware | None, int | None], "tuple[float, str | None] | None"]
+
+
+def judge_run(counts: Any = None, enabled: bool = True) -> Judge:
+    """(run, hw, tokens) → (total GiB, verdict) by the memory model and the error model of the reported estimate.
+    `counts` (analyzers.memory.params.ParamCounts) is reused only for runs of the same architecture and trainable set.
+    Disabled (``lint`` without a card: no verdict to move), it returns None and the alternative stays unweighed."""
+
+    def judge(run: Any, hw: Hardware | None, tokens: int | None = None) -> tuple[float, str | None] | None:
+        if not enabled:
+            return None
+        from finetune_doctor.analyzers.memory import estimate, uncertainty
+        from finetune_doctor.facts.mem import shape_of
+
+        est = estimate(run, hw, counts=counts, tokens=tokens)
+        budget = _budget(hw)
+        a = uncertainty.assess(est.total, budget, est.method, shape_of(est))
+        return est.total, a.verdict
+
+    judge.enabled = enabled   # type: ignore[attr-defined]
+    return judge
+
+
+def _on(judge: Judge) -> bool:
+    """Whether `judge` weighs alternatives (judge_run's `enabled`): re-resolving a run for nothing is skipped."""
+    return bool(getattr(judge, "enabled", True))
+
+
+def _budget(hw: Hardware | None) -> float | None:
+    if hw is None or not hw.capacity_gib:
+        return None
+    return hw.capacity_gib - (max(hw.in_use_gib) if hw.in_use_gib else 0.0)
+
+
+def _weigh(name: str, value: Any, source: str, resolve_with: str, base_verdict: str | None,
+           alts: list[tuple[str, Callable[[], tuple[float, str | None]] | None]]) -> Assumption:
+    """An Assumption whose alternatives are evaluated by the given thunks (None: not evaluable here)."""
+    gib: dict[str, float] = {}
+    verdicts: dict[str, str] = {}
+    for label, thunk in alts:
+        res = thunk() if thunk is not None else None
+        if res is None:
+            continue
+        total, verdict = res
+        gib[label] = total
+        if verdict is not None:
+            verdicts[label] = verdict
+    moves = base_verdict is not None and any(v != base_verdict for v in verdicts.values())
+    return Assumption(name=name, value=value, source=source, alternatives=tuple(label for label, _ in alts),
+                      effect_gib=gib, effect_verdict=verdicts, resolve_with=resolve_with, moves_verdict=moves)
+
+
+@dataclass
+class _Seen:
+    """What every group of assumptions reads: the assembly, its run and card, the judges and the re-resolver."""
+
+    asm: Any
+    opts: Any
+    tokens: int | None
+    base: str | None
+    judge: Judge
+    fresh: Judge
+
+    @property
+    def run(self) -> Any:
+        return self.asm.run
+
+    @property
+    def hw(self) -> Hardware | None:
+        return self.asm.hw
+
+    @property
+    def cfg(self) -> dict[str, Any]:
+        return self.asm.doc.values
+
+    def rerun(self, stack: dict[str, Any] | None = None, arch: Any = None, launch: Any = None) -> Any:
+        """The run re-resolved by run.resolve_run with another stack, architecture or launch."""
+        from finetune_doctor.run import resolve_run
+
+        a = self.asm
+        return resolve_run(self.cfg, arch or self.run.arch, self.hw, a.ds, nnodes=a.nnodes,
+                           stack={**a.stack, **(stack or {})}, stack_sources=a.stack_sources,
+                           launch=launch if launch is not None else a.launch)
+
+
+def collect(asm: Any, opts: Any, *, tokens: int | None, base_verdict: str | None,
+            alt_stack: dict[str, Any] | None = None) -> list[Assumption]:
+    """Every assumption behind `asm`'s estimate (facts/config.py `Assembly` with a resolved run), weighed against
+    `base_verdict` (the verdict of the reported estimate). `tokens` is the measured worst micro-batch (None: the
+    data was not scanned); `alt_stack` is facts/mem.py `older_stack`'s result. Pure apart from reading
+    ``os.environ`` for the launch variables. Never raises for a resolved run."""
+    weigh = asm.hw is not None or asm.memory is not None   # lint without a card: listed, not weighed
+    c = _Seen(asm, opts, tokens, base_verdict, judge_run(asm.counts, weigh), judge_run(None, weigh))
+    return [*_data_and_card(c), *_deepspeed_config(c), *_stack(c, alt_stack), *_checkpoint(c), *_attention(c),
+            *_terms(c),
+            *_launch(asm, c.run, c.hw, tokens, c.judge, c.fresh, c.rerun, base_verdict), *_defaults(c)]
+
+
+def _data_and_card(c: _Seen) -> list[Assumption]:
+    """The sample lengths without the data; the card a bare ``--gpu`` names; no card at all."""
+    run, hw, out = c.run, c.hw, []
+    if c.tokens is None and not run.packing:
+        short = min(SHORT_SAMPLE_TOKENS, run.seq_len)
+        alts = [(f"samples of {short} tokens", lambda: c.judge(run.with_(seq_len=short), hw, None))] \
+            if short < run.seq_len else []
+        out.append(_weigh(
+            "sample-lengths", f"every sample fills cutoff_len ({run.seq_len} tokens)",
+            "the datasets were not scanned (not on this machine, or --no-data): the worst case is taken",
+            "the data on this machine (check measures the longest micro-batch) or --context FILE from "
+            "`doctor context`", c.base, alts))
+    if hw is not None and hw.source == "flag" and c.opts.gpu:
+        from finetune_doctor.hardware.catalog import variants
+
+        others = variants(c.opts.gpu)
+        if others:
+            alts = [(g.name, (lambda g=g: c.judge(run, replace(hw, gpu=g.name, capacity_gib=g.capacity_gib,
+                                                                bf16=g.bf16, compute_capability=g.compute_capability),
+                                                  c.tokens)))
+                    for g in others]
+            out.append(_weigh("gpu-variant", hw.gpu, f"--gpu {c.opts.gpu} names no memory size: the catalogue's "
+                              f"default variant ({hw.capacity_gib:.2f} GiB usable) is taken",
+                              f"--gpu {'/'.join([hw.gpu] + [g.name for g in others])}", c.base, alts))
+    if hw is None:
+        out.append(_weigh("gpus", "unknown: one GPU, no capacity", "no --gpu, no --env and no GPU seen here: the fit "
+                          "is not judged and the world size is 1", "--gpu SPEC (e.g. 8xA100-80GB) or --env FILE",
+                          None, []))
+    return out
+
+
+def _stack(c: _Seen, alt_stack: dict[str, Any] | None) -> list[Assumption]:
+    """torch, transformers and DeepSpeed of the training machine, when nothing names them."""
+    run, hw, out = c.run, c.hw, []
+    given = {p for p, _v, _s in c.asm.stack_sources}
+    if "torch" not in given:
+        alts = []
+        if alt_stack and alt_stack.get("alt_stack_total") is not None:
+            total = float(alt_stack["alt_stack_total"])
+            from finetune_doctor.analyzers.memory import uncertainty
+            from finetune_doctor.facts.mem import shape_of
+
+            # judged as the reported estimate is: same method, same shape class (the optimizer leaves both)
+            shape = shape_of(c.asm.memory) if c.asm.memory is not None else "default"
+            verdict = uncertainty.assess(total, _budget(hw), "analytic", shape).verdict if hw else None
+            alts.append((f"torch < 2.8 ({alt_stack.get('alt_stack_optim')})",
+                         lambda total=total, verdict=verdict: (total, verdict)))
+        why = ("transformers' default optimizer follows torch (fused AdamW from 2.8)"
+               if run.optim_assumed else "the YAML's `optim` fixes the optimizer; kernels follow torch")
+        out.append(_weigh("torch-version", ">= 2.8 (a current stack)",
+                          f"no --torch, --env or installed torch of the training machine; {why}",
+                          "--torch VERSION, or --env FILE with `llamafactory-cli env` of the training machine",
+                          c.base, alts))
+    if "transformers" not in given:
+        def older() -> tuple[float, str | None] | None:
+            if not _on(c.judge):
+                return None   # not weighed: skip the re-resolution too
+            old = c.rerun({"transformers": OLD_TRANSFORMERS})
+            return c.judge(old, hw, c.tokens) if old.shifted_logits_copy != run.shifted_logits_copy else None
+
+        alts = [(f"transformers {OLD_TRANSFORMERS}", older)]
+        out.append(_weigh("transformers-version", "a current release (4.57-5.x)",
+                          "no --transformers, --env or installed transformers of the training machine: renamed and "
+                          "version-only keys are judged for transformers 4.57-5.x, and the loss shifts labels "
+                          "instead of copying the logits (transformers >= 4.49)",
+                          "--transformers VERSION, or --env FILE", c.base, alts))
+    if "llamafactory" not in given:
+        out.append(_weigh("llamafactory-version", "0.9.5", "no LLaMA-Factory version of the training machine: keys, "
+                          "defaults and the run are judged as LLaMA-Factory 0.9.5 runs them (catalog/lf_keys.json)",
+                          "--env FILE with `llamafactory-cli env` of the training machine", c.base, []))
+    if run.deepspeed and "deepspeed" not in given:
+        dsv = getattr(c.asm.ds, "ds_version", None) if c.asm.ds is not None else None
+        out.append(_weigh("deepspeed-version", dsv or "0.19.8 (the newest behaviour the doctor knows)",
+                          "installed on this machine, not read from the training machine" if dsv else
+                          "no DeepSpeed version of the training machine: defaults and known bugs of 0.19.8 apply",
+                          "--env FILE with `llamafactory-cli env` (or `pip freeze`) of the training machine",
+                          c.base, []))
+    return out
+
+
+def _deepspeed_config(c: _Seen) -> list[Assumption]:
+    """A DeepSpeed file not on this machine (facts/config.py `_stand_in_deepspeed`): the stock file used for it,
+    with LLaMA-Factory's other stock stages evaluated (Assembly.run_after re-reads and re-resolves)."""
+    if not getattr(c.asm, "ds_assumed", None):
+        return []
+    path, used = c.asm.ds_assumed
+    alts = [(alt.rsplit("/", 1)[-1], (lambda alt=alt: c.fresh(c.asm.run_after([("config", "deepspeed", alt, False)]),
+                                                           c.hw, c.tokens) if _on(c.fresh) else None))
+            for alt in STOCK_DS if alt != used]
+    return [_weigh("deepspeed-config", used.rsplit("/", 1)[-1], f"{path} is not on this machine: LLaMA-Factory's "
+                   "stock file of the stage its name suggests stands in for it",
+                   f"run where {path} is, or deepspeed=PATH with a copy of it", c.base, alts)]
+
+
+def _checkpoint(c: _Seen) -> list[Assumption]:
+    """A checkpoint dtype its config.json does not name (readers/model/generic.py takes float32 then)."""
+    notes = str(c.run.arch.notes or "")
+    # readers/model/generic.py checkpoint_dtype's note is the only sign today (ModelArch has no "assumed" flag)
+    if c.run.arch.dtype != "float32" or not ("assumed float32" in notes or "names no torch_dtype" in notes):
+        return []
+    bf = replace(c.run.arch, dtype="bfloat16")
+    return [_weigh("checkpoint-dtype", "float32", "the model's config.json names no torch_dtype/dtype; "
+                   "LLaMA-Factory's torch_dtype='auto' load takes the stored weights' dtype",
+                   "--model-config with the checkpoint's config.json (or the model folder on this machine)",
+                   c.base, [("bfloat16", lambda: c.fresh(c.rerun(arch=bf), c.hw, c.tokens) if _on(c.fresh) else None)])]
+
+
+def _terms(c: _Seen) -> list[Assumption]:
+    """The memory terms' own assumptions (analyzers/memory/assumed.py, in the estimate's details), weighed where
+    the run carries the value: the image size (``image_max_pixels`` is the largest an image may be; the smallest,
+    ``image_min_pixels``, is the other end of the range)."""
+    mem = c.asm.memory
+    out = []
+    for a in (mem.details.get("assumptions") if mem is not None else None) or ():
+        if a.name == "image-pixels" and a.alternatives:
+            alts = [(str(v), (lambda v=v: c.judge(c.run.with_(image_max_pixels=int(v)), c.hw, c.tokens)))
+                    for v in a.alternatives if isinstance(v, int)]
+            a = _weigh(a.name, a.value, a.source, a.resolve_with, c.base, alts)
+        out.append(a)
+    return out
+
+
+def _attention(c: _Seen) -> list[Assumption]:
+    """Gemma-2 with ``flash_attn: auto`` (or unset): LLaMA-Factory takes FlashAttention-2 when flash-attn is
+    installed on the training machine and eager attention when not (model/model_utils/attention.py, the gemma2
+    branch at ff6d4d1); which one runs is not visible here, and eager keeps the full score matrix."""
+    run = c.run
+    if run.arch.model_type != "gemma2" or str(c.cfg.get("flash_attn") or "auto") != "auto":
+        return []
+    alts = [(k, (lambda k=k: c.judge(run.with_(attention=k), c.hw, c.tokens)))
+            for k in ("fa2", "eager") if k != run.attention]
+    return [_weigh("attention-kernel", run.attention, "flash_attn: auto on Gemma-2: LLaMA-Factory uses "
+                   "FlashAttention-2 if flash-attn is installed on the training machine, else eager attention",
+                   "flash_attn: fa2 (or disabled) in the YAML, or --env FILE listing flash-attn", c.base, alts)]
+
+
+def _defaults(c: _Seen) -> list[Assumption]:
+    """Values LLaMA-Factory or transformers fill in for sure (recorded with their effect, not open), and the host
+    RAM an offloading run is not judged against."""
+    run, hw, cfg, out = c.run, c.hw, c.cfg, []
+    if run.eval_during_training and "per_device_eval_batch_size" not in cfg:
+        alts = []
+        if run.micro_batch != run.eval_micro_batch:
+            alts.append((f"{run.micro_batch} (the training micro batch)",
+                         lambda: c.judge(run.with_(eval_micro_batch=run.micro_batch), hw, c.tokens)))
+        out.append(_weigh("eval-batch", run.eval_micro_batch, "per_device_eval_batch_size is not set: "
+                          "transformers' TrainingArguments default (8) evaluates 8 samples per micro batch",
+                          "set per_device_eval_batch_size in the YAML", c.base, alts))
+    if "per_device_train_batch_size" not in cfg and run.micro_batch != 1:
+        out.append(_weigh("train-batch", run.micro_batch, "per_device_train_batch_size is not set: transformers' "
+                          "TrainingArguments default", "set per_device_train_batch_size in the YAML", c.base,
+                          [("1", lambda: c.judge(run.with_(micro_batch=1), hw, None))]))
+    if "cutoff_len" not in cfg:
+        out.append(_weigh("cutoff-len", run.seq_len, "cutoff_len is not set: LLaMA-Factory's DataArguments "
+                          "default (data_args.py)", "set cutoff_len in the YAML", c.base, []))
+    offload = run.offload_optimizer == "cpu" or run.offload_param == "cpu" or bool(getattr(run, "fsdp_offload", False))
+    if offload and (hw is None or hw.host_ram_gib is None):
+        out.append(_weigh("host-ram", "unknown", "CPU offload keeps states in host RAM, and the training machine's "
+                          "RAM was not given: host OOM is not judged", "--host-ram SIZE (e.g. 744GB)",
+                          c.base, []))
+    return out
+
+
+def smallest_variant(hw: Hardware | None, spec: str | None) -> Hardware | None:
+    """`hw` as the smallest card the bare ``--gpu`` `spec` may mean (``A100`` → the 40 GB card), None when the spec
+    names a size or the card has one variant: what a remedy must fit when the GPU variant decides the verdict."""
+    if hw is None or not spec:
+        return None
+    from finetune_doctor.hardware.catalog import variants
+
+    others = [g for g in variants(spec) if g.capacity_gib < (hw.capacity_gib or 0)]
+    if not others:
+        return None
+    g = min(others, key=lambda g: g.capacity_gib)
+    return replace(hw, gpu=g.name, capacity_gib=g.capacity_gib, bf16=g.bf16, compute_capability=g.compute_capability)
+
+
+def launch_known(asm: Any) -> bool:
+    """Whether anything the doctor can see says how the run is launched: ``--launch``, ``--accelerate-config``, an
+    accelerate config beside the YAML (facts/config.py), or llamafactory-cli's launch variables in this
+    environment (FORCE_TORCHRUN, NNODES: LLaMA-Factory launcher.py)."""
+    if asm.launch is not None:
+        return True
+    return any(os.environ.get(k) for k in ("FORCE_TORCHRUN", "NNODES"))
+
+
+def _launch(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: Judge, fresh: Judge,
+            rerun: Callable[..., Any], base_verdict: str | None) -> list[Assumption]:
+    """The launcher and the ranks, when nothing the doctor can see says how the run is launched."""
+    if run.world_size <= 1 or launch_known(asm) or run.engine == "megatron":
+        return []
+    alts: list[tuple[str, Any]] = [("torchrun or deepspeed started by hand (allocator default)",
+                                    lambda: judge(run.with_(launcher="torchrun"), hw, tokens))]
+    if run.engine == "ddp":
+        from finetune_doctor.readers.config.accelerate import AccelerateConfig
+        from finetune_doctor.run.engines import LaunchInputs
+
+        acc = AccelerateConfig(path="<assumed FSDP launch>", values={}, positions={}, distributed_type="FSDP",
+                               num_processes=run.world_size, num_machines=run.nnodes)
+        alts.append(("accelerate launch with FSDP", lambda: fresh(rerun(launch=LaunchInputs(acc, None)), hw, tokens)
+                     if _on(fresh) else None))
+    engine = "DeepSpeed as the YAML names it" if run.deepspeed else "DDP"
+    out = [_weigh("launcher", f"llamafactory-cli train (torchrun, {engine}, expandable segments on)",
+                  "no --launch, --accelerate-config, accelerate config beside the YAML, or FORCE_TORCHRUN/NNODES "
+                  "in the environment", "--launch FILE (the launch command line) or --accelerate-config FILE",
+                  base_verdict, alts)]
+    src = "every GPU of --gpu on each node" if hw is not None and hw.source == "flag" else "the GPUs seen here"
+    out.append(_weigh("world-size", run.world_size, f"{src} (llamafactory-cli sets NPROC_PER_NODE to the visible "
+                      "devices, launcher.py)", "--launch FILE, --accelerate-config FILE or --nnodes N",
+                      base_verdict, []))
+    return out
+
+
+def fold(verdict: str | None, total: float, assumptions: list[Assumption]) -> tuple[str | None, Assumption | None]:
+    """The verdict across the plausible range of every open assumption: `verdict` when every evaluated alternative
+    of every open assumption agrees with it, else ``at-risk`` with the deciding assumption (of the open ones whose
+    alternatives change the verdict, the one that moves the predicted `total` (GiB) the most). An ``at-risk``
+    verdict stays at-risk; None (no card) stays None."""
+    if verdict is None:
+        return None, None
+    movers = [a for a in assumptions if a.name not in NOT_OPEN and a.moves_verdict]
+    if not movers or verdict == "at-risk":
+        return verdict, None
+    movers.sort(key=lambda a: -max((abs(v - total) for v in a.effect_gib.values()), default=0.0))
+    return "at-risk", movers[0]
+
+
+def deciding_facts(a: Assumption | None, total: float, verdict: str | None) -> dict[str, Any] | None:
+    """The ``mem.deciding_assumption`` fact: the assumption, its first alternative whose verdict differs from
+    `verdict` (the one under the assumed value) and that alternative's total (GiB)."""
+    if a is None:
+        return None
+    flip = next((k for k, v in a.effect_verdict.items() if v != verdict), None)
+    return {"name": a.name, "value": str(a.value), "source": a.source, "alternative": flip,
+            "alternative_total_gib": a.effect_gib.get(flip) if flip else None,
+            "alternative_verdict": a.effect_verdict.get(flip) if flip else None, "verdict_assumed": verdict,
+            "total_gib": total, "resolve_with": a.resolve_with}
+
+
+def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str, Any] | None:
+    """The largest sequence length (tokens per sample, ≤ cutoff_len) at which the run still fits its card with
+    p_oom ≤ 5 % (the ``fits`` verdict of analyzers/memory/uncertainty.py), for training and for the first evaluation;
+    None without a card or for a packed run (every sequence is cutoff_len long).
+
+    Bisection over `run.seq_len` (the memory model is monotone in it): training is judged with evaluation off,
+    evaluation from the evaluation moment alone (its tensor peak × (1 + the allocator reserve share) + the
+    runtime, analyzers/memory/moments.py). Returns ``{"cutoff_len", "train": {"tokens_per_sample",
+    "tokens_per_micro_batch", "micro_batch", "fits_at_cutoff"}, "eval": {...} or None}``; ``tokens_per_sample``
+    is the longest sequence (for DPO/RM/KTO each of the pair's sequences; the collator pads a micro batch to its
+    longest, so one long sample sets the whole batch) and 0 when even one-token samples do not fit.
+    """
+    budget = _budget(hw)
+    if budget is None or run.packing:
+        return None
+    from finetune_doctor.analyzers.memory import estimate, uncertainty
+    from finetune_doctor.facts.mem import shape_of
+
+    per_seq = 2 if run.pairwise else 1
+
+    def fits_train(n: int) -> bool:
+        est = estimate(run.with_(seq_len=n, eval_during_training=False), hw, counts=counts)
+        return uncertainty.assess(est.total, budget, est.method, shape_of(est)).verdict == "fits"
+
+    def fits_eval(n: int) -> bool:
+        est = estimate(run.with_(seq_len=n), hw, counts=counts)
+        d = est.details
+        moment = next((v for k, v in (d.get("moments_gib") or {}).items() if "evaluation" in k), None)
+        if moment is None:
+            return True
+        total = moment * (1 + float(d.get("reserve_share") or 0.0)) + float(d.get("runtime_gib") or 0.0)
+        return uncertainty.assess(total, budget, est.method, shape_of(est)).verdict == "fits"
+
+    def largest(ok: Callable[[int], bool], batch: int) -> dict[str, Any]:
+        n = _bisect(ok, run.seq_len)
+        return {"tokens_per_sample": n, "tokens_per_micro_batch": n * batch * per_seq,
+                "micro_batch": batch, "fits_at_cutoff": n >= run.seq_len}
+
+    out: dict[str, Any] = {"cutoff_len": run.seq_len, "train": largest(fits_train, run.micro_batch), "eval": None}
+    if run.eval_during_training:
+        out["eval"] = largest(fits_eval, run.eval_micro_batch)
+    return out
+
+
+def _bisect(ok: Callable[[int], bool], hi: int) -> int:
+    """The largest n in [1, hi] with ok(n) (ok monotone: true up to some n), 0 when ok(1) is false."""
+    if ok(hi):
+        return hi
+    if not ok(1):
+        return 0
+    lo = 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo

@@ -1,0 +1,58 @@
+"""Text rendering of what a report assumed (``Report.assumptions``, facts/assume.py) and of the memory verdict's
+dependence on it: the "Assumed" section (verdict-moving assumptions first, one compact line each) and the token
+budget line beside cutoff_len (``memory.token_budget``)."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+
+def budget_line(tb: dict[str, Any] | None) -> str | None:
+    """One sentence: how long the samples may be (``training fits as long as no sample exceeds 6,100 tokens
+    (12,200 per micro batch of 2) (cutoff_len 8,192)``); None without a budget."""
+    if not tb or all((b or {}).get("fits_at_cutoff", True) for b in (tb.get("train"), tb.get("eval"))):
+        return None   # nothing to say: every sample may fill cutoff_len
+    parts = []
+    for what, b in (("training", tb.get("train")), ("the first evaluation", tb.get("eval"))):
+        if not b:
+            continue
+        if b.get("fits_at_cutoff"):
+            parts.append(f"{what} fits even if every sample fills cutoff_len")
+        elif not b.get("tokens_per_sample"):
+            parts.append(f"{what} does not fit even with one-token samples")
+        else:
+            parts.append(f"{what} fits as long as no sample exceeds {b['tokens_per_sample']:,} tokens "
+                         f"({b['tokens_per_micro_batch']:,} per micro batch of {b['micro_batch']})")
+    return f"{'; '.join(parts)} (cutoff_len {tb['cutoff_len']:,})" if parts else None
+
+
+def deciding_line(d: dict[str, Any] | None) -> str | None:
+    """Why the verdict is at-risk when an open assumption decides it (the Assumed section says how to remove it),
+    None otherwise."""
+    if not d:
+        return None
+    alt = d.get("alternative")
+    tail = ""
+    if alt and d.get("alternative_total_gib") is not None:
+        tail = f", {d['alternative_total_gib']:.1f} GiB ({d.get('alternative_verdict')}) with {alt}"
+    return (f"at-risk on {d['name']}: {d['total_gib']:.1f} GiB ({d.get('verdict_assumed')}) as assumed "
+            f"({d['value']}){tail}")
+
+
+def assumption_lines(items: Iterable[Any]) -> list[tuple[str, bool]]:
+    """(line, moves the verdict) per assumption, verdict-moving first: ``name: value — alternative: GiB verdict;
+    … (resolve with …)``."""
+    out = []
+    for a in sorted(items, key=lambda a: not a.moves_verdict):
+        effects = []
+        for alt in a.alternatives:
+            g, v = a.effect_gib.get(alt), a.effect_verdict.get(alt)
+            if g is None:
+                effects.append(str(alt))
+            else:
+                effects.append(f"{alt}: {g:.1f} GiB" + (f" {v}" if v else ""))
+        eff = f" — if {'; '.join(effects)}" if effects else ""
+        # compact: only what moves the verdict says how to remove it
+        tail = f" (resolve with {a.resolve_with})" if a.moves_verdict and a.resolve_with else ""
+        out.append((f"{'!' if a.moves_verdict else '-'} {a.name}: {a.value}{eff}{tail}", a.moves_verdict))
+    return out
