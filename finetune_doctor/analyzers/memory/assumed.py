@@ -1,8 +1,7 @@
 """What the upstream-derived terms (zero3, qlora, ddp, npu, vision, hostsave) used without reading it from the
 user's inputs, as `Assumption` values (docs/DESIGN.md "Honest verdicts"). `estimate` puts them in
 ``details["assumptions"]``; the pipeline that builds `Report.assumptions` can lift them from there. Effects are left
-empty here: evaluating each alternative is the verdict module's work (the bitsandbytes version's total is
-evaluated by `estimate` itself, moments.py)."""
+empty here: evaluating each alternative is the verdict module's work."""
 
 from __future__ import annotations
 

@@ -15,7 +15,6 @@ without them. On top of the tensors come the allocator's reserve (analyzers/memo
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from finetune_doctor.analyzers.memory.activations import activation_bytes_per_token_layer
@@ -27,7 +26,7 @@ from finetune_doctor.analyzers.memory.terms import compute_terms
 from finetune_doctor.analyzers.memory.params import ParamCounts, count_params
 from finetune_doctor.analyzers.memory.reserve import pool_reserve, reserve_fraction
 from finetune_doctor.run import Run
-from finetune_doctor.types import GIB, Assumption, Hardware, MemoryEstimate
+from finetune_doctor.types import GIB, Hardware, MemoryEstimate
 
 
 def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
@@ -126,21 +125,9 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
     # host RAM per node peaks when a ZeRO-3 checkpoint is consolidated on rank 0 (hostsave.py); LF saves at least
     # once, at the end of training
     details.update(host_steady_gib=t.host / GIB, host_save_gib=t.host_save / GIB,
-                   assumptions=[_evaluated(a, run, hw, tokens, c) for a in term_assumptions(run, hw, t)])
+                   assumptions=term_assumptions(run, hw, t))
     return MemoryEstimate(per_gpu=per_gpu, peak_allocated=peak / GIB, host=(t.host + t.host_save) / GIB, fits=fits,
                           headroom=headroom, method="analytic", phase=phase, details=details)
-
-
-def _evaluated(a: Assumption, run: Run, hw: Hardware | None, tokens: int | None, c: ParamCounts) -> Assumption:
-    """`a` with the per-GPU total (GiB) under each alternative, where estimate can evaluate it here: the
-    bitsandbytes version (the run re-estimated with that version in its stack; qlora.py). Others unchanged."""
-    if a.name != "bitsandbytes-version":
-        return a
-    effect = {}
-    for alt in a.alternatives:
-        alt_run = replace(run, stack_sources=run.stack_sources + (("bitsandbytes", str(alt), "assumed alternative"),))
-        effect[str(alt)] = estimate(alt_run, hw, tokens=tokens, counts=c).per_gpu["total"]
-    return replace(a, effect_gib=effect)
 
 
 def _vision_moment(t: Any, static: float, held: float) -> list[tuple[str, float, dict[str, float]]]:
