@@ -24,8 +24,9 @@ One linear runs at a time, so the transient is that of the largest quantised lin
 as a plain attribute, ``ctx.tensors = (A, B)`` whenever A or B needs a gradient, though the backward never reads A
 (it computes only the input gradient). Read in the wheels: 0.41.1 ``_functions.py:523``, 0.42.0 :523, 0.43.1 :516
 keep ``(A, B)``; 0.43.2 :516, 0.43.3 :516, 0.44.0 :516, 0.44.1 :516, 0.45.0 :469, 0.46.0 :329, 0.48.2 :380 keep
-``(None, B)``. The change is bitsandbytes PR #1270 ("fix QLoRA mem bug: delete useless buffered activation",
-commit 9e753741, 2024-07-16), first released in 0.43.2 (tagged 2024-07-23); the symptom is bitsandbytes issue #643.
+``(None, B)``. The change is bitsandbytes PR #1270 (commit 9e753741, merged 2024-07-16, first released in 0.43.2,
+tagged 2024-07-23; https://github.com/bitsandbytes-foundation/bitsandbytes/pull/1270, where the maintainer calls it
+the bug behind QLoRA's memory issues at larger batches and longer sequences).
 `saved_input_terms` adds those inputs where nothing else keeps the same tensor (module docstring of that function).
 """
 
