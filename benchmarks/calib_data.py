@@ -107,6 +107,21 @@ def measured_gib(row: dict[str, Any], capacity_gib: float | None = None) -> floa
 BF16_TRUE_FRAMEWORKS = ("litgpt",)
 
 
+# A framework that pins a package the doctor's terms depend on: the pin, given to the doctor as the training
+# machine's pip freeze (``--env``), for every row of that framework. litgpt at the commit its config-hub rows cite
+# (00af8b0d, 2024-09-27) pins ``bitsandbytes==0.42.0`` in the ``all`` extra (pyproject.toml:41), the extra its
+# quantization tutorial installs; 0.42.0's MatMul4Bit keeps each 4-bit linear's input (analyzers/memory/qlora.py).
+# Not pinned, so left as the doctor reads them: the PEFT FSDP-QLoRA page asks for ``bitsandbytes>=0.43.3``
+# (peft 5d602fdbf docs/source/accelerate/fsdp.md:169; every such release drops the input, the default);
+# torchtune's QLoRA is torchao's NF4, not bitsandbytes; LLaMA-Factory requires only ``bitsandbytes>=0.39.0``.
+FRAMEWORK_PINS: dict[str, dict[str, str]] = {"litgpt": {"bitsandbytes": "0.42.0"}}
+
+
+def pins_for(row: dict[str, Any]) -> dict[str, str]:
+    """Package versions the row's framework pins (FRAMEWORK_PINS), empty when it pins none the doctor reads."""
+    return dict(FRAMEWORK_PINS.get(str(row.get("framework")), {}))
+
+
 def model_config_for(row: dict[str, Any]) -> dict[str, Any] | None:
     """The config.json the doctor should size `row`'s model from (a framework rule above), or None for the
     model as the catalogue or hub has it. Raises LookupError when the rule applies and the bundled catalogue has no

@@ -65,7 +65,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("FINETUNE_DOCTOR_NO_NVML", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from calib_data import load_rows, measured_gib, model_config_for  # noqa: E402
+from calib_data import load_rows, measured_gib, model_config_for, pins_for  # noqa: E402
 import calib_loso  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -146,7 +146,11 @@ def predict(row: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="calib-") as tmp:
         path, acc = write_row(row, Path(tmp))
         mc = Path(tmp) / "model" / "config.json"
-        opts = Options(command="estimate", paths=(str(path),), gpu=gpu, offline=True,
+        env = None
+        if pins_for(row):   # the framework's pinned packages, as the training machine's pip freeze (calib_data.py)
+            env = Path(tmp) / "pip-freeze.txt"
+            env.write_text("".join(f"{k}=={v}\n" for k, v in sorted(pins_for(row).items())))
+        opts = Options(command="estimate", paths=(str(path),), gpu=gpu, offline=True, env_file=str(env) if env else None,
                        accelerate_config=str(acc) if acc else None, model_config=str(mc) if mc.exists() else None)
         try:
             asm = assemble_config(str(path), (), opts)

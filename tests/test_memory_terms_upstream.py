@@ -313,3 +313,88 @@ def test_zero3_reduce_scatter_flattens_one_bucket_in_backward():
     n = count_params(lora).trainable
     assert n < 5e8 and compute_terms(lora).grads_in_backward == 2.0 * n
     assert compute_terms(_run(zo={"stage": 2})).grads_in_backward == count_params(_run()).trainable * 2.0 / 8
+
+
+# ---- bitsandbytes < 0.43.2: MatMul4Bit keeps its input (qlora.py) ------------------------------------------------
+
+def _qlora(bnb: str | None, **cfg):
+    base = {"bf16": True, "per_device_train_batch_size": 1, "cutoff_len": 2048, "finetuning_type": "lora",
+            "quantization_bit": 4, "lora_target": "q_proj,v_proj"}
+    arch, _ = load_arch(L3)
+    stack = (("bitsandbytes", bnb, "env.txt"),) if bnb else ()
+    return resolve_run({**base, **cfg}, arch, parse_gpu_spec("A100-80GB"), None, stack_sources=stack)
+
+
+def _bnb_delta(**cfg) -> tuple[float, float]:
+    old, new = compute_terms(_qlora("0.43.1", **cfg)), compute_terms(_qlora("0.48.2", **cfg))
+    return old.activations - new.activations, old.recompute - new.recompute
+
+
+def test_old_bitsandbytes_keeps_the_inputs_lora_does_not_already_keep():
+    # Hand computation, Llama-3-8B, T = 1 x 2048 tokens, bf16 (2 bytes), 32 layers. LoRA on q,v keeps the
+    # attention norm's output already (lora_A's input); 0.43.1 (ctx.tensors = (A, B), _functions.py:516) adds
+    # o_proj's input (32 heads x 128 = 4096), the MLP norm's output (4096) and down_proj's input (I = 14336).
+    T, per = 2048, 2 * (4096 + 4096 + 14336)
+    saved, rec = _bnb_delta(disable_gradient_checkpointing=True)
+    assert saved == pytest.approx(T * 32 * per, rel=1e-12)     # 2.75 GiB: exact, same integer arithmetic
+    assert rec == 0.0
+    # LF's default reentrant checkpointing: the first forward runs under no_grad, only the recomputed layer keeps them
+    saved, rec = _bnb_delta()
+    assert (saved, rec) == (0.0, pytest.approx(T * per, rel=1e-12))
+    # non-reentrant: the checkpoint's hooks do not see ctx.tensors, so every layer keeps all four inputs
+    saved, rec = _bnb_delta(use_reentrant_gc=False)
+    assert saved == pytest.approx(T * 32 * 2 * (4096 + 4096 + 4096 + 14336), rel=1e-12)
+    assert rec == pytest.approx(T * per, rel=1e-12)
+    # adapters on every linear keep every input already (x itself, lora_dropout 0): nothing to add, under autocast
+    # (peft's 4-bit layer does not cast then) and with bf16 adapters alike
+    assert _bnb_delta(disable_gradient_checkpointing=True, lora_target="all") == (0.0, 0.0)
+    assert _bnb_delta(disable_gradient_checkpointing=True, lora_target="all", bf16=False, pure_bf16=True) == (0.0, 0.0)
+    # no autocast, fp32 adapters on a bf16 model: lora_A keeps peft's fp32 cast, so every x is MatMul4Bit's alone
+    saved, _ = _bnb_delta(disable_gradient_checkpointing=True, lora_target="all", bf16=False)
+    assert saved == pytest.approx(T * 32 * 2 * (4096 + 4096 + 4096 + 14336), rel=1e-12)
+
+
+def test_bitsandbytes_version_boundary_and_the_unknown_version_assumption():
+    # PR #1270 first shipped in 0.43.2 (0.43.1 :516 keeps A, 0.43.2 :516 keeps None)
+    off = {"disable_gradient_checkpointing": True}
+    t = {v: compute_terms(_qlora(v, **off)).activations for v in ("0.42.0", "0.43.1", "0.43.2", "0.44.1")}
+    assert t["0.42.0"] == t["0.43.1"] > t["0.43.2"] == t["0.44.1"]
+    unknown = estimate(_qlora(None, **off))
+    (a,) = [x for x in unknown.details["assumptions"] if x.name == "bitsandbytes-version"]
+    assert a.value == "0.48.2" and a.alternatives == ("0.43.1",)
+    assert unknown.per_gpu["total"] == pytest.approx(estimate(_qlora("0.48.2", **off)).per_gpu["total"], rel=1e-12)
+    for v in ("0.43.1", "0.48.2"):
+        assert not [x for x in estimate(_qlora(v, **off)).details["assumptions"] if x.name == "bitsandbytes-version"]
+
+
+def test_unknown_bitsandbytes_is_weighed_in_the_report_as_the_env_file_would_give_it(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from finetune_doctor.cli import main
+
+    monkeypatch.setenv("FINETUNE_DOCTOR_NO_NVML", "1")
+    cfg = tmp_path / "qlora.yaml"
+    cfg.write_text("model_name_or_path: meta-llama/Meta-Llama-3-8B\nstage: sft\ndo_train: true\n"
+                   "finetuning_type: lora\nlora_target: q_proj,v_proj\nquantization_bit: 4\n"
+                   "dataset: alpaca_en_demo\ntemplate: llama3\ncutoff_len: 2048\nper_device_train_batch_size: 1\n"
+                   "bf16: true\ndisable_gradient_checkpointing: true\noutput_dir: saves/x\n")
+
+    def check(*extra: str) -> dict:
+        r = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "A100-80GB", "--no-data", "--offline",
+                                      "--format", "json", *extra])
+        assert r.exit_code in (0, 1), r.output
+        return json.loads(r.stdout)
+
+    rep = check()
+    (a,) = [x for x in rep["assumptions"] if x["name"] == "bitsandbytes-version"]
+    envs = {}
+    for v in ("0.43.1", "0.48.2"):
+        env = tmp_path / f"freeze-{v}.txt"
+        env.write_text(f"bitsandbytes=={v}\n")
+        envs[v] = check("--env", str(env))
+        assert "bitsandbytes-version" not in {x["name"] for x in envs[v]["assumptions"]}
+    old = envs["0.43.1"]["memory"]["per_gpu_gib"]["total"]
+    # the weighed alternative is the total the pip freeze gives (the report rounds to 0.01 GiB)
+    assert a["effect"]["total_gib"]["0.43.1"] == pytest.approx(old, abs=0.011)
+    # 2.75 GiB of kept inputs (hand computation above) plus the allocator's reserve on them
+    assert old - rep["memory"]["per_gpu_gib"]["total"] > 2.75

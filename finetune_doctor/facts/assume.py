@@ -261,13 +261,19 @@ def _checkpoint(c: _Seen) -> list[Assumption]:
 def _terms(c: _Seen) -> list[Assumption]:
     """The memory terms' own assumptions (analyzers/memory/assumed.py, in the estimate's details), weighed where
     the run carries the value: the image size (``image_max_pixels`` is the largest an image may be; the smallest,
-    ``image_min_pixels``, is the other end of the range)."""
+    ``image_min_pixels``, is the other end of the range) and the bitsandbytes release (one before 0.43.2 keeps every
+    4-bit linear's input)."""
     mem = c.asm.memory
     out = []
     for a in (mem.details.get("assumptions") if mem is not None else None) or ():
         if a.name == "image-pixels" and a.alternatives:
             alts = [(str(v), (lambda v=v: c.judge(c.run.with_(image_max_pixels=int(v)), c.hw, c.tokens)))
                     for v in a.alternatives if isinstance(v, int)]
+            a = _weigh(a.name, a.value, a.source, a.resolve_with, c.base, alts)
+        elif a.name == "bitsandbytes-version" and a.alternatives:
+            # the run with that release in its stack (analyzers/memory/qlora.py keeps_input reads it there)
+            alts = [(str(v), (lambda v=v: c.judge(c.run.with_(stack_sources=c.run.stack_sources + (
+                ("bitsandbytes", str(v), "assumed alternative"),)), c.hw, c.tokens))) for v in a.alternatives]
             a = _weigh(a.name, a.value, a.source, a.resolve_with, c.base, alts)
         out.append(a)
     return out

@@ -15,7 +15,8 @@ terms.py        `Terms` of one rank: all of the above
 moments.py      the moments of a step, the allocator reserve and `estimate`
 constants.py    runtime constants, the former flat reserve, the verdict margin
 zero3.py        ZeRO-3 persistent and gathered parameters (DeepSpeed's coordinator: reuse distance, prefetch)
-qlora.py        bitsandbytes 4-bit: the dequantised weight of the linear being computed
+qlora.py        bitsandbytes 4-bit: the dequantised weight of the linear being computed; the inputs releases
+                before 0.43.2 keep for backward
 ddp.py          torch DDP's Reducer buckets as the HF Trainer configures them, the wrap-time broadcast
 npu.py          Ascend NPUs: HCCL communicator buffers, torch_npu's allocator settings
 vision.py       Qwen2-VL-family vision tokens per image and the tower's working set

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from finetune_doctor.analyzers.memory.npu import HCCL_BUFFSIZE_MB, is_npu
+from finetune_doctor.analyzers.memory.qlora import BNB_OLD, BNB_READ, bnb_version, is_bnb4
 from finetune_doctor.analyzers.memory.vision import max_patches_per_image
 from finetune_doctor.run import Run
 from finetune_doctor.types import Assumption, Hardware
@@ -39,4 +40,14 @@ def term_assumptions(run: Run, hw: Hardware | None, t: Any) -> list[Assumption]:
             "save-gathers-adapter-only", True, "transformers 5.6 (the version the doctor reads) gathers only the "
                                                "adapter of a PEFT model at a ZeRO-3 save",
             alternatives=(False,), resolve_with="--context from the training machine (its transformers version)"))
+    # FSDP and Megatron size their activations elsewhere (fsdp.py, megatron.py), without this term
+    own_engine = (run.engine == "fsdp" and not run.deepspeed) or run.engine == "megatron"
+    if is_bnb4(run) and not run.use_unsloth and not own_engine and bnb_version(run) is None:
+        out.append(Assumption(
+            "bitsandbytes-version", BNB_READ,
+            "not read: the release the QLoRA terms were read from (its 4-bit matmul keeps no input for backward); "
+            "releases before 0.43.2 keep every 4-bit linear's input",
+            alternatives=(BNB_OLD,),
+            resolve_with="--context from `doctor context` on the training machine, or --env FILE "
+                         "(its pip freeze or `llamafactory-cli env`)"))
     return out

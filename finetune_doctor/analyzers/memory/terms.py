@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from finetune_doctor.analyzers.memory.activations import activation_terms
+from finetune_doctor.analyzers.memory.activations import _grad_layers, activation_terms
 from finetune_doctor.analyzers.memory.buffers import buffer_bytes, host_bytes
 from finetune_doctor.analyzers.memory.ddp import broadcast_cache_bytes
 from finetune_doctor.analyzers.memory.fsdp import fsdp_terms
 from finetune_doctor.analyzers.memory.hostsave import save_host_bytes
 from finetune_doctor.analyzers.memory.megatron import megatron_terms
 from finetune_doctor.analyzers.memory.logits import logit_terms
-from finetune_doctor.analyzers.memory.qlora import dequant_transient_bytes
+from finetune_doctor.analyzers.memory.qlora import dequant_transient_bytes, saved_input_terms
 from finetune_doctor.analyzers.memory.vision import vision_terms
 from finetune_doctor.analyzers.memory.zero3 import reduce_scatter_bytes
 from finetune_doctor.analyzers.memory.weights import state_terms, weight_terms
@@ -64,12 +64,14 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
     act = activation_terms(run, c, T)
     lg = logit_terms(run, T)
     vis_work, vis_saved, _ = vision_terms(run)
+    # bitsandbytes < 0.43.2 keeps each 4-bit linear's input for backward (qlora.py)
+    bnb_saved, bnb_recompute = saved_input_terms(run, T, *_grad_layers(run))
     return Terms(
         weights=w.weights, live_params=w.live, gradients=s.gradients, grads_persistent=s.grads_persistent,
         grads_always=s.grads_always, grads_step=s.grads_step, master=s.master, states=s.states,
-        step_temp=s.step_temp, activations=act.saved + vis_saved,
+        step_temp=s.step_temp, activations=act.saved + vis_saved + bnb_saved,
         # the backward of a 4-bit linear dequantises its weight beside the layer rebuilt for it (qlora.py)
-        recompute=act.recompute + dequant_transient_bytes(run), autocast_cache=act.autocast_cache,
+        recompute=act.recompute + dequant_transient_bytes(run) + bnb_recompute, autocast_cache=act.autocast_cache,
         logits=lg.forward, logits_bwd=lg.backward,
         # ZeRO-3 flattens each gradient bucket for its reduce-scatter during backward (zero3.py)
         grads_in_backward=s.grads_in_backward + reduce_scatter_bytes(run, s.trainable),
