@@ -38,6 +38,10 @@ def test_duplicate_key_and_malformed_yaml_name_the_line():
 @pytest.mark.parametrize("path", YAMLS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_fast_path_equals_ruamel_path(path):
     text = path.read_text(encoding="utf-8")
+    if re.search(r"^(on|off|yes|no):", text, re.M | re.I):
+        # a YAML 1.1 boolean as a top-level key (a GitHub workflow's `on:`): OmegaConf, like the fast path, reads a
+        # boolean there and ruamel's YAML 1.2 a string; no LLaMA-Factory key is one
+        pytest.skip("YAML 1.1 boolean key")
     try:
         slow = yamlcfg._parse_with_ruamel(text, str(path))
     except InputError:
