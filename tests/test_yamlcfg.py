@@ -1,6 +1,7 @@
 """The YAML reader types values as LLaMA-Factory's OmegaConf loader does, with key positions, and its fast
 libyaml path gives exactly what the ruamel path gives on every real config in the repository."""
 
+import re
 from pathlib import Path
 
 import pytest
