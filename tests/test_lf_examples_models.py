@@ -42,12 +42,22 @@ def offline_machine(tmp_path, monkeypatch):
     return tmp_path
 
 
+# Models LF's newest examples name that the bundled catalogue does not hold yet (the snapshot in shared/ gained
+# them after the catalogue was last extended): each needs an entry from its real config.json with the provenance
+# tests/test_catalog_provenance.py demands. Until then they are known gaps, not passes: strict xfail, so an entry
+# that lands makes the test say so. A user gets model-unresolved (or not-checked-here) with the --model-config hint.
+NOT_IN_CATALOG = {"Qwen/Qwen3.5-4B", "Qwen/Qwen2-1.5B-Instruct", "OpenMOSS-Team/MOSS-VL-Instruct-0708",
+                  "/path/to/DeepSeek-V3.1-source"}
+
+
 @pytest.mark.parametrize("path", YAMLS, ids=lambda p: str(p).split("examples/")[-1] + ("" if "fixtures" in str(p) else " (ref)"))
-def test_example_model_resolves_offline(path, offline_machine):
+def test_example_model_resolves_offline(path, offline_machine, request):
     cfg = yaml.safe_load(path.read_text()) or {}
     name = cfg.get("model_name_or_path")
     if not name or cfg.get("stage") is None and "train" not in str(path):
         pytest.skip("no training model in this file")
+    if name in NOT_IN_CATALOG:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=f"{name} is not in the bundled catalogue yet"))
     arch, _ = load_arch(str(name), base_dir=str(path.parent), allow_download=True)
     assert arch.total_params() > 0 and arch.source_kind in ("catalog", "hf-cache", "local")
     if name.endswith(("-AWQ", "-GPTQ")):
