@@ -42,7 +42,9 @@ def lf_resize(width: int, height: int, max_pixels: int, min_pixels: int) -> tupl
     """Image size after LLaMA-Factory's own resize (mm_plugin.py:219-230)."""
     if width * height > max_pixels:
         f = math.sqrt(max_pixels / (width * height))
-        width, height = int(width * f), int(height * f)
+        # a side of an extreme aspect ratio rounds to 0 here (LF's own resize would then fail in Pillow): keep it 1
+        # so that the count stays bounded (issue 27: a 4294967295 x 1 header divided by zero)
+        width, height = max(int(width * f), 1), max(int(height * f), 1)
     if width * height < min_pixels:
         f = math.sqrt(min_pixels / (width * height))
         width, height = int(width * f), int(height * f)
