@@ -387,6 +387,14 @@ def _deepspeed(asm: Assembly, arch: Any, *, tolerate_missing: bool, lenient: boo
                                              dict(getattr(asm.ds, "positions", {}) or {}))
 
 
+def _read_accelerate(path: str) -> Any:
+    """readers/config/accelerate.py's `load_accelerate_config`, imported once there is a file to read (a lint of a
+    config alone reads none)."""
+    from finetune_doctor.readers.config.accelerate import load_accelerate_config
+
+    return load_accelerate_config(path)
+
+
 def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
     """Read the launch command line (``opts.launch``, e.g. a run folder's cmdline.txt) and the accelerate config
     (``--accelerate-config``, else the launch's ``--config_file``) into ``asm.launch`` and ``sources["accelerate"]``.
@@ -395,13 +403,14 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
     launch command line (relative to where the run was launched, which may not be here) is a note, as is a launch
     file that holds no launch under `lenient` (postmortem).
     """
-    from finetune_doctor.readers.config.accelerate import load_accelerate_config, read_launch_file
     from finetune_doctor.run.engines import LaunchInputs
 
     launch = acc = None
     if not getattr(opts, "launch", None):
         launch = machine.launch(asm.context)
     if getattr(opts, "launch", None):
+        from finetune_doctor.readers.config.accelerate import read_launch_file
+
         try:
             launch = read_launch_file(opts.launch)
         except InputError as err:
@@ -410,7 +419,7 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
             asm.notes.append(f"launch command not read ({err})")
     path = getattr(opts, "accelerate_config", None)
     if path:
-        acc = load_accelerate_config(path)
+        acc = _read_accelerate(path)
     elif launch is not None and launch.accelerate_config:
         found = next((p for p in (Path(launch.accelerate_config), Path(opts.launch).parent / launch.accelerate_config)
                       if p.is_file()), None)
@@ -418,7 +427,7 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
             asm.notes.append(f"the launch's accelerate config {launch.accelerate_config} is not on this machine: "
                              "its FSDP settings are not known (--accelerate-config FILE)")
         else:
-            acc = load_accelerate_config(str(found))
+            acc = _read_accelerate(str(found))
     if acc is None and not path:
         acc = machine.accelerate(asm.context)
     if acc is not None:
