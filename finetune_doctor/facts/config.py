@@ -27,7 +27,6 @@ from finetune_doctor.facts import model as model_facts
 from finetune_doctor.facts import run as run_facts
 from finetune_doctor.fsutil import display_path
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc, load_config
-from finetune_doctor.readers.config.stack import installed_versions, read_env_file
 from finetune_doctor.run import InvalidRunValue, resolve_run
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Assumption, Hardware, MemoryEstimate, SourceDoc
@@ -290,6 +289,21 @@ def _quant_assumption(asm: Assembly, qalt: dict[str, Any]) -> None:
 
 DOWNLOAD_COMMANDS = ("check", "estimate", "probe", "data")
 """Commands that may download a model's JSON configs when nothing local has them (never lint, never postmortem)."""
+
+
+def read_env_file(path: str) -> Any:
+    """readers/config/stack.py's `read_env_file` (``--env FILE``), its module imported on first use."""
+    from finetune_doctor.readers.config.stack import read_env_file as read
+
+    return read(path)
+
+
+def installed_versions() -> dict[str, str]:
+    """readers/config/stack.py's `installed_versions` (torch/transformers installed here), its module imported on
+    first use: only a machine whose GPUs NVML sees asks."""
+    from finetune_doctor.readers.config.stack import installed_versions as installed
+
+    return installed()
 
 
 def _stack(opts: Options, hw: Hardware | None, env: Any, ctx: Any = None) -> tuple[dict[str, str | None], tuple]:
