@@ -432,7 +432,10 @@ def _code_cache_file() -> Any:
     base = cache_dir()
     if base is None:
         return None
-    st = os.stat(__file__)
+    try:
+        st = os.stat(__file__)
+    except OSError:   # run from an archive (zipapp, frozen): no file to key on, so no cache
+        return None
     return base / f"exprs-{sys.implementation.cache_tag}-{st.st_size}-{st.st_mtime_ns}.marshal"
 
 
