@@ -17,11 +17,6 @@ from typing import Any
 
 from finetune_doctor.errors import InputError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 FORMATS = ("text", "json", "sarif", "github", "concise")
 SCHEMA: dict[str, str] = {
     "select": "codes", "ignore": "codes", "per-file-ignores": "per-file", "fail-on": "fail-on",
@@ -91,6 +86,11 @@ def _toml(path: Path) -> dict[str, Any]:
         raise InputError(f"cannot read TOML: {err}", file=str(path)) from None
     if _nesting(text) > MAX_DEPTH:
         raise InputError(f"arrays or tables nested deeper than {MAX_DEPTH} levels", file=str(path))
+    # imported here, not at the top: most runs find no pyproject.toml/.finetune-doctor.toml and parse no TOML
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
     try:
         return tomllib.loads(text)
     except (tomllib.TOMLDecodeError, RecursionError) as err:

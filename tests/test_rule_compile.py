@@ -128,3 +128,62 @@ def test_compiled_expressions_keep_the_languages_meaning():
     assert ev.eval("1 < cfg.n < 5") and not ev.eval("1 < cfg.n < 2") and not ev.eval("5 < cfg.n < 'x'")
     assert ev.eval("[x.k for x in cfg.xs if x.k != 'a']") == ["b"]
     assert ev.eval("'a' in [x.k for x in cfg.xs]") and ev.eval("join(sorted(['b', 'a']))") == "a, b"
+
+
+def _fresh_code_cache(monkeypatch, cache_home):
+    from finetune_doctor.engine import expr  # noqa: F811 - the module, as a fresh process would read its cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
+    monkeypatch.delenv("FINETUNE_DOCTOR_NO_CACHE", raising=False)
+    monkeypatch.setattr(expr, "_CODE_CACHE", None)   # as a new process starts
+    monkeypatch.setattr(expr, "_CODE_NEW", {})
+    return expr
+
+
+def test_compiled_expressions_are_reused_by_the_next_process(tmp_path, monkeypatch):
+    """issue #22: the code of the expressions a run evaluated is cached; the next run evaluates it to the same
+    values without parsing, checking or lowering the expression again."""
+    from finetune_doctor.engine.expr import Evaluator
+
+    source = "cfg.n * 2 if cfg.lr > 1e-5 else -1"
+    facts = {"cfg": {"n": 3, "lr": 3e-5}}
+    expr = _fresh_code_cache(monkeypatch, tmp_path)
+    assert Evaluator(facts).eval(expr.Expr(source)) == 6
+    expr.save_code_cache()
+    assert list((tmp_path / "finetune-doctor").glob("exprs-*.marshal"))
+
+    expr = _fresh_code_cache(monkeypatch, tmp_path)
+
+    def refuse(*_a, **_k):
+        raise AssertionError("lowered again")
+
+    monkeypatch.setattr(expr, "lower", refuse)
+    monkeypatch.setattr(expr.ast, "parse", refuse)
+    assert Evaluator(facts).eval(expr.Expr(source)) == 6
+    assert Evaluator({"cfg": {"n": 3, "lr": 1e-6}}).eval(expr.Expr(source)) == -1
+
+
+def test_a_damaged_expression_cache_is_ignored_and_the_whitelist_still_applies(tmp_path, monkeypatch):
+    from finetune_doctor.engine.expr import Evaluator, ExprError
+
+    expr = _fresh_code_cache(monkeypatch, tmp_path)
+    path = expr._code_cache_file()
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\x00not marshal")
+    assert Evaluator({"cfg": {"a": 2}}).eval(expr.Expr("cfg.a + 1")) == 3
+    with pytest.raises(ExprError):
+        Evaluator({}).eval(expr.Expr("().__class__"))
+    expr.save_code_cache()
+    expr = _fresh_code_cache(monkeypatch, tmp_path)
+    assert expr._cached_code("cfg.a + 1") is not None
+    assert expr._cached_code("().__class__") is None   # refused expressions are never cached
+
+
+def test_no_expression_cache_is_written_when_caching_is_off(tmp_path, monkeypatch):
+    from finetune_doctor.engine.expr import Evaluator
+
+    expr = _fresh_code_cache(monkeypatch, tmp_path)
+    monkeypatch.setenv("FINETUNE_DOCTOR_NO_CACHE", "1")
+    assert Evaluator({"cfg": {"a": 2}}).eval(expr.Expr("cfg.a * 5")) == 10
+    expr.save_code_cache()
+    assert not (tmp_path / "finetune-doctor").exists()

@@ -334,10 +334,13 @@ class Expr:
     @property
     def code(self) -> Any:
         if self._code is None:
-            # lowering rewrites the checked tree in place (a deep copy costs more than the parse); should anything
-            # ask for `node` afterwards, it is parsed again
-            self._code = lower(self.node, self.source)
-            self._node = None
+            code = _cached_code(self.source)
+            if code is None:
+                # lowering rewrites the checked tree in place (a deep copy costs more than the parse); should
+                # anything ask for `node` afterwards, it is parsed again
+                code = _CODE_NEW[self.source] = lower(self.node, self.source)
+                self._node = None
+            self._code = code
         return self._code
 
     def __eq__(self, other: Any) -> bool:
@@ -407,6 +410,78 @@ def lower(node: ast.AST, source: str) -> Any:
     body = _Lower().visit(node)
     tree = ast.fix_missing_locations(ast.Expression(body))
     return compile(tree, f"<rule expression {source[:60]!r}>", "eval")
+
+
+# Compiled expressions kept between processes, as CPython keeps compiled modules in __pycache__: parsing, checking
+# and lowering the ~50 expressions one `doctor lint` evaluates (and importing simpleeval to check them) cost
+# 8-20 ms of a one-file run (issue #22). Only code made by `lower` from a tree `_check_allowed` passed is written;
+# the file is keyed by Python's bytecode tag and this module's size and mtime (the whitelist and the lowering live
+# here), and by expression source inside. FINETUNE_DOCTOR_NO_CACHE=1 turns it off (fsutil.cache_dir).
+_CODE_CACHE: dict[str, Any] | None = None   # source -> code object read from the cache file; None until read
+_CODE_NEW: dict[str, Any] = {}              # compiled in this process and not in the file yet
+_CODE_CACHE_MAX = 4096                      # entries; past it the file restarts from this process's expressions
+
+
+def _code_cache_file() -> Any:
+    """The cache file's Path, or None when caching is off."""
+    import os
+    import sys
+
+    from finetune_doctor.fsutil import cache_dir
+
+    base = cache_dir()
+    if base is None:
+        return None
+    try:
+        st = os.stat(__file__)
+    except OSError:   # run from an archive (zipapp, frozen): no file to key on, so no cache
+        return None
+    return base / f"exprs-{sys.implementation.cache_tag}-{st.st_size}-{st.st_mtime_ns}.marshal"
+
+
+def _cached_code(source: str) -> Any:
+    """The cached code object of `source`, or None (no cache, not cached, unreadable or foreign file)."""
+    global _CODE_CACHE
+    if _CODE_CACHE is None:
+        _CODE_CACHE = {}
+        path = _code_cache_file()
+        if path is not None and path.is_file():
+            import marshal
+            from types import CodeType
+
+            try:
+                data = marshal.loads(path.read_bytes())
+            except (OSError, ValueError, EOFError, TypeError):
+                data = None
+            if isinstance(data, dict):
+                _CODE_CACHE = {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, CodeType)}
+    return _CODE_CACHE.get(source)
+
+
+def save_code_cache() -> None:
+    """Add the expressions compiled in this process to the cache file; best effort (a read-only or full disk
+    leaves the file as it was, never an error). Called by the judge once a command's rules have run."""
+    global _CODE_CACHE
+    if not _CODE_NEW:
+        return
+    path = _code_cache_file()
+    if path is None:
+        return
+    import marshal
+
+    from finetune_doctor.errors import InputError
+    from finetune_doctor.fsutil import write_bytes
+
+    merged = {**(_CODE_CACHE or {}), **_CODE_NEW}
+    if len(merged) > _CODE_CACHE_MAX:
+        merged = dict(_CODE_NEW)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes(str(path), marshal.dumps(merged))
+    except (InputError, OSError, ValueError):
+        return
+    _CODE_CACHE = merged
+    _CODE_NEW.clear()
 
 
 class Template:

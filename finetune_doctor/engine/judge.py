@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping
 import finetune_doctor.engine.planners  # noqa: F401  (registers the remedy planners the rules name)
 from finetune_doctor.engine import suppression
 from finetune_doctor.engine.evaluate import RuleContext, evaluate
+from finetune_doctor.engine.expr import save_code_cache
 from finetune_doctor.engine.loader import Rule, load_rules, select_rules
 from finetune_doctor.settings import Options
 from finetune_doctor.types import SEVERITY_RANK, Finding, SourceDoc
@@ -50,6 +51,7 @@ def judge(command: str, facts: dict[str, Any], sources: Mapping[str, SourceDoc],
     ctx = RuleContext(facts=facts, sources=dict(sources), extra=dict(live or {}))
     found = evaluate(selected, ctx)
     found = _suppress(found, _comment_texts(sources, texts), every, selected, ctx)
+    save_code_cache()   # the next process skips parsing and compiling the expressions this one used
     return _order(_per_file_ignores(found, opts), selected, order)
 
 

@@ -17,7 +17,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from finetune_doctor.analyzers.memory import launchenv, uncertainty
+from finetune_doctor.analyzers.memory import launchenv
 from finetune_doctor.engine.evaluate import RuleContext, planner
 from finetune_doctor.engine.expr import unwrap
 from finetune_doctor.types import Edit, Fix
@@ -220,7 +220,7 @@ def cheapest_under(seen: list[tuple], budget: float) -> tuple | None:
 def judge_against(hw: Any) -> Judge:
     """The planners' fit test on `hw`: the analytic estimate (with expandable segments when asked) and its
     probability of OOM by the error model of its shape class."""
-    from finetune_doctor.analyzers.memory import estimate
+    from finetune_doctor.analyzers.memory import estimate, uncertainty
     from finetune_doctor.facts.mem import budget_of, expandable_total, shape_of
 
     budget = budget_of(hw) or 0.0
@@ -254,7 +254,7 @@ def _fix_of(combo: tuple[Candidate, ...], total: float, before: tuple[float, flo
 
 def _safe_total(r: Any, hw: Any) -> float:
     """The largest total (GiB) with p_oom <= 5 % on `hw` for the run `r` (its shape class decides)."""
-    from finetune_doctor.analyzers.memory import estimate
+    from finetune_doctor.analyzers.memory import estimate, uncertainty
     from finetune_doctor.facts.mem import budget_of, shape_of
 
     dist = uncertainty.oom_dist("analytic", shape_of(estimate(r, hw)))
@@ -266,6 +266,8 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
     """The predicted-oom / predicted-tight-fit / cuda-oom fix: the cheapest minimal edit set whose probability of
     OOM is at most 5 %, with ranked alternatives."""
     from dataclasses import replace
+
+    from finetune_doctor.analyzers.memory import uncertainty   # the error model: only when a memory rule fires
 
     run, hw = ctx.extra.get("run"), ctx.extra.get("hw")
     if rule.name == "verdict-depends-on-assumption" and ctx.extra.get("hw_worst") is not None:

@@ -28,7 +28,6 @@ from finetune_doctor.facts import model as model_facts
 from finetune_doctor.facts import run as run_facts
 from finetune_doctor.fsutil import display_path
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc, load_config
-from finetune_doctor.readers.config.stack import installed_versions, read_env_file
 from finetune_doctor.readers.config.lfrelease import version_in_use
 from finetune_doctor.run import InvalidRunValue, resolve_run
 from finetune_doctor.settings import Options
@@ -420,6 +419,21 @@ DOWNLOAD_COMMANDS = ("check", "estimate", "probe", "data")
 """Commands that may download a model's JSON configs when nothing local has them (never lint, never postmortem)."""
 
 
+def read_env_file(path: str) -> Any:
+    """readers/config/stack.py's `read_env_file` (``--env FILE``), its module imported on first use."""
+    from finetune_doctor.readers.config.stack import read_env_file as read
+
+    return read(path)
+
+
+def installed_versions() -> dict[str, str]:
+    """readers/config/stack.py's `installed_versions` (torch/transformers installed here), its module imported on
+    first use: only a machine whose GPUs NVML sees asks."""
+    from finetune_doctor.readers.config.stack import installed_versions as installed
+
+    return installed()
+
+
 def _stack(opts: Options, hw: Hardware | None, env: Any, ctx: Any = None) -> tuple[dict[str, str | None], tuple]:
     """The training machine's versions and where each came from, in order of precedence: ``--torch`` /
     ``--transformers``, then ``--env FILE``, then a ``doctor context`` file (`ctx`, as ``--env``), then the packages
@@ -573,6 +587,14 @@ def _stand_in_deepspeed(asm: Assembly, arch: Any) -> None:
     asm.notes.append(f"{value} is not on this machine: estimated with LLaMA-Factory's {stock} (an assumption)")
 
 
+def _read_accelerate(path: str) -> Any:
+    """readers/config/accelerate.py's `load_accelerate_config`, imported once there is a file to read (a lint of a
+    config alone reads none)."""
+    from finetune_doctor.readers.config.accelerate import load_accelerate_config
+
+    return load_accelerate_config(path)
+
+
 def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
     """Read the launch command line (``opts.launch``, e.g. a run folder's cmdline.txt) and the accelerate config
     (``--accelerate-config``, else the launch's ``--config_file``) into ``asm.launch`` and ``sources["accelerate"]``.
@@ -581,13 +603,14 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
     launch command line (relative to where the run was launched, which may not be here) is a note, as is a launch
     file that holds no launch under `lenient` (postmortem).
     """
-    from finetune_doctor.readers.config.accelerate import load_accelerate_config, read_launch_file
     from finetune_doctor.run.engines import LaunchInputs
 
     launch = acc = None
     if not getattr(opts, "launch", None):
         launch = machine.launch(asm.context)
     if getattr(opts, "launch", None):
+        from finetune_doctor.readers.config.accelerate import read_launch_file
+
         try:
             launch = read_launch_file(opts.launch)
         except InputError as err:
@@ -596,7 +619,7 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
             asm.notes.append(f"launch command not read ({err})")
     path = getattr(opts, "accelerate_config", None)
     if path:
-        acc = load_accelerate_config(path)
+        acc = _read_accelerate(path)
     elif launch is not None and launch.accelerate_config:
         found = next((p for p in (Path(launch.accelerate_config), Path(opts.launch).parent / launch.accelerate_config)
                       if p.is_file()), None)
@@ -604,7 +627,7 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
             asm.notes.append(f"the launch's accelerate config {launch.accelerate_config} is not on this machine: "
                              "its FSDP settings are not known (--accelerate-config FILE)")
         else:
-            acc = load_accelerate_config(str(found))
+            acc = _read_accelerate(str(found))
     if acc is None and not path:
         acc = machine.accelerate(asm.context)
     if launch is None and acc is None and not lenient:

@@ -10,15 +10,17 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts.schema import LOCATION, OPEN, F, Namespace
-from finetune_doctor.readers.deepspeed import dsconfig
 from finetune_doctor.readers.deepspeed import dsschema as S
 from finetune_doctor.readers.deepspeed.dsjson import printable
 from finetune_doctor.readers.deepspeed.dsproblem import DS_CHECKS, FIELDS, DSProblem, locate
 from finetune_doctor.types import Hardware
+
+if TYPE_CHECKING:   # the reader itself is imported by the functions that read a DeepSpeed JSON (below)
+    from finetune_doctor.readers.deepspeed import dsconfig
 
 PROBLEM_ITEM = {
     "kind": F("str", "unknown | removed | type | invalid | mismatch | deprecated | ignored | duplicate | deepspeed"),
@@ -111,6 +113,8 @@ def load(values: dict[str, Any], config_path: str, line: int | None, hw: Hardwar
     value = values.get("deepspeed")
     if not value:
         return None, False
+    from finetune_doctor.readers.deepspeed import dsconfig   # a config without `deepspeed:` reads no JSON
+
     world = hw.num_gpus if hw and hw.num_gpus else None
     try:
         return dsconfig.load_ds_config(value, config_path, line, values, world, hidden), False
@@ -131,6 +135,8 @@ def missing(value: Any, err: InputError) -> dict[str, Any]:
 
 def load_alone(path: str) -> Any:
     """A DeepSpeed JSON read on its own (``doctor lint ds.json``), with no training config to resolve against."""
+    from finetune_doctor.readers.deepspeed import dsconfig
+
     try:
         full = Path(path).resolve()
     except (OSError, RuntimeError):   # a symlink loop (RuntimeError before Python 3.13): the reader names it
@@ -150,6 +156,8 @@ def assemble(ds: Any, stock: bool = False) -> dict[str, Any] | None:
 def validate_with_deepspeed(ds: Any, facts: dict[str, Any]) -> bool:
     """Add to `facts` the problems DeepSpeed's own config models find (imports deepspeed: ~3 s, so only on
     request). Returns False when deepspeed is not installed (nothing was validated)."""
+    from finetune_doctor.readers.deepspeed import dsconfig
+
     extra = dsconfig.validate_with_deepspeed(ds)
     if extra is None:
         return False

@@ -24,7 +24,6 @@ from finetune_doctor.facts.assume import MEMORY_ONLY
 from finetune_doctor.facts.config import assemble_config, assemble_ds_alone
 from finetune_doctor.facts.lint import dropped_note
 from finetune_doctor.fixes import apply_fixes, collect_edits
-from finetune_doctor.fixes.edit import diff_edits
 from finetune_doctor.readers.config.lfkind import v1_hits
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Finding, Report
@@ -219,6 +218,8 @@ def diff(files: list[str], opts: Options, *, unsafe_fixes: bool = False) -> tupl
     Returns (diff text, notes for stderr, number of unsafe fixes left out). The diff is raw so that it can be piped
     to ``patch -p0`` or reviewed in CI (ruff's ``--diff``). Raises InputError on unreadable input, as `run`.
     """
+    from finetune_doctor.fixes.edit import diff_edits   # the YAML/JSON editors: only --diff and --fix need them
+
     _refuse_stdin(files)
     findings = list(run(files, opts).findings)
     per_file, notes = collect_edits(findings, unsafe_fixes)

@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from finetune_doctor.readers.config.accelerate import AccelerateConfig, LaunchCommand
 from finetune_doctor.run.model import Run
 from finetune_doctor.run.values import as_bool, as_int
 from finetune_doctor.types import Hardware
+
+if TYPE_CHECKING:   # annotations only: the accelerate reader is imported by whoever reads an accelerate config
+    from finetune_doctor.readers.config.accelerate import AccelerateConfig, LaunchCommand
 
 
 @dataclass(frozen=True)

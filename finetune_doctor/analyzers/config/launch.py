@@ -637,7 +637,6 @@ def _datasets(c: _Cfg, config_path: str | None) -> list[Problem]:
     ``data`` that is not here is not (a linter may run outside the folder training launches from), nor an
     absolute folder that does not exist on this machine (it names the training machine's disk)."""
     from finetune_doctor.errors import InputError
-    from finetune_doctor.readers.data.datasets import load_dataset_info
 
     ddir = c("dataset_dir")
     names = [(k, n) for k in ("dataset", "eval_dataset") for n in (_names(c(k)) or [])]
@@ -652,6 +651,9 @@ def _datasets(c: _Cfg, config_path: str | None) -> list[Problem]:
                       if os.path.isfile(os.path.join(b, ddir, "dataset_info.json"))), None)
         if found is None:
             raise InputError("no dataset_info.json")
+        # the data readers are imported only once a dataset_info.json is found: most lints never open one
+        from finetune_doctor.readers.data.datasets import load_dataset_info
+
         info, _lines = load_dataset_info(os.path.join(found, "dataset_info.json"))
     except InputError:
         if not c.given("dataset_dir") or (os.path.isabs(ddir) and not os.path.isdir(ddir)):

@@ -24,7 +24,6 @@ from __future__ import annotations
 import bisect
 import json
 import os
-import pickle
 import re
 import stat
 from dataclasses import dataclass
@@ -412,6 +411,8 @@ class _Parser:
 def copy_tree(value: Any) -> Any:
     """A deep copy of a parsed tree (dicts, lists, scalars). Through pickle's C code: about twice as fast as
     ``copy.deepcopy`` on a 200k-key config, and safe because `parse`/`plain_copy` bound the nesting."""
+    import pickle   # imported on first copy: a lint of YAML configs alone never copies a JSON tree
+
     return pickle.loads(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
 
 

@@ -46,26 +46,24 @@ def norm(s: str) -> str:
     return s.strip().strip("/").replace("___", ".").lower().replace("_", "-")
 
 
+# One search finds whichever neutral ending or release tag closes the name (no ending contains a hyphen, so at most
+# one matches at a time); `stem` strips them until none is left. Built once: the catalog index stems ~300 names per
+# process, and a loop of `endswith` over every ending cost ~8 ms of a one-file `doctor lint`.
+_NEUTRAL_END = re.compile("-(?:" + "|".join(map(re.escape, NEUTRAL_SUFFIXES)) + r")$|" + RELEASE_TAG.pattern)
+_NOT_ALNUM = re.compile(r"[^a-z0-9]")
+
+
 def stem(s: str) -> str:
     """Lower-cased last path component with architecture-neutral endings removed (tune, quantization and precision
-    endings, a four-digit release tag)."""
+    endings, a four-digit release tag), repeatedly, never down to nothing."""
     base = norm(s).rsplit("/", 1)[-1]
-    changed = True
-    while changed:
-        changed = False
-        for suf in NEUTRAL_SUFFIXES:
-            if base.endswith("-" + suf) and len(base) > len(suf) + 1:
-                base = base[: -len(suf) - 1]
-                changed = True
-        tag = RELEASE_TAG.search(base)
-        if tag and tag.start() > 0:
-            base = base[:tag.start()]
-            changed = True
+    while (end := _NEUTRAL_END.search(base)) is not None and end.start() > 0:
+        base = base[:end.start()]
     return base
 
 
 def _squash(s: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", stem(s))
+    return _NOT_ALNUM.sub("", stem(s))
 
 
 @lru_cache(maxsize=1)
@@ -98,8 +96,9 @@ def _index() -> tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, 
             if "/" in n:
                 by_id.setdefault(norm(n), i)
             by_name.setdefault(norm(n).rsplit("/", 1)[-1], i)
-            by_stem.setdefault(stem(n), i)
-            by_squash.setdefault(_squash(n), set()).add(i)
+            st = stem(n)
+            by_stem.setdefault(st, i)
+            by_squash.setdefault(_NOT_ALNUM.sub("", st), set()).add(i)
     return by_id, by_name, by_stem, by_squash, ids
 
 

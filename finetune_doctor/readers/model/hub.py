@@ -18,10 +18,7 @@ print into the report). Skipped when ``HF_HUB_OFFLINE=1`` (huggingface_hub ``con
 from __future__ import annotations
 
 import json
-import logging
 import os
-import socket
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +75,7 @@ def _quiet_clients() -> None:
     """Lower huggingface_hub's and modelscope's loggers to errors and turn off their progress bars: their retry
     warnings and bars would otherwise interleave with the report (the doctor says what happened in one note)."""
     import importlib.util
+    import logging
 
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     if importlib.util.find_spec("huggingface_hub") is not None:
@@ -107,6 +105,8 @@ def endpoint_address(use_modelscope: bool = False) -> tuple[str, int]:
 
 def reachable(host: str, port: int, timeout_s: float) -> str | None:
     """None when a TCP connection to `host`:`port` opens within `timeout_s` seconds, else the one-line reason."""
+    import socket   # here, not at the top: `doctor lint` imports this module and never connects
+
     if not host:
         return "no endpoint host"
     try:
@@ -135,6 +135,8 @@ _NETWORK_FETCHERS = (_hf_fetch, _ms_fetch)   # the real clients; a stand-in (tes
 
 def _with_timeout(fn: Callable[[], str], timeout_s: float) -> tuple[str | None, str | None]:
     """(result, error) of `fn` run in a daemon thread; error is a one-line reason."""
+    import threading
+
     box: dict[str, Any] = {}
 
     def work() -> None:
