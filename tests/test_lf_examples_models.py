@@ -46,7 +46,7 @@ def offline_machine(tmp_path, monkeypatch):
 # them after the catalogue was last extended): each needs an entry from its real config.json with the provenance
 # tests/test_catalog_provenance.py demands. Until then they are known gaps, not passes: strict xfail, so an entry
 # that lands makes the test say so. A user gets model-unresolved (or not-checked-here) with the --model-config hint.
-NOT_IN_CATALOG = {"Qwen/Qwen3.5-4B", "Qwen/Qwen2-1.5B-Instruct", "OpenMOSS-Team/MOSS-VL-Instruct-0708",
+NOT_IN_CATALOG = {"Qwen/Qwen2-1.5B-Instruct", "OpenMOSS-Team/MOSS-VL-Instruct-0708",
                   "/path/to/DeepSeek-V3.1-source"}
 
 

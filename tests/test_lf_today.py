@@ -250,8 +250,9 @@ def test_lf_examples_on_older_releases_fail_only_for_what_the_release_lacks(vers
 @pytest.mark.slow
 @pytest.mark.skipif(SHARED is None, reason="no ../shared/reference/llamafactory/examples (the LF snapshot)")
 def test_every_v1_training_example_gets_an_estimate(monkeypatch):
-    """Offline, a model the bundled catalog lacks (Qwen/Qwen3.5-0.8B) narrows the check to model-unresolved, as for
-    v0; every other v1 training example gets its estimate, FSDP2 sharded where dist_config says fsdp2."""
+    """Offline, every v1 training example gets its estimate from the bundled catalog (Qwen/Qwen3.5-0.8B, the last one
+    missing, has its entry), FSDP2 sharded where dist_config says fsdp2; a model the catalog lacked would narrow the
+    check to model-unresolved, as for v0."""
     monkeypatch.chdir(SHARED / "reference" / "llamafactory")
     train = [p for p in sorted(Path("examples/v1").rglob("*.yaml")) if "export" not in p.name]
     assert len(train) >= 15
@@ -269,7 +270,7 @@ def test_every_v1_training_example_gets_an_estimate(monkeypatch):
         assert report["memory"]["per_gpu_gib"]["total"] > 0
         if "fsdp2" in p.read_text() and "deepspeed" not in p.read_text():
             assert report["run"]["engine"] == "fsdp", (p, report["run"])
-    assert estimated >= len(train) - 1
+    assert estimated == len(train)
 
 
 def test_use_v1_on_the_launch_line_reads_the_config_as_v1(tmp_path):
