@@ -126,8 +126,9 @@ def test_check_reports_the_assumption_in_json(tmp_path):
     r = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "A100-80GB", "--no-data", "--format", "json"])
     d = json.loads(r.output)
     assert d["model"]["source"] == "catalog" and d["run"]["params_b"] == pytest.approx(7.62, abs=0.01)
+    (model,) = [a for a in d["assumptions"] if a["name"] == "model"]
     assert {"name": "model", "value": "Qwen/Qwen2.5-7B", "source": "folder name",
-            "resolve_with": "--model-config"}.items() <= d["assumptions"][0].items()
+            "resolve_with": "--model-config"}.items() <= model.items()
     cfg.write_text(YAML.format(model="/data/models/Qwen2-57B-A14B-Instruct", template="qwen"))
     r = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "A100-80GB", "--no-data", "--format", "json"])
     d = json.loads(r.output)
