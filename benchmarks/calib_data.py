@@ -117,6 +117,28 @@ BF16_TRUE_FRAMEWORKS = ("litgpt",)
 FRAMEWORK_PINS: dict[str, dict[str, str]] = {"litgpt": {"bitsandbytes": "0.42.0"}}
 
 
+# LLaMA-Factory keys a framework sets in every run of its rows while the rows (written as LF configs) leave them
+# out; applied under the row's own keys. litgpt's config-hub recipes that the litgpt-hub rows cite set
+# ``lora_dropout: 0.05`` in each LoRA/QLoRA recipe, and 0.05 is also the ``lora_dropout`` default their comments
+# print (read at later commits than the rows' 00af8b0d: config_hub/finetune/falcon-7b/lora.yaml at 3352a7a,
+# config_hub/finetune/llama-2-7b/qlora.yaml at 0077627d; the recipes had the key from the start). litgpt's
+# ``LoRALayer`` builds ``nn.Dropout(p=lora_dropout)`` when the rate is above 0 (an identity otherwise) and
+# ``LoRALinear.forward`` multiplies ``self.lora_dropout(x)`` by lora_A (litgpt/lora.py at 01e39f50), as peft does,
+# so the doctor's peft term applies. One difference left in: litgpt's fused ``LoRAQKVLinear`` drops x once for
+# q and v together, where the row's translated ``lora_target: q_proj,v_proj`` gives peft two dropped copies (the
+# doctor then counts one h-wide copy and mask per layer more than litgpt keeps: 3 bytes · h per token and layer).
+# The older "lit-gpt" resource-table rows are left as they are: no source for their rate was read.
+FRAMEWORK_CONFIG: dict[str, dict[str, Any]] = {"litgpt": {"lora_dropout": 0.05}}
+
+
+def config_for(row: dict[str, Any]) -> dict[str, Any]:
+    """The row's LLaMA-Factory config with its framework's settings (FRAMEWORK_CONFIG) beneath it; the
+    ``lora_*`` keys only for LoRA rows."""
+    extra = {k: v for k, v in FRAMEWORK_CONFIG.get(str(row.get("framework")), {}).items()
+             if not k.startswith("lora_") or row["config"].get("finetuning_type") == "lora"}
+    return {**extra, **row["config"]}
+
+
 def pins_for(row: dict[str, Any]) -> dict[str, str]:
     """Package versions the row's framework pins (FRAMEWORK_PINS), empty when it pins none the doctor reads."""
     return dict(FRAMEWORK_PINS.get(str(row.get("framework")), {}))

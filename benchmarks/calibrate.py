@@ -65,7 +65,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("FINETUNE_DOCTOR_NO_NVML", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from calib_data import load_rows, measured_gib, model_config_for, pins_for  # noqa: E402
+from calib_data import config_for, load_rows, measured_gib, model_config_for, pins_for  # noqa: E402
 import calib_loso  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -114,7 +114,7 @@ def write_row(row: dict[str, Any], folder: Path) -> tuple[Path, Path | None]:
         (folder / "model").mkdir()
         (folder / "model" / "config.json").write_text(json.dumps(mc, indent=1), encoding="utf-8")
     cfg = {"model_name_or_path": row["model"], "do_train": True, "dataset": "calibration_rows",
-           "template": "default", "output_dir": "out", **row["config"]}
+           "template": "default", "output_dir": "out", **config_for(row)}
     acc = None
     if row.get("deepspeed"):
         (folder / "ds.json").write_text(json.dumps(_ds_json(row["deepspeed"]), indent=1), encoding="utf-8")

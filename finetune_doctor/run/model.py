@@ -43,6 +43,7 @@ class Run:
     lora_target: tuple[str, ...] = ("all",)
     additional_target: tuple[str, ...] = ()
     use_dora: bool = False
+    lora_dropout: float = 0.0   # LF's default (finetuning_args.py); > 0 adds peft's nn.Dropout per adapted module
     resize_vocab: bool = False
     freeze_trainable_layers: int = 2
     freeze_trainable_modules: tuple[str, ...] = ("all",)

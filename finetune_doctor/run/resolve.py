@@ -157,6 +157,7 @@ def _adapters(cfg: dict[str, Any]) -> dict[str, Any]:
         "lora_rank": as_int(cfg.get("lora_rank"), 8), "lora_alpha": as_int(cfg.get("lora_alpha"), 0) or None,
         "lora_target": split_list(cfg.get("lora_target")) or ("all",),
         "additional_target": split_list(cfg.get("additional_target")), "use_dora": as_bool(cfg.get("use_dora")),
+        "lora_dropout": _dropout_rate(cfg.get("lora_dropout")),
         "resize_vocab": as_bool(cfg.get("resize_vocab")) or bool(cfg.get("add_tokens"))
         or bool(cfg.get("add_special_tokens")),
         "freeze_trainable_layers": as_int(cfg.get("freeze_trainable_layers"), 2),
@@ -164,6 +165,19 @@ def _adapters(cfg: dict[str, Any]) -> dict[str, Any]:
         "use_galore": as_bool(cfg.get("use_galore")), "use_apollo": as_bool(cfg.get("use_apollo")),
         "use_badam": as_bool(cfg.get("use_badam")),
     }
+
+
+def _dropout_rate(v: Any) -> float:
+    """``lora_dropout`` as a probability: LF's default 0.0 (finetuning_args.py ``lora_dropout``) when unset, not a
+    number or outside [0, 1] (peft's ``nn.Dropout`` refuses p outside [0, 1]; the key-schema rules report a wrong
+    type). Only whether it is above 0 changes memory (activations.py ``_lora_dropout_bytes``)."""
+    if isinstance(v, bool):
+        return 0.0
+    try:
+        p = float(v)
+    except (TypeError, ValueError):
+        return 0.0
+    return p if 0.0 <= p <= 1.0 else 0.0
 
 
 def _stage_data(cfg: dict[str, Any], stage: str, ft: str) -> dict[str, Any]:

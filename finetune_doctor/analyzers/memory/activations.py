@@ -92,6 +92,7 @@ def activation_bytes_per_token_layer(run: Run, layer: int = 0, frozen: bool = Fa
     if run.use_dora and run.finetuning_type == "lora" and trains:
         b += 2 * e * sum(lin.out_features * (k if lin.expert else lin.count)
                          for lin in a.layer_linears(layer) if _canonical(lin.name) in trains and lin.targetable)
+    b += _lora_dropout_bytes(run, layer, trains, e, residual_bytes(run) if run.liger_rms_norm else r)
     # peft without autocast runs each fp32 adapter on an fp32 cast of its input (``_cast_input_dtype``), which
     # lora_A keeps: 4 bytes per input element per adapted module, e of them counted above (saved-tensor hooks on
     # a real CPU step, and reference/memory/REPORT.md §4: 24.72 vs 22.59 GiB at s=1024, no GC).
@@ -100,6 +101,62 @@ def activation_bytes_per_token_layer(run: Run, layer: int = 0, frozen: bool = Fa
         ins = {"o_proj": hq, "down_proj": width * k}
         b += 2 * sum(v for n, v in ins.items() if n in trains)
     return b
+
+
+_ATTN_IN = {"q_proj", "k_proj", "v_proj", "q_a_proj", "kv_a_proj_with_mqa"}   # read the attention norm's output
+_MLP_IN = {"gate_proj", "up_proj"}                                              # read the MLP norm's output
+
+
+def _lora_dropout_bytes(run: Run, layer: int, trains: set[str], e: float, norm_out: float) -> float:
+    """Bytes per token that ``lora_dropout > 0`` adds to one decoder layer's saved activations, over the same run
+    with ``lora_dropout: 0``; 0.0 for other methods, a rate of 0 or a layer without adapted modules.
+
+    peft builds ``nn.Dropout(p=lora_dropout)`` for each adapted module when the rate is above 0 and ``nn.Identity``
+    otherwise (peft v0.18.1 ``tuners/lora/layer.py:188-191``), and adds ``lora_B(lora_A(dropout(x))) * scaling``
+    after casting x to the adapter's dtype (layer.py:805-807; the bitsandbytes layers cast only outside autocast,
+    ``tuners/lora/bnb.py:563-569``). ``F.dropout`` calls ``_VF.dropout`` (torch 2.13 ``nn/functional.py:1491``); on
+    CUDA aten's dropout takes the fused ``native_dropout``, which returns ``(output, mask)`` with a bool mask, the
+    one tensor its backward keeps (torch ``_decomp/decompositions.py:1278-1291`` states the same contract). So each
+    adapted module keeps, per token and input feature: the mask (1 byte) and the dropped copy that lora_A keeps
+    for its weight gradient in place of what it kept at rate 0. Two cases, for a group of `m` adapted modules
+    reading one tensor of `n` features (q/k/v, or gate/up: the norm's output; o_proj and down_proj alone):
+
+    * lora_A kept x itself at rate 0 (adapter dtype = x's and no autocast cast between): the group shared one x,
+      which nothing else keeps (the frozen base weight needs no input; the norm keeps its own input). With
+      dropout each module keeps its own copy and x is freed: ``m·n·(1 + x_bytes) − n·x_bytes``.
+    * lora_A kept its own cast of x (peft's cast to fp32 adapters, or autocast's cast of an fp32 input; also
+      where `_norms_and_inputs` counts a copy per adapted module, which under autocast with peft's bnb layers is
+      the dropped copy): the dropped tensor takes the cast's place: ``m·n`` (the masks).
+
+    Routed experts count ``num_experts_per_tok`` times. `e` the compute-dtype bytes, `norm_out` the bytes of the
+    norm outputs. Under checkpointing the caller takes the largest layer, so only the layer being recomputed
+    holds these. Off CUDA aten's dropout multiplies by a noise tensor in x's dtype instead of a bool mask, which
+    a CPU measurement shows (tests/test_lora_dropout.py measures peft's layer with saved-tensor hooks).
+    """
+    if run.finetuning_type != "lora" or run.lora_dropout <= 0.0 or not trains:
+        return 0.0
+    a = run.arch
+    adapter_b = _bytes(run.trainable_dtype)
+    bnb = run.quantization_bit in (4, 8) and (run.quantization_method or "bnb") in ("bnb", "bitsandbytes")
+    k = 1 if a.is_dense_layer(layer) else a.num_experts_per_tok
+    groups: dict[tuple[str, bool], list[int]] = {}     # (input, expert) -> [modules m, features n]
+    for lin in a.layer_linears(layer):
+        roles = set(lin.roles)
+        if not lin.targetable or not roles & trains:
+            continue
+        key = "attn" if roles <= _ATTN_IN else "mlp" if roles <= _MLP_IN else lin.name
+        g = groups.setdefault((key, lin.expert), [0, lin.in_features])
+        g[0] += 1 if lin.expert else lin.count
+    total = 0.0
+    for (key, expert), (m, n) in groups.items():
+        x_b = norm_out if key in ("attn", "mlp") and not expert else e
+        peft_casts = adapter_b != x_b and not (bnb and run.autocast)
+        reaching = adapter_b if peft_casts else x_b          # the dtype that reaches lora_A
+        shared = not peft_casts and not (run.autocast and reaching != 2)
+        if key in ("attn", "mlp") and not expert and adapter_b == 4 and norm_out != 4:
+            shared = False
+        total += (k if expert else 1) * ((m * n * (1.0 + x_b) - n * x_b) if shared else m * n)
+    return total
 
 
 def _norms_and_inputs(run: Run, h: int, r: float, trains: set[str], frozen: bool) -> float:
