@@ -77,3 +77,36 @@ def test_postmortem_with_config_places_the_dicts_and_keeps_the_crash_step():
     loss = r.sections["postmortem"]["curves"]["loss"]
     assert loss["steps"] == list(range(5, 50, 5)) and loss["basis"] == "estimated"
     assert r.findings[0].name == "cuda-oom" and "during step 48" in r.findings[0].message
+
+
+def _resumed_no_bar(tmp_path):
+    # `disable_tqdm: true` (PrinterCallback prints the dicts, no bar) and a run resumed from checkpoint-100: the
+    # dicts are those of steps 105..145, which an ordinal count puts at 5..45
+    out = []
+    for s in range(105, 150, 5):
+        lr = 2e-4 * (200 - s) / 180
+        out.append(str({"loss": f"{2.1 - 0.002 * s:.4g}", "grad_norm": "0.9", "learning_rate": f"{lr:.4g}",
+                        "epoch": f"{s / 100:.4g}"}))
+    p = tmp_path / "train.log"
+    p.write_text("\n".join(out) + "\n", encoding="utf-8")
+    return str(p)
+
+
+def test_a_resumed_run_without_bar_is_placed_by_its_epochs(tmp_path):
+    p = _resumed_no_bar(tmp_path)
+    ev = collect(p, [])
+    c = build_curves(ev, 5)
+    assert list(c["loss"].steps) == list(range(5, 50, 5)) and c["loss"].basis == "logging_steps"
+    dictsteps.place(c, ev, dictsteps.hints(CFG, {}, 200))
+    assert list(c["loss"].steps) == list(range(105, 150, 5))
+
+
+def test_self_contradicting_evidence_moves_nothing(tmp_path):
+    # epochs that go back (another run's dicts pasted after): the placed steps would not increase
+    p = _resumed_no_bar(tmp_path)
+    with open(p, "a", encoding="utf-8") as fh:
+        fh.write("{'loss': '1.9', 'grad_norm': '0.9', 'learning_rate': '0.0001', 'epoch': '0.5'}\n")
+    ev = collect(p, [])
+    c = build_curves(ev, 5)
+    assert dictsteps.place(c, ev, dictsteps.hints(CFG, {}, 200)) is None
+    assert list(c["loss"].steps) == list(range(5, 55, 5))

@@ -21,7 +21,8 @@ The evidence, strongest first, for the dict at index i:
   is rounded to the nearest multiple.
 
 The bar's step is kept when it agrees with the estimate (within the epoch's print precision) and no two dicts
-share it; otherwise the estimate replaces it. Curves from trainer_state / trainer_log / event files carry real
+share it; otherwise the estimate replaces it, unless the placed steps would go back from one dict to the next (the
+evidence contradicts itself: nothing is moved). Curves from trainer_state / trainer_log / event files carry real
 steps and are not touched. Works on the curves already in memory: no second pass over the log.
 """
 
@@ -116,6 +117,11 @@ def place(curves: dict[str, Curve], ev: Evidence, h: dict[str, Any]) -> dict[str
         new[ln] = est
         bases.add(basis or "")
     if not new:
+        return None
+    placed = [new.get(ln, s) for ln, s in zip(loss.lines, loss.steps)]
+    if loss.monotone and any(a > b for a, b in zip(placed, placed[1:])):
+        # the evidence disagrees with itself (a schedule that is not the one assumed: DeepSpeed's own WarmupLR
+        # warms up on a log curve by default): keep what the bar said rather than invent an order
         return None
     for n, c in cs.items():
         steps = array("q", (new.get(ln, s) for ln, s in zip(c.lines, c.steps)))
