@@ -32,6 +32,9 @@ _DETECTORS = {
            "count, codes, hardware, location}",
     "health": "run health (analyzers/postmortem/health.py): {no_update {why, evidence, check, location}, "
               "stopped {last_step, total, total_source, percent, location}, hang {the same + evidence}}",
+    "dict_steps": "HF metric dicts re-placed from the warmup lr, the epoch and logging_steps where the training bar "
+                  "at their line disagreed (analyzers/postmortem/dictsteps.py): {basis [warmup-lr | epoch], moved, "
+                  "first_moved {line, step}}",
     "ranks": "the ranks of a distributed run: {count, nodes, node_count, table, first_failed {rank, node, gpu, "
              "kind, state, step, phase, op, seq, cause, how, location}, states {state: count}, "
              "seq_behind {ranks, value, others, gap, what}, waiting, waiting_count, stragglers [{rank, node, sec_per_step, ratio, why}], "

@@ -73,30 +73,44 @@ def _phase(text: str, frames: tuple[str, ...] = ()) -> str | None:
     return None
 
 
-def _events(f: FileEvidence) -> list[dict[str, Any]]:
-    """Every failure event of one file: {line, state, kind, step, phase, op, seq, wall}."""
+def _line_ranks(f: FileEvidence) -> list[int]:
+    """The ranks that the failure records of one file name on their own lines (``[rank2]:`` prefixes). More
+    than one: the file is a launcher's interleaved log (``accelerate launch`` or torchrun without ``--log-dir``
+    print every worker's output to one stream, accelerate/commands/launch.py:998-1030 runs torch.distributed.run
+    in-process), and each rank's events are read apart."""
+    named = {o.rank for o in f.ooms} | {d.rank for d in f.device_errors} | {n.rank for n in f.nccl} \
+        | {(n.value or {}).get("rank") for n in f.notices if n.kind == "exception"}
+    return sorted(r for r in named if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < 1 << 20)
+
+
+def _events(f: FileEvidence, only: int | None = None) -> list[dict[str, Any]]:
+    """Every failure event of one file: {line, state, kind, step, phase, op, seq, wall}; with `only`, the
+    events of the lines that name that rank (see `_line_ranks`)."""
     wall = f.timing.get("fail_wall")
     out: list[dict[str, Any]] = []
+
+    def mine(rank: Any) -> bool:
+        return only is None or rank == only
 
     def add(line: int, state: str, kind: str, step: int | None, phase: str | None = None, op: str | None = None,
             seq: int | None = None, w: float | None = None) -> None:
         out.append({"line": line, "state": state, "kind": kind, "step": step, "phase": phase, "op": op,
                     "seq": seq, "wall": w})
 
-    for o in f.ooms[:1]:
+    for o in [o for o in f.ooms if mine(o.rank)][:1]:
         from finetune_doctor.analyzers.postmortem.oomcause import oom_phase
 
         ph = oom_phase(o.frames, o.memory_label)[0]
         add(o.line, "raised", "CUDA out of memory", o.step, ph, w=wall)
-    for d in f.device_errors[:1]:
+    for d in [d for d in f.device_errors if mine(d.rank)][:1]:
         add(d.line, "raised", f"CUDA error: {d.status}", d.step, _phase(d.text), w=wall)
     for n in f.nccl:
-        if n.kind in ("timeout", "last_work", "failed", "heartbeat"):
+        if n.kind in ("timeout", "last_work", "failed", "heartbeat") and mine(n.rank):
             add(n.line, "timed out", "NCCL collective timeout", n.step, None, n.op if n.kind == "timeout" else None,
                 n.seq if n.seq is not None else n.work, n.wall if n.wall is not None else wall)
             break
     for n in f.notices:
-        if n.kind == "exception":
+        if n.kind == "exception" and mine((n.value or {}).get("rank")):
             v = n.value or {}
             if _is_consequence_exc(v, n.text):
                 add(n.line, "timed out" if "imeout" in n.text or "timed out" in n.text else "aborted",
@@ -105,6 +119,8 @@ def _events(f: FileEvidence) -> list[dict[str, Any]]:
                 add(n.line, "raised", v.get("cls") or "exception", n.step, _phase(n.text), w=wall)
             break
     for k in f.kills:
+        if not mine(k.rank):
+            continue
         if k.kind in ("kernel-oom", "cgroup-oom", "slurm-oom", "shell-killed") or (
                 k.kind == "signal" and k.signal == "SIGKILL"):
             add(k.line, "killed", f"killed ({k.signal or k.kind})", k.step, w=wall)
@@ -138,6 +154,20 @@ def _table(ev: Evidence) -> dict[int, dict[str, Any]]:
     rows: dict[int, dict[str, Any]] = {}
     order = {"raised": 0, "killed": 1, "timed out": 2, "aborted": 3}
     for f in ev.files:
+        named = _line_ranks(f)
+        if len(named) > 1:
+            for r in named:
+                row = rows.setdefault(r, _new_row(r))
+                row["files"].append(f.read.path)
+                _counters(row, f, r, strict=True)
+                fail = _failure(_events(f, r), f.read.path)
+                seqs = [n.seq for n in f.nccl if n.rank == r and n.kind == "timeout" and n.seq is not None]
+                if fail and fail["state"] == "timed out" and seqs:
+                    # several collectives may be pending: the furthest one this rank's watchdog timed out on
+                    # (as collectives.py `_behind_in_one_file` reads a pasted log)
+                    fail["seq"] = max(seqs)
+                _merge(row, fail, order)
+            continue
         r = _rank_of(f)
         if r is None:
             continue
@@ -150,23 +180,33 @@ def _table(ev: Evidence) -> dict[int, dict[str, Any]]:
             row["last_step"] = max(row["last_step"] or 0, f.last_step)
         if f.timing.get("sec_per_step"):
             row["sec_per_step"] = f.timing["sec_per_step"]
-        for n in f.nccl:
-            if n.kind == "last_work" and (n.rank is None or n.rank == r):
-                if n.last_completed is not None:
-                    row["completed"] = n.last_completed
-                if n.last_enqueued is not None:
-                    row["enqueued"] = n.last_enqueued
-        fail = _failure(_events(f), f.read.path)
-        old = row["failure"]
-        if fail and (old is None or (order[fail["state"]], fail["wall"] or float("inf"))
-                     < (order[old["state"]], old["wall"] or float("inf"))):
-            row["failure"] = fail
+        _counters(row, f, r)
+        _merge(row, _failure(_events(f), f.read.path), order)
     for row in rows.values():
         if row["failure"]:
             row["state"] = row["failure"]["state"]
         elif row["last_step"] is not None or row["sec_per_step"]:
             row["state"] = "still running"
     return rows
+
+
+def _counters(row: dict[str, Any], f: FileEvidence, r: int, strict: bool = False) -> None:
+    """The rank's last completed / enqueued collective from its "last enqueued NCCL work" lines (`strict`: only
+    the lines that name the rank, in an interleaved log)."""
+    for n in f.nccl:
+        if n.kind == "last_work" and (n.rank == r or (n.rank is None and not strict)):
+            if n.last_completed is not None:
+                row["completed"] = n.last_completed
+            if n.last_enqueued is not None:
+                row["enqueued"] = n.last_enqueued
+
+
+def _merge(row: dict[str, Any], fail: dict[str, Any] | None, order: dict[str, int]) -> None:
+    """Keep the rank's strongest failure: a cause before a consequence, then the earlier clock."""
+    old = row["failure"]
+    if fail and (old is None or (order[fail["state"]], fail["wall"] or float("inf"))
+                 < (order[old["state"]], old["wall"] or float("inf"))):
+        row["failure"] = fail
 
 
 def _elastic_root(ev: Evidence) -> int | None:

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from finetune_doctor.analyzers.postmortem import causes, detectors, failures, health, ranks
+from finetune_doctor.analyzers.postmortem import causes, detectors, dictsteps, failures, health, ranks
 from finetune_doctor.analyzers.postmortem.collectives import nccl_error_facts, nccl_facts
 from finetune_doctor.analyzers.postmortem.curves import Curve, build_curves, curve_summary, fmt, location_of
 from finetune_doctor.analyzers.postmortem.detectors import spikes
@@ -74,6 +74,8 @@ def analyze(ev: Evidence, facts: dict[str, Any] | None = None) -> Timeline:
     curves = build_curves(ev, cx.logging_steps())
     events = _Events()
     out: dict[str, Any] = {}
+    total = next((f.total_steps for f in ev.files if f.total_steps), None) or cx.log.get("total_steps")
+    out["dict_steps"] = dictsteps.place(curves, ev, dictsteps.hints(cx.cfg, cx.log, total))
     trained = _outline(ev, cx, curves, out)
     stages: tuple[Callable[..., None], ...] = (_schedule, _scale, _numerics, _warnings, _nan, _memory,
                                                _distributed, _kills, _end)
