@@ -78,18 +78,20 @@ def read_env_file(path: str) -> EnvReport:
     """Parse an environment file (module docstring). Raises InputError naming the file when it cannot be read or
     holds nothing recognisable."""
     from finetune_doctor.errors import InputError
+    from finetune_doctor.numbers import bounded_int, parse_version
 
     text = read_text(path, "environment report")
     versions: dict[str, str] = {}
     env: dict[str, str] = {}
     gpu: dict[str, str] = {}
-    for line in text.splitlines():
+    where: dict[str, int] = {}
+    for n, line in enumerate(text.splitlines(), 1):
         m = _ITEM.match(line)
         if m:
             label, value = m.group(1).strip().lower(), m.group(2).strip()
             pkg = _LABELS.get(label)
             if pkg and (v := _VERSION.match(value)):
-                versions[pkg] = v.group(0)
+                versions[pkg], where[pkg] = v.group(0), n
             elif label in ("gpu type", "gpu number", "gpu memory"):
                 gpu[label] = value
             continue
@@ -99,11 +101,17 @@ def read_env_file(path: str) -> EnvReport:
             continue
         m = _FREEZE.match(line) or _PIPLIST.match(line)
         if m and _norm(m.group(1)) in PACKAGES:
-            versions[_norm(m.group(1))] = m.group(2)
+            versions[_norm(m.group(1))], where[_norm(m.group(1))] = m.group(2), n
+    for pkg, v in versions.items():
+        # every version the run is judged by goes through the one bounded parser: a 5,000-digit version stopped
+        # the model reader with Python's int-conversion limit (issue 27)
+        if parse_version(v) is None:
+            shown = v if len(v) <= 40 else v[:40] + f"… ({len(v)} characters)"
+            raise InputError(f"`{pkg}` version {shown!r} is not a version such as 2.5.1", file=path, line=where[pkg])
     number = gpu.get("gpu number")
     mem = re.match(r"([0-9.]+)\s*G", gpu.get("gpu memory", ""))
     report = EnvReport(path=path, versions=versions, env=env, gpu_type=gpu.get("gpu type"),
-                       gpu_number=int(number) if number and number.isdigit() else None,
+                       gpu_number=bounded_int(number) if number and number.isdigit() else None,
                        gpu_memory_gib=float(mem.group(1)) if mem else None)
     if not (versions or env or report.gpu_type):
         raise InputError("no package versions, environment variables or GPU lines found (expected the output of "
