@@ -19,7 +19,9 @@ def budget_line(tb: dict[str, Any] | None) -> str | None:
         if b.get("fits_at_cutoff"):
             parts.append(f"{what} fits even if every sample fills cutoff_len")
         elif not b.get("tokens_per_sample"):
-            parts.append(f"{what} does not fit even with one-token samples")
+            # the budget is the length at which the verdict is `fits` (p_oom <= 5 %): a run predicted under its card
+            # can still miss it through the prediction's error alone, so say which it is
+            parts.append(f"{what} stays above a 5 % probability of OOM even with one-token samples")
         else:
             parts.append(f"{what} fits as long as no sample exceeds {b['tokens_per_sample']:,} tokens "
                          f"({b['tokens_per_micro_batch']:,} per micro batch of {b['micro_batch']})")
