@@ -41,9 +41,7 @@ _TRAINING_MACHINE_PATH = ("an absolute DeepSpeed path of the training machine (/
 KNOWN_MISSES = {
     "fixture/fixtures/real_reports/08-qwen35-122b-a10b-lora-qv-z3-8xa100/config.yaml": _TRAINING_MACHINE_PATH,
     "fixture/fixtures/real_reports/09-qwen35-122b-a10b-lora-all-z3-8xa100/config.yaml": _TRAINING_MACHINE_PATH,
-    "case/056": _FRAGMENT,
     "case/067": _FRAGMENT,
-    "fixture/fixtures/postmortem/case_056/config.yaml": _FRAGMENT,
     "fixture/fixtures/postmortem/case_067/config.yaml": _FRAGMENT,
 }
 

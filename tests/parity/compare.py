@@ -73,6 +73,8 @@ _PHRASES = {
     "SaveStrategy": ("save_strategy",), "OptimizerNames": ("optim",), "eval_dataset be provided":
     ("do_eval", "do_predict", "predict_with_generate", "eval_strategy"), "PPO": ("stage",),
     "Invalid fine-tuning method": ("finetuning_type",), "requires an eval strategy": ("eval_strategy",),
+    # LF data_args.py: "Streaming mode should have an integer val size." names the pair in words
+    "Streaming mode should have an integer val size": ("val_size", "streaming"),
 }
 
 
