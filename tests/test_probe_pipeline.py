@@ -33,9 +33,12 @@ def test_check_probe_confirms_predicted_oom_and_accidental_fp32_of_case_020(tmp_
     cfg = lay_out("020", tmp_path)
     monkeypatch.chdir(tmp_path)
     r = invoke("check", cfg, "--gpu", "8xV100-16GB", "--no-data", "--probe", "--format", "json")
-    assert r.exit_code == 1, r.output
+    assert r.exit_code == 0, r.output   # warnings only: an at-risk verdict is not an error without --strict
     findings = {f["name"]: f for f in json.loads(r.output)["findings"]}
-    oom = findings["predicted-oom"]["fix"]
+    # with no data scanned the OOM holds only if samples fill cutoff_len: the verdict is at-risk on the sample
+    # lengths (issue 21), and its finding carries the OOM remedy the probe confirms
+    assert "predicted-oom" not in findings
+    oom = findings["verdict-depends-on-assumption"]["fix"]
     conf, eff = oom["confirmed"], oom["effect"]
     assert conf["by"] == "simulate" and conf["after_gib"] < 15.77 < conf["before_gib"]   # V100-16GB usable
     assert "fits" in conf["note"]
@@ -73,7 +76,8 @@ def test_probe_section_text(tmp_path, monkeypatch):
     rows = re.findall(r"│(\w+)\s*│\s*(-?[\d.]+)\s*│\s*(-?[\d.]*)\s*│", text)
     assert {"weights", "activations", "logits"} <= {c for c, _, _ in rows}
     assert all(0 <= float(a) <= float(g) for _, g, a in rows if a), rows
-    assert "FD601 predicted-oom" in text and "ZeRO-3 over 8 ranks simulated with FSDP2" in text
+    # at-risk on the sample lengths with no data scanned (issue 21): FD640 carries the OOM remedy
+    assert "FD640 verdict-depends-on-assumption" in text and "ZeRO-3 over 8 ranks simulated with FSDP2" in text
 
 
 def test_doctor_probe_gpu_mode_without_a_gpu_is_an_input_error(tmp_path, monkeypatch):
