@@ -179,15 +179,12 @@ MODES: dict[str, Mode] = {
 
 
 def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: Options, mode: "Mode | str" = "estimate",
-                    *, hw: Hardware | None = None, **legacy: bool) -> Assembly:
+                    *, hw: Hardware | None = None) -> Assembly:
     """Read `config` with `overrides` and assemble every config-side namespace, the way `mode` (a `Mode` or a
     command name of `MODES`) says. `hw` replaces hardware resolution (a sweep reuses its first point's).
-    `legacy` accepts the former keyword flags (static, scan_data, need_model, validate_ds, lenient) for branches
-    written before `MODES`; they override the mode's fields. Raises InputError on bad input.
+    Raises InputError on bad input.
     """
     m = MODES[mode] if isinstance(mode, str) else mode
-    if legacy:
-        m = replace(m, **legacy)
     static, scan_data, need_model, validate_ds, lenient = (m.static, m.scan_data, m.need_model, m.validate_ds,
                                                            m.lenient)
     assume = m.assume and not lenient   # a postmortem judges a run that happened: nothing to assume for a verdict

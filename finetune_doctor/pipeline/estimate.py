@@ -7,11 +7,12 @@ overrides (exactly as ``llamafactory-cli train config.yaml key=value`` would) an
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import Any
 
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
-from finetune_doctor.facts.config import assemble_config
+from finetune_doctor.facts.config import MODES, assemble_config
 from finetune_doctor.readers.config.yamlcfg import parse_override
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Report
@@ -51,7 +52,7 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple
     `scan_data` measures the longest micro-batch of the datasets on this machine, as ``check`` does, so that both
     commands give the same total for the same inputs; sweep points are not scanned (each is its worst case, every
     sample at cutoff_len)."""
-    asm = assemble_config(config, overrides, opts, "estimate", scan_data=scan_data)
+    asm = assemble_config(config, overrides, opts, replace(MODES["estimate"], scan_data=scan_data))
     findings = judge("estimate", asm.facts, asm.sources, opts, texts={asm.doc.path: asm.doc.text}, live=asm.live())
     sections: dict[str, Any] = {"model": asm.model_section()} if asm.run is not None else {}
     if asm.memory is not None:
@@ -70,7 +71,7 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple
         rows = []
         for combo in itertools.product(*[vals for _, vals in axes]):
             ov = tuple(overrides) + tuple(f"{k}={v}" for (k, _), v in zip(axes, combo))
-            m = assemble_config(config, ov, opts, "estimate", hw=asm.hw, assume=False).memory
+            m = assemble_config(config, ov, opts, replace(MODES["estimate"], assume=False), hw=asm.hw).memory
             rows.append({**{k: parse_override(f"{k}={v}")[1] for (k, _), v in zip(axes, combo)},
                          "total_gib": None if m is None else round(m.total, 2),
                          "peak_allocated_gib": None if m is None else round(m.peak_allocated, 2),
