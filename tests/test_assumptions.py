@@ -267,3 +267,18 @@ def test_the_memory_terms_assumptions_reach_the_report():
     pixels = names["image-pixels"]
     assert pixels["value"] == 262144 and list(pixels["effect"]["total_gib"]) == [str(pixels["alternatives"][0])]
     assert pixels["effect"]["total_gib"][str(pixels["alternatives"][0])] <= r["memory"]["per_gpu_gib"]["total"]
+
+
+def test_unsized_alternatives_are_named_briefly_and_sized_ones_carry_their_gib():
+    from finetune_doctor.reporters.sections.assumed import assumption_lines
+    from finetune_doctor.types import Assumption
+
+    releases = ("0.8.0", "0.8.1", "0.8.2", "0.8.3", "0.9.0", "0.9.5")
+    lines = assumption_lines([
+        Assumption("lf-version", "any release", "no version given", alternatives=releases),
+        Assumption("sample-lengths", "cutoff_len", "no data", alternatives=("512",), effect_gib={"512": 10.7},
+                   effect_verdict={"512": "fits"}, resolve_with="the data", moves_verdict=True),
+    ])
+    assert lines[0] == ("! sample-lengths: cutoff_len — if 512: 10.7 GiB fits (resolve with the data)", True)
+    # six releases were not re-sized: three are named, the rest counted (the JSON keeps all six)
+    assert lines[1] == ("- lf-version: any release — also possible, not sized: 0.8.0, 0.8.1, 0.8.2, +3 more", False)

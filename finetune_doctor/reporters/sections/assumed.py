@@ -46,15 +46,25 @@ def assumption_lines(items: Iterable[Any]) -> list[tuple[str, bool]]:
     … (resolve with …)``."""
     out = []
     for a in sorted(items, key=lambda a: not a.moves_verdict):
-        effects = []
+        sized, unsized = [], []
         for alt in a.alternatives:
             g, v = a.effect_gib.get(alt), a.effect_verdict.get(alt)
             if g is None:
-                effects.append(str(alt))
+                unsized.append(str(alt))
             else:
-                effects.append(f"{alt}: {g:.1f} GiB" + (f" {v}" if v else ""))
-        eff = f" — if {'; '.join(effects)}" if effects else ""
+                sized.append(f"{alt}: {g:.1f} GiB" + (f" {v}" if v else ""))
+        # alternatives the memory model was not re-run for carry no number: name a few, not every release
+        if unsized:
+            more = f", +{len(unsized) - _UNSIZED_SHOWN} more" if len(unsized) > _UNSIZED_SHOWN else ""
+            unsized_text = f"{', '.join(unsized[:_UNSIZED_SHOWN])}{more}"
+        eff = f" — if {'; '.join(sized)}" if sized else ""
+        if unsized:
+            eff += f"{';' if sized else ' —'} also possible, not sized: {unsized_text}"
         # compact: only what moves the verdict says how to remove it
         tail = f" (resolve with {a.resolve_with})" if a.moves_verdict and a.resolve_with else ""
         out.append((f"{'!' if a.moves_verdict else '-'} {a.name}: {a.value}{eff}{tail}", a.moves_verdict))
     return out
+
+
+# how many alternatives without a sized effect the text names before "+N more" (the JSON lists them all)
+_UNSIZED_SHOWN = 3
