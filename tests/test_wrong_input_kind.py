@@ -76,3 +76,17 @@ def test_lint_still_skips_a_wellformed_foreign_yaml(tmp_path):
     wf.write_text("name: ci\non: [push]\njobs:\n  t:\n    runs-on: ubuntu-latest\n")
     res = _run("lint", str(wf))
     assert res.exit_code == 0 and "not a training config" in res.output
+
+
+@pytest.mark.parametrize("name, catalogued, fair", [
+    ("/gpfs/public/models/Qwen2-VL-72B-Instruct", "Qwen/Qwen2-VL-7B-Instruct", False),   # 72B is no typo of 7B
+    ("Qwen/Qwen2.5-8B-Instruct", "Qwen/Qwen2.5-7B", True),                                # 8B may be a typo of 7B
+    ("/models/my-finetune", "Qwen/Qwen2.5-7B", True),                                     # no size stated
+])
+def test_a_suggestion_keeps_the_size_the_name_states(name, catalogued, fair):
+    from finetune_doctor.readers.model import byname
+    from finetune_doctor.readers.model.catalog import find_in_catalog
+
+    entry = find_in_catalog(catalogued)
+    assert entry is not None
+    assert byname.near_size(name, entry[0]) is fair
