@@ -178,7 +178,12 @@ def benign_overflow(out: dict[str, Any]) -> dict[str, Any] | None:
 # -- process death ----------------------------------------------------------------------------------------------------
 
 KILL_PRIORITY = {"child-failed-root": 0, "kernel-oom": 1, "cgroup-oom": 1, "slurm-oom": 1, "torchrun-exit": 2,
-                  "launcher-exit": 3, "shell-killed": 4, "signal": 5, "cpu-alloc": 6}
+                  "launcher-exit": 3, "shell-killed": 4, "shell-signaled": 4, "signal": 5, "cpu-alloc": 6}
+
+
+NATIVE_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL")
+"""Signals a process raises on itself from compiled code (signal(7): invalid memory reference, bus error, illegal
+instruction): a crash inside a C/C++/CUDA extension, not something sent from outside."""
 
 
 def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: dict[str, Any]) -> dict[str, Any] | None:
@@ -215,8 +220,10 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     d = {"kind": k.kind, "signal": k.signal, "exitcode": k.exitcode, "rank": k.rank, "local_rank": k.local_rank,
          "pid": k.pid, "host": k.host, "step": step, "host_oom": host_oom, "who": who, "how": how,
          "host_ram_text": hram, "offload": bool(run_off), "location": location_of(k.file, k.line),
+         # a fault in compiled code (bash's "Segmentation fault", faulthandler, exit -11/139 ...): not the host
+         "native": k.signal in NATIVE_SIGNALS,
          "text": k.text, "count": len(kills)}
-    d["timeline_text"] = f"{who} killed by {how}"
+    d["timeline_text"] = f"{who} {'crashed with' if d['native'] else 'killed by'} {how}"
     return d
 
 
