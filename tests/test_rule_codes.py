@@ -123,7 +123,7 @@ RELEASED = {
     "FD711": "dora-memory",
     "FD712": "optimizer-options-without-switch",
     "FD041": "unverified-config-problem",
-    "FD042": "v1-parse-error",
+    "FD042": "v1-parse-error", "FD049": "wrong-subcommand",
     "FD741": "galore-default-optim-unverified",
     "FD642": "inference-does-not-fit",
     "FD643": "export-does-not-fit",
