@@ -282,3 +282,16 @@ def test_unsized_alternatives_are_named_briefly_and_sized_ones_carry_their_gib()
     assert lines[0] == ("! sample-lengths: cutoff_len — if 512: 10.7 GiB fits (resolve with the data)", True)
     # six releases were not re-sized: three are named, the rest counted (the JSON keeps all six)
     assert lines[1] == ("- lf-version: any release — also possible, not sized: 0.8.0, 0.8.1, 0.8.2, +3 more", False)
+
+
+def test_the_save_assumption_states_its_host_ram_at_stake():
+    """Llama-3-8B LoRA under ZeRO-3 with LF's gather-on-save: with transformers unknown the adapter-only save is
+    assumed, and the alternative names what a whole-model gather costs in host RAM (8.03B params x 2 bytes =
+    15.0 GiB, less the adapter), since that alternative moves no GPU total (new-user trial: +757 GiB unseen)."""
+    res = CliRunner().invoke(main, ["check", str(CASE025), "--no-data", "--format", "json"])
+    save = [a for a in json.loads(res.stdout)["assumptions"] if a["name"] == "save-gathers-adapter-only"]
+    assert len(save) == 1 and save[0]["value"] is True
+    assert save[0]["alternatives"] == ["False (transformers < 5 gathers the whole model: +15 GiB of host RAM on "
+                                       "rank 0's node at each save)"]
+    res = CliRunner().invoke(main, ["check", str(CASE025), "--no-data", "--format", "json", "--transformers", "4.57.0"])
+    assert not [a for a in json.loads(res.stdout)["assumptions"] if a["name"] == "save-gathers-adapter-only"]
