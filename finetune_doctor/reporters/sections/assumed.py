@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 
 def budget_line(tb: dict[str, Any] | None) -> str | None:
-    """One sentence: how long the samples may be (``training fits as long as no sample exceeds 6,100 tokens
+    """One sentence: how long the samples may be (``training fits (probability of OOM <= 5 %) as long as no sample exceeds 6,100 tokens
     (12,200 per micro batch of 2) (cutoff_len 8,192)``); None without a budget."""
     if not tb or all((b or {}).get("fits_at_cutoff", True) for b in (tb.get("train"), tb.get("eval"))):
         return None   # nothing to say: every sample may fill cutoff_len
@@ -23,7 +23,8 @@ def budget_line(tb: dict[str, Any] | None) -> str | None:
             # can still miss it through the prediction's error alone, so say which it is
             parts.append(f"{what} stays above a 5 % probability of OOM even with one-token samples")
         else:
-            parts.append(f"{what} fits as long as no sample exceeds {b['tokens_per_sample']:,} tokens "
+            parts.append(f"{what} fits (probability of OOM <= 5 %) as long as no sample exceeds "
+                         f"{b['tokens_per_sample']:,} tokens "
                          f"({b['tokens_per_micro_batch']:,} per micro batch of {b['micro_batch']})")
     return f"{'; '.join(parts)} (cutoff_len {tb['cutoff_len']:,})" if parts else None
 
