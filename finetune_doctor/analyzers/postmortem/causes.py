@@ -68,10 +68,21 @@ def epoch_at(epoch: Curve | None, step: int | None) -> float | None:
     return value_at(epoch, step) if epoch is not None else None
 
 
+def _same_record(c: Curve | None, location: Any) -> float | None:
+    """The value of curve `c` logged at `location` (the same file and line), None when it logged none there."""
+    if c is None or location is None:
+        return None
+    return next((c.values[i] for i in range(len(c)) if c.location(i) == location), None)
+
+
 def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bool, lr: Curve | None,
                epoch: Curve | None) -> dict[str, Any]:
     st = nan["step"]
-    rate = value_at(lr, st)
+    # the learning rate printed in the same metric dict as the non-finite value, else the one in effect at its step
+    # (two dicts placed at one estimated step would otherwise lend it the later dict's rate)
+    rate = _same_record(lr, nan.get("location"))
+    if rate is None:
+        rate = value_at(lr, st)
     ep = epoch_at(epoch, st)
     n = dict(nan)
     n["lr"] = rate
