@@ -263,3 +263,20 @@ def test_two_equal_neighbours_by_chance_are_not_a_constant_norm(tmp_path):
                                      f"'epoch': {i / 10}}}\n" for i in range(3)))
     gc = analyze(pm.collect(str(d), [])).facts["grad_const"]
     assert gc["count"] == 3 and gc["sqrt_k"] is None and gc["loss_varies"]
+
+
+def test_the_nan_event_quotes_the_learning_rate_of_its_own_dict(tmp_path):
+    """LLaMA-Factory #7388's paste: two printed dicts that land at one estimated step; the NaN's learning rate is
+    the one printed beside it (8e-06, line 3), not the next dict's (1.6e-05, line 4)."""
+    d = run_dir(tmp_path)
+    (d / "train.log").write_text(
+        "UserWarning: cuDNN SDPA backward got grad_output.strides() != output.strides(), attempting to materialize "
+        "a grad_output with matching strides... (Triggered internally at ../aten/src/ATen/native/cudnn/MHA.cpp:674.)\n"
+        "  return Variable._execution_engine.run_backward(  # Calls into the C++ engine to run the backward pass\n"
+        "  0%|▏                                     | 1/249 [00:26<1:47:45, 26.07s/it]{'loss': 60.5735, "
+        "'grad_norm': nan, 'learning_rate': 8.000000000000001e-06, 'epoch': 0.12}\n"
+        "{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 1.6000000000000003e-05, 'epoch': 0.24}\n"
+        "  8%|███                                  | 21/249 [07:23<1:17:48, 20.48s/it]\n", encoding="utf-8")
+    rep = pm.run(str(d), [], None, Options(command="postmortem"))
+    nan = [e for e in rep.timeline if e.kind == "nan"]
+    assert len(nan) == 1 and nan[0].detail.endswith("(lr 8e-06)") and nan[0].source.endswith("train.log:3")

@@ -83,7 +83,22 @@ def _kind_of_text(text: str, suffix: str) -> str | None:
         if "model_name_or_path" in keys or len(keys & LF_MARKERS) >= 2 or _only_lf_keys(keys) \
                 or len(v1_hits(keys)) >= 2:
             return "lf"   # a v0 config, or a LLaMA-Factory v1 one (USE_V1=1): readers/config/lfkind.py tells which
-        return None
+        # a YAML that does not parse is not "someone else's file": the config reader reports it at its line (exit 2)
+        # instead of a skip whose reason would guess at keys it could not read
+        return "lf" if _malformed_yaml(text) else None
+    return None
+
+
+def _malformed_yaml(text: str) -> bool:
+    """Whether PyYAML (its C loader where built) refuses `text`; multi-document files count as parsed."""
+    import yaml
+
+    try:
+        for _ in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+            pass
+    except yaml.YAMLError:
+        return True
+    return False
     return None
 
 

@@ -365,7 +365,7 @@ def _memory(w: _Writer, r: Report) -> None:
     fits = {True: ("yes", "green"), False: ("NO", "bold red"), None: ("unknown", None)}[mem.fits]
     w.line(f"capacity {gib(cap) + ' GiB' if cap is not None else 'unknown'}"
            f" · headroom {gib(mem.headroom) + ' GiB' if mem.headroom is not None else 'unknown'}"
-           f" · fits {fits[0]}"
+           f" · fits {fits[0]}{_at_estimate(mem)}"
            f" · peak allocated {gib(mem.peak_allocated)} GiB"
            f" · host RAM needed per node {gib(mem.host)} GiB"
            f" · method {mem.method}", indent=1)
@@ -382,6 +382,14 @@ def _memory(w: _Writer, r: Report) -> None:
                  assumed.budget_line(mem.details.get("token_budget"))):
         if line:
             w.line(line, indent=1)
+
+
+def _at_estimate(mem: Any) -> str:
+    """" at the estimate" when the point estimate's fit and the verdict differ (a total under the card that its
+    error or an open assumption makes at-risk), so "fits yes" and "verdict at-risk" do not read as a contradiction."""
+    if mem.fits is None or not mem.verdict:
+        return ""
+    return "" if mem.verdict == ("fits" if mem.fits else "oom") else " at the estimate"
 
 
 def _assumed(w: _Writer, r: Report) -> None:

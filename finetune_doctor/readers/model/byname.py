@@ -156,6 +156,25 @@ def same_class(name: str, entry: dict[str, Any]) -> bool:
                for e in _entry_traits(entry))
 
 
+def _billions(size: str | None) -> float | None:
+    """``7b`` -> 7.0, ``8x7b`` -> 56.0, ``500m`` -> 0.5; None for what is not a plain size."""
+    m = re.fullmatch(r"(?:(\d+)x)?(\d+(?:\.\d+)?)([bm])", (size or "").lower())
+    if m is None:
+        return None
+    n = float(m.group(2)) * (int(m.group(1)) if m.group(1) else 1)
+    return n / 1000 if m.group(3) == "m" else n
+
+
+def near_size(name: str, entry: dict[str, Any]) -> bool:
+    """True unless `name` and `entry` both state a size and they differ by more than a typo would (a factor of
+    1.5: ``Qwen2.5-8B`` suggests Qwen2.5-7B, ``Qwen2-VL-72B`` does not suggest Qwen2-VL-7B)."""
+    mine = _billions(traits(name).size)
+    if mine is None:
+        return True
+    theirs = [b for t in _entry_traits(entry) if (b := _billions(t.size)) is not None]
+    return not theirs or any(max(mine, b) / max(min(mine, b), 1e-9) <= 1.5 for b in theirs)
+
+
 def same_kind(name: str, entry: dict[str, Any]) -> bool:
     """True when `entry` is a fair suggestion for `name`: the same family and the same MoE-ness (a size may
     differ: ``Qwen2.5-8B`` is a typo of Qwen2.5-7B; ``Qwen2-57B-A14B`` is not a Qwen2-7B)."""
