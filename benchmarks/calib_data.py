@@ -106,6 +106,14 @@ def measured_gib(row: dict[str, Any], capacity_gib: float | None = None) -> floa
 # ``--model-config``.
 BF16_TRUE_FRAMEWORKS = ("litgpt",)
 
+# litgpt fine-tunes with an output layer of its own: its GPT builds ``lm_head`` as a separate Linear and never ties
+# it to ``transformer.wte`` (litgpt/model.py:25 and litgpt/lora.py:509 at 00af8b0d; finetune/lora.py:451 lists
+# ``train.tie_embeddings`` among the unsupported arguments), and its HF converter copies the embedding into
+# ``lm_head.weight`` for the models that tie it (scripts/convert_hf_checkpoint.py:207 and :282 at 00af8b0d:
+# Gemma, Gemma-2, Llama-3.2). So the row's model is given to the doctor with ``tie_word_embeddings: false``: one
+# more vocab x hidden weight on the GPU than the tied HF model (0.5-1.7 GiB at bf16 for these rows).
+UNTIED_FRAMEWORKS = ("litgpt",)
+
 
 # A framework that pins a package the doctor's terms depend on: the pin, given to the doctor as the training
 # machine's pip freeze (``--env``), for every row of that framework. litgpt at the commit its config-hub rows cite
@@ -155,7 +163,8 @@ def model_config_for(row: dict[str, Any]) -> dict[str, Any] | None:
     found = find_in_catalog(str(row["model"]))
     if found is None or not found[0].get("config"):
         raise LookupError(f"{row['id']}: {row['model']} has no config in the bundled catalogue")
-    return {**found[0]["config"], "torch_dtype": "bfloat16"}
+    untie = {"tie_word_embeddings": False} if row.get("framework") in UNTIED_FRAMEWORKS else {}
+    return {**found[0]["config"], "torch_dtype": "bfloat16", **untie}
 
 
 def write_split(path: Path = ROWS) -> dict[str, int]:
