@@ -11,6 +11,7 @@ Data: benchmarks/data/calibration_rows.yaml. Each row is one run as its source s
   ``fsdp_config`` keys) and ``gpu`` (``NxCARD`` as ``--gpu`` takes it, null when the source does not say; then
   ``world``, the number of processes when the source states it, sizes the run on benchmarks/calibrate.py's
   default card, and the row has no outcome to score);
+* ``stack`` (optional): ``{package: version}`` the source fixes for that row (given to the doctor as ``--env``).
 * ``measured``: ``{value, unit, kind}`` or null. ``unit`` GB (10^9 bytes, what litgpt prints), GiB (2^30: nvidia-smi's
   MiB / 1024, torch's counters divided by 1024^3) or GB-class (a card's marketed size); ``kind`` allocated
   (``max_memory_allocated``/active), reserved (``max_memory_reserved``), nvidia-smi (device usage incl. context),
@@ -148,8 +149,9 @@ def config_for(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def pins_for(row: dict[str, Any]) -> dict[str, str]:
-    """Package versions the row's framework pins (FRAMEWORK_PINS), empty when it pins none the doctor reads."""
-    return dict(FRAMEWORK_PINS.get(str(row.get("framework")), {}))
+    """Package versions the row's framework pins (FRAMEWORK_PINS), then the row's own ``stack`` (versions its source
+    fixes, e.g. by the date a figure was written: each row says why in its notes); empty when neither names one."""
+    return {**FRAMEWORK_PINS.get(str(row.get("framework")), {}), **{str(k): str(v) for k, v in (row.get("stack") or {}).items()}}
 
 
 def model_config_for(row: dict[str, Any]) -> dict[str, Any] | None:
