@@ -148,10 +148,36 @@ def config_for(row: dict[str, Any]) -> dict[str, Any]:
     return {**extra, **row["config"]}
 
 
+# A run cannot use a release that did not exist yet. For the frameworks that run the transformers Trainer (their
+# optimizer default, loss and bitsandbytes path are the ones the doctor models), a row dated before the first
+# release of a version at which one of the doctor's terms changes is given a version below it (only the side of
+# the boundary matters to the doctor; the row's date is its source's, so the run is no later). The boundaries:
+# torch 2.8.0 (2025-08-06; transformers' default optimizer becomes adamw_torch_fused, run/stack.py
+# ``default_optim``), transformers 4.49.0 (2025-02-17; the loss stops copying the shifted logits, run/stack.py
+# ``SHIFTED_LOGITS_COPY_BEFORE``), bitsandbytes 0.43.2 (2024-07-23; MatMul4Bit stops keeping its input,
+# analyzers/memory/qlora.py). Release dates as PyPI lists them.
+TRAINER_FRAMEWORKS = ("LLaMA-Factory", "TRL SFTTrainer", "ms-swift", "transformers + PEFT")
+DATE_BOUNDS: tuple[tuple[str, str, str], ...] = (
+    ("torch", "2025-08-06", "2.7.1"),
+    ("transformers", "2025-02-17", "4.48.3"),
+    ("bitsandbytes", "2024-07-23", "0.43.1"),
+)
+
+
+def dated_pins(row: dict[str, Any]) -> dict[str, str]:
+    """Versions below each boundary of DATE_BOUNDS the row's date precedes (Trainer frameworks only)."""
+    fw, when = str(row.get("framework") or ""), str(row.get("date") or "")
+    if not when or not fw.startswith(TRAINER_FRAMEWORKS):
+        return {}
+    return {pkg: below for pkg, first, below in DATE_BOUNDS if when < first}
+
+
 def pins_for(row: dict[str, Any]) -> dict[str, str]:
-    """Package versions the row's framework pins (FRAMEWORK_PINS), then the row's own ``stack`` (versions its source
-    fixes, e.g. by the date a figure was written: each row says why in its notes); empty when neither names one."""
-    return {**FRAMEWORK_PINS.get(str(row.get("framework")), {}), **{str(k): str(v) for k, v in (row.get("stack") or {}).items()}}
+    """Package versions for the row, later sources winning: the date bounds (``dated_pins``), the framework's pins
+    (FRAMEWORK_PINS), the row's own ``stack`` (versions its source fixes: each row says why in its notes); empty
+    when none names one."""
+    return {**dated_pins(row), **FRAMEWORK_PINS.get(str(row.get("framework")), {}),
+            **{str(k): str(v) for k, v in (row.get("stack") or {}).items()}}
 
 
 def model_config_for(row: dict[str, Any]) -> dict[str, Any] | None:
