@@ -115,6 +115,15 @@ BF16_TRUE_FRAMEWORKS = ("litgpt",)
 # more vocab x hidden weight on the GPU than the tied HF model (0.5-1.7 GiB at bf16 for these rows).
 UNTIED_FRAMEWORKS = ("litgpt",)
 
+# PEFT's examples/sft/train.py (every "TRL SFTTrainer + PEFT" row runs it, from PEFT's FSDP and DeepSpeed pages)
+# loads the model in float32 unless a floating ``bnb_4bit_quant_storage_dtype`` is given: ``dtype =
+# quant_storage_dtype if ... is_floating_point else torch.float32`` (examples/sft/utils.py:134 at 5d602fdbf; since
+# 8452d71e1, 2024-04-05), and before that without any ``torch_dtype`` (utils.py at aa2ca83ca, the commit that
+# added the example and the pages' LoRA runs), which transformers then loaded in float32. So a row of it without
+# quantization is given to the doctor as its config.json with ``torch_dtype: float32`` (what LLaMA-Factory loads
+# for an fp32 checkpoint); its QLoRA rows set the storage dtype to bfloat16 and stay as the catalogue has them.
+FP32_LOAD_FRAMEWORKS = ("TRL SFTTrainer + PEFT",)
+
 
 # A framework that pins a package the doctor's terms depend on: the pin, given to the doctor as the training
 # machine's pip freeze (``--env``), for every row of that framework. litgpt at the commit its config-hub rows cite
@@ -184,14 +193,18 @@ def model_config_for(row: dict[str, Any]) -> dict[str, Any] | None:
     """The config.json the doctor should size `row`'s model from (a framework rule above), or None for the
     model as the catalogue or hub has it. Raises LookupError when the rule applies and the bundled catalogue has no
     config for the model."""
-    if row.get("framework") not in BF16_TRUE_FRAMEWORKS:
+    fw = str(row.get("framework") or "")
+    fp32 = fw.startswith(FP32_LOAD_FRAMEWORKS) and not row["config"].get("quantization_bit")
+    if fw not in BF16_TRUE_FRAMEWORKS and not fp32:
         return None
     from finetune_doctor.readers.model.modelcfg import find_in_catalog
 
     found = find_in_catalog(str(row["model"]))
     if found is None or not found[0].get("config"):
         raise LookupError(f"{row['id']}: {row['model']} has no config in the bundled catalogue")
-    untie = {"tie_word_embeddings": False} if row.get("framework") in UNTIED_FRAMEWORKS else {}
+    if fp32:
+        return {**found[0]["config"], "torch_dtype": "float32"}
+    untie = {"tie_word_embeddings": False} if fw in UNTIED_FRAMEWORKS else {}
     return {**found[0]["config"], "torch_dtype": "bfloat16", **untie}
 
 

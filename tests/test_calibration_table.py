@@ -250,3 +250,11 @@ def test_dated_pins_follow_the_release_boundaries():
     assert calib_data.pins_for({"framework": "litgpt", "date": "2024-09-27"}) == {"bitsandbytes": "0.42.0"}
     own = {**row, "stack": {"torch": "2.5.1"}}
     assert calib_data.pins_for(own)["torch"] == "2.5.1" and calib_data.pins_for(own)["bitsandbytes"] == "0.43.1"
+
+
+def test_peft_sft_example_loads_unquantized_models_in_float32():
+    # examples/sft/utils.py:134 (5d602fdbf): float32 unless a floating 4-bit storage dtype is given
+    lora = next(r for r in ROWS if r["id"] == "peft-fsdp-lora-70b")
+    assert calib_data.model_config_for(lora)["torch_dtype"] == "float32"
+    qlora = next(r for r in ROWS if r["id"] == "peft-fsdp-qlora-70b-offload")
+    assert calib_data.model_config_for(qlora) is None
