@@ -218,3 +218,43 @@ def test_dev_only_never_assembles_a_test_row(monkeypatch):
         calibrate.install(json.loads(before[0]))
     assert seen and set(seen) == {"dev"}
     assert (calibrate.TABLE.read_bytes(), calibrate.UNC_ROWS.read_bytes()) == before   # dev-only writes nothing
+
+
+def test_litgpt_rows_carry_an_untied_output_layer():
+    # litgpt never ties lm_head to the embedding (model.py:25 at 00af8b0d): gemma-2b's 256000 x 2048 output layer
+    # is one more bf16 weight than the tied HF model, 0.98 GiB on the allocated counter
+    from calibrate import predict
+
+    row = next(r for r in ROWS if r["id"] == "litgpt-hub-gemma-2b-lora")
+    cfg = calib_data.model_config_for(row)
+    assert cfg["tie_word_embeddings"] is False
+    import calibrate
+    orig = calibrate.model_config_for
+    try:
+        calibrate.model_config_for = lambda r: dict(cfg, tie_word_embeddings=True) if r is row else orig(r)
+        tied = predict(row)
+    finally:
+        calibrate.model_config_for = orig
+    untied = predict(row)
+    assert untied["peak_allocated"] - tied["peak_allocated"] == pytest.approx(256000 * 2048 * 2 / 2**30, rel=0.02)
+
+
+def test_dated_pins_follow_the_release_boundaries():
+    # a Trainer framework's row dated before a boundary release runs a version below it; after it, nothing is
+    # pinned; frameworks without the Trainer are never dated; the row's own stack and the framework's pins win
+    row = {"framework": "LLaMA-Factory", "date": "2024-07-11"}
+    assert calib_data.dated_pins(row) == {"torch": "2.7.1", "transformers": "4.48.3", "bitsandbytes": "0.43.1"}
+    assert calib_data.dated_pins({**row, "date": "2024-10-01"}) == {"torch": "2.7.1", "transformers": "4.48.3"}
+    assert calib_data.dated_pins({**row, "date": "2025-08-06"}) == {}
+    assert calib_data.dated_pins({"framework": "litgpt", "date": "2024-09-27"}) == {}
+    assert calib_data.pins_for({"framework": "litgpt", "date": "2024-09-27"}) == {"bitsandbytes": "0.42.0"}
+    own = {**row, "stack": {"torch": "2.5.1"}}
+    assert calib_data.pins_for(own)["torch"] == "2.5.1" and calib_data.pins_for(own)["bitsandbytes"] == "0.43.1"
+
+
+def test_peft_sft_example_loads_unquantized_models_in_float32():
+    # examples/sft/utils.py:134 (5d602fdbf): float32 unless a floating 4-bit storage dtype is given
+    lora = next(r for r in ROWS if r["id"] == "peft-fsdp-lora-70b")
+    assert calib_data.model_config_for(lora)["torch_dtype"] == "float32"
+    qlora = next(r for r in ROWS if r["id"] == "peft-fsdp-qlora-70b-offload")
+    assert calib_data.model_config_for(qlora) is None
