@@ -23,8 +23,19 @@ method is re-derived from the ε of the dev rows, per class of the chosen key (`
 weights (κ0, ν0) are chosen on them by leave-one-out log predictive density
 (benchmarks/derive_uncertainty.py `choose_prior`). With ``--with-legacy`` the published rows the memory model was
 tuned on (docs/reference/memory/memory_points_dev.csv, as derive_uncertainty.py expresses them) join the dev rows.
-The ``simulated`` and ``measured`` methods are kept as they are (no row here is a probe). The fitted table is written
-to finetune_doctor/analyzers/memory/uncertainty_table.json (``--no-write`` to skip) with the dev rows' provenance.
+The ``simulated`` and ``measured`` methods are kept as they are (no row here is a probe). Last, the weights of
+the mixture over open assumptions (facts/assume.py `mixture`: p_oom and the interval of an estimate made under
+assumptions the doctor could not check) are chosen on the dev rows with that table (`fit_weights`: a grid for the
+sample-lengths assumption and one for every other; a row whose samples reach cutoff_len has its sample-lengths
+assumption closed, as the data would close it, calib_data.samples_fill). The fitted table, weights included, is
+written to finetune_doctor/analyzers/memory/uncertainty_table.json (``--no-write`` to skip) with the dev rows'
+provenance.
+
+**Which rows are held out.** Round 1's test half informed a choice of form (session 5), so from round 2 on every
+round-1 row is dev and the test half is round 2: rows from sources no earlier row used, committed before the doctor
+ran on them (benchmarks/calib_data.py). The script is deterministic (no sampling; the prior and the form are
+chosen by exhaustive grids), so a rerun after a change to the memory model refits on dev and rescores test in one
+command.
 
 **The report (test only).** Brier score of p_oom over the rows with an outcome and a card; the share of
 measurements inside the stated 90 % interval; reliability per probability bin; p ≥ 0.9 on runs that trained and
