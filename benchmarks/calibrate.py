@@ -564,6 +564,7 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
                "by engine, method and tokens per micro-batch:", "",
                *breakdown([s for s in res["after"] if s["row"]["split"] == half],
                           lambda r, p: f"{engine_of(r)} / {r['method']} / {seq_band(r)}"), "",
+               *samples_lines([s for s in res["after"] if s["row"]["split"] == half]), "",
                "Rows (fitted table):", "", *_rows_table([s for s in res["after"] if s["row"]["split"] == half]), ""]
         if a["errors"]:
             md += ["Refused by the doctor: " + "; ".join(a["errors"]), ""]
@@ -580,6 +581,22 @@ def weight_lines(res: dict[str, Any]) -> list[str]:
         w = c["weights"]
         out.append(f"| {w['sample-lengths']:.2f} | {w['default']:.2f} | {_f(c['brier'], '.3f')} | "
                    f"{_f(c['coverage'], '.0%')} | {c['sure_oom_but_trained']} | {c['sure_fits_but_oom']} |")
+    return out
+
+
+def samples_lines(scored: list[dict[str, Any]]) -> list[str]:
+    """Brier and interval coverage by whether the rows' samples reach cutoff_len (calib_data.samples_fill) and, for
+    the others, by cutoff_len (below 8192 or not): where the sample-lengths assumption decides the score."""
+    def group(r: dict[str, Any]) -> str:
+        if samples_fill(r):
+            return "samples reach cutoff_len"
+        big = int(r["config"].get("cutoff_len") or 0) >= 8192
+        return "samples from a dataset, cutoff_len " + (">= 8192" if big else "< 8192")
+    out = ["Scores by what the samples are (the data is never given to the doctor here):", "",
+           "| rows | runs | Brier | measurements | inside the 90 % interval |", "|---|---|---|---|---|"]
+    for g in sorted({group(s["row"]) for s in scored}):
+        sm = summary([s for s in scored if group(s["row"]) == g])
+        out.append(f"| {g} | {sm['n_outcomes']} | {_f(sm['brier'], '.3f')} | {sm['n_meas']} | {_f(sm['inside'], '.0%')} |")
     return out
 
 

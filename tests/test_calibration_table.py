@@ -224,3 +224,28 @@ def test_dev_only_never_assembles_a_test_row(monkeypatch):
         calibrate.install(json.loads(before[0]))
     assert seen and set(seen) == {"dev"}
     assert (calibrate.TABLE.read_bytes(), calibrate.UNC_ROWS.read_bytes()) == before   # dev-only writes nothing
+
+
+def test_samples_field_and_the_mixture_a_row_is_scored_with():
+    import calibrate
+    from finetune_doctor.types import Assumption, Hardware
+
+    # default by source type: a documentation table runs at its stated length, a thread's data is unknown
+    assert calib_data.samples_fill({"source_type": "framework-doc"})
+    assert not calib_data.samples_fill({"source_type": "issue-thread"})
+    assert not calib_data.samples_fill({"source_type": "framework-doc", "samples": "dataset"})
+    hw = Hardware(gpu="A100-80GB", num_gpus=1, capacity_gib=79.15, bf16=True, source="flag")
+    sl = Assumption(name="sample-lengths", value="every sample fills cutoff_len", source="test",
+                    alternatives=("samples of 512 tokens",), effect_gib={"samples of 512 tokens": 20.0},
+                    effect_verdict={"samples of 512 tokens": "fits"}, moves_verdict=True)
+    pred = {"mix": (70.0, hw, [sl], None), "cls": u.error_class("default", False), "method": "analytic",
+            "p_oom": 0.4, "interval": (50.0, 90.0)}
+    half = {"sample-lengths": 0.5, "default": 1.0}
+    d = u.oom_dist("analytic", pred["cls"])
+    dataset = calibrate.reweigh({"source_type": "issue-thread"}, pred, half)
+    assert dataset["p_oom"] == pytest.approx(0.5 * u.p_oom(70.0, 79.15, d) + 0.5 * u.p_oom(20.0, 79.15, d))
+    # samples that reach cutoff_len close the assumption, as the data on the training machine would
+    fill = calibrate.reweigh({"source_type": "framework-doc"}, pred, half)
+    assert fill["p_oom"] == pytest.approx(u.p_oom(70.0, 79.15, d))
+    assert fill["interval"][0] > dataset["interval"][0]
+    assert calibrate.reweigh({}, {"error": "refused"}, half) == {"error": "refused"}
