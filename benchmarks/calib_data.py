@@ -18,9 +18,19 @@ Data: benchmarks/data/calibration_rows.yaml. Each row is one run as its source s
   boundary (the card's capacity at the longest length that still trained) or unknown;
 * ``outcome``: trained | oom | null; ``unknown``: what the source does not state and the row had to assume (so
   "never guess silently" holds for the data too); ``notes``;
+* ``samples``: fill | dataset: whether the source's samples reach ``cutoff_len`` (a benchmark at a fixed or
+  packed length: what the doctor would measure from the data, so the calibration closes its ``sample-lengths``
+  assumption, `samples_fill`) or come from a real dataset whose longest sample the source does not state (the
+  assumption stays open). Default: ``dataset`` for issue threads, ``fill`` for documentation tables;
+* ``round``: 1 (collected by session 5) or 2 (collected in session 6 from sources never used before; absent = 1);
 * ``split``: dev | test (`assign_split`).
 
-**The split** is by source: every row of one page or thread lands in the same half. Within each source type the
+**Round 2 (session 6).** The round-1 test half informed a choice of form (benchmarks/results/calibrate.md), so it is
+no longer held out: every round-1 row is dev now, and the fresh held-out set is round 2, rows from sources no
+earlier row used, all test, committed before the doctor was run on any of them. Rows without a split are dealt as
+follows: round ≥ 2 to test; round 1 by the rule below.
+
+**The split of round 1** was by source: every row of one page or thread lands in the same half. Within each source type the
 sources are ordered by the SHA-256 of their address and dealt, in that order, to whichever half holds fewer rows of
 that type so far (then fewer rows in all; dev on a tie), so both halves hold documentation tables and user threads. It
 depends only on the addresses and the row counts, never on the doctor's errors, so rows added later fall where the
@@ -73,12 +83,22 @@ def assign_split(rows: list[dict[str, Any]]) -> dict[str, str]:
     for src, side in fixed.items():
         total[side] += counts[src]
         by_type[(kind[src], side)] = by_type.get((kind[src], side), 0) + counts[src]
+    fresh = {r["source"] for r in rows if int(r.get("round") or 1) >= 2}
     for src in sorted((s for s in counts if s not in fixed), key=lambda s: (kind[s], source_key(s))):
+        if src in fresh:   # round 2: the fresh held-out set
+            out[src] = "test"
+            continue
         side = min(("dev", "test"), key=lambda h: (by_type.get((kind[src], h), 0), total[h], h != "dev"))
         out[src] = side
         total[side] += counts[src]
         by_type[(kind[src], side)] = by_type.get((kind[src], side), 0) + counts[src]
     return out
+
+
+def samples_fill(row: dict[str, Any]) -> bool:
+    """Whether `row`'s samples reach cutoff_len (its ``samples`` field, module docstring; default by source type)."""
+    default = "dataset" if row.get("source_type") == "issue-thread" else "fill"
+    return (row.get("samples") or default) == "fill"
 
 
 def measured_gib(row: dict[str, Any], capacity_gib: float | None = None) -> float | None:

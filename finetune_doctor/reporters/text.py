@@ -371,8 +371,11 @@ def _memory(w: _Writer, r: Report) -> None:
            f" · method {mem.method}", indent=1)
     if mem.interval_gib is not None:
         lo, hi = mem.interval_gib
-        # an at-risk verdict an assumption decides: p_oom is the assumed case's (facts/assume.py)
-        cond = " as assumed" if mem.details.get("deciding_assumption") else ""
+        # p_oom is a mixture over the open assumptions when the table weighs their alternatives (facts/assume.py
+        # `mixture`); with the assumed values' weight at 1 it stays the assumed case's, and an at-risk verdict says so
+        mixed = len(mem.details.get("p_oom_components") or ()) > 1
+        cond = (" over the open assumptions" if mixed else
+                " as assumed") if mem.details.get("deciding_assumption") else ""
         verdict = f"verdict {mem.verdict} · probability of OOM {_pct(mem.p_oom)}{cond} · " if mem.verdict else ""
         w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB (the benchmarks' error for this kind of run)",
                indent=1)
