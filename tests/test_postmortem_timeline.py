@@ -280,3 +280,20 @@ def test_the_nan_event_quotes_the_learning_rate_of_its_own_dict(tmp_path):
     rep = pm.run(str(d), [], None, Options(command="postmortem"))
     nan = [e for e in rep.timeline if e.kind == "nan"]
     assert len(nan) == 1 and nan[0].detail.endswith("(lr 8e-06)") and nan[0].source.endswith("train.log:3")
+
+
+def test_a_segfault_is_a_native_crash_not_nothing_to_diagnose(tmp_path):
+    """LLaMA-Factory #9210: a merge whose log ends in bash's "Segmentation fault (core dumped)" line. It is FD340
+    native-crash (a fault in compiled code: no traceback, not the host's OOM killer), placed on that line."""
+    d = run_dir(tmp_path)
+    (d / "export.log").write_text(
+        "[INFO|modeling_utils.py:2167] 2025-09-28 14:25:47,437 >> Instantiating Qwen2ForCausalLM model under "
+        "default dtype torch.bfloat16.\n"
+        "/bin/bash: line 1:   263 Segmentation fault      (core dumped) llamafactory-cli export --template "
+        "deepseekr1 --model_name_or_path /models --adapter_name_or_path /adapters --export_dir /output\n",
+        encoding="utf-8")
+    rep = pm.run(str(d), [], None, Options(command="postmortem"))
+    codes = [f.code for f in rep.findings]
+    assert codes[0] == "FD340" and "FD315" not in codes and "FD318" not in codes
+    assert rep.findings[0].location.line == 2 and "SIGSEGV (exit code 139)" in rep.findings[0].message
+    assert any(e.detail == "pid 263 crashed with SIGSEGV (exit code 139)" for e in rep.timeline)
