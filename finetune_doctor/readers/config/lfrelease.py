@@ -176,17 +176,11 @@ def choose(version: str | None, source: str = "not given") -> Release:
 
 
 def installed_version() -> str | None:
-    """The llamafactory version installed here, from its package metadata (no import), else None."""
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-    except ImportError:   # pragma: no cover - Python < 3.8
-        return None
-    try:
-        return version("llamafactory")
-    except PackageNotFoundError:
-        return None
-    except Exception:   # a broken metadata folder is not the user's config problem
-        return None
+    """The llamafactory version installed here, from its package metadata (no import), else None
+    (readers/dists.py, the one home of installed versions)."""
+    from finetune_doctor.readers.dists import installed_version as found
+
+    return found("llamafactory")
 
 
 def version_in_use(flag: str | None, env_versions: dict[str, str] | None = None,
