@@ -21,10 +21,12 @@ def _norm(name: str) -> str:
     return name.lower().replace("-", "_").replace(".", "_")
 
 
+@functools.lru_cache(maxsize=256)
 def installed_version(dist: str) -> str | None:
     """The installed version of distribution `dist` (any spelling: ``ruamel.yaml``, ``ruamel-yaml``), else None.
 
-    One directory listing per ``sys.path`` entry, cached for the process. A broken metadata folder is no
+    One directory listing per ``sys.path`` entry and one answer per name, cached for the process (a lint of 95
+    configs asks for llamafactory's 95 times). A broken metadata folder is no
     version (None), never an error: it is not the user's config problem.
     """
     want = _norm(dist)
