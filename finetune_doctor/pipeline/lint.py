@@ -18,15 +18,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
-from finetune_doctor.facts.assume import MEMORY_ONLY
-from finetune_doctor.facts.config import assemble_config, assemble_ds_alone
-from finetune_doctor.facts.lint import dropped_note
-from finetune_doctor.fixes import apply_fixes, collect_edits
 from finetune_doctor.readers.config.lfkind import v1_hits
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Finding, Report
+
+# The judge, the fact assembly and the fixers (most of the project's modules) are imported where a file needs
+# them: a commit whose YAMLs are none of LLaMA-Factory's (workflows, accelerate configs) is answered without them.
 
 LF_MARKERS = {"model_name_or_path", "stage", "finetuning_type", "do_train", "template", "dataset", "cutoff_len",
               "lora_target", "per_device_train_batch_size", "output_dir", "adapter_name_or_path"}
@@ -132,6 +130,9 @@ def skip_reason(path: str) -> str:
 
 def lint_ds_alone(path: str, opts: Options) -> list[Finding]:
     """The lint findings of a DeepSpeed JSON given on its own."""
+    from finetune_doctor.engine.judge import judge
+    from finetune_doctor.facts.config import assemble_ds_alone
+
     asm = assemble_ds_alone(path)
     return judge("lint", asm.facts, asm.sources, opts)
 
@@ -149,6 +150,11 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     for f, kind in kinds:
         if kind != "lf":
             continue
+        from finetune_doctor.engine.judge import judge
+        from finetune_doctor.facts.assume import MEMORY_ONLY
+        from finetune_doctor.facts.config import assemble_config
+        from finetune_doctor.facts.lint import dropped_note
+
         file_opts = _per_file(opts, f)
         asm = assemble_config(f, (), file_opts, "lint")
         recognised[f] = asm.kind
@@ -167,6 +173,8 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
             findings.extend(lint_ds_alone(f, _per_file(opts, f)))
     findings.sort(key=lint_order)
     if fix or unsafe_fixes:
+        from finetune_doctor.fixes import apply_fixes
+
         _refuse_stdin(files)
         # only the files named on the command line are written: a pre-commit hook passes the staged files, and an
         # edit to an unstaged DeepSpeed JSON that a YAML names would be left behind as an unstaged change
@@ -220,6 +228,7 @@ def diff(files: list[str], opts: Options, *, unsafe_fixes: bool = False) -> tupl
     Returns (diff text, notes for stderr, number of unsafe fixes left out). The diff is raw so that it can be piped
     to ``patch -p0`` or reviewed in CI (ruff's ``--diff``). Raises InputError on unreadable input, as `run`.
     """
+    from finetune_doctor.fixes import collect_edits
     from finetune_doctor.fixes.edit import diff_edits   # the YAML/JSON editors: only --diff and --fix need them
 
     _refuse_stdin(files)
