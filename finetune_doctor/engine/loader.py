@@ -175,24 +175,28 @@ def _load_dir(path: str) -> tuple[Rule, ...]:
     return tuple(parse_rule(data, p, check_expressions=not cached) for p, data in raw)
 
 
-def _cache_file(path: str, files: list[Path]) -> Path | None:
-    """Where the parsed YAML of a rule directory is cached, keyed by every file's name, size and mtime.
+def _cache_file(path: str, files: list[Path]) -> tuple[Path, str] | None:
+    """Where the parsed YAML of a rule directory is cached, and the key it must hold: the directory and every
+    file's name, size and mtime.
 
     Parsing ~60 rule files with ruamel costs ~100 ms per process, most of `doctor lint`'s budget; reading the
-    same data back as JSON costs ~1 ms. FINETUNE_DOCTOR_NO_CACHE=1 turns the cache off.
+    same data back as JSON costs ~1 ms. The file is named by a CRC-32 of the key and holds the key itself, which
+    is compared in full on reading (no digest to trust; hashlib's OpenSSL binding cost ~6 ms of start-up).
+    FINETUNE_DOCTOR_NO_CACHE=1 turns the cache off.
     """
-    import hashlib
+    import binascii
 
     from finetune_doctor.fsutil import cache_dir
 
     base = cache_dir()
     if base is None:
         return None
-    key = hashlib.sha1(path.encode())
+    parts = [path]
     for f in files:
         st = f.stat()
-        key.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns};".encode())
-    return base / f"rules-{key.hexdigest()[:20]}.json"
+        parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+    key = ";".join(parts)
+    return base / f"rules-{binascii.crc32(key.encode('utf-8', 'surrogatepass')):08x}.json", key
 
 
 def _raw_rules(path: str) -> tuple[list[tuple[str, Any]], bool]:
@@ -200,11 +204,13 @@ def _raw_rules(path: str) -> tuple[list[tuple[str, Any]], bool]:
     import json
 
     files = sorted(Path(path).glob("*.yaml"))
-    cache = _cache_file(path, files)
-    if cache is not None and cache.is_file():
+    found = _cache_file(path, files)
+    if found is not None and found[0].is_file():
         try:
-            return [(p, d) for p, d in json.loads(cache.read_text(encoding="utf-8"))], True
-        except (OSError, ValueError):
+            data = json.loads(found[0].read_text(encoding="utf-8"))
+            if isinstance(data, dict) and data.get("key") == found[1]:
+                return [(p, d) for p, d in data["rules"]], True
+        except (OSError, ValueError, KeyError, TypeError):
             pass
     from ruamel.yaml import YAML
 
@@ -220,10 +226,10 @@ def _raw_rules(path: str) -> tuple[list[tuple[str, Any]], bool]:
         out.append((str(p), data))
     for p, data in out:   # validate before caching: only a pack that loads cleanly is ever cached
         parse_rule(data, p)
-    if cache is not None:
+    if found is not None:
         from finetune_doctor.fsutil import write_cache
 
-        write_cache(cache, json.dumps(out, default=str))
+        write_cache(found[0], json.dumps({"key": found[1], "rules": out}, default=str))
     return out, False
 
 

@@ -86,10 +86,21 @@ def v1_hits(keys: set[str]) -> set[str]:
 @functools.lru_cache(maxsize=4096)
 def _v1_slip(key: str) -> bool:
     """Whether `key` is within difflib's 0.85 ratio of a v1 key. Memoized per key: a lint of many configs asks
-    about the same few dozen keys again and again (a fifth of a 95-file lint before, issue #22)."""
+    about the same few dozen keys again and again (a fifth of a 95-file lint before, issue #22).
+
+    difflib is imported only when a v1 key passes the bound ``SequenceMatcher.quick_ratio`` gives (twice the
+    letters the two words share, counted with multiplicity, over their total length; the ratio never exceeds
+    it, CPython ``Lib/difflib.py``), so the answer is difflib's and a key near no v1 key costs no import."""
+    from collections import Counter
+
+    letters = Counter(key)
+    near = [k for k in V1_KEYS
+            if 2 * sum((letters & Counter(k)).values()) >= 0.85 * (len(key) + len(k))]
+    if not near:
+        return False
     import difflib
 
-    return bool(difflib.get_close_matches(key, V1_KEYS, n=1, cutoff=0.85))
+    return bool(difflib.get_close_matches(key, near, n=1, cutoff=0.85))
 
 
 def is_v1(values: Mapping[str, Any], env: Mapping[str, str] | None = None, launch_env: Mapping[str, str] | None = None
