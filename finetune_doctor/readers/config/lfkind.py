@@ -91,16 +91,31 @@ def _v1_slip(key: str) -> bool:
     difflib is imported only when a v1 key passes the bound ``SequenceMatcher.quick_ratio`` gives (twice the
     letters the two words share, counted with multiplicity, over their total length; the ratio never exceeds
     it, CPython ``Lib/difflib.py``), so the answer is difflib's and a key near no v1 key costs no import."""
-    from collections import Counter
+    n = len(key)
+    letters = None
+    near = []
+    for k, m, theirs in _v1_letters():
+        if 2.0 * min(n, m) / (n + m) < 0.85:   # real_quick_ratio, the length bound, first: no counting
+            continue
+        if letters is None:
+            from collections import Counter
 
-    letters = Counter(key)
-    near = [k for k in V1_KEYS
-            if 2 * sum((letters & Counter(k)).values()) >= 0.85 * (len(key) + len(k))]
+            letters = Counter(key)
+        if 2.0 * sum((letters & theirs).values()) / (n + m) >= 0.85:
+            near.append(k)
     if not near:
         return False
     import difflib
 
     return bool(difflib.get_close_matches(key, near, n=1, cutoff=0.85))
+
+
+@functools.lru_cache(maxsize=1)
+def _v1_letters() -> tuple[tuple[str, int, Any], ...]:
+    """Each v1 key with its length and letter counts, for `_v1_slip`'s bounds."""
+    from collections import Counter
+
+    return tuple((k, len(k), Counter(k)) for k in sorted(V1_KEYS))
 
 
 def is_v1(values: Mapping[str, Any], env: Mapping[str, str] | None = None, launch_env: Mapping[str, str] | None = None
