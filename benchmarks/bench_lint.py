@@ -244,7 +244,7 @@ one file cold <= 0.15 s -- **{'met' if r_cached['single'] <= 0.15 else 'NOT met'
 
 - doctor lint exit codes over the runs: {r_cached['exit_codes']} (1 = findings at error level); {n_findings} findings
   reported for the corpus, {skipped} files skipped as not LLaMA-Factory/DeepSpeed.
-- heavy imports on the lint path (`python -X importtime -m finetune_doctor lint`): {heavy or 'none'}.
+- heavy imports on the lint path (`python -X importtime doctor lint`, the console script): {heavy or 'none'}.
 - machine load average (1/5/15 min) at the end: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on {os.cpu_count()} CPUs
   (other work ran on the same machine; the ratio is measured interleaved in the same run for that reason).
 - raw times (cached bytecode), doctor: {', '.join(f'{t:.3f}' for t in r_cached['doctor_all'])};

@@ -199,3 +199,23 @@ def test_command_modes_are_one_declared_table():
     for f in root.glob("*.py"):   # no call site spells the flags again
         text = f.read_text()
         assert "static=True" not in text and "lenient=True" not in text and "need_model=" not in text, f.name
+
+
+def test_value_kinds_have_one_home():
+    """The generator of catalog/lf_keys.json types Literal/enum choices with the key check's own rule."""
+    import importlib.util
+    import sys
+
+    from finetune_doctor.readers.config.keyschema import value_kind
+
+    scripts = str(Path(__file__).resolve().parent.parent / "scripts")
+    sys.path.insert(0, scripts)
+    try:
+        spec = importlib.util.spec_from_file_location("gen_key_schema_for_test", Path(scripts) / "gen_key_schema.py")
+        gen = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(gen)
+    finally:
+        sys.path.remove(scripts)
+    assert gen._kind_of_value is value_kind
+    assert [value_kind(v) for v in (None, True, 3, 2.5, "x", [1], {"a": 1}, object())] == \
+        ["null", "bool", "int", "float", "str", "list", "dict", "any"]
