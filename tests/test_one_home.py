@@ -219,3 +219,19 @@ def test_value_kinds_have_one_home():
     assert gen._kind_of_value is value_kind
     assert [value_kind(v) for v in (None, True, 3, 2.5, "x", [1], {"a": 1}, object())] == \
         ["null", "bool", "int", "float", "str", "list", "dict", "any"]
+
+
+def test_slot_text_step_has_one_home():
+    """Both slot walks of the data encoder take each text through `_Texts.known`: a cached text counts, an
+    unknown one is queued once per slot (its reference kept), an empty one neither."""
+    import inspect
+
+    from finetune_doctor.analyzers.data.encoder import Encoder, _Texts
+
+    texts = _Texts()
+    cache = {(hash("<|im_start|>"), len("<|im_start|>")): 3}
+    assert [texts.known(s, cache) for s in ("<|im_start|>", "", "hello", "hello")] == [3, 0, 0, 0]
+    assert texts.unique == ["hello"] and texts.refs == [0, 0]
+    for walk in (Encoder._collect, Encoder._collect_plain):
+        src = inspect.getsource(walk)
+        assert "known(" in src and "cache.get(" not in src
