@@ -12,6 +12,7 @@ dataset is read. Memory rules run only when the project configuration (or --gpu)
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import replace
@@ -263,11 +264,30 @@ def statistics(report: Report) -> list[dict[str, Any]]:
 
 
 def _per_file(opts: Options, path: str) -> Options:
-    """Project configuration applies per file (each file finds its own pyproject/.finetune-doctor.toml)."""
-    if opts.paths and Path(opts.paths[0]).resolve().parent == Path(path).resolve().parent:
+    """Project configuration applies per file (each file finds its own pyproject/.finetune-doctor.toml).
+
+    The options are worked out once per folder (the configuration is found from the file's folder, its real path):
+    LLaMA-Factory's 95 examples lie in ~20 folders, and each from_cli resolves paths and reads the project files."""
+    here = _real_parent(path)
+    if opts.paths and _real_parent(opts.paths[0]) == here:
         return opts
     if opts.config_file:
         return opts   # --config FILE: one configuration for every file, no discovery (ruff's --config)
+    kept = _FOLDER_OPTIONS.get((id(opts), here))
+    if kept is None or kept[0] is not opts:
+        kept = _FOLDER_OPTIONS[(id(opts), here)] = (opts, _folder_options(opts, path))
+    return replace(kept[1], paths=(path,))
+
+
+_FOLDER_OPTIONS: dict[tuple[int, Path], tuple[Options, Options]] = {}
+
+
+@functools.lru_cache(maxsize=1024)
+def _real_parent(path: str) -> Path:
+    return Path(path).resolve().parent
+
+
+def _folder_options(opts: Options, path: str) -> Options:
     fresh = Options.from_cli(command=opts.command, paths=[path], gpu=opts.gpu if opts.gpu else None,
                              fmt=opts.format, output=opts.output,
                              select=",".join(opts.select) if opts.select else None,
