@@ -42,7 +42,9 @@ def load() -> dict[str, Any]:
         return json.load(fh)
 
 
+@lru_cache(maxsize=8192)
 def _parse_ranges(text: str) -> frozenset[int]:
+    # memoized (the answer is frozen): a lint asks about every key of every config, ~20 per file
     out: set[int] = set()
     for part in str(text).split(","):
         if "-" in part:
