@@ -51,15 +51,24 @@ def _exec(source: Any, globals_: Any = None, locals_: Any = None, /, **kw: Any) 
     global _NEW
     if not isinstance(source, str) or kw:
         return builtins.exec(source, globals_, locals_, **kw)
+    # dont_inherit: a str given to exec here would inherit this module's `from __future__ import annotations`;
+    # compiled apart, the generated methods' annotations stay objects, as with the builtin exec in dataclasses.py
+    if not _ours(globals_):
+        return builtins.exec(compile(source, "<string>", "exec", dont_inherit=True), globals_, locals_)
     _USED.add(source)
     code = _CACHE.get(source)
     if code is None:
-        # dont_inherit: this module's `from __future__ import annotations` must not reach the generated methods
-        # (their annotations stay objects, as with the builtin exec called from dataclasses.py)
         code = compile(source, "<string>", "exec", dont_inherit=True)
         _CACHE[source] = code
         _NEW += 1
     return builtins.exec(code, globals_, locals_)
+
+
+def _ours(globals_: Any) -> bool:
+    """Whether the class being built is the project's: the methods of other packages' dataclasses (transformers
+    defines hundreds once a probe imports it) stay uncached, so the file lint reads at start-up stays small."""
+    name = globals_.get("__name__") if isinstance(globals_, dict) else None
+    return isinstance(name, str) and (name == "finetune_doctor" or name.startswith("finetune_doctor."))
 
 
 def install() -> None:
