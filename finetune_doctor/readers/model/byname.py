@@ -14,6 +14,7 @@ means the checkpoint carries a vision tower, so a text-only entry of the same na
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -57,8 +58,11 @@ class Traits:
     active: str | None
 
 
+@functools.lru_cache(maxsize=4096)
 def traits(name: str) -> Traits:
-    """The family, size class and active size stated by the last path component of `name`."""
+    """The family, size class and active size stated by the last path component of `name`. Memoized (a pure
+    function of the text; `Traits` is frozen): each lint of a config compares its model's name with catalogue
+    entries whose names repeat from file to file."""
     base = norm(name).rsplit("/", 1)[-1]
     toks = [t for t in re.split(r"[-\s]+", base) if t]
     for i, t in enumerate(toks):
