@@ -307,9 +307,12 @@ def _folder_options(opts: Options, path: str) -> Options:
                              fmt=opts.format, output=opts.output,
                              select=",".join(opts.select) if opts.select else None,
                              ignore=",".join(opts.ignore) if opts.ignore else None, fail_on=opts.fail_on,
-                             lf_version=opts.lf_version, env_file=opts.env_file)
+                             lf_version=opts.lf_version, env_file=opts.env_file,
+                             # the command line's inputs hold for every file, whichever folder it lies in
+                             model_config=opts.model_config, accelerate_config=opts.accelerate_config,
+                             launch=opts.launch, host_ram=opts.host_ram, context=opts.context)
     # the command line's stack and --strict hold for every file (a project file may add its own)
     return replace(fresh, rules_dirs=tuple(dict.fromkeys(opts.rules_dirs + fresh.rules_dirs)),
                    strict=opts.strict or fresh.strict,
                    transformers_version=opts.transformers_version or fresh.transformers_version,
-                   torch_version=opts.torch_version or fresh.torch_version)
+                   torch_version=opts.torch_version or fresh.torch_version, offline=opts.offline or fresh.offline)
