@@ -238,7 +238,10 @@ def _kills(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str
     """Killed processes and GPU recordings."""
     kills = [k for f in ev.files for k in f.kills]
     mems = [m for f in ev.files for m in f.memory]
-    out["killed"] = causes.killed_facts(kills, cx, mems, out) if kills else None
+    # a Python exception or another failure in the files explains a launcher's "Killing subprocess" lines
+    traced = bool(kills) and (any(out.get(x) for x in ("oom", "cuda_error", "nccl", "nccl_error")) or any(
+        n.kind in ("exception", "traceback") for f in ev.files for n in f.notices) or any(f.aborts for f in ev.files))
+    out["killed"] = causes.killed_facts(kills, cx, mems, out, traced) if kills else None
     if out["killed"]:
         k = out["killed"]
         events.at(k["step"], "killed", k["timeline_text"], k["location"])

@@ -20,6 +20,13 @@ FAST_NAMES = ("loss", "grad_norm", "learning_rate", "epoch")   # HF's step dict,
 FLUSH_DICTS = 4096   # step dicts held before they go into the series (bounds the waiting lists)
 
 
+def _loading_bar(window: bytes, lo: int, j: int) -> bool:
+    """True when the bar ending at `j` is transformers' "Loading checkpoint shards" bar (modeling_utils.py, the
+    shards of a from_pretrained): it counts files, not steps. Looked at only while the training total is unknown."""
+    k = window.rfind(b"Loading checkpoint shards", lo, j)
+    return k >= 0 and window.find(b"\n", k, j) < 0 and window.find(b"\r", k, j) < 0
+
+
 class TextLogParser(FailureLines):
     """State of one text-log scan. Call `feed_line` for every triggered line, in file order."""
 
@@ -74,7 +81,7 @@ class TextLogParser(FailureLines):
             if self.train_total is not None:
                 if total != self.train_total:
                     continue
-            elif total < self.bar_total_max:
+            elif total < self.bar_total_max or _loading_bar(window, max(lo, j - 400), j):
                 continue
             else:
                 self.bar_total_max = total
@@ -192,7 +199,7 @@ class TextLogParser(FailureLines):
             self._kernel(text, line, pre)
         if ("Killed" in text or "exitcode" in text or "exits with return code" in text or "oom" in text
                 or "Out Of Memory" in text or "Out of memory" in text or "received by PID" in text
-                or "can't allocate memory" in text):
+                or "can't allocate memory" in text or "sigkill_handler" in text):
             self._kill(text, line, rank)
         if "Root Cause (first" in text:
             self._child_failed(line, context)

@@ -60,7 +60,8 @@ TRIGGER_WORDS = (
     "Watchdog caught", "NCCL",
     # process death (§8)
     "Killed", "(exitcode: ", "DefaultCPUAllocator", "Root Cause", "ChildFailedError", "Signal ", "Detected ",
-    "Out Of Memory", "Out of memory: ", "Memory cgroup", "] exits with return code",
+    "Out Of Memory", "Out of memory: ", "Memory cgroup", "] exits with return code", "Killing subprocess",
+    "Main process received",
     # metrics (§7)
     "'loss': ", "{'eval_", "{'train_runtime'", '"current_steps"',
     # see_memory_usage (§3)
@@ -240,6 +241,12 @@ SLURM_OOM = re.compile(r"Detected (?P<n>\d+) oom[-_]kill event|task \d+: Out Of 
 TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<lr>\d+) \(pid: (?P<pid>\d+)\)")
 SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\) received by PID (?P<pid>\d+)")
 LAUNCHER_EXIT = re.compile(r"\[launch\.py:\d+:sigkill_handler\] .*exits with return code = (?P<rc>-?\d+)")
+# DeepSpeed's launcher (deepspeed/launcher/launch.py `sigkill_handler`): when a child exits with a non-zero return
+# code, or the launcher itself gets SIGINT/SIGTERM, it logs "Killing subprocess PID" for every child it started,
+# then "<cmd> exits with return code = RC" (a child failed) or "Main process received SIGxxx, exiting" (it was
+# stopped from outside)
+LAUNCHER_KILL = re.compile(r"\[launch\.py:\d+:sigkill_handler\] Killing subprocess (?P<pid>\d+)")
+LAUNCHER_SIGNALLED = re.compile(r"\[launch\.py:\d+:sigkill_handler\] Main process received (?P<sig>SIG\w+), exiting")
 CPU_ALLOC = re.compile(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (?P<bytes>\d+) bytes")
 CF_RANK = re.compile(r"rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<lr>\d+)\)")
 CF_EXIT = re.compile(r"exitcode\s*:\s*(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)(?:\s*\((?P<sig>SIG\w+)\))?")
