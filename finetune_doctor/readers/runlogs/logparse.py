@@ -144,6 +144,8 @@ class TextLogParser(FailureLines):
         if "'loss': " in text or "{'eval_" in text or "{'train_runtime'" in text:
             if self._metric_dict(text, line) and "Error" not in text and "OVERFLOW" not in text:
                 return 0   # the common case in a long log: a metric dict and nothing else on its line
+        elif "loss=" in text or "loss: " in text or "Loss: " in text:
+            self._step_line(text, line)
         if '"current_steps"' in text:
             self._lf_jsonl(text, line)
         if "MA " in text or "CPU Virtual Memory" in text or "see_memory_usage" in text:
@@ -366,6 +368,21 @@ class TextLogParser(FailureLines):
             self.point(prefix + "eval_loss", self.logged(), kv["eval_loss"], line)
             return True
         return False
+
+    def _step_line(self, text: str, line: int) -> None:
+        """Another trainer's step line (logpatterns.py `STEP_LINE_*`): loss, grad norm and learning rate at the
+        step the line names. A line without both a step and a loss key is left alone (a loss named in prose)."""
+        m = pat.STEP_LINE_STEP.search(text)
+        loss = pat.STEP_LINE_LOSS.search(text) if m else None
+        if m is None or loss is None:
+            return
+        step = int(m.group(1))
+        for rx, name in ((pat.STEP_LINE_LOSS, "loss"), (pat.STEP_LINE_GNORM, "grad_norm"),
+                         (pat.STEP_LINE_LR, "learning_rate")):
+            v = rx.search(text)
+            x = num(v.group(1)) if v else None
+            if x is not None:
+                self.point(name, step, x, line)
 
     def _lf_jsonl(self, text: str, line: int) -> None:
         i = text.find("{")

@@ -62,8 +62,8 @@ TRIGGER_WORDS = (
     "Killed", "(exitcode: ", "DefaultCPUAllocator", "Root Cause", "ChildFailedError", "Signal ", "Detected ",
     "Out Of Memory", "Out of memory: ", "Memory cgroup", "] exits with return code", "Killing subprocess",
     "Main process received",
-    # metrics (§7)
-    "'loss': ", "{'eval_", "{'train_runtime'", '"current_steps"',
+    # metrics (§7); "loss=", "loss: ", "Loss: ": other trainers' step lines (`STEP_LINE_*` below)
+    "'loss': ", "{'eval_", "{'train_runtime'", '"current_steps"', "loss=", "loss: ", "Loss: ",
     # see_memory_usage (§3)
     "MA ", "CPU Virtual Memory",
     # warnings, exceptions
@@ -262,6 +262,15 @@ HF_TRAIN_DICT_B = re.compile(HF_TRAIN_DICT.pattern.encode())
 # not read to the line parser
 HF_TRAIN_DICT_LINE_B = re.compile(HF_TRAIN_DICT_B.pattern.replace(rb"[^,'}]", rb"[^,'}\n\r]")
                                   + rb"[^\n\r]?(?:[\n\r]|\Z)")
+# A step line of a trainer that prints neither HF's dict nor LF's JSON: a step key and a loss key on one line, as
+# custom loops print them: "step=220  loss=1.43  gnorm=7.7" (paiml/entrenar#274), nanoGPT's "iter 100: loss
+# 2.3456" is not matched (no separator after "loss"), Megatron's "iteration  1/ 55000 | ... | lm_loss:
+# 2.27E+00 |", torchtune's "Step 1 | loss:1.2", "Global Step: 20 ... Loss: nan". Values: float() or nan/inf.
+_NUM = r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+)|nan|NaN|inf|-inf)"
+STEP_LINE_STEP = re.compile(r"(?i)(?<![\w.])(?:global[ _]step|step|iter(?:ation)?)(?![\w])\s*[=:]?\s*\[?\s*(\d+)")
+STEP_LINE_LOSS = re.compile(r"(?i)(?<![\w.])(?:train[ _])?(?:lm[ _])?loss\s*[=:]\s*" + _NUM)
+STEP_LINE_GNORM = re.compile(r"(?i)(?<![\w.])(?:gnorm|grad[ _]norm)\s*[=:]\s*" + _NUM)
+STEP_LINE_LR = re.compile(r"(?i)(?<![\w.])(?:lr|learning[ _]rate)\s*[=:]\s*" + _NUM)
 KV = re.compile(r"'(?P<k>[\w/]+)':\s*(?P<q>'?)(?P<v>[^,'}]*)(?P=q)")
 LF_CALLBACK = re.compile(r"callbacks(?:\.py)?(?::\d+)? (?:>>|-) ")
 DS_PROGRESS = re.compile(r"\[Rank (?P<rank>\d+)\] step=(?P<step>\d+), skipped=(?P<skipped>\d+), lr=\[(?P<lr>[^\]]*)\]")
