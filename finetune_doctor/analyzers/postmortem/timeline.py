@@ -151,6 +151,10 @@ def _numerics(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[
         events.at(amp["steps"][0], "loss_scale_drop", f"{amp['count']} step(s) skipped by the fp16 GradScaler "
                   "(grad_norm nan, loss finite, training went on)", amp["location"])
     out["loss_zero"] = detectors.loss_zero_facts(loss, gn)
+    out["diverged"] = dv = detectors.diverged(loss, gn, curves.get("learning_rate"))
+    if dv:
+        events.add(dv["last_step"], "loss_spike", f"loss back to {dv['last']:.4g} from {dv['low']:.4g} at step "
+                   f"{dv['low_step']} (diverged)", dv["source"])
     out["grad_const"] = gc = detectors.grad_const_facts(gn, loss)
     out["loss_spikes"], out["loss_spike"] = 0, None
     out["grad_spikes"], out["grad_spike"] = 0, None
