@@ -46,4 +46,5 @@ def test_a_child_traceback_wins_over_the_launcher_lines(tmp_path, name, first, t
 def test_a_launcher_stopped_from_outside_is_not_a_host_oom(tmp_path):
     f = _findings("launcher_sigterm.log", tmp_path)
     assert "host-oom-killed" not in [x.name for x in f]
-    assert "no-run-evidence" not in [x.name for x in f]
+    assert f[0].name == "stopped-from-outside" and "SIGTERM from outside" in f[0].message
+    assert "during step 39" in f[0].message

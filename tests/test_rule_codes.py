@@ -55,7 +55,7 @@ RELEASED = {
     "FD321": "rank-failed-first",
     "FD322": "rank-straggler",
     "FD323": "no-parameter-update", "FD324": "run-stopped-without-error", "FD325": "run-hang",
-    "FD326": "nccl-error", "FD327": "disk-full", "FD328": "loss-diverged", "FD506": "stray-context-idle-card",
+    "FD326": "nccl-error", "FD327": "disk-full", "FD328": "loss-diverged", "FD329": "stopped-from-outside", "FD506": "stray-context-idle-card",
     "FD401": "overlong-samples",
     "FD402": "fully-truncated-targets",
     "FD403": "cutoff-len-wasteful",

@@ -227,7 +227,8 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     d = {"kind": k.kind, "signal": k.signal, "exitcode": k.exitcode, "rank": k.rank, "local_rank": k.local_rank,
          "pid": k.pid, "host": k.host, "step": step, "host_oom": host_oom, "who": who, "how": how,
          "host_ram_text": hram, "offload": bool(run_off), "location": location_of(k.file, k.line),
-         "text": k.text, "count": len(kills), "inferred": inferred and host_oom}
+         "text": k.text, "count": len(kills), "inferred": inferred and host_oom,
+         "outside": k.kind == "launcher-signalled"}
     d["timeline_text"] = f"{who} killed by {how}"
     return d
 
