@@ -329,7 +329,7 @@ class KillRecord:
     """A process death that is not a Python exception: a signal, the OOM killer, a launcher's exit report.
 
     `kind`: kernel-oom | cgroup-oom | slurm-oom | shell-killed | shell-signaled | torchrun-exit | child-failed-root |
-    child-failed | launcher-exit | signal | cpu-alloc. `exitcode` as the launcher printed it (-9 = SIGKILL,
+    child-failed | launcher-exit | launcher-kill | launcher-signalled | signal | cpu-alloc. `exitcode` as the launcher printed it (-9 = SIGKILL,
     -6 = SIGABRT, 137 = 128+9); `signal` the signal name when known. Source: log_patterns.md §8.
     """
 
@@ -506,6 +506,8 @@ class FileEvidence:
     dropped: dict[str, int] = field(default_factory=dict)
     last_step: int | None = None
     total_steps: int | None = None
+    # HF step-dict lines counted but not parsed (a counted read of many rank logs, readers/runlogs/logs.py)
+    counted_dicts: int = 0
 
 
 @dataclass(frozen=True)

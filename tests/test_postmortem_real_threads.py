@@ -1,5 +1,5 @@
-"""The real crashed runs of fixtures/postmortem/real_threads/ (44 public threads in two rounds, none in shared/cases): the
-first finding names the thread's root cause. A regression guard over benchmarks/real_threads.py's judgement;
+"""The real crashed runs of fixtures/postmortem/real_threads/ (83 public threads in three rounds, none in shared/cases):
+the first finding names the thread's root cause. A regression guard over benchmarks/real_threads.py's judgement;
 the held-out numbers are in benchmarks/results/real_threads.md."""
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ assert spec and spec.loader
 rt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rt)
 CASES = rt.load_cases()
-# entrenar274: a custom trainer's key=value lines carry none of the reader's trigger words; ds3160, chatglm102, ds2788
-# (round 2, held out): DeepSpeed's launcher lines "Killing subprocess N" without the "exits with return code = -9" line
-# (cut, or not printed) are not read as a kill
-KNOWN_MISS = {"entrenar274", "ds3160", "chatglm102", "ds2788"}
+# Round 3's misses as scored (held out; not tuned on, see benchmarks/results/real_threads.md): CUDA errors printed
+# by other stacks (darknet, Caffe2, TensorFlow, a C++ trainer), NaN / loss-scale lines of other trainers (MAE-style,
+# NVIDIA DLL, insightface), NCCL socket failures shown only as "NCCL WARN ... failed", pastes cut before the error
+# line, and a child's segfault reported by DeepSpeed's launcher
+KNOWN_MISS = {"mmdet12069", "dse626", "mar69", "dle543", "insightface2262", "darknet7850", "detectron775", "tf25866",
+              "lichtfeld1370", "wenet1891", "della2", "nccl975", "lf10367"}
 
 
 def test_the_split_is_by_source_and_fixed():
@@ -28,7 +30,8 @@ def test_the_split_is_by_source_and_fixed():
             by_repo.setdefault(c["repo"], set()).add(c["split"])
     assert all(len(s) == 1 for s in by_repo.values())
     assert len(CASES) >= 30 and {c["split"] for c in CASES} == {"dev", "test"}
-    assert all(c["split"] == "test" for c in CASES if c["round"] == 2)
+    assert all(c["split"] == "dev" for c in CASES if c["round"] == 2)
+    assert all(c["split"] == "test" for c in CASES if c["round"] == rt.HELD_OUT)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])

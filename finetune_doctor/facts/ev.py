@@ -15,7 +15,9 @@ _DETECTORS = {
     "loss": "loss curve summary", "grad_norm": "grad-norm curve summary", "lr": "learning-rate schedule",
     "first_loss": "the first logged loss against ln(vocab)", "nan": "the first non-finite loss or grad norm",
     "grad_nan_only": "a non-finite grad_norm the loss never felt: {step, count, loss_from, loss_to, detail, location}",
-    "loss_zero": "loss stuck at 0", "loss_spike": "the first loss spike", "grad_spike": "the first grad-norm spike",
+    "loss_zero": "loss stuck at 0",
+    "diverged": "a loss that fell, then climbed back: {first, first_step, low, low_step, last, last_step, back_pct, "
+                "gn_text, lr, lr_text, location}", "loss_spike": "the first loss spike", "grad_spike": "the first grad-norm spike",
     "grad_const": "a constant grad norm", "scale": "DeepSpeed's loss-scale trajectory",
     "amp_skips": "HF AMP skipped steps", "benign_overflow": "overflow messages that are harmless",
     "fp16": "fp16 in use and what the model was trained in", "lr_high": "a learning rate above the safe range",

@@ -189,7 +189,9 @@ def benign_overflow(out: dict[str, Any]) -> dict[str, Any] | None:
 # -- process death ----------------------------------------------------------------------------------------------------
 
 KILL_PRIORITY = {"child-failed-root": 0, "kernel-oom": 1, "cgroup-oom": 1, "slurm-oom": 1, "torchrun-exit": 2,
-                  "launcher-exit": 3, "shell-killed": 4, "shell-signaled": 4, "signal": 5, "cpu-alloc": 6}
+                  "launcher-exit": 3, "shell-killed": 4, "shell-signaled": 4, "signal": 5, "cpu-alloc": 6,
+                  "launcher-signalled": 7, "launcher-kill": 8}
+LAUNCHER_ONLY = ("launcher-kill", "launcher-signalled")
 
 
 NATIVE_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL")
@@ -197,14 +199,21 @@ NATIVE_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL")
 instruction): a crash inside a C/C++/CUDA extension, not something sent from outside."""
 
 
-def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: dict[str, Any]) -> dict[str, Any] | None:
+def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: dict[str, Any],
+                 traced: bool = False) -> dict[str, Any] | None:
+    """The process death that ended the run, or None. `traced`: the files hold a Python exception, a traceback
+    or another failure (CUDA OOM or error, NCCL): DeepSpeed's "Killing subprocess" lines are then that
+    failure's consequence, never the cause."""
     # the root cause: torchrun's "first observed failure", else the kernel's own record, else the launcher's
     relevant = [k for k in kills if not (k.kind == "child-failed" or (k.exitcode in (-15, 143) and k.kind != "signal"))]
+    if all(k.kind in LAUNCHER_ONLY for k in relevant) and traced:
+        return None
     if not relevant:
         return None
     k = min(relevant, key=lambda x: (KILL_PRIORITY.get(x.kind, 9), x.line))
+    inferred = k.kind == "launcher-kill"
     host_oom = (k.kind in ("kernel-oom", "cgroup-oom", "slurm-oom", "cpu-alloc")
-                or k.signal == "SIGKILL" or k.exitcode in (-9, 137))
+                or k.signal == "SIGKILL" or k.exitcode in (-9, 137) or inferred)
     if not host_oom and k.exitcode not in (-6, 134):
         # a Python exception (exit code 1) is reported by the crash fact, not as a kill
         if k.exitcode is not None and k.exitcode > 0 and k.kind in ("child-failed-root", "torchrun-exit", "launcher-exit"):
@@ -228,14 +237,33 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     how = {"kernel-oom": "the kernel's OOM killer", "cgroup-oom": "the cgroup (container) memory limit",
            "slurm-oom": "Slurm's memory limit (oom_kill event)", "cpu-alloc": "a failed host allocation"}.get(
         k.kind, f"{k.signal or 'a signal'}" + (f" (exit code {k.exitcode})" if k.exitcode is not None else ""))
+    if k.kind in LAUNCHER_ONLY:
+        who, how = _launcher_words(k, [x for x in relevant if x.kind == "launcher-kill"])
+        host_oom = host_oom and not any(x.kind == "launcher-signalled" for x in relevant)
     d = {"kind": k.kind, "signal": k.signal, "exitcode": k.exitcode, "rank": k.rank, "local_rank": k.local_rank,
          "pid": k.pid, "host": k.host, "step": step, "host_oom": host_oom, "who": who, "how": how,
          "host_ram_text": hram, "offload": bool(run_off), "location": location_of(k.file, k.line),
          # a fault in compiled code (bash's "Segmentation fault", faulthandler, exit -11/139 ...): not the host
          "native": k.signal in NATIVE_SIGNALS,
-         "text": k.text, "count": len(kills)}
+         "text": k.text, "count": len(kills), "inferred": inferred and host_oom,
+         "outside": k.kind == "launcher-signalled"}
     d["timeline_text"] = f"{who} {'crashed with' if d['native'] else 'killed by'} {how}"
     return d
+
+
+def _launcher_words(k: KillRecord, killing: list[KillRecord]) -> tuple[str, str]:
+    """Who died and how, when DeepSpeed's launcher lines are the only record (deepspeed/launcher/launch.py
+    `sigkill_handler`: it kills every child once one exits with a non-zero code, or once it gets SIGINT/SIGTERM
+    itself). With no Python traceback in the log, the child that exited died of a signal; which child it was, and
+    its exit code, the log does not say when the "exits with return code" line is cut or missing."""
+    pids = sorted({x.pid for x in killing if x.pid is not None})
+    named = f" (pid{'s' if len(pids) > 1 else ''} {', '.join(map(str, pids[:8]))}{', ...' if len(pids) > 8 else ''})"
+    if k.kind == "launcher-signalled":
+        return ("the DeepSpeed launcher", f"{k.signal} from outside (Ctrl-C, the scheduler or a preemption); it then "
+                f"killed its {len(pids) or 'training'} process(es){named if pids else ''}")
+    return (f"one of the DeepSpeed launcher's {len(pids)} training process(es){named if pids else ''}",
+            "a signal (the launcher's \"Killing subprocess\" lines follow a child's non-zero exit; the exit code "
+            "is not in the log)")
 
 
 def completed_facts(ev: Evidence) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ and the launch/resume boundaries.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import replace
 from typing import Any, Iterable
@@ -485,3 +486,42 @@ def scale_events(overflows: list[OverflowRecord], aborts: list[Any]) -> Iterable
             detail += f" (at an overflow after step {last}'s)"
         out.append((a.step, "loss_scale_abort", detail, src(a.file, a.line)))
     return out[:30]
+
+
+def diverged(loss: Curve | None, gn: Curve | None, lr: Curve | None) -> dict[str, Any] | None:
+    """A training loss that fell, then climbed back (rule loss-diverged): at least 4 finite logs, the lowest at
+    least 2 logs before the last, and the last log at least half of the way back from the lowest to the first and
+    at least twice the lowest. Returns {first, first_step, low, low_step, last, last_step, back_pct, gn_text,
+    lr, lr_text, location} or None. The grad norm and learning rate are read at the lowest loss's step and at the
+    last (nearest log at or before it). Source: the divergence pattern of paiml/entrenar#274 (loss 1.43 at step
+    220 back to 10.03 by step 385, grad norm 7.7 -> 70.7) and the usual reading of such a curve: a step size too
+    large for the curvature reached once warm-up ends."""
+    if loss is None or len(loss) < 4:
+        return None
+    pts = [(i, v) for i, v in enumerate(loss.values) if math.isfinite(v)]
+    if len(pts) < 4:
+        return None
+    (i0, first), (il, last) = pts[0], pts[-1]
+    ik, low = min(pts, key=lambda t: t[1])
+    if low <= 0 or first <= low or sum(1 for i, _ in pts if i > ik) < 2:
+        return None
+    back = (last - low) / (first - low)
+    if back < 0.5 or last < 2 * low:
+        return None
+
+    def at(c: Curve | None, step: int | None) -> float | None:
+        if c is None or step is None or not len(c):
+            return None
+        k = bisect.bisect_right(list(c.steps), step) - 1
+        v = c.values[k] if k >= 0 else None
+        return v if v is not None and math.isfinite(v) else None
+
+    s_low, s_last = loss.steps[ik], loss.steps[il]
+    g0, g1 = at(gn, s_low), at(gn, s_last)
+    rate = at(lr, s_low)
+    return {"first": first, "first_step": loss.steps[i0], "low": low, "low_step": s_low, "last": last,
+            "last_step": s_last, "back_pct": round(100 * back), "location": loss.location(ik),
+            "source": loss.source(ik),
+            "gn_text": f", grad norm {g0:.4g} -> {g1:.4g}" if g0 is not None and g1 is not None else "",
+            "lr": rate, "lr_text": f"{rate:.3g} at the lowest loss" if rate is not None else
+            "the log names no learning rate"}

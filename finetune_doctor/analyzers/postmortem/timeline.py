@@ -151,6 +151,10 @@ def _numerics(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[
         events.at(amp["steps"][0], "loss_scale_drop", f"{amp['count']} step(s) skipped by the fp16 GradScaler "
                   "(grad_norm nan, loss finite, training went on)", amp["location"])
     out["loss_zero"] = detectors.loss_zero_facts(loss, gn)
+    out["diverged"] = dv = detectors.diverged(loss, gn, curves.get("learning_rate"))
+    if dv:
+        events.add(dv["last_step"], "loss_spike", f"loss back to {dv['last']:.4g} from {dv['low']:.4g} at step "
+                   f"{dv['low_step']} (diverged)", dv["source"])
     out["grad_const"] = gc = detectors.grad_const_facts(gn, loss)
     out["loss_spikes"], out["loss_spike"] = 0, None
     out["grad_spikes"], out["grad_spike"] = 0, None
@@ -238,7 +242,10 @@ def _kills(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str
     """Killed processes and GPU recordings."""
     kills = [k for f in ev.files for k in f.kills]
     mems = [m for f in ev.files for m in f.memory]
-    out["killed"] = causes.killed_facts(kills, cx, mems, out) if kills else None
+    # a Python exception or another failure in the files explains a launcher's "Killing subprocess" lines
+    traced = bool(kills) and (any(out.get(x) for x in ("oom", "cuda_error", "nccl", "nccl_error")) or any(
+        n.kind in ("exception", "traceback") for f in ev.files for n in f.notices) or any(f.aborts for f in ev.files))
+    out["killed"] = causes.killed_facts(kills, cx, mems, out, traced) if kills else None
     if out["killed"]:
         k = out["killed"]
         events.at(k["step"], "killed", k["timeline_text"], k["location"])

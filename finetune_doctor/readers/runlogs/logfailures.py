@@ -269,6 +269,13 @@ class FailureLines:
             self.keep.add("kills", KillRecord(self.path, line, st, "launcher-exit", exitcode=code,
                                               signal=signame(code), text=text.strip()[:300]))
             return
+        m = pat.LAUNCHER_KILL.search(text) or pat.LAUNCHER_SIGNALLED.search(text)
+        if m:
+            sig = m.groupdict().get("sig")
+            self.keep.add("kills", KillRecord(self.path, line, st, "launcher-signalled" if sig else "launcher-kill",
+                                              signal=sig, pid=int(m.group("pid")) if not sig else None,
+                                              text=text.strip()[:300]))
+            return
         m = pat.CPU_ALLOC.search(text)
         if m:
             self.keep.add("kills", KillRecord(self.path, line, st, "cpu-alloc", bytes=float(m.group("bytes")),

@@ -56,6 +56,11 @@ def _words_file(words: tuple[str, ...]) -> str:
 
 
 _HIT = re.compile(rb"^(\d+):(\d+):", re.M)
+# the hits of every word but HF's step-dict key: grep -o prints the word after the offset, so the dict hits of
+# a counted read are told apart (and counted) over a whole batch in C, never one by one in Python
+DICT_WORD = b"'loss': "
+_HIT_NOT_DICT = re.compile(rb"^(\d+):(\d+):(?!" + re.escape(DICT_WORD) + rb"\n)", re.M)
+_DICT_HIT = b":" + DICT_WORD + b"\n"
 BATCH = 1 << 16   # bytes of grep's output parsed at a time
 
 
@@ -64,10 +69,13 @@ class Offsets:
     when grep ended with an error (exit status 2). The line number is grep's (``-n``: 1 + the line feeds before
     the match), the one readers/runlogs/logs.py would count."""
 
-    def __init__(self, proc: subprocess.Popen) -> None:
+    def __init__(self, proc: subprocess.Popen, count_dicts: bool = False) -> None:
         self.proc = proc
         self.ok = True
         self.stopped = False
+        # a counted read (`count_dicts`): the hits of HF's step-dict key are counted in `dicts`, not yielded
+        self.count_dicts = count_dicts
+        self.dicts = 0
 
     def stop(self) -> None:
         """End grep now: the caller finds the words from here on itself. The offsets grep printed before stay
@@ -81,6 +89,7 @@ class Offsets:
         assert self.proc.stdout is not None
         read = self.proc.stdout.read1
         rest = b""
+        hit = _HIT_NOT_DICT if self.count_dicts else _HIT
         while True:
             block = read(BATCH)
             if not block:
@@ -89,7 +98,9 @@ class Offsets:
                 block = rest + block
             k = block.rfind(b"\n") + 1
             rest = block[k:]
-            found = _HIT.findall(block, 0, k)
+            if self.count_dicts:
+                self.dicts += block.count(_DICT_HIT, 0, k)
+            found = hit.findall(block, 0, k)
             if found:
                 yield [int(o) for _, o in found], [int(n) for n, _ in found]
         if self.proc.wait() not in (0, 1) and not self.stopped:
@@ -102,8 +113,9 @@ class Offsets:
 
 
 @contextlib.contextmanager
-def trigger_offsets(path: str, words: tuple[str, ...]) -> Iterator[Offsets | None]:
-    """The offsets of `words` in `path` from grep, or None (grep missing or disabled)."""
+def trigger_offsets(path: str, words: tuple[str, ...], count_dicts: bool = False) -> Iterator[Offsets | None]:
+    """The offsets of `words` in `path` from grep, or None (grep missing or disabled); `count_dicts`: the hits
+    of HF's step-dict key (`DICT_WORD`) are counted, not yielded (`Offsets.dicts`)."""
     exe = None if os.environ.get("FINETUNE_DOCTOR_NO_GREP") else shutil.which("grep")
     if exe is None:
         yield None
@@ -112,7 +124,7 @@ def trigger_offsets(path: str, words: tuple[str, ...]) -> Iterator[Offsets | Non
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                             env={**os.environ, "LC_ALL": "C"}, bufsize=1 << 16, preexec_fn=_limit_memory)
     try:
-        yield Offsets(proc)
+        yield Offsets(proc, count_dicts)
     finally:
         if proc.poll() is None:
             proc.kill()

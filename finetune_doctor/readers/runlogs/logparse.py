@@ -20,6 +20,13 @@ FAST_NAMES = ("loss", "grad_norm", "learning_rate", "epoch")   # HF's step dict,
 FLUSH_DICTS = 4096   # step dicts held before they go into the series (bounds the waiting lists)
 
 
+def _loading_bar(window: bytes, lo: int, j: int) -> bool:
+    """True when the bar ending at `j` is transformers' "Loading checkpoint shards" bar (modeling_utils.py, the
+    shards of a from_pretrained): it counts files, not steps. Looked at only while the training total is unknown."""
+    k = window.rfind(b"Loading checkpoint shards", lo, j)
+    return k >= 0 and window.find(b"\n", k, j) < 0 and window.find(b"\r", k, j) < 0
+
+
 class TextLogParser(FailureLines):
     """State of one text-log scan. Call `feed_line` for every triggered line, in file order."""
 
@@ -74,7 +81,7 @@ class TextLogParser(FailureLines):
             if self.train_total is not None:
                 if total != self.train_total:
                     continue
-            elif total < self.bar_total_max:
+            elif total < self.bar_total_max or _loading_bar(window, max(lo, j - 400), j):
                 continue
             else:
                 self.bar_total_max = total
@@ -137,6 +144,8 @@ class TextLogParser(FailureLines):
         if "'loss': " in text or "{'eval_" in text or "{'train_runtime'" in text:
             if self._metric_dict(text, line) and "Error" not in text and "OVERFLOW" not in text:
                 return 0   # the common case in a long log: a metric dict and nothing else on its line
+        elif "loss=" in text or "loss: " in text or "Loss: " in text:
+            self._step_line(text, line)
         if '"current_steps"' in text:
             self._lf_jsonl(text, line)
         if "MA " in text or "CPU Virtual Memory" in text or "see_memory_usage" in text:
@@ -192,8 +201,8 @@ class TextLogParser(FailureLines):
             self._kernel(text, line, pre)
         if ("Killed" in text or "exitcode" in text or "exits with return code" in text or "oom" in text
                 or "Out Of Memory" in text or "Out of memory" in text or "received by PID" in text
-                or "can't allocate memory" in text or "Segmentation fault" in text or "Bus error" in text
-                or "Illegal instruction" in text or "Aborted" in text):
+                or "can't allocate memory" in text or "sigkill_handler" in text or "Segmentation fault" in text
+                or "Bus error" in text or "Illegal instruction" in text or "Aborted" in text):
             self._kill(text, line, rank)
         if "Root Cause (first" in text:
             self._child_failed(line, context)
@@ -360,6 +369,21 @@ class TextLogParser(FailureLines):
             self.point(prefix + "eval_loss", self.logged(), kv["eval_loss"], line)
             return True
         return False
+
+    def _step_line(self, text: str, line: int) -> None:
+        """Another trainer's step line (logpatterns.py `STEP_LINE_*`): loss, grad norm and learning rate at the
+        step the line names. A line without both a step and a loss key is left alone (a loss named in prose)."""
+        m = pat.STEP_LINE_STEP.search(text)
+        loss = pat.STEP_LINE_LOSS.search(text) if m else None
+        if m is None or loss is None:
+            return
+        step = int(m.group(1))
+        for rx, name in ((pat.STEP_LINE_LOSS, "loss"), (pat.STEP_LINE_GNORM, "grad_norm"),
+                         (pat.STEP_LINE_LR, "learning_rate")):
+            v = rx.search(text)
+            x = num(v.group(1)) if v else None
+            if x is not None:
+                self.point(name, step, x, line)
 
     def _lf_jsonl(self, text: str, line: int) -> None:
         i = text.find("{")

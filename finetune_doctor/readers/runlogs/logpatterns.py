@@ -60,10 +60,13 @@ TRIGGER_WORDS = (
     "Watchdog caught", "NCCL",
     # process death (§8)
     "Killed", "(exitcode: ", "DefaultCPUAllocator", "Root Cause", "ChildFailedError", "Signal ", "Detected ",
-    "Out Of Memory", "Out of memory: ", "Memory cgroup", "] exits with return code",
+    "Out Of Memory", "Out of memory: ", "Memory cgroup", "] exits with return code", "Killing subprocess",
+    "Main process received",
     "Segmentation fault", "Bus error", "Illegal instruction", "Fatal Python error", "(core dumped)",
-    # metrics (§7)
-    "'loss': ", "{'eval_", "{'train_runtime'", '"current_steps"',
+    # metrics (§7); "loss=", "loss: ", "Loss: ": other trainers' step lines (`STEP_LINE_*` below). Their lower-case
+    # first letter costs the expression scan (no grep, or a file under loggrep.MIN_BYTES) 15-25 %: 0.94-1.06 ->
+    # 1.08-1.27 CPU s for a 50 MB rank log with FINETUNE_DOCTOR_NO_GREP=1 (2026-12-07); grep's scan is unchanged
+    "'loss': ", "{'eval_", "{'train_runtime'", '"current_steps"', "loss=", "loss: ", "Loss: ",
     # see_memory_usage (§3)
     "MA ", "CPU Virtual Memory",
     # warnings, exceptions
@@ -249,6 +252,12 @@ SLURM_OOM = re.compile(r"Detected (?P<n>\d+) oom[-_]kill event|task \d+: Out Of 
 TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<lr>\d+) \(pid: (?P<pid>\d+)\)")
 SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\) received by PID (?P<pid>\d+)")
 LAUNCHER_EXIT = re.compile(r"\[launch\.py:\d+:sigkill_handler\] .*exits with return code = (?P<rc>-?\d+)")
+# DeepSpeed's launcher (deepspeed/launcher/launch.py `sigkill_handler`): when a child exits with a non-zero return
+# code, or the launcher itself gets SIGINT/SIGTERM, it logs "Killing subprocess PID" for every child it started,
+# then "<cmd> exits with return code = RC" (a child failed) or "Main process received SIGxxx, exiting" (it was
+# stopped from outside)
+LAUNCHER_KILL = re.compile(r"\[launch\.py:\d+:sigkill_handler\] Killing subprocess (?P<pid>\d+)")
+LAUNCHER_SIGNALLED = re.compile(r"\[launch\.py:\d+:sigkill_handler\] Main process received (?P<sig>SIG\w+), exiting")
 CPU_ALLOC = re.compile(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (?P<bytes>\d+) bytes")
 CF_RANK = re.compile(r"rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<lr>\d+)\)")
 CF_EXIT = re.compile(r"exitcode\s*:\s*(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)(?:\s*\((?P<sig>SIG\w+)\))?")
@@ -264,6 +273,15 @@ HF_TRAIN_DICT_B = re.compile(HF_TRAIN_DICT.pattern.encode())
 # not read to the line parser
 HF_TRAIN_DICT_LINE_B = re.compile(HF_TRAIN_DICT_B.pattern.replace(rb"[^,'}]", rb"[^,'}\n\r]")
                                   + rb"[^\n\r]?(?:[\n\r]|\Z)")
+# A step line of a trainer that prints neither HF's dict nor LF's JSON: a step key and a loss key on one line, as
+# custom loops print them: "step=220  loss=1.43  gnorm=7.7" (paiml/entrenar#274), nanoGPT's "iter 100: loss
+# 2.3456" is not matched (no separator after "loss"), Megatron's "iteration  1/ 55000 | ... | lm_loss:
+# 2.27E+00 |", torchtune's "Step 1 | loss:1.2", "Global Step: 20 ... Loss: nan". Values: float() or nan/inf.
+_NUM = r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+)|nan|NaN|inf|-inf)"
+STEP_LINE_STEP = re.compile(r"(?i)(?<![\w.])(?:global[ _]step|step|iter(?:ation)?)(?![\w])\s*[=:]?\s*\[?\s*(\d+)")
+STEP_LINE_LOSS = re.compile(r"(?i)(?<![\w.])(?:train[ _])?(?:lm[ _])?loss\s*[=:]\s*" + _NUM)
+STEP_LINE_GNORM = re.compile(r"(?i)(?<![\w.])(?:gnorm|grad[ _]norm)\s*[=:]\s*" + _NUM)
+STEP_LINE_LR = re.compile(r"(?i)(?<![\w.])(?:lr|learning[ _]rate)\s*[=:]\s*" + _NUM)
 KV = re.compile(r"'(?P<k>[\w/]+)':\s*(?P<q>'?)(?P<v>[^,'}]*)(?P=q)")
 LF_CALLBACK = re.compile(r"callbacks(?:\.py)?(?::\d+)? (?:>>|-) ")
 DS_PROGRESS = re.compile(r"\[Rank (?P<rank>\d+)\] step=(?P<step>\d+), skipped=(?P<skipped>\d+), lr=\[(?P<lr>[^\]]*)\]")

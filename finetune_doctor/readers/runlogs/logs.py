@@ -48,6 +48,7 @@ import re
 import stat
 import statistics
 import zlib
+from dataclasses import replace
 from typing import Any, Iterator
 
 from finetune_doctor.errors import InputError
@@ -171,12 +172,16 @@ def looks_binary(sample: bytes) -> bool:
     return bad(sample) > len(sample) * 0.3
 
 
-def read_text_log(path: str) -> FileEvidence:
+def read_text_log(path: str, count_dicts: bool = False) -> FileEvidence:
     """Stream one captured log and extract every metric, OOM, loss-scale, NCCL, kill and warning line.
 
     Returns a `FileEvidence` whose `read` says how many bytes and lines were read and what went wrong.
     Memory: a few 8 MiB buffers plus the kept series/records, whatever the file size.
     Raises InputError when the path is not a regular file or cannot be opened at all.
+    `count_dicts`: when grep finds the words (a plain file of at least loggrep.MIN_BYTES), HF's step-dict lines
+    are counted (`FileEvidence.counted_dicts`), not parsed: their curves are then missing from the evidence, and
+    the caller re-reads in full the file it keeps the curves of (readers/runlogs/runlayout.py `collect`). Every
+    other line is read as without it; the bar rate is sampled at the remaining hits and at each chunk's end.
     """
     problems: list[str] = []
     size = regular_size(path)
@@ -189,11 +194,13 @@ def read_text_log(path: str) -> FileEvidence:
         return FileEvidence(FileRead(path, "unknown", size, 0, complete=False,
                                      problems=("not a text file (binary content); skipped",)))
     plain = sample[:2] not in (GZIP_MAGIC, b"\xff\xfe", b"\xfe\xff")
-    with loggrep.trigger_offsets(path, pat.TRIGGER_WORDS) if plain and size >= loggrep.MIN_BYTES else \
-            loggrep.none() as hits:
+    with loggrep.trigger_offsets(path, pat.TRIGGER_WORDS, count_dicts) if plain and size >= loggrep.MIN_BYTES \
+            else loggrep.none() as hits:
         fe = scan_text(path, size, open_chunks(path, problems), problems, hits)
     if hits is not None and not hits.ok:   # grep failed part-way: its offsets cannot be trusted
-        fe = scan_text(path, size, open_chunks(path, []), [])
+        return scan_text(path, size, open_chunks(path, []), [])
+    if hits is not None and hits.dicts:
+        fe = replace(fe, counted_dicts=hits.dicts)
     return fe
 
 

@@ -35,6 +35,12 @@ MAX_DEPTH = 5
 PARALLEL_MIN_FILES = 4
 PARALLEL_MIN_BYTES = 32 << 20
 FINGERPRINT_BYTES = 1 << 20
+# Many big rank logs (at least COUNTED_MIN_FILES text logs of loggrep.MIN_BYTES or more): each is read with its
+# HF step dicts counted, not parsed, and only the file with the most dicts is read again in full, as `_BestCurves`
+# keeps one copy of a curve anyway. Parsing the 18,000 dicts of each of 256 x 50 MB logs that all print them was
+# most of the time over grep (benchmarks/results/postmortem_ranks.md); a file without dicts reads the same.
+COUNTED = "text-log-counted"
+COUNTED_MIN_FILES = 8
 ORDER = {"trainer-log": 0, "trainer-state": 1, "results": 2, "event-file": 3, "run-record": 4, "text-log": 5,
          "elastic-error": 6, "flight-dump": 7, "csv": 8}
 
@@ -217,8 +223,11 @@ def read_file(path: str, kind: str, base: str | None = None) -> FileEvidence:
 
 def _dispatch(path: str, kind: str) -> FileEvidence:
     from finetune_doctor.readers.runlogs import logs, trackers, trainer_log
-    if kind == "text-log":
+    counted = kind == COUNTED
+    if kind in ("text-log", COUNTED):
         kind = sniff(path)   # a .txt that is really binary, a trainer log or an nvidia-smi CSV
+    if kind == "text-log" and counted:
+        return logs.read_text_log(path, count_dicts=True)
     if kind == "trainer-log":
         return trainer_log.read_trainer_log(path)
     if kind == "trainer-state":
@@ -347,6 +356,17 @@ class _BestCurves:
         return replace(fe, series=tuple(keep)) if len(keep) != len(fe.series) else fe
 
 
+def _counted(tasks: list[tuple[str, str, str | None]]) -> list[tuple[str, str, str | None]] | None:
+    """The tasks with the big text logs made counted reads (`COUNTED`), or None when there are fewer than
+    COUNTED_MIN_FILES of them (each file is then read in full)."""
+    from finetune_doctor.readers.runlogs.loggrep import MIN_BYTES
+
+    big = {p for p, k, _ in tasks if k == "text-log" and _size(p) >= MIN_BYTES}
+    if len(big) < COUNTED_MIN_FILES:
+        return None
+    return [(p, COUNTED if p in big else k, b) for p, k, b in tasks]
+
+
 def sniff_kind(path: str) -> str:
     """The reader for a file given with ``--log``: by name first (tracker files, error files, dumps), else by
     content (readers/runlogs/logs.py `sniff`)."""
@@ -421,10 +441,24 @@ def collect(run_dir: str | None, logs: list[str], workers: int | None = None) ->
         add(p, sniff_kind(p), None)
     files: list[FileEvidence] = []
     best = _BestCurves()
-    for fe in read_all(tasks, workers):
+    counted = _counted(tasks)
+    read: list[FileEvidence] = []
+    for fe in read_all(counted or tasks, workers):
         if fe.read.kind == "unknown":
             skipped.append(fe.read)
+        elif counted:
+            read.append(fe)
         else:
+            files.append(best.add(files, fe))
+    if counted:
+        top = max(read, key=lambda x: x.counted_dicts, default=None)
+        for fe in read:
+            if top is not None and fe is top and fe.counted_dicts:
+                fe = read_file(fe.read.path, "text-log", next(b for p, _, b in tasks if p == fe.read.path))
+            elif fe.counted_dicts:
+                fe = replace(fe, read=replace(fe.read, note="; ".join(x for x in (fe.read.note, (
+                    f"{fe.counted_dicts} metric dict line(s) counted, not parsed: the curves are read from "
+                    f"{os.path.basename(top.read.path) if top else 'another file'}, the rank log with the most")) if x)))
             files.append(best.add(files, fe))
     return Evidence(run_dir=run_dir, files=tuple(files), skipped=tuple(skipped), saved_args=saved,
                     duplicates=tuple(dups))

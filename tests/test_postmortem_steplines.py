@@ -1,0 +1,56 @@
+"""Step lines of trainers that print neither HF's dict nor LLaMA-Factory's JSON (readers/runlogs/logparse.py
+`_step_line`, logpatterns.py `STEP_LINE_*`), and the divergence they can show (rule loss-diverged, FD328).
+The lines are as the trainers print them: paiml/entrenar#274's table of its own ``step=N loss=X gnorm=Y`` lines,
+gpt-neox/Megatron's ``iteration  N/ M | ... | lm_loss: X |`` line (EleutherAI/gpt-neox#947), torchtune's
+``Step N | loss:X``-style line is not matched (no separator before the value) and a loss named in prose is not a
+point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from finetune_doctor.pipeline import postmortem as pm
+from finetune_doctor.readers.runlogs.logs import parse_text
+from finetune_doctor.settings import Options
+
+ENTRENAR = """step=1    loss=15.50  gnorm=42.7
+step=55   loss=13.00  gnorm=14.0
+step=110  loss=3.80   gnorm=24.4
+step=165  loss=2.39   gnorm=7.1
+step=220  loss=1.43   gnorm=7.7    \u2190 BEST
+step=275  loss=5.82   gnorm=15.6   \u2190 diverging
+step=330  loss=7.05   gnorm=15.3
+step=385  loss=10.03  gnorm=70.7   \u2190 near random baseline
+"""
+
+NEOX = (" samples/sec: 1.702 | iteration        1/   55000 | elapsed time per iteration (ms): 18806.7 | learning "
+        "rate: 1.212E-09 | approx flops per GPU: 5.7TFLOPS | lm_loss: 2.275809E+00 | number of skipped iterations:"
+        "   0 | number of nan iterations:   0 |\n")
+
+
+def _series(text: str) -> dict:
+    fe = parse_text("train.log", text.encode())
+    return {s.name: (list(s.steps), list(s.values)) for s in fe.series}
+
+
+def test_step_lines_become_points_at_their_own_steps():
+    s = _series(ENTRENAR)
+    assert s["loss"] == ([1, 55, 110, 165, 220, 275, 330, 385], [15.5, 13.0, 3.8, 2.39, 1.43, 5.82, 7.05, 10.03])
+    assert s["grad_norm"][1][-1] == 70.7
+    n = _series(NEOX)
+    assert n["loss"] == ([1], [2.275809])
+    assert n["learning_rate"] == ([1], [1.212e-09])
+
+
+def test_a_loss_in_prose_or_without_a_step_is_not_a_point():
+    s = _series("Epoch: [8]  [ 200/2293]  lr: 0.000004  loss: 0.2606 (0.2654)\n"
+                "we saw loss: 3.2 yesterday\n")
+    assert "loss" not in s
+
+
+def test_a_diverged_custom_trainer_run_is_named(tmp_path: Path):
+    (tmp_path / "train.log").write_text(ENTRENAR, encoding="utf-8")
+    f = pm.run(str(tmp_path), [], None, Options(command="postmortem")).findings
+    assert f[0].name == "loss-diverged"
+    assert "to 1.43 at step 220, then climbed back to 10.03 by step 385" in f[0].message
+    assert "grad norm 7.7 -> 70.7" in f[0].message and f[0].location.line == 5
