@@ -65,6 +65,7 @@ class Assembly:
     release: Any = None            # readers/lfrelease.Release the keys were judged for
     kind_section: dict[str, Any] | None = None                    # export / chat estimates (facts/kinds.py)
     doc_read: Any = None           # the config as read (a v1 config before its adoption as v0 keys)
+    v1_world: int | None = None    # the process count v1's batch layout was judged for (facts/kinds.py v1_batch)
     _after: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     def live(self) -> dict[str, Any]:
@@ -231,6 +232,10 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
 
     try:
         asm.run = resolve(stack)
+        if kind == "train-v1" and asm.run.world_size != asm.v1_world:
+            # a launch file or accelerate config set the process count: v1 lays the batch out over those
+            kinds.v1_batch(asm, asm.run.world_size)
+            asm.run = resolve(stack)
     except InvalidRunValue as err:
         # the key rules report the value at its line; nothing is estimated from it
         asm.notes.append(f"memory not estimated: {err}")
@@ -301,7 +306,7 @@ def _read(config: str, overrides: tuple[str, ...] | list[str], opts: Options, hw
     facts["lint"].update(kinds.launch_facts(opts, asm.hw, env_report))
     asm.assumptions.extend(kinds.assumptions(asm, opts, asm.hw))
     if kind in ("train-v1", "export-v1"):
-        kinds.adopt_v1(asm)   # the run is resolved from the v1 config's v0 keys
+        kinds.adopt_v1(asm, opts.nnodes)   # the run is resolved from the v1 config's v0 keys
     return asm, env_report
 
 

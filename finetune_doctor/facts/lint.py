@@ -88,9 +88,10 @@ KEY_FIELDS = ("key", "kind", "message", "suggestion", "replacement_key", "fix", 
 def _problems(doc: ConfigDoc, transformers_version: str | None, release: Any, kind: str) -> list[Any]:
     """The key and parse-time problems of `doc` for the LF command that reads it (readers/config/lfkind.py)."""
     if kind in ("train-v1", "export-v1"):
-        from finetune_doctor.readers.config.lfv1 import check_v1
+        from finetune_doctor.readers.config.lfv1 import check_v1, no_v1
 
-        return check_v1(doc.values)
+        refused = no_v1(doc.values, release)
+        return [refused] if refused else check_v1(doc.values)
     if kind == "train":
         return [*check_keys(doc.values, transformers_version=transformers_version, release=release),
                 *check_launch(doc.values, doc.path, release, transformers_version)]
