@@ -129,6 +129,7 @@ RELEASED = {
     "FD741": "galore-default-optim-unverified",
     "FD642": "inference-does-not-fit",
     "FD643": "export-does-not-fit",
+    "FD644": "export-host-oom",
 }
 
 

@@ -41,7 +41,7 @@ def _kv_per_token(arch: Any, nbytes: int) -> int:
 
 def export_estimate(values: Mapping[str, Any], arch: Any) -> dict[str, Any]:
     """The export's memory and output: ``device`` (cpu | gpu), ``peak_gib`` (host RAM for cpu, the GPUs' total
-    for auto), ``written_gib`` (size of export_dir), ``shards`` (files of export_size GB), ``quantized_bits``."""
+    for auto) = ``weights_gib`` + ``merge_gib`` (5 % of the weights for the delta merged in place), ``written_gib`` (size of export_dir), ``shards`` (files of export_size GB), ``quantized_bits``."""
     params = arch.total_params()
     nbytes, dtype = _dtype_bytes(values, arch)
     weights = params * nbytes
@@ -57,6 +57,7 @@ def export_estimate(values: Mapping[str, Any], arch: Any) -> dict[str, Any]:
     shard_gb = size if isinstance(size, (int, float)) and not isinstance(size, bool) and size > 0 else 5
     return {"device": device, "dtype": dtype, "params_b": round(params / 1e9, 3),
             "peak_gib": round(weights * 1.05 / GIB, 2),   # the merge adds one LoRA delta at a time
+            "weights_gib": round(weights / GIB, 2), "merge_gib": round(weights * 0.05 / GIB, 2),
             "written_gib": round(written / GIB, 2), "shards": max(1, -(-int(written) // int(shard_gb * 1e9))),
             "quantized_bits": bits if isinstance(bits, int) and not isinstance(bits, bool) else None}
 
@@ -96,6 +97,23 @@ NOT_JUDGED = {
     "eval": "an evaluation config (llamafactory-cli eval): the doctor checks its keys but does not estimate the "
             "benchmark's memory (weights plus batch_size x the longest few-shot prompt)",
 }
+
+
+def _host_ram(asm: Any) -> float | None:
+    """The training machine's host RAM per node in GiB when the inputs give it: --host-ram (with or without GPUs),
+    a context file's or this machine's (NVML-seen GPUs) through the hardware; else None."""
+    if asm.hw is not None and asm.hw.host_ram_gib:
+        return float(asm.hw.host_ram_gib)
+    return getattr(asm, "host_ram_gib", None)
+
+
+def _host_ram_unknown(peak_gib: float) -> Any:
+    from finetune_doctor.types import Assumption
+
+    return Assumption(name="host-ram", value="unknown: the merge's host RAM is not judged",
+                      source=f"export_device: cpu loads the whole model into host RAM (about {peak_gib} GiB at the "
+                             "peak) and the machine's RAM was not given",
+                      resolve_with="--host-ram SIZE (e.g. 64GB), or --context FILE from the machine that merges")
 
 
 def v1_doc(doc: Any) -> tuple[Any, list[str]]:
@@ -319,8 +337,12 @@ def not_training(asm: Any, arch: Any) -> Any:
                          f"{where}, about {e['peak_gib']} GiB at the peak; export_dir receives about "
                          f"{e['written_gib']} GiB in {e['shards']} shard(s)")
         cap = asm.hw.capacity_gib * (asm.hw.num_gpus or 1) if asm.hw is not None and asm.hw.capacity_gib else None
-        e["fits"] = None if e["device"] == "cpu" or cap is None else e["peak_gib"] <= cap
         e["capacity_gib"] = None if e["device"] == "cpu" else cap
+        e["host_ram_gib"] = _host_ram(asm)
+        e["fits"] = (e["peak_gib"] <= e["host_ram_gib"] if e["host_ram_gib"] is not None else None) \
+            if e["device"] == "cpu" else (None if cap is None else e["peak_gib"] <= cap)
+        if e["device"] == "cpu" and e["host_ram_gib"] is None:
+            asm.assumptions.append(_host_ram_unknown(e["peak_gib"]))
         asm.kind_section = {"kind": "export", **e}
     else:
         cap = asm.hw.capacity_gib if asm.hw is not None else None
