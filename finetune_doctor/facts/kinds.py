@@ -168,8 +168,8 @@ def v1_batch(asm: Any, world: int | None) -> int:
     """Put v1's batch layout of `world` processes into `asm` (None: not known, one process assumed, as the
     ``launcher`` assumption says): the gradient accumulation v1 derives from ``global_batch_size`` becomes the run's
     ``gradient_accumulation_steps``; where v1 stops at start-up (readers/config/lfv1.py `batch_layout`) a ``lint.keys``
-    problem of kind ``v1_launch`` (rule v1-launch-error, an error) when `world` is known, else, when some common
-    rank counts (`V1_WORLDS`) would stop it, one of kind ``v1_launch_unknown`` (a warning naming them) and an
+    problem of kind ``v1_launch`` (rule v1-launch-error, an error) when `world` is known, else, when the config
+    sets ``global_batch_size`` and some common rank counts (`V1_WORLDS`) would stop it, one of kind ``v1_launch_unknown`` (a warning naming them) and an
     ``v1-world-size`` assumption. Replaces what an earlier call put there. Returns the world size used."""
     from finetune_doctor.readers.config.lfv1 import batch_layout
     from finetune_doctor.types import Assumption
@@ -199,6 +199,10 @@ def v1_batch(asm: Any, world: int | None) -> int:
             problem("v1_launch", lay["key"], f"On {world} process{'es' if world > 1 else ''} v1 stops at start-up: \"{lay['error']}\"",
                     "make global_batch_size a multiple of data-parallel size x micro_batch_size"
                     if lay["key"] == "global_batch_size" else f"change `{lay['key']}` or the GPU count")
+        return used
+    if raw.get("global_batch_size") is None:
+        # only a global batch makes the layout depend on arithmetic the user chose; cp_size 2 on an odd GPU count
+        # (LF's own Ulysses example) is left to the check with a known world size
         return used
     fails = {w: batch_layout(raw, w) for w in V1_WORLDS}
     bad = [w for w, lo in fails.items() if lo["error"]]
