@@ -44,12 +44,16 @@ V0_KEYS = {"model_name_or_path": "Qwen/Qwen3-0.6B", "per_device_train_batch_size
            "gradient_accumulation_steps": 4, "template": "qwen3", "stage": "sft", "do_train": True, "optim": "adamw_torch",
            "per_device_eval_batch_size": 1, "warmup_ratio": 0.1, "lr_scheduler_type": "cosine"}
 WORLDS = (1, 2, 3, 4, 6, 8)
-LAYOUT_EXAMPLES = ("train_lora_sft", "train_full_fsdp2", "train_full_deepspeed", "train_full_ulysses_cp")
+LAYOUT_EXAMPLES = ("train_lora_sft", "train_full_fsdp2", "train_full_deepspeed", "train_full_ulysses_cp",
+                   "train_full_qwen3_moe_fsdpturbo_ep_fsdp")
 LAYOUTS = [{"global_batch_size": g, "micro_batch_size": m} for g in (None, 6, 8, 12, 20)
            for m in (1, 2)] + [{"cp_size": 2, "global_batch_size": 8}, {"cp_size": 4, "global_batch_size": 8},
                                   {"dp_size": 2, "global_batch_size": 8}, {"dp_size": 4, "cp_size": 2},
                                   {"mp_replicate_size": 2}, {"mp_replicate_size": 2, "mp_shard_size": 2},
-                                  {"micro_batch_size": 0, "global_batch_size": 4}]
+                                  {"micro_batch_size": 0, "global_batch_size": 4},
+                                  {"dist_config": {"name": "fsdpturbo", "ep_size": 2}},
+                                  {"dist_config": {"name": "fsdpturbo", "ep_size": 4}, "global_batch_size": 8},
+                                  {"dist_config": {"name": "fsdpturbo", "ep_size": 0}}]
 FLASH = ["fa2", "auto", "disabled", "eager", "sdpa", "flash_attention_2", True, "FA2", "flash_attention_3"]
 PLUGIN_VALUES = [("str", "lora"), ("json", '{"name": "lora", "r": 8}'), ("noname", {"r": 8}), ("list", [1, 2]),
                  ("null", None), ("badjson", "{name: lora")]
@@ -103,7 +107,8 @@ def _corpus(tmp: Path) -> list[dict[str, Any]]:
                 vals = {**base, **{k: v for k, v in layout.items() if v is not None}}
                 for w in WORLDS:
                     add(f"world/{name}/{i}/{w}", vals, ("global_batch_size", "micro_batch_size", "cp_size",
-                                                        "dp_size", "mp_replicate_size", "mp_shard_size"), world=w)
+                                                        "dp_size", "mp_replicate_size", "mp_shard_size",
+                                                        "dist_config"), world=w)
     return out
 
 
@@ -188,8 +193,9 @@ def test_layout_corpus_exercises_the_start_up_checks(outcomes: list[dict[str, An
     """The world-size corpus reaches each of v1's layout refusals, and the doctor agrees with every one of them."""
     world = [o for o in outcomes if o["id"].startswith("world/")]
     refused = [o for o in world if o["lf"]]
-    assert len(world) >= 400 and len(refused) >= 100
+    assert len(world) >= 500 and len(refused) >= 150
     for text in ("Global batch size must be divisible", "must be divisible by cp_size", "dp_size * cp_size",
-                 "mp_replicate_size", "ZeroDivisionError"):
+                 "mp_replicate_size", "ZeroDivisionError", "dp_size must be divisible by ep_size",
+                 "ep_size must be positive"):
         assert any(text in o["lf"] for o in refused), text
     assert [o["id"] for o in world if o["outcome"] not in ("caught", "clean")] == []

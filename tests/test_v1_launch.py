@@ -68,6 +68,12 @@ def _run(tmp_path: Path, text: str, *args: str, command: str = "check") -> dict:
     ({"global_batch_size": 4, "micro_batch_size": 0}, 2, None, "ZeroDivisionError"),
     ({"mp_replicate_size": 2, "mp_shard_size": 2}, 4, 1, None),
     ({"mp_replicate_size": 2, "mp_shard_size": 2}, 6, None, "got 2 * 2 != 6."),
+    # fsdpturbo's expert parallelism (LF's Qwen3.5-35B-A3B example: ep_size 16) needs dp divisible by ep_size
+    ({"dist_config": {"name": "fsdpturbo", "ep_size": 16}}, 8, 1, "got 8 % 16 != 0."),
+    ({"dist_config": {"name": "fsdpturbo", "ep_size": 16}}, 16, 1, None),
+    ({"dist_config": {"name": "fsdpturbo", "ep_size": 16}}, 1, 1, "got 1 % 16 != 0."),
+    ({"dist_config": {"name": "fsdpturbo", "ep_size": 0}}, 4, 1, "ep_size must be positive, got 0."),
+    ({"dist_config": {"name": "fsdp2", "ep_size": 16}}, 8, 1, None),           # only fsdpturbo reads ep_size
 ])
 def test_batch_layout_follows_v1(values, world, accum, error):
     lay = batch_layout(values, world)

@@ -11,7 +11,9 @@ With a ``world``, a config v1 parses is then laid out the way v1 lays it out at 
 v1's own ``DistributedStrategy`` (``v1/accelerator/interface.py``) with ``RANK``/``WORLD_SIZE`` set as torchrun
 sets them (unset for one process), then v1's own ``BatchGenerator.__init__`` (``v1/core/utils/batching.py``) up to
 the point where it starts reading data: its ``DistributedInterface`` answers the data-parallel size the strategy
-computed, and ``_init_data_provider`` -- the first step after the layout checks -- ends the replay. ``torchdata``
+computed, and ``_init_data_provider`` -- the first step after the layout checks -- ends the replay; for
+``dist_config: {name: fsdpturbo}`` then v1's own ``FSDPTurboParallelState.initialize`` (the expert-parallel size),
+stopped where it would build device meshes. ``torchdata``
 (imported by that module for the data loader, never used before that point) is stubbed when it is not installed.
 """
 
@@ -60,7 +62,23 @@ def _layout(args: object, world: int) -> None:
         batching.BatchGenerator(dataset=[], renderer=None, micro_batch_size=train.micro_batch_size,
                                 global_batch_size=train.global_batch_size, cutoff_len=train.cutoff_len)
     except _LaidOut:
-        return
+        pass
+    dist = train.dist_config
+    if dist is not None and dist.get("name") == "fsdpturbo":
+        # the plugin's expert layout when it shards the model: its own initialize, stopped where it builds meshes
+        from llamafactory.v1.plugins.trainer_plugins.distributed.fsdpturbo import FSDPTurboParallelState
+
+        class _Interface(_Mesh):
+            class strategy:   # noqa: N801 - the attribute v1 reads
+                cp_size = train.cp_size
+
+            def get_device_mesh(self, dim: object = None) -> None:
+                raise _LaidOut
+
+        try:
+            FSDPTurboParallelState().initialize(_Interface(), dist)
+        except _LaidOut:
+            pass
 
 
 def main() -> int:

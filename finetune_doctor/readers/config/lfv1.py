@@ -287,7 +287,8 @@ def batch_layout(values: Mapping[str, Any], world: int) -> dict[str, Any]:
     one process gives dp 1. Then ``v1/core/utils/batching.py`` L184-195 ``BatchGenerator.__init__``: no
     ``global_batch_size`` -> one micro-batch per step; ``global_batch_size % (dp * micro_batch_size) == 0`` ->
     ``num_micro_batch = global // dp // micro``; otherwise ValueError. A micro_batch_size of 0 with a global batch
-    is Python's ZeroDivisionError there. Values of the wrong type are left to the parse checks (no layout).
+    is Python's ZeroDivisionError there. Then, for ``dist_config: {name: fsdpturbo}``, the expert-parallel size
+    (`_expert_layout`). Values of the wrong type are left to the parse checks (no layout).
     """
     mbs, gbs = _pos_int(values.get("micro_batch_size", 1)), values.get("global_batch_size")
     gbs = None if gbs is None else _pos_int(gbs)
@@ -315,12 +316,30 @@ def batch_layout(values: Mapping[str, Any], world: int) -> dict[str, Any]:
         dp = dpv if dpv is not None else world // cp
     out["dp"] = dp
     if gbs is None:
-        return {**out, "accum": 1}
-    if dp * mbs == 0:
+        out["accum"] = 1
+    elif dp * mbs == 0:
         return {**out, "key": "micro_batch_size", "error": "integer modulo by zero (ZeroDivisionError: "
                                                            "global_batch_size % (dp_size * micro_batch_size 0))"}
-    if gbs % (dp * mbs):
+    elif gbs % (dp * mbs):
         return {**out, "key": "global_batch_size",
                 "error": "Global batch size must be divisible by DP size and micro batch size. "
                          f"Got {gbs} % ({dp} * {mbs}) != 0."}
-    return {**out, "accum": gbs // dp // mbs}
+    else:
+        out["accum"] = gbs // dp // mbs
+    return {**out, **_expert_layout(values.get("dist_config"), dp)}
+
+
+def _expert_layout(dist: Any, dp: int) -> dict[str, Any]:
+    """The fsdpturbo plugin's expert-parallel check when it shards the model, after the batch generator (v1
+    ``plugins/trainer_plugins/distributed/fsdpturbo.py`` L54-62 ``FSDPTurboParallelState.initialize``): ``ep_size``
+    (default 1) must be positive and divide the data-parallel size -- on one process too, where dp is 1."""
+    if not isinstance(dist, Mapping) or dist.get("name") != "fsdpturbo":
+        return {}
+    ep = dist.get("ep_size", 1)
+    if not isinstance(ep, int) or isinstance(ep, bool):
+        return {}
+    if ep < 1:
+        return {"key": "dist_config.ep_size", "error": f"ep_size must be positive, got {ep}."}
+    if dp % ep:
+        return {"key": "dist_config.ep_size", "error": f"dp_size must be divisible by ep_size, got {dp} % {ep} != 0."}
+    return {}
