@@ -42,6 +42,25 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 EXAMPLES = ROOT / "fixtures" / "llamafactory" / "examples"
 BIN = Path(sys.executable).parent
+HISTORY = "## Before and after issue #22"   # lint.md's hand-written sections start here
+DOCTOR: list[str] = []   # the console script, written by `console_script` as pip writes it from pyproject.toml
+
+
+def console_script(where: Path) -> Path:
+    """`doctor` as pip would install it from this tree's pyproject.toml ([project.scripts]): a Python file that
+    imports the named entry and exits with it. The environment's own `doctor` may come from an older install of
+    the project (an editable install keeps the script of the tree it was installed from), so it is not used."""
+    import tomllib
+
+    target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["doctor"]
+    module, func = target.split(":")
+    script = where / "doctor"
+    script.write_text(f"#!{sys.executable}\nimport re\nimport sys\nfrom {module} import {func}\n"
+                      f"if __name__ == '__main__':\n"
+                      f"    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+                      f"    sys.exit({func}())\n")
+    script.chmod(0o755)
+    return script
 N_CONFIGS = 50
 LF_FULL = Path(os.environ.get("LF_EXAMPLES", "/work/shared/reference/llamafactory/examples"))
 
@@ -88,12 +107,16 @@ def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int]:
 
 
 def measure(files: list[Path], one: Path, envs: dict[str, dict[str, str]], cwd: Path,
-            runs: int) -> dict[str, dict[str, object]]:
-    """Median wall times per environment; every command of every environment runs once per round, interleaved."""
-    doctor = [str(BIN / "doctor"), "lint", "--format", "concise", *map(str, files)]
+            runs: int, train: Path | None = None) -> dict[str, dict[str, object]]:
+    """Median wall times per environment; every command of every environment runs once per round, interleaved.
+    `train`: also time `doctor lint` and yamllint on that one training config ("train", "train_yamllint")."""
+    doctor = [*DOCTOR, "lint", "--format", "concise", *map(str, files)]
     yamllint = [str(BIN / "yamllint"), "-d", "relaxed", *map(str, files)]
-    single = [str(BIN / "doctor"), "lint", "--format", "concise", str(one)]
+    single = [*DOCTOR, "lint", "--format", "concise", str(one)]
     cmds = {"doctor": doctor, "yamllint": yamllint, "single": single}
+    if train is not None:
+        cmds["train"] = [*DOCTOR, "lint", "--format", "concise", str(train)]
+        cmds["train_yamllint"] = [str(BIN / "yamllint"), "-d", "relaxed", str(train)]
     times = {name: {c: [] for c in cmds} for name in envs}
     codes: set[int] = set()
     for env in envs.values():  # warm the OS file cache (and the bytecode cache, when allowed)
@@ -115,7 +138,7 @@ def measure(files: list[Path], one: Path, envs: dict[str, dict[str, str]], cwd: 
 
 
 def heavy_imports(one: Path, env: dict[str, str], cwd: Path) -> list[str]:
-    res = subprocess.run([sys.executable, "-X", "importtime", "-m", "finetune_doctor", "lint", str(one)],
+    res = subprocess.run([sys.executable, "-X", "importtime", *DOCTOR[1:], "lint", str(one)],
                          env=env, cwd=cwd, capture_output=True, text=True)
     mods = {ln.split("|")[-1].strip() for ln in res.stderr.splitlines() if ln.startswith("import time:")}
     return sorted(m for m in mods if m.split(".")[0] in ("torch", "transformers", "deepspeed"))
@@ -160,10 +183,14 @@ def main() -> int:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 7
     work = Path(tempfile.mkdtemp(prefix="bench-lint-"))
     pyc = Path(tempfile.mkdtemp(prefix="bench-lint-pyc-"))
+    load_start = open("/proc/loadavg").read().split()[:3] if Path("/proc/loadavg").is_file() else []
+    bindir = Path(tempfile.mkdtemp(prefix="bench-lint-bin-"))
+    DOCTOR[:] = [sys.executable, str(console_script(bindir))]
     try:
         yamls, jsons = generate(work)
         files = yamls + jsons
-        base_env = {**os.environ, "FINETUNE_DOCTOR_NO_NVML": "1", "NO_COLOR": "1"}
+        base_env = {**os.environ, "FINETUNE_DOCTOR_NO_NVML": "1", "NO_COLOR": "1",
+                    "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
         cached = {k: v for k, v in base_env.items() if k != "PYTHONDONTWRITEBYTECODE"}
         cached["PYTHONPYCACHEPREFIX"] = str(pyc)
         nocache = {**base_env, "PYTHONDONTWRITEBYTECODE": "1"}
@@ -173,12 +200,14 @@ def main() -> int:
         corpora = {"fixtures/llamafactory/examples (copy)": sorted(EXAMPLES.rglob("*.yaml"))}
         if LF_FULL.is_dir():
             corpora[f"{LF_FULL} (LLaMA-Factory's examples/)"] = sorted(LF_FULL.rglob("*.yaml"))
-        lf_res = {name: measure(fs, fs[0], {"cached": cached}, work, runs)["cached"] for name, fs in corpora.items()}
+        trains = {name: next((f for f in fs if f.name == "qwen3_lora_sft.yaml"), None) for name, fs in corpora.items()}
+        lf_res = {name: measure(fs, fs[0], {"cached": cached}, work, runs, trains[name])["cached"]
+                  for name, fs in corpora.items()}
         heavy = heavy_imports(yamls[0], cached, work)
         parts = breakdown(yamls[0], jsons[0])
         load = os.getloadavg()
         # findings as a sanity check: the corpus is linted, not skipped
-        res = subprocess.run([str(BIN / "doctor"), "lint", "--format", "json", *map(str, files)], env=cached,
+        res = subprocess.run([*DOCTOR, "lint", "--format", "json", *map(str, files)], env=cached,
                              cwd=work, capture_output=True, text=True)
         report = json.loads(res.stdout) if res.stdout.strip().startswith("{") else {}
         n_findings = len(report.get("findings", []))
@@ -186,6 +215,7 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(pyc, ignore_errors=True)
+        shutil.rmtree(bindir, ignore_errors=True)
 
     def row(name: str, r: dict[str, object]) -> str:
         ratio = r["doctor"] / r["yamllint"]
@@ -214,7 +244,7 @@ one file cold <= 0.15 s -- **{'met' if r_cached['single'] <= 0.15 else 'NOT met'
 
 - doctor lint exit codes over the runs: {r_cached['exit_codes']} (1 = findings at error level); {n_findings} findings
   reported for the corpus, {skipped} files skipped as not LLaMA-Factory/DeepSpeed.
-- heavy imports on the lint path (`python -X importtime -m finetune_doctor lint`): {heavy or 'none'}.
+- heavy imports on the lint path (`python -X importtime doctor lint`, the console script): {heavy or 'none'}.
 - machine load average (1/5/15 min) at the end: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on {os.cpu_count()} CPUs
   (other work ran on the same machine; the ratio is measured interleaved in the same run for that reason).
 - raw times (cached bytecode), doctor: {', '.join(f'{t:.3f}' for t in r_cached['doctor_all'])};
@@ -227,15 +257,20 @@ one file cold <= 0.15 s -- **{'met' if r_cached['single'] <= 0.15 else 'NOT met'
 
 Every YAML of each folder (configs of every kind: train, inference, merge; LLaMA-Factory v1 configs included),
 `doctor lint` against `yamllint -d relaxed` on the same files, bytecode cached (PYTHONPYCACHEPREFIX, warmed once),
-median of {runs} interleaved rounds. "one file": `doctor lint` on the first YAML of the folder.
+median of {runs} interleaved rounds. "one file": `doctor lint` on the first YAML of the folder (for both folders
+an accelerate config, which lint names and skips); "one training config": on train_lora/qwen3_lora_sft.yaml, with
+yamllint on the same file beside it. `doctor` is the console script as pip writes it from pyproject.toml.
 
-| corpus | files | doctor lint, s | yamllint -d relaxed, s | ratio doctor/yamllint | one file, s |
-|---|---|---|---|---|---|
+| corpus | files | doctor lint, s | yamllint -d relaxed, s | ratio doctor/yamllint | one file, s | one training config, s (yamllint) |
+|---|---|---|---|---|---|---|
 """ + "\n".join(f"| {name} | {len(corpora[name])} | {r['doctor']:.3f} | {r['yamllint']:.3f} | "
-                f"**{r['doctor'] / r['yamllint']:.2f}** | {r['single']:.3f} |" for name, r in lf_res.items()) + f"""
+                f"**{r['doctor'] / r['yamllint']:.2f}** | {r['single']:.3f} | "
+                + (f"{r['train']:.3f} ({r['train_yamllint']:.3f})" if 'train' in r else "-") + " |"
+                for name, r in lf_res.items()) + f"""
 
 Goals (issue #22): ratio <= 0.5 -- {'; '.join(f"{n.split(' ')[0]}: **{'met' if r['doctor'] / r['yamllint'] <= 0.5 else 'NOT met'}**" for n, r in lf_res.items())};
-one file <= 0.12 s -- {'; '.join(f"{n.split(' ')[0]}: **{'met' if r['single'] <= 0.12 else 'NOT met'}**" for n, r in lf_res.items())}.
+one file <= 0.12 s -- {'; '.join(f"{n.split(' ')[0]}: **{'met' if r['single'] <= 0.12 else 'NOT met'}** ({r['single']:.3f}; training config {r.get('train', float('nan')):.3f})" for n, r in lf_res.items())}.
+Load average (1/5/15 min) at the start: {' / '.join(load_start) or '?'}, at the end: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}.
 Raw times: {'; '.join(f"{n.split(' ')[0]}: doctor {', '.join(f'{t:.3f}' for t in r['doctor_all'])} / yamllint {', '.join(f'{t:.3f}' for t in r['yamllint_all'])}" for n, r in lf_res.items())}.
 
 Where the time goes (in-process, median ms):
@@ -245,7 +280,11 @@ Where the time goes (in-process, median ms):
 """ + "\n".join(f"| {k} | {v:.1f} |" for k, v in parts.items()) + "\n"
     print(text)
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "lint.md").write_text(text, encoding="utf-8")
+    out = HERE / "results" / "lint.md"
+    # the sections written by hand below the generated ones (A/B runs of past rounds) are kept as they are
+    old = out.read_text(encoding="utf-8") if out.is_file() else ""
+    history = old[old.index(HISTORY):] if HISTORY in old else ""
+    out.write_text(text + ("\n" + history if history else ""), encoding="utf-8")
     return 0
 
 

@@ -11,15 +11,26 @@ Data: benchmarks/data/calibration_rows.yaml. Each row is one run as its source s
   ``fsdp_config`` keys) and ``gpu`` (``NxCARD`` as ``--gpu`` takes it, null when the source does not say; then
   ``world``, the number of processes when the source states it, sizes the run on benchmarks/calibrate.py's
   default card, and the row has no outcome to score);
+* ``stack`` (optional): ``{package: version}`` the source fixes for that row (given to the doctor as ``--env``).
 * ``measured``: ``{value, unit, kind}`` or null. ``unit`` GB (10^9 bytes, what litgpt prints), GiB (2^30: nvidia-smi's
   MiB / 1024, torch's counters divided by 1024^3) or GB-class (a card's marketed size); ``kind`` allocated
   (``max_memory_allocated``/active), reserved (``max_memory_reserved``), nvidia-smi (device usage incl. context),
   boundary (the card's capacity at the longest length that still trained) or unknown;
 * ``outcome``: trained | oom | null; ``unknown``: what the source does not state and the row had to assume (so
   "never guess silently" holds for the data too); ``notes``;
+* ``samples``: fill | dataset: whether the source's samples reach ``cutoff_len`` (a benchmark at a fixed or
+  packed length: what the doctor would measure from the data, so the calibration closes its ``sample-lengths``
+  assumption, `samples_fill`) or come from a real dataset whose longest sample the source does not state (the
+  assumption stays open). Default: ``dataset`` for issue threads, ``fill`` for documentation tables;
+* ``round``: 1 (collected by session 5) or 2 (collected in session 6 from sources never used before; absent = 1);
 * ``split``: dev | test (`assign_split`).
 
-**The split** is by source: every row of one page or thread lands in the same half. Within each source type the
+**Round 2 (session 6).** The round-1 test half informed a choice of form (benchmarks/results/calibrate.md), so it is
+no longer held out: every round-1 row is dev now, and the fresh held-out set is round 2, rows from sources no
+earlier row used, all test, committed before the doctor was run on any of them. Rows without a split are dealt as
+follows: round ≥ 2 to test; round 1 by the rule below.
+
+**The split of round 1** was by source: every row of one page or thread lands in the same half. Within each source type the
 sources are ordered by the SHA-256 of their address and dealt, in that order, to whichever half holds fewer rows of
 that type so far (then fewer rows in all; dev on a tie), so both halves hold documentation tables and user threads. It
 depends only on the addresses and the row counts, never on the doctor's errors, so rows added later fall where the
@@ -72,12 +83,22 @@ def assign_split(rows: list[dict[str, Any]]) -> dict[str, str]:
     for src, side in fixed.items():
         total[side] += counts[src]
         by_type[(kind[src], side)] = by_type.get((kind[src], side), 0) + counts[src]
+    fresh = {r["source"] for r in rows if int(r.get("round") or 1) >= 2}
     for src in sorted((s for s in counts if s not in fixed), key=lambda s: (kind[s], source_key(s))):
+        if src in fresh:   # round 2: the fresh held-out set
+            out[src] = "test"
+            continue
         side = min(("dev", "test"), key=lambda h: (by_type.get((kind[src], h), 0), total[h], h != "dev"))
         out[src] = side
         total[side] += counts[src]
         by_type[(kind[src], side)] = by_type.get((kind[src], side), 0) + counts[src]
     return out
+
+
+def samples_fill(row: dict[str, Any]) -> bool:
+    """Whether `row`'s samples reach cutoff_len (its ``samples`` field, module docstring; default by source type)."""
+    default = "dataset" if row.get("source_type") == "issue-thread" else "fill"
+    return (row.get("samples") or default) == "fill"
 
 
 def measured_gib(row: dict[str, Any], capacity_gib: float | None = None) -> float | None:
@@ -105,6 +126,23 @@ def measured_gib(row: dict[str, Any], capacity_gib: float | None = None) -> floa
 # to the doctor as its config.json with ``torch_dtype: bfloat16`` (the bf16 copy litgpt trains), through
 # ``--model-config``.
 BF16_TRUE_FRAMEWORKS = ("litgpt",)
+
+# litgpt fine-tunes with an output layer of its own: its GPT builds ``lm_head`` as a separate Linear and never ties
+# it to ``transformer.wte`` (litgpt/model.py:25 and litgpt/lora.py:509 at 00af8b0d; finetune/lora.py:451 lists
+# ``train.tie_embeddings`` among the unsupported arguments), and its HF converter copies the embedding into
+# ``lm_head.weight`` for the models that tie it (scripts/convert_hf_checkpoint.py:207 and :282 at 00af8b0d:
+# Gemma, Gemma-2, Llama-3.2). So the row's model is given to the doctor with ``tie_word_embeddings: false``: one
+# more vocab x hidden weight on the GPU than the tied HF model (0.5-1.7 GiB at bf16 for these rows).
+UNTIED_FRAMEWORKS = ("litgpt",)
+
+# PEFT's examples/sft/train.py (every "TRL SFTTrainer + PEFT" row runs it, from PEFT's FSDP and DeepSpeed pages)
+# loads the model in float32 unless a floating ``bnb_4bit_quant_storage_dtype`` is given: ``dtype =
+# quant_storage_dtype if ... is_floating_point else torch.float32`` (examples/sft/utils.py:134 at 5d602fdbf; since
+# 8452d71e1, 2024-04-05), and before that without any ``torch_dtype`` (utils.py at aa2ca83ca, the commit that
+# added the example and the pages' LoRA runs), which transformers then loaded in float32. So a row of it without
+# quantization is given to the doctor as its config.json with ``torch_dtype: float32`` (what LLaMA-Factory loads
+# for an fp32 checkpoint); its QLoRA rows set the storage dtype to bfloat16 and stay as the catalogue has them.
+FP32_LOAD_FRAMEWORKS = ("TRL SFTTrainer + PEFT",)
 
 
 # A framework that pins a package the doctor's terms depend on: the pin, given to the doctor as the training
@@ -139,23 +177,55 @@ def config_for(row: dict[str, Any]) -> dict[str, Any]:
     return {**extra, **row["config"]}
 
 
+# A run cannot use a release that did not exist yet. For the frameworks that run the transformers Trainer (their
+# optimizer default, loss and bitsandbytes path are the ones the doctor models), a row dated before the first
+# release of a version at which one of the doctor's terms changes is given a version below it (only the side of
+# the boundary matters to the doctor; the row's date is its source's, so the run is no later). The boundaries:
+# torch 2.8.0 (2025-08-06; transformers' default optimizer becomes adamw_torch_fused, run/stack.py
+# ``default_optim``), transformers 4.49.0 (2025-02-17; the loss stops copying the shifted logits, run/stack.py
+# ``SHIFTED_LOGITS_COPY_BEFORE``), bitsandbytes 0.43.2 (2024-07-23; MatMul4Bit stops keeping its input,
+# analyzers/memory/qlora.py). Release dates as PyPI lists them.
+TRAINER_FRAMEWORKS = ("LLaMA-Factory", "TRL SFTTrainer", "ms-swift", "transformers + PEFT")
+DATE_BOUNDS: tuple[tuple[str, str, str], ...] = (
+    ("torch", "2025-08-06", "2.7.1"),
+    ("transformers", "2025-02-17", "4.48.3"),
+    ("bitsandbytes", "2024-07-23", "0.43.1"),
+)
+
+
+def dated_pins(row: dict[str, Any]) -> dict[str, str]:
+    """Versions below each boundary of DATE_BOUNDS the row's date precedes (Trainer frameworks only)."""
+    fw, when = str(row.get("framework") or ""), str(row.get("date") or "")
+    if not when or not fw.startswith(TRAINER_FRAMEWORKS):
+        return {}
+    return {pkg: below for pkg, first, below in DATE_BOUNDS if when < first}
+
+
 def pins_for(row: dict[str, Any]) -> dict[str, str]:
-    """Package versions the row's framework pins (FRAMEWORK_PINS), empty when it pins none the doctor reads."""
-    return dict(FRAMEWORK_PINS.get(str(row.get("framework")), {}))
+    """Package versions for the row, later sources winning: the date bounds (``dated_pins``), the framework's pins
+    (FRAMEWORK_PINS), the row's own ``stack`` (versions its source fixes: each row says why in its notes); empty
+    when none names one."""
+    return {**dated_pins(row), **FRAMEWORK_PINS.get(str(row.get("framework")), {}),
+            **{str(k): str(v) for k, v in (row.get("stack") or {}).items()}}
 
 
 def model_config_for(row: dict[str, Any]) -> dict[str, Any] | None:
     """The config.json the doctor should size `row`'s model from (a framework rule above), or None for the
     model as the catalogue or hub has it. Raises LookupError when the rule applies and the bundled catalogue has no
     config for the model."""
-    if row.get("framework") not in BF16_TRUE_FRAMEWORKS:
+    fw = str(row.get("framework") or "")
+    fp32 = fw.startswith(FP32_LOAD_FRAMEWORKS) and not row["config"].get("quantization_bit")
+    if fw not in BF16_TRUE_FRAMEWORKS and not fp32:
         return None
     from finetune_doctor.readers.model.modelcfg import find_in_catalog
 
     found = find_in_catalog(str(row["model"]))
     if found is None or not found[0].get("config"):
         raise LookupError(f"{row['id']}: {row['model']} has no config in the bundled catalogue")
-    return {**found[0]["config"], "torch_dtype": "bfloat16"}
+    if fp32:
+        return {**found[0]["config"], "torch_dtype": "float32"}
+    untie = {"tie_word_embeddings": False} if fw in UNTIED_FRAMEWORKS else {}
+    return {**found[0]["config"], "torch_dtype": "bfloat16", **untie}
 
 
 def write_split(path: Path = ROWS) -> dict[str, int]:

@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", required=True)
     ap.add_argument("--compare")
     ap.add_argument("--out", default=str(HERE / "results" / "memory_by_group.md"))
+    ap.add_argument("--before-label", default="the tree given with --compare",
+                    help="what the --compare tree was (a commit), written into the page")
     args = ap.parse_args(argv)
     rs = rows()
     g = groups(rs)
@@ -115,9 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         before = json.loads(Path(args.compare).read_text(encoding="utf-8"))["groups"]
         lines = ["# Memory accuracy per engine and method, before and after the upstream-derived terms (issue 23)", "",
                  "Rows: the measurements already in the repository (memory_points_dev.csv, the FSDP/Megatron/liger rows "
-                 "of engine_points.py, the liger row of memory_accuracy.py); none of the new published rows another "
-                 "engineer collects (their test half was not looked at). Reproduce with the commands in "
-                 "benchmarks/memory_by_group.py (before: the branch point of wt/memterms).", "",
+                 "of engine_points.py, the liger row of memory_accuracy.py); the held-out published rows "
+                 "(benchmarks/data/calibration_rows.yaml) are scored by halves in memory_accuracy.md. Reproduce with "
+                 f"the commands in benchmarks/memory_by_group.py (before: {args.before_label}).", "",
                  "| engine / method | rows | median abs error before | after | max before | after | median signed "
                  "error before | after |", "|---|---|---|---|---|---|---|---|"]
         for k, v in g.items():

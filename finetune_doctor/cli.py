@@ -6,51 +6,22 @@ error, printed as one line ``file:line: what is wrong`` and never as a traceback
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from typing import Any, Callable
 
 import click
 
-from finetune_doctor import __version__
-from finetune_doctor.errors import InputError, MissingExtra
+from finetune_doctor import __version__, lintcli
 
-FORMATS = ("text", "json", "sarif", "github", "concise")
-
-
-def _fail_input(err: Exception) -> None:
-    from finetune_doctor.reporters.safe import safe_str
-
-    click.echo(safe_str(f"doctor: {err}"), err=True)
-    sys.exit(2)
+# lint's body, output and error policy live in lintcli.py (the console script runs lint without click)
+FORMATS = lintcli.FORMATS
+_fail_input = lintcli.fail_input
 
 
 def _guard(fn: Callable) -> Callable:
-    """Turn bad input into one line and exit 2, never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (InputError, MissingExtra) as err:
-            _fail_input(err)
-        except click.exceptions.Exit:
-            raise
-        except click.ClickException:
-            raise
-        except KeyboardInterrupt:
-            sys.exit(130)
-        except Exception as err:  # an internal error: one line, exit 2 (ruff's convention); debug re-raises
-            if os.environ.get("FINETUNE_DOCTOR_DEBUG") == "1":
-                raise
-            from finetune_doctor.reporters.safe import safe_str
-
-            click.echo(safe_str(f"doctor: internal error: {type(err).__name__}: {err} "
-                                "(set FINETUNE_DOCTOR_DEBUG=1 for the traceback)"), err=True)
-            sys.exit(2)
-
-    return wrapper
+    """Turn bad input into one line and exit 2, never a traceback (lintcli.guard; click's exits pass)."""
+    return lintcli.guard(fn, passthrough=(click.exceptions.Exit, click.ClickException))
 
 
 # options more than one command takes, declared once (issue #22)
@@ -115,58 +86,11 @@ def context_option(fn: Callable) -> Callable:
                              "--accelerate-config and the data scan.")(fn)
 
 
-def _options(**kw: Any) -> dict[str, Any]:
-    from finetune_doctor.settings import Options
-
-    return Options.from_cli(**kw)
-
-
-def emit(report: Any, opts: Any) -> None:
-    """Render with the chosen reporter and exit with the DESIGN.md exit code."""
-    from finetune_doctor.reporters import render
-
-    extra: dict[str, Any] = {}
-    if opts.output:
-        extra["color"] = False   # no escape codes in a file, even when stdout is a terminal
-    if opts.format == "sarif":
-        from finetune_doctor.engine.loader import load_rules
-
-        extra["rules"] = load_rules(opts.rules_dirs)
-    _write(render(report, opts.format, **extra), opts, _input_files(report))
-    sys.exit(exit_code(report, opts.fail_on))
-
-
-def _input_files(report: Any) -> list[str]:
-    """The files a report was made from (its `inputs` and the postmortem's read list), for the output policy."""
-    out: list[str] = []
-    for v in (report.inputs or {}).values():
-        if isinstance(v, str):
-            out.append(v)
-        elif isinstance(v, (list, tuple)):
-            out.extend(x for x in v if isinstance(x, str))
-    for rec in (report.sections or {}).get("read") or []:
-        if isinstance(rec, dict) and isinstance(rec.get("file") or rec.get("path"), str):
-            out.append(rec.get("file") or rec.get("path"))
-    return out
-
-
-def _write(text: str, opts: Any, inputs: Any = ()) -> None:
-    if opts.output:
-        from finetune_doctor.fsutil import write_output
-
-        # the output policy (fsutil.py): stdout for - and /dev/stdout, regular files only, never an input
-        write_output(opts.output, text, "--output", [*opts.paths, *inputs])
-    elif text:   # a clean run in the concise format prints nothing at all, as flake8 does
-        click.echo(text, nl=not text.endswith("\n"))
-
-
-def exit_code(report: Any, fail_on: str) -> int:
-    from finetune_doctor.types import SEVERITY_RANK
-
-    if fail_on == "never":
-        return 0
-    floor = SEVERITY_RANK[fail_on]
-    return 1 if any(SEVERITY_RANK.get(f.severity, 0) >= floor for f in report.findings) else 0
+_options = lintcli.options
+emit = lintcli.emit
+_input_files = lintcli.input_files
+_write = lintcli.write
+exit_code = lintcli.exit_code
 
 
 class DoctorGroup(click.Group):
@@ -244,40 +168,8 @@ def lint(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bool, stat
          config_file: str | None, stdin_filename: str | None, force_exclude: bool, **kw: Any) -> None:
     """Static rules over FILES, directories (walked for YAML/JSON configs) or - (standard input); for
     pre-commit. Never imports torch, never touches a GPU or a dataset."""
-    from finetune_doctor.pipeline import lint as pipe
-    from finetune_doctor.pipeline.lintinputs import collect
-
-    files_given = tuple(files)
-    files = tuple(collect(files, stdin_filename=stdin_filename, config_file=config_file,
-                          force_exclude=force_exclude))
-    if exit_zero:
-        kw["fail_on"] = "never"
-    opts = _options(command="lint", paths=list(files), config_file=config_file, **kw)
-    if diff:
-        # a raw diff on stdout, nothing else (pipe it to `patch -p0`); exit 1 when it is not empty, as ruff does
-        text, notes, hidden = pipe.diff(list(files), opts, unsafe_fixes=unsafe_fixes)
-        click.echo(text, nl=False)
-        for n in notes:
-            click.echo(f"doctor: {n}", err=True)
-        if hidden:
-            click.echo(f"doctor: {hidden} more fix(es) change training semantics and are shown only with "
-                       "--unsafe-fixes", err=True)
-        if not text and not hidden:
-            click.echo("doctor: no fixes to show", err=True)
-        sys.exit(1 if text else 0)
-    report = pipe.run(list(files), opts, fix=fix, unsafe_fixes=unsafe_fixes)
-    # a file named on the command line is never skipped silently; files a directory walk found that are no
-    # configs are dropped without a word, as ruff drops the files of a folder it does not lint
-    named = {os.path.normpath(f) for f in files_given if not os.path.isdir(f)}
-    for path, why in (report.sections.get("skip_reasons") or {}).items():
-        if os.path.normpath(path) in named or path == "-":
-            click.echo(f"doctor: skipped {path}: {why}", err=True)
-    if statistics:
-        from finetune_doctor.reporters.statistics import render_statistics
-
-        _write(render_statistics(pipe.statistics(report), opts.format), opts)
-        sys.exit(exit_code(report, opts.fail_on))
-    emit(report, opts)
+    lintcli.lint_command(files, fix, unsafe_fixes, diff, statistics, exit_zero, config_file, stdin_filename,
+                         force_exclude, **kw)
 
 
 @main.command()
@@ -443,6 +335,9 @@ def entry() -> None:
         code: Any = 0
     except SystemExit as done:
         code = done.code
+    from finetune_doctor.startup import save
+
+    save()   # the dataclass code cache (startup.py; nothing to do when __main__.entry did not set it up)
     if "torch" not in sys.modules:
         raise SystemExit(code)
     if code is not None and not isinstance(code, int):

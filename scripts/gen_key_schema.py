@@ -130,6 +130,9 @@ DEFAULT_NOTES = {
 
 from lf_key_tables import NULL_FAILS, RANGES, RETIRED  # noqa: E402,F401  (scripts/ is sys.path[0] here)
 
+sys.path.insert(1, str(ROOT))   # this tree's package, after scripts/: the reader's value kinds are the schema's
+from finetune_doctor.readers.config.keyschema import value_kind as _kind_of_value  # noqa: E402
+
 # Keys accepted only by a launcher mode that an environment variable turns on; outside it they are unknown keys.
 ONLY_WHEN_GROUPS = {
     "megatron_bridge": "USE_MEGATRON_BRIDGE=1 (hparams/megatron_bridge_args.py, parser.py)",
@@ -291,20 +294,6 @@ def _accepts(tp) -> set[str]:
         else:  # torch.dtype and other objects: nothing a YAML can express checks against them
             kinds.add("any")
     return kinds
-
-
-def _kind_of_value(v) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, int):
-        return "int"
-    if isinstance(v, float):
-        return "float"
-    if isinstance(v, str):
-        return "str"
-    return "any"
 
 
 def _scalar_choices(tp):

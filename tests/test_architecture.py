@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("facts",),
     ("engine", "probes", "reporters", "fixes"),
     ("pipeline",),
-    ("cli", "__main__"),
+    ("cli", "__main__", "lintcli", "startup"),
 )
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
 MAX_MODULE_LINES = 800

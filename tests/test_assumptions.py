@@ -132,7 +132,7 @@ def test_text_report_lists_what_moves_the_verdict_first_and_the_token_budget():
     assert lines[0].startswith("! sample-lengths")
     marks = [ln[0] for ln in lines]
     assert marks == sorted(marks)   # "!" sorts before "-": every verdict-moving line comes first
-    assert "training fits as long as no sample exceeds" in " ".join(out.split())
+    assert "training fits (probability of OOM <= 5 %) as long as no sample exceeds" in " ".join(out.split())
 
 
 def test_transformers_version_decides_evaluation_strategy(tmp_path):
@@ -267,3 +267,31 @@ def test_the_memory_terms_assumptions_reach_the_report():
     pixels = names["image-pixels"]
     assert pixels["value"] == 262144 and list(pixels["effect"]["total_gib"]) == [str(pixels["alternatives"][0])]
     assert pixels["effect"]["total_gib"][str(pixels["alternatives"][0])] <= r["memory"]["per_gpu_gib"]["total"]
+
+
+def test_unsized_alternatives_are_named_briefly_and_sized_ones_carry_their_gib():
+    from finetune_doctor.reporters.sections.assumed import assumption_lines
+    from finetune_doctor.types import Assumption
+
+    releases = ("0.8.0", "0.8.1", "0.8.2", "0.8.3", "0.9.0", "0.9.5")
+    lines = assumption_lines([
+        Assumption("lf-version", "any release", "no version given", alternatives=releases),
+        Assumption("sample-lengths", "cutoff_len", "no data", alternatives=("512",), effect_gib={"512": 10.7},
+                   effect_verdict={"512": "fits"}, resolve_with="the data", moves_verdict=True),
+    ])
+    assert lines[0] == ("! sample-lengths: cutoff_len — if 512: 10.7 GiB fits (resolve with the data)", True)
+    # six releases were not re-sized: three are named, the rest counted (the JSON keeps all six)
+    assert lines[1] == ("- lf-version: any release — also possible, not sized: 0.8.0, 0.8.1, 0.8.2, +3 more", False)
+
+
+def test_the_save_assumption_states_its_host_ram_at_stake():
+    """Llama-3-8B LoRA under ZeRO-3 with LF's gather-on-save: with transformers unknown the adapter-only save is
+    assumed, and the alternative names what a whole-model gather costs in host RAM (8.03B params x 2 bytes =
+    15.0 GiB, less the adapter), since that alternative moves no GPU total (new-user trial: +757 GiB unseen)."""
+    res = CliRunner().invoke(main, ["check", str(CASE025), "--no-data", "--format", "json"])
+    save = [a for a in json.loads(res.stdout)["assumptions"] if a["name"] == "save-gathers-adapter-only"]
+    assert len(save) == 1 and save[0]["value"] is True
+    assert save[0]["alternatives"] == ["False (transformers < 5 gathers the whole model: +15 GiB of host RAM on "
+                                       "rank 0's node at each save)"]
+    res = CliRunner().invoke(main, ["check", str(CASE025), "--no-data", "--format", "json", "--transformers", "4.57.0"])
+    assert not [a for a in json.loads(res.stdout)["assumptions"] if a["name"] == "save-gathers-adapter-only"]

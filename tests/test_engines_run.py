@@ -218,3 +218,22 @@ def test_run_facts_are_asdict_without_the_architecture():
     for k in ("tokens_per_micro_batch", "quantized", "global_batch"):
         got.pop(k)
     assert got == want and "arch" not in got
+
+
+@pytest.mark.parametrize("ft, ds, expect", [
+    # ZeRO-3 with neither flag: HF writes bf16/fp16 "enabled: false", so zero.Init creates every tensor in fp32
+    # (deepspeed partition_parameters.py `_set_dtype`) — frozen weights included
+    ("full", _DS(3), ("float32", "float32", "float32")),
+    ("lora", _DS(3), ("float32", "float32", "float32")),
+    # no DeepSpeed: LF upcasts the trainable params (adapter.py:337-349) and no autocast runs, so a full run is fp32
+    ("full", None, ("bfloat16", "float32", "float32")),
+    # LoRA: peft casts the input to the adapter's dtype; the bf16 base computes in bf16
+    ("lora", None, ("bfloat16", "float32", "bfloat16")),
+    # ZeRO-2 does not create the model: the full run upcast by LF computes in fp32
+    ("full", _DS(2), ("bfloat16", "float32", "float32")),
+])
+def test_neither_bf16_nor_fp16_is_fp32_where_upstream_makes_it_so(ft, ds, expect):
+    cfg = {**LORA, "model_name_or_path": "Qwen/Qwen2.5-7B", "finetuning_type": ft, "bf16": None}
+    run = _run(cfg, ds=ds)
+    assert (run.weights_dtype, run.trainable_dtype, run.compute_dtype) == expect
+    assert run.autocast is None

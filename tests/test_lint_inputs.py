@@ -132,3 +132,19 @@ def test_output_format_is_an_alias_of_format(tmp_path):
     a = lint(str(root / "configs" / "b.yml"), "--output-format", "concise")
     b = lint(str(root / "configs" / "b.yml"), "--format", "concise")
     assert a.exit_code == b.exit_code == 1 and a.output == b.output and "FD001" in a.output
+
+
+def test_command_line_inputs_hold_for_files_in_every_folder(tmp_path):
+    """--launch (like --model-config, --host-ram, --context, --accelerate-config, --offline) is one input for the
+    whole command: a file in a second folder, whose options are worked out from its own project files, keeps it
+    (it was dropped there). The merge config under b/ is launched with `train`: FD049 wrong-subcommand."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "train.yaml").write_text(EXAMPLE)
+    (tmp_path / "b" / "merge.yaml").write_text(
+        "model_name_or_path: Qwen/Qwen2-VL-7B-Instruct\nadapter_name_or_path: saves/qwen2_vl-7b/lora/sft\n"
+        "template: qwen2_vl\nfinetuning_type: lora\nexport_dir: models/qwen2_vl_lora_sft\nexport_device: cpu\n")
+    (tmp_path / "cmdline.txt").write_text("llamafactory-cli train b/merge.yaml\n")
+    res = lint("a/train.yaml", "b/merge.yaml", "--launch", "cmdline.txt", "--format", "json", cwd=tmp_path)
+    found = [(Path(f["location"]["file"]).name, f["code"]) for f in json.loads(res.output)["findings"]]
+    assert ("merge.yaml", "FD049") in found, found

@@ -354,6 +354,20 @@ def test_old_bitsandbytes_keeps_the_inputs_lora_does_not_already_keep():
     assert saved == pytest.approx(T * 32 * 2 * (4096 + 4096 + 4096 + 14336), rel=1e-12)
 
 
+def test_old_bitsandbytes_input_counts_for_adapted_projections_when_lora_dropout_is_above_zero():
+    # lora_dropout > 0: peft's nn.Dropout gives lora_A a new tensor and keeps only its bool mask, so the x that
+    # MatMul4Bit (0.43.1, ctx.tensors = (A, B)) keeps is held by nothing else, adapted or not: every distinct input
+    # of the layer counts (q/k/v's 4096, o_proj's 4096, gate/up's 4096, down_proj's 14336), Llama-3-8B, T = 2048.
+    T, every = 2048, 2 * (4096 + 4096 + 4096 + 14336)
+    for target in ("q_proj,v_proj", "all"):
+        saved, rec = _bnb_delta(disable_gradient_checkpointing=True, lora_target=target, lora_dropout=0.05)
+        assert saved == pytest.approx(T * 32 * every, rel=1e-12), target
+        assert rec == 0.0
+    # at rate 0 the q/v adapters' lora_A keeps x itself: that input is not counted twice
+    saved, _ = _bnb_delta(disable_gradient_checkpointing=True, lora_target="all", lora_dropout=0.0)
+    assert saved == 0.0
+
+
 def test_bitsandbytes_version_boundary_and_the_unknown_version_assumption():
     # PR #1270 first shipped in 0.43.2 (0.43.1 :516 keeps A, 0.43.2 :516 keeps None)
     off = {"disable_gradient_checkpointing": True}

@@ -199,3 +199,39 @@ def test_command_modes_are_one_declared_table():
     for f in root.glob("*.py"):   # no call site spells the flags again
         text = f.read_text()
         assert "static=True" not in text and "lenient=True" not in text and "need_model=" not in text, f.name
+
+
+def test_value_kinds_have_one_home():
+    """The generator of catalog/lf_keys.json types Literal/enum choices with the key check's own rule."""
+    import importlib.util
+    import sys
+
+    from finetune_doctor.readers.config.keyschema import value_kind
+
+    scripts = str(Path(__file__).resolve().parent.parent / "scripts")
+    sys.path.insert(0, scripts)
+    try:
+        spec = importlib.util.spec_from_file_location("gen_key_schema_for_test", Path(scripts) / "gen_key_schema.py")
+        gen = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(gen)
+    finally:
+        sys.path.remove(scripts)
+    assert gen._kind_of_value is value_kind
+    assert [value_kind(v) for v in (None, True, 3, 2.5, "x", [1], {"a": 1}, object())] == \
+        ["null", "bool", "int", "float", "str", "list", "dict", "any"]
+
+
+def test_slot_text_step_has_one_home():
+    """Both slot walks of the data encoder take each text through `_Texts.known`: a cached text counts, an
+    unknown one is queued once per slot (its reference kept), an empty one neither."""
+    import inspect
+
+    from finetune_doctor.analyzers.data.encoder import Encoder, _Texts
+
+    texts = _Texts()
+    cache = {(hash("<|im_start|>"), len("<|im_start|>")): 3}
+    assert [texts.known(s, cache) for s in ("<|im_start|>", "", "hello", "hello")] == [3, 0, 0, 0]
+    assert texts.unique == ["hello"] and texts.refs == [0, 0]
+    for walk in (Encoder._collect, Encoder._collect_plain):
+        src = inspect.getsource(walk)
+        assert "known(" in src and "cache.get(" not in src

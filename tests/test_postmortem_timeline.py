@@ -263,3 +263,37 @@ def test_two_equal_neighbours_by_chance_are_not_a_constant_norm(tmp_path):
                                      f"'epoch': {i / 10}}}\n" for i in range(3)))
     gc = analyze(pm.collect(str(d), [])).facts["grad_const"]
     assert gc["count"] == 3 and gc["sqrt_k"] is None and gc["loss_varies"]
+
+
+def test_the_nan_event_quotes_the_learning_rate_of_its_own_dict(tmp_path):
+    """LLaMA-Factory #7388's paste: two printed dicts that land at one estimated step; the NaN's learning rate is
+    the one printed beside it (8e-06, line 3), not the next dict's (1.6e-05, line 4)."""
+    d = run_dir(tmp_path)
+    (d / "train.log").write_text(
+        "UserWarning: cuDNN SDPA backward got grad_output.strides() != output.strides(), attempting to materialize "
+        "a grad_output with matching strides... (Triggered internally at ../aten/src/ATen/native/cudnn/MHA.cpp:674.)\n"
+        "  return Variable._execution_engine.run_backward(  # Calls into the C++ engine to run the backward pass\n"
+        "  0%|▏                                     | 1/249 [00:26<1:47:45, 26.07s/it]{'loss': 60.5735, "
+        "'grad_norm': nan, 'learning_rate': 8.000000000000001e-06, 'epoch': 0.12}\n"
+        "{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 1.6000000000000003e-05, 'epoch': 0.24}\n"
+        "  8%|███                                  | 21/249 [07:23<1:17:48, 20.48s/it]\n", encoding="utf-8")
+    rep = pm.run(str(d), [], None, Options(command="postmortem"))
+    nan = [e for e in rep.timeline if e.kind == "nan"]
+    assert len(nan) == 1 and nan[0].detail.endswith("(lr 8e-06)") and nan[0].source.endswith("train.log:3")
+
+
+def test_a_segfault_is_a_native_crash_not_nothing_to_diagnose(tmp_path):
+    """LLaMA-Factory #9210: a merge whose log ends in bash's "Segmentation fault (core dumped)" line. It is FD340
+    native-crash (a fault in compiled code: no traceback, not the host's OOM killer), placed on that line."""
+    d = run_dir(tmp_path)
+    (d / "export.log").write_text(
+        "[INFO|modeling_utils.py:2167] 2025-09-28 14:25:47,437 >> Instantiating Qwen2ForCausalLM model under "
+        "default dtype torch.bfloat16.\n"
+        "/bin/bash: line 1:   263 Segmentation fault      (core dumped) llamafactory-cli export --template "
+        "deepseekr1 --model_name_or_path /models --adapter_name_or_path /adapters --export_dir /output\n",
+        encoding="utf-8")
+    rep = pm.run(str(d), [], None, Options(command="postmortem"))
+    codes = [f.code for f in rep.findings]
+    assert codes[0] == "FD340" and "FD315" not in codes and "FD318" not in codes
+    assert rep.findings[0].location.line == 2 and "SIGSEGV (exit code 139)" in rep.findings[0].message
+    assert any(e.detail == "pid 263 crashed with SIGSEGV (exit code 139)" for e in rep.timeline)

@@ -86,7 +86,8 @@ def test_summarize_and_derive():
 
 
 def test_verdict_thresholds_and_interval():
-    d = u.error_dist("analytic", "default")
+    # p_oom and the verdict follow the p_oom distribution (the interval's with the table's λ and τ: oom_dist)
+    d = u.oom_dist("analytic", "default")
     budget = 80.0
     safe = u.safe_total(budget, d)
     assert u.p_oom(safe, budget, d) == pytest.approx(u.P_OOM_TARGET, abs=1e-6)
@@ -103,6 +104,7 @@ def test_verdict_thresholds_and_interval():
     a = u.assess(total, None, "analytic", "default")
     assert a.verdict is None and a.p_oom is None
     lo, hi = a.interval_gib
+    d = u.error_dist("analytic", "default")
     assert d.cdf(math.log(lo / total)) == pytest.approx(0.05, abs=1e-6)
     assert d.cdf(math.log(hi / total)) == pytest.approx(0.95, abs=1e-6)
     # an unknown method is taken as the widest, analytic

@@ -22,6 +22,8 @@ run still fits, for training and for the first evaluation, by bisection over the
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 from dataclasses import dataclass, replace
 from typing import Any, Callable
@@ -454,3 +456,60 @@ def _bisect(ok: Callable[[int], bool], hi: int) -> int:
         else:
             hi = mid
     return lo
+
+
+# the most open assumptions a mixture combines (the largest moves first): 4 with up to 3 alternatives each is at
+# most 256 combinations, a few milliseconds of t-CDFs; the rest are rarely more than a rounding of the first
+MIXTURE_MAX_ASSUMPTIONS = 4
+
+
+def mixture(total: float, hw: Hardware | None, assumptions: list[Assumption],
+            gpu_spec: str | None = None,
+            weight: Callable[[str], float] | None = None) -> list[tuple[float, float, float | None]]:
+    """The components (weight, total GiB, budget GiB) of a prediction of `total` GiB on `hw` under its
+    open assumptions (those not in `NOT_OPEN` whose alternatives were evaluated): each assumption is its assumed
+    value with the table's weight (analyzers/memory/uncertainty.py `assumed_weight`) or one of its evaluated
+    alternatives with an even share of the rest; assumptions are independent, and an alternative scales the total
+    by its own ratio (alternative total / `total`), so combined alternatives multiply. A ``gpu-variant``
+    alternative keeps its total and changes the budget to that card's capacity less the memory in use (hardware
+    catalogue, `gpu_spec` the bare --gpu). One component (1, `total`, budget) when nothing is open; the budgets
+    are None without a card. `weight` (name → the assumed value's probability) replaces the table's, for the
+    calibration's fit (benchmarks/calibrate.py)."""
+    from finetune_doctor.analyzers.memory import uncertainty
+
+    weight = weight or uncertainty.assumed_weight
+    budget = _budget(hw)
+    in_use = (max(hw.in_use_gib) if hw is not None and hw.in_use_gib else 0.0)
+    cards: dict[str, float] = {}
+    if gpu_spec:
+        from finetune_doctor.hardware.catalog import variants
+
+        cards = {g.name: g.capacity_gib for g in variants(gpu_spec)}
+    movers = []
+    for a in assumptions:
+        if a.name in NOT_OPEN or not a.effect_gib or total <= 0:
+            continue
+        w0 = weight(a.name)
+        alts = [(k, v) for k, v in a.effect_gib.items() if v and v > 0]
+        if w0 >= 1.0 or not alts:
+            continue
+        share = (1.0 - w0) / len(alts)
+        opts: list[tuple[float, float, float | None]] = [(w0, 1.0, None)]
+        for label, alt_total in alts:
+            if a.name == "gpu-variant" and label in cards and budget is not None:
+                opts.append((share, alt_total / total, cards[label] - in_use))
+            else:
+                opts.append((share, alt_total / total, None))
+        movers.append((max(abs(math.log(r)) + (abs(math.log(budget / b)) if b and budget else 0.0)
+                           for _w, r, b in opts), opts))
+    movers.sort(key=lambda m: -m[0])
+    options = [o for _m, o in movers[:MIXTURE_MAX_ASSUMPTIONS]]
+    out: list[tuple[float, float, float | None]] = []
+    for combo in itertools.product(*options):
+        w, ratio, b = 1.0, 1.0, budget
+        for cw, cr, cb in combo:
+            w *= cw
+            ratio *= cr
+            b = cb if cb is not None else b
+        out.append((w, total * ratio, b))
+    return out

@@ -375,10 +375,41 @@ def _assumptions(asm: Assembly, opts: Options, tokens: int | None, alt: dict[str
     details["token_budget"] = budget
     details["deciding_assumption"] = out["deciding_assumption"]
     asm.memory = replace(mem, verdict=verdict, details=details)
+    out.update(_mixed(asm, opts))
     if deciding is not None:
         out.update(verdict=verdict, verdict_reason="assumption")
         if deciding.name == "gpu-variant":
             asm.hw_worst = assume.smallest_variant(asm.hw, opts.gpu)
+    return out
+
+
+def _mixed(asm: Assembly, opts: Options) -> dict[str, Any]:
+    """p_oom and the 90 % interval of ``asm.memory`` over its open assumptions (facts/assume.py `mixture`,
+    analyzers/memory/uncertainty.py `mixture_p_oom`/`mixture_interval`): a run that fits only if its samples are
+    short does not keep the full-length case's p_oom. The assumed case's values stay in ``details``
+    (``p_oom_assumed``, ``interval_assumed``, and the components for benchmarks/calibrate.py). Returns the ``mem``
+    facts that change (p_oom, p_oom_pct, interval_*); empty when nothing is open."""
+    from finetune_doctor.analyzers.memory import uncertainty
+    from finetune_doctor.facts import assume
+    from finetune_doctor.facts.mem import shape_of
+
+    mem = asm.memory
+    comps = assume.mixture(mem.total, asm.hw, asm.assumptions, opts.gpu)
+    details = {**mem.details, "p_oom_assumed": mem.p_oom, "interval_assumed": mem.interval_gib,
+               "p_oom_components": comps}
+    if len(comps) < 2:
+        asm.memory = replace(mem, details=details)
+        return {}
+    shape = shape_of(mem)
+    interval = uncertainty.mixture_interval(comps, uncertainty.error_dist(mem.method, shape))
+    p = None
+    if mem.p_oom is not None and all(b is not None for _w, _t, b in comps):
+        p = uncertainty.mixture_p_oom(comps, uncertainty.oom_dist(mem.method, shape))   # type: ignore[arg-type]
+    asm.memory = replace(mem, p_oom=p if p is not None else mem.p_oom, interval_gib=interval, details=details)
+    out: dict[str, Any] = {"interval_gib": list(interval), "interval_lo_gib": interval[0],
+                           "interval_hi_gib": interval[1]}
+    if p is not None:
+        out.update(p_oom=p, p_oom_pct=100 * p)
     return out
 
 

@@ -265,7 +265,22 @@ def launch_facts(opts: Any, hw: Any, env_report: Any = None, env: Mapping[str, s
     torch_known = bool(getattr(opts, "torch_version", None)
                        or (env_report is not None and env_report.versions.get("torch"))
                        or (hw is not None and getattr(hw, "source", None) == "nvml"))
-    return {"launch_known": known, "torchrun": torchrun, "torch_known": torch_known}
+    return {"launch_known": known, "torchrun": torchrun, "torch_known": torch_known,
+            "launch_trains": _launch_line(getattr(opts, "launch", None))}
+
+
+def _launch_line(path: str | None) -> str | None:
+    """The training launch a --launch file holds, as written (readers/config/accelerate.py `parse_launch` finds
+    only launches that train); None without a file or with one that launches nothing (reported where it is read)."""
+    if not path:
+        return None
+    from finetune_doctor.errors import InputError
+    from finetune_doctor.readers.config.accelerate import read_launch_file
+
+    try:
+        return read_launch_file(path).text or None
+    except InputError:
+        return None
 
 
 def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:

@@ -15,6 +15,7 @@ from finetune_doctor.facts.schema import LOCATION, F, Namespace
 from finetune_doctor.analyzers.config.launch import check_launch
 from finetune_doctor.readers.config.keyschema import check_keys
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc
+from finetune_doctor.readers.config.lfkind import COMMANDS
 
 KEY_ITEM = {
     "key": F("str", "the key as written (dotted for nested keys)"),
@@ -61,6 +62,10 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
     "launch_known": F("bool", "the launcher and rank count were read from the inputs (--gpu, --launch, "
                               "--accelerate-config, the environment), not assumed"),
     "torchrun": F("bool", "the inputs say the run is launched with torchrun (FORCE_TORCHRUN=1, WORLD_SIZE > 1)"),
+    "launch_trains": F("str", "the --launch line that starts training (`llamafactory-cli train ...`, torchrun, "
+                              "accelerate, deepspeed), as written; None without one"),
+    "config_command": F("str", "the command that reads this config kind (lfkind.COMMANDS: llamafactory-cli export, "
+                               "...)"),
     "torch_known": F("bool", "the training machine's torch version was read (--torch, --env, its own GPUs)"),
     "kind_estimate": F("dict", "the estimate of a config that does not train (facts/kinds.py)", fields={
         "kind": F("str", "export | chat"), "fits": F("bool", "fits the GPUs (None: not judged)"),
@@ -142,7 +147,8 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
         out.append(d)
     rel = "unknown" if release is None or not release.known else ",".join(release.versions)
     return {"keys": out, "keys_dropped": dropped, "assumptions": [], "strict": False, "config_kind": kind,
-            "lf_version": rel, **(launch or {"launch_known": False, "torchrun": False, "torch_known": False})}
+            "lf_version": rel, "launch_trains": None, "config_command": COMMANDS.get(kind or "train"),
+            **(launch or {"launch_known": False, "torchrun": False, "torch_known": False})}
 
 
 def dropped_note(path: str, facts: dict[str, Any]) -> list[str]:

@@ -11,8 +11,9 @@ from dataclasses import replace
 from typing import Any
 
 from finetune_doctor.engine.judge import judge
-from finetune_doctor.errors import install_hint
+from finetune_doctor.errors import InputError, install_hint
 from finetune_doctor.facts.config import MODES, assemble_config
+from finetune_doctor.readers.runlogs.logs import looks_like_log
 from finetune_doctor.reporters.sections.probe import progress as probe_progress
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Report
@@ -25,8 +26,14 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool =
     Raises InputError on bad input (exit 2).
     """
     # an unknown model narrows the diagnosis (model-unresolved) instead of ending it
-    asm = assemble_config(config, overrides, opts,
-                          replace(MODES["check"], scan_data=scan_data, validate_ds=validate_ds))
+    try:
+        asm = assemble_config(config, overrides, opts,
+                              replace(MODES["check"], scan_data=scan_data, validate_ds=validate_ds))
+    except InputError as err:
+        if err.message.startswith("malformed YAML") and looks_like_log(config):
+            raise InputError(f"{err.message} — this looks like a training log: `doctor postmortem {config}` "
+                             "explains a finished or crashed run", file=err.file, line=err.line) from None
+        raise
     findings = judge("check", asm.facts, asm.sources, opts, texts={asm.doc.path: asm.doc.text}, live=asm.live())
     probed = None
     if probe:

@@ -12,21 +12,20 @@ dataset is read. Memory rules run only when the project configuration (or --gpu)
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
-from finetune_doctor.facts.assume import MEMORY_ONLY
-from finetune_doctor.facts.config import assemble_config, assemble_ds_alone
-from finetune_doctor.facts.lint import dropped_note
-from finetune_doctor.fixes import apply_fixes, collect_edits
 from finetune_doctor.readers.config.lfkind import v1_hits
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Finding, Report
+
+# The judge, the fact assembly and the fixers (most of the project's modules) are imported where a file needs
+# them: a commit whose YAMLs are none of LLaMA-Factory's (workflows, accelerate configs) is answered without them.
 
 LF_MARKERS = {"model_name_or_path", "stage", "finetuning_type", "do_train", "template", "dataset", "cutoff_len",
               "lora_target", "per_device_train_batch_size", "output_dir", "adapter_name_or_path"}
@@ -83,7 +82,22 @@ def _kind_of_text(text: str, suffix: str) -> str | None:
         if "model_name_or_path" in keys or len(keys & LF_MARKERS) >= 2 or _only_lf_keys(keys) \
                 or len(v1_hits(keys)) >= 2:
             return "lf"   # a v0 config, or a LLaMA-Factory v1 one (USE_V1=1): readers/config/lfkind.py tells which
-        return None
+        # a YAML that does not parse is not "someone else's file": the config reader reports it at its line (exit 2)
+        # instead of a skip whose reason would guess at keys it could not read
+        return "lf" if _malformed_yaml(text) else None
+    return None
+
+
+def _malformed_yaml(text: str) -> bool:
+    """Whether PyYAML (its C loader where built) refuses `text`; multi-document files count as parsed."""
+    import yaml
+
+    try:
+        for _ in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+            pass
+    except yaml.YAMLError:
+        return True
+    return False
     return None
 
 
@@ -132,6 +146,9 @@ def skip_reason(path: str) -> str:
 
 def lint_ds_alone(path: str, opts: Options) -> list[Finding]:
     """The lint findings of a DeepSpeed JSON given on its own."""
+    from finetune_doctor.engine.judge import judge
+    from finetune_doctor.facts.config import assemble_ds_alone
+
     asm = assemble_ds_alone(path)
     return judge("lint", asm.facts, asm.sources, opts)
 
@@ -149,6 +166,11 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     for f, kind in kinds:
         if kind != "lf":
             continue
+        from finetune_doctor.engine.judge import judge
+        from finetune_doctor.facts.assume import MEMORY_ONLY
+        from finetune_doctor.facts.config import assemble_config
+        from finetune_doctor.facts.lint import dropped_note
+
         file_opts = _per_file(opts, f)
         asm = assemble_config(f, (), file_opts, "lint")
         recognised[f] = asm.kind
@@ -167,6 +189,8 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
             findings.extend(lint_ds_alone(f, _per_file(opts, f)))
     findings.sort(key=lint_order)
     if fix or unsafe_fixes:
+        from finetune_doctor.fixes import apply_fixes
+
         _refuse_stdin(files)
         # only the files named on the command line are written: a pre-commit hook passes the staged files, and an
         # edit to an unstaged DeepSpeed JSON that a YAML names would be left behind as an unstaged change
@@ -204,9 +228,11 @@ def _other_kind(path: str) -> str | None:
         if path.lower().endswith(".json"):
             values = json.loads(text)
         else:
-            from ruamel.yaml import YAML
+            # the reader every lint input goes through (libyaml when present; a duplicate key is no kind, as
+            # before): ruamel's pure-Python parser cost ~15 ms a file and its import ~30 ms (issue #22)
+            from finetune_doctor.readers.config.yamlcfg import parse_yaml_text
 
-            values = YAML(typ="safe", pure=True).load(text)
+            values, _ = parse_yaml_text(text, path)
     except Exception:   # not ours to judge: an unreadable extra file is only left unnamed
         return None
     return kind_of(values, suffix=Path(path).suffix.lower())
@@ -218,6 +244,7 @@ def diff(files: list[str], opts: Options, *, unsafe_fixes: bool = False) -> tupl
     Returns (diff text, notes for stderr, number of unsafe fixes left out). The diff is raw so that it can be piped
     to ``patch -p0`` or reviewed in CI (ruff's ``--diff``). Raises InputError on unreadable input, as `run`.
     """
+    from finetune_doctor.fixes import collect_edits
     from finetune_doctor.fixes.edit import diff_edits   # the YAML/JSON editors: only --diff and --fix need them
 
     _refuse_stdin(files)
@@ -252,18 +279,40 @@ def statistics(report: Report) -> list[dict[str, Any]]:
 
 
 def _per_file(opts: Options, path: str) -> Options:
-    """Project configuration applies per file (each file finds its own pyproject/.finetune-doctor.toml)."""
-    if opts.paths and Path(opts.paths[0]).resolve().parent == Path(path).resolve().parent:
+    """Project configuration applies per file (each file finds its own pyproject/.finetune-doctor.toml).
+
+    The options are worked out once per folder (the configuration is found from the file's folder, its real path):
+    LLaMA-Factory's 95 examples lie in ~20 folders, and each from_cli resolves paths and reads the project files."""
+    here = _real_parent(path)
+    if opts.paths and _real_parent(opts.paths[0]) == here:
         return opts
     if opts.config_file:
         return opts   # --config FILE: one configuration for every file, no discovery (ruff's --config)
+    kept = _FOLDER_OPTIONS.get((id(opts), here))
+    if kept is None or kept[0] is not opts:
+        kept = _FOLDER_OPTIONS[(id(opts), here)] = (opts, _folder_options(opts, path))
+    return replace(kept[1], paths=(path,))
+
+
+_FOLDER_OPTIONS: dict[tuple[int, Path], tuple[Options, Options]] = {}
+
+
+@functools.lru_cache(maxsize=1024)
+def _real_parent(path: str) -> Path:
+    return Path(path).resolve().parent
+
+
+def _folder_options(opts: Options, path: str) -> Options:
     fresh = Options.from_cli(command=opts.command, paths=[path], gpu=opts.gpu if opts.gpu else None,
                              fmt=opts.format, output=opts.output,
                              select=",".join(opts.select) if opts.select else None,
                              ignore=",".join(opts.ignore) if opts.ignore else None, fail_on=opts.fail_on,
-                             lf_version=opts.lf_version, env_file=opts.env_file)
+                             lf_version=opts.lf_version, env_file=opts.env_file,
+                             # the command line's inputs hold for every file, whichever folder it lies in
+                             model_config=opts.model_config, accelerate_config=opts.accelerate_config,
+                             launch=opts.launch, host_ram=opts.host_ram, context=opts.context)
     # the command line's stack and --strict hold for every file (a project file may add its own)
     return replace(fresh, rules_dirs=tuple(dict.fromkeys(opts.rules_dirs + fresh.rules_dirs)),
                    strict=opts.strict or fresh.strict,
                    transformers_version=opts.transformers_version or fresh.transformers_version,
-                   torch_version=opts.torch_version or fresh.torch_version)
+                   torch_version=opts.torch_version or fresh.torch_version, offline=opts.offline or fresh.offline)

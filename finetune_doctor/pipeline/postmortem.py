@@ -174,6 +174,36 @@ def _skipped_notes(ev: Evidence, notes: list[str]) -> None:
         notes.append(f"{len(odd)} path(s) skipped: " + "; ".join(f"{r.path} ({r.problems[0]})" for r in odd[:3]))
 
 
+def _refuse_config_as_run(path: str | None) -> None:
+    """A LLaMA-Factory or DeepSpeed config given where the run's folder or log goes: an InputError saying which
+    command or flag takes it, instead of "nothing to diagnose" read from a YAML scanned as a log."""
+    suffix = os.path.splitext(path or "")[1].lower()
+    if not path or suffix not in (".yaml", ".yml", ".json") or not os.path.isfile(path) \
+            or os.path.getsize(path) > (1 << 20):
+        return
+    import json
+
+    import yaml
+
+    from finetune_doctor.readers.config.lfkind import kind_of
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        values = json.loads(text) if suffix == ".json" else yaml.load(text, Loader=getattr(yaml, "CSafeLoader",
+                                                                                            yaml.SafeLoader))
+    except (OSError, ValueError, yaml.YAMLError, RecursionError):
+        return   # not a readable config: read it as the log it may be
+    found = kind_of(values, suffix=suffix)
+    kind = "ds" if found == "deepspeed" else "lf" if found in ("train", "train-v1", "export", "export-v1", "chat", "eval") else None
+    if kind == "lf":
+        raise InputError("this is a LLaMA-Factory config, not a run folder or log: `doctor check` judges it before "
+                         "launch; after a run, give the run's folder or log and this file as --config", file=path)
+    if kind == "ds":
+        raise InputError("this is a DeepSpeed config, not a run folder or log: give the run's folder or log, and "
+                         "this file as --deepspeed", file=path)
+
+
 def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: str | None = None,
         overrides: tuple[str, ...] | list[str] = (), deepspeed: str | None = None) -> Report:
     """Diagnose a finished or crashed run; returns the Report (the CLI picks the exit code).
@@ -181,6 +211,7 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
     `overrides` are ``key=value`` pairs merged into the config as ``llamafactory-cli train`` merges them;
     `deepspeed` is the DeepSpeed JSON (the same as ``deepspeed=FILE``). Raises InputError for bad input paths.
     """
+    _refuse_config_as_run(run_dir)
     ev = collect(run_dir, list(logs or []))
     notes: list[str] = []
     _skipped_notes(ev, notes)

@@ -365,14 +365,17 @@ def _memory(w: _Writer, r: Report) -> None:
     fits = {True: ("yes", "green"), False: ("NO", "bold red"), None: ("unknown", None)}[mem.fits]
     w.line(f"capacity {gib(cap) + ' GiB' if cap is not None else 'unknown'}"
            f" · headroom {gib(mem.headroom) + ' GiB' if mem.headroom is not None else 'unknown'}"
-           f" · fits {fits[0]}"
+           f" · fits {fits[0]}{_at_estimate(mem)}"
            f" · peak allocated {gib(mem.peak_allocated)} GiB"
            f" · host RAM needed per node {gib(mem.host)} GiB"
            f" · method {mem.method}", indent=1)
     if mem.interval_gib is not None:
         lo, hi = mem.interval_gib
-        # an at-risk verdict an assumption decides: p_oom is the assumed case's (facts/assume.py)
-        cond = " as assumed" if mem.details.get("deciding_assumption") else ""
+        # p_oom is a mixture over the open assumptions when the table weighs their alternatives (facts/assume.py
+        # `mixture`); with the assumed values' weight at 1 it stays the assumed case's, and an at-risk verdict says so
+        mixed = len(mem.details.get("p_oom_components") or ()) > 1
+        cond = (" over the open assumptions" if mixed else
+                " as assumed") if mem.details.get("deciding_assumption") else ""
         verdict = f"verdict {mem.verdict} · probability of OOM {_pct(mem.p_oom)}{cond} · " if mem.verdict else ""
         w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB (the benchmarks' error for this kind of run)",
                indent=1)
@@ -382,6 +385,14 @@ def _memory(w: _Writer, r: Report) -> None:
                  assumed.budget_line(mem.details.get("token_budget"))):
         if line:
             w.line(line, indent=1)
+
+
+def _at_estimate(mem: Any) -> str:
+    """" at the estimate" when the point estimate's fit and the verdict differ (a total under the card that its
+    error or an open assumption makes at-risk), so "fits yes" and "verdict at-risk" do not read as a contradiction."""
+    if mem.fits is None or not mem.verdict:
+        return ""
+    return "" if mem.verdict == ("fits" if mem.fits else "oom") else " at the estimate"
 
 
 def _assumed(w: _Writer, r: Report) -> None:

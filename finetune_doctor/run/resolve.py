@@ -132,11 +132,27 @@ def _precision(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: An
         weights_dtype = qz["weights_dtype"] or weights_dtype
     # DeepSpeed with fp16/bf16 casts the module to half precision (engine._configure_distributed_model) and keeps
     # fp32 masters inside its optimizer: GPU-resident trainable params are 2-byte then.
+    if zero3 and not (bf16 or fp16 or pure_bf16) and qbit is None and ptq is None:
+        # With neither flag HF writes bf16/fp16 "enabled: false" into the DeepSpeed config, and zero.Init then
+        # creates every floating tensor in fp32 (deepspeed/runtime/zero/partition_parameters.py `_set_dtype`:
+        # neither bfloat16 nor float16 enabled -> torch.float; the tensor-creation wrappers cast to it): the
+        # whole model, frozen parts included, is fp32 whatever the checkpoint's dtype ("ZeRO3 already in fp32",
+        # LF adapter.py:344-345).
+        trainable_dtype = weights_dtype = "float32"
     if ds is not None and (bf16 or fp16) and not qbit:
         trainable_dtype = "bfloat16" if bf16 else "float16"
         weights_dtype = trainable_dtype if ckpt == "float32" else weights_dtype
         if ckpt == "float32":
             notes.append("DeepSpeed casts the fp32 checkpoint to the compute dtype on the GPU")
+    if not (bf16 or fp16 or pure_bf16) and trainable_dtype == "float32" and (
+            str(cfg.get("finetuning_type")) == "full" or weights_dtype == "float32"):
+        # No autocast and every parameter upcast to fp32 (adapter.py:337-349): the inferred dtype above is only the
+        # load dtype; every matmul, activation and logit of a full fine-tune is fp32.
+        compute = "float32"
+        notes[:] = [n for n in notes if not n.startswith("neither bf16 nor fp16 set")]
+        notes.append(f"neither bf16 nor fp16 set: the {ckpt} checkpoint's trainable parameters are upcast to fp32 "
+                     + ("(DeepSpeed ZeRO-3 creates the whole model in fp32) " if zero3 else "(LF's upcast) ")
+                     + "and no autocast runs, so this run computes in fp32")
     return {
         "bf16": bf16, "fp16": fp16, "pure_bf16": pure_bf16, "weights_dtype": weights_dtype,
         "trainable_dtype": trainable_dtype, "compute_dtype": compute,

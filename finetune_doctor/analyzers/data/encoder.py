@@ -72,6 +72,18 @@ class _Texts:
         self.refs.append(i)
         return len(self.refs) - 1
 
+    def known(self, s: str, cache: dict[tuple[int, int], int]) -> int:
+        """The token count of slot text `s` when `cache` knows it (template constants, repeated slot texts), else
+        0 with `s` queued for encoding; an empty text counts 0 and is not queued. The one step both slot walks
+        of `Encoder` (`_collect`'s and `_collect_plain`'s) take per text."""
+        if not s:
+            return 0
+        n = cache.get((hash(s), len(s)))
+        if n is None:
+            self.add(s)
+            return 0
+        return n
+
 
 class Encoder:
     """Turns rows into `SampleRecord` lengths for one template, tokenizer and set of data arguments."""
@@ -289,22 +301,15 @@ class Encoder:
             disc = self.s.mask_history and not self.t.preserve_thinking
             plan = ("sft", T.plan_multiturn(self.t, plan[1], plan[2], "", disc))
 
+        known = texts.known
+
         def msgs(p: T.EncodePlan, only_last: bool = False) -> list[tuple[int, int, int]]:
             out = []
             seq = p.messages[-1:] if only_last else p.messages
             for slots in seq:
                 fixed, start = 0, len(texts.refs)
                 for s in slots:
-                    if isinstance(s, str):
-                        if not s:
-                            continue
-                        n = cache.get((hash(s), len(s)))
-                        if n is None:
-                            texts.add(s)
-                        else:
-                            fixed += n
-                    else:
-                        fixed += self._slot_fixed(s)
+                    fixed += known(s, cache) if isinstance(s, str) else self._slot_fixed(s)
                 out.append((fixed, start, len(texts.refs)))
             return out
 
@@ -322,6 +327,7 @@ class Encoder:
         roles = self._roles
         cache = self.cache
         refs = texts.refs
+        known = texts.known
         out = []
         system = system or self.t.default_system
         for m in messages:
@@ -339,14 +345,7 @@ class Encoder:
             for (fx, parts), c in pieces:
                 fixed += fx
                 for a, b in parts:
-                    s = a + c + b
-                    if not s:
-                        continue
-                    n = cache.get((hash(s), len(s)))
-                    if n is None:
-                        texts.add(s)
-                    else:
-                        fixed += n
+                    fixed += known(a + c + b, cache)
             out.append((fixed, start, len(refs)))
         return ("sft", out, {}, {})
 

@@ -36,10 +36,14 @@ def term_assumptions(run: Run, hw: Hardware | None, t: Any) -> list[Assumption]:
             resolve_with="npu-smi on the training machine (doctor context)"))
     if getattr(t, "host_save", 0.0) and run.finetuning_type in ("lora", "oft") and not any(
             p == "transformers" for p, _v, _s in run.stack_sources):
+        # the alternative changes host RAM, not the GPU total the effects are measured in: say its size in it
+        extra = max(getattr(t, "host_save_whole", 0.0) - t.host_save, 0.0) / 2**30
         out.append(Assumption(
-            "save-gathers-adapter-only", True, "transformers 5.6 (the version the doctor reads) gathers only the "
-                                               "adapter of a PEFT model at a ZeRO-3 save",
-            alternatives=(False,), resolve_with="--context from the training machine (its transformers version)"))
+            "save-gathers-adapter-only", True, "transformers >= 5 assumed: it gathers only the adapter of a PEFT "
+                                               "model at a ZeRO-3 save (hostsave.py)",
+            alternatives=(f"False (transformers < 5 gathers the whole model: +{extra:,.0f} GiB of host RAM on "
+                          "rank 0's node at each save)",),
+            resolve_with="--transformers VERSION, or --context from the training machine"))
     # FSDP and Megatron size their activations elsewhere (fsdp.py, megatron.py), without this term
     own_engine = (run.engine == "fsdp" and not run.deepspeed) or run.engine == "megatron"
     if is_bnb4(run) and not run.use_unsloth and not own_engine and bnb_version(run) is None:

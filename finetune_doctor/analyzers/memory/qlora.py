@@ -97,7 +97,9 @@ def input_bytes_per_token_layer(run: Run, layer: int, adapted_kept: bool) -> flo
 
     `adapted_kept`: the saved-activation model (activations.py ``activation_bytes_per_token_layer``) already counts
     the input of every projection that carries a trainable adapter, since peft's ``lora_A(dropout(x))`` keeps x
-    itself when lora_dropout is 0 (nn.Identity): the same storage, so it is not counted again. peft's 4-bit layer
+    itself when lora_dropout is 0 (nn.Identity): the same storage, so it is not counted again. Above 0, peft's
+    ``nn.Dropout`` hands lora_A a new tensor (v0.18.1 ``tuners/lora/layer.py:188-191``, ``bnb.py:568``) and the
+    dropout keeps only its mask, so x is held by MatMul4Bit alone and counts for every projection. peft's 4-bit layer
     casts x to the adapter's dtype only outside autocast (``requires_conversion = not
     torch.is_autocast_enabled()``, peft v0.18.1 ``tuners/lora/bnb.py:563-566``): fp32 adapters on half inputs
     without autocast keep an fp32 copy, not x, so x counts. False where those saves are discarded (non-reentrant
@@ -109,7 +111,10 @@ def input_bytes_per_token_layer(run: Run, layer: int, adapted_kept: bool) -> flo
     a = run.arch
     e = 2.0 if run.autocast or dtype_bytes(run.compute_dtype) == 2 else 4.0
     cast_copy = not run.autocast and run.trainable_dtype == "float32" and e == 2.0
-    kept = _trainable_linear_names(run) if adapted_kept and not cast_copy else set()
+    # with lora_dropout > 0 lora_A keeps the dropped copy, not x (activations.py ``_lora_dropout_bytes`` frees x),
+    # so MatMul4Bit's ctx.tensors is then the only holder of x
+    dropped = run.finetuning_type == "lora" and run.lora_dropout > 0.0
+    kept = _trainable_linear_names(run) if adapted_kept and not cast_copy and not dropped else set()
     dense = a.is_dense_layer(layer)
     width = a.intermediate_size if dense else (a.moe_intermediate_size or a.intermediate_size) * a.num_experts_per_tok
     inputs = (({"q_proj", "k_proj", "v_proj", "q_a_proj", "kv_a_proj_with_mqa"}, a.hidden_size),

@@ -49,6 +49,8 @@ class Terms:
     vision: float = 0.0
     # host RAM rank 0's node gains while a ZeRO-3 checkpoint's 16-bit weights are consolidated (hostsave.py)
     host_save: float = 0.0
+    # what host_save would be if the whole model were gathered (a transformers < 5 PEFT save; hostsave.py)
+    host_save_whole: float = 0.0
 
 
 def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | None = None) -> Terms:
@@ -79,5 +81,6 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
         # DDP's wrap-time broadcast leaves one coalesced bucket cached (ddp.py)
         init_floor=broadcast_cache_bytes(run, w.weights), vision=vis_work,
         host_save=save_host_bytes(run, c)[0],
+        host_save_whole=float(c.total) * 2.0 if run.deepspeed and run.zero_stage == 3 else 0.0,
         # per node: each process's own host RAM, plus what the savers keep there per process (activations.py)
         host=host_bytes(run, c, s.trainable, w.stored_per_param) + act.host * run.gpus_per_node)

@@ -152,8 +152,13 @@ class ErrorDist:
         return self.mu + self.scale * t_quantile(p, self.dof)
 
     def kind(self) -> str:
-        """The shape class in the user's words: "ZeRO-2/3 runs"."""
-        return CLASS_WORDS.get(self.shape, f"{self.shape.replace('_', ' ')} runs")
+        """The error class in the user's words: "ZeRO-2/3 runs", "ZeRO-2/3 runs with quantized weights" (a class
+        keyed by weight storage too, `class_key`; unquantized is the common case and is not named)."""
+        shape, _, weights = self.shape.partition("/")
+        if shape in ("quantized", "unquantized") and not weights:   # a class keyed by weight storage alone
+            return "runs with quantized weights" if shape == "quantized" else "runs with unquantized weights"
+        words = CLASS_WORDS.get(shape, f"{shape.replace('_', ' ')} runs")
+        return words + (" with quantized weights" if weights == "quantized" else "")
 
     def label(self) -> str:
         """The kind of run and how many measured runs stand behind its error, in the user's words (messages,
@@ -334,3 +339,54 @@ def oom_dist(method: str, shape: str) -> ErrorDist:
     d = error_dist(method, shape)
     factor, tau = oom_spread()
     return widened(d, tau, factor) if d.method == "analytic" else d
+
+
+# -- open assumptions: a mixture over their alternatives -----------------------------------------------------------
+#
+# A prediction made under assumptions the doctor could not check (facts/assume.py: sample lengths without the data,
+# the card a bare --gpu names, ...) is a mixture: under each combination of the open assumptions' values the peak is
+# total_i·e^ε against budget_i, with probability w_i. So p_oom = Σ w_i·P(total_i·e^ε > budget_i) and the interval is
+# the central LEVEL interval of the mixture of the shifted peaks (law of total probability; the error ε is the same
+# error model for every component). The weight of an assumed value is the table's ``assumption_weights`` (fitted
+# on outcome rows by benchmarks/calibrate.py; the rest of the mass is shared evenly by the evaluated alternatives).
+
+DEFAULT_ASSUMED_WEIGHT = 1.0   # a table without weights: the assumed value only, as before the mixture
+
+
+def assumed_weight(name: str) -> float:
+    """The probability (0-1) the table gives the assumed value of assumption `name`: its own entry in
+    ``assumption_weights``, else that object's ``default``, else `DEFAULT_ASSUMED_WEIGHT`."""
+    w = table().get("assumption_weights") or {}
+    v = w.get(name, w.get("default", DEFAULT_ASSUMED_WEIGHT))
+    return min(max(float(v), 0.0), 1.0)
+
+
+def mixture_p_oom(components: Iterable[tuple[float, float, float]], dist: ErrorDist) -> float:
+    """Σ w·p_oom(total, budget) over `components` (weight, total GiB, budget GiB), the weights summing to 1."""
+    return sum(w * p_oom(t, b, dist) for w, t, b in components)
+
+
+def mixture_interval(components: Iterable[tuple[float, float, float]], dist: ErrorDist,
+                     level: float = LEVEL) -> tuple[float, float]:
+    """The central `level` interval (GiB) of the peak total_i·e^ε drawn from the mixture `components` (weight,
+    total GiB, budget GiB; the budget is unused): the quantiles of the mixture CDF Σ w·F((ln x − ln total)),
+    found by bisection in ln x to 1e-4 (≈ 0.01 % of the peak). Equals `assess`'s interval for one component."""
+    comp = [(w, t) for w, t, _b in components if w > 0 and t > 0]
+    if not comp:
+        raise ValueError("a mixture needs a component with weight and total above 0")
+
+    def cdf(lx: float) -> float:
+        return sum(w * dist.cdf(lx - math.log(t)) for w, t in comp)
+
+    def quantile(p: float) -> float:
+        lo = min(math.log(t) for _w, t in comp) + dist.quantile(p)
+        hi = max(math.log(t) for _w, t in comp) + dist.quantile(p)
+        while hi - lo > 1e-4:
+            mid = 0.5 * (lo + hi)
+            if cdf(mid) < p:
+                lo = mid
+            else:
+                hi = mid
+        return math.exp(0.5 * (lo + hi))
+
+    return quantile((1.0 - level) / 2), quantile((1.0 + level) / 2)

@@ -68,10 +68,21 @@ def epoch_at(epoch: Curve | None, step: int | None) -> float | None:
     return value_at(epoch, step) if epoch is not None else None
 
 
+def _same_record(c: Curve | None, location: Any) -> float | None:
+    """The value of curve `c` logged at `location` (the same file and line), None when it logged none there."""
+    if c is None or location is None:
+        return None
+    return next((c.values[i] for i in range(len(c)) if c.location(i) == location), None)
+
+
 def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bool, lr: Curve | None,
                epoch: Curve | None) -> dict[str, Any]:
     st = nan["step"]
-    rate = value_at(lr, st)
+    # the learning rate printed in the same metric dict as the non-finite value, else the one in effect at its step
+    # (two dicts placed at one estimated step would otherwise lend it the later dict's rate)
+    rate = _same_record(lr, nan.get("location"))
+    if rate is None:
+        rate = value_at(lr, st)
     ep = epoch_at(epoch, st)
     n = dict(nan)
     n["lr"] = rate
@@ -178,7 +189,12 @@ def benign_overflow(out: dict[str, Any]) -> dict[str, Any] | None:
 # -- process death ----------------------------------------------------------------------------------------------------
 
 KILL_PRIORITY = {"child-failed-root": 0, "kernel-oom": 1, "cgroup-oom": 1, "slurm-oom": 1, "torchrun-exit": 2,
-                  "launcher-exit": 3, "shell-killed": 4, "signal": 5, "cpu-alloc": 6}
+                  "launcher-exit": 3, "shell-killed": 4, "shell-signaled": 4, "signal": 5, "cpu-alloc": 6}
+
+
+NATIVE_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL")
+"""Signals a process raises on itself from compiled code (signal(7): invalid memory reference, bus error, illegal
+instruction): a crash inside a C/C++/CUDA extension, not something sent from outside."""
 
 
 def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: dict[str, Any]) -> dict[str, Any] | None:
@@ -215,8 +231,10 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     d = {"kind": k.kind, "signal": k.signal, "exitcode": k.exitcode, "rank": k.rank, "local_rank": k.local_rank,
          "pid": k.pid, "host": k.host, "step": step, "host_oom": host_oom, "who": who, "how": how,
          "host_ram_text": hram, "offload": bool(run_off), "location": location_of(k.file, k.line),
+         # a fault in compiled code (bash's "Segmentation fault", faulthandler, exit -11/139 ...): not the host
+         "native": k.signal in NATIVE_SIGNALS,
          "text": k.text, "count": len(kills)}
-    d["timeline_text"] = f"{who} killed by {how}"
+    d["timeline_text"] = f"{who} {'crashed with' if d['native'] else 'killed by'} {how}"
     return d
 
 

@@ -121,6 +121,10 @@ def _events(f: FileEvidence, only: int | None = None) -> list[dict[str, Any]]:
     for k in f.kills:
         if not mine(k.rank):
             continue
+        if k.signal in ("SIGSEGV", "SIGBUS", "SIGILL"):
+            # a fault in compiled code is this rank's own failure: a cause, like an exception
+            add(k.line, "raised", f"crashed ({k.signal})", k.step, w=wall)
+            break
         if k.kind in ("kernel-oom", "cgroup-oom", "slurm-oom", "shell-killed") or (
                 k.kind == "signal" and k.signal == "SIGKILL"):
             add(k.line, "killed", f"killed ({k.signal or k.kind})", k.step, w=wall)

@@ -80,7 +80,10 @@ def extra_args_allowed(env: Mapping[str, str] | None = None) -> bool:
     return str(env.get("ALLOW_EXTRA_ARGS", "0")).lower() in ("true", "y", "1")
 
 
-def _kind(v: Any) -> str:
+def value_kind(v: Any) -> str:
+    """The schema's kind of a YAML value: null, bool, int, float, str, list, dict, else any (bool before int, as
+    ``True`` is an int in Python). The one home of that rule: scripts/gen_key_schema.py types Literal and enum
+    choices with it when it writes catalog/lf_keys.json, and the key check compares values with it."""
     if v is None:
         return "null"
     if isinstance(v, bool):
@@ -511,7 +514,7 @@ def _check_value(key: str, entry: Mapping[str, Any], value: Any,
     accepts = set(entry.get("accepts") or ())
     if not accepts or "any" in accepts:
         return None
-    kind = _kind(value)
+    kind = value_kind(value)
     expected = " or ".join(_KIND_WORDS.get(k, k) for k in sorted(accepts - {"null"})) or "null"
     if kind == "null":
         if entry.get("null_fails"):

@@ -29,6 +29,7 @@ Pure Python: `doctor lint` calls it.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Mapping
 
@@ -77,12 +78,44 @@ def env_enabled(name: str, env: Mapping[str, str] | None = None) -> bool:
 
 def v1_hits(keys: set[str]) -> set[str]:
     """The keys that are v1's own, or a one-letter slip of one (``modl``, ``peft_confg``) that no v0 key is."""
+    exact = keys & V1_KEYS
+    slips = {k for k in keys - exact - TRAIN_MARKERS - {"model_name_or_path"} if len(k) > 3 and _v1_slip(k)}
+    return exact | slips
+
+
+@functools.lru_cache(maxsize=4096)
+def _v1_slip(key: str) -> bool:
+    """Whether `key` is within difflib's 0.85 ratio of a v1 key. Memoized per key: a lint of many configs asks
+    about the same few dozen keys again and again (a fifth of a 95-file lint before, issue #22).
+
+    difflib is imported only when a v1 key passes the bound ``SequenceMatcher.quick_ratio`` gives (twice the
+    letters the two words share, counted with multiplicity, over their total length; the ratio never exceeds
+    it, CPython ``Lib/difflib.py``), so the answer is difflib's and a key near no v1 key costs no import."""
+    n = len(key)
+    letters = None
+    near = []
+    for k, m, theirs in _v1_letters():
+        if 2.0 * min(n, m) / (n + m) < 0.85:   # real_quick_ratio, the length bound, first: no counting
+            continue
+        if letters is None:
+            from collections import Counter
+
+            letters = Counter(key)
+        if 2.0 * sum((letters & theirs).values()) / (n + m) >= 0.85:
+            near.append(k)
+    if not near:
+        return False
     import difflib
 
-    exact = keys & V1_KEYS
-    slips = {k for k in keys - exact - TRAIN_MARKERS - {"model_name_or_path"}
-             if len(k) > 3 and difflib.get_close_matches(k, V1_KEYS, n=1, cutoff=0.85)}
-    return exact | slips
+    return bool(difflib.get_close_matches(key, near, n=1, cutoff=0.85))
+
+
+@functools.lru_cache(maxsize=1)
+def _v1_letters() -> tuple[tuple[str, int, Any], ...]:
+    """Each v1 key with its length and letter counts, for `_v1_slip`'s bounds."""
+    from collections import Counter
+
+    return tuple((k, len(k), Counter(k)) for k in sorted(V1_KEYS))
 
 
 def is_v1(values: Mapping[str, Any], env: Mapping[str, str] | None = None, launch_env: Mapping[str, str] | None = None

@@ -42,7 +42,9 @@ def load() -> dict[str, Any]:
         return json.load(fh)
 
 
+@lru_cache(maxsize=8192)
 def _parse_ranges(text: str) -> frozenset[int]:
+    # memoized (the answer is frozen): a lint asks about every key of every config, ~20 per file
     out: set[int] = set()
     for part in str(text).split(","):
         if "-" in part:
@@ -181,17 +183,11 @@ def choose(version: str | None, source: str = "not given") -> Release:
 
 
 def installed_version() -> str | None:
-    """The llamafactory version installed here, from its package metadata (no import), else None."""
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-    except ImportError:   # pragma: no cover - Python < 3.8
-        return None
-    try:
-        return version("llamafactory")
-    except PackageNotFoundError:
-        return None
-    except Exception:   # a broken metadata folder is not the user's config problem
-        return None
+    """The llamafactory version installed here, from its package metadata (no import), else None
+    (readers/dists.py, the one home of installed versions)."""
+    from finetune_doctor.readers.dists import installed_version as found
+
+    return found("llamafactory")
 
 
 def version_in_use(flag: str | None, env_versions: dict[str, str] | None = None,

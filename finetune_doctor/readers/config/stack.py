@@ -2,7 +2,7 @@
 
 Two sources, read without importing any of the packages:
 
-* **package metadata** of the environment the doctor runs in (``importlib.metadata``): torch, transformers,
+* **package metadata** of the environment the doctor runs in (dist-info folders, readers/dists.py): torch, transformers,
   deepspeed, peft, accelerate, liger-kernel, flash-attn, trl, bitsandbytes, datasets, llamafactory. It describes
   the training machine only when the doctor runs where training runs; facts/config.py uses it when NVML sees GPUs
   here (or ``--stack here``).
@@ -45,18 +45,11 @@ def _norm(name: str) -> str:
 
 
 def installed_versions(packages: tuple[str, ...] = PACKAGES) -> dict[str, str]:
-    """Versions of `packages` installed in this environment, from their metadata (nothing is imported)."""
-    from importlib import metadata
+    """Versions of `packages` installed in this environment, from their metadata (nothing is imported;
+    readers/dists.py, the one home of installed versions)."""
+    from finetune_doctor.readers.dists import installed_version
 
-    out: dict[str, str] = {}
-    for name in packages:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-        except Exception:  # noqa: BLE001 - a broken dist-info must not stop a diagnosis
-            continue
-    return out
+    return {name: v for name in packages if (v := installed_version(name))}
 
 
 @dataclass(frozen=True)

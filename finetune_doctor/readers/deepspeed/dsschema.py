@@ -13,9 +13,7 @@ no import of deepspeed, pydantic or torch.
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -49,31 +47,10 @@ def parse_version(v: str | None) -> tuple[int, ...] | None:
 
 
 def installed_version(dist: str) -> str | None:
-    """The installed version of a distribution, read from its ``*.dist-info`` directory name (None if absent).
+    """The installed version of a distribution (None if absent): readers/dists.py, the one home of that answer."""
+    from finetune_doctor.readers.dists import installed_version as found
 
-    Neither imports the package nor walks every distribution's metadata the way ``importlib.metadata.version``
-    does (≈70 ms on a large environment, most of the lint budget): one directory listing per ``sys.path`` entry,
-    cached. pip writes a dist-info for every install, editable ones included (PEP 660); an egg-style install is
-    not seen and counts as "version unknown".
-    """
-    want = dist.lower().replace("-", "_").replace(".", "_")
-    for entry in sys.path:
-        for name in _listing(entry or "."):
-            if not name.endswith(".dist-info"):
-                continue
-            stem = name[: -len(".dist-info")]
-            pkg, _, ver = stem.rpartition("-")
-            if pkg.lower().replace("-", "_").replace(".", "_") == want and ver:
-                return ver
-    return None
-
-
-@functools.lru_cache(maxsize=64)
-def _listing(path: str) -> tuple[str, ...]:
-    try:
-        return tuple(os.listdir(path))
-    except OSError:
-        return ()
+    return found(dist)
 
 
 def at_least(version: tuple[int, ...] | None, ref: str) -> bool:

@@ -14,6 +14,7 @@ means the checkpoint carries a vision tower, so a text-only entry of the same na
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -57,8 +58,11 @@ class Traits:
     active: str | None
 
 
+@functools.lru_cache(maxsize=4096)
 def traits(name: str) -> Traits:
-    """The family, size class and active size stated by the last path component of `name`."""
+    """The family, size class and active size stated by the last path component of `name`. Memoized (a pure
+    function of the text; `Traits` is frozen): each lint of a config compares its model's name with catalogue
+    entries whose names repeat from file to file."""
     base = norm(name).rsplit("/", 1)[-1]
     toks = [t for t in re.split(r"[-\s]+", base) if t]
     for i, t in enumerate(toks):
@@ -154,6 +158,25 @@ def same_class(name: str, entry: dict[str, Any]) -> bool:
         return False
     return any(e.size == t.size and e.active == t.active and (not t.family or e.family == t.family)
                for e in _entry_traits(entry))
+
+
+def _billions(size: str | None) -> float | None:
+    """``7b`` -> 7.0, ``8x7b`` -> 56.0, ``500m`` -> 0.5; None for what is not a plain size."""
+    m = re.fullmatch(r"(?:(\d+)x)?(\d+(?:\.\d+)?)([bm])", (size or "").lower())
+    if m is None:
+        return None
+    n = float(m.group(2)) * (int(m.group(1)) if m.group(1) else 1)
+    return n / 1000 if m.group(3) == "m" else n
+
+
+def near_size(name: str, entry: dict[str, Any]) -> bool:
+    """True unless `name` and `entry` both state a size and they differ by more than a typo would (a factor of
+    1.5: ``Qwen2.5-8B`` suggests Qwen2.5-7B, ``Qwen2-VL-72B`` does not suggest Qwen2-VL-7B)."""
+    mine = _billions(traits(name).size)
+    if mine is None:
+        return True
+    theirs = [b for t in _entry_traits(entry) if (b := _billions(t.size)) is not None]
+    return not theirs or any(max(mine, b) / max(min(mine, b), 1e-9) <= 1.5 for b in theirs)
 
 
 def same_kind(name: str, entry: dict[str, Any]) -> bool:

@@ -369,7 +369,8 @@ def _unknown(name: str, looked: list[str]) -> ModelUnresolved:
     var = byname.shell_variables(name)
     # a suggestion keeps the family and MoE-ness the name states (Qwen2-57B-A14B is not Qwen2-7B)
     sugg = [] if var and name.strip() in var else [
-        s for s in did_you_mean(name, 6) if (e := find_in_catalog(s)) is None or byname.same_kind(name, e[0])][:3]
+        s for s in did_you_mean(name, 6) if (e := find_in_catalog(s)) is None
+        or (byname.same_kind(name, e[0]) and byname.near_size(name, e[0]))][:3]
     hint = f" (did you mean {', '.join(sugg)}?)" if sugg else ""
     fix = _fix_command(name)
     if var:

@@ -280,6 +280,13 @@ class FailureLines:
                                               pid=int(m.group("pid")) if m.group("pid") else None,
                                               text=text.strip()[:300]))
             return
+        m = pat.SHELL_SIGNALED.search(text)
+        if m:
+            sig, code = pat.SHELL_SIGNALS[m.group("what") or m.group("bare") or m.group("py")]
+            self.keep.add("kills", KillRecord(self.path, line, st, "shell-signaled", exitcode=code, signal=sig,
+                                              pid=int(m.group("pid")) if m.group("pid") else None, rank=rank,
+                                              text=text.strip()[:300]))
+            return
         m = pat.SIGNAL.search(text)
         if m and "traceback" not in text:
             self.keep.add("kills", KillRecord(self.path, line, st, "signal", exitcode=-int(m.group("num")),

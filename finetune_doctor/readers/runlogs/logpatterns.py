@@ -61,6 +61,7 @@ TRIGGER_WORDS = (
     # process death (§8)
     "Killed", "(exitcode: ", "DefaultCPUAllocator", "Root Cause", "ChildFailedError", "Signal ", "Detected ",
     "Out Of Memory", "Out of memory: ", "Memory cgroup", "] exits with return code",
+    "Segmentation fault", "Bus error", "Illegal instruction", "Fatal Python error", "(core dumped)",
     # metrics (§7)
     "'loss': ", "{'eval_", "{'train_runtime'", '"current_steps"',
     # see_memory_usage (§3)
@@ -236,6 +237,14 @@ DESYNC_ENDED = re.compile(r"\[(?P<ranks>[\d, ]*)\] finished collective #(?P<seq>
 KERNEL_OOM = re.compile(r"(?P<cg>Memory cgroup )?[Oo]ut of memory: Killed process (?P<pid>\d+) \((?P<comm>[^)]+)\)"
                          r"(?: total-vm:\d+kB, anon-rss:(?P<rss>\d+)kB)?")
 SHELL_KILLED = re.compile(r"line \d+:\s+(?P<pid>\d+) Killed\s+(?P<cmd>.+)$|^\s*Killed\s*$")
+# bash's report of a child a signal ended (bash's siglist: "Segmentation fault", "Bus error", "Aborted",
+# "Illegal instruction", then " (core dumped)" when a core was written), and CPython's faulthandler banner
+SHELL_SIGNALED = re.compile(r"line \d+:\s+(?P<pid>\d+) (?P<what>Segmentation fault|Bus error|Aborted|Illegal instruction)"
+                            r"(?: +\(core dumped\))?(?:\s+(?P<cmd>.+))?$"
+                            r"|^\s*(?P<bare>Segmentation fault|Bus error|Illegal instruction)(?: \(core dumped\))?\s*$"
+                            r"|^Fatal Python error: (?P<py>Segmentation fault|Bus error|Aborted|Illegal instruction)")
+SHELL_SIGNALS = {"Segmentation fault": ("SIGSEGV", 139), "Bus error": ("SIGBUS", 135), "Aborted": ("SIGABRT", 134),
+                 "Illegal instruction": ("SIGILL", 132)}
 SLURM_OOM = re.compile(r"Detected (?P<n>\d+) oom[-_]kill event|task \d+: Out Of Memory")
 TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<lr>\d+) \(pid: (?P<pid>\d+)\)")
 SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\) received by PID (?P<pid>\d+)")

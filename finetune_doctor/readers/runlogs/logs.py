@@ -451,4 +451,25 @@ def sniff(path: str) -> str:
     return "text-log"
 
 
-__all__ = ["read_text_log", "sniff", "size_bytes", "looks_binary", "looks_gpu_record", "regular_size", "open_chunks"]
+# lines every trainer's console prints and no config holds: logging prefixes, tracebacks, HF metric dicts, tqdm bars
+_LOG_MARK = re.compile(rb"^(?:\[(?:INFO|WARNING|ERROR)\|)|^Traceback \(most recent call last\)|^\{'(?:loss|train_runtime)'"
+                       rb"|^\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d|\d+/\d+ \[\d+:\d\d<", re.M)
+
+
+def looks_like_log(path: str) -> bool:
+    """Whether `path` reads as a training log or a trainer's state file rather than a config: `check` names
+    `postmortem` when such a file fails as YAML. Reads at most 64 KiB; an unreadable path is not a log."""
+    kind = sniff(path)
+    if kind in ("trainer-log", "trainer-state", "event-file"):
+        return True
+    if kind != "text-log":
+        return False
+    try:
+        with open(path, "rb") as fh:
+            sample = fh.read(65536)
+    except OSError:
+        return False
+    return bool(_LOG_MARK.search(sample) or pat.TRIGGER.search(sample))
+
+
+__all__ = ["looks_like_log", "read_text_log", "sniff", "size_bytes", "looks_binary", "looks_gpu_record", "regular_size", "open_chunks"]

@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 
 def budget_line(tb: dict[str, Any] | None) -> str | None:
-    """One sentence: how long the samples may be (``training fits as long as no sample exceeds 6,100 tokens
+    """One sentence: how long the samples may be (``training fits (probability of OOM <= 5 %) as long as no sample exceeds 6,100 tokens
     (12,200 per micro batch of 2) (cutoff_len 8,192)``); None without a budget."""
     if not tb or all((b or {}).get("fits_at_cutoff", True) for b in (tb.get("train"), tb.get("eval"))):
         return None   # nothing to say: every sample may fill cutoff_len
@@ -23,7 +23,8 @@ def budget_line(tb: dict[str, Any] | None) -> str | None:
             # can still miss it through the prediction's error alone, so say which it is
             parts.append(f"{what} stays above a 5 % probability of OOM even with one-token samples")
         else:
-            parts.append(f"{what} fits as long as no sample exceeds {b['tokens_per_sample']:,} tokens "
+            parts.append(f"{what} fits (probability of OOM <= 5 %) as long as no sample exceeds "
+                         f"{b['tokens_per_sample']:,} tokens "
                          f"({b['tokens_per_micro_batch']:,} per micro batch of {b['micro_batch']})")
     return f"{'; '.join(parts)} (cutoff_len {tb['cutoff_len']:,})" if parts else None
 
@@ -46,15 +47,25 @@ def assumption_lines(items: Iterable[Any]) -> list[tuple[str, bool]]:
     … (resolve with …)``."""
     out = []
     for a in sorted(items, key=lambda a: not a.moves_verdict):
-        effects = []
+        sized, unsized = [], []
         for alt in a.alternatives:
             g, v = a.effect_gib.get(alt), a.effect_verdict.get(alt)
             if g is None:
-                effects.append(str(alt))
+                unsized.append(str(alt))
             else:
-                effects.append(f"{alt}: {g:.1f} GiB" + (f" {v}" if v else ""))
-        eff = f" — if {'; '.join(effects)}" if effects else ""
+                sized.append(f"{alt}: {g:.1f} GiB" + (f" {v}" if v else ""))
+        # alternatives the memory model was not re-run for carry no number: name a few, not every release
+        if unsized:
+            more = f", +{len(unsized) - _UNSIZED_SHOWN} more" if len(unsized) > _UNSIZED_SHOWN else ""
+            unsized_text = f"{', '.join(unsized[:_UNSIZED_SHOWN])}{more}"
+        eff = f" — if {'; '.join(sized)}" if sized else ""
+        if unsized:
+            eff += f"{';' if sized else ' —'} also possible, not sized: {unsized_text}"
         # compact: only what moves the verdict says how to remove it
         tail = f" (resolve with {a.resolve_with})" if a.moves_verdict and a.resolve_with else ""
         out.append((f"{'!' if a.moves_verdict else '-'} {a.name}: {a.value}{eff}{tail}", a.moves_verdict))
     return out
+
+
+# how many alternatives without a sized effect the text names before "+N more" (the JSON lists them all)
+_UNSIZED_SHOWN = 3

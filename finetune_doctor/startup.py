@@ -1,0 +1,122 @@
+"""Process start-up of the console script: the methods of the project's dataclasses compiled once, not per run.
+
+Why: ``dataclasses.dataclass`` writes the source of each generated method (``__init__``, ``__repr__``, ``__eq__``,
+``__hash__``, the frozen ``__setattr__``/``__delattr__``) and compiles it with ``exec`` every time a class is
+created (CPython ``Lib/dataclasses.py``, ``_create_fn`` in 3.10-3.12, ``_FuncBuilder.add_fns_to_class`` in 3.13:
+one ``exec(txt, globals, ns)`` per call). `doctor lint` of one file creates ~60 of them at import, ~330 methods:
+about a third of its start-up on a 2-core machine (benchmarks/results/lint.md). Bytecode caching (``__pycache__``)
+does not cover that source, as it is built at run time.
+
+`install()` gives the ``dataclasses`` module an ``exec`` of its own (a module global shadows the builtin): a source
+seen before is executed from its cached code object, compiled exactly as ``exec`` would compile it (filename
+``<string>``, no ``__future__`` flags inherited), so every class and method is the same as without the cache.
+Code objects live in one marshal file in the doctor's cache folder (`fsutil.cache_dir`, off with
+FINETUNE_DOCTOR_NO_CACHE=1), keyed by the interpreter's bytecode tag and the ``dataclasses`` module file, like the
+rule expressions' cache (engine/expr.py). Only the console script installs it (`__main__.entry`): the process is
+the doctor's own, and a library user's interpreter is left untouched.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import sys
+from typing import Any
+
+_CACHE: dict[str, Any] = {}     # generated source -> code object, from the file and this process
+_NEW = 0                        # sources compiled in this process and not in the file yet
+_USED: set[str] = set()         # sources this process executed (what a full file keeps)
+_MAX = 8192                     # entries; past it the file restarts from this process's sources
+_STATE: dict[str, Any] = {"path": None, "installed": False}
+
+
+def _cache_file() -> Any:
+    """The cache file's Path, or None when caching is off or ``dataclasses`` has no file to key on."""
+    from finetune_doctor.fsutil import cache_dir
+
+    base = cache_dir()
+    if base is None:
+        return None
+    import dataclasses
+
+    try:
+        st = os.stat(dataclasses.__file__)
+    except (OSError, TypeError, AttributeError):   # a frozen or zipped stdlib: nothing to key on, no cache
+        return None
+    return base / f"dataclass-code-{sys.implementation.cache_tag}-{st.st_size}-{st.st_mtime_ns}.marshal"
+
+
+def _exec(source: Any, globals_: Any = None, locals_: Any = None, /, **kw: Any) -> None:
+    """``exec`` as ``dataclasses`` calls it; a str source compiles once per cache, anything else goes through."""
+    global _NEW
+    if not isinstance(source, str) or kw:
+        return builtins.exec(source, globals_, locals_, **kw)
+    # dont_inherit: a str given to exec here would inherit this module's `from __future__ import annotations`;
+    # compiled apart, the generated methods' annotations stay objects, as with the builtin exec in dataclasses.py
+    if not _ours(globals_):
+        return builtins.exec(compile(source, "<string>", "exec", dont_inherit=True), globals_, locals_)
+    _USED.add(source)
+    code = _CACHE.get(source)
+    if code is None:
+        code = compile(source, "<string>", "exec", dont_inherit=True)
+        _CACHE[source] = code
+        _NEW += 1
+    return builtins.exec(code, globals_, locals_)
+
+
+def _ours(globals_: Any) -> bool:
+    """Whether the class being built is the project's: the methods of other packages' dataclasses (transformers
+    defines hundreds once a probe imports it) stay uncached, so the file lint reads at start-up stays small."""
+    name = globals_.get("__name__") if isinstance(globals_, dict) else None
+    return isinstance(name, str) and (name == "finetune_doctor" or name.startswith("finetune_doctor."))
+
+
+def install() -> None:
+    """Read the cache file and give ``dataclasses`` the caching ``exec``; idempotent, never raises."""
+    if _STATE["installed"]:
+        return
+    import dataclasses
+    import marshal
+    from types import CodeType
+
+    path = _cache_file()
+    if path is not None:
+        try:
+            data = marshal.loads(path.read_bytes())
+        except (OSError, ValueError, EOFError, TypeError):
+            data = None
+        if isinstance(data, dict):
+            _CACHE.update((k, v) for k, v in data.items() if isinstance(k, str) and isinstance(v, CodeType))
+    _STATE["path"] = path
+    dataclasses.exec = _exec   # type: ignore[attr-defined]
+    _STATE["installed"] = True
+
+
+def uninstall() -> None:
+    """Give ``dataclasses`` back the builtin ``exec`` (tests; the console script keeps the cache to its end)."""
+    import dataclasses
+
+    if getattr(dataclasses, "exec", None) is _exec:
+        del dataclasses.exec   # type: ignore[attr-defined]
+    _STATE["installed"] = False
+
+
+def save() -> None:
+    """Write the sources compiled in this process into the cache file; best effort (a read-only or full disk
+    leaves the file as it was, never an error). The console script calls it once the command is done."""
+    global _NEW
+    path = _STATE["path"]
+    if not _NEW or path is None:
+        return
+    import marshal
+
+    from finetune_doctor.errors import InputError
+    from finetune_doctor.fsutil import write_bytes
+
+    data = _CACHE if len(_CACHE) <= _MAX else {k: v for k, v in _CACHE.items() if k in _USED}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes(str(path), marshal.dumps(data))
+    except (InputError, OSError, ValueError):
+        return
+    _NEW = 0

@@ -1,0 +1,100 @@
+"""startup.py: the dataclass methods compiled once and cached give the same classes as dataclasses alone."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from finetune_doctor import startup
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+_SRC = """
+import dataclasses
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    x: int
+    y: float = 0.5
+    tags: tuple = dataclasses.field(default_factory=tuple, compare=False)
+"""
+
+
+def _make(module: str = "finetune_doctor._test_point"):
+    """Point built in a fresh module named `module` (no __future__ import: annotations are objects); dataclasses
+    hands the generated methods the globals of the class's module when sys.modules holds it."""
+    import types
+
+    mod = types.ModuleType(module)
+    sys.modules[module] = mod
+    try:
+        exec(compile(_SRC, "<point>", "exec", dont_inherit=True), mod.__dict__)
+    finally:
+        del sys.modules[module]
+    return mod.Point
+
+
+def test_cached_exec_builds_the_same_class(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("FINETUNE_DOCTOR_NO_CACHE", raising=False)
+    plain = _make()
+    startup.install()
+    try:
+        before = len(startup._CACHE)
+        cached = _make()
+        ours = len(startup._CACHE)
+        foreign = _make("somebody_else")
+        assert dataclasses.exec is startup._exec
+        # the project's class went through the cache (unless an earlier test cached the same sources); another
+        # package's did not
+        assert ours >= before and any("def __init__(self,x:" in k for k in startup._CACHE)
+        assert len(startup._CACHE) == ours
+    finally:
+        startup.uninstall()
+    assert not hasattr(dataclasses, "exec")
+    p, q = plain(1), cached(1)
+    assert repr(p) == repr(q) and repr(q).endswith("Point(x=1, y=0.5, tags=())")
+    assert q == cached(1, 0.5, ("other",)) and hash(q) == hash(cached(1)) and q != cached(2)
+    # the generated __init__'s annotations are objects, as without the cache (no __future__ flag inherited)
+    assert cached.__init__.__annotations__ == plain.__init__.__annotations__ == foreign.__init__.__annotations__
+    assert plain.__init__.__annotations__["x"] is int
+    try:
+        q.x = 3
+    except dataclasses.FrozenInstanceError:
+        pass
+    else:
+        raise AssertionError("frozen")
+    assert dataclasses.replace(q, x=5).x == 5 and [f.name for f in dataclasses.fields(q)] == ["x", "y", "tags"]
+
+
+def test_cache_file_is_written_and_read_back(tmp_path):
+    """A second process finds every method source in the file and compiles none."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path)}
+    env.pop("FINETUNE_DOCTOR_NO_CACHE", None)
+    code = ("from finetune_doctor import startup; startup.install()\n"
+            "import finetune_doctor.types, finetune_doctor.run.model\n"
+            "print(startup._NEW); startup.save()\n")
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert int(first.stdout) > 20
+    assert len(list((tmp_path / "finetune-doctor").glob("dataclass-code-*.marshal"))) == 1
+    second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert int(second.stdout) == 0
+    off = subprocess.run([sys.executable, "-c", code], env={**env, "FINETUNE_DOCTOR_NO_CACHE": "1"},
+                         capture_output=True, text=True, check=True)
+    assert int(off.stdout) == int(first.stdout)
+
+
+def test_only_the_projects_classes_are_cached(tmp_path):
+    """A dataclass of another package (transformers has hundreds) is built by the builtin exec, not cached."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path)}
+    env.pop("FINETUNE_DOCTOR_NO_CACHE", None)
+    code = ("from finetune_doctor import startup; startup.install()\n"
+            "import dataclasses, json.decoder\n"
+            "@dataclasses.dataclass(frozen=True)\nclass Outside:\n    a: int = 1\n"
+            "print(startup._NEW, Outside(2) == Outside(2), repr(Outside()))\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0", "True", "Outside(a=1)"]
