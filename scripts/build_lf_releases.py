@@ -7,6 +7,8 @@ imported, so no release's dependencies are needed:
 * ``hparams/*.py``: every ``@dataclass`` field (not ``init=False``) with the class declaring it, its ``Literal``
   choices or the values of the ``Enum`` it is typed with (enums from ``extras/constants.py`` and the hparams files);
 * ``data/template.py``: every ``register_template(name=...)`` / ``_register_template(name=...)``;
+* whether the release ships v1 at all: a ``llamafactory/v1/`` package and ``USE_V1`` read by ``cli.py`` (the
+  wheels from 0.9.4 on do; stored as ``v1.in``, index ranges like the keys');
 * for the snapshot also ``v1/config/*.py`` (the v1 argument classes behind ``USE_V1=1``) and the plugin names v1
   registers (``v1/plugins``: ``@X.register("name")``).
 
@@ -144,16 +146,20 @@ def _read_release(files: dict[str, str]) -> dict[str, Any]:
     return {"fields": _dataclass_fields(hp, enums), "templates": _templates(parse.get("data/template.py"))}
 
 
-def _wheel_files(whl: Path) -> tuple[str, dict[str, str], str]:
+def _wheel_files(whl: Path) -> tuple[str, dict[str, str], str, bool]:
+    """(version, {hparams/template/constants path: text}, sha256, ships v1: a v1 package and USE_V1 in cli.py)."""
     version = whl.name.split("-")[1]
     out = {}
     with zipfile.ZipFile(whl) as z:
-        for n in z.namelist():
+        names = z.namelist()
+        cli = z.read("llamafactory/cli.py").decode("utf-8") if "llamafactory/cli.py" in names else ""
+        has_v1 = any(n.startswith("llamafactory/v1/") for n in names) and "USE_V1" in cli
+        for n in names:
             if n.startswith("llamafactory/") and n.endswith(".py") and (
                     n.startswith("llamafactory/hparams/") or n in ("llamafactory/data/template.py",
                                                                    "llamafactory/extras/constants.py")):
                 out[n[len("llamafactory/"):]] = z.read(n).decode("utf-8")
-    return version, out, hashlib.sha256(whl.read_bytes()).hexdigest()
+    return version, out, hashlib.sha256(whl.read_bytes()).hexdigest(), has_v1
 
 
 def _snapshot_files(root: Path) -> tuple[str, dict[str, str], dict[str, str]]:
@@ -201,12 +207,16 @@ def _ranges(idx: list[int]) -> str:
 
 
 def build(wheel_dir: Path, snapshot: Path) -> dict[str, Any]:
-    releases = []
+    releases, with_v1 = [], []
     for whl in sorted(wheel_dir.glob("llamafactory-*.whl"), key=lambda p: _vkey(p.name.split("-")[1])):
-        version, files, sha = _wheel_files(whl)
+        version, files, sha, has_v1 = _wheel_files(whl)
+        if has_v1:
+            with_v1.append(len(releases))
         releases.append((version, _read_release(files), {"version": version, "from": f"PyPI {whl.name}",
                                                          "sha256": sha}))
     snap_version, v0, v1 = _snapshot_files(snapshot)
+    if v1 and "USE_V1" in (snapshot / "src" / "llamafactory" / "cli.py").read_text(encoding="utf-8"):
+        with_v1.append(len(releases))
     commit = (snapshot.parent.parent / "reference" / "llamafactory" / "SNAPSHOT_COMMIT.txt")
     releases.append((snap_version, _read_release(v0), {
         "version": snap_version, "from": "LLaMA-Factory source snapshot (shared/oracles/llamafactory-main)",
@@ -241,7 +251,7 @@ def build(wheel_dir: Path, snapshot: Path) -> dict[str, Any]:
         "sources": [s for _, _, s in releases],
         "keys": dict(sorted(keys.items())),
         "templates": {t: _ranges(i) for t, i in sorted(templates.items())},
-        "v1": {"version": snap_version, **_v1(v1)},
+        "v1": {"version": snap_version, "in": _ranges(with_v1), **_v1(v1)},
     }
 
 

@@ -46,8 +46,9 @@ def offline_machine(tmp_path, monkeypatch):
 # them after the catalogue was last extended): each needs an entry from its real config.json with the provenance
 # tests/test_catalog_provenance.py demands. Until then they are known gaps, not passes: strict xfail, so an entry
 # that lands makes the test say so. A user gets model-unresolved (or not-checked-here) with the --model-config hint.
-NOT_IN_CATALOG = {"Qwen/Qwen2-1.5B-Instruct", "OpenMOSS-Team/MOSS-VL-Instruct-0708",
-                  "/path/to/DeepSeek-V3.1-source"}
+# MOSS-VL stays: its hub config.json was not found, and even with it the generic decoder would not size its
+# cross-attention (test_moss_vl_says_what_is_not_judged pins the one line the doctor gives instead).
+NOT_IN_CATALOG = {"OpenMOSS-Team/MOSS-VL-Instruct-0708"}
 
 
 @pytest.mark.parametrize("path", YAMLS, ids=lambda p: str(p).split("examples/")[-1] + ("" if "fixtures" in str(p) else " (ref)"))
@@ -68,3 +69,39 @@ def test_qwen3_vl_4b_fixture_counts_as_published(offline_machine):
     arch, _ = load_arch(str(FIX / "Qwen3-VL-4B-Instruct"))
     assert abs(arch.total_params() / QWEN3_VL_4B - 1) < 0.001
     assert arch.extra_params > 0 and arch.model_type == "qwen3_vl"
+
+
+def test_qwen2_1_5b_instruct_counts_as_its_shapes(offline_machine):
+    """Qwen2-1.5B-Instruct has Qwen2.5-1.5B's shapes (1536 hidden, 8960 FFN, 12/2 heads, 28 layers, 151,936 tied
+    vocabulary): the same 1,543,714,304 parameters as Qwen2.5-1.5B's published safetensors count."""
+    arch, _ = load_arch("Qwen/Qwen2-1.5B-Instruct", allow_download=False)
+    twin, _ = load_arch("Qwen/Qwen2.5-1.5B", allow_download=False)
+    assert arch.total_params() == twin.total_params() == 1_543_714_304
+    assert arch.dtype == "bfloat16" and arch.source_kind == "catalog"
+
+
+def test_deepseek_v3_1_folder_is_sized_as_v3_with_an_assumption(offline_machine):
+    """LF's KTransformers example names /path/to/DeepSeek-V3.1-source: V3.1 keeps V3's architecture, so the folder
+    is sized as V3 (671B) and the report names the model assumption."""
+    assumptions: list = []
+    arch, _ = load_arch("/path/to/DeepSeek-V3.1-source", allow_download=False, assumptions=assumptions)
+    v3, _ = load_arch("deepseek-ai/DeepSeek-V3", allow_download=False)
+    assert arch.total_params() == v3.total_params() and abs(arch.total_params() / 671e9 - 1) < 0.01
+    assert [(a.name, a.value, a.source) for a in assumptions] == [("model", "deepseek-ai/DeepSeek-V3.1",
+                                                                   "folder name")]
+    assert "architecture of deepseek-ai/DeepSeek-V3" in arch.notes
+
+
+def test_moss_vl_says_what_is_not_judged(offline_machine):
+    """MOSS-VL (LF's mossvl examples) is not sized: the model-unresolved error says in one line that even its
+    config.json would leave the cross-attention unjudged, and a config.json of model_type moss_vl carries that
+    line as the architecture's note instead of a silent text-only count."""
+    from finetune_doctor.readers.model.errors import ModelUnresolved
+    from finetune_doctor.readers.model.generic import not_sized
+
+    with pytest.raises(ModelUnresolved) as err:
+        load_arch("OpenMOSS-Team/MOSS-VL-Instruct-0708", allow_download=False)
+    line = not_sized(name="OpenMOSS-Team/MOSS-VL-Instruct-0708")
+    assert line and "cross-attention" in line and "not judged" in line
+    assert str(err.value).endswith(f"Even then: {line}") and "\n" not in str(err.value)
+    assert not_sized("moss_vl") == line and not_sized("qwen2") is None and not_sized(name="Qwen/Qwen2-7B") is None

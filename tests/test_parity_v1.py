@@ -7,6 +7,11 @@ this process keeps the v0 release it imports; CI has the snapshot at ``../shared
 beside the clone. Outcomes as in tests/parity/compare.py: caught (an error at the mutated key), missed, misplaced,
 clean, later (only errors whose code names a failure after parsing), false-error.
 
+The layout corpus (``world/...``) puts global_batch_size, micro_batch_size, cp_size and dp_size on 1-8 processes:
+the oracle lays each out with v1's own DistributedStrategy and BatchGenerator (tests/parity/v1_oracle.py), the
+doctor lints it with ``--gpu Nx<card>``; only config errors (FD0xx) are compared there, since a memory verdict is
+no launch check.
+
 Bars (issue 24): recall of v1's rejections >= 99 %, no false error.
 """
 
@@ -38,6 +43,17 @@ V0_KEYS = {"model_name_or_path": "Qwen/Qwen3-0.6B", "per_device_train_batch_size
            "lora_target": "all", "quantization_bit": 4, "enable_liger_kernel": True, "gradient_checkpointing": True,
            "gradient_accumulation_steps": 4, "template": "qwen3", "stage": "sft", "do_train": True, "optim": "adamw_torch",
            "per_device_eval_batch_size": 1, "warmup_ratio": 0.1, "lr_scheduler_type": "cosine"}
+WORLDS = (1, 2, 3, 4, 6, 8)
+LAYOUT_EXAMPLES = ("train_lora_sft", "train_full_fsdp2", "train_full_deepspeed", "train_full_ulysses_cp",
+                   "train_full_qwen3_moe_fsdpturbo_ep_fsdp")
+LAYOUTS = [{"global_batch_size": g, "micro_batch_size": m} for g in (None, 6, 8, 12, 20)
+           for m in (1, 2)] + [{"cp_size": 2, "global_batch_size": 8}, {"cp_size": 4, "global_batch_size": 8},
+                                  {"dp_size": 2, "global_batch_size": 8}, {"dp_size": 4, "cp_size": 2},
+                                  {"mp_replicate_size": 2}, {"mp_replicate_size": 2, "mp_shard_size": 2},
+                                  {"micro_batch_size": 0, "global_batch_size": 4},
+                                  {"dist_config": {"name": "fsdpturbo", "ep_size": 2}},
+                                  {"dist_config": {"name": "fsdpturbo", "ep_size": 4}, "global_batch_size": 8},
+                                  {"dist_config": {"name": "fsdpturbo", "ep_size": 0}}]
 FLASH = ["fa2", "auto", "disabled", "eager", "sdpa", "flash_attention_2", True, "FA2", "flash_attention_3"]
 PLUGIN_VALUES = [("str", "lora"), ("json", '{"name": "lora", "r": 8}'), ("noname", {"r": 8}), ("list", [1, 2]),
                  ("null", None), ("badjson", "{name: lora")]
@@ -55,11 +71,11 @@ def _corpus(tmp: Path) -> list[dict[str, Any]]:
     y = YAML(typ="safe", pure=True)
     out: list[dict[str, Any]] = []
 
-    def add(ident: str, values: dict[str, Any], keys: tuple[str, ...] = ()) -> None:
+    def add(ident: str, values: dict[str, Any], keys: tuple[str, ...] = (), world: int | None = None) -> None:
         path = tmp / (ident.replace("/", "__") + ".yaml")
         with path.open("w", encoding="utf-8") as fh:
             _yaml().dump(values, fh)
-        out.append({"id": ident, "path": str(path), "keys": keys})
+        out.append({"id": ident, "path": str(path), "keys": keys, "world": world})
 
     for ex in examples:
         base = y.load(ex.read_text(encoding="utf-8"))
@@ -86,27 +102,37 @@ def _corpus(tmp: Path) -> list[dict[str, Any]]:
                                  ("types", {"micro_batch_size": "2", "cutoff_len": 2048.0}, None)):
             vals = {k: v for k, v in {**base, **extra}.items() if k != drop}
             add(f"batch/{name}/{tag}", vals, ("max_steps", "batching_strategy", "save_epochs"))
+        if name in LAYOUT_EXAMPLES:
+            for i, layout in enumerate(LAYOUTS):
+                vals = {**base, **{k: v for k, v in layout.items() if v is not None}}
+                for w in WORLDS:
+                    add(f"world/{name}/{i}/{w}", vals, ("global_batch_size", "micro_batch_size", "cp_size",
+                                                        "dp_size", "mp_replicate_size", "mp_shard_size",
+                                                        "dist_config"), world=w)
     return out
 
 
 def _oracle(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     src = SHARED / "oracles" / "llamafactory-main" / "src"
-    env = {k: v for k, v in os.environ.items() if k not in ("ALLOW_EXTRA_KEYS", "USE_V1")}
+    env = {k: v for k, v in os.environ.items() if k not in ("ALLOW_EXTRA_KEYS", "USE_V1", "RANK", "WORLD_SIZE")}
     res = subprocess.run([sys.executable, str(ROOT / "tests" / "parity" / "v1_oracle.py"), str(src)],
-                         input=json.dumps([e["path"] for e in entries]), capture_output=True, text=True, env=env,
+                         input=json.dumps([{"path": e["path"], "world": e["world"]} for e in entries]),
+                         capture_output=True, text=True, env=env,
                          timeout=600, check=False)
     if res.returncode != 0:
         pytest.skip(f"v1's parser could not run here: {res.stderr.strip().splitlines()[-1:]}")
     return json.loads(res.stdout)
 
 
-def _doctor(path: str) -> list[tuple[str, str | None]]:
+def _doctor(path: str, world: int | None = None) -> list[tuple[str, str | None]]:
     from finetune_doctor.pipeline import lint
     from finetune_doctor.settings import Options
 
-    opts = Options.from_cli(command="lint", paths=[path], lf_version="main")
+    opts = Options.from_cli(command="lint", paths=[path], lf_version="main",
+                            gpu=f"{world}xH200" if world else None)
     report = lint.run([path], opts)
-    return [(f.code, f.location.key) for f in report.findings if f.severity == "error"]
+    return [(f.code, f.location.key) for f in report.findings if f.severity == "error"
+            and (world is None or f.code.startswith("FD0"))]
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +145,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     try:
         out = []
         for e, v in zip(entries, verdicts):
-            errs = _doctor(e["path"])
+            errs = _doctor(e["path"], e["world"])
             if v["accepted"]:
                 kind = "clean" if not errs else ("later" if all(c in LATER for c, _ in errs) else "false-error")
             elif not errs:
@@ -161,3 +187,15 @@ def test_every_v1_example_is_accepted_and_clean(outcomes: list[dict[str, Any]]) 
     ex = [o for o in outcomes if o["id"].startswith("example/")]
     assert len(ex) >= 16
     assert all(o["lf"] is None and o["outcome"] == "clean" for o in ex), [(o["id"], o["lf"], o["errors"]) for o in ex]
+
+
+def test_layout_corpus_exercises_the_start_up_checks(outcomes: list[dict[str, Any]]) -> None:
+    """The world-size corpus reaches each of v1's layout refusals, and the doctor agrees with every one of them."""
+    world = [o for o in outcomes if o["id"].startswith("world/")]
+    refused = [o for o in world if o["lf"]]
+    assert len(world) >= 500 and len(refused) >= 150
+    for text in ("Global batch size must be divisible", "must be divisible by cp_size", "dp_size * cp_size",
+                 "mp_replicate_size", "ZeroDivisionError", "dp_size must be divisible by ep_size",
+                 "ep_size must be positive"):
+        assert any(text in o["lf"] for o in refused), text
+    assert [o["id"] for o in world if o["outcome"] not in ("caught", "clean")] == []

@@ -125,9 +125,12 @@ RELEASED = {
     "FD712": "optimizer-options-without-switch",
     "FD041": "unverified-config-problem",
     "FD042": "v1-parse-error", "FD049": "wrong-subcommand",
+    "FD043": "v1-launch-error",
+    "FD044": "v1-launch-unverified",
     "FD741": "galore-default-optim-unverified",
     "FD642": "inference-does-not-fit",
     "FD643": "export-does-not-fit",
+    "FD644": "export-host-oom",
 }
 
 

@@ -65,6 +65,8 @@ class Assembly:
     release: Any = None            # readers/lfrelease.Release the keys were judged for
     kind_section: dict[str, Any] | None = None                    # export / chat estimates (facts/kinds.py)
     doc_read: Any = None           # the config as read (a v1 config before its adoption as v0 keys)
+    v1_world: int | None = None    # the process count v1's batch layout was judged for (facts/kinds.py v1_batch)
+    host_ram_gib: float | None = None   # --host-ram when no GPUs are known (a CPU merge is judged by it alone)
     _after: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     def live(self) -> dict[str, Any]:
@@ -231,6 +233,11 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
 
     try:
         asm.run = resolve(stack)
+        if kind == "train-v1" and asm.run.world_size != asm.v1_world:
+            # a launch file or accelerate config set the process count: v1 lays the batch out over those
+            kinds.v1_batch(asm, asm.run.world_size)
+            facts["cfg"] = cfg_facts.assemble({k: v for k, v in doc.values.items() if k not in ("_v1", "_peft")})
+            asm.run = resolve(stack)
     except InvalidRunValue as err:
         # the key rules report the value at its line; nothing is estimated from it
         asm.notes.append(f"memory not estimated: {err}")
@@ -301,7 +308,7 @@ def _read(config: str, overrides: tuple[str, ...] | list[str], opts: Options, hw
     facts["lint"].update(kinds.launch_facts(opts, asm.hw, env_report))
     asm.assumptions.extend(kinds.assumptions(asm, opts, asm.hw))
     if kind in ("train-v1", "export-v1"):
-        kinds.adopt_v1(asm)   # the run is resolved from the v1 config's v0 keys
+        kinds.adopt_v1(asm, opts.nnodes)   # the run is resolved from the v1 config's v0 keys
     return asm, env_report
 
 
@@ -315,15 +322,17 @@ def _hardware(asm: Assembly, opts: Options, hw: Hardware | None, env_report: Any
         asm.hw = hw_facts.from_env_report(env_report, opts.nnodes)
     if opts.host_ram:
         ram = hw_facts.parse_host_ram(opts.host_ram)
+        asm.host_ram_gib = ram
         if asm.hw is not None:
             asm.hw = replace(asm.hw, host_ram_gib=ram)
-        else:
+        elif asm.kind in ("train", "train-v1"):
             asm.notes.append("--host-ram is judged with the GPUs: pass --gpu too")
     asm.facts["hw"] = hw_facts.assemble(asm.hw)
     if asm.hw is not None:
         asm.notes.extend(getattr(asm.hw, "notes", ()) or ())   # e.g. how a bare --gpu 24GB was read
-    elif not static:
-        # no verdict without a card: say so instead of a clean report that reads like a pass
+    elif not static and asm.kind not in ("export", "export-v1"):
+        # no verdict without a card: say so instead of a clean report that reads like a pass (a merge's own
+        # estimate says what it needs of the GPUs or host RAM)
         asm.notes.append("GPUs unknown (no --gpu, no NVML, no --env): the fit is not judged and one GPU is assumed "
                          "for the world size; pass e.g. --gpu 4xL20, or --env with `llamafactory-cli env` output")
 

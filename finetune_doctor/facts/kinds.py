@@ -41,7 +41,7 @@ def _kv_per_token(arch: Any, nbytes: int) -> int:
 
 def export_estimate(values: Mapping[str, Any], arch: Any) -> dict[str, Any]:
     """The export's memory and output: ``device`` (cpu | gpu), ``peak_gib`` (host RAM for cpu, the GPUs' total
-    for auto), ``written_gib`` (size of export_dir), ``shards`` (files of export_size GB), ``quantized_bits``."""
+    for auto) = ``weights_gib`` + ``merge_gib`` (5 % of the weights for the delta merged in place), ``written_gib`` (size of export_dir), ``shards`` (files of export_size GB), ``quantized_bits``."""
     params = arch.total_params()
     nbytes, dtype = _dtype_bytes(values, arch)
     weights = params * nbytes
@@ -57,6 +57,7 @@ def export_estimate(values: Mapping[str, Any], arch: Any) -> dict[str, Any]:
     shard_gb = size if isinstance(size, (int, float)) and not isinstance(size, bool) and size > 0 else 5
     return {"device": device, "dtype": dtype, "params_b": round(params / 1e9, 3),
             "peak_gib": round(weights * 1.05 / GIB, 2),   # the merge adds one LoRA delta at a time
+            "weights_gib": round(weights / GIB, 2), "merge_gib": round(weights * 0.05 / GIB, 2),
             "written_gib": round(written / GIB, 2), "shards": max(1, -(-int(written) // int(shard_gb * 1e9))),
             "quantized_bits": bits if isinstance(bits, int) and not isinstance(bits, bool) else None}
 
@@ -98,6 +99,23 @@ NOT_JUDGED = {
 }
 
 
+def _host_ram(asm: Any) -> float | None:
+    """The training machine's host RAM per node in GiB when the inputs give it: --host-ram (with or without GPUs),
+    a context file's or this machine's (NVML-seen GPUs) through the hardware; else None."""
+    if asm.hw is not None and asm.hw.host_ram_gib:
+        return float(asm.hw.host_ram_gib)
+    return getattr(asm, "host_ram_gib", None)
+
+
+def _host_ram_unknown(peak_gib: float) -> Any:
+    from finetune_doctor.types import Assumption
+
+    return Assumption(name="host-ram", value="unknown: the merge's host RAM is not judged",
+                      source=f"export_device: cpu loads the whole model into host RAM (about {peak_gib} GiB at the "
+                             "peak) and the machine's RAM was not given",
+                      resolve_with="--host-ram SIZE (e.g. 64GB), or --context FILE from the machine that merges")
+
+
 def v1_doc(doc: Any) -> tuple[Any, list[str]]:
     """A v1 config's `ConfigDoc` as the v0 keys of the same run (readers/config/lfv1.py `to_v0`), each placed at the line
     of the v1 key it came from, so that a finding about the run points into the v1 file."""
@@ -118,14 +136,99 @@ def v1_doc(doc: Any) -> tuple[Any, list[str]]:
     return replace(doc, values=values, positions=pos), notes
 
 
-def adopt_v1(asm: Any) -> None:
+def adopt_v1(asm: Any, nnodes: int | None = None) -> None:
     """Put a v1 config's run in `asm`: its v0 keys (`v1_doc`) as the doc the run is resolved from and as the
     ``cfg`` facts, and, for training, the notes on what v1 does that those keys cannot say."""
     from finetune_doctor.facts import cfg as cfg_facts
 
     asm.doc, notes = v1_doc(asm.doc)
     asm.notes.extend(notes if asm.kind == "train-v1" else ())
+    if asm.kind == "train-v1":
+        asm.v1_world = v1_batch(asm, v1_world(asm.hw, nnodes))
     asm.facts["cfg"] = cfg_facts.assemble({k: v for k, v in asm.doc.values.items() if k not in ("_v1", "_peft")})
+
+
+V1_WORLDS = (2, 3, 4, 5, 6, 7, 8, 16, 32, 64)
+"""The rank counts named when the world size is not known: one node of up to 8 GPUs, and 2, 4, 8 such nodes."""
+
+
+def v1_world(hw: Any, nnodes: int | None = None, env: Mapping[str, str] | None = None) -> int | None:
+    """The number of processes a v1 run starts, when the inputs say it: the GPUs (``--gpu NxCARD``, NVML, --env,
+    a context; GPUs per node x nodes as run/resolve.py counts them), else ``WORLD_SIZE`` in the environment; None
+    when nothing says (a launch file's count is applied after the run resolves: `v1_batch` with its world)."""
+    import os
+
+    if hw is not None and hw.num_gpus:
+        return max(hw.num_gpus // max(hw.nnodes, 1), 1) * (nnodes or hw.nnodes or 1)
+    ws = str((os.environ if env is None else env).get("WORLD_SIZE", ""))
+    return int(ws) if ws.isdigit() and int(ws) > 0 else None
+
+
+def v1_batch(asm: Any, world: int | None) -> int:
+    """Put v1's batch layout of `world` processes into `asm` (None: not known, one process assumed, as the
+    ``launcher`` assumption says): the gradient accumulation v1 derives from ``global_batch_size`` becomes the run's
+    ``gradient_accumulation_steps``; where v1 stops at start-up (readers/config/lfv1.py `batch_layout`) a ``lint.keys``
+    problem of kind ``v1_launch`` (rule v1-launch-error, an error) when `world` is known, else, when the config
+    sets ``global_batch_size`` and some common rank counts (`V1_WORLDS`) would stop it, one of kind ``v1_launch_unknown`` (a warning naming them) and an
+    ``v1-world-size`` assumption. Replaces what an earlier call put there. Returns the world size used."""
+    from finetune_doctor.readers.config.lfv1 import batch_layout
+    from finetune_doctor.types import Assumption
+
+    raw, doc, lint = asm.doc_read.values, asm.doc, asm.facts["lint"]
+    lint["keys"] = [k for k in lint.get("keys", []) if k.get("kind") not in ("v1_launch", "v1_launch_unknown")]
+    asm.assumptions[:] = [a for a in asm.assumptions if a.name != "v1-world-size"]
+    used = world or 1
+    lay = batch_layout(raw, used)
+    refused = any(k.get("kind") == "v1_release" for k in lint["keys"])   # the release has no v1: that one error
+    if lay["accum"] and lay["accum"] >= 1:
+        doc.values["gradient_accumulation_steps"] = lay["accum"]
+        if "global_batch_size" in asm.doc_read.positions:
+            doc.positions["gradient_accumulation_steps"] = asm.doc_read.positions["global_batch_size"]
+    else:
+        doc.values.pop("gradient_accumulation_steps", None)
+
+    def problem(kind: str, key: str, message: str, suggestion: str) -> None:
+        lint["keys"].append({"key": key, "kind": kind, "message": message, "suggestion": suggestion,
+                             "replacement": None, "fix": None, "fix_value": None, "condition": None,
+                             "line": asm.doc_read.line_of(key), "override": key in asm.doc_read.overrides})
+
+    if refused:
+        return used
+    if world is not None:
+        if lay["error"]:
+            problem("v1_launch", lay["key"], f"On {world} process{'es' if world > 1 else ''} v1 stops at start-up: \"{lay['error']}\"",
+                    "make global_batch_size a multiple of data-parallel size x micro_batch_size"
+                    if lay["key"] == "global_batch_size" else f"change `{lay['key']}` or the GPU count")
+        return used
+    if raw.get("global_batch_size") is None:
+        # only a global batch makes the layout depend on arithmetic the user chose; cp_size 2 on an odd GPU count
+        # (LF's own Ulysses example) is left to the check with a known world size
+        return used
+    fails = {w: batch_layout(raw, w) for w in V1_WORLDS}
+    bad = [w for w, lo in fails.items() if lo["error"]]
+    if not bad:
+        return used
+    ok = [w for w in (1, *V1_WORLDS) if w not in bad]
+    keys = sorted({fails[w]["key"] for w in bad})
+    g, m = lay["global"], lay["micro"]
+    what = (f"`global_batch_size: {g}` with micro_batch_size {m}" if keys == ["global_batch_size"] else
+            " and ".join(f"`{k}: {raw.get(k)}`" for k in keys))
+    text = f"{what}: v1 stops at start-up on {_worlds(bad)} process(es) (its data-parallel layout check, " \
+           f"e.g. \"{fails[bad[0]]['error']}\"); it starts on {_worlds(ok)}."
+    problem("v1_launch_unknown", keys[0], text + " The world size is not known here.",
+            "pass --gpu NxCARD (or WORLD_SIZE) to judge it")
+    asm.assumptions.append(Assumption(
+        name="v1-world-size", value=f"1 process: gradient accumulation {lay['accum'] or '?'}",
+        source="the world size is not known; v1 divides global_batch_size by data-parallel size x micro_batch_size "
+               "(v1 core/utils/batching.py L184-195)",
+        alternatives=(*(f"{w} processes: accumulation {fails[w]['accum']}" for w in V1_WORLDS if w not in bad),
+                      f"{_worlds(bad)} processes: v1 stops at start-up"),
+        resolve_with="--gpu NxCARD, --launch FILE or WORLD_SIZE"))
+    return used
+
+
+def _worlds(ws: list[int]) -> str:
+    return ", ".join(str(w) for w in ws[:-1]) + (" or " if len(ws) > 1 else "") + str(ws[-1]) if ws else "none"
 
 
 def v1_launch(v1: Mapping[str, Any], launch: Any) -> Any:
@@ -187,7 +290,20 @@ def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:
 
     out: list[Any] = []
     rel = asm.release
-    if rel is not None and (not rel.known or rel.note or rel.source == "installed here"):
+    v1 = asm.kind in ("train-v1", "export-v1")
+    if v1 and rel is not None and (not rel.known or rel.source == "installed here"):
+        # only releases that ship v1 run a v1 config: the open range starts at the first of them
+        from finetune_doctor.readers.config.lfrelease import v1_releases
+
+        with_v1 = v1_releases()
+        here = (f"; llamafactory {rel.given} is installed here, which is not necessarily the training machine's"
+                if rel.known else "")
+        out.append(Assumption(name="lf-version", value=f"a release with v1 (>= {with_v1[0]})", alternatives=with_v1,
+                              source="not given: no --llamafactory, no --env" + here + "; a v1 config runs only "
+                                     f"on a release that ships v1 (from {with_v1[0]})",
+                              resolve_with="--llamafactory VERSION, or --env FILE with `llamafactory-cli env` "
+                                           "output of the training machine"))
+    elif rel is not None and (not rel.known or rel.note or rel.source == "installed here"):
         if not rel.known:
             value, why = f"any release {rel.versions[0]}-{rel.versions[-1]}", (rel.note or "not given: no "
                          "--llamafactory, no --env, llamafactory not installed here")
@@ -240,8 +356,12 @@ def not_training(asm: Any, arch: Any) -> Any:
                          f"{where}, about {e['peak_gib']} GiB at the peak; export_dir receives about "
                          f"{e['written_gib']} GiB in {e['shards']} shard(s)")
         cap = asm.hw.capacity_gib * (asm.hw.num_gpus or 1) if asm.hw is not None and asm.hw.capacity_gib else None
-        e["fits"] = None if e["device"] == "cpu" or cap is None else e["peak_gib"] <= cap
         e["capacity_gib"] = None if e["device"] == "cpu" else cap
+        e["host_ram_gib"] = _host_ram(asm)
+        e["fits"] = (e["peak_gib"] <= e["host_ram_gib"] if e["host_ram_gib"] is not None else None) \
+            if e["device"] == "cpu" else (None if cap is None else e["peak_gib"] <= cap)
+        if e["device"] == "cpu" and e["host_ram_gib"] is None:
+            asm.assumptions.append(_host_ram_unknown(e["peak_gib"]))
         asm.kind_section = {"kind": "export", **e}
     else:
         cap = asm.hw.capacity_gib if asm.hw is not None else None

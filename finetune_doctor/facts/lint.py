@@ -74,7 +74,11 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "weights_gib": F("float", "chat: weights, GiB"), "kv_gib": F("float", "chat: KV cache at max_len, GiB"),
         "max_len": F("int", "chat: tokens the KV cache is sized for"),
         "reserved_gib": F("float", "chat: vLLM/SGLang's up-front reservation of one card, GiB"),
-        "capacity_gib": F("float", "the GPU memory the estimate is judged against, GiB")}),
+        "capacity_gib": F("float", "the GPU memory the estimate is judged against, GiB"),
+        "host_ram_gib": F("float", "export on the CPU: the host RAM it is judged against, GiB (None: not given)"),
+        "dtype": F("str", "the dtype the weights load in"), "merge_gib": F("float", "export: the merge's working set"), "params_b": F("float", "parameters, billions"),
+        "shards": F("int", "export: files of export_size GB written"),
+        "quantized_bits": F("int", "export: GPTQ bits, None when not quantized")}),
     "model_unresolved": F("dict", "the model could not be resolved: memory is not estimated", fields={
         "name": F("str", "model_name_or_path as written"), "message": F("str", "why"),
         "missing": F("str", "what was not found"), "fix": F("str", "the one flag or command that supplies it"),
@@ -93,9 +97,10 @@ KEY_FIELDS = ("key", "kind", "message", "suggestion", "replacement_key", "fix", 
 def _problems(doc: ConfigDoc, transformers_version: str | None, release: Any, kind: str) -> list[Any]:
     """The key and parse-time problems of `doc` for the LF command that reads it (readers/config/lfkind.py)."""
     if kind in ("train-v1", "export-v1"):
-        from finetune_doctor.readers.config.lfv1 import check_v1
+        from finetune_doctor.readers.config.lfv1 import check_v1, no_v1
 
-        return check_v1(doc.values)
+        refused = no_v1(doc.values, release)
+        return [refused] if refused else check_v1(doc.values)
     if kind == "train":
         return [*check_keys(doc.values, transformers_version=transformers_version, release=release),
                 *check_launch(doc.values, doc.path, release, transformers_version)]

@@ -127,6 +127,11 @@ class Release:
         idx = sorted(self.indices & _parse_ranges(e["in"]))
         return per.get(idx[-1]) if idx else None
 
+    @property
+    def has_v1(self) -> bool:
+        """Some release of this selection ships v1 (a ``llamafactory/v1`` package that ``USE_V1=1`` selects)."""
+        return bool(v1_releases_indices() & self.indices)
+
     def has_template(self, name: str) -> bool:
         t = load()["templates"].get(name)
         return t is not None and bool(_parse_ranges(t) & self.indices)
@@ -197,6 +202,18 @@ def version_in_use(flag: str | None, env_versions: dict[str, str] | None = None,
         if got:
             return choose(got, "installed here")
     return choose(None)
+
+
+def v1_releases_indices() -> frozenset[int]:
+    """Indices into ``versions`` of the releases that ship v1 (catalog ``v1.in``, from the wheels' contents)."""
+    return _parse_ranges(load()["v1"].get("in", ""))
+
+
+def v1_releases() -> tuple[str, ...]:
+    """The catalogued releases that ship v1, oldest first: ("0.9.4", "0.9.5", "0.9.6.dev0") at this catalog --
+    ``llamafactory/v1/`` and ``USE_V1`` in ``cli.py`` first appear in the 0.9.4 wheel (scripts/build_lf_releases.py)."""
+    allv = load()["versions"]
+    return tuple(allv[i] for i in sorted(v1_releases_indices()))
 
 
 def v1_catalog() -> dict[str, Any]:

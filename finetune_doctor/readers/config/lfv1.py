@@ -29,7 +29,7 @@ import json
 import os
 from typing import Any, Mapping
 
-from finetune_doctor.readers.config.lfrelease import v1_catalog
+from finetune_doctor.readers.config.lfrelease import v1_catalog, v1_releases
 
 Problem = dict[str, Any]
 PLUGIN_KEYS = {"init_config": "InitPlugin", "peft_config": "PeftPlugin", "kernel_config": "KernelPlugin",
@@ -83,6 +83,24 @@ def check_v1(values: Mapping[str, Any], env: Mapping[str, str] | None = None) ->
         out.append(_unknown(key, fields, lenient))
     out += _post_init(values, cat)
     return out
+
+
+def no_v1(values: Mapping[str, Any], release: Any) -> Problem | None:
+    """The one problem of a v1 config judged for a release that has no v1 (`release` a lfrelease.Release read from
+    --llamafactory or --env; the llamafactory merely installed here does not decide it), else None. Such a release
+    ignores ``USE_V1=1`` and its v0 parser meets v1 keys (``model``, ``micro_batch_size``, ...) it does not declare,
+    stopping with "Some keys are not used by the HfArgumentParser"."""
+    if release is None or not release.known or release.source == "installed here" or release.has_v1:
+        return None
+    since = v1_releases()
+    key = next((str(k) for k in values if str(k) in ("model", "micro_batch_size", "train_dataset", "peft_config",
+                                                     "dist_config")), next((str(k) for k in values), "model"))
+    return _p(key, "v1_release",
+              f"This is a LLaMA-Factory v1 config (`USE_V1=1 llamafactory-cli sft`), but {release.label} has no "
+              f"v1: v1 ships from {since[0] if since else 'a later release'} on. That release ignores USE_V1 and "
+              "its v0 parser stops on the v1 keys (\"Some keys are not used by the HfArgumentParser\").",
+              suggestion=f"upgrade LLaMA-Factory to {since[0] if since else 'a release with v1'} or later, or write "
+                         "the config with v0 keys (model_name_or_path, per_device_train_batch_size, dataset, ...)")
 
 
 def _unknown(key: str, fields: Mapping[str, Any], lenient: bool) -> Problem:
@@ -249,3 +267,79 @@ def to_v0(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
         notes.append(f"v1 batching_strategy {values.get('batching_strategy')}: tokens per micro-batch follow the "
                      "packer, estimated at micro_batch_size x cutoff_len")
     return v, notes
+
+
+def _pos_int(x: Any) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) else None
+
+
+def batch_layout(values: Mapping[str, Any], world: int) -> dict[str, Any]:
+    """How v1 lays a run of `world` processes out at start-up, and where it stops.
+
+    Returns ``{"dp": int | None, "micro": int | None, "global": int | None, "accum": int | None, "error": str |
+    None, "key": str | None}``: ``accum`` is v1's ``num_micro_batch`` (the gradient accumulation), ``error`` the
+    message v1 raises and ``key`` the config key it is about. Never raises.
+
+    Source (LF main at the snapshot): ``v1/accelerator/interface.py`` L70-99 ``DistributedStrategy.__post_init__``
+    -- only a distributed launch (``RANK`` set, ``accelerator/helper.py`` L75-77) is checked; there
+    ``world % mp_replicate_size``, ``mp_replicate_size * mp_shard_size == world`` when mp_shard_size is given,
+    ``world % cp_size`` and ``dp_size * cp_size == world`` when dp_size is given, else ``dp = world // cp_size``;
+    one process gives dp 1. Then ``v1/core/utils/batching.py`` L184-195 ``BatchGenerator.__init__``: no
+    ``global_batch_size`` -> one micro-batch per step; ``global_batch_size % (dp * micro_batch_size) == 0`` ->
+    ``num_micro_batch = global // dp // micro``; otherwise ValueError. A micro_batch_size of 0 with a global batch
+    is Python's ZeroDivisionError there. Then, for ``dist_config: {name: fsdpturbo}``, the expert-parallel size
+    (`_expert_layout`). Values of the wrong type are left to the parse checks (no layout).
+    """
+    mbs, gbs = _pos_int(values.get("micro_batch_size", 1)), values.get("global_batch_size")
+    gbs = None if gbs is None else _pos_int(gbs)
+    out: dict[str, Any] = {"dp": None, "micro": mbs, "global": gbs, "accum": None, "error": None, "key": None}
+    if mbs is None or (values.get("global_batch_size") is not None and gbs is None):
+        return out
+    dp = 1
+    if world > 1:
+        rep, shard = _pos_int(values.get("mp_replicate_size", 1)), values.get("mp_shard_size")
+        cp, dpv = _pos_int(values.get("cp_size", 1)), values.get("dp_size")
+        if rep is None or cp is None or (shard is not None and _pos_int(shard) is None) or \
+                (dpv is not None and _pos_int(dpv) is None) or rep == 0 or cp == 0:
+            return out
+        if shard is None and world % rep:
+            return {**out, "key": "mp_replicate_size", "error": f"world_size ({world}) must be divisible by "
+                                                                 f"mp_replicate_size ({rep})."}
+        if shard is not None and rep * shard != world:
+            return {**out, "key": "mp_shard_size", "error": "mp_replicate_size * mp_shard_size must equal to "
+                                                            f"world_size, got {rep} * {shard} != {world}."}
+        if dpv is None and world % cp:
+            return {**out, "key": "cp_size", "error": f"world_size ({world}) must be divisible by cp_size ({cp})."}
+        if dpv is not None and dpv * cp != world:
+            return {**out, "key": "dp_size", "error": "dp_size * cp_size must equal to world_size, got "
+                                                      f"{dpv} * {cp} != {world}."}
+        dp = dpv if dpv is not None else world // cp
+    out["dp"] = dp
+    if gbs is None:
+        out["accum"] = 1
+    elif dp * mbs == 0:
+        return {**out, "key": "micro_batch_size", "error": "integer modulo by zero (ZeroDivisionError: "
+                                                           "global_batch_size % (dp_size * micro_batch_size 0))"}
+    elif gbs % (dp * mbs):
+        return {**out, "key": "global_batch_size",
+                "error": "Global batch size must be divisible by DP size and micro batch size. "
+                         f"Got {gbs} % ({dp} * {mbs}) != 0."}
+    else:
+        out["accum"] = gbs // dp // mbs
+    return {**out, **_expert_layout(values.get("dist_config"), dp)}
+
+
+def _expert_layout(dist: Any, dp: int) -> dict[str, Any]:
+    """The fsdpturbo plugin's expert-parallel check when it shards the model, after the batch generator (v1
+    ``plugins/trainer_plugins/distributed/fsdpturbo.py`` L54-62 ``FSDPTurboParallelState.initialize``): ``ep_size``
+    (default 1) must be positive and divide the data-parallel size -- on one process too, where dp is 1."""
+    if not isinstance(dist, Mapping) or dist.get("name") != "fsdpturbo":
+        return {}
+    ep = dist.get("ep_size", 1)
+    if not isinstance(ep, int) or isinstance(ep, bool):
+        return {}
+    if ep < 1:
+        return {"key": "dist_config.ep_size", "error": f"ep_size must be positive, got {ep}."}
+    if dp % ep:
+        return {"key": "dist_config.ep_size", "error": f"dp_size must be divisible by ep_size, got {dp} % {ep} != 0."}
+    return {}

@@ -34,6 +34,9 @@ PRECISION_SUFFIXES = ("bf16", "fp16", "fp32")
 NEUTRAL_SUFFIXES = (
     "instruct", "chat", "hf", "base", "it", "pt", "sft", "dpo", "rlhf", "4k", "8k", "32k", "128k",
     "ms", "full", "lora", "merged",
+    # the original (unconverted) weights a KTransformers run starts from: LF's examples/ktransformers name the
+    # folder /path/to/DeepSeek-V3.1-source
+    "source",
 ) + QUANT_SUFFIXES + PRECISION_SUFFIXES
 # A four-digit release tag (DeepSeek-R1-0528, DeepSeek-V3-0324, Qwen3-30B-A3B-2507, Mistral-Small-...-2503) marks
 # a retrained checkpoint of the same architecture; sizes always carry a unit (7b, 32k), so four bare digits do not.

@@ -34,6 +34,26 @@ from finetune_doctor.readers.model.remote import REMOTE_READERS
 from finetune_doctor.readers.model.verified import GENERIC_VERIFIED
 from finetune_doctor.readers.model.wrappers import WRAPPERS, Version, tie_word_embeddings
 
+# Architectures whose memory the generic decoder cannot size even from their config.json, and what it leaves out.
+# MOSS-VL (LF main, template moss_vl; remote code) attends from the text decoder to the video frames through
+# frame-level causal cross-attention (LF data/mm_plugin.py MossVLPlugin builds that mask): those layers are not
+# LLaMA-shaped and not described by standard config fields, so only the self-attention decoder would be counted.
+NOT_SIZED = {
+    "moss_vl": "MOSS-VL's cross-attention from the text decoder to the vision frames (remote code) is not sized by "
+               "the doctor's generic decoder: memory for this model is not judged beyond its text decoder",
+}
+NOT_SIZED_NAMES = {"moss-vl": "moss_vl"}   # a name that says the family when no config.json is at hand
+
+
+def not_sized(model_type: str | None = None, name: str | None = None) -> str | None:
+    """The one line saying what the doctor does not judge for a model it cannot size (`NOT_SIZED`), by its
+    model_type or, without a config.json, by a name (``OpenMOSS-Team/MOSS-VL-Instruct-0708``); else None."""
+    if model_type and model_type.lower() in NOT_SIZED:
+        return NOT_SIZED[model_type.lower()]
+    low = (name or "").lower().replace("_", "-")
+    return next((NOT_SIZED[mt] for key, mt in NOT_SIZED_NAMES.items() if key in low), None)
+
+
 # Spellings of each quantity, most common first.
 HIDDEN = ("hidden_size", "n_embd", "d_model", "dim", "model_dim")
 LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
@@ -328,7 +348,7 @@ def _arch_from_config(cfg: dict[str, Any], name: str, source: str, positions: di
                       transformers_major: int | str | None) -> ModelArch:
     mt = str(cfg.get("model_type") or "").lower()
     version = transformers_version(transformers_major)
-    notes: list[str] = []
+    notes: list[str] = [n for n in (not_sized(mt),) if n]
     parts: list[tuple[str, int]] = []
     text_cfg, text_mt, prefix = cfg, mt, ""
     if mt in WRAPPERS or (mt not in REMOTE_READERS and isinstance(cfg.get("text_config"), dict)):

@@ -48,7 +48,7 @@ from finetune_doctor.readers.model.catalog import (
 from finetune_doctor.readers.model import byname
 from finetune_doctor.readers.model.configjson import json_key_positions, read_config_json
 from finetune_doctor.readers.model.errors import ModelConfigInvalid, ModelUnresolved
-from finetune_doctor.readers.model.generic import arch_from_config, with_note
+from finetune_doctor.readers.model.generic import arch_from_config, not_sized, with_note
 from finetune_doctor.readers.model.hub import cached_download, download_configs
 from finetune_doctor.readers.model.weights import stored_dtype
 from finetune_doctor.types import Assumption, SourceDoc
@@ -378,7 +378,9 @@ def _unknown(name: str, looked: list[str]) -> ModelUnresolved:
                 "reads the path as written, so the run would not find it either; write the expanded path")
         return ModelUnresolved(f"{what}{hint}; or supply the config with {fix}", model=name,
                                missing="an expanded model path", fix=fix)
-    return ModelUnresolved(f"unknown model '{name}': {', '.join(looked)}{hint}; supply its config with {fix}",
+    unsized = not_sized(name=name)
+    tail = f". Even then: {unsized}" if unsized else ""
+    return ModelUnresolved(f"unknown model '{name}': {', '.join(looked)}{hint}; supply its config with {fix}{tail}",
                            model=name, missing="the model's config.json", fix=fix)
 
 

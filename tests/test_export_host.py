@@ -1,0 +1,94 @@
+"""`llamafactory-cli export` on the CPU against the host RAM (issue 24), and the export/chat sections of the text
+report drawn as tables. The merge config is LF's own examples/merge_lora/qwen3_lora_sft.yaml (Qwen3-4B-Instruct-2507:
+4.02e9 parameters in bf16 = 7.49 GiB) and the same file naming Qwen2.5-72B-Instruct (72.7e9: 135.4 GiB)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from finetune_doctor.cli import main
+
+MERGE = """### Note: DO NOT use quantized model or quantization_bit when merging lora adapters
+
+### model
+model_name_or_path: {model}
+adapter_name_or_path: saves/qwen3-4b/lora/sft
+template: qwen3_nothink
+trust_remote_code: true
+
+### export
+export_dir: saves/qwen3_sft_merged
+export_size: 5
+export_device: cpu  # choices: [cpu, auto]
+export_legacy_format: false
+"""
+
+
+def _check(tmp_path: Path, model: str, *args: str, fmt: str = "json") -> tuple[int, str]:
+    p = tmp_path / "merge.yaml"
+    p.write_text(MERGE.format(model=model), encoding="utf-8")
+    res = CliRunner().invoke(main, ["check", str(p), "--no-data", "--offline", "--format", fmt, *args],
+                             env={"COLUMNS": "120"})
+    return res.exit_code, res.stdout
+
+
+def test_cpu_merge_fits_the_host_ram_given(tmp_path):
+    code, out = _check(tmp_path, "Qwen/Qwen3-4B-Instruct-2507", "--host-ram", "16GB")
+    rep = json.loads(out)
+    assert code == 0 and rep["export"]["device"] == "cpu"
+    assert rep["export"]["host_ram_gib"] == 14.9 and rep["export"]["fits"] is True
+    assert rep["export"]["weights_gib"] == 7.49 and rep["export"]["peak_gib"] == 7.87
+    assert not [a for a in rep["assumptions"] if a["name"] == "host-ram"]
+    assert not [n for n in rep["notes"] if "--host-ram is judged with the GPUs" in n or "GPUs unknown" in n]
+
+
+def test_cpu_merge_over_the_host_ram_is_a_host_oom(tmp_path):
+    code, out = _check(tmp_path, "Qwen/Qwen2.5-72B-Instruct", "--host-ram", "64GB")
+    rep = json.loads(out)
+    assert code == 1 and rep["export"]["fits"] is False
+    errs = [f for f in rep["findings"] if f["severity"] == "error"]
+    assert [f["code"] for f in errs] == ["FD644"]
+    assert "142.2 GiB at the peak" in errs[0]["message"] and "59.6 GiB of host RAM" in errs[0]["message"]
+    assert errs[0]["location"]["key"] == "export_device"
+
+
+def test_host_ram_unknown_is_an_assumption(tmp_path):
+    code, out = _check(tmp_path, "Qwen/Qwen2.5-72B-Instruct")
+    rep = json.loads(out)
+    assert code == 0 and rep["export"]["fits"] is None and not rep["findings"]
+    a = next(a for a in rep["assumptions"] if a["name"] == "host-ram")
+    assert "142.2 GiB" in a["source"] and "--host-ram" in a["resolve_with"]
+
+
+def test_host_ram_with_gpus_judges_the_cpu_merge_by_the_host(tmp_path):
+    # GPUs known do not decide a CPU merge: 80 GB cards, 64 GB of RAM -> host OOM
+    rep = json.loads(_check(tmp_path, "Qwen/Qwen2.5-72B-Instruct", "--gpu", "2xA100-80GB", "--host-ram", "64GB")[1])
+    assert [f["code"] for f in rep["findings"] if f["severity"] == "error"] == ["FD644"]
+
+
+def test_export_section_is_a_table(tmp_path):
+    _, out = _check(tmp_path, "Qwen/Qwen3-4B-Instruct-2507", "--host-ram", "16GB", fmt="text")
+    section = out.split("\nExport\n", 1)[1].split("\nNotes", 1)[0]
+    lines = [ln.strip() for ln in section.splitlines() if ln.strip()]
+    assert lines[0] == "Merge peak in host RAM (export_device: cpu)"
+    assert lines[2].startswith("weights (4.022 B params, bfloat16)") and lines[2].split()[-2:] == ["7.49", "50.3%"]
+    assert lines[4].startswith("total at the peak") and lines[4].split()[-2:] == ["7.87", "52.8%"]
+    assert "host RAM 14.90 GiB · fits yes · export_dir receives 7.49 GiB in 2 shard(s)" in lines[5]
+    assert "peak_gib:" not in out and "kind: export" not in out
+
+
+def test_chat_section_is_a_table(tmp_path):
+    p = tmp_path / "chat.yaml"
+    p.write_text("model_name_or_path: Qwen/Qwen3-4B-Instruct-2507\ntemplate: qwen3_nothink\ninfer_backend: vllm\n"
+                 "vllm_maxlen: 8192\nvllm_gpu_util: 0.9\n", encoding="utf-8")
+    res = CliRunner().invoke(main, ["check", str(p), "--no-data", "--offline", "--gpu", "A100-80GB"],
+                             env={"COLUMNS": "120"})
+    section = res.stdout.split("\nChat\n", 1)[1].split("\nNotes", 1)[0]
+    lines = [ln.strip() for ln in section.splitlines() if ln.strip()]
+    assert lines[0] == "Inference memory per GPU (vllm)"
+    assert lines[2].split()[-2:] == ["7.49", "9.5%"] and lines[3].startswith("KV cache at 8192 tokens")
+    assert "the engine reserves 71.24 GiB of each card up front · fits yes" in lines[5]
+    assert "weights_gib:" not in res.stdout
