@@ -52,7 +52,35 @@ def judge(command: str, facts: dict[str, Any], sources: Mapping[str, SourceDoc],
     found = evaluate(selected, ctx)
     found = _suppress(found, _comment_texts(sources, texts), every, selected, ctx)
     save_code_cache()   # the next process skips parsing and compiling the expressions this one used
+    if (facts.get("lint") or {}).get("config_kind") in ("train-v1", "export-v1"):
+        found = [_v1_fix(f, sources) for f in found]
     return _order(_per_file_ignores(found, opts), selected, order)
+
+
+def _v1_fix(f: Finding, sources: Mapping[str, SourceDoc]) -> Finding:
+    """`f` with only the prescriptions a v1 config can take: the remedy planners and fix tables write v0 keys
+    (`pure_bf16`, `finetuning_type`, `image_max_pixels`, ...), which v1's parser rejects ("Some keys are not used
+    by the HfArgumentParser"). A set of edits that touches a key v1 does not declare is dropped, alternatives
+    included; the finding stays, its message intact."""
+    if f.fix is None:
+        return f
+    from dataclasses import replace
+
+    from finetune_doctor.readers.config.lfrelease import v1_catalog
+
+    fields = v1_catalog()["fields"]
+    doc = sources.get("config")
+    config = doc.path if doc is not None else None
+
+    def takes(fix: Any) -> bool:
+        return all(not _same_file(e.file, config or "") or e.key.split(".")[0] in fields for e in fix.edits)
+
+    alts = tuple(a for a in f.fix.alternatives if takes(a))
+    if takes(f.fix):
+        return replace(f, fix=replace(f.fix, alternatives=alts))
+    if alts:
+        return replace(f, fix=replace(alts[0], alternatives=alts[1:]))
+    return replace(f, fix=None)
 
 
 def apply_suppressions(findings: list[Finding], texts: Mapping[str, str], opts: Options, command: str) -> list[Finding]:

@@ -66,7 +66,7 @@ NOT_LF = {
                       "`new_special_tokens_config: PATH`",
 }
 COMMANDS = {"train": "llamafactory-cli train", "train-v1": "USE_V1=1 llamafactory-cli sft",
-            "export-v1": "USE_V1=1 llamafactory-cli export", "export": "llamafactory-cli export",
+            "export-v1": "USE_V1=1 llamafactory-cli merge", "export": "llamafactory-cli export",
             "chat": "llamafactory-cli chat/webchat/api", "eval": "llamafactory-cli eval"}
 
 

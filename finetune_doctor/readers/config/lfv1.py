@@ -82,6 +82,15 @@ def check_v1(values: Mapping[str, Any], env: Mapping[str, str] | None = None) ->
             continue
         out.append(_unknown(key, fields, lenient))
     out += _post_init(values, cat)
+    dist = values.get("dist_config")
+    if isinstance(dist, Mapping) and dist.get("name") == "deepspeed" and not dist.get("config_file"):
+        # v1 reads the file when it builds the engine, after the model is loaded (plugins/trainer_plugins/
+        # distributed/interface.py L69, deepspeed.py L60): "DeepSpeed config_file is required"
+        out.append(_p("dist_config", "v1_start",
+                      "`dist_config: {name: deepspeed}` names no `config_file`: v1 stops at start-up with "
+                      "\"DeepSpeed config_file is required.\"",
+                      suggestion="add `config_file:` with the DeepSpeed JSON "
+                                 "(e.g. examples/deepspeed/ds_z3_config.json)"))
     return out
 
 
@@ -239,6 +248,10 @@ def to_v0(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     optim = values.get("optim_config") if isinstance(values.get("optim_config"), Mapping) else None
     if optim and optim.get("name") == "muon":
         v["use_muon"] = True
+    if optim is None:
+        # v1 builds torch.optim.AdamW(params, lr) itself (core/base_trainer.py `_init_optimizer`), not transformers'
+        # default: torch's own default implementation, which is transformers' adamw_torch, whatever the torch
+        v["optim"] = "adamw_torch"
     dist = values.get("dist_config") if isinstance(values.get("dist_config"), Mapping) else None
     engine = "ddp"
     if dist and dist.get("name") == "deepspeed" and dist.get("config_file"):
