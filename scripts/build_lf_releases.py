@@ -146,10 +146,12 @@ def _read_release(files: dict[str, str]) -> dict[str, Any]:
     return {"fields": _dataclass_fields(hp, enums), "templates": _templates(parse.get("data/template.py"))}
 
 
-def _wheel_files(whl: Path) -> tuple[str, dict[str, str], str, bool]:
-    """(version, {hparams/template/constants path: text}, sha256, ships v1: a v1 package and USE_V1 in cli.py)."""
+def _wheel_files(whl: Path) -> tuple[str, dict[str, str], str, dict[str, str] | None]:
+    """(version, {hparams/template/constants path: text}, sha256, the v1 sources as `_snapshot_files` takes them
+    when the release ships v1 — a v1 package and USE_V1 in cli.py — else None)."""
     version = whl.name.split("-")[1]
     out = {}
+    v1: dict[str, str] = {}
     with zipfile.ZipFile(whl) as z:
         names = z.namelist()
         cli = z.read("llamafactory/cli.py").decode("utf-8") if "llamafactory/cli.py" in names else ""
@@ -159,7 +161,11 @@ def _wheel_files(whl: Path) -> tuple[str, dict[str, str], str, bool]:
                     n.startswith("llamafactory/hparams/") or n in ("llamafactory/data/template.py",
                                                                    "llamafactory/extras/constants.py")):
                 out[n[len("llamafactory/"):]] = z.read(n).decode("utf-8")
-    return version, out, hashlib.sha256(whl.read_bytes()).hexdigest(), has_v1
+            parts = n.split("/")
+            if has_v1 and n.startswith("llamafactory/v1/") and n.endswith(".py") and (
+                    "config" in parts or "plugins" in parts or parts[-1] == "types.py"):
+                v1[n[len("llamafactory/"):]] = z.read(n).decode("utf-8")
+    return version, out, hashlib.sha256(whl.read_bytes()).hexdigest(), (v1 if has_v1 else None)
 
 
 def _snapshot_files(root: Path) -> tuple[str, dict[str, str], dict[str, str]]:
@@ -185,11 +191,13 @@ def _v1(files: dict[str, str]) -> dict[str, Any]:
         if not p.startswith("v1/plugins/"):
             continue
         for node in ast.walk(tree):
-            # @KernelPlugin("liger_kernel").register(): the plugin class names the family
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "register"
-                    and isinstance(node.func.value, ast.Call) and node.func.value.args):
-                a = node.func.value.args[0]
-                cls = ast.unparse(node.func.value.func)
+            # @KernelPlugin("liger_kernel").register() (0.9.5 on) or @PeftPlugin("lora").register (0.9.4): the
+            # plugin class names the family
+            reg = node.func if isinstance(node, ast.Call) else node
+            if (isinstance(reg, ast.Attribute) and reg.attr == "register" and isinstance(reg.value, ast.Call)
+                    and reg.value.args):
+                a = reg.value.args[0]
+                cls = ast.unparse(reg.value.func)
                 if isinstance(a, ast.Constant) and isinstance(a.value, str) and cls.endswith("Plugin"):
                     plugins.setdefault(cls, set()).add(a.value)
     return {"fields": fields, "plugins": {k: sorted(v) for k, v in sorted(plugins.items())}}
@@ -208,15 +216,18 @@ def _ranges(idx: list[int]) -> str:
 
 def build(wheel_dir: Path, snapshot: Path) -> dict[str, Any]:
     releases, with_v1 = [], []
+    v1_by_release: dict[int, dict[str, Any]] = {}
     for whl in sorted(wheel_dir.glob("llamafactory-*.whl"), key=lambda p: _vkey(p.name.split("-")[1])):
-        version, files, sha, has_v1 = _wheel_files(whl)
-        if has_v1:
+        version, files, sha, v1_files = _wheel_files(whl)
+        if v1_files is not None:
             with_v1.append(len(releases))
+            v1_by_release[len(releases)] = _v1(v1_files)
         releases.append((version, _read_release(files), {"version": version, "from": f"PyPI {whl.name}",
                                                          "sha256": sha}))
     snap_version, v0, v1 = _snapshot_files(snapshot)
     if v1 and "USE_V1" in (snapshot / "src" / "llamafactory" / "cli.py").read_text(encoding="utf-8"):
         with_v1.append(len(releases))
+        v1_by_release[len(releases)] = _v1(v1)
     commit = (snapshot.parent.parent / "reference" / "llamafactory" / "SNAPSHOT_COMMIT.txt")
     releases.append((snap_version, _read_release(v0), {
         "version": snap_version, "from": "LLaMA-Factory source snapshot (shared/oracles/llamafactory-main)",
@@ -251,8 +262,23 @@ def build(wheel_dir: Path, snapshot: Path) -> dict[str, Any]:
         "sources": [s for _, _, s in releases],
         "keys": dict(sorted(keys.items())),
         "templates": {t: _ranges(i) for t, i in sorted(templates.items())},
-        "v1": {"version": snap_version, "in": _ranges(with_v1), **_v1(v1)},
+        "v1": {"version": snap_version, "in": _ranges(with_v1), **_v1(v1), **_v1_by_release(v1_by_release)},
     }
+
+
+def _v1_by_release(per: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Which releases' v1 declares each field (``fields_in``) and registers each plugin (``plugins_in``), as index
+    ranges: v1 changes between the releases that ship it (0.9.4 has no ``train_dataset``, 0.9.5 no ``cp_size``)."""
+    fields: dict[str, list[int]] = {}
+    plugins: dict[str, dict[str, list[int]]] = {}
+    for i in sorted(per):
+        for f in per[i]["fields"]:
+            fields.setdefault(f, []).append(i)
+        for fam, names in per[i]["plugins"].items():
+            for n in names:
+                plugins.setdefault(fam, {}).setdefault(n, []).append(i)
+    return {"fields_in": {f: _ranges(i) for f, i in sorted(fields.items())},
+            "plugins_in": {fam: {n: _ranges(i) for n, i in sorted(ns.items())} for fam, ns in sorted(plugins.items())}}
 
 
 def main(argv: list[str]) -> int:

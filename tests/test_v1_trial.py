@@ -101,3 +101,56 @@ def test_v1_runs_torch_adamw_and_says_which_trainer_it_assumed(tmp_path):
 
 def test_v1_merges_with_merge():
     assert COMMANDS["export-v1"] == "USE_V1=1 llamafactory-cli merge"
+
+
+ULYSSES = """model: Qwen/Qwen3-0.6B
+trust_remote_code: true
+model_class: llm
+
+flash_attn: flash_attention_2
+
+dist_config:
+  name: fsdp2
+  dcp_path: null
+
+cp_mode: ulysses
+cp_size: 2
+
+train_dataset: data/v1_sft_demo.yaml
+output_dir: outputs/test_ulysses_cp
+micro_batch_size: 1
+cutoff_len: 2048
+learning_rate: 1.0e-4
+bf16: false
+max_steps: 10
+"""
+
+
+def _lint(tmp_path, text, *args):
+    cfg = tmp_path / "v1.yaml"
+    cfg.write_text(text)
+    res = CliRunner().invoke(main, ["lint", str(cfg), "--format", "json", "--exit-zero", *args])
+    return [(f["code"], f["message"]) for f in json.loads(res.stdout)["findings"]]
+
+
+@pytest.mark.parametrize("release, refused", [
+    # v1 changed between the releases that ship it (catalog v1.fields_in / plugins_in, read from the wheels):
+    # 0.9.4's v1 has `dataset`, no train_dataset, max_steps or flash_attn; 0.9.5's has no context parallel
+    ("0.9.4", {f"`{k}` is not a v1 key of LLaMA-Factory 0.9.4"
+               for k in ("train_dataset", "max_steps", "flash_attn", "cp_mode", "cp_size")}),
+    ("0.9.5", {"`cp_mode` is not a v1 key of LLaMA-Factory 0.9.5", "`cp_size` is not a v1 key of LLaMA-Factory 0.9.5"}),
+    ("0.9.6.dev0", set()),
+])
+def test_v1_keys_are_judged_for_the_release_named(tmp_path, release, refused):
+    found = _lint(tmp_path, ULYSSES, "--llamafactory", release)
+    errors = {m.split(" (")[0] for c, m in found if c == "FD001"}
+    assert errors == refused
+    # 0.9.4 reads dist_config without a plugin registry: fsdp2 is not called unregistered there
+    assert not [m for c, m in found if c == "FD003"]
+
+
+def test_a_plugin_main_registers_is_refused_by_a_release_without_it(tmp_path):
+    moe = MOE
+    found = _lint(tmp_path, moe, "--llamafactory", "0.9.5")
+    assert [m[:48] for c, m in found if c == "FD003"] == ["`dist_config.name: fsdpturbo` is not a plugin v1"]
+    assert not [m for c, m in _lint(tmp_path, moe, "--llamafactory", "0.9.6.dev0") if c == "FD003"]

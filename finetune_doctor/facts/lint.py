@@ -100,7 +100,7 @@ def _problems(doc: ConfigDoc, transformers_version: str | None, release: Any, ki
         from finetune_doctor.readers.config.lfv1 import check_v1, no_v1
 
         refused = no_v1(doc.values, release)
-        return [refused] if refused else check_v1(doc.values)
+        return [refused] if refused else check_v1(doc.values, release=release)
     if kind == "train":
         return [*check_keys(doc.values, transformers_version=transformers_version, release=release),
                 *check_launch(doc.values, doc.path, release, transformers_version)]

@@ -70,18 +70,25 @@ def _p(key: str, kind: str, message: str, suggestion: str | None = None, *, repl
             "fix": fix, "fix_value": fix_value, "condition": condition}
 
 
-def check_v1(values: Mapping[str, Any], env: Mapping[str, str] | None = None) -> list[Problem]:
-    """v1's parse-time rejections of one config (module docstring), in key order. Never raises."""
+def check_v1(values: Mapping[str, Any], env: Mapping[str, str] | None = None, release: Any = None
+             ) -> list[Problem]:
+    """v1's parse-time rejections of one config (module docstring), in key order. `release` (lfrelease.Release)
+    narrows the fields and plugins to the v1 of the releases it names when it is known (``--llamafactory``,
+    ``--env``, the llamafactory installed here): v1 changed between 0.9.4, 0.9.5 and main (catalog ``v1.fields_in``,
+    ``v1.plugins_in``, scripts/build_lf_releases.py). Never raises."""
     cat = v1_catalog()
     fields = cat["fields"]
     out: list[Problem] = []
     lenient = extra_keys_allowed(env)
+    sel = _v1_selection(release)
     for raw in values:
         key = str(raw)
         if key in fields:
+            if sel and not sel & _in(cat.get("fields_in", {}).get(key)):
+                out.append(_not_in_release(key, cat["fields_in"].get(key), release, lenient))
             continue
         out.append(_unknown(key, fields, lenient))
-    out += _post_init(values, cat)
+    out += _post_init(values, cat, sel)
     dist = values.get("dist_config")
     if isinstance(dist, Mapping) and dist.get("name") == "deepspeed" and not dist.get("config_file"):
         # v1 reads the file when it builds the engine, after the model is loaded (plugins/trainer_plugins/
@@ -112,6 +119,37 @@ def no_v1(values: Mapping[str, Any], release: Any) -> Problem | None:
                          "the config with v0 keys (model_name_or_path, per_device_train_batch_size, dataset, ...)")
 
 
+def _v1_selection(release: Any) -> frozenset[int]:
+    """Indices of the v1-shipping releases `release` stands for when it was read (empty: judge for main's v1)."""
+    if release is None or not getattr(release, "known", False):
+        return frozenset()
+    from finetune_doctor.readers.config.lfrelease import v1_releases_indices
+
+    return frozenset(release.indices) & v1_releases_indices()
+
+
+def _in(ranges: Any) -> frozenset[int]:
+    from finetune_doctor.readers.config.lfrelease import _parse_ranges
+
+    return _parse_ranges(ranges) if ranges else frozenset()
+
+
+def _versions(ranges: Any) -> str:
+    from finetune_doctor.readers.config.lfrelease import load
+
+    allv = load()["versions"]
+    return ", ".join(allv[i] for i in sorted(_in(ranges)))
+
+
+def _not_in_release(key: str, ranges: Any, release: Any, lenient: bool) -> Problem:
+    fate = ("v1 drops it silently because ALLOW_EXTRA_KEYS is set, so it has no effect" if lenient else
+            "v1's parser stops with \"Some keys are not used by the HfArgumentParser\"")
+    return _p(key, "unknown", f"`{key}` is not a v1 key of {release.label} (the v1 of {_versions(ranges)} "
+                              f"declares it): {fate}.",
+              suggestion=f"upgrade LLaMA-Factory to {_versions(ranges).split(', ')[0]} or later, or remove `{key}`",
+              condition="ALLOW_EXTRA_KEYS is set" if lenient else None)
+
+
 def _unknown(key: str, fields: Mapping[str, Any], lenient: bool) -> Problem:
     fate = ("v1 drops it silently because ALLOW_EXTRA_KEYS is set, so it has no effect" if lenient else
             "v1's parser stops with \"Some keys are not used by the HfArgumentParser\"")
@@ -129,7 +167,8 @@ def _unknown(key: str, fields: Mapping[str, Any], lenient: bool) -> Problem:
     return _p(key, "unknown", f"Unknown v1 key `{key}`: {fate}.", suggestion=f"remove `{key}`", condition=cond)
 
 
-def _post_init(values: Mapping[str, Any], cat: Mapping[str, Any]) -> list[Problem]:
+def _post_init(values: Mapping[str, Any], cat: Mapping[str, Any], sel: frozenset[int] = frozenset()
+               ) -> list[Problem]:
     out: list[Problem] = []
     fa = values.get("flash_attn", "sdpa")
     if "flash_attn" in values and (not isinstance(fa, str) or fa not in FLASH_ATTN):
@@ -140,10 +179,15 @@ def _post_init(values: Mapping[str, Any], cat: Mapping[str, Any]) -> list[Proble
                                                 f"{'; ' + repr(fa) + ' is the v0 spelling' if fix else ''}).",
                       suggestion=f"write `flash_attn: {fix}`" if fix else f"use one of {', '.join(FLASH_ATTN)}",
                       fix="set" if fix else None, fix_value=fix))
-    plugins = cat.get("plugins", {})
+    plugins = dict(cat.get("plugins", {}))
+    if sel:   # the plugins the named releases' v1 registers
+        plugins = {fam: [n for n, r in names.items() if sel & _in(r)]
+                   for fam, names in (cat.get("plugins_in") or {}).items()}
     for key, family in PLUGIN_KEYS.items():
         if key in values:
-            out += _plugin(key, values[key], plugins.get(family) if family else None)
+            # a family a release registers nothing in is not judged: 0.9.4 reads dist_config without a registry
+            names = (plugins.get(family) or None) if family else None
+            out += _plugin(key, values[key], names)
     strategy = values.get("batching_strategy")
     if str(strategy) == "dynamic_batching":
         steps = values.get("max_steps")
@@ -182,9 +226,10 @@ def _plugin(key: str, value: Any, names: list[str] | None) -> list[Problem]:
         bad = [n for n in wanted if n not in names and n != "auto"]
         if bad:
             return [_p(f"{key}.name", "invalid_value",
-                       f"`{key}.name: {', '.join(bad)}` is not a plugin v1 registers ({', '.join(names)}"
-                       f"{', auto' if key == 'kernel_config' else ''}): the parser takes it, and the run fails "
-                       "when the plugin is looked up.", suggestion=f"use one of {', '.join(names)}")]
+                       f"`{key}.name: {', '.join(bad)}` is not a plugin v1 registers ("
+                       f"{', '.join(dict.fromkeys(names + (['auto'] if key == 'kernel_config' else [])))}"
+                       "): the parser takes it, and the run fails when the plugin is looked up.",
+                       suggestion=f"use one of {', '.join(names)}")]
     return []
 
 
