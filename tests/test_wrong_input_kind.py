@@ -8,6 +8,7 @@ log with HF Trainer's metric dicts and tqdm bar (fixtures/postmortem/case_041).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,15 @@ def test_a_suggestion_keeps_the_size_the_name_states(name, catalogued, fair):
     entry = find_in_catalog(catalogued)
     assert entry is not None
     assert byname.near_size(name, entry[0]) is fair
+
+
+def test_a_skipped_file_of_a_kind_lf_reads_elsewhere_says_which_flag_takes_it(tmp_path):
+    """LLaMA-Factory's examples/accelerate/fsdp_config.yaml handed to lint: the skip reason names
+    --accelerate-config, as the Kinds section names it accelerate (it said "not a training config")."""
+    acc = tmp_path / "fsdp_config.yaml"
+    acc.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_machines: 1\nnum_processes: 2\n"
+                   "fsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\nmixed_precision: bf16\n")
+    res = _run("lint", str(acc), "--format", "json")
+    rep = json.loads(res.stdout)
+    assert rep["kinds"][str(acc)] == "accelerate"
+    assert "--accelerate-config" in rep["skip_reasons"][str(acc)]

@@ -203,9 +203,15 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     sections: dict[str, Any] = {}
     if skipped:
         sections["skipped"] = skipped
-        sections["skip_reasons"] = {f: skip_reason(f) for f in skipped}
     recognised.update({f: "deepspeed" for f, k in kinds if k == "ds"})
     recognised.update({f: k for f in skipped if (k := _other_kind(f))})
+    if skipped:
+        from finetune_doctor.readers.config.lfkind import NOT_LF
+
+        # a file of a kind LF reads elsewhere (an accelerate config, a dataset registry) says which flag takes it,
+        # as the Kinds section names it, instead of "not a training config"
+        sections["skip_reasons"] = {f: (f"{NOT_LF[recognised[f]]}" if recognised.get(f) in NOT_LF
+                                        else skip_reason(f)) for f in skipped}
     if recognised:
         sections["kinds"] = recognised   # which LF command (or flag) reads each file (readers/config/lfkind.py)
     ds_inputs += [f for f, k in kinds if k == "ds" and str(Path(f).resolve()) not in linted_ds]
