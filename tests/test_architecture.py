@@ -8,6 +8,7 @@ up the flow fails here too.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -70,10 +71,17 @@ def _runtime_nodes(tree: ast.AST):
             stack.append(child)
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """The syntax tree of one module, parsed once per session: four checks read every module's tree and none
+    changes it (~230 modules; parsing each four times cost about a second per run)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imports(path: Path, *, type_checking: bool = False) -> list[tuple[int, str]]:
     """Project imports of one module as (line, module); ``type_checking`` adds those under ``if TYPE_CHECKING:``."""
     out = []
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     for node in (ast.walk(tree) if type_checking else _runtime_nodes(tree)):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("finetune_doctor"):
             for a in node.names:
@@ -202,7 +210,7 @@ def test_size_limits(module):
     text = path.read_text(encoding="utf-8")
     assert text.count("\n") <= MAX_MODULE_LINES, f"{path.name} has {text.count(chr(10))} lines"
     long = [f"{n.name} ({n.end_lineno - n.lineno + 1} lines, line {n.lineno})"
-            for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for n in ast.walk(_tree(path)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
             and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES]
     assert long == []
 
@@ -210,7 +218,7 @@ def test_size_limits(module):
 def test_no_project_import_behind_import_error():
     hidden = []
     for mod, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             if not isinstance(node, ast.Try):
                 continue
             catches = any(isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError")
