@@ -97,9 +97,12 @@ def _imports(path: Path, *, type_checking: bool = False) -> list[tuple[int, str]
     return out
 
 
-GRAPH = {m: _imports(p) for m, p in MODULES.items()}
-# the same graph with the imports made for annotations only: a cycle there is a cycle a reader must untangle too
-GRAPH_ALL = {m: _imports(p, type_checking=True) for m, p in MODULES.items()}
+@functools.cache
+def _graph(type_checking: bool = False) -> dict[str, list[tuple[int, str]]]:
+    """module -> its project imports; built at first use, not at collection (every pytest-xdist worker collects
+    this file, one runs these tests). ``type_checking``: the same graph with the imports made for annotations
+    only: a cycle there is a cycle a reader must untangle too."""
+    return {m: _imports(p, type_checking=type_checking) for m, p in MODULES.items()}
 
 
 def test_every_top_level_part_has_a_layer():
@@ -109,7 +112,7 @@ def test_every_top_level_part_has_a_layer():
 
 def test_imports_point_down_the_flow():
     up = []
-    for mod, imps in GRAPH.items():
+    for mod, imps in _graph().items():
         src = LAYER_OF[_group(mod)]
         for line, tgt in imps:
             if tgt == "finetune_doctor" and _group(mod) != "__init__":
@@ -120,13 +123,13 @@ def test_imports_point_down_the_flow():
 
 
 def test_facts_import_only_what_lies_below_them():
-    bad = [f"{m}:{line} -> {t}" for m, imps in GRAPH.items() if _group(m) == "facts"
+    bad = [f"{m}:{line} -> {t}" for m, imps in _graph().items() if _group(m) == "facts"
            for line, t in imps if LAYER_OF[_group(t)] >= LAYER_OF["facts"] and _group(t) != "facts"]
     assert bad == []
 
 
 def test_no_pipeline_module_imports_another():
-    bad = [f"{m}:{line} -> {t}" for m, imps in GRAPH.items() if _group(m) == "pipeline"
+    bad = [f"{m}:{line} -> {t}" for m, imps in _graph().items() if _group(m) == "pipeline"
            for line, t in imps if _group(t) == "pipeline" and t != m]
     assert bad == []
 
@@ -171,11 +174,11 @@ def _cycles(graph: dict[str, list[tuple[int, str]]]) -> list[list[str]]:
 
 
 def test_no_import_cycles():
-    assert _cycles(GRAPH) == []
+    assert _cycles(_graph()) == []
 
 
 def test_no_import_cycles_counting_type_checking_imports():
-    assert _cycles(GRAPH_ALL) == []
+    assert _cycles(_graph(True)) == []
 
 
 def _room(module: str) -> str | None:
@@ -191,7 +194,7 @@ def test_rooms_of_a_layer_form_no_cycle(layer):
     """The rooms (readers/config, readers/runlogs, ...) import each other one way only, so each can be read
     knowing only the rooms below it."""
     rooms: dict[str, list[tuple[int, str]]] = {}
-    for mod, imps in GRAPH_ALL.items():
+    for mod, imps in _graph(True).items():
         src = _room(mod)
         if src is None or not src.startswith(layer + "."):
             continue
