@@ -20,9 +20,6 @@ from finetune_doctor.readers.model.vision import (
 )
 from finetune_doctor.readers.model.modelcfg import arch_from_config
 
-# pytest-xdist --dist loadgroup: this module's tests share one worker, so its module fixture is built once
-pytestmark = pytest.mark.xdist_group("test_arch")
-
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 

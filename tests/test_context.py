@@ -21,9 +21,6 @@ from finetune_doctor.hardware.fake import FakeAdapter
 from finetune_doctor.readers.config.context import FILE_NAME, MAX_BYTES, sanitize
 from test_data_fixtures import build_tokenizer
 
-# pytest-xdist --dist loadgroup: this module's tests share one worker, so its module fixture is built once
-pytestmark = pytest.mark.xdist_group("test_context")
-
 ROOT = Path(__file__).resolve().parent.parent
 QWEN05 = ROOT / "fixtures" / "models" / "Qwen2.5-0.5B-Instruct" / "config.json"
 ONE_CARD = ROOT / "fixtures" / "gpus" / "one_card.json"

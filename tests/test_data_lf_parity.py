@@ -24,9 +24,6 @@ from finetune_doctor.analyzers.data import tokens as K
 from finetune_doctor.readers.data.datasets import iter_chunks, resolve_datasets
 from test_data_fixtures import FIXTURES, build_tokenizer
 
-# pytest-xdist --dist loadgroup: this module's tests share one worker, so its module fixture is built once
-pytestmark = pytest.mark.xdist_group("test_data_lf_parity")
-
 EXPECTED = json.loads((FIXTURES / "expected_lengths.json").read_text())
 RUNS = EXPECTED["runs"]
 

@@ -19,9 +19,6 @@ from finetune_doctor.pipeline import data as P
 from finetune_doctor.settings import Options
 from test_data_fixtures import FIXTURES, build_tokenizer
 
-# pytest-xdist --dist loadgroup: this module's tests share one worker, so its module fixture is built once
-pytestmark = pytest.mark.xdist_group("test_data_pipeline")
-
 CONFIGS = FIXTURES / "configs"
 ROOT = FIXTURES.parent.parent
 LF = {r["id"]: r for r in json.loads((FIXTURES / "expected_lengths.json").read_text())["runs"]}

@@ -19,9 +19,6 @@ from finetune_doctor.analyzers.data import tokens as K
 from finetune_doctor.readers.data.datasets import resolve_datasets
 from test_data_fixtures import build_tokenizer
 
-# pytest-xdist --dist loadgroup: this module's tests share one worker, so its module fixture is built once
-pytestmark = pytest.mark.xdist_group("test_data_scale")
-
 ROOT = Path(__file__).resolve().parent.parent
 WORDS = "the model reads a long answer about data and tokens before it writes 你好 again".split()
 

@@ -27,8 +27,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-# pytest-xdist --dist loadgroup: this module's tests share one worker, so its module fixture is built once
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_parity_lf"),
+pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(importlib.util.find_spec("llamafactory") is None,
                                  reason="llamafactory not installed (pip install --no-deps llamafactory==0.9.5)")]
 

@@ -26,8 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 SHARED = next((p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared", Path("/work/shared"))
                if (p / "oracles" / "llamafactory-main" / "src").is_dir()), None)
-# pytest-xdist --dist loadgroup: this module's tests share one worker, so its module fixture is built once
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_parity_releases"),
+pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(SHARED is None, reason="no ../shared/oracles/llamafactory-main (LF main's parser)"),
               pytest.mark.skipif(importlib.util.find_spec("omegaconf") is None
                                  or importlib.util.find_spec("transformers") is None,

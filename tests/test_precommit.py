@@ -53,10 +53,8 @@ num_train_epochs: 3.0
 bf16: true
 """
 
-# pytest-xdist --dist loadgroup: this module's tests share one worker, so its module fixture is built once
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.xdist_group("test_precommit"),
     pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed"),
 ]
 

@@ -19,8 +19,7 @@ import calibration  # noqa: E402
 from finetune_doctor.readers.model.modelcfg import load_arch  # noqa: E402
 
 # every test here builds and runs torch models (seconds each): outside the fast lane (pytest -m "not slow")
-# pytest-xdist --dist loadgroup: this module's tests share one worker, so its module fixture is built once
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_probe_calibration")]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

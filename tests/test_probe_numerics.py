@@ -12,8 +12,7 @@ pytest.importorskip("transformers")
 from finetune_doctor.probes.numerics import FP16_MAX, probe_numerics, weights_on_disk  # noqa: E402
 
 # every test here builds and runs torch models (seconds each): outside the fast lane (pytest -m "not slow")
-# pytest-xdist --dist loadgroup: this module's tests share one worker, so its module fixture is built once
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_probe_numerics")]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,6 @@ import pytest
 from finetune_doctor.reporters.sections.probe import progress
 
 
-# pytest-xdist --dist loadgroup: this module's tests share one worker, so its module fixture is built once
-pytestmark = pytest.mark.xdist_group("test_probe_progress")
-
 class _Tty(io.StringIO):
     def isatty(self) -> bool:
         return True
