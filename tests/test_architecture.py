@@ -8,6 +8,7 @@ up the flow fails here too.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -70,10 +71,17 @@ def _runtime_nodes(tree: ast.AST):
             stack.append(child)
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """The syntax tree of one module, parsed once per session: four checks read every module's tree and none
+    changes it (~230 modules; parsing each four times cost about a second per run)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imports(path: Path, *, type_checking: bool = False) -> list[tuple[int, str]]:
     """Project imports of one module as (line, module); ``type_checking`` adds those under ``if TYPE_CHECKING:``."""
     out = []
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     for node in (ast.walk(tree) if type_checking else _runtime_nodes(tree)):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("finetune_doctor"):
             for a in node.names:
@@ -89,9 +97,12 @@ def _imports(path: Path, *, type_checking: bool = False) -> list[tuple[int, str]
     return out
 
 
-GRAPH = {m: _imports(p) for m, p in MODULES.items()}
-# the same graph with the imports made for annotations only: a cycle there is a cycle a reader must untangle too
-GRAPH_ALL = {m: _imports(p, type_checking=True) for m, p in MODULES.items()}
+@functools.cache
+def _graph(type_checking: bool = False) -> dict[str, list[tuple[int, str]]]:
+    """module -> its project imports; built at first use, not at collection (every pytest-xdist worker collects
+    this file, one runs these tests). ``type_checking``: the same graph with the imports made for annotations
+    only: a cycle there is a cycle a reader must untangle too."""
+    return {m: _imports(p, type_checking=type_checking) for m, p in MODULES.items()}
 
 
 def test_every_top_level_part_has_a_layer():
@@ -101,7 +112,7 @@ def test_every_top_level_part_has_a_layer():
 
 def test_imports_point_down_the_flow():
     up = []
-    for mod, imps in GRAPH.items():
+    for mod, imps in _graph().items():
         src = LAYER_OF[_group(mod)]
         for line, tgt in imps:
             if tgt == "finetune_doctor" and _group(mod) != "__init__":
@@ -112,13 +123,13 @@ def test_imports_point_down_the_flow():
 
 
 def test_facts_import_only_what_lies_below_them():
-    bad = [f"{m}:{line} -> {t}" for m, imps in GRAPH.items() if _group(m) == "facts"
+    bad = [f"{m}:{line} -> {t}" for m, imps in _graph().items() if _group(m) == "facts"
            for line, t in imps if LAYER_OF[_group(t)] >= LAYER_OF["facts"] and _group(t) != "facts"]
     assert bad == []
 
 
 def test_no_pipeline_module_imports_another():
-    bad = [f"{m}:{line} -> {t}" for m, imps in GRAPH.items() if _group(m) == "pipeline"
+    bad = [f"{m}:{line} -> {t}" for m, imps in _graph().items() if _group(m) == "pipeline"
            for line, t in imps if _group(t) == "pipeline" and t != m]
     assert bad == []
 
@@ -163,11 +174,11 @@ def _cycles(graph: dict[str, list[tuple[int, str]]]) -> list[list[str]]:
 
 
 def test_no_import_cycles():
-    assert _cycles(GRAPH) == []
+    assert _cycles(_graph()) == []
 
 
 def test_no_import_cycles_counting_type_checking_imports():
-    assert _cycles(GRAPH_ALL) == []
+    assert _cycles(_graph(True)) == []
 
 
 def _room(module: str) -> str | None:
@@ -183,7 +194,7 @@ def test_rooms_of_a_layer_form_no_cycle(layer):
     """The rooms (readers/config, readers/runlogs, ...) import each other one way only, so each can be read
     knowing only the rooms below it."""
     rooms: dict[str, list[tuple[int, str]]] = {}
-    for mod, imps in GRAPH_ALL.items():
+    for mod, imps in _graph(True).items():
         src = _room(mod)
         if src is None or not src.startswith(layer + "."):
             continue
@@ -202,7 +213,7 @@ def test_size_limits(module):
     text = path.read_text(encoding="utf-8")
     assert text.count("\n") <= MAX_MODULE_LINES, f"{path.name} has {text.count(chr(10))} lines"
     long = [f"{n.name} ({n.end_lineno - n.lineno + 1} lines, line {n.lineno})"
-            for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for n in ast.walk(_tree(path)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
             and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES]
     assert long == []
 
@@ -210,7 +221,7 @@ def test_size_limits(module):
 def test_no_project_import_behind_import_error():
     hidden = []
     for mod, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             if not isinstance(node, ast.Try):
                 continue
             catches = any(isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError")

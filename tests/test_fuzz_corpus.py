@@ -32,6 +32,7 @@ def corpus(tmp_path_factory):
     return build(str(tmp_path_factory.mktemp("corpus")))
 
 
+@pytest.mark.slow      # building the corpus writes ~2,700 files (seconds); only the slow lane's class runs read it
 def test_corpus_is_large_and_covers_every_class(corpus):
     by_class = collections.Counter(c.klass for c in corpus)
     assert len(corpus) >= 1000 and sorted(by_class) == [1, 2, 3, 4, 5, 6], by_class

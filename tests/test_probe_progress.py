@@ -57,10 +57,20 @@ def _spec(**kw) -> ProbeSpec:
     return ProbeSpec(**base)
 
 
-def test_simulate_reports_the_build_and_every_micro_batch(monkeypatch):
-    monkeypatch.setattr(forked, "worthwhile", lambda: False)   # the same messages either way; keep them in order
+@pytest.fixture(scope="module")
+def sequential():
+    """One sequential simulation with its trace and its progress messages, shared by the two tests below (each
+    simulation costs seconds of FakeTensor dispatch; `progress` only listens, so the books are the same with or
+    without it)."""
     heard: list[str] = []
-    sim.simulate(_spec(), progress=heard.append)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(forked, "worthwhile", lambda: False)   # the same messages either way; keep them in order
+        result = sim.simulate(_spec(), trace=True, progress=heard.append)
+    return heard, result
+
+
+def test_simulate_reports_the_build_and_every_micro_batch(sequential):
+    heard, _ = sequential
     steps = [m for m in heard if "micro-batch" in m and m.startswith("simulating 2 of 7 layers")]
     assert [m.split(": ")[1].split(" (")[0] for m in steps] == [
         "step 1/2, micro-batch 1/2", "step 1/2, micro-batch 2/2", "step 2/2, micro-batch 1/2",
@@ -69,12 +79,10 @@ def test_simulate_reports_the_build_and_every_micro_batch(monkeypatch):
 
 
 @pytest.mark.skipif(not forked.usable(), reason="fork needs Linux and more than one CPU")
-def test_depths_in_a_forked_child_give_the_sequential_books(monkeypatch):
-    spec = _spec()
+def test_depths_in_a_forked_child_give_the_sequential_books(monkeypatch, sequential):
     monkeypatch.setattr(forked, "worthwhile", lambda: True)     # fork whatever the machine's load
-    par = sim.simulate(spec, trace=True)
-    monkeypatch.setattr(forked, "worthwhile", lambda: False)
-    seq = sim.simulate(spec, trace=True)
+    par = sim.simulate(_spec(), trace=True)
+    _, seq = sequential
     assert par.peak_bytes == seq.peak_bytes and par.segment == seq.segment
     assert par.segments == seq.segments and par.by_category == seq.by_category
     # the allocations in order; the frees as a set (a burst of frees — an autograd graph released — comes in an

@@ -32,6 +32,8 @@ skipped does not count as passing.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -55,9 +57,16 @@ COMMANDS = ("check", "lint", "estimate", "postmortem")
 RULES = {r.name: r for r in load_rules()}
 
 
+@functools.lru_cache(maxsize=None)
+def _parsed(path: Path, text: str) -> Any:
+    # keyed by the text too, so an edited file is parsed again; ruamel's pure-Python parser takes ~10 ms a file,
+    # and test_rule_registry.py reads every case file that collection here has parsed already
+    return YAML(typ="safe", pure=True).load(text)
+
+
 def load_case_file(path: Path) -> dict[str, Any]:
     """One case file, validated: unknown keys are errors so that a typo cannot silently test nothing."""
-    data = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
+    data = copy.deepcopy(_parsed(path, path.read_text(encoding="utf-8")))   # a copy: no caller shares an entry
     assert isinstance(data, dict) and set(data) <= {"fail", "pass"}, f"{path.name}: only fail: and pass: lists"
     for kind in ("fail", "pass"):
         for i, entry in enumerate(data.get(kind) or []):
