@@ -32,7 +32,7 @@ def pinned_error_model(monkeypatch):
 # ~400 s, the two other releases' ~150 s each, the hostile corpus and the fuzzers 1-3 min) run first. Under
 # pytest-xdist's --dist loadfile (README, Development) a worker takes the next file when it is free: one that
 # starts last finishes minutes after the other worker has gone idle. Order only; no test changes.
-_HEAVY_FIRST = ("test_parity_lf.py", "test_parity_releases.py", "test_fuzz_corpus.py", "test_fuzz_round2.py",
+_HEAVY_FIRST = ("test_parity_release_090.py", "test_parity_lf.py", "test_parity_releases.py", "test_fuzz_corpus.py", "test_fuzz_round2.py",
                 "test_margin_replay.py", "test_parity_v1.py", "test_fuzz_structured.py", "test_catalog_entries.py")
 
 

@@ -36,13 +36,19 @@ pytestmark = [pytest.mark.slow,
 RELEASES = {"main": ("oracle", "5.6.0"), "0.9.0": (".lf-releases/0.9.0", "4.45.0")}
 
 
-@pytest.fixture(scope="module", params=sorted(RELEASES))
-def outcomes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """LF main's verdicts (0.9.0's are tests/test_parity_release_090.py's: one file per release, so that
+    ``--dist loadfile`` runs the two corpora on two workers at once)."""
+    return release_outcomes("main", tmp_path_factory)
+
+
+def release_outcomes(version: str, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """The parity outcomes of the corpus under release `version` (a key of RELEASES); skips when it is absent."""
     import gen_parity_corpus
 
     from parity.compare import judge_entry
 
-    version = request.param
     where, transformers = RELEASES[version]
     src = SHARED / "oracles" / "llamafactory-main" / "src" if where == "oracle" else ROOT / where
     if not (src / "llamafactory").is_dir():
