@@ -121,7 +121,7 @@ RELEASED = {
     "FD706": "quantization-bit-ignored",
     "FD707": "quantization-unknown",
     "FD708": "quantization-options-without-bit",
-    "FD711": "dora-memory",
+    "FD713": "double-activation-checkpointing", "FD711": "dora-memory",
     "FD712": "optimizer-options-without-switch",
     "FD041": "unverified-config-problem",
     "FD042": "v1-parse-error", "FD049": "wrong-subcommand",
