@@ -374,8 +374,14 @@ def _memory(w: _Writer, r: Report) -> None:
         # p_oom is a mixture over the open assumptions when the table weighs their alternatives (facts/assume.py
         # `mixture`); with the assumed values' weight at 1 it stays the assumed case's, and an at-risk verdict says so
         mixed = len(mem.details.get("p_oom_components") or ()) > 1
-        cond = (" over the open assumptions" if mixed else
-                " as assumed") if mem.details.get("deciding_assumption") else ""
+        deciding = mem.details.get("deciding_assumption")
+        if deciding and mixed:
+            from finetune_doctor.analyzers.memory.uncertainty import assumed_weight
+
+            # the table may give the deciding assumption's value all the weight (sample lengths: 1.0): then p_oom
+            # is that value's, and "over the open assumptions" would read as a contradiction of "at-risk"
+            mixed = assumed_weight(deciding.get("name", "")) < 1.0
+        cond = (" over the open assumptions" if mixed else " as assumed") if deciding else ""
         verdict = f"verdict {mem.verdict} · probability of OOM {_pct(mem.p_oom)}{cond} · " if mem.verdict else ""
         w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB (the benchmarks' error for this kind of run)",
                indent=1)
