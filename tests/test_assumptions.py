@@ -295,3 +295,15 @@ def test_the_save_assumption_states_its_host_ram_at_stake():
                                        "rank 0's node at each save)"]
     res = CliRunner().invoke(main, ["check", str(CASE025), "--no-data", "--format", "json", "--transformers", "4.57.0"])
     assert not [a for a in json.loads(res.stdout)["assumptions"] if a["name"] == "save-gathers-adapter-only"]
+
+
+def test_a_verdict_decided_by_a_fully_weighted_assumption_says_as_assumed():
+    """Case 025 (Llama-3-8B LoRA, ZeRO-3, micro batch 6 x 8192) on 8 A800s without its data: at-risk on the sample
+    lengths, whose assumed value the table weighs 1.0, so the probability printed is the assumed case's and the
+    line says so (it said "over the open assumptions" beside an at-risk verdict)."""
+    from finetune_doctor.analyzers.memory.uncertainty import assumed_weight
+
+    assert assumed_weight("sample-lengths") == 1.0
+    res = CliRunner().invoke(main, ["check", str(CASE025), "--no-data", "--gpu", "8xA800-80GB"])
+    line = next(ln for ln in res.output.splitlines() if "verdict at-risk" in ln)
+    assert "as assumed" in line and "over the open assumptions" not in line
