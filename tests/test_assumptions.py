@@ -307,3 +307,19 @@ def test_a_verdict_decided_by_a_fully_weighted_assumption_says_as_assumed():
     res = CliRunner().invoke(main, ["check", str(CASE025), "--no-data", "--gpu", "8xA800-80GB"])
     line = next(ln for ln in res.output.splitlines() if "verdict at-risk" in ln)
     assert "as assumed" in line and "over the open assumptions" not in line
+
+
+@pytest.mark.parametrize("name, code", [
+    ("models/llama3-8b-pro", "FD098"),          # LF's llama_pro example: a folder the expand script writes
+    ("/data/exp/run1/merged", "FD098"),
+    ("saves/llama3/lora/merged", "FD098"),      # three parts: no hub id has them
+    ("acme-labs/Qwen9-7B-Instruct", "FD607"),   # owner/name: LF would ask the hub too
+])
+def test_a_model_path_not_on_this_machine_is_not_checked_here(tmp_path, name, code):
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(f"model_name_or_path: {name}\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+                   "dataset: alpaca_en_demo\ntemplate: llama3\noutput_dir: saves/x\nbf16: true\n")
+    res = CliRunner().invoke(main, ["check", str(cfg), "--no-data", "--offline", "--format", "json",
+                                    "--fail-on", "never"])
+    codes = [f["code"] for f in json.loads(res.stdout)["findings"] if f["code"] in ("FD098", "FD607")]
+    assert codes == [code]

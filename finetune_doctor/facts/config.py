@@ -551,7 +551,13 @@ def _model_not_here(asm: Assembly) -> None:
     if not unresolved:
         return
     name = str(unresolved.get("name") or "")
-    local = name.startswith(("/", "./", "../", "~")) or (len(name) > 2 and name[1] == ":" and name[2] in "\\/")
+    from finetune_doctor.readers.model.modelcfg import FOLDER_WORDS
+
+    # a hub id is exactly owner/name: three parts, or an owner that is a folder word (LF's `models/llama3-8b-pro`),
+    # name a folder as surely as a leading "/" does
+    parts = name.replace("\\", "/").split("/")
+    local = (name.startswith(("/", "./", "../", "~")) or (len(name) > 2 and name[1] == ":" and name[2] in "\\/")
+             or len(parts) > 2 or (len(parts) == 2 and parts[0].lower() in FOLDER_WORDS))
     here = os.path.exists(os.path.expanduser(name))
     unresolved["not_here"] = bool(local and not here)
     if unresolved["not_here"]:

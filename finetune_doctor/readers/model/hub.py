@@ -191,7 +191,7 @@ def download_configs(repo_id: str, *, offline: bool = False, use_modelscope: boo
         down = reachable(*endpoint_address(use_modelscope), timeout_s)
         if down is not None:
             return Download(None, note=f"no network: {repo_id} config.json not downloaded from {where} ({down}); "
-                                       "pass --model-config FILE or --offline")
+                                       "--offline skips this attempt")
     left = max(deadline - time.monotonic(), 0.05)
     got, err = _with_timeout(lambda: fetch(repo_id, CONFIG_FILES[0], root, left), left)
     if err and ("No module named" in err or "ModuleNotFoundError" in err or "ImportError" in err):

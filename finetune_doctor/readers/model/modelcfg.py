@@ -162,8 +162,14 @@ def _model_config_file(model_config: str, base_dir: str | None) -> Path:
                           fix="--model-config path/to/config.json")
 
 
+FOLDER_WORDS = frozenset({"models", "model", "saves", "save", "output", "outputs", "checkpoints", "ckpt", "data",
+                           "weights", "pretrained", "hf_models", "llm", "llms", "base_models"})
+
+
 def _fix_command(name: str) -> str:
-    if REPO_ID.match(name):
+    # "models/llama3-8b-pro" has a repo id's shape but is LF's example of a local folder: a name whose owner
+    # part is a common folder word is not offered as a hub download
+    if REPO_ID.match(name) and name.split("/", 1)[0].lower() not in FOLDER_WORDS:
         return (f"hf download {name} config.json  (or --model-config path/to/config.json)")
     return "--model-config path/to/config.json"
 
