@@ -21,7 +21,9 @@ FSDP_QLORA = "examples/extras/fsdp_qlora/llama3_lora_sft.yaml"
 # (adamw_torch_fused) is one LLaMA-Factory's GaLore/APOLLO builders reject (LF_FACTS.md §3): with the torch of the
 # training machine not given here that is a warning (galore-default-optim-unverified), not an error.
 # a model that is on no hub: llama_pro's expanded model is written by LF's scripts/llama_pro.py (fixtures/models has
-# one such output). Tests never download, so check narrows to the config rules (model-unresolved).
+# one such output). Tests never download, so check narrows to the config rules: `models/llama3-8b-pro` names a local
+# folder (a folder-word owner, not a hub id) that is not on this machine, so it is not-checked-here (info), and
+# under --strict model-unresolved (an error).
 NOT_RESOLVABLE = {"extras/llama_pro/llama3_freeze_sft.yaml"}
 # On 8 GPUs LLaMA-Factory launches torchrun, which refuses the layer-wise GaLore/APOLLO and BAdam these examples
 # set up for one GPU (their own comments say "use false for DDP training"; LF 0.9.5 hparams/parser.py:387-398).
@@ -54,7 +56,11 @@ def test_example(path, monkeypatch):
                                         "--format", "json"])
         assert res.exit_code in (0, 1), res.output
         report = json.loads(res.output)
-        assert "model-unresolved" in {f["name"] for f in report["findings"]} and report["memory"] is None
+        assert "not-checked-here" in {f["name"] for f in report["findings"]} and report["memory"] is None
+        assert "model-unresolved" not in {f["name"] for f in report["findings"]}
+        strict = CliRunner().invoke(main, ["check", str(path), "--gpu", "8xA100-80GB", "--no-data", "--offline",
+                                           "--strict", "--format", "json"])
+        assert "model-unresolved" in {f["name"] for f in json.loads(strict.output)["findings"]}
         return
     code, report = _check([str(path)])
     errors = {f["name"] for f in report["findings"] if f["severity"] == "error"}
