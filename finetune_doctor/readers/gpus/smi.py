@@ -149,8 +149,6 @@ _GPU_ROW1 = re.compile(r"^\|\s*(\d+)\s+(.*?)\s+(On|Off)\s*\|\s*([0-9A-Fa-f]+:[0-
 _GPU_ROW2 = re.compile(r"^\|\s*(\S+)\s+(\d+C|N/A)\s+(P\d+|N/A)\s+(.*?)\s*\|\s*(\d+)MiB\s*/\s*(\d+)MiB\s*\|"
                        r"\s*(\d+%|N/A)\s+(.*?)\s*\|\s*$")
 _MIG_ROW = re.compile(r"^\|\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*\|\s*(\d+)MiB\s*/\s*(\d+)MiB\s*\|")
-_PROC_ROW = re.compile(r"^\|\s*(\d+)\s+(?:(N/A|\d+)\s+(N/A|\d+)\s+)?(\d+)\s+(C\+G|M\+C|C|G|M)\s+(.*?)\s+"
-                       r"(\d+MiB|N/A)\s*\|\s*$")
 _VERSION = re.compile(r"NVIDIA-SMI\s+(\S+)\s+Driver Version:\s+(\S+)\s+CUDA Version:\s+(\S+)")
 _STAMP = re.compile(r"^\s*(\w{3} \w{3}\s+\d+ \d\d:\d\d:\d\d \d{4})\s*$")
 _TABLE_MAX_LINES = 100_000
@@ -236,14 +234,9 @@ def _one_table(path: str, host: str, lines: list[str], lo: int, stamp: float | N
                 total_bytes=int(m.group(6)) * MIB))
             continue
         if saw_proc_table:
-            m = _PROC_ROW.match(ln)
-            if m:
-                gi = m.group(2)
-                used = None if m.group(7) == "N/A" else int(m.group(7)[:-3]) * MIB
-                procs.setdefault(int(m.group(1)), []).append(ProcessInfo(
-                    pid=int(m.group(4)), used_bytes=used, name=m.group(6).strip() or None,
-                    kind="graphics" if m.group(5) == "G" else "compute",
-                    mig=f"{gi}/{m.group(3)}" if gi and gi != "N/A" else None))
+            row = smi_procs.process_row(ln)
+            if row is not None:
+                procs.setdefault(row[0], []).append(row[1])
     out = []
     for idx in order:
         c = cards[idx]

@@ -24,11 +24,24 @@ import re
 from typing import Any, Iterator
 
 from finetune_doctor.errors import InputError
-from finetune_doctor.hardware.snapshot import CardSnapshot, ProcessInfo, Snapshot
+from finetune_doctor.hardware.snapshot import MIB, CardSnapshot, ProcessInfo, Snapshot
 
-MIB = 1 << 20
 PROC_ROW = re.compile(r"^\|\s*(\d+)\s+(?:(N/A|\d+)\s+(N/A|\d+)\s+)?(\d+)\s+(C\+G|M\+C|C|G|M)\s+(.*?)\s+"
                       r"(\d+MiB|N/A)\s*\|\s*$")
+
+
+def process_row(line: str) -> tuple[int, ProcessInfo] | None:
+    """(GPU index, the process) of one row of nvidia-smi's Processes table (``|    0   N/A  N/A    331903      C
+    ...python   1733MiB |``; MIG rows carry GI/CI ids), None for any other line. The one reading of such a row, for
+    the full table (smi.py) and the section pasted alone (`read_processes`)."""
+    m = PROC_ROW.match(line)
+    if not m:
+        return None
+    gi = m.group(2)
+    used = None if m.group(7) == "N/A" else int(m.group(7)[:-3]) * MIB
+    return int(m.group(1)), ProcessInfo(pid=int(m.group(4)), used_bytes=used, name=m.group(6).strip() or None,
+                                        kind="graphics" if m.group(5) == "G" else "compute",
+                                        mig=f"{gi}/{m.group(3)}" if gi and gi != "N/A" else None)
 PMON_HEADER = re.compile(r"^#\s*gpu\s+pid\s+type\b", re.I)
 
 
@@ -65,16 +78,11 @@ def read_processes(stream: Any) -> Iterator[Snapshot]:
     procs: dict[int, list[ProcessInfo]] = {}
     first = None
     for raw in stream.input.lines():
-        m = PROC_ROW.match(raw.strip())
-        if not m:
+        row = process_row(raw.strip())
+        if row is None:
             continue
         first = first or stream.input.lineno
-        gi = m.group(2)
-        used = None if m.group(7) == "N/A" else int(m.group(7)[:-3]) * MIB
-        procs.setdefault(int(m.group(1)), []).append(ProcessInfo(
-            pid=int(m.group(4)), used_bytes=used, name=m.group(6).strip() or None,
-            kind="graphics" if m.group(5) == "G" else "compute",
-            mig=f"{gi}/{m.group(3)}" if gi and gi != "N/A" else None))
+        procs.setdefault(row[0], []).append(row[1])
     if not procs:
         raise InputError("no process rows found in this nvidia-smi Processes section", file=stream.path, line=1)
     stream.notes.append(f"{stream.path}: the Processes section alone: each card's memory is the sum of its "
