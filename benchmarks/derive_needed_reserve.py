@@ -37,23 +37,12 @@ MIB32 = 32 << 20
 
 
 def needed(model: str, cfg: dict, world: int, stage: int | None) -> dict:
-    from derive_reserve import _DS
+    from derive_reserve import simulated
 
-    from finetune_doctor.analyzers.memory import compute_terms
-    from finetune_doctor.analyzers.memory.reserve import shape_class
     from finetune_doctor.probes.replay import replay_sim
-    from finetune_doctor.probes.simulate import simulate
-    from finetune_doctor.probes.spec import spec_from_run
-    from finetune_doctor.readers.model.modelcfg import load_arch
-    from finetune_doctor.run import resolve_run
-    from finetune_doctor.types import Hardware
 
-    arch = load_arch(model)[0]
-    hw = Hardware(gpu="derive", num_gpus=world, capacity_gib=None, bf16=True, source="flag")
-    run = resolve_run(dict(cfg), arch, hw, _DS(stage) if stage is not None else None)
-    spec = spec_from_run(run)
+    _run, spec, sim, cls, secs = simulated(model, cfg, world, stage)
     t = time.perf_counter()
-    sim = simulate(spec, steps=2, trace=True)
     extra = sum(sim.analytic.values())
     free = replay_sim(sim, None)
     lo, hi = free.peak_allocated, free.peak_reserved
@@ -65,9 +54,9 @@ def needed(model: str, cfg: dict, world: int, stage: int | None) -> dict:
             hi = mid
         else:
             lo = mid
-    return {"model": model, "config": spec.describe(), "class": shape_class(run, compute_terms(run)),
+    return {"model": model, "config": spec.describe(), "class": cls,
             "shown": (free.peak_reserved + extra) / sim.peak_bytes - 1, "needed": (hi + extra) / sim.peak_bytes - 1,
-            "tensor_peak_gib": sim.peak_gib, "s": round(time.perf_counter() - t, 1)}
+            "tensor_peak_gib": sim.peak_gib, "s": round(secs + time.perf_counter() - t, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:

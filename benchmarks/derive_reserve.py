@@ -62,11 +62,11 @@ class _DS:
         self.defaults = {}
 
 
-def measure(model: str, cfg: dict, world: int, stage: int | None) -> dict:
+def simulated(model: str, cfg: dict, world: int, stage: int | None) -> tuple:
+    """(run, spec, traced simulation of two steps, its shape class, seconds it took) of one GRID row: the input both
+    this script and benchmarks/derive_needed_reserve.py replay through the allocator."""
     from finetune_doctor.analyzers.memory import compute_terms
     from finetune_doctor.analyzers.memory.reserve import shape_class
-    from finetune_doctor.probes.allocconf import parse_alloc_conf
-    from finetune_doctor.probes.replay import replay_sim
     from finetune_doctor.probes.simulate import simulate
     from finetune_doctor.probes.spec import spec_from_run
     from finetune_doctor.readers.model.modelcfg import load_arch
@@ -79,9 +79,17 @@ def measure(model: str, cfg: dict, world: int, stage: int | None) -> dict:
     spec = spec_from_run(run)
     t = time.perf_counter()
     sim = simulate(spec, steps=2, trace=True)
+    return run, spec, sim, shape_class(run, compute_terms(run)), time.perf_counter() - t
+
+
+def measure(model: str, cfg: dict, world: int, stage: int | None) -> dict:
+    from finetune_doctor.probes.allocconf import parse_alloc_conf
+    from finetune_doctor.probes.replay import replay_sim
+
+    _run, spec, sim, cls, secs = simulated(model, cfg, world, stage)
     extra = sum(sim.analytic.values())
-    out = {"model": model, "config": spec.describe(), "class": shape_class(run, compute_terms(run)),
-           "tensor_peak_gib": sim.peak_gib, "sim_s": round(time.perf_counter() - t, 1)}
+    out = {"model": model, "config": spec.describe(), "class": cls,
+           "tensor_peak_gib": sim.peak_gib, "sim_s": round(secs, 1)}
     for label, conf in (("off", None), ("on", parse_alloc_conf("expandable_segments:True"))):
         rep = replay_sim(sim, conf)
         out[label] = (rep.peak_reserved + extra) / sim.peak_bytes - 1
