@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from finetune_doctor.errors import InputError
-from finetune_doctor.readers.config.lfkind import v1_hits
+from finetune_doctor.readers.config.lfkind import kind_of_file, v1_hits
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Finding, Report
 
@@ -204,7 +204,7 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     if skipped:
         sections["skipped"] = skipped
     recognised.update({f: "deepspeed" for f, k in kinds if k == "ds"})
-    recognised.update({f: k for f in skipped if (k := _other_kind(f))})
+    recognised.update({f: k for f in skipped if (k := kind_of_file(f))})
     if skipped:
         from finetune_doctor.readers.config.lfkind import NOT_LF
 
@@ -221,27 +221,6 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
                                           "run_dir": None, "files": list(files)},
                   findings=tuple(findings), notes=tuple(notes), sections=sections,
                   assumptions=tuple(assumed.values()))
-
-
-def _other_kind(path: str) -> str | None:
-    """The kind of a file that is not linted (an accelerate config, a dataset registry, ...), None when it is
-    none LF knows of: read leniently, as it is only named in the report."""
-    from finetune_doctor.readers.config.lfkind import kind_of
-    from finetune_doctor.readers.textfile import read_text
-
-    try:
-        text = read_text(path, "file")
-        if path.lower().endswith(".json"):
-            values = json.loads(text)
-        else:
-            # the reader every lint input goes through (libyaml when present; a duplicate key is no kind, as
-            # before): ruamel's pure-Python parser cost ~15 ms a file and its import ~30 ms (issue #22)
-            from finetune_doctor.readers.config.yamlcfg import parse_yaml_text
-
-            values, _ = parse_yaml_text(text, path)
-    except Exception:   # not ours to judge: an unreadable extra file is only left unnamed
-        return None
-    return kind_of(values, suffix=Path(path).suffix.lower())
 
 
 def diff(files: list[str], opts: Options, *, unsafe_fixes: bool = False) -> tuple[str, list[str], int]:

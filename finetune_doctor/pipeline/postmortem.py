@@ -177,25 +177,15 @@ def _skipped_notes(ev: Evidence, notes: list[str]) -> None:
 def _refuse_config_as_run(path: str | None) -> None:
     """A LLaMA-Factory or DeepSpeed config given where the run's folder or log goes: an InputError saying which
     command or flag takes it, instead of "nothing to diagnose" read from a YAML scanned as a log."""
-    suffix = os.path.splitext(path or "")[1].lower()
-    if not path or suffix not in (".yaml", ".yml", ".json") or not os.path.isfile(path) \
-            or os.path.getsize(path) > (1 << 20):
+    # configs are a few KiB: a YAML/JSON over 1 MiB given as the run is a log or a dump, read as one
+    if not path or os.path.splitext(path)[1].lower() not in (".yaml", ".yml", ".json") \
+            or not os.path.isfile(path) or os.path.getsize(path) > (1 << 20):
         return
-    import json
+    from finetune_doctor.readers.config.lfkind import kind_of_file
 
-    import yaml
-
-    from finetune_doctor.readers.config.lfkind import kind_of
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-        values = json.loads(text) if suffix == ".json" else yaml.load(text, Loader=getattr(yaml, "CSafeLoader",
-                                                                                            yaml.SafeLoader))
-    except (OSError, ValueError, yaml.YAMLError, RecursionError):
-        return   # not a readable config: read it as the log it may be
-    found = kind_of(values, suffix=suffix)
-    kind = "ds" if found == "deepspeed" else "lf" if found in ("train", "train-v1", "export", "export-v1", "chat", "eval") else None
+    found = kind_of_file(path)   # None for what is not a readable config: read as the log it may be
+    kind = "ds" if found == "deepspeed" else "lf" if found in ("train", "train-v1", "export", "export-v1", "chat",
+                                                               "eval") else None
     if kind == "lf":
         raise InputError("this is a LLaMA-Factory config, not a run folder or log: `doctor check` judges it before "
                          "launch; after a run, give the run's folder or log and this file as --config", file=path)

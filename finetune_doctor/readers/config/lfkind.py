@@ -170,3 +170,27 @@ def kind_of(values: Any, *, suffix: str = ".yaml", env: Mapping[str, str] | None
     if "infer_backend" in keys or not keys & TRAIN_MARKERS:
         return "chat"
     return "train"
+
+
+def kind_of_file(path: str) -> str | None:
+    """`kind_of` of a file read leniently, for a file that is only named, not judged (a skipped lint input, a
+    config handed to postmortem): None when it cannot be read or parsed, or is no kind LF knows of."""
+    import json
+
+    from finetune_doctor.readers.textfile import read_text
+
+    try:
+        text = read_text(path, "file")
+        if path.lower().endswith(".json"):
+            values = json.loads(text)
+        else:
+            # the reader every lint input goes through (libyaml when present; a duplicate key is no kind): ruamel's
+            # pure-Python parser cost ~15 ms a file and its import ~30 ms (issue #22)
+            from finetune_doctor.readers.config.yamlcfg import parse_yaml_text
+
+            values, _ = parse_yaml_text(text, path)
+    except Exception:   # not ours to judge: an unreadable or malformed file is only left unnamed
+        return None
+    import os
+
+    return kind_of(values, suffix=os.path.splitext(path)[1].lower())
