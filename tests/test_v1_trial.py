@@ -150,7 +150,6 @@ def test_v1_keys_are_judged_for_the_release_named(tmp_path, release, refused):
 
 
 def test_a_plugin_main_registers_is_refused_by_a_release_without_it(tmp_path):
-    moe = MOE
-    found = _lint(tmp_path, moe, "--llamafactory", "0.9.5")
+    found = _lint(tmp_path, MOE, "--llamafactory", "0.9.5")
     assert [m[:48] for c, m in found if c == "FD003"] == ["`dist_config.name: fsdpturbo` is not a plugin v1"]
-    assert not [m for c, m in _lint(tmp_path, moe, "--llamafactory", "0.9.6.dev0") if c == "FD003"]
+    assert not [m for c, m in _lint(tmp_path, MOE, "--llamafactory", "0.9.6.dev0") if c == "FD003"]

@@ -322,7 +322,7 @@ def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:
                                      "FORCE_TORCHRUN in the environment",
                               alternatives=("torchrun over several GPUs", "accelerate launch"),
                               resolve_with="--gpu NxCARD, --launch FILE or --accelerate-config FILE"))
-    if asm.kind == "train-v1" and _v1_subcommand(getattr(opts, "launch", None)) is None:
+    if asm.kind == "train-v1" and _v1_subcommand(facts.get("launch_trains")) is None:
         # a v1 YAML names no stage: `llamafactory-cli sft|dpo|rm` picks the trainer (v1 launcher.py L142-156)
         out.append(Assumption(name="v1-stage", value="sft (`USE_V1=1 llamafactory-cli sft`)",
                               source="a v1 config does not say which trainer runs it; the subcommand does",
@@ -331,9 +331,9 @@ def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:
     return out
 
 
-def _v1_subcommand(path: str | None) -> str | None:
-    """The v1 trainer a --launch file's `llamafactory-cli sft|dpo|rm|train` line names, None without one."""
-    line = _launch_line(path)
+def _v1_subcommand(line: str | None) -> str | None:
+    """The v1 trainer a launch line (`launch_facts`' ``launch_trains``) names with `llamafactory-cli sft|dpo|rm|train`,
+    None without one."""
     if not line:
         return None
     import re

@@ -202,7 +202,7 @@ class TextLogParser(FailureLines):
         if ("Killed" in text or "exitcode" in text or "exits with return code" in text or "oom" in text
                 or "Out Of Memory" in text or "Out of memory" in text or "received by PID" in text
                 or "can't allocate memory" in text or "sigkill_handler" in text or "Segmentation fault" in text
-                or "Bus error" in text or "Illegal instruction" in text or "Aborted" in text):
+                or "Bus error" in text or "Illegal instruction" in text):
             self._kill(text, line, rank)
         if "Root Cause (first" in text:
             self._child_failed(line, context)
