@@ -22,13 +22,19 @@ Data: benchmarks/data/calibration_rows.yaml. Each row is one run as its source s
   packed length: what the doctor would measure from the data, so the calibration closes its ``sample-lengths``
   assumption, `samples_fill`) or come from a real dataset whose longest sample the source does not state (the
   assumption stays open). Default: ``dataset`` for issue threads, ``fill`` for documentation tables;
-* ``round``: 1 (collected by session 5) or 2 (collected in session 6 from sources never used before; absent = 1);
+* ``round``: 1 (collected by session 5), 2 (session 6) or 3 (session 7), each from sources no earlier round used
+  (absent = 1);
 * ``split``: dev | test (`assign_split`).
 
 **Round 2 (session 6).** The round-1 test half informed a choice of form (benchmarks/results/calibrate.md), so it is
 no longer held out: every round-1 row is dev now, and the fresh held-out set is round 2, rows from sources no
 earlier row used, all test, committed before the doctor was run on any of them. Rows without a split are dealt as
-follows: round ≥ 2 to test; round 1 by the rule below.
+follows: the newest round (`HELD_OUT_ROUND`) to test; round 1 by the rule below.
+
+**Round 3 (session 7).** Round 2 was scored in session 6 and its figures informed the #23 refit, so every round-2 row
+is dev now (its ``split`` rewritten, the one time a committed split moved, said here). Round 3 lives in its own files,
+``benchmarks/data/calibration_rows_round3*.yaml`` (same fields), written and committed by collectors who never ran
+the doctor on them; `load_rows` reads them after the main file.
 
 **The split of round 1** was by source: every row of one page or thread lands in the same half. Within each source type the
 sources are ordered by the SHA-256 of their address and dealt, in that order, to whichever half holds fewer rows of
@@ -46,17 +52,28 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROWS = HERE / "data" / "calibration_rows.yaml"
+HELD_OUT_ROUND = 3   # the newest round: all test, never tuned on
 GIB = float(1 << 30)
 # GB-class sizes of cards as sold → the capacity torch reports is taken from the GPU catalogue instead
 UNIT_BYTES = {"GB": 1e9, "GiB": GIB}
 
 
-def load_rows(path: Path = ROWS) -> list[dict[str, Any]]:
-    """The rows of the data file (a list of dicts as documented above). Raises FileNotFoundError, yaml errors."""
+def load_rows(path: Path | None = None) -> list[dict[str, Any]]:
+    """The rows of `path`, or (None) of the main data file followed by every ``calibration_rows_round*.yaml`` beside it
+    in name order (a list of dicts as documented above). Raises FileNotFoundError, yaml errors, ValueError on a
+    duplicate ``id``."""
     from ruamel.yaml import YAML
 
-    data = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
-    return list(data["rows"])
+    paths = [path] if path is not None else [ROWS, *sorted(ROWS.parent.glob("calibration_rows_round*.yaml"))]
+    out: list[dict[str, Any]] = []
+    for p in paths:
+        out.extend((YAML(typ="safe").load(p.read_text(encoding="utf-8")) or {}).get("rows") or [])
+    seen: set[str] = set()
+    for r in out:
+        if r["id"] in seen:
+            raise ValueError(f"calibration row id {r['id']!r} appears twice")
+        seen.add(r["id"])
+    return out
 
 
 def source_key(source: str) -> str:
@@ -83,9 +100,9 @@ def assign_split(rows: list[dict[str, Any]]) -> dict[str, str]:
     for src, side in fixed.items():
         total[side] += counts[src]
         by_type[(kind[src], side)] = by_type.get((kind[src], side), 0) + counts[src]
-    fresh = {r["source"] for r in rows if int(r.get("round") or 1) >= 2}
+    fresh = {r["source"] for r in rows if int(r.get("round") or 1) >= HELD_OUT_ROUND}
     for src in sorted((s for s in counts if s not in fixed), key=lambda s: (kind[s], source_key(s))):
-        if src in fresh:   # round 2: the fresh held-out set
+        if src in fresh:   # the newest round: the fresh held-out set
             out[src] = "test"
             continue
         side = min(("dev", "test"), key=lambda h: (by_type.get((kind[src], h), 0), total[h], h != "dev"))

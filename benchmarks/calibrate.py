@@ -31,9 +31,10 @@ assumption closed, as the data would close it, calib_data.samples_fill). The fit
 written to finetune_doctor/analyzers/memory/uncertainty_table.json (``--no-write`` to skip) with the dev rows'
 provenance.
 
-**Which rows are held out.** Round 1's test half informed a choice of form (session 5), so from round 2 on every
-round-1 row is dev and the test half is round 2: rows from sources no earlier row used, committed before the doctor
-ran on them (benchmarks/calib_data.py). The script is deterministic (no sampling; the prior and the form are
+**Which rows are held out.** Each scored round becomes dev (round 1's test half informed a choice of form in
+session 5, round 2 the #23 refit in session 6); the test half is the newest round (calib_data.HELD_OUT_ROUND, round
+3 from session 7): rows from sources no earlier row used, committed before the doctor ran on them
+(benchmarks/calib_data.py). The script is deterministic (no sampling; the prior and the form are
 chosen by exhaustive grids), so a rerun after a change to the memory model refits on dev and rescores test in one
 command.
 
@@ -548,9 +549,9 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
           "Open assumptions (facts/assume.py `mixture`): p_oom and the interval are a mixture over the assumed value "
           "of each open assumption and its evaluated alternatives; the assumed value's probability, chosen on the dev "
           f"rows (`fit_weights`): {w}.", "", *weight_lines(res), "",
-          "How clean the test half is: round 1's test half (session 5) informed a choice of form, so its rows are "
-          "dev now; the test half is round 2, rows from sources no earlier row used, committed before the doctor ran "
-          "on any of them (benchmarks/calib_data.py). Every choice here (the form by leave-one-source-out, the "
+          "How clean the test half is: rounds 1 and 2 were scored earlier and informed choices, so their rows are "
+          "dev now; the test half is the newest round, rows from sources no earlier row used, committed before the "
+          "doctor ran on any of them (benchmarks/calib_data.py). Every choice here (the form by leave-one-source-out, the "
           "error table, the assumption weights) is made on dev; test is only scored.", "",
           "## Rows", ""] + counts_lines(res["rows"]) + [""] + loso_lines(res)
     for half in halves:

@@ -38,11 +38,12 @@ def test_every_row_names_its_source_and_a_committed_half():
     assert all(len(v) == 1 for v in by_source.values())
     committed = {s: next(iter(v)) for s, v in by_source.items()}
     assert calib_data.assign_split(ROWS) == committed                # a committed split never moves
-    # round 1 is all dev now (its test half informed a choice); a round-2 row without a split is dealt to test,
-    # a round-1 row without one by the hash rule
-    assert all(r["split"] == "dev" for r in ROWS if int(r.get("round") or 1) == 1)
-    assert all(r["split"] == "test" for r in ROWS if int(r.get("round") or 1) >= 2)
-    fresh = [{"source": "https://example.org/new", "source_type": "issue-thread", "round": 2}]
+    # every scored round is dev now (each informed a choice); a row of the newest round without a split is dealt
+    # to test, a round-1 row without one by the hash rule
+    held = calib_data.HELD_OUT_ROUND
+    assert all(r["split"] == "dev" for r in ROWS if int(r.get("round") or 1) < held)
+    assert all(r["split"] == "test" for r in ROWS if int(r.get("round") or 1) >= held)
+    fresh = [{"source": "https://example.org/new", "source_type": "issue-thread", "round": held}]
     assert calib_data.assign_split(ROWS + fresh)["https://example.org/new"] == "test"
     old = [{"source": "https://example.org/old", "source_type": "issue-thread"}]
     assert calib_data.assign_split(ROWS + old)["https://example.org/old"] in ("dev", "test")
