@@ -185,3 +185,77 @@ def test_a_bf16_name_drops_the_catalogue_fp8_quantization():
     assert fp8.quant is not None and fp8.quant.method == "fp8"
     bf16, _ = load_arch("/workspace/cache/ymttest/DeepSeek-R1-0528-BF16", offline=True)
     assert bf16.quant is None and "quantization_config (fp8) is dropped" in bf16.notes
+
+
+# -- trial 7: the remedy planner ranks fixes by their cost to the user (engine/planners.py docstring) ---------------
+
+TRIAL = ROOT / "fixtures" / "trial_reports"
+GEMMA_16K = TRIAL / "gemma3-12b-lora-16k-z3off-8xa100.yaml"   # LF#7628: logits 48 of 60 GiB
+QWEN3_20K = TRIAL / "qwen3-8b-lora-20k-2xa100-40gb.yaml"      # LF#8471: logits 34.8 of 64.9 GiB
+NEXT_80B = TRIAL / "qwen3-next-80b-a3b-lora-all-z3-8xa100.yaml"   # LF#9191: 45 of 79 GiB under ZeRO-3
+
+
+def _memory_fix(d):
+    f = next(f for f in d["findings"] if f["name"] in ("predicted-oom", "predicted-tight-fit",
+                                                        "verdict-depends-on-assumption"))
+    return [f["fix"], *f["fix"].get("alternatives", [])]
+
+
+def _keys(fix):
+    return [(e["key"], e["value"]) for e in fix["edits"]]
+
+
+def test_liger_comes_before_truncating_the_data_when_it_alone_fits():
+    # trial 7 c09: the planner led with cutoff_len 16384 -> 4096 while enable_liger_kernel alone fits
+    d = check_json(GEMMA_16K, "--env", GEMMA_16K.with_suffix(".env.txt"))
+    fixes = _memory_fix(d)
+    assert _keys(fixes[0]) == [("enable_liger_kernel", True)] and fixes[0]["safety"] == "safe"
+    assert fixes[0]["effect"]["total_gib_after"] < 15 and fixes[0]["effect"]["p_oom_after"] <= 0.05
+    assert "liger-kernel is installed on the training machine" in fixes[0]["cost"]
+    assert [k for f in fixes[1:] for k, _ in _keys(f)] == ["cutoff_len"]   # truncation only after it
+    names = {a["name"]: a for a in d["assumptions"]}
+    assert names["liger-kernel"]["value"] == "installable on the training machine"
+    assert not names["liger-kernel"]["moves_verdict"]
+
+
+def test_liger_leads_on_a_run_over_the_card_and_truncation_never_comes_alone_first():
+    # trial 7 c01: 64.9 GiB on a 39.4 GiB card, 34.8 of it logits; liger brings it to 27.6 GiB, cutoff unchanged
+    fixes = _memory_fix(check_json(QWEN3_20K, "--gpu", "2xA100-40GB"))
+    assert _keys(fixes[0]) == [("enable_liger_kernel", True)]
+    assert 25 < fixes[0]["effect"]["total_gib_after"] < 30 < 39.39
+    assert not any(_keys(f) == [("cutoff_len", 5120)] for f in fixes)
+
+
+def test_liger_is_not_offered_where_lf_has_no_patch_or_it_is_on(tmp_path):
+    from finetune_doctor.run.savers import liger_offerable
+
+    text = QWEN3_20K.read_text()
+    on = tmp_path / "on.yaml"
+    on.write_text(text + "enable_liger_kernel: true\n")
+    d = check_json(on, "--gpu", "2xA100-40GB")
+    assert not any(k == "enable_liger_kernel" for f in _memory_fix(d) for k, _ in _keys(f))
+    assert "liger-kernel" not in {a["name"] for a in d["assumptions"]}
+
+    class _Arch:
+        model_type = "deepseek_v2"   # LF's liger_kernel.py has no branch for it
+
+    class _Run:
+        liger_kernel = liger_unpatched = use_unsloth = False
+        arch = _Arch()
+        stack_sources = ()
+
+    assert not liger_offerable(_Run())
+    _Arch.model_type = "qwen3"
+    assert liger_offerable(_Run())
+    _Run.stack_sources = (("liger-kernel", "", "--env env.txt"),)   # a stack that says it is absent
+    assert not liger_offerable(_Run())
+
+
+def test_offload_is_the_last_remedy_for_a_run_that_fits_the_prediction():
+    # trial 7 c06: 45 of 79 GiB under ZeRO-3 (at-risk by the error band) got full CPU offload (~120 % slower) first
+    d = check_json(NEXT_80B, "--gpu", "8xA100-80GB", "--launch", NEXT_80B.with_suffix(".launch.sh"))
+    fixes = _memory_fix(d)
+    offload = [i for i, f in enumerate(fixes) if any("offload" in str(e["value"]) or "offload" in e["key"]
+                                                       for e in f["edits"])]
+    assert offload and offload == list(range(len(fixes) - len(offload), len(fixes))), [f["title"] for f in fixes]
+    assert offload[0] > 0

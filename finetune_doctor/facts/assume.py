@@ -43,7 +43,8 @@ OLD_TRANSFORMERS = "4.48.3"
 # run is modelled as LLaMA-Factory 0.9.5 runs it, and 0.9.5 requires transformers >= 4.55 (its wheel's metadata,
 # catalog/lf_keys.json "sources"); an older transformers means an older LLaMA-Factory. Every other assumption whose
 # alternatives change the verdict opens it, including those other modules add (the model's resolution).
-NOT_OPEN = frozenset({"eval-batch", "train-batch", "cutoff-len", "transformers-version"})
+# ``liger-kernel`` (installable) bears on a remedy, not on the run as configured: it never opens the verdict.
+NOT_OPEN = frozenset({"eval-batch", "train-batch", "cutoff-len", "transformers-version", "liger-kernel"})
 OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-dtype", "launcher",
                   "deepspeed-config", "attention-kernel", "image-pixels"})   # the ones this module weighs
 STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_config.json",
@@ -55,7 +56,7 @@ STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_co
 MEMORY_ONLY = frozenset({"sample-lengths", "gpus", "gpu-variant", "torch-version", "deepspeed-version",
                          "deepspeed-config", "checkpoint-dtype", "attention-kernel", "world-size",
                          "eval-batch", "train-batch", "cutoff-len", "host-ram", "images-per-sample", "image-pixels",
-                         "hccl-buffsize", "npu-runtime", "save-gathers-adapter-only"})
+                         "hccl-buffsize", "npu-runtime", "save-gathers-adapter-only", "liger-kernel"})
 
 Judge = Callable[[Any, Hardware | None, int | None], "tuple[float, str | None] | None"]
 
@@ -314,6 +315,15 @@ def _defaults(c: _Seen) -> list[Assumption]:
     if "cutoff_len" not in cfg:
         out.append(_weigh("cutoff-len", run.seq_len, "cutoff_len is not set: LLaMA-Factory's DataArguments "
                           "default (data_args.py)", "set cutoff_len in the YAML", c.base, []))
+    from finetune_doctor.run.savers import liger_offerable
+
+    if c.base in ("oom", "at-risk") and liger_offerable(run):
+        # the remedy planner may prescribe enable_liger_kernel (engine/planners.py `liger_candidate`): whether the
+        # training machine can import liger-kernel is not in any input (LF's env block does not list it)
+        out.append(_weigh("liger-kernel", "installable on the training machine", "a remedy may enable "
+                          "enable_liger_kernel; liger-kernel is an optional package (LLaMA-Factory's "
+                          "requirements/liger-kernel.txt: liger-kernel>=0.6.3) and no input says whether it is "
+                          "installed", "pip install \"liger-kernel>=0.6.3\" on the training machine", c.base, []))
     offload = run.offload_optimizer == "cpu" or run.offload_param == "cpu" or bool(getattr(run, "fsdp_offload", False))
     if offload and (hw is None or hw.host_ram_gib is None):
         out.append(_weigh("host-ram", "unknown", "CPU offload keeps states in host RAM, and the training machine's "
