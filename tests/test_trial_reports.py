@@ -4,6 +4,7 @@ silently, verdicts follow the unknowns): each test pins the whole kind of fault,
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from finetune_doctor.cli import main
@@ -259,3 +260,21 @@ def test_offload_is_the_last_remedy_for_a_run_that_fits_the_prediction():
                                                        for e in f["edits"])]
     assert offload and offload == list(range(len(fixes) - len(offload), len(fixes))), [f["title"] for f in fixes]
     assert offload[0] > 0
+
+
+def test_token_limit_says_when_the_error_band_and_not_the_card_sets_it():
+    # trial 7 c01: "18.0 GiB fits with samples of 512 tokens" on a 39.4 GiB card beside "fits as long as no sample
+    # exceeds 726 tokens" read as a contradiction; both hold (at 726 tokens the estimate, 18.5 GiB, is the most the
+    # card takes at a 5 % probability of OOM), so the report now says which limit is the card's
+    d = check_json(QWEN3_20K, "--gpu", "2xA100-40GB")
+    tb = d["memory"]["token_budget"]
+    train = tb["train"]
+    assert tb["budget_gib"] == pytest.approx(39.39, abs=0.01)
+    assert 600 < train["tokens_per_sample"] < 900 and 17 < train["total_gib"] < 20
+    # the point estimate alone reaches the card near 9k tokens: the band takes more than 90 % of the length
+    assert 8000 < train["card_tokens_per_sample"] < 11000
+    text = invoke("check", QWEN3_20K, "--gpu", "2xA100-40GB", "--no-data").output
+    flat = " ".join(text.split())
+    assert (f"as long as no sample exceeds {train['tokens_per_sample']:,} tokens" in flat
+            and "set by the prediction's error for this kind of run, not by the card" in flat
+            and f"reaches the card only at {train['card_tokens_per_sample']:,} tokens" in flat)
