@@ -278,3 +278,28 @@ def test_token_limit_says_when_the_error_band_and_not_the_card_sets_it():
     assert (f"as long as no sample exceeds {train['tokens_per_sample']:,} tokens" in flat
             and "set by the prediction's error for this kind of run, not by the card" in flat
             and f"reaches the card only at {train['card_tokens_per_sample']:,} tokens" in flat)
+
+
+def test_yml_config_without_a_release_is_an_assumption_and_with_an_old_one_an_error(tmp_path):
+    # trial 7 c07 (LF#5604): a .yml config passed clean for every release; 0.8.0-0.9.0 load only .yaml/.json
+    # (each wheel's hparams/parser.py, catalog config_suffixes), so there it stops before reading a key
+    from finetune_doctor.readers.config.lfrelease import choose
+
+    assert choose("0.9.0").suffix_versions(".yml") == [] and choose("0.9.1").suffix_versions(".yml") == ["0.9.1"]
+    assert choose("0.8.0").suffix_versions(".yaml") == ["0.8.0"] and choose("0.8.0").suffix_versions(".json")
+    cfg = tmp_path / "bird.yml"
+    cfg.write_text(LORA_YAML.format(model="Qwen/Qwen2.5-7B-Instruct"))
+    unknown = json.loads(invoke("lint", cfg, "--llamafactory", "not-a-version", "--format", "json").output)
+    assert "FD045" not in {f["code"] for f in unknown["findings"]}
+    a = next(a for a in unknown["assumptions"] if a["name"] == "config-suffix")
+    assert a["value"] == "a LLaMA-Factory release that loads .yml configs (0.9.1-0.9.6.dev0)"
+    assert a["alternatives"][0].startswith("LLaMA-Factory 0.8.0-0.9.0: ")
+    old = invoke("lint", cfg, "--llamafactory", "0.9.0", "--format", "json")
+    assert old.exit_code == 1
+    f = next(f for f in json.loads(old.output)["findings"] if f["code"] == "FD045")
+    assert f["severity"] == "error" and "Releases 0.9.1-0.9.6.dev0 load it" in f["message"]
+    yaml = tmp_path / "bird.yaml"
+    yaml.write_text(LORA_YAML.format(model="Qwen/Qwen2.5-7B-Instruct"))
+    same = json.loads(invoke("lint", yaml, "--llamafactory", "0.9.0", "--format", "json").output)
+    assert "FD045" not in {f["code"] for f in same["findings"]}
+    assert "config-suffix" not in {a["name"] for a in same["assumptions"]}
