@@ -14,11 +14,13 @@ and led with full CPU offload for a run at 57 % of its card):
    the allocator's expandable segments. Nothing is lost, so they come first.
 1. **throughput**: the same training at some compute or communication cost — activation checkpointing, a smaller
    micro batch with more accumulation (same global batch), a smaller eval batch, ZeRO-2/3.
-2. **changes what is trained**: truncating samples (``cutoff_len``), QLoRA, 8-bit Adam, pure bf16, LoRA instead of
-   full, fewer LoRA targets. Marked unsafe; the user decides whether the change is acceptable.
+2. **changes what is trained**: truncating samples (``cutoff_len``), QLoRA, 8-bit Adam, pure bf16, fewer LoRA
+   targets. Marked unsafe; the user decides whether the change is acceptable.
 3. **offload**: CPU offload of optimizer states or parameters — the same training, but ~60-120 % slower and
-   hundreds of GiB of host RAM per node, which the doctor often cannot see. Last, so that a user is never sent to
-   the slowest remedy while a cheaper one fits. A set fits when the probability of OOM of its estimate is at most 5 %
+   hundreds of GiB of host RAM per node, which the doctor often cannot see: after every remedy that keeps the
+   speed, so that a user is never sent to the slowest remedy while a cheaper one fits.
+4. **another method**: LoRA instead of full fine-tuning. A user who chose full fine-tuning wants its result; a
+   slower run of the same training (offload) is the lesser change, so switching the method comes last. A set fits when the probability of OOM of its estimate is at most 5 %
 (analyzers/memory/uncertainty.py: the estimate's error measured on the benchmarks for the run's shape class), not when
 it lands just under the card. For a run predicted over the card, the cheapest set that brings the prediction
 under it with p_oom < 50 % leads even when it misses 5 % (`cheapest_under`; the fitting sets follow), and a set
@@ -53,7 +55,7 @@ class Candidate:
     remedies on the same knob in one set. `expandable`: the remedy is the allocator setting
     ``expandable_segments:True`` (no file edit; its effect is the 'on' reserve, facts/mem.py `expandable_total`).
     `tier`: the cost to the user (module docstring, `TIERS`): 0 free, 1 throughput, 2 changes what is trained,
-    3 offload.
+    3 offload, 4 another fine-tuning method.
     """
 
     label: str
@@ -66,7 +68,7 @@ class Candidate:
     tier: int = 1
 
 
-TIERS = {"free": 0, "throughput": 1, "training": 2, "offload": 3}
+TIERS = {"free": 0, "throughput": 1, "training": 2, "offload": 3, "method": 4}
 
 # liger-kernel is an optional package LF imports only when enable_liger_kernel is set (requirements/liger-kernel.txt:
 # liger-kernel>=0.6.3); nothing the doctor reads says whether the training machine has it
@@ -189,7 +191,7 @@ def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
     if run.finetuning_type in ("full", "freeze"):
         out.append(Candidate("LoRA instead of full fine-tuning", "ft",
                              (("config", "finetuning_type", "lora", False), ("config", "lora_target", "all", False)),
-                             0, True, "trains low-rank adapters only", tier=2))
+                             0, True, "trains low-rank adapters only", tier=4))
     if run.finetuning_type in ("lora",) and not prequantized and not (run.deepspeed and run.zero_stage == 3):
         out.append(Candidate("QLoRA (4-bit base weights)", "quant",
                              (("config", "quantization_bit", 4, False),), 30, True,
