@@ -303,3 +303,49 @@ def test_yml_config_without_a_release_is_an_assumption_and_with_an_old_one_an_er
     same = json.loads(invoke("lint", yaml, "--llamafactory", "0.9.0", "--format", "json").output)
     assert "FD045" not in {f["code"] for f in same["findings"]}
     assert "config-suffix" not in {a["name"] for a in same["assumptions"]}
+
+
+QWEN_VL_FULL = """### model
+model_name_or_path: Qwen/Qwen2.5-VL-7B-Instruct
+image_max_pixels: 262144
+video_max_pixels: 16384
+trust_remote_code: true
+
+### method
+stage: sft
+do_train: true
+finetuning_type: full
+freeze_vision_tower: true  # choices: [true, false]
+freeze_multi_modal_projector: false  # choices: [true, false]
+train_mm_proj_only: {flag}  # choices: [true, false]
+
+### dataset
+dataset: mllm_demo
+template: qwen2_vl
+cutoff_len: 2048
+output_dir: saves/qwen2_5vl-7b/full/sft
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 2
+learning_rate: 1.0e-5
+num_train_epochs: 3.0
+bf16: true
+"""
+
+
+def test_deleting_a_retired_flag_at_its_old_default_is_a_safe_fix(tmp_path):
+    # trial 7 c02 (LF#7412): `train_mm_proj_only: false` (default False in 0.8.0-0.9.1, the releases that read it)
+    # was classed "changes training semantics"; deleting it changes nothing. `true` did change what trained.
+    def fd001(flag):
+        cfg = tmp_path / f"{flag}.yaml"
+        cfg.write_text(QWEN_VL_FULL.format(flag=flag))
+        d = json.loads(invoke("lint", cfg, "--llamafactory", "0.9.2", "--format", "json").output)
+        return next(f for f in d["findings"] if f["code"] == "FD001" and f["location"]["key"] == "train_mm_proj_only")
+
+    off, on = fd001("false"), fd001("true")
+    assert off["fix"]["safety"] == "safe" and [(e["key"], e.get("delete")) for e in off["fix"]["edits"]] == \
+        [("train_mm_proj_only", True)]
+    assert on["fix"]["safety"] == "unsafe"
+    cfg = tmp_path / "false.yaml"
+    r = invoke("lint", cfg, "--llamafactory", "0.9.2", "--fix")
+    assert r.exit_code in (0, 1) and "train_mm_proj_only" not in cfg.read_text()
+    assert "freeze_multi_modal_projector: false  # choices: [true, false]" in cfg.read_text()   # comments kept

@@ -30,6 +30,7 @@ KEY_ITEM = {
     "was": F("str", "for kind unverified: the kind the problem has when its condition holds"),
     "line": F("int", "1-based line of the key in the config"),
     "override": F("bool", "the value was given as key=value on the command line"),
+    "inert": F("bool", "deleting the key changes nothing: a retired key at the default it had where it was read"),
 }
 UNUSED_ITEM = {
     "code": F("str", "code or rule name as written in the comment"),
@@ -96,7 +97,7 @@ MAX_PER_KIND = 1000
 """Key problems of one kind (unknown, renamed, ...) judged one by one per file. Each costs about 1 ms of rule
 evaluation; a file of 100k unknown keys (issue 27) is reported by its first 1,000 and a count of the rest."""
 
-KEY_FIELDS = ("key", "kind", "message", "suggestion", "replacement_key", "fix", "fix_value", "condition")
+KEY_FIELDS = ("key", "kind", "message", "suggestion", "replacement_key", "fix", "fix_value", "condition", "inert")
 
 
 def _problems(doc: ConfigDoc, transformers_version: str | None, release: Any, kind: str) -> list[Any]:

@@ -42,6 +42,8 @@ class KeyProblem:
     decision, not this module's.
     `condition` is None when LLaMA-Factory always fails on this key, or a short text naming when it does
     (``"transformers 5.x"``; ``"ALLOW_EXTRA_ARGS set: LF drops the key silently"``).
+    `inert`: deleting the key changes nothing the run does — a retired key set to the default it had in the
+    releases that read it (``train_mm_proj_only: false``), so the rule may call its deletion safe.
     """
 
     key: str
@@ -52,6 +54,7 @@ class KeyProblem:
     fix: str | None = None
     fix_value: Any = None
     condition: str | None = None
+    inert: bool = False
 
 
 @lru_cache(maxsize=4)
@@ -402,7 +405,7 @@ def _retired(ctx: _Ctx, key: str, r: Mapping[str, Any], value: Any, entry: Mappi
         cond = f"transformers >= {nxt}; no --transformers given"
     if not new:
         return KeyProblem(key, "unknown", f"`{key}` is not a LLaMA-Factory key{when}: {_FATE}.{why}",
-                          suggestion=f"remove `{key}`", fix="delete", condition=cond)
+                          suggestion=f"remove `{key}`", fix="delete", condition=cond, inert=_at_old_default(key, value))
     fix_value: Any = _NO_FIX
     if r.get("same_value"):
         fix_value = value
@@ -414,6 +417,19 @@ def _retired(ctx: _Ctx, key: str, r: Mapping[str, Any], value: Any, entry: Mappi
     suggestion = f"write `{new}: {_yaml(fix_value)}`" if fix_value is not _NO_FIX else f"use `{new}`"
     return KeyProblem(key, "renamed", f"`{key}` was renamed to `{new}`{when}; {_FATE}.{why}",
                       suggestion=suggestion, replacement_key=new, condition=cond, **extra)
+
+
+def _at_old_default(key: str, value: Any) -> bool:
+    """`value` is the default `key` had in the newest catalogued LF release that declared it (catalog/
+    lf_releases.json, from the wheels' dataclasses), of the same type (``False`` is not ``0``) — or null, which
+    LF's parser reads as the field left unset. Then the release that read the key did what it does without it."""
+    from finetune_doctor.readers.config.lfrelease import choose
+
+    rel = choose(None)
+    if not rel.key_versions(key):
+        return False   # no release in the catalog declared it: its old default is not known here
+    old = rel.default(key)
+    return value is None or (type(value) is type(old) and value == old)
 
 
 # compute_dtype values and the flag that produces them (LF parser.py:640-643).
