@@ -349,3 +349,16 @@ def test_deleting_a_retired_flag_at_its_old_default_is_a_safe_fix(tmp_path):
     r = invoke("lint", cfg, "--llamafactory", "0.9.2", "--fix")
     assert r.exit_code in (0, 1) and "train_mm_proj_only" not in cfg.read_text()
     assert "freeze_multi_modal_projector: false  # choices: [true, false]" in cfg.read_text()   # comments kept
+
+
+def test_moe_expert_lora_names_the_runs_own_precision():
+    # trial 7 c06: FD605 said "fp32 weights, gradients and Adam states" where the run line said "trainable bf16"
+    # (DeepSpeed with bf16 keeps trainable params in bf16 and fp32 masters in its optimizer: 2 + 2 + 12 bytes)
+    z3 = check_json(NEXT_80B, "--gpu", "8xA100-80GB", "--launch", NEXT_80B.with_suffix(".launch.sh"))
+    plain = check_json(NEXT_80B, "deepspeed=null", "--gpu", "8xA100-80GB")
+    msg = {d["run"]["precision"]["trainable"]: next(f["message"] for f in d["findings"] if f["code"] == "FD605")
+           for d in (z3, plain)}
+    assert set(msg) == {"bfloat16", "float32"}
+    assert "91 GiB of bf16 weights and gradients plus fp32 master weights and Adam states" in " ".join(
+        msg["bfloat16"].split()) and "fp32 weights, gradients" not in msg["bfloat16"]
+    assert "91 GiB of fp32 weights, gradients and Adam states before sharding" in " ".join(msg["float32"].split())
