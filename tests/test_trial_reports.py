@@ -362,3 +362,23 @@ def test_moe_expert_lora_names_the_runs_own_precision():
     assert "91 GiB of bf16 weights and gradients plus fp32 master weights and Adam states" in " ".join(
         msg["bfloat16"].split()) and "fp32 weights, gradients" not in msg["bfloat16"]
     assert "91 GiB of fp32 weights, gradients and Adam states before sharding" in " ".join(msg["float32"].split())
+
+
+def test_image_resolution_rename_keeps_a_pixel_count_and_squares_a_side_length(tmp_path):
+    # trial 7 c08: `image_resolution: 262144` became `image_max_pixels: 68719476736`. LF 0.9.0 read the key as the
+    # longest side (default 512), 0.9.1 as a pixel count (default 512*512), from the wheels' model_args.py
+    def fix_of(res, vid):
+        cfg = tmp_path / f"mm{res}.yaml"
+        cfg.write_text(QWEN_VL_FULL.format(flag="false").replace("image_max_pixels: 262144\nvideo_max_pixels: 16384",
+                                                                  f"image_resolution: {res}\nvideo_resolution: {vid}"))
+        d = json.loads(invoke("lint", cfg, "--llamafactory", "0.9.4", "--format", "json").output)
+        return {f["location"]["key"]: f["fix"] for f in d["findings"] if f["code"] == "FD002"}
+
+    counts = fix_of(262144, 16384)
+    assert [(e["key"], e.get("value")) for e in counts["image_resolution"]["edits"]][0] == ("image_max_pixels", 262144)
+    assert [(e["key"], e.get("value")) for e in counts["video_resolution"]["edits"]][0] == ("video_max_pixels", 16384)
+    assert "assumed: 262144 is already a pixel count" in counts["image_resolution"]["title"]
+    sides = fix_of(768, 128)
+    assert [(e["key"], e.get("value")) for e in sides["image_resolution"]["edits"]][0] == ("image_max_pixels", 589824)
+    assert [(e["key"], e.get("value")) for e in sides["video_resolution"]["edits"]][0] == ("video_max_pixels", 16384)
+    assert "assumed: 768 is a side length, as LLaMA-Factory 0.9.0 read it" in sides["image_resolution"]["title"]
