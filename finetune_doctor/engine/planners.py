@@ -433,5 +433,10 @@ def plan_expandable(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
         return None
     effect = {"total_gib_before": mem["total"], "total_gib_after": mem["expandable_total"],
               "p_oom_before": mem.get("p_oom"), "p_oom_after": mem.get("expandable_p_oom")}
+    run, hw = ctx.extra.get("run"), ctx.extra.get("hw")
+    mix = mixture_ratios(ctx.extra, False)
+    if mix and run is not None and hw is not None and hw.capacity_gib:
+        # mem.p_oom is the mixture over the open assumptions: the "after" must be the same quantity
+        effect["p_oom_after"] = judge_against(hw, mix)(run, True)[2]
     return Fix(title=launchenv.EXPANDABLE_REMEDY, edits=(), safety="safe",
                effect={k: v for k, v in effect.items() if v is not None}, cost=expandable_candidate().note)
