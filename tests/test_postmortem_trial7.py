@@ -151,3 +151,52 @@ def test_an_output_file_in_the_run_folder_is_not_read(tmp_path):
     r = pm.run(str(d), [], str(d / "config.yaml"), Options(command="postmortem", output=str(out)))
     assert _rows(r)["postmortem.txt"]["problems"] == ["not read: this command's own report is being written to it"]
     assert "cuda-error" not in [f.name for f in r.findings]
+
+
+# -- 4. an NCCL timeout where every rank that printed only waited (c12, LLaMA-Factory #7396) ---------------------------
+
+def test_the_silent_rank_is_named_when_every_printing_rank_timed_out():
+    r = _run("c12-7396", config=False)
+    rf = next(f for f in r.findings if f.name == "rank-failed-first")
+    # before: "Rank 0 failed first (NCCL collective timeout), by the earliest failure line by wall clock"
+    assert rf.message.startswith("Rank 1 is the likely root (no line in the files read), by causality: every "
+                                 "rank that logged a failure (0, 2, 3, 4) only timed out, all on the same "
+                                 "collective (ALLREDUCE #1580)")
+    assert "rank(s) 1 of ranks 0-4 (4 the highest the logs name) printed nothing" in rf.message
+    assert "by the earliest failure line by wall clock" not in rf.message
+    assert rf.location.line == 1
+    nccl = next(f for f in r.findings if f.name == "nccl-timeout")
+    assert "rank 1 printed nothing while every rank that did timed out: the others waited on it" in nccl.message
+    assert "(so the framework most likely passed none)" in nccl.message
+    ranks = r.sections["postmortem"]["ranks"]
+    assert ranks["first_failed"]["rank"] == 1 and ranks["waiting"] == [0, 2, 3, 4]
+
+
+def _timeouts(tmp_path, seqs: dict[int, int], extra: str = "") -> str:
+    lines = []
+    for k, (rank, seq) in enumerate(sorted(seqs.items())):
+        lines.append(f"[rank{rank}]:[E321 02:07:08.4{k}8271257 ProcessGroupNCCL.cpp:607] [Rank {rank}] Watchdog "
+                     f"caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, "
+                     "NumelIn=466119168, NumelOut=466119168, Timeout(ms)=600000) ran for 600060 milliseconds "
+                     "before timing out.")
+    p = tmp_path / "train.log"
+    p.write_text(extra + "\n".join(lines) + "\n", encoding="utf-8")
+    return str(p)
+
+
+def test_a_rank_that_raised_stays_the_root_over_a_silent_one(tmp_path):
+    oom = ("[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total "
+           "capacity of 79.15 GiB of which 1.10 GiB is free.\n")
+    r = pm.run(_timeouts(tmp_path, {0: 1580, 2: 1580}, oom), [], None, Options(command="postmortem"))
+    first = r.sections["postmortem"]["ranks"]["first_failed"]
+    assert first["rank"] == 3 and "causality: rank 3 raised" in next(
+        f for f in r.findings if f.name == "rank-failed-first").message
+
+
+def test_a_paste_missing_half_the_ranks_names_no_silent_rank(tmp_path):
+    # ranks 0 and 3 of four: two of four missing is a partial paste, not evidence about ranks 1 and 2
+    r = pm.run(_timeouts(tmp_path, {0: 1580, 3: 1580}), [], None, Options(command="postmortem"))
+    first = r.sections["postmortem"]["ranks"]["first_failed"]
+    assert first["rank"] == 0 and first["how"].startswith("the earliest failure line by wall clock")
+    msg = next(f for f in r.findings if f.name == "rank-failed-first").message
+    assert "printed nothing" not in msg and "the clock is the weakest evidence" in msg
