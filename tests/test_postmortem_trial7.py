@@ -200,3 +200,31 @@ def test_a_paste_missing_half_the_ranks_names_no_silent_rank(tmp_path):
     assert first["rank"] == 0 and first["how"].startswith("the earliest failure line by wall clock")
     msg = next(f for f in r.findings if f.name == "rank-failed-first").message
     assert "printed nothing" not in msg and "the clock is the weakest evidence" in msg
+
+
+def _with_unknown_key(tmp_path):
+    cfg = tmp_path / "config.yaml"
+    with open(os.path.join(FIX, "c10-7755", "config.yaml"), encoding="utf-8") as fh:
+        cfg.write_text(fh.read() + "fp32: true\n", encoding="utf-8")
+    return str(cfg)
+
+
+def test_a_start_up_refusal_is_a_warning_when_the_logs_show_steps(tmp_path):
+    # LLaMA-Factory's parser refuses `fp32` (allow_extra_keys=False): a run that logged steps did not read it
+    r = pm.run(os.path.join(FIX, "c10-7755", "run"), [], _with_unknown_key(tmp_path),
+               Options(command="postmortem", gpu="3xV100-32GB"))
+    f = next(f for f in r.findings if f.name == "unknown-key")
+    assert f.severity == "warning" and f.location.key == "fp32"
+    assert f.message.endswith("The logs show training steps, so the run got past start-up: the config read here is "
+                              "not exactly the one that ran (edited since, or judged for another LLaMA-Factory "
+                              "release than the one that ran).")
+    assert r.findings[0].name == "fp16-on-bf16-model-confirmed"
+
+
+def test_a_start_up_refusal_stays_an_error_for_a_run_that_logged_no_step(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("Traceback (most recent call last):\nValueError: Some keys are not used by the "
+                   "HfArgumentParser: ['fp32']\n", encoding="utf-8")
+    r = pm.run(str(log), [], _with_unknown_key(tmp_path), Options(command="postmortem"))
+    f = next(f for f in r.findings if f.name == "unknown-key")
+    assert f.severity == "error" and "got past start-up" not in f.message

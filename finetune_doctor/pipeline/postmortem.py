@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from dataclasses import replace
 from typing import Any
 
 from finetune_doctor.analyzers.postmortem.timeline import analyze
@@ -48,6 +49,11 @@ SPARK_POINTS = 120
 CHECK_CATEGORIES = ("config", "precision", "deepspeed")
 """Categories of ``check`` rules that judge the config alone and so apply to a run that already happened (memory
 rules do not: the logs show what the memory really did)."""
+PARSE_TIME = ("unknown-key", "renamed-key", "missing-required-key", "conflicting-options", "v1-parse-error")
+"""``check`` rules whose errors stop LLaMA-Factory while it parses the arguments (each rule's *Why is this bad?*:
+HfArgumentParser.parse_dict with allow_extra_keys=False, get_train_args, __post_init__): a run whose logs show
+training steps got past them, so in a postmortem they are warnings (trial 7 c10, the same reasoning as
+deepspeed-file-missing)."""
 CMDLINE = "cmdline.txt"
 OWN_OUTPUT_NOTE = "not read as logs, finetune-doctor's own output"
 OWN_REPORT_MARKS = ("a finetune-doctor report", "this command's own report")
@@ -160,7 +166,20 @@ def _judge(facts: dict[str, Any], sources: dict[str, SourceDoc], opts: Options, 
     extra = [f for f in judge("check", facts, sources, opts, live=live)
              if f.category in CHECK_CATEGORIES and (f.code, f.location.file, f.location.line) not in have
              and f.name not in confirmed]
+    steps = (facts.get("ev") or {}).get("steps") or {}
+    if steps.get("last") is not None or steps.get("logged"):
+        extra = [_past_start_up(f) for f in extra]
     return found + sorted(extra, key=lambda f: -SEVERITY_RANK.get(f.severity, 0))
+
+
+def _past_start_up(f: Finding) -> Finding:
+    """A start-up refusal (PARSE_TIME) judged on a config whose run logged training steps: the logs outrank it,
+    so it is a warning that says why rather than an error claiming the run could not start."""
+    if f.name not in PARSE_TIME or f.severity != "error":
+        return f
+    return replace(f, severity="warning", message=f.message.rstrip() + (
+        " The logs show training steps, so the run got past start-up: the config read here is not exactly the one "
+        "that ran (edited since, or judged for another LLaMA-Factory release than the one that ran)."))
 
 
 def _skipped_notes(ev: Evidence, notes: list[str]) -> None:
