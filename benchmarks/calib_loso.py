@@ -43,7 +43,7 @@ from typing import Any
 CLASS_BYS: tuple[tuple[str, ...], ...] = (("shape",), ("weights",), ("shape", "weights"))
 FACTORS = (1.0, 0.75, 0.5)
 TAUS = (0.0, 0.05, 0.10, 0.20)
-MAX_DOFS: tuple[int | None, ...] = (None, 4, 3)
+MAX_DOFS: tuple[int | None, ...] = (None, 4, 3, 2)
 ROBUST = (False, True)
 VARIANTS = [(by, rob, lam, tau, cap) for by in CLASS_BYS for rob in ROBUST for cap in MAX_DOFS for lam in FACTORS
             for tau in TAUS]

@@ -27,7 +27,11 @@ The ``simulated`` and ``measured`` methods are kept as they are (no row here is 
 the mixture over open assumptions (facts/assume.py `mixture`: p_oom and the interval of an estimate made under
 assumptions the doctor could not check) are chosen on the dev rows with that table (`fit_weights`: a grid for the
 sample-lengths assumption and one for every other; a row whose samples reach cutoff_len has its sample-lengths
-assumption closed, as the data would close it, calib_data.samples_fill). The fitted table, weights included, is
+assumption closed, as the data would close it, calib_data.samples_fill). Since session 8 the sample lengths are
+not fitted: the mixture weighs their evaluated lengths by a log-uniform prior on the longest sample (PRIOR_CHOICE,
+analyzers/memory/uncertainty.py: the threads that carry an outcome were published for their OOMs, the tables
+that carry a measurement for standard short datasets; `lengths_prior_scores` reports what each would pick), and
+only the rows whose samples reach cutoff_len fit the error model and choose its form. The fitted table, weights included, is
 written to finetune_doctor/analyzers/memory/uncertainty_table.json (``--no-write`` to skip) with the dev rows'
 provenance.
 
@@ -626,7 +630,10 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
           + (f" + {res['legacy']} published rows of memory_points_dev.csv" if res["legacy"] else "")
           + f"; prior κ0 = {t['kappa0']:g}, ν0 = {t['nu0']} (best leave-one-out log score); analytic classes keyed by "
           f"{' × '.join(res['chosen']['class_by'])}, p_oom's spread √((λ·s)² + τ²) with λ = {res['chosen']['factor']:.2f}, "
-          f"τ = {res['chosen']['tau']:.2f}.", "",
+          f"τ = {res['chosen']['tau']:.2f}; class location and scale by "
+          f"{'median and MAD' if res['chosen'].get('robust') else 'mean and standard deviation'}, predictive t's "
+          f"degrees of freedom capped at {res['chosen'].get('max_dof') or 'none'}. Fitted on the dev rows whose samples "
+          "reach cutoff_len only (benchmarks/calib_loso.py, 'Which rows').", "",
           "Open assumptions (facts/assume.py `mixture`): p_oom and the interval are a mixture over the assumed value "
           "of each open assumption and its evaluated alternatives; the assumed value's probability, chosen on the dev "
           f"rows (`fit_weights`): {w}.", "", *weight_lines(res), "",
