@@ -534,7 +534,8 @@ def mixture(total: float, hw: Hardware | None, assumptions: list[Assumption],
     return out
 
 
-def _length_options(a: Assumption, alts: list[tuple[str, float]], total: float, prior: Any) -> list[tuple[float, float, float | None]] | None:
+def _length_options(a: Assumption, alts: list[tuple[str, float]], total: float,
+                    prior: Any) -> list[tuple[float, float, float | None]] | None:
     """The mixture options (weight, total ratio, None) of a ``sample-lengths`` assumption under the prior on the
     longest sample, or None when the constant weight applies (another assumption, no prior, or labels that do not
     name a length)."""
