@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -35,6 +36,12 @@ from finetune_doctor.types import Assumption, Hardware
 # The shortest samples taken as plausible when the data is not here: a one-turn instruction with a short answer
 # (alpaca's median is ~150 tokens under a chat template; 512 leaves room for the longest sample of a batch).
 SHORT_SAMPLE_TOKENS = 512
+# The longest sample is evaluated at SHORT_SAMPLE_TOKENS and each doubling of it below cutoff_len (512, 1024, ...,
+# at most SAMPLE_LADDER_STEPS lengths): the mixture over the open assumptions weighs them by the table's prior on
+# the longest sample (analyzers/memory/uncertainty.py `length_weights`); a doubling keeps the discretisation's
+# over-prediction of the activations under 2x while cutoff_len 32768 costs six re-runs of the memory model.
+SAMPLE_LADDER_STEPS = 7
+_SAMPLE_LABEL = re.compile(r"^samples of (\d+) tokens$")
 # the transformers release before the loss stopped copying the shifted logits (run/stack.py
 # SHIFTED_LOGITS_COPY_BEFORE = 4.49): the plausible older stack
 OLD_TRANSFORMERS = "4.48.3"
@@ -160,9 +167,9 @@ def _data_and_card(c: _Seen) -> list[Assumption]:
     """The sample lengths without the data; the card a bare ``--gpu`` names; no card at all."""
     run, hw, out = c.run, c.hw, []
     if c.tokens is None and not run.packing:
-        short = min(SHORT_SAMPLE_TOKENS, run.seq_len)
-        alts = [(f"samples of {short} tokens", lambda: c.judge(run.with_(seq_len=short), hw, None))] \
-            if short < run.seq_len else []
+        ladder = [SHORT_SAMPLE_TOKENS << k for k in range(SAMPLE_LADDER_STEPS)]
+        alts = [(f"samples of {n} tokens", (lambda n=n: c.judge(run.with_(seq_len=n), hw, None)))
+                for n in ladder if n < run.seq_len]
         out.append(_weigh(
             "sample-lengths", f"every sample fills cutoff_len ({run.seq_len} tokens)",
             "the datasets were not scanned (not on this machine, or --no-data): the worst case is taken",
@@ -483,9 +490,13 @@ def _bisect(ok: Callable[[int], bool], hi: int) -> int:
 MIXTURE_MAX_ASSUMPTIONS = 4
 
 
+_FROM_TABLE: Any = object()
+
+
 def mixture(total: float, hw: Hardware | None, assumptions: list[Assumption],
             gpu_spec: str | None = None,
-            weight: Callable[[str], float] | None = None) -> list[tuple[float, float, float | None]]:
+            weight: Callable[[str], float] | None = None,
+            lengths_prior: Any = _FROM_TABLE) -> list[tuple[float, float, float | None]]:
     """The components (weight, total GiB, budget GiB) of a prediction of `total` GiB on `hw` under its
     open assumptions (those not in `NOT_OPEN` whose alternatives were evaluated): each assumption is its assumed
     value with the table's weight (analyzers/memory/uncertainty.py `assumed_weight`) or one of its evaluated
@@ -494,10 +505,14 @@ def mixture(total: float, hw: Hardware | None, assumptions: list[Assumption],
     alternative keeps its total and changes the budget to that card's capacity less the memory in use (hardware
     catalogue, `gpu_spec` the bare --gpu). One component (1, `total`, budget) when nothing is open; the budgets
     are None without a card. `weight` (name → the assumed value's probability) replaces the table's, for the
-    calibration's fit (benchmarks/calibrate.py)."""
+    calibration's fit (benchmarks/calibrate.py). The ``sample-lengths`` assumption is weighed instead by the prior
+    on the longest sample (`lengths_prior`: uncertainty.py `lengths_prior`'s values, default the table's
+    ``sample_lengths_prior``; None: the constant weight as for the others), each evaluated length
+    ("samples of N tokens") taking its share (uncertainty.py `length_weights`)."""
     from finetune_doctor.analyzers.memory import uncertainty
 
     weight = weight or uncertainty.assumed_weight
+    prior = uncertainty.lengths_prior() if lengths_prior is _FROM_TABLE else lengths_prior
     budget = _budget(hw)
     in_use = (max(hw.in_use_gib) if hw is not None and hw.in_use_gib else 0.0)
     cards: dict[str, float] = {}
@@ -509,17 +524,21 @@ def mixture(total: float, hw: Hardware | None, assumptions: list[Assumption],
     for a in assumptions:
         if a.name in NOT_OPEN or not a.effect_gib or total <= 0:
             continue
-        w0 = weight(a.name)
         alts = [(k, v) for k, v in a.effect_gib.items() if v and v > 0]
-        if w0 >= 1.0 or not alts:
+        opts = _length_options(a, alts, total, prior)
+        if opts is None:
+            w0 = weight(a.name)
+            if w0 >= 1.0 or not alts:
+                continue
+            share = (1.0 - w0) / len(alts)
+            opts = [(w0, 1.0, None)]
+            for label, alt_total in alts:
+                if a.name == "gpu-variant" and label in cards and budget is not None:
+                    opts.append((share, alt_total / total, cards[label] - in_use))
+                else:
+                    opts.append((share, alt_total / total, None))
+        if not opts:
             continue
-        share = (1.0 - w0) / len(alts)
-        opts: list[tuple[float, float, float | None]] = [(w0, 1.0, None)]
-        for label, alt_total in alts:
-            if a.name == "gpu-variant" and label in cards and budget is not None:
-                opts.append((share, alt_total / total, cards[label] - in_use))
-            else:
-                opts.append((share, alt_total / total, None))
         movers.append((max(abs(math.log(r)) + (abs(math.log(budget / b)) if b and budget else 0.0)
                            for _w, r, b in opts), opts))
     movers.sort(key=lambda m: -m[0])
@@ -533,3 +552,24 @@ def mixture(total: float, hw: Hardware | None, assumptions: list[Assumption],
             b = cb if cb is not None else b
         out.append((w, total * ratio, b))
     return out
+
+
+def _length_options(a: Assumption, alts: list[tuple[str, float]], total: float,
+                    prior: Any) -> list[tuple[float, float, float | None]] | None:
+    """The mixture options (weight, total ratio, None) of a ``sample-lengths`` assumption under the prior on the
+    longest sample, or None when the constant weight applies (another assumption, no prior, or labels that do not
+    name a length)."""
+    if a.name != "sample-lengths" or prior is None or not alts:
+        return None
+    toks = {}
+    for label, _t in alts:
+        m = _SAMPLE_LABEL.match(str(label))
+        if m is None:
+            return None
+        toks[label] = int(m.group(1))
+    from finetune_doctor.analyzers.memory.uncertainty import length_weights
+
+    w0, ws = length_weights(toks.values(), prior)
+    opts: list[tuple[float, float, float | None]] = [(w0, 1.0, None)] if w0 > 0 else []
+    opts += [(ws[toks[label]], t / total, None) for label, t in alts if ws[toks[label]] > 0]
+    return opts
