@@ -25,7 +25,7 @@ rows of one page share its framework, counter and translation: leaving out one r
 siblings vouch for it. Predictions (total, capacity, class) do not depend on the table, so each row is assembled
 once (calibrate.score_all) and only the error model is refitted per fold.
 
-**Objective** (session 8, stated before its first run; sessions 5-7 took the lowest Brier): the highest LOSO
+**Objective** (session 7, stated before its first run; sessions 5-6 took the lowest Brier): the highest LOSO
 log score among the variants whose LOSO coverage lies in 85–95 %; when none does, the coverage closest to 90 %,
 then the highest log score. The log score is the mean over the left-out rows of the log predictive density of
 each measurement's ε plus the mean log-likelihood of each outcome under p_oom (p clipped to [1e-4, 1 − 1e-4]): a

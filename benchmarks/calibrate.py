@@ -27,7 +27,7 @@ The ``simulated`` and ``measured`` methods are kept as they are (no row here is 
 the mixture over open assumptions (facts/assume.py `mixture`: p_oom and the interval of an estimate made under
 assumptions the doctor could not check) are chosen on the dev rows with that table (`fit_weights`: a grid for the
 sample-lengths assumption and one for every other; a row whose samples reach cutoff_len has its sample-lengths
-assumption closed, as the data would close it, calib_data.samples_fill). Since session 8 the sample lengths are
+assumption closed, as the data would close it, calib_data.samples_fill). Since session 7 the sample lengths are
 not fitted: the mixture weighs their evaluated lengths by a log-uniform prior on the longest sample (PRIOR_CHOICE,
 analyzers/memory/uncertainty.py: the threads that carry an outcome were published for their OOMs, the tables
 that carry a measurement for standard short datasets; `lengths_prior_scores` reports what each would pick), and

@@ -79,7 +79,7 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "bfloat16", "modeling code",
         "config.json names no dtype and sets none of bf16/fp16/fp32: modeling_qwen.py QWenLMHeadModel.__init__ then "
         "picks bf16 where the GPU supports it (finetune_doctor/readers/model/generic.py _qwen1_dtype)", True),
-    # Not re-read (sessions 7 and 8: no stored copy of the hub file or of the weights' header was found; session 8
+    # Not re-read (sessions 7 and 8: no stored copy of the hub file or of the weights' header was found; session 7
     # searched the code, issues and docs corpora, the hub pages the docs corpus holds, and the GitHub repositories
     # named below): recalled, with what the stored copies saved from each model say.
     "baichuan-inc/Baichuan-7B": (

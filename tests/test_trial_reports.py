@@ -201,7 +201,7 @@ NEXT_80B = TRIAL / "qwen3-next-80b-a3b-lora-all-z3-8xa100.yaml"   # LF#9191: 45 
 @pytest.fixture
 def trial7_error_model(monkeypatch):
     """The error table these trial-7 reports were diagnosed with (uncertainty_table.json as of 2026-12-07, before
-    session 8's refit; fixtures/uncertainty/table_2026-12-07.json): the remedy ranking and token-budget logic is
+    session 7's refit; fixtures/uncertainty/table_2026-12-07.json): the remedy ranking and token-budget logic is
     tested against the band it was written for, and a later calibration does not decide whether that logic is
     tested (as tests/conftest.py `pinned_error_model`)."""
     from finetune_doctor.analyzers.memory import uncertainty
