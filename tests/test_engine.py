@@ -107,7 +107,7 @@ def test_cache_is_keyed_by_the_files(tmp_path, monkeypatch):
     (tmp_path / "r").mkdir()
     d = write_rule(tmp_path / "r")
     first = [r for r in load_rules([str(d)]) if r.code == "XX001"][0]
-    assert list((tmp_path / "cache" / "finetune-doctor").glob("rules-*.json"))
+    assert list((tmp_path / "cache" / "finetune-doctor").glob("rules-*.marshal"))
     # an edited rule gets a new cache entry, and a now-broken rule fails loudly instead of coming from the cache
     import time
 

@@ -196,21 +196,22 @@ def _cache_file(path: str, files: list[Path]) -> tuple[Path, str] | None:
         st = f.stat()
         parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
     key = ";".join(parts)
-    return base / f"rules-{binascii.crc32(key.encode('utf-8', 'surrogatepass')):08x}.json", key
+    return base / f"rules-{binascii.crc32(key.encode('utf-8', 'surrogatepass')):08x}.marshal", key
 
 
 def _raw_rules(path: str) -> tuple[list[tuple[str, Any]], bool]:
     """The parsed YAML of each rule file, and whether it came from the cache."""
     import json
+    import marshal
 
     files = sorted(Path(path).glob("*.yaml"))
     found = _cache_file(path, files)
-    if found is not None and found[0].is_file():
-        try:
-            data = json.loads(found[0].read_text(encoding="utf-8"))
+    if found is not None:
+        try:   # marshal: a third of json.loads' time for the ~270 kB pack (issue #22)
+            data = marshal.loads(found[0].read_bytes())
             if isinstance(data, dict) and data.get("key") == found[1]:
                 return [(p, d) for p, d in data["rules"]], True
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, EOFError, KeyError, TypeError):
             pass
     from ruamel.yaml import YAML
 
@@ -227,9 +228,15 @@ def _raw_rules(path: str) -> tuple[list[tuple[str, Any]], bool]:
     for p, data in out:   # validate before caching: only a pack that loads cleanly is ever cached
         parse_rule(data, p)
     if found is not None:
-        from finetune_doctor.fsutil import write_cache
+        from finetune_doctor.fsutil import write_bytes
 
-        write_cache(found[0], json.dumps({"key": found[1], "rules": out}, default=str))
+        # through JSON first: what YAML reads beyond JSON's types (dates) is kept as text, as before
+        plain = json.loads(json.dumps({"key": found[1], "rules": out}, default=str))
+        try:
+            found[0].parent.mkdir(parents=True, exist_ok=True)
+            write_bytes(str(found[0]), marshal.dumps(plain))
+        except (InputError, OSError, ValueError):
+            pass   # best effort: no cache, never an error
     return out, False
 
 

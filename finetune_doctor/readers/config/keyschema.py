@@ -70,8 +70,9 @@ def load_schema(path: str | None = None) -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def _bundled_schema() -> dict[str, Any]:
-    with open(SCHEMA_PATH, encoding="utf-8") as fh:
-        return json.load(fh)
+    from finetune_doctor.fsutil import bundled_json   # a marshal copy: ~1/3 of json.load's time (issue #22)
+
+    return bundled_json(SCHEMA_PATH)  # type: ignore[return-value]
 
 
 def extra_args_allowed(env: Mapping[str, str] | None = None) -> bool:

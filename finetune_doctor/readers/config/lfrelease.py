@@ -24,7 +24,6 @@ Pure Python; the JSON is read once.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -38,8 +37,9 @@ MAIN_ALIASES = ("main", "master", "head", "snapshot")
 @lru_cache(maxsize=1)
 def load() -> dict[str, Any]:
     """The release catalog as JSON data (raises only for a broken install: the file ships with the package)."""
-    with open(CATALOG, encoding="utf-8") as fh:
-        return json.load(fh)
+    from finetune_doctor.fsutil import bundled_json   # a marshal copy: ~1/3 of json.load's time (issue #22)
+
+    return bundled_json(CATALOG)  # type: ignore[return-value]
 
 
 @lru_cache(maxsize=8192)
