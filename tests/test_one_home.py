@@ -235,3 +235,33 @@ def test_slot_text_step_has_one_home():
     for walk in (Encoder._collect, Encoder._collect_plain):
         src = inspect.getsource(walk)
         assert "known(" in src and "cache.get(" not in src
+
+
+LINT_PATH_PACKAGES = ("readers/config", "readers/model", "engine", "facts", "pipeline")
+
+
+def test_release_ranges_have_one_public_reader():
+    """The ``"0-3,7"`` release-range form of the catalogs is read by lfrelease.parse_ranges alone: lfv1's key
+    tables ask it (they imported its private ``_parse_ranges`` before, issue #22)."""
+    from finetune_doctor.readers.config import lfrelease, lfv1
+
+    assert lfrelease.parse_ranges("0-2,5") == frozenset({0, 1, 2, 5})
+    assert lfv1._in("0-2,5") == lfrelease.parse_ranges("0-2,5") and lfv1._in("") == frozenset()
+    with pytest.raises(ValueError):
+        lfrelease.parse_ranges("0-x")
+
+
+def test_lint_path_imports_no_private_name_of_another_module():
+    """A name another module needs has a public home: no module of the lint path imports a ``_private`` name from
+    another project module (``import x as _y`` of a public name is fine)."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent / "finetune_doctor"
+    found = []
+    for pkg in LINT_PATH_PACKAGES:
+        for path in sorted((root / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("finetune_doctor"):
+                    found += [f"{path.relative_to(root)}:{node.lineno} {node.module}.{a.name}" for a in node.names
+                              if a.name.startswith("_") and not a.name.startswith("__")]
+    assert found == []
