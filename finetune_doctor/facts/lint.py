@@ -35,8 +35,11 @@ UNUSED_ITEM = {
     "code": F("str", "code or rule name as written in the comment"),
     "line": F("int", "line of the comment"),
     "file": F("str", "the file holding the comment"),
-    "scope": F("str", "line | file"),
-    "reason": F("str", "unused | unknown"),
+    "scope": F("str", "line | file", values=("line", "file")),
+    "reason": F("str", "unused | unknown", values=("unused", "unknown")),
+    "comment": F("str", "the comment's form with this code, as written: `# doctor: ignore[CODE]`"),
+    "case": F("str", "the message the comment takes (rules/unused-suppression.yaml)",
+              values=("unknown", "unused_line", "unused_file")),
     "location": LOCATION(),
 }
 
