@@ -18,6 +18,7 @@ leaves a half-written report or config.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 import sys
@@ -249,3 +250,16 @@ def bundled_json(path: str) -> object:
         except (InputError, OSError, ValueError):
             pass
     return data
+
+
+def real_parent(path: str) -> Path:
+    """The folder holding `path` with symlinks resolved (``Path(path).resolve().parent``), kept per absolute path
+    for the process: a lint of many configs asks it of every file 4-5 times (the context file, an accelerate
+    config beside it, relative model paths, the folder's options), each a walk of ``lstat`` over every component
+    (issue #22). Raises what ``Path.resolve`` raises (RuntimeError for a symlink loop), uncached."""
+    return _real_parent(os.path.abspath(path))
+
+
+@functools.lru_cache(maxsize=4096)
+def _real_parent(absolute: str) -> Path:
+    return Path(absolute).resolve().parent

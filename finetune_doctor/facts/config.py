@@ -26,7 +26,7 @@ from finetune_doctor.facts import lint as lint_facts
 from finetune_doctor.facts import machine
 from finetune_doctor.facts import model as model_facts
 from finetune_doctor.facts import run as run_facts
-from finetune_doctor.fsutil import display_path
+from finetune_doctor.fsutil import display_path, real_parent
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc, load_config
 from finetune_doctor.readers.config.lfrelease import version_in_use
 from finetune_doctor.run import InvalidRunValue, resolve_run
@@ -506,7 +506,7 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
     cache = doc.values.get("cache_dir")
     try:
         arch, model_src = load_arch(
-            str(name), base_dir=str(Path(config).resolve().parent),
+            str(name), base_dir=str(real_parent(config)),
             cache_dir=cache if isinstance(cache, str) else None, model_config=opts.model_config,
             allow_download=not static and opts.command in DOWNLOAD_COMMANDS, offline=opts.offline,
             exact=False if static else "auto", transformers_major=transformers,
@@ -691,7 +691,7 @@ def _accelerate_beside(asm: Assembly) -> Any:
     none, several, or a file of that name that is not an accelerate config."""
     from finetune_doctor.readers.config.accelerate import load_accelerate_config
 
-    here = Path(asm.doc.path).resolve().parent
+    here = real_parent(asm.doc.path)
     found = [here / n for n in ACCELERATE_BESIDE if (here / n).is_file()]
     if len(found) != 1:
         return None
