@@ -124,7 +124,7 @@ def test_docs_cite_only_what_a_user_can_open(path):
 # a message variant is a table keyed by a fact's declared values, `message: {by, cases, default}`). The count may
 # only go down: a rule converted to a table leaves this list, a new rule writes its variants as a table.
 INLINE_CONDITIONAL = re.compile(r"\bif\b[^{}]*?\belse\b")
-INLINE_LEFT = 81   # in 45 files, counted 2026-12-07 after unused-suppression became a table (84 in 46 before)
+INLINE_LEFT = 78   # in 42 files, counted 2026-12-07 after unused-suppression and the key rules became tables (84 in 46)
 
 
 def _message_texts(m) -> list[str]:
@@ -139,3 +139,17 @@ def test_lint_rule_messages_hold_no_more_inline_conditionals():
               for p in RULE_FILES if "lint" in RAW[p]["commands"]}
     assert sum(counts.values()) <= INLINE_LEFT, {k: v for k, v in counts.items() if v}
     assert counts["unused-suppression"] == 0
+
+
+def test_the_fate_of_an_undeclared_key_has_one_wording():
+    """The rules that show the key schema's problems word LLaMA-Factory's fate for an undeclared key
+    (KeyProblem.fate, readers/config/keyschema.py) in message tables; each fate is worded once, the same in all."""
+    words: dict[str, set[str]] = {}
+    rules = [p.stem for p in RULE_FILES
+             if isinstance(RAW[p]["message"], dict) and RAW[p]["message"]["by"] == "item.fate"]
+    assert sorted(rules) == ["derived-key", "renamed-key", "unknown-key", "unverified-config-problem"]
+    for p in RULE_FILES:
+        if p.stem in rules:
+            for case, text in RAW[p]["message"]["cases"].items():
+                words.setdefault(case, set()).add(text.split("{item.message}", 1)[1].split("{item.rest}", 1)[0])
+    assert {k: len(v) for k, v in words.items()} == {"stops": 1, "drops": 1}
