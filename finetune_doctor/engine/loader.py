@@ -30,6 +30,8 @@ LOCATION_FIELDS = {"file", "key", "line", "from"}
 
 @dataclass(frozen=True)
 class EditSpec:
+    """One edit of a rule's fix: the file role, the key, the value (literal or an expression) or a deletion."""
+
     file: Template            # a role: config | deepspeed, or an expression in {..}
     key: Template             # may hold {..} placeholders
     value: Any = None
@@ -40,6 +42,8 @@ class EditSpec:
 
 @dataclass(frozen=True)
 class FixSpec:
+    """A rule's fix: its title, safety, edits, the remedy planner that computes it and its cost line."""
+
     title: Template
     safety: str = "unsafe"
     edits: tuple[EditSpec, ...] = ()

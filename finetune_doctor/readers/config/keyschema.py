@@ -186,6 +186,8 @@ def check_keys(values: Mapping[str, Any], *, env: Mapping[str, str] | None = Non
 
 @dataclass(frozen=True)
 class _Ctx:
+    """What `check_keys` reads for one config: its values, the schema's tables, the parser and the releases."""
+
     values: Mapping[str, Any]
     keys: Mapping[str, Any]
     retired: Mapping[str, Any]
