@@ -19,7 +19,7 @@ from finetune_doctor.types import SEVERITIES
 COMMANDS = ("check", "lint", "estimate", "postmortem", "probe", "gpus", "data")
 CATEGORIES = ("config", "precision", "memory", "deepspeed", "numerics", "data", "distributed", "hardware", "runtime")
 DOC_SECTIONS = ("what_it_does", "why_bad", "example", "use_instead", "references")
-MESSAGE_FIELDS = {"by", "cases", "default", "suffix"}
+MESSAGE_FIELDS = {"text", "by", "cases", "default", "suffix"}
 SUFFIX_FIELDS = {"when", "text"}
 TOP_FIELDS = {"code", "name", "severity", "category", "commands", "requires", "for_each", "when", "message",
               "location", "fix", "docs", "tags"}
@@ -79,9 +79,9 @@ class Message:
     suffix_when: Expr | None = None
 
     def templates(self) -> tuple[Template, ...]:
-        """Every template the message can render (the text, or each case then the default, then the suffix)."""
+        """Every template the message can render (the text, or each case then the default; then the suffix)."""
         if self.text is not None:
-            return (self.text,)
+            return tuple(t for t in (self.text, self.suffix) if t is not None)
         return tuple(t for t in (*self.cases.values(), self.default, self.suffix) if t is not None)
 
 
@@ -312,17 +312,24 @@ def _template(v: Any) -> Template | None:
 
 
 def _message(m: Any, bad: Any) -> Message:
-    """A message: a template string, or a table ``{by: <expression>, cases: {value: template}, default: template}``."""
+    """A message: a template string; ``{text: template, suffix: {text, when}}`` (one text and a clause added when a
+    condition holds); or a table ``{by: <expression>, cases: {value: template}, default: template, suffix}``."""
     if not isinstance(m, dict):
         return Message(text=compile_template(str(m).strip()))
     if set(m) - MESSAGE_FIELDS:
         raise bad(f"unknown message field(s): {', '.join(sorted(set(m) - MESSAGE_FIELDS))}")
-    cases = m.get("cases")
-    if not m.get("by") or not isinstance(cases, dict) or not cases:
-        raise bad("a message table needs `by` (the expression it switches on) and a non-empty `cases` mapping")
     suffix = m.get("suffix") or {}
     if not isinstance(suffix, dict) or set(suffix) - SUFFIX_FIELDS or (suffix and not suffix.get("text")):
         raise bad("message.suffix is a mapping {text: template, when: condition}")
+    if "text" in m:
+        if set(m) - {"text", "suffix"} or not m.get("text"):
+            raise bad("a message is a `text` (with an optional `suffix`) or a table (`by`, `cases`), not both")
+        return Message(text=compile_template(str(m["text"]).strip()),
+                       suffix=_template(str(suffix["text"]).strip()) if suffix else None,
+                       suffix_when=_expr(suffix.get("when")))
+    cases = m.get("cases")
+    if not m.get("by") or not isinstance(cases, dict) or not cases:
+        raise bad("a message table needs `by` (the expression it switches on) and a non-empty `cases` mapping")
     return Message(by=compile_expr(str(m["by"])),
                    cases={str(k): compile_template(str(v).strip()) for k, v in cases.items()},
                    default=None if m.get("default") is None else compile_template(str(m["default"]).strip()),
