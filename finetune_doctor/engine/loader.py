@@ -431,8 +431,25 @@ def find_rule(rules: tuple[Rule, ...], ident: str) -> Rule:
 
 def select_rules(rules: tuple[Rule, ...], command: str, select: list[str] | None,
                  ignore: list[str] | None) -> tuple[Rule, ...]:
-    """Rules that `command` evaluates, filtered ruff-style: a selector matches a code prefix or a name."""
+    """Rules that `command` evaluates, filtered ruff-style: a selector matches a code prefix or a name.
 
+    Kept per (rule tuple, command, selectors) for the process: a lint of many files selects from the same merged
+    tuple for every file (issue #22)."""
+    key = (id(rules), command, tuple(select) if select else None, tuple(ignore) if ignore else None)
+    kept = _SELECTED.get(key)
+    if kept is not None and kept[0] is rules:
+        return kept[1]
+    out = _select(rules, command, select, ignore)
+    if len(_SELECTED) < 256:
+        _SELECTED[key] = (rules, out)   # the rule tuple is held so that its id() stays its own
+    return out
+
+
+_SELECTED: dict[tuple[Any, ...], tuple[tuple[Rule, ...], tuple[Rule, ...]]] = {}
+
+
+def _select(rules: tuple[Rule, ...], command: str, select: list[str] | None,
+            ignore: list[str] | None) -> tuple[Rule, ...]:
     def hit(r: Rule, sels: list[str]) -> bool:
         return any(r.code.upper().startswith(s.upper()) or r.name == s or s.upper() == "ALL" for s in sels)
 
