@@ -42,7 +42,8 @@ OLD_TRANSFORMERS = "4.48.3"
 # run is modelled as LLaMA-Factory 0.9.5 runs it, and 0.9.5 requires transformers >= 4.55 (its wheel's metadata,
 # catalog/lf_keys.json "sources"); an older transformers means an older LLaMA-Factory. Every other assumption whose
 # alternatives change the verdict opens it, including those other modules add (the model's resolution).
-NOT_OPEN = frozenset({"eval-batch", "train-batch", "cutoff-len", "transformers-version"})
+# ``liger-kernel`` (installable) bears on a remedy, not on the run as configured: it never opens the verdict.
+NOT_OPEN = frozenset({"eval-batch", "train-batch", "cutoff-len", "transformers-version", "liger-kernel"})
 OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-dtype", "launcher",
                   "deepspeed-config", "attention-kernel", "image-pixels"})   # the ones this module weighs
 STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_config.json",
@@ -54,7 +55,7 @@ STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_co
 MEMORY_ONLY = frozenset({"sample-lengths", "gpus", "gpu-variant", "torch-version", "deepspeed-version",
                          "deepspeed-config", "checkpoint-dtype", "attention-kernel", "world-size",
                          "eval-batch", "train-batch", "cutoff-len", "host-ram", "images-per-sample", "image-pixels",
-                         "hccl-buffsize", "npu-runtime", "save-gathers-adapter-only"})
+                         "hccl-buffsize", "npu-runtime", "save-gathers-adapter-only", "liger-kernel"})
 
 Judge = Callable[[Any, Hardware | None, int | None], "tuple[float, str | None] | None"]
 
@@ -313,6 +314,15 @@ def _defaults(c: _Seen) -> list[Assumption]:
     if "cutoff_len" not in cfg:
         out.append(_weigh("cutoff-len", run.seq_len, "cutoff_len is not set: LLaMA-Factory's DataArguments "
                           "default (data_args.py)", "set cutoff_len in the YAML", c.base, []))
+    from finetune_doctor.run.savers import liger_offerable
+
+    if c.base in ("oom", "at-risk") and liger_offerable(run):
+        # the remedy planner may prescribe enable_liger_kernel (engine/planners.py `liger_candidate`): whether the
+        # training machine can import liger-kernel is not in any input (LF's env block does not list it)
+        out.append(_weigh("liger-kernel", "installable on the training machine", "a remedy may enable "
+                          "enable_liger_kernel; liger-kernel is an optional package (LLaMA-Factory's "
+                          "requirements/liger-kernel.txt: liger-kernel>=0.6.3) and no input says whether it is "
+                          "installed", "pip install \"liger-kernel>=0.6.3\" on the training machine", c.base, []))
     offload = run.offload_optimizer == "cpu" or run.offload_param == "cpu" or bool(getattr(run, "fsdp_offload", False))
     if offload and (hw is None or hw.host_ram_gib is None):
         out.append(_weigh("host-ram", "unknown", "CPU offload keeps states in host RAM, and the training machine's "
@@ -397,8 +407,11 @@ def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str,
 
     Bisection over `run.seq_len` (the memory model is monotone in it): training is judged with evaluation off,
     evaluation from the evaluation moment alone (its tensor peak × (1 + the allocator reserve share) + the
-    runtime, analyzers/memory/moments.py). Returns ``{"cutoff_len", "train": {"tokens_per_sample",
-    "tokens_per_micro_batch", "micro_batch", "fits_at_cutoff"}, "eval": {...} or None}``; ``tokens_per_sample``
+    runtime, analyzers/memory/moments.py). Returns ``{"cutoff_len", "budget_gib", "train": {"tokens_per_sample",
+    "tokens_per_micro_batch", "micro_batch", "fits_at_cutoff", "total_gib", "card_tokens_per_sample"}, "eval": {...}
+    or None}``; ``total_gib`` is the estimate at ``tokens_per_sample`` (GiB, None at 0 tokens) and
+    ``card_tokens_per_sample`` the longest sequence whose point estimate is under the budget (no error band):
+    the gap between the two limits is what the prediction's error takes. ``tokens_per_sample``
     is the longest sequence (for DPO/RM/KTO each of the pair's sequences; the collator pads a micro batch to its
     longest, so one long sample sets the whole batch) and 0 when even one-token samples do not fit.
     """
@@ -410,27 +423,34 @@ def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str,
 
     per_seq = 2 if run.pairwise else 1
 
-    def fits_train(n: int) -> bool:
+    def train_at(n: int) -> tuple[float, str]:
         est = estimate(run.with_(seq_len=n, eval_during_training=False), hw, counts=counts)
-        return uncertainty.assess(est.total, budget, est.method, shape_of(est)).verdict == "fits"
+        return est.total, uncertainty.assess(est.total, budget, est.method, shape_of(est)).verdict
 
-    def fits_eval(n: int) -> bool:
+    def eval_at(n: int) -> tuple[float, str] | None:
         est = estimate(run.with_(seq_len=n), hw, counts=counts)
         d = est.details
         moment = next((v for k, v in (d.get("moments_gib") or {}).items() if "evaluation" in k), None)
         if moment is None:
-            return True
+            return None
         total = moment * (1 + float(d.get("reserve_share") or 0.0)) + float(d.get("runtime_gib") or 0.0)
-        return uncertainty.assess(total, budget, est.method, shape_of(est)).verdict == "fits"
+        return total, uncertainty.assess(total, budget, est.method, shape_of(est)).verdict
 
-    def largest(ok: Callable[[int], bool], batch: int) -> dict[str, Any]:
-        n = _bisect(ok, run.seq_len)
+    def largest(at: Callable[[int], tuple[float, str] | None], batch: int) -> dict[str, Any]:
+        n = _bisect(lambda k: (at(k) or (0.0, "fits"))[1] == "fits", run.seq_len)
+        # the same search against the card itself: the longest samples whose point estimate is under the budget.
+        # Where it is far above `n`, the prediction's error band, not the card, sets the limit (trial 7, c01: 18 GiB
+        # "fits" at 512 tokens on a 39.4 GiB card, yet the limit is 726 tokens)
+        card = _bisect(lambda k: (at(k) or (0.0, ""))[0] <= budget, run.seq_len)
+        res = at(n) if n else None
         return {"tokens_per_sample": n, "tokens_per_micro_batch": n * batch * per_seq,
-                "micro_batch": batch, "fits_at_cutoff": n >= run.seq_len}
+                "micro_batch": batch, "fits_at_cutoff": n >= run.seq_len,
+                "total_gib": round(res[0], 2) if res else None, "card_tokens_per_sample": card}
 
-    out: dict[str, Any] = {"cutoff_len": run.seq_len, "train": largest(fits_train, run.micro_batch), "eval": None}
+    out: dict[str, Any] = {"cutoff_len": run.seq_len, "budget_gib": round(budget, 2),
+                           "train": largest(train_at, run.micro_batch), "eval": None}
     if run.eval_during_training:
-        out["eval"] = largest(fits_eval, run.eval_micro_batch)
+        out["eval"] = largest(eval_at, run.eval_micro_batch)
     return out
 
 
