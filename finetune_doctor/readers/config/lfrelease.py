@@ -145,7 +145,7 @@ class Release:
         if table is None:
             return list(self.versions)
         allv = load()["versions"]
-        has = _parse_ranges(table.get(suffix.lower(), ""))
+        has = parse_ranges(table.get(suffix.lower(), ""))
         return [allv[i] for i in sorted(self.indices & has)]
 
     def has_template(self, name: str) -> bool:
