@@ -129,6 +129,25 @@ def _install_re(dc_path: Any) -> None:
     comp.compile = _re_compile
 
 
+_RE_PACKAGES = frozenset({"finetune_doctor", "yaml", "ruamel", "click", "rich", "simpleeval"})
+
+
+def _re_ours(frame: Any) -> bool:
+    """Whether the pattern being compiled is the project's, its lint-path libraries' or the standard library's (the
+    first caller outside ``re``): patterns of torch or transformers (hundreds once a probe imports them) are not
+    kept, so the file every start-up reads stays small, as the dataclass cache keeps only the project's classes."""
+    while frame is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] == "re":
+        frame = frame.f_back
+    if frame is None:
+        return False
+    name = str(frame.f_globals.get("__name__", ""))
+    if name.split(".")[0] in _RE_PACKAGES:
+        return True
+    path = str(frame.f_globals.get("__file__") or "")
+    stdlib = os.path.dirname(os.__file__)
+    return path.startswith(stdlib + os.sep) and "site-packages" not in path
+
+
 def _re_compile(p: Any, flags: int = 0) -> Any:
     """``re._compiler.compile`` with the arguments of ``_sre.compile`` kept per (pattern, flags) string pattern."""
     comp = sys.modules["re._compiler"]
@@ -145,7 +164,7 @@ def _re_compile(p: Any, flags: int = 0) -> Any:
         # the code holds int subclasses (re._constants._NamedIntConstant): plain ints, as _sre reads them, marshal
         args = (int(flags | parsed.state.flags), [int(c) for c in code], int(parsed.state.groups - 1), groupindex,
                 tuple(indexgroup))
-        if len(_RE) < _RE_MAX:
+        if len(_RE) < _RE_MAX and _re_ours(sys._getframe(1)):
             _RE[(p, flags)] = args
             _RE_NEW[0] += 1
     return comp._sre.compile(p, args[0], args[1], args[2], args[3], args[4])

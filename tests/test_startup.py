@@ -105,6 +105,16 @@ _PATTERNS = [(r"(?P<year>\d{4})-(?P<month>\d\d)(?:-(?P<day>\d\d))?", 0), (r"^\s*
              (r"lora_(rank|alpha)\b", 2), (r"(?x) a  b # spaced\n", 0), (r"(?i)ZeRO-?(\d)", 0)]
 
 
+def _compiled_in(module: str, pattern: str, flags: int):
+    """``re.compile(pattern, flags)`` called from a module named `module` (whose patterns the cache keeps or not)."""
+    import types
+
+    mod = types.ModuleType(module)
+    exec(compile("import re\nP = re.compile(PAT, FLAGS)\n", "<re>", "exec"), {**mod.__dict__, "PAT": pattern,
+                                                                              "FLAGS": flags}, ns := {})
+    return ns["P"]
+
+
 def test_cached_regex_is_the_pattern_re_builds(tmp_path, monkeypatch):
     """A pattern built from the cached arguments of ``_sre.compile`` equals the one ``re`` builds (Pattern's own
     ``==`` compares pattern, flags and the matcher's code), with the same groups and names, in this process and,
@@ -118,11 +128,14 @@ def test_cached_regex_is_the_pattern_re_builds(tmp_path, monkeypatch):
     try:
         for (p, f), want in plain.items():
             re.purge()
-            got = re.compile(p, f)
+            got = _compiled_in("finetune_doctor._test_re", p, f)
             assert got is not want and got == want
             assert (got.groups, dict(got.groupindex), got.flags) == (want.groups, dict(want.groupindex), want.flags)
             assert (p, f) in startup._RE
         assert re.compile(b"bytes (pass) through").groups == 1   # not cached: only str patterns are
+        # another package's patterns (torch compiles hundreds once a probe imports it) are built, not kept
+        assert _compiled_in("torch._test_re", r"torch_only_(\d+)", 0).match("torch_only_7").group(1) == "7"
+        assert (r"torch_only_(\d+)", 0) not in startup._RE
         m = re.compile(_PATTERNS[0][0]).match("2026-12")
         assert m is not None and m.group("year", "month", "day") == ("2026", "12", None)
         startup.save()
@@ -137,7 +150,7 @@ def test_cached_regex_is_the_pattern_re_builds(tmp_path, monkeypatch):
     env.pop("FINETUNE_DOCTOR_NO_CACHE", None)
     code = ("import re; from finetune_doctor import startup; startup.install()\n"
             f"pats = {_PATTERNS!r}\n"
-            "got = [re.compile(p, f) for p, f in pats]\n"
+            "got = [re.compile(p, f) for p, f in pats]   # hits: read from the file, whoever asks\n"
             "plain = [startup._STATE['re_compile'](p, f) for p, f in pats]   # re's own compiler\n"
             "print(startup._RE_NEW[0], got == plain)\n")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
