@@ -101,15 +101,30 @@ def generate(out: Path, seed: int = 20261130) -> tuple[list[Path], list[Path]]:
 
 
 def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int]:
+    dt, _cpu, rc = timed_cpu(cmd, env, cwd)
+    return dt, rc
+
+
+def timed_cpu(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, int]:
+    """Wall seconds, the child's CPU seconds (user + sys: the growth of ``RUSAGE_CHILDREN`` across the run, one
+    child at a time) and its exit code. CPU time is the steadier measure on a shared machine: at a load of 8-11 on
+    2 cores wall times swing 2-3x between rounds."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     res = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
-    return time.perf_counter() - t, res.returncode
+    dt = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return dt, cpu, res.returncode
 
 
 def measure(files: list[Path], one: Path, envs: dict[str, dict[str, str]], cwd: Path,
             runs: int, train: Path | None = None) -> dict[str, dict[str, object]]:
-    """Median wall times per environment; every command of every environment runs once per round, interleaved.
-    `train`: also time `doctor lint` and yamllint on that one training config ("train", "train_yamllint")."""
+    """Median wall times per environment (and, as "<command>_cpu", median CPU seconds of the child); every command of
+    every environment runs once per round, interleaved. `train`: also time `doctor lint` and yamllint on that one
+    training config ("train", "train_yamllint")."""
     doctor = [*DOCTOR, "lint", "--format", "concise", *map(str, files)]
     yamllint = [str(BIN / "yamllint"), "-d", "relaxed", *map(str, files)]
     single = [*DOCTOR, "lint", "--format", "concise", str(one)]
@@ -118,6 +133,7 @@ def measure(files: list[Path], one: Path, envs: dict[str, dict[str, str]], cwd: 
         cmds["train"] = [*DOCTOR, "lint", "--format", "concise", str(train)]
         cmds["train_yamllint"] = [str(BIN / "yamllint"), "-d", "relaxed", str(train)]
     times = {name: {c: [] for c in cmds} for name in envs}
+    cpus = {name: {c: [] for c in cmds} for name in envs}
     codes: set[int] = set()
     for env in envs.values():  # warm the OS file cache (and the bytecode cache, when allowed)
         for cmd in cmds.values():
@@ -125,14 +141,16 @@ def measure(files: list[Path], one: Path, envs: dict[str, dict[str, str]], cwd: 
     for _ in range(runs):
         for name, env in envs.items():
             for c, cmd in cmds.items():
-                dt, rc = timed(cmd, env, cwd)
+                dt, cpu, rc = timed_cpu(cmd, env, cwd)
                 times[name][c].append(dt)
+                cpus[name][c].append(cpu)
                 if c == "doctor":
                     codes.add(rc)
     out: dict[str, dict[str, object]] = {}
     for name, t in times.items():
         out[name] = {c: statistics.median(v) for c, v in t.items()}
         out[name].update({f"{c}_all": v for c, v in t.items()})
+        out[name].update({f"{c}_cpu": statistics.median(v) for c, v in cpus[name].items()})
         out[name]["exit_codes"] = sorted(codes)
     return out
 
@@ -257,15 +275,18 @@ one file cold <= 0.15 s -- **{'met' if r_cached['single'] <= 0.15 else 'NOT met'
 
 Every YAML of each folder (configs of every kind: train, inference, merge; LLaMA-Factory v1 configs included),
 `doctor lint` against `yamllint -d relaxed` on the same files, bytecode cached (PYTHONPYCACHEPREFIX, warmed once),
-median of {runs} interleaved rounds. "one file": `doctor lint` on the first YAML of the folder (for both folders
+median of {runs} interleaved rounds (wall time; "CPU": the child's user + sys seconds, the steadier measure when
+other work shares the cores). "one file": `doctor lint` on the first YAML of the folder (for both folders
 an accelerate config, which lint names and skips); "one training config": on train_lora/qwen3_lora_sft.yaml, with
 yamllint on the same file beside it. `doctor` is the console script as pip writes it from pyproject.toml.
 
-| corpus | files | doctor lint, s | yamllint -d relaxed, s | ratio doctor/yamllint | one file, s | one training config, s (yamllint) |
-|---|---|---|---|---|---|---|
+| corpus | files | doctor lint, s | yamllint -d relaxed, s | ratio doctor/yamllint | one file, s | one training config, s (yamllint) | CPU ratio | one training config, CPU s (yamllint) |
+|---|---|---|---|---|---|---|---|---|
 """ + "\n".join(f"| {name} | {len(corpora[name])} | {r['doctor']:.3f} | {r['yamllint']:.3f} | "
                 f"**{r['doctor'] / r['yamllint']:.2f}** | {r['single']:.3f} | "
-                + (f"{r['train']:.3f} ({r['train_yamllint']:.3f})" if 'train' in r else "-") + " |"
+                + (f"{r['train']:.3f} ({r['train_yamllint']:.3f})" if 'train' in r else "-") + " | "
+                + f"**{r['doctor_cpu'] / r['yamllint_cpu']:.2f}** | "
+                + (f"{r['train_cpu']:.3f} ({r['train_yamllint_cpu']:.3f})" if 'train' in r else "-") + " |"
                 for name, r in lf_res.items()) + f"""
 
 Goals (issue #22): ratio <= 0.5 -- {'; '.join(f"{n.split(' ')[0]}: **{'met' if r['doctor'] / r['yamllint'] <= 0.5 else 'NOT met'}**" for n, r in lf_res.items())};

@@ -18,6 +18,7 @@ leaves a half-written report or config.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 import sys
@@ -267,3 +268,54 @@ def format_bytes(n: int | None) -> str:
             return f"{n / f:.1f} {unit}"
     return f"{n} B"
 
+
+
+def bundled_json(path: str) -> object:
+    """The JSON data of a file shipped with the package (catalog/*.json), read through a marshal copy in the cache
+    folder (`cache_dir`) keyed by the file's path, size and mtime.
+
+    Why: ``json.loads`` of the model catalog and the key schema (300 and 220 kB) costs ~2-8 ms per process on a
+    2-core machine and ``marshal.loads`` of the same data about a third of it; a ``doctor lint`` of one file is
+    started by pre-commit on every commit (issue #22, benchmarks/results/lint.md). The copy holds the key and is
+    used only when it holds this file's; any failure to read or write it falls back to the JSON itself, so a bad
+    cache can cost time, never change an answer. Raises OSError / ValueError (json.JSONDecodeError) only for a
+    broken install, as reading the JSON would. Callers treat the data as read-only (it may be shared)."""
+    import json
+    import marshal
+
+    st = os.stat(path)
+    key = f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}"
+    base = cache_dir()
+    copy = None
+    if base is not None:
+        import binascii
+
+        copy = base / f"json-{binascii.crc32(key.encode('utf-8', 'surrogatepass')):08x}.marshal"
+        try:
+            kept = marshal.loads(copy.read_bytes())
+            if isinstance(kept, tuple) and len(kept) == 2 and kept[0] == key:
+                return kept[1]
+        except (OSError, ValueError, EOFError, TypeError):
+            pass
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    if copy is not None:
+        try:
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes(str(copy), marshal.dumps((key, data)))
+        except (InputError, OSError, ValueError):
+            pass
+    return data
+
+
+def real_parent(path: str) -> Path:
+    """The folder holding `path` with symlinks resolved (``Path(path).resolve().parent``), kept per absolute path
+    for the process: a lint of many configs asks it of every file 4-5 times (the context file, an accelerate
+    config beside it, relative model paths, the folder's options), each a walk of ``lstat`` over every component
+    (issue #22). Raises what ``Path.resolve`` raises (RuntimeError for a symlink loop), uncached."""
+    return _real_parent(os.path.abspath(path))
+
+
+@functools.lru_cache(maxsize=4096)
+def _real_parent(absolute: str) -> Path:
+    return Path(absolute).resolve().parent

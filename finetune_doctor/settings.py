@@ -32,6 +32,8 @@ def _check_version(flag: str, given: str | None) -> None:
 
 @dataclass(frozen=True)
 class Options:
+    """The options of one command, from its command line, the project configuration and the defaults."""
+
     command: str
     paths: tuple[str, ...] = ()
     gpu: str | None = None

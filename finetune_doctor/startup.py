@@ -14,6 +14,16 @@ Code objects live in one marshal file in the doctor's cache folder (`fsutil.cach
 FINETUNE_DOCTOR_NO_CACHE=1), keyed by the interpreter's bytecode tag and the ``dataclasses`` module file, like the
 rule expressions' cache (engine/expr.py). Only the console script installs it (`__main__.entry`): the process is
 the doctor's own, and a library user's interpreter is left untouched.
+
+Regular expressions are the same kind of cost: ``re.compile`` parses a pattern and builds its matcher's code in
+Python on every start (``re/_compiler.py`` ``compile``: ``_parser.parse``, ``_code``, then ``_sre.compile``), and
+PyYAML's reader alone compiles one large Unicode class at import (~5-9 ms of a one-file lint on this 2-core
+machine; about 60 patterns, ~19 ms in all, benchmarks/results/lint.md). `install()` also keeps, per pattern string
+and flags, the arguments ``_compiler.compile`` hands to ``_sre.compile`` (the code list, flags, groups, group
+names) in a second marshal file keyed by the bytecode tag and ``re/_compiler.py``; a pattern seen before is built
+by ``_sre.compile`` from them directly, which is what ``_compiler.compile`` ends with, so the Pattern is the same
+object it would build. Patterns with the DEBUG flag, bytes or non-string patterns, and interpreters whose ``re``
+lacks these internals go through unchanged.
 """
 
 from __future__ import annotations
@@ -27,7 +37,10 @@ _CACHE: dict[str, Any] = {}     # generated source -> code object, from the file
 _NEW = 0                        # sources compiled in this process and not in the file yet
 _USED: set[str] = set()         # sources this process executed (what a full file keeps)
 _MAX = 8192                     # entries; past it the file restarts from this process's sources
-_STATE: dict[str, Any] = {"path": None, "installed": False}
+_STATE: dict[str, Any] = {"path": None, "installed": False, "re_path": None, "re_compile": None}
+_RE: dict[tuple[str, int], tuple[Any, ...]] = {}   # (pattern, flags) -> _sre.compile's other arguments
+_RE_NEW = [0]                                       # patterns compiled in this process and not in the file yet
+_RE_MAX = 4096                                      # entries; past it the file is not grown
 
 
 def _cache_file() -> Any:
@@ -89,7 +102,72 @@ def install() -> None:
             _CACHE.update((k, v) for k, v in data.items() if isinstance(k, str) and isinstance(v, CodeType))
     _STATE["path"] = path
     dataclasses.exec = _exec   # type: ignore[attr-defined]
+    _install_re(path)
     _STATE["installed"] = True
+
+
+def _install_re(dc_path: Any) -> None:
+    """Give ``re._compiler`` the caching `_re_compile` (see the module docstring); a no-op where ``re`` lacks the
+    internals it needs or caching is off (`dc_path` None)."""
+    import marshal
+
+    comp = sys.modules.get("re._compiler")
+    if dc_path is None or comp is None or not all(hasattr(comp, n) for n in ("_code", "_parser", "_sre", "compile")):
+        return
+    try:
+        st = os.stat(comp.__file__)
+    except (OSError, TypeError, AttributeError):
+        return
+    path = dc_path.parent / f"re-code-{sys.implementation.cache_tag}-{st.st_size}-{st.st_mtime_ns}.marshal"
+    try:
+        data = marshal.loads(path.read_bytes())
+    except (OSError, ValueError, EOFError, TypeError):
+        data = None
+    if isinstance(data, dict):
+        _RE.update((k, v) for k, v in data.items() if isinstance(k, tuple) and isinstance(v, tuple) and len(v) == 5)
+    _STATE["re_path"], _STATE["re_compile"] = path, comp.compile
+    comp.compile = _re_compile
+
+
+_RE_PACKAGES = frozenset({"finetune_doctor", "yaml", "ruamel", "click", "rich", "simpleeval"})
+
+
+def _re_ours(frame: Any) -> bool:
+    """Whether the pattern being compiled is the project's, its lint-path libraries' or the standard library's (the
+    first caller outside ``re``): patterns of torch or transformers (hundreds once a probe imports them) are not
+    kept, so the file every start-up reads stays small, as the dataclass cache keeps only the project's classes."""
+    while frame is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] == "re":
+        frame = frame.f_back
+    if frame is None:
+        return False
+    name = str(frame.f_globals.get("__name__", ""))
+    if name.split(".")[0] in _RE_PACKAGES:
+        return True
+    path = str(frame.f_globals.get("__file__") or "")
+    stdlib = os.path.dirname(os.__file__)
+    return path.startswith(stdlib + os.sep) and "site-packages" not in path
+
+
+def _re_compile(p: Any, flags: int = 0) -> Any:
+    """``re._compiler.compile`` with the arguments of ``_sre.compile`` kept per (pattern, flags) string pattern."""
+    comp = sys.modules["re._compiler"]
+    if type(p) is not str or type(flags) is not int or flags & comp.SRE_FLAG_DEBUG:
+        return _STATE["re_compile"](p, flags)
+    args = _RE.get((p, flags))
+    if args is None:
+        parsed = comp._parser.parse(p, flags)
+        code = comp._code(parsed, flags)
+        groupindex = dict(parsed.state.groupdict)
+        indexgroup: list[Any] = [None] * parsed.state.groups
+        for k, i in groupindex.items():
+            indexgroup[i] = k
+        # the code holds int subclasses (re._constants._NamedIntConstant): plain ints, as _sre reads them, marshal
+        args = (int(flags | parsed.state.flags), [int(c) for c in code], int(parsed.state.groups - 1), groupindex,
+                tuple(indexgroup))
+        if len(_RE) < _RE_MAX and _re_ours(sys._getframe(1)):
+            _RE[(p, flags)] = args
+            _RE_NEW[0] += 1
+    return comp._sre.compile(p, args[0], args[1], args[2], args[3], args[4])
 
 
 def uninstall() -> None:
@@ -98,6 +176,9 @@ def uninstall() -> None:
 
     if getattr(dataclasses, "exec", None) is _exec:
         del dataclasses.exec   # type: ignore[attr-defined]
+    comp = sys.modules.get("re._compiler")
+    if comp is not None and getattr(comp, "compile", None) is _re_compile:
+        comp.compile = _STATE["re_compile"]
     _STATE["installed"] = False
 
 
@@ -105,6 +186,7 @@ def save() -> None:
     """Write the sources compiled in this process into the cache file; best effort (a read-only or full disk
     leaves the file as it was, never an error). The console script calls it once the command is done."""
     global _NEW
+    _save_re()
     path = _STATE["path"]
     if not _NEW or path is None:
         return
@@ -120,3 +202,21 @@ def save() -> None:
     except (InputError, OSError, ValueError):
         return
     _NEW = 0
+
+
+def _save_re() -> None:
+    """Write the patterns compiled in this process into the regular-expression cache file; best effort."""
+    path = _STATE["re_path"]
+    if not _RE_NEW[0] or path is None:
+        return
+    import marshal
+
+    from finetune_doctor.errors import InputError
+    from finetune_doctor.fsutil import write_bytes
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes(str(path), marshal.dumps(_RE))
+    except (InputError, OSError, ValueError):
+        return
+    _RE_NEW[0] = 0

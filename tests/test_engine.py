@@ -107,7 +107,7 @@ def test_cache_is_keyed_by_the_files(tmp_path, monkeypatch):
     (tmp_path / "r").mkdir()
     d = write_rule(tmp_path / "r")
     first = [r for r in load_rules([str(d)]) if r.code == "XX001"][0]
-    assert list((tmp_path / "cache" / "finetune-doctor").glob("rules-*.json"))
+    assert list((tmp_path / "cache" / "finetune-doctor").glob("rules-*.marshal"))
     # an edited rule gets a new cache entry, and a now-broken rule fails loudly instead of coming from the cache
     import time
 
@@ -119,3 +119,32 @@ def test_cache_is_keyed_by_the_files(tmp_path, monkeypatch):
     with pytest.raises(InputError, match="invalid expression"):
         load_rules([str(d)])
     assert first.code == "XX001"
+
+
+SUFFIXED = RULE.replace('''message: "key {item.key} with lr {cfg.learning_rate:.0e}: {'a: b' if True else ''}"''',
+                        '''message:
+  text: "key {item.key}"
+  suffix: {text: "({item.condition})", when: item.condition}''')
+
+
+def test_a_text_message_with_a_declared_suffix(tmp_path):
+    """``message: {text, suffix}``: the suffix clause is added only when its condition holds (the form of the
+    ten rules that showed a problem's condition with an inline `x if c else y`, issue #22)."""
+    rules = load_rules([str(write_rule(tmp_path, SUFFIXED))])
+    mine = tuple(r for r in rules if r.code == "XX001")
+    keys = [{"key": "a_key", "kind": "unknown", "condition": "transformers 5.x"},
+            {"key": "b_key", "kind": "unknown", "condition": None}]
+    ctx = RuleContext(facts={"cfg": {"learning_rate": 5e-3}, "lint": {"keys": keys}},
+                      sources={"config": SourceDoc("config", "c.yaml", {"a_key": (1, 1), "b_key": (2, 1)})})
+    assert sorted(f.message for f in evaluate(mine, ctx)) == ["key a_key (transformers 5.x)", "key b_key"]
+
+
+@pytest.mark.parametrize("message, error", [
+    ('message:\n  text: "x"\n  by: cfg.stage\n  cases: {sft: "y"}', "a `text`"),
+    ('message:\n  text: ""', "a `text`"),
+    ('message:\n  text: "x"\n  suffix: {when: cfg.stage}', "message.suffix"),
+])
+def test_a_text_message_is_not_also_a_table(tmp_path, message, error):
+    text = RULE.replace('''message: "key {item.key} with lr {cfg.learning_rate:.0e}: {'a: b' if True else ''}"''', message)
+    with pytest.raises(InputError, match=error):
+        load_rules([str(write_rule(tmp_path, text))])

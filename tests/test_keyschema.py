@@ -161,7 +161,7 @@ def test_old_dpo_config_fixture():
     assert got["dpo_loss"].fix_value == "sigmoid"
     assert got["sft_packing"].replacement_key == "packing" and got["sft_packing"].fix_value is False
     assert got["cache_path"].replacement_key == "tokenized_path"
-    assert "Some keys are not used by the HfArgumentParser" in got["dpo_beta"].message
+    assert got["dpo_beta"].fate == "stops" and got["dpo_beta"].message.startswith("`dpo_beta` was renamed")
     # OmegaConf YAML 1.1 typing as LF sees it
     assert (got["max_samples"].kind, got["max_samples"].fix_value) == ("wrong_type", 100000)
     assert (got["learning_rate"].kind, got["learning_rate"].fix_value) == ("wrong_type", 5e-6)
@@ -231,8 +231,9 @@ def test_allow_extra_args_is_read_like_lf():
     assert not extra_args_allowed({})
     strict = _by_key(check_keys({"dpo_beta": 0.1, "foo": 1}, env={}))
     lax = _by_key(check_keys({"dpo_beta": 0.1, "foo": 1}, env={"ALLOW_EXTRA_ARGS": "1"}))
-    assert strict["foo"].condition is None and "stops" in strict["foo"].message
-    assert lax["foo"].condition == "ALLOW_EXTRA_ARGS is set" and "drops it silently" in lax["foo"].message
+    assert (strict["foo"].condition, strict["foo"].fate, strict["foo"].message, strict["foo"].rest) == (
+        None, "stops", "Unknown key `foo`: ", ".")
+    assert lax["foo"].condition == "ALLOW_EXTRA_ARGS is set" and lax["foo"].fate == "drops"
     assert lax["dpo_beta"].fix == "rename"  # still worth fixing: the value has no effect under the old name
 
 
@@ -316,3 +317,28 @@ def test_generator_falls_back_to_lf_args_and_installed_transformers(tmp_path):
     got_tf = {n for n, e in data["keys"].items() if e["origin"] == "transformers"}
     assert got_tf == tf_fields - {n for n in lf_own}
     assert keyschema.check_keys({"dpo_beta": 1}, env={}, schema=data)[0].replacement_key == "pref_beta"
+
+
+@pytest.mark.parametrize("env, want", [
+    ({}, 'Unknown key `foo`: LLaMA-Factory stops with "Some keys are not used by the HfArgumentParser".'),
+    ({"ALLOW_EXTRA_ARGS": "1"}, "Unknown key `foo`: LLaMA-Factory drops it silently because ALLOW_EXTRA_ARGS is "
+                                "set, so it has no effect. (ALLOW_EXTRA_ARGS is set)"),
+])
+def test_the_fate_of_an_undeclared_key_is_worded_by_the_rule(tmp_path, monkeypatch, env, want):
+    """The reader says which fate (KeyProblem.fate); rules/unknown-key.yaml's message table words it, and the
+    sentence a user reads is the one the reader wrote before (issue #22: the fate's words lived in Python)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from finetune_doctor.cli import main
+
+    monkeypatch.delenv("ALLOW_EXTRA_ARGS", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text("model_name_or_path: Qwen/Qwen2.5-7B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+                   "dataset: alpaca_en_demo\ntemplate: qwen\noutput_dir: out\nfoo: 1\n")
+    r = CliRunner().invoke(main, ["lint", str(cfg), "--offline", "--format", "json"])
+    got = [f["message"] for f in json.loads(r.output)["findings"] if f["name"] == "unknown-key"]
+    assert got == [want]

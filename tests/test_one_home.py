@@ -260,3 +260,85 @@ def test_one_probability_of_oom_per_report(case):
     assert d["memory"]["p_oom"] is not None
     for f in (fix, *fix.get("alternatives", [])):
         assert f["effect"]["p_oom_before"] == pytest.approx(d["memory"]["p_oom"], abs=1e-3), f["title"]
+
+
+LINT_PATH_PACKAGES = ("readers/config", "readers/model", "engine", "facts", "pipeline")
+
+
+def test_release_ranges_have_one_public_reader():
+    """The ``"0-3,7"`` release-range form of the catalogs is read by lfrelease.parse_ranges alone: lfv1's key
+    tables ask it (they imported its private ``_parse_ranges`` before, issue #22)."""
+    from finetune_doctor.readers.config import lfrelease, lfv1
+
+    assert lfrelease.parse_ranges("0-2,5") == frozenset({0, 1, 2, 5})
+    assert lfv1._in("0-2,5") == lfrelease.parse_ranges("0-2,5") and lfv1._in("") == frozenset()
+    with pytest.raises(ValueError):
+        lfrelease.parse_ranges("0-x")
+
+
+def test_lint_path_imports_no_private_name_of_another_module():
+    """A name another module needs has a public home: no module of the lint path imports a ``_private`` name from
+    another project module (``import x as _y`` of a public name is fine)."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent / "finetune_doctor"
+    found = []
+    for pkg in LINT_PATH_PACKAGES:
+        for path in sorted((root / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("finetune_doctor"):
+                    found += [f"{path.relative_to(root)}:{node.lineno} {node.module}.{a.name}" for a in node.names
+                              if a.name.startswith("_") and not a.name.startswith("__")]
+    assert found == []
+
+
+def _assumed(args: list[str], monkeypatch) -> list[dict]:
+    from click.testing import CliRunner
+
+    from finetune_doctor.cli import main
+
+    for var in ("FORCE_TORCHRUN", "NNODES", "WORLD_SIZE", "NPROC_PER_NODE"):
+        monkeypatch.delenv(var, raising=False)
+    r = CliRunner().invoke(main, [*args, "--offline", "--format", "json"])
+    assert r.exit_code in (0, 1), r.output
+    return json.loads(r.output)["assumptions"]
+
+
+EX = Path(__file__).resolve().parent.parent / "fixtures" / "llamafactory" / "examples"
+
+
+@pytest.mark.parametrize("extra, value, alternatives", [
+    ([], "one process on one GPU (python, no torchrun)", ["torchrun over several GPUs", "accelerate launch"]),
+    (["--nnodes", "2"], "llamafactory-cli train (torchrun, DDP, expandable segments on)",
+     ["torchrun or deepspeed started by hand (allocator default)", "accelerate launch with FSDP"]),
+    (["--gpu", "8xA100-80GB"], "llamafactory-cli train (torchrun, DDP, expandable segments on)",
+     ["torchrun or deepspeed started by hand (allocator default)", "accelerate launch with FSDP"]),
+    (["--gpu", "A100-80GB"], None, None),
+])
+def test_the_launcher_assumption_has_one_producer(extra, value, alternatives, monkeypatch):
+    """facts/kinds.py `launcher_assumption` writes the ``launcher`` assumption, read before the run is resolved and
+    asked again with the resolved run's ranks (facts/assume.py weighs that entry); the report holds one entry, in
+    lint and check alike (two producers with their own wording used to be merged by name, issue #22)."""
+    config = str(EX / "train_lora" / "qwen3_lora_sft.yaml")
+    for cmd in ("lint", "check"):
+        got = [a for a in _assumed([cmd, config, *extra, *(["--no-data"] if cmd == "check" else [])], monkeypatch)
+               if a["name"] == "launcher"]
+        if value is None:
+            assert got == []
+            continue
+        assert [(a["value"], a["alternatives"]) for a in got] == [(value, alternatives)]
+
+
+def test_the_launcher_and_release_assumptions_are_written_in_one_module():
+    """Only facts/kinds.py names the ``launcher`` and ``lf-version`` assumptions it produces."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent / "finetune_doctor"
+    where = set()
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                names = [k.value for k in node.keywords if k.arg == "name"] + list(node.args[:1])
+                if any(isinstance(n, ast.Constant) and n.value in ("launcher", "lf-version") for n in names):
+                    where.add(str(path.relative_to(root)))
+    assert where == {"facts/kinds.py"}

@@ -98,3 +98,99 @@ def test_only_the_projects_classes_are_cached(tmp_path):
             "print(startup._NEW, Outside(2) == Outside(2), repr(Outside()))\n")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["0", "True", "Outside(a=1)"]
+
+
+_PATTERNS = [(r"(?P<year>\d{4})-(?P<month>\d\d)(?:-(?P<day>\d\d))?", 0), (r"^\s*v?(\d+)\.(\d+)", 0),
+             ("[^\x09\x0A\x0D\x20-\x7E\x85\xA0-\uD7FF\uE000-\uFFFD\U00010000-\U0010ffff]", 0),
+             (r"lora_(rank|alpha)\b", 2), (r"(?x) a  b # spaced\n", 0), (r"(?i)ZeRO-?(\d)", 0)]
+
+
+def _compiled_in(module: str, pattern: str, flags: int):
+    """``re.compile(pattern, flags)`` called from a module named `module` (whose patterns the cache keeps or not)."""
+    import types
+
+    mod = types.ModuleType(module)
+    exec(compile("import re\nP = re.compile(PAT, FLAGS)\n", "<re>", "exec"), {**mod.__dict__, "PAT": pattern,
+                                                                              "FLAGS": flags}, ns := {})
+    return ns["P"]
+
+
+def test_cached_regex_is_the_pattern_re_builds(tmp_path, monkeypatch):
+    """A pattern built from the cached arguments of ``_sre.compile`` equals the one ``re`` builds (Pattern's own
+    ``==`` compares pattern, flags and the matcher's code), with the same groups and names, in this process and,
+    read back from the file, in the next one."""
+    import re
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("FINETUNE_DOCTOR_NO_CACHE", raising=False)
+    plain = {(p, f): re.compile(p, f) for p, f in _PATTERNS}
+    startup.install()
+    try:
+        for (p, f), want in plain.items():
+            re.purge()
+            got = _compiled_in("finetune_doctor._test_re", p, f)
+            assert got is not want and got == want
+            assert (got.groups, dict(got.groupindex), got.flags) == (want.groups, dict(want.groupindex), want.flags)
+            assert (p, f) in startup._RE
+        assert re.compile(b"bytes (pass) through").groups == 1   # not cached: only str patterns are
+        # another package's patterns (torch compiles hundreds once a probe imports it) are built, not kept
+        assert _compiled_in("torch._test_re", r"torch_only_(\d+)", 0).match("torch_only_7").group(1) == "7"
+        assert (r"torch_only_(\d+)", 0) not in startup._RE
+        m = re.compile(_PATTERNS[0][0]).match("2026-12")
+        assert m is not None and m.group("year", "month", "day") == ("2026", "12", None)
+        startup.save()
+    finally:
+        startup.uninstall()
+    import re._compiler as comp
+
+    assert comp.compile is not startup._re_compile
+    files = list((tmp_path / "finetune-doctor").glob("re-code-*.marshal"))
+    assert len(files) == 1
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path)}
+    env.pop("FINETUNE_DOCTOR_NO_CACHE", None)
+    code = ("import re; from finetune_doctor import startup; startup.install()\n"
+            f"pats = {_PATTERNS!r}\n"
+            "got = [re.compile(p, f) for p, f in pats]   # hits: read from the file, whoever asks\n"
+            "plain = [startup._STATE['re_compile'](p, f) for p, f in pats]   # re's own compiler\n"
+            "print(startup._RE_NEW[0], got == plain)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0", "True"]
+
+
+def test_bundled_json_reads_a_marshal_copy_and_falls_back_to_the_json(tmp_path, monkeypatch):
+    """fsutil.bundled_json: the JSON's own data, from the copy once written; a copy for another version of the
+    file or a broken copy is never used."""
+    import json
+
+    from finetune_doctor.fsutil import bundled_json
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("FINETUNE_DOCTOR_NO_CACHE", raising=False)
+    src = tmp_path / "keys.json"
+    src.write_text(json.dumps({"keys": {"lora_rank": {"type": "int"}}, "n": [1, 2.5, None, True]}))
+    assert bundled_json(str(src)) == json.loads(src.read_text())
+    copies = list((tmp_path / "cache" / "finetune-doctor").glob("json-*.marshal"))
+    assert len(copies) == 1
+    assert bundled_json(str(src)) == json.loads(src.read_text())
+    src.write_text(json.dumps({"keys": {}, "n": [3]}))   # a new size: the old copy's key no longer matches
+    assert bundled_json(str(src)) == {"keys": {}, "n": [3]}
+    for copy in (tmp_path / "cache" / "finetune-doctor").glob("json-*.marshal"):
+        copy.write_bytes(b"\x00not marshal")
+    assert bundled_json(str(src)) == {"keys": {}, "n": [3]}
+    monkeypatch.setenv("FINETUNE_DOCTOR_NO_CACHE", "1")
+    assert bundled_json(str(src)) == {"keys": {}, "n": [3]}
+
+
+def test_every_project_dataclass_has_a_docstring():
+    """``dataclasses`` gives a class without a docstring one built by ``inspect.signature`` when the class is
+    created, at every start-up (0.05-8 ms each, issue #22: settings.Options cost a one-file lint 8 ms at load 9)."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "finetune_doctor").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and any(
+                    "dataclass" in ast.unparse(d).split("(")[0] for d in node.decorator_list) \
+                    and ast.get_docstring(node) is None:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert found == []

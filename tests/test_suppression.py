@@ -116,3 +116,25 @@ def test_doctor_lint_end_to_end(tmp_path):
     assert f"{cfg.name}:{line}:1: FD099" in res.stdout, res.stdout + res.stderr
     assert res.returncode == 0  # a warning does not fail at the default --fail-on error
     assert lint("--fail-on", "warning").returncode == 1
+
+
+def test_each_unused_suppression_message_is_a_case_of_the_rules_table(tmp_path):
+    """rules/unused-suppression.yaml words its three messages as a table keyed by ``item.case`` (it held one
+    template of nested ``x if c else y``, issue #22); the text a user reads is what the template wrote."""
+    import json
+
+    from click.testing import CliRunner
+
+    from finetune_doctor.cli import main
+
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text("# doctor: ignore-file[FD203]\nmodel_name_or_path: Qwen/Qwen2.5-7B\nstage: sft\ndo_train: true\n"
+                   "finetuning_type: lora\nlora_target: all\ndataset: alpaca_en_demo\ntemplate: qwen\n"
+                   "cutoff_len: 2048\noutput_dir: saves/out\nper_device_train_batch_size: 2\n"
+                   "gradient_accumulation_steps: 8\nlearning_rate: 1.0e-4  # doctor: ignore[FD9Z9]\n"
+                   "bf16: true  # doctor: ignore[FD101]\n")
+    r = CliRunner().invoke(main, ["lint", str(cfg), "--offline", "--format", "json"])
+    got = sorted(f["message"] for f in json.loads(r.output)["findings"] if f["name"] == "unused-suppression")
+    assert got == ["`# doctor: ignore-file[FD203]` suppresses nothing in this file.",
+                   "`# doctor: ignore[FD101]` suppresses nothing: no FD101 finding on the line it covers.",
+                   "`# doctor: ignore[FD9Z9]` names no known rule."]

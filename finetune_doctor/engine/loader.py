@@ -19,7 +19,7 @@ from finetune_doctor.types import SEVERITIES
 COMMANDS = ("check", "lint", "estimate", "postmortem", "probe", "gpus", "data")
 CATEGORIES = ("config", "precision", "memory", "deepspeed", "numerics", "data", "distributed", "hardware", "runtime")
 DOC_SECTIONS = ("what_it_does", "why_bad", "example", "use_instead", "references")
-MESSAGE_FIELDS = {"by", "cases", "default", "suffix"}
+MESSAGE_FIELDS = {"text", "by", "cases", "default", "suffix"}
 SUFFIX_FIELDS = {"when", "text"}
 TOP_FIELDS = {"code", "name", "severity", "category", "commands", "requires", "for_each", "when", "message",
               "location", "fix", "docs", "tags"}
@@ -30,6 +30,8 @@ LOCATION_FIELDS = {"file", "key", "line", "from"}
 
 @dataclass(frozen=True)
 class EditSpec:
+    """One edit of a rule's fix: the file role, the key, the value (literal or an expression) or a deletion."""
+
     file: Template            # a role: config | deepspeed, or an expression in {..}
     key: Template             # may hold {..} placeholders
     value: Any = None
@@ -40,6 +42,8 @@ class EditSpec:
 
 @dataclass(frozen=True)
 class FixSpec:
+    """A rule's fix: its title, safety, edits, the remedy planner that computes it and its cost line."""
+
     title: Template
     safety: str = "unsafe"
     edits: tuple[EditSpec, ...] = ()
@@ -76,9 +80,9 @@ class Message:
     suffix_when: Expr | None = None
 
     def templates(self) -> tuple[Template, ...]:
-        """Every template the message can render (the text, or each case then the default, then the suffix)."""
+        """Every template the message can render (the text, or each case then the default; then the suffix)."""
         if self.text is not None:
-            return (self.text,)
+            return tuple(t for t in (self.text, self.suffix) if t is not None)
         return tuple(t for t in (*self.cases.values(), self.default, self.suffix) if t is not None)
 
 
@@ -197,21 +201,22 @@ def _cache_file(path: str, files: list[Path]) -> tuple[Path, str] | None:
         st = f.stat()
         parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
     key = ";".join(parts)
-    return base / f"rules-{binascii.crc32(key.encode('utf-8', 'surrogatepass')):08x}.json", key
+    return base / f"rules-{binascii.crc32(key.encode('utf-8', 'surrogatepass')):08x}.marshal", key
 
 
 def _raw_rules(path: str) -> tuple[list[tuple[str, Any]], bool]:
     """The parsed YAML of each rule file, and whether it came from the cache."""
     import json
+    import marshal
 
     files = sorted(Path(path).glob("*.yaml"))
     found = _cache_file(path, files)
-    if found is not None and found[0].is_file():
-        try:
-            data = json.loads(found[0].read_text(encoding="utf-8"))
+    if found is not None:
+        try:   # marshal: a third of json.loads' time for the ~270 kB pack (issue #22)
+            data = marshal.loads(found[0].read_bytes())
             if isinstance(data, dict) and data.get("key") == found[1]:
                 return [(p, d) for p, d in data["rules"]], True
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, EOFError, KeyError, TypeError):
             pass
     from ruamel.yaml import YAML
 
@@ -228,9 +233,15 @@ def _raw_rules(path: str) -> tuple[list[tuple[str, Any]], bool]:
     for p, data in out:   # validate before caching: only a pack that loads cleanly is ever cached
         parse_rule(data, p)
     if found is not None:
-        from finetune_doctor.fsutil import write_cache
+        from finetune_doctor.fsutil import write_bytes
 
-        write_cache(found[0], json.dumps({"key": found[1], "rules": out}, default=str))
+        # through JSON first: what YAML reads beyond JSON's types (dates) is kept as text, as before
+        plain = json.loads(json.dumps({"key": found[1], "rules": out}, default=str))
+        try:
+            found[0].parent.mkdir(parents=True, exist_ok=True)
+            write_bytes(str(found[0]), marshal.dumps(plain))
+        except (InputError, OSError, ValueError):
+            pass   # best effort: no cache, never an error
     return out, False
 
 
@@ -302,17 +313,24 @@ def _template(v: Any) -> Template | None:
 
 
 def _message(m: Any, bad: Any) -> Message:
-    """A message: a template string, or a table ``{by: <expression>, cases: {value: template}, default: template}``."""
+    """A message: a template string; ``{text: template, suffix: {text, when}}`` (one text and a clause added when a
+    condition holds); or a table ``{by: <expression>, cases: {value: template}, default: template, suffix}``."""
     if not isinstance(m, dict):
         return Message(text=compile_template(str(m).strip()))
     if set(m) - MESSAGE_FIELDS:
         raise bad(f"unknown message field(s): {', '.join(sorted(set(m) - MESSAGE_FIELDS))}")
-    cases = m.get("cases")
-    if not m.get("by") or not isinstance(cases, dict) or not cases:
-        raise bad("a message table needs `by` (the expression it switches on) and a non-empty `cases` mapping")
     suffix = m.get("suffix") or {}
     if not isinstance(suffix, dict) or set(suffix) - SUFFIX_FIELDS or (suffix and not suffix.get("text")):
         raise bad("message.suffix is a mapping {text: template, when: condition}")
+    if "text" in m:
+        if set(m) - {"text", "suffix"} or not m.get("text"):
+            raise bad("a message is a `text` (with an optional `suffix`) or a table (`by`, `cases`), not both")
+        return Message(text=compile_template(str(m["text"]).strip()),
+                       suffix=_template(str(suffix["text"]).strip()) if suffix else None,
+                       suffix_when=_expr(suffix.get("when")))
+    cases = m.get("cases")
+    if not m.get("by") or not isinstance(cases, dict) or not cases:
+        raise bad("a message table needs `by` (the expression it switches on) and a non-empty `cases` mapping")
     return Message(by=compile_expr(str(m["by"])),
                    cases={str(k): compile_template(str(v).strip()) for k, v in cases.items()},
                    default=None if m.get("default") is None else compile_template(str(m["default"]).strip()),
@@ -414,8 +432,25 @@ def find_rule(rules: tuple[Rule, ...], ident: str) -> Rule:
 
 def select_rules(rules: tuple[Rule, ...], command: str, select: list[str] | None,
                  ignore: list[str] | None) -> tuple[Rule, ...]:
-    """Rules that `command` evaluates, filtered ruff-style: a selector matches a code prefix or a name."""
+    """Rules that `command` evaluates, filtered ruff-style: a selector matches a code prefix or a name.
 
+    Kept per (rule tuple, command, selectors) for the process: a lint of many files selects from the same merged
+    tuple for every file (issue #22)."""
+    key = (id(rules), command, tuple(select) if select else None, tuple(ignore) if ignore else None)
+    kept = _SELECTED.get(key)
+    if kept is not None and kept[0] is rules:
+        return kept[1]
+    out = _select(rules, command, select, ignore)
+    if len(_SELECTED) < 256:
+        _SELECTED[key] = (rules, out)   # the rule tuple is held so that its id() stays its own
+    return out
+
+
+_SELECTED: dict[tuple[Any, ...], tuple[tuple[Rule, ...], tuple[Rule, ...]]] = {}
+
+
+def _select(rules: tuple[Rule, ...], command: str, select: list[str] | None,
+            ignore: list[str] | None) -> tuple[Rule, ...]:
     def hit(r: Rule, sels: list[str]) -> bool:
         return any(r.code.upper().startswith(s.upper()) or r.name == s or s.upper() == "ALL" for s in sels)
 

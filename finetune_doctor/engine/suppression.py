@@ -128,6 +128,10 @@ def unused(suppressions: Suppressions, used: frozenset[tuple[int, str]], file: s
                 reason = "unknown"
             elif ran is not None and code not in ran:
                 continue
+            # the comment as the user wrote its form, and which of rules/unused-suppression.yaml's messages it takes
+            comment = f"`# doctor: {'ignore-file' if d.scope == 'file' else 'ignore'}[{code}]`"
+            case = "unknown" if reason == "unknown" else f"unused_{d.scope}"
             out.append({"code": code, "line": d.line, "file": file, "scope": d.scope, "reason": reason,
+                        "comment": comment, "case": case,
                         "location": {"file": file, "line": d.line, "column": None, "key": None}})
     return out

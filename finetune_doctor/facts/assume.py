@@ -353,40 +353,33 @@ def smallest_variant(hw: Hardware | None, spec: str | None) -> Hardware | None:
     return replace(hw, gpu=g.name, capacity_gib=g.capacity_gib, bf16=g.bf16, compute_capability=g.compute_capability)
 
 
-def launch_known(asm: Any) -> bool:
-    """Whether anything the doctor can see says how the run is launched: ``--launch``, ``--accelerate-config``, an
-    accelerate config beside the YAML (facts/config.py), or llamafactory-cli's launch variables in this
-    environment (FORCE_TORCHRUN, NNODES: LLaMA-Factory launcher.py)."""
-    if asm.launch is not None:
-        return True
-    return any(os.environ.get(k) for k in ("FORCE_TORCHRUN", "NNODES"))
-
-
 def _launch(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: Judge, fresh: Judge,
             rerun: Callable[..., Any], base_verdict: str | None) -> list[Assumption]:
-    """The launcher and the ranks, when nothing the doctor can see says how the run is launched."""
-    if run.world_size <= 1 or launch_known(asm) or run.engine == "megatron":
+    """Over several ranks: the launcher (facts/kinds.py `launcher_assumption`, the one producer, asked again with
+    the resolved run) weighed, and the rank count, when the launch was not read."""
+    from finetune_doctor.facts.kinds import ACCELERATE_FSDP, BY_HAND, launcher_assumption
+
+    if run.world_size <= 1:   # one rank: the entry recorded when the config was read stands, nothing to weigh
         return []
-    alts: list[tuple[str, Any]] = [("torchrun or deepspeed started by hand (allocator default)",
-                                    lambda: judge(run.with_(launcher="torchrun"), hw, tokens))]
-    if run.engine == "ddp":
+    base = launcher_assumption(asm, run.world_size, run.engine, bool(run.deepspeed))
+    if base is None:
+        return []
+    thunks: dict[str, Callable[[], tuple[float, str | None] | None]] = {
+        BY_HAND: lambda: judge(run.with_(launcher="torchrun"), hw, tokens)}
+    if ACCELERATE_FSDP in base.alternatives:
         from finetune_doctor.readers.config.accelerate import AccelerateConfig
         from finetune_doctor.run.engines import LaunchInputs
 
         acc = AccelerateConfig(path="<assumed FSDP launch>", values={}, positions={}, distributed_type="FSDP",
                                num_processes=run.world_size, num_machines=run.nnodes)
-        alts.append(("accelerate launch with FSDP", lambda: fresh(rerun(launch=LaunchInputs(acc, None)), hw, tokens)
-                     if _on(fresh) else None))
-    engine = "DeepSpeed as the YAML names it" if run.deepspeed else "DDP"
-    out = [_weigh("launcher", f"llamafactory-cli train (torchrun, {engine}, expandable segments on)",
-                  "no --launch, --accelerate-config, accelerate config beside the YAML, or FORCE_TORCHRUN/NNODES "
-                  "in the environment", "--launch FILE (the launch command line) or --accelerate-config FILE",
-                  base_verdict, alts)]
+        thunks[ACCELERATE_FSDP] = lambda: (fresh(rerun(launch=LaunchInputs(acc, None)), hw, tokens)
+                                           if _on(fresh) else None)
+    weighed = _weigh(base.name, base.value, base.source, base.resolve_with, base_verdict,
+                     [(label, thunks.get(label)) for label in base.alternatives])
     src = "every GPU of --gpu on each node" if hw is not None and hw.source == "flag" else "the GPUs seen here"
-    out.append(_weigh("world-size", run.world_size, f"{src} (llamafactory-cli sets NPROC_PER_NODE to the visible "
-                      "devices, launcher.py)", "--launch FILE, --accelerate-config FILE or --nnodes N",
-                      base_verdict, []))
-    return out
+    return [weighed, _weigh("world-size", run.world_size, f"{src} (llamafactory-cli sets NPROC_PER_NODE to the "
+                            "visible devices, launcher.py)", "--launch FILE, --accelerate-config FILE or --nnodes N",
+                            base_verdict, [])]
 
 
 def fold(verdict: str | None, total: float, assumptions: list[Assumption]) -> tuple[str | None, Assumption | None]:

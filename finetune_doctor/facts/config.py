@@ -26,7 +26,7 @@ from finetune_doctor.facts import lint as lint_facts
 from finetune_doctor.facts import machine
 from finetune_doctor.facts import model as model_facts
 from finetune_doctor.facts import run as run_facts
-from finetune_doctor.fsutil import display_path
+from finetune_doctor.fsutil import display_path, real_parent
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc, load_config
 from finetune_doctor.readers.config.lfrelease import version_in_use
 from finetune_doctor.run import InvalidRunValue, resolve_run
@@ -277,7 +277,6 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
         _assumptions(asm, opts, None, None)
     facts["lint"]["assumptions"] = [{**a.as_dict(), "effect_text": effect_text(a)}
                                     for a in sort_assumptions(asm.assumptions)]
-    _one_per_name(asm)
     # a v1 run's FSDP2 comes from its dist_config, handed to the resolver as an accelerate FSDP2 setting
     asm.notes.extend(n.replace("from the accelerate config", "from v1's dist_config") if kind == "train-v1" else n
                      for n in asm.run.notes)
@@ -342,14 +341,6 @@ def _hardware(asm: Assembly, opts: Options, hw: Hardware | None, env_report: Any
                          "for the world size; pass e.g. --gpu 4xL20, or --env with `llamafactory-cli env` output")
 
 
-def _one_per_name(asm: Assembly) -> None:
-    """One assumption per name: the config reading (facts/kinds.py) records the launcher and the LF release before
-    the estimate; when the estimate weighs the same question (facts/assume.py), its entry, which carries the
-    alternatives' effects, replaces the first."""
-    last = {a.name: i for i, a in enumerate(asm.assumptions)}
-    asm.assumptions[:] = [a for i, a in enumerate(asm.assumptions) if last[a.name] == i]
-
-
 def effect_text(a: Any) -> str:
     """``A100-40GB: 92.1 GiB, oom; ...``: each evaluated alternative of an Assumption, for rule messages."""
     return "; ".join(f"{k}: {v:.1f} GiB" + (f", {a.effect_verdict[k]}" if k in a.effect_verdict else "")
@@ -369,6 +360,11 @@ def _assumptions(asm: Assembly, opts: Options, tokens: int | None, alt: dict[str
 
     mem = asm.memory
     base = mem.verdict if mem is not None else None
+    if asm.run is not None and asm.run.world_size > 1:
+        # the launcher recorded when the config was read (facts/kinds.py `launcher_assumption`, asked before the
+        # ranks were known) is asked again of the same producer with the resolved run (facts/assume.py `_launch`),
+        # whose answer replaces it: weighed, or none once the launch is read
+        asm.assumptions[:] = [a for a in asm.assumptions if a.name != "launcher"]
     asm.assumptions.extend(assume.collect(asm, opts, tokens=tokens, base_verdict=base, alt_stack=alt))
     if mem is None:
         return {}
@@ -515,7 +511,7 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
     cache = doc.values.get("cache_dir")
     try:
         arch, model_src = load_arch(
-            str(name), base_dir=str(Path(config).resolve().parent),
+            str(name), base_dir=str(real_parent(config)),
             cache_dir=cache if isinstance(cache, str) else None, model_config=opts.model_config,
             allow_download=not static and opts.command in DOWNLOAD_COMMANDS, offline=opts.offline,
             exact=False if static else "auto", transformers_major=transformers,
@@ -700,7 +696,7 @@ def _accelerate_beside(asm: Assembly) -> Any:
     none, several, or a file of that name that is not an accelerate config."""
     from finetune_doctor.readers.config.accelerate import load_accelerate_config
 
-    here = Path(asm.doc.path).resolve().parent
+    here = real_parent(asm.doc.path)
     found = [here / n for n in ACCELERATE_BESIDE if (here / n).is_file()]
     if len(found) != 1:
         return None

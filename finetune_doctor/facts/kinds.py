@@ -331,12 +331,9 @@ def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:
                           "parser, which stops with \"the following arguments are required: --output_dir\"",),
             resolve_with="--llamafactory VERSION or --env FILE; or rename the file to .yaml, which every "
                          "release loads"))
-    if asm.kind in ("train", "train-v1") and not facts.get("launch_known"):
-        out.append(Assumption(name="launcher", value="one process on one GPU (python, no torchrun)",
-                              source="no --gpu count, --launch file, accelerate config or WORLD_SIZE / "
-                                     "FORCE_TORCHRUN in the environment",
-                              alternatives=("torchrun over several GPUs", "accelerate launch"),
-                              resolve_with="--gpu NxCARD, --launch FILE or --accelerate-config FILE"))
+    launcher = launcher_assumption(asm, None)   # the run is not resolved yet: its world size is not known
+    if launcher is not None:
+        out.append(launcher)
     if asm.kind == "train-v1" and _v1_subcommand(facts.get("launch_trains")) is None:
         # a v1 YAML names no stage: `llamafactory-cli sft|dpo|rm` picks the trainer (v1 launcher.py L142-156)
         out.append(Assumption(name="v1-stage", value="sft (`USE_V1=1 llamafactory-cli sft`)",
@@ -344,6 +341,56 @@ def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:
                               alternatives=("dpo (chosen and rejected sequences per micro batch)", "rm"),
                               resolve_with="--launch FILE holding the `USE_V1=1 llamafactory-cli ...` line"))
     return out
+
+
+# the alternatives of a multi-rank launch that facts/assume.py weighs (their labels are its effect keys)
+BY_HAND = "torchrun or deepspeed started by hand (allocator default)"
+ACCELERATE_FSDP = "accelerate launch with FSDP"
+
+
+def launcher_assumption(asm: Any, world_size: int | None, engine: str | None = None,
+                        deepspeed: bool = False) -> Any:
+    """The one producer of the ``launcher`` assumption (an unweighed `Assumption`), or None when the inputs say how
+    the run is launched. `world_size` is the resolved run's rank count (None: read before the run is resolved,
+    when only the ``lint.launch_known`` fact can be asked); `engine` the run's engine (``ddp``, ``megatron``, ...)
+    and `deepspeed` whether the YAML names a DeepSpeed file.
+
+    Over several ranks the question is the launcher (llamafactory-cli's torchrun sets expandable segments, a
+    torchrun started by hand does not: LLaMA-Factory ``launcher.py``), unless `launch_read` says it was read or
+    Megatron launches itself; on one rank it is whether anything says how many ranks run (``launch_known``:
+    facts/kinds.py `launch_facts`). facts/config.py records it when the config is read; facts/assume.py asks again
+    with the resolved run and weighs the alternatives, and that entry replaces the first (issue #22: there were
+    two producers with their own wording and their own test of a known launch)."""
+    from finetune_doctor.types import Assumption
+
+    if asm.kind not in ("train", "train-v1"):
+        return None
+    if world_size is not None and world_size > 1:
+        if engine == "megatron" or launch_read(asm):
+            return None
+        how = "DeepSpeed as the YAML names it" if deepspeed else "DDP"
+        alts = (BY_HAND, ACCELERATE_FSDP) if engine == "ddp" else (BY_HAND,)
+        return Assumption(name="launcher", value=f"llamafactory-cli train (torchrun, {how}, expandable segments on)",
+                          source="no --launch, --accelerate-config, accelerate config beside the YAML, or "
+                                 "FORCE_TORCHRUN/NNODES in the environment", alternatives=alts,
+                          resolve_with="--launch FILE (the launch command line) or --accelerate-config FILE")
+    if asm.facts["lint"].get("launch_known"):
+        return None
+    return Assumption(name="launcher", value="one process on one GPU (python, no torchrun)",
+                      source="no --gpu count, --launch file, accelerate config or WORLD_SIZE / FORCE_TORCHRUN in "
+                             "the environment", alternatives=("torchrun over several GPUs", "accelerate launch"),
+                      resolve_with="--gpu NxCARD, --launch FILE or --accelerate-config FILE")
+
+
+def launch_read(asm: Any) -> bool:
+    """Whether anything the doctor can see says how a multi-rank run is launched: ``--launch``,
+    ``--accelerate-config``, an accelerate config beside the YAML (facts/config.py), or llamafactory-cli's launch
+    variables in this environment (FORCE_TORCHRUN, NNODES: LLaMA-Factory launcher.py)."""
+    import os
+
+    if getattr(asm, "launch", None) is not None:
+        return True
+    return any(os.environ.get(k) for k in ("FORCE_TORCHRUN", "NNODES"))
 
 
 def _v1_subcommand(line: str | None) -> str | None:

@@ -27,6 +27,10 @@ KEY_ITEM = {
     "fix": F("str", "short title of the fix"),
     "fix_value": F("any", "the value the fix writes"),
     "condition": F("str", "when the problem applies (e.g. a version range)"),
+    "fate": F("str", "what LLaMA-Factory does with a key its parser does not declare: stops | drops "
+                     "(ALLOW_EXTRA_ARGS set) | None; the rules word it between `message` and `rest`",
+              values=("stops", "drops")),
+    "rest": F("str", "with a fate: the message's text after it"),
     "was": F("str", "for kind unverified: the kind the problem has when its condition holds"),
     "line": F("int", "1-based line of the key in the config"),
     "override": F("bool", "the value was given as key=value on the command line"),
@@ -36,8 +40,11 @@ UNUSED_ITEM = {
     "code": F("str", "code or rule name as written in the comment"),
     "line": F("int", "line of the comment"),
     "file": F("str", "the file holding the comment"),
-    "scope": F("str", "line | file"),
-    "reason": F("str", "unused | unknown"),
+    "scope": F("str", "line | file", values=("line", "file")),
+    "reason": F("str", "unused | unknown", values=("unused", "unknown")),
+    "comment": F("str", "the comment's form with this code, as written: `# doctor: ignore[CODE]`"),
+    "case": F("str", "the message the comment takes (rules/unused-suppression.yaml)",
+              values=("unknown", "unused_line", "unused_file")),
     "location": LOCATION(),
 }
 
@@ -97,7 +104,8 @@ MAX_PER_KIND = 1000
 """Key problems of one kind (unknown, renamed, ...) judged one by one per file. Each costs about 1 ms of rule
 evaluation; a file of 100k unknown keys (issue 27) is reported by its first 1,000 and a count of the rest."""
 
-KEY_FIELDS = ("key", "kind", "message", "suggestion", "replacement_key", "fix", "fix_value", "condition", "inert")
+KEY_FIELDS = ("key", "kind", "message", "suggestion", "replacement_key", "fix", "fix_value", "condition", "inert",
+              "fate", "rest")
 
 
 def _problems(doc: ConfigDoc, transformers_version: str | None, release: Any, kind: str) -> list[Any]:

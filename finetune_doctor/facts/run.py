@@ -65,6 +65,9 @@ def _namespace() -> Namespace:
     out["tokens_per_micro_batch"] = F("int", "tokens in one forward of one rank (x2 for pairwise data)")
     out["quantized"] = F("bool", "quantization_bit set or a pre-quantized checkpoint")
     out["global_batch"] = F("int", "micro batch x gradient accumulation x world size")
+    out["grad_projector"] = F("str", "the gradient-projecting optimizer LLaMA-Factory builds itself: galore "
+                              "(use_galore) | apollo (use_apollo) | None; GaLore when both are set, as its checks "
+                              "come first (rules' message tables switch on it)", values=("galore", "apollo"))
     return Namespace("run", __doc__.split("\n\n")[0], out)
 
 
@@ -73,6 +76,8 @@ NAMESPACE = _namespace()
 
 def assemble(run: Run | None, values: Mapping[str, Any]) -> dict[str, Any]:
     """The ``run`` facts: the resolved Run, or LLaMA-Factory's defaults of stage/finetuning_type without one."""
+    projector = "galore" if values.get("use_galore") else ("apollo" if values.get("use_apollo") else None)
     if run is not None:
-        return run.facts()
-    return {"stage": values.get("stage") or "sft", "finetuning_type": values.get("finetuning_type") or "lora"}
+        return {**run.facts(), "grad_projector": projector}
+    return {"stage": values.get("stage") or "sft", "finetuning_type": values.get("finetuning_type") or "lora",
+            "grad_projector": projector}

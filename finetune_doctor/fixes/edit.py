@@ -117,6 +117,7 @@ def render_edits(text: str, edits: Sequence[Edit], *, kind: str, path: str = "<t
 
 @dataclass
 class _Op:
+    """One planned change at a dotted key path: set, delete or rename."""
     path: tuple[str, ...]
     action: str          # set | delete | rename
     value: Any = None
@@ -595,6 +596,7 @@ _WS = re.compile(r"\s*")
 
 @dataclass
 class _Member:
+    """One member of a JSON object and the character span of its key and value."""
     key: str
     key_start: int
     value_start: int
@@ -604,6 +606,7 @@ class _Member:
 
 @dataclass
 class _Obj:
+    """A JSON object's character span and its members."""
     start: int          # index of '{'
     end: int            # index after '}'
     members: list[_Member]

@@ -12,7 +12,6 @@ dataset is read. Memory rules run only when the project configuration (or --gpu)
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from dataclasses import replace
@@ -282,9 +281,10 @@ def _per_file(opts: Options, path: str) -> Options:
 _FOLDER_OPTIONS: dict[tuple[int, Path], tuple[Options, Options]] = {}
 
 
-@functools.lru_cache(maxsize=1024)
 def _real_parent(path: str) -> Path:
-    return Path(path).resolve().parent
+    from finetune_doctor.fsutil import real_parent
+
+    return real_parent(path)
 
 
 def _folder_options(opts: Options, path: str) -> Options:

@@ -281,6 +281,8 @@ def _quantize_standin(model: Any, spec: ProbeSpec, notes: list[str]) -> None:
 
 @dataclass
 class StepState:
+    """Where a probe's training step is: step, micro-batch, phase, layers seen and gradient checkpointing."""
+
     step: int = 0
     micro: int = 0
     phase: str = "setup"

@@ -219,7 +219,8 @@ class Run:
     def facts(self) -> dict[str, Any]:
         # field by field, skipping the architecture: asdict(self) deep-copied the whole ModelArch only to drop it
         # (a quarter of `doctor lint`'s fact assembly)
-        d = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name != "arch"}
+        state = self.__dict__   # the fields' values, read once per name (fields() rebuilds its tuple per call)
+        d = {name: _plain(state[name]) for name in _FACT_FIELDS}
         d["tokens_per_micro_batch"] = self.tokens_per_micro_batch
         d["quantized"] = self.quantized
         d["global_batch"] = self.global_batch
@@ -259,3 +260,4 @@ def _plain(v: Any) -> Any:
 
 
 _RUN_FIELDS = frozenset(f.name for f in fields(Run))
+_FACT_FIELDS = tuple(f.name for f in fields(Run) if f.name != "arch")   # Run.facts' keys, in declaration order

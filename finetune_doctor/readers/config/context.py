@@ -119,7 +119,9 @@ def find_context(config: str, explicit: str | None) -> MachineContext | None:
     config's folder, else None."""
     if explicit:
         return read_context(explicit)
-    beside = Path(config).resolve().parent / FILE_NAME
+    from finetune_doctor.fsutil import real_parent
+
+    beside = real_parent(config) / FILE_NAME
     return read_context(str(beside)) if beside.is_file() else None
 
 

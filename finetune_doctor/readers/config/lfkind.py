@@ -92,16 +92,18 @@ def _v1_slip(key: str) -> bool:
     letters the two words share, counted with multiplicity, over their total length; the ratio never exceeds
     it, CPython ``Lib/difflib.py``), so the answer is difflib's and a key near no v1 key costs no import."""
     n = len(key)
-    letters = None
+    letters: dict[str, int] | None = None
     near = []
     for k, m, theirs in _v1_letters():
         if 2.0 * min(n, m) / (n + m) < 0.85:   # real_quick_ratio, the length bound, first: no counting
             continue
         if letters is None:
-            from collections import Counter
-
-            letters = Counter(key)
-        if 2.0 * sum((letters & theirs).values()) / (n + m) >= 0.85:
+            letters = {}
+            for ch in key:
+                letters[ch] = letters.get(ch, 0) + 1
+        # the letters both share, with multiplicity (what `Counter & Counter` sums, without building one)
+        shared = sum(min(c, theirs.get(ch, 0)) for ch, c in letters.items())
+        if 2.0 * shared / (n + m) >= 0.85:
             near.append(k)
     if not near:
         return False
@@ -112,10 +114,10 @@ def _v1_slip(key: str) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _v1_letters() -> tuple[tuple[str, int, Any], ...]:
-    """Each v1 key with its length and letter counts, for `_v1_slip`'s bounds."""
+    """Each v1 key with its length and letter counts (a dict: letter -> count), for `_v1_slip`'s bounds."""
     from collections import Counter
 
-    return tuple((k, len(k), Counter(k)) for k in sorted(V1_KEYS))
+    return tuple((k, len(k), dict(Counter(k))) for k in sorted(V1_KEYS))
 
 
 def is_v1(values: Mapping[str, Any], env: Mapping[str, str] | None = None, launch_env: Mapping[str, str] | None = None

@@ -24,7 +24,6 @@ Pure Python; the JSON is read once.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -38,12 +37,17 @@ MAIN_ALIASES = ("main", "master", "head", "snapshot")
 @lru_cache(maxsize=1)
 def load() -> dict[str, Any]:
     """The release catalog as JSON data (raises only for a broken install: the file ships with the package)."""
-    with open(CATALOG, encoding="utf-8") as fh:
-        return json.load(fh)
+    from finetune_doctor.fsutil import bundled_json   # a marshal copy: ~1/3 of json.load's time (issue #22)
+
+    return bundled_json(CATALOG)  # type: ignore[return-value]
 
 
 @lru_cache(maxsize=8192)
-def _parse_ranges(text: str) -> frozenset[int]:
+def parse_ranges(text: str) -> frozenset[int]:
+    """The release indices a range text of the catalog names (``"0-3,7"`` -> {0, 1, 2, 3, 7}; indices into
+    ``load()["versions"]``, the form catalog/lf_releases.json and the v1 key tables in catalog/lf_keys.json use).
+    Raises ValueError for a part that is not a number or a range. The one reading of that form: lfv1.py asks it
+    too (issue #22)."""
     # memoized (the answer is frozen): a lint asks about every key of every config, ~20 per file
     out: set[int] = set()
     for part in str(text).split(","):
@@ -95,13 +99,13 @@ class Release:
     def has_key(self, key: str) -> bool:
         """Some release of this selection declares `key` in an argument dataclass (init field)."""
         e = load()["keys"].get(key)
-        return e is not None and bool(_parse_ranges(e["in"]) & self.indices)
+        return e is not None and bool(parse_ranges(e["in"]) & self.indices)
 
     def key_versions(self, key: str) -> list[str]:
         """Every catalogued release that declares `key` (for messages: "added in 0.9.3")."""
         e = load()["keys"].get(key)
         allv = load()["versions"]
-        return [allv[i] for i in sorted(_parse_ranges(e["in"]))] if e else []
+        return [allv[i] for i in sorted(parse_ranges(e["in"]))] if e else []
 
     def choices(self, key: str) -> list[Any] | None:
         """The union of `key`'s closed choices over the selection, None when some release leaves it open."""
@@ -109,7 +113,7 @@ class Release:
         if e is None or "choices" not in e:
             return None
         per = _per_release(e["choices"], load()["versions"])
-        has = _parse_ranges(e["in"])
+        has = parse_ranges(e["in"])
         out: list[Any] = []
         for i in sorted(self.indices & has):
             ch = per.get(i)
@@ -124,7 +128,7 @@ class Release:
         if e is None:
             return None
         per = _per_release(e.get("default", {}), load()["versions"])
-        idx = sorted(self.indices & _parse_ranges(e["in"]))
+        idx = sorted(self.indices & parse_ranges(e["in"]))
         return per.get(idx[-1]) if idx else None
 
     @property
@@ -141,17 +145,17 @@ class Release:
         if table is None:
             return list(self.versions)
         allv = load()["versions"]
-        has = _parse_ranges(table.get(suffix.lower(), ""))
+        has = parse_ranges(table.get(suffix.lower(), ""))
         return [allv[i] for i in sorted(self.indices & has)]
 
     def has_template(self, name: str) -> bool:
         t = load()["templates"].get(name)
-        return t is not None and bool(_parse_ranges(t) & self.indices)
+        return t is not None and bool(parse_ranges(t) & self.indices)
 
     def template_versions(self, name: str) -> list[str]:
         t = load()["templates"].get(name)
         allv = load()["versions"]
-        return [allv[i] for i in sorted(_parse_ranges(t))] if t else []
+        return [allv[i] for i in sorted(parse_ranges(t))] if t else []
 
 
 def _per_release(compact: dict[str, Any], versions: list[str]) -> dict[int, Any]:
@@ -218,7 +222,7 @@ def version_in_use(flag: str | None, env_versions: dict[str, str] | None = None,
 
 def v1_releases_indices() -> frozenset[int]:
     """Indices into ``versions`` of the releases that ship v1 (catalog ``v1.in``, from the wheels' contents)."""
-    return _parse_ranges(load()["v1"].get("in", ""))
+    return parse_ranges(load()["v1"].get("in", ""))
 
 
 def v1_releases() -> tuple[str, ...]:

@@ -129,9 +129,9 @@ def _v1_selection(release: Any) -> frozenset[int]:
 
 
 def _in(ranges: Any) -> frozenset[int]:
-    from finetune_doctor.readers.config.lfrelease import _parse_ranges
+    from finetune_doctor.readers.config.lfrelease import parse_ranges
 
-    return _parse_ranges(ranges) if ranges else frozenset()
+    return parse_ranges(ranges) if ranges else frozenset()
 
 
 def _versions(ranges: Any) -> str:

@@ -86,13 +86,16 @@ _CACHE_FOLDER = re.compile(r"(?:^|/)models--(?P<org>[A-Za-z0-9][\w.-]*?)--(?P<na
 
 def repo_of_cache_folder(path: str) -> str | None:
     """``ORG/NAME`` of a huggingface_hub cache folder (``.../models--ORG--NAME/snapshots/<revision>``, the folder
-    `_hf_layout_config` looks up: huggingface_hub's file_download.py ``repo_folder_name``), or None. Users pass
+    `hf_layout_config` looks up: huggingface_hub's file_download.py ``repo_folder_name``), or None. Users pass
     such paths, copied from the training machine, as ``model_name_or_path``."""
     m = _CACHE_FOLDER.search(path.replace("\\", "/"))
     return f"{m.group('org')}/{m.group('name')}" if m else None
 
 
-def _hf_layout_config(repo_id: str, roots: list[Path]) -> Path | None:
+def hf_layout_config(repo_id: str, roots: list[Path]) -> Path | None:
+    """The config.json of `repo_id` in the first of `roots` laid out as huggingface_hub's cache
+    (``models--ORG--NAME/snapshots/<revision>/config.json``, the folder name matched without regard to case), or
+    None. The one lookup of that layout: the HF and openMind caches here and the hub reader's download folder."""
     folder = "models--" + repo_id.replace("/", "--")
     for root in roots:
         if not root.is_dir():
@@ -116,7 +119,7 @@ def hub_cache_config(repo_id: str, hf_home: str | None = None, cache_dir: str | 
     case-insensitively (the hub itself resolves ids case-insensitively)."""
     if not REPO_ID.match(repo_id):
         return None
-    return _hf_layout_config(repo_id, hub_cache_dirs(hf_home, cache_dir))
+    return hf_layout_config(repo_id, hub_cache_dirs(hf_home, cache_dir))
 
 
 def modelscope_cache_dirs(cache_dir: str | None = None, env: Mapping[str, str] | None = None) -> list[Path]:
@@ -160,7 +163,7 @@ def openmind_cache_config(repo_id: str, cache_dir: str | None = None) -> Path | 
     """``config.json`` of `repo_id` in an openMind cache (huggingface_hub layout, see the module docstring)."""
     if not REPO_ID.match(repo_id):
         return None
-    return _hf_layout_config(repo_id, openmind_cache_dirs(cache_dir))
+    return hf_layout_config(repo_id, openmind_cache_dirs(cache_dir))
 
 
 def cached_model_files(repo_id: str, filename: str, cache_dir: str | None = None,

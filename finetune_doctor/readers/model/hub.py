@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from finetune_doctor.errors import install_hint
 from finetune_doctor import fsutil
-from finetune_doctor.readers.model.caches import REPO_ID, _hf_layout_config
+from finetune_doctor.readers.model.caches import REPO_ID, hf_layout_config
 
 CONFIG_FILES = ("config.json",)
 MULTIMODAL_FILES = ("preprocessor_config.json", "processor_config.json")
@@ -55,7 +55,7 @@ def cached_download(repo_id: str) -> Path | None:
     root = download_root("hub")
     if root is None or not REPO_ID.match(repo_id):
         return None
-    hit = _hf_layout_config(repo_id, [root])
+    hit = hf_layout_config(repo_id, [root])
     if hit is not None:
         return hit
     ms = download_root("modelscope")
