@@ -151,4 +151,6 @@ def test_rule_facts_for_pre_quantized_checkpoints():
                          ("quantization-unknown", False)):
         rule = yaml.safe_load((rules / f"{name}.yaml").read_text())
         assert ev.truth(rule["when"]) is expect, name
-        assert "{" not in ev.render(rule["message"])
+        msg = rule["message"]   # a plain template, or {text, suffix: {text, when}} (README: rule messages)
+        for text in [msg] if isinstance(msg, str) else [msg["text"], msg.get("suffix", {}).get("text", "")]:
+            assert "{" not in ev.render(text)

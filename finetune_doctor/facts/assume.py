@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable
