@@ -13,7 +13,7 @@ from typing import Any
 from finetune_doctor.evidence import Fact, MemoryRecord, Notice, Restart, Series
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.lineprefix import strip_prefixes, wall_in_year
-from finetune_doctor.readers.runlogs.logcontext import Keep, LineContext, num
+from finetune_doctor.readers.runlogs.logcontext import FRAME, Keep, LineContext, frames_below, num
 from finetune_doctor.readers.runlogs.logfailures import FailureLines
 
 MAX_DICT = 2048   # characters of a metric dict parsed (HF's dicts are a few hundred)
@@ -164,7 +164,17 @@ class TextLogParser(FailureLines):
         if "Saving model checkpoint to" in text or "Running Evaluation" in text:
             self._moment(text, line)
         if "Traceback (most recent" in text:
-            self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip()[:500], rank))
+            self.timing["tb_open"] = True
+            self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip()[:500],
+                                            {"rank": rank, "frames": frames_below(context.following_lines(200))}))
+        elif 'File "' in text and not self.timing.get("tb_open") and FRAME.match(text):
+            # frames with no "Traceback" header before them since the last exception: a paste cut above the
+            # header; the traceback starts here
+            self.timing["tb_open"] = True
+            frames = frames_below([text] + context.following_lines(200))
+            self.keep.add("notices", Notice(self.path, line, self.during(), "traceback",
+                                            "frames of a traceback whose header the log does not hold",
+                                            {"rank": rank, "frames": frames}))
         if "Error" in text or "Exception" in text:
             m = pat.EXC.match(text)
             k = text.find("] ") if m is None and ("Error: " in text or "Exception: " in text) else -1
@@ -174,6 +184,7 @@ class TextLogParser(FailureLines):
                 m = pat.EXC.match(text[k + 2:])
                 k = text.find("] ", k + 2)
             if m and "CUDA out of memory" not in text:
+                self.timing["tb_open"] = False
                 self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500],
                                                 {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank}))
         if "version" in text:

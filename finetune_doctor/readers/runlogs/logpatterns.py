@@ -71,6 +71,8 @@ TRIGGER_WORDS = (
     "MA ", "CPU Virtual Memory",
     # warnings, exceptions
     "WARNING|", "ERROR|", "It is strongly", "Traceback (most", "Error: ", "Exception: ",
+    # a traceback's frame: a paste cut above the "Traceback" header still shows the frames it kept
+    'File "',
     # run facts: HF Trainer banner, LF, DeepSpeed init and config dump (".... " is the dump's dot filler)
     "Total optimization", "Total train batch", "Num Epochs", "Gradient Accumulation", "Instantaneous batch",
     "Number of trainable", "|| all params: ", "Process rank: ", "Config mesh", "DeepSpeed info", "ZeRO stage ",
