@@ -140,7 +140,7 @@ def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bo
     n["what"] = what
     n["detail"] = f"first non-finite value: {what}" + (f" (lr {fmt(rate)})" if rate is not None else "")
     basis = nan.get("basis")
-    n["step_text"] = (f"log #{nan['index'] + 1} (the printed dicts carry no step)" if basis == "ordinal" else
+    n["step_text"] = (f"log #{nan['index'] + 1} (the logged lines carry no step)" if basis == "ordinal" else
                       f"about step {st}" if basis in ("estimated", "logging_steps") else
                       f"step {st}" if st is not None else "an unknown step")
     return n

@@ -214,9 +214,10 @@ class FailureLines:
     def _numerics(self, text: str, line: int, rank: int | None) -> None:
         """Other trainers' loss-scale reports and NaN lines (logpatterns.SCALE_REPORT, NONFINITE_LINES). A
         reported scale below the last one is an overflow that halved it (attempted = the last one); a first
-        report at or below 1 is a scale that had already collapsed before the log shows it (dynamic scalers start
-        at 2^16: torch GradScaler's init_scale, apex, DeepSpeed's initial_scale_power 16), recorded as kind
-        ``reported``. A NaN line is a non-finite point of its metric at the step in progress."""
+        report below 1 is a scale that had already collapsed before the log shows it (dynamic scalers start at
+        2^16: torch GradScaler's init_scale, apex, DeepSpeed's initial_scale_power 16), recorded as kind
+        ``reported``; exactly 1 is what a run without loss scaling prints (Megatron's bf16 "loss scale: 1.0").
+        A NaN line is a non-finite point of its metric at the step in progress."""
         if ("cale" in text and "Attempted loss scale" not in text and "educing" not in text
                 and "OVERFLOW" not in text and "setting" not in text):
             m = pat.SCALE_REPORT.search(text)
@@ -226,7 +227,7 @@ class FailureLines:
                 self.timing["scale_reported"] = v
                 if prev is not None and v < prev:
                     self.keep.add("overflows", OverflowRecord(self.path, line, self.during(), rank, "reduce", prev, v))
-                elif prev is None and v <= 1.0:
+                elif prev is None and v < 1.0:
                     self.keep.add("overflows", OverflowRecord(self.path, line, self.during(), rank, "reported", v, v))
                 self.point("loss_scale", self.during(), v, line)
         if "NaN" in text or "nan" in text or "inf" in text:

@@ -1,0 +1,150 @@
+"""Failure lines of stacks other than torch/DeepSpeed/HF, one real-shaped log each in
+fixtures/postmortem/other_stacks/ (FIXTURE.md there names the upstream line that prints each): CUDA runtime and
+library errors as darknet, NVIDIA's samples, TensorFlow, Caffe, Caffe2, CuPy and XLA print them; other trainers'
+NaN and loss-scale lines (MAE-style loops, Megatron/NeMo, Lightning, mmdet, fairseq, NVIDIA's DLLogger,
+insightface, apex); NCCL WARN lines that are failures in themselves; pastes cut before the exception line.
+
+Each test asserts the first finding and the values the message must carry, read off the fixture text."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from finetune_doctor.pipeline import postmortem as pm
+from finetune_doctor.readers.runlogs.logs import read_text_log
+from finetune_doctor.settings import Options
+
+FIX = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "postmortem",
+                   "other_stacks")
+
+
+def diagnose(tmp_path, name: str):
+    d = tmp_path / "run"
+    d.mkdir()
+    shutil.copy(os.path.join(FIX, name), d / name)
+    return pm.run(str(d), [], None, Options(command="postmortem")).findings
+
+
+# -- CUDA runtime errors: every spelling is the same cause record -------------------------------------------------
+
+@pytest.mark.parametrize("name, kind, status", [
+    ("cuda_darknet.log", "illegal-address", "an illegal memory access was encountered"),
+    ("cuda_helper_samples.log", "illegal-address", "an illegal memory access was encountered"),
+    ("cuda_tensorflow_launch_failed.log", "launch-failure", "unspecified launch failure"),
+    ("cuda_caffe_check.log", "illegal-address", "an illegal memory access was encountered"),
+    ("cuda_caffe2_enforce.log", "illegal-address", "an illegal memory access was encountered"),
+    ("cuda_cupy_misaligned.log", "illegal-address", "misaligned address"),
+    ("cudnn_tensorflow_handle.log", "cudnn", "CUDNN_STATUS_INTERNAL_ERROR"),
+])
+def test_other_stacks_cuda_errors_are_cuda_errors(tmp_path, name, kind, status):
+    errs = read_text_log(os.path.join(FIX, name)).device_errors
+    assert (errs[0].kind, errs[0].status) == (kind, status)
+    f = diagnose(tmp_path, name)
+    assert f[0].name == "cuda-error" and f"CUDA error: {status}" in f[0].message
+    assert "no-run-evidence" not in [x.name for x in f]
+
+
+def test_a_runtime_error_number_is_read_as_its_name():
+    """Caffe prints the code only ("700 vs. 0"): 700 is cudaErrorIllegalAddress (driver_types.h)."""
+    from finetune_doctor.readers.runlogs.logfailures import other_cuda_error
+
+    got = other_cuda_error("Check failed: error == cudaSuccess (719 vs. 0)  foo")
+    assert got is not None and got.status == "unspecified launch failure"
+    assert other_cuda_error("x: CUDA_ERROR_ECC_UNCORRECTABLE").status == "uncorrectable ECC error encountered"
+    assert other_cuda_error("Check failed: status == CUBLAS_STATUS_SUCCESS (13 vs. 0)  CUBLAS_STATUS_EXECUTION_FAILED"
+                            ).status == "CUBLAS_STATUS_EXECUTION_FAILED"
+    assert other_cuda_error("all is CUBLAS_STATUS_SUCCESS") is None
+
+
+@pytest.mark.parametrize("name", ["oom_jax_xla.log", "oom_tensorflow.log", "oom_caffe_check.log"])
+def test_other_stacks_out_of_memory_is_cuda_oom(tmp_path, name):
+    assert len(read_text_log(os.path.join(FIX, name)).ooms) == 1
+    f = diagnose(tmp_path, name)
+    assert f[0].name == "cuda-oom" and "cuda-error" not in [x.name for x in f]
+
+
+# -- NaN and loss-scale lines of other trainers --------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, where, what", [
+    ("nan_mae_metriclogger.log", "step 4153", "loss nan"),       # Epoch [3] x 1251 + 400: the last step line
+    ("nan_megatron_grad_norm.log", "step 850", "grad_norm nan"),
+    ("nan_lightning_check_finite.log", "log #1 (the logged lines carry no step)", "loss nan"),
+])
+def test_other_trainers_nan_lines_are_nan_loss(tmp_path, name, where, what):
+    f = diagnose(tmp_path, name)
+    assert f[0].name == "nan-loss" and f"at {where}: {what}" in f[0].message
+
+
+def test_mmdet_check_loss_hook_and_its_epoch_iteration_lines(tmp_path):
+    fe = read_text_log(os.path.join(FIX, "nan_mmdet_checkloss.log"))
+    loss = next(s for s in fe.series if s.name == "loss")
+    assert list(loss.steps) == [7330 + 50, 7330 + 100, 7330 + 100] and list(loss.values)[:2] == [1.2043, 1.1876]
+    assert "nan-loss" in [x.name for x in diagnose(tmp_path, "nan_mmdet_checkloss.log")]
+
+
+@pytest.mark.parametrize("name, text", [
+    ("scale_apex_to_minimum.log", "the fp16 loss scale fell to 1.53e-05 (32 overflow(s) from 65536)"),
+    ("scale_dllogger_bert.log", "the fp16 loss scale fell to 0.25 (3 overflow(s) from 65536)"),
+    ("scale_insightface_zero.log", "the fp16 loss scale was already 0 the first time the log printed it"),
+    ("scale_fairseq_min_reached.log", "the trainer stopped the run: the fp16 loss scale reached its minimum (0.0001)"),
+])
+def test_other_trainers_loss_scale_collapse(tmp_path, name, text):
+    f = diagnose(tmp_path, name)
+    assert f[0].name == "loss-scale-collapse" and text in f[0].message
+
+
+def test_a_loss_scale_of_one_is_no_scaling_not_a_collapse(tmp_path):
+    """Megatron's bf16 runs print "loss scale: 1.0" on every iteration line."""
+    fe = read_text_log(os.path.join(FIX, "nan_megatron_grad_norm.log"))
+    assert fe.overflows == () and [x.name for x in diagnose(tmp_path, "nan_megatron_grad_norm.log")][0] == "nan-loss"
+
+
+def test_a_nan_after_the_scale_collapsed_is_blamed_on_fp16_without_a_config(tmp_path):
+    """The scale lines alone say the run was fp16 (only fp16 scales the loss)."""
+    f = diagnose(tmp_path, "scale_dllogger_bert.log")
+    nan = next(x for x in f if x.name == "nan-loss")
+    assert "at step 200: loss nan" in nan.message and "fp16 overflow: the loss scale collapsed before it" in nan.message
+
+
+# -- NCCL WARN lines that are the error ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, desc", [
+    ("nccl_socketstartconnect_only.log", "could not connect to 10.20.1.12: Connection refused"),
+    ("nccl_connect_old_socket_h.log", "could not connect to 172.17.0.1: No route to host"),
+    ("nccl_call_to_connect.log", "connect() failed: Connection refused"),
+    ("nccl_closed_by_peer.log", "connection closed by remote peer trainer-1<44761>"),
+    ("nccl_ib_completion_error.log", "InfiniBand completion error 12 from peer 10.40.0.24<39812>"),
+    ("nccl_no_interface.log", "no socket interface found"),
+])
+def test_nccl_warn_failures_alone_are_nccl_errors(tmp_path, name, desc):
+    f = diagnose(tmp_path, name)
+    assert f[0].name == "nccl-error" and f'NCCL failed with "{desc}"' in f[0].message
+
+
+def test_a_docker_bridge_address_is_named(tmp_path):
+    f = diagnose(tmp_path, "nccl_connect_old_socket_h.log")
+    assert "docker's default bridge" in f[0].message
+
+
+def test_a_plugin_warning_alone_is_not_an_nccl_error(tmp_path):
+    assert "nccl-error" not in [x.name for x in diagnose(tmp_path, "nccl_plugin_warning_only.log")]
+
+
+# -- pastes cut before the exception line ------------------------------------------------------------------------
+
+def test_frames_without_header_or_exception_say_where_and_ask_for_the_rest(tmp_path):
+    f = diagnose(tmp_path, "cut_frames_without_header.log")
+    assert f[0].name == "run-crashed"
+    assert "in the backward pass (the innermost frame the log shows: backward (__init__.py)" in f[0].message
+    assert "give the lines after this traceback" in f[0].message
+
+
+def test_a_cut_traceback_after_a_save_marker_is_in_the_save(tmp_path):
+    f = diagnose(tmp_path, "cut_traceback_in_save.log")
+    assert f[0].name == "run-crashed" and "during the checkpoint save of checkpoint-500" in f[0].message
+    tb = [n for n in read_text_log(os.path.join(FIX, "cut_traceback_in_save.log")).notices if n.kind == "traceback"]
+    assert tb[0].value["frames"][-2:] == ("save_file (torch.py)", "serialize_file(_flatten(tensors), filename, "
+                                          "metadata=metadata)")
