@@ -56,8 +56,9 @@ def _warn_failure(text: str) -> tuple[str, str] | None:
     sysmeaning = NCCL_MEANINGS["unhandled system error"]
     if m.group("addr") or m.group("err2"):
         addr = m.group("addr")
-        desc = (f"could not connect to {addr}: {m.group('err').strip()}" if addr
-                else f"connect() failed: {m.group('err2').strip()}")
+        desc = (f"could not connect to {addr}: {m.group('err').strip()}" if addr else
+                f"connect() {'refused' if m.group('err2') == 'retries' else 'timed out'} {m.group('n')} times: "
+                "the peer never accepted (not listening: it died or has not started)")
         hint = ""
         if addr and addr.lower().startswith("fe80:"):
             hint = ("; the address is IPv6 link-local (fe80::), which is only valid on one link: NCCL chose an "

@@ -262,20 +262,22 @@ NCCL_ERROR = re.compile(r"(?:NCCL error(?: in: [^,]*,)?|ProcessGroupNCCL\.cpp:\d
                         r"timeout)?|(?P<name>nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)"
                         r"Error)|NCCL WARN (?P<warn>.*)")
 NCCL_VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+)")
-# NCCL WARN lines that are a failure in themselves, not advice (nccl src/misc/socket.cc and its predecessor
+# NCCL WARN lines that are a failure in themselves (nccl src/misc/socket.cc and its predecessor
 # include/socket.h; transport/net_ib.cc; bootstrap.cc): the socket could not connect ("socketStartConnect:
-# Connect to ADDR<port> failed : strerror" since 2.12, "Connect to ADDR failed : strerror" and "Call to connect
-# returned strerror, retrying" before; "socketPollConnect: Connect to ADDR returned ..."), the peer closed it
+# Connect to ADDR<port> failed : strerror" since 2.12, "Connect to ADDR failed : strerror" before, "Connect to ADDR
+# from ADDR failed" in network plugins, "socketPollConnect: Connect to ADDR returned ..."), connect() was refused
+# until the retries ran out ("socketStartConnect: exceeded retries (N)" / "exceeded timeouts (N)": the peer never
+# listened; the "Call to connect returned ..., retrying" lines before it are INFO), the peer closed it
 # ("socketProgress: Connection closed by remote peer HOST", before 2.12 "Net : Connection closed by remote peer"),
 # an InfiniBand work completion with an error ("NET/IB : Got completion from peer ADDR with error N"/"with
 # status=N"), no interface to bind ("Bootstrap : no socket interface found", "NET/Socket : No usable listening
 # interface found"). NCCL returns ncclSystemError / ncclRemoteError after each, so a paste that holds only the
-# WARN line (no torch "NCCL error" line) still shows the error. What: connect, closed, ib, no-interface.
+# WARN line (no torch "NCCL error" line) still shows the error.
 NCCL_WARN_FAILURE = re.compile(
-    r"Connect to (?P<addr>\S+?)(?:<\d+>)? (?:failed : |returned )(?P<err>[^\n]+)|Call to connect returned "
-    r"(?P<err2>[^,\n]+)|(?P<closed>Connection closed by remote peer)(?: (?P<peer>\S+))?|NET/IB : Got completion from "
-    r"peer (?P<ibpeer>\S+) with (?:error |status=)(?P<ib>\d+)|(?P<noif>no socket interface found|No usable listening "
-    r"interface found)")
+    r"Connect to (?P<addr>\S+?)(?:<\d+>)? (?:from \S+ )?(?:failed : |returned )(?P<err>[^\n]+)|socketStartConnect: "
+    r"exceeded (?P<err2>retries|timeouts) \((?P<n>\d+)\)|(?P<closed>Connection closed by remote peer)(?: (?P<peer>\S+))?"
+    r"|NET/IB : Got completion from peer (?P<ibpeer>\S+) with (?:error |status=)(?P<ib>\d+)|(?P<noif>no socket "
+    r"interface found|No usable listening interface found)")
 # TORCH_NCCL_DESYNC_DEBUG report (TraceUtils.h analyzeMissingRanks / analyzeLaggingRanks)
 DESYNC_MISSING = re.compile(r"ranks \[(?P<ranks>[\d, ]*)\] are the lagging ranks that caused this timeout")
 DESYNC_STARTED = re.compile(r"\[(?P<ranks>[\d, ]*)\] joined but didn't finish collective #(?P<seq>\d+)")
