@@ -72,6 +72,7 @@ def test_other_stacks_out_of_memory_is_cuda_oom(tmp_path, name):
     ("nan_mae_metriclogger.log", "step 4153", "loss nan"),       # Epoch [3] x 1251 + 400: the last step line
     ("nan_megatron_grad_norm.log", "step 850", "grad_norm nan"),
     ("nan_lightning_check_finite.log", "log #1 (the logged lines carry no step)", "loss nan"),
+    ("nan_nemo_bar.log", "step 129", "loss nan"),                 # the bar's global_step=129.0
 ])
 def test_other_trainers_nan_lines_are_nan_loss(tmp_path, name, where, what):
     f = diagnose(tmp_path, name)
@@ -148,3 +149,12 @@ def test_a_cut_traceback_after_a_save_marker_is_in_the_save(tmp_path):
     tb = [n for n in read_text_log(os.path.join(FIX, "cut_traceback_in_save.log")).notices if n.kind == "traceback"]
     assert tb[0].value["frames"][-2:] == ("save_file (torch.py)", "serialize_file(_flatten(tensors), filename, "
                                           "metadata=metadata)")
+
+
+def test_a_rounded_step_is_no_step():
+    """NeMo's bar rounds a large global_step ("global_step=3.2e+4"): it is not step 3."""
+    from finetune_doctor.readers.runlogs.logpatterns import STEP_LINE_STEP
+
+    assert STEP_LINE_STEP.search("loss=2.6, v_num=95nc, reduced_train_loss=2.590, global_step=3.2e+4") is None
+    m = STEP_LINE_STEP.search("reduced_train_loss=nan, global_step=129.0, consumed_samples=16640.0")
+    assert m is not None and m.group(1) == "129"

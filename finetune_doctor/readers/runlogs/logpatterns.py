@@ -325,11 +325,15 @@ HF_TRAIN_DICT_LINE_B = re.compile(HF_TRAIN_DICT_B.pattern.replace(rb"[^,'}]", rb
 # 2.3456" is not matched (no separator after "loss"), Megatron's "iteration  1/ 55000 | ... | lm_loss:
 # 2.27E+00 |", torchtune's "Step 1 | loss:1.2", "Global Step: 20 ... Loss: nan". Values: float() or nan/inf.
 _NUM = r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+)|nan|NaN|inf|-inf)"
-STEP_LINE_STEP = re.compile(r"(?i)(?<![\w.])(?:global[ _]step|step|iter(?:ation)?)(?![\w])\s*[=:]?\s*\[?\s*(\d+)")
+# (a step printed as a float is read when it is a whole number, NeMo's bar "global_step=129.0"; a rounded one,
+# "global_step=3.2e+4", is no step)
+STEP_LINE_STEP = re.compile(r"(?i)(?<![\w.])(?:global[ _]step|step|iter(?:ation)?)(?![\w])\s*[=:]?\s*\[?\s*(\d+)"
+                            r"(?:\.0+)?(?![\d.eE])")
 # the loss key: "loss=", "loss: ", DLLogger's "average_loss : nan" (NVIDIA DeepLearningExamples' dllogger
 # StdOutBackend: "DLL <time> - <step> key : value"), or the key and a number apart by spaces only (insightface's
-# "Loss nan   LearningRate 0.001", nanoGPT's "iter 100: loss 2.3456"); "loss scale: N" is not a loss
-STEP_LINE_LOSS = re.compile(r"(?i)(?<![\w.])(?:train[ _]|average[ _]|avg[ _])?(?:lm[ _])?loss(?:\s*[=:]\s*|\s+"
+# "Loss nan   LearningRate 0.001", nanoGPT's "iter 100: loss 2.3456"), NeMo's bar "reduced_train_loss=1.820";
+# "loss scale: N" is not a loss
+STEP_LINE_LOSS = re.compile(r"(?i)(?<![\w.])(?:(?:reduced[ _])?train[ _]|average[ _]|avg[ _])?(?:lm[ _])?loss(?:\s*[=:]\s*|\s+"
                             r"(?=[-+\d.]|nan\b|inf\b))" + _NUM)
 # a loss scale a trainer prints among its step values: DLLogger "PARAMETER loss_scale : 2.9e-11", insightface
 # arcface_torch "Fp16 Grad Scale: 0" (its fp16 GradScaler's scale, printed "%2.f"), Megatron "loss scale: 32768.0",
