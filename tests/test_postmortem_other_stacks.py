@@ -158,3 +158,38 @@ def test_a_rounded_step_is_no_step():
     assert STEP_LINE_STEP.search("loss=2.6, v_num=95nc, reduced_train_loss=2.590, global_step=3.2e+4") is None
     m = STEP_LINE_STEP.search("reduced_train_loss=nan, global_step=129.0, consumed_samples=16640.0")
     assert m is not None and m.group(1) == "129"
+
+
+@pytest.mark.parametrize("line, ooms, device", [
+    # ROCm torch: the CUDA allocator's message with "HIP" (torch >= 2.1 layout)
+    ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 63.98 GiB"
+     " of which 1.23 GiB is free. Of the allocated memory 60.10 GiB is allocated by PyTorch, and 1.02 GiB is reserved "
+     "by PyTorch but unallocated.", 1, None),
+    ("RuntimeError: HIP error: an illegal memory access was encountered", 0, "illegal-address"),
+    ("RuntimeError: CUDA driver error: out of memory", 1, None),
+    ("mxnet.base.MXNetError: [08:12:01] src/storage/./pooled_storage_manager.h:157: cudaMalloc retry failed: out of "
+     "memory", 1, None),
+    ("ResourceExhaustedError: Out of memory error on GPU 0. Cannot allocate 1.250000GB memory on GPU 0, 15.380000GB "
+     "memory has been allocated and available memory is only 400.250000MB.", 1, None),
+])
+def test_more_stacks_out_of_memory_and_device_errors(tmp_path, line, ooms, device):
+    p = tmp_path / "train.log"
+    p.write_text("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n" + line + "\n")
+    fe = read_text_log(str(p))
+    assert len(fe.ooms) == ooms
+    assert [e.kind for e in fe.device_errors if e.kind != "out-of-memory"] == ([device] if device else [])
+    if ooms:
+        assert fe.ooms[0].gpu in (0, None)
+
+
+@pytest.mark.parametrize("line", [
+    "RuntimeError: Function 'MulBackward0' returned nan values in its 0th output.",
+    "RuntimeError: The total norm of order 2.0 for gradients from `parameters` is non-finite, so it cannot be "
+    "clipped. To disable this error and scale the gradients by the non-finite norm anyway, set "
+    "`error_if_nonfinite=False`",
+])
+def test_torch_own_nan_errors_are_non_finite_gradients(tmp_path, line):
+    p = tmp_path / "train.log"
+    p.write_text("step 40 | loss: 2.31\n" + line + "\n")
+    gn = next(s for s in read_text_log(str(p)).series if s.name == "grad_norm")
+    assert list(gn.steps) == [40] and all(v != v for v in gn.values)

@@ -94,6 +94,10 @@ class FailureLines:
     # -- OOM ------------------------------------------------------------------------------------------------
     def _oom(self, text: str, line: int, rank: int | None, context: LineContext) -> bool:
         rec = None
+        if "HIP out of memory" in text:
+            # ROCm builds of torch print the CUDA caching allocator's message with "HIP" for "CUDA" (hipified
+            # c10/cuda/CUDACachingAllocator.cpp): the same figures, read by the same expressions
+            text = text.replace("HIP out of memory", "CUDA out of memory")
         full = text
         k = text.find("CUDA out of memory")
         if k > 160:   # the expressions start with an optional class name: search from just before the message
@@ -230,7 +234,7 @@ class FailureLines:
                 elif prev is None and v < 1.0:
                     self.keep.add("overflows", OverflowRecord(self.path, line, self.during(), rank, "reported", v, v))
                 self.point("loss_scale", self.during(), v, line)
-        if "NaN" in text or "nan" in text or "inf" in text:
+        if "NaN" in text or "nan" in text or "inf" in text or "finite" in text:
             for metric, rx in pat.NONFINITE_LINES:
                 m = rx.search(text)
                 if m is None:

@@ -202,7 +202,7 @@ class TextLogParser(FailureLines):
         """The failure lines (logfailures.py); True when the line was fully consumed."""
         if "out of memory" in text or "OutOfMemoryError" in text or "ALLOC_FAILED" in text \
                 or "cudaErrorMemoryAllocation" in text or "OUT_OF_MEMORY" in text or "RESOURCE_EXHAUSTED" in text \
-                or "OOM when allocating" in text:
+                or "OOM when allocating" in text or "Out of memory error on GPU" in text:
             if self._oom(text, line, rank, context):
                 self.fail_wall(wall)
                 return True
@@ -220,7 +220,8 @@ class TextLogParser(FailureLines):
             self._nccl(text, line, rank, wall)
         if ("CUDA error" in text or "cuDNN error" in text or "Assertion `" in text or "CUBLAS_STATUS_" in text
                 or "cuda runtime error" in text or "CUDA warning" in text or "cudaError" in text
-                or "CUDA Error" in text or "CUDA_ERROR_" in text or "cudaSuccess" in text or "CUDNN_STATUS_" in text) \
+                or "CUDA Error" in text or "CUDA_ERROR_" in text or "cudaSuccess" in text or "CUDNN_STATUS_" in text
+                or "CUDA driver error" in text or "HIP error" in text) \
                 and "CUBLAS_STATUS_ALLOC_FAILED" not in text:
             self._device(text, line, rank, context, wall)
         if "NVRM" in text:

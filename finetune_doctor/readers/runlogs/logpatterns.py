@@ -91,8 +91,8 @@ TRIGGER_WORDS = (
     "ErrorIllegalAddress", "ErrorLaunchFailure", "ErrorMisalignedAddress", "ErrorAssert", "ErrorECCUncorrectable",
     "ErrorIllegalInstruction", "ErrorLaunchTimeout", "ErrorHardwareStackError", "ErrorLaunchOutOfResources",
     "ErrorNoKernelImageForDevice",
-    # out of memory as XLA (JAX, TF2) and TensorFlow's allocator say it
-    "RESOURCE_EXHAUSTED", "OOM when allocating",
+    # out of memory as XLA (JAX, TF2), TensorFlow's allocator, PaddlePaddle and ROCm torch say it; HIP errors
+    "RESOURCE_EXHAUSTED", "OOM when allocating", "Out of memory error on GPU", "HIP out of memory", "HIP error: ",
     # kernel log (dmesg / journalctl -k): Xid (the OOM killer's own line is "Out of memory: Killed process")
     "NVRM: Xid",
     # the desync report of TORCH_NCCL_DESYNC_DEBUG (TraceUtils.h): "ranks [5] are the lagging ...", "[3] joined ..."
@@ -207,12 +207,16 @@ OOM_FIGURES = (
 # ... and the same exhaustion as other stacks report it: the driver API's CUDA_ERROR_OUT_OF_MEMORY (TensorFlow's
 # "failed to allocate 3.77G (4046333952 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory", CuPy, JAX),
 # darknet's "CUDA Error: out of memory", Caffe's "Check failed: error == cudaSuccess (2 vs. 0)  out of memory",
-# XLA's "RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes." (xla/pjrt, JAX and TF2) and
-# TensorFlow's "ResourceExhaustedError: OOM when allocating tensor with shape[...]" (core/framework/op_kernel.cc)
+# XLA's "RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes." (xla/pjrt, JAX and TF2),
+# TensorFlow's "ResourceExhaustedError: OOM when allocating tensor with shape[...]" (core/framework/op_kernel.cc),
+# torch's driver-API check "CUDA driver error: out of memory" (c10/cuda/driver_api.h), MXNet's "cudaMalloc retry
+# failed: out of memory" (src/storage/pooled_storage_manager.h) and PaddlePaddle's "Out of memory error on GPU 0.
+# Cannot allocate ..." (paddle/fluid/memory/allocation)
 OOM_RUNTIME = re.compile(r"CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|"
-                         r"Cuda failure \d+ 'out of memory'|CUDA_ERROR_OUT_OF_MEMORY|(?i:CUDA error)\W[^\n]*?out of memory|"
+                         r"Cuda failure \d+ 'out of memory'|CUDA_ERROR_OUT_OF_MEMORY|(?i:CUDA (?:driver )?error)\W[^\n]*?out of memory|"
                          r"error == cudaSuccess[^\n]*?out of memory|RESOURCE_EXHAUSTED: Out of memory|"
-                         r"OOM when allocating tensor")
+                         r"OOM when allocating tensor|cudaMalloc[\w ]* failed: out of memory|"
+                         r"Out of memory error on GPU \d+")
 
 # DeepSpeed fp16 loss scaler (log_patterns.md §2)
 DS_OVERFLOW = re.compile(
@@ -353,6 +357,12 @@ NONFINITE_LINES = (
     ("monitored", re.compile(r"Monitored metric (?P<name>\S+) = (?:tensor\()?(?P<v>nan|inf|-inf)\b")),
     # mmdet's CheckInvalidLossHook (mmdet/engine/hooks/checkloss_hook.py): "loss become infinite or NaN!"
     ("loss", re.compile(r"loss become infinite or NaN!")),
+    # torch autograd anomaly mode (torch/csrc/autograd/engine.cpp, validate_outputs / anomaly check):
+    # "RuntimeError: Function 'MulBackward0' returned nan values in its 0th output."
+    ("grad_norm", re.compile(r"Function '\w+' returned (?P<v>nan) values in its \d+\w* output")),
+    # torch.nn.utils.clip_grad_norm_(..., error_if_nonfinite=True) (torch/nn/utils/clip_grad.py): "The total
+    # norm of order 2.0 for gradients from `parameters` is non-finite, so it cannot be clipped."
+    ("grad_norm", re.compile(r"The total norm of order \S+ for gradients from `parameters` is non-finite")),
 )
 # the step of a line that names it by epoch and iteration: the MetricLogger of DETR / DeiT / MAE / BLIP-style loops
 # (util/misc.py ``log_every``: "Epoch: [8]  [ 200/2293]  eta: ...  loss: 0.2606 (0.2654)", epochs from 0) and
@@ -472,8 +482,10 @@ CUDA_ERROR_TEXT.update({str(c): t for _, _, c, t in CUDA_RUNTIME_ERRORS})
 # "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal ...", "code=700(cudaErrorIllegalAddress) "cudaDeviceSynchronize()""
 CUDA_NAMED = re.compile(r"(?P<name>cudaError[A-Z]\w+|CUDA_ERROR_[A-Z_]+)(?::\s*(?P<status>[^\n:]+))?")
 # no name: darknet's "CUDA Error: <text>" (also "CUDA Error Prev: "), a wrapper's "CUDA error at FILE:LINE - <text>",
+# torch's driver-API "CUDA driver error: <text>" and its ROCm build's "HIP error: <text>" (hipGetErrorString's
+# texts are CUDA's),
 # and the glog CHECK / Caffe2 ENFORCE of a runtime call, "error == cudaSuccess (700 vs. 0)  <text>"
-CUDA_ERROR_OTHER = re.compile(r"(?:(?i:CUDA error)(?: Prev)?(?: at \S+)?\s*[-:]|error == cudaSuccess\.?\s*\(?(?P<code>\d+)?"
+CUDA_ERROR_OTHER = re.compile(r"(?:(?i:CUDA(?: driver)? error|HIP error)(?: Prev)?(?: at \S+)?\s*[-:]|error == cudaSuccess\.?\s*\(?(?P<code>\d+)?"
                               r"(?: vs\.? 0\)?\.?)?(?:\s*Error at: \S+)?:?)\s*(?P<status>[^\n]+?)\s*$")
 # a cuDNN / cuBLAS status name alone, as TensorFlow ("Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR") or
 # Caffe ("Check failed: status == CUDNN_STATUS_SUCCESS (4 vs. 0)  CUDNN_STATUS_INTERNAL_ERROR") print it; the
