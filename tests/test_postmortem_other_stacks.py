@@ -193,3 +193,25 @@ def test_torch_own_nan_errors_are_non_finite_gradients(tmp_path, line):
     p.write_text("step 40 | loss: 2.31\n" + line + "\n")
     gn = next(s for s in read_text_log(str(p)).series if s.name == "grad_norm")
     assert list(gn.steps) == [40] and all(v != v for v in gn.values)
+
+
+def test_nccls_own_cuda_check_is_a_cuda_error(tmp_path):
+    """NCCL's CUDACHECK (src/include/checks.h): "NCCL WARN Cuda failure 700 '<cudaGetErrorString>'"."""
+    p = tmp_path / "train.log"
+    p.write_text("gpu3:811:870 [3] enqueue.cc:1459 NCCL WARN Cuda failure 700 'an illegal memory access was "
+                 "encountered'\ngpu3:811:870 [3] NCCL INFO group.cc:64 -> 1 [Async thread]\n")
+    errs = read_text_log(str(p)).device_errors
+    assert [(e.kind, e.status) for e in errs] == [("illegal-address", "an illegal memory access was encountered")]
+    p.write_text("gpu3:811:870 [3] include/alloc.h:48 NCCL WARN Cuda failure 'out of memory'\n")
+    assert len(read_text_log(str(p)).ooms) == 1
+
+
+def test_a_peers_nccl_error_is_the_consequence_of_a_ranks_oom(tmp_path):
+    """One rank ran out of memory; its peer's socket was closed by it. The OOM is the cause, the NCCL error is
+    not reported on its own."""
+    d = tmp_path / "run"
+    d.mkdir()
+    shutil.copy(os.path.join(FIX, "nccl_closed_by_peer.log"), d / "rank1.log")
+    shutil.copy(os.path.join(FIX, "oom_tensorflow.log"), d / "rank0.log")
+    names = [f.name for f in pm.run(str(d), [], None, Options(command="postmortem")).findings]
+    assert names[0] == "cuda-oom" and "nccl-error" not in names

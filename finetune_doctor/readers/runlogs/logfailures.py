@@ -60,6 +60,8 @@ def other_cuda_error(text: str) -> _Status | None:
         status = m.group("status")
         if status.endswith(": Success"):   # darknet appends strerror(errno) of a call that did not fail
             status = status[:-9]
+        if status.startswith("'") and status.endswith("'"):   # NCCL's CUDACHECK quotes the text
+            status = status[1:-1]
         known = pat.CUDA_ERROR_TEXT.get(m.group("code") or "")
         return _Status(known or status)
     m = pat.LIB_STATUS.search(text)

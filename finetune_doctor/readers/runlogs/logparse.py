@@ -221,7 +221,7 @@ class TextLogParser(FailureLines):
         if ("CUDA error" in text or "cuDNN error" in text or "Assertion `" in text or "CUBLAS_STATUS_" in text
                 or "cuda runtime error" in text or "CUDA warning" in text or "cudaError" in text
                 or "CUDA Error" in text or "CUDA_ERROR_" in text or "cudaSuccess" in text or "CUDNN_STATUS_" in text
-                or "CUDA driver error" in text or "HIP error" in text) \
+                or "CUDA driver error" in text or "HIP error" in text or "Cuda failure" in text) \
                 and "CUBLAS_STATUS_ALLOC_FAILED" not in text:
             self._device(text, line, rank, context, wall)
         if "NVRM" in text:

@@ -213,7 +213,7 @@ OOM_FIGURES = (
 # failed: out of memory" (src/storage/pooled_storage_manager.h) and PaddlePaddle's "Out of memory error on GPU 0.
 # Cannot allocate ..." (paddle/fluid/memory/allocation)
 OOM_RUNTIME = re.compile(r"CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|"
-                         r"Cuda failure \d+ 'out of memory'|CUDA_ERROR_OUT_OF_MEMORY|(?i:CUDA (?:driver )?error)\W[^\n]*?out of memory|"
+                         r"Cuda failure (?:\d+ )?'out of memory'|CUDA_ERROR_OUT_OF_MEMORY|(?i:CUDA (?:driver )?error)\W[^\n]*?out of memory|"
                          r"error == cudaSuccess[^\n]*?out of memory|RESOURCE_EXHAUSTED: Out of memory|"
                          r"OOM when allocating tensor|cudaMalloc[\w ]* failed: out of memory|"
                          r"Out of memory error on GPU \d+")
@@ -483,9 +483,11 @@ CUDA_ERROR_TEXT.update({str(c): t for _, _, c, t in CUDA_RUNTIME_ERRORS})
 CUDA_NAMED = re.compile(r"(?P<name>cudaError[A-Z]\w+|CUDA_ERROR_[A-Z_]+)(?::\s*(?P<status>[^\n:]+))?")
 # no name: darknet's "CUDA Error: <text>" (also "CUDA Error Prev: "), a wrapper's "CUDA error at FILE:LINE - <text>",
 # torch's driver-API "CUDA driver error: <text>" and its ROCm build's "HIP error: <text>" (hipGetErrorString's
-# texts are CUDA's),
+# texts are CUDA's), NCCL's CUDACHECK "NCCL WARN Cuda failure 700 'an illegal memory access was encountered'"
+# (src/include/checks.h; the code from 2.12, the quotes always),
 # and the glog CHECK / Caffe2 ENFORCE of a runtime call, "error == cudaSuccess (700 vs. 0)  <text>"
-CUDA_ERROR_OTHER = re.compile(r"(?:(?i:CUDA(?: driver)? error|HIP error)(?: Prev)?(?: at \S+)?\s*[-:]|error == cudaSuccess\.?\s*\(?(?P<code>\d+)?"
+CUDA_ERROR_OTHER = re.compile(r"(?:(?i:CUDA(?: driver)? error|HIP error)(?: Prev)?(?: at \S+)?\s*[-:]|Cuda failure "
+                              r"(?:\d+ )?(?=')|error == cudaSuccess\.?\s*\(?(?P<code>\d+)?"
                               r"(?: vs\.? 0\)?\.?)?(?:\s*Error at: \S+)?:?)\s*(?P<status>[^\n]+?)\s*$")
 # a cuDNN / cuBLAS status name alone, as TensorFlow ("Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR") or
 # Caffe ("Check failed: status == CUDNN_STATUS_SUCCESS (4 vs. 0)  CUDNN_STATUS_INTERNAL_ERROR") print it; the
