@@ -215,3 +215,9 @@ def test_a_peers_nccl_error_is_the_consequence_of_a_ranks_oom(tmp_path):
     shutil.copy(os.path.join(FIX, "oom_tensorflow.log"), d / "rank0.log")
     names = [f.name for f in pm.run(str(d), [], None, Options(command="postmortem")).findings]
     assert names[0] == "cuda-oom" and "nccl-error" not in names
+
+
+def test_a_launch_failure_is_explained_not_just_quoted(tmp_path):
+    f = diagnose(tmp_path, "cuda_tensorflow_launch_failed.log")
+    assert "an exception in a kernel while it ran" in f[0].message
+    assert f[0].fix is not None and "dmesg" in f[0].fix.title
