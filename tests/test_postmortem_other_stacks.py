@@ -221,3 +221,29 @@ def test_a_launch_failure_is_explained_not_just_quoted(tmp_path):
     f = diagnose(tmp_path, "cuda_tensorflow_launch_failed.log")
     assert "an exception in a kernel while it ran" in f[0].message
     assert f[0].fix is not None and "dmesg" in f[0].fix.title
+
+
+@pytest.mark.parametrize("line, metric, step", [
+    # detectron2 engine/train_loop.py: the iteration is the line's own
+    ("FloatingPointError: Loss became infinite or NaN at iteration=1234!", "loss", 1234),
+    ("Batch 77: Invalid loss, terminating training", "loss", 40),              # Keras TerminateOnNaN
+    ("2024-01-02 10:00:00,001 (trainer:752) WARNING: The grad norm is nan. Skipping updating the model.",
+     "grad_norm", 40),                                                           # ESPnet
+])
+def test_more_trainers_nan_lines(tmp_path, line, metric, step):
+    p = tmp_path / "train.log"
+    p.write_text("step 40 | loss: 2.31\n" + line + "\n")
+    s = next(x for x in read_text_log(str(p)).series if x.name == metric)
+    assert list(s.steps)[-1] == step and list(s.values)[-1] != list(s.values)[-1]
+
+
+@pytest.mark.parametrize("line, status", [
+    ("ExternalError: CUDA error(700), an illegal memory access was encountered.",
+     "an illegal memory access was encountered"),                                # PaddlePaddle
+    ("mxnet.base.MXNetError: [10:01:02] src/engine/threaded_engine.cc:331: Check failed: e == cudaSuccess || e == "
+     "cudaErrorCudartUnloading (719 vs. 0) : CUDA: unspecified launch failure", "unspecified launch failure"),
+])
+def test_paddle_and_mxnet_cuda_errors(tmp_path, line, status):
+    p = tmp_path / "train.log"
+    p.write_text(line + "\n")
+    assert [e.status for e in read_text_log(str(p)).device_errors] == [status]

@@ -51,7 +51,10 @@ def other_cuda_error(text: str) -> _Status | None:
     runtime or driver error name, a wrapper's "CUDA Error" / "CUDA error at F:L", a failed check of a runtime
     call, or a cuDNN/cuBLAS status name alone. The status is the text torch would print after "CUDA error: "
     (cudaGetErrorString's, from the name or the code when the line gives one). None when the line holds none."""
-    m = pat.CUDA_NAMED.search(text) if "cudaError" in text or "CUDA_ERROR_" in text else None
+    # a check of a runtime call ("e == cudaSuccess || e == cudaErrorCudartUnloading (719 vs. 0)") names the
+    # accepted values, not the error: its code and text come first
+    m = pat.CUDA_NAMED.search(text) if ("cudaError" in text or "CUDA_ERROR_" in text) and (
+        "== cudaSuccess" not in text) else None
     if m:
         known = pat.CUDA_ERROR_TEXT.get(m.group("name"))
         return _Status(known or (m.group("status") or m.group("name")).strip())
@@ -62,8 +65,12 @@ def other_cuda_error(text: str) -> _Status | None:
             status = status[:-9]
         if status.startswith("'") and status.endswith("'"):   # NCCL's CUDACHECK quotes the text
             status = status[1:-1]
-        known = pat.CUDA_ERROR_TEXT.get(m.group("code") or "")
-        return _Status(known or status)
+        if status.startswith(": "):
+            status = status[2:]
+        if status.startswith("CUDA: "):   # MXNet's prefix
+            status = status[6:]
+        known = pat.CUDA_ERROR_TEXT.get(m.group("code") or m.group("code2") or "")
+        return _Status(known or status.rstrip("."))
     m = pat.LIB_STATUS.search(text)
     return _Status(m.group("status")) if m else None
 
@@ -236,7 +243,7 @@ class FailureLines:
                 elif prev is None and v < 1.0:
                     self.keep.add("overflows", OverflowRecord(self.path, line, self.during(), rank, "reported", v, v))
                 self.point("loss_scale", self.during(), v, line)
-        if "NaN" in text or "nan" in text or "inf" in text or "finite" in text:
+        if "NaN" in text or "nan" in text or "inf" in text or "finite" in text or "Invalid loss" in text:
             for metric, rx in pat.NONFINITE_LINES:
                 m = rx.search(text)
                 if m is None:
@@ -246,7 +253,8 @@ class FailureLines:
                         return
                     metric = "loss"
                 v = float(m.groupdict().get("v") or "nan")
-                self.point(metric, self.step_now(), v, line)
+                own = m.groupdict().get("step")
+                self.point(metric, int(own) if own else self.step_now(), v, line)
                 return
 
     # -- NCCL -------------------------------------------------------------------------------------------------

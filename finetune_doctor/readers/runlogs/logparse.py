@@ -153,7 +153,7 @@ class TextLogParser(FailureLines):
                 return 0   # the common case in a long log: a metric dict and nothing else on its line
         elif "loss" in text or "Loss" in text:
             self._step_line(text, line)
-        if "cale" in text or "NaN" in text or "nan" in text or "finite" in text:
+        if "cale" in text or "NaN" in text or "nan" in text or "finite" in text or "Invalid loss" in text:
             self._numerics(text, line, rank)
         if '"current_steps"' in text:
             self._lf_jsonl(text, line)

@@ -102,7 +102,8 @@ TRIGGER_WORDS = (
     # other trainers' loss scalers, NaN lines and step lines (`OTHER_OVERFLOW`, `NONFINITE_LINES`, `SCALE_REPORT`,
     # `STEP_LINE_LOSS`): fairseq, Megatron/NeMo, Lightning, mmdet, MAE/DeiT-style loops, insightface, DLLogger
     "NOTE: overflow detected", "NOTE: gradient overflow", "AMP: overflow detected", "Minimum loss scale reached",
-    "Grad Scale", "NaN in local", "Monitored metric", "NaN!", "Loss ", "DLL 20",
+    "Grad Scale", "NaN in local", "Monitored metric", "NaN!", "Loss ", "DLL 20", "Invalid loss, terminating",
+    "The grad norm is ", "Check failed: e == cudaSuccess",
     # versions (llamafactory-cli env: the block is read from its first line on) and the launch command
     "`llamafactory` version", "-cli train ", "/launcher.py ",
 )
@@ -357,6 +358,13 @@ NONFINITE_LINES = (
     ("monitored", re.compile(r"Monitored metric (?P<name>\S+) = (?:tensor\()?(?P<v>nan|inf|-inf)\b")),
     # mmdet's CheckInvalidLossHook (mmdet/engine/hooks/checkloss_hook.py): "loss become infinite or NaN!"
     ("loss", re.compile(r"loss become infinite or NaN!")),
+    # detectron2 (engine/train_loop.py ``_write_metrics``): "FloatingPointError: Loss became infinite or NaN at
+    # iteration=1234!" (the step is the line's own)
+    ("loss", re.compile(r"Loss became infinite or NaN at iteration=(?P<step>\d+)")),
+    # Keras' TerminateOnNaN callback: "Batch 123: Invalid loss, terminating training"
+    ("loss", re.compile(r"Batch (?P<batch>\d+): Invalid loss, terminating training")),
+    # ESPnet (espnet2/train/trainer.py): "The grad norm is nan. Skipping updating the model."
+    ("grad_norm", re.compile(r"The grad norm is (?P<v>nan|inf)\. Skipping updating the model")),
     # torch autograd anomaly mode (torch/csrc/autograd/engine.cpp, validate_outputs / anomaly check):
     # "RuntimeError: Function 'MulBackward0' returned nan values in its 0th output."
     ("grad_norm", re.compile(r"Function '\w+' returned (?P<v>nan) values in its \d+\w* output")),
@@ -484,10 +492,13 @@ CUDA_NAMED = re.compile(r"(?P<name>cudaError[A-Z]\w+|CUDA_ERROR_[A-Z_]+)(?::\s*(
 # no name: darknet's "CUDA Error: <text>" (also "CUDA Error Prev: "), a wrapper's "CUDA error at FILE:LINE - <text>",
 # torch's driver-API "CUDA driver error: <text>" and its ROCm build's "HIP error: <text>" (hipGetErrorString's
 # texts are CUDA's), NCCL's CUDACHECK "NCCL WARN Cuda failure 700 'an illegal memory access was encountered'"
-# (src/include/checks.h; the code from 2.12, the quotes always),
+# (src/include/checks.h; the code from 2.12, the quotes always), PaddlePaddle's "ExternalError: CUDA error(700), an
+# illegal memory access was encountered." and MXNet's "Check failed: e == cudaSuccess || e ==
+# cudaErrorCudartUnloading (700 vs. 0) : CUDA: an illegal memory access was encountered",
 # and the glog CHECK / Caffe2 ENFORCE of a runtime call, "error == cudaSuccess (700 vs. 0)  <text>"
-CUDA_ERROR_OTHER = re.compile(r"(?:(?i:CUDA(?: driver)? error|HIP error)(?: Prev)?(?: at \S+)?\s*[-:]|Cuda failure "
-                              r"(?:\d+ )?(?=')|error == cudaSuccess\.?\s*\(?(?P<code>\d+)?"
+CUDA_ERROR_OTHER = re.compile(r"(?:(?i:CUDA(?: driver)? error|HIP error)(?: Prev)?(?:\((?P<code2>\d+)\))?(?: at \S+)?"
+                              r"\s*[-:,]|Cuda failure (?:\d+ )?(?=')|(?<![\w.])(?:error|e|err|status) == cudaSuccess"
+                              r"(?: \|\| \w+ == \w+)*\.?\s*\(?(?P<code>\d+)?"
                               r"(?: vs\.? 0\)?\.?)?(?:\s*Error at: \S+)?:?)\s*(?P<status>[^\n]+?)\s*$")
 # a cuDNN / cuBLAS status name alone, as TensorFlow ("Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR") or
 # Caffe ("Check failed: status == CUDNN_STATUS_SUCCESS (4 vs. 0)  CUDNN_STATUS_INTERNAL_ERROR") print it; the
