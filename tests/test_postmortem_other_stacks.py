@@ -247,3 +247,19 @@ def test_paddle_and_mxnet_cuda_errors(tmp_path, line, status):
     p = tmp_path / "train.log"
     p.write_text(line + "\n")
     assert [e.status for e in read_text_log(str(p)).device_errors] == [status]
+
+
+def test_a_rank_whose_traceback_was_cut_is_the_cause_of_the_others_timeout(tmp_path):
+    """Rank 1's paste lost the header and the exception line, but its frames are its own failure (backward
+    pass); rank 0 only timed out in the ALLREDUCE: rank 1 failed first, by causality."""
+    d = tmp_path / "run"
+    d.mkdir()
+    shutil.copy(os.path.join(FIX, "cut_frames_without_header.log"), d / "rank1.log")
+    (d / "rank0.log").write_text(
+        "[rank0]:[E321 03:10:00.000000002 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=91580, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for "
+        "1800089 milliseconds before timing out.\n")
+    f = pm.run(str(d), [], None, Options(command="postmortem")).findings
+    first = next(x for x in f if x.name == "rank-failed-first")
+    assert first.message.startswith("Rank 1 failed first (a traceback cut before its exception line), by causality")
+    assert "rank 1 failed first" in next(x for x in f if x.name == "nccl-timeout").message
