@@ -43,9 +43,19 @@ def test_step_lines_become_points_at_their_own_steps():
 
 
 def test_a_loss_in_prose_or_without_a_step_is_not_a_point():
-    s = _series("Epoch: [8]  [ 200/2293]  lr: 0.000004  loss: 0.2606 (0.2654)\n"
-                "we saw loss: 3.2 yesterday\n")
+    s = _series("we saw loss: 3.2 yesterday\nloss: 0.2606 (0.2654)  time: 3.0808\n")
     assert "loss" not in s
+
+
+def test_epoch_and_iteration_lines_are_points_at_the_global_iteration():
+    """DETR/DeiT/MAE's MetricLogger (epochs from 0) and mmengine's LoggerHook (epochs from 1, or Iter(train))."""
+    s = _series("Epoch: [8]  [ 200/2293]  eta: 1:52:52  lr: 0.000004  loss: 0.2606 (0.2654)  time: 3.0808\n")
+    assert s["loss"] == ([8 * 2293 + 200], [0.2606]) and s["learning_rate"] == ([8 * 2293 + 200], [4e-06])
+    s = _series("12/09 06:40:01 - mmengine - INFO - Epoch(train)  [14][ 50/7330]  lr: 1.0000e-03  eta: 3 days, "
+                "0:04:13  time: 0.3671  data_time: 0.0070  memory: 9571  loss: 64.8291  loss_cls: 21.2033\n"
+                "12/09 06:40:21 - mmengine - INFO - Iter(train) [  100/90000]  lr: 2.0000e-02  eta: 9:01:09  "
+                "loss: nan  loss_cls: nan\n")
+    assert s["loss"][0] == [13 * 7330 + 50, 100] and s["loss"][1][0] == 64.8291
 
 
 def test_a_diverged_custom_trainer_run_is_named(tmp_path: Path):

@@ -3,6 +3,7 @@ model, harmless overflows, a collective that timed out, a killed process, the ex
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
@@ -150,7 +151,7 @@ def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bo
     n["what"] = what
     n["detail"] = f"first non-finite value: {what}" + (f" (lr {fmt(rate)})" if rate is not None else "")
     basis = nan.get("basis")
-    n["step_text"] = (f"log #{nan['index'] + 1} (the printed dicts carry no step)" if basis == "ordinal" else
+    n["step_text"] = (f"log #{nan['index'] + 1} (the logged lines carry no step)" if basis == "ordinal" else
                       f"about step {st}" if basis in ("estimated", "logging_steps") else
                       f"step {st}" if st is not None else "an unknown step")
     return n
@@ -314,16 +315,46 @@ def crash_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
     else:
         assert tb is not None
         rec = tb
-        text = "Traceback without the exception text (the log was cut)"
+        text = "a traceback whose exception line is not in the log"
         kind = "traceback-only"
     total = out["steps"]["total"]
     pct = f" ({100 * rec.step / total:.0f}% of {total})" if rec.step and total else ""
     disk = _disk_full(ev)
+    where = f"during step {rec.step}{pct}" if rec.step is not None else "at an unknown step"
+    phase = None
+    if kind == "traceback-only":
+        phase, where = _cut_where(tb, where, out)
     return {"kind": kind, "cls": (exc.value or {}).get("cls") if exc else None,
             "msg": (exc.value or {}).get("msg") if exc else None, "step": rec.step, "explained": explained,
-            "text": text, "where_text": (f"during step {rec.step}{pct}" if rec.step is not None else
-                                         "at an unknown step"), "location": location_of(rec.file, rec.line),
+            "text": text, "where_text": where, "phase": phase, "location": location_of(rec.file, rec.line),
             "disk_full": disk}
+
+
+def _cut_where(tb: Any, where: str, out: dict[str, Any]) -> tuple[str | None, str]:
+    """(phase, words) of a traceback cut before its exception line: what the log does show of where the run
+    was — the phase its innermost frames name (oomcause.PHASES: checkpoint save, evaluation, backward, forward,
+    model load, optimizer) and that frame, and the last step the logs reached — so that the report says what it
+    knows and what is missing rather than "unknown"."""
+    from finetune_doctor.analyzers.postmortem.oomcause import oom_phase
+
+    frames = tuple(((tb.value or {}) if isinstance(tb.value, dict) else {}).get("frames") or ())
+    inner = tuple(reversed(frames[-6:]))   # nearest the error first, as oom_phase reads them
+    phase, _ = oom_phase(inner, None) if inner else (None, None)
+    last = (out.get("steps") or {}).get("last")
+    reached = f"; the logs reach step {last}" if last is not None and tb.step is None else ""
+    if not inner:
+        return None, where + (f" ({reached[2:]})" if reached else "")
+    # the innermost function frame ("func (file.py)"), with the code line below it when the paste kept one
+    k = next((i for i, fr in enumerate(inner) if _FUNC_FRAME.match(fr)), None)
+    shown = inner[k] if k is not None else f"`{inner[0]}`"
+    if k:
+        shown += f" at `{inner[0]}`"
+    head = f"in the {_PHASE_WORDS.get(phase, phase)}" if phase else where
+    return phase, f"{head} (the innermost frame the log shows: {shown}{reached})"
+
+
+_FUNC_FRAME = re.compile(r"^[\w<>]+ \([\w.-]+\)$")
+_PHASE_WORDS = {"forward": "forward pass", "backward": "backward pass"}
 
 
 def _disk_full(ev: Evidence) -> dict[str, Any] | None:

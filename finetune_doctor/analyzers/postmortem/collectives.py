@@ -16,6 +16,7 @@ from finetune_doctor.analyzers.postmortem.curves import location_of
 from finetune_doctor.analyzers.postmortem.ranks import FAR_BEHIND
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.evidence import NcclRecord
+from finetune_doctor.readers.runlogs.logpatterns import NCCL_WARN_FAILURE
 
 _MAIN_ORDER = ("timeout", "last_work", "heartbeat", "failed", "desync-missing", "desync-started")
 """The records that mean a collective timed out or was torn down; NCCL's own errors ("unhandled system error",
@@ -42,20 +43,64 @@ NCCL_NAMES = {"ncclSystemError": "unhandled system error", "ncclRemoteError":
               "ncclInvalidArgument": "invalid argument"}
 
 
+def _warn_failure(text: str) -> tuple[str, str] | None:
+    """(desc, meaning) of an NCCL WARN line that is a failure in itself (logpatterns.NCCL_WARN_FAILURE: a socket
+    that could not connect or was closed by the peer, an InfiniBand completion error, no interface); None for
+    the WARN lines that are advice (a plugin or library not found). The address says which interface NCCL chose:
+    an IPv6 link-local address (fe80::, scope "%dev") or a docker bridge (172.17.x.x) is one the other node
+    cannot reach (NCCL picks interfaces in the order of src/misc/socket.cc ``ncclFindInterfaces``: ib*, then any
+    but docker/lo/virbr)."""
+    m = NCCL_WARN_FAILURE.search(text)
+    if m is None:
+        return None
+    sysmeaning = NCCL_MEANINGS["unhandled system error"]
+    if m.group("addr") or m.group("err2"):
+        addr = m.group("addr")
+        desc = (f"could not connect to {addr}: {m.group('err').strip()}" if addr else
+                f"connect() {'refused' if m.group('err2') == 'retries' else 'timed out'} {m.group('n')} times: "
+                "the peer never accepted (not listening: it died or has not started)")
+        hint = ""
+        if addr and addr.lower().startswith("fe80:"):
+            hint = ("; the address is IPv6 link-local (fe80::), which is only valid on one link: NCCL chose an "
+                    "interface the peer cannot route to (NCCL_SOCKET_IFNAME=<the shared interface>, or "
+                    "NCCL_SOCKET_FAMILY=AF_INET)")
+        elif addr and addr.startswith("172.17."):
+            hint = "; 172.17.x.x is docker's default bridge, private to each host (NCCL_SOCKET_IFNAME)"
+        return desc, "the socket transport could not reach a peer: " + sysmeaning + hint
+    if m.group("closed"):
+        return ("connection closed by remote peer" + (f" {m.group('peer')}" if m.group("peer") else ""),
+                NCCL_MEANINGS["remote process exited or there was a network error"])
+    if m.group("ib"):
+        return (f"InfiniBand completion error {m.group('ib')} from peer {m.group('ibpeer')}",
+                "a work request on the InfiniBand link failed (status 12 is a retry-count timeout: the link or the "
+                "peer stopped answering): check the link (ibstat, the switch) and the peer's own log")
+    return (m.group("noif"), "NCCL found no network interface to use: NCCL_SOCKET_IFNAME names one that does not "
+            "exist on this node, or the node has no usable one")
+
+
 def nccl_error_facts(recs: list[NcclRecord]) -> dict[str, Any] | None:
     """``ev.nccl_error``: the first NCCL error that is not a timeout — ncclGetErrorString's text as torch prints
     it ("NCCL error in: ProcessGroupNCCL.cpp:N, unhandled system error", nccl src/init.cc ``ncclGetErrorString``)
-    or the ncclResult name — with what it means and the NCCL WARN lines beside it. None without one (WARN lines
-    alone are not an error: NCCL warns about optional plugins it did not find)."""
+    or the ncclResult name — with what it means and the NCCL WARN lines beside it. Without one, the first WARN
+    line that is a failure in itself (`_warn_failure`: a socket connect that failed, a peer that closed the
+    connection) is the error; other WARN lines alone are not (NCCL warns about optional plugins it did not
+    find). None without either."""
     errs = [r for r in recs if r.kind == "error" and r.op and not r.op.startswith("WARN ")]
-    if not errs:
+    warns = [r.op[5:] for r in recs if r.kind == "error" and r.op and r.op.startswith("WARN ")]
+    failing = [(r, _warn_failure(r.op[5:])) for r in recs if r.kind == "error" and r.op and r.op.startswith("WARN ")]
+    failing = [(r, w) for r, w in failing if w is not None]
+    shown = ([r.op[5:] for r, _ in failing] + [w for w in warns if w not in {r.op[5:] for r, _ in failing}])[:3]
+    if errs:
+        e = errs[0]
+        desc = NCCL_NAMES.get(e.op or "", e.op or "")
+        meaning = NCCL_MEANINGS.get(desc, "NCCL failed; NCCL_DEBUG=INFO shows the failing call")
+    elif failing:
+        e, (desc, meaning) = failing[0]
+        shown = [w for w in shown if w != e.op[5:]]
+    else:
         return None
-    e = errs[0]
-    desc = NCCL_NAMES.get(e.op or "", e.op or "")
-    warns = [r.op[5:] for r in recs if r.kind == "error" and r.op and r.op.startswith("WARN ")][:3]
-    return {"desc": desc, "meaning": NCCL_MEANINGS.get(desc, "NCCL failed; NCCL_DEBUG=INFO shows the failing call"),
-            "rank": e.rank, "count": len(errs), "warns": warns, "step": e.step,
-            "location": location_of(e.file, e.line)}
+    return {"desc": desc, "meaning": meaning, "rank": e.rank, "count": len(errs) or len(failing), "warns": shown,
+            "step": e.step, "location": location_of(e.file, e.line)}
 
 
 def _main(recs: list[NcclRecord]) -> NcclRecord | None:

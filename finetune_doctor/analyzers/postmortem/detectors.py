@@ -394,23 +394,31 @@ def scale_facts(overflows: list[OverflowRecord], aborts: list[Any], cx: RunConte
     else:
         traj = "benign"
     first = overflows[0] if overflows else None
+    min_scale = min_scale_of(cx)
     loc_rec = abort if abort is not None and traj == "abort" else (reductions[-1] if reductions and traj != "benign"
                                                                    else first)
     still = bool(reductions) and reductions[-1] is scaled[-1] and not incr
-    min_scale = min_scale_of(cx)
     nover = sum(1 for o in overflows if o.kind != "increase")
-    if traj == "abort":
+    if traj == "abort" and "Minimum loss scale reached" in (abort.text or ""):
+        # fairseq's DynamicLossScaler raises it when the scale would go below --min-loss-scale
+        text = ("the trainer stopped the run: the fp16 loss scale reached its minimum"
+                + (f" ({sfmt(min_scale)})" if min_scale is not None else "")
+                + " (\"Minimum loss scale reached\")")
+    elif traj == "abort":
         text = ("DeepSpeed aborted the run: the fp16 loss scale was already at its minimum"
                 + (f" ({sfmt(min_scale_of(cx))})" if min_scale_of(cx) is not None else "")
                 + " when another overflow came (\"Current loss scale already at minimum\")")
+    elif traj == "collapse" and not reductions:
+        # only a printed scale, already at or below 1 the first time the log shows it (kind "reported")
+        text = f"the fp16 loss scale was already {sfmt(smin)} the first time the log printed it"
     elif traj == "collapse":
         text = (f"the fp16 loss scale fell to {sfmt(smin)}"
                 + (f" with {len(after)} overflow(s) after the first {CALIBRATION_STEPS} steps" if after else ""))
     else:
         text = f"the fp16 loss scale went from {sfmt(initial)} down to {sfmt(smin)}"
-    if scaled and traj != "abort":
+    if scaled and traj != "abort" and reductions:
         text += f" ({nover} overflow(s) from {sfmt(initial)})"
-    elif scaled:
+    elif scaled and traj == "abort":
         text += f"; {nover} overflow line(s) logged, scale {sfmt(initial)} → {sfmt(smin)}"
     return {"text": text, "initial": initial, "min": smin, "last": last, "overflows": nover,
             "reductions": len(reductions), "after_calibration": len(after), "increases": len(incr),

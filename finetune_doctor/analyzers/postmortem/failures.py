@@ -51,6 +51,36 @@ XID_MEANINGS: dict[int, tuple[str, str, str]] = {
 }
 
 
+# cudaGetErrorString texts (logpatterns.CUDA_RUNTIME_ERRORS) -> (what it means, what to do), from the CUDA runtime
+# API's documentation of each cudaError value (docs.nvidia.com/cuda/cuda-runtime-api, group__CUDART__TYPES)
+OTHER_STATUS_MEANINGS: dict[str, tuple[str, str]] = {
+    "launch failure": ("an exception in a kernel while it ran (an out-of-range access the hardware caught, or "
+                       "failing hardware); the same causes as an illegal memory access, and an Xid 13/31/43 in the "
+                       "kernel log tells which", "rerun with CUDA_LAUNCH_BLOCKING=1; check dmesg for Xid lines"),
+    "launch timed out": ("a kernel ran longer than the display watchdog allows (a GPU that also drives a "
+                         "display)", "train on a GPU without a display attached, or disable the watchdog"),
+    "no kernel image is available": ("the installed torch (or a compiled extension such as flash-attn, "
+                                     "bitsandbytes, apex) was not built for this GPU's compute capability",
+                                     "install a build that lists this GPU's architecture (torch.cuda."
+                                     "get_arch_list()), or rebuild the extension for it"),
+    "driver version is insufficient": ("the NVIDIA driver is older than the CUDA runtime torch was built with",
+                                       "update the driver, or install a torch build for an older CUDA"),
+    "no cuda-capable device": ("no GPU is visible to the process (CUDA_VISIBLE_DEVICES, the container's GPU "
+                               "options, or the driver)", "check nvidia-smi and CUDA_VISIBLE_DEVICES inside the "
+                                                          "job"),
+    "too many resources requested for launch": ("a kernel was launched with more threads or registers than the "
+                                                "GPU allows (a library kernel built for another GPU)",
+                                                "update the library whose kernel failed"),
+    "initialization error": ("CUDA could not initialise in this process (CUDA used before a fork, e.g. in "
+                             "dataloader workers, or a driver problem)",
+                             "use the spawn start method for workers, or check the driver"),
+    "illegal instruction": ("a kernel executed an illegal instruction (a kernel built for another GPU, or a "
+                            "kernel bug)", "update the library whose kernel failed"),
+    "busy or unavailable": ("the GPU is in exclusive-process mode and another process holds it",
+                            "check nvidia-smi's compute mode and the processes on the card"),
+}
+
+
 def stack_facts(ev: Evidence) -> dict[str, Any] | None:
     """``ev.stack``: {package: {version, source}} from the version lines the logs print (the first per package,
     in reading order); None when no log states one."""
@@ -101,8 +131,9 @@ def cuda_error_facts(ev: Evidence, cx: RunContext) -> dict[str, Any] | None:
         meaning = "an uncorrectable ECC error on the GPU: hardware, not the training code"
         fix = "drain the node and reset the GPU"
     else:
-        meaning = f"the CUDA runtime reported: {e.status}"
-        fix = "rerun with CUDA_LAUNCH_BLOCKING=1 to see the failing operation"
+        known = next((v for k, v in OTHER_STATUS_MEANINGS.items() if k in (e.status or "").lower()), None)
+        meaning = known[0] if known else f"the CUDA runtime reported: {e.status}"
+        fix = known[1] if known else "rerun with CUDA_LAUNCH_BLOCKING=1 to see the failing operation"
     return {"kind": e.kind, "exc": e.exc, "status": e.status, "call": e.call, "assert_site": e.assert_site,
             "assert_cond": e.assert_cond, "out_of_vocab": table in ("embedding", "loss"), "table": table,
             "rank": e.rank, "ranks": ranks, "count": len(errs), "step": e.step, "meaning": meaning, "fix_title": fix,

@@ -81,7 +81,8 @@ def _line_ranks(f: FileEvidence) -> list[int]:
     print every worker's output to one stream, accelerate/commands/launch.py:998-1030 runs torch.distributed.run
     in-process), and each rank's events are read apart."""
     named = {o.rank for o in f.ooms} | {d.rank for d in f.device_errors} | {n.rank for n in f.nccl} \
-        | {(n.value or {}).get("rank") for n in f.notices if n.kind == "exception"}
+        | {(n.value or {}).get("rank") for n in f.notices if n.kind == "exception"} \
+        | {_tb_rank(n.value) for n in f.notices if n.kind == "traceback"}
     return sorted(r for r in named if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < 1 << 20)
 
 
@@ -120,6 +121,8 @@ def _events(f: FileEvidence, only: int | None = None) -> list[dict[str, Any]]:
             else:
                 add(n.line, "raised", v.get("cls") or "exception", n.step, _phase(n.text), w=wall)
             break
+    if not any(e["state"] in ("raised", "timed out") for e in out):
+        _cut_traceback(f, mine, add, wall)
     for k in f.kills:
         if not mine(k.rank):
             continue
@@ -135,6 +138,34 @@ def _events(f: FileEvidence, only: int | None = None) -> list[dict[str, Any]]:
             add(k.line, "aborted", f"aborted ({k.signal or ('exitcode ' + str(k.exitcode))})", k.step, w=wall)
             break
     return out
+
+
+def _tb_rank(value: Any) -> Any:
+    """The rank of a traceback notice (its value is {rank, frames}; an int in older records)."""
+    return value.get("rank") if isinstance(value, dict) else value
+
+
+# the frames of a rank that was waiting in a collective when it died: its traceback is a consequence
+_COLLECTIVE_FRAMES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier", "all_to_all")
+
+
+def _cut_traceback(f: FileEvidence, mine: Any, add: Any, wall: float | None) -> None:
+    """A traceback cut before its exception line, in a file (or rank) with no other failure line: the rank
+    raised something the paste lost. It is what that rank did (a cause), unless its innermost frames are a
+    collective (the rank was waiting on another: aborted). The phase comes from the frames (oomcause.PHASES)."""
+    from finetune_doctor.analyzers.postmortem.oomcause import oom_phase
+
+    if any(n.kind == "exception" and mine((n.value or {}).get("rank")) for n in f.notices):
+        return
+    for n in f.notices:
+        if n.kind != "traceback" or not mine(_tb_rank(n.value)):
+            continue
+        frames = tuple((n.value or {}).get("frames") or ()) if isinstance(n.value, dict) else ()
+        inner = tuple(reversed(frames[-6:]))
+        waiting = any(w in fr for fr in inner[:3] for w in _COLLECTIVE_FRAMES)
+        add(n.line, "aborted" if waiting else "raised", "a traceback cut before its exception line", n.step,
+            oom_phase(inner, None)[0] if inner else None, w=wall)
+        return
 
 
 def _failure(evs: list[dict[str, Any]], path: str) -> dict[str, Any] | None:

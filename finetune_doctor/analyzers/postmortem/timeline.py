@@ -194,6 +194,8 @@ def _nan(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, 
     """The first non-finite value and its likely cause; the zero-loss and constant-grad events; fp16 facts."""
     loss, gn, lr, epoch = (curves.get(k) for k in ("loss", "grad_norm", "learning_rate", "epoch"))
     fp16_on, fp16_src = cx.fp16()
+    if not fp16_on and (out.get("scale") or {}).get("initial") is not None:
+        fp16_on = True   # a dynamic loss scale was printed: only fp16 training scales the loss (as in fp16_facts)
     nan = detectors.first_nonfinite(loss, gn)
     amp, lz, gc = out["amp_skips"], out["loss_zero"], out["grad_const"]
     out["lr_high"] = causes.lr_high_facts(cx, lr, nan, out, lz, epoch)

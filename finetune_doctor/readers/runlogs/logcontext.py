@@ -104,3 +104,19 @@ def frame_of(ln: str, out: list[str]) -> None:
         out.append(f"{m.group('func')} ({os.path.basename(m.group('file'))})")
     elif ln.strip() and not ln.strip().startswith(("^", "~")):
         out.append(ln.strip()[:200])
+
+
+def frames_below(lines: list[str]) -> tuple[str, ...]:
+    """The frames of a traceback read downwards from `lines` (the lines after its header, or from its first
+    frame when a paste lost the header), innermost last, as `frame_of` names them ("func (file.py)", or a code
+    line): up to the exception line or the first line that is neither a frame nor indented code (the traceback
+    ended there, or the paste was cut). A frame line cut before its function name keeps the code line above."""
+    out: list[str] = []
+    for ln in lines:
+        ln = strip_prefixes(ln)[0]
+        if pat.EXC.match(ln) or (ln.strip() and not ln[:1].isspace()):
+            break
+        if ln.lstrip().startswith('File "') and not FRAME.match(ln):
+            continue   # a frame line the paste cut before its function name
+        frame_of(ln, out)
+    return tuple(out[-40:])

@@ -6,6 +6,7 @@ them are in readers/runlogs/logpatterns.py; `FailureLines` is mixed into readers
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -13,7 +14,7 @@ from finetune_doctor.evidence import (
     DeviceError, KillRecord, NcclRecord, OomRecord, OverflowRecord, XidRecord,
 )
 from finetune_doctor.readers.runlogs import logpatterns as pat
-from finetune_doctor.readers.runlogs.logcontext import Keep, LineContext, signame
+from finetune_doctor.readers.runlogs.logcontext import Keep, LineContext, num, signame
 from finetune_doctor.readers.runlogs.lineprefix import Prefix
 
 
@@ -33,6 +34,47 @@ def oom_figures(text: str) -> dict[str, Any]:
     return out
 
 
+class _Status:
+    """A match-like holder of a status read by `other_cuda_error` (what `_device` reads of a match)."""
+
+    re = pat.re.compile("(?P<status>)")
+
+    def __init__(self, status: str):
+        self.status = status
+
+    def group(self, name: str) -> str | None:
+        return self.status if name == "status" else None
+
+
+def other_cuda_error(text: str) -> _Status | None:
+    """A CUDA runtime/library error printed by a stack other than torch (logpatterns.CUDA_RUNTIME_ERRORS): a
+    runtime or driver error name, a wrapper's "CUDA Error" / "CUDA error at F:L", a failed check of a runtime
+    call, or a cuDNN/cuBLAS status name alone. The status is the text torch would print after "CUDA error: "
+    (cudaGetErrorString's, from the name or the code when the line gives one). None when the line holds none."""
+    # a check of a runtime call ("e == cudaSuccess || e == cudaErrorCudartUnloading (719 vs. 0)") names the
+    # accepted values, not the error: its code and text come first
+    m = pat.CUDA_NAMED.search(text) if ("cudaError" in text or "CUDA_ERROR_" in text) and (
+        "== cudaSuccess" not in text) else None
+    if m:
+        known = pat.CUDA_ERROR_TEXT.get(m.group("name"))
+        return _Status(known or (m.group("status") or m.group("name")).strip())
+    m = pat.CUDA_ERROR_OTHER.search(text)
+    if m:
+        status = m.group("status")
+        if status.endswith(": Success"):   # darknet appends strerror(errno) of a call that did not fail
+            status = status[:-9]
+        if status.startswith("'") and status.endswith("'"):   # NCCL's CUDACHECK quotes the text
+            status = status[1:-1]
+        if status.startswith(": "):
+            status = status[2:]
+        if status.startswith("CUDA: "):   # MXNet's prefix
+            status = status[6:]
+        known = pat.CUDA_ERROR_TEXT.get(m.group("code") or m.group("code2") or "")
+        return _Status(known or status.rstrip("."))
+    m = pat.LIB_STATUS.search(text)
+    return _Status(m.group("status")) if m else None
+
+
 class FailureLines:
     """The failure half of the text-log parser (a mixin; see the module docstring)."""
 
@@ -50,6 +92,9 @@ class FailureLines:
     def point(self, name: str, step: int | None, value: float, line: int) -> None:  # pragma: no cover
         raise NotImplementedError
 
+    def step_now(self) -> int | None:  # pragma: no cover - provided by the parser
+        raise NotImplementedError
+
     def fail_wall(self, wall: float | None) -> None:
         """The wall clock of the first failure line of this file (what orders the ranks' failures)."""
         if wall is not None and self.timing.get("fail_wall") is None:
@@ -58,6 +103,10 @@ class FailureLines:
     # -- OOM ------------------------------------------------------------------------------------------------
     def _oom(self, text: str, line: int, rank: int | None, context: LineContext) -> bool:
         rec = None
+        if "HIP out of memory" in text:
+            # ROCm builds of torch print the CUDA caching allocator's message with "HIP" for "CUDA" (hipified
+            # c10/cuda/CUDACachingAllocator.cpp): the same figures, read by the same expressions
+            text = text.replace("HIP out of memory", "CUDA out of memory")
         full = text
         k = text.find("CUDA out of memory")
         if k > 160:   # the expressions start with an optional class name: search from just before the message
@@ -149,6 +198,14 @@ class FailureLines:
             self.in_step = self.step is not None
             self.point("loss_scale", self.during(), new, line)
             return
+        m = pat.OTHER_OVERFLOW.search(text)
+        if m:   # fairseq / Megatron: the new scale only; they halve at an overflow (logpatterns.OTHER_OVERFLOW)
+            new = float(m.group("new"))
+            self.keep.add("overflows", OverflowRecord(self.path, line, self.during(), rank, "reduce", new * 2, new))
+            self.timing["scale_reported"] = new
+            self.in_step = self.step is not None
+            self.point("loss_scale", self.during(), new, line)
+            return
         m = pat.DS_SCALE_CHANGE.search(text)
         if m and m.group("dir") == "Reducing":
             # ZeRO-0 fp16 optimizers print it after "Grad overflow on iteration N" (fused_optimizer.py:406-407);
@@ -166,6 +223,39 @@ class FailureLines:
             self.in_step = self.step is not None
             self.point("loss_scale", self.during(), float(m.group("new")), line)
 
+
+    def _numerics(self, text: str, line: int, rank: int | None) -> None:
+        """Other trainers' loss-scale reports and NaN lines (logpatterns.SCALE_REPORT, NONFINITE_LINES). A
+        reported scale below the last one is an overflow that halved it (attempted = the last one); a first
+        report below 1 is a scale that had already collapsed before the log shows it (dynamic scalers start at
+        2^16: torch GradScaler's init_scale, apex, DeepSpeed's initial_scale_power 16), recorded as kind
+        ``reported``; exactly 1 is what a run without loss scaling prints (Megatron's bf16 "loss scale: 1.0").
+        A NaN line is a non-finite point of its metric at the step in progress."""
+        if ("cale" in text and "Attempted loss scale" not in text and "educing" not in text
+                and "OVERFLOW" not in text and "setting" not in text):
+            m = pat.SCALE_REPORT.search(text)
+            v = num(m.group(1)) if m else None
+            if v is not None and math.isfinite(v):
+                prev = self.timing.get("scale_reported")
+                self.timing["scale_reported"] = v
+                if prev is not None and v < prev:
+                    self.keep.add("overflows", OverflowRecord(self.path, line, self.during(), rank, "reduce", prev, v))
+                elif prev is None and v < 1.0:
+                    self.keep.add("overflows", OverflowRecord(self.path, line, self.during(), rank, "reported", v, v))
+                self.point("loss_scale", self.during(), v, line)
+        if "NaN" in text or "nan" in text or "inf" in text or "finite" in text or "Invalid loss" in text:
+            for metric, rx in pat.NONFINITE_LINES:
+                m = rx.search(text)
+                if m is None:
+                    continue
+                if metric == "monitored":
+                    if "loss" not in m.group("name"):
+                        return
+                    metric = "loss"
+                v = float(m.groupdict().get("v") or "nan")
+                own = m.groupdict().get("step")
+                self.point(metric, int(own) if own else self.step_now(), v, line)
+                return
 
     # -- NCCL -------------------------------------------------------------------------------------------------
     def _nccl(self, text: str, line: int, rank: int | None, wall: float | None) -> None:
@@ -351,6 +441,8 @@ class FailureLines:
         if m is None:
             if "CUBLAS_STATUS_" in text and "ALLOC_FAILED" not in text and "when calling" in text:
                 m = pat.CUDA_ERROR.search("CUDA error: " + text[text.index("CUBLAS_STATUS_"):])
+            if m is None:
+                m = other_cuda_error(text)
             if m is None:
                 return
         status = m.group("status").strip().rstrip(".")

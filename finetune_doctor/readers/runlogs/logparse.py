@@ -6,13 +6,14 @@ readers/runlogs/logfailures.py (mixed in); the scan that feeds it is readers/run
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from typing import Any
 
 from finetune_doctor.evidence import Fact, MemoryRecord, Notice, Restart, Series
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.lineprefix import strip_prefixes, wall_in_year
-from finetune_doctor.readers.runlogs.logcontext import Keep, LineContext, num
+from finetune_doctor.readers.runlogs.logcontext import FRAME, Keep, LineContext, frames_below, num
 from finetune_doctor.readers.runlogs.logfailures import FailureLines
 
 MAX_DICT = 2048   # characters of a metric dict parsed (HF's dicts are a few hundred)
@@ -106,6 +107,12 @@ class TextLogParser(FailureLines):
         """The step in progress: one past the last completed step on the training bar."""
         return None if self.step is None else self.step + 1
 
+    def step_now(self) -> int | None:
+        """The step of a line that names none: the training bar's (`logged`), else the last step a step line
+        named (another trainer's loop prints no bar)."""
+        st = self.logged()
+        return self.timing.get("line_step") if st is None else st
+
     def logged(self) -> int | None:
         """The step a metric dict belongs to: the bar's step, or the step in progress once a line printed
         during that step has followed the bar (see the module docstring)."""
@@ -144,8 +151,10 @@ class TextLogParser(FailureLines):
         if "'loss': " in text or "{'eval_" in text or "{'train_runtime'" in text:
             if self._metric_dict(text, line) and "Error" not in text and "OVERFLOW" not in text:
                 return 0   # the common case in a long log: a metric dict and nothing else on its line
-        elif "loss=" in text or "loss: " in text or "Loss: " in text:
+        elif "loss" in text or "Loss" in text:
             self._step_line(text, line)
+        if "cale" in text or "NaN" in text or "nan" in text or "finite" in text or "Invalid loss" in text:
+            self._numerics(text, line, rank)
         if '"current_steps"' in text:
             self._lf_jsonl(text, line)
         if "MA " in text or "CPU Virtual Memory" in text or "see_memory_usage" in text:
@@ -155,7 +164,17 @@ class TextLogParser(FailureLines):
         if "Saving model checkpoint to" in text or "Running Evaluation" in text:
             self._moment(text, line)
         if "Traceback (most recent" in text:
-            self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip()[:500], rank))
+            self.timing["tb_open"] = True
+            self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip()[:500],
+                                            {"rank": rank, "frames": frames_below(context.following_lines(200))}))
+        elif 'File "' in text and not self.timing.get("tb_open") and FRAME.match(text):
+            # frames with no "Traceback" header before them since the last exception: a paste cut above the
+            # header; the traceback starts here
+            self.timing["tb_open"] = True
+            frames = frames_below([text] + context.following_lines(200))
+            self.keep.add("notices", Notice(self.path, line, self.during(), "traceback",
+                                            "frames of a traceback whose header the log does not hold",
+                                            {"rank": rank, "frames": frames}))
         if "Error" in text or "Exception" in text:
             m = pat.EXC.match(text)
             k = text.find("] ") if m is None and ("Error: " in text or "Exception: " in text) else -1
@@ -165,6 +184,7 @@ class TextLogParser(FailureLines):
                 m = pat.EXC.match(text[k + 2:])
                 k = text.find("] ", k + 2)
             if m and "CUDA out of memory" not in text:
+                self.timing["tb_open"] = False
                 self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500],
                                                 {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank}))
         if "version" in text:
@@ -181,20 +201,27 @@ class TextLogParser(FailureLines):
                   wall: float | None) -> bool:
         """The failure lines (logfailures.py); True when the line was fully consumed."""
         if "out of memory" in text or "OutOfMemoryError" in text or "ALLOC_FAILED" in text \
-                or "cudaErrorMemoryAllocation" in text:
+                or "cudaErrorMemoryAllocation" in text or "OUT_OF_MEMORY" in text or "RESOURCE_EXHAUSTED" in text \
+                or "OOM when allocating" in text or "Out of memory error on GPU" in text:
             if self._oom(text, line, rank, context):
                 self.fail_wall(wall)
                 return True
-        if ("OVERFLOW!" in text or "overflow!" in text or "Overflow detected" in text or "dynamic loss scale from" in text
+        if ("OVERFLOW!" in text or "overflow!" in text or "verflow detected" in text or "dynamic loss scale from" in text
                 or "reducing loss scale" in text):
             self._overflow(text, line, rank)
-        if "at minimum - cannot" in text and pat.DS_MIN_SCALE.search(text):
+        if ("at minimum - cannot" in text and pat.DS_MIN_SCALE.search(text)) or (
+                "Minimum loss scale reached" in text and pat.OTHER_MIN_SCALE.search(text)):
+            m = pat.OTHER_MIN_SCALE.search(text)
+            if m:
+                self.fact("min_loss_scale", num(m.group("min")), line)
             self.keep.add("aborts", Notice(self.path, line, self.during(), "min-loss-scale", text.strip()))
         if "NCCL" in text or "nccl" in text or "Watchdog caught" in text or "watchdog got stuck" in text \
                 or "lagging" in text or "collective #" in text:
             self._nccl(text, line, rank, wall)
         if ("CUDA error" in text or "cuDNN error" in text or "Assertion `" in text or "CUBLAS_STATUS_" in text
-                or "cuda runtime error" in text or "CUDA warning" in text or "cudaError" in text) \
+                or "cuda runtime error" in text or "CUDA warning" in text or "cudaError" in text
+                or "CUDA Error" in text or "CUDA_ERROR_" in text or "cudaSuccess" in text or "CUDNN_STATUS_" in text
+                or "CUDA driver error" in text or "HIP error" in text or "Cuda failure" in text) \
                 and "CUBLAS_STATUS_ALLOC_FAILED" not in text:
             self._device(text, line, rank, context, wall)
         if "NVRM" in text:
@@ -372,12 +399,26 @@ class TextLogParser(FailureLines):
 
     def _step_line(self, text: str, line: int) -> None:
         """Another trainer's step line (logpatterns.py `STEP_LINE_*`): loss, grad norm and learning rate at the
-        step the line names. A line without both a step and a loss key is left alone (a loss named in prose)."""
-        m = pat.STEP_LINE_STEP.search(text)
-        loss = pat.STEP_LINE_LOSS.search(text) if m else None
-        if m is None or loss is None:
+        step the line names. A line without a step key is read only when its loss is non-finite (insightface's
+        "Loss nan" half of a wrapped line: a NaN is evidence wherever it is printed), at the step in progress;
+        a finite loss without a step is left alone (a loss named in prose)."""
+        loss = pat.STEP_LINE_LOSS.search(text)
+        if loss is None:
             return
-        step = int(m.group(1))
+        m = pat.STEP_LINE_STEP.search(text)
+        step = int(m.group(1)) if m else None
+        if m is None and "[" in text:
+            e = pat.STEP_LINE_EPOCH_ITER.search(text)
+            if e and e.group("it"):
+                step = int(e.group("it"))
+            elif e:
+                step = (int(e.group("e")) - (1 if e.group("mm") else 0)) * int(e.group("n")) + int(e.group("i"))
+        if step is None:
+            x = num(loss.group(1))
+            if x is not None and not math.isfinite(x):
+                self.point("loss", self.step_now(), x, line)
+            return
+        self.timing["line_step"] = step
         for rx, name in ((pat.STEP_LINE_LOSS, "loss"), (pat.STEP_LINE_GNORM, "grad_norm"),
                          (pat.STEP_LINE_LR, "learning_rate")):
             v = rx.search(text)

@@ -71,6 +71,8 @@ TRIGGER_WORDS = (
     "MA ", "CPU Virtual Memory",
     # warnings, exceptions
     "WARNING|", "ERROR|", "It is strongly", "Traceback (most", "Error: ", "Exception: ",
+    # a traceback's frame: a paste cut above the "Traceback" header still shows the frames it kept
+    'File "',
     # run facts: HF Trainer banner, LF, DeepSpeed init and config dump (".... " is the dump's dot filler)
     "Total optimization", "Total train batch", "Num Epochs", "Gradient Accumulation", "Instantaneous batch",
     "Number of trainable", "|| all params: ", "Process rank: ", "Config mesh", "DeepSpeed info", "ZeRO stage ",
@@ -82,12 +84,26 @@ TRIGGER_WORDS = (
     "GLOBAL_RANK: ",
     # CUDA runtime and library errors (c10_cuda_check_implementation, ATen/cuda/Exceptions.h, device asserts)
     "CUDA error: ", "AcceleratorError", "Assertion `", "CUBLAS_STATUS_", "CUDNN_STATUS_", "CUDA warning: ",
+    # ... as other stacks print them (`CUDA_RUNTIME_ERRORS` below): darknet's "CUDA Error", NVIDIA's samples'
+    # "CUDA error at FILE:LINE code=N(name)", the driver API's CUresult names (TensorFlow, JAX, CuPy), Caffe's and
+    # Caffe2's checks; a runtime name is found by its upper-case tail ("cudaErrorIllegalAddress")
+    "CUDA Error", "CUDA error at ", "CUDA_ERROR_", "Check failed: error == cudaSuccess", "] error == cudaSuccess",
+    "ErrorIllegalAddress", "ErrorLaunchFailure", "ErrorMisalignedAddress", "ErrorAssert", "ErrorECCUncorrectable",
+    "ErrorIllegalInstruction", "ErrorLaunchTimeout", "ErrorHardwareStackError", "ErrorLaunchOutOfResources",
+    "ErrorNoKernelImageForDevice",
+    # out of memory as XLA (JAX, TF2), TensorFlow's allocator, PaddlePaddle and ROCm torch say it; HIP errors
+    "RESOURCE_EXHAUSTED", "OOM when allocating", "Out of memory error on GPU", "HIP out of memory", "HIP error: ",
     # kernel log (dmesg / journalctl -k): Xid (the OOM killer's own line is "Out of memory: Killed process")
     "NVRM: Xid",
     # the desync report of TORCH_NCCL_DESYNC_DEBUG (TraceUtils.h): "ranks [5] are the lagging ...", "[3] joined ..."
     "] are the lagging", "] joined but", "] finished collective #",
     # apex / torch_npu loss scaler
     "Skipping step, loss scaler", "Loss scaler reducing",
+    # other trainers' loss scalers, NaN lines and step lines (`OTHER_OVERFLOW`, `NONFINITE_LINES`, `SCALE_REPORT`,
+    # `STEP_LINE_LOSS`): fairseq, Megatron/NeMo, Lightning, mmdet, MAE/DeiT-style loops, insightface, DLLogger
+    "NOTE: overflow detected", "NOTE: gradient overflow", "AMP: overflow detected", "Minimum loss scale reached",
+    "Grad Scale", "NaN in local", "Monitored metric", "NaN!", "Loss ", "DLL 20", "Invalid loss, terminating",
+    "The grad norm is ", "Check failed: e == cudaSuccess",
     # versions (llamafactory-cli env: the block is read from its first line on) and the launch command
     "`llamafactory` version", "-cli train ", "/launcher.py ",
 )
@@ -189,8 +205,19 @@ OOM_FIGURES = (
     ("allowed", re.compile(_g("v") + r" allowed;")),
 )
 # NCCL's own allocation failure (nccl include/alloc.h: "NCCL WARN Cuda failure 2 'out of memory'") is the same event
+# ... and the same exhaustion as other stacks report it: the driver API's CUDA_ERROR_OUT_OF_MEMORY (TensorFlow's
+# "failed to allocate 3.77G (4046333952 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory", CuPy, JAX),
+# darknet's "CUDA Error: out of memory", Caffe's "Check failed: error == cudaSuccess (2 vs. 0)  out of memory",
+# XLA's "RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes." (xla/pjrt, JAX and TF2),
+# TensorFlow's "ResourceExhaustedError: OOM when allocating tensor with shape[...]" (core/framework/op_kernel.cc),
+# torch's driver-API check "CUDA driver error: out of memory" (c10/cuda/driver_api.h), MXNet's "cudaMalloc retry
+# failed: out of memory" (src/storage/pooled_storage_manager.h) and PaddlePaddle's "Out of memory error on GPU 0.
+# Cannot allocate ..." (paddle/fluid/memory/allocation)
 OOM_RUNTIME = re.compile(r"CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|"
-                         r"Cuda failure \d+ 'out of memory'")
+                         r"Cuda failure (?:\d+ )?'out of memory'|CUDA_ERROR_OUT_OF_MEMORY|(?i:CUDA (?:driver )?error)\W[^\n]*?out of memory|"
+                         r"error == cudaSuccess[^\n]*?out of memory|RESOURCE_EXHAUSTED: Out of memory|"
+                         r"OOM when allocating tensor|cudaMalloc[\w ]* failed: out of memory|"
+                         r"Out of memory error on GPU \d+")
 
 # DeepSpeed fp16 loss scaler (log_patterns.md §2)
 DS_OVERFLOW = re.compile(
@@ -203,6 +230,15 @@ DS_SCALE_CHANGE = re.compile(r"(?P<dir>Reducing|Increasing) dynamic loss scale f
 # apex amp (handle.py scale_loss) and torch_npu: "Gradient overflow.  Skipping step, loss scaler 0 reducing loss
 # scale to 32768.0" / "Loss scaler reducing loss scale to 5120.0"
 APEX_OVERFLOW = re.compile(r"(?i:loss scaler) (?:(?P<idx>\d+) )?reducing loss scale to (?P<new>[\d.]+(?:e[-+]?\d+)?)")
+# fairseq (trainer.py "NOTE: gradient overflow detected, ignoring gradient, setting loss scale to: 64.0", older
+# fp16_optimizer.py "NOTE: overflow detected, setting loss scale to: 64.0", amp_optimizer.py "AMP: overflow
+# detected, setting scale to: 64.0") and Megatron-LM's "WARNING: Overflow detected, setting loss scale to 32768.0";
+# these scalers halve the scale at an overflow (fairseq scale_factor 2, Megatron backoff_factor 0.5)
+OTHER_OVERFLOW = re.compile(r"(?i:overflow detected), (?:ignoring gradient, )?setting (?:loss )?scale to:? "
+                            r"(?P<new>[\d.]+(?:e[-+]?\d+)?)")
+# fairseq's abort when the scale reaches --min-loss-scale (fairseq/optim/dynamic_loss_scaler.py: "Minimum loss
+# scale reached (0.0001). Your loss is probably exploding. ...", raised as FloatingPointError)
+OTHER_MIN_SCALE = re.compile(r"Minimum loss scale reached \((?P<min>[\d.e-]+)\)")
 DS_GRAD_OVERFLOW_ITER = re.compile(r"Grad overflow on iteration:? (?P<it>\d+)")
 DS_MIN_SCALE = re.compile(r"Current loss scale already at minimum - cannot decrease scale anymore")
 
@@ -231,6 +267,22 @@ NCCL_ERROR = re.compile(r"(?:NCCL error(?: in: [^,]*,)?|ProcessGroupNCCL\.cpp:\d
                         r"timeout)?|(?P<name>nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)"
                         r"Error)|NCCL WARN (?P<warn>.*)")
 NCCL_VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+)")
+# NCCL WARN lines that are a failure in themselves (nccl src/misc/socket.cc and its predecessor
+# include/socket.h; transport/net_ib.cc; bootstrap.cc): the socket could not connect ("socketStartConnect:
+# Connect to ADDR<port> failed : strerror" since 2.12, "Connect to ADDR failed : strerror" before, "Connect to ADDR
+# from ADDR failed" in network plugins, "socketPollConnect: Connect to ADDR returned ..."), connect() was refused
+# until the retries ran out ("socketStartConnect: exceeded retries (N)" / "exceeded timeouts (N)": the peer never
+# listened; the "Call to connect returned ..., retrying" lines before it are INFO), the peer closed it
+# ("socketProgress: Connection closed by remote peer HOST", before 2.12 "Net : Connection closed by remote peer"),
+# an InfiniBand work completion with an error ("NET/IB : Got completion from peer ADDR with error N"/"with
+# status=N"), no interface to bind ("Bootstrap : no socket interface found", "NET/Socket : No usable listening
+# interface found"). NCCL returns ncclSystemError / ncclRemoteError after each, so a paste that holds only the
+# WARN line (no torch "NCCL error" line) still shows the error.
+NCCL_WARN_FAILURE = re.compile(
+    r"Connect to (?P<addr>\S+?)(?:<\d+>)? (?:from \S+ )?(?:failed : |returned )(?P<err>[^\n]+)|socketStartConnect: "
+    r"exceeded (?P<err2>retries|timeouts) \((?P<n>\d+)\)|(?P<closed>Connection closed by remote peer)(?: (?P<peer>\S+))?"
+    r"|NET/IB : Got completion from peer (?P<ibpeer>\S+) with (?:error |status=)(?P<ib>\d+)|(?P<noif>no socket "
+    r"interface found|No usable listening interface found)")
 # TORCH_NCCL_DESYNC_DEBUG report (TraceUtils.h analyzeMissingRanks / analyzeLaggingRanks)
 DESYNC_MISSING = re.compile(r"ranks \[(?P<ranks>[\d, ]*)\] are the lagging ranks that caused this timeout")
 DESYNC_STARTED = re.compile(r"\[(?P<ranks>[\d, ]*)\] joined but didn't finish collective #(?P<seq>\d+)")
@@ -278,8 +330,54 @@ HF_TRAIN_DICT_LINE_B = re.compile(HF_TRAIN_DICT_B.pattern.replace(rb"[^,'}]", rb
 # 2.3456" is not matched (no separator after "loss"), Megatron's "iteration  1/ 55000 | ... | lm_loss:
 # 2.27E+00 |", torchtune's "Step 1 | loss:1.2", "Global Step: 20 ... Loss: nan". Values: float() or nan/inf.
 _NUM = r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+)|nan|NaN|inf|-inf)"
-STEP_LINE_STEP = re.compile(r"(?i)(?<![\w.])(?:global[ _]step|step|iter(?:ation)?)(?![\w])\s*[=:]?\s*\[?\s*(\d+)")
-STEP_LINE_LOSS = re.compile(r"(?i)(?<![\w.])(?:train[ _])?(?:lm[ _])?loss\s*[=:]\s*" + _NUM)
+# (a step printed as a float is read when it is a whole number, NeMo's bar "global_step=129.0"; a rounded one,
+# "global_step=3.2e+4", is no step)
+STEP_LINE_STEP = re.compile(r"(?i)(?<![\w.])(?:global[ _]step|step|iter(?:ation)?)(?![\w])\s*[=:]?\s*\[?\s*(\d+)"
+                            r"(?:\.0+)?(?![\d.eE])")
+# the loss key: "loss=", "loss: ", DLLogger's "average_loss : nan" (NVIDIA DeepLearningExamples' dllogger
+# StdOutBackend: "DLL <time> - <step> key : value"), or the key and a number apart by spaces only (insightface's
+# "Loss nan   LearningRate 0.001", nanoGPT's "iter 100: loss 2.3456"), NeMo's bar "reduced_train_loss=1.820";
+# "loss scale: N" is not a loss
+STEP_LINE_LOSS = re.compile(r"(?i)(?<![\w.])(?:(?:reduced[ _])?train[ _]|average[ _]|avg[ _])?(?:lm[ _])?loss(?:\s*[=:]\s*|\s+"
+                            r"(?=[-+\d.]|nan\b|inf\b))" + _NUM)
+# a loss scale a trainer prints among its step values: DLLogger "PARAMETER loss_scale : 2.9e-11", insightface
+# arcface_torch "Fp16 Grad Scale: 0" (its fp16 GradScaler's scale, printed "%2.f"), Megatron "loss scale: 32768.0",
+# fairseq "loss_scale=32768"
+SCALE_REPORT = re.compile(r"(?i)(?<![\w.])(?:fp16[ _])?(?:grad|loss)[ _]scale\s*[=:]\s*" + _NUM)
+# a line that says the loss or the gradients went non-finite, without a metric dict: (metric, expression)
+NONFINITE_LINES = (
+    # MAE / DeiT / BEiT-style loops (engine_pretrain.py / engine.py): print("Loss is {}, stopping training")
+    ("loss", re.compile(r"Loss is (?P<v>nan|inf|-inf), stopping training")),
+    # Megatron-core (NeMo's GPT training too): param_and_grad_buffer.py "Rank R: found NaN in local grad norm in
+    # backward pass before data-parallel communication collective" (newer: "... for bucket #i in backward pass"),
+    # and training's "found NaN in local forward loss calculation"
+    ("grad_norm", re.compile(r"found NaN in local grad norm")),
+    ("loss", re.compile(r"found NaN in local forward loss")),
+    # Lightning's EarlyStopping(check_finite=True): "Monitored metric train_loss = nan is not finite. Previous
+    # best value was 0.412. Signaling Trainer to stop." (callbacks/early_stopping.py, the tensor may print whole)
+    ("monitored", re.compile(r"Monitored metric (?P<name>\S+) = (?:tensor\()?(?P<v>nan|inf|-inf)\b")),
+    # mmdet's CheckInvalidLossHook (mmdet/engine/hooks/checkloss_hook.py): "loss become infinite or NaN!"
+    ("loss", re.compile(r"loss become infinite or NaN!")),
+    # detectron2 (engine/train_loop.py ``_write_metrics``): "FloatingPointError: Loss became infinite or NaN at
+    # iteration=1234!" (the step is the line's own)
+    ("loss", re.compile(r"Loss became infinite or NaN at iteration=(?P<step>\d+)")),
+    # Keras' TerminateOnNaN callback: "Batch 123: Invalid loss, terminating training"
+    ("loss", re.compile(r"Batch (?P<batch>\d+): Invalid loss, terminating training")),
+    # ESPnet (espnet2/train/trainer.py): "The grad norm is nan. Skipping updating the model."
+    ("grad_norm", re.compile(r"The grad norm is (?P<v>nan|inf)\. Skipping updating the model")),
+    # torch autograd anomaly mode (torch/csrc/autograd/engine.cpp, validate_outputs / anomaly check):
+    # "RuntimeError: Function 'MulBackward0' returned nan values in its 0th output."
+    ("grad_norm", re.compile(r"Function '\w+' returned (?P<v>nan) values in its \d+\w* output")),
+    # torch.nn.utils.clip_grad_norm_(..., error_if_nonfinite=True) (torch/nn/utils/clip_grad.py): "The total
+    # norm of order 2.0 for gradients from `parameters` is non-finite, so it cannot be clipped."
+    ("grad_norm", re.compile(r"The total norm of order \S+ for gradients from `parameters` is non-finite")),
+)
+# the step of a line that names it by epoch and iteration: the MetricLogger of DETR / DeiT / MAE / BLIP-style loops
+# (util/misc.py ``log_every``: "Epoch: [8]  [ 200/2293]  eta: ...  loss: 0.2606 (0.2654)", epochs from 0) and
+# mmengine's LoggerHook ("Epoch(train)  [1][ 50/7330]  lr: ...  loss: ...", epochs from 1; "Iter(train)
+# [ 50/90000]" for iteration-based loops): the global iteration is epoch x iterations-per-epoch + iteration
+STEP_LINE_EPOCH_ITER = re.compile(r"Epoch(?P<mm>\(train\))?:?\s*\[(?P<e>\d+)\]\s*\[\s*(?P<i>\d+)/(?P<n>\d+)\]"
+                                  r"|Iter\(train\)\s*\[\s*(?P<it>\d+)/\d+\]")
 STEP_LINE_GNORM = re.compile(r"(?i)(?<![\w.])(?:gnorm|grad[ _]norm)\s*[=:]\s*" + _NUM)
 STEP_LINE_LR = re.compile(r"(?i)(?<![\w.])(?:lr|learning[ _]rate)\s*[=:]\s*" + _NUM)
 KV = re.compile(r"'(?P<k>[\w/]+)':\s*(?P<q>'?)(?P<v>[^,'}]*)(?P=q)")
@@ -362,6 +460,50 @@ DEVICE_ASSERT_BARE = re.compile(r"Assertion `(?P<cond>[^`]+)` failed")
 # destroyEvent)", c10/cuda/CUDAFunctions) or as thrust/CUB name them ("merge_sort: failed to synchronize:
 # cudaErrorIllegalAddress: an illegal memory access was encountered")
 CUDA_ERROR_ALT = re.compile(r"(?:CUDA warning: |cudaError\w+: )(?P<status>[^\n(]+?)(?: \(function \w+\))?\s*$")
+# The CUDA runtime's error enum (driver_types.h ``cudaError``), the driver API's (cuda.h ``CUresult``, the same
+# numbers) and the text ``cudaGetErrorString`` gives for each: other stacks print the name, the number or the text
+# (darknet "CUDA Error: <text>", helper_cuda.h "CUDA error at F:L code=700(cudaErrorIllegalAddress)", TensorFlow
+# "CUDA_ERROR_ILLEGAL_ADDRESS: <text>", Caffe "Check failed: error == cudaSuccess (700 vs. 0)  <text>", Caffe2
+# "[enforce fail at context_gpu.cu:N] error == cudaSuccess. 700 vs 0. Error at: F:L: <text>"); every spelling maps
+# to the text torch prints after "CUDA error: ", which `DeviceError.kind` is read from. (runtime, driver, code, text)
+CUDA_RUNTIME_ERRORS = (
+    ("cudaErrorMemoryAllocation", "CUDA_ERROR_OUT_OF_MEMORY", 2, "out of memory"),
+    ("cudaErrorInitializationError", "CUDA_ERROR_NOT_INITIALIZED", 3, "initialization error"),
+    ("cudaErrorInsufficientDriver", None, 35, "CUDA driver version is insufficient for CUDA runtime version"),
+    ("cudaErrorNoDevice", "CUDA_ERROR_NO_DEVICE", 100, "no CUDA-capable device is detected"),
+    ("cudaErrorNoKernelImageForDevice", "CUDA_ERROR_NO_BINARY_FOR_GPU", 209,
+     "no kernel image is available for execution on the device"),
+    ("cudaErrorECCUncorrectable", "CUDA_ERROR_ECC_UNCORRECTABLE", 214, "uncorrectable ECC error encountered"),
+    ("cudaErrorIllegalAddress", "CUDA_ERROR_ILLEGAL_ADDRESS", 700, "an illegal memory access was encountered"),
+    ("cudaErrorLaunchOutOfResources", "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", 701,
+     "too many resources requested for launch"),
+    ("cudaErrorLaunchTimeout", "CUDA_ERROR_LAUNCH_TIMEOUT", 702, "the launch timed out and was terminated"),
+    ("cudaErrorAssert", "CUDA_ERROR_ASSERT", 710, "device-side assert triggered"),
+    ("cudaErrorHardwareStackError", "CUDA_ERROR_HARDWARE_STACK_ERROR", 714, "hardware stack error"),
+    ("cudaErrorIllegalInstruction", "CUDA_ERROR_ILLEGAL_INSTRUCTION", 715, "an illegal instruction was encountered"),
+    ("cudaErrorMisalignedAddress", "CUDA_ERROR_MISALIGNED_ADDRESS", 716, "misaligned address"),
+    ("cudaErrorLaunchFailure", "CUDA_ERROR_LAUNCH_FAILED", 719, "unspecified launch failure"),
+)
+CUDA_ERROR_TEXT = {n: t for r, d, _, t in CUDA_RUNTIME_ERRORS for n in (r, d) if n}
+CUDA_ERROR_TEXT.update({str(c): t for _, _, c, t in CUDA_RUNTIME_ERRORS})
+# a name, then (optionally) the text printed after it: "cudaErrorIllegalAddress: an illegal memory ...",
+# "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal ...", "code=700(cudaErrorIllegalAddress) "cudaDeviceSynchronize()""
+CUDA_NAMED = re.compile(r"(?P<name>cudaError[A-Z]\w+|CUDA_ERROR_[A-Z_]+)(?::\s*(?P<status>[^\n:]+))?")
+# no name: darknet's "CUDA Error: <text>" (also "CUDA Error Prev: "), a wrapper's "CUDA error at FILE:LINE - <text>",
+# torch's driver-API "CUDA driver error: <text>" and its ROCm build's "HIP error: <text>" (hipGetErrorString's
+# texts are CUDA's), NCCL's CUDACHECK "NCCL WARN Cuda failure 700 'an illegal memory access was encountered'"
+# (src/include/checks.h; the code from 2.12, the quotes always), PaddlePaddle's "ExternalError: CUDA error(700), an
+# illegal memory access was encountered." and MXNet's "Check failed: e == cudaSuccess || e ==
+# cudaErrorCudartUnloading (700 vs. 0) : CUDA: an illegal memory access was encountered",
+# and the glog CHECK / Caffe2 ENFORCE of a runtime call, "error == cudaSuccess (700 vs. 0)  <text>"
+CUDA_ERROR_OTHER = re.compile(r"(?:(?i:CUDA(?: driver)? error|HIP error)(?: Prev)?(?:\((?P<code2>\d+)\))?(?: at \S+)?"
+                              r"\s*[-:,]|Cuda failure (?:\d+ )?(?=')|(?<![\w.])(?:error|e|err|status) == cudaSuccess"
+                              r"(?: \|\| \w+ == \w+)*\.?\s*\(?(?P<code>\d+)?"
+                              r"(?: vs\.? 0\)?\.?)?(?:\s*Error at: \S+)?:?)\s*(?P<status>[^\n]+?)\s*$")
+# a cuDNN / cuBLAS status name alone, as TensorFlow ("Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR") or
+# Caffe ("Check failed: status == CUDNN_STATUS_SUCCESS (4 vs. 0)  CUDNN_STATUS_INTERNAL_ERROR") print it; the
+# success names are not errors and ALLOC_FAILED is an OOM (`OOM_RUNTIME`)
+LIB_STATUS = re.compile(r"(?P<status>(?:CUDNN|CUBLAS)_STATUS_(?!SUCCESS\b|ALLOC_FAILED\b)[A-Z_]+)(?![\w])(?! \()")
 # torch <= 1.x's runtime-error text (THC: "cuda runtime error (59) : device-side assert triggered at FILE:LINE")
 CUDA_ERROR_THC = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)): )?cuda runtime error \((?P<code>\d+)\) : "
                             r"(?P<status>[^\n]+?)(?: at (?P<call>\S+))?\s*$")
