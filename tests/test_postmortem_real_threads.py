@@ -1,4 +1,4 @@
-"""The real crashed runs of fixtures/postmortem/real_threads/ (83 public threads in three rounds, none in shared/cases):
+"""The real crashed runs of fixtures/postmortem/real_threads/ (120 public threads in four rounds, none in shared/cases):
 the first finding names the thread's root cause. A regression guard over benchmarks/real_threads.py's judgement;
 the held-out numbers are in benchmarks/results/real_threads.md."""
 
@@ -20,7 +20,10 @@ CASES = rt.load_cases()
 # OOM); the finding says where the log was and asks for the rest. The other round-3 misses as scored (CUDA errors
 # of other stacks, other trainers' NaN / loss-scale lines, "NCCL WARN ... failed" alone) were fixed by kind from
 # the upstream formats (fixtures/postmortem/other_stacks/); dse626 was named by native-crash after the scoring
-KNOWN_MISS = {"mmdet12069", "della2", "lf10367"}
+# Round 4's misses as scored (held out, benchmarks/results/real_threads.md; dev from then on)
+KNOWN_MISS_R4 = {"trl1169", "difsynth1001", "verltool148", "peft137", "cget75", "lf9258", "tablemaster32",
+                 "onlinerlhf11", "gdrnet47", "fa812", "qwen434", "lf4629", "lf360", "axolotl2684"}
+KNOWN_MISS = KNOWN_MISS_R4 | {"mmdet12069", "della2", "lf10367"}
 
 
 def test_the_split_is_by_source_and_fixed():
@@ -30,7 +33,7 @@ def test_the_split_is_by_source_and_fixed():
             by_repo.setdefault(c["repo"], set()).add(c["split"])
     assert all(len(s) == 1 for s in by_repo.values())
     assert len(CASES) >= 30 and {c["split"] for c in CASES} == {"dev", "test"}
-    assert all(c["split"] == "dev" for c in CASES if c["round"] == 2)
+    assert all(c["split"] == "dev" for c in CASES if 2 <= c["round"] < rt.HELD_OUT)
     assert all(c["split"] == "test" for c in CASES if c["round"] == rt.HELD_OUT)
 
 
