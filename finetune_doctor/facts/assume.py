@@ -73,7 +73,7 @@ def judge_run(counts: Any = None, enabled: bool = True) -> Judge:
 
         est = estimate(run, hw, counts=counts, tokens=tokens)
         budget = _budget(hw)
-        a = uncertainty.assess(est.total, budget, est.method, shape_of(est))
+        a = uncertainty.assess(est.total, budget, est.method, shape_of(est), est.need)
         return est.total, a.verdict
 
     judge.enabled = enabled   # type: ignore[attr-defined]
@@ -195,11 +195,13 @@ def _stack(c: _Seen, alt_stack: dict[str, Any] | None) -> list[Assumption]:
         if alt_stack and alt_stack.get("alt_stack_total") is not None:
             total = float(alt_stack["alt_stack_total"])
             from finetune_doctor.analyzers.memory import uncertainty
-            from finetune_doctor.facts.mem import shape_of
+            from finetune_doctor.facts.mem import need_ratio, shape_of
 
-            # judged as the reported estimate is: same method, same shape class (the optimizer leaves both)
+            # judged as the reported estimate is: same method, same shape class (the optimizer leaves both), its
+            # need in the same ratio to its total
             shape = shape_of(c.asm.memory) if c.asm.memory is not None else "default"
-            verdict = uncertainty.assess(total, _budget(hw), "analytic", shape).verdict if hw else None
+            ratio = need_ratio(c.asm.memory) if c.asm.memory is not None else 1.0
+            verdict = uncertainty.assess(total, _budget(hw), "analytic", shape, total * ratio).verdict if hw else None
             alts.append((f"torch < 2.8 ({alt_stack.get('alt_stack_optim')})",
                          lambda total=total, verdict=verdict: (total, verdict)))
         why = ("transformers' default optimizer follows torch (fused AdamW from 2.8)"
@@ -405,7 +407,7 @@ def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str,
 
     Bisection over `run.seq_len` (the memory model is monotone in it): training is judged with evaluation off,
     evaluation from the evaluation moment alone (its tensor peak × (1 + the allocator reserve share) + the
-    runtime, analyzers/memory/moments.py). Returns ``{"cutoff_len", "train": {"tokens_per_sample",
+    runtime, analyzers/memory/moments.py; the verdict on the reserve the run needs, reserve.py `needed_fraction`). Returns ``{"cutoff_len", "train": {"tokens_per_sample",
     "tokens_per_micro_batch", "micro_batch", "fits_at_cutoff"}, "eval": {...} or None}``; ``tokens_per_sample``
     is the longest sequence (for DPO/RM/KTO each of the pair's sequences; the collator pads a micro batch to its
     longest, so one long sample sets the whole batch) and 0 when even one-token samples do not fit.
@@ -420,7 +422,7 @@ def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str,
 
     def fits_train(n: int) -> bool:
         est = estimate(run.with_(seq_len=n, eval_during_training=False), hw, counts=counts)
-        return uncertainty.assess(est.total, budget, est.method, shape_of(est)).verdict == "fits"
+        return uncertainty.assess(est.total, budget, est.method, shape_of(est), est.need).verdict == "fits"
 
     def fits_eval(n: int) -> bool:
         est = estimate(run.with_(seq_len=n), hw, counts=counts)
@@ -428,8 +430,10 @@ def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str,
         moment = next((v for k, v in (d.get("moments_gib") or {}).items() if "evaluation" in k), None)
         if moment is None:
             return True
-        total = moment * (1 + float(d.get("reserve_share") or 0.0)) + float(d.get("runtime_gib") or 0.0)
-        return uncertainty.assess(total, budget, est.method, shape_of(est)).verdict == "fits"
+        rt = float(d.get("runtime_gib") or 0.0)
+        total = moment * (1 + float(d.get("reserve_share") or 0.0)) + rt
+        need = moment * (1 + max(float(d.get("reserve_needed_share") or 0.0), 0.0)) + rt
+        return uncertainty.assess(total, budget, est.method, shape_of(est), need).verdict == "fits"
 
     def largest(ok: Callable[[int], bool], batch: int) -> dict[str, Any]:
         n = _bisect(ok, run.seq_len)
