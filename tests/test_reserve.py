@@ -137,3 +137,17 @@ def test_estimate_decides_fit_on_the_need_and_shows_the_total():
         == "oom"
     # the interval stays the shown total's
     assert a.interval_gib == uncertainty.assess(est.total, None, "analytic", "long_sequence/unquantized").interval_gib
+
+
+def test_fsdp_needs_its_init_floor_but_not_its_idle_side_pools():
+    """FSDP1 (reserve.py `needed_reserve`): idle blocks of FSDP's own stream pools are whole free segments that the
+    allocator releases before an OOM; the blocks initialisation left in the default pool hold live shards and stay."""
+    from types import SimpleNamespace
+
+    t = SimpleNamespace(side_pools=5.0, side_live=2.0, init_floor=12.0)
+    # default stream: 8 of the 10-byte peak; its pool is the init floor (12 > 8 × 1.05); plus the live side blocks
+    assert reserve.needed_reserve(10.0, 0.05, t) == pytest.approx(12.0 + 2.0 - 10.0)
+    assert reserve.pool_reserve(10.0, 0.05, t) == pytest.approx(12.0 + 5.0 - 10.0)
+    # without FSDP's pools the need is the share of the peak
+    assert reserve.needed_reserve(10.0, 0.05) == pytest.approx(0.5)
+    assert reserve.needed_reserve(10.0, -0.03) == 0.0            # a replay artefact below zero counts as none

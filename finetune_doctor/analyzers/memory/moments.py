@@ -100,12 +100,12 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
     rt = runtime_bytes(run, hw)
     total = peak + reserve + rt
     paged = evictable_state_bytes(run, t.states, c.trainable)
-    need = peak + needed_reserve(peak, needed_share) + rt - paged
+    need = peak + needed_reserve(peak, needed_share, t) + rt - paged
     per_gpu = {k: v / GIB for k, v in comp.items()}
     per_gpu["runtime"] = (rt + reserve) / GIB
     per_gpu["total"] = total / GIB
     first_oom, fits, headroom = _against_card(hw, timeline, need, rt, needed_share, paged, {"model load"} | (
-        set() if run.resume else {f"{n} of step 1" for n, _v, _p in first[:-1]}))
+        set() if run.resume else {f"{n} of step 1" for n, _v, _p in first[:-1]}), t)
     details: dict[str, Any] = {
         "phase_gib": {k: v / GIB for k, v in phases.items()},
         "terms_bytes": {k: float(v) for k, v in t.__dict__.items() if isinstance(v, float)},
@@ -133,19 +133,21 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
 
 
 def _against_card(hw: Hardware | None, timeline: list[tuple[str, float]], need: float, rt: float,
-                  needed_share: float, paged: float = 0.0,
-                  before_states: set[str] | frozenset[str] = frozenset()) -> tuple[str | None, bool | None, float | None]:
+                  needed_share: float, paged: float = 0.0, before_states: set[str] | frozenset[str] = frozenset(),
+                  terms: Any = None) -> tuple[str | None, bool | None, float | None]:
     """(first moment that would not fit, fits, headroom GiB) of a run that needs `need` bytes at its peak, with
     `timeline` its moments' tensor bytes, `rt` the runtime bytes and `needed_share` the reserve it needs (reserve.py
     'Shown and needed': room before an OOM is counted against the need, not the cache a roomy card shows); `paged`
     bytes of optimizer states the driver can page out (paged.py) leave every moment but those in `before_states`
-    (model load and step 1 before its optimizer step, which hold no states). All None without a card."""
+    (model load and step 1 before its optimizer step, which hold no states); `terms` (FSDP1's pools) as
+    reserve.py `needed_reserve` takes them. All None without a card."""
     if hw is None or not hw.capacity_gib:
         return None, None, None
     in_use = max(hw.in_use_gib) if hw.in_use_gib else 0.0
     budget = (hw.capacity_gib - in_use) * GIB - rt
     first_oom = next((n for n, b in timeline
-                      if b + needed_reserve(b, needed_share) - (0.0 if n in before_states else paged) > budget), None)
+                      if b + needed_reserve(b, needed_share, terms) - (0.0 if n in before_states else paged) > budget),
+                     None)
     headroom = hw.capacity_gib - in_use - need / GIB
     return first_oom, headroom >= 0, headroom
 

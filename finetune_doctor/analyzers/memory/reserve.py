@@ -98,11 +98,18 @@ def needed_fraction(run: Any, terms: Any, expandable: bool) -> tuple[float, str]
     return min(float(entry["on" if expandable else "off"]["median"]), shown), cls
 
 
-def needed_reserve(peak: float, share: float) -> float:
-    """The reserve in bytes a tensor peak of `peak` bytes needs beside it (`needed_fraction`'s `share`): FSDP's
-    side-stream pools and the blocks initialisation left cached are free cached segments, which the allocator's
-    ``release_cached_blocks`` returns before an OOM, so unlike `pool_reserve` nothing is added for them."""
-    return max(peak * share, 0.0)
+def needed_reserve(peak: float, share: float, terms: Any = None) -> float:
+    """The reserve in bytes a tensor peak of `peak` bytes needs beside it (`needed_fraction`'s `share`). Under
+    FSDP1 (`terms` fields ``side_live``, ``init_floor`` as in `pool_reserve`) the idle blocks of FSDP's own
+    stream pools are whole free segments, which the allocator's ``release_cached_blocks`` returns before an OOM,
+    so only what the peak holds there counts; the blocks initialisation left in the default pool are kept
+    (``init_floor``): the shards cloned during initialisation are allocated among them (fsdp.py
+    ``stream_pools``), so those segments hold live blocks and cannot be released. Outside FSDP1 this is
+    ``peak * share``."""
+    side_live = min(getattr(terms, "side_live", 0.0), peak)
+    default_peak = peak - side_live
+    default_pool = max(default_peak * (1 + share), getattr(terms, "init_floor", 0.0))
+    return max(default_pool + side_live - peak, 0.0)
 
 
 def pool_reserve(peak: float, share: float, terms: Any) -> float:
