@@ -57,3 +57,10 @@ def test_deepspeed_builds_its_own_optimizer():
     run = resolve_run({**FFT, "optim": "paged_adamw_8bit"}, load_arch("meta-llama/Llama-3.1-8B")[0],
                       Hardware(gpu="RTX-A6000", num_gpus=2, capacity_gib=47.53, bf16=True, source="flag"), _DS())
     assert run.deepspeed and not paged.is_paged(run)
+
+
+def test_lf_own_optimizers_are_not_paged():
+    """BAdam (and GaLore, APOLLO, Muon) are optimizers LF builds itself: `optim: paged_*` does not reach them."""
+    run = _run("paged_adamw_8bit", use_badam=True, badam_mode="layer")
+    assert run.use_badam and not paged.is_paged(run)
+    assert paged.evictable_state_bytes(run, compute_terms(run).states, 8.0e9) == 0.0

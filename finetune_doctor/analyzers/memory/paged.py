@@ -25,14 +25,13 @@ from __future__ import annotations
 
 from finetune_doctor.run import Run
 
-PAGED_MIN_NUMEL = 100_000      # optimizer.py:383: `p.numel() < 1e5` stays an ordinary tensor
-
-
 def is_paged(run: Run) -> bool:
     """Whether `run`'s optimizer keeps its states in unified memory (transformers' ``paged_*`` optim names, which
-    select bitsandbytes' paged optimizers), as LF builds it without DeepSpeed or FSDP."""
+    select bitsandbytes' paged optimizers), as LF builds it without DeepSpeed or FSDP; not when LF builds an
+    optimizer of its own (BAdam, GaLore, APOLLO, Muon: optstates.py), which `optim` does not choose."""
+    own = any(getattr(run, k, False) for k in ("use_badam", "use_galore", "use_apollo", "use_muon"))
     return str(getattr(run, "optim", "")).startswith("paged_") and run.engine in ("single", "ddp") \
-        and not run.deepspeed
+        and not run.deepspeed and not own
 
 
 def evictable_state_bytes(run: Run, states: float, trainable: float) -> float:

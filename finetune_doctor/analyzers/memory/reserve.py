@@ -29,8 +29,9 @@ is that share, the median over the class's replayed configs of the same kind of 
 the replays show apart) of the smallest capacity at which the allocator replay completes
 (reserve_table.json ``needed``, benchmarks/derive_needed_reserve.py, benchmarks/results/reserve_needed.md); the
 verdict (fits/oom/p_oom, analyzers/memory/uncertainty.py ``assess``) is decided on the tensor peak × (1 + needed)
-+ runtime. A class without a replayed need (``zero``: its traces are stand-ins, derive_reserve.py GRID) needs what
-it shows: nothing measured says less.
++ runtime (``needed_reserve``; under FSDP1 it keeps the blocks initialisation left, which hold live shards, and
+drops the idle side-stream pools). A class without a replayed need (``zero``: its traces are stand-ins,
+derive_reserve.py GRID) needs what it shows: nothing measured says less.
 """
 
 from __future__ import annotations
