@@ -27,7 +27,11 @@ The ``simulated`` and ``measured`` methods are kept as they are (no row here is 
 the mixture over open assumptions (facts/assume.py `mixture`: p_oom and the interval of an estimate made under
 assumptions the doctor could not check) are chosen on the dev rows with that table (`fit_weights`: a grid for the
 sample-lengths assumption and one for every other; a row whose samples reach cutoff_len has its sample-lengths
-assumption closed, as the data would close it, calib_data.samples_fill). The fitted table, weights included, is
+assumption closed, as the data would close it, calib_data.samples_fill). Since session 7 the sample lengths are
+not fitted: the mixture weighs their evaluated lengths by a log-uniform prior on the longest sample (PRIOR_CHOICE,
+analyzers/memory/uncertainty.py: the threads that carry an outcome were published for their OOMs, the tables
+that carry a measurement for standard short datasets; `lengths_prior_scores` reports what each would pick), and
+only the rows whose samples reach cutoff_len fit the error model and choose its form. The fitted table, weights included, is
 written to finetune_doctor/analyzers/memory/uncertainty_table.json (``--no-write`` to skip) with the dev rows'
 provenance.
 
@@ -188,12 +192,15 @@ def _not_open() -> frozenset[str]:
     return NOT_OPEN
 
 
-def reweigh(row: dict[str, Any], pred: dict[str, Any], weights: dict[str, float]) -> dict[str, Any]:
+def reweigh(row: dict[str, Any], pred: dict[str, Any], weights: dict[str, float],
+            prior: Any = None) -> dict[str, Any]:
     """`pred` with p_oom and the 90 % interval of the mixture over its open assumptions (facts/assume.py `mixture`)
     under `weights` (assumption name → the assumed value's probability; ``default`` for the others) and the
     installed error table: what the doctor reports once the table carries these weights. A row whose samples
     reach cutoff_len (calib_data.samples_fill) has its sample-lengths assumption closed, as the data on the training
-    machine would close it. `pred` unchanged when it is a refusal."""
+    machine would close it. `prior` (median tokens, log-sd of the longest sample) weighs the sample-lengths
+    assumption's evaluated lengths instead of its constant weight (facts/assume.py `mixture`). `pred` unchanged when
+    it is a refusal."""
     if "error" in pred:
         return pred
     from finetune_doctor.analyzers.memory import uncertainty
@@ -203,7 +210,8 @@ def reweigh(row: dict[str, Any], pred: dict[str, Any], weights: dict[str, float]
     if samples_fill(row):
         assumptions = [a for a in assumptions if a.name != "sample-lengths"]
     comps = mixture(total, hw, assumptions, spec,
-                    weight=lambda n: min(max(float(weights.get(n, weights.get("default", 1.0))), 0.0), 1.0))
+                    weight=lambda n: min(max(float(weights.get(n, weights.get("default", 1.0))), 0.0), 1.0),
+                    lengths_prior=prior)
     cls = pred["cls"]
     interval = uncertainty.mixture_interval(comps, uncertainty.error_dist(pred["method"], cls))
     p = pred["p_oom"]
@@ -215,25 +223,79 @@ def reweigh(row: dict[str, Any], pred: dict[str, Any], weights: dict[str, float]
     return {**pred, "p_oom": p, "interval": interval}
 
 
-# the weight of the assumed value tried for each group of assumptions: the sample lengths (the one the data
-# removes) and every other open assumption together; 1.0 is the assumed case alone (before this round)
+# the weight of the assumed value tried for the open assumptions other than the sample lengths (those are weighed
+# by the prior on the longest sample, PRIOR_CHOICE); 1.0 is the assumed case alone
 WEIGHT_GRID = (1.0, 0.9, 0.75, 0.6, 0.5, 0.4, 0.25)
 
+# The prior on a dataset's longest sample (tokens under its template). Chosen by a reason, not fitted
+# (analyzers/memory/uncertainty.py, "the sample lengths without the data"): log-uniform between 512 tokens and
+# cutoff_len. The lognormal candidates below are scored beside it for the record only: what is known of real
+# datasets spans them (Alpaca's longest Llama-2 sample is 1,304 tokens, lit-gpt's finetune/lora.py rows in the
+# data file; one-turn identity/QA sets stay under 512; multi-turn chat and long-document sets pass 32k).
+PRIOR_CHOICE = "log-uniform"
+PRIOR_MEDIANS = (512, 2048, 8192)
+PRIOR_LOG_SDS = (0.5, 1.0, 2.0)
 
-def fit_weights(scored: list[dict[str, Any]]) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """The assumption weights (``{"sample-lengths": w, "default": w}``) chosen on the scored dev rows by the
-    objective of calib_loso (coverage of the 90 % interval in 85–95 %, then the lowest Brier; else the coverage
-    nearest 90 %, then Brier; ties to the heavier assumed value, the order of WEIGHT_GRID). Predictions do not depend
-    on the weights, so only the mixture is recomputed per candidate. Returns (weights, every candidate's scores)."""
+
+def length_rows(scored: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows the prior on the longest sample is fitted on: dev rows with a measurement whose samples come from a
+    dataset the source does not size (calib_data.samples_fill false), from documentation tables only. An issue thread
+    is published because of its outcome (mostly an OOM: the threads with long data); a table's measurement is
+    published whatever its data, so its rows are not selected on how long the samples were."""
+    return [s for s in scored if s["row"]["split"] == "dev" and s["cmp"] is not None and "error" not in s["pred"]
+            and not samples_fill(s["row"]) and s["row"].get("source_type") != "issue-thread"]
+
+
+def measurement_logpdf(s: dict[str, Any], prior: Any) -> float:
+    """ln of the predictive density (per ln GiB) of row `s`'s measurement under the mixture over its sample lengths
+    (`prior`) and the installed error model; the other open assumptions at their assumed values."""
+    from finetune_doctor.analyzers.memory import uncertainty
+    from finetune_doctor.facts.assume import mixture
+
+    total, hw, assumptions, spec = s["pred"]["mix"]
+    comps = mixture(total, hw, [a for a in assumptions if a.name == "sample-lengths"], spec,
+                    weight=lambda n: 1.0, lengths_prior=prior)
+    d = uncertainty.error_dist(s["pred"]["method"], s["pred"]["cls"])
+    c = s["cmp"]
+    x = math.log(c["measured"] / (c["predicted"] / total))   # the measurement on the total's scale
+    dens = sum(w * math.exp(uncertainty.t_logpdf((x - math.log(t) - d.mu) / d.scale, d.dof)) / d.scale
+               for w, t, _b in comps if w > 0)
+    return math.log(max(dens, 1e-300))
+
+
+def lengths_prior_scores(scored: list[dict[str, Any]], weights: dict[str, float]) -> list[dict[str, Any]]:
+    """For the record (nothing is chosen by it): per candidate prior on the longest sample (PRIOR_CHOICE and the
+    lognormal grid), the mean log predictive density of `length_rows(scored)`'s measurements and the dev half's
+    Brier, coverage and confident misses with the other assumptions at `weights`. The tables' measurements favour
+    short data and the threads' outcomes long data: each is selected on why it was published."""
+    rows = length_rows(scored)
+    dev = [s for s in scored if s["row"]["split"] == "dev"]
+    out = []
+    for prior in [PRIOR_CHOICE] + [(float(m), sd) for m in PRIOR_MEDIANS for sd in PRIOR_LOG_SDS]:
+        lp = [measurement_logpdf(s, prior) for s in rows]
+        sm = summary([{**s, "pred": (rp := reweigh(s["row"], s["pred"], weights, prior)), "cmp": compare(s["row"], rp)}
+                      for s in dev])
+        out.append({"prior": prior, "log_score": statistics.mean(lp) if lp else math.nan, "n": len(lp),
+                    "brier": sm["brier"], "coverage": sm["inside"], "sure_oom_but_trained": len(sm["sure_oom_but_trained"]),
+                    "sure_fits_but_oom": len(sm["sure_fits_but_oom"])})
+    return out
+
+
+def fit_weights(scored: list[dict[str, Any]], prior: Any = None
+                ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """The weight of the assumed value of every open assumption but the sample lengths (``{"default": w}``),
+    chosen on the scored dev rows by coverage of the 90 % interval in 85–95 %, then the lowest Brier (else the
+    coverage nearest 90 %, then Brier; ties to the heavier assumed value, the order of WEIGHT_GRID), with the
+    sample lengths weighed by `prior`. Predictions do not depend on the weights, so only the mixture is
+    recomputed per candidate. Returns (weights, every candidate's scores)."""
     cands = []
-    for ws in WEIGHT_GRID:
-        for wd in WEIGHT_GRID:
-            weights = {"sample-lengths": ws, "default": wd}
-            sm = summary([{**s, "pred": (rp := reweigh(s["row"], s["pred"], weights)), "cmp": compare(s["row"], rp)}
-                          for s in scored])
-            cands.append({"weights": weights, "brier": sm["brier"], "coverage": sm["inside"],
-                          "sure_oom_but_trained": len(sm["sure_oom_but_trained"]),
-                          "sure_fits_but_oom": len(sm["sure_fits_but_oom"])})
+    for wd in WEIGHT_GRID:
+        weights = {"default": wd}
+        sm = summary([{**s, "pred": (rp := reweigh(s["row"], s["pred"], weights, prior)), "cmp": compare(s["row"], rp)}
+                      for s in scored])
+        cands.append({"weights": weights, "brier": sm["brier"], "coverage": sm["inside"],
+                      "sure_oom_but_trained": len(sm["sure_oom_but_trained"]),
+                      "sure_fits_but_oom": len(sm["sure_fits_but_oom"])})
 
     def key(c: dict[str, Any]) -> tuple[float, float]:
         inside = 0.85 <= (c["coverage"] or 0) <= 0.95
@@ -283,7 +345,7 @@ def legacy_rows() -> list[dict[str, Any]]:
 
 
 def fit(fit_rows: list[dict[str, Any]], provenance: dict[str, Any], class_by: tuple[str, ...] = ("shape",),
-        tau: float = 0.0, factor: float = 1.0) -> dict[str, Any]:
+        tau: float = 0.0, factor: float = 1.0, robust: bool = False) -> dict[str, Any]:
     """The uncertainty table of `fit_rows` (every method's rows: the dev analytic rows and the kept simulated and
     measured rows): per method and class statistics (`uncertainty.derive`), the prior (κ0, ν0) with the best
     leave-one-out log predictive density over all of them (derive_uncertainty.choose_prior)."""
@@ -291,7 +353,7 @@ def fit(fit_rows: list[dict[str, Any]], provenance: dict[str, Any], class_by: tu
 
     from finetune_doctor.analyzers.memory.uncertainty import derive
 
-    (k0, nu0), scores = choose_prior(fit_rows)
+    (k0, nu0), scores = choose_prior(fit_rows, robust)
     return {"about": ("Error of the memory prediction, eps = ln(measured / predicted) of the peak device memory per "
                       "GPU, by method and shape class: n, mean, sample variance; prior: the weights of the pooled "
                       "rows, chosen by leave-one-out log predictive density. The analytic rows are the dev half of "
@@ -302,8 +364,8 @@ def fit(fit_rows: list[dict[str, Any]], provenance: dict[str, Any], class_by: tu
             "prior": {"kappa0": k0, "nu0": nu0, "loo_log_score": {k: round(v, 3) for k, v in scores.items()}},
             "class_by": {"analytic": list(class_by)},
             "p_oom_scale_factor": factor, "p_oom_extra_scale": tau,
-            "fitted_on": provenance,
-            "methods": derive(fit_rows)}
+            "fitted_on": provenance, **({"robust": True} if robust else {}),
+            "methods": derive(fit_rows, robust)}
 
 
 def install(table: dict[str, Any]) -> None:
@@ -499,32 +561,49 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     chosen = calib_loso.choose(variants)
     if getattr(args, "form", "loso") == "shape":
         # the form of round 1's fit (error class = shape class, one spread for p_oom and the interval)
-        chosen = next(v for v in variants if v["class_by"] == ["shape"] and v["factor"] == 1 and v["tau"] == 0)
+        chosen = next(v for v in variants if v["class_by"] == ["shape"] and v["factor"] == 1 and v["tau"] == 0
+                      and not v.get("max_dof") and not v.get("robust"))
     by = tuple(chosen["class_by"])
-    fit_rows = [as_unc_row(s, by) for s in dev_scored] + legacy + kept
+    # the error model is fitted on the rows whose samples reach cutoff_len (calib_loso, "Which rows")
+    fit_rows = [as_unc_row(s, by) for s in dev_scored if samples_fill(s["row"])] + legacy + kept
     table = fit(fit_rows, {"rows": "benchmarks/data/calibration_rows.yaml, split dev",
-                           "dev_rows": len(dev_scored), "legacy_published_rows": len(legacy),
+                           "dev_rows": len([s for s in dev_scored if samples_fill(s["row"])]),
+                           "legacy_published_rows": len(legacy),
                            "variant": "chosen by leave-one-source-out on dev (benchmarks/calib_loso.py): LOSO Brier "
-                                      f"{chosen['brier']:.3f}, coverage {chosen['coverage']:.3f}"},
-                by, chosen["tau"], chosen["factor"])
+                                      f"{chosen['brier']:.3f}, coverage {chosen['coverage']:.3f}, log score "
+                                      f"{chosen.get('log_score', math.nan):.3f}"},
+                by, chosen["tau"], chosen["factor"], bool(chosen.get("robust")))
+    if chosen.get("max_dof"):
+        table["max_dof"] = int(chosen["max_dof"])
     install(table)
     write_unc_rows(fit_rows)
     try:
         after = score_all(rows)
-        # the mixture over open assumptions: its weights chosen on the dev rows, then every row rescored with them
-        weights, weight_cands = fit_weights([s for s in after if s["row"]["split"] == "dev"])
+        # the mixture over open assumptions: the prior on the longest sample from documentation tables' measurements,
+        # the other assumptions' weight on the dev rows, then every row rescored with them
+        prior = PRIOR_CHOICE
+        table["sample_lengths_prior"] = {
+            "form": PRIOR_CHOICE,
+            "why": ("the longest sample is unknown without the data: log-uniform (Jeffreys, scale-free) between 512 "
+                    "tokens and cutoff_len, every doubling equally likely; not fitted, since threads are published "
+                    "for their OOMs (long data) and documentation tables for standard short datasets "
+                    "(benchmarks/results/calibrate.md lists what each would pick)")}
+        weights, weight_cands = fit_weights([s for s in after if s["row"]["split"] == "dev"], prior)
         table["assumption_weights"] = weights
         table["assumption_weights_fit"] = ("chosen on the dev rows by benchmarks/calibrate.py fit_weights: coverage of "
-                                           "the 90 % interval in 85-95 %, then the lowest Brier")
+                                           "the 90 % interval in 85-95 %, then the lowest Brier; the sample lengths "
+                                           "are weighed by sample_lengths_prior instead")
         install(table)
-        after = [{**s, "pred": (rp := reweigh(s["row"], s["pred"], weights)), "cmp": compare(s["row"], rp)} for s in after]
+        prior_cands = lengths_prior_scores(after, weights)
+        after = [{**s, "pred": (rp := reweigh(s["row"], s["pred"], weights, prior)), "cmp": compare(s["row"], rp)}
+                 for s in after]
     finally:
         if args.no_write or args.dev_only:
             UNC_ROWS.write_bytes(old_rows_text)
             install(json.loads(old_text))
             TABLE.write_bytes(old_text)
     return {"rows": rows, "before": before, "after": after, "table": table, "legacy": len(legacy),
-            "variants": variants, "chosen": chosen, "weight_cands": weight_cands}
+            "variants": variants, "chosen": chosen, "weight_cands": weight_cands, "prior_cands": prior_cands}
 
 
 def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str]:
@@ -538,7 +617,13 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
         printed += summary_lines(f"{half} (baseline table of 2026-12-02)", sm[(half, "before")])[:1]
     t = res["table"]["prior"]
     w = res["table"].get("assumption_weights") or {}
-    printed.append(f"assumption weights (assumed value's probability, chosen on dev): {w}")
+    printed.append(f"assumption weights (assumed value's probability, chosen on dev): {w}; prior on the longest "
+                   f"sample: {res['table'].get('sample_lengths_prior', {}).get('form')}")
+    ch = res["chosen"]
+    printed.append(f"error model form (LOSO on dev rows with known lengths): {ch['class_by']}, robust "
+                   f"{bool(ch.get('robust'))}, λ {ch['factor']}, "
+                   f"τ {ch['tau']}, ν cap {ch.get('max_dof')}: LOSO log score {ch.get('log_score', math.nan):.3f}, "
+                   f"Brier {ch['brier']:.3f}, coverage {ch['coverage']:.3f}")
     md = ["# Calibration of p_oom and the 90 % interval on held-out rows", "",
           "Reproduce (CPU, about a minute): `FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python "
           "benchmarks/calibrate.py` — scores every row of `benchmarks/data/calibration_rows.yaml` through "
@@ -548,7 +633,10 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
           + (f" + {res['legacy']} published rows of memory_points_dev.csv" if res["legacy"] else "")
           + f"; prior κ0 = {t['kappa0']:g}, ν0 = {t['nu0']} (best leave-one-out log score); analytic classes keyed by "
           f"{' × '.join(res['chosen']['class_by'])}, p_oom's spread √((λ·s)² + τ²) with λ = {res['chosen']['factor']:.2f}, "
-          f"τ = {res['chosen']['tau']:.2f}.", "",
+          f"τ = {res['chosen']['tau']:.2f}; class location and scale by "
+          f"{'median and MAD' if res['chosen'].get('robust') else 'mean and standard deviation'}, predictive t's "
+          f"degrees of freedom capped at {res['chosen'].get('max_dof') or 'none'}. Fitted on the dev rows whose samples "
+          "reach cutoff_len only (benchmarks/calib_loso.py, 'Which rows').", "",
           "Open assumptions (facts/assume.py `mixture`): p_oom and the interval are a mixture over the assumed value "
           "of each open assumption and its evaluated alternatives; the assumed value's probability, chosen on the dev "
           f"rows (`fit_weights`): {w}.", "", *weight_lines(res), "",
@@ -579,11 +667,23 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
 
 def weight_lines(res: dict[str, Any]) -> list[str]:
     """The candidates of `fit_weights` on the dev rows (scored with the fitted error table)."""
-    out = ["| sample-lengths weight | other open assumptions' weight | dev Brier | dev coverage | p ≥ 0.9, trained "
-           "| p ≤ 0.1, OOM |", "|---|---|---|---|---|---|"]
+    out = ["The prior on the longest sample: log-uniform, chosen by reason; the lognormal candidates scored beside "
+           "it for the record (`lengths_prior_scores`: the measurements of documentation tables whose data the "
+           "source does not size, and the dev half's outcomes):", "",
+           "| prior | mean log density of the tables' measurements | rows | dev Brier | dev coverage | "
+           "p ≥ 0.9, trained | p ≤ 0.1, OOM | used |", "|---|---|---|---|---|---|---|---|"]
+    for c in res.get("prior_cands") or []:
+        pr = c["prior"]
+        name = pr if isinstance(pr, str) else f"lognormal, median {pr[0]:.0f}, log-sd {pr[1]:.1f}"
+        out.append(f"| {name} | {_f(c['log_score'], '.3f')} | {c['n']} | {_f(c['brier'], '.3f')} | "
+                   f"{_f(c['coverage'], '.0%')} | {c['sure_oom_but_trained']} | {c['sure_fits_but_oom']} | "
+                   f"{'**yes**' if pr == PRIOR_CHOICE else ''} |")
+    out += ["", "The other open assumptions' weight (`fit_weights`, with that prior):", "",
+            "| other open assumptions' weight | dev Brier | dev coverage | p ≥ 0.9, trained | p ≤ 0.1, OOM |",
+            "|---|---|---|---|---|"]
     for c in res.get("weight_cands") or []:
         w = c["weights"]
-        out.append(f"| {w['sample-lengths']:.2f} | {w['default']:.2f} | {_f(c['brier'], '.3f')} | "
+        out.append(f"| {w['default']:.2f} | {_f(c['brier'], '.3f')} | "
                    f"{_f(c['coverage'], '.0%')} | {c['sure_oom_but_trained']} | {c['sure_fits_but_oom']} |")
     return out
 

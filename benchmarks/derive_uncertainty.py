@@ -173,11 +173,12 @@ def _row(source, rid, model, config, method, shape, pred, meas, est=None, world=
 GRID = [(k, v) for k in (0.5, 1.0, 2.0, 4.0, 8.0) for v in (1, 2, 4, 8)]
 
 
-def choose_prior(rows: list[dict]) -> tuple[tuple[float, int], dict[str, float]]:
-    """The (κ0, ν0) of GRID with the best leave-one-out log predictive density over `rows`, and every score."""
+def choose_prior(rows: list[dict], robust: bool = False) -> tuple[tuple[float, int], dict[str, float]]:
+    """The (κ0, ν0) of GRID with the best leave-one-out log predictive density over `rows` (`robust`: class
+    statistics by median and MAD, uncertainty.summarize), and every score."""
     from finetune_doctor.analyzers.memory.uncertainty import log_score
 
-    scores = {f"{k:g},{v}": log_score(rows, k, v) for k, v in GRID}
+    scores = {f"{k:g},{v}": log_score(rows, k, v, robust) for k, v in GRID}
     best = max(GRID, key=lambda kv: scores[f"{kv[0]:g},{kv[1]}"])
     return best, scores
 

@@ -210,6 +210,8 @@ def postmortem(run_dir: str, overrides: tuple[str, ...], logs: tuple[str, ...], 
 
     opts = _options(command="postmortem", paths=[run_dir], **kw)
     report = pipe.run(run_dir, list(logs), config, opts, plot=plot, overrides=overrides, deepspeed=deepspeed)
+    for n in pipe.own_output_notes(report):
+        click.echo(f"doctor: note: {n}", err=True)
     emit(report, opts)
 
 

@@ -88,6 +88,62 @@ def output_target(path: str, flag: str = "--output", inputs: Iterable[str] = ())
     return os.path.realpath(path)
 
 
+def output_sinks(output: str | None = None) -> frozenset[tuple[int, int]]:
+    """(st_dev, st_ino) of the regular files this command's report is being written to, so that a reader of a
+    run folder can leave them alone (trial 7 c01: ``doctor postmortem DIR | tee DIR/postmortem.txt`` read its own
+    half-written output): `output` (``--output``) when it exists; standard output when redirected to a file
+    (``> DIR/out.txt``); and, on Linux, when standard output is a pipe, the files that the process reading that
+    pipe holds open for writing (``| tee FILE``: proc(5), ``/proc/PID/fd/0`` is the same pipe, ``fdinfo``'s
+    ``flags`` carry the O_WRONLY/O_RDWR access mode). Processes that cannot be inspected (another user's, no
+    /proc) are passed over: the set is what could be seen, possibly empty."""
+    out: set[tuple[int, int]] = set()
+    if output:
+        try:
+            st = os.stat(output)
+            out.add((st.st_dev, st.st_ino))
+        except OSError:
+            pass
+    try:
+        st = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        return frozenset(out)
+    if stat.S_ISREG(st.st_mode):
+        out.add((st.st_dev, st.st_ino))
+    elif stat.S_ISFIFO(st.st_mode) and os.path.isdir("/proc"):
+        out.update(_pipe_readers_files((st.st_dev, st.st_ino)))
+    return frozenset(out)
+
+
+def _pipe_readers_files(pipe: tuple[int, int]) -> set[tuple[int, int]]:
+    """The regular files open for writing in the processes whose standard input is `pipe` (output_sinks)."""
+    found: set[tuple[int, int]] = set()
+    me = str(os.getpid())
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit() and p != me]
+    except OSError:
+        return found
+    for pid in pids:
+        try:
+            s0 = os.stat(f"/proc/{pid}/fd/0")
+            if (s0.st_dev, s0.st_ino) != pipe:
+                continue
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                sf = os.stat(f"/proc/{pid}/fd/{fd}")
+                if not stat.S_ISREG(sf.st_mode):
+                    continue
+                with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii", errors="replace") as fh:
+                    flags = next((int(ln.split()[1], 8) for ln in fh if ln.startswith("flags:")), 0)
+            except (OSError, ValueError, IndexError):
+                continue
+            if flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR):
+                found.add((sf.st_dev, sf.st_ino))
+    return found
+
+
 def is_read_only(path: str, st: os.stat_result | None = None) -> bool:
     """A file nobody may write (no w bit: root's access() would still say yes) or this user may not."""
     try:

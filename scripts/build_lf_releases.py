@@ -7,6 +7,10 @@ imported, so no release's dependencies are needed:
 * ``hparams/*.py``: every ``@dataclass`` field (not ``init=False``) with the class declaring it, its ``Literal``
   choices or the values of the ``Enum`` it is typed with (enums from ``extras/constants.py`` and the hparams files);
 * ``data/template.py``: every ``register_template(name=...)`` / ``_register_template(name=...)``;
+* ``hparams/parser.py``: the file suffixes ``read_args`` takes as a config file (``sys.argv[1].endswith(...)``):
+  0.8.0-0.9.0 read ``.yaml`` and ``.json`` only, so ``llamafactory-cli train x.yml`` hands "x.yml" to the argument
+  parser, which stops with "the following arguments are required: --output_dir" (hiyouga/LlamaFactory#5604);
+  stored as ``config_suffixes`` {suffix: index ranges};
 * whether the release ships v1 at all: a ``llamafactory/v1/`` package and ``USE_V1`` read by ``cli.py`` (the
   wheels from 0.9.4 on do; stored as ``v1.in``, index ranges like the keys');
 * for the snapshot also ``v1/config/*.py`` (the v1 argument classes behind ``USE_V1=1``) and the plugin names v1
@@ -138,12 +142,25 @@ def _templates(tree: ast.Module | None) -> list[str]:
     return sorted(set(names))
 
 
+def _config_suffixes(tree: ast.Module | None) -> list[str]:
+    """The suffixes hparams/parser.py tests the first argument for (``sys.argv[1].endswith(".yaml")``): the files
+    ``read_args`` (``_parse_args`` before 0.9.1) loads as a config instead of handing them to the argument parser."""
+    found: set[str] = set()
+    for node in ast.walk(tree) if tree is not None else ():
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "endswith"
+                and "sys.argv[1]" in ast.unparse(node.func.value) and node.args
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            found.add(node.args[0].value)
+    return sorted(found)
+
+
 def _read_release(files: dict[str, str]) -> dict[str, Any]:
     """One release from {relative path under llamafactory/: source text}."""
     parse = {p: ast.parse(t) for p, t in files.items()}
     hp = {p: t for p, t in parse.items() if p.startswith("hparams/")}
     enums = _enums([t for p, t in parse.items() if p.startswith(("hparams/", "extras/constants"))])
-    return {"fields": _dataclass_fields(hp, enums), "templates": _templates(parse.get("data/template.py"))}
+    return {"fields": _dataclass_fields(hp, enums), "templates": _templates(parse.get("data/template.py")),
+            "suffixes": _config_suffixes(parse.get("hparams/parser.py"))}
 
 
 def _wheel_files(whl: Path) -> tuple[str, dict[str, str], str, dict[str, str] | None]:
@@ -235,7 +252,10 @@ def build(wheel_dir: Path, snapshot: Path) -> dict[str, Any]:
     versions = [v for v, _, _ in releases]
     keys: dict[str, dict[str, Any]] = {}
     templates: dict[str, list[int]] = {}
+    suffixes: dict[str, list[int]] = {}
     for i, (_, rel, _) in enumerate(releases):
+        for suf in rel["suffixes"]:
+            suffixes.setdefault(suf, []).append(i)
         for k, e in rel["fields"].items():
             slot = keys.setdefault(k, {"in": [], "cls": e["cls"]})
             slot["in"].append(i)
@@ -262,6 +282,7 @@ def build(wheel_dir: Path, snapshot: Path) -> dict[str, Any]:
         "sources": [s for _, _, s in releases],
         "keys": dict(sorted(keys.items())),
         "templates": {t: _ranges(i) for t, i in sorted(templates.items())},
+        "config_suffixes": {x: _ranges(i) for x, i in sorted(suffixes.items())},
         "v1": {"version": snap_version, "in": _ranges(with_v1), **_v1(v1), **_v1_by_release(v1_by_release)},
     }
 

@@ -79,24 +79,41 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "bfloat16", "modeling code",
         "config.json names no dtype and sets none of bf16/fp16/fp32: modeling_qwen.py QWenLMHeadModel.__init__ then "
         "picks bf16 where the GPU supports it (finetune_doctor/readers/model/generic.py _qwen1_dtype)", True),
-    # Not re-read in this session (no stored copy of the hub file or of the weights' header was found): recalled.
+    # Not re-read (sessions 7 and 8: no stored copy of the hub file or of the weights' header was found; session 7
+    # searched the code, issues and docs corpora, the hub pages the docs corpus holds, and the GitHub repositories
+    # named below): recalled, with what the stored copies saved from each model say.
     "baichuan-inc/Baichuan-7B": (
         "float16", "stored weights",
-        "recalled, not re-read: a 14 GB pytorch_model.bin for 7.0 B parameters (2 bytes each) on the hub page; "
-        "--model-config with the real config.json overrides it", False),
+        "recalled, not re-read: a 14 GB pytorch_model.bin for 7.0 B parameters (2 bytes each) on the hub page. "
+        "The hub's config.json is not stored (GitHub baichuan-inc/Baichuan-7B holds models/configuration_baichuan.py "
+        "but no config.json); the copies disagree on its dtype: configs saved from it by transformers 4.30 name "
+        "float16 (huggingface.co hiyouga/Baichuan-7B-sft, sharpbai/Baichuan-7B, Laurie/baichuan7b-lora-merged), "
+        "one with the release's transformers 4.29.1 names float32 (mxmax/baichuan-7b-sft-001), as does "
+        "Tongjilibo/bert4torch_config's baichuan-inc/Baichuan-7B copy; if the hub file names float32, "
+        "torch_dtype='auto' loads float32. --model-config with the real config.json overrides it", False),
     "LGAI-EXAONE/EXAONE-3.0-7.8B-Instruct": (
         "float32", "config.json",
         "recalled, not re-read: the hub's config.json names float32 and ships ~31 GB of shards; a bf16 re-save "
-        "(heegyu/EXAONE-3.0-7.8B-Instruct-bf16, the catalogue's copy) exists for that reason; --model-config "
-        "with the real config.json overrides it", False),
+        "(heegyu/EXAONE-3.0-7.8B-Instruct-bf16, the catalogue's copy) exists for that reason. The LGAI-EXAONE hub "
+        "file is not stored (the docs corpus holds re-saves and llamafied copies only); an upload of a config.json "
+        "with the release's local auto_map and transformers 4.41.0 names float32 (huggingface.co "
+        "Toastmachine/exaone_CSAT_test commit 67888f7e), the re-saves name bfloat16. --model-config with the real "
+        "config.json overrides it", False),
     "mistralai/Codestral-22B-v0.1": (
         "bfloat16", "config.json",
         "recalled, not re-read: the hub's config.json names bfloat16, as Mistral AI's other transformers uploads "
-        "(Mistral-7B-v0.3) do; the catalogue's copy is an AWQ conversion that left it out", False),
+        "(Mistral-7B-v0.3) do; the catalogue's copy is an AWQ conversion that left it out. The hub repository is "
+        "gated (huggingface.co/mistralai/Codestral-22B-v0.1 asks to share contact information first), so no stored "
+        "copy of its files exists; unquantized uploads saved from it name bfloat16 (MrezaPRZ/codestral_bird_train "
+        "and tomasonjo/text2cypher-codestral-16bit config.json, transformers 4.41)", False),
     "Tele-AI/TeleChat2-7B": (
         "bfloat16", "stored weights",
         "recalled, not re-read: config.json (hub file at commit cd0b54ce) names no dtype; the safetensors shards "
-        "hold BF16 tensors", False),
+        "hold BF16 tensors. No stored page lists TeleChat2-7B's files or a shard header (the docs corpus holds "
+        "TeleChat2-115B's and TeleChat2-7B-32K's trees; GitHub Tele-AI/TeleChat2 holds model/115B only); note "
+        "that TeleChat2-7B-32K ships a 30.5 GB pytorch_model.bin of torch.FloatStorage (float32, "
+        "huggingface.co/Tele-AI/TeleChat2-7B-32K/tree/main), so the 7B's BF16 is not to be taken for its variants",
+        False),
 }
 
 # config.json names no vocabulary size: the transformers configuration class's default is what builds the model.

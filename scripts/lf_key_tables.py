@@ -26,14 +26,16 @@ RETIRED = {
     "new_special_tokens": {"replacement": "add_special_tokens", "same_value": True, "last_seen": "v0.9.2",
                            "explanation": "Special tokens to add to the tokenizer are now add_special_tokens "
                                           "(comma-separated string)."},
+    # 0.9.0's model_args.py: "Keeps the height or width of image below this resolution" (default 512); 0.9.1's:
+    # "Keeps the number of pixels of image below this resolution" (default 512 * 512), from the wheels
     "image_resolution": {"replacement": "image_max_pixels", "same_value": False, "scale": "square",
-                         "last_seen": "v0.9.1",
-                         "explanation": "image_resolution was a side length in pixels; image_max_pixels is a pixel "
-                                        "count (side length squared, default 768*768 = 589824)."},
+                         "side_length_in": ["0.9.0"], "last_seen": "v0.9.1",
+                         "explanation": "image_resolution was the longest side in pixels in 0.9.0 and a pixel count "
+                                        "in 0.9.1; image_max_pixels is a pixel count (default 768*768 = 589824)."},
     "video_resolution": {"replacement": "video_max_pixels", "same_value": False, "scale": "square",
-                         "last_seen": "v0.9.1",
-                         "explanation": "video_resolution was a side length in pixels; video_max_pixels is a pixel "
-                                        "count (side length squared, default 256*256 = 65536)."},
+                         "side_length_in": ["0.9.0"], "last_seen": "v0.9.1",
+                         "explanation": "video_resolution was the longest side in pixels in 0.9.0 and a pixel count "
+                                        "in 0.9.1; video_max_pixels is a pixel count (default 256*256 = 65536)."},
     "image_dir": {"replacement": "media_dir", "same_value": True, "last_seen": "v0.9.1",
                   "explanation": "Images, videos and audio share one folder option, media_dir."},
     "vllm_dtype": {"replacement": "infer_dtype", "same_value": True, "last_seen": "v0.9",

@@ -297,16 +297,26 @@ def test_the_save_assumption_states_its_host_ram_at_stake():
     assert not [a for a in json.loads(res.stdout)["assumptions"] if a["name"] == "save-gathers-adapter-only"]
 
 
-def test_a_verdict_decided_by_a_fully_weighted_assumption_says_as_assumed():
+def test_a_verdict_decided_by_a_fully_weighted_assumption_says_as_assumed(monkeypatch):
     """Case 025 (Llama-3-8B LoRA, ZeRO-3, micro batch 6 x 8192) on 8 A800s without its data: at-risk on the sample
-    lengths, whose assumed value the table weighs 1.0, so the probability printed is the assumed case's and the
-    line says so (it said "over the open assumptions" beside an at-risk verdict)."""
-    from finetune_doctor.analyzers.memory.uncertainty import assumed_weight
+    lengths. A table that weighs their assumed value 1.0 prints the assumed case's probability and the line says so
+    (it said "over the open assumptions" beside an at-risk verdict); the live table weighs the evaluated lengths
+    by its prior on the longest sample, and the line says the probability is over the open assumptions."""
+    from finetune_doctor.analyzers.memory import uncertainty as u
 
-    assert assumed_weight("sample-lengths") == 1.0
+    live = u.table()
+    full = {**{k: v for k, v in live.items() if k != "sample_lengths_prior"},
+            "assumption_weights": {"sample-lengths": 1.0, "default": 0.25}}
+    monkeypatch.setattr(u, "table", lambda: full)
+    assert not u.weighs_alternatives("sample-lengths")
     res = CliRunner().invoke(main, ["check", str(CASE025), "--no-data", "--gpu", "8xA800-80GB"])
     line = next(ln for ln in res.output.splitlines() if "verdict at-risk" in ln)
     assert "as assumed" in line and "over the open assumptions" not in line
+    monkeypatch.setattr(u, "table", lambda: live)
+    assert u.weighs_alternatives("sample-lengths") == (u.lengths_prior() is not None)
+    res = CliRunner().invoke(main, ["check", str(CASE025), "--no-data", "--gpu", "8xA800-80GB"])
+    line = next(ln for ln in res.output.splitlines() if "verdict at-risk" in ln)
+    assert ("over the open assumptions" in line) == u.weighs_alternatives("sample-lengths")
 
 
 @pytest.mark.parametrize("name, code", [

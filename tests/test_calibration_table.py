@@ -217,7 +217,8 @@ def test_dev_only_never_assembles_a_test_row(monkeypatch):
     seen = []
     monkeypatch.setattr(calibrate, "predict", lambda r: seen.append(r["split"]) or {"error": "not assembled"})
     monkeypatch.setattr(calibrate.calib_loso, "loso", lambda scored, kept: [
-        {"class_by": ["shape"], "factor": 1.0, "tau": 0.0, "brier": 0.1, "coverage": 0.9}])
+        {"class_by": ["shape"], "factor": 1.0, "tau": 0.0, "max_dof": None, "brier": 0.1, "coverage": 0.9,
+         "log_score": -1.0}])
     before = calibrate.TABLE.read_bytes(), calibrate.UNC_ROWS.read_bytes()
     try:
         calibrate.run(calibrate.argparse.Namespace(dev_only=True, no_write=False, with_legacy=False))

@@ -98,15 +98,18 @@ def test_check_reports_the_mixture_when_the_table_weighs_alternatives(tmp_path, 
     path.write_text(CONFIG, encoding="utf-8")
     opts = Options(command="check", paths=(str(path),), gpu="A100-80GB", offline=True)
     base = assemble_config(str(path), (), opts).memory
-    # as committed the weights are whatever the calibration chose; force the assumed case alone, then a mixture
-    table = u.table()
+    # as committed the weights are whatever the calibration chose; force the assumed case alone (no prior on the
+    # sample lengths, every weight 1), then a constant-weight mixture
+    table = {k: v for k, v in u.table().items() if k != "sample_lengths_prior"}
     monkeypatch.setattr(u, "table", lambda: {**table, "assumption_weights": {"default": 1.0}})
     alone = assemble_config(str(path), (), opts)
     mem = alone.memory
     assert mem.p_oom == pytest.approx(mem.details["p_oom_assumed"]) and len(mem.details["p_oom_components"]) == 1
     sl = next(a for a in alone.assumptions if a.name == "sample-lengths")
-    short = sl.effect_gib["samples of 512 tokens"]
-    assert short < mem.total
+    # the longest sample is evaluated at 512 tokens and every doubling below cutoff_len 8192
+    assert list(sl.effect_gib) == [f"samples of {n} tokens" for n in (512, 1024, 2048, 4096)]
+    totals = [sl.effect_gib[f"samples of {n} tokens"] for n in (512, 1024, 2048, 4096)]
+    assert totals == sorted(totals) and totals[-1] < mem.total
     monkeypatch.setattr(u, "table", lambda: {**table, "assumption_weights": {"default": 1.0, "sample-lengths": 0.5}})
     mixed = assemble_config(str(path), (), opts).memory
     assert mixed.total == pytest.approx(mem.total) and mixed.verdict == mem.verdict
@@ -116,7 +119,33 @@ def test_check_reports_the_mixture_when_the_table_weighs_alternatives(tmp_path, 
     # p_oom is decided on what each component needs: the alternative's total in the run's ratio of need to total
     ratio = mem.need / mem.total
     assert ratio < 1.0
-    want = 0.5 * u.p_oom(mem.need, 79.15, d) + 0.5 * u.p_oom(short * ratio, 79.15, d)
+    want = 0.5 * u.p_oom(mem.need, 79.15, d) + sum(0.125 * u.p_oom(t * ratio, 79.15, d) for t in totals)
     assert mixed.p_oom == pytest.approx(want, rel=1e-6) and mixed.p_oom < mem.p_oom
     assert mixed.interval_gib[0] < mem.interval_gib[0] and mixed.interval_gib[1] <= mem.interval_gib[1] + 1e-6
     assert base.total == pytest.approx(mem.total)
+    # the log-uniform prior on the longest sample: the assumed value and each evaluated length weigh the same
+    monkeypatch.setattr(u, "table", lambda: {**table, "assumption_weights": {"default": 1.0},
+                                             "sample_lengths_prior": {"form": "log-uniform"}})
+    even = assemble_config(str(path), (), opts).memory
+    want = (u.p_oom(mem.need, 79.15, d) + sum(u.p_oom(t * ratio, 79.15, d) for t in totals)) / 5
+    assert even.p_oom == pytest.approx(want, rel=1e-6)
+
+
+def test_length_weights_of_the_priors():
+    # log-uniform: every doubling the same share, the assumed value (fills cutoff_len) one of them
+    w0, ws = u.length_weights([512, 1024, 2048], u.LOG_UNIFORM)
+    assert w0 == pytest.approx(0.25) and ws == {512: 0.25, 1024: 0.25, 2048: 0.25}
+    assert u.length_weights([], u.LOG_UNIFORM) == (1.0, {})
+    # lognormal with median 1024: half the mass at or below 1024, the rest above 2048 and between
+    w0, ws = u.length_weights([512, 1024, 2048], (1024.0, 1.0))
+    assert ws[512] + ws[1024] == pytest.approx(0.5)
+    assert w0 == pytest.approx(1.0 - 0.5 * math.erfc(-math.log(2.0) / math.sqrt(2.0)))
+    assert w0 + sum(ws.values()) == pytest.approx(1.0)
+
+
+def test_seven_doublings_keep_every_length_above_a_tenth():
+    # the ladder's longest case (cutoff_len 65536 and above): 7 evaluated lengths and the assumed value, 1/8 each, so
+    # a run out of memory at cutoff_len alone keeps p_oom >= 0.125 and one that fits at 512 tokens p_oom <= 0.875
+    lengths = [assume.SHORT_SAMPLE_TOKENS << k for k in range(assume.SAMPLE_LADDER_STEPS)]
+    w0, ws = u.length_weights(lengths, u.LOG_UNIFORM)
+    assert min([w0, *ws.values()]) == pytest.approx(1 / 8) and max(lengths) == 32768

@@ -237,6 +237,31 @@ def test_slot_text_step_has_one_home():
         assert "known(" in src and "cache.get(" not in src
 
 
+@pytest.mark.parametrize("case", [
+    # (config, flags, the finding whose fix is checked): trial 7 found 76 % vs 75 %, 49 % vs 47 %, 13 % vs 9 %
+    ("fixtures/quickstart/llama7b_full_zero2_v100.yaml", ["optim=adamw_torch", "--gpu", "8xV100-32GB"], "FD601"),
+    ("fixtures/trial_reports/gemma3-12b-lora-16k-z3off-8xa100.yaml",
+     ["--env", "fixtures/trial_reports/gemma3-12b-lora-16k-z3off-8xa100.env.txt"], "FD606"),
+    ("fixtures/trial_reports/qwen3-8b-lora-20k-2xa100-40gb.yaml", ["--gpu", "2xA100-40GB"], "FD640"),
+])
+def test_one_probability_of_oom_per_report(case):
+    """The memory block's p_oom (a mixture over the open assumptions, facts/config.py `_mixed`) is the home of a
+    run's probability of OOM: a remedy's "before" is that number, not the assumed values' alone."""
+    from click.testing import CliRunner
+
+    from finetune_doctor.cli import main
+
+    root = Path(__file__).resolve().parent.parent
+    cfg, flags, code = case
+    r = CliRunner().invoke(main, ["check", str(root / cfg), *[str(root / f) if f.startswith("fixtures/") else f
+                                                              for f in flags], "--no-data", "--format", "json"])
+    d = json.loads(r.output)
+    fix = next(f for f in d["findings"] if f["code"] == code)["fix"]
+    assert d["memory"]["p_oom"] is not None
+    for f in (fix, *fix.get("alternatives", [])):
+        assert f["effect"]["p_oom_before"] == pytest.approx(d["memory"]["p_oom"], abs=1e-3), f["title"]
+
+
 def test_the_reserve_shown_and_needed_has_one_home():
     """The allocator reserve per shape class, the share a run shows and the share it needs (issue 23), is read from
     reserve_table.json by analyzers/memory/reserve.py alone; the estimate carries both, and every verdict decides on

@@ -51,7 +51,7 @@ pytestmark = pytest.mark.usefixtures("pinned_error_model")
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "rule_cases"
 ENTRY_KEYS = {"name", "config", "deepspeed", "files", "gpu", "nvml", "overrides", "command", "data", "expect_fix_keys",
-              "expect_edits", "expect_message", "known_misfire", "options", "slow"}
+              "expect_edits", "expect_message", "known_misfire", "options", "slow", "config_name"}
 COMMANDS = ("check", "lint", "estimate", "postmortem")
 
 RULES = {r.name: r for r in load_rules()}
@@ -97,7 +97,8 @@ def _params() -> list[Any]:
 
 def run_entry(entry: dict[str, Any], where: Path) -> tuple[int, dict[str, Any], str]:
     """Write the entry's files under `where` and run its command there; returns (exit code, report, output)."""
-    (where / "config.yaml").write_text(entry["config"], encoding="utf-8")
+    name = entry.get("config_name", "config.yaml")   # e.g. bird.yml: the suffix LF's read_args tests
+    (where / name).write_text(entry["config"], encoding="utf-8")
     if entry.get("deepspeed") is not None:
         (where / "ds_config.json").write_text(entry["deepspeed"], encoding="utf-8")
     for rel, text in (entry.get("files") or {}).items():
@@ -105,9 +106,9 @@ def run_entry(entry: dict[str, Any], where: Path) -> tuple[int, dict[str, Any], 
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text, encoding="utf-8")
     command = entry.get("command", "check")
-    args = [command, "config.yaml"]
+    args = [command, name]
     if command == "postmortem":     # the entry's files are the run folder (logs), its config the run's YAML
-        args = [command, ".", "--config", "config.yaml"]
+        args = [command, ".", "--config", name]
     if command not in ("lint", "postmortem"):
         args += [str(o) for o in entry.get("overrides") or []]
     elif entry.get("overrides"):

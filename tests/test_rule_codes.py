@@ -127,6 +127,7 @@ RELEASED = {
     "FD042": "v1-parse-error", "FD049": "wrong-subcommand",
     "FD043": "v1-launch-error",
     "FD044": "v1-launch-unverified",
+    "FD045": "config-suffix-not-read",
     "FD741": "galore-default-optim-unverified",
     "FD642": "inference-does-not-fit",
     "FD643": "export-does-not-fit",

@@ -65,7 +65,8 @@ def test_the_prior_is_the_best_leave_one_out_pair_of_the_rows():
     scores = prior["loo_log_score"]
     best = max(scores, key=scores.get)
     assert best == f"{prior['kappa0']:g},{prior['nu0']}"
-    assert u.log_score(rows, prior["kappa0"], prior["nu0"]) == pytest.approx(scores[best], abs=1e-2)
+    robust = bool(u.table().get("robust"))   # class statistics by median and MAD when the calibration chose them
+    assert u.log_score(rows, prior["kappa0"], prior["nu0"], robust) == pytest.approx(scores[best], abs=1e-2)
     assert u.prior() == (float(prior["kappa0"]), int(prior["nu0"]))
     # a measurement's spread is one class for every shape
     assert u.error_dist("measured", "zero") == u.error_dist("measured", "long_sequence")
@@ -74,6 +75,17 @@ def test_the_prior_is_the_best_leave_one_out_pair_of_the_rows():
 def _rows() -> list[dict]:
     with open(ROOT / "benchmarks" / "results" / "uncertainty_rows.csv", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
+
+
+def test_robust_statistics_are_median_and_scaled_mad():
+    # one run far off moves the mean and the standard deviation, not the median and the MAD
+    vals = [0.0, 0.01, 0.02, 0.03, 1.3]
+    r = u.summarize(vals, robust=True)
+    assert r["n"] == 5 and r["mean"] == pytest.approx(0.02)
+    assert r["var"] == pytest.approx((u.MAD_TO_SD * 0.01) ** 2)        # |x - 0.02|: 0.02, 0.01, 0, 0.01, 1.28
+    plain = u.summarize(vals)
+    assert plain["mean"] > 0.25 and plain["var"] > 0.3
+    assert u.summarize([0.1, 0.3], robust=True) == {"n": 2, "mean": pytest.approx(0.2), "var": pytest.approx((u.MAD_TO_SD * 0.1) ** 2)}
 
 
 def test_summarize_and_derive():
@@ -115,7 +127,7 @@ def test_the_committed_table_is_derived_from_the_committed_rows():
     # benchmarks/derive_uncertainty.py writes both; the table must be exactly what the rows give
     rows = _rows()
     assert {r["method"] for r in rows} == set(u.METHODS)
-    derived = u.derive(rows)
+    derived = u.derive(rows, bool(u.table().get("robust")))
     table = u.table()["methods"]
     assert set(derived) == set(table)
     for method, m in derived.items():

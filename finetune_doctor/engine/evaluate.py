@@ -161,5 +161,6 @@ def _fix(rule: Rule, ctx: RuleContext, ev: Evaluator, location: Location) -> Fix
     title = " ".join(ev.render(spec.title).split())
     if not title or title == "None":
         return None   # the rule's title is conditional and empty here: no prescription applies
-    return Fix(title=title, edits=tuple(edits), safety=spec.safety,
+    safety = "safe" if spec.safe_when is not None and ev.truth(spec.safe_when) else spec.safety
+    return Fix(title=title, edits=tuple(edits), safety=safety,
                cost=ev.render(spec.cost) if spec.cost is not None else None)

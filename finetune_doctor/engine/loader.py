@@ -23,7 +23,7 @@ MESSAGE_FIELDS = {"by", "cases", "default", "suffix"}
 SUFFIX_FIELDS = {"when", "text"}
 TOP_FIELDS = {"code", "name", "severity", "category", "commands", "requires", "for_each", "when", "message",
               "location", "fix", "docs", "tags"}
-FIX_FIELDS = {"title", "safety", "edits", "planner", "cost"}
+FIX_FIELDS = {"title", "safety", "edits", "planner", "cost", "safe_when"}
 EDIT_FIELDS = {"file", "key", "value", "value_expr", "delete", "when"}
 LOCATION_FIELDS = {"file", "key", "line", "from"}
 
@@ -45,6 +45,7 @@ class FixSpec:
     edits: tuple[EditSpec, ...] = ()
     planner: str | None = None
     cost: Template | None = None
+    safe_when: Any = None      # an expression: where it holds, this finding's fix is safe whatever `safety` says
 
 
 @dataclass(frozen=True)
@@ -338,7 +339,7 @@ def _fix_spec(f: Any, bad: Any) -> FixSpec | None:
     if not f.get("title"):
         raise bad("fix.title is required")
     return FixSpec(title=compile_template(str(f["title"])), safety=f.get("safety", "unsafe"), edits=tuple(edits),
-                   planner=f.get("planner"), cost=_template(f.get("cost")))
+                   planner=f.get("planner"), cost=_template(f.get("cost")), safe_when=_expr(f.get("safe_when")))
 
 
 def _check_cases(rule: Rule, path: str) -> None:

@@ -1,9 +1,26 @@
 """Remedy planners: fixes that must be computed, not written down.
 
 ``oom-remedies`` searches the smallest sets of edits that make a run fit: every candidate edit is applied to the
-resolved Run, the analytic estimator is re-run (about a millisecond), and the sets that fit are ranked by whether
-they change training semantics (unsafe), by their throughput cost, then by size. The best set becomes the fix;
-the next ones become `Fix.alternatives`. A set fits when the probability of OOM of its estimate is at most 5 %
+resolved Run, the analytic estimator is re-run (about a millisecond), and the sets that fit are ranked by their
+cost to the user (`TIERS`, the costliest remedy of a set decides), then by whether they change training semantics
+(unsafe), by their throughput cost, then by size. The best set becomes the fix; the next ones become
+`Fix.alternatives`.
+
+The ranking, and why (issue 21, trial 7: the planner truncated data while ``enable_liger_kernel`` alone fitted,
+and led with full CPU offload for a run at 57 % of its card):
+
+0. **free**: kernels and settings that train the same model at the same speed or faster — liger-kernel's fused
+   linear cross-entropy (the fp32 logits are never materialised), SDPA instead of eager attention, the fused AdamW,
+   the allocator's expandable segments. Nothing is lost, so they come first.
+1. **throughput**: the same training at some compute or communication cost — activation checkpointing, a smaller
+   micro batch with more accumulation (same global batch), a smaller eval batch, ZeRO-2/3.
+2. **changes what is trained**: truncating samples (``cutoff_len``), QLoRA, 8-bit Adam, pure bf16, fewer LoRA
+   targets. Marked unsafe; the user decides whether the change is acceptable.
+3. **offload**: CPU offload of optimizer states or parameters — the same training, but ~60-120 % slower and
+   hundreds of GiB of host RAM per node, which the doctor often cannot see: after every remedy that keeps the
+   speed, so that a user is never sent to the slowest remedy while a cheaper one fits.
+4. **another method**: LoRA instead of full fine-tuning. A user who chose full fine-tuning wants its result; a
+   slower run of the same training (offload) is the lesser change, so switching the method comes last. A set fits when the probability of OOM of its estimate is at most 5 %
 (analyzers/memory/uncertainty.py: the estimate's error measured on the benchmarks for the run's shape class), not when
 it lands just under the card. For a run predicted over the card, the cheapest set that brings the prediction
 under it with p_oom < 50 % leads even when it misses 5 % (`cheapest_under`; the fitting sets follow), and a set
@@ -37,6 +54,8 @@ class Candidate:
     measurements. `unsafe` marks remedies that change what is trained or its numerics; `group` prevents two
     remedies on the same knob in one set. `expandable`: the remedy is the allocator setting
     ``expandable_segments:True`` (no file edit; its effect is the 'on' reserve, facts/mem.py `expandable_total`).
+    `tier`: the cost to the user (module docstring, `TIERS`): 0 free, 1 throughput, 2 changes what is trained,
+    3 offload, 4 another fine-tuning method.
     """
 
     label: str
@@ -46,6 +65,15 @@ class Candidate:
     unsafe: bool
     note: str
     expandable: bool = False
+    tier: int = 1
+
+
+TIERS = {"free": 0, "throughput": 1, "training": 2, "offload": 3, "method": 4}
+
+# liger-kernel is an optional package LF imports only when enable_liger_kernel is set (requirements/liger-kernel.txt:
+# liger-kernel>=0.6.3); nothing the doctor reads says whether the training machine has it
+LIGER_HOWTO = ("assumes liger-kernel is installed on the training machine (pip install \"liger-kernel>=0.6.3\", "
+               "LLaMA-Factory's requirements/liger-kernel.txt)")
 
 
 # llamafactory-cli runs a single-process job in its own process, with the shell's environment (launcher.py:60-62,
@@ -58,8 +86,17 @@ EXPANDABLE_HOWTO = ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True llamafacto
 def expandable_candidate() -> Candidate:
     """The allocator remedy: segments grow in place instead of leaving freed blocks of other sizes cached."""
     return Candidate(launchenv.EXPANDABLE_REMEDY, "alloc", (), 0,
-                     False, "the caching allocator maps pages into one growing segment instead of cutting fixed "
+                     False, tier=0, note="the caching allocator maps pages into one growing segment instead of cutting fixed "
                      "segments, so freed memory is reused across sizes: " + EXPANDABLE_HOWTO, expandable=True)
+
+
+def liger_candidate() -> Candidate:
+    """enable_liger_kernel: LF patches the model with liger-kernel (model_utils/liger_kernel.py at the snapshot);
+    its fused linear cross-entropy computes the loss from the hidden states in chunks, so the fp32 logits term goes
+    to ~0 (run/savers.py `_liger`, analyzers/memory/logits.py). Offered only where `liger_offerable` holds."""
+    return Candidate("enable liger-kernel", "liger", (("config", "enable_liger_kernel", True, False),), 0, False,
+                     "fused kernels (linear cross-entropy, RMSNorm, SwiGLU): the fp32 logits are never "
+                     "materialised, the loss is the same; " + LIGER_HOWTO, tier=0)
 
 
 def _ds_stage_edit(asm_ds: Any, stage: int, stock: bool = False) -> tuple[tuple[str, str, Any, bool], ...]:
@@ -78,6 +115,7 @@ def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
     (LF model_args: a checkpoint's own quantization_config wins) and ZeRO-3 is refused, so neither is proposed.
     """
     from finetune_doctor.quant import name_suggests_quantized
+    from finetune_doctor.run.savers import liger_offerable
 
     prequantized = run.quantized or run.ptq_method is not None or bool(name_suggests_quantized(run.model_name or ""))
     out: list[Candidate] = []
@@ -87,18 +125,20 @@ def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
         out.append(Candidate("enable activation checkpointing", "gc",
                              (("config", "disable_gradient_checkpointing", None, True),), 25, False,
                              "recomputes each layer's forward in backward (~1/3 more compute)"))
+    if liger_offerable(run):
+        out.append(liger_candidate())
     if run.attention == "eager":
         out.append(Candidate("use SDPA attention", "attn",
                              (("config", "flash_attn", "sdpa", False),), 0, False,
-                             "no s² attention probabilities kept"))
+                             "no s² attention probabilities kept", tier=0))
     if run.optimizer_impl in ("foreach", "forloop"):
         out.append(Candidate("use the fused AdamW", "optim",
                              (("config", "optim", "adamw_torch_fused", False),), 0, False,
-                             "no optimizer-step temporaries; same math"))
+                             "no optimizer-step temporaries; same math", tier=0))
     if run.optimizer_impl in ("fused", "foreach", "forloop") and not run.deepspeed:
         out.append(Candidate("use 8-bit AdamW (bitsandbytes)", "optim8",
                              (("config", "optim", "adamw_bnb_8bit", False),), 5, True,
-                             "optimizer states quantized to 8 bit"))
+                             "optimizer states quantized to 8 bit", tier=2))
     mb = run.micro_batch
     if mb > 1:
         for new in sorted({mb // 2, 1}, reverse=True):
@@ -117,11 +157,11 @@ def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
         if new_len >= 512:
             out.append(Candidate(f"cutoff_len {run.seq_len} → {new_len}", "seq",
                                  (("config", "cutoff_len", new_len, False),), 0, True,
-                                 "longer samples are truncated"))
+                                 "longer samples are truncated", tier=2))
     if run.finetuning_type == "full" and run.trainable_dtype == "float32" and not run.deepspeed:
         out.append(Candidate("pure bf16 training", "prec",
                              (("config", "pure_bf16", True, False), ("config", "bf16", None, True)), 0, True,
-                             "weights, gradients and Adam states in bf16 (no fp32 master)"))
+                             "weights, gradients and Adam states in bf16 (no fp32 master)", tier=2))
     world = run.world_size
     if world > 1 and not prequantized:
         stage = run.zero_stage if run.deepspeed else -1
@@ -137,29 +177,29 @@ def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
             both = run.zero_stage == 3
             out.append(Candidate("offload optimizer states" + (" and parameters" if both else "") + " to CPU", "offopt",
                                  (("config", "deepspeed", f"examples/deepspeed/ds_z{run.zero_stage}_offload_config.json",
-                                   False),), 120 if both else 60, False, "Adam runs on the CPU; needs host RAM"))
+                                   False),), 120 if both else 60, False, "Adam runs on the CPU; needs host RAM", tier=3))
         else:
             out.append(Candidate("offload optimizer states to CPU", "offopt",
                                  (("deepspeed", "zero_optimization.offload_optimizer.device", "cpu", False),
                                   ("deepspeed", "zero_optimization.offload_optimizer.pin_memory", True, False)),
-                                 60, False, "Adam runs on the CPU; needs host RAM"))
+                                 60, False, "Adam runs on the CPU; needs host RAM", tier=3))
     if run.deepspeed and run.zero_stage == 3 and run.offload_param is None and not stock:
         out.append(Candidate("offload parameters to CPU", "offpar",
                              (("deepspeed", "zero_optimization.offload_param.device", "cpu", False),
                               ("deepspeed", "zero_optimization.offload_param.pin_memory", True, False)),
-                             120, False, "weights stream from host memory every step"))
+                             120, False, "weights stream from host memory every step", tier=3))
     if run.finetuning_type in ("full", "freeze"):
         out.append(Candidate("LoRA instead of full fine-tuning", "ft",
                              (("config", "finetuning_type", "lora", False), ("config", "lora_target", "all", False)),
-                             0, True, "trains low-rank adapters only"))
+                             0, True, "trains low-rank adapters only", tier=4))
     if run.finetuning_type in ("lora",) and not prequantized and not (run.deepspeed and run.zero_stage == 3):
         out.append(Candidate("QLoRA (4-bit base weights)", "quant",
                              (("config", "quantization_bit", 4, False),), 30, True,
-                             "base weights in NF4; dequantized per matmul"))
+                             "base weights in NF4; dequantized per matmul", tier=2))
     if run.finetuning_type == "lora" and run.arch.is_moe and ("all" in run.lora_target):
         out.append(Candidate("LoRA on attention projections only (not every expert)", "target",
                              (("config", "lora_target", "q_proj,k_proj,v_proj,o_proj", False),), 0, True,
-                             "experts keep their pretrained weights"))
+                             "experts keep their pretrained weights", tier=2))
     return out
 
 
@@ -203,7 +243,13 @@ def search(run: Any, ds: Any, judge: Judge, after: Callable[[Any], Any],
 
 
 def _rank(ft: tuple) -> tuple:
-    return (sum(c.unsafe for c in ft[0]), sum(c.cost for c in ft[0]), len(ft[0]), -ft[1])
+    """The order of fitting sets (module docstring): the costliest tier in the set, then the tiers summed, unsafe
+    remedies, throughput cost, the number of remedies that cost something, and the largest total that still fits
+    (the set that changes the run least). Free remedies do not count towards the size: expandable segments with
+    cutoff_len halved beats cutoff_len quartered."""
+    combo = ft[0]
+    return (max((c.tier for c in combo), default=0), sum(c.tier for c in combo), sum(c.unsafe for c in combo),
+            sum(c.cost for c in combo), sum(c.tier > 0 for c in combo), -ft[1])
 
 
 def cheapest_under(seen: list[tuple], budget: float) -> tuple | None:
@@ -217,13 +263,21 @@ def cheapest_under(seen: list[tuple], budget: float) -> tuple | None:
     return min(under, key=_rank) if under else None
 
 
-def judge_against(hw: Any) -> Judge:
+def judge_against(hw: Any, mixture: list[tuple[float, float, float | None]] | None = None) -> Judge:
     """The planners' fit test on `hw`: the analytic estimate (with expandable segments when asked) and its
-    probability of OOM by the error model of its shape class."""
+    probability of OOM by the error model of its shape class.
+
+    `mixture`: (weight, ratio, budget GiB or None) per component of the report's open assumptions (facts/assume.py
+    `mixture`, as ratios to the reported total; None budget: `hw`'s). The p_oom of a run is then Σ w·P(peak of
+    total·ratio > budget), the quantity the report's memory block shows (facts/config.py `_mixed`), so a fix's
+    "before" is the report's p_oom and its "after" is the same quantity for the edited run: each alternative is
+    taken to scale the edited run's total by the ratio it scaled the original's (the mixture's own approximation).
+    Without it, the assumed values' p_oom."""
     from finetune_doctor.analyzers.memory import estimate, uncertainty
     from finetune_doctor.facts.mem import budget_of, expandable_total, shape_of
 
     budget = budget_of(hw) or 0.0
+    comps = mixture or [(1.0, 1.0, None)]
 
     def judge(r: Any, expandable: bool) -> tuple[bool, float, float]:
         est = estimate(r, hw)
@@ -231,10 +285,21 @@ def judge_against(hw: Any) -> Judge:
         total = expandable_total(est, r) if on else est.total
         # decided on what the run needs, as the verdict is (uncertainty.assess `need_gib`); `total` is reported
         need = expandable_total(est, r, need=True) if on else est.need
-        p = uncertainty.p_oom(need, budget, uncertainty.oom_dist("analytic", shape_of(est)))
+        dist = uncertainty.oom_dist("analytic", shape_of(est))
+        p = sum(w * uncertainty.p_oom(need * ratio, budget if b is None else b, dist) for w, ratio, b in comps)
         return p <= uncertainty.P_OOM_TARGET, total, p
 
     return judge
+
+
+def mixture_ratios(extra: dict[str, Any], worst: bool) -> list[tuple[float, float, float | None]] | None:
+    """The report's p_oom components (facts/config.py `Assembly.live`) as (weight, ratio to the reported total,
+    budget) for `judge_against`; None with one component, no reported total, or when the planner judges on the
+    smallest card a bare --gpu may mean (`worst`: the components' budgets are the other cards')."""
+    comps, total = extra.get("p_oom_components"), extra.get("mem_total")
+    if worst or not comps or len(comps) < 2 or not total or any(b is None for _w, _t, b in comps):
+        return None
+    return [(w, t / total, b) for w, t, b in comps]
 
 
 def _fix_of(combo: tuple[Candidate, ...], total: float, before: tuple[float, float], ctx: RuleContext,
@@ -275,11 +340,12 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
     from finetune_doctor.analyzers.memory import uncertainty   # the error model: only when a memory rule fires
 
     run, hw = ctx.extra.get("run"), ctx.extra.get("hw")
-    if rule.name == "verdict-depends-on-assumption" and ctx.extra.get("hw_worst") is not None:
+    worst = rule.name == "verdict-depends-on-assumption" and ctx.extra.get("hw_worst") is not None
+    if worst:
         hw = ctx.extra["hw_worst"]   # a bare --gpu decides: the remedy must fit the smallest card it may mean
     if run is None or hw is None or not hw.capacity_gib:
         return None
-    judge = judge_against(hw)
+    judge = judge_against(hw, mixture_ratios(ctx.extra, worst))
     after = ctx.extra["run_after"]
     _, total0, p0 = judge(run, False)
     before = (total0, p0)
@@ -372,5 +438,10 @@ def plan_expandable(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
         return None
     effect = {"total_gib_before": mem["total"], "total_gib_after": mem["expandable_total"],
               "p_oom_before": mem.get("p_oom"), "p_oom_after": mem.get("expandable_p_oom")}
+    run, hw = ctx.extra.get("run"), ctx.extra.get("hw")
+    mix = mixture_ratios(ctx.extra, False)
+    if mix and run is not None and hw is not None and hw.capacity_gib:
+        # mem.p_oom is the mixture over the open assumptions: the "after" must be the same quantity
+        effect["p_oom_after"] = judge_against(hw, mix)(run, True)[2]
     return Fix(title=launchenv.EXPANDABLE_REMEDY, edits=(), safety="safe",
                effect={k: v for k, v in effect.items() if v is not None}, cost=expandable_candidate().note)

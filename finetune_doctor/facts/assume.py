@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -35,6 +36,12 @@ from finetune_doctor.types import Assumption, Hardware
 # The shortest samples taken as plausible when the data is not here: a one-turn instruction with a short answer
 # (alpaca's median is ~150 tokens under a chat template; 512 leaves room for the longest sample of a batch).
 SHORT_SAMPLE_TOKENS = 512
+# The longest sample is evaluated at SHORT_SAMPLE_TOKENS and each doubling of it below cutoff_len (512, 1024, ...,
+# at most SAMPLE_LADDER_STEPS lengths): the mixture over the open assumptions weighs them by the table's prior on
+# the longest sample (analyzers/memory/uncertainty.py `length_weights`); a doubling keeps the discretisation's
+# over-prediction of the activations under 2x while cutoff_len 32768 costs six re-runs of the memory model.
+SAMPLE_LADDER_STEPS = 7
+_SAMPLE_LABEL = re.compile(r"^samples of (\d+) tokens$")
 # the transformers release before the loss stopped copying the shifted logits (run/stack.py
 # SHIFTED_LOGITS_COPY_BEFORE = 4.49): the plausible older stack
 OLD_TRANSFORMERS = "4.48.3"
@@ -43,7 +50,8 @@ OLD_TRANSFORMERS = "4.48.3"
 # run is modelled as LLaMA-Factory 0.9.5 runs it, and 0.9.5 requires transformers >= 4.55 (its wheel's metadata,
 # catalog/lf_keys.json "sources"); an older transformers means an older LLaMA-Factory. Every other assumption whose
 # alternatives change the verdict opens it, including those other modules add (the model's resolution).
-NOT_OPEN = frozenset({"eval-batch", "train-batch", "cutoff-len", "transformers-version"})
+# ``liger-kernel`` (installable) bears on a remedy, not on the run as configured: it never opens the verdict.
+NOT_OPEN = frozenset({"eval-batch", "train-batch", "cutoff-len", "transformers-version", "liger-kernel"})
 OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-dtype", "launcher",
                   "deepspeed-config", "attention-kernel", "image-pixels"})   # the ones this module weighs
 STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_config.json",
@@ -55,7 +63,7 @@ STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_co
 MEMORY_ONLY = frozenset({"sample-lengths", "gpus", "gpu-variant", "torch-version", "deepspeed-version",
                          "deepspeed-config", "checkpoint-dtype", "attention-kernel", "world-size",
                          "eval-batch", "train-batch", "cutoff-len", "host-ram", "images-per-sample", "image-pixels",
-                         "hccl-buffsize", "npu-runtime", "save-gathers-adapter-only"})
+                         "hccl-buffsize", "npu-runtime", "save-gathers-adapter-only", "liger-kernel"})
 
 Judge = Callable[[Any, Hardware | None, int | None], "tuple[float, str | None] | None"]
 
@@ -159,9 +167,9 @@ def _data_and_card(c: _Seen) -> list[Assumption]:
     """The sample lengths without the data; the card a bare ``--gpu`` names; no card at all."""
     run, hw, out = c.run, c.hw, []
     if c.tokens is None and not run.packing:
-        short = min(SHORT_SAMPLE_TOKENS, run.seq_len)
-        alts = [(f"samples of {short} tokens", lambda: c.judge(run.with_(seq_len=short), hw, None))] \
-            if short < run.seq_len else []
+        ladder = [SHORT_SAMPLE_TOKENS << k for k in range(SAMPLE_LADDER_STEPS)]
+        alts = [(f"samples of {n} tokens", (lambda n=n: c.judge(run.with_(seq_len=n), hw, None)))
+                for n in ladder if n < run.seq_len]
         out.append(_weigh(
             "sample-lengths", f"every sample fills cutoff_len ({run.seq_len} tokens)",
             "the datasets were not scanned (not on this machine, or --no-data): the worst case is taken",
@@ -316,6 +324,15 @@ def _defaults(c: _Seen) -> list[Assumption]:
     if "cutoff_len" not in cfg:
         out.append(_weigh("cutoff-len", run.seq_len, "cutoff_len is not set: LLaMA-Factory's DataArguments "
                           "default (data_args.py)", "set cutoff_len in the YAML", c.base, []))
+    from finetune_doctor.run.savers import liger_offerable
+
+    if c.base in ("oom", "at-risk") and liger_offerable(run):
+        # the remedy planner may prescribe enable_liger_kernel (engine/planners.py `liger_candidate`): whether the
+        # training machine can import liger-kernel is not in any input (LF's env block does not list it)
+        out.append(_weigh("liger-kernel", "installable on the training machine", "a remedy may enable "
+                          "enable_liger_kernel; liger-kernel is an optional package (LLaMA-Factory's "
+                          "requirements/liger-kernel.txt: liger-kernel>=0.6.3) and no input says whether it is "
+                          "installed", "pip install \"liger-kernel>=0.6.3\" on the training machine", c.base, []))
     offload = run.offload_optimizer == "cpu" or run.offload_param == "cpu" or bool(getattr(run, "fsdp_offload", False))
     if offload and (hw is None or hw.host_ram_gib is None):
         out.append(_weigh("host-ram", "unknown", "CPU offload keeps states in host RAM, and the training machine's "
@@ -407,8 +424,12 @@ def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str,
 
     Bisection over `run.seq_len` (the memory model is monotone in it): training is judged with evaluation off,
     evaluation from the evaluation moment alone (its tensor peak × (1 + the allocator reserve share) + the
-    runtime, analyzers/memory/moments.py; the verdict on the reserve the run needs, reserve.py `needed_fraction`). Returns ``{"cutoff_len", "train": {"tokens_per_sample",
-    "tokens_per_micro_batch", "micro_batch", "fits_at_cutoff"}, "eval": {...} or None}``; ``tokens_per_sample``
+    runtime, analyzers/memory/moments.py; the verdict on the reserve the run needs, reserve.py `needed_fraction`).
+    Returns ``{"cutoff_len", "budget_gib", "train": {"tokens_per_sample",
+    "tokens_per_micro_batch", "micro_batch", "fits_at_cutoff", "total_gib", "card_tokens_per_sample"}, "eval": {...}
+    or None}``; ``total_gib`` is the estimate at ``tokens_per_sample`` (GiB, None at 0 tokens) and
+    ``card_tokens_per_sample`` the longest sequence whose point estimate of what it needs is under the budget (no
+    error band): the gap between the two limits is what the prediction's error takes. ``tokens_per_sample``
     is the longest sequence (for DPO/RM/KTO each of the pair's sequences; the collator pads a micro batch to its
     longest, so one long sample sets the whole batch) and 0 when even one-token samples do not fit.
     """
@@ -420,29 +441,37 @@ def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str,
 
     per_seq = 2 if run.pairwise else 1
 
-    def fits_train(n: int) -> bool:
+    def train_at(n: int) -> tuple[float, str, float]:
         est = estimate(run.with_(seq_len=n, eval_during_training=False), hw, counts=counts)
-        return uncertainty.assess(est.total, budget, est.method, shape_of(est), est.need).verdict == "fits"
+        verdict = uncertainty.assess(est.total, budget, est.method, shape_of(est), est.need).verdict
+        return est.total, verdict, est.need
 
-    def fits_eval(n: int) -> bool:
+    def eval_at(n: int) -> tuple[float, str, float] | None:
         est = estimate(run.with_(seq_len=n), hw, counts=counts)
         d = est.details
         moment = next((v for k, v in (d.get("moments_gib") or {}).items() if "evaluation" in k), None)
         if moment is None:
-            return True
+            return None
         rt = float(d.get("runtime_gib") or 0.0)
         total = moment * (1 + float(d.get("reserve_share") or 0.0)) + rt
         need = moment * (1 + max(float(d.get("reserve_needed_share") or 0.0), 0.0)) + rt
-        return uncertainty.assess(total, budget, est.method, shape_of(est), need).verdict == "fits"
+        return total, uncertainty.assess(total, budget, est.method, shape_of(est), need).verdict, need
 
-    def largest(ok: Callable[[int], bool], batch: int) -> dict[str, Any]:
-        n = _bisect(ok, run.seq_len)
+    def largest(at: Callable[[int], tuple[float, str, float] | None], batch: int) -> dict[str, Any]:
+        n = _bisect(lambda k: (at(k) or (0.0, "fits", 0.0))[1] == "fits", run.seq_len)
+        # the same search against the card itself: the longest samples whose point estimate is under the budget.
+        # Where it is far above `n`, the prediction's error band, not the card, sets the limit (trial 7, c01: 18 GiB
+        # "fits" at 512 tokens on a 39.4 GiB card, yet the limit is 726 tokens)
+        card = _bisect(lambda k: (at(k) or (0.0, "", 0.0))[2] <= budget, run.seq_len)
+        res = at(n) if n else None
         return {"tokens_per_sample": n, "tokens_per_micro_batch": n * batch * per_seq,
-                "micro_batch": batch, "fits_at_cutoff": n >= run.seq_len}
+                "micro_batch": batch, "fits_at_cutoff": n >= run.seq_len,
+                "total_gib": round(res[0], 2) if res else None, "card_tokens_per_sample": card}
 
-    out: dict[str, Any] = {"cutoff_len": run.seq_len, "train": largest(fits_train, run.micro_batch), "eval": None}
+    out: dict[str, Any] = {"cutoff_len": run.seq_len, "budget_gib": round(budget, 2),
+                           "train": largest(train_at, run.micro_batch), "eval": None}
     if run.eval_during_training:
-        out["eval"] = largest(fits_eval, run.eval_micro_batch)
+        out["eval"] = largest(eval_at, run.eval_micro_batch)
     return out
 
 
@@ -467,9 +496,13 @@ def _bisect(ok: Callable[[int], bool], hi: int) -> int:
 MIXTURE_MAX_ASSUMPTIONS = 4
 
 
+_FROM_TABLE: Any = object()
+
+
 def mixture(total: float, hw: Hardware | None, assumptions: list[Assumption],
             gpu_spec: str | None = None,
-            weight: Callable[[str], float] | None = None) -> list[tuple[float, float, float | None]]:
+            weight: Callable[[str], float] | None = None,
+            lengths_prior: Any = _FROM_TABLE) -> list[tuple[float, float, float | None]]:
     """The components (weight, total GiB, budget GiB) of a prediction of `total` GiB on `hw` under its
     open assumptions (those not in `NOT_OPEN` whose alternatives were evaluated): each assumption is its assumed
     value with the table's weight (analyzers/memory/uncertainty.py `assumed_weight`) or one of its evaluated
@@ -478,10 +511,14 @@ def mixture(total: float, hw: Hardware | None, assumptions: list[Assumption],
     alternative keeps its total and changes the budget to that card's capacity less the memory in use (hardware
     catalogue, `gpu_spec` the bare --gpu). One component (1, `total`, budget) when nothing is open; the budgets
     are None without a card. `weight` (name → the assumed value's probability) replaces the table's, for the
-    calibration's fit (benchmarks/calibrate.py)."""
+    calibration's fit (benchmarks/calibrate.py). The ``sample-lengths`` assumption is weighed instead by the prior
+    on the longest sample (`lengths_prior`: uncertainty.py `lengths_prior`'s values, default the table's
+    ``sample_lengths_prior``; None: the constant weight as for the others), each evaluated length
+    ("samples of N tokens") taking its share (uncertainty.py `length_weights`)."""
     from finetune_doctor.analyzers.memory import uncertainty
 
     weight = weight or uncertainty.assumed_weight
+    prior = uncertainty.lengths_prior() if lengths_prior is _FROM_TABLE else lengths_prior
     budget = _budget(hw)
     in_use = (max(hw.in_use_gib) if hw is not None and hw.in_use_gib else 0.0)
     cards: dict[str, float] = {}
@@ -493,17 +530,21 @@ def mixture(total: float, hw: Hardware | None, assumptions: list[Assumption],
     for a in assumptions:
         if a.name in NOT_OPEN or not a.effect_gib or total <= 0:
             continue
-        w0 = weight(a.name)
         alts = [(k, v) for k, v in a.effect_gib.items() if v and v > 0]
-        if w0 >= 1.0 or not alts:
+        opts = _length_options(a, alts, total, prior)
+        if opts is None:
+            w0 = weight(a.name)
+            if w0 >= 1.0 or not alts:
+                continue
+            share = (1.0 - w0) / len(alts)
+            opts = [(w0, 1.0, None)]
+            for label, alt_total in alts:
+                if a.name == "gpu-variant" and label in cards and budget is not None:
+                    opts.append((share, alt_total / total, cards[label] - in_use))
+                else:
+                    opts.append((share, alt_total / total, None))
+        if not opts:
             continue
-        share = (1.0 - w0) / len(alts)
-        opts: list[tuple[float, float, float | None]] = [(w0, 1.0, None)]
-        for label, alt_total in alts:
-            if a.name == "gpu-variant" and label in cards and budget is not None:
-                opts.append((share, alt_total / total, cards[label] - in_use))
-            else:
-                opts.append((share, alt_total / total, None))
         movers.append((max(abs(math.log(r)) + (abs(math.log(budget / b)) if b and budget else 0.0)
                            for _w, r, b in opts), opts))
     movers.sort(key=lambda m: -m[0])
@@ -517,3 +558,24 @@ def mixture(total: float, hw: Hardware | None, assumptions: list[Assumption],
             b = cb if cb is not None else b
         out.append((w, total * ratio, b))
     return out
+
+
+def _length_options(a: Assumption, alts: list[tuple[str, float]], total: float,
+                    prior: Any) -> list[tuple[float, float, float | None]] | None:
+    """The mixture options (weight, total ratio, None) of a ``sample-lengths`` assumption under the prior on the
+    longest sample, or None when the constant weight applies (another assumption, no prior, or labels that do not
+    name a length)."""
+    if a.name != "sample-lengths" or prior is None or not alts:
+        return None
+    toks = {}
+    for label, _t in alts:
+        m = _SAMPLE_LABEL.match(str(label))
+        if m is None:
+            return None
+        toks[label] = int(m.group(1))
+    from finetune_doctor.analyzers.memory.uncertainty import length_weights
+
+    w0, ws = length_weights(toks.values(), prior)
+    opts: list[tuple[float, float, float | None]] = [(w0, 1.0, None)] if w0 > 0 else []
+    opts += [(ws[toks[label]], t / total, None) for label, t in alts if ws[toks[label]] > 0]
+    return opts

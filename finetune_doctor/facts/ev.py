@@ -38,7 +38,7 @@ _DETECTORS = {
                   "at their line disagreed (analyzers/postmortem/dictsteps.py): {basis [warmup-lr | epoch], moved, "
                   "first_moved {line, step}}",
     "ranks": "the ranks of a distributed run: {count, nodes, node_count, table, first_failed {rank, node, gpu, "
-             "kind, state, step, phase, op, seq, cause, how, location}, states {state: count}, "
+             "kind, state, step, phase, op, seq, cause, how, location, unseen, verb}, states {state: count}, "
              "seq_behind {ranks, value, others, gap, what}, waiting, waiting_count, stragglers [{rank, node, sec_per_step, ratio, why}], "
              "desync {source, lagging, seq, how, location}, failed_count}",
 }

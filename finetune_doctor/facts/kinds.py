@@ -316,6 +316,21 @@ def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:
                               resolve_with="--llamafactory VERSION, or --env FILE with `llamafactory-cli env` "
                                            "output of the training machine"))
     facts = asm.facts["lint"]
+    suffix_open = facts.get("suffix_read") is None or (rel is not None and rel.source == "installed here")
+    if facts.get("suffix_refused") and facts.get("suffix_read") is not False and suffix_open:
+        # rule config-suffix-not-read judges a known release; an unknown one is an assumption, never an error
+        suffix = facts["config_suffix"]
+        out.append(Assumption(
+            name="config-suffix", value=f"a LLaMA-Factory release that loads {suffix} configs "
+                                        f"({facts['suffix_versions']})",
+            source=f"LLaMA-Factory {facts['suffix_refused']} load only .yaml and .json files as a config "
+                   "(hparams/parser.py); " + (f"llamafactory {rel.given} is installed here, which is not "
+                                               "necessarily the training machine's" if rel is not None and rel.known
+                                               else "which release the training machine runs was not given"),
+            alternatives=(f"LLaMA-Factory {facts['suffix_refused']}: the {suffix} file is passed to the argument "
+                          "parser, which stops with \"the following arguments are required: --output_dir\"",),
+            resolve_with="--llamafactory VERSION or --env FILE; or rename the file to .yaml, which every "
+                         "release loads"))
     if asm.kind in ("train", "train-v1") and not facts.get("launch_known"):
         out.append(Assumption(name="launcher", value="one process on one GPU (python, no torchrun)",
                               source="no --gpu count, --launch file, accelerate config or WORLD_SIZE / "

@@ -30,6 +30,7 @@ KEY_ITEM = {
     "was": F("str", "for kind unverified: the kind the problem has when its condition holds"),
     "line": F("int", "1-based line of the key in the config"),
     "override": F("bool", "the value was given as key=value on the command line"),
+    "inert": F("bool", "deleting the key changes nothing: a retired key at the default it had where it was read"),
 }
 UNUSED_ITEM = {
     "code": F("str", "code or rule name as written in the comment"),
@@ -59,6 +60,11 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
     "config_kind": F("str", "which LLaMA-Factory command reads the config: train, train-v1, export, export-v1, "
                             "chat, eval (readers/config/lfkind.py)"),
     "lf_version": F("str", "the LLaMA-Factory release(s) the keys were judged for, or 'unknown'"),
+    "config_suffix": F("str", "the config file's suffix, lower-cased ('.yml')"),
+    "suffix_read": F("bool", "LF's read_args loads a file of this suffix on every judged release (False: on "
+                             "none; None: on some, or the release is unknown and some refuse it)"),
+    "suffix_versions": F("str", "the catalogued releases that read the suffix ('0.9.1-0.9.6.dev0')"),
+    "suffix_refused": F("str", "the catalogued releases that do not ('0.8.0-0.9.0'; empty: none)"),
     "launch_known": F("bool", "the launcher and rank count were read from the inputs (--gpu, --launch, "
                               "--accelerate-config, the environment), not assumed"),
     "torchrun": F("bool", "the inputs say the run is launched with torchrun (FORCE_TORCHRUN=1, WORLD_SIZE > 1)"),
@@ -91,7 +97,7 @@ MAX_PER_KIND = 1000
 """Key problems of one kind (unknown, renamed, ...) judged one by one per file. Each costs about 1 ms of rule
 evaluation; a file of 100k unknown keys (issue 27) is reported by its first 1,000 and a count of the rest."""
 
-KEY_FIELDS = ("key", "kind", "message", "suggestion", "replacement_key", "fix", "fix_value", "condition")
+KEY_FIELDS = ("key", "kind", "message", "suggestion", "replacement_key", "fix", "fix_value", "condition", "inert")
 
 
 def _problems(doc: ConfigDoc, transformers_version: str | None, release: Any, kind: str) -> list[Any]:
@@ -147,8 +153,37 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
         out.append(d)
     rel = "unknown" if release is None or not release.known else ",".join(release.versions)
     return {"keys": out, "keys_dropped": dropped, "assumptions": [], "strict": False, "config_kind": kind,
+            **suffix_facts(doc.path, release),
             "lf_version": rel, "launch_trains": None, "config_command": COMMANDS.get(kind or "train"),
             **(launch or {"launch_known": False, "torchrun": False, "torch_known": False})}
+
+
+def suffix_facts(path: str, release: Any) -> dict[str, Any]:
+    """Whether LLaMA-Factory's ``read_args`` loads `path` as a config on the judged `release` (readers/config/
+    lfrelease.py `Release.suffix_versions`): ``config_suffix`` (".yml"), ``suffix_read`` (True: every release of
+    the selection reads it; False: none does; None: some do, or the release is not known and some refuse it),
+    ``suffix_versions`` (the catalogued releases that read it, "0.9.1-0.9.6.dev0") and ``suffix_refused`` (those
+    that do not)."""
+    from pathlib import Path
+
+    from finetune_doctor.readers.config.lfrelease import choose, load
+
+    suffix = Path(path or "").suffix.lower()
+    out: dict[str, Any] = {"config_suffix": suffix, "suffix_read": True, "suffix_versions": "",
+                           "suffix_refused": ""}
+    if suffix not in (".yaml", ".yml", ".json"):
+        return out   # another kind of file (a --launch script, a DeepSpeed JSON on its own): not LF's to read
+    allv = load()["versions"]
+    every = choose(None).suffix_versions(suffix)
+    refused = [v for v in allv if v not in every]
+    span = (lambda vs: "" if not vs else vs[0] if len(vs) == 1 else f"{vs[0]}-{vs[-1]}")
+    out.update(suffix_versions=span(every), suffix_refused=span(refused))
+    if release is None or not release.known:
+        out["suffix_read"] = None if refused else True
+        return out
+    reads = release.suffix_versions(suffix)
+    out["suffix_read"] = True if len(reads) == len(release.versions) else (False if not reads else None)
+    return out
 
 
 def dropped_note(path: str, facts: dict[str, Any]) -> list[str]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from dataclasses import replace
 from typing import Any
 
 from finetune_doctor.analyzers.postmortem.timeline import analyze
@@ -37,6 +38,7 @@ from finetune_doctor.facts.config import Assembly, assemble_config
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import skeleton
 from finetune_doctor.facts.hw import resolve as resolve_hardware
+from finetune_doctor.fsutil import output_sinks
 from finetune_doctor.readers.runlogs.logs import regular_size
 from finetune_doctor.readers.runlogs.runlayout import collect, discover, read_file
 from finetune_doctor.reporters.plot import draw
@@ -47,7 +49,16 @@ SPARK_POINTS = 120
 CHECK_CATEGORIES = ("config", "precision", "deepspeed")
 """Categories of ``check`` rules that judge the config alone and so apply to a run that already happened (memory
 rules do not: the logs show what the memory really did)."""
+PARSE_TIME = ("unknown-key", "renamed-key", "missing-required-key", "conflicting-options", "v1-parse-error")
+"""``check`` rules whose errors stop LLaMA-Factory while it parses the arguments (each rule's *Why is this bad?*:
+HfArgumentParser.parse_dict with allow_extra_keys=False, get_train_args, __post_init__): a run whose logs show
+training steps got past them, so in a postmortem they are warnings (trial 7 c10, the same reasoning as
+deepspeed-file-missing)."""
 CMDLINE = "cmdline.txt"
+OWN_OUTPUT_NOTE = "not read as logs, finetune-doctor's own output"
+OWN_REPORT_MARKS = ("a finetune-doctor report", "this command's own report")
+"""The problems readers/runlogs/runlayout.py gives a saved report of this tool and the file the report is being
+written to; the note of either goes to stderr too (cli.py), where a user running ``| tee`` sees why."""
 LR_HIGH_FULL = 5e-4
 """analyzers/postmortem/causes.py LR_HIGH["full"]: below it a full fine-tune's rate is not blamed, so the method
 decides."""
@@ -155,7 +166,20 @@ def _judge(facts: dict[str, Any], sources: dict[str, SourceDoc], opts: Options, 
     extra = [f for f in judge("check", facts, sources, opts, live=live)
              if f.category in CHECK_CATEGORIES and (f.code, f.location.file, f.location.line) not in have
              and f.name not in confirmed]
+    steps = (facts.get("ev") or {}).get("steps") or {}
+    if steps.get("last") is not None or steps.get("logged"):
+        extra = [_past_start_up(f) for f in extra]
     return found + sorted(extra, key=lambda f: -SEVERITY_RANK.get(f.severity, 0))
+
+
+def _past_start_up(f: Finding) -> Finding:
+    """A start-up refusal (PARSE_TIME) judged on a config whose run logged training steps: the logs outrank it,
+    so it is a warning that says why rather than an error claiming the run could not start."""
+    if f.name not in PARSE_TIME or f.severity != "error":
+        return f
+    return replace(f, severity="warning", message=f.message.rstrip() + (
+        " The logs show training steps, so the run got past start-up: the config read here is not exactly the one "
+        "that ran (edited since, or judged for another LLaMA-Factory release than the one that ran)."))
 
 
 def _skipped_notes(ev: Evidence, notes: list[str]) -> None:
@@ -168,8 +192,13 @@ def _skipped_notes(ev: Evidence, notes: list[str]) -> None:
                      + "; ".join(os.path.basename(r.path) for r in extra[:3])
                      + " — the text logs were read; " + install_hint(",".join(kinds))
                      + " reads the rest")
+    own = [r for r in ev.skipped if any(OWN_REPORT_MARKS[0] in p or OWN_REPORT_MARKS[1] in p for p in r.problems)]
+    if own:
+        notes.append(f"{OWN_OUTPUT_NOTE}: " + "; ".join(
+            f"{os.path.basename(r.path)} ({'being written by this command' if OWN_REPORT_MARKS[1] in r.problems[0] else 'a saved report'})"
+            for r in own[:8]) + (f" and {len(own) - 8} more" if len(own) > 8 else ""))
     odd = [r for r in ev.skipped if any("not a regular file" in p or p.startswith("not read:") for p in r.problems)
-           and r not in extra]
+           and r not in extra and r not in own]
     if odd:
         notes.append(f"{len(odd)} path(s) skipped: " + "; ".join(f"{r.path} ({r.problems[0]})" for r in odd[:3]))
 
@@ -202,7 +231,7 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
     `deepspeed` is the DeepSpeed JSON (the same as ``deepspeed=FILE``). Raises InputError for bad input paths.
     """
     _refuse_config_as_run(run_dir)
-    ev = collect(run_dir, list(logs or []))
+    ev = collect(run_dir, list(logs or []), exclude=output_sinks(opts.output))
     notes: list[str] = []
     _skipped_notes(ev, notes)
     cfg_path, cmd_over = _resolve_config(config, ev, notes)
@@ -225,6 +254,7 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
         sources, live = {}, {}
     tl = analyze(ev, facts)
     facts["ev"] = tl.facts
+    _launched_past_deepspeed(facts, tl.facts, any(o.startswith("deepspeed=") for o in over))
     facts["ev"]["skipped"] = [{"path": r.path, "why": r.problems[0] if r.problems else "",
                                "extra": _extra_of(r)} for r in ev.skipped][:64]
     main_log = next((f.read.path for f in ev.files if f.read.kind == "text-log"), None)
@@ -241,6 +271,31 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
         draw(tl, plot, title=_plot_title(facts, ev), inputs=[f.read.path for f in ev.files] + [cfg_path or ""])
         notes.append(f"plot written to {plot}")
     return _report(ev, tl, asm, hw, cfg_path, findings, notes)
+
+
+def _launched_past_deepspeed(facts: dict[str, Any], evf: dict[str, Any], override: bool) -> None:
+    """A DeepSpeed file the config names that is not here, in a run whose logs show training steps: transformers
+    opens that file while parsing the arguments (integrations/deepspeed.py, HfTrainerDeepSpeedConfig), before any
+    step, so the training machine had it. The launch-time error (deepspeed-file-missing) would contradict the
+    logs; the absence becomes what it is, a machine-dependent fact not checked here (not-checked-here, info).
+    Trial 7 c10 (LLaMA-Factory #7755) headlined the missing file above the run's real causes."""
+    lint = facts.get("lint") or {}
+    missing = lint.get("ds_missing")
+    steps = evf.get("steps") or {}
+    if not missing or (steps.get("last") is None and not steps.get("logged")):
+        return
+    lint.pop("ds_missing")
+    last = steps.get("last")
+    lint.setdefault("keys", []).append({
+        "key": "deepspeed", "kind": "not_here", "suggestion": None, "replacement": None, "fix": None,
+        "fix_value": None, "condition": "not on this machine", "line": None, "override": override,
+        "message": f"{missing.get('message')}; the logs show the run trained"
+                   + (f" (to step {last})" if last is not None else "") + ", so the training machine had it"})
+
+
+def own_output_notes(report: Report) -> list[str]:
+    """The report's notes about files skipped as this tool's own output (for stderr)."""
+    return [n for n in report.notes if n.startswith(OWN_OUTPUT_NOTE)]
 
 
 def _extra_of(r: Any) -> str | None:

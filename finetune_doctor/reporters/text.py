@@ -377,11 +377,11 @@ def _memory(w: _Writer, r: Report) -> None:
         mixed = len(mem.details.get("p_oom_components") or ()) > 1
         deciding = mem.details.get("deciding_assumption")
         if deciding and mixed:
-            from finetune_doctor.analyzers.memory.uncertainty import assumed_weight
+            from finetune_doctor.analyzers.memory.uncertainty import weighs_alternatives
 
-            # the table may give the deciding assumption's value all the weight (sample lengths: 1.0): then p_oom
-            # is that value's, and "over the open assumptions" would read as a contradiction of "at-risk"
-            mixed = assumed_weight(deciding.get("name", "")) < 1.0
+            # the table may give the deciding assumption's value all the weight: then p_oom is that value's, and
+            # "over the open assumptions" would read as a contradiction of "at-risk"
+            mixed = weighs_alternatives(deciding.get("name", ""))
         cond = (" over the open assumptions" if mixed else " as assumed") if deciding else ""
         verdict = f"verdict {mem.verdict} · probability of OOM {_pct(mem.p_oom)}{cond} · " if mem.verdict else ""
         w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB (the benchmarks' error for this kind of run)",

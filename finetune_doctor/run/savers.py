@@ -61,6 +61,25 @@ S2ATTN_GROUP_RATIO = 0.25     # longlora.py:366 group_size_ratio
 FP8_BACKENDS = ("torchao", "te", "msamp")
 
 
+def liger_known_missing(run: Any) -> bool:
+    """True when a stack the user supplied (--env, --context: ``Run.stack_sources``) names liger-kernel as absent
+    (no version). `llamafactory-cli env` does not list liger-kernel (extras/env.py at the snapshot), so its absence
+    from a pasted env block says nothing and is not read as missing."""
+    return any(str(pkg).lower().replace("_", "-") == "liger-kernel"
+               and str(ver or "").strip().lower() in ("", "none", "not installed", "n/a")
+               for pkg, ver, _src in getattr(run, "stack_sources", ()) or ())
+
+
+def liger_offerable(run: Any) -> bool:
+    """Whether ``enable_liger_kernel: true`` is a remedy LLaMA-Factory would apply to `run` (a run.Run): liger is
+    off, LF patches the model type (`LIGER_PATCHES`, model_utils/liger_kernel.py:41-92 at the snapshot), the run is
+    not an unsloth load (unsloth brings its own fused loss), and liger-kernel is not known to be missing
+    (`liger_known_missing`). That liger-kernel is installable on the training machine is an assumption
+    (facts/assume.py ``liger-kernel``)."""
+    return (not run.liger_kernel and not run.liger_unpatched and run.arch.model_type in LIGER_PATCHES
+            and not getattr(run, "use_unsloth", False) and not liger_known_missing(run))
+
+
 def _liger(cfg: dict[str, Any], arch: ModelArch, stage: str, stack: dict[str, str | None]) -> dict[str, Any]:
     torch_v = parse_version(stack.get("torch"))
     # liger-kernel v0.8.2 fused_linear_cross_entropy.py:18 and :235-255: torch.addmm(out_dtype=float32) on torch

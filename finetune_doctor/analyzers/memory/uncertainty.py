@@ -159,7 +159,7 @@ class ErrorDist:
         keyed by weight storage too, `class_key`; unquantized is the common case and is not named)."""
         shape, _, weights = self.shape.partition("/")
         if shape in ("quantized", "unquantized") and not weights:   # a class keyed by weight storage alone
-            return "runs with quantized weights" if shape == "quantized" else "runs with unquantized weights"
+            return "runs with quantized weights" if shape == "quantized" else "runs whose weights are not quantized"
         words = CLASS_WORDS.get(shape, f"{shape.replace('_', ' ')} runs")
         return words + (" with quantized weights" if weights == "quantized" else "")
 
@@ -177,26 +177,39 @@ class ErrorDist:
                 f"spread {100 * self.scale:.1f} %")
 
 
-def summarize(values: Iterable[float]) -> dict[str, float]:
-    """Sufficient statistics of ε values: n, mean, sample variance (0 for fewer than 2)."""
+# the MAD of a normal sample times this estimates its standard deviation (1 / Φ⁻¹(3/4))
+MAD_TO_SD = 1.4826
+
+
+def summarize(values: Iterable[float], robust: bool = False) -> dict[str, float]:
+    """Statistics of ε values: n, mean, sample variance (0 for fewer than 2). `robust`: the median for the mean
+    and (MAD_TO_SD · median absolute deviation)² for the variance — location and scale that a few runs far off
+    (other trainers' rows translated into LLaMA-Factory keys, ε up to ±1.3 on the dev half) do not drag; the
+    tails are then the predictive t's (the table's ``max_dof``)."""
     v = list(values)
     n = len(v)
+    if robust and n > 1:
+        srt = sorted(v)
+        med = (srt[(n - 1) // 2] + srt[n // 2]) / 2
+        dev = sorted(abs(x - med) for x in v)
+        mad = (dev[(n - 1) // 2] + dev[n // 2]) / 2
+        return {"n": n, "mean": med, "var": (MAD_TO_SD * mad) ** 2}
     mean = sum(v) / n if n else 0.0
     var = sum((x - mean) ** 2 for x in v) / (n - 1) if n > 1 else 0.0
     return {"n": n, "mean": mean, "var": var}
 
 
-def derive(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+def derive(rows: Iterable[Mapping[str, Any]], robust: bool = False) -> dict[str, Any]:
     """The table's ``methods`` object from error rows ``{"method", "shape", "eps"}``: per method its pooled
-    statistics and those of each shape class (`summarize`). The benchmark script writes it; the benchmarks' leave-
-    one-out checks call it on the other rows."""
+    statistics and those of each shape class (`summarize`, `robust` as there). The benchmark script writes it; the
+    benchmarks' leave-one-out checks call it on the other rows."""
     by: dict[str, dict[str, list[float]]] = {}
     for r in rows:
         by.setdefault(str(r["method"]), {}).setdefault(str(r["shape"]), []).append(float(r["eps"]))
     out: dict[str, Any] = {}
     for method, classes in sorted(by.items()):
-        out[method] = {"pooled": summarize(e for v in classes.values() for e in v),
-                       "classes": {c: summarize(v) for c, v in sorted(classes.items())}}
+        out[method] = {"pooled": summarize((e for v in classes.values() for e in v), robust),
+                       "classes": {c: summarize(v, robust) for c, v in sorted(classes.items())}}
     return out
 
 
@@ -229,11 +242,12 @@ def prior() -> tuple[float, int]:
     return float(p.get("kappa0", PRIOR_KAPPA0)), int(p.get("nu0", PRIOR_NU0))
 
 
-def log_score(rows: list[Mapping[str, Any]], kappa0: float, nu0: int) -> float:
-    """The leave-one-out log predictive density of ε over `rows` (each left out of the table it is scored by)."""
+def log_score(rows: list[Mapping[str, Any]], kappa0: float, nu0: int, robust: bool = False) -> float:
+    """The leave-one-out log predictive density of ε over `rows` (each left out of the table it is scored by;
+    `robust` as `summarize`)."""
     total = 0.0
     for i, r in enumerate(rows):
-        others = derive(rows[:i] + rows[i + 1:])
+        others = derive(rows[:i] + rows[i + 1:], robust)
         if str(r["method"]) not in others:
             continue
         d = dist_from(others, str(r["method"]), str(r["shape"]), kappa0, nu0)
@@ -290,7 +304,13 @@ def error_dist(method: str, shape: str) -> ErrorDist:
     spread does not depend on the run's shape: ``measured`` has one class, ``any``."""
     methods = table()["methods"]
     method = method if method in methods else "analytic"
-    return dist_from(methods, method, ANY if method in SHAPELESS else class_key(method, shape))
+    d = dist_from(methods, method, ANY if method in SHAPELESS else class_key(method, shape))
+    cap = table().get("max_dof")
+    if cap and method == "analytic" and d.dof > int(cap):
+        # heavier tails than the conjugate update gives (chosen by benchmarks/calib_loso.py on dev): the errors of
+        # runs unlike the measured ones are not normal
+        d = ErrorDist(d.method, d.shape, d.mu, d.scale, int(cap), d.n)
+    return d
 
 
 # -- the verdict ---------------------------------------------------------------------------------------------------
@@ -371,6 +391,14 @@ def assumed_weight(name: str) -> float:
     return min(max(float(v), 0.0), 1.0)
 
 
+def weighs_alternatives(name: str) -> bool:
+    """Whether the table gives the alternatives of assumption `name` any weight in the mixture: the sample lengths
+    whenever it has a ``sample_lengths_prior``, any other assumption when its assumed value's weight is below 1."""
+    if name == "sample-lengths" and lengths_prior() is not None:
+        return True
+    return assumed_weight(name) < 1.0
+
+
 def mixture_p_oom(components: Iterable[tuple[float, float, float]], dist: ErrorDist) -> float:
     """Σ w·p_oom(total, budget) over `components` (weight, total GiB, budget GiB), the weights summing to 1."""
     return sum(w * p_oom(t, b, dist) for w, t, b in components)
@@ -400,3 +428,66 @@ def mixture_interval(components: Iterable[tuple[float, float, float]], dist: Err
         return math.exp(0.5 * (lo + hi))
 
     return quantile((1.0 - level) / 2), quantile((1.0 + level) / 2)
+
+
+# -- the sample lengths without the data: a prior on the longest sample ---------------------------------------------
+#
+# Without the data, the peak micro-batch holds the dataset's longest sample (padded to it, cut at cutoff_len). How
+# long that is cannot be learnt from outcomes: issue threads are published because the run ran out (their data is
+# long), documentation tables because a standard short dataset trained; fitted on either, the weight learns why the
+# row was published (issue 21: "every sample fills cutoff_len" fitted to 1.0 on threads gave p_oom ~1 to runs at a
+# framework's default cutoff_len 32768 that trained; fitted on tables' measurements, a 512-token median gives
+# p_oom <= 0.1 to threads that ran out). The table's ``sample_lengths_prior`` is therefore chosen by a reason:
+# ``{"form": "log-uniform"}`` (the default) is ignorance of the longest sample's scale between the shortest
+# evaluated length and cutoff_len — a log-uniform (Jeffreys) prior, so every doubling (512, 1024, ..., and "fills
+# cutoff_len", the top doubling) is equally likely; ``{"form": "lognormal", "median_tokens", "log_sd"}`` is kept
+# for the calibration's comparison. Each evaluated length n keeps the mass between the next shorter one and n,
+# so a length between two evaluated ones counts as the longer (never an under-prediction from the
+# discretisation). With at most facts/assume.py SAMPLE_LADDER_STEPS + 1 doublings, every one keeps at least 1/8:
+# a run predicted to fit at 512 tokens never gets p_oom >= 0.9 from the lengths alone, nor one predicted out of
+# memory at cutoff_len p_oom <= 0.1.
+
+LOG_UNIFORM = "log-uniform"
+
+
+def t_logpdf(z: float, dof: int) -> float:
+    """ln of Student's t density at `z` (standardised) with `dof` degrees of freedom."""
+    nu = float(dof)
+    return (math.lgamma((nu + 1) / 2) - math.lgamma(nu / 2) - 0.5 * math.log(nu * math.pi)
+            - (nu + 1) / 2 * math.log1p(z * z / nu))
+
+
+def lengths_prior() -> Any:
+    """The table's prior on the longest sample: `LOG_UNIFORM`, (median tokens, log-sd) for a lognormal, or None
+    (no ``sample_lengths_prior``: the constant ``assumption_weights`` weigh the lengths as any assumption)."""
+    p = table().get("sample_lengths_prior")
+    if not isinstance(p, Mapping):
+        return None
+    if p.get("form", LOG_UNIFORM) == LOG_UNIFORM:
+        return LOG_UNIFORM
+    return float(p["median_tokens"]), float(p["log_sd"])
+
+
+def _norm_cdf(x: float) -> float:
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+def length_weights(lengths: Iterable[int], prior: Any) -> tuple[float, dict[int, float]]:
+    """(the assumed value's weight, {evaluated length: weight}) under `prior` (`LOG_UNIFORM`, or (median tokens,
+    log-sd) of a lognormal longest sample): length n (ascending) gets P(previous < L ≤ n), the assumed value
+    (every sample fills cutoff_len) the rest; log-uniform gives each of them the same share. Empty `lengths`:
+    (1.0, {})."""
+    ns = sorted(set(int(x) for x in lengths))
+    if not ns:
+        return 1.0, {}
+    if prior == LOG_UNIFORM:
+        share = 1.0 / (len(ns) + 1)
+        return share, {n: share for n in ns}
+    med, sd = prior
+    out: dict[int, float] = {}
+    below = 0.0
+    for n in ns:
+        c = _norm_cdf(math.log(n / med) / sd)
+        out[n] = max(c - below, 0.0)
+        below = c
+    return max(1.0 - below, 0.0), out

@@ -102,15 +102,26 @@ def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bo
             "switch the attention kernel / rebuild the environment"
     elif fp16 and sc and sc["trajectory"] in ("collapse", "abort"):
         cause, text, fix = "fp16-range", "fp16 overflow: the loss scale collapsed before it", "train in bf16"
+    elif out.get("attention_warning") and not late:
+        # the log's own warning outranks what this machine lacks (a missing DeepSpeed file): transformers
+        # printed it before the NaN (trial 7, LLaMA-Factory #7755: Gemma-3 under sdpa in fp16, loss 0)
+        aw = out["attention_warning"]
+        cause, text, fix = "attention-warning", (
+            f"transformers warned before it that {aw.get('model') or 'this model'} should be trained with "
+            f"{aw.get('want') or 'another'} attention, not {aw.get('have') or 'the one in use'} (see "
+            "attention-backend-warning)" + ("; the run computes in fp16, where the skipped soft-capping "
+                                            "overflows" if fp16 else "")), "use the attention the warning names"
     elif cx.overlap_comm() is True and cx.zero_stage() in (1, 2) and not late:
         cause, text, fix = "overlap-comm", ("DeepSpeed ZeRO-2 with overlap_comm can corrupt reduced gradients "
                                             "(DeepSpeed#5347; Qwen-VL-Series-Finetune#10 ran fine with overlap_comm false "
                                             "or ZeRO-3)"), "set zero_optimization.overlap_comm to false"
-    elif cx.lint.get("ds_missing") and not late:
+    elif cx.lint.get("ds_missing") and not late and not (fp16 and cx.model_bf16()[0]):
+        # fp16 on a bf16 model is read from the config and the model, not from the DeepSpeed file: that
+        # explanation stands without it (fp16-on-bf16-model-confirmed)
         cause, text, fix = "deepspeed-unchecked", (
             "not determined: the DeepSpeed file the config names is not here, so the run's fp16/bf16, loss-scale "
             "and communication settings (overlap_comm) could not be checked, and the attention kernel is not "
-            "blamed without them (see deepspeed-file-missing)"), "restore the DeepSpeed file and run the postmortem again"
+            "blamed without them (see not-checked-here)"), "restore the DeepSpeed file and run the postmortem again"
     elif nan["first_logged"] and not late and rate is not None and rate <= 1e-7:
         cause, text, fix = "forward", (f"NaN at the first logged step with learning rate {fmt(rate)}: no optimizer "
                                        "update can have caused it, so the forward/backward pass itself produced it "
@@ -158,7 +169,7 @@ def fp16_facts(cx: RunContext, on: bool, source: str | None, out: dict[str, Any]
         loc = sc["location"] or (sc["abort"] or {}).get("location")
     elif out.get("lr_high") or out.get("grad_const") or (out.get("first_loss") or {}).get("abnormal"):
         pass    # a stronger explanation of the NaN / zero loss exists: not evidence against fp16
-    elif out.get("nan") and out["nan"]["cause"] in ("from-start", "unknown", "fp16-range"):
+    elif out.get("nan") and out["nan"]["cause"] in ("from-start", "unknown", "fp16-range", "attention-warning"):
         evidence = f"{out['nan']['what']} at {out['nan']['step_text']}"
         loc = out["nan"]["location"]
     elif out.get("loss_zero") and not out.get("nan"):

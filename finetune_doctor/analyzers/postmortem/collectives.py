@@ -5,7 +5,7 @@ Every generation of ProcessGroupNCCL's watchdog is read (readers/runlogs/logpatt
 operation timeout: WorkNCCL(...)" line, the "[PG n Rank r] Timeout at NCCL work: W, last enqueued / last
 completed NCCL work" desync line (alone when a paste was cut), "Some NCCL operations have failed or timed out",
 the ``WorkNCCL::checkTimeout`` frames and the heartbeat monitor. ``Timeout(ms)`` tells who set the timeout:
-1800000 is transformers' ``ddp_timeout`` default, 600000 torch's own default when the framework passed none.
+1800000 is transformers' ``ddp_timeout`` default, 600000 torch's own default (the framework most likely passed none).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def _timeout_text(tmo: int | None, trainer: str | None) -> str | None:
                 "1800 s: torch.distributed's default_pg_timeout (30 min)"
                 + (f", which {_TRAINER_NAMES.get(trainer, trainer)} passes by default" if trainer else ""))
     if tmo == 600000:
-        return "600 s: torch's default NCCL timeout (the framework passed none)"
+        return "600 s: torch's default NCCL timeout (so the framework most likely passed none)"
     if tmo:
         return f"{tmo / 1000:.0f} s as configured" + (" (ddp_timeout)" if hf else "")
     return None
@@ -168,6 +168,9 @@ def nccl_facts(recs: list[NcclRecord], cx: RunContext, out: dict[str, Any],
     if first and first.get("kind") and first.get("cause"):
         where = f" on {first['node']}" if first.get("node") else ""
         likely += f"; rank {first['rank']}{where} failed first ({first['kind']}), the others waited on it"
+    elif first and first.get("unseen"):
+        likely += (f"; rank {first['rank']} printed nothing while every rank that did timed out: the others "
+                   "waited on it")
     elif first and first.get("state") in ("still running", "silent"):
         likely += f"; rank {first['rank']} logged no failure: it was stuck, and the others waited on it"
     what = (f"{op}" + (f" (SeqNum {seq})" if seq is not None else "")) if op else \

@@ -91,28 +91,69 @@ def _estimate(lr: float | None, epoch: float | None, h: dict[str, Any],
 
 def place(curves: dict[str, Curve], ev: Evidence, h: dict[str, Any]) -> dict[str, Any] | None:
     """Re-place the dict curves of a text log (module docstring); returns {basis, moved, first_moved} or None when
-    nothing moved. `curves` is updated in place."""
+    nothing moved. `curves` is updated in place.
+
+    The warmup learning rate is dropped as evidence when a logged rate exceeds the configured peak (the config
+    read is not the one the run used: an override, or a paste recreated from an example) or when its placement
+    puts two dicts at one step, which HF never logs (trial 7 c03, LLaMA-Factory #7388: epochs 0.12 and 0.24 of
+    a 249-step, 3-epoch run both stamped step 20; the epoch alone gives 10 and 20)."""
     texts = {f.read.path for f in ev.files if f.read.kind == "text-log"}
     cs = {n: curves[n] for n in DICT_METRICS if n in curves and len(curves[n].segments) == 1
           and curves[n].segments[0][1] in texts}
     if "loss" not in cs:
         return None
-    by_line: dict[str, dict[int, float]] = {n: dict(zip(c.lines, c.values)) for n, c in cs.items()
-                                            if n in ("learning_rate", "epoch")}
-    new: dict[int, int] = {}
-    bases: set[str] = set()
     loss = cs["loss"]
+    lrs = [dict(zip(cs["learning_rate"].lines, cs["learning_rate"].values)).get(ln) if "learning_rate" in cs
+           else None for ln in loss.lines]
+    top = max((v for v in lrs if v is not None), default=None)
+    use_lr = not (top and h["peak"] and top > h["peak"] * (1 + 1e-3))
+    got = _placement(cs, h, lrs, use_lr)
+    if got is not None and use_lr and _repeats(got[0], loss):
+        got = _placement(cs, h, lrs, False)
+    if got is None or _repeats(got[0], loss):
+        return None
+    new, bases = got
+    for n, c in cs.items():
+        steps = array("q", (new.get(ln, s) for ln, s in zip(c.lines, c.steps)))
+        curves[n] = replace(c, steps=steps, basis="estimated")
+    first = min(new)
+    return {"basis": sorted(bases), "moved": len(new), "first_moved": {"line": first, "step": new[first]}}
+
+
+def _repeats(new: dict[int, int], loss: Curve) -> bool:
+    """Whether a moved dict lands on the step of another dict (HF logs once per step). Dicts the estimates
+    leave alone may still share the bar's step: that is the buffering this module undoes where it can."""
+    count: dict[int, int] = {}
+    for ln, s in zip(loss.lines, loss.steps):
+        count[new.get(ln, s)] = count.get(new.get(ln, s), 0) + 1
+    return any(count[st] > 1 for st in new.values())
+
+
+def _placement(cs: dict[str, Curve], h: dict[str, Any], lrs: list[float | None],
+               use_lr: bool) -> tuple[dict[int, int], set[str]] | None:
+    """{line: step} for the dicts whose printed step the estimates replace, and the bases used; None when
+    nothing moves or the placed steps would go back from one dict to the next."""
+    loss = cs["loss"]
+    epochs = dict(zip(cs["epoch"].lines, cs["epoch"].values)) if "epoch" in cs else {}
     seen: dict[int, int] = {}
     for s in loss.steps:
         seen[s] = seen.get(s, 0) + 1
-    lrs = [by_line.get("learning_rate", {}).get(ln) for ln in loss.lines]
     top = max((v for v in lrs if v is not None), default=None)
     crest = next((i for i, v in enumerate(lrs) if v is not None and top and v >= top * (1 - 1e-3)), len(lrs))
+    known = [v for v in lrs if v is not None]
+    if top and h["peak"] and top < h["peak"] * (1 - 1e-3) and all(a < b for a, b in zip(known, known[1:])):
+        crest = len(lrs)   # rising and the log ends before the configured peak: every dict is still in warm-up
+    # without a progress bar the reader numbered the dicts 1, 2, ... (or by logging_steps): no evidence to keep
+    guessed = loss.basis in ("ordinal", "logging_steps")
+    new: dict[int, int] = {}
+    bases: set[str] = set()
     for i, (ln, s) in enumerate(zip(loss.lines, loss.steps)):
-        est, tol, basis = _estimate(lrs[i], by_line.get("epoch", {}).get(ln), h, i < crest)
+        est, tol, basis = _estimate(lrs[i] if use_lr else None, epochs.get(ln), h, i < crest)
         if est is None:
             continue
-        if s >= 0 and seen[s] == 1 and abs(s - est) <= tol:
+        if not guessed and s >= 0 and seen[s] == 1 and abs(s - est) <= tol:
+            continue
+        if s == est:
             continue
         new[ln] = est
         bases.add(basis or "")
@@ -123,8 +164,4 @@ def place(curves: dict[str, Curve], ev: Evidence, h: dict[str, Any]) -> dict[str
         # the evidence disagrees with itself (a schedule that is not the one assumed: DeepSpeed's own WarmupLR
         # warms up on a log curve by default): keep what the bar said rather than invent an order
         return None
-    for n, c in cs.items():
-        steps = array("q", (new.get(ln, s) for ln, s in zip(c.lines, c.steps)))
-        curves[n] = replace(c, steps=steps, basis="estimated")
-    first = min(new)
-    return {"basis": sorted(bases), "moved": len(new), "first_moved": {"line": first, "step": new[first]}}
+    return new, bases

@@ -20,6 +20,8 @@ Factory's "Process rank: 3, ... device: cuda:3"), and its pace and failure time 
   earliest clock. (2) without a cause: the laggards that TORCH_NCCL_DESYNC_DEBUG (TraceUtils.h
   ``analyzeMissingRanks``/``analyzeLaggingRanks``) or the flight-recorder dumps name; (3) the rank whose
   collective sequence number is behind the others' (strictly; equal counts or a cut line name nobody);
+  (3b) when every rank that printed only timed out, the ranks of the world that printed nothing (below the
+  highest rank named, or up to the world size the log or config states; fewer than half of it);
   (4) the ranks that logged no failure while the others timed out (stuck, not dead); (5) torchelastic's "Root
   Cause (first observed failure)", which is only the first process to exit; (6) the earliest failure by clock.
   ``first_failed.how`` says which step decided.
@@ -277,9 +279,45 @@ def _pick(cands: list[int], rows: dict[int, dict[str, Any]], lagging: set[int]) 
     return best, f"; of {len(cands)} ranks that raised or were killed, {by}"
 
 
-def root_of(rows: dict[int, dict[str, Any]], ev: Evidence,
-            desync: dict[str, Any] | None) -> tuple[int | None, str | None, dict[str, Any] | None]:
-    """(rank, how it was decided, seq-behind facts) — the module docstring gives the order."""
+def unseen_ranks(rows: dict[int, dict[str, Any]], world: int | None) -> list[int]:
+    """Ranks of the world that no file read names: below the highest rank that printed (certainly members), and
+    up to `world` when the log or the config states it. Empty when they are half the world or more (a paste of a
+    few ranks' lines says nothing about the ranks it left out)."""
+    if not rows:
+        return []
+    size = max(world or 0, max(rows) + 1)
+    missing = [r for r in range(min(size, 1 << 16)) if r not in rows]
+    return missing if 2 * len(missing) < size else []
+
+
+def _all_waited(rows: dict[int, dict[str, Any]], unseen: list[int], world: int | None,
+                world_src: str | None) -> tuple[int, str] | None:
+    """Step (3b) of the root: every rank that printed timed out (on one collective, when their sequence numbers
+    agree) and some ranks of the world printed nothing. The timeouts are consequences; the silent ranks are the
+    ones the others waited on (trial 7 c12, LLaMA-Factory #7396: ranks 0, 2, 3, 4 timed out on ALLREDUCE #1580,
+    rank 1 never printed, and the doctor named rank 0 from the millisecond order of the prints)."""
+    timed = sorted(r for r, row in rows.items() if row["state"] in ("timed out", "aborted"))
+    if not unseen or not timed or len(timed) != len(rows):
+        return None
+    seqs = {(row["failure"] or {}).get("seq") for row in rows.values()}
+    ops = {(row["failure"] or {}).get("op") for row in rows.values()} - {None}
+    same = ""
+    if len(seqs) == 1 and None not in seqs:
+        same = f", all on the same collective ({next(iter(ops)) + ' ' if len(ops) == 1 else ''}#{next(iter(seqs))})"
+    size = max(world or 0, max(rows) + 1)
+    src = (f"ranks 0-{max(rows)} ({max(rows)} the highest the logs name)" if size == max(rows) + 1 else
+           f"the world of {size} ({world_src})" if world_src else f"the world of {size}")
+    return unseen[0], (f"causality: every rank that logged a failure ({_join(timed)}) only timed out{same}, which "
+                       f"is what waiting on another rank looks like, and rank(s) {_join(unseen)} of {src} printed "
+                       "nothing: stuck or dead before that collective (its own log says which); the order of the "
+                       "timeout prints by clock is not evidence")
+
+
+def root_of(rows: dict[int, dict[str, Any]], ev: Evidence, desync: dict[str, Any] | None,
+            world: int | None = None,
+            world_src: str | None = None) -> tuple[int | None, str | None, dict[str, Any] | None]:
+    """(rank, how it was decided, seq-behind facts) — the module docstring gives the order; `world` (with
+    `world_src`, where it was read) bounds the ranks that printed nothing."""
     failed = {r: row for r, row in rows.items() if row["failure"]}
     waited = sum(1 for row in failed.values() if row["state"] in ("timed out", "aborted"))
     lagging = set(desync["lagging"]) if desync and desync.get("lagging") else set()
@@ -298,6 +336,9 @@ def root_of(rows: dict[int, dict[str, Any]], ev: Evidence,
     if behind:
         return behind["ranks"][0], (f"rank(s) {_join(behind['ranks'])} stopped at {behind['what']} "
                                     f"#{behind['value']} while the others reached #{behind['others']}"), behind
+    waited_on = _all_waited(rows, unseen_ranks(rows, world), world, world_src)
+    if waited_on:
+        return waited_on[0], waited_on[1], behind
     timed = [r for r, row in failed.items() if row["state"] == "timed out"]
     quiet = sorted(r for r, row in rows.items() if row["state"] in ("still running", "silent"))
     if timed and quiet and len(quiet) * 2 < len(rows):
@@ -353,7 +394,9 @@ def rank_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
         return None
     failed = {r: row for r, row in rows.items() if row["failure"]}
     desync = _desync(ev)
-    first, how, behind = root_of(rows, ev, desync)
+    world = (out.get("world") or {}).get("value")
+    first, how, behind = root_of(rows, ev, desync, world if isinstance(world, int) else None,
+                                 (out.get("world") or {}).get("source"))
     timed_out = sorted(r for r, row in failed.items() if row["state"] in ("timed out", "aborted") and r != first)
     lag = set(desync["lagging"]) if desync else set()
     waiting = [r for r in timed_out if r not in lag] if lag else timed_out
@@ -362,11 +405,17 @@ def rank_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
     if first is not None:
         row = rows.get(first) or _new_row(first)
         fail = row["failure"] or {}
-        first_d = {"rank": first, "node": row["node"] or row["host"], "gpu": row["gpu"],
-                   "kind": fail.get("kind") or ("no failure logged (stuck)" if row["state"] in
+        unseen = first not in rows
+        first_d = {"rank": first, "node": row["node"] or row["host"], "gpu": row["gpu"], "unseen": unseen,
+                   "verb": "is the likely root" if unseen else "failed first",
+                   "kind": fail.get("kind") or ("no line in the files read" if unseen else
+                                                "no failure logged (stuck)" if row["state"] in
                                                 ("still running", "silent") else None),
                    "state": row["state"], "step": fail.get("step", row["last_step"]), "phase": fail.get("phase"),
-                   "op": fail.get("op"), "seq": fail.get("seq"), "how": how, "location": fail.get("location"),
+                   "op": fail.get("op"), "seq": fail.get("seq"), "how": how,
+                   # a rank with no line is pointed at through the evidence: the first waiting rank's timeout
+                   "location": fail.get("location") or (
+                       next((rows[r]["failure"]["location"] for r in sorted(failed)), None) if unseen else None),
                    "cause": row["state"] in CAUSE_STATES}
     table = [{k: v for k, v in row.items() if k != "files"} | {"file": row["files"][0]}
              for _, row in sorted(rows.items())[:TABLE_CAP]]

@@ -42,6 +42,8 @@ class KeyProblem:
     decision, not this module's.
     `condition` is None when LLaMA-Factory always fails on this key, or a short text naming when it does
     (``"transformers 5.x"``; ``"ALLOW_EXTRA_ARGS set: LF drops the key silently"``).
+    `inert`: deleting the key changes nothing the run does — a retired key set to the default it had in the
+    releases that read it (``train_mm_proj_only: false``), so the rule may call its deletion safe.
     """
 
     key: str
@@ -52,6 +54,7 @@ class KeyProblem:
     fix: str | None = None
     fix_value: Any = None
     condition: str | None = None
+    inert: bool = False
 
 
 @lru_cache(maxsize=4)
@@ -402,18 +405,62 @@ def _retired(ctx: _Ctx, key: str, r: Mapping[str, Any], value: Any, entry: Mappi
         cond = f"transformers >= {nxt}; no --transformers given"
     if not new:
         return KeyProblem(key, "unknown", f"`{key}` is not a LLaMA-Factory key{when}: {_FATE}.{why}",
-                          suggestion=f"remove `{key}`", fix="delete", condition=cond)
+                          suggestion=f"remove `{key}`", fix="delete", condition=cond, inert=_at_old_default(key, value))
     fix_value: Any = _NO_FIX
+    assumed = ""
     if r.get("same_value"):
         fix_value = value
     elif r.get("scale") == "square" and isinstance(value, int) and not isinstance(value, bool):
-        fix_value = value * value
+        fix_value, assumed = _pixels(ctx, key, r, value)
     extra: dict[str, Any] = {}
     if fix_value is not _NO_FIX:
         extra = _rename(ctx, new, fix_value)
-    suggestion = f"write `{new}: {_yaml(fix_value)}`" if fix_value is not _NO_FIX else f"use `{new}`"
+    suggestion = f"write `{new}: {_yaml(fix_value)}`{assumed}" if fix_value is not _NO_FIX else f"use `{new}`"
     return KeyProblem(key, "renamed", f"`{key}` was renamed to `{new}`{when}; {_FATE}.{why}",
                       suggestion=suggestion, replacement_key=new, condition=cond, **extra)
+
+
+# The longest side, in pixels, a `*_resolution` value is read as when the release is not known: LF 0.9.0 read it as
+# a side length (default 512 for images, 128 for videos), 0.9.1 as a pixel count (512*512, 128*128). A side over
+# 8192 px is beyond what a vision tower is fed, and a pixel count of 8192 or less would shrink every image to about
+# 90x90: the value itself says which it is.
+SIDE_LENGTH_MAX = 8192
+
+
+def _pixels(ctx: _Ctx, key: str, r: Mapping[str, Any], value: int) -> tuple[int, str]:
+    """The pixel count a retired ``image_resolution``/``video_resolution`` `value` stands for, and what was assumed
+    (a text for the fix). The releases that read the key as a side length are the catalog's ``side_length_in``
+    (0.9.0: ``max(w, h) > image_resolution`` → scale to that side, data/mm_plugin.py); the others read it as a
+    pixel count (0.9.1: ``w * h > image_resolution``), which ``image_max_pixels`` is. A side length L bounds an
+    image to at most L² pixels (a square one reaches it). The judged release decides; unknown or mixed, the value
+    does (`SIDE_LENGTH_MAX`)."""
+    side_in = set(r.get("side_length_in") or ())
+    rel = ctx.release
+    had = [v for v in rel.key_versions(key) if v in rel.versions] if rel is not None and rel.known else []
+    if had and all(v in side_in for v in had):
+        return value * value, (f" ({value} is a side length in LLaMA-Factory {'/'.join(had)}: at most {value}² "
+                               "pixels)")
+    if had and not any(v in side_in for v in had):
+        return value, f" ({value} is already a pixel count in LLaMA-Factory {'/'.join(had)})"
+    if value <= SIDE_LENGTH_MAX:
+        return value * value, (f" (assumed: {value} is a side length, as LLaMA-Factory 0.9.0 read it — 0.9.1 read "
+                               f"a pixel count, but {value} pixels would shrink every image to "
+                               f"{int(value ** 0.5)}x{int(value ** 0.5)}; at most {value}² pixels)")
+    return value, (f" (assumed: {value} is already a pixel count, as LLaMA-Factory 0.9.1 read it — 0.9.0 read a "
+                   f"side length, and a side over {SIDE_LENGTH_MAX} pixels is implausible)")
+
+
+def _at_old_default(key: str, value: Any) -> bool:
+    """`value` is the default `key` had in the newest catalogued LF release that declared it (catalog/
+    lf_releases.json, from the wheels' dataclasses), of the same type (``False`` is not ``0``) — or null, which
+    LF's parser reads as the field left unset. Then the release that read the key did what it does without it."""
+    from finetune_doctor.readers.config.lfrelease import choose
+
+    rel = choose(None)
+    if not rel.key_versions(key):
+        return False   # no release in the catalog declared it: its old default is not known here
+    old = rel.default(key)
+    return value is None or (type(value) is type(old) and value == old)
 
 
 # compute_dtype values and the flag that produces them (LF parser.py:640-643).

@@ -132,6 +132,18 @@ class Release:
         """Some release of this selection ships v1 (a ``llamafactory/v1`` package that ``USE_V1=1`` selects)."""
         return bool(v1_releases_indices() & self.indices)
 
+    def suffix_versions(self, suffix: str) -> list[str]:
+        """The releases of this selection whose ``read_args`` loads a config file ending in `suffix` (".yaml",
+        ".yml", ".json"; catalog ``config_suffixes``, from hparams/parser.py of each wheel): 0.8.0-0.9.0 test
+        ``sys.argv[1].endswith(".yaml")`` and ".json" only, so a ``.yml`` file goes to the argument parser as a
+        bare argument (hiyouga/LlamaFactory#5604). A catalog without the table: every release of the selection."""
+        table = load().get("config_suffixes")
+        if table is None:
+            return list(self.versions)
+        allv = load()["versions"]
+        has = _parse_ranges(table.get(suffix.lower(), ""))
+        return [allv[i] for i in sorted(self.indices & has)]
+
     def has_template(self, name: str) -> bool:
         t = load()["templates"].get(name)
         return t is not None and bool(_parse_ranges(t) & self.indices)

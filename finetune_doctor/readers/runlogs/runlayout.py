@@ -26,6 +26,7 @@ from typing import Any, Iterator
 from finetune_doctor.errors import InputError, MissingExtra
 from finetune_doctor.evidence import Evidence, FileEvidence, FileRead, GpuMemory
 from finetune_doctor.readers.runlogs.logs import file_type, looks_binary, sniff
+from finetune_doctor.readers.runlogs.ownreport import own_report_of
 
 LOG_PATTERNS = ("*.log", "*.out", "*.err", "*.txt", "*.log.gz", "*.txt.gz", "nohup.out", "stdout*", "stderr*")
 NOT_LOGS = {"merges.txt", "vocab.txt", "requirements.txt", "added_tokens.txt", "special_tokens_map.txt",
@@ -226,6 +227,11 @@ def _dispatch(path: str, kind: str) -> FileEvidence:
     counted = kind == COUNTED
     if kind in ("text-log", COUNTED):
         kind = sniff(path)   # a .txt that is really binary, a trainer log or an nvidia-smi CSV
+    if kind == "text-log":
+        fmt = own_report_of(path)
+        if fmt:
+            return FileEvidence(FileRead(path, "unknown", _size(path), 0, complete=False, problems=(
+                f"not read: a finetune-doctor report ({fmt} format), this tool's output rather than the run's",)))
     if kind == "text-log" and counted:
         return logs.read_text_log(path, count_dicts=True)
     if kind == "trainer-log":
@@ -377,6 +383,14 @@ def sniff_kind(path: str) -> str:
     return sniff(path)
 
 
+def _is_sink(path: str, exclude: frozenset[tuple[int, int]]) -> bool:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) in exclude
+
+
 def _input_path(p: str, what: str) -> os.stat_result:
     """stat of a path given on the command line; InputError naming it for a missing, looping or too-long path."""
     try:
@@ -387,10 +401,13 @@ def _input_path(p: str, what: str) -> os.stat_result:
         raise InputError(f"cannot read: {err.strerror or err}", file=p) from None
 
 
-def collect(run_dir: str | None, logs: list[str], workers: int | None = None) -> Evidence:
+def collect(run_dir: str | None, logs: list[str], workers: int | None = None,
+            exclude: frozenset[tuple[int, int]] = frozenset()) -> Evidence:
     """Read the run directory and every ``--log`` file, each content once (see `fingerprint`; the copies are
     listed in ``Evidence.duplicates``). Raises InputError for a path that does not exist or cannot be named; a
-    RUN_DIR or ``--log`` that is not a regular file or directory (a FIFO, /dev/zero) is skipped with a note."""
+    RUN_DIR or ``--log`` that is not a regular file or directory (a FIFO, /dev/zero) is skipped with a note.
+    `exclude` holds the (st_dev, st_ino) of files the command is writing its own report to (fsutil.py
+    ``output_sinks``): skipped with a note, never read."""
     from finetune_doctor.readers.runlogs.trainer_log import find_saved_args
 
     skipped: list[FileRead] = []
@@ -405,6 +422,10 @@ def collect(run_dir: str | None, logs: list[str], workers: int | None = None) ->
         if real in seen:
             return
         seen.add(real)
+        if exclude and _is_sink(path, exclude):
+            skipped.append(FileRead(path, "unknown", _size(path), 0, complete=False, problems=(
+                "not read: this command's own report is being written to it",)))
+            return
         fp = fingerprint(path)
         if fp is not None and fp[0] > 0:
             if fp in prints:

@@ -25,8 +25,22 @@ def budget_line(tb: dict[str, Any] | None) -> str | None:
         else:
             parts.append(f"{what} fits (probability of OOM <= 5 %) as long as no sample exceeds "
                          f"{b['tokens_per_sample']:,} tokens "
-                         f"({b['tokens_per_micro_batch']:,} per micro batch of {b['micro_batch']})")
+                         f"({b['tokens_per_micro_batch']:,} per micro batch of {b['micro_batch']})"
+                         + _band_note(b, tb.get("budget_gib"), tb["cutoff_len"]))
     return f"{'; '.join(parts)} (cutoff_len {tb['cutoff_len']:,})" if parts else None
+
+
+def _band_note(b: dict[str, Any], budget: float | None, cutoff: int) -> str:
+    """Why the limit is far below what the card holds, when it is: the estimate at the limit (GiB) is the most the
+    card takes at a 5 % probability of OOM, and the point estimate alone reaches the card only at longer samples
+    (facts/assume.py `token_budget`). Empty when the two limits are close (within 25 %) or not known."""
+    card, total = b.get("card_tokens_per_sample"), b.get("total_gib")
+    if not budget or total is None or not card or card <= 1.25 * b["tokens_per_sample"]:
+        return ""
+    card_text = (f"the estimate alone reaches the card only at {card:,} tokens" if card < cutoff else
+                 "the estimate alone stays under the card even at cutoff_len")
+    return (f": set by the prediction's error for this kind of run, not by the card — there the estimate is "
+            f"{total:.1f} GiB of {budget:.1f}, and {card_text}")
 
 
 def deciding_line(d: dict[str, Any] | None) -> str | None:
