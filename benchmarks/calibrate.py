@@ -175,7 +175,7 @@ def predict(row: dict[str, Any]) -> dict[str, Any]:
         mem = asm.memory
         if mem is None:
             return {"error": "no memory estimate (" + "; ".join(asm.notes[:2]) + ")"}
-        return {"total": mem.total, "peak_allocated": mem.peak_allocated,
+        return {"total": mem.total, "need": mem.need, "peak_allocated": mem.peak_allocated,
                 "runtime": float(mem.details.get("runtime_gib") or 0.0),
                 "shape": str(mem.details.get("reserve_class") or "default"), "method": mem.method,
                 "cls": error_class(str(mem.details.get("reserve_class") or "default"),
@@ -216,7 +216,10 @@ def reweigh(row: dict[str, Any], pred: dict[str, Any], weights: dict[str, float]
     interval = uncertainty.mixture_interval(comps, uncertainty.error_dist(pred["method"], cls))
     p = pred["p_oom"]
     if p is not None and all(b is not None for _w, _t, b in comps):
-        p = uncertainty.mixture_p_oom(comps, uncertainty.oom_dist(pred["method"], cls))
+        # p_oom on what each component needs, as the doctor decides it (facts/config.py `_mixed`)
+        ratio = pred["need"] / total if pred.get("need") and total else 1.0
+        p = uncertainty.mixture_p_oom([(w, t * ratio, b) for w, t, b in comps],
+                                      uncertainty.oom_dist(pred["method"], cls))
     return {**pred, "p_oom": p, "interval": interval}
 
 

@@ -198,6 +198,13 @@ class MemoryEstimate:
     def total(self) -> float:
         return self.per_gpu["total"]
 
+    @property
+    def need(self) -> float:
+        """What the run needs to complete (GiB): `total` with the allocator reserve it needs instead of the one it
+        shows (analyzers/memory/reserve.py, 'Shown and needed'); `total` for an estimate that does not say."""
+        v = self.details.get("need_gib")
+        return self.total if v is None else float(v)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "per_gpu_gib": {k: _r(v) for k, v in self.per_gpu.items()},
@@ -205,6 +212,7 @@ class MemoryEstimate:
             "host_gib": _r(self.host),
             "fits": self.fits,
             "headroom_gib": _r(self.headroom),
+            "need_gib": _r(self.need),
             "method": self.method,
             "verdict": self.verdict,
             "p_oom": None if self.p_oom is None else round(float(self.p_oom), 3),

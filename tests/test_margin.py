@@ -98,15 +98,18 @@ def test_report_verdict_probability_and_interval_follow_the_error_model(tmp_path
     cls = uncertainty.error_class("long_sequence", False)               # >= 8192 tokens per micro-batch, bf16
     dist = uncertainty.error_dist("analytic", cls)
     total = mem["per_gpu_gib"]["total"]
+    need = mem["need_gib"]
     assert mem["fits"] is True and mem["verdict"] == "at-risk"
-    # p_oom from the interval's distribution with the table's (λ, τ) spread (uncertainty.oom_dist)
-    assert mem["p_oom"] == pytest.approx(uncertainty.p_oom(total, cap, uncertainty.oom_dist("analytic", cls)),
+    # the run needs less than it shows: the allocator frees its cache before an OOM (reserve.py 'Shown and needed')
+    assert need < total
+    # p_oom from the interval's distribution with the table's (λ, τ) spread (uncertainty.oom_dist), on the need
+    assert mem["p_oom"] == pytest.approx(uncertainty.p_oom(need, cap, uncertainty.oom_dist("analytic", cls)),
                                          abs=2e-3)
     lo, hi = mem["interval_gib"]
     assert lo == pytest.approx(total * math.exp(dist.quantile(0.05)), abs=0.02)
     assert hi == pytest.approx(total * math.exp(dist.quantile(0.95)), abs=0.02)
-    # the v1 keys keep their meaning
-    assert mem["headroom_gib"] == pytest.approx(cap - total, abs=0.02) and mem["method"] == "analytic"
+    # headroom is the room left before an OOM: against the need
+    assert mem["headroom_gib"] == pytest.approx(cap - need, abs=0.02) and mem["method"] == "analytic"
     codes = {f["code"] for f in d["findings"]}
     assert "FD606" in codes and "FD601" not in codes
 
@@ -135,13 +138,22 @@ def test_remedies_aim_at_five_percent(tmp_path):
     # the best fix changes the run least: among the sets that truncate the data and otherwise add only free
     # remedies (liger-kernel, expandable segments: engine/planners.py tier 0), the one that truncates least
     same = [f for f in fixes if {e["key"] for e in f["edits"]} - {"enable_liger_kernel"} == {"cutoff_len"}]
-    assert tight["fix"] in same
-    assert tight["fix"]["effect"]["total_gib_after"] >= max(f["effect"]["total_gib_after"] for f in same) - 1e-9
+    # judged on what the run needs (reserve.py 'Shown and needed'), the free remedies alone may reach the target:
+    # then they lead and nothing is truncated
+    free = [f for f in fixes if {e["key"] for e in f["edits"]} <= {"enable_liger_kernel"}]
+    assert tight["fix"] in same + free
+    if tight["fix"] in same:
+        assert tight["fix"]["effect"]["total_gib_after"] >= max(f["effect"]["total_gib_after"] for f in same) - 1e-9
+
+
+# with the pinned error model, the cutoff at which the 7B LoRA is at risk on an A100-40GB by what it needs (reserve.py
+# 'Shown and needed'; at 9216 tokens it needs 33.6 GiB and fits)
+TIGHT = 11264
 
 
 @pytest.mark.usefixtures("pinned_error_model")   # the remedy's arithmetic, not the live calibration's width
 def test_expandable_segments_remedy_and_its_effect(tmp_path):
-    d = check_json(tmp_path, QWEN7_8K.format(cutoff=9216), "--gpu", "A100-40GB")
+    d = check_json(tmp_path, QWEN7_8K.format(cutoff=TIGHT), "--gpu", "A100-40GB")
     frag = next(f for f in d["findings"] if f["name"] == "expandable-segments")
     eff = frag["fix"]["effect"]
     # the 'on' reserve of the run's class, read from the table itself: tensor peak × (1 + r_on) + runtime
@@ -162,11 +174,12 @@ def test_expandable_segments_remedy_and_its_effect(tmp_path):
 @pytest.mark.usefixtures("pinned_error_model")   # the text layout, with the numbers of a fixed error model
 def test_text_report_shows_verdict_and_probabilities(tmp_path):
     cfg = tmp_path / "config.yaml"
-    cfg.write_text(QWEN7_8K.format(cutoff=9216), encoding="utf-8")
+    cfg.write_text(QWEN7_8K.format(cutoff=TIGHT), encoding="utf-8")
     out = CliRunner().invoke(main, ["check", str(cfg), "--no-data", "--gpu", "A100-40GB"]).output
     flat = " ".join(out.split())
-    assert "verdict at-risk · probability of OOM 16 % · 90 % interval" in flat
-    assert "effect: total 38.7 → 36.9 GiB, probability of OOM 16 % → 5 %" in flat
+    assert "verdict at-risk · probability of OOM 8 % · 90 % interval" in flat
+    assert "total 43.39 110.2%" in flat and "needs 37.64 GiB to run" in flat and "headroom 1.75 GiB" in flat
+    assert "effect: total 43.4 → 41.4 GiB, probability of OOM 8 % → 4 %" in flat
 
 
 # -- the held-out reports -------------------------------------------------------------------------------------------

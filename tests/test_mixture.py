@@ -116,7 +116,10 @@ def test_check_reports_the_mixture_when_the_table_weighs_alternatives(tmp_path, 
     from finetune_doctor.facts.mem import shape_of
 
     d = u.oom_dist(mem.method, shape_of(mem))
-    want = 0.5 * u.p_oom(mem.total, 79.15, d) + sum(0.125 * u.p_oom(t, 79.15, d) for t in totals)
+    # p_oom is decided on what each component needs: the alternative's total in the run's ratio of need to total
+    ratio = mem.need / mem.total
+    assert ratio < 1.0
+    want = 0.5 * u.p_oom(mem.need, 79.15, d) + sum(0.125 * u.p_oom(t * ratio, 79.15, d) for t in totals)
     assert mixed.p_oom == pytest.approx(want, rel=1e-6) and mixed.p_oom < mem.p_oom
     assert mixed.interval_gib[0] < mem.interval_gib[0] and mixed.interval_gib[1] <= mem.interval_gib[1] + 1e-6
     assert base.total == pytest.approx(mem.total)
@@ -124,7 +127,7 @@ def test_check_reports_the_mixture_when_the_table_weighs_alternatives(tmp_path, 
     monkeypatch.setattr(u, "table", lambda: {**table, "assumption_weights": {"default": 1.0},
                                              "sample_lengths_prior": {"form": "log-uniform"}})
     even = assemble_config(str(path), (), opts).memory
-    want = (u.p_oom(mem.total, 79.15, d) + sum(u.p_oom(t, 79.15, d) for t in totals)) / 5
+    want = (u.p_oom(mem.need, 79.15, d) + sum(u.p_oom(t * ratio, 79.15, d) for t in totals)) / 5
     assert even.p_oom == pytest.approx(want, rel=1e-6)
 
 

@@ -342,3 +342,29 @@ def test_the_launcher_and_release_assumptions_are_written_in_one_module():
                 if any(isinstance(n, ast.Constant) and n.value in ("launcher", "lf-version") for n in names):
                     where.add(str(path.relative_to(root)))
     assert where == {"facts/kinds.py"}
+
+
+def test_the_reserve_shown_and_needed_has_one_home():
+    """The allocator reserve per shape class, the share a run shows and the share it needs (issue 23), is read from
+    reserve_table.json by analyzers/memory/reserve.py alone; the estimate carries both, and every verdict decides on
+    the need (uncertainty.assess's `need_gib`) while `total` keeps the shown reserve."""
+    from finetune_doctor.analyzers.memory import compute_terms, estimate, reserve, uncertainty
+    from finetune_doctor.facts.mem import shape_of
+    from finetune_doctor.readers.model.modelcfg import load_arch
+    from finetune_doctor.run import resolve_run
+    from finetune_doctor.types import Hardware
+
+    pkg = Path(reserve.__file__).resolve().parents[2]
+    readers = sorted(p.relative_to(pkg).as_posix() for p in pkg.rglob("*.py")
+                     if '"reserve_table.json"' in p.read_text(encoding="utf-8"))   # the path as code names it
+    assert readers == ["analyzers/memory/reserve.py"]
+    hw = Hardware(gpu="A100-40GB", num_gpus=1, capacity_gib=39.39, bf16=True, source="flag")
+    cfg = {"bf16": True, "finetuning_type": "lora", "cutoff_len": 11264, "per_device_train_batch_size": 1}
+    run = resolve_run(cfg, load_arch("Qwen/Qwen2.5-7B")[0], hw, None)
+    est = estimate(run, hw)
+    t = compute_terms(run)
+    assert est.details["reserve_share"] == reserve.reserve_fraction(run, t, False)[0]
+    assert est.details["reserve_needed_share"] == reserve.needed_fraction(run, t, False)[0]
+    assert est.need < 39.39 < est.total
+    a = uncertainty.assess(est.total, 39.39, est.method, shape_of(est), est.need)
+    assert est.fits is True and a.verdict != "oom"

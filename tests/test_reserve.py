@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -63,3 +64,90 @@ def test_estimate_applies_the_class_reserve():
     # ZeRO-2/3 is not derived from replays (stand-in traces): it keeps the former flat reserve
     z = _run("Qwen/Qwen2.5-7B", 8, 3, finetuning_type="full")
     assert reserve.reserve_fraction(z, compute_terms(z), expandable=False) == (0.08, "zero")
+
+
+# -- shown and needed (reserve.py 'Shown and needed') ---------------------------------------------------------------
+
+NEEDED_MD = reserve.TABLE.parents[3] / "benchmarks" / "results" / "reserve_needed.md"
+
+
+def test_needed_entries_are_the_replays_medians_and_never_above_shown():
+    """reserve_table.json's ``needed`` is what benchmarks/derive_needed_reserve.py wrote: per class and kind of
+    training the median of the replayed configs' smallest completing capacity (the page lists every config)."""
+    table = json.loads(reserve.TABLE.read_text())["classes"]
+    rows = [line.split(" | ") for line in NEEDED_MD.read_text().splitlines()
+            if line.startswith("| ") and line.count(" | ") == 6 and "model: config" not in line]
+    assert len(rows) == sum(e["n"] for e in table.values())          # one page row per replayed config
+    for cls, entry in table.items():
+        for kind, need in entry["needed"].items():
+            mine = [r for r in rows if r[0] == f"| {cls}" and
+                    reserve.trains_kind(r[1].split(": ")[1].split(",")[0].split(" ")[0]) == kind]
+            assert need["n"] == len(mine) >= 1
+            assert need["off"]["median"] == pytest.approx(statistics.median(float(r[4]) for r in mine), abs=6e-4)
+            assert need["on"]["median"] == pytest.approx(statistics.median(float(r[6].rstrip(" |")) for r in mine),
+                                                         abs=6e-4)
+    # what the replays show: an adapter run needs a fraction of what it shows; a full run of its class needs more
+    long = table["long_sequence"]["needed"]
+    assert long["adapter"]["off"]["median"] < 0.25 * table["long_sequence"]["off"]["median"]
+    assert long["full"]["off"]["median"] > 3 * long["adapter"]["off"]["median"]
+
+
+@pytest.mark.parametrize("model, kw, expandable", [
+    ("Qwen/Qwen2.5-7B", dict(finetuning_type="lora", cutoff_len=16384), False),
+    ("Qwen/Qwen2.5-7B", dict(finetuning_type="lora", cutoff_len=16384), True),
+    ("Qwen/Qwen2.5-1.5B", dict(finetuning_type="full", cutoff_len=8192), False),
+    ("Qwen/Qwen2.5-7B", dict(finetuning_type="lora"), False),
+])
+def test_needed_fraction_reads_class_kind_and_mode(model, kw, expandable):
+    run = _run(model, **kw)
+    t = compute_terms(run)
+    share, cls = reserve.needed_fraction(run, t, expandable)
+    entry = json.loads(reserve.TABLE.read_text())["classes"][cls]
+    kind = "full" if kw["finetuning_type"] == "full" else "adapter"
+    want = entry["needed"][kind]["on" if expandable else "off"]["median"]
+    assert share == min(want, reserve.reserve_fraction(run, t, expandable)[0])
+
+
+def test_zero_runs_need_what_they_show():
+    """No replay of DeepSpeed's own allocation pattern exists (derive_reserve.py GRID): ZeRO needs its shown share."""
+    z = _run("Qwen/Qwen2.5-7B", 8, 3, finetuning_type="full")
+    t = compute_terms(z)
+    assert reserve.needed_fraction(z, t, False) == reserve.reserve_fraction(z, t, False) == (0.08, "zero")
+
+
+def test_estimate_decides_fit_on_the_need_and_shows_the_total():
+    """A 7B LoRA at 16k tokens shows ~17 % reserve on a roomy card but needs ~3 %: on a card between the two
+    figures it fits (headroom against the need), while `total` stays what nvidia-smi would show."""
+    run = _run("Qwen/Qwen2.5-7B", finetuning_type="lora", cutoff_len=16384)
+    free = estimate(run, None)
+    d = free.details
+    need_share, _ = reserve.needed_fraction(run, compute_terms(run), False)
+    assert d["reserve_needed_share"] == need_share
+    assert free.need == pytest.approx(free.peak_allocated * (1 + need_share) + d["runtime_gib"], rel=1e-9)
+    assert free.total == pytest.approx(free.peak_allocated * (1 + d["reserve_share"]) + d["runtime_gib"], rel=1e-9)
+    assert free.total - free.need > 4.0                                        # GiB: the cache it can give back
+    cap = (free.total + free.need) / 2
+    hw = Hardware(gpu="x", num_gpus=1, capacity_gib=cap, bf16=True, source="flag")
+    est = estimate(run, hw)
+    assert est.total > cap and est.fits is True and est.details["first_oom"] is None
+    assert est.headroom == pytest.approx(cap - est.need, abs=1e-9)
+    from finetune_doctor.analyzers.memory import uncertainty
+    a = uncertainty.assess(est.total, cap, "analytic", "long_sequence/unquantized", est.need)
+    assert a.verdict != "oom" and uncertainty.assess(est.total, cap, "analytic", "long_sequence/unquantized").verdict \
+        == "oom"
+    # the interval stays the shown total's
+    assert a.interval_gib == uncertainty.assess(est.total, None, "analytic", "long_sequence/unquantized").interval_gib
+
+
+def test_fsdp_needs_its_init_floor_but_not_its_idle_side_pools():
+    """FSDP1 (reserve.py `needed_reserve`): idle blocks of FSDP's own stream pools are whole free segments that the
+    allocator releases before an OOM; the blocks initialisation left in the default pool hold live shards and stay."""
+    from types import SimpleNamespace
+
+    t = SimpleNamespace(side_pools=5.0, side_live=2.0, init_floor=12.0)
+    # default stream: 8 of the 10-byte peak; its pool is the init floor (12 > 8 × 1.05); plus the live side blocks
+    assert reserve.needed_reserve(10.0, 0.05, t) == pytest.approx(12.0 + 2.0 - 10.0)
+    assert reserve.pool_reserve(10.0, 0.05, t) == pytest.approx(12.0 + 5.0 - 10.0)
+    # without FSDP's pools the need is the share of the peak
+    assert reserve.needed_reserve(10.0, 0.05) == pytest.approx(0.5)
+    assert reserve.needed_reserve(10.0, -0.03) == 0.0            # a replay artefact below zero counts as none

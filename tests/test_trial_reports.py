@@ -242,7 +242,10 @@ def test_liger_leads_on_a_run_over_the_card_and_truncation_never_comes_alone_fir
     fixes = _memory_fix(check_json(QWEN3_20K, "--gpu", "2xA100-40GB"))
     assert _keys(fixes[0]) == [("enable_liger_kernel", True)]
     assert 25 < fixes[0]["effect"]["total_gib_after"] < 30 < 39.39
-    assert not any(_keys(f) == [("cutoff_len", 5120)] for f in fixes)
+    # by what the run needs (analyzers/memory/reserve.py 'Shown and needed') cutoff_len 5120 alone also reaches the
+    # target, but never before liger
+    alone = [i for i, f in enumerate(fixes) if [k for k, _ in _keys(f)] == ["cutoff_len"]]
+    assert all(i > 0 for i in alone)
 
 
 def test_liger_is_not_offered_where_lf_has_no_patch_or_it_is_on(tmp_path):
@@ -290,9 +293,10 @@ def test_token_limit_says_when_the_error_band_and_not_the_card_sets_it():
     tb = d["memory"]["token_budget"]
     train = tb["train"]
     assert tb["budget_gib"] == pytest.approx(39.39, abs=0.01)
-    assert 600 < train["tokens_per_sample"] < 900 and 17 < train["total_gib"] < 20
-    # the point estimate alone reaches the card near 9k tokens: the band takes more than 90 % of the length
-    assert 8000 < train["card_tokens_per_sample"] < 11000
+    # judged on what the run needs (reserve.py 'Shown and needed'): ~1000 tokens, where the shown total is ~19 GiB
+    assert 900 < train["tokens_per_sample"] < 1100 and 17 < train["total_gib"] < 20
+    # the point estimate of the need alone reaches the card near 11.5k tokens: the band takes more than 90 %
+    assert 10000 < train["card_tokens_per_sample"] < 12500
     text = invoke("check", QWEN3_20K, "--gpu", "2xA100-40GB", "--no-data").output
     flat = " ".join(text.split())
     assert (f"as long as no sample exceeds {train['tokens_per_sample']:,} tokens" in flat

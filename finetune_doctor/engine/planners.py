@@ -281,9 +281,12 @@ def judge_against(hw: Any, mixture: list[tuple[float, float, float | None]] | No
 
     def judge(r: Any, expandable: bool) -> tuple[bool, float, float]:
         est = estimate(r, hw)
-        total = expandable_total(est, r) if expandable and r.world_size == 1 else est.total
+        on = expandable and r.world_size == 1
+        total = expandable_total(est, r) if on else est.total
+        # decided on what the run needs, as the verdict is (uncertainty.assess `need_gib`); `total` is reported
+        need = expandable_total(est, r, need=True) if on else est.need
         dist = uncertainty.oom_dist("analytic", shape_of(est))
-        p = sum(w * uncertainty.p_oom(total * ratio, budget if b is None else b, dist) for w, ratio, b in comps)
+        p = sum(w * uncertainty.p_oom(need * ratio, budget if b is None else b, dist) for w, ratio, b in comps)
         return p <= uncertainty.P_OOM_TARGET, total, p
 
     return judge
@@ -320,10 +323,12 @@ def _fix_of(combo: tuple[Candidate, ...], total: float, before: tuple[float, flo
 def _safe_total(r: Any, hw: Any) -> float:
     """The largest total (GiB) with p_oom <= 5 % on `hw` for the run `r` (its shape class decides)."""
     from finetune_doctor.analyzers.memory import estimate, uncertainty
-    from finetune_doctor.facts.mem import budget_of, shape_of
+    from finetune_doctor.facts.mem import budget_of, need_ratio, shape_of
 
-    dist = uncertainty.oom_dist("analytic", shape_of(estimate(r, hw)))
-    return uncertainty.safe_total(budget_of(hw) or 0.0, dist)
+    est = estimate(r, hw)
+    dist = uncertainty.oom_dist("analytic", shape_of(est))
+    # safe_total bounds the need (uncertainty.assess); as a total, in the run's ratio of need to total
+    return uncertainty.safe_total(budget_of(hw) or 0.0, dist) / need_ratio(est)
 
 
 @planner("oom-remedies")

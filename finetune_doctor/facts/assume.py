@@ -80,7 +80,7 @@ def judge_run(counts: Any = None, enabled: bool = True) -> Judge:
 
         est = estimate(run, hw, counts=counts, tokens=tokens)
         budget = _budget(hw)
-        a = uncertainty.assess(est.total, budget, est.method, shape_of(est))
+        a = uncertainty.assess(est.total, budget, est.method, shape_of(est), est.need)
         return est.total, a.verdict
 
     judge.enabled = enabled   # type: ignore[attr-defined]
@@ -202,11 +202,13 @@ def _stack(c: _Seen, alt_stack: dict[str, Any] | None) -> list[Assumption]:
         if alt_stack and alt_stack.get("alt_stack_total") is not None:
             total = float(alt_stack["alt_stack_total"])
             from finetune_doctor.analyzers.memory import uncertainty
-            from finetune_doctor.facts.mem import shape_of
+            from finetune_doctor.facts.mem import need_ratio, shape_of
 
-            # judged as the reported estimate is: same method, same shape class (the optimizer leaves both)
+            # judged as the reported estimate is: same method, same shape class (the optimizer leaves both), its
+            # need in the same ratio to its total
             shape = shape_of(c.asm.memory) if c.asm.memory is not None else "default"
-            verdict = uncertainty.assess(total, _budget(hw), "analytic", shape).verdict if hw else None
+            ratio = need_ratio(c.asm.memory) if c.asm.memory is not None else 1.0
+            verdict = uncertainty.assess(total, _budget(hw), "analytic", shape, total * ratio).verdict if hw else None
             alts.append((f"torch < 2.8 ({alt_stack.get('alt_stack_optim')})",
                          lambda total=total, verdict=verdict: (total, verdict)))
         why = ("transformers' default optimizer follows torch (fused AdamW from 2.8)"
@@ -414,11 +416,12 @@ def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str,
 
     Bisection over `run.seq_len` (the memory model is monotone in it): training is judged with evaluation off,
     evaluation from the evaluation moment alone (its tensor peak × (1 + the allocator reserve share) + the
-    runtime, analyzers/memory/moments.py). Returns ``{"cutoff_len", "budget_gib", "train": {"tokens_per_sample",
+    runtime, analyzers/memory/moments.py; the verdict on the reserve the run needs, reserve.py `needed_fraction`).
+    Returns ``{"cutoff_len", "budget_gib", "train": {"tokens_per_sample",
     "tokens_per_micro_batch", "micro_batch", "fits_at_cutoff", "total_gib", "card_tokens_per_sample"}, "eval": {...}
     or None}``; ``total_gib`` is the estimate at ``tokens_per_sample`` (GiB, None at 0 tokens) and
-    ``card_tokens_per_sample`` the longest sequence whose point estimate is under the budget (no error band):
-    the gap between the two limits is what the prediction's error takes. ``tokens_per_sample``
+    ``card_tokens_per_sample`` the longest sequence whose point estimate of what it needs is under the budget (no
+    error band): the gap between the two limits is what the prediction's error takes. ``tokens_per_sample``
     is the longest sequence (for DPO/RM/KTO each of the pair's sequences; the collator pads a micro batch to its
     longest, so one long sample sets the whole batch) and 0 when even one-token samples do not fit.
     """
@@ -430,25 +433,28 @@ def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str,
 
     per_seq = 2 if run.pairwise else 1
 
-    def train_at(n: int) -> tuple[float, str]:
+    def train_at(n: int) -> tuple[float, str, float]:
         est = estimate(run.with_(seq_len=n, eval_during_training=False), hw, counts=counts)
-        return est.total, uncertainty.assess(est.total, budget, est.method, shape_of(est)).verdict
+        verdict = uncertainty.assess(est.total, budget, est.method, shape_of(est), est.need).verdict
+        return est.total, verdict, est.need
 
-    def eval_at(n: int) -> tuple[float, str] | None:
+    def eval_at(n: int) -> tuple[float, str, float] | None:
         est = estimate(run.with_(seq_len=n), hw, counts=counts)
         d = est.details
         moment = next((v for k, v in (d.get("moments_gib") or {}).items() if "evaluation" in k), None)
         if moment is None:
             return None
-        total = moment * (1 + float(d.get("reserve_share") or 0.0)) + float(d.get("runtime_gib") or 0.0)
-        return total, uncertainty.assess(total, budget, est.method, shape_of(est)).verdict
+        rt = float(d.get("runtime_gib") or 0.0)
+        total = moment * (1 + float(d.get("reserve_share") or 0.0)) + rt
+        need = moment * (1 + max(float(d.get("reserve_needed_share") or 0.0), 0.0)) + rt
+        return total, uncertainty.assess(total, budget, est.method, shape_of(est), need).verdict, need
 
-    def largest(at: Callable[[int], tuple[float, str] | None], batch: int) -> dict[str, Any]:
-        n = _bisect(lambda k: (at(k) or (0.0, "fits"))[1] == "fits", run.seq_len)
+    def largest(at: Callable[[int], tuple[float, str, float] | None], batch: int) -> dict[str, Any]:
+        n = _bisect(lambda k: (at(k) or (0.0, "fits", 0.0))[1] == "fits", run.seq_len)
         # the same search against the card itself: the longest samples whose point estimate is under the budget.
         # Where it is far above `n`, the prediction's error band, not the card, sets the limit (trial 7, c01: 18 GiB
         # "fits" at 512 tokens on a 39.4 GiB card, yet the limit is 726 tokens)
-        card = _bisect(lambda k: (at(k) or (0.0, ""))[0] <= budget, run.seq_len)
+        card = _bisect(lambda k: (at(k) or (0.0, "", 0.0))[2] <= budget, run.seq_len)
         res = at(n) if n else None
         return {"tokens_per_sample": n, "tokens_per_micro_batch": n * batch * per_seq,
                 "micro_batch": batch, "fits_at_cutoff": n >= run.seq_len,

@@ -392,7 +392,7 @@ def _mixed(asm: Assembly, opts: Options) -> dict[str, Any]:
     facts that change (p_oom, p_oom_pct, interval_*); empty when nothing is open."""
     from finetune_doctor.analyzers.memory import uncertainty
     from finetune_doctor.facts import assume
-    from finetune_doctor.facts.mem import shape_of
+    from finetune_doctor.facts.mem import need_ratio, shape_of
 
     mem = asm.memory
     comps = assume.mixture(mem.total, asm.hw, asm.assumptions, opts.gpu)
@@ -405,7 +405,10 @@ def _mixed(asm: Assembly, opts: Options) -> dict[str, Any]:
     interval = uncertainty.mixture_interval(comps, uncertainty.error_dist(mem.method, shape))
     p = None
     if mem.p_oom is not None and all(b is not None for _w, _t, b in comps):
-        p = uncertainty.mixture_p_oom(comps, uncertainty.oom_dist(mem.method, shape))   # type: ignore[arg-type]
+        # p_oom is decided on what each component needs, not the reserve it shows (uncertainty.assess `need_gib`)
+        ratio = need_ratio(mem)
+        need_comps = [(w, t * ratio, b) for w, t, b in comps]
+        p = uncertainty.mixture_p_oom(need_comps, uncertainty.oom_dist(mem.method, shape))   # type: ignore[arg-type]
     asm.memory = replace(mem, p_oom=p if p is not None else mem.p_oom, interval_gib=interval, details=details)
     out: dict[str, Any] = {"interval_gib": list(interval), "interval_lo_gib": interval[0],
                            "interval_hi_gib": interval[1]}

@@ -16,7 +16,7 @@ from typing import Any
 from finetune_doctor.analyzers.memory import launchenv, uncertainty
 from finetune_doctor.analyzers.memory import compute_terms, estimate
 from finetune_doctor.analyzers.memory.params import count_params
-from finetune_doctor.analyzers.memory.reserve import reserve_fraction
+from finetune_doctor.analyzers.memory.reserve import needed_fraction, reserve_fraction
 from finetune_doctor.facts.schema import F, Namespace
 from finetune_doctor.quant import hinted_spec
 from finetune_doctor.types import GIB, Hardware, MemoryEstimate
@@ -32,8 +32,11 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "peak_allocated_gib": F("float", "the same, rounded"),
     "host": F("float", "host RAM per node, GiB"), "host_gib": F("float", "the same, rounded"),
     "host_save": F("float", "the part of host that a ZeRO-3 checkpoint save adds on rank 0's node, GiB"),
-    "fits": F("bool", "total <= capacity minus memory in use (None without a GPU)"),
-    "headroom_gib": F("float", "capacity minus in-use minus total, GiB"),
+    "fits": F("bool", "need <= capacity minus memory in use (None without a GPU)"),
+    "headroom_gib": F("float", "capacity minus in-use minus need, GiB"),
+    "need_gib": F("float", "what the run needs to complete: total with the allocator reserve it needs, not the one it "
+                           "shows (the allocator frees its cache and retries before an OOM), GiB"),
+    "reserve_needed_gib": F("float", "the part of need_gib that is allocator reserve, GiB"),
     "method": F("str", "analytic | simulated | measured"),
     "phase": F("str", "forward/loss | backward | optimizer step"),
     "peak_moment": F("str", "the moment of step 2 that peaks"),
@@ -75,7 +78,7 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "interval_gib": F("list", "central 90 % predictive interval of total, GiB"),
     "interval_lo_gib": F("float", "its lower end, GiB"),
     "interval_hi_gib": F("float", "its upper end, GiB"),
-    "safe_total_gib": F("float", "the largest total with p_oom <= p_oom_target on this card, GiB"),
+    "safe_total_gib": F("float", "the largest need with p_oom <= p_oom_target on this card, GiB"),
     "error_class": F("str", "the error class whose benchmark error applies (shape class, and weight storage where "
                                 "the table keys by it)"),
     "error_rows": F("int", "benchmark rows of this method and class behind the error model"),
@@ -155,7 +158,7 @@ def shape_of(mem: MemoryEstimate) -> str:
 def judged(mem: MemoryEstimate, hw: Hardware | None, alt: dict[str, Any] | None = None) -> MemoryEstimate:
     """`mem` with its verdict, p_oom and interval (analyzers/memory/uncertainty.py) against `hw`'s budget. A run that
     fits the assumed stack but not a torch < 2.8 one (`alt`, `older_stack`) is at risk: the stack is not known."""
-    a = uncertainty.assess(mem.total, budget_of(hw), mem.method, shape_of(mem))
+    a = uncertainty.assess(mem.total, budget_of(hw), mem.method, shape_of(mem), mem.need)
     verdict = a.verdict
     if verdict == "fits" and alt and alt.get("alt_stack_fits") is False:
         verdict = "at-risk"
@@ -165,14 +168,15 @@ def judged(mem: MemoryEstimate, hw: Hardware | None, alt: dict[str, Any] | None 
 def verdict_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[str, Any] | None) -> dict[str, Any]:
     """The verdict and error-model facts of `mem` (namespace fields budget_gib … expandable_verdict)."""
     budget = budget_of(hw)
-    a = uncertainty.assess(mem.total, budget, mem.method, shape_of(mem))
+    a = uncertainty.assess(mem.total, budget, mem.method, shape_of(mem), mem.need)
     d = a.dist
     verdict = mem.verdict or a.verdict
     reason = None
     if verdict == "at-risk":
         reason = "error" if a.p_oom is not None and a.p_oom > uncertainty.P_OOM_TARGET else "stack"
     out: dict[str, Any] = {
-        "budget_gib": budget, "verdict": verdict, "verdict_reason": reason, "p_oom": a.p_oom,
+        "budget_gib": budget, "need_gib": mem.need, "reserve_needed_gib": mem.details.get("reserve_needed_gib"),
+        "verdict": verdict, "verdict_reason": reason, "p_oom": a.p_oom,
         "p_oom_pct": None if a.p_oom is None else 100 * a.p_oom, "p_oom_target": uncertainty.P_OOM_TARGET,
         "interval_gib": list(a.interval_gib), "interval_lo_gib": a.interval_gib[0],
         "interval_hi_gib": a.interval_gib[1], "safe_total_gib": a.safe_total_gib,
@@ -181,7 +185,7 @@ def verdict_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[
         "alt_stack_p_oom": None,
     }
     if alt and alt.get("alt_stack_total") is not None and budget is not None:
-        out["alt_stack_p_oom"] = uncertainty.p_oom(alt["alt_stack_total"], budget,
+        out["alt_stack_p_oom"] = uncertainty.p_oom(alt["alt_stack_total"] * need_ratio(mem), budget,
                                                   uncertainty.oom_dist(d.method, shape_of(mem)))
     out.update(expandable_facts(mem, hw, run))
     return out
@@ -200,18 +204,27 @@ def expandable_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any) -> dict
     if assumed or mem.method != "analytic":
         return out
     total = expandable_total(mem, run)
-    a = uncertainty.assess(total, budget_of(hw), mem.method, shape_of(mem))
+    a = uncertainty.assess(total, budget_of(hw), mem.method, shape_of(mem), expandable_total(mem, run, need=True))
     out.update({"expandable_total": total, "expandable_saves_gib": mem.total - total, "expandable_p_oom": a.p_oom,
                 "expandable_p_oom_pct": None if a.p_oom is None else 100 * a.p_oom, "expandable_verdict": a.verdict})
     return out
 
 
-def expandable_total(mem: MemoryEstimate, run: Any) -> float:
+def expandable_total(mem: MemoryEstimate, run: Any, need: bool = False) -> float:
     """`mem.total` (GiB) of an analytic single-process estimate with expandable segments on: tensor peak ×
-    (1 + the class's 'on' reserve) + runtime (the estimate's own sum, analyzers/memory/moments.py)."""
+    (1 + the class's 'on' reserve) + runtime (the estimate's own sum, analyzers/memory/moments.py); with `need`,
+    `mem.need`'s counterpart (the 'on' reserve the run needs, reserve.py `needed_fraction`)."""
     tokens = mem.details.get("tokens_per_micro_batch")
-    share, _ = reserve_fraction(run, compute_terms(run, count_params(run), tokens), True)
+    pick = needed_fraction if need else reserve_fraction
+    share, _ = pick(run, compute_terms(run, count_params(run), tokens), True)
     return mem.peak_allocated * (1 + share) + float(mem.details.get("runtime_gib") or 0.0)
+
+
+def need_ratio(mem: MemoryEstimate) -> float:
+    """`mem.need` / `mem.total`: how a total that only an alternative carries (another stack, an assumption's
+    alternative, facts/assume.py `mixture`) becomes its need. The reserve shares are shares of the tensor peak and
+    the runtime changes little between such alternatives, so the ratio carries over; 1 for an empty estimate."""
+    return mem.need / mem.total if mem.total > 0 else 1.0
 
 
 def quant_alternative(resolve_arch: Any, run: Any, hw: Hardware | None, tokens: int | None) -> dict[str, Any]:

@@ -364,6 +364,7 @@ def _memory(w: _Writer, r: Report) -> None:
     w.rich(t, indent=1)
     fits = {True: ("yes", "green"), False: ("NO", "bold red"), None: ("unknown", None)}[mem.fits]
     w.line(f"capacity {gib(cap) + ' GiB' if cap is not None else 'unknown'}"
+           f"{_needs(mem)}"
            f" · headroom {gib(mem.headroom) + ' GiB' if mem.headroom is not None else 'unknown'}"
            f" · fits {fits[0]}{_at_estimate(mem)}"
            f" · peak allocated {gib(mem.peak_allocated)} GiB"
@@ -391,6 +392,15 @@ def _memory(w: _Writer, r: Report) -> None:
                  assumed.budget_line(mem.details.get("token_budget"))):
         if line:
             w.line(line, indent=1)
+
+
+def _needs(mem: Any) -> str:
+    """" · needs X GiB to run" when the run needs visibly less than the total it shows (the allocator frees its
+    cache before an OOM; analyzers/memory/reserve.py 'Shown and needed'): headroom and fit are taken against it."""
+    need = getattr(mem, "need", None)
+    if need is None or mem.total - need < 0.05:
+        return ""
+    return f" · needs {gib(need)} GiB to run (the allocator frees its cache before an OOM)"
 
 
 def _at_estimate(mem: Any) -> str:

@@ -22,6 +22,8 @@ npu.py          Ascend NPUs: HCCL communicator buffers, torch_npu's allocator se
 vision.py       Qwen2-VL-family vision tokens per image and the tower's working set
 hostsave.py     host RAM when a ZeRO-3 checkpoint's 16-bit weights are consolidated on rank 0
 assumed.py      what those terms assumed, as `Assumption` values in the estimate's details
+reserve.py      the allocator reserve per shape class: the share a roomy card shows and the share a run needs
+paged.py        bitsandbytes' paged optimizers: states in unified memory, shown but paged out near the limit
 ==============  ==============================================================================================
 """
 

@@ -21,10 +21,11 @@ from finetune_doctor.analyzers.memory.activations import activation_bytes_per_to
 from finetune_doctor.analyzers.memory.logits import eval_logit_bytes
 from finetune_doctor.analyzers.memory.assumed import term_assumptions
 from finetune_doctor.analyzers.memory.npu import is_npu
+from finetune_doctor.analyzers.memory.paged import evictable_state_bytes
 from finetune_doctor.analyzers.memory.runtime import runtime_bytes
 from finetune_doctor.analyzers.memory.terms import compute_terms
 from finetune_doctor.analyzers.memory.params import ParamCounts, count_params
-from finetune_doctor.analyzers.memory.reserve import pool_reserve, reserve_fraction
+from finetune_doctor.analyzers.memory.reserve import needed_fraction, needed_reserve, pool_reserve, reserve_fraction
 from finetune_doctor.run import Run
 from finetune_doctor.types import GIB, Hardware, MemoryEstimate
 
@@ -33,9 +34,11 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
              counts: ParamCounts | None = None) -> MemoryEstimate:
     """Predicted steady-state peak per rank (GiB) as nvidia-smi and max_memory_allocated would show it.
 
-    `hw.capacity_gib` decides `fits` (None when no GPU is known); `tokens` replaces micro batch × cutoff_len by a
-    measured worst micro-batch. Returns per_gpu terms at the peak phase; `details` holds every term in bytes, the
-    three phase totals and the parameter counts.
+    `total` has the allocator reserve a roomy card shows; ``details["need_gib"]`` the tensor peak + the reserve the
+    run needs + the runtime (reserve.py 'Shown and needed') less a paged optimizer's states the driver pages out
+    (paged.py): it decides `fits`, `headroom` and ``first_oom`` against `hw.capacity_gib` (None without a GPU).
+    `tokens` replaces micro batch × cutoff_len by a measured worst micro-batch. Returns per_gpu terms at the peak
+    phase; `details` holds every term in bytes, the three phase totals and the parameter counts.
     """
     c = counts or count_params(run)
     t = compute_terms(run, c, tokens)
@@ -91,22 +94,18 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
     expandable = run.world_size > 1 and run.launcher in (None, "llamafactory-cli") and not is_npu(hw)
     # the allocator's reserve by shape class, derived from allocator replays (analyzers/memory/reserve.py)
     reserve_share, shape = reserve_fraction(run, t, expandable)
-    factor = 1 + reserve_share
     reserve = pool_reserve(peak, reserve_share, t)   # FSDP's stream pools and init floor (reserve.py)
+    # OOM is decided on what the run needs, not what a roomy card shows (reserve.py 'Shown and needed'; paged.py)
+    needed_share, _ = needed_fraction(run, t, expandable)
     rt = runtime_bytes(run, hw)
-    first_oom = None
-    if hw is not None and hw.capacity_gib:
-        budget = (hw.capacity_gib - (max(hw.in_use_gib) if hw.in_use_gib else 0.0)) * GIB - rt
-        first_oom = next((n for n, b in timeline if b * factor > budget), None)
     total = peak + reserve + rt
+    paged = evictable_state_bytes(run, t.states, c.trainable)
+    need = peak + needed_reserve(peak, needed_share, t) + rt - paged
     per_gpu = {k: v / GIB for k, v in comp.items()}
     per_gpu["runtime"] = (rt + reserve) / GIB
     per_gpu["total"] = total / GIB
-    fits = headroom = None
-    if hw is not None and hw.capacity_gib:
-        in_use = max(hw.in_use_gib) if hw.in_use_gib else 0.0
-        headroom = hw.capacity_gib - in_use - total / GIB
-        fits = headroom >= 0
+    first_oom, fits, headroom = _against_card(hw, timeline, need, rt, needed_share, paged, {"model load"} | (
+        set() if run.resume else {f"{n} of step 1" for n, _v, _p in first[:-1]}), t)
     details: dict[str, Any] = {
         "phase_gib": {k: v / GIB for k, v in phases.items()},
         "terms_bytes": {k: float(v) for k, v in t.__dict__.items() if isinstance(v, float)},
@@ -115,6 +114,9 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
         "tokens_per_micro_batch": tokens if tokens is not None else run.tokens_per_micro_batch,
         "reserve_gib": reserve / GIB,
         "reserve_share": reserve_share,
+        # the figure fits/oom/p_oom are decided on (uncertainty.assess `need_gib`): tensors + needed reserve + runtime
+        "need_gib": need / GIB, "reserve_needed_gib": (need - peak - rt + paged) / GIB,
+        "reserve_needed_share": needed_share, "paged_states_gib": paged / GIB,
         "reserve_class": shape, "quantized": bool(run.quantization_bit),   # the error class (uncertainty.py)
         "first_oom": first_oom,
         "peak_moment": next((label for n, _, _, label in later if n == name), None)
@@ -128,6 +130,26 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
                    assumptions=term_assumptions(run, hw, t))
     return MemoryEstimate(per_gpu=per_gpu, peak_allocated=peak / GIB, host=(t.host + t.host_save) / GIB, fits=fits,
                           headroom=headroom, method="analytic", phase=phase, details=details)
+
+
+def _against_card(hw: Hardware | None, timeline: list[tuple[str, float]], need: float, rt: float,
+                  needed_share: float, paged: float = 0.0, before_states: set[str] | frozenset[str] = frozenset(),
+                  terms: Any = None) -> tuple[str | None, bool | None, float | None]:
+    """(first moment that would not fit, fits, headroom GiB) of a run that needs `need` bytes at its peak, with
+    `timeline` its moments' tensor bytes, `rt` the runtime bytes and `needed_share` the reserve it needs (reserve.py
+    'Shown and needed': room before an OOM is counted against the need, not the cache a roomy card shows); `paged`
+    bytes of optimizer states the driver can page out (paged.py) leave every moment but those in `before_states`
+    (model load and step 1 before its optimizer step, which hold no states); `terms` (FSDP1's pools) as
+    reserve.py `needed_reserve` takes them. All None without a card."""
+    if hw is None or not hw.capacity_gib:
+        return None, None, None
+    in_use = max(hw.in_use_gib) if hw.in_use_gib else 0.0
+    budget = (hw.capacity_gib - in_use) * GIB - rt
+    first_oom = next((n for n, b in timeline
+                      if b + needed_reserve(b, needed_share, terms) - (0.0 if n in before_states else paged) > budget),
+                     None)
+    headroom = hw.capacity_gib - in_use - need / GIB
+    return first_oom, headroom >= 0, headroom
 
 
 def _vision_moment(t: Any, static: float, held: float) -> list[tuple[str, float, dict[str, float]]]:

@@ -19,6 +19,10 @@ LLaMA-Factory launch leaves torch_npu with.
   ``kMinBlockSize`` 512 B, ``kSmallBuffer`` 2 MiB, ``kLargeBuffer`` 20 MiB, ``kMinLargeAlloc`` 10 MiB,
   ``kRoundLarge`` 2 MiB; large allocations also aligned to ``kAlignRoundLarge`` 16 KiB), so the replay-derived
   shares of the CUDA allocator carry over; 1 GiB segments appear only with ``page_size:1g`` in that variable.
+  So does the reserve a run *needs* (analyzers/memory/reserve.py, 'Shown and needed'): before it reports an
+  out-of-memory error torch_npu's allocator, like CUDA's, frees every cached block that is not split
+  (``release_cached_blocks`` → ``release_blocks`` over its large and small pools, unmapping the free pages of
+  expandable segments) and retries.
 
 Not derived (no source found that states it): the CANN runtime context and operator workspaces
 (``NPUWorkspaceAllocator``). The CUDA context constant stands in for them, an assumption `runtime_bytes` says in

@@ -17,6 +17,21 @@ Expandable segments (``expandable_segments:True``) have a column of their own.
 FSDP1 ranks allocate on streams of their own, and the allocator keeps one pool per stream; the class's share
 covers only the default stream, ``pool_reserve`` adds FSDP's pools and the blocks its initialisation leaves
 (analyzers/memory/fsdp.py ``stream_pools`` derives them from torch's FSDP source).
+
+**Shown and needed.** The shares above are the reserve a run *shows* (``max_memory_reserved``, nvidia-smi) on a
+card with room to spare; ``total`` carries it, for comparison with such measurements. A run near its card needs
+less: before it raises an OOM the caching allocator frees every cached segment that holds no live block, in every
+stream's pool, and retries (c10/cuda/CUDACachingAllocator.cpp ``DeviceCachingAllocator::malloc``: ``alloc_block``,
+then ``release_available_cached_blocks`` and ``alloc_block``, then ``release_cached_blocks`` — which walks the
+large and small pools whatever their stream — and ``alloc_block``; with expandable segments the retry also unmaps
+their free pages). What stays is the free space inside segments that still hold a live block. ``needed_fraction``
+is that share, the median over the class's replayed configs of the same kind of training (adapter or full, which
+the replays show apart) of the smallest capacity at which the allocator replay completes
+(reserve_table.json ``needed``, benchmarks/derive_needed_reserve.py, benchmarks/results/reserve_needed.md); the
+verdict (fits/oom/p_oom, analyzers/memory/uncertainty.py ``assess``) is decided on the tensor peak × (1 + needed)
++ runtime (``needed_reserve``; under FSDP1 it keeps the blocks initialisation left, which hold live shards, and
+drops the idle side-stream pools). A class without a replayed need (``zero``: its traces are stand-ins,
+derive_reserve.py GRID) needs what it shows: nothing measured says less.
 """
 
 from __future__ import annotations
@@ -62,6 +77,40 @@ def reserve_fraction(run: Any, terms: Any, expandable: bool) -> tuple[float, str
     if entry is None:
         return FALLBACK[mode], cls
     return float(entry[mode]["median"]), cls
+
+
+def trains_kind(finetuning_type: str | None) -> str:
+    """``full`` for a run that trains its base weights (``full``, ``freeze``), else ``adapter``: the replays split
+    on it (benchmarks/results/reserve_needed.md). An adapter run's gradients and optimizer states are small, so the
+    segments its freed activations leave hold nothing else and the allocator's retry releases them; a full run's
+    gradients and states are allocated into those segments, which then cannot be released."""
+    return "full" if finetuning_type in ("full", "freeze") else "adapter"
+
+
+def needed_fraction(run: Any, terms: Any, expandable: bool) -> tuple[float, str]:
+    """(reserve a run needs to complete, as a share of the tensor peak; shape class) for `run` (module docstring,
+    'Shown and needed'): the median of reserve_table.json's ``needed`` for the run's class and kind of training
+    (`trains_kind`) and allocator mode, never above the shown share (`reserve_fraction`); the shown share where the
+    table has no replayed need for that class and kind."""
+    shown, cls = reserve_fraction(run, terms, expandable)
+    entry = ((_table().get(cls) or {}).get("needed") or {}).get(trains_kind(getattr(run, "finetuning_type", None)))
+    if entry is None:
+        return shown, cls
+    return min(float(entry["on" if expandable else "off"]["median"]), shown), cls
+
+
+def needed_reserve(peak: float, share: float, terms: Any = None) -> float:
+    """The reserve in bytes a tensor peak of `peak` bytes needs beside it (`needed_fraction`'s `share`). Under
+    FSDP1 (`terms` fields ``side_live``, ``init_floor`` as in `pool_reserve`) the idle blocks of FSDP's own
+    stream pools are whole free segments, which the allocator's ``release_cached_blocks`` returns before an OOM,
+    so only what the peak holds there counts; the blocks initialisation left in the default pool are kept
+    (``init_floor``): the shards cloned during initialisation are allocated among them (fsdp.py
+    ``stream_pools``), so those segments hold live blocks and cannot be released. Outside FSDP1 this is
+    ``peak * share``."""
+    side_live = min(getattr(terms, "side_live", 0.0), peak)
+    default_peak = peak - side_live
+    default_pool = max(default_peak * (1 + share), getattr(terms, "init_floor", 0.0))
+    return max(default_pool + side_live - peak, 0.0)
 
 
 def pool_reserve(peak: float, share: float, terms: Any) -> float:

@@ -27,13 +27,16 @@ pair of a small grid with the best leave-one-out log predictive density over the
 chooses them and writes them into the table). The scale is never below `SIGMA_FLOOR`.
 
 **The verdict.** With `budget` = capacity − memory already in use (GiB) the probability of OOM is
-p_oom = P(total·e^ε > budget). Whether a run near its card's edge runs out also depends on what the prediction
+p_oom = P(need·e^ε > budget), where `need` is `total` with the allocator reserve the run needs to complete instead
+of the one it shows on a roomy card (the caching allocator frees its cached segments and retries before it raises
+an OOM; analyzers/memory/reserve.py, 'Shown and needed'); ε is measured against `total`, and taken to scale `need`
+alike. Whether a run near its card's edge runs out also depends on what the prediction
 does not see (the card's usable memory on that machine, other processes, the lengths the data really reach, the
 allocator's luck), while the measurements the interval is fitted on also carry errors an outcome does not (rows
 from other frameworks translated into LLaMA-Factory keys, counters other than the peak). So for the analytic method
 p_oom takes ε's scale s as √((λ·s)² + τ²): λ (``p_oom_scale_factor``) and τ (``p_oom_extra_scale``, an independent
 spread of the budget) are chosen on outcome rows by benchmarks/calibrate.py (1 and 0 when the table has none). The
-verdict is ``oom`` when the prediction itself exceeds the budget (the meaning
+verdict is ``oom`` when the prediction's need itself exceeds the budget (the meaning
 of ``fits == False`` is unchanged), ``fits`` when p_oom ≤ `P_OOM_TARGET` (5 %), else ``at-risk``. `interval_gib` is
 the central `LEVEL` (90 %) predictive interval of the peak. Remedies aim at p_oom ≤ 5 %; for a run predicted over
 the card the cheapest set that brings it under with p_oom < 50 % leads (engine/planners.py). A prediction over the
@@ -338,17 +341,24 @@ def safe_total(budget_gib: float, dist: ErrorDist, target: float = P_OOM_TARGET)
     return budget_gib * math.exp(-dist.quantile(1.0 - target))
 
 
-def assess(total_gib: float, budget_gib: float | None, method: str, shape: str) -> Assessment:
+def assess(total_gib: float, budget_gib: float | None, method: str, shape: str,
+           need_gib: float | None = None) -> Assessment:
     """The verdict (module docstring) on a prediction of `total_gib` per GPU against `budget_gib` (capacity minus
-    memory in use; None when no GPU is known), by the error model of `method` and `shape` class."""
+    memory in use; None when no GPU is known), by the error model of `method` and `shape` class.
+
+    `need_gib` is what the run needs to complete (MemoryEstimate.need: the allocator reserve it needs, not the one
+    it shows, analyzers/memory/reserve.py 'Shown and needed'); it decides the verdict, p_oom and `safe_total_gib`
+    (which is then in the same terms), while the interval stays the one of `total_gib`, the figure measurements of
+    reserved memory and nvidia-smi are compared with. None: `total_gib` decides (a prediction that does not say)."""
     d = error_dist(method, shape)
     lo = total_gib * math.exp(d.quantile((1.0 - LEVEL) / 2))
     hi = total_gib * math.exp(d.quantile((1.0 + LEVEL) / 2))
     if budget_gib is None:
         return Assessment(None, None, (lo, hi), d, None, None)
     dp = oom_dist(method, shape)
-    p = p_oom(total_gib, budget_gib, dp)
-    verdict = "oom" if total_gib > budget_gib else ("fits" if p <= P_OOM_TARGET else "at-risk")
+    need = total_gib if need_gib is None else need_gib
+    p = p_oom(need, budget_gib, dp)
+    verdict = "oom" if need > budget_gib else ("fits" if p <= P_OOM_TARGET else "at-risk")
     return Assessment(verdict, p, (lo, hi), d, budget_gib, safe_total(budget_gib, dp))
 
 
