@@ -183,6 +183,11 @@ class TextLogParser(FailureLines):
                 # OSError: ..."): the exception starts after one of the brackets
                 m = pat.EXC.match(text[k + 2:])
                 k = text.find("] ", k + 2)
+            if m is None and ("`" in text[:4] or text.startswith(">")):
+                # an exception line quoted in markdown (`` `[rank1]: RuntimeError: ...` ``, "> ValueError: ...")
+                q = text.lstrip(" `>*-").rstrip().rstrip("`")
+                m = pat.EXC.match(q)
+                text = q if m else text
             if m and "CUDA out of memory" not in text:
                 self.timing["tb_open"] = False
                 self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500],
@@ -229,10 +234,13 @@ class TextLogParser(FailureLines):
         if ("Killed" in text or "exitcode" in text or "exits with return code" in text or "oom" in text
                 or "Out Of Memory" in text or "Out of memory" in text or "received by PID" in text
                 or "can't allocate memory" in text or "sigkill_handler" in text or "Segmentation fault" in text
-                or "Bus error" in text or "Illegal instruction" in text):
+                or "Bus error" in text or "Illegal instruction" in text or "Task was killed due" in text
+                or "Memory on the node" in text or "encountered in worker" in text):
             self._kill(text, line, rank)
         if "Root Cause (first" in text:
             self._child_failed(line, context)
+        elif text.strip() == "Failures:":
+            self._child_failures(line, context)
         return False
 
     def _origin(self, pre: Any, rank: int | None) -> None:
@@ -412,7 +420,7 @@ class TextLogParser(FailureLines):
             if e and e.group("it"):
                 step = int(e.group("it"))
             elif e:
-                step = (int(e.group("e")) - (1 if e.group("mm") else 0)) * int(e.group("n")) + int(e.group("i"))
+                step = (int(e.group("e")) - (0 if e.group("colon") else 1)) * int(e.group("n")) + int(e.group("i"))
         if step is None:
             x = num(loss.group(1))
             if x is not None and not math.isfinite(x):
