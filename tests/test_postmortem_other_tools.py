@@ -126,3 +126,28 @@ def test_a_first_log_nan_grad_norm_with_the_loss_falling_is_a_skipped_step(tmp_p
 def test_a_first_log_nan_grad_norm_with_the_loss_rising_is_not_benign(tmp_path):
     names = [x.name for x in diagnose(tmp_path, "nan_first_log_mmcv_rising.log")]
     assert "fp16-overflow-benign" not in names and "nan-loss" in names
+
+
+# -- a timeout at the preprocessing barrier ------------------------------------------------------------------------
+
+def test_a_c10d_store_timeout_during_dataset_map_is_a_barrier_timeout(tmp_path):
+    notes = read_text_log(os.path.join(FIX, "barrier_store_timeout.log")).notices
+    assert [(n.value["rank"], n.value["ms"]) for n in notes if n.kind == "store-timeout"] == [(3, 1800000)]
+    bar = next(n.value for n in notes if n.kind == "prep-bar")
+    assert (bar["desc"], bar["pct"], bar["elapsed_s"]) == ("Map (num_proc=16)", 71, 29 * 60 + 58)
+    f = diagnose(tmp_path, "barrier_store_timeout.log")
+    assert f[0].name == "nccl-timeout"
+    assert f[0].message.startswith("Distributed timeout at a barrier on rank 3")
+    assert "within 1800 s" in f[0].message and '"Map (num_proc=16)" at 71 % after 29 min 58 s' in f[0].message
+    assert "run-crashed" not in [x.name for x in f]
+
+
+def test_a_traceback_cut_in_main_process_first_is_the_preprocessing_barrier(tmp_path):
+    f = diagnose(tmp_path, "barrier_main_process_first_cut.log")
+    assert f[0].name == "nccl-timeout" and "the barrier of main_process_first" in f[0].message
+    assert "preprocessing_num_workers" in f[0].message and "at 64 % after 30 min 0 s" in f[0].message
+
+
+def test_an_error_inside_the_preprocessing_is_not_a_barrier_timeout(tmp_path):
+    names = [x.name for x in diagnose(tmp_path, "barrier_main_process_first_error.log")]
+    assert names[0] == "run-crashed" and "nccl-timeout" not in names

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from finetune_doctor.analyzers.postmortem import causes, detectors, dictsteps, failures, health, ranks
-from finetune_doctor.analyzers.postmortem.collectives import nccl_error_facts, nccl_facts
+from finetune_doctor.analyzers.postmortem.collectives import barrier_facts, nccl_error_facts, nccl_facts
 from finetune_doctor.analyzers.postmortem.curves import Curve, build_curves, curve_summary, fmt, location_of
 from finetune_doctor.analyzers.postmortem.detectors import spikes
 from finetune_doctor.analyzers.postmortem.oomcause import oom_facts
@@ -263,6 +263,8 @@ def _distributed(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: di
     out["ranks"] = ranks.rank_facts(ev, out)
     nccl = [n for f in ev.files for n in f.nccl]
     out["nccl"] = nccl_facts(nccl, cx, out, out["ranks"]) if nccl else None
+    if out["nccl"] is None:
+        out["nccl"] = barrier_facts(ev, cx, out)
     out["nccl_error"] = nccl_error_facts(nccl) if nccl else None
     if out["nccl_error"]:
         e = out["nccl_error"]

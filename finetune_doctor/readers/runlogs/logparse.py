@@ -163,6 +163,8 @@ class TextLogParser(FailureLines):
             self._warning(text, line)
         if "Saving model checkpoint to" in text or "Running Evaluation" in text:
             self._moment(text, line)
+        if "examples/s]" in text or "[c10d] waitForInput" in text:
+            self._barrier_wait(text, line, rank)
         if "Traceback (most recent" in text:
             self.timing["tb_open"] = True
             self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip()[:500],
@@ -201,6 +203,22 @@ class TextLogParser(FailureLines):
             self._launch(text, line)
         self._facts(text, line)
         return 0
+
+    def _barrier_wait(self, text: str, line: int, rank: int | None) -> None:
+        """A c10d store wait that timed out and the dataset-preprocessing bar on the same line (tqdm leaves the
+        cursor on its bar, so the next output starts there): analyzers/postmortem/collectives.barrier_facts."""
+        m = pat.C10D_SOCKET_TIMEOUT.search(text)
+        if m:
+            self.keep.add("notices", Notice(self.path, line, self.during(), "store-timeout", text.strip()[:300],
+                                            {"rank": rank, "ms": int(m.group("ms"))}))
+        b = pat.DATASETS_BAR.search(text) if "examples/s]" in text else None
+        if b:
+            secs = 0
+            for part in b.group("el").split(":"):
+                secs = secs * 60 + int(part)
+            self.keep.add("notices", Notice(self.path, line, self.during(), "prep-bar", b.group(0)[:200],
+                                            {"desc": b.group("desc").strip(), "pct": int(b.group("pct")),
+                                             "elapsed_s": secs}))
 
     def _failures(self, text: str, line: int, rank: int | None, context: LineContext, pre: Any,
                   wall: float | None) -> bool:

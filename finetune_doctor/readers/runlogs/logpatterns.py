@@ -66,6 +66,8 @@ TRIGGER_WORDS = (
     # pasted sentence ("... exits with return code = -9"; the 'w' of "with" is a rare first byte, the negative code
     # a signal); PyTorch DataLoader's worker signal handlers (`LOADER_SIGNAL`); DataParallel's wrapped exception
     "Task was killed due", "Memory on the node", "with return code = -", "ERROR: Unexpected ",
+    # a rank's wait on the c10d store timing out (`C10D_SOCKET_TIMEOUT`: a barrier whose other side never came)
+    "[c10d] waitForInput",
     "Segmentation fault", "Bus error", "Illegal instruction", "Fatal Python error", "(core dumped)",
     # metrics (§7); "loss=", "loss: ", "Loss: ": other trainers' step lines (`STEP_LINE_*` below). Their lower-case
     # first letter costs the expression scan (no grep, or a file under loggrep.MIN_BYTES) 15-25 %: 0.94-1.06 ->
@@ -327,6 +329,15 @@ LOADER_SIGNAL = re.compile(r"ERROR: Unexpected (?P<what>segmentation fault|bus e
                            r"encountered in worker")
 LOADER_SIGNALS = {"segmentation fault": ("SIGSEGV", -11), "bus error": ("SIGBUS", -7),
                   "floating-point exception": ("SIGFPE", -8)}
+# the c10d TCPStore client's socket wait (pytorch torch/csrc/distributed/c10d/socket.cpp ``SocketImpl::waitForInput``:
+# "[c10d] waitForInput: socket SocketImpl(fd=N, addr=A, remote=R) timed out after Nms"): a rank waited on the store
+# (a store-based barrier, or the rendezvous) for the whole timeout
+C10D_SOCKET_TIMEOUT = re.compile(r"\[c10d\] waitForInput: socket SocketImpl\([^)]*\) timed out after (?P<ms>\d+) ?ms")
+# HF datasets' map/filter progress bar (datasets/arrow_dataset.py ``map``: hf_tqdm(unit=" examples", desc=desc or
+# "Map"), "Running tokenizer on dataset:  88%|...| 383700/433643 [29:55<03:25, 2432.70 examples/s]"): the dataset
+# preprocessing that the main process runs while the other ranks wait at main_process_first's barrier
+DATASETS_BAR = re.compile(r"(?P<desc>[A-Z][^\r\n|:]{1,80}?):\s+(?P<pct>\d+)%\|[^|\r\n]*\|\s*(?P<done>\d+)/(?P<total>\d+) "
+                          r"\[(?P<el>[\d:]+)<[\d:?]+,\s*[\d.?]+ examples/s\]")
 # DataParallel (torch/nn/parallel/parallel_apply.py wraps a replica's exception in torch/_utils.py ExceptionWrapper,
 # whose reraise() raises the original type with "Caught <Type> in replica N on device D."): a CUDA OOM in a replica
 DP_CAUGHT_OOM = re.compile(r"Caught OutOfMemoryError in replica (?P<replica>\d+) on device (?P<gpu>\d+)")
