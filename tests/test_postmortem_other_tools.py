@@ -151,3 +151,9 @@ def test_a_traceback_cut_in_main_process_first_is_the_preprocessing_barrier(tmp_
 def test_an_error_inside_the_preprocessing_is_not_a_barrier_timeout(tmp_path):
     names = [x.name for x in diagnose(tmp_path, "barrier_main_process_first_error.log")]
     assert names[0] == "run-crashed" and "nccl-timeout" not in names
+
+
+def test_a_kill_after_the_last_step_names_no_step_past_the_end(tmp_path):
+    f = diagnose(tmp_path, "ray_after_last_step.log")
+    assert f[0].name == "host-oom-killed" and "Ray's memory monitor" in f[0].message
+    assert "during step" not in f[0].message

@@ -241,6 +241,9 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     step = k.step
     if step is None:
         step = next((x.step for x in kills if x.step is not None), None)
+    total = (out.get("steps") or {}).get("total")
+    if step is not None and total and step > total:
+        step = None   # killed after the last step (the "step in progress" past the bar's end is no step)
     host = [m for m in mems if m.cpu_percent is not None]
     peak = max(host, key=lambda m: m.cpu_percent) if host else None
     run_off = cx.run.get("offload_optimizer") or cx.run.get("offload_param") or cx.ds.get("offload_optimizer_device") \
