@@ -60,6 +60,15 @@ def test_dataloader_worker_signals_are_native_crashes(tmp_path, name, sig):
     assert "host-oom-killed" not in [x.name for x in f]
 
 
+def test_the_main_processs_report_of_a_worker_killed_by_sigkill_is_a_host_oom_kill(tmp_path):
+    kills = read_text_log(os.path.join(FIX, "loader_worker_killed.log")).kills
+    assert [(k.kind, k.signal, k.pid) for k in kills] == [("loader-signal", "SIGKILL", 3110)]
+    f = diagnose(tmp_path, "loader_worker_killed.log")
+    assert f[0].name == "host-oom-killed"
+    assert f[0].message.startswith("a DataLoader worker process (pid 3110) was killed by SIGKILL")
+    assert "native-crash" not in [x.name for x in f]
+
+
 # -- host-RAM kills said by other tools ----------------------------------------------------------------------------
 
 def test_rays_memory_monitor_is_a_host_oom_kill(tmp_path):

@@ -257,7 +257,8 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
         hram = f"DeepSpeed last saw host RAM at {peak.cpu_used:.0f} GB used ({peak.cpu_percent:.0f} %)"
     elif k.kind == "ray-oom" and (rm := _ray_use(kills)):
         hram = f"Ray saw {rm[0]} of the node's {rm[1]} in use ({100 * float(rm[2]):.0f} %)"
-    who = ("a DataLoader worker process" if k.kind == "loader-signal"
+    who = ((f"a DataLoader worker process (pid {k.pid})" if k.pid is not None else "a DataLoader worker process")
+           if k.kind == "loader-signal"
            else f"rank {k.rank}" if k.rank is not None else f"local rank {k.local_rank}" if k.local_rank is not None
            else f"pid {k.pid}" if k.pid is not None else "a training process")
     how = {"kernel-oom": "the kernel's OOM killer", "cgroup-oom": "the cgroup (container) memory limit",
@@ -265,7 +266,7 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
            "ray-oom": "Ray's memory monitor (the node's RAM use passed RAY_memory_usage_threshold, 0.95 by default)"
            }.get(
         k.kind, f"{k.signal or 'a signal'}" + (f" (exit code {k.exitcode})" if k.exitcode is not None else ""))
-    if k.kind == "loader-signal":
+    if k.kind == "loader-signal" and k.signal in NATIVE_SIGNALS:
         # torch/csrc/DataLoader.cpp's SIGBUS handler names the usual cause itself; with num_workers 0 the dataset
         # code runs in the main process, where the fault (and PYTHONFAULTHANDLER's stack) can be seen
         how += ((", which PyTorch says may be too little shared memory (/dev/shm) for the workers"

@@ -383,6 +383,12 @@ class FailureLines:
             self.keep.add("kills", KillRecord(self.path, line, st, "loader-signal", signal=sig,
                                               rank=rank, text=text.strip()[:300]))
             return
+        m = pat.LOADER_KILLED.search(text) if "is killed by signal" in text else None
+        if m and m.group("what") in pat.STRSIGNAL:
+            self.keep.add("kills", KillRecord(self.path, line, st, "loader-signal",
+                                              signal=pat.STRSIGNAL[m.group("what")], pid=int(m.group("pid")),
+                                              rank=rank, text=text.strip()[:300]))
+            return
         m = pat.LAUNCHER_KILL.search(text) or pat.LAUNCHER_SIGNALLED.search(text)
         if m:
             sig = m.groupdict().get("sig")

@@ -329,6 +329,12 @@ LOADER_SIGNAL = re.compile(r"ERROR: Unexpected (?P<what>segmentation fault|bus e
                            r"encountered in worker")
 LOADER_SIGNALS = {"segmentation fault": ("SIGSEGV", -11), "bus error": ("SIGBUS", -7),
                   "floating-point exception": ("SIGFPE", -8)}
+# ... and the main process's report of a worker that died of a signal (DataLoader.cpp ``_error_if_any_worker_fails``:
+# "DataLoader worker (pid N) is killed by signal: <strsignal>. ", the SIGBUS one adding the shared-memory hint),
+# raised as RuntimeError: strsignal's texts, so "Killed" is SIGKILL (the host's OOM killer, most often)
+LOADER_KILLED = re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: (?P<what>[A-Za-z ]+?)\.")
+STRSIGNAL = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Killed": "SIGKILL", "Aborted": "SIGABRT",
+             "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL", "Terminated": "SIGTERM"}
 # the c10d TCPStore client's socket wait (pytorch torch/csrc/distributed/c10d/socket.cpp ``SocketImpl::waitForInput``:
 # "[c10d] waitForInput: socket SocketImpl(fd=N, addr=A, remote=R) timed out after Nms"): a rank waited on the store
 # (a store-based barrier, or the rendezvous) for the whole timeout
