@@ -329,7 +329,8 @@ class KillRecord:
     """A process death that is not a Python exception: a signal, the OOM killer, a launcher's exit report.
 
     `kind`: kernel-oom | cgroup-oom | slurm-oom | shell-killed | shell-signaled | torchrun-exit | child-failed-root |
-    child-failed | launcher-exit | launcher-kill | launcher-signalled | signal | cpu-alloc. `exitcode` as the launcher printed it (-9 = SIGKILL,
+    child-failed | launcher-exit | launcher-kill | launcher-signalled | signal | cpu-alloc | ray-oom (Ray's memory
+    monitor) | loader-signal (a DataLoader worker's signal handler). `exitcode` as the launcher printed it (-9 = SIGKILL,
     -6 = SIGABRT, 137 = 128+9); `signal` the signal name when known. Source: log_patterns.md §8.
     """
 

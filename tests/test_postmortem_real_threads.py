@@ -21,8 +21,11 @@ CASES = rt.load_cases()
 # of other stacks, other trainers' NaN / loss-scale lines, "NCCL WARN ... failed" alone) were fixed by kind from
 # the upstream formats (fixtures/postmortem/other_stacks/); dse626 was named by native-crash after the scoring
 # Round 4's misses as scored (held out, benchmarks/results/real_threads.md; dev from then on)
-KNOWN_MISS_R4 = {"trl1169", "difsynth1001", "verltool148", "peft137", "cget75", "lf9258", "tablemaster32",
-                 "onlinerlhf11", "gdrnet47", "fa812", "qwen434", "lf4629", "lf360", "axolotl2684"}
+# round 4 studied as dev: trl1169, difsynth1001, verltool148, lf9258, tablemaster32, gdrnet47 and lf4629 moved to
+# right by their kinds (tests/test_postmortem_other_tools.py); cget75 now says the children crashed without their
+# traceback (run-crashed), not the OOM the thread found; lf360 and axolotl2684 (a timeout at the preprocessing
+# barrier) moved to right as nccl-timeout
+KNOWN_MISS_R4 = {"peft137", "cget75", "onlinerlhf11", "fa812", "qwen434"}
 KNOWN_MISS = KNOWN_MISS_R4 | {"mmdet12069", "della2", "lf10367"}
 
 

@@ -191,6 +191,12 @@ def benign_overflow(out: dict[str, Any]) -> dict[str, Any] | None:
         elif sc["still_falling"]:
             text += "; the log ends before the scale settles, so watch it"
         return {"text": text, "location": sc["location"], "kind": "deepspeed"}
+    if amp and not amp["stated"]:
+        return {"text": f"grad_norm was nan at {amp['count']} log(s) (from step {amp['steps'][0]}) while the loss "
+                        "stayed finite and kept falling, with finite norms after: an optimizer step on a nan "
+                        "gradient would have made every later loss nan, so the step was skipped, as the dynamic "
+                        "loss scaler of fp16 mixed precision does at an overflow (the files do not say fp16 is on)",
+                "location": amp["location"], "kind": "amp"}
     if amp:
         return {"text": f"the fp16 GradScaler skipped {amp['count']} step(s) (grad_norm nan with a finite loss) "
                         "and training went on", "location": amp["location"], "kind": "amp"}
@@ -200,15 +206,17 @@ def benign_overflow(out: dict[str, Any]) -> dict[str, Any] | None:
 
 # -- process death ----------------------------------------------------------------------------------------------------
 
-KILL_PRIORITY = {"child-failed-root": 0, "kernel-oom": 1, "cgroup-oom": 1, "slurm-oom": 1, "torchrun-exit": 2,
+KILL_PRIORITY = {"child-failed-root": 0, "kernel-oom": 1, "cgroup-oom": 1, "slurm-oom": 1, "ray-oom": 1, "torchrun-exit": 2,
+                  "loader-signal": 4,
                   "launcher-exit": 3, "shell-killed": 4, "shell-signaled": 4, "signal": 5, "cpu-alloc": 6,
                   "launcher-signalled": 7, "launcher-kill": 8}
 LAUNCHER_ONLY = ("launcher-kill", "launcher-signalled")
 
 
-NATIVE_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL")
+NATIVE_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
 """Signals a process raises on itself from compiled code (signal(7): invalid memory reference, bus error, illegal
-instruction): a crash inside a C/C++/CUDA extension, not something sent from outside."""
+instruction, an integer division by zero): a crash inside a C/C++/CUDA extension, not something sent from
+outside."""
 
 
 def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: dict[str, Any],
@@ -224,7 +232,7 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
         return None
     k = min(relevant, key=lambda x: (KILL_PRIORITY.get(x.kind, 9), x.line))
     inferred = k.kind == "launcher-kill"
-    host_oom = (k.kind in ("kernel-oom", "cgroup-oom", "slurm-oom", "cpu-alloc")
+    host_oom = (k.kind in ("kernel-oom", "cgroup-oom", "slurm-oom", "cpu-alloc", "ray-oom")
                 or k.signal == "SIGKILL" or k.exitcode in (-9, 137) or inferred)
     if not host_oom and k.exitcode not in (-6, 134):
         # a Python exception (exit code 1) is reported by the crash fact, not as a kill
@@ -233,6 +241,9 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     step = k.step
     if step is None:
         step = next((x.step for x in kills if x.step is not None), None)
+    total = (out.get("steps") or {}).get("total")
+    if step is not None and total and step > total:
+        step = None   # killed after the last step (the "step in progress" past the bar's end is no step)
     host = [m for m in mems if m.cpu_percent is not None]
     peak = max(host, key=lambda m: m.cpu_percent) if host else None
     run_off = cx.run.get("offload_optimizer") or cx.run.get("offload_param") or cx.ds.get("offload_optimizer_device") \
@@ -244,11 +255,26 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
                 + (f", and the node has {cx.hw.get('host_ram_gib'):.0f} GiB" if cx.hw.get("host_ram_gib") else ""))
     elif peak is not None:
         hram = f"DeepSpeed last saw host RAM at {peak.cpu_used:.0f} GB used ({peak.cpu_percent:.0f} %)"
-    who = (f"rank {k.rank}" if k.rank is not None else f"local rank {k.local_rank}" if k.local_rank is not None
+    elif k.kind == "ray-oom" and (rm := _ray_use(kills)):
+        hram = f"Ray saw {rm[0]} of the node's {rm[1]} in use ({100 * float(rm[2]):.0f} %)"
+    who = ((f"a DataLoader worker process (pid {k.pid})" if k.pid is not None else "a DataLoader worker process")
+           if k.kind == "loader-signal"
+           else f"rank {k.rank}" if k.rank is not None else f"local rank {k.local_rank}" if k.local_rank is not None
            else f"pid {k.pid}" if k.pid is not None else "a training process")
     how = {"kernel-oom": "the kernel's OOM killer", "cgroup-oom": "the cgroup (container) memory limit",
-           "slurm-oom": "Slurm's memory limit (oom_kill event)", "cpu-alloc": "a failed host allocation"}.get(
+           "slurm-oom": "Slurm's memory limit (oom_kill event)", "cpu-alloc": "a failed host allocation",
+           "ray-oom": "Ray's memory monitor (the node's RAM use passed RAY_memory_usage_threshold, 0.95 by default)"
+           }.get(
         k.kind, f"{k.signal or 'a signal'}" + (f" (exit code {k.exitcode})" if k.exitcode is not None else ""))
+    if k.kind == "loader-signal" and k.signal in NATIVE_SIGNALS:
+        # torch/csrc/DataLoader.cpp's SIGBUS handler names the usual cause itself; with num_workers 0 the dataset
+        # code runs in the main process, where the fault (and PYTHONFAULTHANDLER's stack) can be seen
+        how += ((", which PyTorch says may be too little shared memory (/dev/shm) for the workers"
+                 if k.signal == "SIGBUS" else "")
+                + " (a rerun with fewer loader workers, or 0, shows whether the dataset code faults)")
+    if k.kind == "ray-oom" and k.pid is None:
+        pid = next((x.pid for x in relevant if x.kind == "ray-oom" and x.pid is not None), None)
+        who = f"pid {pid}" if pid is not None else who
     if k.kind in LAUNCHER_ONLY:
         who, how = _launcher_words(k, [x for x in relevant if x.kind == "launcher-kill"])
         host_oom = host_oom and not any(x.kind == "launcher-signalled" for x in relevant)
@@ -261,6 +287,17 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
          "outside": k.kind == "launcher-signalled"}
     d["timeline_text"] = f"{who} {'crashed with' if d['native'] else 'killed by'} {how}"
     return d
+
+
+def _ray_use(kills: list[KillRecord]) -> tuple[str, str, str] | None:
+    """(used, total, fraction) from Ray's "Memory on the node ... was running was U / T (F)" line, if one is whole."""
+    from finetune_doctor.readers.runlogs import logpatterns as pat
+
+    for k in kills:
+        m = pat.RAY_OOM.search(k.text or "") if k.kind == "ray-oom" else None
+        if m and m.group("used"):
+            return m.group("used"), m.group("total"), m.group("frac")
+    return None
 
 
 def _launcher_words(k: KillRecord, killing: list[KillRecord]) -> tuple[str, str]:
@@ -300,13 +337,18 @@ def crash_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
                 exc = n        # the last exception is what ended the run
             elif n.kind == "traceback":
                 tb = n
-    if exc is None and tb is None:
-        return None
-    if out.get("completed") and exc is None:
-        return None
     explained = bool(out.get("oom") or out.get("nccl") or out.get("nccl_error") or out.get("cuda_error")
                      or (out.get("killed") and out["killed"]["host_oom"])
                      or (out.get("scale") and out["scale"]["trajectory"] == "abort"))
+    if exc is None and tb is None:
+        return None if out.get("completed") else _child_failed_only(ev, explained)
+    if exc is not None and str((exc.value or {}).get("cls") or "").endswith("ChildFailedError"):
+        # torchrun's own exception only wraps the children's failures: say what its summary says of them
+        child = _child_failed_only(ev, explained)
+        if child is not None:
+            return child
+    if out.get("completed") and exc is None:
+        return None
     if exc is not None:
         v = exc.value or {}
         text = f"{v.get('cls')}: {v.get('msg')}"[:200]
@@ -328,6 +370,35 @@ def crash_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
             "msg": (exc.value or {}).get("msg") if exc else None, "step": rec.step, "explained": explained,
             "text": text, "where_text": where, "phase": phase, "location": location_of(rec.file, rec.line),
             "disk_full": disk}
+
+
+def _child_failed_only(ev: Evidence, explained: bool) -> dict[str, Any] | None:
+    """The run crashed in a child whose traceback is not in the files: torchelastic's failure summary
+    (torch/distributed/elastic/multiprocessing/errors/__init__.py ``ChildFailedError``) names the root-cause rank and
+    the other failed ranks with a positive exit code (a Python exception; a signal is `killed_facts`' business) and
+    "traceback : To enable traceback see ..." (the child did not record its error: no ``@record`` and no
+    TORCHELASTIC_ERROR_FILE), so the exception is only in that rank's own stderr. None without such a summary."""
+    kills = [k for f in ev.files for k in f.kills if k.kind in ("child-failed-root", "child-failed")]
+    root = next((k for k in kills if k.kind == "child-failed-root"), None)
+    if root is None or root.exitcode is None or root.exitcode <= 0 or root.signal:
+        return None
+    seen: dict[str, int] = {}
+    ranks = []
+    for k in [root] + [k for k in kills if k is not root]:
+        who = f"rank {k.rank}" if k.rank is not None else f"pid {k.pid}"
+        if who not in seen and k.exitcode is not None:
+            seen[who] = k.exitcode
+            ranks += [k.rank] if k.rank is not None else []
+    names = ", ".join(f"{w} (exit code {c})" for w, c in list(seen.items())[:8]) + (", ..." if len(seen) > 8 else "")
+    first = f"rank {root.rank}" if root.rank is not None else "the first failed process"
+    text = (f"a Python exception in a child process that torchelastic's failure summary reports without its "
+            f"traceback: {names}, {first} first")
+    ask = (f"the exception is only in {first}'s own stderr: give that output with --log (or decorate the entry "
+           "point with torch.distributed.elastic.multiprocessing.errors.record so the summary carries it)")
+    return {"kind": "child-failed", "cls": None, "msg": None, "step": root.step, "explained": explained, "text": text,
+            "ask": ask, "where_text": "at an unknown step" if root.step is None else f"during step {root.step}",
+            "phase": None, "location": location_of(root.file, root.line), "disk_full": None,
+            "ranks": sorted(ranks)}
 
 
 def _cut_where(tb: Any, where: str, out: dict[str, Any]) -> tuple[str | None, str]:

@@ -233,3 +233,59 @@ def nccl_facts(recs: list[NcclRecord], cx: RunContext, out: dict[str, Any],
     d["timeline_text"] = (f"NCCL watchdog timeout on rank {main.rank if main.rank is not None else '?'}: {what}"
                           + (f" after {main.ran_ms / 1000:.0f} s" if main.ran_ms else ""))
     return d
+
+
+def barrier_facts(ev: Any, cx: RunContext, out: dict[str, Any]) -> dict[str, Any] | None:
+    """``ev.nccl`` for a distributed timeout at a barrier that no NCCL watchdog line reports, or None.
+
+    Evidence (any one): a rank's c10d store wait that timed out (socket.cpp ``waitForInput``, "store-timeout"
+    notices), or a traceback whose innermost frames are the ``__enter__``/``__exit__`` of transformers'
+    ``TrainingArguments.main_process_first`` (training_args.py: the non-main ranks call ``dist.barrier()`` on entry
+    and wait while the main process preprocesses, the main process calls it on exit) with no exception line or a
+    timeout one. HF datasets' map bar on the failure's line ("prep-bar" notices: desc, percent, elapsed seconds)
+    names what the main process was still doing. LLaMA-Factory's remedies: a larger ``ddp_timeout``
+    (hparams/training_args; transformers' default 1800 s) or more ``preprocessing_num_workers``, or preprocessing
+    once beforehand (``tokenized_path``)."""
+    notes = [n for f in ev.files for n in f.notices]
+    store = next((n for n in notes if n.kind == "store-timeout"), None)
+    mpf = None
+    for n in notes:
+        if n.kind != "traceback":
+            continue
+        frames = list(((n.value or {}) if isinstance(n.value, dict) else {}).get("frames") or ())
+        inner = " ".join(frames[-4:])
+        if any("main_process_first" in fr for fr in frames) and ("__enter__" in inner or "__exit__" in inner
+                                                                 or "barrier" in inner):
+            mpf = n
+    exc = next((n for n in reversed(notes) if n.kind == "exception"), None)
+    if mpf is not None and exc is not None and not any(w in exc.text for w in ("imeout", "timed out", "Timed out")):
+        mpf = None   # an error inside the preprocessing itself, not the wait at the barrier
+    main = store or mpf
+    if main is None:
+        return None
+    bar = next((n for n in reversed(notes) if n.kind == "prep-bar" and n.line <= main.line + 2), None)
+    tmo = store.value["ms"] if store is not None else None
+    trainer = cx.log.get("trainer") or ("transformers" if cx.cfg or mpf is not None else None)
+    rank = (store.value or {}).get("rank") if store is not None else (mpf.value or {}).get("rank")
+    what = ("the barrier of main_process_first (the other ranks wait there while the main process preprocesses the "
+            "dataset)" if mpf is not None else "a wait on the c10d store (a barrier)")
+    if bar is not None:
+        b = bar.value
+        likely = (f"the main process was still preprocessing the dataset (\"{b['desc']}\" at {b['pct']} % after "
+                  f"{b['elapsed_s'] // 60} min {b['elapsed_s'] % 60} s) when the timeout ran out")
+    elif mpf is not None:
+        likely = "the main process was still preprocessing the dataset (the other ranks waited for it at the barrier)"
+    else:
+        likely = ("a rank never reached the barrier: still preprocessing or loading, or dead (the ranks that did "
+                  "not time out are the ones to look at)")
+    if bar is not None or mpf is not None:
+        likely += ("; raise ddp_timeout for the first run, or preprocess faster (more preprocessing_num_workers) "
+                   "or once beforehand (tokenized_path)")
+    d = {"rank": rank, "op": None, "seq": None, "timeout_ms": tmo, "timeout_text": _timeout_text(tmo, trainer),
+         "ran_ms": None, "numel_in": None, "numel_out": None, "step": main.step, "kind": "barrier",
+         "likely": likely, "stragglers": [], "pg": None, "pg_desc": None, "trainer": trainer, "late": None,
+         "ddp_timeout_fix": trainer == "transformers" or bar is not None or mpf is not None, "count": 1, "ranks": [rank] if rank is not None else [],
+         "first_failed": None, "waiting": [], "what": what, "location": location_of(main.file, main.line),
+         "preprocessing": bar.value if bar is not None else None}
+    d["timeline_text"] = f"distributed timeout at a barrier on rank {rank if rank is not None else '?'}"
+    return d

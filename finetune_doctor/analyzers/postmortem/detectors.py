@@ -283,13 +283,24 @@ def first_nonfinite(loss: Curve | None, gn: Curve | None) -> dict[str, Any] | No
 
 
 
-def amp_skips(loss: Curve | None, gn: Curve | None, fp16: bool) -> dict[str, Any] | None:
+def amp_skips(loss: Curve | None, gn: Curve | None, fp16: bool, unstated: bool = False) -> dict[str, Any] | None:
     """HF AMP (torch GradScaler) skips: fp16, grad_norm NaN/Inf at isolated logs, the loss finite and non-zero
-    there, and finite grad norms after them (case 055: 'occasional grad_norm nan')."""
-    if not fp16 or gn is None or loss is None or len(gn) < 3:
+    there, and finite grad norms after them (case 055: 'occasional grad_norm nan').
+
+    `unstated`: the files say neither fp16 nor another precision. A NaN grad norm with the loss finite at that log
+    and finite norms after it is then still a skipped step: an optimizer step on a NaN gradient makes the weights
+    NaN and every later loss NaN, so only a dynamic loss scaler (torch/amp/grad_scaler.py ``GradScaler.step`` skips
+    the step when found_inf; mmcv's Fp16OptimizerHook and apex do the same) lets the run go on; but the loss must
+    also fall across the logs after it. A NaN at the first log of a short log is allowed (the scaler starts high,
+    2**16 in torch, and overflows at the first steps): mmocr's first log line at iteration 100, TableMASTER-mmocr#32.
+    Returns {count, steps, location, stated} or None."""
+    if not (fp16 or unstated) or gn is None or loss is None or len(gn) < 2:
         return None
     bad = [i for i, v in enumerate(gn.values) if not math.isfinite(v)]
-    if not bad or len(bad) > 0.2 * len(gn):
+    if not bad:
+        return None
+    first_only = bad == [0]
+    if (len(gn) < 3 or len(bad) > 0.2 * len(gn)) and not first_only:
         return None
     for i in bad:
         lv = exact_at(loss, gn.steps[i])
@@ -297,7 +308,12 @@ def amp_skips(loss: Curve | None, gn: Curve | None, fp16: bool) -> dict[str, Any
             return None
     if not any(math.isfinite(v) for v in list(gn.values)[bad[-1] + 1:]):
         return None
-    return {"count": len(bad), "steps": [gn.steps[i] for i in bad], "location": gn.location(bad[0])}
+    if not fp16 or len(gn) < 3:
+        after = [loss.values[i] for i in range(len(loss)) if loss.steps[i] >= gn.steps[bad[-1]]]
+        if len(after) < 2 or not all(math.isfinite(v) and v != 0.0 for v in after) or after[-1] >= after[0]:
+            return None
+    return {"count": len(bad), "steps": [gn.steps[i] for i in bad], "location": gn.location(bad[0]),
+            "stated": bool(fp16)}
 
 
 def loss_zero_facts(loss: Curve | None, gn: Curve | None) -> dict[str, Any] | None:

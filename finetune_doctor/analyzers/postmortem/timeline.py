@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from finetune_doctor.analyzers.postmortem import causes, detectors, dictsteps, failures, health, ranks
-from finetune_doctor.analyzers.postmortem.collectives import nccl_error_facts, nccl_facts
+from finetune_doctor.analyzers.postmortem.collectives import barrier_facts, nccl_error_facts, nccl_facts
 from finetune_doctor.analyzers.postmortem.curves import Curve, build_curves, curve_summary, fmt, location_of
 from finetune_doctor.analyzers.postmortem.detectors import spikes
 from finetune_doctor.analyzers.postmortem.oomcause import oom_facts
@@ -145,10 +145,13 @@ def _numerics(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[
     """AMP skips, a loss stuck at 0, a constant grad norm, loss and grad-norm spikes."""
     loss, gn = curves.get("loss"), curves.get("grad_norm")
     fp16_on, _ = cx.fp16()
-    amp = detectors.amp_skips(loss, gn, fp16_on)
+    # another precision read from the files rules the scaler out; none read leaves it possible (detectors.amp_skips)
+    other = cx.cfg.get("bf16") is True or cx.cfg.get("fp16") is False or any(
+        d.get("compute_dtype") in ("bfloat16", "float32") for d in (cx.run, cx.log)) or cx.log.get("bf16_enabled")
+    amp = detectors.amp_skips(loss, gn, fp16_on, unstated=not fp16_on and not other)
     out["amp_skips"] = amp
     if amp:
-        events.at(amp["steps"][0], "loss_scale_drop", f"{amp['count']} step(s) skipped by the fp16 GradScaler "
+        events.at(amp["steps"][0], "loss_scale_drop", f"{amp['count']} step(s) skipped by the {'fp16 GradScaler' if amp['stated'] else 'loss scaler'} "
                   "(grad_norm nan, loss finite, training went on)", amp["location"])
     out["loss_zero"] = detectors.loss_zero_facts(loss, gn)
     out["diverged"] = dv = detectors.diverged(loss, gn, curves.get("learning_rate"))
@@ -260,6 +263,8 @@ def _distributed(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: di
     out["ranks"] = ranks.rank_facts(ev, out)
     nccl = [n for f in ev.files for n in f.nccl]
     out["nccl"] = nccl_facts(nccl, cx, out, out["ranks"]) if nccl else None
+    if out["nccl"] is None:
+        out["nccl"] = barrier_facts(ev, cx, out)
     out["nccl_error"] = nccl_error_facts(nccl) if nccl else None
     if out["nccl_error"]:
         e = out["nccl_error"]

@@ -142,6 +142,11 @@ class FailureLines:
                 if m and (m.group("exc") or m.group("requested") or text.lstrip().startswith("CUDA out of memory")):
                     rec = OomRecord(self.path, line, self.during(), rank, "partial", exc=m.group("exc"),
                                     requested=pat.size_bytes(m.group("requested")), **oom_figures(text))
+            elif "Caught OutOfMemoryError in replica" in text and (dp := pat.DP_CAUGHT_OOM.search(text)):
+                # DataParallel re-raised a replica's CUDA OOM (torch/_utils.py ExceptionWrapper): the figures are
+                # in the replica's own traceback below, which a paste often leaves out
+                rec = OomRecord(self.path, line, self.during(), rank, "partial", exc="torch.cuda.OutOfMemoryError",
+                                gpu=int(dp.group("gpu")))
             elif pat.OOM_RUNTIME.search(text):
                 ce = pat.CUDA_ERROR.search(text)   # torch >= 2.8 raises it as torch.AcceleratorError
                 rec = OomRecord(self.path, line, self.during(), rank, "runtime", exc=ce.group("exc") if ce else None)
@@ -359,6 +364,31 @@ class FailureLines:
             self.keep.add("kills", KillRecord(self.path, line, st, "launcher-exit", exitcode=code,
                                               signal=signame(code), text=text.strip()[:300]))
             return
+        m = pat.LAUNCHER_EXIT_QUOTED.search(text) if "sigkill_handler" not in text else None
+        if m:
+            code = int(m.group("rc"))
+            self.keep.add("kills", KillRecord(self.path, line, st, "launcher-exit", exitcode=code,
+                                              signal=signame(code), text=text.strip()[:300]))
+            return
+        if "Task was killed due" in text or "Memory on the node" in text:
+            m = pat.RAY_OOM.search(text)
+            if m:
+                self.keep.add("kills", KillRecord(self.path, line, st, "ray-oom", signal="SIGKILL",
+                                                  pid=int(m.group("pid")) if m.group("pid") else None, rank=rank,
+                                                  host=m.group("ip"), text=text.strip()[:600]))
+                return
+        m = pat.LOADER_SIGNAL.search(text) if "encountered in worker" in text else None
+        if m:
+            sig, _ = pat.LOADER_SIGNALS[m.group("what")]
+            self.keep.add("kills", KillRecord(self.path, line, st, "loader-signal", signal=sig,
+                                              rank=rank, text=text.strip()[:300]))
+            return
+        m = pat.LOADER_KILLED.search(text) if "is killed by signal" in text else None
+        if m and m.group("what") in pat.STRSIGNAL:
+            self.keep.add("kills", KillRecord(self.path, line, st, "loader-signal",
+                                              signal=pat.STRSIGNAL[m.group("what")], pid=int(m.group("pid")),
+                                              rank=rank, text=text.strip()[:300]))
+            return
         m = pat.LAUNCHER_KILL.search(text) or pat.LAUNCHER_SIGNALLED.search(text)
         if m:
             sig = m.groupdict().get("sig")
@@ -390,6 +420,35 @@ class FailureLines:
                                               signal=m.group("name"), pid=int(m.group("pid")), rank=rank,
                                               text=text.strip()[:300]))
 
+
+    def _child_failures(self, line: int, context: LineContext) -> None:
+        """torchelastic's "Failures:" list (torch/distributed/elastic/multiprocessing/errors/__init__.py,
+        ``ChildFailedError.format_msg``): the failed children other than the root cause, one "[n]:" entry each with
+        rank, exitcode and traceback lines; "<NO_OTHER_FAILURES>" when there are none. Recorded as "child-failed"."""
+        entry: dict[str, Any] = {}
+
+        def close() -> None:
+            if entry.get("code") is not None:
+                code = entry["code"]
+                self.keep.add("kills", KillRecord(self.path, line, self.during(), "child-failed", exitcode=code,
+                                                  signal=entry.get("sig") or signame(code), rank=entry.get("rank"),
+                                                  local_rank=entry.get("lr"), pid=entry.get("pid"),
+                                                  text=(entry.get("tb") or "")[:300]))
+            entry.clear()
+
+        for ln in context.following_lines(60):
+            ln = pat.RANK.sub("", ln).strip()
+            if ln.startswith("Root Cause") or ln.startswith("=") or "NO_OTHER_FAILURES" in ln:
+                break
+            if pat.CF_ENTRY.match(ln):
+                close()
+            elif (m := pat.CF_RANK.search(ln)):
+                entry["rank"], entry["lr"] = int(m.group("rank")), int(m.group("lr"))
+            elif (m := pat.CF_EXIT.search(ln)):
+                entry["code"], entry["pid"], entry["sig"] = int(m.group("code")), int(m.group("pid")), m.group("sig")
+            elif (m := pat.CF_TB.search(ln)):
+                entry["tb"] = m.group("tb").strip()
+        close()
 
     def _child_failed(self, line: int, context: LineContext) -> None:
         """torchrun's ChildFailedError block: parse the entry under "Root Cause (first observed failure):"."""

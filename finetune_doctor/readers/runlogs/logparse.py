@@ -163,6 +163,8 @@ class TextLogParser(FailureLines):
             self._warning(text, line)
         if "Saving model checkpoint to" in text or "Running Evaluation" in text:
             self._moment(text, line)
+        if "examples/s]" in text or "[c10d] waitForInput" in text:
+            self._barrier_wait(text, line, rank)
         if "Traceback (most recent" in text:
             self.timing["tb_open"] = True
             self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip()[:500],
@@ -183,6 +185,11 @@ class TextLogParser(FailureLines):
                 # OSError: ..."): the exception starts after one of the brackets
                 m = pat.EXC.match(text[k + 2:])
                 k = text.find("] ", k + 2)
+            if m is None and ("`" in text[:4] or text.startswith(">")):
+                # an exception line quoted in markdown (`` `[rank1]: RuntimeError: ...` ``, "> ValueError: ...")
+                q = text.lstrip(" `>*-").rstrip().rstrip("`")
+                m = pat.EXC.match(q)
+                text = q if m else text
             if m and "CUDA out of memory" not in text:
                 self.timing["tb_open"] = False
                 self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500],
@@ -196,6 +203,22 @@ class TextLogParser(FailureLines):
             self._launch(text, line)
         self._facts(text, line)
         return 0
+
+    def _barrier_wait(self, text: str, line: int, rank: int | None) -> None:
+        """A c10d store wait that timed out and the dataset-preprocessing bar on the same line (tqdm leaves the
+        cursor on its bar, so the next output starts there): analyzers/postmortem/collectives.barrier_facts."""
+        m = pat.C10D_SOCKET_TIMEOUT.search(text)
+        if m:
+            self.keep.add("notices", Notice(self.path, line, self.during(), "store-timeout", text.strip()[:300],
+                                            {"rank": rank, "ms": int(m.group("ms"))}))
+        b = pat.DATASETS_BAR.search(text) if "examples/s]" in text else None
+        if b:
+            secs = 0
+            for part in b.group("el").split(":"):
+                secs = secs * 60 + int(part)
+            self.keep.add("notices", Notice(self.path, line, self.during(), "prep-bar", b.group(0)[:200],
+                                            {"desc": b.group("desc").strip(), "pct": int(b.group("pct")),
+                                             "elapsed_s": secs}))
 
     def _failures(self, text: str, line: int, rank: int | None, context: LineContext, pre: Any,
                   wall: float | None) -> bool:
@@ -229,10 +252,13 @@ class TextLogParser(FailureLines):
         if ("Killed" in text or "exitcode" in text or "exits with return code" in text or "oom" in text
                 or "Out Of Memory" in text or "Out of memory" in text or "received by PID" in text
                 or "can't allocate memory" in text or "sigkill_handler" in text or "Segmentation fault" in text
-                or "Bus error" in text or "Illegal instruction" in text):
+                or "Bus error" in text or "Illegal instruction" in text or "Task was killed due" in text
+                or "Memory on the node" in text or "encountered in worker" in text or "is killed by signal" in text):
             self._kill(text, line, rank)
         if "Root Cause (first" in text:
             self._child_failed(line, context)
+        elif text.strip() == "Failures:":
+            self._child_failures(line, context)
         return False
 
     def _origin(self, pre: Any, rank: int | None) -> None:
@@ -412,7 +438,7 @@ class TextLogParser(FailureLines):
             if e and e.group("it"):
                 step = int(e.group("it"))
             elif e:
-                step = (int(e.group("e")) - (1 if e.group("mm") else 0)) * int(e.group("n")) + int(e.group("i"))
+                step = (int(e.group("e")) - (0 if e.group("colon") else 1)) * int(e.group("n")) + int(e.group("i"))
         if step is None:
             x = num(loss.group(1))
             if x is not None and not math.isfinite(x):

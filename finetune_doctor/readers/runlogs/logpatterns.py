@@ -59,9 +59,15 @@ TRIGGER_WORDS = (
     # NCCL (§6)
     "Watchdog caught", "NCCL",
     # process death (§8)
-    "Killed", "(exitcode: ", "DefaultCPUAllocator", "Root Cause", "ChildFailedError", "Signal ", "Detected ",
+    "Killed", "(exitcode: ", "DefaultCPUAllocator", "Root Cause", "Failures:", "ChildFailedError", "Signal ", "Detected ",
     "Out Of Memory", "Out of memory: ", "Memory cgroup", "] exits with return code", "Killing subprocess",
     "Main process received",
+    # host-RAM kills said by other tools: Ray's memory monitor (`RAY_OOM`), DeepSpeed's launcher exit code inside a
+    # pasted sentence ("... exits with return code = -9"; the 'w' of "with" is a rare first byte, the negative code
+    # a signal); PyTorch DataLoader's worker signal handlers (`LOADER_SIGNAL`); DataParallel's wrapped exception
+    "Task was killed due", "Memory on the node", "with return code = -", "ERROR: Unexpected ",
+    # a rank's wait on the c10d store timing out (`C10D_SOCKET_TIMEOUT`: a barrier whose other side never came)
+    "[c10d] waitForInput",
     "Segmentation fault", "Bus error", "Illegal instruction", "Fatal Python error", "(core dumped)",
     # metrics (§7); "loss=", "loss: ", "Loss: ": other trainers' step lines (`STEP_LINE_*` below). Their lower-case
     # first letter costs the expression scan (no grep, or a file under loggrep.MIN_BYTES) 15-25 %: 0.94-1.06 ->
@@ -304,6 +310,43 @@ SLURM_OOM = re.compile(r"Detected (?P<n>\d+) oom[-_]kill event|task \d+: Out Of 
 TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<lr>\d+) \(pid: (?P<pid>\d+)\)")
 SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\) received by PID (?P<pid>\d+)")
 LAUNCHER_EXIT = re.compile(r"\[launch\.py:\d+:sigkill_handler\] .*exits with return code = (?P<rc>-?\d+)")
+# ... the same words without the launcher's log prefix, as a user quotes them in a sentence ("... training glm4
+# ended with exits with return code = -9."): only a negative code (a signal) is read, since a bare positive code in
+# prose is no evidence of how the child died
+LAUNCHER_EXIT_QUOTED = re.compile(r"exits with return code = (?P<rc>-\d+)")
+# Ray's memory monitor (ray-project/ray src/ray/raylet/node_manager.cc, the OOM kill message, and
+# python/ray/exceptions.py OutOfMemoryError; doc/source/ray-core/scheduling/ray-oom-prevention.rst): the raylet
+# kills a worker once the node's memory use passes RAY_memory_usage_threshold (default 0.95): "Task was killed due
+# to the node running low on memory.", "Memory on the node (IP: A, ID: N) where the task (task ID: T, name=N,
+# pid=P, memory used=XGB) was running was U / T (F), which exceeds the memory usage threshold of H."
+RAY_OOM = re.compile(r"Task was killed due to the node running low on memory|Memory on the node \(IP: (?P<ip>[^,)]+)"
+                     r"[^\n]*?where the (?:task|actor)(?:[^\n]*?pid=(?P<pid>\d+))?(?:[^\n]*?was running was "
+                     r"(?P<used>[\d.]+\s*[KMGT]?B) / (?P<total>[\d.]+\s*[KMGT]?B) \((?P<frac>[\d.]+)\))?")
+# PyTorch DataLoader's worker signal handlers (torch/csrc/DataLoader.cpp, SIGNAL_HANDLER for SIGBUS, SIGSEGV, SIGFPE):
+# each prints "ERROR: Unexpected <what> encountered in worker." to stderr and re-raises the signal; the bus-error
+# text adds that it may be insufficient shared memory (/dev/shm)
+LOADER_SIGNAL = re.compile(r"ERROR: Unexpected (?P<what>segmentation fault|bus error|floating-point exception) "
+                           r"encountered in worker")
+LOADER_SIGNALS = {"segmentation fault": ("SIGSEGV", -11), "bus error": ("SIGBUS", -7),
+                  "floating-point exception": ("SIGFPE", -8)}
+# ... and the main process's report of a worker that died of a signal (DataLoader.cpp ``_error_if_any_worker_fails``:
+# "DataLoader worker (pid N) is killed by signal: <strsignal>. ", the SIGBUS one adding the shared-memory hint),
+# raised as RuntimeError: strsignal's texts, so "Killed" is SIGKILL (the host's OOM killer, most often)
+LOADER_KILLED = re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: (?P<what>[A-Za-z ]+?)\.")
+STRSIGNAL = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Killed": "SIGKILL", "Aborted": "SIGABRT",
+             "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL", "Terminated": "SIGTERM"}
+# the c10d TCPStore client's socket wait (pytorch torch/csrc/distributed/c10d/socket.cpp ``SocketImpl::waitForInput``:
+# "[c10d] waitForInput: socket SocketImpl(fd=N, addr=A, remote=R) timed out after Nms"): a rank waited on the store
+# (a store-based barrier, or the rendezvous) for the whole timeout
+C10D_SOCKET_TIMEOUT = re.compile(r"\[c10d\] waitForInput: socket SocketImpl\([^)]*\) timed out after (?P<ms>\d+) ?ms")
+# HF datasets' map/filter progress bar (datasets/arrow_dataset.py ``map``: hf_tqdm(unit=" examples", desc=desc or
+# "Map"), "Running tokenizer on dataset:  88%|...| 383700/433643 [29:55<03:25, 2432.70 examples/s]"): the dataset
+# preprocessing that the main process runs while the other ranks wait at main_process_first's barrier
+DATASETS_BAR = re.compile(r"(?P<desc>[A-Z][^\r\n|:]{1,80}?):\s+(?P<pct>\d+)%\|[^|\r\n]*\|\s*(?P<done>\d+)/(?P<total>\d+) "
+                          r"\[(?P<el>[\d:]+)<[\d:?]+,\s*[\d.?]+ examples/s\]")
+# DataParallel (torch/nn/parallel/parallel_apply.py wraps a replica's exception in torch/_utils.py ExceptionWrapper,
+# whose reraise() raises the original type with "Caught <Type> in replica N on device D."): a CUDA OOM in a replica
+DP_CAUGHT_OOM = re.compile(r"Caught OutOfMemoryError in replica (?P<replica>\d+) on device (?P<gpu>\d+)")
 # DeepSpeed's launcher (deepspeed/launcher/launch.py `sigkill_handler`): when a child exits with a non-zero return
 # code, or the launcher itself gets SIGINT/SIGTERM, it logs "Killing subprocess PID" for every child it started,
 # then "<cmd> exits with return code = RC" (a child failed) or "Main process received SIGxxx, exiting" (it was
@@ -315,6 +358,7 @@ CF_RANK = re.compile(r"rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<lr>\d+)\)")
 CF_EXIT = re.compile(r"exitcode\s*:\s*(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)(?:\s*\((?P<sig>SIG\w+)\))?")
 CF_HOST = re.compile(r"host\s*:\s*(?P<host>\S+)")
 CF_TB = re.compile(r"traceback\s*:\s*(?P<tb>.*)")
+CF_ENTRY = re.compile(r"^\[\d+\]:$")
 
 # HF Trainer / LLaMA-Factory metric dicts (log_patterns.md §7): 4.x bare floats and nan, 5.x '.4g' strings
 HF_TRAIN_DICT = re.compile(r"\{'loss': '?([^,'}]+)'?, 'grad_norm': '?([^,'}]+)'?, 'learning_rate': '?([^,'}]+)'?, "
@@ -375,8 +419,10 @@ NONFINITE_LINES = (
 # the step of a line that names it by epoch and iteration: the MetricLogger of DETR / DeiT / MAE / BLIP-style loops
 # (util/misc.py ``log_every``: "Epoch: [8]  [ 200/2293]  eta: ...  loss: 0.2606 (0.2654)", epochs from 0) and
 # mmengine's LoggerHook ("Epoch(train)  [1][ 50/7330]  lr: ...  loss: ...", epochs from 1; "Iter(train)
-# [ 50/90000]" for iteration-based loops): the global iteration is epoch x iterations-per-epoch + iteration
-STEP_LINE_EPOCH_ITER = re.compile(r"Epoch(?P<mm>\(train\))?:?\s*\[(?P<e>\d+)\]\s*\[\s*(?P<i>\d+)/(?P<n>\d+)\]"
+# [ 50/90000]" for iteration-based loops) and mmcv 1.x's TextLoggerHook ("Epoch [1][100/62598]\tlr: ...", epochs
+# from 1: mmcv/runner/hooks/logger/text.py prints runner.epoch + 1): the global iteration is (epochs before this
+# one) x iterations-per-epoch + iteration; only the MetricLogger's "Epoch: [e]" (a colon) counts from 0
+STEP_LINE_EPOCH_ITER = re.compile(r"Epoch(?P<mm>\(train\))?(?P<colon>:)?\s*\[(?P<e>\d+)\]\s*\[\s*(?P<i>\d+)/(?P<n>\d+)\]"
                                   r"|Iter\(train\)\s*\[\s*(?P<it>\d+)/\d+\]")
 STEP_LINE_GNORM = re.compile(r"(?i)(?<![\w.])(?:gnorm|grad[ _]norm)\s*[=:]\s*" + _NUM)
 STEP_LINE_LR = re.compile(r"(?i)(?<![\w.])(?:lr|learning[ _]rate)\s*[=:]\s*" + _NUM)
