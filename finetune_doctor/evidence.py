@@ -49,7 +49,7 @@ oom                 {step, gpu, rank, format, exc, requested_gib, total_gib, fre
 nccl                {rank, op, what, seq, timeout_ms, timeout_text, ran_ms, numel_in, numel_out, step, kind, likely,
                     stragglers, ddp_timeout_fix, count, ranks, pg, pg_desc, first_failed, waiting, location}
 killed              {kind, signal, exitcode, rank, local_rank, pid, host, step, host_oom, who, how, host_ram_text,
-                    offload, count, location}
+                    offload, count, outside, total, nohup, location}
 crash               {kind: exception|traceback-only, cls, msg, step, where_text, text, explained, location}
 restarts            [{step, kind: resume|relaunch|session-start, detail, location}]
 attention_warning   {model, want, have, text, location}
@@ -329,7 +329,8 @@ class KillRecord:
     """A process death that is not a Python exception: a signal, the OOM killer, a launcher's exit report.
 
     `kind`: kernel-oom | cgroup-oom | slurm-oom | shell-killed | shell-signaled | torchrun-exit | child-failed-root |
-    child-failed | launcher-exit | launcher-kill | launcher-signalled | signal | cpu-alloc | ray-oom (Ray's memory
+    child-failed | launcher-exit | launcher-kill | launcher-signalled | elastic-signalled (torchrun's agent got
+    SIGHUP/SIGTERM/SIGINT) | signal | cpu-alloc | ray-oom (Ray's memory
     monitor) | loader-signal (a DataLoader worker's signal handler). `exitcode` as the launcher printed it (-9 = SIGKILL,
     -6 = SIGABRT, 137 = 128+9); `signal` the signal name when known. Source: log_patterns.md §8.
     """

@@ -28,12 +28,14 @@ import os
 import re
 import shlex
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from finetune_doctor.analyzers.postmortem.timeline import analyze
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError, install_hint
 from finetune_doctor.evidence import Evidence
+from finetune_doctor.readers.config.accelerate import launch_file_in
 from finetune_doctor.facts.config import Assembly, assemble_config
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import skeleton
@@ -255,6 +257,7 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
     tl = analyze(ev, facts)
     facts["ev"] = tl.facts
     _launched_past_deepspeed(facts, tl.facts, any(o.startswith("deepspeed=") for o in over))
+    _launched_under_nohup(tl.facts, opts.launch or launch_file_in(ev.run_dir or run_dir))
     facts["ev"]["skipped"] = [{"path": r.path, "why": r.problems[0] if r.problems else "",
                                "extra": _extra_of(r)} for r in ev.skipped][:64]
     main_log = next((f.read.path for f in ev.files if f.read.kind == "text-log"), None)
@@ -271,6 +274,20 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
         draw(tl, plot, title=_plot_title(facts, ev), inputs=[f.read.path for f in ev.files] + [cfg_path or ""])
         notes.append(f"plot written to {plot}")
     return _report(ev, tl, asm, hw, cfg_path, findings, notes)
+
+
+def _launched_under_nohup(evf: dict[str, Any], launch: str | None) -> None:
+    """Mark ``ev.killed.nohup`` when the launcher was signalled from outside and the launch line (`launch`: the
+    --launch file or the run folder's cmdline.txt) runs it under ``nohup``: nohup only sets SIGHUP to ignored
+    before it execs, and torchelastic's PContext.start then installs its own handler for SIGHUP
+    (TORCHELASTIC_SIGNALS_TO_HANDLE, default SIGTERM,SIGINT,SIGHUP,SIGQUIT; torch/distributed/elastic/
+    multiprocessing/api.py), so closing the session still stops the run (LlamaFactory issue 9695)."""
+    k = evf.get("killed")
+    if not k or not k.get("outside") or not launch or not Path(launch).is_file():
+        return
+    from finetune_doctor.readers.textfile import read_text
+
+    k["nohup"] = re.search(r"(?:^|[\s;&|(])nohup\s", read_text(launch, "launch command")) is not None
 
 
 def _launched_past_deepspeed(facts: dict[str, Any], evf: dict[str, Any], override: bool) -> None:

@@ -209,7 +209,7 @@ def benign_overflow(out: dict[str, Any]) -> dict[str, Any] | None:
 KILL_PRIORITY = {"child-failed-root": 0, "kernel-oom": 1, "cgroup-oom": 1, "slurm-oom": 1, "ray-oom": 1, "torchrun-exit": 2,
                   "loader-signal": 4,
                   "launcher-exit": 3, "shell-killed": 4, "shell-signaled": 4, "signal": 5, "cpu-alloc": 6,
-                  "launcher-signalled": 7, "launcher-kill": 8}
+                  "launcher-signalled": 7, "elastic-signalled": 7, "launcher-kill": 8}
 LAUNCHER_ONLY = ("launcher-kill", "launcher-signalled")
 
 
@@ -275,6 +275,8 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     if k.kind == "ray-oom" and k.pid is None:
         pid = next((x.pid for x in relevant if x.kind == "ray-oom" and x.pid is not None), None)
         who = f"pid {pid}" if pid is not None else who
+    if k.kind == "elastic-signalled":
+        who, how = _elastic_words(k)
     if k.kind in LAUNCHER_ONLY:
         who, how = _launcher_words(k, [x for x in relevant if x.kind == "launcher-kill"])
         host_oom = host_oom and not any(x.kind == "launcher-signalled" for x in relevant)
@@ -284,7 +286,9 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
          # a fault in compiled code (bash's "Segmentation fault", faulthandler, exit -11/139 ...): not the host
          "native": k.signal in NATIVE_SIGNALS,
          "text": k.text, "count": len(kills), "inferred": inferred and host_oom,
-         "outside": k.kind == "launcher-signalled"}
+         "outside": k.kind in ("launcher-signalled", "elastic-signalled"), "total": total,
+         # the pipeline sets it from the --launch line (pipeline/postmortem.py `_launched_under_nohup`)
+         "nohup": False}
     d["timeline_text"] = f"{who} {'crashed with' if d['native'] else 'killed by'} {how}"
     return d
 
@@ -298,6 +302,27 @@ def _ray_use(kills: list[KillRecord]) -> tuple[str, str, str] | None:
         if m and m.group("used"):
             return m.group("used"), m.group("total"), m.group("frac")
     return None
+
+
+ELASTIC_SIGNAL_SENDERS = {
+    "SIGHUP": "the terminal or ssh session it ran in was closed",
+    "SIGTERM": "a scheduler's time limit or preemption, a container stop, or `kill`",
+    "SIGINT": "Ctrl-C, or a scheduler's interrupt",
+    "SIGQUIT": "Ctrl-\\ or `kill -QUIT`",
+}
+"""Who usually sends each signal that torchelastic handles (TORCHELASTIC_SIGNALS_TO_HANDLE's default, torch/distributed/
+elastic/multiprocessing/api.py ``PContext.start``); signal(7) for the signals' meanings."""
+
+
+def _elastic_words(k: KillRecord) -> tuple[str, str]:
+    """Who died and how, for torchelastic's "Received SIG death signal, shutting down workers" or its
+    ``SignalException: Process PID got signal: SIG`` (torch/distributed/elastic/agent/server/api.py ``run``,
+    multiprocessing/api.py ``_terminate_process_handler``): the torchrun agent itself got the signal and stopped
+    its training processes."""
+    sig = k.signal or "a signal"
+    sender = ELASTIC_SIGNAL_SENDERS.get(k.signal or "")
+    return ("torchrun (the torchelastic agent" + (f", pid {k.pid})" if k.pid is not None else ")"),
+            f"{sig} from outside" + (f" ({sender})" if sender else "") + "; it then shut down its training processes")
 
 
 def _launcher_words(k: KillRecord, killing: list[KillRecord]) -> tuple[str, str]:
@@ -328,11 +353,16 @@ def completed_facts(ev: Evidence) -> dict[str, Any] | None:
 def crash_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
     exc = None
     tb = None
+    signalled = False
     for f in ev.files:
         for n in f.notices:
             if n.kind == "exception":
                 v = n.value or {}
                 if "CUDA out of memory" in n.text or "loss scale already at minimum" in n.text:
+                    continue
+                if str(v.get("cls") or "").endswith("SignalException") and (out.get("killed") or {}).get("outside"):
+                    # torchelastic's own handler raised it for a signal from outside: the killed fact says so
+                    signalled = True
                     continue
                 exc = n        # the last exception is what ended the run
             elif n.kind == "traceback":
@@ -340,8 +370,8 @@ def crash_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
     explained = bool(out.get("oom") or out.get("nccl") or out.get("nccl_error") or out.get("cuda_error")
                      or (out.get("killed") and out["killed"]["host_oom"])
                      or (out.get("scale") and out["scale"]["trajectory"] == "abort"))
-    if exc is None and tb is None:
-        return None if out.get("completed") else _child_failed_only(ev, explained)
+    if exc is None and (tb is None or signalled):
+        return None if out.get("completed") or signalled else _child_failed_only(ev, explained)
     if exc is not None and str((exc.value or {}).get("cls") or "").endswith("ChildFailedError"):
         # torchrun's own exception only wraps the children's failures: say what its summary says of them
         child = _child_failed_only(ev, explained)

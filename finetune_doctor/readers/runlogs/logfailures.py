@@ -396,6 +396,14 @@ class FailureLines:
                                               signal=sig, pid=int(m.group("pid")) if not sig else None,
                                               text=text.strip()[:300]))
             return
+        m = pat.ELASTIC_SIGNALLED.search(text) if "death signal" in text or "SignalException" in text else None
+        if m:
+            sig = m.group("sig") or m.group("sig2")
+            self.keep.add("kills", KillRecord(self.path, line, st, "elastic-signalled",
+                                              signal=pat.SIGNAL_NAMES.get(sig, sig if sig.startswith("SIG") else None),
+                                              pid=int(m.group("pid")) if m.group("pid") else None,
+                                              text=text.strip()[:300]))
+            return
         m = pat.CPU_ALLOC.search(text)
         if m:
             self.keep.add("kills", KillRecord(self.path, line, st, "cpu-alloc", bytes=float(m.group("bytes")),

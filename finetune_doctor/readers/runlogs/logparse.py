@@ -253,7 +253,8 @@ class TextLogParser(FailureLines):
                 or "Out Of Memory" in text or "Out of memory" in text or "received by PID" in text
                 or "can't allocate memory" in text or "sigkill_handler" in text or "Segmentation fault" in text
                 or "Bus error" in text or "Illegal instruction" in text or "Task was killed due" in text
-                or "Memory on the node" in text or "encountered in worker" in text or "is killed by signal" in text):
+                or "Memory on the node" in text or "encountered in worker" in text or "is killed by signal" in text
+                or "death signal" in text or "SignalException" in text):
             self._kill(text, line, rank)
         if "Root Cause (first" in text:
             self._child_failed(line, context)

@@ -62,6 +62,8 @@ TRIGGER_WORDS = (
     "Killed", "(exitcode: ", "DefaultCPUAllocator", "Root Cause", "Failures:", "ChildFailedError", "Signal ", "Detected ",
     "Out Of Memory", "Out of memory: ", "Memory cgroup", "] exits with return code", "Killing subprocess",
     "Main process received",
+    # torchelastic's agent stopped by a signal (`ELASTIC_SIGNALLED`): its warning and the SignalException it raises
+    "Received ", "SignalException: ",
     # host-RAM kills said by other tools: Ray's memory monitor (`RAY_OOM`), DeepSpeed's launcher exit code inside a
     # pasted sentence ("... exits with return code = -9"; the 'w' of "with" is a rare first byte, the negative code
     # a signal); PyTorch DataLoader's worker signal handlers (`LOADER_SIGNAL`); DataParallel's wrapped exception
@@ -353,6 +355,15 @@ DP_CAUGHT_OOM = re.compile(r"Caught OutOfMemoryError in replica (?P<replica>\d+)
 # stopped from outside)
 LAUNCHER_KILL = re.compile(r"\[launch\.py:\d+:sigkill_handler\] Killing subprocess (?P<pid>\d+)")
 LAUNCHER_SIGNALLED = re.compile(r"\[launch\.py:\d+:sigkill_handler\] Main process received (?P<sig>SIG\w+), exiting")
+# torchelastic (torchrun, `FORCE_TORCHRUN=1 llamafactory-cli train`): PContext.start registers a handler for the
+# signals of TORCHELASTIC_SIGNALS_TO_HANDLE (default SIGTERM,SIGINT,SIGHUP,SIGQUIT) that raises SignalException
+# ("Process PID got signal: SIG", torch/distributed/elastic/multiprocessing/api.py `_terminate_process_handler`);
+# the agent logs "Received SIG death signal, shutting down workers" (agent/server/api.py `run`) and stops the
+# children. SIG is a signal.Signals printed with %s / f"{}": its number on Python >= 3.11 ("1"), "Signals.SIGHUP"
+# before. Either line means the launcher itself was signalled from outside
+ELASTIC_SIGNALLED = re.compile(r"(?:Received (?:Signals\.)?(?P<sig>SIG[A-Z0-9]+|\d+) death signal, shutting down workers"
+                               r"|SignalException: Process (?P<pid>\d+) got signal: (?:Signals\.)?(?P<sig2>SIG[A-Z0-9]+|\d+))")
+SIGNAL_NAMES = {"1": "SIGHUP", "2": "SIGINT", "3": "SIGQUIT", "15": "SIGTERM", "10": "SIGUSR1", "12": "SIGUSR2"}
 CPU_ALLOC = re.compile(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (?P<bytes>\d+) bytes")
 CF_RANK = re.compile(r"rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<lr>\d+)\)")
 CF_EXIT = re.compile(r"exitcode\s*:\s*(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)(?:\s*\((?P<sig>SIG\w+)\))?")
