@@ -128,6 +128,7 @@ RELEASED = {
     "FD043": "v1-launch-error",
     "FD044": "v1-launch-unverified",
     "FD045": "config-suffix-not-read",
+    "FD046": "duplicate-key", "FD047": "duplicate-key-last-wins",
     "FD741": "galore-default-optim-unverified",
     "FD642": "inference-does-not-fit",
     "FD643": "export-does-not-fit",

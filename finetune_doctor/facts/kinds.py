@@ -331,6 +331,23 @@ def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:
                           "parser, which stops with \"the following arguments are required: --output_dir\"",),
             resolve_with="--llamafactory VERSION or --env FILE; or rename the file to .yaml, which every "
                          "release loads"))
+    dups = [d for d in facts.get("duplicates") or [] if d.get("refused") is None]
+    if dups:
+        # rules duplicate-key / duplicate-key-last-wins judge a known release; an unknown one reads on, assumed
+        d = dups[0]
+        keys = ", ".join(f"`{x['key']}` (lines {x['first_line']} and {x['line']})" for x in dups[:5])
+        out.append(Assumption(
+            name="duplicate-key", value=f"read on with the last value, as LLaMA-Factory {d['kept_versions']} do",
+            source=f"the config repeats {keys}; LLaMA-Factory {d['kept_versions']} load it with PyYAML, which keeps "
+                   f"the last value, and {d['refused_versions']} with OmegaConf.load, which refuses the file "
+                   "(hparams/parser.py read_args); " + (f"llamafactory {rel.given} is installed here, which is not "
+                                                        "necessarily the training machine's" if rel is not None
+                                                        and rel.known else "which release the training machine "
+                                                        "runs was not given"),
+            alternatives=(f"LLaMA-Factory {d['refused_versions']}: the run stops at start-up with \"found "
+                          f"duplicate key {d['key']}\"",),
+            resolve_with="--llamafactory VERSION or --env FILE; or delete the repeated line, which every release "
+                         "reads"))
     launcher = launcher_assumption(asm, None)   # the run is not resolved yet: its world size is not known
     if launcher is not None:
         out.append(launcher)

@@ -68,6 +68,21 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
                             "chat, eval (readers/config/lfkind.py)"),
     "lf_version": F("str", "the LLaMA-Factory release(s) the keys were judged for, or 'unknown'"),
     "config_suffix": F("str", "the config file's suffix, lower-cased ('.yml')"),
+    "duplicates": F("list", "keys the config file repeats (`duplicate_facts`)", items={
+        "key": F("str", "the key (dotted when nested)"), "line": F("int", "1-based line of the repeat"),
+        "first_line": F("int", "1-based line of the first occurrence"),
+        "same": F("bool", "the repeat has the same value as the first"),
+        "refused": F("bool", "every judged release refuses the file (True), none does (False), some do or the "
+                             "release is unknown (None)"),
+        "refused_versions": F("str", "the catalogued releases whose loader refuses a repeated key"),
+        "kept_versions": F("str", "the catalogued releases that keep the last value"),
+        "values_text": F("str", "'the same value' or 'with different values'"),
+        "reader_text": F("str", "who keeps the last value: 'LLaMA-Factory V loads the YAML with PyYAML, which' or "
+                                "the JSON reader"),
+        "dropped_text": F("str", "', so line N has no effect' when the values differ, else ''"),
+        "kept_note": F("str", "for a refused file with different values: the releases that kept the last one"),
+        "refused_note": F("str", "for a kept YAML: the releases that refuse the file, else ''"),
+        "location": LOCATION()}),
     "suffix_read": F("bool", "LF's read_args loads a file of this suffix on every judged release (False: on "
                              "none; None: on some, or the release is unknown and some refuse it)"),
     "suffix_versions": F("str", "the catalogued releases that read the suffix ('0.9.1-0.9.6.dev0')"),
@@ -161,7 +176,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
         out.append(d)
     rel = "unknown" if release is None or not release.known else ",".join(release.versions)
     return {"keys": out, "keys_dropped": dropped, "assumptions": [], "strict": False, "config_kind": kind,
-            **suffix_facts(doc.path, release),
+            **suffix_facts(doc.path, release), "duplicates": duplicate_facts(doc, release),
             "lf_version": rel, "launch_trains": None, "config_command": COMMANDS.get(kind or "train"),
             **(launch or {"launch_known": False, "torchrun": False, "torch_known": False})}
 
@@ -192,6 +207,46 @@ def suffix_facts(path: str, release: Any) -> dict[str, Any]:
     reads = release.suffix_versions(suffix)
     out["suffix_read"] = True if len(reads) == len(release.versions) else (False if not reads else None)
     return out
+
+
+OMEGACONF_FROM = (0, 9, 4)
+"""The first LLaMA-Factory release whose ``read_args`` loads a YAML config with ``OmegaConf.load`` (hparams/parser.py
+of the published wheels: 0.8.0-0.9.1 ``HfArgumentParser.parse_yaml_file``, 0.9.2-0.9.3 ``yaml.safe_load``, both of
+which keep a repeated key's last value; 0.9.4, 0.9.5 and main ``OmegaConf.load``). OmegaConf's YAML loader refuses a
+repeated key with ``ConstructorError ... found duplicate key`` (omegaconf/_yaml.py:203 in 2.4.0, checked by loading
+trial 8's case LlamaFactory#8150 with it). A JSON config is read with json.load on every release: the last wins."""
+
+
+def duplicate_facts(doc: ConfigDoc, release: Any) -> list[dict[str, Any]]:
+    """``lint.duplicates``: each key `doc` repeats, with whether the judged `release` refuses the file (True: all
+    of its versions do; False: none; None: some, or the release is unknown or only the one installed here —
+    facts/kinds.py then records the assumption `duplicate-key`). Versions: readers/config/lfrelease.py's catalogue; the loaders: OMEGACONF_FROM."""
+    from pathlib import Path
+
+    from finetune_doctor.readers.config.lfrelease import _vtuple, load
+
+    if not doc.duplicates:
+        return []
+    yaml_file = Path(doc.path or "").suffix.lower() in (".yaml", ".yml") or doc.path == "<stdin>"
+    refuses = (lambda v: yaml_file and (_vtuple(v) or (0,)) >= OMEGACONF_FROM)
+    allv = load()["versions"]
+    span = (lambda vs: "" if not vs else vs[0] if len(vs) == 1 else f"{vs[0]}-{vs[-1]}")
+    # the llamafactory installed here is not necessarily the training machine's: open, as for the config suffix
+    judged = (list(release.versions) if release is not None and release.known and release.source != "installed here"
+              else [])
+    n = sum(1 for v in judged if refuses(v))
+    refused = None if not judged or 0 < n < len(judged) else n == len(judged)
+    rv, kv = span([v for v in allv if refuses(v)]), span([v for v in allv if not refuses(v)])
+    # the message variants as facts: lint rule messages hold no inline conditionals (tests/test_rule_registry.py)
+    reader = (f"LLaMA-Factory {','.join(judged) or kv} loads the YAML with PyYAML, which" if yaml_file
+              else "a JSON config is read with json.load, which")
+    return [{**d, "refused": refused, "refused_versions": rv, "kept_versions": kv,
+             "values_text": "the same value" if d["same"] else "with different values", "reader_text": reader,
+             "dropped_text": "" if d["same"] else f", so line {d['first_line']} has no effect",
+             "kept_note": "" if d["same"] else f" (releases {kv} kept the last value)",
+             "refused_note": f"; releases {rv} (OmegaConf.load) refuse the file" if yaml_file and rv else "",
+             "location": {"file": doc.path, "line": d["line"], "column": 1, "key": d["key"]}}
+            for d in doc.duplicates]
 
 
 def dropped_note(path: str, facts: dict[str, Any]) -> list[str]:

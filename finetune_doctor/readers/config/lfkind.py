@@ -190,7 +190,7 @@ def kind_of_file(path: str) -> str | None:
             # pure-Python parser cost ~15 ms a file and its import ~30 ms (issue #22)
             from finetune_doctor.readers.config.yamlcfg import parse_yaml_text
 
-            values, _ = parse_yaml_text(text, path)
+            values, _ = parse_yaml_text(text, path, [])   # a repeated key: LF 0.8.0-0.9.3 keep the last
     except Exception:   # not ours to judge: an unreadable or malformed file is only left unnamed
         return None
     import os

@@ -50,6 +50,9 @@ class ConfigDoc:
     positions: dict[str, tuple[int, int]]
     overrides: dict[str, Any] = field(default_factory=dict)
     text: str = ""
+    # keys the file repeats, {key, line, first_line, same} each (the last value is in `values`): facts/lint.py
+    # judges them per LLaMA-Factory release
+    duplicates: tuple[dict[str, Any], ...] = ()
 
     def source(self) -> SourceDoc:
         return SourceDoc("config", self.path, dict(self.positions))
@@ -167,8 +170,14 @@ def _ctor_table() -> dict[str, Any]:
 _CONSTRUCTORS = _ctor_table()
 
 
-def parse_yaml_text(text: str, path: str) -> tuple[Any, dict[str, tuple[int, int]]]:
+def parse_yaml_text(text: str, path: str, duplicates: list[dict[str, Any]] | None = None
+                    ) -> tuple[Any, dict[str, tuple[int, int]]]:
     """Parse YAML text into plain typed Python values plus key positions; raises InputError with the line.
+
+    A repeated key raises InputError, unless `duplicates` is a list: then the last value wins (as PyYAML's
+    ``yaml.safe_load`` keeps it, which LLaMA-Factory 0.8.0-0.9.3 read configs with) and each repeat is appended
+    there as ``{key, line, first_line, same}`` (readers/config/yamlnodes.py `to_python`); with only ruamel.yaml
+    at hand (no PyYAML) a repeat is still refused.
 
     Uses libyaml through PyYAML when present (readers/config/yamlnodes.py), else ruamel.yaml's round-trip parser; both
     give the same values and positions (tests/test_yamlcfg.py checks it on every example config).
@@ -179,7 +188,9 @@ def parse_yaml_text(text: str, path: str) -> tuple[Any, dict[str, tuple[int, int
             try:
                 node = yamlnodes.compose(text)
                 positions: dict[str, tuple[int, int]] = {}
-                return yamlnodes.to_python(node, _typed_node, positions), positions
+                return yamlnodes.to_python(node, _typed_node, positions,
+                                           allow_duplicates=duplicates if duplicates is not None else False), \
+                    positions
             except yamlnodes.ParseError as err:
                 raise InputError(f"malformed YAML: {err.problem}", file=path, line=err.line) from None
             except yamlnodes.DuplicateKey as err:
@@ -247,7 +258,8 @@ def load_config(path: str, overrides: tuple[str, ...] | list[str] = ()) -> Confi
     text = read_text(path, "LLaMA-Factory YAML")
     if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()):
         raise InputError("empty file: no keys", file=path)
-    values, positions = parse_yaml_text(text, path)
+    dups: list[dict[str, Any]] = []
+    values, positions = parse_yaml_text(text, path, dups)
     if not isinstance(values, dict):
         raise InputError(f"top level must be a mapping of keys, found {type(values).__name__}", file=path, line=1)
     merged = dict(values)
@@ -257,4 +269,4 @@ def load_config(path: str, overrides: tuple[str, ...] | list[str] = ()) -> Confi
         ov[k] = v
         _set_dotted(merged, k, v)
     return ConfigDoc(path="<stdin>" if path == STDIN else str(path), values=merged, positions=positions,
-                     overrides=ov, text=text)
+                     overrides=ov, text=text, duplicates=tuple(dups))

@@ -60,12 +60,14 @@ def compose(text: str) -> Any:
 
 
 def to_python(node: Any, scalar: Callable[[Any], Any], positions: dict[str, tuple[int, int]] | None = None,
-              prefix: str = "", allow_duplicates: bool = False) -> Any:
+              prefix: str = "", allow_duplicates: bool | list[dict[str, Any]] = False) -> Any:
     """Plain Python values of a node tree; `scalar(node)` types each scalar node; key positions go to `positions`.
 
     Merge keys (``<<: *base``) merge as PyYAML's SafeLoader merges them (constructor.py ``flatten_mapping``), which is
     what OmegaConf.load does: explicit keys win, and of several merged mappings the first wins. Raises DuplicateKey
-    for a repeated explicit key unless `allow_duplicates` (then the last one wins, as json does), and
+    for a repeated explicit key unless `allow_duplicates` (then the last one wins, as json and PyYAML's safe_load
+    do; a list given there also receives one dict per repeat: ``{key, line, first_line, same}``, `same` whether
+    the repeat has the value already read), and
     limits.LimitExceeded for nesting deeper than MAX_DEPTH, more than MAX_CONFIG_NODES values after alias expansion
     ("billion laughs") or an alias that contains itself.
     """
@@ -74,7 +76,7 @@ def to_python(node: Any, scalar: Callable[[Any], Any], positions: dict[str, tupl
 
 class _Walker:
     def __init__(self, scalar: Callable[[Any], Any], positions: dict[str, tuple[int, int]] | None,
-                 allow_duplicates: bool):
+                 allow_duplicates: bool | list[dict[str, Any]]):
         self.scalar, self.positions, self.dups = scalar, positions, allow_duplicates
         self.count = 0
         self.open: set[int] = set()   # ids of the collection nodes being converted: an alias back to one loops
@@ -105,18 +107,26 @@ class _Walker:
         import yaml
 
         out: dict[str, Any] = {}
-        explicit: set[str] = set()
+        explicit: dict[str, int] = {}
         for knode, vnode, merged in self._pairs(node, depth):
             key = str(self.scalar(knode)) if isinstance(knode, yaml.ScalarNode) else str(knode.value)
+            repeat = None
             if not merged:
-                if key in explicit and not self.dups:
-                    raise DuplicateKey(key, knode.start_mark.line + 1)
-                explicit.add(key)
+                if key in explicit:
+                    if self.dups is False:   # (an empty list collects)
+                        raise DuplicateKey(key, knode.start_mark.line + 1)
+                    repeat = explicit[key]
+                else:
+                    explicit[key] = knode.start_mark.line + 1
             path = f"{prefix}.{key}" if prefix else key
             if self.positions is not None:
                 # a key points at its first occurrence (what ruamel's lc reports with duplicates allowed)
                 self.positions.setdefault(path, (knode.start_mark.line + 1, knode.start_mark.column + 1))
-            out[key] = self.value(vnode, path, depth + 1)
+            value = self.value(vnode, path, depth + 1)
+            if repeat is not None and isinstance(self.dups, list):
+                self.dups.append({"key": path, "line": knode.start_mark.line + 1, "first_line": repeat,
+                                  "same": out.get(key) == value})
+            out[key] = value
         return out
 
     def _pairs(self, node: Any, depth: int) -> list[tuple[Any, Any, bool]]:

@@ -478,7 +478,20 @@ def looks_like_log(path: str) -> bool:
             sample = fh.read(65536)
     except OSError:
         return False
-    return bool(_LOG_MARK.search(sample) or pat.TRIGGER.search(sample))
+    if _LOG_MARK.search(sample):
+        return True
+    # a trigger word alone ("loss: " of `plot_loss: true`) is no log when the text reads as YAML keys
+    return bool(pat.TRIGGER.search(sample)) and not _reads_as_keys(sample)
+
+
+_KEY_LINE = re.compile(rb"^\s*(?:-\s|[\w.\-\"'/]+\s*:(?:\s|$))")
+
+
+def _reads_as_keys(sample: bytes) -> bool:
+    """Whether at least 80 % of the first 200 lines that are neither blank nor comments are YAML ``key: value`` or
+    list lines: a config (trial 8, LlamaFactory#8150: a YAML refused for a repeated key was called a log)."""
+    lines = [ln for ln in sample.splitlines()[:400] if ln.strip() and not ln.lstrip().startswith(b"#")][:200]
+    return bool(lines) and sum(1 for ln in lines if _KEY_LINE.match(ln)) >= 0.8 * len(lines)
 
 
 __all__ = ["looks_like_log", "read_text_log", "sniff", "size_bytes", "looks_binary", "looks_gpu_record", "regular_size", "open_chunks"]
