@@ -107,12 +107,35 @@ def _host_ram(asm: Any) -> float | None:
     return getattr(asm, "host_ram_gib", None)
 
 
-def _host_ram_unknown(peak_gib: float) -> Any:
+def _export_places(peak: float, gpus: float | None, host: float | None, spills: bool) -> dict[str, Any]:
+    """Where an export of `peak` GiB fits (GiB throughout; None: not judged for want of a size):
+    ``cpu_fits`` (export_device: cpu, the whole model in host RAM), ``auto_fits`` (export_device: auto),
+    ``spill_gib`` (what auto puts in host RAM) and ``gpus_gib`` (all visible cards). export_device auto makes LF pass
+    ``device_map="auto"`` (LF main hparams/parser.py L694-699, model/patcher.py L432-437), and accelerate fills the
+    GPUs, then CPU RAM (then LF's offload_folder on disk, not counted here): auto is judged against the GPUs and
+    host RAM together. A GPTQ export (`spills` False) calibrates on the GPUs: those alone. Accelerate's own headroom
+    per card is not modelled, so a fit by less than a few GiB is optimistic."""
+    cpu_fits = None if host is None else peak <= host
+    if gpus is None:
+        return {"cpu_fits": cpu_fits, "auto_fits": None, "spill_gib": 0.0, "gpus_gib": None}
+    if peak <= gpus or not spills:
+        return {"cpu_fits": cpu_fits, "auto_fits": peak <= gpus, "spill_gib": 0.0, "gpus_gib": gpus}
+    fits = None if host is None else peak <= gpus + host
+    return {"cpu_fits": cpu_fits, "auto_fits": fits, "spill_gib": round(peak - gpus, 2) if fits else 0.0,
+            "gpus_gib": gpus}
+
+
+def _host_ram_unknown(peak_gib: float, gpus_gib: float | None = None) -> Any:
+    """The `host-ram` assumption of an export whose fit depends on host RAM that was not given: the whole model
+    (export_device: cpu), or what `gpus_gib` of GPUs leave of `peak_gib` (auto: device_map="auto" spills there)."""
     from finetune_doctor.types import Assumption
 
+    why = (f"export_device: cpu loads the whole model into host RAM (about {peak_gib} GiB at the peak)"
+           if gpus_gib is None else
+           f"export_device: auto (device_map=\"auto\") fills the {gpus_gib:.2f} GiB of the GPUs and puts the other "
+           f"{peak_gib - gpus_gib:.2f} GiB of the {peak_gib} GiB peak in host RAM")
     return Assumption(name="host-ram", value="unknown: the merge's host RAM is not judged",
-                      source=f"export_device: cpu loads the whole model into host RAM (about {peak_gib} GiB at the "
-                             "peak) and the machine's RAM was not given",
+                      source=why + " and the machine's RAM was not given",
                       resolve_with="--host-ram SIZE (e.g. 64GB), or --context FILE from the machine that merges")
 
 
@@ -454,10 +477,14 @@ def not_training(asm: Any, arch: Any) -> Any:
         cap = asm.hw.capacity_gib * (asm.hw.num_gpus or 1) if asm.hw is not None and asm.hw.capacity_gib else None
         e["capacity_gib"] = None if e["device"] == "cpu" else cap
         e["host_ram_gib"] = _host_ram(asm)
-        e["fits"] = (e["peak_gib"] <= e["host_ram_gib"] if e["host_ram_gib"] is not None else None) \
-            if e["device"] == "cpu" else (None if cap is None else e["peak_gib"] <= cap)
-        if e["device"] == "cpu" and e["host_ram_gib"] is None:
-            asm.assumptions.append(_host_ram_unknown(e["peak_gib"]))
+        e.update(_export_places(e["peak_gib"], cap, e["host_ram_gib"], spills=not e["quantized_bits"]))
+        e["fits"] = e["cpu_fits"] if e["device"] == "cpu" else e["auto_fits"]
+        if e["device"] == "gpu" and e["spill_gib"]:
+            asm.notes.append(f"export_device: auto loads with device_map=\"auto\": the GPUs hold {cap:.2f} GiB and "
+                             f"the other {e['spill_gib']} GiB go to host RAM ({e['host_ram_gib']:.2f} GiB given), "
+                             "a slower merge that fits")
+        if e["host_ram_gib"] is None and (e["device"] == "cpu" or e["auto_fits"] is None and cap is not None):
+            asm.assumptions.append(_host_ram_unknown(e["peak_gib"], None if e["device"] == "cpu" else cap))
         asm.kind_section = {"kind": "export", **e}
     else:
         cap = asm.hw.capacity_gib if asm.hw is not None else None

@@ -104,6 +104,11 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "reserved_gib": F("float", "chat: vLLM/SGLang's up-front reservation of one card, GiB"),
         "capacity_gib": F("float", "the GPU memory the estimate is judged against, GiB"),
         "host_ram_gib": F("float", "export on the CPU: the host RAM it is judged against, GiB (None: not given)"),
+        "cpu_fits": F("bool", "export: export_device cpu would fit the host RAM (None: RAM not given)"),
+        "auto_fits": F("bool", "export: export_device auto (device_map auto: GPUs, then host RAM) would fit "
+                               "(None: GPUs not given)"),
+        "spill_gib": F("float", "export: what device_map auto puts in host RAM, GiB (0: the GPUs hold it)"),
+        "gpus_gib": F("float", "export: GPU memory of all visible cards, GiB (None: not given)"),
         "dtype": F("str", "the dtype the weights load in"), "merge_gib": F("float", "export: the merge's working set"), "params_b": F("float", "parameters, billions"),
         "shards": F("int", "export: files of export_size GB written"),
         "quantized_bits": F("int", "export: GPTQ bits, None when not quantized")}),

@@ -28,6 +28,9 @@ def render(data: dict[str, Any]) -> list[Any]:
     fits = {True: "yes", False: "NO", None: "unknown"}[data.get("fits")]
     what = "host RAM" if cpu else "GPU memory"
     lim = f"{_g(limit)} GiB" if limit is not None else ("not given (--host-ram)" if cpu else "unknown (--gpu)")
+    if not cpu and data.get("spill_gib"):
+        # device_map="auto" puts what the GPUs do not hold in host RAM (facts/kinds.py `_export_places`)
+        lim += f" + host RAM {_g(data.get('host_ram_gib'))} GiB (device_map auto spills {_g(data['spill_gib'])} GiB)"
     bits = data.get("quantized_bits")
     written = f"export_dir receives {_g(data.get('written_gib'))} GiB in {data.get('shards')} shard(s)" + (
         f", GPTQ {bits}-bit" if bits else "")
