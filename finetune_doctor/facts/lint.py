@@ -214,7 +214,7 @@ def suffix_facts(path: str, release: Any) -> dict[str, Any]:
     return out
 
 
-OMEGACONF_FROM = (0, 9, 4)
+OMEGACONF_FROM = "0.9.4"
 """The first LLaMA-Factory release whose ``read_args`` loads a YAML config with ``OmegaConf.load`` (hparams/parser.py
 of the published wheels: 0.8.0-0.9.1 ``HfArgumentParser.parse_yaml_file``, 0.9.2-0.9.3 ``yaml.safe_load``, both of
 which keep a repeated key's last value; 0.9.4, 0.9.5 and main ``OmegaConf.load``). OmegaConf's YAML loader refuses a
@@ -228,13 +228,13 @@ def duplicate_facts(doc: ConfigDoc, release: Any) -> list[dict[str, Any]]:
     facts/kinds.py then records the assumption `duplicate-key`). Versions: readers/config/lfrelease.py's catalogue; the loaders: OMEGACONF_FROM."""
     from pathlib import Path
 
-    from finetune_doctor.readers.config.lfrelease import _vtuple, load
+    from finetune_doctor.readers.config.lfrelease import load
 
     if not doc.duplicates:
         return []
     yaml_file = Path(doc.path or "").suffix.lower() in (".yaml", ".yml") or doc.path == "<stdin>"
-    refuses = (lambda v: yaml_file and (_vtuple(v) or (0,)) >= OMEGACONF_FROM)
-    allv = load()["versions"]
+    allv = load()["versions"]   # the catalogue's releases, oldest first
+    refuses = (lambda v: yaml_file and v in allv and allv.index(v) >= allv.index(OMEGACONF_FROM))
     span = (lambda vs: "" if not vs else vs[0] if len(vs) == 1 else f"{vs[0]}-{vs[-1]}")
     # the llamafactory installed here is not necessarily the training machine's: open, as for the config suffix
     judged = (list(release.versions) if release is not None and release.known and release.source != "installed here"
