@@ -59,3 +59,11 @@ def test_the_signal_is_named_in_both_printings(tmp_path, line, sig, who):
     f = list(pm.run(str(d), [], None, Options(command="postmortem")).findings)
     assert [x.name for x in f] == ["stopped-from-outside"]
     assert f"{sig} from outside ({who}" in f[0].message
+
+
+def test_the_summary_says_stopped_from_outside_not_crashed(tmp_path):
+    d = tmp_path / "run"
+    shutil.copytree(FIX / "run", d)
+    rep = pm.run(str(d), [], None, Options(command="postmortem", launch=str(FIX / "cmdline.txt")))
+    sec = rep.sections["postmortem"]
+    assert sec["stopped_outside"] is True and sec["steps"]["last"] == 1663 and sec["steps"]["total"] == 2840

@@ -455,6 +455,8 @@ def section_data(tl: Any) -> dict[str, Any]:
             # DeepSpeed's minimum-loss-scale abort is an exception that ends the run, like any other crash
             "crashed": bool(f.get("crash") or f.get("oom") or f.get("nccl") or f.get("killed")
                             or (f.get("scale") or {}).get("trajectory") == "abort"),
+            # a launcher signalled from outside (rule stopped-from-outside): the training code did not fail
+            "stopped_outside": bool((f.get("killed") or {}).get("outside") and not f.get("crash")),
             "curves": curves, "marks": marks, "events": len(tl.events), "stack": f.get("stack"),
             "ranks": _ranks_section(f.get("ranks")),
             "restarts": len(f.get("restarts") or [])}

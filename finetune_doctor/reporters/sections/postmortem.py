@@ -114,6 +114,8 @@ def render(data: dict[str, Any]) -> Any:
         outline.append(f"last step {st['last']}" + (f" of {st['total']}" if st.get("total") else ""))
     if data.get("completed"):
         outline.append("training loop finished")
+    elif data.get("stopped_outside"):
+        outline.append("the run was stopped from outside")
     elif data.get("crashed"):
         outline.append("the run crashed")
     if data.get("restarts"):
