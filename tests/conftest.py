@@ -36,6 +36,15 @@ _HEAVY_FIRST = ("test_parity_release_090.py", "test_parity_lf.py", "test_parity_
                 "test_margin_replay.py", "test_parity_v1.py", "test_fuzz_structured.py", "test_catalog_entries.py")
 
 
+def pytest_configure(config):
+    # pytest-xdist's --dist loadfile queues files by their number of tests, most first, unless told otherwise
+    # (xdist/scheduler/loadscope.py, `loadscopereorder`, on by default since 3.x): the parity files, 2-7 tests
+    # each, then ran last, after every other file, and set the suite's wall time (seen 2026-12-07: 0.9.0's corpus
+    # started ~25 minutes into a run under load 8). This keeps the order below (the same as --no-loadscope-reorder).
+    if getattr(config.option, "loadscopereorder", None):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(_HEAVY_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))   # stable: every other file keeps its order
