@@ -2,7 +2,8 @@
 scripts/gen_parity_corpus.py (LF's examples, the users' cases, the fixtures and >= 3,000 generated mutations).
 
 The oracle (tests/parity/oracle.py) is LF's ``get_train_args`` answering as a torchrun launch on bf16 GPUs, asked
-about the whole corpus in one child process (tests/parity/oracle_run.py); the comparison (tests/parity/compare.py) classifies each config. The test holds the issue-14 bar:
+about the whole corpus in one child process (tests/parity/oracle_run.py); the comparison (tests/parity/compare.py)
+classifies each config. The test holds the issue-14 bar:
 
 * recall of LF's rejections >= 99 %: an error finding at a right key and line;
 * no error finding on a config LF accepts, except the documented later failures (compare.LATER_FAILURES);
