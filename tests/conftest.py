@@ -28,12 +28,23 @@ def pinned_error_model(monkeypatch):
     uncertainty.error_dist.cache_clear()
 
 
-# The files whose module fixtures take minutes (measured in the whole suite, 2026-12-07: LF 0.9.5's parity corpus
-# ~400 s, the two other releases' ~150 s each, the hostile corpus and the fuzzers 1-3 min) run first. Under
-# pytest-xdist's --dist loadfile (README, Development) a worker takes the next file when it is free: one that
-# starts last finishes minutes after the other worker has gone idle. Order only; no test changes.
+# The files whose module fixtures take minutes run first (whole suite, -n auto --dist loadfile, 2026-12-07 at load
+# 2-3: test_fuzz_corpus 171 s, LF main's parity 102 s, test_fuzz_round2 102 s, 0.9.0's 77 s, 0.9.5's 70 s, v1's
+# 42 s; the parity corpora took 150-400 s each before their oracles built LF's parser once, tests/parity/
+# oracle.py). Under pytest-xdist's --dist loadfile (README, Development) a worker takes the next file when it is
+# free: one that starts last finishes minutes after the other worker has gone idle. Order only; no test changes.
 _HEAVY_FIRST = ("test_parity_release_090.py", "test_parity_lf.py", "test_parity_releases.py", "test_fuzz_corpus.py", "test_fuzz_round2.py",
                 "test_margin_replay.py", "test_parity_v1.py", "test_fuzz_structured.py", "test_catalog_entries.py")
+
+
+def pytest_configure(config):
+    # pytest-xdist's --dist loadfile queues files by their number of tests, most first, unless told otherwise
+    # (xdist/scheduler/loadscope.py, `loadscopereorder`, on by default in the 3.8.0 installed here): the parity
+    # files, 2-7 tests each, then ran last and set the suite's wall time (seen 2026-12-07: 0.9.0's corpus started
+    # ~25 minutes into a run under load 8). Off here, as --no-loadscope-reorder would set it, so that the order
+    # pytest_collection_modifyitems sets holds (an explicit --loadscope-reorder is overridden too).
+    if getattr(config.option, "loadscopereorder", None):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items):

@@ -16,11 +16,25 @@ import yaml
 
 from finetune_doctor.readers.model import hub
 from finetune_doctor.readers.model.modelcfg import find_in_catalog, load_arch
+from shared_dirs import shared_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures" / "models"
-DIRS = [ROOT / "fixtures" / "llamafactory" / "examples", Path("/work/shared/reference/llamafactory/examples")]
-YAMLS = sorted({p for d in DIRS if d.is_dir() for p in d.rglob("*.yaml")})
+OWN_EXAMPLES = ROOT / "fixtures" / "llamafactory" / "examples"
+_SHARED = shared_dir("reference", "llamafactory", "examples")
+REF_EXAMPLES = _SHARED / "reference" / "llamafactory" / "examples" if _SHARED else None   # LF's newest examples
+
+
+def _example_yamls() -> list[Path]:
+    """fixtures/' copy of LF's examples, and the snapshot's files that copy does not hold byte for byte: a file in
+    both is one case (the same text read by the same code), run once, from fixtures/."""
+    own = {p.relative_to(OWN_EXAMPLES): p.read_bytes() for p in OWN_EXAMPLES.rglob("*.yaml")}
+    ref = [] if REF_EXAMPLES is None else [p for p in REF_EXAMPLES.rglob("*.yaml")
+                                           if own.get(p.relative_to(REF_EXAMPLES)) != p.read_bytes()]
+    return sorted([OWN_EXAMPLES / rel for rel in own] + ref)
+
+
+YAMLS = _example_yamls()
 QWEN3_VL_4B = 4_437_815_808  # Qwen/Qwen3-VL-4B-Instruct, hub safetensors metadata (BF16 4.44B)
 
 

@@ -18,10 +18,10 @@ from finetune_doctor.cli import main
 from finetune_doctor.readers.config.keyschema import check_keys
 from finetune_doctor.readers.config.lfkind import kind_of
 from finetune_doctor.readers.config.lfrelease import choose, load, version_in_use
+from shared_dirs import shared_dir
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = next((p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared", Path("/work/shared"))
-               if (p / "reference" / "llamafactory" / "examples").is_dir()), None)
+SHARED = shared_dir("reference", "llamafactory", "examples")
 QLORA_08 = """model_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct
 stage: sft
 do_train: true

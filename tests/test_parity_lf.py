@@ -1,8 +1,9 @@
 """Launch parity: `doctor lint` against LLaMA-Factory 0.9.5's own argument parser on the corpus of
 scripts/gen_parity_corpus.py (LF's examples, the users' cases, the fixtures and >= 3,000 generated mutations).
 
-The oracle (tests/parity/oracle.py) is LF's ``get_train_args`` answering as a torchrun launch on bf16 GPUs; the
-comparison (tests/parity/compare.py) classifies each config. The test holds the issue-14 bar:
+The oracle (tests/parity/oracle.py) is LF's ``get_train_args`` answering as a torchrun launch on bf16 GPUs, asked
+about the whole corpus in one child process (tests/parity/oracle_run.py); the comparison (tests/parity/compare.py)
+classifies each config. The test holds the issue-14 bar:
 
 * recall of LF's rejections >= 99 %: an error finding at a right key and line;
 * no error finding on a config LF accepts, except the documented later failures (compare.LATER_FAILURES);
@@ -48,12 +49,15 @@ KNOWN_MISSES = {
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list:
-    import gen_parity_corpus
-
     from parity.compare import judge_entry
+    from parity.oracle_run import corpus_index, oracle_verdicts
 
-    index = gen_parity_corpus.build(tmp_path_factory.mktemp("parity"))
-    outs = [judge_entry(e) for e in index]
+    index = corpus_index(tmp_path_factory)
+    # the installed release answers in a child process as the other releases do (tests/test_parity_releases.py)
+    src = Path(importlib.util.find_spec("llamafactory").submodule_search_locations[0]).parent
+    verdicts, why = oracle_verdicts(src, index, tmp_path_factory.mktemp("parity_installed"))
+    assert verdicts is not None, f"the installed LF's parser did not run: {why}"
+    outs = [judge_entry(e, v) for e, v in zip(index, verdicts)]
     dump = os.environ.get("FD_PARITY_RESULTS")
     if dump:   # scripts/parity_report.py reads this
         Path(dump).write_text(json.dumps([asdict(o) for o in outs], indent=1) + "\n", encoding="utf-8")

@@ -15,17 +15,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from shared_dirs import shared_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
-SHARED = next((p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared", Path("/work/shared"))
-               if (p / "oracles" / "llamafactory-main" / "src").is_dir()), None)
+SHARED = shared_dir("oracles", "llamafactory-main", "src")
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(SHARED is None, reason="no ../shared/oracles/llamafactory-main (LF main's parser)"),
               pytest.mark.skipif(importlib.util.find_spec("omegaconf") is None
@@ -45,25 +44,17 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
 
 def release_outcomes(version: str, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     """The parity outcomes of the corpus under release `version` (a key of RELEASES); skips when it is absent."""
-    import gen_parity_corpus
-
     from parity.compare import judge_entry
+    from parity.oracle_run import corpus_index, oracle_verdicts
 
     where, transformers = RELEASES[version]
     src = SHARED / "oracles" / "llamafactory-main" / "src" if where == "oracle" else ROOT / where
     if not (src / "llamafactory").is_dir():
         pytest.skip(f"LF {version} is not installed at {src} (.ci/run installs it)")
-    tmp = tmp_path_factory.mktemp(f"parity_{version}")
-    index = gen_parity_corpus.build(tmp / "corpus")
-    verdict_file = tmp / "verdicts.json"
-    res = subprocess.run([sys.executable, str(ROOT / "tests" / "parity" / "release_oracle.py"), str(src),
-                          str(verdict_file)],
-                         input=json.dumps([{"config": e["config"], "cwd": e["cwd"]} for e in index]),
-                         capture_output=True, text=True, timeout=3000, check=False,
-                         env={**os.environ, "PYTHONPATH": ""})
-    if res.returncode != 0:
-        pytest.skip(f"LF {version}'s parser could not run here: {res.stderr.strip().splitlines()[-1:]}")
-    verdicts = [SimpleNamespace(**v) for v in json.loads(verdict_file.read_text(encoding="utf-8"))]
+    index = corpus_index(tmp_path_factory)
+    verdicts, why = oracle_verdicts(src, index, tmp_path_factory.mktemp(f"parity_{version}"))
+    if verdicts is None:
+        pytest.skip(f"LF {version}'s parser could not run here: {why}")
     outs = [judge_entry(e, v, lf_version=version, transformers=transformers) for e, v in zip(index, verdicts)]
     dump = os.environ.get("FD_PARITY_RELEASE_RESULTS")
     if dump:

@@ -28,10 +28,10 @@ from typing import Any
 
 import pytest
 from ruamel.yaml import YAML
+from shared_dirs import shared_dir
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = next((p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared", Path("/work/shared"))
-               if (p / "oracles" / "llamafactory-main" / "src").is_dir()), None)
+SHARED = shared_dir("oracles", "llamafactory-main", "src")
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(SHARED is None, reason="no ../shared/oracles/llamafactory-main (the v1 oracle)"),
               pytest.mark.skipif(importlib.util.find_spec("omegaconf") is None

@@ -86,7 +86,11 @@ def main() -> int:
     os.environ.pop("ALLOW_EXTRA_KEYS", None)
     from omegaconf import OmegaConf
 
+    import llamafactory.v1.config.arg_parser as v1_parser
     from llamafactory.v1.config.arg_parser import get_args
+    from oracle import build_parsers_once   # tests/parity/oracle.py, beside this script
+
+    build_parsers_once(v1_parser)
 
     out = []
     for entry in json.load(sys.stdin):
