@@ -479,6 +479,14 @@ def _is_training(text: str) -> bool:
     return bool(re.search(r"^(stage|do_train):", text, re.M))
 
 
+def _repeats_a_key(text: str) -> bool:
+    """Whether a top-level key appears twice: such a file stops at LF's YAML loader (OmegaConf refuses it from
+    0.9.4 on; safe_load keeps the last value before), before the argument parser this corpus compares, and its
+    judgement per release is tests/test_duplicate_key.py's (FD046/FD047, trial 8's LF #8150)."""
+    keys = re.findall(r"^([A-Za-z_][\w.-]*)\s*:", text, re.M)
+    return len(keys) != len(set(keys))
+
+
 def real_entries() -> Iterator[Entry]:
     for p in sorted(LF_EXAMPLES.rglob("*.yaml")):
         text = p.read_text(encoding="utf-8")
@@ -493,7 +501,7 @@ def real_entries() -> Iterator[Entry]:
         if rel.startswith(("fixtures/llamafactory/", "fixtures/cases/")):
             continue
         text = p.read_text(encoding="utf-8")
-        if not _is_training(text):
+        if not _is_training(text) or _repeats_a_key(text):
             continue
         yield Entry(id=f"fixture/{rel}", source="fixture", text=text, origin=rel, in_place=rel)
 

@@ -656,13 +656,14 @@ def _datasets(c: _Cfg, config_path: str | None) -> list[Problem]:
 
         info, _lines = load_dataset_info(os.path.join(found, "dataset_info.json"))
     except InputError:
-        if not c.given("dataset_dir") or (os.path.isabs(ddir) and not os.path.isdir(ddir)):
-            # an absolute folder this machine lacks is the training machine's (`check` notes the data it did not
-            # scan)
+        if not c.given("dataset_dir"):
             return []
         message = (f"`dataset_dir: {ddir}` holds no dataset_info.json here: LLaMA-Factory stops with \"Cannot open "
                    f"{ddir}/dataset_info.json\" when the data is loaded.")
         if not any(os.path.isdir(os.path.join(b, ddir)) for b in bases):
+            # a folder found nowhere, absolute or relative: the training machine may hold it, so it is not checked
+            # here (not-checked-here, info) unless --strict (dataset-not-defined); an absolute one was passed over
+            # without a word before, so --strict missed LF's "Cannot open" (parity, trial 7's LF #9191 config)
             # a relative folder found nowhere: the machine (or folder) training launches from may hold it, so it
             # is not checked here (not-checked-here, info) unless --strict (dataset-not-defined)
             return [_p("dataset_dir", "not_here", message, "point `dataset_dir` at the folder holding "

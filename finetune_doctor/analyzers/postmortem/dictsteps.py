@@ -103,8 +103,8 @@ def place(curves: dict[str, Curve], ev: Evidence, h: dict[str, Any]) -> dict[str
     if "loss" not in cs:
         return None
     loss = cs["loss"]
-    lrs = [dict(zip(cs["learning_rate"].lines, cs["learning_rate"].values)).get(ln) if "learning_rate" in cs
-           else None for ln in loss.lines]
+    lr_at = dict(zip(cs["learning_rate"].lines, cs["learning_rate"].values)) if "learning_rate" in cs else {}
+    lrs = [lr_at.get(ln) for ln in loss.lines]   # one map for the whole log: a 200k-line log stays linear
     top = max((v for v in lrs if v is not None), default=None)
     use_lr = not (top and h["peak"] and top > h["peak"] * (1 + 1e-3))
     got = _placement(cs, h, lrs, use_lr)
