@@ -49,4 +49,9 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(_HEAVY_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))   # stable: every other file keeps its order
+    count: dict[str, int] = {}
+    for item in items:
+        count[str(item.path)] = count.get(str(item.path), 0) + 1
+    # the named heavy files first, then the others by their number of tests, most first (xdist's own order for
+    # them): the long files start early and the short ones fill the end on both workers; stable within a file
+    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -count[str(item.path)]))
