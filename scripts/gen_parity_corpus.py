@@ -482,9 +482,13 @@ def _is_training(text: str) -> bool:
 def _repeats_a_key(text: str) -> bool:
     """Whether a top-level key appears twice: such a file stops at LF's YAML loader (OmegaConf refuses it from
     0.9.4 on; safe_load keeps the last value before), before the argument parser this corpus compares, and its
-    judgement per release is tests/test_duplicate_key.py's (FD046/FD047, trial 8's LF #8150)."""
-    keys = re.findall(r"^([A-Za-z_][\w.-]*)\s*:", text, re.M)
-    return len(keys) != len(set(keys))
+    judgement per release is tests/test_duplicate_key.py's (FD046/FD047, trial 8's LF #8150). The doctor's own
+    YAML reader says so (readers/config/yamlcfg.py `parse_yaml_text`, which lists each repeat)."""
+    from finetune_doctor.readers.config.yamlcfg import parse_yaml_text
+
+    repeats: list[dict] = []
+    parse_yaml_text(text, "<corpus>", repeats)
+    return bool(repeats)
 
 
 def real_entries() -> Iterator[Entry]:
