@@ -163,7 +163,10 @@ UNTIED_FRAMEWORKS = ("litgpt",)
 # added the example and the pages' LoRA runs), which transformers then loaded in float32. So a row of it without
 # quantization is given to the doctor as its config.json with ``torch_dtype: float32`` (what LLaMA-Factory loads
 # for an fp32 checkpoint); its QLoRA rows set the storage dtype to bfloat16 and stay as the catalogue has them.
-FP32_LOAD_FRAMEWORKS = ("TRL SFTTrainer + PEFT",)
+# Stanford Alpaca's train.py calls ``AutoModelForCausalLM.from_pretrained(name, cache_dir=...)`` with no
+# ``torch_dtype`` (train.py at 15b51ae, read for round 4 before any of its rows was scored), so its runs hold float32
+# weights under FSDP's mixed precision: the same rule.
+FP32_LOAD_FRAMEWORKS = ("TRL SFTTrainer + PEFT", "Stanford Alpaca")
 
 
 # A framework that pins a package the doctor's terms depend on: the pin, given to the doctor as the training
