@@ -291,3 +291,18 @@ def test_samples_field_and_the_mixture_a_row_is_scored_with():
     assert fill["p_oom"] == pytest.approx(u.p_oom(70.0, 79.15, d))
     assert fill["interval"][0] > dataset["interval"][0]
     assert calibrate.reweigh({}, {"error": "refused"}, half) == {"error": "refused"}
+
+
+def test_an_offload_block_on_device_none_is_not_offload():
+    """ms-swift's stock ZeRO-3 file writes ``offload_optimizer``/``offload_param`` with ``device: none``; such a run
+    keeps everything on the GPU and is grouped with the ZeRO-3 runs, not the offload ones (issue 23's by-engine
+    figures)."""
+    from calibrate import engine_of
+
+    none = {"device": "none"}
+    row = {"deepspeed": {"zero_optimization": {"stage": 3, "offload_optimizer": none, "offload_param": none}}}
+    assert engine_of(row) == "ZeRO-3"
+    row["deepspeed"]["zero_optimization"]["offload_param"] = {"device": "cpu", "pin_memory": True}
+    assert engine_of(row) == "ZeRO-3+offload"
+    row = {"deepspeed": {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}}}
+    assert engine_of(row) == "ZeRO-2+offload"
