@@ -306,3 +306,18 @@ def test_an_offload_block_on_device_none_is_not_offload():
     assert engine_of(row) == "ZeRO-3+offload"
     row = {"deepspeed": {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}}}
     assert engine_of(row) == "ZeRO-2+offload"
+
+
+def test_a_short_dataset_bounds_the_cutoff_the_doctor_is_given():
+    """ms-swift's examples train swift/self-cognition (short identity Q&A) at max_length = the model's 32768: the
+    doctor is given the dataset's bound, never a longer cutoff than the row's, and nothing for a dataset without one."""
+    from calib_data import DATASET_LONGEST, config_for, load_rows
+
+    row = {"config": {"cutoff_len": 32768, "finetuning_type": "lora"}, "datasets": ["swift/self-cognition#1000"]}
+    assert config_for(row)["cutoff_len"] == DATASET_LONGEST["swift/self-cognition"][0] == 512
+    assert config_for({**row, "config": {"cutoff_len": 256}})["cutoff_len"] == 256
+    mixed = {**row, "datasets": ["swift/self-cognition#500", "AI-ModelScope/alpaca-gpt4-data-en#500"]}
+    assert config_for(mixed)["cutoff_len"] == 32768
+    assert config_for({**row, "datasets": None})["cutoff_len"] == 32768
+    named = {r["id"] for r in load_rows() if r.get("datasets")}
+    assert "r3m-swift-lorap-qwen2-7b-lora" in named and "swift-ddp-lora-qwen25-7b" in named
