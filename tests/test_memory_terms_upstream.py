@@ -16,7 +16,8 @@ from finetune_doctor.analyzers.memory.hostsave import save_host_bytes
 from finetune_doctor.analyzers.memory.npu import hccl_bytes, is_npu
 from finetune_doctor.analyzers.memory.qlora import dequant_transient_bytes
 from finetune_doctor.analyzers.memory.vision import image_tokens, smart_resize, tower_working_bytes
-from finetune_doctor.analyzers.memory.zero3 import hf_auto_values, persistent_elements, zero3_live
+from finetune_doctor.analyzers.memory.zero3 import (hf_auto_values, largest_trainable_elements, persistent_elements,
+                                                    reduce_scatter_bytes, zero3_live)
 from finetune_doctor.analyzers.memory.params import count_params
 from finetune_doctor.analyzers.memory.reserve import TABLE
 from finetune_doctor.hardware.catalog import parse_gpu_spec
@@ -99,6 +100,29 @@ def test_zero3_reuse_distance_keeps_the_last_layer_across_the_boundary():
     assert z.at_loss == 2.0 * (HEAD + P_LAYER)
     prefetch = Q + K + V + O + G
     assert z.in_backward == 2.0 * (P_LAYER + prefetch)     # the kept layer is not counted twice
+
+
+def test_zero3_holds_the_whole_gradient_of_a_parameter_larger_than_the_bucket():
+    # stage3.py:1626 copies a gradient into the IPG buffer only when it fits; with "auto" buckets (4096² =
+    # 16,777,216 elements) the output layer's 128256 × 4096 gradient does not and is held whole, in bf16
+    full = _run(zo={"stage": 3, "reduce_bucket_size": 16777216})
+    c = count_params(full)
+    assert largest_trainable_elements(full, c) == HEAD
+    assert reduce_scatter_bytes(full, c.trainable, HEAD) == 2.0 * HEAD
+    # LoRA r8 on every linear: the largest matrix is 8 × 14336 (gate/up B, down A), inside the bucket, so the
+    # bucket's flat copy (reduce_scatter_coalesced's torch.cat, at most the trainable elements) is what is held
+    lora = _run(finetuning_type="lora", lora_target="all", lora_rank=8, zo={"stage": 3, "reduce_bucket_size": 16777216})
+    cl = count_params(lora)
+    assert largest_trainable_elements(lora, cl) == 8 * 14336
+    assert reduce_scatter_bytes(lora, cl.trainable, 8 * 14336) == 2.0 * min(16777216, cl.trainable)
+    # an embedding trained beside the adapter (additional_target) is the largest tensor again
+    emb = _run(finetuning_type="lora", lora_target="all", lora_rank=8, additional_target="embed_tokens",
+               zo={"stage": 3})
+    assert largest_trainable_elements(emb, count_params(emb)) == HEAD
+    # the backward moments carry it: ZeRO-3 full fine-tuning's grads_in_backward is that gradient
+    assert compute_terms(full).grads_in_backward == 2.0 * HEAD
+    # and nothing outside ZeRO-3
+    assert reduce_scatter_bytes(_run(zo={"stage": 2}), c.trainable, HEAD) == 0.0
 
 
 def test_zero3_offload_optimizer_moves_the_flat_gradient_partition_to_the_host():
@@ -306,9 +330,15 @@ def test_host_at_zero3_save_gathers_the_16bit_model_on_rank0():
 
 
 def test_zero3_reduce_scatter_flattens_one_bucket_in_backward():
-    # coalesced_collectives.py:122 torch.cat of the bucket's chunks: min(reduce_bucket_size, trainable) x 2 bytes
+    # coalesced_collectives.py:122 torch.cat of the bucket's chunks: min(reduce_bucket_size, trainable) x 2 bytes.
+    # A full fine-tuning's output layer (128256 x 4096) is larger than that bucket and held whole instead (the
+    # assertion moved from 2 x 16777216 when stage3.py:1626/:1642 was read, issue 23; the test above)
     full = compute_terms(_run(zo={"stage": 3, "reduce_bucket_size": 16777216}))
-    assert full.grads_in_backward == 2.0 * 16777216
+    assert full.grads_in_backward == 2.0 * HEAD
+    small = _run(model="Qwen/Qwen2.5-0.5B", zo={"stage": 3, "reduce_bucket_size": 5e8})
+    assert largest_trainable_elements(small, count_params(small)) < 5e8      # 151936 x 896 = 136,134,656
+    n_small = count_params(small).trainable                                     # 494M: all of it fits one bucket
+    assert n_small < 5e8 and compute_terms(small).grads_in_backward == 2.0 * n_small
     lora = _run(finetuning_type="lora", lora_target="q_proj,v_proj", zo={"stage": 3, "reduce_bucket_size": 5e8})
     n = count_params(lora).trainable
     assert n < 5e8 and compute_terms(lora).grads_in_backward == 2.0 * n
