@@ -5,6 +5,7 @@ exact because the terms are byte counts."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -442,3 +443,20 @@ def test_unknown_bitsandbytes_is_weighed_in_the_report_as_the_env_file_would_giv
     assert a["effect"]["total_gib"]["0.43.1"] == pytest.approx(old, abs=0.011)
     # 2.75 GiB of kept inputs (hand computation above) plus the allocator's reserve on them
     assert old - rep["memory"]["per_gpu_gib"]["total"] > 2.75
+
+
+def test_final_logit_softcapping_keeps_tanh_output():
+    # Gemma-2 (config.json final_logit_softcapping 30.0): logits / 30, tanh, * 30 (modeling_gemma2.py:536-540);
+    # tanh's saved output is one more V-wide bf16 tensor per token at the loss and through the loss's backward:
+    # 2048 tokens x 256000 x 2 bytes = 1,048,576,000 bytes
+    from finetune_doctor.analyzers.memory.logits import final_softcap, logit_terms
+
+    g2 = _run(model="google/gemma-2-2b", gpus="1xA100-80GB", finetuning_type="lora")
+    assert final_softcap(g2) == 30.0
+    g2_plain = g2.with_(arch=dataclasses.replace(g2.arch, raw={}))        # the same shapes without the cap
+    assert final_softcap(g2_plain) is None
+    with_cap, without = logit_terms(g2, 2048), logit_terms(g2_plain, 2048)
+    assert with_cap.forward - without.forward == 2048 * 256000 * 2.0
+    assert with_cap.backward - without.backward == 2048 * 256000 * 2.0
+    # Llama-3 has no cap
+    assert final_softcap(_run()) is None
