@@ -21,7 +21,9 @@ Derived from DeepSpeed 0.19.8 (the version docs/ARCHITECTURE.md "Sources" names)
   10·hidden`` (readers/deepspeed/dsauto.py resolves them; `hf_auto_values` restates the formula for the tests).
 * the gradient side (IPG bucket of ``reduce_bucket_size`` elements, ``stage3.py:779-783``; the flat gradient
   partition ``grad_partitions_flat_buffer``, ``stage3.py:786-795``, pinned on the host when the optimizer is
-  offloaded with pin_memory) stays in buffers.py and weights.py.
+  offloaded with pin_memory) stays in buffers.py and weights.py; what the reduction holds beside the bucket during
+  backward (a bucket's flat copy, or the whole gradient of a tensor larger than the bucket, stage3.py:1626/:1642)
+  is `reduce_scatter_bytes` here.
 
 Pure Python: element counts from `ModelArch`, bytes from the stored dtypes.
 """
