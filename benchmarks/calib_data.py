@@ -195,8 +195,9 @@ FRAMEWORK_CONFIG: dict[str, dict[str, Any]] = {"litgpt": {"lora_dropout": 0.05}}
 # Datasets whose every sample is far shorter than the cutoff a row's framework defaults to. A batch is padded to its
 # longest sample, not to cutoff_len (LLaMA-Factory's SFT collator is transformers' DataCollatorForSeq2Seq with its
 # default padding, "longest", and pad_to_multiple_of 8: src/llamafactory/train/sft/workflow.py:62-66 and
-# data/collator.py:137 at the oracle snapshot; at batch 1, as in every row given a bound, a batch is its one sample), so no tensor of the run grows with a
-# cutoff above the longest sample, and the doctor on the training machine sizes the run from the data's lengths
+# data/collator.py:137 at the oracle snapshot; at batch 1, as in every row given a bound, a batch is its one
+# sample), so no tensor of the run grows with a cutoff above the longest sample, and the doctor on the training
+# machine sizes the run from the data's lengths
 # (`doctor data`, the sample-lengths assumption closed). A row lists what it trains on in ``datasets`` (names as
 # its source writes them; a ``#N`` resample suffix is dropped); when every one of them has a bound here, the doctor
 # is given ``cutoff_len`` = min(the row's cutoff_len, the largest bound). A bound is an upper bound, never a
