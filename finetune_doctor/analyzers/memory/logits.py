@@ -131,7 +131,8 @@ def logit_terms(run: Run, T: int) -> LogitTerms:
         bwd = T * a.vocab_size * 6.0
     if final_softcap(run) is not None:
         # final-logit soft-capping (Gemma-2; transformers models/gemma2/modeling_gemma2.py:536-540 at 5.6.0, the
-        # same three lines since 4.42; litgpt's `do_softcapping` is the same ops): logits / cap, tanh, * cap, each
+        # same three lines since 4.42; Gemma-4 gemma4/modeling_gemma4.py:1840-1843, its multimodal head from the
+        # text config at :2539-2542; litgpt's `do_softcapping` is the same ops): logits / cap, tanh, * cap, each
         # a new tensor in the logits' dtype. tanh's backward reads its output, so that tensor stays from the
         # forward until the loss's gradient reaches it, beside the capped logits the loss takes
         fwd += T * a.vocab_size * e_logit
