@@ -254,7 +254,7 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
         # the shared skeleton and hw builder: the hand-built hw dropped compute_capability, in_use_gib, nnodes, fp8
         facts = skeleton(hw=hw_facts.assemble(hw))
         sources, live = {}, {}
-    tl = analyze(ev, facts)
+    tl = analyze(ev, facts, _given_versions(opts))
     facts["ev"] = tl.facts
     _launched_past_deepspeed(facts, tl.facts, any(o.startswith("deepspeed=") for o in over))
     _launched_under_nohup(tl.facts, opts.launch or launch_file_in(ev.run_dir or run_dir))
@@ -274,6 +274,21 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
         draw(tl, plot, title=_plot_title(facts, ev), inputs=[f.read.path for f in ev.files] + [cfg_path or ""])
         notes.append(f"plot written to {plot}")
     return _report(ev, tl, asm, hw, cfg_path, findings, notes)
+
+
+def _given_versions(opts: Options) -> dict[str, tuple[str, str]]:
+    """{package: (version, where)} the user gave for the training machine: ``--env FILE`` (``llamafactory-cli
+    env`` or ``pip list``), then ``--torch`` / ``--transformers`` over it (facts/config.py ``_stack``'s order)."""
+    found: dict[str, tuple[str, str]] = {}
+    if opts.env_file:
+        from finetune_doctor.facts.config import read_env_file
+
+        env = read_env_file(opts.env_file)
+        found.update({k: (str(v), opts.env_file) for k, v in env.versions.items() if v})
+    for key, flag in (("torch", opts.torch_version), ("transformers", opts.transformers_version)):
+        if flag:
+            found[key] = (flag, f"--{key}")
+    return found
 
 
 def _launched_under_nohup(evf: dict[str, Any], launch: str | None) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from finetune_doctor.evidence import Fact, MemoryRecord, Notice, Restart, Series
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.lineprefix import strip_prefixes, wall_in_year
-from finetune_doctor.readers.runlogs.logcontext import FRAME, Keep, LineContext, frames_below, num
+from finetune_doctor.readers.runlogs.logcontext import FRAME, Keep, LineContext, frames_and_packages, num
 from finetune_doctor.readers.runlogs.logfailures import FailureLines
 
 MAX_DICT = 2048   # characters of a metric dict parsed (HF's dicts are a few hundred)
@@ -167,16 +167,17 @@ class TextLogParser(FailureLines):
             self._barrier_wait(text, line, rank)
         if "Traceback (most recent" in text:
             self.timing["tb_open"] = True
+            frames, pkgs = frames_and_packages(context.following_lines(200))
             self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip()[:500],
-                                            {"rank": rank, "frames": frames_below(context.following_lines(200))}))
+                                            {"rank": rank, "frames": frames, "pkgs": pkgs}))
         elif 'File "' in text and not self.timing.get("tb_open") and FRAME.match(text):
             # frames with no "Traceback" header before them since the last exception: a paste cut above the
             # header; the traceback starts here
             self.timing["tb_open"] = True
-            frames = frames_below([text] + context.following_lines(200))
+            frames, pkgs = frames_and_packages([text] + context.following_lines(200))
             self.keep.add("notices", Notice(self.path, line, self.during(), "traceback",
                                             "frames of a traceback whose header the log does not hold",
-                                            {"rank": rank, "frames": frames}))
+                                            {"rank": rank, "frames": frames, "pkgs": pkgs}))
         if "Error" in text or "Exception" in text:
             m = pat.EXC.match(text)
             k = text.find("] ") if m is None and ("Error: " in text or "Exception: " in text) else -1
@@ -192,8 +193,14 @@ class TextLogParser(FailureLines):
                 text = q if m else text
             if m and "CUDA out of memory" not in text:
                 self.timing["tb_open"] = False
+                value = {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank}
+                if "loading state_dict" in text:
+                    # torch's load_state_dict puts one "size mismatch for K: ..." per line below its header
+                    # (torch/nn/modules/module.py, 2.13.0 wheel :2443-2444, :2639)
+                    value["details"] = [d.strip()[:400] for d in [text] + context.following_lines(24)
+                                        if "size mismatch for " in d][:16]
                 self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500],
-                                                {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank}))
+                                                value))
         if "version" in text:
             self._versions(text, line, context)
         if "Process rank: " in text:

@@ -1,0 +1,114 @@
+"""run-crashed names the cause an exception's text establishes (analyzers/postmortem/crashcause.py), and only
+then: one fixture per kind in fixtures/postmortem/crash_causes/ (FIXTURE.md names the upstream line of each)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pmhelp import FIXTURES, diagnose, diagnose_report
+
+from finetune_doctor.analyzers.postmortem.crashcause import _mismatch_words
+from finetune_doctor.readers.runlogs.logs import read_text_log
+
+FIX = "crash_causes"
+
+
+def crashed(tmp_path, name: str, **opts) -> str:
+    found = diagnose(tmp_path, f"{FIX}/{name}", **opts)
+    assert found and found[0].name == "run-crashed", [f.name for f in found]
+    return found[0].message
+
+
+def test_the_traceback_keeps_the_packages_its_frames_run_in():
+    tbs = [n for n in read_text_log(str(FIXTURES / FIX / "qwen25vl_rotary_dtype.log")).notices if n.kind == "traceback"]
+    pkgs = tbs[0].value["pkgs"]
+    assert pkgs[0] == ("llamafactory", "<module>", "launcher.py")
+    assert pkgs[-1] == ("flash_attn", "apply_rotary", "rotary.py")
+    assert ("transformers", "apply_rotary_pos_emb_flashatt", "modeling_qwen2_5_vl.py") in pkgs
+
+
+def test_an_error_inside_a_library_names_the_library_frame_and_the_given_version(tmp_path):
+    msg = crashed(tmp_path, "qwen25vl_rotary_dtype.log", transformers_version="4.49.0")
+    assert "raised inside flash_attn, in apply_rotary of rotary.py" in msg
+    assert "called from transformers 4.49.0 (--transformers), in apply_rotary_pos_emb_flashatt" in msg
+    assert "another transformers version" in msg
+
+
+def test_without_the_version_it_asks_for_it(tmp_path):
+    msg = crashed(tmp_path, "qwen25vl_rotary_dtype.log")
+    assert "transformers 4.49.0" not in msg and "give --transformers VERSION" in msg
+
+
+def test_a_deliberate_check_in_a_library_is_not_called_a_version_bug(tmp_path):
+    msg = crashed(tmp_path, "check_in_library.log")
+    assert msg.endswith("cuda>=11.0.") and " — " not in msg
+
+
+@pytest.mark.parametrize("name, words", [
+    ("state_dict_flat_embedding.log", ["525336576 = 128256 × 4096", "flattened", "without gathering",
+                                       "not a vocabulary change", "(1 more size mismatch(es) listed)"]),
+    ("state_dict_zero3_empty.log", ["shape [0]", "placeholder ZeRO-3 leaves", "stage3_gather_16bit_weights_on_model_save"]),
+    ("state_dict_vocab_change.log", ["32002 rows against 32000 (2 fewer in the model)", "resize_vocab"]),
+    ("lora_rank_mismatch.log", ["trained with LoRA rank 16 and the model was built with rank 8", "lora_rank: 16"]),
+])
+def test_size_mismatches_are_decomposed(tmp_path, name, words):
+    msg = crashed(tmp_path, name)
+    for w in words:
+        assert w in msg, w
+
+
+def test_the_model_shape_names_the_factors_when_known():
+    words = _mismatch_words("model.embed_tokens.weight", (525336576,), (128256, 4096),
+                            {"vocab_size": 128256, "hidden_size": 4096, "name": "Llama-3-8B"})
+    assert "128256 × 4096 (vocab_size × hidden_size of Llama-3-8B)" in words
+    # a flat vector of another row count: flattened and a vocabulary change
+    words = _mismatch_words("model.embed_tokens.weight", (32000 * 4096,), (128256, 4096), {})
+    assert "131072000 = 32000 × 4096" in words and "96256 more in the model" in words
+    # one dimension an exact quarter of the other: a tensor-parallel shard
+    words = _mismatch_words("model.layers.0.mlp.down_proj.weight", (4096, 3584), (4096, 14336), {})
+    assert "exactly 1/4" in words
+    assert _mismatch_words("x.weight", (3, 3), (3, 3), {}) is None
+
+
+@pytest.mark.parametrize("name, words", [
+    ("flash_attn_undefined_symbol.log", ["flash-attn is a compiled extension built against another torch"]),
+    ("flash_attn_not_installed.log", ["flash_attn is not installed", "pip install flash-attn --no-build-isolation"]),
+    ("module_not_found.log", ["bitsandbytes is not installed", "pip install bitsandbytes"]),
+    ("bnb_requires.log", ["an import check failed", "pip install -U bitsandbytes>=0.46.1"]),
+    ("cannot_import_name.log", ["the installed transformers has no 'is_liger_kernel_available'",
+                                "another transformers release"]),
+])
+def test_import_errors_name_the_package_and_the_install(tmp_path, name, words):
+    msg = crashed(tmp_path, name)
+    for w in words:
+        assert w in msg, w
+
+
+@pytest.mark.parametrize("name, mtype", [("model_type_keyerror.log", "gemma2"), ("model_type_valueerror.log", "qwen3")])
+def test_a_model_type_transformers_does_not_know_is_an_old_transformers(tmp_path, name, mtype):
+    msg = crashed(tmp_path, name)
+    assert f"transformers does not know the model type '{mtype}'" in msg and "upgrade transformers" in msg
+
+
+def test_a_keyerror_outside_the_config_mapping_is_not_a_model_type(tmp_path):
+    log = tmp_path / "k.log"
+    log.write_text('Traceback (most recent call last):\n  File "/w/prep.py", line 9, in <module>\n'
+                   '    row["gemma2"]\nKeyError: \'gemma2\'\n')
+    found = diagnose(tmp_path, log)
+    assert found[0].name == "run-crashed" and found[0].message.endswith("KeyError: 'gemma2'.")
+
+
+def test_a_loss_without_grad_names_frozen_inputs_under_checkpointing(tmp_path):
+    msg = crashed(tmp_path, "no_grad_fn.log")
+    assert "enable_input_require_grads" in msg and "use_reentrant=False" in msg
+
+
+def test_a_missing_processor_names_the_folder_and_remote_code(tmp_path):
+    msg = crashed(tmp_path, "processor_not_found.log")
+    assert "preprocessor_config.json" in msg and "trust_remote_code: true" in msg
+    assert "InternVL" not in msg
+    cfg = "model_name_or_path: OpenGVLab/InternVL3-8B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n" \
+          "template: intern_vl\noutput_dir: out\n"
+    rep = diagnose_report(tmp_path / "b", f"{FIX}/processor_not_found.log", config=cfg)
+    first = next(f for f in rep.findings if f.name == "run-crashed")
+    assert "-hf\" repositories" in first.message
