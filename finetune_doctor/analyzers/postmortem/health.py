@@ -127,16 +127,43 @@ def stopped(ev: Evidence, cx: RunContext, out: dict[str, Any]) -> tuple[dict[str
     if out.get("completed") or _errored(out):
         return None, None
     last = (out.get("steps") or {}).get("last")
+    if last is None:
+        return None, _startup_hang(ev)
     total, tsrc = _total(out, cx)
-    if last is None or not total or total - last <= max(1, STOP_SHORT * total):
+    if not total or total - last <= max(1, STOP_SHORT * total):
         return None, None
     where = next((f.read.path for f in reversed(ev.files) if f.read.kind == "text-log"), None)
     d = {"last_step": last, "total": total, "total_source": tsrc, "percent": round(100 * last / total, 1),
          "location": location_of(where, None) if where else None}
     hang = _hang_evidence(ev, cx, out)
     if hang:
-        return None, {**d, "evidence": hang}
+        return None, {**d, "evidence": hang, "lead": f"Progress stopped at step {last} of {total} with no error and "
+                      f"no exit, and {hang}: the run hangs (a rank stuck in a collective or in data loading)",
+                      "more": ", and set a ddp_timeout short enough for the watchdog to name the stuck collective"}
     return d, None
+
+
+def _startup_hang(ev: Evidence) -> dict[str, Any] | None:
+    """A log that ends on DeepSpeed's process-group set-up (readers/runlogs/logparse.py ``_dist_init``: nothing
+    but set-up lines after "Initializing TorchBackend in DeepSpeed with backend nccl" up to the end of the file),
+    with no step, no error and no exit: if the job was still running there, it waits in the rendezvous or the
+    first collective for a rank that never joined. Said conditionally: a paste cut there reads the same."""
+    for f in ev.files:
+        for n in f.notices:
+            if n.kind == "dist-init" and (n.value or {}).get("ends_log"):
+                where = f"{f.read.path}:{n.line}"
+                return {"last_step": None, "total": None, "percent": None, "total_source": None,
+                        "location": location_of(f.read.path, n.line), "evidence": f"the log ends at {where}",
+                        "lead": ("The log ends at distributed start-up (\"Initializing TorchBackend in DeepSpeed "
+                                 f"with backend {(n.value or {}).get('backend')}\", {where}) with no training "
+                                 "step, no error and no exit: if the job was still running there, it hangs at "
+                                 "process-group set-up, waiting for a rank that never joined (a wrong or busy "
+                                 "master port, e.g. main_process_port in the accelerate config; MASTER_ADDR not "
+                                 "reachable from every node; more processes launched than the GPUs or nodes "
+                                 "that start)"),
+                        "more": (", and rerun with NCCL_DEBUG=INFO and TORCH_DISTRIBUTED_DEBUG=DETAIL to see which "
+                                 "rank never joined")}
+    return None
 
 
 def health_facts(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 from finetune_doctor.evidence import Fact, MemoryRecord, Notice, Restart, Series
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.lineprefix import strip_prefixes, wall_in_year
-from finetune_doctor.readers.runlogs.logcontext import FRAME, Keep, LineContext, frames_and_packages, num
+from finetune_doctor.readers.runlogs.logcontext import FRAME, LOOKAHEAD, Keep, LineContext, frames_and_packages, num
 from finetune_doctor.readers.runlogs.logfailures import FailureLines
 
 MAX_DICT = 2048   # characters of a metric dict parsed (HF's dicts are a few hundred)
@@ -205,6 +205,8 @@ class TextLogParser(FailureLines):
             self._versions(text, line, context)
         if "Process rank: " in text:
             self._process(text, line)
+        if "Initializing TorchBackend" in text:
+            self._dist_init(text, line, rank, context)
         if "train" in text and ("llamafactory-cli" in text or "lmf " in text or "launcher.py" in text
                                 or ".py " in text):
             self._launch(text, line)
@@ -314,6 +316,19 @@ class TextLogParser(FailureLines):
                 m = rx.search(s)
                 if m:
                     self.fact(name, m.group("v"), ln)
+
+    def _dist_init(self, text: str, line: int, rank: int | None, context: LineContext) -> None:
+        """DeepSpeed's process-group set-up line (logpatterns.DIST_INIT), and whether the log ends on it: nothing
+        but more set-up lines or blank ones after it, up to the end of the file (the bytes after a line reach
+        LOOKAHEAD unless the file ends first). analyzers/postmortem/health.py reads a start-up hang from it."""
+        m = pat.DIST_INIT.search(text)
+        if not m:
+            return
+        rest = context.buf[context.le:context.le + LOOKAHEAD]
+        ends = len(rest) < LOOKAHEAD and all(pat.DIST_INIT_TAIL.search(strip_prefixes(t)[0])
+                                             for t in rest.decode("utf-8", "replace").splitlines()[1:])
+        self.keep.add("notices", Notice(self.path, line, self.during(), "dist-init", text.strip()[:300],
+                                        {"rank": rank, "backend": m.group("backend"), "ends_log": ends}))
 
     def _process(self, text: str, line: int) -> None:
         """LLaMA-Factory's per-process line: this file's rank and its GPU (hparams/parser.py:652-653)."""
