@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from finetune_doctor.pipeline import postmortem as pm
 from finetune_doctor.settings import Options
@@ -34,3 +34,10 @@ def diagnose_report(tmp_path: Path, fixture: str | os.PathLike, config: str | No
 def diagnose(tmp_path: Path, fixture: str | os.PathLike, **opts: Any) -> list:
     """The findings of `diagnose_report`, in report order (the first is the diagnosis)."""
     return list(diagnose_report(tmp_path, fixture, **opts).findings)
+
+
+def in_folder(folder: str) -> Callable[..., list]:
+    """`diagnose` for the fixtures of one folder under fixtures/postmortem/ (``diagnose(tmp_path, "x.log")``)."""
+    def run(tmp_path: Path, name: str, **opts: Any) -> list:
+        return diagnose(tmp_path, FIXTURES / folder / name, **opts)
+    return run
