@@ -112,3 +112,30 @@ def test_a_missing_processor_names_the_folder_and_remote_code(tmp_path):
     rep = diagnose_report(tmp_path / "b", f"{FIX}/processor_not_found.log", config=cfg)
     first = next(f for f in rep.findings if f.name == "run-crashed")
     assert "-hf\" repositories" in first.message
+
+
+@pytest.mark.parametrize("name, words", [
+    ("module_has_no_attribute.log", ["the installed torch has no torch.float8_e4m3fn", "give --torch VERSION"]),
+    ("unexpected_keyword.log", ["transformers (in training_step of trainer.py) calls DPOTrainer.compute_loss() with "
+                                "the keyword 'num_items_in_batch'", "releases that go together"]),
+])
+def test_two_packages_from_releases_that_do_not_go_together(tmp_path, name, words):
+    msg = crashed(tmp_path, name)
+    for w in words:
+        assert w in msg, w
+
+
+def test_an_error_raised_by_the_users_own_code_under_a_library_blames_no_library(tmp_path):
+    msg = crashed(tmp_path, "user_callback_error.log")
+    assert msg.endswith("RuntimeError: loss went above 10.0.")
+
+
+@pytest.mark.parametrize("name, words", [
+    ("safetensors_incomplete.log", ["shorter than its own header says", "did not finish"]),
+    ("safetensors_lfs_pointer.log", ["not a safetensors file", "Git LFS pointer"]),
+    ("zip_central_directory.log", ["is cut short", "save or download it again"]),
+])
+def test_checkpoint_files_that_are_not_what_their_name_says(tmp_path, name, words):
+    msg = crashed(tmp_path, name)
+    for w in words:
+        assert w in msg, w

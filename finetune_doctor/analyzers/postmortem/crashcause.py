@@ -46,6 +46,10 @@ UNKNOWN_TYPE = re.compile(r"has model type `(?P<t>[\w-]+)` but Transformers does
 KEY_ONLY = re.compile(r"^'(?P<t>[\w-]+)'$")
 NOT_INSTALLED = re.compile(r"the package (?P<pkg>\w+) seems to be not installed")
 PIP_COMMAND = re.compile(r"`(?P<cmd>pip install [^`]+)`")
+MODULE_ATTR = re.compile(r"module '(?P<mod>[\w.]+)' has no attribute '(?P<attr>\w+)'")
+BAD_CALL = re.compile(r"(?P<fn>[\w.<>]+)\(\) (?:got an unexpected keyword argument '(?P<kw>\w+)'|"
+                      r"missing \d+ required positional argument)")
+SAFETENSORS_HEADER = re.compile(r"Error while deserializing header: (?P<err>\w+)")
 TOKENIZER_CLASS = re.compile(r"Tokenizer class (?P<c>\w+) does not exist or is not currently imported")
 
 LIBRARIES = ("transformers", "peft", "trl", "accelerate", "deepspeed", "flash_attn", "bitsandbytes", "liger_kernel",
@@ -79,16 +83,28 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
     msg = str(v.get("msg") or "")
     pkgs = tuple(((tb.value or {}).get("pkgs") or ()) if tb is not None and isinstance(tb.value, dict) else ())
     frames = tuple(((tb.value or {}).get("frames") or ()) if tb is not None and isinstance(tb.value, dict) else ())
+    if pkgs and _innermost(frames) != f"{pkgs[-1][1]} ({pkgs[-1][2]})":
+        pkgs = ()   # the innermost frame is not a package's (the user's own code, or a cut frame): no library blamed
     for kind, fn in (("size-mismatch", lambda: _size_mismatch(v.get("details") or [msg], model)),
                      ("processor-missing", lambda: _processor(msg, model)),
                      ("import", lambda: _import(cls, msg, versions)),
                      ("model-type-unknown", lambda: _model_type(cls, msg, pkgs, versions)),
                      ("no-grad", lambda: _no_grad(msg)),
+                     ("file-incomplete", lambda: _file_format(msg, versions)),
+                     ("version-mismatch", lambda: _mismatch(cls, msg, pkgs, versions)),
                      ("library-error", lambda: _library(cls, msg, pkgs, frames, versions))):
         text = fn()
         if text:
             return {"kind": kind, "text": text}
     return None
+
+
+FUNC_FRAME = re.compile(r"^[\w<>]+ \([^()]+\)$")
+
+
+def _innermost(frames: tuple) -> str | None:
+    """The innermost "func (file.py)" entry of a traceback's frames (logcontext.frame_of names them so)."""
+    return next((f for f in reversed(frames) if isinstance(f, str) and FUNC_FRAME.match(f)), None)
 
 
 def _ver(versions: dict[str, tuple[str, str]], pkg: str) -> str:
@@ -292,6 +308,53 @@ def _no_grad(msg: str) -> str | None:
             "gradient checkpointing with frozen embeddings, which drops the graph of every checkpointed block "
             "whose inputs do not require grad (LoRA on a frozen model); call model.enable_input_require_grads() "
             "before training, or checkpoint with use_reentrant=False")
+
+
+def _file_format(msg: str, versions: dict[str, tuple[str, str]]) -> str | None:
+    """Checkpoint files that are not what their name says: safetensors' header errors (safetensors
+    ``SafeTensorError``, printed "Error while deserializing header: NAME"), torch's zip reader
+    (caffe2/serialize/inline_container.cc "PytorchStreamReader failed reading zip archive: failed finding central
+    directory"), and torch >= 2.6's ``weights_only`` default (torch/serialization.py:77, "Weights only load
+    failed")."""
+    m = SAFETENSORS_HEADER.search(msg)
+    if m and m.group("err") in ("MetadataIncompleteBuffer", "IoError"):
+        return ("the .safetensors file is shorter than its own header says: a download or a save that did not "
+                "finish (disk full, a killed process, an interrupted transfer); download or save it again and "
+                "compare its size with the source's")
+    if m and m.group("err") in ("HeaderTooLarge", "InvalidHeaderDeserialization", "InvalidHeader"):
+        return ("the file named .safetensors is not a safetensors file: most often a Git LFS pointer (a clone "
+                "without git-lfs, a few hundred bytes) or an HTML error page saved in its place; fetch the real "
+                "file (git lfs pull, or huggingface-cli download)")
+    if "failed finding central directory" in msg:
+        return ("the checkpoint file (.bin/.pt/.pth, a zip archive since torch 1.6) is cut short: a download or a "
+                "save that did not finish (disk full, a killed process); save or download it again")
+    if "Weights only load failed" in msg:
+        return (f"torch{_ver(versions, 'torch')} loads checkpoints with weights_only=True by default since 2.6, "
+                "and this file holds objects that are not plain tensors (an optimizer, scheduler or RNG state of "
+                "an older trainer release): upgrade the trainer/transformers to a release that loads them for "
+                "torch 2.6+, or load with weights_only=False if you trust the file")
+    return None
+
+
+def _mismatch(cls: str, msg: str, pkgs: tuple, versions: dict[str, tuple[str, str]]) -> str | None:
+    """Two packages from releases that do not go together: a module without an attribute the code uses, or a
+    call with a keyword (or positional argument) the called function does not have in the installed release."""
+    m = MODULE_ATTR.search(msg) if cls == "AttributeError" else None
+    if m:
+        top = m.group("mod").split(".")[0]
+        return (f"the installed {top}{_ver(versions, top)} has no {m.group('mod')}.{m.group('attr')}: the code "
+                f"using it was written for another {top} release (newer or older); install the {top} version "
+                f"that code pins{_ask_version(versions, top)}")
+    c = BAD_CALL.search(msg) if cls == "TypeError" else None
+    if c and pkgs:
+        caller = pkgs[-1]
+        what = f"the keyword '{c.group('kw')}'" if c.group("kw") else "a different set of arguments"
+        return (f"{caller[0]}{_ver(versions, caller[0])} (in {caller[1]} of {caller[2]}) calls {c.group('fn')}() "
+                f"with {what}, which the installed {c.group('fn')} does not take: two packages from releases that "
+                "do not go together (one written for a newer or older release of the other); install releases "
+                "that go together (the range your trainer's requirements pin)"
+                f"{_ask_version(versions, caller[0])}")
+    return None
 
 
 # -- an exception raised inside a library ------------------------------------------------------------------------
