@@ -139,3 +139,14 @@ def test_checkpoint_files_that_are_not_what_their_name_says(tmp_path, name, word
     msg = crashed(tmp_path, name)
     for w in words:
         assert w in msg, w
+
+
+def test_a_start_up_version_check_names_the_range_and_what_was_found(tmp_path):
+    msg = crashed(tmp_path, "version_check.log")
+    assert "outside transformers>=4.49.0,<=4.56.2,!=4.52.0 (found transformers==4.57.1);" in msg
+    assert "DISABLE_VERSION_CHECK=1" in msg
+
+
+def test_an_errno_names_what_the_system_said(tmp_path):
+    msg = crashed(tmp_path, "errno_eio.log")
+    assert "input/output error (EIO)" in msg and "dmesg" in msg

@@ -50,6 +50,23 @@ MODULE_ATTR = re.compile(r"module '(?P<mod>[\w.]+)' has no attribute '(?P<attr>\
 BAD_CALL = re.compile(r"(?P<fn>[\w.<>]+)\(\) (?:got an unexpected keyword argument '(?P<kw>\w+)'|"
                       r"missing \d+ required positional argument)")
 SAFETENSORS_HEADER = re.compile(r"Error while deserializing header: (?P<err>\w+)")
+REQUIRED_VERSION = re.compile(r"(?P<req>[A-Za-z][\w.-]*\s*(?:[<>=!~]=?|==)[^ ]*?),? is required for a normal functioning "
+                              r"of this module(?:, but found (?P<found>[\w.-]+==[\w.+-]*[\w+]))?")
+ERRNO = re.compile(r"\[Errno (?P<n>\d+)\]")
+ERRNO_CAUSES = {
+    5: ("an input/output error (EIO): the storage failed the read or write (a failing disk, a network or FUSE "
+        "mount that dropped, an overlay filesystem in trouble); check dmesg on that machine for I/O errors and "
+        "move the data or output to a healthy local disk"),
+    12: ("the host could not allocate memory (ENOMEM), most often while forking DataLoader workers or "
+         "subprocesses from a process that already holds much host RAM; lower dataloader_num_workers / "
+         "preprocessing_num_workers or free host memory"),
+    24: ("too many open files (EMFILE): the per-process limit (ulimit -n) is below what the run opens "
+         "(DataLoader workers sharing tensors through file descriptors, many shards); raise ulimit -n or use "
+         "torch.multiprocessing.set_sharing_strategy('file_system')"),
+    116: ("a stale file handle (ESTALE): a file on a network filesystem (NFS) was replaced or deleted by another "
+          "machine while this one had it open; keep each node's cache and outputs apart or on local disk"),
+}
+"""errno(3) meanings of the errors a run's file operations raise (Python's OSError prints "[Errno N] strerror")."""
 TOKENIZER_CLASS = re.compile(r"Tokenizer class (?P<c>\w+) does not exist or is not currently imported")
 
 LIBRARIES = ("transformers", "peft", "trl", "accelerate", "deepspeed", "flash_attn", "bitsandbytes", "liger_kernel",
@@ -91,6 +108,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("model-type-unknown", lambda: _model_type(cls, msg, pkgs, versions)),
                      ("no-grad", lambda: _no_grad(msg)),
                      ("file-incomplete", lambda: _file_format(msg, versions)),
+                     ("os-error", lambda: _os_error(msg)),
                      ("version-mismatch", lambda: _mismatch(cls, msg, pkgs, versions)),
                      ("library-error", lambda: _library(cls, msg, pkgs, frames, versions))):
         text = fn()
@@ -271,6 +289,14 @@ def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]]) -> str | N
                                         if top == "flash_attn" else "")) if pip else f"install the package that provides {top}"
         return (f"{top} is not installed in the Python environment that ran the training (check that the "
                 f"launcher's python is the one you installed into); {how}")
+    r = REQUIRED_VERSION.search(msg)
+    if r:
+        # transformers utils/versions.py require_version (LLaMA-Factory's extras/misc.py check_version calls it
+        # with "To fix: run `pip install REQ` or set `DISABLE_VERSION_CHECK=1`")
+        found = f" (found {r.group('found')})" if r.group("found") else ""
+        return (f"a start-up version check: the installed package is outside {r.group('req').strip()}{found}; "
+                "install a version in that range (LLaMA-Factory's optional checks can be skipped with "
+                "DISABLE_VERSION_CHECK=1, at the risk of the failures the range avoids)")
     c = PIP_COMMAND.search(msg)
     if c and " requires " in msg:
         # transformers' quantizers check their packages before loading (quantizers/quantizer_bnb_4bit.py
@@ -334,6 +360,11 @@ def _file_format(msg: str, versions: dict[str, tuple[str, str]]) -> str | None:
                 "an older trainer release): upgrade the trainer/transformers to a release that loads them for "
                 "torch 2.6+, or load with weights_only=False if you trust the file")
     return None
+
+
+def _os_error(msg: str) -> str | None:
+    m = ERRNO.search(msg)
+    return ERRNO_CAUSES.get(int(m.group("n"))) if m else None
 
 
 def _mismatch(cls: str, msg: str, pkgs: tuple, versions: dict[str, tuple[str, str]]) -> str | None:
