@@ -150,3 +150,15 @@ def test_a_start_up_version_check_names_the_range_and_what_was_found(tmp_path):
 def test_an_errno_names_what_the_system_said(tmp_path):
     msg = crashed(tmp_path, "errno_eio.log")
     assert "input/output error (EIO)" in msg and "dmesg" in msg
+
+
+@pytest.mark.parametrize("name, words", [
+    ("op_build_failed.log", ["the op 'fused_adam' is compiled at first use", "CUDA toolkit"]),
+    ("two_devices.log", ["cuda:0 and cuda:1: the model is spread over several GPUs in one process",
+                         "FORCE_TORCHRUN=1"]),
+])
+def test_build_and_placement_causes_the_message_establishes(tmp_path, name, words):
+    msg = crashed(tmp_path, name)
+    for w in words:
+        assert w in msg, w
+    assert "raised inside" not in msg

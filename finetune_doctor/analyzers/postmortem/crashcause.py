@@ -52,6 +52,9 @@ BAD_CALL = re.compile(r"(?P<fn>[\w.<>]+)\(\) (?:got an unexpected keyword argume
 SAFETENSORS_HEADER = re.compile(r"Error while deserializing header: (?P<err>\w+)")
 REQUIRED_VERSION = re.compile(r"(?P<req>[A-Za-z][\w.-]*\s*(?:[<>=!~]=?|==)[^ ]*?),? is required for a normal functioning "
                               r"of this module(?:, but found (?P<found>[\w.-]+==[\w.+-]*[\w+]))?")
+BUILD_FAILED = re.compile(r"Error building extension '(?P<op>\w+)'")
+TWO_DEVICES = re.compile(r"Expected all tensors to be on the same device, but found at least two devices, "
+                         r"(?P<a>cuda:\d+|cpu) and (?P<b>cuda:\d+|cpu)")
 ERRNO = re.compile(r"\[Errno (?P<n>\d+)\]")
 ERRNO_CAUSES = {
     5: ("an input/output error (EIO): the storage failed the read or write (a failing disk, a network or FUSE "
@@ -109,6 +112,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("no-grad", lambda: _no_grad(msg)),
                      ("file-incomplete", lambda: _file_format(msg, versions)),
                      ("os-error", lambda: _os_error(msg)),
+                     ("environment", lambda: _environment(msg)),
                      ("version-mismatch", lambda: _mismatch(cls, msg, pkgs, versions)),
                      ("library-error", lambda: _library(cls, msg, pkgs, frames, versions))):
         text = fn()
@@ -359,6 +363,34 @@ def _file_format(msg: str, versions: dict[str, tuple[str, str]]) -> str | None:
                 "and this file holds objects that are not plain tensors (an optimizer, scheduler or RNG state of "
                 "an older trainer release): upgrade the trainer/transformers to a release that loads them for "
                 "torch 2.6+, or load with weights_only=False if you trust the file")
+    return None
+
+
+def _environment(msg: str) -> str | None:
+    """Build, placement and precision causes the message itself establishes: a JIT-compiled op that failed to
+    build (torch/utils/cpp_extension.py:2546 "Error building extension 'NAME'", DeepSpeed's op builders call it;
+    deepspeed/ops/op_builder/builder.py:47 "CUDA_HOME does not exist, unable to compile CUDA op(s)"), one
+    operation's tensors on two GPUs, flash-attention given fp32 tensors, bitsandbytes without its CUDA library."""
+    b = BUILD_FAILED.search(msg)
+    if b or "CUDA_HOME does not exist" in msg:
+        op = f"the op '{b.group('op')}'" if b else "a CUDA op"
+        return (f"{op} is compiled at first use (DeepSpeed's op builders, torch.utils.cpp_extension) and the build "
+                "failed: the compiler output above the traceback says why, most often no CUDA toolkit (nvcc, "
+                "CUDA_HOME) of the CUDA version torch was built with, or no ninja / g++; install that toolkit, or "
+                "a DeepSpeed with the op prebuilt (DS_BUILD_OPS=1 or DS_BUILD_<OP>=1 pip install deepspeed)")
+    d = TWO_DEVICES.search(msg)
+    if d and d.group("a").startswith("cuda") and d.group("b").startswith("cuda") and d.group("a") != d.group("b"):
+        return (f"one operation got tensors on {d.group('a')} and {d.group('b')}: the model is spread over several "
+                "GPUs in one process (device_map: auto, or a single `python` process that sees several GPUs) and "
+                "a module's input stayed on another card; launch one process per GPU (torchrun, or "
+                "FORCE_TORCHRUN=1 llamafactory-cli train) or make one GPU visible (CUDA_VISIBLE_DEVICES)")
+    if "FlashAttention only support fp16 and bf16" in msg:
+        return ("flash-attention got fp32 tensors: the run computes in fp32 (neither bf16 nor fp16 set, or a module "
+                "kept in fp32); set bf16: true (Ampere or newer) or fp16: true, or use sdpa attention")
+    if "'NoneType' object has no attribute 'c" in msg and ("cadam" in msg or "cquantize" in msg or "cdequantize" in msg):
+        return ("bitsandbytes loaded without its CUDA library (a CPU-only build, or none matching this machine's "
+                "CUDA; its import warns about it): install a bitsandbytes build for this CUDA (pip install -U "
+                "bitsandbytes)")
     return None
 
 
