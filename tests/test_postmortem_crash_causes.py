@@ -162,3 +162,9 @@ def test_build_and_placement_causes_the_message_establishes(tmp_path, name, word
     for w in words:
         assert w in msg, w
     assert "raised inside" not in msg
+
+
+def test_the_processor_failure_lf_logged_is_quoted(tmp_path):
+    msg = crashed(tmp_path, "processor_failed_logged.log")
+    assert "\"Failed to load processor: Unrecognized processing class in /data/models/InternVL3-8B." in msg
+    assert "processor_failed_logged.log:2)" in msg and "-hf\" repositories" in msg

@@ -106,7 +106,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
     if pkgs and _innermost(frames) != f"{pkgs[-1][1]} ({pkgs[-1][2]})":
         pkgs = ()   # the innermost frame is not a package's (the user's own code, or a cut frame): no library blamed
     for kind, fn in (("size-mismatch", lambda: _size_mismatch(v.get("details") or [msg], model)),
-                     ("processor-missing", lambda: _processor(msg, model)),
+                     ("processor-missing", lambda: _processor(msg, model, ev)),
                      ("import", lambda: _import(cls, msg, versions)),
                      ("model-type-unknown", lambda: _model_type(cls, msg, pkgs, versions)),
                      ("no-grad", lambda: _no_grad(msg)),
@@ -242,12 +242,19 @@ def _shard(a: int, b: int) -> str | None:
 
 # -- processor, imports, model types, autograd -------------------------------------------------------------------
 
-def _processor(msg: str, model: dict[str, Any]) -> str | None:
+def _processor(msg: str, model: dict[str, Any], ev: Evidence) -> str | None:
     if "rocessor was not found" not in msg:
         return None
-    name = str(model.get("name") or "")
+    why = next((n for f in ev.files for n in f.notices if n.kind == "processor-failed"), None)
+    name = str(model.get("name") or "") + (why.text if why is not None else "")
     internvl = ("; LLaMA-Factory reads InternVL from the transformers-format \"-hf\" repositories (OpenGVLab/"
                 "InternVL…-hf, extras/constants.py)") if "internvl" in (name + msg).lower() else ""
+    if why is not None:
+        return (f"LLaMA-Factory's multimodal template needs the model's processor, and loading it failed: "
+                f"\"Failed to load processor: {why.text[:200]}\" ({why.file}:{why.line}); a model folder without "
+                "its processor files (preprocessor_config.json / processor_config.json, chat template, remote-code "
+                ".py files) or without trust_remote_code: true fails so; copy the processor files from the base "
+                "model's repository into the folder" + internvl)
     return ("LLaMA-Factory's multimodal template needs the model's processor and none was loaded: AutoProcessor "
             "failed on the model folder or returned no Processor (LLaMA-Factory logs the failure at INFO as "
             "\"Failed to load processor: ...\"); the folder lacks its processor files "

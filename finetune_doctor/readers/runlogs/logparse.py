@@ -207,6 +207,11 @@ class TextLogParser(FailureLines):
             self._process(text, line)
         if "Initializing TorchBackend" in text:
             self._dist_init(text, line, rank, context)
+        if "Failed to load processor: " in text:
+            # LLaMA-Factory model/loader.py:109-111 (snapshot): AutoProcessor's exception, logged at INFO
+            k = text.find("Failed to load processor: ")
+            self.keep.add("notices", Notice(self.path, line, self.during(), "processor-failed",
+                                            text[k + 26:].strip()[:300], {"rank": rank}))
         if "train" in text and ("llamafactory-cli" in text or "lmf " in text or "launcher.py" in text
                                 or ".py " in text):
             self._launch(text, line)

@@ -72,6 +72,8 @@ TRIGGER_WORDS = (
     "[c10d] waitForInput",
     # DeepSpeed's process-group set-up (`DIST_INIT`): a log that ends on it is a start-up that never went on
     "Initializing TorchBackend",
+    # LLaMA-Factory's model/loader.py load_tokenizer: why no processor was loaded (before "Processor was not found")
+    "Failed to load processor: ",
     "Segmentation fault", "Bus error", "Illegal instruction", "Fatal Python error", "(core dumped)",
     # metrics (§7); "loss=", "loss: ", "Loss: ": other trainers' step lines (`STEP_LINE_*` below). Their lower-case
     # first letter costs the expression scan (no grep, or a file under loggrep.MIN_BYTES) 15-25 %: 0.94-1.06 ->
