@@ -91,3 +91,15 @@ def test_a_log_that_ends_at_process_group_setup_is_a_startup_hang_said_condition
 def test_setup_lines_followed_by_model_loading_are_no_hang(tmp_path):
     names = [f.name for f in diagnose(tmp_path, "startup_hang/ds_init_then_loading.log")]
     assert "run-hang" not in names
+
+
+def test_a_log_that_ends_in_nccls_set_up_is_a_startup_hang_in_nccl(tmp_path):
+    found = diagnose(tmp_path, "startup_hang/nccl_init_last.log")
+    assert found[0].name == "run-hang", [f.name for f in found]
+    assert "NCCL's communicator set-up" in found[0].message and "nccl_init_last.log:10" in found[0].message
+    assert "NCCL_P2P_DISABLE=1" in found[0].message
+
+
+def test_a_log_that_ends_at_lfs_rank_lines_is_a_hang_after_setup(tmp_path):
+    found = diagnose(tmp_path, "startup_hang/lf_process_rank_last.log")
+    assert found[0].name == "run-hang" and "first collective or barrier" in found[0].message

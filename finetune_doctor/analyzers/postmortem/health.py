@@ -143,27 +143,43 @@ def stopped(ev: Evidence, cx: RunContext, out: dict[str, Any]) -> tuple[dict[str
     return d, None
 
 
+STARTUP_WHERE = {
+    "deepspeed": ("DeepSpeed's process-group set-up", "it hangs at process-group set-up, waiting for a rank that "
+                  "never joined (a wrong or busy master port, e.g. main_process_port in the accelerate config; "
+                  "MASTER_ADDR not reachable from every node; more processes launched than the GPUs or nodes "
+                  "that start)"),
+    "llamafactory": ("LLaMA-Factory's per-rank line, printed once the process group is up", "it hangs in the first "
+                     "collective or barrier after set-up (a rank that stopped or never got there; GPUs without "
+                     "working peer-to-peer access, where NCCL_P2P_DISABLE=1 is the usual test)"),
+    "nccl": ("NCCL's communicator set-up (NCCL INFO lines)", "it hangs inside NCCL's set-up or first collective "
+             "(peer-to-peer or network transport that never connects: test with NCCL_P2P_DISABLE=1, and "
+             "NCCL_IB_DISABLE=1 on machines without InfiniBand; a firewall between nodes)"),
+}
+"""What each start-up line the log can end on means (readers/runlogs/logparse.py ``_dist_init``)."""
+
+
 def _startup_hang(ev: Evidence) -> dict[str, Any] | None:
-    """A log that ends on DeepSpeed's process-group set-up (readers/runlogs/logparse.py ``_dist_init``: nothing
-    but set-up lines after "Initializing TorchBackend in DeepSpeed with backend nccl" up to the end of the file),
-    with no step, no error and no exit: if the job was still running there, it waits in the rendezvous or the
-    first collective for a rank that never joined. Said conditionally: a paste cut there reads the same."""
+    """A log that ends on a distributed set-up line (readers/runlogs/logparse.py ``_dist_init``: nothing but
+    set-up lines after it up to the end of the file), with no step, no error and no exit: if the job was still
+    running there, it waits for a rank or a connection that never came. Said conditionally: a paste cut there reads
+    the same."""
+    last = None
     for f in ev.files:
         for n in f.notices:
             if n.kind == "dist-init" and (n.value or {}).get("ends_log"):
-                where = f"{f.read.path}:{n.line}"
-                return {"last_step": None, "total": None, "percent": None, "total_source": None,
-                        "location": location_of(f.read.path, n.line), "evidence": f"the log ends at {where}",
-                        "lead": ("The log ends at distributed start-up (\"Initializing TorchBackend in DeepSpeed "
-                                 f"with backend {(n.value or {}).get('backend')}\", {where}) with no training "
-                                 "step, no error and no exit: if the job was still running there, it hangs at "
-                                 "process-group set-up, waiting for a rank that never joined (a wrong or busy "
-                                 "master port, e.g. main_process_port in the accelerate config; MASTER_ADDR not "
-                                 "reachable from every node; more processes launched than the GPUs or nodes "
-                                 "that start)"),
-                        "more": (", and rerun with NCCL_DEBUG=INFO and TORCH_DISTRIBUTED_DEBUG=DETAIL to see which "
-                                 "rank never joined")}
-    return None
+                last = (f, n)
+    if last is None:
+        return None
+    f, n = last
+    kind = (n.value or {}).get("kind") or "deepspeed"
+    what, means = STARTUP_WHERE[kind]
+    where = f"{f.read.path}:{n.line}"
+    line = n.text if len(n.text) <= 120 else n.text[:117] + "..."
+    return {"last_step": None, "total": None, "percent": None, "total_source": None,
+            "location": location_of(f.read.path, n.line), "evidence": f"the log ends at {where}",
+            "lead": (f"The log ends at distributed start-up ({what}: \"{line}\", {where}) with no training step, "
+                     f"no error and no exit: if the job was still running there, {means}"),
+            "more": ", and rerun with NCCL_DEBUG=INFO and TORCH_DISTRIBUTED_DEBUG=DETAIL to see which rank never joined"}
 
 
 def health_facts(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, Any]) -> dict[str, Any]:

@@ -205,7 +205,8 @@ class TextLogParser(FailureLines):
             self._versions(text, line, context)
         if "Process rank: " in text:
             self._process(text, line)
-        if "Initializing TorchBackend" in text:
+        if "Initializing TorchBackend" in text or "NCCL INFO" in text or (
+                "Process rank: " in text and "distributed training: True" in text):
             self._dist_init(text, line, rank, context)
         if "Failed to load processor: " in text:
             # LLaMA-Factory model/loader.py:109-111 (snapshot): AutoProcessor's exception, logged at INFO
@@ -323,17 +324,21 @@ class TextLogParser(FailureLines):
                     self.fact(name, m.group("v"), ln)
 
     def _dist_init(self, text: str, line: int, rank: int | None, context: LineContext) -> None:
-        """DeepSpeed's process-group set-up line (logpatterns.DIST_INIT), and whether the log ends on it: nothing
-        but more set-up lines or blank ones after it, up to the end of the file (the bytes after a line reach
-        LOOKAHEAD unless the file ends first). analyzers/postmortem/health.py reads a start-up hang from it."""
-        m = pat.DIST_INIT.search(text)
-        if not m:
-            return
+        """A distributed set-up line the log ends on: DeepSpeed's process-group set-up (logpatterns.DIST_INIT),
+        LLaMA-Factory's "Process rank: R, ... distributed training: True" (printed once the process group is up),
+        or an NCCL INFO line (NCCL_DEBUG=INFO: communicator set-up, done at the first collective), with nothing
+        but more set-up lines or blank ones after it up to the end of the file (the bytes after a line reach
+        LOOKAHEAD unless the file ends first, so only the last 16 KiB are decoded). A set-up line before other
+        output is not kept. analyzers/postmortem/health.py reads a start-up hang from it."""
         rest = context.buf[context.le:context.le + LOOKAHEAD]
-        ends = len(rest) < LOOKAHEAD and all(pat.DIST_INIT_TAIL.search(strip_prefixes(t)[0])
-                                             for t in rest.decode("utf-8", "replace").splitlines()[1:])
+        if len(rest) >= LOOKAHEAD or not all(pat.DIST_INIT_TAIL.search(strip_prefixes(t)[0])
+                                             for t in rest.decode("utf-8", "replace").splitlines()[1:]):
+            return
+        m = pat.DIST_INIT.search(text)
+        kind = "deepspeed" if m else "nccl" if "NCCL INFO" in text else "llamafactory"
         self.keep.add("notices", Notice(self.path, line, self.during(), "dist-init", text.strip()[:300],
-                                        {"rank": rank, "backend": m.group("backend"), "ends_log": ends}))
+                                        {"rank": rank, "kind": kind, "backend": m.group("backend") if m else None,
+                                         "ends_log": True}))
 
     def _process(self, text: str, line: int) -> None:
         """LLaMA-Factory's per-process line: this file's rank and its GPU (hparams/parser.py:652-653)."""

@@ -599,7 +599,7 @@ VERSION_LINES = (
 # torch.distributed.init_process_group): "Initializing TorchBackend in DeepSpeed with backend nccl"; the lines a
 # start-up prints around it ("[comm.py:637:init_distributed] cdb=None", LLaMA-Factory's "Process rank: ...")
 DIST_INIT = re.compile(r"Initializing TorchBackend in DeepSpeed with backend (?P<backend>\w+)")
-DIST_INIT_TAIL = re.compile(r"init_distributed\]|Initializing TorchBackend|Process rank: \d+|^\s*$")
+DIST_INIT_TAIL = re.compile(r"init_distributed\]|Initializing TorchBackend|Process rank: \d+|NCCL INFO|^\s*$")
 # "Process rank: 3, world size: 8, device: cuda:3, distributed training: True, compute dtype: torch.bfloat16"
 LF_PROCESS = re.compile(r"Process rank: (?P<rank>\d+), world size: (?P<world>\d+), device: (?P<dev>[\w:]+)")
 # the launch command as a log or cmdline.txt echoes it: LF's CLI with a YAML and key=value overrides, torchrun of
