@@ -330,8 +330,10 @@ class TextLogParser(FailureLines):
         but more set-up lines or blank ones after it up to the end of the file (the bytes after a line reach
         LOOKAHEAD unless the file ends first, so only the last 16 KiB are decoded). A set-up line before other
         output is not kept. analyzers/postmortem/health.py reads a start-up hang from it."""
-        rest = context.buf[context.le:context.le + LOOKAHEAD]
-        if len(rest) >= LOOKAHEAD or not all(pat.DIST_INIT_TAIL.search(strip_prefixes(t)[0])
+        if len(context.buf) - context.le >= LOOKAHEAD:
+            return   # more than LOOKAHEAD bytes follow: not the end of the file (and no copy of them is made)
+        rest = context.buf[context.le:]
+        if not all(pat.DIST_INIT_TAIL.search(strip_prefixes(t)[0])
                                              for t in rest.decode("utf-8", "replace").splitlines()[1:]):
             return
         m = pat.DIST_INIT.search(text)
