@@ -168,3 +168,13 @@ def test_the_processor_failure_lf_logged_is_quoted(tmp_path):
     msg = crashed(tmp_path, "processor_failed_logged.log")
     assert "\"Failed to load processor: Unrecognized processing class in /data/models/InternVL3-8B." in msg
     assert "processor_failed_logged.log:2)" in msg and "-hf\" repositories" in msg
+
+
+def test_the_version_a_log_prints_is_used_and_a_flag_outranks_it(tmp_path):
+    body = (FIXTURES / FIX / "qwen25vl_rotary_dtype.log").read_text()
+    log = tmp_path / "train.log"
+    log.write_text("- `llamafactory` version: 0.9.2.dev0\n- Transformers version: 4.49.0.dev0\n" + body)
+    msg = diagnose(tmp_path / "a", log)[0].message
+    assert "called from transformers 4.49.0.dev0 (" in msg and "train.log:2), in apply_rotary_pos_emb" in msg
+    msg = diagnose(tmp_path / "b", log, transformers_version="4.50.0")[0].message
+    assert "transformers 4.50.0 (--transformers)" in msg
