@@ -178,3 +178,11 @@ def test_the_version_a_log_prints_is_used_and_a_flag_outranks_it(tmp_path):
     assert "called from transformers 4.49.0.dev0 (" in msg and "train.log:2), in apply_rotary_pos_emb" in msg
     msg = diagnose(tmp_path / "b", log, transformers_version="4.50.0")[0].message
     assert "transformers 4.50.0 (--transformers)" in msg
+
+
+def test_keys_the_argument_parser_did_not_use_are_read_against_lfs_schema(tmp_path):
+    msg = crashed(tmp_path / "a", "unused_keys_training.log")
+    assert "every key the line shows is a training argument (bf16, do_train, gradient_accumulation_steps, " \
+           "learning_rate, ...)" in msg and "llamafactory-cli train" in msg
+    msg = crashed(tmp_path / "b", "unused_keys_typo.log")
+    assert "lora_rnak is not an argument of any LLaMA-Factory release" in msg

@@ -55,6 +55,7 @@ REQUIRED_VERSION = re.compile(r"(?P<req>[A-Za-z][\w.-]*\s*(?:[<>=!~]=?|==)[^ ]*?
 BUILD_FAILED = re.compile(r"Error building extension '(?P<op>\w+)'")
 TWO_DEVICES = re.compile(r"Expected all tensors to be on the same device, but found at least two devices, "
                          r"(?P<a>cuda:\d+|cpu) and (?P<b>cuda:\d+|cpu)")
+UNUSED_KEYS = re.compile(r"Some keys are not used by the HfArgumentParser: \[(?P<keys>[^\]]*)(?P<end>\]?)")
 ERRNO = re.compile(r"\[Errno (?P<n>\d+)\]")
 ERRNO_CAUSES = {
     5: ("an input/output error (EIO): the storage failed the read or write (a failing disk, a network or FUSE "
@@ -113,6 +114,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("file-incomplete", lambda: _file_format(msg, versions)),
                      ("os-error", lambda: _os_error(msg)),
                      ("environment", lambda: _environment(msg)),
+                     ("config-keys", lambda: _unused_keys(exc.text or msg)),
                      ("version-mismatch", lambda: _mismatch(cls, msg, pkgs, versions)),
                      ("library-error", lambda: _library(cls, msg, pkgs, frames, versions))):
         text = fn()
@@ -398,6 +400,39 @@ def _environment(msg: str) -> str | None:
         return ("bitsandbytes loaded without its CUDA library (a CPU-only build, or none matching this machine's "
                 "CUDA; its import warns about it): install a bitsandbytes build for this CUDA (pip install -U "
                 "bitsandbytes)")
+    return None
+
+
+def _unused_keys(msg: str) -> str | None:
+    """transformers' HfArgumentParser.parse_dict refusing keys no dataclass of the command declares
+    (hf_argparser.py "Some keys are not used by the HfArgumentParser: [...]"), read against LLaMA-Factory's
+    argument schema (catalog/lf_keys.json): keys of transformers' TrainingArguments only are a training config given
+    to a subcommand without training arguments (LLaMA-Factory's chat, webchat, api and export parse model, data,
+    finetuning and generating arguments only: hparams/parser.py get_infer_args / get_eval_args); keys no release
+    declares are typos or another release's keys."""
+    m = UNUSED_KEYS.search(msg)
+    if not m:
+        return None
+    keys = [k.strip().strip("'\"") for k in m.group("keys").split(",") if k.strip().strip("'\"")]
+    if not m.group("end"):
+        keys = keys[:-1]    # the line was cut inside the list: its last key may be cut too
+    if not keys:
+        return None
+    from finetune_doctor.readers.config.keyschema import load_schema
+
+    schema = load_schema()["keys"]
+    unknown = [k for k in keys if k not in schema]
+    training = [k for k in keys if k in schema and schema[k].get("dataclass") in ("TrainingArguments",
+                                                                                 "Seq2SeqTrainingArguments")]
+    if len(training) >= 2 and not unknown and len(training) == len(keys):
+        return (f"every key the line shows is a training argument ({', '.join(training[:4])}{', ...' if len(training) > 4 else ''}):"
+                " a training config given to a subcommand that reads no training arguments (LLaMA-Factory's "
+                "chat, webchat, api and export); launch it with `llamafactory-cli train`, or give that subcommand a "
+                "config with the model, template and adapter keys only")
+    if unknown:
+        return (f"{', '.join(unknown[:6])}{' are' if len(unknown) > 1 else ' is'} not an argument of any "
+                "LLaMA-Factory release the doctor knows: a typo or a key of another tool; `doctor lint` on the "
+                "config names each with the nearest key")
     return None
 
 
