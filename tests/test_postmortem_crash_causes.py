@@ -186,3 +186,9 @@ def test_keys_the_argument_parser_did_not_use_are_read_against_lfs_schema(tmp_pa
            "learning_rate, ...)" in msg and "llamafactory-cli train" in msg
     msg = crashed(tmp_path / "b", "unused_keys_typo.log")
     assert "lora_rnak is not an argument of any LLaMA-Factory release" in msg
+
+
+def test_a_shape_mismatch_inside_a_library_names_the_input_length_too(tmp_path):
+    msg = crashed(tmp_path, "size_of_tensor_in_library.log")
+    assert "raised inside transformers, in forward of modeling_gpt2.py" in msg
+    assert "max_position_embeddings" in msg and "most often a bug" not in msg

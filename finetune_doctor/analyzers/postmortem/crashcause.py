@@ -480,6 +480,13 @@ def _library(cls: str, msg: str, pkgs: tuple, frames: tuple, versions: dict[str,
     called = (f", called from {caller[0]}{_ver(versions, caller[0])}, in {caller[1]} of {caller[2]}"
               if caller else "")
     blamed = caller[0] if caller else inner[0]
+    if "must match the size of tensor" in msg:
+        # a shape the library did not expect is as often the input as the release (absolute position tables,
+        # masks built for another length)
+        return (f"raised inside {where}{called}: two tensors of different lengths met in the library's code; "
+                "either the input is longer than the model (or its mask or cache) was built for (compare the two "
+                "sizes with cutoff_len and the model's max_position_embeddings), or the installed "
+                f"{blamed} release has a bug or does not match its caller{_ask_version(versions, blamed)}")
     return (f"raised inside {where}{called}, not in your script or config: an error in a library's own code is "
             f"most often a bug or an incompatibility of the installed {blamed} release, and the usual cure is "
             f"another {blamed} version (the one your trainer pins, or a newer one with the fix); search the {blamed} "
