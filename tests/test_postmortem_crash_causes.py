@@ -192,3 +192,8 @@ def test_a_shape_mismatch_inside_a_library_names_the_input_length_too(tmp_path):
     msg = crashed(tmp_path, "size_of_tensor_in_library.log")
     assert "raised inside transformers, in forward of modeling_gpt2.py" in msg
     assert "max_position_embeddings" in msg and "most often a bug" not in msg
+
+
+def test_a_keyerror_line_alone_on_a_known_model_type_is_an_old_transformers(tmp_path):
+    msg = crashed(tmp_path, "model_type_keyerror_alone.log")
+    assert "transformers does not know the model type 'qwen2_5_vl'" in msg

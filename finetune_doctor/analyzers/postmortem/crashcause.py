@@ -109,7 +109,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
     for kind, fn in (("size-mismatch", lambda: _size_mismatch(v.get("details") or [msg], model)),
                      ("processor-missing", lambda: _processor(msg, model, ev)),
                      ("import", lambda: _import(cls, msg, versions)),
-                     ("model-type-unknown", lambda: _model_type(cls, msg, pkgs, versions)),
+                     ("model-type-unknown", lambda: _model_type(cls, msg, pkgs, versions, bool(frames))),
                      ("no-grad", lambda: _no_grad(msg)),
                      ("file-incomplete", lambda: _file_format(msg, versions)),
                      ("os-error", lambda: _os_error(msg)),
@@ -319,12 +319,18 @@ def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]]) -> str | N
     return None
 
 
-def _model_type(cls: str, msg: str, pkgs: tuple, versions: dict[str, tuple[str, str]]) -> str | None:
+def _model_type(cls: str, msg: str, pkgs: tuple, versions: dict[str, tuple[str, str]],
+                has_frames: bool) -> str | None:
+    """A model type the installed transformers lacks: the ValueError that says so, a KeyError raised in
+    configuration_auto.py, or a KeyError line alone (no traceback: the paste is its title) whose key is a model
+    type of the doctor's catalog (readers/model/catalog.py)."""
     m = UNKNOWN_TYPE.search(msg)
     t = m.group("t") if m else None
     if t is None and cls == "KeyError":
         k = KEY_ONLY.match(msg.strip())
         if k and any(p[0] == "transformers" and p[2] == "configuration_auto.py" for p in pkgs):
+            t = k.group("t")
+        elif k and not has_frames and k.group("t") in _catalog_model_types():
             t = k.group("t")
     if t is not None:
         return (f"transformers{_ver(versions, 'transformers')} does not know the model type '{t}' (its "
@@ -337,6 +343,13 @@ def _model_type(cls: str, msg: str, pkgs: tuple, versions: dict[str, tuple[str, 
                 "older than the model (upgrade it) or a remote-code tokenizer loaded without trust_remote_code: "
                 "true")
     return None
+
+
+def _catalog_model_types() -> frozenset[str]:
+    from finetune_doctor.readers.model.catalog import catalog_entries
+
+    return frozenset(str((e.get("config") or {}).get("model_type")) for e in catalog_entries()
+                     if (e.get("config") or {}).get("model_type"))
 
 
 def _no_grad(msg: str) -> str | None:
