@@ -293,7 +293,7 @@ def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]]) -> str | N
     if m:
         mod = m.group("mod") if "mod" in m.groupdict() else m.group("pkg")
         top = mod.split(".")[0]
-        if "." in mod and (top in LIBRARIES or top == "torch"):
+        if "." in mod:   # the package imports, one of its modules does not: another release than expected
             return (f"the installed {top}{_ver(versions, top)} has no module {mod}: it is an older (or newer) "
                     f"{top} than the code importing it expects; install the {top} version that code pins"
                     f"{_ask_version(versions, top)}")
