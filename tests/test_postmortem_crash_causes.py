@@ -197,3 +197,13 @@ def test_a_shape_mismatch_inside_a_library_names_the_input_length_too(tmp_path):
 def test_a_keyerror_line_alone_on_a_known_model_type_is_an_old_transformers(tmp_path):
     msg = crashed(tmp_path, "model_type_keyerror_alone.log")
     assert "transformers does not know the model type 'qwen2_5_vl'" in msg
+
+
+def test_a_missing_submodule_is_a_release_mismatch_of_its_package():
+    from finetune_doctor.analyzers.postmortem.crashcause import _import
+
+    got = _import("ModuleNotFoundError", "No module named 'transformers.models.qwen3'", {})
+    assert got.startswith("the installed transformers has no module transformers.models.qwen3")
+    got = _import("ModuleNotFoundError", "No module named 'llamafactory.extras.packages'",
+                  {"llamafactory": ("0.9.1", "train.log:1")})
+    assert "the installed llamafactory 0.9.1 (train.log:1) has no module" in got
