@@ -103,3 +103,16 @@ def test_a_log_that_ends_in_nccls_set_up_is_a_startup_hang_in_nccl(tmp_path):
 def test_a_log_that_ends_at_lfs_rank_lines_is_a_hang_after_setup(tmp_path):
     found = diagnose(tmp_path, "startup_hang/lf_process_rank_last.log")
     assert found[0].name == "run-hang" and "first collective or barrier" in found[0].message
+
+
+def test_a_log_whose_length_only_a_bar_gives_asks_for_the_rest_before_it_says_stopped(tmp_path):
+    found = diagnose(tmp_path, "health_paste/bar_ends_short.log")
+    assert found and found[0].name == "run-stopped-without-error", [f.name for f in found]
+    msg = found[0].message
+    assert msg.startswith("The log ends at step 236 of 620 (38.1%, total from the progress bar's total)")
+    assert "a log or paste cut there reads the same: give the whole output" in msg
+
+
+def test_a_bar_only_log_with_a_curve_finding_leaves_the_diagnosis_to_the_curve(tmp_path):
+    names = [f.name for f in diagnose(tmp_path, "health_paste/bar_ends_short_spike.log")]
+    assert names[0] == "loss-spike" and "run-stopped-without-error" not in names

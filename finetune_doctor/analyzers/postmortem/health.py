@@ -130,17 +130,41 @@ def stopped(ev: Evidence, cx: RunContext, out: dict[str, Any]) -> tuple[dict[str
     if last is None:
         return None, _startup_hang(ev)
     total, tsrc = _total(out, cx)
+    bar_only = False
+    if not total and isinstance((out.get("steps") or {}).get("total"), int):
+        # only a progress bar's total: a paste cut anywhere ends the same way, so the finding says both
+        total, tsrc, bar_only = out["steps"]["total"], "the progress bar's total", True
     if not total or total - last <= max(1, STOP_SHORT * total):
         return None, None
+    if bar_only and (any(out.get(k) for k in CURVE_FINDINGS) or (out.get("first_loss") or {}).get("abnormal")):
+        return None, None   # a cut paste is a weaker reading than what the curves show: leave them the diagnosis
     where = next((f.read.path for f in reversed(ev.files) if f.read.kind == "text-log"), None)
-    d = {"last_step": last, "total": total, "total_source": tsrc, "percent": round(100 * last / total, 1),
-         "location": location_of(where, None) if where else None}
+    pct = round(100 * last / total, 1)
+    d = {"last_step": last, "total": total, "total_source": tsrc, "percent": pct, "bar_only": bar_only,
+         "location": location_of(where, None) if where else None,
+         "lead": (f"The log ends at step {last} of {total} ({pct}%, total from {tsrc}) without an error, a "
+                  "traceback, an exit line or the final metrics. Only the bar says how long the run was meant to "
+                  "be, so a log or paste cut there reads the same: give the whole output (the lines after this "
+                  "point, or the file the run wrote) if it goes on. If this is where the output really ends, the "
+                  "run was ended from outside (the kernel's OOM killer, the scheduler's time or memory limit, a "
+                  "preemption, a closed terminal or ssh session), or it is still hung."
+                  if bar_only else
+                  f"The run stopped at step {last} of {total} ({pct}%, total from {tsrc}) without an error, a "
+                  "traceback or an exit line: it was ended from outside (the kernel's OOM killer, the scheduler's "
+                  "time or memory limit, a preemption, a closed terminal or ssh session), or it is still hung.")}
+    if bar_only:
+        return d, None
     hang = _hang_evidence(ev, cx, out)
     if hang:
         return None, {**d, "evidence": hang, "lead": f"Progress stopped at step {last} of {total} with no error and "
                       f"no exit, and {hang}: the run hangs (a rank stuck in a collective or in data loading)",
                       "more": ", and set a ddp_timeout short enough for the watchdog to name the stuck collective"}
     return d, None
+
+
+CURVE_FINDINGS = ("loss_spike", "grad_spike", "nan", "diverged", "loss_zero", "grad_const", "scale", "lr_high")
+"""``ev`` facts of what the curves show; a log whose length only a progress bar gives is not called stopped
+beside one of them (the postmortem's first finding should be the stronger evidence)."""
 
 
 STARTUP_WHERE = {
