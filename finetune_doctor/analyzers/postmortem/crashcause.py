@@ -500,7 +500,7 @@ def _library(cls: str, msg: str, pkgs: tuple, frames: tuple, versions: dict[str,
                 "either the input is longer than the model (or its mask or cache) was built for (compare the two "
                 "sizes with cutoff_len and the model's max_position_embeddings), or the installed "
                 f"{blamed} release has a bug or does not match its caller{_ask_version(versions, blamed)}")
-    return (f"raised inside {where}{called}, not in your script or config: an error in a library's own code is "
+    return (f"raised inside {where}{called}, not in your own code: an error in a library's own code is "
             f"most often a bug or an incompatibility of the installed {blamed} release, and the usual cure is "
             f"another {blamed} version (the one your trainer pins, or a newer one with the fix); search the {blamed} "
             f"issues for this message{_ask_version(versions, blamed)}")
