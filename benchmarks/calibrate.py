@@ -748,7 +748,12 @@ def main(argv: list[str] | None = None) -> int:
                     "(while choosing options: nothing about a test row is computed)")
     args = ap.parse_args(argv)
     res = run(args)
-    printed, md = report(res, ("dev",) if args.dev_only else ("test", "dev"))
+    held_out = any(r["split"] == "test" for r in res["rows"])
+    printed, md = report(res, ("test", "dev") if held_out and not args.dev_only else ("dev",))
+    if not held_out and not args.dev_only:
+        # between rounds (the next one collected blind and not yet merged) every row is dev: the page says so
+        md = md.replace("\n## Rows\n", "\n**No held-out rows in this tree: every number on this page is dev (fitted and "
+                        "scored on the same rows), not a held-out score.**\n\n## Rows\n", 1)
     for line in printed:
         print(line)
     if args.dev_only:
