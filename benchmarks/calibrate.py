@@ -49,7 +49,7 @@ fitted table, the baseline: the table of 2026-12-02 (before any held-out calibra
 fixtures/uncertainty/pinned_table.json) on the same rows. The dev half's numbers are printed for diagnosis; the
 test half is never used to choose anything.
 
-Usage (CPU, about a minute)::
+Usage (CPU; about 10 minutes on two shared cores, most of it leave-one-source-out over 450 variants)::
 
     FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python benchmarks/calibrate.py [--no-write] [--with-legacy]
     FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python benchmarks/calibrate.py --dev-only
@@ -625,7 +625,7 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
                    f"τ {ch['tau']}, ν cap {ch.get('max_dof')}: LOSO log score {ch.get('log_score', math.nan):.3f}, "
                    f"Brier {ch['brier']:.3f}, coverage {ch['coverage']:.3f}")
     md = ["# Calibration of p_oom and the 90 % interval on held-out rows", "",
-          "Reproduce (CPU, about a minute): `FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python "
+          "Reproduce (CPU, about 10 minutes on two shared cores): `FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python "
           "benchmarks/calibrate.py` — scores every row of `benchmarks/data/calibration_rows.yaml` through "
           "`assemble_config` (what `doctor estimate` runs), fits `analyzers/memory/uncertainty_table.json` on the dev half "
           "and scores both halves with the fitted table. Rerun it whenever the memory model changes.", "",
