@@ -307,4 +307,3 @@ def test_samples_field_and_the_mixture_a_row_is_scored_with():
     assert fill["p_oom"] == pytest.approx(u.p_oom(70.0, 79.15, d))
     assert fill["interval"][0] > dataset["interval"][0]
     assert calibrate.reweigh({}, {"error": "refused"}, half) == {"error": "refused"}
-
