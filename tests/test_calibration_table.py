@@ -321,3 +321,20 @@ def test_a_short_dataset_bounds_the_cutoff_the_doctor_is_given():
     assert config_for({**row, "datasets": None})["cutoff_len"] == 32768
     named = {r["id"] for r in load_rows() if r.get("datasets")}
     assert "r3m-swift-lorap-qwen2-7b-lora" in named and "swift-ddp-lora-qwen25-7b" in named
+
+
+def test_a_dataset_length_counted_with_one_tokenizer_bounds_only_models_that_use_it():
+    """ms-swift's dataset table counts blossom-math-v2 at most 563 tokens with Qwen's tokenizer: a Qwen row trained
+    on it alone is given that cutoff, a Llama row (another tokenizer) keeps its own, and the 1.x/2.x name is the
+    same set."""
+    from calib_data import DATASET_LONGEST, config_for, load_rows
+
+    row = {"model": "Qwen/Qwen2-7B-Instruct", "config": {"cutoff_len": 32768, "finetuning_type": "lora"},
+           "datasets": ["AI-ModelScope/blossom-math-v2"]}
+    assert config_for(row)["cutoff_len"] == DATASET_LONGEST["AI-ModelScope/blossom-math-v2"][0] == 563
+    assert config_for({**row, "datasets": ["blossom-math-zh"]})["cutoff_len"] == 563
+    assert config_for({**row, "model": "meta-llama/Meta-Llama-3-8B-Instruct"})["cutoff_len"] == 32768
+    assert config_for({**row, "config": {"cutoff_len": 512}})["cutoff_len"] == 512
+    named = {r["id"]: r for r in load_rows() if int(r.get("round") or 1) <= 3 and r.get("datasets")}
+    assert config_for(named["swift-npu-qwen2-7b-lora-4-ddp"])["cutoff_len"] == 563
+    assert config_for(named["r3m-swiftnpu-qwen15-7b-lora-z3-4x910b3"])["cutoff_len"] == 563
