@@ -220,6 +220,11 @@ DATASET_LONGEST: dict[str, tuple[int, str]] = {
     # sample). A count, not a bound, and only for the tokenizer it was made with: DATASET_TOKENIZER.
     "AI-ModelScope/blossom-math-v2": (563, "ms-swift dataset table (qwen tokenizer): max=563 tokens"),
     "blossom-math-zh": (563, "ms-swift 1.x/2.x name of AI-ModelScope/blossom-math-v2: max=563 tokens"),
+    # The GPT-4 Alpaca sets of ms-swift's stock examples (``alpaca-gpt4-data-zh#500 alpaca-gpt4-data-en#500
+    # self-cognition#500``). The two tables above disagree (zh: max=856 in 2024, 544 now; en: 740 and 607; the
+    # template and tokenizer changed between them), so the larger count of each is the bound.
+    "AI-ModelScope/alpaca-gpt4-data-zh": (856, "ms-swift dataset tables: max=856 (2024-09, alpaca-zh) / 544 tokens"),
+    "AI-ModelScope/alpaca-gpt4-data-en": (740, "ms-swift dataset tables: max=740 (2024-09, alpaca-en) / 607 tokens"),
 }
 
 # A length counted with one tokenizer holds for another only by accident (ms-swift's table says so itself: "the
@@ -232,6 +237,8 @@ DATASET_LONGEST: dict[str, tuple[int, str]] = {
 DATASET_TOKENIZER: dict[str, tuple[str, ...]] = {
     "AI-ModelScope/blossom-math-v2": ("Qwen/",),
     "blossom-math-zh": ("Qwen/",),
+    "AI-ModelScope/alpaca-gpt4-data-zh": ("Qwen/",),
+    "AI-ModelScope/alpaca-gpt4-data-en": ("Qwen/",),
 }
 
 
@@ -255,7 +262,9 @@ def config_for(row: dict[str, Any]) -> dict[str, Any]:
     extra = {k: v for k, v in FRAMEWORK_CONFIG.get(str(row.get("framework")), {}).items()
              if not k.startswith("lora_") or row["config"].get("finetuning_type") == "lora"}
     cfg = {**extra, **row["config"]}
-    bound = longest_bound(row)
+    # packing fills every sequence to cutoff_len (LF data/processor/supervised.py:186 greedy_knapsack, :218-219 pads
+    # each pack to it): no bound
+    bound = None if cfg.get("packing") or cfg.get("neat_packing") else longest_bound(row)
     if bound is not None and int(cfg.get("cutoff_len") or 2048) > bound:   # LF's cutoff_len default: 2048
         cfg["cutoff_len"] = bound
     return cfg

@@ -338,3 +338,16 @@ def test_a_dataset_length_counted_with_one_tokenizer_bounds_only_models_that_use
     named = {r["id"]: r for r in load_rows() if int(r.get("round") or 1) <= 3 and r.get("datasets")}
     assert config_for(named["swift-npu-qwen2-7b-lora-4-ddp"])["cutoff_len"] == 563
     assert config_for(named["r3m-swiftnpu-qwen15-7b-lora-z3-4x910b3"])["cutoff_len"] == 563
+
+
+def test_the_stock_swift_mix_is_bounded_by_its_longest_set_and_packing_by_nothing():
+    """ms-swift's stock trio (alpaca-gpt4 zh/en, self-cognition) is bounded by its longest member (856, the larger
+    of ms-swift's two counts for the Chinese set); a packed run fills its cutoff whatever the samples are."""
+    from calib_data import config_for
+
+    row = {"model": "Qwen/Qwen2.5-7B-Instruct", "config": {"cutoff_len": 2048, "finetuning_type": "lora"},
+           "datasets": ["AI-ModelScope/alpaca-gpt4-data-zh#500", "AI-ModelScope/alpaca-gpt4-data-en#500",
+                        "swift/self-cognition#500"]}
+    assert config_for(row)["cutoff_len"] == 856
+    assert config_for({**row, "config": {**row["config"], "packing": True}})["cutoff_len"] == 2048
+    assert config_for({**row, "model": "openai/gpt-oss-20b"})["cutoff_len"] == 2048
