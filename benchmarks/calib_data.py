@@ -225,6 +225,10 @@ DATASET_LONGEST: dict[str, tuple[int, str]] = {
     # template and tokenizer changed between them), so the larger count of each is the bound.
     "AI-ModelScope/alpaca-gpt4-data-zh": (856, "ms-swift dataset tables: max=856 (2024-09, alpaca-zh) / 544 tokens"),
     "AI-ModelScope/alpaca-gpt4-data-en": (740, "ms-swift dataset tables: max=740 (2024-09, alpaca-en) / 607 tokens"),
+    # two more ms-swift 1.x names from the same tables, each the larger count: DuReader_robust-QG (1416 in both) and
+    # codefuse's Evol-instruction-66k (2983 in 2024-09, 2661 now)
+    "dureader-robust-zh": (1416, "ms-swift dataset tables: modelscope/DuReader_robust-QG max=1416 tokens"),
+    "codefuse-evol-instruction-zh": (2983, "ms-swift dataset tables: codefuse-ai/Evol-instruction-66k max=2983 / 2661"),
 }
 
 # A length counted with one tokenizer holds for another only by accident (ms-swift's table says so itself: "the
@@ -239,6 +243,8 @@ DATASET_TOKENIZER: dict[str, tuple[str, ...]] = {
     "blossom-math-zh": ("Qwen/",),
     "AI-ModelScope/alpaca-gpt4-data-zh": ("Qwen/",),
     "AI-ModelScope/alpaca-gpt4-data-en": ("Qwen/",),
+    "dureader-robust-zh": ("Qwen/",),
+    "codefuse-evol-instruction-zh": ("Qwen/",),
 }
 
 
