@@ -211,15 +211,53 @@ DATASET_LONGEST: dict[str, tuple[int, str]] = {
     # with a chat template's system prompt such a sample stays well under 512 tokens, the smallest length the
     # doctor's sample-lengths assumption considers (facts/assume.py).
     "swift/self-cognition": (512, "ModelScope dataset card swift/self-cognition: 134 short identity Q&A rows"),
+    # Azure99's blossom-math-v2 (10,000 Chinese math word problems with a worked answer), which ms-swift names
+    # AI-ModelScope/blossom-math-v2 (4.x) and blossom-math-zh (1.x/2.x). ms-swift's own dataset table counts every
+    # sample encoded with its chat template: "min=35, max=563" tokens in both the table of 2024-09-03
+    # (docs/source_en/LLM/Supported-models-datasets.md at 2b1778209, "qwen's tokenizer", blossom-math-zh) and the
+    # current one (docs/source_en/Instruction/Supported-models-and-datasets.md:1234 at 3602360a5, Qwen2.5-7B-Instruct's
+    # tokenizer and template; scripts/utils/run_dataset_info.py:62-74 encodes the whole set, 10,000 < its 100,000
+    # sample). A count, not a bound, and only for the tokenizer it was made with: DATASET_TOKENIZER.
+    "AI-ModelScope/blossom-math-v2": (563, "ms-swift dataset table (qwen tokenizer): max=563 tokens"),
+    "blossom-math-zh": (563, "ms-swift 1.x/2.x name of AI-ModelScope/blossom-math-v2: max=563 tokens"),
+    # The GPT-4 Alpaca sets of ms-swift's stock examples (``alpaca-gpt4-data-zh#500 alpaca-gpt4-data-en#500
+    # self-cognition#500``). The two tables above disagree (zh: max=856 in 2024, 544 now; en: 740 and 607; the
+    # template and tokenizer changed between them), so the larger count of each is the bound.
+    "AI-ModelScope/alpaca-gpt4-data-zh": (856, "ms-swift dataset tables: max=856 (2024-09, alpaca-zh) / 544 tokens"),
+    "AI-ModelScope/alpaca-gpt4-data-en": (740, "ms-swift dataset tables: max=740 (2024-09, alpaca-en) / 607 tokens"),
+    # two more ms-swift 1.x names from the same tables, each the larger count: DuReader_robust-QG (1416 in both) and
+    # codefuse's Evol-instruction-66k (2983 in 2024-09, 2661 now)
+    "dureader-robust-zh": (1416, "ms-swift dataset tables: modelscope/DuReader_robust-QG max=1416 tokens"),
+    "codefuse-evol-instruction-zh": (2983, "ms-swift dataset tables: codefuse-ai/Evol-instruction-66k max=2983 / 2661"),
+}
+
+# A length counted with one tokenizer holds for another only by accident (ms-swift's table says so itself: "the
+# token count varies with different tokenizers"; a 32k-vocabulary Llama-2 tokenizer splits Chinese into several
+# tokens per character where Qwen's keeps one). So a count bounds a row's cutoff only when the row's model uses the
+# tokenizer it was counted with: model ids with these prefixes. Qwen-1 (tiktoken), Qwen1.5, Qwen2, Qwen2.5 and Qwen3
+# share one byte-level BPE vocabulary (151,643 regular tokens); the chat templates differ in their default system
+# prompt, Qwen2.5's (the current table's) being the longest. A dataset without an entry here has a bound for any
+# tokenizer.
+DATASET_TOKENIZER: dict[str, tuple[str, ...]] = {
+    "AI-ModelScope/blossom-math-v2": ("Qwen/",),
+    "blossom-math-zh": ("Qwen/",),
+    "AI-ModelScope/alpaca-gpt4-data-zh": ("Qwen/",),
+    "AI-ModelScope/alpaca-gpt4-data-en": ("Qwen/",),
+    "dureader-robust-zh": ("Qwen/",),
+    "codefuse-evol-instruction-zh": ("Qwen/",),
 }
 
 
 def longest_bound(row: dict[str, Any]) -> int | None:
     """The longest sample (tokens, an upper bound) of everything `row` trains on (DATASET_LONGEST), or None when the
-    row names no datasets or one of them has no bound."""
+    row names no datasets, one of them has no bound, or one was counted with a tokenizer the row's model does not use
+    (DATASET_TOKENIZER)."""
     names = [str(d).split("#", 1)[0] for d in row.get("datasets") or []]
     if not names or any(n not in DATASET_LONGEST for n in names):
         return None
+    model = str(row.get("model") or "")
+    if any(n in DATASET_TOKENIZER and not model.startswith(DATASET_TOKENIZER[n]) for n in names):
+        return None   # counted with another tokenizer
     return max(DATASET_LONGEST[n][0] for n in names)
 
 
@@ -230,7 +268,9 @@ def config_for(row: dict[str, Any]) -> dict[str, Any]:
     extra = {k: v for k, v in FRAMEWORK_CONFIG.get(str(row.get("framework")), {}).items()
              if not k.startswith("lora_") or row["config"].get("finetuning_type") == "lora"}
     cfg = {**extra, **row["config"]}
-    bound = longest_bound(row)
+    # packing fills every sequence to cutoff_len (LF data/processor/supervised.py:186 greedy_knapsack, :218-219 pads
+    # each pack to it): no bound
+    bound = None if cfg.get("packing") or cfg.get("neat_packing") else longest_bound(row)
     if bound is not None and int(cfg.get("cutoff_len") or 2048) > bound:   # LF's cutoff_len default: 2048
         cfg["cutoff_len"] = bound
     return cfg

@@ -337,3 +337,33 @@ def test_a_short_dataset_bounds_the_cutoff_the_doctor_is_given():
     assert config_for({**row, "datasets": None})["cutoff_len"] == 32768
     named = {r["id"] for r in load_rows() if r.get("datasets")}
     assert "r3m-swift-lorap-qwen2-7b-lora" in named and "swift-ddp-lora-qwen25-7b" in named
+
+
+def test_a_dataset_length_counted_with_one_tokenizer_bounds_only_models_that_use_it():
+    """ms-swift's dataset table counts blossom-math-v2 at most 563 tokens with Qwen's tokenizer: a Qwen row trained
+    on it alone is given that cutoff, a Llama row (another tokenizer) keeps its own, and the 1.x/2.x name is the
+    same set."""
+    from calib_data import DATASET_LONGEST, config_for, load_rows
+
+    row = {"model": "Qwen/Qwen2-7B-Instruct", "config": {"cutoff_len": 32768, "finetuning_type": "lora"},
+           "datasets": ["AI-ModelScope/blossom-math-v2"]}
+    assert config_for(row)["cutoff_len"] == DATASET_LONGEST["AI-ModelScope/blossom-math-v2"][0] == 563
+    assert config_for({**row, "datasets": ["blossom-math-zh"]})["cutoff_len"] == 563
+    assert config_for({**row, "model": "meta-llama/Meta-Llama-3-8B-Instruct"})["cutoff_len"] == 32768
+    assert config_for({**row, "config": {"cutoff_len": 512}})["cutoff_len"] == 512
+    named = {r["id"]: r for r in load_rows() if int(r.get("round") or 1) <= 3 and r.get("datasets")}
+    assert config_for(named["swift-npu-qwen2-7b-lora-4-ddp"])["cutoff_len"] == 563
+    assert config_for(named["r3m-swiftnpu-qwen15-7b-lora-z3-4x910b3"])["cutoff_len"] == 563
+
+
+def test_the_stock_swift_mix_is_bounded_by_its_longest_set_and_packing_by_nothing():
+    """ms-swift's stock trio (alpaca-gpt4 zh/en, self-cognition) is bounded by its longest member (856, the larger
+    of ms-swift's two counts for the Chinese set); a packed run fills its cutoff whatever the samples are."""
+    from calib_data import config_for
+
+    row = {"model": "Qwen/Qwen2.5-7B-Instruct", "config": {"cutoff_len": 2048, "finetuning_type": "lora"},
+           "datasets": ["AI-ModelScope/alpaca-gpt4-data-zh#500", "AI-ModelScope/alpaca-gpt4-data-en#500",
+                        "swift/self-cognition#500"]}
+    assert config_for(row)["cutoff_len"] == 856
+    assert config_for({**row, "config": {**row["config"], "packing": True}})["cutoff_len"] == 2048
+    assert config_for({**row, "model": "openai/gpt-oss-20b"})["cutoff_len"] == 2048
