@@ -68,3 +68,49 @@ def test_no_version_warns_on_keys_only_some_releases_declare():
     assert probs["image_max_pixels"].fate == "stops"
     # keys every release declares stay silent
     assert not {"stage", "cutoff_len", "template", "dataset"} & set(probs)
+
+
+# 2. A remedy that offloads or changes the `deepspeed:` path is unsafe, and never swaps the user's own file for a
+#    stock path that is not where they launch (LlamaFactory#8665: ./ds_z3_config.json -> examples/deepspeed/...).
+
+OWN_DS = FX / "qwen25vl3b_own_ds"
+
+
+def _fixes(rep: dict) -> list[dict]:
+    out = []
+    for f in rep["findings"]:
+        if f.get("fix"):
+            out.append(f["fix"])
+            out += f["fix"].get("alternatives") or []
+    return out
+
+
+def test_offload_remedy_for_a_file_not_here_is_unsafe_and_edits_the_users_file(tmp_path):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text((OWN_DS / "config.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    _, rep = _run("check", str(cfg), "--gpu", "A800-80GB", "--llamafactory", "0.9.4.dev0", "--offline")
+    fixes = _fixes(rep)
+    offload = [x for x in fixes if "offload" in x["title"]]
+    assert offload and all(x["safety"] == "unsafe" for x in offload)
+    for x in fixes:
+        for e in x["edits"]:
+            assert e["key"] != "deepspeed", x   # the user's own file is kept
+            if e["key"].startswith("zero_optimization."):
+                assert Path(e["file"]).name == "ds_z3_config.json"
+    before = cfg.read_text(encoding="utf-8")
+    res = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "A800-80GB", "--llamafactory", "0.9.4.dev0",
+                                    "--offline", "--fix"])
+    assert res.exit_code in (0, 1), res.output
+    assert cfg.read_text(encoding="utf-8") == before and not (tmp_path / "examples").exists()
+
+
+def test_stock_file_swaps_to_its_sibling_and_is_unsafe(tmp_path):
+    cfg = tmp_path / "config.yaml"
+    text = (OWN_DS / "config.yaml").read_text(encoding="utf-8")
+    cfg.write_text(text.replace("deepspeed: ./ds_z3_config.json", "deepspeed: ../LLaMA-Factory/examples/deepspeed/"
+                                                                    "ds_z3_config.json"), encoding="utf-8")
+    _, rep = _run("check", str(cfg), "--gpu", "A800-80GB", "--llamafactory", "0.9.4.dev0", "--offline")
+    swaps = [(x["safety"], e["value"]) for x in _fixes(rep) for e in x["edits"] if e["key"] == "deepspeed"]
+    assert swaps
+    assert ("unsafe", "../LLaMA-Factory/examples/deepspeed/ds_z3_offload_config.json") in swaps
+    assert all(s == "unsafe" for s, _ in swaps)

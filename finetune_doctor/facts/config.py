@@ -73,7 +73,8 @@ class Assembly:
         """The live objects remedy planners need (engine/planners.py): `run_after` re-resolves the run for edits."""
         mem = self.memory
         return {"run": self.run, "hw": self.hw, "doc": self.doc, "ds": self.ds, "counts": self.counts,
-                "ds_stock": self.ds_stock, "run_after": self.run_after, "hw_worst": self.hw_worst,
+                "ds_stock": self.ds_stock, "ds_assumed": self.ds_assumed, "run_after": self.run_after,
+                "hw_worst": self.hw_worst,
                 # the report's p_oom is a mixture over the open assumptions (`_mixed`): a remedy's before/after
                 # is weighed over the same components, so the fix and the memory block give one number
                 "p_oom_components": mem.details.get("p_oom_components") if mem is not None else None,
