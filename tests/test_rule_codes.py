@@ -24,6 +24,7 @@ RELEASED = {
     "FD102": "fp16-on-bf16-model",
     "FD103": "bf16-unsupported-gpu",
     "FD104": "fp32-checkpoint",
+    "FD105": "bf16-emulated-gpu",
     "FD201": "deepspeed-config-invalid",
     "FD202": "deepspeed-batch-mismatch",
     "FD203": "deepspeed-precision-mismatch",

@@ -114,3 +114,72 @@ def test_stock_file_swaps_to_its_sibling_and_is_unsafe(tmp_path):
     assert swaps
     assert ("unsafe", "../LLaMA-Factory/examples/deepspeed/ds_z3_offload_config.json") in swaps
     assert all(s == "unsafe" for s, _ in swaps)
+
+
+# 3. A start-up refusal that depends on versions is an error only where the versions are known to refuse.
+
+@pytest.mark.parametrize(("torch", "tf", "refused"), [
+    ("2.5.0a0+b465a5843b.nv24.09", "4.45.2", False),   # LlamaFactory#6687: trained on 2x 2080 Ti
+    ("2.1.2+cu121", "4.40.0", True),                    # torch < 2.3: is_bf16_supported() says no below cc 8
+    ("2.6.0", "4.34.1", True),                          # transformers < 4.35 tests the card itself
+    ("2.3.0", "4.35.0", False),
+    (None, "4.45.2", None), ("2.5.0", None, None), (None, None, None),
+    (None, "4.30.2", True), ("2.0.1", None, True)])
+def test_bf16_refusal_by_stack(torch, tf, refused):
+    from finetune_doctor.facts.bf16stack import bf16_refusal
+
+    assert bf16_refusal(torch, tf)["bf16_refused"] is refused
+
+
+def test_bf16_on_a_2080ti_with_the_users_env_is_a_warning_not_an_error(tmp_path):
+    env = tmp_path / "env.txt"
+    env.write_text("- `llamafactory` version: 0.9.2.dev0\n- Platform: Linux-3.10.0-693.el7.x86_64-x86_64-with-glibc2.35\n"
+                   "- Python version: 3.10.12\n- PyTorch version: 2.5.0a0+b465a5843b.nv24.09 (GPU)\n"
+                   "- Transformers version: 4.45.2\n- GPU type: NVIDIA GeForce RTX 2080 Ti\n", encoding="utf-8")
+    cfg = tmp_path / "qwen_pretrain.yaml"
+    cfg.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: pt\ndo_train: true\nfinetuning_type: full\n"
+                   "dataset: c4_demo\ncutoff_len: 1024\noutput_dir: saves/pt\nper_device_train_batch_size: 1\n"
+                   "learning_rate: 1.0e-5\nbf16: true\n", encoding="utf-8")
+    code, rep = _run("lint", str(cfg), "--env", str(env), "--gpu", "2x2080Ti")
+    names = {f["name"]: f for f in rep["findings"]}
+    assert "bf16-unsupported-gpu" not in names and names["bf16-emulated-gpu"]["severity"] == "warning"
+    assert "transformers 4.45.2 let it start" in names["bf16-emulated-gpu"]["message"]
+    _, rep = _run("lint", str(cfg), "--gpu", "2x2080Ti", "--transformers", "4.33.2")
+    assert "bf16-unsupported-gpu" in {f["name"] for f in rep["findings"] if f["severity"] == "error"}
+
+
+PARTIAL = FX / "qwen25_32b_qlora_partial"
+
+
+def test_a_run_that_died_of_a_cuda_error_got_past_start_up(tmp_path):
+    from finetune_doctor.pipeline import postmortem as pm
+    from finetune_doctor.settings import Options
+
+    r = pm.run(str(tmp_path), [str(PARTIAL / "train.log")], str(PARTIAL / "config.yaml"),
+               Options(command="postmortem", env_file=str(PARTIAL / "env.txt")))
+    missing = next(f for f in r.findings if f.name == "missing-required-key")
+    assert missing.severity == "warning" and missing.location.key == "output_dir"
+    assert "The run died with a CUDA error, so the run got past start-up" in missing.message
+    assert not [f for f in r.findings if f.severity == "error" and f.category == "config"]
+
+
+def test_a_deepspeed_file_not_here_in_a_run_that_died_later_is_not_an_error(tmp_path):
+    from finetune_doctor.pipeline import postmortem as pm
+    from finetune_doctor.settings import Options
+
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text((PARTIAL / "config.yaml").read_text(encoding="utf-8").replace(
+        "finetuning_type: lora\n", "finetuning_type: lora\ndeepspeed: ./ds_z3_config.json\n")
+        + "output_dir: saves/qwen2.5-32b/qlora\n", encoding="utf-8")
+    r = pm.run(str(tmp_path), [str(PARTIAL / "train.log")], str(cfg), Options(command="postmortem"))
+    assert "deepspeed-file-missing" not in {f.name for f in r.findings}
+    here = next(f for f in r.findings if f.name == "not-checked-here" and f.location.key == "deepspeed")
+    assert "the run died with a CUDA error, so the training machine had it" in here.message
+
+
+def test_past_start_up_reasons():
+    from finetune_doctor.facts.ev import past_start_up
+
+    assert past_start_up({"steps": {"last": 3}}) == "the logs show training steps"
+    assert past_start_up({"oom": {"step": 0}}) == "the run ran out of GPU memory"
+    assert past_start_up({"steps": {"last": None, "logged": 0}, "crash": {"exc": "ValueError"}}) is None

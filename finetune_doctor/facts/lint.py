@@ -95,6 +95,9 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
     "config_command": F("str", "the command that reads this config kind (lfkind.COMMANDS: llamafactory-cli export, "
                                "...)"),
     "torch_known": F("bool", "the training machine's torch version was read (--torch, --env, its own GPUs)"),
+    "bf16_refused": F("bool", "the training machine's torch/transformers raise at start-up on bf16 without bf16 "
+                              "units (None: the deciding versions are not known; facts/bf16stack.py)"),
+    "bf16_stack": F("str", "the versions bf16_refused was decided on, or what would decide it"),
     "kind_estimate": F("dict", "the estimate of a config that does not train (facts/kinds.py)", fields={
         "kind": F("str", "export | chat"), "fits": F("bool", "fits the GPUs (None: not judged)"),
         "device": F("str", "export: cpu | gpu"), "peak_gib": F("float", "export: peak while merging, GiB"),
@@ -183,7 +186,9 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
     return {"keys": out, "keys_dropped": dropped, "assumptions": [], "strict": False, "config_kind": kind,
             **suffix_facts(doc.path, release), "duplicates": duplicate_facts(doc, release),
             "lf_version": rel, "launch_trains": None, "config_command": COMMANDS.get(kind or "train"),
-            **(launch or {"launch_known": False, "torchrun": False, "torch_known": False})}
+            **(launch or {"launch_known": False, "torchrun": False, "torch_known": False, "bf16_refused": None,
+                          "bf16_stack": "the training machine's torch and transformers (not given) decide whether "
+                                        "it starts"})}
 
 
 def suffix_facts(path: str, release: Any) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from finetune_doctor.errors import InputError, install_hint
 from finetune_doctor.evidence import Evidence
 from finetune_doctor.readers.config.accelerate import launch_file_in
 from finetune_doctor.facts.config import Assembly, assemble_config
+from finetune_doctor.facts.ev import past_start_up
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import skeleton
 from finetune_doctor.facts.hw import resolve as resolve_hardware
@@ -168,19 +169,20 @@ def _judge(facts: dict[str, Any], sources: dict[str, SourceDoc], opts: Options, 
     extra = [f for f in judge("check", facts, sources, opts, live=live)
              if f.category in CHECK_CATEGORIES and (f.code, f.location.file, f.location.line) not in have
              and f.name not in confirmed]
-    steps = (facts.get("ev") or {}).get("steps") or {}
-    if steps.get("last") is not None or steps.get("logged"):
-        extra = [_past_start_up(f) for f in extra]
+    why = past_start_up(facts.get("ev") or {})
+    if why:
+        extra = [_past_start_up(f, why) for f in extra]
     return found + sorted(extra, key=lambda f: -SEVERITY_RANK.get(f.severity, 0))
 
 
-def _past_start_up(f: Finding) -> Finding:
+def _past_start_up(f: Finding, why: str = "the logs show training steps") -> Finding:
     """A start-up refusal (PARSE_TIME) judged on a config whose run logged training steps: the logs outrank it,
     so it is a warning that says why rather than an error claiming the run could not start."""
     if f.name not in PARSE_TIME or f.severity != "error":
         return f
-    return replace(f, severity="warning", message=f.message.rstrip() + (
-        " The logs show training steps, so the run got past start-up: the config read here is not exactly the one "
+    text = f.message.rstrip()
+    return replace(f, severity="warning", message=text + ("" if text.endswith(".") else ".") + (
+        f" {why[0].upper() + why[1:]}, so the run got past start-up: the config read here is not exactly the one "
         "that ran (edited since, or judged for another LLaMA-Factory release than the one that ran)."))
 
 
@@ -298,16 +300,17 @@ def _launched_past_deepspeed(facts: dict[str, Any], evf: dict[str, Any], overrid
     Trial 7 c10 (LLaMA-Factory #7755) headlined the missing file above the run's real causes."""
     lint = facts.get("lint") or {}
     missing = lint.get("ds_missing")
-    steps = evf.get("steps") or {}
-    if not missing or (steps.get("last") is None and not steps.get("logged")):
+    why = past_start_up(evf)
+    if not missing or not why:
         return
     lint.pop("ds_missing")
-    last = steps.get("last")
+    last = (evf.get("steps") or {}).get("last")
+    if why == "the logs show training steps":
+        why = "the logs show the run trained" + (f" (to step {last})" if last is not None else "")
     lint.setdefault("keys", []).append({
         "key": "deepspeed", "kind": "not_here", "suggestion": None, "replacement": None, "fix": None,
         "fix_value": None, "condition": "not on this machine", "line": None, "override": override,
-        "message": f"{missing.get('message')}; the logs show the run trained"
-                   + (f" (to step {last})" if last is not None else "") + ", so the training machine had it"})
+        "message": f"{missing.get('message')}; {why}, so the training machine had it"})
 
 
 def own_output_notes(report: Report) -> list[str]:
