@@ -216,7 +216,9 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
         return kinds.not_training(asm, arch)
     if arch is None:
         _model_not_here(asm)
-    _deepspeed(asm, arch, tolerate_missing=static or lenient, lenient=lenient)
+    # check, estimate and postmortem size a DeepSpeed file that is not here with the same stock stand-in (one home:
+    # `_stand_in_deepspeed`, an assumption), so the same inputs give the same total (trial 3, LlamaFactory#8665)
+    _deepspeed(asm, arch, tolerate_missing=static, lenient=lenient)
     _accelerate(asm, opts, lenient=lenient)
     if kind == "train-v1":
         asm.launch = kinds.v1_launch(asm.doc.values.get("_v1") or {}, asm.launch)
@@ -325,9 +327,7 @@ def _hardware(asm: Assembly, opts: Options, hw: Hardware | None, env_report: Any
     `static`), ``--env``; ``--host-ram`` on top. Raises InputError for a --gpu or --host-ram it cannot read."""
     if hw is None and not opts.gpu:   # the training machine's GPUs act as --gpu (a flag still wins)
         hw = machine.hardware(asm.context, opts.nnodes)
-    asm.hw = hw if hw is not None else hw_facts.resolve(opts.gpu, opts.nnodes, allow_nvml=not static)
-    if asm.hw is None and env_report is not None:
-        asm.hw = hw_facts.from_env_report(env_report, opts.nnodes)
+    asm.hw = hw if hw is not None else hw_facts.from_inputs(opts, env_report, allow_nvml=not static)
     if opts.host_ram:
         ram = hw_facts.parse_host_ram(opts.host_ram)
         asm.host_ram_gib = ram

@@ -283,7 +283,10 @@ def launch_facts(opts: Any, hw: Any, env_report: Any = None, env: Mapping[str, s
     env = os.environ if env is None else env
     ws = str(env.get("WORLD_SIZE", "") or env.get("NPROC_PER_NODE", ""))
     torchrun = env_enabled("FORCE_TORCHRUN", env) or (ws.isdigit() and int(ws) > 1)
-    known = bool(hw is not None or getattr(opts, "launch", None) or getattr(opts, "accelerate_config", None)
+    from finetune_doctor.facts.hw import ENV_CARD_ONLY
+
+    counted = hw is not None and getattr(hw, "source", None) != ENV_CARD_ONLY   # an --env card without its number
+    known = bool(counted or getattr(opts, "launch", None) or getattr(opts, "accelerate_config", None)
                  or ws or torchrun)
     torch_known = bool(getattr(opts, "torch_version", None)
                        or (env_report is not None and env_report.versions.get("torch"))

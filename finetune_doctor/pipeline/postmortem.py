@@ -36,11 +36,10 @@ from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError, install_hint
 from finetune_doctor.evidence import Evidence
 from finetune_doctor.readers.config.accelerate import launch_file_in
-from finetune_doctor.facts.config import Assembly, assemble_config
+from finetune_doctor.facts.config import Assembly, assemble_config, read_env_file
 from finetune_doctor.facts.ev import past_start_up
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import skeleton
-from finetune_doctor.facts.hw import resolve as resolve_hardware
 from finetune_doctor.fsutil import output_sinks
 from finetune_doctor.readers.runlogs.logs import regular_size
 from finetune_doctor.readers.runlogs.runlayout import collect, discover, read_file
@@ -243,7 +242,8 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
     if over and not cfg_path:
         raise InputError("key=value overrides and --deepspeed need a config (--config, or training_args.yaml in "
                          "the run folder)", file=run_dir)
-    hw = resolve_hardware(opts.gpu, opts.nnodes, allow_nvml=False) if opts.gpu else None
+    # the GPUs as check reads them (facts/hw.py `from_inputs`: --gpu, then the --env report), then the logs'
+    hw = hw_facts.from_inputs(opts, read_env_file(opts.env_file) if opts.env_file else None, allow_nvml=False)
     if hw is None:
         hw = _hardware_from_evidence(ev)
     asm = _context(cfg_path, over, opts, hw, notes)
@@ -292,21 +292,32 @@ def _launched_under_nohup(evf: dict[str, Any], launch: str | None) -> None:
     k["nohup"] = re.search(r"(?:^|[\s;&|(])nohup\s", read_text(launch, "launch command")) is not None
 
 
+DS_REFUSED = "existing deepspeed config"
+"""What transformers' HfTrainerDeepSpeedConfig raises for a path that is not a file ("Expected a string path to an
+existing deepspeed config, or a dictionary, or a base64 encoded string. Received: ...", integrations/deepspeed.py)."""
+
+
 def _launched_past_deepspeed(facts: dict[str, Any], evf: dict[str, Any], override: bool) -> None:
     """A DeepSpeed file the config names that is not here, in a run whose logs show training steps: transformers
     opens that file while parsing the arguments (integrations/deepspeed.py, HfTrainerDeepSpeedConfig), before any
     step, so the training machine had it. The launch-time error (deepspeed-file-missing) would contradict the
     logs; the absence becomes what it is, a machine-dependent fact not checked here (not-checked-here, info).
-    Trial 7 c10 (LLaMA-Factory #7755) headlined the missing file above the run's real causes."""
+    Trial 7 c10 (LLaMA-Factory #7755) headlined the missing file above the run's real causes. Without steps it is
+    the same info, as `doctor check` has it, unless the logs show transformers refusing the path (`DS_REFUSED`):
+    trial 3 (LLaMA-Factory #8665) got the error for a run that was tokenising its data."""
     lint = facts.get("lint") or {}
     missing = lint.get("ds_missing")
+    crash = evf.get("crash") or {}
+    if not missing or DS_REFUSED in str(crash.get("msg") or crash.get("text") or ""):
+        return   # the logs show transformers stopping on it: deepspeed-file-missing, an error
     why = past_start_up(evf)
-    if not missing or not why:
-        return
     lint.pop("ds_missing")
     last = (evf.get("steps") or {}).get("last")
     if why == "the logs show training steps":
         why = "the logs show the run trained" + (f" (to step {last})" if last is not None else "")
+    elif why is None:
+        # as `doctor check` judges it (the not-checked-here rule): absent here, on the training machine perhaps
+        why = "the logs do not show the run stopping on it"
     lint.setdefault("keys", []).append({
         "key": "deepspeed", "kind": "not_here", "suggestion": None, "replacement": None, "fix": None,
         "fix_value": None, "condition": "not on this machine", "line": None, "override": override,
