@@ -183,3 +183,34 @@ def test_past_start_up_reasons():
     assert past_start_up({"steps": {"last": 3}}) == "the logs show training steps"
     assert past_start_up({"oom": {"step": 0}}) == "the run ran out of GPU memory"
     assert past_start_up({"steps": {"last": None, "logged": 0}, "crash": {"exc": "ValueError"}}) is None
+
+
+# 6. File kinds: a TrainingArguments dump is no LF config; a YAML naming only the model is chat by assumption;
+#    an accelerate config is linted (rules/fsdp-wrap-class-unset.yaml has its rule cases).
+
+def test_a_training_arguments_dump_is_named_not_judged():
+    dump = FX / "hf_training_args_dump" / "training_args.json"
+    res = CliRunner().invoke(main, ["check", str(dump), "--gpu", "H20", "--offline"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert "a dump of transformers' TrainingArguments" in res.output
+    assert "(it says: per_device_train_batch_size 4, gradient_accumulation_steps 2, learning_rate 1e-05" in res.output
+    code, rep = _run("lint", str(dump))
+    assert code == 0 and rep["findings"] == [] and rep["kinds"] == {str(dump): "hf-training-args"}
+
+
+def test_a_yaml_naming_only_the_model_is_chat_by_assumption():
+    _, rep = _run("lint", str(FX / "qwen3vl_fragment" / "config.yaml"), "--llamafactory", "0.9.4.dev0")
+    kind = next(a for a in rep["assumptions"] if a["name"] == "config-kind")
+    assert kind["value"].startswith("chat") and "part of a training YAML" in kind["alternatives"][0]
+    _, rep = _run("lint", str(FX / "qwen3vl_fragment" / "train.yaml"), "--llamafactory", "0.9.4.dev0")
+    assert not [a for a in rep["assumptions"] if a["name"] == "config-kind"]
+
+
+def test_an_accelerate_config_is_linted_not_passed(tmp_path):
+    acc = tmp_path / "fsdp_config.yaml"
+    acc.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nfsdp_config:\n"
+                   "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_sharding_strategy: FULL_SHARD\n"
+                   "mixed_precision: bf16\nnum_machines: 1\nnum_processes: 8\n", encoding="utf-8")
+    _, rep = _run("lint", str(acc))
+    assert [(f["name"], f["location"]["line"]) for f in rep["findings"]] == [("fsdp-wrap-class-unset", 4)]
+    assert "skipped" not in rep

@@ -456,8 +456,18 @@ def _kind(doc: ConfigDoc, launch_file: str | None = None) -> str:
             launch_env = None   # reported where the launch is read (_accelerate)
     kind = kind_of(doc.values, suffix=Path(doc.path).suffix.lower() or ".yaml", launch_env=launch_env)
     if kind in NOT_LF:
-        raise InputError(f"this is {NOT_LF[kind]}", file=doc.path)
+        raise InputError(f"this is {NOT_LF[kind]}{_dump_summary(doc.values) if kind == 'hf-training-args' else ''}",
+                         file=doc.path)
     return kind or "train"
+
+
+def _dump_summary(values: Any) -> str:
+    """What a TrainingArguments dump says about the run it came from (the batch, accumulation, rate, precision
+    written in it), for the one-line answer to a dump given as CONFIG."""
+    keys = ("per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "num_train_epochs",
+            "max_steps", "bf16", "fp16", "gradient_checkpointing", "deepspeed", "optim")
+    said = [f"{k} {values[k]}" for k in keys if k in values and values[k] not in (None, -1, False)]
+    return f" (it says: {', '.join(said)})" if said else ""
 
 
 DOWNLOAD_COMMANDS = ("check", "estimate", "probe", "data")
@@ -686,6 +696,9 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
         launch = _env_launch() if acc is None else None
     if acc is not None:
         asm.sources["accelerate"] = SourceDoc("accelerate", display_path(acc.path) or acc.path, dict(acc.positions))
+        from finetune_doctor.facts.accel import accelerate_fact
+
+        asm.facts["lint"]["accelerate"] = accelerate_fact(acc)
     if launch is not None or acc is not None:
         asm.launch = LaunchInputs(acc, launch)
 

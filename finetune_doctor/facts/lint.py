@@ -53,6 +53,11 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
     "ds_missing": F("dict", "the deepspeed path that did not resolve", fields={
         "value": F("str", "the path as written"), "message": F("str", "why it did not resolve"),
         "machine_dependent": F("bool", "lint: the training machine may hold it (not checked here unless --strict)")}),
+    "accelerate": F("dict", "the accelerate config's FSDP wrapping (facts/accel.py; None without one)", fields={
+        "file": F("str", "the accelerate config"), "distributed_type": F("str", "FSDP | DEEPSPEED | MULTI_GPU | ..."),
+        "auto_wrap_policy": F("str", "fsdp_auto_wrap_policy as written"),
+        "cls_to_wrap": F("any", "fsdp_transformer_layer_cls_to_wrap as written (None: absent)"),
+        "fsdp_version": F("any", "fsdp_version as written")}),
     "unused_suppressions": F("list", "suppression comments that hid nothing", items=UNUSED_ITEM),
     "standalone_ds": F("bool", "a DeepSpeed JSON linted on its own, without a training config"),
     "assumptions": F("list", "what the command assumed rather than read, verdict-moving first (facts/assume.py)",
