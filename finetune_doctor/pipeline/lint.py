@@ -212,6 +212,9 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
             continue   # not one accelerate reads (no distributed_type): named as skipped, as before
         skipped.remove(f)
         recognised[f] = "accelerate"
+        from finetune_doctor.readers.config.lfkind import NOT_LF
+
+        notes.append(f"{f}: {NOT_LF['accelerate']}; its own FSDP/launch settings were linted")
     findings.sort(key=lint_order)
     if fix or unsafe_fixes:
         from finetune_doctor.fixes import apply_fixes
