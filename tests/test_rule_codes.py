@@ -18,6 +18,7 @@ RELEASED = {
     "FD016": "invalid-step-setting",
     "FD017": "template-not-registered",
     "FD018": "dataset-not-defined",
+    "FD019": "thinking-template-on-instruct-model",
     "FD098": "not-checked-here",
     "FD099": "unused-suppression",
     "FD101": "accidental-fp32",
