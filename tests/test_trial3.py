@@ -214,3 +214,17 @@ def test_an_accelerate_config_is_linted_not_passed(tmp_path):
     _, rep = _run("lint", str(acc))
     assert [(f["name"], f["location"]["line"]) for f in rep["findings"]] == [("fsdp-wrap-class-unset", 4)]
     assert "skipped" not in rep
+
+
+# 8. The 90 % interval says what it is made of when it mixes an assumption's alternatives.
+
+def test_an_interval_over_assumptions_says_so(tmp_path):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text((OWN_DS / "config.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    _, rep = _run("check", str(cfg), "--gpu", "A800-80GB", "--llamafactory", "0.9.4.dev0", "--offline")
+    tight = next(f for f in rep["findings"] if f["name"] == "predicted-tight-fit")
+    assert "(the benchmarks' error for this kind of run, mixed over the alternatives of " in tight["message"]
+    assert "deepspeed-config" in tight["message"].split("mixed over the alternatives of ", 1)[1]
+    res = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "A800-80GB", "--llamafactory", "0.9.4.dev0",
+                                    "--offline"])
+    assert "mixed over the alternatives of" in " ".join(res.output.split())

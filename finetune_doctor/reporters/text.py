@@ -388,8 +388,8 @@ def _memory(w: _Writer, r: Report) -> None:
             mixed = weighs_alternatives(deciding.get("name", ""))
         cond = (" over the open assumptions" if mixed else " as assumed") if deciding else ""
         verdict = f"verdict {mem.verdict} · probability of OOM {_pct(mem.p_oom)}{cond} · " if mem.verdict else ""
-        w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB (the benchmarks' error for this kind of run)",
-               indent=1)
+        basis = mem.details.get("interval_basis") or "the benchmarks' error for this kind of run"
+        w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB ({basis})", indent=1)
     from finetune_doctor.reporters.sections import assumed
 
     for line in (assumed.deciding_line(mem.details.get("deciding_assumption")),
