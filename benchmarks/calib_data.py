@@ -12,6 +12,8 @@ Data: benchmarks/data/calibration_rows.yaml. Each row is one run as its source s
   ``world``, the number of processes when the source states it, sizes the run on benchmarks/calibrate.py's
   default card, and the row has no outcome to score);
 * ``stack`` (optional): ``{package: version}`` the source fixes for that row (given to the doctor as ``--env``).
+* ``datasets`` (optional): what the run trains on, as its source names it; a dataset of DATASET_LONGEST bounds the
+  ``cutoff_len`` the doctor is given (`config_for`).
 * ``measured``: ``{value, unit, kind}`` or null. ``unit`` GB (10^9 bytes, what litgpt prints), GiB (2^30: nvidia-smi's
   MiB / 1024, torch's counters divided by 1024^3) or GB-class (a card's marketed size); ``kind`` allocated
   (``max_memory_allocated``/active), reserved (``max_memory_reserved``), nvidia-smi (device usage incl. context),
@@ -163,7 +165,10 @@ UNTIED_FRAMEWORKS = ("litgpt",)
 # added the example and the pages' LoRA runs), which transformers then loaded in float32. So a row of it without
 # quantization is given to the doctor as its config.json with ``torch_dtype: float32`` (what LLaMA-Factory loads
 # for an fp32 checkpoint); its QLoRA rows set the storage dtype to bfloat16 and stay as the catalogue has them.
-FP32_LOAD_FRAMEWORKS = ("TRL SFTTrainer + PEFT",)
+# Stanford Alpaca's train.py calls ``AutoModelForCausalLM.from_pretrained(name, cache_dir=...)`` with no
+# ``torch_dtype`` (train.py at 15b51ae, read for round 4 before any of its rows was scored), so its runs hold float32
+# weights under FSDP's mixed precision: the same rule.
+FP32_LOAD_FRAMEWORKS = ("TRL SFTTrainer + PEFT", "Stanford Alpaca")
 
 
 # A framework that pins a package the doctor's terms depend on: the pin, given to the doctor as the training
@@ -190,12 +195,45 @@ FRAMEWORK_PINS: dict[str, dict[str, str]] = {"litgpt": {"bitsandbytes": "0.42.0"
 FRAMEWORK_CONFIG: dict[str, dict[str, Any]] = {"litgpt": {"lora_dropout": 0.05}}
 
 
+# Datasets whose every sample is far shorter than the cutoff a row's framework defaults to. A batch is padded to its
+# longest sample, not to cutoff_len (LLaMA-Factory's SFT collator is transformers' DataCollatorForSeq2Seq with its
+# default padding, "longest", and pad_to_multiple_of 8: src/llamafactory/train/sft/workflow.py:62-66 and
+# data/collator.py:137 at the oracle snapshot; at batch 1, as in every row given a bound, a batch is its one
+# sample), so no tensor of the run grows with a cutoff above the longest sample, and the doctor on the training
+# machine sizes the run from the data's lengths
+# (`doctor data`, the sample-lengths assumption closed). A row lists what it trains on in ``datasets`` (names as
+# its source writes them; a ``#N`` resample suffix is dropped); when every one of them has a bound here, the doctor
+# is given ``cutoff_len`` = min(the row's cutoff_len, the largest bound). A bound is an upper bound, never a
+# measured length, so the comparison stays on the side of over-prediction.
+DATASET_LONGEST: dict[str, tuple[int, str]] = {
+    # ms-swift's identity set: 108 Chinese and 26 English rows of one question and a one- to three-sentence answer
+    # with {{NAME}}/{{AUTHOR}} placeholders (the dataset card on ModelScope, swift/self-cognition, read 2026-12-07);
+    # with a chat template's system prompt such a sample stays well under 512 tokens, the smallest length the
+    # doctor's sample-lengths assumption considers (facts/assume.py).
+    "swift/self-cognition": (512, "ModelScope dataset card swift/self-cognition: 134 short identity Q&A rows"),
+}
+
+
+def longest_bound(row: dict[str, Any]) -> int | None:
+    """The longest sample (tokens, an upper bound) of everything `row` trains on (DATASET_LONGEST), or None when the
+    row names no datasets or one of them has no bound."""
+    names = [str(d).split("#", 1)[0] for d in row.get("datasets") or []]
+    if not names or any(n not in DATASET_LONGEST for n in names):
+        return None
+    return max(DATASET_LONGEST[n][0] for n in names)
+
+
 def config_for(row: dict[str, Any]) -> dict[str, Any]:
     """The row's LLaMA-Factory config with its framework's settings (FRAMEWORK_CONFIG) beneath it; the
-    ``lora_*`` keys only for LoRA rows."""
+    ``lora_*`` keys only for LoRA rows; ``cutoff_len`` no longer than the row's datasets' longest sample
+    (`longest_bound`)."""
     extra = {k: v for k, v in FRAMEWORK_CONFIG.get(str(row.get("framework")), {}).items()
              if not k.startswith("lora_") or row["config"].get("finetuning_type") == "lora"}
-    return {**extra, **row["config"]}
+    cfg = {**extra, **row["config"]}
+    bound = longest_bound(row)
+    if bound is not None and int(cfg.get("cutoff_len") or 2048) > bound:   # LF's cutoff_len default: 2048
+        cfg["cutoff_len"] = bound
+    return cfg
 
 
 # A run cannot use a release that did not exist yet. For the frameworks that run the transformers Trainer (their

@@ -529,13 +529,21 @@ def engine_of(row: dict[str, Any]) -> str:
     ds, fs = row.get("deepspeed"), row.get("fsdp")
     if ds:
         zo = ds.get("zero_optimization") or {}
-        off = "+offload" if zo.get("offload_optimizer") or zo.get("offload_param") else ""
+        # an offload block whose device is "none" offloads nothing (deepspeed 0.19.8 zero/offload_config.py:14-24,
+        # ``OffloadDeviceEnum.none``, the default; ms-swift's stock zero3.json writes both blocks so): such a run is
+        # counted with the runs that keep everything on the GPU
+        off = "+offload" if any(_offloads(zo.get(k)) for k in ("offload_optimizer", "offload_param")) else ""
         return f"ZeRO-{zo.get('stage', 0)}{off}"
     if fs:
         return "FSDP" + ("+offload" if fs.get("fsdp_offload_params") else "")
     spec = str(row.get("gpu") or "")
     world = int(spec.split("x", 1)[0]) if re.match(r"^\d+x", spec) else int(row.get("world") or 1)
     return "DDP" if world > 1 else "single"
+
+
+def _offloads(block: Any) -> bool:
+    """Whether a ``offload_optimizer``/``offload_param`` block moves anything: a device of cpu or nvme."""
+    return isinstance(block, dict) and str(block.get("device") or "none").lower() in ("cpu", "nvme")
 
 
 def seq_band(row: dict[str, Any]) -> str:

@@ -50,7 +50,9 @@ nccl                {rank, op, what, seq, timeout_ms, timeout_text, ran_ms, nume
                     stragglers, ddp_timeout_fix, count, ranks, pg, pg_desc, first_failed, waiting, location}
 killed              {kind, signal, exitcode, rank, local_rank, pid, host, step, host_oom, who, how, host_ram_text,
                     offload, count, outside, total, nohup, location}
-crash               {kind: exception|traceback-only, cls, msg, step, where_text, text, explained, location}
+crash               {kind: exception|traceback-only|child-failed, cls, msg, step, where_text, text, explained,
+                    location, cause {kind, text} (analyzers/postmortem/crashcause.py; None where the text
+                    establishes nothing beyond the exception), cause_text (" — " + cause.text, or "")}
 restarts            [{step, kind: resume|relaunch|session-start, detail, location}]
 attention_warning   {model, want, have, text, location}
 gpus                {cards: [{index, name, node, peak_gib, total_gib, samples, location}], busiest, lightest, spread_gib,

@@ -291,3 +291,33 @@ def test_samples_field_and_the_mixture_a_row_is_scored_with():
     assert fill["p_oom"] == pytest.approx(u.p_oom(70.0, 79.15, d))
     assert fill["interval"][0] > dataset["interval"][0]
     assert calibrate.reweigh({}, {"error": "refused"}, half) == {"error": "refused"}
+
+
+def test_an_offload_block_on_device_none_is_not_offload():
+    """ms-swift's stock ZeRO-3 file writes ``offload_optimizer``/``offload_param`` with ``device: none``; such a run
+    keeps everything on the GPU and is grouped with the ZeRO-3 runs, not the offload ones (issue 23's by-engine
+    figures)."""
+    from calibrate import engine_of
+
+    none = {"device": "none"}
+    row = {"deepspeed": {"zero_optimization": {"stage": 3, "offload_optimizer": none, "offload_param": none}}}
+    assert engine_of(row) == "ZeRO-3"
+    row["deepspeed"]["zero_optimization"]["offload_param"] = {"device": "cpu", "pin_memory": True}
+    assert engine_of(row) == "ZeRO-3+offload"
+    row = {"deepspeed": {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}}}
+    assert engine_of(row) == "ZeRO-2+offload"
+
+
+def test_a_short_dataset_bounds_the_cutoff_the_doctor_is_given():
+    """ms-swift's examples train swift/self-cognition (short identity Q&A) at max_length = the model's 32768: the
+    doctor is given the dataset's bound, never a longer cutoff than the row's, and nothing for a dataset without one."""
+    from calib_data import DATASET_LONGEST, config_for, load_rows
+
+    row = {"config": {"cutoff_len": 32768, "finetuning_type": "lora"}, "datasets": ["swift/self-cognition#1000"]}
+    assert config_for(row)["cutoff_len"] == DATASET_LONGEST["swift/self-cognition"][0] == 512
+    assert config_for({**row, "config": {"cutoff_len": 256}})["cutoff_len"] == 256
+    mixed = {**row, "datasets": ["swift/self-cognition#500", "AI-ModelScope/alpaca-gpt4-data-en#500"]}
+    assert config_for(mixed)["cutoff_len"] == 32768
+    assert config_for({**row, "datasets": None})["cutoff_len"] == 32768
+    named = {r["id"] for r in load_rows() if r.get("datasets")}
+    assert "r3m-swift-lorap-qwen2-7b-lora" in named and "swift-ddp-lora-qwen25-7b" in named

@@ -5,6 +5,7 @@ exact because the terms are byte counts."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -16,7 +17,8 @@ from finetune_doctor.analyzers.memory.hostsave import save_host_bytes
 from finetune_doctor.analyzers.memory.npu import hccl_bytes, is_npu
 from finetune_doctor.analyzers.memory.qlora import dequant_transient_bytes
 from finetune_doctor.analyzers.memory.vision import image_tokens, smart_resize, tower_working_bytes
-from finetune_doctor.analyzers.memory.zero3 import hf_auto_values, persistent_elements, zero3_live
+from finetune_doctor.analyzers.memory.zero3 import (hf_auto_values, largest_trainable_elements, persistent_elements,
+                                                    reduce_scatter_bytes, zero3_live)
 from finetune_doctor.analyzers.memory.params import count_params
 from finetune_doctor.analyzers.memory.reserve import TABLE
 from finetune_doctor.hardware.catalog import parse_gpu_spec
@@ -99,6 +101,29 @@ def test_zero3_reuse_distance_keeps_the_last_layer_across_the_boundary():
     assert z.at_loss == 2.0 * (HEAD + P_LAYER)
     prefetch = Q + K + V + O + G
     assert z.in_backward == 2.0 * (P_LAYER + prefetch)     # the kept layer is not counted twice
+
+
+def test_zero3_holds_the_whole_gradient_of_a_parameter_larger_than_the_bucket():
+    # stage3.py:1626 copies a gradient into the IPG buffer only when it fits; with "auto" buckets (4096² =
+    # 16,777,216 elements) the output layer's 128256 × 4096 gradient does not and is held whole, in bf16
+    full = _run(zo={"stage": 3, "reduce_bucket_size": 16777216})
+    c = count_params(full)
+    assert largest_trainable_elements(full, c) == HEAD
+    assert reduce_scatter_bytes(full, c.trainable, HEAD) == 2.0 * HEAD
+    # LoRA r8 on every linear: the largest matrix is 8 × 14336 (gate/up B, down A), inside the bucket, so the
+    # bucket's flat copy (reduce_scatter_coalesced's torch.cat, at most the trainable elements) is what is held
+    lora = _run(finetuning_type="lora", lora_target="all", lora_rank=8, zo={"stage": 3, "reduce_bucket_size": 16777216})
+    cl = count_params(lora)
+    assert largest_trainable_elements(lora, cl) == 8 * 14336
+    assert reduce_scatter_bytes(lora, cl.trainable, 8 * 14336) == 2.0 * min(16777216, cl.trainable)
+    # an embedding trained beside the adapter (additional_target) is the largest tensor again
+    emb = _run(finetuning_type="lora", lora_target="all", lora_rank=8, additional_target="embed_tokens",
+               zo={"stage": 3})
+    assert largest_trainable_elements(emb, count_params(emb)) == HEAD
+    # the backward moments carry it: ZeRO-3 full fine-tuning's grads_in_backward is that gradient
+    assert compute_terms(full).grads_in_backward == 2.0 * HEAD
+    # and nothing outside ZeRO-3
+    assert reduce_scatter_bytes(_run(zo={"stage": 2}), c.trainable, HEAD) == 0.0
 
 
 def test_zero3_offload_optimizer_moves_the_flat_gradient_partition_to_the_host():
@@ -306,9 +331,15 @@ def test_host_at_zero3_save_gathers_the_16bit_model_on_rank0():
 
 
 def test_zero3_reduce_scatter_flattens_one_bucket_in_backward():
-    # coalesced_collectives.py:122 torch.cat of the bucket's chunks: min(reduce_bucket_size, trainable) x 2 bytes
+    # coalesced_collectives.py:122 torch.cat of the bucket's chunks: min(reduce_bucket_size, trainable) x 2 bytes.
+    # A full fine-tuning's output layer (128256 x 4096) is larger than that bucket and held whole instead (the
+    # assertion moved from 2 x 16777216 when stage3.py:1626/:1642 was read, issue 23; the test above)
     full = compute_terms(_run(zo={"stage": 3, "reduce_bucket_size": 16777216}))
-    assert full.grads_in_backward == 2.0 * 16777216
+    assert full.grads_in_backward == 2.0 * HEAD
+    small = _run(model="Qwen/Qwen2.5-0.5B", zo={"stage": 3, "reduce_bucket_size": 5e8})
+    assert largest_trainable_elements(small, count_params(small)) < 5e8      # 151936 x 896 = 136,134,656
+    n_small = count_params(small).trainable                                     # 494M: all of it fits one bucket
+    assert n_small < 5e8 and compute_terms(small).grads_in_backward == 2.0 * n_small
     lora = _run(finetuning_type="lora", lora_target="q_proj,v_proj", zo={"stage": 3, "reduce_bucket_size": 5e8})
     n = count_params(lora).trainable
     assert n < 5e8 and compute_terms(lora).grads_in_backward == 2.0 * n
@@ -412,3 +443,20 @@ def test_unknown_bitsandbytes_is_weighed_in_the_report_as_the_env_file_would_giv
     assert a["effect"]["total_gib"]["0.43.1"] == pytest.approx(old, abs=0.011)
     # 2.75 GiB of kept inputs (hand computation above) plus the allocator's reserve on them
     assert old - rep["memory"]["per_gpu_gib"]["total"] > 2.75
+
+
+def test_final_logit_softcapping_keeps_tanh_output():
+    # Gemma-2 (config.json final_logit_softcapping 30.0): logits / 30, tanh, * 30 (modeling_gemma2.py:536-540);
+    # tanh's saved output is one more V-wide bf16 tensor per token at the loss and through the loss's backward:
+    # 2048 tokens x 256000 x 2 bytes = 1,048,576,000 bytes
+    from finetune_doctor.analyzers.memory.logits import final_softcap, logit_terms
+
+    g2 = _run(model="google/gemma-2-2b", gpus="1xA100-80GB", finetuning_type="lora")
+    assert final_softcap(g2) == 30.0
+    g2_plain = g2.with_(arch=dataclasses.replace(g2.arch, raw={}))        # the same shapes without the cap
+    assert final_softcap(g2_plain) is None
+    with_cap, without = logit_terms(g2, 2048), logit_terms(g2_plain, 2048)
+    assert with_cap.forward - without.forward == 2048 * 256000 * 2.0
+    assert with_cap.backward - without.backward == 2048 * 256000 * 2.0
+    # Llama-3 has no cap
+    assert final_softcap(_run()) is None

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+from pmhelp import diagnose
+
 from finetune_doctor.pipeline import postmortem as pm
 from finetune_doctor.settings import Options
 
@@ -75,3 +77,42 @@ def test_an_nccl_error_at_process_group_setup_is_nccl_error_not_a_timeout(tmp_pa
     r = pm.run(str(tmp_path), [], None, Options(command="postmortem"))
     names = [f.name for f in r.findings]
     assert names[0] == "nccl-error" and "nccl-timeout" not in names
+
+
+def test_a_log_that_ends_at_process_group_setup_is_a_startup_hang_said_conditionally(tmp_path):
+    found = diagnose(tmp_path, "startup_hang/ds_init_last.log")
+    assert found and found[0].name == "run-hang", [f.name for f in found]
+    msg = found[0].message
+    assert msg.startswith("The log ends at distributed start-up") and "ds_init_last.log:4" in msg
+    assert "if the job was still running there" in msg and "main_process_port" in msg
+    assert "no-run-evidence" not in [f.name for f in found]
+
+
+def test_setup_lines_followed_by_model_loading_are_no_hang(tmp_path):
+    names = [f.name for f in diagnose(tmp_path, "startup_hang/ds_init_then_loading.log")]
+    assert "run-hang" not in names
+
+
+def test_a_log_that_ends_in_nccls_set_up_is_a_startup_hang_in_nccl(tmp_path):
+    found = diagnose(tmp_path, "startup_hang/nccl_init_last.log")
+    assert found[0].name == "run-hang", [f.name for f in found]
+    assert "NCCL's communicator set-up" in found[0].message and "nccl_init_last.log:10" in found[0].message
+    assert "NCCL_P2P_DISABLE=1" in found[0].message
+
+
+def test_a_log_that_ends_at_lfs_rank_lines_is_a_hang_after_setup(tmp_path):
+    found = diagnose(tmp_path, "startup_hang/lf_process_rank_last.log")
+    assert found[0].name == "run-hang" and "first collective or barrier" in found[0].message
+
+
+def test_a_log_whose_length_only_a_bar_gives_asks_for_the_rest_before_it_says_stopped(tmp_path):
+    found = diagnose(tmp_path, "health_paste/bar_ends_short.log")
+    assert found and found[0].name == "run-stopped-without-error", [f.name for f in found]
+    msg = found[0].message
+    assert msg.startswith("The log ends at step 236 of 620 (38.1%, total from the progress bar's total)")
+    assert "a log or paste cut there reads the same: give the whole output" in msg
+
+
+def test_a_bar_only_log_with_a_curve_finding_leaves_the_diagnosis_to_the_curve(tmp_path):
+    names = [f.name for f in diagnose(tmp_path, "health_paste/bar_ends_short_spike.log")]
+    assert names[0] == "loss-spike" and "run-stopped-without-error" not in names

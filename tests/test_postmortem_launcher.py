@@ -12,15 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from finetune_doctor.pipeline import postmortem as pm
-from finetune_doctor.settings import Options
+from pmhelp import in_folder
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures" / "postmortem" / "launcher"
+_diagnose = in_folder("launcher")
 
 
 def _findings(name: str, tmp_path: Path) -> list:
-    (tmp_path / "train.log").write_bytes((FIX / name).read_bytes())
-    return list(pm.run(str(tmp_path), [], None, Options(command="postmortem")).findings)
+    return _diagnose(tmp_path, name)
 
 
 def test_killing_lines_alone_are_a_child_killed_most_likely_by_the_host(tmp_path):

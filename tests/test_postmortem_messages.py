@@ -8,14 +8,13 @@ code under test.
 from __future__ import annotations
 
 import os
-import shutil
 
 import pytest
 
-from finetune_doctor.pipeline import postmortem as pm
+from pmhelp import diagnose_report
+
 from finetune_doctor.readers.runlogs.lineprefix import strip_prefixes
 from finetune_doctor.readers.runlogs.logs import read_text_log
-from finetune_doctor.settings import Options
 
 MSG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "postmortem", "messages")
 
@@ -25,14 +24,7 @@ def read(name: str):
 
 
 def diagnose_file(tmp_path, name: str, config: str | None = None):
-    d = tmp_path / "run"
-    d.mkdir()
-    shutil.copy(os.path.join(MSG, name), d / name)
-    cfg = None
-    if config is not None:
-        cfg = d / "training_args.yaml"
-        cfg.write_text(config)
-    return pm.run(str(d), [], str(cfg) if cfg else None, Options(command="postmortem"))
+    return diagnose_report(tmp_path, os.path.join(MSG, name), config=config)
 
 
 def codes(report) -> list[str]:

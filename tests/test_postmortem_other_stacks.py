@@ -12,6 +12,7 @@ import os
 import shutil
 
 import pytest
+from pmhelp import in_folder
 
 from finetune_doctor.pipeline import postmortem as pm
 from finetune_doctor.readers.runlogs.logs import read_text_log
@@ -21,11 +22,7 @@ FIX = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
                    "other_stacks")
 
 
-def diagnose(tmp_path, name: str):
-    d = tmp_path / "run"
-    d.mkdir()
-    shutil.copy(os.path.join(FIX, name), d / name)
-    return pm.run(str(d), [], None, Options(command="postmortem")).findings
+diagnose = in_folder("other_stacks")
 
 
 # -- CUDA runtime errors: every spelling is the same cause record -------------------------------------------------

@@ -9,24 +9,18 @@ Each test asserts the first finding and the values its message must carry, read 
 from __future__ import annotations
 
 import os
-import shutil
 
 import pytest
+from pmhelp import in_folder
 
-from finetune_doctor.pipeline import postmortem as pm
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.logs import read_text_log
-from finetune_doctor.settings import Options
 
 FIX = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "postmortem",
                    "other_tools")
 
 
-def diagnose(tmp_path, name: str):
-    d = tmp_path / "run"
-    d.mkdir()
-    shutil.copy(os.path.join(FIX, name), d / name)
-    return pm.run(str(d), [], None, Options(command="postmortem")).findings
+diagnose = in_folder("other_tools")
 
 
 # -- crash lines the reader takes as one ---------------------------------------------------------------------------

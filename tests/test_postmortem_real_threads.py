@@ -25,7 +25,7 @@ CASES = rt.load_cases()
 # right by their kinds (tests/test_postmortem_other_tools.py); cget75 now says the children crashed without their
 # traceback (run-crashed), not the OOM the thread found; lf360 and axolotl2684 (a timeout at the preprocessing
 # barrier) moved to right as nccl-timeout
-KNOWN_MISS_R4 = {"peft137", "cget75", "onlinerlhf11", "fa812", "qwen434"}
+KNOWN_MISS_R4 = {"cget75", "fa812"}
 KNOWN_MISS = KNOWN_MISS_R4 | {"mmdet12069", "della2", "lf10367"}
 
 

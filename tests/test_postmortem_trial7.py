@@ -228,3 +228,8 @@ def test_a_start_up_refusal_stays_an_error_for_a_run_that_logged_no_step(tmp_pat
     r = pm.run(str(log), [], _with_unknown_key(tmp_path), Options(command="postmortem"))
     f = next(f for f in r.findings if f.name == "unknown-key")
     assert f.severity == "error" and "got past start-up" not in f.message
+
+
+def test_the_start_up_refusals_are_the_rules_tagged_parse_time():
+    assert pm.parse_time_rules(Options(command="postmortem")) == {
+        "unknown-key", "renamed-key", "missing-required-key", "conflicting-options", "v1-parse-error"}

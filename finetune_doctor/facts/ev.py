@@ -33,7 +33,8 @@ _DETECTORS = {
     "xid": "kernel Xid lines: {events: [{xid, pci, pid, process, host, meaning, action, who, location}], worst, "
            "count, codes, hardware, location}",
     "health": "run health (analyzers/postmortem/health.py): {no_update {why, evidence, check, location}, "
-              "stopped {last_step, total, total_source, percent, location}, hang {the same + evidence}}",
+              "stopped {last_step, total, total_source, percent, bar_only, lead, location}, hang {the same + evidence, lead, "
+              "more} (a start-up hang: last_step and total None)}",
     "dict_steps": "HF metric dicts re-placed from the warmup lr, the epoch and logging_steps where the training bar "
                   "at their line disagreed (analyzers/postmortem/dictsteps.py): {basis [warmup-lr | epoch], moved, "
                   "first_moved {line, step}}",

@@ -51,11 +51,11 @@ SPARK_POINTS = 120
 CHECK_CATEGORIES = ("config", "precision", "deepspeed")
 """Categories of ``check`` rules that judge the config alone and so apply to a run that already happened (memory
 rules do not: the logs show what the memory really did)."""
-PARSE_TIME = ("unknown-key", "renamed-key", "missing-required-key", "conflicting-options", "v1-parse-error")
-"""``check`` rules whose errors stop LLaMA-Factory while it parses the arguments (each rule's *Why is this bad?*:
-HfArgumentParser.parse_dict with allow_extra_keys=False, get_train_args, __post_init__): a run whose logs show
-training steps got past them, so in a postmortem they are warnings (trial 7 c10, the same reasoning as
-deepspeed-file-missing)."""
+PARSE_TIME_TAG = "parse-time"
+"""The rule tag of ``check`` rules whose errors stop LLaMA-Factory while it parses the arguments (each rule's *Why is
+this bad?*: HfArgumentParser.parse_dict with allow_extra_keys=False, get_train_args, __post_init__): a run whose
+logs show training steps got past them, so in a postmortem they are warnings (trial 7 c10, the same reasoning as
+deepspeed-file-missing). A user's rule pack (``--rules``) tags its own the same way."""
 CMDLINE = "cmdline.txt"
 OWN_OUTPUT_NOTE = "not read as logs, finetune-doctor's own output"
 OWN_REPORT_MARKS = ("a finetune-doctor report", "this command's own report")
@@ -170,14 +170,23 @@ def _judge(facts: dict[str, Any], sources: dict[str, SourceDoc], opts: Options, 
              and f.name not in confirmed]
     why = past_start_up(facts.get("ev") or {})
     if why:
-        extra = [_past_start_up(f, why) for f in extra]
+        parse_time = parse_time_rules(opts)
+        extra = [_past_start_up(f, why) if f.name in parse_time else f for f in extra]
     return found + sorted(extra, key=lambda f: -SEVERITY_RANK.get(f.severity, 0))
 
 
+def parse_time_rules(opts: Options) -> frozenset[str]:
+    """Names of the rules tagged PARSE_TIME_TAG in the rule pack `opts` loads (bundled rules and ``--rules``)."""
+    from finetune_doctor.engine.loader import load_rules
+
+    return frozenset(r.name for r in load_rules(opts.rules_dirs) if PARSE_TIME_TAG in r.tags)
+
+
 def _past_start_up(f: Finding, why: str = "the logs show training steps") -> Finding:
-    """A start-up refusal (PARSE_TIME) judged on a config whose run logged training steps: the logs outrank it,
+    """A start-up refusal (a rule tagged PARSE_TIME_TAG) judged on a config whose run got past start-up
+    (facts/ev.py `past_start_up`: training steps, or a failure only a started run can have): the logs outrank it,
     so it is a warning that says why rather than an error claiming the run could not start."""
-    if f.name not in PARSE_TIME or f.severity != "error":
+    if f.severity != "error":
         return f
     text = f.message.rstrip()
     return replace(f, severity="warning", message=text + ("" if text.endswith(".") else ".") + (
@@ -256,7 +265,7 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
         # the shared skeleton and hw builder: the hand-built hw dropped compute_capability, in_use_gib, nnodes, fp8
         facts = skeleton(hw=hw_facts.assemble(hw))
         sources, live = {}, {}
-    tl = analyze(ev, facts)
+    tl = analyze(ev, facts, _given_versions(opts))
     facts["ev"] = tl.facts
     _launched_past_deepspeed(facts, tl.facts, any(o.startswith("deepspeed=") for o in over))
     _launched_under_nohup(tl.facts, opts.launch or launch_file_in(ev.run_dir or run_dir))
@@ -276,6 +285,21 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
         draw(tl, plot, title=_plot_title(facts, ev), inputs=[f.read.path for f in ev.files] + [cfg_path or ""])
         notes.append(f"plot written to {plot}")
     return _report(ev, tl, asm, hw, cfg_path, findings, notes)
+
+
+def _given_versions(opts: Options) -> dict[str, tuple[str, str]]:
+    """{package: (version, where)} the user gave for the training machine: ``--env FILE`` (``llamafactory-cli
+    env`` or ``pip list``), then ``--torch`` / ``--transformers`` over it (facts/config.py ``_stack``'s order)."""
+    found: dict[str, tuple[str, str]] = {}
+    if opts.env_file:
+        from finetune_doctor.facts.config import read_env_file
+
+        env = read_env_file(opts.env_file)
+        found.update({k: (str(v), opts.env_file) for k, v in env.versions.items() if v})
+    for key, flag in (("torch", opts.torch_version), ("transformers", opts.transformers_version)):
+        if flag:
+            found[key] = (flag, f"--{key}")
+    return found
 
 
 def _launched_under_nohup(evf: dict[str, Any], launch: str | None) -> None:
@@ -315,13 +339,13 @@ def _launched_past_deepspeed(facts: dict[str, Any], evf: dict[str, Any], overrid
     last = (evf.get("steps") or {}).get("last")
     if why == "the logs show training steps":
         why = "the logs show the run trained" + (f" (to step {last})" if last is not None else "")
-    elif why is None:
-        # as `doctor check` judges it (the not-checked-here rule): absent here, on the training machine perhaps
-        why = "the logs do not show the run stopping on it"
+    # without either, as `doctor check` judges it (the not-checked-here rule): absent here, perhaps not there
+    said = (f"{why}, so the training machine had it" if why is not None
+            else "the logs do not show the run stopping on it, so it may be on the training machine")
     lint.setdefault("keys", []).append({
         "key": "deepspeed", "kind": "not_here", "suggestion": None, "replacement": None, "fix": None,
         "fix_value": None, "condition": "not on this machine", "line": None, "override": override,
-        "message": f"{missing.get('message')}; {why}, so the training machine had it"})
+        "message": f"{missing.get('message')}; {said}"})
 
 
 def own_output_notes(report: Report) -> list[str]:

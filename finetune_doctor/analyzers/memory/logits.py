@@ -93,6 +93,17 @@ def flce_terms(run: Run, T: int, e_in: float) -> LogitTerms:
     return LogitTerms(saved + book + temp, saved)
 
 
+def final_softcap(run: Run) -> float | None:
+    """The model's ``final_logit_softcapping`` (its config.json, or the text model's config of a multimodal one),
+    None when it has none."""
+    raw = run.arch.raw or {}
+    for cfg in (raw, raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}):
+        v = cfg.get("final_logit_softcapping")
+        if isinstance(v, (int, float)) and v > 0:
+            return float(v)
+    return None
+
+
 def logit_terms(run: Run, T: int) -> LogitTerms:
     """The logits of a micro batch of `T` tokens.
 
@@ -118,6 +129,14 @@ def logit_terms(run: Run, T: int) -> LogitTerms:
         # shifted copy and log_softmax's half output; its backward holds three half tensors
         fwd = T * a.vocab_size * (2.0 + 2.0 + 2.0)
         bwd = T * a.vocab_size * 6.0
+    if final_softcap(run) is not None:
+        # final-logit soft-capping (Gemma-2; transformers models/gemma2/modeling_gemma2.py:536-540 at 5.6.0, the
+        # same three lines since 4.42; Gemma-4 gemma4/modeling_gemma4.py:1840-1843, its multimodal head from the
+        # text config at :2539-2542; litgpt's `do_softcapping` is the same ops): logits / cap, tanh, * cap, each
+        # a new tensor in the logits' dtype. tanh's backward reads its output, so that tensor stays from the
+        # forward until the loss's gradient reaches it, beside the capped logits the loss takes
+        fwd += T * a.vocab_size * e_logit
+        bwd += T * a.vocab_size * e_logit
     if run.stage in ("dpo", "kto") and (run.ref_model or run.finetuning_type in ("lora", "oft")):
         # LF computes the reference log-probs after the policy forward (dpo/trainer.py get_batch_loss_metrics),
         # under no_grad but while the policy's activations and logits are alive: its logits and their fp32

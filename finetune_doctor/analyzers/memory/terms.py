@@ -13,7 +13,7 @@ from finetune_doctor.analyzers.memory.megatron import megatron_terms
 from finetune_doctor.analyzers.memory.logits import logit_terms
 from finetune_doctor.analyzers.memory.qlora import dequant_transient_bytes, saved_input_terms
 from finetune_doctor.analyzers.memory.vision import vision_terms
-from finetune_doctor.analyzers.memory.zero3 import reduce_scatter_bytes
+from finetune_doctor.analyzers.memory.zero3 import largest_trainable_elements, reduce_scatter_bytes
 from finetune_doctor.analyzers.memory.weights import state_terms, weight_terms
 from finetune_doctor.analyzers.memory.params import ParamCounts, count_params
 from finetune_doctor.run import Run
@@ -76,7 +76,8 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
         recompute=act.recompute + dequant_transient_bytes(run) + bnb_recompute, autocast_cache=act.autocast_cache,
         logits=lg.forward, logits_bwd=lg.backward,
         # ZeRO-3 flattens each gradient bucket for its reduce-scatter during backward (zero3.py)
-        grads_in_backward=s.grads_in_backward + reduce_scatter_bytes(run, s.trainable),
+        grads_in_backward=s.grads_in_backward
+        + reduce_scatter_bytes(run, s.trainable, largest_trainable_elements(run, c)),
         buffers=buffer_bytes(run, s.trainable),
         # DDP's wrap-time broadcast leaves one coalesced bucket cached (ddp.py)
         init_floor=broadcast_cache_bytes(run, w.weights), vision=vis_work,

@@ -21,7 +21,9 @@ Derived from DeepSpeed 0.19.8 (the version docs/ARCHITECTURE.md "Sources" names)
   10·hidden`` (readers/deepspeed/dsauto.py resolves them; `hf_auto_values` restates the formula for the tests).
 * the gradient side (IPG bucket of ``reduce_bucket_size`` elements, ``stage3.py:779-783``; the flat gradient
   partition ``grad_partitions_flat_buffer``, ``stage3.py:786-795``, pinned on the host when the optimizer is
-  offloaded with pin_memory) stays in buffers.py and weights.py.
+  offloaded with pin_memory) stays in buffers.py and weights.py; what the reduction holds beside the bucket during
+  backward (a bucket's flat copy, or the whole gradient of a tensor larger than the bucket, stage3.py:1626/:1642)
+  is `reduce_scatter_bytes` here.
 
 Pure Python: element counts from `ModelArch`, bytes from the stored dtypes.
 """
@@ -204,12 +206,37 @@ def offload_param_device(run: Run, live: Zero3Live) -> float:
     return live.peak + live.persistent
 
 
-def reduce_scatter_bytes(run: Run, trainable: float) -> float:
-    """The copy ZeRO-3's gradient reduction makes of each bucket: ``__avg_scatter_grads`` (stage3.py:1912-1931)
-    hands the bucket's full gradients to ``reduce_scatter_coalesced``, which concatenates their per-rank chunks,
-    padded, into one flat tensor (``runtime/comm/coalesced_collectives.py:94-128``, ``torch.cat`` at :122) and
-    reduce-scatters into views of it: one bucket of at most ``reduce_bucket_size`` elements (fewer when fewer
-    parameters train) in the half dtype, beside the IPG bucket, during backward. Bytes; 0 outside ZeRO-3."""
+def largest_trainable_elements(run: Run, counts: ParamCounts) -> float:
+    """Elements of the largest single tensor that trains: the embedding or untied output layer when it trains
+    (full fine-tuning, ``additional_target``, ``resize_vocab``), else the largest decoder linear (full, freeze) or
+    the largest LoRA matrix (``lora_rank`` × the wider side of a linear)."""
+    a = run.arch
+    linears = [lin for kind, _n in a.layer_groups() for lin in a.kind_linears(kind)]
+    widest = max((lin.in_features * lin.out_features for lin in linears), default=0)
+    vocab = float(max(a.embedding_params(), a.lm_head_params()))
+    if run.finetuning_type in ("lora", "oft"):
+        lora = max((run.lora_rank * max(lin.in_features, lin.out_features) for lin in linears), default=0)
+        return max(float(lora), vocab if counts.trainable_base else 0.0)
+    if run.finetuning_type == "full" or run.resize_vocab:
+        return max(float(widest), vocab)
+    return float(widest)
+
+
+def reduce_scatter_bytes(run: Run, trainable: float, largest: float = 0.0) -> float:
+    """What ZeRO-3's gradient reduction holds beside the IPG bucket during backward, bytes in the half dtype; 0
+    outside ZeRO-3. The larger of:
+
+    * the flat copy of a bucket: ``__avg_scatter_grads`` (stage3.py:1912-1931) hands the bucket's full gradients to
+      ``reduce_scatter_coalesced``, which concatenates their per-rank chunks, padded, into one flat tensor
+      (``runtime/comm/coalesced_collectives.py:100-122``, ``torch.cat`` at :122) and reduce-scatters into views of
+      it: at most ``reduce_bucket_size`` elements (fewer when fewer parameters train);
+    * the whole gradient of a parameter larger than the bucket (`largest`, elements): ``__add_grad_to_ipg_bucket``
+      copies a gradient into the contiguous IPG buffer only when it fits (stage3.py:1626), else the parameter
+      joins the bucket with its own full-size ``param.grad`` (:1642), which lives until the next parameter's hook
+      reduces the bucket (:1583-1585). With ``"auto"`` buckets (hidden², transformers) every MLP weight and the
+      vocabulary-sized embedding and output layer of a full fine-tuning are such parameters; the output layer's
+      gradient is made while the loss's gradient still exists. One such tensor is counted (a single tensor whose
+      size divides by the ranks is reduced in place, coalesced_collectives.py:102-105)."""
     if not (run.deepspeed and run.zero_stage == 3):
         return 0.0
-    return 2.0 * min(setting(run, "reduce_bucket_size"), trainable)
+    return 2.0 * max(min(setting(run, "reduce_bucket_size"), trainable), largest)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.evidence import Evidence, KillRecord, src
@@ -350,7 +351,11 @@ def completed_facts(ev: Evidence) -> dict[str, Any] | None:
     return None
 
 
-def crash_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
+def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None = None,
+                versions: dict[str, tuple[str, str]] | None = None) -> dict[str, Any] | None:
+    """``ev.crash``: the exception (or bare traceback, or torchelastic's summary alone) that ended the run, with
+    ``cause`` (analyzers/postmortem/crashcause.py) where its text establishes one; `model` is what is known of
+    the model (vocab_size, hidden_size, name), `versions` {package: (version, where read)}. None without one."""
     exc = None
     tb = None
     signalled = False
@@ -396,10 +401,22 @@ def crash_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
     phase = None
     if kind == "traceback-only":
         phase, where = _cut_where(tb, where, out)
+    cause = crash_cause(ev, exc, _traceback_before(ev, exc), model or {}, versions or {}) if exc else None
     return {"kind": kind, "cls": (exc.value or {}).get("cls") if exc else None,
             "msg": (exc.value or {}).get("msg") if exc else None, "step": rec.step, "explained": explained,
             "text": text, "where_text": where, "phase": phase, "location": location_of(rec.file, rec.line),
-            "disk_full": disk}
+            "disk_full": disk, "cause": cause}
+
+
+def _traceback_before(ev: Evidence, exc: Any) -> Any:
+    """The traceback notice nearest above the exception line in its file (its frames end in that exception)."""
+    best = None
+    for f in ev.files:
+        for n in f.notices:
+            if n.kind == "traceback" and n.file == exc.file and n.line <= exc.line:
+                if best is None or n.line > best.line:
+                    best = n
+    return best
 
 
 def _child_failed_only(ev: Evidence, explained: bool) -> dict[str, Any] | None:

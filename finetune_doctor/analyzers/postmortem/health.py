@@ -127,16 +127,83 @@ def stopped(ev: Evidence, cx: RunContext, out: dict[str, Any]) -> tuple[dict[str
     if out.get("completed") or _errored(out):
         return None, None
     last = (out.get("steps") or {}).get("last")
+    if last is None:
+        return None, _startup_hang(ev)
     total, tsrc = _total(out, cx)
-    if last is None or not total or total - last <= max(1, STOP_SHORT * total):
+    bar_only = False
+    if not total and isinstance((out.get("steps") or {}).get("total"), int):
+        # only a progress bar's total: a paste cut anywhere ends the same way, so the finding says both
+        total, tsrc, bar_only = out["steps"]["total"], "the progress bar's total", True
+    if not total or total - last <= max(1, STOP_SHORT * total):
         return None, None
+    if bar_only and (any(out.get(k) for k in CURVE_FINDINGS) or (out.get("first_loss") or {}).get("abnormal")):
+        return None, None   # a cut paste is a weaker reading than what the curves show: leave them the diagnosis
     where = next((f.read.path for f in reversed(ev.files) if f.read.kind == "text-log"), None)
-    d = {"last_step": last, "total": total, "total_source": tsrc, "percent": round(100 * last / total, 1),
-         "location": location_of(where, None) if where else None}
+    pct = round(100 * last / total, 1)
+    d = {"last_step": last, "total": total, "total_source": tsrc, "percent": pct, "bar_only": bar_only,
+         "location": location_of(where, None) if where else None,
+         "lead": (f"The log ends at step {last} of {total} ({pct}%, total from {tsrc}) without an error, a "
+                  "traceback, an exit line or the final metrics. Only the bar says how long the run was meant to "
+                  "be, so a log or paste cut there reads the same: give the whole output (the lines after this "
+                  "point, or the file the run wrote) if it goes on. If this is where the output really ends, the "
+                  "run was ended from outside (the kernel's OOM killer, the scheduler's time or memory limit, a "
+                  "preemption, a closed terminal or ssh session), or it is still hung."
+                  if bar_only else
+                  f"The run stopped at step {last} of {total} ({pct}%, total from {tsrc}) without an error, a "
+                  "traceback or an exit line: it was ended from outside (the kernel's OOM killer, the scheduler's "
+                  "time or memory limit, a preemption, a closed terminal or ssh session), or it is still hung.")}
+    if bar_only:
+        return d, None
     hang = _hang_evidence(ev, cx, out)
     if hang:
-        return None, {**d, "evidence": hang}
+        return None, {**d, "evidence": hang, "lead": f"Progress stopped at step {last} of {total} with no error and "
+                      f"no exit, and {hang}: the run hangs (a rank stuck in a collective or in data loading)",
+                      "more": ", and set a ddp_timeout short enough for the watchdog to name the stuck collective"}
     return d, None
+
+
+CURVE_FINDINGS = ("loss_spike", "grad_spike", "nan", "diverged", "loss_zero", "grad_const", "scale", "lr_high")
+"""``ev`` facts of what the curves show; a log whose length only a progress bar gives is not called stopped
+beside one of them (the postmortem's first finding should be the stronger evidence)."""
+
+
+STARTUP_WHERE = {
+    "deepspeed": ("DeepSpeed's process-group set-up", "it hangs at process-group set-up, waiting for a rank that "
+                  "never joined (a wrong or busy master port, e.g. main_process_port in the accelerate config; "
+                  "MASTER_ADDR not reachable from every node; more processes launched than the GPUs or nodes "
+                  "that start)"),
+    "llamafactory": ("LLaMA-Factory's per-rank line, printed once the process group is up", "it hangs in the first "
+                     "collective or barrier after set-up (a rank that stopped or never got there; GPUs without "
+                     "working peer-to-peer access, where NCCL_P2P_DISABLE=1 is the usual test)"),
+    "nccl": ("NCCL's communicator set-up (NCCL INFO lines)", "it hangs inside NCCL's set-up or first collective "
+             "(peer-to-peer or network transport that never connects: test with NCCL_P2P_DISABLE=1, and "
+             "NCCL_IB_DISABLE=1 on machines without InfiniBand; a firewall between nodes)"),
+}
+"""What each start-up line the log can end on means (readers/runlogs/logparse.py ``_dist_init``)."""
+
+
+def _startup_hang(ev: Evidence) -> dict[str, Any] | None:
+    """A log that ends on a distributed set-up line (readers/runlogs/logparse.py ``_dist_init``: nothing but
+    set-up lines after it up to the end of the file), with no step, no error and no exit: if the job was still
+    running there, it waits for a rank or a connection that never came. Said conditionally: a paste cut there reads
+    the same."""
+    last = None
+    for f in ev.files:
+        for n in f.notices:
+            if n.kind == "dist-init" and (n.value or {}).get("ends_log"):
+                last = (f, n)
+    if last is None:
+        return None
+    f, n = last
+    kind = (n.value or {}).get("kind") or "deepspeed"
+    what, means = STARTUP_WHERE[kind]
+    where = f"{f.read.path}:{n.line}"
+    line = n.text if len(n.text) <= 120 else n.text[:117] + "..."
+    return {"last_step": None, "total": None, "percent": None, "total_source": None,
+            "location": location_of(f.read.path, n.line), "evidence": f"the log ends at {where}",
+            "lead": (f"The log ends at distributed start-up ({what}: \"{line}\", {where}) with no training step, "
+                     f"no error and no exit: if the job was still running there, {means}"),
+            "more": ", and rerun with NCCL_DEBUG=INFO and TORCH_DISTRIBUTED_DEBUG=DETAIL to see which rank never joined"}
 
 
 def health_facts(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ class RunContext:
         self.lint = f.get("lint") or {}
         self.log: dict[str, Any] = {}
         self.log_at: dict[str, dict[str, Any]] = {}
+        self.given_versions: dict[str, tuple[str, str]] = {}   # analyze's `versions` (the flags)
         for fe in ev.files:
             for fact in fe.facts:
                 if fact.name not in self.log:
@@ -101,6 +102,11 @@ class RunContext:
             if v:
                 return float(v)
         return None
+
+    def model_shape(self) -> dict[str, Any]:
+        """vocab_size, hidden_size and name of the model as the config side knows them (None where not)."""
+        return {"vocab_size": self.vocab(), "hidden_size": self.model.get("hidden_size"),
+                "name": self.model.get("name") or self.cfg.get("model_name_or_path")}
 
     def vocab(self) -> int | None:
         v = self.model.get("vocab_size")

@@ -65,12 +65,16 @@ class _Events:
         return tuple(e[2] for e in self.items[:TIMELINE_CAP])
 
 
-def analyze(ev: Evidence, facts: dict[str, Any] | None = None) -> Timeline:
+def analyze(ev: Evidence, facts: dict[str, Any] | None = None,
+            versions: dict[str, tuple[str, str]] | None = None) -> Timeline:
     """Build the timeline and the ``ev`` facts (their shape: finetune_doctor/evidence.py, "The ``ev`` fact
     namespace"). `facts` are the config-side namespaces (cfg, run, model, hw, mem, ds), or None when the run's
-    config is unknown; log statements (world size, DeepSpeed stage, parameter counts) fill in.
+    config is unknown; log statements (world size, DeepSpeed stage, parameter counts) fill in. `versions`
+    ({package: (version, where)}, from ``--transformers`` / ``--torch`` / ``--env``) outrank the versions a log
+    prints when a crash is explained.
     """
     cx = RunContext(facts, ev)
+    cx.given_versions = dict(versions or {})
     curves = build_curves(ev, cx.logging_steps())
     events = _Events()
     out: dict[str, Any] = {}
@@ -278,8 +282,13 @@ def _end(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, 
          trained: bool) -> None:
     """Completion and the exception that ended the run."""
     out["completed"] = causes.completed_facts(ev)
-    out["crash"] = causes.crash_facts(ev, out)
+    versions = {k: (v["version"], v["source"]) for k, v in (out.get("stack") or {}).items()}
+    versions.update(cx.given_versions)
+    out["crash"] = causes.crash_facts(ev, out, cx.model_shape(), versions)
     c = out["crash"]
+    if c:
+        c.setdefault("cause", None)
+        c["cause_text"] = f" — {c['cause']['text']}" if c["cause"] else ""
     if c and c.get("location"):
         got = health.crash_moment(ev, cx, c["location"]["file"], c["location"]["line"], c["step"])
         if got:

@@ -111,12 +111,34 @@ def frames_below(lines: list[str]) -> tuple[str, ...]:
     frame when a paste lost the header), innermost last, as `frame_of` names them ("func (file.py)", or a code
     line): up to the exception line or the first line that is neither a frame nor indented code (the traceback
     ended there, or the paste was cut). A frame line cut before its function name keeps the code line above."""
+    return frames_and_packages(lines)[0]
+
+
+SITE_DIRS = ("site-packages/", "dist-packages/")
+
+
+def frames_and_packages(lines: list[str]) -> tuple[tuple[str, ...], tuple[tuple[str, str, str], ...]]:
+    """`frames_below`'s frames, and the frames that run inside an installed package: (package, function, file
+    basename) for each frame whose path goes through ``site-packages/`` or ``dist-packages/`` (the top-level
+    import name after it, ``transformers`` of ``.../site-packages/transformers/models/x/modeling_x.py``),
+    innermost last. analyzers/postmortem/crashcause.py names the library an exception was raised in from them."""
     out: list[str] = []
+    pkgs: list[tuple[str, str, str]] = []
     for ln in lines:
         ln = strip_prefixes(ln)[0]
         if pat.EXC.match(ln) or (ln.strip() and not ln[:1].isspace()):
             break
-        if ln.lstrip().startswith('File "') and not FRAME.match(ln):
+        m = FRAME.match(ln)
+        if ln.lstrip().startswith('File "') and not m:
             continue   # a frame line the paste cut before its function name
         frame_of(ln, out)
-    return tuple(out[-40:])
+        if m:
+            path = m.group("file").replace("\\", "/")
+            k = max(path.rfind(d) for d in SITE_DIRS)
+            if k >= 0:
+                top = path[k:].split("/", 2)[1]
+                pkgs.append((top[:-3] if top.endswith(".py") else top, m.group("func"), os.path.basename(path)))
+            elif "/src/llamafactory/" in path:
+                # LLaMA-Factory run from its source checkout (pip install -e .): the trainer's own frames
+                pkgs.append(("llamafactory", m.group("func"), os.path.basename(path)))
+    return tuple(out[-40:]), tuple(pkgs[-40:])

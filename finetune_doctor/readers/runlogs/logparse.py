@@ -13,7 +13,7 @@ from typing import Any
 from finetune_doctor.evidence import Fact, MemoryRecord, Notice, Restart, Series
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.lineprefix import strip_prefixes, wall_in_year
-from finetune_doctor.readers.runlogs.logcontext import FRAME, Keep, LineContext, frames_below, num
+from finetune_doctor.readers.runlogs.logcontext import FRAME, LOOKAHEAD, Keep, LineContext, frames_and_packages, num
 from finetune_doctor.readers.runlogs.logfailures import FailureLines
 
 MAX_DICT = 2048   # characters of a metric dict parsed (HF's dicts are a few hundred)
@@ -167,16 +167,17 @@ class TextLogParser(FailureLines):
             self._barrier_wait(text, line, rank)
         if "Traceback (most recent" in text:
             self.timing["tb_open"] = True
+            frames, pkgs = frames_and_packages(context.following_lines(200))
             self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip()[:500],
-                                            {"rank": rank, "frames": frames_below(context.following_lines(200))}))
+                                            {"rank": rank, "frames": frames, "pkgs": pkgs}))
         elif 'File "' in text and not self.timing.get("tb_open") and FRAME.match(text):
             # frames with no "Traceback" header before them since the last exception: a paste cut above the
             # header; the traceback starts here
             self.timing["tb_open"] = True
-            frames = frames_below([text] + context.following_lines(200))
+            frames, pkgs = frames_and_packages([text] + context.following_lines(200))
             self.keep.add("notices", Notice(self.path, line, self.during(), "traceback",
                                             "frames of a traceback whose header the log does not hold",
-                                            {"rank": rank, "frames": frames}))
+                                            {"rank": rank, "frames": frames, "pkgs": pkgs}))
         if "Error" in text or "Exception" in text:
             m = pat.EXC.match(text)
             k = text.find("] ") if m is None and ("Error: " in text or "Exception: " in text) else -1
@@ -192,12 +193,26 @@ class TextLogParser(FailureLines):
                 text = q if m else text
             if m and "CUDA out of memory" not in text:
                 self.timing["tb_open"] = False
+                value = {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank}
+                if "loading state_dict" in text:
+                    # torch's load_state_dict puts one "size mismatch for K: ..." per line below its header
+                    # (torch/nn/modules/module.py, 2.13.0 wheel :2443-2444, :2639)
+                    value["details"] = [d.strip()[:400] for d in [text] + context.following_lines(24)
+                                        if "size mismatch for " in d][:16]
                 self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500],
-                                                {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank}))
+                                                value))
         if "version" in text:
             self._versions(text, line, context)
         if "Process rank: " in text:
             self._process(text, line)
+        if "Initializing TorchBackend" in text or "NCCL INFO" in text or (
+                "Process rank: " in text and "distributed training: True" in text):
+            self._dist_init(text, line, rank, context)
+        if "Failed to load processor: " in text:
+            # LLaMA-Factory model/loader.py:109-111 (snapshot): AutoProcessor's exception, logged at INFO
+            k = text.find("Failed to load processor: ")
+            self.keep.add("notices", Notice(self.path, line, self.during(), "processor-failed",
+                                            text[k + 26:].strip()[:300], {"rank": rank}))
         if "train" in text and ("llamafactory-cli" in text or "lmf " in text or "launcher.py" in text
                                 or ".py " in text):
             self._launch(text, line)
@@ -307,6 +322,25 @@ class TextLogParser(FailureLines):
                 m = rx.search(s)
                 if m:
                     self.fact(name, m.group("v"), ln)
+
+    def _dist_init(self, text: str, line: int, rank: int | None, context: LineContext) -> None:
+        """A distributed set-up line the log ends on: DeepSpeed's process-group set-up (logpatterns.DIST_INIT),
+        LLaMA-Factory's "Process rank: R, ... distributed training: True" (printed once the process group is up),
+        or an NCCL INFO line (NCCL_DEBUG=INFO: communicator set-up, done at the first collective), with nothing
+        but more set-up lines or blank ones after it up to the end of the file (the bytes after a line reach
+        LOOKAHEAD unless the file ends first, so only the last 16 KiB are decoded). A set-up line before other
+        output is not kept. analyzers/postmortem/health.py reads a start-up hang from it."""
+        if len(context.buf) - context.le >= LOOKAHEAD:
+            return   # more than LOOKAHEAD bytes follow: not the end of the file (and no copy of them is made)
+        rest = context.buf[context.le:]
+        if not all(pat.DIST_INIT_TAIL.search(strip_prefixes(t)[0])
+                                             for t in rest.decode("utf-8", "replace").splitlines()[1:]):
+            return
+        m = pat.DIST_INIT.search(text)
+        kind = "deepspeed" if m else "nccl" if "NCCL INFO" in text else "llamafactory"
+        self.keep.add("notices", Notice(self.path, line, self.during(), "dist-init", text.strip()[:300],
+                                        {"rank": rank, "kind": kind, "backend": m.group("backend") if m else None,
+                                         "ends_log": True}))
 
     def _process(self, text: str, line: int) -> None:
         """LLaMA-Factory's per-process line: this file's rank and its GPU (hparams/parser.py:652-653)."""

@@ -70,6 +70,10 @@ TRIGGER_WORDS = (
     "Task was killed due", "Memory on the node", "with return code = -", "ERROR: Unexpected ",
     # a rank's wait on the c10d store timing out (`C10D_SOCKET_TIMEOUT`: a barrier whose other side never came)
     "[c10d] waitForInput",
+    # DeepSpeed's process-group set-up (`DIST_INIT`): a log that ends on it is a start-up that never went on
+    "Initializing TorchBackend",
+    # LLaMA-Factory's model/loader.py load_tokenizer: why no processor was loaded (before "Processor was not found")
+    "Failed to load processor: ",
     "Segmentation fault", "Bus error", "Illegal instruction", "Fatal Python error", "(core dumped)",
     # metrics (§7); "loss=", "loss: ", "Loss: ": other trainers' step lines (`STEP_LINE_*` below). Their lower-case
     # first letter costs the expression scan (no grep, or a file under loggrep.MIN_BYTES) 15-25 %: 0.94-1.06 ->
@@ -591,6 +595,11 @@ VERSION_LINES = (
     ("cuda", re.compile(r"^torch cuda version \.+ (?P<v>[\w.]+)")),
     ("nccl", NCCL_VERSION),
 )
+# deepspeed/comm/comm.py ``init_distributed`` (0.19.8 wheel :908, logged at INFO from every rank before
+# torch.distributed.init_process_group): "Initializing TorchBackend in DeepSpeed with backend nccl"; the lines a
+# start-up prints around it ("[comm.py:637:init_distributed] cdb=None", LLaMA-Factory's "Process rank: ...")
+DIST_INIT = re.compile(r"Initializing TorchBackend in DeepSpeed with backend (?P<backend>\w+)")
+DIST_INIT_TAIL = re.compile(r"init_distributed\]|Initializing TorchBackend|Process rank: \d+|NCCL INFO|^\s*$")
 # "Process rank: 3, world size: 8, device: cuda:3, distributed training: True, compute dtype: torch.bfloat16"
 LF_PROCESS = re.compile(r"Process rank: (?P<rank>\d+), world size: (?P<world>\d+), device: (?P<dev>[\w:]+)")
 # the launch command as a log or cmdline.txt echoes it: LF's CLI with a YAML and key=value overrides, torchrun of
