@@ -228,3 +228,44 @@ def test_an_interval_over_assumptions_says_so(tmp_path):
     res = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "A800-80GB", "--llamafactory", "0.9.4.dev0",
                                     "--offline"])
     assert "mixed over the alternatives of" in " ".join(res.output.split())
+
+
+# 8. Cosmetics: one full stop after a quoted exception; postmortem --log alone; an --env file in the run folder is
+#    not a log; a transformers-4 key named as one.
+
+def test_a_quoted_exception_ending_in_a_stop_gets_one(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("Traceback (most recent call last):\n  File \"/root/LLaMA-Factory/src/llamafactory/launcher.py\", "
+                   "line 23, in <module>\n    launch()\n  File \"/root/LLaMA-Factory/src/llamafactory/train/tuner.py\","
+                   " line 72, in run_exp\n    raise ValueError(f\"Unknown task: {finetuning_args.stage}.\")\n"
+                   "ValueError: Unknown task: sft.\n", encoding="utf-8")
+    res = CliRunner().invoke(main, ["postmortem", "--log", str(log), "--format", "json"])
+    assert res.exit_code == 1, res.output
+    crashed = next(f for f in json.loads(res.stdout)["findings"] if f["name"] == "run-crashed")
+    assert crashed["message"].endswith("with ValueError: Unknown task: sft.")
+
+
+def test_postmortem_without_run_dir_needs_a_log():
+    res = CliRunner().invoke(main, ["postmortem"])
+    assert res.exit_code == 2 and "give the run folder (RUN_DIR) or its logs (--log FILE)" in res.output
+
+
+def test_an_env_file_in_the_run_folder_is_not_read_as_a_log(tmp_path):
+    (tmp_path / "env.txt").write_text((PARTIAL / "env.txt").read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "train.log").write_text((PARTIAL / "train.log").read_text(encoding="utf-8"), encoding="utf-8")
+    res = CliRunner().invoke(main, ["postmortem", str(tmp_path), "--env", str(tmp_path / "env.txt"),
+                                    "--format", "json"])
+    rep = json.loads(res.stdout)
+    assert any("env.txt (not read: the --env file, not a log)" in n for n in rep["notes"])
+    assert rep["hardware"]["gpu"] == "RTX-2080Ti"
+
+
+def test_a_transformers_4_key_is_named_by_its_major(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model_name_or_path: Qwen/Qwen2.5-7B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+                   "dataset: alpaca_en_demo\ntemplate: qwen\noutput_dir: out\nper_gpu_train_batch_size: 2\n",
+                   encoding="utf-8")
+    _, rep = _run("lint", str(cfg), "--llamafactory", "0.9.5")
+    f = next(f for f in rep["findings"] if f["location"]["key"] == "per_gpu_train_batch_size")
+    assert "is a transformers 4.x argument (as read from transformers 4.57.6) that 5.x dropped" in f["message"]
+    assert "exists only in" not in f["message"]

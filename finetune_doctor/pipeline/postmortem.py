@@ -215,6 +215,20 @@ def _skipped_notes(ev: Evidence, notes: list[str]) -> None:
         notes.append(f"{len(odd)} path(s) skipped: " + "; ".join(f"{r.path} ({r.problems[0]})" for r in odd[:3]))
 
 
+def _named_inputs(opts: Options) -> dict[tuple[int, int], str]:
+    """The files given through flags that a run folder may also hold (an ``--env`` report saved beside the logs):
+    (st_dev, st_ino) -> the flag, so that collect does not read them as logs (trial 3, LlamaFactory#6092)."""
+    out: dict[tuple[int, int], str] = {}
+    for flag, path in (("--env", opts.env_file),):
+        try:
+            st = os.stat(path) if path else None
+        except OSError:
+            st = None
+        if st is not None:
+            out[(st.st_dev, st.st_ino)] = flag
+    return out
+
+
 def _refuse_config_as_run(path: str | None) -> None:
     """A LLaMA-Factory or DeepSpeed config given where the run's folder or log goes: an InputError saying which
     command or flag takes it, instead of "nothing to diagnose" read from a YAML scanned as a log."""
@@ -235,7 +249,7 @@ def _refuse_config_as_run(path: str | None) -> None:
                          "this file as --deepspeed", file=path)
 
 
-def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: str | None = None,
+def run(run_dir: str | None, logs: list[str], config: str | None, opts: Options, plot: str | None = None,
         overrides: tuple[str, ...] | list[str] = (), deepspeed: str | None = None) -> Report:
     """Diagnose a finished or crashed run; returns the Report (the CLI picks the exit code).
 
@@ -243,7 +257,7 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
     `deepspeed` is the DeepSpeed JSON (the same as ``deepspeed=FILE``). Raises InputError for bad input paths.
     """
     _refuse_config_as_run(run_dir)
-    ev = collect(run_dir, list(logs or []), exclude=output_sinks(opts.output))
+    ev = collect(run_dir, list(logs or []), exclude=output_sinks(opts.output), named=_named_inputs(opts))
     notes: list[str] = []
     _skipped_notes(ev, notes)
     cfg_path, cmd_over = _resolve_config(config, ev, notes)
@@ -268,7 +282,8 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
     tl = analyze(ev, facts, _given_versions(opts))
     facts["ev"] = tl.facts
     _launched_past_deepspeed(facts, tl.facts, any(o.startswith("deepspeed=") for o in over))
-    _launched_under_nohup(tl.facts, opts.launch or launch_file_in(ev.run_dir or run_dir))
+    _launched_under_nohup(tl.facts, opts.launch or (launch_file_in(ev.run_dir or run_dir)
+                                                    if (ev.run_dir or run_dir) else None))
     facts["ev"]["skipped"] = [{"path": r.path, "why": r.problems[0] if r.problems else "",
                                "extra": _extra_of(r)} for r in ev.skipped][:64]
     main_log = next((f.read.path for f in ev.files if f.read.kind == "text-log"), None)

@@ -421,7 +421,10 @@ def _check_known(ctx: _Ctx, key: str, entry: Mapping[str, Any], value: Any) -> K
     extra = _rename(ctx, successor, value) if successor else {}
     return KeyProblem(
         key, "unknown",
-        f"`{key}` exists only in transformers {', '.join(tf_versions)}; with transformers {gone} {_FATE}.",
+        # the schema samples a few transformers releases per major (catalog transformers_versions): say the major,
+        # and which releases it was read from, not that it "exists only in" one of them (trial 3)
+        f"`{key}` is a transformers {'/'.join(sorted(majors))}.x argument (as read from transformers "
+        f"{', '.join(tf_versions)}) that {gone} dropped: with transformers {gone} {_FATE}.",
         suggestion=f"use `{successor}`" if successor else f"remove `{key}` if you train with transformers {gone}",
         replacement_key=successor, condition=None if ctx.tf_major else f"transformers {gone}", **extra)
 
