@@ -49,7 +49,7 @@ fitted table, the baseline: the table of 2026-12-02 (before any held-out calibra
 fixtures/uncertainty/pinned_table.json) on the same rows. The dev half's numbers are printed for diagnosis; the
 test half is never used to choose anything.
 
-Usage (CPU, about a minute)::
+Usage (CPU; about 10 minutes on two shared cores, most of it leave-one-source-out over 450 variants)::
 
     FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python benchmarks/calibrate.py [--no-write] [--with-legacy]
     FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python benchmarks/calibrate.py --dev-only
@@ -633,7 +633,7 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
                    f"τ {ch['tau']}, ν cap {ch.get('max_dof')}: LOSO log score {ch.get('log_score', math.nan):.3f}, "
                    f"Brier {ch['brier']:.3f}, coverage {ch['coverage']:.3f}")
     md = ["# Calibration of p_oom and the 90 % interval on held-out rows", "",
-          "Reproduce (CPU, about a minute): `FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python "
+          "Reproduce (CPU, about 10 minutes on two shared cores): `FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python "
           "benchmarks/calibrate.py` — scores every row of `benchmarks/data/calibration_rows.yaml` through "
           "`assemble_config` (what `doctor estimate` runs), fits `analyzers/memory/uncertainty_table.json` on the dev half "
           "and scores both halves with the fitted table. Rerun it whenever the memory model changes.", "",
@@ -756,7 +756,12 @@ def main(argv: list[str] | None = None) -> int:
                     "(while choosing options: nothing about a test row is computed)")
     args = ap.parse_args(argv)
     res = run(args)
-    printed, md = report(res, ("dev",) if args.dev_only else ("test", "dev"))
+    held_out = any(r["split"] == "test" for r in res["rows"])
+    printed, md = report(res, ("test", "dev") if held_out and not args.dev_only else ("dev",))
+    if not held_out and not args.dev_only:
+        # between rounds (the next one collected blind and not yet merged) every row is dev: the page says so
+        md = md.replace("\n## Rows\n", "\n**No held-out rows in this tree: every number on this page is dev (fitted and "
+                        "scored on the same rows), not a held-out score.**\n\n## Rows\n", 1)
     for line in printed:
         print(line)
     if args.dev_only:

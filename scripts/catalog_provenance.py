@@ -90,7 +90,11 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "float16 (huggingface.co hiyouga/Baichuan-7B-sft, sharpbai/Baichuan-7B, Laurie/baichuan7b-lora-merged), "
         "one with the release's transformers 4.29.1 names float32 (mxmax/baichuan-7b-sft-001), as does "
         "Tongjilibo/bert4torch_config's baichuan-inc/Baichuan-7B copy; if the hub file names float32, "
-        "torch_dtype='auto' loads float32. --model-config with the real config.json overrides it", False),
+        "torch_dtype='auto' loads float32. --model-config with the real config.json overrides it. Session 8 looked "
+        "again (exact-string search of the code corpus for the BaiChuanForCausalLM architectures line: a README "
+        "summary that copies the config without torch_dtype, vLLM/SGLang registries): no stored copy of the hub "
+        "file; the doctor names the dtype as an open assumption and weighs float32 (facts/assume.py "
+        "_checkpoint)", False),
     "LGAI-EXAONE/EXAONE-3.0-7.8B-Instruct": (
         "float32", "config.json",
         "recalled, not re-read: the hub's config.json names float32 and ships ~31 GB of shards; a bf16 re-save "
@@ -98,21 +102,32 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "file is not stored (the docs corpus holds re-saves and llamafied copies only); an upload of a config.json "
         "with the release's local auto_map and transformers 4.41.0 names float32 (huggingface.co "
         "Toastmachine/exaone_CSAT_test commit 67888f7e), the re-saves name bfloat16. --model-config with the real "
-        "config.json overrides it", False),
+        "config.json overrides it. Session 8 looked again (docs and pages corpora for the LGAI-EXAONE blob and tree "
+        "pages, the safetensors index): only re-saves (heegyu bf16, ModelCloud and yunguks GPTQ/bnb, Bingsu and "
+        "maywell llamafied: bfloat16); LGAI-EXAONE's own EXAONE-3.5-7.8B-Instruct tree (commit 0ff6b5e) ships 7 "
+        "shards of ~31 GB for 7.8 B parameters, 4 bytes each, the same house practice, not this file. The doctor "
+        "names the dtype as an open assumption and weighs bfloat16 (facts/assume.py _checkpoint)", False),
     "mistralai/Codestral-22B-v0.1": (
         "bfloat16", "config.json",
         "recalled, not re-read: the hub's config.json names bfloat16, as Mistral AI's other transformers uploads "
         "(Mistral-7B-v0.3) do; the catalogue's copy is an AWQ conversion that left it out. The hub repository is "
         "gated (huggingface.co/mistralai/Codestral-22B-v0.1 asks to share contact information first), so no stored "
         "copy of its files exists; unquantized uploads saved from it name bfloat16 (MrezaPRZ/codestral_bird_train "
-        "and tomasonjo/text2cypher-codestral-16bit config.json, transformers 4.41)", False),
+        "and tomasonjo/text2cypher-codestral-16bit config.json, transformers 4.41). Session 8 looked again (docs "
+        "corpus for the config's shape fields): conversions of Mistral's released weights name bfloat16 "
+        "(bullerwins/Codestral-22B-v0.1-hf 'First model version', transformers 4.40.2; mistral-community's copy "
+        "behind Orion-zhen's exl2), which says how the released tensors are stored but is not the gated file; the "
+        "doctor names the dtype as an open assumption and weighs float32 (facts/assume.py _checkpoint)", False),
     "Tele-AI/TeleChat2-7B": (
         "bfloat16", "stored weights",
         "recalled, not re-read: config.json (hub file at commit cd0b54ce) names no dtype; the safetensors shards "
         "hold BF16 tensors. No stored page lists TeleChat2-7B's files or a shard header (the docs corpus holds "
         "TeleChat2-115B's and TeleChat2-7B-32K's trees; GitHub Tele-AI/TeleChat2 holds model/115B only); note "
         "that TeleChat2-7B-32K ships a 30.5 GB pytorch_model.bin of torch.FloatStorage (float32, "
-        "huggingface.co/Tele-AI/TeleChat2-7B-32K/tree/main), so the 7B's BF16 is not to be taken for its variants",
+        "huggingface.co/Tele-AI/TeleChat2-7B-32K/tree/main), so the 7B's BF16 is not to be taken for its variants. "
+        "Session 8 looked again (docs corpus for the TeleChat2-7B tree and safetensors files): only TeleChat2-115B's "
+        "trees and commits and TeleChat-1B/12B's; the doctor names the dtype as an open assumption and weighs "
+        "float32 (facts/assume.py _checkpoint)",
         False),
 }
 

@@ -333,3 +333,32 @@ def test_a_model_path_not_on_this_machine_is_not_checked_here(tmp_path, name, co
                                     "--fail-on", "never"])
     codes = [f["code"] for f in json.loads(res.stdout)["findings"] if f["code"] in ("FD098", "FD607")]
     assert codes == [code]
+
+
+@pytest.mark.parametrize("model,recalled,other", [
+    ("LGAI-EXAONE/EXAONE-3.0-7.8B-Instruct", "float32", "bfloat16"),
+    ("baichuan-inc/Baichuan-7B", "float16", "float32"),
+])
+def test_a_recalled_catalogue_dtype_is_an_open_assumption(tmp_path, model, recalled, other):
+    # models.json marks these dtypes "checked": false (no stored copy of the hub file to re-read): the check sizes
+    # with the recalled dtype, says so, and weighs the other width. LoRA keeps the frozen weights in the checkpoint
+    # dtype, so float32 against a 16-bit dtype moves the total by the weights' size (~7 B params x 2 bytes)
+    cfg = tmp_path / "lora.yaml"
+    cfg.write_text(f"model_name_or_path: {model}\ntrust_remote_code: true\nstage: sft\ndo_train: true\n"
+                   "finetuning_type: lora\nlora_target: all\ndataset: alpaca_en_demo\ntemplate: default\n"
+                   "cutoff_len: 1024\nper_device_train_batch_size: 1\nbf16: true\noutput_dir: out\n")
+    _, r = doctor("check", cfg, "--gpu", "A100-80GB", "--no-data")
+    dtype = by_name(r)["checkpoint-dtype"]
+    assert dtype["value"] == recalled and dtype["alternatives"] == [other]
+    assert "recalled, not re-read" in dtype["source"]
+    moved = dtype["effect"]["total_gib"][other] - r["memory"]["per_gpu_gib"]["total"]
+    assert (moved > 10) if other == "float32" else (moved < -10)
+
+
+def test_a_checked_catalogue_dtype_is_not_an_assumption(tmp_path):
+    cfg = tmp_path / "lora.yaml"
+    cfg.write_text("model_name_or_path: google/gemma-7b\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+                   "lora_target: all\ndataset: alpaca_en_demo\ntemplate: gemma\ncutoff_len: 1024\n"
+                   "per_device_train_batch_size: 1\nbf16: true\noutput_dir: out\n")
+    _, r = doctor("check", cfg, "--gpu", "A100-80GB", "--no-data")
+    assert "checkpoint-dtype" not in by_name(r)

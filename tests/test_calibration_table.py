@@ -189,6 +189,22 @@ def test_p_oom_spread_and_the_interval(monkeypatch):
     assert out["sharp"][0].safe_total_gib > out["base"][0].safe_total_gib
 
 
+def test_loso_scores_a_measurement_as_the_doctor_reports_it():
+    # benchmarks/calib_loso.py "Scored as reported": a measurement is scored by the mixture over the row's open
+    # assumptions; with one component that is the class's own t, with two the weighted sum of both shifted t's
+    import calib_loso
+
+    d = u.ErrorDist("analytic", "default", 0.1, 0.2, 5, 10)
+    one = calib_loso.mixture_logpdf(12.0, [(1.0, 10.0, None)], d)
+    assert one == pytest.approx(u.t_logpdf((math.log(1.2) - 0.1) / 0.2, 5) - math.log(0.2))
+    two = calib_loso.mixture_logpdf(12.0, [(0.5, 10.0, None), (0.5, 24.0, None)], d)
+    other = u.t_logpdf((math.log(0.5) - 0.1) / 0.2, 5) - math.log(0.2)
+    assert two == pytest.approx(math.log(0.5 * math.exp(one) + 0.5 * math.exp(other)))
+    # the counter a source measured (allocated: 6 of a predicted 8 GiB) on the total's scale (10 GiB predicted)
+    s = {"cmp": {"measured": 6.0, "predicted": 8.0}, "pred": {"total": 10.0}}
+    assert calib_loso.measured_on_total(s) == pytest.approx(7.5)
+
+
 def test_litgpt_rows_are_sized_as_the_bf16_copy_litgpt_trains():
     from calibrate import predict
 

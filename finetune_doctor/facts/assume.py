@@ -257,16 +257,26 @@ def _deepspeed_config(c: _Seen) -> list[Assumption]:
 
 
 def _checkpoint(c: _Seen) -> list[Assumption]:
-    """A checkpoint dtype its config.json does not name (readers/model/generic.py takes float32 then)."""
+    """A checkpoint dtype its config.json does not name (readers/model/generic.py takes float32 then), or one the
+    bundled catalogue recalls without a stored copy of the file to re-read (readers/model/catalog.py notes it
+    "recalled, not re-read": the hub file is gated or not stored; models.json provenance says where it was looked
+    for): the other width is weighed, float32 against the 16-bit dtype the entry names or the reverse."""
     notes = str(c.run.arch.notes or "")
+    dtype = c.run.arch.dtype
     # readers/model/generic.py checkpoint_dtype's note is the only sign today (ModelArch has no "assumed" flag)
-    if c.run.arch.dtype != "float32" or not ("assumed float32" in notes or "names no torch_dtype" in notes):
+    if dtype == "float32" and ("assumed float32" in notes or "names no torch_dtype" in notes):
+        why = ("the model's config.json names no torch_dtype/dtype; LLaMA-Factory's torch_dtype='auto' load takes "
+               "the stored weights' dtype")
+    elif "recalled, not re-read" in notes and dtype in ("float32", "bfloat16", "float16"):
+        why = ("the bundled catalogue's dtype for this model was recalled, not re-read from a stored copy of its "
+               "config.json or weights (finetune_doctor/catalog/models.json provenance says where it was looked for)")
+    else:
         return []
-    bf = replace(c.run.arch, dtype="bfloat16")
-    return [_weigh("checkpoint-dtype", "float32", "the model's config.json names no torch_dtype/dtype; "
-                   "LLaMA-Factory's torch_dtype='auto' load takes the stored weights' dtype",
+    alt = "bfloat16" if dtype == "float32" else "float32"
+    other = replace(c.run.arch, dtype=alt)
+    return [_weigh("checkpoint-dtype", dtype, why,
                    "--model-config with the checkpoint's config.json (or the model folder on this machine)",
-                   c.base, [("bfloat16", lambda: c.fresh(c.rerun(arch=bf), c.hw, c.tokens) if _on(c.fresh) else None)])]
+                   c.base, [(alt, lambda: c.fresh(c.rerun(arch=other), c.hw, c.tokens) if _on(c.fresh) else None)])]
 
 
 def _terms(c: _Seen) -> list[Assumption]:

@@ -13,8 +13,6 @@ from typing import Any
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError, install_hint
 from finetune_doctor.facts.config import MODES, assemble_config
-from finetune_doctor.readers.runlogs.logs import looks_like_log
-from finetune_doctor.reporters.sections.probe import progress as probe_progress
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Report
 
@@ -30,6 +28,10 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool =
         asm = assemble_config(config, overrides, opts,
                               replace(MODES["check"], scan_data=scan_data, validate_ds=validate_ds))
     except InputError as err:
+        # imported here: the log reader's patterns cost ~0.09 s of a check's start-up, and only a file that fails
+        # as YAML needs them (benchmarks/results/honest_check_speed.md)
+        from finetune_doctor.readers.runlogs.logs import looks_like_log
+
         if err.message.startswith("malformed YAML") and looks_like_log(config):
             raise InputError(f"{err.message} — this looks like a training log: `doctor postmortem {config}` "
                              "explains a finished or crashed run", file=err.file, line=err.line) from None
@@ -81,6 +83,8 @@ def _confirm(asm: Any, findings: list, opts: Options, mode: str) -> tuple[list, 
         asm.notes.append(f"probes unavailable: install the [all] extra ({install_hint('all')})")
         return findings, None
     from finetune_doctor.probes.confirm import probe_check
+
+    from finetune_doctor.reporters.sections.probe import progress as probe_progress   # rich: only --probe needs it
 
     with probe_progress() as say:   # a status line on a terminal's stderr, nothing otherwise
         return probe_check(asm, findings, opts, mode=mode, progress=say)
