@@ -222,9 +222,15 @@ def test_an_interval_over_assumptions_says_so(tmp_path):
     cfg = tmp_path / "config.yaml"
     cfg.write_text((OWN_DS / "config.yaml").read_text(encoding="utf-8"), encoding="utf-8")
     _, rep = _run("check", str(cfg), "--gpu", "A800-80GB", "--llamafactory", "0.9.4.dev0", "--offline")
+    from finetune_doctor.analyzers.memory.uncertainty import assumed_weight
+
     tight = next(f for f in rep["findings"] if f["name"] == "predicted-tight-fit")
     assert "(the benchmarks' error for this kind of run, mixed over the alternatives of " in tight["message"]
-    assert "deepspeed-config" in tight["message"].split("mixed over the alternatives of ", 1)[1]
+    named = tight["message"].split("mixed over the alternatives of ", 1)[1].split(")", 1)[0].split(", ")
+    # the data is not here: every sample at cutoff_len is an open assumption the interval spreads over; the others
+    # are named exactly when the calibration table leaves their alternatives some weight
+    assert "sample-lengths" in named and set(named) <= {a["name"] for a in rep["assumptions"]}
+    assert ("deepspeed-config" in named) == (assumed_weight("deepspeed-config") < 1.0)
     res = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "A800-80GB", "--llamafactory", "0.9.4.dev0",
                                     "--offline"])
     assert "mixed over the alternatives of" in " ".join(res.output.split())
