@@ -192,7 +192,7 @@ def estimate(config: str, overrides: tuple[str, ...], sweeps: tuple[str, ...], s
 
 
 @main.command()
-@click.argument("run_dir", type=click.Path())
+@click.argument("run_dir", type=click.Path(), required=False)
 @click.argument("overrides", nargs=-1)
 @click.option("--log", "logs", multiple=True, type=click.Path(), help="Extra log file (repeatable).")
 @click.option("--config", "config", type=click.Path(), default=None, help="The run's LLaMA-Factory YAML.")
@@ -201,14 +201,19 @@ def estimate(config: str, overrides: tuple[str, ...], sweeps: tuple[str, ...], s
 @click.option("--plot", "plot", type=click.Path(dir_okay=False), default=None, help="Draw the curves to a PNG.")
 @common_options
 @_guard
-def postmortem(run_dir: str, overrides: tuple[str, ...], logs: tuple[str, ...], config: str | None,
+def postmortem(run_dir: str | None, overrides: tuple[str, ...], logs: tuple[str, ...], config: str | None,
                deepspeed: str | None, plot: str | None, **kw: Any) -> None:
     """Why a finished or crashed run died or went NaN, from its outputs and logs.
 
-    KEY=VALUE overrides apply to the run's config as `llamafactory-cli train` applies them."""
+    RUN_DIR may be left out when --log names the logs. KEY=VALUE overrides apply to the run's config as
+    `llamafactory-cli train` applies them."""
     from finetune_doctor.pipeline import postmortem as pipe
 
-    opts = _options(command="postmortem", paths=[run_dir], **kw)
+    if run_dir is not None and "=" in run_dir and not os.path.exists(run_dir) and logs:
+        run_dir, overrides = None, (run_dir, *overrides)   # `postmortem key=value --log FILE`: no run folder
+    if run_dir is None and not logs:
+        raise click.UsageError("give the run folder (RUN_DIR) or its logs (--log FILE)")
+    opts = _options(command="postmortem", paths=[run_dir] if run_dir else list(logs), **kw)
     report = pipe.run(run_dir, list(logs), config, opts, plot=plot, overrides=overrides, deepspeed=deepspeed)
     for n in pipe.own_output_notes(report):
         click.echo(f"doctor: note: {n}", err=True)

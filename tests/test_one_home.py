@@ -368,3 +368,48 @@ def test_the_reserve_shown_and_needed_has_one_home():
     assert est.need < 39.39 < est.total
     a = uncertainty.assess(est.total, 39.39, est.method, shape_of(est), est.need)
     assert est.fits is True and a.verdict != "oom"
+
+
+# trial 3: check and postmortem read the same GPUs and size a DeepSpeed file that is not here the same way
+
+TRIAL3 = Path(__file__).resolve().parent.parent / "fixtures" / "trial3"
+
+
+def test_check_and_postmortem_take_the_gpu_from_the_same_env_file(tmp_path):
+    from finetune_doctor.facts.hw import ENV_CARD_ONLY, from_inputs
+    from finetune_doctor.pipeline import postmortem as pm
+    from finetune_doctor.pipeline.check import run as check
+    from finetune_doctor.readers.config.stack import read_env_file
+    from finetune_doctor.settings import Options
+
+    d = TRIAL3 / "qwen25_32b_qlora_partial"
+    env = str(d / "env.txt")
+    hw = from_inputs(Options(command="check"), read_env_file(env), allow_nvml=False)
+    assert (hw.gpu, hw.bf16, hw.source) == ("RTX-2080Ti", False, ENV_CARD_ONLY)
+    pr = pm.run(str(tmp_path), [str(d / "train.log")], str(d / "config.yaml"),
+                Options(command="postmortem", env_file=env))
+    cr = check(str(d / "config.yaml"), (), Options(command="check", env_file=env, offline=True), scan_data=False)
+    assert pr.hardware.gpu == cr.hardware.gpu == "RTX-2080Ti"
+    fp16 = next(f for f in pr.findings if f.name == "fp16-on-bf16-model")
+    assert not any(e.key == "bf16" and e.value is True for e in (fp16.fix.edits if fp16.fix else ()))
+
+
+def test_check_and_postmortem_size_a_deepspeed_file_not_here_with_the_same_stand_in(tmp_path):
+    from finetune_doctor.pipeline import postmortem as pm
+    from finetune_doctor.pipeline.check import run as check
+    from finetune_doctor.settings import Options
+
+    cfg = TRIAL3 / "qwen25vl3b_own_ds" / "config.yaml"
+    cr = check(str(cfg), (), Options(command="check", gpu="A800-80GB", lf_version="0.9.4.dev0", offline=True),
+               scan_data=False)
+    pr = pm.run(str(tmp_path), [str(cfg.parent / "train.log")], str(cfg),
+                Options(command="postmortem", gpu="A800-80GB", lf_version="0.9.4.dev0", offline=True))
+    assert cr.memory is not None and pr.memory is not None
+    # the same stand-in (LF's stock ZeRO-3 file, as the name ds_z3_config.json suggests), so the same total
+    assert cr.inputs["deepspeed_stand_in"] == "examples/deepspeed/ds_z3_config.json"
+    assert round(pr.memory.total, 2) == round(cr.memory.total, 2)
+    assert pr.memory.per_gpu == cr.memory.per_gpu
+    assert {f.name for f in pr.findings} & {"deepspeed-file-missing"} == set()
+    assert [f.severity for f in pr.findings if f.name == "not-checked-here" and f.location.key == "deepspeed"] \
+        == [f.severity for f in cr.findings if f.name == "not-checked-here" and f.location.key == "deepspeed"] \
+        == ["info"]

@@ -18,7 +18,8 @@ and led with full CPU offload for a run at 57 % of its card):
    targets. Marked unsafe; the user decides whether the change is acceptable.
 3. **offload**: CPU offload of optimizer states or parameters — the same training, but ~60-120 % slower and
    hundreds of GiB of host RAM per node, which the doctor often cannot see: after every remedy that keeps the
-   speed, so that a user is never sent to the slowest remedy while a cheaper one fits.
+   speed, so that a user is never sent to the slowest remedy while a cheaper one fits. Unsafe (``--unsafe-fixes``):
+   the speed and the host RAM are the user's to accept, not the doctor's (trial 3).
 4. **another method**: LoRA instead of full fine-tuning. A user who chose full fine-tuning wants its result; a
    slower run of the same training (offload) is the lesser change, so switching the method comes last. A set fits when the probability of OOM of its estimate is at most 5 %
 (analyzers/memory/uncertainty.py: the estimate's error measured on the benchmarks for the run's shape class), not when
@@ -99,15 +100,39 @@ def liger_candidate() -> Candidate:
                      "materialised, the loss is the same; " + LIGER_HOWTO, tier=0)
 
 
-def _ds_stage_edit(asm_ds: Any, stage: int, stock: bool = False) -> tuple[tuple[str, str, Any, bool], ...]:
+def _ds_stage_edit(asm_ds: Any, stage: int, stock: bool = False,
+                   written: str | None = None) -> tuple[tuple[str, str, Any, bool], ...]:
     if asm_ds is not None and not stock:
         return (("deepspeed", "zero_optimization.stage", stage, False),)
-    # LLaMA-Factory ships these files (examples/deepspeed); the path is relative to the LLaMA-Factory root
-    return (("config", "deepspeed", f"examples/deepspeed/ds_z{stage}_config.json", False),)
+    return (("config", "deepspeed", stock_sibling(written, f"ds_z{stage}_config.json"), False),)
 
 
-def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
+def stock_sibling(written: str | None, name: str) -> str:
+    """The path a fix writes for LLaMA-Factory's stock DeepSpeed file `name`: beside the stock file the config
+    already names (`written`, e.g. ``examples/deepspeed/ds_z3_config.json`` -> ``examples/deepspeed/`` + `name`),
+    since LF ships ds_z0/z2/z3 and their _offload variants together in examples/deepspeed/ and the user launches
+    where the one they name resolves; without a DeepSpeed file, ``examples/deepspeed/`` + `name`, relative to the
+    LLaMA-Factory checkout LF's own examples are launched from. Either way the edit changes which file the run
+    reads, so the remedies that write it are unsafe (trial 3: a safe fix swapped the user's own file for a stock
+    path that was not where they launched)."""
+    import posixpath
+
+    if written and posixpath.basename(str(written).replace("\\", "/")).startswith("ds_z"):
+        folder = posixpath.dirname(str(written).replace("\\", "/"))
+        return posixpath.join(folder, name) if folder else name
+    return f"examples/deepspeed/{name}"
+
+
+def candidates(run: Any, ds: Any, stock: bool = False, own_missing: str | None = None,
+               written: str | None = None) -> list[Candidate]:
     """Remedies that apply to `run` (a run.Run).
+
+    `stock`: the DeepSpeed file read is LLaMA-Factory's stock copy; `own_missing`: the path the config names when
+    the user's own DeepSpeed file is not on this machine (a stock file of its stage stood in for the estimate,
+    facts/config.py `_stand_in_deepspeed`) -- the remedies then edit the keys of the user's file, never swap it for
+    a stock path; `written` the ``deepspeed:`` value as the config spells it (`stock_sibling`). Offload and any edit of the ``deepspeed:`` path are unsafe (`--unsafe-fixes`): offload keeps the
+    training but runs ~60-120 % slower on host RAM the doctor may not see, and a new path must exist where the run
+    is launched, which only the user knows.
 
     Never one LLaMA-Factory would ignore or refuse for this model (issue 26): on a pre-quantized checkpoint —
     known from its config.json (`run.ptq_method`) or, when the config is not on this machine, hinted by its name
@@ -162,32 +187,7 @@ def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
         out.append(Candidate("pure bf16 training", "prec",
                              (("config", "pure_bf16", True, False), ("config", "bf16", None, True)), 0, True,
                              "weights, gradients and Adam states in bf16 (no fp32 master)", tier=2))
-    world = run.world_size
-    if world > 1 and not prequantized:
-        stage = run.zero_stage if run.deepspeed else -1
-        for new_stage in (2, 3):
-            if new_stage > stage:
-                out.append(Candidate(f"DeepSpeed ZeRO-{new_stage}", "zero",
-                                     _ds_stage_edit(ds, new_stage, stock), 5 if new_stage == 2 else 15, False,
-                                     "shards optimizer states and gradients" + (" and weights" if new_stage == 3 else "")
-                                     + f" over {world} GPUs"))
-    if run.deepspeed and run.zero_stage >= 2 and run.offload_optimizer is None:
-        if stock:
-            # the user runs LLaMA-Factory's stock file: point at its offload sibling instead of editing it
-            both = run.zero_stage == 3
-            out.append(Candidate("offload optimizer states" + (" and parameters" if both else "") + " to CPU", "offopt",
-                                 (("config", "deepspeed", f"examples/deepspeed/ds_z{run.zero_stage}_offload_config.json",
-                                   False),), 120 if both else 60, False, "Adam runs on the CPU; needs host RAM", tier=3))
-        else:
-            out.append(Candidate("offload optimizer states to CPU", "offopt",
-                                 (("deepspeed", "zero_optimization.offload_optimizer.device", "cpu", False),
-                                  ("deepspeed", "zero_optimization.offload_optimizer.pin_memory", True, False)),
-                                 60, False, "Adam runs on the CPU; needs host RAM", tier=3))
-    if run.deepspeed and run.zero_stage == 3 and run.offload_param is None and not stock:
-        out.append(Candidate("offload parameters to CPU", "offpar",
-                             (("deepspeed", "zero_optimization.offload_param.device", "cpu", False),
-                              ("deepspeed", "zero_optimization.offload_param.pin_memory", True, False)),
-                             120, False, "weights stream from host memory every step", tier=3))
+    out += _ds_candidates(run, ds, stock and not own_missing, written, prequantized)
     if run.finetuning_type in ("full", "freeze"):
         out.append(Candidate("LoRA instead of full fine-tuning", "ft",
                              (("config", "finetuning_type", "lora", False), ("config", "lora_target", "all", False)),
@@ -203,6 +203,42 @@ def candidates(run: Any, ds: Any, stock: bool = False) -> list[Candidate]:
     return out
 
 
+def _ds_candidates(run: Any, ds: Any, stock: bool, written: str | None, prequantized: bool) -> list[Candidate]:
+    """The ZeRO-stage and CPU-offload remedies (`candidates`); `stock` False for the user's own file, here or not
+    (its keys are edited, at the path the config names)."""
+    world = run.world_size
+    written = written if stock else None
+    out: list[Candidate] = []
+    if world > 1 and not prequantized:
+        stage = run.zero_stage if run.deepspeed else -1
+        for new_stage in (2, 3):
+            if new_stage > stage:
+                edit = _ds_stage_edit(ds, new_stage, stock, written)
+                out.append(Candidate(f"DeepSpeed ZeRO-{new_stage}", "zero",
+                                     edit, 5 if new_stage == 2 else 15, edit[0][0] == "config",
+                                     "shards optimizer states and gradients" + (" and weights" if new_stage == 3 else "")
+                                     + f" over {world} GPUs"))
+    if run.deepspeed and run.zero_stage >= 2 and run.offload_optimizer is None:
+        if stock:
+            # the user runs LLaMA-Factory's stock file: point at its offload sibling instead of editing it
+            both = run.zero_stage == 3
+            out.append(Candidate("offload optimizer states" + (" and parameters" if both else "") + " to CPU", "offopt",
+                                 (("config", "deepspeed",
+                                   stock_sibling(written, f"ds_z{run.zero_stage}_offload_config.json"), False),),
+                                 120 if both else 60, True, "Adam runs on the CPU; needs host RAM", tier=3))
+        else:
+            out.append(Candidate("offload optimizer states to CPU", "offopt",
+                                 (("deepspeed", "zero_optimization.offload_optimizer.device", "cpu", False),
+                                  ("deepspeed", "zero_optimization.offload_optimizer.pin_memory", True, False)),
+                                 60, True, "Adam runs on the CPU; needs host RAM", tier=3))
+    if run.deepspeed and run.zero_stage == 3 and run.offload_param is None and not stock:
+        out.append(Candidate("offload parameters to CPU", "offpar",
+                             (("deepspeed", "zero_optimization.offload_param.device", "cpu", False),
+                              ("deepspeed", "zero_optimization.offload_param.pin_memory", True, False)),
+                             120, True, "weights stream from host memory every step", tier=3))
+    return out
+
+
 def _edits(combo: tuple[Candidate, ...]) -> tuple[tuple[str, str, Any, bool], ...]:
     return tuple(e for c in combo for e in c.edits)
 
@@ -212,7 +248,8 @@ Judge = Callable[[Any, bool], tuple[bool, float, float]]
 
 
 def search(run: Any, ds: Any, judge: Judge, after: Callable[[Any], Any],
-           stock: bool = False, seen: list | None = None) -> tuple[list[tuple], tuple | None]:
+           stock: bool = False, seen: list | None = None,
+           own_missing: str | None = None, written: str | None = None) -> tuple[list[tuple], tuple | None]:
     """Edit sets of up to MAX_EDITS candidates that `judge` accepts, best first, and the set that came closest
     (lowest p_oom, then total) when none does.
 
@@ -220,7 +257,7 @@ def search(run: Any, ds: Any, judge: Judge, after: Callable[[Any], Any],
     a remedy's effect is resolved by run.py, never re-derived here. Returns ([(candidates, total_gib, p_oom), ...],
     closest or None); a set is dropped when one of its subsets already fits (minimality).
     """
-    cands = candidates(run, ds, stock)
+    cands = candidates(run, ds, stock, own_missing, written)
     fitting: list[tuple[tuple[Candidate, ...], float, float]] = []
     closest: tuple[tuple[Candidate, ...], float, float] | None = None
     for k in range(1, MAX_EDITS + 1):
@@ -308,7 +345,7 @@ def _fix_of(combo: tuple[Candidate, ...], total: float, before: tuple[float, flo
     for c in combo:
         for role, key, value, delete in c.edits:
             doc = ctx.sources.get(role)
-            path = doc.path if doc else (ctx.sources["config"].path if role == "config" else role)
+            path = doc.path if doc else (ctx.sources["config"].path if role == "config" else _missing_ds(ctx, role))
             edits.append(Edit(path, key, value, delete))
     cost = "; ".join(f"{c.label}: {c.note}" + (f" (~{c.cost:.0f}% slower)" if c.cost else "") for c in combo)
     effect = {"total_gib_before": before[0], "total_gib_after": total, "p_oom_before": before[1]}
@@ -318,6 +355,19 @@ def _fix_of(combo: tuple[Candidate, ...], total: float, before: tuple[float, flo
         cost += f"; host RAM needed per node ≈ {host_after:.0f} GiB"
     return Fix(title=" + ".join(c.label for c in combo), edits=tuple(edits),
                safety="unsafe" if any(c.unsafe for c in combo) else "safe", effect=effect, cost=cost)
+
+
+def _missing_ds(ctx: RuleContext, role: str) -> str:
+    """Where an edit of the user's DeepSpeed file goes when that file is not on this machine: the path the config
+    names, relative to the config's folder (LF resolves it from where the run is launched; `lint --fix` then says
+    "not a file, fix not applied" rather than writing somewhere else)."""
+    import os
+
+    missing = (ctx.extra.get("ds_assumed") or (None,))[0]
+    if role != "deepspeed" or not missing:
+        return role
+    base = os.path.dirname(ctx.sources["config"].path)
+    return missing if os.path.isabs(missing) else os.path.normpath(os.path.join(base, missing))
 
 
 def _safe_total(r: Any, hw: Any) -> float:
@@ -350,7 +400,11 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
     _, total0, p0 = judge(run, False)
     before = (total0, p0)
     seen: list[tuple] = []
-    found, closest = search(run, ctx.extra.get("ds"), judge, after, bool(ctx.extra.get("ds_stock")), seen)
+    missing = (ctx.extra.get("ds_assumed") or (None,))[0]
+    doc = ctx.extra.get("doc")
+    written = doc.values.get("deepspeed") if doc is not None and isinstance(doc.values.get("deepspeed"), str) else None
+    found, closest = search(run, ctx.extra.get("ds"), judge, after, bool(ctx.extra.get("ds_stock")), seen, missing,
+                            written)
 
     from finetune_doctor.analyzers.memory import estimate
     from finetune_doctor.facts.mem import budget_of

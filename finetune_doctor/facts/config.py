@@ -22,6 +22,7 @@ from finetune_doctor.facts import data as data_facts
 from finetune_doctor.facts import ds as ds_facts
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import kinds
+from finetune_doctor.facts.bf16stack import bf16_refusal, stack_versions
 from finetune_doctor.facts import lint as lint_facts
 from finetune_doctor.facts import machine
 from finetune_doctor.facts import model as model_facts
@@ -73,7 +74,8 @@ class Assembly:
         """The live objects remedy planners need (engine/planners.py): `run_after` re-resolves the run for edits."""
         mem = self.memory
         return {"run": self.run, "hw": self.hw, "doc": self.doc, "ds": self.ds, "counts": self.counts,
-                "ds_stock": self.ds_stock, "run_after": self.run_after, "hw_worst": self.hw_worst,
+                "ds_stock": self.ds_stock, "ds_assumed": self.ds_assumed, "run_after": self.run_after,
+                "hw_worst": self.hw_worst,
                 # the report's p_oom is a mixture over the open assumptions (`_mixed`): a remedy's before/after
                 # is weighed over the same components, so the fix and the memory block give one number
                 "p_oom_components": mem.details.get("p_oom_components") if mem is not None else None,
@@ -214,7 +216,9 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
         return kinds.not_training(asm, arch)
     if arch is None:
         _model_not_here(asm)
-    _deepspeed(asm, arch, tolerate_missing=static or lenient, lenient=lenient)
+    # check, estimate and postmortem size a DeepSpeed file that is not here with the same stock stand-in (one home:
+    # `_stand_in_deepspeed`, an assumption), so the same inputs give the same total (trial 3, LlamaFactory#8665)
+    _deepspeed(asm, arch, tolerate_missing=static, lenient=lenient)
     _accelerate(asm, opts, lenient=lenient)
     if kind == "train-v1":
         asm.launch = kinds.v1_launch(asm.doc.values.get("_v1") or {}, asm.launch)
@@ -307,9 +311,11 @@ def _read(config: str, overrides: tuple[str, ...] | list[str], opts: Options, hw
     asm.context, ctx_note = machine.load(config, opts, doc)
     if ctx_note:
         asm.notes.append(ctx_note)
-    env_report = env_report if not static else None
+    env_read, env_report = env_report, (env_report if not static else None)
     _hardware(asm, opts, hw, env_report, static=static)
     facts["lint"].update(kinds.launch_facts(opts, asm.hw, env_report))
+    # lint too judges bf16 by the --env versions (a static check: no GPUs read from the file)
+    facts["lint"].update(bf16_refusal(*stack_versions(opts, env_read, asm.hw)))
     asm.assumptions.extend(kinds.assumptions(asm, opts, asm.hw))
     if kind in ("train-v1", "export-v1"):
         kinds.adopt_v1(asm, opts.nnodes)   # the run is resolved from the v1 config's v0 keys
@@ -321,9 +327,7 @@ def _hardware(asm: Assembly, opts: Options, hw: Hardware | None, env_report: Any
     `static`), ``--env``; ``--host-ram`` on top. Raises InputError for a --gpu or --host-ram it cannot read."""
     if hw is None and not opts.gpu:   # the training machine's GPUs act as --gpu (a flag still wins)
         hw = machine.hardware(asm.context, opts.nnodes)
-    asm.hw = hw if hw is not None else hw_facts.resolve(opts.gpu, opts.nnodes, allow_nvml=not static)
-    if asm.hw is None and env_report is not None:
-        asm.hw = hw_facts.from_env_report(env_report, opts.nnodes)
+    asm.hw = hw if hw is not None else hw_facts.from_inputs(opts, env_report, allow_nvml=not static)
     if opts.host_ram:
         ram = hw_facts.parse_host_ram(opts.host_ram)
         asm.host_ram_gib = ram
@@ -392,7 +396,7 @@ def _mixed(asm: Assembly, opts: Options) -> dict[str, Any]:
     facts that change (p_oom, p_oom_pct, interval_*); empty when nothing is open."""
     from finetune_doctor.analyzers.memory import uncertainty
     from finetune_doctor.facts import assume
-    from finetune_doctor.facts.mem import need_ratio, shape_of
+    from finetune_doctor.facts.mem import BENCHMARK_ERROR, need_ratio, shape_of
 
     mem = asm.memory
     comps = assume.mixture(mem.total, asm.hw, asm.assumptions, opts.gpu)
@@ -409,9 +413,15 @@ def _mixed(asm: Assembly, opts: Options) -> dict[str, Any]:
         ratio = need_ratio(mem)
         need_comps = [(w, t * ratio, b) for w, t, b in comps]
         p = uncertainty.mixture_p_oom(need_comps, uncertainty.oom_dist(mem.method, shape))   # type: ignore[arg-type]
+    # say what the interval is made of (trial 3: ds_z3_offload's 9.6 GiB spread a 60.6 GiB prediction to 7.8-85.1
+    # GiB, labelled as the benchmarks' error alone)
+    mixed = [a.name for a in asm.assumptions if a.name not in assume.NOT_OPEN and a.effect_gib
+             and (a.name == "sample-lengths" or uncertainty.assumed_weight(a.name) < 1.0)]
+    basis = f"{BENCHMARK_ERROR}, mixed over the alternatives of {', '.join(mixed)}" if mixed else BENCHMARK_ERROR
+    details["interval_basis"] = basis
     asm.memory = replace(mem, p_oom=p if p is not None else mem.p_oom, interval_gib=interval, details=details)
     out: dict[str, Any] = {"interval_gib": list(interval), "interval_lo_gib": interval[0],
-                           "interval_hi_gib": interval[1]}
+                           "interval_hi_gib": interval[1], "interval_basis": basis}
     if p is not None:
         out.update(p_oom=p, p_oom_pct=100 * p)
     return out
@@ -452,8 +462,18 @@ def _kind(doc: ConfigDoc, launch_file: str | None = None) -> str:
             launch_env = None   # reported where the launch is read (_accelerate)
     kind = kind_of(doc.values, suffix=Path(doc.path).suffix.lower() or ".yaml", launch_env=launch_env)
     if kind in NOT_LF:
-        raise InputError(f"this is {NOT_LF[kind]}", file=doc.path)
+        raise InputError(f"this is {NOT_LF[kind]}{_dump_summary(doc.values) if kind == 'hf-training-args' else ''}",
+                         file=doc.path)
     return kind or "train"
+
+
+def _dump_summary(values: Any) -> str:
+    """What a TrainingArguments dump says about the run it came from (the batch, accumulation, rate, precision
+    written in it), for the one-line answer to a dump given as CONFIG."""
+    keys = ("per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "num_train_epochs",
+            "max_steps", "bf16", "fp16", "gradient_checkpointing", "deepspeed", "optim")
+    said = [f"{k} {values[k]}" for k in keys if k in values and values[k] not in (None, -1, False)]
+    return f" (it says: {', '.join(said)})" if said else ""
 
 
 DOWNLOAD_COMMANDS = ("check", "estimate", "probe", "data")
@@ -682,6 +702,9 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
         launch = _env_launch() if acc is None else None
     if acc is not None:
         asm.sources["accelerate"] = SourceDoc("accelerate", display_path(acc.path) or acc.path, dict(acc.positions))
+        from finetune_doctor.facts.accel import accelerate_fact
+
+        asm.facts["lint"]["accelerate"] = accelerate_fact(acc)
     if launch is not None or acc is not None:
         asm.launch = LaunchInputs(acc, launch)
 

@@ -60,3 +60,30 @@ NAMESPACE = Namespace("ev", __doc__.split("\n\n")[0], {
         "step": F("int", "step"), "kind": F("str", "DESIGN.md timeline kind"), "detail": F("str", "what happened"),
         "source": F("str", "file:line")}),
 })
+
+
+PAST_START_UP = {
+    "oom": "the run ran out of GPU memory",
+    "cuda_error": "the run died with a CUDA error",
+    "nccl": "a collective timed out",
+    "nccl_error": "NCCL failed in a collective",
+    "xid": "the GPU driver logged an Xid while the run used the card",
+}
+"""Detectors whose evidence can only come from a run past LLaMA-Factory's argument parsing: HfArgumentParser,
+get_train_args and TrainingArguments.__post_init__ (which opens the DeepSpeed file and asks about bf16) run on the
+CPU before any model, dataset or collective touches a GPU (LF tuner.py ``run_exp``: ``get_train_args`` first)."""
+
+
+def past_start_up(evf: dict) -> str | None:
+    """Why the logs show the run got past start-up (argument parsing), or None when they do not: training steps
+    logged (``steps.last`` / ``steps.logged``), or a failure `PAST_START_UP` names. A start-up refusal judged on the
+    config (missing key, unknown key, a DeepSpeed file not here) is then contradicted by the run itself (trial 3:
+    LlamaFactory#5617 died with "CUDA error: invalid argument" at the first iteration, yet its partial paste got
+    "output_dir is not set" as an error)."""
+    steps = evf.get("steps") or {}
+    if steps.get("last") is not None or steps.get("logged"):
+        return "the logs show training steps"
+    for key, why in PAST_START_UP.items():
+        if evf.get(key):
+            return why
+    return None

@@ -72,12 +72,31 @@ def from_env_report(env: Any, nnodes: int | None) -> Hardware | None:
     card = match_card(env.gpu_type, int(env.gpu_memory_gib * GIB) if env.gpu_memory_gib else None)
     per_node = env.gpu_number or 1
     n = nnodes or 1
+    # `llamafactory-cli env` prints "GPU number" only in newer releases: without it the card is read and the count
+    # is not (source ENV_CARD_ONLY: the world size and launcher stay assumptions, trial 3)
+    counted = env.gpu_number is not None
     return Hardware(gpu=card.name if card else env.gpu_type, num_gpus=per_node * n,
                     capacity_gib=env.gpu_memory_gib or (card.capacity_gib if card else None),
-                    bf16=card.bf16 if card else None, source="env",
+                    bf16=card.bf16 if card else None, source="env" if counted else ENV_CARD_ONLY,
                     compute_capability=card.compute_capability if card else None, nnodes=n,
-                    notes=(f"GPUs from {env.path}: {per_node} x {env.gpu_type}"
+                    notes=(f"GPUs from {env.path}: " + (f"{per_node} x {env.gpu_type}" if counted else
+                                                        f"{env.gpu_type} (no GPU number in it: one assumed)")
                            + (f", {env.gpu_memory_gib:.2f} GiB each as torch reports it" if env.gpu_memory_gib else ""),))
+
+
+ENV_CARD_ONLY = "env-card"
+"""`Hardware.source` of GPUs an --env file names without their number: the card is read, the count (1) is not."""
+
+
+def from_inputs(opts: Any, env_report: Any = None, *, allow_nvml: bool) -> Hardware | None:
+    """The one home of the GPUs the user's inputs give, for `check`/`estimate` (facts/config.py `_hardware`) and
+    `postmortem` alike: ``--gpu``, else NVML when `allow_nvml`, else the ``--env`` report (`from_env_report`). Trial 3:
+    postmortem ignored the --env GPU and prescribed bf16 for a 2080 Ti that check had read. Raises InputError as
+    `resolve`."""
+    hw = resolve(getattr(opts, "gpu", None), getattr(opts, "nnodes", None), allow_nvml=allow_nvml)
+    if hw is None and env_report is not None:
+        hw = from_env_report(env_report, getattr(opts, "nnodes", None))
+    return hw
 
 
 def assemble(hw: Hardware | None) -> dict[str, Any] | None:

@@ -283,7 +283,10 @@ def launch_facts(opts: Any, hw: Any, env_report: Any = None, env: Mapping[str, s
     env = os.environ if env is None else env
     ws = str(env.get("WORLD_SIZE", "") or env.get("NPROC_PER_NODE", ""))
     torchrun = env_enabled("FORCE_TORCHRUN", env) or (ws.isdigit() and int(ws) > 1)
-    known = bool(hw is not None or getattr(opts, "launch", None) or getattr(opts, "accelerate_config", None)
+    from finetune_doctor.facts.hw import ENV_CARD_ONLY
+
+    counted = hw is not None and getattr(hw, "source", None) != ENV_CARD_ONLY   # an --env card without its number
+    known = bool(counted or getattr(opts, "launch", None) or getattr(opts, "accelerate_config", None)
                  or ws or torchrun)
     torch_known = bool(getattr(opts, "torch_version", None)
                        or (env_report is not None and env_report.versions.get("torch"))
@@ -306,12 +309,35 @@ def _launch_line(path: str | None) -> str | None:
         return None
 
 
+MODEL_ONLY_KEYS = frozenset({"model_name_or_path", "template", "adapter_name_or_path", "trust_remote_code",
+                             "finetuning_type", "cache_dir", "model_revision", "image_max_pixels", "video_max_pixels"})
+
+
+def config_kind_assumption(asm: Any) -> Any:
+    """The ``config-kind`` assumption of a YAML that names only the model (`MODEL_ONLY_KEYS`): LLaMA-Factory's
+    ``chat``/``api``/``webchat`` read it (early releases' examples/inference/*.yaml held model_name_or_path and
+    template alone), but a training YAML pasted in part reads the same (trial 3: LlamaFactory#9392's two lines).
+    None for any other config."""
+    from finetune_doctor.types import Assumption
+
+    keys = {str(k) for k in (getattr(asm.doc, "values", None) or {})}
+    if asm.kind != "chat" or not keys or not keys <= MODEL_ONLY_KEYS:
+        return None
+    return Assumption(name="config-kind", value="chat (llamafactory-cli chat/api/webchat)",
+                      source=f"the file names only the model ({', '.join(sorted(keys))}): no infer_backend, no "
+                             "training key", alternatives=("part of a training YAML (llamafactory-cli train)",),
+                      resolve_with="the whole YAML as it is launched")
+
+
 def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:
     """The assumptions of the config's reading: the LF release when the inputs did not name it, and, for a
     training config, the launcher and rank count when nothing says how the run is launched."""
     from finetune_doctor.types import Assumption
 
     out: list[Any] = []
+    kind_only = config_kind_assumption(asm)
+    if kind_only is not None:
+        out.append(kind_only)
     rel = asm.release
     v1 = asm.kind in ("train-v1", "export-v1")
     if v1 and rel is not None and (not rel.known or rel.source == "installed here"):

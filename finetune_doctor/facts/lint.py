@@ -53,6 +53,11 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
     "ds_missing": F("dict", "the deepspeed path that did not resolve", fields={
         "value": F("str", "the path as written"), "message": F("str", "why it did not resolve"),
         "machine_dependent": F("bool", "lint: the training machine may hold it (not checked here unless --strict)")}),
+    "accelerate": F("dict", "the accelerate config's FSDP wrapping (facts/accel.py; None without one)", fields={
+        "file": F("str", "the accelerate config"), "distributed_type": F("str", "FSDP | DEEPSPEED | MULTI_GPU | ..."),
+        "auto_wrap_policy": F("str", "fsdp_auto_wrap_policy as written"),
+        "cls_to_wrap": F("any", "fsdp_transformer_layer_cls_to_wrap as written (None: absent)"),
+        "fsdp_version": F("any", "fsdp_version as written")}),
     "unused_suppressions": F("list", "suppression comments that hid nothing", items=UNUSED_ITEM),
     "standalone_ds": F("bool", "a DeepSpeed JSON linted on its own, without a training config"),
     "assumptions": F("list", "what the command assumed rather than read, verdict-moving first (facts/assume.py)",
@@ -95,6 +100,9 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
     "config_command": F("str", "the command that reads this config kind (lfkind.COMMANDS: llamafactory-cli export, "
                                "...)"),
     "torch_known": F("bool", "the training machine's torch version was read (--torch, --env, its own GPUs)"),
+    "bf16_refused": F("bool", "the training machine's torch/transformers raise at start-up on bf16 without bf16 "
+                              "units (None: the deciding versions are not known; facts/bf16stack.py)"),
+    "bf16_stack": F("str", "the versions bf16_refused was decided on, or what would decide it"),
     "kind_estimate": F("dict", "the estimate of a config that does not train (facts/kinds.py)", fields={
         "kind": F("str", "export | chat"), "fits": F("bool", "fits the GPUs (None: not judged)"),
         "device": F("str", "export: cpu | gpu"), "peak_gib": F("float", "export: peak while merging, GiB"),
@@ -183,7 +191,9 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
     return {"keys": out, "keys_dropped": dropped, "assumptions": [], "strict": False, "config_kind": kind,
             **suffix_facts(doc.path, release), "duplicates": duplicate_facts(doc, release),
             "lf_version": rel, "launch_trains": None, "config_command": COMMANDS.get(kind or "train"),
-            **(launch or {"launch_known": False, "torchrun": False, "torch_known": False})}
+            **(launch or {"launch_known": False, "torchrun": False, "torch_known": False, "bf16_refused": None,
+                          "bf16_stack": "the training machine's torch and transformers (not given) decide whether "
+                                        "it starts"})}
 
 
 def suffix_facts(path: str, release: Any) -> dict[str, Any]:

@@ -21,6 +21,10 @@ from finetune_doctor.facts.schema import F, Namespace
 from finetune_doctor.quant import hinted_spec
 from finetune_doctor.types import GIB, Hardware, MemoryEstimate
 
+BENCHMARK_ERROR = "the benchmarks' error for this kind of run"
+"""What a 90 % interval of one prediction is made of (analyzers/memory/uncertainty.py); `interval_basis` adds the
+assumptions whose alternatives a mixture spreads it over (facts/config.py `_mixed`)."""
+
 _TERMS = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "runtime", "total")
 _BREAKDOWN = {k: F("float", f"{k}, GiB") for k in _TERMS}
 
@@ -78,6 +82,8 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "interval_gib": F("list", "central 90 % predictive interval of total, GiB"),
     "interval_lo_gib": F("float", "its lower end, GiB"),
     "interval_hi_gib": F("float", "its upper end, GiB"),
+    "interval_basis": F("str", "what the interval is made of: the benchmarks' error for this kind of run, and the "
+                               "open assumptions whose alternatives it mixes in (facts/config.py `_mixed`)"),
     "safe_total_gib": F("float", "the largest need with p_oom <= p_oom_target on this card, GiB"),
     "error_class": F("str", "the error class whose benchmark error applies (shape class, and weight storage where "
                                 "the table keys by it)"),
@@ -179,7 +185,7 @@ def verdict_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[
         "verdict": verdict, "verdict_reason": reason, "p_oom": a.p_oom,
         "p_oom_pct": None if a.p_oom is None else 100 * a.p_oom, "p_oom_target": uncertainty.P_OOM_TARGET,
         "interval_gib": list(a.interval_gib), "interval_lo_gib": a.interval_gib[0],
-        "interval_hi_gib": a.interval_gib[1], "safe_total_gib": a.safe_total_gib,
+        "interval_hi_gib": a.interval_gib[1], "interval_basis": BENCHMARK_ERROR, "safe_total_gib": a.safe_total_gib,
         "margin_gib": None if budget is None else budget - a.safe_total_gib,
         "error_class": d.shape, "error_rows": d.n, "error_label": d.label(), "error_kind": d.kind(), "error_bias_pct": 100 * d.mu, "error_spread_pct": 100 * d.scale,
         "alt_stack_p_oom": None,

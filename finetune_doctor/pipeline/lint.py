@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from finetune_doctor.errors import InputError
-from finetune_doctor.readers.config.lfkind import kind_of_file, v1_hits
+from finetune_doctor.readers.config.lfkind import kind_of, kind_of_file, v1_hits
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Finding, Report
 
@@ -72,7 +72,7 @@ def _kind_of_text(text: str, suffix: str) -> str | None:
                             for k in ("fp16", "bf16", "amp"))
             if set(data) & strong or precision:
                 return "ds"
-            if len(set(data) & LF_MARKERS) >= 2:
+            if len(set(data) & LF_MARKERS) >= 2 and kind_of(data, suffix=".json") != "hf-training-args":
                 return "lf"
         return None
     if suffix in (".yaml", ".yml"):
@@ -152,6 +152,23 @@ def lint_ds_alone(path: str, opts: Options) -> list[Finding]:
     return judge("lint", asm.facts, asm.sources, opts)
 
 
+def lint_accelerate_alone(path: str, opts: Options) -> list[Finding]:
+    """The lint rules over an accelerate config on its own: an empty ``lint`` with ``accelerate``
+    (facts/accel.py), the file as the ``config`` and ``accelerate`` source. Raises InputError as
+    `load_accelerate_config`."""
+    from finetune_doctor.engine.judge import judge
+    from finetune_doctor.facts import lint as lint_facts
+    from finetune_doctor.facts import skeleton
+    from finetune_doctor.facts.accel import accelerate_fact
+    from finetune_doctor.readers.config.accelerate import load_accelerate_config
+    from finetune_doctor.types import SourceDoc
+
+    acc = load_accelerate_config(path)
+    facts = skeleton(cfg={}, lint={**lint_facts.assemble(None), "accelerate": accelerate_fact(acc)})
+    sources = {role: SourceDoc(role, str(path), dict(acc.positions)) for role in ("config", "accelerate")}
+    return judge("lint", facts, sources, opts)
+
+
 def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: bool = False) -> Report:
     """Lint `files`; with `fix`, apply safe (and with `unsafe_fixes`, unsafe) fixes. `diff` shows them instead."""
     findings: list[Finding] = []
@@ -186,6 +203,18 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     for f, kind in kinds:
         if kind == "ds" and str(Path(f).resolve()) not in linted_ds:
             findings.extend(lint_ds_alone(f, _per_file(opts, f)))
+    for f in [f for f in skipped if kind_of_file(f) == "accelerate"]:
+        # an accelerate config is linted for what it decides itself (trial 3: a pre-commit hook passed an FSDP
+        # config with "No findings" that LlamaFactory#8279 died of)
+        try:
+            findings.extend(lint_accelerate_alone(f, _per_file(opts, f)))
+        except InputError:
+            continue   # not one accelerate reads (no distributed_type): named as skipped, as before
+        skipped.remove(f)
+        recognised[f] = "accelerate"
+        from finetune_doctor.readers.config.lfkind import NOT_LF
+
+        notes.append(f"{f}: {NOT_LF['accelerate']}; its own FSDP/launch settings were linted")
     findings.sort(key=lint_order)
     if fix or unsafe_fixes:
         from finetune_doctor.fixes import apply_fixes

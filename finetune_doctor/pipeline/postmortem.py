@@ -36,10 +36,10 @@ from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError, install_hint
 from finetune_doctor.evidence import Evidence
 from finetune_doctor.readers.config.accelerate import launch_file_in
-from finetune_doctor.facts.config import Assembly, assemble_config
+from finetune_doctor.facts.config import Assembly, assemble_config, read_env_file
+from finetune_doctor.facts.ev import past_start_up
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import skeleton
-from finetune_doctor.facts.hw import resolve as resolve_hardware
 from finetune_doctor.fsutil import output_sinks
 from finetune_doctor.readers.runlogs.logs import regular_size
 from finetune_doctor.readers.runlogs.runlayout import collect, discover, read_file
@@ -168,10 +168,10 @@ def _judge(facts: dict[str, Any], sources: dict[str, SourceDoc], opts: Options, 
     extra = [f for f in judge("check", facts, sources, opts, live=live)
              if f.category in CHECK_CATEGORIES and (f.code, f.location.file, f.location.line) not in have
              and f.name not in confirmed]
-    steps = (facts.get("ev") or {}).get("steps") or {}
-    if steps.get("last") is not None or steps.get("logged"):
+    why = past_start_up(facts.get("ev") or {})
+    if why:
         parse_time = parse_time_rules(opts)
-        extra = [_past_start_up(f) if f.name in parse_time else f for f in extra]
+        extra = [_past_start_up(f, why) if f.name in parse_time else f for f in extra]
     return found + sorted(extra, key=lambda f: -SEVERITY_RANK.get(f.severity, 0))
 
 
@@ -182,13 +182,15 @@ def parse_time_rules(opts: Options) -> frozenset[str]:
     return frozenset(r.name for r in load_rules(opts.rules_dirs) if PARSE_TIME_TAG in r.tags)
 
 
-def _past_start_up(f: Finding) -> Finding:
-    """A start-up refusal (a rule tagged PARSE_TIME_TAG) judged on a config whose run logged training steps: the
-    logs outrank it, so it is a warning that says why rather than an error claiming the run could not start."""
+def _past_start_up(f: Finding, why: str = "the logs show training steps") -> Finding:
+    """A start-up refusal (a rule tagged PARSE_TIME_TAG) judged on a config whose run got past start-up
+    (facts/ev.py `past_start_up`: training steps, or a failure only a started run can have): the logs outrank it,
+    so it is a warning that says why rather than an error claiming the run could not start."""
     if f.severity != "error":
         return f
-    return replace(f, severity="warning", message=f.message.rstrip() + (
-        " The logs show training steps, so the run got past start-up: the config read here is not exactly the one "
+    text = f.message.rstrip()
+    return replace(f, severity="warning", message=text + ("" if text.endswith(".") else ".") + (
+        f" {why[0].upper() + why[1:]}, so the run got past start-up: the config read here is not exactly the one "
         "that ran (edited since, or judged for another LLaMA-Factory release than the one that ran)."))
 
 
@@ -213,6 +215,20 @@ def _skipped_notes(ev: Evidence, notes: list[str]) -> None:
         notes.append(f"{len(odd)} path(s) skipped: " + "; ".join(f"{r.path} ({r.problems[0]})" for r in odd[:3]))
 
 
+def _named_inputs(opts: Options) -> dict[tuple[int, int], str]:
+    """The files given through flags that a run folder may also hold (an ``--env`` report saved beside the logs):
+    (st_dev, st_ino) -> the flag, so that collect does not read them as logs (trial 3, LlamaFactory#6092)."""
+    out: dict[tuple[int, int], str] = {}
+    for flag, path in (("--env", opts.env_file),):
+        try:
+            st = os.stat(path) if path else None
+        except OSError:
+            st = None
+        if st is not None:
+            out[(st.st_dev, st.st_ino)] = flag
+    return out
+
+
 def _refuse_config_as_run(path: str | None) -> None:
     """A LLaMA-Factory or DeepSpeed config given where the run's folder or log goes: an InputError saying which
     command or flag takes it, instead of "nothing to diagnose" read from a YAML scanned as a log."""
@@ -233,7 +249,7 @@ def _refuse_config_as_run(path: str | None) -> None:
                          "this file as --deepspeed", file=path)
 
 
-def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: str | None = None,
+def run(run_dir: str | None, logs: list[str], config: str | None, opts: Options, plot: str | None = None,
         overrides: tuple[str, ...] | list[str] = (), deepspeed: str | None = None) -> Report:
     """Diagnose a finished or crashed run; returns the Report (the CLI picks the exit code).
 
@@ -241,7 +257,7 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
     `deepspeed` is the DeepSpeed JSON (the same as ``deepspeed=FILE``). Raises InputError for bad input paths.
     """
     _refuse_config_as_run(run_dir)
-    ev = collect(run_dir, list(logs or []), exclude=output_sinks(opts.output))
+    ev = collect(run_dir, list(logs or []), exclude=output_sinks(opts.output), named=_named_inputs(opts))
     notes: list[str] = []
     _skipped_notes(ev, notes)
     cfg_path, cmd_over = _resolve_config(config, ev, notes)
@@ -249,7 +265,8 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
     if over and not cfg_path:
         raise InputError("key=value overrides and --deepspeed need a config (--config, or training_args.yaml in "
                          "the run folder)", file=run_dir)
-    hw = resolve_hardware(opts.gpu, opts.nnodes, allow_nvml=False) if opts.gpu else None
+    # the GPUs as check reads them (facts/hw.py `from_inputs`: --gpu, then the --env report), then the logs'
+    hw = hw_facts.from_inputs(opts, read_env_file(opts.env_file) if opts.env_file else None, allow_nvml=False)
     if hw is None:
         hw = _hardware_from_evidence(ev)
     asm = _context(cfg_path, over, opts, hw, notes)
@@ -265,7 +282,8 @@ def run(run_dir: str, logs: list[str], config: str | None, opts: Options, plot: 
     tl = analyze(ev, facts, _given_versions(opts))
     facts["ev"] = tl.facts
     _launched_past_deepspeed(facts, tl.facts, any(o.startswith("deepspeed=") for o in over))
-    _launched_under_nohup(tl.facts, opts.launch or launch_file_in(ev.run_dir or run_dir))
+    _launched_under_nohup(tl.facts, opts.launch or (launch_file_in(ev.run_dir or run_dir)
+                                                    if (ev.run_dir or run_dir) else None))
     facts["ev"]["skipped"] = [{"path": r.path, "why": r.problems[0] if r.problems else "",
                                "extra": _extra_of(r)} for r in ev.skipped][:64]
     main_log = next((f.read.path for f in ev.files if f.read.kind == "text-log"), None)
@@ -313,24 +331,36 @@ def _launched_under_nohup(evf: dict[str, Any], launch: str | None) -> None:
     k["nohup"] = re.search(r"(?:^|[\s;&|(])nohup\s", read_text(launch, "launch command")) is not None
 
 
+DS_REFUSED = "existing deepspeed config"
+"""What transformers' HfTrainerDeepSpeedConfig raises for a path that is not a file ("Expected a string path to an
+existing deepspeed config, or a dictionary, or a base64 encoded string. Received: ...", integrations/deepspeed.py)."""
+
+
 def _launched_past_deepspeed(facts: dict[str, Any], evf: dict[str, Any], override: bool) -> None:
     """A DeepSpeed file the config names that is not here, in a run whose logs show training steps: transformers
     opens that file while parsing the arguments (integrations/deepspeed.py, HfTrainerDeepSpeedConfig), before any
     step, so the training machine had it. The launch-time error (deepspeed-file-missing) would contradict the
     logs; the absence becomes what it is, a machine-dependent fact not checked here (not-checked-here, info).
-    Trial 7 c10 (LLaMA-Factory #7755) headlined the missing file above the run's real causes."""
+    Trial 7 c10 (LLaMA-Factory #7755) headlined the missing file above the run's real causes. Without steps it is
+    the same info, as `doctor check` has it, unless the logs show transformers refusing the path (`DS_REFUSED`):
+    trial 3 (LLaMA-Factory #8665) got the error for a run that was tokenising its data."""
     lint = facts.get("lint") or {}
     missing = lint.get("ds_missing")
-    steps = evf.get("steps") or {}
-    if not missing or (steps.get("last") is None and not steps.get("logged")):
-        return
+    crash = evf.get("crash") or {}
+    if not missing or DS_REFUSED in str(crash.get("msg") or crash.get("text") or ""):
+        return   # the logs show transformers stopping on it: deepspeed-file-missing, an error
+    why = past_start_up(evf)
     lint.pop("ds_missing")
-    last = steps.get("last")
+    last = (evf.get("steps") or {}).get("last")
+    if why == "the logs show training steps":
+        why = "the logs show the run trained" + (f" (to step {last})" if last is not None else "")
+    # without either, as `doctor check` judges it (the not-checked-here rule): absent here, perhaps not there
+    said = (f"{why}, so the training machine had it" if why is not None
+            else "the logs do not show the run stopping on it, so it may be on the training machine")
     lint.setdefault("keys", []).append({
         "key": "deepspeed", "kind": "not_here", "suggestion": None, "replacement": None, "fix": None,
         "fix_value": None, "condition": "not on this machine", "line": None, "override": override,
-        "message": f"{missing.get('message')}; the logs show the run trained"
-                   + (f" (to step {last})" if last is not None else "") + ", so the training machine had it"})
+        "message": f"{missing.get('message')}; {said}"})
 
 
 def own_output_notes(report: Report) -> list[str]:

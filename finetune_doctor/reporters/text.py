@@ -328,14 +328,18 @@ def _hardware_line(w: _Writer, r: Report) -> None:
     if not hw.gpu:
         w.line("gpus: unknown (pass --gpu, e.g. --gpu 8xA100-80GB)")
         return
-    parts = [f"{hw.num_gpus} × {hw.gpu}" if hw.num_gpus else hw.gpu]
+    from finetune_doctor.facts.hw import ENV_CARD_ONLY
+
+    counted = hw.source != ENV_CARD_ONLY   # the card was read from --env, not how many
+    parts = [f"{hw.num_gpus} × {hw.gpu}" if hw.num_gpus and counted else
+             f"{hw.gpu} (how many: not given, {hw.num_gpus or 1} assumed)" if not counted else hw.gpu]
     if hw.nnodes and hw.nnodes > 1:
         parts.append(f"{hw.nnodes} nodes")
     if hw.capacity_gib is not None:
         parts.append(f"{gib(hw.capacity_gib)} GiB usable each")
     if hw.bf16 is not None:
         parts.append(f"bf16 {'yes' if hw.bf16 else 'no'}")
-    parts.append(f"from {hw.source}")
+    parts.append("card from env" if not counted else f"from {hw.source}")
     w.line("gpus: " + " · ".join(parts))
 
 
@@ -384,8 +388,8 @@ def _memory(w: _Writer, r: Report) -> None:
             mixed = weighs_alternatives(deciding.get("name", ""))
         cond = (" over the open assumptions" if mixed else " as assumed") if deciding else ""
         verdict = f"verdict {mem.verdict} · probability of OOM {_pct(mem.p_oom)}{cond} · " if mem.verdict else ""
-        w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB (the benchmarks' error for this kind of run)",
-               indent=1)
+        basis = mem.details.get("interval_basis") or "the benchmarks' error for this kind of run"
+        w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB ({basis})", indent=1)
     from finetune_doctor.reporters.sections import assumed
 
     for line in (assumed.deciding_line(mem.details.get("deciding_assumption")),

@@ -228,17 +228,42 @@ def _by_release(ctx: _Ctx, key: str, value: Any, p: KeyProblem) -> KeyProblem | 
                 return replace(p, condition="stock transformers; the KTransformers build of transformers that "
                                             "use_kt training needs declares it")
             return p   # declared, but by the chat/eval parsers only
-        if rel.known or len(rel.key_versions(key)) == len(load_release_versions()):
-            return None
         others = [v for v in rel.versions if v not in rel.key_versions(key)]
-        return replace(p, condition=f"LLaMA-Factory {spans(others)}")
+        if not others:
+            return None
+        return replace(p, condition=_unsure(rel, others))
     if p.kind == "invalid_value":
         ch = rel.choices(key)
         if ch is None or value in ch:
-            if rel.known or ch is None:
+            if ch is None:
                 return None
-            return replace(p, condition=f"LLaMA-Factory releases whose `{key}` choices lack {_yaml(value)}")
+            if not rel.known:
+                return replace(p, condition=f"LLaMA-Factory releases whose `{key}` choices lack {_yaml(value)}")
+            lacking = _choice_lacking(rel, key, value)
+            return replace(p, condition=_unsure(rel, lacking)) if lacking else None
     return p
+
+
+def _unsure(rel: Any, lacking: list[str]) -> str:
+    """The condition of a problem that only `lacking`, some of the selection's releases, have: for a version
+    between two releases (a git install, "0.9.2.dev0") it says which commit decides."""
+    if rel.known and rel.note:
+        return (f"LLaMA-Factory {spans(lacking)} ({rel.given} is a build between {rel.versions[0]} and "
+                f"{rel.versions[-1]}, so its commit decides)")
+    return f"LLaMA-Factory {spans(lacking)}"
+
+
+def _choice_lacking(rel: Any, key: str, value: Any) -> list[str]:
+    """The releases of `rel` that declare `key` with closed choices lacking `value`."""
+    from finetune_doctor.readers.config.lfrelease import choose
+
+    out = []
+    for v in rel.versions:
+        one = choose(v)
+        ch = one.choices(key) if one.has_key(key) else None
+        if ch is not None and value not in ch:
+            out.append(v)
+    return out
 
 
 _NOT_TRAIN_CLASSES = ("EvaluationArguments", "_KTransformersRuntimeArguments")
@@ -263,7 +288,7 @@ def _not_yet(ctx: _Ctx, key: str) -> KeyProblem | None:
     LLaMA-Factory of that release stops on it. Keys transformers declares are not LF's to decide."""
     rel = ctx.release
     entry = ctx.keys.get(key) or {}
-    if not rel.known or entry.get("origin") == "transformers" or rel.has_key(key):
+    if entry.get("origin") == "transformers":
         return None
     # LF's own TrainingArguments re-declares keys transformers 5 dropped (overwrite_output_dir), which older
     # releases took from transformers; Megatron keys came from mcore_adapter's arguments (USE_MCA) before LF
@@ -272,6 +297,19 @@ def _not_yet(ctx: _Ctx, key: str) -> KeyProblem | None:
         return None
     have = rel.key_versions(key)
     if not have:
+        return None
+    if rel.has_key(key):
+        # declared by some of the selection only (the version is unknown, or between two releases): LF stops on
+        # it on the others, which the inputs do not rule out -- a warning (rule unverified-config-problem)
+        lacking = [v for v in rel.versions if v not in have]
+        if not lacking:
+            return None
+        return _with_fate(KeyProblem(key, "unknown", f"`{key}` is declared by LLaMA-Factory {spans(have)} only: "
+                                                     f"{_FATE} on the others.",
+                                     suggestion=f"remove `{key}`, or run a LLaMA-Factory release that has it",
+                                     condition=_unsure(rel, lacking)),
+                          extra_args_allowed(None))
+    if not rel.known:
         return None
     return _with_fate(KeyProblem(key, "unknown", f"`{key}` is not a key of {rel.label} (LLaMA-Factory "
                                                  f"{spans(have)} declares it): {_FATE}.",
@@ -383,7 +421,10 @@ def _check_known(ctx: _Ctx, key: str, entry: Mapping[str, Any], value: Any) -> K
     extra = _rename(ctx, successor, value) if successor else {}
     return KeyProblem(
         key, "unknown",
-        f"`{key}` exists only in transformers {', '.join(tf_versions)}; with transformers {gone} {_FATE}.",
+        # the schema samples a few transformers releases per major (catalog transformers_versions): say the major,
+        # and which releases it was read from, not that it "exists only in" one of them (trial 3)
+        f"`{key}` is a transformers {'/'.join(sorted(majors))}.x argument (as read from transformers "
+        f"{', '.join(tf_versions)}) that {gone} dropped: with transformers {gone} {_FATE}.",
         suggestion=f"use `{successor}`" if successor else f"remove `{key}` if you train with transformers {gone}",
         replacement_key=successor, condition=None if ctx.tf_major else f"transformers {gone}", **extra)
 

@@ -22,6 +22,7 @@ JSONs, dataset registries (``dataset_info.json``) and v1 dataset YAMLs.
 ``dataset_info``   a dataset registry: read from the YAML's ``dataset_dir``
 ``v1-dataset``     a v1 dataset YAML: named by the v1 YAML's ``train_dataset`` / ``eval_dataset``
 ``special-tokens`` token -> description pairs: named by ``new_special_tokens_config`` (LF main model_args.py)
+``hf-training-args`` transformers' TrainingArguments as a trainer dumps it (training_args.json): not LF's input
 =================  =====================================================================
 
 Pure Python: `doctor lint` calls it.
@@ -49,6 +50,13 @@ ACCELERATE_KEYS = frozenset({"compute_environment", "distributed_type", "num_pro
                              "tpu_env", "gpu_ids", "megatron_lm_config", "dynamo_config"})
 DS_KEYS = frozenset({"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size",
                      "zero_allow_untested_optimizer", "gradient_clipping", "steps_per_print", "wall_clock_breakdown"})
+# keys transformers' TrainingArguments.to_json_string() writes (training_args.json beside a checkpoint, trainer
+# dumps pasted in issues) that no one writes into a LLaMA-Factory YAML: deprecated aliases and logging plumbing
+HF_DUMP_MARKERS = frozenset({"per_gpu_train_batch_size", "per_gpu_eval_batch_size", "log_level_replica",
+                             "log_on_each_node", "logging_nan_inf_filter", "prediction_loss_only", "eval_delay",
+                             "torch_empty_cache_steps", "_n_gpu", "past_index", "half_precision_backend",
+                             "save_on_each_node", "jit_mode_eval", "mp_parameters", "ignore_data_skip"})
+LF_ONLY = frozenset({"model_name_or_path", "stage", "finetuning_type", "dataset", "template", "cutoff_len"})
 _DATASET_ENTRY = frozenset({"file_name", "hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name",
                             "formatting", "columns", "tags", "ranking", "subset", "split", "folder", "num_samples"})
 _V1_DATASET_ENTRY = frozenset({"path", "source", "converter", "size", "split", "weight", "streaming"})
@@ -64,6 +72,10 @@ NOT_LF = {
                   "`train_dataset: PATH`",
     "special-tokens": "special-token descriptions, not a run config: the training YAML names the file with "
                       "`new_special_tokens_config: PATH`",
+    "hf-training-args": "a dump of transformers' TrainingArguments (the training_args.json a trainer writes, "
+                        "TrainingArguments.to_json_string()), not a LLaMA-Factory config: it records the trainer "
+                        "settings of a run that already started, without the model, dataset or method; check the "
+                        "YAML given to `llamafactory-cli train`, or give the run folder to `doctor postmortem`",
 }
 COMMANDS = {"train": "llamafactory-cli train", "train-v1": "USE_V1=1 llamafactory-cli sft",
             "export-v1": "USE_V1=1 llamafactory-cli merge", "export": "llamafactory-cli export",
@@ -145,6 +157,8 @@ def kind_of(values: Any, *, suffix: str = ".yaml", env: Mapping[str, str] | None
         return "deepspeed"
     if len(keys & ACCELERATE_KEYS) >= 2 and "model_name_or_path" not in keys:
         return "accelerate"
+    if len(keys & HF_DUMP_MARKERS) >= 3 and not keys & LF_ONLY:
+        return "hf-training-args"
     if is_v1(values, env, launch_env):
         peft = values.get("peft_config")
         if isinstance(peft, Mapping) and peft.get("export_dir"):

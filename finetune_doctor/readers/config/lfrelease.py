@@ -10,7 +10,9 @@ that register it.
 
 * a published version or the snapshot's ("0.9.5", "0.9.6.dev0", "main") -> that release;
 * a version between two catalogued ones (0.8.4 was never on PyPI but is what a git install between 0.8.3 and
-  0.9.0 reports) -> both neighbours: a key or value either declares is accepted;
+  0.9.0 reports), or a development build of a catalogued release ("0.9.2.dev0", what ``llamafactory-cli env``
+  prints for a git install after 0.9.1) -> both neighbours: a key or value only one of them declares is a warning
+  (readers/config/keyschema.py gives it the condition of the neighbour that lacks it), neither error nor silence;
 * newer than the snapshot -> the snapshot, with a note; older than 0.8.0 -> 0.8.0, with a note;
 * None or unreadable -> every catalogued release (the union), ``known`` False: nothing that some release accepts is
   an error.
@@ -190,12 +192,24 @@ def choose(version: str | None, source: str = "not given") -> Release:
     if want < tuples[0]:
         return Release(v, (allv[0],), True, source, note=f"{v} is older than the catalog: judged as {allv[0]}")
     for i, t in enumerate(tuples):
+        if t == want and i > 0 and _prerelease(v) and not _prerelease(allv[i]):
+            # "0.9.2.dev0" is what a git install prints between the 0.9.1 and 0.9.2 tags (LF's setup.py reads
+            # extras/env.py VERSION, bumped to X.Y.Z.dev0 right after the X.Y.(Z-1) release): a key added for
+            # 0.9.2 may or may not be in that commit (hiyouga/LlamaFactory#7677 stopped on 0.9.2's keys)
+            pair = (allv[i - 1], allv[i])
+            return Release(v, pair, True, source,
+                           note=f"{v} is a development build before {allv[i]}: judged by {pair[0]} and {pair[1]}")
         if t == want:   # "0.9.5.post1", "0.9.6.dev3": the release with the same number
             return Release(v, (allv[i],), True, source)
     lo = max(i for i, t in enumerate(tuples) if t < want)
     pair = (allv[lo], allv[lo + 1])
     return Release(v, pair, True, source,
                    note=f"{v} is no published release: judged by {pair[0]} and {pair[1]}, the releases around it")
+
+
+def _prerelease(v: str) -> bool:
+    """`v` is a PEP 440 pre- or development release ("0.9.2.dev0", "0.9.3rc1"), which sorts before its number."""
+    return re.search(r"(?:\.?dev\d*|(?:a|b|rc)\d+)\s*$", v or "", re.IGNORECASE) is not None
 
 
 def installed_version() -> str | None:

@@ -21,7 +21,7 @@ import re
 import stat
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from finetune_doctor.errors import InputError, MissingExtra
 from finetune_doctor.evidence import Evidence, FileEvidence, FileRead, GpuMemory
@@ -401,13 +401,23 @@ def _input_path(p: str, what: str) -> os.stat_result:
         raise InputError(f"cannot read: {err.strerror or err}", file=p) from None
 
 
+def _named_as(path: str, named: Mapping[tuple[int, int], str]) -> str | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return named.get((st.st_dev, st.st_ino))
+
+
 def collect(run_dir: str | None, logs: list[str], workers: int | None = None,
-            exclude: frozenset[tuple[int, int]] = frozenset()) -> Evidence:
+            exclude: frozenset[tuple[int, int]] = frozenset(),
+            named: Mapping[tuple[int, int], str] | None = None) -> Evidence:
     """Read the run directory and every ``--log`` file, each content once (see `fingerprint`; the copies are
     listed in ``Evidence.duplicates``). Raises InputError for a path that does not exist or cannot be named; a
     RUN_DIR or ``--log`` that is not a regular file or directory (a FIFO, /dev/zero) is skipped with a note.
     `exclude` holds the (st_dev, st_ino) of files the command is writing its own report to (fsutil.py
-    ``output_sinks``): skipped with a note, never read."""
+    ``output_sinks``): skipped with a note, never read. `named` maps the (st_dev, st_ino) of files the command
+    takes through another flag (an ``--env`` report in the run folder, trial 3) to that flag: not read as logs."""
     from finetune_doctor.readers.runlogs.trainer_log import find_saved_args
 
     skipped: list[FileRead] = []
@@ -425,6 +435,11 @@ def collect(run_dir: str | None, logs: list[str], workers: int | None = None,
         if exclude and _is_sink(path, exclude):
             skipped.append(FileRead(path, "unknown", _size(path), 0, complete=False, problems=(
                 "not read: this command's own report is being written to it",)))
+            return
+        flag = _named_as(path, named) if named else None
+        if flag:
+            skipped.append(FileRead(path, "unknown", _size(path), 0, complete=False, problems=(
+                f"not read: the {flag} file, not a log",)))
             return
         fp = fingerprint(path)
         if fp is not None and fp[0] > 0:
