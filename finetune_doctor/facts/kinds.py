@@ -354,8 +354,11 @@ def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:
                                            "output of the training machine"))
     elif rel is not None and (not rel.known or rel.note or rel.source == "installed here"):
         if not rel.known:
-            value, why = f"any release {rel.versions[0]}-{rel.versions[-1]}", (rel.note or "not given: no "
-                         "--llamafactory, no --env, llamafactory not installed here")
+            from finetune_doctor.readers.config.keyschema import spans
+
+            # narrowed by the config's keys (readers/config/lfnarrow.py) it may be one release, or have a hole
+            value, why = (f"any release {spans(list(rel.versions))}" if len(rel.versions) > 1 else rel.versions[0],
+                          rel.note or "not given: no --llamafactory, no --env, llamafactory not installed here")
             alts = tuple(rel.versions)
         else:
             value = rel.versions[0] if len(rel.versions) == 1 else f"{rel.versions[0]}-{rel.versions[-1]}"

@@ -72,6 +72,11 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
     "config_kind": F("str", "which LLaMA-Factory command reads the config: train, train-v1, export, export-v1, "
                             "chat, eval (readers/config/lfkind.py)"),
     "lf_version": F("str", "the LLaMA-Factory release(s) the keys were judged for, or 'unknown'"),
+    "release_conflicts": F("list", "no version given and the config's keys exist together in no catalogued "
+                                   "release (readers/config/lfnarrow.py): one item per config", items={
+        "key": F("str", "the first conflicting key, where the finding points"),
+        "keys_text": F("str", "each conflicting key with the releases declaring it: '`a` (0.9.2-0.9.6.dev0), ...'"),
+        "range_text": F("str", "the catalogued releases judged: '0.8.0-0.9.6.dev0'")}),
     "config_suffix": F("str", "the config file's suffix, lower-cased ('.yml')"),
     "duplicates": F("list", "keys the config file repeats (`duplicate_facts`)", items={
         "key": F("str", "the key (dotted when nested)"), "line": F("int", "1-based line of the repeat"),
@@ -188,9 +193,12 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
             d["was"], d["kind"] = d["kind"], "unverified"
         out.append(d)
     rel = "unknown" if release is None or not release.known else ",".join(release.versions)
+    clash = getattr(release, "conflict", ())
+    conflicts = [{"key": clash[0][0], "keys_text": ", ".join(f"`{k}` ({s})" for k, s in clash),
+                  "range_text": f"{release.versions[0]}-{release.versions[-1]}"}] if clash else []
     return {"keys": out, "keys_dropped": dropped, "assumptions": [], "strict": False, "config_kind": kind,
             **suffix_facts(doc.path, release), "duplicates": duplicate_facts(doc, release),
-            "lf_version": rel, "launch_trains": None, "config_command": COMMANDS.get(kind or "train"),
+            "lf_version": rel, "release_conflicts": conflicts, "launch_trains": None, "config_command": COMMANDS.get(kind or "train"),
             **(launch or {"launch_known": False, "torchrun": False, "torch_known": False, "bf16_refused": None,
                           "bf16_stack": "the training machine's torch and transformers (not given) decide whether "
                                         "it starts"})}

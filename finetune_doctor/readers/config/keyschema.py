@@ -228,6 +228,8 @@ def _by_release(ctx: _Ctx, key: str, value: Any, p: KeyProblem) -> KeyProblem | 
                 return replace(p, condition="stock transformers; the KTransformers build of transformers that "
                                             "use_kt training needs declares it")
             return p   # declared, but by the chat/eval parsers only
+        if key in rel.conflict_keys:
+            return None   # rule keys-of-no-one-release names it with the keys it cannot run beside
         others = [v for v in rel.versions if v not in rel.key_versions(key)]
         if not others:
             return None
@@ -302,7 +304,7 @@ def _not_yet(ctx: _Ctx, key: str) -> KeyProblem | None:
         # declared by some of the selection only (the version is unknown, or between two releases): LF stops on
         # it on the others, which the inputs do not rule out -- a warning (rule unverified-config-problem)
         lacking = [v for v in rel.versions if v not in have]
-        if not lacking:
+        if not lacking or key in rel.conflict_keys:
             return None
         return _with_fate(KeyProblem(key, "unknown", f"`{key}` is declared by LLaMA-Factory {spans(have)} only: "
                                                      f"{_FATE} on the others.",

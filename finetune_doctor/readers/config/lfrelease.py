@@ -75,7 +75,7 @@ class Release:
     `given` is the version as read (None: not known); `versions` the catalogued releases it stands for (one, two
     neighbours, or all of them); `known` whether the version was read at all; `source` where it was read
     (``--llamafactory``, the --env file, ``installed here``, or ``not given``); `note` how an uncatalogued version
-    was mapped (empty when exact).
+    was mapped (empty when exact). `evidence` and `conflict`: see readers/config/lfnarrow.py.
     """
 
     given: str | None
@@ -83,6 +83,14 @@ class Release:
     known: bool
     source: str = "not given"
     note: str = ""
+    # set by readers/config/lfnarrow.py when the version is not known: the keys that narrowed the selection, and
+    # the keys that exist together in no catalogued release, each with the releases declaring it ("0.9.2-0.9.6.dev0")
+    evidence: tuple[tuple[str, str], ...] = ()
+    conflict: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def conflict_keys(self) -> frozenset[str]:
+        return frozenset(k for k, _ in self.conflict)
 
     @property
     def indices(self) -> frozenset[int]:

@@ -1,0 +1,102 @@
+"""The LLaMA-Factory releases a config can run on, read from the config's own keys when no version is given.
+
+LLaMA-Factory parses a config with transformers' ``HfArgumentParser.parse_dict(..., allow_extra_keys=False)``
+unless ``ALLOW_EXTRA_ARGS`` is set (hparams/parser.py ``_parse_args``; the "Some keys are not used by the
+HfArgumentParser" stop), so a run that starts at all runs a release that declares every key of its config. Each key
+the release catalogue (catalog/lf_releases.json, from the published wheels' argument dataclasses) declares in only
+some releases is therefore evidence: the release of the run is in the intersection of those keys' ranges.
+
+`narrow(release, values, kind)` applies that evidence to a `Release` whose version is not known (``known`` False):
+
+* the intersection is narrower than the selection -> the same Release restricted to it, with `note` giving the
+  reason ("the keys this config uses exist together only in 0.9.2-0.9.6.dev0: `trust_remote_code` (...)") and
+  `evidence` the keys that bound it. facts/kinds.py records it as the `lf-version` assumption; keys valid over the
+  whole narrowed range then get no `unverified-config-problem` warning (readers/config/keyschema.py).
+* the intersection is empty -> the selection is kept and `conflict` names the keys whose ranges do not meet, each
+  with its releases: rule keys-of-no-one-release reports them once, and keyschema.py gives those keys no warning of
+  their own. A warning, not an error: the catalogue holds releases only, and a git build between two of them may
+  declare both a key added and one removed at that step.
+
+Keys that are not evidence: transformers' own TrainingArguments fields (LF re-declared ``overwrite_output_dir`` when
+transformers 5 dropped it: older releases read it from transformers), Megatron-Bridge keys (mcore_adapter declared
+them before LF did), and the chat/eval-only classes, which a training parser does not read in any release. A known
+version, a v1 config (readers/config/lfv1.py judges those) and ``ALLOW_EXTRA_ARGS`` (extra keys are dropped, not
+refused) are left as they are. Pure Python, no import of LLaMA-Factory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Mapping
+
+from finetune_doctor.readers.config.keyschema import extra_args_allowed, load_schema, spans
+from finetune_doctor.readers.config.lfrelease import Release, load, parse_ranges
+
+# classes whose keys do not tell a training config's release: see the module docstring
+_NOT_EVIDENCE_CLASSES = ("TrainingArguments", "EvaluationArguments", "_KTransformersRuntimeArguments")
+
+
+def declared(key: str) -> frozenset[int] | None:
+    """The catalogue indices (into ``load()["versions"]``) of the releases declaring `key`, or None when `key` is
+    not evidence of a release (not catalogued, or of a class the module docstring excludes)."""
+    e = load()["keys"].get(key)
+    if e is None or e.get("cls") in _NOT_EVIDENCE_CLASSES:
+        return None
+    entry = load_schema()["keys"].get(key) or {}
+    if entry.get("origin") == "transformers" or entry.get("group") == "megatron_bridge":
+        return None
+    return parse_ranges(e["in"])
+
+
+def narrow(release: Release | None, values: Mapping[str, Any], kind: str | None = "train") -> Release | None:
+    """`release` restricted to the releases that declare every evidence key of `values` (the module docstring).
+
+    `values` is the config's top-level mapping (readers/config/yamlcfg.py), `kind` the config kind
+    (readers/config/lfkind.py; "-v1" kinds are not narrowed). Returns `release` itself when nothing narrows it,
+    a copy with `versions`, `note` and `evidence` set when the keys narrow it, or a copy with `conflict` set when
+    they meet in no release. Never raises."""
+    if release is None or release.known or str(kind or "").endswith("-v1") or extra_args_allowed(None):
+        return release
+    allv = load()["versions"]
+    sel = release.indices
+    ranges: dict[str, frozenset[int]] = {}
+    for raw in values:
+        idx = declared(str(raw))
+        if idx is not None and (idx & sel) != sel:
+            ranges[str(raw)] = idx & sel
+    if not ranges:
+        return release
+    common = frozenset.intersection(*ranges.values())
+    if not common:
+        return replace(release, conflict=tuple((k, spans([allv[i] for i in sorted(ranges[k])]))
+                                               for k in _conflicting(ranges)))
+    lo, hi = min(common), max(common)
+    bounds = [k for k, r in ranges.items() if min(r) == lo and lo > min(sel) or max(r) == hi and hi < max(sel)]
+    bounds = bounds or list(ranges)   # a range with a hole narrows from inside
+    evidence = tuple((k, spans([allv[i] for i in sorted(ranges[k])])) for k in bounds)
+    versions = tuple(allv[i] for i in sorted(common))
+    why = (f"the keys this config uses exist together only in LLaMA-Factory {spans(list(versions))}: "
+           + _grouped(evidence))
+    base = release.note or "not given: no --llamafactory, no --env, llamafactory not installed here"
+    return replace(release, versions=versions, note=f"{base}; {why}", evidence=evidence)
+
+
+def _conflicting(ranges: Mapping[str, frozenset[int]]) -> list[str]:
+    """The keys of `ranges` that share no release with some other key of it, in config order; every key when no
+    two are disjoint (ranges with holes can meet pairwise yet not all together)."""
+    keys = list(ranges)
+    out = [k for k in keys if any(not (ranges[k] & ranges[o]) for o in keys if o != k)]
+    return out or keys
+
+
+def _grouped(pairs: tuple[tuple[str, str], ...], most: int = 3) -> str:
+    """``(key, releases)`` pairs as one clause per range, at most `most` keys named in each:
+    "`trust_remote_code`, `use_apollo` and 5 more (0.9.2-0.9.6.dev0)"."""
+    by: dict[str, list[str]] = {}
+    for k, s in pairs:
+        by.setdefault(s, []).append(f"`{k}`")
+    out = []
+    for s, ks in by.items():
+        named = ", ".join(ks[:most]) + (f" and {len(ks) - most} more" if len(ks) > most else "")
+        out.append(f"{named} ({s})")
+    return "; ".join(out)
