@@ -126,6 +126,7 @@ RELEASED = {
     "FD708": "quantization-options-without-bit",
     "FD713": "double-activation-checkpointing", "FD711": "dora-memory",
     "FD712": "optimizer-options-without-switch",
+    "FD040": "keys-of-no-one-release",
     "FD041": "unverified-config-problem",
     "FD042": "v1-parse-error", "FD049": "wrong-subcommand",
     "FD043": "v1-launch-error",
