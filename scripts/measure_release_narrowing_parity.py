@@ -1,18 +1,19 @@
 """Is the release narrowing of readers/config/lfnarrow.py sound on the launch-parity corpus (issue #21)?
 
 For each config of scripts/gen_parity_corpus.py's corpus, LF's own parser (tests/parity/release_oracle.py, in a
-child process) says whether a release accepts it: LF main (the snapshot, 0.9.6.dev0, at ../shared/oracles) and
-0.9.0 (.lf-releases/0.9.0) when present. A config a release accepts must keep that release in the range the
+child process) says whether a release accepts it: LF main (the snapshot, 0.9.6.dev0, at ../shared/oracles),
+0.9.0 (.lf-releases/0.9.0) and 0.9.5 (the venv's), those present. A config a release accepts must keep that release in the range the
 config's keys narrow to with no version given; a config called a conflict (keys of no one release) must be
 accepted by none. Prints one JSON line per release: configs, accepted, accepted but narrowed away (must be 0),
 conflicts, conflicts accepted (must be 0), and how many accepted configs were narrowed at all.
 
-Usage: python scripts/measure_release_narrowing_parity.py   (minutes: the oracles parse every config)
+Usage: python scripts/measure_release_narrowing_parity.py [RELEASE ...]   (default all; minutes: the oracles parse every config)
 """
 
 from __future__ import annotations
 
 import json
+import sysconfig
 import sys
 import tempfile
 from pathlib import Path
@@ -29,7 +30,8 @@ from finetune_doctor.readers.config.lfrelease import choose  # noqa: E402
 from finetune_doctor.readers.config.yamlcfg import load_config  # noqa: E402
 
 RELEASES = {"0.9.6.dev0": ROOT.parent.parent / "shared" / "oracles" / "llamafactory-main" / "src",
-            "0.9.0": ROOT / ".lf-releases" / "0.9.0"}
+            "0.9.0": ROOT / ".lf-releases" / "0.9.0",
+            "0.9.5": Path(sysconfig.get_paths()["purelib"])}   # the test venv's llamafactory (tests/test_parity_lf.py)
 
 
 def main() -> None:
@@ -44,6 +46,8 @@ def main() -> None:
             continue
         judged.append(narrow(choose(None), values))
     for version, src in RELEASES.items():
+        if sys.argv[1:] and version not in sys.argv[1:]:
+            continue
         if not (src / "llamafactory").is_dir():
             src = Path("/work/shared/oracles/llamafactory-main/src") if version == "0.9.6.dev0" else src
         if not (src / "llamafactory").is_dir():

@@ -80,6 +80,8 @@ def test_keys_that_share_no_release_are_the_conflict(no_lf_here, tmp_path):
     rel = narrow(choose(None), load_config(str(cfg)).values)
     assert rel.conflict == (("trust_remote_code", "0.9.2-0.9.6.dev0"), ("image_resolution", "0.9.0-0.9.1"))
     assert len(rel.versions) == 11   # the selection is kept: no release to narrow to
+    assert rel.note.endswith("exist together in no catalogued release: `trust_remote_code` (0.9.2-0.9.6.dev0); "
+                             "`image_resolution` (0.9.0-0.9.1)")
     rep = _lint(cfg)
     ours = [f for f in rep["findings"] if f["name"] in ("keys-of-no-one-release", "unverified-config-problem")]
     assert [(f["name"], f["location"]["key"], f["location"]["line"]) for f in ours] == [

@@ -67,9 +67,11 @@ def narrow(release: Release | None, values: Mapping[str, Any], kind: str | None 
     if not ranges:
         return release
     common = frozenset.intersection(*ranges.values())
+    base = release.note or "not given: no --llamafactory, no --env, llamafactory not installed here"
     if not common:
-        return replace(release, conflict=tuple((k, spans([allv[i] for i in sorted(ranges[k])]))
-                                               for k in _conflicting(ranges)))
+        clash = tuple((k, spans([allv[i] for i in sorted(ranges[k])])) for k in _conflicting(ranges))
+        return replace(release, conflict=clash, note=f"{base}; the keys this config uses exist together in no "
+                                                     f"catalogued release: {_grouped(clash)}")
     lo, hi = min(common), max(common)
     bounds = [k for k, r in ranges.items() if min(r) == lo and lo > min(sel) or max(r) == hi and hi < max(sel)]
     bounds = bounds or list(ranges)   # a range with a hole narrows from inside
@@ -77,7 +79,6 @@ def narrow(release: Release | None, values: Mapping[str, Any], kind: str | None 
     versions = tuple(allv[i] for i in sorted(common))
     why = (f"the keys this config uses exist together only in LLaMA-Factory {spans(list(versions))}: "
            + _grouped(evidence))
-    base = release.note or "not given: no --llamafactory, no --env, llamafactory not installed here"
     return replace(release, versions=versions, note=f"{base}; {why}", evidence=evidence)
 
 
