@@ -262,8 +262,6 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
         if scan_data and not static:
             facts["data"] = _scan(asm, config)
             tokens = (facts["data"] or {}).get("worst_micro_batch_tokens") or None
-            if asm.run.media_inputs and text_only(facts["data"]):
-                asm.run = asm.run.with_(media_inputs=False)
         est = estimate(asm.run, asm.hw, counts=asm.counts, tokens=int(tokens) if tokens else None)
         alt = mem_facts.older_stack(lambda s: resolve({**stack, **s}), asm.run, asm.hw, asm.counts,
                                     int(tokens) if tokens else None, torch_given=bool(opts.torch_version),
@@ -768,10 +766,13 @@ def text_only(data: dict[str, Any] | None) -> bool:
 
 def _scan(asm: Assembly, config: str) -> dict[str, Any] | None:
     """The ``data`` facts: the datasets scanned here when they are here, else the statistics a ``doctor context``
-    file carries (the training machine's scan); without either, a note says so."""
+    file carries (the training machine's scan); without either, a note says so. Data read here with no media
+    (`text_only`) makes the run's ``media_inputs`` False."""
     data = data_facts.assemble(asm.doc.values, config)
     if data is not None:
         asm.assumptions.extend(data_facts.assumptions(data))
+        if asm.run is not None and asm.run.media_inputs and text_only(data):
+            asm.run = asm.run.with_(media_inputs=False)   # no image reaches the tower (the vision term)
         return data
     data, note = machine.data(asm.context, asm.doc.values)
     if note:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any
+from typing import Any, Callable
 
 from finetune_doctor.errors import InputError
 
@@ -113,7 +113,7 @@ def _field(key: str) -> dict[str, Any] | None:
     return (load_schema().get("keys") or {}).get(key)
 
 
-def _typed(key: str, raw: list[str], path: str, line: int) -> Any:
+def _typed(key: str, raw: list[str], path: str, line: int, scalar: Callable[[str], Any]) -> Any:
     """`raw` (the words after ``--key``) converted as HfArgumentParser converts them for the schema's field."""
     f = _field(key)
     accepts = set((f or {}).get("accepts") or ())
@@ -132,18 +132,16 @@ def _typed(key: str, raw: list[str], path: str, line: int) -> Any:
         raise InputError(f"--{key} expects a value (HfArgumentParser: \"expected one argument\")", file=path,
                          line=line)
     if ftype.startswith("list[") or (len(raw) > 1 and "list" in accepts):
-        return [_one(key, r, accepts, path, line) for r in raw]
+        return [_one(key, r, accepts, path, line, scalar) for r in raw]
     if len(raw) > 1:
         raise InputError(f"--{key} takes one value, got {len(raw)}: {' '.join(raw)} (quote a value with spaces)",
                          file=path, line=line)
-    return _one(key, raw[0], accepts if f is not None else set(), path, line)
+    return _one(key, raw[0], accepts if f is not None else set(), path, line, scalar)
 
 
-def _one(key: str, word: str, accepts: set[str], path: str, line: int) -> Any:
-    from finetune_doctor.readers.config.yamlcfg import type_scalar
-
+def _one(key: str, word: str, accepts: set[str], path: str, line: int, scalar: Callable[[str], Any]) -> Any:
     if not accepts:
-        return type_scalar(word)   # a key the schema does not know: as YAML types it
+        return scalar(word)   # a key the schema does not know: as YAML types it
     if "bool" in accepts and word.lower() in ("true", "false"):
         return word.lower() == "true"   # a str-or-bool field (include_num_input_tokens_seen): as the YAML reads it
     try:
@@ -156,12 +154,14 @@ def _one(key: str, word: str, accepts: set[str], path: str, line: int) -> Any:
     except ValueError:
         kind = "a number" if "float" in accepts else "an integer"
         raise InputError(f"--{key} {word}: {kind} expected", file=path, line=line) from None
-    return type_scalar(word)
+    return scalar(word)
 
 
-def parse_command(text: str, path: str) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]:
+def parse_command(text: str, path: str, scalar: Callable[[str], Any]
+                  ) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]:
     """The YAML keys (`values`) and their (line, column) `positions` of the first training command in `text`
-    (module docstring). Raises InputError (file, line) for a command that is not a training run's, a word that
+    (module docstring); `scalar` types a value of a key the schema does not know (yamlcfg.py `type_scalar`, passed
+    in so that the YAML reader imports this module and not the other way). Raises InputError (file, line) for a command that is not a training run's, a word that
     is not a flag, a flag without the value it needs, or a value its field's type refuses."""
     cmds = [c for c in _logical_lines(text) if _command_line(c[1])]
     if not cmds:
@@ -186,7 +186,7 @@ def parse_command(text: str, path: str) -> tuple[dict[str, Any], dict[str, tuple
         if key.startswith("no_") and not raw and _field(key[3:]) and _field(key[3:]).get("default") is True:
             key, value = key[3:], False   # the complement of a bool field that defaults to True
         else:
-            value = _typed(key, raw, path, line)
+            value = _typed(key, raw, path, line, scalar)
         values[key] = value
         positions[key] = (line, 1)
         i = j

@@ -261,7 +261,7 @@ def load_config(path: str, overrides: tuple[str, ...] | list[str] = ()) -> Confi
     if cliflags.is_command_word(path) and overrides and not os.path.exists(path):
         # `doctor check -- llamafactory-cli train --stage sft ...`: the words are the run (readers/config/cliflags.py)
         text = " ".join(shlex.quote(w) for w in (path, *overrides))
-        values, positions = cliflags.parse_command(text, "<command line>")
+        values, positions = cliflags.parse_command(text, "<command line>", type_scalar)
         return ConfigDoc(path="<command line>", values=values, positions=positions, text=text)
     text = read_text(path, "LLaMA-Factory YAML")
     if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()):
@@ -269,7 +269,7 @@ def load_config(path: str, overrides: tuple[str, ...] | list[str] = ()) -> Confi
     dups: list[dict[str, Any]] = []
     if cliflags.looks_like_command(text):
         # WebUI's preview command, a .sh: the flags are the keys, `key=value` overrides still apply after them
-        values, positions = cliflags.parse_command(text, path)
+        values, positions = cliflags.parse_command(text, path, type_scalar)
     else:
         values, positions = parse_yaml_text(text, path, dups)
     if not isinstance(values, dict):
