@@ -213,8 +213,9 @@ def test_media_template_follows_lf_template_registry():
     from finetune_doctor.readers.model.byname import media_template
 
     assert media_template("qwen2_vl") and media_template("gemma3") and media_template("qwen3_5")
-    assert not media_template("qwen") and not media_template("llama3") and not media_template(None)
+    assert not media_template("qwen") and not media_template("llama3") and not media_template("default")
     assert media_template("my_own_template")   # a template LF's catalogue does not know may carry a plugin
+    assert media_template(None)   # no template: nothing said about the data, left open
 
 
 # -- 5. liger-kernel only where it moves the peak -------------------------------------------------------------------

@@ -45,13 +45,14 @@ MEDIA_TEMPLATES = MULTIMODAL_TEMPLATES | frozenset({
 
 
 def media_template(template: object) -> bool:
-    """Whether LLaMA-Factory can hand images (or video, audio) to the model under ``template``: False without a
-    template (LF data/template.py ``get_template_and_fix_tokenizer`` parses the tokenizer's chat template, or takes
-    ``empty``, both with the base plugin) and for a template the LF release catalogue lists without a media plugin
-    (`MEDIA_TEMPLATES`); True for a media template and for one the catalogue does not know (a template registered
-    by the user may carry a plugin)."""
+    """Whether LLaMA-Factory can hand images (or video, audio) to the model under ``template``: False for a
+    template the LF release catalogue lists without a media plugin (`MEDIA_TEMPLATES`); True for a media template,
+    for one the catalogue does not know (a template registered by the user may carry a plugin) and without a
+    template. Without one LF parses the tokenizer's chat template with the base plugin (data/template.py
+    ``get_template_and_fix_tokenizer``), which refuses images; but a missing key says nothing about the data (the
+    calibration rows of other trainers name none), so the images stay an open assumption there."""
     if template is None or not str(template).strip():
-        return False
+        return True
     name = str(template).strip()
     if name in MEDIA_TEMPLATES:
         return True
