@@ -51,17 +51,17 @@ def by_name(report):
 def test_an_unnamed_fsdp_launch_is_shown_but_does_not_soften_a_predicted_oom():
     # 7 x 24 GB, DDP LoRA of an 8B with 4 packed 2048-token sequences per micro batch: ~35 GiB per card. Only the
     # launcher is open; `llamafactory-cli train` on 7 GPUs starts torchrun (LF launcher.py L60-126), so FSDP's
-    # 23.6 GiB is shown but the run is `oom` and predicted-oom fires (it was at-risk, exit 0)
+    # 23.6 GiB is shown and weighed but the run is `oom` and predicted-oom fires (it was at-risk, exit 0)
     code, d = check_json(PACKED_DDP, "--gpu", "7xRTX4090")
     mem = d["memory"]
-    assert mem["verdict"] == "oom" and mem["p_oom"] > 0.8 and code == 1
+    assert mem["verdict"] == "oom" and mem["p_oom"] > 0.5 and code == 1
     assert "predicted-oom" in [f["name"] for f in d["findings"]]
     launcher = by_name(d)["launcher"]
     assert launcher["alternatives"][-1] == FSDP and launcher["moves_verdict"] is False
     assert launcher["effect"]["total_gib"][FSDP] < 23.64 < mem["per_gpu_gib"]["total"]
-    assert "launcher.py" in launcher["source"] and "shown for its effect, not weighed" in launcher["source"]
-    # the mixture holds no FSDP component: every component keeps the DDP run's size or more
-    assert mem.get("deciding_assumption") is None
+    assert "launcher.py" in launcher["source"] and "weighed but does not decide the verdict" in launcher["source"]
+    # it widens p_oom and the interval (the mixture weighs it: its low end reaches FSDP's size) but decides nothing
+    assert mem["interval_gib"][0] < launcher["effect"]["total_gib"][FSDP] and mem.get("deciding_assumption") is None
 
 
 def test_where_lf_refuses_fsdp_it_is_not_an_alternative():

@@ -57,16 +57,24 @@ OLD_TRANSFORMERS = "4.48.3"
 NOT_OPEN = frozenset({"eval-batch", "train-batch", "cutoff-len", "transformers-version", "liger-kernel"})
 OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-dtype", "launcher",
                   "deepspeed-config", "attention-kernel", "image-pixels"})   # the ones this module weighs
-# Alternatives no input names and LLaMA-Factory would not pick for the config: evaluated and shown with their effect,
-# left out of the verdict (`fold`, `_weigh`), its deciding alternative and the mixture (issue #21, trial 2: an FSDP
-# launch nobody named softened predicted OOMs to at-risk). `llamafactory-cli train` on several GPUs starts torchrun
-# (LF main launcher.py L60-126); FSDP needs an accelerate config or the YAML's `fsdp`, and when either is given the
-# launch is read, not assumed (facts/kinds.py `launcher_assumption`). A checkpoint sized from its name's ending
-# (-AWQ as AWQ 4-bit: quant.py `hinted_spec`) shows the unquantized base model (facts/config.py
-# `_named_quant_assumption`): such an upload is not stored unquantized.
+# Alternatives no input names and LLaMA-Factory would not pick for the config (issue #21, trial 2: an FSDP launch
+# nobody named softened predicted OOMs to at-risk). UNNAMED ones are evaluated, shown and weighed in the p_oom and
+# interval mixture (they widen it), but never open the verdict (`_weigh`, `fold`) nor decide it (`deciding_facts`):
+# `llamafactory-cli train` on several GPUs starts torchrun (LF main launcher.py L60-126); FSDP needs an accelerate
+# config or the YAML's `fsdp`, and when either is given the launch is read, not assumed (facts/kinds.py
+# `launcher_assumption`, which drops FSDP where LF refuses it for the model). SHOWN_ONLY ones are not plausible for
+# the config at all and stay out of the mixture too: a checkpoint sized from its name's ending (-AWQ as AWQ 4-bit:
+# quant.py `hinted_spec`) shows the unquantized base model (facts/config.py `_named_quant_assumption`), but an
+# upload named so is not stored unquantized.
 UNQUANTIZED = "unquantized, in the base model's dtype (an upper bound)"
-SHOWN_ONLY: dict[str, frozenset[str]] = {"launcher": frozenset({ACCELERATE_FSDP}),
-                                         "weights-quantization": frozenset({UNQUANTIZED})}
+UNNAMED: dict[str, frozenset[str]] = {"launcher": frozenset({ACCELERATE_FSDP})}
+SHOWN_ONLY: dict[str, frozenset[str]] = {"weights-quantization": frozenset({UNQUANTIZED})}
+
+
+def _not_deciding(name: str) -> frozenset[str]:
+    """The labels of assumption `name`'s alternatives that never open or decide the verdict (`UNNAMED`,
+    `SHOWN_ONLY`)."""
+    return UNNAMED.get(name, frozenset()) | SHOWN_ONLY.get(name, frozenset())
 STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_config.json",
             "examples/deepspeed/ds_z3_offload_config.json")
 
@@ -116,7 +124,7 @@ def _weigh(name: str, value: Any, source: str, resolve_with: str, base_verdict: 
            alts: list[tuple[str, Callable[[], tuple[float, str | None]] | None]],
            shown_only: Any = ()) -> Assumption:
     """An Assumption whose alternatives are evaluated by the given thunks (None: not evaluable here); the labels in
-    `shown_only` are evaluated and shown but do not make it move the verdict (`SHOWN_ONLY`)."""
+    `shown_only` are evaluated and shown but do not make it move the verdict (`_not_deciding`)."""
     gib: dict[str, float] = {}
     verdicts: dict[str, str] = {}
     for label, thunk in alts:
@@ -412,7 +420,7 @@ def _launch(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: 
         thunks[ACCELERATE_FSDP] = lambda: (fresh(rerun(launch=LaunchInputs(acc, None)), hw, tokens)
                                            if _on(fresh) else None)
     weighed = _weigh(base.name, base.value, base.source, base.resolve_with, base_verdict,
-                     [(label, thunks.get(label)) for label in base.alternatives], SHOWN_ONLY.get(base.name, ()))
+                     [(label, thunks.get(label)) for label in base.alternatives], _not_deciding(base.name))
     src = "every GPU of --gpu on each node" if hw is not None and hw.source == "flag" else "the GPUs seen here"
     return [weighed, _weigh("world-size", run.world_size, f"{src} (llamafactory-cli sets NPROC_PER_NODE to the "
                             "visible devices, launcher.py)", "--launch FILE, --accelerate-config FILE or --nnodes N",
@@ -438,7 +446,7 @@ def deciding_facts(a: Assumption | None, total: float, verdict: str | None) -> d
     `verdict` (the one under the assumed value) and that alternative's total (GiB)."""
     if a is None:
         return None
-    shown = SHOWN_ONLY.get(a.name, ())
+    shown = _not_deciding(a.name)
     flip = next((k for k, v in a.effect_verdict.items() if v != verdict and k not in shown), None)
     return {"name": a.name, "value": str(a.value), "source": a.source, "alternative": flip,
             "alternative_total_gib": a.effect_gib.get(flip) if flip else None,

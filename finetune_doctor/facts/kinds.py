@@ -433,13 +433,13 @@ def launcher_assumption(asm: Any, world_size: int | None, engine: str | None = N
         alts = (BY_HAND, ACCELERATE_FSDP) if engine == "ddp" and refused is None else (BY_HAND,)
         # `llamafactory-cli train` on several GPUs starts torchrun (LF main launcher.py L60-126: FORCE_TORCHRUN or
         # more than one device), never accelerate: FSDP needs an accelerate config (or the YAML's `fsdp`) that no
-        # input names, so its alternative is shown with its effect but does not decide the verdict
-        # (facts/assume.py `SHOWN_ONLY`); where LF refuses FSDP for the model it is not an alternative at all
+        # input names, so its alternative is weighed and shown but does not decide the verdict (facts/assume.py
+        # `UNNAMED`); where LF refuses FSDP for the model it is not an alternative at all
         why = ("no --launch, --accelerate-config, accelerate config beside the YAML, or FORCE_TORCHRUN/NNODES in "
                "the environment; `llamafactory-cli train` on several GPUs starts torchrun (LLaMA-Factory "
                "launcher.py), which is what is assumed")
         if engine == "ddp" and refused is None:
-            why += ("; an accelerate launch with FSDP is shown for its effect, not weighed: no input names an "
+            why += ("; an accelerate launch with FSDP is weighed but does not decide the verdict: no input names an "
                     "FSDP config")
         elif engine == "ddp":
             why += f"; FSDP is not an alternative: LLaMA-Factory refuses it for this model (\"{refused}\")"
