@@ -137,6 +137,10 @@ def test_a_launch_script_reads_flags_as_hfargumentparser_does():
     assert v["learning_rate"] == 1e-4 and v["num_train_epochs"] == 3.0 and v["bf16"] is True
     _, d = check_json(SCRIPT, "--gpu", "2xRTX4090")
     assert d["run"]["seq_len"] == 4096 and d["run"]["micro_batch"] == 4 and d["run"]["world_size"] == 2
+    # the script says how the run starts (FORCE_TORCHRUN=1 llamafactory-cli train): no launcher assumption, DDP
+    # known, so weights-replicated may assert it
+    assert "launcher" not in by_name(d) and d["run"]["engine"] == "ddp"
+    assert "weights-replicated" in [f["name"] for f in d["findings"]]
 
 
 def test_check_takes_the_command_after_a_double_dash():

@@ -193,3 +193,18 @@ def parse_command(text: str, path: str, scalar: Callable[[str], Any]
     if not values:
         raise InputError("the training command has no --flags", file=path, line=lines[0] if lines else 1)
     return values, positions
+
+
+def as_launch(config: str, launch: str | None) -> str | None:
+    """The launch file to read for `config`: `launch` (``--launch``) when given, else `config` itself when it is a
+    training command (`looks_like_command`: a .sh or the WebUI's preview states how the run starts, FORCE_TORCHRUN
+    and the like included), else None. Reads at most the file's text; never raises (a file that cannot be read is
+    reported where the config is read)."""
+    if launch or is_command_word(config):
+        return launch
+    try:
+        with open(config, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(1 << 16)
+    except OSError:
+        return None
+    return config if looks_like_command(text) else None
