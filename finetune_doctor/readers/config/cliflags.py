@@ -202,7 +202,11 @@ def as_launch(config: str, launch: str | None) -> str | None:
     training command (`looks_like_command`: a .sh or the WebUI's preview states how the run starts, FORCE_TORCHRUN
     and the like included), else None. Reads at most the file's text; never raises (a file that cannot be read is
     reported where the config is read)."""
-    if launch or is_command_word(config):
+    import os
+
+    # a regular file only: opening a FIFO or a device here would block or read forever (readers/textfile.py
+    # refuses those where the config is read)
+    if launch or is_command_word(config) or not os.path.isfile(config):
         return launch
     try:
         with open(config, encoding="utf-8", errors="replace") as fh:
