@@ -111,6 +111,8 @@ class Assembly:
             ds = replace(ds, resolved=ds_resolved)
         out = resolve_run(values, self.run.arch, self.hw, ds, nnodes=self.nnodes, stack=self.stack,
                           stack_sources=self.stack_sources, launch=self.launch)
+        if not self.run.media_inputs:   # the data read here holds no media (text_only): no edit brings any
+            out = out.with_(media_inputs=False)
         self._after[key] = out
         return out
 
@@ -275,6 +277,9 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
                                   stack_sources=asm.stack_sources, launch=asm.launch),
             asm.run, asm.hw, int(tokens) if tokens else None)
         _quant_assumption(asm, qalt)
+        _named_quant_assumption(asm, lambda a: resolve_run(
+            doc.values, a, asm.hw, asm.ds, nnodes=opts.nnodes, stack=stack, stack_sources=asm.stack_sources,
+            launch=asm.launch), int(tokens) if tokens else None)
         honest = _assumptions(asm, opts, int(tokens) if tokens else None, alt) if assume else {}
         facts["mem"] = mem_facts.assemble(asm.memory, asm.hw, asm.run, alt, qalt)
         facts["mem"].update({"deciding_assumption": None, "token_budget": None, **honest})
@@ -447,6 +452,31 @@ def _quant_assumption(asm: Assembly, qalt: dict[str, Any]) -> None:
         effect_verdict={label: qalt["quant_alt_verdict"]} if qalt.get("quant_alt_verdict") else {},
         resolve_with="--model-config (the checkpoint's config.json)",
         moves_verdict=bool(qalt.get("quant_alt_verdict")) and qalt["quant_alt_verdict"] != verdict))
+
+
+def _named_quant_assumption(asm: Assembly, resolve_arch: Any, tokens: int | None) -> None:
+    """Record the ``weights-quantization`` assumption of weights sized from the repository name's ending alone
+    (quant.py `QuantSpec.from_name`: ``-AWQ`` as AWQ 4-bit g128, ...) with the unquantized base model (an upper
+    bound) evaluated beside it. That alternative is shown, not weighed (facts/assume.py `SHOWN_ONLY`): an upload
+    named -AWQ is not stored unquantized, so it neither moves the verdict nor enters the mixture."""
+    from finetune_doctor.analyzers.memory import estimate
+    from finetune_doctor.facts import assume
+    from finetune_doctor.facts import mem as mem_facts
+
+    run = asm.run
+    quant = getattr(run.arch, "quant", None) if run is not None else None
+    if quant is None or not getattr(quant, "from_name", False) or asm.memory is None:
+        return
+    label = assume.UNQUANTIZED
+    est = mem_facts.judged(estimate(resolve_arch(replace(run.arch, quant=None)), asm.hw, tokens=tokens), asm.hw)
+    asm.assumptions.append(Assumption(
+        name="weights-quantization", value=f"{quant.label} (as the name's ending suggests)",
+        source=f"no config.json of the checkpoint was read; the name '{run.model_name}' ends as such uploads do, "
+               f"and they are stored as {quant.label} (quant.py hinted_spec)",
+        alternatives=(label,), effect_gib={label: est.total},
+        effect_verdict={label: est.verdict} if est.verdict else {},
+        resolve_with="--model-config (the checkpoint's config.json), or the model folder on this machine",
+        moves_verdict=False))
 
 
 def _kind(doc: ConfigDoc, launch_file: str | None = None) -> str:
@@ -752,12 +782,23 @@ def _env_launch() -> Any:
                          text=" ".join(f"{k}={v}" for k, v in env.items()) + " llamafactory-cli train")
 
 
+def text_only(data: dict[str, Any] | None) -> bool:
+    """Whether the ``data`` facts show that no sample brings an image, video or audio: every configured dataset
+    was read in full here (or by the training machine's context) and none has a sample with media
+    (``with_media`` 0). False when the data is unknown or any dataset was not read: images stay possible."""
+    sets = (data or {}).get("datasets") or []
+    return bool(sets) and all(d.get("status") == "ok" and not d.get("with_media") for d in sets)
+
+
 def _scan(asm: Assembly, config: str) -> dict[str, Any] | None:
     """The ``data`` facts: the datasets scanned here when they are here, else the statistics a ``doctor context``
-    file carries (the training machine's scan); without either, a note says so."""
+    file carries (the training machine's scan); without either, a note says so. Data read here with no media
+    (`text_only`) makes the run's ``media_inputs`` False."""
     data = data_facts.assemble(asm.doc.values, config)
     if data is not None:
         asm.assumptions.extend(data_facts.assumptions(data))
+        if asm.run is not None and asm.run.media_inputs and text_only(data):
+            asm.run = asm.run.with_(media_inputs=False)   # no image reaches the tower (the vision term)
         return data
     data, note = machine.data(asm.context, asm.doc.values)
     if note:
