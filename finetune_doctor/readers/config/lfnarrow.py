@@ -6,7 +6,7 @@ HfArgumentParser" stop), so a run that starts at all runs a release that declare
 the release catalogue (catalog/lf_releases.json, from the published wheels' argument dataclasses) declares in only
 some releases is therefore evidence: the release of the run is in the intersection of those keys' ranges.
 
-`narrow(release, values, kind)` applies that evidence to a `Release` whose version is not known (``known`` False):
+`narrow(release, values, kind)` (and `release_in_use`, which facts/config.py asks) applies that evidence to a `Release` whose version is not known (``known`` False):
 
 * the intersection is narrower than the selection -> the same Release restricted to it, with `note` giving the
   reason ("the keys this config uses exist together only in 0.9.2-0.9.6.dev0: `trust_remote_code` (...)") and
@@ -30,7 +30,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from finetune_doctor.readers.config.keyschema import extra_args_allowed, load_schema, spans
-from finetune_doctor.readers.config.lfrelease import Release, load, parse_ranges
+from finetune_doctor.readers.config.lfrelease import Release, load, parse_ranges, version_in_use
 
 # classes whose keys do not tell a training config's release: see the module docstring
 _NOT_EVIDENCE_CLASSES = ("TrainingArguments", "EvaluationArguments", "_KTransformersRuntimeArguments")
@@ -46,6 +46,13 @@ def declared(key: str) -> frozenset[int] | None:
     if entry.get("origin") == "transformers" or entry.get("group") == "megatron_bridge":
         return None
     return parse_ranges(e["in"])
+
+
+def release_in_use(flag: str | None, env_versions: dict[str, str] | None = None, env_path: str | None = None, *,
+                   config: tuple[Mapping[str, Any], str | None]) -> Release:
+    """lfrelease.py `version_in_use` (``--llamafactory``, then ``--env``, then the installed package), narrowed by
+    `config`, the ``(values, kind)`` of the config judged, when none of those gives a version (`narrow`)."""
+    return narrow(version_in_use(flag, env_versions, env_path), *config)  # type: ignore[return-value]
 
 
 def narrow(release: Release | None, values: Mapping[str, Any], kind: str | None = "train") -> Release | None:
