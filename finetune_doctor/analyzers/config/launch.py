@@ -90,7 +90,38 @@ class _Cfg:
 def _p(key: str, kind: str, message: str, suggestion: str | None = None, *, fix: str | None = None,
        fix_value: Any = None, condition: str | None = None) -> Problem:
     return {"key": key, "kind": kind, "message": message, "suggestion": suggestion, "replacement_key": None,
-            "fix": fix, "fix_value": fix_value, "condition": condition}
+            "fix": fix, "fix_value": fix_value, "condition": condition, "check": None, "args": {}}
+
+
+def _c(key: str, kind: str, check: str, suggestion: str | None = None, *, args: Mapping[str, Any] | None = None,
+       fix: str | None = None, fix_value: Any = None) -> Problem:
+    """A problem whose words live in its rule: `check` (one of CHECK_NAMES) is the case of the rule's message table
+    (rules/missing-required-key.yaml, rules/conflicting-options.yaml) and `args` the values the case shows, as the
+    user wrote them (str(): a float prints as written, not in the templates' rounded form)."""
+    assert CHECK_KINDS[check] == kind, (check, kind)
+    return {"key": key, "kind": kind, "message": None, "suggestion": suggestion, "replacement_key": None,
+            "fix": fix, "fix_value": fix_value, "condition": None, "check": check,
+            "args": {k: str(v) for k, v in (args or {}).items()}}
+
+
+CHECK_KINDS = {
+    **dict.fromkeys(("output-dir", "model-name", "train-dataset", "ppo-reward-model", "streaming-max-steps",
+                     "export-quantization-dataset", "eval-data", "eval-data-by-strategy", "trackio-project"),
+                    "missing"),
+    **dict.fromkeys(("fp16-and-bf16", "full-eval-dtypes", "mask-history-and-train-on-prompt", "two-optimizer-tuners",
+                     "generate-and-accuracy", "val-size-without-dataset", "val-size-and-eval-dataset",
+                     "val-size-streaming", "interleave-concat", "interleave-length", "max-samples-streaming",
+                     "pixels-max-below-min", "fp8-and-quantization", "infer-backend-in-training",
+                     "quantization-device-map-training", "fsdp-offload-alone", "fsdp-two-strategies",
+                     "prefetch-without-workers"), "conflict"),
+}
+"""The launch checks whose message is a case of their rule's message table, with the kind of problem each gives
+(the kind selects the rule: ``missing`` rules/missing-required-key.yaml, ``conflict`` rules/conflicting-options.yaml;
+tests/test_rule_registry.py checks that each rule has a case for every check of its kind)."""
+
+CHECK_NAMES = tuple(CHECK_KINDS)
+"""The values of ``lint.keys[].check`` (facts/lint.py declares them, so the rule loader refuses a message case that
+is none of them)."""
 
 
 def _num(v: Any) -> bool:
@@ -114,42 +145,28 @@ def _missing(c: _Cfg) -> list[Problem]:
     out = []
     if c.tf is not None and c.tf < (4, 49) and c.values.get("output_dir") is None:
         # output_dir had no default before transformers 4.49 (huggingface/transformers#35735)
-        out.append(_p("output_dir", "missing",
-                      f"`output_dir` is not set: transformers {c.tf[0]}.{c.tf[1]} requires it and stops with "
-                      "\"__init__() missing 1 required positional argument: 'output_dir'\"",
-                      "set `output_dir` (e.g. saves/<model>/<method>/sft)"))
+        out.append(_c("output_dir", "missing", "output-dir", "set `output_dir` (e.g. saves/<model>/<method>/sft)",
+                      args={"transformers": f"{c.tf[0]}.{c.tf[1]}"}))
     if c("model_name_or_path") is None:   # model_args.py:207-208
-        out.append(_p("model_name_or_path", "missing",
-                      "`model_name_or_path` is not set: LLaMA-Factory stops with \"Please provide "
-                      "`model_name_or_path`.\" before anything else is read.",
+        out.append(_c("model_name_or_path", "missing", "model-name",
                       "set `model_name_or_path` to a hub id or a local folder"))
     if c("do_train") is True and c("dataset") is None:   # parser.py:359-360
-        out.append(_p("dataset", "missing",
-                      "`do_train: true` without `dataset`: LLaMA-Factory stops with \"Please specify dataset for "
-                      "training.\"", "name the training data in `dataset` (dataset_info.json names)"))
+        out.append(_c("dataset", "missing", "train-dataset",
+                      "name the training data in `dataset` (dataset_info.json names)"))
     if c.stage == "ppo" and c("reward_model") is None:   # finetuning_args.py:580-581
-        out.append(_p("reward_model", "missing",
-                      "`stage: ppo` without `reward_model`: PPO scores its samples with a reward model, and "
-                      "LLaMA-Factory stops with \"`reward_model` is necessary for PPO training.\"",
+        out.append(_c("reward_model", "missing", "ppo-reward-model",
                       "set `reward_model` to the output folder of an `rm` stage run"))
     if c("streaming") is True and _num(c("max_steps")) and c("max_steps") == -1:   # parser.py:356-357
-        out.append(_p(_where(c, "max_steps", "streaming"), "missing",
-                      "`streaming: true` without `max_steps`: a streamed dataset has no length, so the number of "
-                      "steps cannot be derived from epochs; LLaMA-Factory stops with \"Please specify `max_steps` in "
-                      "streaming mode.\"", "set `max_steps`"))
+        out.append(_c(_where(c, "max_steps", "streaming"), "missing", "streaming-max-steps", "set `max_steps`"))
     if c("export_quantization_bit") is not None and c("export_quantization_dataset") is None:  # model_args 396-397
-        out.append(_p("export_quantization_bit", "missing",
-                      "`export_quantization_bit` without `export_quantization_dataset`: GPTQ export calibrates on "
-                      "data, and LLaMA-Factory stops with \"Quantization dataset is necessary for exporting.\"",
+        out.append(_c("export_quantization_bit", "missing", "export-quantization-dataset",
                       "set `export_quantization_dataset`, or remove `export_quantization_bit` from a training "
                       "config"))
     out += _eval_data(c)
     report = c("report_to")
     loggers = [report] if isinstance(report, str) else report if isinstance(report, list) else []
     if "trackio" in loggers and not c("project"):   # parser.py:132-137
-        out.append(_p(_where(c, "project", "report_to"), "missing",
-                      "`report_to: trackio` without a `project`: LLaMA-Factory stops with \"`--project` must be "
-                      "specified when using Trackio.\"", "set `project`"))
+        out.append(_c(_where(c, "project", "report_to"), "missing", "trackio-project", "set `project`"))
     return out
 
 
@@ -166,12 +183,10 @@ def _eval_data(c: _Cfg) -> list[Problem]:
     if not why:
         return []
     key = _where(c, *why)
-    shown = f"`eval_strategy: {strategy}`" if key == "eval_strategy" else f"`{key}: true`"
-    return [_p(key, "missing",
-               f"{shown} but no evaluation data (`eval_dataset` unset and `val_size` 0): LLaMA-Factory stops with "
-               "\"Please make sure eval_dataset be provided or val_size >1e-6\""
-               + (" (an eval strategy other than 'no' turns do_eval on)" if key == "eval_strategy" else "") + ".",
-               "set `val_size: 0.1` (a held-out share of `dataset`) or `eval_dataset`")]
+    if key == "eval_strategy":
+        return [_c(key, "missing", "eval-data-by-strategy", "set `val_size: 0.1` (a held-out share of `dataset`) "
+                   "or `eval_dataset`", args={"strategy": strategy})]
+    return [_c(key, "missing", "eval-data", "set `val_size: 0.1` (a held-out share of `dataset`) or `eval_dataset`")]
 
 
 # --- conflicts ------------------------------------------------------------------------------------------------------
@@ -179,79 +194,50 @@ def _eval_data(c: _Cfg) -> list[Problem]:
 def _conflicts(c: _Cfg) -> list[Problem]:
     out = []
     if c("fp16") is True and c("bf16") is True:   # transformers 5.6.0 _validate_args
-        keep = "bf16"
-        out.append(_p("fp16", "conflict",
-                      "`fp16: true` and `bf16: true` together: transformers stops with \"At most one of fp16 and "
-                      "bf16 can be True, but not both\". Mixed precision has one compute dtype.",
-                      f"remove `fp16` and keep `{keep}: true` (bf16 needs an Ampere or newer GPU)", fix="delete"))
+        out.append(_c("fp16", "conflict", "fp16-and-bf16",
+                      "remove `fp16` and keep `bf16: true` (bf16 needs an Ampere or newer GPU)", fix="delete"))
     if c("fp16_full_eval") is True and c("bf16_full_eval") is True:
-        out.append(_p("fp16_full_eval", "conflict",
-                      "`fp16_full_eval` and `bf16_full_eval` together: transformers stops with \"At most one of "
-                      "fp16 and bf16 can be True for full eval, but not both\".", "remove one of them",
-                      fix="delete"))
+        out.append(_c("fp16_full_eval", "conflict", "full-eval-dtypes", "remove one of them", fix="delete"))
     if c("mask_history") is True and c("train_on_prompt") is True:   # data_args.py:182-183
-        out.append(_p("mask_history", "conflict",
-                      "`mask_history` and `train_on_prompt` together: one drops the earlier turns from the loss, the "
-                      "other adds the prompts to it; LLaMA-Factory stops with \"`mask_history` is incompatible with "
-                      "`train_on_prompt`.\"", "remove one of them"))
+        out.append(_c("mask_history", "conflict", "mask-history-and-train-on-prompt", "remove one of them"))
     tuners = [k for k in ("use_galore", "use_apollo", "use_badam") if c(k) is True]
     if len(tuners) > 1:   # finetuning_args.py:598-599
-        out.append(_p(tuners[1], "conflict",
-                      f"`{tuners[0]}` and `{tuners[1]}` together: each replaces the optimizer, and LLaMA-Factory stops "
-                      "with \"Cannot use GaLore, APOLLO or BAdam together.\"", f"keep one of {', '.join(tuners)}"))
+        out.append(_c(tuners[1], "conflict", "two-optimizer-tuners", f"keep one of {', '.join(tuners)}",
+                      args={"first": tuners[0], "second": tuners[1]}))
     if c("predict_with_generate") is True and c("compute_accuracy") is True:   # parser.py:371-372
-        out.append(_p("compute_accuracy", "conflict",
-                      "`predict_with_generate` with `compute_accuracy`: token accuracy needs the logits of a forward "
-                      "pass, generation gives text; LLaMA-Factory stops with \"Cannot use `predict_with_generate` and "
-                      "`compute_accuracy` together.\"", "remove `compute_accuracy`", fix="delete"))
+        out.append(_c("compute_accuracy", "conflict", "generate-and-accuracy", "remove `compute_accuracy`",
+                      fix="delete"))
     val = c("val_size")
     if _num(val) and val > 1e-6:
         if c("dataset") is None:   # data_args.py:159-160
-            out.append(_p("val_size", "conflict",
-                          "`val_size` without `dataset`: the validation share is split off the training data; "
-                          "LLaMA-Factory stops with \"Cannot specify `val_size` if `dataset` is None.\"",
-                          "remove `val_size` or set `dataset`"))
+            out.append(_c("val_size", "conflict", "val-size-without-dataset", "remove `val_size` or set `dataset`"))
         if c("eval_dataset") is not None:   # data_args.py:162-163
-            out.append(_p("val_size", "conflict",
-                          "`val_size` with `eval_dataset`: the evaluation data would come from two places; "
-                          "LLaMA-Factory stops with \"Cannot specify `val_size` if `eval_dataset` is not None.\"",
+            out.append(_c("val_size", "conflict", "val-size-and-eval-dataset",
                           "remove `val_size` (the eval_dataset is used)", fix="delete"))
         if c("streaming") is True and val < 1:   # data_args.py:176-177
-            out.append(_p("val_size", "conflict",
-                          f"`val_size: {val}` with `streaming`: a stream has no length to take a share of; "
-                          "LLaMA-Factory stops with \"Streaming mode should have an integer val size.\"",
-                          "give `val_size` as a number of samples (e.g. 1000)"))
+            out.append(_c("val_size", "conflict", "val-size-streaming",
+                          "give `val_size` as a number of samples (e.g. 1000)", args={"val_size": val}))
     out += _interleave(c)
     if c("streaming") is True and c("max_samples") is not None:   # data_args.py:179-180
-        out.append(_p("max_samples", "conflict",
-                      "`max_samples` with `streaming`: LLaMA-Factory stops with \"`max_samples` is incompatible with "
-                      "`streaming`.\"", "remove `max_samples` (bound a stream with `max_steps`)", fix="delete"))
+        out.append(_c("max_samples", "conflict", "max-samples-streaming",
+                      "remove `max_samples` (bound a stream with `max_steps`)", fix="delete"))
     for kind in ("image", "video"):   # model_args.py:346-351
         lo, hi = c(f"{kind}_min_pixels"), c(f"{kind}_max_pixels")
         if _num(lo) and _num(hi) and hi < lo:
-            out.append(_p(_where(c, f"{kind}_max_pixels", f"{kind}_min_pixels"), "conflict",
-                          f"`{kind}_max_pixels: {hi}` is smaller than `{kind}_min_pixels: {lo}`: LLaMA-Factory stops "
-                          f"with \"`{kind}_max_pixels` cannot be smaller than `{kind}_min_pixels`.\"",
-                          f"raise `{kind}_max_pixels` to at least {lo}"))
+            out.append(_c(_where(c, f"{kind}_max_pixels", f"{kind}_min_pixels"), "conflict", "pixels-max-below-min",
+                          f"raise `{kind}_max_pixels` to at least {lo}", args={"kind": kind, "high": hi, "low": lo}))
     if c("fp8") is True and c("quantization_bit") is not None:   # parser.py:403-404
-        out.append(_p("fp8", "conflict",
-                      "`fp8` with `quantization_bit`: LLaMA-Factory stops with \"FP8 training is not compatible with "
-                      "quantization. Please disable one of them.\"", "remove `fp8`", fix="delete"))
+        out.append(_c("fp8", "conflict", "fp8-and-quantization", "remove `fp8`", fix="delete"))
     backend = c("infer_backend")
     if isinstance(backend, str) and backend != "huggingface":   # parser.py:406-407
-        out.append(_p("infer_backend", "conflict",
-                      f"`infer_backend: {backend}` in a training config: LLaMA-Factory stops with \"vLLM/SGLang backend "
-                      "is only available for API, CLI and Web.\"", "remove `infer_backend`", fix="delete"))
+        out.append(_c("infer_backend", "conflict", "infer-backend-in-training", "remove `infer_backend`",
+                      fix="delete", args={"backend": backend}))
     if c("do_train") is True and c("quantization_device_map") == "auto":   # parser.py:374-375
-        out.append(_p("quantization_device_map", "conflict",
-                      "`quantization_device_map: auto` while training: LLaMA-Factory stops with \"Cannot use device "
-                      "map for quantized models in training.\" (each rank holds its own copy)",
+        out.append(_c("quantization_device_map", "conflict", "quantization-device-map-training",
                       "remove `quantization_device_map`", fix="delete"))
     out += _fsdp(c)
     if c("dataloader_num_workers") == 0 and c("dataloader_prefetch_factor") is not None:   # transformers
-        out.append(_p("dataloader_prefetch_factor", "conflict",
-                      "`dataloader_prefetch_factor` with `dataloader_num_workers: 0`: transformers stops with "
-                      "\"--dataloader_prefetch_factor can only be set when data is loaded in a different process\".",
+        out.append(_c("dataloader_prefetch_factor", "conflict", "prefetch-without-workers",
                       "remove `dataloader_prefetch_factor` or set `dataloader_num_workers` above 0"))
     return out
 
@@ -262,19 +248,15 @@ def _interleave(c: _Cfg) -> list[Problem]:
     if probs is None:
         return []
     if c("mix_strategy") == "concat":
-        return [_p("interleave_probs", "conflict",
-                   "`interleave_probs` with `mix_strategy: concat` (the default): LLaMA-Factory stops with "
-                   "\"`interleave_probs` is only valid for interleaved mixing.\"",
+        return [_c("interleave_probs", "conflict", "interleave-concat",
                    "set `mix_strategy: interleave_under` (or interleave_over)")]
     parts = _names(probs)
     out = []
     for key, what in (("dataset", "dataset"), ("eval_dataset", "eval dataset")):
         names = _names(c(key))
         if parts is not None and names is not None and len(names) != len(parts):
-            out.append(_p("interleave_probs", "conflict",
-                          f"`interleave_probs` has {len(parts)} weights for {len(names)} datasets in `{key}`: "
-                          f"LLaMA-Factory stops with \"The length of {what} and interleave probs should be "
-                          "identical.\"", f"give one weight per name in `{key}`"))
+            out.append(_c("interleave_probs", "conflict", "interleave-length", f"give one weight per name in `{key}`",
+                          args={"weights": len(parts), "names": len(names), "key": key, "what": what}))
     return out
 
 
@@ -283,12 +265,9 @@ def _fsdp(c: _Cfg) -> list[Problem]:
     fsdp = c("fsdp")
     opts = fsdp.split() if isinstance(fsdp, str) else fsdp if isinstance(fsdp, list) else []
     if opts == ["offload"]:
-        return [_p("fsdp", "conflict", "`fsdp: offload` on its own: transformers stops with \"`--fsdp offload` "
-                                       "can't work on its own.\"", "write `fsdp: full_shard offload`")]
+        return [_c("fsdp", "conflict", "fsdp-offload-alone", "write `fsdp: full_shard offload`")]
     if "full_shard" in opts and "shard_grad_op" in opts:
-        return [_p("fsdp", "conflict", "`fsdp` names full_shard and shard_grad_op: transformers stops with "
-                                       "\"`--fsdp full_shard` is not compatible with `--fsdp shard_grad_op`.\"",
-                   "keep one sharding strategy")]
+        return [_c("fsdp", "conflict", "fsdp-two-strategies", "keep one sharding strategy")]
     return []
 
 
