@@ -536,8 +536,6 @@ def _template_of_model(model: Any, names: Any) -> list[str]:
 
 def _template(c: _Cfg) -> list[Problem]:
     """LF 0.9.5 data/template.py:628-641: a template name must be registered (``TEMPLATES``)."""
-    import difflib
-
     from finetune_doctor.analyzers.data.templates import LF_TEMPLATE_NAMES
 
     name = c("template")
@@ -561,6 +559,8 @@ def _template(c: _Cfg) -> list[Problem]:
     # a near-identical spelling first (qwen3_NOTHINK -> qwen3_nothink); then, as LF names most templates after the
     # model family (gpt-oss -> gpt_oss, GLM-4.5V -> glm4_5v), the registered name the model's own name starts
     # with; then a looser spelling
+    import difflib   # here, not at the top: a registered template (nearly every lint) needs no suggestion
+
     names = sorted(LF_TEMPLATE_NAMES)
     near = (difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.85)
             or _template_of_model(c("model_name_or_path"), names)

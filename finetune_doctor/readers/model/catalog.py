@@ -11,7 +11,6 @@ architecture-neutral endings dropped (``-Instruct``, ``-Chat``, ``-hf``; and qua
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import replace
 from functools import lru_cache
@@ -137,6 +136,8 @@ def did_you_mean(name: str, n: int = 3) -> list[str]:
 @lru_cache(maxsize=256)
 def _did_you_mean(name: str, n: int) -> tuple[str, ...]:
     # one difflib scan of the catalog per name per process: a corpus names the same few models over and over
+    import difflib   # here: only a name the catalogue does not hold needs it (not the lint of a known model)
+
     _, by_name, by_stem, _, _ = _index()
     ids = catalog_names()
     keys = {**by_stem, **by_name}
