@@ -62,3 +62,12 @@ def test_jobs_from_the_environment(monkeypatch):
     assert lint.default_jobs() == 3
     monkeypatch.delenv("FINETUNE_DOCTOR_LINT_JOBS")
     assert 1 <= lint.default_jobs() <= 8
+
+
+@pytest.mark.parametrize("cpus, load, jobs", [(2, 0.0, 2), (2, 0.6, 2), (2, 1.2, 1), (2, 5.5, 1), (16, 3.5, 8),
+                                              (16, 10.2, 6), (1, 0.0, 1)])
+def test_jobs_follow_the_cores_the_load_leaves_free(monkeypatch, cpus, load, jobs):
+    monkeypatch.delenv("FINETUNE_DOCTOR_LINT_JOBS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    assert lint.default_jobs() == jobs
