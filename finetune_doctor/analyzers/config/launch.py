@@ -30,9 +30,10 @@ dataset_info.json it names, which is read (never a dataset).
 Each check is written from the source line it mirrors (cited at the check). Its sentence, which quotes what
 LLaMA-Factory or transformers raises and says why, lives in its rule's message table (``by: item.check``): a
 problem carries the check's name (``check``, one of `CHECK_KINDS`) and the values the sentence shows (``args``);
-only the template and dataset lookups still write theirs here (see `CHECK_KINDS`). A check only judges values of the type its source compares: a wrong type is
-keyschema's finding (invalid-value), not a second one here. ``condition`` is set where the verdict depends on the
-launch (``"torchrun launch"``: LLaMA-Factory runs torchrun for more than one GPU or with FORCE_TORCHRUN=1).
+only the template and dataset lookups still write theirs here (see `CHECK_KINDS`). A check only judges values of
+the type its source compares: a wrong type is keyschema's finding (invalid-value), not a second one here.
+``condition`` is set where the verdict depends on the launch (``"torchrun launch"``: LLaMA-Factory runs torchrun
+for more than one GPU or with FORCE_TORCHRUN=1).
 
 Pure Python, no third-party import: `doctor lint` calls it.
 """
