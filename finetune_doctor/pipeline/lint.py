@@ -321,7 +321,9 @@ def default_jobs() -> int:
     workers off); else the CPUs this process may run on that the 1-minute load average leaves free, rounded up
     (at least 1, at most 8), as GNU make's ``--load-average`` holds back jobs: a worker on a core that other work
     already holds only adds the fork's cost (measured on a 2-core machine at load 5.5: 2 processes took 15 % more
-    CPU and no less wall time than one, benchmarks/results/lint.md)."""
+    CPU and no less wall time than one, benchmarks/results/lint.md). The load counts this process's own chain
+    (pre-commit, a script linting file after file keeps one process runnable: load ~1 on an idle machine), so
+    one runnable process is taken as ours: free = CPUs + 1 - load."""
     import math
     import os
 
@@ -333,7 +335,7 @@ def default_jobs() -> int:
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
     try:
-        free = math.ceil(cpus - os.getloadavg()[0])
+        free = math.ceil(cpus + 1 - os.getloadavg()[0])
     except (AttributeError, OSError):   # no load average on this platform: every CPU counts as free
         free = cpus
     return max(1, min(cpus, free, 8))
