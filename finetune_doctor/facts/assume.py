@@ -64,7 +64,7 @@ OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-
 # config or the YAML's `fsdp`, and when either is given the launch is read, not assumed (facts/kinds.py
 # `launcher_assumption`, which drops FSDP where LF refuses it for the model). SHOWN_ONLY ones are not plausible for
 # the config at all and stay out of the mixture too: a checkpoint sized from its name's ending (-AWQ as AWQ 4-bit:
-# quant.py `hinted_spec`) shows the unquantized base model (facts/config.py `_named_quant_assumption`), but an
+# quant.py `hinted_spec`) shows the unquantized base model (facts/quantassume.py `named_quant_assumption`), but an
 # upload named so is not stored unquantized.
 UNQUANTIZED = "unquantized, in the base model's dtype (an upper bound)"
 UNNAMED: dict[str, frozenset[str]] = {"launcher": frozenset({ACCELERATE_FSDP})}

@@ -26,6 +26,7 @@ from finetune_doctor.facts.bf16stack import bf16_refusal, stack_versions
 from finetune_doctor.facts import lint as lint_facts
 from finetune_doctor.facts import machine
 from finetune_doctor.facts import model as model_facts
+from finetune_doctor.facts import quantassume
 from finetune_doctor.facts import run as run_facts
 from finetune_doctor.fsutil import display_path, real_parent
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc, load_config
@@ -238,8 +239,8 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
 
     doc = asm.doc
 
-    def resolve(stack: dict[str, str | None]) -> Any:
-        return resolve_run(doc.values, arch, asm.hw, asm.ds, nnodes=opts.nnodes, stack=stack,
+    def resolve(stack: dict[str, str | None], other_arch: Any = None) -> Any:
+        return resolve_run(doc.values, other_arch or arch, asm.hw, asm.ds, nnodes=opts.nnodes, stack=stack,
                            stack_sources=asm.stack_sources, launch=asm.launch)
 
     try:
@@ -271,14 +272,10 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
                                     int(tokens) if tokens else None, torch_given=bool(opts.torch_version),
                                     optim_given="optim" in doc.values)
         asm.memory = mem_facts.judged(est, asm.hw, alt)   # verdict, p_oom, interval (analyzers/memory/uncertainty.py)
-        qalt = mem_facts.quant_alternative(
-            lambda a: resolve_run(doc.values, a, asm.hw, asm.ds, nnodes=opts.nnodes, stack=stack,
-                                  stack_sources=asm.stack_sources, launch=asm.launch),
-            asm.run, asm.hw, int(tokens) if tokens else None)
-        _quant_assumption(asm, qalt)
-        _named_quant_assumption(asm, lambda a: resolve_run(
-            doc.values, a, asm.hw, asm.ds, nnodes=opts.nnodes, stack=stack, stack_sources=asm.stack_sources,
-            launch=asm.launch), int(tokens) if tokens else None)
+        qalt = mem_facts.quant_alternative(lambda a: resolve(stack, a), asm.run, asm.hw,
+                                           int(tokens) if tokens else None)
+        quantassume.quant_assumption(asm, qalt)
+        quantassume.named_quant_assumption(asm, lambda a: resolve(stack, a), int(tokens) if tokens else None)
         honest = _assumptions(asm, opts, int(tokens) if tokens else None, alt) if assume else {}
         facts["mem"] = mem_facts.assemble(asm.memory, asm.hw, asm.run, alt, qalt)
         facts["mem"].update({"deciding_assumption": None, "token_budget": None, **honest})
@@ -431,50 +428,6 @@ def _mixed(asm: Assembly, opts: Options) -> dict[str, Any]:
     if p is not None:
         out.update(p_oom=p, p_oom_pct=100 * p)
     return out
-
-
-def _quant_assumption(asm: Assembly, qalt: dict[str, Any]) -> None:
-    """Record how the weights of a quantized-looking checkpoint were sized (unquantized: an upper bound) with the
-    alternative its name suggests, and keep an upper bound from deciding an ``oom`` verdict: when the weights as
-    the name suggests they are stored fit, the verdict is at-risk (issue 21: verdicts follow the unknowns)."""
-    label = qalt.get("quant_alt_label")
-    if label is None or asm.run is None or asm.memory is None:
-        return
-    if asm.memory.verdict == "oom" and qalt.get("quant_alt_verdict") in ("fits", "at-risk"):
-        asm.memory = replace(asm.memory, verdict="at-risk")
-    verdict = asm.memory.verdict
-    asm.assumptions.append(Assumption(
-        name="weights-quantization", value=f"unquantized {asm.run.arch.dtype} (an upper bound)",
-        source="the model name suggests a quantized checkpoint; no config.json says how it is stored",
-        alternatives=(label,), effect_gib={label: qalt["quant_alt_total"]},
-        effect_verdict={label: qalt["quant_alt_verdict"]} if qalt.get("quant_alt_verdict") else {},
-        resolve_with="--model-config (the checkpoint's config.json)",
-        moves_verdict=bool(qalt.get("quant_alt_verdict")) and qalt["quant_alt_verdict"] != verdict))
-
-
-def _named_quant_assumption(asm: Assembly, resolve_arch: Any, tokens: int | None) -> None:
-    """Record the ``weights-quantization`` assumption of weights sized from the repository name's ending alone
-    (quant.py `QuantSpec.from_name`: ``-AWQ`` as AWQ 4-bit g128, ...) with the unquantized base model (an upper
-    bound) evaluated beside it. That alternative is shown, not weighed (facts/assume.py `SHOWN_ONLY`): an upload
-    named -AWQ is not stored unquantized, so it neither moves the verdict nor enters the mixture."""
-    from finetune_doctor.analyzers.memory import estimate
-    from finetune_doctor.facts import assume
-    from finetune_doctor.facts import mem as mem_facts
-
-    run = asm.run
-    quant = getattr(run.arch, "quant", None) if run is not None else None
-    if quant is None or not getattr(quant, "from_name", False) or asm.memory is None:
-        return
-    label = assume.UNQUANTIZED
-    est = mem_facts.judged(estimate(resolve_arch(replace(run.arch, quant=None)), asm.hw, tokens=tokens), asm.hw)
-    asm.assumptions.append(Assumption(
-        name="weights-quantization", value=f"{quant.label} (as the name's ending suggests)",
-        source=f"no config.json of the checkpoint was read; the name '{run.model_name}' ends as such uploads do, "
-               f"and they are stored as {quant.label} (quant.py hinted_spec)",
-        alternatives=(label,), effect_gib={label: est.total},
-        effect_verdict={label: est.verdict} if est.verdict else {},
-        resolve_with="--model-config (the checkpoint's config.json), or the model folder on this machine",
-        moves_verdict=False))
 
 
 def _kind(doc: ConfigDoc, launch_file: str | None = None) -> str:

@@ -12,7 +12,6 @@ as an assumption; an ending with no usual layout, ``-FP8``, leaves the quantizat
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import replace
 from functools import lru_cache
@@ -138,6 +137,8 @@ def did_you_mean(name: str, n: int = 3) -> list[str]:
 @lru_cache(maxsize=256)
 def _did_you_mean(name: str, n: int) -> tuple[str, ...]:
     # one difflib scan of the catalog per name per process: a corpus names the same few models over and over
+    import difflib   # here: only a name the catalogue does not hold needs it (not the lint of a known model)
+
     _, by_name, by_stem, _, _ = _index()
     ids = catalog_names()
     keys = {**by_stem, **by_name}
