@@ -352,7 +352,7 @@ def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:
                                      f"on a release that ships v1 (from {with_v1[0]})",
                               resolve_with="--llamafactory VERSION, or --env FILE with `llamafactory-cli env` "
                                            "output of the training machine"))
-    elif rel is not None and (not rel.known or rel.note or rel.source == "installed here"):
+    elif rel is not None and not rel.older and (not rel.known or rel.note or rel.source == "installed here"):
         if not rel.known:
             value, why = f"any release {rel.versions[0]}-{rel.versions[-1]}", (rel.note or "not given: no "
                          "--llamafactory, no --env, llamafactory not installed here")

@@ -72,6 +72,7 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
     "config_kind": F("str", "which LLaMA-Factory command reads the config: train, train-v1, export, export-v1, "
                             "chat, eval (readers/config/lfkind.py)"),
     "lf_version": F("str", "the LLaMA-Factory release(s) the keys were judged for, or 'unknown'"),
+    "release_note": F("str", "why the keys were not judged (a stated release older than the catalogue), or ''"),
     "config_suffix": F("str", "the config file's suffix, lower-cased ('.yml')"),
     "duplicates": F("list", "keys the config file repeats (`duplicate_facts`)", items={
         "key": F("str", "the key (dotted when nested)"), "line": F("int", "1-based line of the repeat"),
@@ -143,6 +144,10 @@ def _problems(doc: ConfigDoc, transformers_version: str | None, release: Any, ki
 
         refused = no_v1(doc.values, release)
         return [refused] if refused else check_v1(doc.values, release=release)
+    if getattr(release, "older", False):
+        # a release before the catalogue's first: which keys, values and templates it reads is not known here, so
+        # none is judged (a rename "last accepted in v0.6" is wrong for a user on 0.6); the launch checks stand
+        return [p for p in check_launch(doc.values, doc.path, None) if p.get("kind") != "template"]
     if kind == "train":
         return [*check_keys(doc.values, transformers_version=transformers_version, release=release),
                 *check_launch(doc.values, doc.path, release, transformers_version)]
@@ -187,10 +192,12 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
         if _unverified(d["condition"], transformers_version):
             d["was"], d["kind"] = d["kind"], "unverified"
         out.append(d)
-    rel = "unknown" if release is None or not release.known else ",".join(release.versions)
+    rel = ("unknown" if release is None or not release.known
+           else str(release.given) if getattr(release, "older", False) else ",".join(release.versions))
     return {"keys": out, "keys_dropped": dropped, "assumptions": [], "strict": False, "config_kind": kind,
             **suffix_facts(doc.path, release), "duplicates": duplicate_facts(doc, release),
-            "lf_version": rel, "launch_trains": None, "config_command": COMMANDS.get(kind or "train"),
+            "lf_version": rel, "release_note": release.note if getattr(release, "older", False) else "",
+            "launch_trains": None, "config_command": COMMANDS.get(kind or "train"),
             **(launch or {"launch_known": False, "torchrun": False, "torch_known": False, "bf16_refused": None,
                           "bf16_stack": "the training machine's torch and transformers (not given) decide whether "
                                         "it starts"})}
@@ -266,5 +273,7 @@ def duplicate_facts(doc: ConfigDoc, release: Any) -> list[dict[str, Any]]:
 
 def dropped_note(path: str, facts: dict[str, Any]) -> list[str]:
     """The note for key problems past facts/lint.py MAX_PER_KIND of one kind (counted, not judged one by one)."""
-    n = (facts.get("lint") or {}).get("keys_dropped") or 0
-    return [f"{path}: {n} more key problems of a kind reported 1,000 times were counted, not listed"] if n else []
+    lint = facts.get("lint") or {}
+    n = lint.get("keys_dropped") or 0
+    out = [f"{path}: {n} more key problems of a kind reported 1,000 times were counted, not listed"] if n else []
+    return out + ([f"{path}: {lint['release_note']}"] if lint.get("release_note") else [])
