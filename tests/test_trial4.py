@@ -3,6 +3,10 @@
 1. A release the user states that is older than the catalogue (0.6.3 < 0.8.0) is never judged as 0.8.0: the report
    says the keys are not judged for it, and no rename or removal error (``cache_path`` "last accepted in v0.6")
    nor a fix to a key that release lacks (``tokenized_path``) is made.
+3. A template the stated release lacks but a later one registers (``qwen3_vl`` on 0.9.3, ``qwen3_5`` on 0.9.4) is
+   fixed by upgrading to the first release that registers it, never by "did you mean" the same name, and the
+   thinking-template rewrite does not write a ``_nothink`` sibling the release lacks as well.
+6. FD041 never asks for ``--transformers VERSION`` when it was given: it names what decides the condition.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from finetune_doctor.cli import main
+from finetune_doctor.readers import dists
 from finetune_doctor.readers.config.lfrelease import choose
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,3 +50,65 @@ def test_stated_063_gets_no_rename_error_and_no_fix_to_a_key_it_lacks():
     # without the version, every catalogued release renamed the key: the error stands (0.8.0 ... main)
     _, rep = _run("lint", str(case / "config.yaml"))
     assert "renamed-key" in {f["name"] for f in rep["findings"]}
+
+
+def _template_finding(rep: dict) -> dict:
+    return next(f for f in rep["findings"] if f["name"] == "template-not-registered")
+
+
+def test_a_template_of_a_later_release_is_fixed_by_upgrading():
+    cfg = FX / "qwen3vl_on_093" / "config.yaml"
+    code, rep = _run("check", str(cfg), "--llamafactory", "0.9.3")
+    f = _template_finding(rep)
+    assert code == 1 and f["severity"] == "error"
+    assert "LLaMA-Factory 0.9.4 is the first release that registers it" in f["message"]
+    assert "Did you mean" not in f["message"]
+    assert f["fix"]["title"] == "upgrade LLaMA-Factory to >= 0.9.4, the first release that registers `qwen3_vl`"
+    assert not f["fix"]["edits"]
+    # the Instruct model's warning stays, but its rewrite to qwen3_vl_nothink (also 0.9.4+) is not offered
+    thinking = next(x for x in rep["findings"] if x["name"] == "thinking-template-on-instruct-model")
+    assert not (thinking.get("fix") or {}).get("edits")
+    res = CliRunner().invoke(main, ["lint", str(cfg), "--llamafactory", "0.9.3", "--unsafe-fixes", "--diff"])
+    assert "qwen3_vl_nothink" not in res.output
+    # on 0.9.4 both templates exist: the template is fine, the rewrite to _nothink is offered
+    _, rep = _run("check", str(cfg), "--llamafactory", "0.9.4")
+    assert "template-not-registered" not in {x["name"] for x in rep["findings"]}
+    thinking = next(x for x in rep["findings"] if x["name"] == "thinking-template-on-instruct-model")
+    assert [e["value"] for e in thinking["fix"]["edits"]] == ["qwen3_vl_nothink"]
+
+
+def test_qwen3_5_on_094_names_095():
+    _, rep = _run("check", str(FX / "qwen35_moe_tf52" / "config.yaml"), "--llamafactory", "0.9.4")
+    f = _template_finding(rep)
+    assert "LLaMA-Factory 0.9.5 is the first release that registers it" in f["message"]
+    assert "`qwen3_5`?" not in f["message"]
+
+
+def test_a_misspelt_template_is_never_suggested_as_itself():
+    # `qwen3-vl` was never registered: the nearest name the judged release has -- on 0.9.4 qwen3_vl, on 0.9.3
+    # (which lacks qwen3_vl) one of its own; `qwen3_NOTHINK` is another value than `qwen3_nothink`
+    from finetune_doctor.analyzers.config.launch import check_launch
+
+    def fix(values: dict, version: str) -> str:
+        return next(p for p in check_launch(values, None, choose(version)) if p["kind"] == "template")["fix_value"]
+
+    model = {"model_name_or_path": "Qwen/Qwen3-VL-8B-Instruct"}
+    assert fix({"template": "qwen3-vl", **model}, "0.9.4") == "qwen3_vl"
+    on_093 = fix({"template": "qwen3-vl", **model}, "0.9.3")
+    assert on_093 == "qwen3" and choose("0.9.3").has_template(on_093)
+    assert fix({"template": "qwen3_NOTHINK"}, "0.9.5") == "qwen3_nothink"
+
+
+def test_fd041_does_not_ask_for_the_transformers_version_it_was_given(monkeypatch):
+    real = dists.installed_version
+    monkeypatch.setattr(dists, "installed_version", lambda d: None if d == "llamafactory" else real(d))
+    cfg = str(FX / "qwen35_moe_tf52" / "config.yaml")
+    # the template (0.9.5+) is left out here so that the keys' release stays open, as in the trial's first run
+    res = CliRunner().invoke(main, ["check", cfg, "template=qwen", "--transformers", "5.2.0", "--format", "json"])
+    rep = json.loads(res.stdout)
+    fd041 = [f for f in rep["findings"] if f["code"] == "FD041"]
+    assert {f["location"]["key"] for f in fd041} == {"trust_remote_code", "eval_dataset"}
+    for f in fd041:
+        assert "--transformers VERSION" not in f["message"]
+        assert "pass --llamafactory VERSION or --env FILE to decide it (transformers 5.2.0, given, does not " \
+               "decide it)" in f["message"]

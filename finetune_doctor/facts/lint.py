@@ -32,6 +32,8 @@ KEY_ITEM = {
               values=("stops", "drops")),
     "rest": F("str", "with a fate: the message's text after it"),
     "was": F("str", "for kind unverified: the kind the problem has when its condition holds"),
+    "decide": F("str", "for kind unverified: the inputs that would decide the condition (--llamafactory VERSION or "
+                       "--env FILE, ...), none of them given"),
     "line": F("int", "1-based line of the key in the config"),
     "override": F("bool", "the value was given as key=value on the command line"),
     "inert": F("bool", "deleting the key changes nothing: a retired key at the default it had where it was read"),
@@ -134,7 +136,7 @@ MAX_PER_KIND = 1000
 evaluation; a file of 100k unknown keys (issue 27) is reported by its first 1,000 and a count of the rest."""
 
 KEY_FIELDS = ("key", "kind", "message", "suggestion", "replacement_key", "fix", "fix_value", "condition", "inert",
-              "fate", "rest")
+              "fate", "rest", "decide")
 
 
 def _problems(doc: ConfigDoc, transformers_version: str | None, release: Any, kind: str) -> list[Any]:
@@ -164,6 +166,17 @@ def _unverified(condition: str | None, transformers_version: str | None) -> bool
             or (condition.startswith("transformers ") and not transformers_version))
 
 
+def _decide(condition: str, transformers_version: str | None) -> str:
+    """The flags that would decide an unverified `condition`, never one the user gave (trial 4: FD041 said "pass
+    --transformers VERSION" right after --transformers 5.2.0 was passed, for a key only LF's release decides)."""
+    if condition.startswith("LLaMA-Factory "):
+        told = f" (transformers {transformers_version}, given, does not decide it)" if transformers_version else ""
+        return "pass --llamafactory VERSION or --env FILE to decide it" + told
+    if transformers_version:   # "stock transformers ...": the build, not the version, is open
+        return "pass --env FILE from the training machine to decide it"
+    return "pass --transformers VERSION or --env FILE to decide it"
+
+
 def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, release: Any = None,
              kind: str = "train", launch: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``lint`` facts of `doc` (None: a DeepSpeed JSON on its own, no keys to check): the key schema's problems
@@ -191,6 +204,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
         d["override"] = any(k == d["key"] or k.startswith(d["key"] + ".") for k in doc.overrides)
         if _unverified(d["condition"], transformers_version):
             d["was"], d["kind"] = d["kind"], "unverified"
+            d["decide"] = _decide(d["condition"], transformers_version)
         out.append(d)
     rel = ("unknown" if release is None or not release.known
            else str(release.given) if getattr(release, "older", False) else ",".join(release.versions))
