@@ -6,6 +6,9 @@
 3. A template the stated release lacks but a later one registers (``qwen3_vl`` on 0.9.3, ``qwen3_5`` on 0.9.4) is
    fixed by upgrading to the first release that registers it, never by "did you mean" the same name, and the
    thinking-template rewrite does not write a ``_nothink`` sibling the release lacks as well.
+2. A per-step loss dict that carries ``train_runtime``/``train_tokens_per_second`` is a step, not the final metrics
+   (which always have ``train_loss``): a crashed run is not "finished"; the world size is read from the training
+   header (total batch / per-device batch / accumulation) before the ranks a log names.
 6. FD041 never asks for ``--transformers VERSION`` when it was given: it names what decides the condition.
 """
 
@@ -112,3 +115,23 @@ def test_fd041_does_not_ask_for_the_transformers_version_it_was_given(monkeypatc
         assert "--transformers VERSION" not in f["message"]
         assert "pass --llamafactory VERSION or --env FILE to decide it (transformers 5.2.0, given, does not " \
                "decide it)" in f["message"]
+
+
+def test_a_step_dict_with_train_runtime_does_not_finish_the_run():
+    from finetune_doctor.readers.runlogs.logpatterns import is_summary
+
+    log = FX / "z3_rank5_crash" / "log.txt"
+    res = CliRunner().invoke(main, ["postmortem", "--log", str(log), "--format", "json"])
+    assert res.exit_code == 1, res.output
+    rep = json.loads(res.stdout)
+    pm = rep["postmortem"]
+    assert pm["crashed"] and not pm["completed"]
+    assert pm["steps"]["last"] == 2 and pm["curves"]["loss"]["values"] == [1.9251, 1.8173]
+    assert "finished" not in json.dumps(rep["timeline"])
+    assert rep["notes"] == ["world size 8 from the log's training header: total train batch size 64 = 1 per device "
+                            "x 8 gradient accumulation x 8 ranks"]
+    # transformers' final dict (speed_metrics + train_loss + epoch) is the summary; a step's is not
+    assert is_summary({"train_runtime": 55.1, "train_samples_per_second": 1.2, "train_steps_per_second": 0.02,
+                       "train_tokens_per_second": 2376.4, "total_flos": 1e18, "train_loss": 1.8, "epoch": 1.0})
+    assert not is_summary({"loss": 1.8173, "grad_norm": 2.56, "learning_rate": 1e-05, "epoch": 0.0,
+                           "train_runtime": 55.1, "train_tokens_per_second": 2376.4})
