@@ -10,6 +10,7 @@
    (which always have ``train_loss``): a crashed run is not "finished"; the world size is read from the training
    header (total batch / per-device batch / accumulation) before the ranks a log names.
 6. FD041 never asks for ``--transformers VERSION`` when it was given: it names what decides the condition.
+9. An explicit ``bf16: false`` is said as such, not as "neither bf16 nor fp16 set".
 """
 
 from __future__ import annotations
@@ -135,3 +136,13 @@ def test_a_step_dict_with_train_runtime_does_not_finish_the_run():
                        "train_tokens_per_second": 2376.4, "total_flos": 1e18, "train_loss": 1.8, "epoch": 1.0})
     assert not is_summary({"loss": 1.8173, "grad_norm": 2.56, "learning_rate": 1e-05, "epoch": 0.0,
                            "train_runtime": 55.1, "train_tokens_per_second": 2376.4})
+
+
+def test_an_explicit_bf16_false_is_named():
+    cfg = FX / "qwen25vl3b_dpo_bf16_false" / "config.yaml"
+    _, rep = _run("check", str(cfg))
+    assert "bf16: false, fp16 not set: LF infers compute dtype bfloat16 from the checkpoint (bfloat16)" in rep["notes"]
+    assert not [n for n in rep["notes"] if n.startswith("neither bf16 nor fp16")]
+    # without the line the old wording holds: nothing was set
+    _, rep = _run("check", str(cfg), "bf16=null")
+    assert any(n.startswith("neither bf16 nor fp16 set: LF infers") for n in rep["notes"]), rep["notes"]
