@@ -51,8 +51,15 @@ def test_stated_063_gets_no_rename_error_and_no_fix_to_a_key_it_lacks():
         assert "tokenized_path" not in json.dumps([f.get("fix") for f in rep["findings"]])
         assert any("keys are not judged for 0.6.3" in n for n in rep["notes"]), rep["notes"]
         assert not [a for a in rep["assumptions"] if a["name"] == "lf-version"]
-    # without the version, every catalogued release renamed the key: the error stands (0.8.0 ... main)
+    # without the version, the launch line's src/train_bash.py (renamed before 0.8.0) says the release is older
+    _, rep = _run("check", str(case / "config.yaml"), "--launch", str(case / "cmdline.txt"))
+    assert "renamed-key" not in {f["name"] for f in rep["findings"]}
+    assert any("the launch runs src/train_bash.py" in n for n in rep["notes"]), rep["notes"]
+    # with neither, every catalogued release renamed the key: the error stands (0.8.0 ... main)
     _, rep = _run("lint", str(case / "config.yaml"))
+    assert "renamed-key" in {f["name"] for f in rep["findings"]}
+    # a stated version wins over what the launch line implies
+    _, rep = _run("check", str(case / "config.yaml"), "--launch", str(case / "cmdline.txt"), "--llamafactory", "0.9.5")
     assert "renamed-key" in {f["name"] for f in rep["findings"]}
 
 

@@ -253,3 +253,23 @@ def v1_releases() -> tuple[str, ...]:
 def v1_catalog() -> dict[str, Any]:
     """The v1 argument classes' fields (``fields``) and registered plugin names (``plugins``) at the snapshot."""
     return load()["v1"]
+
+
+PRE_CLI_SCRIPT = re.compile(r"(?:^|[\s/])train_bash\.py\b")
+"""LLaMA-Factory's training entry point before ``llamafactory-cli``: ``src/train_bash.py`` was renamed ``src/train.py``
+in May 2024 (hiyouga/LlamaFactory#3624, 2024-05-08: "改名成 train 了"), before 0.8.0 (June 2024), the catalogue's
+first release."""
+
+
+def with_launch(release: Release, launch: str | None) -> Release:
+    """`release`, or -- when no version was stated (not given, or only the one installed here) and the `launch` line
+    runs ``train_bash.py`` (`PRE_CLI_SCRIPT`) -- a release older than the catalogue (`Release.older`): its keys are
+    not judged (trial 4, LlamaFactory#2926: `cache_path`, a key of that release, was called renamed)."""
+    if not launch or not PRE_CLI_SCRIPT.search(launch):
+        return release
+    if release.known and release.source != "installed here":
+        return release   # a stated version wins over what the launch line implies
+    first = load()["versions"][0]
+    return Release("before 0.8.0", (first,), True, "the launch line (src/train_bash.py)", older=True,
+                   note=f"the launch runs src/train_bash.py, LLaMA-Factory's entry point before {first}: the doctor "
+                        f"knows releases from {first}; keys are not judged for that release")
