@@ -153,3 +153,16 @@ def test_an_explicit_bf16_false_is_named():
     # without the line the old wording holds: nothing was set
     _, rep = _run("check", str(cfg), "bf16=null")
     assert any(n.startswith("neither bf16 nor fp16 set: LF infers") for n in rep["notes"]), rep["notes"]
+
+
+def test_a_rename_is_not_offered_to_a_release_that_lacks_the_new_key_too():
+    # image_resolution (0.9.0-0.9.1) became image_max_pixels (0.9.2+): on 0.8.3 neither exists
+    from finetune_doctor.readers.config.keyschema import check_keys
+
+    values = {"model_name_or_path": "Qwen/Qwen2-VL-7B-Instruct", "stage": "sft", "do_train": True,
+              "finetuning_type": "lora", "template": "qwen2_vl", "image_resolution": 512, "output_dir": "out"}
+    old = [p for p in check_keys(values, release=choose("0.8.3")) if p.key == "image_resolution"]
+    assert [(p.kind, p.replacement_key, p.fix) for p in old] == [("unknown", None, None)]
+    assert "not a key of LLaMA-Factory 0.8.3 (LLaMA-Factory 0.9.0-0.9.1 declares it)" in old[0].message
+    new = [p for p in check_keys(values, release=choose("0.9.3")) if p.key == "image_resolution"]
+    assert [(p.kind, p.replacement_key) for p in new] == [("renamed", "image_max_pixels")]
