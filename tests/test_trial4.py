@@ -51,6 +51,10 @@ def test_stated_063_gets_no_rename_error_and_no_fix_to_a_key_it_lacks():
         assert "tokenized_path" not in json.dumps([f.get("fix") for f in rep["findings"]])
         assert any("keys are not judged for 0.6.3" in n for n in rep["notes"]), rep["notes"]
         assert not [a for a in rep["assumptions"] if a["name"] == "lf-version"]
+    # a chat config of that release gets no training parser's checks either
+    infer = FX / "galore_train_bash_063" / "infer.yaml"
+    code, rep = _run("lint", str(infer), "--llamafactory", "0.6.3")
+    assert code == 0 and not [f for f in rep["findings"] if f["severity"] == "error"], rep["findings"]
     # without the version, the launch line's src/train_bash.py (renamed before 0.8.0) says the release is older
     _, rep = _run("check", str(case / "config.yaml"), "--launch", str(case / "cmdline.txt"))
     assert "renamed-key" not in {f["name"] for f in rep["findings"]}
