@@ -39,6 +39,10 @@ def test_a_release_before_the_catalogue_is_not_replaced():
     assert rel.older and rel.given == "0.6.3"
     assert rel.note == "the doctor knows LLaMA-Factory releases from 0.8.0; keys are not judged for 0.6.3"
     assert not choose("0.8.0").older and not choose("0.9.2.dev0").older
+    from finetune_doctor.readers.config.lfrelease import version_in_use
+
+    env = version_in_use(None, {"llamafactory": "0.7.1"}, "env.txt")   # what `llamafactory-cli env` printed
+    assert env.older and env.given == "0.7.1" and env.source == "env.txt"
 
 
 def test_stated_063_gets_no_rename_error_and_no_fix_to_a_key_it_lacks():
