@@ -174,3 +174,12 @@ def test_a_rename_is_not_offered_to_a_release_that_lacks_the_new_key_too():
     assert "not a key of LLaMA-Factory 0.8.3 (LLaMA-Factory 0.9.0-0.9.1 declares it)" in old[0].message
     new = [p for p in check_keys(values, release=choose("0.9.3")) if p.key == "image_resolution"]
     assert [(p.kind, p.replacement_key) for p in new] == [("renamed", "image_max_pixels")]
+
+
+def test_a_version_mapped_onto_the_catalogue_keeps_what_was_given():
+    # newer than the catalogue, or a build between releases: the assumption shows the stated version beside its mapping
+    cfg = str(FX / "galore_train_bash_063" / "config.yaml")
+    for given, judged in (("0.9.7", "0.9.6.dev0"), ("0.9.2.dev0", "0.9.1-0.9.2")):
+        _, rep = _run("lint", cfg, "--llamafactory", given)
+        lf = [a["value"] for a in rep["assumptions"] if a["name"] == "lf-version"]
+        assert lf == [f"{given} as given, judged as {judged}"]

@@ -359,6 +359,8 @@ def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:
             alts = tuple(rel.versions)
         else:
             value = rel.versions[0] if len(rel.versions) == 1 else f"{rel.versions[0]}-{rel.versions[-1]}"
+            if rel.given and rel.given != value and rel.source != "installed here":
+                value = f"{rel.given} as given, judged as {value}"   # what was stated stays in sight (trial 4)
             why = rel.note or "the llamafactory installed here, taken as the training machine's"
             alts = ()
         out.append(Assumption(name="lf-version", value=value, source=why, alternatives=alts,
