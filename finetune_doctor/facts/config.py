@@ -31,6 +31,7 @@ from finetune_doctor.facts import run as run_facts
 from finetune_doctor.fsutil import display_path, real_parent
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc, load_config
 from finetune_doctor.readers.config.lfnarrow import release_in_use
+from finetune_doctor.readers.config.lfrelease import with_launch
 from finetune_doctor.run import InvalidRunValue, resolve_run
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Assumption, Hardware, MemoryEstimate, SourceDoc
@@ -302,8 +303,9 @@ def _read(config: str, overrides: tuple[str, ...] | list[str], opts: Options, hw
         sources["override"] = SourceDoc("override", "<command line>", {k: (1, 1) for k in doc.overrides})
     # --env is read even by lint: its LLaMA-Factory and transformers releases decide which keys exist
     env_report = read_env_file(opts.env_file) if opts.env_file else None
-    release = release_in_use(opts.lf_version, env_report.versions if env_report else None, opts.env_file,
-                             config=(doc.values, kind))   # none given: the config's keys narrow it (lfnarrow.py)
+    # none given: the config's keys narrow it (lfnarrow.py); a train_bash.py launch line marks a release before 0.8.0
+    release = with_launch(release_in_use(opts.lf_version, env_report.versions if env_report else None, opts.env_file,
+                                         config=(doc.values, kind)), kinds._launch_line(getattr(opts, "launch", None)))
     facts: dict[str, Any] = skeleton(cfg=cfg_facts.assemble(doc.values),
                                      lint=lint_facts.assemble(doc, opts.transformers_version or (
                                          env_report.versions.get("transformers") if env_report else None),

@@ -352,7 +352,7 @@ def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:
                                      f"on a release that ships v1 (from {with_v1[0]})",
                               resolve_with="--llamafactory VERSION, or --env FILE with `llamafactory-cli env` "
                                            "output of the training machine"))
-    elif rel is not None and (not rel.known or rel.note or rel.source == "installed here"):
+    elif rel is not None and not rel.older and (not rel.known or rel.note or rel.source == "installed here"):
         if not rel.known:
             from finetune_doctor.readers.config.keyschema import spans
 
@@ -362,6 +362,8 @@ def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:
             alts = tuple(rel.versions)
         else:
             value = rel.versions[0] if len(rel.versions) == 1 else f"{rel.versions[0]}-{rel.versions[-1]}"
+            if rel.given and rel.given != value and rel.source != "installed here":
+                value = f"{rel.given} as given, judged as {value}"   # what was stated stays in sight (trial 4)
             why = rel.note or "the llamafactory installed here, taken as the training machine's"
             alts = ()
         out.append(Assumption(name="lf-version", value=value, source=why, alternatives=alts,

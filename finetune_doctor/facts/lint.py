@@ -36,6 +36,8 @@ KEY_ITEM = {
               values=("stops", "drops")),
     "rest": F("str", "with a fate: the message's text after it"),
     "was": F("str", "for kind unverified: the kind the problem has when its condition holds"),
+    "decide": F("str", "for kind unverified: the inputs that would decide the condition (--llamafactory VERSION or "
+                       "--env FILE, ...), none of them given"),
     "line": F("int", "1-based line of the key in the config"),
     "override": F("bool", "the value was given as key=value on the command line"),
     "inert": F("bool", "deleting the key changes nothing: a retired key at the default it had where it was read"),
@@ -81,6 +83,7 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "key": F("str", "the first conflicting key, where the finding points"),
         "keys_text": F("str", "each conflicting key with the releases declaring it: '`a` (0.9.2-0.9.6.dev0), ...'"),
         "range_text": F("str", "the catalogued releases judged: '0.8.0-0.9.6.dev0'")}),
+    "release_note": F("str", "why the keys were not judged (a stated release older than the catalogue), or ''"),
     "config_suffix": F("str", "the config file's suffix, lower-cased ('.yml')"),
     "duplicates": F("list", "keys the config file repeats (`duplicate_facts`)", items={
         "key": F("str", "the key (dotted when nested)"), "line": F("int", "1-based line of the repeat"),
@@ -142,7 +145,7 @@ MAX_PER_KIND = 1000
 evaluation; a file of 100k unknown keys (issue 27) is reported by its first 1,000 and a count of the rest."""
 
 KEY_FIELDS = ("key", "kind", "message", "suggestion", "replacement_key", "fix", "fix_value", "condition", "inert",
-              "fate", "rest", "check", "args")
+              "fate", "rest", "check", "args", "decide")
 
 
 def _problems(doc: ConfigDoc, transformers_version: str | None, release: Any, kind: str) -> list[Any]:
@@ -152,6 +155,12 @@ def _problems(doc: ConfigDoc, transformers_version: str | None, release: Any, ki
 
         refused = no_v1(doc.values, release)
         return [refused] if refused else check_v1(doc.values, release=release)
+    if getattr(release, "older", False):
+        # a release before the catalogue's first: which keys, values and templates it reads is not known here, so
+        # none is judged (a rename "last accepted in v0.6" is wrong for a user on 0.6); the launch checks stand
+        if kind != "train":
+            return []   # the launch checks are the training parser's; chat/export/eval read only the template
+        return [p for p in check_launch(doc.values, doc.path, None) if p.get("kind") != "template"]
     if kind == "train":
         return [*check_keys(doc.values, transformers_version=transformers_version, release=release),
                 *check_launch(doc.values, doc.path, release, transformers_version)]
@@ -166,6 +175,17 @@ def _unverified(condition: str | None, transformers_version: str | None) -> bool
         return False
     return (condition.startswith("LLaMA-Factory ") or condition.startswith("stock transformers")
             or (condition.startswith("transformers ") and not transformers_version))
+
+
+def _decide(condition: str, transformers_version: str | None) -> str:
+    """The flags that would decide an unverified `condition`, never one the user gave (trial 4: FD041 said "pass
+    --transformers VERSION" right after --transformers 5.2.0 was passed, for a key only LF's release decides)."""
+    if condition.startswith("LLaMA-Factory "):
+        told = f" (transformers {transformers_version}, given, does not decide it)" if transformers_version else ""
+        return "pass --llamafactory VERSION or --env FILE to decide it" + told
+    if transformers_version:   # "stock transformers ...": the build, not the version, is open
+        return "pass --env FILE from the training machine to decide it"
+    return "pass --transformers VERSION or --env FILE to decide it"
 
 
 def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, release: Any = None,
@@ -195,14 +215,18 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
         d["override"] = any(k == d["key"] or k.startswith(d["key"] + ".") for k in doc.overrides)
         if _unverified(d["condition"], transformers_version):
             d["was"], d["kind"] = d["kind"], "unverified"
+            d["decide"] = _decide(d["condition"], transformers_version)
         out.append(d)
-    rel = "unknown" if release is None or not release.known else ",".join(release.versions)
+    rel = ("unknown" if release is None or not release.known
+           else str(release.given) if getattr(release, "older", False) else ",".join(release.versions))
     clash = getattr(release, "conflict", ())
     conflicts = [{"key": clash[0][0], "keys_text": ", ".join(f"`{k}` ({s})" for k, s in clash),
                   "range_text": f"{release.versions[0]}-{release.versions[-1]}"}] if clash else []
     return {"keys": out, "keys_dropped": dropped, "assumptions": [], "strict": False, "config_kind": kind,
             **suffix_facts(doc.path, release), "duplicates": duplicate_facts(doc, release),
-            "lf_version": rel, "release_conflicts": conflicts, "launch_trains": None, "config_command": COMMANDS.get(kind or "train"),
+            "lf_version": rel, "release_conflicts": conflicts,
+            "release_note": release.note if getattr(release, "older", False) else "",
+            "launch_trains": None, "config_command": COMMANDS.get(kind or "train"),
             **(launch or {"launch_known": False, "torchrun": False, "torch_known": False, "bf16_refused": None,
                           "bf16_stack": "the training machine's torch and transformers (not given) decide whether "
                                         "it starts"})}
@@ -278,5 +302,7 @@ def duplicate_facts(doc: ConfigDoc, release: Any) -> list[dict[str, Any]]:
 
 def dropped_note(path: str, facts: dict[str, Any]) -> list[str]:
     """The note for key problems past facts/lint.py MAX_PER_KIND of one kind (counted, not judged one by one)."""
-    n = (facts.get("lint") or {}).get("keys_dropped") or 0
-    return [f"{path}: {n} more key problems of a kind reported 1,000 times were counted, not listed"] if n else []
+    lint = facts.get("lint") or {}
+    n = lint.get("keys_dropped") or 0
+    out = [f"{path}: {n} more key problems of a kind reported 1,000 times were counted, not listed"] if n else []
+    return out + ([f"{path}: {lint['release_note']}"] if lint.get("release_note") else [])

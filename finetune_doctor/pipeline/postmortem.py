@@ -81,6 +81,8 @@ def _hardware_from_evidence(ev: Evidence) -> Hardware | None:
                   and isinstance(fact.value, int)), None)
     notes: tuple[str, ...] = ()
     if world is None:
+        world, notes = _world_from_header(ev)
+    if world is None:
         # no log states the world size, but the ranks that print (``[rank3]:`` prefixes, rank files, failure
         # records) bound it from below: a ZeRO run sized on one rank would read 4·P/N with N = 1
         seen = [r for f in ev.files for r in (f.origin.get("rank"), *(o.rank for o in f.ooms),
@@ -93,6 +95,26 @@ def _hardware_from_evidence(ev: Evidence) -> Hardware | None:
     if cap is None and world is None:
         return None
     return Hardware(gpu=None, num_gpus=world, capacity_gib=cap, bf16=None, source="log", notes=notes)
+
+
+def _world_from_header(ev: Evidence) -> tuple[int | None, tuple[str, ...]]:
+    """The rank count transformers' "***** Running training *****" header implies: its "Total train batch size (w.
+    parallel, distributed & accumulation)" is per-device batch x gradient accumulation x world size
+    (trainer.py ``_inner_training_loop``: ``total_train_batch_size = self._train_batch_size *
+    args.gradient_accumulation_steps * args.world_size``). Read before the ranks a log names, which only bound it
+    from below (trial 4, LlamaFactory#9194: 64 / (1 x 8) = 8 ranks while only rank 5 printed). (None, ()) when a
+    figure is missing or the product does not divide."""
+    got: dict[str, int] = {}
+    for f in ev.files:
+        for fact in f.facts:
+            if fact.name in ("total_batch", "micro_batch", "grad_accum") and isinstance(fact.value, int):
+                got.setdefault(fact.name, fact.value)
+    total, per, accum = got.get("total_batch"), got.get("micro_batch"), got.get("grad_accum")
+    if not (total and per and accum) or total % (per * accum):
+        return None, ()
+    world = total // (per * accum)
+    return world, (f"world size {world} from the log's training header: total train batch size {total} = "
+                   f"{per} per device x {accum} gradient accumulation x {world} ranks",)
 
 
 def launch_command(ev: Evidence) -> tuple[str | None, list[str], str | None]:

@@ -100,6 +100,16 @@ def _deepspeed(ds: Any | None, hw: Hardware | None, notes: list[str]) -> dict[st
     return out
 
 
+def _flags_text(cfg: dict[str, Any]) -> str:
+    """How the precision notes name what the YAML set when it turns on neither bf16 nor fp16: "bf16: false,
+    fp16 not set" rather than "neither ... set" for a `bf16: false` the user wrote (trial 4, LlamaFactory#7531)."""
+    said = [f"{k}: {str(cfg[k]).lower()}" for k in ("bf16", "fp16") if k in cfg and cfg[k] is not None]
+    if not said:
+        return "neither bf16 nor fp16 set"
+    unset = [f"{k} not set" for k in ("bf16", "fp16") if k not in cfg or cfg[k] is None]
+    return ", ".join(said + unset)
+
+
 def _precision(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: Any | None, zero_stage: int,
                notes: list[str]) -> dict[str, Any]:
     """Weights, trainable and compute dtypes, autocast and quantization, as LLaMA-Factory resolves them
@@ -118,7 +128,7 @@ def _precision(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: An
     else:
         gpu_bf16 = True if (hw is None or hw.bf16 is None) else hw.bf16
         compute = "bfloat16" if gpu_bf16 and ckpt == "bfloat16" else "float16"
-        notes.append(f"neither bf16 nor fp16 set: LF infers compute dtype {compute} from the checkpoint ({ckpt})")
+        notes.append(f"{_flags_text(cfg)}: LF infers compute dtype {compute} from the checkpoint ({ckpt})")
     # trainable params upcast to fp32 unless pure_bf16 / badam, or ZeRO-3 without quantization (adapter.py:337-349)
     zero3 = ds is not None and zero_stage == 3
     if pure_bf16 or as_bool(cfg.get("use_badam")) or (zero3 and qbit is None and (ptq is None or qz["ptq_dequantized"])):
@@ -150,8 +160,8 @@ def _precision(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: An
         # No autocast and every parameter upcast to fp32 (adapter.py:337-349): the inferred dtype above is only the
         # load dtype; every matmul, activation and logit of a full fine-tune is fp32.
         compute = "float32"
-        notes[:] = [n for n in notes if not n.startswith("neither bf16 nor fp16 set")]
-        notes.append(f"neither bf16 nor fp16 set: the {ckpt} checkpoint's trainable parameters are upcast to fp32 "
+        notes[:] = [n for n in notes if not n.startswith(_flags_text(cfg) + ": LF infers")]
+        notes.append(f"{_flags_text(cfg)}: the {ckpt} checkpoint's trainable parameters are upcast to fp32 "
                      + ("(DeepSpeed ZeRO-3 creates the whole model in fp32) " if zero3 else "(LF's upcast) ")
                      + "and no autocast runs, so this run computes in fp32")
     return {

@@ -547,7 +547,8 @@ def _template(c: _Cfg) -> list[Problem]:
         return []   # registered by the release judged for (moss_vl on main, a template 0.8 had)
     if rel is None and name in LF_TEMPLATE_NAMES:
         return []
-    who, cond = "LLaMA-Factory 0.9.5", None
+    who, cond, first = "LLaMA-Factory 0.9.5", None, None
+    names = sorted(LF_TEMPLATE_NAMES)
     if rel is not None:
         who = rel.label
         elsewhere = rel.template_versions(name)
@@ -555,22 +556,41 @@ def _template(c: _Cfg) -> list[Problem]:
             span = f"{elsewhere[0]}{'-' + elsewhere[-1] if len(elsewhere) > 1 else ''}"
             if rel.known:   # the release in use lacks it: say which ones have it
                 who = f"{rel.label} (only {span})"
+                first = _first_after(elsewhere, rel)
             else:           # the LF version is not known: the verdict is that of the release in use
                 cond = f"LLaMA-Factory {', '.join(v for v in rel.versions if v not in elsewhere)}; registered in {span}"
+        if rel.known:   # a rename must land on a template the same release registers (trial 4: qwen3_vl on 0.9.3)
+            names = [t for t in names if rel.has_template(t)]
+    head = f"`template: {name}` is not a template {who} registers: it stops with \"Template {name} does not " \
+           "exist.\" when the data is loaded."
+    if first is not None:
+        # a later release registers the name: upgrading is the fix; a different template would train another format
+        return [_p("template", "template", f"{head} LLaMA-Factory {first} is the first release that registers it.",
+                   f"upgrade LLaMA-Factory to >= {first}, the first release that registers `{name}`", condition=cond)]
     # a near-identical spelling first (qwen3_NOTHINK -> qwen3_nothink); then, as LF names most templates after the
     # model family (gpt-oss -> gpt_oss, GLM-4.5V -> glm4_5v), the registered name the model's own name starts
-    # with; then a looser spelling
+    # with; then a looser spelling -- never the name itself (it would write the same value)
     import difflib   # here, not at the top: a registered template (nearly every lint) needs no suggestion
 
-    names = sorted(LF_TEMPLATE_NAMES)
+    names = [t for t in names if t != name]
     near = (difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.85)
             or _template_of_model(c("model_name_or_path"), names)
             or difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.75))
     hint = f" Did you mean `{near[0]}`?" if near else ""
-    return [_p("template", "template", f"`template: {name}` is not a template {who} registers: it stops "
-                                       f"with \"Template {name} does not exist.\" when the data is loaded.{hint}",
+    return [_p("template", "template", head + hint,
                f"write `template: {near[0]}`" if near else "use a template name from LLaMA-Factory's data/template.py",
                fix="set" if near else None, fix_value=near[0] if near else None, condition=cond)]
+
+
+def _first_after(elsewhere: list[str], rel: Any) -> str | None:
+    """The first catalogued release after every one of `rel` that registers the template (`elsewhere`, the releases
+    that do, readers/config/lfrelease.py), or None (it was registered only before: a removed name)."""
+    from finetune_doctor.readers.config.lfrelease import load
+
+    allv = load()["versions"]
+    last = max(allv.index(v) for v in rel.versions)
+    after = [allv.index(v) for v in elsewhere if allv.index(v) > last]
+    return allv[min(after)] if after else None
 
 
 def _datasets(c: _Cfg, config_path: str | None) -> list[Problem]:

@@ -219,6 +219,12 @@ def _by_release(ctx: _Ctx, key: str, value: Any, p: KeyProblem) -> KeyProblem | 
             # a key of other releases, not a typo: say which releases have it
             return replace(p, message=f"`{key}` is not a key of {rel.label} (LLaMA-Factory "
                                       f"{spans(rel.key_versions(key))} declares it): {_FATE}.")
+        new = p.replacement_key
+        if p.kind in ("renamed", "retired") and rel.known and new and rel.key_versions(new) and not rel.has_key(new):
+            # the new LF key came after the stated release too: a rename would write a key it lacks (trial 4);
+            # a transformers key (eval_strategy) is not in the LF catalogue and is not LF's to judge
+            have = f" (LLaMA-Factory {spans(rel.key_versions(key))} declares it)" if rel.key_versions(key) else ""
+            return KeyProblem(key, "unknown", f"`{key}` is not a key of {rel.label}{have}: {_FATE}.")
         return p
     if p.kind in ("unknown", "renamed", "derived"):
         if ctx.mode == "train" and _release_cls(key) in _NOT_TRAIN_CLASSES:

@@ -13,7 +13,9 @@ that register it.
   0.9.0 reports), or a development build of a catalogued release ("0.9.2.dev0", what ``llamafactory-cli env``
   prints for a git install after 0.9.1) -> both neighbours: a key or value only one of them declares is a warning
   (readers/config/keyschema.py gives it the condition of the neighbour that lacks it), neither error nor silence;
-* newer than the snapshot -> the snapshot, with a note; older than 0.8.0 -> 0.8.0, with a note;
+* newer than the snapshot -> the snapshot, with a note; older than 0.8.0 -> `older` True: the catalogue does not
+  know that release's keys or templates, so facts/lint.py judges none of them (trial 4: 0.6.3 was judged as 0.8.0
+  and its `cache_path` called "last accepted in v0.6", a fix that release rejects offered as safe);
 * None or unreadable -> every catalogued release (the union), ``known`` False: nothing that some release accepts is
   an error.
 
@@ -83,6 +85,7 @@ class Release:
     known: bool
     source: str = "not given"
     note: str = ""
+    older: bool = False   # the version predates the catalogue's first release: its keys are not known here
     # set by readers/config/lfnarrow.py when the version is not known: the keys that narrowed the selection, and
     # the keys that exist together in no catalogued release, each with the releases declaring it ("0.9.2-0.9.6.dev0")
     evidence: tuple[tuple[str, str], ...] = ()
@@ -198,7 +201,8 @@ def choose(version: str | None, source: str = "not given") -> Release:
     if want > tuples[-1]:
         return Release(v, (allv[-1],), True, source, note=f"{v} is newer than the catalog: judged as {allv[-1]}")
     if want < tuples[0]:
-        return Release(v, (allv[0],), True, source, note=f"{v} is older than the catalog: judged as {allv[0]}")
+        return Release(v, (allv[0],), True, source, older=True,
+                       note=f"the doctor knows LLaMA-Factory releases from {allv[0]}; keys are not judged for {v}")
     for i, t in enumerate(tuples):
         if t == want and i > 0 and _prerelease(v) and not _prerelease(allv[i]):
             # "0.9.2.dev0" is what a git install prints between the 0.9.1 and 0.9.2 tags (LF's setup.py reads
@@ -257,3 +261,23 @@ def v1_releases() -> tuple[str, ...]:
 def v1_catalog() -> dict[str, Any]:
     """The v1 argument classes' fields (``fields``) and registered plugin names (``plugins``) at the snapshot."""
     return load()["v1"]
+
+
+PRE_CLI_SCRIPT = re.compile(r"(?:^|[\s/])train_bash\.py\b")
+"""LLaMA-Factory's training entry point before ``llamafactory-cli``: ``src/train_bash.py`` was renamed ``src/train.py``
+in May 2024 (hiyouga/LlamaFactory#3624, 2024-05-08: "改名成 train 了"), before 0.8.0 (June 2024), the catalogue's
+first release."""
+
+
+def with_launch(release: Release, launch: str | None) -> Release:
+    """`release`, or -- when no version was stated (not given, or only the one installed here) and the `launch` line
+    runs ``train_bash.py`` (`PRE_CLI_SCRIPT`) -- a release older than the catalogue (`Release.older`): its keys are
+    not judged (trial 4, LlamaFactory#2926: `cache_path`, a key of that release, was called renamed)."""
+    if not launch or not PRE_CLI_SCRIPT.search(launch):
+        return release
+    if release.known and release.source != "installed here":
+        return release   # a stated version wins over what the launch line implies
+    first = load()["versions"][0]
+    return Release("before 0.8.0", (first,), True, "the launch line (src/train_bash.py)", older=True,
+                   note=f"the launch runs src/train_bash.py, LLaMA-Factory's entry point before {first}: the doctor "
+                        f"knows releases from {first}; keys are not judged for that release")

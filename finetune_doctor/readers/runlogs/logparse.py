@@ -444,7 +444,7 @@ class TextLogParser(FailureLines):
         if not kv:
             return False
         prefix = "lf_" if pat.LF_CALLBACK.search(text[:max(i, 0)] if i >= 0 else text) else ""
-        if "train_runtime" in kv or "train_loss" in kv:
+        if pat.is_summary(kv):
             self.keep.add("notices", Notice(self.path, line, self.logged(), "train-summary", body[:500], kv))
             return True
         if "loss" in kv:

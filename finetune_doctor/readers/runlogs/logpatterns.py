@@ -609,3 +609,13 @@ LAUNCH_TORCHRUN = re.compile(r"launcher\.py (?P<yaml>\S+\.ya?ml)(?P<over>(?:\s+[
 LAUNCH_ARGPARSE = re.compile(r"(?:src/)?train(?:_bash)?\.py\s+(?P<args>(?:--\w+(?:[ =](?!--)\S+)?\s*)+)")
 # c10 glog prefix (c10/util/Logging.cpp): "[E1003 18:37:01.832146912 ProcessGroupNCCL.cpp:607]"
 GLOG_TIME = re.compile(r"\[[EWIF](?P<md>\d{3,4}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d(?:\.\d+)?) ")
+
+
+def is_summary(metrics: dict) -> bool:
+    """Whether one Trainer log dict (a printed ``{'...': ...}`` line or a trainer_state.json ``log_history`` entry)
+    is the final metrics of ``Trainer.train``, not a step's: transformers' ``_inner_training_loop`` logs
+    ``speed_metrics("train", ...)`` (train_runtime, train_samples_per_second, ... and train_tokens_per_second when
+    tokens are counted), then ``train_loss`` and ``epoch`` -- always ``train_loss``, never a step's ``loss``. A step
+    dict may carry ``train_runtime`` and ``train_tokens_per_second`` too (LlamaFactory#9194: rank 5 died at step 3
+    after two such lines, with LF's tokens-per-second logging on), so those alone do not end the training loop."""
+    return "train_loss" in metrics or ("train_runtime" in metrics and "loss" not in metrics)

@@ -26,6 +26,7 @@ from typing import Any, Iterator
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.evidence import STEP_LIMIT, Fact, FileEvidence, FileRead, Notice, Restart, Series
+from finetune_doctor.readers.runlogs.logpatterns import is_summary
 
 MAX_JSONL_LINE = 1 << 20   # a longer "line" is not a LogCallback record
 _READ = 1 << 20
@@ -296,7 +297,7 @@ def _state_entry(obj: dict[str, Any], line: int, path: str, series: dict[str, Se
                  results: dict[str, Any]) -> None:
     step = obj.get("step")
     step = as_step(step)
-    if "train_runtime" in obj or "train_loss" in obj:
+    if is_summary(obj):
         results.update({k: v for k, v in obj.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)})
         notices.append(Notice(path, line, step, "train-summary", "final Trainer log (training loop finished)",
                               {k: v for k, v in obj.items() if k != "step"}))
