@@ -368,7 +368,7 @@ def _launch(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: 
             rerun: Callable[..., Any], base_verdict: str | None) -> list[Assumption]:
     """Over several ranks: the launcher (facts/kinds.py `launcher_assumption`, the one producer, asked again with
     the resolved run) weighed, and the rank count, when the launch was not read."""
-    from finetune_doctor.facts.kinds import ACCELERATE_FSDP, BY_HAND, launcher_assumption
+    from finetune_doctor.facts.kinds import ACCELERATE_FSDP, BY_HAND, DATA_PARALLEL, launcher_assumption
 
     if run.world_size <= 1:   # one rank: the entry recorded when the config was read stands, nothing to weigh
         return []
@@ -376,7 +376,8 @@ def _launch(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: 
     if base is None:
         return []
     thunks: dict[str, Callable[[], tuple[float, str | None] | None]] = {
-        BY_HAND: lambda: judge(run.with_(launcher="torchrun"), hw, tokens)}
+        BY_HAND: lambda: judge(run.with_(launcher="torchrun"), hw, tokens),
+        DATA_PARALLEL: lambda: _data_parallel(asm, run, hw, tokens, judge, fresh, rerun)}
     if ACCELERATE_FSDP in base.alternatives:
         from finetune_doctor.readers.config.accelerate import AccelerateConfig
         from finetune_doctor.run.engines import LaunchInputs
@@ -391,6 +392,23 @@ def _launch(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: 
     return [weighed, _weigh("world-size", run.world_size, f"{src} (llamafactory-cli sets NPROC_PER_NODE to the "
                             "visible devices, launcher.py)", "--launch FILE, --accelerate-config FILE or --nnodes N",
                             base_verdict, [])]
+
+
+def _data_parallel(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: Judge, fresh: Judge,
+                   rerun: Callable[..., Any]) -> tuple[float, str | None] | None:
+    """(total GiB, verdict) of the run as one process over its `run.world_size` GPUs (facts/kinds.py
+    `DATA_PARALLEL`): GPU 0 holds a one-GPU run of the same micro batch plus the logits of every replica gathered
+    on it (analyzers/memory/dataparallel.py), without torchrun, so without NCCL ranks or expandable segments. Such
+    a launch means a LLaMA-Factory before 0.8.0: with no transformers given, the run is re-resolved with the
+    transformers of those releases (kinds.py `DATA_PARALLEL_TRANSFORMERS`)."""
+    from finetune_doctor.facts.kinds import DATA_PARALLEL_TRANSFORMERS
+
+    if "transformers" not in {p for p, _v, _s in asm.stack_sources}:
+        if not _on(fresh):
+            return None
+        run, judge = rerun({"transformers": DATA_PARALLEL_TRANSFORMERS}), fresh
+    return judge(run.with_(world_size=1, gpus_per_node=1, launcher="python", dp_replicas=run.world_size),
+                 hw, tokens)
 
 
 def fold(verdict: str | None, total: float, assumptions: list[Assumption]) -> tuple[str | None, Assumption | None]:
