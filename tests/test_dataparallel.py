@@ -182,3 +182,28 @@ def test_not_opened_where_one_process_cannot_be_data_parallel(cfg, tmp_path):
 def test_a_launch_read_closes_it(cfg, monkeypatch):
     monkeypatch.setenv("FORCE_TORCHRUN", "1")
     assert launcher(doctor(cfg, "--gpu", "2xRTX-A6000")) is None
+
+
+def test_a_python_launch_over_two_visible_gpus_is_estimated_as_data_parallel(cfg, tmp_path):
+    # the launch read from the user's files: one process, both cards visible -> the estimate itself is the
+    # DataParallel run, and it equals what the unknown launcher's alternative says of it
+    launch = tmp_path / "train.sh"
+    launch.write_text(f"CUDA_VISIBLE_DEVICES=0,1 python src/train.py {cfg}\n")
+    r = doctor(cfg, "--gpu", "2xRTX-A6000", "--transformers", "4.40.2", "--launch", str(launch))
+    assert r["run"]["world_size"] == 1 and launcher(r) is None
+    assert any("torch DataParallel" in n for n in r["notes"])
+    alt = launcher(doctor(cfg, "--gpu", "2xRTX-A6000", "--transformers", "4.40.2"))["effect"]["total_gib"]
+    assert r["memory"]["per_gpu_gib"]["total"] == alt[DATA_PARALLEL]
+    one = doctor(cfg, "--gpu", "RTX-A6000", "--transformers", "4.40.2")
+    assert r["memory"]["per_gpu_gib"]["logits"] - one["memory"]["per_gpu_gib"]["logits"] == pytest.approx(
+        1_050_673_152 / GIB, abs=0.011)   # the report rounds to 0.01 GiB
+    # one visible card: a one-GPU run, nothing gathered
+    launch.write_text(f"CUDA_VISIBLE_DEVICES=1 python src/train.py {cfg}\n")
+    solo = doctor(cfg, "--gpu", "2xRTX-A6000", "--transformers", "4.40.2", "--launch", str(launch))
+    assert solo["memory"]["per_gpu_gib"]["total"] == one["memory"]["per_gpu_gib"]["total"]
+
+
+def test_ascend_npus_are_never_data_parallel(cfg):
+    # transformers' TrainingArguments gives an NPU n_gpu = 1 (training_args.py:2069-2072)
+    a = launcher(doctor(cfg, "--gpu", "2x910B"))
+    assert a is not None and DATA_PARALLEL not in a["alternatives"]

@@ -428,9 +428,12 @@ def data_parallel_open(asm: Any, engine: str | None, deepspeed: bool) -> bool:
     LLaMA-Factory release is not known (not given, or only installed here, which is not necessarily the training
     machine's: the ``lf-version`` assumption) or is older than `TORCHRUN_RELEASE`, the run trains with DDP (no
     DeepSpeed file: transformers' DeepSpeed integration starts a process group of its own and trains on one GPU),
-    on one node (DataParallel cannot span nodes), and not in 8 bits (the Trainer does not wrap a model loaded in 8
-    bits, transformers 4.40.2 trainer.py:1627-1629)."""
-    if engine != "ddp" or deepspeed or int(getattr(asm, "nnodes", None) or 1) > 1:
+    on one node (DataParallel cannot span nodes), not on an Ascend NPU (``n_gpu`` is 1 there, transformers 4.40.2
+    training_args.py:2069-2072), and not in 8 bits (the Trainer does not wrap a model loaded in 8 bits,
+    trainer.py:1627-1629)."""
+    from finetune_doctor.run.engines import on_npu
+
+    if engine != "ddp" or deepspeed or int(getattr(asm, "nnodes", None) or 1) > 1 or on_npu(getattr(asm, "hw", None)):
         return False
     values = getattr(getattr(asm, "doc", None), "values", None) or {}
     if str(values.get("quantization_bit", "")).strip() == "8":
