@@ -207,3 +207,11 @@ def test_ascend_npus_are_never_data_parallel(cfg):
     # transformers' TrainingArguments gives an NPU n_gpu = 1 (training_args.py:2069-2072)
     a = launcher(doctor(cfg, "--gpu", "2x910B"))
     assert a is not None and DATA_PARALLEL not in a["alternatives"]
+
+
+def test_the_assumption_says_what_removes_it(cfg):
+    a = launcher(doctor(cfg, "--gpu", "2xRTX-A6000"))
+    assert "before 0.8.0, llamafactory-cli train ran one process" in a["source"]
+    assert a["resolve_with"].endswith("or --llamafactory VERSION")
+    closed = launcher(doctor(cfg, "--gpu", "2xRTX-A6000", "--llamafactory", "0.9.5"))
+    assert "0.8.0" not in closed["source"] and "--llamafactory" not in closed["resolve_with"]

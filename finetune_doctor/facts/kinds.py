@@ -469,12 +469,16 @@ def launcher_assumption(asm: Any, world_size: int | None, engine: str | None = N
             return None
         how = "DeepSpeed as the YAML names it" if deepspeed else "DDP"
         alts = (BY_HAND, ACCELERATE_FSDP) if engine == "ddp" else (BY_HAND,)
+        source = ("no --launch, --accelerate-config, accelerate config beside the YAML, or FORCE_TORCHRUN/NNODES in "
+                  "the environment")
+        resolve = "--launch FILE (the launch command line) or --accelerate-config FILE"
         if data_parallel_open(asm, engine, deepspeed):
             alts += (DATA_PARALLEL,)
+            source += ("; the training machine's LLaMA-Factory release is not known to be 0.8.0 or later (before "
+                       "0.8.0, llamafactory-cli train ran one process over every visible GPU)")
+            resolve += ", or --llamafactory VERSION"
         return Assumption(name="launcher", value=f"llamafactory-cli train (torchrun, {how}, expandable segments on)",
-                          source="no --launch, --accelerate-config, accelerate config beside the YAML, or "
-                                 "FORCE_TORCHRUN/NNODES in the environment", alternatives=alts,
-                          resolve_with="--launch FILE (the launch command line) or --accelerate-config FILE")
+                          source=source, alternatives=alts, resolve_with=resolve)
     if asm.facts["lint"].get("launch_known"):
         return None
     return Assumption(name="launcher", value="one process on one GPU (python, no torchrun)",

@@ -24,7 +24,8 @@ What GPU 0 holds, per step (torch 2.13 ``nn/parallel/data_parallel.py:172-197``)
   line 158) concatenates every replica's output into new tensors on GPU 0 (``nn/parallel/comm.py:222-258``). The
   model's output includes the logits of its micro batch, so GPU 0 holds the logits of the whole batch,
   ``n_gpu × per_device × seq_len × vocab`` elements, beside its own replica's. They live until the Trainer's
-  ``compute_loss`` returns the loss alone, before the backward: a term of the loss moment (and of an
+  ``compute_loss`` returns the loss alone, before the backward (``training_step`` then averages the replicas'
+  gathered losses, transformers 4.40.2 ``trainer.py:3140-3141``): a term of the loss moment (and of an
   evaluation's forward).
 
 Not counted (not measured here): the communicator and staging buffers of the broadcast and of the gradient
