@@ -222,6 +222,11 @@ def main() -> int:
         lf_res = {name: measure(fs, fs[0], {"cached": cached}, work, runs, trains[name])["cached"]
                   for name, fs in corpora.items()}
         heavy = heavy_imports(yamls[0], cached, work)
+        from finetune_doctor.pipeline.lint import default_jobs
+
+        jobs_note = (f"{default_jobs()} at the end of the run on {os.cpu_count()} CPUs"
+                     + (f" (FINETUNE_DOCTOR_LINT_JOBS={os.environ['FINETUNE_DOCTOR_LINT_JOBS']})"
+                        if os.environ.get("FINETUNE_DOCTOR_LINT_JOBS") else ""))
         parts = breakdown(yamls[0], jsons[0])
         load = os.getloadavg()
         # findings as a sanity check: the corpus is linted, not skipped
@@ -292,6 +297,8 @@ yamllint on the same file beside it. `doctor` is the console script as pip write
 Goals (issue #22): ratio <= 0.5 -- {'; '.join(f"{n.split(' ')[0]}: **{'met' if r['doctor'] / r['yamllint'] <= 0.5 else 'NOT met'}**" for n, r in lf_res.items())};
 one file <= 0.12 s -- {'; '.join(f"{n.split(' ')[0]}: **{'met' if r['single'] <= 0.12 else 'NOT met'}** ({r['single']:.3f}; training config {r.get('train', float('nan')):.3f})" for n, r in lf_res.items())}.
 Load average (1/5/15 min) at the start: {' / '.join(load_start) or '?'}, at the end: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}.
+Lint workers (pipeline/lint.py `default_jobs`: one process per CPU the 1-minute load average leaves free, 17 or more
+configs): {jobs_note}.
 Raw times: {'; '.join(f"{n.split(' ')[0]}: doctor {', '.join(f'{t:.3f}' for t in r['doctor_all'])} / yamllint {', '.join(f'{t:.3f}' for t in r['yamllint_all'])}" for n, r in lf_res.items())}.
 
 Where the time goes (in-process, median ms):

@@ -280,7 +280,7 @@ def lint_command(files: tuple[str, ...], fix: bool, unsafe_fixes: bool, diff: bo
         if not text and not hidden:
             echo("doctor: no fixes to show", err=True)
         sys.exit(1 if text else 0)
-    report = pipe.run(list(files), opts, fix=fix, unsafe_fixes=unsafe_fixes)
+    report = pipe.run(list(files), opts, fix=fix, unsafe_fixes=unsafe_fixes, jobs=pipe.default_jobs())
     # a file named on the command line is never skipped silently; files a directory walk found that are no
     # configs are dropped without a word, as ruff drops the files of a folder it does not lint
     named = {os.path.normpath(f) for f in files_given if not os.path.isdir(f)}

@@ -52,7 +52,8 @@ class QuantSpec:
     suggests quantization). `bits` per weight element, `group_size` elements per scale (0: per output channel,
     -1: per tensor), `block` the FP8 block shape, `scale_bytes`/`zero_bytes` per group, `double_quant`
     (bitsandbytes nested absmax), `skip` the module-name patterns left unquantized, `known` whether the bytes
-    are modelled (False: an unknown format or only a name hint).
+    are modelled (False: an unknown format), `from_name` whether only the repository name's ending says so
+    (``-AWQ``: `hinted_spec`, sized as such uploads are stored and reported as an assumption).
     """
 
     method: str
@@ -65,6 +66,8 @@ class QuantSpec:
     skip: tuple[str, ...] = ()
     known: bool = True
     detail: str = ""
+    # sized from a repository name's ending (`hinted_spec`), no config.json read: an assumption of the report
+    from_name: bool = False
 
     @property
     def label(self) -> str:
@@ -214,8 +217,9 @@ def name_suggests_quantized(name: str) -> str | None:
 
 
 def hinted_spec(name: str) -> QuantSpec | None:
-    """How a checkpoint whose name hints at a format (`name_suggests_quantized`) would most likely be stored, for
-    an alternative to weigh, never to size the run by: AWQ 4-bit with groups of 128 (AutoAWQ's default,
+    """How a checkpoint whose name hints at a format (`name_suggests_quantized`) would most likely be stored: the
+    catalogue sizes such a checkpoint by it when no config.json is read (readers/model/catalog.py, marked
+    `QuantSpec.from_name`; the report names it as the ``weights-quantization`` assumption): AWQ 4-bit with groups of 128 (AutoAWQ's default,
     ``q_group_size`` 128, the layout of Qwen's own -AWQ uploads); GPTQ 4-bit (8-bit for ``-Int8``) with groups of
     128 (Qwen's -GPTQ-Int4/-Int8 uploads); bitsandbytes 4-bit (8-bit for ``-8bit``). None for FP8/MXFP4 (LLaMA-
     Factory dequantizes them on load: the unquantized size is what trains) and for formats not modelled."""

@@ -65,12 +65,14 @@ def test_symlink_loop_and_too_long_config_name_are_input_errors(tmp_path, comman
 def test_infinite_step_interval_is_a_finding_not_an_overflow(tmp_path, key):
     # transformers 5.6.0 training_args.py:1692 runs int(inf) on it: OverflowError, the run never starts
     probs = [p for p in check_launch({"stage": "sft", key: math.inf}) if p["key"] == key]
-    assert [p["kind"] for p in probs] == ["interval"] and "not a finite number" in probs[0]["message"]
+    # the sentence is the rule's (rules/invalid-step-setting.yaml, case steps-not-finite): checked in the output
+    assert [p["kind"] for p in probs] == ["interval"] and probs[0]["check"] == "steps-not-finite"
     assert _step(math.inf) is None and _step(math.nan) is None and _step(500.7) == 500
     cfg = tmp_path / "train.yaml"
     cfg.write_text(BASE + f"{key}: .inf\n")
     out = invoke(["lint", str(cfg)])
     assert out.problem is None and out.code == 1 and key in out.stdout, out
+    assert f"`{key}: inf` is not a finite number" in out.stdout, out.stdout
 
 
 def test_infinite_quantization_bit_is_a_wrong_type_not_an_overflow(tmp_path):

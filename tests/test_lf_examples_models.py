@@ -76,7 +76,9 @@ def test_example_model_resolves_offline(path, offline_machine, request):
     arch, _ = load_arch(str(name), base_dir=str(path.parent), allow_download=True)
     assert arch.total_params() > 0 and arch.source_kind in ("catalog", "hf-cache", "local")
     if name.endswith(("-AWQ", "-GPTQ")):
-        assert arch.quant is not None and arch.quant.method == "unknown"
+        # no config.json here: sized as such uploads are stored (4-bit, groups of 128), marked as from the name
+        assert arch.quant is not None and arch.quant.from_name
+        assert (arch.quant.method, arch.quant.bits, arch.quant.group_size) == (name.rsplit("-", 1)[1].lower(), 4, 128)
 
 
 def test_qwen3_vl_4b_fixture_counts_as_published(offline_machine):

@@ -128,12 +128,26 @@ def test_fp8_checkpoint_is_dequantized_to_the_checkpoint_dtype():
     assert run.linear_weight_bytes is None and not run.ptq_lora_only
 
 
-def test_a_name_suffix_never_changes_the_dtype(tmp_path):
+def test_a_name_suffix_with_one_usual_layout_sizes_the_weights_as_an_assumption(tmp_path):
+    """Issue #21, trial 2: an AWQ 70B named by its repo id was headlined at its bf16 size (131.8 GiB). An ending
+    with one usual stored layout (-AWQ: AWQ 4-bit g128) sizes the weights so, marked `from_name`; the report
+    names it as the ``weights-quantization`` assumption (tests/test_check_named.py)."""
     arch, doc = load_arch("TechxGenus/Meta-Llama-3-8B-Instruct-AWQ", base_dir=str(tmp_path))
-    assert doc is None and arch.quant is not None and arch.quant.method == "unknown"
+    assert doc is None and arch.quant is not None and arch.quant.from_name
+    assert (arch.quant.method, arch.quant.bits, arch.quant.group_size) == ("awq", 4, 128)
     run = resolve_run({"finetuning_type": "lora"}, arch, None)
-    assert run.quantization_unknown and not run.quantized and run.weights_dtype == arch.dtype
-    assert "quantization unknown" in arch.notes
+    assert not run.quantization_unknown and run.quantized and run.ptq_method == "awq"
+    assert "weights sized as awq 4-bit g128" in arch.notes and "(an assumption)" in arch.notes
+    # -GPTQ-Int8 and -bnb-4bit too; an -FP8 ending has no one layout (and LF dequantizes FP8): unknown, as before
+    gptq, _ = load_arch("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int8", base_dir=str(tmp_path))
+    assert (gptq.quant.method, gptq.quant.bits, gptq.quant.from_name) == ("gptq", 8, True)
+    bnb, _ = load_arch("unsloth/Meta-Llama-3.1-8B-bnb-4bit", base_dir=str(tmp_path))
+    assert (bnb.quant.method, bnb.quant.bits, bnb.quant.from_name) == ("bitsandbytes", 4, True)
+    fp8, _ = load_arch("neuralmagic/Meta-Llama-3-8B-Instruct-FP8", base_dir=str(tmp_path))
+    assert fp8.quant.method == "unknown" and not fp8.quant.from_name
+    run = resolve_run({"finetuning_type": "lora"}, fp8, None)
+    assert run.quantization_unknown and not run.quantized and run.weights_dtype == fp8.dtype
+    assert "quantization unknown" in fp8.notes
 
 
 def test_rule_facts_for_pre_quantized_checkpoints():

@@ -128,7 +128,7 @@ RELEASED = {
     "FD712": "optimizer-options-without-switch",
     "FD041": "unverified-config-problem",
     "FD042": "v1-parse-error", "FD049": "wrong-subcommand",
-    "FD043": "v1-launch-error",
+    "FD043": "v1-launch-error", "FD048": "v1-needs-flash-attention",
     "FD044": "v1-launch-unverified",
     "FD045": "config-suffix-not-read",
     "FD046": "duplicate-key", "FD047": "duplicate-key-last-wins",

@@ -30,11 +30,15 @@ from typing import Any, Callable
 
 # the memory model is imported where an alternative is weighed, not here: `lint` without a card lists assumptions
 # without weighing them and stays off the memory model (ARCHITECTURE.md, "memory model off the lint path")
+from finetune_doctor.facts.kinds import ACCELERATE_FSDP, DATA_PARALLEL
 from finetune_doctor.types import Assumption, Hardware
 
 # The shortest samples taken as plausible when the data is not here: a one-turn instruction with a short answer
 # (alpaca's median is ~150 tokens under a chat template; 512 leaves room for the longest sample of a batch).
 SHORT_SAMPLE_TOKENS = 512
+# the least that enabling liger-kernel must lower the peak by for its assumption to be listed: the report rounds
+# GiB to one decimal, a smaller move is not visible in it
+LIGER_MOVES_GIB = 0.05
 # The longest sample is evaluated at SHORT_SAMPLE_TOKENS and each doubling of it below cutoff_len (512, 1024, ...,
 # at most SAMPLE_LADDER_STEPS lengths): the mixture over the open assumptions weighs them by the table's prior on
 # the longest sample (analyzers/memory/uncertainty.py `length_weights`); a doubling keeps the discretisation's
@@ -53,6 +57,27 @@ OLD_TRANSFORMERS = "4.48.3"
 NOT_OPEN = frozenset({"eval-batch", "train-batch", "cutoff-len", "transformers-version", "liger-kernel"})
 OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-dtype", "launcher",
                   "deepspeed-config", "attention-kernel", "image-pixels"})   # the ones this module weighs
+# Alternatives no input names and LLaMA-Factory would not pick for the config (issue #21, trial 2: an FSDP launch
+# nobody named softened predicted OOMs to at-risk). UNNAMED ones are evaluated, shown and weighed in the p_oom and
+# interval mixture (they widen it), but never open the verdict (`_weigh`, `fold`) nor decide it (`deciding_facts`):
+# `llamafactory-cli train` on several GPUs starts torchrun (LF main launcher.py L60-126); FSDP needs an accelerate
+# config or the YAML's `fsdp`, and when either is given the launch is read, not assumed (facts/kinds.py
+# `launcher_assumption`, which drops FSDP where LF refuses it for the model). SHOWN_ONLY ones are not plausible for
+# the config at all and stay out of the mixture too: a checkpoint sized from its name's ending (-AWQ as AWQ 4-bit:
+# quant.py `hinted_spec`) shows the unquantized base model (facts/quantassume.py `named_quant_assumption`), but an
+# upload named so is not stored unquantized.
+UNQUANTIZED = "unquantized, in the base model's dtype (an upper bound)"
+# One process over every visible GPU (DATA_PARALLEL) is how LLaMA-Factory before 0.8.0 trained; the run is modelled
+# as 0.9.5 runs it (as for transformers < 4.49 above), so an older release is shown and weighed, never deciding;
+# `--launch` with a `python src/train.py` line estimates that launch itself (run/engines.py `_one_process_replicas`)
+UNNAMED: dict[str, frozenset[str]] = {"launcher": frozenset({ACCELERATE_FSDP, DATA_PARALLEL})}
+SHOWN_ONLY: dict[str, frozenset[str]] = {"weights-quantization": frozenset({UNQUANTIZED})}
+
+
+def _not_deciding(name: str) -> frozenset[str]:
+    """The labels of assumption `name`'s alternatives that never open or decide the verdict (`UNNAMED`,
+    `SHOWN_ONLY`)."""
+    return UNNAMED.get(name, frozenset()) | SHOWN_ONLY.get(name, frozenset())
 STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_config.json",
             "examples/deepspeed/ds_z3_offload_config.json")
 
@@ -99,8 +124,10 @@ def _budget(hw: Hardware | None) -> float | None:
 
 
 def _weigh(name: str, value: Any, source: str, resolve_with: str, base_verdict: str | None,
-           alts: list[tuple[str, Callable[[], tuple[float, str | None]] | None]]) -> Assumption:
-    """An Assumption whose alternatives are evaluated by the given thunks (None: not evaluable here)."""
+           alts: list[tuple[str, Callable[[], tuple[float, str | None]] | None]],
+           shown_only: Any = ()) -> Assumption:
+    """An Assumption whose alternatives are evaluated by the given thunks (None: not evaluable here); the labels in
+    `shown_only` are evaluated and shown but do not make it move the verdict (`_not_deciding`)."""
     gib: dict[str, float] = {}
     verdicts: dict[str, str] = {}
     for label, thunk in alts:
@@ -111,7 +138,7 @@ def _weigh(name: str, value: Any, source: str, resolve_with: str, base_verdict: 
         gib[label] = total
         if verdict is not None:
             verdicts[label] = verdict
-    moves = base_verdict is not None and any(v != base_verdict for v in verdicts.values())
+    moves = base_verdict is not None and any(v != base_verdict for k, v in verdicts.items() if k not in shown_only)
     return Assumption(name=name, value=value, source=source, alternatives=tuple(label for label, _ in alts),
                       effect_gib=gib, effect_verdict=verdicts, resolve_with=resolve_with, moves_verdict=moves)
 
@@ -144,9 +171,11 @@ class _Seen:
         from finetune_doctor.run import resolve_run
 
         a = self.asm
-        return resolve_run(self.cfg, arch or self.run.arch, self.hw, a.ds, nnodes=a.nnodes,
-                           stack={**a.stack, **(stack or {})}, stack_sources=a.stack_sources,
-                           launch=launch if launch is not None else a.launch)
+        out = resolve_run(self.cfg, arch or self.run.arch, self.hw, a.ds, nnodes=a.nnodes,
+                          stack={**a.stack, **(stack or {})}, stack_sources=a.stack_sources,
+                          launch=launch if launch is not None else a.launch)
+        # what the data showed (facts/config.py `text_only`) holds under every alternative
+        return out if self.run.media_inputs else out.with_(media_inputs=False)
 
 
 def collect(asm: Any, opts: Any, *, tokens: int | None, base_verdict: str | None,
@@ -337,17 +366,35 @@ def _defaults(c: _Seen) -> list[Assumption]:
 
     if c.base in ("oom", "at-risk") and liger_offerable(run):
         # the remedy planner may prescribe enable_liger_kernel (engine/planners.py `liger_candidate`): whether the
-        # training machine can import liger-kernel is not in any input (LF's env block does not list it)
-        out.append(_weigh("liger-kernel", "installable on the training machine", "a remedy may enable "
-                          "enable_liger_kernel; liger-kernel is an optional package (LLaMA-Factory's "
-                          "requirements/liger-kernel.txt: liger-kernel>=0.6.3) and no input says whether it is "
-                          "installed", "pip install \"liger-kernel>=0.6.3\" on the training machine", c.base, []))
+        # training machine can import liger-kernel is not in any input (LF's env block does not list it). Listed
+        # only where liger moves the peak: an assumption carries its effect (trial 2: a full run whose peak is the
+        # optimizer step, logits 0.0, listed it as noise)
+        moved = _liger_moves(c)
+        if moved is not None:
+            out.append(_weigh("liger-kernel", "installable on the training machine", "a remedy may enable "
+                              "enable_liger_kernel, which would take the peak from "
+                              f"{moved[0]:.1f} to {moved[1]:.1f} GiB; liger-kernel is an optional package "
+                              "(LLaMA-Factory's requirements/liger-kernel.txt: liger-kernel>=0.6.3) and no input "
+                              "says whether it is installed",
+                              "pip install \"liger-kernel>=0.6.3\" on the training machine", c.base, []))
     offload = run.offload_optimizer == "cpu" or run.offload_param == "cpu" or bool(getattr(run, "fsdp_offload", False))
     if offload and (hw is None or hw.host_ram_gib is None):
         out.append(_weigh("host-ram", "unknown", "CPU offload keeps states in host RAM, and the training machine's "
                           "RAM was not given: host OOM is not judged", "--host-ram SIZE (e.g. 744GB)",
                           c.base, []))
     return out
+
+
+def _liger_moves(c: _Seen) -> tuple[float, float] | None:
+    """(total as configured, total with ``enable_liger_kernel: true``) in GiB when liger lowers the peak by at least
+    `LIGER_MOVES_GIB`, else None. The liger run is re-resolved by the assembly's `run_after` (the remedy planner asks
+    for the same edit set, so it is resolved once) and weighed with the same judge. Only asked where a verdict
+    exists (``oom``/``at-risk``), so the judge weighs."""
+    if c.asm.memory is None or not _on(c.fresh):
+        return None
+    res = c.fresh(c.asm.run_after([("config", "enable_liger_kernel", True, False)]), c.hw, c.tokens)
+    before = c.asm.memory.total
+    return (before, res[0]) if res is not None and before - res[0] >= LIGER_MOVES_GIB else None
 
 
 def smallest_variant(hw: Hardware | None, spec: str | None) -> Hardware | None:
@@ -372,7 +419,7 @@ def _launch(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: 
 
     if run.world_size <= 1:   # one rank: the entry recorded when the config was read stands, nothing to weigh
         return []
-    base = launcher_assumption(asm, run.world_size, run.engine, bool(run.deepspeed))
+    base = launcher_assumption(asm, run.world_size, run.engine, bool(run.deepspeed), run)
     if base is None:
         return []
     thunks: dict[str, Callable[[], tuple[float, str | None] | None]] = {
@@ -387,7 +434,7 @@ def _launch(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: 
         thunks[ACCELERATE_FSDP] = lambda: (fresh(rerun(launch=LaunchInputs(acc, None)), hw, tokens)
                                            if _on(fresh) else None)
     weighed = _weigh(base.name, base.value, base.source, base.resolve_with, base_verdict,
-                     [(label, thunks.get(label)) for label in base.alternatives])
+                     [(label, thunks.get(label)) for label in base.alternatives], _not_deciding(base.name))
     src = "every GPU of --gpu on each node" if hw is not None and hw.source == "flag" else "the GPUs seen here"
     return [weighed, _weigh("world-size", run.world_size, f"{src} (llamafactory-cli sets NPROC_PER_NODE to the "
                             "visible devices, launcher.py)", "--launch FILE, --accelerate-config FILE or --nnodes N",
@@ -430,7 +477,8 @@ def deciding_facts(a: Assumption | None, total: float, verdict: str | None) -> d
     `verdict` (the one under the assumed value) and that alternative's total (GiB)."""
     if a is None:
         return None
-    flip = next((k for k, v in a.effect_verdict.items() if v != verdict), None)
+    shown = _not_deciding(a.name)
+    flip = next((k for k, v in a.effect_verdict.items() if v != verdict and k not in shown), None)
     return {"name": a.name, "value": str(a.value), "source": a.source, "alternative": flip,
             "alternative_total_gib": a.effect_gib.get(flip) if flip else None,
             "alternative_verdict": a.effect_verdict.get(flip) if flip else None, "verdict_assumed": verdict,
@@ -550,7 +598,7 @@ def mixture(total: float, hw: Hardware | None, assumptions: list[Assumption],
     for a in assumptions:
         if a.name in NOT_OPEN or not a.effect_gib or total <= 0:
             continue
-        alts = [(k, v) for k, v in a.effect_gib.items() if v and v > 0]
+        alts = [(k, v) for k, v in a.effect_gib.items() if v and v > 0 and k not in SHOWN_ONLY.get(a.name, ())]
         opts = _length_options(a, alts, total, prior)
         if opts is None:
             w0 = weight(a.name)

@@ -26,6 +26,7 @@ from finetune_doctor.facts.bf16stack import bf16_refusal, stack_versions
 from finetune_doctor.facts import lint as lint_facts
 from finetune_doctor.facts import machine
 from finetune_doctor.facts import model as model_facts
+from finetune_doctor.facts import quantassume
 from finetune_doctor.facts import run as run_facts
 from finetune_doctor.fsutil import display_path, real_parent
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc, load_config
@@ -110,6 +111,8 @@ class Assembly:
             ds = replace(ds, resolved=ds_resolved)
         out = resolve_run(values, self.run.arch, self.hw, ds, nnodes=self.nnodes, stack=self.stack,
                           stack_sources=self.stack_sources, launch=self.launch)
+        if not self.run.media_inputs:   # the data read here holds no media (text_only): no edit brings any
+            out = out.with_(media_inputs=False)
         self._after[key] = out
         return out
 
@@ -236,8 +239,8 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
 
     doc = asm.doc
 
-    def resolve(stack: dict[str, str | None]) -> Any:
-        return resolve_run(doc.values, arch, asm.hw, asm.ds, nnodes=opts.nnodes, stack=stack,
+    def resolve(stack: dict[str, str | None], other_arch: Any = None) -> Any:
+        return resolve_run(doc.values, other_arch or arch, asm.hw, asm.ds, nnodes=opts.nnodes, stack=stack,
                            stack_sources=asm.stack_sources, launch=asm.launch)
 
     try:
@@ -269,11 +272,10 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
                                     int(tokens) if tokens else None, torch_given=bool(opts.torch_version),
                                     optim_given="optim" in doc.values)
         asm.memory = mem_facts.judged(est, asm.hw, alt)   # verdict, p_oom, interval (analyzers/memory/uncertainty.py)
-        qalt = mem_facts.quant_alternative(
-            lambda a: resolve_run(doc.values, a, asm.hw, asm.ds, nnodes=opts.nnodes, stack=stack,
-                                  stack_sources=asm.stack_sources, launch=asm.launch),
-            asm.run, asm.hw, int(tokens) if tokens else None)
-        _quant_assumption(asm, qalt)
+        qalt = mem_facts.quant_alternative(lambda a: resolve(stack, a), asm.run, asm.hw,
+                                           int(tokens) if tokens else None)
+        quantassume.quant_assumption(asm, qalt)
+        quantassume.named_quant_assumption(asm, lambda a: resolve(stack, a), int(tokens) if tokens else None)
         honest = _assumptions(asm, opts, int(tokens) if tokens else None, alt) if assume else {}
         facts["mem"] = mem_facts.assemble(asm.memory, asm.hw, asm.run, alt, qalt)
         facts["mem"].update({"deciding_assumption": None, "token_budget": None, **honest})
@@ -425,25 +427,6 @@ def _mixed(asm: Assembly, opts: Options) -> dict[str, Any]:
     if p is not None:
         out.update(p_oom=p, p_oom_pct=100 * p)
     return out
-
-
-def _quant_assumption(asm: Assembly, qalt: dict[str, Any]) -> None:
-    """Record how the weights of a quantized-looking checkpoint were sized (unquantized: an upper bound) with the
-    alternative its name suggests, and keep an upper bound from deciding an ``oom`` verdict: when the weights as
-    the name suggests they are stored fit, the verdict is at-risk (issue 21: verdicts follow the unknowns)."""
-    label = qalt.get("quant_alt_label")
-    if label is None or asm.run is None or asm.memory is None:
-        return
-    if asm.memory.verdict == "oom" and qalt.get("quant_alt_verdict") in ("fits", "at-risk"):
-        asm.memory = replace(asm.memory, verdict="at-risk")
-    verdict = asm.memory.verdict
-    asm.assumptions.append(Assumption(
-        name="weights-quantization", value=f"unquantized {asm.run.arch.dtype} (an upper bound)",
-        source="the model name suggests a quantized checkpoint; no config.json says how it is stored",
-        alternatives=(label,), effect_gib={label: qalt["quant_alt_total"]},
-        effect_verdict={label: qalt["quant_alt_verdict"]} if qalt.get("quant_alt_verdict") else {},
-        resolve_with="--model-config (the checkpoint's config.json)",
-        moves_verdict=bool(qalt.get("quant_alt_verdict")) and qalt["quant_alt_verdict"] != verdict))
 
 
 def _kind(doc: ConfigDoc, launch_file: str | None = None) -> str:
@@ -749,12 +732,23 @@ def _env_launch() -> Any:
                          text=" ".join(f"{k}={v}" for k, v in env.items()) + " llamafactory-cli train")
 
 
+def text_only(data: dict[str, Any] | None) -> bool:
+    """Whether the ``data`` facts show that no sample brings an image, video or audio: every configured dataset
+    was read in full here (or by the training machine's context) and none has a sample with media
+    (``with_media`` 0). False when the data is unknown or any dataset was not read: images stay possible."""
+    sets = (data or {}).get("datasets") or []
+    return bool(sets) and all(d.get("status") == "ok" and not d.get("with_media") for d in sets)
+
+
 def _scan(asm: Assembly, config: str) -> dict[str, Any] | None:
     """The ``data`` facts: the datasets scanned here when they are here, else the statistics a ``doctor context``
-    file carries (the training machine's scan); without either, a note says so."""
+    file carries (the training machine's scan); without either, a note says so. Data read here with no media
+    (`text_only`) makes the run's ``media_inputs`` False."""
     data = data_facts.assemble(asm.doc.values, config)
     if data is not None:
         asm.assumptions.extend(data_facts.assumptions(data))
+        if asm.run is not None and asm.run.media_inputs and text_only(data):
+            asm.run = asm.run.with_(media_inputs=False)   # no image reaches the tower (the vision term)
         return data
     data, note = machine.data(asm.context, asm.doc.values)
     if note:

@@ -447,8 +447,28 @@ def data_parallel_open(asm: Any, engine: str | None, deepspeed: bool) -> bool:
     return m is not None and tuple(int(x) for x in m.groups(default="0")) < TORCHRUN_RELEASE
 
 
+def fsdp_refused(run: Any) -> str | None:
+    """LLaMA-Factory's own refusal of FSDP for `run` (a run.Run), None when FSDP could load it: a PTQ checkpoint
+    other than MXFP4/FP8 (LF main model/model_utils/quantization.py L101-105, "DeepSpeed ZeRO-3 or FSDP is
+    incompatible with PTQ-quantized models."), HQQ or EETQ on the fly (L211, L223) and bitsandbytes at other than
+    4 bits (L191-193, "Only 4-bit quantized model can use fsdp+qlora or auto device map."). The message is LF's."""
+    if run is None:
+        return None
+    if run.ptq_method is not None and not run.ptq_dequantized:
+        return "DeepSpeed ZeRO-3 or FSDP is incompatible with PTQ-quantized models."
+    if run.ptq_method is None and run.quantization_bit is not None:
+        method = str(run.quantization_method or "bnb").lower()
+        if method == "hqq":
+            return "HQQ quantization is incompatible with DeepSpeed ZeRO-3 or FSDP."
+        if method == "eetq":
+            return "EETQ quantization is incompatible with DeepSpeed ZeRO-3 or FSDP."
+        if method in ("bnb", "bitsandbytes") and run.quantization_bit != 4:
+            return "Only 4-bit quantized model can use fsdp+qlora or auto device map."
+    return None
+
+
 def launcher_assumption(asm: Any, world_size: int | None, engine: str | None = None,
-                        deepspeed: bool = False) -> Any:
+                        deepspeed: bool = False, run: Any = None) -> Any:
     """The one producer of the ``launcher`` assumption (an unweighed `Assumption`), or None when the inputs say how
     the run is launched. `world_size` is the resolved run's rank count (None: read before the run is resolved,
     when only the ``lint.launch_known`` fact can be asked); `engine` the run's engine (``ddp``, ``megatron``, ...)
@@ -468,17 +488,28 @@ def launcher_assumption(asm: Any, world_size: int | None, engine: str | None = N
         if engine == "megatron" or launch_read(asm):
             return None
         how = "DeepSpeed as the YAML names it" if deepspeed else "DDP"
-        alts = (BY_HAND, ACCELERATE_FSDP) if engine == "ddp" else (BY_HAND,)
-        source = ("no --launch, --accelerate-config, accelerate config beside the YAML, or FORCE_TORCHRUN/NNODES in "
-                  "the environment")
+        refused = fsdp_refused(run)
+        alts = (BY_HAND, ACCELERATE_FSDP) if engine == "ddp" and refused is None else (BY_HAND,)
+        # `llamafactory-cli train` on several GPUs starts torchrun (LF main launcher.py L60-126: FORCE_TORCHRUN or
+        # more than one device), never accelerate: FSDP needs an accelerate config (or the YAML's `fsdp`) that no
+        # input names, so its alternative is weighed and shown but does not decide the verdict (facts/assume.py
+        # `UNNAMED`); where LF refuses FSDP for the model it is not an alternative at all
+        why = ("no --launch, --accelerate-config, accelerate config beside the YAML, or FORCE_TORCHRUN/NNODES in "
+               "the environment; `llamafactory-cli train` on several GPUs starts torchrun (LLaMA-Factory "
+               "launcher.py), which is what is assumed")
+        if engine == "ddp" and refused is None:
+            why += ("; an accelerate launch with FSDP is weighed but does not decide the verdict: no input names an "
+                    "FSDP config")
+        elif engine == "ddp":
+            why += f"; FSDP is not an alternative: LLaMA-Factory refuses it for this model (\"{refused}\")"
         resolve = "--launch FILE (the launch command line) or --accelerate-config FILE"
         if data_parallel_open(asm, engine, deepspeed):
             alts += (DATA_PARALLEL,)
-            source += ("; the training machine's LLaMA-Factory release is not known to be 0.8.0 or later (before "
-                       "0.8.0, llamafactory-cli train ran one process over every visible GPU)")
+            why += ("; the training machine's LLaMA-Factory release is not known to be 0.8.0 or later (before "
+                    "0.8.0, llamafactory-cli train ran one process over every visible GPU)")
             resolve += ", or --llamafactory VERSION"
         return Assumption(name="launcher", value=f"llamafactory-cli train (torchrun, {how}, expandable segments on)",
-                          source=source, alternatives=alts, resolve_with=resolve)
+                          source=why, alternatives=alts, resolve_with=resolve)
     if asm.facts["lint"].get("launch_known"):
         return None
     return Assumption(name="launcher", value="one process on one GPU (python, no torchrun)",

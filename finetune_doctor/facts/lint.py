@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from finetune_doctor.facts.schema import LOCATION, F, Namespace
-from finetune_doctor.analyzers.config.launch import check_launch
+from finetune_doctor.analyzers.config.launch import CHECK_NAMES, check_launch
 from finetune_doctor.readers.config.keyschema import check_keys
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc
 from finetune_doctor.readers.config.lfkind import COMMANDS
@@ -21,7 +21,11 @@ KEY_ITEM = {
     "key": F("str", "the key as written (dotted for nested keys)"),
     "kind": F("str", "unknown | renamed | retired | derived | wrong_type | invalid_value | not_here (a path "
                      "the training machine may hold: not checked here) | ..."),
-    "message": F("str", "what is wrong, in LLaMA-Factory's or transformers' terms"),
+    "message": F("str", "what is wrong, in LLaMA-Factory's or transformers' terms (None for a launch check whose "
+                        "words are its rule's: `check`)"),
+    "check": F("str", "the launch check that found it (analyzers/config/launch.py CHECK_NAMES): the case of its "
+                      "rule's message table; None for the key schema's and v1's problems", values=CHECK_NAMES),
+    "args": F("dict", "the values a launch check's message case shows (as written in the config)", open=True),
     "suggestion": F("str", "did-you-mean key, when one is close"),
     "replacement": F("str", "the key that replaces a renamed/retired one"),
     "fix": F("str", "short title of the fix"),
@@ -133,7 +137,7 @@ MAX_PER_KIND = 1000
 evaluation; a file of 100k unknown keys (issue 27) is reported by its first 1,000 and a count of the rest."""
 
 KEY_FIELDS = ("key", "kind", "message", "suggestion", "replacement_key", "fix", "fix_value", "condition", "inert",
-              "fate", "rest")
+              "fate", "rest", "check", "args")
 
 
 def _problems(doc: ConfigDoc, transformers_version: str | None, release: Any, kind: str) -> list[Any]:

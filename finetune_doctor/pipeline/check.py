@@ -13,6 +13,7 @@ from typing import Any
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError, install_hint
 from finetune_doctor.facts.config import MODES, assemble_config
+from finetune_doctor.readers.config.cliflags import as_launch
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Report
 
@@ -23,6 +24,8 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool =
 
     Raises InputError on bad input (exit 2).
     """
+    # a run given as a command line (readers/config/cliflags.py) says how it is launched too
+    opts = replace(opts, launch=as_launch(config, opts.launch))
     # an unknown model narrows the diagnosis (model-unresolved) instead of ending it
     try:
         asm = assemble_config(config, overrides, opts,

@@ -13,6 +13,7 @@ from typing import Any
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts.config import MODES, assemble_config
+from finetune_doctor.readers.config.cliflags import as_launch
 from finetune_doctor.readers.config.yamlcfg import parse_override
 from finetune_doctor.settings import Options
 from finetune_doctor.types import Report
@@ -52,6 +53,7 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple
     `scan_data` measures the longest micro-batch of the datasets on this machine, as ``check`` does, so that both
     commands give the same total for the same inputs; sweep points are not scanned (each is its worst case, every
     sample at cutoff_len)."""
+    opts = replace(opts, launch=as_launch(config, opts.launch))   # a command line is its own launch
     asm = assemble_config(config, overrides, opts, replace(MODES["estimate"], scan_data=scan_data))
     findings = judge("estimate", asm.facts, asm.sources, opts, texts={asm.doc.path: asm.doc.text}, live=asm.live())
     sections: dict[str, Any] = {"model": asm.model_section()} if asm.run is not None else {}

@@ -169,8 +169,11 @@ def lint_accelerate_alone(path: str, opts: Options) -> list[Finding]:
     return judge("lint", facts, sources, opts)
 
 
-def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: bool = False) -> Report:
-    """Lint `files`; with `fix`, apply safe (and with `unsafe_fixes`, unsafe) fixes. `diff` shows them instead."""
+def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: bool = False, jobs: int = 1) -> Report:
+    """Lint `files`; with `fix`, apply safe (and with `unsafe_fixes`, unsafe) fixes. `diff` shows them instead.
+
+    `jobs` > 1 lets the LLaMA-Factory configs be linted by that many processes forked after the first file (see
+    `_lint_configs`); the report is the same as with one."""
     findings: list[Finding] = []
     notes: list[str] = []
     linted_ds: set[str] = set()
@@ -179,27 +182,17 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     ds_inputs: list[str] = []
     recognised: dict[str, str] = {}
     assumed: dict[tuple[str, str], Any] = {}
-    for f, kind in kinds:
-        if kind != "lf":
-            continue
-        from finetune_doctor.engine.judge import judge
-        from finetune_doctor.facts.assume import MEMORY_ONLY
-        from finetune_doctor.facts.config import assemble_config
-        from finetune_doctor.facts.lint import dropped_note
-
-        file_opts = _per_file(opts, f)
-        asm = assemble_config(f, (), file_opts, "lint")
-        recognised[f] = asm.kind
-        for a in asm.assumptions:   # one entry per assumption and value over all files (facts/assume.py)
-            # without a memory estimate, the memory's own assumptions bear on no finding of lint
-            if asm.memory is not None or a.name not in MEMORY_ONLY:
-                assumed.setdefault((a.name, str(a.value)), a)
-        notes.extend(dropped_note(f, asm.facts))
-        findings.extend(judge("lint", asm.facts, asm.sources, file_opts, texts={asm.doc.path: asm.doc.text},
-                              live=asm.live()))
-        if asm.ds is not None and getattr(asm.ds, "path", None) and not asm.ds_stock:
-            linted_ds.add(str(Path(asm.ds.path).resolve()))
-            ds_inputs.append(str(asm.ds.path))
+    lf_paths = [f for f, kind in kinds if kind == "lf"]
+    for f, (kind, assumptions, file_notes, file_findings, ds_path) in zip(lf_paths,
+                                                                         _lint_configs(lf_paths, opts, jobs)):
+        recognised[f] = kind
+        for a in assumptions:   # one entry per assumption and value over all files (facts/assume.py)
+            assumed.setdefault((a.name, str(a.value)), a)
+        notes.extend(file_notes)
+        findings.extend(file_findings)
+        if ds_path is not None:
+            linted_ds.add(str(Path(ds_path).resolve()))
+            ds_inputs.append(ds_path)
     for f, kind in kinds:
         if kind == "ds" and str(Path(f).resolve()) not in linted_ds:
             findings.extend(lint_ds_alone(f, _per_file(opts, f)))
@@ -249,6 +242,132 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
                                           "run_dir": None, "files": list(files)},
                   findings=tuple(findings), notes=tuple(notes), sections=sections,
                   assumptions=tuple(assumed.values()))
+
+
+ConfigResult = tuple[str, list[Any], list[str], list[Finding], "str | None"]
+"""What linting one LLaMA-Factory config gives `run`: its kind, the assumptions that bear on lint, notes,
+findings, and the DeepSpeed JSON linted with it (None when none or LF's stock one)."""
+
+PARALLEL_MIN = 8
+"""Fewest configs a forked worker is given: forking and sending the results back cost ~2-5 ms a worker, linting
+one config ~3 ms of CPU after start-up (benchmarks/results/lint.md), so a smaller share would not pay."""
+
+
+def _lint_config(f: str, opts: Options) -> ConfigResult:
+    from finetune_doctor.engine.judge import judge
+    from finetune_doctor.facts.assume import MEMORY_ONLY
+    from finetune_doctor.facts.config import assemble_config
+    from finetune_doctor.facts.lint import dropped_note
+
+    file_opts = _per_file(opts, f)
+    asm = assemble_config(f, (), file_opts, "lint")
+    # without a memory estimate, the memory's own assumptions bear on no finding of lint
+    assumptions = [a for a in asm.assumptions if asm.memory is not None or a.name not in MEMORY_ONLY]
+    found = judge("lint", asm.facts, asm.sources, file_opts, texts={asm.doc.path: asm.doc.text}, live=asm.live())
+    ds_path = None
+    if asm.ds is not None and getattr(asm.ds, "path", None) and not asm.ds_stock:
+        ds_path = str(asm.ds.path)
+    return asm.kind, assumptions, list(dropped_note(f, asm.facts)), list(found), ds_path
+
+
+def _lint_configs(paths: list[str], opts: Options, jobs: int) -> list[ConfigResult]:
+    """`_lint_config` of every path, in order. With `jobs` > 1 (and fork available), the first config is linted
+    here, which imports the judge and fills this process's caches (rule pack, key schema, model catalogue), and the
+    rest is cut into `jobs` runs of consecutive files (files of one folder share options and models): the
+    forked children lint all but the last, this process the last, and each child sends its results back pickled
+    through a pipe. The per-file work is ~60 % of a lint of LLaMA-Factory's 95 examples (start-up the rest), so
+    where a core is free this takes wall time off it, as ruff and flake8 lint files in worker processes.
+
+    Errors keep the one-process behaviour: a run whose child failed (InputError on a bad file, or anything else)
+    is linted again here, so the first bad file in command-line order raises, as it does with one process."""
+    import os
+
+    jobs = min(jobs, (len(paths) - 1) // PARALLEL_MIN)
+    if jobs < 2 or not hasattr(os, "fork"):
+        return [_lint_config(f, opts) for f in paths]
+    results = [_lint_config(paths[0], opts)]
+    rest = paths[1:]
+    bounds = [len(rest) * i // jobs for i in range(jobs + 1)]
+    runs = [rest[a:b] for a, b in zip(bounds, bounds[1:])]
+    children = [_fork_run(run_paths, opts) for run_paths in runs[:-1]]
+    mine: list[ConfigResult] = []
+    failure: BaseException | None = None
+    try:
+        for f in runs[-1]:
+            mine.append(_lint_config(f, opts))
+    except Exception as err:   # raised after the children's runs, which come first in command-line order
+        failure = err
+    for run_paths, child in zip(runs, children):
+        got = _collect(child)
+        results.extend(got if got is not None else [_lint_config(f, opts) for f in run_paths])
+    if failure is not None:
+        raise failure
+    return results + mine
+
+
+def _fork_run(paths: list[str], opts: Options) -> tuple[int, int]:
+    """Fork a child that lints `paths` and writes ``pickle((True, results))`` (or ``(False, None)`` on any
+    error) to a pipe; returns (pid, read end)."""
+    import os
+    import pickle
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # the child: never returns into the caller, never runs the parent's exit handlers
+        code = 0
+        try:
+            os.close(read)
+            try:
+                payload = pickle.dumps((True, [_lint_config(f, opts) for f in paths]), protocol=5)
+            except BaseException:
+                payload, code = pickle.dumps((False, None)), 1
+            with os.fdopen(write, "wb") as out:
+                out.write(payload)
+        finally:
+            os._exit(code)
+    os.close(write)
+    return pid, read
+
+
+def _collect(child: tuple[int, int]) -> list[ConfigResult] | None:
+    """The results a forked child sent, or None when it failed or sent nothing readable."""
+    import os
+    import pickle
+
+    pid, read = child
+    with os.fdopen(read, "rb") as inp:
+        data = inp.read()
+    os.waitpid(pid, 0)
+    try:
+        ok, results = pickle.loads(data)
+    except Exception:   # a child killed before it wrote (out of memory): lint its files here
+        return None
+    return results if ok else None
+
+
+def default_jobs() -> int:
+    """How many processes `doctor lint` lints configs with: ``FINETUNE_DOCTOR_LINT_JOBS`` when set (1 turns the
+    workers off); else the CPUs this process may run on that the 1-minute load average leaves free, rounded up
+    (at least 1, at most 8), as GNU make's ``--load-average`` holds back jobs: a worker on a core that other work
+    already holds only adds the fork's cost (measured on a 2-core machine at load 5.5: 2 processes took 15 % more
+    CPU and no less wall time than one, benchmarks/results/lint.md). The load counts this process's own chain
+    (pre-commit, a script linting file after file keeps one process runnable: load ~1 on an idle machine), so
+    one runnable process is taken as ours: free = CPUs + 1 - load."""
+    import math
+    import os
+
+    given = os.environ.get("FINETUNE_DOCTOR_LINT_JOBS", "").strip()
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    try:
+        free = math.ceil(cpus + 1 - os.getloadavg()[0])
+    except (AttributeError, OSError):   # no load average on this platform: every CPU counts as free
+        free = cpus
+    return max(1, min(cpus, free, 8))
 
 
 def diff(files: list[str], opts: Options, *, unsafe_fixes: bool = False) -> tuple[str, list[str], int]:

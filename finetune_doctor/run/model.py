@@ -70,6 +70,11 @@ class Run:
     video_max_pixels: int = 256 * 256
     video_min_pixels: int = 16 * 16
     freeze_vision_tower: bool = True
+    # whether images can reach a vision tower at all: False under a template without an image plugin (LF
+    # data/template.py: one registered without mm_plugin gets the base plugin; readers/model/byname.py
+    # media_template) or data read here that holds no media; the vision term and its assumptions follow it
+    # (issue #21, trial 2)
+    media_inputs: bool = True
     optim: str = "adamw_torch_fused"
     optimizer_impl: str = "fused"
     optim_assumed: bool = False           # `optim` unset: transformers' default for the assumed torch version

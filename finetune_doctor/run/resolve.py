@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from finetune_doctor.arch import ModelArch
+from finetune_doctor.readers.model.byname import media_template
 from finetune_doctor.run.quantization import resolve_quantization
 from finetune_doctor.run.attention import resolve_attention
 from finetune_doctor.run.engines import LaunchInputs, resolve_engine
@@ -232,7 +233,8 @@ def _memory_knobs(cfg: dict[str, Any], arch: ModelArch, notes: list[str] | None 
             # the processor arguments LF reads (hparams/model_args.py:305-330) and freeze_vision_tower (:546)
             **{k: as_int(cfg.get(k), d) for k, d in (("image_max_pixels", 768 * 768), ("image_min_pixels", 32 * 32),
                                                      ("video_max_pixels", 256 * 256), ("video_min_pixels", 16 * 16))},
-            "freeze_vision_tower": as_bool(cfg.get("freeze_vision_tower"), True)}
+            "freeze_vision_tower": as_bool(cfg.get("freeze_vision_tower"), True),
+            "media_inputs": media_template(cfg.get("template"))}
 
 
 def _optimizer(cfg: dict[str, Any], stack: dict[str, str | None], notes: list[str]) -> dict[str, Any]:

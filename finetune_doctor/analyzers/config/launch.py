@@ -27,10 +27,13 @@ The last two are checked by LLaMA-Factory after parsing, before the first step (
 ``get_template_and_fix_tokenizer``, ``data/parser.py`` ``get_dataset_list``): they need only the config and the
 dataset_info.json it names, which is read (never a dataset).
 
-Each check is written from the source line it mirrors (cited at the check); the message quotes what LLaMA-Factory
-or transformers raises and says why. A check only judges values of the type its source compares: a wrong type is
-keyschema's finding (invalid-value), not a second one here. ``condition`` is set where the verdict depends on the
-launch (``"torchrun launch"``: LLaMA-Factory runs torchrun for more than one GPU or with FORCE_TORCHRUN=1).
+Each check is written from the source line it mirrors (cited at the check). Its sentence, which quotes what
+LLaMA-Factory or transformers raises and says why, lives in its rule's message table (``by: item.check``): a
+problem carries the check's name (``check``, one of `CHECK_KINDS`) and the values the sentence shows (``args``);
+only the template and dataset lookups still write theirs here (see `CHECK_KINDS`). A check only judges values of
+the type its source compares: a wrong type is keyschema's finding (invalid-value), not a second one here.
+``condition`` is set where the verdict depends on the launch (``"torchrun launch"``: LLaMA-Factory runs torchrun
+for more than one GPU or with FORCE_TORCHRUN=1).
 
 Pure Python, no third-party import: `doctor lint` calls it.
 """
@@ -90,7 +93,59 @@ class _Cfg:
 def _p(key: str, kind: str, message: str, suggestion: str | None = None, *, fix: str | None = None,
        fix_value: Any = None, condition: str | None = None) -> Problem:
     return {"key": key, "kind": kind, "message": message, "suggestion": suggestion, "replacement_key": None,
-            "fix": fix, "fix_value": fix_value, "condition": condition}
+            "fix": fix, "fix_value": fix_value, "condition": condition, "check": None, "args": {}}
+
+
+def _c(key: str, kind: str, check: str, suggestion: str | None = None, *, args: Mapping[str, Any] | None = None,
+       fix: str | None = None, fix_value: Any = None, condition: str | None = None) -> Problem:
+    """A problem whose words live in its rule: `check` (one of CHECK_NAMES) is the case of the rule's message table
+    (rules/missing-required-key.yaml, rules/conflicting-options.yaml) and `args` the values the case shows, as the
+    user wrote them (str(): a float prints as written, not in the templates' rounded form). A `condition` here
+    names a launch (``torchrun launch``), never a release: a release condition makes the problem
+    unverified-config-problem, whose message is `message`."""
+    assert CHECK_KINDS[check] == kind, (check, kind)
+    return {"key": key, "kind": kind, "message": None, "suggestion": suggestion, "replacement_key": None,
+            "fix": fix, "fix_value": fix_value, "condition": condition, "check": check,
+            "args": {k: str(v) for k, v in (args or {}).items()}}
+
+
+CHECK_KINDS = {
+    **dict.fromkeys(("output-dir", "model-name", "train-dataset", "ppo-reward-model", "streaming-max-steps",
+                     "export-quantization-dataset", "eval-data", "eval-data-by-strategy", "trackio-project"),
+                    "missing"),
+    **dict.fromkeys(("fp16-and-bf16", "full-eval-dtypes", "mask-history-and-train-on-prompt", "two-optimizer-tuners",
+                     "generate-and-accuracy", "val-size-without-dataset", "val-size-and-eval-dataset",
+                     "val-size-streaming", "interleave-concat", "interleave-length", "max-samples-streaming",
+                     "pixels-max-below-min", "fp8-and-quantization", "infer-backend-in-training",
+                     "quantization-device-map-training", "fsdp-offload-alone", "fsdp-two-strategies",
+                     "prefetch-without-workers"), "conflict"),
+    **dict.fromkeys(("sft-only-generate", "sft-only-neat-packing", "sft-only-prompt-loss", "predict-without-generate",
+                     "best-model-rm-ppo", "dpo-label-smoothing", "pissa-reference-model", "ppo-without-train",
+                     "ppo-shift-attn", "ppo-unsloth-lora-reward", "ppo-kt-lora-reward", "ppo-logger",
+                     "ppo-reward-model-type"), "stage"),
+    **dict.fromkeys(("adapter-needs-lora", "lora-only-option", "llama-pro-full", "lora-with-full-optimizer",
+                     "quantized-pissa", "quantized-resize-vocab", "quantized-new-adapter", "quantized-adapters"),
+                    "method"),
+    **dict.fromkeys(("zero3-pure-bf16", "zero3-unsloth", "zero3-kt", "zero3-generate", "zero3-pissa",
+                     "galore-apollo-deepspeed"), "zero3"),
+    **dict.fromkeys(("badam-layer-without-zero3", "layerwise-galore", "layerwise-apollo", "badam-ratio-distributed"),
+                    "distributed"),
+    **dict.fromkeys(("eval-steps-unset", "logging-steps-zero", "steps-not-finite", "steps-not-whole",
+                     "scheduler-needs-eval", "warmup-steps-negative", "warmup-ratio-negative", "empty-cache-steps",
+                     "best-model-strategies", "best-model-steps-mixed", "best-model-steps-ratio",
+                     "best-model-steps-whole"), "interval"),
+}
+"""The launch checks whose message is a case of their rule's message table, with the kind of problem each gives
+(the kind selects the rule by its ``for_each``: ``missing`` rules/missing-required-key.yaml, ``conflict``
+conflicting-options, ``stage`` option-needs-other-stage, ``method`` option-needs-other-method, ``zero3``
+deepspeed-incompatible-option, ``distributed`` distributed-incompatible-option, ``interval`` invalid-step-setting;
+tests/test_launch_messages.py checks that each rule has a case for every check of its kind). The template and
+dataset lookups keep their sentences here: a template's condition can name a release (unverified-config-problem
+shows `message`), and a dataset folder missing here is not-checked-here's."""
+
+CHECK_NAMES = tuple(CHECK_KINDS)
+"""The values of ``lint.keys[].check`` (facts/lint.py declares them, so the rule loader refuses a message case that
+is none of them)."""
 
 
 def _num(v: Any) -> bool:
@@ -114,42 +169,28 @@ def _missing(c: _Cfg) -> list[Problem]:
     out = []
     if c.tf is not None and c.tf < (4, 49) and c.values.get("output_dir") is None:
         # output_dir had no default before transformers 4.49 (huggingface/transformers#35735)
-        out.append(_p("output_dir", "missing",
-                      f"`output_dir` is not set: transformers {c.tf[0]}.{c.tf[1]} requires it and stops with "
-                      "\"__init__() missing 1 required positional argument: 'output_dir'\"",
-                      "set `output_dir` (e.g. saves/<model>/<method>/sft)"))
+        out.append(_c("output_dir", "missing", "output-dir", "set `output_dir` (e.g. saves/<model>/<method>/sft)",
+                      args={"transformers": f"{c.tf[0]}.{c.tf[1]}"}))
     if c("model_name_or_path") is None:   # model_args.py:207-208
-        out.append(_p("model_name_or_path", "missing",
-                      "`model_name_or_path` is not set: LLaMA-Factory stops with \"Please provide "
-                      "`model_name_or_path`.\" before anything else is read.",
+        out.append(_c("model_name_or_path", "missing", "model-name",
                       "set `model_name_or_path` to a hub id or a local folder"))
     if c("do_train") is True and c("dataset") is None:   # parser.py:359-360
-        out.append(_p("dataset", "missing",
-                      "`do_train: true` without `dataset`: LLaMA-Factory stops with \"Please specify dataset for "
-                      "training.\"", "name the training data in `dataset` (dataset_info.json names)"))
+        out.append(_c("dataset", "missing", "train-dataset",
+                      "name the training data in `dataset` (dataset_info.json names)"))
     if c.stage == "ppo" and c("reward_model") is None:   # finetuning_args.py:580-581
-        out.append(_p("reward_model", "missing",
-                      "`stage: ppo` without `reward_model`: PPO scores its samples with a reward model, and "
-                      "LLaMA-Factory stops with \"`reward_model` is necessary for PPO training.\"",
+        out.append(_c("reward_model", "missing", "ppo-reward-model",
                       "set `reward_model` to the output folder of an `rm` stage run"))
     if c("streaming") is True and _num(c("max_steps")) and c("max_steps") == -1:   # parser.py:356-357
-        out.append(_p(_where(c, "max_steps", "streaming"), "missing",
-                      "`streaming: true` without `max_steps`: a streamed dataset has no length, so the number of "
-                      "steps cannot be derived from epochs; LLaMA-Factory stops with \"Please specify `max_steps` in "
-                      "streaming mode.\"", "set `max_steps`"))
+        out.append(_c(_where(c, "max_steps", "streaming"), "missing", "streaming-max-steps", "set `max_steps`"))
     if c("export_quantization_bit") is not None and c("export_quantization_dataset") is None:  # model_args 396-397
-        out.append(_p("export_quantization_bit", "missing",
-                      "`export_quantization_bit` without `export_quantization_dataset`: GPTQ export calibrates on "
-                      "data, and LLaMA-Factory stops with \"Quantization dataset is necessary for exporting.\"",
+        out.append(_c("export_quantization_bit", "missing", "export-quantization-dataset",
                       "set `export_quantization_dataset`, or remove `export_quantization_bit` from a training "
                       "config"))
     out += _eval_data(c)
     report = c("report_to")
     loggers = [report] if isinstance(report, str) else report if isinstance(report, list) else []
     if "trackio" in loggers and not c("project"):   # parser.py:132-137
-        out.append(_p(_where(c, "project", "report_to"), "missing",
-                      "`report_to: trackio` without a `project`: LLaMA-Factory stops with \"`--project` must be "
-                      "specified when using Trackio.\"", "set `project`"))
+        out.append(_c(_where(c, "project", "report_to"), "missing", "trackio-project", "set `project`"))
     return out
 
 
@@ -166,12 +207,10 @@ def _eval_data(c: _Cfg) -> list[Problem]:
     if not why:
         return []
     key = _where(c, *why)
-    shown = f"`eval_strategy: {strategy}`" if key == "eval_strategy" else f"`{key}: true`"
-    return [_p(key, "missing",
-               f"{shown} but no evaluation data (`eval_dataset` unset and `val_size` 0): LLaMA-Factory stops with "
-               "\"Please make sure eval_dataset be provided or val_size >1e-6\""
-               + (" (an eval strategy other than 'no' turns do_eval on)" if key == "eval_strategy" else "") + ".",
-               "set `val_size: 0.1` (a held-out share of `dataset`) or `eval_dataset`")]
+    if key == "eval_strategy":
+        return [_c(key, "missing", "eval-data-by-strategy", "set `val_size: 0.1` (a held-out share of `dataset`) "
+                   "or `eval_dataset`", args={"strategy": strategy})]
+    return [_c(key, "missing", "eval-data", "set `val_size: 0.1` (a held-out share of `dataset`) or `eval_dataset`")]
 
 
 # --- conflicts ------------------------------------------------------------------------------------------------------
@@ -179,79 +218,50 @@ def _eval_data(c: _Cfg) -> list[Problem]:
 def _conflicts(c: _Cfg) -> list[Problem]:
     out = []
     if c("fp16") is True and c("bf16") is True:   # transformers 5.6.0 _validate_args
-        keep = "bf16"
-        out.append(_p("fp16", "conflict",
-                      "`fp16: true` and `bf16: true` together: transformers stops with \"At most one of fp16 and "
-                      "bf16 can be True, but not both\". Mixed precision has one compute dtype.",
-                      f"remove `fp16` and keep `{keep}: true` (bf16 needs an Ampere or newer GPU)", fix="delete"))
+        out.append(_c("fp16", "conflict", "fp16-and-bf16",
+                      "remove `fp16` and keep `bf16: true` (bf16 needs an Ampere or newer GPU)", fix="delete"))
     if c("fp16_full_eval") is True and c("bf16_full_eval") is True:
-        out.append(_p("fp16_full_eval", "conflict",
-                      "`fp16_full_eval` and `bf16_full_eval` together: transformers stops with \"At most one of "
-                      "fp16 and bf16 can be True for full eval, but not both\".", "remove one of them",
-                      fix="delete"))
+        out.append(_c("fp16_full_eval", "conflict", "full-eval-dtypes", "remove one of them", fix="delete"))
     if c("mask_history") is True and c("train_on_prompt") is True:   # data_args.py:182-183
-        out.append(_p("mask_history", "conflict",
-                      "`mask_history` and `train_on_prompt` together: one drops the earlier turns from the loss, the "
-                      "other adds the prompts to it; LLaMA-Factory stops with \"`mask_history` is incompatible with "
-                      "`train_on_prompt`.\"", "remove one of them"))
+        out.append(_c("mask_history", "conflict", "mask-history-and-train-on-prompt", "remove one of them"))
     tuners = [k for k in ("use_galore", "use_apollo", "use_badam") if c(k) is True]
     if len(tuners) > 1:   # finetuning_args.py:598-599
-        out.append(_p(tuners[1], "conflict",
-                      f"`{tuners[0]}` and `{tuners[1]}` together: each replaces the optimizer, and LLaMA-Factory stops "
-                      "with \"Cannot use GaLore, APOLLO or BAdam together.\"", f"keep one of {', '.join(tuners)}"))
+        out.append(_c(tuners[1], "conflict", "two-optimizer-tuners", f"keep one of {', '.join(tuners)}",
+                      args={"first": tuners[0], "second": tuners[1]}))
     if c("predict_with_generate") is True and c("compute_accuracy") is True:   # parser.py:371-372
-        out.append(_p("compute_accuracy", "conflict",
-                      "`predict_with_generate` with `compute_accuracy`: token accuracy needs the logits of a forward "
-                      "pass, generation gives text; LLaMA-Factory stops with \"Cannot use `predict_with_generate` and "
-                      "`compute_accuracy` together.\"", "remove `compute_accuracy`", fix="delete"))
+        out.append(_c("compute_accuracy", "conflict", "generate-and-accuracy", "remove `compute_accuracy`",
+                      fix="delete"))
     val = c("val_size")
     if _num(val) and val > 1e-6:
         if c("dataset") is None:   # data_args.py:159-160
-            out.append(_p("val_size", "conflict",
-                          "`val_size` without `dataset`: the validation share is split off the training data; "
-                          "LLaMA-Factory stops with \"Cannot specify `val_size` if `dataset` is None.\"",
-                          "remove `val_size` or set `dataset`"))
+            out.append(_c("val_size", "conflict", "val-size-without-dataset", "remove `val_size` or set `dataset`"))
         if c("eval_dataset") is not None:   # data_args.py:162-163
-            out.append(_p("val_size", "conflict",
-                          "`val_size` with `eval_dataset`: the evaluation data would come from two places; "
-                          "LLaMA-Factory stops with \"Cannot specify `val_size` if `eval_dataset` is not None.\"",
+            out.append(_c("val_size", "conflict", "val-size-and-eval-dataset",
                           "remove `val_size` (the eval_dataset is used)", fix="delete"))
         if c("streaming") is True and val < 1:   # data_args.py:176-177
-            out.append(_p("val_size", "conflict",
-                          f"`val_size: {val}` with `streaming`: a stream has no length to take a share of; "
-                          "LLaMA-Factory stops with \"Streaming mode should have an integer val size.\"",
-                          "give `val_size` as a number of samples (e.g. 1000)"))
+            out.append(_c("val_size", "conflict", "val-size-streaming",
+                          "give `val_size` as a number of samples (e.g. 1000)", args={"val_size": val}))
     out += _interleave(c)
     if c("streaming") is True and c("max_samples") is not None:   # data_args.py:179-180
-        out.append(_p("max_samples", "conflict",
-                      "`max_samples` with `streaming`: LLaMA-Factory stops with \"`max_samples` is incompatible with "
-                      "`streaming`.\"", "remove `max_samples` (bound a stream with `max_steps`)", fix="delete"))
+        out.append(_c("max_samples", "conflict", "max-samples-streaming",
+                      "remove `max_samples` (bound a stream with `max_steps`)", fix="delete"))
     for kind in ("image", "video"):   # model_args.py:346-351
         lo, hi = c(f"{kind}_min_pixels"), c(f"{kind}_max_pixels")
         if _num(lo) and _num(hi) and hi < lo:
-            out.append(_p(_where(c, f"{kind}_max_pixels", f"{kind}_min_pixels"), "conflict",
-                          f"`{kind}_max_pixels: {hi}` is smaller than `{kind}_min_pixels: {lo}`: LLaMA-Factory stops "
-                          f"with \"`{kind}_max_pixels` cannot be smaller than `{kind}_min_pixels`.\"",
-                          f"raise `{kind}_max_pixels` to at least {lo}"))
+            out.append(_c(_where(c, f"{kind}_max_pixels", f"{kind}_min_pixels"), "conflict", "pixels-max-below-min",
+                          f"raise `{kind}_max_pixels` to at least {lo}", args={"kind": kind, "high": hi, "low": lo}))
     if c("fp8") is True and c("quantization_bit") is not None:   # parser.py:403-404
-        out.append(_p("fp8", "conflict",
-                      "`fp8` with `quantization_bit`: LLaMA-Factory stops with \"FP8 training is not compatible with "
-                      "quantization. Please disable one of them.\"", "remove `fp8`", fix="delete"))
+        out.append(_c("fp8", "conflict", "fp8-and-quantization", "remove `fp8`", fix="delete"))
     backend = c("infer_backend")
     if isinstance(backend, str) and backend != "huggingface":   # parser.py:406-407
-        out.append(_p("infer_backend", "conflict",
-                      f"`infer_backend: {backend}` in a training config: LLaMA-Factory stops with \"vLLM/SGLang backend "
-                      "is only available for API, CLI and Web.\"", "remove `infer_backend`", fix="delete"))
+        out.append(_c("infer_backend", "conflict", "infer-backend-in-training", "remove `infer_backend`",
+                      fix="delete", args={"backend": backend}))
     if c("do_train") is True and c("quantization_device_map") == "auto":   # parser.py:374-375
-        out.append(_p("quantization_device_map", "conflict",
-                      "`quantization_device_map: auto` while training: LLaMA-Factory stops with \"Cannot use device "
-                      "map for quantized models in training.\" (each rank holds its own copy)",
+        out.append(_c("quantization_device_map", "conflict", "quantization-device-map-training",
                       "remove `quantization_device_map`", fix="delete"))
     out += _fsdp(c)
     if c("dataloader_num_workers") == 0 and c("dataloader_prefetch_factor") is not None:   # transformers
-        out.append(_p("dataloader_prefetch_factor", "conflict",
-                      "`dataloader_prefetch_factor` with `dataloader_num_workers: 0`: transformers stops with "
-                      "\"--dataloader_prefetch_factor can only be set when data is loaded in a different process\".",
+        out.append(_c("dataloader_prefetch_factor", "conflict", "prefetch-without-workers",
                       "remove `dataloader_prefetch_factor` or set `dataloader_num_workers` above 0"))
     return out
 
@@ -262,19 +272,15 @@ def _interleave(c: _Cfg) -> list[Problem]:
     if probs is None:
         return []
     if c("mix_strategy") == "concat":
-        return [_p("interleave_probs", "conflict",
-                   "`interleave_probs` with `mix_strategy: concat` (the default): LLaMA-Factory stops with "
-                   "\"`interleave_probs` is only valid for interleaved mixing.\"",
+        return [_c("interleave_probs", "conflict", "interleave-concat",
                    "set `mix_strategy: interleave_under` (or interleave_over)")]
     parts = _names(probs)
     out = []
     for key, what in (("dataset", "dataset"), ("eval_dataset", "eval dataset")):
         names = _names(c(key))
         if parts is not None and names is not None and len(names) != len(parts):
-            out.append(_p("interleave_probs", "conflict",
-                          f"`interleave_probs` has {len(parts)} weights for {len(names)} datasets in `{key}`: "
-                          f"LLaMA-Factory stops with \"The length of {what} and interleave probs should be "
-                          "identical.\"", f"give one weight per name in `{key}`"))
+            out.append(_c("interleave_probs", "conflict", "interleave-length", f"give one weight per name in `{key}`",
+                          args={"weights": len(parts), "names": len(names), "key": key, "what": what}))
     return out
 
 
@@ -283,12 +289,9 @@ def _fsdp(c: _Cfg) -> list[Problem]:
     fsdp = c("fsdp")
     opts = fsdp.split() if isinstance(fsdp, str) else fsdp if isinstance(fsdp, list) else []
     if opts == ["offload"]:
-        return [_p("fsdp", "conflict", "`fsdp: offload` on its own: transformers stops with \"`--fsdp offload` "
-                                       "can't work on its own.\"", "write `fsdp: full_shard offload`")]
+        return [_c("fsdp", "conflict", "fsdp-offload-alone", "write `fsdp: full_shard offload`")]
     if "full_shard" in opts and "shard_grad_op" in opts:
-        return [_p("fsdp", "conflict", "`fsdp` names full_shard and shard_grad_op: transformers stops with "
-                                       "\"`--fsdp full_shard` is not compatible with `--fsdp shard_grad_op`.\"",
-                   "keep one sharding strategy")]
+        return [_c("fsdp", "conflict", "fsdp-two-strategies", "keep one sharding strategy")]
     return []
 
 
@@ -300,35 +303,24 @@ def _stage(c: _Cfg) -> list[Problem]:
     if not isinstance(stage, str):
         return out
     if stage != "sft":   # parser.py:316-324
-        for key, msg in (("predict_with_generate", "`predict_with_generate` cannot be set as True except SFT."),
-                         ("neat_packing", "`neat_packing` cannot be set as True except SFT."),
-                         ("train_on_prompt", "`train_on_prompt` or `mask_history` cannot be set as True except SFT."),
-                         ("mask_history", "`train_on_prompt` or `mask_history` cannot be set as True except SFT.")):
+        for key, check in (("predict_with_generate", "sft-only-generate"), ("neat_packing", "sft-only-neat-packing"),
+                           ("train_on_prompt", "sft-only-prompt-loss"), ("mask_history", "sft-only-prompt-loss")):
             if c(key) is True:
-                out.append(_p(key, "stage", f"`{key}: true` with `stage: {stage}`: it is an SFT option; "
-                                            f"LLaMA-Factory stops with \"{msg}\"", f"remove `{key}`", fix="delete"))
+                out.append(_c(key, "stage", check, f"remove `{key}`", fix="delete", args={"stage": stage}))
     if stage == "sft" and c("do_predict") is True and c("predict_with_generate") is not True:   # parser.py:326-327
-        out.append(_p("do_predict", "stage",
-                      "`do_predict: true` without `predict_with_generate`: SFT predictions are generated text; "
-                      "LLaMA-Factory stops with \"Please enable `predict_with_generate` to save model predictions.\"",
-                      "add `predict_with_generate: true`"))
+        out.append(_c("do_predict", "stage", "predict-without-generate", "add `predict_with_generate: true`"))
     if stage in ("rm", "ppo") and c("load_best_model_at_end") is True:   # parser.py:329-330
-        out.append(_p("load_best_model_at_end", "stage",
-                      f"`load_best_model_at_end` with `stage: {stage}`: LLaMA-Factory stops with \"RM and PPO stages "
-                      "do not support `load_best_model_at_end`.\"", "remove `load_best_model_at_end`", fix="delete"))
+        out.append(_c("load_best_model_at_end", "stage", "best-model-rm-ppo", "remove `load_best_model_at_end`",
+                      fix="delete", args={"stage": stage}))
     if stage == "ppo":
         out += _ppo(c)
     pref = c("pref_loss")
     if stage == "dpo" and pref != "sigmoid" and _num(c("dpo_label_smoothing")) and c("dpo_label_smoothing") > 1e-6:
-        out.append(_p("dpo_label_smoothing", "stage",   # finetuning_args.py:589-590
-                      f"`dpo_label_smoothing` with `pref_loss: {pref}`: label smoothing is defined for the sigmoid "
-                      "DPO loss only; LLaMA-Factory stops with \"`dpo_label_smoothing` is only valid for sigmoid "
-                      "loss function.\"", "remove `dpo_label_smoothing`", fix="delete"))
+        out.append(_c("dpo_label_smoothing", "stage", "dpo-label-smoothing",   # finetuning_args.py:589-590
+                      "remove `dpo_label_smoothing`", fix="delete", args={"pref_loss": pref}))
     if c("pissa_init") is True and (stage in ("ppo", "kto") or (stage == "dpo" and pref not in ("orpo", "simpo"))):
-        out.append(_p("pissa_init", "stage",   # finetuning_args.py:601-602 (use_ref_model: dpo without orpo/simpo)
-                      f"`pissa_init` with `stage: {stage}`: PiSSA rewrites the base weights, which the reference "
-                      "model of this stage shares; LLaMA-Factory stops with \"Cannot use PiSSA for current training "
-                      "stage.\"", "remove `pissa_init`", fix="delete"))
+        out.append(_c("pissa_init", "stage", "pissa-reference-model",   # finetuning_args.py:601-602 (use_ref_model:
+                      "remove `pissa_init`", fix="delete", args={"stage": stage}))   # dpo without orpo/simpo)
     return out
 
 
@@ -336,35 +328,26 @@ def _ppo(c: _Cfg) -> list[Problem]:
     """parser.py:332-348 and finetuning_args.py:583-587."""
     out = []
     if c("do_train") is not True:
-        out.append(_p("do_train", "stage", "`stage: ppo` without `do_train: true`: LLaMA-Factory stops with \"PPO "
-                                           "training does not support evaluation, use the SFT stage to evaluate "
-                                           "models.\"", "set `do_train: true`", fix="set", fix_value=True))
+        out.append(_c("do_train", "stage", "ppo-without-train", "set `do_train: true`", fix="set", fix_value=True))
     if c("shift_attn") is True:
-        out.append(_p("shift_attn", "stage", "`shift_attn` with `stage: ppo`: LLaMA-Factory stops with \"PPO training "
-                                             "is incompatible with S^2-Attn.\"", "remove `shift_attn`", fix="delete"))
+        out.append(_c("shift_attn", "stage", "ppo-shift-attn", "remove `shift_attn`", fix="delete"))
     rtype = c("reward_model_type")
     if rtype == "lora" and c("use_unsloth") is True:
-        out.append(_p("use_unsloth", "stage", "`use_unsloth` with a LoRA reward model: LLaMA-Factory stops with "
-                                              "\"Unsloth does not support lora reward model.\"",
+        out.append(_c("use_unsloth", "stage", "ppo-unsloth-lora-reward",
                       "set `reward_model_type: full`, or remove `use_unsloth`"))
     if rtype == "lora" and c("use_kt") is True:
-        out.append(_p("use_kt", "stage", "`use_kt` with a LoRA reward model: LLaMA-Factory stops with "
-                                         "\"KTransformers does not support lora reward model.\"",
-                      "set `reward_model_type: full`, or remove `use_kt`"))
+        out.append(_c("use_kt", "stage", "ppo-kt-lora-reward", "set `reward_model_type: full`, or remove `use_kt`"))
     report = c("report_to")
     loggers = [report] if isinstance(report, str) else report if isinstance(report, list) else []
     bad = [x for x in loggers if x not in ("wandb", "tensorboard", "trackio", "none", "all")]
     if bad:
-        out.append(_p("report_to", "stage", f"`report_to: {', '.join(map(str, bad))}` with `stage: ppo`: "
-                                            "LLaMA-Factory stops with \"PPO only accepts wandb, tensorboard, or "
-                                            "trackio logger.\"", "use wandb, tensorboard or trackio"))
+        out.append(_c("report_to", "stage", "ppo-logger", "use wandb, tensorboard or trackio",
+                      args={"loggers": ", ".join(map(str, bad))}))
     method = c.method
     for t in ("lora", "oft"):
         if rtype == t and method != t and c("reward_model") is not None:
-            out.append(_p(_where(c, "reward_model_type", "finetuning_type"), "stage",
-                          f"`reward_model_type: {t}` with `finetuning_type: {method}`: the reward adapter is loaded "
-                          f"into the policy model, which needs {t} too; LLaMA-Factory stops with \"`reward_model_type` "
-                          f"cannot be {t} for Freeze/Full PPO training.\"", "set `reward_model_type: full`"))
+            out.append(_c(_where(c, "reward_model_type", "finetuning_type"), "stage", "ppo-reward-model-type",
+                          "set `reward_model_type: full`", args={"reward_type": t, "method": method}))
     return out
 
 
@@ -374,41 +357,31 @@ def _method(c: _Cfg) -> list[Problem]:
     if not isinstance(method, str):
         return out
     if c("adapter_name_or_path") is not None and method != "lora":   # parser.py:185-186
-        out.append(_p("adapter_name_or_path", "method",
-                      f"`adapter_name_or_path` with `finetuning_type: {method}`: adapters exist only for LoRA; "
-                      "LLaMA-Factory stops with \"Adapter is only valid for the LoRA method.\"",
-                      "merge the adapter into the model first (llamafactory-cli export), or train LoRA"))
+        out.append(_c("adapter_name_or_path", "method", "adapter-needs-lora",
+                      "merge the adapter into the model first (llamafactory-cli export), or train LoRA",
+                      args={"method": method}))
     if method != "lora":   # finetuning_args.py:604-615
         for key, test in (("loraplus_lr_ratio", lambda v: v is not None), ("use_rslora", lambda v: v is True),
                           ("use_dora", lambda v: v is True), ("pissa_init", lambda v: v is True)):
             if test(c(key)):
-                out.append(_p(key, "method", f"`{key}` with `finetuning_type: {method}`: it is a LoRA option; "
-                                             f"LLaMA-Factory stops with \"`{key}` is only valid for LoRA training.\"",
-                              f"remove `{key}`", fix="delete"))
+                out.append(_c(key, "method", "lora-only-option", f"remove `{key}`", fix="delete",
+                              args={"method": method}))
     if c("use_llama_pro") is True and method == "full":   # finetuning_args.py:592-593
-        out.append(_p("use_llama_pro", "method", "`use_llama_pro` with `finetuning_type: full`: LLaMA Pro trains the "
-                                                 "expanded blocks only; LLaMA-Factory stops with \"`use_llama_pro` is "
-                                                 "only valid for Freeze or LoRA training.\"",
-                      "set `finetuning_type: freeze`"))
+        out.append(_c("use_llama_pro", "method", "llama-pro-full", "set `finetuning_type: freeze`"))
     tuners = [k for k in ("use_galore", "use_apollo", "use_badam") if c(k) is True]
     if method == "lora" and tuners:   # finetuning_args.py:595-596
-        out.append(_p(tuners[0], "method", f"`{tuners[0]}` with `finetuning_type: lora`: GaLore, APOLLO and BAdam are "
-                                           "full-parameter optimizers; LLaMA-Factory stops with \"Cannot use LoRA "
-                                           "with GaLore, APOLLO or BAdam together.\"",
+        out.append(_c(tuners[0], "method", "lora-with-full-optimizer",
                       "set `finetuning_type: full`, or remove " + ", ".join(f"`{t}`" for t in tuners)))
     if c("quantization_bit") is not None:   # parser.py:188-202 (FD704 reports full/freeze)
         adapters = _names(c("adapter_name_or_path"))
-        for key, on, msg in (
-                ("pissa_init", c("pissa_init") is True,
-                 "Please use scripts/pissa_init.py to initialize PiSSA for a quantized model."),
-                ("resize_vocab", c("resize_vocab") is True, "Cannot resize embedding layers of a quantized model."),
+        for key, on, check in (
+                ("pissa_init", c("pissa_init") is True, "quantized-pissa"),
+                ("resize_vocab", c("resize_vocab") is True, "quantized-resize-vocab"),
                 ("create_new_adapter", adapters is not None and c("create_new_adapter") is True,
-                 "Cannot create new adapter upon a quantized model."),
-                ("adapter_name_or_path", adapters is not None and len(adapters) != 1,
-                 "Quantized model only accepts a single adapter. Merge them first.")):
+                 "quantized-new-adapter"),
+                ("adapter_name_or_path", adapters is not None and len(adapters) != 1, "quantized-adapters")):
             if on and method in ("lora", "oft"):
-                out.append(_p(key, "method", f"`{key}` on a quantized model (`quantization_bit`): LLaMA-Factory stops "
-                                             f"with \"{msg}\"", f"remove `{key}` or `quantization_bit`"))
+                out.append(_c(key, "method", check, f"remove `{key}` or `quantization_bit`"))
     return out
 
 
@@ -444,27 +417,18 @@ def _deepspeed(c: _Cfg) -> list[Problem]:
     out = []
     if c("deepspeed") and c.zero_stage is not None:
         if c.zero_stage == 3:   # parser.py:367-413
-            for key, msg in (("pure_bf16", "`pure_bf16` is incompatible with DeepSpeed ZeRO-3."),
-                             ("use_unsloth", "Unsloth is incompatible with DeepSpeed ZeRO-3."),
-                             ("use_kt", "KTransformers is incompatible with DeepSpeed ZeRO-3."),
-                             ("predict_with_generate", "`predict_with_generate` is incompatible with DeepSpeed ZeRO-3."),
-                             ("pissa_init", "Please use scripts/pissa_init.py to initialize PiSSA in DeepSpeed "
-                                            "ZeRO-3.")):
+            for key, check in (("pure_bf16", "zero3-pure-bf16"), ("use_unsloth", "zero3-unsloth"),
+                               ("use_kt", "zero3-kt"), ("predict_with_generate", "zero3-generate"),
+                               ("pissa_init", "zero3-pissa")):
                 if c(key) is True:
-                    out.append(_p(key, "zero3", f"`{key}` with DeepSpeed ZeRO-3 (`deepspeed: {c('deepspeed')}`): "
-                                                f"ZeRO-3 shards the weights this option needs whole; LLaMA-Factory "
-                                                f"stops with \"{msg}\"",
-                                  f"remove `{key}`, or use a ZeRO-2 DeepSpeed config"))
+                    out.append(_c(key, "zero3", check, f"remove `{key}`, or use a ZeRO-2 DeepSpeed config",
+                                  args={"deepspeed": c("deepspeed")}))
         tuners = [k for k in ("use_galore", "use_apollo") if c(k) is True]
         if tuners:   # parser.py:400-401
-            out.append(_p(tuners[0], "zero3", f"`{tuners[0]}` with DeepSpeed: these optimizers project gradients per "
-                                              "layer and cannot run inside DeepSpeed's; LLaMA-Factory stops with "
-                                              "\"GaLore and APOLLO are incompatible with DeepSpeed yet.\"",
+            out.append(_c(tuners[0], "zero3", "galore-apollo-deepspeed",
                           "remove `deepspeed` (GaLore/APOLLO save their memory without it)"))
     if c("use_badam") is True and c("badam_mode") != "ratio" and c.zero_stage != 3:   # parser.py:394-398
-        out.append(_p("use_badam", "distributed", "layer-wise BAdam on a torchrun launch without DeepSpeed ZeRO-3: "
-                                                  "LLaMA-Factory stops with \"Layer-wise BAdam only supports "
-                                                  "DeepSpeed ZeRO-3 training.\"",
+        out.append(_c("use_badam", "distributed", "badam-layer-without-zero3",
                       "add a ZeRO-3 DeepSpeed config (examples/deepspeed/ds_z3_config.json), or train on one GPU",
                       condition="torchrun launch"))
     return out
@@ -473,19 +437,13 @@ def _deepspeed(c: _Cfg) -> list[Problem]:
 def _distributed(c: _Cfg) -> list[Problem]:
     """parser.py:387-398: under torchrun (more than one GPU, or FORCE_TORCHRUN=1; always with DeepSpeed)."""
     out = []
-    for tuner, key, msg in (("use_galore", "galore_layerwise", "Distributed training does not support layer-wise "
-                                                               "GaLore."),
-                            ("use_apollo", "apollo_layerwise", "Distributed training does not support layer-wise "
-                                                               "APOLLO.")):
+    for tuner, key, check in (("use_galore", "galore_layerwise", "layerwise-galore"),
+                              ("use_apollo", "apollo_layerwise", "layerwise-apollo")):
         if c(tuner) is True and c(key) is True:
-            out.append(_p(key, "distributed", f"`{key}: true` on a torchrun launch: layer-wise updates run inside "
-                                              f"backward hooks that DDP does not synchronise; LLaMA-Factory stops with "
-                                              f"\"{msg}\"", f"set `{key}: false` for multi-GPU training",
+            out.append(_c(key, "distributed", check, f"set `{key}: false` for multi-GPU training",
                           fix="set", fix_value=False, condition="torchrun launch"))
     if c("use_badam") is True and c("badam_mode") == "ratio":
-        out.append(_p("badam_mode", "distributed", "`badam_mode: ratio` on a torchrun launch: LLaMA-Factory stops with "
-                                                   "\"Radio-based BAdam does not yet support distributed training, "
-                                                   "use layer-wise BAdam.\"", "set `badam_mode: layer`",
+        out.append(_c("badam_mode", "distributed", "badam-ratio-distributed", "set `badam_mode: layer`",
                       fix="set", fix_value="layer", condition="torchrun launch"))
     return out
 
@@ -502,15 +460,11 @@ def _interval(c: _Cfg) -> list[Problem]:
         if _num(steps["logging_steps"]) and steps["logging_steps"] > 0:
             steps["eval_steps"] = steps["logging_steps"]   # "using `logging_steps` to initialize `eval_steps`"
         elif _num(steps["logging_steps"]):
-            out.append(_p(_where(c, "eval_steps", "logging_steps", "eval_strategy"), "interval",
-                          "`eval_strategy: steps` without `eval_steps` and with `logging_steps: 0`: transformers "
-                          "stops with \"evaluation strategy steps requires either non-zero --eval_steps or "
-                          "--logging_steps\".", "set `eval_steps`"))
+            out.append(_c(_where(c, "eval_steps", "logging_steps", "eval_strategy"), "interval", "eval-steps-unset",
+                          "set `eval_steps`"))
             return out
     if ls == "steps" and steps["logging_steps"] == 0 and _num(steps["logging_steps"]):
-        out.append(_p("logging_steps", "interval", "`logging_steps: 0` with the default `logging_strategy: steps`: "
-                                                   "transformers stops with \"logging strategy steps requires non-zero "
-                                                   "--logging_steps\".",
+        out.append(_c("logging_steps", "interval", "logging-steps-zero",
                       "log every N steps (e.g. `logging_steps: 10`), or set `logging_strategy: no`",
                       fix="set", fix_value=10))
     for key, strat in (("logging_steps", ls), ("eval_steps", es), ("save_steps", ss)):
@@ -518,38 +472,30 @@ def _interval(c: _Cfg) -> list[Problem]:
         if strat == "steps" and _num(v) and v == math.inf:
             # transformers 5.6.0 training_args.py:1692 (__post_init__) compares `{key} != int({key})` above 1:
             # int(inf) raises OverflowError there, so the run never starts
-            out.append(_p(key, "interval", f"`{key}: {v}` is not a finite number: transformers stops in "
-                                           "TrainingArguments (int(inf) raises OverflowError).",
-                          f"write a whole step count, e.g. `{key}: 500`"))
+            out.append(_c(key, "interval", "steps-not-finite", f"write a whole step count, e.g. `{key}: 500`",
+                          args={"value": v}))
             continue
         if strat == "steps" and _num(v) and v > 1 and v != int(v):
-            out.append(_p(key, "interval", f"`{key}: {v}`: a value above 1 is a step count and must be whole "
-                                           f"(below 1 it is a share of the run); transformers stops with "
-                                           f"\"--{key} must be an integer if bigger than 1\".",
-                          f"write `{key}: {int(v)}`", fix="set", fix_value=int(v)))
+            out.append(_c(key, "interval", "steps-not-whole", f"write `{key}: {int(v)}`", fix="set",
+                          fix_value=int(v), args={"value": v}))
     if c("load_best_model_at_end") is True and ss != "best":
         out += _best_model(c, es, ss, steps)
     sched = c("lr_scheduler_type")
     if sched in ("reduce_lr_on_plateau", "greedy") and es == "no":
-        out.append(_p("lr_scheduler_type", "interval", f"`lr_scheduler_type: {sched}` without an eval strategy: it "
-                                                       "steps on evaluation results; transformers stops with "
-                                                       f"\"lr_scheduler_type {sched} requires an eval strategy\".",
-                      "set `eval_strategy: epoch` (with eval data), or another scheduler"))
+        out.append(_c("lr_scheduler_type", "interval", "scheduler-needs-eval",
+                      "set `eval_strategy: epoch` (with eval data), or another scheduler", args={"scheduler": sched}))
     warm = c("warmup_steps")
     if c("warmup_ratio") is None and _num(warm) and warm < 0:
-        out.append(_p("warmup_steps", "interval", f"`warmup_steps: {warm}` is negative: transformers stops with "
-                                                  "\"warmup_steps must be an integer or a float\".",
-                      "set `warmup_steps: 0` or a positive count", fix="set", fix_value=0))
+        out.append(_c("warmup_steps", "interval", "warmup-steps-negative", "set `warmup_steps: 0` or a positive count",
+                      fix="set", fix_value=0, args={"value": warm}))
     ratio = c("warmup_ratio")
     if _num(ratio) and ratio < 0:   # warmup_ratio is copied into warmup_steps (5.6.0 __post_init__)
-        out.append(_p("warmup_ratio", "interval", f"`warmup_ratio: {ratio}` is negative: transformers copies it into "
-                                                  "warmup_steps and stops with \"warmup_steps must be an integer or a "
-                                                  "float\".", "set `warmup_ratio: 0.1` or remove it"))
+        out.append(_c("warmup_ratio", "interval", "warmup-ratio-negative", "set `warmup_ratio: 0.1` or remove it",
+                      args={"value": ratio}))
     empty = c("torch_empty_cache_steps")
     if empty is not None and not (isinstance(empty, int) and empty > 0):   # True passes: bool is an int there
-        out.append(_p("torch_empty_cache_steps", "interval",
-                      f"`torch_empty_cache_steps: {empty}`: transformers stops with \"`torch_empty_cache_steps` must "
-                      "be an integer bigger than 0\".", "remove it or give a positive whole number"))
+        out.append(_c("torch_empty_cache_steps", "interval", "empty-cache-steps",
+                      "remove it or give a positive whole number", args={"value": empty}))
     return out
 
 
@@ -557,28 +503,24 @@ def _best_model(c: _Cfg, es: str, ss: str, steps: dict[str, Any]) -> list[Proble
     """transformers 5.6.0 _validate_args: load_best_model_at_end needs matching save and eval schedules."""
     key = "load_best_model_at_end"
     if es != ss:
-        return [_p(_where(c, "save_strategy", "eval_strategy", key), "interval",
-                   f"`load_best_model_at_end` with `eval_strategy: {es}` and `save_strategy: {ss}`: the best "
-                   "checkpoint must be one that was evaluated; transformers stops with \"--load_best_model_at_end "
-                   "requires the save and eval strategy to match\".", f"set `save_strategy: {es}` (or best)")]
+        return [_c(_where(c, "save_strategy", "eval_strategy", key), "interval", "best-model-strategies",
+                   f"set `save_strategy: {es}` (or best)", args={"eval_strategy": es, "save_strategy": ss})]
     ev, sv = steps["eval_steps"], steps["save_steps"]
     if es != "steps" or not (_num(ev) and _num(sv)) or ev == 0:
         return []
     ev_i, sv_i = (int(ev) if ev > 1 else ev), (int(sv) if sv > 1 else sv)
     if (ev_i < 1) != (sv_i < 1):
-        msg = "cannot get guaranteed when mixing ratio and absolute steps"
+        check = "best-model-steps-mixed"
     elif ev_i < 1 and round(sv_i * 1_000_000) % round(ev_i * 1_000_000) != 0:
-        msg = f"but found {sv}, which is not a multiple of {ev}"
+        check = "best-model-steps-ratio"
     elif ev_i >= 1 and sv_i % ev_i != 0:
-        msg = f"but found {sv}, which is not a round multiple of {ev}"
+        check = "best-model-steps-whole"
     else:
         return []
-    return [_p(_where(c, "save_steps", "eval_steps"), "interval",
-               f"`load_best_model_at_end` with `save_steps: {sv}` and `eval_steps: {ev}`: every saved checkpoint must "
-               f"have been evaluated; transformers stops with \"--load_best_model_at_end requires the saving steps to "
-               f"be a multiple of the evaluation steps\" ({msg}).",
+    return [_c(_where(c, "save_steps", "eval_steps"), "interval", check,
                "make `save_steps` a multiple of `eval_steps`" + (f" (e.g. {ev_i * max(1, round(sv_i / ev_i))})"
-                                                                 if isinstance(ev_i, int) else ""))]
+                                                                 if isinstance(ev_i, int) else ""),
+               args={"save_steps": sv, "eval_steps": ev})]
 
 
 # --- names looked up before the first step -------------------------------------------------------------------------
@@ -595,8 +537,6 @@ def _template_of_model(model: Any, names: Any) -> list[str]:
 
 def _template(c: _Cfg) -> list[Problem]:
     """LF 0.9.5 data/template.py:628-641: a template name must be registered (``TEMPLATES``)."""
-    import difflib
-
     from finetune_doctor.analyzers.data.templates import LF_TEMPLATE_NAMES
 
     name = c("template")
@@ -620,6 +560,8 @@ def _template(c: _Cfg) -> list[Problem]:
     # a near-identical spelling first (qwen3_NOTHINK -> qwen3_nothink); then, as LF names most templates after the
     # model family (gpt-oss -> gpt_oss, GLM-4.5V -> glm4_5v), the registered name the model's own name starts
     # with; then a looser spelling
+    import difflib   # here, not at the top: a registered template (nearly every lint) needs no suggestion
+
     names = sorted(LF_TEMPLATE_NAMES)
     near = (difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.85)
             or _template_of_model(c("model_name_or_path"), names)

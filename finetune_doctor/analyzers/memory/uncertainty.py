@@ -41,7 +41,7 @@ of ``fits == False`` is unchanged), ``fits`` when p_oom ≤ `P_OOM_TARGET` (5 %)
 the central `LEVEL` (90 %) predictive interval of the peak. Remedies aim at p_oom ≤ 5 %; for a run predicted over
 the card the cheapest set that brings it under with p_oom < 50 % leads (engine/planners.py). A prediction over the
 card from weights sized as an upper bound (a quantized-looking name without a config.json) is at-risk, not oom,
-when the weights as the name suggests fit (facts/config.py `_quant_assumption`).
+when the weights as the name suggests fit (facts/quantassume.py `quant_assumption`).
 
 The t distribution's CDF is Abramowitz & Stegun 26.7.3 (odd ν) and 26.7.4 (even ν), exact for integer ν.
 """

@@ -218,10 +218,11 @@ def vision_terms(run) -> tuple[float, float, int]:  # run: finetune_doctor.run.R
     """(working bytes of one vision block at the start of the forward, bytes the tower keeps for backward,
     patches per image) for `run`, bounded by ``image_max_pixels`` with one image per sample (the images are
     not read here: an image smaller than the bound brings fewer patches). Zeros for a model without a
-    Qwen2-VL-style vision_config. The tower keeps activations only when it trains (``freeze_vision_tower:
+    Qwen2-VL-style vision_config, and for a run no image reaches (``run.media_inputs`` False). The tower keeps activations only when it trains (``freeze_vision_tower:
     false`` with full fine-tuning, LF model/adapter.py); LoRA never adapts it while frozen."""
     raw = run.arch.raw
-    if _vision_shape(raw) is None:
+    # no image reaches the tower under a text template or with data read here that holds none (run.media_inputs)
+    if _vision_shape(raw) is None or not getattr(run, "media_inputs", True):
         return 0.0, 0.0, 0
     per_image = max_patches_per_image(run.image_max_pixels)
     patches = per_image * max(run.micro_batch, 1) * (2 if run.pairwise else 1)

@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping   # not typing.Mapping: a slower isinstance (one per top-level value of every file)
+from typing import Any
 
 # v1-only top-level keys (v1/config/*.py at the snapshot), none of which a v0 parser declares
 V1_KEYS = frozenset({"model", "model_class", "peft_config", "quant_config", "kernel_config", "dist_config",

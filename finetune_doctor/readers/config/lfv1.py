@@ -18,7 +18,8 @@ true/yes/on/t/y/1). Then the dataclasses' ``__post_init__`` run:
 `check_v1(values)` returns one problem per rejection in the shape of keyschema's ``lint.keys`` items. Kinds:
 ``unknown`` (a key no v1 class declares; the v0 spelling named when there is one), ``v1_parse`` (a
 ``__post_init__`` rejection) and ``invalid_value`` (a plugin name v1 does not register: it fails when the plugin is
-looked up, after parsing). The field list and plugin names come from the catalog (scripts/build_lf_releases.py,
+looked up, after parsing), ``v1_start`` (a refusal when v1 builds its engine) and ``v1_init`` (one at trainer init:
+FlashAttention-2 required, `_needs_flash_attention`). The field list and plugin names come from the catalog (scripts/build_lf_releases.py,
 read from the snapshot's ``v1/config`` and ``v1/plugins``). Pure Python: `doctor lint` calls it.
 """
 
@@ -98,6 +99,43 @@ def check_v1(values: Mapping[str, Any], env: Mapping[str, str] | None = None, re
                       "\"DeepSpeed config_file is required.\"",
                       suggestion="add `config_file:` with the DeepSpeed JSON "
                                  "(e.g. examples/deepspeed/ds_z3_config.json)"))
+    out += _needs_flash_attention(values)
+    return out
+
+
+# v1's attention default (v1/config/model_args.py ``flash_attn``: AttentionFunction.SDPA) and the one value its
+# trainer accepts for sequence parallelism and padding-free batching
+V1_FLASH_ATTN_DEFAULT = "sdpa"
+V1_FA2 = "flash_attention_2"
+
+
+def _needs_flash_attention(values: Mapping[str, Any]) -> list[Problem]:
+    """v1's trainer-init refusals of a run without FlashAttention-2 (LF main v1/core/base_trainer.py L149-160 and
+    L165-169 at ff6d4d1; 0.9.5's wheel L141-161, where cp_size sits in dist_config): Ulysses context parallelism (``cp_size`` > 1) stops
+    with "Sequence parallelism requires flash attention. Please set `flash_attn: flash_attention_2`." and
+    ``batching_strategy: padding_free`` with "`padding_free` requires `flash_attn: flash_attention_2`.". Both come
+    after the model is loaded. Each problem points at ``flash_attn`` when the config sets it, else at the key that
+    asks for it."""
+    attn = str(values.get("flash_attn") or V1_FLASH_ATTN_DEFAULT)
+    if attn not in ("eager", "sdpa"):   # flash_attention_2 passes; any other value v1's parser refuses (v1_parse)
+        return []
+    out: list[Problem] = []
+    said = f"`flash_attn: {attn}`" if "flash_attn" in values else f"v1's default attention ({attn})"
+    fix = "set `flash_attn: flash_attention_2` (flash-attn installed on the training machine)"
+    # main reads cp_size/cp_mode at the top level, 0.9.5 inside dist_config (its base_trainer.py L141)
+    dist = values.get("dist_config") if isinstance(values.get("dist_config"), Mapping) else {}
+    where = "cp_size" if "cp_size" in values else "dist_config"
+    cp = values.get("cp_size", dist.get("cp_size", 1))
+    mode = values.get("cp_mode") or dist.get("cp_mode") or "ulysses"
+    if isinstance(cp, int) and not isinstance(cp, bool) and cp > 1:
+        out.append(_p("flash_attn" if "flash_attn" in values else where, "v1_init",
+                      f"`cp_size: {cp}` (context parallelism, {mode}) with {said}: "
+                      "v1 stops at trainer init with \"Sequence parallelism requires flash attention. Please set "
+                      "`flash_attn: flash_attention_2`.\"", suggestion=fix))
+    if str(values.get("batching_strategy") or "") == "padding_free":
+        out.append(_p("flash_attn" if "flash_attn" in values else "batching_strategy", "v1_init",
+                      f"`batching_strategy: padding_free` with {said}: v1 stops at trainer init with "
+                      "\"`padding_free` requires `flash_attn: flash_attention_2`.\"", suggestion=fix))
     return out
 
 

@@ -14,7 +14,9 @@ those rules. Positions are 1-based.
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -253,13 +255,23 @@ def load_config(path: str, overrides: tuple[str, ...] | list[str] = ()) -> Confi
     how a file is read, the same way for every command), for input that breaches readers/limits.py, and for a
     top-level value that is not a mapping (LLaMA-Factory would fail in parse_dict).
     """
+    from finetune_doctor.readers.config import cliflags
     from finetune_doctor.readers.textfile import STDIN, read_text
 
+    if cliflags.is_command_word(path) and overrides and not os.path.exists(path):
+        # `doctor check -- llamafactory-cli train --stage sft ...`: the words are the run (readers/config/cliflags.py)
+        text = " ".join(shlex.quote(w) for w in (path, *overrides))
+        values, positions = cliflags.parse_command(text, "<command line>", type_scalar)
+        return ConfigDoc(path="<command line>", values=values, positions=positions, text=text)
     text = read_text(path, "LLaMA-Factory YAML")
     if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()):
         raise InputError("empty file: no keys", file=path)
     dups: list[dict[str, Any]] = []
-    values, positions = parse_yaml_text(text, path, dups)
+    if cliflags.looks_like_command(text):
+        # WebUI's preview command, a .sh: the flags are the keys, `key=value` overrides still apply after them
+        values, positions = cliflags.parse_command(text, path, type_scalar)
+    else:
+        values, positions = parse_yaml_text(text, path, dups)
     if not isinstance(values, dict):
         raise InputError(f"top level must be a mapping of keys, found {type(values).__name__}", file=path, line=1)
     merged = dict(values)

@@ -36,6 +36,31 @@ MULTIMODAL_TEMPLATES = frozenset({
     "pixtral", "qwen2_audio", "qwen2_omni", "qwen3_omni", "qwen3_omni_nothink", "qwen2_vl", "qwen3_vl",
     "qwen3_vl_nothink", "video_llava", "yi_vl", "youtu_vl",
 })
+# Every template registered with an image/video/audio plugin (LF main data/template.py, ``mm_plugin=get_mm_plugin(``
+# in its register_template call), those that also serve text-only checkpoints included: under any other template
+# LLaMA-Factory uses the base plugin, which passes no media to the model.
+MEDIA_TEMPLATES = MULTIMODAL_TEMPLATES | frozenset({
+    "gemma3", "gemma4", "gemma4n", "llama4", "qwen3_5", "qwen3_5_nothink", "qwen3_6", "mistral_small", "ministral3",
+})
+
+
+def media_template(template: object) -> bool:
+    """Whether LLaMA-Factory can hand images (or video, audio) to the model under ``template``: False for a
+    template the LF release catalogue lists without a media plugin (`MEDIA_TEMPLATES`); True for a media template,
+    for one the catalogue does not know (a template registered by the user may carry a plugin) and without a
+    template. Without one LF parses the tokenizer's chat template with the base plugin (data/template.py
+    ``get_template_and_fix_tokenizer``), which refuses images; but a missing key says nothing about the data (the
+    calibration rows of other trainers name none), so the images stay an open assumption there."""
+    if template is None or not str(template).strip():
+        return True
+    name = str(template).strip()
+    if name in MEDIA_TEMPLATES:
+        return True
+    from finetune_doctor.readers.config.lfrelease import load
+
+    return name not in (load().get("templates") or {})
+
+
 # Words people put before the size that name no model family (/data/sft-7b, my-ckpt-7b)
 GENERIC_WORDS = frozenset({"sft", "ckpt", "checkpoint", "output", "outputs", "out", "merged", "merge", "lora",
                            "model", "models", "my", "final", "best", "last", "run", "exp", "train", "trained",

@@ -6,12 +6,12 @@ DeepSeek-R1-Distill-Llama-70B → Llama-3.3-70B-Instruct) plus an optional ``con
 config.json fields that differ (``vocab_size``, ``torch_dtype``, ``quantization_config``), its own ``source``
 and the ``basis`` of the claim. Lookups go by repo id, alias, the last path component, or that name with
 architecture-neutral endings dropped (``-Instruct``, ``-Chat``, ``-hf``; and quantization endings such as
-``-AWQ``, which then leave the quantization unknown: a name never decides the weights' dtype).
+``-AWQ``: the weights are then sized as such uploads are stored, quant.py `hinted_spec`, and the report names that
+as an assumption; an ending with no usual layout, ``-FP8``, leaves the quantization unknown).
 """
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import replace
 from functools import lru_cache
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from finetune_doctor.arch import ModelArch
-from finetune_doctor.quant import QuantSpec, name_suggests_quantized
+from finetune_doctor.quant import QuantSpec, hinted_spec, name_suggests_quantized
 from finetune_doctor.readers.model.generic import arch_from_config
 
 CATALOG_PATH = Path(__file__).resolve().parent.parent.parent / "catalog" / "models.json"
@@ -137,6 +137,8 @@ def did_you_mean(name: str, n: int = 3) -> list[str]:
 @lru_cache(maxsize=256)
 def _did_you_mean(name: str, n: int) -> tuple[str, ...]:
     # one difflib scan of the catalog per name per process: a corpus names the same few models over and over
+    import difflib   # here: only a name the catalogue does not hold needs it (not the lint of a known model)
+
     _, by_name, by_stem, _, _ = _index()
     ids = catalog_names()
     keys = {**by_stem, **by_name}
@@ -263,7 +265,14 @@ def _catalog_arch(entry: dict[str, Any], name: str | None, how: str,
     notes = notes[1:] + notes[:1]   # how it matched first, then where the dtype came from
     quant = arch.quant
     hint = name_suggests_quantized(name) if name else None
-    if hint and quant is None:
+    spec = hinted_spec(name) if hint and quant is None else None
+    if spec is not None:
+        # a -AWQ / -GPTQ-Int4 / -bnb-4bit upload is stored that way: sized so, named as an assumption (issue #21,
+        # trial 2: an AWQ 70B headlined as 131.8 GiB of bf16 weights)
+        quant = replace(spec, from_name=True, detail=f"assumed from the name's {hint} ending")
+        notes.append(f"the name suggests a {hint}-quantized checkpoint and no config.json says how it is stored: "
+                     f"weights sized as {spec.label}, the usual layout of such uploads (an assumption)")
+    elif hint and quant is None:
         quant = QuantSpec("unknown", known=False, detail=f"the name suggests {hint}")
         notes.append(f"the name suggests a {hint}-quantized checkpoint, but no config.json says how it is stored: "
                      "quantization unknown, weights sized as the unquantized base model")

@@ -1,0 +1,74 @@
+"""`doctor lint` in forked workers (pipeline/lint.py `_lint_configs`, issue #22): the report of LLaMA-Factory's
+example configs is the same with one process and with several, and a bad file raises what one process raises —
+the first bad file in command-line order, even when a later one is linted by the parent.
+Fixtures: fixtures/llamafactory/examples (LLaMA-Factory's own example configs)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from finetune_doctor.errors import InputError
+from finetune_doctor.pipeline import lint
+from finetune_doctor.settings import Options
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "fixtures" / "llamafactory" / "examples"
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="workers are forked (POSIX only)")
+
+
+def _configs() -> list[str]:
+    files = sorted(str(p) for p in EXAMPLES.rglob("*.yaml"))
+    configs = [f for f in files if lint.classify(f) == "lf"]
+    # 2 workers need 2 x PARALLEL_MIN configs after the first: else this tests the one-process path twice
+    assert len(configs) > 2 * lint.PARALLEL_MIN, len(configs)
+    return configs
+
+
+def test_workers_give_the_report_of_one_process(monkeypatch):
+    files = sorted(str(p) for p in EXAMPLES.rglob("*.yaml")) + sorted(str(p) for p in EXAMPLES.rglob("*.json"))
+    forks: list[int] = []
+    real_fork = lint._fork_run
+    monkeypatch.setattr(lint, "_fork_run", lambda paths, opts: forks.append(len(paths)) or real_fork(paths, opts))
+    one = lint.run(files, Options(command="lint"), jobs=1)
+    assert forks == []
+    two = lint.run(files, Options(command="lint"), jobs=2)
+    assert len(forks) == 1 and forks[0] >= lint.PARALLEL_MIN   # one child; the parent lints the last run
+    assert two.findings == one.findings and len(one.findings) > 0
+    assert two.assumptions == one.assumptions and two.notes == one.notes
+    assert two.sections == one.sections and two.inputs == one.inputs
+
+
+def test_the_first_bad_file_in_order_raises_as_with_one_process(tmp_path):
+    configs = _configs()
+    bad_early, bad_late = tmp_path / "early.yaml", tmp_path / "late.yaml"
+    bad_early.write_text("model_name_or_path: Qwen/Qwen3-4B\nstage: sft\n  finetuning_type: lora\n")
+    bad_late.write_text("model_name_or_path: Qwen/Qwen3-4B\nstage: [sft\n")
+    # early: in the forked child's run (files 1..n/2); late: in the run this process lints itself
+    files = configs[:5] + [str(bad_early)] + configs[5:] + [str(bad_late)]
+    with pytest.raises(InputError) as serial:
+        lint.run(files, Options(command="lint"), jobs=1)
+    with pytest.raises(InputError) as forked:
+        lint.run(files, Options(command="lint"), jobs=2)
+    assert serial.value.file == str(bad_early) and str(forked.value) == str(serial.value)
+
+
+def test_jobs_from_the_environment(monkeypatch):
+    monkeypatch.setenv("FINETUNE_DOCTOR_LINT_JOBS", "1")
+    assert lint.default_jobs() == 1
+    monkeypatch.setenv("FINETUNE_DOCTOR_LINT_JOBS", "3")
+    assert lint.default_jobs() == 3
+    monkeypatch.delenv("FINETUNE_DOCTOR_LINT_JOBS")
+    assert 1 <= lint.default_jobs() <= 8
+
+
+# one runnable process of the load is taken as this process's own chain (an idle machine running a script of lints)
+@pytest.mark.parametrize("cpus, load, jobs", [(2, 0.0, 2), (2, 1.1, 2), (2, 2.2, 1), (2, 5.5, 1), (16, 3.5, 8),
+                                              (16, 10.2, 7), (1, 0.0, 1)])
+def test_jobs_follow_the_cores_the_load_leaves_free(monkeypatch, cpus, load, jobs):
+    monkeypatch.delenv("FINETUNE_DOCTOR_LINT_JOBS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    assert lint.default_jobs() == jobs
