@@ -215,3 +215,20 @@ def test_the_assumption_says_what_removes_it(cfg):
     assert a["resolve_with"].endswith("or --llamafactory VERSION")
     closed = launcher(doctor(cfg, "--gpu", "2xRTX-A6000", "--llamafactory", "0.9.5"))
     assert "0.8.0" not in closed["source"] and "--llamafactory" not in closed["resolve_with"]
+
+
+def test_shown_and_weighed_but_never_deciding(tmp_path):
+    # cutoff 3072 on two 24 GB cards: as DataParallel GPU 0 runs out, as two DDP ranks it is at risk. The run is
+    # modelled as LLaMA-Factory 0.9.5 runs it, so an older release's launch is shown but does not move the verdict
+    # (facts/assume.py UNNAMED); `--launch` with the python line estimates that launch itself
+    p = tmp_path / "llama3_lora_sft.yaml"
+    p.write_text(EXAMPLE_071.replace("cutoff_len: 1024", "cutoff_len: 3072"))
+    r = doctor(p, "--gpu", "2xRTX4090", "--transformers", "4.40.2")
+    a = launcher(r)
+    assert a["effect"]["verdict"][DATA_PARALLEL] == "oom" and r["memory"]["verdict"] == "at-risk"
+    assert a["moves_verdict"] is False
+    assert (r["memory"].get("deciding_assumption") or {}).get("name") != "launcher"
+    launch = tmp_path / "train.sh"
+    launch.write_text(f"CUDA_VISIBLE_DEVICES=0,1 python src/train_bash.py {p}\n")
+    read = doctor(p, "--gpu", "2xRTX4090", "--transformers", "4.40.2", "--launch", str(launch))
+    assert read["memory"]["per_gpu_gib"]["total"] == a["effect"]["total_gib"][DATA_PARALLEL]
