@@ -453,7 +453,12 @@ def _data_parallel(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, 
     if "transformers" not in {p for p, _v, _s in asm.stack_sources}:
         if not _on(fresh):
             return None
-        run, judge = rerun({"transformers": DATA_PARALLEL_TRANSFORMERS}), fresh
+        if asm.doc.values.get("shift_attn"):   # its version gate (run/savers.py) is the other transformers effect
+            run, judge = rerun({"transformers": DATA_PARALLEL_TRANSFORMERS}), fresh
+        else:
+            # the one effect of that transformers on the run (run/resolve.py `_optimizer`), without re-resolving it:
+            # a check on the training machine's config should stay under a second (issue #21)
+            run = run.with_(shifted_logits_copy=True)
     return judge(run.with_(world_size=1, gpus_per_node=1, launcher="python", dp_replicas=run.world_size),
                  hw, tokens)
 
