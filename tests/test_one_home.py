@@ -311,8 +311,13 @@ EX = Path(__file__).resolve().parent.parent / "fixtures" / "llamafactory" / "exa
     ([], "one process on one GPU (python, no torchrun)", ["torchrun over several GPUs", "accelerate launch"]),
     (["--nnodes", "2"], "llamafactory-cli train (torchrun, DDP, expandable segments on)",
      ["torchrun or deepspeed started by hand (allocator default)", "accelerate launch with FSDP"]),
+    # one node, release not given (installed here or not: not necessarily the training machine's): LLaMA-Factory
+    # before 0.8.0 ran one process over every visible GPU (facts/kinds.py DATA_PARALLEL)
     (["--gpu", "8xA100-80GB"], "llamafactory-cli train (torchrun, DDP, expandable segments on)",
-     ["torchrun or deepspeed started by hand (allocator default)", "accelerate launch with FSDP"]),
+     ["torchrun or deepspeed started by hand (allocator default)", "accelerate launch with FSDP",
+      "one process, torch DataParallel over the visible GPUs (llamafactory-cli train before 0.8.0)"]),
+    (["--gpu", "8xA100-80GB", "--llamafactory", "0.8.0"], "llamafactory-cli train (torchrun, DDP, expandable "
+     "segments on)", ["torchrun or deepspeed started by hand (allocator default)", "accelerate launch with FSDP"]),
     (["--gpu", "A100-80GB"], None, None),
 ])
 def test_the_launcher_assumption_has_one_producer(extra, value, alternatives, monkeypatch):

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 # the memory model is imported where an alternative is weighed, not here: `lint` without a card lists assumptions
 # without weighing them and stays off the memory model (ARCHITECTURE.md, "memory model off the lint path")
-from finetune_doctor.facts.kinds import ACCELERATE_FSDP
+from finetune_doctor.facts.kinds import ACCELERATE_FSDP, DATA_PARALLEL
 from finetune_doctor.types import Assumption, Hardware
 
 # The shortest samples taken as plausible when the data is not here: a one-turn instruction with a short answer
@@ -67,7 +67,10 @@ OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-
 # quant.py `hinted_spec`) shows the unquantized base model (facts/quantassume.py `named_quant_assumption`), but an
 # upload named so is not stored unquantized.
 UNQUANTIZED = "unquantized, in the base model's dtype (an upper bound)"
-UNNAMED: dict[str, frozenset[str]] = {"launcher": frozenset({ACCELERATE_FSDP})}
+# One process over every visible GPU (DATA_PARALLEL) is how LLaMA-Factory before 0.8.0 trained; the run is modelled
+# as 0.9.5 runs it (as for transformers < 4.49 above), so an older release is shown and weighed, never deciding;
+# `--launch` with a `python src/train.py` line estimates that launch itself (run/engines.py `_one_process_replicas`)
+UNNAMED: dict[str, frozenset[str]] = {"launcher": frozenset({ACCELERATE_FSDP, DATA_PARALLEL})}
 SHOWN_ONLY: dict[str, frozenset[str]] = {"weights-quantization": frozenset({UNQUANTIZED})}
 
 
@@ -412,7 +415,7 @@ def _launch(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: 
             rerun: Callable[..., Any], base_verdict: str | None) -> list[Assumption]:
     """Over several ranks: the launcher (facts/kinds.py `launcher_assumption`, the one producer, asked again with
     the resolved run) weighed, and the rank count, when the launch was not read."""
-    from finetune_doctor.facts.kinds import ACCELERATE_FSDP, BY_HAND, launcher_assumption
+    from finetune_doctor.facts.kinds import ACCELERATE_FSDP, BY_HAND, DATA_PARALLEL, launcher_assumption
 
     if run.world_size <= 1:   # one rank: the entry recorded when the config was read stands, nothing to weigh
         return []
@@ -420,7 +423,8 @@ def _launch(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: 
     if base is None:
         return []
     thunks: dict[str, Callable[[], tuple[float, str | None] | None]] = {
-        BY_HAND: lambda: judge(run.with_(launcher="torchrun"), hw, tokens)}
+        BY_HAND: lambda: judge(run.with_(launcher="torchrun"), hw, tokens),
+        DATA_PARALLEL: lambda: _data_parallel(asm, run, hw, tokens, judge, fresh, rerun)}
     if ACCELERATE_FSDP in base.alternatives:
         from finetune_doctor.readers.config.accelerate import AccelerateConfig
         from finetune_doctor.run.engines import LaunchInputs
@@ -435,6 +439,28 @@ def _launch(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: 
     return [weighed, _weigh("world-size", run.world_size, f"{src} (llamafactory-cli sets NPROC_PER_NODE to the "
                             "visible devices, launcher.py)", "--launch FILE, --accelerate-config FILE or --nnodes N",
                             base_verdict, [])]
+
+
+def _data_parallel(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: Judge, fresh: Judge,
+                   rerun: Callable[..., Any]) -> tuple[float, str | None] | None:
+    """(total GiB, verdict) of the run as one process over its `run.world_size` GPUs (facts/kinds.py
+    `DATA_PARALLEL`): GPU 0 holds a one-GPU run of the same micro batch plus the logits of every replica gathered
+    on it (analyzers/memory/dataparallel.py), without torchrun, so without NCCL ranks or expandable segments. Such
+    a launch means a LLaMA-Factory before 0.8.0: with no transformers given, the run is re-resolved with the
+    transformers of those releases (kinds.py `DATA_PARALLEL_TRANSFORMERS`)."""
+    from finetune_doctor.facts.kinds import DATA_PARALLEL_TRANSFORMERS
+
+    if "transformers" not in {p for p, _v, _s in asm.stack_sources}:
+        if not _on(fresh):
+            return None
+        if asm.doc.values.get("shift_attn"):   # its version gate (run/savers.py) is the other transformers effect
+            run, judge = rerun({"transformers": DATA_PARALLEL_TRANSFORMERS}), fresh
+        else:
+            # the one effect of that transformers on the run (run/resolve.py `_optimizer`), without re-resolving it:
+            # a check on the training machine's config should stay under a second (issue #21)
+            run = run.with_(shifted_logits_copy=True)
+    return judge(run.with_(world_size=1, gpus_per_node=1, launcher="python", dp_replicas=run.world_size),
+                 hw, tokens)
 
 
 def fold(verdict: str | None, total: float, assumptions: list[Assumption]) -> tuple[str | None, Assumption | None]:

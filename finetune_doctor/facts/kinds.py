@@ -417,6 +417,39 @@ def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:
 # the alternatives of a multi-rank launch that facts/assume.py weighs (their labels are its effect keys)
 BY_HAND = "torchrun or deepspeed started by hand (allocator default)"
 ACCELERATE_FSDP = "accelerate launch with FSDP"
+# LLaMA-Factory 0.8.0 cli.py:75-76 is the first release whose `llamafactory-cli train` starts torchrun itself when
+# several devices are visible; before it the command (and `python src/train_bash.py`) trained in one process, which
+# the HF Trainer runs as torch DataParallel over every visible GPU (analyzers/memory/dataparallel.py)
+TORCHRUN_RELEASE = (0, 8, 0)
+DATA_PARALLEL = "one process, torch DataParallel over the visible GPUs (llamafactory-cli train before 0.8.0)"
+# the transformers such a run had, when none is given: LLaMA-Factory 0.7.1 requires >= 4.37.2 and 0.8.0 >= 4.41.2
+# (the wheels' METADATA), so the 0.7.x releases ran with 4.37.2-4.41.1; 4.40.2 stands for them (the loss's fp32
+# copy of the shifted logits and a forward that returns fp32 logits, as every release before 4.46 did)
+DATA_PARALLEL_TRANSFORMERS = "4.40.2"
+
+
+def data_parallel_open(asm: Any, engine: str | None, deepspeed: bool) -> bool:
+    """Whether the ``launcher`` assumption of a multi-GPU run on one node keeps `DATA_PARALLEL` open: the
+    LLaMA-Factory release is not known (not given, or only installed here, which is not necessarily the training
+    machine's: the ``lf-version`` assumption) or is older than `TORCHRUN_RELEASE`, the run trains with DDP (no
+    DeepSpeed file: transformers' DeepSpeed integration starts a process group of its own and trains on one GPU),
+    on one node (DataParallel cannot span nodes), not on an Ascend NPU (``n_gpu`` is 1 there, transformers 4.40.2
+    training_args.py:2069-2072), and not in 8 bits (the Trainer does not wrap a model loaded in 8 bits,
+    trainer.py:1627-1629)."""
+    from finetune_doctor.run.engines import on_npu
+
+    if engine != "ddp" or deepspeed or int(getattr(asm, "nnodes", None) or 1) > 1 or on_npu(getattr(asm, "hw", None)):
+        return False
+    values = getattr(getattr(asm, "doc", None), "values", None) or {}
+    if str(values.get("quantization_bit", "")).strip() == "8":
+        return False
+    rel = getattr(asm, "release", None)
+    if rel is None or not rel.known or rel.source == "installed here":
+        return True
+    import re
+
+    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(rel.given or ""))
+    return m is not None and tuple(int(x) for x in m.groups(default="0")) < TORCHRUN_RELEASE
 
 
 def fsdp_refused(run: Any) -> str | None:
@@ -474,9 +507,14 @@ def launcher_assumption(asm: Any, world_size: int | None, engine: str | None = N
                     "FSDP config")
         elif engine == "ddp":
             why += f"; FSDP is not an alternative: LLaMA-Factory refuses it for this model (\"{refused}\")"
+        resolve = "--launch FILE (the launch command line) or --accelerate-config FILE"
+        if data_parallel_open(asm, engine, deepspeed):
+            alts += (DATA_PARALLEL,)
+            why += ("; the training machine's LLaMA-Factory release is not known to be 0.8.0 or later (before "
+                    "0.8.0, llamafactory-cli train ran one process over every visible GPU)")
+            resolve += ", or --llamafactory VERSION"
         return Assumption(name="launcher", value=f"llamafactory-cli train (torchrun, {how}, expandable segments on)",
-                          source=why, alternatives=alts,
-                          resolve_with="--launch FILE (the launch command line) or --accelerate-config FILE")
+                          source=why, alternatives=alts, resolve_with=resolve)
     if asm.facts["lint"].get("launch_known"):
         return None
     return Assumption(name="launcher", value="one process on one GPU (python, no torchrun)",

@@ -85,11 +85,38 @@ def resolve_engine(run: Run, cfg: dict[str, Any], inputs: LaunchInputs | None, h
     if "engine" not in kw:
         w = kw.get("world_size", run.world_size)
         kw["engine"] = "deepspeed" if deepspeed else ("ddp" if w > 1 else "single")
+    kw.update(_one_process_replicas(run, cfg, launch, hw, kw["engine"], notes))
     kw["notes"] = tuple(dict.fromkeys(notes))
     return run.with_(**kw)
 
 
 # ---- ranks ------------------------------------------------------------------------------------------------------
+
+def on_npu(hw: Hardware | None) -> bool:
+    """Whether `hw` is an Ascend NPU (the hardware catalogue's vendor ``huawei``)."""
+    from finetune_doctor.hardware.catalog import vendor_of
+
+    return bool(hw is not None and hw.gpu and vendor_of(hw.gpu) == "huawei")
+
+
+def _one_process_replicas(run: Run, cfg: dict[str, Any], launch: LaunchCommand | None, hw: Hardware | None,
+                          engine: str, notes: list[str]) -> dict[str, Any]:
+    """``dp_replicas`` of a launch line that starts the training script with plain ``python`` (``python
+    src/train.py``, ``src/train_bash.py`` of early releases): one process that sees every visible GPU
+    (``CUDA_VISIBLE_DEVICES``, else the card count of --gpu). The HF Trainer of that process finds no distributed
+    launch, counts the visible cards as ``n_gpu`` and wraps the model in ``nn.DataParallel`` when there are
+    several, unless the model is loaded in 8 bits (transformers 4.40.2 training_args.py:2074-2083,
+    trainer.py:1627-1629); a DeepSpeed file makes transformers start a process group of its own instead, and on
+    an Ascend NPU ``n_gpu`` is 1 (training_args.py:2069-2072). Empty for every other launch (analyzers/memory/dataparallel.py has GPU 0's extra)."""
+    if launch is None or launch.launcher != "python" or engine != "single" or on_npu(hw):
+        return {}
+    n = launch.visible_devices() or (hw.num_gpus if hw is not None and hw.num_gpus else None)
+    if not n or n <= 1 or run.quantization_bit == 8:
+        return {}
+    notes.append(f"one python process over {n} visible GPUs: the HF Trainer runs it as torch DataParallel, "
+                 "GPU 0 holds the model, its optimizer and the logits of the whole batch")
+    return {"dp_replicas": n}
+
 
 def _int(v: Any) -> int | None:
     n = as_int(v, 0)

@@ -96,6 +96,9 @@ class Run:
     # engines beyond DeepSpeed (run/engines.py); defaults describe a DDP or DeepSpeed run
     engine: str = "ddp"                   # single | ddp | deepspeed | fsdp | megatron
     launcher: str | None = None           # accelerate | torchrun | deepspeed | llamafactory-cli | ray | python
+    # replicas of one process's torch.nn.DataParallel (HF Trainer n_gpu > 1 without a distributed launch;
+    # analyzers/memory/dataparallel.py); 1 for every other launch, where each rank is its own process
+    dp_replicas: int = 1
     ray_num_workers: int | None = None
     fsdp_version: int = 0                 # 1 | 2 under FSDP
     fsdp_sharding: str | None = None      # FULL_SHARD | SHARD_GRAD_OP | HYBRID_SHARD | _HYBRID_SHARD_ZERO2 | NO_SHARD

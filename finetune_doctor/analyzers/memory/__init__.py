@@ -18,6 +18,7 @@ zero3.py        ZeRO-3 persistent and gathered parameters (DeepSpeed's coordinat
 qlora.py        bitsandbytes 4-bit: the dequantised weight of the linear being computed; the inputs releases
                 before 0.43.2 keep for backward
 ddp.py          torch DDP's Reducer buckets as the HF Trainer configures them, the wrap-time broadcast
+dataparallel.py one process over several GPUs (torch DataParallel): the logits of the whole batch gathered on GPU 0
 npu.py          Ascend NPUs: HCCL communicator buffers, torch_npu's allocator settings
 vision.py       Qwen2-VL-family vision tokens per image and the tower's working set
 hostsave.py     host RAM when a ZeRO-3 checkpoint's 16-bit weights are consolidated on rank 0

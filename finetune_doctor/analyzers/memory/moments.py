@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from finetune_doctor.analyzers.memory.activations import activation_bytes_per_token_layer
+from finetune_doctor.analyzers.memory.dataparallel import gathered_logit_bytes
 from finetune_doctor.analyzers.memory.logits import eval_logit_bytes
 from finetune_doctor.analyzers.memory.assumed import term_assumptions
 from finetune_doctor.analyzers.memory.npu import is_npu
@@ -179,7 +180,7 @@ def later_moments(run: Run, t: Any) -> list[tuple[str, float, dict[str, float], 
         a = run.arch
         layers = {0, a.num_layers - 1, min(a.first_k_dense, a.num_layers - 1)}
         work = T_e * max(activation_bytes_per_token_layer(run, i) for i in layers)
-        logits = eval_logit_bytes(run, T_e)
+        logits = eval_logit_bytes(run, T_e) + gathered_logit_bytes(run, T_e, training=False)   # dataparallel.py
         when = ("evaluation before step 1, at step 0" if run.eval_first_step == 0 else
                 f"first evaluation, at step {run.eval_first_step}" if run.eval_first_step else
                 "first evaluation, at the end of epoch 1")

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from finetune_doctor.analyzers.memory.activations import _grad_layers, activation_terms
 from finetune_doctor.analyzers.memory.buffers import buffer_bytes, host_bytes
+from finetune_doctor.analyzers.memory.dataparallel import gathered_logit_bytes
 from finetune_doctor.analyzers.memory.ddp import broadcast_cache_bytes
 from finetune_doctor.analyzers.memory.fsdp import fsdp_terms
 from finetune_doctor.analyzers.memory.hostsave import save_host_bytes
@@ -74,7 +75,8 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
         step_temp=s.step_temp, activations=act.saved + vis_saved + bnb_saved,
         # the backward of a 4-bit linear dequantises its weight beside the layer rebuilt for it (qlora.py)
         recompute=act.recompute + dequant_transient_bytes(run) + bnb_recompute, autocast_cache=act.autocast_cache,
-        logits=lg.forward, logits_bwd=lg.backward,
+        # one process over several GPUs gathers every replica's logits on GPU 0 before the backward (dataparallel.py)
+        logits=lg.forward + gathered_logit_bytes(run, T), logits_bwd=lg.backward,
         # ZeRO-3 flattens each gradient bucket for its reduce-scatter during backward (zero3.py)
         grads_in_backward=s.grads_in_backward
         + reduce_scatter_bytes(run, s.trainable, largest_trainable_elements(run, c)),
