@@ -37,6 +37,36 @@ _HEAVY_FIRST = ("test_parity_release_090.py", "test_parity_lf.py", "test_parity_
                 "test_margin_replay.py", "test_parity_v1.py", "test_fuzz_structured.py", "test_catalog_entries.py")
 
 
+# Then the fast lane's files that take longest, longest first, by their seconds in one serial run of `-m "not slow
+# and not gpu"` (2026-12-07, load 5-7, so about 2.5x idle; --junitxml per-test times summed by file). Ordered by test
+# count alone these came last: test_probe_progress (5 tests, the fast lane's longest file) started 98th of 125 files
+# and test_context (7 tests) 86th, so one worker ran them after the other had gone idle. Replaying that run through
+# xdist's loadfile rule (a worker takes the next file when <= 2 of its tests are pending) gives the longer worker
+# 157.6 s of the 300.4 s of tests under the old order and 150.3 s (the 150.2 s ideal) under this one. Only the
+# files of >= 4 s are named: the order of the rest hardly moves the end, and a file added later still runs.
+_SLOW_FAST_LANE_S = {"test_probe_progress.py": 37.2, "test_context.py": 20.9, "test_cases.py": 17.5,
+                     "test_rule_cases.py": 16.6, "test_data_lf_parity.py": 14.8, "test_architecture.py": 14.1,
+                     "test_calibration_table.py": 10.3, "test_terminal_width.py": 9.7,
+                     "test_postmortem_hostile.py": 8.4, "test_one_home.py": 7.5, "test_postmortem_counted.py": 7.0,
+                     "test_startup.py": 6.4, "test_assumptions.py": 6.2, "test_ds_hostile.py": 6.0,
+                     "test_arch.py": 5.4, "test_data_hostile.py": 5.1, "test_fixer.py": 4.9, "test_lintcli.py": 4.5,
+                     "test_postmortem_sources.py": 4.3}
+
+
+def file_order(counts: dict[str, int]) -> list[str]:
+    """The paths of `counts` (test file path -> its number of collected tests) in the order workers should take
+    them: the named heavy files (`_HEAVY_FIRST`), then the fast lane's slow ones by measured seconds
+    (`_SLOW_FAST_LANE_S`), then the others by number of tests, most first (xdist's own order for them); ties keep
+    the order of `counts`."""
+    rank = {name: i for i, name in enumerate(_HEAVY_FIRST)}
+
+    def key(path: str) -> tuple[int, float, int]:
+        name = Path(path).name
+        return rank.get(name, len(rank)), -_SLOW_FAST_LANE_S.get(name, 0.0), -counts[path]
+
+    return sorted(counts, key=key)
+
+
 def pytest_configure(config):
     # pytest-xdist's --dist loadfile queues files by their number of tests, most first, unless told otherwise
     # (xdist/scheduler/loadscope.py, `loadscopereorder`, on by default in the 3.8.0 installed here): the parity
@@ -48,10 +78,9 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(_HEAVY_FIRST)}
     count: dict[str, int] = {}
     for item in items:
         count[str(item.path)] = count.get(str(item.path), 0) + 1
-    # the named heavy files first, then the others by their number of tests, most first (xdist's own order for
-    # them): the long files start early and the short ones fill the end on both workers; stable within a file
-    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -count[str(item.path)]))
+    # the long files start early and the short ones fill the end on both workers; stable within a file
+    pos = {path: i for i, path in enumerate(file_order(count))}
+    items.sort(key=lambda item: pos[str(item.path)])

@@ -53,9 +53,11 @@ def _have(mod: str) -> bool:
         return False
 
 
-needs_hf = pytest.mark.skipif(not (_have("transformers") and _have("accelerate") and _have("deepspeed")),
+# string conditions: evaluated when a marked test is set up, not at collection, where every pytest-xdist worker
+# imported deepspeed (~0.8 CPU s past torch and transformers) though one runs these tests
+needs_hf = pytest.mark.skipif("not (_have('transformers') and _have('accelerate') and _have('deepspeed'))",
                               reason="transformers + accelerate + deepspeed not installed")
-needs_ds = pytest.mark.skipif(not _have("deepspeed"), reason="deepspeed not installed")
+needs_ds = pytest.mark.skipif("not _have('deepspeed')", reason="deepspeed not installed")
 
 
 def line_of(path: Path, needle: str, after: str | None = None) -> int:

@@ -11,7 +11,9 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
-pytest.importorskip("peft")
+from lazyskip import importorskip_when_run  # noqa: E402
+
+_needs_peft = importorskip_when_run("peft")   # imported when a test here runs, not at collection (lazyskip.py)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import calibration  # noqa: E402

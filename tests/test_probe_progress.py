@@ -40,7 +40,9 @@ def test_progress_shows_each_message_on_a_terminal_with_control_characters_escap
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-pytest.importorskip("peft")
+from lazyskip import importorskip_when_run  # noqa: E402
+
+_needs_peft = importorskip_when_run("peft")   # imported when a test here runs, not at collection (lazyskip.py)
 
 from finetune_doctor.probes import forked  # noqa: E402
 from finetune_doctor.probes import simulate as sim  # noqa: E402

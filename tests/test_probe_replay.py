@@ -14,7 +14,9 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
-pytest.importorskip("peft")
+from lazyskip import importorskip_when_run  # noqa: E402
+
+_needs_peft = importorskip_when_run("peft")   # imported when a test here runs, not at collection (lazyskip.py)
 
 from finetune_doctor.probes.allocconf import parse_alloc_conf  # noqa: E402
 from finetune_doctor.probes.replay import format_size, oom_message, replay, replay_sim  # noqa: E402

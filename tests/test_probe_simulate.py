@@ -20,7 +20,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-pytest.importorskip("peft")
+from lazyskip import importorskip_when_run  # noqa: E402
+
+_needs_peft = importorskip_when_run("peft")   # imported when a test here runs, not at collection (lazyskip.py)
 
 from finetune_doctor.probes import simulate as sim  # noqa: E402
 from finetune_doctor.probes.build import checkpointed_layer, prepare  # noqa: E402
