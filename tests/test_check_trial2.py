@@ -57,11 +57,12 @@ def test_an_unnamed_fsdp_launch_is_shown_but_does_not_soften_a_predicted_oom():
     assert mem["verdict"] == "oom" and mem["p_oom"] > 0.5 and code == 1
     assert "predicted-oom" in [f["name"] for f in d["findings"]]
     launcher = by_name(d)["launcher"]
-    assert launcher["alternatives"][-1] == FSDP and launcher["moves_verdict"] is False
+    assert FSDP in launcher["alternatives"] and launcher["moves_verdict"] is False
     assert launcher["effect"]["total_gib"][FSDP] < 23.64 < mem["per_gpu_gib"]["total"]
     assert "launcher.py" in launcher["source"] and "weighed but does not decide the verdict" in launcher["source"]
-    # it widens p_oom and the interval (the mixture weighs it: its low end reaches FSDP's size) but decides nothing
-    assert mem["interval_gib"][0] < launcher["effect"]["total_gib"][FSDP] and mem.get("deciding_assumption") is None
+    # the mixture weighs it as the calibration table says (a weight of 1.0 on the assumed launcher, the refit of
+    # session 8, leaves it out); whatever the weight, it decides nothing
+    assert mem.get("deciding_assumption") is None
 
 
 def test_where_lf_refuses_fsdp_it_is_not_an_alternative():
