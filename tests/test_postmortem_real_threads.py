@@ -1,4 +1,4 @@
-"""The real crashed runs of fixtures/postmortem/real_threads/ (120 public threads in four rounds, none in shared/cases):
+"""The real crashed runs of fixtures/postmortem/real_threads/ (163 public threads in five rounds, none in shared/cases):
 the first finding names the thread's root cause. A regression guard over benchmarks/real_threads.py's judgement;
 the held-out numbers are in benchmarks/results/real_threads.md."""
 
@@ -26,7 +26,12 @@ CASES = rt.load_cases()
 # traceback (run-crashed), not the OOM the thread found; lf360 and axolotl2684 (a timeout at the preprocessing
 # barrier) moved to right as nccl-timeout
 KNOWN_MISS_R4 = {"cget75", "fa812"}
-KNOWN_MISS = KNOWN_MISS_R4 | {"mmdet12069", "della2", "lf10367"}
+# Round 5's misses as scored once at the end of session 8 (held out, benchmarks/results/real_threads.md): four
+# accept nothing by construction (no rule's meaning is their cause: tf28027, lf4077, baichuan13bft21, lf4000); the
+# others are kinds to study now that the round is dev
+KNOWN_MISS_R5 = {"tf28027", "lf4077", "baichuan13bft21", "lf4000", "fa723", "lf2696", "tinyllava119", "lf6825",
+                 "autotrain456", "gemmatuner19", "nccl342", "tf1848", "lf2974", "fastaidocker21"}
+KNOWN_MISS = KNOWN_MISS_R4 | KNOWN_MISS_R5 | {"mmdet12069", "della2", "lf10367"}
 
 
 def test_the_split_is_by_source_and_fixed():
