@@ -70,6 +70,13 @@ def _warn_failure(text: str) -> tuple[str, str] | None:
     if m.group("closed"):
         return ("connection closed by remote peer" + (f" {m.group('peer')}" if m.group("peer") else ""),
                 NCCL_MEANINGS["remote process exited or there was a network error"])
+    if m.group("shm"):
+        what = (f"could not create shared-memory segment {m.group('seg')}"
+                + (f" ({int(m.group('shmsize')) / 2**20:.1f} MiB)" if m.group("shmsize") else "")
+                if m.group("seg") else f"could not size a shared-memory segment: {m.group('shmerr').strip()}")
+        return (what, "the ranks on this node exchange data through files in /dev/shm, and /dev/shm is too small "
+                "or full: a container's default is 64 MB (docker run --shm-size=... or --ipc=host; Kubernetes: an "
+                "emptyDir with medium Memory at /dev/shm); NCCL_SHM_DISABLE=1 avoids it at some speed")
     if m.group("ib"):
         return (f"InfiniBand completion error {m.group('ib')} from peer {m.group('ibpeer')}",
                 "a work request on the InfiniBand link failed (status 12 is a retry-count timeout: the link or the "

@@ -49,6 +49,10 @@ PIP_COMMAND = re.compile(r"`(?P<cmd>pip install [^`]+)`")
 MODULE_ATTR = re.compile(r"module '(?P<mod>[\w.]+)' has no attribute '(?P<attr>\w+)'")
 BAD_CALL = re.compile(r"(?P<fn>[\w.<>]+)\(\) (?:got an unexpected keyword argument '(?P<kw>\w+)'|"
                       r"missing \d+ required positional argument)")
+UNKNOWN_TEMPLATE = re.compile(r"Template (?P<name>\S+) does not exist")
+# transformers utils/import_utils.py _LazyModule._get_module wraps the import error of a model module as
+# RuntimeError "Failed to import M because of the following error (look up to see its traceback):\n<error>"
+LAZY_IMPORT = re.compile(r"Failed to import (?P<mod>[\w.]+) because of the following error")
 SAFETENSORS_HEADER = re.compile(r"Error while deserializing header: (?P<err>\w+)")
 REQUIRED_VERSION = re.compile(r"(?P<req>[A-Za-z][\w.-]*\s*(?:[<>=!~]=?|==)[^ ]*?),? is required for a normal functioning "
                               r"of this module(?:, but found (?P<found>[\w.-]+==[\w.+-]*[\w+]))?")
@@ -267,6 +271,8 @@ def _processor(msg: str, model: dict[str, Any], ev: Evidence) -> str | None:
 
 
 def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]]) -> str | None:
+    if cls == "RuntimeError" and LAZY_IMPORT.search(msg):
+        cls = "ImportError"   # the wrapped error is on the lines after (the reader joins the first one to msg)
     if cls not in ("ImportError", "ModuleNotFoundError"):
         return None
     m = UNDEFINED_SYMBOL.search(msg)
@@ -275,7 +281,7 @@ def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]]) -> str | N
         what = COMPILED.get(stem) or next((v for k, v in COMPILED.items() if stem.startswith(k)), None) \
             or f"the extension {m.group('so')}"
         return (f"{what} is a compiled extension built against another torch (or CUDA) than the one installed: "
-                f"the C++ symbol it needs from torch is missing{_ver(versions, 'torch')}; reinstall {what} built "
+                f"an undefined symbol, the C++ symbol it needs from torch is missing{_ver(versions, 'torch')}; reinstall {what} built "
                 "for this torch (a wheel for this torch and CUDA, or a build from source with "
                 "--no-build-isolation), or uninstall it if the run can do without it")
     m = NO_SHARED.search(msg)
@@ -464,6 +470,21 @@ def _mismatch(cls: str, msg: str, pkgs: tuple, versions: dict[str, tuple[str, st
                 f"using it was written for another {top} release (newer or older); install the {top} version "
                 f"that code pins{_ask_version(versions, top)}")
     c = BAD_CALL.search(msg) if cls == "TypeError" else None
+    if c and not pkgs and c.group("kw") and "." in c.group("fn"):
+        # no traceback (a title or a one-line paste): the class is named, its package is not; a keyword a class's
+        # constructor does not take is the usual sign of code written for a newer release of that package
+        owner = c.group("fn").split(".")[0]
+        return (f"the installed release of the package that defines {owner} does not take the keyword "
+                f"'{c.group('kw')}': the code calling it was written for a newer (or older) release; upgrade that "
+                "package to the version your trainer's requirements pin (`pip show` it, and the trainer's setup "
+                "file names the range)")
+    t = UNKNOWN_TEMPLATE.search(msg) if cls == "ValueError" else None
+    if t:
+        # LLaMA-Factory data/template.py get_template_and_fix_tokenizer raises it for a name no register_template
+        # call of the installed checkout made (snapshot :683)
+        return (f"this LLaMA-Factory install registers no template '{t.group('name')}': the name is misspelled or "
+                "the template was added in a later release than the one installed; update LLaMA-Factory (templates "
+                "are registered in src/llamafactory/data/template.py) or choose one that file registers")
     if c and pkgs:
         caller = pkgs[-1]
         what = f"the keyword '{c.group('kw')}'" if c.group("kw") else "a different set of arguments"
