@@ -32,6 +32,8 @@ def first(tmp_path, name: str):
     ("nccl_shm_segment.log", "nccl-error", ["could not size a shared-memory segment: No space left on device",
                                             "--shm-size", "NCCL_SHM_DISABLE=1",
                                             "shared memory segment nccl-shm-recv-7f1c00e2a1b3c4d5-1-2-0"]),
+    ("nccl_shm_system_error.log", "nccl-error", ["unhandled system error", "NCCL warned just before that it could "
+                                                 "not size a shared-memory segment", "/dev/shm is too small"]),
     ("thc_assert_no_backticks.log", "cuda-error", ["embedding lookup", "srcIndex < srcSelectDimSize",
                                                    "token ids outside the vocabulary"]),
     ("thc_runtime_error_upper.log", "cuda-error", ["device-side assert triggered"]),

@@ -101,6 +101,11 @@ def nccl_error_facts(recs: list[NcclRecord]) -> dict[str, Any] | None:
         e = errs[0]
         desc = NCCL_NAMES.get(e.op or "", e.op or "")
         meaning = NCCL_MEANINGS.get(desc, "NCCL failed; NCCL_DEBUG=INFO shows the failing call")
+        if failing and desc == "unhandled system error":
+            # a system error is what NCCL returns after a failing WARN (a socket, /dev/shm): the WARN says which
+            w, (wdesc, wmeaning) = failing[0]
+            meaning = f"NCCL warned just before that it {wdesc}: {wmeaning}"
+            shown = [x for x in shown if x != w.op[5:]]
     elif failing:
         e, (desc, meaning) = failing[0]
         shown = [w for w in shown if w != e.op[5:]]
