@@ -34,6 +34,10 @@ def first(tmp_path, name: str):
                                             "shared memory segment nccl-shm-recv-7f1c00e2a1b3c4d5-1-2-0"]),
     ("nccl_shm_system_error.log", "nccl-error", ["unhandled system error", "NCCL warned just before that it could "
                                                  "not size a shared-memory segment", "/dev/shm is too small"]),
+    ("zero3_ptq_refusal.log", "run-crashed", ["incompatible with PTQ-quantized models", "train a quantized model "
+                                              "with ZeRO-2 or without DeepSpeed"]),
+    ("zero3_device_map_title.log", "run-crashed", ["ValueError: DeepSpeed Zero-3 is not compatible with",
+                                                   "under LLaMA-Factory the device_map is the quantized model's"]),
     ("thc_assert_no_backticks.log", "cuda-error", ["embedding lookup", "srcIndex < srcSelectDimSize",
                                                    "token ids outside the vocabulary"]),
     ("thc_runtime_error_upper.log", "cuda-error", ["device-side assert triggered"]),

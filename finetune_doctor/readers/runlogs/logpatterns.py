@@ -80,7 +80,7 @@ TRIGGER_WORDS = (
     # error and LLaMA-Factory's unknown template without their "TypeError: " / "ValueError: ", THC's error in the
     # upper case titles use, a device assert whose backticks markdown ate
     "Caught signal ", "with exit code -", "() got an unexpected keyword", "Template ", "CUDA runtime error",
-    "Assertion ",
+    "Assertion ", "DeepSpeed Z",
     # metrics (§7); "loss=", "loss: ", "Loss: ": other trainers' step lines (`STEP_LINE_*` below). Their lower-case
     # first letter costs the expression scan (no grep, or a file under loggrep.MIN_BYTES) 15-25 %: 0.94-1.06 ->
     # 1.08-1.27 CPU s for a 50 MB rank log with FINETUNE_DOCTOR_NO_GREP=1 (2026-12-07); grep's scan is unchanged
@@ -367,6 +367,11 @@ DIED_WITH = re.compile(r"died with <Signals\.(?P<sig>SIG[A-Z0-9]+): (?P<num>\d+)
 TYPELESS_EXC = (
     (re.compile(r"(?P<msg>[\w.]+\(\) got an unexpected keyword argument '\w+')"), "TypeError"),
     (re.compile(r"(?P<msg>Template \S+ does not exist\.)"), "ValueError"),
+    # transformers modeling_utils.py from_pretrained under ZeRO-3 ("DeepSpeed Zero-3 is not compatible with
+    # `low_cpu_mem_usage=True` or with passing a `device_map`.", quotes as pasted) and LLaMA-Factory
+    # model_utils/quantization.py:105 (snapshot) "DeepSpeed ZeRO-3 or FSDP is incompatible with PTQ-quantized models."
+    (re.compile(r"(?P<msg>DeepSpeed Z\w+-3 is not compatible with .low_cpu_mem_usage=True. or with passing a "
+                r".device_map.\.?|DeepSpeed ZeRO-3 or FSDP is incompatible with PTQ-quantized models\.)"), "ValueError"),
 )
 STRSIGNAL = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Killed": "SIGKILL", "Aborted": "SIGABRT",
              "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL", "Terminated": "SIGTERM"}
