@@ -69,7 +69,8 @@ def judge_case(case: dict) -> dict:
 
 def table(rows: list[tuple[dict, dict]]) -> str:
     lines = []
-    for rnd, split, title in ((5, "dev", "round 5 (held out for its first run; dev since)"), (4, "dev", "round 4 (held out for its first run; dev since)"),
+    for rnd, split, title in ((5, "dev", "round 5 (held out for its first run; dev since)"),
+                              (4, "dev", "round 4 (held out for its first run; dev since)"),
                               (3, "dev", "round 3 (held out for its first run; dev since)"),
                               (2, "dev", "round 2 (held out for its first run; dev since)"),
                               (1, "test", "round 1 test (seen since)"), (1, "dev", "round 1 dev")):

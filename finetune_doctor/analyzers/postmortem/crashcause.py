@@ -282,7 +282,8 @@ def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]]) -> str | N
         what = COMPILED.get(stem) or next((v for k, v in COMPILED.items() if stem.startswith(k)), None) \
             or f"the extension {m.group('so')}"
         return (f"{what} is a compiled extension built against another torch (or CUDA) than the one installed: "
-                f"an undefined symbol, the C++ symbol it needs from torch is missing{_ver(versions, 'torch')}; reinstall {what} built "
+                f"an undefined symbol, the C++ symbol it needs from torch is missing{_ver(versions, 'torch')}; "
+                f"reinstall {what} built "
                 "for this torch (a wheel for this torch and CUDA, or a build from source with "
                 "--no-build-isolation), or uninstall it if the run can do without it")
     m = NO_SHARED.search(msg)

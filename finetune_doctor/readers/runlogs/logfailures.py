@@ -582,7 +582,8 @@ class FailureLines:
             for ln in context.following_lines(40):   # the kernel's own assert lines often follow the traceback
                 a = pat.DEVICE_ASSERT.search(ln)
                 if a:
-                    site, cond = f"{a.group('file')} {a.group('kernel') or ''}".strip(), a.group("cond") or a.group("cond2")
+                    site = f"{a.group('file')} {a.group('kernel') or ''}".strip()
+                    cond = a.group("cond") or a.group("cond2")
                     break
         call = m.group("call") if "call" in m.re.groupindex else None
         exc = m.group("exc") if "exc" in m.re.groupindex else None

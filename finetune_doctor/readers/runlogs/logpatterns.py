@@ -371,7 +371,8 @@ TYPELESS_EXC = (
     # `low_cpu_mem_usage=True` or with passing a `device_map`.", quotes as pasted) and LLaMA-Factory
     # model_utils/quantization.py:105 (snapshot) "DeepSpeed ZeRO-3 or FSDP is incompatible with PTQ-quantized models."
     (re.compile(r"(?P<msg>DeepSpeed Z\w+-3 is not compatible with .low_cpu_mem_usage=True. or with passing a "
-                r".device_map.\.?|DeepSpeed ZeRO-3 or FSDP is incompatible with PTQ-quantized models\.)"), "ValueError"),
+                r".device_map.\.?|DeepSpeed ZeRO-3 or FSDP is incompatible with PTQ-quantized models\.)"),
+     "ValueError"),
 )
 STRSIGNAL = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Killed": "SIGKILL", "Aborted": "SIGABRT",
              "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL", "Terminated": "SIGTERM"}
@@ -551,8 +552,8 @@ DEVICE_ASSERT = re.compile(r"(?P<file>[\w.]+\.cuh?):\d+: (?:(?P<kernel>[^:\n]*?)
 # the assert line without its "file.cu:N: kernel: block: [..], thread: [..]" head (a paste that kept only the
 # condition, or a rich traceback that printed it alone); without the backticks (markdown ate them) only the
 # index asserts of INDEX_ASSERTS are read, since a bare "Assertion X failed" is any program's assert
-DEVICE_ASSERT_BARE = re.compile(r"Assertion `(?P<cond>[^`]+)` failed|Assertion (?P<cond2>srcIndex < srcSelectDimSize|t >= 0 "
-                                r"&& t < n_classes) failed")
+DEVICE_ASSERT_BARE = re.compile(r"Assertion `(?P<cond>[^`]+)` failed"
+                                r"|Assertion (?P<cond2>srcIndex < srcSelectDimSize|t >= 0 && t < n_classes) failed")
 # the same CUDA errors as a destructor's warning ("CUDA warning: an illegal memory access was encountered (function
 # destroyEvent)", c10/cuda/CUDAFunctions) or as thrust/CUB name them ("merge_sort: failed to synchronize:
 # cudaErrorIllegalAddress: an illegal memory access was encountered")
