@@ -25,6 +25,7 @@ def first(tmp_path, name: str):
     ("typeless_template.log", "run-crashed",
      ["ValueError: Template gemma9 does not exist.", "registers no template 'gemma9'"]),
     ("ucx_caught_signal.log", "native-crash", ["crashed with SIGBUS (exit code -7)"]),
+    ("glog_sigsegv.log", "native-crash", ["pid 20931 crashed with SIGSEGV (exit code -11)"]),
     ("exit_code_signal.log", "host-oom-killed", ["killed by SIGKILL (exit code -9)"]),
     ("died_with_sigkill.log", "host-oom-killed", ["killed by SIGKILL (exit code -9)"]),
     ("loader_bus_wrapped.log", "native-crash", ["DataLoader worker process (pid 3172) crashed with SIGBUS",

@@ -437,6 +437,12 @@ class FailureLines:
         that ended the child), and the DataLoader's "killed by signal: Bus error." when a paste broke the line
         inside the signal's name. True when one was recorded."""
         st = self.during()
+        g = pat.GLOG_SIGNAL.search(text) if " (@0x" in text else None
+        if g:
+            code = {"SIGSEGV": -11, "SIGBUS": -7, "SIGILL": -4, "SIGFPE": -8, "SIGABRT": -6}.get(g.group("name"))
+            self.keep.add("kills", KillRecord(self.path, line, st, "signal", exitcode=code, signal=g.group("name"),
+                                              pid=int(g.group("pid")), rank=rank, text=text.strip()[:300]))
+            return True
         m = pat.CAUGHT_SIGNAL.search(text) if "Caught signal " in text else None
         if m:
             num = int(m.group("num"))

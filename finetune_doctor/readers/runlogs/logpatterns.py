@@ -81,6 +81,8 @@ TRIGGER_WORDS = (
     # upper case titles use, a device assert whose backticks markdown ate
     "Caught signal ", "with exit code -", "() got an unexpected keyword", "Template ", "CUDA runtime error",
     "Assertion ", "DeepSpeed Z",
+    # glog's fatal-signal banner (`GLOG_SIGNAL`), printed by C++ libraries that install glog's handler
+    "SIGSEGV (@", "SIGBUS (@", "SIGILL (@", "SIGFPE (@", "SIGABRT (@",
     # metrics (§7); "loss=", "loss: ", "Loss: ": other trainers' step lines (`STEP_LINE_*` below). Their lower-case
     # first letter costs the expression scan (no grep, or a file under loggrep.MIN_BYTES) 15-25 %: 0.94-1.06 ->
     # 1.08-1.27 CPU s for a 50 MB rank log with FINETUNE_DOCTOR_NO_GREP=1 (2026-12-07); grep's scan is unchanged
@@ -354,6 +356,9 @@ LOADER_KILLED = re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by
 # (<strsignal>: <si_code cause>)" then "==== backtrace (tid: T) ====" and its frames; UCX is loaded by NCCL/MPI
 # builds and by torch wheels that link it, so a training process that faults in native code prints it
 CAUGHT_SIGNAL = re.compile(r"Caught signal (?P<num>\d+) \((?P<what>[A-Z][a-z]+(?: [a-z]+)*)")
+# glog's failure signal handler (google/glog src/signalhandler.cc DumpSignalInfo): "*** SIGSEGV (@0x0) received by
+# PID P (TID 0x...) from PID Q; stack trace: ***", then "@ 0xADDR symbol" frames (after "*** Aborted at T ...")
+GLOG_SIGNAL = re.compile(r"\*\*\* (?P<name>SIG[A-Z]+) \(@0x[0-9a-fA-F]+\) received by PID (?P<pid>\d+)")
 # a wrapper's report of its child's return code: CPython's subprocess returncode is -N for a child ended by
 # signal N (Lib/subprocess.py, Popen.returncode), so "exit code -9" is SIGKILL, -11 SIGSEGV
 EXIT_CODE_SIGNAL = re.compile(r"with exit code (?P<code>-\d+)\b")
