@@ -70,6 +70,13 @@ def _warn_failure(text: str) -> tuple[str, str] | None:
     if m.group("closed"):
         return ("connection closed by remote peer" + (f" {m.group('peer')}" if m.group("peer") else ""),
                 NCCL_MEANINGS["remote process exited or there was a network error"])
+    if m.group("shm"):
+        what = (f"could not create shared-memory segment {m.group('seg')}"
+                + (f" ({int(m.group('shmsize')) / 2**20:.1f} MiB)" if m.group("shmsize") else "")
+                if m.group("seg") else f"could not size a shared-memory segment: {m.group('shmerr').strip()}")
+        return (what, "the ranks on this node exchange data through files in /dev/shm, and /dev/shm is too small "
+                "or full: a container's default is 64 MB (docker run --shm-size=... or --ipc=host; Kubernetes: an "
+                "emptyDir with medium Memory at /dev/shm); NCCL_SHM_DISABLE=1 avoids it at some speed")
     if m.group("ib"):
         return (f"InfiniBand completion error {m.group('ib')} from peer {m.group('ibpeer')}",
                 "a work request on the InfiniBand link failed (status 12 is a retry-count timeout: the link or the "
@@ -94,6 +101,11 @@ def nccl_error_facts(recs: list[NcclRecord]) -> dict[str, Any] | None:
         e = errs[0]
         desc = NCCL_NAMES.get(e.op or "", e.op or "")
         meaning = NCCL_MEANINGS.get(desc, "NCCL failed; NCCL_DEBUG=INFO shows the failing call")
+        if failing and desc == "unhandled system error":
+            # a system error is what NCCL returns after a failing WARN (a socket, /dev/shm): the WARN says which
+            w, (wdesc, wmeaning) = failing[0]
+            meaning = f"NCCL warned just before that it {wdesc}: {wmeaning}"
+            shown = [x for x in shown if x != w.op[5:]]
     elif failing:
         e, (desc, meaning) = failing[0]
         shown = [w for w in shown if w != e.op[5:]]

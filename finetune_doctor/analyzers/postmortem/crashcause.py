@@ -49,6 +49,11 @@ PIP_COMMAND = re.compile(r"`(?P<cmd>pip install [^`]+)`")
 MODULE_ATTR = re.compile(r"module '(?P<mod>[\w.]+)' has no attribute '(?P<attr>\w+)'")
 BAD_CALL = re.compile(r"(?P<fn>[\w.<>]+)\(\) (?:got an unexpected keyword argument '(?P<kw>\w+)'|"
                       r"missing \d+ required positional argument)")
+ZERO3_QUANT = re.compile(r"DeepSpeed Z\w+-3 is not compatible with .low_cpu_mem_usage|incompatible with PTQ-quantized")
+UNKNOWN_TEMPLATE = re.compile(r"Template (?P<name>\S+) does not exist")
+# transformers utils/import_utils.py _LazyModule._get_module wraps the import error of a model module as
+# RuntimeError "Failed to import M because of the following error (look up to see its traceback):\n<error>"
+LAZY_IMPORT = re.compile(r"Failed to import (?P<mod>[\w.]+) because of the following error")
 SAFETENSORS_HEADER = re.compile(r"Error while deserializing header: (?P<err>\w+)")
 REQUIRED_VERSION = re.compile(r"(?P<req>[A-Za-z][\w.-]*\s*(?:[<>=!~]=?|==)[^ ]*?),? is required for a normal functioning "
                               r"of this module(?:, but found (?P<found>[\w.-]+==[\w.+-]*[\w+]))?")
@@ -267,6 +272,8 @@ def _processor(msg: str, model: dict[str, Any], ev: Evidence) -> str | None:
 
 
 def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]]) -> str | None:
+    if cls == "RuntimeError" and LAZY_IMPORT.search(msg):
+        cls = "ImportError"   # the wrapped error is on the lines after (the reader joins the first one to msg)
     if cls not in ("ImportError", "ModuleNotFoundError"):
         return None
     m = UNDEFINED_SYMBOL.search(msg)
@@ -275,7 +282,8 @@ def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]]) -> str | N
         what = COMPILED.get(stem) or next((v for k, v in COMPILED.items() if stem.startswith(k)), None) \
             or f"the extension {m.group('so')}"
         return (f"{what} is a compiled extension built against another torch (or CUDA) than the one installed: "
-                f"the C++ symbol it needs from torch is missing{_ver(versions, 'torch')}; reinstall {what} built "
+                f"an undefined symbol, the C++ symbol it needs from torch is missing{_ver(versions, 'torch')}; "
+                f"reinstall {what} built "
                 "for this torch (a wheel for this torch and CUDA, or a build from source with "
                 "--no-build-isolation), or uninstall it if the run can do without it")
     m = NO_SHARED.search(msg)
@@ -464,6 +472,31 @@ def _mismatch(cls: str, msg: str, pkgs: tuple, versions: dict[str, tuple[str, st
                 f"using it was written for another {top} release (newer or older); install the {top} version "
                 f"that code pins{_ask_version(versions, top)}")
     c = BAD_CALL.search(msg) if cls == "TypeError" else None
+    if c and not pkgs and c.group("kw") and "." in c.group("fn"):
+        # no traceback (a title or a one-line paste): the class is named, its package is not; a keyword a class's
+        # constructor does not take is the usual sign of code written for a newer release of that package
+        owner = c.group("fn").split(".")[0]
+        return (f"the installed release of the package that defines {owner} does not take the keyword "
+                f"'{c.group('kw')}': the code calling it was written for a newer (or older) release; upgrade that "
+                "package to the version your trainer's requirements pin (`pip show` it, and the trainer's setup "
+                "file names the range)")
+    if cls == "ValueError" and ZERO3_QUANT.search(msg):
+        # transformers refuses a device_map (or low_cpu_mem_usage) under ZeRO-3; LLaMA-Factory disables
+        # low_cpu_mem_usage under ZeRO-3 (model/patcher.py:429, snapshot), so the device_map is the quantized
+        # model's; today's LLaMA-Factory refuses a PTQ checkpoint under ZeRO-3 itself (quantization.py:105)
+        dm = "; under LLaMA-Factory the device_map is the quantized model's" if "device_map" in msg else ""
+        return ("ZeRO-3 partitions every parameter at load, which a quantized model cannot be (a GPTQ/AWQ/... "
+                f"checkpoint, or bitsandbytes 8-bit{dm}): train a "
+                "quantized model with ZeRO-2 or without DeepSpeed, or use ZeRO-3 with the unquantized model "
+                "(4-bit bitsandbytes QLoRA is the one quantization ZeRO-3 shards); `doctor check` on the config "
+                "says so before a launch")
+    t = UNKNOWN_TEMPLATE.search(msg) if cls == "ValueError" else None
+    if t:
+        # LLaMA-Factory data/template.py get_template_and_fix_tokenizer raises it for a name no register_template
+        # call of the installed checkout made (snapshot :683)
+        return (f"this LLaMA-Factory install registers no template '{t.group('name')}': the name is misspelled or "
+                "the template was added in a later release than the one installed; update LLaMA-Factory (templates "
+                "are registered in src/llamafactory/data/template.py) or choose one that file registers")
     if c and pkgs:
         caller = pkgs[-1]
         what = f"the keyword '{c.group('kw')}'" if c.group("kw") else "a different set of arguments"

@@ -338,8 +338,10 @@ class FailureLines:
                                              text=text.strip()[:500], wall=wall))
 
     # -- process death ----------------------------------------------------------------------------------------
-    def _kill(self, text: str, line: int, rank: int | None) -> None:
+    def _kill(self, text: str, line: int, rank: int | None, context: LineContext | None = None) -> None:
         st = self.during()
+        if self._short_kill(text, line, rank, context):
+            return
         m = pat.KERNEL_OOM.search(text)
         if m:
             self.keep.add("kills", KillRecord(self.path, line, st, "cgroup-oom" if m.group("cg") else "kernel-oom",
@@ -429,6 +431,43 @@ class FailureLines:
                                               text=text.strip()[:300]))
 
 
+    def _short_kill(self, text: str, line: int, rank: int | None, context: LineContext | None) -> bool:
+        """The kills a short paste shows without a launcher's lines: UCX's "Caught signal N (...)", a wrapper's
+        "... with exit code -N" or CPython's "died with <Signals.SIGx: N>" (a negative return code is the signal
+        that ended the child), and the DataLoader's "killed by signal: Bus error." when a paste broke the line
+        inside the signal's name. True when one was recorded."""
+        st = self.during()
+        g = pat.GLOG_SIGNAL.search(text) if " (@0x" in text else None
+        if g:
+            code = {"SIGSEGV": -11, "SIGBUS": -7, "SIGILL": -4, "SIGFPE": -8, "SIGABRT": -6}.get(g.group("name"))
+            self.keep.add("kills", KillRecord(self.path, line, st, "signal", exitcode=code, signal=g.group("name"),
+                                              pid=int(g.group("pid")), rank=rank, text=text.strip()[:300]))
+            return True
+        m = pat.CAUGHT_SIGNAL.search(text) if "Caught signal " in text else None
+        if m:
+            num = int(m.group("num"))
+            self.keep.add("kills", KillRecord(self.path, line, st, "signal", exitcode=-num,
+                                              signal=pat.STRSIGNAL.get(m.group("what")) or signame(-num), rank=rank,
+                                              text=text.strip()[:300]))
+            return True
+        m = (pat.EXIT_CODE_SIGNAL.search(text) if "with exit code -" in text else None) or (
+            pat.DIED_WITH.search(text) if "died with <Signals." in text else None)
+        if m:
+            code = int(m.group("code")) if "code" in m.groupdict() else -int(m.group("num"))
+            self.keep.add("kills", KillRecord(self.path, line, st, "exit-signal", exitcode=code, signal=signame(code),
+                                              rank=rank, text=text.strip()[:300]))
+            return True
+        if "is killed by signal" in text and context is not None and not pat.LOADER_KILLED.search(text):
+            nxt = context.following_lines(1)
+            joined = text.rstrip() + " " + (nxt[0].strip() if nxt else "")
+            m = pat.LOADER_KILLED.search(joined)
+            if m and m.group("what") in pat.STRSIGNAL:
+                self.keep.add("kills", KillRecord(self.path, line, st, "loader-signal",
+                                                  signal=pat.STRSIGNAL[m.group("what")], pid=int(m.group("pid")),
+                                                  rank=rank, text=joined.strip()[:300]))
+                return True
+        return False
+
     def _child_failures(self, line: int, context: LineContext) -> None:
         """torchelastic's "Failures:" list (torch/distributed/elastic/multiprocessing/errors/__init__.py,
         ``ChildFailedError.format_msg``): the failed children other than the root cause, one "[n]:" entry each with
@@ -486,10 +525,10 @@ class FailureLines:
     # -- CUDA runtime and library errors ------------------------------------------------------------------------
     def _device(self, text: str, line: int, rank: int | None, context: LineContext, wall: float | None) -> None:
         m = pat.DEVICE_ASSERT.search(text)
-        bare = pat.DEVICE_ASSERT_BARE.search(text) if m is None and "Assertion `" in text else None
+        bare = pat.DEVICE_ASSERT_BARE.search(text) if m is None and "Assertion " in text else None
         if m or bare:
             site = f"{m.group('file')} {m.group('kernel') or ''}".strip() if m else None
-            cond = (m or bare).group("cond")
+            cond = (m or bare).group("cond") or (m or bare).group("cond2")
             self.keep.add("asserts", (line, site, cond))
             # the assert is the event even when the paste holds no "CUDA error: device-side assert triggered"
             # line after it; that line, when it comes, is the same error (same key) and adds nothing
@@ -503,7 +542,7 @@ class FailureLines:
                                                            assert_cond=cond, text=text.strip()[:500]))
             return
         m = pat.CUDA_ERROR.search(text) or pat.CUDNN_ERROR.search(text) or (
-            pat.CUDA_ERROR_THC.search(text) if "cuda runtime error" in text else None) or (
+            pat.CUDA_ERROR_THC.search(text) if "untime error (" in text else None) or (
             pat.CUDA_ERROR_ALT.search(text) if "CUDA warning" in text or "cudaError" in text else None)
         if m is None:
             if "CUBLAS_STATUS_" in text and "ALLOC_FAILED" not in text and "when calling" in text:
@@ -549,7 +588,8 @@ class FailureLines:
             for ln in context.following_lines(40):   # the kernel's own assert lines often follow the traceback
                 a = pat.DEVICE_ASSERT.search(ln)
                 if a:
-                    site, cond = f"{a.group('file')} {a.group('kernel') or ''}".strip(), a.group("cond")
+                    site = f"{a.group('file')} {a.group('kernel') or ''}".strip()
+                    cond = a.group("cond") or a.group("cond2")
                     break
         call = m.group("call") if "call" in m.re.groupindex else None
         exc = m.group("exc") if "exc" in m.re.groupindex else None

@@ -194,6 +194,11 @@ class TextLogParser(FailureLines):
             if m and "CUDA out of memory" not in text:
                 self.timing["tb_open"] = False
                 value = {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank}
+                if m.group("msg").rstrip().endswith("(look up to see its traceback):"):
+                    # transformers' lazy-module RuntimeError puts the import error it wraps on the next line
+                    # (utils/import_utils.py _LazyModule._get_module): that line is the cause
+                    nxt = context.following_lines(1)
+                    value["msg"] = (m.group("msg").rstrip() + " " + (nxt[0].strip() if nxt else ""))[:600]
                 if "loading state_dict" in text:
                     # torch's load_state_dict puts one "size mismatch for K: ..." per line below its header
                     # (torch/nn/modules/module.py, 2.13.0 wheel :2443-2444, :2639)
@@ -201,6 +206,9 @@ class TextLogParser(FailureLines):
                                         if "size mismatch for " in d][:16]
                 self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500],
                                                 value))
+        if ("() got an unexpected keyword" in text or "Template " in text or "DeepSpeed Z" in text) \
+                and not pat.EXC.match(text.strip(" `>")):
+            self._typeless_exception(text, line, rank)
         if "version" in text:
             self._versions(text, line, context)
         if "Process rank: " in text:
@@ -218,6 +226,19 @@ class TextLogParser(FailureLines):
             self._launch(text, line)
         self._facts(text, line)
         return 0
+
+    def _typeless_exception(self, text: str, line: int, rank: int | None) -> None:
+        """An exception message quoted without its "Cls: " head (an issue title, a sentence, a wrapper's "error:
+        ..." line) whose words only one raise site prints (logpatterns.TYPELESS_EXC): recorded as that exception,
+        so a one-line paste is a crash, not "nothing to diagnose"."""
+        for rx, cls in pat.TYPELESS_EXC:
+            m = rx.search(text)
+            if m:
+                self.timing["tb_open"] = False
+                self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500],
+                                                {"cls": cls, "msg": m.group("msg")[:300], "rank": rank,
+                                                 "typeless": True}))
+                return
 
     def _barrier_wait(self, text: str, line: int, rank: int | None) -> None:
         """A c10d store wait that timed out and the dataset-preprocessing bar on the same line (tqdm leaves the
@@ -256,8 +277,8 @@ class TextLogParser(FailureLines):
         if "NCCL" in text or "nccl" in text or "Watchdog caught" in text or "watchdog got stuck" in text \
                 or "lagging" in text or "collective #" in text:
             self._nccl(text, line, rank, wall)
-        if ("CUDA error" in text or "cuDNN error" in text or "Assertion `" in text or "CUBLAS_STATUS_" in text
-                or "cuda runtime error" in text or "CUDA warning" in text or "cudaError" in text
+        if ("CUDA error" in text or "cuDNN error" in text or "Assertion " in text or "CUBLAS_STATUS_" in text
+                or "untime error (" in text or "CUDA warning" in text or "cudaError" in text
                 or "CUDA Error" in text or "CUDA_ERROR_" in text or "cudaSuccess" in text or "CUDNN_STATUS_" in text
                 or "CUDA driver error" in text or "HIP error" in text or "Cuda failure" in text) \
                 and "CUBLAS_STATUS_ALLOC_FAILED" not in text:
@@ -269,8 +290,9 @@ class TextLogParser(FailureLines):
                 or "can't allocate memory" in text or "sigkill_handler" in text or "Segmentation fault" in text
                 or "Bus error" in text or "Illegal instruction" in text or "Task was killed due" in text
                 or "Memory on the node" in text or "encountered in worker" in text or "is killed by signal" in text
-                or "death signal" in text or "SignalException" in text):
-            self._kill(text, line, rank)
+                or "death signal" in text or "SignalException" in text or "Caught signal " in text
+                or "with exit code -" in text or "died with <Signals." in text):
+            self._kill(text, line, rank, context)
         if "Root Cause (first" in text:
             self._child_failed(line, context)
         elif text.strip() == "Failures:":

@@ -75,6 +75,14 @@ TRIGGER_WORDS = (
     # LLaMA-Factory's model/loader.py load_tokenizer: why no processor was loaded (before "Processor was not found")
     "Failed to load processor: ",
     "Segmentation fault", "Bus error", "Illegal instruction", "Fatal Python error", "(core dumped)",
+    # a short paste with no exception type or launcher line (`CAUGHT_SIGNAL`, `EXIT_CODE_SIGNAL`, `TYPELESS_EXC`):
+    # UCX's signal report, a wrapper's negative exit code ('w' shares "with return code = -"), CPython's keyword
+    # error and LLaMA-Factory's unknown template without their "TypeError: " / "ValueError: ", THC's error in the
+    # upper case titles use, a device assert whose backticks markdown ate
+    "Caught signal ", "with exit code -", "() got an unexpected keyword", "Template ", "CUDA runtime error",
+    "Assertion ", "DeepSpeed Z",
+    # glog's fatal-signal banner (`GLOG_SIGNAL`), printed by C++ libraries that install glog's handler
+    "SIGSEGV (@", "SIGBUS (@", "SIGILL (@", "SIGFPE (@", "SIGABRT (@",
     # metrics (§7); "loss=", "loss: ", "Loss: ": other trainers' step lines (`STEP_LINE_*` below). Their lower-case
     # first letter costs the expression scan (no grep, or a file under loggrep.MIN_BYTES) 15-25 %: 0.94-1.06 ->
     # 1.08-1.27 CPU s for a 50 MB rank log with FINETUNE_DOCTOR_NO_GREP=1 (2026-12-07); grep's scan is unchanged
@@ -294,7 +302,12 @@ NCCL_WARN_FAILURE = re.compile(
     r"Connect to (?P<addr>\S+?)(?:<\d+>)? (?:from \S+ )?(?:failed : |returned )(?P<err>[^\n]+)|socketStartConnect: "
     r"exceeded (?P<err2>retries|timeouts) \((?P<n>\d+)\)|(?P<closed>Connection closed by remote peer)(?: (?P<peer>\S+))?"
     r"|NET/IB : Got completion from peer (?P<ibpeer>\S+) with (?:error |status=)(?P<ib>\d+)|(?P<noif>no socket "
-    r"interface found|No usable listening interface found)")
+    r"interface found|No usable listening interface found)"
+    # the shared-memory transport (nccl include/shm.h before 2.12, src/misc/shmutils.cc since): the segment in
+    # /dev/shm could not be created or sized ("Error while creating shared memory segment NAME (size N)", after
+    # "Call to posix_fallocate failed : <strerror>"); NCCL then returns ncclSystemError
+    r"|(?P<shm>Error while creating shared memory segment (?P<seg>\S+)(?: \(size (?P<shmsize>\d+)\))?"
+    r"|Call to posix_fallocate failed ?: ?(?P<shmerr>[^\n]+))")
 # TORCH_NCCL_DESYNC_DEBUG report (TraceUtils.h analyzeMissingRanks / analyzeLaggingRanks)
 DESYNC_MISSING = re.compile(r"ranks \[(?P<ranks>[\d, ]*)\] are the lagging ranks that caused this timeout")
 DESYNC_STARTED = re.compile(r"\[(?P<ranks>[\d, ]*)\] joined but didn't finish collective #(?P<seq>\d+)")
@@ -339,6 +352,33 @@ LOADER_SIGNALS = {"segmentation fault": ("SIGSEGV", -11), "bus error": ("SIGBUS"
 # "DataLoader worker (pid N) is killed by signal: <strsignal>. ", the SIGBUS one adding the shared-memory hint),
 # raised as RuntimeError: strsignal's texts, so "Killed" is SIGKILL (the host's OOM killer, most often)
 LOADER_KILLED = re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: (?P<what>[A-Za-z ]+?)\.")
+# UCX's fatal-signal handler (openucx/ucx src/ucs/debug/debug.c, the error-signal handler): "Caught signal N
+# (<strsignal>: <si_code cause>)" then "==== backtrace (tid: T) ====" and its frames; UCX is loaded by NCCL/MPI
+# builds and by torch wheels that link it, so a training process that faults in native code prints it
+CAUGHT_SIGNAL = re.compile(r"Caught signal (?P<num>\d+) \((?P<what>[A-Z][a-z]+(?: [a-z]+)*)")
+# glog's failure signal handler (google/glog src/signalhandler.cc DumpSignalInfo): "*** SIGSEGV (@0x0) received by
+# PID P (TID 0x...) from PID Q; stack trace: ***", then "@ 0xADDR symbol" frames (after "*** Aborted at T ...")
+GLOG_SIGNAL = re.compile(r"\*\*\* (?P<name>SIG[A-Z]+) \(@0x[0-9a-fA-F]+\) received by PID (?P<pid>\d+)")
+# a wrapper's report of its child's return code: CPython's subprocess returncode is -N for a child ended by
+# signal N (Lib/subprocess.py, Popen.returncode), so "exit code -9" is SIGKILL, -11 SIGSEGV
+EXIT_CODE_SIGNAL = re.compile(r"with exit code (?P<code>-\d+)\b")
+# CPython's CalledProcessError.__str__ (Lib/subprocess.py): "Command '...' died with <Signals.SIGKILL: 9>." for a
+# child a signal ended (accelerate's simple_launcher and other wrappers raise it with the child's returncode)
+DIED_WITH = re.compile(r"died with <Signals\.(?P<sig>SIG[A-Z0-9]+): (?P<num>\d+)>")
+# exception messages that name their class without "Cls: " in front (a title or a sentence that quotes only the
+# message): CPython's keyword check (Python/ceval.c, Objects/call.c: "F() got an unexpected keyword argument 'k'")
+# and LLaMA-Factory's template lookup (data/template.py get_template_and_fix_tokenizer, ValueError "Template T does
+# not exist.")
+TYPELESS_EXC = (
+    (re.compile(r"(?P<msg>[\w.]+\(\) got an unexpected keyword argument '\w+')"), "TypeError"),
+    (re.compile(r"(?P<msg>Template \S+ does not exist\.)"), "ValueError"),
+    # transformers modeling_utils.py from_pretrained under ZeRO-3 ("DeepSpeed Zero-3 is not compatible with
+    # `low_cpu_mem_usage=True` or with passing a `device_map`.", quotes as pasted) and LLaMA-Factory
+    # model_utils/quantization.py:105 (snapshot) "DeepSpeed ZeRO-3 or FSDP is incompatible with PTQ-quantized models."
+    (re.compile(r"(?P<msg>DeepSpeed Z\w+-3 is not compatible with .low_cpu_mem_usage=True. or with passing a "
+                r".device_map.\.?|DeepSpeed ZeRO-3 or FSDP is incompatible with PTQ-quantized models\.)"),
+     "ValueError"),
+)
 STRSIGNAL = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Killed": "SIGKILL", "Aborted": "SIGABRT",
              "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL", "Terminated": "SIGTERM"}
 # the c10d TCPStore client's socket wait (pytorch torch/csrc/distributed/c10d/socket.cpp ``SocketImpl::waitForInput``:
@@ -513,10 +553,12 @@ CUDA_ERROR = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)): )?CUDA error: (
                         r"`(?P<call>[^`]+)`)?\s*$")
 CUDNN_ERROR = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)): )?cuDNN error: (?P<status>CUDNN_STATUS_\w+)")
 DEVICE_ASSERT = re.compile(r"(?P<file>[\w.]+\.cuh?):\d+: (?:(?P<kernel>[^:\n]*?): )?block: \[[\d,]+\], thread: \[[\d,]+\]"
-                           r" Assertion `(?P<cond>[^`]+)` failed")
+                           r" Assertion (?:`(?P<cond>[^`]+)`|(?P<cond2>[^`\n]+?)) failed")
 # the assert line without its "file.cu:N: kernel: block: [..], thread: [..]" head (a paste that kept only the
-# condition, or a rich traceback that printed it alone)
-DEVICE_ASSERT_BARE = re.compile(r"Assertion `(?P<cond>[^`]+)` failed")
+# condition, or a rich traceback that printed it alone); without the backticks (markdown ate them) only the
+# index asserts of INDEX_ASSERTS are read, since a bare "Assertion X failed" is any program's assert
+DEVICE_ASSERT_BARE = re.compile(r"Assertion `(?P<cond>[^`]+)` failed"
+                                r"|Assertion (?P<cond2>srcIndex < srcSelectDimSize|t >= 0 && t < n_classes) failed")
 # the same CUDA errors as a destructor's warning ("CUDA warning: an illegal memory access was encountered (function
 # destroyEvent)", c10/cuda/CUDAFunctions) or as thrust/CUB name them ("merge_sort: failed to synchronize:
 # cudaErrorIllegalAddress: an illegal memory access was encountered")
@@ -566,7 +608,7 @@ CUDA_ERROR_OTHER = re.compile(r"(?:(?i:CUDA(?: driver)? error|HIP error)(?: Prev
 # success names are not errors and ALLOC_FAILED is an OOM (`OOM_RUNTIME`)
 LIB_STATUS = re.compile(r"(?P<status>(?:CUDNN|CUBLAS)_STATUS_(?!SUCCESS\b|ALLOC_FAILED\b)[A-Z_]+)(?![\w])(?! \()")
 # torch <= 1.x's runtime-error text (THC: "cuda runtime error (59) : device-side assert triggered at FILE:LINE")
-CUDA_ERROR_THC = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)): )?cuda runtime error \((?P<code>\d+)\) : "
+CUDA_ERROR_THC = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)): )?(?i:cuda) runtime error \((?P<code>\d+)\) : "
                             r"(?P<status>[^\n]+?)(?: at (?P<call>\S+))?\s*$")
 # the assert conditions that mean an id outside the table: an embedding lookup (Indexing.cu) or a label outside
 # the classes of the loss (Loss.cu / cross entropy); the rest are named by their kernel
