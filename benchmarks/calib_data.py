@@ -195,8 +195,8 @@ FRAMEWORK_PINS: dict[str, dict[str, str]] = {"litgpt": {"bitsandbytes": "0.42.0"
 # Stanford Alpaca's train.py loads the model with ``from_pretrained(model_name_or_path, cache_dir=...)`` and no
 # ``attn_implementation`` (train.py at 761dc5bf, the commit its rows read), and every one of its rows is dated
 # 2023, before transformers 4.36.0 (2023-12-11 on PyPI), the first release whose LLaMA has an SDPA attention class
-# (LlamaSdpaAttention, huggingface/transformers#26572); until then LlamaAttention computes the scores eagerly (matmul, fp32 softmax, matmul): the
-# doctor's ``flash_attn: disabled``, where LLaMA-Factory's ``auto`` would be SDPA.
+# (LlamaSdpaAttention, huggingface/transformers#26572); until then LlamaAttention computes the scores eagerly
+# (matmul, fp32 softmax, matmul): the doctor's ``flash_attn: disabled``, where LLaMA-Factory's ``auto`` would be SDPA.
 FRAMEWORK_CONFIG: dict[str, dict[str, Any]] = {"litgpt": {"lora_dropout": 0.05},
                                                "Stanford Alpaca train.py (transformers Trainer, FSDP)":
                                                    {"flash_attn": "disabled"}}
