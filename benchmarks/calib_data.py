@@ -192,7 +192,14 @@ FRAMEWORK_PINS: dict[str, dict[str, str]] = {"litgpt": {"bitsandbytes": "0.42.0"
 # q and v together, where the row's translated ``lora_target: q_proj,v_proj`` gives peft two dropped copies (the
 # doctor then counts one h-wide copy and mask per layer more than litgpt keeps: 3 bytes · h per token and layer).
 # The older "lit-gpt" resource-table rows are left as they are: no source for their rate was read.
-FRAMEWORK_CONFIG: dict[str, dict[str, Any]] = {"litgpt": {"lora_dropout": 0.05}}
+# Stanford Alpaca's train.py loads the model with ``from_pretrained(model_name_or_path, cache_dir=...)`` and no
+# ``attn_implementation`` (train.py at 761dc5bf, the commit its rows read), and every one of its rows is dated
+# 2023, before transformers 4.36.0 (2023-12-11 on PyPI), the first release whose LLaMA has an SDPA attention class
+# (LlamaSdpaAttention, huggingface/transformers#26572); until then LlamaAttention computes the scores eagerly
+# (matmul, fp32 softmax, matmul): the doctor's ``flash_attn: disabled``, where LLaMA-Factory's ``auto`` would be SDPA.
+FRAMEWORK_CONFIG: dict[str, dict[str, Any]] = {"litgpt": {"lora_dropout": 0.05},
+                                               "Stanford Alpaca train.py (transformers Trainer, FSDP)":
+                                                   {"flash_attn": "disabled"}}
 
 
 # Datasets whose every sample is far shorter than the cutoff a row's framework defaults to. A batch is padded to its
@@ -284,7 +291,10 @@ def config_for(row: dict[str, Any]) -> dict[str, Any]:
 # ``default_optim``), transformers 4.49.0 (2025-02-17; the loss stops copying the shifted logits, run/stack.py
 # ``SHIFTED_LOGITS_COPY_BEFORE``), bitsandbytes 0.43.2 (2024-07-23; MatMul4Bit stops keeping its input,
 # analyzers/memory/qlora.py). Release dates as PyPI lists them.
-TRAINER_FRAMEWORKS = ("LLaMA-Factory", "TRL SFTTrainer", "ms-swift", "transformers + PEFT")
+# Stanford Alpaca's train.py and alignment-handbook's run_dpo.py (TRL's DPOTrainer subclasses transformers.Trainer)
+# run the Trainer too; their rows are dated 2023 and were left out of this list when round 4 was written.
+TRAINER_FRAMEWORKS = ("LLaMA-Factory", "TRL SFTTrainer", "ms-swift", "transformers + PEFT", "Stanford Alpaca",
+                      "TRL DPOTrainer")
 DATE_BOUNDS: tuple[tuple[str, str, str], ...] = (
     ("torch", "2025-08-06", "2.7.1"),
     ("transformers", "2025-02-17", "4.48.3"),

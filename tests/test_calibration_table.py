@@ -374,3 +374,16 @@ def test_the_stock_swift_mix_is_bounded_by_its_longest_set_and_packing_by_nothin
     assert config_for(row)["cutoff_len"] == 856
     assert config_for({**row, "config": {**row["config"], "packing": True}})["cutoff_len"] == 2048
     assert config_for({**row, "model": "openai/gpt-oss-20b"})["cutoff_len"] == 2048
+
+
+def test_stanford_alpaca_and_alignment_handbook_rows_run_the_2023_trainer():
+    # both run transformers' Trainer (Stanford Alpaca train.py; TRL's DPOTrainer in alignment-handbook), dated 2023:
+    # below every DATE_BOUNDS release; Stanford Alpaca's LLaMA computes attention eagerly (no SDPA class before
+    # transformers 4.36.0), LLaMA-Factory rows keep their own flash_attn
+    alpaca = next(r for r in ROWS if r["id"] == "r4r-alpaca278-tf431dev-b4")
+    assert calib_data.config_for(alpaca)["flash_attn"] == "disabled"
+    assert calib_data.pins_for(alpaca) == {"torch": "2.7.1", "transformers": "4.31.0.dev0", "bitsandbytes": "0.43.1"}
+    ahb = next(r for r in ROWS if r["id"] == "r4r-ahb22")
+    assert calib_data.dated_pins(ahb) == {"torch": "2.7.1", "transformers": "4.48.3", "bitsandbytes": "0.43.1"}
+    lf = next(r for r in ROWS if r["framework"] == "LLaMA-Factory" and "flash_attn" not in r["config"])
+    assert "flash_attn" not in calib_data.config_for(lf)

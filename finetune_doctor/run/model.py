@@ -58,6 +58,7 @@ class Run:
     neat_packing: bool = False
     pairwise: bool = False                # DPO/ORPO/SimPO/RM: chosen+rejected in one batch
     ref_model: bool = False               # DPO/KTO full/freeze keep a frozen reference copy
+    gen_new_tokens: int = 0               # PPO: max_new_tokens of each rollout's generate (LF default 1024)
     # memory knobs
     gradient_checkpointing: bool = True
     unsloth_gc: bool = False

@@ -220,8 +220,10 @@ def _stage_data(cfg: dict[str, Any], stage: str, ft: str) -> dict[str, Any]:
     if stage in ("dpo", "kto") and cfg.get("ref_model"):
         ref_model = True
     packing, _, neat = packing_of(cfg, stage)
+    # PPO generates up to max_new_tokens per rollout (LF hparams/generating_args.py:53-56, default 1024)
+    gen = as_int(cfg.get("max_new_tokens"), 1024) if stage == "ppo" else 0
     return {"pairwise": stage in ("dpo", "rm", "kto"), "ref_model": ref_model, "packing": packing,
-            "neat_packing": neat}
+            "neat_packing": neat, "gen_new_tokens": gen}
 
 
 def _memory_knobs(cfg: dict[str, Any], arch: ModelArch, notes: list[str] | None = None) -> dict[str, Any]:

@@ -23,9 +23,11 @@ from finetune_doctor.analyzers.memory.logits import eval_logit_bytes
 from finetune_doctor.analyzers.memory.assumed import term_assumptions
 from finetune_doctor.analyzers.memory.npu import is_npu
 from finetune_doctor.analyzers.memory.paged import evictable_state_bytes
+from finetune_doctor.analyzers.memory.ppo import generation_moment
 from finetune_doctor.analyzers.memory.runtime import runtime_bytes
 from finetune_doctor.analyzers.memory.terms import compute_terms
 from finetune_doctor.analyzers.memory.params import ParamCounts, count_params
+from finetune_doctor.analyzers.memory.weights import weight_bytes_per_param
 from finetune_doctor.analyzers.memory.reserve import needed_fraction, needed_reserve, pool_reserve, reserve_fraction
 from finetune_doctor.run import Run
 from finetune_doctor.types import GIB, Hardware, MemoryEstimate
@@ -171,7 +173,8 @@ def later_moments(run: Run, t: Any) -> list[tuple[str, float, dict[str, float], 
       set under no_grad (bounded by the layer's saved activations) and the eval batch's logits
       (logits.eval_logit_bytes) for ``per_device_eval_batch_size`` × cutoff_len tokens;
     * checkpoint save: the static state and, under ZeRO-3, the module gathered for the 16-bit state dict
-      (DeepSpeed ``_zero3_consolidated_16bit_state_dict`` gathers one module at a time and copies it to the host).
+      (DeepSpeed ``_zero3_consolidated_16bit_state_dict`` gathers one module at a time and copies it to the host);
+    * PPO's rollout generation before every step: under ZeRO-3 the whole model gathered, and the KV cache (ppo.py).
     """
     out: list[tuple[str, float, dict[str, float], str]] = []
     static = t.weights + t.buffers + t.grads_always + t.master + t.states + t.live_params
@@ -191,4 +194,9 @@ def later_moments(run: Run, t: Any) -> list[tuple[str, float, dict[str, float], 
         out.append(("checkpoint save", static + (t.live_params if run.deepspeed and run.zero_stage == 3 else 0.0),
                     {"weights": t.weights + t.live_params, "gradients": 0.0},
                     f"first checkpoint save, at step {run.save_first_step}"))
+    if run.stage == "ppo":
+        wq = run.linear_weight_bytes or weight_bytes_per_param(run.weights_dtype, run.double_quantization)
+        gen = generation_moment(run, count_params(run), wq, static)
+        if gen is not None:
+            out.append(gen)
     return out
