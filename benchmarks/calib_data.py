@@ -195,6 +195,20 @@ FRAMEWORK_PINS: dict[str, dict[str, str]] = {"litgpt": {"bitsandbytes": "0.42.0"
 FRAMEWORK_CONFIG: dict[str, dict[str, Any]] = {"litgpt": {"lora_dropout": 0.05}}
 
 
+# The mixed precision of an FSDP row's accelerate config (benchmarks/calibrate.py writes ``bf16`` unless a rule here
+# says otherwise). Under accelerate's FSDP mixed precision, half-precision trainable FlatParameters are upcast to fp32
+# (analyzers/memory/fsdp.py ``_stored_bytes``); without it they stay in the dtype they were loaded in.
+# * fms-acceleration's benchmark launches every run with scripts/benchmarks/accelerate.yaml, which sets
+#   ``mixed_precision: 'no'`` (at 36b6987), and loads the model with ``torch_dtype: bfloat16`` and no bf16 flag (the
+#   rows' ``unknown``): bf16 weights, gradients and AdamW states, which LF writes as ``pure_bf16`` (a compute dtype
+#   only, LF hparams/parser.py:640) under an accelerate config without mixed precision.
+# * llama-recipes wraps the model in torch FSDP itself, without accelerate, and its ``pure_bf16`` casts the model
+#   to bf16 before wrapping (the rows' ``unknown``: "torch AdamW on the bf16 parameters (bf16 states)"): nothing
+#   upcasts the flat parameters, which is accelerate's ``no`` here.
+FRAMEWORK_MIXED_PRECISION: dict[str, str] = {"fms-hf-tuning SFTTrainer (fms-acceleration bench)": "no",
+                                             "llama-recipes (FSDP, pure bf16)": "no"}
+
+
 # Datasets whose every sample is far shorter than the cutoff a row's framework defaults to. A batch is padded to its
 # longest sample, not to cutoff_len (LLaMA-Factory's SFT collator is transformers' DataCollatorForSeq2Seq with its
 # default padding, "longest", and pad_to_multiple_of 8: src/llamafactory/train/sft/workflow.py:62-66 and
