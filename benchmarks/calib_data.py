@@ -202,6 +202,20 @@ FRAMEWORK_CONFIG: dict[str, dict[str, Any]] = {"litgpt": {"lora_dropout": 0.05},
                                                    {"flash_attn": "disabled"}}
 
 
+# The mixed precision of an FSDP row's accelerate config (benchmarks/calibrate.py writes ``bf16`` unless a rule here
+# says otherwise). Under accelerate's FSDP mixed precision, half-precision trainable FlatParameters are upcast to fp32
+# (analyzers/memory/fsdp.py ``_stored_bytes``); without it they stay in the dtype they were loaded in.
+# * fms-acceleration's benchmark launches every run with scripts/benchmarks/accelerate.yaml, which sets
+#   ``mixed_precision: 'no'`` (at 36b6987), and loads the model with ``torch_dtype: bfloat16`` and no bf16 flag (the
+#   rows' ``unknown``): bf16 weights, gradients and AdamW states, which LF writes as ``pure_bf16`` (a compute dtype
+#   only, LF hparams/parser.py:640) under an accelerate config without mixed precision.
+# * llama-recipes wraps the model in torch FSDP itself, without accelerate, and its ``pure_bf16`` casts the model
+#   to bf16 before wrapping (the rows' ``unknown``: "torch AdamW on the bf16 parameters (bf16 states)"): nothing
+#   upcasts the flat parameters, which is accelerate's ``no`` here.
+FRAMEWORK_MIXED_PRECISION: dict[str, str] = {"fms-hf-tuning SFTTrainer (fms-acceleration bench)": "no",
+                                             "llama-recipes (FSDP, pure bf16)": "no"}
+
+
 # Datasets whose every sample is far shorter than the cutoff a row's framework defaults to. A batch is padded to its
 # longest sample, not to cutoff_len (LLaMA-Factory's SFT collator is transformers' DataCollatorForSeq2Seq with its
 # default padding, "longest", and pad_to_multiple_of 8: src/llamafactory/train/sft/workflow.py:62-66 and
@@ -302,12 +316,22 @@ DATE_BOUNDS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# unsloth's loss changes at 2024.11.8 (run/savers.py `_unsloth_loss`; released 2024-11-21, ddf118a8fc in
+# unslothai/unsloth): a run that loads through unsloth (``use_unsloth``, whatever framework drives it) and is dated
+# before that cannot have used a later release.
+UNSLOTH_BOUND = ("2024-11-21", "2024.11.7")
+
+
 def dated_pins(row: dict[str, Any]) -> dict[str, str]:
-    """Versions below each boundary of DATE_BOUNDS the row's date precedes (Trainer frameworks only)."""
+    """Versions below each boundary of DATE_BOUNDS the row's date precedes (Trainer frameworks only), and
+    UNSLOTH_BOUND's release for a row that loads through unsloth."""
     fw, when = str(row.get("framework") or ""), str(row.get("date") or "")
-    if not when or not fw.startswith(TRAINER_FRAMEWORKS):
+    if not when:
         return {}
-    return {pkg: below for pkg, first, below in DATE_BOUNDS if when < first}
+    out = {pkg: below for pkg, first, below in DATE_BOUNDS if when < first} if fw.startswith(TRAINER_FRAMEWORKS) else {}
+    if (row.get("config") or {}).get("use_unsloth") and when < UNSLOTH_BOUND[0]:
+        out["unsloth"] = UNSLOTH_BOUND[1]
+    return out
 
 
 def pins_for(row: dict[str, Any]) -> dict[str, str]:

@@ -81,7 +81,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("FINETUNE_DOCTOR_NO_NVML", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from calib_data import config_for, load_rows, measured_gib, model_config_for, pins_for, samples_fill  # noqa: E402
+from calib_data import FRAMEWORK_MIXED_PRECISION, config_for, load_rows, measured_gib, model_config_for, pins_for, \
+    samples_fill  # noqa: E402
 import calib_loso  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -109,15 +110,16 @@ def _ds_json(ds: dict[str, Any]) -> dict[str, Any]:
     return base
 
 
-def _accelerate_yaml(fsdp: dict[str, Any], world: int) -> str:
-    """An accelerate config for an FSDP row (the keys accelerate's own `accelerate config` writes)."""
+def _accelerate_yaml(fsdp: dict[str, Any], world: int, mixed_precision: str = "bf16") -> str:
+    """An accelerate config for an FSDP row (the keys accelerate's own `accelerate config` writes);
+    `mixed_precision` as the row's framework runs it (calib_data.py FRAMEWORK_MIXED_PRECISION, bf16 otherwise)."""
     lines = ["compute_environment: LOCAL_MACHINE", "distributed_type: FSDP", "fsdp_config:"]
     keys = {"fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "fsdp_backward_prefetch": "BACKWARD_PRE",
             "fsdp_cpu_ram_efficient_loading": "true", "fsdp_state_dict_type": "FULL_STATE_DICT",
             "fsdp_use_orig_params": "true", "fsdp_sync_module_states": "true"}
     for k, v in {**keys, **fsdp}.items():
         lines.append(f"  {k}: {str(v).lower() if isinstance(v, bool) else v}")
-    lines += ["machine_rank: 0", "main_training_function: main", "mixed_precision: bf16", "num_machines: 1",
+    lines += ["machine_rank: 0", "main_training_function: main", f"mixed_precision: {mixed_precision}", "num_machines: 1",
               f"num_processes: {world}", "rdzv_backend: static", "same_network: true", "use_cpu: false"]
     return "\n".join(lines) + "\n"
 
@@ -139,7 +141,8 @@ def write_row(row: dict[str, Any], folder: Path) -> tuple[Path, Path | None]:
         spec = str(row.get("gpu") or "")
         world = int(spec.split("x", 1)[0]) if re.match(r"^\d+x", spec) else int(row.get("world") or 1)
         acc = folder / "accelerate.yaml"
-        acc.write_text(_accelerate_yaml(row["fsdp"], world), encoding="utf-8")
+        mp = FRAMEWORK_MIXED_PRECISION.get(str(row.get("framework")), "bf16")
+        acc.write_text(_accelerate_yaml(row["fsdp"], world, mp), encoding="utf-8")
     text = "\n".join(f"{k}: {json.dumps(v) if isinstance(v, str) else _scalar(v)}" for k, v in cfg.items()) + "\n"
     path = folder / "config.yaml"
     path.write_text(text, encoding="utf-8")

@@ -114,3 +114,12 @@ def test_expandable_segments_only_under_llamafactory_cli():
     assert est_cli.details["reserve_share"] == reserve_fraction(cli, compute_terms(cli), expandable=True)[0]
     assert reserve_fraction(cli, compute_terms(cli), expandable=True)[0] != \
         reserve_fraction(cli, compute_terms(cli), expandable=False)[0]
+
+
+def test_pure_bf16_leaves_accelerates_mixed_precision_alone():
+    """LF's pure_bf16 sets only the compute dtype (hparams/parser.py:640), so FSDP's mixed precision is the
+    accelerate config's: none under mixed_precision 'no' (bf16 flat params, no upcast), bf16 under 'bf16'."""
+    base = {"finetuning_type": "full", "pure_bf16": True, "bf16": False}
+    off, on = _run(2, base, mixed="no"), _run(2, base, mixed="bf16")
+    assert (off.fsdp_param_dtype, on.fsdp_param_dtype) == (None, "bfloat16")
+    assert compute_terms(on).weights == pytest.approx(2 * compute_terms(off).weights, rel=1e-12)

@@ -305,8 +305,9 @@ def _fsdp(run: Run, cfg: dict[str, Any], acc: AccelerateConfig | None, launch: L
     else:
         reshard = as_bool(raf, True)
         strategy = "FULL_SHARD" if reshard else "SHARD_GRAD_OP"
-    mp = "bf16" if as_bool(cfg.get("bf16")) or as_bool(cfg.get("pure_bf16")) else (
-        "fp16" if as_bool(cfg.get("fp16")) else None)
+    # pure_bf16 sets only the compute dtype (LF hparams/parser.py:640-641 at the oracle snapshot), not
+    # TrainingArguments.bf16, so accelerate's mixed precision stays what the launch or its config says
+    mp = "bf16" if as_bool(cfg.get("bf16")) else ("fp16" if as_bool(cfg.get("fp16")) else None)
     if mp is None:
         mp = (launch.options.get("mixed_precision") if launch and launch.launcher == "accelerate" else None) or (
             acc.mixed_precision if acc else None) or "no"
