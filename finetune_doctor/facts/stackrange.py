@@ -99,7 +99,8 @@ def refusals(release: Any, versions: Mapping[str, tuple[str, str]], *envs: Mappi
     Each item: package, version, source, spec (the first refusing release's requirement), where (its
     misc.py:line), releases (the judged releases, "0.9.4" or "0.8.0-0.9.6.dev0"), release_source (where the
     release was read), message (transformers' ImportError text for that release), certain (one published release
-    read exactly: the run stops; otherwise every release it may be refuses it). Empty when DISABLE_VERSION_CHECK is on (`disabled`), the release predates the catalogue, or a
+    read exactly, and not the one installed here weighed against another machine's package: the run stops;
+    otherwise every release it may be refuses it). Empty when DISABLE_VERSION_CHECK is on (`disabled`), the release predates the catalogue, or a
     release in the range accepts the version or cannot be judged (`satisfies` None)."""
     if release is None or getattr(release, "older", False) or disabled(*envs):
         return []
@@ -124,7 +125,10 @@ def refusals(release: Any, versions: Mapping[str, tuple[str, str]], *envs: Mappi
                     "message": f"{first['spec']} is required for a normal functioning of this module, but found "
                                f"{pkg}=={got}.",
                     "release_source": getattr(release, "source", "") or "",
-                    "certain": certain})
+                    # the llamafactory installed here judged against another machine's package (--transformers,
+                    # --env without an LF line): the training machine may run another release
+                    "certain": certain and (getattr(release, "source", "") != "installed here"
+                                            or source == "installed here")})
     return out
 
 
