@@ -132,6 +132,7 @@ RELEASED = {
     "FD043": "v1-launch-error", "FD048": "v1-needs-flash-attention",
     "FD044": "v1-launch-unverified",
     "FD045": "config-suffix-not-read",
+    "FD050": "package-version-refused", "FD051": "package-version-refused-range",
     "FD046": "duplicate-key", "FD047": "duplicate-key-last-wins",
     "FD741": "galore-default-optim-unverified",
     "FD642": "inference-does-not-fit",

@@ -23,6 +23,7 @@ from finetune_doctor.facts import ds as ds_facts
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import kinds
 from finetune_doctor.facts.bf16stack import bf16_refusal, stack_versions
+from finetune_doctor.facts.stackrange import stack_refusal_facts
 from finetune_doctor.facts import lint as lint_facts
 from finetune_doctor.facts import machine
 from finetune_doctor.facts import model as model_facts
@@ -321,6 +322,8 @@ def _read(config: str, overrides: tuple[str, ...] | list[str], opts: Options, hw
     facts["lint"].update(kinds.launch_facts(opts, asm.hw, env_report))
     # lint too judges bf16 by the --env versions (a static check: no GPUs read from the file)
     facts["lint"].update(bf16_refusal(*stack_versions(opts, env_read, asm.hw)))
+    # LF's start-up check_dependencies refuses a package outside the release's range (facts/stackrange.py)
+    facts["lint"].update(stack_refusal_facts(release, opts, env_read, machine.stack(asm.context), asm.hw))
     asm.assumptions.extend(kinds.assumptions(asm, opts, asm.hw))
     if kind in ("train-v1", "export-v1"):
         kinds.adopt_v1(asm, opts.nnodes)   # the run is resolved from the v1 config's v0 keys

@@ -115,6 +115,18 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
     "bf16_refused": F("bool", "the training machine's torch/transformers raise at start-up on bf16 without bf16 "
                               "units (None: the deciding versions are not known; facts/bf16stack.py)"),
     "bf16_stack": F("str", "the versions bf16_refused was decided on, or what would decide it"),
+    "stack_refusals": F("list", "packages whose version every judged LF release refuses at start-up "
+                                "(extras/misc.py check_dependencies; facts/stackrange.py)", items={
+        "package": F("str", "transformers | datasets | accelerate | peft | trl"),
+        "version": F("str", "the version as read"), "source": F("str", "where it was read"),
+        "spec": F("str", "the first judged release's requirement ('transformers>=4.51.0,<=4.57.1')"),
+        "specs_text": F("str", "every judged release's requirement, '; '-joined"),
+        "where": F("str", "the requirement's file:line in the release"),
+        "releases": F("str", "the judged releases ('0.9.4', '0.9.2-0.9.6.dev0')"),
+        "release_source": F("str", "where the release was read (--llamafactory, the --env file, installed here)"),
+        "message": F("str", "the ImportError LF stops with (transformers utils/versions.py)"),
+        "certain": F("bool", "one published release read exactly (True), or every release the inputs leave "
+                                "open refuses it (False)")}),
     "kind_estimate": F("dict", "the estimate of a config that does not train (facts/kinds.py)", fields={
         "kind": F("str", "export | chat"), "fits": F("bool", "fits the GPUs (None: not judged)"),
         "device": F("str", "export: cpu | gpu"), "peak_gib": F("float", "export: peak while merging, GiB"),
@@ -226,7 +238,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
             **suffix_facts(doc.path, release), "duplicates": duplicate_facts(doc, release),
             "lf_version": rel, "release_conflicts": conflicts,
             "release_note": release.note if getattr(release, "older", False) else "",
-            "launch_trains": None, "config_command": COMMANDS.get(kind or "train"),
+            "launch_trains": None, "config_command": COMMANDS.get(kind or "train"), "stack_refusals": [],
             **(launch or {"launch_known": False, "torchrun": False, "torch_known": False, "bf16_refused": None,
                           "bf16_stack": "the training machine's torch and transformers (not given) decide whether "
                                         "it starts"})}

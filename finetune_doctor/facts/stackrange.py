@@ -1,0 +1,153 @@
+"""Whether the LLaMA-Factory release in use refuses the training machine's package versions at start-up.
+
+Every release's ``extras/misc.py`` ``check_dependencies`` passes one requirement per package (transformers,
+datasets, accelerate, peft, trl) to transformers' ``utils/versions.py`` ``require_version``, which raises
+ImportError "REQ is required for a normal functioning of this module, but found PKG==VER." before any key is used.
+The ranges, with their file:line, are catalog/lf_stack_ranges.json (scripts/build_lf_stack_ranges.py reads them from
+the published wheels 0.8.0-0.9.5 and the main snapshot). Every one of those checks is skipped when the variable
+DISABLE_VERSION_CHECK is "1", "true" (or, from 0.9.2 on, "y"), case-insensitive (misc.py `is_env_enabled`).
+
+Only the standard library is imported: `doctor lint` reaches this module.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+CATALOG = Path(__file__).resolve().parent.parent / "catalog" / "lf_stack_ranges.json"
+_CLAUSE = re.compile(r"^(>=|<=|==|!=|>|<|~=)\s*(.+)$")
+_NUM = re.compile(r"^v?(\d+(?:\.\d+)*)(.*)$")
+
+
+@lru_cache(maxsize=1)
+def load() -> dict[str, Any]:
+    """The catalogue: {"releases": {version: {"requires": [{package, spec, where, skippable}], ...}}}."""
+    return json.loads(CATALOG.read_text(encoding="utf-8"))
+
+
+def _parts(version: str) -> tuple[tuple[int, ...], bool] | None:
+    """(release numbers, has a pre/dev/local suffix) of a version as pip writes it; None when unreadable."""
+    m = _NUM.match(version.strip()[:64])
+    if not m:
+        return None
+    return tuple(int(x) for x in m.group(1).split(".")), bool(m.group(2).strip())
+
+
+def _cmp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    n = max(len(a), len(b))
+    a, b = a + (0,) * (n - len(a)), b + (0,) * (n - len(b))
+    return (a > b) - (a < b)
+
+
+def satisfies(version: str, spec: str) -> bool | None:
+    """Whether `version` ("5.2.0") meets `spec` ("transformers>=4.51.0,<=4.57.1", the package name first), as
+    packaging compares release numbers (PEP 440: 4.51 == 4.51.0). None when the answer hinges on a pre-release,
+    dev or local suffix ("4.57.0.dev0", "2.5.0+cu121" against ==/!=/<=/>= of the same release) or a clause this
+    reader does not know (~=), so that no finding rests on a guess."""
+    got = _parts(version)
+    if got is None:
+        return None
+    rel, suffixed = got
+    ok = True
+    for clause in re.sub(r"^[A-Za-z0-9_.\-]+", "", spec).split(","):
+        m = _CLAUSE.match(clause.strip())
+        want = _parts(m.group(2)) if m else None
+        if not m or want is None or m.group(1) == "~=":
+            return None
+        c = _cmp(rel, want[0])
+        if c == 0 and suffixed:
+            return None
+        op = m.group(1)
+        ok = ok and {">=": c >= 0, "<=": c <= 0, ">": c > 0, "<": c < 0, "==": c == 0, "!=": c != 0}[op]
+    return ok
+
+
+def disabled(*envs: Mapping[str, str] | None) -> bool:
+    """DISABLE_VERSION_CHECK is on for the run in one of `envs` (the --launch file's ``KEY=value`` prefixes and
+    ``export`` lines, the --env file's variables). "1" and "true" switch it off on every release, "y" from 0.9.2 on;
+    on 0.8.0-0.9.1 "y" does not, but a finding silenced by it is one the user asked to skip."""
+    return any(str((e or {}).get("DISABLE_VERSION_CHECK", "")).strip().lower() in ("1", "true", "y") for e in envs)
+
+
+def launch_env(path: str | None) -> dict[str, str]:
+    """The variables the --launch file sets for its training command (readers/config/accelerate.py
+    `LaunchCommand.env`); {} without a file or with one that launches nothing (reported where it is read)."""
+    if not path:
+        return {}
+    from finetune_doctor.errors import InputError
+    from finetune_doctor.readers.config.accelerate import read_launch_file
+
+    try:
+        return dict(read_launch_file(path).env)
+    except InputError:
+        return {}
+
+
+def _span(versions: list[str]) -> str:
+    return versions[0] if len(versions) == 1 else f"{versions[0]}-{versions[-1]}"
+
+
+def refusals(release: Any, versions: Mapping[str, tuple[str, str]], *envs: Mapping[str, str] | None
+             ) -> list[dict[str, Any]]:
+    """The ``lint.stack_refusals`` items: one per package of `versions` ({package: (version, where read)}) that
+    every judged release of `release` (readers/config/lfrelease.py Release; its ``versions``) refuses at start-up.
+
+    Each item: package, version, source, spec (the first refusing release's requirement), where (its
+    misc.py:line), releases (the judged releases, "0.9.4" or "0.8.0-0.9.6.dev0"), release_source (where the
+    release was read), message (transformers' ImportError text for that release), certain (one published release
+    read exactly, and not the one installed here weighed against another machine's package: the run stops;
+    otherwise every release it may be refuses it). Empty when DISABLE_VERSION_CHECK is on (`disabled`), the release predates the catalogue, or a
+    release in the range accepts the version or cannot be judged (`satisfies` None)."""
+    if release is None or getattr(release, "older", False) or disabled(*envs):
+        return []
+    catalog = load()["releases"]
+    judged = [v for v in getattr(release, "versions", ()) or () if v in catalog]
+    if not judged or len(judged) != len(release.versions):
+        return []
+    # an error only for one published release read as such: a development build (the main snapshot's ranges are
+    # one commit's) or a version mapped to a neighbour ("0.9.7 is newer than the catalog") may require otherwise
+    certain = len(judged) == 1 and not getattr(release, "note", "") and "dev" not in judged[0]
+    out = []
+    for pkg in sorted(versions):
+        got, source = versions[pkg]
+        reqs = [next((r for r in catalog[v]["requires"] if r["package"] == pkg and r["skippable"]), None)
+                for v in judged]
+        if any(r is None for r in reqs) or any(satisfies(got, r["spec"]) is not False for r in reqs):
+            continue
+        first = reqs[0]
+        specs = sorted({r["spec"] for r in reqs})
+        out.append({"package": pkg, "version": got, "source": source, "spec": first["spec"],
+                    "specs_text": "; ".join(specs), "where": first["where"], "releases": _span(judged),
+                    "message": f"{first['spec']} is required for a normal functioning of this module, but found "
+                               f"{pkg}=={got}.",
+                    "release_source": getattr(release, "source", "") or "",
+                    # the llamafactory installed here judged against another machine's package (--transformers,
+                    # --env without an LF line): the training machine may run another release
+                    "certain": certain and (getattr(release, "source", "") != "installed here"
+                                            or source == "installed here")})
+    return out
+
+
+def stack_refusal_facts(release: Any, opts: Any, env_report: Any, context_stack: Mapping[str, str] | None,
+                        hw: Any) -> dict[str, Any]:
+    """``{"stack_refusals": [...]}`` for the lint namespace, the versions taken in order of precedence: the
+    packages installed here when NVML reads this machine's GPUs (it is the training machine), a ``doctor context``
+    file, ``--env FILE``, then ``--transformers``. Nothing is assumed: a package whose version no input gives is
+    not judged. DISABLE_VERSION_CHECK is read from the --launch file and the --env file's variables."""
+    found: dict[str, tuple[str, str]] = {}
+    pkgs = ("transformers", "datasets", "accelerate", "peft", "trl")
+    if hw is not None and getattr(hw, "source", None) == "nvml":
+        from finetune_doctor.readers.dists import installed_version
+
+        found.update({p: (v, "installed here") for p in pkgs if (v := installed_version(p))})
+    found.update({p: (v, "the doctor context") for p, v in (context_stack or {}).items() if p in pkgs and v})
+    if env_report is not None:
+        found.update({p: (v, env_report.path) for p, v in env_report.versions.items() if p in pkgs})
+    if getattr(opts, "transformers_version", None):
+        found["transformers"] = (opts.transformers_version, "--transformers")
+    env = getattr(env_report, "env", None) if env_report is not None else None
+    return {"stack_refusals": refusals(release, found, launch_env(getattr(opts, "launch", None)), env)}
