@@ -318,22 +318,12 @@ DATE_BOUNDS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-# unsloth's loss changes at 2024.11.8 (run/savers.py `_unsloth_loss`; released 2024-11-21, ddf118a8fc in
-# unslothai/unsloth): a run that loads through unsloth (``use_unsloth``, whatever framework drives it) and is dated
-# before that cannot have used a later release.
-UNSLOTH_BOUND = ("2024-11-21", "2024.11.7")
-
-
 def dated_pins(row: dict[str, Any]) -> dict[str, str]:
-    """Versions below each boundary of DATE_BOUNDS the row's date precedes (Trainer frameworks only), and
-    UNSLOTH_BOUND's release for a row that loads through unsloth."""
+    """Versions below each boundary of DATE_BOUNDS the row's date precedes (Trainer frameworks only)."""
     fw, when = str(row.get("framework") or ""), str(row.get("date") or "")
-    if not when:
+    if not when or not fw.startswith(TRAINER_FRAMEWORKS):
         return {}
-    out = {pkg: below for pkg, first, below in DATE_BOUNDS if when < first} if fw.startswith(TRAINER_FRAMEWORKS) else {}
-    if (row.get("config") or {}).get("use_unsloth") and when < UNSLOTH_BOUND[0]:
-        out["unsloth"] = UNSLOTH_BOUND[1]
-    return out
+    return {pkg: below for pkg, first, below in DATE_BOUNDS if when < first}
 
 
 def pins_for(row: dict[str, Any]) -> dict[str, str]:
