@@ -1,5 +1,5 @@
 """unsloth's own loss under ``use_unsloth`` (run/savers.py `_unsloth_loss`, analyzers/memory/logits.py
-`unsloth_terms`): the in-place cross-entropy of releases before 2024.11.8 and the fused, chunked loss after."""
+`unsloth_terms`): the in-place cross-entropy of releases before 2024.11 and the fused, chunked loss after."""
 
 from __future__ import annotations
 
@@ -21,14 +21,10 @@ BASE = {"stage": "sft", "finetuning_type": "lora", "quantization_bit": 4, "use_u
 def test_release_decides_the_loss_path():
     assert resolve_run(BASE, ARCH, None, stack={"unsloth": "2024.8"}).unsloth_loss == "inplace"
     assert resolve_run(BASE, ARCH, None, stack={"unsloth": "2024.10.0"}).unsloth_loss == "inplace"
-    assert resolve_run(BASE, ARCH, None, stack={"unsloth": "2024.11.7"}).unsloth_loss == "inplace"   # before CCE
     assert resolve_run(BASE, ARCH, None, stack={"unsloth": "2024.11.9"}).unsloth_loss == "fused"
     assert resolve_run(BASE, ARCH, None).unsloth_loss == "fused"          # unknown release: today's
     assert resolve_run({**BASE, "stage": "dpo"}, ARCH, None).unsloth_loss == ""   # no labels given to the model
     assert resolve_run({**BASE, "use_unsloth": False}, ARCH, None).unsloth_loss == ""
-    # a type unsloth hands to FastModel (unsloth_zoo's compiled forward): the plain loss stays
-    gemma3 = arch_from_config({**ARCH.raw, "model_type": "gemma3_text"}, "gemma3-shaped", "test")
-    assert resolve_run(BASE, gemma3, None).unsloth_loss == ""
 
 
 def test_inplace_loss_keeps_one_half_precision_logits():
@@ -63,28 +59,3 @@ def test_fused_loss_holds_a_chunk_not_the_logits():
     lg = logit_terms(r, T)
     assert lg.forward == max(u.forward, T * layer_transients(r)[0]) and lg.backward == u.backward
     assert u.forward / 2**30 < 4.0 < 40.0 < logit_terms(r.with_(unsloth_loss=""), T).forward / 2**30
-
-
-def test_an_unknown_release_is_an_assumption_weighed_against_the_old_loss(tmp_path):
-    from finetune_doctor.facts.config import assemble_config
-    from finetune_doctor.settings import Options
-
-    cfg = tmp_path / "train.yaml"
-    cfg.write_text("model_name_or_path: meta-llama/Llama-3.1-8B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
-                   "quantization_bit: 4\nuse_unsloth: true\nbf16: true\ncutoff_len: 8192\n"
-                   "per_device_train_batch_size: 2\ndataset: alpaca_en_demo\ntemplate: llama3\noutput_dir: out\n")
-    opts = Options(command="estimate", paths=(str(cfg),), gpu="1xL4", offline=True)
-    asm = assemble_config(str(cfg), (), opts)
-    a = {x.name: x for x in asm.assumptions}["unsloth-version"]
-    assert a.value.startswith("2024.11.8 or later")
-    assert list(a.effect_gib) == ["before 2024.11.8 (whole logits, in-place loss)"]
-    assert a.effect_gib["before 2024.11.8 (whole logits, in-place loss)"] >= asm.memory.total
-    env = tmp_path / "freeze.txt"
-    env.write_text("unsloth==2024.10.0\ntorch==2.4.1\ntransformers==4.44.2\n")
-    given = assemble_config(str(cfg), (), Options(command="estimate", paths=(str(cfg),), gpu="1xL4", offline=True,
-                                                  env_file=str(env)))
-    assert "unsloth-version" not in {x.name for x in given.assumptions}
-    assert (given.run.unsloth_loss, asm.run.unsloth_loss) == ("inplace", "fused")
-    from finetune_doctor.analyzers.memory.terms import compute_terms
-
-    assert compute_terms(given.run).logits > 1.5 * compute_terms(asm.run).logits

@@ -56,7 +56,7 @@ OLD_TRANSFORMERS = "4.48.3"
 # ``liger-kernel`` (installable) bears on a remedy, not on the run as configured: it never opens the verdict.
 NOT_OPEN = frozenset({"eval-batch", "train-batch", "cutoff-len", "transformers-version", "liger-kernel"})
 OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-dtype", "launcher",
-                  "deepspeed-config", "attention-kernel", "image-pixels", "unsloth-version"})   # this module's
+                  "deepspeed-config", "attention-kernel", "image-pixels"})   # the ones this module weighs
 # Alternatives no input names and LLaMA-Factory would not pick for the config (issue #21, trial 2: an FSDP launch
 # nobody named softened predicted OOMs to at-risk). UNNAMED ones are evaluated, shown and weighed in the p_oom and
 # interval mixture (they widen it), but never open the verdict (`_weigh`, `fold`) nor decide it (`deciding_facts`):
@@ -87,8 +87,7 @@ STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_co
 MEMORY_ONLY = frozenset({"sample-lengths", "gpus", "gpu-variant", "torch-version", "deepspeed-version",
                          "deepspeed-config", "checkpoint-dtype", "attention-kernel", "world-size",
                          "eval-batch", "train-batch", "cutoff-len", "host-ram", "images-per-sample", "image-pixels",
-                         "hccl-buffsize", "npu-runtime", "save-gathers-adapter-only", "liger-kernel",
-                         "unsloth-version"})
+                         "hccl-buffsize", "npu-runtime", "save-gathers-adapter-only", "liger-kernel"})
 
 Judge = Callable[[Any, Hardware | None, int | None], "tuple[float, str | None] | None"]
 
@@ -188,7 +187,7 @@ def collect(asm: Any, opts: Any, *, tokens: int | None, base_verdict: str | None
     weigh = asm.hw is not None or asm.memory is not None   # lint without a card: listed, not weighed
     c = _Seen(asm, opts, tokens, base_verdict, judge_run(asm.counts, weigh), judge_run(None, weigh))
     return [*_data_and_card(c), *_deepspeed_config(c), *_stack(c, alt_stack), *_checkpoint(c), *_attention(c),
-            *_unsloth_release(c), *_terms(c),
+            *_terms(c),
             *_launch(asm, c.run, c.hw, tokens, c.judge, c.fresh, c.rerun, base_verdict), *_defaults(c)]
 
 
@@ -342,20 +341,6 @@ def _attention(c: _Seen) -> list[Assumption]:
     return [_weigh("attention-kernel", run.attention, "flash_attn: auto on Gemma-2: LLaMA-Factory uses "
                    "FlashAttention-2 if flash-attn is installed on the training machine, else eager attention",
                    "flash_attn: fa2 (or disabled) in the YAML, or --env FILE listing flash-attn", c.base, alts)]
-
-
-def _unsloth_release(c: _Seen) -> list[Assumption]:
-    """``use_unsloth`` in pt/sft with no unsloth release of the training machine: its loss is taken as today's
-    (fused with lm_head, the logits never whole: run/savers.py `_unsloth_loss`); releases before 2024.11.8 keep
-    the whole logits in half precision (analyzers/memory/logits.py `unsloth_terms`), which is weighed."""
-    run = c.run
-    if run.unsloth_loss != "fused" or "unsloth" in {p for p, _v, _s in c.asm.stack_sources}:
-        return []
-    alts = [("before 2024.11.8 (whole logits, in-place loss)",
-             lambda: c.judge(run.with_(unsloth_loss="inplace"), c.hw, c.tokens))]
-    return [_weigh("unsloth-version", "2024.11.8 or later (fused loss, logits in chunks)",
-                   "use_unsloth and no unsloth version of the training machine: the loss of a current release",
-                   "--env FILE with `pip freeze` of the training machine", c.base, alts)]
 
 
 def _defaults(c: _Seen) -> list[Assumption]:

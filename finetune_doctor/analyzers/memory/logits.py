@@ -108,7 +108,7 @@ def unsloth_chunks(tokens: int, vocab: int, target_gib: float = 1.0) -> int:
 def unsloth_terms(run: Run, T: int, e_in: float) -> LogitTerms:
     """unsloth's own loss over `T` tokens (`Run.unsloth_loss`, run/savers.py cites the paths):
 
-    * ``inplace`` (unsloth < 2024.11.8, ``Fast_CrossEntropyLoss`` in unsloth/kernels/cross_entropy_loss.py:288-369 at
+    * ``inplace`` (unsloth < 2024.11, ``Fast_CrossEntropyLoss`` in unsloth/kernels/cross_entropy_loss.py:288-369 at
       015bdef0d9): lm_head's output in the model's dtype, cast to it (llama.py ``logits.to(_get_dtype(...))``), is
       saved with one fp32 logsumexp and one fp32 loss per row; the backward kernel writes the gradient into the
       saved logits and returns them, so the backward holds the same T·V tensor and nothing more.
