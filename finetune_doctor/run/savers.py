@@ -201,27 +201,6 @@ def _kt(cfg: dict[str, Any]) -> dict[str, Any]:
     return {"use_kt": True, "kt_expert_bytes": expert_bytes, "kt_cpu_activation": act}
 
 
-# unsloth's causal-LM forward computes the loss itself when it is given labels (pt/sft; LF's other stages call the
-# model without labels and build their own log-probs). Releases before 2024.11 take lm_head's full output in the
-# model's dtype and run ``fast_cross_entropy_loss`` on it (unsloth/kernels/cross_entropy_loss.py
-# ``Fast_CrossEntropyLoss``, at 015bdef0d9 lines 288-369: one fp32 loss and logsumexp per row, the logits saved, and
-# the backward writing the gradient into them in place). From 2024.11 (unsloth 549c5be61c, 2024-11-25: the logits
-# come back empty unless UNSLOTH_RETURN_LOGITS=1) the loss is fused with lm_head and never materialises the whole
-# logits: cut-cross-entropy where installed, unsloth_zoo's chunked ``unsloth_fused_ce_loss`` from 806bee2433
-# (2025-08-13; unsloth/models/llama.py:1465-1507 at 015bdef0d9).
-UNSLOTH_FUSED_LOSS_FROM = (2024, 11)
-
-
-def _unsloth_loss(cfg: dict[str, Any], stage: str, stack: dict[str, str | None]) -> dict[str, Any]:
-    """``unsloth_loss`` (run/model.py): "" without use_unsloth or outside pt/sft; "inplace" when the stack names an
-    unsloth release before 2024.11; "fused" otherwise (an unknown release is taken as today's, as an unknown torch
-    is for liger's addmm above)."""
-    if not as_bool(cfg.get("use_unsloth")) or stage not in ("pt", "sft"):
-        return {"unsloth_loss": ""}
-    v = parse_version(stack.get("unsloth"))
-    return {"unsloth_loss": "inplace" if v is not None and v[:2] < UNSLOTH_FUSED_LOSS_FROM else "fused"}
-
-
 def resolve_savers(cfg: dict[str, Any], arch: ModelArch, stage: str, stack: dict[str, str | None] | None,
                    notes: list[str]) -> dict[str, Any]:
     """The `Run` fields of the memory savers (run/model.py documents each), from the merged YAML keys `cfg`.
@@ -231,5 +210,5 @@ def resolve_savers(cfg: dict[str, Any], arch: ModelArch, stage: str, stack: dict
     LF would reject is reported by the rules that read these fields.
     """
     stack = stack or {}
-    return {**_liger(cfg, arch, stage, stack), **_checkpointing(cfg, arch, notes), **_unsloth_loss(cfg, stage, stack),
+    return {**_liger(cfg, arch, stage, stack), **_checkpointing(cfg, arch, notes),
             **_attention_savers(cfg, arch, stack, notes), **_fp8(cfg), **_optimizers(cfg), **_kt(cfg)}
