@@ -59,7 +59,8 @@ OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-
                   "deepspeed-config", "attention-kernel", "image-pixels"})   # the ones this module weighs
 # Alternatives no input names and LLaMA-Factory would not pick for the config (issue #21, trial 2: an FSDP launch
 # nobody named softened predicted OOMs to at-risk). UNNAMED ones are evaluated, shown and weighed in the p_oom and
-# interval mixture (they widen it), but never open the verdict (`_weigh`, `fold`) nor decide it (`deciding_facts`):
+# interval mixture by the table's assumption weights (they widen it when the assumed value weighs < 1), but never
+# open the verdict (`_weigh`, `fold`) nor decide it (`deciding_facts`):
 # `llamafactory-cli train` on several GPUs starts torchrun (LF main launcher.py L60-126); FSDP needs an accelerate
 # config or the YAML's `fsdp`, and when either is given the launch is read, not assumed (facts/kinds.py
 # `launcher_assumption`, which drops FSDP where LF refuses it for the model). SHOWN_ONLY ones are not plausible for

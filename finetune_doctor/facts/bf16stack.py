@@ -20,16 +20,18 @@ bf16 on a 2080 Ti with torch 2.5 and transformers 4.45 trained until the host ki
 
 from __future__ import annotations
 
-import re
 from typing import Any
+
+from finetune_doctor.numbers import parse_version
 
 TRANSFORMERS_ASKS_TORCH = (4, 35)
 TORCH_EMULATES = (2, 3)
 
 
 def _v(text: str | None) -> tuple[int, ...] | None:
-    m = re.match(r"^\s*v?(\d+)\.(\d+)", str(text or ""))
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    """(major, minor) of a version as read, by numbers.py's one version reader; None without both."""
+    v = parse_version(str(text)) if text else None
+    return v[:2] if v and len(v) >= 2 else None
 
 
 def bf16_refusal(torch_version: str | None, transformers_version: str | None) -> dict[str, Any]:
