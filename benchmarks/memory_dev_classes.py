@@ -33,9 +33,9 @@ from calibrate import engine_of, score_all, seq_band  # noqa: E402
 for _p in reversed([p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]):
     sys.path.insert(0, _p)
 
-ORDER = ("all", "round 1", "round 2", "round 3", "ZeRO-3 (with or without offload)", "ZeRO-3", "ZeRO-3+offload",
-         "QLoRA (method)", "NPU (Ascend 910B)", "DDP", "ZeRO-2", "ZeRO-2+offload", "ZeRO-2 at >= 8k tokens", "FSDP",
-         "FSDP+offload", "single")
+ORDER = ("all", "round 1", "round 2", "round 3", "round 4", "ZeRO-3 (with or without offload)", "ZeRO-3",
+         "ZeRO-3+offload", "QLoRA (method)", "NPU (Ascend 910B)", "DDP", "ZeRO-2", "ZeRO-2+offload",
+         "ZeRO-2 at >= 8k tokens", "FSDP", "FSDP+offload", "single", "unsloth")
 
 
 def classes(row: dict) -> list[str]:
@@ -50,6 +50,8 @@ def classes(row: dict) -> list[str]:
         out.append("ZeRO-3 (with or without offload)")
     if eng.startswith("ZeRO-2") and seq_band(row) == ">= 8k tokens":
         out.append("ZeRO-2 at >= 8k tokens")
+    if row["config"].get("use_unsloth"):   # round 4's notebooks and the LF + unsloth threads: the open loss term
+        out.append("unsloth")
     return out
 
 
