@@ -318,12 +318,25 @@ DATE_BOUNDS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# unsloth's loss changes at 2024.11.8 (run/savers.py `_unsloth_loss`; released 2024-11-21, ddf118a8fc in
+# unslothai/unsloth) and its RoPE tables at 2024.8 (`unsloth_release_paths`; the "dynamic RoPE" commit 54dd81de67 of
+# 2024-07-18): a run that loads through unsloth (``use_unsloth``, whatever framework drives it) and is dated before
+# either cannot have used a later release. The earliest boundary the date precedes gives the pin.
+UNSLOTH_BOUNDS = (("2024-07-18", "2024.7"), ("2024-11-21", "2024.11.7"))
+
+
 def dated_pins(row: dict[str, Any]) -> dict[str, str]:
-    """Versions below each boundary of DATE_BOUNDS the row's date precedes (Trainer frameworks only)."""
+    """Versions below each boundary of DATE_BOUNDS the row's date precedes (Trainer frameworks only), and
+    the release below the first of UNSLOTH_BOUNDS the date precedes for a row that loads through unsloth."""
     fw, when = str(row.get("framework") or ""), str(row.get("date") or "")
-    if not when or not fw.startswith(TRAINER_FRAMEWORKS):
+    if not when:
         return {}
-    return {pkg: below for pkg, first, below in DATE_BOUNDS if when < first}
+    out = {pkg: below for pkg, first, below in DATE_BOUNDS if when < first} if fw.startswith(TRAINER_FRAMEWORKS) else {}
+    if (row.get("config") or {}).get("use_unsloth"):
+        below = [v for first, v in UNSLOTH_BOUNDS if when < first]
+        if below:
+            out["unsloth"] = below[0]
+    return out
 
 
 def pins_for(row: dict[str, Any]) -> dict[str, str]:

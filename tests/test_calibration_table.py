@@ -281,6 +281,13 @@ def test_dated_pins_follow_the_release_boundaries():
     assert calib_data.pins_for({"framework": "litgpt", "date": "2024-09-27"}) == {"bitsandbytes": "0.42.0"}
     own = {**row, "stack": {"torch": "2.5.1"}}
     assert calib_data.pins_for(own)["torch"] == "2.5.1" and calib_data.pins_for(own)["bitsandbytes"] == "0.43.1"
+    # a run through unsloth cannot use a release newer than its date (UNSLOTH_BOUNDS: the RoPE tables change in
+    # 2024.8, committed 2024-07-18; the loss at 2024.11.8, released 2024-11-21)
+    uns = {"framework": "unsloth", "date": "2024-05-05", "config": {"use_unsloth": True}}
+    assert calib_data.dated_pins(uns) == {"unsloth": "2024.7"}
+    assert calib_data.dated_pins({**uns, "date": "2024-10-01"}) == {"unsloth": "2024.11.7"}
+    assert calib_data.dated_pins({**uns, "date": "2024-11-21"}) == {}
+    assert calib_data.dated_pins({**uns, "config": {}}) == {}
 
 
 def test_peft_sft_example_loads_unquantized_models_in_float32():

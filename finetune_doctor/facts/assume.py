@@ -56,7 +56,7 @@ OLD_TRANSFORMERS = "4.48.3"
 # ``liger-kernel`` (installable) bears on a remedy, not on the run as configured: it never opens the verdict.
 NOT_OPEN = frozenset({"eval-batch", "train-batch", "cutoff-len", "transformers-version", "liger-kernel"})
 OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-dtype", "launcher",
-                  "deepspeed-config", "attention-kernel", "image-pixels"})   # the ones this module weighs
+                  "deepspeed-config", "attention-kernel", "image-pixels", "unsloth-version"})   # this module's
 # Alternatives no input names and LLaMA-Factory would not pick for the config (issue #21, trial 2: an FSDP launch
 # nobody named softened predicted OOMs to at-risk). UNNAMED ones are evaluated, shown and weighed in the p_oom and
 # interval mixture by the table's assumption weights (they widen it when the assumed value weighs < 1), but never
@@ -88,7 +88,8 @@ STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_co
 MEMORY_ONLY = frozenset({"sample-lengths", "gpus", "gpu-variant", "torch-version", "deepspeed-version",
                          "deepspeed-config", "checkpoint-dtype", "attention-kernel", "world-size",
                          "eval-batch", "train-batch", "cutoff-len", "host-ram", "images-per-sample", "image-pixels",
-                         "hccl-buffsize", "npu-runtime", "save-gathers-adapter-only", "liger-kernel"})
+                         "hccl-buffsize", "npu-runtime", "save-gathers-adapter-only", "liger-kernel",
+                         "unsloth-version"})
 
 Judge = Callable[[Any, Hardware | None, int | None], "tuple[float, str | None] | None"]
 
@@ -188,7 +189,7 @@ def collect(asm: Any, opts: Any, *, tokens: int | None, base_verdict: str | None
     weigh = asm.hw is not None or asm.memory is not None   # lint without a card: listed, not weighed
     c = _Seen(asm, opts, tokens, base_verdict, judge_run(asm.counts, weigh), judge_run(None, weigh))
     return [*_data_and_card(c), *_deepspeed_config(c), *_stack(c, alt_stack), *_checkpoint(c), *_attention(c),
-            *_terms(c),
+            *_unsloth_release(c), *_terms(c),
             *_launch(asm, c.run, c.hw, tokens, c.judge, c.fresh, c.rerun, base_verdict), *_defaults(c)]
 
 
@@ -342,6 +343,28 @@ def _attention(c: _Seen) -> list[Assumption]:
     return [_weigh("attention-kernel", run.attention, "flash_attn: auto on Gemma-2: LLaMA-Factory uses "
                    "FlashAttention-2 if flash-attn is installed on the training machine, else eager attention",
                    "flash_attn: fa2 (or disabled) in the YAML, or --env FILE listing flash-attn", c.base, alts)]
+
+
+def _unsloth_release(c: _Seen) -> list[Assumption]:
+    """``use_unsloth`` in pt/sft on a type unsloth runs through its own forward, with no unsloth release of the
+    training machine: the loss stays charged as transformers' (run/savers.py `_unsloth_loss` says why), and the
+    forms of three release ranges are weighed (run/savers.py `unsloth_release_paths`): the fused loss of 2024.11.8
+    and later, the in-place half-precision loss of 2024.8-2024.11.7 (analyzers/memory/logits.py `unsloth_terms`), and
+    that loss with the whole-window RoPE tables of every layer before 2024.8 (weights.py `unsloth_rope_bytes`)."""
+    from finetune_doctor.run.savers import UNSLOTH_OWN_FORWARD, unsloth_release_paths
+
+    run = c.run
+    if (not run.use_unsloth or run.stage not in ("pt", "sft") or run.arch.model_type not in UNSLOTH_OWN_FORWARD
+            or "unsloth" in {p for p, _v, _s in c.asm.stack_sources}):
+        return []
+    alts = [(label, (lambda v=v: c.judge(run.with_(**unsloth_release_paths(c.cfg, run.arch, v)), c.hw, c.tokens)))
+            for label, v in (("2024.11.8 or later (fused loss, logits in chunks)", (2024, 11, 8)),
+                             ("2024.8-2024.11.7 (whole half-precision logits, in-place loss)", (2024, 8)),
+                             ("before 2024.8 (in-place loss, whole-window RoPE tables in every layer)", (2024, 7)))]
+    return [_weigh("unsloth-version", "not known: the loss charged as transformers' (whole logits, fp32 upcast)",
+                   "use_unsloth and no unsloth version of the training machine; a long-context unsloth run that ran "
+                   "out (LlamaFactory#3638) needs more than its release's own loss gives",
+                   "--env FILE with `pip freeze` of the training machine", c.base, alts)]
 
 
 def _defaults(c: _Seen) -> list[Assumption]:

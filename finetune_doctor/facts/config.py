@@ -487,8 +487,8 @@ def installed_versions() -> dict[str, str]:
 def _stack(opts: Options, hw: Hardware | None, env: Any, ctx: Any = None) -> tuple[dict[str, str | None], tuple]:
     """The training machine's versions and where each came from, in order of precedence: ``--torch`` /
     ``--transformers``, then ``--env FILE``, then a ``doctor context`` file (`ctx`, as ``--env``), then the packages
-    installed here when this machine is the training machine (NVML sees its GPUs). Returns ({torch, transformers}
-    for resolve_run, (package, version, source)...)."""
+    installed here when this machine is the training machine (NVML sees its GPUs). Returns ({torch, transformers,
+    unsloth} for resolve_run, (package, version, source)...)."""
     found: dict[str, tuple[str, str]] = {}
     if hw is not None and hw.source == "nvml":
         found.update({k: (v, "installed here") for k, v in installed_versions().items()})
@@ -498,7 +498,8 @@ def _stack(opts: Options, hw: Hardware | None, env: Any, ctx: Any = None) -> tup
     for key, flag in (("torch", opts.torch_version), ("transformers", opts.transformers_version)):
         if flag:
             found[key] = (flag, f"--{key}")
-    stack = {k: found[k][0] if k in found else None for k in ("torch", "transformers")}
+    # unsloth's release decides its loss path (run/savers.py `_unsloth_loss`)
+    stack = {k: found[k][0] if k in found else None for k in ("torch", "transformers", "unsloth")}
     return stack, tuple((k, v, src) for k, (v, src) in sorted(found.items()))
 
 

@@ -160,6 +160,8 @@ class Run:
     flce_addmm_out_dtype: bool = True     # torch >= 2.8: the fused loss adds lm_head's gradient in fp32 in place
     use_reentrant_gc: bool = True         # reentrant activation checkpointing (False under FSDP2 / KT)
     use_unsloth: bool = False             # unsloth's FastLanguageModel: offloaded checkpoints, fused loss
+    unsloth_loss: str = ""                # unsloth's loss in pt/sft: "inplace" (< 2024.11.8) | "fused" | "" (none)
+    unsloth_rope_positions: int = 0       # unsloth < 2024.8: positions of each layer's cos/sin tables (run/savers.py)
     shift_attn: bool = False              # LongLoRA S2-Attn in effect (llama, transformers 4.45-4.47)
     shift_attn_requested: bool = False    # shift_attn set in the config
     shift_attn_unsupported: bool = False  # ... on a model type LF has no S2-Attn for (it warns, does nothing)

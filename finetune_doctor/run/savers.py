@@ -201,6 +201,61 @@ def _kt(cfg: dict[str, Any]) -> dict[str, Any]:
     return {"use_kt": True, "kt_expert_bytes": expert_bytes, "kt_cpu_activation": act}
 
 
+# unsloth's causal-LM forward computes the loss itself when it is given labels (pt/sft; LF's other stages call the
+# model without labels and build their own log-probs). Releases before 2024.11.8 take lm_head's full output in the
+# model's dtype and run ``fast_cross_entropy_loss`` on it (unsloth/kernels/cross_entropy_loss.py
+# ``Fast_CrossEntropyLoss``, at 015bdef0d9 lines 288-369: one fp32 loss and logsumexp per row, the logits saved, and
+# the backward writing the gradient into them in place). From 2024.11.8 (the logits come back empty unless
+# UNSLOTH_RETURN_LOGITS=1, 549c5be61c) the loss is fused with lm_head and never materialises the whole
+# logits: cut-cross-entropy where installed (fa8e59eb1b "Cut Cross Entropy", 2024-11-17, first released in
+# 2024.11.8: ddf118a8fc, 2024-11-21), unsloth_zoo's chunked ``unsloth_fused_ce_loss`` from 806bee2433 (2025-08-13;
+# unsloth/models/llama.py:1465-1507 at 015bdef0d9).
+UNSLOTH_FUSED_LOSS_FROM = (2024, 11, 8)
+# The model types unsloth's FastLanguageModel runs through its own causal-LM forward (unsloth/models/loader.py:828-890
+# at 015bdef0d9; cohere and granite at :235-237 in the 2025-01 loader). Every other type is handed to ``FastModel``
+# (loader.py:906-), whose loss comes from unsloth_zoo's compiler and was not read: the plain loss stays modelled.
+UNSLOTH_OWN_FORWARD = frozenset({"llama", "mistral", "gemma", "gemma2", "qwen2", "qwen3", "cohere", "granite"})
+# Before its "dynamic RoPE" change (54dd81de67, 2024-07-18, first in release 2024.8) unsloth's pre_patch replaced
+# transformers' LlamaRotaryEmbedding (and Mistral's, with the same class) by its own (unsloth/models/llama.py:999-1000,
+# mistral.py:285 at 0a433c33ca), which builds the cos and sin tables for every position up to
+# ``max_position_embeddings`` at construction (llama.py:905-926), and each attention layer of transformers < 4.45 holds
+# its own ``rotary_emb`` (unsloth's attention reads ``self.rotary_emb.cos_cached`` on the attention module,
+# llama.py:318-319). unsloth's from_pretrained sets ``max_position_embeddings = max(max_seq_length, the
+# checkpoint's)`` (llama.py:1050-1051, :1076, :1085) and LLaMA-Factory passes ``max_seq_length`` = cutoff_len
+# (LF 05ef89cfc src/llmtuner/model/utils/unsloth.py ``_get_unsloth_kwargs``, hparams/parser.py:285); the tables
+# are cast to lm_head's dtype after loading (llama.py:1336-1341). From 2024.8 the tables start at min(32768, that
+# length) and grow only to the longest batch seen (llama.py ``extend_rope_embedding`` at 54dd81de67).
+UNSLOTH_DYNAMIC_ROPE_FROM = (2024, 8)
+UNSLOTH_WINDOW_ROPE_TYPES = frozenset({"llama", "mistral"})
+
+
+def unsloth_release_paths(cfg: dict[str, Any], arch: ModelArch, release: tuple[int, ...]) -> dict[str, Any]:
+    """The `Run` fields of an unsloth `release` (a parsed version): ``unsloth_loss`` ("inplace" before 2024.11.8,
+    else "fused") and ``unsloth_rope_positions`` (the positions of each layer's cos/sin tables before 2024.8 for
+    the types whose rotary class unsloth replaced, else 0)."""
+    rope = 0
+    if release[:2] < UNSLOTH_DYNAMIC_ROPE_FROM and arch.model_type in UNSLOTH_WINDOW_ROPE_TYPES:
+        rope = max(as_int(cfg.get("cutoff_len"), 0), int(arch.max_position_embeddings or 0))
+    return {"unsloth_loss": "inplace" if release[:3] < UNSLOTH_FUSED_LOSS_FROM else "fused",
+            "unsloth_rope_positions": rope}
+
+
+def _unsloth_loss(cfg: dict[str, Any], arch: ModelArch, stage: str, stack: dict[str, str | None]) -> dict[str, Any]:
+    """``unsloth_loss`` and ``unsloth_rope_positions`` (run/model.py): none without use_unsloth, outside pt/sft or
+    for a model type outside UNSLOTH_OWN_FORWARD; the paths of the release the stack names
+    (`unsloth_release_paths`). With no release named, none either: the loss stays charged as transformers' (the
+    whole logits with their fp32 upcast), the largest of the forms, because the one long-context unsloth run on
+    record that ran out (LlamaFactory#3638: cutoff 102400 on an A100-80GB, 65536 already filling it) is short of
+    its card by about 25 GiB under the forms its release's source gives; facts/assume.py weighs the releases'
+    forms as the ``unsloth-version`` assumption."""
+    none = {"unsloth_loss": "", "unsloth_rope_positions": 0}
+    if (not as_bool(cfg.get("use_unsloth")) or stage not in ("pt", "sft")
+            or arch.model_type not in UNSLOTH_OWN_FORWARD):
+        return none
+    v = parse_version(stack.get("unsloth"))
+    return none if v is None else unsloth_release_paths(cfg, arch, v)
+
+
 def resolve_savers(cfg: dict[str, Any], arch: ModelArch, stage: str, stack: dict[str, str | None] | None,
                    notes: list[str]) -> dict[str, Any]:
     """The `Run` fields of the memory savers (run/model.py documents each), from the merged YAML keys `cfg`.
@@ -211,4 +266,5 @@ def resolve_savers(cfg: dict[str, Any], arch: ModelArch, stage: str, stack: dict
     """
     stack = stack or {}
     return {**_liger(cfg, arch, stage, stack), **_checkpointing(cfg, arch, notes),
+            **_unsloth_loss(cfg, arch, stage, stack),
             **_attention_savers(cfg, arch, stack, notes), **_fp8(cfg), **_optimizers(cfg), **_kt(cfg)}

@@ -93,6 +93,42 @@ def flce_terms(run: Run, T: int, e_in: float) -> LogitTerms:
     return LogitTerms(saved + book + temp, saved)
 
 
+GIB = float(1 << 30)
+
+
+def unsloth_chunks(tokens: int, vocab: int, target_gib: float = 1.0) -> int:
+    """Chunks of unsloth_zoo's fused loss over `tokens` rows: ``n = T · V · 4 / 2^30 / target / 4``, rounded and
+    times 4, at least 1 (unsloth_zoo ``fused_losses/cross_entropy_loss.py`` ``_get_chunk_multiplier`` and
+    ``get_chunk_size``), so one chunk's fp32 logits are about `target_gib`. unsloth 2025.8 passes ``target_gb=1``
+    (unsloth/models/llama.py at 806bee2433); later releases pass None, half the GPU's free memory at the first call,
+    which only makes the chunks larger on a card with room: 1 GiB is the size that a tight card gets."""
+    return max(round(tokens * vocab * 4 / GIB / target_gib / 4) * 4, 1)
+
+
+def unsloth_terms(run: Run, T: int, e_in: float) -> LogitTerms:
+    """unsloth's own loss over `T` tokens (`Run.unsloth_loss`, run/savers.py cites the paths):
+
+    * ``inplace`` (unsloth < 2024.11.8, ``Fast_CrossEntropyLoss`` in unsloth/kernels/cross_entropy_loss.py:288-369 at
+      015bdef0d9): lm_head's output in the model's dtype, cast to it (llama.py ``logits.to(_get_dtype(...))``), is
+      saved with one fp32 logsumexp and one fp32 loss per row; the backward kernel writes the gradient into the
+      saved logits and returns them, so the backward holds the same T·V tensor and nothing more.
+    * ``fused`` (later): the logits exist one chunk at a time (`unsloth_chunks`); ``UnslothFusedLoss.forward``
+      computes each chunk's gradient inside the forward and saves ``grad_inputs`` (``empty_like(hidden_states)``,
+      T·H in the hidden states' dtype) and, when lm_head trains, ``grad_lm_head`` (V·H). A chunk's working set is
+      its logits in the weight's dtype, their fp32 upcast for ``cross_entropy`` and that upcast's fp32 gradient
+      (``compute_fused_ce_loss`` under ``torch.func.grad_and_value``). cut-cross-entropy, the path where it is
+      installed, keeps less than that chunk.
+    """
+    a = run.arch
+    H, V = a.hidden_size, a.vocab_size
+    e = logit_dtype_bytes(run)
+    if run.unsloth_loss == "inplace":
+        return LogitTerms(T * V * e + T * 8.0, T * V * e + T * 8.0)
+    saved = T * H * e_in + (V * H * _bytes(run.trainable_dtype) if _head_trains(run) else 0.0)
+    rows = -(-T // unsloth_chunks(T, V))
+    return LogitTerms(saved + T * 8.0 + rows * V * (e + 4.0 + 4.0), saved)
+
+
 def final_softcap(run: Run) -> float | None:
     """The model's ``final_logit_softcapping`` (its config.json, or the text model's config of a multimodal one),
     None when it has none."""
@@ -120,6 +156,10 @@ def logit_terms(run: Run, T: int) -> LogitTerms:
         # with the logits gone, the forward's largest moment may be inside the last layer instead
         f = flce_terms(run, T, final_hidden_bytes(run))
         return LogitTerms(max(f.forward, T * layer_transients(run)[0]), f.backward)
+    if run.unsloth_loss:
+        # softcapping and logit scaling happen inside unsloth's kernels (or per chunk): no extra T·V tensors
+        u = unsloth_terms(run, T, final_hidden_bytes(run))
+        return LogitTerms(max(u.forward, T * layer_transients(run)[0]), u.backward)
     e_logit = logit_dtype_bytes(run)
     fwd = T * a.vocab_size * (e_logit + 4.0 + (4.0 if e_logit == 2.0 else 0.0)
                               + (4.0 if run.shifted_logits_copy else 0.0))

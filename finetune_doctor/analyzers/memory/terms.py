@@ -15,7 +15,7 @@ from finetune_doctor.analyzers.memory.logits import logit_terms
 from finetune_doctor.analyzers.memory.qlora import dequant_transient_bytes, saved_input_terms
 from finetune_doctor.analyzers.memory.vision import vision_terms
 from finetune_doctor.analyzers.memory.zero3 import largest_trainable_elements, reduce_scatter_bytes
-from finetune_doctor.analyzers.memory.weights import state_terms, weight_terms
+from finetune_doctor.analyzers.memory.weights import state_terms, unsloth_rope_bytes, weight_terms
 from finetune_doctor.analyzers.memory.params import ParamCounts, count_params
 from finetune_doctor.run import Run
 
@@ -70,7 +70,9 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
     # bitsandbytes < 0.43.2 keeps each 4-bit linear's input for backward (qlora.py)
     bnb_saved, bnb_recompute = saved_input_terms(run, T, *_grad_layers(run))
     return Terms(
-        weights=w.weights, live_params=w.live, gradients=s.gradients, grads_persistent=s.grads_persistent,
+        # unsloth < 2024.8 keeps whole-window RoPE tables in every attention layer (weights.py)
+        weights=w.weights + unsloth_rope_bytes(run), live_params=w.live, gradients=s.gradients,
+        grads_persistent=s.grads_persistent,
         grads_always=s.grads_always, grads_step=s.grads_step, master=s.master, states=s.states,
         step_temp=s.step_temp, activations=act.saved + vis_saved + bnb_saved,
         # the backward of a 4-bit linear dequantises its weight beside the layer rebuilt for it (qlora.py)

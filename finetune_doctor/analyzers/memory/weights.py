@@ -184,3 +184,13 @@ def _all_linears(a: ModelArch) -> list[Linear]:
     hybrid model may sit in a layer kind that layer 0 is not (a MoE layer after dense ones)."""
     return [lin for kind, _n in a.layer_groups() for lin in a.kind_linears(kind)]
 
+
+
+def unsloth_rope_bytes(run: Run) -> float:
+    """Bytes of the cos and sin tables that every attention layer holds under unsloth releases before 2024.8
+    (`Run.unsloth_rope_positions`; run/savers.py cites unsloth's llama.py lines): 2 tables × positions × head_dim per
+    layer, in lm_head's dtype, which is the dtype unsloth loads the model in (LF's compute dtype). 0 otherwise.
+    For a 1M-context Llama-3-8B (1,048,576 positions, head_dim 128, 32 layers, fp16): 16 GiB."""
+    if run.unsloth_rope_positions <= 0:
+        return 0.0
+    return run.arch.num_layers * 2.0 * run.unsloth_rope_positions * run.arch.hd * _bytes(run.compute_dtype)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from finetune_doctor.readers.textfile import read_text
 
 PACKAGES = ("torch", "transformers", "deepspeed", "peft", "accelerate", "liger-kernel", "flash-attn", "trl",
-            "bitsandbytes", "datasets", "llamafactory")
+            "bitsandbytes", "datasets", "llamafactory", "unsloth")
 
 # labels of print_env (LLaMA-Factory extras/env.py) and of transformers' `env` command, lower-cased
 _LABELS = {
