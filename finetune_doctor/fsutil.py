@@ -371,4 +371,13 @@ def real_parent(path: str) -> Path:
 
 @functools.lru_cache(maxsize=4096)
 def _real_parent(absolute: str) -> Path:
-    return Path(absolute).resolve().parent
+    if os.path.islink(absolute):   # the file's own link decides its folder
+        return Path(absolute).resolve().parent
+    # else the folder's resolved path, resolved once per folder (a file that is no link adds no component to
+    # resolve: ``realpath(dir/name) == realpath(dir)/name``)
+    return _real_dir(os.path.dirname(absolute))
+
+
+@functools.lru_cache(maxsize=1024)
+def _real_dir(folder: str) -> Path:
+    return Path(folder).resolve()
