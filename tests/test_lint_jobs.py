@@ -72,3 +72,20 @@ def test_jobs_follow_the_cores_the_load_leaves_free(monkeypatch, cpus, load, job
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
     monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
     assert lint.default_jobs() == jobs
+
+
+def test_a_file_classify_refuses_raises_before_a_bad_config_as_with_one_process(tmp_path):
+    """One process classifies every file before it lints any config, so a file `classify` refuses (not UTF-8, with
+    a config's keys) raises even when an earlier config is broken; the workers classify as they go and fall back to
+    one process on any error, which keeps that order (issue #22)."""
+    configs = _configs()
+    bad_config = tmp_path / "early.yaml"
+    bad_config.write_text("model_name_or_path: Qwen/Qwen3-4B\nstage: [sft\n")
+    not_utf8 = tmp_path / "late.yaml"
+    not_utf8.write_bytes(b"model_name_or_path: Qwen/Qwen3-4B\nstage: sft\ndataset: caf\xe9\n")
+    files = configs[:3] + [str(bad_config)] + configs[3:] + [str(not_utf8)]
+    with pytest.raises(InputError) as serial:
+        lint.run(files, Options(command="lint"), jobs=1)
+    with pytest.raises(InputError) as forked:
+        lint.run(files, Options(command="lint"), jobs=2)
+    assert serial.value.file == str(not_utf8) and str(forked.value) == str(serial.value)
