@@ -177,8 +177,16 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     findings: list[Finding] = []
     notes: list[str] = []
     linted_ds: set[str] = set()
-    kinds, results = _classify_and_lint(files, opts, jobs)
+    kinds, results, alone = _classify_and_lint(files, opts, jobs)
     skipped = [f for f, k in kinds if k is None]
+    # what each skipped file is to LF (kind_of_file reads and parses it): asked once, or given by the workers
+    named: dict[str, str | None] = {f: k for f, (k, _found) in (alone or {}).items()}
+
+    def named_kind(f: str) -> str | None:
+        if f not in named:
+            named[f] = kind_of_file(f)
+        return named[f]
+
     ds_inputs: list[str] = []
     recognised: dict[str, str] = {}
     assumed: dict[tuple[str, str], Any] = {}
@@ -195,13 +203,13 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     for f, kind in kinds:
         if kind == "ds" and str(Path(f).resolve()) not in linted_ds:
             findings.extend(lint_ds_alone(f, _per_file(opts, f)))
-    for f in [f for f in skipped if kind_of_file(f) == "accelerate"]:
+    for f in [f for f in skipped if named_kind(f) == "accelerate"]:
         # an accelerate config is linted for what it decides itself (trial 3: a pre-commit hook passed an FSDP
         # config with "No findings" that LlamaFactory#8279 died of)
-        try:
-            findings.extend(lint_accelerate_alone(f, _per_file(opts, f)))
-        except InputError:
+        found = alone[f][1] if alone is not None else _accelerate_alone(f, opts)
+        if found is None:
             continue   # not one accelerate reads (no distributed_type): named as skipped, as before
+        findings.extend(found)
         skipped.remove(f)
         recognised[f] = "accelerate"
         from finetune_doctor.readers.config.lfkind import NOT_LF
@@ -224,7 +232,7 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     if skipped:
         sections["skipped"] = skipped
     recognised.update({f: "deepspeed" for f, k in kinds if k == "ds"})
-    recognised.update({f: k for f in skipped if (k := kind_of_file(f))})
+    recognised.update({f: k for f in skipped if (k := named_kind(f))})
     if skipped:
         from finetune_doctor.readers.config.lfkind import NOT_LF
 
@@ -270,11 +278,13 @@ def _lint_config(f: str, opts: Options) -> ConfigResult:
 
 
 def _classify_and_lint(files: list[str], opts: Options, jobs: int) -> tuple[list[tuple[str, str | None]],
-                                                                             list[ConfigResult]]:
-    """The kind of every file (`classify`, in order) and `_lint_config` of each LLaMA-Factory config among them,
-    in order. One process classifies every file, then lints the configs; with `jobs` > 1 (and fork available)
-    the files are shared among forked workers (`_in_workers`), which give the same answer. Raises what one
-    process raises: the first file `classify` refuses, else the first config `_lint_config` refuses."""
+                                                                             list[ConfigResult], Alone | None]:
+    """The kind of every file (`classify`, in order), `_lint_config` of each LLaMA-Factory config among them, in
+    order, and what the workers found of the skipped files (`Alone`; None from one process, where `run` asks
+    itself, after the configs and the DeepSpeed JSONs). One process classifies every file, then lints the
+    configs; with `jobs` > 1 (and fork available) the files are shared among forked workers (`_in_workers`),
+    which give the same answer. Raises what one process raises: the first file `classify` refuses, else the first
+    config `_lint_config` refuses."""
     import os
 
     if min(jobs, (len(files) - 1) // PARALLEL_MIN) >= 2 and hasattr(os, "fork"):
@@ -282,24 +292,45 @@ def _classify_and_lint(files: list[str], opts: Options, jobs: int) -> tuple[list
         if got is not None:
             return got
     kinds = [(f, classify(f)) for f in files]
-    return kinds, [_lint_config(f, opts) for f, k in kinds if k == "lf"]
+    return kinds, [_lint_config(f, opts) for f, k in kinds if k == "lf"], None
 
 
-FileResult = tuple["str | None", "ConfigResult | None"]
-"""What a worker gives for one file: its kind (`classify`) and, for a LLaMA-Factory config, `_lint_config`'s."""
+Alone = dict[str, tuple["str | None", "list[Finding] | None"]]
+"""For each skipped file, as the workers give it: `kind_of_file`'s answer and, for an accelerate config,
+`_accelerate_alone`'s findings (None where accelerate would not read it)."""
+
+FileResult = tuple["str | None", Any]
+"""What a worker gives for one file: its kind (`classify`) and, for a LLaMA-Factory config, `_lint_config`'s
+result; for a skipped file (kind None), its `Alone` entry; else None."""
+
+
+def _accelerate_alone(f: str, opts: Options) -> list[Finding] | None:
+    """`lint_accelerate_alone` of a skipped file, None when accelerate would not read it (InputError)."""
+    try:
+        return list(lint_accelerate_alone(f, _per_file(opts, f)))
+    except InputError:
+        return None
 
 
 def _work(paths: list[str], opts: Options) -> list[FileResult]:
-    """`classify` each path and lint the LLaMA-Factory configs among them, in order."""
+    """`classify` each path and lint the LLaMA-Factory configs among them, in order; a skipped file gets its
+    `kind_of_file` and, for an accelerate config, its own lint (which `run` does after the configs in one
+    process)."""
     out: list[FileResult] = []
     for f in paths:
         kind = classify(f)
-        out.append((kind, _lint_config(f, opts) if kind == "lf" else None))
+        if kind == "lf":
+            out.append((kind, _lint_config(f, opts)))
+        elif kind is None:
+            named = kind_of_file(f)
+            out.append((kind, (named, _accelerate_alone(f, opts) if named == "accelerate" else None)))
+        else:
+            out.append((kind, None))
     return out
 
 
 def _in_workers(files: list[str], opts: Options, jobs: int) -> tuple[list[tuple[str, str | None]],
-                                                                     list[ConfigResult]] | None:
+                                                                     list[ConfigResult], Alone] | None:
     """`_classify_and_lint` by forked workers, or None when any file raised (the caller then does it all in one
     process, which raises what one process raises: classify's first refusal before any config's, each the first
     in command-line order).
@@ -336,7 +367,8 @@ def _in_workers(files: list[str], opts: Options, jobs: int) -> tuple[list[tuple[
         return None
     pairs = head + [pair for g in got if g is not None for pair in g] + mine
     kinds = [(f, kind) for f, (kind, _r) in zip(files, pairs)]
-    return kinds, [r for kind, r in pairs if kind == "lf" and r is not None]
+    alone: Alone = {f: r for f, (kind, r) in zip(files, pairs) if kind is None}
+    return kinds, [r for kind, r in pairs if kind == "lf"], alone
 
 
 def _fork_run(paths: list[str], opts: Options) -> tuple[int, int]:
