@@ -240,11 +240,11 @@ def write_cache(path: Path, text: str) -> None:
 
 CACHE_KEEP = 8
 """Files of one family (``rules-``, ``exprs-``, ``json-``...) `prune_cache` leaves in the cache folder: the one just
-written and the most recently written others (and any written in the last `CACHE_FRESH_S` seconds). A family's
-file is named by what it was built from (the rule files' sizes and mtimes, an interpreter, a module's mtime), so
-every edit, upgrade or second install adds one and none is read again once its sources change: 587 rule packs (72 MB) and 170 JSON copies had piled up on a development
-machine with several checkouts (issue #22). A few are kept, not one, so that two installs used in turn (a
-virtualenv per project) do not rebuild each other's files on every run."""
+written and the most recently written others (and any written in the last `CACHE_FRESH_S` seconds). A family's file
+is named by what it was built from (the rule files' sizes and mtimes, an interpreter, a module's mtime), so every
+edit, upgrade or second install adds one and none is read again once its sources change: 587 rule packs (72 MB) and
+170 JSON copies had piled up on a development machine with several checkouts (issue #22). A few are kept, not one, so
+that two installs used in turn (a virtualenv per project) do not rebuild each other's files on every run."""
 
 CACHE_FRESH_S = 600.0
 """A file of the cache written this recently is never pruned: several checkouts tested at once (each its own rule
@@ -255,9 +255,10 @@ def prune_cache(written: Path, prefix: str, keep: int = CACHE_KEEP,
                 legacy: tuple[tuple[str, str], ...] = ()) -> None:
     """Bound one family of the cache folder after `written` (a file of it) was written: delete the files named
     ``{prefix}*`` other than `written`, the `keep` - 1 most recently modified others and those modified in the last
-    `CACHE_FRESH_S` seconds, and every file matching a `legacy` (prefix, suffix) pair of a format no longer written. Best effort: a file another process removes or
-    holds first is skipped; never raises. Deleting a file a running process still reads is harmless on POSIX (it
-    reads its open copy), and a process that finds its file gone rebuilds it: a cache miss, never a changed answer."""
+    `CACHE_FRESH_S` seconds, and every file matching a `legacy` (prefix, suffix) pair of a format no longer written.
+    Best effort: a file another process removes or holds first is skipped; never raises. Deleting a file a running
+    process still reads is harmless on POSIX (it reads its open copy), and a process that finds its file gone
+    rebuilds it: a cache miss, never a changed answer."""
     folder = written.parent
     try:
         names = os.listdir(folder)
