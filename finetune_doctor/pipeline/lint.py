@@ -256,7 +256,7 @@ ConfigResult = tuple[str, list[Any], list[str], list[Finding], "str | None"]
 findings, and the DeepSpeed JSON linted with it (None when none or LF's stock one)."""
 
 PARALLEL_MIN = 8
-"""Fewest configs a forked worker is given: forking and sending the results back cost ~2-5 ms a worker, linting
+"""Fewest files a forked worker is given: forking and sending the results back cost ~2-5 ms a worker, linting
 one config ~3 ms of CPU after start-up (benchmarks/results/lint.md), so a smaller share would not pay."""
 
 
