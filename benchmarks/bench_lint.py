@@ -197,6 +197,73 @@ def breakdown(yaml_path: Path, json_path: Path, reps: int = 15) -> dict[str, flo
     }
 
 
+_PIECES = r"""
+import atexit, gc, importlib, json, sys, time
+c0 = time.process_time()
+gc.set_threshold(50_000, *gc.get_threshold()[1:])   # as __main__.entry sets it for lint
+acc = {}
+def wrap(spec, label):
+    mod, attr = spec.rsplit(":", 1)
+    m = importlib.import_module(mod)
+    f = getattr(m, attr)
+    def w(*a, **k):
+        t = time.process_time()
+        try:
+            return f(*a, **k)
+        finally:
+            acc[label] = acc.get(label, 0.0) + time.process_time() - t
+    setattr(m, attr, w)
+from finetune_doctor import startup
+startup.install()   # as __main__.entry does first (its second call is a no-op)
+import finetune_doctor.pipeline.lint
+c2 = time.process_time()
+for spec, label in json.loads(sys.argv[1]):
+    wrap(spec, label)
+c3 = time.process_time()
+def done():
+    acc["interpreter and site (before the first project import)"] = c0
+    acc["start-up: finetune_doctor.startup and pipeline.lint imported"] = c2 - c0
+    acc["imports of the judge, fact assembly and readers (a lint imports them with its first config)"] = c3 - c2
+    acc["whole process (at exit)"] = time.process_time()
+    sys.stderr.write("PIECES " + json.dumps(acc) + "\n")
+atexit.register(done)
+sys.argv = ["doctor", *sys.argv[2:]]
+from finetune_doctor.__main__ import entry
+entry()
+"""
+
+PIECES = [("finetune_doctor.pipeline.lint:classify", "classify every file (read, kind)"),
+          ("finetune_doctor.pipeline.lint:_lint_config", "lint each LLaMA-Factory config (all below)"),
+          ("finetune_doctor.facts.config:_read", "  read the YAML, key/launch/release facts"),
+          ("finetune_doctor.facts.config:_arch", "  model resolution (local, caches, catalogue)"),
+          ("finetune_doctor.facts.config:_deepspeed", "  DeepSpeed JSON named by the config"),
+          ("finetune_doctor.facts.config:_accelerate", "  accelerate config beside it"),
+          ("finetune_doctor.facts.config:resolve_run", "  run resolution"),
+          ("finetune_doctor.engine.judge:judge", "  judge (rules, suppressions)"),
+          ("finetune_doctor.pipeline.lint:_per_file", "  options per file (project config per folder)"),
+          ("finetune_doctor.pipeline.lint:lint_accelerate_alone", "accelerate configs linted alone"),
+          ("finetune_doctor.reporters:render", "report rendering")]
+
+
+def pieces(files: list[Path], env: dict[str, str], cwd: Path, reps: int = 5) -> dict[str, float]:
+    """Where the CPU of one `doctor lint` process goes (median ms of `reps` runs, one process:
+    FINETUNE_DOCTOR_LINT_JOBS=1): each piece is a function of the lint path timed in place by process time,
+    first calls (imports, rule pack, caches) included; nested pieces are indented. Raises RuntimeError when the
+    harness prints nothing."""
+    spec = json.dumps([list(p) for p in PIECES])
+    rows: list[dict[str, float]] = []
+    for _ in range(reps):
+        res = subprocess.run([sys.executable, "-c", _PIECES, spec, "lint", "--format", "concise", *map(str, files)],
+                             env={**env, "FINETUNE_DOCTOR_LINT_JOBS": "1"}, cwd=cwd, capture_output=True, text=True)
+        line = next((ln for ln in res.stderr.splitlines() if ln.startswith("PIECES ")), None)
+        if line is None:
+            raise RuntimeError(f"the pieces harness printed nothing: {res.stderr[-500:]}")
+        rows.append(json.loads(line[len("PIECES "):]))
+    first = [k for k in rows[0] if k.startswith(("interpreter", "start-up", "imports"))]
+    keys = first + [label for _spec, label in PIECES] + ["whole process (at exit)"]
+    return {k: statistics.median(r.get(k, 0.0) for r in rows) * 1e3 for k in keys}
+
+
 def main() -> int:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 7
     work = Path(tempfile.mkdtemp(prefix="bench-lint-"))
@@ -228,6 +295,7 @@ def main() -> int:
                      + (f" (FINETUNE_DOCTOR_LINT_JOBS={os.environ['FINETUNE_DOCTOR_LINT_JOBS']})"
                         if os.environ.get("FINETUNE_DOCTOR_LINT_JOBS") else ""))
         parts = breakdown(yamls[0], jsons[0])
+        where = {name: pieces(fs, cached, work) for name, fs in corpora.items()}
         load = os.getloadavg()
         # findings as a sanity check: the corpus is linted, not skipped
         res = subprocess.run([*DOCTOR, "lint", "--format", "json", *map(str, files)], env=cached,
@@ -298,14 +366,24 @@ Goals (issue #22): ratio <= 0.5 -- {'; '.join(f"{n.split(' ')[0]}: **{'met' if r
 one file <= 0.12 s -- {'; '.join(f"{n.split(' ')[0]}: **{'met' if r['single'] <= 0.12 else 'NOT met'}** ({r['single']:.3f}; training config {r.get('train', float('nan')):.3f})" for n, r in lf_res.items())}.
 Load average (1/5/15 min) at the start: {' / '.join(load_start) or '?'}, at the end: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}.
 Lint workers (pipeline/lint.py `default_jobs`: one process per CPU the 1-minute load average leaves free, 17 or more
-configs): {jobs_note}.
+files): {jobs_note}.
 Raw times: {'; '.join(f"{n.split(' ')[0]}: doctor {', '.join(f'{t:.3f}' for t in r['doctor_all'])} / yamllint {', '.join(f'{t:.3f}' for t in r['yamllint_all'])}" for n, r in lf_res.items())}.
 
 Where the time goes (in-process, median ms):
 
 | piece | ms |
 |---|---|
-""" + "\n".join(f"| {k} | {v:.1f} |" for k, v in parts.items()) + "\n"
+""" + "\n".join(f"| {k} | {v:.1f} |" for k, v in parts.items()) + f"""
+
+Where the CPU of one lint process goes (`pieces`: FINETUNE_DOCTOR_LINT_JOBS=1, each piece a function of the lint
+path timed in place by process time, first calls included; median of 5 runs, ms; indented rows are inside the row
+above them; the rest of "whole process" is the lint's own loop, the DeepSpeed JSONs linted alone and the exit):
+
+| piece | """ + " | ".join(n.split(" ")[0] for n in where) + """ |
+|---|""" + "---|" * len(where) + "\n" + "\n".join(
+        f"| {k.replace('  ', '&nbsp;&nbsp;', 1) if k.startswith('  ') else k} | "
+        + " | ".join(f"{w.get(k, 0.0):.1f}" for w in where.values()) + " |"
+        for k in next(iter(where.values()))) + "\n"
     print(text)
     (HERE / "results").mkdir(exist_ok=True)
     out = HERE / "results" / "lint.md"

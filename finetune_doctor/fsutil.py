@@ -238,6 +238,58 @@ def write_cache(path: Path, text: str) -> None:
         pass
 
 
+CACHE_KEEP = 8
+"""Files of one family (``rules-``, ``exprs-``, ``json-``...) `prune_cache` leaves in the cache folder: the one just
+written and the most recently written others (and any written in the last `CACHE_FRESH_S` seconds). A family's file
+is named by what it was built from (the rule files' sizes and mtimes, an interpreter, a module's mtime), so every
+edit, upgrade or second install adds one and none is read again once its sources change: 587 rule packs (72 MB) and
+170 JSON copies had piled up on a development machine with several checkouts (issue #22). A few are kept, not one, so
+that two installs used in turn (a virtualenv per project) do not rebuild each other's files on every run."""
+
+CACHE_FRESH_S = 600.0
+"""A file of the cache written this recently is never pruned: several checkouts tested at once (each its own rule
+pack) would otherwise evict each other's files and rebuild them on every run."""
+
+
+def prune_cache(written: Path, prefix: str, keep: int = CACHE_KEEP,
+                legacy: tuple[tuple[str, str], ...] = ()) -> None:
+    """Bound one family of the cache folder after `written` (a file of it) was written: delete the files named
+    ``{prefix}*`` other than `written`, the `keep` - 1 most recently modified others and those modified in the last
+    `CACHE_FRESH_S` seconds, and every file matching a `legacy` (prefix, suffix) pair of a format no longer written.
+    Best effort: a file another process removes or holds first is skipped; never raises. Deleting a file a running
+    process still reads is harmless on POSIX (it reads its open copy), and a process that finds its file gone
+    rebuilds it: a cache miss, never a changed answer."""
+    folder = written.parent
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    stale: list[tuple[float, str]] = []
+    for name in names:
+        if name == written.name:
+            continue
+        if any(name.startswith(p) and name.endswith(s) for p, s in legacy):
+            stale.append((-1.0, name))   # always removed
+        elif name.startswith(prefix):
+            try:
+                stale.append((os.stat(os.path.join(folder, name)).st_mtime, name))
+            except OSError:
+                continue
+    stale.sort(reverse=True)
+    kept = 0
+    import time
+
+    fresh = time.time() - CACHE_FRESH_S
+    for mtime, name in stale:
+        if mtime >= 0 and (kept < keep - 1 or mtime > fresh):
+            kept += 1
+            continue
+        try:
+            os.unlink(os.path.join(folder, name))
+        except OSError:
+            continue
+
+
 def display_path(path: str | None, base: str | None = None) -> str | None:
     """`path` relative to `base` (default: the working directory) when it lies below it, else unchanged.
 
@@ -303,6 +355,8 @@ def bundled_json(path: str) -> object:
         try:
             copy.parent.mkdir(parents=True, exist_ok=True)
             write_bytes(str(copy), marshal.dumps((key, data)))
+            # each bundled file has its own copy: keep room for every catalog file of a few installs
+            prune_cache(copy, "json-", keep=4 * CACHE_KEEP)
         except (InputError, OSError, ValueError):
             pass
     return data
@@ -318,4 +372,13 @@ def real_parent(path: str) -> Path:
 
 @functools.lru_cache(maxsize=4096)
 def _real_parent(absolute: str) -> Path:
-    return Path(absolute).resolve().parent
+    if os.path.islink(absolute):   # the file's own link decides its folder
+        return Path(absolute).resolve().parent
+    # else the folder's resolved path, resolved once per folder (a file that is no link adds no component to
+    # resolve: ``realpath(dir/name) == realpath(dir)/name``)
+    return _real_dir(os.path.dirname(absolute))
+
+
+@functools.lru_cache(maxsize=1024)
+def _real_dir(folder: str) -> Path:
+    return Path(folder).resolve()

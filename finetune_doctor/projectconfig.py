@@ -48,19 +48,21 @@ def find_project_config(start: str) -> dict[str, Any]:
         return {}
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)
 def _find(d: str) -> tuple[tuple[str, Any], ...]:
-    cur = Path(d)
-    for folder in [cur, *cur.parents]:
-        dot = folder / ".finetune-doctor.toml"
-        if dot.is_file():
-            return tuple(_validate(_toml(dot), dot).items())
-        pp = folder / "pyproject.toml"
-        if pp.is_file():
-            table = _tool_table(_toml(pp), pp)
-            if table is not None:
-                return tuple(_validate(table, pp).items())
-    return ()
+    # the folder's own files, else its parent's answer: kept per folder, so the ~20 folders of a lint of
+    # LLaMA-Factory's examples walk their shared parents once (issue #22)
+    folder = Path(d)
+    dot = folder / ".finetune-doctor.toml"
+    if dot.is_file():
+        return tuple(_validate(_toml(dot), dot).items())
+    pp = folder / "pyproject.toml"
+    if pp.is_file():
+        table = _tool_table(_toml(pp), pp)
+        if table is not None:
+            return tuple(_validate(table, pp).items())
+    up = os.path.dirname(d)
+    return () if up == d else _find(up)
 
 
 def load_project_config(path: str) -> dict[str, Any]:

@@ -193,12 +193,15 @@ def save() -> None:
     import marshal
 
     from finetune_doctor.errors import InputError
-    from finetune_doctor.fsutil import write_bytes
+    from finetune_doctor.fsutil import prune_cache, write_bytes
 
     data = _CACHE if len(_CACHE) <= _MAX else {k: v for k, v in _CACHE.items() if k in _USED}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not path.exists()
         write_bytes(str(path), marshal.dumps(data))
+        if fresh:   # a new file: another interpreter or dataclasses.py
+            prune_cache(path, "dataclass-code-")
     except (InputError, OSError, ValueError):
         return
     _NEW = 0
@@ -212,11 +215,14 @@ def _save_re() -> None:
     import marshal
 
     from finetune_doctor.errors import InputError
-    from finetune_doctor.fsutil import write_bytes
+    from finetune_doctor.fsutil import prune_cache, write_bytes
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not path.exists()
         write_bytes(str(path), marshal.dumps(_RE))
+        if fresh:
+            prune_cache(path, "re-code-")
     except (InputError, OSError, ValueError):
         return
     _RE_NEW[0] = 0

@@ -72,3 +72,40 @@ def test_jobs_follow_the_cores_the_load_leaves_free(monkeypatch, cpus, load, job
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
     monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
     assert lint.default_jobs() == jobs
+
+
+def test_a_file_classify_refuses_raises_before_a_bad_config_as_with_one_process(tmp_path):
+    """One process classifies every file before it lints any config, so a file `classify` refuses (not UTF-8, with
+    a config's keys) raises even when an earlier config is broken; the workers classify as they go and fall back to
+    one process on any error, which keeps that order (issue #22)."""
+    configs = _configs()
+    bad_config = tmp_path / "early.yaml"
+    bad_config.write_text("model_name_or_path: Qwen/Qwen3-4B\nstage: [sft\n")
+    not_utf8 = tmp_path / "late.yaml"
+    not_utf8.write_bytes(b"model_name_or_path: Qwen/Qwen3-4B\nstage: sft\ndataset: caf\xe9\n")
+    files = configs[:3] + [str(bad_config)] + configs[3:] + [str(not_utf8)]
+    with pytest.raises(InputError) as serial:
+        lint.run(files, Options(command="lint"), jobs=1)
+    with pytest.raises(InputError) as forked:
+        lint.run(files, Options(command="lint"), jobs=2)
+    assert serial.value.file == str(not_utf8) and str(forked.value) == str(serial.value)
+
+
+def test_skipped_files_linted_alone_by_a_worker_give_the_report_of_one_process(tmp_path):
+    """Accelerate configs (linted on their own), a YAML that is no accelerate config (skipped) and DeepSpeed JSONs
+    spread over the forked child's run and this process's: the same findings, notes, kinds and skip reasons as
+    one process (issue #22: the workers classify and lint skipped accelerate configs too)."""
+    configs = _configs()
+    accel = sorted(str(p) for p in (EXAMPLES / "accelerate").glob("*.yaml"))
+    ds = sorted(str(p) for p in (EXAMPLES / "deepspeed").glob("*.json"))
+    plain = tmp_path / "not_a_config.yaml"
+    plain.write_text("name: something else\nitems: [1, 2]\n")
+    half = len(configs) // 2
+    files = (configs[:2] + [accel[0], ds[0]] + configs[2:half] + [str(plain), accel[1]] + configs[half:]
+             + accel[2:] + ds[1:])
+    one = lint.run(files, Options(command="lint"), jobs=1)
+    two = lint.run(files, Options(command="lint"), jobs=2)
+    assert any(f.location.file in accel for f in one.findings)
+    assert two.findings == one.findings and two.notes == one.notes
+    assert two.sections == one.sections and str(plain) in one.sections["skipped"]
+    assert {one.sections["kinds"][a] for a in accel} == {"accelerate"}

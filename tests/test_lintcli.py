@@ -4,6 +4,7 @@ no click; `echo` writes what click.echo writes."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -119,10 +120,11 @@ def test_declined_usage_errors_are_usage_errors_in_click(argv):
 def test_console_script_lint_runs_without_click(tmp_path):
     """The console script's lint (`__main__.entry`) imports neither click nor importlib.metadata, gives the
     findings and exit code click's command gives, and hands --help to click."""
-    code = ("import sys; from finetune_doctor.__main__ import entry\n"
-            "try:\n    entry()\nfinally:\n"
-            "    print('CLICK' if 'click' in sys.modules else 'NOCLICK', "
-            "'META' if 'importlib.metadata' in sys.modules else 'NOMETA', file=sys.stderr)\n")
+    # at exit, not in a `finally`: a finished lint ends with os._exit after the atexit handlers (__main__._end)
+    code = ("import atexit, sys; from finetune_doctor.__main__ import entry\n"
+            "atexit.register(lambda: print('CLICK' if 'click' in sys.modules else 'NOCLICK', "
+            "'META' if 'importlib.metadata' in sys.modules else 'NOMETA', file=sys.stderr))\n"
+            "entry()\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FINETUNE_DOCTOR_NO_NVML": "1", "NO_COLOR": "1",
            "XDG_CACHE_HOME": str(tmp_path / "cache")}
     bad = tmp_path / "bad.yaml"
@@ -148,3 +150,33 @@ def test_echo_writes_what_click_echo_writes(capsys):
         assert ours == capsys.readouterr().out
     lintcli.echo("to stderr", err=True)
     assert capsys.readouterr().err == "to stderr\n"
+
+
+def test_a_finished_lint_flushes_its_output_and_keeps_its_exit_code(tmp_path):
+    """`__main__._end` leaves a finished lint with os._exit: every line of the report still reaches stdout (a
+    pipe, as pre-commit reads it), the skip note stderr, atexit handlers run once, and the exit codes are the
+    ones of the ordinary exit: 1 with findings, 0 without, 2 for bad input (issue #22)."""
+    code = ("import atexit, sys; from finetune_doctor.__main__ import entry\n"
+            "atexit.register(lambda: print('ATEXIT', file=sys.stderr))\nentry()\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FINETUNE_DOCTOR_NO_NVML": "1", "NO_COLOR": "1",
+           "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(EXAMPLE.read_text() + "learnign_rate: 1.0e-4\n")
+    other = tmp_path / "other.yaml"
+    other.write_text("name: not a config\nitems: [1, 2]\n")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(EXAMPLE.read_text() + "stage: [sft\n")
+
+    def run(*files: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", code, "lint", "--format", "json", *map(str, files)], env=env,
+                              capture_output=True, text=True, cwd=tmp_path)
+
+    found = run(bad, other)
+    report = json.loads(found.stdout)   # the whole JSON document arrived
+    assert found.returncode == 1 and any("learnign_rate" in f["message"] for f in report["findings"])
+    assert found.stderr.count("ATEXIT") == 1 and "skipped" in found.stderr
+    clean = run(other)
+    assert clean.returncode == 0 and json.loads(clean.stdout)["findings"] == []
+    refused = run(broken)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.startswith("doctor: ") and refused.stderr.count("ATEXIT") == 1

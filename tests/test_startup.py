@@ -194,3 +194,63 @@ def test_every_project_dataclass_has_a_docstring():
                     and ast.get_docstring(node) is None:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     assert found == []
+
+
+def test_prune_cache_keeps_the_written_file_the_newest_and_the_fresh(tmp_path, monkeypatch):
+    """fsutil.prune_cache bounds one family of the cache folder (issue #22: 587 stale rule packs, 72 MB): the file
+    just written, the `keep` - 1 newest others and any written in the last CACHE_FRESH_S seconds stay; older ones
+    of the family and legacy-format files go; other families are not touched."""
+    from finetune_doctor import fsutil
+
+    now = 1_900_000_000.0
+    monkeypatch.setattr("time.time", lambda: now)
+    for i in range(10):   # rules-0 oldest (10 h ago) ... rules-9 newest (1 h ago)
+        f = tmp_path / f"rules-{i:08x}.marshal"
+        f.write_bytes(b"x")
+        os.utime(f, (now - 3600 * (10 - i),) * 2)
+    fresh = tmp_path / "rules-fresh.marshal"
+    fresh.write_bytes(b"x")
+    os.utime(fresh, (now - 60,) * 2)
+    old = tmp_path / "rules-0123456789abcdef0123.json"   # a pack of the JSON format no longer written
+    old.write_bytes(b"{}")
+    other = tmp_path / "json-00000000.marshal"
+    other.write_bytes(b"x")
+    os.utime(other, (now - 10 ** 6,) * 2)
+    written = tmp_path / "rules-00000000.marshal"   # the oldest of the family, just rewritten: kept all the same
+    fsutil.prune_cache(written, "rules-", keep=3, legacy=(("rules-", ".json"),))
+    left = sorted(p.name for p in tmp_path.iterdir())
+    # keep=3: the written file and the two newest others (the fresh one and rules-9)
+    assert left == ["json-00000000.marshal", "rules-00000000.marshal", "rules-00000009.marshal",
+                    "rules-fresh.marshal"]
+    for i in range(4):   # files written in the last CACHE_FRESH_S seconds stay whatever their number
+        (tmp_path / f"rules-new{i}.marshal").write_bytes(b"x")
+        os.utime(tmp_path / f"rules-new{i}.marshal", (now - i,) * 2)
+    fsutil.prune_cache(written, "rules-", keep=3)
+    assert sorted(p.name for p in tmp_path.glob("rules-*")) == sorted([
+        "rules-00000000.marshal", "rules-fresh.marshal", *(f"rules-new{i}.marshal" for i in range(4))])
+
+
+def test_a_new_rule_pack_prunes_stale_ones(tmp_path, monkeypatch):
+    """The rule loader writes a pack for a changed rule directory and removes packs past the bound, old JSON ones
+    included, so the cache folder does not grow with every edit (issue #22)."""
+    from finetune_doctor.engine import loader
+
+    cache = tmp_path / "cache" / "finetune-doctor"
+    cache.mkdir(parents=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for i in range(20):
+        f = cache / f"rules-{i:08x}.marshal"
+        f.write_bytes(b"stale")
+        os.utime(f, (1_000_000_000 + i,) * 2)
+    (cache / "rules-00112233445566778899.json").write_text("{}")
+    loader._load_dir.cache_clear()
+    try:
+        loader._load_dir(str(ROOT / "rules"))
+    finally:
+        loader._load_dir.cache_clear()
+    packs = sorted(p.name for p in cache.glob("rules-*"))
+    from finetune_doctor.fsutil import CACHE_KEEP
+
+    assert len(packs) == CACHE_KEEP
+    assert not list(cache.glob("rules-*.json"))
+    assert packs[:-1] == [f"rules-{i:08x}.marshal" for i in range(20 - CACHE_KEEP + 1, 20)]

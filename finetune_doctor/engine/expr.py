@@ -471,14 +471,17 @@ def save_code_cache() -> None:
     import marshal
 
     from finetune_doctor.errors import InputError
-    from finetune_doctor.fsutil import write_bytes
+    from finetune_doctor.fsutil import prune_cache, write_bytes
 
     merged = {**(_CODE_CACHE or {}), **_CODE_NEW}
     if len(merged) > _CODE_CACHE_MAX:
         merged = dict(_CODE_NEW)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not path.exists()
         write_bytes(str(path), marshal.dumps(merged))
+        if fresh:   # a new file: this module changed or another interpreter runs it
+            prune_cache(path, "exprs-")
     except (InputError, OSError, ValueError):
         return
     _CODE_CACHE = merged

@@ -233,13 +233,14 @@ def _raw_rules(path: str) -> tuple[list[tuple[str, Any]], bool]:
     for p, data in out:   # validate before caching: only a pack that loads cleanly is ever cached
         parse_rule(data, p)
     if found is not None:
-        from finetune_doctor.fsutil import write_bytes
+        from finetune_doctor.fsutil import prune_cache, write_bytes
 
         # through JSON first: what YAML reads beyond JSON's types (dates) is kept as text, as before
         plain = json.loads(json.dumps({"key": found[1], "rules": out}, default=str))
         try:
             found[0].parent.mkdir(parents=True, exist_ok=True)
             write_bytes(str(found[0]), marshal.dumps(plain))
+            prune_cache(found[0], "rules-", legacy=(("rules-", ".json"),))   # older packs were JSON
         except (InputError, OSError, ValueError):
             pass   # best effort: no cache, never an error
     return out, False

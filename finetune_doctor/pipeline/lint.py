@@ -172,19 +172,26 @@ def lint_accelerate_alone(path: str, opts: Options) -> list[Finding]:
 def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: bool = False, jobs: int = 1) -> Report:
     """Lint `files`; with `fix`, apply safe (and with `unsafe_fixes`, unsafe) fixes. `diff` shows them instead.
 
-    `jobs` > 1 lets the LLaMA-Factory configs be linted by that many processes forked after the first file (see
-    `_lint_configs`); the report is the same as with one."""
+    `jobs` > 1 lets the files be classified and the LLaMA-Factory configs linted by that many processes forked
+    after the first config (see `_in_workers`); the report is the same as with one."""
     findings: list[Finding] = []
     notes: list[str] = []
     linted_ds: set[str] = set()
-    kinds = [(f, classify(f)) for f in files]
+    kinds, results, alone = _classify_and_lint(files, opts, jobs)
     skipped = [f for f, k in kinds if k is None]
+    # what each skipped file is to LF (kind_of_file reads and parses it): asked once, or given by the workers
+    named: dict[str, str | None] = {f: k for f, (k, _found) in (alone or {}).items()}
+
+    def named_kind(f: str) -> str | None:
+        if f not in named:
+            named[f] = kind_of_file(f)
+        return named[f]
+
     ds_inputs: list[str] = []
     recognised: dict[str, str] = {}
     assumed: dict[tuple[str, str], Any] = {}
     lf_paths = [f for f, kind in kinds if kind == "lf"]
-    for f, (kind, assumptions, file_notes, file_findings, ds_path) in zip(lf_paths,
-                                                                         _lint_configs(lf_paths, opts, jobs)):
+    for f, (kind, assumptions, file_notes, file_findings, ds_path) in zip(lf_paths, results):
         recognised[f] = kind
         for a in assumptions:   # one entry per assumption and value over all files (facts/assume.py)
             assumed.setdefault((a.name, str(a.value)), a)
@@ -196,13 +203,13 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     for f, kind in kinds:
         if kind == "ds" and str(Path(f).resolve()) not in linted_ds:
             findings.extend(lint_ds_alone(f, _per_file(opts, f)))
-    for f in [f for f in skipped if kind_of_file(f) == "accelerate"]:
+    for f in [f for f in skipped if named_kind(f) == "accelerate"]:
         # an accelerate config is linted for what it decides itself (trial 3: a pre-commit hook passed an FSDP
         # config with "No findings" that LlamaFactory#8279 died of)
-        try:
-            findings.extend(lint_accelerate_alone(f, _per_file(opts, f)))
-        except InputError:
+        found = alone[f][1] if alone is not None else _accelerate_alone(f, opts)
+        if found is None:
             continue   # not one accelerate reads (no distributed_type): named as skipped, as before
+        findings.extend(found)
         skipped.remove(f)
         recognised[f] = "accelerate"
         from finetune_doctor.readers.config.lfkind import NOT_LF
@@ -225,7 +232,7 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     if skipped:
         sections["skipped"] = skipped
     recognised.update({f: "deepspeed" for f, k in kinds if k == "ds"})
-    recognised.update({f: k for f in skipped if (k := kind_of_file(f))})
+    recognised.update({f: k for f in skipped if (k := named_kind(f))})
     if skipped:
         from finetune_doctor.readers.config.lfkind import NOT_LF
 
@@ -249,7 +256,7 @@ ConfigResult = tuple[str, list[Any], list[str], list[Finding], "str | None"]
 findings, and the DeepSpeed JSON linted with it (None when none or LF's stock one)."""
 
 PARALLEL_MIN = 8
-"""Fewest configs a forked worker is given: forking and sending the results back cost ~2-5 ms a worker, linting
+"""Fewest files a forked worker is given: forking and sending the results back cost ~2-5 ms a worker, linting
 one config ~3 ms of CPU after start-up (benchmarks/results/lint.md), so a smaller share would not pay."""
 
 
@@ -270,44 +277,103 @@ def _lint_config(f: str, opts: Options) -> ConfigResult:
     return asm.kind, assumptions, list(dropped_note(f, asm.facts)), list(found), ds_path
 
 
-def _lint_configs(paths: list[str], opts: Options, jobs: int) -> list[ConfigResult]:
-    """`_lint_config` of every path, in order. With `jobs` > 1 (and fork available), the first config is linted
-    here, which imports the judge and fills this process's caches (rule pack, key schema, model catalogue), and the
-    rest is cut into `jobs` runs of consecutive files (files of one folder share options and models): the
-    forked children lint all but the last, this process the last, and each child sends its results back pickled
-    through a pipe. The per-file work is ~60 % of a lint of LLaMA-Factory's 95 examples (start-up the rest), so
-    where a core is free this takes wall time off it, as ruff and flake8 lint files in worker processes.
-
-    Errors keep the one-process behaviour: a run whose child failed (InputError on a bad file, or anything else)
-    is linted again here, so the first bad file in command-line order raises, as it does with one process."""
+def _classify_and_lint(files: list[str], opts: Options, jobs: int) -> tuple[list[tuple[str, str | None]],
+                                                                             list[ConfigResult], Alone | None]:
+    """The kind of every file (`classify`, in order), `_lint_config` of each LLaMA-Factory config among them, in
+    order, and what the workers found of the skipped files (`Alone`; None from one process, where `run` asks
+    itself, after the configs and the DeepSpeed JSONs). One process classifies every file, then lints the
+    configs; with `jobs` > 1 (and fork available) the files are shared among forked workers (`_in_workers`),
+    which give the same answer. Raises what one process raises: the first file `classify` refuses, else the first
+    config `_lint_config` refuses."""
     import os
 
-    jobs = min(jobs, (len(paths) - 1) // PARALLEL_MIN)
-    if jobs < 2 or not hasattr(os, "fork"):
-        return [_lint_config(f, opts) for f in paths]
-    results = [_lint_config(paths[0], opts)]
-    rest = paths[1:]
-    bounds = [len(rest) * i // jobs for i in range(jobs + 1)]
-    runs = [rest[a:b] for a, b in zip(bounds, bounds[1:])]
-    children = [_fork_run(run_paths, opts) for run_paths in runs[:-1]]
-    mine: list[ConfigResult] = []
-    failure: BaseException | None = None
+    if min(jobs, (len(files) - 1) // PARALLEL_MIN) >= 2 and hasattr(os, "fork"):
+        got = _in_workers(files, opts, jobs)
+        if got is not None:
+            return got
+    kinds = [(f, classify(f)) for f in files]
+    return kinds, [_lint_config(f, opts) for f, k in kinds if k == "lf"], None
+
+
+Alone = dict[str, tuple["str | None", "list[Finding] | None"]]
+"""For each skipped file, as the workers give it: `kind_of_file`'s answer and, for an accelerate config,
+`_accelerate_alone`'s findings (None where accelerate would not read it)."""
+
+FileResult = tuple["str | None", Any]
+"""What a worker gives for one file: its kind (`classify`) and, for a LLaMA-Factory config, `_lint_config`'s
+result; for a skipped file (kind None), its `Alone` entry; else None."""
+
+
+def _accelerate_alone(f: str, opts: Options) -> list[Finding] | None:
+    """`lint_accelerate_alone` of a skipped file, None when accelerate would not read it (InputError)."""
     try:
-        for f in runs[-1]:
-            mine.append(_lint_config(f, opts))
-    except Exception as err:   # raised after the children's runs, which come first in command-line order
-        failure = err
-    for run_paths, child in zip(runs, children):
-        got = _collect(child)
-        results.extend(got if got is not None else [_lint_config(f, opts) for f in run_paths])
-    if failure is not None:
-        raise failure
-    return results + mine
+        return list(lint_accelerate_alone(f, _per_file(opts, f)))
+    except InputError:
+        return None
+
+
+def _work(paths: list[str], opts: Options) -> list[FileResult]:
+    """`classify` each path and lint the LLaMA-Factory configs among them, in order; a skipped file gets its
+    `kind_of_file` and, for an accelerate config, its own lint (which `run` does after the configs in one
+    process)."""
+    out: list[FileResult] = []
+    for f in paths:
+        kind = classify(f)
+        if kind == "lf":
+            out.append((kind, _lint_config(f, opts)))
+        elif kind is None:
+            named = kind_of_file(f)
+            out.append((kind, (named, _accelerate_alone(f, opts) if named == "accelerate" else None)))
+        else:
+            out.append((kind, None))
+    return out
+
+
+def _in_workers(files: list[str], opts: Options, jobs: int) -> tuple[list[tuple[str, str | None]],
+                                                                     list[ConfigResult], Alone] | None:
+    """`_classify_and_lint` by forked workers, or None when any file raised (the caller then does it all in one
+    process, which raises what one process raises: classify's first refusal before any config's, each the first
+    in command-line order).
+
+    This process classifies the files up to the first config and lints it, which imports the judge and fills this
+    process's caches (rule pack, key schema, model catalogue); the rest is cut into `jobs` runs of consecutive
+    files (files of one folder share options and models): forked children take all runs but the last, this
+    process the last, and each child sends its results back pickled through a pipe. Classifying in the workers
+    too keeps the serial part of a lint to start-up and that first config: the 95 examples of LLaMA-Factory spend
+    ~25 ms of CPU classifying, which one process did before any worker started (issue #22)."""
+    try:
+        head: list[FileResult] = []
+        for f in files:
+            head.extend(_work([f], opts))
+            if head[-1][0] == "lf":
+                break
+    except Exception:
+        return None
+    rest = files[len(head):]
+    jobs = min(jobs, len(rest) // PARALLEL_MIN)
+    if jobs < 2:
+        runs = [rest]
+    else:
+        bounds = [len(rest) * i // jobs for i in range(jobs + 1)]
+        runs = [rest[a:b] for a, b in zip(bounds, bounds[1:])]
+    children = [_fork_run(run_paths, opts) for run_paths in runs[:-1]]
+    failed = False
+    try:
+        mine = _work(runs[-1], opts)
+    except Exception:   # the one-process path raises it again, after whatever a child's run would raise first
+        mine, failed = [], True
+    got = [_collect(child) for child in children]   # every child is waited for
+    if failed or any(g is None for g in got):
+        return None
+    pairs = head + [pair for g in got if g is not None for pair in g] + mine
+    kinds = [(f, kind) for f, (kind, _r) in zip(files, pairs)]
+    alone: Alone = {f: r for f, (kind, r) in zip(files, pairs) if kind is None}
+    return kinds, [r for kind, r in pairs if kind == "lf"], alone
 
 
 def _fork_run(paths: list[str], opts: Options) -> tuple[int, int]:
-    """Fork a child that lints `paths` and writes ``pickle((True, results))`` (or ``(False, None)`` on any
-    error) to a pipe; returns (pid, read end)."""
+    """Fork a child that classifies and lints `paths` (`_work`) and writes ``pickle((True, results))`` (or
+    ``(False, None)`` on any error) to a pipe; returns (pid, read end)."""
     import os
     import pickle
 
@@ -318,7 +384,7 @@ def _fork_run(paths: list[str], opts: Options) -> tuple[int, int]:
         try:
             os.close(read)
             try:
-                payload = pickle.dumps((True, [_lint_config(f, opts) for f in paths]), protocol=5)
+                payload = pickle.dumps((True, _work(paths, opts)), protocol=5)
             except BaseException:
                 payload, code = pickle.dumps((False, None)), 1
             with os.fdopen(write, "wb") as out:
@@ -329,7 +395,7 @@ def _fork_run(paths: list[str], opts: Options) -> tuple[int, int]:
     return pid, read
 
 
-def _collect(child: tuple[int, int]) -> list[ConfigResult] | None:
+def _collect(child: tuple[int, int]) -> list[FileResult] | None:
     """The results a forked child sent, or None when it failed or sent nothing readable."""
     import os
     import pickle

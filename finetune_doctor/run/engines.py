@@ -94,9 +94,11 @@ def resolve_engine(run: Run, cfg: dict[str, Any], inputs: LaunchInputs | None, h
 
 def on_npu(hw: Hardware | None) -> bool:
     """Whether `hw` is an Ascend NPU (the hardware catalogue's vendor ``huawei``)."""
+    if hw is None or not hw.gpu:
+        return False   # no GPUs given (a lint): the catalogue is not imported (~5-8 ms, issue #22)
     from finetune_doctor.hardware.catalog import vendor_of
 
-    return bool(hw is not None and hw.gpu and vendor_of(hw.gpu) == "huawei")
+    return vendor_of(hw.gpu) == "huawei"
 
 
 def _one_process_replicas(run: Run, cfg: dict[str, Any], launch: LaunchCommand | None, hw: Hardware | None,
