@@ -32,8 +32,9 @@ not fitted: the mixture weighs their evaluated lengths by a log-uniform prior on
 analyzers/memory/uncertainty.py: the threads that carry an outcome were published for their OOMs, the tables
 that carry a measurement for standard short datasets; `lengths_prior_scores` reports what each would pick), and
 only the rows whose samples reach cutoff_len fit the error model and choose its form. The fitted table, weights included, is
-written to finetune_doctor/analyzers/memory/uncertainty_table.json (``--no-write`` to skip) with the dev rows'
-provenance.
+fitted and scored in a private copy (the doctor is pointed at it for the run, `install`); only ``--write-table``
+copies it over finetune_doctor/analyzers/memory/uncertainty_table.json (with the dev rows' provenance) and its rows
+over benchmarks/results/uncertainty_rows.csv.
 
 **Which rows are held out.** Each scored round becomes dev (round 1's test half informed a choice of form in
 session 5, round 2 the #23 refit in session 6); the test half is the newest round (calib_data.HELD_OUT_ROUND, round
@@ -51,13 +52,15 @@ test half is never used to choose anything.
 
 Usage (CPU; about 10 minutes on two shared cores, most of it leave-one-source-out over 450 variants)::
 
-    FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python benchmarks/calibrate.py [--no-write] [--with-legacy]
-    FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python benchmarks/calibrate.py --dev-only
+    FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python benchmarks/calibrate.py [--no-write] [--with-legacy] [--write-table]
+    FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python benchmarks/calibrate.py --dev-only [--page FILE]
 
 ``--dev-only`` is the mode to work in: only dev rows are loaded, assembled, scored and reported (the page goes to
-the temp folder, the table and rows file are restored), so nothing about a test row is seen while choosing.
+``--page`` or this run's private temp folder, never a shared name; the package's table is never written), so
+nothing about a test row is seen while choosing.
 
-Writes benchmarks/results/calibrate.md and benchmarks/results/calibrate_rows.csv; prints the summary lines.
+Writes benchmarks/results/calibrate.md and benchmarks/results/calibrate_rows.csv (not with ``--no-write`` or
+``--dev-only``), and the package's table only with ``--write-table``; prints the summary lines.
 """
 
 from __future__ import annotations
@@ -371,12 +374,52 @@ def fit(fit_rows: list[dict[str, Any]], provenance: dict[str, Any], class_by: tu
             "methods": derive(fit_rows, robust)}
 
 
+# The fit works on copies: the table the doctor reads while a row is assembled and the rows file the fit writes
+# live in a private folder of this process (`workspace`), and analyzers/memory/uncertainty.py is pointed at that
+# copy for the run. The package's table and benchmarks/results/uncertainty_rows.csv are written only with
+# ``--write-table`` (`ship`): another run of the doctor from the same tree (a test, a check) never reads a
+# half-fitted table, and a crash leaves the package as it was.
+_WORK: dict[str, Path] = {}
+
+
+def workspace() -> Path:
+    """This process's private folder for the working table and rows file (created on first use)."""
+    if "dir" not in _WORK:
+        _WORK["dir"] = Path(tempfile.mkdtemp(prefix="calibrate-work-"))
+    return _WORK["dir"]
+
+
+def work_table() -> Path:
+    return workspace() / "uncertainty_table.json"
+
+
+def work_rows() -> Path:
+    return workspace() / "uncertainty_rows.csv"
+
+
 def install(table: dict[str, Any]) -> None:
-    """Make `table` the one the next assembly uses (written to the table file, cached copies dropped)."""
+    """Make `table` the one the next assembly uses: written to the working copy (`work_table`, never the package's
+    file), analyzers/memory/uncertainty.py pointed at it, cached copies dropped. `uninstall` points it back."""
     from finetune_doctor.analyzers.memory import uncertainty
-    TABLE.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    work_table().write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    uncertainty.TABLE = work_table()
     uncertainty.table.cache_clear()
     uncertainty.error_dist.cache_clear()
+
+
+def uninstall() -> None:
+    """Point analyzers/memory/uncertainty.py back at the package's table (cached copies dropped)."""
+    from finetune_doctor.analyzers.memory import uncertainty
+    uncertainty.TABLE = TABLE
+    uncertainty.table.cache_clear()
+    uncertainty.error_dist.cache_clear()
+
+
+def ship() -> None:
+    """Copy the fitted working table and its rows file over the package's table and
+    benchmarks/results/uncertainty_rows.csv (``--write-table`` only)."""
+    TABLE.write_bytes(work_table().read_bytes())
+    UNC_ROWS.write_bytes(work_rows().read_bytes())
 
 
 # -- scoring --------------------------------------------------------------------------------------------------------
@@ -438,7 +481,8 @@ def as_unc_row(s: dict[str, Any], by: tuple[str, ...] = ("shape",)) -> dict[str,
 
 
 def write_unc_rows(rows: list[dict[str, Any]]) -> None:
-    with open(UNC_ROWS, "w", newline="", encoding="utf-8") as fh:
+    """The fitted rows as a rows file, in the working copy (`work_rows`; `ship` copies it to UNC_ROWS)."""
+    with open(work_rows(), "w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, fieldnames=UNC_FIELDS)
         w.writeheader()
         for r in rows:
@@ -560,10 +604,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = load_rows()
     if args.dev_only:   # nothing about a test row is assembled, scored or printed
         rows = [r for r in rows if r["split"] == "dev"]
-    old_text = TABLE.read_bytes()
-    old_rows_text = UNC_ROWS.read_bytes()
     # the baseline: the error model before the held-out calibration, so every rerun reports the same comparison
     install(json.loads(BASELINE.read_text(encoding="utf-8")))
+    try:
+        return _fit_and_score(args, rows)
+    finally:
+        uninstall()
+
+
+def _fit_and_score(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """`run`'s body, with the baseline table installed in the working copy."""
     before = score_all(rows)
     dev_scored = [s for s in before if s["row"]["split"] == "dev" and s["cmp"] is not None]
     legacy = legacy_rows() if args.with_legacy else []
@@ -588,31 +638,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         table["max_dof"] = int(chosen["max_dof"])
     install(table)
     write_unc_rows(fit_rows)
-    try:
-        after = score_all(rows)
-        # the mixture over open assumptions: the prior on the longest sample from documentation tables' measurements,
-        # the other assumptions' weight on the dev rows, then every row rescored with them
-        prior = PRIOR_CHOICE
-        table["sample_lengths_prior"] = {
-            "form": PRIOR_CHOICE,
-            "why": ("the longest sample is unknown without the data: log-uniform (Jeffreys, scale-free) between 512 "
-                    "tokens and cutoff_len, every doubling equally likely; not fitted, since threads are published "
-                    "for their OOMs (long data) and documentation tables for standard short datasets "
-                    "(benchmarks/results/calibrate.md lists what each would pick)")}
-        weights, weight_cands = fit_weights([s for s in after if s["row"]["split"] == "dev"], prior)
-        table["assumption_weights"] = weights
-        table["assumption_weights_fit"] = ("chosen on the dev rows by benchmarks/calibrate.py fit_weights: coverage of "
-                                           "the 90 % interval in 85-95 %, then the lowest Brier; the sample lengths "
-                                           "are weighed by sample_lengths_prior instead")
-        install(table)
-        prior_cands = lengths_prior_scores(after, weights)
-        after = [{**s, "pred": (rp := reweigh(s["row"], s["pred"], weights, prior)), "cmp": compare(s["row"], rp)}
-                 for s in after]
-    finally:
-        if args.no_write or args.dev_only:
-            UNC_ROWS.write_bytes(old_rows_text)
-            install(json.loads(old_text))
-            TABLE.write_bytes(old_text)
+    after = score_all(rows)
+    # the mixture over open assumptions: the prior on the longest sample from documentation tables' measurements,
+    # the other assumptions' weight on the dev rows, then every row rescored with them
+    prior = PRIOR_CHOICE
+    table["sample_lengths_prior"] = {
+        "form": PRIOR_CHOICE,
+        "why": ("the longest sample is unknown without the data: log-uniform (Jeffreys, scale-free) between 512 "
+                "tokens and cutoff_len, every doubling equally likely; not fitted, since threads are published "
+                "for their OOMs (long data) and documentation tables for standard short datasets "
+                "(benchmarks/results/calibrate.md lists what each would pick)")}
+    weights, weight_cands = fit_weights([s for s in after if s["row"]["split"] == "dev"], prior)
+    table["assumption_weights"] = weights
+    table["assumption_weights_fit"] = ("chosen on the dev rows by benchmarks/calibrate.py fit_weights: coverage of "
+                                       "the 90 % interval in 85-95 %, then the lowest Brier; the sample lengths "
+                                       "are weighed by sample_lengths_prior instead")
+    install(table)
+    prior_cands = lengths_prior_scores(after, weights)
+    after = [{**s, "pred": (rp := reweigh(s["row"], s["pred"], weights, prior)), "cmp": compare(s["row"], rp)}
+             for s in after]
     return {"rows": rows, "before": before, "after": after, "table": table, "legacy": len(legacy),
             "variants": variants, "chosen": chosen, "weight_cands": weight_cands, "prior_cands": prior_cands}
 
@@ -749,7 +793,13 @@ def write_rows_csv(res: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--no-write", action="store_true", help="score with the fitted table, then restore the old one")
+    ap.add_argument("--no-write", action="store_true", help="write no file: neither the results page nor the rows CSV")
+    ap.add_argument("--write-table", action="store_true",
+                    help="ship the fit: copy the fitted table over finetune_doctor/analyzers/memory/"
+                         "uncertainty_table.json and its rows over benchmarks/results/uncertainty_rows.csv (without "
+                         "it the fit lives in a private copy and the package's table is never written)")
+    ap.add_argument("--page", metavar="FILE", help="with --dev-only: write the dev page here (default: a fresh "
+                    "private temp folder of this run, never a shared name)")
     ap.add_argument("--with-legacy", action="store_true",
                     help="add the published rows the memory model was tuned on to the dev rows")
     ap.add_argument("--form", choices=("loso", "shape"), default="loso",
@@ -758,6 +808,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dev-only", action="store_true", help="assemble, score and report the dev half only, the table restored after "
                     "(while choosing options: nothing about a test row is computed)")
     args = ap.parse_args(argv)
+    if args.write_table and (args.dev_only or args.no_write):
+        ap.error("--write-table ships a fit: not with --dev-only or --no-write")
     res = run(args)
     held_out = any(r["split"] == "test" for r in res["rows"])
     printed, md = report(res, ("test", "dev") if held_out and not args.dev_only else ("dev",))
@@ -767,14 +819,19 @@ def main(argv: list[str] | None = None) -> int:
                         "scored on the same rows), not a held-out score.**\n\n## Rows\n", 1)
     for line in printed:
         print(line)
-    if args.dev_only:
-        out = Path(tempfile.gettempdir()) / "calibrate_dev.md"
+    if args.dev_only and not args.no_write:
+        out = Path(args.page) if args.page else workspace() / "calibrate_dev.md"
         out.write_text(md, encoding="utf-8")
         print(f"dev half only (nothing about a test row was computed); the page: {out}")
     if not args.dev_only and not args.no_write:
         DOC.write_text(md, encoding="utf-8")
         write_rows_csv(res)
-        print(f"wrote {DOC.relative_to(ROOT)}, {ROWS_CSV.relative_to(ROOT)}, {TABLE.relative_to(ROOT)}")
+        print(f"wrote {DOC.relative_to(ROOT)}, {ROWS_CSV.relative_to(ROOT)}")
+    if args.write_table:
+        ship()
+        print(f"wrote {TABLE.relative_to(ROOT)}, {UNC_ROWS.relative_to(ROOT)}")
+    else:
+        print(f"the fitted table (not shipped; --write-table ships it): {work_table()}")
     return 0
 
 

@@ -246,9 +246,41 @@ def test_dev_only_never_assembles_a_test_row(monkeypatch):
     try:
         calibrate.run(calibrate.argparse.Namespace(dev_only=True, no_write=False, with_legacy=False))
     finally:
-        calibrate.install(json.loads(before[0]))
+        calibrate.uninstall()
     assert seen and set(seen) == {"dev"}
     assert (calibrate.TABLE.read_bytes(), calibrate.UNC_ROWS.read_bytes()) == before   # dev-only writes nothing
+
+
+def test_the_fit_runs_on_a_copy_and_never_writes_the_package_table(monkeypatch, tmp_path):
+    # calibrate.py used to write each candidate table over the package's while it ran, so a check or a test of the
+    # same tree read a half-fitted table; now the doctor is pointed at a private copy and only --write-table ships
+    import calibrate
+
+    read_from = []
+
+    def predict(r):
+        read_from.append(u.TABLE)   # the table file the doctor would read while assembling this row
+        return {"error": "not assembled"}
+
+    monkeypatch.setattr(calibrate, "predict", predict)
+    monkeypatch.setattr(calibrate.calib_loso, "loso", lambda scored, kept: [
+        {"class_by": ["shape"], "factor": 1.0, "tau": 0.0, "max_dof": None, "brier": 0.1, "coverage": 0.9,
+         "log_score": -1.0, "log_meas": -1.0, "log_outc": 0.0, "brier_se": 0.01, "n_outcomes": 0, "n_meas": 0,
+         "sure_oom_but_trained": [], "sure_fits_but_oom": []}])
+    package = u.TABLE
+    before = calibrate.TABLE.read_bytes(), calibrate.UNC_ROWS.read_bytes()
+    page = tmp_path / "dev.md"
+    try:
+        assert calibrate.main(["--dev-only", "--page", str(page)]) == 0
+    finally:
+        calibrate.uninstall()
+    assert read_from and package not in read_from and calibrate.TABLE not in read_from
+    assert u.TABLE == package   # pointed back after the run
+    assert (calibrate.TABLE.read_bytes(), calibrate.UNC_ROWS.read_bytes()) == before
+    assert page.read_text(encoding="utf-8").startswith("# Calibration")
+    assert json.loads(calibrate.work_table().read_text(encoding="utf-8"))["fitted_on"]["dev_rows"] == 0
+    with pytest.raises(SystemExit):
+        calibrate.main(["--dev-only", "--write-table"])
 
 
 def test_litgpt_rows_carry_an_untied_output_layer():
