@@ -264,8 +264,7 @@ def measurement_logpdf(s: dict[str, Any], prior: Any) -> float:
     d = uncertainty.error_dist(s["pred"]["method"], s["pred"]["cls"])
     c = s["cmp"]
     x = math.log(c["measured"] / (c["predicted"] / total))   # the measurement on the total's scale
-    dens = sum(w * math.exp(uncertainty.t_logpdf((x - math.log(t) - d.mu) / d.scale, d.dof)) / d.scale
-               for w, t, _b in comps if w > 0)
+    dens = sum(w * math.exp(d.logpdf(x - math.log(t))) for w, t, _b in comps if w > 0)
     return math.log(max(dens, 1e-300))
 
 
@@ -623,7 +622,8 @@ def _fit_and_score(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict
     if getattr(args, "form", "loso") == "shape":
         # the form of round 1's fit (error class = shape class, one spread for p_oom and the interval)
         chosen = next(v for v in variants if v["class_by"] == ["shape"] and v["factor"] == 1 and v["tau"] == 0
-                      and not v.get("max_dof") and not v.get("robust"))
+                      and not v.get("max_dof") and not v.get("robust") and not v.get("contamination")
+                      and not v.get("unexplained"))
     by = tuple(chosen["class_by"])
     # the error model is fitted on the rows whose samples reach cutoff_len (calib_loso, "Which rows")
     fit_rows = [as_unc_row(s, by) for s in dev_scored if samples_fill(s["row"])] + legacy + kept
@@ -636,6 +636,11 @@ def _fit_and_score(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict
                 by, chosen["tau"], chosen["factor"], bool(chosen.get("robust")))
     if chosen.get("max_dof"):
         table["max_dof"] = int(chosen["max_dof"])
+    if chosen.get("contamination"):
+        w, sc = chosen["contamination"]
+        table["contamination"] = {"weight": w, "scale": sc}
+    if chosen.get("unexplained"):
+        table["p_oom_unexplained"] = chosen["unexplained"]
     install(table)
     write_unc_rows(fit_rows)
     after = score_all(rows)
@@ -657,8 +662,11 @@ def _fit_and_score(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict
     prior_cands = lengths_prior_scores(after, weights)
     after = [{**s, "pred": (rp := reweigh(s["row"], s["pred"], weights, prior)), "cmp": compare(s["row"], rp)}
              for s in after]
+    # while the fitted table is the installed one (run() points the doctor back at the package's after this)
+    tails = calib_loso.tails_lines([s for s in after if s["row"]["split"] == "dev"])
     return {"rows": rows, "before": before, "after": after, "table": table, "legacy": len(legacy),
-            "variants": variants, "chosen": chosen, "weight_cands": weight_cands, "prior_cands": prior_cands}
+            "variants": variants, "chosen": chosen, "weight_cands": weight_cands, "prior_cands": prior_cands,
+            "tails": tails}
 
 
 def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str]:
@@ -677,7 +685,8 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
     ch = res["chosen"]
     printed.append(f"error model form (LOSO on dev rows with known lengths): {ch['class_by']}, robust "
                    f"{bool(ch.get('robust'))}, λ {ch['factor']}, "
-                   f"τ {ch['tau']}, ν cap {ch.get('max_dof')}: LOSO log score {ch.get('log_score', math.nan):.3f}, "
+                   f"τ {ch['tau']}, ν cap {ch.get('max_dof')}, contamination {ch.get('contamination')}, "
+                   f"q {ch.get('unexplained')}: LOSO log score {ch.get('log_score', math.nan):.3f}, "
                    f"Brier {ch['brier']:.3f}, coverage {ch['coverage']:.3f}")
     md = ["# Calibration of p_oom and the 90 % interval on held-out rows", "",
           "Reproduce (CPU, about 10 minutes on two shared cores): `FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python "
@@ -690,7 +699,10 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
           f"{' × '.join(res['chosen']['class_by'])}, p_oom's spread √((λ·s)² + τ²) with λ = {res['chosen']['factor']:.2f}, "
           f"τ = {res['chosen']['tau']:.2f}; class location and scale by "
           f"{'median and MAD' if res['chosen'].get('robust') else 'mean and standard deviation'}, predictive t's "
-          f"degrees of freedom capped at {res['chosen'].get('max_dof') or 'none'}. Fitted on the dev rows whose samples "
+          f"degrees of freedom capped at {res['chosen'].get('max_dof') or 'none'}; contamination component "
+          + (f"weight {res['chosen']['contamination'][0]:g}, scale {res['chosen']['contamination'][1]:g}"
+             if res["chosen"].get("contamination") else "none")
+          + f"; unexplained outcomes q = {res['chosen'].get('unexplained') or 0:g}. Fitted on the dev rows whose samples "
           "reach cutoff_len only (benchmarks/calib_loso.py, 'Which rows').", "",
           "Open assumptions (facts/assume.py `mixture`): p_oom and the interval are a mixture over the assumed value "
           "of each open assumption and its evaluated alternatives; the assumed value's probability, chosen on the dev "
@@ -716,8 +728,47 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
         if a["errors"]:
             md += ["Refused by the doctor: " + "; ".join(a["errors"]), ""]
         if half == "dev":
+            md += ["## Tails (dev)", "", *TAILS_WHY, "", *res.get("tails", []), ""]
             md += diagnosis_lines([s for s in res["after"] if s["row"]["split"] == half])
     return printed, "\n".join(md) + "\n"
+
+
+# Why leave-one-source-out chose Cauchy tails on rounds 1-4 (session 9, studied on dev): written from the per-row
+# LOSO log densities of the form with a robust core and no cap against the Cauchy one (the table below lists the
+# rows; the causes are read from each row's source and notes, not fitted)
+TAILS_WHY = [
+    "Why one t with Cauchy tails won on rounds 1-4: with a robust core (median and MAD: the fill rows' ε sit "
+    "within ±0.13 of +0.08) and the fitted degrees of freedom, a dozen measurements 0.8-1.4 ln units off score "
+    "a log density of -20 to -49 each, and the mean LOSO log density of the 280 dev measurements falls to -2.06; "
+    "capping ν at 1 lifts them to about -4 each (-0.16 in all). So the choice was made by a few runs unlike the "
+    "measured ones, and the cap widened every run's tails to fit them. What those runs are (the table below):",
+    "",
+    "- **Ascend 910B runs** (ms-swift NPU tables, LLaMA-Factory thread 7409): measured +0.8 to +1.1 above the "
+    "prediction, ZeRO-3 and DDP alike: the NPU's allocator and HCCL buffers hold far more than a CUDA card's "
+    "reserve and runtime terms give. A missing term, handed to #23 (memory terms), not built here.",
+    "- **gpt-oss under unsloth and axolotl** (round 4): unsloth's notebooks (its own 4-bit copy of the "
+    "checkpoint, its MoE kernels and offloaded checkpointing, which the rows' LF translation — quantization_bit 4, "
+    "use_unsloth — does not size) measured 1.2-1.4 ln units below the prediction, and both trained where p_oom "
+    "was 0.99; axolotl's FSDP2 runs are off both ways (+0.99 with offload, -0.79 without). What the framework "
+    "loads is not what the row says: a translation question for the data collectors, and the MoE terms for #23.",
+    "- **lit-gpt's 2023 multi-GPU resource tables** (+0.7 to +1.3): the measured peak does not fall with the GPU "
+    "count (Llama-2-7B LoRA: 19.8 GB on one A100, 20.7 on two; 13B: 35.5 on one, 33.1 on four) while the "
+    "rows' translation (FSDP FULL_SHARD) divides the weights by it, so those runs did not shard the frozen "
+    "weights as the rows say. A translation error in the rows (the single-GPU rows of the same tables sit at "
+    "+0.06 to +0.30), not a memory term; left to the data collectors, never edited to fit.",
+    "- **single runs**: llama-recipes issue 30 (+0.95, FSDP at long sequence), LLaMA-Factory 5977 (+0.92, ZeRO-3 "
+    "with offload), axolotl's llama-3 8-bit LoRA (-1.0), ms-swift's new-tokens run (-1.3).",
+    "",
+    "The form chosen instead (calib_loso.py `TAILS`, `UNEXPLAINED`; analyzers/memory/uncertainty.py, 'Runs unlike "
+    "the measured ones'): a contamination mixture — the class's t with a robust core, plus a normal component of "
+    "weight w and scale s around the same location — and a share q of outcomes the prediction does not explain, "
+    "p_oom = (1 − q)·p + q/2, q at most P_OOM_TARGET so a run can still be called fits. w, s and q are chosen by the "
+    "same LOSO objective as the rest of the form; the Cauchy variants stay in the grid and are beaten on the log "
+    "score. The outcome extremes that remain are runs whose fate the memory prediction does not explain at all "
+    "(the largest Brier terms above: runs that ran out at 8-45 % of their card with no stated cause, and runs that "
+    "trained at 1.6-6.3× their card, each a translation or a term the doctor lacks): no error form with sane tails "
+    "calls them right, and none is tuned to.",
+]
 
 
 def weight_lines(res: dict[str, Any]) -> list[str]:
