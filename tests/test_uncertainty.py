@@ -174,6 +174,11 @@ def test_the_contamination_widens_the_tails_but_not_the_core():
     assert p_core < 1e-6
     assert p_mix == pytest.approx(0.3 * (1 - NormalDist(0.08, 0.5).cdf(math.log(3))), rel=1e-3)
     assert p_mix < 0.01 < p_cauchy
+    # the spread messages state (rules/predicted-tight-fit.yaml) counts the broad component: half the mixture's
+    # central 68 %, against the t's scale alone without one
+    assert core.spread() == 0.13
+    half = 0.5 * (MIXED.quantile(0.8413447) - MIXED.quantile(0.1586553))
+    assert MIXED.spread() == pytest.approx(half) and 0.13 < half < 0.5
     # the central half hardly moves: 70 % of the mass is the t
     assert MIXED.quantile(0.75) - MIXED.quantile(0.25) < 2 * (core.quantile(0.75) - core.quantile(0.25))
 

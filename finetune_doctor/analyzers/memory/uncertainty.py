@@ -200,6 +200,14 @@ class ErrorDist:
                 hi = mid
         return 0.5 * (lo + hi)
 
+    def spread(self) -> float:
+        """The error's spread in ln units, as messages state it ("miss by X % either way"): the t's scale, or with a
+        contamination component half the width of the mixture's central 68 % (the ±1 sd band of a normal), so the
+        broad component's runs are not left out of the words."""
+        if not self._wide():
+            return self.scale
+        return 0.5 * (self.quantile(0.8413447) - self.quantile(0.1586553))
+
     def logpdf(self, eps: float) -> float:
         """ln of the density of ε at `eps` (per ln unit): the class's t, mixed with the contamination component."""
         core = t_logpdf((eps - self.mu) / self.scale, self.dof) - math.log(self.scale)
