@@ -297,26 +297,36 @@ FAR_OFF = 0.6
 
 
 def tails_lines(scored: list[dict[str, Any]]) -> list[str]:
-    """The page's 'Tails' section: the dev measurements whose ε lies more than FAR_OFF from their class's location
-    under the installed table (the rows that decide between one heavy-tailed t and a contamination component), and
-    the p_oom the installed table gives a run predicted at a third of an 80 GB card (what made the rounds 1-4
-    Cauchy fit unshippable)."""
+    """The page's 'Tails' section: the dev measurements that lie more than FAR_OFF from their class's location
+    under the installed table whatever their samples' lengths — above the prediction at the longest evaluated
+    length (every sample filling cutoff_len) or below the one at the shortest (a row whose samples reach cutoff_len
+    has one length): the rows that decide between one heavy-tailed t and a contamination component — and the p_oom
+    the installed table gives a run predicted at a third of an 80 GB card (what made the rounds 1-4 Cauchy fit
+    unshippable)."""
+    from calib_data import samples_fill
+
     from finetune_doctor.analyzers.memory import uncertainty as u
 
-    far = []
+    far, n = [], 0
     for s in scored:
         c, p = s["cmp"], s["pred"]
-        if c is None or "error" in p:
+        tot = components(s, need=False) if c is not None and "error" not in p else None
+        x = measured_on_total(s) if tot else None
+        if not x:
             continue
-        d = u.error_dist(p["method"], p["cls"])
-        if abs(c["eps"] - d.mu) > FAR_OFF:
+        n += 1
+        mu = u.error_dist(p["method"], p["cls"]).mu
+        above = math.log(x / max(t for _w, t, _b in tot)) - mu   # over even the longest samples' prediction
+        below = math.log(x / min(t for _w, t, _b in tot)) - mu   # under even the shortest samples' prediction
+        off = above if above > FAR_OFF else below if below < -FAR_OFF else None
+        if off is not None:
             r = s["row"]
-            far.append((c["eps"] - d.mu, r["id"], str(r.get("framework")).split(" (")[0], r.get("gpu") or "—",
-                        r.get("source_type"), "fill" if s["row"].get("samples") == "fill" or
-                        (r.get("source_type") != "issue-thread" and not r.get("samples")) else "dataset"))
+            far.append((off, r["id"], str(r.get("framework")).split(" (")[0], r.get("gpu") or "—",
+                        r.get("source_type"), "fill" if samples_fill(r) else "dataset"))
     far.sort()
-    out = [f"Dev measurements more than {FAR_OFF} (ln units) from their class's location ({len(far)} of "
-           f"{sum(1 for s in scored if s['cmp'] is not None)}):", "",
+    out = [f"Dev measurements more than {FAR_OFF} (ln units) from their class's location at every evaluated "
+           f"sample length ({len(far)} of {n}; for a row whose samples come from a dataset, ε is taken against the "
+           "prediction at the longest length when above it and at the shortest when below):", "",
            "| row | framework | card | source | samples | ε − location |", "|---|---|---|---|---|---|"]
     out += [f"| {i} | {fw} | {g} | {st} | {sm} | {e:+.2f} |" for e, i, fw, g, st, sm in far]
     if "analytic" not in u.table()["methods"]:   # nothing fitted (every row refused)

@@ -756,8 +756,13 @@ TAILS_WHY = [
     "rows' translation (FSDP FULL_SHARD) divides the weights by it, so those runs did not shard the frozen "
     "weights as the rows say. A translation error in the rows (the single-GPU rows of the same tables sit at "
     "+0.06 to +0.30), not a memory term; left to the data collectors, never edited to fit.",
-    "- **single runs**: llama-recipes issue 30 (+0.95, FSDP at long sequence), LLaMA-Factory 5977 (+0.92, ZeRO-3 "
-    "with offload), axolotl's llama-3 8-bit LoRA (-1.0), ms-swift's new-tokens run (-1.3).",
+    "- **single runs**: llama-recipes issue 30 (+0.9, FSDP LoRA at batch 4, the maintainer's recollection of "
+    "35 GB), LLaMA-Factory 5977 (+0.9, ZeRO-3 with both offloads on 3090s, 'each card only uses 13G'), axolotl's "
+    "llama-3 8-bit LoRA (-1.15, '11GB VRAM' on an unnamed card) and torchtune's QLoRA on a 4090 (-0.84).",
+    "",
+    "Rows whose samples come from a dataset and measured far below the prediction at cutoff_len are not among "
+    "them when the prediction at 512 tokens reaches them: their gap is the unknown sample lengths, which the "
+    "mixture over lengths carries, not the memory model's error.",
     "",
     "The form chosen instead (calib_loso.py `TAILS`, `UNEXPLAINED`; analyzers/memory/uncertainty.py, 'Runs unlike "
     "the measured ones'): a contamination mixture — the class's t with a robust core, plus a normal component of "

@@ -108,10 +108,15 @@ def test_verdict_thresholds_and_interval():
     assert tight.verdict == "at-risk" and tight.p_oom > u.P_OOM_TARGET
     over = u.assess(budget * 1.001, budget, "analytic", "default")
     assert over.verdict == "oom" and over.p_oom > 0.4
-    # p_oom is P(total · e^ε > budget): the t CDF at ln(budget/total), standardized
+    # p_oom is P(total · e^ε > budget): the t CDF at ln(budget/total), standardized, mixed with the table's
+    # contamination component (a normal of weight w, scale s) and its unexplained share q (an even chance)
     total = 70.0
-    z = (math.log(budget / total) - d.mu) / d.scale
-    assert u.p_oom(total, budget, d) == pytest.approx(1 - u.t_cdf(z, d.dof), abs=1e-12)
+    x = math.log(budget / total)
+    w, q = d.wide_weight, d.unexplained
+    over_budget = (1 - w) * (1 - u.t_cdf((x - d.mu) / d.scale, d.dof))
+    if w:
+        over_budget += w * (1 - NormalDist(d.mu, d.wide_scale).cdf(x))
+    assert u.p_oom(total, budget, d) == pytest.approx((1 - q) * over_budget + q / 2, abs=1e-12)
     # the interval is the central 90 % of the predictive distribution, known without a GPU
     a = u.assess(total, None, "analytic", "default")
     assert a.verdict is None and a.p_oom is None
