@@ -283,6 +283,31 @@ def test_the_fit_runs_on_a_copy_and_never_writes_the_package_table(monkeypatch, 
         calibrate.main(["--dev-only", "--write-table"])
 
 
+def test_write_table_ships_the_fitted_copy(monkeypatch, tmp_path):
+    # only --write-table copies the working table and its rows file over the package's (here stand-ins in tmp)
+    import calibrate
+
+    monkeypatch.setattr(calibrate, "predict", lambda r: {"error": "not assembled"})
+    monkeypatch.setattr(calibrate.calib_loso, "loso", lambda scored, kept: [
+        {"class_by": ["shape"], "factor": 1.0, "tau": 0.0, "max_dof": None, "brier": 0.1, "coverage": 0.9,
+         "log_score": -1.0, "log_meas": -1.0, "log_outc": 0.0, "brier_se": 0.01, "n_outcomes": 0, "n_meas": 0,
+         "sure_oom_but_trained": [], "sure_fits_but_oom": [], "contamination": [0.2, 0.75], "unexplained": 0.025}])
+    rows_before = calibrate.UNC_ROWS.read_bytes()
+    for name in ("TABLE", "UNC_ROWS", "DOC", "ROWS_CSV"):
+        monkeypatch.setattr(calibrate, name, tmp_path / name)
+    (tmp_path / "UNC_ROWS").write_bytes(rows_before)   # kept_rows() reads the simulated/measured rows from it
+    monkeypatch.setattr(calibrate, "ROOT", tmp_path)
+    try:
+        assert calibrate.main(["--write-table"]) == 0
+    finally:
+        calibrate.uninstall()
+    shipped = json.loads((tmp_path / "TABLE").read_text(encoding="utf-8"))
+    assert shipped == json.loads(calibrate.work_table().read_text(encoding="utf-8"))
+    assert shipped["contamination"] == {"weight": 0.2, "scale": 0.75} and shipped["p_oom_unexplained"] == 0.025
+    assert (tmp_path / "UNC_ROWS").read_bytes() == calibrate.work_rows().read_bytes()
+    assert (tmp_path / "DOC").read_text(encoding="utf-8").startswith("# Calibration")
+
+
 def test_litgpt_rows_carry_an_untied_output_layer():
     # litgpt never ties lm_head to the embedding (model.py:25 at 00af8b0d): gemma-2b's 256000 x 2048 output layer
     # is one more bf16 weight than the tied HF model, 0.98 GiB on the allocated counter
