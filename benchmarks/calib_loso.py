@@ -57,8 +57,21 @@ FACTORS = (1.0, 0.75, 0.5)
 TAUS = (0.0, 0.05, 0.10, 0.20, 0.30)
 MAX_DOFS: tuple[int | None, ...] = (None, 4, 3, 2, 1)
 ROBUST = (False, True)
-VARIANTS = [(by, rob, lam, tau, cap) for by in CLASS_BYS for rob in ROBUST for cap in MAX_DOFS for lam in FACTORS
-            for tau in TAUS]
+# the contamination component (uncertainty.py ErrorDist ``wide_weight``/``wide_scale``, the table's
+# ``contamination``): with probability w a run's ε is normal with scale s around the class's location instead of
+# the class's t — the runs unlike the measured ones (session 9, "Tails"), instead of one heavy-tailed t for all
+CONTAMINATION: tuple[tuple[float, float], ...] = tuple((w, sc) for w in (0.10, 0.20, 0.30, 0.40)
+                                                       for sc in (0.35, 0.5, 0.75, 1.0))
+# the tails of a variant: ("t", None) as fitted, ("cap", ν) a ν cap, ("wide", (w, s)) a contamination component
+TAILS: tuple[tuple[str, Any], ...] = (("t", None), *(("cap", c) for c in MAX_DOFS if c),
+                                      *(("wide", ws) for ws in CONTAMINATION))
+# the share q of outcomes the memory prediction does not explain (the table's ``p_oom_unexplained``:
+# p_oom = (1 − q)·p + q/2, uncertainty.py `oom_dist`): runs that ran out for a cause no term sees, or trained where a
+# translation over-sized them. q/2 is a floor under every p_oom, so the grid stops at q = P_OOM_TARGET (a floor of
+# half the target), or no run could be called ``fits``
+UNEXPLAINED = (0.0, 0.025, 0.05)
+VARIANTS = [(by, rob, tails, lam, tau, q) for by in CLASS_BYS for rob in ROBUST for tails in TAILS for lam in FACTORS
+            for tau in TAUS for q in UNEXPLAINED]
 P_CLIP = 1e-4
 COVER_BAND = (0.85, 0.95)
 
@@ -123,57 +136,84 @@ def measured_on_total(s: dict[str, Any]) -> float | None:
 def mixture_logpdf(x: float, comps: list[tuple[float, float, Any]], d: Any) -> float:
     """ln of the density (per ln GiB) of a peak of `x` GiB under the mixture `comps` (weight, total GiB, _) of
     error distribution `d` (each component's peak is total·e^ε)."""
-    from finetune_doctor.analyzers.memory.uncertainty import t_logpdf
-
-    dens = sum(w * math.exp(t_logpdf((math.log(x / t) - d.mu) / d.scale, d.dof)) / d.scale
-               for w, t, _b in comps if w > 0 and t > 0)
+    dens = sum(w * math.exp(d.logpdf(math.log(x / t))) for w, t, _b in comps if w > 0 and t > 0)
     return math.log(max(dens, 1e-300))
 
 
-def fold_scores(scored: list[dict[str, Any]], by: tuple[str, ...], kept: list[dict[str, Any]],
-                cap: int | None = None, robust: bool = False) -> list[dict]:
-    """Per dev row, what its source's fold says: {id, source, inside, log_meas, outcome, comps, dist}. The fold of
-    source S is fitted on the measurements of the rows whose samples reach cutoff_len from every other source
-    (module docstring, "Which rows"); a source with none of those shares the fit on all of them. `inside` (the
-    measurement inside the mixture's 90 % interval) and `log_meas` (its log density) are None without one."""
+def fold_fits(scored: list[dict[str, Any]], by: tuple[str, ...], kept: list[dict[str, Any]],
+              robust: bool = False) -> dict[str, tuple[Any, float, int]]:
+    """source → (methods table, κ0, ν0) of its fold: fitted on the measurements of the rows whose samples reach
+    cutoff_len from every other source (module docstring, "Which rows"); a source with none of those shares the fit
+    on all of them. The tails of a variant do not change the fit, so `fold_scores` reuses it across them."""
     from calib_data import samples_fill
     from derive_uncertainty import choose_prior
 
-    from finetune_doctor.analyzers.memory.uncertainty import derive, dist_from, mixture_interval
+    from finetune_doctor.analyzers.memory.uncertainty import derive
 
     fitted = [s for s in scored if samples_fill(s["row"]) and s["cmp"] is not None]
-    fits: dict[str | None, tuple[Any, float, int]] = {}
-    out = []
+    has_own = {s["row"]["source"] for s in fitted}
+    cache: dict[str | None, tuple[Any, float, int]] = {}
+    out = {}
     for src in sorted({s["row"]["source"] for s in scored}):
-        key = src if any(s["row"]["source"] == src for s in fitted) else None
-        if key not in fits:
+        key = src if src in has_own else None
+        if key not in cache:
             train = [eps_row(s, by) for s in fitted if s["row"]["source"] != key] + kept
             (k0, nu0), _ = choose_prior(train, robust)
-            fits[key] = (derive(train, robust), k0, nu0)
-        methods, k0, nu0 = fits[key]
-        for s in scored:
-            r, p = s["row"], s["pred"]
-            if r["source"] != src or "error" in p:
-                continue
-            d = capped(dist_from(methods, "analytic", class_of(p, by), k0, nu0), cap)
-            x, tot = measured_on_total(s), s.get("totals")
-            inside = logd = None
-            if x is not None and tot:
-                lo, hi = mixture_interval([(w, t, None) for w, t, _b in tot], d)
-                inside, logd = lo <= x <= hi, mixture_logpdf(x, tot, d)
-            out.append({"id": r["id"], "source": src, "inside": inside, "log_meas": logd, "dist": d,
-                        "outcome": r.get("outcome") if r.get("gpu") else None, "comps": s.get("comps")})
+            cache[key] = (derive(train, robust), k0, nu0)
+        out[src] = cache[key]
     return out
 
 
-def score_variant(folds: list[dict], tau: float, factor: float = 1.0) -> dict[str, Any]:
-    """LOSO Brier, coverage and confident misses of one (λ, τ) over `fold_scores`' rows."""
+def with_tails(d: Any, tails: tuple[str, Any] | None) -> Any:
+    """`d` (an ErrorDist) with a variant's tails (`TAILS`): as fitted, its dof capped, or a contamination
+    component added."""
+    if not tails or tails[0] == "t":
+        return d
+    if tails[0] == "cap":
+        return capped(d, int(tails[1]))
+    from dataclasses import replace
+    w, sc = tails[1]
+    return replace(d, wide_weight=float(w), wide_scale=float(sc))
+
+
+def fold_scores(scored: list[dict[str, Any]], by: tuple[str, ...], kept: list[dict[str, Any]],
+                cap: int | None = None, robust: bool = False, tails: tuple[str, Any] | None = None,
+                fits: dict[str, tuple[Any, float, int]] | None = None) -> list[dict]:
+    """Per dev row, what its source's fold says: {id, source, inside, log_meas, outcome, comps, dist}, the fold's
+    table from `fold_fits` (`fits`, computed when None) and the variant's tails (`tails`, else the ν `cap`).
+    `inside` (the measurement inside the mixture's 90 % interval) and `log_meas` (its log density) are None
+    without one."""
+    from finetune_doctor.analyzers.memory.uncertainty import dist_from, mixture_interval
+
+    fits = fits if fits is not None else fold_fits(scored, by, kept, robust)
+    tails = tails if tails is not None else (("cap", cap) if cap else ("t", None))
+    out = []
+    for s in scored:
+        r, p = s["row"], s["pred"]
+        if "error" in p:
+            continue
+        methods, k0, nu0 = fits[r["source"]]
+        d = with_tails(dist_from(methods, "analytic", class_of(p, by), k0, nu0), tails)
+        x, tot = measured_on_total(s), s.get("totals")
+        inside = logd = None
+        if x is not None and tot:
+            lo, hi = mixture_interval([(w, t, None) for w, t, _b in tot], d)
+            inside, logd = lo <= x <= hi, mixture_logpdf(x, tot, d)
+        out.append({"id": r["id"], "source": r["source"], "inside": inside, "log_meas": logd, "dist": d,
+                    "outcome": r.get("outcome") if r.get("gpu") else None, "comps": s.get("comps")})
+    return out
+
+
+def score_variant(folds: list[dict], tau: float, factor: float = 1.0, unexplained: float = 0.0) -> dict[str, Any]:
+    """LOSO Brier, coverage and confident misses of one (λ, τ, q) over `fold_scores`' rows."""
+    from dataclasses import replace
+
     from finetune_doctor.analyzers.memory.uncertainty import mixture_p_oom, widened
 
     meas = [f for f in folds if f["inside"] is not None]
     inside = [f["inside"] for f in meas]
-    outc = [(mixture_p_oom(f["comps"], widened(f["dist"], tau, factor)), 1.0 if f["outcome"] == "oom" else 0.0,
-             f["id"]) for f in folds if f["outcome"] and f["comps"]]
+    outc = [(mixture_p_oom(f["comps"], replace(widened(f["dist"], tau, factor), unexplained=unexplained)),
+             1.0 if f["outcome"] == "oom" else 0.0, f["id"]) for f in folds if f["outcome"] and f["comps"]]
     terms = [(p - y) ** 2 for p, y, _ in outc]
     lm = [f["log_meas"] for f in meas]
     lo = [math.log(min(max(p if y else 1.0 - p, P_CLIP), 1.0)) for p, y, _ in outc]
@@ -198,12 +238,16 @@ def loso(scored: list[dict[str, Any]], kept: list[dict[str, Any]]) -> list[dict[
     out = []
     for by in CLASS_BYS:
         for rob in ROBUST:
-            for cap in MAX_DOFS:
-                folds = fold_scores(dev, by, kept, cap, rob)
+            fits = fold_fits(dev, by, kept, rob)
+            for tails in TAILS:
+                folds = fold_scores(dev, by, kept, robust=rob, tails=tails, fits=fits)
                 for lam in FACTORS:
                     for tau in TAUS:
-                        out.append({"class_by": list(by), "robust": rob, "factor": lam, "tau": tau, "max_dof": cap,
-                                    **score_variant(folds, tau, lam)})
+                        for q in UNEXPLAINED:
+                            out.append({"class_by": list(by), "robust": rob, "factor": lam, "tau": tau,
+                                        "max_dof": tails[1] if tails[0] == "cap" else None,
+                                        "contamination": list(tails[1]) if tails[0] == "wide" else None,
+                                        "unexplained": q, **score_variant(folds, tau, lam, q)})
     return out
 
 
@@ -216,15 +260,80 @@ def choose(results: list[dict[str, Any]]) -> dict[str, Any]:
     return min(results, key=lambda r: (round(abs(r["coverage"] - 0.90), 6), -r["log_score"]))
 
 
+def _tails_word(r: dict[str, Any]) -> str:
+    if r.get("contamination"):
+        w, sc = r["contamination"]
+        return f"t + {w:.0%} normal, scale {sc:.2f}"
+    return f"ν cap {r['max_dof']}" if r.get("max_dof") else "t as fitted"
+
+
 def table_lines(results: list[dict[str, Any]], chosen: dict[str, Any]) -> list[str]:
-    out = ["| classes keyed by | location, scale | ν cap | λ | τ | LOSO log score (ε density + outcome log-lik.) | "
-           "LOSO Brier | LOSO coverage of the 90 % interval | p ≥ 0.9, trained | p ≤ 0.1, OOM | chosen |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    """The best variant (by the objective's log score) of each class key, location estimate and tails, and the
+    chosen one: the grid's other (λ, τ, q) are left out of the page (hundreds of rows)."""
+    best: dict[tuple, dict[str, Any]] = {}
     for r in results:
+        k = (tuple(r["class_by"]), bool(r.get("robust")), _tails_word(r))
+        if k not in best or r["log_score"] > best[k]["log_score"]:
+            best[k] = r
+    rows = list(best.values())
+    if not any(r is chosen for r in rows):
+        rows.append(chosen)
+    out = ["| classes keyed by | location, scale | tails | λ | τ | q (unexplained) | LOSO log score (ε density + "
+           "outcome log-lik.) | LOSO Brier | LOSO coverage of the 90 % interval | p ≥ 0.9, trained | p ≤ 0.1, OOM | "
+           "chosen |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
         out.append(f"| {' × '.join(r['class_by'])} | {'median, MAD' if r.get('robust') else 'mean, sd'} | "
-                   f"{r.get('max_dof') or '—'} | {r['factor']:.2f} | {r['tau']:.2f} | "
+                   f"{_tails_word(r)} | {r['factor']:.2f} | {r['tau']:.2f} | {r.get('unexplained') or 0:.3f} | "
                    f"{r['log_score']:.3f} ({r['log_meas']:.3f} {r['log_outc']:+.3f}) | "
                    f"{r['brier']:.3f} ± {r['brier_se']:.3f} ({r['n_outcomes']} runs) | "
                    f"{r['coverage']:.0%} ({r['n_meas']}) | {len(r['sure_oom_but_trained'])} | "
                    f"{len(r['sure_fits_but_oom'])} | {'**yes**' if r is chosen else ''} |")
+    return out
+
+
+# a measurement this far from its class's location (ln units, ≈ 4.5 of the core's MAD scales on rounds 1-4) is
+# listed on the page as a run unlike the measured ones
+FAR_OFF = 0.6
+
+
+def tails_lines(scored: list[dict[str, Any]]) -> list[str]:
+    """The page's 'Tails' section: the dev measurements that lie more than FAR_OFF from their class's location
+    under the installed table whatever their samples' lengths — above the prediction at the longest evaluated
+    length (every sample filling cutoff_len) or below the one at the shortest (a row whose samples reach cutoff_len
+    has one length): the rows that decide between one heavy-tailed t and a contamination component — and the p_oom
+    the installed table gives a run predicted at a third of an 80 GB card (what made the rounds 1-4 Cauchy fit
+    unshippable)."""
+    from calib_data import samples_fill
+
+    from finetune_doctor.analyzers.memory import uncertainty as u
+
+    far, n = [], 0
+    for s in scored:
+        c, p = s["cmp"], s["pred"]
+        tot = components(s, need=False) if c is not None and "error" not in p else None
+        x = measured_on_total(s) if tot else None
+        if not x:
+            continue
+        n += 1
+        mu = u.error_dist(p["method"], p["cls"]).mu
+        above = math.log(x / max(t for _w, t, _b in tot)) - mu   # over even the longest samples' prediction
+        below = math.log(x / min(t for _w, t, _b in tot)) - mu   # under even the shortest samples' prediction
+        off = above if above > FAR_OFF else below if below < -FAR_OFF else None
+        if off is not None:
+            r = s["row"]
+            far.append((off, r["id"], str(r.get("framework")).split(" (")[0], r.get("gpu") or "—",
+                        r.get("source_type"), "fill" if samples_fill(r) else "dataset"))
+    far.sort()
+    out = [f"Dev measurements more than {FAR_OFF} (ln units) from their class's location at every evaluated "
+           f"sample length ({len(far)} of {n}; for a row whose samples come from a dataset, ε is taken against the "
+           "prediction at the longest length when above it and at the shortest when below):", "",
+           "| row | framework | card | source | samples | ε − location |", "|---|---|---|---|---|---|"]
+    out += [f"| {i} | {fw} | {g} | {st} | {sm} | {e:+.2f} |" for e, i, fw, g, st, sm in far]
+    if "analytic" not in u.table()["methods"]:   # nothing fitted (every row refused)
+        return out
+    d = u.oom_dist("analytic", "default/unquantized")
+    third = u.p_oom(79.15 / 3, 79.15, d)
+    out += ["", f"p_oom the installed table gives a dense run (class default) predicted at a third of an "
+            f"A100-80GB's 79.15 GiB: {third:.4f} (the rounds 1-4 Cauchy fit: about 0.05; the floor from the "
+            f"unexplained share alone: {d.unexplained / 2:.4f})."]
     return out

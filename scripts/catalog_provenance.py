@@ -93,8 +93,13 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "torch_dtype='auto' loads float32. --model-config with the real config.json overrides it. Session 8 looked "
         "again (exact-string search of the code corpus for the BaiChuanForCausalLM architectures line: a README "
         "summary that copies the config without torch_dtype, vLLM/SGLang registries): no stored copy of the hub "
-        "file; the doctor names the dtype as an open assumption and weighs float32 (facts/assume.py "
-        "_checkpoint)", False),
+        "file. Session 9 looked in GitHub repositories that vendor hub files (the index's file list of "
+        "baichuan-inc/Baichuan-7B: README, config/deepspeed.json, models/configuration_baichuan.py and "
+        "modeling_baichuan.py, no config.json or weights index) and the pages corpus (an xfyun Gitea mirror of the "
+        "hub repository, repo.model.xfyun.cn/aicloud/baichuan_7b: two searches returned its README only; TheBloke's "
+        "baichuan-7B-GPTQ card calls the hub repository 'unquantised fp16 model in pytorch format', a third party's "
+        "word, not the file): no stored copy of the hub config.json or weights header; the doctor names the dtype "
+        "as an open assumption and weighs float32 (facts/assume.py _checkpoint)", False),
     "LGAI-EXAONE/EXAONE-3.0-7.8B-Instruct": (
         "float32", "config.json",
         "recalled, not re-read: the hub's config.json names float32 and ships ~31 GB of shards; a bf16 re-save "
@@ -105,7 +110,12 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "config.json overrides it. Session 8 looked again (docs and pages corpora for the LGAI-EXAONE blob and tree "
         "pages, the safetensors index): only re-saves (heegyu bf16, ModelCloud and yunguks GPTQ/bnb, Bingsu and "
         "maywell llamafied: bfloat16); LGAI-EXAONE's own EXAONE-3.5-7.8B-Instruct tree (commit 0ff6b5e) ships 7 "
-        "shards of ~31 GB for 7.8 B parameters, 4 bytes each, the same house practice, not this file. The doctor "
+        "shards of ~31 GB for 7.8 B parameters, 4 bytes each, the same house practice, not this file. Session 9 "
+        "looked in GitHub (LG-AI-EXAONE/EXAONE-3.0 holds README, LICENSE and a logo only; an exact-string search of "
+        "the code corpus for the exaone model_type line finds one more re-save, auto_map prefixed with the hub "
+        "repository, transformers 4.45.2, bfloat16) and the pages corpus (two searches for the config and the "
+        "shard list return a hub mirror's copy of Bingsu's llamafied GGUF card, translated READMEs and the "
+        "technical report): no stored copy of the LGAI-EXAONE file or its safetensors index. The doctor "
         "names the dtype as an open assumption and weighs bfloat16 (facts/assume.py _checkpoint)", False),
     "mistralai/Codestral-22B-v0.1": (
         "bfloat16", "config.json",
@@ -116,8 +126,13 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "and tomasonjo/text2cypher-codestral-16bit config.json, transformers 4.41). Session 8 looked again (docs "
         "corpus for the config's shape fields): conversions of Mistral's released weights name bfloat16 "
         "(bullerwins/Codestral-22B-v0.1-hf 'First model version', transformers 4.40.2; mistral-community's copy "
-        "behind Orion-zhen's exl2), which says how the released tensors are stored but is not the gated file; the "
-        "doctor names the dtype as an open assumption and weighs float32 (facts/assume.py _checkpoint)", False),
+        "behind Orion-zhen's exl2), which says how the released tensors are stored but is not the gated file. "
+        "Session 9 looked in the code corpus for vendored copies (a PyPI package, kalle 0.0.6, vendors the hub "
+        "README under kalle/data/tokenizer_config/codestral/ but no config.json; xorbitsai/inference and lalamo "
+        "register the model without its dtype; a snapshot_download script fetches params.json and "
+        "consolidated.safetensors, Mistral's own format without a dtype field): no stored copy of the gated "
+        "file; the doctor names the dtype as an open assumption and weighs float32 (facts/assume.py _checkpoint)",
+        False),
     "Tele-AI/TeleChat2-7B": (
         "bfloat16", "stored weights",
         "recalled, not re-read: config.json (hub file at commit cd0b54ce) names no dtype; the safetensors shards "
@@ -126,7 +141,11 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "that TeleChat2-7B-32K ships a 30.5 GB pytorch_model.bin of torch.FloatStorage (float32, "
         "huggingface.co/Tele-AI/TeleChat2-7B-32K/tree/main), so the 7B's BF16 is not to be taken for its variants. "
         "Session 8 looked again (docs corpus for the TeleChat2-7B tree and safetensors files): only TeleChat2-115B's "
-        "trees and commits and TeleChat-1B/12B's; the doctor names the dtype as an open assumption and weighs "
+        "trees and commits and TeleChat-1B/12B's. Session 9 fetched GitHub Tele-AI/TeleChat2 (cd9287f, every "
+        "commit's file list: only model/115B ever held a config.json or safetensors shards; its README gives the 7B "
+        "shape table and a ModelScope link, no dtype) and searched the pages corpus for hub mirrors of the 7B "
+        "(shuiyin.accos.tk and code.bitahub.com hold its tokenizer_config.json and README only, no file list, "
+        "shard header or safetensors index); the doctor names the dtype as an open assumption and weighs "
         "float32 (facts/assume.py _checkpoint)",
         False),
 }

@@ -246,9 +246,66 @@ def test_dev_only_never_assembles_a_test_row(monkeypatch):
     try:
         calibrate.run(calibrate.argparse.Namespace(dev_only=True, no_write=False, with_legacy=False))
     finally:
-        calibrate.install(json.loads(before[0]))
+        calibrate.uninstall()
     assert seen and set(seen) == {"dev"}
     assert (calibrate.TABLE.read_bytes(), calibrate.UNC_ROWS.read_bytes()) == before   # dev-only writes nothing
+
+
+def test_the_fit_runs_on_a_copy_and_never_writes_the_package_table(monkeypatch, tmp_path):
+    # calibrate.py used to write each candidate table over the package's while it ran, so a check or a test of the
+    # same tree read a half-fitted table; now the doctor is pointed at a private copy and only --write-table ships
+    import calibrate
+
+    read_from = []
+
+    def predict(r):
+        read_from.append(u.TABLE)   # the table file the doctor would read while assembling this row
+        return {"error": "not assembled"}
+
+    monkeypatch.setattr(calibrate, "predict", predict)
+    monkeypatch.setattr(calibrate.calib_loso, "loso", lambda scored, kept: [
+        {"class_by": ["shape"], "factor": 1.0, "tau": 0.0, "max_dof": None, "brier": 0.1, "coverage": 0.9,
+         "log_score": -1.0, "log_meas": -1.0, "log_outc": 0.0, "brier_se": 0.01, "n_outcomes": 0, "n_meas": 0,
+         "sure_oom_but_trained": [], "sure_fits_but_oom": []}])
+    package = u.TABLE
+    before = calibrate.TABLE.read_bytes(), calibrate.UNC_ROWS.read_bytes()
+    page = tmp_path / "dev.md"
+    try:
+        assert calibrate.main(["--dev-only", "--page", str(page)]) == 0
+    finally:
+        calibrate.uninstall()
+    assert read_from and package not in read_from and calibrate.TABLE not in read_from
+    assert u.TABLE == package   # pointed back after the run
+    assert (calibrate.TABLE.read_bytes(), calibrate.UNC_ROWS.read_bytes()) == before
+    assert page.read_text(encoding="utf-8").startswith("# Calibration")
+    assert json.loads(calibrate.work_table().read_text(encoding="utf-8"))["fitted_on"]["dev_rows"] == 0
+    with pytest.raises(SystemExit):
+        calibrate.main(["--dev-only", "--write-table"])
+
+
+def test_write_table_ships_the_fitted_copy(monkeypatch, tmp_path):
+    # only --write-table copies the working table and its rows file over the package's (here stand-ins in tmp)
+    import calibrate
+
+    monkeypatch.setattr(calibrate, "predict", lambda r: {"error": "not assembled"})
+    monkeypatch.setattr(calibrate.calib_loso, "loso", lambda scored, kept: [
+        {"class_by": ["shape"], "factor": 1.0, "tau": 0.0, "max_dof": None, "brier": 0.1, "coverage": 0.9,
+         "log_score": -1.0, "log_meas": -1.0, "log_outc": 0.0, "brier_se": 0.01, "n_outcomes": 0, "n_meas": 0,
+         "sure_oom_but_trained": [], "sure_fits_but_oom": [], "contamination": [0.2, 0.75], "unexplained": 0.025}])
+    rows_before = calibrate.UNC_ROWS.read_bytes()
+    for name in ("TABLE", "UNC_ROWS", "DOC", "ROWS_CSV"):
+        monkeypatch.setattr(calibrate, name, tmp_path / name)
+    (tmp_path / "UNC_ROWS").write_bytes(rows_before)   # kept_rows() reads the simulated/measured rows from it
+    monkeypatch.setattr(calibrate, "ROOT", tmp_path)
+    try:
+        assert calibrate.main(["--write-table"]) == 0
+    finally:
+        calibrate.uninstall()
+    shipped = json.loads((tmp_path / "TABLE").read_text(encoding="utf-8"))
+    assert shipped == json.loads(calibrate.work_table().read_text(encoding="utf-8"))
+    assert shipped["contamination"] == {"weight": 0.2, "scale": 0.75} and shipped["p_oom_unexplained"] == 0.025
+    assert (tmp_path / "UNC_ROWS").read_bytes() == calibrate.work_rows().read_bytes()
+    assert (tmp_path / "DOC").read_text(encoding="utf-8").startswith("# Calibration")
 
 
 def test_litgpt_rows_carry_an_untied_output_layer():

@@ -108,10 +108,15 @@ def test_verdict_thresholds_and_interval():
     assert tight.verdict == "at-risk" and tight.p_oom > u.P_OOM_TARGET
     over = u.assess(budget * 1.001, budget, "analytic", "default")
     assert over.verdict == "oom" and over.p_oom > 0.4
-    # p_oom is P(total · e^ε > budget): the t CDF at ln(budget/total), standardized
+    # p_oom is P(total · e^ε > budget): the t CDF at ln(budget/total), standardized, mixed with the table's
+    # contamination component (a normal of weight w, scale s) and its unexplained share q (an even chance)
     total = 70.0
-    z = (math.log(budget / total) - d.mu) / d.scale
-    assert u.p_oom(total, budget, d) == pytest.approx(1 - u.t_cdf(z, d.dof), abs=1e-12)
+    x = math.log(budget / total)
+    w, q = d.wide_weight, d.unexplained
+    over_budget = (1 - w) * (1 - u.t_cdf((x - d.mu) / d.scale, d.dof))
+    if w:
+        over_budget += w * (1 - NormalDist(d.mu, d.wide_scale).cdf(x))
+    assert u.p_oom(total, budget, d) == pytest.approx((1 - q) * over_budget + q / 2, abs=1e-12)
     # the interval is the central 90 % of the predictive distribution, known without a GPU
     a = u.assess(total, None, "analytic", "default")
     assert a.verdict is None and a.p_oom is None
@@ -141,3 +146,65 @@ def test_the_committed_table_is_derived_from_the_committed_rows():
     for r in rows:
         assert float(r["eps"]) == pytest.approx(math.log(float(r["measured_gib"]) / float(r["predicted_gib"])),
                                                 abs=1e-4)
+
+
+# -- the contamination component and the unexplained outcomes (module docstring, 'Runs unlike the measured ones') --
+
+MIXED = u.ErrorDist("analytic", "default", 0.08, 0.13, 20, 30, wide_weight=0.3, wide_scale=0.5)
+
+
+def test_a_contaminated_error_is_the_weighted_mixture_of_its_t_and_its_normal():
+    wide = NormalDist(0.08, 0.5)
+    for eps in (-1.0, -0.2, 0.08, 0.3, 1.1):
+        t_part = u.t_cdf((eps - 0.08) / 0.13, 20)
+        assert MIXED.cdf(eps) == pytest.approx(0.7 * t_part + 0.3 * wide.cdf(eps), abs=1e-12)
+        # the density is the derivative of that CDF (central difference)
+        h = 1e-5
+        slope = (MIXED.cdf(eps + h) - MIXED.cdf(eps - h)) / (2 * h)
+        assert math.exp(MIXED.logpdf(eps)) == pytest.approx(slope, rel=1e-4)
+    for p in (0.05, 0.5, 0.95, 0.999):
+        assert MIXED.cdf(MIXED.quantile(p)) == pytest.approx(p, abs=1e-9)
+    # without the component the distribution is the class's t, as before
+    plain = u.ErrorDist("analytic", "default", 0.08, 0.13, 20, 30)
+    assert plain.quantile(0.95) == pytest.approx(0.08 + 0.13 * u.t_quantile(0.95, 20), abs=1e-12)
+
+
+def test_the_contamination_widens_the_tails_but_not_the_core():
+    # a run at a third of its card: the t alone says it never runs out, the mixture gives the broad component's
+    # share of it, and a Cauchy with the same core scale far more
+    total, budget = 79.15 / 3, 79.15
+    core = u.ErrorDist("analytic", "default", 0.08, 0.13, 20, 30)
+    cauchy = u.ErrorDist("analytic", "default", 0.08, 0.13, 1, 30)
+    p_core, p_mix, p_cauchy = (u.p_oom(total, budget, d) for d in (core, MIXED, cauchy))
+    assert p_core < 1e-6
+    assert p_mix == pytest.approx(0.3 * (1 - NormalDist(0.08, 0.5).cdf(math.log(3))), rel=1e-3)
+    assert p_mix < 0.01 < p_cauchy
+    # the spread messages state (rules/predicted-tight-fit.yaml) counts the broad component: half the mixture's
+    # central 68 %, against the t's scale alone without one
+    assert core.spread() == 0.13
+    half = 0.5 * (MIXED.quantile(0.8413447) - MIXED.quantile(0.1586553))
+    assert MIXED.spread() == pytest.approx(half) and 0.13 < half < 0.5
+    # the central half hardly moves: 70 % of the mass is the t
+    assert MIXED.quantile(0.75) - MIXED.quantile(0.25) < 2 * (core.quantile(0.75) - core.quantile(0.25))
+
+
+def test_unexplained_outcomes_bound_p_oom_and_stay_under_the_target(monkeypatch):
+    table = {"methods": {"analytic": {"pooled": {"n": 30, "mean": 0.08, "var": 0.13 ** 2},
+                                      "classes": {"default": {"n": 30, "mean": 0.08, "var": 0.13 ** 2}}}},
+             "prior": {"kappa0": 1, "nu0": 1}, "contamination": {"weight": 0.3, "scale": 0.5},
+             "p_oom_unexplained": 0.5}   # asks for more than the target allows
+    monkeypatch.setattr(u, "table", lambda: table)
+    u.error_dist.cache_clear()
+    try:
+        d = u.oom_dist("analytic", "default")
+        assert d.unexplained == u.P_OOM_TARGET   # capped: q/2 stays at half the target
+        assert (d.wide_weight, d.wide_scale) == (0.3, 0.5)
+        assert u.p_oom(1.0, 1000.0, d) == pytest.approx(u.P_OOM_TARGET / 2, abs=1e-6)
+        assert u.p_oom(1000.0, 1.0, d) == pytest.approx(1 - u.P_OOM_TARGET / 2, abs=1e-6)
+        # a run far under its card can still be called fits; the interval does not carry q
+        assert u.assess(10.0, 80.0, "analytic", "default").verdict == "fits"
+        assert u.error_dist("analytic", "default").unexplained == 0.0
+        with pytest.raises(ValueError):
+            d.quantile(u.P_OOM_TARGET / 4)
+    finally:
+        u.error_dist.cache_clear()

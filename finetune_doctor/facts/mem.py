@@ -187,7 +187,7 @@ def verdict_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[
         "interval_gib": list(a.interval_gib), "interval_lo_gib": a.interval_gib[0],
         "interval_hi_gib": a.interval_gib[1], "interval_basis": BENCHMARK_ERROR, "safe_total_gib": a.safe_total_gib,
         "margin_gib": None if budget is None else budget - a.safe_total_gib,
-        "error_class": d.shape, "error_rows": d.n, "error_label": d.label(), "error_kind": d.kind(), "error_bias_pct": 100 * d.mu, "error_spread_pct": 100 * d.scale,
+        "error_class": d.shape, "error_rows": d.n, "error_label": d.label(), "error_kind": d.kind(), "error_bias_pct": 100 * d.mu, "error_spread_pct": 100 * d.spread(),
         "alt_stack_p_oom": None,
     }
     if alt and alt.get("alt_stack_total") is not None and budget is not None:
