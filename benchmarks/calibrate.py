@@ -396,11 +396,17 @@ def work_rows() -> Path:
     return workspace() / "uncertainty_rows.csv"
 
 
+_PACKAGE_TABLE: dict[str, Path] = {}
+
+
 def install(table: dict[str, Any]) -> None:
     """Make `table` the one the next assembly uses: written to the working copy (`work_table`, never the package's
     file), analyzers/memory/uncertainty.py pointed at it, cached copies dropped. `uninstall` points it back."""
     from finetune_doctor.analyzers.memory import uncertainty
     work_table().write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    # the file the doctor read before the first install is put back by `uninstall` (not calibrate.TABLE, which a
+    # caller may point elsewhere, as the --write-table test does)
+    _PACKAGE_TABLE.setdefault("path", uncertainty.TABLE)
     uncertainty.TABLE = work_table()
     uncertainty.table.cache_clear()
     uncertainty.error_dist.cache_clear()
@@ -409,7 +415,7 @@ def install(table: dict[str, Any]) -> None:
 def uninstall() -> None:
     """Point analyzers/memory/uncertainty.py back at the package's table (cached copies dropped)."""
     from finetune_doctor.analyzers.memory import uncertainty
-    uncertainty.TABLE = TABLE
+    uncertainty.TABLE = _PACKAGE_TABLE.pop("path", uncertainty.TABLE)
     uncertainty.table.cache_clear()
     uncertainty.error_dist.cache_clear()
 
