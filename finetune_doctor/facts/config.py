@@ -372,12 +372,14 @@ def _assumptions(asm: Assembly, opts: Options, tokens: int | None, alt: dict[str
 
     mem = asm.memory
     base = mem.verdict if mem is not None else None
-    if asm.run is not None and asm.run.world_size > 1:
+    found = assume.collect(asm, opts, tokens=tokens, base_verdict=base, alt_stack=alt)
+    if (asm.run is not None and asm.run.world_size > 1) or any(a.name == "launcher" for a in found):
         # the launcher recorded when the config was read (facts/kinds.py `launcher_assumption`, asked before the
         # ranks were known) is asked again of the same producer with the resolved run (facts/assume.py `_launch`),
-        # whose answer replaces it: weighed, or none once the launch is read
+        # whose answer replaces it: weighed (over several ranks, or over GPU counts when none was read), or none
+        # once the launch is read
         asm.assumptions[:] = [a for a in asm.assumptions if a.name != "launcher"]
-    asm.assumptions.extend(assume.collect(asm, opts, tokens=tokens, base_verdict=base, alt_stack=alt))
+    asm.assumptions.extend(found)
     if mem is None:
         return {}
     verdict, deciding = assume.fold(base, mem.total, asm.assumptions)
