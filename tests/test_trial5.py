@@ -63,3 +63,48 @@ def test_a_replicated_run_without_its_count_is_not_sized_per_count():
                   "deepspeed=null", "finetuning_type=lora")
     launcher = [a for a in rep["assumptions"] if a["name"] == "launcher"]
     assert launcher and launcher[0]["effect"]["total_gib"] == {} and not launcher[0]["moves_verdict"]
+
+
+# 4. one reading of the deepspeed path (and of the launch) for a run given as YAML, as a command-line file, or as
+#    the words after `doctor check --`
+
+FORMS = FX / "llama3_70b_full_z3_forms"
+
+
+def _forms() -> dict[str, list[str]]:
+    words = (FORMS / "cmdline.txt").read_text(encoding="utf-8").replace("\\\n", " ").split()
+    return {"yaml": [str(FORMS / "config.yaml")], "file": [str(FORMS / "cmdline.txt")], "argv": ["--", *words]}
+
+
+def _text(args: list[str]) -> str:
+    cut = args.index("--") if "--" in args else len(args)
+    res = CliRunner().invoke(main, ["check", *args[:cut], "--gpu", "8xA100-80GB", "--offline", *args[cut:]])
+    assert res.exit_code == 1, res.output
+    return res.output
+
+
+@pytest.mark.parametrize("form", ["yaml", "file", "argv"])
+def test_the_fix_reads_the_current_deepspeed_path_in_every_form(form):
+    out = _text(_forms()[form])
+    assert "deepspeed: examples/deepspeed/ds_z3_config.json → examples/deepspeed/ds_z3_offload_config.json" in out
+    assert "deepspeed: (unset)" not in out and "\ndeepspeed →" not in out.replace(" ", "")
+
+
+def test_assumptions_are_the_same_for_a_command_line_file_and_its_words():
+    def assumed(args: list[str], *extra: str) -> list[tuple[str, str, bool]]:
+        cut = args.index("--") if "--" in args else len(args)
+        res = CliRunner().invoke(main, ["check", *args[:cut], *extra, "--offline", "--format", "json", *args[cut:]])
+        rep = json.loads(res.stdout)
+        return [(a["name"], str(a["value"]), a["moves_verdict"]) for a in rep["assumptions"]]
+
+    forms = _forms()
+    env = str(FX / "llama3_full_z3_env_no_count" / "env.txt")
+    for extra in (("--gpu", "8xA100-80GB"), ("--env", env)):
+        file, argv, yaml = (assumed(forms[k], *extra) for k in ("file", "argv", "yaml"))
+        assert file == argv
+        # the YAML does not say how it is launched: only there the launcher over 8 ranks (and its rank count, the
+        # one it would assume) is assumed
+        assert [a for a in yaml if a[0] not in ("launcher", "world-size") or extra[0] == "--env"] == file
+    # llamafactory-cli's line does not say how many GPUs: with the card alone, the count stays open in both forms
+    # (70B fully trained: oom on 8 cards as on one, so it does not move the verdict here)
+    assert [a[0] for a in assumed(forms["argv"], "--env", env)].count("launcher") == 1

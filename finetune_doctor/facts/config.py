@@ -666,6 +666,10 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
     launch = acc = None
     if not getattr(opts, "launch", None):
         launch = machine.launch(asm.context)
+        if launch is None and asm.doc.path == "<command line>":
+            # `doctor check -- llamafactory-cli train ...` launches the run as the same words in a cmdline.txt do
+            # (pipeline/check.py reads such a file as its own --launch): one reading for every form (trial 5)
+            launch = _command_launch(asm.doc.text)
     if getattr(opts, "launch", None):
         from finetune_doctor.readers.config.accelerate import read_launch_file
 
@@ -698,6 +702,17 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
         asm.facts["lint"]["accelerate"] = accelerate_fact(acc)
     if launch is not None or acc is not None:
         asm.launch = LaunchInputs(acc, launch)
+
+
+def _command_launch(text: str) -> Any:
+    """The launch the words after ``doctor check --`` state (readers/config/accelerate.py `parse_launch`), None
+    when they hold no launch it reads."""
+    from finetune_doctor.readers.config.accelerate import parse_launch
+
+    try:
+        return parse_launch(text, "<command line>")
+    except InputError:
+        return None
 
 
 # accelerate's own default file name (accelerate config writes default_config.yaml) and the names users give it
