@@ -108,3 +108,50 @@ def test_assumptions_are_the_same_for_a_command_line_file_and_its_words():
     # llamafactory-cli's line does not say how many GPUs: with the card alone, the count stays open in both forms
     # (70B fully trained: oom on 8 cards as on one, so it does not move the verdict here)
     assert [a[0] for a in assumed(forms["argv"], "--env", env)].count("launcher") == 1
+
+
+# 2. a release tag the catalogue entry lacks (-0324, -0414, -2507) may be another architecture: the match by name
+#    is an open assumption that moves the verdict until the checkpoint's config.json is read
+
+def test_a_release_tag_the_entry_lacks_keeps_the_model_open():
+    from finetune_doctor.readers.model.catalog import find_in_catalog, release_tag_lacking
+
+    entry, how = find_in_catalog("deepseek-ai/DeepSeek-V3-0324")
+    assert (entry["id"], how) == ("deepseek-ai/DeepSeek-V3", "stem")
+    assert release_tag_lacking("deepseek-ai/DeepSeek-V3-0324", entry) == "-0324"
+    assert release_tag_lacking("/data/models/DeepSeek-V3-0324-lora-merged", entry) == "-0324"
+    # a tag the entry's aliases carry is that entry (Qwen3-4B lists Qwen3-4B-Instruct-2507)
+    entry, how = find_in_catalog("Qwen/Qwen3-4B-Instruct-2507")
+    assert how == "id" and release_tag_lacking("Qwen/Qwen3-4B-Instruct-2507", entry) is None
+    assert release_tag_lacking("Qwen2.5-7B-Instruct", find_in_catalog("Qwen/Qwen2.5-7B")[0]) is None
+
+    cfg = str(FX / "dsv3_0324_lora" / "config.yaml")
+    code, rep = _run("check", cfg, "--gpu", "8xH200", "--offline", "--no-data")
+    model = next(a for a in rep["assumptions"] if a["name"] == "model")
+    assert model["value"] == "deepseek-ai/DeepSeek-V3" and model["moves_verdict"] and "-0324" in model["source"]
+    assert rep["memory"]["verdict"] == "at-risk" and rep["memory"]["deciding_assumption"]["name"] == "model"
+    code, rep = _run("check", cfg, "--gpu", "8xH200", "--offline", "--no-data", "--strict")
+    assert code == 1 and any(f["name"] == "assumption-moves-verdict" and "model = deepseek-ai/DeepSeek-V3" in
+                             f["message"] for f in rep["findings"])
+
+
+# 5. the LF release given, transformers not: the transformers assumed is the newest that release admits, and a
+#    model type that transformers does not register is said (warning when assumed, error when stated)
+
+def test_the_assumed_transformers_follows_the_stated_release_and_judges_the_model_type():
+    cfg = str(FX / "llama3_full_z3_env_no_count" / "config.yaml")
+    _, rep = _run("check", cfg, "--llamafactory", "0.9.0", "--gpu", "8xA100-80GB", "--offline", "--no-data")
+    tf = next(a for a in rep["assumptions"] if a["name"] == "transformers-version")
+    # LF 0.9.0's check_dependencies: transformers>=4.41.2,<=4.45.0 (catalog/lf_stack_ranges.json)
+    assert tf["value"] == "4.45.0 (the newest LLaMA-Factory 0.9.0 accepts)", tf
+    assert tf["alternatives"] == []   # 4.48.3, the older stack weighed otherwise, is outside that range
+    assert not {"model-type-unregistered", "model-type-unregistered-assumed"} & {f["name"] for f in rep["findings"]}
+    qwen3 = ["model_name_or_path=Qwen/Qwen3-8B", "template=qwen"]
+    _, rep = _run("check", cfg, *qwen3, "--llamafactory", "0.9.0", "--gpu", "8xA100-80GB", "--offline", "--no-data")
+    got = [f for f in rep["findings"] if f["name"].startswith("model-type-unregistered")]
+    assert [(f["name"], f["severity"]) for f in got] == [("model-type-unregistered-assumed", "warning")]
+    assert "needs transformers >= 4.51.0" in got[0]["message"] and "at most 4.45.0" in got[0]["message"]
+    _, rep = _run("check", cfg, *qwen3, "--transformers", "4.45.2", "--gpu", "8xA100-80GB", "--offline",
+                  "--no-data")
+    got = [f for f in rep["findings"] if f["name"].startswith("model-type-unregistered")]
+    assert [(f["name"], f["severity"]) for f in got] == [("model-type-unregistered", "error")]

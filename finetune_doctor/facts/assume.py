@@ -256,11 +256,32 @@ def _stack(c: _Seen, alt_stack: dict[str, Any] | None) -> list[Assumption]:
             return c.judge(old, hw, c.tokens) if old.shifted_logits_copy != run.shifted_logits_copy else None
 
         alts = [(f"transformers {OLD_TRANSFORMERS}", older)]
+        ranged = getattr(c.asm, "tf_assumed", None)
+        if ranged is not None:
+            from finetune_doctor.facts.stackrange import satisfies
+
+            # the LF release is known: pip installs the newest transformers its start-up range admits (trial 5)
+            out.append(_weigh("transformers-version", f"{ranged['version']} (the newest LLaMA-Factory "
+                              f"{ranged['releases']} accepts)",
+                              f"no --transformers or --env transformers; LLaMA-Factory {ranged['releases']} "
+                              f"({ranged['release_source']}) requires {ranged['spec']} at start-up "
+                              "(extras/misc.py check_dependencies), so its newest allowed version is taken; renamed "
+                              "keys are still judged for transformers 4.57-5.x",
+                              "--transformers VERSION, or --env FILE", c.base,
+                              # the older stack is an alternative only where the range admits newer ones
+                              alts if satisfies(ranged["version"], f"transformers>{OLD_TRANSFORMERS}") else []))
+            return out + _deepspeed_version(c, given)
         out.append(_weigh("transformers-version", "a current release (4.57-5.x)",
                           "no --transformers, --env or installed transformers of the training machine: renamed and "
                           "version-only keys are judged for transformers 4.57-5.x, and the loss shifts labels "
                           "instead of copying the logits (transformers >= 4.49)",
                           "--transformers VERSION, or --env FILE", c.base, alts))
+    return out + _deepspeed_version(c, given)
+
+
+def _deepspeed_version(c: _Seen, given: set[str]) -> list[Assumption]:
+    """DeepSpeed of the training machine when the run uses it and nothing names its version."""
+    run, out = c.run, []
     # the LLaMA-Factory release is recorded where the config is read (facts/kinds.py `lf-version`): the keys are
     # judged for the release named, else for every release together (readers/config/lfrelease.py)
     if run.deepspeed and "deepspeed" not in given:

@@ -23,12 +23,13 @@ from finetune_doctor.facts import ds as ds_facts
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import kinds
 from finetune_doctor.facts.bf16stack import bf16_refusal, stack_versions
-from finetune_doctor.facts.stackrange import stack_refusal_facts
+from finetune_doctor.facts.stackrange import assumed_transformers, stack_refusal_facts
 from finetune_doctor.facts import lint as lint_facts
 from finetune_doctor.facts import machine
 from finetune_doctor.facts import model as model_facts
 from finetune_doctor.facts import quantassume
 from finetune_doctor.facts import run as run_facts
+from finetune_doctor.facts import tfmodeltype
 from finetune_doctor.fsutil import display_path, real_parent
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc, load_config
 from finetune_doctor.readers.config.lfnarrow import release_in_use
@@ -67,6 +68,7 @@ class Assembly:
     ds_assumed: tuple[str, str] | None = None   # (the DeepSpeed path not here, the stock file used instead)
     kind: str = "train"            # readers/config/lfkind.py: which LF command reads the config
     release: Any = None            # readers/lfrelease.Release the keys were judged for
+    tf_assumed: dict[str, str] | None = None   # transformers assumed from the LF release's range (facts/stackrange.py)
     kind_section: dict[str, Any] | None = None                    # export / chat estimates (facts/kinds.py)
     doc_read: Any = None           # the config as read (a v1 config before its adoption as v0 keys)
     v1_world: int | None = None    # the process count v1's batch layout was judged for (facts/kinds.py v1_batch)
@@ -208,7 +210,8 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     # the stack first: the model's layout depends on the transformers release that builds it (MoE experts)
     stack, sources = _stack(opts, asm.hw, env_report, asm.context)
     asm.stack, asm.nnodes, asm.stack_sources = stack, opts.nnodes, sources
-    if stack.get("transformers") and stack["transformers"] != opts.transformers_version:
+    stack = _release_stack(asm, stack, release)
+    if asm.tf_assumed is None and stack.get("transformers") and stack["transformers"] != opts.transformers_version:
         # --env (or this training machine) names transformers: its renamed keys are judged for that release
         facts["lint"]["keys"] = lint_facts.assemble(doc, stack["transformers"], release=release, kind=kind)["keys"]
     if machine.data(asm.context, doc.values)[0] is not None:
@@ -217,6 +220,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
                                  and not (k.get("kind") == "not_here" and k.get("key") == "dataset_dir")]
     arch = _arch(asm, config, opts, tolerate=static or not need_model or lenient, static=static,
                  transformers=stack.get("transformers"))
+    facts["lint"]["model_type_unregistered"] = tfmodeltype.fact(asm, arch)
     if kind not in ("train", "train-v1"):
         return kinds.not_training(asm, arch)
     if arch is None:
@@ -486,6 +490,16 @@ def installed_versions() -> dict[str, str]:
     return installed()
 
 
+def _release_stack(asm: Assembly, stack: dict[str, str | None], release: Any) -> dict[str, str | None]:
+    """`stack` with the transformers the LF release's start-up range makes likely when only the release is known
+    (facts/stackrange.py `assumed_transformers`, kept in ``asm.tf_assumed``: trial 5), an assumption
+    (facts/assume.py) that decides the run but not which keys are judged renamed; `stack` itself otherwise."""
+    asm.tf_assumed = None if stack.get("transformers") else assumed_transformers(release)
+    if asm.tf_assumed is not None:
+        asm.stack = {**stack, "transformers": asm.tf_assumed["version"]}
+    return asm.stack
+
+
 def _stack(opts: Options, hw: Hardware | None, env: Any, ctx: Any = None) -> tuple[dict[str, str | None], tuple]:
     """The training machine's versions and where each came from, in order of precedence: ``--torch`` /
     ``--transformers``, then ``--env FILE``, then a ``doctor context`` file (`ctx`, as ``--env``), then the packages
@@ -669,7 +683,9 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
         if launch is None and asm.doc.path == "<command line>":
             # `doctor check -- llamafactory-cli train ...` launches the run as the same words in a cmdline.txt do
             # (pipeline/check.py reads such a file as its own --launch): one reading for every form (trial 5)
-            launch = _command_launch(asm.doc.text)
+            from finetune_doctor.readers.config.accelerate import parse_launch_or_none
+
+            launch = parse_launch_or_none(asm.doc.text, asm.doc.path)
     if getattr(opts, "launch", None):
         from finetune_doctor.readers.config.accelerate import read_launch_file
 
@@ -702,17 +718,6 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
         asm.facts["lint"]["accelerate"] = accelerate_fact(acc)
     if launch is not None or acc is not None:
         asm.launch = LaunchInputs(acc, launch)
-
-
-def _command_launch(text: str) -> Any:
-    """The launch the words after ``doctor check --`` state (readers/config/accelerate.py `parse_launch`), None
-    when they hold no launch it reads."""
-    from finetune_doctor.readers.config.accelerate import parse_launch
-
-    try:
-        return parse_launch(text, "<command line>")
-    except InputError:
-        return None
 
 
 # accelerate's own default file name (accelerate config writes default_config.yaml) and the names users give it

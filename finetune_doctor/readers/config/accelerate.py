@@ -336,6 +336,14 @@ def parse_launch(text: str, path: str = "<command line>") -> LaunchCommand:
                      "llamafactory-cli train)", file=path)
 
 
+def parse_launch_or_none(text: str, path: str = "<command line>") -> LaunchCommand | None:
+    """`parse_launch`, or None when `text` holds no launch it reads (the words after ``doctor check --``)."""
+    try:
+        return parse_launch(text, path)
+    except InputError:
+        return None
+
+
 def read_launch_file(path: str) -> LaunchCommand:
     """`parse_launch` on a file (a run folder's ``cmdline.txt``, a launch script); InputError as `parse_launch` and
     for a file that cannot be read."""
