@@ -133,6 +133,7 @@ RELEASED = {
     "FD044": "v1-launch-unverified",
     "FD045": "config-suffix-not-read",
     "FD050": "package-version-refused", "FD051": "package-version-refused-range",
+    "FD052": "model-type-unregistered", "FD053": "model-type-unregistered-assumed",
     "FD046": "duplicate-key", "FD047": "duplicate-key-last-wins",
     "FD741": "galore-default-optim-unverified",
     "FD642": "inference-does-not-fit",
