@@ -28,6 +28,7 @@ from finetune_doctor.facts import lint as lint_facts
 from finetune_doctor.facts import machine
 from finetune_doctor.facts import model as model_facts
 from finetune_doctor.facts import quantassume
+from finetune_doctor.facts import nothere
 from finetune_doctor.facts import run as run_facts
 from finetune_doctor.facts import tfmodeltype
 from finetune_doctor.fsutil import display_path, real_parent
@@ -224,7 +225,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     if kind not in ("train", "train-v1"):
         return kinds.not_training(asm, arch)
     if arch is None:
-        _model_not_here(asm)
+        nothere.model_not_here(asm)
     # check, estimate and postmortem size a DeepSpeed file that is not here with the same stock stand-in (one home:
     # `_stand_in_deepspeed`, an assumption), so the same inputs give the same total (trial 3, LlamaFactory#8665)
     _deepspeed(asm, arch, tolerate_missing=static, lenient=lenient)
@@ -570,33 +571,6 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
     return arch
 
 
-def _model_not_here(asm: Assembly) -> None:
-    """An unresolved model named by a local path (absolute, ``./``, ``../``, ``~``) that is not on this machine: the
-    training machine may hold it, so it is not-checked-here (info) unless --strict (model-unresolved). A name that
-    could be a hub id (``org/name``) stays model-unresolved: LLaMA-Factory would look it up on the hub too."""
-    import os
-
-    unresolved = asm.facts["lint"].get("model_unresolved")
-    if not unresolved:
-        return
-    name = str(unresolved.get("name") or "")
-    from finetune_doctor.readers.model.modelcfg import FOLDER_WORDS
-
-    # a hub id is exactly owner/name: three parts, or an owner that is a folder word (LF's `models/llama3-8b-pro`),
-    # name a folder as surely as a leading "/" does
-    parts = name.replace("\\", "/").split("/")
-    local = (name.startswith(("/", "./", "../", "~")) or (len(name) > 2 and name[1] == ":" and name[2] in "\\/")
-             or len(parts) > 2 or (len(parts) == 2 and parts[0].lower() in FOLDER_WORDS))
-    here = os.path.exists(os.path.expanduser(name))
-    unresolved["not_here"] = bool(local and not here)
-    if unresolved["not_here"]:
-        doc = asm.doc
-        asm.facts["lint"]["keys"].append({
-            "key": "model_name_or_path", "kind": "not_here", "message": unresolved["message"],
-            "suggestion": None, "replacement": None, "fix": None, "fix_value": None, "condition": "not on this machine",
-            "line": doc.line_of("model_name_or_path"), "override": "model_name_or_path" in doc.overrides})
-
-
 def _deepspeed(asm: Assembly, arch: Any, *, tolerate_missing: bool, lenient: bool) -> None:
     """Read the DeepSpeed JSON the config names into `asm` (ds, ds_stock, facts["ds"], sources["deepspeed"]).
 
@@ -620,7 +594,7 @@ def _deepspeed(asm: Assembly, arch: Any, *, tolerate_missing: bool, lenient: boo
             if not lenient:
                 asm.facts["lint"]["keys"].append({
                     "key": "deepspeed", "kind": "not_here", "message": missing["message"], "suggestion": None,
-                    "replacement": None, "fix": None, "fix_value": None, "condition": "not on this machine",
+                    "replacement": None, "fix": None, "fix_value": None, "condition": nothere.PATH_NOT_HERE,
                     "line": doc.line_of("deepspeed"), "override": "deepspeed" in doc.overrides})
             if not tolerate_missing:
                 _stand_in_deepspeed(asm, arch)   # check, estimate: estimate with a stock file, as an assumption
