@@ -173,3 +173,37 @@ def test_an_unfetchable_hub_id_is_not_checked_here():
     code, rep = _run("check", cfg, "model_name_or_path=acme-ai/Acme-LM-13B-Chat", "--gpu", "4xA100-80GB",
                      "--offline", "--strict")
     assert code == 1 and any(f["name"] == "model-unresolved" for f in rep["findings"])
+
+
+# 3. a probability printed so that it can be told from the 5 % target and from the value it is compared with; a
+#    roomy at-risk run is not called tight; an error measured on fewer than 3 runs says it is thin
+
+def test_probabilities_near_the_target_keep_their_decimals():
+    from finetune_doctor.reporters.text import _pct
+
+    assert _pct(0.0517) == "5.2 %" and _pct(0.0504) == "5.04 %" and _pct(0.11) == "11 %"
+    assert (_pct(0.052, 0.048), _pct(0.048, 0.052)) == ("5.2 %", "4.8 %")
+    assert (_pct(0.113, 0.109), _pct(0.109, 0.113)) == ("11.3 %", "10.9 %")
+    assert _pct(0.004) == "< 1 %" and _pct(0.995) == "> 99 %"
+
+
+def test_a_roomy_at_risk_run_is_not_called_tight_and_a_thin_error_says_so():
+    from finetune_doctor.engine.evaluate import _message
+    from finetune_doctor.engine.expr import Evaluator
+    from finetune_doctor.engine.loader import load_rules
+
+    rule = next(r for r in load_rules() if r.name == "predicted-tight-fit")
+    base = {"headroom_gib": 70.88, "need_gib": 68.9, "budget_gib": 139.81, "peak_moment": "optimizer step",
+            "total": 68.9, "error_label": "ZeRO-2/3 runs: measured on 9 runs", "error_spread_pct": 14.0,
+            "error_bias_pct": 10.1, "interval_lo_gib": 51.2, "interval_hi_gib": 113.6,
+            "interval_basis": "the benchmarks' error", "p_oom_pct": 5.15, "verdict_reason": "error",
+            "alt_stack_fits": None, "error_rows": 9}
+    facts = {"mem": base, "hw": {"gpu": "L20X"}, "run": {"optim": "adamw_torch"}}
+    text = _message(rule, Evaluator(facts))
+    assert "51 % of the card: not a tight fit" in text and "5.2 % probability, over the 5 %" in text
+    assert "the wider tail fitted on runs" in text and "too few to size it" not in text
+    thin = {**facts, "mem": {**base, "headroom_gib": 2.0, "need_gib": 20.0, "budget_gib": 22.0,
+                             "interval_hi_gib": 26.5, "error_rows": 1}}
+    text = _message(rule, Evaluator(thin))
+    assert "not a tight fit" not in text and "wider tail" not in text
+    assert "rests on 1 measured run of this kind, too few to size it" in text
