@@ -28,7 +28,7 @@ from finetune_doctor.facts import lint as lint_facts
 from finetune_doctor.facts import machine
 from finetune_doctor.facts import model as model_facts
 from finetune_doctor.facts import quantassume
-from finetune_doctor.facts import nothere
+from finetune_doctor.facts import moeleaf, nothere
 from finetune_doctor.facts import run as run_facts
 from finetune_doctor.facts import tfmodeltype
 from finetune_doctor.fsutil import display_path, real_parent
@@ -265,6 +265,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     asm.counts = count_params(asm.run)
     facts["run"] = run_facts.assemble(asm.run, doc.values)
     facts["model"] = model_facts.assemble(asm.run, asm.counts)
+    facts["lint"]["moe_z3_leaf"] = moeleaf.fact(asm)
     if not static or asm.hw is not None:
         # the memory model is imported only here: `doctor lint` without --gpu never estimates (import time, #22)
         from finetune_doctor.analyzers.memory import estimate

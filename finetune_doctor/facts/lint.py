@@ -137,6 +137,12 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "stated": F("bool", "read from the inputs (True) or assumed from the LF release (False)"),
         "source": F("str", "where the version was read, or the LF release it was assumed from"),
         "why": F("str", "how an assumed version was chosen")}),
+    "moe_z3_leaf": F("dict", "a ZeRO-3 MoE run on an LF release that does not fetch the MoE block whole "
+                             "(facts/moeleaf.py)", fields={
+        "model_type": F("str", "the MoE model type"), "releases": F("str", "the judged LF releases"),
+        "without": F("str", "the judged releases that do not make its MoE block a ZeRO-3 leaf"),
+        "first": F("str", "the first catalogued release that does"),
+        "certain": F("bool", "every judged release lacks it"), "where": F("str", "LF's file and function")}),
     "kind_estimate": F("dict", "the estimate of a config that does not train (facts/kinds.py)", fields={
         "kind": F("str", "export | chat"), "fits": F("bool", "fits the GPUs (None: not judged)"),
         "device": F("str", "export: cpu | gpu"), "peak_gib": F("float", "export: peak while merging, GiB"),
@@ -249,7 +255,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
             "lf_version": rel, "release_conflicts": conflicts,
             "release_note": release.note if getattr(release, "older", False) else "",
             "launch_trains": None, "config_command": COMMANDS.get(kind or "train"), "stack_refusals": [],
-            "model_type_unregistered": None,
+            "model_type_unregistered": None, "moe_z3_leaf": None,
             **(launch or {"launch_known": False, "torchrun": False, "torch_known": False, "bf16_refused": None,
                           "bf16_stack": "the training machine's torch and transformers (not given) decide whether "
                                         "it starts"})}
