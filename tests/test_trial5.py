@@ -207,3 +207,42 @@ def test_a_roomy_at_risk_run_is_not_called_tight_and_a_thin_error_says_so():
     text = _message(rule, Evaluator(thin))
     assert "not a tight fit" not in text and "wider tail" not in text
     assert "rests on 1 measured run of this kind, too few to size it" in text
+
+
+# 9. a lint over several configs names whose each assumption is; a saved postmortem report with no inputs header
+#    is skipped as the doctor's own output; an `llamafactory-cli env` paste given as the config points to --env
+
+def test_a_lint_of_several_configs_names_the_file_of_each_assumption(tmp_path):
+    import shutil
+
+    a = tmp_path / "llama3_full.yaml"
+    shutil.copy(FX / "llama3_full_z3_env_no_count" / "config.yaml", a)
+    b = tmp_path / "dsv3_lora.yaml"
+    shutil.copy(FX / "dsv3_0324_lora" / "config.yaml", b)
+    _, rep = _run("lint", str(tmp_path))
+    model = [x for x in rep["assumptions"] if x["name"] == "model"]
+    assert [m["files"] for m in model] == [[str(b)]]
+    assert all(x.get("files") for x in rep["assumptions"])
+    _, one = _run("lint", str(a))
+    assert one["assumptions"] and not any("files" in x for x in one["assumptions"])
+    res = CliRunner().invoke(main, ["lint", str(tmp_path)])
+    assert f"! model: deepseek-ai/DeepSeek-V3 [{b}]" in " ".join(res.output.split())
+
+
+def test_a_saved_postmortem_report_without_inputs_is_the_doctors_own_output(tmp_path):
+    from finetune_doctor.readers.runlogs.ownreport import own_report_format
+
+    saved = ("doctor postmortem\n\nTimeline\n  step   event       detail          source\n"
+             "     —   killed      a training process killed   train.log:14\n")
+    assert own_report_format(saved.encode()) == "text"
+    assert own_report_format(b"doctor check\n\nErrors (1)\nFD601 predicted-oom  train.yaml:5\n") == "text"
+    # a training log that happens to mention the doctor is not its report
+    assert own_report_format(b"[INFO] doctor postmortem\n{'loss': 1.2, 'epoch': 0.1}\n") is None
+
+
+def test_an_env_paste_given_as_the_config_points_to_env():
+    env = str(FX / "llama3_full_z3_env_no_count" / "env.txt")
+    res = CliRunner().invoke(main, ["check", env])
+    assert res.exit_code == 2
+    assert f"this is `llamafactory-cli env` output, not a config: pass it as --env {env}" in res.output
+    assert "Traceback" not in res.output
