@@ -246,3 +246,27 @@ def test_an_env_paste_given_as_the_config_points_to_env():
     assert res.exit_code == 2
     assert f"this is `llamafactory-cli env` output, not a config: pass it as --env {env}" in res.output
     assert "Traceback" not in res.output
+
+
+# README's quickstart quotes what the first command prints: the figures are read back from the tool (trial 5: the
+# text said 76 % -> 15 % after the tool had moved to 17 %)
+
+def test_the_readme_quickstart_figures_are_what_the_tool_prints():
+    import re
+
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    res = CliRunner().invoke(main, ["check", str(ROOT / "fixtures" / "quickstart" / "llama7b_full_zero2_v100.yaml"),
+                                    "optim=adamw_torch", "--gpu", "8xV100-32GB"])
+    out = " ".join(res.output.split())
+    m = re.search(r"the predicted per-GPU memory \(([\d.]+) GiB on a ([\d.]+) GiB card\)", readme)
+    assert m and f"total {m.group(1)} → " in out and f"capacity {m.group(2)} GiB" in out
+    m = re.search(r"where Adam's ([\d.]+) GiB temporary", readme)
+    assert m and f"of which {m.group(1)} GiB are the update's temporaries" in out
+    m = re.search(r"ZeRO-3, what fixed it in the real thread: ([\d.]+) → ([\d.]+) GiB, a probability of OOM of "
+                  r"(\d+) %", readme)
+    assert m and f"effect: total {m.group(1)} → {m.group(2)} GiB, probability of OOM" in out
+    assert re.search(rf"effect: total {m.group(1)} → {m.group(2)} GiB, probability of OOM \d+ % → {m.group(3)} %",
+                     out)
+    m = re.search(r"offloaded to CPU, ([\d.]+) GiB, ranked last when `--host-ram` says the node lacks its (\d+) GiB",
+                  readme)
+    assert m and f"→ {m.group(1)} GiB" in out and f"host RAM needed per node ≈ {m.group(2)} GiB" in out
