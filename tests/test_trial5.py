@@ -270,3 +270,23 @@ def test_the_readme_quickstart_figures_are_what_the_tool_prints():
     m = re.search(r"offloaded to CPU, ([\d.]+) GiB, ranked last when `--host-ram` says the node lacks its (\d+) GiB",
                   readme)
     assert m and f"→ {m.group(1)} GiB" in out and f"host RAM needed per node ≈ {m.group(2)} GiB" in out
+
+
+def test_a_model_type_stated_by_the_name_is_judged_when_no_config_json_was_read():
+    from finetune_doctor.facts.tfmodeltype import type_by_name
+
+    assert type_by_name("zai-org/GLM-Z1-9B-0414") == "glm4"
+    assert type_by_name("/data/THUDM/GLM-4-32B-Base-0414") == "glm4"
+    assert type_by_name("Qwen/Qwen3-30B-A3B-Instruct-2507") == "qwen3_moe"
+    assert type_by_name("/models/qwen3-8b-sft") == "qwen3"
+    assert type_by_name("THUDM/glm-4-9b-chat") is None and type_by_name("Qwen/Qwen2.5-7B") is None
+    cfg = str(FX / "llama3_full_z3_env_no_count" / "config.yaml")
+    _, rep = _run("check", cfg, "model_name_or_path=zai-org/GLM-Z1-9B-0414", "template=glm4", "--llamafactory",
+                  "0.9.2", "--gpu", "8xA100-80GB", "--offline")
+    got = [f for f in rep["findings"] if f["name"] == "model-type-unregistered-assumed"]
+    assert len(got) == 1 and "`glm4` needs transformers >= 4.51.3" in got[0]["message"]
+    assert "the name `zai-org/GLM-Z1-9B-0414` states" in got[0]["message"]
+    # the same name on a release whose range admits it: nothing to say
+    _, rep = _run("check", cfg, "model_name_or_path=zai-org/GLM-Z1-9B-0414", "template=glm4", "--llamafactory",
+                  "0.9.3", "--gpu", "8xA100-80GB", "--offline")
+    assert not [f for f in rep["findings"] if f["name"].startswith("model-type-unregistered")]

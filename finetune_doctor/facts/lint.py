@@ -136,7 +136,8 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "transformers": F("str", "the training machine's transformers, stated or assumed"),
         "stated": F("bool", "read from the inputs (True) or assumed from the LF release (False)"),
         "source": F("str", "where the version was read, or the LF release it was assumed from"),
-        "why": F("str", "how an assumed version was chosen")}),
+        "why": F("str", "how an assumed version was chosen"),
+        "by_name": F("str", "the model name the type was read from when its config.json was not read (None: read)")}),
     "moe_z3_leaf": F("dict", "a ZeRO-3 MoE run on an LF release that does not fetch the MoE block whole "
                              "(facts/moeleaf.py)", fields={
         "model_type": F("str", "the MoE model type"), "releases": F("str", "the judged LF releases"),

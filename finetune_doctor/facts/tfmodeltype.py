@@ -25,6 +25,22 @@ def load() -> dict[str, dict[str, str]]:
     return json.loads(CATALOG.read_text(encoding="utf-8"))["model_types"]
 
 
+@lru_cache(maxsize=1)
+def _names() -> tuple[tuple[Any, str], ...]:
+    import re
+
+    rows = json.loads(CATALOG.read_text(encoding="utf-8")).get("names", [])
+    return tuple((re.compile(r["pattern"]), r["model_type"]) for r in rows)
+
+
+def type_by_name(name: str | None) -> str | None:
+    """The model_type a model's name states (catalog/tf_model_types.json ``names``: ``GLM-4-9B-0414`` is ``glm4``),
+    for a model whose config.json was not read; None when no pattern matches."""
+    if not name:
+        return None
+    return next((t for pat, t in _names() if pat.search(str(name))), None)
+
+
 def unregistered(model_type: str | None, transformers: str | None, stated: bool, source: str,
                  assumed_why: str = "") -> dict[str, Any] | None:
     """The ``lint.model_type_unregistered`` fact: {model_type, since, source_of_since, transformers, stated,
@@ -42,20 +58,27 @@ def unregistered(model_type: str | None, transformers: str | None, stated: bool,
     if satisfies(transformers, f"transformers>={row['since']}") is not False:
         return None
     return {"model_type": model_type, "since": row["since"], "source_of_since": row["source"],
-            "transformers": transformers, "stated": stated, "source": source, "why": assumed_why}
+            "transformers": transformers, "stated": stated, "source": source, "why": assumed_why, "by_name": None}
 
 
 def fact(asm: Any, arch: Any) -> dict[str, Any] | None:
     """The ``lint.model_type_unregistered`` fact of an assembly (facts/config.py `Assembly`): the model's type
     against the transformers the inputs state (``asm.stack_sources``), else the one assumed from the LF release's
     range (``asm.tf_assumed``, facts/stackrange.py `assumed_transformers`); None without a model."""
-    if arch is None:
-        return None
+    name = str(asm.doc.values.get("model_name_or_path") or "")
+    # the type read from a config.json, else (nothing read, or a match by name the name's release tag leaves open:
+    # readers/model/modelcfg.py `_assumed`) the one the name states
+    open_match = any(a.name == "model" and a.moves_verdict for a in asm.assumptions)
+    mtype = arch.model_type if arch is not None and not open_match else (type_by_name(name) or
+                                                                      (arch.model_type if arch is not None else None))
+    by_name = name if arch is None or open_match else None
     stated = next(((v, src) for p, v, src in asm.stack_sources if p == "transformers"), None)
-    if stated is not None:
-        return unregistered(arch.model_type, stated[0], True, stated[1])
     a = getattr(asm, "tf_assumed", None)
-    if a is None:
+    if stated is not None:
+        out = unregistered(mtype, stated[0], True, stated[1])
+    elif a is not None:
+        out = unregistered(mtype, a["version"], False, f"LLaMA-Factory {a['releases']} ({a['release_source']})",
+                           f"the newest version LLaMA-Factory {a['releases']} accepts ({a['spec']})")
+    else:
         return None
-    return unregistered(arch.model_type, a["version"], False, f"LLaMA-Factory {a['releases']} ({a['release_source']})",
-                        f"the newest version LLaMA-Factory {a['releases']} accepts ({a['spec']})")
+    return {**out, "by_name": by_name} if out is not None and by_name else out
