@@ -246,9 +246,11 @@ class Assumption:
     effect_verdict: dict[str, str] = field(default_factory=dict)
     resolve_with: str = ""
     moves_verdict: bool = False
+    # the config files it was made for, when one report covers several (`doctor lint DIR`); empty for one file
+    files: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "name": self.name,
             "value": self.value,
             "source": self.source,
@@ -258,6 +260,9 @@ class Assumption:
             "resolve_with": self.resolve_with,
             "moves_verdict": self.moves_verdict,
         }
+        if self.files:
+            d["files"] = list(self.files)
+        return d
 
 
 @dataclass(frozen=True)

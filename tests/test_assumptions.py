@@ -323,7 +323,9 @@ def test_a_verdict_decided_by_a_fully_weighted_assumption_says_as_assumed(monkey
     ("models/llama3-8b-pro", "FD098"),          # LF's llama_pro example: a folder the expand script writes
     ("/data/exp/run1/merged", "FD098"),
     ("saves/llama3/lora/merged", "FD098"),      # three parts: no hub id has them
-    ("acme-labs/Qwen9-7B-Instruct", "FD607"),   # owner/name: LF would ask the hub too
+    # owner/name: LF would ask the hub, which --offline keeps this machine from doing: not checked here either
+    # (trial 5: an air-gapped CI failed a fine config on it); --strict makes it FD607 (tests/test_trial5.py)
+    ("acme-labs/Qwen9-7B-Instruct", "FD098"),
 ])
 def test_a_model_path_not_on_this_machine_is_not_checked_here(tmp_path, name, code):
     cfg = tmp_path / "train.yaml"

@@ -168,12 +168,13 @@ class _Seen:
     def cfg(self) -> dict[str, Any]:
         return self.asm.doc.values
 
-    def rerun(self, stack: dict[str, Any] | None = None, arch: Any = None, launch: Any = None) -> Any:
-        """The run re-resolved by run.resolve_run with another stack, architecture or launch."""
+    def rerun(self, stack: dict[str, Any] | None = None, arch: Any = None, launch: Any = None,
+              hw: Hardware | None = None) -> Any:
+        """The run re-resolved by run.resolve_run with another stack, architecture, launch or GPUs."""
         from finetune_doctor.run import resolve_run
 
         a = self.asm
-        out = resolve_run(self.cfg, arch or self.run.arch, self.hw, a.ds, nnodes=a.nnodes,
+        out = resolve_run(self.cfg, arch or self.run.arch, hw or self.hw, a.ds, nnodes=a.nnodes,
                           stack={**a.stack, **(stack or {})}, stack_sources=a.stack_sources,
                           launch=launch if launch is not None else a.launch)
         # what the data showed (facts/config.py `text_only`) holds under every alternative
@@ -256,11 +257,32 @@ def _stack(c: _Seen, alt_stack: dict[str, Any] | None) -> list[Assumption]:
             return c.judge(old, hw, c.tokens) if old.shifted_logits_copy != run.shifted_logits_copy else None
 
         alts = [(f"transformers {OLD_TRANSFORMERS}", older)]
+        ranged = getattr(c.asm, "tf_assumed", None)
+        if ranged is not None:
+            from finetune_doctor.facts.stackrange import satisfies
+
+            # the LF release is known: pip installs the newest transformers its start-up range admits (trial 5)
+            out.append(_weigh("transformers-version", f"{ranged['version']} (the newest LLaMA-Factory "
+                              f"{ranged['releases']} accepts)",
+                              f"no --transformers or --env transformers; LLaMA-Factory {ranged['releases']} "
+                              f"({ranged['release_source']}) requires {ranged['spec']} at start-up "
+                              "(extras/misc.py check_dependencies), so its newest allowed version is taken; renamed "
+                              "keys are still judged for transformers 4.57-5.x",
+                              "--transformers VERSION, or --env FILE", c.base,
+                              # the older stack is an alternative only where the range admits newer ones
+                              alts if satisfies(ranged["version"], f"transformers>{OLD_TRANSFORMERS}") else []))
+            return out + _deepspeed_version(c, given)
         out.append(_weigh("transformers-version", "a current release (4.57-5.x)",
                           "no --transformers, --env or installed transformers of the training machine: renamed and "
                           "version-only keys are judged for transformers 4.57-5.x, and the loss shifts labels "
                           "instead of copying the logits (transformers >= 4.49)",
                           "--transformers VERSION, or --env FILE", c.base, alts))
+    return out + _deepspeed_version(c, given)
+
+
+def _deepspeed_version(c: _Seen, given: set[str]) -> list[Assumption]:
+    """DeepSpeed of the training machine when the run uses it and nothing names its version."""
+    run, out = c.run, []
     # the LLaMA-Factory release is recorded where the config is read (facts/kinds.py `lf-version`): the keys are
     # judged for the release named, else for every release together (readers/config/lfrelease.py)
     if run.deepspeed and "deepspeed" not in given:
@@ -441,8 +463,8 @@ def _launch(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: 
     the resolved run) weighed, and the rank count, when the launch was not read."""
     from finetune_doctor.facts.kinds import ACCELERATE_FSDP, BY_HAND, DATA_PARALLEL, launcher_assumption
 
-    if run.world_size <= 1:   # one rank: the entry recorded when the config was read stands, nothing to weigh
-        return []
+    if run.world_size <= 1:
+        return _gpu_count(asm, run, hw, tokens, judge, rerun, base_verdict)
     base = launcher_assumption(asm, run.world_size, run.engine, bool(run.deepspeed), run)
     if base is None:
         return []
@@ -463,6 +485,44 @@ def _launch(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: 
     return [weighed, _weigh("world-size", run.world_size, f"{src} (llamafactory-cli sets NPROC_PER_NODE to the "
                             "visible devices, launcher.py)", "--launch FILE, --accelerate-config FILE or --nnodes N",
                             base_verdict, [])]
+
+
+# The GPU counts weighed when the inputs name a card but not how many (an `llamafactory-cli env` paste without
+# "GPU number", trial 5 case 10): the node sizes LLaMA-Factory's multi-GPU examples and users' reports name most
+GPU_COUNTS = (2, 4, 8)
+
+
+def sharded(run: Any) -> bool:
+    """Whether the run's per-GPU memory falls with its rank count: DeepSpeed ZeRO 1-3 partitions optimizer states
+    (and gradients, parameters) over the ranks, FSDP shards parameters (DeepSpeed runtime/zero/stage_1_and_2.py,
+    stage3.py; torch FSDP). Plain DDP replicates everything, so more GPUs do not move its peak."""
+    return bool(run.zero_stage >= 1 or run.engine == "fsdp" or run.fsdp)
+
+
+def _gpu_count(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: Judge,
+               rerun: Callable[..., Any], base_verdict: str | None) -> list[Assumption]:
+    """One rank because nothing said how many (the one-rank ``launcher`` assumption, facts/kinds.py
+    `launcher_assumption`): weighed at `GPU_COUNTS` ranks per node when the run shards (`sharded`), so the
+    alternative that moves the verdict is sized and can open it (trial 5: an --env card without its count gave
+    `oom > 99 %` on a run that trained on 8 V100s). The weighed entry replaces the one recorded when the config was
+    read (facts/config.py `_assumptions`); [] when the count was read or the run does not shard."""
+    from finetune_doctor.facts.kinds import launcher_assumption
+
+    base = launcher_assumption(asm, run.world_size, run.engine, bool(run.deepspeed), run)
+    if base is None or hw is None or not sharded(run) or not _on(judge):
+        return []
+    nodes = max(hw.nnodes or 1, 1)
+
+    def at(n: int) -> tuple[float, str | None] | None:
+        more = replace(hw, num_gpus=n * nodes)
+        return judge(rerun(hw=more), more, tokens)
+
+    alts: list[tuple[str, Callable[[], tuple[float, str | None] | None] | None]] = [
+        (f"torchrun over {n} GPUs per node", (lambda n=n: at(n))) for n in GPU_COUNTS]
+    alts += [(label, None) for label in base.alternatives if label != "torchrun over several GPUs"]
+    resolve = f"--gpu NxCARD such as --gpu 8x{hw.gpu or 'CARD'}, --launch FILE or --accelerate-config FILE"
+    return [_weigh(base.name, base.value, base.source + "; the run shards over its ranks, so each count is sized",
+                   resolve, base_verdict, alts)]
 
 
 def _data_parallel(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, judge: Judge, fresh: Judge,

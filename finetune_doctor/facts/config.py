@@ -23,12 +23,14 @@ from finetune_doctor.facts import ds as ds_facts
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import kinds
 from finetune_doctor.facts.bf16stack import bf16_refusal, stack_versions
-from finetune_doctor.facts.stackrange import stack_refusal_facts
+from finetune_doctor.facts.stackrange import assumed_transformers, stack_refusal_facts
 from finetune_doctor.facts import lint as lint_facts
 from finetune_doctor.facts import machine
 from finetune_doctor.facts import model as model_facts
 from finetune_doctor.facts import quantassume
+from finetune_doctor.facts import moeleaf, nothere
 from finetune_doctor.facts import run as run_facts
+from finetune_doctor.facts import tfmodeltype
 from finetune_doctor.fsutil import display_path, real_parent
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc, load_config
 from finetune_doctor.readers.config.lfnarrow import release_in_use
@@ -67,6 +69,7 @@ class Assembly:
     ds_assumed: tuple[str, str] | None = None   # (the DeepSpeed path not here, the stock file used instead)
     kind: str = "train"            # readers/config/lfkind.py: which LF command reads the config
     release: Any = None            # readers/lfrelease.Release the keys were judged for
+    tf_assumed: dict[str, str] | None = None   # transformers assumed from the LF release's range (facts/stackrange.py)
     kind_section: dict[str, Any] | None = None                    # export / chat estimates (facts/kinds.py)
     doc_read: Any = None           # the config as read (a v1 config before its adoption as v0 keys)
     v1_world: int | None = None    # the process count v1's batch layout was judged for (facts/kinds.py v1_batch)
@@ -208,7 +211,8 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     # the stack first: the model's layout depends on the transformers release that builds it (MoE experts)
     stack, sources = _stack(opts, asm.hw, env_report, asm.context)
     asm.stack, asm.nnodes, asm.stack_sources = stack, opts.nnodes, sources
-    if stack.get("transformers") and stack["transformers"] != opts.transformers_version:
+    stack = _release_stack(asm, stack, release)
+    if asm.tf_assumed is None and stack.get("transformers") and stack["transformers"] != opts.transformers_version:
         # --env (or this training machine) names transformers: its renamed keys are judged for that release
         facts["lint"]["keys"] = lint_facts.assemble(doc, stack["transformers"], release=release, kind=kind)["keys"]
     if machine.data(asm.context, doc.values)[0] is not None:
@@ -217,10 +221,11 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
                                  and not (k.get("kind") == "not_here" and k.get("key") == "dataset_dir")]
     arch = _arch(asm, config, opts, tolerate=static or not need_model or lenient, static=static,
                  transformers=stack.get("transformers"))
+    facts["lint"]["model_type_unregistered"] = tfmodeltype.fact(asm, arch)
     if kind not in ("train", "train-v1"):
         return kinds.not_training(asm, arch)
     if arch is None:
-        _model_not_here(asm)
+        nothere.model_not_here(asm)
     # check, estimate and postmortem size a DeepSpeed file that is not here with the same stock stand-in (one home:
     # `_stand_in_deepspeed`, an assumption), so the same inputs give the same total (trial 3, LlamaFactory#8665)
     _deepspeed(asm, arch, tolerate_missing=static, lenient=lenient)
@@ -260,6 +265,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     asm.counts = count_params(asm.run)
     facts["run"] = run_facts.assemble(asm.run, doc.values)
     facts["model"] = model_facts.assemble(asm.run, asm.counts)
+    facts["lint"]["moe_z3_leaf"] = moeleaf.fact(asm)
     if not static or asm.hw is not None:
         # the memory model is imported only here: `doctor lint` without --gpu never estimates (import time, #22)
         from finetune_doctor.analyzers.memory import estimate
@@ -372,12 +378,14 @@ def _assumptions(asm: Assembly, opts: Options, tokens: int | None, alt: dict[str
 
     mem = asm.memory
     base = mem.verdict if mem is not None else None
-    if asm.run is not None and asm.run.world_size > 1:
+    found = assume.collect(asm, opts, tokens=tokens, base_verdict=base, alt_stack=alt)
+    if (asm.run is not None and asm.run.world_size > 1) or any(a.name == "launcher" for a in found):
         # the launcher recorded when the config was read (facts/kinds.py `launcher_assumption`, asked before the
         # ranks were known) is asked again of the same producer with the resolved run (facts/assume.py `_launch`),
-        # whose answer replaces it: weighed, or none once the launch is read
+        # whose answer replaces it: weighed (over several ranks, or over GPU counts when none was read), or none
+        # once the launch is read
         asm.assumptions[:] = [a for a in asm.assumptions if a.name != "launcher"]
-    asm.assumptions.extend(assume.collect(asm, opts, tokens=tokens, base_verdict=base, alt_stack=alt))
+    asm.assumptions.extend(found)
     if mem is None:
         return {}
     verdict, deciding = assume.fold(base, mem.total, asm.assumptions)
@@ -484,6 +492,16 @@ def installed_versions() -> dict[str, str]:
     return installed()
 
 
+def _release_stack(asm: Assembly, stack: dict[str, str | None], release: Any) -> dict[str, str | None]:
+    """`stack` with the transformers the LF release's start-up range makes likely when only the release is known
+    (facts/stackrange.py `assumed_transformers`, kept in ``asm.tf_assumed``: trial 5), an assumption
+    (facts/assume.py) that decides the run but not which keys are judged renamed; `stack` itself otherwise."""
+    asm.tf_assumed = None if stack.get("transformers") else assumed_transformers(release)
+    if asm.tf_assumed is not None:
+        asm.stack = {**stack, "transformers": asm.tf_assumed["version"]}
+    return asm.stack
+
+
 def _stack(opts: Options, hw: Hardware | None, env: Any, ctx: Any = None) -> tuple[dict[str, str | None], tuple]:
     """The training machine's versions and where each came from, in order of precedence: ``--torch`` /
     ``--transformers``, then ``--env FILE``, then a ``doctor context`` file (`ctx`, as ``--env``), then the packages
@@ -555,33 +573,6 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
     return arch
 
 
-def _model_not_here(asm: Assembly) -> None:
-    """An unresolved model named by a local path (absolute, ``./``, ``../``, ``~``) that is not on this machine: the
-    training machine may hold it, so it is not-checked-here (info) unless --strict (model-unresolved). A name that
-    could be a hub id (``org/name``) stays model-unresolved: LLaMA-Factory would look it up on the hub too."""
-    import os
-
-    unresolved = asm.facts["lint"].get("model_unresolved")
-    if not unresolved:
-        return
-    name = str(unresolved.get("name") or "")
-    from finetune_doctor.readers.model.modelcfg import FOLDER_WORDS
-
-    # a hub id is exactly owner/name: three parts, or an owner that is a folder word (LF's `models/llama3-8b-pro`),
-    # name a folder as surely as a leading "/" does
-    parts = name.replace("\\", "/").split("/")
-    local = (name.startswith(("/", "./", "../", "~")) or (len(name) > 2 and name[1] == ":" and name[2] in "\\/")
-             or len(parts) > 2 or (len(parts) == 2 and parts[0].lower() in FOLDER_WORDS))
-    here = os.path.exists(os.path.expanduser(name))
-    unresolved["not_here"] = bool(local and not here)
-    if unresolved["not_here"]:
-        doc = asm.doc
-        asm.facts["lint"]["keys"].append({
-            "key": "model_name_or_path", "kind": "not_here", "message": unresolved["message"],
-            "suggestion": None, "replacement": None, "fix": None, "fix_value": None, "condition": "not on this machine",
-            "line": doc.line_of("model_name_or_path"), "override": "model_name_or_path" in doc.overrides})
-
-
 def _deepspeed(asm: Assembly, arch: Any, *, tolerate_missing: bool, lenient: bool) -> None:
     """Read the DeepSpeed JSON the config names into `asm` (ds, ds_stock, facts["ds"], sources["deepspeed"]).
 
@@ -605,7 +596,7 @@ def _deepspeed(asm: Assembly, arch: Any, *, tolerate_missing: bool, lenient: boo
             if not lenient:
                 asm.facts["lint"]["keys"].append({
                     "key": "deepspeed", "kind": "not_here", "message": missing["message"], "suggestion": None,
-                    "replacement": None, "fix": None, "fix_value": None, "condition": "not on this machine",
+                    "replacement": None, "fix": None, "fix_value": None, "condition": nothere.PATH_NOT_HERE,
                     "line": doc.line_of("deepspeed"), "override": "deepspeed" in doc.overrides})
             if not tolerate_missing:
                 _stand_in_deepspeed(asm, arch)   # check, estimate: estimate with a stock file, as an assumption
@@ -665,6 +656,12 @@ def _accelerate(asm: Assembly, opts: Options, *, lenient: bool) -> None:
     launch = acc = None
     if not getattr(opts, "launch", None):
         launch = machine.launch(asm.context)
+        if launch is None and asm.doc.path == "<command line>":
+            # `doctor check -- llamafactory-cli train ...` launches the run as the same words in a cmdline.txt do
+            # (pipeline/check.py reads such a file as its own --launch): one reading for every form (trial 5)
+            from finetune_doctor.readers.config.accelerate import parse_launch_or_none
+
+            launch = parse_launch_or_none(asm.doc.text, asm.doc.path)
     if getattr(opts, "launch", None):
         from finetune_doctor.readers.config.accelerate import read_launch_file
 

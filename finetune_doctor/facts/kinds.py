@@ -286,13 +286,28 @@ def launch_facts(opts: Any, hw: Any, env_report: Any = None, env: Mapping[str, s
     from finetune_doctor.facts.hw import ENV_CARD_ONLY
 
     counted = hw is not None and getattr(hw, "source", None) != ENV_CARD_ONLY   # an --env card without its number
-    known = bool(counted or getattr(opts, "launch", None) or getattr(opts, "accelerate_config", None)
-                 or ws or torchrun)
+    known = bool(counted or _launch_states_ranks(getattr(opts, "launch", None))
+                 or getattr(opts, "accelerate_config", None) or ws or torchrun)
     torch_known = bool(getattr(opts, "torch_version", None)
                        or (env_report is not None and env_report.versions.get("torch"))
                        or (hw is not None and getattr(hw, "source", None) == "nvml"))
     return {"launch_known": known, "torchrun": torchrun, "torch_known": torch_known,
             "launch_trains": _launch_line(getattr(opts, "launch", None))}
+
+
+def _launch_states_ranks(path: str | None) -> bool:
+    """Whether the --launch file (or a config that is itself a command line: cliflags.as_launch) says how many
+    ranks run (readers/config/accelerate.py `LaunchCommand.states_ranks`); a file that launches nothing readable
+    counts as saying so, as before (it is reported where it is read)."""
+    if not path:
+        return False
+    from finetune_doctor.errors import InputError
+    from finetune_doctor.readers.config.accelerate import read_launch_file
+
+    try:
+        return read_launch_file(path).states_ranks()
+    except InputError:
+        return True
 
 
 def _launch_line(path: str | None) -> str | None:

@@ -127,6 +127,23 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "message": F("str", "the ImportError LF stops with (transformers utils/versions.py)"),
         "certain": F("bool", "one published release read exactly (True), or every release the inputs leave "
                                 "open refuses it (False)")}),
+    "model_type_unregistered": F("dict", "the model's model_type is newer than the training machine's transformers "
+                                         "(stated or assumed from the LF release's range): facts/tfmodeltype.py",
+                                 fields={
+        "model_type": F("str", "config.json model_type"),
+        "since": F("str", "the first transformers release that registers it"),
+        "source_of_since": F("str", "where that is stated (catalog/tf_model_types.json)"),
+        "transformers": F("str", "the training machine's transformers, stated or assumed"),
+        "stated": F("bool", "read from the inputs (True) or assumed from the LF release (False)"),
+        "source": F("str", "where the version was read, or the LF release it was assumed from"),
+        "why": F("str", "how an assumed version was chosen"),
+        "by_name": F("str", "the model name the type was read from when its config.json was not read (None: read)")}),
+    "moe_z3_leaf": F("dict", "a ZeRO-3 MoE run on an LF release that does not fetch the MoE block whole "
+                             "(facts/moeleaf.py)", fields={
+        "model_type": F("str", "the MoE model type"), "releases": F("str", "the judged LF releases"),
+        "without": F("str", "the judged releases that do not make its MoE block a ZeRO-3 leaf"),
+        "first": F("str", "the first catalogued release that does"),
+        "certain": F("bool", "every judged release lacks it"), "where": F("str", "LF's file and function")}),
     "kind_estimate": F("dict", "the estimate of a config that does not train (facts/kinds.py)", fields={
         "kind": F("str", "export | chat"), "fits": F("bool", "fits the GPUs (None: not judged)"),
         "device": F("str", "export: cpu | gpu"), "peak_gib": F("float", "export: peak while merging, GiB"),
@@ -239,6 +256,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
             "lf_version": rel, "release_conflicts": conflicts,
             "release_note": release.note if getattr(release, "older", False) else "",
             "launch_trains": None, "config_command": COMMANDS.get(kind or "train"), "stack_refusals": [],
+            "model_type_unregistered": None, "moe_z3_leaf": None,
             **(launch or {"launch_known": False, "torchrun": False, "torch_known": False, "bf16_refused": None,
                           "bf16_stack": "the training machine's torch and transformers (not given) decide whether "
                                         "it starts"})}

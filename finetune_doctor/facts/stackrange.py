@@ -151,3 +151,41 @@ def stack_refusal_facts(release: Any, opts: Any, env_report: Any, context_stack:
         found["transformers"] = (opts.transformers_version, "--transformers")
     env = getattr(env_report, "env", None) if env_report is not None else None
     return {"stack_refusals": refusals(release, found, launch_env(getattr(opts, "launch", None)), env)}
+
+
+def assumed_transformers(release: Any) -> dict[str, str] | None:
+    """The transformers the training machine most likely runs when only its LLaMA-Factory release is known: the
+    newest version every judged release's start-up range admits (the smallest ``<=`` bound of their
+    ``check_dependencies`` requirements, catalog/lf_stack_ranges.json), since a user who installs that release
+    gets pip's newest allowed version. {"version", "spec" (every judged release's requirement, '; '-joined),
+    "releases", "release_source"}; None when the release is not known, predates the catalogue, or its ranges
+    name no upper bound (then the newest transformers is as likely as any: trial 5, "a current release" was
+    assumed for LF 0.9.2, which refuses it)."""
+    if release is None or not getattr(release, "known", False) or getattr(release, "older", False):
+        return None
+    # a release the user states (--llamafactory, an --env file): the one installed here may not be the training
+    # machine's, and a range the config's keys narrow to says nothing about how it was installed
+    if getattr(release, "source", "") in ("installed here", "not given", "") or getattr(release, "evidence", ()):
+        return None
+    catalog = load()["releases"]
+    judged = [v for v in getattr(release, "versions", ()) or () if v in catalog]
+    if not judged or len(judged) != len(release.versions):
+        return None
+    bounds: list[tuple[tuple[int, ...], str]] = []
+    specs = []
+    for v in judged:
+        req = next((r for r in catalog[v]["requires"] if r["package"] == "transformers"), None)
+        if req is None:
+            return None
+        specs.append(req["spec"])
+        tops = [c.strip()[2:].strip() for c in re.sub(r"^[A-Za-z0-9_.\-]+", "", req["spec"]).split(",")
+                if c.strip().startswith("<=")]
+        got = [(p[0], t) for t in tops if (p := _parts(t)) is not None and not p[1]]
+        if not got:
+            return None
+        bounds.append(min(got))
+    version = min(bounds)[1]
+    if any(satisfies(version, s) is not True for s in specs):
+        return None
+    return {"version": version, "spec": "; ".join(sorted(set(specs))), "releases": _span(judged),
+            "release_source": getattr(release, "source", "") or ""}

@@ -38,6 +38,11 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, probe: bool =
         if err.message.startswith("malformed YAML") and looks_like_log(config):
             raise InputError(f"{err.message} — this looks like a training log: `doctor postmortem {config}` "
                              "explains a finished or crashed run", file=err.file, line=err.line) from None
+        from finetune_doctor.readers.config.stack import looks_like_env_report
+
+        if err.message.startswith("malformed YAML") and looks_like_env_report(config):
+            raise InputError(f"{err.message} — this is `llamafactory-cli env` output, not a config: pass it as "
+                             f"--env {config} beside the training YAML", file=err.file, line=err.line) from None
         raise
     findings = judge("check", asm.facts, asm.sources, opts, texts={asm.doc.path: asm.doc.text}, live=asm.live())
     probed = None

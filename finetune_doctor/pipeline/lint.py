@@ -190,11 +190,13 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     ds_inputs: list[str] = []
     recognised: dict[str, str] = {}
     assumed: dict[tuple[str, str], Any] = {}
+    made_for: dict[tuple[str, str], list[str]] = {}
     lf_paths = [f for f, kind in kinds if kind == "lf"]
     for f, (kind, assumptions, file_notes, file_findings, ds_path) in zip(lf_paths, results):
         recognised[f] = kind
         for a in assumptions:   # one entry per assumption and value over all files (facts/assume.py)
             assumed.setdefault((a.name, str(a.value)), a)
+            made_for.setdefault((a.name, str(a.value)), []).append(f)
         notes.extend(file_notes)
         findings.extend(file_findings)
         if ds_path is not None:
@@ -248,7 +250,17 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
                                           "deepspeed": ds_inputs[0] if len(ds_inputs) == 1 else None,
                                           "run_dir": None, "files": list(files)},
                   findings=tuple(findings), notes=tuple(notes), sections=sections,
-                  assumptions=tuple(assumed.values()))
+                  assumptions=_with_files(assumed, made_for, len(lf_paths)))
+
+
+def _with_files(assumed: dict[tuple[str, str], Any], made_for: dict[tuple[str, str], list[str]],
+                n_configs: int) -> tuple[Any, ...]:
+    """The assumptions of a lint over `n_configs` configs, one per name and value, each naming the files it was made
+    for when there are several (trial 5: `doctor lint DIR` listed two lf-version lines and a bare model without
+    saying whose); as they are for one config."""
+    if n_configs <= 1:
+        return tuple(assumed.values())
+    return tuple(replace(a, files=tuple(dict.fromkeys(made_for[key]))) for key, a in assumed.items())
 
 
 ConfigResult = tuple[str, list[Any], list[str], list[Finding], "str | None"]

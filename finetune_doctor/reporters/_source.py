@@ -64,6 +64,25 @@ class SourceIndex:
         body = "\n".join(ln for ln in text.split("\n") if not ln.lstrip().startswith("#"))
         return None if re.search(rf"(^|[\s{{,]){re.escape(leaf)}\s*:", body, re.M) else False
 
+    def command_values(self, path: str) -> dict[str, Any] | None:
+        """The keys of `path` when it holds a training command line rather than a YAML (a WebUI preview, a .sh, or
+        the words after ``doctor check --``, registered as ``<command line>``: readers/config/cliflags.py), read as
+        the config reader reads them; None for any other file (trial 5: a fix printed ``deepspeed: (unset)`` for a
+        ``--deepspeed`` flag)."""
+        text = self.text(path)
+        if text is None or _is_json(path, text):
+            return None
+        from finetune_doctor.errors import InputError
+        from finetune_doctor.readers.config import cliflags
+        from finetune_doctor.readers.config.yamlcfg import type_scalar
+
+        if not cliflags.looks_like_command(text):
+            return None
+        try:
+            return cliflags.parse_command(text, path, type_scalar)[0]
+        except InputError:
+            return None
+
     def is_json(self, path: str) -> bool:
         text = self.text(path)
         return text is not None and _is_json(path, text)
@@ -241,8 +260,11 @@ def edit_text(edit: Any, sources: SourceIndex) -> str:
     as_json = edit.file.lower().endswith(".json") or sources.is_json(edit.file)
     new = "(delete)" if edit.delete else format_value(edit.value, as_json)
     old: str | None
+    cmd = None if getattr(edit, "old", None) is not None else sources.command_values(edit.file)
     if getattr(edit, "old", None) is not None:
         old = format_value(edit.old, as_json)
+    elif cmd is not None:   # a run given as flags: its value as the flag gave it, in every form alike
+        old = format_value(cmd[edit.key], as_json) if edit.key in cmd else "(unset)"
     else:
         span = sources.value(edit.file, edit.key)
         if span is False:

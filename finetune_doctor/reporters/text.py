@@ -532,15 +532,23 @@ def _short_source(source: str | None) -> str:
     return os.path.basename(source) or source
 
 
-def _pct(p: float | None) -> str:
-    """A probability as the report prints it: whole percent, '< 1 %' and '> 99 %' at the ends."""
+def _pct(p: float | None, other: float | None = None) -> str:
+    """A probability as the report prints it: whole percent, '< 1 %' and '> 99 %' at the ends; with the decimals
+    that tell it apart from the doctor's 5 % target (analyzers/memory/uncertainty.py P_OOM_TARGET) when it rounds
+    to it, and from `other` (the value it is compared with: a fix's before and after) when both round alike
+    (trial 5: "5 % → 5 %", "5 %, over the 5 % the doctor accepts")."""
     if p is None:
         return "unknown"
     if p < 0.01:
         return "< 1 %"
     if p > 0.99:
         return "> 99 %"
-    return f"{100 * p:.0f} %"
+    digits = 0
+    while digits < 2 and (round(100 * p, digits) == 5.0 or (
+            other is not None and 0.01 <= other <= 0.99 and other != p
+            and round(100 * p, digits) == round(100 * other, digits))):
+        digits += 1
+    return f"{100 * p:.{digits}f} %"
 
 
 def _fix_facts(fix: Fix) -> list[str]:
@@ -552,7 +560,7 @@ def _fix_facts(fix: Fix) -> list[str]:
     if before is not None or after is not None:
         line = f"effect: total {gib(before, 1)} → {gib(after, 1)} GiB"
         if p0 is not None and p1 is not None:
-            line += f", probability of OOM {_pct(p0)} → {_pct(p1)}"
+            line += f", probability of OOM {_pct(p0, p1)} → {_pct(p1, p0)}"
         out.append(line)
     for k, v in eff.items():
         out.append(f"effect: {k} {v:.2f}" if isinstance(v, float) else f"effect: {k} {v}")

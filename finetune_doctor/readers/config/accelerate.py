@@ -166,6 +166,18 @@ class LaunchCommand:
                 return len([d for d in v.split(",") if d.strip()])
         return None
 
+    def states_ranks(self) -> bool:
+        """Whether the line says how many ranks run: visible devices, torchrun's ``--nproc_per_node``, the
+        deepspeed launcher's ``--num_gpus``/``--include``, accelerate's ``--num_processes``, ``NPROC_PER_NODE`` for
+        ``llamafactory-cli``, or plain ``python`` (one process). ``llamafactory-cli train`` alone runs torchrun over
+        however many devices the machine shows (LF launcher.py), which the line does not say (trial 5)."""
+        o = self.options
+        return bool(self.visible_devices() is not None or self.launcher == "python"
+                     or (self.launcher == "torchrun" and o.get("nproc_per_node"))
+                     or (self.launcher == "deepspeed" and (o.get("num_gpus") or o.get("include")))
+                     or (self.launcher == "accelerate" and o.get("num_processes"))
+                     or (self.launcher == "llamafactory-cli" and self.env.get("NPROC_PER_NODE")))
+
     def env_flag(self, name: str) -> bool:
         """LLaMA-Factory's ``is_env_enabled`` (extras/misc.py): ``true``, ``y`` or ``1``."""
         return str(self.env.get(name, "0")).lower() in ("true", "y", "1")
@@ -322,6 +334,14 @@ def parse_launch(text: str, path: str = "<command line>") -> LaunchCommand:
             return cmd
     raise InputError("no training launch found (expected accelerate launch, torchrun, deepspeed or "
                      "llamafactory-cli train)", file=path)
+
+
+def parse_launch_or_none(text: str, path: str = "<command line>") -> LaunchCommand | None:
+    """`parse_launch`, or None when `text` holds no launch it reads (the words after ``doctor check --``)."""
+    try:
+        return parse_launch(text, path)
+    except InputError:
+        return None
 
 
 def read_launch_file(path: str) -> LaunchCommand:

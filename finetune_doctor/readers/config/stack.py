@@ -67,6 +67,19 @@ class EnvReport:
     gpu_memory_gib: float | None = None
 
 
+def looks_like_env_report(path: str) -> bool:
+    """Whether the file at `path` is the output of ``llamafactory-cli env`` (its ``- `llamafactory` version: ...``
+    line and at least one more of its ``- Label: value`` lines) rather than a config: a paste given where the
+    training YAML goes (trial 5). Reads at most 64 KiB; False for anything it cannot read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(1 << 16)
+    except OSError:
+        return False
+    labels = [m.group(1).strip().lower() for line in text.splitlines() if (m := _ITEM.match(line))]
+    return "`llamafactory` version" in labels and sum(lb in _LABELS for lb in labels) >= 2
+
+
 def read_env_file(path: str) -> EnvReport:
     """Parse an environment file (module docstring). Raises InputError naming the file when it cannot be read or
     holds nothing recognisable."""

@@ -262,6 +262,10 @@ def load_config(path: str, overrides: tuple[str, ...] | list[str] = ()) -> Confi
         # `doctor check -- llamafactory-cli train --stage sft ...`: the words are the run (readers/config/cliflags.py)
         text = " ".join(shlex.quote(w) for w in (path, *overrides))
         values, positions = cliflags.parse_command(text, "<command line>", type_scalar)
+        from finetune_doctor.readers.textfile import provide
+
+        # the reporters read a fix's current value back from the config's text, as from a file (trial 5)
+        provide("<command line>", text.encode("utf-8"))
         return ConfigDoc(path="<command line>", values=values, positions=positions, text=text)
     text = read_text(path, "LLaMA-Factory YAML")
     if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()):

@@ -64,6 +64,24 @@ def stem(s: str) -> str:
     return base
 
 
+def release_tag_lacking(name: str, entry: dict[str, Any]) -> str | None:
+    """The four-digit release tag (``-0414``, ``-2507``, ``-0528``) that `name` carries and `entry`'s id and aliases
+    do not, dropped by `stem` to match them; None when there is none. A tag marks another checkpoint of the family,
+    and not always of the same architecture: THUDM/GLM-4-9B-0414 is transformers' ``glm4`` (4.51), THUDM/glm-4-9b
+    the ``chatglm`` remote code (hiyouga/LlamaFactory#7779), so such a match is only an assumption (trial 5)."""
+    base = norm(name).rsplit("/", 1)[-1]
+    tags = []
+    while (end := _NEUTRAL_END.search(base)) is not None and end.start() > 0:
+        if RELEASE_TAG.fullmatch(base[end.start():]):
+            tags.append(base[end.start():])
+        base = base[:end.start()]
+    if not tags:
+        return None
+    known = " ".join(norm(x) for x in (entry.get("id", ""), *entry.get("aliases", ())))
+    missing = [t for t in tags if t not in known]
+    return missing[-1] if missing else None
+
+
 def _squash(s: str) -> str:
     return _NOT_ALNUM.sub("", stem(s))
 

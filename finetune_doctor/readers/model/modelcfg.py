@@ -44,6 +44,7 @@ from finetune_doctor.readers.model.catalog import (
     catalog_names,
     did_you_mean,
     find_in_catalog,
+    release_tag_lacking,
 )
 from finetune_doctor.readers.model import byname
 from finetune_doctor.readers.model.configjson import json_key_positions, read_config_json
@@ -265,6 +266,20 @@ def _assumed(arch: ModelArch, name: str, entry_id: str, why: str, ctx: _Ctx) -> 
     if why:
         note += f": {why}"
     note += "; --model-config FILE gives the real config.json"
+    hit = find_in_catalog(entry_id)
+    tag = release_tag_lacking(name, hit[0]) if hit is not None else None
+    if tag:
+        # README: a name that states another architecture is never matched to a neighbour silently; a release tag
+        # the entry lacks may be one (GLM-4-9B-0414 is not glm-4-9b's architecture), so the match stays open and
+        # moves the verdict until the checkpoint's own config.json is read
+        ctx.assumptions.append(Assumption(
+            name="model", value=entry_id,
+            source=f"{source} '{name}': its release tag {tag} is not the catalogue entry's, and a later release of a "
+                   "family may change its architecture (GLM-4-9B-0414 is transformers' glm4, glm-4-9b the chatglm "
+                   "remote code)",
+            alternatives=(f"another architecture ({name}'s own config.json)",),
+            resolve_with="--model-config FILE (the checkpoint's config.json)", moves_verdict=True))
+        return with_note(arch, note)
     ctx.assumptions.append(Assumption(name="model", value=entry_id, source=source,
                                       resolve_with="--model-config"))
     return with_note(arch, note)

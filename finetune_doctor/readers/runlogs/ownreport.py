@@ -17,7 +17,10 @@ HEAD_BYTES = 4096
 COMMANDS = ("check", "postmortem", "lint", "estimate", "probe", "gpus", "data", "context")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _TEXT_FIRST = re.compile(r"^doctor (?:%s)$" % "|".join(COMMANDS))
-_TEXT_NEXT = re.compile(r"^(?:  [a-z_]+: |run: |gpus: |No findings)")
+# what follows the command line: the indented inputs, the run and GPU lines, or (a report with no inputs to list,
+# `doctor postmortem` of the current folder: trial 5) the first section heading reporters/text.py writes
+_TEXT_NEXT = re.compile(r"^(?:  [a-z_]+: |run: |gpus: |No findings|Timeline$|Memory per GPU \(|"
+                        r"(?:Errors|Warnings|Info) \(\d+\)$|Postmortem$|Assumed \()")
 _CONCISE = re.compile(r"^\S[^\n]*:\d+:\d+: FD\d{3} ")
 _GITHUB = re.compile(r"^(?:::(?:error|warning|notice) [^\n]*title=FD\d{3} [^\n]*::|finetune-doctor (?:%s): )"
                      % "|".join(COMMANDS))

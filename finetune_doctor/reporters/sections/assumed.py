@@ -77,7 +77,11 @@ def assumption_lines(items: Iterable[Any]) -> list[tuple[str, bool]]:
             eff += f"{';' if sized else ' —'} also possible, not sized: {unsized_text}"
         # compact: only what moves the verdict says how to remove it
         tail = f" (resolve with {a.resolve_with})" if a.moves_verdict and a.resolve_with else ""
-        out.append((f"{'!' if a.moves_verdict else '-'} {a.name}: {a.value}{eff}{tail}", a.moves_verdict))
+        # a report over several configs (`doctor lint DIR`) says which file each assumption is about
+        files = list(getattr(a, "files", ()))
+        where = (f" [{', '.join(files[:_UNSIZED_SHOWN])}" + (f", +{len(files) - _UNSIZED_SHOWN} more" if
+                 len(files) > _UNSIZED_SHOWN else "") + "]") if files else ""
+        out.append((f"{'!' if a.moves_verdict else '-'} {a.name}: {a.value}{where}{eff}{tail}", a.moves_verdict))
     return out
 
 

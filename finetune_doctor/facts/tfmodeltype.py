@@ -1,0 +1,84 @@
+"""Whether the training machine's transformers registers the model's ``model_type``.
+
+LLaMA-Factory loads every model through transformers' ``AutoConfig.from_pretrained``, which raises ValueError
+"The checkpoint you are trying to load has model type `qwen3` but Transformers does not recognize this
+architecture" for a type its CONFIG_MAPPING lacks (transformers models/auto/configuration_auto.py). The first
+release registering each type is catalog/tf_model_types.json (with its source per row). Trial 5: LF 0.9.2 with
+transformers 4.49.0 sized Qwen3-8B without a word, which is what stopped hiyouga/LlamaFactory#7977.
+
+Only the standard library is imported: `doctor lint` reaches this module.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+CATALOG = Path(__file__).resolve().parent.parent / "catalog" / "tf_model_types.json"
+
+
+@lru_cache(maxsize=1)
+def load() -> dict[str, dict[str, str]]:
+    """{model_type: {"since": first transformers release, "source": where that is stated}}."""
+    return json.loads(CATALOG.read_text(encoding="utf-8"))["model_types"]
+
+
+@lru_cache(maxsize=1)
+def _names() -> tuple[tuple[Any, str], ...]:
+    import re
+
+    rows = json.loads(CATALOG.read_text(encoding="utf-8")).get("names", [])
+    return tuple((re.compile(r["pattern"]), r["model_type"]) for r in rows)
+
+
+def type_by_name(name: str | None) -> str | None:
+    """The model_type a model's name states (catalog/tf_model_types.json ``names``: ``GLM-4-9B-0414`` is ``glm4``),
+    for a model whose config.json was not read; None when no pattern matches."""
+    if not name:
+        return None
+    return next((t for pat, t in _names() if pat.search(str(name))), None)
+
+
+def unregistered(model_type: str | None, transformers: str | None, stated: bool, source: str,
+                 assumed_why: str = "") -> dict[str, Any] | None:
+    """The ``lint.model_type_unregistered`` fact: {model_type, since, source_of_since, transformers, stated,
+    source, why} when `transformers` ("4.49.0") is older than the first release that registers `model_type`;
+    None when it is not, when the type is not catalogued, or when the comparison hinges on a pre-release suffix
+    (facts/stackrange.py `satisfies`). `stated`: the version was read from the inputs (`source` says where), else
+    assumed (`assumed_why` says from what)."""
+    if not model_type or not transformers:
+        return None
+    row = load().get(str(model_type))
+    if row is None:
+        return None
+    from finetune_doctor.facts.stackrange import satisfies
+
+    if satisfies(transformers, f"transformers>={row['since']}") is not False:
+        return None
+    return {"model_type": model_type, "since": row["since"], "source_of_since": row["source"],
+            "transformers": transformers, "stated": stated, "source": source, "why": assumed_why, "by_name": None}
+
+
+def fact(asm: Any, arch: Any) -> dict[str, Any] | None:
+    """The ``lint.model_type_unregistered`` fact of an assembly (facts/config.py `Assembly`): the model's type
+    against the transformers the inputs state (``asm.stack_sources``), else the one assumed from the LF release's
+    range (``asm.tf_assumed``, facts/stackrange.py `assumed_transformers`); None without a model."""
+    name = str(asm.doc.values.get("model_name_or_path") or "")
+    # the type read from a config.json, else (nothing read, or a match by name the name's release tag leaves open:
+    # readers/model/modelcfg.py `_assumed`) the one the name states
+    open_match = any(a.name == "model" and a.moves_verdict for a in asm.assumptions)
+    mtype = arch.model_type if arch is not None and not open_match else (type_by_name(name) or
+                                                                      (arch.model_type if arch is not None else None))
+    by_name = name if arch is None or open_match else None
+    stated = next(((v, src) for p, v, src in asm.stack_sources if p == "transformers"), None)
+    a = getattr(asm, "tf_assumed", None)
+    if stated is not None:
+        out = unregistered(mtype, stated[0], True, stated[1])
+    elif a is not None:
+        out = unregistered(mtype, a["version"], False, f"LLaMA-Factory {a['releases']} ({a['release_source']})",
+                           f"the newest version LLaMA-Factory {a['releases']} accepts ({a['spec']})")
+    else:
+        return None
+    return {**out, "by_name": by_name} if out is not None and by_name else out
