@@ -36,6 +36,9 @@ KEY_ITEM = {
               values=("stops", "drops")),
     "rest": F("str", "with a fate: the message's text after it"),
     "was": F("str", "for kind unverified: the kind the problem has when its condition holds"),
+    "case": F("str", "for kind unverified: the case of unverified-config-problem's message table, the launch "
+                     "check's name (`check`) or else the key's `fate`; None for the others",
+              values=(*CHECK_NAMES, "stops", "drops")),
     "decide": F("str", "for kind unverified: the inputs that would decide the condition (--llamafactory VERSION or "
                        "--env FILE, ...), none of them given"),
     "line": F("int", "1-based line of the key in the config"),
@@ -227,6 +230,9 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
         d["override"] = any(k == d["key"] or k.startswith(d["key"] + ".") for k in doc.overrides)
         if _unverified(d["condition"], transformers_version):
             d["was"], d["kind"] = d["kind"], "unverified"
+            # one rule words every unverified problem: its table switches on the check (whose sentence the
+            # launch check no longer carries) or, for an undeclared key, on its fate
+            d["case"] = d["check"] or d["fate"]
             d["decide"] = _decide(d["condition"], transformers_version)
         out.append(d)
     rel = ("unknown" if release is None or not release.known
