@@ -71,6 +71,26 @@ def test_every_call_site_gives_the_shared_answer():
     assert stack.parse_version("4.43.4+cu121") == (4, 43, 4)
 
 
+def test_the_other_readers_of_versions_read_through_it():
+    from types import SimpleNamespace
+
+    from finetune_doctor.analyzers.config.launch import _Cfg
+    from finetune_doctor.analyzers.memory import launchenv
+    from finetune_doctor.facts.kinds import data_parallel_open
+
+    # PYTORCH_ALLOC_CONF is read first from torch 2.8 on; an unreadable version is taken as new
+    assert launchenv._newer("2.8.0") and not launchenv._newer("2.7.1+cu118") and launchenv._newer(None)
+    assert launchenv._newer("2")
+    # the training machine's transformers as (major, minor)
+    assert _Cfg({}, None, transformers="4.46.0rc1").tf == (4, 46) and _Cfg({}, None, transformers="4").tf is None
+    # DataParallel stays open for an LF release before 0.8.0 (the torchrun launch), read as major.minor[.patch]
+    asm = SimpleNamespace(nnodes=1, hw=None, doc=SimpleNamespace(values={}),
+                          release=SimpleNamespace(known=True, source="--llamafactory", given="v0.7.1"))
+    assert data_parallel_open(asm, "ddp", False)
+    asm.release.given = "0.8.0.dev0"   # compared by its numbers, as before: 0.8.0
+    assert not data_parallel_open(asm, "ddp", False)
+
+
 def test_the_lint_path_does_not_import_packaging():
     code = ("import sys; import finetune_doctor.numbers, finetune_doctor.facts.stackrange, "
             "finetune_doctor.readers.config.lfrelease; print('packaging' in sys.modules)")

@@ -46,6 +46,7 @@ import re
 from typing import Any, Callable, Mapping
 
 from finetune_doctor.errors import InputError
+from finetune_doctor.numbers import parse_version, version_key
 from finetune_doctor.readers.deepspeed.dsjson import read_json
 from finetune_doctor.readers.config.keyschema import load_schema
 from finetune_doctor.run.values import split_arg
@@ -60,8 +61,8 @@ class _Cfg:
     def __init__(self, values: Mapping[str, Any], zero_stage: int | None, release: Any = None,
                  transformers: str | None = None):
         self.values = values
-        m = re.match(r"^\s*(\d+)\.(\d+)", transformers or "")
-        self.tf = (int(m.group(1)), int(m.group(2))) if m else None   # the training machine's transformers
+        tf = parse_version(transformers or "", parts=2)   # numbers.py, the one reader of release strings
+        self.tf = tf if tf is not None and len(tf) == 2 else None   # the training machine's transformers
         self.keys = load_schema()["keys"]
         self.zero_stage = zero_stage
         self.release = release   # readers/lfrelease.Release: the LF release(s) judged for, None = 0.9.5's registry
@@ -74,7 +75,7 @@ class _Cfg:
         e = self.keys.get(key) or {}
         by_version = e.get("default_by_version")
         if by_version:   # transformers 5's default where 4 and 5 differ (report_to: 'none' vs None)
-            newest = sorted(by_version, key=lambda v: [int(p) for p in v.split(".") if p.isdigit()])[-1]
+            newest = max(by_version, key=lambda v: version_key(v) or ((), 0))
             return by_version[newest]
         return e.get("default")
 
