@@ -7,7 +7,9 @@ cost time linear in the digits: a 5,000-digit ``--torch``, a 5,000-digit value i
 * `bounded_int(text)`: an integer of at most MAX_INT_DIGITS digits, else None (the caller says what it expected);
 * `finite(x)`: a finite float in [-MAX_ABS, MAX_ABS], else None;
 * `parse_version(v)`: ``"2.5.1+cu124"`` → ``(2, 5, 1)``; each part at most VERSION_PART_DIGITS digits and the
-  whole string at most MAX_VERSION_CHARS characters, else None.
+  whole string at most MAX_VERSION_CHARS characters, else None. The one reader of release strings: ``parts``
+  keeps more (or all) numbers, ``suffix=True`` also returns what follows them (``".dev0"``, ``"rc1"``,
+  ``"+cu121"``), `is_prerelease` says whether that suffix sorts before its number and `version_key` orders them.
 
 No function here raises for any input; cost is linear in at most MAX_VERSION_CHARS / MAX_INT_DIGITS characters.
 """
@@ -26,8 +28,11 @@ VERSION_PART_DIGITS = 9
 MAX_VERSION_CHARS = 128
 
 _INT = re.compile(r"\s*([+-]?)(\d{1,%d})\s*" % MAX_INT_DIGITS)
-_VERSION = re.compile(r"\s*[vV]?(\d{1,%d})(?:\.(\d{1,%d}))?(?:\.(\d{1,%d}))?(?!\d)"
-                      % ((VERSION_PART_DIGITS,) * 3))
+# every dotted number, then the rest (a part longer than VERSION_PART_DIGITS ends the numbers before it, as a
+# digit may not follow the last one read)
+_VERSION = re.compile(r"\s*[vV]?(\d{1,%d}(?:\.\d{1,%d})*)(?!\d)(.*)" % ((VERSION_PART_DIGITS,) * 2), re.S)
+_PRE = re.compile(r"(?:\.?dev\d*|(?:a|b|rc)\d+)\s*$", re.IGNORECASE)
+_POST = re.compile(r"^\.?post\d*", re.IGNORECASE)
 
 
 def bounded_int(text: Any) -> int | None:
@@ -63,12 +68,41 @@ def finite(x: Any) -> float | None:
     return None
 
 
-def parse_version(v: Any) -> tuple[int, ...] | None:
-    """The leading ``MAJOR[.MINOR[.PATCH]]`` of a version string as ints; None for None, garbage or an
-    over-long string or part (a 5,000-digit ``--torch``)."""
+def parse_version(v: Any, *, parts: int | None = 3, suffix: bool = False) -> Any:
+    """The release numbers of a version string as pip, ``--env`` or a flag writes it; None for None, a non-string,
+    garbage or an over-long string or part (a 5,000-digit ``--torch``).
+
+    ``parts``: how many leading numbers to keep (3: ``MAJOR[.MINOR[.PATCH]]``, ``"1.2.3.4"`` -> (1, 2, 3); None:
+    all). With ``suffix=False`` the answer is that tuple of ints; with ``suffix=True`` it is ``(numbers, rest)``,
+    `rest` being the text after the numbers, stripped: ``"0.9.2.dev0"`` -> ((0, 9, 2), ".dev0"), ``"4.46.0rc1"``
+    -> ((4, 46, 0), "rc1"), ``"4.43.4+cu121"`` -> ((4, 43, 4), "+cu121"), ``"v0.9.1"`` -> ((0, 9, 1), "").
+    A leading ``v`` and whitespace are read over. The suffix grammar is PEP 440's (pre ``a/b/rc N``, ``.devN``,
+    ``.postN``, local ``+label``), which is what pip, ``llamafactory-cli env`` and ``torch.__version__`` print.
+    """
     if not v or not isinstance(v, str) or len(v) > MAX_VERSION_CHARS:
         return None
     m = _VERSION.match(v)
     if not m:
         return None
-    return tuple(int(x) for x in m.groups() if x is not None)
+    nums = tuple(int(x) for x in m.group(1).split("."))
+    nums = nums if parts is None else nums[:parts]
+    return (nums, m.group(2).strip()) if suffix else nums
+
+
+def is_prerelease(rest: str) -> bool:
+    """Whether the suffix `rest` of `parse_version(..., suffix=True)` makes a PEP 440 pre- or development release
+    (``.dev0``, ``rc1``, ``a2``), which sorts before the release of the same numbers (``0.9.2.dev0 < 0.9.2``)."""
+    return bool(rest) and _PRE.search(rest) is not None
+
+
+def version_key(v: Any) -> tuple[tuple[int, ...], int] | None:
+    """A sort key for a version string (None where `parse_version` gives None): the numbers padded with zeros
+    (PEP 440: 4.51 == 4.51.0), then 0 for a pre/dev release, 2 for a post release, 1 otherwise (a local label such
+    as ``+cu121`` compares as its release, as pip's ``==4.43.4`` accepts ``4.43.4+cu121``). Pre-releases of one
+    number tie with each other."""
+    got = parse_version(v, parts=None, suffix=True)
+    if got is None:
+        return None
+    nums, rest = got
+    rank = 0 if is_prerelease(rest) else 2 if _POST.match(rest) else 1
+    return nums + (0,) * (8 - len(nums)), rank

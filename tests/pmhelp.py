@@ -1,5 +1,6 @@
-"""One way for the postmortem tests to run the pipeline on a fixture: copy the file into a fresh run folder (so no
-other fixture beside it is read) and diagnose that folder as `doctor postmortem RUN_DIR` would."""
+"""One way for the postmortem tests to run the pipeline: on a fixture file copied into a fresh run folder (so no
+other fixture beside it is read), or on a run folder as it is (`diagnose_dir`), as `doctor postmortem RUN_DIR`
+would."""
 
 from __future__ import annotations
 
@@ -29,6 +30,17 @@ def diagnose_report(tmp_path: Path, fixture: str | os.PathLike, config: str | No
         cfg = d / "training_args.yaml"
         cfg.write_text(config)
     return pm.run(str(d), [], str(cfg) if cfg else None, Options(command="postmortem", **opts))
+
+
+def diagnose_dir(run_dir: str | os.PathLike | None, logs: tuple[str | os.PathLike, ...] | list = (),
+                 config: str | os.PathLike | None = None, *, plot: str | None = None,
+                 overrides: tuple[str, ...] = (), deepspeed: str | None = None, **opts: Any) -> Report:
+    """The Report of ``doctor postmortem RUN_DIR [--log LOG ...] [--config CONFIG]`` on `run_dir` as it is (a
+    folder or one log file; nothing copied). `opts` are Options fields (gpu=, launch=, ...); `plot`, `overrides`
+    and `deepspeed` are the pipeline's own arguments."""
+    return pm.run(None if run_dir is None else str(run_dir), [str(x) for x in logs],
+                  None if config is None else str(config), Options(command="postmortem", **opts), plot=plot,
+                  overrides=overrides, deepspeed=deepspeed)
 
 
 def diagnose(tmp_path: Path, fixture: str | os.PathLike, **opts: Any) -> list:

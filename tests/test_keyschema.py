@@ -277,7 +277,8 @@ def test_lists_and_space_separated_choices():
 def test_null_values():
     assert check_keys({"resume_from_checkpoint": None, "bf16": None}, env={}) == []
     (p,) = check_keys({"cutoff_len": None}, env={})
-    assert p.kind == "wrong_type" and "2048" in p.message
+    assert p.kind == "wrong_type" and p.message == "" and p.check == "null-needs-value"   # worded by invalid-value
+    assert p.args == {"expected": "an integer", "default": "2048"}
 
 
 def test_load_schema_is_cached():

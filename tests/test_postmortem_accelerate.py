@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 
-from finetune_doctor.pipeline import postmortem as pm
-from finetune_doctor.settings import Options
+from pmhelp import diagnose_dir
+
 
 LOG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "postmortem",
                    "accelerate", "accelerate_oom_rank2.log")
@@ -20,7 +20,7 @@ def _oom_line() -> int:
 
 
 def test_accelerate_log_names_the_oom_rank_first_not_elastics_root_cause():
-    r = pm.run(LOG, [], None, Options(command="postmortem"))
+    r = diagnose_dir(LOG)
     assert r.findings[0].name == "cuda-oom" and r.findings[0].location.line == _oom_line()
     first = next(f for f in r.findings if f.name == "rank-failed-first")
     assert first.message.startswith("Rank 2 failed first (CUDA out of memory), by causality")

@@ -16,8 +16,8 @@ import os
 
 import pytest
 
-from finetune_doctor.pipeline import postmortem as pm
-from finetune_doctor.settings import Options
+from pmhelp import diagnose_dir
+
 
 FIX = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "postmortem", "causal")
 T0 = 1774058400          # 2026-03-21T02:00:00Z
@@ -61,15 +61,11 @@ def write_ranks(d, n: int, bad: int, oom_clock: str | None, timeout_offset: floa
             fh.write("\n".join(lines) + "\n")
 
 
-def opts() -> Options:
-    return Options(command="postmortem")
-
-
 @pytest.mark.parametrize("clock", [None, "early", "late"])
 def test_256_ranks_the_rank_that_raised_is_the_root_whatever_the_clocks(tmp_path, clock):
     d = tmp_path / "ranks"
     write_ranks(str(d), 256, 173, clock, 1800)
-    r = pm.run(str(d), [], None, opts())
+    r = diagnose_dir(str(d))
     rk = r.sections["postmortem"]["ranks"]
     assert rk["count"] == 256 and rk["first_failed"]["rank"] == 173
     assert rk["first_failed"]["state"] == "raised" and rk["waiting_count"] == 255
@@ -97,7 +93,7 @@ def test_rank_states_are_tabled(tmp_path):
 def test_a_stuck_rank_without_a_failure_is_the_one_waited_on(tmp_path):
     d = tmp_path / "ranks"
     write_ranks(str(d), 8, -1, None, 1800, stuck=6)
-    r = pm.run(str(d), [], None, opts())
+    r = diagnose_dir(str(d))
     ff = r.sections["postmortem"]["ranks"]["first_failed"]
     assert ff["rank"] == 6 and ff["state"] == "still running"
     nccl = next(f for f in r.findings if f.name == "nccl-timeout")
@@ -109,7 +105,7 @@ def test_a_rank_behind_in_enqueued_collectives_is_named(tmp_path):
     write_ranks(str(d), 8, -1, None, 1800)
     p = d / "rank3.log"
     p.write_text(p.read_text().replace("last enqueued NCCL work: 1580", "last enqueued NCCL work: 1579"))
-    r = pm.run(str(d), [], None, opts())
+    r = diagnose_dir(str(d))
     rk = r.sections["postmortem"]["ranks"]
     assert rk["first_failed"]["rank"] == 3 and "last enqueued collective #1579" in rk["first_failed"]["how"]
 
@@ -119,7 +115,7 @@ def test_a_cut_counter_line_names_nobody(tmp_path):
     write_ranks(str(d), 4, -1, None, 1800)
     p = d / "rank1.log"
     p.write_text(p.read_text().split(", last enqueued")[0] + "\n")      # the paste was cut there
-    r = pm.run(str(d), [], None, opts())
+    r = diagnose_dir(str(d))
     nccl = next(f for f in r.findings if f.name == "nccl-timeout")
     assert "fewest" not in nccl.message and "stopped at" not in nccl.message
     assert "weakest" in r.sections["postmortem"]["ranks"]["first_failed"]["how"]
@@ -129,7 +125,7 @@ def test_watchdog_abort_on_a_cuda_error_is_not_a_timeout(tmp_path):
     d = tmp_path / "run"
     d.mkdir()
     (d / "train.log").write_text(open(os.path.join(FIX, "watchdog_cuda_error.log"), encoding="utf-8").read())
-    r = pm.run(str(d), [], None, opts())
+    r = diagnose_dir(str(d))
     names = [f.name for f in r.findings]
     assert names[0] == "cuda-error" and "nccl-timeout" not in names
     assert "illegal memory access" in r.findings[0].message
@@ -139,7 +135,7 @@ def test_late_watchdog_and_a_counter_far_behind_on_a_nemo_run(tmp_path):
     d = tmp_path / "run"
     d.mkdir()
     (d / "train.log").write_text(open(os.path.join(FIX, "lightning_late_watchdog.log"), encoding="utf-8").read())
-    r = pm.run(str(d), [], None, opts())
+    r = diagnose_dir(str(d))
     nccl = next(f for f in r.findings if f.name == "nccl-timeout")
     assert "ddp_timeout" not in nccl.message and "transformers" not in nccl.message
     assert "NeMo" in nccl.message
@@ -151,5 +147,5 @@ def test_late_watchdog_and_a_counter_far_behind_on_a_nemo_run(tmp_path):
 def test_hf_run_is_told_about_ddp_timeout(tmp_path):
     d = tmp_path / "ranks"
     write_ranks(str(d), 4, 2, None, 1800)
-    nccl = next(f for f in pm.run(str(d), [], None, opts()).findings if f.name == "nccl-timeout")
+    nccl = next(f for f in diagnose_dir(str(d)).findings if f.name == "nccl-timeout")
     assert "transformers' default ddp_timeout" in nccl.message

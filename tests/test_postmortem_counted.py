@@ -10,10 +10,9 @@ import shutil
 
 import pytest
 
-from finetune_doctor.pipeline import postmortem as pm
 from finetune_doctor.readers.runlogs import loggrep, logs, runlayout
 from finetune_doctor.reporters import render
-from finetune_doctor.settings import Options
+from pmhelp import diagnose_dir
 from tests.test_postmortem_fastpath import _bar, _small, tricky_log  # noqa: F401
 
 pytestmark = pytest.mark.skipif(shutil.which("grep") is None, reason="counted reads need grep")
@@ -41,7 +40,7 @@ def _folder(root, dicts_on) -> None:
 
 
 def _report(root) -> dict:
-    r = pm.run(str(root), [], None, Options(command="postmortem"))
+    r = diagnose_dir(root)
     return json.loads(render(r, "json"))
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from finetune_doctor.pipeline import postmortem as pm
-from finetune_doctor.settings import Options
+from pmhelp import diagnose_dir
+
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "postmortem" / "trial8" / "9695"
 
@@ -21,8 +21,7 @@ FIX = Path(__file__).resolve().parent.parent / "fixtures" / "postmortem" / "tria
 def _run(tmp_path: Path, run: str, launch: str | None) -> list:
     d = tmp_path / run
     shutil.copytree(FIX / run, d)
-    opts = Options(command="postmortem", launch=launch)
-    return list(pm.run(str(d), [], None, opts).findings)
+    return list(diagnose_dir(d, launch=launch).findings)
 
 
 @pytest.mark.parametrize("run", ["run", "run2"])
@@ -56,7 +55,7 @@ def test_the_signal_is_named_in_both_printings(tmp_path, line, sig, who):
     d.mkdir()
     (d / "train.log").write_text(text.replace("Received 1 death signal, shutting down workers", line),
                                  encoding="utf-8")
-    f = list(pm.run(str(d), [], None, Options(command="postmortem")).findings)
+    f = list(diagnose_dir(d).findings)
     assert [x.name for x in f] == ["stopped-from-outside"]
     assert f"{sig} from outside ({who}" in f[0].message
 
@@ -64,6 +63,6 @@ def test_the_signal_is_named_in_both_printings(tmp_path, line, sig, who):
 def test_the_summary_says_stopped_from_outside_not_crashed(tmp_path):
     d = tmp_path / "run"
     shutil.copytree(FIX / "run", d)
-    rep = pm.run(str(d), [], None, Options(command="postmortem", launch=str(FIX / "cmdline.txt")))
+    rep = diagnose_dir(d, launch=str(FIX / "cmdline.txt"))
     sec = rep.sections["postmortem"]
     assert sec["stopped_outside"] is True and sec["steps"]["last"] == 1663 and sec["steps"]["total"] == 2840

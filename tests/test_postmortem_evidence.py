@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import os
 
-from finetune_doctor.pipeline import postmortem as pm
-from finetune_doctor.settings import Options
+from pmhelp import diagnose_dir
+
 
 FIX = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "postmortem", "evidence")
 
 
 def run(name: str, d: str | None = None):
-    return pm.run(d or os.path.join(FIX, name), [], None, Options(command="postmortem"))
+    return diagnose_dir(d or os.path.join(FIX, name))
 
 
 def test_oom_inside_sdpa_with_an_explicit_mask_names_the_mask_path_not_the_batch():
@@ -77,7 +77,7 @@ def test_the_plot_draws_nan_hidden_zero_losses_as_gaps_with_a_marker(tmp_path, m
              for s in range(1, 6)]
     lines += ["{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.06}"] * 3
     (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
-    pm.run(str(tmp_path), [], None, Options(command="postmortem"), plot=str(tmp_path / "p.png"))
+    diagnose_dir(tmp_path, plot=str(tmp_path / "p.png"))
     ax = next(a for a in figs[-1].axes if a.get_ylabel() == "loss")
     ys = list(ax.get_lines()[0].get_ydata())
     assert ys[:5] == [1.95, 1.9, 1.85, 1.8, 1.75] and all(math.isnan(y) for y in ys[5:])   # gaps, not zeros

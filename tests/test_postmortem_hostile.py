@@ -13,15 +13,10 @@ import threading
 import pytest
 
 from finetune_doctor.errors import InputError, MissingExtra
-from finetune_doctor.pipeline import postmortem as pm
 from finetune_doctor.readers.runlogs import logs as logs_mod
 from finetune_doctor.readers.runlogs.logs import read_text_log
 from finetune_doctor.readers.runlogs.runlayout import collect
-from finetune_doctor.settings import Options
-
-
-def opts() -> Options:
-    return Options(command="postmortem")
+from pmhelp import diagnose_dir
 
 
 def _no_hang(seconds: int = 20):
@@ -39,7 +34,7 @@ def test_fifo_in_the_run_folder_is_skipped_not_read(tmp_path):
     os.mkfifo(d / "stdout.log")
     _no_hang()
     try:
-        r = pm.run(str(d), [], None, opts())
+        r = diagnose_dir(str(d))
     finally:
         signal.alarm(0)
     skipped = [f for f in r.sections["read"]["files"] if f["path"].endswith("stdout.log")]
@@ -50,7 +45,7 @@ def test_fifo_in_the_run_folder_is_skipped_not_read(tmp_path):
 def test_dev_zero_as_log_or_run_dir_is_skipped(tmp_path):
     _no_hang()
     try:
-        r = pm.run("/dev/zero", [], None, opts())
+        r = diagnose_dir("/dev/zero")
         ev = collect(str(tmp_path), ["/dev/zero"])
     finally:
         signal.alarm(0)
@@ -72,10 +67,10 @@ def test_symlink_loop_and_too_long_path(tmp_path):
     assert set(looped) == {"a.log", "b.log"} and all("symbolic links" in p for p in looped.values())
     long = str(tmp_path / ("x" * 300))
     with pytest.raises(InputError) as e:
-        pm.run(long, [], None, opts())
+        diagnose_dir(long)
     assert e.value.file == long and "too long" in e.value.message
     with pytest.raises(InputError) as e:
-        pm.run(str(d), [str(d / "a.log")], None, opts())
+        diagnose_dir(str(d), [str(d / "a.log")])
     assert e.value.file.endswith("a.log")
 
 
@@ -127,7 +122,7 @@ def test_huge_steps_and_lengths_are_per_file_problems(tmp_path):
     (d / "runs").mkdir()
     (d / "runs" / "events.out.tfevents.1717000000.host").write_bytes(
         head + struct.pack("<I", pw.masked_crc32c(head)) + b"x" * 64)
-    r = pm.run(str(d), [], None, opts())
+    r = diagnose_dir(str(d))
     probs = {os.path.basename(f["path"]): f["problems"] for f in r.sections["read"]["files"]}
     assert any("2^62" in p for p in probs["trainer_log.jsonl"])
     assert any("2^62" in p for p in probs["trainer_state.json"])
@@ -145,7 +140,7 @@ def test_core_install_without_tensorboard_reads_the_text_logs(tmp_path, monkeypa
     (d / "runs" / "x" / "events.out.tfevents.1717000000.host").write_bytes(b"\x00" * 64)
     (d / "train.log").write_text("".join(f"{{'loss': {v}, 'learning_rate': 0.0001, 'epoch': 0.{i}}}\n"
                                          for i, v in enumerate([2.0, 1.9, float("nan")])))
-    r = pm.run(str(d), [], None, opts())
+    r = diagnose_dir(str(d))
     assert "nan-loss" in [f.name for f in r.findings]
     note = next(n for n in r.notes if "tensorboard" in n)
     assert "events.out.tfevents" in note and "pip install '" in note and "[tensorboard]'" in note   # the extra, named where this install came from
@@ -235,7 +230,7 @@ def test_plot_title_names_model_and_run_folder(tmp_path):
 
     pipe.draw = spy
     try:
-        pm.run(str(d), [], None, opts(), plot=str(tmp_path / "p.png"))
+        diagnose_dir(str(d), plot=str(tmp_path / "p.png"))
     finally:
         pipe.draw = real
     assert "Qwen/Qwen2.5-7B-Instruct" in captured["title"] and str(d) in captured["title"]

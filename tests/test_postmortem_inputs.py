@@ -10,8 +10,7 @@ import os
 from click.testing import CliRunner
 
 from finetune_doctor.cli import main
-from finetune_doctor.pipeline import postmortem as pm
-from finetune_doctor.settings import Options
+from pmhelp import diagnose_dir
 
 REF_DS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "finetune_doctor", "catalog",
                       "lf_deepspeed")
@@ -24,10 +23,6 @@ def lf_line(step: int, total: int, loss: float, lr: float = 1e-4) -> str:
                        "remaining_time": "0:10:00"})
 
 
-def opts() -> Options:
-    return Options(command="postmortem")
-
-
 def test_sparse_spike_between_two_logged_points_raises_loss_spike(tmp_path):
     """Issue 16: loss 3.60 -> 63.37 between two logged points (logging_steps 50) raised nothing."""
     d = tmp_path / "run"
@@ -35,7 +30,7 @@ def test_sparse_spike_between_two_logged_points_raises_loss_spike(tmp_path):
     (d / "trainer_log.jsonl").write_text("\n".join(
         [lf_line(50, 1000, 3.71), lf_line(100, 1000, 3.64), lf_line(150, 1000, 3.60), lf_line(200, 1000, 63.37)])
         + "\n")
-    r = pm.run(str(d), [], None, opts())
+    r = diagnose_dir(str(d))
     f = next(f for f in r.findings if f.name == "loss-spike")
     assert "63.37" in f.message and "17.6× the log before it (3.6 at step 150, 50 step(s) earlier)" in f.message
     ev_spike = [e for e in r.timeline if e.kind == "loss_spike"]
@@ -48,7 +43,7 @@ def test_sparse_curve_without_a_jump_raises_nothing(tmp_path):
     (d / "trainer_log.jsonl").write_text("\n".join(
         [lf_line(50, 1000, 3.71), lf_line(100, 1000, 3.64), lf_line(150, 1000, 3.90), lf_line(200, 1000, 3.55)])
         + "\n")
-    r = pm.run(str(d), [], None, opts())
+    r = diagnose_dir(str(d))
     assert "loss-spike" not in [f.name for f in r.findings]
 
 
@@ -57,7 +52,7 @@ def test_nan_onset_says_how_far_the_last_finite_log_was(tmp_path):
     d.mkdir()
     (d / "trainer_log.jsonl").write_text("\n".join(
         [lf_line(100, 1000, 2.1), lf_line(200, 1000, 2.0), lf_line(300, 1000, float("nan"))]) + "\n")
-    r = pm.run(str(d), [], None, opts())
+    r = diagnose_dir(str(d))
     nan = r.sections["postmortem"]
     facts = next(f for f in r.findings if f.name == "nan-loss")
     assert facts is not None
@@ -81,7 +76,7 @@ def _missing_ds_run(tmp_path):
 
 def test_missing_deepspeed_file_is_a_finding_and_nothing_else_is_blamed(tmp_path):
     d = _missing_ds_run(tmp_path)
-    r = pm.run(str(d), [], None, opts())
+    r = diagnose_dir(str(d))
     names = [f.name for f in r.findings]
     # the logs show five steps: the training machine had the file (trial 7 c10), so no launch-time error
     assert "deepspeed-file-missing" not in names
@@ -97,8 +92,8 @@ def test_missing_deepspeed_file_is_a_finding_and_nothing_else_is_blamed(tmp_path
 def test_deepspeed_option_and_overrides_reach_the_config(tmp_path):
     d = _missing_ds_run(tmp_path)
     ds = os.path.join(REF_DS, "ds_z3_config.json")
-    base = pm.run(str(d), [], None, opts(), deepspeed=ds)
-    r = pm.run(str(d), [], None, opts(), overrides=("fp16=true",), deepspeed=ds)
+    base = diagnose_dir(str(d), deepspeed=ds)
+    r = diagnose_dir(str(d), overrides=("fp16=true",), deepspeed=ds)
     names = [f.name for f in r.findings]
     assert "deepspeed-file-missing" not in names
     assert r.inputs["deepspeed"] and r.inputs["deepspeed"].endswith("ds_z3_config.json")
@@ -126,7 +121,7 @@ def test_launch_command_from_cmdline_txt(tmp_path):
     (d / "cmdline.txt").write_text("FORCE_TORCHRUN=1 llamafactory-cli train sft.yaml learning_rate=5e-2 \\\n"
                                    "  deepspeed=missing_ds.json\n")
     (d / "trainer_log.jsonl").write_text(lf_line(1, 10, 2.0) + "\n")
-    r = pm.run(str(d), [], None, opts())
+    r = diagnose_dir(str(d))
     assert r.inputs["config"].endswith("sft.yaml")
     assert any("launch command" in n for n in r.notes)
     names = [f.name for f in r.findings]
@@ -143,7 +138,7 @@ def test_launch_command_echoed_in_the_log(tmp_path):
                                 "fp16: true\nbf16: true\n")
     (d / "train.log").write_text("$ llamafactory-cli train cfg.yaml\n{'loss': 2.0, 'learning_rate': 1e-4, "
                                  "'epoch': 0.1}\n")
-    r = pm.run(str(d), [], None, opts())
+    r = diagnose_dir(str(d))
     assert r.inputs["config"].endswith("cfg.yaml")
     # a config-level rule of check (fp16 and bf16 both set) runs on it
     assert any(f.category in ("config", "precision") for f in r.findings)

@@ -18,17 +18,12 @@ import zlib
 
 import pytest
 
-from finetune_doctor.pipeline import postmortem as pm
 from finetune_doctor.readers.runlogs import leveldblog
 from finetune_doctor.readers.runlogs.trackers import read_mlflow_metric, read_swanlab, read_wandb
-from finetune_doctor.settings import Options
+from pmhelp import diagnose_dir
 
 FIX = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "postmortem")
 WANDB_FILE = glob.glob(os.path.join(FIX, "trackers", "wandb", "offline-run-*", "run-*.wandb"))[0]
-
-
-def opts() -> Options:
-    return Options(command="postmortem")
 
 
 # -- trackers -----------------------------------------------------------------------------------------------------
@@ -63,7 +58,7 @@ def test_wandb_run_file_without_wandb_reads_the_same(monkeypatch):
 def test_wandb_folder_is_diagnosed(tmp_path):
     d = tmp_path / "out"
     shutil.copytree(os.path.join(FIX, "trackers"), d, symlinks=True)
-    r = pm.run(str(d), [], None, opts())
+    r = diagnose_dir(str(d))
     spike = next(f for f in r.findings if f.name == "loss-spike")
     assert "63.37" in spike.message and "step 30" in spike.message
 
@@ -128,7 +123,7 @@ def test_mlflow_metric_files(tmp_path):
     fe = read_mlflow_metric(str(m / "loss"), "loss")
     assert list(fe.series[0].steps) == [10, 20, 30, 40] and fe.series[0].values[3] == 41.5
     assert read_mlflow_metric(str(m / "learning_rate"), "learning_rate").read.problems == ("1 malformed line(s)",)
-    r = pm.run(str(tmp_path), [], None, opts())
+    r = diagnose_dir(str(tmp_path))
     assert any(f.name == "loss-spike" and "41.5" in f.message for f in r.findings)
 
 
@@ -140,7 +135,7 @@ def test_llamafactory_running_log(tmp_path):
     lines = [f"[INFO|2025-06-01 10:00:{s:02d}] callbacks.py:307 >> {{'loss': {v:.4f}, 'learning_rate': 1.0000e-04, "
              f"'epoch': {s / 100:.2f}}}" for s, v in [(1, 2.3), (2, 2.2), (3, 2.15), (4, 2.1), (5, 45.0)]]
     (d / "running_log.txt").write_text("\n".join(lines) + "\n")
-    r = pm.run(str(d), [], None, opts())
+    r = diagnose_dir(str(d))
     assert r.sections["read"]["files"][0]["kind"] == "text-log"
     assert any(f.name == "loss-spike" and "45" in f.message for f in r.findings)
 
@@ -148,7 +143,7 @@ def test_llamafactory_running_log(tmp_path):
 # -- many ranks and nodes -----------------------------------------------------------------------------------------
 
 def test_multirank_first_failure_waiting_stragglers_and_placement():
-    r = pm.run(os.path.join(FIX, "multirank"), [], None, opts())
+    r = diagnose_dir(os.path.join(FIX, "multirank"))
     rk = r.sections["postmortem"]["ranks"]
     assert rk["count"] == 8 and rk["nodes"] == ["node0", "node1"]
     ff = rk["first_failed"]

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from finetune_doctor.pipeline import postmortem as pm
 from finetune_doctor.readers.runlogs.logs import parse_text
-from finetune_doctor.settings import Options
+from pmhelp import diagnose_dir
 
 ENTRENAR = """step=1    loss=15.50  gnorm=42.7
 step=55   loss=13.00  gnorm=14.0
@@ -60,7 +59,7 @@ def test_epoch_and_iteration_lines_are_points_at_the_global_iteration():
 
 def test_a_diverged_custom_trainer_run_is_named(tmp_path: Path):
     (tmp_path / "train.log").write_text(ENTRENAR, encoding="utf-8")
-    f = pm.run(str(tmp_path), [], None, Options(command="postmortem")).findings
+    f = diagnose_dir(tmp_path).findings
     assert f[0].name == "loss-diverged"
     assert "to 1.43 at step 220, then climbed back to 10.03 by step 385" in f[0].message
     assert "grad norm 7.7 -> 70.7" in f[0].message and f[0].location.line == 5

@@ -14,7 +14,7 @@ import random
 
 from finetune_doctor.analyzers.postmortem.timeline import analyze, spikes, build_curves
 from finetune_doctor.pipeline import postmortem as pm
-from finetune_doctor.settings import Options
+from pmhelp import diagnose_dir as diagnose
 
 
 def lf_line(step, total, **kw):
@@ -26,10 +26,6 @@ def run_dir(tmp_path, name="run"):
     d = tmp_path / name
     d.mkdir()
     return d
-
-
-def diagnose(d, config=None, logs=(), **opts):
-    return pm.run(str(d), list(logs), config, Options(command="postmortem", **opts))
 
 
 def test_gaussian_noise_has_no_spike_and_an_injected_one_is_found(tmp_path):
@@ -132,7 +128,7 @@ def test_fp16_gradscaler_skips_are_benign(tmp_path):
     (d / "train.log").write_text("\n".join(lines) + "\n")
     cfg = d / "config.yaml"
     cfg.write_text("stage: sft\nfinetuning_type: lora\nfp16: true\nlogging_steps: 10\n")
-    r = diagnose(d, str(cfg))
+    r = diagnose(d, config=cfg)
     assert [f.name for f in r.findings if f.code.startswith("FD3")] == ["fp16-overflow-benign"]
     assert "skipped 2 step(s)" in r.findings[0].message
 
@@ -151,7 +147,7 @@ def test_divergence_as_warmup_ends_blames_the_learning_rate(tmp_path):
     w.close()
     cfg = d / "config.yaml"
     cfg.write_text("stage: sft\nfinetuning_type: full\nlearning_rate: 2.0e-4\nwarmup_steps: 50\n")
-    r = diagnose(d, str(cfg))
+    r = diagnose(d, config=cfg)
     assert r.findings[0].name == "learning-rate-too-high-confirmed"
     assert "as warm-up ends at step 50" in r.findings[0].message
     assert r.findings[0].fix.edits[0].key == "learning_rate" and r.findings[0].fix.edits[0].value == 1e-5
@@ -187,7 +183,7 @@ def test_oom_match_uses_world_size_from_the_log(tmp_path):
         "unallocated.\n")
     cfg = d / "config.yaml"
     cfg.write_text("model_name_or_path: Qwen/Qwen2.5-7B\nstage: sft\nfinetuning_type: full\nbf16: true\n")
-    r = diagnose(d, str(cfg))
+    r = diagnose(d, config=cfg)
     f = r.findings[0]
     assert f.name == "cuda-oom"
     # Qwen2.5-7B has 7,615,616,512 parameters: 4·P/8 = 3.546 GiB
@@ -235,7 +231,7 @@ def test_nccl_startup_timeout_suggests_ddp_timeout(tmp_path):
         "milliseconds before timing out.\n")
     cfg = d / "config.yaml"
     cfg.write_text("stage: sft\nfinetuning_type: lora\n")
-    r = diagnose(d, str(cfg))
+    r = diagnose(d, config=cfg)
     f = r.findings[0]
     assert f.name == "nccl-timeout" and "600 s: torch's default NCCL timeout" in f.message
     assert "preprocessing" in f.message
@@ -277,7 +273,7 @@ def test_the_nan_event_quotes_the_learning_rate_of_its_own_dict(tmp_path):
         "'grad_norm': nan, 'learning_rate': 8.000000000000001e-06, 'epoch': 0.12}\n"
         "{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 1.6000000000000003e-05, 'epoch': 0.24}\n"
         "  8%|███                                  | 21/249 [07:23<1:17:48, 20.48s/it]\n", encoding="utf-8")
-    rep = pm.run(str(d), [], None, Options(command="postmortem"))
+    rep = diagnose(d)
     nan = [e for e in rep.timeline if e.kind == "nan"]
     assert len(nan) == 1 and nan[0].detail.endswith("(lr 8e-06)") and nan[0].source.endswith("train.log:3")
 
@@ -292,7 +288,7 @@ def test_a_segfault_is_a_native_crash_not_nothing_to_diagnose(tmp_path):
         "/bin/bash: line 1:   263 Segmentation fault      (core dumped) llamafactory-cli export --template "
         "deepseekr1 --model_name_or_path /models --adapter_name_or_path /adapters --export_dir /output\n",
         encoding="utf-8")
-    rep = pm.run(str(d), [], None, Options(command="postmortem"))
+    rep = diagnose(d)
     codes = [f.code for f in rep.findings]
     assert codes[0] == "FD340" and "FD315" not in codes and "FD318" not in codes
     assert rep.findings[0].location.line == 2 and "SIGSEGV (exit code 139)" in rep.findings[0].message

@@ -7,6 +7,7 @@ import os
 
 from finetune_doctor.pipeline import postmortem as pm
 from finetune_doctor.settings import Options
+from pmhelp import diagnose_dir
 
 FIX = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "postmortem", "trial7")
 
@@ -15,7 +16,7 @@ def _run(case: str, config: bool = True, gpu: str | None = None, logs: tuple[str
     d = os.path.join(FIX, case)
     run_dir = os.path.join(d, "run") if os.path.isdir(os.path.join(d, "run")) else d
     cfg = os.path.join(d, "config.yaml") if config else None
-    return pm.run(run_dir, [os.path.join(d, x) for x in logs], cfg, Options(command="postmortem", gpu=gpu))
+    return diagnose_dir(run_dir, [os.path.join(d, x) for x in logs], cfg, gpu=gpu)
 
 
 def _events(r):
@@ -47,7 +48,7 @@ def test_the_deepspeed_finding_stays_for_a_run_that_never_trained(tmp_path):
     log.write_text("Traceback (most recent call last):\n  File \"launcher.py\", line 23, in <module>\n"
                    "ValueError: Expected a string path to an existing deepspeed config, or a dictionary, or a "
                    "base64 encoded string. Received: cache/ds_z3_config.json\n", encoding="utf-8")
-    r = pm.run(str(log), [], os.path.join(FIX, "c10-7755", "config.yaml"), Options(command="postmortem"))
+    r = diagnose_dir(log, [], os.path.join(FIX, "c10-7755", "config.yaml"))
     assert "deepspeed-file-missing" in [f.name for f in r.findings]
 
 
@@ -148,7 +149,7 @@ def test_an_output_file_in_the_run_folder_is_not_read(tmp_path):
     (d / "check.txt").unlink()
     out = d / "postmortem.txt"   # a plain log's content: only --output marks it as the report's target
     out.write_text("Traceback (most recent call last):\nRuntimeError: CUDA error: an illegal memory access\n")
-    r = pm.run(str(d), [], str(d / "config.yaml"), Options(command="postmortem", output=str(out)))
+    r = diagnose_dir(d, [], d / "config.yaml", output=str(out))
     assert _rows(r)["postmortem.txt"]["problems"] == ["not read: this command's own report is being written to it"]
     assert "cuda-error" not in [f.name for f in r.findings]
 
@@ -187,7 +188,7 @@ def _timeouts(tmp_path, seqs: dict[int, int], extra: str = "") -> str:
 def test_a_rank_that_raised_stays_the_root_over_a_silent_one(tmp_path):
     oom = ("[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total "
            "capacity of 79.15 GiB of which 1.10 GiB is free.\n")
-    r = pm.run(_timeouts(tmp_path, {0: 1580, 2: 1580}, oom), [], None, Options(command="postmortem"))
+    r = diagnose_dir(_timeouts(tmp_path, {0: 1580, 2: 1580}, oom))
     first = r.sections["postmortem"]["ranks"]["first_failed"]
     assert first["rank"] == 3 and "causality: rank 3 raised" in next(
         f for f in r.findings if f.name == "rank-failed-first").message
@@ -195,7 +196,7 @@ def test_a_rank_that_raised_stays_the_root_over_a_silent_one(tmp_path):
 
 def test_a_paste_missing_half_the_ranks_names_no_silent_rank(tmp_path):
     # ranks 0 and 3 of four: two of four missing is a partial paste, not evidence about ranks 1 and 2
-    r = pm.run(_timeouts(tmp_path, {0: 1580, 3: 1580}), [], None, Options(command="postmortem"))
+    r = diagnose_dir(_timeouts(tmp_path, {0: 1580, 3: 1580}))
     first = r.sections["postmortem"]["ranks"]["first_failed"]
     assert first["rank"] == 0 and first["how"].startswith("the earliest failure line by wall clock")
     msg = next(f for f in r.findings if f.name == "rank-failed-first").message
@@ -211,8 +212,7 @@ def _with_unknown_key(tmp_path):
 
 def test_a_start_up_refusal_is_a_warning_when_the_logs_show_steps(tmp_path):
     # LLaMA-Factory's parser refuses `fp32` (allow_extra_keys=False): a run that logged steps did not read it
-    r = pm.run(os.path.join(FIX, "c10-7755", "run"), [], _with_unknown_key(tmp_path),
-               Options(command="postmortem", gpu="3xV100-32GB"))
+    r = diagnose_dir(os.path.join(FIX, "c10-7755", "run"), [], _with_unknown_key(tmp_path), gpu="3xV100-32GB")
     f = next(f for f in r.findings if f.name == "unknown-key")
     assert f.severity == "warning" and f.location.key == "fp32"
     assert f.message.endswith("The logs show training steps, so the run got past start-up: the config read here is "
@@ -225,7 +225,7 @@ def test_a_start_up_refusal_stays_an_error_for_a_run_that_logged_no_step(tmp_pat
     log = tmp_path / "train.log"
     log.write_text("Traceback (most recent call last):\nValueError: Some keys are not used by the "
                    "HfArgumentParser: ['fp32']\n", encoding="utf-8")
-    r = pm.run(str(log), [], _with_unknown_key(tmp_path), Options(command="postmortem"))
+    r = diagnose_dir(log, [], _with_unknown_key(tmp_path))
     f = next(f for f in r.findings if f.name == "unknown-key")
     assert f.severity == "error" and "got past start-up" not in f.message
 

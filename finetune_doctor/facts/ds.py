@@ -46,7 +46,8 @@ PROBLEM_ITEM = {
     "line": F("int", "1-based line"), "column": F("int", "1-based column"), "location": LOCATION(),
 }
 IGNORED_OFFLOAD_ITEM = {
-    "key": F("str", "the offload key"), "what": F("str", "offload_param | offload_optimizer"),
+    "key": F("str", "the offload key"),
+    "what": F("str", "offload_param | offload_optimizer", values=("offload_param", "offload_optimizer")),
     "device": F("str", "cpu | nvme"), "stage": F("int", "ZeRO stage"), "location": LOCATION(),
 }
 DERIVED = {

@@ -461,10 +461,10 @@ def data_parallel_open(asm: Any, engine: str | None, deepspeed: bool) -> bool:
     rel = getattr(asm, "release", None)
     if rel is None or not rel.known or rel.source == "installed here":
         return True
-    import re
+    from finetune_doctor.numbers import parse_version   # the one reader of release strings
 
-    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(rel.given or ""))
-    return m is not None and tuple(int(x) for x in m.groups(default="0")) < TORCHRUN_RELEASE
+    got = parse_version(str(rel.given or ""))   # major.minor[.patch], patch 0 when not written
+    return got is not None and len(got) >= 2 and got + (0,) * (3 - len(got)) < TORCHRUN_RELEASE
 
 
 def fsdp_refused(run: Any) -> str | None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from finetune_doctor.facts.schema import LOCATION, F, Namespace
 from finetune_doctor.analyzers.config.launch import CHECK_NAMES, check_launch
-from finetune_doctor.readers.config.keyschema import check_keys
+from finetune_doctor.readers.config.keyschema import VALUE_CHECKS, check_keys
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc
 from finetune_doctor.readers.config.lfkind import COMMANDS
 
@@ -23,9 +23,10 @@ KEY_ITEM = {
                      "the training machine may hold: not checked here) | ..."),
     "message": F("str", "what is wrong, in LLaMA-Factory's or transformers' terms (None for a launch check whose "
                         "words are its rule's: `check`)"),
-    "check": F("str", "the launch check that found it (analyzers/config/launch.py CHECK_NAMES): the case of its "
-                      "rule's message table; None for the key schema's and v1's problems", values=CHECK_NAMES),
-    "args": F("dict", "the values a launch check's message case shows (as written in the config)", open=True),
+    "check": F("str", "the launch check (analyzers/config/launch.py CHECK_NAMES) or key-schema value check "
+                      "(readers/config/keyschema.py VALUE_CHECKS) that found it: the case of its rule's message "
+                      "table; None for the other key-schema problems and v1's", values=(*CHECK_NAMES, *VALUE_CHECKS)),
+    "args": F("dict", "the values a check's message case shows (as written in the config)", open=True),
     "suggestion": F("str", "did-you-mean key, when one is close"),
     "replacement": F("str", "the key that replaces a renamed/retired one"),
     "fix": F("str", "short title of the fix"),
@@ -36,6 +37,9 @@ KEY_ITEM = {
               values=("stops", "drops")),
     "rest": F("str", "with a fate: the message's text after it"),
     "was": F("str", "for kind unverified: the kind the problem has when its condition holds"),
+    "case": F("str", "for kind unverified: the case of unverified-config-problem's message table, the launch "
+                     "check's name (`check`) or else the key's `fate`; None for the others",
+              values=(*CHECK_NAMES, *VALUE_CHECKS, "stops", "drops")),
     "decide": F("str", "for kind unverified: the inputs that would decide the condition (--llamafactory VERSION or "
                        "--env FILE, ...), none of them given"),
     "line": F("int", "1-based line of the key in the config"),
@@ -244,6 +248,9 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
         d["override"] = any(k == d["key"] or k.startswith(d["key"] + ".") for k in doc.overrides)
         if _unverified(d["condition"], transformers_version):
             d["was"], d["kind"] = d["kind"], "unverified"
+            # one rule words every unverified problem: its table switches on the check (whose sentence the
+            # launch check no longer carries) or, for an undeclared key, on its fate
+            d["case"] = d["check"] or d["fate"]
             d["decide"] = _decide(d["condition"], transformers_version)
         out.append(d)
     rel = ("unknown" if release is None or not release.known

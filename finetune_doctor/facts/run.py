@@ -14,7 +14,11 @@ from finetune_doctor.run import Run
 from finetune_doctor.run.savers import LIGER_FLCE_OFF
 
 _TYPES = {"bool": "bool", "int": "int", "float": "float", "str": "str"}
-_VALUES = {"liger_flce_off": LIGER_FLCE_OFF}   # fields whose values a rule's message table may switch on
+_VALUES = {"liger_flce_off": LIGER_FLCE_OFF,   # fields whose values a rule's message table may switch on
+           # LF hparams/finetuning_args.py:464 (main) `finetuning_type: Literal["lora", "oft", "freeze", "full"]`
+           "finetuning_type": ("lora", "oft", "freeze", "full"),
+           "trainable_dtype": ("float32", "bfloat16", "float16"),   # run/resolve.py: the trainable params' dtype
+           "mcore": ("mca", "bridge")}   # run/engines.py:379: USE_MCA=1's adapter, else Megatron Bridge
 _DOCS = {
     "stage": "pt | sft | rm | ppo | dpo | kto", "finetuning_type": "lora | oft | freeze | full",
     "weights_dtype": "frozen weights as stored on the GPU", "trainable_dtype": "trainable params' dtype",

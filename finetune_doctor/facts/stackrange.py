@@ -18,9 +18,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
+from finetune_doctor.numbers import parse_version
+
 CATALOG = Path(__file__).resolve().parent.parent / "catalog" / "lf_stack_ranges.json"
 _CLAUSE = re.compile(r"^(>=|<=|==|!=|>|<|~=)\s*(.+)$")
-_NUM = re.compile(r"^v?(\d+(?:\.\d+)*)(.*)$")
 
 
 @lru_cache(maxsize=1)
@@ -30,11 +31,10 @@ def load() -> dict[str, Any]:
 
 
 def _parts(version: str) -> tuple[tuple[int, ...], bool] | None:
-    """(release numbers, has a pre/dev/local suffix) of a version as pip writes it; None when unreadable."""
-    m = _NUM.match(version.strip()[:64])
-    if not m:
-        return None
-    return tuple(int(x) for x in m.group(1).split(".")), bool(m.group(2).strip())
+    """(release numbers, has a pre/dev/post/local suffix) of a version as pip writes it; None when unreadable
+    (numbers.parse_version, the one reader of release strings, with every number and the suffix kept)."""
+    got = parse_version(version, parts=None, suffix=True)
+    return None if got is None else (got[0], bool(got[1]))
 
 
 def _cmp(a: tuple[int, ...], b: tuple[int, ...]) -> int:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from finetune_doctor.errors import InputError
+from finetune_doctor.numbers import parse_version
 
 MIB = 1 << 20
 K_LARGE_BUFFER = 20 * MIB          # kLargeBuffer: 20 MiB
@@ -108,8 +109,8 @@ def tokenize(text: str) -> list[str]:
 def _version_tuple(v: str | tuple[int, int] | None) -> tuple[int, int] | None:
     if v is None or isinstance(v, tuple):
         return v
-    m = re.match(r"(\d+)\.(\d+)", str(v))
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    got = parse_version(str(v), parts=2)   # numbers.py, the one reader of release strings
+    return got if got is not None and len(got) == 2 else None
 
 
 class _Parser:

@@ -30,7 +30,7 @@ dataset_info.json it names, which is read (never a dataset).
 Each check is written from the source line it mirrors (cited at the check). Its sentence, which quotes what
 LLaMA-Factory or transformers raises and says why, lives in its rule's message table (``by: item.check``): a
 problem carries the check's name (``check``, one of `CHECK_KINDS`) and the values the sentence shows (``args``);
-only the template and dataset lookups still write theirs here (see `CHECK_KINDS`). A check only judges values of
+no sentence is written here. A check only judges values of
 the type its source compares: a wrong type is keyschema's finding (invalid-value), not a second one here.
 ``condition`` is set where the verdict depends on the launch (``"torchrun launch"``: LLaMA-Factory runs torchrun
 for more than one GPU or with FORCE_TORCHRUN=1).
@@ -46,6 +46,7 @@ import re
 from typing import Any, Callable, Mapping
 
 from finetune_doctor.errors import InputError
+from finetune_doctor.numbers import parse_version, version_key
 from finetune_doctor.readers.deepspeed.dsjson import read_json
 from finetune_doctor.readers.config.keyschema import load_schema
 from finetune_doctor.run.values import split_arg
@@ -60,8 +61,8 @@ class _Cfg:
     def __init__(self, values: Mapping[str, Any], zero_stage: int | None, release: Any = None,
                  transformers: str | None = None):
         self.values = values
-        m = re.match(r"^\s*(\d+)\.(\d+)", transformers or "")
-        self.tf = (int(m.group(1)), int(m.group(2))) if m else None   # the training machine's transformers
+        tf = parse_version(transformers or "", parts=2)   # numbers.py, the one reader of release strings
+        self.tf = tf if tf is not None and len(tf) == 2 else None   # the training machine's transformers
         self.keys = load_schema()["keys"]
         self.zero_stage = zero_stage
         self.release = release   # readers/lfrelease.Release: the LF release(s) judged for, None = 0.9.5's registry
@@ -74,7 +75,7 @@ class _Cfg:
         e = self.keys.get(key) or {}
         by_version = e.get("default_by_version")
         if by_version:   # transformers 5's default where 4 and 5 differ (report_to: 'none' vs None)
-            newest = sorted(by_version, key=lambda v: [int(p) for p in v.split(".") if p.isdigit()])[-1]
+            newest = max(by_version, key=lambda v: version_key(v) or ((), 0))
             return by_version[newest]
         return e.get("default")
 
@@ -90,19 +91,13 @@ class _Cfg:
         return self("finetuning_type")
 
 
-def _p(key: str, kind: str, message: str, suggestion: str | None = None, *, fix: str | None = None,
-       fix_value: Any = None, condition: str | None = None) -> Problem:
-    return {"key": key, "kind": kind, "message": message, "suggestion": suggestion, "replacement_key": None,
-            "fix": fix, "fix_value": fix_value, "condition": condition, "check": None, "args": {}}
-
-
 def _c(key: str, kind: str, check: str, suggestion: str | None = None, *, args: Mapping[str, Any] | None = None,
        fix: str | None = None, fix_value: Any = None, condition: str | None = None) -> Problem:
     """A problem whose words live in its rule: `check` (one of CHECK_NAMES) is the case of the rule's message table
     (rules/missing-required-key.yaml, rules/conflicting-options.yaml) and `args` the values the case shows, as the
-    user wrote them (str(): a float prints as written, not in the templates' rounded form). A `condition` here
-    names a launch (``torchrun launch``), never a release: a release condition makes the problem
-    unverified-config-problem, whose message is `message`."""
+    user wrote them (str(): a float prints as written, not in the templates' rounded form). A `condition` names a
+    launch (``torchrun launch``) or, for a template, the releases that decide it: facts/lint.py then makes the
+    problem unverified-config-problem's, whose table has the template checks' cases too (``by: item.case``)."""
     assert CHECK_KINDS[check] == kind, (check, kind)
     return {"key": key, "kind": kind, "message": None, "suggestion": suggestion, "replacement_key": None,
             "fix": fix, "fix_value": fix_value, "condition": condition, "check": check,
@@ -134,14 +129,21 @@ CHECK_KINDS = {
                      "scheduler-needs-eval", "warmup-steps-negative", "warmup-ratio-negative", "empty-cache-steps",
                      "best-model-strategies", "best-model-steps-mixed", "best-model-steps-ratio",
                      "best-model-steps-whole"), "interval"),
+    # the lookups before the first step: the template's variants by what the judged release knows of the name
+    # and whether a near name was found; the dataset's by what dataset_info.json lacks or where the folder is
+    **dict.fromkeys(("template-unregistered", "template-misspelt", "template-removed", "template-removed-misspelt",
+                     "template-later-release"), "template"),
+    **dict.fromkeys(("dataset-info-missing", "dataset-undefined"), "dataset"),
+    "dataset-dir-not-here": "not_here",
 }
 """The launch checks whose message is a case of their rule's message table, with the kind of problem each gives
 (the kind selects the rule by its ``for_each``: ``missing`` rules/missing-required-key.yaml, ``conflict``
 conflicting-options, ``stage`` option-needs-other-stage, ``method`` option-needs-other-method, ``zero3``
-deepspeed-incompatible-option, ``distributed`` distributed-incompatible-option, ``interval`` invalid-step-setting;
-tests/test_launch_messages.py checks that each rule has a case for every check of its kind). The template and
-dataset lookups keep their sentences here: a template's condition can name a release (unverified-config-problem
-shows `message`), and a dataset folder missing here is not-checked-here's."""
+deepspeed-incompatible-option, ``distributed`` distributed-incompatible-option, ``interval`` invalid-step-setting,
+``template`` template-not-registered, ``dataset`` dataset-not-defined, ``not_here`` not-checked-here;
+tests/test_launch_messages.py checks that each rule has a case for every check of its kind). Two rules also render
+checks of another kind: unverified-config-problem a template check whose condition names a release (by
+``item.case``, facts/lint.py), and dataset-not-defined ``dataset-dir-not-here`` under --strict."""
 
 CHECK_NAMES = tuple(CHECK_KINDS)
 """The values of ``lint.keys[].check`` (facts/lint.py declares them, so the rule loader refuses a message case that
@@ -547,26 +549,25 @@ def _template(c: _Cfg) -> list[Problem]:
         return []   # registered by the release judged for (moss_vl on main, a template 0.8 had)
     if rel is None and name in LF_TEMPLATE_NAMES:
         return []
-    who, cond, first = "LLaMA-Factory 0.9.5", None, None
+    who, cond, first, span = "LLaMA-Factory 0.9.5", None, None, None
     names = sorted(LF_TEMPLATE_NAMES)
     if rel is not None:
         who = rel.label
         elsewhere = rel.template_versions(name)
         if elsewhere:
             span = f"{elsewhere[0]}{'-' + elsewhere[-1] if len(elsewhere) > 1 else ''}"
-            if rel.known:   # the release in use lacks it: say which ones have it
-                who = f"{rel.label} (only {span})"
+            if rel.known:   # the release in use lacks it: the sentence says which ones have it
                 first = _first_after(elsewhere, rel)
             else:           # the LF version is not known: the verdict is that of the release in use
                 cond = f"LLaMA-Factory {', '.join(v for v in rel.versions if v not in elsewhere)}; registered in {span}"
         if rel.known:   # a rename must land on a template the same release registers (trial 4: qwen3_vl on 0.9.3)
             names = [t for t in names if rel.has_template(t)]
-    head = f"`template: {name}` is not a template {who} registers: it stops with \"Template {name} does not " \
-           "exist.\" when the data is loaded."
+    args = {"name": name, "who": who, **({"span": span} if span else {})}
     if first is not None:
         # a later release registers the name: upgrading is the fix; a different template would train another format
-        return [_p("template", "template", f"{head} LLaMA-Factory {first} is the first release that registers it.",
-                   f"upgrade LLaMA-Factory to >= {first}, the first release that registers `{name}`", condition=cond)]
+        return [_c("template", "template", "template-later-release",
+                   f"upgrade LLaMA-Factory to >= {first}, the first release that registers `{name}`",
+                   args={**args, "first": first}, condition=cond)]
     # a near-identical spelling first (qwen3_NOTHINK -> qwen3_nothink); then, as LF names most templates after the
     # model family (gpt-oss -> gpt_oss, GLM-4.5V -> glm4_5v), the registered name the model's own name starts
     # with; then a looser spelling -- never the name itself (it would write the same value)
@@ -576,10 +577,14 @@ def _template(c: _Cfg) -> list[Problem]:
     near = (difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.85)
             or _template_of_model(c("model_name_or_path"), names)
             or difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.75))
-    hint = f" Did you mean `{near[0]}`?" if near else ""
-    return [_p("template", "template", head + hint,
+    if rel is not None and rel.known and span:   # registered only by earlier releases: the sentence names them
+        check = "template-removed-misspelt" if near else "template-removed"
+    else:
+        check = "template-misspelt" if near else "template-unregistered"
+    return [_c("template", "template", check,
                f"write `template: {near[0]}`" if near else "use a template name from LLaMA-Factory's data/template.py",
-               fix="set" if near else None, fix_value=near[0] if near else None, condition=cond)]
+               fix="set" if near else None, fix_value=near[0] if near else None, condition=cond,
+               args={**args, **({"near": near[0]} if near else {})})]
 
 
 def _first_after(elsewhere: list[str], rel: Any) -> str | None:
@@ -620,28 +625,22 @@ def _datasets(c: _Cfg, config_path: str | None) -> list[Problem]:
     except InputError:
         if not c.given("dataset_dir"):
             return []
-        message = (f"`dataset_dir: {ddir}` holds no dataset_info.json here: LLaMA-Factory stops with \"Cannot open "
-                   f"{ddir}/dataset_info.json\" when the data is loaded.")
         if not any(os.path.isdir(os.path.join(b, ddir)) for b in bases):
             # a folder found nowhere, absolute or relative: the training machine may hold it, so it is not checked
             # here (not-checked-here, info) unless --strict (dataset-not-defined); an absolute one was passed over
             # without a word before, so --strict missed LF's "Cannot open" (parity, trial 7's LF #9191 config)
-            # a relative folder found nowhere: the machine (or folder) training launches from may hold it, so it
-            # is not checked here (not-checked-here, info) unless --strict (dataset-not-defined)
-            return [_p("dataset_dir", "not_here", message, "point `dataset_dir` at the folder holding "
-                       "dataset_info.json", condition="not on this machine")]
+            return [_c("dataset_dir", "not_here", "dataset-dir-not-here", "point `dataset_dir` at the folder holding "
+                       "dataset_info.json", condition="not on this machine", args={"dir": ddir})]
         # a folder that exists here without dataset_info.json is wrong anywhere
-        return [_p("dataset_dir", "dataset", f"`dataset_dir: {ddir}` holds no dataset_info.json here: LLaMA-Factory "
-                                             f"stops with \"Cannot open {ddir}/dataset_info.json\" when the data is "
-                                             "loaded.", "point `dataset_dir` at the folder holding dataset_info.json")]
+        return [_c("dataset_dir", "dataset", "dataset-info-missing",
+                   "point `dataset_dir` at the folder holding dataset_info.json", args={"dir": ddir})]
     out = []
     for key, name in names:
         if name not in info:
             shown = os.path.relpath(found) if not os.path.isabs(ddir) else found
-            out.append(_p(key, "dataset", f"dataset `{name}` is not defined in {shown}/dataset_info.json: "
-                                          f"LLaMA-Factory stops with \"Undefined dataset {name} in "
-                                          "dataset_info.json.\" when the data is loaded.",
-                          f"add `{name}` to dataset_info.json or correct the name in `{key}`"))
+            out.append(_c(key, "dataset", "dataset-undefined",
+                          f"add `{name}` to dataset_info.json or correct the name in `{key}`",
+                          args={"name": name, "folder": shown}))
     return out
 
 

@@ -18,6 +18,8 @@ import os
 import re
 from typing import Any, Mapping
 
+from finetune_doctor.numbers import parse_version
+
 LEGACY_VAR = "PYTORCH_CUDA_ALLOC_CONF"
 PRIMARY_VAR = "PYTORCH_ALLOC_CONF"
 EXPANDABLE = "expandable_segments:True"
@@ -45,8 +47,9 @@ def launch_env(run: Any, env: Mapping[str, str] | None = None) -> dict[str, str]
 
 
 def _newer(torch_version: str | None) -> bool:
-    m = re.match(r"(\d+)\.(\d+)", str(torch_version or ""))
-    return m is None or (int(m.group(1)), int(m.group(2))) >= (2, 8)
+    """torch >= 2.8 (PYTORCH_ALLOC_CONF read first), or a version not known as major.minor."""
+    got = parse_version(str(torch_version or ""), parts=2)   # numbers.py, the one reader of release strings
+    return got is None or len(got) < 2 or got >= (2, 8)
 
 
 def alloc_setting(env: Mapping[str, str], torch_version: str | None = None) -> tuple[str | None, str]:

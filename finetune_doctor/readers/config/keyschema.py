@@ -48,7 +48,8 @@ class KeyProblem:
     ``"stops"`` (HfArgumentParser's "Some keys are not used" error) or ``"drops"`` (ALLOW_EXTRA_ARGS set), else
     None. With a fate, `message` is the text before it and `rest` the text after it: the words of each fate are
     the rules' own (rules/unknown-key.yaml, renamed-key, derived-key, unverified-config-problem: a message table
-    keyed by ``item.fate``), so the reader says which fate, not how to word it (issue #22).
+    keyed by ``item.fate``), so the reader says which fate, not how to word it (issue #22). A `check` (VALUE_CHECKS)
+    is worded by rules/invalid-value.yaml's table instead of `message` (then ""), showing `args`.
     """
 
     key: str
@@ -62,6 +63,12 @@ class KeyProblem:
     inert: bool = False
     fate: str | None = None
     rest: str = ""
+    check: str | None = None
+    args: Mapping[str, str] | None = None
+
+
+# the value checks whose sentence is rules/invalid-value.yaml's message table's (facts/lint.py declares them)
+VALUE_CHECKS = ("null-fails", "null-needs-value", "range-not-allowed", "range-out-of-bounds")
 
 
 @lru_cache(maxsize=4)
@@ -626,13 +633,12 @@ def _check_value(key: str, entry: Mapping[str, Any], value: Any,
     expected = " or ".join(_KIND_WORDS.get(k, k) for k in sorted(accepts - {"null"})) or "null"
     if kind == "null":
         if entry.get("null_fails"):
-            return KeyProblem(key, "wrong_type", f"`{key}` is empty (null): {entry['null_fails']}.",
+            return KeyProblem(key, "wrong_type", "", check="null-fails", args={"fails": str(entry["null_fails"])},
                               suggestion=f"write `{key}: false` or remove the line", fix="set", fix_value=False)
         if "null" in accepts or "bool" in accepts:  # an empty bool behaves as false in every `if` LF writes
             return None
-        return KeyProblem(key, "wrong_type", f"`{key}` is empty (null) but LLaMA-Factory needs {expected}; the "
-                                             f"empty value replaces the default {_yaml(entry.get('default'))}, and its first "
-                                             f"use fails (TypeError on None).",
+        return KeyProblem(key, "wrong_type", "", check="null-needs-value",
+                          args={"expected": expected, "default": _yaml(entry.get("default"))},
                           suggestion=f"give `{key}` a value or remove the line", fix="delete")
     choices = entry.get("choices")
     if choices and kind in ("str", "bool", "int", "float"):
@@ -658,7 +664,8 @@ def _check_range(key: str, value: float, r: Mapping[str, Any]) -> KeyProblem | N
         if value in r["values"]:
             return None
         allowed = " or ".join(_yaml(v) for v in r["values"])
-        return KeyProblem(key, "out_of_range", f"`{key}: {_yaml(value)}` is not {allowed}: {r['fails']}.",
+        return KeyProblem(key, "out_of_range", "", check="range-not-allowed",
+                          args={"value": _yaml(value), "allowed": allowed, "fails": str(r["fails"])},
                           suggestion=f"use {allowed}")
     lo, hi = r.get("min"), r.get("max")
     low = lo is not None and (value <= lo if r.get("min_exclusive") else value < lo)
@@ -671,8 +678,8 @@ def _check_range(key: str, value: float, r: Mapping[str, Any]) -> KeyProblem | N
     if hi is not None:
         bounds.append(f"{'<' if r.get('max_exclusive') else '<='} {_yaml(hi)}")
     want = " and ".join(bounds)
-    return KeyProblem(key, "out_of_range", f"`{key}: {_yaml(value)}` is out of range (it must be {want}); "
-                                           f"parse_dict takes it unchecked, and then {r['fails']}.",
+    return KeyProblem(key, "out_of_range", "", check="range-out-of-bounds",
+                      args={"value": _yaml(value), "want": want, "fails": str(r["fails"])},
                       suggestion=f"give `{key}` a value {want}")
 
 

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from finetune_doctor.numbers import is_prerelease, parse_version
+
 CATALOG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "catalog", "lf_releases.json")
 MAIN_ALIASES = ("main", "master", "head", "snapshot")
 
@@ -63,11 +65,13 @@ def parse_ranges(text: str) -> frozenset[int]:
     return frozenset(out)
 
 
-def _vtuple(v: str) -> tuple[int, ...] | None:
-    m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", v or "")
-    if not m:
+def _vtuple(v: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of an LF version, patch 0 when not written; None without at least major.minor
+    (numbers.parse_version reads it; a suffix such as ``.dev0`` is `_prerelease`'s)."""
+    got = parse_version(v)
+    if got is None or len(got) < 2:
         return None
-    return tuple(int(x) for x in m.groups(default="0"))
+    return got + (0,) * (3 - len(got))
 
 
 @dataclass(frozen=True)
@@ -220,8 +224,10 @@ def choose(version: str | None, source: str = "not given") -> Release:
 
 
 def _prerelease(v: str) -> bool:
-    """`v` is a PEP 440 pre- or development release ("0.9.2.dev0", "0.9.3rc1"), which sorts before its number."""
-    return re.search(r"(?:\.?dev\d*|(?:a|b|rc)\d+)\s*$", v or "", re.IGNORECASE) is not None
+    """`v` is a PEP 440 pre- or development release ("0.9.2.dev0", "0.9.3rc1"), which sorts before its number
+    (numbers.is_prerelease on the suffix numbers.parse_version leaves)."""
+    got = parse_version(v, suffix=True)
+    return got is not None and is_prerelease(got[1])
 
 
 def installed_version() -> str | None:

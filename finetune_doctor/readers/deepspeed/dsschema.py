@@ -29,21 +29,11 @@ NEWEST_DS = "0.19.8"
 # ---------------------------------------------------------------------------------------------------------------
 
 def parse_version(v: str | None) -> tuple[int, ...] | None:
-    """``"0.19.8"``, ``"0.16.9+cu121"``, ``"5.0.0.dev0"`` → (0, 19, 8) etc.; None for None or garbage."""
-    if not v:
-        return None
-    out = []
-    for part in str(v).split("+")[0].split("."):
-        digits = ""
-        for ch in part:
-            if ch.isdigit():
-                digits += ch
-            else:
-                break
-        if not digits:
-            break
-        out.append(int(digits))
-    return tuple(out) if out else None
+    """``"0.19.8"``, ``"0.16.9+cu121"``, ``"5.0.0.dev0"`` → (0, 19, 8) etc. (every dotted number); None for None or
+    garbage. numbers.parse_version reads it (the one reader of release strings)."""
+    from finetune_doctor.numbers import parse_version as read
+
+    return read(str(v), parts=None) if v else None
 
 
 def installed_version(dist: str) -> str | None:

@@ -488,8 +488,20 @@ _KEY_LINE = re.compile(rb"^\s*(?:-\s|[\w.\-\"'/]+\s*:(?:\s|$))")
 
 
 def _reads_as_keys(sample: bytes) -> bool:
-    """Whether at least 80 % of the first 200 lines that are neither blank nor comments are YAML ``key: value`` or
-    list lines: a config (trial 8, LlamaFactory#8150: a YAML refused for a repeated key was called a log)."""
+    """Whether `sample` reads as a config's keys rather than a console log: at least 80 % of its first 200 lines
+    that are neither blank nor ``#`` comments are ``key: value`` lines (``_KEY_LINE``: a bare, dotted or quoted
+    name, a colon, then a space or the line's end) or ``- item`` list lines.
+
+    It decides one question: `looks_like_log` found a trigger word in a file that failed as YAML, and a config
+    holding such a word (``NCCL_P2P_DISABLE=1`` in a comment) is still no log (trial 8,
+    LlamaFactory#8150: a YAML refused for a repeated key was called a log). The formats that give the rule:
+    LLaMA-Factory's training configs are YAML block mappings (hparams/parser.py ``read_args``, main:117-124,
+    loads ``.yaml``/``.yml`` with OmegaConf.load) or JSON objects (``.json``, json.load), so nearly every line
+    of either is a key line (a JSON object's ``{`` and ``}`` are the exceptions, 2 lines of ~20). A console log's lines are messages;
+    the ones shaped like keys are few (a torchrun failure paste: 8 of its 18 lines, its root-cause block's
+    ``time      : ...`` six among them). Below 80 % the text is judged a log. A YAML made mostly of block scalars (``|`` text over many
+    lines) or a log made mostly of ``name: value`` lines is judged the other way (tests/test_logs_keys.py pins
+    both sides)."""
     lines = [ln for ln in sample.splitlines()[:400] if ln.strip() and not ln.lstrip().startswith(b"#")][:200]
     return bool(lines) and sum(1 for ln in lines if _KEY_LINE.match(ln)) >= 0.8 * len(lines)
 
