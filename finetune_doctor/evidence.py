@@ -50,6 +50,8 @@ nccl                {rank, op, what, seq, timeout_ms, timeout_text, ran_ms, nume
                     stragglers, ddp_timeout_fix, count, ranks, pg, pg_desc, first_failed, waiting, location}
 killed              {kind, signal, exitcode, rank, local_rank, pid, host, step, host_oom, who, how, host_ram_text,
                     offload, count, outside, total, nohup, location}
+host_alloc          {bytes, size_text, huge, phase, evidence, where_text, advice, count, step, location}: c10's
+                    "DefaultCPUAllocator: can't allocate memory" raised in-process (analyzers/postmortem/hostalloc.py)
 crash               {kind: exception|traceback-only|child-failed, cls, msg, step, where_text, text, explained,
                     location, cause {kind, text} (analyzers/postmortem/crashcause.py; None where the text
                     establishes nothing beyond the exception), cause_text (" — " + cause.text, or "")}

@@ -373,7 +373,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
             elif n.kind == "traceback":
                 tb = n
     explained = bool(out.get("oom") or out.get("nccl") or out.get("nccl_error") or out.get("cuda_error")
-                     or (out.get("killed") and out["killed"]["host_oom"])
+                     or (out.get("killed") and out["killed"]["host_oom"]) or out.get("host_alloc")
                      or (out.get("scale") and out["scale"]["trajectory"] == "abort"))
     if exc is None and (tb is None or signalled):
         return None if out.get("completed") or signalled else _child_failed_only(ev, explained)

@@ -70,6 +70,9 @@ TRIGGER_WORDS = (
     "Task was killed due", "Memory on the node", "with return code = -", "ERROR: Unexpected ",
     # a rank's wait on the c10d store timing out (`C10D_SOCKET_TIMEOUT`: a barrier whose other side never came)
     "[c10d] waitForInput",
+    # LLaMA-Factory's dataset map bar (data/loader.py `_get_preprocessed_dataset` desc): the phase of a failure
+    # that follows it with no traceback (analyzers/postmortem/hostalloc.py); 'R' is already a first byte
+    "Running tokenizer on dataset",
     # DeepSpeed's process-group set-up (`DIST_INIT`): a log that ends on it is a start-up that never went on
     "Initializing TorchBackend",
     # LLaMA-Factory's model/loader.py load_tokenizer: why no processor was loaded (before "Processor was not found")
