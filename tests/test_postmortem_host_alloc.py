@@ -20,6 +20,11 @@ FIX = "host_alloc"
                                          "\"Running tokenizer on dataset (num_proc=64)\" at 61 %"]),
     ("save_alloc.log", ["1.45 GiB", "during a checkpoint save", "_save (trainer.py)", "save_only_model"]),
     ("huge_alloc.log", ["1.0 PiB", "during training step 121", "bad shape"]),
+    ("memoryerror_tokenize.log", ["A host (CPU) memory allocation failed inside the process during the dataset "
+                                  "preprocessing", "preprocess_dataset (pretrain.py)", "Python raised MemoryError"]),
+    ("numpy_alloc.log", ["7.45 GiB", "during training step 821", "NumPy raised _ArrayMemoryError"]),
+    ("arrow_alloc.log", ["4.00 GiB", "during the dataset preprocessing", "_map_single (arrow_dataset.py)",
+                         "ArrowMemoryError", "tokenized_path"]),
 ])
 def test_failed_host_allocation_names_its_phase(tmp_path, name, words):
     found = diagnose(tmp_path, f"{FIX}/{name}")
@@ -42,3 +47,14 @@ def test_a_kernel_kill_beside_it_is_still_the_kill(tmp_path):
         "anon-rss:251234567kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:493812kB oom_score_adj:0\n")
     names = [f.name for f in diagnose(tmp_path, log)]
     assert names[:2] == ["host-oom-killed", "host-alloc-failed"], names
+
+
+@pytest.mark.parametrize("line", [
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB "
+    "of which 1.12 GiB is free.",
+    "[WARNING|trainer.py:811] >> a MemoryError in a callback is retried",
+])
+def test_a_device_oom_or_a_sentence_naming_memoryerror_is_not_a_host_allocation(tmp_path, line):
+    log = tmp_path / "src.log"
+    log.write_text(line + "\n")
+    assert "host-alloc-failed" not in [f.name for f in diagnose(tmp_path, log)]

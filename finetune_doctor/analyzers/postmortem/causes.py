@@ -210,7 +210,9 @@ def benign_overflow(out: dict[str, Any]) -> dict[str, Any] | None:
 KILL_PRIORITY = {"child-failed-root": 0, "kernel-oom": 1, "cgroup-oom": 1, "slurm-oom": 1, "ray-oom": 1, "torchrun-exit": 2,
                   "loader-signal": 4,
                   "launcher-exit": 3, "shell-killed": 4, "shell-signaled": 4, "signal": 5, "cpu-alloc": 6,
-                  "launcher-signalled": 7, "elastic-signalled": 7, "launcher-kill": 8}
+                  "launcher-signalled": 7, "elastic-signalled": 7, "launcher-kill": 8,
+                  # a scheduler's own record of why it ended the job outranks the SIGKILL that follows its SIGTERM
+                  "slurm-cancel": 1, "trainer-signalled": 7}
 LAUNCHER_ONLY = ("launcher-kill", "launcher-signalled")
 
 
@@ -278,6 +280,9 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
         who = f"pid {pid}" if pid is not None else who
     if k.kind == "elastic-signalled":
         who, how = _elastic_words(k)
+    nxt = None
+    if k.kind in ("slurm-cancel", "trainer-signalled"):
+        who, how, nxt = _scheduler_words(k)
     if k.kind in LAUNCHER_ONLY:
         who, how = _launcher_words(k, [x for x in relevant if x.kind == "launcher-kill"])
         host_oom = host_oom and not any(x.kind == "launcher-signalled" for x in relevant)
@@ -287,7 +292,8 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
          # a fault in compiled code (bash's "Segmentation fault", faulthandler, exit -11/139 ...): not the host
          "native": k.signal in NATIVE_SIGNALS,
          "text": k.text, "count": len(kills), "inferred": inferred and host_oom,
-         "outside": k.kind in ("launcher-signalled", "elastic-signalled"), "total": total,
+         "outside": k.kind in ("launcher-signalled", "elastic-signalled", "slurm-cancel", "trainer-signalled"),
+         "total": total, "next_text": nxt,
          # the pipeline sets it from the --launch line (pipeline/postmortem.py `_launched_under_nohup`)
          "nohup": False}
     d["timeline_text"] = f"{who} {'crashed with' if d['native'] else 'killed by'} {how}"
@@ -324,6 +330,38 @@ def _elastic_words(k: KillRecord) -> tuple[str, str]:
     sender = ELASTIC_SIGNAL_SENDERS.get(k.signal or "")
     return ("torchrun (the torchelastic agent" + (f", pid {k.pid})" if k.pid is not None else ")"),
             f"{sig} from outside" + (f" ({sender})" if sender else "") + "; it then shut down its training processes")
+
+
+SLURM_REASONS = {
+    "TIME LIMIT": ("Slurm's time limit (the job ran past its --time)", "Resubmit with a longer --time (or within "
+                   "the partition's limit) and resume from the last checkpoint (resume_from_checkpoint); with "
+                   "save_steps small enough that a time limit costs little."),
+    "PREEMPTION": ("a preemption (Slurm gave the nodes to a job of higher priority)", "Resubmit (or use --requeue) "
+                   "and resume from the last checkpoint; save_steps small enough that a preemption costs little."),
+    "NODE FAILURE": ("a node failure (slurmctld's log says which node and why)", "Ask the admins what failed on the "
+                     "node (slurmctld's log), exclude it (--exclude) and resume from the last checkpoint."),
+}
+"""Slurm's reasons (slurmstepd req.c, `SLURM_CANCELLED`) and what to do about each."""
+
+
+def _scheduler_words(k: KillRecord) -> tuple[str, str, str]:
+    """(who, how, what next) for a stop a scheduler or trainer recorded: Slurm's CANCELLED line (the reason it
+    names, or a cancel with none: scancel by the user or an admin) and Lightning's "Received SIGTERM"."""
+    from finetune_doctor.readers.runlogs import logpatterns as pat
+
+    if k.kind == "trainer-signalled":
+        return ((f"rank {k.rank}" if k.rank is not None else "the Lightning trainer"),
+                "SIGTERM from outside (Lightning logged \"Received SIGTERM\": a scheduler's time limit or "
+                "preemption, a container stop, or `kill`)",
+                "Check who sent it (`sacct -j JOB -o State,ExitCode`, `kubectl describe pod`) and resume from the "
+                "last checkpoint.")
+    m = pat.SLURM_CANCELLED.search(k.text or "")
+    why = (m.group("why") or "").strip() if m else ""
+    what = f"Slurm {m.group('what').lower()} {m.group('id')}" if m else "the Slurm job"
+    who = what + (f" on {m.group('node')}" if m and m.group("node") else "")
+    how, nxt = SLURM_REASONS.get(why, (f"Slurm ({why.lower()})" if why else "a cancel (scancel, by the user or an "
+                                       "admin; no reason in Slurm's line)", "Resume from the last checkpoint."))
+    return who, how, nxt
 
 
 def _launcher_words(k: KillRecord, killing: list[KillRecord]) -> tuple[str, str]:

@@ -88,7 +88,7 @@ def host_alloc_facts(kills: list[KillRecord], ev: Evidence, out: dict[str, Any])
     if not recs:
         return None
     k = min(recs, key=lambda x: (x.file, x.line))
-    nbytes = float(k.bytes or 0)
+    nbytes = float(k.bytes or 0)   # 0: the error does not state its request (CPython's bare MemoryError)
     notes = _notes_before(ev, k.file, k.line)
     phase, frame = _phase_of(_traceback_frames(notes, k.line))
     evidence = f"the traceback's frame {frame}" if frame else None
@@ -114,9 +114,25 @@ def host_alloc_facts(kills: list[KillRecord], ev: Evidence, out: dict[str, Any])
     else:
         advice = PHASE_ADVICE.get(phase or "", GENERIC_ADVICE)
     gib = nbytes / (1 << 30)
-    size_text = f"{gib:,.2f} GiB" if gib < 1 << 20 else f"{gib / (1 << 20):,.1f} PiB"
-    d = {"bytes": nbytes, "size_text": size_text, "huge": huge, "phase": phase, "evidence": evidence,
-         "where_text": where, "advice": advice, "count": len(recs), "step": k.step,
+    size_text = ("" if not nbytes else f"{gib:,.2f} GiB" if gib < 1 << 20 else f"{gib / (1 << 20):,.1f} PiB")
+    who, raised = _allocator(k.text or "")
+    d = {"bytes": nbytes or None, "size_text": size_text, "size_words": f" of {size_text}" if size_text else "",
+         "huge": huge, "phase": phase, "evidence": evidence, "where_text": where, "advice": advice,
+         "allocator": who, "raised_text": raised, "count": len(recs), "step": k.step,
          "location": location_of(k.file, k.line)}
-    d["timeline_text"] = f"host allocation of {size_text} failed (c10 DefaultCPUAllocator, in-process)"
+    d["timeline_text"] = f"host allocation{d['size_words']} failed in-process ({who})"
     return d
+
+
+def _allocator(text: str) -> tuple[str, str]:
+    """(who refused, what it raised) from the error line (readers/runlogs/logpatterns.py CPU_ALLOC and
+    HOST_MEMORY_ERROR)."""
+    if "DefaultCPUAllocator" in text:
+        return ("c10 DefaultCPUAllocator", "PyTorch's CPU allocator raised a Python RuntimeError "
+                "(\"DefaultCPUAllocator: can't allocate memory\")")
+    if "_ArrayMemoryError" in text:
+        return "NumPy", "NumPy raised _ArrayMemoryError (\"Unable to allocate ... for an array\")"
+    if "ArrowMemoryError" in text:
+        return ("Arrow", "Arrow, which holds HF datasets' tables, raised ArrowMemoryError "
+                "(\"malloc of size ... failed\")")
+    return "Python", "Python raised MemoryError"

@@ -53,6 +53,9 @@ TRIGGER_WORDS = (
     # CUDA OOM (log_patterns.md §5)
     "CUDA out of memory", "CUDA error: out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED",
     "ErrorMemoryAllocation", "NPU out of memory",
+    # Intel GPUs (c10/xpu/XPUCachingAllocator.cpp: the CUDA allocator's v2 message with "XPU") and Apple's Metal
+    # backend (`OOM_MPS`); 'X' is a new first byte, rare in logs
+    "XPU out of memory", "MPS backend out of memory",
     # DeepSpeed loss scaling (§2)
     "OVERFLOW!", "[deepspeed] fp16 dynamic", "Overflow detected", "Grad overflow", "Reducing dynamic",
     "Increasing dynamic", "Current loss scale",
@@ -73,6 +76,11 @@ TRIGGER_WORDS = (
     # LLaMA-Factory's dataset map bar (data/loader.py `_get_preprocessed_dataset` desc): the phase of a failure
     # that follows it with no traceback (analyzers/postmortem/hostalloc.py); 'R' is already a first byte
     "Running tokenizer on dataset",
+    # a host allocation refused in-process by CPython, NumPy or Arrow (`HOST_MEMORY_ERROR`); 'M' is a first byte already
+    "MemoryError",
+    # stopped from outside (`SLURM_CANCELLED`, `LIGHTNING_SIGTERM`: "Received " is a trigger already) or by a
+    # container limit (`K8S_OOMKILLED`); 'C' and 'O' are first bytes already
+    "CANCELLED AT", "OOMKilled",
     # DeepSpeed's process-group set-up (`DIST_INIT`): a log that ends on it is a start-up that never went on
     "Initializing TorchBackend",
     # LLaMA-Factory's model/loader.py load_tokenizer: why no processor was loaded (before "Processor was not found")
@@ -210,6 +218,13 @@ OOM_NPU = re.compile(
     + _g("requested") + r"\.?\s*(?:\(NPU (?P<gpu>\d+);\s*" + _g("total") + r" total capacity;\s*(?:" + _g("allocated")
     + r" already allocated;\s*)?(?:" + _g("active") + r" current active;\s*)?" + _g("free") + r" free;\s*(?:"
     + _g("allowed") + r" allowed;\s*)?" + _g("reserved") + r" reserved in total by PyTorch)?")
+# Apple's Metal backend (aten/src/ATen/mps/MPSAllocator.mm ``MPSHeapAllocatorImpl::alloc_buffer_block``): "MPS
+# backend out of memory (MPS allocated: 3.11 GB, other allocations: 5.42 GB, max allowed: 9.07 GB). Tried to
+# allocate 720.00 MB on private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 ..."; the limit is a share of the
+# unified memory the GPU shares with the CPU, so macOS may kill the process (jetsam) before this is raised
+OOM_MPS = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)):\s*)?MPS backend out of memory \(MPS allocated: "
+                     + _g("allocated") + r"(?:, other allocations: " + _g("other") + r")?(?:, max allowed: "
+                     + _g("total") + r")?\)(?:\.\s*Tried to allocate " + _g("requested") + r")?")
 OOM_PROC = re.compile(r"(?:Process (?P<pid>\d+)|(?P<self>this process)) has (?P<mem>" + SIZE + r") memory in use")
 OOM_PARTIAL = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)):\s*)?CUDA out of memory\.?(?:\s*Tried to allocate "
                           + _g("requested") + r")?")
@@ -412,6 +427,27 @@ ELASTIC_SIGNALLED = re.compile(r"(?:Received (?:Signals\.)?(?P<sig>SIG[A-Z0-9]+|
                                r"|SignalException: Process (?P<pid>\d+) got signal: (?:Signals\.)?(?P<sig2>SIG[A-Z0-9]+|\d+))")
 SIGNAL_NAMES = {"1": "SIGHUP", "2": "SIGINT", "3": "SIGQUIT", "15": "SIGTERM", "10": "SIGUSR1", "12": "SIGUSR2"}
 CPU_ALLOC = re.compile(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (?P<bytes>\d+) bytes")
+# other in-process host allocation failures, each the last line of a Python traceback (the class alone or with its
+# message): CPython's bare MemoryError; NumPy's _ArrayMemoryError (numpy/_core/_exceptions.py ``__str__``: "Unable
+# to allocate 7.45 GiB for an array with shape (1000000, 2000) and data type float32", numpy._core in 2.x,
+# numpy.core in 1.x); Arrow's ArrowMemoryError under HF datasets' tables (pyarrow.lib, arrow/memory_pool.cc: "malloc
+# of size N failed"). Not torch's OutOfMemoryError (a device OOM): the class must start the name
+# Slurm's step daemon when it ends a job or step (slurm src/slurmd/slurmstepd/req.c ``_handle_signal_container``:
+# error("*** %s ON %s CANCELLED AT %s DUE TO TIME LIMIT ***", entity, node, time), "... DUE TO PREEMPTION ***",
+# "... DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***", and without a reason for scancel; entity "JOB N" or
+# "STEP N.M"; releases before the node name print "*** JOB N CANCELLED AT T DUE TO TIME LIMIT ***")
+SLURM_CANCELLED = re.compile(r"\*\*\* (?P<what>JOB|STEP) (?P<id>[\w.]+)(?: ON (?P<node>\S+))? CANCELLED AT (?P<at>\S+)"
+                             r"(?: DUE TO (?P<why>[A-Z][A-Z ]*[A-Z]))?[^*]*\*\*\*")
+# Lightning's SIGTERM notifier (lightning/pytorch/trainer/connectors/signal_connector.py ``_sigterm_notifier_fn``:
+# log.info(rank_prefixed_message(f"Received SIGTERM: {signum}", local_rank)), "[rank: 0] Received SIGTERM: 15")
+LIGHTNING_SIGTERM = re.compile(r"(?:\[rank: (?P<rank>\d+)\] )?Received SIGTERM: (?P<num>\d+)\s*$")
+# Kubernetes' container status as `kubectl describe pod` prints it ("Reason:       OOMKilled", with "Exit Code:
+# 137"): the container's memory limit (a cgroup) killed it
+K8S_OOMKILLED = re.compile(r"^\s*Reason:\s+OOMKilled\s*$")
+HOST_MEMORY_ERROR = re.compile(r"^\s*(?:[\w.]+\.)?(?P<cls>_ArrayMemoryError|ArrowMemoryError|MemoryError)"
+                               r"(?::\s*(?P<msg>.*?))?\s*$")
+NUMPY_ALLOC = re.compile(r"Unable to allocate (?P<num>[\d.]+) (?P<unit>bytes|[KMGTPE]iB) for an array with shape")
+ARROW_ALLOC = re.compile(r"malloc of size (?P<bytes>\d+) failed")
 CF_RANK = re.compile(r"rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<lr>\d+)\)")
 CF_EXIT = re.compile(r"exitcode\s*:\s*(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)(?:\s*\((?P<sig>SIG\w+)\))?")
 CF_HOST = re.compile(r"host\s*:\s*(?P<host>\S+)")

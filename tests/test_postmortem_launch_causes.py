@@ -1,0 +1,36 @@
+"""Launch and sizing mistakes that an exception's text establishes (analyzers/postmortem/launchcause.py): run-crashed
+says them after the exception. Fixtures: fixtures/postmortem/launch_causes/ (FIXTURE.md names each upstream line)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pmhelp import diagnose
+
+
+@pytest.mark.parametrize("name, words", [
+    ("ds_no_launcher_save.log", ["during the checkpoint save of checkpoint-100",
+                                 "never wrapped by deepspeed.initialize", "without a distributed launcher",
+                                 "FORCE_TORCHRUN=1"]),
+    ("force_torchrun.log", ["no distributed launcher started", "FORCE_TORCHRUN=1 llamafactory-cli train"]),
+    ("clients_joined.log", ["only 8 of the 16 processes reached the rendezvous store", "8 never connected",
+                            "MASTER_ADDR:MASTER_PORT"]),
+    ("vllm_kv_cache.log", ["no room left for its KV cache", "vllm_gpu_util", "vllm_maxlen"]),
+    ("fp16_unscale.log", ["found gradients in fp16", "autocast_adapter_dtype", "train in bf16"]),
+])
+def test_the_launch_mistake_is_named(tmp_path, name, words):
+    found = diagnose(tmp_path, f"launch_causes/{name}")
+    assert found and found[0].name == "run-crashed", [f.name for f in found]
+    for w in words:
+        assert w in found[0].message, (w, found[0].message)
+
+
+@pytest.mark.parametrize("line", [
+    "AttributeError: 'DeepSpeedEngine' object has no attribute 'save_checkpoint'",   # the engine itself: not this
+    "AttributeError: 'GemmaForCausalLM' object has no attribute 'save_pretrained_merged'",
+])
+def test_other_attribute_errors_are_not_a_missing_launcher(tmp_path, line):
+    log = tmp_path / "src.log"
+    log.write_text(line + "\n")
+    found = diagnose(tmp_path, log)
+    assert not any("distributed launcher" in f.message for f in found), [f.message for f in found]
