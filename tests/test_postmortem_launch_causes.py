@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pmhelp import diagnose
+from pmhelp import FIXTURES as PM_FIXTURES, diagnose
+
+FIXTURES = PM_FIXTURES / "launch_causes"
 
 
 @pytest.mark.parametrize("name, words", [
@@ -17,6 +19,9 @@ from pmhelp import diagnose
                             "MASTER_ADDR:MASTER_PORT"]),
     ("vllm_kv_cache.log", ["no room left for its KV cache", "vllm_gpu_util", "vllm_maxlen"]),
     ("fp16_unscale.log", ["found gradients in fp16", "autocast_adapter_dtype", "train in bf16"]),
+    ("stack_out_of_range.log", ["outside what LLaMA-Factory 0.8.3 requires at start-up",
+                                "transformers 4.36.0 (it requires transformers>=4.41.2, llamafactory/extras/misc.py:82",
+                                "DISABLE_VERSION_CHECK"]),
 ])
 def test_the_launch_mistake_is_named(tmp_path, name, words):
     found = diagnose(tmp_path, f"launch_causes/{name}")
@@ -34,3 +39,12 @@ def test_other_attribute_errors_are_not_a_missing_launcher(tmp_path, line):
     log.write_text(line + "\n")
     found = diagnose(tmp_path, log)
     assert not any("distributed launcher" in f.message for f in found), [f.message for f in found]
+
+
+def test_a_stack_in_range_adds_nothing(tmp_path):
+    text = (FIXTURES / "stack_out_of_range.log").read_text().replace("Transformers version: 4.36.0",
+                                                                      "Transformers version: 4.43.4")
+    log = tmp_path / "src.log"
+    log.write_text(text)
+    found = diagnose(tmp_path, log)
+    assert found[0].name == "run-crashed" and "outside what LLaMA-Factory" not in found[0].message

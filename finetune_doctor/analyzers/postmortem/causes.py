@@ -9,6 +9,7 @@ from typing import Any
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
+from finetune_doctor.analyzers.postmortem.stackcause import stack_range_text
 from finetune_doctor.evidence import Evidence, KillRecord, src
 
 LATE_EPOCH = 0.05
@@ -440,6 +441,9 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     if kind == "traceback-only":
         phase, where = _cut_where(tb, where, out)
     cause = crash_cause(ev, exc, _traceback_before(ev, exc), model or {}, versions or {}) if exc else None
+    rng = stack_range_text(versions or {}) if exc else None
+    if rng:   # a lead the exception does not give: the release was not written for this stack (stackcause.py)
+        cause = {"kind": cause["kind"] if cause else "stack-range", "text": (cause["text"] + "; " if cause else "") + rng}
     return {"kind": kind, "cls": (exc.value or {}).get("cls") if exc else None,
             "msg": (exc.value or {}).get("msg") if exc else None, "step": rec.step, "explained": explained,
             "text": text, "where_text": where, "phase": phase, "location": location_of(rec.file, rec.line),
