@@ -206,8 +206,7 @@ class TextLogParser(FailureLines):
                                         if "size mismatch for " in d][:16]
                 self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500],
                                                 value))
-        if ("() got an unexpected keyword" in text or "Template " in text or "DeepSpeed Z" in text) \
-                and not pat.EXC.match(text.strip(" `>")):
+        if any(w in text for w in pat.TYPELESS_TRIGGERS) and not pat.EXC.match(text.strip(" `>")):
             self._typeless_exception(text, line, rank)
         if "version" in text:
             self._versions(text, line, context)

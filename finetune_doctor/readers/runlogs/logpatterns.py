@@ -92,6 +92,8 @@ TRIGGER_WORDS = (
     # upper case titles use, a device assert whose backticks markdown ate
     "Caught signal ", "with exit code -", "() got an unexpected keyword", "Template ", "CUDA runtime error",
     "Assertion ", "DeepSpeed Z",
+    # more typeless messages with one raise site (`TYPELESS_EXC`); first bytes 'A', 'F', 'N', 'w' are triggers' already
+    "Attempting to unscale", "FORCE_TORCHRUN=1", "No available memory for the cache", "waiting for clients",
     # glog's fatal-signal banner (`GLOG_SIGNAL`), printed by C++ libraries that install glog's handler
     "SIGSEGV (@", "SIGBUS (@", "SIGILL (@", "SIGFPE (@", "SIGABRT (@",
     # metrics (§7); "loss=", "loss: ", "Loss: ": other trainers' step lines (`STEP_LINE_*` below). Their lower-case
@@ -396,7 +398,18 @@ TYPELESS_EXC = (
     (re.compile(r"(?P<msg>DeepSpeed Z\w+-3 is not compatible with .low_cpu_mem_usage=True. or with passing a "
                 r".device_map.\.?|DeepSpeed ZeRO-3 or FSDP is incompatible with PTQ-quantized models\.)"),
      "ValueError"),
+    # the messages of this session's launch/precision causes (analyzers/postmortem/launchcause.py), each with one
+    # raise site: torch/amp/grad_scaler.py:275 (torch 2.13), LLaMA-Factory hparams/parser.py:472 (snapshot),
+    # vLLM's KV-cache check, c10d TCPStore's rendezvous wait (the format string in torch 2.13's libtorch_cpu)
+    (re.compile(r"(?P<msg>Attempting to unscale FP16 gradients\.?)"), "ValueError"),
+    (re.compile(r"(?P<msg>Please use .FORCE_TORCHRUN=1. to launch DeepSpeed training\.?)"), "ValueError"),
+    (re.compile(r"(?P<msg>No available memory for the cache blocks\..*)"), "ValueError"),
+    (re.compile(r"(?P<msg>Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients joined\.?)"),
+     "torch.distributed.DistStoreError"),
 )
+TYPELESS_TRIGGERS = ("() got an unexpected keyword", "Template ", "DeepSpeed Z", "Attempting to unscale",
+                     "FORCE_TORCHRUN=1", "No available memory for the cache", "waiting for clients")
+"""The words that send a line to the typeless-exception check (logparse.py); each is in TRIGGER_WORDS."""
 STRSIGNAL = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Killed": "SIGKILL", "Aborted": "SIGABRT",
              "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL", "Terminated": "SIGTERM"}
 # the c10d TCPStore client's socket wait (pytorch torch/csrc/distributed/c10d/socket.cpp ``SocketImpl::waitForInput``:
