@@ -22,6 +22,10 @@ FIXTURES = PM_FIXTURES / "launch_causes"
     ("typeless_unscale.log", ["ValueError: Attempting to unscale FP16 gradients", "found gradients in fp16"]),
     ("typeless_force_torchrun.log", ["ValueError: Please use `FORCE_TORCHRUN=1`", "no distributed launcher"]),
     ("typeless_clients_joined.log", ["DistStoreError", "only 8 of the 16 processes"]),
+    ("port_in_use.log", ["rendezvous port 29500 is already taken", "MASTER_PORT"]),
+    ("gloo_peer_closed.log", ["gloo connection (10.12.0.5) went away", "a consequence, not the cause"]),
+    ("no_cuda_gpus.log", ["the process sees no GPU", "CUDA_VISIBLE_DEVICES"]),
+    ("bf16_unsupported.log", ["compute capability 8.0", "fp16: true"]),
     ("stack_out_of_range.log", ["outside what LLaMA-Factory 0.8.3 requires at start-up",
                                 "transformers 4.36.0 (it requires transformers>=4.41.2, llamafactory/extras/misc.py:82",
                                 "DISABLE_VERSION_CHECK"]),
@@ -51,3 +55,16 @@ def test_a_stack_in_range_adds_nothing(tmp_path):
     log.write_text(text)
     found = diagnose(tmp_path, log)
     assert found[0].name == "run-crashed" and "outside what LLaMA-Factory" not in found[0].message
+
+
+@pytest.mark.parametrize("name, rule, words", [
+    ("duplicate_gpu.log", "nccl-error", ["two ranks were given the same GPU", "ranks 1 and 0",
+                                         "one process per visible GPU"]),
+    ("invalid_ordinal.log", "cuda-error", ["a GPU index that is not visible", "--nproc_per_node"]),
+])
+def test_a_launch_mistake_inside_an_nccl_or_cuda_error_is_named(tmp_path, name, rule, words):
+    found = diagnose(tmp_path, f"launch_causes/{name}")
+    assert found and found[0].name == rule, [f.name for f in found]
+    assert "called inconsistently" not in found[0].message
+    for w in words:
+        assert w in found[0].message, (w, found[0].message)

@@ -39,8 +39,41 @@ VLLM_KV = re.compile(r"No available memory for the cache blocks|stored in KV cac
 VLLM_MAXLEN = re.compile(r"max seq len \((?P<len>\d+)\)")
 
 
+# c10d's TCPStore server (the format string in torch 2.13's libtorch_cpu: "The server socket has failed to listen on
+# any local network address. port: {}, useIpv6: {}, code: {}, name: {}, message: {}"), and older torch's bare
+# "Address already in use"
+ADDR_IN_USE = re.compile(r"failed to listen on any local network address\. port: (?P<port>\d+).*EADDRINUSE"
+                         r"|^Address already in use$")
+# gloo's TCP pair (gloo/transport/tcp/pair.cc: "[file:line] Connection closed by peer [addr]:port", "Connection
+# reset by peer"): the other end went away
+GLOO_PEER = re.compile(r"gloo/transport/tcp/pair\.cc:\d+\] (?:Connection closed by peer|Connection reset by peer|"
+                       r"Read error|Write error)(?: \[(?P<peer>[^\]]+)\])?")
+# transformers' TrainingArguments.__post_init__ (training_args.py, 5.6.0: "Your setup doesn't support bf16/gpu.
+# You need to assign use_cpu ..."; 4.x: "... You need torch>=1.10, using Ampere GPU with cuda>=11.0")
+BF16_SETUP = re.compile(r"Your setup doesn't support bf16/gpu")
+
+
 def launch_cause(cls: str, msg: str) -> str | None:
     """The launch or sizing mistake the exception `cls`: `msg` states, in words, or None."""
+    m = ADDR_IN_USE.search(msg.strip())
+    if m:
+        port = f" {m.group('port')}" if m.group("port") else ""
+        return (f"the master's rendezvous port{port} is already taken on this node: an earlier run that did not "
+                "exit (a zombie torchrun or its children) or another job on the node; end it (`ss -ltnp`, "
+                "`nvidia-smi` for its processes) or give this run another port (MASTER_PORT, --master_port)")
+    if "No CUDA GPUs are available" in msg:
+        return ("the process sees no GPU: CUDA_VISIBLE_DEVICES empty or naming cards that do not exist, a "
+                "container started without GPUs (--gpus all / the device plugin), or a scheduler job without a GPU "
+                "request; check nvidia-smi and CUDA_VISIBLE_DEVICES inside the job")
+    m = GLOO_PEER.search(msg)
+    if m:
+        peer = f" ({m.group('peer')})" if m.group("peer") else ""
+        return (f"the other end of a gloo connection{peer} went away: a consequence, not the cause; the process on "
+                "that peer died or the link dropped, and the first failure is in that peer's own log")
+    if BF16_SETUP.search(msg):
+        return ("bf16 was asked for on a setup without it: bf16 needs an NVIDIA GPU of compute capability 8.0 or "
+                "newer (A100, RTX 30xx/40xx, H100; not V100, T4 or RTX 20xx) with a CUDA build of torch; set bf16: "
+                "false and fp16: true on older cards")
     m = NO_ENGINE_ATTR.search(msg) if cls == "AttributeError" else None
     if m and m.group("obj") != "DeepSpeedEngine":
         return (f"the model ({m.group('obj')}) was asked for the DeepSpeedEngine method {m.group('attr')}, so it was "
