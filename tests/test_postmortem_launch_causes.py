@@ -26,6 +26,9 @@ FIXTURES = PM_FIXTURES / "launch_causes"
     ("gloo_peer_closed.log", ["gloo connection (10.12.0.5) went away", "a consequence, not the cause"]),
     ("no_cuda_gpus.log", ["the process sees no GPU", "CUDA_VISIBLE_DEVICES"]),
     ("bf16_unsupported.log", ["compute capability 8.0", "fp16: true"]),
+    ("shm_full_worker.log", ["could not pass a batch through shared memory", "/dev/shm is full, not the disk",
+                             "--shm-size"]),
+    ("cpu_only_torch.log", ["CPU-only build"]),
     ("stack_out_of_range.log", ["outside what LLaMA-Factory 0.8.3 requires at start-up",
                                 "transformers 4.36.0 (it requires transformers>=4.41.2, llamafactory/extras/misc.py:82",
                                 "DISABLE_VERSION_CHECK"]),
@@ -68,3 +71,8 @@ def test_a_launch_mistake_inside_an_nccl_or_cuda_error_is_named(tmp_path, name, 
     assert "called inconsistently" not in found[0].message
     for w in words:
         assert w in found[0].message, (w, found[0].message)
+
+
+def test_dev_shm_full_is_not_the_disk(tmp_path):
+    names = [f.name for f in diagnose(tmp_path, "launch_causes/shm_full_worker.log")]
+    assert "disk-full" not in names, names

@@ -9,6 +9,7 @@ from typing import Any
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
+from finetune_doctor.analyzers.postmortem.launchcause import SHM_MAP
 from finetune_doctor.analyzers.postmortem.stackcause import stack_range_text
 from finetune_doctor.evidence import Evidence, KillRecord, src
 
@@ -523,7 +524,9 @@ def _disk_full(ev: Evidence) -> dict[str, Any] | None:
 
     for f in ev.files:
         for n in f.notices:
-            if n.kind == "exception" and pat.DISK_FULL.search(n.text):
+            # ATen MapAllocator's "unable to write to file </torch_...>: No space left on device (28)" is
+            # /dev/shm full under the DataLoader's workers, not the disk (launchcause.py SHM_MAP)
+            if n.kind == "exception" and pat.DISK_FULL.search(n.text) and not SHM_MAP.search(n.text):
                 return {"text": n.text[:200], "location": location_of(n.file, n.line),
                         "saving": "save" in n.text.lower() or "serializ" in n.text.lower()}
     return None

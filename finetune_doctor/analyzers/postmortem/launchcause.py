@@ -48,6 +48,15 @@ ADDR_IN_USE = re.compile(r"failed to listen on any local network address\. port:
 # reset by peer"): the other end went away
 GLOO_PEER = re.compile(r"gloo/transport/tcp/pair\.cc:\d+\] (?:Connection closed by peer|Connection reset by peer|"
                        r"Read error|Write error)(?: \[(?P<peer>[^\]]+)\])?")
+# ATen's MapAllocator (aten/src/ATen/MapAllocator.cpp; the strings in torch 2.13's libtorch_cpu): "unable to write to
+# file <NAME>: ERR (N)", "unable to mmap N bytes from file <NAME>: ERR (N)", "unable to open shared memory object
+# <NAME> in read-write mode: ERR (N)", "unable to allocate shared memory(shm) for file <NAME>"; NAME "/torch_PID_..."
+# is the segment a DataLoader worker passes a batch through (torch.multiprocessing's sharing strategies)
+SHM_MAP = re.compile(r"unable to (?:write to file|mmap \d+ bytes from file|open shared memory object|resize file|"
+                     r"allocate shared memory\(shm\) for file) <(?P<name>/?torch_[^>]*)>(?:[^:]*: (?P<err>[^(]+?)"
+                     r" \((?P<errno>\d+)\))?")
+# torch/cuda/__init__.py:522 (torch 2.13) `_lazy_init`: a build of torch without CUDA asked for a GPU
+NO_CUDA_BUILD = re.compile(r"Torch not compiled with CUDA enabled")
 # transformers' TrainingArguments.__post_init__ (training_args.py, 5.6.0: "Your setup doesn't support bf16/gpu.
 # You need to assign use_cpu ..."; 4.x: "... You need torch>=1.10, using Ampere GPU with cuda>=11.0")
 BF16_SETUP = re.compile(r"Your setup doesn't support bf16/gpu")
@@ -70,6 +79,21 @@ def launch_cause(cls: str, msg: str) -> str | None:
         peer = f" ({m.group('peer')})" if m.group("peer") else ""
         return (f"the other end of a gloo connection{peer} went away: a consequence, not the cause; the process on "
                 "that peer died or the link dropped, and the first failure is in that peer's own log")
+    m = SHM_MAP.search(msg)
+    if m:
+        err = m.group("err") or ""
+        why = ("/dev/shm is full, not the disk" if "No space" in err else "the process ran out of file descriptors for the segments "
+               "(the file_descriptor sharing strategy holds one per tensor)" if m.group("errno") == "24"
+               else "/dev/shm is too small or full")
+        return (f"a DataLoader worker could not pass a batch through shared memory ({m.group('name')}: {err or 'refused'})"
+                f": {why}; give the container a larger /dev/shm (docker --shm-size=16g or --ipc=host), "
+                "use fewer DataLoader workers (dataloader_num_workers) or 0 to load in the main process"
+                + (", or raise `ulimit -n` / torch.multiprocessing.set_sharing_strategy('file_system')"
+                   if m.group("errno") == "24" else ""))
+    if NO_CUDA_BUILD.search(msg):
+        return ("the installed torch is a CPU-only build (pip's default on some platforms, or a CPU wheel pulled in "
+                "by another package): install the CUDA build for the driver (the index URL pytorch.org gives for "
+                "that CUDA) and check torch.version.cuda")
     if BF16_SETUP.search(msg):
         return ("bf16 was asked for on a setup without it: bf16 needs an NVIDIA GPU of compute capability 8.0 or "
                 "newer (A100, RTX 30xx/40xx, H100; not V100, T4 or RTX 20xx) with a CUDA build of torch; set bf16: "
