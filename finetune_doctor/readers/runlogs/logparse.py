@@ -151,6 +151,8 @@ class TextLogParser(FailureLines):
         if "'loss': " in text or "{'eval_" in text or "{'train_runtime'" in text:
             if self._metric_dict(text, line) and "Error" not in text and "OVERFLOW" not in text:
                 return 0   # the common case in a long log: a metric dict and nothing else on its line
+        elif "step:" in text and (" - actor/" in text) and pat.VERL_STEP.search(text):
+            self._verl_line(text, line)
         elif "loss" in text or "Loss" in text:
             self._step_line(text, line)
         if "cale" in text or "NaN" in text or "nan" in text or "finite" in text or "Invalid loss" in text:
@@ -479,6 +481,23 @@ class TextLogParser(FailureLines):
             self.point(prefix + "eval_loss", self.logged(), kv["eval_loss"], line)
             return True
         return False
+
+    def _verl_line(self, text: str, line: int) -> None:
+        """verl's console metrics line (logpatterns.VERL_STEP): the actor's grad norm and learning rate at the
+        step; a policy loss only when non-finite (a NaN is evidence; a signed RL loss is no curve to judge)."""
+        step = int(pat.VERL_STEP.search(text).group("step"))
+        self.timing["line_step"] = step
+        for m in pat.VERL_METRIC.finditer(text):
+            x = num(m.group("v"))
+            if x is None:
+                continue
+            k = m.group("k")
+            if k == "actor/grad_norm":
+                self.point("grad_norm", step, x, line)
+            elif k == "actor/lr":
+                self.point("learning_rate", step, x, line)
+            elif not math.isfinite(x):
+                self.point("loss", step, x, line)
 
     def _step_line(self, text: str, line: int) -> None:
         """Another trainer's step line (logpatterns.py `STEP_LINE_*`): loss, grad norm and learning rate at the

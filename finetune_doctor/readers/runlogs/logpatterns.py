@@ -100,6 +100,8 @@ TRIGGER_WORDS = (
     # first letter costs the expression scan (no grep, or a file under loggrep.MIN_BYTES) 15-25 %: 0.94-1.06 ->
     # 1.08-1.27 CPU s for a 50 MB rank log with FINETUNE_DOCTOR_NO_GREP=1 (2026-12-07); grep's scan is unchanged
     "'loss': ", "{'eval_", "{'train_runtime'", '"current_steps"', "loss=", "loss: ", "Loss: ",
+    # verl's console metrics (`VERL_STEP`), "step:N - actor/pg_loss:... - actor/grad_norm:..."; '/' is a first byte
+    "/grad_norm:", "/pg_loss:",
     # see_memory_usage (§3)
     "MA ", "CPU Virtual Memory",
     # warnings, exceptions
@@ -531,6 +533,12 @@ NONFINITE_LINES = (
 # one) x iterations-per-epoch + iteration; only the MetricLogger's "Epoch: [e]" (a colon) counts from 0
 STEP_LINE_EPOCH_ITER = re.compile(r"Epoch(?P<mm>\(train\))?(?P<colon>:)?\s*\[(?P<e>\d+)\]\s*\[\s*(?P<i>\d+)/(?P<n>\d+)\]"
                                   r"|Iter\(train\)\s*\[\s*(?P<it>\d+)/\d+\]")
+# verl's console logger (verl/utils/logger/aggregate_logger.py ``concat_dict_to_str``: "step:{step}" then
+# "{key}:{value}" per numeric metric, joined by " - "; values by pprint.pformat, so a NaN prints "nan"): the actor's
+# grad norm and learning rate are a step's; its losses are policy-gradient terms (signed, noisy: not a curve the
+# supervised detectors may judge), kept only when non-finite
+VERL_STEP = re.compile(r"(?:^|\s)step:(?P<step>\d+) - ")
+VERL_METRIC = re.compile(r"(?:^| - )(?P<k>actor/(?:grad_norm|lr|pg_loss|loss)):(?P<v>[-+\w.]+)")
 STEP_LINE_GNORM = re.compile(r"(?i)(?<![\w.])(?:gnorm|grad[ _]norm)\s*[=:]\s*" + _NUM)
 STEP_LINE_LR = re.compile(r"(?i)(?<![\w.])(?:lr|learning[ _]rate)\s*[=:]\s*" + _NUM)
 KV = re.compile(r"'(?P<k>[\w/]+)':\s*(?P<q>'?)(?P<v>[^,'}]*)(?P=q)")
