@@ -515,6 +515,13 @@ class TextLogParser(FailureLines):
                 step = int(e.group("it"))
             elif e:
                 step = (int(e.group("e")) - (0 if e.group("colon") else 1)) * int(e.group("n")) + int(e.group("i"))
+            elif "Epoch " in text and "it/s," in text:
+                # Lightning's bar: its last render on the line (tqdm's carriage returns keep earlier ones)
+                text = text[text.rfind("Epoch "):] if text.count("Epoch ") > 1 else text
+                b = pat.LIGHTNING_BAR.search(text)
+                loss = pat.STEP_LINE_LOSS.search(text) if b else loss
+                if b and loss:
+                    step = int(b.group("e")) * int(b.group("n")) + int(b.group("i"))
         if step is None:
             x = num(loss.group(1))
             if x is not None and not math.isfinite(x):

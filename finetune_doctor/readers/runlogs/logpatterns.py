@@ -539,6 +539,12 @@ STEP_LINE_EPOCH_ITER = re.compile(r"Epoch(?P<mm>\(train\))?(?P<colon>:)?\s*\[(?P
 # supervised detectors may judge), kept only when non-finite
 VERL_STEP = re.compile(r"(?:^|\s)step:(?P<step>\d+) - ")
 VERL_METRIC = re.compile(r"(?:^| - )(?P<k>actor/(?:grad_norm|lr|pg_loss|loss)):(?P<v>[-+\w.]+)")
+# Lightning's training bar (lightning/pytorch/callbacks/progress/tqdm_progress.py: desc "Epoch {current_epoch}", the
+# logged metrics as tqdm's postfix, "Epoch 2:  31%|███  | 310/1000 [05:12<11:35,  0.99it/s, v_num=12,
+# train_loss=1.840]"): the bar counts batches within the epoch, so the step is epoch x batches + batch (an epoch of
+# n batches; with gradient accumulation the optimizer steps are fewer, and the placement is in batches)
+LIGHTNING_BAR = re.compile(r"Epoch (?P<e>\d+):\s+\d+%\|[^|\r\n]*\|\s*(?P<i>\d+)/(?P<n>\d+) \[[^\]\r\n]*?it/s,"
+                           r"[^\]\r\n]*?loss")
 STEP_LINE_GNORM = re.compile(r"(?i)(?<![\w.])(?:gnorm|grad[ _]norm)\s*[=:]\s*" + _NUM)
 STEP_LINE_LR = re.compile(r"(?i)(?<![\w.])(?:lr|learning[ _]rate)\s*[=:]\s*" + _NUM)
 KV = re.compile(r"'(?P<k>[\w/]+)':\s*(?P<q>'?)(?P<v>[^,'}]*)(?P=q)")
