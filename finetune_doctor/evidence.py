@@ -50,6 +50,9 @@ nccl                {rank, op, what, seq, timeout_ms, timeout_text, ran_ms, nume
                     stragglers, ddp_timeout_fix, count, ranks, pg, pg_desc, first_failed, waiting, location}
 killed              {kind, signal, exitcode, rank, local_rank, pid, host, step, host_oom, who, how, host_ram_text,
                     offload, count, outside, total, nohup, location}
+host_alloc          {bytes, size_text, size_words, huge, phase, evidence, where_text, advice, allocator,
+                    raised_text, count, step, location}: c10's "DefaultCPUAllocator: can't allocate memory", or
+                    CPython's/NumPy's/Arrow's MemoryError, raised in-process (analyzers/postmortem/hostalloc.py)
 crash               {kind: exception|traceback-only|child-failed, cls, msg, step, where_text, text, explained,
                     location, cause {kind, text} (analyzers/postmortem/crashcause.py; None where the text
                     establishes nothing beyond the exception), cause_text (" — " + cause.text, or "")}
@@ -333,7 +336,10 @@ class KillRecord:
     `kind`: kernel-oom | cgroup-oom | slurm-oom | shell-killed | shell-signaled | torchrun-exit | child-failed-root |
     child-failed | launcher-exit | launcher-kill | launcher-signalled | elastic-signalled (torchrun's agent got
     SIGHUP/SIGTERM/SIGINT) | signal | cpu-alloc | ray-oom (Ray's memory
-    monitor) | loader-signal (a DataLoader worker's signal handler). `exitcode` as the launcher printed it (-9 = SIGKILL,
+    monitor) | loader-signal (a DataLoader worker's signal handler) | slurm-cancel (Slurm's "*** JOB N ... CANCELLED AT ...
+    DUE TO ... ***") | trainer-signalled (Lightning's "Received SIGTERM"); a failed in-process host allocation
+    (c10's DefaultCPUAllocator, CPython/NumPy/Arrow MemoryError) is recorded as cpu-alloc but judged apart
+    (analyzers/postmortem/hostalloc.py). `exitcode` as the launcher printed it (-9 = SIGKILL,
     -6 = SIGABRT, 137 = 128+9); `signal` the signal name when known. Source: log_patterns.md §8.
     """
 

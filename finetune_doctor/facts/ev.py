@@ -24,6 +24,9 @@ _DETECTORS = {
     "oom": "a CUDA out-of-memory error", "nccl": "a collective that timed out or failed",
     "nccl_error": "an NCCL error that is not a timeout: {desc, meaning, rank, count, warns, step, location}",
     "killed": "a process killed by a signal", "crash": "an exception that ended the run",
+    "host_alloc": "a host allocation that failed in-process (c10 DefaultCPUAllocator), not a kill: {bytes, "
+                  "size_text, size_words, huge, phase, evidence, where_text, advice, allocator, raised_text, count, step, "
+                  "location}",
     "attention_warning": "the attention backend warned", "gpus": "per-card memory from a recording",
     "model": "model facts the logs state", "world": "world size the logs state",
     "stack": "package versions the logs state: {package: {version, source}} (llamafactory-cli env, ds_report, "

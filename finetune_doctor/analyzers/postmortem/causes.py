@@ -9,6 +9,8 @@ from typing import Any
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
+from finetune_doctor.analyzers.postmortem.launchcause import SHM_MAP
+from finetune_doctor.analyzers.postmortem.stackcause import stack_range_text
 from finetune_doctor.evidence import Evidence, KillRecord, src
 
 LATE_EPOCH = 0.05
@@ -210,7 +212,9 @@ def benign_overflow(out: dict[str, Any]) -> dict[str, Any] | None:
 KILL_PRIORITY = {"child-failed-root": 0, "kernel-oom": 1, "cgroup-oom": 1, "slurm-oom": 1, "ray-oom": 1, "torchrun-exit": 2,
                   "loader-signal": 4,
                   "launcher-exit": 3, "shell-killed": 4, "shell-signaled": 4, "signal": 5, "cpu-alloc": 6,
-                  "launcher-signalled": 7, "elastic-signalled": 7, "launcher-kill": 8}
+                  "launcher-signalled": 7, "elastic-signalled": 7, "launcher-kill": 8,
+                  # a scheduler's own record of why it ended the job outranks the SIGKILL that follows its SIGTERM
+                  "slurm-cancel": 1, "trainer-signalled": 7}
 LAUNCHER_ONLY = ("launcher-kill", "launcher-signalled")
 
 
@@ -278,6 +282,9 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
         who = f"pid {pid}" if pid is not None else who
     if k.kind == "elastic-signalled":
         who, how = _elastic_words(k)
+    nxt = None
+    if k.kind in ("slurm-cancel", "trainer-signalled"):
+        who, how, nxt = _scheduler_words(k)
     if k.kind in LAUNCHER_ONLY:
         who, how = _launcher_words(k, [x for x in relevant if x.kind == "launcher-kill"])
         host_oom = host_oom and not any(x.kind == "launcher-signalled" for x in relevant)
@@ -287,7 +294,8 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
          # a fault in compiled code (bash's "Segmentation fault", faulthandler, exit -11/139 ...): not the host
          "native": k.signal in NATIVE_SIGNALS,
          "text": k.text, "count": len(kills), "inferred": inferred and host_oom,
-         "outside": k.kind in ("launcher-signalled", "elastic-signalled"), "total": total,
+         "outside": k.kind in ("launcher-signalled", "elastic-signalled", "slurm-cancel", "trainer-signalled"),
+         "total": total, "next_text": nxt,
          # the pipeline sets it from the --launch line (pipeline/postmortem.py `_launched_under_nohup`)
          "nohup": False}
     d["timeline_text"] = f"{who} {'crashed with' if d['native'] else 'killed by'} {how}"
@@ -324,6 +332,38 @@ def _elastic_words(k: KillRecord) -> tuple[str, str]:
     sender = ELASTIC_SIGNAL_SENDERS.get(k.signal or "")
     return ("torchrun (the torchelastic agent" + (f", pid {k.pid})" if k.pid is not None else ")"),
             f"{sig} from outside" + (f" ({sender})" if sender else "") + "; it then shut down its training processes")
+
+
+SLURM_REASONS = {
+    "TIME LIMIT": ("Slurm's time limit (the job ran past its --time)", "Resubmit with a longer --time (or within "
+                   "the partition's limit) and resume from the last checkpoint (resume_from_checkpoint); with "
+                   "save_steps small enough that a time limit costs little."),
+    "PREEMPTION": ("a preemption (Slurm gave the nodes to a job of higher priority)", "Resubmit (or use --requeue) "
+                   "and resume from the last checkpoint; save_steps small enough that a preemption costs little."),
+    "NODE FAILURE": ("a node failure (slurmctld's log says which node and why)", "Ask the admins what failed on the "
+                     "node (slurmctld's log), exclude it (--exclude) and resume from the last checkpoint."),
+}
+"""Slurm's reasons (slurmstepd req.c, `SLURM_CANCELLED`) and what to do about each."""
+
+
+def _scheduler_words(k: KillRecord) -> tuple[str, str, str]:
+    """(who, how, what next) for a stop a scheduler or trainer recorded: Slurm's CANCELLED line (the reason it
+    names, or a cancel with none: scancel by the user or an admin) and Lightning's "Received SIGTERM"."""
+    from finetune_doctor.readers.runlogs import logpatterns as pat
+
+    if k.kind == "trainer-signalled":
+        return ((f"rank {k.rank}" if k.rank is not None else "the Lightning trainer"),
+                "SIGTERM from outside (Lightning logged \"Received SIGTERM\": a scheduler's time limit or "
+                "preemption, a container stop, or `kill`)",
+                "Check who sent it (`sacct -j JOB -o State,ExitCode`, `kubectl describe pod`) and resume from the "
+                "last checkpoint.")
+    m = pat.SLURM_CANCELLED.search(k.text or "")
+    why = (m.group("why") or "").strip() if m else ""
+    what = f"Slurm {m.group('what').lower()} {m.group('id')}" if m else "the Slurm job"
+    who = what + (f" on {m.group('node')}" if m and m.group("node") else "")
+    how, nxt = SLURM_REASONS.get(why, (f"Slurm ({why.lower()})" if why else "a cancel (scancel, by the user or an "
+                                       "admin; no reason in Slurm's line)", "Resume from the last checkpoint."))
+    return who, how, nxt
 
 
 def _launcher_words(k: KillRecord, killing: list[KillRecord]) -> tuple[str, str]:
@@ -373,7 +413,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
             elif n.kind == "traceback":
                 tb = n
     explained = bool(out.get("oom") or out.get("nccl") or out.get("nccl_error") or out.get("cuda_error")
-                     or (out.get("killed") and out["killed"]["host_oom"])
+                     or (out.get("killed") and out["killed"]["host_oom"]) or out.get("host_alloc")
                      or (out.get("scale") and out["scale"]["trajectory"] == "abort"))
     if exc is None and (tb is None or signalled):
         return None if out.get("completed") or signalled else _child_failed_only(ev, explained)
@@ -402,6 +442,9 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     if kind == "traceback-only":
         phase, where = _cut_where(tb, where, out)
     cause = crash_cause(ev, exc, _traceback_before(ev, exc), model or {}, versions or {}) if exc else None
+    rng = stack_range_text(versions or {}) if exc else None
+    if rng:   # a lead the exception does not give: the release was not written for this stack (stackcause.py)
+        cause = {"kind": cause["kind"] if cause else "stack-range", "text": (cause["text"] + "; " if cause else "") + rng}
     return {"kind": kind, "cls": (exc.value or {}).get("cls") if exc else None,
             "msg": (exc.value or {}).get("msg") if exc else None, "step": rec.step, "explained": explained,
             "text": text, "where_text": where, "phase": phase, "location": location_of(rec.file, rec.line),
@@ -481,7 +524,9 @@ def _disk_full(ev: Evidence) -> dict[str, Any] | None:
 
     for f in ev.files:
         for n in f.notices:
-            if n.kind == "exception" and pat.DISK_FULL.search(n.text):
+            # ATen MapAllocator's "unable to write to file </torch_...>: No space left on device (28)" is
+            # /dev/shm full under the DataLoader's workers, not the disk (launchcause.py SHM_MAP)
+            if n.kind == "exception" and pat.DISK_FULL.search(n.text) and not SHM_MAP.search(n.text):
                 return {"text": n.text[:200], "location": location_of(n.file, n.line),
                         "saving": "save" in n.text.lower() or "serializ" in n.text.lower()}
     return None

@@ -10,6 +10,8 @@ the ``WorkNCCL::checkTimeout`` frames and the heartbeat monitor. ``Timeout(ms)``
 
 from __future__ import annotations
 
+import re
+
 from typing import Any
 
 from finetune_doctor.analyzers.postmortem.curves import location_of
@@ -41,6 +43,20 @@ NCCL_NAMES = {"ncclSystemError": "unhandled system error", "ncclRemoteError":
               "remote process exited or there was a network error", "ncclUnhandledCudaError": "unhandled cuda error",
               "ncclInternalError": "internal error", "ncclInvalidUsage": "invalid usage",
               "ncclInvalidArgument": "invalid argument"}
+
+
+# NCCL's communicator set-up (src/init.cc): "Duplicate GPU detected : rank %d and rank %d both on CUDA device %lx",
+# after which the call returns ncclInvalidUsage ("invalid usage" in torch's NCCL error line)
+DUPLICATE_GPU = re.compile(r"Duplicate GPU detected : rank (?P<a>\d+) and rank (?P<b>\d+) both on CUDA device "
+                           r"(?P<dev>[0-9a-fA-Fx]+)")
+
+
+def _duplicate_gpu_words(m: re.Match) -> str:
+    """The launch mistake NCCL's duplicate-GPU check names: two ranks on one card."""
+    return (f"two ranks were given the same GPU (NCCL: ranks {m.group('a')} and {m.group('b')} both on the card at "
+            f"bus id {m.group('dev')}): more processes per node than visible GPUs (--nproc_per_node above the "
+            "node's cards), CUDA_VISIBLE_DEVICES leaving every rank one card, or a script that does not pick its "
+            "device from LOCAL_RANK; launch one process per visible GPU")
 
 
 def _warn_failure(text: str) -> tuple[str, str] | None:
@@ -111,6 +127,9 @@ def nccl_error_facts(recs: list[NcclRecord]) -> dict[str, Any] | None:
         shown = [w for w in shown if w != e.op[5:]]
     else:
         return None
+    dup = next((DUPLICATE_GPU.search(w) for w in warns if "Duplicate GPU" in w), None)
+    if dup:
+        meaning = _duplicate_gpu_words(dup)
     return {"desc": desc, "meaning": meaning, "rank": e.rank, "count": len(errs) or len(failing), "warns": shown,
             "step": e.step, "location": location_of(e.file, e.line)}
 

@@ -34,6 +34,7 @@ import math
 import re
 from typing import Any
 
+from finetune_doctor.analyzers.postmortem.launchcause import launch_cause, precision_cause
 from finetune_doctor.evidence import Evidence, Notice
 
 SIZE_MISMATCH = re.compile(r"size mismatch for (?P<key>[\w.]+): copying a param with shape torch\.Size\(\[(?P<ck>[\d, ]*)\]\)"
@@ -120,6 +121,8 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("os-error", lambda: _os_error(msg)),
                      ("environment", lambda: _environment(msg)),
                      ("config-keys", lambda: _unused_keys(exc.text or msg)),
+                     ("launch", lambda: launch_cause(cls, msg)),
+                     ("fp16-grads", lambda: precision_cause(msg)),
                      ("version-mismatch", lambda: _mismatch(cls, msg, pkgs, versions)),
                      ("library-error", lambda: _library(cls, msg, pkgs, frames, versions))):
         text = fn()

@@ -261,7 +261,10 @@ def first_nonfinite(loss: Curve | None, gn: Curve | None) -> dict[str, Any] | No
                 cand = {"metric": name, "index": i, "step": c.steps[i], "value": v, "location": c.location(i),
                         "basis": c.basis,
                         "count": sum(1 for x in c.values if not math.isfinite(x)), "curve_len": len(c)}
-                if best is None or cand["step"] < best["step"]:
+                # at the same step, the curve with more logs before it is the better witness of how long the run
+                # was healthy (verl's console line carries a grad norm every step, a policy loss only when non-finite)
+                if best is None or cand["step"] < best["step"] or (
+                        cand["step"] == best["step"] and cand["index"] > best["index"]):
                     best = cand
                 break
     if best is None:

@@ -76,6 +76,13 @@ OTHER_STATUS_MEANINGS: dict[str, tuple[str, str]] = {
                              "use the spawn start method for workers, or check the driver"),
     "illegal instruction": ("a kernel executed an illegal instruction (a kernel built for another GPU, or a "
                             "kernel bug)", "update the library whose kernel failed"),
+    # cudaErrorInvalidDevice (101, cudaGetErrorString "invalid device ordinal"): a device index past the visible
+    # cards, which a launch makes when it starts more processes per node than CUDA_VISIBLE_DEVICES leaves
+    "invalid device ordinal": ("a request for a GPU index that is not visible to the process: more processes per "
+                               "node than visible GPUs (--nproc_per_node, or CUDA_VISIBLE_DEVICES listing fewer "
+                               "cards), or a device index set in the config or script",
+                               "launch one process per visible GPU (nproc_per_node = the cards CUDA_VISIBLE_DEVICES "
+                               "leaves)"),
     "busy or unavailable": ("the GPU is in exclusive-process mode and another process holds it",
                             "check nvidia-smi's compute mode and the processes on the card"),
 }

@@ -189,7 +189,11 @@ def oom_facts(ooms: list[OomRecord], cx: RunContext, P: float | None, world: int
     else:
         when = "before any training step was logged"
     d["when_text"] = when
-    s = f"CUDA out of memory {when}"
+    # the device the message names: Apple's Metal backend (its limit is a share of the memory the CPU shares) and
+    # Intel's XPU allocator (readers/runlogs/logfailures.py `_oom`) are read as the CUDA allocator's message
+    dev = ("MPS (Apple GPU) out of memory" if o.format == "mps"
+           else "XPU (Intel GPU) out of memory" if "XPU out of memory" in (o.text or "") else "CUDA out of memory")
+    s = f"{dev} {when}"
     if phase and phase not in when and phase != "optimizer":
         s += f" (phase: {phase})"
     if o.requested is not None:
@@ -199,6 +203,9 @@ def oom_facts(ooms: list[OomRecord], cx: RunContext, P: float | None, world: int
         if o.allocated is not None:
             s += f", {gib_text(o.allocated)} allocated by PyTorch"
         s += ")"
+    if o.format == "mps" and o.total is not None:
+        s += (f" (MPS had {gib_text(o.allocated)} allocated of the {gib_text(o.total)} it may use: a share of the "
+              f"unified memory, PYTORCH_MPS_HIGH_WATERMARK_RATIO)")
     s += "."
     if match:
         s += (f" {gib_text(o.requested)} is {match['formula']} = {match['expected_gib']:.2f} GiB: "

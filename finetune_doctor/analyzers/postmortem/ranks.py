@@ -49,6 +49,7 @@ CONSEQUENCE_EXC = ("DistBackendError", "DistError", "ChildFailedError", "DistNet
 """Exception classes that a rank raises because another one failed (torch.distributed's watchdog and store,
 torchelastic's agent): consequences, not causes (torch/distributed/elastic/multiprocessing/errors/__init__.py)."""
 CONSEQUENCE_WORDS = ("NCCL", "Watchdog", "watchdog", "timed out", "Timeout", "Connection reset", "TCPStore",
+                     "Connection closed by peer",   # gloo pair.cc: the peer went away (launchcause.py GLOO_PEER)
                      "recvValue", "Broken pipe", "ProcessGroup")
 _PHASE_WORDS = (("save", ("_save_checkpoint", "save_model", "save_checkpoint", "Saving model checkpoint")),
                 ("evaluation", ("evaluation_loop", "evaluate", "prediction_step", "Running Evaluation")),

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from finetune_doctor.analyzers.postmortem import causes, detectors, dictsteps, failures, health, ranks
+from finetune_doctor.analyzers.postmortem import causes, detectors, dictsteps, failures, health, hostalloc, ranks
 from finetune_doctor.analyzers.postmortem.collectives import barrier_facts, nccl_error_facts, nccl_facts
 from finetune_doctor.analyzers.postmortem.curves import Curve, build_curves, curve_summary, fmt, location_of
 from finetune_doctor.analyzers.postmortem.detectors import spikes
@@ -28,10 +28,11 @@ from finetune_doctor.types import TimelineEvent
 
 TIMELINE_CAP = 200
 EXTRA_KINDS = ("first_loss", "loss_zero", "grad_norm_constant", "exception", "warning", "warmup_end", "finished",
-               "cuda_error", "gpu_xid", "loss_scale_abort")
+               "cuda_error", "gpu_xid", "loss_scale_abort", "host_alloc")
 """Timeline kinds beyond DESIGN.md's eight: an abnormal first loss, the start of a loss stuck at 0, a constant
 grad norm, a crash with a Python exception, a framework warning that matters, the end of LR warm-up, a normal end
-of training, a CUDA runtime/library error, a kernel Xid line and DeepSpeed's minimum-loss-scale abort."""
+of training, a CUDA runtime/library error, a kernel Xid line, DeepSpeed's minimum-loss-scale abort and a host
+allocation that failed in-process."""
 
 __all__ = ["Timeline", "analyze", "spikes", "build_curves", "Curve"]
 
@@ -254,6 +255,12 @@ def _kills(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str
     # a Python exception or another failure in the files explains a launcher's "Killing subprocess" lines
     traced = bool(kills) and (any(out.get(x) for x in ("oom", "cuda_error", "nccl", "nccl_error")) or any(
         n.kind in ("exception", "traceback") for f in ev.files for n in f.notices) or any(f.aborts for f in ev.files))
+    # a failed in-process host allocation is a Python exception with its own fact, not a kill (hostalloc.py)
+    out["host_alloc"] = hostalloc.host_alloc_facts(kills, ev, out) if kills else None
+    if out["host_alloc"]:
+        a = out["host_alloc"]
+        events.at(a["step"], "host_alloc", a["timeline_text"], a["location"])
+    kills = [k for k in kills if k.kind != "cpu-alloc"]
     out["killed"] = causes.killed_facts(kills, cx, mems, out, traced) if kills else None
     if out["killed"]:
         k = out["killed"]

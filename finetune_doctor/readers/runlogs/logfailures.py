@@ -103,10 +103,16 @@ class FailureLines:
     # -- OOM ------------------------------------------------------------------------------------------------
     def _oom(self, text: str, line: int, rank: int | None, context: LineContext) -> bool:
         rec = None
+        xpu = "XPU out of memory" in text   # kept in the record's text: the report names the device
         if "HIP out of memory" in text:
             # ROCm builds of torch print the CUDA caching allocator's message with "HIP" for "CUDA" (hipified
             # c10/cuda/CUDACachingAllocator.cpp): the same figures, read by the same expressions
             text = text.replace("HIP out of memory", "CUDA out of memory")
+        elif "XPU out of memory" in text:
+            # Intel's XPU caching allocator raises the same v2 message with "XPU" (c10/xpu/XPUCachingAllocator.cpp)
+            text = text.replace("XPU out of memory", "CUDA out of memory")
+        elif "MPS backend out of memory" in text:
+            return self._mps_oom(text, line, rank, context)
         full = text
         k = text.find("CUDA out of memory")
         if k > 160:   # the expressions start with an optional class name: search from just before the message
@@ -153,7 +159,22 @@ class FailureLines:
         if rec is None:
             return False
         frames = context.frames()
-        rec = replace(rec, frames=frames, memory_label=self.last_mem_label, text=full.strip()[:1000])
+        shown = full.replace("CUDA out of memory", "XPU out of memory") if xpu else full
+        rec = replace(rec, frames=frames, memory_label=self.last_mem_label, text=shown.strip()[:1000])
+        self.keep.add("ooms", rec)
+        return True
+
+    def _mps_oom(self, text: str, line: int, rank: int | None, context: LineContext) -> bool:
+        """Apple's Metal backend's OOM (logpatterns.OOM_MPS): MPS allocated, other allocations and the limit ("max
+        allowed", a share of unified memory) as allocated / reserved-by-others / total."""
+        m = pat.OOM_MPS.search(text)
+        if m is None:
+            return False
+        size = pat.size_bytes
+        rec = OomRecord(self.path, line, self.during(), rank, "mps", exc=m.group("exc"),
+                        requested=size(m.group("requested")), allocated=size(m.group("allocated")),
+                        total=size(m.group("total")), frames=context.frames(), memory_label=self.last_mem_label,
+                        text=text.strip()[:1000])
         self.keep.add("ooms", rec)
         return True
 
@@ -411,6 +432,13 @@ class FailureLines:
             self.keep.add("kills", KillRecord(self.path, line, st, "cpu-alloc", bytes=float(m.group("bytes")),
                                               text=text.strip()[:300]))
             return
+        if self._outside_stop(text, line, rank, st):
+            return
+        m = pat.HOST_MEMORY_ERROR.search(text) if "MemoryError" in text else None
+        if m:
+            self.keep.add("kills", KillRecord(self.path, line, st, "cpu-alloc", bytes=_host_alloc_bytes(m.group("msg")),
+                                              signal=None, rank=rank, text=text.strip()[:300]))
+            return
         m = pat.SHELL_KILLED.search(text)
         if m:
             self.keep.add("kills", KillRecord(self.path, line, st, "shell-killed", exitcode=137, signal="SIGKILL",
@@ -430,6 +458,27 @@ class FailureLines:
                                               signal=m.group("name"), pid=int(m.group("pid")), rank=rank,
                                               text=text.strip()[:300]))
 
+
+    def _outside_stop(self, text: str, line: int, rank: int | None, st: int | None) -> bool:
+        """A scheduler or container that ended the run: Slurm's "*** JOB N ON node CANCELLED AT T DUE TO TIME
+        LIMIT ***" (SIGTERM, then SIGKILL after KillWait), Lightning's "[rank: 0] Received SIGTERM: 15", and
+        Kubernetes' "Reason: OOMKilled" (the container's memory cgroup). True when one was recorded."""
+        m = pat.SLURM_CANCELLED.search(text) if "CANCELLED AT" in text else None
+        if m:
+            self.keep.add("kills", KillRecord(self.path, line, st, "slurm-cancel", signal="SIGTERM", host=m.group("node"),
+                                              text=text.strip()[:300]))
+            return True
+        m = pat.LIGHTNING_SIGTERM.search(text) if "Received SIGTERM" in text else None
+        if m:
+            r = int(m.group("rank")) if m.group("rank") else rank
+            self.keep.add("kills", KillRecord(self.path, line, st, "trainer-signalled", signal="SIGTERM", rank=r,
+                                              text=text.strip()[:300]))
+            return True
+        if "OOMKilled" in text and pat.K8S_OOMKILLED.search(text):
+            self.keep.add("kills", KillRecord(self.path, line, st, "cgroup-oom", exitcode=137, signal="SIGKILL",
+                                              text=text.strip()[:300]))
+            return True
+        return False
 
     def _short_kill(self, text: str, line: int, rank: int | None, context: LineContext | None) -> bool:
         """The kills a short paste shows without a launcher's lines: UCX's "Caught signal N (...)", a wrapper's
@@ -608,3 +657,19 @@ class FailureLines:
                                             when=(f"{pre.uptime:.1f} s after boot" if pre.uptime is not None
                                                   else None), wall=pre.wall, text=text.strip()[:300]))
             return
+
+
+_BINARY_UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "PiB": 1 << 50,
+                 "EiB": 1 << 60}
+
+
+def _host_alloc_bytes(msg: str | None) -> float | None:
+    """The request of a host MemoryError's message, when it states one: NumPy's "Unable to allocate 7.45 GiB ..."
+    (binary units, numpy/_core/_exceptions.py ``_size_to_string``), Arrow's "malloc of size N failed"."""
+    if not msg:
+        return None
+    m = pat.NUMPY_ALLOC.search(msg)
+    if m:
+        return float(m.group("num")) * _BINARY_UNITS[m.group("unit")]
+    m = pat.ARROW_ALLOC.search(msg)
+    return float(m.group("bytes")) if m else None

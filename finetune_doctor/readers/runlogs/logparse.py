@@ -151,6 +151,8 @@ class TextLogParser(FailureLines):
         if "'loss': " in text or "{'eval_" in text or "{'train_runtime'" in text:
             if self._metric_dict(text, line) and "Error" not in text and "OVERFLOW" not in text:
                 return 0   # the common case in a long log: a metric dict and nothing else on its line
+        elif "step:" in text and (" - actor/" in text) and pat.VERL_STEP.search(text):
+            self._verl_line(text, line)
         elif "loss" in text or "Loss" in text:
             self._step_line(text, line)
         if "cale" in text or "NaN" in text or "nan" in text or "finite" in text or "Invalid loss" in text:
@@ -206,8 +208,7 @@ class TextLogParser(FailureLines):
                                         if "size mismatch for " in d][:16]
                 self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500],
                                                 value))
-        if ("() got an unexpected keyword" in text or "Template " in text or "DeepSpeed Z" in text) \
-                and not pat.EXC.match(text.strip(" `>")):
+        if any(w in text for w in pat.TYPELESS_TRIGGERS) and not pat.EXC.match(text.strip(" `>")):
             self._typeless_exception(text, line, rank)
         if "version" in text:
             self._versions(text, line, context)
@@ -291,7 +292,8 @@ class TextLogParser(FailureLines):
                 or "Bus error" in text or "Illegal instruction" in text or "Task was killed due" in text
                 or "Memory on the node" in text or "encountered in worker" in text or "is killed by signal" in text
                 or "death signal" in text or "SignalException" in text or "Caught signal " in text
-                or "with exit code -" in text or "died with <Signals." in text):
+                or "with exit code -" in text or "died with <Signals." in text or "MemoryError" in text
+                or "CANCELLED AT" in text or "Received SIGTERM" in text or "OOMKilled" in text):
             self._kill(text, line, rank, context)
         if "Root Cause (first" in text:
             self._child_failed(line, context)
@@ -480,6 +482,23 @@ class TextLogParser(FailureLines):
             return True
         return False
 
+    def _verl_line(self, text: str, line: int) -> None:
+        """verl's console metrics line (logpatterns.VERL_STEP): the actor's grad norm and learning rate at the
+        step; a policy loss only when non-finite (a NaN is evidence; a signed RL loss is no curve to judge)."""
+        step = int(pat.VERL_STEP.search(text).group("step"))
+        self.timing["line_step"] = step
+        for m in pat.VERL_METRIC.finditer(text):
+            x = num(m.group("v"))
+            if x is None:
+                continue
+            k = m.group("k")
+            if k == "actor/grad_norm":
+                self.point("grad_norm", step, x, line)
+            elif k == "actor/lr":
+                self.point("learning_rate", step, x, line)
+            elif not math.isfinite(x):
+                self.point("loss", step, x, line)
+
     def _step_line(self, text: str, line: int) -> None:
         """Another trainer's step line (logpatterns.py `STEP_LINE_*`): loss, grad norm and learning rate at the
         step the line names. A line without a step key is read only when its loss is non-finite (insightface's
@@ -496,6 +515,13 @@ class TextLogParser(FailureLines):
                 step = int(e.group("it"))
             elif e:
                 step = (int(e.group("e")) - (0 if e.group("colon") else 1)) * int(e.group("n")) + int(e.group("i"))
+            elif "Epoch " in text and "it/s," in text:
+                # Lightning's bar: its last render on the line (tqdm's carriage returns keep earlier ones)
+                text = text[text.rfind("Epoch "):] if text.count("Epoch ") > 1 else text
+                b = pat.LIGHTNING_BAR.search(text)
+                loss = pat.STEP_LINE_LOSS.search(text) if b else loss
+                if b and loss:
+                    step = int(b.group("e")) * int(b.group("n")) + int(b.group("i"))
         if step is None:
             x = num(loss.group(1))
             if x is not None and not math.isfinite(x):

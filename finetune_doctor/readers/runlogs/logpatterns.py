@@ -53,6 +53,9 @@ TRIGGER_WORDS = (
     # CUDA OOM (log_patterns.md §5)
     "CUDA out of memory", "CUDA error: out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED",
     "ErrorMemoryAllocation", "NPU out of memory",
+    # Intel GPUs (c10/xpu/XPUCachingAllocator.cpp: the CUDA allocator's v2 message with "XPU") and Apple's Metal
+    # backend (`OOM_MPS`); 'X' is a new first byte, rare in logs
+    "XPU out of memory", "MPS backend out of memory",
     # DeepSpeed loss scaling (§2)
     "OVERFLOW!", "[deepspeed] fp16 dynamic", "Overflow detected", "Grad overflow", "Reducing dynamic",
     "Increasing dynamic", "Current loss scale",
@@ -70,6 +73,14 @@ TRIGGER_WORDS = (
     "Task was killed due", "Memory on the node", "with return code = -", "ERROR: Unexpected ",
     # a rank's wait on the c10d store timing out (`C10D_SOCKET_TIMEOUT`: a barrier whose other side never came)
     "[c10d] waitForInput",
+    # LLaMA-Factory's dataset map bar (data/loader.py `_get_preprocessed_dataset` desc): the phase of a failure
+    # that follows it with no traceback (analyzers/postmortem/hostalloc.py); 'R' is already a first byte
+    "Running tokenizer on dataset",
+    # a host allocation refused in-process by CPython, NumPy or Arrow (`HOST_MEMORY_ERROR`); 'M' is a first byte already
+    "MemoryError",
+    # stopped from outside (`SLURM_CANCELLED`, `LIGHTNING_SIGTERM`: "Received " is a trigger already) or by a
+    # container limit (`K8S_OOMKILLED`); 'C' and 'O' are first bytes already
+    "CANCELLED AT", "OOMKilled",
     # DeepSpeed's process-group set-up (`DIST_INIT`): a log that ends on it is a start-up that never went on
     "Initializing TorchBackend",
     # LLaMA-Factory's model/loader.py load_tokenizer: why no processor was loaded (before "Processor was not found")
@@ -81,12 +92,16 @@ TRIGGER_WORDS = (
     # upper case titles use, a device assert whose backticks markdown ate
     "Caught signal ", "with exit code -", "() got an unexpected keyword", "Template ", "CUDA runtime error",
     "Assertion ", "DeepSpeed Z",
+    # more typeless messages with one raise site (`TYPELESS_EXC`); first bytes 'A', 'F', 'N', 'w' are triggers' already
+    "Attempting to unscale", "FORCE_TORCHRUN=1", "No available memory for the cache", "waiting for clients",
     # glog's fatal-signal banner (`GLOG_SIGNAL`), printed by C++ libraries that install glog's handler
     "SIGSEGV (@", "SIGBUS (@", "SIGILL (@", "SIGFPE (@", "SIGABRT (@",
     # metrics (§7); "loss=", "loss: ", "Loss: ": other trainers' step lines (`STEP_LINE_*` below). Their lower-case
     # first letter costs the expression scan (no grep, or a file under loggrep.MIN_BYTES) 15-25 %: 0.94-1.06 ->
     # 1.08-1.27 CPU s for a 50 MB rank log with FINETUNE_DOCTOR_NO_GREP=1 (2026-12-07); grep's scan is unchanged
     "'loss': ", "{'eval_", "{'train_runtime'", '"current_steps"', "loss=", "loss: ", "Loss: ",
+    # verl's console metrics (`VERL_STEP`), "step:N - actor/pg_loss:... - actor/grad_norm:..."; '/' is a first byte
+    "/grad_norm:", "/pg_loss:",
     # see_memory_usage (§3)
     "MA ", "CPU Virtual Memory",
     # warnings, exceptions
@@ -207,6 +222,13 @@ OOM_NPU = re.compile(
     + _g("requested") + r"\.?\s*(?:\(NPU (?P<gpu>\d+);\s*" + _g("total") + r" total capacity;\s*(?:" + _g("allocated")
     + r" already allocated;\s*)?(?:" + _g("active") + r" current active;\s*)?" + _g("free") + r" free;\s*(?:"
     + _g("allowed") + r" allowed;\s*)?" + _g("reserved") + r" reserved in total by PyTorch)?")
+# Apple's Metal backend (aten/src/ATen/mps/MPSAllocator.mm ``MPSHeapAllocatorImpl::alloc_buffer_block``): "MPS
+# backend out of memory (MPS allocated: 3.11 GB, other allocations: 5.42 GB, max allowed: 9.07 GB). Tried to
+# allocate 720.00 MB on private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 ..."; the limit is a share of the
+# unified memory the GPU shares with the CPU, so macOS may kill the process (jetsam) before this is raised
+OOM_MPS = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)):\s*)?MPS backend out of memory \(MPS allocated: "
+                     + _g("allocated") + r"(?:, other allocations: " + _g("other") + r")?(?:, max allowed: "
+                     + _g("total") + r")?\)(?:\.\s*Tried to allocate " + _g("requested") + r")?")
 OOM_PROC = re.compile(r"(?:Process (?P<pid>\d+)|(?P<self>this process)) has (?P<mem>" + SIZE + r") memory in use")
 OOM_PARTIAL = re.compile(r"(?:(?P<exc>[\w.]*(?:Error|Exception)):\s*)?CUDA out of memory\.?(?:\s*Tried to allocate "
                           + _g("requested") + r")?")
@@ -378,7 +400,18 @@ TYPELESS_EXC = (
     (re.compile(r"(?P<msg>DeepSpeed Z\w+-3 is not compatible with .low_cpu_mem_usage=True. or with passing a "
                 r".device_map.\.?|DeepSpeed ZeRO-3 or FSDP is incompatible with PTQ-quantized models\.)"),
      "ValueError"),
+    # the messages of this session's launch/precision causes (analyzers/postmortem/launchcause.py), each with one
+    # raise site: torch/amp/grad_scaler.py:275 (torch 2.13), LLaMA-Factory hparams/parser.py:472 (snapshot),
+    # vLLM's KV-cache check, c10d TCPStore's rendezvous wait (the format string in torch 2.13's libtorch_cpu)
+    (re.compile(r"(?P<msg>Attempting to unscale FP16 gradients\.?)"), "ValueError"),
+    (re.compile(r"(?P<msg>Please use .FORCE_TORCHRUN=1. to launch DeepSpeed training\.?)"), "ValueError"),
+    (re.compile(r"(?P<msg>No available memory for the cache blocks\..*)"), "ValueError"),
+    (re.compile(r"(?P<msg>Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients joined\.?)"),
+     "torch.distributed.DistStoreError"),
 )
+TYPELESS_TRIGGERS = ("() got an unexpected keyword", "Template ", "DeepSpeed Z", "Attempting to unscale",
+                     "FORCE_TORCHRUN=1", "No available memory for the cache", "waiting for clients")
+"""The words that send a line to the typeless-exception check (logparse.py); each is in TRIGGER_WORDS."""
 STRSIGNAL = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Killed": "SIGKILL", "Aborted": "SIGABRT",
              "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL", "Terminated": "SIGTERM"}
 # the c10d TCPStore client's socket wait (pytorch torch/csrc/distributed/c10d/socket.cpp ``SocketImpl::waitForInput``:
@@ -409,6 +442,27 @@ ELASTIC_SIGNALLED = re.compile(r"(?:Received (?:Signals\.)?(?P<sig>SIG[A-Z0-9]+|
                                r"|SignalException: Process (?P<pid>\d+) got signal: (?:Signals\.)?(?P<sig2>SIG[A-Z0-9]+|\d+))")
 SIGNAL_NAMES = {"1": "SIGHUP", "2": "SIGINT", "3": "SIGQUIT", "15": "SIGTERM", "10": "SIGUSR1", "12": "SIGUSR2"}
 CPU_ALLOC = re.compile(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (?P<bytes>\d+) bytes")
+# other in-process host allocation failures, each the last line of a Python traceback (the class alone or with its
+# message): CPython's bare MemoryError; NumPy's _ArrayMemoryError (numpy/_core/_exceptions.py ``__str__``: "Unable
+# to allocate 7.45 GiB for an array with shape (1000000, 2000) and data type float32", numpy._core in 2.x,
+# numpy.core in 1.x); Arrow's ArrowMemoryError under HF datasets' tables (pyarrow.lib, arrow/memory_pool.cc: "malloc
+# of size N failed"). Not torch's OutOfMemoryError (a device OOM): the class must start the name
+# Slurm's step daemon when it ends a job or step (slurm src/slurmd/slurmstepd/req.c ``_handle_signal_container``:
+# error("*** %s ON %s CANCELLED AT %s DUE TO TIME LIMIT ***", entity, node, time), "... DUE TO PREEMPTION ***",
+# "... DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***", and without a reason for scancel; entity "JOB N" or
+# "STEP N.M"; releases before the node name print "*** JOB N CANCELLED AT T DUE TO TIME LIMIT ***")
+SLURM_CANCELLED = re.compile(r"\*\*\* (?P<what>JOB|STEP) (?P<id>[\w.]+)(?: ON (?P<node>\S+))? CANCELLED AT (?P<at>\S+)"
+                             r"(?: DUE TO (?P<why>[A-Z][A-Z ]*[A-Z]))?[^*]*\*\*\*")
+# Lightning's SIGTERM notifier (lightning/pytorch/trainer/connectors/signal_connector.py ``_sigterm_notifier_fn``:
+# log.info(rank_prefixed_message(f"Received SIGTERM: {signum}", local_rank)), "[rank: 0] Received SIGTERM: 15")
+LIGHTNING_SIGTERM = re.compile(r"(?:\[rank: (?P<rank>\d+)\] )?Received SIGTERM: (?P<num>\d+)\s*$")
+# Kubernetes' container status as `kubectl describe pod` prints it ("Reason:       OOMKilled", with "Exit Code:
+# 137"): the container's memory limit (a cgroup) killed it
+K8S_OOMKILLED = re.compile(r"^\s*Reason:\s+OOMKilled\s*$")
+HOST_MEMORY_ERROR = re.compile(r"^\s*(?:[\w.]+\.)?(?P<cls>_ArrayMemoryError|ArrowMemoryError|MemoryError)"
+                               r"(?::\s*(?P<msg>.*?))?\s*$")
+NUMPY_ALLOC = re.compile(r"Unable to allocate (?P<num>[\d.]+) (?P<unit>bytes|[KMGTPE]iB) for an array with shape")
+ARROW_ALLOC = re.compile(r"malloc of size (?P<bytes>\d+) failed")
 CF_RANK = re.compile(r"rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<lr>\d+)\)")
 CF_EXIT = re.compile(r"exitcode\s*:\s*(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)(?:\s*\((?P<sig>SIG\w+)\))?")
 CF_HOST = re.compile(r"host\s*:\s*(?P<host>\S+)")
@@ -479,6 +533,18 @@ NONFINITE_LINES = (
 # one) x iterations-per-epoch + iteration; only the MetricLogger's "Epoch: [e]" (a colon) counts from 0
 STEP_LINE_EPOCH_ITER = re.compile(r"Epoch(?P<mm>\(train\))?(?P<colon>:)?\s*\[(?P<e>\d+)\]\s*\[\s*(?P<i>\d+)/(?P<n>\d+)\]"
                                   r"|Iter\(train\)\s*\[\s*(?P<it>\d+)/\d+\]")
+# verl's console logger (verl/utils/logger/aggregate_logger.py ``concat_dict_to_str``: "step:{step}" then
+# "{key}:{value}" per numeric metric, joined by " - "; values by pprint.pformat, so a NaN prints "nan"): the actor's
+# grad norm and learning rate are a step's; its losses are policy-gradient terms (signed, noisy: not a curve the
+# supervised detectors may judge), kept only when non-finite
+VERL_STEP = re.compile(r"(?:^|\s)step:(?P<step>\d+) - ")
+VERL_METRIC = re.compile(r"(?:^| - )(?P<k>actor/(?:grad_norm|lr|pg_loss|loss)):(?P<v>[-+\w.]+)")
+# Lightning's training bar (lightning/pytorch/callbacks/progress/tqdm_progress.py: desc "Epoch {current_epoch}", the
+# logged metrics as tqdm's postfix, "Epoch 2:  31%|███  | 310/1000 [05:12<11:35,  0.99it/s, v_num=12,
+# train_loss=1.840]"): the bar counts batches within the epoch, so the step is epoch x batches + batch (an epoch of
+# n batches; with gradient accumulation the optimizer steps are fewer, and the placement is in batches)
+LIGHTNING_BAR = re.compile(r"Epoch (?P<e>\d+):\s+\d+%\|[^|\r\n]*\|\s*(?P<i>\d+)/(?P<n>\d+) \[[^\]\r\n]*?it/s,"
+                           r"[^\]\r\n]*?loss")
 STEP_LINE_GNORM = re.compile(r"(?i)(?<![\w.])(?:gnorm|grad[ _]norm)\s*[=:]\s*" + _NUM)
 STEP_LINE_LR = re.compile(r"(?i)(?<![\w.])(?:lr|learning[ _]rate)\s*[=:]\s*" + _NUM)
 KV = re.compile(r"'(?P<k>[\w/]+)':\s*(?P<q>'?)(?P<v>[^,'}]*)(?P=q)")

@@ -1,0 +1,141 @@
+"""Causes that an exception's text establishes about how the run was launched, sized or set to a precision, not
+about the training code (``ev.crash.cause`` kinds ``launch`` and ``fp16-grads``, called from crashcause.py
+`crash_cause`).
+
+- DeepSpeed without a distributed launcher: LLaMA-Factory refuses it at start-up in the releases that check it
+  (hparams/parser.py:471-472 at the snapshot: ``Please use `FORCE_TORCHRUN=1` to launch DeepSpeed training.``;
+  ``llamafactory-cli train`` starts torchrun by itself only when more than one GPU is visible or FORCE_TORCHRUN is
+  set, launcher.py:60-62); where nothing checks, the model is never wrapped in a DeepSpeedEngine and HF's Trainer
+  fails at the first checkpoint save on the engine's method (transformers trainer.py
+  ``_save_optimizer_and_scheduler``: ``self.model_wrapped.save_checkpoint(output_dir)`` when
+  ``is_deepspeed_enabled``; LLaMA-Factory #4077, fixed by launching single-GPU DeepSpeed runs through torchrun).
+- A rendezvous that not every process reached: c10d's TCPStore on the master, ``Timed out after {} seconds waiting
+  for clients. {}/{} clients joined.`` (torch 2.13 libtorch_cpu's own format string).
+- vLLM's engine with no room for its KV cache (the rollout engine of TRL/verl/OpenRLHF and LLaMA-Factory's vllm
+  inference): its messages end in "Try increasing `gpu_memory_utilization` ..." (vllm's KV-cache check:
+  ``No available memory for the cache blocks.``, ``The model's max seq len (N) is larger than the maximum number of
+  tokens that can be stored in KV cache (M).``).
+- fp16 gradients under fp16 mixed precision: torch's GradScaler refuses them (torch/amp/grad_scaler.py:274-275 in
+  torch 2.13, ``_unscale_grads_``: ``raise ValueError("Attempting to unscale FP16 gradients.")``); the trainable
+  parameters were fp16. peft upcasts fp16/bf16 adapter weights to fp32 where ``autocast_adapter_dtype`` applies
+  (peft 0.18.1 peft_model.py:80-83, default True); LLaMA-Factory upcasts trainable parameters unless pure_bf16
+  (reference/llamafactory/LF_FACTS.md §2).
+"""
+
+from __future__ import annotations
+
+import re
+
+# the methods HF's Trainer and accelerate call on the DeepSpeedEngine that deepspeed.initialize returns
+# (deepspeed/runtime/engine.py); a model object asked for one was never wrapped
+ENGINE_METHODS = ("save_checkpoint", "load_checkpoint", "zero_optimization_stage", "zero_optimization_partition_gradients",
+                  "is_gradient_accumulation_boundary", "set_gradient_accumulation_boundary")
+NO_ENGINE_ATTR = re.compile(r"'(?P<obj>\w+)' object has no attribute '(?P<attr>" + "|".join(ENGINE_METHODS) + r")'")
+FORCE_TORCHRUN = re.compile(r"Please use `?FORCE_TORCHRUN=1`? to launch DeepSpeed training")
+CLIENTS_JOINED = re.compile(r"Timed out after (?P<sec>\d+) seconds waiting for clients\. (?P<got>\d+)/(?P<want>\d+) "
+                            r"clients joined")
+VLLM_KV = re.compile(r"No available memory for the cache blocks|stored in KV cache \((?P<kv>\d+)\)|"
+                     r"Try increasing `gpu_memory_utilization`")
+VLLM_MAXLEN = re.compile(r"max seq len \((?P<len>\d+)\)")
+
+
+# c10d's TCPStore server (the format string in torch 2.13's libtorch_cpu: "The server socket has failed to listen on
+# any local network address. port: {}, useIpv6: {}, code: {}, name: {}, message: {}"), and older torch's bare
+# "Address already in use"
+ADDR_IN_USE = re.compile(r"failed to listen on any local network address\. port: (?P<port>\d+).*EADDRINUSE"
+                         r"|^Address already in use$")
+# gloo's TCP pair (gloo/transport/tcp/pair.cc: "[file:line] Connection closed by peer [addr]:port", "Connection
+# reset by peer"): the other end went away
+GLOO_PEER = re.compile(r"gloo/transport/tcp/pair\.cc:\d+\] (?:Connection closed by peer|Connection reset by peer|"
+                       r"Read error|Write error)(?: \[(?P<peer>[^\]]+)\])?")
+# ATen's MapAllocator (aten/src/ATen/MapAllocator.cpp; the strings in torch 2.13's libtorch_cpu): "unable to write to
+# file <NAME>: ERR (N)", "unable to mmap N bytes from file <NAME>: ERR (N)", "unable to open shared memory object
+# <NAME> in read-write mode: ERR (N)", "unable to allocate shared memory(shm) for file <NAME>"; NAME "/torch_PID_..."
+# is the segment a DataLoader worker passes a batch through (torch.multiprocessing's sharing strategies)
+SHM_MAP = re.compile(r"unable to (?:write to file|mmap \d+ bytes from file|open shared memory object|resize file|"
+                     r"allocate shared memory\(shm\) for file) <(?P<name>/?torch_[^>]*)>(?:[^:]*: (?P<err>[^(]+?)"
+                     r" \((?P<errno>\d+)\))?")
+# torch/cuda/__init__.py:522 (torch 2.13) `_lazy_init`: a build of torch without CUDA asked for a GPU
+NO_CUDA_BUILD = re.compile(r"Torch not compiled with CUDA enabled")
+# transformers' TrainingArguments.__post_init__ (training_args.py, 5.6.0: "Your setup doesn't support bf16/gpu.
+# You need to assign use_cpu ..."; 4.x: "... You need torch>=1.10, using Ampere GPU with cuda>=11.0")
+BF16_SETUP = re.compile(r"Your setup doesn't support bf16/gpu")
+
+
+def launch_cause(cls: str, msg: str) -> str | None:
+    """The launch or sizing mistake the exception `cls`: `msg` states, in words, or None."""
+    m = ADDR_IN_USE.search(msg.strip())
+    if m:
+        port = f" {m.group('port')}" if m.group("port") else ""
+        return (f"the master's rendezvous port{port} is already taken on this node: an earlier run that did not "
+                "exit (a zombie torchrun or its children) or another job on the node; end it (`ss -ltnp`, "
+                "`nvidia-smi` for its processes) or give this run another port (MASTER_PORT, --master_port)")
+    if "No CUDA GPUs are available" in msg:
+        return ("the process sees no GPU: CUDA_VISIBLE_DEVICES empty or naming cards that do not exist, a "
+                "container started without GPUs (--gpus all / the device plugin), or a scheduler job without a GPU "
+                "request; check nvidia-smi and CUDA_VISIBLE_DEVICES inside the job")
+    m = GLOO_PEER.search(msg)
+    if m:
+        peer = f" ({m.group('peer')})" if m.group("peer") else ""
+        return (f"the other end of a gloo connection{peer} went away: a consequence, not the cause; the process on "
+                "that peer died or the link dropped, and the first failure is in that peer's own log")
+    m = SHM_MAP.search(msg)
+    if m:
+        err = m.group("err") or ""
+        why = ("/dev/shm is full, not the disk" if "No space" in err else "the process ran out of file descriptors for the segments "
+               "(the file_descriptor sharing strategy holds one per tensor)" if m.group("errno") == "24"
+               else "/dev/shm is too small or full")
+        return (f"a DataLoader worker could not pass a batch through shared memory ({m.group('name')}: {err or 'refused'})"
+                f": {why}; give the container a larger /dev/shm (docker --shm-size=16g or --ipc=host), "
+                "use fewer DataLoader workers (dataloader_num_workers) or 0 to load in the main process"
+                + (", or raise `ulimit -n` / torch.multiprocessing.set_sharing_strategy('file_system')"
+                   if m.group("errno") == "24" else ""))
+    if NO_CUDA_BUILD.search(msg):
+        return ("the installed torch is a CPU-only build (pip's default on some platforms, or a CPU wheel pulled in "
+                "by another package): install the CUDA build for the driver (the index URL pytorch.org gives for "
+                "that CUDA) and check torch.version.cuda")
+    if BF16_SETUP.search(msg):
+        return ("bf16 was asked for on a setup without it: bf16 needs an NVIDIA GPU of compute capability 8.0 or "
+                "newer (A100, RTX 30xx/40xx, H100; not V100, T4 or RTX 20xx) with a CUDA build of torch; set bf16: "
+                "false and fp16: true on older cards")
+    m = NO_ENGINE_ATTR.search(msg) if cls == "AttributeError" else None
+    if m and m.group("obj") != "DeepSpeedEngine":
+        return (f"the model ({m.group('obj')}) was asked for the DeepSpeedEngine method {m.group('attr')}, so it was "
+                "never wrapped by deepspeed.initialize: a DeepSpeed config run without a distributed launcher (a "
+                "single-GPU `llamafactory-cli train` with `deepspeed:` set starts no torchrun); launch it with "
+                "FORCE_TORCHRUN=1 llamafactory-cli train ... (or torchrun / deepspeed), or drop the deepspeed key on "
+                "one GPU")
+    if FORCE_TORCHRUN.search(msg):
+        return ("LLaMA-Factory refused a DeepSpeed config in a process that no distributed launcher started "
+                "(`llamafactory-cli train` starts torchrun by itself only when more than one GPU is visible): "
+                "launch it with FORCE_TORCHRUN=1 llamafactory-cli train ..., or drop the deepspeed key on one GPU")
+    m = CLIENTS_JOINED.search(msg)
+    if m:
+        missing = int(m.group("want")) - int(m.group("got"))
+        return (f"only {m.group('got')} of the {m.group('want')} processes reached the rendezvous store on the "
+                f"master within {m.group('sec')} s ({missing} never connected): those ranks never started or could "
+                "not reach MASTER_ADDR:MASTER_PORT (a node not launched, --nnodes / --nproc_per_node or the world "
+                "size not matching what was started, a firewall or the wrong network interface); start every node "
+                "with the same master address and port, and read the missing nodes' own logs")
+    m = VLLM_KV.search(msg)
+    if m:
+        n = VLLM_MAXLEN.search(msg)
+        need = (f" a sequence of max_model_len {n.group('len')} needs more KV cache than the {m.group('kv')} tokens "
+                "that fit;" if n and m.group("kv") else "")
+        return ("vLLM's engine had no room left for its KV cache within gpu_memory_utilization of the card after "
+                f"its weights and profiling run:{need} raise gpu_memory_utilization (LLaMA-Factory vllm_gpu_util, TRL "
+                "vllm_gpu_memory_utilization, verl/OpenRLHF rollout gpu_memory_utilization), lower max_model_len "
+                "(LLaMA-Factory vllm_maxlen), or free the card: in colocated RL the training process holds part of it")
+    return None
+
+
+def precision_cause(msg: str) -> str | None:
+    """What "Attempting to unscale FP16 gradients." establishes, in words, or None for other messages."""
+    if "Attempting to unscale FP16 gradients" not in msg:
+        return None
+    return ("torch's GradScaler (fp16 mixed precision) found gradients in fp16, so the trainable parameters were "
+            "fp16 instead of fp32: a model loaded in float16 whose trainable parameters were not upcast; LLaMA-Factory "
+            "upcasts them (unless pure_bf16), a script of its own may not, and peft upcasts adapter weights only "
+            "where autocast_adapter_dtype applies (releases without it may create them in the base weights' dtype, "
+            "so the peft release the project was written for matters); upcast the trainable parameters to fp32, "
+            "pin the peft the project names, or train in bf16")

@@ -1,0 +1,79 @@
+"""A crash in a run whose logged package versions are outside what its LLaMA-Factory release requires at start-up
+(``ev.crash.cause`` kind ``stack-range``, or appended to another cause's text).
+
+Every release's ``check_dependencies`` (llamafactory/extras/misc.py, the file:line in catalog/lf_stack_ranges.json,
+facts/stackrange.py) refuses transformers/datasets/accelerate/peft/trl outside its ranges before any key is read,
+unless DISABLE_VERSION_CHECK is set. A log that states both LLaMA-Factory's version (``llamafactory-cli env``, its
+banner) and such a package's version outside the range, and then crashes, ran a stack the release was not written
+for: the check was skipped, or the package imported is not the one the env lines describe. That is a lead the
+exception itself does not give (rounds 4-5's version mismatches: the exception named no version).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+from finetune_doctor.numbers import parse_version
+
+CATALOG = Path(__file__).resolve().parent.parent.parent / "catalog" / "lf_stack_ranges.json"
+_CLAUSE = re.compile(r"^(>=|<=|==|!=|>|<)\s*(\d+(?:\.\d+)*)$")
+_NUM = re.compile(r"^v?(\d+(?:\.\d+)*)(.*)$")
+
+
+@lru_cache(maxsize=1)
+def _releases() -> dict[str, Any]:
+    """The catalogue facts/stackrange.py judges start-up refusals with (read here as data: analyzers sit below
+    facts in the flow)."""
+    return json.loads(CATALOG.read_text(encoding="utf-8"))["releases"]
+
+
+def _outside(version: str, spec: str) -> bool:
+    """True only when `version` ("4.36.0", "2.5.0+cu121") certainly fails `spec` ("transformers>=4.41.2,<=4.46.1");
+    a pre/dev/local suffix, a ~= clause or anything unreadable is not judged (False), as facts/stackrange.py
+    ``satisfies`` returns None for them."""
+    m = _NUM.match(version.strip()[:64])
+    got = parse_version(m.group(1)) if m else None
+    if m is None or got is None:
+        return False
+    suffixed = bool(m.group(2).strip())
+    fails = False
+    for clause in re.sub(r"^[A-Za-z0-9_.\-]+", "", spec).split(","):
+        m = _CLAUSE.match(clause.strip())
+        want = parse_version(m.group(2)) if m else None
+        if m is None or want is None:
+            return False
+        n = max(len(got), len(want))
+        a, b = got + (0,) * (n - len(got)), want + (0,) * (n - len(want))
+        c = (a > b) - (a < b)
+        if c == 0 and suffixed:
+            return False   # "4.41.2.dev0" against 4.41.2: the suffix decides, and it is not judged here
+        ok = {">=": c >= 0, "<=": c <= 0, ">": c > 0, "<": c < 0, "==": c == 0, "!=": c != 0}[m.group(1)]
+        fails = fails or not ok
+    return fails
+
+
+def stack_range_text(versions: Mapping[str, tuple[str, str]]) -> str | None:
+    """Words naming each package of `versions` ({package: (version, where read)}) outside the ranges of the
+    LLaMA-Factory release `versions["llamafactory"]` names; None when the release is not catalogued or every
+    package is in range (or cannot be judged)."""
+    lf = versions.get("llamafactory")
+    if not lf:
+        return None
+    rel = _releases().get(lf[0])
+    if rel is None:
+        return None
+    out = []
+    for req in rel["requires"]:
+        got = versions.get(req["package"])
+        if got and _outside(got[0], req["spec"]):
+            out.append(f"{req['package']} {got[0]} (it requires {req['spec']}, {req['where']}; {got[0]} read at "
+                       f"{got[1]})")
+    if not out:
+        return None
+    return (f"the logged stack is outside what LLaMA-Factory {lf[0]} requires at start-up: {'; '.join(out)}; that "
+            "release refuses such a stack unless DISABLE_VERSION_CHECK is set, so the check was skipped or another "
+            "install was imported: install the versions in range before looking further")
