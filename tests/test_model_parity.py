@@ -35,11 +35,20 @@ def _registered_from_source() -> list[str]:
     tree = ast.parse((Path(transformers.__file__).parent / "models" / "auto" / "modeling_auto.py").read_text(
         encoding="utf-8"))
     names: set[str] = set()
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and node.targets[0].id in _MAPPINGS):
-            (pairs,) = node.value.args          # OrderedDict([("llama", "LlamaForCausalLM"), ...])
-            names |= {key for key, _ in ast.literal_eval(pairs)}
+    found = set()
+    try:
+        for node in tree.body:
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and node.targets[0].id in _MAPPINGS):
+                (pairs,) = node.value.args          # OrderedDict([("llama", "LlamaForCausalLM"), ...])
+                names |= {key for key, _ in ast.literal_eval(pairs)}
+                found.add(node.targets[0].id)
+    except (AttributeError, TypeError, ValueError):
+        found = set()
+    if found != set(_MAPPINGS):   # another transformers writes the tables differently: import them after all
+        from transformers.models.auto import modeling_auto
+
+        return sorted(set().union(*(getattr(modeling_auto, name) for name in _MAPPINGS)))
     return sorted(names)
 
 
