@@ -37,20 +37,23 @@ _HEAVY_FIRST = ("test_parity_release_090.py", "test_parity_lf.py", "test_parity_
                 "test_margin_replay.py", "test_parity_v1.py", "test_fuzz_structured.py", "test_catalog_entries.py")
 
 
-# Then the fast lane's files that take longest, longest first, by their seconds in one serial run of `-m "not slow
-# and not gpu"` (2026-12-07, load 5-7, so about 2.5x idle; --junitxml per-test times summed by file). Ordered by test
+# Then the fast lane's files that take longest, longest first, by their CPU seconds (the worker's own and its
+# children's, os.times) in one serial run of `-m "not slow and not gpu"` over the 40 files that took longest in two
+# xdist runs (2026-12-07, load 7-8; CPU rather than wall, which that load inflated 1.5-3x unevenly). The first file
+# to need torch, transformers and peft carries their import (~4 s): test_probe_progress, first here, in each run.
+# test_hub_offline is entered at its wall time: it waits on a silent socket for the 2 s deadline. Ordered by test
 # count alone these came last: test_probe_progress (5 tests, the fast lane's longest file) started 98th of 125 files
-# and test_context (7 tests) 86th, so one worker ran them after the other had gone idle. Replaying that run through
-# xdist's loadfile rule (a worker takes the next file when <= 2 of its tests are pending) gives the longer worker
-# 157.6 s of the 300.4 s of tests under the old order and 150.3 s (the 150.2 s ideal) under this one. Only the
-# files of >= 4 s are named: the order of the rest hardly moves the end, and a file added later still runs.
-_SLOW_FAST_LANE_S = {"test_probe_progress.py": 37.2, "test_context.py": 20.9, "test_cases.py": 17.5,
-                     "test_rule_cases.py": 16.6, "test_data_lf_parity.py": 14.8, "test_architecture.py": 14.1,
-                     "test_calibration_table.py": 10.3, "test_terminal_width.py": 9.7,
-                     "test_postmortem_hostile.py": 8.4, "test_one_home.py": 7.5, "test_postmortem_counted.py": 7.0,
-                     "test_startup.py": 6.4, "test_assumptions.py": 6.2, "test_ds_hostile.py": 6.0,
-                     "test_arch.py": 5.4, "test_data_hostile.py": 5.1, "test_fixer.py": 4.9, "test_lintcli.py": 4.5,
-                     "test_postmortem_sources.py": 4.3}
+# and test_context (7 tests) 86th, so one worker ran them after the other had gone idle. Only the files of
+# >= 0.9 CPU s are named: the order of the rest hardly moves the end, and a file added later still runs.
+_SLOW_FAST_LANE_S = {"test_probe_progress.py": 10.3, "test_rule_cases.py": 5.4, "test_data_lf_parity.py": 3.7,
+                     "test_context.py": 3.6, "test_architecture.py": 3.5, "test_cases.py": 3.1,
+                     "test_catalog_entries.py": 2.9, "test_postmortem_hostile.py": 2.7, "test_hub_offline.py": 2.0,
+                     "test_one_home.py": 2.0, "test_calibration_table.py": 2.0, "test_rule_registry.py": 1.9,
+                     "test_startup.py": 1.9, "test_postmortem_counted.py": 1.8, "test_ds_hostile.py": 1.6,
+                     "test_data_hostile.py": 1.5, "test_terminal_width.py": 1.4, "test_postmortem_sources.py": 1.4,
+                     "test_dsconfig.py": 1.3, "test_arch.py": 1.2, "test_lintcli.py": 1.2,
+                     "test_assumptions.py": 1.1, "test_yamlcfg.py": 1.0, "test_fixer.py": 1.0,
+                     "test_postmortem_cli.py": 0.9}
 
 
 def file_order(counts: dict[str, int]) -> list[str]:

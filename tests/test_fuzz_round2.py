@@ -64,6 +64,11 @@ def _toml_value(depth: int = 0) -> st.SearchStrategy[str]:
                      .map(lambda d: "{" + ", ".join(f'"{k}" = {v}' for k, v in d.items()) + "}"))
 
 
+# Hypothesis fuzzers (80 whole commands each) run in the slow lane, as tests/test_fuzz_structured.py's do; the fast
+# lane keeps the classes' deterministic cases: tests/test_projectconfig_types.py (the campaign's bad values, one
+# line, exit 2) and test_project_configuration_nesting below; tests/test_fix_yaml_anchors.py (anchors, aliases,
+# merge keys and tabs under --fix).
+@pytest.mark.slow
 @settings(max_examples=80, **PROFILE)
 @given(entries=st.dictionaries(st.sampled_from(sorted(SCHEMA) + ["tool", "unknown-key"]), _toml_value(),
                                min_size=1, max_size=3),
@@ -155,6 +160,7 @@ def _anchored(draw) -> str:
     return HEAD + "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow       # a hypothesis fuzzer: the slow lane (see test_project_configuration_values)
 @settings(max_examples=80, **PROFILE)
 @given(text=_anchored())
 def test_fixes_under_anchors_aliases_merges_and_tabs(tmp_path_factory, text):

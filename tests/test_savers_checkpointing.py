@@ -134,3 +134,31 @@ def test_ktransformers_moves_routed_experts_to_the_host():
         (experts * 2 + cgpu.expert_lora_params * 4) / GIB)
     # the host holds the bf16 experts and their LoRA with fp32 gradients and AdamW states
     assert (e_kt.host - e_gpu.host) * GIB >= experts * 2 + cgpu.expert_lora_params * 16
+
+
+@pytest.mark.parametrize("layout", ["dense", "moe-dense-first", "moe-mlp-only", "sliding-mixed"])
+def test_per_kind_activation_bytes_equal_the_per_layer_ones(layout):
+    # activation_terms takes each layer kind's bytes once (layers_bytes_per_token); every layer must still get
+    # what activation_bytes_per_token_layer gives it, trainable or frozen, under the settings that read the
+    # layer's linears (LoRA targets, dropout, DoRA) or its MLP (experts)
+    from finetune_doctor.analyzers.memory.activations import layers_bytes_per_token
+
+    arch = {"dense": ARCH,
+            "moe-dense-first": tiny(model_type="deepseek_v3", num_hidden_layers=5, n_routed_experts=8,
+                                    num_experts_per_tok=2, moe_intermediate_size=256, n_shared_experts=1,
+                                    first_k_dense_replace=2, kv_lora_rank=64, q_lora_rank=96,
+                                    qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32),
+            "moe-mlp-only": tiny(model_type="qwen3_moe", num_hidden_layers=5, num_experts=8, num_experts_per_tok=2,
+                                 moe_intermediate_size=256, mlp_only_layers=[1, 3], decoder_sparse_step=1),
+            "sliding-mixed": tiny(model_type="gemma3_text", num_hidden_layers=6, head_dim=64, sliding_window=512,
+                                  layer_types=["sliding_attention"] * 5 + ["full_attention"]),
+            }[layout]
+    L = arch.num_layers
+    kinds = {(arch.attention_kind(i), arch.mlp_kind(i)) for i in range(L)}
+    assert len(kinds) == (1 if layout == "dense" else 2), kinds     # the layouts really mix kinds
+    for extra in ({}, {"lora_target": "q_proj,v_proj", "lora_dropout": 0.1}, {"use_dora": True},
+                  {"finetuning_type": "freeze", "freeze_trainable_layers": 2}, {"finetuning_type": "full"}):
+        r = resolve_run({**BASE, **extra}, arch, None)
+        for frozen in (False, True):
+            assert layers_bytes_per_token(r, range(L), frozen) == \
+                [activation_bytes_per_token_layer(r, i, frozen) for i in range(L)], (extra, frozen)

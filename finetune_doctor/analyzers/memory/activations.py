@@ -315,12 +315,33 @@ class ActivationTerms:
     host: float = 0.0
 
 
+def layers_bytes_per_token(run: Run, layers: range, frozen: bool = False) -> list[float]:
+    """`activation_bytes_per_token_layer` of each decoder layer in `layers` (bytes per token, one per layer, in
+    order), computed once per layer kind.
+
+    A layer's bytes depend on its index only through its attention kind and its MLP kind
+    (`ModelArch.attention_kind`, `mlp_kind`): those pick its linears (`layer_linears`), its MLP width and its
+    experts. The remedy planners and the assumption bisection of ``doctor check`` evaluate the activation model
+    thousands of times a run, and each evaluation repeated one layer's arithmetic for every layer of the model
+    (25-42 % of the CPU of check-heavy test files, cProfile 2026-12-07). Equal to the per-layer calls by
+    construction; tests/test_savers_checkpointing.py pins it on dense, MoE and mixed-attention layouts."""
+    a = run.arch
+    memo: dict[tuple[str, str], float] = {}
+    out: list[float] = []
+    for i in layers:
+        key = (a.attention_kind(i), a.mlp_kind(i))
+        if key not in memo:
+            memo[key] = activation_bytes_per_token_layer(run, i, frozen)
+        out.append(memo[key])
+    return out
+
+
 def activation_terms(run: Run, c: ParamCounts, T: int) -> ActivationTerms:
     """Activations of a micro batch of `T` tokens (module docstring); `c` the parameter counts."""
     a = run.arch
     trainable, frozen = _grad_layers(run)
-    per_layer = [activation_bytes_per_token_layer(run, i) for i in trainable]
-    above = T * sum(activation_bytes_per_token_layer(run, i, frozen=True) for i in frozen)
+    per_layer = layers_bytes_per_token(run, trainable)
+    above = T * sum(layers_bytes_per_token(run, frozen, frozen=True))
     e_res = residual_bytes(run)
     offloaded = run.unsloth_gc or run.use_unsloth
     recompute = 0.0
