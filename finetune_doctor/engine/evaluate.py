@@ -71,8 +71,9 @@ def evaluate(rules: tuple[Rule, ...], ctx: RuleContext) -> list[Finding]:
     """
     base = Evaluator(ctx.facts)
     out: list[Finding] = []
+    facts = ctx.facts
     for rule in rules:
-        if any(ctx.facts.get(ns) is None for ns in rule.requires):
+        if rule.requires and any(facts.get(ns) is None for ns in rule.requires):
             continue
         try:
             out.extend(_run_rule(rule, ctx, base))
