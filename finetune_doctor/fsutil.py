@@ -221,11 +221,22 @@ def _why(err: OSError) -> str:
 
 def cache_dir() -> Path | None:
     """The doctor's own cache folder: ``$XDG_CACHE_HOME/finetune-doctor``, else ``~/.cache/finetune-doctor``.
-    None when ``FINETUNE_DOCTOR_NO_CACHE=1`` (nothing is read from or written to it then)."""
-    if os.environ.get("FINETUNE_DOCTOR_NO_CACHE") == "1":
-        return None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "finetune-doctor"
+    None when ``FINETUNE_DOCTOR_NO_CACHE=1`` (nothing is read from or written to it then). Kept per process for
+    the variables it reads (``HOME`` for ``~``): a lint asks it twice per config (issue #22)."""
+    key = (os.environ.get("FINETUNE_DOCTOR_NO_CACHE"), os.environ.get("XDG_CACHE_HOME"), os.environ.get("HOME"))
+    if key in _CACHE_DIR:
+        return _CACHE_DIR[key]
+    if key[0] == "1":
+        found = None
+    else:
+        base = key[1] or os.path.join(os.path.expanduser("~"), ".cache")
+        found = Path(base) / "finetune-doctor"
+    if len(_CACHE_DIR) < 64:
+        _CACHE_DIR[key] = found
+    return found
+
+
+_CACHE_DIR: dict[tuple[str | None, ...], Path | None] = {}
 
 
 def write_cache(path: Path, text: str) -> None:

@@ -20,15 +20,22 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import finetune_doctor.engine.planners  # noqa: F401  (registers the remedy planners the rules name)
 from finetune_doctor.engine import suppression
-from finetune_doctor.engine.evaluate import RuleContext, evaluate
+from finetune_doctor.engine.evaluate import PLANNER_LOADERS, RuleContext, evaluate
 from finetune_doctor.engine.expr import save_code_cache
 from finetune_doctor.engine.loader import Rule, load_rules, select_rules
 from finetune_doctor.settings import Options
 from finetune_doctor.types import SEVERITY_RANK, Finding, SourceDoc
 
 _COMMENTED = (".yaml", ".yml")   # file kinds whose comments can carry suppressions (JSON has none)
+
+
+def _load_planners() -> None:
+    """Register the remedy planners the rules name (engine/planners.py), on the first finding that needs one."""
+    import finetune_doctor.engine.planners  # noqa: F401
+
+
+PLANNER_LOADERS.append(_load_planners)
 
 
 def rules_for(opts: Options, command: str) -> tuple[tuple[Rule, ...], tuple[Rule, ...]]:

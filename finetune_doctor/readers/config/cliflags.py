@@ -31,6 +31,8 @@ _SCRIPT = re.compile(r"(?:^|/)(?:train|train_bash)\.py$")
 # a cheap first look: an entry word followed by `train`, or a train script, anywhere in the text
 _HINT = re.compile(r"(?:llamafactory-cli|lmf)\s+train\b|train(?:_bash)?\.py\b")
 _TRUE = ("yes", "true", "t", "y", "1")
+_SHELL_SPECIAL = re.compile(r"['\"\\#]")   # what makes shlex's POSIX split differ from a split on its whitespace
+_SHELL_SPACE = re.compile(r"[ \t\r\n]+")       # shlex.shlex.whitespace
 _FALSE = ("no", "false", "f", "n", "0")
 
 
@@ -72,10 +74,14 @@ def _logical_lines(text: str) -> list[tuple[list[int], list[str]]]:
         cont = s.endswith("\\") or s.endswith("`")
         if cont:
             s = s[:-1]
-        try:
-            parts = shlex.split(s, comments=True)
-        except ValueError:
-            parts = s.split()
+        if _SHELL_SPECIAL.search(s) is None:
+            # what shlex.split gives a line without quotes, escapes or comments (its whitespace is ASCII only)
+            parts = [w for w in _SHELL_SPACE.split(s) if w]
+        else:
+            try:
+                parts = shlex.split(s, comments=True)
+            except ValueError:
+                parts = s.split()
         words += parts
         lines += [no] * len(parts)
         if not cont:

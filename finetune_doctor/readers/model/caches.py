@@ -42,18 +42,36 @@ def _dedup(cands: list[str]) -> list[Path]:
     return out
 
 
+_HUB_ENV = ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HOME")
+_DIRS: dict[tuple[str | None, ...], tuple[Path, ...]] = {}
+
+
 def hub_cache_dirs(hf_home: str | None = None, cache_dir: str | None = None,
                    env: Mapping[str, str] | None = None) -> list[Path]:
     """Hub cache folders to look in, in order: `cache_dir` (LLaMA-Factory ``cache_dir``), `hf_home`/hub,
     ``$HF_HUB_CACHE``, ``$HUGGINGFACE_HUB_CACHE``, ``$HF_HOME/hub``, ``$XDG_CACHE_HOME/huggingface/hub``,
     ``~/.cache/huggingface/hub`` (`env` defaults to ``os.environ``). Without `cache_dir` and `hf_home` the first is
-    the one folder huggingface_hub itself uses (constants.py)."""
+    the one folder huggingface_hub itself uses (constants.py).
+
+    With `env` left to ``os.environ`` the answer is kept per process for the arguments and the variables it reads
+    (``HOME`` for ``~``): `doctor lint` asks it once per config, ~0.2 ms of path building each (issue #22)."""
+    if env is not None:
+        return _hub_cache_dirs(hf_home, cache_dir, env)
+    key = (hf_home, cache_dir, *map(os.environ.get, _HUB_ENV))
+    kept = _DIRS.get(key)
+    if kept is None:
+        kept = tuple(_hub_cache_dirs(hf_home, cache_dir, os.environ))
+        if len(_DIRS) < 256:
+            _DIRS[key] = kept
+    return list(kept)
+
+
+def _hub_cache_dirs(hf_home: str | None, cache_dir: str | None, env: Mapping[str, str]) -> list[Path]:
     cands: list[str] = []
     if cache_dir:
         cands.append(cache_dir)
     if hf_home:
         cands.append(os.path.join(hf_home, "hub"))
-    env = os.environ if env is None else env
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         if env.get(var):
             cands.append(env[var])
