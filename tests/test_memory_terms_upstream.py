@@ -18,9 +18,11 @@ from finetune_doctor.analyzers.memory.npu import hccl_bytes, is_npu
 from finetune_doctor.analyzers.memory.qlora import dequant_transient_bytes
 from finetune_doctor.analyzers.memory.vision import image_tokens, smart_resize, tower_working_bytes
 from finetune_doctor.analyzers.memory.zero3 import (hf_auto_values, largest_trainable_elements, persistent_elements,
+                                                    quantized_load_bytes,
                                                     reduce_scatter_bytes, zero3_live)
 from finetune_doctor.analyzers.memory.params import count_params
 from finetune_doctor.analyzers.memory.reserve import TABLE
+from finetune_doctor.dtypes import weight_bytes_per_param
 from finetune_doctor.hardware.catalog import parse_gpu_spec
 from finetune_doctor.readers.deepspeed.dsconfig import load_ds_config
 from finetune_doctor.readers.runlogs.logs import read_text_log
@@ -460,3 +462,45 @@ def test_final_logit_softcapping_keeps_tanh_output():
     assert with_cap.backward - without.backward == 2048 * 256000 * 2.0
     # Llama-3 has no cap
     assert final_softcap(_run()) is None
+
+
+# ---- ZeRO-3 + bitsandbytes: the whole quantized model at load ---------------------------------------------------
+
+def test_zero3_bitsandbytes_model_loads_whole_on_every_rank():
+    # transformers enters zero.Init only for a model that is not quantized (modeling_utils.py:1525 at 5.6.0) and
+    # the bnb quantizer puts the whole model on the rank's device (quantizer_bnb_4bit.py:102-111); DeepSpeed
+    # partitions it at initialize. Llama-3-8B: 32 layers of 218,103,808 linear elements in their packed storage,
+    # embedding + untied head (2 × 128256 × 4096) and 65 RMSNorm weights of 4096 in bf16
+    zo = {"stage": 3}
+    q = _run(finetuning_type="lora", lora_target="all", quantization_bit=4, zo=zo)
+    c = count_params(q)
+    assert c.base == 32 * P_LAYER + 2 * HEAD + 65 * 4096
+    wq = q.linear_weight_bytes or weight_bytes_per_param(q.weights_dtype, q.double_quantization)
+    assert 0.5 < wq < 0.6                                   # 4 bits plus the blocks' absmax
+    whole = 32 * P_LAYER * wq + (2 * HEAD + 65 * 4096) * 2.0
+    assert quantized_load_bytes(q, c) == pytest.approx(whole, rel=1e-12)
+    t = compute_terms(q)
+    assert t.load_whole == pytest.approx(whole, rel=1e-12)
+    assert t.init_floor == pytest.approx(whole, rel=1e-12)
+    # 8 ranks: the partitioned weights are an eighth of it, but the load moment and the reserve see it whole
+    assert t.weights < whole / 4
+    est = estimate(q, parse_gpu_spec("8xA100-80GB"))
+    assert est.details["moments_gib"]["model load"] == pytest.approx(whole / GIB, rel=1e-9)
+    assert est.per_gpu["total"] - est.details["runtime_gib"] >= whole / GIB - 1e-9
+    assert est.per_gpu["weights"] < whole / GIB / 2         # the step holds partitions and gathered layers only
+    # nothing outside ZeRO-3 + bitsandbytes: ZeRO-2 QLoRA loads on its rank anyway (counted in weights), ZeRO-3
+    # without quantization loads under zero.Init
+    for other in (_run(finetuning_type="lora", quantization_bit=4, zo={"stage": 2}),
+                  _run(finetuning_type="lora", zo=zo)):
+        assert quantized_load_bytes(other, count_params(other)) == 0.0
+        assert compute_terms(other).load_whole == 0.0
+
+
+def test_zero3_qlora_70b_does_not_load_on_24gb_cards():
+    # Llama-2-70B in NF4 is ~35 GiB whole: eight 24 GB cards hold its partitions, but not the load on each rank
+    q = _run(model="meta-llama/Llama-2-70b-hf", gpus="8xRTX-4090", finetuning_type="lora", quantization_bit=4,
+             zo={"stage": 3})
+    est = estimate(q, parse_gpu_spec("8xRTX-4090"))
+    assert est.details["moments_gib"]["model load"] > 30.0
+    assert est.details["first_oom"] == "model load"
+    assert est.fits is False

@@ -24,6 +24,8 @@ Derived from DeepSpeed 0.19.8 (the version docs/ARCHITECTURE.md "Sources" names)
   offloaded with pin_memory) stays in buffers.py and weights.py; what the reduction holds beside the bucket during
   backward (a bucket's flat copy, or the whole gradient of a tensor larger than the bucket, stage3.py:1626/:1642)
   is `reduce_scatter_bytes` here.
+* a bitsandbytes model is loaded whole on every rank (`quantized_load_bytes`): transformers builds it outside
+  ``zero.Init`` and puts it on the rank's device; DeepSpeed partitions it only at ``deepspeed.initialize``.
 
 Pure Python: element counts from `ModelArch`, bytes from the stored dtypes.
 """
@@ -33,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from finetune_doctor.analyzers.memory.params import ParamCounts, _canonical, _targets
-from finetune_doctor.dtypes import weight_bytes_per_param
+from finetune_doctor.dtypes import dtype_bytes, weight_bytes_per_param
 from finetune_doctor.run import Run
 
 # runtime/zero/config.py defaults (DeepSpeed 0.19.8)
@@ -204,6 +206,45 @@ def offload_param_device(run: Run, live: Zero3Live) -> float:
     if not (run.deepspeed and run.zero_stage == 3 and run.offload_param):
         return 0.0
     return live.peak + live.persistent
+
+
+def quantized_load_bytes(run: Run, c: ParamCounts) -> float:
+    """Bytes a ZeRO-3 run with on-the-fly bitsandbytes quantization holds on every rank while the model loads:
+    the whole quantized model, unpartitioned; 0 otherwise.
+
+    Why (read at transformers 5.6.0, the version docs/ARCHITECTURE.md "Sources" names):
+
+    * ``zero.Init`` is entered only for a model that is not quantized (``modeling_utils.py:1525``,
+      ``needs_zero3_init = is_deepspeed_zero3_enabled() and not _is_quantized and ...``), so no parameter is
+      partitioned while a bitsandbytes model is built and loaded;
+    * LLaMA-Factory passes no ``device_map`` under ZeRO-3 (LF ``model/model_utils/quantization.py:194-203`` at the
+      oracle snapshot: "Do not assign device map if deepspeed zero3 or fsdp"), and the bitsandbytes quantizer then
+      puts the whole model on the rank's current device (``quantizers/quantizer_bnb_4bit.py:102-111``
+      ``update_device_map``: ``{"": torch.cuda.current_device()}``, ``npu:<current>`` on an Ascend host). The same
+      default is in the quantizer's first form (the 4.37 refactor of ``from_pretrained``'s ``load_in_4bit`` path),
+      and ZeRO-3 + QLoRA needs bitsandbytes >= 0.43 (``bnb_4bit_quant_storage``; LF quantization.py:201) and so a
+      transformers that has it: no version of the stack changes this, so it is applied without an assumption;
+    * DeepSpeed partitions these parameters only when ``deepspeed.initialize`` builds the stage-3 engine
+      (0.19.8 ``runtime/zero/parameter_offload.py:180``, ``:258-263`` ``_convert_to_zero_parameters``: parameters
+      that are not yet ZeRO parameters are converted and partitioned), after which the whole tensors are freed.
+
+    The freed blocks stay in the caching allocator's pool (nothing empties it between load and training), so the
+    reserved memory and nvidia-smi of each rank never fall below this (it is the `init_floor` of terms.py), and
+    the load itself must fit the card (the "model load" moment). ``max_memory_allocated`` read since start-up
+    would also show it; the doctor's ``peak_allocated`` is the training step's. Bytes: decoder linears in their
+    packed storage (``linear_weight_bytes``, quantization state included), every other base parameter
+    (embeddings, output layer, norms) in the checkpoint dtype, or the compute dtype for an fp32 checkpoint, as
+    weights.py stores them; adapters do not exist yet (peft wraps the model after the load).
+    """
+    if not (run.deepspeed and run.zero_stage == 3 and run.quantization_bit is not None
+            and (run.quantization_method or "bnb") == "bnb"):
+        return 0.0
+
+    a = run.arch
+    wq = _stored_bytes(run)
+    linear = sum(n * sum(lin.params for lin in a.kind_linears(k)) for k, n in a.layer_groups())
+    other = max(float(c.base) - linear, 0.0)
+    return linear * wq + other * dtype_bytes(a.dtype if a.dtype != "float32" else run.compute_dtype)
 
 
 def largest_trainable_elements(run: Run, counts: ParamCounts) -> float:
