@@ -220,10 +220,10 @@ def quantized_load_bytes(run: Run, c: ParamCounts) -> float:
     * LLaMA-Factory passes no ``device_map`` under ZeRO-3 (LF ``model/model_utils/quantization.py:194-203`` at the
       oracle snapshot: "Do not assign device map if deepspeed zero3 or fsdp"), and the bitsandbytes quantizer then
       puts the whole model on the rank's current device (``quantizers/quantizer_bnb_4bit.py:102-111``
-      ``update_device_map``: ``{"": torch.cuda.current_device()}``, ``npu:<current>`` on an Ascend host). The same
-      default is in the quantizer's first form (the 4.37 refactor of ``from_pretrained``'s ``load_in_4bit`` path),
-      and ZeRO-3 + QLoRA needs bitsandbytes >= 0.43 (``bnb_4bit_quant_storage``; LF quantization.py:201) and so a
-      transformers that has it: no version of the stack changes this, so it is applied without an assumption;
+      ``update_device_map``: ``{"": torch.cuda.current_device()}``, ``npu:<current>`` on an Ascend host). An
+      earlier, CUDA-only form of the same quantizer method (seen in a public copy; its release not pinned) sets the
+      same default, and ZeRO-3 + QLoRA needs bitsandbytes >= 0.43 (``bnb_4bit_quant_storage``; LF
+      quantization.py:201), so no stack that runs it is known to differ: applied without an assumption;
     * DeepSpeed partitions these parameters only when ``deepspeed.initialize`` builds the stage-3 engine
       (0.19.8 ``runtime/zero/parameter_offload.py:180``, ``:258-263`` ``_convert_to_zero_parameters``: parameters
       that are not yet ZeRO parameters are converted and partitioned), after which the whole tensors are freed.
