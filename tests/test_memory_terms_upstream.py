@@ -17,8 +17,9 @@ from finetune_doctor.analyzers.memory.hostsave import save_host_bytes
 from finetune_doctor.analyzers.memory.npu import hccl_bytes, is_npu
 from finetune_doctor.analyzers.memory.qlora import dequant_transient_bytes
 from finetune_doctor.analyzers.memory.vision import image_tokens, smart_resize, tower_working_bytes
-from finetune_doctor.analyzers.memory.zero3 import (hf_auto_values, largest_trainable_elements, persistent_elements,
-                                                    quantized_load_bytes,
+from finetune_doctor.analyzers.memory.zero3 import (all_layers_gathered_bytes, hf_auto_values,
+                                                    largest_trainable_elements, persistent_elements,
+                                                    quantized_load_bytes, recompute_leak,
                                                     reduce_scatter_bytes, zero3_live)
 from finetune_doctor.analyzers.memory.params import count_params
 from finetune_doctor.analyzers.memory.reserve import TABLE
@@ -504,3 +505,41 @@ def test_zero3_qlora_70b_does_not_load_on_24gb_cards():
     assert est.details["moments_gib"]["model load"] > 30.0
     assert est.details["first_oom"] == "model load"
     assert est.fits is False
+
+
+# ---- ZeRO-3: DeepSpeed 0.16.0-0.16.7 and non-reentrant checkpointing ---------------------------------------------
+
+def _z3_lora(ds: str | None, **cfg):
+    base = {"bf16": True, "per_device_train_batch_size": 1, "cutoff_len": 2048, "finetuning_type": "lora",
+            "lora_target": "all", "use_reentrant_gc": False}
+    arch, _ = load_arch(L3)
+    stack = (("deepspeed", ds, "env.txt"),) if ds else ()
+    return resolve_run({**base, **cfg}, arch, parse_gpu_spec("8xA100-80GB"), _DS({"stage": 3}), stack_sources=stack)
+
+
+def test_deepspeed_016_keeps_every_checkpointed_layer_gathered_without_reentrant_checkpointing():
+    # #6726 (v0.16.0) kept ds_grads_remaining across the forward and the recompute; #7258 (v0.16.8) rolled it back.
+    # Every decoder layer's linears gathered in bf16: 32 x 218,103,808 elements (+ the LoRA matrices above the
+    # "auto"-less default persistence threshold of 1e5: r8 x 14336 = 114,688 on gate/up/down)
+    leak, fixed, before = _z3_lora("0.16.4"), _z3_lora("0.16.8"), _z3_lora("0.15.4")
+    assert recompute_leak(leak) and not recompute_leak(fixed) and not recompute_leak(before)
+    assert not recompute_leak(_z3_lora("0.16.4", use_reentrant_gc=True))     # reentrant: first forward has no grad
+    assert not recompute_leak(_z3_lora("0.16.4", disable_gradient_checkpointing=True))
+    lora_big = 3 * 8 * 14336 * 32                  # lora_A of down, lora_B of gate and up: above 1e5 elements
+    assert all_layers_gathered_bytes(leak) == pytest.approx(2.0 * (32 * P_LAYER + lora_big), rel=1e-12)
+    c = count_params(leak)
+    gap = compute_terms(leak).live_params - compute_terms(fixed).live_params
+    assert gap == pytest.approx(all_layers_gathered_bytes(leak) - zero3_live(fixed, c).peak, rel=1e-12)
+    assert gap > 10 * GIB                          # most of a bf16 8B model, on each of the 8 ranks
+
+
+def test_unnamed_deepspeed_is_weighed_as_the_leaking_release(tmp_path):
+    est = estimate(_z3_lora(None), parse_gpu_spec("8xA100-80GB"))
+    names = {a.name: a for a in est.details["assumptions"]}
+    assert names["deepspeed-version"].alternatives == ("0.16.4",)
+    for ds in ("0.16.4", "0.19.8"):                # named: nothing to assume
+        named = estimate(_z3_lora(ds), parse_gpu_spec("8xA100-80GB"))
+        assert "deepspeed-version" not in {a.name for a in named.details["assumptions"]}
+    # reentrant checkpointing (LF's default) never raises it
+    re = estimate(_z3_lora(None, use_reentrant_gc=True), parse_gpu_spec("8xA100-80GB"))
+    assert "deepspeed-version" not in {a.name for a in re.details["assumptions"]}

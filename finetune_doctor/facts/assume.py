@@ -322,10 +322,12 @@ def _terms(c: _Seen) -> list[Assumption]:
             alts = [(str(v), (lambda v=v: c.judge(c.run.with_(image_max_pixels=int(v)), c.hw, c.tokens)))
                     for v in a.alternatives if isinstance(v, int)]
             a = _weigh(a.name, a.value, a.source, a.resolve_with, c.base, alts)
-        elif a.name == "bitsandbytes-version" and a.alternatives:
-            # the run with that release in its stack (analyzers/memory/qlora.py keeps_input reads it there)
+        elif a.name in ("bitsandbytes-version", "deepspeed-version") and a.alternatives:
+            # the run with that release in its stack (analyzers/memory/qlora.py keeps_input, zero3.py
+            # recompute_leak read it there)
+            pkg = a.name.removesuffix("-version")
             alts = [(str(v), (lambda v=v: c.judge(c.run.with_(stack_sources=c.run.stack_sources + (
-                ("bitsandbytes", str(v), "assumed alternative"),)), c.hw, c.tokens))) for v in a.alternatives]
+                (pkg, str(v), "assumed alternative"),)), c.hw, c.tokens))) for v in a.alternatives]
             a = _weigh(a.name, a.value, a.source, a.resolve_with, c.base, alts)
         out.append(a)
     return out
