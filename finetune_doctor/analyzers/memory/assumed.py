@@ -10,7 +10,6 @@ from typing import Any
 from finetune_doctor.analyzers.memory.npu import HCCL_BUFFSIZE_MB, is_npu
 from finetune_doctor.analyzers.memory.qlora import BNB_OLD, BNB_READ, bnb_version, is_bnb4
 from finetune_doctor.analyzers.memory.vision import max_patches_per_image
-from finetune_doctor.analyzers.memory.zero3 import RECOMPUTE_LEAK_RELEASE, deepspeed_version, recompute_leak_applies
 from finetune_doctor.run import Run
 from finetune_doctor.types import Assumption, Hardware
 
@@ -53,14 +52,6 @@ def term_assumptions(run: Run, hw: Hardware | None, t: Any) -> list[Assumption]:
             "not read: the release the QLoRA terms were read from (its 4-bit matmul keeps no input for backward); "
             "releases before 0.43.2 keep every 4-bit linear's input",
             alternatives=(BNB_OLD,),
-            resolve_with="--context from `doctor context` on the training machine, or --env FILE "
-                         "(its pip freeze or `llamafactory-cli env`)"))
-    if recompute_leak_applies(run) and deepspeed_version(run) is None:
-        out.append(Assumption(
-            "deepspeed-version", "not 0.16.0-0.16.7",
-            "not read: DeepSpeed 0.16.0 to 0.16.7 keep every checkpointed layer gathered through backward under "
-            "non-reentrant checkpointing (use_reentrant_gc: false; zero3.py recompute_leak); other releases do not",
-            alternatives=(RECOMPUTE_LEAK_RELEASE,),
             resolve_with="--context from `doctor context` on the training machine, or --env FILE "
                          "(its pip freeze or `llamafactory-cli env`)"))
     return out

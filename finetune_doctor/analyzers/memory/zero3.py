@@ -233,8 +233,8 @@ def recompute_leak_applies(run: Run) -> bool:
 
 def recompute_leak(run: Run) -> bool:
     """Whether every checkpointed decoder layer stays gathered through backward (DeepSpeed 0.16.0 to 0.16.7 with
-    non-reentrant checkpointing). An unnamed DeepSpeed is taken as a release outside that range; memory/assumed.py
-    records it as the open ``deepspeed-version`` assumption with 0.16.4 weighed.
+    non-reentrant checkpointing). An unnamed DeepSpeed is taken as a release outside that range; facts/assume.py's
+    ``deepspeed-version`` assumption then weighs 0.16.4 (``RECOMPUTE_LEAK_RELEASE``) as its alternative.
 
     Source: DeepSpeed #6726 (cd20a3bbc, 2024-11-22, first tagged in v0.16.0) changed ``_post_backward_module_hook``
     (runtime/zero/parameter_offload.py) to keep ``module.ds_grads_remaining`` across calls instead of zeroing it
