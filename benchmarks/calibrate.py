@@ -310,6 +310,21 @@ def fit_weights(scored: list[dict[str, Any]], prior: Any = None
     return best["weights"], cands
 
 
+def npu_smi_offset_gib(gpu: str | None) -> float:
+    """GiB an npu-smi HBM-Usage reading holds beyond what torch_npu can allocate, for an Ascend card (0 for any
+    other): the card's npu-smi total less torch_npu's capacity, both from the catalogue (hardware/gpus.json;
+    Ascend-910B-64GB: 65536 MiB − 60.97 GiB = 3.03 GiB). An idle 910B reads 3195-3416 MB of 65536 with no process
+    (vllm-project/vllm-ascend#2534; HAMi-WebUI#47, 910B4-1: 3197 MB), the memory the firmware keeps out of
+    torch_npu's reach, so a row measured with npu-smi carries it and the doctor's total (torch's view plus the
+    runtime) does not. `gpu`: the row's ``NxCARD``."""
+    from finetune_doctor.hardware.catalog import lookup
+
+    card = lookup(re.sub(r"^\d+\s*[xX]\s*", "", str(gpu or "")))
+    if card is None or card.vendor != "huawei" or not card.smi_total_mib:
+        return 0.0
+    return max(card.smi_total_mib / 1024.0 - card.capacity_gib, 0.0)
+
+
 def compare(row: dict[str, Any], pred: dict[str, Any]) -> dict[str, Any] | None:
     """The measured and predicted value of the same counter (module docstring), their ε and whether the stated
     90 % interval (scaled to that counter) holds the measurement; None without a measurement."""
@@ -325,6 +340,8 @@ def compare(row: dict[str, Any], pred: dict[str, Any]) -> dict[str, Any] | None:
         p = pred["peak_allocated"]
     elif kind == "reserved":
         p = total - pred["runtime"]
+    elif kind == "nvidia-smi":
+        p = total + npu_smi_offset_gib(row.get("gpu"))
     else:
         p = total
     lo, hi = pred["interval"] or (None, None)

@@ -175,6 +175,22 @@ def test_each_counter_is_compared_with_its_own_prediction():
     assert compare({"measured": None}, pred) is None
 
 
+def test_npu_smi_reading_carries_the_firmware_share_torch_npu_does_not_see():
+    from calibrate import compare, npu_smi_offset_gib
+
+    # catalogue: Ascend-910B-64GB, npu-smi total 65536 MiB, torch_npu capacity 60.97 GiB
+    assert npu_smi_offset_gib("8xAscend-910B-64GB") == pytest.approx(64.0 - 60.97)
+    assert npu_smi_offset_gib("910B3") == pytest.approx(3.03)
+    assert npu_smi_offset_gib("8xA100-80GB") == 0.0 and npu_smi_offset_gib(None) == 0.0
+    pred = {"total": 20.0, "peak_allocated": 16.0, "runtime": 1.5, "interval": None, "capacity": 60.97}
+    smi = {"gpu": "4xAscend-910B-64GB", "measured": {"value": 25.0, "unit": "GiB", "kind": "nvidia-smi"}}
+    assert compare(smi, pred)["predicted"] == pytest.approx(23.03)
+    # only the npu-smi reading: torch_npu's own counters and an unknown counter are compared as before
+    for kind, p in (("reserved", 18.5), ("allocated", 16.0), ("unknown", 20.0)):
+        assert compare({**smi, "measured": {**smi["measured"], "kind": kind}}, pred)["predicted"] == p
+    assert compare({**smi, "gpu": "4xA100-80GB"}, pred)["predicted"] == 20.0
+
+
 def test_classes_follow_the_tables_class_by(monkeypatch):
     rows = [{"method": "analytic", "shape": k, "eps": e} for k, e in
             (("quantized", 0.3), ("quantized", 0.35), ("quantized", 0.25), ("unquantized", 0.0), ("unquantized", 0.05),

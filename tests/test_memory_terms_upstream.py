@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -17,10 +18,13 @@ from finetune_doctor.analyzers.memory.hostsave import save_host_bytes
 from finetune_doctor.analyzers.memory.npu import hccl_bytes, is_npu
 from finetune_doctor.analyzers.memory.qlora import dequant_transient_bytes
 from finetune_doctor.analyzers.memory.vision import image_tokens, smart_resize, tower_working_bytes
-from finetune_doctor.analyzers.memory.zero3 import (hf_auto_values, largest_trainable_elements, persistent_elements,
+from finetune_doctor.analyzers.memory.zero3 import (all_layers_gathered_bytes, hf_auto_values,
+                                                    largest_trainable_elements, persistent_elements,
+                                                    quantized_load_bytes, recompute_leak,
                                                     reduce_scatter_bytes, zero3_live)
 from finetune_doctor.analyzers.memory.params import count_params
 from finetune_doctor.analyzers.memory.reserve import TABLE
+from finetune_doctor.dtypes import weight_bytes_per_param
 from finetune_doctor.hardware.catalog import parse_gpu_spec
 from finetune_doctor.readers.deepspeed.dsconfig import load_ds_config
 from finetune_doctor.readers.runlogs.logs import read_text_log
@@ -460,3 +464,102 @@ def test_final_logit_softcapping_keeps_tanh_output():
     assert with_cap.backward - without.backward == 2048 * 256000 * 2.0
     # Llama-3 has no cap
     assert final_softcap(_run()) is None
+
+
+# ---- ZeRO-3 + bitsandbytes: the whole quantized model at load ---------------------------------------------------
+
+def test_zero3_bitsandbytes_model_loads_whole_on_every_rank():
+    # transformers enters zero.Init only for a model that is not quantized (modeling_utils.py:1525 at 5.6.0) and
+    # the bnb quantizer puts the whole model on the rank's device (quantizer_bnb_4bit.py:102-111); DeepSpeed
+    # partitions it at initialize. Llama-3-8B: 32 layers of 218,103,808 linear elements in their packed storage,
+    # embedding + untied head (2 × 128256 × 4096) and 65 RMSNorm weights of 4096 in bf16
+    zo = {"stage": 3}
+    q = _run(finetuning_type="lora", lora_target="all", quantization_bit=4, zo=zo)
+    c = count_params(q)
+    assert c.base == 32 * P_LAYER + 2 * HEAD + 65 * 4096
+    wq = q.linear_weight_bytes or weight_bytes_per_param(q.weights_dtype, q.double_quantization)
+    assert 0.5 < wq < 0.6                                   # 4 bits plus the blocks' absmax
+    whole = 32 * P_LAYER * wq + (2 * HEAD + 65 * 4096) * 2.0
+    assert quantized_load_bytes(q, c) == pytest.approx(whole, rel=1e-12)
+    t = compute_terms(q)
+    assert t.load_whole == pytest.approx(whole, rel=1e-12)
+    assert t.init_floor == pytest.approx(whole, rel=1e-12)
+    # 8 ranks: the partitioned weights are an eighth of it, but the load moment and the reserve see it whole
+    assert t.weights < whole / 4
+    est = estimate(q, parse_gpu_spec("8xA100-80GB"))
+    assert est.details["moments_gib"]["model load"] == pytest.approx(whole / GIB, rel=1e-9)
+    assert est.per_gpu["total"] - est.details["runtime_gib"] >= whole / GIB - 1e-9
+    assert est.per_gpu["weights"] < whole / GIB / 2         # the step holds partitions and gathered layers only
+    # nothing outside ZeRO-3 + bitsandbytes: ZeRO-2 QLoRA loads on its rank anyway (counted in weights), ZeRO-3
+    # without quantization loads under zero.Init
+    for other in (_run(finetuning_type="lora", quantization_bit=4, zo={"stage": 2}),
+                  _run(finetuning_type="lora", zo=zo)):
+        assert quantized_load_bytes(other, count_params(other)) == 0.0
+        assert compute_terms(other).load_whole == 0.0
+
+
+def test_zero3_qlora_70b_does_not_load_on_24gb_cards():
+    # Llama-2-70B in NF4 is ~35 GiB whole: eight 24 GB cards hold its partitions, but not the load on each rank
+    q = _run(model="meta-llama/Llama-2-70b-hf", gpus="8xRTX-4090", finetuning_type="lora", quantization_bit=4,
+             zo={"stage": 3})
+    est = estimate(q, parse_gpu_spec("8xRTX-4090"))
+    assert est.details["moments_gib"]["model load"] > 30.0
+    assert est.details["first_oom"] == "model load"
+    assert est.fits is False
+
+
+# ---- ZeRO-3: DeepSpeed 0.16.0-0.16.7 and non-reentrant checkpointing ---------------------------------------------
+
+def _z3_lora(ds: str | None, **cfg):
+    base = {"bf16": True, "per_device_train_batch_size": 1, "cutoff_len": 2048, "finetuning_type": "lora",
+            "lora_target": "all", "use_reentrant_gc": False}
+    arch, _ = load_arch(L3)
+    stack = (("deepspeed", ds, "env.txt"),) if ds else ()
+    return resolve_run({**base, **cfg}, arch, parse_gpu_spec("8xA100-80GB"), _DS({"stage": 3}), stack_sources=stack)
+
+
+def test_deepspeed_016_keeps_every_checkpointed_layer_gathered_without_reentrant_checkpointing():
+    # #6726 (v0.16.0) kept ds_grads_remaining across the forward and the recompute; #7258 (v0.16.8) rolled it back.
+    # Every decoder layer's linears gathered in bf16: 32 x 218,103,808 elements (+ the LoRA matrices above the
+    # "auto"-less default persistence threshold of 1e5: r8 x 14336 = 114,688 on gate/up/down)
+    leak, fixed, before = _z3_lora("0.16.4"), _z3_lora("0.16.8"), _z3_lora("0.15.4")
+    assert recompute_leak(leak) and not recompute_leak(fixed) and not recompute_leak(before)
+    assert not recompute_leak(_z3_lora("0.16.4", use_reentrant_gc=True))     # reentrant: first forward has no grad
+    assert not recompute_leak(_z3_lora("0.16.4", disable_gradient_checkpointing=True))
+    lora_big = 3 * 8 * 14336 * 32                  # lora_A of down, lora_B of gate and up: above 1e5 elements
+    assert all_layers_gathered_bytes(leak) == pytest.approx(2.0 * (32 * P_LAYER + lora_big), rel=1e-12)
+    c = count_params(leak)
+    gap = compute_terms(leak).live_params - compute_terms(fixed).live_params
+    assert gap == pytest.approx(all_layers_gathered_bytes(leak) - zero3_live(fixed, c).peak, rel=1e-12)
+    assert gap > 10 * GIB                          # most of a bf16 8B model, on each of the 8 ranks
+
+
+def test_unnamed_deepspeed_is_weighed_as_the_leaking_release(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from finetune_doctor.analyzers.memory.zero3 import RECOMPUTE_LEAK_RELEASE
+    from finetune_doctor.cli import main
+    from finetune_doctor.facts.assume import LEAK_RELEASE
+
+    assert LEAK_RELEASE == RECOMPUTE_LEAK_RELEASE
+    monkeypatch.setenv("FINETUNE_DOCTOR_NO_NVML", "1")
+    ds = Path(__file__).resolve().parents[1] / "fixtures/llamafactory/examples/deepspeed/ds_z3_config.json"
+    cfg = tmp_path / "train.yaml"
+
+    def report(**extra) -> dict:
+        keys = {"model_name_or_path": L3, "stage": "sft", "do_train": True, "finetuning_type": "lora",
+                "lora_target": "all", "deepspeed": str(ds), "dataset": "alpaca_en_demo", "template": "llama3",
+                "cutoff_len": 4096, "per_device_train_batch_size": 4, "bf16": True, "output_dir": "out", **extra}
+        cfg.write_text("".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in keys.items()))
+        r = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "8xRTX-4090", "--no-data", "--offline",
+                                      "--format", "json"])
+        assert r.exit_code in (0, 1), r.output
+        d = json.loads(r.stdout)
+        return d["memory"]["per_gpu_gib"]["total"], {a["name"]: a for a in d["assumptions"]}
+
+    total, seen = report(use_reentrant_gc=False)
+    # the leaking release holds the 32 layers gathered on every rank (~12 GiB of bf16 linears) beyond the
+    # reuse-distance set the release assumed keeps
+    assert seen["deepspeed-version"]["effect"]["total_gib"][RECOMPUTE_LEAK_RELEASE] > total + 8.0
+    # reentrant checkpointing (LF's default) weighs no release
+    assert not report()[1]["deepspeed-version"]["effect"]["total_gib"]

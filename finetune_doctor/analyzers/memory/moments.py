@@ -86,8 +86,8 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
     phases = {f"{n} (step 2)": v for n, v, _ in steady}
     # a resumed run loads the optimizer states before step 1 (transformers Trainer._load_optimizer_and_scheduler)
     first = steady if run.resume else moments(0.0)
-    # loading the model: the weights (partitioned under ZeRO-3) before any step
-    timeline = ([("model load", t.weights + t.grads_always)] + [(label, v) for _, v, _, label in later if label.endswith("step 0")]
+    # loading the model: the weights (partitioned under ZeRO-3, except a bitsandbytes model: zero3.py) before any step
+    timeline = ([("model load", t.model_load)] + [(label, v) for _, v, _, label in later if label.endswith("step 0")]
                 + [(f"{n} of step 1", v) for n, v, _ in first[:-1]] + [("optimizer step of step 1", steady[-1][1])]
                 + [(f"{n} of step 2", v) for n, v, _ in steady[:-1]]
                 + [(label, v) for _, v, _, label in later if not label.endswith("step 0")])

@@ -14,7 +14,8 @@ from finetune_doctor.analyzers.memory.megatron import megatron_terms
 from finetune_doctor.analyzers.memory.logits import logit_terms
 from finetune_doctor.analyzers.memory.qlora import dequant_transient_bytes, saved_input_terms
 from finetune_doctor.analyzers.memory.vision import vision_terms
-from finetune_doctor.analyzers.memory.zero3 import largest_trainable_elements, reduce_scatter_bytes
+from finetune_doctor.analyzers.memory.zero3 import (largest_trainable_elements, quantized_load_bytes,
+                                                    reduce_scatter_bytes)
 from finetune_doctor.analyzers.memory.weights import state_terms, unsloth_rope_bytes, weight_terms
 from finetune_doctor.analyzers.memory.params import ParamCounts, count_params
 from finetune_doctor.run import Run
@@ -48,10 +49,19 @@ class Terms:
     init_floor: float = 0.0
     # multimodal (analyzers/memory/vision.py): one vision block's working set at the start of the forward
     vision: float = 0.0
+    # ZeRO-3 + bitsandbytes: the whole quantized model on every rank while it loads, before DeepSpeed partitions
+    # it (zero3.py `quantized_load_bytes`); also part of `init_floor`
+    load_whole: float = 0.0
     # host RAM rank 0's node gains while a ZeRO-3 checkpoint's 16-bit weights are consolidated (hostsave.py)
     host_save: float = 0.0
     # what host_save would be if the whole model were gathered (a transformers < 5 PEFT save; hostsave.py)
     host_save_whole: float = 0.0
+
+    @property
+    def model_load(self) -> float:
+        """Bytes while the model loads, before any step: the resident weights and the always-kept gradient buffer,
+        or the whole bitsandbytes model a ZeRO-3 rank holds before DeepSpeed partitions it (`load_whole`)."""
+        return max(self.weights + self.grads_always, self.load_whole)
 
 
 def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | None = None) -> Terms:
@@ -69,6 +79,7 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
     vis_work, vis_saved, _ = vision_terms(run)
     # bitsandbytes < 0.43.2 keeps each 4-bit linear's input for backward (qlora.py)
     bnb_saved, bnb_recompute = saved_input_terms(run, T, *_grad_layers(run))
+    load_whole = quantized_load_bytes(run, c)
     return Terms(
         # unsloth < 2024.8 keeps whole-window RoPE tables in every attention layer (weights.py)
         weights=w.weights + unsloth_rope_bytes(run), live_params=w.live, gradients=s.gradients,
@@ -83,8 +94,9 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
         grads_in_backward=s.grads_in_backward
         + reduce_scatter_bytes(run, s.trainable, largest_trainable_elements(run, c)),
         buffers=buffer_bytes(run, s.trainable),
-        # DDP's wrap-time broadcast leaves one coalesced bucket cached (ddp.py)
-        init_floor=broadcast_cache_bytes(run, w.weights), vision=vis_work,
+        # DDP's wrap-time broadcast leaves one coalesced bucket cached (ddp.py); a ZeRO-3 bitsandbytes model's
+        # whole-model load leaves its blocks cached (zero3.py)
+        init_floor=max(broadcast_cache_bytes(run, w.weights), load_whole), load_whole=load_whole, vision=vis_work,
         host_save=save_host_bytes(run, c)[0],
         host_save_whole=float(c.total) * 2.0 if run.deepspeed and run.zero_stage == 3 else 0.0,
         # per node: each process's own host RAM, plus what the savers keep there per process (activations.py)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import finetune_doctor.dtypes as bytes_table
-from finetune_doctor.analyzers.memory.zero3 import zero3_live
+from finetune_doctor.analyzers.memory.zero3 import all_layers_gathered_bytes, recompute_leak, zero3_live
 from finetune_doctor.analyzers.memory.optstates import badam_states, lowrank_states, muon_states
 from finetune_doctor.analyzers.memory.params import ParamCounts, badam_block_params
 from finetune_doctor.arch import Linear, ModelArch
@@ -61,7 +61,8 @@ def weight_terms(run: Run, c: ParamCounts) -> WeightTerms:
     if stage == 3:
         # gathered and persistent parameters as DeepSpeed's coordinator keeps them (zero3.py)
         z = zero3_live(run, c)
-        live = z.peak + z.persistent
+        # DeepSpeed 0.16.0-0.16.7 with non-reentrant checkpointing releases no layer in backward (zero3.py)
+        live = (max(z.peak, all_layers_gathered_bytes(run)) if recompute_leak(run) else z.peak) + z.persistent
         if run.offload_param:
             weights = 0.0   # partitions live on the host; only gathered layers (`live`) reach the GPU
     return WeightTerms(weights, live, wq)

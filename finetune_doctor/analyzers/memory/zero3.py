@@ -24,6 +24,10 @@ Derived from DeepSpeed 0.19.8 (the version docs/ARCHITECTURE.md "Sources" names)
   offloaded with pin_memory) stays in buffers.py and weights.py; what the reduction holds beside the bucket during
   backward (a bucket's flat copy, or the whole gradient of a tensor larger than the bucket, stage3.py:1626/:1642)
   is `reduce_scatter_bytes` here.
+* a bitsandbytes model is loaded whole on every rank (`quantized_load_bytes`): transformers builds it outside
+  ``zero.Init`` and puts it on the rank's device; DeepSpeed partitions it only at ``deepspeed.initialize``.
+* DeepSpeed 0.16.0-0.16.7 with non-reentrant activation checkpointing keeps every checkpointed layer gathered
+  through backward (`recompute_leak`).
 
 Pure Python: element counts from `ModelArch`, bytes from the stored dtypes.
 """
@@ -33,8 +37,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from finetune_doctor.analyzers.memory.params import ParamCounts, _canonical, _targets
-from finetune_doctor.dtypes import weight_bytes_per_param
+from finetune_doctor.dtypes import dtype_bytes, weight_bytes_per_param
 from finetune_doctor.run import Run
+from finetune_doctor.run.stack import parse_version
 
 # runtime/zero/config.py defaults (DeepSpeed 0.19.8)
 DEFAULTS = {"stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9,
@@ -204,6 +209,94 @@ def offload_param_device(run: Run, live: Zero3Live) -> float:
     if not (run.deepspeed and run.zero_stage == 3 and run.offload_param):
         return 0.0
     return live.peak + live.persistent
+
+
+# DeepSpeed's #6726 (cd20a3bbc, first in 0.16.0) and its rollback #7258 (f45950258, first in 0.16.8)
+RECOMPUTE_LEAK_FROM, RECOMPUTE_LEAK_UNTIL = (0, 16, 0), (0, 16, 8)
+RECOMPUTE_LEAK_RELEASE = "0.16.4"      # the release of that range the doctor weighs when none is named
+
+
+def deepspeed_version(run: Run) -> tuple[str, str] | None:
+    """(version, where it came from) of DeepSpeed on the training machine (``--env``, the packages here, a
+    ``doctor context`` file); None when none of them names it."""
+    for pkg, v, src in run.stack_sources:
+        if pkg == "deepspeed" and parse_version(v) is not None:
+            return v, src
+    return None
+
+
+def recompute_leak_applies(run: Run) -> bool:
+    """Whether the conditions of `recompute_leak` other than the DeepSpeed release hold: ZeRO-3, activation
+    checkpointing, and LLaMA-Factory's ``use_reentrant_gc: false``."""
+    return bool(run.deepspeed and run.zero_stage == 3 and run.gradient_checkpointing and not run.use_reentrant_gc)
+
+
+def recompute_leak(run: Run) -> bool:
+    """Whether every checkpointed decoder layer stays gathered through backward (DeepSpeed 0.16.0 to 0.16.7 with
+    non-reentrant checkpointing). An unnamed DeepSpeed is taken as a release outside that range; facts/assume.py's
+    ``deepspeed-version`` assumption then weighs 0.16.4 (``RECOMPUTE_LEAK_RELEASE``) as its alternative.
+
+    Source: DeepSpeed #6726 (cd20a3bbc, 2024-11-22, first tagged in v0.16.0) changed ``_post_backward_module_hook``
+    (runtime/zero/parameter_offload.py) to keep ``module.ds_grads_remaining`` across calls instead of zeroing it
+    at each forward; a module that runs forward twice in a step with grad enabled (the forward, then a
+    non-reentrant checkpoint's recompute) then never counts back to 0 in backward, so
+    ``post_sub_module_backward_function`` never releases its parameters. #7258 (f45950258, 2025-05-19, first in
+    v0.16.8) rolled it back for DeepSpeed issue #7116. Reentrant checkpointing (LF's default ``use_reentrant_gc:
+    true``, model_args.py:149-152) runs the first forward without grad and is not affected. Measured with
+    benchmarks/zero3_frozen_gather.py (CPU, 2 ranks, an 8-layer stack, frozen or trainable base): with
+    non-reentrant checkpointing v0.16.0/0.16.4/0.16.6/0.16.7 hold 7 of 8 layers gathered at the last layer
+    boundary of backward and all 8 after it; v0.16.8, 0.17.2, 0.17.6, 0.19.2 and 0.19.8 hold 4 (the reuse-distance
+    rule `zero3_live` models), as 0.16.4 does with reentrant checkpointing."""
+    if not recompute_leak_applies(run):
+        return False
+    found = deepspeed_version(run)
+    v = parse_version(found[0]) if found else None
+    return v is not None and RECOMPUTE_LEAK_FROM <= (tuple(v) + (0, 0, 0))[:3] < RECOMPUTE_LEAK_UNTIL
+
+
+def all_layers_gathered_bytes(run: Run) -> float:
+    """Bytes of every decoder layer's non-persistent parameters gathered at once (the half dtype, quantized
+    storage kept), as `_modules` counts one layer."""
+    return sum(b for i in range(run.arch.num_layers) for _n, b in _modules(run, i))
+
+
+def quantized_load_bytes(run: Run, c: ParamCounts) -> float:
+    """Bytes a ZeRO-3 run with on-the-fly bitsandbytes quantization holds on every rank while the model loads:
+    the whole quantized model, unpartitioned; 0 otherwise.
+
+    Why (read at transformers 5.6.0, the version docs/ARCHITECTURE.md "Sources" names):
+
+    * ``zero.Init`` is entered only for a model that is not quantized (``modeling_utils.py:1525``,
+      ``needs_zero3_init = is_deepspeed_zero3_enabled() and not _is_quantized and ...``), so no parameter is
+      partitioned while a bitsandbytes model is built and loaded;
+    * LLaMA-Factory passes no ``device_map`` under ZeRO-3 (LF ``model/model_utils/quantization.py:194-203`` at the
+      oracle snapshot: "Do not assign device map if deepspeed zero3 or fsdp"), and the bitsandbytes quantizer then
+      puts the whole model on the rank's current device (``quantizers/quantizer_bnb_4bit.py:102-111``
+      ``update_device_map``: ``{"": torch.cuda.current_device()}``, ``npu:<current>`` on an Ascend host). An
+      earlier, CUDA-only form of the same quantizer method (seen in a public copy; its release not pinned) sets the
+      same default, and ZeRO-3 + QLoRA needs bitsandbytes >= 0.43 (``bnb_4bit_quant_storage``; LF
+      quantization.py:201), so no stack that runs it is known to differ: applied without an assumption;
+    * DeepSpeed partitions these parameters only when ``deepspeed.initialize`` builds the stage-3 engine
+      (0.19.8 ``runtime/zero/parameter_offload.py:180``, ``:258-263`` ``_convert_to_zero_parameters``: parameters
+      that are not yet ZeRO parameters are converted and partitioned), after which the whole tensors are freed.
+
+    The freed blocks stay in the caching allocator's pool (nothing empties it between load and training), so the
+    reserved memory and nvidia-smi of each rank never fall below this (it is the `init_floor` of terms.py), and
+    the load itself must fit the card (the "model load" moment). ``max_memory_allocated`` read since start-up
+    would also show it; the doctor's ``peak_allocated`` is the training step's. Bytes: decoder linears in their
+    packed storage (``linear_weight_bytes``, quantization state included), every other base parameter
+    (embeddings, output layer, norms) in the checkpoint dtype, or the compute dtype for an fp32 checkpoint, as
+    weights.py stores them; adapters do not exist yet (peft wraps the model after the load).
+    """
+    if not (run.deepspeed and run.zero_stage == 3 and run.quantization_bit is not None
+            and (run.quantization_method or "bnb") == "bnb"):
+        return 0.0
+
+    a = run.arch
+    wq = _stored_bytes(run)
+    linear = sum(n * sum(lin.params for lin in a.kind_linears(k)) for k, n in a.layer_groups())
+    other = max(float(c.base) - linear, 0.0)
+    return linear * wq + other * dtype_bytes(a.dtype if a.dtype != "float32" else run.compute_dtype)
 
 
 def largest_trainable_elements(run: Run, counts: ParamCounts) -> float:
