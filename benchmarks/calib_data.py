@@ -42,7 +42,12 @@ the doctor on them; `load_rows` reads them after the main file.
 rows' ``split`` was rewritten to dev (the second time a committed split moved, for the same reason as round 2's).
 Round 4 lives in ``calibration_rows_round4*.yaml``, collected blind as round 3 was; scored once at the end of
 session 8 (benchmarks/results/calibrate.md, memory_accuracy.md at 57fb9e2) and studied right after, so its rows'
-``split`` was rewritten to dev the same session. No held-out round exists until a round 5 is collected.
+``split`` was rewritten to dev the same session.
+
+**Round 5 (session 9).** ``calibration_rows_round5*.yaml`` (55 runs with an outcome, 67 measurements), collected blind
+by two engineers who never ran the doctor on them; scored once at the end of session 9, in the same run that refit
+the table on rounds 1-4 (benchmarks/results/calibrate.md, memory_accuracy.md at d9fd8c3), then rewritten to dev.
+No held-out round exists until a round 6 is collected.
 
 **The split of round 1** was by source: every row of one page or thread lands in the same half. Within each source type the
 sources are ordered by the SHA-256 of their address and dealt, in that order, to whichever half holds fewer rows of
@@ -60,7 +65,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROWS = HERE / "data" / "calibration_rows.yaml"
-HELD_OUT_ROUND = 5   # the newest round: all test, never tuned on
+HELD_OUT_ROUND = 6   # the newest round: all test, never tuned on (round 5 was scored once on 2026-12-07 at d9fd8c3: dev since)
 GIB = float(1 << 30)
 # GB-class sizes of cards as sold → the capacity torch reports is taken from the GPU catalogue instead
 UNIT_BYTES = {"GB": 1e9, "GiB": GIB}
