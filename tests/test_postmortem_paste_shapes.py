@@ -71,3 +71,17 @@ def test_words_alone_are_not_evidence(tmp_path, text):
     log.write_text(text)
     names = [f.name for f in diagnose(tmp_path / "r", log)]
     assert not {"run-crashed", "cuda-error"} & set(names), names
+
+
+def test_a_log_that_ends_while_the_dataset_loads_says_so(tmp_path):
+    found = diagnose(tmp_path, f"{FIX}/dataset_load_end.log")
+    assert [f.name for f in found] == ["run-stopped-without-error"], [(f.name, f.message) for f in found]
+    msg = found[0].message
+    assert "The log ends while the dataset loads" in msg and "Loading dataset web_corpus_part2.jsonl" in msg
+    assert "dataset_load_end.log:5" in msg and "most often killed by the kernel's OOM killer" in msg
+
+
+def test_a_dataset_load_followed_by_training_is_no_load_stop(tmp_path):
+    found = diagnose(tmp_path, f"{FIX}/dataset_load_then_trains.log")
+    assert found and not any("while the dataset loads" in f.message for f in found), [f.message for f in found]
+    assert found[0].name == "run-stopped-without-error" and "step 1 of 100" in found[0].message

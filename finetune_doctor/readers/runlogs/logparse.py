@@ -194,6 +194,8 @@ class TextLogParser(FailureLines):
         if "Initializing TorchBackend" in text or "NCCL INFO" in text or (
                 "Process rank: " in text and "distributed training: True" in text):
             self._dist_init(text, line, rank, context)
+        if "Loading " in text and "dataset" in text and pat.DATA_LOAD.search(text):
+            self._data_load(text, line, rank, context)
         if "Failed to load processor: " in text:
             # LLaMA-Factory model/loader.py:109-111 (snapshot): AutoProcessor's exception, logged at INFO
             k = text.find("Failed to load processor: ")
@@ -402,6 +404,17 @@ class TextLogParser(FailureLines):
         self.keep.add("notices", Notice(self.path, line, self.during(), "dist-init", text.strip()[:300],
                                         {"rank": rank, "kind": kind, "backend": m.group("backend") if m else None,
                                          "ends_log": True}))
+
+    def _data_load(self, text: str, line: int, rank: int | None, context: LineContext) -> None:
+        """A dataset-loading line (logpatterns.DATA_LOAD) with nothing but more loading lines or blank ones after
+        it up to the end of the file (as `_dist_init` decides it): the log stops while the data loads.
+        analyzers/postmortem/health.py reads a stop from it."""
+        if len(context.buf) - context.le >= LOOKAHEAD:
+            return
+        rest = context.buf[context.le:].decode("utf-8", "replace").splitlines()[1:]
+        if all(not t.strip() or pat.DATA_LOAD.search(t) for t in rest):
+            self.keep.add("notices", Notice(self.path, line, self.during(), "data-load", text.strip()[:300],
+                                            {"rank": rank, "ends_log": True}))
 
     def _process(self, text: str, line: int) -> None:
         """LLaMA-Factory's per-process line: this file's rank and its GPU (hparams/parser.py:652-653)."""

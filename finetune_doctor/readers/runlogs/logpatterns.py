@@ -98,6 +98,8 @@ TRIGGER_WORDS = (
     # transformers' unknown model type ValueError without its class, a retyped keyword TypeError ("()got"), the CUDA
     # runtime's illegal-address text as a title; 'S', 'T', '(' and 'A' are first bytes already
     "Size([", "Transformers does not recognize", "()got an unexpected keyword", "An illegal memory access",
+    # a dataset load the log may end on (`DATA_LOAD`): LLaMA-Factory's and datasets' own lines; 'L' is a first byte
+    "Loading dataset ", "Loading cached processed dataset", "Loading prepared dataset",
     # glog's fatal-signal banner (`GLOG_SIGNAL`), printed by C++ libraries that install glog's handler
     "SIGSEGV (@", "SIGBUS (@", "SIGILL (@", "SIGFPE (@", "SIGABRT (@",
     # metrics (§7); "loss=", "loss: ", "Loss: ": other trainers' step lines (`STEP_LINE_*` below). Their lower-case
@@ -732,6 +734,10 @@ VERSION_LINES = (
 # torch.distributed.init_process_group): "Initializing TorchBackend in DeepSpeed with backend nccl"; the lines a
 # start-up prints around it ("[comm.py:637:init_distributed] cdb=None", LLaMA-Factory's "Process rank: ...")
 DIST_INIT = re.compile(r"Initializing TorchBackend in DeepSpeed with backend (?P<backend>\w+)")
+# a dataset being loaded: LLaMA-Factory data/loader.py:58 (snapshot) "Loading dataset {attr}...", datasets
+# arrow_dataset.py:3326 (the wheel installed here) "Loading cached processed dataset at {file}", and the same words
+# with "prepared"/"tokenized"/"preprocessed" other trainers print before a load_from_disk
+DATA_LOAD = re.compile(r"Loading (?:cached processed |prepared |tokenized |preprocessed )?dataset\b")
 DIST_INIT_TAIL = re.compile(r"init_distributed\]|Initializing TorchBackend|Process rank: \d+|NCCL INFO|^\s*$")
 # "Process rank: 3, world size: 8, device: cuda:3, distributed training: True, compute dtype: torch.bfloat16"
 LF_PROCESS = re.compile(r"Process rank: (?P<rank>\d+), world size: (?P<world>\d+), device: (?P<dev>[\w:]+)")
