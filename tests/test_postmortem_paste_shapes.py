@@ -85,3 +85,10 @@ def test_a_dataset_load_followed_by_training_is_no_load_stop(tmp_path):
     found = diagnose(tmp_path, f"{FIX}/dataset_load_then_trains.log")
     assert found and not any("while the dataset loads" in f.message for f in found), [f.message for f in found]
     assert found[0].name == "run-stopped-without-error" and "step 1 of 100" in found[0].message
+
+
+def test_a_frame_cut_before_its_file_head_names_the_package(tmp_path):
+    f = diagnose(tmp_path, f"{FIX}/cut_frame_head.log")[0]
+    assert f.name == "run-crashed", (f.name, f.message)
+    assert "TypeError: 'NoneType' object is not subscriptable" in f.message
+    assert "raised inside accelerate, in prepare of accelerator.py" in f.message, f.message

@@ -228,6 +228,8 @@ class TextLogParser(FailureLines):
             m, text = self._quoted_exception(text)
         if not m or "CUDA out of memory" in text:
             return False
+        if "tb_open" not in self.timing:
+            self._cut_head_frames(line, rank, context)
         self.timing["tb_open"] = False
         value = {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank}
         if m.group("msg").rstrip().endswith("(look up to see its traceback):"):
@@ -241,6 +243,22 @@ class TextLogParser(FailureLines):
             value["details"] = self._mismatches(text, line, context)
         self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500], value))
         return True
+
+    def _cut_head_frames(self, line: int, rank: int | None, context: LineContext) -> None:
+        """The frames above an exception when no traceback was opened before it and the paste starts inside
+        one: its first frame line cut before ``File "`` (``pkg/mod.py", line N, in f``), as
+        logpatterns.CUT_FRAME reads it, then code lines. Recorded as the traceback they are, so the package the
+        exception was raised in is known (analyzers/postmortem/crashcause.py)."""
+        before = context.buf[max(0, context.ls - 4096):context.ls].decode("utf-8", "replace").splitlines()[-24:]
+        for k, ln in enumerate(before):
+            c = pat.CUT_FRAME.match(strip_prefixes(ln)[0])
+            if c:
+                lines = [f'  File "{c.group("file")}", line {c.group("line")}, in {c.group("func")}'] + before[k + 1:]
+                frames, pkgs = frames_and_packages(lines)
+                self.keep.add("notices", Notice(self.path, line - (len(before) - k), self.during(), "traceback",
+                                                "frames of a traceback whose header the log does not hold",
+                                                {"rank": rank, "frames": frames, "pkgs": pkgs}))
+                return
 
     @staticmethod
     def _quoted_exception(text: str) -> tuple[Any, str]:

@@ -579,6 +579,9 @@ DS_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+\] \[[A-Z]+\] \[[\w.]+:\d+:\w
 EXC_IN = re.compile(r"(?:(?<=[\s\"'`(（“‘，,:：>])|^)(?P<cls>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)):\s"
                     r"(?P<msg>\S.*)$")
 QUOTE_CLOSE = {'"': '"', "'": "'", "“": "”", "‘": "’", "`": "`", "(": ")", "（": "）"}
+# a traceback's frame line that a paste cut inside its path, before ``File "`` (CPython Lib/traceback.py
+# FrameSummary's '  File "{filename}", line {lineno}, in {name}'): "site-packages/transformers/x.py", line 9, in f"
+CUT_FRAME = re.compile(r'^\s*(?P<file>[^\s"]+\.py)", line (?P<line>\d+), in (?P<func>[\w<>]+)')
 # torchrun's exception class alone on its line (torch/distributed/elastic/multiprocessing/errors/__init__.py
 # ``ChildFailedError``): a paste that kept only the wrapper, not the summary's entries nor the child's error
 CHILD_FAILED_ALONE = re.compile(r"(?:torch\.distributed\.elastic\.multiprocessing\.errors\.)?ChildFailedError")
