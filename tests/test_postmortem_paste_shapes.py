@@ -92,3 +92,11 @@ def test_a_frame_cut_before_its_file_head_names_the_package(tmp_path):
     assert f.name == "run-crashed", (f.name, f.message)
     assert "TypeError: 'NoneType' object is not subscriptable" in f.message
     assert "raised inside accelerate, in prepare of accelerator.py" in f.message, f.message
+
+
+def test_the_agents_failed_exitcode_line_alone_names_the_rank_and_code(tmp_path):
+    f = diagnose(tmp_path, f"{FIX}/agent_failed_exitcode.log")[0]
+    assert f.name == "run-crashed", (f.name, f.message)
+    assert "torchelastic's agent log reports without its traceback: local rank 2 (pid 48215) (exit code 1)" \
+        in f.message, f.message
+    assert "the exception is only in local rank 2's own stderr" in f.message
