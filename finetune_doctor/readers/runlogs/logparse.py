@@ -265,8 +265,8 @@ class TextLogParser(FailureLines):
         """(match, text from the class on) of an exception quoted inside a sentence (logpatterns.EXC_IN); a
         quote or bracket opened just before the class ends the message where it closes."""
         q = pat.EXC_IN.search(text)
-        if q is None:
-            return None, text
+        if q is None or text[:q.start()].rstrip(" (").endswith(("except", "raise")):
+            return None, text   # a code line a traceback shows ("except OSError: pass"), not an exception
         rest = text[q.start():]
         close = pat.QUOTE_CLOSE.get(text[q.start() - 1]) if q.start() > 0 else None
         if close is not None:
