@@ -102,3 +102,10 @@ def test_the_agents_failed_exitcode_line_alone_names_the_rank_and_code(tmp_path)
     assert "torchelastic's agent log reports without its traceback: local rank 2 (pid 48215) (exit code 1)" \
         in f.message, f.message
     assert "the exception is only in local rank 2's own stderr" in f.message
+
+
+def test_a_config_without_model_type_says_what_the_folder_is_not(tmp_path):
+    f = diagnose(tmp_path, f"{FIX}/no_model_type.log")[0]
+    assert f.name == "run-crashed", (f.name, f.message)
+    assert "the config.json transformers read from saves/qwen2-7b/lora/sft has no `model_type` key" in f.message
+    assert "adapter_name_or_path" in f.message

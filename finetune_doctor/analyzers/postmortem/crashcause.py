@@ -43,6 +43,9 @@ NO_MODULE = re.compile(r"No module named '(?P<mod>[\w.]+)'")
 UNDEFINED_SYMBOL = re.compile(r"(?P<so>[\w.+-]+\.so)\S*: undefined symbol: (?P<sym>\S+)")
 NO_SHARED = re.compile(r"(?P<so>[\w.+-]+\.so[\w.]*): cannot open shared object file")
 CANNOT_IMPORT = re.compile(r"cannot import name '(?P<name>\w+)' from '(?P<mod>[\w.]+)'")
+# transformers models/auto/configuration_auto.py AutoConfig.from_pretrained (5.6.0 wheel :414-421): neither a
+# model_type key nor a known model name in the path
+NO_MODEL_TYPE = re.compile(r"Unrecognized model in (?P<path>.+?)\. Should have a .model_type. key")
 UNKNOWN_TYPE = re.compile(r"has model type `(?P<t>[\w-]+)` but Transformers does not recognize")
 KEY_ONLY = re.compile(r"^'(?P<t>[\w-]+)'$")
 NOT_INSTALLED = re.compile(r"the package (?P<pkg>\w+) seems to be not installed")
@@ -362,6 +365,13 @@ def _model_type(cls: str, msg: str, pkgs: tuple, versions: dict[str, tuple[str, 
                 "configuration_auto.py has no such entry): the model was added to transformers in a later release;"
                 f" upgrade transformers to one that has '{t}' (or, where the model folder ships its own code, "
                 f"trust_remote_code: true){_ask_version(versions, 'transformers')}")
+    n = NO_MODEL_TYPE.search(msg)
+    if n:
+        return (f"the config.json transformers read from {n.group('path')} has no `model_type` key and the path "
+                "names no model transformers knows: it is not a full transformers model folder — a LoRA adapter "
+                "folder (adapter_config.json: give the base model as model_name_or_path and the folder as "
+                "adapter_name_or_path), a checkpoint of another library, a wrong path, or a config.json written "
+                "without the key")
     c = TOKENIZER_CLASS.search(msg)
     if c:
         return (f"transformers{_ver(versions, 'transformers')} has no tokenizer class {c.group('c')}: a transformers "
