@@ -470,19 +470,27 @@ def _child_failed_only(ev: Evidence, explained: bool) -> dict[str, Any] | None:
     TORCHELASTIC_ERROR_FILE), so the exception is only in that rank's own stderr. None without such a summary."""
     kills = [k for f in ev.files for k in f.kills if k.kind in ("child-failed-root", "child-failed")]
     root = next((k for k in kills if k.kind == "child-failed-root"), None)
+    agent = root is None
+    if agent:
+        # no summary: the elastic agent's own "failed (exitcode: N) local_rank: R (pid: P) of binary: B" lines
+        # (torch/distributed/elastic/multiprocessing/api.py:1003, torch 2.13 wheel) say the same of each child
+        kills = [k for f in ev.files for k in f.kills if k.kind == "torchrun-exit"]
+        root = kills[0] if kills else None
     if root is None or root.exitcode is None or root.exitcode <= 0 or root.signal:
         return None
     seen: dict[str, int] = {}
     ranks = []
     for k in [root] + [k for k in kills if k is not root]:
-        who = f"rank {k.rank}" if k.rank is not None else f"pid {k.pid}"
+        who = f"rank {k.rank}" if k.rank is not None else (
+            f"local rank {k.local_rank} (pid {k.pid})" if k.local_rank is not None else f"pid {k.pid}")
         if who not in seen and k.exitcode is not None:
             seen[who] = k.exitcode
             ranks += [k.rank] if k.rank is not None else []
     names = ", ".join(f"{w} (exit code {c})" for w, c in list(seen.items())[:8]) + (", ..." if len(seen) > 8 else "")
-    first = f"rank {root.rank}" if root.rank is not None else "the first failed process"
-    text = (f"a Python exception in a child process that torchelastic's failure summary reports without its "
-            f"traceback: {names}, {first} first")
+    first = f"rank {root.rank}" if root.rank is not None else (
+        f"local rank {root.local_rank}" if root.local_rank is not None else "the first failed process")
+    text = (f"a Python exception in a child process that torchelastic's "
+            f"{'agent log' if agent else 'failure summary'} reports without its traceback: {names}, {first} first")
     ask = (f"the exception is only in {first}'s own stderr: give that output with --log (or decorate the entry "
            "point with torch.distributed.elastic.multiprocessing.errors.record so the summary carries it)")
     return {"kind": "child-failed", "cls": None, "msg": None, "step": root.step, "explained": explained, "text": text,

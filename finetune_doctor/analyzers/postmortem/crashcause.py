@@ -43,12 +43,16 @@ NO_MODULE = re.compile(r"No module named '(?P<mod>[\w.]+)'")
 UNDEFINED_SYMBOL = re.compile(r"(?P<so>[\w.+-]+\.so)\S*: undefined symbol: (?P<sym>\S+)")
 NO_SHARED = re.compile(r"(?P<so>[\w.+-]+\.so[\w.]*): cannot open shared object file")
 CANNOT_IMPORT = re.compile(r"cannot import name '(?P<name>\w+)' from '(?P<mod>[\w.]+)'")
+# transformers models/auto/configuration_auto.py AutoConfig.from_pretrained (5.6.0 wheel :414-421): neither a
+# model_type key nor a known model name in the path
+NO_MODEL_TYPE = re.compile(r"Unrecognized model in (?P<path>.+?)\. Should have a .model_type. key")
 UNKNOWN_TYPE = re.compile(r"has model type `(?P<t>[\w-]+)` but Transformers does not recognize")
 KEY_ONLY = re.compile(r"^'(?P<t>[\w-]+)'$")
 NOT_INSTALLED = re.compile(r"the package (?P<pkg>\w+) seems to be not installed")
 PIP_COMMAND = re.compile(r"`(?P<cmd>pip install [^`]+)`")
 MODULE_ATTR = re.compile(r"module '(?P<mod>[\w.]+)' has no attribute '(?P<attr>\w+)'")
-BAD_CALL = re.compile(r"(?P<fn>[\w.<>]+)\(\) (?:got an unexpected keyword argument '(?P<kw>\w+)'|"
+# (a space may be lost where the line was retyped by hand: "f()got an unexpected keyword argument'k'")
+BAD_CALL = re.compile(r"(?P<fn>[\w.<>]+)\(\) ?(?:got an unexpected keyword argument ?'(?P<kw>\w+)'|"
                       r"missing \d+ required positional argument)")
 ZERO3_QUANT = re.compile(r"DeepSpeed Z\w+-3 is not compatible with .low_cpu_mem_usage|incompatible with PTQ-quantized")
 UNKNOWN_TEMPLATE = re.compile(r"Template (?P<name>\S+) does not exist")
@@ -112,7 +116,8 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
     frames = tuple(((tb.value or {}).get("frames") or ()) if tb is not None and isinstance(tb.value, dict) else ())
     if pkgs and _innermost(frames) != f"{pkgs[-1][1]} ({pkgs[-1][2]})":
         pkgs = ()   # the innermost frame is not a package's (the user's own code, or a cut frame): no library blamed
-    for kind, fn in (("size-mismatch", lambda: _size_mismatch(v.get("details") or [msg], model)),
+    for kind, fn in (("child-failed-alone", lambda: _child_alone(ev, cls, msg)),
+                     ("size-mismatch", lambda: _size_mismatch(v.get("details") or [msg], model)),
                      ("processor-missing", lambda: _processor(msg, model, ev)),
                      ("import", lambda: _import(cls, msg, versions)),
                      ("model-type-unknown", lambda: _model_type(cls, msg, pkgs, versions, bool(frames))),
@@ -129,6 +134,18 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
         if text:
             return {"kind": kind, "text": text}
     return None
+
+
+def _child_alone(ev: Evidence, cls: str, msg: str) -> str | None:
+    """torchrun's ChildFailedError with nothing of its summary (torch/distributed/elastic/multiprocessing/errors/
+    __init__.py ``ChildFailedError.format_msg``: the "Root Cause" entry with rank, exitcode and pid): the text
+    establishes that a training process failed and nothing of why."""
+    if cls != "ChildFailedError" or msg.strip() or any(k.kind.startswith("child-failed") for f in ev.files
+                                                       for k in f.kills):
+        return None
+    return ("torchrun reported that a training process failed (ChildFailedError), but the log holds neither its "
+            "failure summary (which rank, which exit code) nor the process's own error, which it printed above "
+            "that line: give the whole output of the run with --log")
 
 
 FUNC_FRAME = re.compile(r"^[\w<>]+ \([^()]+\)$")
@@ -348,6 +365,13 @@ def _model_type(cls: str, msg: str, pkgs: tuple, versions: dict[str, tuple[str, 
                 "configuration_auto.py has no such entry): the model was added to transformers in a later release;"
                 f" upgrade transformers to one that has '{t}' (or, where the model folder ships its own code, "
                 f"trust_remote_code: true){_ask_version(versions, 'transformers')}")
+    n = NO_MODEL_TYPE.search(msg)
+    if n:
+        return (f"the config.json transformers read from {n.group('path')} has no `model_type` key and the path "
+                "names no model transformers knows: it is not a full transformers model folder — a LoRA adapter "
+                "folder (adapter_config.json: give the base model as model_name_or_path and the folder as "
+                "adapter_name_or_path), a checkpoint of another library, a wrong path, or a config.json written "
+                "without the key")
     c = TOKENIZER_CLASS.search(msg)
     if c:
         return (f"transformers{_ver(versions, 'transformers')} has no tokenizer class {c.group('c')}: a transformers "

@@ -128,7 +128,8 @@ def stopped(ev: Evidence, cx: RunContext, out: dict[str, Any]) -> tuple[dict[str
         return None, None
     last = (out.get("steps") or {}).get("last")
     if last is None:
-        return None, _startup_hang(ev)
+        hang = _startup_hang(ev)
+        return (_data_load_stop(ev) if hang is None else None), hang
     total, tsrc = _total(out, cx)
     bar_only = False
     if not total and isinstance((out.get("steps") or {}).get("total"), int):
@@ -204,6 +205,30 @@ def _startup_hang(ev: Evidence) -> dict[str, Any] | None:
             "lead": (f"The log ends at distributed start-up ({what}: \"{line}\", {where}) with no training step, "
                      f"no error and no exit: if the job was still running there, {means}"),
             "more": ", and rerun with NCCL_DEBUG=INFO and TORCH_DISTRIBUTED_DEBUG=DETAIL to see which rank never joined"}
+
+
+def _data_load_stop(ev: Evidence) -> dict[str, Any] | None:
+    """A log that ends on a dataset-loading line (readers/runlogs/logparse.py ``_data_load``) with no step, no
+    error and no exit: the output stops while the data loads. What ends a process silently there is said as a
+    question to check, not as the cause: a paste cut at that line reads the same."""
+    last = None
+    for f in ev.files:
+        for n in f.notices:
+            if n.kind == "data-load" and (n.value or {}).get("ends_log"):
+                last = (f, n)
+    if last is None:
+        return None
+    f, n = last
+    where = f"{f.read.path}:{n.line}"
+    line = n.text if len(n.text) <= 120 else n.text[:117] + "..."
+    return {"last_step": None, "total": None, "percent": None, "total_source": None, "bar_only": False,
+            "location": location_of(f.read.path, n.line),
+            "lead": (f"The log ends while the dataset loads (\"{line}\", {where}) with no training step, no error "
+                     "and no exit. If this is where the output really ends, the process was ended from outside or "
+                     "hangs in the load; a process that dies there without a word is most often killed by the "
+                     "kernel's OOM killer because the dataset does not fit in host RAM (watch the RAM in use "
+                     "while it loads; streaming or smaller shards load less at once). A paste cut at this line reads "
+                     "the same: give the rest of the output if it goes on.")}
 
 
 def health_facts(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, Any]) -> dict[str, Any]:

@@ -72,7 +72,11 @@ def other_cuda_error(text: str) -> _Status | None:
         known = pat.CUDA_ERROR_TEXT.get(m.group("code") or m.group("code2") or "")
         return _Status(known or status.rstrip("."))
     m = pat.LIB_STATUS.search(text)
-    return _Status(m.group("status")) if m else None
+    if m:
+        return _Status(m.group("status"))
+    m = pat.CUDA_STATUS_ALONE.search(text)
+    # cudaGetErrorString's text with no "CUDA error: " before it (an issue title, a sentence): the error itself
+    return _Status(m.group("status").lower()) if m else None
 
 
 class FailureLines:

@@ -180,36 +180,13 @@ class TextLogParser(FailureLines):
             self.keep.add("notices", Notice(self.path, line, self.during(), "traceback",
                                             "frames of a traceback whose header the log does not hold",
                                             {"rank": rank, "frames": frames, "pkgs": pkgs}))
-        if "Error" in text or "Exception" in text:
-            m = pat.EXC.match(text)
-            k = text.find("] ") if m is None and ("Error: " in text or "Exception: " in text) else -1
-            while m is None and k >= 0:
-                # a line behind a logger's own prefix ("2023-04-29 06:01:12.977 [177/train/578 (pid 28936)] [id]
-                # OSError: ..."): the exception starts after one of the brackets
-                m = pat.EXC.match(text[k + 2:])
-                k = text.find("] ", k + 2)
-            if m is None and ("`" in text[:4] or text.startswith(">")):
-                # an exception line quoted in markdown (`` `[rank1]: RuntimeError: ...` ``, "> ValueError: ...")
-                q = text.lstrip(" `>*-").rstrip().rstrip("`")
-                m = pat.EXC.match(q)
-                text = q if m else text
-            if m and "CUDA out of memory" not in text:
-                self.timing["tb_open"] = False
-                value = {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank}
-                if m.group("msg").rstrip().endswith("(look up to see its traceback):"):
-                    # transformers' lazy-module RuntimeError puts the import error it wraps on the next line
-                    # (utils/import_utils.py _LazyModule._get_module): that line is the cause
-                    nxt = context.following_lines(1)
-                    value["msg"] = (m.group("msg").rstrip() + " " + (nxt[0].strip() if nxt else ""))[:600]
-                if "loading state_dict" in text:
-                    # torch's load_state_dict puts one "size mismatch for K: ..." per line below its header
-                    # (torch/nn/modules/module.py, 2.13.0 wheel :2443-2444, :2639)
-                    value["details"] = [d.strip()[:400] for d in [text] + context.following_lines(24)
-                                        if "size mismatch for " in d][:16]
-                self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500],
-                                                value))
-        if any(w in text for w in pat.TYPELESS_TRIGGERS) and not pat.EXC.match(text.strip(" `>")):
-            self._typeless_exception(text, line, rank)
+        seen = self._exception(text, line, rank, context) if "Error" in text or "Exception" in text else False
+        if not seen and any(w in text for w in pat.TYPELESS_TRIGGERS) and not pat.EXC.match(text.strip(" `>")) \
+                and line > self.timing.get("mismatch_until", 0):
+            self._typeless_exception(text, line, rank, context)
+        elif not seen and "ChildFailedError" in text and pat.CHILD_FAILED_ALONE.fullmatch(text.strip(" `>*")):
+            self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500],
+                                            {"cls": "ChildFailedError", "msg": "", "rank": rank, "typeless": True}))
         if "version" in text:
             self._versions(text, line, context)
         if "Process rank: " in text:
@@ -217,6 +194,8 @@ class TextLogParser(FailureLines):
         if "Initializing TorchBackend" in text or "NCCL INFO" in text or (
                 "Process rank: " in text and "distributed training: True" in text):
             self._dist_init(text, line, rank, context)
+        if "Loading " in text and "dataset" in text and pat.DATA_LOAD.search(text):
+            self._data_load(text, line, rank, context)
         if "Failed to load processor: " in text:
             # LLaMA-Factory model/loader.py:109-111 (snapshot): AutoProcessor's exception, logged at INFO
             k = text.find("Failed to load processor: ")
@@ -228,7 +207,82 @@ class TextLogParser(FailureLines):
         self._facts(text, line)
         return 0
 
-    def _typeless_exception(self, text: str, line: int, rank: int | None) -> None:
+    def _exception(self, text: str, line: int, rank: int | None, context: LineContext) -> bool:
+        """An exception line (logpatterns.EXC), behind a logger's bracketed prefix, quoted in markdown, or quoted
+        inside a sentence or title (EXC_IN: 'Getting "ValueError: ..." while ...'): a Notice of kind "exception".
+        True when one was recorded."""
+        m = pat.EXC.match(text)
+        k = text.find("] ") if m is None and ("Error: " in text or "Exception: " in text) else -1
+        while m is None and k >= 0:
+            # a line behind a logger's own prefix ("2023-04-29 06:01:12.977 [177/train/578 (pid 28936)] [id]
+            # OSError: ..."): the exception starts after one of the brackets
+            m = pat.EXC.match(text[k + 2:])
+            k = text.find("] ", k + 2)
+        if m is None and ("`" in text[:4] or text.startswith(">")):
+            # an exception line quoted in markdown (`` `[rank1]: RuntimeError: ...` ``, "> ValueError: ...")
+            q = text.lstrip(" `>*-").rstrip().rstrip("`")
+            m = pat.EXC.match(q)
+            text = q if m else text
+        if m is None and ("Error: " in text or "Exception: " in text) and "WARN" not in text \
+                and "Warning" not in text:
+            m, text = self._quoted_exception(text)
+        if not m or "CUDA out of memory" in text:
+            return False
+        if "tb_open" not in self.timing:
+            self._cut_head_frames(line, rank, context)
+        self.timing["tb_open"] = False
+        value = {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank}
+        if m.group("msg").rstrip().endswith("(look up to see its traceback):"):
+            # transformers' lazy-module RuntimeError puts the import error it wraps on the next line
+            # (utils/import_utils.py _LazyModule._get_module): that line is the cause
+            nxt = context.following_lines(1)
+            value["msg"] = (m.group("msg").rstrip() + " " + (nxt[0].strip() if nxt else ""))[:600]
+        if "loading state_dict" in text:
+            # torch's load_state_dict puts one "size mismatch for K: ..." per line below its header
+            # (torch/nn/modules/module.py, 2.13.0 wheel :2443-2444, :2639)
+            value["details"] = self._mismatches(text, line, context)
+        self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500], value))
+        return True
+
+    def _cut_head_frames(self, line: int, rank: int | None, context: LineContext) -> None:
+        """The frames above an exception when no traceback was opened before it and the paste starts inside
+        one: its first frame line cut before ``File "`` (``pkg/mod.py", line N, in f``), as
+        logpatterns.CUT_FRAME reads it, then code lines. Recorded as the traceback they are, so the package the
+        exception was raised in is known (analyzers/postmortem/crashcause.py)."""
+        before = context.buf[max(0, context.ls - 4096):context.ls].decode("utf-8", "replace").splitlines()[-24:]
+        for k, ln in enumerate(before):
+            c = pat.CUT_FRAME.match(strip_prefixes(ln)[0])
+            if c:
+                lines = [f'  File "{c.group("file")}", line {c.group("line")}, in {c.group("func")}'] + before[k + 1:]
+                frames, pkgs = frames_and_packages(lines)
+                self.keep.add("notices", Notice(self.path, line - (len(before) - k), self.during(), "traceback",
+                                                "frames of a traceback whose header the log does not hold",
+                                                {"rank": rank, "frames": frames, "pkgs": pkgs}))
+                return
+
+    @staticmethod
+    def _quoted_exception(text: str) -> tuple[Any, str]:
+        """(match, text from the class on) of an exception quoted inside a sentence (logpatterns.EXC_IN); a
+        quote or bracket opened just before the class ends the message where it closes."""
+        q = pat.EXC_IN.search(text)
+        if q is None or text[:q.start()].rstrip(" (").endswith(("except", "raise")):
+            return None, text   # a code line a traceback shows ("except OSError: pass"), not an exception
+        rest = text[q.start():]
+        close = pat.QUOTE_CLOSE.get(text[q.start() - 1]) if q.start() > 0 else None
+        if close is not None:
+            j = rest.rfind(close)
+            rest = rest[:j] if j > len(q.group("cls")) + 2 else rest
+        return pat.EXC.match(rest), rest
+
+    def _mismatches(self, text: str, line: int, context: LineContext) -> list[str]:
+        """The "size mismatch for K" lines of one load_state_dict error from `line` on (at most 24 after it); the
+        lines they take are not read again as exceptions of their own."""
+        after = context.following_lines(24)
+        last = max((i for i, d in enumerate(after, 1) if "size mismatch for " in d), default=0)
+        self.timing["mismatch_until"] = line + last
+        return [d.strip()[:400] for d in [text] + after if "size mismatch for " in d][:16]
+
+    def _typeless_exception(self, text: str, line: int, rank: int | None, context: LineContext) -> None:
         """An exception message quoted without its "Cls: " head (an issue title, a sentence, a wrapper's "error:
         ..." line) whose words only one raise site prints (logpatterns.TYPELESS_EXC): recorded as that exception,
         so a one-line paste is a crash, not "nothing to diagnose"."""
@@ -236,9 +290,11 @@ class TextLogParser(FailureLines):
             m = rx.search(text)
             if m:
                 self.timing["tb_open"] = False
+                value = {"cls": cls, "msg": m.group("msg")[:300], "rank": rank, "typeless": True}
+                if m.group("msg").startswith("size mismatch for "):
+                    value["details"] = self._mismatches(text, line, context)
                 self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500],
-                                                {"cls": cls, "msg": m.group("msg")[:300], "rank": rank,
-                                                 "typeless": True}))
+                                                value))
                 return
 
     def _barrier_wait(self, text: str, line: int, rank: int | None) -> None:
@@ -281,7 +337,8 @@ class TextLogParser(FailureLines):
         if ("CUDA error" in text or "cuDNN error" in text or "Assertion " in text or "CUBLAS_STATUS_" in text
                 or "untime error (" in text or "CUDA warning" in text or "cudaError" in text
                 or "CUDA Error" in text or "CUDA_ERROR_" in text or "cudaSuccess" in text or "CUDNN_STATUS_" in text
-                or "CUDA driver error" in text or "HIP error" in text or "Cuda failure" in text) \
+                or "CUDA driver error" in text or "HIP error" in text or "Cuda failure" in text
+                or "llegal memory access was" in text) \
                 and "CUBLAS_STATUS_ALLOC_FAILED" not in text:
             self._device(text, line, rank, context, wall)
         if "NVRM" in text:
@@ -365,6 +422,17 @@ class TextLogParser(FailureLines):
         self.keep.add("notices", Notice(self.path, line, self.during(), "dist-init", text.strip()[:300],
                                         {"rank": rank, "kind": kind, "backend": m.group("backend") if m else None,
                                          "ends_log": True}))
+
+    def _data_load(self, text: str, line: int, rank: int | None, context: LineContext) -> None:
+        """A dataset-loading line (logpatterns.DATA_LOAD) with nothing but more loading lines or blank ones after
+        it up to the end of the file (as `_dist_init` decides it): the log stops while the data loads.
+        analyzers/postmortem/health.py reads a stop from it."""
+        if len(context.buf) - context.le >= LOOKAHEAD:
+            return
+        rest = context.buf[context.le:].decode("utf-8", "replace").splitlines()[1:]
+        if all(not t.strip() or pat.DATA_LOAD.search(t) for t in rest):
+            self.keep.add("notices", Notice(self.path, line, self.during(), "data-load", text.strip()[:300],
+                                            {"rank": rank, "ends_log": True}))
 
     def _process(self, text: str, line: int) -> None:
         """LLaMA-Factory's per-process line: this file's rank and its GPU (hparams/parser.py:652-653)."""

@@ -94,6 +94,12 @@ TRIGGER_WORDS = (
     "Assertion ", "DeepSpeed Z",
     # more typeless messages with one raise site (`TYPELESS_EXC`); first bytes 'A', 'F', 'N', 'w' are triggers' already
     "Attempting to unscale", "FORCE_TORCHRUN=1", "No available memory for the cache", "waiting for clients",
+    # pastes the reader took for nothing (round 6): torch's load_state_dict "size mismatch for K: ... torch.Size([",
+    # transformers' unknown model type ValueError without its class, a retyped keyword TypeError ("()got"), the CUDA
+    # runtime's illegal-address text as a title; 'S', 'T', '(' and 'A' are first bytes already
+    "Size([", "Transformers does not recognize", "()got an unexpected keyword", "An illegal memory access",
+    # a dataset load the log may end on (`DATA_LOAD`): LLaMA-Factory's and datasets' own lines; 'L' is a first byte
+    "Loading dataset ", "Loading cached processed dataset", "Loading prepared dataset",
     # glog's fatal-signal banner (`GLOG_SIGNAL`), printed by C++ libraries that install glog's handler
     "SIGSEGV (@", "SIGBUS (@", "SIGILL (@", "SIGFPE (@", "SIGABRT (@",
     # metrics (§7); "loss=", "loss: ", "Loss: ": other trainers' step lines (`STEP_LINE_*` below). Their lower-case
@@ -392,7 +398,17 @@ DIED_WITH = re.compile(r"died with <Signals\.(?P<sig>SIG[A-Z0-9]+): (?P<num>\d+)
 # and LLaMA-Factory's template lookup (data/template.py get_template_and_fix_tokenizer, ValueError "Template T does
 # not exist.")
 TYPELESS_EXC = (
-    (re.compile(r"(?P<msg>[\w.]+\(\) got an unexpected keyword argument '\w+')"), "TypeError"),
+    # (retyped by hand as users do: "f()got an unexpected keyword argument'k'", spaces lost)
+    (re.compile(r"(?P<msg>[\w.]+\(\) ?got an unexpected keyword argument ?'\w+')"), "TypeError"),
+    # torch/nn/modules/module.py load_state_dict (2.13.0 wheel :2443-2444): one "size mismatch for K: copying a
+    # param with shape S from checkpoint, the shape in current model is S'." per tensor under the RuntimeError's
+    # "Error(s) in loading state_dict for C:" header, which a paste of the list alone does not hold
+    (re.compile(r"(?P<msg>size mismatch for [\w.]+: copying a param with shape torch\.Size\(\[[\d, ]*\]\) from "
+                r"checkpoint.*)"), "RuntimeError"),
+    # transformers models/auto/configuration_auto.py AutoConfig.from_pretrained (5.6.0 wheel :406-411): the
+    # ValueError for a config.json whose model_type the release does not register, often pasted as a title
+    (re.compile(r"(?P<msg>(?:The checkpoint you are trying to load )?has model type `[\w-]+` but Transformers does "
+                r"not recognize this architecture.*)"), "ValueError"),
     (re.compile(r"(?P<msg>Template \S+ does not exist\.)"), "ValueError"),
     # transformers modeling_utils.py from_pretrained under ZeRO-3 ("DeepSpeed Zero-3 is not compatible with
     # `low_cpu_mem_usage=True` or with passing a `device_map`.", quotes as pasted) and LLaMA-Factory
@@ -409,7 +425,8 @@ TYPELESS_EXC = (
     (re.compile(r"(?P<msg>Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients joined\.?)"),
      "torch.distributed.DistStoreError"),
 )
-TYPELESS_TRIGGERS = ("() got an unexpected keyword", "Template ", "DeepSpeed Z", "Attempting to unscale",
+TYPELESS_TRIGGERS = ("() got an unexpected keyword", "()got an unexpected keyword", "size mismatch for ",
+                     "Transformers does not recognize", "Template ", "DeepSpeed Z", "Attempting to unscale",
                      "FORCE_TORCHRUN=1", "No available memory for the cache", "waiting for clients")
 """The words that send a line to the typeless-exception check (logparse.py); each is in TRIGGER_WORDS."""
 STRSIGNAL = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Killed": "SIGKILL", "Aborted": "SIGABRT",
@@ -557,6 +574,19 @@ MEM_CPU = re.compile(r"CPU Virtual Memory:\s+used = (?P<used>[\d.]+) GB, percent
 DS_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+\] \[[A-Z]+\] \[[\w.]+:\d+:\w+\] ")
 
 # exceptions and warnings
+# an exception line quoted inside a sentence or a title ('Getting "ValueError: Asking to pad ..." while running',
+# "训练报错，RuntimeError: ..."): the class starts after a space, a quote, a bracket or CJK/ASCII punctuation
+EXC_IN = re.compile(r"(?:(?<=[\s\"'`(（“‘，,:：>])|^)(?P<cls>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)):\s"
+                    r"(?P<msg>\S.*)$")
+QUOTE_CLOSE = {'"': '"', "'": "'", "“": "”", "‘": "’", "`": "`", "(": ")", "（": "）"}
+# a traceback's frame line that a paste cut inside its path, before ``File "`` (CPython Lib/traceback.py
+# FrameSummary's '  File "{filename}", line {lineno}, in {name}'): "site-packages/transformers/x.py", line 9, in f"
+CUT_FRAME = re.compile(r'^\s*(?P<file>[^\s"]+\.py)", line (?P<line>\d+), in (?P<func>[\w<>]+)')
+# torchrun's exception class alone on its line (torch/distributed/elastic/multiprocessing/errors/__init__.py
+# ``ChildFailedError``): a paste that kept only the wrapper, not the summary's entries nor the child's error
+CHILD_FAILED_ALONE = re.compile(r"(?:torch\.distributed\.elastic\.multiprocessing\.errors\.)?ChildFailedError")
+# cudaGetErrorString(cudaErrorIllegalAddress) (CUDA runtime API, cuda_runtime_api.h) said without "CUDA error: "
+CUDA_STATUS_ALONE = re.compile(r"(?P<status>[Aa]n illegal memory access was encountered)")
 EXC = re.compile(r"^\s*(?P<cls>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)|Exception):\s?(?P<msg>.*)$")
 LF_LOG = re.compile(r"^\[(?P<lvl>WARNING|ERROR)\|(?P<where>[^\]]+)\]\s*(?:[\d-]+ [\d:,]+ )?(?:(?P<logger>[\w.]+):\d+ )?>> (?P<msg>.*)$")
 ATTN_WARN = re.compile(r"strongly recommended to train (?P<model>\w+) models with the `?(?P<want>\w+)`? attention "
@@ -707,6 +737,10 @@ VERSION_LINES = (
 # torch.distributed.init_process_group): "Initializing TorchBackend in DeepSpeed with backend nccl"; the lines a
 # start-up prints around it ("[comm.py:637:init_distributed] cdb=None", LLaMA-Factory's "Process rank: ...")
 DIST_INIT = re.compile(r"Initializing TorchBackend in DeepSpeed with backend (?P<backend>\w+)")
+# a dataset being loaded: LLaMA-Factory data/loader.py:58 (snapshot) "Loading dataset {attr}...", datasets
+# arrow_dataset.py:3326 (the wheel installed here) "Loading cached processed dataset at {file}", and the same words
+# with "prepared"/"tokenized"/"preprocessed" other trainers print before a load_from_disk
+DATA_LOAD = re.compile(r"Loading (?:cached processed |prepared |tokenized |preprocessed )?dataset\b")
 DIST_INIT_TAIL = re.compile(r"init_distributed\]|Initializing TorchBackend|Process rank: \d+|NCCL INFO|^\s*$")
 # "Process rank: 3, world size: 8, device: cuda:3, distributed training: True, compute dtype: torch.bfloat16"
 LF_PROCESS = re.compile(r"Process rank: (?P<rank>\d+), world size: (?P<world>\d+), device: (?P<dev>[\w:]+)")
