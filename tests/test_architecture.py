@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import pkgast
+
 PKG = Path(__file__).resolve().parent.parent / "finetune_doctor"
 
 # The data flow, bottom up (docs/ARCHITECTURE.md). A module may import its own layer or a lower one.
@@ -77,18 +79,16 @@ def _import_statements(body: list, type_checking: bool):
                 yield from _import_statements(nested, type_checking)
 
 
-@functools.cache
 def _tree(path: Path) -> ast.Module:
-    """The syntax tree of one module, parsed once per session: four checks read every module's tree and none
-    changes it (~230 modules; parsing each four times cost about a second per run)."""
-    return ast.parse(path.read_text(encoding="utf-8"))
+    """The syntax tree of one module, parsed once per test process (pkgast.py): four checks here and the whole-
+    package checks of test_one_home and test_startup read every module's tree and none changes it."""
+    return pkgast.tree(path)
 
 
-@functools.cache
 def _all_nodes(path: Path) -> tuple[ast.AST, ...]:
-    """Every node of one module's tree in ``ast.walk`` order, listed once: three checks walk every module, and
-    ast.walk's generators cost more than the parse (~0.5 CPU s a pass over the package, 2026-12-07)."""
-    return tuple(ast.walk(_tree(path)))
+    """Every node of one module's tree in ``ast.walk`` order, listed once per test process (pkgast.py): three
+    checks walk every module, and ast.walk's generators cost more than the parse (~0.5 CPU s a pass, 2026-12-07)."""
+    return pkgast.nodes(path)
 
 
 def _imports(path: Path, *, type_checking: bool = False) -> list[tuple[int, str]]:
