@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import pkgast
+
 PKG = Path(__file__).resolve().parent.parent / "finetune_doctor"
 
 # The data flow, bottom up (docs/ARCHITECTURE.md). A module may import its own layer or a lower one.
@@ -58,38 +60,41 @@ def _resolve(target: str) -> str | None:
     return target or None
 
 
-def _runtime_nodes(tree: ast.AST):
-    """Every node but those under ``if TYPE_CHECKING:`` (imports for annotations only never run)."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and isinstance(child.test, ast.Name) and child.test.id == "TYPE_CHECKING":
-                stack.extend(child.orelse)
-                continue
-            stack.append(child)
+def _import_statements(body: list, type_checking: bool):
+    """The import statements in a list of statements and in the statement lists nested in them (bodies, else
+    branches, handlers, match cases), skipping the body of ``if TYPE_CHECKING:`` unless `type_checking`. An import
+    is a statement, never part of an expression, so the expressions (most of a tree's nodes) are not walked:
+    walking every node cost ~3 of this file's ~6 CPU s (2026-12-07)."""
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+            continue
+        if (not type_checking and isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+                and node.test.id == "TYPE_CHECKING"):   # imports for annotations only never run
+            yield from _import_statements(node.orelse, type_checking)
+            continue
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            nested = getattr(node, field, None)
+            if isinstance(nested, list):
+                yield from _import_statements(nested, type_checking)
 
 
-@functools.cache
 def _tree(path: Path) -> ast.Module:
-    """The syntax tree of one module, parsed once per session: four checks read every module's tree and none
-    changes it (~230 modules; parsing each four times cost about a second per run)."""
-    return ast.parse(path.read_text(encoding="utf-8"))
+    """The syntax tree of one module, parsed once per test process (pkgast.py): four checks here and the whole-
+    package checks of test_one_home and test_startup read every module's tree and none changes it."""
+    return pkgast.tree(path)
 
 
-@functools.cache
 def _all_nodes(path: Path) -> tuple[ast.AST, ...]:
-    """Every node of one module's tree in ``ast.walk`` order, listed once: three checks walk every module, and
-    ast.walk's generators cost more than the parse (~0.5 CPU s a pass over the package, 2026-12-07)."""
-    return tuple(ast.walk(_tree(path)))
+    """Every node of one module's tree in ``ast.walk`` order, listed once per test process (pkgast.py): three
+    checks walk every module, and ast.walk's generators cost more than the parse (~0.5 CPU s a pass, 2026-12-07)."""
+    return pkgast.nodes(path)
 
 
 def _imports(path: Path, *, type_checking: bool = False) -> list[tuple[int, str]]:
     """Project imports of one module as (line, module); ``type_checking`` adds those under ``if TYPE_CHECKING:``."""
     out = []
-    tree = _tree(path)
-    for node in (_all_nodes(path) if type_checking else _runtime_nodes(tree)):
+    for node in _import_statements(_tree(path).body, type_checking):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("finetune_doctor"):
             for a in node.names:
                 tgt = _resolve(f"{node.module}.{a.name}") or _resolve(node.module)

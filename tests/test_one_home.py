@@ -1,12 +1,12 @@
 """One home per fact (issue #22): each fact that two commands resolve is resolved by one function, and these tests
 pin the shared answer where two copies had drifted."""
 
-import functools
 import json
 from pathlib import Path
 
 import pytest
 
+import pkgast
 from finetune_doctor.analyzers.data.tokenizer import find_tokenizer
 from finetune_doctor.readers.gpus import gpu_config
 from finetune_doctor.readers.deepspeed.dsconfig import resolve_ds_path
@@ -53,13 +53,10 @@ def test_use_modelscope_hub_is_read_as_lf_reads_it(value, on):
     assert _source(attr, env_enabled("USE_MODELSCOPE_HUB", env), False)["load_from"] == ("ms_hub" if on else "hf_hub")
 
 
-@functools.cache
 def _nodes(path: Path) -> tuple:
-    """Every node of one project module (``ast.walk`` order), parsed and walked once: two checks below read every
-    module of the package (~0.5 CPU s a pass, 2026-12-07)."""
-    import ast
-
-    return tuple(ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
+    """Every node of one project module (``ast.walk`` order), parsed and walked once per test process (pkgast.py,
+    shared with test_architecture and test_startup): two checks below read every module of the package."""
+    return pkgast.nodes(path)
 
 
 def _ms_tokenizer(root: Path) -> Path:

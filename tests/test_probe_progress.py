@@ -40,10 +40,6 @@ def test_progress_shows_each_message_on_a_terminal_with_control_characters_escap
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-from lazyskip import importorskip_when_run  # noqa: E402
-
-_needs_peft = importorskip_when_run("peft")   # imported when a test here runs, not at collection (lazyskip.py)
-
 from finetune_doctor.probes import forked  # noqa: E402
 from finetune_doctor.probes import simulate as sim  # noqa: E402
 from finetune_doctor.probes.spec import ProbeSpec  # noqa: E402
@@ -53,8 +49,12 @@ TINY = dict(model_type="qwen2", hidden_size=64, num_hidden_layers=7, num_attenti
 
 
 def _spec(**kw) -> ProbeSpec:
+    # full fine-tuning, not LoRA: what these tests check (the progress messages, the forked depth's books equal to
+    # the sequential ones) does not depend on the adapter, and LoRA costs peft's import and its adapters' extra ops
+    # (per simulation 4.5 CPU s with LoRA, 2.5 s full, load ~2.3, 2026-12-07). LoRA's books are the slow lane's
+    # (test_probe_simulate.py).
     base = dict(model_type="qwen2", model_config_json=json.dumps(TINY), num_layers=7, seq_len=64, micro_batch=2,
-                finetuning_type="lora", gradient_checkpointing=True, grad_accum=2)
+                finetuning_type="full", gradient_checkpointing=True, grad_accum=2)
     base.update(kw)
     return ProbeSpec(**base)
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pkgast
 from finetune_doctor import startup
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -188,7 +189,7 @@ def test_every_project_dataclass_has_a_docstring():
 
     found = []
     for path in sorted((ROOT / "finetune_doctor").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in pkgast.nodes(path):   # parsed once per test process (pkgast.py)
             if isinstance(node, ast.ClassDef) and any(
                     "dataclass" in ast.unparse(d).split("(")[0] for d in node.decorator_list) \
                     and ast.get_docstring(node) is None:

@@ -136,7 +136,19 @@ class PieceCounter:
             return [p for p, _ in pre.pre_tokenize_str(text)]
 
         def python(text: str) -> list[str]:
-            return [p for w in findall(text) for p, _ in byte_map.pre_tokenize_str(w)]
+            # ByteLevel without its regex maps each UTF-8 byte to one character and splits nothing, so the
+            # words are mapped in one call and cut at their byte lengths: the pieces of a call per word, without
+            # ~8,000 calls per block (1M calls, 2.9 of the sweep's 3.5 CPU s, issue #22)
+            words = [w for w in findall(text) if w]
+            if not words:
+                return []
+            ((mapped, _),) = byte_map.pre_tokenize_str("".join(words))
+            out, at = [], 0
+            for w in words:
+                n = len(w.encode("utf-8"))
+                out.append(mapped[at:at + n])
+                at += n
+            return out
 
         bad: list[int] = []
         block = 512
