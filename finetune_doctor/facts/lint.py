@@ -4,7 +4,8 @@
   invalid value), with the line it is on and whether the value came from a ``key=value`` override;
 * ``ds_missing``: the ``deepspeed:`` path that did not resolve, when the command reads on without it;
 * ``model_unresolved``: the model whose config.json was found nowhere (or was unusable), when the command reads on;
-* ``unused_suppressions``: suppression comments that hid nothing (engine/suppression.py), filled by the judge.
+* ``unused_suppressions``: suppression comments that hid nothing (engine/suppression.py), filled by the judge;
+* ``rule_failures``: rules whose evaluation raised on this file (engine/evaluate.py), filled by the judge.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "cls_to_wrap": F("any", "fsdp_transformer_layer_cls_to_wrap as written (None: absent)"),
         "fsdp_version": F("any", "fsdp_version as written")}),
     "unused_suppressions": F("list", "suppression comments that hid nothing", items=UNUSED_ITEM),
+    "rule_failures": F("list", "rules whose evaluation raised on this file, filled by the judge (engine/evaluate.py)",
+                       items={"code": F("str", "the failing rule's code"), "name": F("str", "its name"),
+                              "rule_file": F("str", "the rule file"), "error": F("str", "what it raised")}),
     "standalone_ds": F("bool", "a DeepSpeed JSON linted on its own, without a training config"),
     "assumptions": F("list", "what the command assumed rather than read, verdict-moving first (facts/assume.py)",
                      items={"name": F("str", "stable id"), "value": F("any", "the value used"),
