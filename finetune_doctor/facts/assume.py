@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 # the memory model is imported where an alternative is weighed, not here: `lint` without a card lists assumptions
 # without weighing them and stays off the memory model (ARCHITECTURE.md, "memory model off the lint path")
+from finetune_doctor.quant import UNQUANTIZED_LABEL
 from finetune_doctor.facts.kinds import ACCELERATE_FSDP, DATA_PARALLEL
 from finetune_doctor.types import Assumption, Hardware
 
@@ -67,7 +68,7 @@ OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-
 # the config at all and stay out of the mixture too: a checkpoint sized from its name's ending (-AWQ as AWQ 4-bit:
 # quant.py `hinted_spec`) shows the unquantized base model (facts/quantassume.py `named_quant_assumption`), but an
 # upload named so is not stored unquantized.
-UNQUANTIZED = "unquantized, in the base model's dtype (an upper bound)"
+UNQUANTIZED = UNQUANTIZED_LABEL   # defined in quant.py, so facts/kinds.py (which this module imports) can name it
 # One process over every visible GPU (DATA_PARALLEL) is how LLaMA-Factory before 0.8.0 trained; the run is modelled
 # as 0.9.5 runs it (as for transformers < 4.49 above), so an older release is shown and weighed, never deciding;
 # `--launch` with a `python src/train.py` line estimates that launch itself (run/engines.py `_one_process_replicas`)

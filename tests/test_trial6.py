@@ -1,0 +1,99 @@
+"""New-user trial 6 (12 real LLaMA-Factory reports): each problem by kind, with real-shaped configs of the same kind.
+
+* one sizing of a checkpoint's storage for every config kind: a ``-AWQ`` / ``-GPTQ-Int4`` / ``-bnb-4bit`` upload
+  named only by its repository id or folder is sized as it is stored (quant.py `hinted_spec`) in a train, a chat
+  and an export config alike, and the chat/export report names the ``weights-quantization`` assumption, as
+  training does (trial 6 case 12: a 14B -AWQ folder in a vLLM chat config sized as 26.39 GiB of bf16).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from finetune_doctor.cli import main
+
+pytestmark = pytest.mark.usefixtures("pinned_error_model")
+
+TRAIN = """### model
+model_name_or_path: {model}
+### method
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_target: all
+### dataset
+dataset: alpaca_en_demo
+template: qwen
+cutoff_len: 1024
+### output
+output_dir: saves/qwen2.5-7b/lora/sft
+### train
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+learning_rate: 1.0e-4
+bf16: true
+"""
+CHAT = """model_name_or_path: {model}
+template: qwen
+infer_backend: vllm
+vllm_maxlen: 8192
+vllm_gpu_util: 0.9
+"""
+EXPORT = """### model
+model_name_or_path: {model}
+template: qwen
+trust_remote_code: true
+### export
+export_dir: output/qwen2_5_7b_merged
+export_size: 5
+export_device: auto
+"""
+
+
+def _check(tmp_path: Path, body: str, *extra: str) -> dict:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(body, encoding="utf-8")
+    r = CliRunner().invoke(main, ["check", str(cfg), "--offline", "--no-data", "--gpu", "4090", "--format", "json",
+                                  "--fail-on", "never", *extra])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def _weights(rep: dict) -> float:
+    if rep.get("chat"):
+        return rep["chat"]["weights_gib"]
+    if rep.get("export"):
+        return rep["export"]["weights_gib"]
+    return rep["memory"]["per_gpu_gib"]["weights"]
+
+
+@pytest.mark.parametrize(("model", "low", "high"), [
+    # Qwen2.5-7B: 7.62 B params, 14.2 GiB in bf16; 4-bit linears + bf16 embeddings/head: ~5.2 GiB (the hub's
+    # Qwen2.5-7B-Instruct-AWQ is 5.58 GB = 5.2 GiB of safetensors)
+    ("Qwen/Qwen2.5-7B-Instruct-AWQ", 4.8, 5.6),
+    ("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4", 4.8, 5.6),
+    ("/data/models/Qwen2.5-7B-Instruct-bnb-4bit", 4.0, 5.6),
+])
+def test_checkpoint_storage_is_sized_alike_for_every_kind(model, low, high, tmp_path):
+    got = {}
+    for kind, body in (("train", TRAIN), ("chat", CHAT), ("export", EXPORT)):
+        sub = tmp_path / kind
+        sub.mkdir()
+        rep = _check(sub, body.format(model=model))
+        got[kind] = _weights(rep)
+        if kind != "train":
+            names = [a["name"] for a in rep["assumptions"]]
+            assert "weights-quantization" in names, names
+    assert all(low <= v <= high for v in got.values()), got
+    # training adds the LoRA adapters (fp32, ~20 M params at rank 8 on every linear: < 0.1 GiB) to the same storage
+    assert got["chat"] == got["export"] and 0 <= got["train"] - got["chat"] < 0.1, got
+
+
+def test_unquantized_name_stays_bf16_in_chat(tmp_path):
+    rep = _check(tmp_path, CHAT.format(model="Qwen/Qwen2.5-7B-Instruct"))
+    assert rep["chat"]["weights_format"] is None and 14.0 <= rep["chat"]["weights_gib"] <= 14.4, rep["chat"]
+    assert "weights-quantization" not in [a["name"] for a in rep["assumptions"]]
