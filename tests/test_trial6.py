@@ -97,3 +97,17 @@ def test_unquantized_name_stays_bf16_in_chat(tmp_path):
     rep = _check(tmp_path, CHAT.format(model="Qwen/Qwen2.5-7B-Instruct"))
     assert rep["chat"]["weights_format"] is None and 14.0 <= rep["chat"]["weights_gib"] <= 14.4, rep["chat"]
     assert "weights-quantization" not in [a["name"] for a in rep["assumptions"]]
+
+
+@pytest.mark.parametrize("body", [TRAIN, CHAT, EXPORT], ids=["train", "chat", "export"])
+def test_unfetchable_hub_model_is_info_for_every_kind(body, tmp_path):
+    """A hub id in no cache and not in the catalogue, with --offline: not checked here (FD098, info) whatever the
+    config kind, FD607 (error) only under --strict (trial 6: error for a chat config, info for a train config)."""
+    text = body.format(model="Qwen/Qwen3.5-9B-Base-Preview")
+    rep = _check(tmp_path, text)
+    codes = [f["code"] for f in rep["findings"]]
+    assert "FD098" in codes and "FD607" not in codes, codes
+    strict = tmp_path / "strict"
+    strict.mkdir()
+    rep = _check(strict, text, "--strict")
+    assert "FD607" in [f["code"] for f in rep["findings"]]

@@ -223,10 +223,10 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     arch = _arch(asm, config, opts, tolerate=static or not need_model or lenient, static=static,
                  transformers=stack.get("transformers"))
     facts["lint"]["model_type_unregistered"] = tfmodeltype.fact(asm, arch)
+    if arch is None:   # every config kind alike: a model this machine cannot see is info unless --strict (trial 6)
+        nothere.model_not_here(asm)
     if kind not in ("train", "train-v1"):
         return kinds.not_training(asm, arch)
-    if arch is None:
-        nothere.model_not_here(asm)
     # check, estimate and postmortem size a DeepSpeed file that is not here with the same stock stand-in (one home:
     # `_stand_in_deepspeed`, an assumption), so the same inputs give the same total (trial 3, LlamaFactory#8665)
     _deepspeed(asm, arch, tolerate_missing=static, lenient=lenient)
