@@ -111,3 +111,41 @@ def test_unfetchable_hub_model_is_info_for_every_kind(body, tmp_path):
     strict.mkdir()
     rep = _check(strict, text, "--strict")
     assert "FD607" in [f["code"] for f in rep["findings"]]
+
+
+MERGE_CPU = """### model
+model_name_or_path: /data/models/Qwen2-72B-Instruct
+adapter_name_or_path: saves/qwen2-72b/lora/sft
+template: qwen
+finetuning_type: lora
+trust_remote_code: true
+### export
+export_dir: output/qwen2_72b_lora_merged
+export_size: 2
+export_device: cpu
+export_legacy_format: false
+"""
+
+
+def test_cpu_merge_names_its_load_dtype_and_widens(tmp_path):
+    """A CPU merge of a 72B on 252 GB of RAM (LlamaFactory#4711 was "Killed"): 142 GiB in bf16 fits, 284 GiB in
+    float32 (LF's infer_optim_dtype on a machine with no CUDA/NPU device) does not: at-risk, the assumption named."""
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(MERGE_CPU, encoding="utf-8")
+    r = CliRunner().invoke(main, ["check", str(cfg), "--offline", "--host-ram", "252GB", "--format", "json",
+                                  "--fail-on", "never"])
+    rep = json.loads(r.stdout)
+    ex = rep["export"]
+    assert ex["verdict"] == "at-risk" and ex["fits"] is True, ex
+    lo, hi = ex["interval_gib"]
+    assert 140 < lo < 145 and 280 < hi < 290, ex["interval_gib"]
+    a = {x["name"]: x for x in rep["assumptions"]}["load-dtype"]
+    assert a["moves_verdict"] is True and list(a["effect"]["verdict"].values()) == ["oom"], a
+    assert {"model"} <= {x["name"] for x in rep["assumptions"]}
+    r = CliRunner().invoke(main, ["check", str(cfg), "--offline", "--host-ram", "252GB", "--strict"])
+    assert r.exit_code == 1 and "FD641" in r.output, r.output   # --strict: a CI gate does not pass on the guess
+    # a card for the merging machine says a device is there: LF loads in 16-bit, nothing to assume
+    r = CliRunner().invoke(main, ["check", str(cfg), "--offline", "--host-ram", "252GB", "--gpu", "A100-80GB",
+                                  "--format", "json", "--fail-on", "never"])
+    rep = json.loads(r.stdout)
+    assert rep["export"]["verdict"] == "fits" and "load-dtype" not in [x["name"] for x in rep["assumptions"]]

@@ -226,7 +226,8 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     if arch is None:   # every config kind alike: a model this machine cannot see is info unless --strict (trial 6)
         nothere.model_not_here(asm)
     if kind not in ("train", "train-v1"):
-        return kinds.not_training(asm, arch)
+        kinds.not_training(asm, arch)
+        return _lint_assumptions(asm)   # --strict judges a merge's or a chat's verdict-moving ones too
     # check, estimate and postmortem size a DeepSpeed file that is not here with the same stock stand-in (one home:
     # `_stand_in_deepspeed`, an assumption), so the same inputs give the same total (trial 3, LlamaFactory#8665)
     _deepspeed(asm, arch, tolerate_missing=static, lenient=lenient)
@@ -290,8 +291,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
         facts["mem"].update({"deciding_assumption": None, "token_budget": None, **honest})
     elif assume:
         _assumptions(asm, opts, None, None)
-    facts["lint"]["assumptions"] = [{**a.as_dict(), "effect_text": effect_text(a)}
-                                    for a in sort_assumptions(asm.assumptions)]
+    _lint_assumptions(asm)
     # a v1 run's FSDP2 comes from its dist_config, handed to the resolver as an accelerate FSDP2 setting
     asm.notes.extend(n.replace("from the accelerate config", "from v1's dist_config") if kind == "train-v1" else n
                      for n in asm.run.notes)
@@ -358,6 +358,13 @@ def _hardware(asm: Assembly, opts: Options, hw: Hardware | None, env_report: Any
         # estimate says what it needs of the GPUs or host RAM)
         asm.notes.append("GPUs unknown (no --gpu, no NVML, no --env): the fit is not judged and one GPU is assumed "
                          "for the world size; pass e.g. --gpu 4xL20, or --env with `llamafactory-cli env` output")
+
+
+def _lint_assumptions(asm: Assembly) -> Assembly:
+    """Copy the assumptions into ``lint.assumptions`` (for assumption-moves-verdict), verdict-moving first."""
+    asm.facts["lint"]["assumptions"] = [{**a.as_dict(), "effect_text": effect_text(a)}
+                                        for a in sort_assumptions(asm.assumptions)]
+    return asm
 
 
 def effect_text(a: Any) -> str:

@@ -606,6 +606,8 @@ def not_training(asm: Any, arch: Any) -> Any:
                              "a slower merge that fits")
         if e["host_ram_gib"] is None and (e["device"] == "cpu" or e["auto_fits"] is None and cap is not None):
             asm.assumptions.append(_host_ram_unknown(e["peak_gib"], None if e["device"] == "cpu" else cap))
+        e["verdict"] = None if e["fits"] is None else ("fits" if e["fits"] else "oom")
+        _export_load_dtype(asm, arch, values, e)
         asm.kind_section = {"kind": "export", **e}
     else:
         cap = asm.hw.capacity_gib if asm.hw is not None else None
@@ -618,6 +620,43 @@ def not_training(asm: Any, arch: Any) -> Any:
     _named_quant(asm, arch, values)
     asm.facts["lint"]["kind_estimate"] = dict(asm.kind_section)   # for the rules (inference/export-does-not-fit)
     return asm
+
+
+def _export_load_dtype(asm: Any, arch: Any, values: Mapping[str, Any], e: dict[str, Any]) -> None:
+    """The ``load-dtype`` assumption of a CPU merge (export_device: cpu, infer_dtype: auto) on a machine the inputs
+    do not describe. LLaMA-Factory loads it in ``infer_optim_dtype(config.torch_dtype)`` (model/patcher.py
+    L375-379; LF 0.9.0 L62-66): bf16 for a bf16 checkpoint where torch sees a bf16 CUDA/NPU device, else fp16 where
+    it sees any CUDA or NPU device, else **float32** (extras/misc.py ``_is_fp16_available = is_torch_npu_available()
+    or is_torch_cuda_available()``). A merge machine with no GPU visible therefore holds the model in 4 bytes a
+    parameter, twice the 16-bit estimate (trial 6 case 07, LlamaFactory#4711: Qwen2-72B, 252 GB of RAM, "Killed").
+    The float32 peak is weighed; when it changes the verdict, the verdict is ``at-risk`` and ``interval_gib`` spans
+    both (GiB). A ``--gpu`` (or NVML) card says the machine has a device: nothing is assumed then."""
+    from finetune_doctor.types import Assumption
+
+    if e["device"] != "cpu" or e.get("weights_format") or str(values.get("infer_dtype", "auto")) != "auto":
+        return
+    if asm.hw is not None and asm.hw.capacity_gib:
+        return
+    alt = export_estimate({**values, "infer_dtype": "float32"}, arch)
+    if alt["peak_gib"] <= e["peak_gib"]:
+        return   # a float32 checkpoint: already sized at 4 bytes
+    label = "float32 (no CUDA or NPU device visible where it merges)"
+    host = e.get("host_ram_gib")
+    alt_verdict = None if host is None else ("fits" if alt["peak_gib"] <= host else "oom")
+    moves = e["verdict"] is not None and alt_verdict is not None and alt_verdict != e["verdict"]
+    e["interval_gib"] = [e["peak_gib"], alt["peak_gib"]]
+    if moves:
+        e["verdict"] = "at-risk"
+    where = "the catalogue entry's" if getattr(arch, "source_kind", "") == "catalog" else "the checkpoint's"
+    asm.assumptions.append(Assumption(
+        name="load-dtype", value=f"{e['dtype']} (a CUDA or NPU device is visible where it merges)",
+        source=f"{where} dtype {arch.dtype}, loaded as LLaMA-Factory's infer_optim_dtype picks it: 16-bit where "
+               "torch sees a CUDA or NPU device, float32 where it sees none (extras/misc.py, model/patcher.py); "
+               "export_device: cpu does not say whether the merging machine has one",
+        alternatives=(label,), effect_gib={label: alt["peak_gib"]},
+        effect_verdict={label: alt_verdict} if alt_verdict else {},
+        resolve_with="--gpu SPEC of the machine that merges (or run the doctor there), or infer_dtype in the config",
+        moves_verdict=moves))
 
 
 def _named_quant(asm: Any, arch: Any, values: Mapping[str, Any]) -> None:

@@ -157,6 +157,8 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "device": F("str", "export: cpu | gpu"), "peak_gib": F("float", "export: peak while merging, GiB"),
         "written_gib": F("float", "export: size of export_dir, GiB"), "backend": F("str", "chat: engine"),
         "weights_gib": F("float", "chat: weights, GiB"),
+        "verdict": F("str", "export: fits | at-risk | oom (None: not judged); at-risk when an assumption moves it"),
+        "interval_gib": F("list", "export: the peak's range over its load-dtype assumption, GiB (absent: none)"),
         "weights_format": F("str", "the checkpoint's stored quantization (e.g. AWQ 4-bit g128; None: unquantized)"), "kv_gib": F("float", "chat: KV cache at max_len, GiB"),
         "max_len": F("int", "chat: tokens the KV cache is sized for"),
         "reserved_gib": F("float", "chat: vLLM/SGLang's up-front reservation of one card, GiB"),
