@@ -149,3 +149,64 @@ def test_cpu_merge_names_its_load_dtype_and_widens(tmp_path):
                                   "--format", "json", "--fail-on", "never"])
     rep = json.loads(r.stdout)
     assert rep["export"]["verdict"] == "fits" and "load-dtype" not in [x["name"] for x in rep["assumptions"]]
+
+
+FREEZE_NO_PRECISION = """### model
+model_name_or_path: Qwen/Qwen2.5-7B-Instruct
+trust_remote_code: true
+### method
+stage: sft
+do_train: true
+finetuning_type: freeze
+freeze_trainable_layers: 4
+freeze_trainable_modules: all
+### dataset
+dataset: alpaca_en_demo
+template: qwen
+cutoff_len: 2048
+### output
+output_dir: saves/qwen2.5-7b/freeze/sft
+### train
+per_device_train_batch_size: 2
+gradient_accumulation_steps: 4
+learning_rate: 1.0e-5
+"""
+
+
+def test_fp32_message_agrees_with_the_inferred_compute_dtype(tmp_path):
+    """LF infers bf16 from the checkpoint (the run line's compute dtype): FD101 says so and what runs in fp32,
+    instead of "runs entirely in fp32" (trial 6 case 11)."""
+    rep = _check(tmp_path, FREEZE_NO_PRECISION)
+    msg = [f["message"] for f in rep["findings"] if f["code"] == "FD101"]
+    assert msg and "loads the model in bfloat16" in msg[0] and "trainable layers to fp32" in msg[0], msg
+    assert "entirely in fp32" not in msg[0]
+    full = tmp_path / "full"
+    full.mkdir()
+    rep = _check(full, FREEZE_NO_PRECISION.replace("finetuning_type: freeze", "finetuning_type: full"))
+    msg = [f["message"] for f in rep["findings"] if f["code"] == "FD101"]
+    assert msg and "every trainable weight to fp32" in msg[0] and "full fine-tuning computes in fp32" in msg[0], msg
+
+
+def test_dev_build_key_message_does_not_contradict_itself(tmp_path):
+    """`use_muon` (0.9.3+) with --llamafactory 0.9.3.dev0: the stop applies to 0.9.2 of the allowed range, and the
+    remedy is the env file, not the version flag just given (trial 6 case 05)."""
+    body = FREEZE_NO_PRECISION.replace("finetuning_type: freeze", "finetuning_type: full").replace(
+        "### dataset", "use_muon: true\n### dataset") + "bf16: true\n"
+    rep = _check(tmp_path, body, "--llamafactory", "0.9.3.dev0")
+    msg = [f["message"] for f in rep["findings"] if f["code"] == "FD041" and "use_muon" in f["message"]]
+    assert msg and "that is LLaMA-Factory 0.9.2" in msg[0] and "pass --env FILE" in msg[0], msg
+    assert "--llamafactory VERSION" not in msg[0] and "This holds only" not in msg[0]
+
+
+def test_env_without_gpu_lines_is_named_as_given(tmp_path):
+    env = tmp_path / "env.txt"
+    env.write_text("- `llamafactory` version: 0.9.2\n- Platform: Linux-5.15.0-x86_64-with-glibc2.35\n"
+                   "- Python version: 3.10.14\n- PyTorch version: 2.4.0+cu121 (GPU)\n"
+                   "- Transformers version: 4.46.1\n- Datasets version: 3.1.0\n- Accelerate version: 1.0.1\n"
+                   "- PEFT version: 0.12.0\n- TRL version: 0.9.6\n", encoding="utf-8")
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(FREEZE_NO_PRECISION + "bf16: true\n", encoding="utf-8")
+    r = CliRunner().invoke(main, ["check", str(cfg), "--offline", "--no-data", "--env", str(env), "--format", "json",
+                                  "--fail-on", "never"])
+    notes = [n for n in json.loads(r.stdout)["notes"] if n.startswith("GPUs unknown")]
+    assert notes and "no --env" not in notes[0] and "names no GPU" in notes[0], notes

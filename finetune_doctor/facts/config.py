@@ -356,8 +356,17 @@ def _hardware(asm: Assembly, opts: Options, hw: Hardware | None, env_report: Any
     elif not static and asm.kind not in ("export", "export-v1"):
         # no verdict without a card: say so instead of a clean report that reads like a pass (a merge's own
         # estimate says what it needs of the GPUs or host RAM)
-        asm.notes.append("GPUs unknown (no --gpu, no NVML, no --env): the fit is not judged and one GPU is assumed "
-                         "for the world size; pass e.g. --gpu 4xL20, or --env with `llamafactory-cli env` output")
+        asm.notes.append(_gpus_unknown(opts))
+
+
+def _gpus_unknown(opts: Options) -> str:
+    """The note of a run judged without a card; it names --env as given when it was (trial 6 case 11: an env file
+    with no GPU line was reported as "no --env")."""
+    if opts.env_file:
+        return (f"GPUs unknown (no --gpu, no NVML; --env {opts.env_file} names no GPU): the fit is not judged and "
+                "one GPU is assumed for the world size; pass e.g. --gpu 4xL20")
+    return ("GPUs unknown (no --gpu, no NVML, no --env): the fit is not judged and one GPU is assumed for the world "
+            "size; pass e.g. --gpu 4xL20, or --env with `llamafactory-cli env` output")
 
 
 def _lint_assumptions(asm: Assembly) -> Assembly:

@@ -220,6 +220,9 @@ def _unverified(condition: str | None, transformers_version: str | None) -> bool
 def _decide(condition: str, transformers_version: str | None) -> str:
     """The flags that would decide an unverified `condition`, never one the user gave (trial 4: FD041 said "pass
     --transformers VERSION" right after --transformers 5.2.0 was passed, for a key only LF's release decides)."""
+    if condition.startswith("LLaMA-Factory ") and "so its commit decides" in condition:
+        # --llamafactory named a build between releases (trial 6: 0.9.3.dev0): another version flag cannot help
+        return "pass --env FILE from the training machine (`llamafactory-cli env`) to decide it"
     if condition.startswith("LLaMA-Factory "):
         told = f" (transformers {transformers_version}, given, does not decide it)" if transformers_version else ""
         return "pass --llamafactory VERSION or --env FILE to decide it" + told
