@@ -210,3 +210,28 @@ def test_env_without_gpu_lines_is_named_as_given(tmp_path):
                                   "--fail-on", "never"])
     notes = [n for n in json.loads(r.stdout)["notes"] if n.startswith("GPUs unknown")]
     assert notes and "no --env" not in notes[0] and "names no GPU" in notes[0], notes
+
+
+@pytest.mark.parametrize("flags", [("--transformers", "4.45.0"), ("--llamafactory", "0.8.3"),
+                                   ("--llamafactory", "0.9.1")], ids=lambda f: " ".join(f))
+def test_default_optimizer_follows_an_older_stated_stack(flags, tmp_path):
+    """transformers before 4.54 defaults to adamw_torch whatever the torch (the fused default is
+    huggingface/transformers#37358); an LF 0.8.x / 0.9.1 user gets such a transformers, and the torch of its time."""
+    body = FREEZE_NO_PRECISION.replace("finetuning_type: freeze", "finetuning_type: full") + "bf16: true\n"
+    rep = _check(tmp_path, body, *flags)
+    assert rep["run"]["optim"] == "adamw_torch" and not rep["run"]["optim_assumed"], rep["run"]
+    torch = {a["name"]: a for a in rep["assumptions"]}["torch-version"]
+    assert torch["value"].startswith("< 2.8") and not torch["moves_verdict"], torch
+    # no version stated: a current stack, the fused default (an assumption)
+    now = tmp_path / "now"
+    now.mkdir()
+    rep = _check(now, body)
+    assert rep["run"]["optim"] == "adamw_torch_fused" and rep["run"]["optim_assumed"]
+
+
+def test_lf_08_takes_the_first_later_cap():
+    from finetune_doctor.facts.stackrange import assumed_transformers
+    from finetune_doctor.readers.config.lfrelease import choose
+
+    got = assumed_transformers(choose("0.8.3", "--llamafactory"))
+    assert got is not None and got["version"] == "4.45.0" and "0.9.0, the first release with one" in got["spec"]

@@ -249,7 +249,17 @@ def _stack(c: _Seen, alt_stack: dict[str, Any] | None) -> list[Assumption]:
                          lambda total=total, verdict=verdict: (total, verdict)))
         why = ("transformers' default optimizer follows torch (fused AdamW from 2.8)"
                if run.optim_assumed else "the YAML's `optim` fixes the optimizer; kernels follow torch")
-        out.append(_weigh("torch-version", ">= 2.8 (a current stack)",
+        value = ">= 2.8 (a current stack)"
+        from finetune_doctor.run.stack import parse_version, torch_decides_optim
+
+        tf = (c.asm.stack or {}).get("transformers")
+        if tf and not torch_decides_optim(parse_version(tf)):
+            # torch 2.8 came out after transformers 4.54 (2025-07/08): a machine on an older transformers is taken to
+            # run the torch of its time, and its default optimizer (adamw_torch) does not depend on torch at all
+            value = f"< 2.8 (the torch of transformers {tf}'s time)"
+            why = (f"transformers {tf} predates torch 2.8 and defaults to adamw_torch whatever the torch "
+                   "(huggingface/transformers#37358, first in 4.54); kernels follow torch")
+        out.append(_weigh("torch-version", value,
                           f"no --torch, --env or installed torch of the training machine; {why}",
                           "--torch VERSION, or --env FILE with `llamafactory-cli env` of the training machine",
                           c.base, alts))

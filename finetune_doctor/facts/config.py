@@ -516,6 +516,13 @@ def _release_stack(asm: Assembly, stack: dict[str, str | None], release: Any) ->
     asm.tf_assumed = None if stack.get("transformers") else assumed_transformers(release)
     if asm.tf_assumed is not None:
         asm.stack = {**stack, "transformers": asm.tf_assumed["version"]}
+    from finetune_doctor.run.stack import parse_version, torch_decides_optim
+
+    tf = asm.stack.get("transformers")
+    if not asm.stack.get("torch") and tf and not torch_decides_optim(parse_version(tf)):
+        # a transformers before 4.54 ran on a torch before 2.8 (released after it): the torch-dependent terms
+        # follow that, not a current stack (the torch-version assumption says so: facts/assume.py `_stack`)
+        asm.stack = {**asm.stack, "torch": "2.7"}
     return asm.stack
 
 
