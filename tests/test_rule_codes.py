@@ -143,6 +143,7 @@ RELEASED = {
     "FD644": "export-host-oom",
     "FD346": "host-alloc-failed",
     "FD097": "rule-failed",
+    "FD714": "muon-under-deepspeed",
 }
 
 
