@@ -307,7 +307,7 @@ def _deepspeed_version(c: _Seen, given: set[str]) -> list[Assumption]:
             # (analyzers/memory/zero3.py `recompute_leak` reads the release from the run's stack; LEAK_RELEASE is
             # its RECOMPUTE_LEAK_RELEASE, kept here so that lint stays off the memory model)
             ds_alts = [(LEAK_RELEASE, lambda: c.judge(run.with_(stack_sources=run.stack_sources + (
-                ("deepspeed", LEAK_RELEASE, "assumed alternative"),)), hw, c.tokens) if _on(c.judge) else None)]
+                ("deepspeed", LEAK_RELEASE, "assumed alternative"),)), c.hw, c.tokens) if _on(c.judge) else None)]
         out.append(_weigh("deepspeed-version", dsv or "0.19.8 (the newest behaviour the doctor knows)",
                           "installed on this machine, not read from the training machine" if dsv else
                           "no DeepSpeed version of the training machine: defaults and known bugs of 0.19.8 apply",
