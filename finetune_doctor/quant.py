@@ -200,6 +200,11 @@ def _compressed_tensors(qc: dict[str, Any], skip: tuple[str, ...]) -> QuantSpec:
     return spec
 
 
+UNQUANTIZED_LABEL = "unquantized, in the base model's dtype (an upper bound)"
+"""The alternative shown beside a checkpoint sized from its name's ending (`hinted_spec`): the ``weights-quantization``
+assumption's label in every config kind (facts/assume.py, facts/quantassume.py, facts/kinds.py)."""
+
+
 def name_suggests_quantized(name: str) -> str | None:
     """The quantization a repo name hints at (``-AWQ``, ``-GPTQ-Int4``, ``-FP8``, ``-bnb-4bit``, ...), or None.
 

@@ -142,6 +142,8 @@ RELEASED = {
     "FD643": "export-does-not-fit",
     "FD644": "export-host-oom",
     "FD346": "host-alloc-failed",
+    "FD097": "rule-failed",
+    "FD714": "muon-under-deepspeed",
 }
 
 

@@ -67,22 +67,38 @@ class RuleContext:
         return doc.locate(key)
 
 
+RULE_FAILED = "rule-failed"
+"""The meta rule (rules/rule-failed.yaml) that reports a rule whose evaluation raised, from ``lint.rule_failures``."""
+
+
 def evaluate(rules: tuple[Rule, ...], ctx: RuleContext) -> list[Finding]:
     """Evaluate `rules` in order; returns the findings sorted by severity then position.
 
     A rule whose ``requires`` namespaces are absent (None) is skipped: e.g. memory rules without a model.
-    An expression that fails at run time is an error in the rule file and raises InputError naming it.
+    A rule whose evaluation raises (an expression meeting facts of a shape it did not expect: trial 6's FD708 on a
+    chat config, ``'str' + _Null``) never takes the report down: its failure is recorded in ``lint.rule_failures``
+    ({code, name, rule_file, error}) and reported by the meta rule `rule-failed` (FD097, error) when it is among
+    `rules`; every other rule still runs. An InputError (a rule naming an unknown planner) still stops the run.
     """
     base = Evaluator(ctx.facts)
     out: list[Finding] = []
     facts = ctx.facts
+    failures: list[dict[str, Any]] = []
     for rule in rules:
-        if rule.requires and any(facts.get(ns) is None for ns in rule.requires):
+        if rule.name == RULE_FAILED or (rule.requires and any(facts.get(ns) is None for ns in rule.requires)):
             continue
         try:
             out.extend(_run_rule(rule, ctx, base))
-        except ExprError as err:
-            raise InputError(f"rule {rule.code} ({rule.name}) failed: {err}", file=rule.path) from None
+        except InputError:
+            raise
+        except Exception as err:   # noqa: BLE001 - one rule's bug must not hide every other rule's findings
+            text = str(err) if isinstance(err, ExprError) else f"{type(err).__name__}: {err}"
+            failures.append({"code": rule.code, "name": rule.name, "rule_file": rule.path, "error": text})
+    meta = [r for r in rules if r.name == RULE_FAILED]
+    if failures and meta:
+        lint = dict(facts.get("lint") or {})
+        lint["rule_failures"] = failures
+        out.extend(_run_rule(meta[0], ctx, Evaluator({**facts, "lint": lint})))
     dedup: dict[tuple, Finding] = {}
     for f in out:
         dedup.setdefault((f.code, f.location.file, f.location.line, f.location.key, f.message), f)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from finetune_doctor.engine import suppression
-from finetune_doctor.engine.evaluate import PLANNER_LOADERS, RuleContext, evaluate
+from finetune_doctor.engine.evaluate import PLANNER_LOADERS, RULE_FAILED, RuleContext, evaluate
 from finetune_doctor.engine.expr import save_code_cache
 from finetune_doctor.engine.loader import Rule, load_rules, select_rules
 from finetune_doctor.settings import Options
@@ -41,7 +41,21 @@ PLANNER_LOADERS.append(_load_planners)
 def rules_for(opts: Options, command: str) -> tuple[tuple[Rule, ...], tuple[Rule, ...]]:
     """(all loaded rules, the ones `command` evaluates after --select/--ignore). Raises InputError for a bad rule."""
     every = load_rules(opts.rules_dirs)
-    return every, select_rules(every, command, list(opts.select) if opts.select else None, list(opts.ignore))
+    selected = select_rules(every, command, list(opts.select) if opts.select else None, list(opts.ignore))
+    return every, _with_rule_failed(every, selected, opts)
+
+
+def _with_rule_failed(every: tuple[Rule, ...], selected: tuple[Rule, ...], opts: Options) -> tuple[Rule, ...]:
+    """`selected` plus the meta rule that reports a failing rule (FD097), which `--select` alone does not drop:
+    `--select FD708` on a file where FD708 raises must say so rather than print a clean report. Only `--ignore`
+    naming it (code or name) turns it off."""
+    if any(r.name == RULE_FAILED for r in selected):
+        return selected
+    meta = [r for r in every if r.name == RULE_FAILED]
+    ignore = [s.upper() for s in opts.ignore or ()]
+    if not meta or any(meta[0].code.upper().startswith(s) or s == meta[0].name.upper() for s in ignore):
+        return selected
+    return selected + (meta[0],)
 
 
 def judge(command: str, facts: dict[str, Any], sources: Mapping[str, SourceDoc], opts: Options, *,

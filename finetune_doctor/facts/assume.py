@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 # the memory model is imported where an alternative is weighed, not here: `lint` without a card lists assumptions
 # without weighing them and stays off the memory model (ARCHITECTURE.md, "memory model off the lint path")
+from finetune_doctor.quant import UNQUANTIZED_LABEL
 from finetune_doctor.facts.kinds import ACCELERATE_FSDP, DATA_PARALLEL
 from finetune_doctor.types import Assumption, Hardware
 
@@ -67,7 +68,7 @@ OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-
 # the config at all and stay out of the mixture too: a checkpoint sized from its name's ending (-AWQ as AWQ 4-bit:
 # quant.py `hinted_spec`) shows the unquantized base model (facts/quantassume.py `named_quant_assumption`), but an
 # upload named so is not stored unquantized.
-UNQUANTIZED = "unquantized, in the base model's dtype (an upper bound)"
+UNQUANTIZED = UNQUANTIZED_LABEL   # defined in quant.py, so facts/kinds.py (which this module imports) can name it
 # One process over every visible GPU (DATA_PARALLEL) is how LLaMA-Factory before 0.8.0 trained; the run is modelled
 # as 0.9.5 runs it (as for transformers < 4.49 above), so an older release is shown and weighed, never deciding;
 # `--launch` with a `python src/train.py` line estimates that launch itself (run/engines.py `_one_process_replicas`)
@@ -248,7 +249,17 @@ def _stack(c: _Seen, alt_stack: dict[str, Any] | None) -> list[Assumption]:
                          lambda total=total, verdict=verdict: (total, verdict)))
         why = ("transformers' default optimizer follows torch (fused AdamW from 2.8)"
                if run.optim_assumed else "the YAML's `optim` fixes the optimizer; kernels follow torch")
-        out.append(_weigh("torch-version", ">= 2.8 (a current stack)",
+        value = ">= 2.8 (a current stack)"
+        from finetune_doctor.run.stack import parse_version, torch_decides_optim
+
+        tf = (c.asm.stack or {}).get("transformers")
+        if tf and not torch_decides_optim(parse_version(tf)):
+            # torch 2.8 came out after transformers 4.54 (2025-07/08): a machine on an older transformers is taken to
+            # run the torch of its time, and its default optimizer (adamw_torch) does not depend on torch at all
+            value = f"< 2.8 (the torch of transformers {tf}'s time)"
+            why = (f"transformers {tf} predates torch 2.8 and defaults to adamw_torch whatever the torch "
+                   "(huggingface/transformers#37358, first in 4.54); kernels follow torch")
+        out.append(_weigh("torch-version", value,
                           f"no --torch, --env or installed torch of the training machine; {why}",
                           "--torch VERSION, or --env FILE with `llamafactory-cli env` of the training machine",
                           c.base, alts))
@@ -296,7 +307,7 @@ def _deepspeed_version(c: _Seen, given: set[str]) -> list[Assumption]:
             # (analyzers/memory/zero3.py `recompute_leak` reads the release from the run's stack; LEAK_RELEASE is
             # its RECOMPUTE_LEAK_RELEASE, kept here so that lint stays off the memory model)
             ds_alts = [(LEAK_RELEASE, lambda: c.judge(run.with_(stack_sources=run.stack_sources + (
-                ("deepspeed", LEAK_RELEASE, "assumed alternative"),)), hw, c.tokens) if _on(c.judge) else None)]
+                ("deepspeed", LEAK_RELEASE, "assumed alternative"),)), c.hw, c.tokens) if _on(c.judge) else None)]
         out.append(_weigh("deepspeed-version", dsv or "0.19.8 (the newest behaviour the doctor knows)",
                           "installed on this machine, not read from the training machine" if dsv else
                           "no DeepSpeed version of the training machine: defaults and known bugs of 0.19.8 apply",

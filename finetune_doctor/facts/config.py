@@ -223,10 +223,11 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     arch = _arch(asm, config, opts, tolerate=static or not need_model or lenient, static=static,
                  transformers=stack.get("transformers"))
     facts["lint"]["model_type_unregistered"] = tfmodeltype.fact(asm, arch)
-    if kind not in ("train", "train-v1"):
-        return kinds.not_training(asm, arch)
-    if arch is None:
+    if arch is None:   # every config kind alike: a model this machine cannot see is info unless --strict (trial 6)
         nothere.model_not_here(asm)
+    if kind not in ("train", "train-v1"):
+        kinds.not_training(asm, arch)
+        return _lint_assumptions(asm)   # --strict judges a merge's or a chat's verdict-moving ones too
     # check, estimate and postmortem size a DeepSpeed file that is not here with the same stock stand-in (one home:
     # `_stand_in_deepspeed`, an assumption), so the same inputs give the same total (trial 3, LlamaFactory#8665)
     _deepspeed(asm, arch, tolerate_missing=static, lenient=lenient)
@@ -290,8 +291,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
         facts["mem"].update({"deciding_assumption": None, "token_budget": None, **honest})
     elif assume:
         _assumptions(asm, opts, None, None)
-    facts["lint"]["assumptions"] = [{**a.as_dict(), "effect_text": effect_text(a)}
-                                    for a in sort_assumptions(asm.assumptions)]
+    _lint_assumptions(asm)
     # a v1 run's FSDP2 comes from its dist_config, handed to the resolver as an accelerate FSDP2 setting
     asm.notes.extend(n.replace("from the accelerate config", "from v1's dist_config") if kind == "train-v1" else n
                      for n in asm.run.notes)
@@ -356,8 +356,24 @@ def _hardware(asm: Assembly, opts: Options, hw: Hardware | None, env_report: Any
     elif not static and asm.kind not in ("export", "export-v1"):
         # no verdict without a card: say so instead of a clean report that reads like a pass (a merge's own
         # estimate says what it needs of the GPUs or host RAM)
-        asm.notes.append("GPUs unknown (no --gpu, no NVML, no --env): the fit is not judged and one GPU is assumed "
-                         "for the world size; pass e.g. --gpu 4xL20, or --env with `llamafactory-cli env` output")
+        asm.notes.append(_gpus_unknown(opts))
+
+
+def _gpus_unknown(opts: Options) -> str:
+    """The note of a run judged without a card; it names --env as given when it was (trial 6 case 11: an env file
+    with no GPU line was reported as "no --env")."""
+    if opts.env_file:
+        return (f"GPUs unknown (no --gpu, no NVML; --env {opts.env_file} names no GPU): the fit is not judged and "
+                "one GPU is assumed for the world size; pass e.g. --gpu 4xL20")
+    return ("GPUs unknown (no --gpu, no NVML, no --env): the fit is not judged and one GPU is assumed for the world "
+            "size; pass e.g. --gpu 4xL20, or --env with `llamafactory-cli env` output")
+
+
+def _lint_assumptions(asm: Assembly) -> Assembly:
+    """Copy the assumptions into ``lint.assumptions`` (for assumption-moves-verdict), verdict-moving first."""
+    asm.facts["lint"]["assumptions"] = [{**a.as_dict(), "effect_text": effect_text(a)}
+                                        for a in sort_assumptions(asm.assumptions)]
+    return asm
 
 
 def effect_text(a: Any) -> str:
@@ -500,6 +516,13 @@ def _release_stack(asm: Assembly, stack: dict[str, str | None], release: Any) ->
     asm.tf_assumed = None if stack.get("transformers") else assumed_transformers(release)
     if asm.tf_assumed is not None:
         asm.stack = {**stack, "transformers": asm.tf_assumed["version"]}
+    from finetune_doctor.run.stack import parse_version, torch_decides_optim
+
+    tf = asm.stack.get("transformers")
+    if not asm.stack.get("torch") and tf and not torch_decides_optim(parse_version(tf)):
+        # a transformers before 4.54 ran on a torch before 2.8 (released after it): the torch-dependent terms
+        # follow that, not a current stack (the torch-version assumption says so: facts/assume.py `_stack`)
+        asm.stack = {**asm.stack, "torch": "2.7"}
     return asm.stack
 
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from finetune_doctor.run.quantization import checkpoint_weight_bytes
+
 GIB = 2 ** 30
 _BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "auto": None}
 
@@ -44,11 +46,11 @@ def export_estimate(values: Mapping[str, Any], arch: Any) -> dict[str, Any]:
     for auto) = ``weights_gib`` + ``merge_gib`` (5 % of the weights for the delta merged in place), ``written_gib`` (size of export_dir), ``shards`` (files of export_size GB), ``quantized_bits``."""
     params = arch.total_params()
     nbytes, dtype = _dtype_bytes(values, arch)
-    weights = params * nbytes
+    weights, fmt = checkpoint_weight_bytes(arch, nbytes)
     device = "cpu" if str(values.get("export_device", "cpu")) == "cpu" else "gpu"
     bits = values.get("export_quantization_bit")
     written = weights
-    if isinstance(bits, int) and not isinstance(bits, bool) and bits in (2, 3, 4, 8):
+    if fmt is None and isinstance(bits, int) and not isinstance(bits, bool) and bits in (2, 3, 4, 8):
         # GPTQ packs the decoder's linear weights; embeddings, norms and the LM head stay in the compute dtype
         emb = arch.vocab_size * arch.hidden_size * (1 if arch.tie_word_embeddings else 2)
         written = (params - emb) * bits / 8 + emb * nbytes
@@ -59,7 +61,8 @@ def export_estimate(values: Mapping[str, Any], arch: Any) -> dict[str, Any]:
             "peak_gib": round(weights * 1.05 / GIB, 2),   # the merge adds one LoRA delta at a time
             "weights_gib": round(weights / GIB, 2), "merge_gib": round(weights * 0.05 / GIB, 2),
             "written_gib": round(written / GIB, 2), "shards": max(1, -(-int(written) // int(shard_gb * 1e9))),
-            "quantized_bits": bits if isinstance(bits, int) and not isinstance(bits, bool) else None}
+            "quantized_bits": bits if fmt is None and isinstance(bits, int) and not isinstance(bits, bool) else None,
+            "weights_format": fmt}
 
 
 def chat_estimate(values: Mapping[str, Any], arch: Any, capacity_gib: float | None) -> dict[str, Any]:
@@ -68,9 +71,10 @@ def chat_estimate(values: Mapping[str, Any], arch: Any, capacity_gib: float | No
     card is known), ``max_len`` and ``fits`` (None without a card). Assumes one sequence at a time (chat)."""
     nbytes, dtype = _dtype_bytes(values, arch)
     backend = str(values.get("infer_backend", "huggingface"))
-    weights = arch.total_params() * nbytes
+    weights, fmt = checkpoint_weight_bytes(arch, nbytes)
     bits = values.get("quantization_bit")
-    if isinstance(bits, int) and not isinstance(bits, bool) and bits in (4, 8):
+    # a checkpoint stored quantized is loaded as stored: LF ignores quantization_bit then (model_utils/quantization.py)
+    if fmt is None and isinstance(bits, int) and not isinstance(bits, bool) and bits in (4, 8):
         weights = weights * bits / (8 * nbytes)
     if backend == "vllm":
         max_len, frac = values.get("vllm_maxlen", 4096), values.get("vllm_gpu_util", 0.7)
@@ -82,7 +86,8 @@ def chat_estimate(values: Mapping[str, Any], arch: Any, capacity_gib: float | No
         max_len, frac = (gen if isinstance(gen, int) else 1024) + (cut if isinstance(cut, int) else 2048), None
     max_len = max_len if isinstance(max_len, int) and not isinstance(max_len, bool) else 4096
     kv = _kv_per_token(arch, nbytes) * max_len
-    out: dict[str, Any] = {"backend": backend, "dtype": dtype, "weights_gib": round(weights / GIB, 2),
+    out: dict[str, Any] = {"backend": backend, "dtype": dtype, "weights_format": fmt,
+                           "weights_gib": round(weights / GIB, 2),
                            "kv_gib": round(kv / GIB, 3), "max_len": max_len, "reserved_gib": None, "fits": None}
     if capacity_gib:
         if isinstance(frac, (int, float)) and not isinstance(frac, bool):
@@ -601,6 +606,8 @@ def not_training(asm: Any, arch: Any) -> Any:
                              "a slower merge that fits")
         if e["host_ram_gib"] is None and (e["device"] == "cpu" or e["auto_fits"] is None and cap is not None):
             asm.assumptions.append(_host_ram_unknown(e["peak_gib"], None if e["device"] == "cpu" else cap))
+        e["verdict"] = None if e["fits"] is None else ("fits" if e["fits"] else "oom")
+        _export_load_dtype(asm, arch, values, e)
         asm.kind_section = {"kind": "export", **e}
     else:
         cap = asm.hw.capacity_gib if asm.hw is not None else None
@@ -610,5 +617,75 @@ def not_training(asm: Any, arch: Any) -> Any:
                          f"{e['kv_gib']} GiB at {e['max_len']} tokens{extra}")
         e["capacity_gib"] = cap
         asm.kind_section = {"kind": "chat", **e}
+    _named_quant(asm, arch, values)
     asm.facts["lint"]["kind_estimate"] = dict(asm.kind_section)   # for the rules (inference/export-does-not-fit)
     return asm
+
+
+def _export_load_dtype(asm: Any, arch: Any, values: Mapping[str, Any], e: dict[str, Any]) -> None:
+    """The ``load-dtype`` assumption of a CPU merge (export_device: cpu, infer_dtype: auto) on a machine the inputs
+    do not describe. LLaMA-Factory loads it in ``infer_optim_dtype(config.torch_dtype)`` (model/patcher.py
+    L375-379; LF 0.9.0 L62-66): bf16 for a bf16 checkpoint where torch sees a bf16 CUDA/NPU device, else fp16 where
+    it sees any CUDA or NPU device, else **float32** (extras/misc.py ``_is_fp16_available = is_torch_npu_available()
+    or is_torch_cuda_available()``). A merge machine with no GPU visible therefore holds the model in 4 bytes a
+    parameter, twice the 16-bit estimate (trial 6 case 07, LlamaFactory#4711: Qwen2-72B, 252 GB of RAM, "Killed").
+    The float32 peak is weighed; when it changes the verdict, the verdict is ``at-risk`` and ``interval_gib`` spans
+    both (GiB). A ``--gpu`` (or NVML) card says the machine has a device: nothing is assumed then."""
+    from finetune_doctor.types import Assumption
+
+    if e["device"] != "cpu" or e.get("weights_format") or str(values.get("infer_dtype", "auto")) != "auto":
+        return
+    if asm.hw is not None and asm.hw.capacity_gib:
+        return
+    alt = export_estimate({**values, "infer_dtype": "float32"}, arch)
+    if alt["peak_gib"] <= e["peak_gib"]:
+        return   # a float32 checkpoint: already sized at 4 bytes
+    label = "float32 (no CUDA or NPU device visible where it merges)"
+    host = e.get("host_ram_gib")
+    alt_verdict = None if host is None else ("fits" if alt["peak_gib"] <= host else "oom")
+    moves = e["verdict"] is not None and alt_verdict is not None and alt_verdict != e["verdict"]
+    e["interval_gib"] = [e["peak_gib"], alt["peak_gib"]]
+    if moves:
+        e["verdict"] = "at-risk"
+    where = "the catalogue entry's" if getattr(arch, "source_kind", "") == "catalog" else "the checkpoint's"
+    asm.assumptions.append(Assumption(
+        name="load-dtype", value=f"{e['dtype']} (a CUDA or NPU device is visible where it merges)",
+        source=f"{where} dtype {arch.dtype}, loaded as LLaMA-Factory's infer_optim_dtype picks it: 16-bit where "
+               "torch sees a CUDA or NPU device, float32 where it sees none (extras/misc.py, model/patcher.py); "
+               "export_device: cpu does not say whether the merging machine has one",
+        alternatives=(label,), effect_gib={label: alt["peak_gib"]},
+        effect_verdict={label: alt_verdict} if alt_verdict else {},
+        resolve_with="--gpu SPEC of the machine that merges (or run the doctor there), or infer_dtype in the config",
+        moves_verdict=moves))
+
+
+def _named_quant(asm: Any, arch: Any, values: Mapping[str, Any]) -> None:
+    """The ``weights-quantization`` assumption of a chat/export checkpoint sized from its name's ending alone
+    (quant.py `hinted_spec`: ``-AWQ`` as AWQ 4-bit g128), as training records it (facts/quantassume.py
+    `named_quant_assumption`): the unquantized base model is shown beside it, not weighed (an upload named -AWQ is
+    not stored unquantized)."""
+    from dataclasses import replace
+
+    from finetune_doctor.quant import UNQUANTIZED_LABEL as UNQUANTIZED
+    from finetune_doctor.types import Assumption
+
+    quant = getattr(arch, "quant", None)
+    sec = asm.kind_section
+    if quant is None or not getattr(quant, "from_name", False) or not sec or not sec.get("weights_format"):
+        return
+    plain = replace(arch, quant=None)
+    if sec["kind"] == "chat":
+        alt = chat_estimate(values, plain, sec.get("capacity_gib"))
+        total, fits = round(alt["weights_gib"] + alt["kv_gib"], 2), alt["fits"]
+    else:
+        alt = export_estimate(values, plain)
+        total, fits = alt["peak_gib"], None
+    verdict = None if fits is None else ("fits" if fits else "oom")
+    asm.assumptions.append(Assumption(
+        name="weights-quantization", value=f"{quant.label} (as the name's ending suggests)",
+        source=f"no config.json of the checkpoint was read; the name '{asm.doc.values.get('model_name_or_path')}' ends as "
+               f"such uploads do, and they are stored as {quant.label} (quant.py hinted_spec)",
+        alternatives=(UNQUANTIZED,), effect_gib={UNQUANTIZED: total},
+        effect_verdict={UNQUANTIZED: verdict} if verdict else {},
+        resolve_with="--model-config (the checkpoint's config.json), or the model folder on this machine",
+        moves_verdict=False))

@@ -4,7 +4,8 @@
   invalid value), with the line it is on and whether the value came from a ``key=value`` override;
 * ``ds_missing``: the ``deepspeed:`` path that did not resolve, when the command reads on without it;
 * ``model_unresolved``: the model whose config.json was found nowhere (or was unusable), when the command reads on;
-* ``unused_suppressions``: suppression comments that hid nothing (engine/suppression.py), filled by the judge.
+* ``unused_suppressions``: suppression comments that hid nothing (engine/suppression.py), filled by the judge;
+* ``rule_failures``: rules whose evaluation raised on this file (engine/evaluate.py), filled by the judge.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "cls_to_wrap": F("any", "fsdp_transformer_layer_cls_to_wrap as written (None: absent)"),
         "fsdp_version": F("any", "fsdp_version as written")}),
     "unused_suppressions": F("list", "suppression comments that hid nothing", items=UNUSED_ITEM),
+    "rule_failures": F("list", "rules whose evaluation raised on this file, filled by the judge (engine/evaluate.py)",
+                       items={"code": F("str", "the failing rule's code"), "name": F("str", "its name"),
+                              "rule_file": F("str", "the rule file"), "error": F("str", "what it raised")}),
     "standalone_ds": F("bool", "a DeepSpeed JSON linted on its own, without a training config"),
     "assumptions": F("list", "what the command assumed rather than read, verdict-moving first (facts/assume.py)",
                      items={"name": F("str", "stable id"), "value": F("any", "the value used"),
@@ -152,7 +156,10 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "kind": F("str", "export | chat"), "fits": F("bool", "fits the GPUs (None: not judged)"),
         "device": F("str", "export: cpu | gpu"), "peak_gib": F("float", "export: peak while merging, GiB"),
         "written_gib": F("float", "export: size of export_dir, GiB"), "backend": F("str", "chat: engine"),
-        "weights_gib": F("float", "chat: weights, GiB"), "kv_gib": F("float", "chat: KV cache at max_len, GiB"),
+        "weights_gib": F("float", "chat: weights, GiB"),
+        "verdict": F("str", "export: fits | at-risk | oom (None: not judged); at-risk when an assumption moves it"),
+        "interval_gib": F("list", "export: the peak's range over its load-dtype assumption, GiB (absent: none)"),
+        "weights_format": F("str", "the checkpoint's stored quantization (e.g. AWQ 4-bit g128; None: unquantized)"), "kv_gib": F("float", "chat: KV cache at max_len, GiB"),
         "max_len": F("int", "chat: tokens the KV cache is sized for"),
         "reserved_gib": F("float", "chat: vLLM/SGLang's up-front reservation of one card, GiB"),
         "capacity_gib": F("float", "the GPU memory the estimate is judged against, GiB"),
@@ -213,6 +220,9 @@ def _unverified(condition: str | None, transformers_version: str | None) -> bool
 def _decide(condition: str, transformers_version: str | None) -> str:
     """The flags that would decide an unverified `condition`, never one the user gave (trial 4: FD041 said "pass
     --transformers VERSION" right after --transformers 5.2.0 was passed, for a key only LF's release decides)."""
+    if condition.startswith("LLaMA-Factory ") and "so its commit decides" in condition:
+        # --llamafactory named a build between releases (trial 6: 0.9.3.dev0): another version flag cannot help
+        return "pass --env FILE from the training machine (`llamafactory-cli env`) to decide it"
     if condition.startswith("LLaMA-Factory "):
         told = f" (transformers {transformers_version}, given, does not decide it)" if transformers_version else ""
         return "pass --llamafactory VERSION or --env FILE to decide it" + told

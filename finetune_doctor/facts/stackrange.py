@@ -153,14 +153,35 @@ def stack_refusal_facts(release: Any, opts: Any, env_report: Any, context_stack:
     return {"stack_refusals": refusals(release, found, launch_env(getattr(opts, "launch", None)), env)}
 
 
+def _first_cap_after(version: str, catalog: Mapping[str, Any]) -> tuple[str, tuple[tuple[int, ...], str]] | None:
+    """(release, (numbers, text)) of the transformers ``<=`` bound of the first catalogued release after `version`
+    that names one; None when none does."""
+    here = _parts(version)
+    if here is None:
+        return None
+    for v in sorted(catalog, key=lambda x: (_parts(x) or ((0,), False))[0]):
+        pv = _parts(v)
+        if pv is None or _cmp(pv[0], here[0]) <= 0:
+            continue
+        req = next((r for r in catalog[v]["requires"] if r["package"] == "transformers"), None)
+        tops = [c.strip()[2:].strip() for c in re.sub(r"^[A-Za-z0-9_.\-]+", "", (req or {}).get("spec", "")).split(",")
+                if c.strip().startswith("<=")]
+        got = [(p[0], t) for t in tops if (p := _parts(t)) is not None and not p[1]]
+        if got:
+            return v, min(got)
+    return None
+
+
 def assumed_transformers(release: Any) -> dict[str, str] | None:
     """The transformers the training machine most likely runs when only its LLaMA-Factory release is known: the
     newest version every judged release's start-up range admits (the smallest ``<=`` bound of their
     ``check_dependencies`` requirements, catalog/lf_stack_ranges.json), since a user who installs that release
     gets pip's newest allowed version. {"version", "spec" (every judged release's requirement, '; '-joined),
     "releases", "release_source"}; None when the release is not known, predates the catalogue, or its ranges
-    name no upper bound (then the newest transformers is as likely as any: trial 5, "a current release" was
-    assumed for LF 0.9.2, which refuses it)."""
+    name no upper bound and no later release names one (then the newest transformers is as likely as any: trial
+    5, "a current release" was assumed for LF 0.9.2, which refuses it). A release without a bound (0.8.x) takes the
+    bound of the first later release that has one, said so in "spec" (trial 6: 0.8.x was judged on torch 2.8's
+    fused AdamW)."""
     if release is None or not getattr(release, "known", False) or getattr(release, "older", False):
         return None
     # a release the user states (--llamafactory, an --env file): the one installed here may not be the training
@@ -172,7 +193,8 @@ def assumed_transformers(release: Any) -> dict[str, str] | None:
     if not judged or len(judged) != len(release.versions):
         return None
     bounds: list[tuple[tuple[int, ...], str]] = []
-    specs = []
+    specs: list[str] = []
+    capped: list[str] = []   # how a release without an upper bound was bounded, for the assumption's text
     for v in judged:
         req = next((r for r in catalog[v]["requires"] if r["package"] == "transformers"), None)
         if req is None:
@@ -182,10 +204,17 @@ def assumed_transformers(release: Any) -> dict[str, str] | None:
                 if c.strip().startswith("<=")]
         got = [(p[0], t) for t in tops if (p := _parts(t)) is not None and not p[1]]
         if not got:
-            return None
+            later = _first_cap_after(v, catalog)
+            if later is None:
+                return None
+            # LF 0.8.x names no upper bound; the first release that does (0.9.0, <=4.45.0) capped what the code base
+            # had run with: a newer transformers is not what an 0.8.x install of its time got (trial 6)
+            got = [later[1]]
+            capped.append(f"{req['spec']} (no upper bound; {later[0]}, the first release with one, requires "
+                          f"<= {later[1][1]})")
         bounds.append(min(got))
     version = min(bounds)[1]
     if any(satisfies(version, s) is not True for s in specs):
         return None
-    return {"version": version, "spec": "; ".join(sorted(set(specs))), "releases": _span(judged),
+    return {"version": version, "spec": "; ".join(sorted(set(capped) or set(specs))), "releases": _span(judged),
             "release_source": getattr(release, "source", "") or ""}

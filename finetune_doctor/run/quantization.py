@@ -141,3 +141,22 @@ def resolve_quantization(arch: ModelArch, quantization_bit: Any, quantization_me
     if lb.per_param is None:
         notes.append(f"{spec.label}: {spec.detail or 'format not modelled'}")
     return out
+
+
+def checkpoint_weight_bytes(arch: ModelArch, unquantized_bytes: float) -> tuple[float, str | None]:
+    """(bytes, label) of the whole checkpoint as stored: every parameter at `unquantized_bytes` (the dtype it loads
+    in), except the decoder linears a modelled `arch.quant` packs, which are priced as `stored_linear_bytes` does
+    (AWQ/GPTQ/bitsandbytes bits plus their scales and zeros). `label` is the format's (e.g. "AWQ 4-bit g128") or
+    None when the weights are not stored quantized. The one sizing of a checkpoint's storage that a config that
+    does not train (chat/API, export) shares with training (`resolve_quantization`), so a ``-AWQ`` upload sized
+    from its name (quant.py `hinted_spec`, trial 6 case 12) is the same size whatever the config kind. Units: bytes.
+    """
+    params = arch.total_params()
+    spec = getattr(arch, "quant", None)
+    if spec is None or not spec.known or not spec.bits:
+        return params * unquantized_bytes, None
+    lb = stored_linear_bytes(arch, spec, unquantized_bytes)
+    if lb.bytes is None:
+        return params * unquantized_bytes, None
+    rest = max(params - lb.quantized - lb.unquantized, 0)
+    return lb.bytes + rest * unquantized_bytes, spec.label

@@ -19,15 +19,31 @@ OPTIM_IMPL = {
 }
 
 
-def default_optim(torch_version: tuple[int, int] | None = None) -> str:
-    """transformers' default `optim`: adamw_torch_fused on torch >= 2.8, else adamw_torch (LF_FACTS §3).
+# transformers turned the default `optim` to adamw_torch_fused on torch >= 2.8 in huggingface/transformers#37358
+# (merged 2025-07, first released in 4.54.0); before it the default was adamw_torch whatever the torch (4.45.0's
+# training_args.py L1267-1270 keeps the fused line commented out)
+FUSED_DEFAULT_FROM = (4, 54)
+
+
+def default_optim(torch_version: tuple[int, int] | None = None,
+                  transformers_version: tuple[int, ...] | None = None) -> str:
+    """transformers' default `optim`: adamw_torch_fused on torch >= 2.8 from transformers 4.54 on, else adamw_torch
+    (LF_FACTS §3; `FUSED_DEFAULT_FROM`).
 
     The torch version of the training machine is unknown before launch; we assume a current stack (>= 2.8) unless
-    told otherwise, and the JSON report's `run` says which optimizer was assumed.
+    told otherwise, and the JSON report's `run` says which optimizer was assumed. A transformers before 4.54
+    (stated, or assumed from the LLaMA-Factory release) decides it without torch.
     """
+    if transformers_version is not None and tuple(transformers_version[:2]) < FUSED_DEFAULT_FROM:
+        return "adamw_torch"
     if torch_version is not None and torch_version < (2, 8):
         return "adamw_torch"
     return "adamw_torch_fused"
+
+
+def torch_decides_optim(transformers_version: tuple[int, ...] | None) -> bool:
+    """Whether the default optimizer depends on torch: not under a transformers before `FUSED_DEFAULT_FROM`."""
+    return transformers_version is None or tuple(transformers_version[:2]) >= FUSED_DEFAULT_FROM
 
 
 def parse_version(v: str | None) -> tuple[int, ...] | None:

@@ -20,7 +20,7 @@ def render(data: dict[str, Any]) -> list[Any]:
     t.add_column("", footer="total")
     t.add_column("GiB", justify="right", footer=_g(total))
     t.add_column("% of capacity", justify="right", footer=_pct(total, cap))
-    t.add_row(f"weights ({data.get('dtype')})", _g(w), _pct(w, cap))
+    t.add_row(f"weights ({data.get('weights_format') or data.get('dtype')})", _g(w), _pct(w, cap))
     t.add_row(f"KV cache at {data.get('max_len')} tokens", _g(kv), _pct(kv, cap))
     fits = {True: "yes", False: "NO", None: "unknown"}[data.get("fits")]
     res = data.get("reserved_gib")

@@ -23,9 +23,12 @@ def render(data: dict[str, Any]) -> list[Any]:
     t.add_column("% of " + ("host RAM" if cpu else "GPUs"), justify="right",
                  footer=_pct(data.get("peak_gib"), limit))
     weights, merge = data.get("weights_gib"), data.get("merge_gib")
-    t.add_row(f"weights ({data.get('params_b')} B params, {data.get('dtype')})", _g(weights), _pct(weights, limit))
+    t.add_row(f"weights ({data.get('params_b')} B params, {data.get('weights_format') or data.get('dtype')})", _g(weights), _pct(weights, limit))
     t.add_row("LoRA merge working set (5 % of the weights)", _g(merge), _pct(merge, limit))
     fits = {True: "yes", False: "NO", None: "unknown"}[data.get("fits")]
+    if data.get("verdict") == "at-risk":
+        lo, hi = data.get("interval_gib") or (data.get("peak_gib"), data.get("peak_gib"))
+        fits = f"at-risk ({_g(lo)}-{_g(hi)} GiB over the load-dtype assumption)"
     what = "host RAM" if cpu else "GPU memory"
     lim = f"{_g(limit)} GiB" if limit is not None else ("not given (--host-ram)" if cpu else "unknown (--gpu)")
     if not cpu and data.get("spill_gib"):
