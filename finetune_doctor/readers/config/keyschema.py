@@ -68,7 +68,12 @@ class KeyProblem:
 
 
 # the value checks whose sentence is rules/invalid-value.yaml's message table's (facts/lint.py declares them)
-VALUE_CHECKS = ("null-fails", "null-needs-value", "range-not-allowed", "range-out-of-bounds")
+VALUE_CHECKS = ("null-fails", "null-needs-value", "range-not-allowed", "range-out-of-bounds", "item-not-among",
+                "choice-not-in-release")
+# the undeclared-key problems whose opening is worded by the rules (unknown-key, renamed-key, unverified-config-
+# problem), one case per check and fate: `check`/`fate` (facts/lint.py `case`)
+OPENING_CHECKS = ("unknown", "unknown-near", "not-snake-case", "old-spelling", "retired", "retired-undated",
+                  "renamed")
 
 
 @lru_cache(maxsize=4)
@@ -222,9 +227,9 @@ def _by_release(ctx: _Ctx, key: str, value: Any, p: KeyProblem) -> KeyProblem | 
 
     rel = ctx.release
     if not rel.has_key(key):
-        if p.kind == "unknown" and rel.known and rel.key_versions(key) and p.message.startswith("Unknown key"):
+        if p.kind == "unknown" and rel.known and rel.key_versions(key) and p.check in ("unknown", "unknown-near"):
             # a key of other releases, not a typo: say which releases have it
-            return replace(p, message=f"`{key}` is not a key of {rel.label} (LLaMA-Factory "
+            return replace(p, check=None, args=None, message=f"`{key}` is not a key of {rel.label} (LLaMA-Factory "
                                       f"{spans(rel.key_versions(key))} declares it): {_FATE}.")
         new = p.replacement_key
         if p.kind in ("renamed", "retired") and rel.known and new and rel.key_versions(new) and not rel.has_key(new):
@@ -293,9 +298,9 @@ def _choice_not_yet(ctx: _Ctx, key: str, value: Any) -> KeyProblem | None:
     choices = rel.choices(key)
     if not choices or value in choices:
         return None
-    return KeyProblem(key, "invalid_value", f"`{key}: {_yaml(value)}` is not a choice of {rel.label}, which "
-                                            f"accepts {_listing(choices)}: it fails where LLaMA-Factory branches "
-                                            f"on the value.", suggestion=f"use one of {_listing(choices)}")
+    return KeyProblem(key, "invalid_value", "", check="choice-not-in-release",
+                      args={"value": _yaml(value), "release": str(rel.label), "choices": _listing(choices)},
+                      suggestion=f"use one of {_listing(choices)}")
 
 
 def _not_yet(ctx: _Ctx, key: str) -> KeyProblem | None:
@@ -471,8 +476,9 @@ def _retired(ctx: _Ctx, key: str, r: Mapping[str, Any], value: Any, entry: Mappi
         # no --transformers: judged for the current stack, said as a condition (an assumption of the report)
         nxt = ".".join(str(x) for x in (*last[:-1], last[-1] + 1))
         cond = f"transformers >= {nxt}; no --transformers given"
+    args = {"since": str(r.get("last_seen") or ""), "why": str(r.get("explanation") or "")}
     if not new:
-        return KeyProblem(key, "unknown", f"`{key}` is not a LLaMA-Factory key{when}: {_FATE}.{why}",
+        return KeyProblem(key, "unknown", _FATE, check="retired" if when else "retired-undated", args=args,
                           suggestion=f"remove `{key}`", fix="delete", condition=cond, inert=_at_old_default(key, value))
     fix_value: Any = _NO_FIX
     assumed = ""
@@ -484,7 +490,10 @@ def _retired(ctx: _Ctx, key: str, r: Mapping[str, Any], value: Any, entry: Mappi
     if fix_value is not _NO_FIX:
         extra = _rename(ctx, new, fix_value)
     suggestion = f"write `{new}: {_yaml(fix_value)}`{assumed}" if fix_value is not _NO_FIX else f"use `{new}`"
-    return KeyProblem(key, "renamed", f"`{key}` was renamed to `{new}`{when}; {_FATE}.{why}",
+    if when:
+        return KeyProblem(key, "renamed", _FATE, check="renamed", args={**args, "new": str(new)},
+                          suggestion=suggestion, replacement_key=new, condition=cond, **extra)
+    return KeyProblem(key, "renamed", f"`{key}` was renamed to `{new}`; {_FATE}.{why}",
                       suggestion=suggestion, replacement_key=new, condition=cond, **extra)
 
 
@@ -574,15 +583,15 @@ def _unknown(ctx: _Ctx, key: str, value: Any) -> KeyProblem:
     known = ctx.known_cache
     norm = key.strip().lower().replace("-", "_").replace(" ", "_")
     if norm != key and norm in ctx.keys and usable(norm, ctx.keys[norm]):
-        return KeyProblem(key, "unknown", f"`{key}` is not a key (keys are lower_snake_case): {_FATE}.",
+        return KeyProblem(key, "unknown", _FATE, check="not-snake-case", args={"key": norm},
                           suggestion=f"write `{norm}`", replacement_key=norm, **_rename(ctx, norm, value))
     if norm != key and norm in ctx.retired and ctx.retired[norm].get("replacement"):
         new = ctx.retired[norm]["replacement"]
         extra = _rename(ctx, new, value) if ctx.retired[norm].get("same_value") else {}
-        return KeyProblem(key, "renamed", f"`{key}` is an old spelling of `{new}`: {_FATE}.",
+        return KeyProblem(key, "renamed", _FATE, check="old-spelling", args={"new": str(new)},
                           suggestion=f"write `{new}`", replacement_key=new, **extra)
     if ctx.suggestions_left[0] <= 0:
-        return KeyProblem(key, "unknown", f"Unknown key `{key}`: {_FATE}.",
+        return KeyProblem(key, "unknown", _FATE, check="unknown",
                           suggestion=f"remove `{key}` or check its spelling (no spelling suggestion past the first "
                                      f"{MAX_SUGGESTIONS} unknown keys of a file)")
     ctx.suggestions_left[0] -= 1
@@ -599,11 +608,11 @@ def _unknown(ctx: _Ctx, key: str, value: Any) -> KeyProblem:
         if target and target not in names:
             names.append(target)
     if not names:
-        return KeyProblem(key, "unknown", f"Unknown key `{key}`: {_FATE}.",
+        return KeyProblem(key, "unknown", _FATE, check="unknown",
                           suggestion=f"remove `{key}` or check its spelling")
     sure = len(names) == 1 and difflib.SequenceMatcher(None, norm, names[0]).ratio() >= 0.85
     alts = " or ".join(f"`{n}`" for n in names)
-    return KeyProblem(key, "unknown", f"Unknown key `{key}`: {_FATE}. Did you mean {alts}?",
+    return KeyProblem(key, "unknown", _FATE, check="unknown-near", args={"alts": alts},
                       suggestion=f"did you mean {alts}?", replacement_key=names[0] if sure else None,
                       **(_rename(ctx, names[0], value) if sure else {}))
 
@@ -652,8 +661,8 @@ def _check_value(key: str, entry: Mapping[str, Any], value: Any,
         parts = value if kind == "list" else str(value).replace(",", " ").split()
         bad = [p for p in parts if p not in items]
         if bad:
-            return KeyProblem(key, "invalid_value",
-                              f"`{key}` has {', '.join(_yaml(b) for b in bad)}, which is not among {_listing(items)}.",
+            return KeyProblem(key, "invalid_value", "", check="item-not-among",
+                              args={"bad": ", ".join(_yaml(b) for b in bad), "among": _listing(items)},
                               suggestion=f"use values among {_listing(items)}")
     return None
 
