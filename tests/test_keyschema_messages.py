@@ -1,7 +1,7 @@
 """The key schema's openings live beside their rules (issue #22, "prose out of code"): an undeclared key's problem
 (readers/config/keyschema.py OPENING_CHECKS) gives its check and fate, and the rule's message table (unknown-key,
-renamed-key, unverified-config-problem: ``by: item.case``, case ``check/fate``) holds the whole sentence; two value
-checks (item-not-among, choice-not-in-release) are worded by invalid-value's table. These tests pin that every
+renamed-key, derived-key, unverified-config-problem: ``by: item.case``, case ``check/fate``) holds the sentence;
+two value checks (item-not-among, choice-not-in-release) are worded by invalid-value's table. These tests pin that every
 opening has both fates in the rules that can show it, and that the sentences reach the user word for word."""
 
 from __future__ import annotations
@@ -20,9 +20,13 @@ ROOT = Path(__file__).resolve().parent.parent
 STOPS = 'LLaMA-Factory stops with "Some keys are not used by the HfArgumentParser"'
 DROPS = "LLaMA-Factory drops it silently because ALLOW_EXTRA_ARGS is set, so it has no effect"
 # which rule shows each opening when its condition is known (the kind keyschema.py gives it)
+# (None: its condition always names releases the inputs leave open, so only unverified-config-problem shows it)
 RULE_OF = {"unknown": "unknown-key", "unknown-near": "unknown-key", "not-snake-case": "unknown-key",
-           "retired": "unknown-key", "retired-undated": "unknown-key", "renamed": "renamed-key",
-           "old-spelling": "renamed-key"}
+           "retired": "unknown-key", "retired-undated": "unknown-key", "not-in-release": "unknown-key",
+           "not-in-any-release": "unknown-key", "not-for-training": "unknown-key",
+           "transformers-dropped": "unknown-key", "declared-by-some": None, "renamed": "renamed-key",
+           "renamed-undated": "renamed-key", "old-spelling": "renamed-key", "computed": "derived-key",
+           "derived": "derived-key"}
 
 
 @functools.cache
@@ -33,7 +37,7 @@ def _rule(name: str) -> dict:
 def test_each_opening_has_both_fates_in_its_rule_and_in_the_unverified_rule():
     assert set(RULE_OF) == set(OPENING_CHECKS)
     for check, rule in RULE_OF.items():
-        for name in (rule, "unverified-config-problem"):
+        for name in (rule, "unverified-config-problem") if rule else ("unverified-config-problem",):
             cases = _rule(name)["message"]["cases"]
             assert _rule(name)["message"]["by"] == "item.case", name
             assert STOPS in cases[f"{check}/stops"] and DROPS in cases[f"{check}/drops"], (name, check)
@@ -51,7 +55,7 @@ def _messages(tmp_path: Path, text: str, *flags: str) -> list[str]:
     opts = Options.from_cli(command="lint", paths=[str(cfg)], lf_version=args.get("lf"),
                             transformers_version=args.get("tf"))
     return [f"{f.code} {f.message}" for f in lint.run([str(cfg)], opts).findings
-            if f.code in ("FD001", "FD002", "FD003", "FD041")]
+            if f.code in ("FD001", "FD002", "FD003", "FD004", "FD041")]
 
 
 YAML = ("learning_rte: 1.0e-4\nfoo_bar_baz: 1\nLearning-Rate: 1\nfp32: true\nDPO-Beta: 0.1\ndpo_beta: 0.1\n"
@@ -94,3 +98,22 @@ def test_the_unverified_and_release_wordings(tmp_path, monkeypatch):
     got = _messages(tmp_path, "finetuning_type: oft\n", "lf", "0.9.3")
     assert got == ["FD003 `finetuning_type: oft` is not a choice of LLaMA-Factory 0.9.3, which accepts lora, freeze, "
                    "full: it fails where LLaMA-Factory branches on the value."], got
+
+
+def test_the_release_transformers_and_derived_openings(tmp_path, monkeypatch):
+    monkeypatch.delenv("ALLOW_EXTRA_ARGS", raising=False)
+    got = _messages(tmp_path, "lang: en\nddp_static_graph: true\ncompute_dtype: bfloat16\n_kt_config_handle: 1\n",
+                    "lf", "0.9.4", "tf", "4.57.1")
+    assert got == [
+        f"FD001 `lang` is read only by llamafactory-cli eval, not by training: {STOPS}.",
+        "FD001 `ddp_static_graph` is a transformers 5.x argument (as read from transformers 5.6.0, 5.8.0) that 4.x "
+        f"dropped: with transformers 4.x {STOPS}.",
+        "FD004 `compute_dtype` is derived by LLaMA-Factory, not set: bfloat16 when bf16 or pure_bf16 is set, float16 "
+        "when fp16 is set, otherwise chosen at model load from the checkpoint dtype and the device (parser.py:640-643, "
+        f"model/patcher.py:375-379). {STOPS}.",
+        "FD004 `_kt_config_handle` is computed inside KTransformersArguments (init=False), not read from a config: "
+        f"{STOPS}.",
+    ], got
+    got = _messages(tmp_path, "image_max_pixels: 1000\n", "lf", "0.8.3")
+    assert got == ["FD001 `image_max_pixels` is not a key of LLaMA-Factory 0.8.3 (LLaMA-Factory 0.9.2-0.9.6.dev0 "
+                   f"declares it): {STOPS}."], got

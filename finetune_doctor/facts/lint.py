@@ -37,14 +37,13 @@ KEY_ITEM = {
     "fix_value": F("any", "the value the fix writes"),
     "condition": F("str", "when the problem applies (e.g. a version range)"),
     "fate": F("str", "what LLaMA-Factory does with a key its parser does not declare: stops | drops "
-                     "(ALLOW_EXTRA_ARGS set) | None; the rules word it between `message` and `rest`",
+                     "(ALLOW_EXTRA_ARGS set) | None; the rules word it with the opening (`case`)",
               values=("stops", "drops")),
-    "rest": F("str", "with a fate: the message's text after it"),
     "was": F("str", "for kind unverified: the kind the problem has when its condition holds"),
     "case": F("str", "the case of the message table of unknown-key, renamed-key, derived-key and (kind unverified) "
                      "unverified-config-problem: `check/fate` for a key-schema opening (OPENING_CHECKS), else, for "
-                     "kind unverified, the check's name; else the key's `fate`; None for the others",
-              values=(*CHECK_NAMES, *VALUE_CHECKS, *OPENING_CASES, "stops", "drops")),
+                     "kind unverified, the check's name; None for the others",
+              values=(*CHECK_NAMES, *VALUE_CHECKS, *OPENING_CASES)),
     "decide": F("str", "for kind unverified: the inputs that would decide the condition (--llamafactory VERSION or "
                        "--env FILE, ...), none of them given"),
     "line": F("int", "1-based line of the key in the config"),
@@ -183,7 +182,7 @@ MAX_PER_KIND = 1000
 evaluation; a file of 100k unknown keys (issue 27) is reported by its first 1,000 and a count of the rest."""
 
 KEY_FIELDS = ("key", "kind", "message", "suggestion", "replacement_key", "fix", "fix_value", "condition", "inert",
-              "fate", "rest", "check", "args", "decide")
+              "fate", "check", "args", "decide")
 
 
 def _problems(doc: ConfigDoc, transformers_version: str | None, release: Any, kind: str) -> list[Any]:
@@ -252,12 +251,12 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
         # a value given as key=value on the command line is judged there, whether or not the file has the key
         d["override"] = any(k == d["key"] or k.startswith(d["key"] + ".") for k in doc.overrides)
         # an undeclared key's rule words its opening and its fate together (the case `check/fate`)
-        d["case"] = f"{d['check']}/{d['fate']}" if d["check"] and d["fate"] else d["fate"]
+        d["case"] = f"{d['check']}/{d['fate']}" if d["fate"] else None
         if _unverified(d["condition"], transformers_version):
             d["was"], d["kind"] = d["kind"], "unverified"
             # one rule words every unverified problem: its table switches on the check (whose sentence the
             # launch check no longer carries) or, for an undeclared key, on its opening and fate
-            d["case"] = d["case"] if d["check"] and d["fate"] else d["check"] or d["fate"]
+            d["case"] = d["case"] or d["check"]
             d["decide"] = _decide(d["condition"], transformers_version)
         out.append(d)
     rel = ("unknown" if release is None or not release.known
