@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Mapping
 
@@ -192,8 +192,6 @@ def check_keys(values: Mapping[str, Any], *, env: Mapping[str, str] | None = Non
         if problem.kind in ("unknown", "renamed", "derived"):
             problem = _with_fate(problem, lenient)
         if problem.fix == "delete" and problem.replacement_key in values:
-            from dataclasses import replace
-
             problem = replace(problem, suggestion=f"remove `{key}`; the config already sets "
                                                   f"`{problem.replacement_key}`")
         out.append(problem)
@@ -224,8 +222,6 @@ def _by_release(ctx: _Ctx, key: str, value: Any, p: KeyProblem) -> KeyProblem | 
     """`p` (found against the 0.9.5/main schema) seen from the release in use: dropped when that release declares
     the key and, for a closed choice, the value; with the version unknown, kept under the condition of the
     releases that would reject it. Transformers' own keys and values are not LF's to decide: kept as they are."""
-    from dataclasses import replace
-
     rel = ctx.release
     if not rel.has_key(key):
         if p.kind == "unknown" and rel.known and rel.key_versions(key) and p.check in ("unknown", "unknown-near"):
@@ -333,7 +329,8 @@ def _not_yet(ctx: _Ctx, key: str) -> KeyProblem | None:
     if not rel.known:
         return None
     return _with_fate(KeyProblem(key, "unknown", "", check="not-in-release",
-                                 args={"release": str(rel.label), "have": spans(have)}, suggestion=f"remove `{key}`, or run a LLaMA-Factory release that has it"),
+                                 args={"release": str(rel.label), "have": spans(have)},
+                                 suggestion=f"remove `{key}`, or run a LLaMA-Factory release that has it"),
                       extra_args_allowed(None))
 
 
@@ -382,8 +379,6 @@ MAX_SUGGESTIONS = 500
 
 def _with_fate(p: KeyProblem, lenient: bool) -> KeyProblem:
     """`p` with its fate: ``stops``, or ``drops`` under ALLOW_EXTRA_ARGS (an undeclared key: OPENING_CHECKS)."""
-    from dataclasses import replace
-
     if p.check not in OPENING_CHECKS or p.fate:   # _not_yet gives its own from the process environment
         return p
     if not lenient:
@@ -439,7 +434,8 @@ def _check_known(ctx: _Ctx, key: str, entry: Mapping[str, Any], value: Any) -> K
     # major, and which releases it was read from, not that it "exists only in" one of them (trial 3)
     return KeyProblem(
         key, "unknown", "", check="transformers-dropped",
-        args={"majors": "/".join(sorted(majors)), "read": ", ".join(tf_versions), "gone": gone}, suggestion=f"use `{successor}`" if successor else f"remove `{key}` if you train with transformers {gone}",
+        args={"majors": "/".join(sorted(majors)), "read": ", ".join(tf_versions), "gone": gone},
+        suggestion=f"use `{successor}`" if successor else f"remove `{key}` if you train with transformers {gone}",
         replacement_key=successor, condition=None if ctx.tf_major else f"transformers {gone}", **extra)
 
 
@@ -539,7 +535,8 @@ def _derived(ctx: _Ctx, key: str, d: Mapping[str, Any] | None, entry: Mapping[st
              value: Any) -> KeyProblem:
     if d is None:
         where = entry.get("dataclass", "an argument class") if entry else "an argument class"
-        return KeyProblem(key, "derived", "", check="computed", args={"where": str(where)}, suggestion=f"remove `{key}`", fix="delete")
+        return KeyProblem(key, "derived", "", check="computed", args={"where": str(where)},
+                          suggestion=f"remove `{key}`", fix="delete")
     new = d.get("replacement")
     extra: dict[str, Any] = {}
     if key == "compute_dtype" and isinstance(value, str):
