@@ -117,3 +117,12 @@ def test_the_release_transformers_and_derived_openings(tmp_path, monkeypatch):
     got = _messages(tmp_path, "image_max_pixels: 1000\n", "lf", "0.8.3")
     assert got == ["FD001 `image_max_pixels` is not a key of LLaMA-Factory 0.8.3 (LLaMA-Factory 0.9.2-0.9.6.dev0 "
                    f"declares it): {STOPS}."], got
+
+
+def test_a_key_some_releases_declare_on_a_build_between_two(tmp_path, monkeypatch):
+    monkeypatch.delenv("ALLOW_EXTRA_ARGS", raising=False)
+    got = _messages(tmp_path, "image_max_pixels: 1000\n", "lf", "0.9.2.dev0")
+    assert got == [
+        f"FD041 `image_max_pixels` is declared by LLaMA-Factory 0.9.2-0.9.6.dev0 only: {STOPS} on the others. This "
+        "holds only for LLaMA-Factory 0.9.1 (0.9.2.dev0 is a build between 0.9.1 and 0.9.2, so its commit decides), "
+        "which the inputs do not say: pass --llamafactory VERSION or --env FILE to decide it."], got
