@@ -23,8 +23,8 @@ KEY_ITEM = {
     "key": F("str", "the key as written (dotted for nested keys)"),
     "kind": F("str", "unknown | renamed | retired | derived | wrong_type | invalid_value | not_here (a path "
                      "the training machine may hold: not checked here) | ..."),
-    "message": F("str", "what is wrong, in LLaMA-Factory's or transformers' terms (None for a launch check whose "
-                        "words are its rule's: `check`)"),
+    "message": F("str", "what is wrong, in LLaMA-Factory's or transformers' terms (None for a launch check, \"\" "
+                        "for a key-schema check: their words are their rule's, `check`)"),
     "check": F("str", "the launch check (analyzers/config/launch.py CHECK_NAMES), key-schema value check "
                       "(readers/config/keyschema.py VALUE_CHECKS) or undeclared key's opening (OPENING_CHECKS) "
                       "that found it: the case of its rule's message table (an opening's with its fate: `case`); "
