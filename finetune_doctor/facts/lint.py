@@ -14,19 +14,23 @@ from typing import Any
 
 from finetune_doctor.facts.schema import LOCATION, F, Namespace
 from finetune_doctor.analyzers.config.launch import CHECK_NAMES, check_launch
-from finetune_doctor.readers.config.keyschema import VALUE_CHECKS, check_keys
+from finetune_doctor.readers.config.keyschema import OPENING_CHECKS, VALUE_CHECKS, check_keys
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc
 from finetune_doctor.readers.config.lfkind import COMMANDS
 
+# an undeclared key's opening with its fate (keyschema OPENING_CHECKS x KeyProblem.fate): one case each
+OPENING_CASES = tuple(f"{c}/{f}" for c in OPENING_CHECKS for f in ("stops", "drops"))
 KEY_ITEM = {
     "key": F("str", "the key as written (dotted for nested keys)"),
     "kind": F("str", "unknown | renamed | retired | derived | wrong_type | invalid_value | not_here (a path "
                      "the training machine may hold: not checked here) | ..."),
-    "message": F("str", "what is wrong, in LLaMA-Factory's or transformers' terms (None for a launch check whose "
-                        "words are its rule's: `check`)"),
-    "check": F("str", "the launch check (analyzers/config/launch.py CHECK_NAMES) or key-schema value check "
-                      "(readers/config/keyschema.py VALUE_CHECKS) that found it: the case of its rule's message "
-                      "table; None for the other key-schema problems and v1's", values=(*CHECK_NAMES, *VALUE_CHECKS)),
+    "message": F("str", "what is wrong, in LLaMA-Factory's or transformers' terms (None for a launch check, \"\" "
+                        "for a key-schema check: their words are their rule's, `check`)"),
+    "check": F("str", "the launch check (analyzers/config/launch.py CHECK_NAMES), key-schema value check "
+                      "(readers/config/keyschema.py VALUE_CHECKS) or undeclared key's opening (OPENING_CHECKS) "
+                      "that found it: the case of its rule's message table (an opening's with its fate: `case`); "
+                      "None for the other key-schema problems and v1's",
+              values=(*CHECK_NAMES, *VALUE_CHECKS, *OPENING_CHECKS)),
     "args": F("dict", "the values a check's message case shows (as written in the config)", open=True),
     "suggestion": F("str", "did-you-mean key, when one is close"),
     "replacement": F("str", "the key that replaces a renamed/retired one"),
@@ -34,13 +38,13 @@ KEY_ITEM = {
     "fix_value": F("any", "the value the fix writes"),
     "condition": F("str", "when the problem applies (e.g. a version range)"),
     "fate": F("str", "what LLaMA-Factory does with a key its parser does not declare: stops | drops "
-                     "(ALLOW_EXTRA_ARGS set) | None; the rules word it between `message` and `rest`",
+                     "(ALLOW_EXTRA_ARGS set) | None; the rules word it with the opening (`case`)",
               values=("stops", "drops")),
-    "rest": F("str", "with a fate: the message's text after it"),
     "was": F("str", "for kind unverified: the kind the problem has when its condition holds"),
-    "case": F("str", "for kind unverified: the case of unverified-config-problem's message table, the launch "
-                     "check's name (`check`) or else the key's `fate`; None for the others",
-              values=(*CHECK_NAMES, *VALUE_CHECKS, "stops", "drops")),
+    "case": F("str", "the case of the message table of unknown-key, renamed-key, derived-key and (kind unverified) "
+                     "unverified-config-problem: `check/fate` for a key-schema opening (OPENING_CHECKS), else, for "
+                     "kind unverified, the check's name; None for the others",
+              values=(*CHECK_NAMES, *VALUE_CHECKS, *OPENING_CASES)),
     "decide": F("str", "for kind unverified: the inputs that would decide the condition (--llamafactory VERSION or "
                        "--env FILE, ...), none of them given"),
     "line": F("int", "1-based line of the key in the config"),
@@ -185,7 +189,7 @@ MAX_PER_KIND = 1000
 evaluation; a file of 100k unknown keys (issue 27) is reported by its first 1,000 and a count of the rest."""
 
 KEY_FIELDS = ("key", "kind", "message", "suggestion", "replacement_key", "fix", "fix_value", "condition", "inert",
-              "fate", "rest", "check", "args", "decide")
+              "fate", "check", "args", "decide")
 
 
 def _problems(doc: ConfigDoc, transformers_version: str | None, release: Any, kind: str) -> list[Any]:
@@ -256,11 +260,13 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
         d["line"] = doc.line_of(d["key"])
         # a value given as key=value on the command line is judged there, whether or not the file has the key
         d["override"] = any(k == d["key"] or k.startswith(d["key"] + ".") for k in doc.overrides)
+        # an undeclared key's rule words its opening and its fate together (the case `check/fate`)
+        d["case"] = f"{d['check']}/{d['fate']}" if d["fate"] else None
         if _unverified(d["condition"], transformers_version):
             d["was"], d["kind"] = d["kind"], "unverified"
             # one rule words every unverified problem: its table switches on the check (whose sentence the
-            # launch check no longer carries) or, for an undeclared key, on its fate
-            d["case"] = d["check"] or d["fate"]
+            # launch check no longer carries) or, for an undeclared key, on its opening and fate
+            d["case"] = d["case"] or d["check"]
             d["decide"] = _decide(d["condition"], transformers_version)
         out.append(d)
     rel = ("unknown" if release is None or not release.known

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Mapping
 
@@ -46,10 +46,11 @@ class KeyProblem:
     releases that read it (``train_mm_proj_only: false``), so the rule may call its deletion safe.
     `fate` is what LLaMA-Factory does with a key its parser does not declare (unknown, renamed, derived):
     ``"stops"`` (HfArgumentParser's "Some keys are not used" error) or ``"drops"`` (ALLOW_EXTRA_ARGS set), else
-    None. With a fate, `message` is the text before it and `rest` the text after it: the words of each fate are
-    the rules' own (rules/unknown-key.yaml, renamed-key, derived-key, unverified-config-problem: a message table
-    keyed by ``item.fate``), so the reader says which fate, not how to word it (issue #22). A `check` (VALUE_CHECKS)
-    is worded by rules/invalid-value.yaml's table instead of `message` (then ""), showing `args`.
+    None. Such a problem's `check` (OPENING_CHECKS) names its opening, and the rules word the whole sentence
+    (rules/unknown-key.yaml, renamed-key, derived-key, unverified-config-problem: a message table keyed by
+    ``check/fate``); a value `check` (VALUE_CHECKS) is worded by rules/invalid-value.yaml's table. Either way
+    `message` is "" and `args` holds the values the sentence shows, so the reader says what it found, not how to
+    word it (issue #22).
     """
 
     key: str
@@ -62,13 +63,18 @@ class KeyProblem:
     condition: str | None = None
     inert: bool = False
     fate: str | None = None
-    rest: str = ""
     check: str | None = None
     args: Mapping[str, str] | None = None
 
 
 # the value checks whose sentence is rules/invalid-value.yaml's message table's (facts/lint.py declares them)
-VALUE_CHECKS = ("null-fails", "null-needs-value", "range-not-allowed", "range-out-of-bounds")
+VALUE_CHECKS = ("null-fails", "null-needs-value", "range-not-allowed", "range-out-of-bounds", "item-not-among",
+                "choice-not-in-release")
+# the undeclared-key problems whose opening is worded by the rules (unknown-key, renamed-key, unverified-config-
+# problem), one case per check and fate: `check`/`fate` (facts/lint.py `case`)
+OPENING_CHECKS = ("unknown", "unknown-near", "not-snake-case", "old-spelling", "retired", "retired-undated",
+                  "renamed", "renamed-undated", "not-in-release", "not-in-any-release", "declared-by-some",
+                  "not-for-training", "transformers-dropped", "computed", "derived")
 
 
 @lru_cache(maxsize=4)
@@ -186,8 +192,6 @@ def check_keys(values: Mapping[str, Any], *, env: Mapping[str, str] | None = Non
         if problem.kind in ("unknown", "renamed", "derived"):
             problem = _with_fate(problem, lenient)
         if problem.fix == "delete" and problem.replacement_key in values:
-            from dataclasses import replace
-
             problem = replace(problem, suggestion=f"remove `{key}`; the config already sets "
                                                   f"`{problem.replacement_key}`")
         out.append(problem)
@@ -218,20 +222,19 @@ def _by_release(ctx: _Ctx, key: str, value: Any, p: KeyProblem) -> KeyProblem | 
     """`p` (found against the 0.9.5/main schema) seen from the release in use: dropped when that release declares
     the key and, for a closed choice, the value; with the version unknown, kept under the condition of the
     releases that would reject it. Transformers' own keys and values are not LF's to decide: kept as they are."""
-    from dataclasses import replace
-
     rel = ctx.release
     if not rel.has_key(key):
-        if p.kind == "unknown" and rel.known and rel.key_versions(key) and p.message.startswith("Unknown key"):
+        if p.kind == "unknown" and rel.known and rel.key_versions(key) and p.check in ("unknown", "unknown-near"):
             # a key of other releases, not a typo: say which releases have it
-            return replace(p, message=f"`{key}` is not a key of {rel.label} (LLaMA-Factory "
-                                      f"{spans(rel.key_versions(key))} declares it): {_FATE}.")
+            return replace(p, check="not-in-release",
+                           args={"release": str(rel.label), "have": spans(rel.key_versions(key))})
         new = p.replacement_key
         if p.kind in ("renamed", "retired") and rel.known and new and rel.key_versions(new) and not rel.has_key(new):
             # the new LF key came after the stated release too: a rename would write a key it lacks (trial 4);
             # a transformers key (eval_strategy) is not in the LF catalogue and is not LF's to judge
-            have = f" (LLaMA-Factory {spans(rel.key_versions(key))} declares it)" if rel.key_versions(key) else ""
-            return KeyProblem(key, "unknown", f"`{key}` is not a key of {rel.label}{have}: {_FATE}.")
+            have = spans(rel.key_versions(key))
+            return KeyProblem(key, "unknown", "", check="not-in-release" if have else "not-in-any-release",
+                              args={"release": str(rel.label), "have": have})
         return p
     if p.kind in ("unknown", "renamed", "derived"):
         if ctx.mode == "train" and _release_cls(key) in _NOT_TRAIN_CLASSES:
@@ -293,9 +296,9 @@ def _choice_not_yet(ctx: _Ctx, key: str, value: Any) -> KeyProblem | None:
     choices = rel.choices(key)
     if not choices or value in choices:
         return None
-    return KeyProblem(key, "invalid_value", f"`{key}: {_yaml(value)}` is not a choice of {rel.label}, which "
-                                            f"accepts {_listing(choices)}: it fails where LLaMA-Factory branches "
-                                            f"on the value.", suggestion=f"use one of {_listing(choices)}")
+    return KeyProblem(key, "invalid_value", "", check="choice-not-in-release",
+                      args={"value": _yaml(value), "release": str(rel.label), "choices": _listing(choices)},
+                      suggestion=f"use one of {_listing(choices)}")
 
 
 def _not_yet(ctx: _Ctx, key: str) -> KeyProblem | None:
@@ -319,15 +322,14 @@ def _not_yet(ctx: _Ctx, key: str) -> KeyProblem | None:
         lacking = [v for v in rel.versions if v not in have]
         if not lacking or key in rel.conflict_keys:
             return None
-        return _with_fate(KeyProblem(key, "unknown", f"`{key}` is declared by LLaMA-Factory {spans(have)} only: "
-                                                     f"{_FATE} on the others.",
+        return _with_fate(KeyProblem(key, "unknown", "", check="declared-by-some", args={"have": spans(have)},
                                      suggestion=f"remove `{key}`, or run a LLaMA-Factory release that has it",
                                      condition=_unsure(rel, lacking)),
                           extra_args_allowed(None))
     if not rel.known:
         return None
-    return _with_fate(KeyProblem(key, "unknown", f"`{key}` is not a key of {rel.label} (LLaMA-Factory "
-                                                 f"{spans(have)} declares it): {_FATE}.",
+    return _with_fate(KeyProblem(key, "unknown", "", check="not-in-release",
+                                 args={"release": str(rel.label), "have": spans(have)},
                                  suggestion=f"remove `{key}`, or run a LLaMA-Factory release that has it"),
                       extra_args_allowed(None))
 
@@ -375,19 +377,13 @@ def _transformers_last(r: Mapping[str, Any]) -> tuple[int, ...] | None:
 MAX_SUGGESTIONS = 500
 """Unknown keys per file that get a did-you-mean (about 1.5 s of difflib at most on a 2-core machine)."""
 
-_FATE = "\0fate\0"   # where the fate's words go in a message; the rules word it (KeyProblem.fate)
-
-
 def _with_fate(p: KeyProblem, lenient: bool) -> KeyProblem:
-    """`p` with its fate (``stops``, or ``drops`` under ALLOW_EXTRA_ARGS) and its message split at `_FATE`."""
-    from dataclasses import replace
-
-    if _FATE not in p.message:
+    """`p` with its fate: ``stops``, or ``drops`` under ALLOW_EXTRA_ARGS (an undeclared key: OPENING_CHECKS)."""
+    if p.check not in OPENING_CHECKS or p.fate:   # _not_yet gives its own from the process environment
         return p
-    before, after = p.message.split(_FATE, 1)
     if not lenient:
-        return replace(p, message=before, rest=after, fate="stops")
-    return replace(p, message=before, rest=after, fate="drops", condition="ALLOW_EXTRA_ARGS is set")
+        return replace(p, fate="stops")
+    return replace(p, fate="drops", condition="ALLOW_EXTRA_ARGS is set")
 
 
 def _check_one(ctx: _Ctx, key: str, value: Any) -> KeyProblem | None:
@@ -422,7 +418,7 @@ def _check_known(ctx: _Ctx, key: str, entry: Mapping[str, Any], value: Any) -> K
     group = entry.get("group")
     if ctx.mode == "train" and group in ("evaluation", "infer_eval_only"):
         who = "llamafactory-cli eval" if group == "evaluation" else "llamafactory-cli chat/export"
-        return KeyProblem(key, "unknown", f"`{key}` is read only by {who}, not by training: {_FATE}.",
+        return KeyProblem(key, "unknown", "", check="not-for-training", args={"who": who},
                           suggestion=f"remove `{key}` from the training config", fix="delete")
     tf_versions = entry.get("transformers_versions")
     if entry.get("origin") != "transformers" or not tf_versions:
@@ -434,12 +430,11 @@ def _check_known(ctx: _Ctx, key: str, entry: Mapping[str, Any], value: Any) -> K
     gone = "/".join(missing) + ".x"
     successor = entry.get("successor")
     extra = _rename(ctx, successor, value) if successor else {}
+    # the schema samples a few transformers releases per major (catalog transformers_versions): the rule says the
+    # major, and which releases it was read from, not that it "exists only in" one of them (trial 3)
     return KeyProblem(
-        key, "unknown",
-        # the schema samples a few transformers releases per major (catalog transformers_versions): say the major,
-        # and which releases it was read from, not that it "exists only in" one of them (trial 3)
-        f"`{key}` is a transformers {'/'.join(sorted(majors))}.x argument (as read from transformers "
-        f"{', '.join(tf_versions)}) that {gone} dropped: with transformers {gone} {_FATE}.",
+        key, "unknown", "", check="transformers-dropped",
+        args={"majors": "/".join(sorted(majors)), "read": ", ".join(tf_versions), "gone": gone},
         suggestion=f"use `{successor}`" if successor else f"remove `{key}` if you train with transformers {gone}",
         replacement_key=successor, condition=None if ctx.tf_major else f"transformers {gone}", **extra)
 
@@ -459,20 +454,21 @@ def _retired(ctx: _Ctx, key: str, r: Mapping[str, Any], value: Any, entry: Mappi
     if _still_in(str(r.get("last_seen") or ""), ctx.tf_version):
         return None
     new = r.get("replacement")
-    when = f" (last accepted in {r['last_seen']})" if r.get("last_seen") else ""
     cond = None
     if entry is not None and ctx.tf_major is None:  # still a (different) key in some transformers versions
         live = {_major(v) for v in entry.get("transformers_versions", [])}
         dead = [m for m in ctx.tf_majors if m not in live]
         cond = f"transformers {'/'.join(dead)}.x" if dead else None
-    why = f" {r['explanation']}" if r.get("explanation") else ""
     last = _transformers_last(r)
     if last is not None and ctx.tf_version is None and cond is None:
         # no --transformers: judged for the current stack, said as a condition (an assumption of the report)
         nxt = ".".join(str(x) for x in (*last[:-1], last[-1] + 1))
         cond = f"transformers >= {nxt}; no --transformers given"
+    # worded by the rules' `retired`/`renamed` cases, "-undated" where the catalogue has no last release
+    undated = "" if r.get("last_seen") else "-undated"
+    args = {"since": str(r.get("last_seen") or ""), "why": str(r.get("explanation") or "")}
     if not new:
-        return KeyProblem(key, "unknown", f"`{key}` is not a LLaMA-Factory key{when}: {_FATE}.{why}",
+        return KeyProblem(key, "unknown", "", check="retired" + undated, args=args,
                           suggestion=f"remove `{key}`", fix="delete", condition=cond, inert=_at_old_default(key, value))
     fix_value: Any = _NO_FIX
     assumed = ""
@@ -484,7 +480,7 @@ def _retired(ctx: _Ctx, key: str, r: Mapping[str, Any], value: Any, entry: Mappi
     if fix_value is not _NO_FIX:
         extra = _rename(ctx, new, fix_value)
     suggestion = f"write `{new}: {_yaml(fix_value)}`{assumed}" if fix_value is not _NO_FIX else f"use `{new}`"
-    return KeyProblem(key, "renamed", f"`{key}` was renamed to `{new}`{when}; {_FATE}.{why}",
+    return KeyProblem(key, "renamed", "", check="renamed" + undated, args={**args, "new": str(new)},
                       suggestion=suggestion, replacement_key=new, condition=cond, **extra)
 
 
@@ -539,8 +535,8 @@ def _derived(ctx: _Ctx, key: str, d: Mapping[str, Any] | None, entry: Mapping[st
              value: Any) -> KeyProblem:
     if d is None:
         where = entry.get("dataclass", "an argument class") if entry else "an argument class"
-        return KeyProblem(key, "derived", f"`{key}` is computed inside {where} (init=False), not read from a "
-                                          f"config: {_FATE}.", suggestion=f"remove `{key}`", fix="delete")
+        return KeyProblem(key, "derived", "", check="computed", args={"where": str(where)},
+                          suggestion=f"remove `{key}`", fix="delete")
     new = d.get("replacement")
     extra: dict[str, Any] = {}
     if key == "compute_dtype" and isinstance(value, str):
@@ -553,8 +549,7 @@ def _derived(ctx: _Ctx, key: str, d: Mapping[str, Any] | None, entry: Mapping[st
         extra = {"fix": "delete"}
     elif new:
         extra = _rename(ctx, new, value)
-    return KeyProblem(key, "derived",
-                      f"`{key}` is derived by LLaMA-Factory, not set: {d['explanation']} {_FATE}.",
+    return KeyProblem(key, "derived", "", check="derived", args={"why": str(d["explanation"])},
                       suggestion=d.get("instead"), replacement_key=new, **extra)
 
 
@@ -574,15 +569,15 @@ def _unknown(ctx: _Ctx, key: str, value: Any) -> KeyProblem:
     known = ctx.known_cache
     norm = key.strip().lower().replace("-", "_").replace(" ", "_")
     if norm != key and norm in ctx.keys and usable(norm, ctx.keys[norm]):
-        return KeyProblem(key, "unknown", f"`{key}` is not a key (keys are lower_snake_case): {_FATE}.",
+        return KeyProblem(key, "unknown", "", check="not-snake-case", args={"key": norm},
                           suggestion=f"write `{norm}`", replacement_key=norm, **_rename(ctx, norm, value))
     if norm != key and norm in ctx.retired and ctx.retired[norm].get("replacement"):
         new = ctx.retired[norm]["replacement"]
         extra = _rename(ctx, new, value) if ctx.retired[norm].get("same_value") else {}
-        return KeyProblem(key, "renamed", f"`{key}` is an old spelling of `{new}`: {_FATE}.",
+        return KeyProblem(key, "renamed", "", check="old-spelling", args={"new": str(new)},
                           suggestion=f"write `{new}`", replacement_key=new, **extra)
     if ctx.suggestions_left[0] <= 0:
-        return KeyProblem(key, "unknown", f"Unknown key `{key}`: {_FATE}.",
+        return KeyProblem(key, "unknown", "", check="unknown",
                           suggestion=f"remove `{key}` or check its spelling (no spelling suggestion past the first "
                                      f"{MAX_SUGGESTIONS} unknown keys of a file)")
     ctx.suggestions_left[0] -= 1
@@ -599,11 +594,11 @@ def _unknown(ctx: _Ctx, key: str, value: Any) -> KeyProblem:
         if target and target not in names:
             names.append(target)
     if not names:
-        return KeyProblem(key, "unknown", f"Unknown key `{key}`: {_FATE}.",
+        return KeyProblem(key, "unknown", "", check="unknown",
                           suggestion=f"remove `{key}` or check its spelling")
     sure = len(names) == 1 and difflib.SequenceMatcher(None, norm, names[0]).ratio() >= 0.85
     alts = " or ".join(f"`{n}`" for n in names)
-    return KeyProblem(key, "unknown", f"Unknown key `{key}`: {_FATE}. Did you mean {alts}?",
+    return KeyProblem(key, "unknown", "", check="unknown-near", args={"alts": alts},
                       suggestion=f"did you mean {alts}?", replacement_key=names[0] if sure else None,
                       **(_rename(ctx, names[0], value) if sure else {}))
 
@@ -652,8 +647,8 @@ def _check_value(key: str, entry: Mapping[str, Any], value: Any,
         parts = value if kind == "list" else str(value).replace(",", " ").split()
         bad = [p for p in parts if p not in items]
         if bad:
-            return KeyProblem(key, "invalid_value",
-                              f"`{key}` has {', '.join(_yaml(b) for b in bad)}, which is not among {_listing(items)}.",
+            return KeyProblem(key, "invalid_value", "", check="item-not-among",
+                              args={"bad": ", ".join(_yaml(b) for b in bad), "among": _listing(items)},
                               suggestion=f"use values among {_listing(items)}")
     return None
 

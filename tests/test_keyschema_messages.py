@@ -1,0 +1,141 @@
+"""The key schema's openings live beside their rules (issue #22, "prose out of code"): an undeclared key's problem
+(readers/config/keyschema.py OPENING_CHECKS) gives its check and fate, and the rule's message table (unknown-key,
+renamed-key, derived-key, unverified-config-problem: ``by: item.case``, case ``check/fate``) holds the sentence;
+two value checks (item-not-among, choice-not-in-release) are worded by invalid-value's table. These tests pin that every
+opening has both fates in the rules that can show it, and that the sentences reach the user word for word."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+import yaml
+
+from finetune_doctor.pipeline import lint
+from finetune_doctor.readers.config.keyschema import OPENING_CHECKS
+from finetune_doctor.settings import Options
+
+ROOT = Path(__file__).resolve().parent.parent
+STOPS = 'LLaMA-Factory stops with "Some keys are not used by the HfArgumentParser"'
+DROPS = "LLaMA-Factory drops it silently because ALLOW_EXTRA_ARGS is set, so it has no effect"
+# which rule shows each opening when its condition is known (the kind keyschema.py gives it)
+# (None: its condition always names releases the inputs leave open, so only unverified-config-problem shows it)
+RULE_OF = {"unknown": "unknown-key", "unknown-near": "unknown-key", "not-snake-case": "unknown-key",
+           "retired": "unknown-key", "retired-undated": "unknown-key", "not-in-release": "unknown-key",
+           "not-in-any-release": "unknown-key", "not-for-training": "unknown-key",
+           "transformers-dropped": "unknown-key", "declared-by-some": None, "renamed": "renamed-key",
+           "renamed-undated": "renamed-key", "old-spelling": "renamed-key", "computed": "derived-key",
+           "derived": "derived-key"}
+
+
+@functools.cache
+def _rule(name: str) -> dict:
+    return yaml.safe_load((ROOT / "rules" / f"{name}.yaml").read_text(encoding="utf-8"))
+
+
+def test_each_opening_has_both_fates_in_its_rule_and_in_the_unverified_rule():
+    assert set(RULE_OF) == set(OPENING_CHECKS)
+    for check, rule in RULE_OF.items():
+        if rule:
+            cases = _rule(rule)["message"]["cases"]
+            assert _rule(rule)["message"]["by"] == "item.case", rule
+            assert STOPS in cases[f"{check}/stops"] and DROPS in cases[f"{check}/drops"], (rule, check)
+        # a dropped key's condition is ALLOW_EXTRA_ARGS, never a version: it is never unverified
+        cases = _rule("unverified-config-problem")["message"]["cases"]
+        assert STOPS in cases[f"{check}/stops"] and f"{check}/drops" not in cases, check
+    # an opening's case in a rule that never shows its kind would be dead text
+    for name in ("unknown-key", "renamed-key", "derived-key"):
+        ours = {c.split("/")[0] for c in _rule(name)["message"]["cases"] if "/" in c}
+        assert ours == {c for c, r in RULE_OF.items() if r == name}, name
+
+
+def _messages(tmp_path: Path, text: str, *flags: str) -> list[str]:
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: sft\ndo_train: true\n"
+                   + text, encoding="utf-8")
+    args = dict(zip(flags[::2], flags[1::2]))
+    opts = Options.from_cli(command="lint", paths=[str(cfg)], lf_version=args.get("lf"),
+                            transformers_version=args.get("tf"))
+    return [f"{f.code} {f.message}" for f in lint.run([str(cfg)], opts).findings
+            if f.code in ("FD001", "FD002", "FD003", "FD004", "FD041")]
+
+
+YAML = ("learning_rte: 1.0e-4\nfoo_bar_baz: 1\nLearning-Rate: 1\nfp32: true\nDPO-Beta: 0.1\ndpo_beta: 0.1\n"
+        "fsdp: full_shard zero3\n")
+
+
+@pytest.mark.parametrize("env, fate", [({}, STOPS), ({"ALLOW_EXTRA_ARGS": "1"}, DROPS)])
+def test_the_openings_read_as_before(tmp_path, monkeypatch, env, fate):
+    monkeypatch.delenv("ALLOW_EXTRA_ARGS", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    tail = " (ALLOW_EXTRA_ARGS is set)" if env else ""
+    got = _messages(tmp_path, YAML, "lf", "0.9.4", "tf", "4.57.1")
+    assert got == [
+        f"FD001 Unknown key `learning_rte`: {fate}. Did you mean `learning_rate`?{tail}",
+        f"FD001 Unknown key `foo_bar_baz`: {fate}.{tail}",
+        f"FD001 `Learning-Rate` is not a key (keys are lower_snake_case): {fate}.{tail}",
+        f"FD001 `fp32` is not a LLaMA-Factory key: {fate}. There is no fp32 key. Full fp32 training means leaving "
+        "bf16, fp16 and pure_bf16 unset (LF then trains in fp32 for full/freeze tuning); the WebUI's 'fp32' compute "
+        f"type maps to exactly that.{tail}",
+        f"FD002 `DPO-Beta` is an old spelling of `pref_beta`: {fate}.{tail}",
+        f"FD002 `dpo_beta` was renamed to `pref_beta` (last accepted in v0.7); {fate}. The DPO options were renamed "
+        f"pref_* when ORPO/SimPO joined DPO.{tail}",
+        "FD003 `fsdp` has zero3, which is not among full_shard, shard_grad_op, no_shard, hybrid_shard, "
+        "hybrid_shard_zero2, offload, auto_wrap.",
+    ], got
+
+
+def test_the_unverified_and_release_wordings(tmp_path, monkeypatch):
+    monkeypatch.delenv("ALLOW_EXTRA_ARGS", raising=False)
+    got = _messages(tmp_path, "evaluation_strategy: steps\ntrain_mm_proj_only: false\n")
+    assert got[0] == (
+        f"FD001 `train_mm_proj_only` is not a LLaMA-Factory key (last accepted in v0.9.1): {STOPS}. Replaced by "
+        "freeze_vision_tower, freeze_multi_modal_projector and freeze_language_model."), got
+    assert got[1] == (
+        "FD041 `evaluation_strategy` was renamed to `eval_strategy` (last accepted in transformers 4.45); "
+        f"{STOPS}. transformers renamed evaluation_strategy to eval_strategy; neither 4.57 nor 5.8 accepts the old "
+        "name. Of the releases the inputs allow, that is transformers >= 4.46; no --transformers given; the inputs "
+        "do not say which one ran: pass --transformers VERSION or --env FILE to decide it."), got
+    got = _messages(tmp_path, "finetuning_type: oft\n", "lf", "0.9.3")
+    assert got == ["FD003 `finetuning_type: oft` is not a choice of LLaMA-Factory 0.9.3, which accepts lora, freeze, "
+                   "full: it fails where LLaMA-Factory branches on the value."], got
+
+
+def test_the_release_transformers_and_derived_openings(tmp_path, monkeypatch):
+    monkeypatch.delenv("ALLOW_EXTRA_ARGS", raising=False)
+    got = _messages(tmp_path, "lang: en\nddp_static_graph: true\ncompute_dtype: bfloat16\n_kt_config_handle: 1\n",
+                    "lf", "0.9.4", "tf", "4.57.1")
+    assert got == [
+        f"FD001 `lang` is read only by llamafactory-cli eval, not by training: {STOPS}.",
+        "FD001 `ddp_static_graph` is a transformers 5.x argument (as read from transformers 5.6.0, 5.8.0) that 4.x "
+        f"dropped: with transformers 4.x {STOPS}.",
+        "FD004 `compute_dtype` is derived by LLaMA-Factory, not set: bfloat16 when bf16 or pure_bf16 is set, float16 "
+        "when fp16 is set, otherwise chosen at model load from the checkpoint dtype and the device (parser.py:640-643, "
+        f"model/patcher.py:375-379). {STOPS}.",
+        "FD004 `_kt_config_handle` is computed inside KTransformersArguments (init=False), not read from a config: "
+        f"{STOPS}.",
+    ], got
+    got = _messages(tmp_path, "image_max_pixels: 1000\n", "lf", "0.8.3")
+    assert got == ["FD001 `image_max_pixels` is not a key of LLaMA-Factory 0.8.3 (LLaMA-Factory 0.9.2-0.9.6.dev0 "
+                   f"declares it): {STOPS}."], got
+
+
+def test_a_key_some_releases_declare_on_a_build_between_two(tmp_path, monkeypatch):
+    monkeypatch.delenv("ALLOW_EXTRA_ARGS", raising=False)
+    got = _messages(tmp_path, "image_max_pixels: 1000\n", "lf", "0.9.2.dev0")
+    assert got == [
+        f"FD041 `image_max_pixels` is declared by LLaMA-Factory 0.9.2-0.9.6.dev0 only: {STOPS} on the others. Of the "
+        "releases the inputs allow, that is LLaMA-Factory 0.9.1 (0.9.2.dev0 is a build between 0.9.1 and 0.9.2, so its "
+        "commit decides); the inputs do not say which one ran: pass --env FILE from the training machine "
+        "(`llamafactory-cli env`) to decide it."], got
+
+
+def test_a_dropped_key_is_never_unverified(tmp_path, monkeypatch):
+    # no versions given: the stop would be unverified, but with ALLOW_EXTRA_ARGS LF drops the key on every release
+    monkeypatch.setenv("ALLOW_EXTRA_ARGS", "1")
+    got = _messages(tmp_path, "evaluation_strategy: steps\n")
+    assert got == ["FD002 `evaluation_strategy` was renamed to `eval_strategy` (last accepted in transformers 4.45); "
+                   f"{DROPS}. transformers renamed evaluation_strategy to eval_strategy; neither 4.57 nor 5.8 accepts "
+                   "the old name. (ALLOW_EXTRA_ARGS is set)"], got
