@@ -133,8 +133,10 @@ def test_installed_versions_act_like_torch_flag_on_the_training_machine(tmp_path
     assert from_metadata.run.optim == from_flag.run.optim == "adamw_torch"
     assert from_metadata.memory.total == from_flag.memory.total
     assert ("torch", "2.6.0", "installed here") in from_metadata.run.stack_sources
-    # the flag still wins over what is installed
-    flagged = assemble_config(str(cfg), (), Options(command="check", torch_version="2.8"))
+    # the flags still win over what is installed (the fused default needs torch >= 2.8 and transformers >= 4.54,
+    # huggingface/transformers#37358: with only --torch 2.8 the installed 4.51.3 keeps adamw_torch)
+    assert assemble_config(str(cfg), (), Options(command="check", torch_version="2.8")).run.optim == "adamw_torch"
+    flagged = assemble_config(str(cfg), (), Options(command="check", torch_version="2.8", transformers_version="4.57.1"))
     assert flagged.run.optim == "adamw_torch_fused"
 
 
