@@ -139,3 +139,42 @@ def test_a_dropped_key_is_never_unverified(tmp_path, monkeypatch):
     assert got == ["FD002 `evaluation_strategy` was renamed to `eval_strategy` (last accepted in transformers 4.45); "
                    f"{DROPS}. transformers renamed evaluation_strategy to eval_strategy; neither 4.57 nor 5.8 accepts "
                    "the old name. (ALLOW_EXTRA_ARGS is set)"], got
+
+
+TYPES = ('bf16: "true"\nsave_steps: on\nmax_samples: 1.0e5\nlearning_rate: "5e-6"\nper_device_train_batch_size: auto\n'
+         "accelerator_config: 7\ninclude_for_metrics: 7\n")
+
+
+def test_a_value_of_the_wrong_kind_reads_as_before(tmp_path):
+    # each hint (TYPE_CHECKS) and each ending (TYPE_ENDINGS) once: invalid-value's two message parts, joined; the
+    # sentences as readers/config/keyschema.py wrote them before they moved (main 602693a)
+    got = _messages(tmp_path, TYPES)
+    convert = "; parse_dict does not convert it, and"
+    compare = ("the first comparison or arithmetic on it raises TypeError (while parsing, at model or data loading, "
+               "or at the first step).")
+    assert got == [
+        "FD003 `bf16` is a string (true) but LLaMA-Factory expects a boolean (a quoted boolean is a non-empty string, "
+        f"which Python treats as true){convert} Python's truth test reads it as true, so the option is silently on "
+        "(a quoted 'false' turns it on).",
+        "FD003 `save_steps` is a boolean (true) but LLaMA-Factory expects a float or an integer (YAML 1.1 reads "
+        f"on/off/yes/no as booleans){convert} Python uses it as the number 1, which is rarely what was meant.",
+        "FD003 `max_samples` is a float (100000.0) but LLaMA-Factory expects an integer (YAML reads 1e5-style numbers "
+        f"as floats){convert} it fails where a whole count is needed (range(), slicing: TypeError).",
+        "FD003 `learning_rate` is a string (5e-6) but LLaMA-Factory expects a float or an integer (quoted, so it "
+        f"stays a string){convert} {compare}",
+        "FD003 `per_device_train_batch_size` is a string (auto) but LLaMA-Factory expects an integer ('auto' belongs "
+        f"in the DeepSpeed JSON; LLaMA-Factory does not resolve it){convert} {compare}",
+        f"FD003 `accelerator_config` is an integer (7) but LLaMA-Factory expects a mapping or a string{convert} the "
+        "string operations on it (path joins, splits, name lookups) raise TypeError or look up a name that does not "
+        "exist, at model or data loading.",
+        f"FD003 `include_for_metrics` is an integer (7) but LLaMA-Factory expects a list{convert} its first use fails "
+        "(TypeError).",
+    ], got
+
+
+def test_every_type_check_and_ending_has_its_case():
+    from finetune_doctor.readers.config.keyschema import TYPE_CHECKS, TYPE_ENDINGS
+
+    opening, ending = _rule("invalid-value")["message"]["parts"]
+    assert (opening["by"], ending["by"]) == ("item.check", "item.ending")
+    assert set(TYPE_CHECKS) <= set(opening["cases"]) and set(ending["cases"]) == set(TYPE_ENDINGS)

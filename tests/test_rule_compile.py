@@ -65,6 +65,45 @@ def test_a_table_on_a_fact_without_declared_values_is_a_load_error():
         _rule(other)
 
 
+PARTS_RULE = TABLE_RULE.replace("""  by: item.check
+  cases:
+    unknown_key: "{item.key} is not a key ({item.section})"
+    removed: "{item.key} was removed in {item.removed}"
+  default: "{item.key}: {item.upstream}"
+""", """  parts:
+  - "{item.key}:"
+  - by: item.check
+    cases: {removed: "gone in {item.removed};"}
+    default: ""
+  - by: item.check
+    cases: {unknown_key: "not a key of {item.section}"}
+    default: "see the log"
+""").replace("table-rule", "parts-rule").replace("XX002", "XX004")
+
+
+def test_a_message_of_parts_joins_each_part_and_skips_an_empty_one():
+    rule = _rule(PARTS_RULE)
+    ctx = RuleContext(facts={"ds": {"problems": [
+        {"check": "unknown_key", "key": "a.b", "section": "a"},
+        {"check": "removed", "key": "c", "removed": "0.9", "upstream": "boom"}]}})
+    got = sorted(f.message for f in evaluate((rule,), ctx))
+    # the first: part 2 renders "" (its default) and adds no space; the second keeps the suffix after the parts
+    assert got == ["a.b: not a key of a", "c: gone in 0.9; see the log Upstream error: boom"]
+
+
+@pytest.mark.parametrize("old, new, error", [
+    ('{removed: "gone', '{gone: "gone', "message case 'gone' is not a value of item.check"),
+    ('    default: ""', '    default: ""\n    suffix: {text: x}',
+     "a message part is a template or a table of `by`, `cases` and `default` only"),
+    ("  - by: item.check\n    cases: {unknown", "  - by: item.key\n    cases: {unknown", "declares no values"),
+    ("  parts:\n", "  text: x\n  parts:\n", "message.parts is a non-empty list"),   # parts or a text, not both
+])
+def test_a_table_part_is_checked_at_load_like_a_table(old, new, error):
+    assert old in PARTS_RULE
+    with pytest.raises(InputError, match=re.escape(error)):
+        _rule(PARTS_RULE.replace(old, new, 1))
+
+
 def test_every_expression_is_parsed_once_however_often_it_runs(monkeypatch):
     calls = []
     real = ast.parse

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from finetune_doctor.engine.expr import NULL, Evaluator, ExprError, Template, unwrap
-from finetune_doctor.engine.loader import Rule
+from finetune_doctor.engine.loader import Message, Rule
 from finetune_doctor.errors import InputError
 from finetune_doctor.types import Edit, Finding, Fix, Location, SourceDoc
 
@@ -125,7 +125,10 @@ def _run_rule(rule: Rule, ctx: RuleContext, base: Evaluator) -> list[Finding]:
 
 
 def _message(rule: Rule, ev: Evaluator) -> str:
-    text = ev.render(_pick(rule, ev))
+    if rule.message.parts:   # each part a text or a table; an empty one (a table's "" default) adds nothing
+        text = " ".join(t for t in (ev.render(_pick(p, ev)) for p in rule.message.parts) if t.strip())
+    else:
+        text = ev.render(_pick(rule.message, ev))
     suffix = rule.message.suffix
     if suffix is not None and ev.truth(rule.message.suffix_when):
         text = f"{text} {ev.render(suffix)}"
@@ -141,9 +144,8 @@ def _one_stop(text: str) -> str:
     return _DOUBLED_STOP.sub(".", text) if ".." in text else text
 
 
-def _pick(rule: Rule, ev: Evaluator) -> Template:
-    """The message template: the rule's one text, or the case of its table that the selector's value names."""
-    msg = rule.message
+def _pick(msg: Message, ev: Evaluator) -> Template:
+    """The message template: the message's one text, or the case of its table that the selector's value names."""
     if msg.text is not None:
         return msg.text
     value = unwrap(ev.eval(msg.by)) if msg.by is not None else None

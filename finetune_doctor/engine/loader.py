@@ -19,7 +19,8 @@ from finetune_doctor.types import SEVERITIES
 COMMANDS = ("check", "lint", "estimate", "postmortem", "probe", "gpus", "data")
 CATEGORIES = ("config", "precision", "memory", "deepspeed", "numerics", "data", "distributed", "hardware", "runtime")
 DOC_SECTIONS = ("what_it_does", "why_bad", "example", "use_instead", "references")
-MESSAGE_FIELDS = {"text", "by", "cases", "default", "suffix"}
+MESSAGE_FIELDS = {"text", "by", "cases", "default", "suffix", "parts"}
+TABLE_FIELDS = {"by", "cases", "default"}
 SUFFIX_FIELDS = {"when", "text"}
 TOP_FIELDS = {"code", "name", "severity", "category", "commands", "requires", "for_each", "when", "message",
               "location", "fix", "docs", "tags"}
@@ -70,6 +71,9 @@ class Message:
     In a table, the case keys were checked at load against the values the selected fact declares
     (facts/schema.py `Field.values`), so a misspelt case is a load error; a value with no case takes `default`,
     which the loader requires unless the cases cover every declared value.
+    A message of `parts` renders each part (a text or a table, itself a `Message` with no suffix or parts) and
+    joins the non-empty ones with a space: a sentence whose opening and ending vary apart (the key schema's choice
+    and type problems) is one table per variant instead of their product.
     """
 
     text: Template | None = None
@@ -78,9 +82,13 @@ class Message:
     default: Template | None = None
     suffix: Template | None = None        # appended to whichever case renders, when `suffix_when` holds
     suffix_when: Expr | None = None
+    parts: tuple["Message", ...] = ()
 
     def templates(self) -> tuple[Template, ...]:
-        """Every template the message can render (the text, or each case then the default; then the suffix)."""
+        """Every template the message can render (the text, or each case then the default, or each part's; then
+        the suffix)."""
+        if self.parts:
+            return (*(t for p in self.parts for t in p.templates()), *((self.suffix,) if self.suffix else ()))
         if self.text is not None:
             return tuple(t for t in (self.text, self.suffix) if t is not None)
         return tuple(t for t in (*self.cases.values(), self.default, self.suffix) if t is not None)
@@ -113,8 +121,8 @@ class Rule:
     def expressions(self) -> tuple[Expr, ...]:
         """Every compiled expression of the rule, placeholders included (the loader parses them all once to validate
         a pack it has not cached)."""
-        out: list[Expr] = [e for e in (self.when, self.for_each, self.message.by, self.message.suffix_when)
-                           if e is not None]
+        out: list[Expr] = [e for e in (self.when, self.for_each, self.message.by, self.message.suffix_when,
+                                       *(p.by for p in self.message.parts)) if e is not None]
         temps = [*self.message.templates(), self.location.file, self.location.key]
         out += [e for e in (self.location.line, self.location.from_) if e is not None]
         if self.fix is not None:
@@ -315,7 +323,8 @@ def _template(v: Any) -> Template | None:
 
 def _message(m: Any, bad: Any) -> Message:
     """A message: a template string; ``{text: template, suffix: {text, when}}`` (one text and a clause added when a
-    condition holds); or a table ``{by: <expression>, cases: {value: template}, default: template, suffix}``."""
+    condition holds); a table ``{by: <expression>, cases: {value: template}, default: template, suffix}``; or
+    ``{parts: [template or {by, cases, default}, ...], suffix}`` (the parts rendered in turn, joined by a space)."""
     if not isinstance(m, dict):
         return Message(text=compile_template(str(m).strip()))
     if set(m) - MESSAGE_FIELDS:
@@ -323,6 +332,16 @@ def _message(m: Any, bad: Any) -> Message:
     suffix = m.get("suffix") or {}
     if not isinstance(suffix, dict) or set(suffix) - SUFFIX_FIELDS or (suffix and not suffix.get("text")):
         raise bad("message.suffix is a mapping {text: template, when: condition}")
+    if "parts" in m:
+        parts = m["parts"]
+        if set(m) - {"parts", "suffix"} or not isinstance(parts, list) or not parts:
+            raise bad("message.parts is a non-empty list of parts (each a template or a table `by`, `cases`, "
+                      "`default`), with an optional `suffix` beside it")
+        if any(isinstance(p, dict) and (set(p) - TABLE_FIELDS or "by" not in p) for p in parts):
+            raise bad("a message part is a template or a table of `by`, `cases` and `default` only")
+        return Message(parts=tuple(_message(p, bad) for p in parts),
+                       suffix=_template(str(suffix["text"]).strip()) if suffix else None,
+                       suffix_when=_expr(suffix.get("when")))
     if "text" in m:
         if set(m) - {"text", "suffix"} or not m.get("text"):
             raise bad("a message is a `text` (with an optional `suffix`) or a table (`by`, `cases`), not both")
@@ -363,8 +382,13 @@ def _fix_spec(f: Any, bad: Any) -> FixSpec | None:
 
 def _check_cases(rule: Rule, path: str) -> None:
     """A message table's case keys must be values its selector's fact declares; an uncovered value needs a
-    default. Raises InputError naming the file and the line of the bad case."""
-    message = rule.message
+    default (each table part of a message of `parts` alike). Raises InputError naming the file and the line of the
+    bad case."""
+    for message in (rule.message, *rule.message.parts):
+        _check_table(rule, message, path)
+
+
+def _check_table(rule: Rule, message: Message, path: str) -> None:
     if message.by is None:
         return
     from finetune_doctor.engine.expr import FUNCTIONS

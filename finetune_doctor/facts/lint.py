@@ -14,7 +14,8 @@ from typing import Any
 
 from finetune_doctor.facts.schema import LOCATION, F, Namespace
 from finetune_doctor.analyzers.config.launch import CHECK_NAMES, check_launch
-from finetune_doctor.readers.config.keyschema import OPENING_CHECKS, VALUE_CHECKS, check_keys
+from finetune_doctor.readers.config.keyschema import (OPENING_CHECKS, TYPE_CHECKS, TYPE_ENDINGS, VALUE_CHECKS,
+                                                      check_keys)
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc
 from finetune_doctor.readers.config.lfkind import COMMANDS
 
@@ -27,10 +28,13 @@ KEY_ITEM = {
     "message": F("str", "what is wrong, in LLaMA-Factory's or transformers' terms (None for a launch check, \"\" "
                         "for a key-schema check: their words are their rule's, `check`)"),
     "check": F("str", "the launch check (analyzers/config/launch.py CHECK_NAMES), key-schema value check "
-                      "(readers/config/keyschema.py VALUE_CHECKS) or undeclared key's opening (OPENING_CHECKS) "
+                      "(readers/config/keyschema.py VALUE_CHECKS, TYPE_CHECKS) or undeclared key's opening "
+                      "(OPENING_CHECKS) "
                       "that found it: the case of its rule's message table (an opening's with its fate: `case`); "
                       "None for the other key-schema problems and v1's",
-              values=(*CHECK_NAMES, *VALUE_CHECKS, *OPENING_CHECKS)),
+              values=(*CHECK_NAMES, *VALUE_CHECKS, *TYPE_CHECKS, *OPENING_CHECKS)),
+    "ending": F("str", "for a value of the wrong kind: where it fails (readers/config/keyschema.py TYPE_ENDINGS), "
+                       "the second part of invalid-value's message; None for the others", values=TYPE_ENDINGS),
     "args": F("dict", "the values a check's message case shows (as written in the config)", open=True),
     "suggestion": F("str", "did-you-mean key, when one is close"),
     "replacement": F("str", "the key that replaces a renamed/retired one"),
@@ -189,7 +193,7 @@ MAX_PER_KIND = 1000
 evaluation; a file of 100k unknown keys (issue 27) is reported by its first 1,000 and a count of the rest."""
 
 KEY_FIELDS = ("key", "kind", "message", "suggestion", "replacement_key", "fix", "fix_value", "condition", "inert",
-              "fate", "check", "args", "decide")
+              "fate", "check", "args", "decide", "ending")
 
 
 def _problems(doc: ConfigDoc, transformers_version: str | None, release: Any, kind: str) -> list[Any]:

@@ -50,7 +50,7 @@ class KeyProblem:
     (rules/unknown-key.yaml, renamed-key, derived-key, unverified-config-problem: a message table keyed by
     ``check/fate``); a value `check` (VALUE_CHECKS) is worded by rules/invalid-value.yaml's table. Either way
     `message` is "" and `args` holds the values the sentence shows, so the reader says what it found, not how to
-    word it (issue #22).
+    word it (issue #22). A value of the wrong kind has a TYPE_CHECKS `check` (its hint) and an `ending` (TYPE_ENDINGS).
     """
 
     key: str
@@ -65,6 +65,7 @@ class KeyProblem:
     fate: str | None = None
     check: str | None = None
     args: Mapping[str, str] | None = None
+    ending: str | None = None
 
 
 # the value checks whose sentence is rules/invalid-value.yaml's message table's (facts/lint.py declares them)
@@ -75,6 +76,11 @@ VALUE_CHECKS = ("null-fails", "null-needs-value", "range-not-allowed", "range-ou
 OPENING_CHECKS = ("unknown", "unknown-near", "not-snake-case", "old-spelling", "retired", "retired-undated",
                   "renamed", "renamed-undated", "not-in-release", "not-in-any-release", "declared-by-some",
                   "not-for-training", "transformers-dropped", "computed", "derived")
+# a value of the wrong kind: the hint that explains it (check) and where it fails (ending), each a case of
+# rules/invalid-value.yaml's message parts
+TYPE_CHECKS = ("wrong-type", "wrong-type-whole-float", "wrong-type-quoted-bool", "wrong-type-quoted-number",
+               "wrong-type-auto", "wrong-type-yaml-bool")
+TYPE_ENDINGS = ("truth-test", "bool-as-number", "float-as-count", "number-compared", "string-used", "first-use")
 
 
 @lru_cache(maxsize=4)
@@ -723,11 +729,12 @@ def _check_choice(key: str, value: Any, choices: list[Any],
 
 
 def _wrong_type(key: str, value: Any, kind: str, accepts: set[str], expected: str) -> KeyProblem:
+    """A value of a kind `key` does not take: its check (TYPE_CHECKS, the hint that explains it) and ending
+    (TYPE_ENDINGS, where it fails) are worded by rules/invalid-value.yaml's tables."""
     fix: Any = _NO_FIX
-    why = ""
+    check = "wrong-type"
     if kind == "float" and "int" in accepts and float(value).is_integer():
-        fix = int(value)
-        why = " (YAML reads 1e5-style numbers as floats)"
+        fix, check = int(value), "wrong-type-whole-float"
     elif kind == "str":
         s = value.strip()
         num: float | None = None
@@ -736,30 +743,33 @@ def _wrong_type(key: str, value: Any, kind: str, accepts: set[str], expected: st
         except ValueError:
             pass
         if "bool" in accepts and s.lower() in ("true", "false"):
-            fix = s.lower() == "true"
-            why = " (a quoted boolean is a non-empty string, which Python treats as true)"
+            fix, check = s.lower() == "true", "wrong-type-quoted-bool"
         elif num is not None and accepts & {"int", "float"}:
             if "float" in accepts:
                 fix = num
             elif num.is_integer():
                 fix = int(num)
-            why = " (quoted, so it stays a string)"
+            check = "wrong-type-quoted-number"
         elif s.lower() == "auto" and accepts & {"int", "float"}:
-            why = " ('auto' belongs in the DeepSpeed JSON; LLaMA-Factory does not resolve it)"
+            check = "wrong-type-auto"
         elif "list" in accepts:
             fix = [value]
     elif kind in ("int", "float") and "str" in accepts:
         fix = str(value)
     elif kind == "bool" and accepts & {"int", "float"}:
-        why = " (YAML 1.1 reads on/off/yes/no as booleans)"
+        check = "wrong-type-yaml-bool"
     suggestion = f"write `{key}: {_yaml(fix)}`" if fix is not _NO_FIX else f"give `{key}` {expected}"
     if key == "per_device_train_batch_size" and kind == "str":
         suggestion = "set a number, or auto_find_batch_size: true to let transformers halve it on OOM"
-    msg = (f"`{key}` is {_KIND_WORDS.get(kind, kind)} ({_yaml(value)}) but LLaMA-Factory expects {expected}{why}; "
-           f"parse_dict does not convert it, {_later(kind, accepts, value)}.")
+    ending = _later(kind, accepts)
+    args = {"kind": _KIND_WORDS.get(kind, kind), "value": _yaml(value), "expected": expected,
+            "truth": _yaml(bool(value)), "on": "on" if value else "off"}
+    if ending == "bool-as-number":
+        args["number"] = str(int(value))
     if fix is _NO_FIX:
-        return KeyProblem(key, "wrong_type", msg, suggestion=suggestion)
-    return KeyProblem(key, "wrong_type", msg, suggestion=suggestion, fix="set", fix_value=fix)
+        return KeyProblem(key, "wrong_type", "", suggestion=suggestion, check=check, args=args, ending=ending)
+    return KeyProblem(key, "wrong_type", "", suggestion=suggestion, fix="set", fix_value=fix, check=check,
+                      args=args, ending=ending)
 
 
 def _enum_of(entry: Mapping[str, Any]) -> str | None:
@@ -772,22 +782,13 @@ def _enum_of(entry: Mapping[str, Any]) -> str | None:
     return m.group(1) if m else None
 
 
-def _later(kind: str, accepts: set[str], value: Any) -> str:
-    """What happens after parsing to a value of the wrong kind (the failure the finding names)."""
+def _later(kind: str, accepts: set[str]) -> str:
+    """Where a value of the wrong kind fails after parsing (TYPE_ENDINGS: the ending of the finding's sentence)."""
     if accepts <= {"bool", "null"}:
-        return (f"and Python's truth test reads it as {_yaml(bool(value))}, so the option is silently "
-                f"{'on' if value else 'off'} (a quoted 'false' turns it on)")
-    if accepts & {"int", "float"} and kind == "bool":
-        return f"and Python uses it as the number {int(value)}, which is rarely what was meant"
-    if accepts & {"int", "float"} and kind == "float":
-        return "and it fails where a whole count is needed (range(), slicing: TypeError)"
+        return "truth-test"
     if accepts & {"int", "float"}:
-        return ("and the first comparison or arithmetic on it raises TypeError (while parsing, at model or "
-                "data loading, or at the first step)")
-    if "str" in accepts:
-        return ("and the string operations on it (path joins, splits, name lookups) raise TypeError or look up "
-                "a name that does not exist, at model or data loading")
-    return "and its first use fails (TypeError)"
+        return {"bool": "bool-as-number", "float": "float-as-count"}.get(kind, "number-compared")
+    return "string-used" if "str" in accepts else "first-use"
 
 
 def describe(key: str) -> dict[str, Any] | None:
