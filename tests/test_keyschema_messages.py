@@ -42,7 +42,7 @@ def test_each_opening_has_both_fates_in_its_rule_and_in_the_unverified_rule():
             assert _rule(rule)["message"]["by"] == "item.case", rule
             assert STOPS in cases[f"{check}/stops"] and DROPS in cases[f"{check}/drops"], (rule, check)
         # a dropped key's condition is ALLOW_EXTRA_ARGS, never a version: it is never unverified
-        cases = _rule("unverified-config-problem")["message"]["cases"]
+        cases = _rule("unverified-config-problem")["message"]["parts"][0]["cases"]
         assert STOPS in cases[f"{check}/stops"] and f"{check}/drops" not in cases, check
     # an opening's case in a rule that never shows its kind would be dead text
     for name in ("unknown-key", "renamed-key", "derived-key"):
@@ -172,9 +172,57 @@ def test_a_value_of_the_wrong_kind_reads_as_before(tmp_path):
     ], got
 
 
-def test_every_type_check_and_ending_has_its_case():
-    from finetune_doctor.readers.config.keyschema import TYPE_CHECKS, TYPE_ENDINGS
+def test_every_type_and_choice_check_and_ending_has_its_case():
+    from finetune_doctor.readers.config.keyschema import CHOICE_CHECKS, CHOICE_ENDINGS, TYPE_CHECKS, TYPE_ENDINGS
 
     opening, ending = _rule("invalid-value")["message"]["parts"]
     assert (opening["by"], ending["by"]) == ("item.check", "item.ending")
-    assert set(TYPE_CHECKS) <= set(opening["cases"]) and set(ending["cases"]) == set(TYPE_ENDINGS)
+    assert set(TYPE_CHECKS) | set(CHOICE_CHECKS) <= set(opening["cases"])
+    # flash_attn is flash-attn-invalid-value's there: its ending would be dead text
+    assert set(ending["cases"]) == set(TYPE_ENDINGS) | set(CHOICE_ENDINGS) - {"flash-attn"}
+    # a choice that only some releases lack (a wrong kind never is)
+    opening, ending = _rule("unverified-config-problem")["message"]["parts"]
+    assert set(CHOICE_CHECKS) <= set(opening["cases"]) and set(ending["cases"]) == set(CHOICE_ENDINGS)
+
+
+HOLDS = ("This holds only for LLaMA-Factory releases whose `{key}` choices lack {value}, which the inputs do not say: "
+         "pass --llamafactory VERSION or --env FILE to decide it.")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("quantization_method: bitsandbytes\nquantization_bit: 4\nfinetuning_type: lora\n",
+     "FD041 `quantization_method: bitsandbytes` is not a valid choice (an old spelling of bnb: the on-the-fly "
+     "quantization branches compare with bnb/hqq/eetq only (model/model_utils/quantization.py:167-207 in 0.9.5), so "
+     "quantization_bit is silently ignored and the model loads unquantized); LLaMA-Factory accepts bnb, gptq, awq, "
+     "aqlm, quanto, eetq, hqq, mxfp4, fp8. parse_dict does not check Literal choices: the run fails later, where "
+     "LLaMA-Factory branches on the value. " + HOLDS.format(key="quantization_method", value="bitsandbytes")),
+    ('flash_attn: "off"\n',
+     "FD041 `flash_attn: off` is not a valid choice (an old spelling of disabled: LF v0.7-0.8 spelled it off); "
+     "LLaMA-Factory accepts auto, disabled, sdpa, fa2, fa3. A wrong value fails only at model load (\"Unknown "
+     "attention type\"). " + HOLDS.format(key="flash_attn", value="off")),
+    ("infer_backend: ktransformers\n",
+     "FD041 `infer_backend: ktransformers` is not a valid choice; LLaMA-Factory accepts huggingface, vllm, sglang. "
+     "parse_dict does not check Literal choices: the run fails later, where LLaMA-Factory branches on the value. "
+     + HOLDS.format(key="infer_backend", value="ktransformers")),
+])
+def test_an_unverified_choice_reads_as_before(tmp_path, monkeypatch, text, message):
+    # the parity corpus reaches no choice problem that only some releases have: unverified-config-problem's two
+    # parts (the hint by item.case, the ending and the condition by item.ending), as keyschema.py wrote them before
+    from finetune_doctor.readers.config import lfrelease
+
+    monkeypatch.setattr(lfrelease, "installed_version", lambda: None)
+    assert _messages(tmp_path, text) == [message]
+
+
+def test_a_choice_reads_as_before(tmp_path):
+    # a hint and an ending of each kind the corpus reaches (pinned there too, against main 602693a)
+    got = _messages(tmp_path, "lr_scheduler_type: Cosine\nsave_strategy: true\nreport_to: wandbb\n", "lf", "0.9.5")
+    assert got[:2] == [
+        "FD003 `lr_scheduler_type: Cosine` is not a valid choice (choices are case-sensitive: cosine); LLaMA-Factory "
+        "accepts linear, cosine, cosine_with_restarts, polynomial, constant, constant_with_warmup, inverse_sqrt, "
+        "reduce_lr_on_plateau, cosine_with_min_lr, cosine_warmup_with_min_lr, warmup_stable_decay, greedy. "
+        "transformers converts it to SchedulerType while parsing and stops with \"... is not a valid SchedulerType\".",
+        "FD003 `save_strategy: true` is not a valid choice (YAML 1.1 reads on/off/yes/no/true/false as a boolean); "
+        "LLaMA-Factory accepts no, steps, epoch, best. transformers converts it to SaveStrategy while parsing and "
+        "stops with \"... is not a valid SaveStrategy\".",
+    ], got

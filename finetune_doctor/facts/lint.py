@@ -14,8 +14,8 @@ from typing import Any
 
 from finetune_doctor.facts.schema import LOCATION, F, Namespace
 from finetune_doctor.analyzers.config.launch import CHECK_NAMES, check_launch
-from finetune_doctor.readers.config.keyschema import (OPENING_CHECKS, TYPE_CHECKS, TYPE_ENDINGS, VALUE_CHECKS,
-                                                      check_keys)
+from finetune_doctor.readers.config.keyschema import (CHOICE_CHECKS, CHOICE_ENDINGS, OPENING_CHECKS, TYPE_CHECKS,
+                                                      TYPE_ENDINGS, VALUE_CHECKS, check_keys)
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc
 from finetune_doctor.readers.config.lfkind import COMMANDS
 
@@ -28,13 +28,15 @@ KEY_ITEM = {
     "message": F("str", "what is wrong, in LLaMA-Factory's or transformers' terms (None for a launch check, \"\" "
                         "for a key-schema check: their words are their rule's, `check`)"),
     "check": F("str", "the launch check (analyzers/config/launch.py CHECK_NAMES), key-schema value check "
-                      "(readers/config/keyschema.py VALUE_CHECKS, TYPE_CHECKS) or undeclared key's opening "
-                      "(OPENING_CHECKS) "
+                      "(readers/config/keyschema.py VALUE_CHECKS, TYPE_CHECKS, CHOICE_CHECKS) or undeclared "
+                      "key's opening (OPENING_CHECKS) "
                       "that found it: the case of its rule's message table (an opening's with its fate: `case`); "
                       "None for the other key-schema problems and v1's",
-              values=(*CHECK_NAMES, *VALUE_CHECKS, *TYPE_CHECKS, *OPENING_CHECKS)),
-    "ending": F("str", "for a value of the wrong kind: where it fails (readers/config/keyschema.py TYPE_ENDINGS), "
-                       "the second part of invalid-value's message; None for the others", values=TYPE_ENDINGS),
+              values=(*CHECK_NAMES, *VALUE_CHECKS, *TYPE_CHECKS, *CHOICE_CHECKS, *OPENING_CHECKS)),
+    "ending": F("str", "for a value of the wrong kind or not among the choices: where it fails (readers/config/"
+                       "keyschema.py TYPE_ENDINGS, CHOICE_ENDINGS), the second part of invalid-value's and "
+                       "unverified-config-problem's message; None for the others",
+              values=(*TYPE_ENDINGS, *CHOICE_ENDINGS)),
     "args": F("dict", "the values a check's message case shows (as written in the config)", open=True),
     "suggestion": F("str", "did-you-mean key, when one is close"),
     "replacement": F("str", "the key that replaces a renamed/retired one"),
@@ -48,7 +50,7 @@ KEY_ITEM = {
     "case": F("str", "the case of the message table of unknown-key, renamed-key, derived-key and (kind unverified) "
                      "unverified-config-problem: `check/fate` for a key-schema opening (OPENING_CHECKS), else, for "
                      "kind unverified, the check's name; None for the others",
-              values=(*CHECK_NAMES, *VALUE_CHECKS, *OPENING_CASES)),
+              values=(*CHECK_NAMES, *VALUE_CHECKS, *CHOICE_CHECKS, *OPENING_CASES)),
     "decide": F("str", "for kind unverified: the inputs that would decide the condition (--llamafactory VERSION or "
                        "--env FILE, ...), none of them given"),
     "line": F("int", "1-based line of the key in the config"),

@@ -50,7 +50,7 @@ class KeyProblem:
     (rules/unknown-key.yaml, renamed-key, derived-key, unverified-config-problem: a message table keyed by
     ``check/fate``); a value `check` (VALUE_CHECKS) is worded by rules/invalid-value.yaml's table. Either way
     `message` is "" and `args` holds the values the sentence shows, so the reader says what it found, not how to
-    word it (issue #22). A value of the wrong kind has a TYPE_CHECKS `check` (its hint) and an `ending` (TYPE_ENDINGS).
+    word it (issue #22); a wrong kind or choice has an `ending` too (TYPE_ENDINGS, CHOICE_ENDINGS).
     """
 
     key: str
@@ -81,6 +81,9 @@ OPENING_CHECKS = ("unknown", "unknown-near", "not-snake-case", "old-spelling", "
 TYPE_CHECKS = ("wrong-type", "wrong-type-whole-float", "wrong-type-quoted-bool", "wrong-type-quoted-number",
                "wrong-type-auto", "wrong-type-yaml-bool")
 TYPE_ENDINGS = ("truth-test", "bool-as-number", "float-as-count", "number-compared", "string-used", "first-use")
+# a value not among a key's choices: the hint (check) and where it fails (ending), worded the same way
+CHOICE_CHECKS = ("choice", "choice-old-spelling", "choice-yaml-bool", "choice-case", "choice-near")
+CHOICE_ENDINGS = ("enum", "literal", "stage", "flash-attn")
 
 
 @lru_cache(maxsize=4)
@@ -686,17 +689,19 @@ def _check_range(key: str, value: float, r: Mapping[str, Any]) -> KeyProblem | N
 
 def _check_choice(key: str, value: Any, choices: list[Any],
                   renames: Mapping[str, Any] | None = None, enum: str | None = None) -> KeyProblem | None:
+    """A value not among `key`'s choices: its hint (CHOICE_CHECKS) and ending (CHOICE_ENDINGS), worded by rules."""
     bool_choices = any(isinstance(c, bool) for c in choices)
     if value in choices and (bool_choices or not isinstance(value, bool)):
         return None
     fix: Any = _NO_FIX
-    why = ""
+    check = "choice"
+    args = {"value": _yaml(value), "choices": _listing(choices)}
     old = (renames or {}).get(str(value)) if isinstance(value, str) else None
     if old is not None:
-        fix = old["to"]
-        why = f" (an old spelling of {old['to']}: {old['why']})"
+        fix, check = old["to"], "choice-old-spelling"
+        args.update(to=str(old["to"]), why=str(old["why"]))
     elif isinstance(value, bool) and all(isinstance(c, str) for c in choices):
-        why = " (YAML 1.1 reads on/off/yes/no/true/false as a boolean)"
+        check = "choice-yaml-bool"
         if key == "flash_attn":  # flash_attn was a bool in LF v0.5-0.6: true meant FlashAttention-2 (LF_FACTS §1a)
             fix = "fa2" if value else "disabled"
         elif not value and "disabled" in choices:
@@ -706,26 +711,24 @@ def _check_choice(key: str, value: Any, choices: list[Any],
     elif isinstance(value, str):
         folded = {str(c).lower(): c for c in choices}
         if value.lower() in folded:
-            fix = folded[value.lower()]
-            why = f" (choices are case-sensitive: {fix})"
+            fix, check = folded[value.lower()], "choice-case"
+            args["fix"] = str(fix)
         else:
             import difflib
 
             near = difflib.get_close_matches(value, [str(c) for c in choices], n=1, cutoff=0.8)
             if near:
-                fix = near[0]
-                why = f" (did you mean {near[0]}?)"
-    msg = f"`{key}: {_yaml(value)}` is not a valid choice{why}; LLaMA-Factory accepts {_listing(choices)}."
-    if enum:   # transformers 5.6.0 TrainingArguments.__post_init__ converts these to its enums
-        msg += f" transformers converts it to {enum} while parsing and stops with \"... is not a valid {enum}\"."
-    elif key != "flash_attn":
-        msg += (" parse_dict does not check Literal choices: the run fails later, where LLaMA-Factory branches on "
-                "the value" + (" (\"Unknown task\" for `stage`)" if key == "stage" else "") + ".")
-    if key == "flash_attn":
-        msg += " A wrong value fails only at model load (\"Unknown attention type\")."
+                fix, check = near[0], "choice-near"
+                args["near"] = near[0]
+    # transformers 5.6.0 converts an enum while parsing; a Literal fails later; flash_attn (never an enum) at load
+    ending = "flash-attn" if key == "flash_attn" else "enum" if enum else "stage" if key == "stage" else "literal"
+    if enum:
+        args["enum"] = enum
     if fix is _NO_FIX:
-        return KeyProblem(key, "invalid_value", msg, suggestion=f"use one of {_listing(choices)}")
-    return KeyProblem(key, "invalid_value", msg, suggestion=f"write `{key}: {_yaml(fix)}`", fix="set", fix_value=fix)
+        return KeyProblem(key, "invalid_value", "", suggestion=f"use one of {_listing(choices)}", check=check,
+                          args=args, ending=ending)
+    return KeyProblem(key, "invalid_value", "", suggestion=f"write `{key}: {_yaml(fix)}`", fix="set", fix_value=fix,
+                      check=check, args=args, ending=ending)
 
 
 def _wrong_type(key: str, value: Any, kind: str, accepts: set[str], expected: str) -> KeyProblem:
