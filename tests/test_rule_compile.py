@@ -97,6 +97,8 @@ def test_a_message_of_parts_joins_each_part_and_skips_an_empty_one():
      "a message part is a template or a table of `by`, `cases` and `default` only"),
     ("  - by: item.check\n    cases: {unknown", "  - by: item.key\n    cases: {unknown", "declares no values"),
     ("  parts:\n", "  text: x\n  parts:\n", "message.parts is a non-empty list"),   # parts or a text, not both
+    ("gone in {item.removed}", "gone in {itme.removed}", "unknown name 'itme'"),   # a part's template, its selector
+    ("  - by: item.check\n    cases: {unknown", "  - by: item.chekc\n    cases: {unknown", "no field 'chekc'"),
 ])
 def test_a_table_part_is_checked_at_load_like_a_table(old, new, error):
     assert old in PARTS_RULE
