@@ -214,7 +214,7 @@ def wrap(spec, label):
             acc[label] = acc.get(label, 0.0) + time.process_time() - t
     setattr(m, attr, w)
 from finetune_doctor import startup
-startup.install()   # as __main__.entry does first (its second call is a no-op)
+startup.install("lint")   # as __main__.entry does first for a lint (its second call is a no-op)
 import finetune_doctor.pipeline.lint
 c2 = time.process_time()
 for spec, label in json.loads(sys.argv[1]):

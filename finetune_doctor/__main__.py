@@ -20,7 +20,7 @@ def entry() -> None:
         import gc
 
         gc.set_threshold(50_000, *gc.get_threshold()[1:])
-    startup.install()
+    startup.install("lint" if sys.argv[1:2] == ["lint"] else "")
     try:
         if sys.argv[1:2] == ["lint"]:
             from finetune_doctor import lintcli

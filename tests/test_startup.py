@@ -255,3 +255,26 @@ def test_a_new_rule_pack_prunes_stale_ones(tmp_path, monkeypatch):
     assert len(packs) == CACHE_KEEP
     assert not list(cache.glob("rules-*.json"))
     assert packs[:-1] == [f"rules-{i:08x}.marshal" for i in range(20 - CACHE_KEEP + 1, 20)]
+
+
+def test_lint_keeps_caches_of_its_own(tmp_path):
+    """`install("lint")` reads and writes ``lint-`` files only: what other commands cached is not read at a lint's
+    start, and a lint's classes are found by the next lint (issue #22)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path)}
+    env.pop("FINETUNE_DOCTOR_NO_CACHE", None)
+
+    def run(family: str) -> int:
+        code = (f"from finetune_doctor import startup; startup.install({family!r})\n"
+                "import json.decoder\n"   # its patterns are the standard library's, which the cache keeps
+                "import finetune_doctor.types\nprint(startup._NEW); startup.save()\n")
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        return int(out.stdout)
+
+    shared = run("")
+    folder = tmp_path / "finetune-doctor"
+    assert shared > 10 and not list(folder.glob("lint-*"))
+    assert run("lint") == shared            # the shared file is not the lint's: compiled again
+    assert len(list(folder.glob("lint-dataclass-code-*.marshal"))) == 1
+    assert len(list(folder.glob("lint-re-code-*.marshal"))) == 1
+    assert len(list(folder.glob("dataclass-code-*.marshal"))) == 1   # the lint's file pruned none of the shared
+    assert run("lint") == 0 and run("") == 0
