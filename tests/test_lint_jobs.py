@@ -48,11 +48,17 @@ def test_the_first_bad_file_in_order_raises_as_with_one_process(tmp_path):
     bad_late.write_text("model_name_or_path: Qwen/Qwen3-4B\nstage: [sft\n")
     # early: in the forked child's run (files 1..n/2); late: in the run this process lints itself
     files = configs[:5] + [str(bad_early)] + configs[5:] + [str(bad_late)]
+    serial, forked = _errors_serial_and_forked(files)
+    assert serial.file == str(bad_early) and str(forked) == str(serial)
+
+
+def _errors_serial_and_forked(files: list[str]) -> tuple[InputError, InputError]:
+    """The InputError a lint of `files` raises with one process and with two."""
     with pytest.raises(InputError) as serial:
         lint.run(files, Options(command="lint"), jobs=1)
     with pytest.raises(InputError) as forked:
         lint.run(files, Options(command="lint"), jobs=2)
-    assert serial.value.file == str(bad_early) and str(forked.value) == str(serial.value)
+    return serial.value, forked.value
 
 
 def test_jobs_from_the_environment(monkeypatch):
@@ -84,11 +90,8 @@ def test_a_file_classify_refuses_raises_before_a_bad_config_as_with_one_process(
     not_utf8 = tmp_path / "late.yaml"
     not_utf8.write_bytes(b"model_name_or_path: Qwen/Qwen3-4B\nstage: sft\ndataset: caf\xe9\n")
     files = configs[:3] + [str(bad_config)] + configs[3:] + [str(not_utf8)]
-    with pytest.raises(InputError) as serial:
-        lint.run(files, Options(command="lint"), jobs=1)
-    with pytest.raises(InputError) as forked:
-        lint.run(files, Options(command="lint"), jobs=2)
-    assert serial.value.file == str(not_utf8) and str(forked.value) == str(serial.value)
+    serial, forked = _errors_serial_and_forked(files)
+    assert serial.file == str(not_utf8) and str(forked) == str(serial)
 
 
 def test_skipped_files_linted_alone_by_a_worker_give_the_report_of_one_process(tmp_path):

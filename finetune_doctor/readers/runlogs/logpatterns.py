@@ -459,11 +459,6 @@ ELASTIC_SIGNALLED = re.compile(r"(?:Received (?:Signals\.)?(?P<sig>SIG[A-Z0-9]+|
                                r"|SignalException: Process (?P<pid>\d+) got signal: (?:Signals\.)?(?P<sig2>SIG[A-Z0-9]+|\d+))")
 SIGNAL_NAMES = {"1": "SIGHUP", "2": "SIGINT", "3": "SIGQUIT", "15": "SIGTERM", "10": "SIGUSR1", "12": "SIGUSR2"}
 CPU_ALLOC = re.compile(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (?P<bytes>\d+) bytes")
-# other in-process host allocation failures, each the last line of a Python traceback (the class alone or with its
-# message): CPython's bare MemoryError; NumPy's _ArrayMemoryError (numpy/_core/_exceptions.py ``__str__``: "Unable
-# to allocate 7.45 GiB for an array with shape (1000000, 2000) and data type float32", numpy._core in 2.x,
-# numpy.core in 1.x); Arrow's ArrowMemoryError under HF datasets' tables (pyarrow.lib, arrow/memory_pool.cc: "malloc
-# of size N failed"). Not torch's OutOfMemoryError (a device OOM): the class must start the name
 # Slurm's step daemon when it ends a job or step (slurm src/slurmd/slurmstepd/req.c ``_handle_signal_container``:
 # error("*** %s ON %s CANCELLED AT %s DUE TO TIME LIMIT ***", entity, node, time), "... DUE TO PREEMPTION ***",
 # "... DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***", and without a reason for scancel; entity "JOB N" or
@@ -476,6 +471,11 @@ LIGHTNING_SIGTERM = re.compile(r"(?:\[rank: (?P<rank>\d+)\] )?Received SIGTERM: 
 # Kubernetes' container status as `kubectl describe pod` prints it ("Reason:       OOMKilled", with "Exit Code:
 # 137"): the container's memory limit (a cgroup) killed it
 K8S_OOMKILLED = re.compile(r"^\s*Reason:\s+OOMKilled\s*$")
+# other in-process host allocation failures, each the last line of a Python traceback (the class alone or with its
+# message): CPython's bare MemoryError; NumPy's _ArrayMemoryError (numpy/_core/_exceptions.py ``__str__``: "Unable
+# to allocate 7.45 GiB for an array with shape (1000000, 2000) and data type float32", numpy._core in 2.x,
+# numpy.core in 1.x); Arrow's ArrowMemoryError under HF datasets' tables (pyarrow.lib, arrow/memory_pool.cc: "malloc
+# of size N failed"). Not torch's OutOfMemoryError (a device OOM): the class must start the name
 HOST_MEMORY_ERROR = re.compile(r"^\s*(?:[\w.]+\.)?(?P<cls>_ArrayMemoryError|ArrowMemoryError|MemoryError)"
                                r"(?::\s*(?P<msg>.*?))?\s*$")
 NUMPY_ALLOC = re.compile(r"Unable to allocate (?P<num>[\d.]+) (?P<unit>bytes|[KMGTPE]iB) for an array with shape")
