@@ -230,14 +230,16 @@ def _zero3_init(run: Run, stage: int, d: dict[str, Any], launch: LaunchCommand |
 
     Only ``zero3_init_flag: false`` (the config's ``deepspeed_config`` or ``accelerate launch --zero3_init_flag``,
     which wins) with accelerate before 1.0.0 says no. The chain, each link read at the versions named:
-    accelerate launch exports the flag only when it is given (utils/launch.py:514-515 at 1.11.0), and without it
-    DeepSpeedPlugin defaults to the config's own stage-3 test (utils/dataclasses.py:1290-1299), so an absent flag
-    is on; transformers' TrainingArguments builds the plugin from the environment and calls
-    ``set_deepspeed_weakref`` (training_args.py:2004-2011 at 4.45.0, :1672-1677 at 5.6.0); before accelerate 1.0.0
-    that sets the HfDeepSpeedConfig weakref only under the flag (v0.34.0 dataclasses.py ``set_deepspeed_weakref``),
-    so ``is_deepspeed_zero3_enabled()`` stays False; LLaMA-Factory then loads as for one GPU: ``torch_dtype`` the
-    compute dtype, ``low_cpu_mem_usage`` and ``device_map={"": current device}`` (LF 0.9.0 model/patcher.py:93-104,
-    hparams/parser.py:346), and transformers skips zero.Init; DeepSpeed partitions the whole model only at
+    accelerate launch exports the flag only when it is given (utils/launch.py:405-406 at 0.33.0, :514-515 at
+    1.11.0), and without it DeepSpeedPlugin defaults to the config's own stage-3 test (utils/dataclasses.py:1015-1018
+    at 0.33.0, :1290-1299 at 1.11.0), so an absent flag is on; transformers' TrainingArguments builds the plugin
+    from the environment and calls ``set_deepspeed_weakref`` (training_args.py:2004-2011 at 4.45.0, :1672-1677 at
+    5.6.0); before accelerate 1.0.0 that sets the HfDeepSpeedConfig weakref only under the flag (0.33.0
+    dataclasses.py:1102-1105, the same at v0.34.0), and ``is_deepspeed_zero3_enabled()`` reads only that weakref
+    (transformers 4.45.0 integrations/deepspeed.py:289-293), so it stays False; LLaMA-Factory then loads as for one
+    GPU: ``torch_dtype`` the compute dtype, ``low_cpu_mem_usage`` and ``device_map={"": current device}`` (LF 0.9.0
+    model/patcher.py:93-104, hparams/parser.py:346), and transformers skips zero.Init; DeepSpeed partitions the
+    whole model only at
     ``deepspeed.initialize`` (0.19.8 runtime/zero/parameter_offload.py:180, :258-279). From accelerate 1.0.0 the
     weakref is set whatever the flag says and transformers builds under zero.Init. An accelerate the inputs do not
     name is taken as 1.0.0 or later (LLaMA-Factory requires >= 1.3.0 at the oracle snapshot, pyproject.toml:45)."""
