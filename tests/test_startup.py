@@ -278,3 +278,22 @@ def test_lint_keeps_caches_of_its_own(tmp_path):
     assert len(list(folder.glob("lint-re-code-*.marshal"))) == 1
     assert len(list(folder.glob("dataclass-code-*.marshal"))) == 1   # the lint's file pruned none of the shared
     assert run("lint") == 0 and run("") == 0
+
+
+def test_lint_defers_inspect_until_something_reads_it(tmp_path):
+    """`install("lint")` imports ``dataclasses`` without ``inspect`` (issue #22): a lint of LLaMA-Factory's example
+    configs never reads it (every project dataclass has a docstring, test above); a class without a docstring still
+    gets the ``__doc__`` ``inspect.signature`` writes, and whoever imports ``inspect`` then gets the real module."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path)}
+    code = ("import sys\nfrom finetune_doctor import startup; startup.install('lint')\n"
+            "from finetune_doctor.pipeline import lint\nfrom finetune_doctor.settings import Options\n"
+            f"files = sorted(str(p) for p in __import__('pathlib').Path({str(ROOT / 'fixtures/llamafactory/examples')!r})"
+            ".rglob('*.yaml'))\n"
+            "report = lint.run(files, Options(command='lint'), jobs=1)\n"
+            "print(len(files), len(report.findings) > 0, 'signature' in vars(sys.modules['inspect']))\n"
+            "import dataclasses\n@dataclasses.dataclass\nclass Bare:\n    x: int\n    y: str = 'a'\n"
+            "import inspect\nprint(Bare.__doc__, inspect is sys.modules['inspect'], inspect.signature(Bare))\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    first, second = out.stdout.splitlines()
+    assert first == "30 True False"
+    assert second == "Bare(x: int, y: str = 'a') True (x: int, y: str = 'a') -> None"
