@@ -297,3 +297,20 @@ def test_lint_defers_inspect_until_something_reads_it(tmp_path):
     first, second = out.stdout.splitlines()
     assert first == "30 True False"
     assert second == "Bare(x: int, y: str = 'a') True (x: int, y: str = 'a') -> None"
+
+
+def test_rule_listing_is_what_pathlib_glob_and_stat_give(tmp_path):
+    """engine/loader.py `_listing` (one scandir, issue #22) keys the rule-pack cache exactly as the glob and the
+    stat of each file did: hidden files and names that only end in .yaml included, other suffixes left out."""
+    from finetune_doctor.engine import loader
+
+    for name, text in (("b-rule.yaml", "x: 1\n"), (".hidden.yaml", "y: 2\n"), ("a.yaml", ""), ("c.yml", "z\n"),
+                       ("notes.yaml.bak", "")):
+        (tmp_path / name).write_text(text)
+    (tmp_path / "sub.yaml").mkdir()
+    old = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(tmp_path.glob("*.yaml"))]
+    assert loader._listing(str(tmp_path)) == old
+    assert [n for n, _s, _m in old] == [".hidden.yaml", "a.yaml", "b-rule.yaml", "sub.yaml"]
+    bundled = loader.bundled_rules_dir()
+    assert loader._listing(str(bundled)) == [(p.name, p.stat().st_size, p.stat().st_mtime_ns)
+                                              for p in sorted(bundled.glob("*.yaml"))]
