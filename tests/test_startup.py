@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import pkgast
 from finetune_doctor import startup
 
@@ -314,3 +316,12 @@ def test_rule_listing_is_what_pathlib_glob_and_stat_give(tmp_path):
     bundled = loader.bundled_rules_dir()
     assert loader._listing(str(bundled)) == [(p.name, p.stat().st_size, p.stat().st_mtime_ns)
                                               for p in sorted(bundled.glob("*.yaml"))]
+
+
+@pytest.mark.parametrize("path", ["rules/a-b.yaml", "/x/.hidden.yaml", "a.b.yaml", "noext", "/x/rule.yaml/",
+                                  "x/..yaml", "x/.yaml", "a.", ".", "..", "/", "a/.", "x/a.yaml.yaml", "x/a.YAML"])
+def test_rule_stem_is_pathlibs(path):
+    """engine/loader.py `_stem`: the rule file's name check reads what ``Path(path).stem`` gives (issue #22)."""
+    from finetune_doctor.engine import loader
+
+    assert loader._stem(path) == Path(path).stem
