@@ -90,6 +90,9 @@ class Run:
     ds_gather_16bit_on_save: bool = False   # zero_optimization.stage3_gather_16bit_weights_on_model_save
     overlap_comm: bool = False
     contiguous_gradients: bool = True     # DeepSpeedZeroConfig's default
+    # False: a ZeRO-3 model built outside deepspeed.zero.Init, whole on each rank until deepspeed.initialize
+    # partitions it (run/engines.py `_zero3_init`)
+    zero3_init: bool = True
     world_size: int = 1
     nnodes: int = 1
     gpus_per_node: int = 1
