@@ -1,5 +1,5 @@
 """QLoRA's fp32 residual stream (analyzers/memory/qlora_residual.py): bitsandbytes' Linear4bit returns its input's
-dtype (``.to(inp_dtype)``, nn/modules.py in every wheel 0.41.1-0.48.2), so an fp32 norm output (LLaMA's RMSNorm with
+dtype (``.to(inp_dtype)``, nn/modules.py in every wheel 0.41.1-0.48.2; 8-bit's MatMul8bitLt alike), so an fp32 norm output (LLaMA's RMSNorm with
 ``upcast_layernorm``'s fp32 weight, or nn.LayerNorm under CUDA autocast) makes the MLP's output and every later
 residual add fp32. Expected values are computed here by hand from that chain, not read back from the estimator."""
 
@@ -73,9 +73,37 @@ def test_layernorm_under_autocast_promotes_without_upcast():
     assert residual_bytes(run("falcon", quantization_bit=None)) == 2.0
 
 
-def test_no_promotion_without_bitsandbytes_4bit_or_under_unsloth():
-    assert not fp32_residual(run(upcast_layernorm=True, quantization_bit=8))
+def test_8bit_promotes_too_and_unsloth_does_not():
+    """MatMul8bitLt returns its output in A's dtype (0.48.2 autograd/_functions.py:227); unsloth's kernels replace
+    bitsandbytes' forward; HQQ is not bitsandbytes."""
+    assert fp32_residual(run(upcast_layernorm=True, quantization_bit=8))
     assert not fp32_residual(run(upcast_layernorm=True, use_unsloth=True))
+    assert not fp32_residual(run(upcast_layernorm=True, quantization_method="hqq"))
+
+
+def test_8bit_backward_dequantises_the_largest_linear_once_in_the_input_dtype():
+    """MatMul8bitLt.backward: ``state.CB.to(ctx.dtype_A, copy=True)`` — one out x in copy at 2 bytes under bf16
+    autocast; the largest linear of the tiny model is gate/up/down, 512 x 1408. 4-bit holds its state-dtype weight
+    (bf16 = the autocast dtype here, so no second cast)."""
+    from finetune_doctor.analyzers.memory.qlora import dequant_transient_bytes
+
+    assert dequant_transient_bytes(run(quantization_bit=8)) == 512 * 1408 * 2 == 1_441_792
+    assert dequant_transient_bytes(run()) == 512 * 1408 * 2
+    assert dequant_transient_bytes(run(quantization_bit=None)) == 0.0
+
+
+def test_8bit_keeps_its_input_whatever_the_release():
+    """MatMul8bitLt keeps ``ctx.tensors = (CAt, subA, A)`` in every release read (0.41.1 :431 ... 0.48.2 :239): with
+    non-reentrant checkpointing every checkpointed layer keeps its 8-bit linears' inputs, as 4-bit < 0.43.2 does."""
+    from finetune_doctor.analyzers.memory.qlora import keeps_input, saved_input_terms
+
+    eight = run(quantization_bit=8, use_reentrant_gc=False)
+    four = run(use_reentrant_gc=False)
+    assert keeps_input(eight) and not keeps_input(four)      # 4-bit: no release named, 0.48.2 taken
+    saved, _ = saved_input_terms(eight, T, range(0, L), range(L, L))
+    # per layer: q/k/v's input (h), o_proj's (heads x head_dim = 512), gate/up's (h), down_proj's (I), 2 bytes each
+    assert saved == T * L * 2 * (H + 512 + H + I) == 70_656_000
+    assert saved_input_terms(four, T, range(0, L), range(L, L)) == (0.0, 0.0)
 
 
 def test_trl_prepared_rows_get_upcast_layernorm_only_when_unsharded():

@@ -81,7 +81,7 @@ def activation_bytes_per_token_layer(run: Run, layer: int = 0, frozen: bool = Fa
     else:
         width, k = (a.moe_intermediate_size or a.intermediate_size), a.num_experts_per_tok
     gated = 2 if run.liger_swiglu else 3        # liger: gate and up; HF: gate, silu, up
-    # 4-bit linears fed an fp32 norm output return fp32 (qlora_residual.py): gate, silu and up are fp32 then
+    # bitsandbytes linears fed an fp32 norm output return fp32 (qlora_residual.py): gate, silu and up are fp32 then
     em = 4.0 if fp32_residual(run) else e
     mlp = (em * width * gated + (e * width if down_saved else 0)) * k   # (+ product if down trains)
     if not a.is_dense_layer(layer):
@@ -219,12 +219,12 @@ def residual_bytes(run: Run) -> float:
     """Bytes per element of the residual stream: fp32 when full tuning keeps fp32 weights (the embedding output
     is fp32 and every residual add stays fp32 under autocast), else the compute dtype (freeze tuning leaves the
     embedding in half precision, and autocast returns the projections' outputs in half). fp32 too for QLoRA whose
-    bitsandbytes 4-bit linears receive an fp32 norm output, which they return in fp32 (qlora_residual.py; the first
+    bitsandbytes 4- or 8-bit linears receive an fp32 norm output, which they return in fp32 (qlora_residual.py; the first
     layer's input, the embedding's output, stays in the compute dtype: `activation_terms`)."""
     if run.finetuning_type == "full" and run.trainable_dtype == "float32":
         return 4.0
     if fp32_residual(run):
-        return 4.0   # QLoRA: 4-bit linears return an fp32 norm output in fp32 (qlora_residual.py)
+        return 4.0   # QLoRA: bitsandbytes linears return an fp32 norm output in fp32 (qlora_residual.py)
     return 2.0 if run.autocast or _bytes(run.compute_dtype) == 2 else 4.0
 
 

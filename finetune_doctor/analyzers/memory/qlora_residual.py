@@ -1,4 +1,4 @@
-"""QLoRA's fp32 residual stream: when bitsandbytes' 4-bit linears hand an fp32 norm output back in fp32, the MLP's
+"""QLoRA's fp32 residual stream: when bitsandbytes' 4-bit (or 8-bit) linears hand an fp32 norm output back in fp32, the MLP's
 output and with it every later residual add are fp32, so each checkpointed decoder layer keeps its input at 4 bytes
 per element instead of 2, and the MLP's saved activations are fp32 too.
 
@@ -21,9 +21,12 @@ The chain, each step from upstream source:
 2. **bitsandbytes returns its input's dtype.** ``Linear4bit.forward`` remembers ``inp_dtype = x.dtype``, computes in
    ``compute_dtype`` and returns ``.to(inp_dtype)`` — read in the wheels 0.41.1 ``nn/modules.py:243/:250``, 0.42.0
    :251/:258, 0.43.1 :463/:470, 0.43.3 :472/:479, 0.44.1 :479/:486, 0.45.0 :478/:484, 0.46.0 :490/:496, 0.48.2
-   :525/:532, every release LLaMA-Factory accepts (>= 0.39.0). A ``torch.nn.Linear`` under autocast returns the
+   :525/:532, every release LLaMA-Factory accepts (>= 0.39.0). 8-bit alike: ``MatMul8bitLt.forward`` returns its
+   output in ``A.dtype`` (0.41.1 ``autograd/_functions.py:405/:408``, 0.43.3 :399/:402, 0.45.0 :373/:376, 0.46.0
+   :231, 0.48.2 :227 and ``backends/default/ops.py:64`` for the outlier path) and ``Linear8bitLt.forward`` hands it
+   back unchanged (0.48.2 ``nn/modules.py:1062-1076``). A ``torch.nn.Linear`` under autocast returns the
    autocast dtype instead, which is why a LoRA run on a 16-bit model keeps a half-precision residual.
-3. **The MLP reads the MLP norm's fp32 output**: gate and up (4-bit) return fp32, SiLU and the product stay fp32,
+3. **The MLP reads the MLP norm's fp32 output**: gate and up (quantized) return fp32, SiLU and the product stay fp32,
    down_proj returns fp32, and ``residual + hidden_states`` (bf16 + fp32) is fp32 by type promotion. From the
    first layer's MLP on, the stream stays fp32 (each later norm reads fp32, each later MLP adds fp32), so every
    decoder layer but the first receives an fp32 input, and the final norm and lm_head's input are fp32. The
@@ -51,10 +54,11 @@ RECAST_RMSNORM_TYPES = frozenset({
     "qwen3_vl_moe", "seed_oss", "smollm3", "solar_open", "youtu", "zamba", "zamba2"})
 
 
-def bnb4_linears(run: Run) -> bool:
-    """Whether the decoder's linears are bitsandbytes ``Linear4bit`` modules in the forward that runs: on-the-fly
-    4-bit with the bnb method (LF model/model_utils/quantization.py:182-189), not replaced by unsloth's kernels."""
-    return (run.quantization_bit == 4 and (run.quantization_method or "bnb") in ("bnb", "bitsandbytes")
+def bnb_linears(run: Run) -> bool:
+    """Whether the decoder's linears are bitsandbytes ``Linear4bit`` / ``Linear8bitLt`` modules in the forward that
+    runs: on-the-fly 4- or 8-bit with the bnb method (LF model/model_utils/quantization.py:178-189), not replaced
+    by unsloth's kernels."""
+    return (run.quantization_bit in (4, 8) and (run.quantization_method or "bnb") in ("bnb", "bitsandbytes")
             and not run.use_unsloth)
 
 
@@ -69,6 +73,6 @@ def norm_output_fp32(run: Run) -> bool:
 
 
 def fp32_residual(run: Run) -> bool:
-    """Whether the residual stream is fp32 because 4-bit linears return the norm's fp32 output in fp32 (module
-    docstring). False for every run without bitsandbytes 4-bit linears."""
-    return bnb4_linears(run) and norm_output_fp32(run)
+    """Whether the residual stream is fp32 because bitsandbytes' linears return the norm's fp32 output in fp32
+    (module docstring). False for every run without bitsandbytes 4- or 8-bit linears."""
+    return bnb_linears(run) and norm_output_fp32(run)
