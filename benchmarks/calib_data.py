@@ -343,11 +343,18 @@ def config_for(row: dict[str, Any]) -> dict[str, Any]:
 # run the Trainer too; their rows are dated 2023 and were left out of this list when round 4 was written.
 TRAINER_FRAMEWORKS = ("LLaMA-Factory", "TRL SFTTrainer", "ms-swift", "transformers + PEFT", "Stanford Alpaca",
                       "TRL DPOTrainer")
+# transformers 4.36.0 (2023-12-11): ``flash_attn: auto`` becomes SDPA on LLaMA and Mistral, eager attention before
+# (run/attention.py `auto_kernel`, huggingface/transformers#26572 and #28005); listed after the 4.49 bound so that
+# a row dated before both is given the older pin. Every framework whose name says it runs the transformers Trainer
+# (FastChat, Firefly, alpaca-lora, Qwen's and LLaVA's finetune scripts, axolotl) takes the date bounds too (issue
+# #21, session 10: before, only the names in TRAINER_FRAMEWORKS did).
 DATE_BOUNDS: tuple[tuple[str, str, str], ...] = (
     ("torch", "2025-08-06", "2.7.1"),
     ("transformers", "2025-02-17", "4.48.3"),
+    ("transformers", "2023-12-11", "4.35.2"),
     ("bitsandbytes", "2024-07-23", "0.43.1"),
 )
+TRAINER_WORDS = "transformers Trainer"
 
 
 # unsloth's loss changes at 2024.11.8 (run/savers.py `_unsloth_loss`; released 2024-11-21, ddf118a8fc in
@@ -363,7 +370,9 @@ def dated_pins(row: dict[str, Any]) -> dict[str, str]:
     fw, when = str(row.get("framework") or ""), str(row.get("date") or "")
     if not when:
         return {}
-    out = {pkg: below for pkg, first, below in DATE_BOUNDS if when < first} if fw.startswith(TRAINER_FRAMEWORKS) else {}
+    trainer = fw.startswith(TRAINER_FRAMEWORKS) or TRAINER_WORDS in fw
+    # a later bound of the same package is an older release: the dict keeps the last that applies
+    out = {pkg: below for pkg, first, below in DATE_BOUNDS if when < first} if trainer else {}
     if (row.get("config") or {}).get("use_unsloth"):
         below = [v for first, v in UNSLOTH_BOUNDS if when < first]
         if below:
