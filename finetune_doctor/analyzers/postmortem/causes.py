@@ -10,6 +10,7 @@ from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.analyzers.postmortem.launchcause import SHM_MAP
+from finetune_doctor.analyzers.postmortem.ranks import is_consequence_exc
 from finetune_doctor.analyzers.postmortem.stackcause import stack_range_text
 from finetune_doctor.evidence import Evidence, KillRecord, src
 
@@ -397,6 +398,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     ``cause`` (analyzers/postmortem/crashcause.py) where its text establishes one; `model` is what is known of
     the model (vocab_size, hidden_size, name), `versions` {package: (version, where read)}. None without one."""
     exc = None
+    cause_exc = None
     tb = None
     signalled = False
     for f in ev.files:
@@ -410,9 +412,17 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
                     signalled = True
                     continue
                 exc = n        # the last exception is what ended the run
+                if not is_consequence_exc(v, n.text):
+                    cause_exc = n
             elif n.kind == "traceback":
                 tb = n
-    explained = bool(out.get("oom") or out.get("nccl") or out.get("nccl_error") or out.get("cuda_error")
+    # an exception a rank raised is a cause; the collective's abort, torchrun's ChildFailedError and the store's
+    # connection errors that other ranks raise after it are consequences, whatever their order in the files
+    # (ranks.py CONSEQUENCE_EXC / CONSEQUENCE_WORDS): the last cause stands for the run
+    raised = cause_exc is not None
+    exc = cause_exc or exc
+    explained = bool(out.get("oom") or (not raised and (out.get("nccl") or out.get("nccl_error")))
+                     or out.get("cuda_error")
                      or (out.get("killed") and out["killed"]["host_oom"]) or out.get("host_alloc")
                      or (out.get("scale") and out["scale"]["trajectory"] == "abort"))
     if exc is None and (tb is None or signalled):
@@ -426,7 +436,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
         return None
     if exc is not None:
         v = exc.value or {}
-        text = f"{v.get('cls')}: {v.get('msg')}"[:200]
+        text = (f"{v.get('cls')}: {v.get('msg')}" if v.get("msg") else f"{v.get('cls')}")[:200]
         rec = exc
         kind = "exception"
     else:
@@ -445,10 +455,43 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     rng = stack_range_text(versions or {}) if exc else None
     if rng:   # a lead the exception does not give: the release was not written for this stack (stackcause.py)
         cause = {"kind": cause["kind"] if cause else "stack-range", "text": (cause["text"] + "; " if cause else "") + rng}
+    after = _consequences(ev, out, exc) if raised and not explained else None
     return {"kind": kind, "cls": (exc.value or {}).get("cls") if exc else None,
             "msg": (exc.value or {}).get("msg") if exc else None, "step": rec.step, "explained": explained,
             "text": text, "where_text": where, "phase": phase, "location": location_of(rec.file, rec.line),
-            "disk_full": disk, "cause": cause}
+            "disk_full": disk, "cause": cause, "first": bool(after), "consequences": after or ""}
+
+
+def _consequences(ev: Evidence, out: dict[str, Any], exc: Any) -> str | None:
+    """The words, after a raised exception, for the failures of the other ranks (or of the launcher) that it
+    explains: an NCCL collective timeout or abort (ProcessGroupNCCL.cpp ``WorkNCCL::checkTimeout``: a rank
+    that raised no longer enters the collectives its peers wait in), an NCCL error of a peer that went away,
+    torchrun's ChildFailedError / the elastic agent's "failed (exitcode: N)" and "closing signal SIGTERM" lines
+    (torch/distributed/elastic/agent/server/api.py tears the other workers down once one fails), DeepSpeed's
+    launcher "Killing subprocess" lines. None when the logs show none of them: the exception stands alone."""
+    said = []
+    n = out.get("nccl")
+    if n:
+        who = f" on rank {n['rank']}" if n.get("rank") is not None else ""
+        op = f" ({n['op']})" if n.get("op") else ""
+        said.append(f"the NCCL collective timeout{who}{op}")
+    if out.get("nccl_error"):
+        said.append(f"the NCCL error \"{out['nccl_error'].get('desc')}\"")
+    kills = {k.kind for f in ev.files for k in f.kills}
+    later = [x for f in ev.files for x in f.notices if x.kind == "exception" and x is not exc
+             and is_consequence_exc(x.value or {}, x.text)]
+    if later and not n:
+        cls = str((later[-1].value or {}).get("cls") or "").rsplit(".", 1)[-1]
+        said.append(f"the {cls} that follows" if cls else "the distributed error that follows")
+    if kills & {"child-failed-root", "child-failed", "torchrun-exit"}:
+        said.append("torchrun's failure lines")
+    elif kills & {"launcher-kill", "launcher-exit"}:
+        said.append("the launcher's kill lines")
+    if not said:
+        return None
+    return (" — then " + ", ".join(said) + ": consequences of this exception, not its cause (a process that raised "
+            "no longer enters the collectives its peers wait in, and the launcher tears the others down; an "
+            "exception is the cause, a timeout or teardown what the others saw of it, whatever the clocks say)")
 
 
 def _traceback_before(ev: Evidence, exc: Any) -> Any:

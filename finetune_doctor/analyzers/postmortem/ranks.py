@@ -63,7 +63,9 @@ def _rank_of(f: FileEvidence) -> int | None:
     return r if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < 1 << 20 else None
 
 
-def _is_consequence_exc(value: dict[str, Any] | None, text: str) -> bool:
+def is_consequence_exc(value: dict[str, Any] | None, text: str) -> bool:
+    """True for an exception a rank raises because another one failed (`CONSEQUENCE_EXC` classes, or
+    `CONSEQUENCE_WORDS` in its message); `value` is the exception notice's {cls, msg}, `text` its line."""
     cls = (value or {}).get("cls") or ""
     msg = (value or {}).get("msg") or text
     return any(c in cls for c in CONSEQUENCE_EXC) or any(w in msg for w in CONSEQUENCE_WORDS)
@@ -116,7 +118,7 @@ def _events(f: FileEvidence, only: int | None = None) -> list[dict[str, Any]]:
     for n in f.notices:
         if n.kind == "exception" and mine((n.value or {}).get("rank")):
             v = n.value or {}
-            if _is_consequence_exc(v, n.text):
+            if is_consequence_exc(v, n.text):
                 add(n.line, "timed out" if "imeout" in n.text or "timed out" in n.text else "aborted",
                     v.get("cls") or "exception", n.step, w=wall)
             else:

@@ -436,6 +436,10 @@ class FailureLines:
             self.keep.add("kills", KillRecord(self.path, line, st, "cpu-alloc", bytes=float(m.group("bytes")),
                                               text=text.strip()[:300]))
             return
+        if "WinError 1455" in text and pat.WIN_COMMIT.search(text):
+            self.keep.add("kills", KillRecord(self.path, line, st, "cpu-alloc", bytes=None, signal=None, rank=rank,
+                                              text=text.strip()[:300]))
+            return
         if self._outside_stop(text, line, rank, st):
             return
         m = pat.HOST_MEMORY_ERROR.search(text) if "MemoryError" in text else None

@@ -13,7 +13,9 @@ from typing import Any
 from finetune_doctor.evidence import Fact, MemoryRecord, Notice, Restart, Series
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.lineprefix import strip_prefixes, wall_in_year
-from finetune_doctor.readers.runlogs.logcontext import FRAME, LOOKAHEAD, Keep, LineContext, frames_and_packages, num
+from finetune_doctor.readers.runlogs.logcontext import (
+    FRAME, LOOKAHEAD, Keep, LineContext, frames_and_packages, num, traceback_end,
+)
 from finetune_doctor.readers.runlogs.logfailures import FailureLines
 
 MAX_DICT = 2048   # characters of a metric dict parsed (HF's dicts are a few hundred)
@@ -169,18 +171,24 @@ class TextLogParser(FailureLines):
             self._barrier_wait(text, line, rank)
         if "Traceback (most recent" in text:
             self.timing["tb_open"] = True
-            frames, pkgs = frames_and_packages(context.following_lines(200))
+            below = context.following_lines(200)
+            frames, pkgs = frames_and_packages(below)
             self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip()[:500],
                                             {"rank": rank, "frames": frames, "pkgs": pkgs}))
-        elif 'File "' in text and not self.timing.get("tb_open") and FRAME.match(text):
+            self._tb_exception(below, line, rank)
+        elif 'File "' in text and (not self.timing.get("tb_open") or line > self.timing.get("tb_exc", 1 << 62)) \
+                and FRAME.match(text):
             # frames with no "Traceback" header before them since the last exception: a paste cut above the
             # header; the traceback starts here
             self.timing["tb_open"] = True
-            frames, pkgs = frames_and_packages([text] + context.following_lines(200))
+            below = context.following_lines(200)
+            frames, pkgs = frames_and_packages([text] + below)
             self.keep.add("notices", Notice(self.path, line, self.during(), "traceback",
                                             "frames of a traceback whose header the log does not hold",
                                             {"rank": rank, "frames": frames, "pkgs": pkgs}))
-        seen = self._exception(text, line, rank, context) if "Error" in text or "Exception" in text else False
+            self._tb_exception(below, line, rank)
+        seen = line == self.timing.get("tb_exc") or (
+            self._exception(text, line, rank, context) if "Error" in text or "Exception" in text else False)
         if not seen and any(w in text for w in pat.TYPELESS_TRIGGERS) and not pat.EXC.match(text.strip(" `>")) \
                 and line > self.timing.get("mismatch_until", 0):
             self._typeless_exception(text, line, rank, context)
@@ -243,6 +251,23 @@ class TextLogParser(FailureLines):
             value["details"] = self._mismatches(text, line, context)
         self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500], value))
         return True
+
+    def _tb_exception(self, below: list[str], line: int, rank: int | None) -> None:
+        """The line that ends the traceback opened at `line` (`below`: the lines after it) when its class is one
+        that logpatterns.EXC does not read (``zipfile.BadZipFile``, ``triton.runtime.errors.OutOfResources``,
+        ``StopIteration``: logpatterns.EXC_ANY), so that a traceback whose exception is there is not called cut.
+        Recorded as an exception Notice at its own line."""
+        k = traceback_end(below)
+        if k is None:
+            return
+        ln = strip_prefixes(below[k])[0].strip()
+        m = pat.EXC_ANY.match(ln) if not pat.EXC.match(ln) else None
+        if m is None:
+            return
+        at = line + k + 1
+        self.timing["tb_exc"] = at
+        self.keep.add("notices", Notice(self.path, at, self.during(), "exception", ln[:500],
+                                        {"cls": m.group("cls"), "msg": (m.group("msg") or "")[:300], "rank": rank}))
 
     def _cut_head_frames(self, line: int, rank: int | None, context: LineContext) -> None:
         """The frames above an exception when no traceback was opened before it and the paste starts inside
@@ -345,7 +370,8 @@ class TextLogParser(FailureLines):
             self._kernel(text, line, pre)
         if ("Killed" in text or "exitcode" in text or "exits with return code" in text or "oom" in text
                 or "Out Of Memory" in text or "Out of memory" in text or "received by PID" in text
-                or "can't allocate memory" in text or "sigkill_handler" in text or "Segmentation fault" in text
+                or "can't allocate memory" in text or "not enough memory: you" in text or "WinError 1455" in text
+                or "sigkill_handler" in text or "Segmentation fault" in text
                 or "Bus error" in text or "Illegal instruction" in text or "Task was killed due" in text
                 or "Memory on the node" in text or "encountered in worker" in text or "is killed by signal" in text
                 or "death signal" in text or "SignalException" in text or "Caught signal " in text

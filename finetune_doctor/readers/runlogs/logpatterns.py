@@ -458,7 +458,16 @@ LAUNCHER_SIGNALLED = re.compile(r"\[launch\.py:\d+:sigkill_handler\] Main proces
 ELASTIC_SIGNALLED = re.compile(r"(?:Received (?:Signals\.)?(?P<sig>SIG[A-Z0-9]+|\d+) death signal, shutting down workers"
                                r"|SignalException: Process (?P<pid>\d+) got signal: (?:Signals\.)?(?P<sig2>SIG[A-Z0-9]+|\d+))")
 SIGNAL_NAMES = {"1": "SIGHUP", "2": "SIGINT", "3": "SIGQUIT", "15": "SIGTERM", "10": "SIGUSR1", "12": "SIGUSR2"}
-CPU_ALLOC = re.compile(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (?P<bytes>\d+) bytes")
+# c10/core/impl/alloc_cpu.cpp ``alloc_cpu``: posix_memalign's failure ("can't allocate memory: ... Error code 12");
+# the _MSC_VER branch (_aligned_malloc, Windows) words it "DefaultCPUAllocator: not enough memory: you tried to
+# allocate N bytes." ("[enforce fail at alloc_cpu.cpp:72] data. ...", torch 1.x-2.x on Windows)
+CPU_ALLOC = re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate "
+                       r"(?P<bytes>\d+) bytes")
+# Windows' commit limit (RAM + paging file) reached while a DLL or a mapping was committed: Win32 error 1455
+# ERROR_COMMITMENT_LIMIT, FormatMessage's text "The paging file is too small for this operation to complete.",
+# raised by CPython as "OSError: [WinError 1455] ..." (torch's DLL loader adds 'Error loading "...dll"'): host
+# memory refused in-process, like CPU_ALLOC
+WIN_COMMIT = re.compile(r"\[WinError 1455\] The paging file is too small")
 # Slurm's step daemon when it ends a job or step (slurm src/slurmd/slurmstepd/req.c ``_handle_signal_container``:
 # error("*** %s ON %s CANCELLED AT %s DUE TO TIME LIMIT ***", entity, node, time), "... DUE TO PREEMPTION ***",
 # "... DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***", and without a reason for scancel; entity "JOB N" or
@@ -588,6 +597,13 @@ CHILD_FAILED_ALONE = re.compile(r"(?:torch\.distributed\.elastic\.multiprocessin
 # cudaGetErrorString(cudaErrorIllegalAddress) (CUDA runtime API, cuda_runtime_api.h) said without "CUDA error: "
 CUDA_STATUS_ALONE = re.compile(r"(?P<status>[Aa]n illegal memory access was encountered)")
 EXC = re.compile(r"^\s*(?P<cls>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)|Exception):\s?(?P<msg>.*)$")
+# the line that ends a traceback, whatever the class is called: CPython's TracebackException.format_exception_only
+# (Lib/traceback.py, 3.8-3.13) prints "{module}.{qualname}: {str(exc)}" — the module left out only for builtins
+# and __main__, ": {msg}" left out when str(exc) is empty — so a class outside builtins is always dotted
+# ("zipfile.BadZipFile", "triton.runtime.errors.OutOfResources"); the builtins whose names end in neither Error
+# nor Exception are named. Read only on the line right below a traceback's frames (logparse `_tb_exception`).
+EXC_ANY = re.compile(r"^(?P<cls>(?:[A-Za-z_]\w*\.)+[A-Z_]\w*|StopIteration|StopAsyncIteration|SystemExit|"
+                     r"GeneratorExit|KeyboardInterrupt|\w*ExceptionGroup)(?::\s?(?P<msg>.*))?$")
 LF_LOG = re.compile(r"^\[(?P<lvl>WARNING|ERROR)\|(?P<where>[^\]]+)\]\s*(?:[\d-]+ [\d:,]+ )?(?:(?P<logger>[\w.]+):\d+ )?>> (?P<msg>.*)$")
 ATTN_WARN = re.compile(r"strongly recommended to train (?P<model>\w+) models with the `?(?P<want>\w+)`? attention "
                         r"implementation instead of `?(?P<have>\w+)`?")
