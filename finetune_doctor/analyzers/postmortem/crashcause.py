@@ -128,6 +128,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("config-keys", lambda: _unused_keys(exc.text or msg)),
                      ("launch", lambda: launch_cause(cls, msg)),
                      ("fp16-grads", lambda: precision_cause(msg)),
+                     ("data-key", lambda: _data_key(cls, msg, frames)),
                      ("version-mismatch", lambda: _mismatch(cls, msg, pkgs, versions)),
                      ("library-error", lambda: _library(cls, msg, pkgs, frames, versions))):
         text = fn()
@@ -535,6 +536,35 @@ def _mismatch(cls: str, msg: str, pkgs: tuple, versions: dict[str, tuple[str, st
     return None
 
 
+# -- a key a sample lacks ----------------------------------------------------------------------------------------
+
+DATA_FRAMES = (
+    ("a batch was built", ("_next_data", "fetch (fetch.py)", "collate", "__getitem__", "__iter__ (data_loader.py)",
+                           "get_batch_samples")),
+    ("the dataset was preprocessed", ("_get_preprocessed_dataset", "map (arrow_dataset.py)", "_map_single",
+                                      "preprocess_dataset", "align_dataset", "convert_", "_encode_data_example",
+                                      "apply_function_on_filtered_inputs")),
+)
+"""Frames of the data path (torch's DataLoader fetch and collate, accelerate's data_loader.py iterator, HF
+datasets' map, LLaMA-Factory's data/ converters and processors): a KeyError raised there is a sample's or a
+batch's missing field, not a library's bug."""
+
+
+def _data_key(cls: str, msg: str, frames: tuple) -> str | None:
+    """A KeyError raised while a batch was built or the dataset was preprocessed (`DATA_FRAMES`): a sample or
+    a batch lacks the key the code reads. None elsewhere."""
+    if cls != "KeyError" or not frames:
+        return None
+    for when, words in DATA_FRAMES:
+        fr = next((f for f in reversed(frames) if isinstance(f, str) and any(w in f for w in words)), None)
+        if fr:
+            return (f"raised while {when} ({fr}): a sample or a batch lacks the key {msg.strip() or '(not printed)'} "
+                    "that this code reads; compare the dataset's columns with what the template, collator or "
+                    "trainer expects (LLaMA-Factory: the columns and tags of the dataset's dataset_info.json entry, "
+                    "and a multimodal template needs its images/videos column)")
+    return None
+
+
 # -- an exception raised inside a library ------------------------------------------------------------------------
 
 def _library(cls: str, msg: str, pkgs: tuple, frames: tuple, versions: dict[str, tuple[str, str]]) -> str | None:
@@ -564,3 +594,33 @@ def _library(cls: str, msg: str, pkgs: tuple, frames: tuple, versions: dict[str,
             f"most often a bug or an incompatibility of the installed {blamed} release, and the usual cure is "
             f"another {blamed} version (the one your trainer pins, or a newer one with the fix); search the {blamed} "
             f"issues for this message{_ask_version(versions, blamed)}")
+
+
+# -- the last warning above a traceback cut before its exception -------------------------------------------------
+
+WARNING_MEANINGS = (
+    # torch/utils/checkpoint.py ``check_backward_validity`` (torch 2.13 wheel :89-93), called by the reentrant
+    # ``CheckpointFunction.forward`` (:238): no input of a checkpointed segment requires grad; torch's DDP reducer
+    # (reducer.cpp, in libtorch_cpu) names reentrant backward passes that reuse parameters as reason 2 of
+    # "Expected to mark a variable ready only once"
+    ("None of the inputs have requires_grad=True",
+     "reentrant gradient checkpointing ran a segment whose inputs need no gradient (frozen embeddings under LoRA "
+     "or freeze tuning): the parameters inside get no gradient from it, and under DDP reentrant backward passes "
+     "are what torch's reducer refuses with \"Expected to mark a variable ready only once\" (its reason 2); "
+     "non-reentrant checkpointing avoids both (LLaMA-Factory: use_reentrant_gc: false; transformers: "
+     "gradient_checkpointing_kwargs: {use_reentrant: false})"),
+)
+
+
+def warning_lead(tb: Notice | None) -> str | None:
+    """What the last Python warning above a traceback cut before its exception line says (the reader keeps it
+    in the traceback notice's ``warned``: {file, line, cat, msg}): the warning itself, quoted with its source,
+    and its meaning where `WARNING_MEANINGS` knows it. A lead, not the exception: None without a warning."""
+    w = ((tb.value or {}) if tb is not None and isinstance(tb.value, dict) else {}).get("warned")
+    if not w:
+        return None
+    where = f"{w['file'].replace(chr(92), '/').rsplit('/', 1)[-1]}:{w['line']}"
+    meaning = next((m for k, m in WARNING_MEANINGS if k in w["msg"]), None)
+    return (f"the last warning the log printed before this traceback is {w['cat']} \"{w['msg'].rstrip('.')}\" "
+            f"({where})" + (f": {meaning}" if meaning else " (a lead, not the error)"))
+

@@ -45,9 +45,13 @@ CAUSE_STATES = ("raised", "killed")
 FAR_BEHIND = 10
 """Collectives a rank's counter must trail by for it to be named behind even between two ranks (a counter that
 far back left the sequence long before the timeout; one or two apart is the normal skew of in-flight work)."""
-CONSEQUENCE_EXC = ("DistBackendError", "DistError", "ChildFailedError", "DistNetworkError", "SignalException")
+CONSEQUENCE_EXC = ("DistBackendError", "DistError", "ChildFailedError", "DistNetworkError", "SignalException",
+                   "CalledProcessError")
 """Exception classes that a rank raises because another one failed (torch.distributed's watchdog and store,
-torchelastic's agent): consequences, not causes (torch/distributed/elastic/multiprocessing/errors/__init__.py)."""
+torchelastic's agent): consequences, not causes (torch/distributed/elastic/multiprocessing/errors/__init__.py);
+and a launcher's report that its child exited non-zero (accelerate/commands/launch.py ``simple_launcher``:
+``raise subprocess.CalledProcessError(returncode=process.returncode, cmd=cmd)``), whose cause is the child's own
+exception printed above it."""
 CONSEQUENCE_WORDS = ("NCCL", "Watchdog", "watchdog", "timed out", "Timeout", "Connection reset", "TCPStore",
                      "Connection closed by peer",   # gloo pair.cc: the peer went away (launchcause.py GLOO_PEER)
                      "recvValue", "Broken pipe", "ProcessGroup")

@@ -174,7 +174,8 @@ class TextLogParser(FailureLines):
             below = context.following_lines(200)
             frames, pkgs = frames_and_packages(below)
             self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip()[:500],
-                                            {"rank": rank, "frames": frames, "pkgs": pkgs}))
+                                            {"rank": rank, "frames": frames, "pkgs": pkgs,
+                                             "warned": self._warned_before(context)}))
             self._tb_exception(below, line, rank)
         elif 'File "' in text and (not self.timing.get("tb_open") or line > self.timing.get("tb_exc", 1 << 62)) \
                 and FRAME.match(text):
@@ -251,6 +252,22 @@ class TextLogParser(FailureLines):
             value["details"] = self._mismatches(text, line, context)
         self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500], value))
         return True
+
+    @staticmethod
+    def _warned_before(context: LineContext) -> dict[str, str] | None:
+        """The last Python warning (logpatterns.PY_WARNING) in the 8 KiB above a traceback's header, back to the
+        previous exception or traceback: {file, line, cat, msg}, or None. A lead where the traceback is cut
+        before its exception line (analyzers/postmortem/crashcause.py `warning_lead`)."""
+        before = context.buf[max(0, context.ls - 8192):context.ls].decode("utf-8", "replace").splitlines()[-60:]
+        for ln in reversed(before):
+            ln = strip_prefixes(ln)[0]
+            if "Traceback (most recent" in ln or pat.EXC.match(ln):
+                return None
+            m = pat.PY_WARNING.search(ln) if "Warning: " in ln else None
+            if m:
+                return {"file": m.group("file"), "line": m.group("line"), "cat": m.group("cat"),
+                        "msg": m.group("msg")[:200]}
+        return None
 
     def _tb_exception(self, below: list[str], line: int, rank: int | None) -> None:
         """The line that ends the traceback opened at `line` (`below`: the lines after it) when its class is one

@@ -604,6 +604,9 @@ EXC = re.compile(r"^\s*(?P<cls>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|I
 # nor Exception are named. Read only on the line right below a traceback's frames (logparse `_tb_exception`).
 EXC_ANY = re.compile(r"^(?P<cls>(?:[A-Za-z_]\w*\.)+[A-Z_]\w*|StopIteration|StopAsyncIteration|SystemExit|"
                      r"GeneratorExit|KeyboardInterrupt|\w*ExceptionGroup)(?::\s?(?P<msg>.*))?$")
+# a Python warning as warnings.formatwarning prints it (Lib/warnings.py: "{filename}:{lineno}: {category}:
+# {message}"), e.g. torch/utils/checkpoint.py's "None of the inputs have requires_grad=True. Gradients will be None"
+PY_WARNING = re.compile(r"(?P<file>[^\s:\"']+\.py):(?P<line>\d+): (?P<cat>[A-Z]\w*Warning): (?P<msg>\S.*)$")
 LF_LOG = re.compile(r"^\[(?P<lvl>WARNING|ERROR)\|(?P<where>[^\]]+)\]\s*(?:[\d-]+ [\d:,]+ )?(?:(?P<logger>[\w.]+):\d+ )?>> (?P<msg>.*)$")
 ATTN_WARN = re.compile(r"strongly recommended to train (?P<model>\w+) models with the `?(?P<want>\w+)`? attention "
                         r"implementation instead of `?(?P<have>\w+)`?")
