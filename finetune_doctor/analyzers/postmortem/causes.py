@@ -483,16 +483,21 @@ def _consequences(ev: Evidence, out: dict[str, Any], exc: Any) -> str | None:
     kills = {k.kind for f in ev.files for k in f.kills}
     later = [x for f in ev.files for x in f.notices if x.kind == "exception" and x is not exc
              and is_consequence_exc(x.value or {}, x.text)]
-    if later and not n:
-        cls = str((later[-1].value or {}).get("cls") or "").rsplit(".", 1)[-1]
+    torchrun = bool(kills & {"child-failed-root", "child-failed", "torchrun-exit"})
+    cls = str((later[-1].value or {}).get("cls") or "").rsplit(".", 1)[-1] if later else ""
+    if later and not n and not (torchrun and cls == "ChildFailedError"):
         said.append(f"the {cls} that follows" if cls else "the distributed error that follows")
-    if kills & {"child-failed-root", "child-failed", "torchrun-exit"}:
+    if torchrun:
         said.append("torchrun's failure lines")
     elif kills & {"launcher-kill", "launcher-exit"}:
         said.append("the launcher's kill lines")
     if not said:
         return None
-    return (" — then " + ", ".join(said) + ": consequences of this exception, not its cause (a process that raised "
+    rank = (exc.value or {}).get("rank")
+    if rank is None:
+        rank = next((f.origin.get("rank") for f in ev.files if f.read.path == exc.file), None)
+    whose = f"rank {rank}'s exception" if isinstance(rank, int) and not isinstance(rank, bool) else "this exception"
+    return (" — then " + ", ".join(said) + f": consequences of {whose}, not its cause (a process that raised "
             "no longer enters the collectives its peers wait in, and the launcher tears the others down; an "
             "exception is the cause, a timeout or teardown what the others saw of it, whatever the clocks say)")
 

@@ -539,7 +539,7 @@ def _mismatch(cls: str, msg: str, pkgs: tuple, versions: dict[str, tuple[str, st
 # -- a key a sample lacks ----------------------------------------------------------------------------------------
 
 DATA_FRAMES = (
-    ("a batch was built", ("_next_data", "fetch (fetch.py)", "collate", "__getitem__", "__iter__ (data_loader.py)",
+    ("a batch was built", ("_next_data", "fetch (fetch.py)", "collat", "__getitem__", "__iter__ (data_loader.py)",
                            "get_batch_samples")),
     ("the dataset was preprocessed", ("_get_preprocessed_dataset", "map (arrow_dataset.py)", "_map_single",
                                       "preprocess_dataset", "align_dataset", "convert_", "_encode_data_example",
@@ -556,7 +556,8 @@ def _data_key(cls: str, msg: str, frames: tuple) -> str | None:
     if cls != "KeyError" or not frames:
         return None
     for when, words in DATA_FRAMES:
-        fr = next((f for f in reversed(frames) if isinstance(f, str) and any(w in f for w in words)), None)
+        fr = next((f for f in reversed(frames) if isinstance(f, str) and FUNC_FRAME.match(f)
+                   and any(w in f for w in words)), None)
         if fr:
             return (f"raised while {when} ({fr}): a sample or a batch lacks the key {msg.strip() or '(not printed)'} "
                     "that this code reads; compare the dataset's columns with what the template, collator or "

@@ -431,14 +431,10 @@ class FailureLines:
                                               pid=int(m.group("pid")) if m.group("pid") else None,
                                               text=text.strip()[:300]))
             return
-        m = pat.CPU_ALLOC.search(text)
-        if m:
-            self.keep.add("kills", KillRecord(self.path, line, st, "cpu-alloc", bytes=float(m.group("bytes")),
-                                              text=text.strip()[:300]))
-            return
-        if "WinError 1455" in text and pat.WIN_COMMIT.search(text):
-            self.keep.add("kills", KillRecord(self.path, line, st, "cpu-alloc", bytes=None, signal=None, rank=rank,
-                                              text=text.strip()[:300]))
+        m = pat.CPU_ALLOC.search(text) or (pat.WIN_COMMIT.search(text) if "WinError 1455" in text else None)
+        if m:   # WIN_COMMIT states no size
+            self.keep.add("kills", KillRecord(self.path, line, st, "cpu-alloc", bytes=float(m.group("bytes")) if
+                                              "bytes" in m.re.groupindex else None, text=text.strip()[:300]))
             return
         if self._outside_stop(text, line, rank, st):
             return

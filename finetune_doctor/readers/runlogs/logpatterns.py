@@ -600,9 +600,11 @@ EXC = re.compile(r"^\s*(?P<cls>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|I
 # the line that ends a traceback, whatever the class is called: CPython's TracebackException.format_exception_only
 # (Lib/traceback.py, 3.8-3.13) prints "{module}.{qualname}: {str(exc)}" — the module left out only for builtins
 # and __main__, ": {msg}" left out when str(exc) is empty — so a class outside builtins is always dotted
-# ("zipfile.BadZipFile", "triton.runtime.errors.OutOfResources"); the builtins whose names end in neither Error
-# nor Exception are named. Read only on the line right below a traceback's frames (logparse `_tb_exception`).
-EXC_ANY = re.compile(r"^(?P<cls>(?:[A-Za-z_]\w*\.)+[A-Z_]\w*|StopIteration|StopAsyncIteration|SystemExit|"
+# ("zipfile.BadZipFile", "triton.runtime.errors.OutOfResources"; module names lower case or all capitals, "PIL");
+# the builtins whose names end in neither Error nor Exception are named. Read only on the line right below a
+# traceback's frames (logparse `_tb_exception`).
+EXC_ANY = re.compile(r"^(?P<cls>(?:(?:[a-z_][\w]*|[A-Z][A-Z0-9_]*)\.)+[A-Z_]\w*|StopIteration|StopAsyncIteration|"
+                     r"SystemExit|"
                      r"GeneratorExit|KeyboardInterrupt|\w*ExceptionGroup)(?::\s?(?P<msg>.*))?$")
 # a Python warning as warnings.formatwarning prints it (Lib/warnings.py: "{filename}:{lineno}: {category}:
 # {message}"), e.g. torch/utils/checkpoint.py's "None of the inputs have requires_grad=True. Gradients will be None"
