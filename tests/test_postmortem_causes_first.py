@@ -135,3 +135,13 @@ def test_a_key_missing_in_a_batch_is_the_datas_not_a_librarys(tmp_path):
     assert "incompatibility of the installed" not in f.message
     own = diagnose(tmp_path / "own", f"{FIX}/keyerror_own_code.log")[0]
     assert own.message == "The run ended at an unknown step with KeyError: 'qwen-72b'."
+
+
+def test_a_rename_whose_source_vanished_is_another_process_renaming_first(tmp_path):
+    f = diagnose(tmp_path, f"{FIX}/rename_race_staged_save.log")[0]
+    assert f.name == "run-crashed"
+    assert ("the folder to rename was already gone ('tmp-checkpoint-500' -> 'checkpoint-500'): another process "
+            "renamed the same folder first") in f.message
+    assert "transformers' staged checkpoint save" in f.message and "#28364" in f.message
+    plain = diagnose(tmp_path / "plain", f"{FIX}/missing_file_plain.log")[0]
+    assert "renamed" not in plain.message

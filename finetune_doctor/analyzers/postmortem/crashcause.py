@@ -81,6 +81,10 @@ ERRNO_CAUSES = {
           "machine while this one had it open; keep each node's cache and outputs apart or on local disk"),
 }
 """errno(3) meanings of the errors a run's file operations raise (Python's OSError prints "[Errno N] strerror")."""
+RENAME = re.compile(r"\[Errno (?P<n>2|17|39)\] [^:'\"]+: '(?P<src>[^']+)' -> '(?P<dst>[^']*)")
+"""An OSError of a call with two paths (os.rename, os.replace, shutil.move): CPython's ``OSError.__str__``
+(Objects/exceptions.c ``OSError_str``: "[Errno %S] %S: %R -> %R") with ENOENT (the source was gone), EEXIST or
+ENOTEMPTY (the target was already there)."""
 TOKENIZER_CLASS = re.compile(r"Tokenizer class (?P<c>\w+) does not exist or is not currently imported")
 
 LIBRARIES = ("transformers", "peft", "trl", "accelerate", "deepspeed", "flash_attn", "bitsandbytes", "liger_kernel",
@@ -123,6 +127,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("model-type-unknown", lambda: _model_type(cls, msg, pkgs, versions, bool(frames))),
                      ("no-grad", lambda: _no_grad(msg)),
                      ("file-incomplete", lambda: _file_format(msg, versions)),
+                     ("rename-race", lambda: _rename_race(msg)),
                      ("os-error", lambda: _os_error(msg)),
                      ("environment", lambda: _environment(msg)),
                      ("config-keys", lambda: _unused_keys(exc.text or msg)),
@@ -483,6 +488,28 @@ def _unused_keys(msg: str) -> str | None:
                 "LLaMA-Factory release the doctor knows: a typo or a key of another tool; `doctor lint` on the "
                 "config names each with the nearest key")
     return None
+
+
+def _rename_race(msg: str) -> str | None:
+    """A rename whose source vanished or whose target already existed (`RENAME`): another process renamed the
+    same folder first — each rank or node renaming what only one should, or a shared filesystem whose nodes see
+    the change late. transformers' staged save (Trainer._save_checkpoint writes tmp-checkpoint-N, then renames
+    it to checkpoint-N) did so from every process in its first releases (huggingface/transformers#27925, 4.36;
+    #28119 on 4.36.1); #28364 renames from the main process only."""
+    m = RENAME.search(msg)
+    if not m:
+        return None
+    src = m.group("src").replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    gone = m.group("n") == "2"
+    what = ("the folder to rename was already gone" if gone else "the target folder already existed")
+    base = (f"{what} ('{src}' -> '{m.group('dst').rstrip('/').rsplit('/', 1)[-1]}'): another process renamed the "
+            "same folder first — several ranks or nodes doing a rename only one should do, or a shared filesystem "
+            "whose nodes see each other's changes late")
+    if src.startswith("tmp-checkpoint-"):
+        return (base + "; tmp-checkpoint-N is transformers' staged checkpoint save, which renamed from every "
+                "process in its first releases (4.36: huggingface/transformers#27925, #28119): a transformers "
+                "release with the fix (#28364, the rename on the main process only) ends it")
+    return base
 
 
 def _os_error(msg: str) -> str | None:
