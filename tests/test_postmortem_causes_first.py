@@ -81,10 +81,10 @@ def test_the_rank_that_raised_is_named_first_whatever_the_clocks(tmp_path, clock
 
 
 @pytest.mark.parametrize("name, head", [
-    ("any_class_zipfile.log", "with zipfile.BadZipFile: File is not a zip file."),
+    ("any_class_zipfile.log", "with zipfile.BadZipFile: File is not a zip file — raised in"),
     ("any_class_triton.log", "with triton.runtime.errors.OutOfResources: out of resource: shared memory, "
                              "Required: 196608, Hardware limit: 101376."),
-    ("any_class_stopiteration.log", "with StopIteration."),
+    ("any_class_stopiteration.log", "with StopIteration — raised in _next_data (dataloader.py, torch)"),
 ])
 def test_a_tracebacks_last_line_is_its_exception_whatever_the_class(tmp_path, name, head):
     f = diagnose(tmp_path, f"{FIX}/{name}")[0]
@@ -134,7 +134,16 @@ def test_a_key_missing_in_a_batch_is_the_datas_not_a_librarys(tmp_path):
         in f.message
     assert "incompatibility of the installed" not in f.message
     own = diagnose(tmp_path / "own", f"{FIX}/keyerror_own_code.log")[0]
-    assert own.message == "The run ended at an unknown step with KeyError: 'qwen-72b'."
+    assert own.message == ("The run ended at an unknown step with KeyError: 'qwen-72b' — raised in <module> "
+                           "(prepare.py, not under site-packages).")
+
+
+def test_an_exception_no_reading_explains_names_where_it_was_raised(tmp_path):
+    f = diagnose(tmp_path, f"{FIX}/any_class_zipfile.log")[0]
+    assert f.message.endswith("zipfile.BadZipFile: File is not a zip file — raised in _RealGetContents "
+                              "(__init__.py, not under site-packages), called from load (serialization.py, torch).")
+    bare = diagnose(tmp_path / "bare", "crash_causes/../causes_first/missing_file_plain.log")[0]
+    assert "raised in load_dataset (load.py, datasets)" in bare.message
 
 
 def test_a_rename_whose_source_vanished_is_another_process_renaming_first(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from finetune_doctor.analyzers.postmortem.crashcause import crash_cause, warning_lead
+from finetune_doctor.analyzers.postmortem.crashcause import crash_cause, raised_at, warning_lead
 from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.analyzers.postmortem.launchcause import SHM_MAP
@@ -453,8 +453,12 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     if kind == "traceback-only":
         phase, where = _cut_where(tb, where, out)
         lead = warning_lead(tb)
-    cause = crash_cause(ev, exc, _traceback_before(ev, exc), model or {}, versions or {}) if exc else (
+    tb_exc = _traceback_before(ev, exc) if exc else None
+    cause = crash_cause(ev, exc, tb_exc, model or {}, versions or {}) if exc else (
         {"kind": "warning-lead", "text": lead} if lead else None)
+    at = raised_at(tb_exc) if exc and cause is None else None
+    if at:   # no reading of the text: say where it was raised, which the traceback does establish
+        cause = {"kind": "raised-at", "text": at}
     rng = stack_range_text(versions or {}) if exc else None
     if rng:   # a lead the exception does not give: the release was not written for this stack (stackcause.py)
         cause = {"kind": cause["kind"] if cause else "stack-range", "text": (cause["text"] + "; " if cause else "") + rng}

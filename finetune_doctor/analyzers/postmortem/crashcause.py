@@ -652,3 +652,25 @@ def warning_lead(tb: Notice | None) -> str | None:
     return (f"the last warning the log printed before this traceback is {w['cat']} \"{w['msg'].rstrip('.')}\" "
             f"({where})" + (f": {meaning}" if meaning else " (a lead, not the error)"))
 
+
+# -- where an exception with no other reading was raised -----------------------------------------------------------
+
+def raised_at(tb: Notice | None) -> str | None:
+    """Where an exception that no reading above explains was raised, as far as its traceback shows (the reader's
+    ``frames``, "func (file.py)" outermost first, and ``pkgs``, (package, func, file) of the frames under
+    site-packages/<package>/ or LLaMA-Factory's src/llamafactory/): the innermost frame with its package, and the
+    nearest caller in another package or outside the installed ones. None without a frame: nothing is guessed."""
+    v = tb.value if tb is not None and isinstance(tb.value, dict) else {}
+    funcs = [f for f in (v.get("frames") or ()) if isinstance(f, str) and FUNC_FRAME.match(f)]
+    if not funcs:
+        return None
+    owner = {f"{p[1]} ({p[2]})": p[0] for p in (v.get("pkgs") or ())}
+
+    def named(f: str) -> str:
+        o = owner.get(f)
+        return f"{f[:-1]}, {o})" if o else f"{f[:-1]}, not under site-packages)"
+
+    inner = funcs[-1]
+    caller = next((f for f in reversed(funcs[:-1]) if owner.get(f) != owner.get(inner)), None)
+    return f"raised in {named(inner)}" + (f", called from {named(caller)}" if caller else "")
+
