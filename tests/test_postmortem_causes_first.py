@@ -154,3 +154,12 @@ def test_a_rename_whose_source_vanished_is_another_process_renaming_first(tmp_pa
     assert "transformers' staged checkpoint save" in f.message and "#28364" in f.message
     plain = diagnose(tmp_path / "plain", f"{FIX}/missing_file_plain.log")[0]
     assert "renamed" not in plain.message
+
+
+def test_an_nccl_error_of_a_peer_that_went_away_follows_the_exception(tmp_path):
+    found = diagnose(tmp_path, f"{FIX}/raised_then_nccl_remote_error.log")
+    assert _names(found)[:2] == ["run-crashed", "nccl-error"], _names(found)
+    msg = found[0].message
+    assert "FileNotFoundError: [Errno 2] No such file or directory: '/mnt/ds/llava/img_0458.png'" in msg
+    assert ('then the NCCL error "remote process exited or there was a network error": consequences of rank 3'
+            "'s exception") in msg

@@ -489,7 +489,7 @@ def _consequences(ev: Evidence, out: dict[str, Any], exc: Any) -> str | None:
              and is_consequence_exc(x.value or {}, x.text)]
     torchrun = bool(kills & {"child-failed-root", "child-failed", "torchrun-exit"})
     cls = str((later[-1].value or {}).get("cls") or "").rsplit(".", 1)[-1] if later else ""
-    if later and not n and not (torchrun and cls == "ChildFailedError"):
+    if later and not n and not out.get("nccl_error") and not (torchrun and cls == "ChildFailedError"):
         said.append(f"the {cls} that follows" if cls else "the distributed error that follows")
     if torchrun:
         said.append("torchrun's failure lines")
