@@ -501,9 +501,8 @@ def _consequences(ev: Evidence, out: dict[str, Any], exc: Any) -> str | None:
     if rank is None:
         rank = next((f.origin.get("rank") for f in ev.files if f.read.path == exc.file), None)
     whose = f"rank {rank}'s exception" if isinstance(rank, int) and not isinstance(rank, bool) else "this exception"
-    return (" — then " + ", ".join(said) + f": consequences of {whose}, not its cause (a process that raised "
-            "no longer enters the collectives its peers wait in, and the launcher tears the others down; an "
-            "exception is the cause, a timeout or teardown what the others saw of it, whatever the clocks say)")
+    return (" — then " + ", ".join(said) + f": consequences of {whose}, not its cause (a process that raised stops "
+            "entering the collectives its peers wait in, and its launcher then stops the others)")
 
 
 def _traceback_before(ev: Evidence, exc: Any) -> Any:

@@ -149,7 +149,8 @@ def frames_and_packages(lines: list[str]) -> tuple[tuple[str, ...], tuple[tuple[
             if k >= 0:
                 top = path[k:].split("/", 2)[1]
                 pkgs.append((top[:-3] if top.endswith(".py") else top, m.group("func"), os.path.basename(path)))
-            elif "/src/llamafactory/" in path:
-                # LLaMA-Factory run from its source checkout (pip install -e .): the trainer's own frames
+            elif "/src/llamafactory/" in path or "/src/llmtuner/" in path:
+                # LLaMA-Factory run from its source checkout (pip install -e .): the trainer's own frames (its
+                # package was llmtuner before 0.6)
                 pkgs.append(("llamafactory", m.group("func"), os.path.basename(path)))
     return tuple(out[-40:]), tuple(pkgs[-40:])
