@@ -337,7 +337,8 @@ class KillRecord:
     child-failed | launcher-exit | launcher-kill | launcher-signalled | elastic-signalled (torchrun's agent got
     SIGHUP/SIGTERM/SIGINT) | signal | cpu-alloc | ray-oom (Ray's memory
     monitor) | loader-signal (a DataLoader worker's signal handler) | slurm-cancel (Slurm's "*** JOB N ... CANCELLED AT ...
-    DUE TO ... ***") | trainer-signalled (Lightning's "Received SIGTERM"); a failed in-process host allocation
+    DUE TO ... ***") | trainer-signalled (Lightning's "Received SIGTERM") | interrupted (a KeyboardInterrupt: SIGINT);
+    a failed in-process host allocation
     (c10's DefaultCPUAllocator, CPython/NumPy/Arrow MemoryError) is recorded as cpu-alloc but judged apart
     (analyzers/postmortem/hostalloc.py). `exitcode` as the launcher printed it (-9 = SIGKILL,
     -6 = SIGABRT, 137 = 128+9); `signal` the signal name when known. Source: log_patterns.md §8.

@@ -163,3 +163,23 @@ def test_an_nccl_error_of_a_peer_that_went_away_follows_the_exception(tmp_path):
     assert "FileNotFoundError: [Errno 2] No such file or directory: '/mnt/ds/llava/img_0458.png'" in msg
     assert ('then the NCCL error "remote process exited or there was a network error": consequences of rank 3'
             "'s exception") in msg
+
+
+@pytest.mark.parametrize("name, words", [
+    ("stop_then_worker_sigterm.log", ["Slurm job 9930172 on node-g08 was stopped by Slurm's time limit",
+                                      "during step 1161 of 2000"]),
+    ("keyboard_interrupt.log", ["the training process was stopped by SIGINT (Python raised KeyboardInterrupt",
+                                "during step 42 of 500"]),
+])
+def test_an_exception_a_stop_from_outside_caused_is_not_the_cause(tmp_path, name, words):
+    found = diagnose(tmp_path, f"{FIX}/{name}")
+    assert found[0].name == "stopped-from-outside", _names(found)
+    assert "run-crashed" not in _names(found)
+    for w in words:
+        assert w in found[0].message, (w, found[0].message)
+
+
+def test_an_exception_before_a_stop_from_outside_stays_the_cause(tmp_path):
+    found = diagnose(tmp_path, f"{FIX}/exception_then_stop.log")
+    assert found[0].name == "run-crashed", _names(found)
+    assert "PIL.UnidentifiedImageError: cannot identify image file" in found[0].message

@@ -215,8 +215,12 @@ KILL_PRIORITY = {"child-failed-root": 0, "kernel-oom": 1, "cgroup-oom": 1, "slur
                   "launcher-exit": 3, "shell-killed": 4, "shell-signaled": 4, "signal": 5, "cpu-alloc": 6,
                   "launcher-signalled": 7, "elastic-signalled": 7, "launcher-kill": 8,
                   # a scheduler's own record of why it ended the job outranks the SIGKILL that follows its SIGTERM
-                  "slurm-cancel": 1, "trainer-signalled": 7}
+                  "slurm-cancel": 1, "trainer-signalled": 7, "interrupted": 7}
 LAUNCHER_ONLY = ("launcher-kill", "launcher-signalled")
+OUTSIDE_KINDS = ("launcher-signalled", "elastic-signalled", "slurm-cancel", "trainer-signalled", "interrupted")
+"""Records of a stop sent from outside the training code (a signal to the launcher, a scheduler's cancel, an
+interrupt): an exception the process raises after one (a DataLoader worker "killed by signal: Terminated", a
+KeyboardInterrupt, torchelastic's SignalException) is that stop's consequence (`crash_facts`)."""
 
 
 NATIVE_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
@@ -286,6 +290,10 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     nxt = None
     if k.kind in ("slurm-cancel", "trainer-signalled"):
         who, how, nxt = _scheduler_words(k)
+    if k.kind == "interrupted":
+        who = f"rank {k.rank}" if k.rank is not None else "the training process"
+        how = ("SIGINT (Python raised KeyboardInterrupt: Ctrl-C in its terminal, `kill -INT`, or a launcher or "
+               "scheduler passing on an interrupt)")
     if k.kind in LAUNCHER_ONLY:
         who, how = _launcher_words(k, [x for x in relevant if x.kind == "launcher-kill"])
         host_oom = host_oom and not any(x.kind == "launcher-signalled" for x in relevant)
@@ -295,7 +303,7 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
          # a fault in compiled code (bash's "Segmentation fault", faulthandler, exit -11/139 ...): not the host
          "native": k.signal in NATIVE_SIGNALS,
          "text": k.text, "count": len(kills), "inferred": inferred and host_oom,
-         "outside": k.kind in ("launcher-signalled", "elastic-signalled", "slurm-cancel", "trainer-signalled"),
+         "outside": k.kind in OUTSIDE_KINDS,
          "total": total, "next_text": nxt,
          # the pipeline sets it from the --launch line (pipeline/postmortem.py `_launched_under_nohup`)
          "nohup": False}
@@ -407,8 +415,10 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
                 v = n.value or {}
                 if "CUDA out of memory" in n.text or "loss scale already at minimum" in n.text:
                     continue
-                if str(v.get("cls") or "").endswith("SignalException") and (out.get("killed") or {}).get("outside"):
-                    # torchelastic's own handler raised it for a signal from outside: the killed fact says so
+                if (out.get("killed") or {}).get("outside") and _after_stop(n, out["killed"]):
+                    # torchelastic's own handler raised it for a signal from outside, or the process raised it
+                    # after a stop from outside (a worker killed by its SIGTERM, a KeyboardInterrupt): the killed
+                    # fact says so
                     signalled = True
                     continue
                 exc = n        # the last exception is what ended the run
@@ -467,6 +477,21 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
             "msg": (exc.value or {}).get("msg") if exc else None, "step": rec.step, "explained": explained,
             "text": text, "where_text": where, "phase": phase, "location": location_of(rec.file, rec.line),
             "disk_full": disk, "cause": cause, "first": bool(after), "consequences": after or ""}
+
+
+STOP_WORDS = ("SignalException", "KeyboardInterrupt", "killed by signal: Terminated", "killed by signal: Interrupt",
+              "killed by signal: Hangup", "got signal")
+
+
+def _after_stop(n: Any, killed: dict[str, Any]) -> bool:
+    """True when the exception notice `n` is what a stop from outside (`killed`, its ``outside`` set) made the
+    process raise: a signal's own exception (`STOP_WORDS`: torchelastic's SignalException, CPython's
+    KeyboardInterrupt, a DataLoader worker killed by the same SIGTERM/SIGINT/SIGHUP), or any exception below the
+    stop's line in the same file."""
+    if any(w in n.text for w in STOP_WORDS):
+        return True
+    loc = killed.get("location") or {}
+    return loc.get("file") == n.file and isinstance(loc.get("line"), int) and n.line > loc["line"]
 
 
 def _consequences(ev: Evidence, out: dict[str, Any], exc: Any) -> str | None:

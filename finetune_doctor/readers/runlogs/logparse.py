@@ -10,7 +10,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from finetune_doctor.evidence import Fact, MemoryRecord, Notice, Restart, Series
+from finetune_doctor.evidence import Fact, KillRecord, MemoryRecord, Notice, Restart, Series
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.lineprefix import strip_prefixes, wall_in_year
 from finetune_doctor.readers.runlogs.logcontext import (
@@ -251,7 +251,16 @@ class TextLogParser(FailureLines):
             # (torch/nn/modules/module.py, 2.13.0 wheel :2443-2444, :2639)
             value["details"] = self._mismatches(text, line, context)
         self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500], value))
+        self._interrupt(value["cls"], line, rank, text)
         return True
+
+    def _interrupt(self, cls: str, line: int, rank: int | None, text: str) -> None:
+        """A KeyboardInterrupt is also a stop from outside: CPython raises it in the main thread for SIGINT
+        (Ctrl-C in the terminal, `kill -INT`, a launcher passing its own interrupt on), so it is recorded as
+        the kill "interrupted" beside the exception (analyzers/postmortem/causes.py judges the two)."""
+        if cls == "KeyboardInterrupt":
+            self.keep.add("kills", KillRecord(self.path, line, self.during(), "interrupted", signal="SIGINT",
+                                              rank=rank, text=text.strip()[:300]))
 
     @staticmethod
     def _warned_before(context: LineContext) -> dict[str, str] | None:
@@ -285,6 +294,7 @@ class TextLogParser(FailureLines):
         self.timing["tb_exc"] = at
         self.keep.add("notices", Notice(self.path, at, self.during(), "exception", ln[:500],
                                         {"cls": m.group("cls"), "msg": (m.group("msg") or "")[:300], "rank": rank}))
+        self._interrupt(m.group("cls"), at, rank, ln)
 
     def _cut_head_frames(self, line: int, rank: int | None, context: LineContext) -> None:
         """The frames above an exception when no traceback was opened before it and the paste starts inside
