@@ -183,3 +183,10 @@ def test_an_exception_before_a_stop_from_outside_stays_the_cause(tmp_path):
     found = diagnose(tmp_path, f"{FIX}/exception_then_stop.log")
     assert found[0].name == "run-crashed", _names(found)
     assert "PIL.UnidentifiedImageError: cannot identify image file" in found[0].message
+
+
+def test_a_worker_that_exited_unexpectedly_died_of_a_signal(tmp_path):
+    f = diagnose(tmp_path, f"{FIX}/worker_exited.log")[0]
+    assert f.name == "run-crashed"
+    assert "a DataLoader worker process died without a Python error" in f.message
+    assert "dataloader_num_workers: 0" in f.message

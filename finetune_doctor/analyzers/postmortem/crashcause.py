@@ -450,6 +450,14 @@ def _environment(msg: str) -> str | None:
     if "FlashAttention only support fp16 and bf16" in msg:
         return ("flash-attention got fp32 tensors: the run computes in fp32 (neither bf16 nor fp16 set, or a module "
                 "kept in fp32); set bf16: true (Ampere or newer) or fp16: true, or use sdpa attention")
+    if "exited unexpectedly" in msg and "DataLoader worker (pid" in msg:
+        # torch/utils/data/dataloader.py `_try_get_data` (2.13 wheel :1305): the main process found a worker gone
+        # while it waited for a batch; the worker died of a signal, not of a Python error (that would be re-raised
+        # as "Caught E in DataLoader worker process N")
+        return ("a DataLoader worker process died without a Python error while the main process waited for its "
+                "batch: a signal ended it (the OOM killer's SIGKILL for host RAM, a SIGSEGV/SIGBUS in a dataset or "
+                "image library, a full /dev/shm); the lines above (\"killed by signal\", dmesg) say which, and "
+                "dataloader_num_workers: 0 runs the loading in the main process, where the fault shows")
     if "'NoneType' object has no attribute 'c" in msg and ("cadam" in msg or "cquantize" in msg or "cdequantize" in msg):
         return ("bitsandbytes loaded without its CUDA library (a CPU-only build, or none matching this machine's "
                 "CUDA; its import warns about it): install a bitsandbytes build for this CUDA (pip install -U "
