@@ -190,3 +190,11 @@ def test_a_worker_that_exited_unexpectedly_died_of_a_signal(tmp_path):
     assert f.name == "run-crashed"
     assert "a DataLoader worker process died without a Python error" in f.message
     assert "dataloader_num_workers: 0" in f.message
+
+
+def test_an_attribute_an_object_lacks_names_the_library_that_used_it(tmp_path):
+    f = diagnose(tmp_path, f"{FIX}/object_attr_mismatch.log")[0]
+    assert ("accelerate (in clip_grad_norm_ of accelerator.py) uses DeepSpeedEngine.get_global_grad_norm, which the "
+            "installed DeepSpeedEngine does not have: accelerate and the package that defines DeepSpeedEngine come "
+            "from releases that do not go together") in f.message
+    assert "incompatibility of the installed transformers release" not in f.message

@@ -79,7 +79,9 @@ def test_the_model_shape_names_the_factors_when_known():
     ("module_not_found.log", ["bitsandbytes is not installed", "pip install bitsandbytes"]),
     ("bnb_requires.log", ["an import check failed", "pip install -U bitsandbytes>=0.46.1"]),
     ("cannot_import_name.log", ["the installed transformers has no 'is_liger_kernel_available'",
-                                "another transformers release"]),
+                                # the importing frame's package names the other half of the pair
+                                "trl (in dpo_trainer.py) imports it, so trl and transformers come from releases "
+                                "that do not go together"]),
 ])
 def test_import_errors_name_the_package_and_the_install(tmp_path, name, words):
     msg = crashed(tmp_path, name)

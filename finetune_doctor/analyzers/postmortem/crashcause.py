@@ -50,6 +50,9 @@ UNKNOWN_TYPE = re.compile(r"has model type `(?P<t>[\w-]+)` but Transformers does
 KEY_ONLY = re.compile(r"^'(?P<t>[\w-]+)'$")
 NOT_INSTALLED = re.compile(r"the package (?P<pkg>\w+) seems to be not installed")
 PIP_COMMAND = re.compile(r"`(?P<cmd>pip install [^`]+)`")
+OBJ_ATTR = re.compile(r"^'(?P<cls>[A-Z]\w*)' object has no attribute '(?P<attr>\w+)'")
+BUILTIN_TYPES = frozenset({"NoneType"})
+"""Objects of these types lack attributes because a value was missing, not because of a release."""
 MODULE_ATTR = re.compile(r"module '(?P<mod>[\w.]+)' has no attribute '(?P<attr>\w+)'")
 # (a space may be lost where the line was retyped by hand: "f()got an unexpected keyword argument'k'")
 BAD_CALL = re.compile(r"(?P<fn>[\w.<>]+)\(\) ?(?:got an unexpected keyword argument ?'(?P<kw>\w+)'|"
@@ -123,7 +126,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
     for kind, fn in (("child-failed-alone", lambda: _child_alone(ev, cls, msg)),
                      ("size-mismatch", lambda: _size_mismatch(v.get("details") or [msg], model)),
                      ("processor-missing", lambda: _processor(msg, model, ev)),
-                     ("import", lambda: _import(cls, msg, versions)),
+                     ("import", lambda: _import(cls, msg, versions, pkgs)),
                      ("model-type-unknown", lambda: _model_type(cls, msg, pkgs, versions, bool(frames))),
                      ("no-grad", lambda: _no_grad(msg)),
                      ("file-incomplete", lambda: _file_format(msg, versions)),
@@ -297,7 +300,10 @@ def _processor(msg: str, model: dict[str, Any], ev: Evidence) -> str | None:
             "into the folder" + internvl)
 
 
-def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]]) -> str | None:
+def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]], pkgs: tuple = ()) -> str | None:
+    """An import that failed: a compiled extension against another torch, a missing shared library, a name or
+    module a release lacks (with the package whose frame imports it, the innermost of `pkgs`, when it is another
+    one: the pair of releases that do not go together), a package not installed, a start-up version check."""
     if cls == "RuntimeError" and LAZY_IMPORT.search(msg):
         cls = "ImportError"   # the wrapped error is on the lines after (the reader joins the first one to msg)
     if cls not in ("ImportError", "ModuleNotFoundError"):
@@ -320,9 +326,14 @@ def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]]) -> str | N
     m = CANNOT_IMPORT.search(msg)
     if m:
         top = m.group("mod").split(".")[0]
-        return (f"the installed {top}{_ver(versions, top)} has no '{m.group('name')}' in {m.group('mod')}: the "
-                f"code importing it was written for another {top} release (newer or older); install the {top} "
-                f"version that code pins{_ask_version(versions, top)}")
+        by = pkgs[-1] if pkgs and pkgs[-1][0] != top else None
+        code = (f"{by[0]}{_ver(versions, by[0])} (in {by[2]}) imports it, so {by[0]} and {top} come from releases "
+                f"that do not go together: install the {top} version that {by[0]} release pins, or the {by[0]} "
+                f"release written for this {top}") if by else (
+            f"the code importing it was written for another {top} release (newer or older); install the {top} "
+            "version that code pins")
+        return (f"the installed {top}{_ver(versions, top)} has no '{m.group('name')}' in {m.group('mod')}: {code}"
+                f"{_ask_version(versions, top)}")
     m = NO_MODULE.search(msg) or NOT_INSTALLED.search(msg)
     if m:
         mod = m.group("mod") if "mod" in m.groupdict() else m.group("pkg")
@@ -528,6 +539,14 @@ def _os_error(msg: str) -> str | None:
 def _mismatch(cls: str, msg: str, pkgs: tuple, versions: dict[str, tuple[str, str]]) -> str | None:
     """Two packages from releases that do not go together: a module without an attribute the code uses, or a
     call with a keyword (or positional argument) the called function does not have in the installed release."""
+    o = OBJ_ATTR.search(msg) if cls == "AttributeError" and pkgs else None
+    if o and o.group("cls") not in BUILTIN_TYPES and pkgs[-1][0] in LIBRARIES:
+        inner = pkgs[-1]
+        return (f"{inner[0]}{_ver(versions, inner[0])} (in {inner[1]} of {inner[2]}) uses {o.group('cls')}."
+                f"{o.group('attr')}, which the installed {o.group('cls')} does not have: {inner[0]} and the package "
+                f"that defines {o.group('cls')} come from releases that do not go together (or the object is "
+                f"not the one {inner[0]} expects); install the releases {inner[0]} pins"
+                f"{_ask_version(versions, inner[0])}")
     m = MODULE_ATTR.search(msg) if cls == "AttributeError" else None
     if m:
         top = m.group("mod").split(".")[0]
