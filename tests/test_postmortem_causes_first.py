@@ -198,3 +198,10 @@ def test_an_attribute_an_object_lacks_names_the_library_that_used_it(tmp_path):
             "installed DeepSpeedEngine does not have: accelerate and the package that defines DeepSpeedEngine come "
             "from releases that do not go together") in f.message
     assert "incompatibility of the installed transformers release" not in f.message
+
+
+def test_a_hub_error_is_read_by_its_class(tmp_path):
+    f = diagnose(tmp_path, f"{FIX}/hub_gated.log")[0]
+    assert f.name == "run-crashed"
+    assert "huggingface_hub.errors.GatedRepoError: 401 Client Error." in f.message
+    assert "the Hugging Face hub refused a gated repository: accept its terms" in f.message

@@ -88,6 +88,23 @@ RENAME = re.compile(r"\[Errno (?P<n>2|17|39)\] [^:'\"]+: '(?P<src>[^']+)' -> '(?
 """An OSError of a call with two paths (os.rename, os.replace, shutil.move): CPython's ``OSError.__str__``
 (Objects/exceptions.c ``OSError_str``: "[Errno %S] %S: %R -> %R") with ENOENT (the source was gone), EEXIST or
 ENOTEMPTY (the target was already there)."""
+HUB_ERRORS = {
+    "GatedRepoError": ("the Hugging Face hub refused a gated repository: accept its terms on the model's page with "
+                       "the account whose token the run uses (HF_TOKEN, or `huggingface-cli login` on that machine), "
+                       "or point model_name_or_path at a local copy"),
+    "RepositoryNotFoundError": ("the hub knows no repository of that name for this token (a typo in the id, a "
+                                "private or gated repository without a valid HF_TOKEN, or a local path that does "
+                                "not exist and was read as a hub id)"),
+    "RevisionNotFoundError": "the repository has no such revision (branch, tag or commit): check `revision`",
+    "LocalEntryNotFoundError": ("the file is not in the local cache and the hub was not asked (offline: "
+                                "HF_HUB_OFFLINE=1, or no network on that machine): download it where the hub can be "
+                                "reached, or point at a local folder"),
+    "OfflineModeIsEnabled": ("the hub was asked while HF_HUB_OFFLINE=1: download the model where the hub can be "
+                             "reached, or point at a local folder"),
+}
+"""Exceptions of huggingface_hub (huggingface_hub/errors.py, 1.33.0 installed here: GatedRepoError a subclass of
+RepositoryNotFoundError, LocalEntryNotFoundError of FileNotFoundError), named by their class: their messages run
+over several lines, the first of which ("401 Client Error. (Request ID: ...)") says little."""
 TOKENIZER_CLASS = re.compile(r"Tokenizer class (?P<c>\w+) does not exist or is not currently imported")
 
 LIBRARIES = ("transformers", "peft", "trl", "accelerate", "deepspeed", "flash_attn", "bitsandbytes", "liger_kernel",
@@ -131,6 +148,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("no-grad", lambda: _no_grad(msg)),
                      ("file-incomplete", lambda: _file_format(msg, versions)),
                      ("rename-race", lambda: _rename_race(msg)),
+                     ("hub", lambda: HUB_ERRORS.get(cls)),
                      ("os-error", lambda: _os_error(msg)),
                      ("environment", lambda: _environment(msg)),
                      ("config-keys", lambda: _unused_keys(exc.text or msg)),
