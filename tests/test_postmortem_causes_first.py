@@ -205,3 +205,16 @@ def test_a_hub_error_is_read_by_its_class(tmp_path):
     assert f.name == "run-crashed"
     assert "huggingface_hub.errors.GatedRepoError: 401 Client Error." in f.message
     assert "the Hugging Face hub refused a gated repository: accept its terms" in f.message
+
+
+def test_pdsh_host_labels_are_prefixes(tmp_path):
+    from finetune_doctor.readers.runlogs.lineprefix import strip_prefixes
+
+    text, pre = strip_prefixes("gpu-node-2: [rank3]: Traceback (most recent call last):")
+    assert (text, pre.host, pre.rank) == ("Traceback (most recent call last):", "gpu-node-2", 3)
+    for line in ("loss: 0.5", "INFO: starting", "wandb: Run summary:", "Epoch1: 3", "cuda:0: x"):
+        assert strip_prefixes(line)[0] == line, line   # words, not host names
+    found = diagnose(tmp_path, f"{FIX}/pdsh_multinode.log")
+    assert _names(found)[:2] == ["run-crashed", "nccl-timeout"], _names(found)
+    assert "FileNotFoundError: Unable to find '/mnt/LLaMA-Factory/data/sft_mix_v2.json'" in found[0].message
+    assert "consequences of this exception" in found[0].message   # no rank named: the line gives none

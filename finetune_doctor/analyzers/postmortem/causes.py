@@ -523,8 +523,9 @@ def _consequences(ev: Evidence, out: dict[str, Any], exc: Any) -> str | None:
     if not said:
         return None
     rank = (exc.value or {}).get("rank")
-    if rank is None:
-        rank = next((f.origin.get("rank") for f in ev.files if f.read.path == exc.file), None)
+    if rank is None:   # the file's rank only where its path says it: the `[rankN]:` lines of an interleaved log
+        rank = next((f.origin.get("rank") for f in ev.files if f.read.path == exc.file   # name other writers too
+                     and f.origin.get("source") == "path"), None)
     whose = f"rank {rank}'s exception" if isinstance(rank, int) and not isinstance(rank, bool) else "this exception"
     return (" — then " + ", ".join(said) + f": consequences of {whose}, not its cause (a process that raised stops "
             "entering the collectives its peers wait in, and its launcher then stops the others)")
