@@ -218,3 +218,21 @@ def test_pdsh_host_labels_are_prefixes(tmp_path):
     assert _names(found)[:2] == ["run-crashed", "nccl-timeout"], _names(found)
     assert "FileNotFoundError: Unable to find '/mnt/LLaMA-Factory/data/sft_mix_v2.json'" in found[0].message
     assert "consequences of this exception" in found[0].message   # no rank named: the line gives none
+
+
+@pytest.mark.parametrize("name, words", [
+    ("bar_postfix_nan.log", ["Training went non-finite at step 30: loss nan at learning rate 1.5e-06",
+                             "after 2 healthy log(s)"]),
+    ("bar_description_loss.log", ["Training went non-finite at step 30: loss nan", "after 2 healthy log(s)"]),
+])
+def test_losses_a_bar_shows_are_read_at_the_bars_count(tmp_path, name, words):
+    f = diagnose(tmp_path, f"{FIX}/{name}")[0]
+    assert f.name == "nan-loss", (f.name, f.message)
+    for w in words:
+        assert w in f.message, (w, f.message)
+
+
+def test_a_signed_policy_loss_in_a_postfix_is_no_loss_curve(tmp_path):
+    r = diagnose_report(tmp_path, f"{FIX}/bar_postfix_policy.log")
+    assert not any(f.name in ("nan-loss", "loss-spike", "loss-diverged") for f in r.findings), \
+        [f.name for f in r.findings]

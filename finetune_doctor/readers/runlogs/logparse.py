@@ -627,6 +627,7 @@ class TextLogParser(FailureLines):
         a finite loss without a step is left alone (a loss named in prose)."""
         loss = pat.STEP_LINE_LOSS.search(text)
         if loss is None:
+            self._bar_postfix(text, line)
             return
         m = pat.STEP_LINE_STEP.search(text)
         step = int(m.group(1)) if m else None
@@ -644,6 +645,11 @@ class TextLogParser(FailureLines):
                 if b and loss:
                     step = int(b.group("e")) * int(b.group("n")) + int(b.group("i"))
         if step is None:
+            # a bar on the same line counts the step its values were printed at (torchtune's "1|20|Loss: 1.93:
+            # 2%|..| 20/1000 [...]" sets its description with the bar's own update; tqdm/std.py format_meter)
+            bars = list(pat.TQDM_COUNT.finditer(text))
+            step = int(bars[-1].group("n")) if bars else None
+        if step is None:
             x = num(loss.group(1))
             if x is not None and not math.isfinite(x):
                 self.point("loss", self.step_now(), x, line)
@@ -655,6 +661,36 @@ class TextLogParser(FailureLines):
             x = num(v.group(1)) if v else None
             if x is not None:
                 self.point(name, step, x, line)
+
+    # the postfix keys read as the supervised loss curve (signed RL losses - policy, value, KL - only when non-finite)
+    SUPERVISED_LOSS_KEYS = ("loss", "train_loss", "gpt_loss", "lm_loss", "sft_loss", "nll_loss", "ce_loss")
+
+    def _bar_postfix(self, text: str, line: int) -> None:
+        """The losses a tqdm bar's postfix shows (logpatterns.TQDM_POSTFIX: "..| 20/1000 [.., gpt_loss=nan,
+        loss_mean=nan, lr=2e-6]"), at the bar's count: a key of SUPERVISED_LOSS_KEYS is the loss curve; another
+        key with "loss" in its name (a policy or auxiliary loss, which may be signed) only when non-finite; lr /
+        learning_rate and grad_norm as named. The last render on the line (tqdm's carriage returns keep earlier
+        ones)."""
+        bars = list(pat.TQDM_POSTFIX.finditer(text))
+        if not bars:
+            return
+        b = bars[-1]
+        step = int(b.group("n"))
+        seen_loss = False
+        for item in b.group("post").split(","):
+            k, _, v = item.strip().partition("=")
+            key = k.strip().lower()
+            x = num(v.strip())
+            if x is None:
+                continue
+            if "loss" in key and "scale" not in key and not seen_loss:
+                if key in self.SUPERVISED_LOSS_KEYS or not math.isfinite(x):
+                    self.point("loss", step, x, line)
+                    seen_loss = True
+            elif key in ("lr", "learning_rate"):
+                self.point("learning_rate", step, x, line)
+            elif key in ("grad_norm", "gnorm"):
+                self.point("grad_norm", step, x, line)
 
     def _lf_jsonl(self, text: str, line: int) -> None:
         i = text.find("{")

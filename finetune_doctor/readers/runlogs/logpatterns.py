@@ -571,6 +571,11 @@ VERL_METRIC = re.compile(r"(?:^| - )(?P<k>actor/(?:grad_norm|lr|pg_loss|loss)):(
 # n batches; with gradient accumulation the optimizer steps are fewer, and the placement is in batches)
 LIGHTNING_BAR = re.compile(r"Epoch (?P<e>\d+):\s+\d+%\|[^|\r\n]*\|\s*(?P<i>\d+)/(?P<n>\d+) \[[^\]\r\n]*?it/s,"
                            r"[^\]\r\n]*?loss")
+# a tqdm bar with a postfix (tqdm's ``set_postfix``: "desc: 12%|█▏  | 120/1000 [01:02<07:40, 1.91it/s, k1=v1,
+# k2=v2]", tqdm/std.py ``format_meter`` appends ", " + postfix inside the brackets), as OpenRLHF's and many
+# scripts' training loops print their losses: the bar's own count is the step of the values beside it
+TQDM_POSTFIX = re.compile(r"\|\s*(?P<n>\d+)/(?P<total>\d+) \[[^\]\r\n]*?,\s*(?P<post>[A-Za-z_][\w/.]*=[^\]\r\n]*)\]")
+TQDM_COUNT = re.compile(r"\|\s*(?P<n>\d+)/(?P<total>\d+) \[")
 STEP_LINE_GNORM = re.compile(r"(?i)(?<![\w.])(?:gnorm|grad[ _]norm)\s*[=:]\s*" + _NUM)
 STEP_LINE_LR = re.compile(r"(?i)(?<![\w.])(?:lr|learning[ _]rate)\s*[=:]\s*" + _NUM)
 KV = re.compile(r"'(?P<k>[\w/]+)':\s*(?P<q>'?)(?P<v>[^,'}]*)(?P=q)")
