@@ -622,16 +622,17 @@ class TextLogParser(FailureLines):
 
     def _step_line(self, text: str, line: int) -> None:
         """Another trainer's step line (logpatterns.py `STEP_LINE_*`): loss, grad norm and learning rate at the
-        step the line names. A line without a step key is read only when its loss is non-finite (insightface's
-        "Loss nan" half of a wrapped line: a NaN is evidence wherever it is printed), at the step in progress;
-        a finite loss without a step is left alone (a loss named in prose)."""
+        step the line names, else at the count of a tqdm bar on the same line (`TQDM_COUNT`). A line without
+        either is read only when its loss is non-finite (insightface's "Loss nan" half of a wrapped line: a NaN
+        is evidence wherever it is printed), at the step in progress; a finite loss without a step is left alone
+        (a loss named in prose)."""
         loss = pat.STEP_LINE_LOSS.search(text)
         if loss is None:
             self._bar_postfix(text, line)
             return
         m = pat.STEP_LINE_STEP.search(text)
         step = int(m.group(1)) if m else None
-        if m is None and "[" in text:
+        if m is None and "[" in text and ("Epoch" in text or "Iter(" in text):
             e = pat.STEP_LINE_EPOCH_ITER.search(text)
             if e and e.group("it"):
                 step = int(e.group("it"))
@@ -647,7 +648,7 @@ class TextLogParser(FailureLines):
         if step is None:
             # a bar on the same line counts the step its values were printed at (torchtune's "1|20|Loss: 1.93:
             # 2%|..| 20/1000 [...]" sets its description with the bar's own update; tqdm/std.py format_meter)
-            bars = list(pat.TQDM_COUNT.finditer(text))
+            bars = list(pat.TQDM_COUNT.finditer(text)) if " [" in text and "/" in text else ()
             step = int(bars[-1].group("n")) if bars else None
         if step is None:
             x = num(loss.group(1))
@@ -655,8 +656,14 @@ class TextLogParser(FailureLines):
                 self.point("loss", self.step_now(), x, line)
             return
         self.timing["line_step"] = step
-        for rx, name in ((pat.STEP_LINE_LOSS, "loss"), (pat.STEP_LINE_GNORM, "grad_norm"),
-                         (pat.STEP_LINE_LR, "learning_rate")):
+        x = num(loss.group(1))
+        if x is not None:
+            self.point("loss", step, x, line)
+        low = text.lower()   # the two keys' expressions are case-blind; most step lines hold neither word
+        for rx, name, present in ((pat.STEP_LINE_GNORM, "grad_norm", "norm" in low),
+                                  (pat.STEP_LINE_LR, "learning_rate", "lr" in low or "learning" in low)):
+            if not present:
+                continue
             v = rx.search(text)
             x = num(v.group(1)) if v else None
             if x is not None:
