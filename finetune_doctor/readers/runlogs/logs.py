@@ -118,7 +118,7 @@ def _origin(p: TextLogParser) -> dict[str, Any]:
 
 def _timing(p: TextLogParser) -> dict[str, Any]:
     t = dict(p.timing)
-    for k in ("tb_open", "scale_reported", "line_step"):   # the parser's own running state, not a timing
+    for k in ("tb_open", "tb_exc", "scale_reported", "line_step"):   # the parser's own running state, not a timing
         t.pop(k, None)
     if p.rates:
         t["sec_per_step"] = statistics.median(p.rates)
