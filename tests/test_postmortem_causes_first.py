@@ -236,3 +236,11 @@ def test_a_signed_policy_loss_in_a_postfix_is_no_loss_curve(tmp_path):
     r = diagnose_report(tmp_path, f"{FIX}/bar_postfix_policy.log")
     assert not any(f.name in ("nan-loss", "loss-spike", "loss-diverged") for f in r.findings), \
         [f.name for f in r.findings]
+
+
+def test_a_short_paste_of_a_dotted_exception_is_a_crash(tmp_path):
+    f = diagnose(tmp_path, f"{FIX}/title_dotted_exception.log")[0]
+    assert f.name == "run-crashed"
+    assert "with triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 147456" in f.message
+    prose = diagnose(tmp_path / "prose", f"{FIX}/prose_no_exception.log")[0]
+    assert prose.name == "no-run-evidence"

@@ -614,6 +614,10 @@ EXC_ANY = re.compile(r"^(?P<cls>(?:(?:[a-z_][\w]*|[A-Z][A-Z0-9_]*)\.)+[A-Z_]\w*|
 # a Python warning as warnings.formatwarning prints it (Lib/warnings.py: "{filename}:{lineno}: {category}:
 # {message}"), e.g. torch/utils/checkpoint.py's "None of the inputs have requires_grad=True. Gradients will be None"
 PY_WARNING = re.compile(r"(?P<file>[^\s:\"']+\.py):(?P<line>\d+): (?P<cat>[A-Z]\w*Warning): (?P<msg>\S.*)$")
+# the same line alone in a short paste (an issue's title or its one quoted line), where nothing else was found:
+# only a module-qualified class (lower-case module names, as every non-builtin exception prints) with a message
+# (`logs._exception_alone`)
+EXC_ALONE = re.compile(r"^[\s`>*-]*(?P<cls>(?:[a-z_][a-z0-9_]*\.)+[A-Z]\w*): (?P<msg>\S.*?)[\s`]*$")
 LF_LOG = re.compile(r"^\[(?P<lvl>WARNING|ERROR)\|(?P<where>[^\]]+)\]\s*(?:[\d-]+ [\d:,]+ )?(?:(?P<logger>[\w.]+):\d+ )?>> (?P<msg>.*)$")
 ATTN_WARN = re.compile(r"strongly recommended to train (?P<model>\w+) models with the `?(?P<want>\w+)`? attention "
                         r"implementation instead of `?(?P<have>\w+)`?")
