@@ -71,13 +71,13 @@ def _rank_folder(root: Path, ranks: int, raiser: int, watchdog_clock: str) -> Pa
     return d
 
 
-@pytest.mark.parametrize("clock", ["00:00:01", "23:59:59"])
-def test_the_rank_that_raised_is_named_first_whatever_the_clocks(tmp_path, clock):
-    r = diagnose_dir(_rank_folder(tmp_path, 16, 11, clock))
+@pytest.mark.parametrize("ranks, raiser, clock", [(256, 173, "00:00:01"), (16, 11, "23:59:59")])
+def test_the_rank_that_raised_is_named_first_whatever_the_clocks(tmp_path, ranks, raiser, clock):
+    r = diagnose_dir(_rank_folder(tmp_path, ranks, raiser, clock))
     names = _names(r.findings)
     assert names[0] == "run-crashed" and names.index("nccl-timeout") > 0, names
     assert "ValueError: expected sequence of length 512" in r.findings[0].message
-    assert "consequences of rank 11's exception" in r.findings[0].message
+    assert f"consequences of rank {raiser}'s exception" in r.findings[0].message
 
 
 @pytest.mark.parametrize("name, head", [
