@@ -55,7 +55,9 @@ host_alloc          {bytes, size_text, size_words, huge, phase, evidence, where_
                     CPython's/NumPy's/Arrow's MemoryError, raised in-process (analyzers/postmortem/hostalloc.py)
 crash               {kind: exception|traceback-only|child-failed, cls, msg, step, where_text, text, explained,
                     location, cause {kind, text} (analyzers/postmortem/crashcause.py; None where the text
-                    establishes nothing beyond the exception), cause_text (" — " + cause.text, or "")}
+                    establishes nothing beyond the exception), cause_text (" — " + cause.text, or ""), first (a
+                    process raised it and others' failures followed: NCCL timeout/error, torchrun's teardown),
+                    consequences (" — then ...: consequences of rank R's exception ...", or "")}
 restarts            [{step, kind: resume|relaunch|session-start, detail, location}]
 attention_warning   {model, want, have, text, location}
 gpus                {cards: [{index, name, node, peak_gib, total_gib, samples, location}], busiest, lightest, spread_gib,
