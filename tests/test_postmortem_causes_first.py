@@ -244,3 +244,9 @@ def test_a_short_paste_of_a_dotted_exception_is_a_crash(tmp_path):
     assert "with triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 147456" in f.message
     prose = diagnose(tmp_path / "prose", f"{FIX}/prose_no_exception.log")[0]
     assert prose.name == "no-run-evidence"
+
+
+def test_the_cuda_samples_check_macro_is_a_cuda_error(tmp_path):
+    f = diagnose(tmp_path, f"{FIX}/cuda_check_return.log")[0]
+    assert f.name == "cuda-error", (f.name, f.message)
+    assert "an illegal memory access was encountered" in f.message

@@ -53,6 +53,9 @@ def other_cuda_error(text: str) -> _Status | None:
     (cudaGetErrorString's, from the name or the code when the line gives one). None when the line holds none."""
     # a check of a runtime call ("e == cudaSuccess || e == cudaErrorCudartUnloading (719 vs. 0)") names the
     # accepted values, not the error: its code and text come first
+    c = pat.CUDA_CHECK_RETURN.search(text) if " in file " in text and " at line " in text else None
+    if c:
+        return _Status(c.group("status").strip())
     m = pat.CUDA_NAMED.search(text) if ("cudaError" in text or "CUDA_ERROR_" in text) and (
         "== cudaSuccess" not in text) else None
     if m:

@@ -112,6 +112,9 @@ TRIGGER_WORDS = (
     "MA ", "CPU Virtual Memory",
     # warnings, exceptions
     "WARNING|", "ERROR|", "It is strongly", "Traceback (most", "Error: ", "Exception: ",
+    # the CUDA samples' CUDA_CHECK_RETURN ("Error <cudaGetErrorString> at line N in file F", bitsandbytes' csrc and
+    # many CUDA programs; `CUDA_CHECK_RETURN` below); 'E' is a first byte already
+    "Error ",
     # a traceback's frame: a paste cut above the "Traceback" header still shows the frames it kept
     'File "',
     # run facts: HF Trainer banner, LF, DeepSpeed init and config dump (".... " is the dump's dot filler)
@@ -729,6 +732,10 @@ CUDA_ERROR_OTHER = re.compile(r"(?:(?i:CUDA(?: driver)? error|HIP error)(?: Prev
                               r"\s*[-:,]|Cuda failure (?:\d+ )?(?=')|(?<![\w.])(?:error|e|err|status) == cudaSuccess"
                               r"(?: \|\| \w+ == \w+)*\.?\s*\(?(?P<code>\d+)?"
                               r"(?: vs\.? 0\)?\.?)?(?:\s*Error at: \S+)?:?)\s*(?P<status>[^\n]+?)\s*$")
+# the CUDA samples' check macro, copied into bitsandbytes' csrc (ops.cuh) and many CUDA programs:
+# ``fprintf(stderr, "Error %s at line %d in file %s\n", cudaGetErrorString(status), __LINE__, __FILE__); exit(1);``
+# — the runtime's error text without "CUDA error: ", and the process exits with no Python traceback
+CUDA_CHECK_RETURN = re.compile(r"(?:^|\s)Error (?P<status>[a-z][^\n]*?) at line \d+ in file (?P<file>\S+)\s*$")
 # a cuDNN / cuBLAS status name alone, as TensorFlow ("Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR") or
 # Caffe ("Check failed: status == CUDNN_STATUS_SUCCESS (4 vs. 0)  CUDNN_STATUS_INTERNAL_ERROR") print it; the
 # success names are not errors and ALLOC_FAILED is an OOM (`OOM_RUNTIME`)
