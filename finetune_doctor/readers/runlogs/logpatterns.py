@@ -466,10 +466,8 @@ SIGNAL_NAMES = {"1": "SIGHUP", "2": "SIGINT", "3": "SIGQUIT", "15": "SIGTERM", "
 # allocate N bytes." ("[enforce fail at alloc_cpu.cpp:72] data. ...", torch 1.x-2.x on Windows)
 CPU_ALLOC = re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate "
                        r"(?P<bytes>\d+) bytes")
-# Windows' commit limit (RAM + paging file) reached while a DLL or a mapping was committed: Win32 error 1455
-# ERROR_COMMITMENT_LIMIT, FormatMessage's text "The paging file is too small for this operation to complete.",
-# raised by CPython as "OSError: [WinError 1455] ..." (torch's DLL loader adds 'Error loading "...dll"'): host
-# memory refused in-process, like CPU_ALLOC
+# Windows' commit limit (RAM + paging file) reached: Win32 ERROR_COMMITMENT_LIMIT (1455), "OSError: [WinError 1455]
+# The paging file is too small for this operation to complete." as CPython raises it: host memory refused in-process
 WIN_COMMIT = re.compile(r"\[WinError 1455\] The paging file is too small")
 # Slurm's step daemon when it ends a job or step (slurm src/slurmd/slurmstepd/req.c ``_handle_signal_container``:
 # error("*** %s ON %s CANCELLED AT %s DUE TO TIME LIMIT ***", entity, node, time), "... DUE TO PREEMPTION ***",
@@ -612,14 +610,12 @@ EXC = re.compile(r"^\s*(?P<cls>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|I
 # the builtins whose names end in neither Error nor Exception are named. Read only on the line right below a
 # traceback's frames (logparse `_tb_exception`).
 EXC_ANY = re.compile(r"^(?P<cls>(?:(?:[a-z_][\w]*|[A-Z][A-Z0-9_]*)\.)+[A-Z_]\w*|StopIteration|StopAsyncIteration|"
-                     r"SystemExit|"
-                     r"GeneratorExit|KeyboardInterrupt|\w*ExceptionGroup)(?::\s?(?P<msg>.*))?$")
+                     r"SystemExit|GeneratorExit|KeyboardInterrupt|\w*ExceptionGroup)(?::\s?(?P<msg>.*))?$")
 # a Python warning as warnings.formatwarning prints it (Lib/warnings.py: "{filename}:{lineno}: {category}:
 # {message}"), e.g. torch/utils/checkpoint.py's "None of the inputs have requires_grad=True. Gradients will be None"
 PY_WARNING = re.compile(r"(?P<file>[^\s:\"']+\.py):(?P<line>\d+): (?P<cat>[A-Z]\w*Warning): (?P<msg>\S.*)$")
-# the same line alone in a short paste (an issue's title or its one quoted line), where nothing else was found:
-# only a module-qualified class (lower-case module names, as every non-builtin exception prints) with a message
-# (`logs._exception_alone`)
+# the same line alone in a short paste where nothing else was found (`logs._exception_alone`): only a module-qualified
+# class (lower-case module names, as every non-builtin exception prints) with a message
 EXC_ALONE = re.compile(r"^[\s`>*-]*(?P<cls>(?:[a-z_][a-z0-9_]*\.)+[A-Z]\w*): (?P<msg>\S.*?)[\s`]*$")
 LF_LOG = re.compile(r"^\[(?P<lvl>WARNING|ERROR)\|(?P<where>[^\]]+)\]\s*(?:[\d-]+ [\d:,]+ )?(?:(?P<logger>[\w.]+):\d+ )?>> (?P<msg>.*)$")
 ATTN_WARN = re.compile(r"strongly recommended to train (?P<model>\w+) models with the `?(?P<want>\w+)`? attention "
