@@ -55,7 +55,9 @@ host_alloc          {bytes, size_text, size_words, huge, phase, evidence, where_
                     CPython's/NumPy's/Arrow's MemoryError, raised in-process (analyzers/postmortem/hostalloc.py)
 crash               {kind: exception|traceback-only|child-failed, cls, msg, step, where_text, text, explained,
                     location, cause {kind, text} (analyzers/postmortem/crashcause.py; None where the text
-                    establishes nothing beyond the exception), cause_text (" — " + cause.text, or "")}
+                    establishes nothing beyond the exception), cause_text (" — " + cause.text, or ""), first (a
+                    process raised it and others' failures followed: NCCL timeout/error, torchrun's teardown),
+                    consequences (" — then ...: consequences of rank R's exception ...", or "")}
 restarts            [{step, kind: resume|relaunch|session-start, detail, location}]
 attention_warning   {model, want, have, text, location}
 gpus                {cards: [{index, name, node, peak_gib, total_gib, samples, location}], busiest, lightest, spread_gib,
@@ -337,7 +339,8 @@ class KillRecord:
     child-failed | launcher-exit | launcher-kill | launcher-signalled | elastic-signalled (torchrun's agent got
     SIGHUP/SIGTERM/SIGINT) | signal | cpu-alloc | ray-oom (Ray's memory
     monitor) | loader-signal (a DataLoader worker's signal handler) | slurm-cancel (Slurm's "*** JOB N ... CANCELLED AT ...
-    DUE TO ... ***") | trainer-signalled (Lightning's "Received SIGTERM"); a failed in-process host allocation
+    DUE TO ... ***") | trainer-signalled (Lightning's "Received SIGTERM") | interrupted (a KeyboardInterrupt: SIGINT);
+    a failed in-process host allocation
     (c10's DefaultCPUAllocator, CPython/NumPy/Arrow MemoryError) is recorded as cpu-alloc but judged apart
     (analyzers/postmortem/hostalloc.py). `exitcode` as the launcher printed it (-9 = SIGKILL,
     -6 = SIGABRT, 137 = 128+9); `signal` the signal name when known. Source: log_patterns.md §8.

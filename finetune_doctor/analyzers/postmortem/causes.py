@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
+from finetune_doctor.analyzers.postmortem.crashcause import crash_cause, raised_at, warning_lead
 from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.analyzers.postmortem.launchcause import SHM_MAP
+from finetune_doctor.analyzers.postmortem.ranks import is_consequence_exc
 from finetune_doctor.analyzers.postmortem.stackcause import stack_range_text
 from finetune_doctor.evidence import Evidence, KillRecord, src
 
@@ -214,8 +215,12 @@ KILL_PRIORITY = {"child-failed-root": 0, "kernel-oom": 1, "cgroup-oom": 1, "slur
                   "launcher-exit": 3, "shell-killed": 4, "shell-signaled": 4, "signal": 5, "cpu-alloc": 6,
                   "launcher-signalled": 7, "elastic-signalled": 7, "launcher-kill": 8,
                   # a scheduler's own record of why it ended the job outranks the SIGKILL that follows its SIGTERM
-                  "slurm-cancel": 1, "trainer-signalled": 7}
+                  "slurm-cancel": 1, "trainer-signalled": 7, "interrupted": 7}
 LAUNCHER_ONLY = ("launcher-kill", "launcher-signalled")
+OUTSIDE_KINDS = ("launcher-signalled", "elastic-signalled", "slurm-cancel", "trainer-signalled", "interrupted")
+"""Records of a stop sent from outside the training code (a signal to the launcher, a scheduler's cancel, an
+interrupt): an exception the process raises after one (a DataLoader worker "killed by signal: Terminated", a
+KeyboardInterrupt, torchelastic's SignalException) is that stop's consequence (`crash_facts`)."""
 
 
 NATIVE_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
@@ -285,6 +290,10 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     nxt = None
     if k.kind in ("slurm-cancel", "trainer-signalled"):
         who, how, nxt = _scheduler_words(k)
+    if k.kind == "interrupted":
+        who = f"rank {k.rank}" if k.rank is not None else "the training process"
+        how = ("SIGINT (Python raised KeyboardInterrupt: Ctrl-C in its terminal, `kill -INT`, or a launcher or "
+               "scheduler passing on an interrupt)")
     if k.kind in LAUNCHER_ONLY:
         who, how = _launcher_words(k, [x for x in relevant if x.kind == "launcher-kill"])
         host_oom = host_oom and not any(x.kind == "launcher-signalled" for x in relevant)
@@ -294,7 +303,7 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
          # a fault in compiled code (bash's "Segmentation fault", faulthandler, exit -11/139 ...): not the host
          "native": k.signal in NATIVE_SIGNALS,
          "text": k.text, "count": len(kills), "inferred": inferred and host_oom,
-         "outside": k.kind in ("launcher-signalled", "elastic-signalled", "slurm-cancel", "trainer-signalled"),
+         "outside": k.kind in OUTSIDE_KINDS,
          "total": total, "next_text": nxt,
          # the pipeline sets it from the --launch line (pipeline/postmortem.py `_launched_under_nohup`)
          "nohup": False}
@@ -397,6 +406,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     ``cause`` (analyzers/postmortem/crashcause.py) where its text establishes one; `model` is what is known of
     the model (vocab_size, hidden_size, name), `versions` {package: (version, where read)}. None without one."""
     exc = None
+    cause_exc = None
     tb = None
     signalled = False
     for f in ev.files:
@@ -405,14 +415,24 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
                 v = n.value or {}
                 if "CUDA out of memory" in n.text or "loss scale already at minimum" in n.text:
                     continue
-                if str(v.get("cls") or "").endswith("SignalException") and (out.get("killed") or {}).get("outside"):
-                    # torchelastic's own handler raised it for a signal from outside: the killed fact says so
+                if (out.get("killed") or {}).get("outside") and _after_stop(n, out["killed"]):
+                    # torchelastic's own handler raised it for a signal from outside, or the process raised it
+                    # after a stop from outside (a worker killed by its SIGTERM, a KeyboardInterrupt): the killed
+                    # fact says so
                     signalled = True
                     continue
                 exc = n        # the last exception is what ended the run
+                if not is_consequence_exc(v, n.text):
+                    cause_exc = n
             elif n.kind == "traceback":
                 tb = n
-    explained = bool(out.get("oom") or out.get("nccl") or out.get("nccl_error") or out.get("cuda_error")
+    # an exception a rank raised is a cause; the collective's abort, torchrun's ChildFailedError and the store's
+    # connection errors that other ranks raise after it are consequences, whatever their order in the files
+    # (ranks.py CONSEQUENCE_EXC / CONSEQUENCE_WORDS): the last cause stands for the run
+    raised = cause_exc is not None
+    exc = cause_exc or exc
+    explained = bool(out.get("oom") or (not raised and (out.get("nccl") or out.get("nccl_error")))
+                     or out.get("cuda_error")
                      or (out.get("killed") and out["killed"]["host_oom"]) or out.get("host_alloc")
                      or (out.get("scale") and out["scale"]["trajectory"] == "abort"))
     if exc is None and (tb is None or signalled):
@@ -426,7 +446,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
         return None
     if exc is not None:
         v = exc.value or {}
-        text = f"{v.get('cls')}: {v.get('msg')}"[:200]
+        text = (f"{v.get('cls')}: {v.get('msg')}" if v.get("msg") else f"{v.get('cls')}")[:200]
         rec = exc
         kind = "exception"
     else:
@@ -439,16 +459,76 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     disk = _disk_full(ev)
     where = f"during step {rec.step}{pct}" if rec.step is not None else "at an unknown step"
     phase = None
+    lead = None
     if kind == "traceback-only":
         phase, where = _cut_where(tb, where, out)
-    cause = crash_cause(ev, exc, _traceback_before(ev, exc), model or {}, versions or {}) if exc else None
+        lead = warning_lead(tb)
+    tb_exc = _traceback_before(ev, exc) if exc else None
+    cause = crash_cause(ev, exc, tb_exc, model or {}, versions or {}) if exc else (
+        {"kind": "warning-lead", "text": lead} if lead else None)
+    at = raised_at(tb_exc) if exc and cause is None else None
+    if at:   # no reading of the text: say where it was raised, which the traceback does establish
+        cause = {"kind": "raised-at", "text": at}
     rng = stack_range_text(versions or {}) if exc else None
     if rng:   # a lead the exception does not give: the release was not written for this stack (stackcause.py)
         cause = {"kind": cause["kind"] if cause else "stack-range", "text": (cause["text"] + "; " if cause else "") + rng}
+    after = _consequences(ev, out, exc) if raised and not explained else None
     return {"kind": kind, "cls": (exc.value or {}).get("cls") if exc else None,
             "msg": (exc.value or {}).get("msg") if exc else None, "step": rec.step, "explained": explained,
             "text": text, "where_text": where, "phase": phase, "location": location_of(rec.file, rec.line),
-            "disk_full": disk, "cause": cause}
+            "disk_full": disk, "cause": cause, "first": bool(after), "consequences": after or ""}
+
+
+STOP_WORDS = ("SignalException", "KeyboardInterrupt", "killed by signal: Terminated", "killed by signal: Interrupt",
+              "killed by signal: Hangup", "got signal")
+
+
+def _after_stop(n: Any, killed: dict[str, Any]) -> bool:
+    """True when the exception notice `n` is what a stop from outside (`killed`, its ``outside`` set) made the
+    process raise: a signal's own exception (`STOP_WORDS`: torchelastic's SignalException, CPython's
+    KeyboardInterrupt, a DataLoader worker killed by the same SIGTERM/SIGINT/SIGHUP), or any exception below the
+    stop's line in the same file."""
+    if any(w in n.text for w in STOP_WORDS):
+        return True
+    loc = killed.get("location") or {}
+    return loc.get("file") == n.file and isinstance(loc.get("line"), int) and n.line > loc["line"]
+
+
+def _consequences(ev: Evidence, out: dict[str, Any], exc: Any) -> str | None:
+    """The words, after a raised exception, for the failures of the other ranks (or of the launcher) that it
+    explains: an NCCL collective timeout or abort (ProcessGroupNCCL.cpp ``WorkNCCL::checkTimeout``: a rank
+    that raised no longer enters the collectives its peers wait in), an NCCL error of a peer that went away,
+    torchrun's ChildFailedError / the elastic agent's "failed (exitcode: N)" and "closing signal SIGTERM" lines
+    (torch/distributed/elastic/agent/server/api.py tears the other workers down once one fails), DeepSpeed's
+    launcher "Killing subprocess" lines. None when the logs show none of them: the exception stands alone."""
+    said = []
+    n = out.get("nccl")
+    if n:
+        who = f" on rank {n['rank']}" if n.get("rank") is not None else ""
+        op = f" ({n['op']})" if n.get("op") else ""
+        said.append(f"the NCCL collective timeout{who}{op}")
+    if out.get("nccl_error"):
+        said.append(f"the NCCL error \"{out['nccl_error'].get('desc')}\"")
+    kills = {k.kind for f in ev.files for k in f.kills}
+    later = [x for f in ev.files for x in f.notices if x.kind == "exception" and x is not exc
+             and is_consequence_exc(x.value or {}, x.text)]
+    torchrun = bool(kills & {"child-failed-root", "child-failed", "torchrun-exit"})
+    cls = str((later[-1].value or {}).get("cls") or "").rsplit(".", 1)[-1] if later else ""
+    if later and not n and not out.get("nccl_error") and not (torchrun and cls == "ChildFailedError"):
+        said.append(f"the {cls} that follows" if cls else "the distributed error that follows")
+    if torchrun:
+        said.append("torchrun's failure lines")
+    elif kills & {"launcher-kill", "launcher-exit"}:
+        said.append("the launcher's kill lines")
+    if not said:
+        return None
+    rank = (exc.value or {}).get("rank")
+    if rank is None:   # the file's rank only where its path says it: the `[rankN]:` lines of an interleaved log
+        rank = next((f.origin.get("rank") for f in ev.files if f.read.path == exc.file   # name other writers too
+                     and f.origin.get("source") == "path"), None)
+    whose = f"rank {rank}'s exception" if isinstance(rank, int) and not isinstance(rank, bool) else "this exception"
+    return (" — then " + ", ".join(said) + f": consequences of {whose}, not its cause (a process that raised stops "
+            "entering the collectives its peers wait in, and its launcher then stops the others)")
 
 
 def _traceback_before(ev: Evidence, exc: Any) -> Any:

@@ -295,6 +295,8 @@ def _end(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, 
     c = out["crash"]
     if c:
         c.setdefault("cause", None)
+        c.setdefault("first", False)
+        c.setdefault("consequences", "")
         c["cause_text"] = f" — {c['cause']['text']}" if c["cause"] else ""
     if c and c.get("location"):
         got = health.crash_moment(ev, cx, c["location"]["file"], c["location"]["line"], c["step"])
