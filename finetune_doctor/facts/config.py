@@ -628,7 +628,7 @@ def _deepspeed(asm: Assembly, arch: Any, *, tolerate_missing: bool, lenient: boo
         else:
             asm.notes.append(f"DeepSpeed config not read ({err}); facts computed without it")
         return
-    asm.facts["ds"] = ds_facts.assemble(asm.ds, asm.ds_stock)
+    asm.facts["ds"] = ds_facts.assemble(asm.ds, asm.ds_stock, asm.stack_sources)
     if asm.ds is not None and getattr(asm.ds, "path", None) and not asm.ds_stock:
         asm.sources["deepspeed"] = SourceDoc("deepspeed", display_path(str(asm.ds.path)) or str(asm.ds.path),
                                              dict(getattr(asm.ds, "positions", {}) or {}))

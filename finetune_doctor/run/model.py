@@ -90,6 +90,9 @@ class Run:
     ds_gather_16bit_on_save: bool = False   # zero_optimization.stage3_gather_16bit_weights_on_model_save
     overlap_comm: bool = False
     contiguous_gradients: bool = True     # DeepSpeedZeroConfig's default
+    # DeepSpeed AutoTP: `tensor_parallel.autotp_size` of the JSON (run/resolve.py `_deepspeed`); 1 without it.
+    # The memory terms do not size it (each rank is sized as holding the whole model): facts/tp.py says so
+    autotp_size: int = 1
     world_size: int = 1
     nnodes: int = 1
     gpus_per_node: int = 1

@@ -1,0 +1,56 @@
+"""What a new user's ninth trial found (issues #21, #25), each fixed as a kind (fixtures/trial9/README.md).
+
+1. DeepSpeed AutoTP (`tensor_parallel.autotp_size`) was ignored: each GPU was said to hold the whole model and
+   ZeRO-3 was offered as a safe fix although DeepSpeed before 0.19.4 refuses AutoTP with stage 3.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from finetune_doctor.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+FX = ROOT / "fixtures" / "trial9"
+
+
+@pytest.fixture(autouse=True)
+def _no_launch_env(monkeypatch):
+    for var in ("FORCE_TORCHRUN", "NNODES", "WORLD_SIZE", "NPROC_PER_NODE", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("FINETUNE_DOCTOR_NO_NVML", "1")
+
+
+def _run(*args: str) -> tuple[int, dict]:
+    res = CliRunner().invoke(main, [*args, "--format", "json"])
+    assert res.exit_code in (0, 1), res.output
+    return res.exit_code, json.loads(res.stdout)
+
+
+def _edits(rep: dict) -> list[tuple[str, object]]:
+    out = []
+    for f in rep["findings"]:
+        fixes = [f.get("fix")] + list((f.get("fix") or {}).get("alternatives") or [])
+        for fx in fixes:
+            out += [(e["key"], e.get("value")) for e in (fx or {}).get("edits") or []]
+    return out
+
+
+def test_autotp_is_named_not_sized_and_zero3_is_not_offered():
+    case = FX / "autotp_lora"
+    _, rep = _run("check", str(case / "config.yaml"), "--env", str(case / "env.txt"), "--offline")
+    names = [f["name"] for f in rep["findings"]]
+    assert "weights-replicated" not in names          # the model is split over the TP group, not whole per GPU
+    f = next(f for f in rep["findings"] if f["name"] == "deepspeed-autotp-not-sized")
+    assert "groups of 2 GPUs" in f["message"] and "LlamaFactory#10140" in f["message"]
+    assert "DeepSpeed 0.16.7 refuses AutoTP with ZeRO stage 3" in f["message"]
+    assert ("zero_optimization.stage", 3) not in _edits(rep)
+    assert all("ZeRO-3" not in str((x.get("fix") or {}).get("title")) for x in rep["findings"])
+    # the estimate sizes every GPU as holding the whole model: its oom is not established
+    tp = next(a for a in rep["assumptions"] if a["name"] == "tensor-parallel")
+    assert tp["moves_verdict"] and rep["memory"]["verdict"] == "at-risk"
+    assert rep["memory"]["deciding_assumption"]["name"] == "tensor-parallel"
