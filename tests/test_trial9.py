@@ -54,3 +54,17 @@ def test_autotp_is_named_not_sized_and_zero3_is_not_offered():
     tp = next(a for a in rep["assumptions"] if a["name"] == "tensor-parallel")
     assert tp["moves_verdict"] and rep["memory"]["verdict"] == "at-risk"
     assert rep["memory"]["deciding_assumption"]["name"] == "tensor-parallel"
+
+
+def test_an_eval_only_config_is_sized_as_inference_at_the_eval_batch():
+    _, rep = _run("check", str(FX / "eval_only" / "config.yaml"), "--gpu", "A10G", "--offline")
+    assert rep["memory"] is None                       # no training step is sized
+    p = rep["predict"]
+    # per_device_eval_batch_size unset: transformers' default 8 sequences of cutoff_len (no generation)
+    assert (p["batch"], p["batch_assumed"], p["generate"], p["max_len"]) == (8, True, False, 2048)
+    # Qwen2.5-7B: 28 layers x 4 KV heads x 128 head_dim x 2 (K, V) x 2 bytes = 57,344 B/token; x 2048 x 8 = 0.875 GiB
+    assert p["kv_gib"] == 0.875
+    assert p["total_gib"] == round(p["weights_gib"] + 0.875, 2)
+    assert any(a["name"] == "eval-batch" and a["value"] == 8 for a in rep["assumptions"])
+    assert not any(a["name"] == "train-batch" for a in rep["assumptions"])
+    assert any("do_eval run without do_train" in n for n in rep["notes"])

@@ -225,7 +225,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     facts["lint"]["model_type_unregistered"] = tfmodeltype.fact(asm, arch)
     if arch is None:   # every config kind alike: a model this machine cannot see is info unless --strict (trial 6)
         nothere.model_not_here(asm)
-    if kind not in ("train", "train-v1"):
+    if kind not in ("train", "train-v1") or (kind == "train" and kinds.predict_only(doc.values)):
         kinds.not_training(asm, arch)
         return _lint_assumptions(asm)   # --strict judges a merge's or a chat's verdict-moving ones too
     # check, estimate and postmortem size a DeepSpeed file that is not here with the same stock stand-in (one home:
