@@ -68,3 +68,26 @@ def test_an_eval_only_config_is_sized_as_inference_at_the_eval_batch():
     assert any(a["name"] == "eval-batch" and a["value"] == 8 for a in rep["assumptions"])
     assert not any(a["name"] == "train-batch" for a in rep["assumptions"])
     assert any("do_eval run without do_train" in n for n in rep["notes"])
+
+
+def test_the_printed_probability_never_disagrees_with_the_5_percent_target():
+    from finetune_doctor.engine.evaluate import _message
+    from finetune_doctor.engine.expr import Evaluator
+    from finetune_doctor.engine.loader import load_rules
+    from finetune_doctor.facts.mem import pct_text
+
+    assert (pct_text(0.047), pct_text(0.0504), pct_text(0.0496), pct_text(0.05), pct_text(0.123)) == \
+        ("4.7", "5.04", "4.96", "5.0", "12.3")
+    rule = next(r for r in load_rules() if r.name == "predicted-tight-fit")
+    # at-risk decided at the assumed values (7.8 %) while the p_oom mixed over the alternatives is 4.7 %
+    mem = {"headroom_gib": 31.51, "need_gib": 47.6, "budget_gib": 79.15, "peak_moment": "loss backward of step 2",
+           "total": 54.9, "error_label": "runs whose weights are not quantized: measured on 69 runs",
+           "error_spread_pct": 14.0, "error_bias_pct": 6.1, "interval_lo_gib": 21.8, "interval_hi_gib": 71.9,
+           "interval_basis": "the benchmarks' error", "p_oom_pct": 4.7, "p_oom_text": "4.7",
+           "p_oom_assumed_pct": 7.8, "p_oom_assumed_text": "7.8", "verdict_reason": "error",
+           "alt_stack_fits": None, "error_rows": 69}
+    ev = Evaluator({"mem": mem, "hw": {"gpu": "A100-80GB"}, "run": {"optim": "adamw_torch_fused"}})
+    text = _message(rule, ev)
+    assert "4.7 % probability mixed over the alternatives of the open assumptions, and with 7.8 % at their " \
+           "assumed values" in text
+    assert "4.7 % probability, over the 5 %" not in text

@@ -429,7 +429,7 @@ def _mixed(asm: Assembly, opts: Options) -> dict[str, Any]:
     facts that change (p_oom, p_oom_pct, interval_*); empty when nothing is open."""
     from finetune_doctor.analyzers.memory import uncertainty
     from finetune_doctor.facts import assume
-    from finetune_doctor.facts.mem import BENCHMARK_ERROR, need_ratio, shape_of
+    from finetune_doctor.facts.mem import BENCHMARK_ERROR, need_ratio, pct_fields, shape_of
 
     mem = asm.memory
     comps = assume.mixture(mem.total, asm.hw, asm.assumptions, opts.gpu)
@@ -456,7 +456,7 @@ def _mixed(asm: Assembly, opts: Options) -> dict[str, Any]:
     out: dict[str, Any] = {"interval_gib": list(interval), "interval_lo_gib": interval[0],
                            "interval_hi_gib": interval[1], "interval_basis": basis}
     if p is not None:
-        out.update(p_oom=p, p_oom_pct=100 * p)
+        out.update(pct_fields(p, mem.p_oom))
     return out
 
 
