@@ -91,3 +91,18 @@ def test_the_printed_probability_never_disagrees_with_the_5_percent_target():
     assert "4.7 % probability mixed over the alternatives of the open assumptions, and with 7.8 % at their " \
            "assumed values" in text
     assert "4.7 % probability, over the 5 %" not in text
+
+
+def test_a_text_decoder_nested_under_llm_config_is_read():
+    # remote-code InternVL-Chat nests its decoder under llm_config (configuration_internvl_chat.py), not text_config
+    from finetune_doctor.readers.model.generic import arch_from_config
+
+    llm = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 2048,
+           "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 2,
+           "vocab_size": 151674, "max_position_embeddings": 32768, "tie_word_embeddings": False,
+           "torch_dtype": "bfloat16"}
+    cfg = {"architectures": ["InternVLChatModel"], "model_type": "internvl_chat", "torch_dtype": "bfloat16",
+           "llm_config": llm, "vision_config": {"model_type": "intern_vit_6b", "hidden_size": 1024}}
+    a = arch_from_config(cfg, "models/internvl2_5-4b", "config.json")
+    assert (a.hidden_size, a.num_layers, a.vocab_size, a.model_type) == (2048, 36, 151674, "internvl_chat")
+    assert "only its text model ('qwen2') is counted" in a.notes
