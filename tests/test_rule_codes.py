@@ -144,7 +144,7 @@ RELEASED = {
     "FD346": "host-alloc-failed",
     "FD097": "rule-failed",
     "FD714": "muon-under-deepspeed",
-    "FD055": "export-merge-into-quantized", "FD056": "internvl-remote-code-checkpoint",
+    "FD021": "template-of-another-model", "FD055": "export-merge-into-quantized", "FD056": "internvl-remote-code-checkpoint",
     "FD661": "deepspeed-autotp-not-sized", "FD662": "deepspeed-autotp-zero3",
 }
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from finetune_doctor.facts.tmpladvice import reasoning_template, template_mismatch
 from finetune_doctor.facts.schema import LOCATION, F, Namespace
 from finetune_doctor.analyzers.config.launch import CHECK_NAMES, check_launch
 from finetune_doctor.readers.config.keyschema import (CHOICE_CHECKS, CHOICE_ENDINGS, OPENING_CHECKS, TYPE_CHECKS,
@@ -93,6 +94,21 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
                             "effect_text": F("str", "each evaluated alternative: total GiB and verdict")}),
     "strict": F("bool", "--strict: verdict-moving assumptions and machine-dependent checks are errors"),
     "keys_dropped": F("int", "key problems beyond MAX_PER_KIND of one kind, counted but not judged one by one"),
+    "reasoning_template": F("dict", "a reasoning model under a template that is not the one it wants, for the "
+                                    "judged release(s) (facts/tmpladvice.py)", fields={
+        "template": F("str", "the config's template"), "want": F("str", "the template to use"),
+        "problem": F("str", "plain (no thought block) | format (another model's chat format)",
+                     values=("plain", "format")),
+        "registered": F("bool", "every judged release registers `want` (None: some do)"),
+        "first": F("str", "the first catalogued release that registers `want`"),
+        "releases": F("str", "the judged releases ('0.9.2', '0.9.2-0.9.3', 'any release')")}),
+    "template_mismatch": F("dict", "a model under the template of another model generation (facts/tmpladvice.py "
+                                   "`template_mismatch`)", fields={
+        "template": F("str", "the config's template"), "want": F("str", "the template to use"),
+        "model": F("str", "the model family named"),
+        "registered": F("bool", "every judged release registers `want` (None: some; False: none)"),
+        "first": F("str", "the first catalogued release that registers `want`"),
+        "releases": F("str", "the judged releases")}),
     "config_kind": F("str", "which LLaMA-Factory command reads the config: train, train-v1, export, export-v1, "
                             "chat, eval (readers/config/lfkind.py)"),
     "lf_version": F("str", "the LLaMA-Factory release(s) the keys were judged for, or 'unknown'"),
@@ -286,6 +302,8 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
             "release_note": release.note if getattr(release, "older", False) else "",
             "launch_trains": None, "config_command": COMMANDS.get(kind or "train"), "stack_refusals": [],
             "model_type_unregistered": None, "moe_z3_leaf": None,
+            "reasoning_template": reasoning_template(doc.values, release),
+            "template_mismatch": template_mismatch(doc.values, release),
             **(launch or {"launch_known": False, "torchrun": False, "torch_known": False, "bf16_refused": None,
                           "bf16_stack": "the training machine's torch and transformers (not given) decide whether "
                                         "it starts"})}

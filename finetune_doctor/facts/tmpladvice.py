@@ -1,0 +1,96 @@
+"""The chat template a reasoning model wants, judged for the LLaMA-Factory release(s) the config is judged for
+(the ``lint.reasoning_template`` fact, rule plain-template-on-reasoning-model FD020).
+
+Facts:
+
+* DeepSeek-R1 and the ``DeepSeek-R1-Distill-*`` models speak DeepSeek's chat format whatever their base (Llama,
+  Qwen): their tokenizer_config's chat template writes ``<｜User｜>``/``<｜Assistant｜>`` turns and opens a
+  ``<think>`` block (huggingface.co/deepseek-ai/DeepSeek-R1-Distill-Llama-8B). LLaMA-Factory renders that format as
+  ``deepseek3`` (plain) and, from 0.9.3, ``deepseekr1`` (the same turns as a ReasoningTemplate) — the registering
+  releases are catalog/lf_releases.json ``templates``. LLaMA-Factory's own model list registers the R1 distills
+  (Llama-8B, Qwen-7B, ...) with ``template="deepseek3"`` at 0.9.2 (extras/constants.py:554) and
+  ``template="deepseekr1"`` at 0.9.4 (extras/constants.py:605); before 0.9.3 ``deepseek3`` is the template to use
+  (hiyouga in LlamaFactory#6853, asked llama3 or deepseek3 for R1-Distill-Llama-8B: "deepseek3").
+* A ``-Thinking`` checkpoint under a ``<name>_nothink`` template wants ``<name>`` (each ``_nothink`` is the plain
+  sibling of a reasoning template, LF data/template.py).
+
+* A Qwen3-VL checkpoint wants ``qwen3_vl`` (``-Thinking``) or ``qwen3_vl_nothink`` (Instruct): their multimodal
+  plugin is ``qwen3_vl`` (data/template.py:2033-2062 at 0.9.4, :2091-2120 at 0.9.5; LF's model list registers
+  Qwen3-VL Instruct with ``qwen3_vl_nothink``, extras/constants.py:3136 at 0.9.5); ``qwen2_vl`` formats images with
+  the Qwen2-VL plugin, another processor (LlamaFactory#9458: "Processor was not found"). No release before 0.9.4
+  registers a Qwen3-VL template (`template_mismatch`).
+
+A suggestion is made only where a judged release registers it; ``registered`` says whether every judged release
+does (True), some do (None: a development build between two releases, or no version given) or none (False).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+NOTHINK = ("qwen3_nothink", "qwen3_vl_nothink", "qwen3_5_nothink")
+
+
+def _registered(release: Any, name: str) -> bool | None:
+    if release is None:
+        return None
+    vs = release.template_versions(name)
+    judged = list(release.versions)
+    have = [v for v in judged if v in vs]
+    if not have:
+        return False
+    return True if len(have) == len(judged) and release.known else None
+
+
+def reasoning_template(values: Mapping[str, Any], release: Any) -> dict[str, Any] | None:
+    """{template, want, problem: 'plain' | 'format', registered, first, releases} for a reasoning model whose
+    template is not the one it wants (module docstring), or None."""
+    name = str(values.get("model_name_or_path") or "").lower()
+    tmpl = values.get("template")
+    if not isinstance(tmpl, str) or not tmpl:
+        return None
+    first = None
+    if "deepseek-r1" in name or "r1-distill" in name:
+        r1 = _registered(release, "deepseekr1")
+        if tmpl == "deepseekr1":
+            return None
+        if tmpl == "deepseek3":
+            if r1 is False:
+                return None   # the release has no reasoning template for this format: deepseek3 is the one
+            want, problem = "deepseekr1", "plain"
+        else:
+            want, problem = ("deepseekr1" if r1 is not False else "deepseek3"), "format"
+        first = (release.template_versions(want) or [None])[0] if release is not None else None
+        return {"template": tmpl, "want": want, "problem": problem,
+                "registered": True if want == "deepseek3" and r1 is False else r1, "first": first,
+                "releases": _label(release)}
+    if tmpl in NOTHINK and "thinking" in name:
+        want = tmpl[: -len("_nothink")]
+        reg = _registered(release, want)
+        if reg is False:
+            return None
+        first = (release.template_versions(want) or [None])[0] if release is not None else None
+        return {"template": tmpl, "want": want, "problem": "plain", "registered": reg, "first": first,
+                "releases": _label(release)}
+    return None
+
+
+def _label(release: Any) -> str:
+    if release is None or not release.known:
+        return "any release"
+    vs = list(release.versions)
+    return vs[0] if len(vs) == 1 else f"{vs[0]}-{vs[-1]}"
+
+
+def template_mismatch(values: Mapping[str, Any], release: Any) -> dict[str, Any] | None:
+    """{template, want, model, registered, first, releases} for a Qwen3-VL checkpoint under a template of another
+    model generation (module docstring), or None."""
+    name = str(values.get("model_name_or_path") or "").lower()
+    tmpl = values.get("template")
+    if not isinstance(tmpl, str) or "qwen3-vl" not in name or tmpl.startswith("qwen3_vl"):
+        return None
+    want = "qwen3_vl" if "thinking" in name else "qwen3_vl_nothink"
+    reg = _registered(release, want)
+    first = (release.template_versions(want) or [None])[0] if release is not None else None
+    return {"template": tmpl, "want": want, "model": "Qwen3-VL", "registered": reg, "first": first,
+            "releases": _label(release)}
