@@ -106,3 +106,42 @@ def test_a_text_decoder_nested_under_llm_config_is_read():
     a = arch_from_config(cfg, "models/internvl2_5-4b", "config.json")
     assert (a.hidden_size, a.num_layers, a.vocab_size, a.model_type) == (2048, 36, 151674, "internvl_chat")
     assert "only its text model ('qwen2') is counted" in a.notes
+
+
+def test_a_dev_build_is_the_commit_between_the_release_before_and_the_one_it_names():
+    # LF's extras/env.py VERSION becomes "X.Y.Z.dev0" right after X.Y.(Z-1) is tagged and stays until X.Y.Z: a git
+    # install printing 0.9.4.dev0 is a commit between 0.9.3 and 0.9.4, so both are judged and only what they
+    # agree on is certain
+    from finetune_doctor.readers.config.lfrelease import choose
+
+    assert choose("0.9.4.dev0", "--llamafactory").versions == ("0.9.3", "0.9.4")
+    assert choose("0.9.4", "--llamafactory").versions == ("0.9.4",)
+    assert choose("0.9.4.post1", "--llamafactory").versions == ("0.9.4",)
+
+
+def _cfg(tmp_path, model: str, template: str) -> str:
+    p = tmp_path / "config.yaml"
+    p.write_text(f"model_name_or_path: {model}\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+                 f"dataset: mllm_demo\ntemplate: {template}\noutput_dir: saves/x\n", encoding="utf-8")
+    return str(p)
+
+
+def test_a_template_only_the_later_neighbour_registers_is_unverified_on_a_dev_build(tmp_path):
+    cfg = _cfg(tmp_path, "Qwen/Qwen3-VL-2B-Instruct", "qwen3_vl_nothink")
+    _, rep = _run("lint", cfg, "--llamafactory", "0.9.4.dev0")
+    f = next(f for f in rep["findings"] if f["name"] == "unverified-config-problem")
+    assert "`template: qwen3_vl_nothink` is not a template LLaMA-Factory 0.9.3 registers" in f["message"]
+    assert "0.9.4.dev0 is a build between 0.9.3 and 0.9.4, so its commit decides" in f["message"]
+    _, rep = _run("lint", cfg, "--llamafactory", "0.9.4")
+    assert not any(f["name"] in ("unverified-config-problem", "template-not-registered") for f in rep["findings"])
+
+
+def test_fd053_on_a_dev_build_gives_each_release_its_own_bound(tmp_path):
+    # qwen3_moe needs transformers >= 4.51.0: 0.9.3 admits up to 4.52.4, so 0.9.3.dev0 is not refused
+    cfg = _cfg(tmp_path, "Qwen/Qwen3-30B-A3B", "qwen3")
+    _, rep = _run("lint", cfg, "--llamafactory", "0.9.3.dev0")
+    assert not any(f["name"] == "model-type-unregistered-assumed" for f in rep["findings"])
+    _, rep = _run("lint", cfg, "--llamafactory", "0.9.2.dev0")
+    f = next(f for f in rep["findings"] if f["name"] == "model-type-unregistered-assumed")
+    assert "0.9.1 accepts at most 4.46.1; 0.9.2 accepts at most 4.49.0" in f["message"]
+    assert "4.52.4" not in f["message"]
