@@ -145,3 +145,38 @@ def test_fd053_on_a_dev_build_gives_each_release_its_own_bound(tmp_path):
     f = next(f for f in rep["findings"] if f["name"] == "model-type-unregistered-assumed")
     assert "0.9.1 accepts at most 4.46.1; 0.9.2 accepts at most 4.49.0" in f["message"]
     assert "4.52.4" not in f["message"]
+
+
+def test_a_chat_command_after_double_dash_reads_as_its_yaml(tmp_path):
+    yaml = tmp_path / "chat.yaml"
+    yaml.write_text("model_name_or_path: Qwen/Qwen2.5-7B-Instruct\ntemplate: qwen\ninfer_backend: huggingface\n",
+                    encoding="utf-8")
+    _, a = _run("check", str(yaml), "--gpu", "L4", "--offline")
+    res = CliRunner().invoke(main, ["check", "--gpu", "L4", "--offline", "--format", "json", "--", "llamafactory-cli",
+                                    "chat", "--model_name_or_path", "Qwen/Qwen2.5-7B-Instruct", "--template", "qwen",
+                                    "--infer_backend", "huggingface"])
+    assert res.exit_code in (0, 1), res.output
+    b = json.loads(res.stdout)
+    assert a["chat"] == b["chat"] and a["chat"]["weights_gib"] > 14
+    assert [f["name"] for f in a["findings"]] == [f["name"] for f in b["findings"]]
+
+
+def test_an_export_script_is_read_as_its_flags_and_an_export_model_launch_is_not_training(tmp_path):
+    sh = tmp_path / "merge.sh"
+    sh.write_text("#!/bin/bash\nCUDA_VISIBLE_DEVICES=0 accelerate launch --num_processes 1 src/export_model.py \\\n"
+                  "  --model_name_or_path mistralai/Mistral-7B-Instruct-v0.3 --adapter_name_or_path saves/qlora \\\n"
+                  "  --template mistral --finetuning_type lora --export_dir merged --quantization_bit 4\n",
+                  encoding="utf-8")
+    _, rep = _run("check", str(sh), "--gpu", "A10G", "--offline")
+    names = [f["name"] for f in rep["findings"]]
+    assert "export-merge-into-quantized" in names and "wrong-subcommand" not in names
+    assert rep["config_kind"] == "export"
+
+
+def test_a_script_of_a_command_that_reads_no_config_says_so(tmp_path):
+    sh = tmp_path / "ui.sh"
+    sh.write_text("export GRADIO_SERVER_PORT=7860\nllamafactory-cli webui\n", encoding="utf-8")
+    res = CliRunner().invoke(main, ["check", str(sh)])
+    assert res.exit_code == 2
+    assert "ui.sh:2: a launch script, not a config: `llamafactory-cli webui` runs no LLaMA-Factory command" \
+        in res.output
