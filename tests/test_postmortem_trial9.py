@@ -83,3 +83,21 @@ def test_release_states_follow_pep440():
     assert refmodel._release_state("0.9.5") == "fixed"
     assert refmodel._release_state("0.9.6.dev0") == "fixed"
     assert refmodel._release_state(None) == "unknown"
+
+
+def test_a_kto_traceback_cut_in_the_first_step_names_the_lead_and_what_is_unread():
+    r = diagnose_dir(os.path.join(FIX, "kto-first-step", "train.log"))
+    f = next(f for f in r.findings if f.name == "run-crashed")
+    assert "it matches the known fault of LLaMA-Factory's DPO/KTO trainers up to 0.9.4" in f.message
+    assert "read: KTO (from the traceback)" in f.message
+    assert "the launcher (FSDP or not: give --accelerate-config)" in f.message
+    assert "give the lines after this traceback" in f.message
+
+
+def test_a_cut_traceback_of_an_sft_run_gets_no_reference_model_lead(tmp_path):
+    with open(os.path.join(FIX, "kto-first-step", "train.log"), encoding="utf-8") as fh:
+        text = fh.read().replace("run_kto", "run_sft").replace("kto/workflow.py", "sft/workflow.py")
+    log = tmp_path / "train.log"
+    log.write_text(text, encoding="utf-8")
+    f = next(f for f in diagnose_dir(log).findings if f.name == "run-crashed")
+    assert "reference model" not in f.message

@@ -27,10 +27,10 @@ from __future__ import annotations
 from typing import Any
 
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
+from finetune_doctor.evidence import Evidence
 from finetune_doctor.numbers import is_prerelease, parse_version
 
 FIX_RELEASE = (0, 9, 5)
-FIX_TEXT = "LLaMA-Factory#10126, fixed by PR #10127 in 0.9.5"
 
 
 def _stage(cx: RunContext, log_stage: str | None) -> tuple[str | None, str]:
@@ -39,7 +39,7 @@ def _stage(cx: RunContext, log_stage: str | None) -> tuple[str | None, str]:
     if st:
         return str(st), "config"
     if log_stage:
-        return log_stage, "the traceback"
+        return log_stage, "traceback"
     return None, ""
 
 
@@ -100,10 +100,28 @@ def ref_model_fsdp(cx: RunContext, version: tuple[str, str] | None, log_stage: s
     head = ("this is the known fault of LLaMA-Factory's DPO/KTO trainers up to 0.9.4: " if certain else
             "it matches the known fault of LLaMA-Factory's DPO/KTO trainers up to 0.9.4 — ")
     body = ("under FSDP they hand the reference model to accelerate's prepare_model(evaluation_mode=True), which "
-            f"neither wraps nor places it, so the reference log-probabilities are broken ({FIX_TEXT})")
+            "neither wraps nor places it for FSDP: NaN from the first step (LLaMA-Factory#10126, fixed by PR #10127 "
+            "in 0.9.5) or a crash in it (#7641)")
     text = head + body + (f"; read: {', '.join(what)}" if what else "")
     if unread:
         text += f"; not read: {', '.join(unread)}"
     return {"certain": certain, "text": text, "stage": stage, "fsdp": fsdp, "release_state": state,
             "fix": "upgrade LLaMA-Factory to 0.9.5 or later (PR #10127), or run this stage under DeepSpeed, "
                    "whose reference-model path those releases prepare"}
+
+
+# LLaMA-Factory's workflow entry of each stage with a reference model (train/dpo/workflow.py run_dpo,
+# train/kto/workflow.py run_kto; the frame tuner.py _training_function calls)
+_STAGE_FRAMES = {"run_dpo": "dpo", "run_kto": "kto"}
+
+
+def stage_of_traceback(ev: Evidence) -> str | None:
+    """The stage a logged traceback's LLaMA-Factory frames name (``run_dpo`` -> dpo), or None."""
+    for f in ev.files:
+        for n in f.notices:
+            if n.kind != "traceback":
+                continue
+            for pkg, func, _base in (n.value or {}).get("pkgs") or ():
+                if pkg == "llamafactory" and func in _STAGE_FRAMES:
+                    return _STAGE_FRAMES[func]
+    return None
