@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from finetune_doctor.facts.tmpladvice import reasoning_template, template_mismatch
+from finetune_doctor.facts.tmpladvice import ref_model_fix_state, reasoning_template, template_mismatch
 from finetune_doctor.facts.schema import LOCATION, F, Namespace
 from finetune_doctor.analyzers.config.launch import CHECK_NAMES, check_launch
 from finetune_doctor.readers.config.keyschema import (CHOICE_CHECKS, CHOICE_ENDINGS, OPENING_CHECKS, TYPE_CHECKS,
@@ -102,6 +102,9 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "registered": F("bool", "every judged release registers `want` (None: some do)"),
         "first": F("str", "the first catalogued release that registers `want`"),
         "releases": F("str", "the judged releases ('0.9.2', '0.9.2-0.9.3', 'any release')")}),
+    "ref_model_fsdp_fix": F("str", "whether the judged LLaMA-Factory release(s) prepare a DPO/KTO reference model "
+                                   "for FSDP (PR #10127, 0.9.5): none | some | all | unknown "
+                                   "(analyzers/postmortem/refmodel.py)", values=("none", "some", "all", "unknown")),
     "template_mismatch": F("dict", "a model under the template of another model generation (facts/tmpladvice.py "
                                    "`template_mismatch`)", fields={
         "template": F("str", "the config's template"), "want": F("str", "the template to use"),
@@ -303,6 +306,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
             "launch_trains": None, "config_command": COMMANDS.get(kind or "train"), "stack_refusals": [],
             "model_type_unregistered": None, "moe_z3_leaf": None,
             "reasoning_template": reasoning_template(doc.values, release),
+            "ref_model_fsdp_fix": ref_model_fix_state(release),
             "template_mismatch": template_mismatch(doc.values, release),
             **(launch or {"launch_known": False, "torchrun": False, "torch_known": False, "bf16_refused": None,
                           "bf16_stack": "the training machine's torch and transformers (not given) decide whether "

@@ -94,3 +94,16 @@ def template_mismatch(values: Mapping[str, Any], release: Any) -> dict[str, Any]
     first = (release.template_versions(want) or [None])[0] if release is not None else None
     return {"template": tmpl, "want": want, "model": "Qwen3-VL", "registered": reg, "first": first,
             "releases": _label(release)}
+
+
+def ref_model_fix_state(release: Any) -> str:
+    """How many judged LLaMA-Factory releases prepare a DPO/KTO reference model for FSDP: the FSDP/FSDP2 branch
+    of LF PR #10127 (merged 2026-01-22, in 0.9.5: train/dpo/trainer.py:95-109; absent at 0.9.4,
+    train/dpo/trainer.py:94-102, and before). 'none', 'some' (a 0.9.5 development build judged by 0.9.4 and 0.9.5),
+    'all', or 'unknown' (no version read). The facts: analyzers/postmortem/refmodel.py."""
+    if release is None or not release.known or getattr(release, "older", False):
+        return "unknown" if release is None or not release.known else "none"
+    from finetune_doctor.numbers import version_key
+
+    fixed = [v for v in release.versions if (version_key(v) or ((0,), 0)) >= (version_key("0.9.5") or ((0,), 0))]
+    return "all" if len(fixed) == len(release.versions) else ("some" if fixed else "none")
