@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from finetune_doctor.facts.tmpladvice import ref_model_fix_state, reasoning_template, template_mismatch
+from finetune_doctor.facts.tmpladvice import (export_merge_quantized, ref_model_fix_state, reasoning_template,
+                                               template_mismatch)
 from finetune_doctor.facts.schema import LOCATION, F, Namespace
 from finetune_doctor.analyzers.config.launch import CHECK_NAMES, check_launch
 from finetune_doctor.readers.config.keyschema import (CHOICE_CHECKS, CHOICE_ENDINGS, OPENING_CHECKS, TYPE_CHECKS,
@@ -100,8 +101,14 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "problem": F("str", "plain (no thought block) | format (another model's chat format)",
                      values=("plain", "format")),
         "registered": F("bool", "every judged release registers `want` (None: some do)"),
+        "note": F("str", "what the message adds: none | may_predate (some judged releases lack `want`) | "
+                         "no_reasoning (none registers a reasoning template: deepseek3)",
+                  values=("none", "may_predate", "no_reasoning")),
         "first": F("str", "the first catalogued release that registers `want`"),
         "releases": F("str", "the judged releases ('0.9.2', '0.9.2-0.9.3', 'any release')")}),
+    "export_merge_quantized": F("str", "the key that makes an export merge into a quantized model or merge and "
+                                       "quantize in one run (facts/tmpladvice.py), None otherwise",
+                                values=("quantization_bit", "export_quantization_bit")),
     "ref_model_fsdp_fix": F("str", "whether the judged LLaMA-Factory release(s) prepare a DPO/KTO reference model "
                                    "for FSDP (PR #10127, 0.9.5): none | some | all | unknown "
                                    "(analyzers/postmortem/refmodel.py)", values=("none", "some", "all", "unknown")),
@@ -110,6 +117,7 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "template": F("str", "the config's template"), "want": F("str", "the template to use"),
         "model": F("str", "the model family named"),
         "registered": F("bool", "every judged release registers `want` (None: some; False: none)"),
+        "registration": F("str", "the same as all | some | none", values=("all", "some", "none")),
         "first": F("str", "the first catalogued release that registers `want`"),
         "releases": F("str", "the judged releases")}),
     "config_kind": F("str", "which LLaMA-Factory command reads the config: train, train-v1, export, export-v1, "
@@ -309,6 +317,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
             "model_type_unregistered": None, "moe_z3_leaf": None,
             "reasoning_template": reasoning_template(doc.values, release),
             "ref_model_fsdp_fix": ref_model_fix_state(release),
+            "export_merge_quantized": export_merge_quantized(doc.values, kind),
             "template_mismatch": template_mismatch(doc.values, release),
             **(launch or {"launch_known": False, "torchrun": False, "torch_known": False, "bf16_refused": None,
                           "bf16_stack": "the training machine's torch and transformers (not given) decide whether "

@@ -61,17 +61,18 @@ def reasoning_template(values: Mapping[str, Any], release: Any) -> dict[str, Any
         else:
             want, problem = ("deepseekr1" if r1 is not False else "deepseek3"), "format"
         first = (release.template_versions(want) or [None])[0] if release is not None else None
-        return {"template": tmpl, "want": want, "problem": problem,
-                "registered": True if want == "deepseek3" and r1 is False else r1, "first": first,
-                "releases": _label(release)}
+        reg = True if want == "deepseek3" and r1 is False else r1
+        note = "no_reasoning" if want == "deepseek3" else ("may_predate" if reg is None else "none")
+        return {"template": tmpl, "want": want, "problem": problem, "registered": reg, "note": note,
+                "first": first, "releases": _label(release)}
     if tmpl in NOTHINK and "thinking" in name:
         want = tmpl[: -len("_nothink")]
         reg = _registered(release, want)
         if reg is False:
             return None
         first = (release.template_versions(want) or [None])[0] if release is not None else None
-        return {"template": tmpl, "want": want, "problem": "plain", "registered": reg, "first": first,
-                "releases": _label(release)}
+        return {"template": tmpl, "want": want, "problem": "plain", "registered": reg,
+                "note": "may_predate" if reg is None else "none", "first": first, "releases": _label(release)}
     return None
 
 
@@ -92,8 +93,22 @@ def template_mismatch(values: Mapping[str, Any], release: Any) -> dict[str, Any]
     want = "qwen3_vl" if "thinking" in name else "qwen3_vl_nothink"
     reg = _registered(release, want)
     first = (release.template_versions(want) or [None])[0] if release is not None else None
-    return {"template": tmpl, "want": want, "model": "Qwen3-VL", "registered": reg, "first": first,
+    return {"template": tmpl, "want": want, "model": "Qwen3-VL", "registered": reg,
+            "registration": {True: "all", None: "some", False: "none"}[reg], "first": first,
             "releases": _label(release)}
+
+
+def export_merge_quantized(values: Mapping[str, Any], kind: str) -> str | None:
+    """Which key makes an export merge an adapter into a quantized model ('quantization_bit'), or merge and GPTQ-
+    quantize in one run ('export_quantization_bit'), refused by LLaMA-Factory's export_model (train/tuner.py:79 at
+    0.8.3/0.9.0, :122 at 0.9.2, :135-145 at 0.9.4, :168 at 0.9.5); None otherwise (rule export-merge-into-quantized)."""
+    if kind != "export" or not values.get("adapter_name_or_path"):
+        return None
+    if values.get("quantization_bit") is not None:
+        return "quantization_bit"
+    if values.get("export_quantization_bit") is not None:
+        return "export_quantization_bit"
+    return None
 
 
 def ref_model_fix_state(release: Any) -> str:
