@@ -180,3 +180,14 @@ def test_a_script_of_a_command_that_reads_no_config_says_so(tmp_path):
     assert res.exit_code == 2
     assert "ui.sh:2: a launch script, not a config: `llamafactory-cli webui` runs no LLaMA-Factory command" \
         in res.output
+
+
+def test_a_dev_build_read_from_env_is_not_told_to_pass_env(tmp_path):
+    env = tmp_path / "env.txt"
+    env.write_text("- `llamafactory` version: 0.9.4.dev0\n- Transformers version: 4.57.1\n"
+                   "- PyTorch version: 2.8.0+cu128 (GPU)\n", encoding="utf-8")
+    cfg = _cfg(tmp_path, "Qwen/Qwen3-VL-2B-Instruct", "qwen3_vl_nothink")
+    _, rep = _run("lint", cfg, "--env", str(env))
+    f = next(f for f in rep["findings"] if f["name"] == "unverified-config-problem")
+    assert "env.txt names that development build, so only its commit decides" in f["message"]
+    assert "pass --env" not in f["message"]

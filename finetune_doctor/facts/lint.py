@@ -256,9 +256,14 @@ def _unverified(condition: str | None, transformers_version: str | None) -> bool
             or (condition.startswith("transformers ") and not transformers_version))
 
 
-def _decide(condition: str, transformers_version: str | None) -> str:
+def _decide(condition: str, transformers_version: str | None, release_source: str = "") -> str:
     """The flags that would decide an unverified `condition`, never one the user gave (trial 4: FD041 said "pass
     --transformers VERSION" right after --transformers 5.2.0 was passed, for a key only LF's release decides)."""
+    if condition.startswith("LLaMA-Factory ") and "so its commit decides" in condition and release_source \
+            and release_source not in ("--llamafactory", "installed here", "not given"):
+        # the dev version came from the training machine's own env output (trial 9: "pass --env" after --env)
+        return (f"{release_source} names that development build, so only its commit decides: the `Git commit` line "
+                "of `llamafactory-cli env` (or `git log -1` in the LLaMA-Factory checkout)")
     if condition.startswith("LLaMA-Factory ") and "so its commit decides" in condition:
         # --llamafactory named a build between releases (trial 6: 0.9.3.dev0): another version flag cannot help
         return "pass --env FILE from the training machine (`llamafactory-cli env`) to decide it"
@@ -302,7 +307,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
             # one rule words every unverified problem: its table switches on the check (whose sentence the
             # launch check no longer carries) or, for an undeclared key, on its opening and fate
             d["case"] = d["case"] or d["check"]
-            d["decide"] = _decide(d["condition"], transformers_version)
+            d["decide"] = _decide(d["condition"], transformers_version, str(getattr(release, "source", "") or ""))
         out.append(d)
     rel = ("unknown" if release is None or not release.known
            else str(release.given) if getattr(release, "older", False) else ",".join(release.versions))
