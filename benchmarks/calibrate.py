@@ -790,9 +790,10 @@ TAILS_WHY = [
     "The form chosen instead (calib_loso.py `TAILS`, `UNEXPLAINED`; analyzers/memory/uncertainty.py, 'Runs unlike "
     "the measured ones'): a contamination mixture — the class's t with a robust core, plus a normal component of "
     "weight w and scale s around the same location — and a share q of outcomes the prediction does not explain, "
-    "p_oom = (1 − q)·p + q/2, q at most P_OOM_TARGET so a run can still be called fits. w, s and q are chosen by the "
-    "same LOSO objective as the rest of the form; the Cauchy variants stay in the grid and are beaten on the log "
-    "score. The outcome extremes that remain are runs whose fate the memory prediction does not explain at all "
+    "p_oom = (1 − q)·p + q/2, q at most UNEXPLAINED_MAX (0.075: q/2 under the 5 % target) so a run can still be "
+    "called fits. w, s and q are chosen by the same LOSO objective as the rest of the form; the Cauchy variants "
+    "stay in the grid and are beaten on the log score. The outcome extremes that remain are runs whose fate the "
+    "memory prediction does not explain at all "
     "(the largest Brier terms above: runs that ran out at 8-45 % of their card with no stated cause, and runs that "
     "trained at 1.6-6.3× their card, each a translation or a term the doctor lacks): no error form with sane tails "
     "calls them right, and none is tuned to.",

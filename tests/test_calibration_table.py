@@ -368,6 +368,12 @@ def test_dated_pins_follow_the_release_boundaries():
     assert calib_data.dated_pins(row) == {"torch": "2.7.1", "transformers": "4.48.3", "bitsandbytes": "0.43.1"}
     assert calib_data.dated_pins({**row, "date": "2024-10-01"}) == {"torch": "2.7.1", "transformers": "4.48.3"}
     assert calib_data.dated_pins({**row, "date": "2025-08-06"}) == {}
+    # before transformers 4.36.0 (SDPA by default, run/attention.py auto_kernel) the older pin wins; a framework
+    # whose name says it runs the transformers Trainer is dated too (FastChat, Firefly, alpaca-lora, Qwen, axolotl)
+    assert calib_data.dated_pins({**row, "date": "2023-12-10"})["transformers"] == "4.35.2"
+    assert calib_data.dated_pins({**row, "date": "2023-12-11"})["transformers"] == "4.48.3"
+    fastchat = {"framework": "FastChat train_lora.py (transformers Trainer + PEFT)", "date": "2023-10-13"}
+    assert calib_data.dated_pins(fastchat) == {"torch": "2.7.1", "transformers": "4.35.2", "bitsandbytes": "0.43.1"}
     assert calib_data.dated_pins({"framework": "litgpt", "date": "2024-09-27"}) == {}
     assert calib_data.pins_for({"framework": "litgpt", "date": "2024-09-27"}) == {"bitsandbytes": "0.42.0"}
     own = {**row, "stack": {"torch": "2.5.1"}}
@@ -481,7 +487,7 @@ def test_stanford_alpaca_and_alignment_handbook_rows_run_the_2023_trainer():
     alpaca = next(r for r in ROWS if r["id"] == "r4r-alpaca278-tf431dev-b4")
     assert calib_data.config_for(alpaca)["flash_attn"] == "disabled"
     assert calib_data.pins_for(alpaca) == {"torch": "2.7.1", "transformers": "4.31.0.dev0", "bitsandbytes": "0.43.1"}
-    ahb = next(r for r in ROWS if r["id"] == "r4r-ahb22")
-    assert calib_data.dated_pins(ahb) == {"torch": "2.7.1", "transformers": "4.48.3", "bitsandbytes": "0.43.1"}
+    ahb = next(r for r in ROWS if r["id"] == "r4r-ahb22")   # 2023-11: before transformers 4.36.0 (2023-12-11)
+    assert calib_data.dated_pins(ahb) == {"torch": "2.7.1", "transformers": "4.35.2", "bitsandbytes": "0.43.1"}
     lf = next(r for r in ROWS if r["framework"] == "LLaMA-Factory" and "flash_attn" not in r["config"])
     assert "flash_attn" not in calib_data.config_for(lf)

@@ -218,6 +218,30 @@ def test_bloom_ignores_flash_attn_and_keeps_fp32_probabilities():
     assert diff == (4 + 2) * arch.num_heads * 1024 - 4 * arch.num_heads
 
 
+def test_auto_attention_is_eager_on_llama_before_transformers_4_36():
+    # transformers 4.36.0 made SDPA the default and first gave LLaMA/Mistral an SDPA class (#26572, #28005); LF's
+    # flash_attn: auto leaves the choice to transformers, so an older transformers keeps the eager kernel
+    from finetune_doctor.run.attention import auto_kernel
+
+    llama, _ = load_arch("huggyllama/llama-7b")
+    hw = parse_gpu_spec("A100-40GB")
+    cfg = {"bf16": True, "finetuning_type": "lora", "cutoff_len": 512, "per_device_train_batch_size": 8}
+    old = resolve_run(cfg, llama, hw, stack={"transformers": "4.35.2"})
+    new = resolve_run(cfg, llama, hw, stack={"transformers": "4.36.0"})
+    unknown = resolve_run(cfg, llama, hw)
+    assert (old.attention, new.attention, unknown.attention) == ("eager", "sdpa", "sdpa")
+    assert any("eager attention" in n for n in old.notes) and not any("eager attention" in n for n in new.notes)
+    # an explicit kernel is kept whatever the transformers
+    assert resolve_run({**cfg, "flash_attn": "fa2"}, llama, hw, stack={"transformers": "4.35.2"}).attention == "fa2"
+    # eager keeps the fp32 probabilities and their bf16 cast per score (6 B) where SDPA keeps a log-sum-exp per head
+    diff = activation_bytes_per_token_layer(old) - activation_bytes_per_token_layer(new)
+    assert diff == (4 + 2) * llama.num_heads * 512 - 4 * llama.num_heads
+    qwen2, _ = load_arch("Qwen/Qwen2-7B")   # first released in 4.37 with SDPA: no older kernel to fall back to
+    assert qwen2.model_type == "qwen2" and auto_kernel(qwen2, (4, 35, 2)) == "sdpa"
+    assert auto_kernel(llama, (4, 35, 2)) == "eager" and auto_kernel(llama, None) == "sdpa"
+    assert auto_kernel(llama, (4, 36)) == "sdpa"
+
+
 def test_scores_scale_with_the_batch_shape_not_the_token_count():
     arch, _ = load_arch("baichuan-inc/Baichuan2-13B-Chat")
     hw = parse_gpu_spec("A100-80GB")

@@ -141,6 +141,7 @@ RELEASED = {
     "FD642": "inference-does-not-fit",
     "FD643": "export-does-not-fit",
     "FD644": "export-host-oom",
+    "FD645": "zero3-model-loads-whole",
     "FD346": "host-alloc-failed",
     "FD097": "rule-failed",
     "FD714": "muon-under-deepspeed",

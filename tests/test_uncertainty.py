@@ -197,14 +197,14 @@ def test_unexplained_outcomes_bound_p_oom_and_stay_under_the_target(monkeypatch)
     u.error_dist.cache_clear()
     try:
         d = u.oom_dist("analytic", "default")
-        assert d.unexplained == u.P_OOM_TARGET   # capped: q/2 stays at half the target
+        assert d.unexplained == u.UNEXPLAINED_MAX == 0.075   # capped: q/2 = 3.75 % stays under the 5 % target
         assert (d.wide_weight, d.wide_scale) == (0.3, 0.5)
-        assert u.p_oom(1.0, 1000.0, d) == pytest.approx(u.P_OOM_TARGET / 2, abs=1e-6)
-        assert u.p_oom(1000.0, 1.0, d) == pytest.approx(1 - u.P_OOM_TARGET / 2, abs=1e-6)
+        assert u.p_oom(1.0, 1000.0, d) == pytest.approx(u.UNEXPLAINED_MAX / 2, abs=1e-6)
+        assert u.p_oom(1000.0, 1.0, d) == pytest.approx(1 - u.UNEXPLAINED_MAX / 2, abs=1e-6)
         # a run far under its card can still be called fits; the interval does not carry q
         assert u.assess(10.0, 80.0, "analytic", "default").verdict == "fits"
         assert u.error_dist("analytic", "default").unexplained == 0.0
         with pytest.raises(ValueError):
-            d.quantile(u.P_OOM_TARGET / 4)
+            d.quantile(u.UNEXPLAINED_MAX / 4)
     finally:
         u.error_dist.cache_clear()

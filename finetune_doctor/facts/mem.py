@@ -50,6 +50,8 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "host_ram_gib": F("float", "host RAM per node, GiB"),
     "weights_gib": F("float", "weights every rank holds, GiB"),
     "weights_replicated_gib": F("float", "weights replicated on every rank that ZeRO-3 would shard, GiB"),
+    "load_whole_gib": F("float", "the whole model a ZeRO-3 rank holds while it loads, before DeepSpeed partitions it "
+                        "(bitsandbytes, or built outside zero.Init), GiB; 0 otherwise"),
     "states_gib": F("float", "optimizer states and fp32 masters, GiB"),
     "step_temp_gib": F("float", "the optimizer update's temporaries, GiB"),
     "margin_gib": F("float", "room the error model asks for on this card: budget minus safe_total_gib, GiB"),
@@ -132,6 +134,7 @@ def assemble(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[str, 
     d["weights_gib"] = terms.get("weights", 0.0) / GIB
     sharded = run.deepspeed and run.zero_stage == 3
     d["weights_replicated_gib"] = 0.0 if sharded else terms.get("weights", 0.0) / GIB
+    d["load_whole_gib"] = terms.get("load_whole", 0.0) / GIB
     d["states_gib"] = (terms.get("states", 0.0) + terms.get("master", 0.0)) / GIB
     d["step_temp_gib"] = terms.get("step_temp", 0.0) / GIB
     d.update(alt or {"alt_stack_total": None, "alt_stack_fits": None, "alt_stack_optim": None})

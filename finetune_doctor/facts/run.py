@@ -26,6 +26,8 @@ _DOCS = {
     "micro_batch": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
     "seq_len": "cutoff_len, tokens", "world_size": "data-parallel ranks over all nodes",
     "zero_stage": "DeepSpeed ZeRO stage (0 without DeepSpeed)", "optim": "transformers optim name",
+    "zero3_init": "a ZeRO-3 model is built under deepspeed.zero.Init (False: whole on every rank until "
+                  "deepspeed.initialize partitions it; accelerate < 1.0 with zero3_init_flag false)",
     "optimizer_impl": "fused | foreach | forloop | 8bit | ...", "optim_assumed": "optim unset: the assumed default",
     "ds_buckets": "DeepSpeed bucket sizes, elements",
     # engines beyond DeepSpeed (run/engines.py)

@@ -19,6 +19,15 @@ Which attention a model really runs, read from the code that runs it:
   ``configure_attn_implementation`` only rewrites ``_attn_implementation`` (and InternLM2's own key), which this
   code never reads (LF model/model_utils/attention.py).
 
+**``flash_attn: auto`` before transformers 4.36.** LLaMA-Factory's ``auto`` leaves the choice to transformers (LF
+model/model_utils/attention.py: ``auto`` returns before setting ``_attn_implementation``). transformers chose
+SDPA by default from 4.36.0 (2023-12-11), the release that first gave LLaMA and Mistral an SDPA attention class
+(huggingface/transformers#26572; #28005: "In Transformers 4.36, we started adding native support of
+torch.nn.functional.scaled_dot_product_attention (SDPA), enabled by default"). Before it their attention is the
+eager kernel (matmul, fp32 softmax, matmul), so a training machine known to run an older transformers runs eager
+attention under ``auto`` (`auto_kernel`). Architectures that first appeared in 4.36 or later cannot run on an older
+release; remote-code models run their own code and are left to `own_attention`.
+
 `saved` names what autograd keeps per score element: ``fp32+cast`` (4 + e bytes), ``half`` (e), ``half+masked``
 (2·e); activations.py turns it into bytes.
 """
@@ -54,6 +63,19 @@ def own_attention(arch: ModelArch) -> OwnAttention | None:
         return OwnAttention("half+masked", "the Baichuan 13B remote code computes ALiBi attention itself "
                                            "(trust_remote_code): flash_attn does not reach it")
     return None
+
+
+# architectures transformers implemented before 4.36.0 whose SDPA class arrived in 4.36.0 (module docstring)
+SDPA_FROM_4_36 = frozenset({"llama", "mistral"})
+SDPA_DEFAULT_FROM = (4, 36)
+
+
+def auto_kernel(arch: ModelArch, transformers: tuple[int, ...] | None) -> str:
+    """The kernel ``flash_attn: auto`` gives `arch` under the training machine's transformers version (a parsed
+    tuple, None when unknown): ``eager`` for an SDPA_FROM_4_36 architecture before 4.36.0, else ``sdpa``."""
+    if transformers and arch.model_type in SDPA_FROM_4_36 and tuple(transformers[:2]) < SDPA_DEFAULT_FROM:
+        return "eager"
+    return "sdpa"
 
 
 def resolve_attention(requested: str, arch: ModelArch) -> tuple[str, str, str | None]:

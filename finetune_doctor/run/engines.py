@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from finetune_doctor.numbers import parse_version
 from finetune_doctor.run.model import Run
 from finetune_doctor.run.values import as_bool, as_int
 from finetune_doctor.types import Hardware
@@ -71,7 +72,7 @@ def resolve_engine(run: Run, cfg: dict[str, Any], inputs: LaunchInputs | None, h
     kw: dict[str, Any] = _world(run, cfg, inputs, hw, notes)
     acc, launch = inputs.accelerate, inputs.launch
     kw.update(_accelerate_precision(run, cfg, acc, launch))
-    kw.update(_accelerate_deepspeed(run, acc, notes))
+    kw.update(_accelerate_deepspeed(run, acc, notes, launch))
     deepspeed = kw.get("deepspeed", run.deepspeed)
     mcore = _megatron_variant(cfg, launch)
     if mcore:
@@ -198,10 +199,12 @@ def _accelerate_precision(run: Run, cfg: dict[str, Any], acc: AccelerateConfig |
     return {}
 
 
-def _accelerate_deepspeed(run: Run, acc: AccelerateConfig | None, notes: list[str]) -> dict[str, Any]:
+def _accelerate_deepspeed(run: Run, acc: AccelerateConfig | None, notes: list[str],
+                          launch: LaunchCommand | None = None) -> dict[str, Any]:
     """DeepSpeed set up by the accelerate config alone (``distributed_type: DEEPSPEED`` with an inline
     ``deepspeed_config`` and no ``deepspeed:`` in the YAML): its ZeRO stage and offload devices (accelerate
-    DeepSpeedPlugin fields ``zero_stage``, ``offload_optimizer_device``, ``offload_param_device``)."""
+    DeepSpeedPlugin fields ``zero_stage``, ``offload_optimizer_device``, ``offload_param_device``) and whether the
+    model is built under zero.Init (`_zero3_init`)."""
     if acc is None or acc.distributed_type != "DEEPSPEED" or run.deepspeed:
         return {}
     d = acc.deepspeed
@@ -214,7 +217,47 @@ def _accelerate_deepspeed(run: Run, acc: AccelerateConfig | None, notes: list[st
     return {"deepspeed": True, "zero_stage": stage, "engine": "deepspeed",
             "offload_optimizer": oo if oo in ("cpu", "nvme") and stage >= 1 else None,
             "offload_param": op if op in ("cpu", "nvme") and stage == 3 else None,
-            "autocast": None}
+            "autocast": None, "zero3_init": _zero3_init(run, stage, d, launch, notes)}
+
+
+# accelerate v1.0.0 made DeepSpeedPlugin.set_deepspeed_weakref set transformers' HfDeepSpeedConfig whatever
+# zero3_init_flag says (v0.34.0 utils/dataclasses.py: the whole body under ``if self.zero3_init_flag``)
+ACCELERATE_WEAKREF_ALWAYS = (1, 0, 0)
+
+
+def _zero3_init(run: Run, stage: int, d: dict[str, Any], launch: LaunchCommand | None, notes: list[str]) -> bool:
+    """Whether a ZeRO-3 run set up by the accelerate config builds its model under ``deepspeed.zero.Init``.
+
+    Only ``zero3_init_flag: false`` (the config's ``deepspeed_config`` or ``accelerate launch --zero3_init_flag``,
+    which wins) with accelerate before 1.0.0 says no. The chain, each link read at the versions named:
+    accelerate launch exports the flag only when it is given (utils/launch.py:405-406 at 0.33.0, :514-515 at
+    1.11.0), and without it DeepSpeedPlugin defaults to the config's own stage-3 test (utils/dataclasses.py:1015-1018
+    at 0.33.0, :1290-1299 at 1.11.0), so an absent flag is on; transformers' TrainingArguments builds the plugin
+    from the environment and calls ``set_deepspeed_weakref`` (training_args.py:2004-2011 at 4.45.0, :1672-1677 at
+    5.6.0); before accelerate 1.0.0 that sets the HfDeepSpeedConfig weakref only under the flag (0.33.0
+    dataclasses.py:1102-1105, the same at v0.34.0), and ``is_deepspeed_zero3_enabled()`` reads only that weakref
+    (transformers 4.45.0 integrations/deepspeed.py:289-293), so it stays False; LLaMA-Factory then loads as for one
+    GPU: ``torch_dtype`` the compute dtype, ``low_cpu_mem_usage`` and ``device_map={"": current device}`` (LF 0.9.0
+    model/patcher.py:93-104, hparams/parser.py:346), and transformers skips zero.Init; DeepSpeed partitions the
+    whole model only at
+    ``deepspeed.initialize`` (0.19.8 runtime/zero/parameter_offload.py:180, :258-279). From accelerate 1.0.0 the
+    weakref is set whatever the flag says and transformers builds under zero.Init. An accelerate the inputs do not
+    name is taken as 1.0.0 or later (LLaMA-Factory requires >= 1.3.0 at the oracle snapshot, pyproject.toml:45)."""
+    if stage != 3:
+        return True
+    flag = d.get("zero3_init_flag")
+    if launch is not None and launch.options.get("zero3_init_flag") is not None:
+        flag = launch.options.get("zero3_init_flag")
+    # accelerate's str_to_bool reads false/0/no/off as off (utils/environment.py); anything else leaves it on here
+    if flag is None or str(flag).strip().lower() not in ("false", "0", "no", "off"):
+        return True
+    version = next((v for pkg, v, _src in run.stack_sources if pkg == "accelerate"), None)
+    parsed = parse_version(version)
+    if parsed is None or tuple(parsed) >= ACCELERATE_WEAKREF_ALWAYS:
+        return True
+    notes.append(f"zero3_init_flag false with accelerate {version}: the model loads whole on every rank, and "
+                 "DeepSpeed partitions it only at deepspeed.initialize")
+    return False
 
 
 # ---- FSDP -------------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 from finetune_doctor.arch import ModelArch
 from finetune_doctor.readers.model.byname import media_template
 from finetune_doctor.run.quantization import resolve_quantization
-from finetune_doctor.run.attention import resolve_attention
+from finetune_doctor.run.attention import auto_kernel, resolve_attention
 from finetune_doctor.run.engines import LaunchInputs, resolve_engine
 from finetune_doctor.run.model import Run
 from finetune_doctor.run.moments import moment_fields
@@ -58,7 +58,7 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
         **_adapters(cfg),
         micro_batch=mbs, grad_accum=gas, seq_len=as_int(cfg.get("cutoff_len"), DEFAULT_CUTOFF_LEN),
         **_stage_data(cfg, stage, ft),
-        **_memory_knobs(cfg, arch, notes),
+        **_memory_knobs(cfg, arch, notes, stack),
         **_optimizer(cfg, stack, notes),
         max_grad_norm=float(mgn if isinstance(mgn, (int, float)) and not isinstance(mgn, bool) else 1.0),
         learning_rate=float(lr) if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None,
@@ -232,16 +232,22 @@ def _stage_data(cfg: dict[str, Any], stage: str, ft: str) -> dict[str, Any]:
             "neat_packing": neat, "gen_new_tokens": gen}
 
 
-def _memory_knobs(cfg: dict[str, Any], arch: ModelArch, notes: list[str] | None = None) -> dict[str, Any]:
+def _memory_knobs(cfg: dict[str, Any], arch: ModelArch, notes: list[str] | None = None,
+                  stack: dict[str, str | None] | None = None) -> dict[str, Any]:
     """Activation checkpointing and the attention kernel.
 
     Checkpointing is ON unless disable_gradient_checkpointing (checkpointing.py:184-198); the HF key
     gradient_checkpointing: true re-enables it even then; LF never checkpoints Gemma-3n. A model whose own code
-    runs its attention (run/attention.py) gets eager attention whatever ``flash_attn`` says.
+    runs its attention (run/attention.py) gets eager attention whatever ``flash_attn`` says; ``auto`` is eager on a
+    LLaMA or Mistral under a transformers before 4.36 (`stack`, run/attention.py `auto_kernel`).
     """
     gc = not as_bool(cfg.get("disable_gradient_checkpointing")) or as_bool(cfg.get("gradient_checkpointing"))
     attention = str(cfg.get("flash_attn") or "auto")
-    attention = {"auto": "sdpa", "disabled": "eager", "sdpa": "sdpa", "fa2": "fa2", "fa3": "fa3"}.get(attention,
+    auto = auto_kernel(arch, parse_version((stack or {}).get("transformers")))
+    if auto == "eager" and attention == "auto" and notes is not None:
+        notes.append(f"flash_attn: auto under transformers {(stack or {}).get('transformers')}: eager attention "
+                     "(SDPA is transformers' default from 4.36.0)")
+    attention = {"auto": auto, "disabled": "eager", "sdpa": "sdpa", "fa2": "fa2", "fa3": "fa3"}.get(attention,
                                                                                                    attention)
     attention, saved, note = resolve_attention(attention, arch)
     if note and notes is not None:

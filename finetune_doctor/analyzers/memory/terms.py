@@ -15,7 +15,7 @@ from finetune_doctor.analyzers.memory.logits import logit_terms
 from finetune_doctor.analyzers.memory.qlora import dequant_transient_bytes, saved_input_terms
 from finetune_doctor.analyzers.memory.vision import vision_terms
 from finetune_doctor.analyzers.memory.zero3 import (largest_trainable_elements, quantized_load_bytes,
-                                                    reduce_scatter_bytes)
+                                                    reduce_scatter_bytes, unpartitioned_load_bytes)
 from finetune_doctor.analyzers.memory.weights import state_terms, unsloth_rope_bytes, weight_terms
 from finetune_doctor.analyzers.memory.params import ParamCounts, count_params
 from finetune_doctor.run import Run
@@ -49,8 +49,9 @@ class Terms:
     init_floor: float = 0.0
     # multimodal (analyzers/memory/vision.py): one vision block's working set at the start of the forward
     vision: float = 0.0
-    # ZeRO-3 + bitsandbytes: the whole quantized model on every rank while it loads, before DeepSpeed partitions
-    # it (zero3.py `quantized_load_bytes`); also part of `init_floor`
+    # ZeRO-3 + bitsandbytes, or a ZeRO-3 model built outside zero.Init: the whole model on every rank while it
+    # loads, before DeepSpeed partitions it (zero3.py `quantized_load_bytes`, `unpartitioned_load_bytes`); also
+    # part of `init_floor`
     load_whole: float = 0.0
     # host RAM rank 0's node gains while a ZeRO-3 checkpoint's 16-bit weights are consolidated (hostsave.py)
     host_save: float = 0.0
@@ -79,7 +80,7 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
     vis_work, vis_saved, _ = vision_terms(run)
     # bitsandbytes < 0.43.2 keeps each 4-bit linear's input for backward (qlora.py)
     bnb_saved, bnb_recompute = saved_input_terms(run, T, *_grad_layers(run))
-    load_whole = quantized_load_bytes(run, c)
+    load_whole = max(quantized_load_bytes(run, c), unpartitioned_load_bytes(run, c))
     return Terms(
         # unsloth < 2024.8 keeps whole-window RoPE tables in every attention layer (weights.py)
         weights=w.weights + unsloth_rope_bytes(run), live_params=w.live, gradients=s.gradients,
@@ -94,8 +95,8 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
         grads_in_backward=s.grads_in_backward
         + reduce_scatter_bytes(run, s.trainable, largest_trainable_elements(run, c)),
         buffers=buffer_bytes(run, s.trainable),
-        # DDP's wrap-time broadcast leaves one coalesced bucket cached (ddp.py); a ZeRO-3 bitsandbytes model's
-        # whole-model load leaves its blocks cached (zero3.py)
+        # DDP's wrap-time broadcast leaves one coalesced bucket cached (ddp.py); a ZeRO-3 model loaded whole
+        # (bitsandbytes, or built outside zero.Init) leaves its blocks cached (zero3.py)
         init_floor=max(broadcast_cache_bytes(run, w.weights), load_whole), load_whole=load_whole, vision=vis_work,
         host_save=save_host_bytes(run, c)[0],
         host_save_whole=float(c.total) * 2.0 if run.deepspeed and run.zero_stage == 3 else 0.0,

@@ -51,8 +51,8 @@ too: p_oom 0.05 on a run at a third of its card. So the analytic error may be a 
 (Huber's ε-contamination): with probability 1 − w the class's t, with probability w a normal around the same
 location with scale s (ln units), the table's ``contamination`` {weight, scale}; and p_oom may carry a share q of
 outcomes the prediction does not explain (a cause no term sees, an over-sized translation), each an even chance:
-p_oom = (1 − q)·P(need·e^ε > budget) + q/2 (``p_oom_unexplained``, at most `P_OOM_TARGET` so that q/2 stays
-under the target). w, s and q are chosen with the rest of the form by leave-one-source-out on dev
+p_oom = (1 − q)·P(need·e^ε > budget) + q/2 (``p_oom_unexplained``, at most `UNEXPLAINED_MAX` = 1.5·`P_OOM_TARGET`,
+so that q/2 stays under the target and a run the memory model gives under 1.3 % is still called ``fits``). w, s and q are chosen with the rest of the form by leave-one-source-out on dev
 (benchmarks/calib_loso.py).
 
 The t distribution's CDF is Abramowitz & Stegun 26.7.3 (odd ν) and 26.7.4 (even ν), exact for integer ν.
@@ -73,6 +73,9 @@ VERDICTS = ("fits", "at-risk", "oom")
 SHAPELESS = ("measured",)   # methods whose error is one class for every shape (`ANY`)
 ANY = "any"
 P_OOM_TARGET = 0.05
+# the largest share q of unexplained outcomes the table may carry: q/2 = 3.75 % < P_OOM_TARGET, so ``fits``
+# (p_oom <= 5 %) stays reachable; session 9's grid stopped at q = P_OOM_TARGET and chose that edge (issue #21)
+UNEXPLAINED_MAX = 0.075   # 1.5 x P_OOM_TARGET
 LEVEL = 0.90
 # the pooled rows of a method count as this many rows of each class: κ0 for the mean, ν0 for the variance; the
 # table's "prior" (chosen by benchmarks/derive_uncertainty.py) overrides these defaults
@@ -457,8 +460,8 @@ def oom_dist(method: str, shape: str) -> ErrorDist:
     factor, tau = oom_spread()
     if d.method != "analytic":
         return d
-    # q/2 is a floor under every p_oom: kept at most half the target, so a run can still be called ``fits``
-    q = min(max(float(table().get("p_oom_unexplained") or 0.0), 0.0), P_OOM_TARGET)
+    # q/2 is a floor under every p_oom: kept under the target (UNEXPLAINED_MAX), so a run can still be called ``fits``
+    q = min(max(float(table().get("p_oom_unexplained") or 0.0), 0.0), UNEXPLAINED_MAX)
     return replace(widened(d, tau, factor), unexplained=q)
 
 

@@ -28,6 +28,8 @@ Derived from DeepSpeed 0.19.8 (the version docs/ARCHITECTURE.md "Sources" names)
   ``zero.Init`` and puts it on the rank's device; DeepSpeed partitions it only at ``deepspeed.initialize``.
 * DeepSpeed 0.16.0-0.16.7 with non-reentrant activation checkpointing keeps every checkpointed layer gathered
   through backward (`recompute_leak`).
+* a model built outside zero.Init (accelerate before 1.0.0 with ``zero3_init_flag: false``) is whole on every rank
+  until ``deepspeed.initialize`` (`unpartitioned_load_bytes`).
 
 Pure Python: element counts from `ModelArch`, bytes from the stored dtypes.
 """
@@ -297,6 +299,25 @@ def quantized_load_bytes(run: Run, c: ParamCounts) -> float:
     linear = sum(n * sum(lin.params for lin in a.kind_linears(k)) for k, n in a.layer_groups())
     other = max(float(c.base) - linear, 0.0)
     return linear * wq + other * dtype_bytes(a.dtype if a.dtype != "float32" else run.compute_dtype)
+
+
+def unpartitioned_load_bytes(run: Run, c: ParamCounts) -> float:
+    """Bytes a ZeRO-3 rank holds while a model built outside ``deepspeed.zero.Init`` loads (``Run.zero3_init``
+    False, run/engines.py `_zero3_init` says when): every base parameter, whole, in LLaMA-Factory's load dtype
+    (``torch_dtype`` = the compute dtype when ZeRO-3 is not seen at load, LF 0.9.0 model/patcher.py:97-100); 0
+    otherwise, and 0 for a quantized model (`quantized_load_bytes` sizes that load).
+
+    DeepSpeed partitions such a model only when ``deepspeed.initialize`` builds the stage-3 engine (0.19.8
+    runtime/zero/parameter_offload.py:180 → :258-279 ``_convert_to_zero_parameters``: ``Init(module=...)`` on the
+    existing module, each parameter partitioned by partition_parameters.py ``_partition_param`` :1778-1870, its
+    partition allocated while the whole tensor lives, then the whole freed). The freed whole tensors stay in the
+    caching allocator's pool; replayed through probes/allocator.py (benchmarks/zero3_init_reserve.py), a rank keeps
+    the unpartitioned size reserved (Qwen2.5-7B on 2 ranks: 14.86 GiB for a 14.19 GiB model) where a model built
+    under zero.Init keeps its partitions and one embedding-sized block (8.38 GiB). So, like the bitsandbytes case,
+    this is the `init_floor` of terms.py and the "model load" moment."""
+    if not (run.deepspeed and run.zero_stage == 3 and not run.zero3_init) or run.quantization_bit is not None:
+        return 0.0
+    return float(c.base) * dtype_bytes(run.compute_dtype)
 
 
 def largest_trainable_elements(run: Run, counts: ParamCounts) -> float:
