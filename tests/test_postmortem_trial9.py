@@ -101,3 +101,11 @@ def test_a_cut_traceback_of_an_sft_run_gets_no_reference_model_lead(tmp_path):
     log.write_text(text, encoding="utf-8")
     f = next(f for f in diagnose_dir(log).findings if f.name == "run-crashed")
     assert "reference model" not in f.message
+
+
+def test_without_a_config_the_stage_comes_from_trls_metric_keys():
+    # KTOTrainer logs rewards/chosen beside kl; a run without --config still gets the lead, with what is unread
+    f = _nan(diagnose_dir(os.path.join(KTO, "run")))
+    assert "read: KTO (from the log's metric keys (rewards/chosen" in f.message
+    assert "not read: whether a separate reference model is built (give --config)" in f.message
+    assert "bad sample" not in f.message

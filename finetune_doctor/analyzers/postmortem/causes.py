@@ -104,7 +104,8 @@ def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bo
             "ordinal", "estimated", "logging_steps") and st <= max(1, cx.logging_steps() or 1))))
     if at_start:
         late = False
-    rm = (refmodel.ref_model_fsdp(cx, _lf_version(cx, out), cx.log.get("lf_stage"))
+    rm = (refmodel.ref_model_fsdp(cx, _lf_version(cx, out), cx.log.get("lf_stage"),
+                                  "log's metric keys (rewards/chosen: trl's preference trainers)")
           if nan["first_logged"] and not late else None)
     ds = bool(cx.cfg.get("deepspeed") or cx.zero_stage() is not None)
     if out.get("lr_high"):

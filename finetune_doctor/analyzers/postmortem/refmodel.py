@@ -33,13 +33,13 @@ from finetune_doctor.numbers import is_prerelease, parse_version
 FIX_RELEASE = (0, 9, 5)
 
 
-def _stage(cx: RunContext, log_stage: str | None) -> tuple[str | None, str]:
+def _stage(cx: RunContext, log_stage: str | None, log_source: str) -> tuple[str | None, str]:
     st = cx.run.get("stage") if cx.cfg else None
     st = st or cx.cfg.get("stage")
     if st:
         return str(st), "config"
     if log_stage:
-        return log_stage, "traceback"
+        return log_stage, log_source
     return None, ""
 
 
@@ -56,12 +56,13 @@ def _release_state(version: str | None) -> str:
     return "unfixed"
 
 
-def ref_model_fsdp(cx: RunContext, version: tuple[str, str] | None, log_stage: str | None = None
-                   ) -> dict[str, Any] | None:
+def ref_model_fsdp(cx: RunContext, version: tuple[str, str] | None, log_stage: str | None = None,
+                   log_source: str = "traceback") -> dict[str, Any] | None:
     """The DPO/KTO-reference-model-under-FSDP explanation of a run broken from its first step (module docstring),
-    or None. `version`: (LLaMA-Factory version, where it was read) or None; `log_stage`: the stage a traceback
-    frame names (``run_dpo``) when no config was given."""
-    stage, stage_src = _stage(cx, log_stage)
+    or None. `version`: (LLaMA-Factory version, where it was read) or None; `log_stage`: the stage the logs name
+    when no config was given, `log_source` how (a traceback frame ``run_dpo``, the metric keys of trl's preference
+    trainers)."""
+    stage, stage_src = _stage(cx, log_stage, log_source)
     if stage not in ("dpo", "kto"):
         return None   # unknown too: a NaN at step 1 is not blamed on a stage nothing names
     if stage == "dpo" and cx.cfg.get("pref_loss") in ("orpo", "simpo"):
