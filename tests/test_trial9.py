@@ -191,3 +191,13 @@ def test_a_dev_build_read_from_env_is_not_told_to_pass_env(tmp_path):
     f = next(f for f in rep["findings"] if f["name"] == "unverified-config-problem")
     assert "env.txt names that development build, so only its commit decides" in f["message"]
     assert "pass --env" not in f["message"]
+
+
+def test_the_memory_table_points_at_errors_that_are_not_about_memory(tmp_path):
+    # trial 9: "fits" was printed above the finding that names why the run cannot start
+    cfg = _cfg(tmp_path, "Qwen/Qwen3-30B-A3B", "qwen3")
+    res = CliRunner().invoke(main, ["check", cfg, "--gpu", "8xA100-80GB", "--transformers", "4.49.0", "--offline",
+                                    "--no-data"])
+    out = res.output
+    assert "read first: 1 error(s) below not about memory (FD052 model-type-unregistered)" in out
+    assert out.index("read first") < out.index("\nFD052 model-type-unregistered")

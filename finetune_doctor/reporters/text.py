@@ -351,6 +351,12 @@ def _memory(w: _Writer, r: Report) -> None:
 
     cap = r.hardware.capacity_gib if r.hardware else None
     w.heading(f"Memory per GPU (busiest rank, {mem.method})")
+    first = [f for f in r.findings if f.severity == "error" and f.category not in ("memory", "numerics")]
+    if first:
+        # the table comes first, but an error about something else may end the run before memory matters
+        # (trial 9: a model type transformers does not register, printed after a "fits" table)
+        names = ", ".join(f"{f.code} {f.name}" for f in first[:3]) + (" ..." if len(first) > 3 else "")
+        w.line(f"read first: {len(first)} error(s) below not about memory ({names})", indent=1)
     t = _table(("", "left"), ("GiB", "right"), ("% of capacity", "right"))
 
     def pct(v: float | None) -> str:
