@@ -109,3 +109,15 @@ def test_without_a_config_the_stage_comes_from_trls_metric_keys():
     assert "read: KTO (from the log's metric keys (rewards/chosen" in f.message
     assert "not read: whether a separate reference model is built (give --config)" in f.message
     assert "bad sample" not in f.message
+
+
+def test_a_tail_paste_at_the_end_of_a_cosine_schedule_is_not_the_start(tmp_path):
+    # the last logs of a 3-epoch run: lr decays to 0, the first visible log is already NaN; nothing says the run
+    # just started, so no first-step explanation is given
+    log = tmp_path / "tail.log"
+    log.write_text("\n".join(
+        "{'loss': 0.0, 'grad_norm': nan, 'learning_rate': %s, 'epoch': %s}" % (lr, ep)
+        for lr, ep in (("3.1e-09", "2.98"), ("7.7e-10", "2.99"), ("0.0", "3.0"))) + "\n", encoding="utf-8")
+    f = _nan(diagnose_dir(log))
+    assert "from the first logged step" not in f.message and "no optimizer update" not in f.message
+    assert "lower the learning rate" not in f.message   # at 3.1e-09 a lower rate is no remedy

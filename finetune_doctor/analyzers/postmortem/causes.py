@@ -99,9 +99,13 @@ def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bo
         or nan["healthy_before"] >= 10
     # the first log read is non-finite at the run's first logged step or at learning rate 0: nothing healthy came
     # before it, however far an epoch counter on a small dataset has moved (trial 9, LF#10126: epoch 0.06 at step 1)
+    # A learning rate of 0 is the start only while warm-up follows it (the logged rates rise after it) or the epoch
+    # counter is still early: a cosine schedule also ends at 0, and a paste of a run's last lines starts there
+    lr_rises = lr is not None and len(lr) > 1 and any(v > 1e-7 for v in list(lr.values)[1:])
     at_start = bool(nan["first_logged"] and not nan["healthy_before"] and (
-        (rate is not None and rate <= 1e-7) or (st is not None and nan.get("basis") not in (
-            "ordinal", "estimated", "logging_steps") and st <= max(1, cx.logging_steps() or 1))))
+        (rate is not None and rate <= 1e-7 and (lr_rises or (ep is not None and ep < 0.25)))
+        or (st is not None and nan.get("basis") not in ("ordinal", "estimated", "logging_steps")
+            and st <= max(1, cx.logging_steps() or 1))))
     if at_start:
         late = False
     rm = (refmodel.ref_model_fsdp(cx, _lf_version(cx, out), cx.log.get("lf_stage"),
@@ -158,9 +162,11 @@ def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bo
                   f"at {where}, after training that was healthy before the logs read")
         extra = (" Under DeepSpeed, overlap_comm races (DeepSpeed#5347) and old releases (0.14.0; fixed by 0.14.3 "
                  "in LLaMA-Factory #5627) also produce late NaN." if ds else "")
+        # at a learning rate of ~0 (a schedule's end) a lower rate is no remedy: the step barely moves the weights
+        lower = ("" if rate is not None and rate <= 1e-7 else ", lower the learning rate")
         cause, text, fix = "late", (f"NaN {before}: a bad sample or batch, "
-                                    "or an optimizer-state blow-up; inspect the data around that step, lower the "
-                                    "learning rate or tighten max_grad_norm." + extra), "find the bad batch"
+                                    f"or an optimizer-state blow-up; inspect the data around that step{lower} or "
+                                    "tighten max_grad_norm." + extra), "find the bad batch"
     else:
         cause, text, fix = "unknown", "the cause is not visible in the logs read", "inspect the step"
     n["cause"] = cause
