@@ -47,8 +47,8 @@ def reasoning_template(values: Mapping[str, Any], release: Any) -> dict[str, Any
     template is not the one it wants (module docstring), or None."""
     name = str(values.get("model_name_or_path") or "").lower()
     tmpl = values.get("template")
-    if not isinstance(tmpl, str) or not tmpl:
-        return None
+    if not isinstance(tmpl, str) or not tmpl or values.get("stage") == "pt":
+        return None   # pre-training reads plain text: the chat template formats no turns there
     first = None
     if "deepseek-r1" in name or "r1-distill" in name:
         r1 = _registered(release, "deepseekr1")
@@ -88,7 +88,7 @@ def template_mismatch(values: Mapping[str, Any], release: Any) -> dict[str, Any]
     model generation (module docstring), or None."""
     name = str(values.get("model_name_or_path") or "").lower()
     tmpl = values.get("template")
-    if not isinstance(tmpl, str) or "qwen3-vl" not in name or tmpl.startswith("qwen3_vl"):
+    if not isinstance(tmpl, str) or "qwen3-vl" not in name or tmpl.startswith("qwen3_vl") or values.get("stage") == "pt":
         return None
     want = "qwen3_vl" if "thinking" in name else "qwen3_vl_nothink"
     reg = _registered(release, want)
