@@ -95,19 +95,7 @@ def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bo
     n["hidden"] = bool(nan["metric"] == "grad_norm" and nan.get("loss") == 0.0)
     sc = out.get("scale")
     fl = out.get("first_loss")
-    late = (ep is not None and ep >= LATE_EPOCH) or (st is not None and st >= LATE_STEP and nan["healthy_before"] >= 3) \
-        or nan["healthy_before"] >= 10
-    # the first log read is non-finite at the run's first logged step or at learning rate 0: nothing healthy came
-    # before it, however far an epoch counter on a small dataset has moved (trial 9, LF#10126: epoch 0.06 at step 1)
-    # A learning rate of 0 is the start only while warm-up follows it (the logged rates rise after it) or the epoch
-    # counter is still early: a cosine schedule also ends at 0, and a paste of a run's last lines starts there
-    lr_rises = lr is not None and len(lr) > 1 and any(v > 1e-7 for v in list(lr.values)[1:])
-    at_start = bool(nan["first_logged"] and not nan["healthy_before"] and (
-        (rate is not None and rate <= 1e-7 and (lr_rises or (ep is not None and ep < 0.25)))
-        or (st is not None and nan.get("basis") not in ("ordinal", "estimated", "logging_steps")
-            and st <= max(1, cx.logging_steps() or 1))))
-    if at_start:
-        late = False
+    late = _late(nan, cx, lr, rate, ep)
     rm = (refmodel.ref_model_fsdp(cx, _lf_version(cx, out), cx.log.get("lf_stage"),
                                   "log's metric keys (rewards/chosen: trl's preference trainers)")
           if nan["first_logged"] and not late else None)
@@ -186,6 +174,24 @@ def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bo
                       f"about step {st}" if basis in ("estimated", "logging_steps") else
                       f"step {st}" if st is not None else "an unknown step")
     return n
+
+
+def _late(nan: dict[str, Any], cx: RunContext, lr: Curve | None, rate: float | None, ep: float | None) -> bool:
+    """Whether the first non-finite value came after healthy training (epoch >= LATE_EPOCH, or enough healthy
+    logs) and not at the run's start. The first log read, non-finite at the run's first logged step or at learning
+    rate 0, had nothing healthy before it, however far an epoch counter on a small dataset has moved (trial 9,
+    LF#10126: epoch 0.06 at step 1). A rate of 0 is the start only while warm-up follows it (the logged rates
+    rise after it) or the epoch is still early: a cosine schedule also ends at 0, and a paste of a run's last
+    lines starts there."""
+    st = nan["step"]
+    late = (ep is not None and ep >= LATE_EPOCH) or (st is not None and st >= LATE_STEP and nan["healthy_before"] >= 3) \
+        or nan["healthy_before"] >= 10
+    lr_rises = lr is not None and len(lr) > 1 and any(v > 1e-7 for v in list(lr.values)[1:])
+    at_start = bool(nan["first_logged"] and not nan["healthy_before"] and (
+        (rate is not None and rate <= 1e-7 and (lr_rises or (ep is not None and ep < 0.25)))
+        or (st is not None and nan.get("basis") not in ("ordinal", "estimated", "logging_steps")
+            and st <= max(1, cx.logging_steps() or 1))))
+    return late and not at_start
 
 
 def _at_rate(rate: float | None) -> str:
