@@ -29,8 +29,8 @@ loss, grad_norm     {n, first, first_step, last, last_step, min, max, median, no
 lr                  {first, peak, peak_step, warmup_end_step, last, schedule}
 first_loss          {value, step, vocab, ln_vocab, threshold, ratio, abnormal, vocab_known, location}
 nan                 first non-finite loss/grad_norm: {step, step_text, metric, what, value, loss, grad_norm, lr,
-                    epoch, healthy_before, first_logged, hidden, count, cause, cause_text, fix_title,
-                    prev_finite_step, gap_steps, location}
+                    epoch, healthy_before, healthy_text, first_logged, hidden, count, cause, cause_text, fix_title,
+                    prev_finite_step, gap_steps, ref_model (analyzers/postmortem/refmodel.py), location}
 loss_zero           {start_step, count, until_end, with_grad_nan, grad_norm, meaning, location}
 loss_spike          first merged loss spike {step, value, baseline, sigma, score, ratio, count, peak, method: robust|jump,
                     gap_steps, prev_step, prev_value, location};

@@ -358,7 +358,8 @@ def _given_versions(opts: Options) -> dict[str, tuple[str, str]]:
 
         env = read_env_file(opts.env_file)
         found.update({k: (str(v), opts.env_file) for k, v in env.versions.items() if v})
-    for key, flag in (("torch", opts.torch_version), ("transformers", opts.transformers_version)):
+    for key, flag in (("torch", opts.torch_version), ("transformers", opts.transformers_version),
+                      ("llamafactory", opts.lf_version)):
         if flag:
             found[key] = (flag, f"--{key}")
     return found

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from finetune_doctor.analyzers.postmortem import refmodel
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause, raised_at, warning_lead
 from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
@@ -95,8 +96,10 @@ def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bo
     n["hidden"] = bool(nan["metric"] == "grad_norm" and nan.get("loss") == 0.0)
     sc = out.get("scale")
     fl = out.get("first_loss")
-    late = (ep is not None and ep >= LATE_EPOCH) or (st is not None and st >= LATE_STEP and nan["healthy_before"] >= 3) \
-        or nan["healthy_before"] >= 10
+    late = _late(nan, cx, lr, rate, ep)
+    rm = (refmodel.ref_model_fsdp(cx, _lf_version(cx, out), cx.log.get("lf_stage"),
+                                  "log's metric keys (rewards/chosen: trl's preference trainers)")
+          if nan["first_logged"] and not late else None)
     ds = bool(cx.cfg.get("deepspeed") or cx.zero_stage() is not None)
     if out.get("lr_high"):
         cause, text, fix = "learning-rate", (f"the learning rate ({out['lr_high']['reason']}; see "
@@ -127,11 +130,17 @@ def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bo
             "not determined: the DeepSpeed file the config names is not here, so the run's fp16/bf16, loss-scale "
             "and communication settings (overlap_comm) could not be checked, and the attention kernel is not "
             "blamed without them (see not-checked-here)"), "restore the DeepSpeed file and run the postmortem again"
+    elif rm is not None:
+        cause, text, fix = "ref-model-fsdp", (
+            f"NaN from the first logged step{_at_rate(rate)} with no healthy log before it: not the learning rate "
+            f"and not one bad batch; {rm['text']}"), rm["fix"]
     elif nan["first_logged"] and not late and rate is not None and rate <= 1e-7:
         cause, text, fix = "forward", (f"NaN at the first logged step with learning rate {fmt(rate)}: no optimizer "
-                                       "update can have caused it, so the forward/backward pass itself produced it "
-                                       "(attention kernel: #9631 was fixed by flash_attn: fa2; #8088 by "
-                                       "flash_attn: disabled)"), "switch the attention kernel"
+                                       "update can have caused it, nor one late batch, so the forward/backward pass "
+                                       "of the model as loaded produced it: the attention kernel (#9631 was fixed by "
+                                       "flash_attn: fa2; #8088 by flash_attn: disabled), the weights' dtype, or how "
+                                       "the model (or a reference model) was prepared for the launcher"), \
+            "switch the attention kernel"
     elif nan["first_logged"] and not late:
         cause, text, fix = "from-start", ("NaN from the first logged step with ordinary settings: usually the "
                                           "attention kernel or the library stack (LLaMA-Factory #2916, #9631, #7263, #3353), "
@@ -142,13 +151,20 @@ def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bo
                   f"at {where}, after training that was healthy before the logs read")
         extra = (" Under DeepSpeed, overlap_comm races (DeepSpeed#5347) and old releases (0.14.0; fixed by 0.14.3 "
                  "in LLaMA-Factory #5627) also produce late NaN." if ds else "")
+        # at a learning rate of ~0 (a schedule's end) a lower rate is no remedy: the step barely moves the weights
+        lower = ("" if rate is not None and rate <= 1e-7 else ", lower the learning rate")
         cause, text, fix = "late", (f"NaN {before}: a bad sample or batch, "
-                                    "or an optimizer-state blow-up; inspect the data around that step, lower the "
-                                    "learning rate or tighten max_grad_norm." + extra), "find the bad batch"
+                                    f"or an optimizer-state blow-up; inspect the data around that step{lower} or "
+                                    "tighten max_grad_norm." + extra), "find the bad batch"
     else:
         cause, text, fix = "unknown", "the cause is not visible in the logs read", "inspect the step"
     n["cause"] = cause
     n["cause_text"] = text.rstrip(".")
+    n["ref_model"] = rm
+    # one clause about what came before, never two that disagree (trial 9: "after 0 healthy log(s)" beside
+    # "after training that was healthy before the logs read")
+    n["healthy_text"] = (f"after {nan['healthy_before']} healthy log(s)" if nan["healthy_before"] else
+                         "at the first log read" if nan["first_logged"] else "with no healthy log before it")
     n["fix_title"] = fix
     what = ("loss 0.0 with grad_norm nan" if n["hidden"] and nan["metric"] == "grad_norm" else
             f"{nan['metric']} {fmt(nan['value'])}")
@@ -159,6 +175,39 @@ def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bo
                       f"about step {st}" if basis in ("estimated", "logging_steps") else
                       f"step {st}" if st is not None else "an unknown step")
     return n
+
+
+def _late(nan: dict[str, Any], cx: RunContext, lr: Curve | None, rate: float | None, ep: float | None) -> bool:
+    """Whether the first non-finite value came after healthy training (epoch >= LATE_EPOCH, or enough healthy
+    logs) and not at the run's start. The first log read, non-finite at the run's first logged step or at learning
+    rate 0, had nothing healthy before it, however far an epoch counter on a small dataset has moved (trial 9,
+    LF#10126: epoch 0.06 at step 1). A rate of 0 is the start only while warm-up follows it (the logged rates
+    rise after it) or the epoch is still early: a cosine schedule also ends at 0, and a paste of a run's last
+    lines starts there."""
+    st = nan["step"]
+    late = (ep is not None and ep >= LATE_EPOCH) or (st is not None and st >= LATE_STEP and nan["healthy_before"] >= 3) \
+        or nan["healthy_before"] >= 10
+    lr_rises = lr is not None and len(lr) > 1 and any(v > 1e-7 for v in list(lr.values)[1:])
+    at_start = bool(nan["first_logged"] and not nan["healthy_before"] and (
+        (rate is not None and rate <= 1e-7 and (lr_rises or (ep is not None and ep < 0.25)))
+        or (st is not None and nan.get("basis") not in ("ordinal", "estimated", "logging_steps")
+            and st <= max(1, cx.logging_steps() or 1))))
+    return late and not at_start
+
+
+def _at_rate(rate: float | None) -> str:
+    return f" at learning rate {fmt(rate)}" if rate is not None else ""
+
+
+def _lf_version(cx: RunContext, out: dict[str, Any]) -> tuple[str, str] | None:
+    """(LLaMA-Factory version, where it was read): the flags/--env first, then what the logs print."""
+    got = cx.given_versions.get("llamafactory")
+    if got:
+        return got
+    st = (out.get("stack") or {}).get("llamafactory")
+    if st and st.get("version"):
+        return str(st["version"]), str(st.get("source") or "the log")
+    return None
 
 
 def fp16_facts(cx: RunContext, on: bool, source: str | None, out: dict[str, Any]) -> dict[str, Any]:

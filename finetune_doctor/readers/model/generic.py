@@ -307,13 +307,25 @@ def arch_from_config(cfg: dict[str, Any], name: str, source: str, *,
                                  missing="a readable config.json") from None
 
 
+# where a multimodal config.json nests its text decoder: transformers' own classes use ``text_config``; remote-code
+# InternVL-Chat (model_type internvl_chat, configuration_internvl_chat.py) uses ``llm_config``, DeepSeek-VL / Janus
+# ``language_config`` (trial 9: an InternVL3 config was refused for the top level's missing hidden_size)
+NESTED_TEXT_KEYS = ("text_config", "llm_config", "language_config")
+
+
+def nested_text_key(cfg: dict[str, Any]) -> str | None:
+    """The first of NESTED_TEXT_KEYS that `cfg` holds as an object, else None."""
+    return next((k for k in NESTED_TEXT_KEYS if isinstance(cfg.get(k), dict)), None)
+
+
 def _split_wrapper(cfg: dict[str, Any], mt: str, notes: list[str], version: Version
                    ) -> tuple[dict[str, Any], str, str, list[tuple[str, int]]]:
     """(text config, its model_type, its dotted prefix in the file, tower/projector parts) of a wrapper."""
-    nested = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    key = nested_text_key(cfg)
+    nested = cfg[key] if key else {}
     # Older Qwen2-VL / Qwen2.5-VL / PaliGemma files keep text fields at the top level; newer ones nest text_config.
-    top = {k: v for k, v in cfg.items() if k not in ("text_config", "vision_config", "audio_config")}
-    prefix = "text_config" if nested else ""
+    top = {k: v for k, v in cfg.items() if k not in NESTED_TEXT_KEYS + ("vision_config", "audio_config")}
+    prefix = key or ""
     parts: list[tuple[str, int]] = []
     w = WRAPPERS.get(mt)
     if w is not None and isinstance(cfg.get("audio_config"), dict) and not any(k == "audio_config"
@@ -351,7 +363,7 @@ def _arch_from_config(cfg: dict[str, Any], name: str, source: str, positions: di
     notes: list[str] = [n for n in (not_sized(mt),) if n]
     parts: list[tuple[str, int]] = []
     text_cfg, text_mt, prefix = cfg, mt, ""
-    if mt in WRAPPERS or (mt not in REMOTE_READERS and isinstance(cfg.get("text_config"), dict)):
+    if mt in WRAPPERS or (mt not in REMOTE_READERS and nested_text_key(cfg)):
         text_cfg, text_mt, prefix, parts = _split_wrapper(cfg, mt, notes, version)
     c = ConfigView(text_cfg, defaults_for(text_mt, version), source, text_mt, positions, prefix)
     if text_mt in REMOTE_READERS:

@@ -593,6 +593,10 @@ class TextLogParser(FailureLines):
             self.keep.add("notices", Notice(self.path, line, self.logged(), "train-summary", body[:500], kv))
             return True
         if "loss" in kv:
+            if "rewards/chosen" in kv or "logps/chosen" in kv:
+                # trl's preference trainers log these (DPOTrainer: rewards/margins too; KTOTrainer: kl), so the
+                # stage is read from the log when no config is given (analyzers/postmortem/refmodel.py)
+                self.fact("lf_stage", "kto" if "kl" in kv else "dpo", line)
             for key, name in (("loss", "loss"), ("grad_norm", "grad_norm"), ("learning_rate", "learning_rate"),
                               ("epoch", "epoch")):
                 if key in kv:
