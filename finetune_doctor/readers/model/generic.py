@@ -90,6 +90,9 @@ TRAITS: dict[str, dict[str, Any]] = {
                          "split_linear": True},
     "gemma2": {"norms": 4}, "gemma3_text": {"norms": 4, "qk_norm": True},
     "glm": {"bias_qkv_only": True}, "glm4": {"norms": 4, "bias_qkv_only": True},
+    # GLM-4.1V's text model keeps GLM-4-0414's four norms a layer (modeling_glm4v.py Glm4vTextDecoderLayer);
+    # GLM-4.5V's is GLM-4.5-Air's decoder (two norms, q/k/v bias only)
+    "glm4v_text": {"norms": 4, "bias_qkv_only": True}, "glm4v_moe_text": {"bias_qkv_only": True},
     "gpt_oss": {"sinks": True, "router_bias": True, "qkv_bias": True, "o_bias": True, "fused_always": True},
     "smollm3": {}, "mixtral": {"moe_width_is_ffn": True}, "jamba": {"moe_width_is_ffn": True},
 }
