@@ -1,6 +1,6 @@
 """The GLM entries LLaMA-Factory 0.9.3-0.9.5 users fine-tune (issue 21): GLM-4.1V-9B-Thinking, GLM-4.5-Air,
 GLM-4.5V, GLM-4.5 and GLM-4.6, the transformers releases that register their model types, and the GLM-V vision
-tower the doctor now counts.
+tower the doctor now counts; and Seed-OSS-36B, another 2025 family LF registers.
 
 Each count is compared with a reference that does not come from the doctor's reader:
 - GLM-4.5V: the element count of the tensors stored in its 46 safetensors files (107,710,933,120, printed with its
@@ -9,6 +9,7 @@ Each count is compared with a reference that does not come from the doctor's rea
 - GLM-4.5-Air: 106 B total (transformers' glm4_moe model doc, zai-org/GLM-4.5 README); that figure includes the
   multi-token-prediction layer transformers does not build, so 1 %.
 - GLM-4.5 / GLM-4.6: 355 B total (the same doc; Xinference's GLM-4.6 spec), 1 %.
+- Seed-OSS-36B-Instruct: 36 B (transformers' seed_oss model doc: "36B-parameter dense"), 1 %.
 - GLM-4.1V-9B-Thinking: only its name's 9 B (the GLM-4-9B text model; 15 %, the catalogue's nominal bar), and,
   where torch is installed, transformers' meta-device build of the catalogue config, exact.
 """
@@ -50,7 +51,8 @@ def test_glm_45v_is_sized_to_its_stored_tensors():
 
 
 @pytest.mark.parametrize("name, billions", [("zai-org/GLM-4.5-Air", 106), ("zai-org/GLM-4.5", 355),
-                                            ("zai-org/GLM-4.6", 355), ("GLM-4.5-Air", 106)])
+                                            ("zai-org/GLM-4.6", 355), ("GLM-4.5-Air", 106),
+                                            ("ByteDance-Seed/Seed-OSS-36B-Instruct", 36)])
 def test_glm_moe_totals_are_within_1_percent_of_the_published_size(name, billions):
     assert _within(_arch(name)[1].total_params(), billions, 0.01)
 
@@ -114,7 +116,8 @@ def _meta_count(cfg):
     return mod.meta_count(cfg)
 
 
-@pytest.mark.parametrize("name", ["zai-org/GLM-4.5V", "zai-org/GLM-4.1V-9B-Thinking", "zai-org/GLM-4.5-Air"])
+@pytest.mark.parametrize("name", ["zai-org/GLM-4.5V", "zai-org/GLM-4.1V-9B-Thinking", "zai-org/GLM-4.5-Air",
+                                  "ByteDance-Seed/Seed-OSS-36B-Instruct"])
 def test_the_doctor_counts_what_transformers_builds(name):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
