@@ -9,6 +9,7 @@ Each count is compared with a reference that does not come from the doctor's rea
 - GLM-4.5-Air: 106 B total (transformers' glm4_moe model doc, zai-org/GLM-4.5 README); that figure includes the
   multi-token-prediction layer transformers does not build, so 1 %.
 - GLM-4.5 / GLM-4.6: 355 B total (the same doc; Xinference's GLM-4.6 spec), 1 %.
+- GLM-4.7-Flash: 30 B (transformers' glm4_moe_lite model doc: "a 30B-parameter mixture-of-experts model"), 1 %.
 - Seed-OSS-36B-Instruct: 36 B (transformers' seed_oss model doc: "36B-parameter dense"), 1 %.
 - GLM-4.1V-9B-Thinking: only its name's 9 B (the GLM-4-9B text model; 15 %, the catalogue's nominal bar), and,
   where torch is installed, transformers' meta-device build of the catalogue config, exact.
@@ -52,7 +53,8 @@ def test_glm_45v_is_sized_to_its_stored_tensors():
 
 @pytest.mark.parametrize("name, billions", [("zai-org/GLM-4.5-Air", 106), ("zai-org/GLM-4.5", 355),
                                             ("zai-org/GLM-4.6", 355), ("GLM-4.5-Air", 106),
-                                            ("ByteDance-Seed/Seed-OSS-36B-Instruct", 36)])
+                                            ("ByteDance-Seed/Seed-OSS-36B-Instruct", 36),
+                                            ("zai-org/GLM-4.7-Flash", 30)])
 def test_glm_moe_totals_are_within_1_percent_of_the_published_size(name, billions):
     assert _within(_arch(name)[1].total_params(), billions, 0.01)
 
@@ -66,11 +68,14 @@ def test_glm_41v_text_model_is_its_nominal_9b_and_the_tower_is_counted():
 
 @pytest.mark.parametrize("name, experts, first_dense, moe_width, layers", [
     ("zai-org/GLM-4.5-Air", 128, 1, 1408, 46), ("zai-org/GLM-4.5V", 128, 1, 1408, 46),
-    ("zai-org/GLM-4.5", 160, 3, 1536, 92), ("zai-org/GLM-4.6", 160, 3, 1536, 92)])
+    ("zai-org/GLM-4.5", 160, 3, 1536, 92), ("zai-org/GLM-4.6", 160, 3, 1536, 92),
+    ("zai-org/GLM-4.7-Flash", 64, 1, 1536, 47)])
 def test_glm_moe_layout(name, experts, first_dense, moe_width, layers):
     _entry, a = _arch(name)
+    per_token = 4 if name.endswith("Flash") else 8
     assert (a.num_experts, a.num_experts_per_tok, a.first_k_dense, a.moe_intermediate_size,
-            a.shared_expert_intermediate_size, a.num_layers) == (experts, 8, first_dense, moe_width, moe_width, layers)
+            a.shared_expert_intermediate_size, a.num_layers) == (experts, per_token, first_dense, moe_width,
+                                                                 moe_width, layers)
 
 
 def test_glm_45_and_46_differ_only_in_context_and_46_is_recorded_unread():
@@ -117,7 +122,7 @@ def _meta_count(cfg):
 
 
 @pytest.mark.parametrize("name", ["zai-org/GLM-4.5V", "zai-org/GLM-4.1V-9B-Thinking", "zai-org/GLM-4.5-Air",
-                                  "ByteDance-Seed/Seed-OSS-36B-Instruct"])
+                                  "ByteDance-Seed/Seed-OSS-36B-Instruct", "zai-org/GLM-4.7-Flash"])
 def test_the_doctor_counts_what_transformers_builds(name):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
