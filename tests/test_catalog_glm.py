@@ -100,7 +100,7 @@ def test_glm_vision_tower_count_follows_its_fields():
 
 
 @pytest.mark.parametrize("mtype, older, first", [("glm4v", "4.52.4", "4.53.0"), ("glm4_moe", "4.53.3", "4.54.0"),
-                                                 ("glm4v_moe", "4.55.4", "4.56.0")])
+                                                 ("glm4v_moe", "4.55.4", "4.56.0"), ("seed_oss", "4.55.0", "4.56.0")])
 def test_the_first_transformers_release_of_each_glm_type(mtype, older, first):
     hit = unregistered(mtype, older, True, "--transformers")
     assert hit is not None and hit["since"] == first and hit["source_of_since"]
