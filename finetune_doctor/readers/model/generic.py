@@ -90,6 +90,9 @@ TRAITS: dict[str, dict[str, Any]] = {
                          "split_linear": True},
     "gemma2": {"norms": 4}, "gemma3_text": {"norms": 4, "qk_norm": True},
     "glm": {"bias_qkv_only": True}, "glm4": {"norms": 4, "bias_qkv_only": True},
+    # GLM-4.1V's text model keeps GLM-4-0414's four norms a layer (modeling_glm4v.py Glm4vTextDecoderLayer);
+    # GLM-4.5V's is GLM-4.5-Air's decoder (two norms, q/k/v bias only)
+    "glm4v_text": {"norms": 4, "bias_qkv_only": True}, "glm4v_moe_text": {"bias_qkv_only": True},
     "gpt_oss": {"sinks": True, "router_bias": True, "qkv_bias": True, "o_bias": True, "fused_always": True},
     "smollm3": {}, "mixtral": {"moe_width_is_ffn": True}, "jamba": {"moe_width_is_ffn": True},
 }
@@ -236,6 +239,8 @@ def decoder_fields(c: ConfigView, mt: str, transformers_major: int | None = None
     if ffn is None:
         ffn = 4 * hidden
     attn_bias = _bool(c, "attention_bias", "bias", "use_bias")
+    # Seed-OSS sizes o_proj's bias by its own flag (modeling_seed_oss.py SeedOssAttention: attention_out_bias)
+    out_bias = c.cfg.get("attention_out_bias")
     d: dict[str, Any] = {
         "hidden_size": hidden, "num_layers": n_layers, "num_heads": heads,
         "num_kv_heads": kv if kv is not None else heads, "intermediate_size": ffn,
@@ -243,7 +248,8 @@ def decoder_fields(c: ConfigView, mt: str, transformers_major: int | None = None
         "tie_word_embeddings": _bool(c, "tie_word_embeddings", "tie_embeddings"),
         "max_position_embeddings": c.opt_int("max_position_embeddings", "n_positions", "seq_length"),
         "qkv_bias": bool(tr.get("qkv_bias")) or attn_bias or _bool(c, "qkv_bias"),
-        "o_bias": bool(tr.get("o_bias")) or (attn_bias and not tr.get("bias_qkv_only")),
+        "o_bias": bool(tr.get("o_bias")) or (bool(out_bias) if isinstance(out_bias, bool)
+                                             else attn_bias and not tr.get("bias_qkv_only")),
         "mlp_bias": _bool(c, "mlp_bias"),
         "qk_norm": bool(tr.get("qk_norm")), "layer_norms": int(tr.get("norms", 2)),
         "sliding_window": _sliding(c), "layer_types": _layer_types(c, n_layers),
