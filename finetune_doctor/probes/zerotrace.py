@@ -76,6 +76,7 @@ class ZeroLayout:
     prefetch_bucket: int = 50_000_000
     persistence: int = 100_000
     max_live: int = 1_000_000_000
+    max_reuse: int = 1_000_000_000
     overlap_comm: bool = False
     sub_group: int = 1_000_000_000
 
@@ -121,6 +122,7 @@ def layout_from_arch(arch: Any, stage: int, world: int, n_layers: int, full: boo
                       prefetch_bucket=val("stage3_prefetch_bucket_size", int(0.9 * h * h), 50_000_000),
                       persistence=val("stage3_param_persistence_threshold", 10 * h, 100_000),
                       max_live=val("stage3_max_live_parameters", 1_000_000_000, 1_000_000_000),
+                      max_reuse=val("stage3_max_reuse_distance", 1_000_000_000, 1_000_000_000),
                       overlap_comm=bool(z.get("overlap_comm", False)),
                       sub_group=val("sub_group_size", 1_000_000_000, 1_000_000_000))
 
@@ -133,6 +135,8 @@ class _Out:
         self.serial = 1 << 40
 
     def a(self, nbytes: int) -> int:
+        if not nbytes:
+            return 0   # the allocator is not asked for empty tensors (as the probe's tracker skips them)
         self.serial += 1
         self.events.append(("a", self.serial, int(nbytes), 0))
         return self.serial
@@ -169,8 +173,6 @@ class _ZeroState:
         self.buffers: list[int] = []
         self.grads_in_partition = 0
         self.states_done = False
-        self.gathered: dict[int, list] = {}       # flat buffer serial -> [param keys still wanted]
-        self.where: dict[tuple, int] = {}         # gathered param key -> its buffer serial
         self.step = 0
 
     # ---- build -----------------------------------------------------------------------------------------
@@ -224,43 +226,6 @@ class _ZeroState:
                 cur = 0
         return groups + ([cur] if cur else [])
 
-    # ---- ZeRO-3 fetch / release --------------------------------------------------------------------------
-    def fetch(self, key: tuple, plan: list[tuple[tuple, tuple[int, ...]]], pos: int) -> None:
-        """Gather module `key` (and, after the first step, prefetch the modules after `pos` in `plan`)."""
-        lay = self.lay
-        want = [(_base(key), i, n) for i, n in enumerate(dict(plan)[key])
-                if n > lay.persistence and (_base(key), i) not in self.where]
-        self._gather(want)
-        if self.step <= 1 or lay.prefetch_bucket <= 0:
-            return
-        budget, queued = min(lay.max_live, lay.prefetch_bucket), 0
-        more = []
-        for k2, sizes in plan[pos + 1:]:
-            for i, n in enumerate(sizes):
-                if queued >= budget:
-                    break
-                if n > lay.persistence and (_base(k2), i) not in self.where and (_base(k2), i, n) not in more:
-                    more.append((_base(k2), i, n))
-                    queued += n
-        self._gather(more)
-
-    def _gather(self, want: list[tuple]) -> None:
-        if not want:
-            return
-        s = self.o.a(sum(part(n, self.w) * self.w for _k, _i, n in want) * HALF)
-        self.gathered[s] = [(k, i) for k, i, _n in want]
-        for k, i, _n in want:
-            self.where[(k, i)] = s
-
-    def release(self, key: tuple) -> None:
-        for pk in [pk for pk in self.where if pk[0] == _base(key)]:
-            s = self.where.pop(pk)
-            left = self.gathered[s]
-            left.remove(pk)
-            if not left:
-                del self.gathered[s]
-                self.o.f(s)
-
     # ---- gradients -------------------------------------------------------------------------------------
     def grads(self, sizes: tuple[int, ...]) -> None:
         """Autograd's whole gradient of each parameter, copied into the IPG bucket and freed; a full bucket is
@@ -311,33 +276,113 @@ class _ZeroState:
             self.grads_in_partition = 0
 
 
-def _base(key: tuple) -> tuple:
-    """The module a plan entry uses: a layer module's recompute ("r") and backward ("b") uses share it."""
-    return key[:3] if key[0] == "L" else key
+Use = tuple  # (module key, its parameters' element counts, whether its gradients are made here)
 
 
-def _layer_modules(lay: ZeroLayout, idx: int) -> list[tuple[tuple, tuple[int, ...]]]:
-    return [(("L", idx, j), sizes) for j, sizes in enumerate(lay.layers[idx])]
-
-
-def _pass_plan(lay: ZeroLayout, order: list[tuple]) -> list[tuple[tuple, tuple[int, ...]]]:
-    """The modules of one forward or backward pass in fetch order (`order`: segment labels of the pass)."""
-    plan: list[tuple[tuple, tuple[int, ...]]] = []
-    for kind, idx in order:
-        if kind == "embed":
-            plan.append((("E",), lay.embed))
-        elif kind == "head":
-            plan.append((("H",), lay.head))
-        elif kind == "fwd":
-            plan += _layer_modules(lay, idx)
-        else:   # backward of a checkpointed layer: recompute in order, then backward in reverse
-            mods = _layer_modules(lay, idx)
-            plan += [((*k, "r"), s) for k, s in mods] + [((*k, "b"), s) for k, s in reversed(mods)]
+def step_plan(lay: ZeroLayout) -> list[Use]:
+    """The module uses of one forward and backward, in the order DeepSpeed's coordinator records them: the
+    embedding, each layer's modules, the output layer; in the backward the output layer, then per layer from the
+    last its recompute (modules in forward order) and its backward (in reverse); the embedding when it trains."""
+    n = len(lay.layers)
+    plan: list[Use] = [(("E",), lay.embed, False)]
+    for i in range(n):
+        plan += [(("L", i, j), sizes, False) for j, sizes in enumerate(lay.layers[i])]
+    plan += [(("H",), lay.head, False), (("H",), lay.head, True)]
+    for i in range(n - 1, -1, -1):
+        mods = [(("L", i, j), sizes) for j, sizes in enumerate(lay.layers[i])]
+        plan += [(k, s, False) for k, s in mods] + [(k, s, True) for k, s in reversed(mods)]
+    if lay.full:
+        plan.append((("E",), lay.embed, True))
     return plan
 
 
+class _Coordinator:
+    """ZeRO-3's partitioned-parameter coordinator over one pass of `step_plan` (partitioned_param_coordinator.py
+    ``fetch_sub_module`` :310-492, ``release_sub_module`` :494, ``__params_to_release`` :634-664): a fetch
+    gathers the module's missing parameters in one flat buffer; once the order is recorded (after the first
+    step) it then pops the recorded queue, prefetching parameters not available while fewer than
+    min(max live − available, prefetch bucket) elements are being prefetched, and noting for every popped entry
+    the latest use it was popped for; a release frees the module's parameters except those noted for a later
+    use and those used again within ``stage3_max_reuse_distance`` elements of the coming uses (all of them
+    before the order is recorded). Persistent parameters are never gathered here (gathered at the build)."""
+
+    def __init__(self, lay: ZeroLayout, out: _Out, plan: list[Use]):
+        self.lay, self.o, self.plan = lay, out, plan
+        self.params = [[((_k, i), n) for i, n in enumerate(sizes)] for _k, sizes, _g in plan]
+        self.queue = [(u, pk, n) for u, ps in enumerate(self.params) for pk, n in ps if n > lay.persistence]
+        self.where: dict[tuple, int] = {}
+        self.members: dict[int, set] = {}
+        self.available = 0
+        self.qpos = 0
+        self.recent: dict[tuple, int] = {}
+        self.recorded = False
+
+    def start(self, recorded: bool) -> None:
+        self.qpos, self.recent, self.recorded = 0, {}, recorded
+
+    def _gather(self, want: list[tuple]) -> None:
+        if not want:
+            return
+        s = self.o.a(sum(part(n, self.lay.world) * self.lay.world for _pk, n in want) * HALF)
+        self.members[s] = {pk for pk, _n in want}
+        for pk, n in want:
+            self.where[pk] = s
+            self.available += n
+
+    def _free(self, pk: tuple, n: int) -> None:
+        s = self.where.pop(pk, None)
+        if s is None:
+            return
+        self.available -= n
+        self.members[s].discard(pk)
+        if not self.members[s]:
+            del self.members[s]
+            self.o.f(s)
+
+    def fetch(self, u: int) -> None:
+        lay, q = self.lay, self.queue
+        self._gather([(pk, n) for pk, n in self.params[u] if n > lay.persistence and pk not in self.where])
+        while self.qpos < len(q) and q[self.qpos][0] <= u:
+            self.qpos += 1
+        if not self.recorded or lay.prefetch_bucket <= 0:
+            return
+        limit = min(lay.max_live - self.available, lay.prefetch_bucket)
+        batch: dict[tuple, int] = {}
+        while self.qpos < len(q) and sum(batch.values()) < limit:
+            uu, pk, n = q[self.qpos]
+            self.qpos += 1
+            self.recent[pk] = max(self.recent.get(pk, -1), uu)
+            if pk not in self.where and pk not in batch:
+                batch[pk] = n
+        self._gather(list(batch.items()))
+
+    def release(self, u: int) -> None:
+        cands = {pk: n for pk, n in self.params[u] if n > self.lay.persistence}
+        if self.recorded:
+            for pk in [pk for pk in cands if self.recent.get(pk, -1) > u]:
+                del cands[pk]
+            traversed = 0
+            for ps in self.params[u + 1:]:
+                if traversed >= self.lay.max_reuse or not cands:
+                    break
+                for pk, n in ps:
+                    cands.pop(pk, None)
+                    traversed += n
+        for pk, n in cands.items():
+            self._free(pk, n)
+
+    def release_all(self) -> None:
+        """Every parameter still gathered freed before the optimizer step (the coordinator's
+        ``release_and_reset_all`` at the end of the pass)."""
+        sizes = {pk: n for ps in self.params for pk, n in ps}
+        for pk in list(self.where):
+            self._free(pk, sizes[pk])
+
+
 def _walk(segs: list[tuple[Any, list[tuple]]], lay: ZeroLayout, zs: _ZeroState, o: _Out) -> None:
-    """Write the step segments with DeepSpeed's events between the replica's."""
+    """Write the step segments with DeepSpeed's events between the replica's: each segment takes its module
+    uses from `step_plan` in order (the embedding, a layer's modules, the output layer), its events split
+    evenly among them."""
     live_serials: set[int] = set()
 
     def emit(events: list[tuple]) -> None:
@@ -349,63 +394,54 @@ def _walk(segs: list[tuple[Any, list[tuple]]], lay: ZeroLayout, zs: _ZeroState, 
                 live_serials.discard(e[1])
                 o.events.append(e)
 
-    fwd_idx = bwd_idx = 0
-    n = len(lay.layers)
+    plan = step_plan(lay)
+    coord = _Coordinator(lay, o, plan) if lay.stage == 3 else None
+    u = 0
     for label, events in segs:
         o.events.append(("m", label))
-        step, _micro, phase = label[0], label[1], label[2]
-        where = label[3:]
-        if step != zs.step:
-            zs.step = step
+        zs.step, phase, where = label[0], label[2], label[3:]
+        take = 0
         if phase == "fwd" and where == ("embed",):
-            fwd_idx, bwd_idx = 0, n - 1
-            _use(zs, lay, [("embed", 0)], events, emit, [("embed", 0)] + [("fwd", i) for i in range(n)]
-                 + [("head", 0)])
-        elif phase == "fwd" and where and where[0] in ("b", "t"):
-            _use(zs, lay, [("fwd", fwd_idx)], events, emit, [("fwd", i) for i in range(fwd_idx, n)] + [("head", 0)])
-            fwd_idx += 1
-        elif phase == "fwd" and where == ("logits",):
-            _use(zs, lay, [("head", 0)], events, emit, [("head", 0)])
-        elif phase == "bwd" and where == ("logits",):
-            zs.setup_buckets()
-            _use(zs, lay, [("head", 0)], events, emit,
-                 [("head", 0)] + [("bwd", i) for i in range(n - 1, -1, -1)], grads=True)
-        elif phase == "bwd" and where and where[0] in ("b", "t"):
-            _use(zs, lay, [("bwd", bwd_idx)], events, emit, [("bwd", i) for i in range(bwd_idx, -1, -1)]
-                 + [("embed", 0)], grads=True)
-            bwd_idx -= 1
+            u = 0
+            if coord is not None:
+                coord.start(recorded=zs.step > 1)
+            take = 1
+        elif where and where[0] in ("b", "t"):
+            take = _layer_uses(plan, u)
+        elif where == ("logits",):
+            if phase == "bwd":
+                zs.setup_buckets()
+            take = 1
         elif phase == "bwd" and where == ("embed",):
-            if lay.full:
-                _use(zs, lay, [("embed", 0)], events, emit, [("embed", 0)], grads=True)
-            else:
-                emit(events)
+            take = 1 if lay.full else 0
         elif phase == "opt":
+            if coord is not None:
+                coord.release_all()
             zs.optimizer_step()
+        if not take:
             emit(events)
-        else:
-            emit(events)
+            continue
+        for k, chunk in enumerate(_chunks(events, take)):
+            if coord is not None:
+                coord.fetch(u + k)
+            emit(chunk)
+            if plan[u + k][2]:
+                zs.grads(plan[u + k][1])
+            if coord is not None:
+                coord.release(u + k)
+        u += take
+        if phase == "bwd" and where == ("embed",):
+            zs.reduce()
 
 
-def _use(zs: _ZeroState, lay: ZeroLayout, here: list[tuple], events: list[tuple], emit: Any,
-         upcoming: list[tuple], grads: bool = False) -> None:
-    """One segment: its modules fetched (ZeRO-3), the replica's events split among them, gradients of the
-    backward's modules, each module released after its share."""
-    plan = _pass_plan(lay, here)
-    full_plan = _pass_plan(lay, upcoming)
-    if not plan:
-        emit(events)
-        return
-    chunks = _chunks(events, len(plan))
-    for (key, sizes), chunk in zip(plan, chunks):
-        if lay.stage == 3:
-            zs.fetch(key, full_plan, next(i for i, (k, _s) in enumerate(full_plan) if k == key))
-        emit(chunk)
-        if grads and (len(key) < 4 or key[-1] == "b"):
-            zs.grads(sizes)
-        if lay.stage == 3:
-            zs.release(key)
-    if grads and here[0][0] == "embed":
-        zs.reduce()
+def _layer_uses(plan: list[Use], u: int) -> int:
+    """The number of uses of the layer whose first use is `u`: its modules (forward), or its recompute and
+    backward (backward: the uses up to the next layer's recompute)."""
+    layer = plan[u][0][1]
+    k = u
+    while k < len(plan) and plan[k][0][0] == "L" and plan[k][0][1] == layer:
+        k += 1
+    return k - u
 
 
 def zero_trace(base: AllocTrace, lay: ZeroLayout) -> AllocTrace:
