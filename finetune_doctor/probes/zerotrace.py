@@ -30,7 +30,8 @@ ZeRO-3 (runtime/zero/stage3.py, partition_parameters.py, partitioned_param_coord
   first step (torch allocates them lazily), the fp32 gradient freed (:2735).
 
 ZeRO-2 (runtime/zero/stage_1_and_2.py): the model whole on the device; the trainable parameters flattened into
-one buffer on the device (:505) and the originals freed; the fp32 partition clone (:560); each micro-step's first
+one buffer on the device (:505) and the originals freed, ``empty_cache()`` before each parameter group's
+flattening (:449; HF's Trainer makes a second, no-decay group, so the originals' segments are released); the fp32 partition clone (:560); each micro-step's first
 backward allocates the IPG buffers of ``reduce_bucket_size`` elements, a second with ``overlap_comm`` (:3266-3275,
 the old ones dropped); gradients pass through the bucket as above; the rank's reduced gradients are copied into
 ``grads_in_partition`` (:2192, allocated on first use); step: the fp32 gradient partition (:3118), the states on
@@ -141,6 +142,9 @@ class _Out:
         self.events.append(("a", self.serial, int(nbytes), 0))
         return self.serial
 
+    def empty_cache(self) -> None:
+        self.events.append(("e",))
+
     def f(self, serial: int | None) -> None:
         if serial:
             self.events.append(("f", serial))
@@ -202,9 +206,13 @@ class _ZeroState:
         else:
             wholes = [o.a(n * HALF) for n in params]
             if lay.full:
+                o.empty_cache()                                   # before each group's flattening (:449)
                 o.a(sum(params) * HALF)                           # flattened on the device
                 for s in wholes:
                     o.f(s)
+                # the second group (HF's no-decay norms and biases) starts with empty_cache: the originals'
+                # freed segments go back to the device
+                o.empty_cache()
             t = self.trained()
             o.a(part(t, w) * FP32)
 
