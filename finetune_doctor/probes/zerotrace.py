@@ -31,17 +31,18 @@ ZeRO-3 (runtime/zero/stage3.py, partition_parameters.py, partitioned_param_coord
 
 ZeRO-2 (runtime/zero/stage_1_and_2.py): the model whole on the device; the trainable parameters flattened into
 one buffer on the device (:505) and the originals freed, ``empty_cache()`` before each parameter group's
-flattening (:449; HF's Trainer makes a second, no-decay group, so the originals' segments are released); the fp32 partition clone (:560); each micro-step's first
-backward allocates the IPG buffers of ``reduce_bucket_size`` elements, a second with ``overlap_comm`` (:3266-3275,
+flattening (:449; HF's Trainer makes a second, no-decay group, so the originals' segments are released); the
+fp32 partition clone (:560); each micro-step's first backward allocates the IPG buffers of ``reduce_bucket_size`` elements, a second with ``overlap_comm`` (:3266-3275,
 the old ones dropped); gradients pass through the bucket as above; the rank's reduced gradients are copied into
 ``grads_in_partition`` (:2192, allocated on first use); step: the fp32 gradient partition (:3118), the states on
 the first step, the fp32 gradient and ``grads_in_partition`` freed (:3141, ``_release_preflattened_grad_buffers``).
 
 Approximations (each named in benchmarks/results/reserve_derivation.md): the step's events of a layer are split
 evenly among its modules (the probe marks layers, not modules); the backward segment of a layer is its recompute
-then its backward, half each; ZeRO-3's sub-groups are one per decoder layer plus one for the other parameters
-(DeepSpeed packs up to ``sub_group_size`` elements, several layers); the collectives' own temporaries beyond the
-reduce-scatter output are not modelled.
+then its backward, half each; ZeRO-3's sub-groups are cut from one optimizer group (HF's small no-decay group of
+norms and biases is not apart); parameters still gathered when the backward ends are released before the step;
+the collectives' own temporaries beyond the reduce-scatter output are not modelled; an adapter's own parameters stay whole and gathered (LoRA's B matrices
+above the persistence threshold are partitioned in DeepSpeed: tens of MiB).
 """
 
 from __future__ import annotations
