@@ -21,7 +21,7 @@ of training, adapter or full), and benchmarks/results/reserve_derivation.md its 
 
 Usage (CPU only)::
 
-    PYTHONPATH=$PWD python benchmarks/derive_zero_reserve.py [--no-write] [--no-needed] [--only 0,5]
+    PYTHONPATH=$PWD python benchmarks/derive_zero_reserve.py [--no-write] [--no-needed] [--only 0,5] [--variants-only]
 """
 
 from __future__ import annotations
@@ -53,8 +53,12 @@ Z3 = {"stage": 3, "overlap_comm": False, "contiguous_gradients": True, "sub_grou
 # (model, tokens per sample, finetuning type, world size, zero block)
 GRID = [(m, s, t, w, z) for m in (Q7, L8) for s in (2048, 8192) for t in ("lora", "full") for w in (2, 4, 8)
         for z in (Z2, Z3)]
-# not in the class's median: DeepSpeed's double IPG buffers (overlap_comm, ZeRO-2)
-VARIANTS = [(Q7, 2048, "full", 4, {**Z2, "overlap_comm": True}), (Q7, 2048, "lora", 4, {**Z2, "overlap_comm": True})]
+# not in the class's median: DeepSpeed's double IPG buffers (overlap_comm, ZeRO-2); the optimizer offloaded to the
+# host (LF's ds_z2_offload_config.json / ds_z3_offload_config.json), whose runs the class also covers
+OFF = {"offload_optimizer": {"device": "cpu", "pin_memory": True}}
+VARIANTS = [(Q7, 2048, "full", 4, {**Z2, "overlap_comm": True}), (Q7, 2048, "lora", 4, {**Z2, "overlap_comm": True}),
+            (Q7, 2048, "full", 4, {**Z2, **OFF}), (Q7, 2048, "full", 4, {**Z3, **OFF}),
+            (Q7, 2048, "lora", 4, {**Z3, **OFF}), (Q7, 8192, "full", 8, {**Z3, **OFF})]
 
 _BASE: dict[tuple, tuple] = {}
 
@@ -106,7 +110,8 @@ def measure(model: str, seq: int, ftype: str, world: int, zero: dict, need: bool
                            adapter=0 if full else lora_params(arch), zero=zero)
     trace = zero_trace(full_depth(traces[0], traces[1], arch.num_layers), lay)
     out = {"model": model, "seq": seq, "type": ftype, "world": world, "stage": zero["stage"],
-           "overlap_comm": bool(zero.get("overlap_comm")), "trains": "full" if full else "adapter",
+           "overlap_comm": bool(zero.get("overlap_comm")), "offload": lay.offload,
+           "trains": "full" if full else "adapter",
            "events": len(trace.events), "base_sim_s": round(secs, 1)}
     for mode, conf in (("off", None), ("on", parse_alloc_conf("expandable_segments:True"))):
         rep = replay(trace, conf, num_layers=arch.num_layers)
@@ -145,11 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--no-needed", action="store_true")
     ap.add_argument("--only", help="comma-separated GRID indices (implies --no-write)")
+    ap.add_argument("--variants-only", action="store_true", help="only the VARIANTS (prints them; writes nothing)")
     args = ap.parse_args(argv)
     t0 = time.process_time()
     grid = [GRID[int(i)] for i in args.only.split(",")] if args.only else GRID
     rows, variants = [], []
-    for spec in grid:
+    for spec in grid if not args.variants_only else []:
         rows.append(measure(*spec, need=not args.no_needed))
         print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rows[-1].items()}), flush=True)
     if not args.only:
@@ -158,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in variants[-1].items()}),
                   flush=True)
     cpu = time.process_time() - t0
+    if args.variants_only:
+        return 0
     entry = class_entry(rows)
     print(json.dumps({k: v for k, v in entry.items() if k != "members"}), f"cpu_s={cpu:.0f}")
     if args.no_write or args.only:

@@ -239,3 +239,21 @@ def test_empty_cache_keeps_split_segments():
     a.free(y)
     a.empty_cache()
     assert a.reserved == 0
+
+
+def test_offloaded_optimizer_keeps_the_fp32_side_off_the_card():
+    # ZeRO-3 + offload_optimizer: the build ends with the defragmented partitions (48 MiB) and the bucket (24 MiB);
+    # no fp32 sub-group partitions and no gradient-partition buffer (both on the host), and the step allocates
+    # nothing on the card
+    lay = _layout(3, full=True, offload=True)
+    o = _Out()
+    zs = _ZeroState(lay, o)
+    zs.build()
+    assert [e[2] for e in o.events if e[0] == "a"][-2:] == [48 * MIB, 24 * MIB]
+    n = len(o.events)
+    zs.optimizer_step()
+    assert len(o.events) == n
+    two = _layout(2, full=True, offload=True)
+    o2 = _Out()
+    _ZeroState(two, o2).build()
+    assert [e[2] for e in o2.events if e[0] == "a"][-1] == 96 * MIB     # the flat bf16 buffer, no fp32 partition

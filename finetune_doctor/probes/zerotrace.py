@@ -41,7 +41,8 @@ Approximations (each named in benchmarks/results/reserve_derivation.md): the ste
 evenly among its modules (the probe marks layers, not modules); the backward segment of a layer is its recompute
 then its backward, half each; ZeRO-3's sub-groups are cut from one optimizer group (HF's small no-decay group of
 norms and biases is not apart); parameters still gathered when the backward ends are released before the step;
-the collectives' own temporaries beyond the reduce-scatter output are not modelled; an adapter's own parameters stay whole and gathered (LoRA's B matrices
+the collectives' own temporaries beyond the reduce-scatter output are not modelled; with ``offload_optimizer`` only the fp32 side leaves the card (the
+host copies' staging buffers are not modelled); an adapter's own parameters stay whole and gathered (LoRA's B matrices
 above the persistence threshold are partitioned in DeepSpeed: tens of MiB).
 """
 
@@ -81,6 +82,7 @@ class ZeroLayout:
     max_reuse: int = 1_000_000_000
     overlap_comm: bool = False
     sub_group: int = 1_000_000_000
+    offload: bool = False      # offload_optimizer to the host: the fp32 side lives there, not on the card
 
     def all_params(self) -> list[int]:
         out = list(self.embed)
@@ -126,7 +128,8 @@ def layout_from_arch(arch: Any, stage: int, world: int, n_layers: int, full: boo
                       max_live=val("stage3_max_live_parameters", 1_000_000_000, 1_000_000_000),
                       max_reuse=val("stage3_max_reuse_distance", 1_000_000_000, 1_000_000_000),
                       overlap_comm=bool(z.get("overlap_comm", False)),
-                      sub_group=val("sub_group_size", 1_000_000_000, 1_000_000_000))
+                      sub_group=val("sub_group_size", 1_000_000_000, 1_000_000_000),
+                      offload=(z.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme"))
 
 
 class _Out:
@@ -198,12 +201,13 @@ class _ZeroState:
                 o.a(sum(part(n, w) for n in trained) * HALF)     # defragmented low-precision partitions
                 for s in parts:
                     o.f(s)
-            for g in self.subgroups():
+            for g in ([] if lay.offload else self.subgroups()):
                 o.a(g * FP32)
             if lay.adapter:
                 o.a(part(lay.adapter, w) * HALF)
             o.a(lay.reduce_bucket * HALF)
-            o.a(sum(part(n, w) for n in trained) * HALF + part(lay.adapter, w) * HALF)
+            if not lay.offload:   # offloaded, the gradient partitions live on the host (stage3.py ``self.device``)
+                o.a(sum(part(n, w) for n in trained) * HALF + part(lay.adapter, w) * HALF)
         else:
             wholes = [o.a(n * HALF) for n in params]
             if lay.full:
@@ -214,8 +218,8 @@ class _ZeroState:
                 # the second group (HF's no-decay norms and biases) starts with empty_cache: the originals'
                 # freed segments go back to the device
                 o.empty_cache()
-            t = self.trained()
-            o.a(part(t, w) * FP32)
+            if not lay.offload:
+                o.a(part(self.trained(), w) * FP32)
 
     def trained(self) -> int:
         return sum(self.lay.all_params()) if self.lay.full else self.lay.adapter
@@ -255,7 +259,7 @@ class _ZeroState:
         if self.lay.stage == 3:
             s = self.o.a(part(self.bucket_used, self.w) * HALF)
             self.o.f(s)
-        elif not self.grads_in_partition:
+        elif not self.grads_in_partition and not self.lay.offload:
             self.grads_in_partition = self.o.a(part(self.trained(), self.w) * HALF)
         self.bucket_used = 0
 
@@ -271,6 +275,8 @@ class _ZeroState:
         lay, o, w = self.lay, self.o, self.w
         self.reduce()
         groups = self.subgroups() if lay.stage == 3 else ([part(self.trained(), w)] if self.trained() else [])
+        if lay.offload:
+            groups = []   # the fp32 gradients, states and update run on the host
         for g in groups:
             low = o.a(g * HALF) if lay.stage == 3 else 0
             g32 = o.a(g * FP32)
