@@ -231,7 +231,7 @@ def test_liger_comes_before_truncating_the_data_when_it_alone_fits():
     d = check_json(GEMMA_16K, "--env", GEMMA_16K.with_suffix(".env.txt"))
     fixes = _memory_fix(d)
     assert _keys(fixes[0]) == [("enable_liger_kernel", True)] and fixes[0]["safety"] == "safe"
-    assert fixes[0]["effect"]["total_gib_after"] < 15 and fixes[0]["effect"]["p_oom_after"] <= 0.05
+    assert fixes[0]["effect"]["total_gib_after"] < 15 and fixes[0]["effect"]["p_oom_model_after"] <= 0.05
     assert "liger-kernel is installed on the training machine" in fixes[0]["cost"]
     assert [k for f in fixes[1:] for k, _ in _keys(f)] == ["cutoff_len"]   # truncation only after it
     names = {a["name"]: a for a in d["assumptions"]}
