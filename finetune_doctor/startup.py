@@ -96,6 +96,8 @@ def install(family: str = "") -> None:
     if _STATE["installed"]:
         return
     _STATE["family"] = f"{family}-" if family else ""
+    if family == "lint":
+        _defer_inspect()
     import dataclasses
     import marshal
     from types import CodeType
@@ -112,6 +114,34 @@ def install(family: str = "") -> None:
     dataclasses.exec = _exec   # type: ignore[attr-defined]
     _install_re(path)
     _STATE["installed"] = True
+
+
+class _DeferredModule(type(sys)):   # type: ignore[misc]
+    """A stand-in in ``sys.modules`` for a module not imported yet: the first attribute it lacks imports the real
+    module, which takes its place in ``sys.modules``; the stand-in forwards every later lookup to it."""
+
+    def __getattr__(self, name: str) -> Any:
+        real = self.__dict__.get("_real")
+        if real is None:
+            import importlib
+
+            if sys.modules.get(self.__name__) is self:
+                del sys.modules[self.__name__]
+            real = importlib.import_module(self.__name__)
+            self.__dict__["_real"] = real
+        return getattr(real, name)
+
+
+def _defer_inspect() -> None:
+    """Let ``dataclasses`` import without ``inspect`` (with ``dis``, ``tokenize``, ``linecache``: ~5 ms of a lint's
+    start-up on a 2-core machine, issue #22): ``dataclasses`` imports it at its top but calls it only for a class
+    without a docstring (``inspect.signature`` builds the ``__doc__``; CPython 3.10-3.13 ``Lib/dataclasses.py``
+    ``_process_class``), and none of the classes a lint builds lacks one. A ``_DeferredModule`` stands in until
+    something reads an attribute of it; whoever imports ``inspect`` after that gets the real module. A no-op once
+    ``inspect`` or ``dataclasses`` is imported."""
+    if "inspect" in sys.modules or "dataclasses" in sys.modules:
+        return
+    sys.modules["inspect"] = _DeferredModule("inspect")
 
 
 def _install_re(dc_path: Any) -> None:

@@ -30,15 +30,40 @@ def _configs() -> list[str]:
 def test_workers_give_the_report_of_one_process(monkeypatch):
     files = sorted(str(p) for p in EXAMPLES.rglob("*.yaml")) + sorted(str(p) for p in EXAMPLES.rglob("*.json"))
     forks: list[int] = []
-    real_fork = lint._fork_run
-    monkeypatch.setattr(lint, "_fork_run", lambda paths, opts: forks.append(len(paths)) or real_fork(paths, opts))
+    real_fork, real_collect = lint._fork_run, lint._collect
+    monkeypatch.setattr(lint, "_fork_run", lambda *a: forks.append(0) or real_fork(*a))
+    monkeypatch.setattr(lint, "_collect", lambda child: _count(forks, real_collect(child)))
     one = lint.run(files, Options(command="lint"), jobs=1)
     assert forks == []
     two = lint.run(files, Options(command="lint"), jobs=2)
-    assert len(forks) == 1 and forks[0] >= lint.PARALLEL_MIN   # one child; the parent lints the last run
+    # one child (the parent drains the queue beside it); which files each took depends on the scheduler
+    assert len(forks) == 2 and forks[1] < len(files)
     assert two.findings == one.findings and len(one.findings) > 0
     assert two.assumptions == one.assumptions and two.notes == one.notes
     assert two.sections == one.sections and two.inputs == one.inputs
+
+
+def _count(forks: list[int], got: dict | None) -> dict | None:
+    forks.append(len(got or {}))
+    return got
+
+
+def test_the_queue_gives_every_file_once_in_shrinking_chunks():
+    """`_queue`/`_drain` (issue #22): guided chunks of consecutive files, each taken by exactly one reader."""
+    import os
+
+    rest = [i for i in range(95) if i != 6]
+    fd, chunks = lint._queue(rest, 2)
+    try:
+        assert [i for c in chunks for i in c] == rest
+        sizes = [len(c) for c in chunks]
+        assert sizes[0] == len(rest) // 4 and sizes == sorted(sizes, reverse=True) and sizes[-1] == 1
+        taken: list[int] = []
+        while len(got := os.read(fd, 4)) == 4:   # what two workers' reads share: each number comes out once
+            taken.append(int.from_bytes(got, "little"))
+        assert taken == list(range(len(chunks))) and os.read(fd, 4) == b""
+    finally:
+        os.close(fd)
 
 
 def test_the_first_bad_file_in_order_raises_as_with_one_process(tmp_path):

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import pkgast
 from finetune_doctor import startup
 
@@ -278,3 +280,48 @@ def test_lint_keeps_caches_of_its_own(tmp_path):
     assert len(list(folder.glob("lint-re-code-*.marshal"))) == 1
     assert len(list(folder.glob("dataclass-code-*.marshal"))) == 1   # the lint's file pruned none of the shared
     assert run("lint") == 0 and run("") == 0
+
+
+def test_lint_defers_inspect_until_something_reads_it(tmp_path):
+    """`install("lint")` imports ``dataclasses`` without ``inspect`` (issue #22): a lint of LLaMA-Factory's example
+    configs never reads it (every project dataclass has a docstring, test above); a class without a docstring still
+    gets the ``__doc__`` ``inspect.signature`` writes, and whoever imports ``inspect`` then gets the real module."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path)}
+    code = ("import sys\nfrom finetune_doctor import startup; startup.install('lint')\n"
+            "from finetune_doctor.pipeline import lint\nfrom finetune_doctor.settings import Options\n"
+            f"files = sorted(str(p) for p in __import__('pathlib').Path({str(ROOT / 'fixtures/llamafactory/examples')!r})"
+            ".rglob('*.yaml'))\n"
+            "report = lint.run(files, Options(command='lint'), jobs=1)\n"
+            "print(len(files), len(report.findings) > 0, 'signature' in vars(sys.modules['inspect']))\n"
+            "import dataclasses\n@dataclasses.dataclass\nclass Bare:\n    x: int\n    y: str = 'a'\n"
+            "import inspect\nprint(Bare.__doc__, inspect is sys.modules['inspect'], inspect.signature(Bare))\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    first, second = out.stdout.splitlines()
+    assert first == "30 True False"
+    assert second == "Bare(x: int, y: str = 'a') True (x: int, y: str = 'a') -> None"
+
+
+def test_rule_listing_is_what_pathlib_glob_and_stat_give(tmp_path):
+    """engine/loader.py `_listing` (one scandir, issue #22) keys the rule-pack cache exactly as the glob and the
+    stat of each file did: hidden files and names that only end in .yaml included, other suffixes left out."""
+    from finetune_doctor.engine import loader
+
+    for name, text in (("b-rule.yaml", "x: 1\n"), (".hidden.yaml", "y: 2\n"), ("a.yaml", ""), ("c.yml", "z\n"),
+                       ("notes.yaml.bak", "")):
+        (tmp_path / name).write_text(text)
+    (tmp_path / "sub.yaml").mkdir()
+    old = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(tmp_path.glob("*.yaml"))]
+    assert loader._listing(str(tmp_path)) == old
+    assert [n for n, _s, _m in old] == [".hidden.yaml", "a.yaml", "b-rule.yaml", "sub.yaml"]
+    bundled = loader.bundled_rules_dir()
+    assert loader._listing(str(bundled)) == [(p.name, p.stat().st_size, p.stat().st_mtime_ns)
+                                              for p in sorted(bundled.glob("*.yaml"))]
+
+
+@pytest.mark.parametrize("path", ["rules/a-b.yaml", "/x/.hidden.yaml", "a.b.yaml", "noext", "/x/rule.yaml/",
+                                  "x/..yaml", "x/.yaml", "a.", ".", "..", "/", "a/.", "x/a.yaml.yaml", "x/a.YAML"])
+def test_rule_stem_is_pathlibs(path):
+    """engine/loader.py `_stem`: the rule file's name check reads what ``Path(path).stem`` gives (issue #22)."""
+    from finetune_doctor.engine import loader
+
+    assert loader._stem(path) == Path(path).stem

@@ -89,13 +89,14 @@ def test_the_tight_fit_message_says_which_probability():
     mem = {"headroom_gib": 2.0, "need_gib": 20.0, "budget_gib": 22.0, "peak_moment": "optimizer step",
            "total": 20.0, "error_label": "dense runs: measured on 9 runs", "error_spread_pct": 14.0,
            "error_bias_pct": 0.0, "interval_lo_gib": 15.1, "interval_hi_gib": 26.5,
-           "interval_basis": "the benchmarks' error", "p_oom_pct": 15.6, "p_oom_model_pct": 7.0,
+           "interval_basis": "the benchmarks' error", "p_oom_pct": 15.6, "p_oom_text": "15.6",
+           "p_oom_model_pct": 7.0, "p_oom_model_text": "7.0", "p_oom_model_assumed_text": "7.0",
            "p_oom_other_pct": 10.0, "verdict_reason": "error", "alt_stack_fits": None, "error_rows": 9}
     text = _message(rule, Evaluator({"mem": mem, "hw": {"gpu": "RTX-4090"}, "run": {"optim": "adamw_torch"}}))
     assert "with 7.0 % probability by the memory model, over the 5 % the doctor accepts" in text
     assert ("Runs reported like this one also ran out for reasons no memory term sees about 10.0 % of the time "
             "(all causes: 15.6 %).") in text
     # q = 0: one probability, no second sentence
-    text = _message(rule, Evaluator({"mem": {**mem, "p_oom_other_pct": 0.0, "p_oom_pct": 7.0},
+    text = _message(rule, Evaluator({"mem": {**mem, "p_oom_other_pct": 0.0, "p_oom_pct": 7.0, "p_oom_text": "7.0"},
                                      "hw": {"gpu": "RTX-4090"}, "run": {"optim": "adamw_torch"}}))
     assert "with 7.0 % probability by the memory model" in text and "all causes" not in text

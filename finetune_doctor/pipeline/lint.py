@@ -324,13 +324,13 @@ def _accelerate_alone(f: str, opts: Options) -> list[Finding] | None:
         return None
 
 
-def _work(paths: list[str], opts: Options) -> list[FileResult]:
+def _work(paths: list[str], opts: Options, known: dict[str, str | None] | None = None) -> list[FileResult]:
     """`classify` each path and lint the LLaMA-Factory configs among them, in order; a skipped file gets its
     `kind_of_file` and, for an accelerate config, its own lint (which `run` does after the configs in one
-    process)."""
+    process). `known`: kinds already found by `classify` (the parent's, inherited by a forked worker)."""
     out: list[FileResult] = []
     for f in paths:
-        kind = classify(f)
+        kind = known[f] if known is not None and f in known else classify(f)
         if kind == "lf":
             out.append((kind, _lint_config(f, opts)))
         elif kind is None:
@@ -347,45 +347,107 @@ def _in_workers(files: list[str], opts: Options, jobs: int) -> tuple[list[tuple[
     process, which raises what one process raises: classify's first refusal before any config's, each the first
     in command-line order).
 
-    This process classifies the files up to the first config and lints it, which imports the judge and fills this
-    process's caches (rule pack, key schema, model catalogue); the rest is cut into `jobs` runs of consecutive
-    files (files of one folder share options and models): forked children take all runs but the last, this
-    process the last, and each child sends its results back pickled through a pipe. Classifying in the workers
-    too keeps the serial part of a lint to start-up and that first config: the 95 examples of LLaMA-Factory spend
-    ~25 ms of CPU classifying, which one process did before any worker started (issue #22)."""
+    This process classifies the files up to the first config and lints it (that config alone), which imports the
+    judge and fills this process's caches (rule pack, key schema, model catalogue); the rest, the files before it
+    included, goes into a queue of chunks of consecutive files (`_queue`: files of one folder share options and
+    models), which `jobs` - 1 forked children and this process drain as each finishes a chunk (`_drain`); each
+    child sends its results back pickled through a pipe. Classifying in the workers too keeps the serial part of a
+    lint to start-up and that first config: the 95 examples of LLaMA-Factory spend ~25 ms of CPU classifying, which
+    one process did before any worker started (issue #22). Chunks taken as workers finish, not fixed halves: the
+    files' costs differ ~10x (an accelerate config ~1.5 ms of CPU, a v1 config whose finding imports the memory model
+    ~12 ms more), and fixed halves left one worker 5-27 ms of CPU behind the other on those 95 examples."""
+    known: dict[str, str | None] = {}
     try:
-        head: list[FileResult] = []
-        for f in files:
-            head.extend(_work([f], opts))
-            if head[-1][0] == "lf":
+        first = None
+        for i, f in enumerate(files):
+            known[f] = classify(f)
+            if known[f] == "lf":
+                first = i
                 break
+        # no config at all: nothing to share, as before (every file is already classified)
+        head = _work(files if first is None else [files[first]], opts, known)
     except Exception:
         return None
-    rest = files[len(head):]
+    # the files before the first config (LF's examples/ starts with six accelerate configs, ~1.5 ms of CPU each
+    # once the judge is imported) are the workers' too: only the first config's lint is serial
+    rest = [] if first is None else [i for i in range(len(files)) if i != first]
     jobs = min(jobs, len(rest) // PARALLEL_MIN)
     if jobs < 2:
-        runs = [rest]
+        mine: dict[int, FileResult] | None = dict(zip(rest, _work([files[i] for i in rest], opts, known)))
+        got: list[dict[int, FileResult] | None] = []
     else:
-        bounds = [len(rest) * i // jobs for i in range(jobs + 1)]
-        runs = [rest[a:b] for a, b in zip(bounds, bounds[1:])]
-    children = [_fork_run(run_paths, opts) for run_paths in runs[:-1]]
-    failed = False
-    try:
-        mine = _work(runs[-1], opts)
-    except Exception:   # the one-process path raises it again, after whatever a child's run would raise first
-        mine, failed = [], True
-    got = [_collect(child) for child in children]   # every child is waited for
-    if failed or any(g is None for g in got):
+        queue = _queue(rest, jobs)
+        children = [_fork_run(queue, files, opts, known) for _ in range(jobs - 1)]
+        try:
+            mine = _drain(queue, files, opts, known)
+        except Exception:   # the one-process path raises it again, after whatever a child's run would raise first
+            mine = None
+        got = [_collect(child) for child in children]   # every child is waited for
+        _close(queue[0])
+    done: dict[int, FileResult] = {}
+    for part in [*got, mine]:
+        if part is None:
+            return None
+        done.update(part)
+    if sorted(done) != rest:   # a chunk no worker took (a short read of the queue): one process does it all
         return None
-    pairs = head + [pair for g in got if g is not None for pair in g] + mine
+    at = 0 if first is None else first
+    pairs = [done[i] for i in rest]
+    pairs[at:at] = head
     kinds = [(f, kind) for f, (kind, _r) in zip(files, pairs)]
     alone: Alone = {f: r for f, (kind, r) in zip(files, pairs) if kind is None}
     return kinds, [r for kind, r in pairs if kind == "lf"], alone
 
 
-def _fork_run(paths: list[str], opts: Options) -> tuple[int, int]:
-    """Fork a child that classifies and lints `paths` (`_work`) and writes ``pickle((True, results))`` (or
-    ``(False, None)`` on any error) to a pipe; returns (pid, read end)."""
+Queue = tuple[int, list[list[int]]]
+"""The read end of a pipe holding one 4-byte chunk number per chunk, and the chunks (indices into the files)."""
+
+
+def _queue(rest: list[int], jobs: int) -> Queue:
+    """The chunks of `rest`, consecutive indices, written as 4-byte chunk numbers into a pipe whose write end is
+    closed (a reader at the end gets EOF). Chunks shrink as they go ("guided" scheduling, as OpenMP's): each is
+    the files left divided by twice the workers, at least one, so a worker starts on a long run of one folder
+    (its options and models resolved once per process) and the last small chunks even out the ends."""
+    import os
+
+    chunks: list[list[int]] = []
+    at = 0
+    while at < len(rest):
+        size = max(1, (len(rest) - at) // (2 * jobs))
+        chunks.append(rest[at:at + size])
+        at += size
+    read, write = os.pipe()
+    try:   # a few dozen numbers even for thousands of files: far below a pipe's buffer, so this never blocks
+        os.write(write, b"".join(k.to_bytes(4, "little") for k in range(len(chunks))))
+    finally:
+        os.close(write)
+    return read, chunks
+
+
+def _drain(queue: Queue, files: list[str], opts: Options, known: dict[str, str | None]) -> dict[int, FileResult]:
+    """`_work` of each chunk this process takes from `queue` until it is empty, by file index. A read of a 4-byte
+    number is whole on a pipe (Linux and the BSDs read a pipe under its lock); a short one stops this worker and
+    `_in_workers` finds the chunk missing."""
+    import os
+
+    out: dict[int, FileResult] = {}
+    fd, chunks = queue
+    while len(got := os.read(fd, 4)) == 4:
+        for i in chunks[int.from_bytes(got, "little")]:
+            out[i] = _work([files[i]], opts, known)[0]
+    return out
+
+
+def _close(fd: int) -> None:
+    import os
+
+    os.close(fd)
+
+
+def _fork_run(queue: Queue, files: list[str], opts: Options, known: dict[str, str | None]) -> tuple[int, int]:
+    """Fork a child that takes chunks of `files` from `queue` and classifies and lints them (`_drain`), and writes
+    ``pickle((True, results by file index))`` (or ``(False, None)`` on any error) to a pipe; returns (pid, read
+    end)."""
     import os
     import pickle
 
@@ -396,7 +458,7 @@ def _fork_run(paths: list[str], opts: Options) -> tuple[int, int]:
         try:
             os.close(read)
             try:
-                payload = pickle.dumps((True, _work(paths, opts)), protocol=5)
+                payload = pickle.dumps((True, _drain(queue, files, opts, known)), protocol=5)
             except BaseException:
                 payload, code = pickle.dumps((False, None)), 1
             with os.fdopen(write, "wb") as out:
@@ -407,7 +469,7 @@ def _fork_run(paths: list[str], opts: Options) -> tuple[int, int]:
     return pid, read
 
 
-def _collect(child: tuple[int, int]) -> list[FileResult] | None:
+def _collect(child: tuple[int, int]) -> dict[int, FileResult] | None:
     """The results a forked child sent, or None when it failed or sent nothing readable."""
     import os
     import pickle
