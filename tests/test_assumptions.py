@@ -132,7 +132,7 @@ def test_text_report_lists_what_moves_the_verdict_first_and_the_token_budget():
     assert lines[0].startswith("! sample-lengths")
     marks = [ln[0] for ln in lines]
     assert marks == sorted(marks)   # "!" sorts before "-": every verdict-moving line comes first
-    assert "training fits (probability of OOM <= 5 %) as long as no sample exceeds" in " ".join(out.split())
+    assert "training fits (the memory model's probability of OOM <= 5 %) as long as no sample exceeds" in " ".join(out.split())
 
 
 def test_transformers_version_decides_evaluation_strategy(tmp_path):
