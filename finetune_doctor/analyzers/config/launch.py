@@ -47,7 +47,6 @@ from typing import Any, Callable, Mapping
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.numbers import parse_version, version_key
-from finetune_doctor.readers.deepspeed.dsjson import read_json
 from finetune_doctor.readers.config.keyschema import load_schema
 from finetune_doctor.run.values import split_arg
 
@@ -403,6 +402,9 @@ def zero_stage_of(values: Mapping[str, Any], config_path: str | None) -> int | N
         for base in bases:
             path = os.path.join(base, ds)
             if os.path.isfile(path):
+                # the JSON reader only when a file is there: a config without `deepspeed:` needs none (issue #22)
+                from finetune_doctor.readers.deepspeed.dsjson import read_json
+
                 try:   # the DeepSpeed reader's limits (depth, size, numbers): a hostile file cannot recurse here
                     data = read_json(path).values
                 except InputError:
