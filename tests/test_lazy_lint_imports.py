@@ -1,7 +1,7 @@
 """Which project modules `doctor lint` of one plain training config imports (issue #22: the start-up of a pre-commit
 hook is mostly imports). Modules a clean config without ``deepspeed:`` never uses are imported where they are used:
 the DeepSpeed schema, problem and JSON readers, the accelerate reader, the data and memory namespaces, the fixers,
-the text reporter's source index, the weights' dtype reader. A config that names a DeepSpeed JSON still imports the
+the text reporter's source index, the weights' dtype reader, the chat-template registry. A config that names a DeepSpeed JSON still imports the
 DeepSpeed readers and gets its ``ds`` facts, and the facts.ds declarations still load for the rule loader."""
 
 import json
@@ -23,6 +23,7 @@ NOT_ON_A_PLAIN_LINT = (
     "finetune_doctor.readers.deepspeed.dsjson", "finetune_doctor.readers.config.accelerate",
     "finetune_doctor.facts.data", "finetune_doctor.fixes", "finetune_doctor.reporters._source",
     "finetune_doctor.readers.model.weights", "finetune_doctor.facts.mem", "finetune_doctor.engine.planners",
+    "finetune_doctor.analyzers.data.templates",   # the chat-template registry: qwen3 is in the release's table
 )
 HEAVY = ("torch", "transformers", "deepspeed")
 
