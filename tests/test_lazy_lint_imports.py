@@ -93,3 +93,18 @@ def test_the_ds_declarations_load_on_first_use():
         import finetune_doctor.facts.ds as ds_mod
 
         ds_mod.NOT_A_DECLARATION
+
+
+def test_an_accelerate_config_lint_imports_no_run_resolver_nor_model_readers(tmp_path, cache_home):
+    # the launch checks need run/values.py only; the run package's names load on first use (run/__init__.py)
+    acc = ROOT / "fixtures" / "llamafactory" / "examples" / "accelerate" / "fsdp2_config.yaml"
+    got = _lint(tmp_path, cache_home, acc)
+    mods = set(got["modules"])
+    assert "finetune_doctor.run.values" in mods and "finetune_doctor.analyzers.config.launch" in mods
+    assert [m for m in ("finetune_doctor.run.resolve", "finetune_doctor.run.model", "finetune_doctor.arch",
+                        "finetune_doctor.readers.model.catalog", "finetune_doctor.readers.model.generic")
+            if m in mods] == []
+    from finetune_doctor.run import InvalidRunValue, Run, resolve_run   # the old import path still works
+
+    assert resolve_run.__module__ == "finetune_doctor.run.resolve" and Run.__name__ == "Run"
+    assert issubclass(InvalidRunValue, Exception)
