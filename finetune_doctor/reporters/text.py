@@ -419,10 +419,10 @@ def _at_estimate(mem: Any) -> str:
 
 def _assumed(w: _Writer, r: Report) -> None:
     """What the report assumed rather than read, verdict-moving first ("!"), one line each."""
-    from finetune_doctor.reporters.sections import assumed
-
     if not r.assumptions:
         return
+    from finetune_doctor.reporters.sections import assumed   # a lint of accelerate configs alone assumes nothing
+
     w.heading("Assumed (not read from your inputs; ! moves the verdict)")
     for text, moves in assumed.assumption_lines(r.assumptions):
         w.line((text, "yellow" if moves else None), indent=1)
