@@ -289,12 +289,39 @@ def longest_bound(row: dict[str, Any]) -> int | None:
     return max(DATASET_LONGEST[n][0] for n in names)
 
 
+# TRL's SFTTrainer, given a peft_config and a bitsandbytes 4-bit model that is not sharded (no FSDP, no ZeRO-3: its
+# Params4bit sit on the GPU), calls peft's ``prepare_model_for_kbit_training``, which casts every fp16/bf16 parameter
+# that is not a Params4bit to fp32 (peft 0.12.0 utils/other.py:122-128, 0.18.1 :169-175), and then, with ``bf16``,
+# ``peft_module_casting_to_bf16``, which casts modules named lm_head/embed_tokens/wte/wpe back to bf16 and keeps
+# every module named "norm" (and every LayerNorm) in fp32 (trl 0.9.6 trainer/sft_trainer.py:214-268 and
+# trainer/utils.py:765-772; trl 0.24.0 models/utils.py:537-561 and trainer/utils.py:607-614). What is left is
+# LLaMA-Factory's ``upcast_layernorm: true`` (fp32 norm weights, 16-bit embeddings and head), so such a row is given
+# that key. fms-hf-tuning's benchmark rows run the same path: its bnb plugin with ``no_peft_model`` leaves the PEFT
+# preparation to SFTTrainer on one device (fms-acceleration plugins/accelerated-peft/src/fms_acceleration_peft/
+# framework_plugin_bnb.py, ``model_loader``'s warning about "extraneous dtype casting when SFTTrainer prepares the
+# model", read at 0258544), and its FSDP runs load sharded. Not expressible and left out: with fp16 instead of bf16
+# nothing casts the embeddings and head back, so they stay fp32 (the rows stay short by 2 bytes per parameter of
+# them).
+TRL_KBIT_FRAMEWORKS = ("TRL SFTTrainer", "fms-hf-tuning SFTTrainer")
+
+
+def trl_kbit_prepared(row: dict[str, Any]) -> bool:
+    """Whether `row` ran TRL's preparation of an unsharded bitsandbytes 4-bit model (TRL_KBIT_FRAMEWORKS)."""
+    c = row["config"]
+    zero = ((row.get("deepspeed") or {}).get("zero_optimization") or {}).get("stage", 0)
+    return (str(row.get("framework") or "").startswith(TRL_KBIT_FRAMEWORKS) and c.get("quantization_bit") == 4
+            and str(c.get("quantization_method") or "bnb") in ("bnb", "bitsandbytes") and not row.get("fsdp")
+            and int(zero or 0) != 3)
+
+
 def config_for(row: dict[str, Any]) -> dict[str, Any]:
-    """The row's LLaMA-Factory config with its framework's settings (FRAMEWORK_CONFIG) beneath it; the
-    ``lora_*`` keys only for LoRA rows; ``cutoff_len`` no longer than the row's datasets' longest sample
-    (`longest_bound`)."""
+    """The row's LLaMA-Factory config with its framework's settings (FRAMEWORK_CONFIG, TRL's 4-bit preparation:
+    `trl_kbit_prepared`) beneath it; the ``lora_*`` keys only for LoRA rows; ``cutoff_len`` no longer than the
+    row's datasets' longest sample (`longest_bound`)."""
     extra = {k: v for k, v in FRAMEWORK_CONFIG.get(str(row.get("framework")), {}).items()
              if not k.startswith("lora_") or row["config"].get("finetuning_type") == "lora"}
+    if trl_kbit_prepared(row):
+        extra["upcast_layernorm"] = True
     cfg = {**extra, **row["config"]}
     # packing fills every sequence to cutoff_len (LF data/processor/supervised.py:186 greedy_knapsack, :218-219 pads
     # each pack to it): no bound

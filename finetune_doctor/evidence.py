@@ -29,8 +29,8 @@ loss, grad_norm     {n, first, first_step, last, last_step, min, max, median, no
 lr                  {first, peak, peak_step, warmup_end_step, last, schedule}
 first_loss          {value, step, vocab, ln_vocab, threshold, ratio, abnormal, vocab_known, location}
 nan                 first non-finite loss/grad_norm: {step, step_text, metric, what, value, loss, grad_norm, lr,
-                    epoch, healthy_before, first_logged, hidden, count, cause, cause_text, fix_title,
-                    prev_finite_step, gap_steps, location}
+                    epoch, healthy_before, healthy_text, first_logged, hidden, count, cause, cause_text, fix_title,
+                    prev_finite_step, gap_steps, ref_model (analyzers/postmortem/refmodel.py), location}
 loss_zero           {start_step, count, until_end, with_grad_nan, grad_norm, meaning, location}
 loss_spike          first merged loss spike {step, value, baseline, sigma, score, ratio, count, peak, method: robust|jump,
                     gap_steps, prev_step, prev_value, location};
@@ -55,7 +55,9 @@ host_alloc          {bytes, size_text, size_words, huge, phase, evidence, where_
                     CPython's/NumPy's/Arrow's MemoryError, raised in-process (analyzers/postmortem/hostalloc.py)
 crash               {kind: exception|traceback-only|child-failed, cls, msg, step, where_text, text, explained,
                     location, cause {kind, text} (analyzers/postmortem/crashcause.py; None where the text
-                    establishes nothing beyond the exception), cause_text (" — " + cause.text, or "")}
+                    establishes nothing beyond the exception), cause_text (" — " + cause.text, or ""), first (a
+                    process raised it and others' failures followed: NCCL timeout/error, torchrun's teardown),
+                    consequences (" — then ...: consequences of rank R's exception ...", or "")}
 restarts            [{step, kind: resume|relaunch|session-start, detail, location}]
 attention_warning   {model, want, have, text, location}
 gpus                {cards: [{index, name, node, peak_gib, total_gib, samples, location}], busiest, lightest, spread_gib,
@@ -337,7 +339,8 @@ class KillRecord:
     child-failed | launcher-exit | launcher-kill | launcher-signalled | elastic-signalled (torchrun's agent got
     SIGHUP/SIGTERM/SIGINT) | signal | cpu-alloc | ray-oom (Ray's memory
     monitor) | loader-signal (a DataLoader worker's signal handler) | slurm-cancel (Slurm's "*** JOB N ... CANCELLED AT ...
-    DUE TO ... ***") | trainer-signalled (Lightning's "Received SIGTERM"); a failed in-process host allocation
+    DUE TO ... ***") | trainer-signalled (Lightning's "Received SIGTERM") | interrupted (a KeyboardInterrupt: SIGINT);
+    a failed in-process host allocation
     (c10's DefaultCPUAllocator, CPython/NumPy/Arrow MemoryError) is recorded as cpu-alloc but judged apart
     (analyzers/postmortem/hostalloc.py). `exitcode` as the launcher printed it (-9 = SIGKILL,
     -6 = SIGABRT, 137 = 128+9); `signal` the signal name when known. Source: log_patterns.md §8.

@@ -66,7 +66,7 @@ SKIPPED: dict[str, str] = {
     afmoe apertus apertus1p5_text arcee aria axk2 bailing_hybrid bamba beam bert bert-generation big_bird biogpt
     blip blip-2 camembert codegen cohere2_vision cosmos3_edge cosmos3_omni cpmant ctrl data2vec- text
     deepseek_v32 deepseek_v4 deepseek_vl deepseek_vl_hybrid doge electra ernie ernie4_5_moe exaone4_5 falcon_h1
-    fuyu git glm46v glm4v glm_moe_dsa glm_ocr glmga got_ocr2 gpt-sw3 gpt_bigcode gpt_neo gpt_neox
+    fuyu git glm46v glm_moe_dsa glm_ocr glmga got_ocr2 gpt-sw3 gpt_bigcode gpt_neo gpt_neox
     gpt_neox_japanese gptj granite_docling granitemoehybrid hrm_text hy_v4 hy_v4_vl hyperclovax_vision_v2
     idefics idefics2 idefics3 inkling2 inkling2_loop inkling2_loop_text inkling2_text inkling_mm_model
     instructblip instructblipvideo internvl jais2 janus jetmoe kimi_k25 kimi_linear lfm2 lfm2_vl lfm3 lfm3_vl
@@ -82,7 +82,7 @@ SKIPPED: dict[str, str] = {
     """.split(), 'totals match but the LoRA `all` set differs (fused qkv/gate_up modules or extra Linear modules the generic layout names differently)'),
     **dict.fromkeys("""
     bart bigbird_pegasus blenderbot blenderbot-small blt ernie4_5_vl_moe falcon_mamba florence2 gemma3n_text
-    glm4v_moe glm5_next kosmos-2 kosmos-2.5 mamba marian mbart mvp nemotron_h nemotron_h_omni pegasus pi0 plbart
+    glm5_next kosmos-2 kosmos-2.5 mamba marian mbart mvp nemotron_h nemotron_h_omni pegasus pi0 plbart
     pp_formulanet prophetnet qwen3_omni_moe_thinker rwkv t5gemma2 trocr vision-encoder-decoder whisper xglm xlm
     """.split(), 'not a decoder-only config the generic decoder reads (encoder-decoder, state-space, or sizes under names and shapes it does not take, e.g. per-layer lists): it raises ModelConfigInvalid'),
     **dict.fromkeys("""

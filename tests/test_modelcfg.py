@@ -78,7 +78,8 @@ READER_GAPS: dict[str, str] = {}
 # active" (its card lists the vision encoder apart) count the language model only; Qwen3-Next's and GLM-4.5/4.7's
 # activated counts are taken as the Qwen cards' "Non-Embedding" convention (not stated on those cards).
 ACTIVE_SCOPE = {"gpt_oss": "no_input_embedding", "qwen3_vl_moe": "text", "qwen3_5_moe": "text", "llama4": "text",
-                "gemma4": "text", "qwen3_next": "non_embedding", "glm4_moe": "non_embedding"}
+                "gemma4": "text", "qwen3_next": "non_embedding", "glm4_moe": "non_embedding",
+                "glm4v_moe": "non_embedding"}   # GLM-4.5V's "12B active" is GLM-4.5-Air's text count
 
 
 def _stated_precision(billions: float) -> float:

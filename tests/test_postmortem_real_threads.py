@@ -36,8 +36,10 @@ KNOWN_MISS_R5 = {"tf28027", "lf4077", "lf4000", "lf2974"}
 # Round 6's misses as scored once at the end of session 9 (held out, benchmarks/results/real_threads.md); lf694,
 # lf1164, lf6289, fa121, lf3508 and trl466 moved to right on dev (the paste's shape: tests/test_postmortem_paste_shapes.py);
 # lf8082's paste is torchrun's ChildFailedError line alone, which says a process failed and nothing of why;
-# swift7156 right since its paste's first frame, cut before `File "`, is read (the error is inside transformers)
-KNOWN_MISS_R6 = {"lf1839", "lf8082", "lf4213", "lf9178", "trl4782", "axolotl2975", "lf6784"}
+# swift7156 right since its paste's first frame, cut before `File "`, is read (the error is inside transformers);
+# trl4782 right since session 10 (wt/pmfix8): its traceback is cut, and the last warning above it (torch checkpoint.py's
+# reentrant "None of the inputs have requires_grad=True") is read as a lead (crashcause.warning_lead)
+KNOWN_MISS_R6 = {"lf1839", "lf8082", "lf4213", "lf9178", "axolotl2975", "lf6784"}
 KNOWN_MISS = KNOWN_MISS_R4 | KNOWN_MISS_R5 | KNOWN_MISS_R6 | {"mmdet12069", "della2", "lf10367"}
 
 

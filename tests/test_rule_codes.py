@@ -145,6 +145,9 @@ RELEASED = {
     "FD346": "host-alloc-failed",
     "FD097": "rule-failed",
     "FD714": "muon-under-deepspeed",
+    "FD021": "template-of-another-model", "FD055": "export-merge-into-quantized",
+    "FD056": "internvl-remote-code-checkpoint", "FD057": "dpo-reference-model-fsdp",
+    "FD661": "deepspeed-autotp-not-sized", "FD662": "deepspeed-autotp-zero3", "FD663": "model-config-not-understood",
 }
 
 

@@ -198,16 +198,18 @@ def test_a_roomy_at_risk_run_is_not_called_tight_and_a_thin_error_says_so():
     base = {"headroom_gib": 70.88, "need_gib": 68.9, "budget_gib": 139.81, "peak_moment": "optimizer step",
             "total": 68.9, "error_label": "ZeRO-2/3 runs: measured on 9 runs", "error_spread_pct": 14.0,
             "error_bias_pct": 10.1, "interval_lo_gib": 51.2, "interval_hi_gib": 113.6,
-            "interval_basis": "the benchmarks' error", "p_oom_pct": 5.15, "verdict_reason": "error",
+            "interval_basis": "the benchmarks' error", "p_oom_pct": 5.15, "p_oom_text": "5.2",
+            "p_oom_assumed_pct": 5.15, "p_oom_assumed_text": "5.2", "verdict_reason": "error",
             "alt_stack_fits": None, "error_rows": 9}
     facts = {"mem": base, "hw": {"gpu": "L20X"}, "run": {"optim": "adamw_torch"}}
     text = _message(rule, Evaluator(facts))
-    assert "51 % of the card: not a tight fit" in text and "5.2 % probability, over the 5 %" in text
+    # trial 9: "not a tight fit" under a rule named predicted-tight-fit read as a contradiction
+    assert "51 % of the card left: the margin is not what is tight" in text and "5.2 % probability, over the 5 %" in text
     assert "the wider tail fitted on runs" in text and "too few to size it" not in text
     thin = {**facts, "mem": {**base, "headroom_gib": 2.0, "need_gib": 20.0, "budget_gib": 22.0,
                              "interval_hi_gib": 26.5, "error_rows": 1}}
     text = _message(rule, Evaluator(thin))
-    assert "not a tight fit" not in text and "wider tail" not in text
+    assert "the margin is not what is tight" not in text and "wider tail" not in text
     assert "rests on 1 measured run of this kind, too few to size it" in text
 
 

@@ -212,6 +212,8 @@ def _ds_candidates(run: Any, ds: Any, stock: bool, written: str | None, prequant
     if world > 1 and not prequantized:
         stage = run.zero_stage if run.deepspeed else -1
         for new_stage in (2, 3):
+            if new_stage == 3 and _autotp_refuses_zero3(run, ds):
+                continue
             if new_stage > stage:
                 edit = _ds_stage_edit(ds, new_stage, stock, written)
                 out.append(Candidate(f"DeepSpeed ZeRO-{new_stage}", "zero",
@@ -237,6 +239,20 @@ def _ds_candidates(run: Any, ds: Any, stock: bool, written: str | None, prequant
                               ("deepspeed", "zero_optimization.offload_param.pin_memory", True, False)),
                              120, True, "weights stream from host memory every step", tier=3))
     return out
+
+
+def _autotp_refuses_zero3(run: Any, ds: Any) -> bool:
+    """DeepSpeed AutoTP is on and its version is not known to train it under ZeRO-3 (facts/ds.py `autotp_facts`:
+    the engine asserted stage <= 2 before 0.19.4): ZeRO-3 is then no remedy, let alone a safe one (trial 9,
+    LlamaFactory#10140 on DeepSpeed 0.16.9)."""
+    if getattr(run, "autotp_size", 1) <= 1:
+        return False
+    from finetune_doctor.facts.ds import AUTOTP_ZERO3_FROM
+    from finetune_doctor.readers.deepspeed.dsschema import parse_version
+
+    given = next((v for p, v, _ in getattr(run, "stack_sources", ()) if p == "deepspeed"), None)
+    dsv = parse_version(given or getattr(ds, "ds_version", None))
+    return dsv is None or dsv < parse_version(AUTOTP_ZERO3_FROM)
 
 
 def _edits(combo: tuple[Candidate, ...]) -> tuple[tuple[str, str, Any, bool], ...]:

@@ -191,7 +191,7 @@ def collect(asm: Any, opts: Any, *, tokens: int | None, base_verdict: str | None
     weigh = asm.hw is not None or asm.memory is not None   # lint without a card: listed, not weighed
     c = _Seen(asm, opts, tokens, base_verdict, judge_run(asm.counts, weigh), judge_run(None, weigh))
     return [*_data_and_card(c), *_deepspeed_config(c), *_stack(c, alt_stack), *_checkpoint(c), *_attention(c),
-            *_unsloth_release(c), *_terms(c),
+            *_unsloth_release(c), *_terms(c), *_tensor_parallel(c),
             *_launch(asm, c.run, c.hw, tokens, c.judge, c.fresh, c.rerun, base_verdict), *_defaults(c)]
 
 
@@ -351,6 +351,25 @@ def _checkpoint(c: _Seen) -> list[Assumption]:
     return [_weigh("checkpoint-dtype", dtype, why,
                    "--model-config with the checkpoint's config.json (or the model folder on this machine)",
                    c.base, [(alt, lambda: c.fresh(c.rerun(arch=other), c.hw, c.tokens) if _on(c.fresh) else None)])]
+
+
+def _tensor_parallel(c: _Seen) -> list[Assumption]:
+    """DeepSpeed AutoTP (``tensor_parallel.autotp_size`` > 1, run/resolve.py): the memory model sizes each GPU as
+    holding the whole model, which only overstates a rank's share (AutoTP splits the linear layers' weights,
+    gradients and optimizer states over the TP group, DeepSpeed runtime/tensor_parallel). An ``oom`` verdict is
+    therefore not established (the assumption moves it; the split is not sized, so no figure is given); a ``fits``
+    verdict holds (trial 9, LlamaFactory#10140)."""
+    n = getattr(c.run, "autotp_size", 1)
+    if n <= 1:
+        return []
+    return [Assumption(
+        name="tensor-parallel", value=f"each GPU holds the whole model (AutoTP {n} not modelled)",
+        source=f"the DeepSpeed file sets tensor_parallel.autotp_size: {n}; the doctor's memory model sizes data and "
+               "ZeRO parallelism only",
+        alternatives=(f"the linear layers split over {n} GPUs (not sized)",), effect_gib={}, effect_verdict={},
+        resolve_with="measure the first steps on the training machine (doctor gpus --watch), or size the run "
+                     "without tensor_parallel",
+        moves_verdict=c.base == "oom")]
 
 
 def _terms(c: _Seen) -> list[Assumption]:

@@ -224,7 +224,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
     facts["lint"]["model_type_unregistered"] = tfmodeltype.fact(asm, arch)
     if arch is None:   # every config kind alike: a model this machine cannot see is info unless --strict (trial 6)
         nothere.model_not_here(asm)
-    if kind not in ("train", "train-v1"):
+    if kind not in ("train", "train-v1") or (kind == "train" and kinds.predict_only(doc.values)):
         kinds.not_training(asm, arch)
         return _lint_assumptions(asm)   # --strict judges a merge's or a chat's verdict-moving ones too
     # check, estimate and postmortem size a DeepSpeed file that is not here with the same stock stand-in (one home:
@@ -428,7 +428,7 @@ def _mixed(asm: Assembly, opts: Options) -> dict[str, Any]:
     facts that change (p_oom, p_oom_pct, interval_*); empty when nothing is open."""
     from finetune_doctor.analyzers.memory import uncertainty
     from finetune_doctor.facts import assume
-    from finetune_doctor.facts.mem import BENCHMARK_ERROR, need_ratio, shape_of
+    from finetune_doctor.facts.mem import BENCHMARK_ERROR, need_ratio, pct_fields, shape_of
 
     mem = asm.memory
     comps = assume.mixture(mem.total, asm.hw, asm.assumptions, opts.gpu)
@@ -455,7 +455,7 @@ def _mixed(asm: Assembly, opts: Options) -> dict[str, Any]:
     out: dict[str, Any] = {"interval_gib": list(interval), "interval_lo_gib": interval[0],
                            "interval_hi_gib": interval[1], "interval_basis": basis}
     if p is not None:
-        out.update(p_oom=p, p_oom_pct=100 * p)
+        out.update(pct_fields(p, mem.p_oom))
     return out
 
 
@@ -627,7 +627,7 @@ def _deepspeed(asm: Assembly, arch: Any, *, tolerate_missing: bool, lenient: boo
         else:
             asm.notes.append(f"DeepSpeed config not read ({err}); facts computed without it")
         return
-    asm.facts["ds"] = ds_facts.assemble(asm.ds, asm.ds_stock)
+    asm.facts["ds"] = ds_facts.assemble(asm.ds, asm.ds_stock, asm.stack_sources)
     if asm.ds is not None and getattr(asm.ds, "path", None) and not asm.ds_stock:
         asm.sources["deepspeed"] = SourceDoc("deepspeed", display_path(str(asm.ds.path)) or str(asm.ds.path),
                                              dict(getattr(asm.ds, "positions", {}) or {}))

@@ -88,6 +88,13 @@ def _declarations() -> dict[str, Any]:
         "explicit": F("list", "dotted keys written with a non-auto value"),
         "unresolved": F("list", "dotted keys whose value needs facts we lack"),
         "defaults": OPEN("zero_optimization keys absent from the JSON, with DeepSpeed's defaults"),
+        "autotp_size": F("int", "tensor_parallel.autotp_size when > 1 (DeepSpeed AutoTP splits the model over that "
+                                "many GPUs), else 1"),
+        "autotp_zero3": F("str", "whether that DeepSpeed version's AutoTP trains under ZeRO-3: refused (before "
+                                 "0.19.4) | accepted | unknown (version not given)",
+                          values=("refused", "accepted", "unknown")),
+        "autotp_version": F("str", "the DeepSpeed version autotp_zero3 was judged for (the training machine's from "
+                                   "--env/--context, else the one the file was resolved for), None: not known"),
         "version": F("str", "DeepSpeed version assumed (None: newest known)"),
         "version_text": F("str", "that version as messages name it ('0.19.8', or '0.19.8 (assumed)' when unknown)"),
         "transformers_version": F("str", "transformers version assumed (None: newest known)"),
@@ -165,12 +172,19 @@ def load_alone(path: str) -> Any:
     return dsconfig.load_ds_config(str(full), str(path), None, {}, None, None)
 
 
-def assemble(ds: Any, stock: bool = False) -> dict[str, Any] | None:
-    """The ``ds`` facts of a read DeepSpeed config (None without one)."""
+def assemble(ds: Any, stock: bool = False, stack_sources: Any = ()) -> dict[str, Any] | None:
+    """The ``ds`` facts of a read DeepSpeed config (None without one). `stack_sources`: the run's (package,
+    version, where) triples; the training machine's DeepSpeed among them (--env, --context) decides what its
+    AutoTP accepts (`autotp_facts`)."""
     if ds is None:
         return None
     facts = facts_of(ds)
     facts["stock"] = stock
+    training_ds = next((v for p, v, *_ in stack_sources if p == "deepspeed"), None)
+    if training_ds:
+        from finetune_doctor.readers.deepspeed import dsschema as S
+
+        facts.update(autotp_facts(facts, S.parse_version(training_ds)))
     return facts
 
 
@@ -229,6 +243,7 @@ def facts_of(cfg: dsconfig.DSConfig) -> dict[str, Any]:
     if "gradient_clipping" not in cfg.raw:
         gc = 1.0 if S.at_least(dsv, "0.19.3") else 0.0
     facts: dict[str, Any] = {k: v for k, v in res.items()}
+    facts.update(autotp_facts(res, dsv))
     facts.update({
         "path": cfg.path, "problems": problem_dicts(cfg, cfg.problems), "zero_stage": stage,
         "offload_optimizer_device": oo, "offload_param_device": op,
@@ -243,6 +258,27 @@ def facts_of(cfg: dsconfig.DSConfig) -> dict[str, Any]:
         "hf_dtype": cfg.hf_dtype, "hf_dtype_4x": cfg.hf_dtype_4x, "notes": notes(cfg),
     })
     return facts
+
+
+# DeepSpeed's AutoTP training (tensor_parallel.autotp_size, from 0.16.4) asserted ZeRO stage <= 2 in
+# runtime/engine.py `_configure_tensor_parallel_states` ("Currently, the compatibility between 'autotp' and
+# 'zero_stage = 3' has not been validated"), still there at 0.19.2 and gone by 0.19.4; at 0.19.8 the same function
+# says "AutoTP + ZeRO stage 3 is supported for both inference and training" (runtime/engine.py:952).
+AUTOTP_ZERO3_FROM = "0.19.4"
+
+
+def autotp_facts(res: dict[str, Any], dsv: Any) -> dict[str, Any]:
+    """``autotp_size`` (> 1 only when AutoTP is on: TensorParallelConfig.autotp_size defaults to 0,
+    runtime/tensor_parallel/config.py:45 at 0.19.8) and ``autotp_zero3`` (refused | accepted | unknown) of the
+    resolved DeepSpeed tree `res` under DeepSpeed version `dsv` (S.parse_version's, None: not given)."""
+    from finetune_doctor.readers.deepspeed import dsschema as S
+
+    tp = res.get("tensor_parallel")
+    size = tp.get("autotp_size") if isinstance(tp, dict) else None
+    size = size if isinstance(size, int) and not isinstance(size, bool) and size > 1 else 1
+    z3 = "unknown" if dsv is None else ("accepted" if S.at_least(dsv, AUTOTP_ZERO3_FROM) else "refused")
+    return {"autotp_size": size, "autotp_zero3": z3,
+            "autotp_version": ".".join(str(x) for x in dsv) if dsv is not None else None}
 
 
 def notes(cfg: dsconfig.DSConfig) -> list[str]:

@@ -98,6 +98,38 @@ def chat_estimate(values: Mapping[str, Any], arch: Any, capacity_gib: float | No
     return out
 
 
+def predict_only(values: Mapping[str, Any]) -> bool:
+    """A train config that only evaluates or predicts: ``do_predict`` or ``do_eval`` true and ``do_train`` not.
+    transformers' TrainingArguments default every do_* to False and LLaMA-Factory's workflows train only under
+    ``if training_args.do_train`` (train/sft/workflow.py ``run_sft`` at 0.9.4; the same in pt/rm/dpo/kto/ppo), so
+    such a run builds no optimizer and keeps no gradients (LF's examples/train_lora/llama3_lora_predict.yaml)."""
+    return values.get("do_train") is not True and (values.get("do_predict") is True or values.get("do_eval") is True)
+
+
+# transformers TrainingArguments.per_device_eval_batch_size's default (training_args.py, 8 in 4.x and 5.x)
+HF_EVAL_BATCH = 8
+
+
+def predict_estimate(values: Mapping[str, Any], arch: Any, capacity_gib: float | None) -> dict[str, Any]:
+    """Weights and KV cache of a predict/eval-only run (`predict_only`): the HF engine's estimate (`chat_estimate`)
+    at ``per_device_eval_batch_size`` sequences (``batch``; ``batch_assumed`` when the YAML does not set it) of
+    cutoff_len + max_new_tokens tokens with ``predict_with_generate`` (Seq2SeqTrainer.prediction_step calls
+    generate), else of cutoff_len (a loss forward). Not included (``left_out``): one forward's activations and its
+    logits. Units GiB."""
+    b = values.get("per_device_eval_batch_size")
+    assumed = not (isinstance(b, int) and not isinstance(b, bool) and b > 0)
+    batch = HF_EVAL_BATCH if assumed else b
+    gen = values.get("predict_with_generate") is True
+    e = chat_estimate({**values, "infer_backend": "huggingface", "max_new_tokens": values.get(
+        "max_new_tokens", 1024) if gen else 0}, arch, None)
+    kv = _kv_per_token(arch, _dtype_bytes(values, arch)[0]) * e["max_len"] * batch / GIB
+    total = e["weights_gib"] + kv
+    return {**e, "kind": "predict", "batch": batch, "batch_assumed": assumed, "generate": gen,
+            "kv_gib": round(kv, 3), "total_gib": round(total, 2), "capacity_gib": capacity_gib,
+            "fits": None if not capacity_gib else total <= capacity_gib,
+            "left_out": "one forward's activations and logits"}
+
+
 NOT_JUDGED = {
     "eval": "an evaluation config (llamafactory-cli eval): the doctor checks its keys but does not estimate the "
             "benchmark's memory (weights plus batch_size x the longest few-shot prompt)",
@@ -588,7 +620,9 @@ def not_training(asm: Any, arch: Any) -> Any:
         peft = values.get("_peft") or {}
         values = {"export_size": peft.get("export_size", 5), "infer_dtype": peft.get("infer_dtype", "auto"),
                   "export_device": "auto"}
-    if asm.kind in ("export", "export-v1"):
+    if asm.kind == "train":   # predict/eval only (`predict_only`): no optimizer, no gradients
+        _predict(asm, arch, values)
+    elif asm.kind in ("export", "export-v1"):
         e = export_estimate(values, arch)
         where = "host RAM (export_device: cpu)" if e["device"] == "cpu" else "GPU memory over the visible GPUs"
         quant = f", GPTQ {e['quantized_bits']}-bit" if e["quantized_bits"] else ""
@@ -620,6 +654,28 @@ def not_training(asm: Any, arch: Any) -> Any:
     _named_quant(asm, arch, values)
     asm.facts["lint"]["kind_estimate"] = dict(asm.kind_section)   # for the rules (inference/export-does-not-fit)
     return asm
+
+
+def _predict(asm: Any, arch: Any, values: Mapping[str, Any]) -> None:
+    """`not_training` for a predict/eval-only train config: its estimate, a note, the eval-batch assumption."""
+    from finetune_doctor.types import Assumption
+
+    cap = asm.hw.capacity_gib if asm.hw is not None else None
+    e = predict_estimate(values, arch, cap)
+    what = "do_predict" if values.get("do_predict") is True else "do_eval"
+    asm.notes.append(
+        f"a {what} run without do_train: LLaMA-Factory builds no optimizer and keeps no gradients, so it is sized as "
+        f"inference, not as a training step: weights {e['weights_gib']} GiB + KV cache {e['kv_gib']} GiB for "
+        f"{e['batch']} sequence(s) of {e['max_len']} tokens = {e['total_gib']} GiB per GPU"
+        + (f" of {cap:.2f} GiB ({'fits' if e['fits'] else 'does not fit'})" if cap else "")
+        + f"; {e['left_out']} are not included")
+    if e["batch_assumed"]:
+        asm.assumptions.append(Assumption(
+            name="eval-batch", value=HF_EVAL_BATCH,
+            source="per_device_eval_batch_size is not set: transformers' TrainingArguments default",
+            resolve_with="set per_device_eval_batch_size in the YAML"))
+    asm.kind_section = {k: e[k] for k in ("kind", "dtype", "batch", "batch_assumed", "generate", "max_len",
+                                          "weights_gib", "kv_gib", "total_gib", "capacity_gib", "fits", "left_out")}
 
 
 def _export_load_dtype(asm: Any, arch: Any, values: Mapping[str, Any], e: dict[str, Any]) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from finetune_doctor.facts.tmpladvice import (export_merge_quantized, ref_model_fix_state, reasoning_template,
+                                               template_mismatch)
 from finetune_doctor.facts.schema import LOCATION, F, Namespace
 from finetune_doctor.analyzers.config.launch import CHECK_NAMES, check_launch
 from finetune_doctor.readers.config.keyschema import (CHOICE_CHECKS, CHOICE_ENDINGS, OPENING_CHECKS, TYPE_CHECKS,
@@ -93,6 +95,31 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
                             "effect_text": F("str", "each evaluated alternative: total GiB and verdict")}),
     "strict": F("bool", "--strict: verdict-moving assumptions and machine-dependent checks are errors"),
     "keys_dropped": F("int", "key problems beyond MAX_PER_KIND of one kind, counted but not judged one by one"),
+    "reasoning_template": F("dict", "a reasoning model under a template that is not the one it wants, for the "
+                                    "judged release(s) (facts/tmpladvice.py)", fields={
+        "template": F("str", "the config's template"), "want": F("str", "the template to use"),
+        "problem": F("str", "plain (no thought block) | format (another model's chat format)",
+                     values=("plain", "format")),
+        "registered": F("bool", "every judged release registers `want` (None: some do)"),
+        "note": F("str", "what the message adds: none | may_predate (some judged releases lack `want`) | "
+                         "no_reasoning (none registers a reasoning template: deepseek3)",
+                  values=("none", "may_predate", "no_reasoning")),
+        "first": F("str", "the first catalogued release that registers `want`"),
+        "releases": F("str", "the judged releases ('0.9.2', '0.9.2-0.9.3', 'any release')")}),
+    "export_merge_quantized": F("str", "the key that makes an export merge into a quantized model or merge and "
+                                       "quantize in one run (facts/tmpladvice.py), None otherwise",
+                                values=("quantization_bit", "export_quantization_bit")),
+    "ref_model_fsdp_fix": F("str", "whether the judged LLaMA-Factory release(s) prepare a DPO/KTO reference model "
+                                   "for FSDP (PR #10127, 0.9.5): none | some | all | unknown "
+                                   "(analyzers/postmortem/refmodel.py)", values=("none", "some", "all", "unknown")),
+    "template_mismatch": F("dict", "a model under the template of another model generation (facts/tmpladvice.py "
+                                   "`template_mismatch`)", fields={
+        "template": F("str", "the config's template"), "want": F("str", "the template to use"),
+        "model": F("str", "the model family named"),
+        "registered": F("bool", "every judged release registers `want` (None: some; False: none)"),
+        "registration": F("str", "the same as all | some | none", values=("all", "some", "none")),
+        "first": F("str", "the first catalogued release that registers `want`"),
+        "releases": F("str", "the judged releases")}),
     "config_kind": F("str", "which LLaMA-Factory command reads the config: train, train-v1, export, export-v1, "
                             "chat, eval (readers/config/lfkind.py)"),
     "lf_version": F("str", "the LLaMA-Factory release(s) the keys were judged for, or 'unknown'"),
@@ -186,7 +213,9 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "name": F("str", "model_name_or_path as written"), "message": F("str", "why"),
         "missing": F("str", "what was not found"), "fix": F("str", "the one flag or command that supplies it"),
         "config_json": F("str", "file:line of a config.json that was found but is unusable"),
-        "not_here": F("bool", "a local path that is not on this machine (not checked here unless --strict)")}),
+        "not_here": F("bool", "a local path that is not on this machine (not checked here unless --strict)"),
+        "parse_limit": F("bool", "a config.json was read but lacks a field where the doctor looks for it: the "
+                                 "doctor's limit (model-config-not-understood, info unless --strict)")}),
 })
 
 
@@ -227,9 +256,14 @@ def _unverified(condition: str | None, transformers_version: str | None) -> bool
             or (condition.startswith("transformers ") and not transformers_version))
 
 
-def _decide(condition: str, transformers_version: str | None) -> str:
+def _decide(condition: str, transformers_version: str | None, release_source: str = "") -> str:
     """The flags that would decide an unverified `condition`, never one the user gave (trial 4: FD041 said "pass
     --transformers VERSION" right after --transformers 5.2.0 was passed, for a key only LF's release decides)."""
+    if condition.startswith("LLaMA-Factory ") and "so its commit decides" in condition and release_source \
+            and release_source not in ("--llamafactory", "installed here", "not given"):
+        # the dev version came from the training machine's own env output (trial 9: "pass --env" after --env)
+        return (f"{release_source} names that development build, so only its commit decides: the `Git commit` line "
+                "of `llamafactory-cli env` (or `git log -1` in the LLaMA-Factory checkout)")
     if condition.startswith("LLaMA-Factory ") and "so its commit decides" in condition:
         # --llamafactory named a build between releases (trial 6: 0.9.3.dev0): another version flag cannot help
         return "pass --env FILE from the training machine (`llamafactory-cli env`) to decide it"
@@ -273,7 +307,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
             # one rule words every unverified problem: its table switches on the check (whose sentence the
             # launch check no longer carries) or, for an undeclared key, on its opening and fate
             d["case"] = d["case"] or d["check"]
-            d["decide"] = _decide(d["condition"], transformers_version)
+            d["decide"] = _decide(d["condition"], transformers_version, str(getattr(release, "source", "") or ""))
         out.append(d)
     rel = ("unknown" if release is None or not release.known
            else str(release.given) if getattr(release, "older", False) else ",".join(release.versions))
@@ -286,6 +320,10 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
             "release_note": release.note if getattr(release, "older", False) else "",
             "launch_trains": None, "config_command": COMMANDS.get(kind or "train"), "stack_refusals": [],
             "model_type_unregistered": None, "moe_z3_leaf": None,
+            "reasoning_template": reasoning_template(doc.values, release),
+            "ref_model_fsdp_fix": ref_model_fix_state(release),
+            "export_merge_quantized": export_merge_quantized(doc.values, kind),
+            "template_mismatch": template_mismatch(doc.values, release),
             **(launch or {"launch_known": False, "torchrun": False, "torch_known": False, "bf16_refused": None,
                           "bf16_stack": "the training machine's torch and transformers (not given) decide whether "
                                         "it starts"})}

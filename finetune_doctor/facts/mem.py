@@ -80,6 +80,11 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
                               "eval": F("dict", "the first evaluation, the same fields (None without one)")}),
     "p_oom": F("float", "probability that the peak passes the budget (0-1)"),
     "p_oom_pct": F("float", "the same in percent"),
+    "p_oom_text": F("str", "p_oom_pct as messages print it: one decimal, two where one would round across the 5 % "
+                           "target (5.04 % is not printed as 5.0 % beside 'over the 5 %')"),
+    "p_oom_assumed_pct": F("float", "p_oom in percent at the assumed value of every open assumption (the verdict's "
+                                    "basis; p_oom_pct is mixed over their alternatives), equal to it when none is open"),
+    "p_oom_assumed_text": F("str", "p_oom_assumed_pct printed as p_oom_text is"),
     "p_oom_target": F("float", "what remedies aim at (0-1)"),
     "interval_gib": F("list", "central 90 % predictive interval of total, GiB"),
     "interval_lo_gib": F("float", "its lower end, GiB"),
@@ -174,6 +179,26 @@ def judged(mem: MemoryEstimate, hw: Hardware | None, alt: dict[str, Any] | None 
     return replace(mem, verdict=verdict, p_oom=a.p_oom, interval_gib=a.interval_gib)
 
 
+def pct_text(p: float | None) -> str | None:
+    """A probability (0-1) in percent as a message prints it: one decimal, or two where one decimal would land on
+    the other side of the 5 % target than the value (4.96 -> "4.96", 5.04 -> "5.04"), so that a printed number and
+    the verdict decided on it never disagree (trial 9: "4.7 %, over the 5 % the doctor accepts")."""
+    if p is None:
+        return None
+    pct = 100 * p
+    target = 100 * uncertainty.P_OOM_TARGET
+    one = round(pct, 1)
+    return f"{pct:.2f}" if (one <= target) != (pct <= target) or (one == target and pct != target) else f"{one:.1f}"
+
+
+def pct_fields(p: float | None, p_assumed: float | None) -> dict[str, Any]:
+    """The p_oom / p_oom_assumed percent fields of the ``mem`` facts (`p` mixed over open assumptions, `p_assumed`
+    at their assumed values)."""
+    return {"p_oom": p, "p_oom_pct": None if p is None else 100 * p, "p_oom_text": pct_text(p),
+            "p_oom_assumed_pct": None if p_assumed is None else 100 * p_assumed,
+            "p_oom_assumed_text": pct_text(p_assumed)}
+
+
 def verdict_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[str, Any] | None) -> dict[str, Any]:
     """The verdict and error-model facts of `mem` (namespace fields budget_gib … expandable_verdict)."""
     budget = budget_of(hw)
@@ -186,7 +211,7 @@ def verdict_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[
     out: dict[str, Any] = {
         "budget_gib": budget, "need_gib": mem.need, "reserve_needed_gib": mem.details.get("reserve_needed_gib"),
         "verdict": verdict, "verdict_reason": reason, "p_oom": a.p_oom,
-        "p_oom_pct": None if a.p_oom is None else 100 * a.p_oom, "p_oom_target": uncertainty.P_OOM_TARGET,
+        **pct_fields(a.p_oom, a.p_oom), "p_oom_target": uncertainty.P_OOM_TARGET,
         "interval_gib": list(a.interval_gib), "interval_lo_gib": a.interval_gib[0],
         "interval_hi_gib": a.interval_gib[1], "interval_basis": BENCHMARK_ERROR, "safe_total_gib": a.safe_total_gib,
         "margin_gib": None if budget is None else budget - a.safe_total_gib,

@@ -15,6 +15,8 @@ from finetune_doctor.facts.schema import F, Namespace
 NAMESPACE = Namespace("model", __doc__.split("\n\n")[0], {
     "name": F("str", "model name as the config gives it, or the catalog id"),
     "model_type": F("str", "config.json model_type"),
+    "multimodal": F("bool", "the model has towers or projectors beside its text decoder (ModelArch.extra_parts)"),
+    "remote_code": F("bool", "its config.json maps its classes to the repository's own code (auto_map)"),
     "bf16_family": F("bool", "a family pre-trained in bf16 (arch.py BF16_FAMILIES, the one list)"),
     "dtype": F("str", "checkpoint dtype (config.json torch_dtype/dtype)"),
     "params_b": F("float", "parameters, billions"),
@@ -41,6 +43,7 @@ def assemble(run: Any, counts: Any) -> dict[str, Any]:
     a = run.arch
     return {
         "name": a.name, "model_type": a.model_type, "bf16_family": a.model_type in BF16_FAMILIES,
+        "multimodal": bool(a.extra_parts), "remote_code": isinstance(a.raw, dict) and "auto_map" in a.raw,
         "dtype": a.dtype, "params_b": counts.base / 1e9,
         "params": counts.base, "trainable_params": counts.trainable, "adapter_params": counts.adapter,
         "trainable_pct": 100.0 * counts.trainable / max(counts.base, 1),

@@ -36,6 +36,11 @@ def model_not_here(asm: Any) -> None:
     unfetched = any(w in str(unresolved.get("message") or "") for w in ("no network:", "no download (--offline",
                                                                           "no download (HF_HUB_OFFLINE"))
     unresolved["not_here"] = bool((local and not here) or unfetched)
+    # a config.json that was found and parsed but lacks a field where the doctor's reader looks for it (readers/
+    # model/configjson.py "config.json ... has no 'X'"): the reader's limit, not the user's error (trial 9: an
+    # InternVL-Chat config whose decoder sits under llm_config was an FD607 error, exit 1)
+    unresolved["parse_limit"] = bool(unresolved.get("config_json")) and " has no '" in str(
+        unresolved.get("message") or "")
     if unresolved["not_here"]:
         doc = asm.doc
         asm.facts["lint"]["keys"].append({

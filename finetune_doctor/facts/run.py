@@ -33,6 +33,8 @@ _DOCS = {
     # engines beyond DeepSpeed (run/engines.py)
     "engine": "single | ddp | deepspeed | fsdp | megatron",
     "launcher": "accelerate | torchrun | deepspeed | llamafactory-cli | ray | python (None: not known)",
+    "autotp_size": "DeepSpeed AutoTP degree (tensor_parallel.autotp_size; 1 without it): not sized by the memory "
+                   "estimate",
     "ray_num_workers": "Ray workers, one GPU each", "fsdp": "FSDP (1 or 2) shards the run",
     "fsdp_version": "1 (FlatParameter) | 2 (fully_shard); 0 without FSDP",
     "fsdp_sharding": "FULL_SHARD | SHARD_GRAD_OP | HYBRID_SHARD | _HYBRID_SHARD_ZERO2 | NO_SHARD",

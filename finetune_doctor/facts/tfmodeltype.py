@@ -76,9 +76,43 @@ def fact(asm: Any, arch: Any) -> dict[str, Any] | None:
     a = getattr(asm, "tf_assumed", None)
     if stated is not None:
         out = unregistered(mtype, stated[0], True, stated[1])
+    elif (newest := _newest_per_release(getattr(asm, "release", None) if a is not None or stated is None
+                                        else None)):
+        # a development build judged by two releases (0.9.3.dev0 -> 0.9.2 and 0.9.3): the type is refused only if
+        # the newest transformers of each is too old, and the message gives each release its own bound (trial 9:
+        # "0.9.2-0.9.3 runs with at most 4.49.0" beside 0.9.3's "<=4.52.4")
+        if any(unregistered(mtype, v, False, "") is None for v, _ in newest):
+            return None
+        rel = asm.release
+        top = max(newest, key=lambda x: _key(x[0]))
+        out = unregistered(mtype, top[0], False, f"LLaMA-Factory {rel.versions[0]}-{rel.versions[-1]} ({rel.source})",
+                           "; ".join(f"{r} accepts at most {v}" for v, r in newest))
     elif a is not None:
         out = unregistered(mtype, a["version"], False, f"LLaMA-Factory {a['releases']} ({a['release_source']})",
                            f"the newest version LLaMA-Factory {a['releases']} accepts ({a['spec']})")
     else:
         return None
     return {**out, "by_name": by_name} if out is not None and by_name else out
+
+
+def _key(v: str) -> tuple[int, ...]:
+    from finetune_doctor.numbers import parse_version
+
+    return tuple(parse_version(v, parts=None) or ())
+
+
+def _newest_per_release(release: Any) -> list[tuple[str, str]]:
+    """[(newest transformers the release's start-up range admits, release)] for each release `release` is judged
+    by (facts/stackrange.py `assumed_transformers` of each alone); [] when one of them has no bound."""
+    if release is None or len(getattr(release, "versions", ()) or ()) < 2:
+        return []
+    from finetune_doctor.facts.stackrange import assumed_transformers
+    from finetune_doctor.readers.config.lfrelease import choose
+
+    out = []
+    for v in release.versions:
+        got = assumed_transformers(choose(v, getattr(release, "source", "") or "--llamafactory"))
+        if got is None:
+            return []
+        out.append((got["version"], v))
+    return out

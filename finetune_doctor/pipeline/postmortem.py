@@ -56,6 +56,12 @@ PARSE_TIME_TAG = "parse-time"
 this bad?*: HfArgumentParser.parse_dict with allow_extra_keys=False, get_train_args, __post_init__): a run whose
 logs show training steps got past them, so in a postmortem they are warnings (trial 7 c10, the same reasoning as
 deepspeed-file-missing). A user's rule pack (``--rules``) tags its own the same way."""
+CONSEQUENCE_TAG = "consequence"
+"""The rule tag of postmortem rules whose failure another rank's exception explains (a collective timeout, an NCCL
+error of a peer that went away: ProcessGroupNCCL.cpp ``WorkNCCL::checkTimeout`` fires on the ranks still waiting in
+a collective that a rank which raised never entered). When ``ev.crash.first`` says a rank raised (a cause, not a
+consequence: analyzers/postmortem/causes.py ``crash_facts``), their findings follow run-crashed instead of
+preceding it by their ``rank:N``; alone, they keep their rank."""
 CMDLINE = "cmdline.txt"
 OWN_OUTPUT_NOTE = "not read as logs, finetune-doctor's own output"
 OWN_REPORT_MARKS = ("a finetune-doctor report", "this command's own report")
@@ -182,7 +188,7 @@ def _judge(facts: dict[str, Any], sources: dict[str, SourceDoc], opts: Options, 
     """The postmortem rules (cause first), then the config-level rules of ``check`` (CHECK_CATEGORIES) by
     severity: the first finding stays the diagnosis of what happened. A static finding that a postmortem rule
     confirmed from the logs (``fp16-on-bf16-model`` / ``fp16-on-bf16-model-confirmed``) is not repeated."""
-    found = judge("postmortem", facts, sources, opts, live=live, order="rank")
+    found = _causes_first(judge("postmortem", facts, sources, opts, live=live, order="rank"), facts, opts)
     if not has_config:
         return found
     have = {(f.code, f.location.file, f.location.line) for f in found}
@@ -195,6 +201,25 @@ def _judge(facts: dict[str, Any], sources: dict[str, SourceDoc], opts: Options, 
         parse_time = parse_time_rules(opts)
         extra = [_past_start_up(f, why) if f.name in parse_time else f for f in extra]
     return found + sorted(extra, key=lambda f: -SEVERITY_RANK.get(f.severity, 0))
+
+
+def _causes_first(found: list[Finding], facts: dict[str, Any], opts: Options) -> list[Finding]:
+    """`found` with the findings of rules tagged CONSEQUENCE_TAG moved right after run-crashed when the crash is
+    an exception a rank raised before the others failed (``ev.crash.first``); unchanged otherwise."""
+    if not ((facts.get("ev") or {}).get("crash") or {}).get("first"):
+        return found
+    k = next((i for i, f in enumerate(found) if f.name == "run-crashed"), None)
+    if k is None:
+        return found
+    from finetune_doctor.engine.loader import load_rules
+
+    tagged = {r.name for r in load_rules(opts.rules_dirs) if CONSEQUENCE_TAG in r.tags}
+    moved = [f for f in found[:k] if f.name in tagged]
+    if not moved:
+        return found
+    rest = [f for f in found if not any(f is m for m in moved)]
+    j = next(i for i, f in enumerate(rest) if f is found[k]) + 1
+    return rest[:j] + moved + rest[j:]
 
 
 def parse_time_rules(opts: Options) -> frozenset[str]:
@@ -333,7 +358,8 @@ def _given_versions(opts: Options) -> dict[str, tuple[str, str]]:
 
         env = read_env_file(opts.env_file)
         found.update({k: (str(v), opts.env_file) for k, v in env.versions.items() if v})
-    for key, flag in (("torch", opts.torch_version), ("transformers", opts.transformers_version)):
+    for key, flag in (("torch", opts.torch_version), ("transformers", opts.transformers_version),
+                      ("llamafactory", opts.lf_version)):
         if flag:
             found[key] = (flag, f"--{key}")
     return found

@@ -90,6 +90,10 @@ class Run:
     ds_gather_16bit_on_save: bool = False   # zero_optimization.stage3_gather_16bit_weights_on_model_save
     overlap_comm: bool = False
     contiguous_gradients: bool = True     # DeepSpeedZeroConfig's default
+    # DeepSpeed AutoTP: `tensor_parallel.autotp_size` of the JSON (run/resolve.py `_deepspeed`); 1 without it.
+    # The memory terms do not size it (each rank is sized as holding the whole model): facts/assume.py
+    # `_tensor_parallel` and rule deepspeed-autotp-not-sized say so
+    autotp_size: int = 1
     # False: a ZeRO-3 model built outside deepspeed.zero.Init, whole on each rank until deepspeed.initialize
     # partitions it (run/engines.py `_zero3_init`)
     zero3_init: bool = True

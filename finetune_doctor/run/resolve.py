@@ -92,6 +92,11 @@ def _deepspeed(ds: Any | None, hw: Hardware | None, notes: list[str]) -> dict[st
                                                   merged.get("gather_16bit_weights_on_model_save")) is True,
                overlap_comm=bool(merged.get("overlap_comm", stage == 3)),
                contiguous_gradients=bool(merged.get("contiguous_gradients", True)))
+    # DeepSpeed's TensorParallelConfig (runtime/tensor_parallel/config.py:45, autotp_size default 0 = off); the
+    # engine splits the model only when it is > 1 (runtime/engine.py:595 at 0.19.8)
+    tp = as_int((res.get("tensor_parallel") or {}).get("autotp_size"), 0) if isinstance(
+        res.get("tensor_parallel"), dict) else 0
+    out["autotp_size"] = tp if tp > 1 else 1
     if hw is None or hw.num_gpus is None:
         tbs, mbs, gas = (res.get(k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
                                               "gradient_accumulation_steps"))

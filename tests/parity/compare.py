@@ -44,6 +44,9 @@ LATER_FAILURES = {
     "FD703": "the GaLore/APOLLO optimizer builder rejects the optim at trainer creation (NotImplementedError)",
     "FD052": "transformers refuses a model_type its release does not register when the model's config is loaded "
              "(AutoConfig, at model load), after the arguments parsed",
+    "FD055": "export_model refuses a merge into a quantized model after the model has loaded (train/tuner.py)",
+    "FD056": "a remote-code InternVL checkpoint loads no processor: the run stops while preparing the dataset",
+    "FD662": "DeepSpeed asserts the ZeRO stage under AutoTP in deepspeed.initialize, after parsing",
     "FD633": "LLaMA-Factory's LongLoRA patch checks the transformers version at model load (require_version), after "
              "the arguments parsed",
 }

@@ -546,7 +546,18 @@ def _template(c: _Cfg) -> list[Problem]:
         return []
     rel = c.release
     if rel is not None and rel.has_template(name):
-        return []   # registered by the release judged for (moss_vl on main, a template 0.8 had)
+        lacking = [v for v in rel.versions if v not in rel.template_versions(name)]
+        if not lacking or not rel.known:
+            return []   # registered by the release judged for (moss_vl on main, a template 0.8 had)
+        # a development build judged by both neighbours ("0.9.4.dev0": a commit between 0.9.3 and 0.9.4, LF's
+        # extras/env.py VERSION being bumped to the next X.Y.Z.dev0 right after each release) and only the later
+        # one registers it: whether the build has it is the commit's to say (trial 9: qwen3_vl on 0.9.4.dev0)
+        from finetune_doctor.readers.config.keyschema import _unsure
+
+        return [_c("template", "template", "template-unregistered",
+                   "pass --env FILE from the training machine, or upgrade to a release that registers it",
+                   condition=_unsure(rel, lacking),
+                   args={"name": name, "who": f"LLaMA-Factory {', '.join(lacking)}"})]
     # the chat-template registry (~35 templates built at import, ~1 ms) only for a name the release lacks (#22)
     from finetune_doctor.analyzers.data.templates import LF_TEMPLATE_NAMES
 

@@ -16,7 +16,9 @@ moments.py      the moments of a step, the allocator reserve and `estimate`
 constants.py    runtime constants, the former flat reserve, the verdict margin
 zero3.py        ZeRO-3 persistent and gathered parameters (DeepSpeed's coordinator: reuse distance, prefetch)
 qlora.py        bitsandbytes 4-bit: the dequantised weight of the linear being computed; the inputs releases
-                before 0.43.2 keep for backward
+                before 0.43.2 keep for backward; 8-bit's backward dequantisation and kept inputs
+qlora_residual.py  the fp32 residual stream bitsandbytes' linears return after an fp32 norm (upcast_layernorm,
+                LayerNorm under autocast)
 ddp.py          torch DDP's Reducer buckets as the HF Trainer configures them, the wrap-time broadcast
 dataparallel.py one process over several GPUs (torch DataParallel): the logits of the whole batch gathered on GPU 0
 npu.py          Ascend NPUs: HCCL communicator buffers, torch_npu's allocator settings

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from finetune_doctor.analyzers.memory.params import ParamCounts, _targets
+from finetune_doctor.analyzers.memory.qlora_residual import fp32_residual
 from finetune_doctor.dtypes import dtype_bytes as _bytes
 from finetune_doctor.run import Run
 from finetune_doctor.run.savers import S2ATTN_GROUP_RATIO
@@ -80,14 +81,16 @@ def activation_bytes_per_token_layer(run: Run, layer: int = 0, frozen: bool = Fa
     else:
         width, k = (a.moe_intermediate_size or a.intermediate_size), a.num_experts_per_tok
     gated = 2 if run.liger_swiglu else 3        # liger: gate and up; HF: gate, silu, up
-    mlp = (e * width * gated + (e * width if down_saved else 0)) * k   # (+ product if down trains)
+    # bitsandbytes linears fed an fp32 norm output return fp32 (qlora_residual.py): gate, silu and up are fp32 then
+    em = 4.0 if fp32_residual(run) else e
+    mlp = (em * width * gated + (e * width if down_saved else 0)) * k   # (+ product if down trains)
     if not a.is_dense_layer(layer):
         if run.use_kt:
             mlp = 0.0                             # routed experts run on the CPU (KTransformers)
-        mlp += 4 * a.num_experts + e * h * k      # router logits (fp32) and dispatched copies of the input
+        mlp += 4 * a.num_experts + em * h * k     # router logits (fp32) and dispatched copies of the input
         if a.shared_expert_intermediate_size:
             w2 = a.shared_expert_intermediate_size
-            mlp += e * w2 * gated + (e * w2 if down_saved else 0)
+            mlp += em * w2 * gated + (e * w2 if down_saved else 0)
     b += mlp
     if run.use_dora and run.finetuning_type == "lora" and trains:
         b += 2 * e * sum(lin.out_features * (k if lin.expert else lin.count)
@@ -215,9 +218,13 @@ def layer_transients(run: Run, layer: int | None = None) -> tuple[float, float]:
 def residual_bytes(run: Run) -> float:
     """Bytes per element of the residual stream: fp32 when full tuning keeps fp32 weights (the embedding output
     is fp32 and every residual add stays fp32 under autocast), else the compute dtype (freeze tuning leaves the
-    embedding in half precision, and autocast returns the projections' outputs in half)."""
+    embedding in half precision, and autocast returns the projections' outputs in half). fp32 too for QLoRA whose
+    bitsandbytes 4- or 8-bit linears receive an fp32 norm output, which they return in fp32 (qlora_residual.py; the first
+    layer's input, the embedding's output, stays in the compute dtype: `activation_terms`)."""
     if run.finetuning_type == "full" and run.trainable_dtype == "float32":
         return 4.0
+    if fp32_residual(run):
+        return 4.0   # QLoRA: bitsandbytes linears return an fp32 norm output in fp32 (qlora_residual.py)
     return 2.0 if run.autocast or _bytes(run.compute_dtype) == 2 else 4.0
 
 
@@ -349,6 +356,9 @@ def activation_terms(run: Run, c: ParamCounts, T: int) -> ActivationTerms:
         # each checkpointed layer keeps only its input (in host RAM with unsloth's checkpointing); backward
         # rebuilds one layer's activations at a time, after the logits are gone (the loss moment does not see it)
         kept = 0.0 if offloaded else e_res * a.hidden_size * len(trainable)
+        if kept and fp32_residual(run) and trainable and trainable.start == 0:
+            # the first layer's input is the embedding's output, in the compute dtype (qlora_residual.py, step 3)
+            kept -= (e_res - _bytes(run.compute_dtype)) * a.hidden_size
         acts = T * kept + above
         recompute = T * max(per_layer, default=0.0) + (T * e_res * a.hidden_size if offloaded else 0.0)
         recompute += _dora_transient(run) + T * layer_transients(run)[1]

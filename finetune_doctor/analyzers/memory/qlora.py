@@ -49,6 +49,12 @@ def is_bnb4(run: Run) -> bool:
     return run.quantization_bit == 4 and (run.quantization_method or "bnb") in ("bnb", "bitsandbytes")
 
 
+def is_bnb8(run: Run) -> bool:
+    """bitsandbytes 8-bit on the fly (``quantization_bit: 8`` with the bnb method: LLM.int8's ``Linear8bitLt``,
+    LF model/model_utils/quantization.py:179-181), the path ``MatMul8bitLt`` serves."""
+    return run.quantization_bit == 8 and (run.quantization_method or "bnb") in ("bnb", "bitsandbytes")
+
+
 def largest_quantized_linear(run: Run) -> int:
     """Elements of the largest single quantised weight (``out × in`` of one linear, one expert's for MoE)."""
     a = run.arch
@@ -59,12 +65,19 @@ def largest_quantized_linear(run: Run) -> int:
 def dequant_transient_bytes(run: Run) -> float:
     """Bytes of the dequantised weight a 4-bit linear holds while it runs (forward, checkpoint recompute and
     backward alike): ``out × in`` in the state's dtype (the dtype the weight was loaded in, LF's compute dtype),
-    plus a cast to the activation dtype when that differs (:373, :404). 0 outside bitsandbytes 4-bit."""
+    plus a cast to the activation dtype when that differs (:373, :404). 8-bit (LLM.int8) multiplies int8 matrices
+    in forward and dequantises only in backward, once, in the input's dtype: ``CB = state.CB.to(ctx.dtype_A,
+    copy=True).mul_(...)`` then ``grad_A = matmul(grad_output, CB)`` (``MatMul8bitLt.backward``, read in the wheels
+    0.41.1 ``autograd/_functions.py:479``, 0.43.3 :473, 0.44.1 :473, 0.45.0 :433, 0.46.0 :293, 0.48.2 :289; the
+    frozen ``Int8Params`` keep no ``CBt``, so the int8 backward branch is not taken). 0 outside bitsandbytes and
+    under unsloth (its own kernels)."""
+    n = largest_quantized_linear(run)
+    act_b = dtype_bytes(run.compute_dtype if run.autocast is None else run.autocast)
+    if is_bnb8(run) and not run.use_unsloth:
+        return n * act_b
     if not is_bnb4(run):
         return 0.0
-    n = largest_quantized_linear(run)
     state_b = dtype_bytes(run.compute_dtype)
-    act_b = dtype_bytes(run.compute_dtype if run.autocast is None else run.autocast)
     return n * state_b + (n * act_b if act_b != state_b else 0.0)
 
 
@@ -80,9 +93,16 @@ def bnb_version(run: Run) -> tuple[str, str] | None:
 
 def keeps_input(run: Run) -> bool:
     """Whether the run's MatMul4Bit keeps its input for backward: bitsandbytes < 0.43.2 (module docstring). An
-    unknown version is taken as the release read (0.48.2, does not keep it); memory/assumed.py records that."""
-    if not is_bnb4(run) or run.use_unsloth:
+    unknown version is taken as the release read (0.48.2, does not keep it); memory/assumed.py records that.
+    8-bit: always — ``MatMul8bitLt.forward`` sets ``ctx.tensors = (CAt, subA, A)`` whenever an input needs a
+    gradient in every release read (0.41.1 ``autograd/_functions.py:431``, 0.43.3 :425, 0.44.1 :425, 0.45.0 :389,
+    0.46.0 :243, 0.48.2 :239), so no version decides it."""
+    if run.use_unsloth:
         return False    # unsloth's own LoRA kernels replace bitsandbytes' matmul autograd function
+    if is_bnb8(run):
+        return True
+    if not is_bnb4(run):
+        return False
     found = bnb_version(run)
     v = parse_version(found[0]) if found else None
     return v is not None and v < BNB_DROPS_INPUT

@@ -6,10 +6,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
+from finetune_doctor.analyzers.postmortem import refmodel
+from finetune_doctor.analyzers.postmortem.crashcause import crash_cause, raised_at, warning_lead
 from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.analyzers.postmortem.launchcause import SHM_MAP
+from finetune_doctor.analyzers.postmortem.ranks import is_consequence_exc
 from finetune_doctor.analyzers.postmortem.stackcause import stack_range_text
 from finetune_doctor.evidence import Evidence, KillRecord, src
 
@@ -94,8 +96,10 @@ def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bo
     n["hidden"] = bool(nan["metric"] == "grad_norm" and nan.get("loss") == 0.0)
     sc = out.get("scale")
     fl = out.get("first_loss")
-    late = (ep is not None and ep >= LATE_EPOCH) or (st is not None and st >= LATE_STEP and nan["healthy_before"] >= 3) \
-        or nan["healthy_before"] >= 10
+    late = _late(nan, cx, lr, rate, ep)
+    rm = (refmodel.ref_model_fsdp(cx, _lf_version(cx, out), cx.log.get("lf_stage"),
+                                  "log's metric keys (rewards/chosen: trl's preference trainers)")
+          if nan["first_logged"] and not late else None)
     ds = bool(cx.cfg.get("deepspeed") or cx.zero_stage() is not None)
     if out.get("lr_high"):
         cause, text, fix = "learning-rate", (f"the learning rate ({out['lr_high']['reason']}; see "
@@ -126,11 +130,17 @@ def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bo
             "not determined: the DeepSpeed file the config names is not here, so the run's fp16/bf16, loss-scale "
             "and communication settings (overlap_comm) could not be checked, and the attention kernel is not "
             "blamed without them (see not-checked-here)"), "restore the DeepSpeed file and run the postmortem again"
+    elif rm is not None:
+        cause, text, fix = "ref-model-fsdp", (
+            f"NaN from the first logged step{_at_rate(rate)} with no healthy log before it: not the learning rate "
+            f"and not one bad batch; {rm['text']}"), rm["fix"]
     elif nan["first_logged"] and not late and rate is not None and rate <= 1e-7:
         cause, text, fix = "forward", (f"NaN at the first logged step with learning rate {fmt(rate)}: no optimizer "
-                                       "update can have caused it, so the forward/backward pass itself produced it "
-                                       "(attention kernel: #9631 was fixed by flash_attn: fa2; #8088 by "
-                                       "flash_attn: disabled)"), "switch the attention kernel"
+                                       "update can have caused it, nor one late batch, so the forward/backward pass "
+                                       "of the model as loaded produced it: the attention kernel (#9631 was fixed by "
+                                       "flash_attn: fa2; #8088 by flash_attn: disabled), the weights' dtype, or how "
+                                       "the model (or a reference model) was prepared for the launcher"), \
+            "switch the attention kernel"
     elif nan["first_logged"] and not late:
         cause, text, fix = "from-start", ("NaN from the first logged step with ordinary settings: usually the "
                                           "attention kernel or the library stack (LLaMA-Factory #2916, #9631, #7263, #3353), "
@@ -141,13 +151,20 @@ def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bo
                   f"at {where}, after training that was healthy before the logs read")
         extra = (" Under DeepSpeed, overlap_comm races (DeepSpeed#5347) and old releases (0.14.0; fixed by 0.14.3 "
                  "in LLaMA-Factory #5627) also produce late NaN." if ds else "")
+        # at a learning rate of ~0 (a schedule's end) a lower rate is no remedy: the step barely moves the weights
+        lower = ("" if rate is not None and rate <= 1e-7 else ", lower the learning rate")
         cause, text, fix = "late", (f"NaN {before}: a bad sample or batch, "
-                                    "or an optimizer-state blow-up; inspect the data around that step, lower the "
-                                    "learning rate or tighten max_grad_norm." + extra), "find the bad batch"
+                                    f"or an optimizer-state blow-up; inspect the data around that step{lower} or "
+                                    "tighten max_grad_norm." + extra), "find the bad batch"
     else:
         cause, text, fix = "unknown", "the cause is not visible in the logs read", "inspect the step"
     n["cause"] = cause
     n["cause_text"] = text.rstrip(".")
+    n["ref_model"] = rm
+    # one clause about what came before, never two that disagree (trial 9: "after 0 healthy log(s)" beside
+    # "after training that was healthy before the logs read")
+    n["healthy_text"] = (f"after {nan['healthy_before']} healthy log(s)" if nan["healthy_before"] else
+                         "at the first log read" if nan["first_logged"] else "with no healthy log before it")
     n["fix_title"] = fix
     what = ("loss 0.0 with grad_norm nan" if n["hidden"] and nan["metric"] == "grad_norm" else
             f"{nan['metric']} {fmt(nan['value'])}")
@@ -158,6 +175,39 @@ def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bo
                       f"about step {st}" if basis in ("estimated", "logging_steps") else
                       f"step {st}" if st is not None else "an unknown step")
     return n
+
+
+def _late(nan: dict[str, Any], cx: RunContext, lr: Curve | None, rate: float | None, ep: float | None) -> bool:
+    """Whether the first non-finite value came after healthy training (epoch >= LATE_EPOCH, or enough healthy
+    logs) and not at the run's start. The first log read, non-finite at the run's first logged step or at learning
+    rate 0, had nothing healthy before it, however far an epoch counter on a small dataset has moved (trial 9,
+    LF#10126: epoch 0.06 at step 1). A rate of 0 is the start only while warm-up follows it (the logged rates
+    rise after it) or the epoch is still early: a cosine schedule also ends at 0, and a paste of a run's last
+    lines starts there."""
+    st = nan["step"]
+    late = (ep is not None and ep >= LATE_EPOCH) or (st is not None and st >= LATE_STEP and nan["healthy_before"] >= 3) \
+        or nan["healthy_before"] >= 10
+    lr_rises = lr is not None and len(lr) > 1 and any(v > 1e-7 for v in list(lr.values)[1:])
+    at_start = bool(nan["first_logged"] and not nan["healthy_before"] and (
+        (rate is not None and rate <= 1e-7 and (lr_rises or (ep is not None and ep < 0.25)))
+        or (st is not None and nan.get("basis") not in ("ordinal", "estimated", "logging_steps")
+            and st <= max(1, cx.logging_steps() or 1))))
+    return late and not at_start
+
+
+def _at_rate(rate: float | None) -> str:
+    return f" at learning rate {fmt(rate)}" if rate is not None else ""
+
+
+def _lf_version(cx: RunContext, out: dict[str, Any]) -> tuple[str, str] | None:
+    """(LLaMA-Factory version, where it was read): the flags/--env first, then what the logs print."""
+    got = cx.given_versions.get("llamafactory")
+    if got:
+        return got
+    st = (out.get("stack") or {}).get("llamafactory")
+    if st and st.get("version"):
+        return str(st["version"]), str(st.get("source") or "the log")
+    return None
 
 
 def fp16_facts(cx: RunContext, on: bool, source: str | None, out: dict[str, Any]) -> dict[str, Any]:
@@ -214,8 +264,12 @@ KILL_PRIORITY = {"child-failed-root": 0, "kernel-oom": 1, "cgroup-oom": 1, "slur
                   "launcher-exit": 3, "shell-killed": 4, "shell-signaled": 4, "signal": 5, "cpu-alloc": 6,
                   "launcher-signalled": 7, "elastic-signalled": 7, "launcher-kill": 8,
                   # a scheduler's own record of why it ended the job outranks the SIGKILL that follows its SIGTERM
-                  "slurm-cancel": 1, "trainer-signalled": 7}
+                  "slurm-cancel": 1, "trainer-signalled": 7, "interrupted": 7}
 LAUNCHER_ONLY = ("launcher-kill", "launcher-signalled")
+OUTSIDE_KINDS = ("launcher-signalled", "elastic-signalled", "slurm-cancel", "trainer-signalled", "interrupted")
+"""Records of a stop sent from outside the training code (a signal to the launcher, a scheduler's cancel, an
+interrupt): an exception the process raises after one (a DataLoader worker "killed by signal: Terminated", a
+KeyboardInterrupt, torchelastic's SignalException) is that stop's consequence (`crash_facts`)."""
 
 
 NATIVE_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
@@ -285,6 +339,10 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     nxt = None
     if k.kind in ("slurm-cancel", "trainer-signalled"):
         who, how, nxt = _scheduler_words(k)
+    if k.kind == "interrupted":
+        who = f"rank {k.rank}" if k.rank is not None else "the training process"
+        how = ("SIGINT (Python raised KeyboardInterrupt: Ctrl-C in its terminal, `kill -INT`, or a launcher or "
+               "scheduler passing on an interrupt)")
     if k.kind in LAUNCHER_ONLY:
         who, how = _launcher_words(k, [x for x in relevant if x.kind == "launcher-kill"])
         host_oom = host_oom and not any(x.kind == "launcher-signalled" for x in relevant)
@@ -294,7 +352,7 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
          # a fault in compiled code (bash's "Segmentation fault", faulthandler, exit -11/139 ...): not the host
          "native": k.signal in NATIVE_SIGNALS,
          "text": k.text, "count": len(kills), "inferred": inferred and host_oom,
-         "outside": k.kind in ("launcher-signalled", "elastic-signalled", "slurm-cancel", "trainer-signalled"),
+         "outside": k.kind in OUTSIDE_KINDS,
          "total": total, "next_text": nxt,
          # the pipeline sets it from the --launch line (pipeline/postmortem.py `_launched_under_nohup`)
          "nohup": False}
@@ -397,6 +455,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     ``cause`` (analyzers/postmortem/crashcause.py) where its text establishes one; `model` is what is known of
     the model (vocab_size, hidden_size, name), `versions` {package: (version, where read)}. None without one."""
     exc = None
+    cause_exc = None
     tb = None
     signalled = False
     for f in ev.files:
@@ -405,14 +464,24 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
                 v = n.value or {}
                 if "CUDA out of memory" in n.text or "loss scale already at minimum" in n.text:
                     continue
-                if str(v.get("cls") or "").endswith("SignalException") and (out.get("killed") or {}).get("outside"):
-                    # torchelastic's own handler raised it for a signal from outside: the killed fact says so
+                if (out.get("killed") or {}).get("outside") and _after_stop(n, out["killed"]):
+                    # torchelastic's own handler raised it for a signal from outside, or the process raised it
+                    # after a stop from outside (a worker killed by its SIGTERM, a KeyboardInterrupt): the killed
+                    # fact says so
                     signalled = True
                     continue
                 exc = n        # the last exception is what ended the run
+                if not is_consequence_exc(v, n.text):
+                    cause_exc = n
             elif n.kind == "traceback":
                 tb = n
-    explained = bool(out.get("oom") or out.get("nccl") or out.get("nccl_error") or out.get("cuda_error")
+    # an exception a rank raised is a cause; the collective's abort, torchrun's ChildFailedError and the store's
+    # connection errors that other ranks raise after it are consequences, whatever their order in the files
+    # (ranks.py CONSEQUENCE_EXC / CONSEQUENCE_WORDS): the last cause stands for the run
+    raised = cause_exc is not None
+    exc = cause_exc or exc
+    explained = bool(out.get("oom") or (not raised and (out.get("nccl") or out.get("nccl_error")))
+                     or out.get("cuda_error")
                      or (out.get("killed") and out["killed"]["host_oom"]) or out.get("host_alloc")
                      or (out.get("scale") and out["scale"]["trajectory"] == "abort"))
     if exc is None and (tb is None or signalled):
@@ -426,7 +495,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
         return None
     if exc is not None:
         v = exc.value or {}
-        text = f"{v.get('cls')}: {v.get('msg')}"[:200]
+        text = (f"{v.get('cls')}: {v.get('msg')}" if v.get("msg") else f"{v.get('cls')}")[:200]
         rec = exc
         kind = "exception"
     else:
@@ -439,16 +508,76 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     disk = _disk_full(ev)
     where = f"during step {rec.step}{pct}" if rec.step is not None else "at an unknown step"
     phase = None
+    lead = None
     if kind == "traceback-only":
         phase, where = _cut_where(tb, where, out)
-    cause = crash_cause(ev, exc, _traceback_before(ev, exc), model or {}, versions or {}) if exc else None
+        lead = warning_lead(tb)
+    tb_exc = _traceback_before(ev, exc) if exc else None
+    cause = crash_cause(ev, exc, tb_exc, model or {}, versions or {}) if exc else (
+        {"kind": "warning-lead", "text": lead} if lead else None)
+    at = raised_at(tb_exc) if exc and cause is None else None
+    if at:   # no reading of the text: say where it was raised, which the traceback does establish
+        cause = {"kind": "raised-at", "text": at}
     rng = stack_range_text(versions or {}) if exc else None
     if rng:   # a lead the exception does not give: the release was not written for this stack (stackcause.py)
         cause = {"kind": cause["kind"] if cause else "stack-range", "text": (cause["text"] + "; " if cause else "") + rng}
+    after = _consequences(ev, out, exc) if raised and not explained else None
     return {"kind": kind, "cls": (exc.value or {}).get("cls") if exc else None,
             "msg": (exc.value or {}).get("msg") if exc else None, "step": rec.step, "explained": explained,
             "text": text, "where_text": where, "phase": phase, "location": location_of(rec.file, rec.line),
-            "disk_full": disk, "cause": cause}
+            "disk_full": disk, "cause": cause, "first": bool(after), "consequences": after or ""}
+
+
+STOP_WORDS = ("SignalException", "KeyboardInterrupt", "killed by signal: Terminated", "killed by signal: Interrupt",
+              "killed by signal: Hangup", "got signal")
+
+
+def _after_stop(n: Any, killed: dict[str, Any]) -> bool:
+    """True when the exception notice `n` is what a stop from outside (`killed`, its ``outside`` set) made the
+    process raise: a signal's own exception (`STOP_WORDS`: torchelastic's SignalException, CPython's
+    KeyboardInterrupt, a DataLoader worker killed by the same SIGTERM/SIGINT/SIGHUP), or any exception below the
+    stop's line in the same file."""
+    if any(w in n.text for w in STOP_WORDS):
+        return True
+    loc = killed.get("location") or {}
+    return loc.get("file") == n.file and isinstance(loc.get("line"), int) and n.line > loc["line"]
+
+
+def _consequences(ev: Evidence, out: dict[str, Any], exc: Any) -> str | None:
+    """The words, after a raised exception, for the failures of the other ranks (or of the launcher) that it
+    explains: an NCCL collective timeout or abort (ProcessGroupNCCL.cpp ``WorkNCCL::checkTimeout``: a rank
+    that raised no longer enters the collectives its peers wait in), an NCCL error of a peer that went away,
+    torchrun's ChildFailedError / the elastic agent's "failed (exitcode: N)" and "closing signal SIGTERM" lines
+    (torch/distributed/elastic/agent/server/api.py tears the other workers down once one fails), DeepSpeed's
+    launcher "Killing subprocess" lines. None when the logs show none of them: the exception stands alone."""
+    said = []
+    n = out.get("nccl")
+    if n:
+        who = f" on rank {n['rank']}" if n.get("rank") is not None else ""
+        op = f" ({n['op']})" if n.get("op") else ""
+        said.append(f"the NCCL collective timeout{who}{op}")
+    if out.get("nccl_error"):
+        said.append(f"the NCCL error \"{out['nccl_error'].get('desc')}\"")
+    kills = {k.kind for f in ev.files for k in f.kills}
+    later = [x for f in ev.files for x in f.notices if x.kind == "exception" and x is not exc
+             and is_consequence_exc(x.value or {}, x.text)]
+    torchrun = bool(kills & {"child-failed-root", "child-failed", "torchrun-exit"})
+    cls = str((later[-1].value or {}).get("cls") or "").rsplit(".", 1)[-1] if later else ""
+    if later and not n and not out.get("nccl_error") and not (torchrun and cls == "ChildFailedError"):
+        said.append(f"the {cls} that follows" if cls else "the distributed error that follows")
+    if torchrun:
+        said.append("torchrun's failure lines")
+    elif kills & {"launcher-kill", "launcher-exit"}:
+        said.append("the launcher's kill lines")
+    if not said:
+        return None
+    rank = (exc.value or {}).get("rank")
+    if rank is None:   # the file's rank only where its path says it: the `[rankN]:` lines of an interleaved log
+        rank = next((f.origin.get("rank") for f in ev.files if f.read.path == exc.file   # name other writers too
+                     and f.origin.get("source") == "path"), None)
+    whose = f"rank {rank}'s exception" if isinstance(rank, int) and not isinstance(rank, bool) else "this exception"
+    return (" — then " + ", ".join(said) + f": consequences of {whose}, not its cause (a process that raised stops "
+            "entering the collectives its peers wait in, and its launcher then stops the others)")
 
 
 def _traceback_before(ev: Evidence, exc: Any) -> Any:

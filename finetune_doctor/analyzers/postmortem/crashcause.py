@@ -50,6 +50,9 @@ UNKNOWN_TYPE = re.compile(r"has model type `(?P<t>[\w-]+)` but Transformers does
 KEY_ONLY = re.compile(r"^'(?P<t>[\w-]+)'$")
 NOT_INSTALLED = re.compile(r"the package (?P<pkg>\w+) seems to be not installed")
 PIP_COMMAND = re.compile(r"`(?P<cmd>pip install [^`]+)`")
+OBJ_ATTR = re.compile(r"^'(?P<cls>[A-Z]\w*)' object has no attribute '(?P<attr>\w+)'")
+BUILTIN_TYPES = frozenset({"NoneType"})
+"""Objects of these types lack attributes because a value was missing, not because of a release."""
 MODULE_ATTR = re.compile(r"module '(?P<mod>[\w.]+)' has no attribute '(?P<attr>\w+)'")
 # (a space may be lost where the line was retyped by hand: "f()got an unexpected keyword argument'k'")
 BAD_CALL = re.compile(r"(?P<fn>[\w.<>]+)\(\) ?(?:got an unexpected keyword argument ?'(?P<kw>\w+)'|"
@@ -81,6 +84,27 @@ ERRNO_CAUSES = {
           "machine while this one had it open; keep each node's cache and outputs apart or on local disk"),
 }
 """errno(3) meanings of the errors a run's file operations raise (Python's OSError prints "[Errno N] strerror")."""
+RENAME = re.compile(r"\[Errno (?P<n>2|17|39)\] [^:'\"]+: '(?P<src>[^']+)' -> '(?P<dst>[^']*)")
+"""An OSError of a call with two paths (os.rename, os.replace, shutil.move): CPython's ``OSError.__str__``
+(Objects/exceptions.c ``OSError_str``: "[Errno %S] %S: %R -> %R") with ENOENT (the source was gone), EEXIST or
+ENOTEMPTY (the target was already there)."""
+HUB_ERRORS = {
+    "GatedRepoError": ("the Hugging Face hub refused a gated repository: accept its terms on the model's page with "
+                       "the account whose token the run uses (HF_TOKEN, or `huggingface-cli login` on that machine), "
+                       "or point model_name_or_path at a local copy"),
+    "RepositoryNotFoundError": ("the hub knows no repository of that name for this token (a typo in the id, a "
+                                "private or gated repository without a valid HF_TOKEN, or a local path that does "
+                                "not exist and was read as a hub id)"),
+    "RevisionNotFoundError": "the repository has no such revision (branch, tag or commit): check `revision`",
+    "LocalEntryNotFoundError": ("the file is not in the local cache and the hub was not asked (offline: "
+                                "HF_HUB_OFFLINE=1, or no network on that machine): download it where the hub can be "
+                                "reached, or point at a local folder"),
+    "OfflineModeIsEnabled": ("the hub was asked while HF_HUB_OFFLINE=1: download the model where the hub can be "
+                             "reached, or point at a local folder"),
+}
+"""Exceptions of huggingface_hub (huggingface_hub/errors.py, 1.33.0 installed here: GatedRepoError a subclass of
+RepositoryNotFoundError, LocalEntryNotFoundError of FileNotFoundError), named by their class: their messages run
+over several lines, the first of which ("401 Client Error. (Request ID: ...)") says little."""
 TOKENIZER_CLASS = re.compile(r"Tokenizer class (?P<c>\w+) does not exist or is not currently imported")
 
 LIBRARIES = ("transformers", "peft", "trl", "accelerate", "deepspeed", "flash_attn", "bitsandbytes", "liger_kernel",
@@ -119,15 +143,18 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
     for kind, fn in (("child-failed-alone", lambda: _child_alone(ev, cls, msg)),
                      ("size-mismatch", lambda: _size_mismatch(v.get("details") or [msg], model)),
                      ("processor-missing", lambda: _processor(msg, model, ev)),
-                     ("import", lambda: _import(cls, msg, versions)),
+                     ("import", lambda: _import(cls, msg, versions, pkgs)),
                      ("model-type-unknown", lambda: _model_type(cls, msg, pkgs, versions, bool(frames))),
                      ("no-grad", lambda: _no_grad(msg)),
                      ("file-incomplete", lambda: _file_format(msg, versions)),
+                     ("rename-race", lambda: _rename_race(msg)),
+                     ("hub", lambda: HUB_ERRORS.get(cls)),
                      ("os-error", lambda: _os_error(msg)),
                      ("environment", lambda: _environment(msg)),
                      ("config-keys", lambda: _unused_keys(exc.text or msg)),
                      ("launch", lambda: launch_cause(cls, msg)),
                      ("fp16-grads", lambda: precision_cause(msg)),
+                     ("data-key", lambda: _data_key(cls, msg, frames)),
                      ("version-mismatch", lambda: _mismatch(cls, msg, pkgs, versions)),
                      ("library-error", lambda: _library(cls, msg, pkgs, frames, versions))):
         text = fn()
@@ -291,7 +318,10 @@ def _processor(msg: str, model: dict[str, Any], ev: Evidence) -> str | None:
             "into the folder" + internvl)
 
 
-def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]]) -> str | None:
+def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]], pkgs: tuple = ()) -> str | None:
+    """An import that failed: a compiled extension against another torch, a missing shared library, a name or
+    module a release lacks (with the package whose frame imports it, the innermost of `pkgs`, when it is another
+    one: the pair of releases that do not go together), a package not installed, a start-up version check."""
     if cls == "RuntimeError" and LAZY_IMPORT.search(msg):
         cls = "ImportError"   # the wrapped error is on the lines after (the reader joins the first one to msg)
     if cls not in ("ImportError", "ModuleNotFoundError"):
@@ -314,9 +344,14 @@ def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]]) -> str | N
     m = CANNOT_IMPORT.search(msg)
     if m:
         top = m.group("mod").split(".")[0]
-        return (f"the installed {top}{_ver(versions, top)} has no '{m.group('name')}' in {m.group('mod')}: the "
-                f"code importing it was written for another {top} release (newer or older); install the {top} "
-                f"version that code pins{_ask_version(versions, top)}")
+        by = pkgs[-1] if pkgs and pkgs[-1][0] != top else None
+        code = (f"{by[0]}{_ver(versions, by[0])} (in {by[2]}) imports it, so {by[0]} and {top} come from releases "
+                f"that do not go together: install the {top} version that {by[0]} release pins, or the {by[0]} "
+                f"release written for this {top}") if by else (
+            f"the code importing it was written for another {top} release (newer or older); install the {top} "
+            "version that code pins")
+        return (f"the installed {top}{_ver(versions, top)} has no '{m.group('name')}' in {m.group('mod')}: {code}"
+                f"{_ask_version(versions, top)}")
     m = NO_MODULE.search(msg) or NOT_INSTALLED.search(msg)
     if m:
         mod = m.group("mod") if "mod" in m.groupdict() else m.group("pkg")
@@ -444,6 +479,14 @@ def _environment(msg: str) -> str | None:
     if "FlashAttention only support fp16 and bf16" in msg:
         return ("flash-attention got fp32 tensors: the run computes in fp32 (neither bf16 nor fp16 set, or a module "
                 "kept in fp32); set bf16: true (Ampere or newer) or fp16: true, or use sdpa attention")
+    if "exited unexpectedly" in msg and "DataLoader worker (pid" in msg:
+        # torch/utils/data/dataloader.py `_try_get_data` (2.13 wheel :1305): the main process found a worker gone
+        # while it waited for a batch; the worker died of a signal, not of a Python error (that would be re-raised
+        # as "Caught E in DataLoader worker process N")
+        return ("a DataLoader worker process died without a Python error while the main process waited for its "
+                "batch: a signal ended it (the OOM killer's SIGKILL for host RAM, a SIGSEGV/SIGBUS in a dataset or "
+                "image library, a full /dev/shm); the lines above (\"killed by signal\", dmesg) say which, and "
+                "dataloader_num_workers: 0 runs the loading in the main process, where the fault shows")
     if "'NoneType' object has no attribute 'c" in msg and ("cadam" in msg or "cquantize" in msg or "cdequantize" in msg):
         return ("bitsandbytes loaded without its CUDA library (a CPU-only build, or none matching this machine's "
                 "CUDA; its import warns about it): install a bitsandbytes build for this CUDA (pip install -U "
@@ -484,6 +527,28 @@ def _unused_keys(msg: str) -> str | None:
     return None
 
 
+def _rename_race(msg: str) -> str | None:
+    """A rename whose source vanished or whose target already existed (`RENAME`): another process renamed the
+    same folder first — each rank or node renaming what only one should, or a shared filesystem whose nodes see
+    the change late. transformers' staged save (Trainer._save_checkpoint writes tmp-checkpoint-N, then renames
+    it to checkpoint-N) did so from every process in its first releases (huggingface/transformers#27925, 4.36;
+    #28119 on 4.36.1); #28364 renames from the main process only."""
+    m = RENAME.search(msg)
+    if not m:
+        return None
+    src = m.group("src").replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    gone = m.group("n") == "2"
+    what = ("the folder to rename was already gone" if gone else "the target folder already existed")
+    base = (f"{what} ('{src}' -> '{m.group('dst').rstrip('/').rsplit('/', 1)[-1]}'): another process renamed the "
+            "same folder first — several ranks or nodes doing a rename only one should do, or a shared filesystem "
+            "whose nodes see each other's changes late")
+    if src.startswith("tmp-checkpoint-"):
+        return (base + "; tmp-checkpoint-N is transformers' staged checkpoint save, which renamed from every "
+                "process in its first releases (4.36: huggingface/transformers#27925, #28119): a transformers "
+                "release with the fix (#28364, the rename on the main process only) ends it")
+    return base
+
+
 def _os_error(msg: str) -> str | None:
     m = ERRNO.search(msg)
     return ERRNO_CAUSES.get(int(m.group("n"))) if m else None
@@ -492,6 +557,14 @@ def _os_error(msg: str) -> str | None:
 def _mismatch(cls: str, msg: str, pkgs: tuple, versions: dict[str, tuple[str, str]]) -> str | None:
     """Two packages from releases that do not go together: a module without an attribute the code uses, or a
     call with a keyword (or positional argument) the called function does not have in the installed release."""
+    o = OBJ_ATTR.search(msg) if cls == "AttributeError" and pkgs else None
+    if o and o.group("cls") not in BUILTIN_TYPES and pkgs[-1][0] in LIBRARIES:
+        inner = pkgs[-1]
+        return (f"{inner[0]}{_ver(versions, inner[0])} (in {inner[1]} of {inner[2]}) uses {o.group('cls')}."
+                f"{o.group('attr')}, which the installed {o.group('cls')} does not have: {inner[0]} and the package "
+                f"that defines {o.group('cls')} come from releases that do not go together (or the object is "
+                f"not the one {inner[0]} expects); install the releases {inner[0]} pins"
+                f"{_ask_version(versions, inner[0])}")
     m = MODULE_ATTR.search(msg) if cls == "AttributeError" else None
     if m:
         top = m.group("mod").split(".")[0]
@@ -535,6 +608,36 @@ def _mismatch(cls: str, msg: str, pkgs: tuple, versions: dict[str, tuple[str, st
     return None
 
 
+# -- a key a sample lacks ----------------------------------------------------------------------------------------
+
+DATA_FRAMES = (
+    ("a batch was built", ("_next_data", "fetch (fetch.py)", "collat", "__getitem__", "__iter__ (data_loader.py)",
+                           "get_batch_samples")),
+    ("the dataset was preprocessed", ("_get_preprocessed_dataset", "map (arrow_dataset.py)", "_map_single",
+                                      "preprocess_dataset", "align_dataset", "convert_", "_encode_data_example",
+                                      "apply_function_on_filtered_inputs")),
+)
+"""Frames of the data path (torch's DataLoader fetch and collate, accelerate's data_loader.py iterator, HF
+datasets' map, LLaMA-Factory's data/ converters and processors): a KeyError raised there is a sample's or a
+batch's missing field, not a library's bug."""
+
+
+def _data_key(cls: str, msg: str, frames: tuple) -> str | None:
+    """A KeyError raised while a batch was built or the dataset was preprocessed (`DATA_FRAMES`): a sample or
+    a batch lacks the key the code reads. None elsewhere."""
+    if cls != "KeyError" or not frames:
+        return None
+    for when, words in DATA_FRAMES:
+        fr = next((f for f in reversed(frames) if isinstance(f, str) and FUNC_FRAME.match(f)
+                   and any(w in f for w in words)), None)
+        if fr:
+            return (f"raised while {when} ({fr}): a sample or a batch lacks the key {msg.strip() or '(not printed)'} "
+                    "that this code reads; compare the dataset's columns with what the template, collator or "
+                    "trainer expects (LLaMA-Factory: the columns and tags of the dataset's dataset_info.json entry, "
+                    "and a multimodal template needs its images/videos column)")
+    return None
+
+
 # -- an exception raised inside a library ------------------------------------------------------------------------
 
 def _library(cls: str, msg: str, pkgs: tuple, frames: tuple, versions: dict[str, tuple[str, str]]) -> str | None:
@@ -564,3 +667,55 @@ def _library(cls: str, msg: str, pkgs: tuple, frames: tuple, versions: dict[str,
             f"most often a bug or an incompatibility of the installed {blamed} release, and the usual cure is "
             f"another {blamed} version (the one your trainer pins, or a newer one with the fix); search the {blamed} "
             f"issues for this message{_ask_version(versions, blamed)}")
+
+
+# -- the last warning above a traceback cut before its exception -------------------------------------------------
+
+WARNING_MEANINGS = (
+    # torch/utils/checkpoint.py ``check_backward_validity`` (torch 2.13 wheel :89-93), called by the reentrant
+    # ``CheckpointFunction.forward`` (:238): no input of a checkpointed segment requires grad; torch's DDP reducer
+    # (reducer.cpp, in libtorch_cpu) names reentrant backward passes that reuse parameters as reason 2 of
+    # "Expected to mark a variable ready only once"
+    ("None of the inputs have requires_grad=True",
+     "reentrant gradient checkpointing ran a segment whose inputs need no gradient (frozen embeddings under LoRA "
+     "or freeze tuning): the parameters inside get no gradient from it, and under DDP reentrant backward passes "
+     "are what torch's reducer refuses with \"Expected to mark a variable ready only once\" (its reason 2); "
+     "non-reentrant checkpointing avoids both (LLaMA-Factory: use_reentrant_gc: false; transformers: "
+     "gradient_checkpointing_kwargs: {use_reentrant: false})"),
+)
+
+
+def warning_lead(tb: Notice | None) -> str | None:
+    """What the last Python warning above a traceback cut before its exception line says (the reader keeps it
+    in the traceback notice's ``warned``: {file, line, cat, msg}): the warning itself, quoted with its source,
+    and its meaning where `WARNING_MEANINGS` knows it. A lead, not the exception: None without a warning."""
+    w = ((tb.value or {}) if tb is not None and isinstance(tb.value, dict) else {}).get("warned")
+    if not w:
+        return None
+    where = f"{w['file'].replace(chr(92), '/').rsplit('/', 1)[-1]}:{w['line']}"
+    meaning = next((m for k, m in WARNING_MEANINGS if k in w["msg"]), None)
+    return (f"the last warning the log printed before this traceback is {w['cat']} \"{w['msg'].rstrip('.')}\" "
+            f"({where})" + (f": {meaning}" if meaning else " (a lead, not the error)"))
+
+
+# -- where an exception with no other reading was raised -----------------------------------------------------------
+
+def raised_at(tb: Notice | None) -> str | None:
+    """Where an exception that no reading above explains was raised, as far as its traceback shows (the reader's
+    ``frames``, "func (file.py)" outermost first, and ``pkgs``, (package, func, file) of the frames under
+    site-packages/<package>/ or LLaMA-Factory's src/llamafactory/): the innermost frame with its package, and the
+    nearest caller in another package or outside the installed ones. None without a frame: nothing is guessed."""
+    v = tb.value if tb is not None and isinstance(tb.value, dict) else {}
+    funcs = [f for f in (v.get("frames") or ()) if isinstance(f, str) and FUNC_FRAME.match(f)]
+    if not funcs:
+        return None
+    owner = {f"{p[1]} ({p[2]})": p[0] for p in (v.get("pkgs") or ())}
+
+    def named(f: str) -> str:
+        o = owner.get(f)
+        return f"{f[:-1]}, {o})" if o else f"{f[:-1]}, not under site-packages)"
+
+    inner = funcs[-1]
+    caller = next((f for f in reversed(funcs[:-1]) if owner.get(f) != owner.get(inner)), None)
+    return f"raised in {named(inner)}" + (f", called from {named(caller)}" if caller else "")
+

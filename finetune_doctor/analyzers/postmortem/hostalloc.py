@@ -128,8 +128,15 @@ def _allocator(text: str) -> tuple[str, str]:
     """(who refused, what it raised) from the error line (readers/runlogs/logpatterns.py CPU_ALLOC and
     HOST_MEMORY_ERROR)."""
     if "DefaultCPUAllocator" in text:
+        said = "not enough memory" if "not enough memory" in text else "can't allocate memory"
         return ("c10 DefaultCPUAllocator", "PyTorch's CPU allocator raised a Python RuntimeError "
-                "(\"DefaultCPUAllocator: can't allocate memory\")")
+                f"(\"DefaultCPUAllocator: {said}\")")
+    if "WinError 1455" in text:
+        # Win32 ERROR_COMMITMENT_LIMIT: every committed page counts against RAM + paging file (loading torch's
+        # CUDA DLLs in each DataLoader worker or rank commits hundreds of MiB each)
+        return ("Windows' commit limit", "Windows refused to commit more memory (OSError [WinError 1455]: the "
+                "paging file is too small); RAM plus the paging file is the limit: enlarge the paging file or "
+                "run fewer processes (dataloader_num_workers, preprocessing_num_workers, ranks)")
     if "_ArrayMemoryError" in text:
         return "NumPy", "NumPy raised _ArrayMemoryError (\"Unable to allocate ... for an array\")"
     if "ArrowMemoryError" in text:

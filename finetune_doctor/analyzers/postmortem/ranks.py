@@ -45,9 +45,13 @@ CAUSE_STATES = ("raised", "killed")
 FAR_BEHIND = 10
 """Collectives a rank's counter must trail by for it to be named behind even between two ranks (a counter that
 far back left the sequence long before the timeout; one or two apart is the normal skew of in-flight work)."""
-CONSEQUENCE_EXC = ("DistBackendError", "DistError", "ChildFailedError", "DistNetworkError", "SignalException")
+CONSEQUENCE_EXC = ("DistBackendError", "DistError", "ChildFailedError", "DistNetworkError", "SignalException",
+                   "CalledProcessError")
 """Exception classes that a rank raises because another one failed (torch.distributed's watchdog and store,
-torchelastic's agent): consequences, not causes (torch/distributed/elastic/multiprocessing/errors/__init__.py)."""
+torchelastic's agent): consequences, not causes (torch/distributed/elastic/multiprocessing/errors/__init__.py);
+and a launcher's report that its child exited non-zero (accelerate/commands/launch.py ``simple_launcher``:
+``raise subprocess.CalledProcessError(returncode=process.returncode, cmd=cmd)``), whose cause is the child's own
+exception printed above it."""
 CONSEQUENCE_WORDS = ("NCCL", "Watchdog", "watchdog", "timed out", "Timeout", "Connection reset", "TCPStore",
                      "Connection closed by peer",   # gloo pair.cc: the peer went away (launchcause.py GLOO_PEER)
                      "recvValue", "Broken pipe", "ProcessGroup")
@@ -63,7 +67,9 @@ def _rank_of(f: FileEvidence) -> int | None:
     return r if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < 1 << 20 else None
 
 
-def _is_consequence_exc(value: dict[str, Any] | None, text: str) -> bool:
+def is_consequence_exc(value: dict[str, Any] | None, text: str) -> bool:
+    """True for an exception a rank raises because another one failed (`CONSEQUENCE_EXC` classes, or
+    `CONSEQUENCE_WORDS` in its message); `value` is the exception notice's {cls, msg}, `text` its line."""
     cls = (value or {}).get("cls") or ""
     msg = (value or {}).get("msg") or text
     return any(c in cls for c in CONSEQUENCE_EXC) or any(w in msg for w in CONSEQUENCE_WORDS)
@@ -116,7 +122,7 @@ def _events(f: FileEvidence, only: int | None = None) -> list[dict[str, Any]]:
     for n in f.notices:
         if n.kind == "exception" and mine((n.value or {}).get("rank")):
             v = n.value or {}
-            if _is_consequence_exc(v, n.text):
+            if is_consequence_exc(v, n.text):
                 add(n.line, "timed out" if "imeout" in n.text or "timed out" in n.text else "aborted",
                     v.get("cls") or "exception", n.step, w=wall)
             else:

@@ -295,6 +295,17 @@ def _end(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, 
     c = out["crash"]
     if c:
         c.setdefault("cause", None)
+        c.setdefault("first", False)
+        c.setdefault("consequences", "")
+        if c["cause"] is None and c["kind"] == "traceback-only" and (c["step"] or 0) <= 1:
+            # a DPO/KTO run dead in its first step with its exception line cut: the known reference-model fault
+            # under FSDP is a lead, never more than the frames and the inputs support (trial 9, LlamaFactory#7641)
+            from finetune_doctor.analyzers.postmortem import refmodel
+
+            stage = refmodel.stage_of_traceback(ev)
+            rm = refmodel.ref_model_fsdp(cx, causes._lf_version(cx, out), stage) if stage else None
+            if rm is not None:
+                c["cause"] = {"kind": "ref-model-fsdp", "text": rm["text"]}
         c["cause_text"] = f" — {c['cause']['text']}" if c["cause"] else ""
     if c and c.get("location"):
         got = health.crash_moment(ev, cx, c["location"]["file"], c["location"]["line"], c["step"])

@@ -251,8 +251,22 @@ def _config_of(args: list[str]) -> str | None:
     return None
 
 
+# LLaMA-Factory's pre-0.7 scripts that load a model without training (src/export_model.py, cli_demo.py,
+# web_demo.py, api_demo.py): a launcher running one of them launches no training (trial 9, LlamaFactory#3131:
+# `accelerate launch --use_fsdp src/export_model.py ...` was read as a training launch)
+NOT_TRAINING_SCRIPTS = frozenset({"export_model.py", "cli_demo.py", "web_demo.py", "api_demo.py"})
+
+
 def _command(tokens: list[str], env: dict[str, str], line: int, text: str) -> LaunchCommand | None:
     """The launch command `tokens` start (after env prefixes), or None when they launch no training."""
+    cmd = _any_command(tokens, env, line, text)
+    if cmd is not None and cmd.script and Path(str(cmd.script)).name in NOT_TRAINING_SCRIPTS:
+        return None
+    return cmd
+
+
+def _any_command(tokens: list[str], env: dict[str, str], line: int, text: str) -> LaunchCommand | None:
+    """`_command` before the non-training scripts are set aside."""
     if not tokens:
         return None
     head = Path(tokens[0]).name

@@ -1,4 +1,4 @@
-"""A training run given as a command line of flags instead of a YAML: LLaMA-Factory WebUI's "preview command"
+"""A run given as a command line of flags instead of a YAML (train, and export/chat/eval, `SUBCOMMANDS`): LLaMA-Factory WebUI's "preview command"
 (``llamafactory-cli train --stage sft --do_train True --model_name_or_path ... \\``, LF main webui/common.py
 ``gen_cmd`` L182-199, pasted with or without its ```` ```bash ```` fence), a ``.sh`` that runs it, the older
 ``python src/train.py --stage sft ...`` / ``deepspeed src/train_bash.py ...`` forms, or the same words after
@@ -27,9 +27,16 @@ from finetune_doctor.errors import InputError
 
 # the words that start LLaMA-Factory's training with flags after them (the launcher's own words are skipped)
 _ENTRY = re.compile(r"^(?:llamafactory-cli|lmf)$")
-_SCRIPT = re.compile(r"(?:^|/)(?:train|train_bash)\.py$")
-# a cheap first look: an entry word followed by `train`, or a train script, anywhere in the text
-_HINT = re.compile(r"(?:llamafactory-cli|lmf)\s+train\b|train(?:_bash)?\.py\b")
+# the subcommands whose argv LF's parsers read as flags when the first argument is not a .yaml/.json (LF main
+# cli.py COMMAND_MAP: train, export, chat, webchat, api, eval, each through hparams/parser.py read_args), and
+# whose configs the doctor judges by their keys (readers/config/lfkind.py): trial 9, `-- llamafactory-cli chat`
+# and an `llamafactory-cli export ...` script were refused while the same keys in a YAML were read
+SUBCOMMANDS = ("train", "export", "chat", "webchat", "api", "eval")
+# train.py / train_bash.py and the pre-0.7 export script (src/export_model.py, the same flags as `export`)
+_SCRIPT = re.compile(r"(?:^|/)(?:train|train_bash|export_model)\.py$")
+# a cheap first look: an entry word followed by one of SUBCOMMANDS, or one of those scripts, anywhere in the text
+_HINT = re.compile(r"(?:llamafactory-cli|lmf)\s+(?:train|export|chat|webchat|api|eval)\b"
+                   r"|(?:train|train_bash|export_model)\.py\b")
 _TRUE = ("yes", "true", "t", "y", "1")
 _SHELL_SPECIAL = re.compile(r"['\"\\#]")   # what makes shlex's POSIX split differ from a split on its whitespace
 _SHELL_SPACE = re.compile(r"[ \t\r\n]+")       # shlex.shlex.whitespace
@@ -98,10 +105,10 @@ def _flags_of(lines: list[int], words: list[str], path: str) -> tuple[list[int],
     for i, w in enumerate(words):
         start = None
         if _ENTRY.match(w):
-            if i + 1 >= len(words) or words[i + 1] != "train":
+            if i + 1 >= len(words) or words[i + 1] not in SUBCOMMANDS:
                 sub = words[i + 1] if i + 1 < len(words) else "nothing"
-                raise InputError(f"this command runs `{w} {sub}`, not `{w} train`: only a training run's flags "
-                                 "are checked", file=path, line=lines[i])
+                raise InputError(f"this command runs `{w} {sub}`, which reads no run config: the doctor checks the "
+                                 f"flags (or the YAML) of `{w} {'|'.join(SUBCOMMANDS)}`", file=path, line=lines[i])
             start = i + 2
         elif _SCRIPT.search(w):
             start = i + 1
@@ -109,10 +116,24 @@ def _flags_of(lines: list[int], words: list[str], path: str) -> tuple[list[int],
             continue
         rest = words[start:]
         if rest and not rest[0].startswith("-") and rest[0].lower().endswith((".yaml", ".yml", ".json")):
-            raise InputError(f"this command trains from {rest[0]}: run `doctor check {rest[0]}` (key=value "
+            verb = "trains from" if _SCRIPT.search(w) or words[i + 1] == "train" else f"runs `{words[i + 1]}` on"
+            raise InputError(f"this command {verb} {rest[0]}: run `doctor check {rest[0]}` (key=value "
                              "overrides after it), with --launch for this file", file=path, line=lines[start])
         return lines[start:], rest
-    raise InputError("no `llamafactory-cli train` (or train.py) command with --flags found", file=path, line=1)
+    raise InputError("no `llamafactory-cli train|export|chat|...` (or train.py) command with --flags found",
+                     file=path, line=1)
+
+
+def launch_line_of(text: str) -> tuple[int, str] | None:
+    """(line, first words) of the first shell command line in `text` that launches Python or LLaMA-Factory
+    (``llamafactory-cli``, ``accelerate launch``, ``torchrun``, ``deepspeed``, ``python``), for the message of a
+    script whose command the doctor does not read; None when there is none."""
+    for lines, words in _logical_lines(text):
+        if words and not words[0].endswith(":") and any(
+                _ENTRY.match(w) or w in ("accelerate", "torchrun", "deepspeed") or re.match(r"python[0-9.]*$", w)
+                for w in words):
+            return lines[0], " ".join(words[:4]) + (" ..." if len(words) > 4 else "")
+    return None
 
 
 def _field(key: str) -> dict[str, Any] | None:

@@ -277,6 +277,11 @@ def load_config(path: str, overrides: tuple[str, ...] | list[str] = ()) -> Confi
     else:
         values, positions = parse_yaml_text(text, path, dups)
     if not isinstance(values, dict):
+        launch = cliflags.launch_line_of(text)
+        if launch is not None:   # a shell line that runs no command the doctor reads (trial 9: export scripts)
+            raise InputError(f"a launch script, not a config: `{launch[1]}` runs no LLaMA-Factory command whose "
+                             f"flags the doctor reads ({'|'.join(cliflags.SUBCOMMANDS)}, train.py); give the YAML "
+                             "it runs, or the flags after `doctor check --`", file=path, line=launch[0])
         raise InputError(f"top level must be a mapping of keys, found {type(values).__name__}", file=path, line=1)
     merged = dict(values)
     ov: dict[str, Any] = {}

@@ -254,9 +254,9 @@ def gemma4_text(c: ConfigView, d: Fields, version: Version = (5, 24)) -> Fields:
 
 FAMILIES: dict[str, Callable[[ConfigView, Fields, Version], Fields]] = {
     "gemma4_text": gemma4_text,
-    "glm": fused_gate_up, "glm4": fused_gate_up, "phi3": phi3,
+    "glm": fused_gate_up, "glm4": fused_gate_up, "glm4v_text": fused_gate_up, "phi3": phi3,
     "gpt2": gpt2, "bloom": bloom, "falcon": falcon, "starcoder2": starcoder2,
     "cohere": cohere, "cohere2": cohere, "cohere2_moe": cohere, "olmo": olmo,
     "olmo2": qk_norm_all, "olmo3": qk_norm_all, "flex_olmo": qk_norm_all,
-    "glm4_moe": glm4_moe, "llama4_text": llama4_text, "mimo_v2_flash": mimo_v2_flash, "dbrx": dbrx, "jamba": jamba,
+    "glm4_moe": glm4_moe, "glm4v_moe_text": glm4_moe, "llama4_text": llama4_text, "mimo_v2_flash": mimo_v2_flash, "dbrx": dbrx, "jamba": jamba,
 }

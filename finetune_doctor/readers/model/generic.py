@@ -90,6 +90,9 @@ TRAITS: dict[str, dict[str, Any]] = {
                          "split_linear": True},
     "gemma2": {"norms": 4}, "gemma3_text": {"norms": 4, "qk_norm": True},
     "glm": {"bias_qkv_only": True}, "glm4": {"norms": 4, "bias_qkv_only": True},
+    # GLM-4.1V's text model keeps GLM-4-0414's four norms a layer (modeling_glm4v.py Glm4vTextDecoderLayer);
+    # GLM-4.5V's is GLM-4.5-Air's decoder (two norms, q/k/v bias only)
+    "glm4v_text": {"norms": 4, "bias_qkv_only": True}, "glm4v_moe_text": {"bias_qkv_only": True},
     "gpt_oss": {"sinks": True, "router_bias": True, "qkv_bias": True, "o_bias": True, "fused_always": True},
     "smollm3": {}, "mixtral": {"moe_width_is_ffn": True}, "jamba": {"moe_width_is_ffn": True},
 }
@@ -236,6 +239,8 @@ def decoder_fields(c: ConfigView, mt: str, transformers_major: int | None = None
     if ffn is None:
         ffn = 4 * hidden
     attn_bias = _bool(c, "attention_bias", "bias", "use_bias")
+    # Seed-OSS sizes o_proj's bias by its own flag (modeling_seed_oss.py SeedOssAttention: attention_out_bias)
+    out_bias = c.cfg.get("attention_out_bias")
     d: dict[str, Any] = {
         "hidden_size": hidden, "num_layers": n_layers, "num_heads": heads,
         "num_kv_heads": kv if kv is not None else heads, "intermediate_size": ffn,
@@ -243,7 +248,8 @@ def decoder_fields(c: ConfigView, mt: str, transformers_major: int | None = None
         "tie_word_embeddings": _bool(c, "tie_word_embeddings", "tie_embeddings"),
         "max_position_embeddings": c.opt_int("max_position_embeddings", "n_positions", "seq_length"),
         "qkv_bias": bool(tr.get("qkv_bias")) or attn_bias or _bool(c, "qkv_bias"),
-        "o_bias": bool(tr.get("o_bias")) or (attn_bias and not tr.get("bias_qkv_only")),
+        "o_bias": bool(tr.get("o_bias")) or (bool(out_bias) if isinstance(out_bias, bool)
+                                             else attn_bias and not tr.get("bias_qkv_only")),
         "mlp_bias": _bool(c, "mlp_bias"),
         "qk_norm": bool(tr.get("qk_norm")), "layer_norms": int(tr.get("norms", 2)),
         "sliding_window": _sliding(c), "layer_types": _layer_types(c, n_layers),
@@ -307,13 +313,25 @@ def arch_from_config(cfg: dict[str, Any], name: str, source: str, *,
                                  missing="a readable config.json") from None
 
 
+# where a multimodal config.json nests its text decoder: transformers' own classes use ``text_config``; remote-code
+# InternVL-Chat (model_type internvl_chat, configuration_internvl_chat.py) uses ``llm_config``, DeepSeek-VL / Janus
+# ``language_config`` (trial 9: an InternVL3 config was refused for the top level's missing hidden_size)
+NESTED_TEXT_KEYS = ("text_config", "llm_config", "language_config")
+
+
+def nested_text_key(cfg: dict[str, Any]) -> str | None:
+    """The first of NESTED_TEXT_KEYS that `cfg` holds as an object, else None."""
+    return next((k for k in NESTED_TEXT_KEYS if isinstance(cfg.get(k), dict)), None)
+
+
 def _split_wrapper(cfg: dict[str, Any], mt: str, notes: list[str], version: Version
                    ) -> tuple[dict[str, Any], str, str, list[tuple[str, int]]]:
     """(text config, its model_type, its dotted prefix in the file, tower/projector parts) of a wrapper."""
-    nested = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    key = nested_text_key(cfg)
+    nested = cfg[key] if key else {}
     # Older Qwen2-VL / Qwen2.5-VL / PaliGemma files keep text fields at the top level; newer ones nest text_config.
-    top = {k: v for k, v in cfg.items() if k not in ("text_config", "vision_config", "audio_config")}
-    prefix = "text_config" if nested else ""
+    top = {k: v for k, v in cfg.items() if k not in NESTED_TEXT_KEYS + ("vision_config", "audio_config")}
+    prefix = key or ""
     parts: list[tuple[str, int]] = []
     w = WRAPPERS.get(mt)
     if w is not None and isinstance(cfg.get("audio_config"), dict) and not any(k == "audio_config"
@@ -351,7 +369,7 @@ def _arch_from_config(cfg: dict[str, Any], name: str, source: str, positions: di
     notes: list[str] = [n for n in (not_sized(mt),) if n]
     parts: list[tuple[str, int]] = []
     text_cfg, text_mt, prefix = cfg, mt, ""
-    if mt in WRAPPERS or (mt not in REMOTE_READERS and isinstance(cfg.get("text_config"), dict)):
+    if mt in WRAPPERS or (mt not in REMOTE_READERS and nested_text_key(cfg)):
         text_cfg, text_mt, prefix, parts = _split_wrapper(cfg, mt, notes, version)
     c = ConfigView(text_cfg, defaults_for(text_mt, version), source, text_mt, positions, prefix)
     if text_mt in REMOTE_READERS:

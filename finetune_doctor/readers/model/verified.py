@@ -11,6 +11,7 @@ adds after these lists were made."""
 GENERIC_VERIFIED: frozenset[str] = frozenset("""
     aria_text axk1 bitnet bloom cohere cohere2 cohere2_moe cwm deepseek_v2 deepseek_v3 diffllama ernie4_5 exaone
     exaone4 exaone_moe falcon flex_olmo flint gemma gemma2 gemma3 gemma3_text glm glm4 glm4_moe glm4_moe_lite
+    glm4v glm4v_moe
     gpt2 gpt_oss granite granite_swa granitemoe granitemoe_swa granitemoeshared helium hy_v3 hyperclovax
     internlm3 iquestcoder jamba kolibri1 llama llama4 llama4_text llava llava_next mellum mimo_v2_flash minicpm3
     minimax_m2 ministral3 mistral mistral3 mistral4 mixtral olmo olmo2 olmo3 olmoe paligemma phi3 phimoe qwen2

@@ -187,3 +187,30 @@ def gemma4_vision_params(vc: dict[str, Any]) -> int:
     layers = int(vc.get("num_hidden_layers", 16))
     n = 3 * p * p * e + 2 * pos * e
     return n + layers * (4 * e * heads * hd + 2 * hd + 3 * e * i + 4 * e)
+
+
+def glm4v_vision_params(vc: dict[str, Any]) -> int:
+    """GLM-4.1V / GLM-4.5V vision tower with its merger (transformers ``glm4v/modeling_glm4v.py``
+    ``Glm4vVisionModel``, 5.6.0; ``glm4v_moe`` reuses it). Width E = ``hidden_size``, merger width
+    O = ``out_hidden_size``, merger MLP width I = ``intermediate_size``, m = ``spatial_merge_size``.
+
+    Conv3d patch embedding with bias over ``temporal_patch_size x patch_size^2`` pixels; a learned position table
+    of ``(image_size // patch_size)^2`` rows; ``depth`` blocks of two RMSNorms, a fused qkv (bias only with
+    ``attention_bias``), proj without bias and a gated MLP gate/up/down of width O (the block MLP is sized by
+    ``out_hidden_size``, not ``intermediate_size``), no biases; RMSNorms after the patch conv and after the blocks;
+    a Conv2d m x m downsample E -> O with bias; the merger: proj O -> O, a LayerNorm (weight and bias) and a gated
+    MLP O -> I -> O, no biases. Checked against the zai-org/GLM-4.5V safetensors census (858,681,856 vision
+    elements: 107,710,933,120 stored less the text model and its 45 x 128 router-bias buffers) and transformers'
+    meta build of both catalogue entries (tests/test_catalog_glm.py)."""
+    e, o = int(vc.get("hidden_size", 1536)), int(vc.get("out_hidden_size", 4096))
+    i = int(vc.get("intermediate_size", 13696))
+    depth = int(vc.get("depth", 24))
+    c = int(vc.get("in_channels", 3))
+    p, t = int(vc.get("patch_size", 14)), int(vc.get("temporal_patch_size", 2))
+    m = int(vc.get("spatial_merge_size", 2))
+    npos = (int(vc.get("image_size", 336)) // p) ** 2
+    qkv_bias = bool(vc.get("attention_bias", False))
+    n = c * t * p * p * e + e + npos * e
+    n += depth * (2 * e + _linear(e, 3 * e, qkv_bias) + _linear(e, e, False) + 3 * e * o)
+    n += 2 * e + (o * e * m * m + o)
+    return n + o * o + 2 * o + 3 * o * i

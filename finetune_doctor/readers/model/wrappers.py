@@ -16,6 +16,7 @@ from typing import Any, Callable
 from finetune_doctor.readers.model.vision import (
     clip_vision_params,
     gemma4_vision_params,
+    glm4v_vision_params,
     llama4_vision_params,
     llava_projector_params,
     mistral3_projector_params,
@@ -154,6 +155,10 @@ WRAPPERS: dict[str, Wrapper] = {
                                        "sliding_window": None, "vocab_size": 131072}),
     "llama4": Wrapper("llama4_text", (("vision_tower", "vision_config", llama4_vision_params),), _llama4_projector,
                       tie=False),
+    # GLM-4.1V / GLM-4.5V (configuration_glm4v.py, configuration_glm4v_moe.py: tie_word_embeddings false); the
+    # merger is part of the tower's count
+    "glm4v": Wrapper("glm4v_text", (("vision_tower", "vision_config", glm4v_vision_params),), tie=False),
+    "glm4v_moe": Wrapper("glm4v_moe_text", (("vision_tower", "vision_config", glm4v_vision_params),), tie=False),
 }
 
 

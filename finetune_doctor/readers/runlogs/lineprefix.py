@@ -6,7 +6,8 @@ A line the reader matches may carry, in front of the text the program printed, a
 * torch's rank prefix ``[rank3]:`` (every line of a Python traceback once a process group exists, torch >= 2.3)
   and torchrun's ``--tee`` / ``--redirects`` prefix ``[default0]:`` (role name + local rank, torch/distributed/
   elastic/multiprocessing/api.py);
-* Slurm's ``srun --label`` task id ``3: `` and Kubernetes' ``kubectl logs --prefix`` ``[pod/name/container] ``;
+* Slurm's ``srun --label`` task id ``3: ``, pdsh's host label ``gpu-node-2: `` (DeepSpeed's multi-node runner) and
+  Kubernetes' ``kubectl logs --prefix`` ``[pod/name/container] ``;
 * a timestamp: ISO 8601 (``kubectl logs --timestamps``: ``2024-11-23T00:52:57.664949121Z``), the Python logging
   default ``2024-11-23 00:52:57,664``, bracketed ``[2024-11-23 00:52:57]``, syslog/journalctl ``Nov 23 00:52:57
   host kernel:`` and dmesg's seconds since boot ``[  179.437933]``.
@@ -38,6 +39,10 @@ _ISO = re.compile(r"\[?(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T ](?P<h>\d\d):(?P<
 _SYSLOG = re.compile(r"(?P<mon>[A-Za-zéä]{3,4})\.? {1,2}(?P<d>\d{1,2}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
                      r"(?:\.(?P<f>\d+))? (?P<host>[\w.-]+) (?:kernel|\w[\w.-]*(?:\[\d+\])?): ")
 _DMESG = re.compile(r"\[\s*(?P<up>\d+\.\d+)\] ")
+# pdsh's label (pdsh -R ssh, the runner of `deepspeed --hostfile` across nodes: deepspeed/launcher/multinode_runner.py
+# PDSHRunner) puts "host: " before every line of a remote process; a host name here holds a digit and no "_"
+# ("gpu-node-2", "node01", "10.0.0.7"), so the "loss: " / "INFO: " / "wandb: " of a line are not taken for one
+_PDSH = re.compile(r"(?P<host>(?=[A-Za-z0-9.-]*\d)[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?): (?=\D)")
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,10 @@ def strip_prefixes(text: str) -> tuple[str, Prefix]:
         m = _SLURM.match(text, pos)
         if m and pos == 0:
             task, pos = int(m["task"]), m.end()
+            continue
+        m = _PDSH.match(text, pos) if pos == 0 and ": " in text[:64] else None
+        if m and not m["host"].isdigit():
+            host, pos = m["host"], m.end()
             continue
         break
     if pos == 0:

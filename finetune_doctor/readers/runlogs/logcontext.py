@@ -117,6 +117,17 @@ def frames_below(lines: list[str]) -> tuple[str, ...]:
 SITE_DIRS = ("site-packages/", "dist-packages/")
 
 
+def traceback_end(lines: list[str]) -> int | None:
+    """The index in `lines` (the lines below a "Traceback (most recent call last):" header, or below a frame)
+    of the first line that is not a frame or its code: where CPython prints the exception (Lib/traceback.py
+    ``TracebackException.format``); None when the frames run past the end of `lines`."""
+    for k, ln in enumerate(lines):
+        ln = strip_prefixes(ln)[0]
+        if pat.EXC.match(ln) or (ln.strip() and not ln[:1].isspace()):
+            return k
+    return None
+
+
 def frames_and_packages(lines: list[str]) -> tuple[tuple[str, ...], tuple[tuple[str, str, str], ...]]:
     """`frames_below`'s frames, and the frames that run inside an installed package: (package, function, file
     basename) for each frame whose path goes through ``site-packages/`` or ``dist-packages/`` (the top-level
@@ -138,7 +149,8 @@ def frames_and_packages(lines: list[str]) -> tuple[tuple[str, ...], tuple[tuple[
             if k >= 0:
                 top = path[k:].split("/", 2)[1]
                 pkgs.append((top[:-3] if top.endswith(".py") else top, m.group("func"), os.path.basename(path)))
-            elif "/src/llamafactory/" in path:
-                # LLaMA-Factory run from its source checkout (pip install -e .): the trainer's own frames
+            elif "/src/llamafactory/" in path or "/src/llmtuner/" in path:
+                # LLaMA-Factory run from its source checkout (pip install -e .): the trainer's own frames (its
+                # package was llmtuner before 0.6)
                 pkgs.append(("llamafactory", m.group("func"), os.path.basename(path)))
     return tuple(out[-40:]), tuple(pkgs[-40:])

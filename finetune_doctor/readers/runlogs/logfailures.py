@@ -53,6 +53,9 @@ def other_cuda_error(text: str) -> _Status | None:
     (cudaGetErrorString's, from the name or the code when the line gives one). None when the line holds none."""
     # a check of a runtime call ("e == cudaSuccess || e == cudaErrorCudartUnloading (719 vs. 0)") names the
     # accepted values, not the error: its code and text come first
+    c = pat.CUDA_CHECK_RETURN.search(text) if " in file " in text and " at line " in text else None
+    if c:
+        return _Status(c.group("status").strip())
     m = pat.CUDA_NAMED.search(text) if ("cudaError" in text or "CUDA_ERROR_" in text) and (
         "== cudaSuccess" not in text) else None
     if m:
@@ -431,10 +434,10 @@ class FailureLines:
                                               pid=int(m.group("pid")) if m.group("pid") else None,
                                               text=text.strip()[:300]))
             return
-        m = pat.CPU_ALLOC.search(text)
-        if m:
-            self.keep.add("kills", KillRecord(self.path, line, st, "cpu-alloc", bytes=float(m.group("bytes")),
-                                              text=text.strip()[:300]))
+        m = pat.CPU_ALLOC.search(text) or (pat.WIN_COMMIT.search(text) if "WinError 1455" in text else None)
+        if m:   # WIN_COMMIT states no size
+            self.keep.add("kills", KillRecord(self.path, line, st, "cpu-alloc", bytes=float(m.group("bytes")) if
+                                              "bytes" in m.re.groupindex else None, text=text.strip()[:300]))
             return
         if self._outside_stop(text, line, rank, st):
             return

@@ -10,10 +10,12 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from finetune_doctor.evidence import Fact, MemoryRecord, Notice, Restart, Series
+from finetune_doctor.evidence import Fact, KillRecord, MemoryRecord, Notice, Restart, Series
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.lineprefix import strip_prefixes, wall_in_year
-from finetune_doctor.readers.runlogs.logcontext import FRAME, LOOKAHEAD, Keep, LineContext, frames_and_packages, num
+from finetune_doctor.readers.runlogs.logcontext import (
+    FRAME, LOOKAHEAD, Keep, LineContext, frames_and_packages, num, traceback_end,
+)
 from finetune_doctor.readers.runlogs.logfailures import FailureLines
 
 MAX_DICT = 2048   # characters of a metric dict parsed (HF's dicts are a few hundred)
@@ -169,18 +171,25 @@ class TextLogParser(FailureLines):
             self._barrier_wait(text, line, rank)
         if "Traceback (most recent" in text:
             self.timing["tb_open"] = True
-            frames, pkgs = frames_and_packages(context.following_lines(200))
+            below = context.following_lines(200)
+            frames, pkgs = frames_and_packages(below)
             self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip()[:500],
-                                            {"rank": rank, "frames": frames, "pkgs": pkgs}))
-        elif 'File "' in text and not self.timing.get("tb_open") and FRAME.match(text):
+                                            {"rank": rank, "frames": frames, "pkgs": pkgs,
+                                             "warned": self._warned_before(context)}))
+            self._tb_exception(below, line, rank)
+        elif 'File "' in text and (not self.timing.get("tb_open") or line > self.timing.get("tb_exc", 1 << 62)) \
+                and FRAME.match(text):
             # frames with no "Traceback" header before them since the last exception: a paste cut above the
             # header; the traceback starts here
             self.timing["tb_open"] = True
-            frames, pkgs = frames_and_packages([text] + context.following_lines(200))
+            below = context.following_lines(200)
+            frames, pkgs = frames_and_packages([text] + below)
             self.keep.add("notices", Notice(self.path, line, self.during(), "traceback",
                                             "frames of a traceback whose header the log does not hold",
                                             {"rank": rank, "frames": frames, "pkgs": pkgs}))
-        seen = self._exception(text, line, rank, context) if "Error" in text or "Exception" in text else False
+            self._tb_exception(below, line, rank)
+        seen = line == self.timing.get("tb_exc") or (
+            self._exception(text, line, rank, context) if "Error" in text or "Exception" in text else False)
         if not seen and any(w in text for w in pat.TYPELESS_TRIGGERS) and not pat.EXC.match(text.strip(" `>")) \
                 and line > self.timing.get("mismatch_until", 0):
             self._typeless_exception(text, line, rank, context)
@@ -242,7 +251,50 @@ class TextLogParser(FailureLines):
             # (torch/nn/modules/module.py, 2.13.0 wheel :2443-2444, :2639)
             value["details"] = self._mismatches(text, line, context)
         self.keep.add("notices", Notice(self.path, line, self.during(), "exception", text.strip()[:500], value))
+        self._interrupt(value["cls"], line, rank, text)
         return True
+
+    def _interrupt(self, cls: str, line: int, rank: int | None, text: str) -> None:
+        """A KeyboardInterrupt is also a stop from outside: CPython raises it in the main thread for SIGINT
+        (Ctrl-C in the terminal, `kill -INT`, a launcher passing its own interrupt on), so it is recorded as
+        the kill "interrupted" beside the exception (analyzers/postmortem/causes.py judges the two)."""
+        if cls == "KeyboardInterrupt":
+            self.keep.add("kills", KillRecord(self.path, line, self.during(), "interrupted", signal="SIGINT",
+                                              rank=rank, text=text.strip()[:300]))
+
+    @staticmethod
+    def _warned_before(context: LineContext) -> dict[str, str] | None:
+        """The last Python warning (logpatterns.PY_WARNING) in the 8 KiB above a traceback's header, back to the
+        previous exception or traceback: {file, line, cat, msg}, or None. A lead where the traceback is cut
+        before its exception line (analyzers/postmortem/crashcause.py `warning_lead`)."""
+        before = context.buf[max(0, context.ls - 8192):context.ls].decode("utf-8", "replace").splitlines()[-60:]
+        for ln in reversed(before):
+            ln = strip_prefixes(ln)[0]
+            if "Traceback (most recent" in ln or pat.EXC.match(ln):
+                return None
+            m = pat.PY_WARNING.search(ln) if "Warning: " in ln else None
+            if m:
+                return {"file": m.group("file"), "line": m.group("line"), "cat": m.group("cat"),
+                        "msg": m.group("msg")[:200]}
+        return None
+
+    def _tb_exception(self, below: list[str], line: int, rank: int | None) -> None:
+        """The line that ends the traceback opened at `line` (`below`: the lines after it) when its class is one
+        that logpatterns.EXC does not read (``zipfile.BadZipFile``, ``triton.runtime.errors.OutOfResources``,
+        ``StopIteration``: logpatterns.EXC_ANY), so that a traceback whose exception is there is not called cut.
+        Recorded as an exception Notice at its own line."""
+        k = traceback_end(below)
+        if k is None:
+            return
+        ln = strip_prefixes(below[k])[0].strip()
+        m = pat.EXC_ANY.match(ln) if not pat.EXC.match(ln) else None
+        if m is None:
+            return
+        at = line + k + 1
+        self.timing["tb_exc"] = at
+        self.keep.add("notices", Notice(self.path, at, self.during(), "exception", ln[:500],
+                                        {"cls": m.group("cls"), "msg": (m.group("msg") or "")[:300], "rank": rank}))
+        self._interrupt(m.group("cls"), at, rank, ln)
 
     def _cut_head_frames(self, line: int, rank: int | None, context: LineContext) -> None:
         """The frames above an exception when no traceback was opened before it and the paste starts inside
@@ -338,14 +390,15 @@ class TextLogParser(FailureLines):
                 or "untime error (" in text or "CUDA warning" in text or "cudaError" in text
                 or "CUDA Error" in text or "CUDA_ERROR_" in text or "cudaSuccess" in text or "CUDNN_STATUS_" in text
                 or "CUDA driver error" in text or "HIP error" in text or "Cuda failure" in text
-                or "llegal memory access was" in text) \
+                or "llegal memory access was" in text or (" at line " in text and " in file " in text)) \
                 and "CUBLAS_STATUS_ALLOC_FAILED" not in text:
             self._device(text, line, rank, context, wall)
         if "NVRM" in text:
             self._kernel(text, line, pre)
         if ("Killed" in text or "exitcode" in text or "exits with return code" in text or "oom" in text
                 or "Out Of Memory" in text or "Out of memory" in text or "received by PID" in text
-                or "can't allocate memory" in text or "sigkill_handler" in text or "Segmentation fault" in text
+                or "can't allocate memory" in text or "not enough memory: you" in text or "WinError 1455" in text
+                or "sigkill_handler" in text or "Segmentation fault" in text
                 or "Bus error" in text or "Illegal instruction" in text or "Task was killed due" in text
                 or "Memory on the node" in text or "encountered in worker" in text or "is killed by signal" in text
                 or "death signal" in text or "SignalException" in text or "Caught signal " in text
@@ -540,6 +593,10 @@ class TextLogParser(FailureLines):
             self.keep.add("notices", Notice(self.path, line, self.logged(), "train-summary", body[:500], kv))
             return True
         if "loss" in kv:
+            if "rewards/chosen" in kv or "logps/chosen" in kv:
+                # trl's preference trainers log these (DPOTrainer: rewards/margins too; KTOTrainer: kl), so the
+                # stage is read from the log when no config is given (analyzers/postmortem/refmodel.py)
+                self.fact("lf_stage", "kto" if "kl" in kv else "dpo", line)
             for key, name in (("loss", "loss"), ("grad_norm", "grad_norm"), ("learning_rate", "learning_rate"),
                               ("epoch", "epoch")):
                 if key in kv:
@@ -569,15 +626,17 @@ class TextLogParser(FailureLines):
 
     def _step_line(self, text: str, line: int) -> None:
         """Another trainer's step line (logpatterns.py `STEP_LINE_*`): loss, grad norm and learning rate at the
-        step the line names. A line without a step key is read only when its loss is non-finite (insightface's
-        "Loss nan" half of a wrapped line: a NaN is evidence wherever it is printed), at the step in progress;
-        a finite loss without a step is left alone (a loss named in prose)."""
+        step the line names, else at the count of a tqdm bar on the same line (`TQDM_COUNT`). A line without
+        either is read only when its loss is non-finite (insightface's "Loss nan" half of a wrapped line: a NaN
+        is evidence wherever it is printed), at the step in progress; a finite loss without a step is left alone
+        (a loss named in prose)."""
         loss = pat.STEP_LINE_LOSS.search(text)
         if loss is None:
+            self._bar_postfix(text, line)
             return
         m = pat.STEP_LINE_STEP.search(text)
         step = int(m.group(1)) if m else None
-        if m is None and "[" in text:
+        if m is None and "[" in text and ("Epoch" in text or "Iter(" in text):
             e = pat.STEP_LINE_EPOCH_ITER.search(text)
             if e and e.group("it"):
                 step = int(e.group("it"))
@@ -591,17 +650,58 @@ class TextLogParser(FailureLines):
                 if b and loss:
                     step = int(b.group("e")) * int(b.group("n")) + int(b.group("i"))
         if step is None:
+            # a bar on the same line counts the step its values were printed at (torchtune's "1|20|Loss: 1.93:
+            # 2%|..| 20/1000 [...]" sets its description with the bar's own update; tqdm/std.py format_meter)
+            bars = list(pat.TQDM_COUNT.finditer(text)) if " [" in text and "/" in text else ()
+            step = int(bars[-1].group("n")) if bars else None
+        if step is None:
             x = num(loss.group(1))
             if x is not None and not math.isfinite(x):
                 self.point("loss", self.step_now(), x, line)
             return
         self.timing["line_step"] = step
-        for rx, name in ((pat.STEP_LINE_LOSS, "loss"), (pat.STEP_LINE_GNORM, "grad_norm"),
-                         (pat.STEP_LINE_LR, "learning_rate")):
+        x = num(loss.group(1))
+        if x is not None:
+            self.point("loss", step, x, line)
+        low = text.lower()   # the two keys' expressions are case-blind; most step lines hold neither word
+        for rx, name, present in ((pat.STEP_LINE_GNORM, "grad_norm", "norm" in low),
+                                  (pat.STEP_LINE_LR, "learning_rate", "lr" in low or "learning" in low)):
+            if not present:
+                continue
             v = rx.search(text)
             x = num(v.group(1)) if v else None
             if x is not None:
                 self.point(name, step, x, line)
+
+    # the postfix keys read as the supervised loss curve (signed RL losses - policy, value, KL - only when non-finite)
+    SUPERVISED_LOSS_KEYS = ("loss", "train_loss", "gpt_loss", "lm_loss", "sft_loss", "nll_loss", "ce_loss")
+
+    def _bar_postfix(self, text: str, line: int) -> None:
+        """The losses a tqdm bar's postfix shows (logpatterns.TQDM_POSTFIX: "..| 20/1000 [.., gpt_loss=nan,
+        loss_mean=nan, lr=2e-6]"), at the bar's count: a key of SUPERVISED_LOSS_KEYS is the loss curve; another
+        key with "loss" in its name (a policy or auxiliary loss, which may be signed) only when non-finite; lr /
+        learning_rate and grad_norm as named. The last render on the line (tqdm's carriage returns keep earlier
+        ones)."""
+        bars = list(pat.TQDM_POSTFIX.finditer(text))
+        if not bars:
+            return
+        b = bars[-1]
+        step = int(b.group("n"))
+        seen_loss = False
+        for item in b.group("post").split(","):
+            k, _, v = item.strip().partition("=")
+            key = k.strip().lower()
+            x = num(v.strip())
+            if x is None:
+                continue
+            if "loss" in key and "scale" not in key and not seen_loss:
+                if key in self.SUPERVISED_LOSS_KEYS or not math.isfinite(x):
+                    self.point("loss", step, x, line)
+                    seen_loss = True
+            elif key in ("lr", "learning_rate"):
+                self.point("learning_rate", step, x, line)
+            elif key in ("grad_norm", "gnorm"):
+                self.point("grad_norm", step, x, line)
 
     def _lf_jsonl(self, text: str, line: int) -> None:
         i = text.find("{")

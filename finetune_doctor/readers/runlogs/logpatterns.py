@@ -112,6 +112,9 @@ TRIGGER_WORDS = (
     "MA ", "CPU Virtual Memory",
     # warnings, exceptions
     "WARNING|", "ERROR|", "It is strongly", "Traceback (most", "Error: ", "Exception: ",
+    # the CUDA samples' CUDA_CHECK_RETURN ("Error <cudaGetErrorString> at line N in file F", bitsandbytes' csrc and
+    # many CUDA programs; `CUDA_CHECK_RETURN` below); 'E' is a first byte already
+    "Error ",
     # a traceback's frame: a paste cut above the "Traceback" header still shows the frames it kept
     'File "',
     # run facts: HF Trainer banner, LF, DeepSpeed init and config dump (".... " is the dump's dot filler)
@@ -458,7 +461,14 @@ LAUNCHER_SIGNALLED = re.compile(r"\[launch\.py:\d+:sigkill_handler\] Main proces
 ELASTIC_SIGNALLED = re.compile(r"(?:Received (?:Signals\.)?(?P<sig>SIG[A-Z0-9]+|\d+) death signal, shutting down workers"
                                r"|SignalException: Process (?P<pid>\d+) got signal: (?:Signals\.)?(?P<sig2>SIG[A-Z0-9]+|\d+))")
 SIGNAL_NAMES = {"1": "SIGHUP", "2": "SIGINT", "3": "SIGQUIT", "15": "SIGTERM", "10": "SIGUSR1", "12": "SIGUSR2"}
-CPU_ALLOC = re.compile(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (?P<bytes>\d+) bytes")
+# c10/core/impl/alloc_cpu.cpp ``alloc_cpu``: posix_memalign's failure ("can't allocate memory: ... Error code 12");
+# the _MSC_VER branch (_aligned_malloc, Windows) words it "DefaultCPUAllocator: not enough memory: you tried to
+# allocate N bytes." ("[enforce fail at alloc_cpu.cpp:72] data. ...", torch 1.x-2.x on Windows)
+CPU_ALLOC = re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate "
+                       r"(?P<bytes>\d+) bytes")
+# Windows' commit limit (RAM + paging file) reached: Win32 ERROR_COMMITMENT_LIMIT (1455), "OSError: [WinError 1455]
+# The paging file is too small for this operation to complete." as CPython raises it: host memory refused in-process
+WIN_COMMIT = re.compile(r"\[WinError 1455\] The paging file is too small")
 # Slurm's step daemon when it ends a job or step (slurm src/slurmd/slurmstepd/req.c ``_handle_signal_container``:
 # error("*** %s ON %s CANCELLED AT %s DUE TO TIME LIMIT ***", entity, node, time), "... DUE TO PREEMPTION ***",
 # "... DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***", and without a reason for scancel; entity "JOB N" or
@@ -562,6 +572,11 @@ VERL_METRIC = re.compile(r"(?:^| - )(?P<k>actor/(?:grad_norm|lr|pg_loss|loss)):(
 # n batches; with gradient accumulation the optimizer steps are fewer, and the placement is in batches)
 LIGHTNING_BAR = re.compile(r"Epoch (?P<e>\d+):\s+\d+%\|[^|\r\n]*\|\s*(?P<i>\d+)/(?P<n>\d+) \[[^\]\r\n]*?it/s,"
                            r"[^\]\r\n]*?loss")
+# a tqdm bar with a postfix (tqdm's ``set_postfix``: "desc: 12%|█▏  | 120/1000 [01:02<07:40, 1.91it/s, k1=v1,
+# k2=v2]", tqdm/std.py ``format_meter`` appends ", " + postfix inside the brackets), as OpenRLHF's and many
+# scripts' training loops print their losses: the bar's own count is the step of the values beside it
+TQDM_POSTFIX = re.compile(r"\|\s*(?P<n>\d+)/(?P<total>\d+) \[[^\]\r\n]*?,\s*(?P<post>[A-Za-z_][\w/.]*=[^\]\r\n]*)\]")
+TQDM_COUNT = re.compile(r"\|\s*(?P<n>\d+)/(?P<total>\d+) \[")
 STEP_LINE_GNORM = re.compile(r"(?i)(?<![\w.])(?:gnorm|grad[ _]norm)\s*[=:]\s*" + _NUM)
 STEP_LINE_LR = re.compile(r"(?i)(?<![\w.])(?:lr|learning[ _]rate)\s*[=:]\s*" + _NUM)
 KV = re.compile(r"'(?P<k>[\w/]+)':\s*(?P<q>'?)(?P<v>[^,'}]*)(?P=q)")
@@ -588,6 +603,20 @@ CHILD_FAILED_ALONE = re.compile(r"(?:torch\.distributed\.elastic\.multiprocessin
 # cudaGetErrorString(cudaErrorIllegalAddress) (CUDA runtime API, cuda_runtime_api.h) said without "CUDA error: "
 CUDA_STATUS_ALONE = re.compile(r"(?P<status>[Aa]n illegal memory access was encountered)")
 EXC = re.compile(r"^\s*(?P<cls>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)|Exception):\s?(?P<msg>.*)$")
+# the line that ends a traceback, whatever the class is called: CPython's TracebackException.format_exception_only
+# (Lib/traceback.py, 3.8-3.13) prints "{module}.{qualname}: {str(exc)}" — the module left out only for builtins
+# and __main__, ": {msg}" left out when str(exc) is empty — so a class outside builtins is always dotted
+# ("zipfile.BadZipFile", "triton.runtime.errors.OutOfResources"; module names lower case or all capitals, "PIL");
+# the builtins whose names end in neither Error nor Exception are named. Read only on the line right below a
+# traceback's frames (logparse `_tb_exception`).
+EXC_ANY = re.compile(r"^(?P<cls>(?:(?:[a-z_][\w]*|[A-Z][A-Z0-9_]*)\.)+[A-Z_]\w*|StopIteration|StopAsyncIteration|"
+                     r"SystemExit|GeneratorExit|KeyboardInterrupt|\w*ExceptionGroup)(?::\s?(?P<msg>.*))?$")
+# a Python warning as warnings.formatwarning prints it (Lib/warnings.py: "{filename}:{lineno}: {category}:
+# {message}"), e.g. torch/utils/checkpoint.py's "None of the inputs have requires_grad=True. Gradients will be None"
+PY_WARNING = re.compile(r"(?P<file>[^\s:\"']+\.py):(?P<line>\d+): (?P<cat>[A-Z]\w*Warning): (?P<msg>\S.*)$")
+# the same line alone in a short paste where nothing else was found (`logs._exception_alone`): only a module-qualified
+# class (lower-case module names, as every non-builtin exception prints) with a message
+EXC_ALONE = re.compile(r"^[\s`>*-]*(?P<cls>(?:[a-z_][a-z0-9_]*\.)+[A-Z]\w*): (?P<msg>\S.*?)[\s`]*$")
 LF_LOG = re.compile(r"^\[(?P<lvl>WARNING|ERROR)\|(?P<where>[^\]]+)\]\s*(?:[\d-]+ [\d:,]+ )?(?:(?P<logger>[\w.]+):\d+ )?>> (?P<msg>.*)$")
 ATTN_WARN = re.compile(r"strongly recommended to train (?P<model>\w+) models with the `?(?P<want>\w+)`? attention "
                         r"implementation instead of `?(?P<have>\w+)`?")
@@ -699,6 +728,10 @@ CUDA_ERROR_OTHER = re.compile(r"(?:(?i:CUDA(?: driver)? error|HIP error)(?: Prev
                               r"\s*[-:,]|Cuda failure (?:\d+ )?(?=')|(?<![\w.])(?:error|e|err|status) == cudaSuccess"
                               r"(?: \|\| \w+ == \w+)*\.?\s*\(?(?P<code>\d+)?"
                               r"(?: vs\.? 0\)?\.?)?(?:\s*Error at: \S+)?:?)\s*(?P<status>[^\n]+?)\s*$")
+# the CUDA samples' check macro, copied into bitsandbytes' csrc (ops.cuh) and many CUDA programs:
+# ``fprintf(stderr, "Error %s at line %d in file %s\n", cudaGetErrorString(status), __LINE__, __FILE__); exit(1);``
+# — the runtime's error text without "CUDA error: ", and the process exits with no Python traceback
+CUDA_CHECK_RETURN = re.compile(r"(?:^|\s)Error (?P<status>[a-z][^\n]*?) at line \d+ in file (?P<file>\S+)\s*$")
 # a cuDNN / cuBLAS status name alone, as TensorFlow ("Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR") or
 # Caffe ("Check failed: status == CUDNN_STATUS_SUCCESS (4 vs. 0)  CUDNN_STATUS_INTERNAL_ERROR") print it; the
 # success names are not errors and ALLOC_FAILED is an OOM (`OOM_RUNTIME`)

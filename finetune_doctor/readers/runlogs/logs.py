@@ -52,7 +52,7 @@ from dataclasses import replace
 from typing import Any, Iterator
 
 from finetune_doctor.errors import InputError
-from finetune_doctor.evidence import FileEvidence, FileRead
+from finetune_doctor.evidence import FileEvidence, FileRead, Notice
 from finetune_doctor.readers.runlogs import loggrep
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.logcontext import LOOKAHEAD, LOOKBACK, LineContext
@@ -118,7 +118,7 @@ def _origin(p: TextLogParser) -> dict[str, Any]:
 
 def _timing(p: TextLogParser) -> dict[str, Any]:
     t = dict(p.timing)
-    for k in ("tb_open", "scale_reported", "line_step"):   # the parser's own running state, not a timing
+    for k in ("tb_open", "tb_exc", "scale_reported", "line_step"):   # the parser's own running state, not a timing
         t.pop(k, None)
     if p.rates:
         t["sec_per_step"] = statistics.median(p.rates)
@@ -203,6 +203,25 @@ def read_text_log(path: str, count_dicts: bool = False) -> FileEvidence:
         return scan_text(path, size, open_chunks(path, []), [])
     if hits is not None and hits.dicts:
         fe = replace(fe, counted_dicts=hits.dicts)
+    if size <= len(sample) and plain:
+        fe = _exception_alone(fe, sample)
+    return fe
+
+
+def _exception_alone(fe: FileEvidence, data: bytes) -> FileEvidence:
+    """A short file in which the scan found nothing at all, whose last line shaped like an exception of a class
+    outside builtins (logpatterns.EXC_ALONE: "zipfile.BadZipFile: ...", "triton.runtime.errors.OutOfResources:
+    ..."; no trigger word is in such a line) is that exception: a one-line paste is a crash, not "nothing to
+    diagnose". Files with any other evidence are returned unchanged."""
+    if any((fe.series, fe.ooms, fe.overflows, fe.aborts, fe.nccl, fe.kills, fe.notices, fe.device_errors, fe.xids)):
+        return fe
+    lines = data.decode("utf-8", "replace").splitlines()
+    for k in range(len(lines) - 1, -1, -1):
+        m = pat.EXC_ALONE.match(lines[k])
+        if m:
+            n = Notice(fe.read.path, k + 1, None, "exception", lines[k].strip()[:500],
+                       {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": None, "typeless": False})
+            return replace(fe, notices=(n,))
     return fe
 
 
