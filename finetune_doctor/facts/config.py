@@ -19,7 +19,6 @@ from finetune_doctor.analyzers.memory.params import count_params
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts import cfg as cfg_facts
 from finetune_doctor.facts import skeleton
-from finetune_doctor.facts import data as data_facts
 from finetune_doctor.facts import ds as ds_facts
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import kinds
@@ -731,14 +730,13 @@ LAUNCH_ENV = ("FORCE_TORCHRUN", "NNODES", "NPROC_PER_NODE")
 def _accelerate_beside(asm: Assembly) -> Any:
     """The one accelerate config beside the training YAML (`ACCELERATE_BESIDE`), with a note; None when there is
     none, several, or a file of that name that is not an accelerate config."""
-    from finetune_doctor.readers.config.accelerate import load_accelerate_config
-
     here = real_parent(asm.doc.path)
     base = str(here)
     # os.path on strings: five pathlib joins and stats per config were ~3 % of a lint of LF's examples (issue #22)
     found = [here / n for n in ACCELERATE_BESIDE if os.path.isfile(os.path.join(base, n))]
     if len(found) != 1:
         return None
+    from finetune_doctor.readers.config.accelerate import load_accelerate_config   # once there is one (#22)
     try:
         acc = load_accelerate_config(str(found[0]))
     except InputError:
@@ -753,11 +751,10 @@ def _env_launch() -> Any:
     when none is set."""
     import os
 
-    from finetune_doctor.readers.config.accelerate import LaunchCommand
-
     env = {k: os.environ[k] for k in LAUNCH_ENV if os.environ.get(k)}
     if not env.get("FORCE_TORCHRUN") and not env.get("NNODES"):
         return None
+    from finetune_doctor.readers.config.accelerate import LaunchCommand   # only when the environment launches
     return LaunchCommand(launcher="llamafactory-cli", env=env, options={}, script="train",
                          text=" ".join(f"{k}={v}" for k, v in env.items()) + " llamafactory-cli train")
 
@@ -774,6 +771,7 @@ def _scan(asm: Assembly, config: str) -> dict[str, Any] | None:
     """The ``data`` facts: the datasets scanned here when they are here, else the statistics a ``doctor context``
     file carries (the training machine's scan); without either, a note says so. Data read here with no media
     (`text_only`) makes the run's ``media_inputs`` False."""
+    from finetune_doctor.facts import data as data_facts   # the data scan's namespace: not lint's (issue #22)
     data = data_facts.assemble(asm.doc.values, config)
     if data is not None:
         asm.assumptions.extend(data_facts.assumptions(data))

@@ -29,11 +29,12 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any, Iterable
 
 from finetune_doctor.reporters import display_path, fix_summary, summary_line
-from finetune_doctor.reporters._source import SourceIndex, edit_text
 from finetune_doctor.types import SEVERITIES, Finding, Fix, Report
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console, RenderableType
+
+    from finetune_doctor.reporters._source import SourceIndex
 
 DEFAULT_WIDTH = 100
 MEMORY_TERMS = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "runtime")
@@ -236,7 +237,8 @@ def _table(*columns: tuple[str, str]) -> Any:
 
 # -- the report ---------------------------------------------------------------------------------------------
 def _draw(w: _Writer, r: Report) -> None:
-    sources = SourceIndex()
+    # the source index (and its module, ~0.5 ms of a one-file lint) only where a finding may quote a file (issue #22)
+    sources = _source_index() if r.findings else None
     _header(w, r)
     _run_line(w, r)
     _hardware_line(w, r)
@@ -446,10 +448,10 @@ def _at_estimate(mem: Any) -> str:
 
 def _assumed(w: _Writer, r: Report) -> None:
     """What the report assumed rather than read, verdict-moving first ("!"), one line each."""
-    from finetune_doctor.reporters.sections import assumed
-
     if not r.assumptions:
         return
+    from finetune_doctor.reporters.sections import assumed   # a lint of accelerate configs alone assumes nothing
+
     w.heading("Assumed (not read from your inputs; ! moves the verdict)")
     for text, moves in assumed.assumption_lines(r.assumptions):
         w.line((text, "yellow" if moves else None), indent=1)
@@ -472,7 +474,13 @@ def _timeline(w: _Writer, r: Report) -> None:
         w.line(f"… {len(events) - TIMELINE_MAX} more events (see --format json)", indent=1)
 
 
-def _findings(w: _Writer, r: Report, sources: SourceIndex) -> None:
+def _source_index() -> SourceIndex:
+    from finetune_doctor.reporters._source import SourceIndex
+
+    return SourceIndex()
+
+
+def _findings(w: _Writer, r: Report, sources: SourceIndex | None) -> None:
     if not r.findings:
         w.heading("No findings.", "green")
         return
@@ -498,6 +506,8 @@ def _finding(w: _Writer, f: Finding, sources: SourceIndex) -> None:
 
 
 def _fix(w: _Writer, fix: Fix, sources: SourceIndex, level: int = 1) -> None:
+    from finetune_doctor.reporters._source import edit_text
+
     w.line(("fix", "bold green"), f" ({fix.safety}): {fix.title}", indent=level)
     for e in fix.edits:
         w.line(edit_text(e, sources), indent=level + 1)
