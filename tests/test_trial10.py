@@ -1,0 +1,65 @@
+"""What a new user's tenth trial found (issues #21, #25), each fixed as a kind (fixtures/trial10/README.md).
+
+Each test names the trial-10 case it stems from; the fixtures are written from the formats (LLaMA-Factory launch
+scripts and `llamafactory-cli env` reports), not copied from the threads.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from finetune_doctor.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+FX = ROOT / "fixtures" / "trial10"
+
+
+@pytest.fixture(autouse=True)
+def _no_launch_env(monkeypatch):
+    for var in ("FORCE_TORCHRUN", "NNODES", "WORLD_SIZE", "NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("FINETUNE_DOCTOR_NO_NVML", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def _run(*args: str) -> tuple[int, dict]:
+    res = CliRunner().invoke(main, [*args, "--format", "json"])
+    assert res.exit_code in (0, 1), res.output
+    return res.exit_code, json.loads(res.stdout)
+
+
+def _codes(rep: dict) -> list[str]:
+    return [f["code"] for f in rep["findings"]]
+
+
+def test_unknown_card_with_visible_devices_counts_two_gpus_and_no_rule_fails(tmp_path: Path):
+    """Case 06: an env naming the card but not its number, a launch line with CUDA_VISIBLE_DEVICES=0,1."""
+    case = FX / "unknown_card"
+    code, rep = _run("check", str(case / "train.sh"), "--env", str(case / "env.txt"), "--offline", "--no-data")
+    assert "FD097" not in _codes(rep)                       # FD602 no longer fails on the unknown capacity
+    assert "FD617" not in _codes(rep)                       # 2 ranks on the 2 visible GPUs
+    assert rep["hardware"]["num_gpus"] == 2 and rep["hardware"]["gpu"] == "GRID K520"
+    assert rep["run"]["world_size"] == 2
+    assert any(n.endswith("GRID K520 x 2 (the number from CUDA_VISIBLE_DEVICES on the launch line)")
+               for n in rep["notes"]), rep["notes"]
+    assert code == 0
+
+
+def test_ranks_over_an_assumed_gpu_count_are_not_stated_as_an_error(tmp_path: Path):
+    """The same env (card, no number) with NPROC_PER_NODE=4 and no visible-device list: one GPU is only assumed,
+    so FD617's "4 processes but a node has 1 GPU" is not stated."""
+    case = FX / "unknown_card"
+    script = (case / "train.sh").read_text(encoding="utf-8").replace(
+        "CUDA_VISIBLE_DEVICES=0,1 FORCE_TORCHRUN=1", "NPROC_PER_NODE=4 FORCE_TORCHRUN=1")
+    (tmp_path / "train.sh").write_text(script, encoding="utf-8")
+    _, rep = _run("check", str(tmp_path / "train.sh"), "--env", str(case / "env.txt"), "--offline", "--no-data")
+    assert "FD617" not in _codes(rep) and "FD097" not in _codes(rep)
+    assert rep["run"]["world_size"] == 4 and rep["hardware"]["num_gpus"] == 1
+    # a --gpu count is the user's own statement: the mismatch is then an error
+    _, rep2 = _run("check", str(tmp_path / "train.sh"), "--gpu", "2xA100-80GB", "--offline", "--no-data")
+    f = next(f for f in rep2["findings"] if f["code"] == "FD617")
+    assert "starts 4 processes per node, but a node has 2 GPUs" in f["message"] and f["severity"] == "error"
