@@ -63,3 +63,36 @@ def test_ranks_over_an_assumed_gpu_count_are_not_stated_as_an_error(tmp_path: Pa
     _, rep2 = _run("check", str(tmp_path / "train.sh"), "--gpu", "2xA100-80GB", "--offline", "--no-data")
     f = next(f for f in rep2["findings"] if f["code"] == "FD617")
     assert "starts 4 processes per node, but a node has 2 GPUs" in f["message"] and f["severity"] == "error"
+
+
+def test_a_bare_str_or_bool_flag_is_true_and_a_named_stage_is_the_assumed_range():
+    """Case 03: `--include_num_input_tokens_seen` alone (HfArgumentParser drops `str` from its `str | bool` union
+    and gives it nargs "?" const True) was refused with exit 2; a DeepSpeed file not here named ds_z2_config.json
+    was at-risk because it "might be ZeRO-3", while FD602 stated the replicated weights as a fact."""
+    case = FX / "named_stage"
+    code, rep = _run("check", str(case / "train.sh"), "--gpu", "8xH20-96GB", "--transformers", "4.51.3",
+                     "--offline", "--no-data")
+    ds = next(a for a in rep["assumptions"] if a["name"] == "deepspeed-config")
+    assert ds["value"] == "ds_z2_config.json" and ds["source"].startswith(
+        "/mnt/work/LLaMA-Factory/my_configs/ds_z2_config.json is not on this machine: name-implied: its file name "
+        "says ZeRO stage 2")
+    assert ds["alternatives"] == ["ds_z2_offload_config.json"]    # not another stage
+    assert rep["memory"]["verdict"] == "oom"                    # 72B replicated on every 96 GB card either way
+    f = next(f for f in rep["findings"] if f["code"] == "FD602")
+    assert f["message"].startswith("If /mnt/work/LLaMA-Factory/my_configs/ds_z2_config.json is ZeRO-2 as its name "
+                                   "says (the file is not on this machine, so its stage is assumed from the name): "
+                                   "each of the 8 GPUs holds the whole model")
+    assert code == 1
+
+
+def test_a_deepspeed_file_whose_name_states_no_stage_keeps_every_stock_stage_open(tmp_path: Path):
+    text = (FX / "named_stage" / "train.sh").read_text(encoding="utf-8").replace("ds_z2_config.json",
+                                                                                 "deepspeed.json")
+    (tmp_path / "train.sh").write_text(text, encoding="utf-8")
+    _, rep = _run("check", str(tmp_path / "train.sh"), "--gpu", "8xH20-96GB", "--offline", "--no-data")
+    ds = next(a for a in rep["assumptions"] if a["name"] == "deepspeed-config")
+    assert "name-implied" not in ds["source"] and "ds_z3_config.json" in ds["alternatives"]
+    assert rep["memory"]["verdict"] == "at-risk"
+    f = next(f for f in rep["findings"] if f["code"] == "FD602")
+    assert f["message"].startswith("If /mnt/work/LLaMA-Factory/my_configs/deepspeed.json is ZeRO-2 (the file is not "
+                                   "on this machine and its name states no stage, so ZeRO-2 was assumed): each of")
