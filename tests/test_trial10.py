@@ -96,3 +96,48 @@ def test_a_deepspeed_file_whose_name_states_no_stage_keeps_every_stock_stage_ope
     f = next(f for f in rep["findings"] if f["code"] == "FD602")
     assert f["message"].startswith("If /mnt/work/LLaMA-Factory/my_configs/deepspeed.json is ZeRO-2 (the file is not "
                                    "on this machine and its name states no stage, so ZeRO-2 was assumed): each of")
+
+
+def _finding(rep: dict, code: str) -> dict:
+    return next(f for f in rep["findings"] if f["code"] == code)
+
+
+def test_a_kill_in_the_final_evaluation_is_placed_after_training_not_at_an_eval_step():
+    """Case 09: the evaluation bar (40/120) after "***** train metrics *****" was read as step 41 of 120."""
+    code, rep = _run("postmortem", "--log", str(FX / "eval_kill" / "log.txt"))
+    pm = rep["postmortem"]
+    assert pm["steps"]["last"] is None and pm["steps"]["total"] is None   # no training bar in the excerpt
+    assert pm["completed"]
+    f = _finding(rep, "FD315")
+    assert ("local rank 0 was killed by SIGKILL (exit code -9) after the training loop had finished (its final "
+            "metrics are logged at line 7), in the final evaluation (its progress bar counts evaluation batches, "
+            "not training steps), with no Python traceback") in f["message"]
+    assert "during step" not in f["message"] and code == 1
+    killed = next(e for e in rep["timeline"] if e["kind"] == "killed")
+    assert killed["step"] is None
+
+
+def test_a_traceback_after_the_training_loop_is_reported():
+    """Case 12: a bare AssertionError at shutdown, after the final metrics: was "No findings", exit 0."""
+    code, rep = _run("postmortem", "--log", str(FX / "shutdown_assert" / "log.txt"))
+    f = _finding(rep, "FD317")
+    assert f["message"].startswith("The run ended after the training loop had finished (its final metrics are "
+                                   "logged at line 2), at shutdown or in the final save with AssertionError")
+    assert "raised in destroy_process_group (distributed_c10d.py, torch), called from on_shutdown (config.py, ray)" \
+        in f["message"]
+    assert f["location"]["line"] == 15 and code == 1
+
+
+def test_the_nccl_heartbeat_monitor_is_its_own_cause_with_its_own_knob():
+    """Case 11: the heartbeat monitor's abort was read as a collective timeout, "raise ddp_timeout" beside
+    "rather than raising the timeout"."""
+    _, rep = _run("postmortem", "--log", str(FX / "heartbeat" / "log.txt"), "--gpu", "8xA800-80GB", "--nnodes", "4")
+    f = _finding(rep, "FD314")
+    assert f["message"].startswith("NCCL heartbeat monitor on rank 9: ProcessGroupNCCL's watchdog thread made no "
+                                   "progress for 480 s.")
+    assert "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC" in f["message"] and "this run spans 4 nodes" in f["message"]
+    assert "raise ddp_timeout" not in f["message"]
+    title = f["fix"]["title"]
+    assert title.startswith("raise TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC (e.g. 1200)") and "TORCH_NCCL_ENABLE_MONITORING=0" \
+        in title and "rather than raising the timeout" not in title
+    assert not f["fix"]["edits"]                      # no ddp_timeout edit: it does not set this limit
