@@ -141,3 +141,23 @@ def test_the_nccl_heartbeat_monitor_is_its_own_cause_with_its_own_knob():
     assert title.startswith("raise TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC (e.g. 1200)") and "TORCH_NCCL_ENABLE_MONITORING=0" \
         in title and "rather than raising the timeout" not in title
     assert not f["fix"]["edits"]                      # no ddp_timeout edit: it does not set this limit
+
+
+def test_a_maxwell_card_gets_bf16_judged_and_no_triton_remedy(tmp_path: Path):
+    """Case 06 with the card known (Tesla M10: Maxwell, compute capability 5.0, 8 GB per GPU): bf16 is judged, and
+    liger-kernel (Triton kernels, compute capability 7.0+) is neither the first fix nor an assumption."""
+    case = FX / "unknown_card"
+    env = (case / "env.txt").read_text(encoding="utf-8").replace("GPU type: GRID K520", "GPU type: Tesla M10")
+    (tmp_path / "env.txt").write_text(env, encoding="utf-8")
+    _, rep = _run("check", str(case / "train.sh"), "--env", str(tmp_path / "env.txt"), "--offline", "--no-data")
+    assert rep["hardware"]["gpu"] == "M10" and rep["hardware"]["bf16"] is False and rep["hardware"]["num_gpus"] == 2
+    assert {"FD103", "FD105"} & set(_codes(rep))                # bf16 on a card without bf16 units
+    fixes = json.dumps([f.get("fix") for f in rep["findings"]])
+    assert "enable_liger_kernel" not in fixes and "liger" not in fixes
+    assert "liger-kernel" not in [a["name"] for a in rep["assumptions"]]
+    # the floor is the card's compute capability: Turing's T4 (7.5) keeps liger, a card of unknown capability too
+    from finetune_doctor.hardware.catalog import parse_gpu_spec
+    from finetune_doctor.run.savers import triton_supported
+
+    assert [triton_supported(parse_gpu_spec(g)) for g in ("Tesla-M10", "P40", "T4", "24GB")] == [
+        False, False, True, True]

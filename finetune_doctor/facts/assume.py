@@ -465,9 +465,9 @@ def _defaults(c: _Seen) -> list[Assumption]:
     if "cutoff_len" not in cfg:
         out.append(_weigh("cutoff-len", run.seq_len, "cutoff_len is not set: LLaMA-Factory's DataArguments "
                           "default (data_args.py)", "set cutoff_len in the YAML", c.base, []))
-    from finetune_doctor.run.savers import liger_offerable
+    from finetune_doctor.run.savers import liger_offerable, triton_supported
 
-    if c.base in ("oom", "at-risk") and liger_offerable(run):
+    if c.base in ("oom", "at-risk") and liger_offerable(run) and triton_supported(hw):
         # the remedy planner may prescribe enable_liger_kernel (engine/planners.py `liger_candidate`): whether the
         # training machine can import liger-kernel is not in any input (LF's env block does not list it). Listed
         # only where liger moves the peak: an assumption carries its effect (trial 2: a full run whose peak is the
