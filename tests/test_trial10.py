@@ -161,3 +161,21 @@ def test_a_maxwell_card_gets_bf16_judged_and_no_triton_remedy(tmp_path: Path):
 
     assert [triton_supported(parse_gpu_spec(g)) for g in ("Tesla-M10", "P40", "T4", "24GB")] == [
         False, False, True, True]
+
+
+def test_keyerror_bias_correction_is_read_from_deepspeeds_source():
+    """Case 01: the KeyError was restated with no link to DeepSpeed's Adam and its param groups."""
+    _, rep = _run("postmortem", "--log", str(FX / "cpu_adam_keyerror" / "log.txt"))
+    f = _finding(rep, "FD317")
+    assert "with KeyError: 'bias_correction' — DeepSpeed's own Adam (DeepSpeedCPUAdam under ZeRO-Offload, " \
+           "FusedAdam otherwise) reads `bias_correction`" in f["message"]
+    assert "name the optimizer in the DeepSpeed JSON" in f["message"]
+
+
+def test_a_host_kill_with_cpu_offload_in_the_log_names_the_offload_first():
+    """Case 10: "fewer workers" was the fix although DeepSpeed's CPU Adam (ZeRO-Offload) was loaded."""
+    _, rep = _run("postmortem", "--log", str(FX / "offload_killed" / "log.txt"))
+    f = _finding(rep, "FD315")
+    assert "The log shows DeepSpeed's CPU Adam loaded (line 4): ZeRO-Offload keeps the fp32 master weights" \
+        in f["message"]
+    assert f["fix"]["title"].startswith("cut host RAM per node: offload fewer states")

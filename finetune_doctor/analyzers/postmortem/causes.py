@@ -307,6 +307,9 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     peak = max(host, key=lambda m: m.cpu_percent) if host else None
     run_off = cx.run.get("offload_optimizer") or cx.run.get("offload_param") or cx.ds.get("offload_optimizer_device") \
         or cx.ds.get("offload_param_device")
+    # DeepSpeed printed "Time to load cpu_adam op": its CPU Adam, ZeRO-Offload's optimizer, ran (trial 10 case 10)
+    log_off = not run_off and cx.log.get("cpu_adam") is True
+    run_off = run_off or log_off
     hram = None
     if cx.mem.get("host"):
         hram = (f"this config needs about {cx.mem['host']:.0f} GiB of host RAM per node"
@@ -314,6 +317,12 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
                 + (f", and the node has {cx.hw.get('host_ram_gib'):.0f} GiB" if cx.hw.get("host_ram_gib") else ""))
     elif peak is not None:
         hram = f"DeepSpeed last saw host RAM at {peak.cpu_used:.0f} GB used ({peak.cpu_percent:.0f} %)"
+    elif log_off:
+        at = cx.log_at.get("cpu_adam") or {}
+        hram = ("The log shows DeepSpeed's CPU Adam loaded" + (f" (line {at['line']})" if at.get("line") else "")
+                + ": ZeRO-Offload keeps the fp32 master weights, their gradients and both Adam moments in host RAM, "
+                "about 16 bytes per trainable parameter over a node's ranks (ZeRO-Offload, arXiv:2101.06840; "
+                "analyzers/memory/buffers.py host_bytes), so the offload is the first host-RAM consumer to look at")
     elif k.kind == "ray-oom" and (rm := _ray_use(kills)):
         hram = f"Ray saw {rm[0]} of the node's {rm[1]} in use ({100 * float(rm[2]):.0f} %)"
     who = ((f"a DataLoader worker process (pid {k.pid})" if k.pid is not None else "a DataLoader worker process")

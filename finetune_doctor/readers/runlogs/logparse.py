@@ -180,6 +180,8 @@ class TextLogParser(FailureLines):
             self._warning(text, line)
         if "Saving model checkpoint to" in text or "***** Running " in text or "train metrics *****" in text:
             self._moment(text, line)
+        if "Time to load cpu_adam op" in text:   # DeepSpeed op_builder/builder.py:624 (0.19.8): ZeRO-Offload's Adam
+            self.fact("cpu_adam", True, line)
         if "examples/s]" in text or "[c10d] waitForInput" in text:
             self._barrier_wait(text, line, rank)
         if "Traceback (most recent" in text:
