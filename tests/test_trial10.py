@@ -179,3 +179,19 @@ def test_a_host_kill_with_cpu_offload_in_the_log_names_the_offload_first():
     assert "The log shows DeepSpeed's CPU Adam loaded (line 4): ZeRO-Offload keeps the fp32 master weights" \
         in f["message"]
     assert f["fix"]["title"].startswith("cut host RAM per node: offload fewer states")
+
+
+def test_a_bare_size_beside_an_env_card_of_that_size_is_that_card(tmp_path: Path):
+    """Case 06 run with --gpu 2x8GB: the env names a Tesla M10 (8 GB per GPU): the card is known, bf16 judged;
+    a size the env's card is not sold with stays a bare size."""
+    case = FX / "unknown_card"
+    env = (case / "env.txt").read_text(encoding="utf-8").replace("GPU type: GRID K520", "GPU type: Tesla M10")
+    (tmp_path / "env.txt").write_text(env, encoding="utf-8")
+    _, rep = _run("check", str(case / "train.sh"), "--env", str(tmp_path / "env.txt"), "--gpu", "2x8GB",
+                  "--offline", "--no-data")
+    hw = rep["hardware"]
+    assert (hw["gpu"], hw["num_gpus"], hw["capacity_gib"], hw["bf16"]) == ("M10", 2, 7.84, False)
+    assert {"FD103", "FD105"} & set(_codes(rep))
+    _, rep2 = _run("check", str(case / "train.sh"), "--env", str(tmp_path / "env.txt"), "--gpu", "2x24GB",
+                   "--offline", "--no-data")
+    assert rep2["hardware"]["gpu"] == "24GB card"

@@ -113,6 +113,25 @@ def launch_visible(path: str | None) -> tuple[str, int] | None:
     return name, n
 
 
+def _bare_size_named(hw: Hardware, env: Any) -> Hardware:
+    """A bare ``--gpu 2x8GB`` beside an --env report that names a catalogue card sold with that size: the card is
+    the env's (its usable memory, bf16 and compute capability), the count the flag's. Trial 10 case 06: with
+    ``--gpu 2x8GB`` and an env naming "Tesla M10", bf16 on a Maxwell card and a Triton remedy were not judged.
+    Any other pair is left as the flag gives it."""
+    from finetune_doctor.hardware.catalog import match_card
+
+    if hw.source != "flag" or not str(hw.gpu or "").endswith(" card") or hw.compute_capability is not None:
+        return hw
+    card = match_card(env.gpu_type)
+    size = re.match(r"^(\d+(?:\.\d+)?)", str(hw.gpu))
+    if card is None or size is None or round(float(size.group(1))) != card.nominal_gb:
+        return hw
+    return replace(hw, gpu=card.name, capacity_gib=card.capacity_gib, bf16=card.bf16,
+                   compute_capability=card.compute_capability, fp8=card.fp8,
+                   notes=(f"--gpu {hw.gpu.removesuffix(' card')}: the {card.name} that {env.path} names, sold with "
+                          f"that size ({card.capacity_gib:.2f} GiB usable)",))
+
+
 ENV_CARD_ONLY = "env-card"
 """`Hardware.source` of GPUs an --env file names without their number: the card is read, the count (1) is not."""
 
@@ -123,6 +142,8 @@ def from_inputs(opts: Any, env_report: Any = None, *, allow_nvml: bool) -> Hardw
     postmortem ignored the --env GPU and prescribed bf16 for a 2080 Ti that check had read. Raises InputError as
     `resolve`."""
     hw = resolve(getattr(opts, "gpu", None), getattr(opts, "nnodes", None), allow_nvml=allow_nvml)
+    if hw is not None and env_report is not None and getattr(env_report, "gpu_type", None):
+        hw = _bare_size_named(hw, env_report)
     if hw is None and env_report is not None:
         hw = from_env_report(env_report, getattr(opts, "nnodes", None), launch_visible(getattr(opts, "launch", None)))
     return hw
