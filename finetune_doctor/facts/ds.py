@@ -169,6 +169,13 @@ def named_stage(path: Any) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def stand_in_note(value: Any, stock: str) -> str:
+    """The note of a DeepSpeed file not on this machine that `stock` stands in for (facts/config.py
+    `_stand_in_deepspeed`): whether its stage is the one its file name says (`named_stage`) or assumed outright."""
+    how = "the stage its file name says" if named_stage(value) is not None else "its stage assumed"
+    return f"{value} is not on this machine: estimated with LLaMA-Factory's {stock} (an assumption, {how})"
+
+
 def assemble(ds: Any, stock: bool = False, stack_sources: Any = (), stand_in: str | None = None
              ) -> dict[str, Any] | None:
     """The ``ds`` facts of a read DeepSpeed config (None without one). `stack_sources`: the run's (package,
