@@ -730,6 +730,11 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
           "Open assumptions (facts/assume.py `mixture`): p_oom and the interval are a mixture over the assumed value "
           "of each open assumption and its evaluated alternatives; the assumed value's probability, chosen on the dev "
           f"rows (`fit_weights`): {w}.", "", *weight_lines(res), "",
+          "What q is: the runs with outcomes are reported runs — issue threads are written because a run ran out, "
+          "documentation tables because it trained — so the unexplained share q is the base rate of *reported* runs "
+          "that ran out (or trained) for a cause no memory term sees, not of all runs; p_oom (all-cause, with q/2) "
+          "is calibrated for runs like the reported ones, while the verdict and the remedies read the memory model's "
+          "own probability `p_oom_model` = P(need·e^ε > budget) (README, 'Two probabilities').", "",
           "How clean the test half is: rounds 1 and 2 were scored earlier and informed choices, so their rows are "
           "dev now; the test half is the newest round, rows from sources no earlier row used, committed before the "
           "doctor ran on any of them (benchmarks/calib_data.py). Every choice here (the form by leave-one-source-out, the "
@@ -790,8 +795,9 @@ TAILS_WHY = [
     "The form chosen instead (calib_loso.py `TAILS`, `UNEXPLAINED`; analyzers/memory/uncertainty.py, 'Runs unlike "
     "the measured ones'): a contamination mixture — the class's t with a robust core, plus a normal component of "
     "weight w and scale s around the same location — and a share q of outcomes the prediction does not explain, "
-    "p_oom = (1 − q)·p + q/2, q at most UNEXPLAINED_MAX (0.075: q/2 under the 5 % target) so a run can still be "
-    "called fits. w, s and q are chosen by the same LOSO objective as the rest of the form; the Cauchy variants "
+    "p_oom = (1 − q)·p + q/2, q up to UNEXPLAINED_MAX (0.3, the grid's top). The verdict and the remedies are "
+    "decided on the memory model's own probability p (`p_oom_model`), not on p_oom, so q is no longer capped to "
+    "keep q/2 under the 5 % target that fits needs (issue #21). w, s and q are chosen by the same LOSO objective as the rest of the form; the Cauchy variants "
     "stay in the grid and are beaten on the log score. The outcome extremes that remain are runs whose fate the "
     "memory prediction does not explain at all "
     "(the largest Brier terms above: runs that ran out at 8-45 % of their card with no stated cause, and runs that "

@@ -97,6 +97,8 @@ def write_table(rows: list[dict]) -> None:
 
     table = json.loads(TABLE.read_text(encoding="utf-8"))
     for name, entry in table["classes"].items():
+        if not any(r["class"] == name for r in rows):
+            continue   # a class this grid does not replay (`zero`: derive_zero_reserve.py) keeps its need
         entry.pop("needed", None)
         for kind in ("adapter", "full"):
             m = [r for r in rows if r["class"] == name and r["trains"] == kind]

@@ -177,9 +177,12 @@ class MemoryEstimate:
     `per_gpu` maps weights/gradients/optimizer/activations/logits/buffers/runtime/total. `total` is what
     nvidia-smi would show; `peak_allocated` is what ``torch.cuda.max_memory_allocated`` would show.
     `host` is host RAM per node needed by offload and model loading.
-    `verdict` (fits | at-risk | oom), `p_oom` (probability that the peak passes the card, 0-1) and `interval_gib`
+    `verdict` (fits | at-risk | oom), `p_oom` (probability that the run runs out, all causes, 0-1) and `interval_gib`
     (the central 90 % predictive interval of `total`) come from the error model of analyzers/memory/uncertainty.py; None
-    when no GPU is known (the interval is known without one).
+    when no GPU is known (the interval is known without one). `p_oom_model` is the memory model's own probability
+    that the peak passes the card (0-1), which decides the verdict; p_oom = (1 − q)·p_oom_model + q/2 with q
+    (``details["p_oom_unexplained"]``) the share of outcomes no memory term explains (uncertainty.py, 'Two
+    probabilities').
     """
 
     per_gpu: dict[str, float]
@@ -193,6 +196,7 @@ class MemoryEstimate:
     verdict: str | None = None
     p_oom: float | None = None
     interval_gib: tuple[float, float] | None = None
+    p_oom_model: float | None = None
 
     @property
     def total(self) -> float:
@@ -216,6 +220,10 @@ class MemoryEstimate:
             "method": self.method,
             "verdict": self.verdict,
             "p_oom": None if self.p_oom is None else round(float(self.p_oom), 3),
+            # issue #21: the memory model's own probability (decides the verdict) and the unexplained share q
+            "p_oom_model": None if self.p_oom_model is None else round(float(self.p_oom_model), 3),
+            "p_oom_unexplained": (None if self.p_oom is None or self.details.get("p_oom_unexplained") is None
+                                  else round(float(self.details["p_oom_unexplained"]), 3)),
             "interval_gib": None if self.interval_gib is None else [_r(v) for v in self.interval_gib],
             # honest verdicts (facts/assume.py): how long samples may be, and the assumption an at-risk names
             **{k: self.details[k] for k in ("token_budget", "deciding_assumption") if self.details.get(k)},

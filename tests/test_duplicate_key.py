@@ -6,6 +6,7 @@ like a training log" hint is kept for text that reads as a log."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,8 @@ def test_a_release_that_loads_with_omegaconf_makes_it_an_error_at_the_repeat():
     assert "`report_to` is set twice (lines 27 and 39, the same value)" in out
     assert 'refuses a repeated key ("found duplicate key report_to")' in out
     # the rest of the diagnosis still runs: the memory estimate of the de-duplicated file
-    assert "54.7" in out and "looks like a training log" not in out
+    # (the figure itself is the memory model's, pinned elsewhere; here only that the estimate was made)
+    assert re.search(r"total \d+\.\d\d \d+\.\d% capacity 62\.74 GiB", out) and "looks like a training log" not in out
 
 
 def test_a_release_that_keeps_the_last_value_makes_it_a_warning():

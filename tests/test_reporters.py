@@ -188,7 +188,7 @@ def test_json_schema_v1_structure_and_rounding():
         "per_gpu_gib": {"weights": 0.94, "gradients": 1.87, "optimizer": 7.5, "activations": 70.1, "logits": 9.27,
                         "buffers": 1.2, "runtime": 1.54, "total": 92.41},
         "peak_allocated_gib": 85.0, "host_gib": 40.0, "fits": False, "headroom_gib": -13.26, "need_gib": 92.41, "method": "analytic",
-        "verdict": None, "p_oom": None, "interval_gib": None}
+        "verdict": None, "p_oom": None, "p_oom_model": None, "p_oom_unexplained": None, "interval_gib": None}
     assert list(d["memory"]["per_gpu_gib"]) == ["weights", "gradients", "optimizer", "activations", "logits",
                                                  "buffers", "runtime", "total"]
     assert d["timeline"] == [{"step": 120, "kind": "nan", "detail": "loss became nan",

@@ -248,7 +248,9 @@ def test_a_quoted_exception_ending_in_a_stop_gets_one(tmp_path):
     res = CliRunner().invoke(main, ["postmortem", "--log", str(log), "--format", "json"])
     assert res.exit_code == 1, res.output
     crashed = next(f for f in json.loads(res.stdout)["findings"] if f["name"] == "run-crashed")
-    assert crashed["message"].endswith("with ValueError: Unknown task: sft.")
+    # the exception's own stop is the sentence's; the raised-at clause that follows it adds none of its own
+    assert "with ValueError: Unknown task: sft. — raised in run_exp (tuner.py, llamafactory)." in crashed["message"]
+    assert ".." not in crashed["message"]
 
 
 def test_postmortem_without_run_dir_needs_a_log():

@@ -200,11 +200,13 @@ def test_a_roomy_at_risk_run_is_not_called_tight_and_a_thin_error_says_so():
             "error_bias_pct": 10.1, "interval_lo_gib": 51.2, "interval_hi_gib": 113.6,
             "interval_basis": "the benchmarks' error", "p_oom_pct": 5.15, "p_oom_text": "5.2",
             "p_oom_assumed_pct": 5.15, "p_oom_assumed_text": "5.2", "verdict_reason": "error",
-            "alt_stack_fits": None, "error_rows": 9}
+            "p_oom_model_pct": 5.15, "p_oom_model_text": "5.2", "p_oom_model_assumed_text": "5.2",
+            "p_oom_other_pct": 0.0, "alt_stack_fits": None, "error_rows": 9}
     facts = {"mem": base, "hw": {"gpu": "L20X"}, "run": {"optim": "adamw_torch"}}
     text = _message(rule, Evaluator(facts))
     # trial 9: "not a tight fit" under a rule named predicted-tight-fit read as a contradiction
-    assert "51 % of the card left: the margin is not what is tight" in text and "5.2 % probability, over the 5 %" in text
+    assert "51 % of the card left: the margin is not what is tight" in text
+    assert "5.2 % probability by the memory model, over the 5 %" in text
     assert "the wider tail fitted on runs" in text and "too few to size it" not in text
     thin = {**facts, "mem": {**base, "headroom_gib": 2.0, "need_gib": 20.0, "budget_gib": 22.0,
                              "interval_hi_gib": 26.5, "error_rows": 1}}
@@ -267,11 +269,12 @@ def test_the_readme_quickstart_figures_are_what_the_tool_prints():
     assert m and f"total {m.group(1)} → " in out and f"capacity {m.group(2)} GiB" in out
     m = re.search(r"where Adam's ([\d.]+) GiB temporary", readme)
     assert m and f"of which {m.group(1)} GiB are the update's temporaries" in out
+    # the fix's probability is the memory model's, the one its 5 % target is read on (README 'Two probabilities')
     m = re.search(r"ZeRO-3, what fixed it in the real thread: ([\d.]+) → ([\d.]+) GiB, a probability of OOM of "
-                  r"(\d+) %", readme)
-    assert m and f"effect: total {m.group(1)} → {m.group(2)} GiB, probability of OOM" in out
-    assert re.search(rf"effect: total {m.group(1)} → {m.group(2)} GiB, probability of OOM \d+ % → {m.group(3)} %",
-                     out)
+                  r"(\d+) % by the memory model", readme)
+    assert m and f"effect: total {m.group(1)} → {m.group(2)} GiB, the memory model's probability of OOM" in out
+    assert re.search(rf"effect: total {m.group(1)} → {m.group(2)} GiB, the memory model's probability of OOM \d+ % → "
+                     rf"{m.group(3)} %", out)
     m = re.search(r"offloaded to CPU, ([\d.]+) GiB, ranked last when `--host-ram` says the node lacks its (\d+) GiB",
                   readme)
     assert m and f"→ {m.group(1)} GiB" in out and f"host RAM needed per node ≈ {m.group(2)} GiB" in out

@@ -85,12 +85,14 @@ def test_the_printed_probability_never_disagrees_with_the_5_percent_target():
            "error_spread_pct": 14.0, "error_bias_pct": 6.1, "interval_lo_gib": 21.8, "interval_hi_gib": 71.9,
            "interval_basis": "the benchmarks' error", "p_oom_pct": 4.7, "p_oom_text": "4.7",
            "p_oom_assumed_pct": 7.8, "p_oom_assumed_text": "7.8", "verdict_reason": "error",
+           "p_oom_model_pct": 4.7, "p_oom_model_text": "4.7", "p_oom_model_assumed_pct": 7.8,
+           "p_oom_model_assumed_text": "7.8", "p_oom_other_pct": 0.0,   # q = 0: the two probabilities agree
            "alt_stack_fits": None, "error_rows": 69}
     ev = Evaluator({"mem": mem, "hw": {"gpu": "A100-80GB"}, "run": {"optim": "adamw_torch_fused"}})
     text = _message(rule, ev)
-    assert "4.7 % probability mixed over the alternatives of the open assumptions, and with 7.8 % at their " \
-           "assumed values" in text
-    assert "4.7 % probability, over the 5 %" not in text
+    assert "4.7 % probability by the memory model mixed over the alternatives of the open assumptions, and with " \
+           "7.8 % at their assumed values" in text
+    assert "4.7 % probability by the memory model, over the 5 %" not in text
 
 
 def test_a_text_decoder_nested_under_llm_config_is_read():

@@ -21,9 +21,10 @@ and led with full CPU offload for a run at 57 % of its card):
    speed, so that a user is never sent to the slowest remedy while a cheaper one fits. Unsafe (``--unsafe-fixes``):
    the speed and the host RAM are the user's to accept, not the doctor's (trial 3).
 4. **another method**: LoRA instead of full fine-tuning. A user who chose full fine-tuning wants its result; a
-   slower run of the same training (offload) is the lesser change, so switching the method comes last. A set fits when the probability of OOM of its estimate is at most 5 %
-(analyzers/memory/uncertainty.py: the estimate's error measured on the benchmarks for the run's shape class), not when
-it lands just under the card. For a run predicted over the card, the cheapest set that brings the prediction
+   slower run of the same training (offload) is the lesser change, so switching the method comes last. A set fits when the memory model's probability of OOM of its estimate
+(p_oom_model, not the all-cause p_oom: no edit moves the share of runs that run out for causes no memory term sees;
+analyzers/memory/uncertainty.py 'Two probabilities', issue #21) is at most 5 % (the estimate's error measured on the
+benchmarks for the run's shape class), not when it lands just under the card. For a run predicted over the card, the cheapest set that brings the prediction
 under it with p_oom < 50 % leads even when it misses 5 % (`cheapest_under`; the fitting sets follow), and a set
 whose host RAM per node exceeds the node's known RAM is ranked last with the reason. Besides YAML and DeepSpeed edits, a single-process run may be launched with the
 caching allocator's expandable segments (an environment variable, no file edit).
@@ -260,7 +261,7 @@ def _edits(combo: tuple[Candidate, ...]) -> tuple[tuple[str, str, Any, bool], ..
 
 
 Judge = Callable[[Any, bool], tuple[bool, float, float]]
-"""(run, expandable segments on) → (fits with p_oom <= 5 %, total GiB, p_oom)."""
+"""(run, expandable segments on) → (fits with p_oom_model <= 5 %, total GiB, p_oom_model)."""
 
 
 def search(run: Any, ds: Any, judge: Judge, after: Callable[[Any], Any],
@@ -320,15 +321,16 @@ def cheapest_under(seen: list[tuple], budget: float) -> tuple | None:
 
 
 def judge_against(hw: Any, mixture: list[tuple[float, float, float | None]] | None = None) -> Judge:
-    """The planners' fit test on `hw`: the analytic estimate (with expandable segments when asked) and its
-    probability of OOM by the error model of its shape class.
+    """The planners' fit test on `hw`: the analytic estimate (with expandable segments when asked) and the memory
+    model's own probability of OOM (p_oom_model, uncertainty.py `model_dist`) by the error model of its shape class.
 
     `mixture`: (weight, ratio, budget GiB or None) per component of the report's open assumptions (facts/assume.py
     `mixture`, as ratios to the reported total; None budget: `hw`'s). The p_oom of a run is then Σ w·P(peak of
     total·ratio > budget), the quantity the report's memory block shows (facts/config.py `_mixed`), so a fix's
     "before" is the report's p_oom and its "after" is the same quantity for the edited run: each alternative is
     taken to scale the edited run's total by the ratio it scaled the original's (the mixture's own approximation).
-    Without it, the assumed values' p_oom."""
+    Without it, the assumed values' p_oom_model. The all-cause p_oom of the same run is
+    uncertainty.all_cause(p_oom_model, q) (the mixture is linear in it)."""
     from finetune_doctor.analyzers.memory import estimate, uncertainty
     from finetune_doctor.facts.mem import budget_of, expandable_total, shape_of
 
@@ -341,7 +343,7 @@ def judge_against(hw: Any, mixture: list[tuple[float, float, float | None]] | No
         total = expandable_total(est, r) if on else est.total
         # decided on what the run needs, as the verdict is (uncertainty.assess `need_gib`); `total` is reported
         need = expandable_total(est, r, need=True) if on else est.need
-        dist = uncertainty.oom_dist("analytic", shape_of(est))
+        dist = uncertainty.model_dist("analytic", shape_of(est))
         p = sum(w * uncertainty.p_oom(need * ratio, budget if b is None else b, dist) for w, ratio, b in comps)
         return p <= uncertainty.P_OOM_TARGET, total, p
 
@@ -367,9 +369,15 @@ def _fix_of(combo: tuple[Candidate, ...], total: float, before: tuple[float, flo
             path = doc.path if doc else (ctx.sources["config"].path if role == "config" else _missing_ds(ctx, role))
             edits.append(Edit(path, key, value, delete))
     cost = "; ".join(f"{c.label}: {c.note}" + (f" (~{c.cost:.0f}% slower)" if c.cost else "") for c in combo)
-    effect = {"total_gib_before": before[0], "total_gib_after": total, "p_oom_before": before[1]}
+    from finetune_doctor.analyzers.memory.uncertainty import all_cause, unexplained_share
+
+    # `before[1]` and `p_after` are the memory model's (what the target is read on); p_oom_* stay the report's
+    # all-cause memory.p_oom quantity (README 'Two probabilities')
+    q = unexplained_share()
+    effect = {"total_gib_before": before[0], "total_gib_after": total, "p_oom_before": all_cause(before[1], q),
+              "p_oom_model_before": before[1]}
     if p_after is not None:
-        effect["p_oom_after"] = p_after
+        effect.update(p_oom_after=all_cause(p_after, q), p_oom_model_after=p_after)
     if host_after is not None and any(c.group in ("offopt", "offpar") for c in combo):
         cost += f"; host RAM needed per node ≈ {host_after:.0f} GiB"
     return Fix(title=" + ".join(c.label for c in combo), edits=tuple(edits),
@@ -390,20 +398,20 @@ def _missing_ds(ctx: RuleContext, role: str) -> str:
 
 
 def _safe_total(r: Any, hw: Any) -> float:
-    """The largest total (GiB) with p_oom <= 5 % on `hw` for the run `r` (its shape class decides)."""
+    """The largest total (GiB) with p_oom_model <= 5 % on `hw` for the run `r` (its shape class decides)."""
     from finetune_doctor.analyzers.memory import estimate, uncertainty
     from finetune_doctor.facts.mem import budget_of, need_ratio, shape_of
 
     est = estimate(r, hw)
-    dist = uncertainty.oom_dist("analytic", shape_of(est))
+    dist = uncertainty.model_dist("analytic", shape_of(est))
     # safe_total bounds the need (uncertainty.assess); as a total, in the run's ratio of need to total
     return uncertainty.safe_total(budget_of(hw) or 0.0, dist) / need_ratio(est)
 
 
 @planner("oom-remedies")
 def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
-    """The predicted-oom / predicted-tight-fit / cuda-oom fix: the cheapest minimal edit set whose probability of
-    OOM is at most 5 %, with ranked alternatives."""
+    """The predicted-oom / predicted-tight-fit / cuda-oom fix: the cheapest minimal edit set whose memory model's
+    probability of OOM (p_oom_model) is at most 5 %, with ranked alternatives."""
     from dataclasses import replace
 
     from finetune_doctor.analyzers.memory import uncertainty   # the error model: only when a memory rule fires
@@ -446,14 +454,14 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
         combo, total, p = closest
         fix = _fix_of(combo, total, before, ctx, p_after=p)
         short = total - _safe_total(after(_edits(combo)), hw)
-        return replace(fix, title=f"no set of up to {MAX_EDITS} standard remedies brings the probability of OOM "
+        return replace(fix, title=f"no set of up to {MAX_EDITS} standard remedies brings the memory model's probability of OOM "
                                   f"to {100 * uncertainty.P_OOM_TARGET:.0f} %; the closest, {fix.title}, leaves "
                                   f"{100 * p:.0f} % and still needs {short:.1f} GiB more per GPU: use more or "
                                   "larger GPUs", safety="unsafe")
     fixes = [_fix_of(combo, total, before, ctx, host_of(combo), p) for combo, total, p in found[:SHOWN]]
-    fixes = [f if f.effect["p_oom_after"] <= uncertainty.P_OOM_TARGET else
-             replace(f, cost=f"{f.cost}; fits the card by the prediction, but the probability of OOM stays "
-                             f"{100 * f.effect['p_oom_after']:.0f} % (over the {100 * uncertainty.P_OOM_TARGET:.0f} % "
+    fixes = [f if f.effect["p_oom_model_after"] <= uncertainty.P_OOM_TARGET else
+             replace(f, cost=f"{f.cost}; fits the card by the prediction, but the memory model's probability of OOM "
+                             f"stays {100 * f.effect['p_oom_model_after']:.0f} % (over the {100 * uncertainty.P_OOM_TARGET:.0f} % "
                              "the next remedies reach)") for f in fixes]
     for combo, total, p in over[:max(SHOWN - len(fixes), 1)]:
         fix = _fix_of(combo, total, before, ctx, host_of(combo), p)
@@ -512,11 +520,15 @@ def plan_expandable(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
     if mem.get("expandable_total") is None:
         return None
     effect = {"total_gib_before": mem["total"], "total_gib_after": mem["expandable_total"],
-              "p_oom_before": mem.get("p_oom"), "p_oom_after": mem.get("expandable_p_oom")}
+              "p_oom_before": mem.get("p_oom"), "p_oom_after": mem.get("expandable_p_oom"),
+              "p_oom_model_before": mem.get("p_oom_model"), "p_oom_model_after": mem.get("expandable_p_oom_model")}
     run, hw = ctx.extra.get("run"), ctx.extra.get("hw")
     mix = mixture_ratios(ctx.extra, False)
     if mix and run is not None and hw is not None and hw.capacity_gib:
+        from finetune_doctor.analyzers.memory.uncertainty import all_cause, unexplained_share
+
         # mem.p_oom is the mixture over the open assumptions: the "after" must be the same quantity
-        effect["p_oom_after"] = judge_against(hw, mix)(run, True)[2]
+        pm = judge_against(hw, mix)(run, True)[2]
+        effect.update(p_oom_model_after=pm, p_oom_after=all_cause(pm, unexplained_share()))
     return Fix(title=launchenv.EXPANDABLE_REMEDY, edits=(), safety="safe",
                effect={k: v for k, v in effect.items() if v is not None}, cost=expandable_candidate().note)

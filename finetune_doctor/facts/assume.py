@@ -633,7 +633,7 @@ def deciding_facts(a: Assumption | None, total: float, verdict: str | None) -> d
 
 def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str, Any] | None:
     """The largest sequence length (tokens per sample, ≤ cutoff_len) at which the run still fits its card with
-    p_oom ≤ 5 % (the ``fits`` verdict of analyzers/memory/uncertainty.py), for training and for the first evaluation;
+    p_oom_model ≤ 5 % (the ``fits`` verdict of analyzers/memory/uncertainty.py), for training and for the first evaluation;
     None without a card or for a packed run (every sequence is cutoff_len long).
 
     Bisection over `run.seq_len` (the memory model is monotone in it): training is judged with evaluation off,

@@ -19,7 +19,6 @@ from finetune_doctor.analyzers.memory.params import count_params
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts import cfg as cfg_facts
 from finetune_doctor.facts import skeleton
-from finetune_doctor.facts import data as data_facts
 from finetune_doctor.facts import ds as ds_facts
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import kinds
@@ -426,7 +425,7 @@ def _mixed(asm: Assembly, opts: Options) -> dict[str, Any]:
     analyzers/memory/uncertainty.py `mixture_p_oom`/`mixture_interval`): a run that fits only if its samples are
     short does not keep the full-length case's p_oom. The assumed case's values stay in ``details``
     (``p_oom_assumed``, ``interval_assumed``, and the components for benchmarks/calibrate.py). Returns the ``mem``
-    facts that change (p_oom, p_oom_pct, interval_*); empty when nothing is open."""
+    facts that change (p_oom, p_oom_model and their _pct, interval_*); empty when nothing is open."""
     from finetune_doctor.analyzers.memory import uncertainty
     from finetune_doctor.facts import assume
     from finetune_doctor.facts.mem import BENCHMARK_ERROR, need_ratio, pct_fields, shape_of
@@ -434,29 +433,29 @@ def _mixed(asm: Assembly, opts: Options) -> dict[str, Any]:
     mem = asm.memory
     comps = assume.mixture(mem.total, asm.hw, asm.assumptions, opts.gpu)
     details = {**mem.details, "p_oom_assumed": mem.p_oom, "interval_assumed": mem.interval_gib,
-               "p_oom_components": comps}
+               "p_oom_components": comps, "p_oom_model_assumed": mem.p_oom_model}
     if len(comps) < 2:
         asm.memory = replace(mem, details=details)
         return {}
     shape = shape_of(mem)
     interval = uncertainty.mixture_interval(comps, uncertainty.error_dist(mem.method, shape))
-    p = None
+    mixed_p: dict[str, Any] = {}
     if mem.p_oom is not None and all(b is not None for _w, _t, b in comps):
-        # p_oom is decided on what each component needs, not the reserve it shows (uncertainty.assess `need_gib`)
-        ratio = need_ratio(mem)
-        need_comps = [(w, t * ratio, b) for w, t, b in comps]
-        p = uncertainty.mixture_p_oom(need_comps, uncertainty.oom_dist(mem.method, shape))   # type: ignore[arg-type]
+        # on each component's need, not the reserve it shows (uncertainty.assess `need_gib`); Σw·((1−q)·P + q/2)
+        need_comps = [(w, t * need_ratio(mem), b) for w, t, b in comps]
+        pm = uncertainty.mixture_p_oom(need_comps, uncertainty.model_dist(mem.method, shape))   # type: ignore[arg-type]
+        mixed_p = {"p_oom": uncertainty.all_cause(pm, uncertainty.unexplained_share(mem.method)), "p_oom_model": pm}
     # say what the interval is made of (trial 3: ds_z3_offload's 9.6 GiB spread a 60.6 GiB prediction to 7.8-85.1
     # GiB, labelled as the benchmarks' error alone)
     mixed = [a.name for a in asm.assumptions if a.name not in assume.NOT_OPEN and a.effect_gib
              and (a.name == "sample-lengths" or uncertainty.assumed_weight(a.name) < 1.0)]
     basis = f"{BENCHMARK_ERROR}, mixed over the alternatives of {', '.join(mixed)}" if mixed else BENCHMARK_ERROR
     details["interval_basis"] = basis
-    asm.memory = replace(mem, p_oom=p if p is not None else mem.p_oom, interval_gib=interval, details=details)
+    asm.memory = replace(mem, interval_gib=interval, details=details, **mixed_p)
     out: dict[str, Any] = {"interval_gib": list(interval), "interval_lo_gib": interval[0],
                            "interval_hi_gib": interval[1], "interval_basis": basis}
-    if p is not None:
-        out.update(pct_fields(p, mem.p_oom))
+    if mixed_p:
+        out.update(pct_fields(mixed_p["p_oom"], mem.p_oom, mixed_p["p_oom_model"], mem.p_oom_model))
     return out
 
 
@@ -731,14 +730,13 @@ LAUNCH_ENV = ("FORCE_TORCHRUN", "NNODES", "NPROC_PER_NODE")
 def _accelerate_beside(asm: Assembly) -> Any:
     """The one accelerate config beside the training YAML (`ACCELERATE_BESIDE`), with a note; None when there is
     none, several, or a file of that name that is not an accelerate config."""
-    from finetune_doctor.readers.config.accelerate import load_accelerate_config
-
     here = real_parent(asm.doc.path)
     base = str(here)
     # os.path on strings: five pathlib joins and stats per config were ~3 % of a lint of LF's examples (issue #22)
     found = [here / n for n in ACCELERATE_BESIDE if os.path.isfile(os.path.join(base, n))]
     if len(found) != 1:
         return None
+    from finetune_doctor.readers.config.accelerate import load_accelerate_config   # once there is one (#22)
     try:
         acc = load_accelerate_config(str(found[0]))
     except InputError:
@@ -753,11 +751,10 @@ def _env_launch() -> Any:
     when none is set."""
     import os
 
-    from finetune_doctor.readers.config.accelerate import LaunchCommand
-
     env = {k: os.environ[k] for k in LAUNCH_ENV if os.environ.get(k)}
     if not env.get("FORCE_TORCHRUN") and not env.get("NNODES"):
         return None
+    from finetune_doctor.readers.config.accelerate import LaunchCommand   # only when the environment launches
     return LaunchCommand(launcher="llamafactory-cli", env=env, options={}, script="train",
                          text=" ".join(f"{k}={v}" for k, v in env.items()) + " llamafactory-cli train")
 
@@ -774,6 +771,7 @@ def _scan(asm: Assembly, config: str) -> dict[str, Any] | None:
     """The ``data`` facts: the datasets scanned here when they are here, else the statistics a ``doctor context``
     file carries (the training machine's scan); without either, a note says so. Data read here with no media
     (`text_only`) makes the run's ``media_inputs`` False."""
+    from finetune_doctor.facts import data as data_facts   # the data scan's namespace: not lint's (issue #22)
     data = data_facts.assemble(asm.doc.values, config)
     if data is not None:
         asm.assumptions.extend(data_facts.assumptions(data))

@@ -10,95 +10,115 @@ from __future__ import annotations
 import json
 import math
 import re
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.facts.schema import LOCATION, OPEN, F, Namespace
-from finetune_doctor.readers.deepspeed import dsschema as S
-from finetune_doctor.readers.deepspeed.dsjson import printable
-from finetune_doctor.readers.deepspeed.dsproblem import DS_CHECKS, FIELDS, DSProblem, locate
 from finetune_doctor.types import Hardware
 
 if TYPE_CHECKING:   # the reader itself is imported by the functions that read a DeepSpeed JSON (below)
     from finetune_doctor.readers.deepspeed import dsconfig
 
-PROBLEM_ITEM = {
-    "kind": F("str", "unknown | removed | type | invalid | mismatch | deprecated | ignored | duplicate | deepspeed"),
-    "check": F("str", "the check within the kind (rules/deepspeed-*.yaml word each)", values=DS_CHECKS),
-    "key": F("str", "dotted DeepSpeed key"), "section": F("str", "the dotted parent of key ('' at the top)"),
-    "leaf": F("str", "the last part of key"),
-    "group": F("str", "mismatch group: batch | precision | clipping | optimizer | scheduler"),
-    "expected": F("any", "the value HF expects, or DeepSpeed's default"), "actual": F("any", "the value in the file"),
-    "actual_text": F("str", "actual as JSON text, printable"), "expected_text": F("str", "expected likewise"),
-    "actual_type": F("str", "JSON type of actual: null | boolean | number | string | array | object"),
-    "truthy": F("bool", "what Python's bool() makes of actual (DeepSpeed's plain getters)"),
-    "suggestion": F("str", "did-you-mean key"), "hf_key": F("str", "the TrainingArguments field compared with"),
-    "replaced_by": F("str", "the dotted key a deprecated alias maps to"),
-    "since": F("str", "first DeepSpeed version that accepts the key"),
-    "removed": F("str", "first DeepSpeed version that rejects the key"),
-    "stage": F("int", "ZeRO stage involved"), "count": F("int", "keys folded into one problem"),
-    "version": F("str", "DeepSpeed version whose own verdict this is"),
-    "error": F("str", "pydantic error type"), "error_msg": F("str", "pydantic's error text"),
-    "source": F("str", "the upstream code of the check"),
-    "detail": F("str", "the exact upstream error text"), "upstream": F("str", "its most specific line"),
-    "fix": F("str", "auto | set | rename | delete"), "fix_key": F("str", "key the fix edits"),
-    "fix_value": F("any", "value written"), "silent": F("bool", "DeepSpeed accepts it without a word"),
-    "line": F("int", "1-based line"), "column": F("int", "1-based column"), "location": LOCATION(),
-}
-IGNORED_OFFLOAD_ITEM = {
-    "key": F("str", "the offload key"),
-    "what": F("str", "offload_param | offload_optimizer", values=("offload_param", "offload_optimizer")),
-    "device": F("str", "cpu | nvme"), "stage": F("int", "ZeRO stage"), "location": LOCATION(),
-}
-DERIVED = {
-    "path": F("str", "the JSON file (None for an inline dict)"),
-    "stock": F("bool", "the file is LLaMA-Factory's bundled stock copy, not the user's"),
-    "stand_in": F("str", "the path the config names when it is not on this machine and a stock file of the stage "
-                         "its name suggests stands in for it (the deepspeed-config assumption); None otherwise"),
-    "stand_in_named_stage": F("int", "the ZeRO stage that stand-in's file name states (ds_z2_config.json: 2); None "
-                                     "when its name states none and the stage was assumed (`named_stage`)"),
-    "problems": F("list", "problems found in the JSON", items=PROBLEM_ITEM),
-    "zero_stage": F("int", "ZeRO stage DeepSpeed runs, 0-3"),
-    "offload_optimizer_device": F("str", "cpu | nvme | None, as written"),
-    "offload_param_device": F("str", "cpu | nvme | None, as written"),
-    "offload_optimizer_active": F("bool", "the stage honours the optimizer offload (stage >= 1)"),
-    "offload_param_active": F("bool", "the stage honours the parameter offload (stage 3)"),
-    "ignored_offloads": F("list", "offloads the stage ignores", items=IGNORED_OFFLOAD_ITEM),
-    "overlap_comm": F("bool", "effective overlap_comm"),
-    "reduce_bucket_size": F("number", "effective reduce bucket, elements"),
-    "allgather_bucket_size": F("number", "effective allgather bucket, elements"),
-    "overlap_comm_buffer_gib": F("float", "HF docs' upper bound of overlap_comm buffers with ZeRO-1/2, GiB"),
-    "overlap_comm_known_bad": F("bool", "DeepSpeed version in 0.17.2-0.19.2 (ZeRO-1/2 overlap corruption)"),
-    "fp16_enabled": F("bool", "fp16 as DeepSpeed parses it"), "bf16_enabled": F("bool", "bf16 likewise"),
-    "gradient_clipping": F("number", "gradient clipping in effect (DeepSpeed's version default when absent)"),
-    "explicit": F("list", "dotted keys written with a non-auto value"),
-    "unresolved": F("list", "dotted keys whose value needs facts we lack"),
-    "defaults": OPEN("zero_optimization keys absent from the JSON, with DeepSpeed's defaults"),
-    "autotp_size": F("int", "tensor_parallel.autotp_size when > 1 (DeepSpeed AutoTP splits the model over that "
-                            "many GPUs), else 1"),
-    "autotp_zero3": F("str", "whether that DeepSpeed version's AutoTP trains under ZeRO-3: refused (before "
-                             "0.19.4) | accepted | unknown (version not given)",
-                      values=("refused", "accepted", "unknown")),
-    "autotp_version": F("str", "the DeepSpeed version autotp_zero3 was judged for (the training machine's from "
-                               "--env/--context, else the one the file was resolved for), None: not known"),
-    "version": F("str", "DeepSpeed version assumed (None: newest known)"),
-    "version_text": F("str", "that version as messages name it ('0.19.8', or '0.19.8 (assumed)' when unknown)"),
-    "transformers_version": F("str", "transformers version assumed (None: newest known)"),
-    "hf_dtype": F("str", "dtype HF uses for zero.Init/loading (transformers 5.x rule)"),
-    "hf_dtype_4x": F("str", "the same under transformers 4.x"),
-    "notes": F("list", "version caveats"),
-    "_note": F("str", "a reader note"),
-}
+# The DeepSpeed schema and problem modules (dsschema: ~76 key specs; dsproblem: a 25-field dataclass; ~2 ms of a
+# one-file lint) are imported by the functions that read a JSON and by the declarations below on first use
+# (`__getattr__`): a config without ``deepspeed:`` never needs them (issue #22).
+_DECLARED = ("PROBLEM_ITEM", "IGNORED_OFFLOAD_ITEM", "DERIVED", "NAMESPACE")
 
 
-def _namespace() -> Namespace:
+def __getattr__(name: str) -> Any:
+    """The field declarations (`_DECLARED`), built once on first use; AttributeError for any other name."""
+    if name not in _DECLARED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _declarations()[name]
+
+
+@lru_cache(maxsize=1)
+def _declarations() -> dict[str, Any]:
+    """PROBLEM_ITEM, IGNORED_OFFLOAD_ITEM, DERIVED and NAMESPACE (the ``ds`` namespace the rule loader checks)."""
+    from finetune_doctor.readers.deepspeed.dsproblem import DS_CHECKS
+
+    PROBLEM_ITEM = {
+        "kind": F("str",
+                  "unknown | removed | type | invalid | mismatch | deprecated | ignored | duplicate | deepspeed"),
+        "check": F("str", "the check within the kind (rules/deepspeed-*.yaml word each)", values=DS_CHECKS),
+        "key": F("str", "dotted DeepSpeed key"), "section": F("str", "the dotted parent of key ('' at the top)"),
+        "leaf": F("str", "the last part of key"),
+        "group": F("str", "mismatch group: batch | precision | clipping | optimizer | scheduler"),
+        "expected": F("any", "the value HF expects, or DeepSpeed's default"),
+        "actual": F("any", "the value in the file"),
+        "actual_text": F("str", "actual as JSON text, printable"), "expected_text": F("str", "expected likewise"),
+        "actual_type": F("str", "JSON type of actual: null | boolean | number | string | array | object"),
+        "truthy": F("bool", "what Python's bool() makes of actual (DeepSpeed's plain getters)"),
+        "suggestion": F("str", "did-you-mean key"), "hf_key": F("str", "the TrainingArguments field compared with"),
+        "replaced_by": F("str", "the dotted key a deprecated alias maps to"),
+        "since": F("str", "first DeepSpeed version that accepts the key"),
+        "removed": F("str", "first DeepSpeed version that rejects the key"),
+        "stage": F("int", "ZeRO stage involved"), "count": F("int", "keys folded into one problem"),
+        "version": F("str", "DeepSpeed version whose own verdict this is"),
+        "error": F("str", "pydantic error type"), "error_msg": F("str", "pydantic's error text"),
+        "source": F("str", "the upstream code of the check"),
+        "detail": F("str", "the exact upstream error text"), "upstream": F("str", "its most specific line"),
+        "fix": F("str", "auto | set | rename | delete"), "fix_key": F("str", "key the fix edits"),
+        "fix_value": F("any", "value written"), "silent": F("bool", "DeepSpeed accepts it without a word"),
+        "line": F("int", "1-based line"), "column": F("int", "1-based column"), "location": LOCATION(),
+    }
+    IGNORED_OFFLOAD_ITEM = {
+        "key": F("str", "the offload key"),
+        "what": F("str", "offload_param | offload_optimizer", values=("offload_param", "offload_optimizer")),
+        "device": F("str", "cpu | nvme"), "stage": F("int", "ZeRO stage"), "location": LOCATION(),
+    }
+    DERIVED = {
+        "path": F("str", "the JSON file (None for an inline dict)"),
+        "stock": F("bool", "the file is LLaMA-Factory's bundled stock copy, not the user's"),
+        "stand_in": F("str", "the path the config names when it is not on this machine and a stock file of the "
+                             "stage its name suggests stands in for it (the deepspeed-config assumption); None otherwise"),
+        "stand_in_named_stage": F("int", "the ZeRO stage that stand-in's file name states (ds_z2_config.json: 2); "
+                                         "None when its name states none and the stage was assumed (`named_stage`)"),
+        "problems": F("list", "problems found in the JSON", items=PROBLEM_ITEM),
+        "zero_stage": F("int", "ZeRO stage DeepSpeed runs, 0-3"),
+        "offload_optimizer_device": F("str", "cpu | nvme | None, as written"),
+        "offload_param_device": F("str", "cpu | nvme | None, as written"),
+        "offload_optimizer_active": F("bool", "the stage honours the optimizer offload (stage >= 1)"),
+        "offload_param_active": F("bool", "the stage honours the parameter offload (stage 3)"),
+        "ignored_offloads": F("list", "offloads the stage ignores", items=IGNORED_OFFLOAD_ITEM),
+        "overlap_comm": F("bool", "effective overlap_comm"),
+        "reduce_bucket_size": F("number", "effective reduce bucket, elements"),
+        "allgather_bucket_size": F("number", "effective allgather bucket, elements"),
+        "overlap_comm_buffer_gib": F("float", "HF docs' upper bound of overlap_comm buffers with ZeRO-1/2, GiB"),
+        "overlap_comm_known_bad": F("bool", "DeepSpeed version in 0.17.2-0.19.2 (ZeRO-1/2 overlap corruption)"),
+        "fp16_enabled": F("bool", "fp16 as DeepSpeed parses it"), "bf16_enabled": F("bool", "bf16 likewise"),
+        "gradient_clipping": F("number", "gradient clipping in effect (DeepSpeed's version default when absent)"),
+        "explicit": F("list", "dotted keys written with a non-auto value"),
+        "unresolved": F("list", "dotted keys whose value needs facts we lack"),
+        "defaults": OPEN("zero_optimization keys absent from the JSON, with DeepSpeed's defaults"),
+        "autotp_size": F("int", "tensor_parallel.autotp_size when > 1 (DeepSpeed AutoTP splits the model over that "
+                                "many GPUs), else 1"),
+        "autotp_zero3": F("str", "whether that DeepSpeed version's AutoTP trains under ZeRO-3: refused (before "
+                                 "0.19.4) | accepted | unknown (version not given)",
+                          values=("refused", "accepted", "unknown")),
+        "autotp_version": F("str", "the DeepSpeed version autotp_zero3 was judged for (the training machine's from "
+                                   "--env/--context, else the one the file was resolved for), None: not known"),
+        "version": F("str", "DeepSpeed version assumed (None: newest known)"),
+        "version_text": F("str", "that version as messages name it ('0.19.8', or '0.19.8 (assumed)' when unknown)"),
+        "transformers_version": F("str", "transformers version assumed (None: newest known)"),
+        "hf_dtype": F("str", "dtype HF uses for zero.Init/loading (transformers 5.x rule)"),
+        "hf_dtype_4x": F("str", "the same under transformers 4.x"),
+        "notes": F("list", "version caveats"),
+        "_note": F("str", "a reader note"),
+    }
+
+    return {"PROBLEM_ITEM": PROBLEM_ITEM, "IGNORED_OFFLOAD_ITEM": IGNORED_OFFLOAD_ITEM, "DERIVED": DERIVED,
+            "NAMESPACE": _namespace(DERIVED)}
+
+
+def _namespace(derived: dict[str, Any]) -> Namespace:
+    from finetune_doctor.readers.deepspeed import dsschema as S
+
     fields = {k: OPEN(f"DeepSpeed config section/key {k}", type="any") for k in sorted(S.TOP_KEYS)}
-    fields.update(DERIVED)
+    fields.update(derived)
     return Namespace("ds", __doc__.split("\n\n")[0], fields)
-
-
-NAMESPACE = _namespace()
 
 STOCK_DS = Path(__file__).resolve().parent.parent / "catalog" / "lf_deepspeed"
 _HINT = " (pass deepspeed=PATH after the config to point at it)"
@@ -190,6 +210,8 @@ def assemble(ds: Any, stock: bool = False, stack_sources: Any = (), stand_in: st
     facts["stand_in_named_stage"] = named_stage(stand_in) if stand_in else None
     training_ds = next((v for p, v, *_ in stack_sources if p == "deepspeed"), None)
     if training_ds:
+        from finetune_doctor.readers.deepspeed import dsschema as S
+
         facts.update(autotp_facts(facts, S.parse_version(training_ds)))
     return facts
 
@@ -215,7 +237,6 @@ _NOTES = {
     "no_yaml": "no LLaMA-Factory YAML: the values HF takes from it are unresolved and not compared",
     "apex_fp16_4x": "transformers 4.x fills fp16.enabled with False when half_precision_backend is apex "
                     "(fp16|fp16_full_eval+fp16_backend(amp)); 5.x fills True",
-    "version_unknown": f"DeepSpeed version unknown: defaults and schema of DeepSpeed {S.NEWEST_DS} assumed",
 }
 
 
@@ -232,6 +253,8 @@ def facts_of(cfg: dsconfig.DSConfig) -> dict[str, Any]:
     unknown; ``gradient_clipping`` is DeepSpeed's version default when absent (0.0 up to 0.19.2, 1.0 from 0.19.3,
     PR #8068).
     """
+    from finetune_doctor.readers.deepspeed import dsschema as S
+
     res = cfg.resolved
     zo = res.get("zero_optimization") if isinstance(res.get("zero_optimization"), dict) else {}
     stage = cfg.zero_stage
@@ -276,6 +299,8 @@ def autotp_facts(res: dict[str, Any], dsv: Any) -> dict[str, Any]:
     """``autotp_size`` (> 1 only when AutoTP is on: TensorParallelConfig.autotp_size defaults to 0,
     runtime/tensor_parallel/config.py:45 at 0.19.8) and ``autotp_zero3`` (refused | accepted | unknown) of the
     resolved DeepSpeed tree `res` under DeepSpeed version `dsv` (S.parse_version's, None: not given)."""
+    from finetune_doctor.readers.deepspeed import dsschema as S
+
     tp = res.get("tensor_parallel")
     size = tp.get("autotp_size") if isinstance(tp, dict) else None
     size = size if isinstance(size, int) and not isinstance(size, bool) and size > 1 else 1
@@ -286,12 +311,16 @@ def autotp_facts(res: dict[str, Any], dsv: Any) -> dict[str, Any]:
 
 def notes(cfg: dsconfig.DSConfig) -> list[str]:
     """The version caveats of `cfg`, worded."""
+    from finetune_doctor.readers.deepspeed import dsschema as S
+
     out = []
     for c in cfg.caveats:
         if c == "clipping_absent":
             gc = 1.0 if S.at_least(S.parse_version(cfg.ds_version), "0.19.3") else 0.0
             out.append("gradient_clipping absent: HF does not fill it; DeepSpeed's default is 0.0 (no clipping) up to "
                        f"0.19.2 and 1.0 from 0.19.3 (PR #8068) — {gc} for this DeepSpeed")
+        elif c == "version_unknown":
+            out.append(f"DeepSpeed version unknown: defaults and schema of DeepSpeed {S.NEWEST_DS} assumed")
         elif c in _NOTES:
             out.append(_NOTES[c])
     return out
@@ -301,6 +330,9 @@ def problem_dicts(cfg: dsconfig.DSConfig, problems: Any) -> list[dict[str, Any]]
     """`DSProblem`s as the items of ``ds.problems``: every field plus ``location`` {file, line, column, key},
     ``section``/``leaf`` of the key and the values as printable JSON text (``actual_text``, ``expected_text``,
     ``actual_type``, ``truthy``)."""
+    from finetune_doctor.readers.deepspeed import dsschema as S
+    from finetune_doctor.readers.deepspeed.dsproblem import FIELDS, DSProblem, locate
+
     file = cfg.path or "<inline deepspeed>"
     out = []
     for p in problems:
@@ -319,6 +351,8 @@ def problem_dicts(cfg: dsconfig.DSConfig, problems: Any) -> list[dict[str, Any]]
 def show(v: Any) -> str:
     """A value as a message quotes it: strings as JSON strings, numbers and the rest as Python prints them;
     always printable (readers/deepspeed/dsjson.py `printable`) and never longer than 200 characters."""
+    from finetune_doctor.readers.deepspeed.dsjson import printable
+
     if isinstance(v, str):
         text = json.dumps(v, ensure_ascii=False)
     elif isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 640:
@@ -334,11 +368,15 @@ def _number(v: Any) -> bool:
 
 
 def _enabled(res: dict[str, Any], name: str) -> bool:
+    from finetune_doctor.readers.deepspeed import dsschema as S
+
     sec = res.get(name)
     return bool(S.lax_bool(sec.get("enabled"))) if isinstance(sec, dict) else False
 
 
 def _device(cfg: dsconfig.DSConfig, zo: dict[str, Any], sec: str, alias: str) -> str | None:
+    from finetune_doctor.readers.deepspeed import dsschema as S
+
     o = zo.get(sec)
     d = o.get("device") if isinstance(o, dict) else None
     if d in ("cpu", "nvme"):
@@ -352,6 +390,8 @@ def _device(cfg: dsconfig.DSConfig, zo: dict[str, Any], sec: str, alias: str) ->
 def _ignored_offloads(cfg: dsconfig.DSConfig, zo: dict[str, Any], stage: int, oo: str | None,
                       op: str | None) -> list[dict[str, Any]]:
     """Offload blocks the stage ignores (rule FD204 words them)."""
+    from finetune_doctor.readers.deepspeed.dsproblem import locate
+
     raw_zo = cfg.raw.get("zero_optimization") if isinstance(cfg.raw.get("zero_optimization"), dict) else {}
     file = cfg.path or "<inline deepspeed>"
 

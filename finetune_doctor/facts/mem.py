@@ -4,7 +4,8 @@
 buffers, runtime, total); the moments of a step say where the peak falls and where the run first runs out.
 ``alt_stack_*`` is the same estimate on a training machine with torch < 2.8 when the verdict could depend on it.
 ``verdict``, ``p_oom`` and ``interval_*`` say how sure the doctor is (analyzers/memory/uncertainty.py: the error measured
-on the benchmarks, by method and shape class); ``expandable_*`` is the estimate with the caching allocator's
+on the benchmarks, by method and shape class); ``p_oom`` is the all-cause probability, ``p_oom_model`` the memory
+model's own, which decides the verdict (uncertainty.py 'Two probabilities'); ``expandable_*`` is the estimate with the caching allocator's
 expandable segments on, for a run whose processes would run without them (analyzers/memory/launchenv.py).
 """
 
@@ -58,10 +59,10 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "alt_stack_total": F("float", "total on a torch < 2.8 training machine, GiB"),
     "alt_stack_fits": F("bool", "whether that fits"),
     "alt_stack_optim": F("str", "the optimizer that stack defaults to"),
-    "alt_stack_p_oom": F("float", "probability of OOM on that stack (0-1)"),
+    "alt_stack_p_oom": F("float", "the memory model's probability of OOM on that stack (0-1)"),
     "budget_gib": F("float", "capacity minus memory already in use, GiB"),
     "verdict": F("str", "fits | at-risk | oom (analyzers/memory/uncertainty.py); None without a GPU"),
-    "verdict_reason": F("str", "why at-risk: error (p_oom over 5 %) | stack (an older torch runs out) | "
+    "verdict_reason": F("str", "why at-risk: error (p_oom_model over 5 %) | stack (an older torch runs out) | "
                                "assumption (an open assumption's alternative changes the verdict, facts/assume.py; or the weights "
                                "were sized as an upper bound and stored as the name suggests they fit)"),
     "deciding_assumption": F("dict", "the open assumption an at-risk verdict depends on (None otherwise)", fields={
@@ -78,20 +79,30 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
                               "train": F("dict", "training: tokens_per_sample, tokens_per_micro_batch, micro_batch, "
                                                  "fits_at_cutoff"),
                               "eval": F("dict", "the first evaluation, the same fields (None without one)")}),
-    "p_oom": F("float", "probability that the peak passes the budget (0-1)"),
+    "p_oom": F("float", "probability that the run runs out, all causes: (1 - q)·p_oom_model + q/2 (0-1)"),
     "p_oom_pct": F("float", "the same in percent"),
     "p_oom_text": F("str", "p_oom_pct as messages print it: one decimal, two where one would round across the 5 % "
                            "target (5.04 % is not printed as 5.0 % beside 'over the 5 %')"),
-    "p_oom_assumed_pct": F("float", "p_oom in percent at the assumed value of every open assumption (the verdict's "
-                                    "basis; p_oom_pct is mixed over their alternatives), equal to it when none is open"),
+    "p_oom_assumed_pct": F("float", "p_oom in percent at the assumed value of every open assumption (p_oom_pct is "
+                                    "mixed over their alternatives), equal to it when none is open"),
     "p_oom_assumed_text": F("str", "p_oom_assumed_pct printed as p_oom_text is"),
-    "p_oom_target": F("float", "what remedies aim at (0-1)"),
+    "p_oom_model": F("float", "the memory model's own probability that the peak passes the budget, which decides "
+                              "the verdict (0-1)"),
+    "p_oom_model_pct": F("float", "the same in percent"),
+    "p_oom_model_text": F("str", "p_oom_model_pct printed as p_oom_text is"),
+    "p_oom_model_assumed_pct": F("float", "p_oom_model in percent at the assumed value of every open assumption (the "
+                                          "verdict's basis), equal to p_oom_model_pct when none is open"),
+    "p_oom_model_assumed_text": F("str", "p_oom_model_assumed_pct printed as p_oom_text is"),
+    "p_oom_unexplained": F("float", "q: the share of reported runs whose outcome no memory term explains (0-1)"),
+    "p_oom_other_pct": F("float", "q/2 in percent: how often runs reported like this one ran out for reasons no "
+                                  "memory term sees"),
+    "p_oom_target": F("float", "what the verdict and remedies read p_oom_model against (0-1)"),
     "interval_gib": F("list", "central 90 % predictive interval of total, GiB"),
     "interval_lo_gib": F("float", "its lower end, GiB"),
     "interval_hi_gib": F("float", "its upper end, GiB"),
     "interval_basis": F("str", "what the interval is made of: the benchmarks' error for this kind of run, and the "
                                "open assumptions whose alternatives it mixes in (facts/config.py `_mixed`)"),
-    "safe_total_gib": F("float", "the largest need with p_oom <= p_oom_target on this card, GiB"),
+    "safe_total_gib": F("float", "the largest need with p_oom_model <= p_oom_target on this card, GiB"),
     "error_class": F("str", "the error class whose benchmark error applies (shape class, and weight storage where "
                                 "the table keys by it)"),
     "error_rows": F("int", "benchmark rows of this method and class behind the error model"),
@@ -106,6 +117,8 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "expandable_saves_gib": F("float", "total minus expandable_total, GiB"),
     "expandable_p_oom": F("float", "p_oom with expandable segments on (0-1)"),
     "expandable_p_oom_pct": F("float", "the same in percent"),
+    "expandable_p_oom_model": F("float", "p_oom_model with expandable segments on (0-1)"),
+    "expandable_p_oom_model_pct": F("float", "the same in percent"),
     "expandable_verdict": F("str", "the verdict with expandable segments on"),
     "quant_alt_label": F("str", "the format a quantized-looking name suggests, when the weights were sized unquantized"),
     "quant_alt_total": F("float", "total with the weights stored in that format, GiB (None: not evaluated)"),
@@ -176,7 +189,9 @@ def judged(mem: MemoryEstimate, hw: Hardware | None, alt: dict[str, Any] | None 
     verdict = a.verdict
     if verdict == "fits" and alt and alt.get("alt_stack_fits") is False:
         verdict = "at-risk"
-    return replace(mem, verdict=verdict, p_oom=a.p_oom, interval_gib=a.interval_gib)
+    details = {**mem.details, "p_oom_unexplained": uncertainty.unexplained_share(mem.method)}
+    return replace(mem, verdict=verdict, p_oom=a.p_oom, interval_gib=a.interval_gib, p_oom_model=a.p_oom_model,
+                   details=details)
 
 
 def pct_text(p: float | None) -> str | None:
@@ -191,12 +206,16 @@ def pct_text(p: float | None) -> str | None:
     return f"{pct:.2f}" if (one <= target) != (pct <= target) or (one == target and pct != target) else f"{one:.1f}"
 
 
-def pct_fields(p: float | None, p_assumed: float | None) -> dict[str, Any]:
+def pct_fields(p: float | None, p_assumed: float | None, pm: float | None = None,
+               pm_assumed: float | None = None) -> dict[str, Any]:
     """The p_oom / p_oom_assumed percent fields of the ``mem`` facts (`p` mixed over open assumptions, `p_assumed`
-    at their assumed values)."""
-    return {"p_oom": p, "p_oom_pct": None if p is None else 100 * p, "p_oom_text": pct_text(p),
-            "p_oom_assumed_pct": None if p_assumed is None else 100 * p_assumed,
-            "p_oom_assumed_text": pct_text(p_assumed)}
+    at their assumed values), and the same of p_oom_model (`pm`, `pm_assumed`: the memory model's own probability,
+    which the verdict reads; analyzers/memory/uncertainty.py 'Two probabilities')."""
+    out: dict[str, Any] = {}
+    for key, v, va in (("p_oom", p, p_assumed), ("p_oom_model", pm, pm_assumed)):
+        out.update({key: v, f"{key}_pct": None if v is None else 100 * v, f"{key}_text": pct_text(v),
+                    f"{key}_assumed_pct": None if va is None else 100 * va, f"{key}_assumed_text": pct_text(va)})
+    return out
 
 
 def verdict_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[str, Any] | None) -> dict[str, Any]:
@@ -204,14 +223,16 @@ def verdict_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[
     budget = budget_of(hw)
     a = uncertainty.assess(mem.total, budget, mem.method, shape_of(mem), mem.need)
     d = a.dist
+    q = uncertainty.unexplained_share(mem.method)
     verdict = mem.verdict or a.verdict
     reason = None
     if verdict == "at-risk":
-        reason = "error" if a.p_oom is not None and a.p_oom > uncertainty.P_OOM_TARGET else "stack"
+        reason = "error" if a.p_oom_model is not None and a.p_oom_model > uncertainty.P_OOM_TARGET else "stack"
     out: dict[str, Any] = {
         "budget_gib": budget, "need_gib": mem.need, "reserve_needed_gib": mem.details.get("reserve_needed_gib"),
         "verdict": verdict, "verdict_reason": reason, "p_oom": a.p_oom,
-        **pct_fields(a.p_oom, a.p_oom), "p_oom_target": uncertainty.P_OOM_TARGET,
+        **pct_fields(a.p_oom, a.p_oom, a.p_oom_model, a.p_oom_model), "p_oom_target": uncertainty.P_OOM_TARGET,
+        "p_oom_unexplained": q, "p_oom_other_pct": 50 * q,
         "interval_gib": list(a.interval_gib), "interval_lo_gib": a.interval_gib[0],
         "interval_hi_gib": a.interval_gib[1], "interval_basis": BENCHMARK_ERROR, "safe_total_gib": a.safe_total_gib,
         "margin_gib": None if budget is None else budget - a.safe_total_gib,
@@ -220,7 +241,7 @@ def verdict_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[
     }
     if alt and alt.get("alt_stack_total") is not None and budget is not None:
         out["alt_stack_p_oom"] = uncertainty.p_oom(alt["alt_stack_total"] * need_ratio(mem), budget,
-                                                  uncertainty.oom_dist(d.method, shape_of(mem)))
+                                                  uncertainty.model_dist(d.method, shape_of(mem)))
     out.update(expandable_facts(mem, hw, run))
     return out
 
@@ -234,13 +255,16 @@ def expandable_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any) -> dict
     out: dict[str, Any] = {"reserve_gib": reserve, "expandable": assumed,
                            "expandable_in_env": launchenv.expandable_segments(run),
                            "expandable_total": None, "expandable_saves_gib": None, "expandable_p_oom": None,
-                           "expandable_p_oom_pct": None, "expandable_verdict": None}
+                           "expandable_p_oom_pct": None, "expandable_verdict": None,
+                           "expandable_p_oom_model": None, "expandable_p_oom_model_pct": None}
     if assumed or mem.method != "analytic":
         return out
     total = expandable_total(mem, run)
     a = uncertainty.assess(total, budget_of(hw), mem.method, shape_of(mem), expandable_total(mem, run, need=True))
     out.update({"expandable_total": total, "expandable_saves_gib": mem.total - total, "expandable_p_oom": a.p_oom,
-                "expandable_p_oom_pct": None if a.p_oom is None else 100 * a.p_oom, "expandable_verdict": a.verdict})
+                "expandable_p_oom_pct": None if a.p_oom is None else 100 * a.p_oom, "expandable_verdict": a.verdict,
+                "expandable_p_oom_model": a.p_oom_model,
+                "expandable_p_oom_model_pct": None if a.p_oom_model is None else 100 * a.p_oom_model})
     return out
 
 

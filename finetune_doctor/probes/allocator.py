@@ -342,6 +342,10 @@ class CachingAllocator:
                 elif not b.is_split():
                     self._release_block(b, pool)
 
+    def empty_cache(self) -> None:
+        """``torch.cuda.empty_cache()``: ``emptyCache`` → ``release_cached_blocks``, as on an OOM retry."""
+        self._release_cached()
+
     # ---- rule 8 -------------------------------------------------------------------------------------------
     def _garbage_collect(self) -> None:
         threshold = int(self.config.garbage_collection_threshold * (self.allowed or 0))

@@ -208,6 +208,8 @@ def _replay_events(trace: AllocTrace, alloc: CachingAllocator, compact_setup: bo
             b = live.pop(ev[1], None)
             if b is not None:
                 alloc.free(b)
+        elif kind == "e":   # torch.cuda.empty_cache() (probes/zerotrace.py: DeepSpeed calls it while it builds)
+            alloc.empty_cache()
         else:
             seg = _label(ev[1])
             if not training and ev[1] and isinstance(ev[1][0], int):

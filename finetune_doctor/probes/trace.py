@@ -9,7 +9,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class AllocTrace:
     """One rank's allocation trace at `n_layers` decoder layers. `events`: ("a", serial, bytes, stream),
-    ("f", serial), ("m", segment label tuple), in execution order; the first marker whose step is an int starts
+    ("f", serial), ("m", segment label tuple), ("e",) for ``torch.cuda.empty_cache()`` (only in the traces
+    probes/zerotrace.py writes), in execution order; the first marker whose step is an int starts
     the training step (before it: model build and setup)."""
 
     events: tuple[tuple, ...]

@@ -84,13 +84,13 @@ def summary_line(counts: dict[str, int]) -> str:
 def fix_summary(report: "Report") -> str:
     """The summary line's fix part, as ruff words it: `` · 2 fixed, 1 remaining`` after ``--fix``, else
     `` · 1 fixable with --fix`` when `lint`/`check` found safe fixes with edits; "" otherwise."""
-    from finetune_doctor.fixes import fixable
-
     done = (report.sections or {}).get("fixes")
     if isinstance(done, dict):
         return f" · {done.get('fixed', 0)} fixed, {done.get('remaining', 0)} remaining"
-    if report.command not in ("lint", "check"):
+    if report.command not in ("lint", "check") or not report.findings:
         return ""
+    from finetune_doctor.fixes import fixable   # the fixers' package only when there is a finding to ask about
+
     n = sum(1 for f in report.findings if fixable(f))
     return f" · {n} fixable with --fix" if n else ""
 

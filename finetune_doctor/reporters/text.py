@@ -29,11 +29,12 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any, Iterable
 
 from finetune_doctor.reporters import display_path, fix_summary, summary_line
-from finetune_doctor.reporters._source import SourceIndex, edit_text
 from finetune_doctor.types import SEVERITIES, Finding, Fix, Report
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console, RenderableType
+
+    from finetune_doctor.reporters._source import SourceIndex
 
 DEFAULT_WIDTH = 100
 MEMORY_TERMS = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "runtime")
@@ -236,7 +237,8 @@ def _table(*columns: tuple[str, str]) -> Any:
 
 # -- the report ---------------------------------------------------------------------------------------------
 def _draw(w: _Writer, r: Report) -> None:
-    sources = SourceIndex()
+    # the source index (and its module, ~0.5 ms of a one-file lint) only where a finding may quote a file (issue #22)
+    sources = _source_index() if r.findings else None
     _header(w, r)
     _run_line(w, r)
     _hardware_line(w, r)
@@ -393,13 +395,15 @@ def _memory(w: _Writer, r: Report) -> None:
             # "over the open assumptions" would read as a contradiction of "at-risk"
             mixed = weighs_alternatives(deciding.get("name", ""))
         cond = (" over the open assumptions" if mixed else " as assumed") if deciding else ""
-        pa = mem.details.get("p_oom_assumed")
-        if not deciding and mixed and mem.verdict == "at-risk" and mem.p_oom is not None and pa is not None \
-                and mem.p_oom <= 0.05 < pa:
+        # the verdict is read on the memory model's own probability (README 'Two probabilities'), so the trial-9
+        # guard compares that one; with q = 0 the two are the same
+        pm, pa = getattr(mem, "p_oom_model", None), mem.details.get("p_oom_model_assumed")
+        if not deciding and mixed and mem.verdict == "at-risk" and pm is not None and pa is not None \
+                and pm <= 0.05 < pa:
             # at-risk is decided at the assumed values (facts/mem.py verdict_facts): a mixed p_oom under the 5 %
             # target printed alone beside it reads as a contradiction (trial 9: "at-risk · 4.7 %")
             cond = f" over the open assumptions, {_pct(pa)} as assumed"
-        verdict = f"verdict {mem.verdict} · probability of OOM {_pct(mem.p_oom)}{cond} · " if mem.verdict else ""
+        verdict = f"verdict {mem.verdict} · {_probabilities(mem, cond)} · " if mem.verdict else ""
         basis = mem.details.get("interval_basis") or "the benchmarks' error for this kind of run"
         w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB ({basis})", indent=1)
     from finetune_doctor.reporters.sections import assumed
@@ -408,6 +412,21 @@ def _memory(w: _Writer, r: Report) -> None:
                  assumed.budget_line(mem.details.get("token_budget"))):
         if line:
             w.line(line, indent=1)
+
+
+def _probabilities(mem: Any, cond: str) -> str:
+    """The two probabilities of OOM (analyzers/memory/uncertainty.py, 'Two probabilities'; README): the memory
+    model's, which the verdict is read on, and the all-cause one with the share q/2 of runs reported like this one
+    that ran out for reasons no memory term sees. One figure when q is 0 (the two are then the same)."""
+    q = float(mem.details.get("p_oom_unexplained") or 0.0)
+    pm = getattr(mem, "p_oom_model", None)
+    if q <= 0.0 or pm is None:
+        return f"probability of OOM {_pct(mem.p_oom)}{cond}"
+    # p = (1 − q)·pm + q/2: under 50 % the unexplained share adds runs that ran out, over it runs that trained
+    fate = "ran out" if pm < 0.5 else "trained"
+    return (f"the memory model puts {_pct(pm)} on running out{cond}; probability of OOM from any cause "
+            f"{_pct(mem.p_oom)} (runs reported like this one {fate} for reasons no memory term sees "
+            f"{50 * q:g} % of the time)")
 
 
 def _needs(mem: Any) -> str:
@@ -429,10 +448,10 @@ def _at_estimate(mem: Any) -> str:
 
 def _assumed(w: _Writer, r: Report) -> None:
     """What the report assumed rather than read, verdict-moving first ("!"), one line each."""
-    from finetune_doctor.reporters.sections import assumed
-
     if not r.assumptions:
         return
+    from finetune_doctor.reporters.sections import assumed   # a lint of accelerate configs alone assumes nothing
+
     w.heading("Assumed (not read from your inputs; ! moves the verdict)")
     for text, moves in assumed.assumption_lines(r.assumptions):
         w.line((text, "yellow" if moves else None), indent=1)
@@ -455,7 +474,13 @@ def _timeline(w: _Writer, r: Report) -> None:
         w.line(f"… {len(events) - TIMELINE_MAX} more events (see --format json)", indent=1)
 
 
-def _findings(w: _Writer, r: Report, sources: SourceIndex) -> None:
+def _source_index() -> SourceIndex:
+    from finetune_doctor.reporters._source import SourceIndex
+
+    return SourceIndex()
+
+
+def _findings(w: _Writer, r: Report, sources: SourceIndex | None) -> None:
     if not r.findings:
         w.heading("No findings.", "green")
         return
@@ -481,6 +506,8 @@ def _finding(w: _Writer, f: Finding, sources: SourceIndex) -> None:
 
 
 def _fix(w: _Writer, fix: Fix, sources: SourceIndex, level: int = 1) -> None:
+    from finetune_doctor.reporters._source import edit_text
+
     w.line(("fix", "bold green"), f" ({fix.safety}): {fix.title}", indent=level)
     for e in fix.edits:
         w.line(edit_text(e, sources), indent=level + 1)
@@ -569,9 +596,13 @@ def _fix_facts(fix: Fix) -> list[str]:
     eff = dict(fix.effect or {})
     before, after = eff.pop("total_gib_before", None), eff.pop("total_gib_after", None)
     p0, p1 = eff.pop("p_oom_before", None), eff.pop("p_oom_after", None)
+    m0, m1 = eff.pop("p_oom_model_before", None), eff.pop("p_oom_model_after", None)
     if before is not None or after is not None:
         line = f"effect: total {gib(before, 1)} → {gib(after, 1)} GiB"
-        if p0 is not None and p1 is not None:
+        if m0 is not None and m1 is not None and (m0, m1) != (p0, p1):
+            # the remedy's target is read on the memory model's probability (README 'Two probabilities'): show that
+            line += f", the memory model's probability of OOM {_pct(m0, m1)} → {_pct(m1, m0)}"
+        elif p0 is not None and p1 is not None:
             line += f", probability of OOM {_pct(p0, p1)} → {_pct(p1, p0)}"
         out.append(line)
     for k, v in eff.items():

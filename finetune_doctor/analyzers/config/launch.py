@@ -47,7 +47,6 @@ from typing import Any, Callable, Mapping
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.numbers import parse_version, version_key
-from finetune_doctor.readers.deepspeed.dsjson import read_json
 from finetune_doctor.readers.config.keyschema import load_schema
 from finetune_doctor.run.values import split_arg
 
@@ -403,6 +402,9 @@ def zero_stage_of(values: Mapping[str, Any], config_path: str | None) -> int | N
         for base in bases:
             path = os.path.join(base, ds)
             if os.path.isfile(path):
+                # the JSON reader only when a file is there: a config without `deepspeed:` needs none (issue #22)
+                from finetune_doctor.readers.deepspeed.dsjson import read_json
+
                 try:   # the DeepSpeed reader's limits (depth, size, numbers): a hostile file cannot recurse here
                     data = read_json(path).values
                 except InputError:
@@ -539,8 +541,6 @@ def _template_of_model(model: Any, names: Any) -> list[str]:
 
 def _template(c: _Cfg) -> list[Problem]:
     """LF 0.9.5 data/template.py:628-641: a template name must be registered (``TEMPLATES``)."""
-    from finetune_doctor.analyzers.data.templates import LF_TEMPLATE_NAMES
-
     name = c("template")
     if not isinstance(name, str):
         return []
@@ -558,6 +558,9 @@ def _template(c: _Cfg) -> list[Problem]:
                    "pass --env FILE from the training machine, or upgrade to a release that registers it",
                    condition=_unsure(rel, lacking),
                    args={"name": name, "who": f"LLaMA-Factory {', '.join(lacking)}"})]
+    # the chat-template registry (~35 templates built at import, ~1 ms) only for a name the release lacks (#22)
+    from finetune_doctor.analyzers.data.templates import LF_TEMPLATE_NAMES
+
     if rel is None and name in LF_TEMPLATE_NAMES:
         return []
     who, cond, first, span = "LLaMA-Factory 0.9.5", None, None, None

@@ -4,8 +4,10 @@ derivation is in benchmarks/results/reserve_derivation.md).
 
 Pure Python, no torch. The classes, in the order they are tested (the first that applies decides):
 
-* ``zero`` — DeepSpeed ZeRO-2/3: the replicated tensors are a small part of the peak, DeepSpeed's flat partitions
-  are allocated once, so the reserve is a small share;
+* ``zero`` — DeepSpeed ZeRO-2/3: derived apart (benchmarks/derive_zero_reserve.py) from replays of DeepSpeed's own
+  allocation order put around the simulate probe's replica step (probes/zerotrace.py: zero.Init's whole-then-
+  partition build, the flat partitions, ZeRO-3's per-module gathers with prefetch and reuse distance, the IPG
+  buckets, the step's fp32 gradients and states) for 7B/8B LoRA and full runs on 2/4/8 ranks at 2k and 8k tokens;
 * ``moe`` — a mixture-of-experts model: routing makes many small, differently sized tensors per layer;
 * ``long_sequence`` — 8192 tokens or more per micro-batch: per-layer activations dwarf the weights;
 * ``large_vocab_logits`` — the fp32 logits (and their gradient) are at least 25 % of the tensor peak: blocks of
@@ -30,8 +32,8 @@ the replays show apart) of the smallest capacity at which the allocator replay c
 (reserve_table.json ``needed``, benchmarks/derive_needed_reserve.py, benchmarks/results/reserve_needed.md); the
 verdict (fits/oom/p_oom, analyzers/memory/uncertainty.py ``assess``) is decided on the tensor peak × (1 + needed)
 + runtime (``needed_reserve``; under FSDP1 it keeps the blocks initialisation left, which hold live shards, and
-drops the idle side-stream pools). A class without a replayed need (``zero``: its traces are stand-ins,
-derive_reserve.py GRID) needs what it shows: nothing measured says less.
+drops the idle side-stream pools). ``zero``'s need comes from its own replays (derive_zero_reserve.py, the same
+bisection). A class without a replayed need needs what it shows: nothing measured says less.
 """
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ import os
 import stat
 from typing import Any
 
-from finetune_doctor.readers.deepspeed.dsjson import key_positions
 from finetune_doctor.readers.model.errors import ModelConfigInvalid
 from finetune_doctor.types import SourceDoc
 
@@ -41,6 +40,9 @@ LIMITS: dict[str, tuple[int, int]] = {
 def json_key_positions(text: str) -> dict[str, tuple[int, int]]:
     """(line, column), both 1-based, of every object key in a JSON text, by dotted path (``text_config.hidden_size``):
     readers/deepspeed/dsjson.py `key_positions`, the one scanner (a duplicated key at its last occurrence, as json.load)."""
+    # imported here: a model resolved from the catalogue reads no config.json (issue #22, lint's start-up)
+    from finetune_doctor.readers.deepspeed.dsjson import key_positions
+
     return key_positions(text)
 
 

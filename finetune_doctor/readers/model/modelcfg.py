@@ -51,7 +51,6 @@ from finetune_doctor.readers.model.configjson import json_key_positions, read_co
 from finetune_doctor.readers.model.errors import ModelConfigInvalid, ModelUnresolved
 from finetune_doctor.readers.model.generic import arch_from_config, not_sized, with_note
 from finetune_doctor.readers.model.hub import cached_download, download_configs
-from finetune_doctor.readers.model.weights import stored_dtype
 from finetune_doctor.types import Assumption, SourceDoc
 
 __all__ = [
@@ -106,6 +105,8 @@ def _adapter_base(d: Path) -> str | None:
 def _from_file(path: Path, name: str, kind: str, note: str, tf_major: int | str | None) -> tuple[ModelArch, SourceDoc]:
     cfg, doc = read_config_json(path)
     _require_model_type(cfg, name, str(path))
+    from finetune_doctor.readers.model.weights import stored_dtype   # a local config.json only (issue #22)
+
     stored = None if _names_dtype(cfg) else stored_dtype(path.parent)
     if stored is not None:
         # what torch_dtype="auto" resolves to when config.json names none: the weights' own dtype

@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 
 def budget_line(tb: dict[str, Any] | None) -> str | None:
-    """One sentence: how long the samples may be (``training fits (probability of OOM <= 5 %) as long as no sample exceeds 6,100 tokens
+    """One sentence: how long the samples may be (``training fits (the memory model's probability of OOM <= 5 %) as long as no sample exceeds 6,100 tokens
     (12,200 per micro batch of 2) (cutoff_len 8,192)``); None without a budget."""
     if not tb or all((b or {}).get("fits_at_cutoff", True) for b in (tb.get("train"), tb.get("eval"))):
         return None   # nothing to say: every sample may fill cutoff_len
@@ -19,11 +19,11 @@ def budget_line(tb: dict[str, Any] | None) -> str | None:
         if b.get("fits_at_cutoff"):
             parts.append(f"{what} fits even if every sample fills cutoff_len")
         elif not b.get("tokens_per_sample"):
-            # the budget is the length at which the verdict is `fits` (p_oom <= 5 %): a run predicted under its card
+            # the budget is the length at which the verdict is `fits` (p_oom_model <= 5 %): a run predicted under its card
             # can still miss it through the prediction's error alone, so say which it is
-            parts.append(f"{what} stays above a 5 % probability of OOM even with one-token samples")
+            parts.append(f"{what} stays above the memory model's 5 % probability of OOM even with one-token samples")
         else:
-            parts.append(f"{what} fits (probability of OOM <= 5 %) as long as no sample exceeds "
+            parts.append(f"{what} fits (the memory model's probability of OOM <= 5 %) as long as no sample exceeds "
                          f"{b['tokens_per_sample']:,} tokens "
                          f"({b['tokens_per_micro_batch']:,} per micro batch of {b['micro_batch']})"
                          + _band_note(b, tb.get("budget_gib"), tb["cutoff_len"]))
