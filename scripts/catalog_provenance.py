@@ -25,6 +25,10 @@ from build_catalog import load_catalog, write_catalog  # noqa: E402
 # The config.json of these models names a dtype that the catalogue's copy (a fine-tune or conversion) left out, or
 # names none, so the stored weights decide. Each: (value, from, source, checked).
 MANUAL: dict[str, tuple[str, str, str, bool]] = {
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": (
+        "bfloat16", "config.json",
+        "recalled from the hub file, not re-read: the copy read (read_from) names float16, an edit of that project "
+        "(its auto_map also points at a local modeling file)", False),
     "google/gemma-7b": (
         "bfloat16", "config.json",
         "GemmaConfig printed after from_pretrained('google/gemma-7b') with transformers 4.45.2 (torch_dtype "

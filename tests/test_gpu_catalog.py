@@ -179,7 +179,7 @@ def test_derived_entries_follow_the_documented_rules() -> None:
 
 @pytest.mark.parametrize("spec, count, capacity, bf16", [
     ("24GB", 1, 23.52, None), ("8x96GB", 8, 94.11, True), ("2x24G", 2, 23.52, None), ("80GiB", 1, 80.0, True),
-    ("4 x 48gb", 4, 47.05, True), ("141GB", 1, 138.22, True),
+    ("4 x 48gb", 4, 47.05, None), ("141GB", 1, 138.22, True),
 ])
 def test_bare_capacity(spec: str, count: int, capacity: float, bf16: bool | None) -> None:
     hw = parse_gpu_spec(spec)
@@ -256,3 +256,28 @@ def test_one_rounding_for_capacities_in_a_report() -> None:
     doc = json.loads(res.output)
     assert doc["hardware"]["capacity_gib"] == 31.75
     assert not any(re.search(r"\b31\.[78] GiB", f["message"]) for f in doc["findings"])
+
+
+@pytest.mark.parametrize("spec, must_not", [
+    ("Tesla-M20", "A10"), ("M20", "MI1"), ("RTX 6000", "RTX-A6000"), ("Quadro RTX 5000", "RTX-A"),
+    ("RTX 6000", "Quadro"), ("RTX PRO 5000", "RTX-5090"),
+])
+def test_did_you_mean_stays_in_the_product_line_and_generation(spec: str, must_not: str) -> None:
+    """Trial 10: "Quadro RTX 6000" (Turing) was offered RTX-A6000 (Ampere), "Tesla-M10" (Maxwell) A10 and "M10"
+    MI100: a suggestion shares the line (Quadro, RTX PRO) and generation (the letters before the number; for a
+    number-only name its first digit and a generation suffix such as Ada)."""
+    with pytest.raises(InputError) as err:
+        parse_gpu_spec(spec)
+    assert must_not not in err.value.message
+
+
+@pytest.mark.parametrize("spec, name, cc, bf16", [
+    ("Tesla M10", "M10", (5, 0), False), ("M10", "M10", (5, 0), False), ("Tesla-M40", "M40-24GB", (5, 2), False),
+    ("Tesla P4", "P4", (6, 1), False), ("Quadro RTX 6000", "Quadro-RTX-6000", (7, 5), False),
+    ("Quadro RTX 8000", "Quadro-RTX-8000", (7, 5), False), ("RTX-3070", "RTX-3070", (8, 6), True),
+])
+def test_older_cards_users_name_are_known(spec: str, name: str, cc: tuple[int, int], bf16: bool) -> None:
+    hw = parse_gpu_spec(spec)
+    assert (hw.gpu, hw.compute_capability, hw.bf16) == (name, cc, bf16)
+    assert lookup("NVIDIA Quadro RTX 6000").name == "Quadro-RTX-6000"
+    assert lookup("RTX 6000") is None            # the RTX 6000 Ada's short name is not the Turing card

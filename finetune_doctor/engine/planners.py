@@ -266,15 +266,18 @@ Judge = Callable[[Any, bool], tuple[bool, float, float]]
 
 def search(run: Any, ds: Any, judge: Judge, after: Callable[[Any], Any],
            stock: bool = False, seen: list | None = None,
-           own_missing: str | None = None, written: str | None = None) -> tuple[list[tuple], tuple | None]:
+           own_missing: str | None = None, written: str | None = None, exclude: tuple[str, ...] = ()
+           ) -> tuple[list[tuple], tuple | None]:
     """Edit sets of up to MAX_EDITS candidates that `judge` accepts, best first, and the set that came closest
     (lowest p_oom, then total) when none does.
 
     `after(edits)` is the run LLaMA-Factory would execute after the edits (facts/config.py `Assembly.run_after`):
     a remedy's effect is resolved by run.py, never re-derived here. Returns ([(candidates, total_gib, p_oom), ...],
-    closest or None); a set is dropped when one of its subsets already fits (minimality).
+    closest or None); a set is dropped when one of its subsets already fits (minimality). Candidates of the
+    groups in `exclude` are not tried (liger on a card no Triton release supports: run/savers.py
+    `triton_supported`).
     """
-    cands = candidates(run, ds, stock, own_missing, written)
+    cands = [c for c in candidates(run, ds, stock, own_missing, written) if c.group not in exclude]
     fitting: list[tuple[tuple[Candidate, ...], float, float]] = []
     closest: tuple[tuple[Candidate, ...], float, float] | None = None
     for k in range(1, MAX_EDITS + 1):
@@ -427,8 +430,10 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
     missing = (ctx.extra.get("ds_assumed") or (None,))[0]
     doc = ctx.extra.get("doc")
     written = doc.values.get("deepspeed") if doc is not None and isinstance(doc.values.get("deepspeed"), str) else None
+    from finetune_doctor.run.savers import triton_supported
+
     found, closest = search(run, ctx.extra.get("ds"), judge, after, bool(ctx.extra.get("ds_stock")), seen, missing,
-                            written)
+                            written, exclude=() if triton_supported(hw) else ("liger",))
 
     from finetune_doctor.analyzers.memory import estimate
     from finetune_doctor.facts.mem import budget_of

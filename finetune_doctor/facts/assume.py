@@ -322,12 +322,29 @@ def _deepspeed_config(c: _Seen) -> list[Assumption]:
     if not getattr(c.asm, "ds_assumed", None):
         return []
     path, used = c.asm.ds_assumed
+    from finetune_doctor.facts.ds import named_stage
+
+    named = named_stage(path)
+    if named is None:
+        stocks, why = STOCK_DS, "LLaMA-Factory's stock file of the stage its name suggests stands in for it"
+    else:
+        # the name states the stage (LF's examples/deepspeed/ds_z{0,2,3}[_offload]_config.json): that stage, with
+        # or without CPU offload, is the plausible range; a file named ds_z2 that holds stage 3 is not (trial 10
+        # case 03: ds_z2_config.json was at-risk only because it "might be ZeRO-3"; ZeRO-3 is FD602's remedy)
+        same = {0: ("ds_z0_config.json",), 1: ("ds_z0_config.json",),
+                2: ("ds_z2_config.json", "ds_z2_offload_config.json"),
+                3: ("ds_z3_config.json", "ds_z3_offload_config.json")}[named]
+        stocks = tuple(f"examples/deepspeed/{n}" for n in same)
+        why = (f"name-implied: its file name says ZeRO stage {named} (LLaMA-Factory's examples/deepspeed naming, "
+               "ds_z{0,2,3}[_offload]_config.json), so LLaMA-Factory's stock file of that stage stands in for it "
+               "(with and without CPU offload weighed)")
     alts = [(alt.rsplit("/", 1)[-1], (lambda alt=alt: c.fresh(c.asm.run_after([("config", "deepspeed", alt, False)]),
                                                            c.hw, c.tokens) if _on(c.fresh) else None))
-            for alt in STOCK_DS if alt != used]
-    return [_weigh("deepspeed-config", used.rsplit("/", 1)[-1], f"{path} is not on this machine: LLaMA-Factory's "
-                   "stock file of the stage its name suggests stands in for it",
+            for alt in stocks if alt != used]
+    return [_weigh("deepspeed-config", used.rsplit("/", 1)[-1], f"{path} is not on this machine: {why}",
                    f"run where {path} is, or deepspeed=PATH with a copy of it", c.base, alts)]
+
+
 
 
 def _checkpoint(c: _Seen) -> list[Assumption]:
@@ -448,9 +465,9 @@ def _defaults(c: _Seen) -> list[Assumption]:
     if "cutoff_len" not in cfg:
         out.append(_weigh("cutoff-len", run.seq_len, "cutoff_len is not set: LLaMA-Factory's DataArguments "
                           "default (data_args.py)", "set cutoff_len in the YAML", c.base, []))
-    from finetune_doctor.run.savers import liger_offerable
+    from finetune_doctor.run.savers import liger_offerable, triton_supported
 
-    if c.base in ("oom", "at-risk") and liger_offerable(run):
+    if c.base in ("oom", "at-risk") and liger_offerable(run) and triton_supported(hw):
         # the remedy planner may prescribe enable_liger_kernel (engine/planners.py `liger_candidate`): whether the
         # training machine can import liger-kernel is not in any input (LF's env block does not list it). Listed
         # only where liger moves the peak: an assumption carries its effect (trial 2: a full run whose peak is the

@@ -654,8 +654,8 @@ def _stand_in_deepspeed(asm: Assembly, arch: Any) -> None:
     asm.ds, asm.ds_stock = ds_facts.load({**doc.values, "deepspeed": stock}, doc.path, doc.line_of("deepspeed"),
                                          asm.hw, arch.hidden_size if arch else None, [])
     asm.ds_assumed = (str(value), stock)
-    asm.facts["ds"] = ds_facts.assemble(asm.ds, asm.ds_stock)
-    asm.notes.append(f"{value} is not on this machine: estimated with LLaMA-Factory's {stock} (an assumption)")
+    asm.facts["ds"] = ds_facts.assemble(asm.ds, asm.ds_stock, stand_in=str(value))
+    asm.notes.append(ds_facts.stand_in_note(value, stock))
 
 
 def _read_accelerate(path: str) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,6 +72,10 @@ def _declarations() -> dict[str, Any]:
     DERIVED = {
         "path": F("str", "the JSON file (None for an inline dict)"),
         "stock": F("bool", "the file is LLaMA-Factory's bundled stock copy, not the user's"),
+        "stand_in": F("str", "the path the config names when it is not on this machine and a stock file of the "
+                             "stage its name suggests stands in for it (the deepspeed-config assumption); None otherwise"),
+        "stand_in_named_stage": F("int", "the ZeRO stage that stand-in's file name states (ds_z2_config.json: 2); "
+                                         "None when its name states none and the stage was assumed (`named_stage`)"),
         "problems": F("list", "problems found in the JSON", items=PROBLEM_ITEM),
         "zero_stage": F("int", "ZeRO stage DeepSpeed runs, 0-3"),
         "offload_optimizer_device": F("str", "cpu | nvme | None, as written"),
@@ -172,14 +177,37 @@ def load_alone(path: str) -> Any:
     return dsconfig.load_ds_config(str(full), str(path), None, {}, None, None)
 
 
-def assemble(ds: Any, stock: bool = False, stack_sources: Any = ()) -> dict[str, Any] | None:
+_NAMED_STAGE = re.compile(r"(?:^|[^a-z0-9])(?:ds_)?(?:z|zero|stage)[-_ ]?([0-3])(?![0-9])")
+
+
+def named_stage(path: Any) -> int | None:
+    """The ZeRO stage a DeepSpeed file's name states (``ds_z2_config.json``, ``zero3_offload.json``,
+    ``ds_stage2.json``: LLaMA-Factory's examples/deepspeed names its files ds_z0/z2/z3[_offload]_config.json), or
+    None when the name states none (then every stock stage is plausible)."""
+    name = str(path or "").lower().rsplit("/", 1)[-1]
+    m = _NAMED_STAGE.search(name)
+    return int(m.group(1)) if m else None
+
+
+def stand_in_note(value: Any, stock: str) -> str:
+    """The note of a DeepSpeed file not on this machine that `stock` stands in for (facts/config.py
+    `_stand_in_deepspeed`): whether its stage is the one its file name says (`named_stage`) or assumed outright."""
+    how = "the stage its file name says" if named_stage(value) is not None else "its stage assumed"
+    return f"{value} is not on this machine: estimated with LLaMA-Factory's {stock} (an assumption, {how})"
+
+
+def assemble(ds: Any, stock: bool = False, stack_sources: Any = (), stand_in: str | None = None
+             ) -> dict[str, Any] | None:
     """The ``ds`` facts of a read DeepSpeed config (None without one). `stack_sources`: the run's (package,
     version, where) triples; the training machine's DeepSpeed among them (--env, --context) decides what its
-    AutoTP accepts (`autotp_facts`)."""
+    AutoTP accepts (`autotp_facts`). `stand_in`: the user's path a stock file stands in for (its stage and offload
+    are then assumed from its name, not read: rules say so, trial 10 case 03)."""
     if ds is None:
         return None
     facts = facts_of(ds)
     facts["stock"] = stock
+    facts["stand_in"] = stand_in
+    facts["stand_in_named_stage"] = named_stage(stand_in) if stand_in else None
     training_ds = next((v for p, v, *_ in stack_sources if p == "deepspeed"), None)
     if training_ds:
         from finetune_doctor.readers.deepspeed import dsschema as S

@@ -48,7 +48,8 @@ GIB = 1 << 30
 MIB = 1 << 20
 
 # Words that name a vendor or product line: they never change which entry a name means.
-_NOISE = {"NVIDIA", "GEFORCE", "TESLA", "QUADRO", "HUAWEI", "AMD", "INSTINCT", "OAM", "GPU", "CARD"}
+# QUADRO is not among them: the Quadro RTX 6000 (Turing, 24 GB) is another card than the RTX 6000 Ada (trial 10).
+_NOISE = {"NVIDIA", "GEFORCE", "TESLA", "HUAWEI", "AMD", "INSTINCT", "OAM", "GPU", "CARD"}
 # Board form factors: dropped only when the name with them matches no alias (an "H100 PCIe" is its own card, an
 # "A100-PCIE-40GB" is the A100-40GB).
 _FORM = {"SXM", "SXM2", "SXM4", "SXM5", "SXM6", "PCIE", "HBM2", "HBM2E", "HBM3", "HBM3E"}
@@ -58,7 +59,12 @@ _MEM_TOKEN = re.compile(r"^(\d+)(?:G|GB|GIB)$")
 _BARE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(GB|G|GIB)\s*$", re.IGNORECASE)
 _VENDOR_HINTS = (("amd", re.compile(r"^(?:MI\d|AMD|INSTINCT|RADEON)")),
                  ("huawei", re.compile(r"^(?:ASCEND|ATLAS|9[1-9]0|NPU)")),
-                 ("nvidia", re.compile(r"^(?:NVIDIA|RTX|GTX|GEFORCE|TESLA|QUADRO|TITAN|G[BH]\d|[ABHLPTV]\d)")))
+                 ("nvidia", re.compile(r"^(?:NVIDIA|RTX|GTX|GEFORCE|TESLA|QUADRO|TITAN|G[BH]\d|[ABHLMPTV]\d)")))
+# A model name's series: an optional Quadro line and RTX/GTX/TITAN line word, the letters before the number (the
+# generation letter of NVIDIA's data-center names: K, M, P, V, T, A, L, H, B; AMD's MI), the number, the letters
+# after it (ADA, BLACKWELL name a generation; TI, D, SUPER do not)
+_SERIES = re.compile(r"^(QUADRO)?(?:RTX|GTX|TITAN)?(PRO)?([A-Z]*?)(\d+)([A-Z]*)$")
+_GEN_SUFFIX = ("ADA", "BLACKWELL")
 
 
 @dataclass(frozen=True)
@@ -336,12 +342,56 @@ def suggest(raw: str, n: int = 2) -> list[GpuModel]:
         size = abs(g.nominal_gb - mem) / max(g.nominal_gb, mem) if mem else 0.0
         return (-round(sim, 1), size)
 
+    pool = _same_series(model, pool)
+    if not pool:
+        return []
     ranked = sorted(pool, key=key)
     best = key(ranked[0])[0]
     # a weak letter match is no suggestion, unless the family itself was named
     if model not in families and -best < 0.5:
         return []
     return [g for g in ranked if key(g)[0] == best][:n]
+
+
+def _series(model: str) -> tuple[str, str, str, str] | None:
+    """(line: Quadro or RTX PRO, generation letters, number, generation suffix) of a compact model name
+    (`_SERIES`), or None for a name of another shape (Ascend's 910B, GB200)."""
+    m = _SERIES.match(model)
+    if m is None:
+        return None
+    quadro, pro, letters, digits, tail = m.groups()
+    gen = next((g for g in _GEN_SUFFIX if tail.startswith(g)), "")
+    return (quadro or "") + (pro or ""), letters, digits, gen
+
+
+def _same_series(model: str, pool: list[GpuModel]) -> list[GpuModel]:
+    """The cards of `pool` in the same product line and generation as `model`: the same Quadro line and
+    generation letters (Tesla M10 is Maxwell: not the A10, Ampere, nor AMD's MI100), and for names that are only a
+    number (GeForce, Quadro RTX) the same number of digits, first digit and generation suffix (a Quadro RTX 6000
+    is Turing: not the RTX A6000 nor the RTX 6000 Ada). A number whose generation no catalog card shares (a card
+    newer than the catalog) keeps the cards of its line with as many digits. Trial 10: "Quadro RTX 6000" was
+    offered RTX-A6000, "Tesla-M10" A10, "M10" MI100."""
+    want = _series(model)
+    if want is None:
+        return pool
+
+    def series_of(g: GpuModel) -> list[tuple[str, str, str, str]]:
+        keys = [g.family.upper(), *(_split_mem(_tokens(a))[0] for a in (g.name, *g.aliases))]
+        return [s for s in map(_series, keys) if s is not None]
+
+    def same(s: tuple[str, str, str, str], strict: bool) -> bool:
+        if s[0] != want[0] or s[1] != want[1]:
+            return False
+        if want[1]:
+            return True
+        return len(s[2]) == len(want[2]) and s[3] == want[3] and (not strict or s[2][0] == want[2][0])
+
+    strict = [g for g in pool if any(same(s, True) for s in series_of(g))]
+    if strict or want[1]:
+        return strict
+    known_gen = any(s[2][:1] == want[2][:1] and len(s[2]) == len(want[2]) and not s[1]
+                    for g in catalog() for s in series_of(g))
+    return [] if known_gen else [g for g in pool if any(same(s, False) for s in series_of(g))]
 
 
 def _unknown_message(spec: str, raw: str, count: int) -> str:

@@ -80,6 +80,20 @@ def liger_offerable(run: Any) -> bool:
             and not getattr(run, "use_unsloth", False) and not liger_known_missing(run))
 
 
+TRITON_MIN_CC = (7, 0)
+"""The lowest CUDA compute capability any Triton release supports: Triton's README lists "NVIDIA GPUs (Compute
+Capability 7.0+)" through its 2.x/3.0 releases and 8.0+ in later ones; liger-kernel's kernels are Triton kernels, so
+on a Maxwell or Pascal card (5.x, 6.x) none of them compiles (trial 10 case 06: liger was the first fix offered for
+two Tesla M10s, compute capability 5.0)."""
+
+
+def triton_supported(hw: Any) -> bool:
+    """Whether Triton (and so liger-kernel) can run on the card of `hw` (types.Hardware): False only for a CUDA card
+    whose compute capability is known and below `TRITON_MIN_CC`; an unknown card or one off CUDA is not judged."""
+    cc = getattr(hw, "compute_capability", None) if hw is not None else None
+    return cc is None or tuple(cc) >= TRITON_MIN_CC
+
+
 def _liger(cfg: dict[str, Any], arch: ModelArch, stage: str, stack: dict[str, str | None]) -> dict[str, Any]:
     torch_v = parse_version(stack.get("torch"))
     # liger-kernel v0.8.2 fused_linear_cross_entropy.py:18 and :235-255: torch.addmm(out_dtype=float32) on torch

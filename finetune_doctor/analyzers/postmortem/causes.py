@@ -307,6 +307,9 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     peak = max(host, key=lambda m: m.cpu_percent) if host else None
     run_off = cx.run.get("offload_optimizer") or cx.run.get("offload_param") or cx.ds.get("offload_optimizer_device") \
         or cx.ds.get("offload_param_device")
+    # DeepSpeed printed "Time to load cpu_adam op": its CPU Adam, ZeRO-Offload's optimizer, ran (trial 10 case 10)
+    log_off = not run_off and cx.log.get("cpu_adam") is True
+    run_off = run_off or log_off
     hram = None
     if cx.mem.get("host"):
         hram = (f"this config needs about {cx.mem['host']:.0f} GiB of host RAM per node"
@@ -314,6 +317,12 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
                 + (f", and the node has {cx.hw.get('host_ram_gib'):.0f} GiB" if cx.hw.get("host_ram_gib") else ""))
     elif peak is not None:
         hram = f"DeepSpeed last saw host RAM at {peak.cpu_used:.0f} GB used ({peak.cpu_percent:.0f} %)"
+    elif log_off:
+        at = cx.log_at.get("cpu_adam") or {}
+        hram = ("The log shows DeepSpeed's CPU Adam loaded" + (f" (line {at['line']})" if at.get("line") else "")
+                + ": ZeRO-Offload keeps the fp32 master weights, their gradients and both Adam moments in host RAM, "
+                "about 16 bytes per trainable parameter over a node's ranks (ZeRO-Offload, arXiv:2101.06840; "
+                "analyzers/memory/buffers.py host_bytes), so the offload is the first host-RAM consumer to look at")
     elif k.kind == "ray-oom" and (rm := _ray_use(kills)):
         hram = f"Ray saw {rm[0]} of the node's {rm[1]} in use ({100 * float(rm[2]):.0f} %)"
     who = ((f"a DataLoader worker process (pid {k.pid})" if k.pid is not None else "a DataLoader worker process")
@@ -442,11 +451,39 @@ def _launcher_words(k: KillRecord, killing: list[KillRecord]) -> tuple[str, str]
 def completed_facts(ev: Evidence) -> dict[str, Any] | None:
     for f in ev.files:
         for n in f.notices:
-            if n.kind in ("train-summary", "train-end"):
+            if n.kind in LOOP_OVER:
                 return {"source": src(n.file, n.line), "kind": n.kind}
         if f.read.kind == "results" and any(k.startswith("train_") for k in f.results):
             return {"source": f.read.path, "kind": "results"}
     return None
+
+
+LOOP_OVER = ("train-summary", "train-end", "train-metrics")
+"""Notices that the training loop returned: HF's final dict with train_runtime/train_loss, LF's last LogCallback
+line, transformers' "***** train metrics *****" block (readers/runlogs/logparse.py)."""
+
+
+def after_loop(ev: Evidence, file: str | None, line: int | None) -> str | None:
+    """Where a failure at `file`:`line` happened when the training loop had already finished (a notice of
+    `LOOP_OVER` above it in the same file): in the final evaluation or prediction (HF's "***** Running Evaluation
+    *****" / "Prediction" after it), the final checkpoint save, or at shutdown. LF's workflows run, after
+    trainer.train() returns: save_model, log_metrics("train"), plot_loss, then evaluate/predict when do_eval /
+    do_predict (LF train/sft/workflow.py L120-155 at the snapshot); a launcher (Ray's on_shutdown) may tear the
+    process group down after that. None when no such notice precedes it (trial 10 cases 09 and 12: a kill in the
+    final evaluation was placed at "step 29 of 55" of the eval bar, and an exception at shutdown was dropped)."""
+    f = next((x for x in ev.files if x.read.path == file), None) if file and line else None
+    if f is None:
+        return None
+    done = [n for n in f.notices if n.kind in LOOP_OVER and n.line < line]
+    if not done:
+        return None
+    marks = [n for n in f.notices if n.kind in ("eval-start", "save") and done[-1].line < n.line < line]
+    last = marks[-1] if marks else None
+    phase = ("in the final prediction" if last is not None and "Prediction" in last.text
+             else "in the final evaluation (its progress bar counts evaluation batches, not training steps)"
+             if last is not None and last.kind == "eval-start"
+             else "in the final checkpoint save" if last is not None else "at shutdown or in the final save")
+    return f"after the training loop had finished (its final metrics are logged at line {done[0].line}), {phase}"
 
 
 def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None = None,
@@ -507,6 +544,8 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     pct = f" ({100 * rec.step / total:.0f}% of {total})" if rec.step and total else ""
     disk = _disk_full(ev)
     where = f"during step {rec.step}{pct}" if rec.step is not None else "at an unknown step"
+    post = after_loop(ev, rec.file, rec.line)
+    where = post or where
     phase = None
     lead = None
     if kind == "traceback-only":
@@ -525,7 +564,8 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     return {"kind": kind, "cls": (exc.value or {}).get("cls") if exc else None,
             "msg": (exc.value or {}).get("msg") if exc else None, "step": rec.step, "explained": explained,
             "text": text, "where_text": where, "phase": phase, "location": location_of(rec.file, rec.line),
-            "disk_full": disk, "cause": cause, "first": bool(after), "consequences": after or ""}
+            "disk_full": disk, "cause": cause, "first": bool(after), "consequences": after or "",
+            "after_loop": bool(post)}
 
 
 STOP_WORDS = ("SignalException", "KeyboardInterrupt", "killed by signal: Terminated", "killed by signal: Interrupt",

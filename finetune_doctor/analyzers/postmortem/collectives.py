@@ -241,6 +241,8 @@ def nccl_facts(recs: list[NcclRecord], cx: RunContext, out: dict[str, Any],
     late = late_watchdog(main, tmo)
     if late:
         likely += "; " + late
+    if main.kind == "heartbeat":
+        likely, late = heartbeat_likely(main, cx), None
     if first and first.get("kind") and first.get("cause"):
         where = f" on {first['node']}" if first.get("node") else ""
         likely += f"; rank {first['rank']}{where} failed first ({first['kind']}), the others waited on it"
@@ -257,13 +259,38 @@ def nccl_facts(recs: list[NcclRecord], cx: RunContext, out: dict[str, Any],
          "kind": main.kind, "likely": likely, "stragglers": laggards, "pg": main.pg, "pg_desc": main.pg_desc,
          "trainer": trainer, "late": late,
          "ddp_timeout_fix": bool(early and trainer == "transformers" and tmo is not None and tmo <= 1800000
-                                and "NCCL" in ((first or {}).get("kind") or "NCCL")),
+                                and "NCCL" in ((first or {}).get("kind") or "NCCL") and main.kind != "heartbeat"),
          "count": len(timeouts), "ranks": sorted({r.rank for r in timeouts if r.rank is not None}),
          "first_failed": first, "waiting": rk.get("waiting") or [], "what": what,
          "location": location_of(main.file, main.line)}
     d["timeline_text"] = (f"NCCL watchdog timeout on rank {main.rank if main.rank is not None else '?'}: {what}"
                           + (f" after {main.ran_ms / 1000:.0f} s" if main.ran_ms else ""))
+    if main.kind == "heartbeat":
+        d["what"] = "ProcessGroupNCCL's watchdog thread"
+        d["timeline_text"] = (f"NCCL heartbeat monitor on rank {main.rank if main.rank is not None else '?'}: the "
+                              "watchdog made no progress" + (f" for {main.ran_ms / 1000:.0f} s" if main.ran_ms else ""))
     return d
+
+
+def heartbeat_likely(main: NcclRecord, cx: RunContext) -> str:
+    """What the heartbeat monitor's abort means ("ProcessGroupNCCL's watchdog got stuck for N seconds without making
+    progress in monitoring enqueued collectives"): not a collective past its timeout (that is the watchdog's own
+    WorkNCCL::checkTimeout, and ddp_timeout sets it) but the watchdog thread itself not looping for
+    TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC seconds (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, the
+    HeartbeatMonitor constructor, L1780-1781 in torch 2.8: ``getCvarInt(TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC, 60 * 8)``;
+    600 s in the 2.3-2.4 releases that introduced it, log_patterns.md §6). Its knobs are that variable and
+    TORCH_NCCL_ENABLE_MONITORING=0, both named by the message itself; ddp_timeout does not move it. A write-up of
+    an LLaMA-Factory multi-node run (trial 10 case 11, blog.gitcode.com 0eab8af2) traced it to nodes that started
+    far apart; a CUDA call that blocks the watchdog (the message's own example, CudaEventDestroy) is the other."""
+    nodes = cx.hw.get("nnodes")
+    text = ("not a collective past ddp_timeout: the heartbeat monitor aborts the process when the watchdog thread "
+            "stays stuck past TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC (a limit of its own): a CUDA/NCCL call blocked "
+            "the watchdog (another thread holding the GIL inside a CUDA call), or, across nodes, one node started "
+            "or reached its first collective far later than the others (a slow node still loading or "
+            "preprocessing, a different environment)")
+    if nodes and nodes > 1:
+        text += f"; this run spans {nodes} nodes: compare when each node's ranks started"
+    return text
 
 
 def barrier_facts(ev: Any, cx: RunContext, out: dict[str, Any]) -> dict[str, Any] | None:

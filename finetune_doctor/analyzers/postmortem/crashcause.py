@@ -154,6 +154,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("config-keys", lambda: _unused_keys(exc.text or msg)),
                      ("launch", lambda: launch_cause(cls, msg)),
                      ("fp16-grads", lambda: precision_cause(msg)),
+                     ("cpu-adam-groups", lambda: _cpu_adam_groups(cls, msg)),
                      ("data-key", lambda: _data_key(cls, msg, frames)),
                      ("version-mismatch", lambda: _mismatch(cls, msg, pkgs, versions)),
                      ("library-error", lambda: _library(cls, msg, pkgs, frames, versions))):
@@ -620,6 +621,30 @@ DATA_FRAMES = (
 """Frames of the data path (torch's DataLoader fetch and collate, accelerate's data_loader.py iterator, HF
 datasets' map, LLaMA-Factory's data/ converters and processors): a KeyError raised there is a sample's or a
 batch's missing field, not a library's bug."""
+
+
+def _cpu_adam_groups(cls: str, msg: str) -> str | None:
+    """KeyError 'bias_correction': DeepSpeed's Adam reads that key from every param group in step() (ZeRO-Offload's
+    deepspeed/ops/adam/cpu_adam.py L142-171 at 0.19.8; fused_adam.py likewise); torch's AdamW has no such key. Its constructor puts bias_correction
+    in its defaults, which torch's Optimizer.add_param_group fills into each group it is given (torch 2.13
+    optim/optimizer.py L1157-1163), so the groups it stepped were not the ones it was built with: they were
+    replaced afterwards by groups of another optimizer, which torch's Optimizer.load_state_dict does with a saved
+    state (L1007-1016: the saved groups replace the current ones, only `params` kept) and ZeRO's param_groups
+    setter does when assigned (runtime/zero/stage3.py L3345-3347). Under ZeRO offload with the trainer's own
+    optimizer (`optim: adamw_torch`, no "optimizer" block in the DeepSpeed JSON) accelerate rebuilds that torch
+    optimizer as a DeepSpeedCPUAdam from its param groups (accelerate 1.11 utils/deepspeed.py
+    map_pytorch_optim_to_deepspeed; accelerator.py L2285). Which replacement happened is not in the message
+    (trial 10 case 01, LlamaFactory#10286, open)."""
+    if cls != "KeyError" or msg.strip().strip("'\"") != "bias_correction":
+        return None
+    return ("DeepSpeed's own Adam (DeepSpeedCPUAdam under ZeRO-Offload, FusedAdam otherwise) reads "
+            "`bias_correction` from each of its param groups at the optimizer step, and sets that key in every group "
+            "it is built with: the groups it stepped were replaced after it was built by groups of another optimizer "
+            "(a torch AdamW's, from "
+            "`optim: adamw_torch`, have no such key), as loading a saved torch-optimizer state does "
+            "(resume_from_checkpoint). Leads: name the optimizer in the DeepSpeed JSON (\"optimizer\": {\"type\": "
+            "\"AdamW\", ...}) so DeepSpeed builds its CPU Adam itself, or resume without the old optimizer state; "
+            "or turn offload_optimizer off")
 
 
 def _data_key(cls: str, msg: str, frames: tuple) -> str | None:

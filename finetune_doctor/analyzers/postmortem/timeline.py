@@ -264,6 +264,9 @@ def _kills(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str
     out["killed"] = causes.killed_facts(kills, cx, mems, out, traced) if kills else None
     if out["killed"]:
         k = out["killed"]
+        k["phase_text"] = causes.after_loop(ev, (k["location"] or {}).get("file"), (k["location"] or {}).get("line"))
+        if k["phase_text"]:
+            k["step"] = None   # no training step was in progress
         events.at(k["step"], "killed", k["timeline_text"], k["location"])
     out["gpus"] = failures.gpu_record_facts(ev)
 
@@ -307,7 +310,7 @@ def _end(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, 
             if rm is not None:
                 c["cause"] = {"kind": "ref-model-fsdp", "text": rm["text"]}
         c["cause_text"] = f" — {c['cause']['text']}" if c["cause"] else ""
-    if c and c.get("location"):
+    if c and c.get("location") and not c.get("after_loop"):
         got = health.crash_moment(ev, cx, c["location"]["file"], c["location"]["line"], c["step"])
         if got:
             c["phase"], c["where_text"], c["step"] = got

@@ -157,6 +157,11 @@ def _typed(key: str, raw: list[str], path: str, line: int, scalar: Callable[[str
             return low in _TRUE
         raise InputError(f"--{key} {raw[0]}: truthy value expected (yes/no, true/false, t/f, y/n, 1/0), as "
                          "transformers' HfArgumentParser requires", file=path, line=line)
+    if not raw and f is not None and accepts == {"bool", "str"} and "none" not in ftype.lower():
+        # a `str | bool` field (include_num_input_tokens_seen in transformers 5.x; plain bool before 4.57): the
+        # parser drops `str` from a Union without None and declares the field as bool, nargs "?" const True
+        # (transformers 5.6.0 hf_argparser.py L169-181 then L203-219), so the bare flag is True (trial 10 case 03)
+        return True
     if not raw:
         raise InputError(f"--{key} expects a value (HfArgumentParser: \"expected one argument\")", file=path,
                          line=line)

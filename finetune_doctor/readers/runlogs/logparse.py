@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -21,6 +22,9 @@ from finetune_doctor.readers.runlogs.logfailures import FailureLines
 MAX_DICT = 2048   # characters of a metric dict parsed (HF's dicts are a few hundred)
 FAST_NAMES = ("loss", "grad_norm", "learning_rate", "epoch")   # HF's step dict, in its key order
 FLUSH_DICTS = 4096   # step dicts held before they go into the series (bounds the waiting lists)
+
+
+_BARE_EXC = re.compile(r"^(?P<cls>[A-Z]\w*(?:Error|Exception))(?P<msg>)$")
 
 
 def _loading_bar(window: bytes, lo: int, j: int) -> bool:
@@ -81,6 +85,15 @@ class TextLogParser(FailureLines):
             if m is None:
                 continue
             n, total = int(m.group(1)), int(m.group(2))
+            if self.timing.get("loop_over"):
+                return   # after "***** train metrics *****" no bar is the training loop's (`_moment`)
+            if self.train_total is None and total != self.bar_total_max and (
+                    self.timing.get("eval_open") or total in self.timing.get("eval_totals", ())):
+                # the first bar after "***** Running Evaluation *****" counts evaluation batches (trial 10 case 09:
+                # an excerpt that starts after training read "28/55" of the final evaluation as step 28 of 55)
+                self.timing["eval_open"] = False
+                self.timing.setdefault("eval_totals", set()).add(total)
+                continue
             if self.train_total is not None:
                 if total != self.train_total:
                     continue
@@ -165,8 +178,10 @@ class TextLogParser(FailureLines):
             self._memory(text, line, context)
         if "[WARNING|" in text or "[ERROR|" in text or "strongly recommended to train" in text:
             self._warning(text, line)
-        if "Saving model checkpoint to" in text or "Running Evaluation" in text:
+        if "Saving model checkpoint to" in text or "***** Running " in text or "train metrics *****" in text:
             self._moment(text, line)
+        if "Time to load cpu_adam op" in text:   # DeepSpeed op_builder/builder.py:624 (0.19.8): ZeRO-Offload's Adam
+            self.fact("cpu_adam", True, line)
         if "examples/s]" in text or "[c10d] waitForInput" in text:
             self._barrier_wait(text, line, rank)
         if "Traceback (most recent" in text:
@@ -288,6 +303,10 @@ class TextLogParser(FailureLines):
             return
         ln = strip_prefixes(below[k])[0].strip()
         m = pat.EXC_ANY.match(ln) if not pat.EXC.match(ln) else None
+        if m is None and not pat.EXC.match(ln):
+            # a builtin class with an empty message: CPython prints the bare name, no ": " (Lib/traceback.py
+            # format_exception_only), e.g. `assert pg is not None` in torch's destroy_process_group (trial 10 case 12)
+            m = _BARE_EXC.match(ln)
         if m is None:
             return
         at = line + k + 1
@@ -748,8 +767,17 @@ class TextLogParser(FailureLines):
             c = pat.CHECKPOINT_STEP.search(m.group("dir"))
             self.keep.add("notices", Notice(self.path, line, self.during(), "save", text.strip()[:300],
                                             {"step": int(c.group("step")) if c else self.step}))
-        elif "***** Running Evaluation" in text:
+        elif "***** Running Evaluation" in text or "***** Running Prediction" in text:
+            self.timing["eval_open"] = True
             self.keep.add("notices", Notice(self.path, line, self.during(), "eval-start", text.strip()[:300],
+                                            {"step": self.step}))
+        elif "***** train metrics *****" in text:
+            # transformers trainer_pt_utils.py ``log_metrics`` prints "***** {split} metrics *****" on the main
+            # process; LF's workflows call it with "train" once trainer.train() has returned (LF train/sft/
+            # workflow.py L120-128 at the snapshot): the training loop is over, what follows is the final save,
+            # evaluation, prediction or shutdown
+            self.timing["loop_over"] = True
+            self.keep.add("notices", Notice(self.path, line, self.during(), "train-metrics", text.strip()[:300],
                                             {"step": self.step}))
 
     def _warning(self, text: str, line: int) -> None:

@@ -122,7 +122,7 @@ TRIGGER_WORDS = (
     "Number of trainable", "|| all params: ", "Process rank: ", "Config mesh", "DeepSpeed info", "ZeRO stage ",
     ".... ", "- num_params = ", "Running training", "Continuing training",
     # HF Trainer's evaluation and save markers (the phase a crash happened in)
-    "Saving model checkpoint", "Running Evaluation",
+    "Saving model checkpoint", "Running Evaluation", "Running Prediction", "train metrics *****", "cpu_adam op",
     # the trainer (FACTS "trainer"): Lightning's process-group line; NeMo's "[NeMo I" prefix is on every line of
     # its logs, so a log of >= 4 MiB (grep path) names NeMo only through the other lines
     "GLOBAL_RANK: ",

@@ -112,7 +112,9 @@ def render(data: dict[str, Any]) -> Any:
     outline = []
     if st.get("last") is not None:
         outline.append(f"last step {st['last']}" + (f" of {st['total']}" if st.get("total") else ""))
-    if data.get("completed"):
+    if data.get("completed") and data.get("crashed"):
+        outline.append("training loop finished, then the run died after it")
+    elif data.get("completed"):
         outline.append("training loop finished")
     elif data.get("stopped_outside"):
         outline.append("the run was stopped from outside")
