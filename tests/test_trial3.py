@@ -88,7 +88,8 @@ def _fixes(rep: dict) -> list[dict]:
 def test_offload_remedy_for_a_file_not_here_is_unsafe_and_edits_the_users_file(tmp_path):
     cfg = tmp_path / "config.yaml"
     cfg.write_text((OWN_DS / "config.yaml").read_text(encoding="utf-8"), encoding="utf-8")
-    _, rep = _run("check", str(cfg), "--gpu", "A800-80GB", "--llamafactory", "0.9.4.dev0", "--offline")
+    # a 40 GB card: on 80 GB the cheaper remedies reach the 5 % target and no offload set is offered at all
+    _, rep = _run("check", str(cfg), "--gpu", "A100-40GB", "--llamafactory", "0.9.4.dev0", "--offline")
     fixes = _fixes(rep)
     offload = [x for x in fixes if "offload" in x["title"]]
     assert offload and all(x["safety"] == "unsafe" for x in offload)
