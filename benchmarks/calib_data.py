@@ -47,7 +47,11 @@ session 8 (benchmarks/results/calibrate.md, memory_accuracy.md at 57fb9e2) and s
 **Round 5 (session 9).** ``calibration_rows_round5*.yaml`` (55 runs with an outcome, 67 measurements), collected blind
 by two engineers who never ran the doctor on them; scored once at the end of session 9, in the same run that refit
 the table on rounds 1-4 (benchmarks/results/calibrate.md, memory_accuracy.md at d9fd8c3), then rewritten to dev.
-No held-out round exists until a round 6 is collected.
+
+**Round 6 (session 10).** ``calibration_rows_round6*.yaml`` (57 runs with an outcome; 24 + 36 measurements in two
+files, part b collected after part a by another engineer who used none of part a's sources), collected blind; scored
+once at the end of session 10 in the run that refit the table on rounds 1-5 (benchmarks/results/calibrate.md,
+memory_accuracy.md, commit d94b349), then rewritten to dev. No held-out round exists until a round 7 is collected.
 
 **The split of round 1** was by source: every row of one page or thread lands in the same half. Within each source type the
 sources are ordered by the SHA-256 of their address and dealt, in that order, to whichever half holds fewer rows of
@@ -65,7 +69,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROWS = HERE / "data" / "calibration_rows.yaml"
-HELD_OUT_ROUND = 6   # the newest round: all test, never tuned on (round 5 was scored once on 2026-12-07 at d9fd8c3: dev since)
+HELD_OUT_ROUND = 7   # the newest round: all test, never tuned on (rounds 5 and 6 were scored once, at d9fd8c3 and d94b349: dev since)
 GIB = float(1 << 30)
 # GB-class sizes of cards as sold → the capacity torch reports is taken from the GPU catalogue instead
 UNIT_BYTES = {"GB": 1e9, "GiB": GIB}
