@@ -47,6 +47,8 @@ LATER_FAILURES = {
     "FD055": "export_model refuses a merge into a quantized model after the model has loaded (train/tuner.py)",
     "FD056": "a remote-code InternVL checkpoint loads no processor: the run stops while preparing the dataset",
     "FD662": "DeepSpeed asserts the ZeRO stage under AutoTP in deepspeed.initialize, after parsing",
+    "FD026": "with none of do_train/do_eval/do_predict set the parser accepts the run and LF's workflow then skips "
+             "every stage (sft/workflow.py's do_train/do_eval/do_predict branches): it ends having trained nothing",
     "FD633": "LLaMA-Factory's LongLoRA patch checks the transformers version at model load (require_version), after "
              "the arguments parsed",
 }
