@@ -59,14 +59,16 @@ def _assemble(row: dict):
         return assemble_config(str(path), (), opts)
 
 
-def listing() -> list[dict]:
-    """One dict per dev ZeRO-3 full row with a measurement: id, engine, counter, measured and predicted GiB, error, peak moment,
-    the terms in GiB, and the what-if figure (same counter) outside zero.Init."""
+def listing(ids: set[str] | None = None) -> list[dict]:
+    """One dict per dev ZeRO-3 full row with a measurement: id, engine, counter, measured and predicted GiB, error,
+    peak moment, the terms in GiB, and the what-if figure (same counter) outside zero.Init. `ids`: only these rows."""
     from finetune_doctor.analyzers.memory import estimate
 
     out = []
     for row in load_rows():
         if row.get("split") != "dev" or not engine_of(row).startswith("ZeRO-3") or row.get("method") != "full":
+            continue
+        if ids is not None and row["id"] not in ids:
             continue
         asm = _assemble(row)
         mem = asm.memory

@@ -13,8 +13,10 @@ import pytest
 from finetune_doctor.analyzers.memory import compute_terms, estimate
 from finetune_doctor.analyzers.memory.params import count_params
 from finetune_doctor.analyzers.memory.weights import weight_terms
-from finetune_doctor.analyzers.memory.zero3 import (linear_weights_retained, persistent_elements,
+from finetune_doctor.analyzers.memory.zero3 import (LINEAR_WRAP_ABSENT_RELEASE, linear_weights_retained,
+                                                    persistent_elements,
                                                     sub_group_half_flat_bytes, zero3_live)
+from finetune_doctor.facts.assume import NO_LINEAR_WRAP_RELEASE
 from finetune_doctor.hardware.catalog import parse_gpu_spec
 from finetune_doctor.readers.config.accelerate import accelerate_config_from_values
 from finetune_doctor.readers.model.modelcfg import load_arch
@@ -54,16 +56,20 @@ def _outside_init(run):
 def test_when_the_gathered_weights_stay_with_autograd():
     built_inside = _run()
     assert built_inside.zero3_init and not linear_weights_retained(built_inside)     # zero.Init installed the wrapper
-    assert linear_weights_retained(_outside_init(built_inside))                       # DeepSpeed unnamed: < 0.19.4
+    # DeepSpeed unnamed: the newest behaviour (0.19.8), as the deepspeed-version assumption states; it weighs 0.19.3
+    assert not linear_weights_retained(_outside_init(built_inside))
+    assert linear_weights_retained(_outside_init(_run(deepspeed=LINEAR_WRAP_ABSENT_RELEASE)))
+    assert NO_LINEAR_WRAP_RELEASE == LINEAR_WRAP_ABSENT_RELEASE
     assert linear_weights_retained(_outside_init(_run(deepspeed="0.14.2")))
     assert linear_weights_retained(_outside_init(_run(deepspeed="0.19.3")))
     assert not linear_weights_retained(_outside_init(_run(deepspeed="0.19.4")))      # DeepSpeed #8189
     # memory_efficient_linear false: no wrapper even for a model built under zero.Init
     assert linear_weights_retained(_run(zo={"stage": 3, "memory_efficient_linear": False}, deepspeed="0.19.8"))
     # checkpointing: the first forward saves nothing (reentrant) or drops what it saves (non-reentrant)
-    assert not linear_weights_retained(_outside_init(_run(disable_gradient_checkpointing=False)))
-    assert not linear_weights_retained(_outside_init(_run(zo={"stage": 2})))
-    assert not linear_weights_retained(_outside_init(_run(finetuning_type="lora", quantization_bit=4)))
+    assert not linear_weights_retained(_outside_init(_run(deepspeed="0.14.2", disable_gradient_checkpointing=False)))
+    assert not linear_weights_retained(_outside_init(_run(deepspeed="0.14.2", zo={"stage": 2})))
+    assert not linear_weights_retained(_outside_init(_run(deepspeed="0.14.2", finetuning_type="lora",
+                                                          quantization_bit=4)))
 
 
 def test_accelerate_zero3_init_flag_false_reaches_the_term():
@@ -72,12 +78,13 @@ def test_accelerate_zero3_init_flag_false_reaches_the_term():
     arch, _ = load_arch(L3)
     run = resolve_run({"bf16": True, "per_device_train_batch_size": 1, "cutoff_len": 2048, "finetuning_type": "full",
                        "disable_gradient_checkpointing": True}, arch, parse_gpu_spec("8xA100-80GB"), None,
-                      stack_sources=(("accelerate", "0.33.0", "--env"),), launch=LaunchInputs(acc, None))
+                      stack_sources=(("accelerate", "0.33.0", "--env"), ("deepspeed", "0.14.2", "--env")),
+                      launch=LaunchInputs(acc, None))
     assert run.zero3_init is False and linear_weights_retained(run)
 
 
 def test_every_decoder_layer_and_the_head_are_gathered_at_the_loss():
-    run = _outside_init(_run())
+    run = _outside_init(_run(deepspeed="0.14.2"))
     c = count_params(run)
     assert c.base == BASE
     z = zero3_live(run, c)
@@ -120,3 +127,37 @@ def test_the_half_flat_copy_of_a_sub_group_at_the_step():
 def test_persistent_elements_unchanged_by_the_new_terms():
     # the threshold decides persistence, not the linear wrapper
     assert persistent_elements(_outside_init(_run())) == persistent_elements(_run()) == 65 * 4096
+
+
+def test_unnamed_deepspeed_weighs_the_release_without_the_wrapper(tmp_path, monkeypatch):
+    import json
+
+    from click.testing import CliRunner
+
+    from finetune_doctor.cli import main
+
+    monkeypatch.setenv("FINETUNE_DOCTOR_NO_NVML", "1")
+    acc = tmp_path / "ds.yaml"
+    acc.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nnum_processes: 8\n"
+                   "mixed_precision: bf16\ndeepspeed_config:\n  zero_stage: 3\n  zero3_init_flag: false\n")
+    env = tmp_path / "pip-freeze.txt"
+    env.write_text("accelerate==0.33.0\n")
+    cfg = tmp_path / "train.yaml"
+
+    def report(**extra) -> tuple[float, dict]:
+        keys = {"model_name_or_path": L3, "stage": "sft", "do_train": True, "finetuning_type": "full",
+                "dataset": "alpaca_en_demo", "template": "llama3", "cutoff_len": 2048,
+                "per_device_train_batch_size": 1, "bf16": True, "output_dir": "out", **extra}
+        cfg.write_text("".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in keys.items()))
+        r = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "8xA100-80GB", "--no-data", "--offline",
+                                      "--accelerate-config", str(acc), "--env", str(env), "--format", "json"])
+        assert r.exit_code in (0, 1), r.output
+        d = json.loads(r.stdout)
+        return d["memory"]["per_gpu_gib"]["total"], {a["name"]: a for a in d["assumptions"]}
+
+    total, seen = report(disable_gradient_checkpointing=True)
+    effect = seen["deepspeed-version"]["effect"]["total_gib"]
+    # the release without the wrapper holds ~30 more bf16 decoder layers of Llama-3-8B at the loss (~12 GiB)
+    assert effect[NO_LINEAR_WRAP_RELEASE] > total + 2.0 * 30 * P_LAYER / GIB
+    # with checkpointing (LF's default) the release changes nothing here and is not weighed
+    assert NO_LINEAR_WRAP_RELEASE not in report()[1]["deepspeed-version"]["effect"]["total_gib"]

@@ -265,6 +265,7 @@ def recompute_leak(run: Run) -> bool:
 # DeepSpeed #8189 (617061d6b, 2026-07-31, first tagged in v0.19.4) installs the ZeRO-3 linear wrapper for a model
 # handed to deepspeed.initialize that was built outside zero.Init
 LINEAR_WRAP_FOR_BUILT_MODEL_FROM = (0, 19, 4)
+LINEAR_WRAP_ABSENT_RELEASE = "0.19.3"    # the release before it that the doctor weighs when none is named
 
 
 def linear_weights_retained(run: Run) -> bool:
@@ -287,8 +288,9 @@ def linear_weights_retained(run: Run) -> bool:
     nothing; with non-reentrant checkpointing the saved tensors are dropped by its pack hook; in both the
     recomputed layer is gathered for its own backward anyway (`zero3_live`).
 
-    A DeepSpeed the inputs do not name is taken as older than 0.19.4 (LLaMA-Factory 0.9.x pins releases below
-    it, and a model built outside zero.Init needs accelerate < 1.0, run/engines.py `_zero3_init`)."""
+    A DeepSpeed the inputs do not name is taken as the newest behaviour the doctor knows (0.19.8, as facts/assume.py's
+    ``deepspeed-version`` assumption states), so a model built outside zero.Init keeps nothing here; that assumption
+    then weighs 0.19.3 (``LINEAR_WRAP_ABSENT_RELEASE``) as its alternative."""
     if not (run.deepspeed and run.zero_stage == 3) or run.gradient_checkpointing or run.quantization_bit is not None:
         return False
     if not run.ds_memory_efficient_linear:
@@ -297,7 +299,7 @@ def linear_weights_retained(run: Run) -> bool:
         return False
     found = deepspeed_version(run)
     v = parse_version(found[0]) if found else None
-    return v is None or (tuple(v) + (0, 0, 0))[:3] < LINEAR_WRAP_FOR_BUILT_MODEL_FROM
+    return v is not None and (tuple(v) + (0, 0, 0))[:3] < LINEAR_WRAP_FOR_BUILT_MODEL_FROM
 
 
 def sub_group_half_flat_bytes(run: Run, trainable: float) -> float:
