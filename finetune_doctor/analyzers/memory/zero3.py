@@ -276,7 +276,7 @@ def linear_weights_retained(run: Run) -> bool:
 
     Why: torch's own ``F.linear`` records ``weight.t()``, a view of the gathered storage, among the tensors it saves
     for backward; DeepSpeed's release (``param.data`` swapped for an empty tensor) then cannot free the gathered
-    buffer until that linear's backward. ``LinearFunctionForZeroStage3`` (runtime/zero/linear.py:44 at v0.14.2,
+    buffer until that linear's backward. ``LinearFunctionForZeroStage3`` (runtime/zero/linear.py:51 at v0.14.2,
     ``ctx.save_for_backward(input, weight, bias)``) saves the parameter itself, whose storage the release does
     free. The wrapper is installed only (a) when ``zero_optimization.memory_efficient_linear`` is true (the
     default; partition_parameters.py:548-553 at v0.14.2, :495-500 at v0.11.1: ``if self.mem_efficient_linear``)
@@ -311,7 +311,7 @@ def sub_group_half_flat_bytes(run: Run, trainable: float) -> float:
     ends. It is freed before the optimizer's own update runs, so it is the larger of it and the optimizer's
     temporaries that counts (`weights._zero_states`). Elements: this rank's partition, at most ``sub_group_size``
     (DeepSpeed's default 1e9). 0 outside ZeRO-3 or with the optimizer offloaded (the flat gradient is on the host,
-    stage3.py:333)."""
+    stage3.py:333 at 0.19.8)."""
     if not (run.deepspeed and run.zero_stage == 3) or run.offload_optimizer is not None:
         return 0.0
     part = trainable / max(run.world_size, 1)
