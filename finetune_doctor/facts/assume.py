@@ -227,6 +227,7 @@ def _data_and_card(c: _Seen) -> list[Assumption]:
 
 
 LEAK_RELEASE = "0.16.4"     # analyzers/memory/zero3.py RECOMPUTE_LEAK_RELEASE
+NO_LINEAR_WRAP_RELEASE = "0.19.3"   # analyzers/memory/zero3.py LINEAR_WRAP_ABSENT_RELEASE
 
 
 def _stack(c: _Seen, alt_stack: dict[str, Any] | None) -> list[Assumption]:
@@ -301,13 +302,17 @@ def _deepspeed_version(c: _Seen, given: set[str]) -> list[Assumption]:
     # judged for the release named, else for every release together (readers/config/lfrelease.py)
     if run.deepspeed and "deepspeed" not in given:
         dsv = getattr(c.asm.ds, "ds_version", None) if c.asm.ds is not None else None
-        ds_alts: list[tuple[str, Callable[[], Any]]] = []
-        if run.zero_stage == 3 and run.gradient_checkpointing and not run.use_reentrant_gc:
-            # DeepSpeed 0.16.0-0.16.7 keep every checkpointed layer gathered under non-reentrant checkpointing
-            # (analyzers/memory/zero3.py `recompute_leak` reads the release from the run's stack; LEAK_RELEASE is
-            # its RECOMPUTE_LEAK_RELEASE, kept here so that lint stays off the memory model)
-            ds_alts = [(LEAK_RELEASE, lambda: c.judge(run.with_(stack_sources=run.stack_sources + (
-                ("deepspeed", LEAK_RELEASE, "assumed alternative"),)), c.hw, c.tokens) if _on(c.judge) else None)]
+        def alt(release: str) -> tuple[str, Callable[[], Any]]:
+            return release, lambda: c.judge(run.with_(stack_sources=run.stack_sources + (
+                ("deepspeed", release, "assumed alternative"),)), c.hw, c.tokens) if _on(c.judge) else None
+        # DeepSpeed 0.16.0-0.16.7 keep every checkpointed layer gathered under non-reentrant checkpointing
+        # (analyzers/memory/zero3.py `recompute_leak` reads the release from the run's stack; LEAK_RELEASE is
+        # its RECOMPUTE_LEAK_RELEASE, kept here so that lint stays off the memory model); before 0.19.4 a model built
+        # outside zero.Init has no linear wrapper, and F.linear keeps each gathered weight (`linear_weights_retained`)
+        ds_alts = ([alt(LEAK_RELEASE)] if run.zero_stage == 3 and run.gradient_checkpointing
+                   and not run.use_reentrant_gc else [])
+        if run.zero_stage == 3 and not (run.zero3_init or run.gradient_checkpointing or run.quantization_bit):
+            ds_alts.append(alt(NO_LINEAR_WRAP_RELEASE))
         out.append(_weigh("deepspeed-version", dsv or "0.19.8 (the newest behaviour the doctor knows)",
                           "installed on this machine, not read from the training machine" if dsv else
                           "no DeepSpeed version of the training machine: defaults and known bugs of 0.19.8 apply",

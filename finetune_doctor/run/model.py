@@ -88,6 +88,7 @@ class Run:
     offload_param: str | None = None
     ds_buckets: dict[str, float] = field(default_factory=dict)
     ds_gather_16bit_on_save: bool = False   # zero_optimization.stage3_gather_16bit_weights_on_model_save
+    ds_memory_efficient_linear: bool = True  # zero_optimization.memory_efficient_linear (DeepSpeedZeroConfig's default)
     overlap_comm: bool = False
     contiguous_gradients: bool = True     # DeepSpeedZeroConfig's default
     # DeepSpeed AutoTP: `tensor_parallel.autotp_size` of the JSON (run/resolve.py `_deepspeed`); 1 without it.

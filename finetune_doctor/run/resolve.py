@@ -90,6 +90,7 @@ def _deepspeed(ds: Any | None, hw: Hardware | None, notes: list[str]) -> dict[st
                            and not isinstance(v, bool)},
                ds_gather_16bit_on_save=merged.get("stage3_gather_16bit_weights_on_model_save",
                                                   merged.get("gather_16bit_weights_on_model_save")) is True,
+               ds_memory_efficient_linear=merged.get("memory_efficient_linear", True) is not False,
                overlap_comm=bool(merged.get("overlap_comm", stage == 3)),
                contiguous_gradients=bool(merged.get("contiguous_gradients", True)))
     # DeepSpeed's TensorParallelConfig (runtime/tensor_parallel/config.py:45, autotp_size default 0 = off); the

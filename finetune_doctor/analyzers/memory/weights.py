@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import finetune_doctor.dtypes as bytes_table
-from finetune_doctor.analyzers.memory.zero3 import all_layers_gathered_bytes, recompute_leak, zero3_live
+from finetune_doctor.analyzers.memory.zero3 import (all_layers_gathered_bytes, linear_weights_retained,
+                                                    output_layer_gathered_bytes, recompute_leak,
+                                                    sub_group_half_flat_bytes, zero3_live)
 from finetune_doctor.analyzers.memory.optstates import badam_states, lowrank_states, muon_states
 from finetune_doctor.analyzers.memory.params import ParamCounts, badam_block_params
 from finetune_doctor.arch import Linear, ModelArch
@@ -61,8 +63,15 @@ def weight_terms(run: Run, c: ParamCounts) -> WeightTerms:
     if stage == 3:
         # gathered and persistent parameters as DeepSpeed's coordinator keeps them (zero3.py)
         z = zero3_live(run, c)
-        # DeepSpeed 0.16.0-0.16.7 with non-reentrant checkpointing releases no layer in backward (zero3.py)
-        live = (max(z.peak, all_layers_gathered_bytes(run)) if recompute_leak(run) else z.peak) + z.persistent
+        # DeepSpeed 0.16.0-0.16.7 with non-reentrant checkpointing releases no layer in backward; torch's F.linear
+        # (no ZeRO-3 linear wrapper) keeps each gathered weight until its backward (zero3.py)
+        gathered = z.peak
+        if recompute_leak(run):
+            gathered = max(gathered, all_layers_gathered_bytes(run))
+        if linear_weights_retained(run):
+            # at the loss: every decoder layer still held by autograd, and the output layer gathered for the loss
+            gathered = max(gathered, all_layers_gathered_bytes(run) + output_layer_gathered_bytes(run))
+        live = gathered + z.persistent
         if run.offload_param:
             weights = 0.0   # partitions live on the host; only gathered layers (`live`) reach the GPU
     return WeightTerms(weights, live, wq)
@@ -170,6 +179,8 @@ def _zero_states(run: Run, P_t: float) -> StateTerms:
     if stage == 3:
         grads_step = min(grads_step, run.ds_buckets.get("sub_group_size", 1e9) * 4.0)
     temp = {"fused": 0.0, "foreach": grads_step, "forloop": 2 * grads_step}.get(run.optimizer_impl, 0.0)
+    # ZeRO-3 flattens a sub-group's half gradients before the fp32 cast; gone before the update (zero3.py)
+    temp = max(temp, sub_group_half_flat_bytes(run, P_t))
     if run.offload_optimizer is not None and stage >= 1:
         master, states, temp, grads_step = 0.0, 0.0, 0.0, 0.0
         if stage == 3:

@@ -160,7 +160,7 @@ def zero3_live(run: Run, counts: ParamCounts | None = None) -> Zero3Live:
     prefetch = min(setting(run, "stage3_prefetch_bucket_size"), setting(run, "stage3_max_live_parameters"))
     persistent = persistent_elements(run) * 2.0 * (1.0 - 1.0 / N)
     head_el = float(a.vocab_size * a.hidden_size)   # the output layer (the embedding itself when tied)
-    head_b = head_el * 2.0
+    head_b = output_layer_gathered_bytes(run)
     L = a.num_layers
     mods = [_modules(run, i) for i in sorted({max(L - 4, 0), L - 1})]
     last = mods[-1]
@@ -203,6 +203,12 @@ def zero3_live(run: Run, counts: ParamCounts | None = None) -> Zero3Live:
     at_loss = head_b + kept_b
     in_backward = kept_b + in_layer + pre
     return Zero3Live(persistent, at_loss, in_backward)
+
+
+def output_layer_gathered_bytes(run: Run) -> float:
+    """Bytes of the output layer (the embedding itself when tied) gathered for the loss: vocab × hidden in the
+    half dtype."""
+    return float(run.arch.vocab_size * run.arch.hidden_size) * 2.0
 
 
 def offload_param_device(run: Run, live: Zero3Live) -> float:
@@ -254,6 +260,63 @@ def recompute_leak(run: Run) -> bool:
     found = deepspeed_version(run)
     v = parse_version(found[0]) if found else None
     return v is not None and RECOMPUTE_LEAK_FROM <= (tuple(v) + (0, 0, 0))[:3] < RECOMPUTE_LEAK_UNTIL
+
+
+# DeepSpeed #8189 (617061d6b, 2026-07-31, first tagged in v0.19.4) installs the ZeRO-3 linear wrapper for a model
+# handed to deepspeed.initialize that was built outside zero.Init
+LINEAR_WRAP_FOR_BUILT_MODEL_FROM = (0, 19, 4)
+LINEAR_WRAP_ABSENT_RELEASE = "0.19.3"    # the release before it that the doctor weighs when none is named
+
+
+def linear_weights_retained(run: Run) -> bool:
+    """Whether autograd keeps every decoder linear's gathered weight from its forward to its backward, so that the
+    whole (non-persistent) decoder is gathered at the loss: ZeRO-3 without ``torch.nn.functional.linear`` replaced
+    by DeepSpeed's ``zero3_linear_wrap``, in a forward that saves for backward (no activation checkpointing), for
+    a model whose linears call ``F.linear`` (not bitsandbytes' 4/8-bit layers).
+
+    Why: torch's own ``F.linear`` records ``weight.t()``, a view of the gathered storage, among the tensors it saves
+    for backward; DeepSpeed's release (``param.data`` swapped for an empty tensor) then cannot free the gathered
+    buffer until that linear's backward. ``LinearFunctionForZeroStage3`` (runtime/zero/linear.py:51 at v0.14.2,
+    ``ctx.save_for_backward(input, weight, bias)``) saves the parameter itself, whose storage the release does
+    free. The wrapper is installed only (a) when ``zero_optimization.memory_efficient_linear`` is true (the
+    default; partition_parameters.py:548-553 at v0.14.2, :495-500 at v0.11.1: ``if self.mem_efficient_linear``)
+    and (b) in ``patch_init_and_builtins``, i.e. on entering a ``zero.Init`` context, and it is never restored,
+    so any model built under zero.Init trains with it. A model built outside it and converted by
+    ``deepspeed.initialize`` → ``Init(module=...)`` (:998-1000 at v0.14.2) gets no wrapper before DeepSpeed
+    #8189 (first in v0.19.4), whose description says the standard Linear "can retain the gathered weight storage
+    until backward completes". With reentrant checkpointing the first forward runs without grad and saves
+    nothing; with non-reentrant checkpointing the saved tensors are dropped by its pack hook; in both the
+    recomputed layer is gathered for its own backward anyway (`zero3_live`).
+
+    A DeepSpeed the inputs do not name is taken as the newest behaviour the doctor knows (0.19.8, as facts/assume.py's
+    ``deepspeed-version`` assumption states), so a model built outside zero.Init keeps nothing here; that assumption
+    then weighs 0.19.3 (``LINEAR_WRAP_ABSENT_RELEASE``) as its alternative."""
+    if not (run.deepspeed and run.zero_stage == 3) or run.gradient_checkpointing or run.quantization_bit is not None:
+        return False
+    if not run.ds_memory_efficient_linear:
+        return True
+    if run.zero3_init:
+        return False
+    found = deepspeed_version(run)
+    v = parse_version(found[0]) if found else None
+    return v is not None and (tuple(v) + (0, 0, 0))[:3] < LINEAR_WRAP_FOR_BUILT_MODEL_FROM
+
+
+def sub_group_half_flat_bytes(run: Run, trainable: float) -> float:
+    """Bytes of the half-precision flat copy ZeRO-3 makes of one sub-group's gradient partition at the optimizer
+    step, before casting it to fp32: ``_prepare_fp32_grad_for_sub_group`` (stage3.py:1850-1851 at v0.14.2,
+    :1729-1730 at v0.11.1, :1898-1899 at v0.16.4) evaluates ``self.flatten(self.averaged_gradients[i]).to(fp32)``,
+    so the flat copy (torch.cat of the partition views, in the gradient-accumulation dtype: the model's half
+    dtype under ZeRO, engine.py:898-902 at v0.14.2) and the fp32 gradient exist together until the statement
+    ends. It is freed before the optimizer's own update runs, so it is the larger of it and the optimizer's
+    temporaries that counts (`weights._zero_states`). Elements: this rank's partition, at most ``sub_group_size``
+    (DeepSpeed's default 1e9). 0 outside ZeRO-3 or with the optimizer offloaded (the flat gradient is on the host,
+    stage3.py:333 at 0.19.8)."""
+    if not (run.deepspeed and run.zero_stage == 3) or run.offload_optimizer is not None:
+        return 0.0
+    part = trainable / max(run.world_size, 1)
+    # fp32 when DeepSpeed runs without bf16/fp16 (model dtype fp32, engine.py:892-902 at v0.14.2)
+    return (4.0 if run.compute_dtype == "float32" else 2.0) * min(part, run.ds_buckets.get("sub_group_size", 1e9))
 
 
 def all_layers_gathered_bytes(run: Run) -> float:
