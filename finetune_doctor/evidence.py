@@ -521,6 +521,9 @@ class FileEvidence:
     total_steps: int | None = None
     # HF step-dict lines counted but not parsed (a counted read of many rank logs, readers/runlogs/logs.py)
     counted_dicts: int = 0
+    # a short file that is the user's description of the failure, not a log (readers/runlogs/userwords.py
+    # `read_words`: {symptom, words, phase, phase_words, step, after, text, line}); None for every log
+    said: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
