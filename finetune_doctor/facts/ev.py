@@ -59,6 +59,12 @@ NAMESPACE = Namespace("ev", __doc__.split("\n\n")[0], {
     "restarts": F("list", "resumes and relaunches", items={
         "step": F("int", "step"), "kind": F("str", "resume | relaunch | session-start"),
         "detail": F("str", "what was seen"), "location": OPEN("where")}),
+    "image_cut": F("dict", "a multimodal sample's placeholders cut: transformers' features/tokens mismatch with fewer "
+                   "tokens than features (analyzers/postmortem/mmcause.py)", fields={
+        "state": F("str", "cut", values=("cut",)), "modality": F("str", "image | video"),
+        "tokens": F("int", "placeholder tokens in input_ids"), "features": F("int", "features the vision tower returned"),
+        "missing": F("int", "features - tokens"), "text": F("str", "the matched words"),
+        "location": OPEN("where")}),
     "basis": F("str", "what the symptom rules read: the run's own output (log) or, when it gave no evidence, the "
                "user's description of the failure (words: ev.said)", values=("log", "words")),
     "zero_stage": F("int", "ZeRO stage from the log, else the DeepSpeed config"),

@@ -15,7 +15,7 @@ from finetune_doctor.analyzers.postmortem.curves import location_of
 from finetune_doctor.evidence import Evidence
 
 _LOG_EVIDENCE = ("oom", "nan", "crash", "nccl", "nccl_error", "killed", "cuda_error", "xid", "loss_zero", "host_alloc",
-                 "scale", "gpus", "completed", "has_metrics", "grad_nan_only", "diverged")
+                 "scale", "gpus", "completed", "has_metrics", "grad_nan_only", "diverged", "image_cut")
 
 
 def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
