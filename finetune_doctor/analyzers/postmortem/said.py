@@ -14,8 +14,10 @@ from typing import Any
 from finetune_doctor.analyzers.postmortem.curves import location_of
 from finetune_doctor.evidence import Evidence
 
+# every evidence no-run-evidence counts (rules/no-run-evidence.yaml), and the detectors that need a log
 _LOG_EVIDENCE = ("oom", "nan", "crash", "nccl", "nccl_error", "killed", "cuda_error", "xid", "loss_zero", "host_alloc",
-                 "scale", "gpus", "completed", "has_metrics", "grad_nan_only", "diverged", "image_cut")
+                 "scale", "gpus", "completed", "has_metrics", "grad_nan_only", "diverged", "image_cut",
+                 "attention_warning")
 
 
 def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
