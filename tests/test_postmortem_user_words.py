@@ -55,7 +55,8 @@ def test_a_question_without_a_symptom_is_still_nothing_to_diagnose(tmp_path):
     ("QLoRA run: loss is 0 from the first step", "loss-zero", None, None),
     ("训练时 loss 为nan", "nan", None, None),
     ("Training hangs at step 1200 on 16 GPUs", "hang", None, 1200),
-    ("fine-tune fails after 30 minutes", None, None, None),        # no symptom word: nothing is guessed
+    ("fine-tune fails after 2 hours", None, None, None),           # no symptom word: nothing is guessed
+    ("the job runs fine for 30 minutes", None, None, None),        # 30 minutes without a failure is no timeout
     ("loss 0.53 at step 100, is that fine?", None, None, None),    # a number that is not 0 is no loss-zero
     ("evaluation 阶段 超时", "timeout", "evaluation", None),
     ("OSError: [Errno 28] No space left on device during datasets map()", "disk-full", "tokenization", None),
@@ -106,3 +107,18 @@ def test_read_words_is_cheap():
     for _ in range(200):
         userwords.read_words("QWEN 训练时进入eval阶段就报OOM, loss 一直为 0, 卡住了")
     assert time.perf_counter() - t0 < 1.0
+
+
+def test_a_failure_after_the_default_collective_timeout_reads_as_a_timeout(tmp_path):
+    """torch.distributed's default process-group timeout and HF's ddp_timeout are 1800 s: "fails after 30 minutes"
+    names no symptom word, but the duration is the timeout's; the message says it is inferred from that."""
+    said = userwords.read_words("Multi-GPU SFT crashes after 30 minutes while the dataset is tokenized")
+    assert said["symptom"] == "timeout" and said["inferred"] and said["default_timeout"]
+    assert said["phase"] == "tokenization"
+    p = tmp_path / "run"
+    p.mkdir()
+    (p / "issue.txt").write_text("Multi-GPU SFT crashes after 30 minutes while the dataset is tokenized\n")
+    from pmhelp import diagnose_dir
+    f = diagnose_dir(str(p)).findings[0]
+    assert f.name == "nccl-timeout" and f.message.startswith('You describe a failure ("after 30 minutes")')
+    assert "1800 s" in f.message and "preprocessing_num_workers" in f.message

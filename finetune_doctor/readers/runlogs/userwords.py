@@ -65,6 +65,10 @@ _STEP = re.compile(r"\b(?:step|iter(?:ation)?)\s*(?P<a>\d+)\b|\b(?P<b>\d+)\s*(?:
 _AFTER = re.compile(r"\bafter (?:about |~)?(?P<n>\d+) ?(?P<u>minutes?|mins?|hours?|h)\b|(?P<cn>\d+)\s*(?P<cu>分钟|小时)后",
                     re.I)
 
+_DEFAULT_TIMEOUT = re.compile(r"\b(?:after|within|at|takes?|took)\s+(?:about |~)?(?:30 ?min(?:ute)?s?|half an hour|1800 ?s(?:ec(?:onds)?)?)\b|"
+                              r"30\s*分钟", re.I)
+_FAILED = re.compile(r"\bfail\w*|\bcrash\w*|\berror\w*|\bdies\b|\bdied\b|\bkilled\b|报错|失败|挂了|崩溃", re.I)
+
 
 def looks_like_prose(text: str) -> bool:
     """True when `text` is short and holds at most one line shaped like program output (`_LOG_LINE`): a title or a
@@ -80,11 +84,13 @@ def looks_like_prose(text: str) -> bool:
 def read_words(text: str) -> dict[str, Any] | None:
     """The symptom a short description names, or None (not prose, or no symptom word).
 
-    Returns ``{symptom, words, phase, phase_words, step, after, text, line}``: `symptom` one of disk-full,
+    Returns ``{symptom, words, phase, phase_words, step, after, text, line, default_timeout}``: `symptom` one of disk-full,
     nccl-error, host-oom, oom, nan, loss-zero, timeout, hang; `words` the text that named it; `phase` evaluation |
     save | tokenization | loading | end | None with `phase_words`; `step` the step number the words give (int) or
     None; `after` the duration the words give ("30 minutes") or None; `text` the description (first 300
-    characters, one line); `line` the 1-based line the symptom words are on.
+    characters, one line); `line` the 1-based line the symptom words are on; `default_timeout` whether the words
+    give a failure after 30 minutes, the default collective timeout; `inferred` True when no symptom word was there and
+    that duration alone made it a `timeout`.
     """
     if not looks_like_prose(text):
         return None
@@ -93,10 +99,18 @@ def read_words(text: str) -> dict[str, Any] | None:
         if m:
             break
     else:
-        return None
-    out: dict[str, Any] = {"symptom": symptom, "words": m.group(0).strip(), "phase": None, "phase_words": None,
+        # a failure after exactly the default collective timeout: torch.distributed's default process-group
+        # timeout and HF TrainingArguments.ddp_timeout are both 1800 s (torch/distributed/constants.py
+        # default_pg_timeout; transformers training_args.py ddp_timeout)
+        m = _DEFAULT_TIMEOUT.search(text)
+        if m is None or not _FAILED.search(text):
+            return None
+        symptom = "named"
+    out: dict[str, Any] = {"symptom": "timeout" if symptom == "named" else symptom, "inferred": symptom == "named",
+                           "words": m.group(0).strip(), "phase": None, "phase_words": None,
                            "step": None, "after": None, "text": " ".join(text.split())[:300],
-                           "line": text.count("\n", 0, m.start()) + 1}
+                           "line": text.count("\n", 0, m.start()) + 1,
+                           "default_timeout": bool(_DEFAULT_TIMEOUT.search(text))}
     for phase, ppat in _PHASES:
         pm = ppat.search(text)
         if pm:
