@@ -35,6 +35,7 @@ def test_a_description_gives_the_symptoms_rule_worded_from_the_words(tmp_path, n
     for w in words:
         assert w in msg, (w, msg)
     assert "no-run-evidence" not in [f.name for f in found]
+    assert found[0].severity == "warning"   # from words alone: below the rule's error from a log line
     assert found[0].location.line == 1 and found[0].location.file.endswith(name)
 
 
