@@ -69,6 +69,11 @@ xid                 {events: [{xid, pci, pid, process, host, meaning, action, wh
 ranks               {count, nodes, node_count, table, first_failed {rank, node, gpu, kind, how, location}, waiting,
                     waiting_count, stragglers [{rank, node, sec_per_step, ratio, why}], desync {source, lagging, seq,
                     how, location}, failed_count} (analyzers/postmortem/ranks.py)
+said                the user's description read from words when no log line gave evidence: {symptom, words, phase,
+                    phase_words, step, after, text, location} (readers/runlogs/userwords.py, analyzers/postmortem/
+                    said.py); ``basis`` is "words" then, else "log"
+image_cut           transformers' features/tokens mismatch with fewer tokens than features: {state, modality,
+                    tokens, features, missing, text, location} (analyzers/postmortem/mmcause.py)
 stack               {package: {version, source}}: versions the logs print (llamafactory-cli env, ds_report, NCCL)
 skipped             [{path, why, extra}]: what was not read (not a regular file, a missing extra)
 model, world        {params, params_source, trainable, vocab, name}; {value, source}
@@ -521,6 +526,9 @@ class FileEvidence:
     total_steps: int | None = None
     # HF step-dict lines counted but not parsed (a counted read of many rank logs, readers/runlogs/logs.py)
     counted_dicts: int = 0
+    # a short file that is the user's description of the failure, not a log (readers/runlogs/userwords.py
+    # `read_words`: {symptom, words, phase, phase_words, step, after, text, line}); None for every log
+    said: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -222,7 +222,9 @@ class Evaluator:
     def __init__(self, names: Mapping[str, Any]):
         # each namespace copied once (`Facts.__init__`): the evaluator keeps the facts as they were when it was made
         self._names = {k: Facts(v) if type(v) is dict else wrap(v) for k, v in names.items()}
-        self._scope = {**_SCOPE, **self._names}
+        # a namespace the command does not assemble (ev outside postmortem, gpus outside `doctor gpus`) reads as
+        # None, as a missing fact does: a rule shared by commands (image-tokens-exceed-cutoff) may name it
+        self._scope = {**_SCOPE, "ev": wrap(None), "gpus": wrap(None), **self._names}
 
     def with_names(self, **extra: Any) -> "Evaluator":
         ev = Evaluator.__new__(Evaluator)

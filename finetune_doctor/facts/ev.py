@@ -38,6 +38,10 @@ _DETECTORS = {
     "health": "run health (analyzers/postmortem/health.py): {no_update {why, evidence, check, location}, "
               "stopped {last_step, total, total_source, percent, bar_only, lead, location}, hang {the same + evidence, lead, "
               "more} (a start-up hang: last_step and total None)}",
+    "said": "the user's own description of the failure, read from words when no log line gave evidence "
+            "(analyzers/postmortem/said.py): {symptom [disk-full | nccl-error | host-oom | oom | nan | loss-zero | "
+            "timeout | hang], words, phase [evaluation | save | tokenization | loading | end], phase_words, step, after, "
+            "text, location}",
     "dict_steps": "HF metric dicts re-placed from the warmup lr, the epoch and logging_steps where the training bar "
                   "at their line disagreed (analyzers/postmortem/dictsteps.py): {basis [warmup-lr | epoch], moved, "
                   "first_moved {line, step}}",
@@ -55,6 +59,14 @@ NAMESPACE = Namespace("ev", __doc__.split("\n\n")[0], {
     "restarts": F("list", "resumes and relaunches", items={
         "step": F("int", "step"), "kind": F("str", "resume | relaunch | session-start"),
         "detail": F("str", "what was seen"), "location": OPEN("where")}),
+    "image_cut": F("dict", "a multimodal sample's placeholders cut: transformers' features/tokens mismatch with fewer "
+                   "tokens than features (analyzers/postmortem/mmcause.py)", fields={
+        "state": F("str", "cut", values=("cut",)), "modality": F("str", "image | video"),
+        "tokens": F("int", "placeholder tokens in input_ids"), "features": F("int", "features the vision tower returned"),
+        "missing": F("int", "features - tokens"), "text": F("str", "the matched words"),
+        "location": OPEN("where")}),
+    "basis": F("str", "what the symptom rules read: the run's own output (log) or, when it gave no evidence, the "
+               "user's description of the failure (words: ev.said)", values=("log", "words")),
     "zero_stage": F("int", "ZeRO stage from the log, else the DeepSpeed config"),
     "skipped": F("list", "what was not read and why", items={
         "path": F("str", "path"), "why": F("str", "the reason"), "extra": F("str", "the install extra that reads it")}),

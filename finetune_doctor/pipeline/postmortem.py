@@ -189,6 +189,10 @@ def _judge(facts: dict[str, Any], sources: dict[str, SourceDoc], opts: Options, 
     severity: the first finding stays the diagnosis of what happened. A static finding that a postmortem rule
     confirmed from the logs (``fp16-on-bf16-model`` / ``fp16-on-bf16-model-confirmed``) is not repeated."""
     found = _causes_first(judge("postmortem", facts, sources, opts, live=live, order="rank"), facts, opts)
+    if (facts.get("ev") or {}).get("basis") == "words":
+        # read from the user's description alone (analyzers/postmortem/said.py): no line of the run confirms it,
+        # so it is at most a warning, below what the same rule says from a log line; its message asks for the output
+        found = [replace(f, severity="warning") if f.severity == "error" else f for f in found]
     if not has_config:
         return found
     have = {(f.code, f.location.file, f.location.line) for f in found}

@@ -290,7 +290,8 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     if not relevant:
         return None
     k = min(relevant, key=lambda x: (KILL_PRIORITY.get(x.kind, 9), x.line))
-    inferred = k.kind == "launcher-kill"
+    # DeepSpeed's launcher killing its children, a Ray worker gone without an exception: a SIGKILL no line names
+    inferred = k.kind in ("launcher-kill", "ray-worker-gone")
     host_oom = (k.kind in ("kernel-oom", "cgroup-oom", "slurm-oom", "cpu-alloc", "ray-oom")
                 or k.signal == "SIGKILL" or k.exitcode in (-9, 137) or inferred)
     if not host_oom and k.exitcode not in (-6, 134):
@@ -331,7 +332,8 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
            else f"pid {k.pid}" if k.pid is not None else "a training process")
     how = {"kernel-oom": "the kernel's OOM killer", "cgroup-oom": "the cgroup (container) memory limit",
            "slurm-oom": "Slurm's memory limit (oom_kill event)", "cpu-alloc": "a failed host allocation",
-           "ray-oom": "Ray's memory monitor (the node's RAM use passed RAY_memory_usage_threshold, 0.95 by default)"
+           "ray-oom": "Ray's memory monitor (the node's RAM use passed RAY_memory_usage_threshold, 0.95 by default)",
+           "ray-worker-gone": "a SIGKILL Ray could not see (its worker exited with no exception of its own)"
            }.get(
         k.kind, f"{k.signal or 'a signal'}" + (f" (exit code {k.exitcode})" if k.exitcode is not None else ""))
     if k.kind == "loader-signal" and k.signal in NATIVE_SIGNALS:
@@ -343,6 +345,8 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     if k.kind == "ray-oom" and k.pid is None:
         pid = next((x.pid for x in relevant if x.kind == "ray-oom" and x.pid is not None), None)
         who = f"pid {pid}" if pid is not None else who
+    if k.kind == "ray-worker-gone":
+        who = "A Ray worker" + (f" (pid {k.pid})" if k.pid is not None else "")
     if k.kind == "elastic-signalled":
         who, how = _elastic_words(k)
     nxt = None

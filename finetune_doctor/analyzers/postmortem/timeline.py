@@ -21,8 +21,10 @@ from finetune_doctor.analyzers.postmortem import causes, detectors, dictsteps, f
 from finetune_doctor.analyzers.postmortem.collectives import barrier_facts, nccl_error_facts, nccl_facts
 from finetune_doctor.analyzers.postmortem.curves import Curve, build_curves, curve_summary, fmt, location_of
 from finetune_doctor.analyzers.postmortem.detectors import spikes
+from finetune_doctor.analyzers.postmortem.mmcause import image_cut
 from finetune_doctor.analyzers.postmortem.oomcause import oom_facts
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
+from finetune_doctor.analyzers.postmortem.said import said_facts
 from finetune_doctor.evidence import Evidence, FileRead, src
 from finetune_doctor.types import TimelineEvent
 
@@ -89,6 +91,9 @@ def analyze(ev: Evidence, facts: dict[str, Any] | None = None,
     tl = events.ordered()
     out["events"] = [e.as_dict() for e in tl]
     out["has_metrics"] = bool(curves.get("loss") is not None and len(curves["loss"]))
+    out["image_cut"] = image_cut(ev)
+    out["said"] = said_facts(ev, out)
+    out["basis"] = "words" if out["said"] else "log"
     return Timeline(tl, out, curves, tuple(f.read for f in ev.files) + tuple(ev.skipped))
 
 

@@ -7,6 +7,7 @@ them are in readers/runlogs/logpatterns.py; `FailureLines` is mixed into readers
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -16,6 +17,13 @@ from finetune_doctor.evidence import (
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.logcontext import Keep, LineContext, num, signame
 from finetune_doctor.readers.runlogs.lineprefix import Prefix
+
+# A Ray worker that vanished without raising (ray-project/ray doc/source/ray-observability/user-guides/debug-apps/
+# debug-memory.rst, "Detecting Out-of-Memory errors": the message a task or actor of a worker killed by the Linux
+# OOM killer raises, since SIGKILL cannot be handled): "Worker exit type: SYSTEM_ERROR (UNEXPECTED_SYSTEM_EXIT in
+# older Ray) Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file."
+RAY_WORKER_GONE = re.compile(r"(?:Worker PID: (?P<pid>\d+)\s+)?Worker exit type: (?:SYSTEM_ERROR|UNEXPECTED_SYSTEM_EXIT)"
+                             r"\s+Worker exit detail: Worker unexpectedly exits with a connection error code")
 
 
 def oom_figures(text: str) -> dict[str, Any]:
@@ -400,13 +408,8 @@ class FailureLines:
             self.keep.add("kills", KillRecord(self.path, line, st, "launcher-exit", exitcode=code,
                                               signal=signame(code), text=text.strip()[:300]))
             return
-        if "Task was killed due" in text or "Memory on the node" in text:
-            m = pat.RAY_OOM.search(text)
-            if m:
-                self.keep.add("kills", KillRecord(self.path, line, st, "ray-oom", signal="SIGKILL",
-                                                  pid=int(m.group("pid")) if m.group("pid") else None, rank=rank,
-                                                  host=m.group("ip"), text=text.strip()[:600]))
-                return
+        if self._ray_kill(text, line, rank, st):
+            return
         m = pat.LOADER_SIGNAL.search(text) if "encountered in worker" in text else None
         if m:
             sig, _ = pat.LOADER_SIGNALS[m.group("what")]
@@ -486,6 +489,22 @@ class FailureLines:
                                               text=text.strip()[:300]))
             return True
         return False
+
+    def _ray_kill(self, text: str, line: int, rank: int | None, st: int | None) -> bool:
+        """Ray's memory monitor killing a worker (`pat.RAY_OOM`), or a Ray worker gone without an exception of its
+        own (`RAY_WORKER_GONE`: the OOM killer's SIGKILL, by Ray's own docs); True when the line was one."""
+        m = pat.RAY_OOM.search(text) if "Task was killed due" in text or "Memory on the node" in text else None
+        if m:
+            self.keep.add("kills", KillRecord(self.path, line, st, "ray-oom", signal="SIGKILL",
+                                              pid=int(m.group("pid")) if m.group("pid") else None, rank=rank,
+                                              host=m.group("ip"), text=text.strip()[:600]))
+            return True
+        m = RAY_WORKER_GONE.search(text) if "Worker exit type" in text else None
+        if m:
+            self.keep.add("kills", KillRecord(self.path, line, st, "ray-worker-gone", rank=rank,
+                                              pid=int(m.group("pid")) if m.group("pid") else None,
+                                              text=text.strip()[:600]))
+        return m is not None
 
     def _short_kill(self, text: str, line: int, rank: int | None, context: LineContext | None) -> bool:
         """The kills a short paste shows without a launcher's lines: UCX's "Caught signal N (...)", a wrapper's

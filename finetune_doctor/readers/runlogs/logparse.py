@@ -422,7 +422,7 @@ class TextLogParser(FailureLines):
                 or "Memory on the node" in text or "encountered in worker" in text or "is killed by signal" in text
                 or "death signal" in text or "SignalException" in text or "Caught signal " in text
                 or "with exit code -" in text or "died with <Signals." in text or "MemoryError" in text
-                or "CANCELLED AT" in text or "Received SIGTERM" in text or "OOMKilled" in text):
+                or "CANCELLED AT" in text or "Received SIGTERM" in text or "OOMKilled" in text or "Worker exit type" in text):
             self._kill(text, line, rank, context)
         if "Root Cause (first" in text:
             self._child_failed(line, context)

@@ -67,10 +67,10 @@ TRIGGER_WORDS = (
     "Main process received",
     # torchelastic's agent stopped by a signal (`ELASTIC_SIGNALLED`): its warning and the SignalException it raises
     "Received ", "SignalException: ",
-    # host-RAM kills said by other tools: Ray's memory monitor (`RAY_OOM`), DeepSpeed's launcher exit code inside a
-    # pasted sentence ("... exits with return code = -9"; the 'w' of "with" is a rare first byte, the negative code
-    # a signal); PyTorch DataLoader's worker signal handlers (`LOADER_SIGNAL`); DataParallel's wrapped exception
-    "Task was killed due", "Memory on the node", "with return code = -", "ERROR: Unexpected ",
+    # host-RAM kills said by other tools: Ray's memory monitor (`RAY_OOM`) and its worker gone (logfailures.py
+    # `RAY_WORKER_GONE`), DeepSpeed's launcher exit code in a pasted sentence ("exits with return code = -9"; 'w' is
+    # a rare first byte); PyTorch DataLoader's worker signal handlers (`LOADER_SIGNAL`); DataParallel's exception
+    "Task was killed due", "Memory on the node", "with return code = -", "ERROR: Unexpected ", "Worker exit type",
     # a rank's wait on the c10d store timing out (`C10D_SOCKET_TIMEOUT`: a barrier whose other side never came)
     "[c10d] waitForInput",
     # LLaMA-Factory's dataset map bar (data/loader.py `_get_preprocessed_dataset` desc): the phase of a failure
