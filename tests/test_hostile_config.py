@@ -119,7 +119,8 @@ def test_escape_sequences_from_a_file_never_reach_the_terminal(tmp_path, fmt):
 
 def test_output_files_follow_the_umask_and_links_stay_links(tmp_path):
     cfg = tmp_path / "train.yaml"
-    cfg.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: sft\nfinetuning_type: lora\n")
+    cfg.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+                   "dataset: alpaca_en_demo\n")
     out = tmp_path / "report.json"
     old = os.umask(0o022)
     try:
