@@ -43,3 +43,16 @@ def lay_out(case: str, tmp: Path, base: Path = CASES) -> Path:
             offload = "_offload" if "offload" in line else ""
             shutil.copy(LF_EXAMPLES / "deepspeed" / f"ds_z{stage}{offload}_config.json", target)
     return cfg
+
+
+def run_json(*args: str) -> tuple[int, dict]:
+    """`doctor ARGS --format json` in-process: (exit code, the report). A crash or a bad-input exit (2) fails the test."""
+    import json
+
+    from click.testing import CliRunner
+
+    from finetune_doctor.cli import main
+
+    res = CliRunner().invoke(main, [*args, "--format", "json"])
+    assert res.exit_code in (0, 1), res.output
+    return res.exit_code, json.loads(res.stdout)

@@ -14,6 +14,8 @@ from click.testing import CliRunner
 
 from finetune_doctor.cli import main
 
+from casekit import run_json as _run
+
 ROOT = Path(__file__).resolve().parent.parent
 FX = ROOT / "fixtures" / "trial10"
 
@@ -26,10 +28,6 @@ def _no_launch_env(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
-def _run(*args: str) -> tuple[int, dict]:
-    res = CliRunner().invoke(main, [*args, "--format", "json"])
-    assert res.exit_code in (0, 1), res.output
-    return res.exit_code, json.loads(res.stdout)
 
 
 def _codes(rep: dict) -> list[str]:

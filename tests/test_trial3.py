@@ -19,15 +19,13 @@ from finetune_doctor.readers.config.keyschema import check_keys
 from finetune_doctor.readers.config.lfrelease import choose, version_in_use
 from finetune_doctor.readers.config.yamlcfg import load_config
 
+from casekit import run_json as _run
+
 ROOT = Path(__file__).resolve().parent.parent
 FX = ROOT / "fixtures" / "trial3"
 STOPPED_ON = {"freeze_language_model", "freeze_multi_modal_projector", "image_max_pixels", "video_max_pixels"}
 
 
-def _run(*args: str) -> tuple[int, dict]:
-    res = CliRunner().invoke(main, [*args, "--format", "json"])
-    assert res.exit_code in (0, 1), res.output
-    return res.exit_code, json.loads(res.stdout)
 
 
 @pytest.mark.parametrize(("given", "versions"), [

@@ -24,14 +24,12 @@ from finetune_doctor.cli import main
 from finetune_doctor.readers import dists
 from finetune_doctor.readers.config.lfrelease import choose
 
+from casekit import run_json as _run
+
 ROOT = Path(__file__).resolve().parent.parent
 FX = ROOT / "fixtures" / "trial4"
 
 
-def _run(*args: str) -> tuple[int, dict]:
-    res = CliRunner().invoke(main, [*args, "--format", "json"])
-    assert res.exit_code in (0, 1), res.output
-    return res.exit_code, json.loads(res.stdout)
 
 
 def test_a_release_before_the_catalogue_is_not_replaced():

@@ -51,8 +51,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from finetune_doctor.analyzers.memory.zero3 import hf_auto_values
 from finetune_doctor.probes.trace import AllocTrace
 from finetune_doctor.probes.tracedepth import synthesize
+from finetune_doctor.readers.deepspeed.dsschema import ZERO_FIELDS
 
 HALF = 2   # bf16/fp16 bytes
 FP32 = 4
@@ -104,11 +106,12 @@ def layout_from_arch(arch: Any, stage: int, world: int, n_layers: int, full: boo
     (integrations/deepspeed.py ``fill_match``: reduce_bucket_size h², stage3_prefetch_bucket_size 0.9·h²,
     stage3_param_persistence_threshold 10·h) for ZeRO-3, DeepSpeed's own defaults otherwise (5e8; 5e7; 1e5)."""
     z = zero or {}
-    h = arch.hidden_size
+    auto = hf_auto_values(arch.hidden_size)
 
-    def val(key: str, auto: int, default: int) -> int:
+    def val(key: str) -> int:
+        default = ZERO_FIELDS[key].default   # DeepSpeed's own default (runtime/zero/config.py), one home
         v = z.get(key, "auto" if stage == 3 else default)
-        return int(float(auto if v == "auto" else v))
+        return int(float(auto.get(key, default) if v == "auto" else v))
 
     layers, other = [], []
     for i in range(n_layers):
@@ -122,13 +125,13 @@ def layout_from_arch(arch: Any, stage: int, world: int, n_layers: int, full: boo
     return ZeroLayout(stage=stage, world=world, embed=(arch.embedding_params(),), layers=tuple(layers),
                       layer_other=tuple(other), head=(arch.lm_head_params(),) if arch.lm_head_params() else (),
                       final_norm=arch.final_norm_params(), full=full, adapter=adapter,
-                      reduce_bucket=val("reduce_bucket_size", h * h, 500_000_000),
-                      prefetch_bucket=val("stage3_prefetch_bucket_size", int(0.9 * h * h), 50_000_000),
-                      persistence=val("stage3_param_persistence_threshold", 10 * h, 100_000),
-                      max_live=val("stage3_max_live_parameters", 1_000_000_000, 1_000_000_000),
-                      max_reuse=val("stage3_max_reuse_distance", 1_000_000_000, 1_000_000_000),
+                      reduce_bucket=val("reduce_bucket_size"),
+                      prefetch_bucket=val("stage3_prefetch_bucket_size"),
+                      persistence=val("stage3_param_persistence_threshold"),
+                      max_live=val("stage3_max_live_parameters"),
+                      max_reuse=val("stage3_max_reuse_distance"),
                       overlap_comm=bool(z.get("overlap_comm", False)),
-                      sub_group=val("sub_group_size", 1_000_000_000, 1_000_000_000),
+                      sub_group=val("sub_group_size"),
                       offload=(z.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme"))
 
 

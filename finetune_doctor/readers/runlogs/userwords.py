@@ -24,6 +24,8 @@ from typing import Any
 MAX_BYTES = 4096
 """Larger files are logs (a title or a paragraph is far below 4 KiB); the caller checks the size first."""
 MAX_LINES = 12
+"""A chosen bound, not a measured one: a title plus a short paragraph fits; a paste of the last lines of a log rarely
+stays under it and is read by the line patterns instead."""
 
 # a line shaped like program output: traceback frames, logger/launcher prefixes, timestamps, progress bars, metric
 # dicts, shell prompts; two or more of them and the text is a paste, not a description
