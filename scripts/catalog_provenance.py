@@ -27,8 +27,17 @@ from build_catalog import load_catalog, write_catalog  # noqa: E402
 MANUAL: dict[str, tuple[str, str, str, bool]] = {
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": (
         "bfloat16", "config.json",
-        "recalled from the hub file, not re-read: the copy read (read_from) names float16, an edit of that project "
-        "(its auto_map also points at a local modeling file)", False),
+        "the hub file itself is not stored (the copy read for the shapes, read_from, is a project's edit naming "
+        "float16); read in configs transformers wrote after loading the hub checkpoint, which keep its torch_dtype "
+        "field: onnx-community/DeepSeek-R1-Distill-Qwen-1.5B-ONNX config.json (_name_or_path "
+        "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B, transformers 4.46.3: 'bfloat16'), "
+        "adriabama06/DeepSeek-R1-Distill-Qwen-1.5B-GPTQ-8bit config.json (same _name_or_path, 4.47.1: 'bfloat16'), "
+        "wh-zhu/DeepSeek-R1-TrRa-1.5B-lambda_2 (from the hub snapshot e93784059177, 4.45.0: 'bfloat16'); the stored "
+        "weights are 16-bit: the hub tree (https://huggingface.co/deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B/tree/"
+        "main, and at commits e937840 and 6393b75) lists one model.safetensors of 3.55 GB for 1,777,088,000 "
+        "elements, 2 bytes each, and config.json at 679 bytes: the read_from copy's fields without its auto_map, "
+        "written as transformers writes them (sorted keys, two-space indent, a closing newline) with a six-character "
+        "transformers_version, come to 679 bytes with 'bfloat16' and 678 with 'float16' or 'float32'", True),
     "google/gemma-7b": (
         "bfloat16", "config.json",
         "GemmaConfig printed after from_pretrained('google/gemma-7b') with transformers 4.45.2 (torch_dtype "
@@ -87,23 +96,21 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
     # searched the code, issues and docs corpora, the hub pages the docs corpus holds, and the GitHub repositories
     # named below): recalled, with what the stored copies saved from each model say.
     "baichuan-inc/Baichuan-7B": (
-        "float16", "stored weights",
-        "recalled, not re-read: a 14 GB pytorch_model.bin for 7.0 B parameters (2 bytes each) on the hub page. "
-        "The hub's config.json is not stored (GitHub baichuan-inc/Baichuan-7B holds models/configuration_baichuan.py "
-        "but no config.json); the copies disagree on its dtype: configs saved from it by transformers 4.30 name "
-        "float16 (huggingface.co hiyouga/Baichuan-7B-sft, sharpbai/Baichuan-7B, Laurie/baichuan7b-lora-merged), "
-        "one with the release's transformers 4.29.1 names float32 (mxmax/baichuan-7b-sft-001), as does "
-        "Tongjilibo/bert4torch_config's baichuan-inc/Baichuan-7B copy; if the hub file names float32, "
-        "torch_dtype='auto' loads float32. --model-config with the real config.json overrides it. Session 8 looked "
-        "again (exact-string search of the code corpus for the BaiChuanForCausalLM architectures line: a README "
-        "summary that copies the config without torch_dtype, vLLM/SGLang registries): no stored copy of the hub "
-        "file. Session 9 looked in GitHub repositories that vendor hub files (the index's file list of "
-        "baichuan-inc/Baichuan-7B: README, config/deepspeed.json, models/configuration_baichuan.py and "
-        "modeling_baichuan.py, no config.json or weights index) and the pages corpus (an xfyun Gitea mirror of the "
-        "hub repository, repo.model.xfyun.cn/aicloud/baichuan_7b: two searches returned its README only; TheBloke's "
-        "baichuan-7B-GPTQ card calls the hub repository 'unquantised fp16 model in pytorch format', a third party's "
-        "word, not the file): no stored copy of the hub config.json or weights header; the doctor names the dtype "
-        "as an open assumption and weighs float32 (facts/assume.py _checkpoint)", False),
+        "float16", "config.json",
+        "config.json's own torch_dtype not read (no stored copy of the hub file: sessions 7-9 searched the code, "
+        "issues, docs and pages corpora and GitHub repositories that vendor hub files). Read in session 11: the "
+        "stored weights are bfloat16 -- the hub tree at the initial commit "
+        "(https://huggingface.co/baichuan-inc/Baichuan-7B/tree/e2f3e14314a9e2bb57183160a3cc012e3c60c60c) and at "
+        "main lists one pytorch_model.bin of 14 GB whose pickle imports are 'torch.BFloat16Storage', "
+        "'collections.OrderedDict', 'torch._utils._rebuild_tensor_v2' (7.0 B elements x 2 bytes) -- and config.json "
+        "is 656 bytes at both. LLaMA-Factory loads with torch_dtype='auto' (model/loader.py), which takes "
+        "config.json's torch_dtype when it names one and the weights' only when it names none; 656 bytes is the "
+        "size of the copies saved from it (hiyouga/Baichuan-7B-sft config.json: the same fields, 'float16', "
+        "transformers 4.30.1), which with transformers' writer (sorted keys, two-space indent, closing newline) "
+        "leaves room for a seven-letter dtype ('float16' or 'float32', as copies saved by 4.30 and 4.29.1 "
+        "disagree), not 'bfloat16'. So the value is float16 (the bytes equal bfloat16's), recalled from the "
+        "copies, and the doctor names the dtype as an open assumption and weighs float32 (facts/assume.py "
+        "_checkpoint); --model-config with the real config.json overrides it", False),
     "LGAI-EXAONE/EXAONE-3.0-7.8B-Instruct": (
         "float32", "config.json",
         "recalled, not re-read: the hub's config.json names float32 and ships ~31 GB of shards; a bf16 re-save "
@@ -165,8 +172,32 @@ CLASS_DEFAULT_VOCAB: dict[str, tuple[int, str]] = {
 # inherited from the base are the base's file, not theirs, so they are recorded as recalled (checked false).
 UNREAD_ALIASES = {"zai-org/GLM-4.6"}
 
+# Alias fields read in a file of the alias's own checkpoint other than its config.json (a conversion saved from it):
+# {id: {field: (value, source)}}; each is recorded as read (checked) from that source.
+ALIAS_READ: dict[str, dict[str, tuple[Any, str]]] = {
+    "zai-org/GLM-4.6": {"torch_dtype": (
+        "bfloat16",
+        "zai-org/GLM-4.6's own config.json not stored; read in two quantized conversions of that checkpoint made "
+        "with LLM Compressor, which keep the dtype the checkpoint loaded in: "
+        "https://huggingface.co/inference-optimization/GLM-4.6-FP8-dynamic/blob/main/config.json and "
+        "https://huggingface.co/RedHatAI/GLM-4.6-NVFP4/blob/main/config.json ('dtype': 'bfloat16'; base_model "
+        "zai-org/GLM-4.6 on the RedHatAI card, which says quantizing 'reduces the number of bits per parameter "
+        "from 16 to 4')")},
+}
+
 # Entries whose config was read in a copy that has no address of its own to put in read_from: what was read.
 READ_ELSEWHERE = {
+    # written by hand in bf63f77 (Qwen3.5 configs read as curl printed them in public session logs: no address)
+    "Qwen/Qwen3.5-0.8B": (
+        "https://huggingface.co/Qwen/Qwen3.5-0.8B/blob/main/config.json (read as verbatim hub config.json in "
+        "a public session log: the hub file as `curl -sL "
+        "https://huggingface.co/Qwen/Qwen3.5-0.8B/resolve/main/config.json` printed it (whole, 4-space "
+        "layout, transformers_version 4.57.0.dev0))"),
+    "Qwen/Qwen3.5-4B": (
+        "https://huggingface.co/Qwen/Qwen3.5-4B/blob/main/config.json (read as verbatim hub config.json in a "
+        "public session log: the hub file at revision 851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a as `curl -s -L"
+        " https://huggingface.co/Qwen/Qwen3.5-4B/resolve/main/config.json` printed it (whole, "
+        "transformers_version 4.57.0.dev0))"),
     "zai-org/GLM-4.5V": "https://huggingface.co/zai-org/GLM-4.5V/blob/main/config.json as Glm4vMoeConfig printed "
                         "after from_pretrained of a local snapshot with transformers 5.7.0, in a public model-info "
                         "report (GitHub code index id 62538297598) that also lists the snapshot's safetensors tensors",
@@ -210,6 +241,9 @@ def provenance(entry: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> dict[
             if hit is not None:
                 out[field] = {"value": hit[0], "from": "config.json", "field": hit[1], "source": entry["source"],
                               "checked": True}
+            elif field in ALIAS_READ.get(entry["id"], {}):
+                v, src = ALIAS_READ[entry["id"]][field]
+                out[field] = {"value": v, "from": "config.json", "source": src, "checked": True}
             else:
                 out[field] = {**basep[field], "from": f"same_architecture_as {base['id']}: " + basep[field]["from"]}
                 if entry["id"] in UNREAD_ALIASES:
