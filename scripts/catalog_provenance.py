@@ -171,6 +171,16 @@ CLASS_DEFAULT_VOCAB: dict[str, tuple[int, str]] = {
 # Alias entries whose own config.json was not read (the basis says on what the shared layout rests): the values
 # inherited from the base are the base's file, not theirs, so they are recorded as recalled (checked false).
 UNREAD_ALIASES = {"zai-org/GLM-4.6"}
+# Where the alias's own value was looked for (appended to the base's source in its unread records).
+UNREAD_NOTE = {
+    "zai-org/GLM-4.6": (
+        "the base's file, not zai-org/GLM-4.6's: its own config.json is not stored (sessions 10-11 searched the "
+        "docs corpus for the hub blob, tree and safetensors pages, the code corpus for copies with its "
+        "_name_or_path, 202752 and its shape fields -- only generated write-ups that invent fields -- and the "
+        "llama.cpp GLM 4.6 conversion thread); the quantized conversions read for its layout and dtype "
+        "(basis) show their vocab_size only past the part of the page stored. GLM-4-9B, GLM-4.1V, GLM-4.5, GLM-4.5-Air, "
+        "GLM-4.5V and GLM-4.7 all have 151552 (GLM-4.7-Flash 154880)"),
+}
 
 # Alias fields read in a file of the alias's own checkpoint other than its config.json (a conversion saved from it):
 # {id: {field: (value, source)}}; each is recorded as read (checked) from that source.
@@ -248,6 +258,8 @@ def provenance(entry: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> dict[
                 out[field] = {**basep[field], "from": f"same_architecture_as {base['id']}: " + basep[field]["from"]}
                 if entry["id"] in UNREAD_ALIASES:
                     out[field]["checked"] = False
+                    if entry["id"] in UNREAD_NOTE:
+                        out[field]["source"] += f" ({UNREAD_NOTE[entry['id']]})"
         out["architecture"] = f"same_architecture_as {base['id']}"
         return out
     dt = _find(cfg, ("torch_dtype", "dtype"))
