@@ -178,8 +178,8 @@ UNREAD_NOTE = {
         "docs corpus for the hub blob, tree and safetensors pages, the code corpus for copies with its "
         "_name_or_path, 202752 and its shape fields -- only generated write-ups that invent fields -- and the "
         "llama.cpp GLM 4.6 conversion thread); the quantized conversions read for its layout and dtype "
-        "(basis) show their vocab_size only past the part of the page stored. GLM-4-9B, GLM-4.1V, GLM-4.5, GLM-4.5-Air, "
-        "GLM-4.5V and GLM-4.7 all have 151552 (GLM-4.7-Flash 154880)"),
+        "(basis) show their vocab_size only past the part of the page stored. GLM-4-9B, GLM-4.1V, GLM-4.5, "
+        "GLM-4.5-Air, GLM-4.5V and GLM-4.7 all have 151552 (GLM-4.7-Flash 154880)"),
 }
 
 # Alias fields read in a file of the alias's own checkpoint other than its config.json (a conversion saved from it):
