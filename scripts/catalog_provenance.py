@@ -142,7 +142,12 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "README under kalle/data/tokenizer_config/codestral/ but no config.json; xorbitsai/inference and lalamo "
         "register the model without its dtype; a snapshot_download script fetches params.json and "
         "consolidated.safetensors, Mistral's own format without a dtype field): no stored copy of the gated "
-        "file; the doctor names the dtype as an open assumption and weighs float32 (facts/assume.py _checkpoint)",
+        "file. Session 11: the hub page of the gated repository is stored (its tags: safetensors, vllm, mistral, "
+        "mistral-common; no file list or config), and the released tensors are 16-bit: the HF conversion "
+        "mistral-community/Codestral-22B-v0.1 (tree at main) holds 9 safetensors shards, 44.5 GB for "
+        "22,247,282,688 elements, 2 bytes each, with a 596-byte config.json, the size of bullerwins' conversion "
+        "that names bfloat16. The doctor names the dtype as an open assumption and weighs float32 "
+        "(facts/assume.py _checkpoint)",
         False),
     "Tele-AI/TeleChat2-7B": (
         "bfloat16", "stored weights",
