@@ -10,7 +10,8 @@ is recalled and was not re-read (the report lists those). ``architecture`` names
 from.
 
 Values the copied config does not hold are in `MANUAL` with what was read. Run from the repository root:
-``python scripts/catalog_provenance.py`` (rewrites models.json in the catalogue's own layout).
+``python scripts/catalog_provenance.py`` (rewrites models.json in the catalogue's own layout);
+``python scripts/catalog_provenance.py --audit`` prints the counts of the stored records and writes nothing.
 """
 
 from __future__ import annotations
@@ -284,8 +285,31 @@ def provenance(entry: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> dict[
     return out
 
 
-def main() -> int:
+def audit(models: list[dict[str, Any]]) -> str:
+    """Counts of the catalogue's provenance records: entries, records per ``from``, the ones not read (checked
+    false) and the ones missing a value or a source (the issue-21 audit; tests/test_catalog_provenance.py asserts
+    the same)."""
+    lines = [f"{len(models)} entries ({sum('config' in e for e in models)} base, "
+             f"{sum('same_architecture_as' in e for e in models)} alias)"]
+    for field in ("torch_dtype", "vocab_size"):
+        recs = [(e["id"], (e.get("provenance") or {}).get(field) or {}) for e in models]
+        bad = [i for i, r in recs if r.get("value") in (None, "", "auto") or len(str(r.get("source") or "")) <= 10]
+        kinds: dict[str, int] = {}
+        for _i, r in recs:
+            k = str(r.get("from", "none")).split(": ")[-1]
+            kinds[k] = kinds.get(k, 0) + 1
+        unread = [i for i, r in recs if r and r.get("checked") is False]
+        lines.append(f"{field}: missing value or source {len(bad)} {bad}; from " +
+                     ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) +
+                     f"; not read in a stored file (checked false) {len(unread)} {unread}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
     data = load_catalog()
+    if "--audit" in (sys.argv[1:] if argv is None else argv):   # report the stored records, write nothing
+        print(audit(data["models"]))
+        return 0
     if ABOUT not in data["about"]:
         data["about"] = data["about"].rstrip() + " " + ABOUT
     by_id = {e["id"]: e for e in data["models"]}
