@@ -127,7 +127,10 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "the code corpus for the exaone model_type line finds one more re-save, auto_map prefixed with the hub "
         "repository, transformers 4.45.2, bfloat16) and the pages corpus (two searches for the config and the "
         "shard list return a hub mirror's copy of Bingsu's llamafied GGUF card, translated READMEs and the "
-        "technical report): no stored copy of the LGAI-EXAONE file or its safetensors index. The doctor "
+        "technical report): no stored copy of the LGAI-EXAONE file or its safetensors index. Session 11 looked "
+        "again (docs corpus for the hub page's tensor type, NVIDIA NeMo AutoModel's EXAONE-3.0 page, issues "
+        "corpus): re-saves only; a llamafied copy (CarrotAI/EXAONE-3.0-7.8B-Instruct-Llamafied-8k) keeps 7 "
+        "shards of 31.3 GB, 4 bytes an element, a conversion's size, not the file. The doctor "
         "names the dtype as an open assumption and weighs bfloat16 (facts/assume.py _checkpoint)", False),
     "mistralai/Codestral-22B-v0.1": (
         "bfloat16", "config.json",
@@ -162,7 +165,9 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "commit's file list: only model/115B ever held a config.json or safetensors shards; its README gives the 7B "
         "shape table and a ModelScope link, no dtype) and searched the pages corpus for hub mirrors of the 7B "
         "(shuiyin.accos.tk and code.bitahub.com hold its tokenizer_config.json and README only, no file list, "
-        "shard header or safetensors index); the doctor names the dtype as an open assumption and weighs "
+        "shard header or safetensors index). Session 11 looked again (docs corpus for the hub page's tensor "
+        "type and shard list, issues corpus, pages corpus for ModelScope's file list): the same mirrors' "
+        "tokenizer files only; the doctor names the dtype as an open assumption and weighs "
         "float32 (facts/assume.py _checkpoint)",
         False),
 }
