@@ -35,8 +35,9 @@ FlashAttentionScore operator only when the call is causal without a mask or carr
 to a boolean one on an NPU; huggingface/transformers#41143, merged 2025-09-25 between the 4.56.0 release of
 2025-08-29 and 4.57.0, so 4.57 is taken as the first release with it — the tag itself was not read). Before it,
 transformers hands SDPA the float mask it builds whenever a batch is padded, and LLaMA-Factory's training collator
-pads every batch to a multiple of 8 tokens, so in practice every step carries one: SDPA on an NPU then keeps the
-probabilities like eager attention. Seen in the wild: ``F.scaled_dot_product_attention`` asking a 910B for 35.31 GiB
+pads every batch to a multiple of 8 tokens (``pad_to_multiple_of=8 if training_args.do_train``: LF 0.9.0
+train/sft/workflow.py:55, the snapshot's :65), so nearly every step carries one (all but a batch whose rows are all
+one length that is a multiple of 8): SDPA on an NPU then keeps the probabilities like eager attention. Seen in the wild: ``F.scaled_dot_product_attention`` asking a 910B for 35.31 GiB
 (zai-org/CogVideo#63, answered "use npu_fusion_attention to replace torch sdpa"). What the composite path keeps per
 score is taken as one half-precision copy (the softmax output, which its backward and the value matmul share): a
 lower bound, since torch_npu's composite was not read (`npu_sdpa_materialises`).
