@@ -53,3 +53,17 @@ def test_zero2_buckets_in_fp32():
     # bucket of 5e8 on 8 ranks) in the parameters' dtype
     assert tf.gradients == 2 * tb.gradients == 4.0 * BASE / 8
     assert tb.buffers == 2.0 * 5e8 + 2.0 * 5e8 and tf.buffers == 2 * tb.buffers
+
+
+def test_fp32_step_holds_the_flat_gradient_once():
+    import dataclasses
+
+    fp32 = _run(bf16=False)
+    c = count_params(fp32)
+    # partition 1,003,782,656 > sub_group_size 1e9: the step works on 1e9 elements; flatten + .to(fp32) is one
+    # fp32 tensor, so a fused optimizer holds the fp32 gradient (4e9 B) and no flat half copy beside it
+    fused = compute_terms(dataclasses.replace(fp32, optimizer_impl="fused"), c)
+    assert fused.grads_step == 4.0 * 1e9 and fused.step_temp == 0.0
+    # under bf16 the bf16 flat copy (2e9 B) exists while the fp32 cast is made
+    bf16 = _run()
+    assert compute_terms(dataclasses.replace(bf16, optimizer_impl="fused"), count_params(bf16)).step_temp == 2.0 * 1e9

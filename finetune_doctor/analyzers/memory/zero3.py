@@ -326,11 +326,12 @@ def sub_group_half_flat_bytes(run: Run, trainable: float) -> float:
     ends. It is freed before the optimizer's own update runs, so it is the larger of it and the optimizer's
     temporaries that counts (`weights._zero_states`). Elements: this rank's partition, at most ``sub_group_size``
     (DeepSpeed's default 1e9). 0 outside ZeRO-3 or with the optimizer offloaded (the flat gradient is on the host,
-    stage3.py:333 at 0.19.8)."""
-    if not (run.deepspeed and run.zero_stage == 3) or run.offload_optimizer is not None:
+    stage3.py:333 at 0.19.8), and 0 when DeepSpeed runs without fp16/bf16 (`ds_model_bytes` 4): the flat copy is
+    then already fp32 and ``Tensor.to`` returns the tensor itself when dtype and device match, so it *is* the fp32
+    gradient `grads_step` counts (0.19.8 stage3.py:2686-2687)."""
+    if not (run.deepspeed and run.zero_stage == 3) or run.offload_optimizer is not None or ds_model_bytes(run) == 4.0:
         return 0.0
     part = trainable / max(run.world_size, 1)
-    # fp32 when DeepSpeed runs without bf16/fp16 (model dtype fp32, engine.py:892-902 at v0.14.2)
     return ds_model_bytes(run) * min(part, run.ds_buckets.get("sub_group_size", 1e9))
 
 
