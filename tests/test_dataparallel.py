@@ -103,13 +103,15 @@ def test_gpu0_gathers_the_fp32_logits_of_every_replica():
     assert gathered_logit_bytes(_one_gpu_run("4.57.1", dp_replicas=2), 1024) == 2 * 1024 * LLAMA3_VOCAB * 2
 
 
-def test_evaluation_gathers_too_and_a_reward_model_gathers_scores():
+def test_evaluation_gathers_too_and_a_reward_model_gathers_its_whole_output():
     one = _one_gpu_run()
     dp = one.with_(dp_replicas=2)
     e1 = {n: v for n, v, _p, _w in later_moments(one, compute_terms(one))}
     e2 = {n: v for n, v, _p, _w in later_moments(dp, compute_terms(dp))}
     assert e2["evaluation"] - e1["evaluation"] == 2 * 1024 * LLAMA3_VOCAB * 4   # per_device_eval_batch_size 1
-    assert gathered_logit_bytes(dp.with_(stage="rm"), 1024) == 2 * 1024 * 4
+    # TRL's value-head wrapper returns (fp32 vocabulary logits, loss, value): 2 replicas x 1024 tokens x
+    # (128,256 + 1) x 4 B = 1,050,681,344 B, gathered on GPU 0 (was 8,192 B, the scores alone)
+    assert gathered_logit_bytes(dp.with_(stage="rm"), 1024) == 2 * 1024 * (LLAMA3_VOCAB + 1) * 4 == 1_050_681_344
 
 
 def test_the_one_process_estimate_is_the_one_gpu_run_plus_the_gather():

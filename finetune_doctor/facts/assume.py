@@ -604,7 +604,7 @@ def _data_parallel(asm: Any, run: Any, hw: Hardware | None, tokens: int | None, 
         else:
             # the one effect of that transformers on the run (run/resolve.py `_optimizer`), without re-resolving it:
             # a check on the training machine's config should stay under a second (issue #21)
-            run = run.with_(shifted_logits_copy=True)
+            run = run.with_(shifted_logits_copy=True, forward_upcasts_logits=True)
     return judge(run.with_(world_size=1, gpus_per_node=1, launcher="python", dp_replicas=run.world_size),
                  hw, tokens)
 
