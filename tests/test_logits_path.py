@@ -80,3 +80,24 @@ def test_reward_model_forward_holds_the_vocabulary_logits_of_the_value_head_wrap
 def test_reward_model_under_data_parallel_gathers_the_fp32_logits():
     rm = _run("4.57.1", stage="rm").with_(dp_replicas=4)
     assert gathered_logit_bytes(rm, T) == 4 * T * (VOCAB + 1) * 4
+
+
+def test_baichuan2_remote_loss_runs_in_half_precision_under_deepspeed():
+    # Baichuan2's own forward keeps lm_head's bf16 output, its contiguous shifted copy and CrossEntropyLoss's bf16
+    # log_softmax: 6 B per token and vocabulary entry under DeepSpeed bf16 (no autocast), whatever the transformers
+    arch, _ = load_arch("baichuan-inc/Baichuan2-13B-Base")
+    assert not arch.loss_upcasts_logits and arch.vocab_size == 125696
+
+    class _DS:
+        resolved = {"zero_optimization": {"stage": 3}}
+        defaults: dict = {}
+
+    cfg = {"bf16": True, "per_device_train_batch_size": 16, "cutoff_len": 512, "finetuning_type": "lora"}
+    run = resolve_run(cfg, arch, parse_gpu_spec("RTX-A6000"), _DS(), stack={"transformers": "4.36.2"})
+    assert run.autocast is None
+    t = logit_terms(run, 16 * 512)
+    assert t.forward == 8192 * 125696 * 6 == 6_178_209_792 and t.backward == 8192 * 125696 * 6
+    # a transformers-native model on the same run: fp32 logits 4 + shifted copy 4 + log_softmax 4 (< 4.46)
+    llama, _ = load_arch(L3)
+    nat = resolve_run(cfg, llama, parse_gpu_spec("RTX-A6000"), _DS(), stack={"transformers": "4.36.2"})
+    assert logit_terms(nat, 8192).forward == 8192 * VOCAB * 12
