@@ -46,7 +46,15 @@ def describe(row: dict, pred: dict) -> list[str]:
     return [f"| {row['id']} | {row.get('method')} {row.get('config', {}).get('stage', 'sft')} | {pred['verdict']} | "
             f"{pred.get('p_oom_model', 0) or 0:.3f} | {pred['total']:.1f} / {pred['need']:.1f} vs "
             f"{pred['capacity'] or 0:.1f} | {' '.join(f'{k}={v:.1f}' for v, k in big)} | "
-            f"{'; '.join(opened) or '-'} |"]
+            f"{'; '.join(opened) or '-'} | {_budget(pred.get('budget'))} |"]
+
+
+def _budget(b: tuple | None) -> str:
+    """The token budget of the report (facts/assume.py `token_budget`): the longest sample that fits with the error
+    band, and without it (the point estimate of what the run needs)."""
+    if not b or b[0] is None:
+        return "-"
+    return f"{b[0]} / {b[1]}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     import finetune_doctor.facts.config as fc
 
     print("| id | method stage | verdict | p_oom_model | total / need vs capacity (GiB) | largest terms | "
-          "assumptions with evaluated verdicts |")
-    print("|---|---|---|---|---|---|---|")
+          "assumptions with evaluated verdicts | token budget per sample (with band / point) |")
+    print("|---|---|---|---|---|---|---|---|")
     n = 0
     orig = fc.assemble_config
     for r in rows:
@@ -72,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             if asm.memory is not None:
                 seen.update(asm.memory.per_gpu)
                 seen["_p_model"] = asm.memory.p_oom_model or 0.0
+                tb = (asm.memory.details.get("token_budget") or {}).get("train") or {}
+                seen["_budget"] = (tb.get("tokens_per_sample"), tb.get("card_tokens_per_sample"))
             return asm
         fc.assemble_config = spy
         try:
@@ -79,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             fc.assemble_config = orig
         pred["p_oom_model"] = seen.pop("_p_model", None)
+        pred["budget"] = seen.pop("_budget", None)
         r = {**r, "_terms": seen}
         if pred.get("verdict") == "oom" or args.all:
             n += pred.get("verdict") == "oom"

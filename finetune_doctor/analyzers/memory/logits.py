@@ -55,8 +55,8 @@ def value_head_bytes(run: Run, T: int) -> float:
     """Bytes of the forward of LLaMA-Factory's reward model over `T` tokens at its largest moment.
 
     LF wraps the model in TRL's ``AutoModelForCausalLMWithValueHead`` (LF model/loader.py:184 at the snapshot,
-    the same call in every 0.9.x) and its PairwiseTrainer calls it with ``output_hidden_states=True``
-    (train/rm/trainer.py:98; :92 at v0.9.0). TRL's forward runs the whole causal LM, so lm_head's logits over
+    :186 at v0.9.5, :178 at v0.9.0) and its PairwiseTrainer calls it with ``output_hidden_states=True``
+    (train/rm/trainer.py:98; :92 at v0.9.0, :101 at v0.9.2). TRL's forward runs the whole causal LM, so lm_head's logits over
     the vocabulary are computed although the reward uses only the value head: ``lm_logits =
     base_model_output.logits`` and, for half-precision logits, ``lm_logits = lm_logits.float()`` while
     ``base_model_output`` still holds the half tensor (trl 0.24.0 models/modeling_value_head.py:169 and :178-179;
