@@ -171,7 +171,12 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "release_source": F("str", "where the release was read (--llamafactory, the --env file, installed here)"),
         "message": F("str", "the ImportError LF stops with (transformers utils/versions.py)"),
         "certain": F("bool", "one published release read exactly (True), or every release the inputs leave "
-                                "open refuses it (False)")}),
+                                "open refuses it (False)"),
+        "scope": F("str", "all: every judged release refuses it; some: only one of the two releases a version "
+                          "between them is judged by", values=("all", "some")),
+        "refused_by": F("str", "the judged releases that refuse it ('0.9.1')"),
+        "given": F("str", "the LF version as the inputs give it ('0.9.2.dev0')"),
+        "admitted_by": F("str", "the judged releases that do not, each with its requirement ('' when none)")}),
     "model_type_unregistered": F("dict", "the model's model_type is newer than the training machine's transformers "
                                          "(stated or assumed from the LF release's range): facts/tfmodeltype.py",
                                  fields={
