@@ -1,0 +1,116 @@
+"""What a new user's eleventh trial found (issues #21: honest verdicts and the edges a user touches first), each
+fixed as a kind. The configs are written from LLaMA-Factory's example layout, not copied from the threads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from casekit import run_json as _run
+
+VL_LORA = """\
+### model
+model_name_or_path: Qwen/Qwen2.5-VL-7B-Instruct
+image_max_pixels: 262144
+trust_remote_code: true
+
+### method
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_target: all
+
+### dataset
+dataset: mllm_demo
+template: qwen2_vl
+cutoff_len: 2048
+
+### output
+output_dir: saves/qwen2_5vl-7b/lora/sft
+
+### train
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+learning_rate: 1.0e-4
+num_train_epochs: 3.0
+bf16: true
+"""
+
+
+@pytest.fixture(autouse=True)
+def _no_launch_env(monkeypatch):
+    for var in ("FORCE_TORCHRUN", "NNODES", "WORLD_SIZE", "NPROC_PER_NODE", "CUDA_VISIBLE_DEVICES",
+                "DISABLE_VERSION_CHECK"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("FINETUNE_DOCTOR_NO_NVML", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def _write(tmp: Path, text: str, name: str = "config.yaml") -> str:
+    p = tmp / name
+    p.write_text(text, encoding="utf-8")
+    return str(p)
+
+
+def _by_code(rep: dict) -> dict[str, dict]:
+    return {f["code"]: f for f in rep["findings"]}
+
+
+@pytest.mark.parametrize("tf", ["4.49.0", "4.46.1"])
+def test_a_release_cap_below_the_models_first_transformers_prescribes_a_newer_llamafactory(tmp_path: Path, tf):
+    """Case 03 (LlamaFactory#6823): LF 0.9.1 caps transformers at 4.46.1 and qwen2_5_vl needs 4.49.0. With 4.49.0
+    FD050 said "install <=4.46.1"; with 4.46.1 FD052 said "upgrade to >=4.49.0": a circle. Either way the finding
+    now says that no transformers satisfies both and names LF 0.9.2, the first release whose range admits 4.49.0."""
+    code, rep = _run("check", _write(tmp_path, VL_LORA), "--gpu", "A100-80GB", "--llamafactory", "0.9.1",
+                     "--transformers", tf, "--no-data")
+    got = _by_code(rep)
+    assert code == 1
+    one = got["FD050" if tf == "4.49.0" else "FD052"]
+    assert "no transformers version satisfies both" in one["message"]
+    assert '"llamafactory>=0.9.2"' in one["message"]
+    assert "transformers>=4.41.2,<=4.49.0" in one["message"]
+    # never the in-range prescription beside it
+    assert "Install a transformers version inside that range" not in one["message"]
+    assert not ({"FD050", "FD052"} <= set(got))
+
+
+def test_a_refusal_with_no_model_conflict_keeps_the_in_range_cure(tmp_path: Path):
+    """Qwen2.5-VL on LF 0.9.2 (caps at 4.49.0) with transformers 4.50.0: 4.49.0 cures it, so the range is the
+    advice, and no conflict is claimed."""
+    code, rep = _run("check", _write(tmp_path, VL_LORA), "--gpu", "A100-80GB", "--llamafactory", "0.9.2",
+                     "--transformers", "4.50.0", "--no-data")
+    msg = _by_code(rep)["FD050"]["message"]
+    assert 'pip install "transformers>=4.41.2,<=4.49.0' in msg
+    assert "satisfies both" not in msg
+
+
+def test_the_first_release_admitting_a_transformers_is_read_from_the_ranges(tmp_path: Path):
+    """The upper bounds of catalog/lf_stack_ranges.json decide (lower bounds and exclusions do not); the main
+    snapshot's development version comes only after every published release, and None when none admits it."""
+    from finetune_doctor.facts import stackrange
+
+    assert stackrange.first_release_admitting("transformers", "4.49.0", "0.9.1")[0] == "0.9.2"
+    assert stackrange.first_release_admitting("transformers", "4.51.0", "0.9.2")[0] == "0.9.3"
+    assert stackrange.first_release_admitting("transformers", "5.7.0", "0.9.4")[0] == "0.9.6.dev0"
+    assert stackrange.first_release_admitting("transformers", "6.0.0", "0.9.4") is None
+    assert stackrange.admits_from("transformers>=4.41.2,<=4.46.1", "4.49.0") is False
+    assert stackrange.admits_from("transformers>=4.41.2,<4.49.0", "4.49.0") is False
+    assert stackrange.admits_from("transformers>=4.41.2,<=4.49.0,!=4.46.0", "4.49.0") is True
+    assert stackrange.admits_from("transformers>=4.41.2", "9.0.0") is True
+
+
+@pytest.mark.parametrize("lf,refused_by", [("0.9.2.dev0", "0.9.1"), ("0.9.5.dev0", "0.9.5")])
+def test_a_development_build_keeps_a_conflict_one_bound_shows_as_unverified(tmp_path: Path, lf, refused_by):
+    """Case 02 (LlamaFactory#6884): `--llamafactory 0.9.2.dev0 --transformers 4.49.0` gave no finding, while
+    0.9.1 refuses 4.49.0. Both bounds tested: the older one refusing (0.9.1's cap) and the newer (0.9.5's floor
+    4.55.0 against 4.52.4, which 0.9.4 admits)."""
+    tf = "4.49.0" if lf == "0.9.2.dev0" else "4.52.4"
+    code, rep = _run("check", _write(tmp_path, VL_LORA), "--gpu", "A100-80GB", "--llamafactory", lf,
+                     "--transformers", tf, "--no-data")
+    got = _by_code(rep)
+    assert got["FD059"]["severity"] == "warning"
+    assert f"refused at start-up by LLaMA-Factory {refused_by}," in got["FD059"]["message"]
+    assert f"LLaMA-Factory {lf} (--llamafactory) is a version between those releases" in got["FD059"]["message"]
+    assert "FD050" not in got and "FD051" not in got
