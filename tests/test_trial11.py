@@ -114,3 +114,32 @@ def test_a_development_build_keeps_a_conflict_one_bound_shows_as_unverified(tmp_
     assert f"refused at start-up by LLaMA-Factory {refused_by}," in got["FD059"]["message"]
     assert f"LLaMA-Factory {lf} (--llamafactory) is a version between those releases" in got["FD059"]["message"]
     assert "FD050" not in got and "FD051" not in got
+
+
+GPTQ_EXPORT = """\
+### model
+model_name_or_path: Qwen/Qwen2.5-32B-Instruct
+template: qwen
+trust_remote_code: true
+
+### export
+export_dir: output/qwen2.5-32b-gptq-int4
+export_quantization_bit: 4
+export_quantization_dataset: data/c4_demo.jsonl
+export_size: 5
+export_legacy_format: false
+"""
+
+
+def test_a_gptq_export_that_does_not_fit_never_prescribes_export_device_cpu(tmp_path: Path):
+    """Case 11 (LlamaFactory#6746): FD643 offered `export_device: cpu` for a GPTQ export on 2x4090, and applying it
+    gave the same finding (LF loads a GPTQ export with device_map="auto" whatever export_device says). The fix
+    now names no edit and no `export_device: cpu`, and the finding stands with it applied."""
+    cfg = _write(tmp_path, GPTQ_EXPORT)
+    for extra in ((), ("export_device=cpu", "--host-ram", "128GB")):
+        code, rep = _run("check", cfg, *extra, "--gpu", "2x4090")
+        fd = _by_code(rep)["FD643"]
+        assert code == 1 and fd["message"].count("GPTQ calibration needs the model on the GPUs") == 1
+        assert not fd["fix"].get("edits")
+        assert "export_device: cpu" not in fd["fix"]["title"]
+        assert fd["fix"]["title"].startswith("run the GPTQ export on more or larger GPUs")
