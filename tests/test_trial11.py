@@ -143,3 +143,60 @@ def test_a_gptq_export_that_does_not_fit_never_prescribes_export_device_cpu(tmp_
         assert not fd["fix"].get("edits")
         assert "export_device: cpu" not in fd["fix"]["title"]
         assert fd["fix"]["title"].startswith("run the GPTQ export on more or larger GPUs")
+
+
+LONG_LORA = """\
+### model
+model_name_or_path: Qwen/Qwen2.5-7B-Instruct
+
+### method
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_target: all
+
+### dataset
+dataset: long_context_sft
+template: qwen
+cutoff_len: 32768
+
+### output
+output_dir: saves/qwen2.5-7b/lora/long
+
+### train
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+learning_rate: 1.0e-4
+num_train_epochs: 1.0
+bf16: true
+"""
+
+
+def test_a_remedy_is_judged_as_the_edited_run_would_be(tmp_path: Path):
+    """Case 12 (LlamaFactory#7869): the alternative "samples of 16384 tokens" was 55.0 GiB at-risk, while the remedy
+    "cutoff_len 32768 -> 16384", the same 55.0 GiB, read "probability of OOM < 1 %" (the mixture over sample
+    lengths alone). A remedy now reaches the 5 % target only when the edited run's own check would say fits (the
+    probability at the assumed values too), and its effect gives that figure. Each remedy offered as reaching the
+    target is re-checked with its edits as KEY=VALUE overrides: the verdict is fits."""
+    cfg = _write(tmp_path, LONG_LORA)
+    _, rep = _run("check", cfg, "--gpu", "A100-80GB", "--llamafactory", "0.9.3", "--no-data")
+    assert rep["memory"]["verdict"] == "at-risk"
+    alts = next(a for a in rep["assumptions"] if a["name"] == "sample-lengths")["effect"]["verdict"]
+    assert alts["samples of 16384 tokens"] == "at-risk"
+    fd = _by_code(rep)["FD640"]
+    fixes = [fd["fix"], *fd["fix"].get("alternatives", [])]
+    # halving cutoff_len alone lands where the at-risk alternative is: it is not offered as reaching the target
+    assert not any(f["title"] == "cutoff_len 32768 → 16384" for f in fixes)
+    checked = 0
+    for f in fixes:
+        eff = f["effect"]
+        assert "p_oom_model_assumed_after" in eff
+        if "launch with" in f["title"] or max(eff["p_oom_model_after"], eff["p_oom_model_assumed_after"]) > 0.05:
+            continue   # an environment edit is not a KEY=VALUE; an over-target remedy says so in its cost
+        over = [f"{e['key']}={str(e['value']).lower() if isinstance(e['value'], bool) else e['value']}"
+                for e in f["edits"]]
+        _, again = _run("check", cfg, *over, "--gpu", "A100-80GB", "--llamafactory", "0.9.3", "--no-data")
+        assert again["memory"]["verdict"] == "fits", (f["title"], again["memory"]["verdict"])
+        assert again["memory"]["per_gpu_gib"]["total"] == pytest.approx(eff["total_gib_after"], abs=0.05)
+        checked += 1
+    assert checked >= 2

@@ -597,11 +597,16 @@ def _fix_facts(fix: Fix) -> list[str]:
     before, after = eff.pop("total_gib_before", None), eff.pop("total_gib_after", None)
     p0, p1 = eff.pop("p_oom_before", None), eff.pop("p_oom_after", None)
     m0, m1 = eff.pop("p_oom_model_before", None), eff.pop("p_oom_model_after", None)
+    a0, a1 = eff.pop("p_oom_model_assumed_before", None), eff.pop("p_oom_model_assumed_after", None)
     if before is not None or after is not None:
         line = f"effect: total {gib(before, 1)} → {gib(after, 1)} GiB"
         if m0 is not None and m1 is not None and (m0, m1) != (p0, p1):
             # the remedy's target is read on the memory model's probability (README 'Two probabilities'): show that
             line += f", the memory model's probability of OOM {_pct(m0, m1)} → {_pct(m1, m0)}"
+            if a0 is not None and a1 is not None:
+                # the verdict's second reading (planners.judge_against): the same run at the assumed values
+                line += (f" over the open assumptions, {_pct(a0, a1)} → {_pct(a1, a0)} as assumed"
+                         + (" (at-risk: over the 5 % target)" if a1 > 0.05 else ""))
         elif p0 is not None and p1 is not None:
             line += f", probability of OOM {_pct(p0, p1)} → {_pct(p1, p0)}"
         out.append(line)
