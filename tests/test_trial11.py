@@ -200,3 +200,24 @@ def test_a_remedy_is_judged_as_the_edited_run_would_be(tmp_path: Path):
         assert again["memory"]["per_gpu_gib"]["total"] == pytest.approx(eff["total_gib_after"], abs=0.05)
         checked += 1
     assert checked >= 2
+
+
+@pytest.mark.parametrize("name,allowed", [
+    ("gpt2-medium", ()),                       # GPT-2's size word is Phi-3's too: no suggestion across families
+    ("bert-base-uncased", ()),
+    ("phi3-medium", ("microsoft/Phi-3",)),     # the same family keeps its suggestions
+    ("Phi-3-mini-instruct", ("microsoft/Phi-3",)),
+])
+def test_did_you_mean_never_crosses_families_on_a_size_word(name, allowed):
+    """Case 09 (LlamaFactory#5320): `gpt2-medium` got "did you mean microsoft/Phi-3-medium-4k-instruct?". A name
+    without a parameter count keeps its family (byname.word_family) as sized names always did."""
+    from finetune_doctor.readers.model import byname
+    from finetune_doctor.readers.model.modelcfg import _unknown
+
+    msg = str(_unknown(name, ["not on this machine"]))
+    sugg = msg.split("did you mean ", 1)[1].split("?", 1)[0].split(", ") if "did you mean" in msg else []
+    assert all(s.startswith(allowed) for s in sugg) and bool(sugg) == bool(allowed), msg
+    if not allowed:
+        assert "(or the folder that holds it, as --model-config DIR or as model_name_or_path)" in msg
+    assert byname.word_family(name) == {"gpt2-medium": "gpt2", "bert-base-uncased": "bert", "phi3-medium": "phi3",
+                                        "Phi-3-mini-instruct": "phi3"}[name]
