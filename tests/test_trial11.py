@@ -221,3 +221,25 @@ def test_did_you_mean_never_crosses_families_on_a_size_word(name, allowed):
         assert "(or the folder that holds it, as --model-config DIR or as model_name_or_path)" in msg
     assert byname.word_family(name) == {"gpt2-medium": "gpt2", "bert-base-uncased": "bert", "phi3-medium": "phi3",
                                         "Phi-3-mini-instruct": "phi3"}[name]
+
+
+def test_an_unsized_model_says_so_where_the_memory_block_goes(tmp_path: Path):
+    """Case 04 (LlamaFactory#7865): a "will it fit" check of a model folder that is only on the training machine
+    said "memory not estimated" in a note at the bottom. The memory block now opens with it and with what to give.
+    The exit code stays 0: the model not being here is not-checked-here (info) by README's contract, FD607 (an
+    error, exit 1) under --strict."""
+    from click.testing import CliRunner
+
+    from finetune_doctor.cli import main
+
+    cfg = _write(tmp_path, VL_LORA.replace("Qwen/Qwen2.5-VL-7B-Instruct", "/mnt/data/ckpt/Kimi-VL-A3B-Instruct"))
+    res = CliRunner().invoke(main, ["check", cfg, "--gpu", "8xH20", "--no-data", "--llamafactory", "0.9.3"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    at = lines.index("Memory per GPU")
+    assert lines[at + 1].startswith("  not estimated: the architecture of /mnt/data/ckpt/Kimi-VL-A3B-Instruct is not")
+    assert at < next(i for i, ln in enumerate(lines) if ln.startswith(("Assumed", "Warnings", "Info")))
+    assert "--model-config FILE (or the folder that holds it)" in " ".join(ln.strip() for ln in lines[at + 1:at + 4])
+    strict = CliRunner().invoke(main, ["check", cfg, "--gpu", "8xH20", "--no-data", "--llamafactory", "0.9.3",
+                                       "--strict"])
+    assert strict.exit_code == 1 and "FD607" in strict.output

@@ -348,6 +348,7 @@ def _hardware_line(w: _Writer, r: Report) -> None:
 def _memory(w: _Writer, r: Report) -> None:
     mem = r.memory
     if mem is None:
+        _not_estimated(w, r)
         return
     from rich.text import Text
 
@@ -588,6 +589,19 @@ def _pct(p: float | None, other: float | None = None) -> str:
             and round(100 * p, digits) == round(100 * other, digits))):
         digits += 1
     return f"{100 * p:.{digits}f} %"
+
+
+def _not_estimated(w: _Writer, r: Report) -> None:
+    """Where the memory block would be: that memory was not estimated and what the user must give, first (trial 11,
+    LlamaFactory#7865: a "will it fit" check of a model not on this machine said so only in a note at the bottom).
+    Only for a command that sizes memory and a note that says why (facts/config.py "memory not estimated: ...")."""
+    why = next((n for n in r.notes if n.startswith("memory not estimated")), None)
+    if why is None or r.command not in ("check", "estimate"):
+        return
+    w.heading("Memory per GPU")
+    w.line(("not estimated", "yellow"), f": {why.split(': ', 1)[1] if ': ' in why else why}. To answer whether it "
+           "fits, give the model's config.json: --model-config FILE (or the folder that holds it), or --context FILE "
+           "from `doctor context` on the training machine.", indent=1)
 
 
 def _fix_facts(fix: Fix) -> list[str]:
