@@ -243,3 +243,20 @@ def test_an_unsized_model_says_so_where_the_memory_block_goes(tmp_path: Path):
     strict = CliRunner().invoke(main, ["check", cfg, "--gpu", "8xH20", "--no-data", "--llamafactory", "0.9.3",
                                        "--strict"])
     assert strict.exit_code == 1 and "FD607" in strict.output
+
+
+@pytest.mark.parametrize("model,lf,older", [
+    ("Qwen/Qwen3-VL-8B-Instruct", "0.9.4", False),   # qwen3_vl needs 4.57.0; 0.9.4 requires >= 4.51.0
+    ("Qwen/Qwen3-VL-8B-Instruct", None, False),      # no release known: the model alone rules 4.48.3 out
+    ("Qwen/Qwen2.5-VL-7B-Instruct", "0.9.3", False),  # qwen2_5_vl arrived in 4.49.0, after 4.48.3
+    ("Qwen/Qwen2.5-7B-Instruct", "0.9.3", True),     # qwen2 (4.37.0) on 0.9.3 (>= 4.45.0): 4.48.3 is plausible
+])
+def test_what_if_transformers_versions_can_load_the_model_and_pass_the_release(tmp_path: Path, model, lf, older):
+    """Case 05 (LlamaFactory PR #10139): Qwen3-VL on LF 0.9.4 was sized "if transformers 4.48.3", a version that
+    neither registers qwen3_vl nor passes 0.9.4's start-up check. The older-stack alternative is offered only where
+    the model's type loads with it and some judged release admits it (tfmodeltype.could_run)."""
+    cfg = _write(tmp_path, VL_LORA.replace("Qwen/Qwen2.5-VL-7B-Instruct", model))
+    args = ["check", cfg, "--gpu", "A100-80GB", "--no-data"] + (["--llamafactory", lf] if lf else [])
+    _, rep = _run(*args)
+    tf = next(a for a in rep["assumptions"] if a["name"] == "transformers-version")
+    assert ("transformers 4.48.3" in tf["alternatives"]) is older, tf

@@ -169,3 +169,24 @@ def _newest_per_release(release: Any) -> list[tuple[str, str]]:
             return []
         out.append((got["version"], v))
     return out
+
+
+def could_run(asm: Any, arch: Any, version: str) -> bool:
+    """Whether the training machine could run transformers `version` (a what-if alternative such as the older stack
+    of facts/assume.py `OLD_TRANSFORMERS`): the model's type is registered by it (catalog/tf_model_types.json) and
+    some judged LLaMA-Factory release's start-up range admits it (catalog/lf_stack_ranges.json; any release when
+    none is known). Trial 11 (LlamaFactory PR #10139): Qwen3-VL on LF 0.9.4 was sized "if transformers 4.48.3",
+    a version that neither loads qwen3_vl (4.57.0) nor passes 0.9.4's check (>= 4.51.0)."""
+    from finetune_doctor.facts import stackrange
+
+    mtype, _ = _model_type(asm, arch)
+    row = load().get(str(mtype)) if mtype else None
+    if row is not None and stackrange.satisfies(version, f"transformers>={row['since']}") is False:
+        return False
+    release = getattr(asm, "release", None)
+    catalog = stackrange.load()["releases"]
+    judged = [v for v in getattr(release, "versions", ()) or () if v in catalog]
+    if release is None or not getattr(release, "known", False) or not judged:
+        return True
+    reqs = [next((r for r in catalog[v]["requires"] if r["package"] == "transformers"), None) for v in judged]
+    return any(r is None or stackrange.satisfies(version, r["spec"]) is not False for r in reqs)
