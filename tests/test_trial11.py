@@ -260,3 +260,24 @@ def test_what_if_transformers_versions_can_load_the_model_and_pass_the_release(t
     _, rep = _run(*args)
     tf = next(a for a in rep["assumptions"] if a["name"] == "transformers-version")
     assert ("transformers 4.48.3" in tf["alternatives"]) is older, tf
+
+
+@pytest.mark.parametrize("first,certain", [
+    ("{'loss': 1.0437, 'grad_norm': 5.8731, 'learning_rate': 1e-06, 'epoch': 0.0}", False),
+    ("{'loss': 0.0, 'grad_norm': 0.0, 'learning_rate': 1e-06, 'epoch': 0.0}", True),
+])
+def test_loss_zero_after_a_trained_step_is_worded_as_possible_causes(tmp_path: Path, first, certain):
+    """Case 08 (LlamaFactory#8137): loss and grad_norm 0 from the second log of a 2-node ZeRO-2 run, after a first
+    log with a real loss and gradient. FD305 said "nothing is being trained: every label is masked ... or no
+    parameter requires grad" as certain, which the first log rules out. From the first log on, the certain
+    wording stays."""
+    rows = [first] + [f"{{'loss': 0.0, 'grad_norm': 0.0, 'learning_rate': {k}e-06, 'epoch': 0.0{k}}}"
+                      for k in range(2, 6)]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    _, rep = _run("postmortem", "--log", str(log))
+    msg = _by_code(rep)["FD305"]["message"]
+    assert ("nothing is being trained" in msg) is certain
+    if not certain:
+        assert "step 1 logged loss 1.044 with grad_norm 5.873: the run trained at first" in msg
+        assert "Possible causes: the later batches have every label masked" in msg
