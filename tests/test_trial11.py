@@ -281,3 +281,17 @@ def test_loss_zero_after_a_trained_step_is_worded_as_possible_causes(tmp_path: P
     if not certain:
         assert "step 1 logged loss 1.044 with grad_norm 5.873: the run trained at first" in msg
         assert "Possible causes: the later batches have every label masked" in msg
+
+
+def test_a_model_type_only_one_bounding_release_refuses_is_unverified(tmp_path: Path):
+    """Item 2 for the model's type: Qwen2.5-VL (4.49.0) on 0.9.2.dev0 with no transformers given: 0.9.1 runs with
+    at most 4.46.1, 0.9.2 with 4.49.0. It was silent; it is now FD053 with the unverified clause. Both bounds
+    refusing (0.9.1.dev0: 0.9.0 and 0.9.1) stay the plain FD053 with the upgrade prescription."""
+    cfg = _write(tmp_path, VL_LORA)
+    _, rep = _run("lint", cfg, "--llamafactory", "0.9.2.dev0")
+    msg = _by_code(rep)["FD053"]["message"]
+    assert "but LLaMA-Factory 0.9.1 (--llamafactory) runs with at most 4.46.1" in msg
+    assert "Unverified: LLaMA-Factory 0.9.2 admits a transformers that registers it, and 0.9.2.dev0" in msg
+    _, rep = _run("lint", cfg, "--llamafactory", "0.9.1.dev0")
+    msg = _by_code(rep)["FD053"]["message"]
+    assert "Unverified" not in msg and '"llamafactory>=0.9.2"' in msg

@@ -190,7 +190,11 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "stated": F("bool", "read from the inputs (True) or assumed from the LF release (False)"),
         "source": F("str", "where the version was read, or the LF release it was assumed from"),
         "why": F("str", "how an assumed version was chosen"),
-        "by_name": F("str", "the model name the type was read from when its config.json was not read (None: read)")}),
+        "by_name": F("str", "the model name the type was read from when its config.json was not read (None: read)"),
+        "scope": F("str", "all: every judged release's range stops short of it; some: only one of the two releases "
+                          "a version between them is judged by", values=("all", "some")),
+        "given": F("str", "scope some: the LF version as given ('0.9.3.dev0')"),
+        "admitted_by": F("str", "scope some: the judged release whose range admits a transformers that has it")}),
     "tf_conflict": F("dict", "the model's type needs a transformers every judged LF release's start-up range caps "
                              "below: no transformers satisfies both (facts/tfmodeltype.py `conflict`)", fields={
         "model_type": F("str", "config.json model_type"),
