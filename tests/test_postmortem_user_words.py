@@ -25,7 +25,20 @@ NO_LOG = "no log lines were given"
     ("timeout_tokenize_en.txt", "nccl-timeout", ['("time out") (tokenized)', "preprocessing_num_workers"]),
     ("disk_save_zh.txt", "disk-full", ['("磁盘空间不足") (保存)', "checkpoint save"]),
     ("nccl_error_en.txt", "nccl-error", ['("NCCL error")', "NCCL_DEBUG=INFO"]),
-    ("host_ram_load_en.txt", "host-oom-killed", ['("OOM-kill") (loading)', "dmesg"]),
+    ("host_ram_load_en.txt", "host-oom-killed", ['("OOM-killed") (loading)', "dmesg"]),
+    # the vocabulary widened for issue #25 (readers/runlogs/userwords_vocab.py)
+    ("segfault_en.txt", "native-crash", ['("Segmentation fault") (first step)', "PYTHONFAULTHANDLER=1"]),
+    ("illegal_access_zh.txt", "cuda-error", ['("illegal memory access")', "CUDA_LAUNCH_BLOCKING=1"]),
+    ("loss_explodes_en.txt", "loss-diverged", ['("loss explodes") around step 800', "learning rate"]),
+    ("loss_jump_zh.txt", "loss-diverged", ['("loss 突然变大")', "learning rate"]),
+    ("killed_en.txt", "host-oom-killed", ['("gets Killed") (loading the dataset)', "dmesg"]),
+    ("killed_zh.txt", "host-oom-killed", ['("被kill")', "OOM"]),
+    ("error_keyerror_en.txt", "run-crashed", ["KeyError qwen3_next", "(loading)", "whole traceback"]),
+    ("version_zh.txt", "run-crashed", ["a version conflict", "requires transformers>=4.49.0", "pip show"]),
+    ("image_tokens_en.txt", "image-tokens-exceed-cutoff", ['("image features and image tokens do not match")',
+                                                          "cutoff_len", "fewer tokens than features"]),
+    ("cuda_mem_zh.txt", "cuda-oom", ['("CUDA内存不足")']),
+    ("hang_not_oom_en.txt", "run-hang", ['("hangs") around step 30']),
 ])
 def test_a_description_gives_the_symptoms_rule_worded_from_the_words(tmp_path, name, rule, words):
     found = diagnose(tmp_path, f"{FIX}/{name}")
@@ -47,13 +60,43 @@ def test_no_figure_is_invented_from_words(tmp_path):
     assert not [e for e in rep.timeline if e.kind == "oom"]
 
 
-def test_a_question_without_a_symptom_is_still_nothing_to_diagnose(tmp_path):
-    found = diagnose(tmp_path, f"{FIX}/question_no_symptom.txt")
+@pytest.mark.parametrize("name", ["question_no_symptom.txt", "loss_error_question_en.txt"])
+def test_a_question_without_a_symptom_is_still_nothing_to_diagnose(tmp_path, name):
+    """No cause is guessed from words that name none: a question, or "loss error" (a complaint about the loss,
+    not an exception), stays "nothing to diagnose"."""
+    found = diagnose(tmp_path, f"{FIX}/{name}")
     assert [f.name for f in found] == ["no-run-evidence"]
 
 
+def test_an_exception_typed_with_a_full_width_colon_is_the_exception(tmp_path):
+    """A Chinese input method's "：" after the class is read as the colon CPython prints: the crash is read from
+    the exception (its cause explained), not from words."""
+    found = diagnose(tmp_path, f"{FIX}/fullwidth_colon_zh.txt")
+    assert found[0].name == "run-crashed" and not found[0].message.startswith("You describe")
+    assert "AssertionError: Torch not compiled with CUDA enabled" in found[0].message
+
+
+@pytest.mark.parametrize("text, symptom", [
+    ("training hangs, no OOM", "hang"),                    # a negated symptom is skipped, the next one counts
+    ("没有OOM，但是训练卡住了", "hang"),
+    ("no NCCL timeout, but the loss is nan", "nan"),
+    ("I killed the job after it printed loss 0.0", "loss-zero"),   # the user killing it is no kill by the host
+    ("DataLoader worker is killed by signal: Bus error", "native-crash"),
+    ("CUDA error: out of memory on GPU 3", "oom"),          # c10's OOM status is an OOM, not another CUDA error
+    ("显存溢出 when evaluating", "oom"),
+    ("系统内存不足，进程退出", "host-oom"),
+    ("Qwen2.5-VL is not supported by transformers 4.44", "version"),
+    ("梯度爆炸，loss变成很大", "diverged"),
+    ("ValueError raised when packing is on", "error"),
+    ("how to set lora_alpha for qwen", None),
+])
+def test_symptom_vocabulary(text, symptom):
+    got = userwords.read_words(text)
+    assert (got and got["symptom"]) == symptom, got
+
+
 @pytest.mark.parametrize("text, symptom, phase, step", [
-    ("QLoRA run: loss is 0 from the first step", "loss-zero", None, None),
+    ("QLoRA run: loss is 0 from the first step", "loss-zero", "start", None),
     ("训练时 loss 为nan", "nan", None, None),
     ("Training hangs at step 1200 on 16 GPUs", "hang", None, 1200),
     ("fine-tune fails after 2 hours", None, None, None),           # no symptom word: nothing is guessed
@@ -123,3 +166,33 @@ def test_a_failure_after_the_default_collective_timeout_reads_as_a_timeout(tmp_p
     f = diagnose_dir(str(p)).findings[0]
     assert f.name == "nccl-timeout" and f.message.startswith('You describe a failure ("after 30 minutes")')
     assert "1800 s" in f.message and "preprocessing_num_workers" in f.message
+
+
+@pytest.mark.parametrize("text, rule, words", [
+    # a title over torchrun's wrapper line alone (torch/distributed/elastic/multiprocessing/errors/__init__.py)
+    ("Qwen2.5-7B LoRA: OOM at evaluation on 4 GPUs\n"
+     "torch.distributed.elastic.multiprocessing.errors.ChildFailedError\n", "cuda-oom", '("OOM") (evaluation)'),
+    # a Chinese title over a launcher's CalledProcessError (subprocess.py's "returned non-zero exit status")
+    ("训练卡住不动\nsubprocess.CalledProcessError: Command '['torchrun', 'train.py']' returned non-zero exit status 1.\n",
+     "run-hang", '("卡住")'),
+])
+def test_a_title_outranks_a_line_that_names_no_cause(tmp_path, text, rule, words):
+    """A line that only says a child failed names no cause; the symptom the user's words name comes first."""
+    p = tmp_path / "run"
+    p.mkdir()
+    (p / "issue.txt").write_text(text)
+    from pmhelp import diagnose_dir
+    found = diagnose_dir(str(p)).findings
+    assert found[0].name == rule and words in found[0].message, [(f.name, f.message[:80]) for f in found]
+    assert "run-crashed" not in [f.name for f in found]
+
+
+def test_a_line_that_names_its_cause_outranks_the_words(tmp_path):
+    """An exception with its message is the run's own evidence: the words beside it are not read as the cause."""
+    p = tmp_path / "run"
+    p.mkdir()
+    (p / "issue.txt").write_text("my run hangs\nValueError: Undefined dataset foo in dataset_info.json.\n")
+    from pmhelp import diagnose_dir
+    found = diagnose_dir(str(p)).findings
+    assert found[0].name == "run-crashed" and "Undefined dataset foo" in found[0].message
+    assert "run-hang" not in [f.name for f in found]
