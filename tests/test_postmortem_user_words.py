@@ -196,3 +196,30 @@ def test_a_line_that_names_its_cause_outranks_the_words(tmp_path):
     found = diagnose_dir(str(p)).findings
     assert found[0].name == "run-crashed" and "Undefined dataset foo" in found[0].message
     assert "run-hang" not in [f.name for f in found]
+
+
+@pytest.mark.parametrize("text, metric", [
+    ("grad_norm 是 nan，loss 正常", "grad_norm"),
+    ("gradient norm is NaN from step 10", "grad_norm"),
+    ("loss 为 nan", "loss"),
+])
+def test_a_nan_said_of_the_grad_norm_is_not_a_nan_loss(tmp_path, text, metric):
+    """Issue #25: "training went non-finite" overstates a NaN grad_norm with a finite loss; the words say which."""
+    said = userwords.read_words(text)
+    assert said["symptom"] == "nan" and said["metric"] == metric
+    p = tmp_path / "run"
+    p.mkdir()
+    (p / "issue.txt").write_text(text + "\n")
+    from pmhelp import diagnose_dir
+    msg = diagnose_dir(str(p)).findings[0].message
+    assert ("non-finite grad norm" in msg and "matters only if the loss follows" in msg) == (metric == "grad_norm")
+
+
+@pytest.mark.parametrize("text, phase", [
+    ("训练一直卡在 Loading checkpoint shards", "loading"),    # checkpoint shards load the model, no save
+    ("resume_from_checkpoint 时 OOM", "resume"),
+    ("OOM when saving the checkpoint", "save"),
+    ("Training killed while loading the dataset", "tokenization"),
+])
+def test_phase_vocabulary(text, phase):
+    assert userwords.read_words(text)["phase"] == phase

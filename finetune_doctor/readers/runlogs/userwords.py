@@ -56,12 +56,13 @@ def looks_like_prose(text: str) -> bool:
 def read_words(text: str) -> dict[str, Any] | None:
     """The symptom a short description names, or None (not prose, or no symptom word).
 
-    Returns ``{symptom, words, phase, phase_words, step, after, text, line, default_timeout}``: `symptom` one of disk-full,
+    Returns ``{symptom, words, phase, phase_words, step, after, text, line, default_timeout, metric}``: `symptom` one of disk-full,
     nccl-error, native-crash, host-oom, oom, cuda-error, nan, loss-zero, diverged, timeout, hang, version, error
     (userwords_vocab.SYMPTOMS); `words` the text that named it; `phase` evaluation |
     save | tokenization | loading | end | start | None with `phase_words`; `step` the step number the words give (int) or
     None; `after` the duration the words give ("30 minutes") or None; `text` the description (first 300
-    characters, one line); `line` the 1-based line the symptom words are on; `default_timeout` whether the words
+    characters, one line); `metric` for nan: grad_norm when the words call the gradient norm non-finite,
+    else loss (None for the other symptoms); `line` the 1-based line the symptom words are on; `default_timeout` whether the words
     give a failure after 30 minutes, the default collective timeout; `inferred` True when no symptom word was there and
     that duration alone made it a `timeout`.
     """
@@ -83,6 +84,11 @@ def read_words(text: str) -> dict[str, Any] | None:
                            "step": None, "after": None, "text": " ".join(text.split())[:300],
                            "line": text.count("\n", 0, m.start()) + 1,
                            "default_timeout": bool(_DEFAULT_TIMEOUT.search(text))}
+    # which value the words call non-finite: HF's Trainer logs as grad_norm what clip_grad_norm_ returned, which
+    # is inf/nan for a step whose gradients overflowed (fp16's GradScaler then skips that step) while the loss
+    # stays finite
+    out["metric"] = ("grad_norm" if vocab.GRAD_BEFORE.search(text[max(0, m.start() - 24):m.start()]) else "loss") \
+        if symptom == "nan" else None
     ph = vocab.first_phase(text)
     if ph is not None:
         out["phase"], out["phase_words"] = ph[0], ph[1].group(0).strip()

@@ -65,7 +65,8 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\bRAM (?:OOM|out of memory|exhausted|(?:is )?full)|\bout of (?:host |system |CPU )?RAM\b|"
         r"(?<!显)(?<!CUDA)(?<!GPU)(?<!卡)(?<!CUDA )(?<!GPU )内存(?:不足|溢出|爆|不够|耗尽|占满|满了)|"
         r"(?:OOM|oom)[ -]?kill\w*|\b(?:gets?|got|was|were|is|are|been|being)\s+(?:\w+\s+)?killed\b|"
-        r"^\s*Killed\s*$|被(?:系统)?(?:kill|杀|干掉)|\bSIGKILL\b|\bsignal 9\b|"
+        r"\b(?:process(?:es)?|training|trainer|job|run|worker|rank\s*\d*|it)\s+killed\b|^\s*Killed\b|"
+        r"被(?:系统)?(?:kill|杀|干掉)|\bSIGKILL\b|\bsignal 9\b|"
         r"(?:exit ?code|return code|exitcode)\s*[:=]?\s*-9\b", _I | re.M)),
     ("oom", re.compile(
         r"out of memory|\bOOM\b|OutOfMemory|(?<![A-Za-z])oom(?![A-Za-z])|显存(?:不足|溢出|爆|不够|炸|占满)|爆显存|"
@@ -122,7 +123,11 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         # argument" / "has no attribute", the dynamic loader's "undefined symbol", transformers' AutoConfig "does
         # not recognize this architecture"
         r"\bnot compiled with (?:CUDA|NCCL|ROCm)|\bNo module named\b|\bcannot import name\b|\bundefined symbol\b|"
-        r"\bunexpected keyword argument\b|\bhas no attribute\b|\bdoes not recognize this architecture\b")),
+        r"\bunexpected keyword argument\b|\bhas no attribute\b|\bdoes not recognize this architecture\b|"
+        # LLaMA-Factory's own refusals (data/template.py "Template {name} does not exist.", data/parser.py
+        # "Undefined dataset {name} in dataset_info.json.") and users' words for a dataset it cannot read
+        r"\bTemplate \S+ does not exist|\bUndefined dataset\b|(?i:\bdataset format (?:error|is wrong|is invalid))|"
+        r"找不到数据集|数据集格式(?:错误|不对|有误)")),
 )
 
 # a negation right before a symptom's words: that match does not count
@@ -134,7 +139,8 @@ NEGATED = re.compile(r"(?:\bno|\bnot|\bwithout|\bnever|n't|\bnor|没有|没|不�
 PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("evaluation", re.compile(r"\beval(?:uat\w*)?\b|\bvalidat\w*|\bdo_predict\b|\bpredict(?:ion|ing)?\b|"
                               r"评估|验证|eval阶段|测评|预测", _I)),
-    ("save", re.compile(r"\bsav(?:e|es|ed|ing)\b|\bcheckpoint\w*|保存|存储模型|存模型|save_steps", _I)),
+    ("resume", re.compile(r"\bresum(?:e|es|ed|ing)\b|resume_from_checkpoint|断点续训|恢复训练|续训", _I)),
+    ("save", re.compile(r"\bsav(?:e|es|ed|ing)\b|\bcheckpoint(?:s|ing)?\b(?!\s+shards)|保存|存储模型|存模型|save_steps", _I)),
     ("tokenization", re.compile(r"\btokeni[sz](?:e|es|ed|ing|ation)\b|\bpreprocess\w*|\bdatasets? map\b|\bmap\(|"
                                 r"\bload(?:s|ing)? (?:the )?(?:dataset|data)\b|预处理|分词|数据处理|加载数据|数据集加载|"
                                 r"读取数据", _I)),
@@ -153,6 +159,10 @@ def first_symptom(text: str) -> tuple[str, re.Match[str]] | None:
             if not NEGATED.search(text[max(0, m.start() - 24):m.start()]):
                 return symptom, m
     return None
+
+
+# a non-finite value said of the gradient norm rather than the loss ("grad_norm 是 nan，loss 正常")
+GRAD_BEFORE = re.compile(r"(?:grad(?:ient)?[_ ]?norm|gradients?|梯度(?:范数)?)\W{0,4}(?:is |are |becomes |=|:|为|是|变成)?\s*$", _I)
 
 
 def first_phase(text: str) -> tuple[str, re.Match[str]] | None:
