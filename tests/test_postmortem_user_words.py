@@ -223,3 +223,16 @@ def test_a_nan_said_of_the_grad_norm_is_not_a_nan_loss(tmp_path, text, metric):
 ])
 def test_phase_vocabulary(text, phase):
     assert userwords.read_words(text)["phase"] == phase
+
+
+@pytest.mark.parametrize("text, symptom", [
+    ("To avoid OOM I set the batch size to 1, but training still hangs at step 10", "hang"),
+    ("为了防止OOM开了梯度检查点，结果训练卡住了", "hang"),
+    # the title is the user's summary: its symptom outranks one the paragraph mentions in passing
+    ("Training hangs after the first evaluation\nI use fp16; last week a different run had a nan loss", "hang"),
+    ("Qwen2.5 全参微调 loss 为 0\n环境：8x A100 80G，显存不足时会报 OOM", "loss-zero"),
+    # a title with no symptom: the paragraph's words count
+    ("Qwen2.5-7B SFT problem\nthe loss becomes nan at step 300", "nan"),
+])
+def test_the_title_and_avoided_symptoms(text, symptom):
+    assert userwords.read_words(text)["symptom"] == symptom

@@ -132,7 +132,9 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 # a negation right before a symptom's words: that match does not count
 # (one word may stand between: "no NCCL timeout", "没有 CUDA 报错")
-NEGATED = re.compile(r"(?:\bno|\bnot|\bwithout|\bnever|n't|\bnor|没有|没|不是|并非|并无|无)\s*(?:an? |any |the )?"
+# (what a user did to avoid a symptom is no report of it: "to avoid OOM I set batch 1", "为了防止OOM")
+NEGATED = re.compile(r"(?:\bno|\bnot|\bwithout|\bnever|n't|\bnor|\bavoid\w*|\bprevent\w*|\binstead of|没有|没|不是|并非|"
+                     r"并无|无|防止|避免|以免)\s*(?:an? |any |the )?"
                      r"(?:[A-Za-z][\w-]*\s+)?$", _I)
 
 # (phase, words) in the order they are tried; eval before save ("保存" is rarer in an eval complaint than the reverse)
@@ -153,11 +155,16 @@ PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 def first_symptom(text: str) -> tuple[str, re.Match[str]] | None:
     """The first symptom of `SYMPTOMS` with a match in `text` that no negation precedes (`NEGATED`, looked for
-    in the 24 characters before it), and that match; None when there is none."""
-    for symptom, pat in SYMPTOMS:
-        for m in pat.finditer(text):
-            if not NEGATED.search(text[max(0, m.start() - 24):m.start()]):
-                return symptom, m
+    in the 24 characters before it), and that match; None when there is none. The first non-empty line (an issue's
+    title: the user's own summary) is searched first, the whole text only when it names no symptom."""
+    lead = len(text) - len(text.lstrip())
+    nl = text.find("\n", lead)
+    title_end = len(text) if nl < 0 else nl
+    for end in ((title_end, len(text)) if title_end < len(text) else (title_end,)):
+        for symptom, pat in SYMPTOMS:
+            for m in pat.finditer(text, 0, end):
+                if not NEGATED.search(text[max(0, m.start() - 24):m.start()]):
+                    return symptom, m
     return None
 
 
