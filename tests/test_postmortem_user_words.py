@@ -39,6 +39,7 @@ NO_LOG = "no log lines were given"
                                                           "cutoff_len", "fewer tokens than features"]),
     ("cuda_mem_zh.txt", "cuda-oom", ['("CUDA内存不足")']),
     ("hang_not_oom_en.txt", "run-hang", ['("hangs") around step 30']),
+    ("loss_scale_zh.txt", "loss-scale-collapse", ['("loss scale 一直下降")', "bf16"]),
 ])
 def test_a_description_gives_the_symptoms_rule_worded_from_the_words(tmp_path, name, rule, words):
     found = diagnose(tmp_path, f"{FIX}/{name}")
@@ -88,6 +89,8 @@ def test_an_exception_typed_with_a_full_width_colon_is_the_exception(tmp_path):
     ("Qwen2.5-VL is not supported by transformers 4.44", "version"),
     ("梯度爆炸，loss变成很大", "diverged"),
     ("ValueError raised when packing is on", "error"),
+    ("fp16 训练 loss scale 降到最小后退出", "loss-scale"),
+    ("Current loss scale already at minimum when training llama 13b", "loss-scale"),
     ("how to set lora_alpha for qwen", None),
 ])
 def test_symptom_vocabulary(text, symptom):

@@ -17,6 +17,9 @@ the words are those the tools themselves print and users repeat in issue titles:
 - cuda-error: cudaGetErrorString's "an illegal memory access was encountered", "device-side assert triggered",
   "unspecified launch failure", "misaligned address", "no kernel image is available" (cuda_runtime_api.h), cuBLAS
   and cuDNN status names (CUBLAS_STATUS_*, CUDNN_STATUS_*); 非法内存访问.
+- loss-scale: DeepSpeed's fp16 loss scaler ("Current loss scale already at minimum - cannot decrease scale anymore",
+  "Grad overflow on iteration", "OVERFLOW!": deepspeed/runtime/fp16/loss_scaler.py, fused_optimizer.py), "fp16
+  overflow", loss scale 降到最小 / fp16 溢出.
 - host-oom: the kernel's "Killed" (the shell's report of SIGKILL), "exit code -9" / "return code = -9"
   (torch/distributed/elastic/multiprocessing/api.py, deepspeed/launcher/launch.py sigkill_handler), the OOM killer;
   内存 不足/溢出/爆 (RAM, not 显存), 被kill/被杀.
@@ -60,6 +63,11 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("native-crash", re.compile(
         r"Segmentation fault|\bsegfault\w*|\bSIGSEGV\b|core dumped|\bBus error\b|\bSIGBUS\b|Illegal instruction|"
         r"\bSIGILL\b|(?:exit ?code|return code|exitcode)\s*[:=]?\s*-?(?:11|139)\b|段错误|总线错误|非法指令", _I)),
+    ("loss-scale", re.compile(
+        r"loss scale (?:is )?already at (?:the )?minimum|(?:minimum|min) loss scale|"
+        r"loss[ _]scale\S*\s*(?:collaps\w*|keeps? (?:decreasing|dropping|falling)|drops? to|(?:goes|went|falls?|fell) to)|"
+        r"\bfp16 (?:gradient |grad )?overflow\w*|Gradient overflow|Grad overflow|OVERFLOW!|"
+        r"loss[ _]?scale\S*\s*(?:降到|降至|一直(?:下降|减小))|(?:梯度)?溢出.{0,6}fp16|fp16.{0,6}(?:梯度)?溢出", _I)),
     ("host-oom", re.compile(
         r"\b(?:CPU|host|system) (?:OOM|RAM|memory)\b(?:[^.\n]{0,30}(?:OOM|out of|exceed|killed|full|不足))?|"
         r"\bRAM (?:OOM|out of memory|exhausted|(?:is )?full)|\bout of (?:host |system |CPU )?RAM\b|"
@@ -147,7 +155,9 @@ PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
                                 r"\bload(?:s|ing)? (?:the )?(?:dataset|data)\b|预处理|分词|数据处理|加载数据|数据集加载|"
                                 r"读取数据", _I)),
     ("loading", re.compile(r"\bload(?:s|ing)?\b(?! balanc)|checkpoint shards|from_pretrained|加载|载入", _I)),
-    ("end", re.compile(r"\bin the end\b|\bat the end\b|\bend of training\b|训练结束|最后", _I)),
+    # (最后 alone is "finally" as often as "at the end": only its phrases of the run's end count)
+    ("end", re.compile(r"\bin the end\b|\bat the end\b|\bend of training\b|训练(?:结束|快结束|的最后)|"
+                       r"最后一(?:步|个\s?epoch|轮)|(?:训练|跑)到最后", _I)),
     ("start", re.compile(r"\b(?:at|from) the (?:very )?(?:start|beginning)\b|\bfirst (?:step|iteration|batch)\b|"
                          r"刚开始|一开始|第一步", _I)),
 )
