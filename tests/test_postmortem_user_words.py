@@ -188,6 +188,7 @@ def test_a_title_outranks_a_line_that_names_no_cause(tmp_path, text, rule, words
     found = diagnose_dir(str(p)).findings
     assert found[0].name == rule and words in found[0].message, [(f.name, f.message[:80]) for f in found]
     assert "run-crashed" not in [f.name for f in found]
+    assert NO_LOG not in found[0].message and "names no cause" in found[0].message
 
 
 def test_a_line_that_names_its_cause_outranks_the_words(tmp_path):

@@ -36,8 +36,8 @@ def generic_crash(crash: dict[str, Any]) -> bool:
 
 
 def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
-    """``ev.said``: {symptom, words, phase, phase_words, step, after, text, location} of the first file read as the
-    user's words (readers/runlogs/userwords.py `read_words`), or None when there is none or when any log evidence
+    """``ev.said``: {symptom, words, phase, phase_words, step, after, text, metric, location, given} of the first file
+    read as the user's words (readers/runlogs/userwords.py `read_words`), or None when there is none or when any log evidence
     (`_LOG_EVIDENCE`, a hang or a stop of the run-health detector) was found. A crash that says nothing of its
     cause (`generic_crash`: torchrun's ChildFailedError alone, a launcher's CalledProcessError, a traceback cut
     before its exception) does not count: the words of a title outrank such a line."""
@@ -50,6 +50,10 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
         if f.said:
             s = dict(f.said)
             s["location"] = location_of(s.pop("file"), s.pop("line"))
+            crash = out.get("crash")
+            # honest about what was read: a line that names no cause may have been there beside the words
+            s["given"] = (f"the only log line read ({crash.get('text')}) names no cause" if crash else
+                          "no log lines were given")
             return s
     return None
 
