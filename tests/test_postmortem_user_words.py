@@ -240,3 +240,20 @@ def test_phase_vocabulary(text, phase):
 ])
 def test_the_title_and_avoided_symptoms(text, symptom):
     assert userwords.read_words(text)["symptom"] == symptom
+
+
+@pytest.mark.parametrize("text, advice", [
+    ('Training stuck at "Running tokenizer on dataset" with 8 GPUs', "main_process_first"),
+    ("训练一直卡在 Loading checkpoint shards", "network file system"),
+    ("multi-GPU training hangs after the first evaluation", "predict_with_generate"),
+    ("vllm +zero2 hangs", None),     # no phase: only the general advice
+])
+def test_a_hang_said_with_its_phase_gets_that_phases_advice(tmp_path, text, advice):
+    p = tmp_path / "run"
+    p.mkdir()
+    (p / "issue.txt").write_text(text + "\n")
+    from pmhelp import diagnose_dir
+    f = diagnose_dir(str(p)).findings[0]
+    assert f.name == "run-hang" and "py-spy dump" in f.message
+    phrases = ("main_process_first", "network file system", "predict_with_generate", "final barrier")
+    assert [w for w in phrases if w in f.message] == ([advice] if advice else [])

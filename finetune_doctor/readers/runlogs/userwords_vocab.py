@@ -151,7 +151,10 @@ PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
                               r"评估|验证|eval阶段|测评|预测", _I)),
     ("resume", re.compile(r"\bresum(?:e|es|ed|ing)\b|resume_from_checkpoint|断点续训|恢复训练|续训", _I)),
     ("save", re.compile(r"\bsav(?:e|es|ed|ing)\b|\bcheckpoint(?:s|ing)?\b(?!\s+shards)|保存|存储模型|存模型|save_steps", _I)),
-    ("tokenization", re.compile(r"\btokeni[sz](?:e|es|ed|ing|ation)\b|\bpreprocess\w*|\bdatasets? map\b|\bmap\(|"
+    # (LLaMA-Factory's map descriptions, data/loader.py and data/converter.py: "Running tokenizer on dataset",
+    # "Converting format of dataset")
+    ("tokenization", re.compile(r"\btokeni[sz](?:e|es|ed|ing|ation)\b|Running tokenizer on dataset|"
+                                r"Converting format of dataset|\bpreprocess\w*|\bdatasets? map\b|\bmap\(|"
                                 r"\bload(?:s|ing)? (?:the )?(?:dataset|data)\b|预处理|分词|数据处理|加载数据|数据集加载|"
                                 r"读取数据", _I)),
     ("loading", re.compile(r"\bload(?:s|ing)?\b(?! balanc)|checkpoint shards|from_pretrained|加载|载入", _I)),
