@@ -47,8 +47,9 @@ KNOWN_MISS_R6 = {"lf1839", "lf8082", "lf4213", "lf9178", "axolotl2975", "lf6784"
 # (analyzers/postmortem/mmcause.py) qwen3vl556; a Ray worker gone without an exception verl3349; a failure after
 # the default 30-minute collective timeout, said in words, trl1519
 # session 11 (wt/pmfix10): lf7986's exception typed with a full-width colon ("AssertionError： ...") is read as the
-# exception (readers/runlogs/logs.py `_exception_alone`)
-KNOWN_MISS_R7 = {"lf4557", "lf5964", "lf6791", "openrlhf211", "lf2819", "axolotl3069"}
+# exception (readers/runlogs/logs.py `_exception_alone`); lf6791's traceback cut inside transformers names the
+# innermost frame's package, as an exception's raised_at does (causes.py `_cut_where`)
+KNOWN_MISS_R7 = {"lf4557", "lf5964", "openrlhf211", "lf2819", "axolotl3069"}
 KNOWN_MISS = KNOWN_MISS_R4 | KNOWN_MISS_R5 | KNOWN_MISS_R6 | KNOWN_MISS_R7 | {"mmdet12069", "della2", "lf10367"}
 
 

@@ -679,7 +679,8 @@ def _cut_where(tb: Any, where: str, out: dict[str, Any]) -> tuple[str | None, st
     knows and what is missing rather than "unknown"."""
     from finetune_doctor.analyzers.postmortem.oomcause import oom_phase
 
-    frames = tuple(((tb.value or {}) if isinstance(tb.value, dict) else {}).get("frames") or ())
+    v = (tb.value or {}) if isinstance(tb.value, dict) else {}
+    frames = tuple(v.get("frames") or ())
     inner = tuple(reversed(frames[-6:]))   # nearest the error first, as oom_phase reads them
     phase, _ = oom_phase(inner, None) if inner else (None, None)
     last = (out.get("steps") or {}).get("last")
@@ -689,6 +690,11 @@ def _cut_where(tb: Any, where: str, out: dict[str, Any]) -> tuple[str | None, st
     # the innermost function frame ("func (file.py)"), with the code line below it when the paste kept one
     k = next((i for i, fr in enumerate(inner) if _FUNC_FRAME.match(fr)), None)
     shown = inner[k] if k is not None else f"`{inner[0]}`"
+    # the package that frame is in (site-packages/<package>/, src/llamafactory/), as raised_at names it: which
+    # library the run was inside when the paste was cut
+    owner = {f"{p[1]} ({p[2]})": p[0] for p in (v.get("pkgs") or ())}.get(shown) if k is not None else None
+    if owner:
+        shown = f"{shown[:-1]}, {owner})"
     if k:
         shown += f" at `{inner[0]}`"
     head = f"in the {_PHASE_WORDS.get(phase, phase)}" if phase else where
