@@ -39,8 +39,9 @@ _DETECTORS = {
               "stopped {last_step, total, total_source, percent, bar_only, lead, location}, hang {the same + evidence, lead, "
               "more} (a start-up hang: last_step and total None)}",
     "said": "the user's own description of the failure, read from words when no log line gave evidence "
-            "(analyzers/postmortem/said.py): {symptom [disk-full | nccl-error | native-crash | host-oom | oom | "
-            "cuda-error | loss-scale | nan | loss-zero | diverged | timeout | hang | version | error], words, phase [evaluation | save | "
+            "(analyzers/postmortem/said.py): {symptom [disk-full | nccl-error | image-tokens | native-crash | loss-scale | "
+            "host-oom | killed | oom | "
+            "cuda-error | nan | loss-zero | diverged | timeout | hang | stopped | version | error], words, phase [evaluation | save | "
             "tokenization | loading | end | start | resume], phase_words, step, after, text, location}",
     "dict_steps": "HF metric dicts re-placed from the warmup lr, the epoch and logging_steps where the training bar "
                   "at their line disagreed (analyzers/postmortem/dictsteps.py): {basis [warmup-lr | epoch], moved, "

@@ -20,9 +20,11 @@ the words are those the tools themselves print and users repeat in issue titles:
 - loss-scale: DeepSpeed's fp16 loss scaler ("Current loss scale already at minimum - cannot decrease scale anymore",
   "Grad overflow on iteration", "OVERFLOW!": deepspeed/runtime/fp16/loss_scaler.py, fused_optimizer.py), "fp16
   overflow", loss scale 降到最小 / fp16 溢出.
-- host-oom: the kernel's "Killed" (the shell's report of SIGKILL), "exit code -9" / "return code = -9"
-  (torch/distributed/elastic/multiprocessing/api.py, deepspeed/launcher/launch.py sigkill_handler), the OOM killer;
-  内存 不足/溢出/爆 (RAM, not 显存), 被kill/被杀.
+- host-oom: host RAM said out ("CPU OOM", "out of RAM", the OOM killer); 内存 不足/溢出/爆 (RAM, not 显存).
+- killed: the kernel's "Killed" (the shell's report of SIGKILL), "exit code -9" / "return code = -9"
+  (torch/distributed/elastic/multiprocessing/api.py, deepspeed/launcher/launch.py sigkill_handler); 被kill/被杀.
+- stopped: a run that ended with no error printed ("stops without any error", 突然中断, 没有报错就退出): SIGKILL
+  leaves no Python traceback, so this is what a kill looks like from the outside.
 - oom: c10's "CUDA out of memory" (c10/cuda/CUDACachingAllocator.cpp), OutOfMemoryError, "OOM"; 显存 不足/溢出/爆,
   爆显存, CUDA/GPU 内存不足.
 - nan: HF Trainer's logged "nan" loss or grad_norm, "inf" losses; loss-zero: a loss logged or said as 0 / zero / 零.
@@ -72,9 +74,12 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\b(?:CPU|host|system) (?:OOM|RAM|memory)\b(?:[^.\n]{0,30}(?:OOM|out of|exceed|killed|full|不足))?|"
         r"\bRAM (?:OOM|out of memory|exhausted|(?:is )?full)|\bout of (?:host |system |CPU )?RAM\b|"
         r"(?<!显)(?<!CUDA)(?<!GPU)(?<!卡)(?<!CUDA )(?<!GPU )内存(?:不足|溢出|爆|不够|耗尽|占满|满了)|"
-        r"(?:OOM|oom)[ -]?kill\w*|\b(?:gets?|got|was|were|is|are|been|being)\s+(?:\w+\s+)?killed\b|"
-        r"\b(?:process(?:es)?|training|trainer|job|run|worker|rank\s*\d*|it)\s+killed\b|^\s*Killed\b|"
-        r"被(?:系统)?(?:kill|杀|干掉)|\bSIGKILL\b|\bsignal 9\b|"
+        r"(?:OOM|oom)[ -]?kill\w*", _I)),
+    # a kill said without its sender: the host's memory is the usual one (rule host-oom-killed says so)
+    ("killed", re.compile(
+        r"\b(?:gets?|got|was|were|is|are|been|being)\s+(?:\w+\s+)?killed\b|"
+        r"\b(?:process(?:es)?|training|trainer|job|run|worker|rank\s*\d*|it|and|then)\s+killed\b|^\s*Killed\b|"
+        r"被\s*(?:系统)?\s*(?:kill(?:ed)?|杀|干掉)|\bSIGKILL\b|\bsignal 9\b|"
         r"(?:exit ?code|return code|exitcode)\s*[:=]?\s*-9\b", _I | re.M)),
     ("oom", re.compile(
         r"out of memory|\bOOM\b|OutOfMemory|(?<![A-Za-z])oom(?![A-Za-z])|显存(?:不足|溢出|爆|不够|炸|占满)|爆显存|"
@@ -102,6 +107,13 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\bno progress\b|\bnot (?:progressing|moving|proceeding)\b|\bdoes(?:n't| not) (?:proceed|progress|move on)\b|"
         r"\bnever (?:starts|finishes|returns)\b|卡住|卡死|卡在|卡着|不动了?|无响应|没(?:有)?反应|停住|停在|夯住|死锁|"
         r"(?:一直|始终)(?:等待|不动)|没有进度|进度条不动", _I)),
+    # a run that ended with no error at all (the words say none was printed)
+    ("stopped", re.compile(
+        r"\b(?:stops?|stopped|exits?|exited|ends?|ended|quits?|dies|died|terminat\w*)\s+(?:suddenly\s+|silently\s+)?"
+        r"(?:without|with no)\s+(?:any\s+)?(?:error|traceback|message|output|log)|\bexits? silently\b|"
+        r"\bsilently (?:stops?|stopped|exits?|exited|dies|died)\b|\bdisappear\w* without\b|"
+        r"(?:突然|自动|直接)(?:中断|停止|退出|结束|断掉|挂掉|没了)|(?:没有|无)(?:任何)?(?:报错|错误)(?:信息)?(?:就|直接)?(?:退出|停止|中断|结束)|"
+        r"进程(?:消失|没了|自己退出)", _I)),
     ("version", re.compile(
         r"\b(?:requires?|required|need|needs)\s+(?:`)?[\w.-]+\s*(?:>=|==|<=|>|<)\s*\d[\w.]*|"
         r"is required for a normal functioning|\bversion (?:mismatch|conflict|incompatib\w*)\b|"
