@@ -265,3 +265,25 @@ def test_a_hang_said_with_its_phase_gets_that_phases_advice(tmp_path, text, advi
     assert f.name == "run-hang" and "py-spy dump" in f.message
     phrases = ("main_process_first", "network file system", "predict_with_generate", "final barrier")
     assert [w for w in phrases if w in f.message] == ([advice] if advice else [])
+
+
+@pytest.mark.parametrize("text, reading", [
+    # the class and its quoted key, as transformers' configuration_auto.py raises it for an unknown model type
+    ("Qwen3-Next LoRA fails with KeyError 'qwen3_next' when loading", "does not know the model type 'qwen3_next'"),
+    # CPython's ModuleNotFoundError text in a title without its colon (with it, the line is read as the exception)
+    ("training fails with ModuleNotFoundError No module named 'flash_attn'", "flash_attn is not installed"),
+    # LLaMA-Factory's own refusal (data/mm_plugin.py) without its class
+    ("Qwen2-VL: Processor was not found", "needs the model's processor"),
+    ("flash-attn 安装失败", None),    # no error text to read: the finding says the words name no place
+])
+def test_an_error_quoted_in_words_is_read_as_the_errors_own_text(tmp_path, text, reading):
+    p = tmp_path / "run"
+    p.mkdir()
+    (p / "issue.txt").write_text(text + "\n")
+    from pmhelp import diagnose_dir
+    f = diagnose_dir(str(p)).findings[0]
+    assert f.name == "run-crashed" and f.message.startswith("You describe an error")
+    if reading:
+        assert "Read as the error's own text: " in f.message and reading in f.message, f.message
+    else:
+        assert "Read as the error's own text" not in f.message and "name the error but not where" in f.message

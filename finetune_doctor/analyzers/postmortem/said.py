@@ -10,10 +10,12 @@ weaker kind of evidence and word their finding as what the words alone support, 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import location_of
-from finetune_doctor.evidence import Evidence
+from finetune_doctor.evidence import Evidence, Notice
 
 # every evidence no-run-evidence counts (rules/no-run-evidence.yaml), and the detectors that need a log
 _LOG_EVIDENCE = ("oom", "nan", "crash", "nccl", "nccl_error", "killed", "cuda_error", "xid", "loss_zero", "host_alloc",
@@ -54,6 +56,7 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
             # honest about what was read: a line that names no cause may have been there beside the words
             s["given"] = (f"the only log line read ({crash.get('text')}) names no cause" if crash else
                           "no log lines were given")
+            s["reading"] = _reading(ev, s, f.read.path) if s["symptom"] in ("error", "version") else None
             return s
     return None
 
@@ -67,3 +70,29 @@ def said_image_cut(said: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     return {"state": "said", "modality": "image", "tokens": None, "features": None, "missing": None,
             "text": said.get("words"), "location": said.get("location"), "phase_words": said.get("phase_words")}
+
+
+_CLASS = re.compile(r"(?<![\w.])(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b")
+
+
+def _reading(ev: Evidence, said: dict[str, Any], path: str) -> str | None:
+    """What the exception readings of crashcause.py establish from the words, read as the error's own text (the
+    class the words name, if any, and the whole description as its message): a quoted "No module named
+    'flash_attn'", "Template X does not exist" or "does not recognize this architecture" is read as the line
+    itself would be. None when no reading applies."""
+    text = str(said.get("text") or "")
+    m = _CLASS.search(text)
+    msgs = [text]
+    if m:   # the words after the class, as its message; a KeyError's message is the quoted key alone
+        rest = text[m.end():].strip(" :：,，")
+        q = _QUOTED.match(rest)
+        msgs = ([q.group(0)] if q else []) + [rest, text]
+    for msg in msgs:
+        n = Notice(path, 1, None, "exception", text, {"cls": m.group(0) if m else "", "msg": msg})
+        cause = crash_cause(ev, n, None, {}, {})
+        if cause:
+            return str(cause["text"])
+    return None
+
+
+_QUOTED = re.compile(r"'[^'\s]+'|\"[^\"\s]+\"")

@@ -147,7 +147,17 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         # LLaMA-Factory's own refusals (data/template.py "Template {name} does not exist.", data/parser.py
         # "Undefined dataset {name} in dataset_info.json.") and users' words for a dataset it cannot read
         r"\bTemplate \S+ does not exist|\bUndefined dataset\b|(?i:\bdataset format (?:error|is wrong|is invalid))|"
-        r"找不到数据集|数据集格式(?:错误|不对|有误)")),
+        r"找不到数据集|数据集格式(?:错误|不对|有误)|"
+        # more refusals users quote without their class: LF's mm_plugin.py "Processor was not found", transformers'
+        # training_args.py "Your setup doesn't support bf16/gpu" and hf_argparser.py "Some keys are not used by the
+        # HfArgumentParser", PyTorch's "Expected all tensors to be on the same device" and load_state_dict's "size
+        # mismatch for", CPython's errno texts, the hub's "is not a valid model identifier"
+        r"\bProcessor was not found\b|\bdoesn't support bf16|(?i:\bbf16 (?:is )?not supported)|不支持\s*bf16|"
+        r"\bSome keys are not used by the HfArgumentParser|\bExpected all tensors to be on the same device|"
+        r"\bsize mismatch for\b|\bNo such file or directory\b|\bPermission denied\b|\bAddress already in use\b|"
+        r"\bis not a valid model identifier\b|\bdoes not appear to have a file named\b|"
+        # an exception class right after 报/抛/出 ("报ValueError", "抛出 KeyError")
+        r"(?:报|抛|出)了?\s*(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b")),
 )
 
 # a negation right before a symptom's words: that match does not count
