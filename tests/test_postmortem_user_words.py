@@ -98,6 +98,10 @@ def test_an_exception_typed_with_a_full_width_colon_is_the_exception(tmp_path):
     ("训练过程中被 killed，内存 256G", "killed"),
     ("model loading very slow and then killed", "killed"),
     ("没有报错，但是 loss 为 nan", "nan"),                   # "没有报错" negates the error, not the NaN
+    ("grad_norm 一直为 0，loss 不变", "no-update"),
+    ("learning rate is 0 during the whole training", "no-update"),
+    ("lora 训练参数不更新", "no-update"),
+    ("lr 为 0.0001 时 loss 为 nan", "nan"),                    # a rate that is not 0 is no missing update
     ("Current loss scale already at minimum when training llama 13b", "loss-scale"),
     ("how to set lora_alpha for qwen", None),
 ])

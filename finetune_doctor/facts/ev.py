@@ -41,7 +41,7 @@ _DETECTORS = {
     "said": "the user's own description of the failure, read from words when no log line gave evidence "
             "(analyzers/postmortem/said.py): {symptom [disk-full | nccl-error | image-tokens | native-crash | loss-scale | "
             "host-oom | killed | oom | "
-            "cuda-error | nan | loss-zero | diverged | timeout | hang | stopped | version | error], words, phase [evaluation | save | "
+            "cuda-error | no-update | nan | loss-zero | diverged | timeout | hang | stopped | version | error], words, phase [evaluation | save | "
             "tokenization | loading | end | start | resume], phase_words, step, after, text, location}",
     "dict_steps": "HF metric dicts re-placed from the warmup lr, the epoch and logging_steps where the training bar "
                   "at their line disagreed (analyzers/postmortem/dictsteps.py): {basis [warmup-lr | epoch], moved, "

@@ -57,7 +57,7 @@ def read_words(text: str) -> dict[str, Any] | None:
     """The symptom a short description names, or None (not prose, or no symptom word).
 
     Returns ``{symptom, words, phase, phase_words, step, after, text, line, default_timeout, metric}``: `symptom` one of disk-full,
-    nccl-error, image-tokens, native-crash, loss-scale, host-oom, killed, oom, cuda-error, nan, loss-zero, diverged,
+    nccl-error, image-tokens, native-crash, loss-scale, host-oom, killed, oom, cuda-error, no-update, nan, loss-zero, diverged,
     timeout, hang, stopped, version, error
     (userwords_vocab.SYMPTOMS); `words` the text that named it; `phase` evaluation |
     save | tokenization | loading | end | start | None with `phase_words`; `step` the step number the words give (int) or

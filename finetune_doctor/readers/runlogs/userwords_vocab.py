@@ -27,6 +27,8 @@ the words are those the tools themselves print and users repeat in issue titles:
   leaves no Python traceback, so this is what a kill looks like from the outside.
 - oom: c10's "CUDA out of memory" (c10/cuda/CUDACachingAllocator.cpp), OutOfMemoryError, "OOM"; 显存 不足/溢出/爆,
   爆显存, CUDA/GPU 内存不足.
+- no-update: a grad norm or learning rate of exactly 0 ("grad_norm 一直为 0", "lr is 0"), PEFT's "trainable params: 0",
+  weights not updated / 参数不更新.
 - nan: HF Trainer's logged "nan" loss or grad_norm, "inf" losses; loss-zero: a loss logged or said as 0 / zero / 零.
 - diverged: a loss that explodes, spikes or diverges (loss 爆炸/飙升/发散/突然变大), 梯度爆炸.
 - timeout: "timeout", "timed out", the NCCL watchdog's "Watchdog caught collective operation timeout"
@@ -90,6 +92,14 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"illegal memory access(?!\s+(?:check|checker|detect\w*|sanitiz\w*))|device-side assert\w*|unspecified launch failure|misaligned address|"
         r"no kernel image is available|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|\bcuDNN error\b|"
         r"\bCUDA error(?!:? ?out of memory)|非法内存访问", _I)),
+    # an optimizer that changes nothing (rule no-parameter-update): a grad norm or learning rate of exactly 0, no
+    # trainable parameter (PEFT's print_trainable_parameters "trainable params: 0")
+    ("no-update", re.compile(
+        r"(?:grad(?:ient)?[_ ]?norm|梯度(?:范数)?)\s*(?:is |was |stays |=|:|为|是|一直(?:是|为)?|始终(?:是|为)?)?\s*(?:0(?:\.0+)?|zero|零)(?![\d.])|"
+        r"(?:learning[_ ]rate|\blr)\s*(?:is |was |stays |=|:|为|是|一直(?:是|为)?|始终(?:是|为)?)?\s*(?:0(?:\.0+)?|zero|零)(?![\d.e])|"
+        r"学习率\s*(?:一直|始终)?(?:是|为)?\s*0(?![\d.])|trainable params:?\s*0\b|(?:可训练|需要训练的)参数\s*(?:量|数)?\s*(?:为|是)?\s*0(?![\d.])|"
+        r"\bno trainable param\w*|\bweights? (?:are |were )?not (?:updated|updating|changing)\b|\bparameters? (?:are |were )?not "
+        r"(?:updated|updating|changing)\b|参数(?:没有|不)更新|权重(?:没有|不)更新", _I)),
     ("nan", re.compile(
         r"(?<![A-Za-z])nan(?![A-Za-z])|(?<![A-Za-z])(?:inf|infinite) loss|"
         r"(?:loss|grad_norm|grad norm|梯度)\s*(?:is |becomes |goes to |=|:|为|变成)?\s*inf\b", _I)),
