@@ -99,6 +99,11 @@ def test_an_exception_typed_with_a_full_width_colon_is_the_exception(tmp_path):
     ("model loading very slow and then killed", "killed"),
     ("没有报错，但是 loss 为 nan", "nan"),                   # "没有报错" negates the error, not the NaN
     ("grad_norm 一直为 0，loss 不变", "no-update"),
+    ("训练时出现 段错误 (核心已转储)", "native-crash"),
+    ("Floating point exception when training with deepspeed", "native-crash"),
+    ("GPU memory overflow at the second epoch", "oom"),
+    ("progress bar stays at 0% on 8 GPUs", "hang"),
+    ("进度条一直是0%", "hang"),
     ("learning rate is 0 during the whole training", "no-update"),
     ("lora 训练参数不更新", "no-update"),
     ("lr 为 0.0001 时 loss 为 nan", "nan"),                    # a rate that is not 0 is no missing update

@@ -11,9 +11,9 @@ the words are those the tools themselves print and users repeat in issue titles:
   "socketFinalizeAccept" (src/misc/socket.cc), ProcessGroupNCCL's "NCCL error in:" (torch/csrc/distributed/c10d).
 - image-tokens: transformers' multimodal models' "Image features and image tokens do not match: tokens: N, features
   M" (e.g. models/qwen2_vl/modeling_qwen2_vl.py get_placeholder_mask), "image tokens 不匹配".
-- native-crash: bash's "Segmentation fault (core dumped)" / "Bus error" / "Illegal instruction" (the strsignal
-  texts of SIGSEGV, SIGBUS, SIGILL), CPython's "Fatal Python error: Segmentation fault" (Python/faulthandler.c);
-  段错误, 总线错误, 非法指令.
+- native-crash: bash's "Segmentation fault (core dumped)" / "Bus error" / "Illegal instruction" / "Floating point
+  exception" (the strsignal texts of SIGSEGV, SIGBUS, SIGILL, SIGFPE; "段错误 (核心已转储)" in a Chinese locale),
+  CPython's "Fatal Python error: Segmentation fault" (Python/faulthandler.c); 段错误, 总线错误, 非法指令.
 - cuda-error: cudaGetErrorString's "an illegal memory access was encountered", "device-side assert triggered",
   "unspecified launch failure", "misaligned address", "no kernel image is available" (cuda_runtime_api.h), cuBLAS
   and cuDNN status names (CUBLAS_STATUS_*, CUDNN_STATUS_*); 非法内存访问.
@@ -66,7 +66,8 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         _I)),
     ("native-crash", re.compile(
         r"Segmentation fault|\bsegfault\w*|\bSIGSEGV\b|core dumped|\bBus error\b|\bSIGBUS\b|Illegal instruction|"
-        r"\bSIGILL\b|(?:exit ?code|return code|exitcode)\s*[:=]?\s*-?(?:11|139)\b|段错误|总线错误|非法指令", _I)),
+        r"\bSIGILL\b|(?:exit ?code|return code|exitcode)\s*[:=]?\s*-?(?:11|139)\b|段错误|总线错误|非法指令|核心已转储|"
+        r"Floating point exception|\bSIGFPE\b|浮点数?例外", _I)),
     ("loss-scale", re.compile(
         r"loss scale (?:is )?already at (?:the )?minimum|(?:minimum|min) loss scale|"
         r"loss[ _]scale\S*\s*(?:collaps\w*|keeps? (?:decreasing|dropping|falling)|drops? to|(?:goes|went|falls?|fell) to)|"
@@ -87,7 +88,8 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"out of memory|\bOOM\b|OutOfMemory|(?<![A-Za-z])oom(?![A-Za-z])|显存(?:不足|溢出|爆|不够|炸|占满)|爆显存|"
         r"(?:CUDA|GPU|显卡)\s?(?:的)?内存(?:不足|溢出|爆|不够)|\bran out of (?:GPU |CUDA |video )?memory\b|"
         r"\bruns? out of (?:GPU |CUDA |video )?memory\b|\bnot enough (?:GPU |CUDA )?memory\b|"
-        r"\bout of (?:GPU |CUDA )?VRAM\b", _I)),
+        r"\bout of (?:GPU |CUDA )?VRAM\b|\bGPU memory (?:overflow|is full|exhausted)|\bVRAM (?:overflow|is full)|"
+        r"显存(?:满了|用完|用尽)", _I)),
     ("cuda-error", re.compile(
         r"illegal memory access(?!\s+(?:check|checker|detect\w*|sanitiz\w*))|device-side assert\w*|unspecified launch failure|misaligned address|"
         r"no kernel image is available|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|\bcuDNN error\b|"
@@ -116,7 +118,8 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\bhang(?:s|ing)?\b|\bhung\b|\bstuck\b|\bfreez(?:e|es|ing)\b|\bfroze(?:n)?\b|\bdeadlock\w*|"
         r"\bno progress\b|\bnot (?:progressing|moving|proceeding)\b|\bdoes(?:n't| not) (?:proceed|progress|move on)\b|"
         r"\bnever (?:starts|finishes|returns)\b|卡住|卡死|卡在|卡着|不动了?|无响应|没(?:有)?反应|停住|停在|夯住|死锁|"
-        r"(?:一直|始终)(?:等待|不动)|没有进度|进度条不动", _I)),
+        r"(?:一直|始终)(?:等待|不动)|没有进度|进度条不动|\b(?:stays?|remains?|sits?|stuck) at 0\s?%|"
+        r"进度(?:条)?(?:一直|始终)(?:是|为|在|停在)?\s*0\s*%", _I)),
     # a run that ended with no error at all (the words say none was printed)
     ("stopped", re.compile(
         r"\b(?:stops?|stopped|exits?|exited|ends?|ended|quits?|dies|died|terminat\w*)\s+(?:suddenly\s+|silently\s+)?"
