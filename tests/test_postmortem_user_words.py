@@ -296,3 +296,16 @@ def test_an_error_quoted_in_words_is_read_as_the_errors_own_text(tmp_path, text,
         assert "Read as the error's own text: " in f.message and reading in f.message, f.message
     else:
         assert "Read as the error's own text" not in f.message and "name the error but not where" in f.message
+
+
+@pytest.mark.parametrize("text, advice", [
+    ("resume_from_checkpoint 时 OOM", "loads optimizer.pt straight onto each GPU"),
+    ("OOM at the first step with cutoff_len 8192", "the step itself does not fit"),
+])
+def test_an_oom_said_on_resume_or_at_the_first_step_gets_that_phases_reading(tmp_path, text, advice):
+    p = tmp_path / "run"
+    p.mkdir()
+    (p / "issue.txt").write_text(text + "\n")
+    from pmhelp import diagnose_dir
+    f = diagnose_dir(str(p)).findings[0]
+    assert f.name == "cuda-oom" and advice in f.message and "cannot tell which term" not in f.message
