@@ -89,6 +89,9 @@ def test_an_exception_typed_with_a_full_width_colon_is_the_exception(tmp_path):
     ("CUDA error: out of memory on GPU 3", "oom"),          # c10's OOM status is an OOM, not another CUDA error
     ("显存溢出 when evaluating", "oom"),
     ("系统内存不足，进程退出", "host-oom"),
+    ("加载数据集时爆内存", "host-oom"),
+    ("训练时内存 OOM，机器只有 64G", "host-oom"),
+    ("GPU 内存 OOM", "oom"),
     ("Qwen2.5-VL is not supported by transformers 4.44", "version"),
     ("梯度爆炸，loss变成很大", "diverged"),
     ("ValueError raised when packing is on", "error"),

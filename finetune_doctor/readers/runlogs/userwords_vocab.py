@@ -76,7 +76,7 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("host-oom", re.compile(
         r"\b(?:CPU|host|system) (?:OOM|RAM|memory)\b(?:[^.\n]{0,30}(?:OOM|out of|exceed|killed|full|不足))?|"
         r"\bRAM (?:OOM|out of memory|exhausted|(?:is )?full)|\bout of (?:host |system |CPU )?RAM\b|"
-        r"(?<!显)(?<!CUDA)(?<!GPU)(?<!卡)(?<!CUDA )(?<!GPU )内存(?:不足|溢出|爆|不够|耗尽|占满|满了)|"
+        r"(?<!显)(?<!CUDA)(?<!GPU)(?<!卡)(?<!CUDA )(?<!GPU )内存(?:不足|溢出|爆|不够|耗尽|占满|满了|\s?OOM)|爆内存|"
         r"(?:OOM|oom)[ -]?kill\w*", _I)),
     # a kill said without its sender: the host's memory is the usual one (rule host-oom-killed says so)
     ("killed", re.compile(
