@@ -425,3 +425,38 @@ def test_check_and_postmortem_size_a_deepspeed_file_not_here_with_the_same_stand
     assert [f.severity for f in pr.findings if f.name == "not-checked-here" and f.location.key == "deepspeed"] \
         == [f.severity for f in cr.findings if f.name == "not-checked-here" and f.location.key == "deepspeed"] \
         == ["info"]
+
+
+def test_transformers_auto_bucket_values_have_one_home(tmp_path):
+    """transformers' "auto" bucket values (h², int(0.9·h²), 10·h) were written in readers/deepspeed/dsauto.py and again
+    in analyzers/memory/zero3.py, which probes/zerotrace.py read (issue #22): dsauto's `hf_auto_values` is the one
+    home; the reader fills a config with it, the allocator replay reads it, and no other module restates it."""
+    import re
+
+    from finetune_doctor.analyzers.memory import zero3
+    from finetune_doctor.arch import ModelArch
+    from finetune_doctor.probes import zerotrace
+    from finetune_doctor.readers.deepspeed import dsauto
+    from finetune_doctor.readers.deepspeed.dsconfig import load_ds_config
+
+    want = {"reduce_bucket_size": 16777216, "stage3_prefetch_bucket_size": 15099494,
+            "stage3_param_persistence_threshold": 40960}
+    assert dsauto.hf_auto_values(4096) == want and tuple(want) == dsauto.HIDDEN_SIZE_KEYS
+    assert dsauto.hf_auto_values(4096, float_prefetch=True)["stage3_prefetch_bucket_size"] == 0.9 * 4096 * 4096
+    assert zerotrace.hf_auto_values is dsauto.hf_auto_values and not hasattr(zero3, "hf_auto_values")
+    p = tmp_path / "ds_z3.json"
+    p.write_text(json.dumps({"zero_optimization": {"stage": 3, **dict.fromkeys(want, "auto")}}))
+    for tfv, prefetch in (("4.57.0", 15099494), ("4.44.2", 0.9 * 4096 * 4096)):
+        ds = load_ds_config(str(p), str(tmp_path / "train.yaml"), 1, {}, 8, 4096, transformers_version=tfv)
+        got = {k: ds.resolved["zero_optimization"][k] for k in want}
+        assert got == {**want, "stage3_prefetch_bucket_size": prefetch}, tfv
+    # the replay of a ZeRO-3 "auto" block lands on the same prefetch bucket and persistence threshold
+    arch = ModelArch(name="t", model_type="llama", hidden_size=4096, num_layers=2, num_heads=32, num_kv_heads=32,
+                     intermediate_size=11008, vocab_size=32000)
+    layout = zerotrace.layout_from_arch(arch, 3, 8, 2, full=True)
+    assert (layout.reduce_bucket, layout.prefetch_bucket, layout.persistence) == tuple(want.values())
+    root = Path(__file__).resolve().parent.parent / "finetune_doctor"
+    square = re.compile(r"0\.9\s*\*\s*([\w.]+)\s*\*\s*\1\b")   # 0.9 * h * h, the prefetch formula
+    restated = [str(p.relative_to(root)) for p in sorted(root.rglob("*.py"))
+                if p.name != "dsauto.py" and square.search(p.read_text(encoding="utf-8"))]
+    assert restated == []
