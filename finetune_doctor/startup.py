@@ -117,19 +117,64 @@ def install(family: str = "") -> None:
 
 
 class _DeferredModule(type(sys)):   # type: ignore[misc]
-    """A stand-in in ``sys.modules`` for a module not imported yet: the first attribute it lacks imports the real
-    module, which takes its place in ``sys.modules``; the stand-in forwards every later lookup to it."""
+    """A stand-in in ``sys.modules`` for a module not imported yet. It answers only what the import system asks of a
+    module already in ``sys.modules`` (``__name__``; ``__spec__``, which ``import x`` reads to see whether the module
+    is still initializing: CPython 3.11 ``Python/import.c`` ``import_ensure_initialized``; the real module's spec,
+    found without executing it, so ``importlib.util.find_spec`` and ``reload`` see the real file). Every other
+    attribute, dunders included (``__doc__``, ``__file__``, ``__loader__``, ``__path__``, ``__all__``) and ``dir()``,
+    imports the real module, which takes the stand-in's place in ``sys.modules``; the stand-in then forwards every
+    lookup and assignment to it. Fail safe: whatever the stand-in does not know comes from the real module."""
 
-    def __getattr__(self, name: str) -> Any:
-        real = self.__dict__.get("_real")
+    _LOCAL = frozenset({"__dict__", "__class__", "__name__", "__spec__"})
+
+    def __getattribute__(self, name: str) -> Any:
+        d = object.__getattribute__(self, "__dict__")
+        real = d.get("_real")
+        if real is not None:
+            return getattr(real, name)
+        if name == "__spec__":
+            return _DeferredModule._spec(d)
+        if name in _DeferredModule._LOCAL:
+            return object.__getattribute__(self, name)
+        return getattr(_DeferredModule._load(self), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(_DeferredModule._load(self), name, value)
+
+    def __delattr__(self, name: str) -> None:
+        delattr(_DeferredModule._load(self), name)
+
+    def __dir__(self) -> list[str]:
+        return dir(_DeferredModule._load(self))
+
+    def __repr__(self) -> str:
+        return repr(_DeferredModule._load(self))
+
+    @staticmethod
+    def _spec(d: dict[str, Any]) -> Any:
+        """The real module's ModuleSpec (the path finder's answer, cached; no module code runs), else None."""
+        spec = d.get("_spec")
+        if spec is None:
+            import importlib.machinery
+
+            spec = importlib.machinery.PathFinder.find_spec(d["__name__"])
+            d["_spec"] = spec
+        return spec
+
+    @staticmethod
+    def _load(stand_in: Any) -> Any:
+        """Import the real module in the stand-in's place (once) and return it."""
+        d = object.__getattribute__(stand_in, "__dict__")
+        real = d.get("_real")
         if real is None:
             import importlib
 
-            if sys.modules.get(self.__name__) is self:
-                del sys.modules[self.__name__]
-            real = importlib.import_module(self.__name__)
-            self.__dict__["_real"] = real
-        return getattr(real, name)
+            name = d["__name__"]
+            if sys.modules.get(name) is stand_in:
+                del sys.modules[name]
+            real = importlib.import_module(name)
+            d["_real"] = real
+        return real
 
 
 def _defer_inspect() -> None:

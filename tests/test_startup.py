@@ -325,3 +325,40 @@ def test_rule_stem_is_pathlibs(path):
     from finetune_doctor.engine import loader
 
     assert loader._stem(path) == Path(path).stem
+
+
+_ASKS = ["m.__doc__", "m.__file__", "m.__loader__.name", "m.__package__", "m.__all__ if hasattr(m, '__all__') else 0",
+         "sorted(dir(m))[:3]", "'signature' in dir(m)", "m.signature(len)", "m.__spec__.origin",
+         "__import__('importlib.util').util.find_spec('inspect').origin", "hasattr(m, '__path__')",
+         "m.isfunction(m.getmembers)", "m.getsource(m.ismodule).split('(')[0]", "repr(m)"]
+
+
+@pytest.mark.parametrize("ask", _ASKS)
+def test_the_inspect_stand_in_answers_as_the_real_module(ask):
+    """The stand-in `_defer_inspect` puts in ``sys.modules`` is fail safe (issue #22): any attribute it does not
+    hold itself, dunders and ``dir()`` included, imports the real ``inspect``; so every question asked of it gets the
+    real module's answer, and the real module then sits in ``sys.modules``."""
+    code = ("import sys\nfrom finetune_doctor import startup\n"
+            "real = __import__('inspect'); del sys.modules['inspect']\n"
+            "m = startup._DeferredModule('inspect'); sys.modules['inspect'] = m\n"
+            f"got = {ask}\n"
+            "loaded = sys.modules['inspect'] is not m and type(sys.modules['inspect']).__name__ == 'module'\n"
+            "import inspect as again\n"
+            f"m = real\nwant = {ask}\n"
+            "print(repr(got) == repr(want), loaded or 'origin' in " + repr(ask) + ", again is not None)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True", "True"], out.stdout
+
+
+def test_import_of_a_deferred_module_does_not_load_it():
+    """``import inspect`` while the stand-in sits in ``sys.modules`` reads only its ``__spec__`` (the real module's,
+    found without running it): the deferral the lint's start-up saves ~5 ms with still holds."""
+    code = ("import sys\nfrom finetune_doctor import startup\nstartup._defer_inspect()\n"
+            "import dataclasses, inspect\nfrom importlib import util\n"
+            "print(type(sys.modules['inspect']).__name__, 'signature' in vars(sys.modules['inspect']), "
+            "util.find_spec('inspect').origin.endswith('inspect.py'), "
+            "type(sys.modules['inspect']).__name__)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["_DeferredModule", "False", "True", "_DeferredModule"]
