@@ -12,7 +12,8 @@ seen before is executed from its cached code object, compiled exactly as ``exec`
 ``<string>``, no ``__future__`` flags inherited), so every class and method is the same as without the cache.
 Code objects live in one marshal file in the doctor's cache folder (`fsutil.cache_dir`, off with
 FINETUNE_DOCTOR_NO_CACHE=1), keyed by the interpreter's bytecode tag and the ``dataclasses`` module file, like the
-rule expressions' cache (engine/expr.py). Only the console script installs it (`__main__.entry`): the process is
+rule expressions' cache (engine/expr.py); each entry names the module of its class, and a save keeps only what the
+package still generates (`_current`), so the file cannot outgrow the package's own dataclasses. Only the console script installs it (`__main__.entry`): the process is
 the doctor's own, and a library user's interpreter is left untouched.
 
 Regular expressions are the same kind of cost: ``re.compile`` parses a pattern and builds its matcher's code in
@@ -39,6 +40,7 @@ import sys
 from typing import Any
 
 _CACHE: dict[str, Any] = {}     # generated source -> code object, from the file and this process
+_MOD: dict[str, str] = {}       # generated source -> the project module whose class it was generated for
 _NEW = 0                        # sources compiled in this process and not in the file yet
 _USED: set[str] = set()         # sources this process executed (what a full file keeps)
 _MAX = 8192                     # entries; past it the file restarts from this process's sources
@@ -75,6 +77,7 @@ def _exec(source: Any, globals_: Any = None, locals_: Any = None, /, **kw: Any) 
     if not _ours(globals_):
         return builtins.exec(compile(source, "<string>", "exec", dont_inherit=True), globals_, locals_)
     _USED.add(source)
+    _MOD[source] = globals_["__name__"]
     code = _CACHE.get(source)
     if code is None:
         code = compile(source, "<string>", "exec", dont_inherit=True)
@@ -109,7 +112,10 @@ def install(family: str = "") -> None:
         except (OSError, ValueError, EOFError, TypeError):
             data = None
         if isinstance(data, dict):
-            _CACHE.update((k, v) for k, v in data.items() if isinstance(k, str) and isinstance(v, CodeType))
+            for k, v in data.items():   # source -> (code, module); a file of another layout is read as empty
+                if isinstance(k, str) and isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], CodeType) \
+                        and isinstance(v[1], str):
+                    _CACHE[k], _MOD[k] = v
     _STATE["path"] = path
     dataclasses.exec = _exec   # type: ignore[attr-defined]
     _install_re(path)
@@ -279,7 +285,9 @@ def save() -> None:
     from finetune_doctor.errors import InputError
     from finetune_doctor.fsutil import prune_cache, write_bytes
 
-    data = _CACHE if len(_CACHE) <= _MAX else {k: v for k, v in _CACHE.items() if k in _USED}
+    data = {k: (v, _MOD.get(k, "")) for k, v in _CACHE.items() if _current(k)}
+    if len(data) > _MAX:
+        data = {k: v for k, v in data.items() if k in _USED}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fresh = not path.exists()
@@ -289,6 +297,24 @@ def save() -> None:
     except (InputError, OSError, ValueError):
         return
     _NEW = 0
+
+
+def _current(source: str) -> bool:
+    """Whether a cached source is one the package as installed still generates, so that the file holds at most what
+    the package defines (it grew across versions, 456 entries where a lint uses ~410, issue #22): a source this
+    process executed is; one of a module this process imported but did not execute is stale (every project
+    dataclass is built at its module's import: none is nested in a function); one of a module with no file in the
+    package is gone; one of a module this process did not import is kept for the command that imports it."""
+    if source in _USED:
+        return True
+    mod = _MOD.get(source, "")
+    if mod in sys.modules:
+        return False
+    parts = mod.split(".")
+    if parts[0] != "finetune_doctor":
+        return False
+    base = os.path.join(os.path.dirname(os.path.abspath(__file__)), *parts[1:])
+    return os.path.isfile(base + ".py") or os.path.isfile(os.path.join(base, "__init__.py"))
 
 
 def _save_re() -> None:

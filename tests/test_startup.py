@@ -362,3 +362,37 @@ def test_import_of_a_deferred_module_does_not_load_it():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["_DeferredModule", "False", "True", "_DeferredModule"]
+
+
+def test_the_dataclass_cache_keeps_only_what_the_package_generates(tmp_path):
+    """The dataclass-code file grew across versions (937 kB, 456 entries, issue #22): a save now keeps a source only
+    while the package still generates it. A source of a module the process imported but did not execute (its class
+    changed), or of a module the package no longer has, is dropped; one of a module not imported this time stays for
+    the command that imports it; the file then holds exactly the sources the package builds."""
+    import marshal
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path)}
+    env.pop("FINETUNE_DOCTOR_NO_CACHE", None)
+    code = ("from finetune_doctor import startup; startup.install()\n"
+            "import finetune_doctor.types\nprint(startup._NEW); startup.save()\n")
+
+    def run() -> int:
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        return int(out.stdout)
+
+    first = run()
+    (path,) = (tmp_path / "finetune-doctor").glob("dataclass-code-*.marshal")
+    clean = marshal.loads(path.read_bytes())
+    assert len(clean) == first > 10 and {m for _, m in clean.values()} == {"finetune_doctor.types"}
+    stale = compile("x = 1", "<string>", "exec")
+    data = dict(clean)
+    dropped = next(iter(data))
+    del data[dropped]                                      # types.py "changed": one source is new ...
+    data["def __init__(self, old): pass"] = (stale, "finetune_doctor.types")          # ... and one is stale
+    data["def __init__(self, gone): pass"] = (stale, "finetune_doctor.no_such_module")
+    data["def __init__(self, later): pass"] = (stale, "finetune_doctor.probes.zerotrace")
+    path.write_bytes(marshal.dumps(data))
+    assert run() == 1
+    after = marshal.loads(path.read_bytes())
+    assert set(after) == set(clean) | {"def __init__(self, later): pass"}
+    assert run() == 0
