@@ -13,8 +13,9 @@ seen before is executed from its cached code object, compiled exactly as ``exec`
 Code objects live in one marshal file in the doctor's cache folder (`fsutil.cache_dir`, off with
 FINETUNE_DOCTOR_NO_CACHE=1), keyed by the interpreter's bytecode tag and the ``dataclasses`` module file, like the
 rule expressions' cache (engine/expr.py); each entry names the module of its class, and a save keeps only what the
-package still generates (`_current`), so the file cannot outgrow the package's own dataclasses. Only the console script installs it (`__main__.entry`): the process is
-the doctor's own, and a library user's interpreter is left untouched.
+package still generates (`_current`), so the file cannot outgrow the package's own dataclasses. Only the console
+script installs it (`__main__.entry`): the process is the doctor's own, and a library user's interpreter is left
+untouched.
 
 Regular expressions are the same kind of cost: ``re.compile`` parses a pattern and builds its matcher's code in
 Python on every start (``re/_compiler.py`` ``compile``: ``_parser.parse``, ``_code``, then ``_sre.compile``), and

@@ -564,7 +564,7 @@ def test_unnamed_deepspeed_is_weighed_as_the_leaking_release(tmp_path, monkeypat
 
     from finetune_doctor.analyzers.memory.zero3 import RECOMPUTE_LEAK_RELEASE
     from finetune_doctor.cli import main
-    from finetune_doctor.facts.assume import LEAK_RELEASE
+    from finetune_doctor.facts.assumestack import LEAK_RELEASE
 
     assert LEAK_RELEASE == RECOMPUTE_LEAK_RELEASE
     monkeypatch.setenv("FINETUNE_DOCTOR_NO_NVML", "1")

@@ -252,7 +252,7 @@ def test_slot_text_step_has_one_home():
     ("fixtures/trial_reports/qwen3-8b-lora-20k-2xa100-40gb.yaml", ["--gpu", "2xA100-40GB"], "FD640"),
 ])
 def test_one_probability_of_oom_per_report(case):
-    """The memory block's p_oom (a mixture over the open assumptions, facts/config.py `_mixed`) is the home of a
+    """The memory block's p_oom (a mixture over the open assumptions, facts/verdict.py `mixed_p_oom`) is the home of a
     run's probability of OOM: a remedy's "before" is that number, not the assumed values' alone."""
     from click.testing import CliRunner
 
