@@ -99,6 +99,13 @@ def test_one_split_arg_with_lfs_empty_items():
     assert split_arg(["x", 1]) == ["x", "1"] and split_arg(None) is None and split_arg(3) == ["3"]
     assert tokens.as_list is split_arg and launch._names("a,,b") == ["a", "", "b"] and launch._names(3) is None
     assert split_list("q_proj, ,v_proj,") == ("q_proj", "v_proj")   # module names: an empty item names none
+    # the probe's dataset sampler was a fifth copy (a list item that is not a str crashed it): it reads split_list
+    import inspect
+
+    from finetune_doctor.probes import confirm
+
+    src = inspect.getsource(confirm.sample_batches)
+    assert "split_list(" in src and '.split(",")' not in src
 
 
 def test_one_as_bool():
@@ -493,3 +500,34 @@ def test_no_function_that_nothing_names():
             dead |= {f.name for f in funcs if not f.name.startswith("__") and not f.decorator_list
                      and words[f.name] <= 1}
     assert dead - _DISPATCHED <= _DEAD_ELSEWHERE, sorted(dead - _DISPATCHED - _DEAD_ELSEWHERE)
+
+
+@pytest.mark.parametrize("value, v0, v1", [("1", True, True), ("TRUE", True, True), ("y", True, True),
+                                          ("yes", False, True), ("on", False, True), ("t", False, True),
+                                          (" 1", False, False), ("0", False, False), ("", False, False)])
+def test_lfs_env_switch_is_read_by_one_function(value, v0, v1):
+    """LF's ``is_env_enabled`` was written seven times; one copy (DISABLE_VERSION_CHECK) stripped the value, which LF
+    does not (extras/misc.py:258-260). Every reader of an LF switch now answers as readers/lfenv.py does, v1's
+    ALLOW_EXTRA_KEYS with v1's wider set (v1/utils/env.py:28-30)."""
+    import re
+
+    from finetune_doctor.facts.stackrange import disabled
+    from finetune_doctor.readers import lfenv
+    from finetune_doctor.readers.config.accelerate import LaunchCommand
+    from finetune_doctor.readers.config.keyschema import extra_args_allowed
+    from finetune_doctor.readers.config.lfkind import is_v1
+    from finetune_doctor.readers.config.lfv1 import extra_keys_allowed
+
+    assert lfenv.env_enabled("V", {"V": value}) is v0 and lfenv.env_enabled("V", {"V": value}, v1=True) is v1
+    assert env_enabled("USE_MODELSCOPE_HUB", {"USE_MODELSCOPE_HUB": value}) is v0
+    assert extra_args_allowed({"ALLOW_EXTRA_ARGS": value}) is v0 and disabled({"DISABLE_VERSION_CHECK": value}) is v0
+    assert extra_keys_allowed({"ALLOW_EXTRA_KEYS": value}) is v1
+    assert is_v1({"model": "m"}, {"USE_V1": value}) is v0
+    launch = LaunchCommand(launcher="llamafactory-cli", env={"FORCE_TORCHRUN": value}, options={}, script="train",
+                           text="llamafactory-cli train")
+    assert launch.env_flag("FORCE_TORCHRUN") is v0
+    # no other module spells the true values (analyzers/memory/launchenv.py: the memory-terms lane, left)
+    root = Path(__file__).resolve().parent.parent / "finetune_doctor"
+    spelled = re.compile(r"lower\(\)\s+in\s+[(\[{][^)\]}]*[\"']y[\"']")
+    copies = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if spelled.search(p.read_text("utf-8")))
+    assert set(copies) <= {"readers/lfenv.py", "analyzers/memory/launchenv.py"}

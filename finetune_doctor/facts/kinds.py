@@ -315,7 +315,7 @@ def launch_facts(opts: Any, hw: Any, env_report: Any = None, env: Mapping[str, s
     machine's own GPUs: the installed torch is the training machine's)."""
     import os
 
-    from finetune_doctor.readers.config.lfkind import env_enabled
+    from finetune_doctor.readers.lfenv import env_enabled
 
     env = os.environ if env is None else env
     ws = str(env.get("WORLD_SIZE", "") or env.get("NPROC_PER_NODE", ""))

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Mapping
 
+from finetune_doctor.readers.lfenv import env_enabled
+
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "catalog", "lf_keys.json")
 KINDS = ("unknown", "renamed", "derived", "invalid_value", "wrong_type", "out_of_range")
 _NO_FIX = object()
@@ -109,8 +111,7 @@ def _bundled_schema() -> dict[str, Any]:
 
 def extra_args_allowed(env: Mapping[str, str] | None = None) -> bool:
     """LLaMA-Factory's ``is_env_enabled("ALLOW_EXTRA_ARGS")``: the value lower-cased is one of true, y, 1."""
-    env = os.environ if env is None else env
-    return str(env.get("ALLOW_EXTRA_ARGS", "0")).lower() in ("true", "y", "1")
+    return env_enabled("ALLOW_EXTRA_ARGS", env)
 
 
 def value_kind(v: Any) -> str:
