@@ -531,3 +531,19 @@ def test_lfs_env_switch_is_read_by_one_function(value, v0, v1):
     spelled = re.compile(r"lower\(\)\s+in\s+[(\[{][^)\]}]*[\"']y[\"']")
     copies = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if spelled.search(p.read_text("utf-8")))
     assert set(copies) <= {"readers/lfenv.py", "analyzers/memory/launchenv.py"}
+
+
+def test_quant_holds_value_types_and_run_resolves():
+    """quant.py mixed the checkpoint's value type with LLaMA-Factory's treatment of it (issue #22): the treatment
+    (which formats LF dequantizes, what a quantized model may train with) is run/quantization.py's, beside the
+    resolution of the YAML's quantization keys; quant.py defines no function that names LLaMA-Factory's choices."""
+    from finetune_doctor import quant
+    from finetune_doctor.run import quantization
+
+    spec = quant.parse_quantization_config({"quant_method": "fp8", "weight_block_size": [128, 128]})
+    t = quantization.lf_treatment(spec)
+    assert (t.dequantized, t.lora_only, t.zero3_ok) == (True, False, True)
+    awq = quantization.lf_treatment(quant.parse_quantization_config({"quant_method": "awq", "bits": 4,
+                                                                      "group_size": 128}))
+    assert (awq.dequantized, awq.lora_only, awq.zero3_ok, awq.dora_ok) == (False, True, False, False)
+    assert not hasattr(quant, "lf_treatment") and not hasattr(quant, "LF_DEQUANTIZED")
