@@ -547,3 +547,26 @@ def test_quant_holds_value_types_and_run_resolves():
                                                                       "group_size": 128}))
     assert (awq.dequantized, awq.lora_only, awq.zero3_ok, awq.dora_ok) == (False, True, False, False)
     assert not hasattr(quant, "lf_treatment") and not hasattr(quant, "LF_DEQUANTIZED")
+
+
+def test_options_take_each_flag_by_its_field(tmp_path):
+    """Options.from_cli took a parameter per flag (22, issue #22): it now takes the flags by field name, and each
+    field is filled by one declared route (flag, flag over the project file, or derived), so a field added to
+    Options without a route fails here instead of being silently never read."""
+    import dataclasses
+
+    from finetune_doctor.settings import FROM_CLI_ONLY, FROM_PROJECT, Options
+
+    derived = {"command", "paths", "format", "output", "select", "ignore", "fail_on", "rules_dirs",
+               "per_file_ignores", "project_file", "offline", "strict"}
+    routes = derived | set(FROM_CLI_ONLY) | {f for f, _key in FROM_PROJECT}
+    assert routes == {f.name for f in dataclasses.fields(Options)} and not set(FROM_CLI_ONLY) & derived
+    (tmp_path / ".finetune-doctor.toml").write_text('gpu = "A100-80GB"\ntorch = "2.4.0"\nrules = ["mine"]\n'
+                                                    'ignore = ["FD001"]\nstrict = true\n')
+    cfg = str(tmp_path / "train.yaml")
+    o = Options.from_cli(command="check", paths=[cfg], fmt="json", select="FD101, FD102", ignore="FD002",
+                         rules_dirs=("cli",), torch_version="2.6.0", env_file="env.txt", no_data=True)
+    assert (o.gpu, o.torch_version, o.format, o.select, o.ignore, o.rules_dirs, o.strict, o.env_file) == (
+        "A100-80GB", "2.6.0", "json", ("FD101", "FD102"), ("FD002", "FD001"), ("cli", str(tmp_path / "mine")), True,
+        "env.txt")
+    assert Options.from_cli(command="check", paths=[cfg], gpu="H100").gpu == "H100"
