@@ -299,7 +299,7 @@ def installed_versions() -> dict[str, str]:
 def _release_stack(asm: Assembly, stack: dict[str, str | None], release: Any) -> dict[str, str | None]:
     """`stack` with the transformers the LF release's start-up range makes likely when only the release is known
     (facts/stackrange.py `assumed_transformers`, kept in ``asm.tf_assumed``: trial 5), an assumption
-    (facts/assume.py) that decides the run but not which keys are judged renamed; `stack` itself otherwise."""
+    (facts/assumestack.py) that decides the run but not which keys are judged renamed; `stack` itself otherwise."""
     asm.tf_assumed = None if stack.get("transformers") else assumed_transformers(release)
     if asm.tf_assumed is not None:
         asm.stack = {**stack, "transformers": asm.tf_assumed["version"]}

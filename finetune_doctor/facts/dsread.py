@@ -66,7 +66,7 @@ def ds_stage_hint(value: Any) -> tuple[int, bool]:
 def stand_in_deepspeed(asm: Assembly, arch: Any) -> None:
     """A DeepSpeed file the config names that is not on this machine: the run is estimated with LLaMA-Factory's
     stock file of the stage its name suggests (`ds_stage_hint`), recorded as the ``deepspeed-config`` assumption
-    (facts/assume.py evaluates the other stock stages); the path itself is not-checked-here."""
+    (facts/assumestack.py evaluates the other stock stages); the path itself is not-checked-here."""
     doc = asm.doc
     value = doc.values.get("deepspeed")
     stage, offload = ds_stage_hint(value)
