@@ -534,8 +534,8 @@ def launcher_assumption(asm: Any, world_size: int | None, engine: str | None = N
     Over several ranks the question is the launcher (llamafactory-cli's torchrun sets expandable segments, a
     torchrun started by hand does not: LLaMA-Factory ``launcher.py``), unless `launch_read` says it was read or
     Megatron launches itself; on one rank it is whether anything says how many ranks run (``launch_known``:
-    facts/kinds.py `launch_facts`). facts/config.py records it when the config is read; facts/assumelaunch.py asks again
-    with the resolved run and weighs the alternatives, and that entry replaces the first (issue #22: there were
+    facts/kinds.py `launch_facts`). facts/config.py records it when the config is read; facts/assumelaunch.py asks
+    again with the resolved run and weighs the alternatives, and that entry replaces the first (issue #22: there were
     two producers with their own wording and their own test of a known launch)."""
     from finetune_doctor.types import Assumption
 
