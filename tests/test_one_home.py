@@ -570,3 +570,17 @@ def test_options_take_each_flag_by_its_field(tmp_path):
         "A100-80GB", "2.6.0", "json", ("FD101", "FD102"), ("FD002", "FD001"), ("cli", str(tmp_path / "mine")), True,
         "env.txt")
     assert Options.from_cli(command="check", paths=[cfg], gpu="H100").gpu == "H100"
+
+
+def test_every_command_starts_its_facts_from_the_skeleton():
+    """`doctor data` judged a hand-built ``{"cfg": ..., "data": ...}`` (issue #22: one facts skeleton): no pipeline
+    module spells a facts dict; each starts from facts.skeleton, which holds every config namespace."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent / "finetune_doctor" / "pipeline"
+    spelled = []
+    for path in sorted(root.glob("*.py")):
+        for node in _nodes(path):
+            if isinstance(node, ast.Dict) and any(isinstance(k, ast.Constant) and k.value == "cfg" for k in node.keys):
+                spelled.append(f"{path.name}:{node.lineno}")
+    assert spelled == []
