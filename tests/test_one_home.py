@@ -132,6 +132,13 @@ def test_one_json_key_scanner_places_a_duplicate_where_json_load_reads_it():
     # the exact parser (taken for a text with an escaped control character) agrees with the fast scan
     slow = text.replace('"x"', '"x\\u0001"')
     assert dsjson.parse(slow, "ds.json").positions["zero_optimization.stage"] == (4, 5)
+    # and --fix edits that occurrence (it edited the first, which json.load ignores, and refused the fix)
+    from finetune_doctor.fixes.edit import render_edits
+    from finetune_doctor.types import Edit
+
+    out, changed = render_edits(text, [Edit("ds.json", "zero_optimization.stage", 1)], kind="json", path="ds.json")
+    assert json.loads(out)["zero_optimization"]["stage"] == 1 and changed == ["zero_optimization.stage"]
+    assert out.splitlines()[2:4] == ['    "stage": 2,', '    "stage": 1']
 
 
 def test_one_bf16_family_list():
