@@ -11,7 +11,8 @@ from finetune_doctor.analyzers.data.tokenizer import find_tokenizer
 from finetune_doctor.readers.gpus import gpu_config
 from finetune_doctor.readers.deepspeed.dsconfig import resolve_ds_path
 from finetune_doctor.readers.data.hubcache import hf_hub_cache
-from finetune_doctor.readers.model.caches import cached_model_files, env_enabled, hub_cache_dirs
+from finetune_doctor.readers.lfenv import env_enabled
+from finetune_doctor.readers.model.caches import cached_model_files, hub_cache_dirs
 
 DS = {"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 3}}
 
