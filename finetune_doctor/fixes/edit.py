@@ -718,8 +718,7 @@ class _JsonDoc:
     def _apply_one(self, o: _Op, after: Mapping[str, str]) -> str:
         t = self.text
         obj = self.objects.get(o.path[:-1])
-        # a key written twice: the occurrence json.load keeps (the last), as readers/deepspeed/dsjson.py points at
-        member = next((m for m in reversed(obj.members) if m.key == o.path[-1]), None) if obj else None
+        member = next((m for m in reversed(obj.members) if m.key == o.path[-1]), None) if obj else None  # json.load keeps the last
         if member is not None and o.action in ("set", "rename"):
             base = self._indent_at(member.key_start)
             new_val = self._dump(o.value, base)

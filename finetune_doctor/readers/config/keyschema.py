@@ -24,8 +24,6 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Mapping
 
-from finetune_doctor.readers.lfenv import env_enabled
-
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "catalog", "lf_keys.json")
 KINDS = ("unknown", "renamed", "derived", "invalid_value", "wrong_type", "out_of_range")
 _NO_FIX = object()
@@ -110,7 +108,8 @@ def _bundled_schema() -> dict[str, Any]:
 
 
 def extra_args_allowed(env: Mapping[str, str] | None = None) -> bool:
-    """LLaMA-Factory's ``is_env_enabled("ALLOW_EXTRA_ARGS")``: the value lower-cased is one of true, y, 1."""
+    """LLaMA-Factory's ``is_env_enabled("ALLOW_EXTRA_ARGS")`` (readers/lfenv.py): true, y or 1, lower-cased."""
+    from finetune_doctor.readers.lfenv import env_enabled
     return env_enabled("ALLOW_EXTRA_ARGS", env)
 
 
