@@ -10,7 +10,8 @@ is recalled and was not re-read (the report lists those). ``architecture`` names
 from.
 
 Values the copied config does not hold are in `MANUAL` with what was read. Run from the repository root:
-``python scripts/catalog_provenance.py`` (rewrites models.json in the catalogue's own layout).
+``python scripts/catalog_provenance.py`` (rewrites models.json in the catalogue's own layout);
+``python scripts/catalog_provenance.py --audit`` prints the counts of the stored records and writes nothing.
 """
 
 from __future__ import annotations
@@ -27,8 +28,17 @@ from build_catalog import load_catalog, write_catalog  # noqa: E402
 MANUAL: dict[str, tuple[str, str, str, bool]] = {
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": (
         "bfloat16", "config.json",
-        "recalled from the hub file, not re-read: the copy read (read_from) names float16, an edit of that project "
-        "(its auto_map also points at a local modeling file)", False),
+        "the hub file itself is not stored (the copy read for the shapes, read_from, is a project's edit naming "
+        "float16); read in configs transformers wrote after loading the hub checkpoint, which keep its torch_dtype "
+        "field: onnx-community/DeepSeek-R1-Distill-Qwen-1.5B-ONNX config.json (_name_or_path "
+        "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B, transformers 4.46.3: 'bfloat16'), "
+        "adriabama06/DeepSeek-R1-Distill-Qwen-1.5B-GPTQ-8bit config.json (same _name_or_path, 4.47.1: 'bfloat16'), "
+        "wh-zhu/DeepSeek-R1-TrRa-1.5B-lambda_2 (from the hub snapshot e93784059177, 4.45.0: 'bfloat16'); the stored "
+        "weights are 16-bit: the hub tree (https://huggingface.co/deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B/tree/"
+        "main, and at commits e937840 and 6393b75) lists one model.safetensors of 3.55 GB for 1,777,088,000 "
+        "elements, 2 bytes each, and config.json at 679 bytes: the read_from copy's fields without its auto_map, "
+        "written as transformers writes them (sorted keys, two-space indent, a closing newline) with a six-character "
+        "transformers_version, come to 679 bytes with 'bfloat16' and 678 with 'float16' or 'float32'", True),
     "google/gemma-7b": (
         "bfloat16", "config.json",
         "GemmaConfig printed after from_pretrained('google/gemma-7b') with transformers 4.45.2 (torch_dtype "
@@ -87,23 +97,21 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
     # searched the code, issues and docs corpora, the hub pages the docs corpus holds, and the GitHub repositories
     # named below): recalled, with what the stored copies saved from each model say.
     "baichuan-inc/Baichuan-7B": (
-        "float16", "stored weights",
-        "recalled, not re-read: a 14 GB pytorch_model.bin for 7.0 B parameters (2 bytes each) on the hub page. "
-        "The hub's config.json is not stored (GitHub baichuan-inc/Baichuan-7B holds models/configuration_baichuan.py "
-        "but no config.json); the copies disagree on its dtype: configs saved from it by transformers 4.30 name "
-        "float16 (huggingface.co hiyouga/Baichuan-7B-sft, sharpbai/Baichuan-7B, Laurie/baichuan7b-lora-merged), "
-        "one with the release's transformers 4.29.1 names float32 (mxmax/baichuan-7b-sft-001), as does "
-        "Tongjilibo/bert4torch_config's baichuan-inc/Baichuan-7B copy; if the hub file names float32, "
-        "torch_dtype='auto' loads float32. --model-config with the real config.json overrides it. Session 8 looked "
-        "again (exact-string search of the code corpus for the BaiChuanForCausalLM architectures line: a README "
-        "summary that copies the config without torch_dtype, vLLM/SGLang registries): no stored copy of the hub "
-        "file. Session 9 looked in GitHub repositories that vendor hub files (the index's file list of "
-        "baichuan-inc/Baichuan-7B: README, config/deepspeed.json, models/configuration_baichuan.py and "
-        "modeling_baichuan.py, no config.json or weights index) and the pages corpus (an xfyun Gitea mirror of the "
-        "hub repository, repo.model.xfyun.cn/aicloud/baichuan_7b: two searches returned its README only; TheBloke's "
-        "baichuan-7B-GPTQ card calls the hub repository 'unquantised fp16 model in pytorch format', a third party's "
-        "word, not the file): no stored copy of the hub config.json or weights header; the doctor names the dtype "
-        "as an open assumption and weighs float32 (facts/assume.py _checkpoint)", False),
+        "float16", "config.json",
+        "config.json's own torch_dtype not read (no stored copy of the hub file: sessions 7-9 searched the code, "
+        "issues, docs and pages corpora and GitHub repositories that vendor hub files). Read in session 11: the "
+        "stored weights are bfloat16 -- the hub tree at the initial commit "
+        "(https://huggingface.co/baichuan-inc/Baichuan-7B/tree/e2f3e14314a9e2bb57183160a3cc012e3c60c60c) and at "
+        "main lists one pytorch_model.bin of 14 GB whose pickle imports are 'torch.BFloat16Storage', "
+        "'collections.OrderedDict', 'torch._utils._rebuild_tensor_v2' (7.0 B elements x 2 bytes) -- and config.json "
+        "is 656 bytes at both. LLaMA-Factory loads with torch_dtype='auto' (model/loader.py), which takes "
+        "config.json's torch_dtype when it names one and the weights' only when it names none; 656 bytes is the "
+        "size of the copies saved from it (hiyouga/Baichuan-7B-sft config.json: the same fields, 'float16', "
+        "transformers 4.30.1), which with transformers' writer (sorted keys, two-space indent, closing newline) "
+        "leaves room for a seven-letter dtype ('float16' or 'float32', as copies saved by 4.30 and 4.29.1 "
+        "disagree), not 'bfloat16'. So the value is float16 (the bytes equal bfloat16's), recalled from the "
+        "copies, and the doctor names the dtype as an open assumption and weighs float32 (facts/assume.py "
+        "_checkpoint); --model-config with the real config.json overrides it", False),
     "LGAI-EXAONE/EXAONE-3.0-7.8B-Instruct": (
         "float32", "config.json",
         "recalled, not re-read: the hub's config.json names float32 and ships ~31 GB of shards; a bf16 re-save "
@@ -119,7 +127,10 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "the code corpus for the exaone model_type line finds one more re-save, auto_map prefixed with the hub "
         "repository, transformers 4.45.2, bfloat16) and the pages corpus (two searches for the config and the "
         "shard list return a hub mirror's copy of Bingsu's llamafied GGUF card, translated READMEs and the "
-        "technical report): no stored copy of the LGAI-EXAONE file or its safetensors index. The doctor "
+        "technical report): no stored copy of the LGAI-EXAONE file or its safetensors index. Session 11 looked "
+        "again (docs corpus for the hub page's tensor type, NVIDIA NeMo AutoModel's EXAONE-3.0 page, issues "
+        "corpus): re-saves only; a llamafied copy (CarrotAI/EXAONE-3.0-7.8B-Instruct-Llamafied-8k) keeps 7 "
+        "shards of 31.3 GB, 4 bytes an element, a conversion's size, not the file. The doctor "
         "names the dtype as an open assumption and weighs bfloat16 (facts/assume.py _checkpoint)", False),
     "mistralai/Codestral-22B-v0.1": (
         "bfloat16", "config.json",
@@ -135,7 +146,12 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "README under kalle/data/tokenizer_config/codestral/ but no config.json; xorbitsai/inference and lalamo "
         "register the model without its dtype; a snapshot_download script fetches params.json and "
         "consolidated.safetensors, Mistral's own format without a dtype field): no stored copy of the gated "
-        "file; the doctor names the dtype as an open assumption and weighs float32 (facts/assume.py _checkpoint)",
+        "file. Session 11: the hub page of the gated repository is stored (its tags: safetensors, vllm, mistral, "
+        "mistral-common; no file list or config), and the released tensors are 16-bit: the HF conversion "
+        "mistral-community/Codestral-22B-v0.1 (tree at main) holds 9 safetensors shards, 44.5 GB for "
+        "22,247,282,688 elements, 2 bytes each, with a 596-byte config.json, the size of bullerwins' conversion "
+        "that names bfloat16. The doctor names the dtype as an open assumption and weighs float32 "
+        "(facts/assume.py _checkpoint)",
         False),
     "Tele-AI/TeleChat2-7B": (
         "bfloat16", "stored weights",
@@ -149,7 +165,9 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "commit's file list: only model/115B ever held a config.json or safetensors shards; its README gives the 7B "
         "shape table and a ModelScope link, no dtype) and searched the pages corpus for hub mirrors of the 7B "
         "(shuiyin.accos.tk and code.bitahub.com hold its tokenizer_config.json and README only, no file list, "
-        "shard header or safetensors index); the doctor names the dtype as an open assumption and weighs "
+        "shard header or safetensors index). Session 11 looked again (docs corpus for the hub page's tensor "
+        "type and shard list, issues corpus, pages corpus for ModelScope's file list): the same mirrors' "
+        "tokenizer files only; the doctor names the dtype as an open assumption and weighs "
         "float32 (facts/assume.py _checkpoint)",
         False),
 }
@@ -164,9 +182,43 @@ CLASS_DEFAULT_VOCAB: dict[str, tuple[int, str]] = {
 # Alias entries whose own config.json was not read (the basis says on what the shared layout rests): the values
 # inherited from the base are the base's file, not theirs, so they are recorded as recalled (checked false).
 UNREAD_ALIASES = {"zai-org/GLM-4.6"}
+# Where the alias's own value was looked for (appended to the base's source in its unread records).
+UNREAD_NOTE = {
+    "zai-org/GLM-4.6": (
+        "the base's file, not zai-org/GLM-4.6's: its own config.json is not stored (sessions 10-11 searched the "
+        "docs corpus for the hub blob, tree and safetensors pages, the code corpus for copies with its "
+        "_name_or_path, 202752 and its shape fields -- only generated write-ups that invent fields -- and the "
+        "llama.cpp GLM 4.6 conversion thread); the quantized conversions read for its layout and dtype "
+        "(basis) show their vocab_size only past the part of the page stored. GLM-4-9B, GLM-4.1V, GLM-4.5, "
+        "GLM-4.5-Air, GLM-4.5V and GLM-4.7 all have 151552 (GLM-4.7-Flash 154880)"),
+}
+
+# Alias fields read in a file of the alias's own checkpoint other than its config.json (a conversion saved from it):
+# {id: {field: (value, source)}}; each is recorded as read (checked) from that source.
+ALIAS_READ: dict[str, dict[str, tuple[Any, str]]] = {
+    "zai-org/GLM-4.6": {"torch_dtype": (
+        "bfloat16",
+        "zai-org/GLM-4.6's own config.json not stored; read in two quantized conversions of that checkpoint made "
+        "with LLM Compressor, which keep the dtype the checkpoint loaded in: "
+        "https://huggingface.co/inference-optimization/GLM-4.6-FP8-dynamic/blob/main/config.json and "
+        "https://huggingface.co/RedHatAI/GLM-4.6-NVFP4/blob/main/config.json ('dtype': 'bfloat16'; base_model "
+        "zai-org/GLM-4.6 on the RedHatAI card, which says quantizing 'reduces the number of bits per parameter "
+        "from 16 to 4')")},
+}
 
 # Entries whose config was read in a copy that has no address of its own to put in read_from: what was read.
 READ_ELSEWHERE = {
+    # written by hand in bf63f77 (Qwen3.5 configs read as curl printed them in public session logs: no address)
+    "Qwen/Qwen3.5-0.8B": (
+        "https://huggingface.co/Qwen/Qwen3.5-0.8B/blob/main/config.json (read as verbatim hub config.json in "
+        "a public session log: the hub file as `curl -sL "
+        "https://huggingface.co/Qwen/Qwen3.5-0.8B/resolve/main/config.json` printed it (whole, 4-space "
+        "layout, transformers_version 4.57.0.dev0))"),
+    "Qwen/Qwen3.5-4B": (
+        "https://huggingface.co/Qwen/Qwen3.5-4B/blob/main/config.json (read as verbatim hub config.json in a "
+        "public session log: the hub file at revision 851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a as `curl -s -L"
+        " https://huggingface.co/Qwen/Qwen3.5-4B/resolve/main/config.json` printed it (whole, "
+        "transformers_version 4.57.0.dev0))"),
     "zai-org/GLM-4.5V": "https://huggingface.co/zai-org/GLM-4.5V/blob/main/config.json as Glm4vMoeConfig printed "
                         "after from_pretrained of a local snapshot with transformers 5.7.0, in a public model-info "
                         "report (GitHub code index id 62538297598) that also lists the snapshot's safetensors tensors",
@@ -210,10 +262,15 @@ def provenance(entry: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> dict[
             if hit is not None:
                 out[field] = {"value": hit[0], "from": "config.json", "field": hit[1], "source": entry["source"],
                               "checked": True}
+            elif field in ALIAS_READ.get(entry["id"], {}):
+                v, src = ALIAS_READ[entry["id"]][field]
+                out[field] = {"value": v, "from": "config.json", "source": src, "checked": True}
             else:
                 out[field] = {**basep[field], "from": f"same_architecture_as {base['id']}: " + basep[field]["from"]}
                 if entry["id"] in UNREAD_ALIASES:
                     out[field]["checked"] = False
+                    if entry["id"] in UNREAD_NOTE:
+                        out[field]["source"] += f" ({UNREAD_NOTE[entry['id']]})"
         out["architecture"] = f"same_architecture_as {base['id']}"
         return out
     dt = _find(cfg, ("torch_dtype", "dtype"))
@@ -233,8 +290,31 @@ def provenance(entry: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> dict[
     return out
 
 
-def main() -> int:
+def audit(models: list[dict[str, Any]]) -> str:
+    """Counts of the catalogue's provenance records: entries, records per ``from``, the ones not read (checked
+    false) and the ones missing a value or a source (the issue-21 audit; tests/test_catalog_provenance.py asserts
+    the same)."""
+    lines = [f"{len(models)} entries ({sum('config' in e for e in models)} base, "
+             f"{sum('same_architecture_as' in e for e in models)} alias)"]
+    for field in ("torch_dtype", "vocab_size"):
+        recs = [(e["id"], (e.get("provenance") or {}).get(field) or {}) for e in models]
+        bad = [i for i, r in recs if r.get("value") in (None, "", "auto") or len(str(r.get("source") or "")) <= 10]
+        kinds: dict[str, int] = {}
+        for _i, r in recs:
+            k = str(r.get("from", "none")).split(": ")[-1]
+            kinds[k] = kinds.get(k, 0) + 1
+        unread = [i for i, r in recs if r and r.get("checked") is False]
+        lines.append(f"{field}: missing value or source {len(bad)} {bad}; from " +
+                     ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) +
+                     f"; not read in a stored file (checked false) {len(unread)} {unread}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
     data = load_catalog()
+    if "--audit" in (sys.argv[1:] if argv is None else argv):   # report the stored records, write nothing
+        print(audit(data["models"]))
+        return 0
     if ABOUT not in data["about"]:
         data["about"] = data["about"].rstrip() + " " + ABOUT
     by_id = {e["id"]: e for e in data["models"]}

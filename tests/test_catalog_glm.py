@@ -78,13 +78,17 @@ def test_glm_moe_layout(name, experts, first_dense, moe_width, layers):
                                                                  moe_width, layers)
 
 
-def test_glm_45_and_46_differ_only_in_context_and_46_is_recorded_unread():
+def test_glm_45_and_46_differ_only_in_context_and_46_vocab_is_recorded_unread():
+    """GLM-4.6's own config.json is not stored: its layout and dtype were read in two quantized conversions of its
+    checkpoint (issue 21, session 11), its vocabulary was not, so that one stays recorded as unread."""
     e45, a45 = _arch("zai-org/GLM-4.5")
     e46, a46 = _arch("zai-org/GLM-4.6")
     assert (a45.max_position_embeddings, a46.max_position_embeddings) == (131072, 202752)
     assert a45.total_params() == a46.total_params()
-    assert all(e46["provenance"][f]["checked"] is False for f in ("torch_dtype", "vocab_size"))
-    assert e46["basis"].startswith("NOT compared with its own config.json")
+    dt, voc = e46["provenance"]["torch_dtype"], e46["provenance"]["vocab_size"]
+    assert dt["checked"] is True and dt["value"] == "bfloat16" and "GLM-4.6-FP8-dynamic" in dt["source"]
+    assert voc["checked"] is False and voc["value"] == 151552
+    assert e46["basis"].startswith("compared with two quantized conversions of its checkpoint, not with its own")
     assert all(e45["provenance"][f]["checked"] is True for f in ("torch_dtype", "vocab_size"))
 
 

@@ -101,7 +101,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
                                  and not (k.get("kind") == "not_here" and k.get("key") == "dataset_dir")]
     arch = _arch(asm, config, opts, tolerate=static or not need_model or lenient, static=static,
                  transformers=stack.get("transformers"))
-    facts["lint"]["model_type_unregistered"] = tfmodeltype.fact(asm, arch)
+    facts["lint"].update(tfmodeltype.facts(asm, arch))
     if arch is None:   # every config kind alike: a model this machine cannot see is info unless --strict (trial 6)
         nothere.model_not_here(asm)
     if kind not in ("train", "train-v1") or (kind == "train" and kinds.predict_only(doc.values)):

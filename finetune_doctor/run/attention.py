@@ -28,6 +28,20 @@ eager kernel (matmul, fp32 softmax, matmul), so a training machine known to run 
 attention under ``auto`` (`auto_kernel`). Architectures that first appeared in 4.36 or later cannot run on an older
 release; remote-code models run their own code and are left to `own_attention`.
 
+**SDPA on an Ascend NPU before transformers 4.57.** torch_npu runs ``F.scaled_dot_product_attention`` on its fused
+FlashAttentionScore operator only when the call is causal without a mask or carries a *boolean* mask; a float
+(additive) mask sends it to "small-operator concatenation", the composite path that materialises the scores
+(transformers 5.6.0 ``integrations/sdpa_attention.py:86-90``, the comment and the conversion of a non-boolean mask
+to a boolean one on an NPU; huggingface/transformers#41143, merged 2025-09-25 between the 4.56.0 release of
+2025-08-29 and 4.57.0, so 4.57 is taken as the first release with it — the tag itself was not read). Before it,
+transformers hands SDPA the float mask it builds whenever a batch is padded, and LLaMA-Factory's training collator
+pads every batch to a multiple of 8 tokens (``pad_to_multiple_of=8 if training_args.do_train``: LF 0.9.0
+train/sft/workflow.py:55, the snapshot's :65), so nearly every step carries one (all but a batch whose rows are all
+one length that is a multiple of 8): SDPA on an NPU then keeps the probabilities like eager attention. Seen in the wild: ``F.scaled_dot_product_attention`` asking a 910B for 35.31 GiB
+(zai-org/CogVideo#63, answered "use npu_fusion_attention to replace torch sdpa"). What the composite path keeps per
+score is taken as one half-precision copy (the softmax output, which its backward and the value matmul share): a
+lower bound, since torch_npu's composite was not read (`npu_sdpa_materialises`).
+
 `saved` names what autograd keeps per score element: ``fp32+cast`` (4 + e bytes), ``half`` (e), ``half+masked``
 (2·e); activations.py turns it into bytes.
 """
@@ -37,6 +51,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from finetune_doctor.arch import ModelArch
+from finetune_doctor.hardware.catalog import vendor_of
+from finetune_doctor.types import Hardware
 
 
 @dataclass(frozen=True)
@@ -86,3 +102,15 @@ def resolve_attention(requested: str, arch: ModelArch) -> tuple[str, str, str | 
         return requested, "fp32+cast", None
     note = None if requested == "eager" else f"flash_attn: {requested} does not apply: {own.why}"
     return "eager", own.saved, note
+
+
+# the first transformers release whose SDPA hands an Ascend NPU a boolean mask (module docstring)
+NPU_BOOL_MASK_FROM = (4, 57)
+
+
+def npu_sdpa_materialises(hw: Hardware | None, transformers: tuple[int, ...] | None) -> bool:
+    """Whether SDPA runs torch_npu's composite path (the scores materialised) on `hw`: an Ascend NPU under a
+    transformers before NPU_BOOL_MASK_FROM (module docstring). False for any other card, and for an unknown
+    transformers (taken as current, as `auto_kernel` takes it; the stack assumption names the version)."""
+    on_npu = bool(hw is not None and hw.gpu and vendor_of(hw.gpu) == "huawei")
+    return on_npu and transformers is not None and tuple(transformers[:2]) < NPU_BOOL_MASK_FROM

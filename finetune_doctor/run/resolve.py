@@ -10,7 +10,7 @@ from typing import Any
 from finetune_doctor.arch import ModelArch
 from finetune_doctor.readers.model.byname import media_template
 from finetune_doctor.run.quantization import resolve_quantization
-from finetune_doctor.run.attention import auto_kernel, resolve_attention
+from finetune_doctor.run.attention import auto_kernel, npu_sdpa_materialises, resolve_attention
 from finetune_doctor.run.engines import LaunchInputs, resolve_engine
 from finetune_doctor.run.model import Run
 from finetune_doctor.run.moments import moment_fields
@@ -58,7 +58,7 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
         **_adapters(cfg),
         micro_batch=mbs, grad_accum=gas, seq_len=as_int(cfg.get("cutoff_len"), DEFAULT_CUTOFF_LEN),
         **_stage_data(cfg, stage, ft),
-        **_memory_knobs(cfg, arch, notes, stack),
+        **_memory_knobs(cfg, arch, notes, stack, hw),
         **_optimizer(cfg, stack, notes),
         max_grad_norm=float(mgn if isinstance(mgn, (int, float)) and not isinstance(mgn, bool) else 1.0),
         learning_rate=float(lr) if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None,
@@ -234,13 +234,15 @@ def _stage_data(cfg: dict[str, Any], stage: str, ft: str) -> dict[str, Any]:
 
 
 def _memory_knobs(cfg: dict[str, Any], arch: ModelArch, notes: list[str] | None = None,
-                  stack: dict[str, str | None] | None = None) -> dict[str, Any]:
+                  stack: dict[str, str | None] | None = None, hw: Hardware | None = None) -> dict[str, Any]:
     """Activation checkpointing and the attention kernel.
 
     Checkpointing is ON unless disable_gradient_checkpointing (checkpointing.py:184-198); the HF key
     gradient_checkpointing: true re-enables it even then; LF never checkpoints Gemma-3n. A model whose own code
     runs its attention (run/attention.py) gets eager attention whatever ``flash_attn`` says; ``auto`` is eager on a
-    LLaMA or Mistral under a transformers before 4.36 (`stack`, run/attention.py `auto_kernel`).
+    LLaMA or Mistral under a transformers before 4.36 (`stack`, run/attention.py `auto_kernel`); SDPA on an Ascend
+    NPU (`hw`) under a transformers before 4.57 keeps the probabilities like eager attention (run/attention.py
+    `npu_sdpa_materialises`).
     """
     gc = not as_bool(cfg.get("disable_gradient_checkpointing")) or as_bool(cfg.get("gradient_checkpointing"))
     attention = str(cfg.get("flash_attn") or "auto")
@@ -253,6 +255,13 @@ def _memory_knobs(cfg: dict[str, Any], arch: ModelArch, notes: list[str] | None 
     attention, saved, note = resolve_attention(attention, arch)
     if note and notes is not None:
         notes.append(note)
+    tf_v = parse_version((stack or {}).get("transformers"))
+    if attention == "sdpa" and npu_sdpa_materialises(hw, tf_v):
+        attention, saved = "eager", "half"
+        if notes is not None:
+            notes.append(f"SDPA on an Ascend NPU under transformers {(stack or {}).get('transformers')}: the padded "
+                         "batch's float mask sends it to torch_npu's composite path, which materialises the "
+                         "attention scores (a boolean mask reaches the fused operator from transformers 4.57)")
     return {"gradient_checkpointing": gc and arch.model_type != "gemma3n", "unsloth_gc": as_bool(cfg.get("use_unsloth_gc")),
             "attention": attention, "attention_saved": saved,
             # the processor arguments LF reads (hparams/model_args.py:305-330) and freeze_vision_tower (:546)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from finetune_doctor.analyzers.memory.constants import HOST_PER_PROCESS_GIB
 from finetune_doctor.analyzers.memory.ddp import reducer_bucket_bytes
 from finetune_doctor.analyzers.memory.weights import optimizer_state_bytes
+from finetune_doctor.analyzers.memory.zero3 import ds_model_bytes
 from finetune_doctor.analyzers.memory.params import ParamCounts
 from finetune_doctor.dtypes import dtype_bytes as _bytes
 from finetune_doctor.run import Run
@@ -23,16 +24,17 @@ def buffer_bytes(run: Run, trainable: float) -> float:
     if run.deepspeed and stage >= 1:
         rb = run.ds_buckets.get("reduce_bucket_size", 5e8)
         ab = run.ds_buckets.get("allgather_bucket_size", 5e8)
+        e = ds_model_bytes(run)    # the parameters' dtype: fp32 when DeepSpeed runs without fp16/bf16
         if run.contiguous_gradients:
             # the gradient reduction (IPG) buffer is allocated at its full reduce_bucket_size, however few the
             # trainable parameters: ZeRO-1/2 one per bucket plus a second with overlap_comm ("buf_0"/"buf_1"),
-            # ZeRO-3 one ("# IPG"); taken in half precision (ZeRO-1 with an fp32 gradient accumulator stages fp32
+            # ZeRO-3 one ("# IPG"); in the parameters' dtype (ZeRO-1 with an fp32 gradient accumulator stages fp32
             # there: not modelled)
-            out = 2.0 * rb * (2 if run.overlap_comm and stage in (1, 2) else 1)
+            out = e * rb * (2 if run.overlap_comm and stage in (1, 2) else 1)
         else:
-            out = 2.0 * min(rb, trainable)   # no preallocated buffer: the reduction's temporaries only
+            out = e * min(rb, trainable)   # no preallocated buffer: the reduction's temporaries only
         if stage in (1, 2) and N > 1:
-            out += 2.0 * min(ab, trainable)
+            out += e * min(ab, trainable)
         return out
     # DDP's Reducer: one bucket copy of every trainable gradient (HF never sets gradient_as_bucket_view; ddp.py)
     return reducer_bucket_bytes(run, trainable)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import finetune_doctor.dtypes as bytes_table
-from finetune_doctor.analyzers.memory.zero3 import (all_layers_gathered_bytes, linear_weights_retained,
+from finetune_doctor.analyzers.memory.zero3 import (all_layers_gathered_bytes, ds_model_bytes, linear_weights_retained,
                                                     output_layer_gathered_bytes, recompute_leak,
                                                     sub_group_half_flat_bytes, zero3_live)
 from finetune_doctor.analyzers.memory.optstates import badam_states, lowrank_states, muon_states
@@ -158,6 +158,7 @@ def _zero_states(run: Run, P_t: float) -> StateTerms:
     * stage 2: each reduced gradient is copied into a half-precision partition buffer (grads_in_partition,
       allocated in backward, released after the step) and the replica gradients are freed bucket by bucket;
     * stage 3: a persistent flat gradient-partition buffer (grad_partitions_flat_buffer) in the model dtype;
+    * "half" is DeepSpeed's model dtype: 4 bytes when neither fp16 nor bf16 is enabled (zero3.py `ds_model_bytes`);
     * all: inside step() an fp32 copy of this rank's gradient partition per parameter group (stage 3: per
       sub_group_size elements), freed after that group's update; the fp32 master partition and the optimizer
       states on it are persistent. With the optimizer offloaded, masters, states and the fp32 gradients live on
@@ -165,7 +166,8 @@ def _zero_states(run: Run, P_t: float) -> StateTerms:
     """
     N = max(run.world_size, 1)
     stage = run.zero_stage
-    half = 2.0
+    # stage 0 with bf16 accumulated in fp32 in v0.14.2 (engine.py:898-900; gone in 0.19.8 :1806-1809): not modelled
+    half = ds_model_bytes(run)
     shard = N if stage >= 1 else 1
     master, states = P_t * 4.0 / shard, P_t * optimizer_state_bytes(run.optimizer_impl, 4.0) / shard
     grads_always = 0.0

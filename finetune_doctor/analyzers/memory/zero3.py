@@ -49,6 +49,20 @@ DEFAULTS = {"stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9,
             "reduce_bucket_size": 5e8}
 
 
+def ds_model_bytes(run: Run) -> float:
+    """Bytes per element of DeepSpeed's model dtype, the dtype of the buffers ZeRO calls half precision: the
+    gathered parameters, the IPG and reduce-scatter buckets and ZeRO-3's flat gradient partition. 2 with fp16 or
+    bf16 enabled, else 4: the engine casts the module to half only when one is enabled (engine.py
+    ``_configure_distributed_model``), ``get_data_types`` returns float32 as the model dtype otherwise and the
+    gradient-accumulation dtype follows it (v0.14.2 engine.py:891-906, 0.19.8 :1799-1810; ``data_types.
+    grad_accum_dtype`` not read), ZeRO-3 allocates ``grad_partitions_flat_buffer`` in that dtype (v0.14.2
+    stage3.py:498-500, 0.19.8 :791-793) and its IPG buffer in the parameters' dtype (``self.dtype``, 0.19.8
+    stage3.py:238; v0.14.2 :490-492); ZeRO-1/2 keep their buckets in the parameters' dtype too
+    (stage_1_and_2.py:394). LLaMA-Factory's DeepSpeed "auto" precision follows its bf16/fp16 flags, so the
+    run's compute dtype says which."""
+    return 4.0 if run.compute_dtype == "float32" else 2.0
+
+
 def setting(run: Run, key: str) -> float:
     """The ZeRO-3 value of `key` the run uses: the resolved config's, else DeepSpeed's default."""
     return float(run.ds_buckets.get(key, DEFAULTS[key]))
@@ -91,17 +105,18 @@ def _modules(run: Run, layer: int) -> list[tuple[float, float]]:
             for m in (run.lora_rank * lin.in_features, run.lora_rank * lin.out_features):
                 if m > thr:              # lora_A/B above the threshold are partitioned like the base
                     n += m * lin.count
-                    byts += m * lin.count * 2.0
+                    byts += m * lin.count * ds_model_bytes(run)
         out.append((byts / 2.0 if run.quantized else float(n), byts))
     return out
 
 
 def _stored_bytes(run: Run) -> float:
     """Bytes per gathered decoder-linear element: the engine casts every parameter to the half dtype
-    (DeepSpeed engine ``_configure_distributed_model``), quantized weights keep their packed storage."""
+    (DeepSpeed engine ``_configure_distributed_model``), or leaves fp32 without fp16/bf16 (`ds_model_bytes`);
+    quantized weights keep their packed storage."""
     if run.quantized:
         return run.linear_weight_bytes or weight_bytes_per_param(run.weights_dtype, run.double_quantization)
-    return 2.0
+    return ds_model_bytes(run)
 
 
 def persistent_elements(run: Run, counts: ParamCounts | None = None) -> float:
@@ -150,7 +165,7 @@ def zero3_live(run: Run, counts: ParamCounts | None = None) -> Zero3Live:
     N = max(run.world_size, 1)
     R = setting(run, "stage3_max_reuse_distance")
     prefetch = min(setting(run, "stage3_prefetch_bucket_size"), setting(run, "stage3_max_live_parameters"))
-    persistent = persistent_elements(run) * 2.0 * (1.0 - 1.0 / N)
+    persistent = persistent_elements(run) * ds_model_bytes(run) * (1.0 - 1.0 / N)
     head_el = float(a.vocab_size * a.hidden_size)   # the output layer (the embedding itself when tied)
     head_b = output_layer_gathered_bytes(run)
     L = a.num_layers
@@ -199,8 +214,8 @@ def zero3_live(run: Run, counts: ParamCounts | None = None) -> Zero3Live:
 
 def output_layer_gathered_bytes(run: Run) -> float:
     """Bytes of the output layer (the embedding itself when tied) gathered for the loss: vocab × hidden in the
-    half dtype."""
-    return float(run.arch.vocab_size * run.arch.hidden_size) * 2.0
+    half dtype (`ds_model_bytes`)."""
+    return float(run.arch.vocab_size * run.arch.hidden_size) * ds_model_bytes(run)
 
 
 def offload_param_device(run: Run, live: Zero3Live) -> float:
@@ -303,12 +318,13 @@ def sub_group_half_flat_bytes(run: Run, trainable: float) -> float:
     ends. It is freed before the optimizer's own update runs, so it is the larger of it and the optimizer's
     temporaries that counts (`weights._zero_states`). Elements: this rank's partition, at most ``sub_group_size``
     (DeepSpeed's default 1e9). 0 outside ZeRO-3 or with the optimizer offloaded (the flat gradient is on the host,
-    stage3.py:333 at 0.19.8)."""
-    if not (run.deepspeed and run.zero_stage == 3) or run.offload_optimizer is not None:
+    stage3.py:333 at 0.19.8), and 0 when DeepSpeed runs without fp16/bf16 (`ds_model_bytes` 4): the flat copy is
+    then already fp32 and ``Tensor.to`` returns the tensor itself when dtype and device match, so it *is* the fp32
+    gradient `grads_step` counts (0.19.8 stage3.py:2686-2687)."""
+    if not (run.deepspeed and run.zero_stage == 3) or run.offload_optimizer is not None or ds_model_bytes(run) == 4.0:
         return 0.0
     part = trainable / max(run.world_size, 1)
-    # fp32 when DeepSpeed runs without bf16/fp16 (model dtype fp32, engine.py:892-902 at v0.14.2)
-    return (4.0 if run.compute_dtype == "float32" else 2.0) * min(part, run.ds_buckets.get("sub_group_size", 1e9))
+    return ds_model_bytes(run) * min(part, run.ds_buckets.get("sub_group_size", 1e9))
 
 
 def all_layers_gathered_bytes(run: Run) -> float:
@@ -392,7 +408,8 @@ def largest_trainable_elements(run: Run, counts: ParamCounts) -> float:
 
 
 def reduce_scatter_bytes(run: Run, trainable: float, largest: float = 0.0) -> float:
-    """What ZeRO-3's gradient reduction holds beside the IPG bucket during backward, bytes in the half dtype; 0
+    """What ZeRO-3's gradient reduction holds beside the IPG bucket during backward, bytes in the half dtype
+    (`ds_model_bytes`: fp32 without fp16/bf16); 0
     outside ZeRO-3. The larger of:
 
     * the flat copy of a bucket: ``__avg_scatter_grads`` (stage3.py:1912-1931) hands the bucket's full gradients to
@@ -408,4 +425,4 @@ def reduce_scatter_bytes(run: Run, trainable: float, largest: float = 0.0) -> fl
       size divides by the ranks is reduced in place, coalesced_collectives.py:102-105)."""
     if not (run.deepspeed and run.zero_stage == 3):
         return 0.0
-    return 2.0 * max(min(setting(run, "reduce_bucket_size"), trainable), largest)
+    return ds_model_bytes(run) * max(min(setting(run, "reduce_bucket_size"), trainable), largest)

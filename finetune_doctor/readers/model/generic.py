@@ -32,7 +32,7 @@ from finetune_doctor.readers.model.errors import ModelConfigInvalid
 from finetune_doctor.readers.model.families import FAMILIES
 from finetune_doctor.readers.model.remote import REMOTE_READERS
 from finetune_doctor.readers.model.verified import GENERIC_VERIFIED
-from finetune_doctor.readers.model.wrappers import WRAPPERS, Version, tie_word_embeddings
+from finetune_doctor.readers.model.wrappers import VISION_CLASS_DEFAULTS, WRAPPERS, Version, tie_word_embeddings
 
 # Architectures whose memory the generic decoder cannot size even from their config.json, and what it leaves out.
 # MOSS-VL (LF main, template moss_vl; remote code) attends from the text decoder to the video frames through
@@ -353,6 +353,8 @@ def _split_wrapper(cfg: dict[str, Any], mt: str, notes: list[str], version: Vers
         # an absent sub-config takes the wrapper's own defaults; a given one the tower class's (Gemma 3: both)
         tc = dict(w.tower_defaults) if not isinstance(sub, dict) else (
             {**w.tower_defaults, **sub} if w.fill_partial else dict(sub))
+        # a tower config of a known class takes that class's defaults for what it leaves out (pixtral in llava)
+        tc = {**VISION_CLASS_DEFAULTS.get(str(tc.get("model_type") or ""), {}), **tc}
         first = tc if first is None else first
         parts.append((part, fn(tc)))
     if w.projector is not None:

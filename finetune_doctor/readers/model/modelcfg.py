@@ -402,7 +402,10 @@ def _unknown(name: str, looked: list[str]) -> ModelUnresolved:
                                missing="an expanded model path", fix=fix)
     unsized = not_sized(name=name)
     tail = f". Even then: {unsized}" if unsized else ""
-    return ModelUnresolved(f"unknown model '{name}': {', '.join(looked)}{hint}; supply its config with {fix}{tail}",
+    # a name no catalogue entry of its family is near (gpt2-medium): say what the doctor takes instead (trial 11)
+    folder = "" if hint else " (or the folder that holds it, as --model-config DIR or as model_name_or_path)"
+    return ModelUnresolved(f"unknown model '{name}': {', '.join(looked)}{hint}; supply its config with {fix}{folder}"
+                           f"{tail}",
                            model=name, missing="the model's config.json", fix=fix)
 
 

@@ -82,6 +82,24 @@ def _llama4_projector(vc: dict[str, Any], h: int, _cfg: dict[str, Any]) -> int:
     return int(vc.get("vision_output_dim", 7680)) * h
 
 
+# PixtralVisionConfig's class defaults (transformers 5.6.0 pixtral/configuration_pixtral.py lines 43-49; head_dim is
+# hidden_size // num_attention_heads, line 56): what a ``vision_config`` of model_type 'pixtral' takes for the fields
+# it leaves out. mistral-community/pixtral-12b's llava file names none of the widths (issue 21, trial 10 case 04).
+VISION_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "pixtral": {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
+                "num_channels": 3, "image_size": 1024, "patch_size": 16},
+}
+
+
+def _llava_tower(vc: dict[str, Any]) -> int:
+    """LlavaConfig builds its tower from ``vision_config.model_type`` (transformers llava/configuration_llava.py
+    line 67-68: CLIP when the file names none): the Pixtral encoder for 'pixtral' (mistral-community/pixtral-12b,
+    ``PixtralVisionModel``), CLIP's vision transformer otherwise."""
+    if str(vc.get("model_type") or "") == "pixtral":
+        return pixtral_vision_params(vc)
+    return clip_vision_params(vc)
+
+
 _CLIP_LLAVA = {"intermediate_size": 4096, "hidden_size": 1024, "patch_size": 14, "image_size": 336,
                "num_hidden_layers": 24, "num_attention_heads": 16}
 _SIGLIP_GEMMA3 = {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27, "num_attention_heads": 16,
@@ -132,7 +150,7 @@ WRAPPERS: dict[str, Wrapper] = {
                       tie=True, tower_defaults=_SIGLIP_GEMMA3, fill_partial=True),
     "gemma4": Wrapper("gemma4_text", (("vision_tower", "vision_config", gemma4_vision_params),), _gemma4_projector,
                       tie=True),
-    "llava": Wrapper("llama", (("vision_tower", "vision_config", clip_vision_params),), llava_projector_params,
+    "llava": Wrapper("llama", (("vision_tower", "vision_config", _llava_tower),), llava_projector_params,
                      tie=False, tie_from_text=(5, 0), tower_defaults=_CLIP_LLAVA),
     "llava_next": Wrapper("llama", (("vision_tower", "vision_config", clip_vision_params),), llava_projector_params,
                           tie=False, tower_defaults=_CLIP_LLAVA, newline=True),

@@ -1,0 +1,147 @@
+"""Every dev measurement of the QLoRA and NPU classes (or any class of memory_dev_classes.py) with the doctor's
+term split beside its error, grouped by source and sign, by model size and by batch shape: the listing issue 23's
+QLoRA/NPU work reads its misses from.
+
+Dev rows only (benchmarks/data/calibration_rows*.yaml rows whose ``split`` is dev; rounds 1-6). Errors are
+benchmarks/calibrate.py `compare`'s (predicted / measured - 1 of the counter the source measured; an npu-smi reading
+of an Ascend card carries the firmware's share, calibrate.py `npu_smi_offset_gib`). The term split is the
+`memory.per_gpu_gib` of the same in-process `doctor estimate` (weights, gradients, optimizer, activations, logits,
+buffers, runtime — the allocator reserve sits in runtime — and total), read from the Assembly calibrate.py's
+`predict` builds (this script wraps `assemble_config` to keep it; nothing else changes).
+
+    PYTHONPATH=$PWD python benchmarks/memory_dev_terms.py                         # QLoRA and NPU
+    PYTHONPATH=$PWD python benchmarks/memory_dev_terms.py --cls DDP --json /tmp/ddp_terms.json
+
+CPU only, about a minute for QLoRA. Prints markdown; writes only the optional --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from calib_data import load_rows  # noqa: E402
+from calibrate import engine_of  # noqa: E402
+from memory_dev_classes import classes  # noqa: E402
+from memory_dev_rows import family  # noqa: E402
+
+# the tree named on PYTHONPATH goes back in front of this checkout (as memory_dev_classes.py does)
+for _p in reversed([p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]):
+    sys.path.insert(0, _p)
+
+DEFAULT_CLASSES = ("QLoRA (method)", "NPU (Ascend 910B)")
+TERMS = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "runtime", "total")
+# model-size bands (billions of parameters, the catalogue's count) the QLoRA question "under or over per size" reads
+SIZE_BANDS = ((0.0, 4.0, "< 4 B"), (4.0, 10.0, "4-10 B"), (10.0, 40.0, "10-40 B"), (40.0, 1e9, ">= 40 B"))
+
+
+def score_with_terms(row: dict[str, Any]) -> dict[str, Any] | None:
+    """One dev row scored as calibrate.py scores it, with the term split and parameter count of the same estimate;
+    None when the row has no comparable measurement or the doctor refuses it."""
+    import calibrate
+    import finetune_doctor.facts.config as fc
+
+    kept: dict[str, Any] = {}
+    orig = fc.assemble_config
+
+    def keep(*a: Any, **k: Any) -> Any:
+        kept["asm"] = orig(*a, **k)
+        return kept["asm"]
+
+    fc.assemble_config = keep
+    try:
+        pred = calibrate.predict(row)
+    finally:
+        fc.assemble_config = orig
+    cmp = calibrate.compare(row, pred)
+    asm = kept.get("asm")
+    if cmp is None or asm is None or asm.memory is None:
+        return None
+    c = row["config"]
+    b = int(c.get("per_device_train_batch_size") or 1)
+    return {"id": row["id"], "framework": family(row), "model": row["model"], "gpu": row.get("gpu"),
+            "engine": engine_of(row), "counter": cmp["kind"], "measured_gib": round(cmp["measured"], 2),
+            "predicted_gib": round(cmp["predicted"], 2), "err_pct": round(100 * cmp["rel_err"], 1),
+            "terms": {k: round(float(asm.memory.per_gpu.get(k, 0.0)), 2) for k in TERMS},
+            "peak_allocated_gib": round(asm.memory.peak_allocated, 2),
+            "params_b": round(asm.run.arch.total_params() / 1e9, 2) if asm.run is not None else None,
+            "batch": b, "cutoff_len": c.get("cutoff_len"), "samples": row.get("samples"),
+            "shape": f"{b} x {c.get('cutoff_len') or '?'}"}
+
+
+def listing(cls: str) -> list[dict[str, Any]]:
+    """The dev rows of `cls` with a comparable measurement, scored with their term split, by error."""
+    out = [s for r in load_rows() if r["split"] == "dev" and cls in classes(r) if (s := score_with_terms(r))]
+    return sorted(out, key=lambda d: d["err_pct"])
+
+
+def size_band(params_b: float | None) -> str:
+    if params_b is None:
+        return "?"
+    return next(name for lo, hi, name in SIZE_BANDS if lo <= params_b < hi)
+
+
+def _summary(title: str, key: str, items: list[dict[str, Any]]) -> list[str]:
+    groups: dict[str, list[float]] = {}
+    for d in items:
+        groups.setdefault(str(d[key]), []).append(d["err_pct"])
+    out = [f"| {title} | n | median abs error | median signed | under (< -10 %) | within 10 % | over (> +10 %) |",
+           "|---|---|---|---|---|---|---|"]
+    for g, errs in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        out.append(f"| {g} | {len(errs)} | {statistics.median(map(abs, errs)):.1f}% | {statistics.median(errs):+.1f}% | "
+                   f"{sum(e < -10 for e in errs)} | {sum(abs(e) <= 10 for e in errs)} | {sum(e > 10 for e in errs)} |")
+    return out + [""]
+
+
+def table(cls: str, items: list[dict[str, Any]]) -> list[str]:
+    """Markdown: the rows with their terms (GiB), then summaries by framework, by model size, by batch shape."""
+    head = " | ".join(TERMS)
+    out = [f"## {cls}: {len(items)} dev measurements", "",
+           f"| error | row | framework | card | engine | counter | measured | predicted | params B | batch x cutoff | "
+           f"{head} |", "|---" * (10 + len(TERMS)) + "|"]
+    for d in items:
+        t = " | ".join(f"{d['terms'][k]:.2f}" for k in TERMS)
+        out.append(f"| {d['err_pct']:+.1f}% | {d['id']} | {d['framework']} | {d['gpu'] or '-'} | {d['engine']} | "
+                   f"{d['counter']} | {d['measured_gib']:.2f} | {d['predicted_gib']:.2f} | {d['params_b']} | "
+                   f"{d['shape']} | {t} |")
+    out.append("")
+    for d in items:
+        d["size"] = size_band(d["params_b"])
+        d["sign"] = "under" if d["err_pct"] < -10 else "over" if d["err_pct"] > 10 else "within 10 %"
+    out += _summary("framework", "framework", items)
+    out += _summary("model size", "size", items)
+    out += _summary("micro batch", "batch", items)
+    out += _summary("counter", "counter", items)
+    if items:
+        errs = [d["err_pct"] for d in items]
+        out.append(f"All: n {len(errs)}, median |error| {statistics.median(map(abs, errs)):.1f}%, median signed "
+                   f"{statistics.median(errs):+.1f}%, within 10 % {sum(abs(e) <= 10 for e in errs)}.")
+    return out + [""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cls", action="append", help="a class of memory_dev_classes.py (repeatable); default QLoRA and NPU")
+    ap.add_argument("--json", help="write the rows here")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("FINETUNE_DOCTOR_NO_NVML", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    every = {}
+    for cls in args.cls or DEFAULT_CLASSES:
+        every[cls] = listing(cls)
+        print("\n".join(table(cls, every[cls])))
+    if args.json:
+        Path(args.json).write_text(json.dumps(every, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
