@@ -61,12 +61,12 @@ def stack_assumptions(c: Seen, alt_stack: dict[str, Any] | None) -> list[Assumpt
             old = c.rerun({"transformers": OLD_TRANSFORMERS})
             return c.judge(old, hw, c.tokens) if old.shifted_logits_copy != run.shifted_logits_copy else None
 
-        alts = [(f"transformers {OLD_TRANSFORMERS}", older)]
-        ranged = getattr(c.asm, "tf_assumed", None)
-        if ranged is not None:
-            from finetune_doctor.facts.stackrange import satisfies
+        from finetune_doctor.facts import stackrange, tfmodeltype
 
-            # the LF release is known: pip installs the newest transformers its start-up range admits (trial 5)
+        # only a version that loads the model and that the LF release admits (trial 11: "if transformers 4.48.3")
+        alts = [(f"transformers {OLD_TRANSFORMERS}", older)] if tfmodeltype.could_run(c.asm, run.arch, OLD_TRANSFORMERS) else []
+        ranged = getattr(c.asm, "tf_assumed", None)
+        if ranged is not None:   # the LF release is known: pip installs the newest version its range admits (trial 5)
             out.append(weigh("transformers-version", f"{ranged['version']} (the newest LLaMA-Factory "
                               f"{ranged['releases']} accepts)",
                               f"no --transformers or --env transformers; LLaMA-Factory {ranged['releases']} "
@@ -75,7 +75,7 @@ def stack_assumptions(c: Seen, alt_stack: dict[str, Any] | None) -> list[Assumpt
                               "keys are still judged for transformers 4.57-5.x",
                               "--transformers VERSION, or --env FILE", c.base,
                               # the older stack is an alternative only where the range admits newer ones
-                              alts if satisfies(ranged["version"], f"transformers>{OLD_TRANSFORMERS}") else []))
+                              alts if stackrange.satisfies(ranged["version"], f"transformers>{OLD_TRANSFORMERS}") else []))
             return out + _deepspeed_version(c, given)
         out.append(weigh("transformers-version", "a current release (4.57-5.x)",
                           "no --transformers, --env or installed transformers of the training machine: renamed and "
