@@ -146,7 +146,7 @@ RELEASED = {
     "FD097": "rule-failed",
     "FD714": "muon-under-deepspeed",
     "FD021": "template-of-another-model", "FD055": "export-merge-into-quantized",
-    "FD056": "internvl-remote-code-checkpoint", "FD057": "dpo-reference-model-fsdp",
+    "FD056": "internvl-remote-code-checkpoint", "FD057": "dpo-reference-model-fsdp", "FD059": "package-version-unverified",
     "FD661": "deepspeed-autotp-not-sized", "FD662": "deepspeed-autotp-zero3", "FD663": "model-config-not-understood",
     "FD026": "train-config-trains-nothing", "FD027": "max-length-not-cutoff-len",
     "FD028": "liger-kernel-unsupported-gpu",

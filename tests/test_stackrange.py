@@ -101,3 +101,24 @@ def test_the_release_installed_here_against_another_machines_version_is_a_warnin
     (flag,) = stackrange.refusals(here, {"transformers": ("5.2.0", "--transformers")})
     (local,) = stackrange.refusals(here, {"transformers": ("5.2.0", "installed here")})
     assert (flag["certain"], local["certain"]) == (False, True)
+
+
+def test_a_refusal_only_one_bounding_release_makes_is_kept_as_unverified():
+    # trial 11 (LlamaFactory#6884): 0.9.2.dev0 stands for 0.9.1 (transformers<=4.46.1) and 0.9.2 (<=4.49.0); a
+    # transformers only the older bound refuses was dropped, as if no release refused it
+    (low,) = _refuse("0.9.2.dev0", {"transformers": "4.49.0"})
+    assert (low["scope"], low["certain"], low["refused_by"], low["given"]) == ("some", False, "0.9.1", "0.9.2.dev0")
+    assert low["spec"] == "transformers>=4.41.2,<=4.46.1"
+    assert low["admitted_by"].startswith("0.9.2 (transformers>=4.41.2,<=4.49.0,")
+    # the newer bound refusing it (0.9.5 raised the floor to 4.55.0; 0.9.4 admits 4.52.4)
+    (high,) = _refuse("0.9.5.dev0", {"transformers": "4.52.4"})
+    assert (high["scope"], high["refused_by"], high["spec"]) == ("some", "0.9.5", "transformers>=4.55.0,<=5.6.0")
+    # a development build of the bound itself cannot be decided by 0.9.2 (4.49.0.dev0 <= 4.49.0 is packaging's, not
+    # a guess), while 0.9.1 refuses it outright: still unverified, not silent
+    (dev,) = _refuse("0.9.2.dev0", {"transformers": "4.49.0.dev0"})
+    assert (dev["scope"], dev["refused_by"]) == ("some", "0.9.1")
+    # every bound refusing it stays the range rule's
+    (both,) = _refuse("0.9.5.dev0", {"transformers": "4.50.0"})
+    assert (both["scope"], both["refused_by"]) == ("all", "0.9.4, 0.9.5")
+    # a version with no release of its own is not narrowed from all releases: the unknown release stays silent
+    assert stackrange.refusals(choose(None), {"transformers": ("4.49.0", "--x")}) == []

@@ -130,7 +130,7 @@ def candidates(run: Any, ds: Any, stock: bool = False, own_missing: str | None =
 
     `stock`: the DeepSpeed file read is LLaMA-Factory's stock copy; `own_missing`: the path the config names when
     the user's own DeepSpeed file is not on this machine (a stock file of its stage stood in for the estimate,
-    facts/config.py `_stand_in_deepspeed`) -- the remedies then edit the keys of the user's file, never swap it for
+    facts/dsread.py `stand_in_deepspeed`) -- the remedies then edit the keys of the user's file, never swap it for
     a stock path; `written` the ``deepspeed:`` value as the config spells it (`stock_sibling`). Offload and any edit of the ``deepspeed:`` path are unsafe (`--unsafe-fixes`): offload keeps the
     training but runs ~60-120 % slower on host RAM the doctor may not see, and a new path must exist where the run
     is launched, which only the user knows.
@@ -326,7 +326,7 @@ def judge_against(hw: Any, mixture: list[tuple[float, float, float | None]] | No
 
     `mixture`: (weight, ratio, budget GiB or None) per component of the report's open assumptions (facts/assume.py
     `mixture`, as ratios to the reported total; None budget: `hw`'s). The p_oom of a run is then Σ w·P(peak of
-    total·ratio > budget), the quantity the report's memory block shows (facts/config.py `_mixed`), so a fix's
+    total·ratio > budget), the quantity the report's memory block shows (facts/verdict.py `mixed_p_oom`), so a fix's
     "before" is the report's p_oom and its "after" is the same quantity for the edited run: each alternative is
     taken to scale the edited run's total by the ratio it scaled the original's (the mixture's own approximation).
     Without it, the assumed values' p_oom_model. The all-cause p_oom of the same run is
@@ -336,6 +336,7 @@ def judge_against(hw: Any, mixture: list[tuple[float, float, float | None]] | No
 
     budget = budget_of(hw) or 0.0
     comps = mixture or [(1.0, 1.0, None)]
+    assumed: dict[float, float] = {}
 
     def judge(r: Any, expandable: bool) -> tuple[bool, float, float]:
         est = estimate(r, hw)
@@ -345,8 +346,15 @@ def judge_against(hw: Any, mixture: list[tuple[float, float, float | None]] | No
         need = expandable_total(est, r, need=True) if on else est.need
         dist = uncertainty.model_dist("analytic", shape_of(est))
         p = sum(w * uncertainty.p_oom(need * ratio, budget if b is None else b, dist) for w, ratio, b in comps)
-        return p <= uncertainty.P_OOM_TARGET, total, p
+        # the report decides at-risk on the probability at the assumed values as well as on the mixture (README,
+        # trial 9): an edited run is held to the same rule, so a remedy never reads safer than the report would
+        # call that run (trial 11, LlamaFactory#7869: "cutoff_len 32768 -> 16384: 55.0 GiB, < 1 %" beside the
+        # alternative "samples of 16384 tokens: 55.0 GiB at-risk")
+        pa = uncertainty.p_oom(need, budget, dist) if mixture else p
+        assumed[round(total, 6)] = pa
+        return p <= uncertainty.P_OOM_TARGET and pa <= uncertainty.P_OOM_TARGET, total, p
 
+    judge.assumed = assumed   # type: ignore[attr-defined]  # {total GiB: p at the assumed values}, for the effect
     return judge
 
 
@@ -361,7 +369,8 @@ def mixture_ratios(extra: dict[str, Any], worst: bool) -> list[tuple[float, floa
 
 
 def _fix_of(combo: tuple[Candidate, ...], total: float, before: tuple[float, float], ctx: RuleContext,
-            host_after: float | None = None, p_after: float | None = None) -> Fix:
+            host_after: float | None = None, p_after: float | None = None,
+            assumed: tuple[float | None, float | None] = (None, None)) -> Fix:
     edits = []
     for c in combo:
         for role, key, value, delete in c.edits:
@@ -378,10 +387,19 @@ def _fix_of(combo: tuple[Candidate, ...], total: float, before: tuple[float, flo
               "p_oom_model_before": before[1]}
     if p_after is not None:
         effect.update(p_oom_after=all_cause(p_after, q), p_oom_model_after=p_after)
+    if None not in assumed and (assumed[0], assumed[1]) != (before[1], p_after):
+        # the same run at the assumed values (judge_against): what the verdict of the edited run is decided on too
+        effect.update(p_oom_model_assumed_before=assumed[0], p_oom_model_assumed_after=assumed[1])
     if host_after is not None and any(c.group in ("offopt", "offpar") for c in combo):
         cost += f"; host RAM needed per node ≈ {host_after:.0f} GiB"
     return Fix(title=" + ".join(c.label for c in combo), edits=tuple(edits),
                safety="unsafe" if any(c.unsafe for c in combo) else "safe", effect=effect, cost=cost)
+
+
+def _worst_after(fix: Fix) -> float:
+    """The memory model's probability of OOM after `fix` as the verdict reads it: over the open assumptions and at
+    their assumed values, whichever is higher."""
+    return max(fix.effect["p_oom_model_after"], fix.effect.get("p_oom_model_assumed_after") or 0.0)
 
 
 def _missing_ds(ctx: RuleContext, role: str) -> str:
@@ -426,6 +444,9 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
     after = ctx.extra["run_after"]
     _, total0, p0 = judge(run, False)
     before = (total0, p0)
+
+    def pa(total: float) -> tuple[float | None, float | None]:
+        return judge.assumed.get(round(total0, 6)), judge.assumed.get(round(total, 6))   # type: ignore[attr-defined]
     seen: list[tuple] = []
     missing = (ctx.extra.get("ds_assumed") or (None,))[0]
     doc = ctx.extra.get("doc")
@@ -452,19 +473,19 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
         if closest is None:
             return Fix(title="no standard remedy applies: use more or larger GPUs", edits=(), safety="unsafe")
         combo, total, p = closest
-        fix = _fix_of(combo, total, before, ctx, p_after=p)
+        fix = _fix_of(combo, total, before, ctx, p_after=p, assumed=pa(total))
         short = total - _safe_total(after(_edits(combo)), hw)
         return replace(fix, title=f"no set of up to {MAX_EDITS} standard remedies brings the memory model's probability of OOM "
                                   f"to {100 * uncertainty.P_OOM_TARGET:.0f} %; the closest, {fix.title}, leaves "
                                   f"{100 * p:.0f} % and still needs {short:.1f} GiB more per GPU: use more or "
                                   "larger GPUs", safety="unsafe")
-    fixes = [_fix_of(combo, total, before, ctx, host_of(combo), p) for combo, total, p in found[:SHOWN]]
-    fixes = [f if f.effect["p_oom_model_after"] <= uncertainty.P_OOM_TARGET else
+    fixes = [_fix_of(combo, total, before, ctx, host_of(combo), p, pa(total)) for combo, total, p in found[:SHOWN]]
+    fixes = [f if _worst_after(f) <= uncertainty.P_OOM_TARGET else
              replace(f, cost=f"{f.cost}; fits the card by the prediction, but the memory model's probability of OOM "
-                             f"stays {100 * f.effect['p_oom_model_after']:.0f} % (over the {100 * uncertainty.P_OOM_TARGET:.0f} % "
+                             f"stays {100 * _worst_after(f):.0f} % (over the {100 * uncertainty.P_OOM_TARGET:.0f} % "
                              "the next remedies reach)") for f in fixes]
     for combo, total, p in over[:max(SHOWN - len(fixes), 1)]:
-        fix = _fix_of(combo, total, before, ctx, host_of(combo), p)
+        fix = _fix_of(combo, total, before, ctx, host_of(combo), p, pa(total))
         fixes.append(replace(fix, cost=f"{fix.cost}; ranked last: needs about {host_of(combo):.0f} GiB of host RAM "
                                        f"per node, more than the node's {hw.host_ram_gib:.0f} GiB"))
     return replace(fixes[0], alternatives=tuple(fixes[1:]))

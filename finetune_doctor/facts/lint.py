@@ -171,7 +171,15 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "release_source": F("str", "where the release was read (--llamafactory, the --env file, installed here)"),
         "message": F("str", "the ImportError LF stops with (transformers utils/versions.py)"),
         "certain": F("bool", "one published release read exactly (True), or every release the inputs leave "
-                                "open refuses it (False)")}),
+                                "open refuses it (False)"),
+        "scope": F("str", "all: every judged release refuses it; some: only one of the two releases a version "
+                          "between them is judged by", values=("all", "some")),
+        "refused_by": F("str", "the judged releases that refuse it ('0.9.1')"),
+        "given": F("str", "the LF version as the inputs give it ('0.9.2.dev0')"),
+        "advice": F("str", "range: a version inside the range cures it; upgrade-lf / no-release: the model needs a "
+                           "transformers the range caps below (lint.tf_conflict)",
+                    values=("range", "upgrade-lf", "no-release")),
+        "admitted_by": F("str", "the judged releases that do not, each with its requirement ('' when none)")}),
     "model_type_unregistered": F("dict", "the model's model_type is newer than the training machine's transformers "
                                          "(stated or assumed from the LF release's range): facts/tfmodeltype.py",
                                  fields={
@@ -182,7 +190,24 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "stated": F("bool", "read from the inputs (True) or assumed from the LF release (False)"),
         "source": F("str", "where the version was read, or the LF release it was assumed from"),
         "why": F("str", "how an assumed version was chosen"),
-        "by_name": F("str", "the model name the type was read from when its config.json was not read (None: read)")}),
+        "by_name": F("str", "the model name the type was read from when its config.json was not read (None: read)"),
+        "scope": F("str", "all: every judged release's range stops short of it; some: only one of the two releases "
+                          "a version between them is judged by", values=("all", "some")),
+        "given": F("str", "scope some: the LF version as given ('0.9.3.dev0')"),
+        "admitted_by": F("str", "scope some: the judged release whose range admits a transformers that has it")}),
+    "tf_conflict": F("dict", "the model's type needs a transformers every judged LF release's start-up range caps "
+                             "below: no transformers satisfies both (facts/tfmodeltype.py `conflict`)", fields={
+        "model_type": F("str", "config.json model_type"),
+        "since": F("str", "the first transformers release that registers it"),
+        "source_of_since": F("str", "where that is stated (catalog/tf_model_types.json)"),
+        "releases": F("str", "the judged LF releases ('0.9.1')"),
+        "release_source": F("str", "where the LF release was read"),
+        "specs": F("str", "their transformers requirements, '; '-joined"),
+        "first": F("str", "the first later LF release whose range admits `since` or newer ('' when none)"),
+        "first_spec": F("str", "that release's transformers requirement"),
+        "first_text": F("str", "that release as a message names it, with how to install it"),
+        "advice": F("str", "upgrade-lf | no-release", values=("upgrade-lf", "no-release")),
+        "by_name": F("str", "the model name the type was read from when its config.json was not read")}),
     "moe_z3_leaf": F("dict", "a ZeRO-3 MoE run on an LF release that does not fetch the MoE block whole "
                              "(facts/moeleaf.py)", fields={
         "model_type": F("str", "the MoE model type"), "releases": F("str", "the judged LF releases"),
@@ -319,7 +344,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
             "lf_version": rel, "release_conflicts": conflicts,
             "release_note": release.note if getattr(release, "older", False) else "",
             "launch_trains": None, "config_command": COMMANDS.get(kind or "train"), "stack_refusals": [],
-            "model_type_unregistered": None, "moe_z3_leaf": None,
+            "model_type_unregistered": None, "tf_conflict": None, "moe_z3_leaf": None,
             "reasoning_template": reasoning_template(doc.values, release),
             "ref_model_fsdp_fix": ref_model_fix_state(release),
             "export_merge_quantized": export_merge_quantized(doc.values, kind),

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from finetune_doctor.numbers import parse_version
+from finetune_doctor.readers.lfenv import env_enabled
 
 CATALOG = Path(__file__).resolve().parent.parent / "catalog" / "lf_stack_ranges.json"
 _CLAUSE = re.compile(r"^(>=|<=|==|!=|>|<|~=)\s*(.+)$")
@@ -70,7 +71,7 @@ def disabled(*envs: Mapping[str, str] | None) -> bool:
     """DISABLE_VERSION_CHECK is on for the run in one of `envs` (the --launch file's ``KEY=value`` prefixes and
     ``export`` lines, the --env file's variables). "1" and "true" switch it off on every release, "y" from 0.9.2 on;
     on 0.8.0-0.9.1 "y" does not, but a finding silenced by it is one the user asked to skip."""
-    return any(str((e or {}).get("DISABLE_VERSION_CHECK", "")).strip().lower() in ("1", "true", "y") for e in envs)
+    return any(env_enabled("DISABLE_VERSION_CHECK", e or {}) for e in envs)
 
 
 def launch_env(path: str | None) -> dict[str, str]:
@@ -96,6 +97,10 @@ def refusals(release: Any, versions: Mapping[str, tuple[str, str]], *envs: Mappi
     """The ``lint.stack_refusals`` items: one per package of `versions` ({package: (version, where read)}) that
     every judged release of `release` (readers/config/lfrelease.py Release; its ``versions``) refuses at start-up.
 
+    A version between two releases (``release.versions`` its two neighbours) also gets an item when only one of
+    them refuses: ``scope`` "some" (else "all"), ``refused_by`` and ``admitted_by`` (the others, each with its
+    requirement; one that `satisfies` cannot decide counts as admitting), never ``certain``.
+
     Each item: package, version, source, spec (the first refusing release's requirement), where (its
     misc.py:line), releases (the judged releases, "0.9.4" or "0.8.0-0.9.6.dev0"), release_source (where the
     release was read), message (transformers' ImportError text for that release), certain (one published release
@@ -111,16 +116,27 @@ def refusals(release: Any, versions: Mapping[str, tuple[str, str]], *envs: Mappi
     # an error only for one published release read as such: a development build (the main snapshot's ranges are
     # one commit's) or a version mapped to a neighbour ("0.9.7 is newer than the catalog") may require otherwise
     certain = len(judged) == 1 and not getattr(release, "note", "") and "dev" not in judged[0]
+    # two bounding releases of a version between them (a development build "0.9.2.dev0", a git version): a refusal
+    # only one of them makes is the commit's to decide, an unverified warning (README, `--llamafactory`), not silence
+    between = bool(getattr(release, "known", False)) and len(judged) == 2
     out = []
     for pkg in sorted(versions):
         got, source = versions[pkg]
         reqs = [next((r for r in catalog[v]["requires"] if r["package"] == pkg and r["skippable"]), None)
                 for v in judged]
-        if any(r is None for r in reqs) or any(satisfies(got, r["spec"]) is not False for r in reqs):
+        if any(r is None for r in reqs):
             continue
-        first = reqs[0]
+        said = [satisfies(got, r["spec"]) for r in reqs]
+        scope = "all" if all(s is False for s in said) else "some" if between and False in said else None
+        if scope is None:
+            continue
+        first = next(r for r, s in zip(reqs, said) if s is False)
         specs = sorted({r["spec"] for r in reqs})
-        out.append({"package": pkg, "version": got, "source": source, "spec": first["spec"],
+        out.append({"package": pkg, "version": got, "source": source, "spec": first["spec"], "scope": scope, "advice": "range",
+                    "given": str(getattr(release, "given", "") or _span(judged)),
+                    "refused_by": ", ".join(v for v, s in zip(judged, said) if s is False),
+                    "admitted_by": ", ".join(f"{v} ({r['spec']})" for v, r, s in zip(judged, reqs, said)
+                                             if s is not False),
                     "specs_text": "; ".join(specs), "where": first["where"], "releases": _span(judged),
                     "message": f"{first['spec']} is required for a normal functioning of this module, but found "
                                f"{pkg}=={got}.",
@@ -218,3 +234,43 @@ def assumed_transformers(release: Any) -> dict[str, str] | None:
         return None
     return {"version": version, "spec": "; ".join(sorted(set(capped) or set(specs))), "releases": _span(judged),
             "release_source": getattr(release, "source", "") or ""}
+
+
+def admits_from(spec: str, version: str) -> bool | None:
+    """Whether some version at or above `version` ("4.49.0") can meet the upper bounds (``<=``, ``<``) of `spec`
+    ("transformers>=4.41.2,<=4.46.1"): False when a bound lies below it, so that no release of the package the
+    requirement admits is new enough. Lower bounds and ``!=`` exclusions only remove versions and are ignored (a
+    range with no upper bound admits everything above). None when `version` or a bound is unreadable."""
+    want = _parts(version)
+    if want is None:
+        return None
+    for clause in re.sub(r"^[A-Za-z0-9_.\-]+", "", spec).split(","):
+        m = _CLAUSE.match(clause.strip())
+        if not m or m.group(1) not in ("<=", "<"):
+            continue
+        cap = _parts(m.group(2))
+        if cap is None:
+            return None
+        c = _cmp(cap[0], want[0])
+        if c < 0 or (c == 0 and m.group(1) == "<"):
+            return False
+    return True
+
+
+def first_release_admitting(package: str, version: str, after: str) -> tuple[str, str] | None:
+    """(release, its requirement) of the first catalogued LLaMA-Factory release newer than `after` whose start-up
+    range admits `package` at `version` or newer (`admits_from`), published releases before the main snapshot's
+    development version; None when none does (catalog/lf_stack_ranges.json)."""
+    catalog = load()["releases"]
+    here = _parts(after)
+    if here is None:
+        return None
+    order = sorted(catalog, key=lambda v: (_parts(v) or ((0,), False))[0])
+    for v in sorted(order, key=lambda v: "dev" in v):
+        pv = _parts(v)
+        if pv is None or _cmp(pv[0], here[0]) <= 0:
+            continue
+        req = next((r for r in catalog[v]["requires"] if r["package"] == package), None)
+        if req is not None and admits_from(req["spec"], version):
+            return v, req["spec"]
+    return None

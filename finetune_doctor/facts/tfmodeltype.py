@@ -58,20 +58,74 @@ def unregistered(model_type: str | None, transformers: str | None, stated: bool,
     if satisfies(transformers, f"transformers>={row['since']}") is not False:
         return None
     return {"model_type": model_type, "since": row["since"], "source_of_since": row["source"],
-            "transformers": transformers, "stated": stated, "source": source, "why": assumed_why, "by_name": None}
+            "transformers": transformers, "stated": stated, "source": source, "why": assumed_why, "by_name": None,
+            "scope": "all", "given": "", "admitted_by": ""}
 
 
-def fact(asm: Any, arch: Any) -> dict[str, Any] | None:
-    """The ``lint.model_type_unregistered`` fact of an assembly (facts/config.py `Assembly`): the model's type
-    against the transformers the inputs state (``asm.stack_sources``), else the one assumed from the LF release's
-    range (``asm.tf_assumed``, facts/stackrange.py `assumed_transformers`); None without a model."""
+def _model_type(asm: Any, arch: Any) -> tuple[str | None, str | None]:
+    """(model_type, the name it was read from when no config.json was: None when read) of an assembly."""
     name = str(asm.doc.values.get("model_name_or_path") or "")
     # the type read from a config.json, else (nothing read, or a match by name the name's release tag leaves open:
     # readers/model/modelcfg.py `_assumed`) the one the name states
     open_match = any(a.name == "model" and a.moves_verdict for a in asm.assumptions)
     mtype = arch.model_type if arch is not None and not open_match else (type_by_name(name) or
                                                                       (arch.model_type if arch is not None else None))
-    by_name = name if arch is None or open_match else None
+    return mtype, (name if arch is None or open_match else None)
+
+
+def facts(asm: Any, arch: Any) -> dict[str, Any]:
+    """The lint facts of this module: ``model_type_unregistered`` (`fact`) and ``tf_conflict`` (`conflict`); a
+    transformers refusal of ``asm.facts["lint"]["stack_refusals"]`` that the conflict makes pointless to cure
+    inside the release's range gets its ``advice`` from the conflict (rule package-version-refused)."""
+    got = conflict(asm, arch)
+    if got is not None:
+        for item in asm.facts["lint"].get("stack_refusals") or ():
+            if item.get("package") == "transformers":
+                item["advice"] = got["advice"]
+    return {"model_type_unregistered": fact(asm, arch), "tf_conflict": got}
+
+
+def conflict(asm: Any, arch: Any) -> dict[str, Any] | None:
+    """The ``lint.tf_conflict`` fact: the model's type needs a transformers (catalog/tf_model_types.json ``since``)
+    that every judged LLaMA-Factory release's start-up range caps below (catalog/lf_stack_ranges.json), so no
+    transformers version satisfies both and the cure is a newer LLaMA-Factory (trial 11, LlamaFactory#6823: the
+    doctor said "install transformers<=4.46.1" for LF 0.9.1, then that qwen2_5_vl needs >= 4.49.0).
+
+    {model_type, since, source_of_since, releases ("0.9.1"), release_source, specs (the judged requirements),
+    first (the first later release whose range admits ``since`` or newer, stackrange `first_release_admitting`;
+    "" when none), first_spec, advice ("upgrade-lf", or "no-release" when no catalogued release admits it),
+    by_name}. None without a known release, a catalogued type, or when some judged release admits it."""
+    from finetune_doctor.facts import stackrange
+
+    mtype, by_name = _model_type(asm, arch)
+    row = load().get(str(mtype)) if mtype else None
+    release = getattr(asm, "release", None)
+    if row is None or release is None or not getattr(release, "known", False) or getattr(release, "older", False):
+        return None
+    catalog = stackrange.load()["releases"]
+    judged = [v for v in release.versions if v in catalog]
+    reqs = [next((r for r in catalog[v]["requires"] if r["package"] == "transformers"), None) for v in judged]
+    if not judged or len(judged) != len(release.versions) or any(r is None for r in reqs):
+        return None
+    if any(stackrange.admits_from(r["spec"], row["since"]) is not False for r in reqs):
+        return None
+    first = stackrange.first_release_admitting("transformers", row["since"], judged[-1])
+    return {"model_type": mtype, "since": row["since"], "source_of_since": row["source"],
+            "releases": judged[0] if len(judged) == 1 else f"{judged[0]}-{judged[-1]}",
+            "release_source": getattr(release, "source", "") or "",
+            "specs": "; ".join(dict.fromkeys(r["spec"] for r in reqs)),
+            "first": first[0] if first else "", "first_spec": first[1] if first else "",
+            "first_text": "" if not first else (f"{first[0]} (the main branch, not yet published: "
+                                                 "pip install from its git repository)" if "dev" in first[0]
+                                                 else f"{first[0]} (pip install -U \"llamafactory>={first[0]}\")"),
+            "advice": "upgrade-lf" if first else "no-release", "by_name": by_name}
+
+
+def fact(asm: Any, arch: Any) -> dict[str, Any] | None:
+    """The ``lint.model_type_unregistered`` fact of an assembly (facts/config.py `Assembly`): the model's type
+    against the transformers the inputs state (``asm.stack_sources``), else the one assumed from the LF release's
+    range (``asm.tf_assumed``, facts/stackrange.py `assumed_transformers`); None without a model."""
+    mtype, by_name = _model_type(asm, arch)
     stated = next(((v, src) for p, v, src in asm.stack_sources if p == "transformers"), None)
     a = getattr(asm, "tf_assumed", None)
     if stated is not None:
@@ -81,12 +135,22 @@ def fact(asm: Any, arch: Any) -> dict[str, Any] | None:
         # a development build judged by two releases (0.9.3.dev0 -> 0.9.2 and 0.9.3): the type is refused only if
         # the newest transformers of each is too old, and the message gives each release its own bound (trial 9:
         # "0.9.2-0.9.3 runs with at most 4.49.0" beside 0.9.3's "<=4.52.4")
-        if any(unregistered(mtype, v, False, "") is None for v, _ in newest):
+        refused = [(v, r) for v, r in newest if unregistered(mtype, v, False, "") is not None]
+        if not refused:
             return None
         rel = asm.release
+        why = "; ".join(f"{r} accepts at most {v}" for v, r in newest)
+        if len(refused) < len(newest):
+            # only one bounding release stops short of the type: the commit decides, an unverified warning (README,
+            # `--llamafactory`), never silence (trial 11)
+            v, r = refused[0]
+            got = unregistered(mtype, v, False, f"LLaMA-Factory {r} ({rel.source})", why)
+            return None if got is None else {**got, "scope": "some", "given": rel.given or "",
+                                             "by_name": by_name, "admitted_by": ", ".join(
+                                                 x for _, x in newest if (_, x) not in refused)}
         top = max(newest, key=lambda x: _key(x[0]))
         out = unregistered(mtype, top[0], False, f"LLaMA-Factory {rel.versions[0]}-{rel.versions[-1]} ({rel.source})",
-                           "; ".join(f"{r} accepts at most {v}" for v, r in newest))
+                           why)
     elif a is not None:
         out = unregistered(mtype, a["version"], False, f"LLaMA-Factory {a['releases']} ({a['release_source']})",
                            f"the newest version LLaMA-Factory {a['releases']} accepts ({a['spec']})")
@@ -116,3 +180,24 @@ def _newest_per_release(release: Any) -> list[tuple[str, str]]:
             return []
         out.append((got["version"], v))
     return out
+
+
+def could_run(asm: Any, arch: Any, version: str) -> bool:
+    """Whether the training machine could run transformers `version` (a what-if alternative such as the older stack
+    of facts/assume.py `OLD_TRANSFORMERS`): the model's type is registered by it (catalog/tf_model_types.json) and
+    some judged LLaMA-Factory release's start-up range admits it (catalog/lf_stack_ranges.json; any release when
+    none is known). Trial 11 (LlamaFactory PR #10139): Qwen3-VL on LF 0.9.4 was sized "if transformers 4.48.3",
+    a version that neither loads qwen3_vl (4.57.0) nor passes 0.9.4's check (>= 4.51.0)."""
+    from finetune_doctor.facts import stackrange
+
+    mtype, _ = _model_type(asm, arch)
+    row = load().get(str(mtype)) if mtype else None
+    if row is not None and stackrange.satisfies(version, f"transformers>={row['since']}") is False:
+        return False
+    release = getattr(asm, "release", None)
+    catalog = stackrange.load()["releases"]
+    judged = [v for v in getattr(release, "versions", ()) or () if v in catalog]
+    if release is None or not getattr(release, "known", False) or not judged:
+        return True
+    reqs = [next((r for r in catalog[v]["requires"] if r["package"] == "transformers"), None) for v in judged]
+    return any(r is None or stackrange.satisfies(version, r["spec"]) is not False for r in reqs)

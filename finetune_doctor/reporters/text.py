@@ -348,6 +348,7 @@ def _hardware_line(w: _Writer, r: Report) -> None:
 def _memory(w: _Writer, r: Report) -> None:
     mem = r.memory
     if mem is None:
+        _not_estimated(w, r)
         return
     from rich.text import Text
 
@@ -590,6 +591,19 @@ def _pct(p: float | None, other: float | None = None) -> str:
     return f"{100 * p:.{digits}f} %"
 
 
+def _not_estimated(w: _Writer, r: Report) -> None:
+    """Where the memory block would be: that memory was not estimated and what the user must give, first (trial 11,
+    LlamaFactory#7865: a "will it fit" check of a model not on this machine said so only in a note at the bottom).
+    Only for a command that sizes memory and a note that says why (facts/config.py "memory not estimated: ...")."""
+    why = next((n for n in r.notes if n.startswith("memory not estimated")), None)
+    if why is None or r.command not in ("check", "estimate"):
+        return
+    w.heading("Memory per GPU")
+    w.line(("not estimated", "yellow"), f": {why.split(': ', 1)[1] if ': ' in why else why}. To answer whether it "
+           "fits, give the model's config.json: --model-config FILE (or the folder that holds it), or --context FILE "
+           "from `doctor context` on the training machine.", indent=1)
+
+
 def _fix_facts(fix: Fix) -> list[str]:
     """Effect, cost and confirmation of a fix, one short line each."""
     out = []
@@ -597,11 +611,16 @@ def _fix_facts(fix: Fix) -> list[str]:
     before, after = eff.pop("total_gib_before", None), eff.pop("total_gib_after", None)
     p0, p1 = eff.pop("p_oom_before", None), eff.pop("p_oom_after", None)
     m0, m1 = eff.pop("p_oom_model_before", None), eff.pop("p_oom_model_after", None)
+    a0, a1 = eff.pop("p_oom_model_assumed_before", None), eff.pop("p_oom_model_assumed_after", None)
     if before is not None or after is not None:
         line = f"effect: total {gib(before, 1)} → {gib(after, 1)} GiB"
         if m0 is not None and m1 is not None and (m0, m1) != (p0, p1):
             # the remedy's target is read on the memory model's probability (README 'Two probabilities'): show that
             line += f", the memory model's probability of OOM {_pct(m0, m1)} → {_pct(m1, m0)}"
+            if a0 is not None and a1 is not None:
+                # the verdict's second reading (planners.judge_against): the same run at the assumed values
+                line += (f" over the open assumptions, {_pct(a0, a1)} → {_pct(a1, a0)} as assumed"
+                         + (" (at-risk: over the 5 % target)" if a1 > 0.05 else ""))
         elif p0 is not None and p1 is not None:
             line += f", probability of OOM {_pct(p0, p1)} → {_pct(p1, p0)}"
         out.append(line)

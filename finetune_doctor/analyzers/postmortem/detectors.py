@@ -338,6 +338,16 @@ def loss_zero_facts(loss: Curve | None, gn: Curve | None) -> dict[str, Any] | No
                     meaning = ("With grad_norm nan this is NaN, not a perfect fit: every micro-step loss of those "
                                "windows was NaN/Inf and transformers' logging_nan_inf_filter (on by default) logged "
                                "the window as 0.0.")
+                elif gf == 0.0 and (p := _trained_before(loss, gn, i)) is not None:
+                    # an earlier log trained (a real loss, a gradient): "every label is masked or nothing requires
+                    # grad" is then one possibility among others, not the cause (trial 11, LlamaFactory#8137)
+                    meaning = (f"With grad_norm 0 no gradient reaches the optimizer, yet step {p[0]} logged loss "
+                               f"{fmt(p[1])} with grad_norm {fmt(p[2])}: the run trained at first, so parameters do "
+                               "require grad. Possible causes: the later batches have every label masked (-100: "
+                               "prompts longer than cutoff_len, a template that masks the answer); the distributed "
+                               "setup zeroing the reduced gradients and loss (reported for DeepSpeed ZeRO-2 across "
+                               "nodes while ZeRO-3 trained, hiyouga/LlamaFactory#8137). The same data on one node "
+                               "or under ZeRO-3 tells them apart.")
                 elif gf == 0.0:
                     meaning = ("With grad_norm 0 nothing is being trained: every label is masked (-100: prompts "
                                "longer than cutoff_len, or a template that masks the answer) or no parameter "
@@ -353,6 +363,17 @@ def loss_zero_facts(loss: Curve | None, gn: Curve | None) -> dict[str, Any] | No
             i = j
         else:
             i += 1
+    return None
+
+
+def _trained_before(loss: Curve, gn: Curve | None, i: int) -> tuple[Any, float, float] | None:
+    """(step, loss, grad_norm) of the last log before index `i` of `loss` with a finite non-zero loss and a finite
+    non-zero grad_norm at the same step: the run trained there. None when no log before `i` shows that."""
+    for k in range(i - 1, -1, -1):
+        lv = loss.values[k]
+        g = exact_at(gn, loss.steps[k]) if gn is not None else None
+        if math.isfinite(lv) and lv != 0.0 and g is not None and math.isfinite(g) and g != 0.0:
+            return loss.steps[k], lv, g
     return None
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from finetune_doctor.readers.model.catalog import catalog_entries, norm, resolve_entry
 
@@ -204,12 +204,31 @@ def near_size(name: str, entry: dict[str, Any]) -> bool:
     return not theirs or any(max(mine, b) / max(min(mine, b), 1e-9) <= 1.5 for b in theirs)
 
 
+# Size words families use instead of a parameter count (GPT-2 small/medium/large/xl, BERT/T5 base/large, Phi-3
+# mini/small/medium): shared across families, so they never make two names one family
+SIZE_WORDS = frozenset({"tiny", "mini", "small", "medium", "base", "large", "xl", "xxl", "nano", "micro"})
+
+
+def word_family(name: str) -> str:
+    """The family the last path component of `name` states before its first size, numeric (``7b``) or a word
+    (`SIZE_WORDS`): ``gpt2-medium`` → ``gpt2``, ``microsoft/Phi-3-medium-4k-instruct`` → ``phi3``,
+    ``Qwen2.5-7B`` → ``qwen25``; the whole name squashed when it states none."""
+    base = norm(name).rsplit("/", 1)[-1]
+    toks = [t for t in re.split(r"[-_\s]+", base) if t]
+    cut = next((i for i, t in enumerate(toks) if SIZE.match(t) or t in SIZE_WORDS), len(toks))
+    return _family(re.sub(r"[^a-z0-9]", "", "".join(w for w in toks[:cut] if w not in GENERIC_WORDS)))
+
+
 def same_kind(name: str, entry: dict[str, Any]) -> bool:
     """True when `entry` is a fair suggestion for `name`: the same family and the same MoE-ness (a size may
-    differ: ``Qwen2.5-8B`` is a typo of Qwen2.5-7B; ``Qwen2-57B-A14B`` is not a Qwen2-7B)."""
+    differ: ``Qwen2.5-8B`` is a typo of Qwen2.5-7B; ``Qwen2-57B-A14B`` is not a Qwen2-7B). A name without a
+    numeric size keeps its family too (`word_family`, one a prefix of the other): ``gpt2-medium`` never suggests
+    Phi-3-medium on the shared size word (trial 11, LlamaFactory#5320)."""
     t = traits(name)
     if t.size is None:
-        return True
+        mine = word_family(name)
+        return not mine or any(f and (f.startswith(mine) or mine.startswith(f))
+                               for f in (word_family(n) for n in [entry["id"], *entry.get("aliases", [])]))
     _, cfg = _base_id(entry)
     if (t.active is not None) != is_moe(cfg) and not t.size.count("x"):
         return False
@@ -266,7 +285,3 @@ def infer(name: str, mm_hint: str | None = None, template: str | None = None) ->
     if mm_hint:
         why += f", with a vision/audio tower ({mm_hint})"
     return Inference(entry, why, tuple(dict.fromkeys(excluded)))
-
-
-def candidates_text(ids: Iterable[str]) -> str:
-    return ", ".join(ids)

@@ -32,12 +32,12 @@ from finetune_doctor.errors import InputError
 from finetune_doctor.readers.model.caches import (
     REPO_ID,
     repo_of_cache_folder,
-    env_enabled,
     hub_cache_config,
     hub_cache_dirs,
     modelscope_cache_config,
     openmind_cache_config,
 )
+from finetune_doctor.readers.lfenv import env_enabled
 from finetune_doctor.readers.model.catalog import (
     catalog_arch,
     catalog_entries,
@@ -402,7 +402,10 @@ def _unknown(name: str, looked: list[str]) -> ModelUnresolved:
                                missing="an expanded model path", fix=fix)
     unsized = not_sized(name=name)
     tail = f". Even then: {unsized}" if unsized else ""
-    return ModelUnresolved(f"unknown model '{name}': {', '.join(looked)}{hint}; supply its config with {fix}{tail}",
+    # a name no catalogue entry of its family is near (gpt2-medium): say what the doctor takes instead (trial 11)
+    folder = "" if hint else " (or the folder that holds it, as --model-config DIR or as model_name_or_path)"
+    return ModelUnresolved(f"unknown model '{name}': {', '.join(looked)}{hint}; supply its config with {fix}{folder}"
+                           f"{tail}",
                            model=name, missing="the model's config.json", fix=fix)
 
 
