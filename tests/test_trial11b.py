@@ -139,3 +139,30 @@ def test_estimate_exits_as_check_on_a_model_it_cannot_size(tmp_path, model, code
         got[command] = (r.exit_code, rep["memory"] is None or rep["memory"].get("per_gpu_gib") is None,
                         finding in [f["code"] for f in rep["findings"]])
     assert got["check"] == got["estimate"] == (code, True, True)
+
+
+# -- the unread images of a multimodal run: none for a dataset whose dataset_info entry names no media column ------
+
+VL = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "trial2" / "qwen2-vl-7b-lora-alpaca.yaml"
+
+
+@pytest.mark.parametrize("entry, images", [
+    # LF reads media only from the columns dataset_info names (data/parser.py: DatasetAttr.images defaults to None)
+    ({"hf_hub_url": "llamafactory/alpaca_en"}, False),
+    ({"hf_hub_url": "BUAADreamer/llava-en-zh-300k", "formatting": "sharegpt",
+      "columns": {"messages": "messages", "images": "images"},
+      "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}}, True),
+])
+def test_a_dataset_info_entry_without_media_columns_closes_the_image_assumption(tmp_path, entry, images):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dataset_info.json").write_text(json.dumps({"hub_set": entry}), encoding="utf-8")
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(VL.read_text(encoding="utf-8").replace("dataset: alpaca_en_demo",
+                                                          f"dataset: hub_set\ndataset_dir: {data}"), encoding="utf-8")
+    r = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "RTX4090", "--offline", "--format", "json"])
+    rep = json.loads(r.output)
+    names = [a["name"] for a in rep["assumptions"]]
+    # the rows are on the hub, not here: only the entry decides
+    assert ("image-pixels" in names) is images
+    assert names.count("image-pixels") <= 1 and "images-per-sample" not in names

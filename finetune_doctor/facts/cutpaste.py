@@ -16,10 +16,10 @@ The signs (each a fact of the text, never a guess about the run):
   layout) with nothing, not even a commented key, under it.
 - ``open-block``: the text ends without a newline on an indented line (a nested mapping or list cut mid-block).
 - ``no-schedule``: a training config (train kind, `do_train: true`, no `tokenized_path`) that sets none of `learning_rate`, `num_train_epochs` and
-  `max_steps`. Each of LF's 0.9.x example training YAMLs (examples/train_lora, train_full, train_qlora at the
-  snapshot, docs/reference/llamafactory) sets `learning_rate` and `num_train_epochs`; a run relying on
-  transformers' defaults for all three (5e-5, 3 epochs) is possible, which is why this is an assumption with an
-  alternative, not a finding.
+  `max_steps`. LF's example training YAMLs at the snapshot (../shared/reference/llamafactory/examples, read
+  as the train kind: 56) all set one of them, so none shows this sign; trial 11's two cut pastes do. A run relying
+  on transformers' defaults for all three (5e-5, 3 epochs) is possible, which is why this is an assumption with
+  an alternative, not a finding.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def signs(text: str, values: dict[str, Any] | None, kind: str | None) -> list[di
             and not any(k in vals for k in SCHEDULE_KEYS):
         out.append({"sign": "no-schedule",
                     "text": "it is a training config that sets none of `learning_rate`, `num_train_epochs` and "
-                            "`max_steps`, which LLaMA-Factory's example training YAMLs all set"})
+                            "`max_steps`, one of which every LLaMA-Factory example training YAML sets"})
     return out
 
 

@@ -58,7 +58,7 @@ def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple
     # an unknown model narrows the estimate to "not estimated" with the finding that says what to give (FD607, or
     # FD098 for a model folder not on this machine), exactly as `check` does: the same inputs exit alike (README's
     # exit codes: 2 is for input the doctor cannot read, not for a model it cannot size; trial 11)
-    asm = assemble_config(config, overrides, opts, replace(MODES["estimate"], scan_data=scan_data, need_model=False))
+    asm = assemble_config(config, overrides, opts, replace(MODES["estimate"], scan_data=scan_data))
     findings = judge("estimate", asm.facts, asm.sources, opts, texts={asm.doc.path: asm.doc.text}, live=asm.live())
     sections: dict[str, Any] = {"model": asm.model_section()} if asm.run is not None else {}
     if asm.memory is not None:
