@@ -131,6 +131,11 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "range_text": F("str", "the catalogued releases judged: '0.8.0-0.9.6.dev0'")}),
     "release_note": F("str", "why the keys were not judged (a stated release older than the catalogue), or ''"),
     "config_suffix": F("str", "the config file's suffix, lower-cased ('.yml')"),
+    "vision_pos_embed_trains": F("dict", "the judged LF release freezes the vision tower by keys that miss its "
+                                         "position embedding (facts/visionfreeze.py, PR #10139)", fields={
+        "model_type": F("str", "the model's type"), "releases": F("str", "the judged releases that miss it"),
+        "scope": F("str", "all | some of the judged releases", values=("all", "some")),
+        "fixed_in": F("str", "the first release whose keys hold it")}),
     "config_cut": F("dict", "signs that the config file is a cut-off paste (facts/cutpaste.py), None when it shows "
                             "none: rules tagged `absence` then say the file does not set the key", fields={
         "signs": F("list", "empty-last-key | empty-section | open-block | no-schedule"),
@@ -351,6 +356,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
             "release_note": release.note if getattr(release, "older", False) else "",
             "launch_trains": None, "config_command": COMMANDS.get(kind or "train"), "stack_refusals": [],
             "model_type_unregistered": None, "tf_conflict": None, "moe_z3_leaf": None,
+            "vision_pos_embed_trains": None,
             "reasoning_template": reasoning_template(doc.values, release),
             "ref_model_fsdp_fix": ref_model_fix_state(release),
             "export_merge_quantized": export_merge_quantized(doc.values, kind),
