@@ -73,7 +73,8 @@ said                the user's description read from words when no log line gave
                     phase_words, step, after, text, location} (readers/runlogs/userwords.py, analyzers/postmortem/
                     said.py); ``basis`` is "words" then, else "log"
 image_cut           transformers' features/tokens mismatch with fewer tokens than features: {state, modality,
-                    tokens, features, missing, text, location} (analyzers/postmortem/mmcause.py)
+                    tokens, features, missing, text, location} (analyzers/postmortem/mmcause.py); state "said" when
+                    only the user's words name the mismatch, no count known (analyzers/postmortem/said.py)
 stack               {package: {version, source}}: versions the logs print (llamafactory-cli env, ds_report, NCCL)
 skipped             [{path, why, extra}]: what was not read (not a regular file, a missing extra)
 model, world        {params, params_source, trainable, vocab, name}; {value, source}

@@ -220,7 +220,7 @@ def test_the_assumption_says_what_removes_it(cfg):
 def test_shown_and_weighed_but_never_deciding(tmp_path):
     # cutoff 3072 on two 24 GB cards: as DataParallel GPU 0 runs out, as two DDP ranks it is at risk. The run is
     # modelled as LLaMA-Factory 0.9.5 runs it, so an older release's launch is shown but does not move the verdict
-    # (facts/assume.py UNNAMED); `--launch` with the python line estimates that launch itself
+    # (facts/assumebase.py UNNAMED); `--launch` with the python line estimates that launch itself
     p = tmp_path / "llama3_lora_sft.yaml"
     p.write_text(EXAMPLE_071.replace("cutoff_len: 1024", "cutoff_len: 3072"))
     r = doctor(p, "--gpu", "2xRTX4090", "--transformers", "4.40.2")

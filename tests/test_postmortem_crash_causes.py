@@ -216,3 +216,12 @@ def test_a_missing_submodule_is_a_release_mismatch_of_its_package():
     got = _import("ModuleNotFoundError", "No module named 'llamafactory.extras.packages'",
                   {"llamafactory": ("0.9.1", "train.log:1")})
     assert "the installed llamafactory 0.9.1 (train.log:1) has no module" in got
+
+
+def test_an_earlier_exception_is_named_beside_the_last(tmp_path):
+    """Issue #25: a paste of two attempts (an unknown model type, then LF's version check after an upgrade) keeps
+    the last exception as the end of the run and names the earlier one as evidence, with its line."""
+    f = diagnose(tmp_path, "crash_causes/two_attempts.log")[0]
+    assert f.name == "run-crashed" and "ImportError: transformers>=4.49.0,<=4.55.0" in f.message
+    assert "; earlier in the logs: ValueError: The checkpoint you are trying to load has model type `glm4v_moe`" in f.message
+    assert "(two_attempts.log:4)" in f.message

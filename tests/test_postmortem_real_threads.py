@@ -39,14 +39,19 @@ KNOWN_MISS_R5 = {"tf28027", "lf4077", "lf4000", "lf2974"}
 # swift7156 right since its paste's first frame, cut before `File "`, is read (the error is inside transformers);
 # trl4782 right since session 10 (wt/pmfix8): its traceback is cut, and the last warning above it (torch checkpoint.py's
 # reentrant "None of the inputs have requires_grad=True") is read as a lead (crashcause.warning_lead)
-KNOWN_MISS_R6 = {"lf1839", "lf8082", "lf4213", "lf9178", "axolotl2975", "lf6784"}
+# session 11 (wt/pmfix10): lf6784's paste of two attempts names the earlier exception (the unknown model type
+# qwen2_5_vl) beside the last one (causes.py `_earlier`)
+KNOWN_MISS_R6 = {"lf1839", "lf8082", "lf4213", "lf9178", "axolotl2975"}
 # round 7 (cases_i.py), scored once on 2026-12-07 at 3ba2d45: 29 of 48; 10 of these 19 carry no paste (the thread's
 # title or a sentence in the user's words), lf4557 and openrlhf211 accept no finding
 # the user's own words read as evidence (readers/runlogs/userwords.py) made opennmt373, lf3641, lf5419, trl876,
 # lf1989, lf482, lf956, tf17478 and megatron1764 right; the features/tokens mismatch with fewer tokens than features
 # (analyzers/postmortem/mmcause.py) qwen3vl556; a Ray worker gone without an exception verl3349; a failure after
 # the default 30-minute collective timeout, said in words, trl1519
-KNOWN_MISS_R7 = {"lf4557", "lf5964", "lf6791", "openrlhf211", "lf2819", "axolotl3069", "lf7986"}
+# session 11 (wt/pmfix10): lf7986's exception typed with a full-width colon ("AssertionError： ...") is read as the
+# exception (readers/runlogs/logs.py `_exception_alone`); lf6791's traceback cut inside transformers names the
+# innermost frame's package, as an exception's raised_at does (causes.py `_cut_where`)
+KNOWN_MISS_R7 = {"lf4557", "lf5964", "openrlhf211", "lf2819", "axolotl3069"}
 KNOWN_MISS = KNOWN_MISS_R4 | KNOWN_MISS_R5 | KNOWN_MISS_R6 | KNOWN_MISS_R7 | {"mmdet12069", "della2", "lf10367"}
 
 

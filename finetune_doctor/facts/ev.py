@@ -39,9 +39,10 @@ _DETECTORS = {
               "stopped {last_step, total, total_source, percent, bar_only, lead, location}, hang {the same + evidence, lead, "
               "more} (a start-up hang: last_step and total None)}",
     "said": "the user's own description of the failure, read from words when no log line gave evidence "
-            "(analyzers/postmortem/said.py): {symptom [disk-full | nccl-error | host-oom | oom | nan | loss-zero | "
-            "timeout | hang], words, phase [evaluation | save | tokenization | loading | end], phase_words, step, after, "
-            "text, location}",
+            "(analyzers/postmortem/said.py): {symptom [disk-full | nccl-error | image-tokens | native-crash | loss-scale | "
+            "host-oom | killed | oom | "
+            "cuda-error | no-update | nan | loss-zero | diverged | timeout | hang | stopped | version | error], words, phase [evaluation | save | "
+            "tokenization | loading | end | start | resume], phase_words, step, after, text, location}",
     "dict_steps": "HF metric dicts re-placed from the warmup lr, the epoch and logging_steps where the training bar "
                   "at their line disagreed (analyzers/postmortem/dictsteps.py): {basis [warmup-lr | epoch], moved, "
                   "first_moved {line, step}}",
@@ -61,9 +62,11 @@ NAMESPACE = Namespace("ev", __doc__.split("\n\n")[0], {
         "detail": F("str", "what was seen"), "location": OPEN("where")}),
     "image_cut": F("dict", "a multimodal sample's placeholders cut: transformers' features/tokens mismatch with fewer "
                    "tokens than features (analyzers/postmortem/mmcause.py)", fields={
-        "state": F("str", "cut", values=("cut",)), "modality": F("str", "image | video"),
+        "state": F("str", "cut (the error's counts show it) | said (the user's words name the mismatch, no count: "
+                   "analyzers/postmortem/said.py said_image_cut)", values=("cut", "said")), "modality": F("str", "image | video"),
         "tokens": F("int", "placeholder tokens in input_ids"), "features": F("int", "features the vision tower returned"),
         "missing": F("int", "features - tokens"), "text": F("str", "the matched words"),
+        "phase_words": F("str", "state said: the words that named the phase, else None"),
         "location": OPEN("where")}),
     "basis": F("str", "what the symptom rules read: the run's own output (log) or, when it gave no evidence, the "
                "user's description of the failure (words: ev.said)", values=("log", "words")),

@@ -36,7 +36,8 @@ from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError, install_hint
 from finetune_doctor.evidence import Evidence
 from finetune_doctor.readers.config.accelerate import launch_file_in
-from finetune_doctor.facts.config import Assembly, assemble_config, read_env_file
+from finetune_doctor.facts.assembly import Assembly
+from finetune_doctor.facts.config import assemble_config, read_env_file
 from finetune_doctor.facts.ev import past_start_up
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import skeleton

@@ -3,6 +3,7 @@ model, harmless overflows, a collective that timed out, a killed process, the ex
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -13,7 +14,7 @@ from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.analyzers.postmortem.launchcause import SHM_MAP
 from finetune_doctor.analyzers.postmortem.ranks import is_consequence_exc
 from finetune_doctor.analyzers.postmortem.stackcause import stack_range_text
-from finetune_doctor.evidence import Evidence, KillRecord, src
+from finetune_doctor.evidence import Evidence, KillRecord, Notice, src
 
 LATE_EPOCH = 0.05
 LATE_STEP = 50
@@ -499,6 +500,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     cause_exc = None
     tb = None
     signalled = False
+    seen: list[Notice] = []
     for f in ev.files:
         for n in f.notices:
             if n.kind == "exception":
@@ -514,6 +516,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
                 exc = n        # the last exception is what ended the run
                 if not is_consequence_exc(v, n.text):
                     cause_exc = n
+                    seen.append(n)
             elif n.kind == "traceback":
                 tb = n
     # an exception a rank raised is a cause; the collective's abort, torchrun's ChildFailedError and the store's
@@ -569,6 +572,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
             "msg": (exc.value or {}).get("msg") if exc else None, "step": rec.step, "explained": explained,
             "text": text, "where_text": where, "phase": phase, "location": location_of(rec.file, rec.line),
             "disk_full": disk, "cause": cause, "first": bool(after), "consequences": after or "",
+            "earlier_text": _earlier(seen, exc),
             "after_loop": bool(post)}
 
 
@@ -672,6 +676,23 @@ def _child_failed_only(ev: Evidence, explained: bool) -> dict[str, Any] | None:
             "ranks": sorted(ranks)}
 
 
+def _earlier(seen: list[Notice], exc: Notice | None) -> str:
+    """"; earlier in the logs: CLS: MSG (file:line)" for the first exception a process raised before the one that
+    ended the run, with another class or message (a chain's original error, or an earlier attempt the user pasted
+    above a later one): named as evidence, never ranked above the last one; "" when there is none."""
+    if exc is None:
+        return ""
+    key = ((exc.value or {}).get("cls"), (exc.value or {}).get("msg"))
+    for n in seen:
+        v = n.value or {}
+        # an exception read from its words alone (typeless) may be the raise line of a traceback's code, not a raise
+        if n is exc or (v.get("cls"), v.get("msg")) == key or v.get("typeless"):
+            continue
+        text = (f"{v.get('cls')}: {v.get('msg')}" if v.get("msg") else f"{v.get('cls')}")[:200]
+        return f"; earlier in the logs: {text} ({os.path.basename(n.file)}:{n.line})"
+    return ""
+
+
 def _cut_where(tb: Any, where: str, out: dict[str, Any]) -> tuple[str | None, str]:
     """(phase, words) of a traceback cut before its exception line: what the log does show of where the run
     was — the phase its innermost frames name (oomcause.PHASES: checkpoint save, evaluation, backward, forward,
@@ -679,7 +700,8 @@ def _cut_where(tb: Any, where: str, out: dict[str, Any]) -> tuple[str | None, st
     knows and what is missing rather than "unknown"."""
     from finetune_doctor.analyzers.postmortem.oomcause import oom_phase
 
-    frames = tuple(((tb.value or {}) if isinstance(tb.value, dict) else {}).get("frames") or ())
+    v = (tb.value or {}) if isinstance(tb.value, dict) else {}
+    frames = tuple(v.get("frames") or ())
     inner = tuple(reversed(frames[-6:]))   # nearest the error first, as oom_phase reads them
     phase, _ = oom_phase(inner, None) if inner else (None, None)
     last = (out.get("steps") or {}).get("last")
@@ -689,6 +711,11 @@ def _cut_where(tb: Any, where: str, out: dict[str, Any]) -> tuple[str | None, st
     # the innermost function frame ("func (file.py)"), with the code line below it when the paste kept one
     k = next((i for i, fr in enumerate(inner) if _FUNC_FRAME.match(fr)), None)
     shown = inner[k] if k is not None else f"`{inner[0]}`"
+    # the package that frame is in (site-packages/<package>/, src/llamafactory/), as raised_at names it: which
+    # library the run was inside when the paste was cut
+    owner = {f"{p[1]} ({p[2]})": p[0] for p in (v.get("pkgs") or ())}.get(shown) if k is not None else None
+    if owner:
+        shown = f"{shown[:-1]}, {owner})"
     if k:
         shown += f" at `{inner[0]}`"
     head = f"in the {_PHASE_WORDS.get(phase, phase)}" if phase else where

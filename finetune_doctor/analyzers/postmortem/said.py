@@ -3,16 +3,19 @@
 readers/runlogs/userwords.py reads a short file that is prose (an issue title, a sentence) into ``FileEvidence.said``.
 Here it becomes the ``ev.said`` fact, but only when no log line gave any evidence: a symptom read from words never
 competes with one read from the run's own output. The rules that judge a symptom from a log (cuda-oom, nan-loss,
-loss-stuck-zero, nccl-timeout, nccl-error, disk-full, host-oom-killed, run-hang) read ``ev.said`` as a second,
+loss-stuck-zero, nccl-timeout, nccl-error, disk-full, host-oom-killed, run-hang, native-crash, cuda-error,
+loss-diverged; run-crashed for an error or a version conflict the words name) read ``ev.said`` as a second,
 weaker kind of evidence and word their finding as what the words alone support, asking for the output.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import location_of
-from finetune_doctor.evidence import Evidence
+from finetune_doctor.evidence import Evidence, Notice
 
 # every evidence no-run-evidence counts (rules/no-run-evidence.yaml), and the detectors that need a log
 _LOG_EVIDENCE = ("oom", "nan", "crash", "nccl", "nccl_error", "killed", "cuda_error", "xid", "loss_zero", "host_alloc",
@@ -20,11 +23,27 @@ _LOG_EVIDENCE = ("oom", "nan", "crash", "nccl", "nccl_error", "killed", "cuda_er
                  "attention_warning")
 
 
+# exception classes that only say a child process failed (torch/distributed/elastic/multiprocessing/errors/__init__.py
+# ChildFailedError; subprocess.CalledProcessError raised by accelerate's and LLaMA-Factory's launchers)
+_WRAPPER_EXC = ("ChildFailedError", "CalledProcessError")
+
+
+def generic_crash(crash: dict[str, Any]) -> bool:
+    """True for an ``ev.crash`` that names no cause of its own: torchelastic's failure summary without the child's
+    error (kind child-failed), a traceback cut before its exception line (traceback-only), or a launcher's wrapper
+    exception alone (`_WRAPPER_EXC`)."""
+    if crash.get("kind") in ("child-failed", "traceback-only"):
+        return True
+    return any(c in (crash.get("cls") or "") for c in _WRAPPER_EXC)
+
+
 def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
-    """``ev.said``: {symptom, words, phase, phase_words, step, after, text, location} of the first file read as the
-    user's words (readers/runlogs/userwords.py `read_words`), or None when there is none or when any log evidence
-    (`_LOG_EVIDENCE`, a hang or a stop of the run-health detector) was found."""
-    if any(out.get(k) for k in _LOG_EVIDENCE):
+    """``ev.said``: {symptom, words, phase, phase_words, step, after, text, metric, location, given} of the first file
+    read as the user's words (readers/runlogs/userwords.py `read_words`), or None when there is none or when any
+    log evidence (`_LOG_EVIDENCE`, a hang or a stop of the run-health detector) was found. A crash that says nothing of its
+    cause (`generic_crash`: torchrun's ChildFailedError alone, a launcher's CalledProcessError, a traceback cut
+    before its exception) does not count: the words of a title outrank such a line."""
+    if any(out.get(k) for k in _LOG_EVIDENCE if k != "crash") or (out.get("crash") and not generic_crash(out["crash"])):
         return None
     h = out.get("health") or {}
     if h.get("hang") or h.get("stopped"):
@@ -33,5 +52,47 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
         if f.said:
             s = dict(f.said)
             s["location"] = location_of(s.pop("file"), s.pop("line"))
+            crash = out.get("crash")
+            # honest about what was read: a line that names no cause may have been there beside the words
+            s["given"] = (f"the only log line read ({crash.get('text')}) names no cause" if crash else
+                          "no log lines were given")
+            s["reading"] = _reading(ev, s, f.read.path) if s["symptom"] in ("error", "version") else None
             return s
     return None
+
+
+def said_image_cut(said: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``ev.image_cut`` of state ``said`` when the words name transformers' multimodal features/tokens mismatch
+    ("Image features and image tokens do not match", userwords_vocab "image-tokens") and no log line gave it: no
+    token or feature count is known, so rule image-tokens-exceed-cutoff words it as the usual cause, not a cut
+    seen. None otherwise."""
+    if not said or said.get("symptom") != "image-tokens":
+        return None
+    return {"state": "said", "modality": "image", "tokens": None, "features": None, "missing": None,
+            "text": said.get("words"), "location": said.get("location"), "phase_words": said.get("phase_words")}
+
+
+_CLASS = re.compile(r"(?<![\w.])(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b")
+
+
+def _reading(ev: Evidence, said: dict[str, Any], path: str) -> str | None:
+    """What the exception readings of crashcause.py establish from the words, read as the error's own text (the
+    class the words name, if any, and the whole description as its message): a quoted "No module named
+    'flash_attn'", "Template X does not exist" or "does not recognize this architecture" is read as the line
+    itself would be. None when no reading applies."""
+    text = str(said.get("text") or "")
+    m = _CLASS.search(text)
+    msgs = [text]
+    if m:   # the words after the class, as its message; a KeyError's message is the quoted key alone
+        rest = text[m.end():].strip(" :：,，")
+        q = _QUOTED.match(rest)
+        msgs = ([q.group(0)] if q else []) + [rest, text]
+    for msg in msgs:
+        n = Notice(path, 1, None, "exception", text, {"cls": m.group(0) if m else "", "msg": msg})
+        cause = crash_cause(ev, n, None, {}, {})
+        if cause:
+            return str(cause["text"])
+    return None
+
+
+_QUOTED = re.compile(r"'[^'\s]+'|\"[^\"\s]+\"")

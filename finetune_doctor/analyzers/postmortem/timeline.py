@@ -24,7 +24,7 @@ from finetune_doctor.analyzers.postmortem.detectors import spikes
 from finetune_doctor.analyzers.postmortem.mmcause import image_cut
 from finetune_doctor.analyzers.postmortem.oomcause import oom_facts
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
-from finetune_doctor.analyzers.postmortem.said import said_facts
+from finetune_doctor.analyzers.postmortem.said import said_facts, said_image_cut
 from finetune_doctor.evidence import Evidence, FileRead, src
 from finetune_doctor.types import TimelineEvent
 
@@ -93,6 +93,7 @@ def analyze(ev: Evidence, facts: dict[str, Any] | None = None,
     out["has_metrics"] = bool(curves.get("loss") is not None and len(curves["loss"]))
     out["image_cut"] = image_cut(ev)
     out["said"] = said_facts(ev, out)
+    out["image_cut"] = out["image_cut"] or said_image_cut(out["said"])
     out["basis"] = "words" if out["said"] else "log"
     return Timeline(tl, out, curves, tuple(f.read for f in ev.files) + tuple(ev.skipped))
 

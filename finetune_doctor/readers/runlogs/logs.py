@@ -221,16 +221,24 @@ def _user_words(fe: FileEvidence, data: bytes) -> FileEvidence:
     return replace(fe, said={**said, "file": fe.read.path})
 
 
+_FULLWIDTH_COLON = re.compile(r"(Error|Exception)：\s*")
+
+
 def _exception_alone(fe: FileEvidence, data: bytes) -> FileEvidence:
     """A short file in which the scan found nothing at all, whose last line shaped like an exception of a class
     outside builtins (logpatterns.EXC_ALONE: "zipfile.BadZipFile: ...", "triton.runtime.errors.OutOfResources:
     ..."; no trigger word is in such a line) is that exception: a one-line paste is a crash, not "nothing to
-    diagnose". Files with any other evidence are returned unchanged."""
+    diagnose". So is a builtin exception typed with a full-width colon ("AssertionError：
+    ..."). Files with any other evidence are returned unchanged."""
     if any((fe.series, fe.ooms, fe.overflows, fe.aborts, fe.nccl, fe.kills, fe.notices, fe.device_errors, fe.xids)):
         return fe
     lines = data.decode("utf-8", "replace").splitlines()
     for k in range(len(lines) - 1, -1, -1):
-        m = pat.EXC_ALONE.match(lines[k])
+        # a line typed with a Chinese input method puts a full-width colon after the class ("AssertionError：
+        # Torch not compiled with CUDA enabled"), which no program prints: read as the ASCII colon it stands for
+        m = pat.EXC_ALONE.match(lines[k]) or (
+            pat.EXC_IN.search(_FULLWIDTH_COLON.sub(r"\1: ", lines[k]))
+            if "Error：" in lines[k] or "Exception：" in lines[k] else None)
         if m:
             n = Notice(fe.read.path, k + 1, None, "exception", lines[k].strip()[:500],
                        {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": None, "typeless": False})

@@ -9,17 +9,15 @@ phase, with the words that said so. It never states a figure the words do not ho
 Only small files are read this way (`MAX_BYTES`, checked by the caller before anything else: a 50 MB log never
 reaches this module), and only when the line scan found no evidence at all (readers/runlogs/logs.py).
 
-The symptom words are the ones the tools themselves print and users repeat: PyTorch's "CUDA out of memory" /
-"OutOfMemoryError" (c10/cuda/CUDACachingAllocator.cpp), "No space left on device" / "[Errno 28]" (errno ENOSPC),
-NCCL's bootstrap "socketFinalizeAccept: wrong type" (nccl src/misc/socket.cc) and its result names (ncclSystemError,
-"unhandled system error": nccl src/misc/utils.cc ncclGetErrorString), "nan" as HF's Trainer logs a non-finite loss,
-and the Chinese words users write for the same (显存不足/爆显存, 超时, 卡住, 磁盘满, 损失为0).
+The symptom and phase words (English and Chinese, with their upstream sources) are in userwords_vocab.py.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+from finetune_doctor.readers.runlogs import userwords_vocab as vocab
 
 MAX_BYTES = 4096
 """Larger files are logs (a title or a paragraph is far below 4 KiB); the caller checks the size first."""
@@ -34,34 +32,6 @@ _LOG_LINE = re.compile(
     r"\d\d/\d\d/\d{4} \d\d:\d\d|\[?(?:INFO|WARNING|ERROR|DEBUG)\b|[\w.-]+:\d+:\d+ \[\d+\] NCCL|\{'loss'|\$ |>>> |"
     r"\s*\d+%\|)|\d+(?:\.\d+)?(?:it/s|s/it)\]", re.M)
 
-# (symptom, words): the first symptom whose words occur wins; the specific ones first
-_SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("disk-full", re.compile(r"No space left on device|\[?Errno 28\]?|os error 28|Disk quota exceeded|"
-                             r"PytorchStreamWriter failed writing file|\bdisk (?:is |was )?full\b|out of disk|"
-                             r"磁盘(?:空间)?(?:不足|已?满|爆)|硬盘(?:空间)?(?:不足|已?满)", re.I)),
-    ("nccl-error", re.compile(r"socketFinalizeAccept|ncclSystemError|ncclInternalError|ncclRemoteError|"
-                              r"ncclUnhandledCudaError|ncclInvalidUsage|NCCL error|unhandled system error", re.I)),
-    ("host-oom", re.compile(r"\b(?:CPU|host|system) (?:OOM|RAM|memory)\b(?:[^.\n]{0,30}(?:OOM|out of|exceed|killed))?|"
-                            r"\bRAM (?:OOM|out of memory|exhausted)|\bout of (?:host |system |CPU )?RAM\b|"
-                            r"(?<!显)内存(?:不足|溢出|爆|不够|耗尽)|(?:OOM|oom)[ -]?kill", re.I)),
-    ("oom", re.compile(r"out of memory|\bOOM\b|OutOfMemory|显存(?:不足|溢出|爆|不够)|爆显存|(?<![A-Za-z])oom(?![A-Za-z])",
-                       re.I)),
-    ("nan", re.compile(r"(?<![A-Za-z])nan(?![A-Za-z])|(?<![A-Za-z])(?:inf|infinite) loss|loss (?:is |becomes |goes to )?inf\b",
-                       re.I)),
-    ("loss-zero", re.compile(r"(?:loss|损失)(?:[^\d\n.,;，。]{0,12}?)(?<![\d.])0(?:\.0+)?(?![\d.%])", re.I)),
-    ("timeout", re.compile(r"\btime[ -]?out\b|\btimed out\b|\btimeouts?\b|超时", re.I)),
-    ("hang", re.compile(r"\bhang(?:s|ing)?\b|\bhung\b|\bstuck\b|\bfreez(?:e|es|ing)\b|\bfroze\b|卡住|卡死|卡在|不动了?|无响应",
-                        re.I)),
-)
-
-# (phase, words) in the order they are tried; eval before save ("保存" is rarer in an eval complaint than the reverse)
-_PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("evaluation", re.compile(r"\beval(?:uat\w*)?\b|\bvalidat\w*|评估|验证|eval阶段|测评", re.I)),
-    ("save", re.compile(r"\bsav(?:e|es|ed|ing)\b|\bcheckpoint\w*|保存|存储模型", re.I)),
-    ("tokenization", re.compile(r"\btokeni[sz]\w*|\bpreprocess\w*|\bdatasets? map\b|\bmap\(|预处理|分词|数据处理", re.I)),
-    ("loading", re.compile(r"\bload(?:s|ing)?\b(?! balanc)|加载", re.I)),
-    ("end", re.compile(r"\bin the end\b|\bat the end\b|\bend of training\b|训练结束|最后", re.I)),
-)
 _STEP = re.compile(r"\b(?:step|iter(?:ation)?)\s*(?P<a>\d+)\b|\b(?P<b>\d+)\s*(?:steps|iterations|iters)\b|第\s*(?P<c>\d+)\s*步",
                    re.I)
 _AFTER = re.compile(r"\bafter (?:about |~)?(?P<n>\d+) ?(?P<u>minutes?|mins?|hours?|h)\b|(?P<cn>\d+)\s*(?P<cu>分钟|小时)后",
@@ -86,20 +56,22 @@ def looks_like_prose(text: str) -> bool:
 def read_words(text: str) -> dict[str, Any] | None:
     """The symptom a short description names, or None (not prose, or no symptom word).
 
-    Returns ``{symptom, words, phase, phase_words, step, after, text, line, default_timeout}``: `symptom` one of disk-full,
-    nccl-error, host-oom, oom, nan, loss-zero, timeout, hang; `words` the text that named it; `phase` evaluation |
-    save | tokenization | loading | end | None with `phase_words`; `step` the step number the words give (int) or
+    Returns ``{symptom, words, phase, phase_words, step, after, text, line, default_timeout, metric}``: `symptom` one of disk-full,
+    nccl-error, image-tokens, native-crash, loss-scale, host-oom, killed, oom, cuda-error, no-update, nan, loss-zero, diverged,
+    timeout, hang, stopped, version, error
+    (userwords_vocab.SYMPTOMS); `words` the text that named it; `phase` evaluation |
+    save | tokenization | loading | end | start | None with `phase_words`; `step` the step number the words give (int) or
     None; `after` the duration the words give ("30 minutes") or None; `text` the description (first 300
-    characters, one line); `line` the 1-based line the symptom words are on; `default_timeout` whether the words
+    characters, one line); `metric` for nan: grad_norm when the words call the gradient norm non-finite,
+    else loss (None for the other symptoms); `line` the 1-based line the symptom words are on; `default_timeout` whether the words
     give a failure after 30 minutes, the default collective timeout; `inferred` True when no symptom word was there and
     that duration alone made it a `timeout`.
     """
     if not looks_like_prose(text):
         return None
-    for symptom, pat in _SYMPTOMS:
-        m = pat.search(text)
-        if m:
-            break
+    found = vocab.first_symptom(text)
+    if found is not None:
+        symptom, m = found
     else:
         # a failure after exactly the default collective timeout: torch.distributed's default process-group
         # timeout and HF TrainingArguments.ddp_timeout are both 1800 s (torch/distributed/constants.py
@@ -113,11 +85,14 @@ def read_words(text: str) -> dict[str, Any] | None:
                            "step": None, "after": None, "text": " ".join(text.split())[:300],
                            "line": text.count("\n", 0, m.start()) + 1,
                            "default_timeout": bool(_DEFAULT_TIMEOUT.search(text))}
-    for phase, ppat in _PHASES:
-        pm = ppat.search(text)
-        if pm:
-            out["phase"], out["phase_words"] = phase, pm.group(0).strip()
-            break
+    # which value the words call non-finite: HF's Trainer logs as grad_norm what clip_grad_norm_ returned, which
+    # is inf/nan for a step whose gradients overflowed (fp16's GradScaler then skips that step) while the loss
+    # stays finite
+    out["metric"] = ("grad_norm" if vocab.GRAD_BEFORE.search(text[max(0, m.start() - 24):m.start()]) else "loss") \
+        if symptom == "nan" else None
+    ph = vocab.first_phase(text)
+    if ph is not None:
+        out["phase"], out["phase_words"] = ph[0], ph[1].group(0).strip()
     sm = _STEP.search(text)
     if sm:
         out["step"] = int(sm.group("a") or sm.group("b") or sm.group("c"))

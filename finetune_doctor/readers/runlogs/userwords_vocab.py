@@ -1,0 +1,229 @@
+"""The vocabulary of readers/runlogs/userwords.py: which words of a short description name which symptom and phase.
+
+Kept apart from the reader so that it can grow by input family (English and Chinese phrasings of the same failure)
+without touching the reading logic. Every symptom here is one a postmortem rule already means (its `docs:` say so);
+the words are those the tools themselves print and users repeat in issue titles:
+
+- disk-full: errno ENOSPC's "No space left on device" / "[Errno 28]", EDQUOT's "Disk quota exceeded", torch's
+  PytorchStreamWriter failure (caffe2/serialize/inline_container.cc); 磁盘/硬盘/存储空间 满/不足.
+- nccl-error: NCCL's result names (nccl src/misc/utils.cc ncclGetErrorString: "unhandled system error",
+  "unhandled cuda error", "internal error", "remote process exited or there was a network error"), its bootstrap
+  "socketFinalizeAccept" (src/misc/socket.cc), ProcessGroupNCCL's "NCCL error in:" (torch/csrc/distributed/c10d).
+- image-tokens: transformers' multimodal models' "Image features and image tokens do not match: tokens: N, features
+  M" (e.g. models/qwen2_vl/modeling_qwen2_vl.py get_placeholder_mask), "image tokens 不匹配".
+- native-crash: bash's "Segmentation fault (core dumped)" / "Bus error" / "Illegal instruction" / "Floating point
+  exception" (the strsignal texts of SIGSEGV, SIGBUS, SIGILL, SIGFPE; "段错误 (核心已转储)" in a Chinese locale),
+  CPython's "Fatal Python error: Segmentation fault" (Python/faulthandler.c); 段错误, 总线错误, 非法指令.
+- cuda-error: cudaGetErrorString's "an illegal memory access was encountered", "device-side assert triggered",
+  "unspecified launch failure", "misaligned address", "no kernel image is available" (cuda_runtime_api.h), cuBLAS
+  and cuDNN status names (CUBLAS_STATUS_*, CUDNN_STATUS_*); 非法内存访问.
+- loss-scale: DeepSpeed's fp16 loss scaler ("Current loss scale already at minimum - cannot decrease scale anymore",
+  "Grad overflow on iteration", "OVERFLOW!": deepspeed/runtime/fp16/loss_scaler.py, fused_optimizer.py), "fp16
+  overflow", loss scale 降到最小 / fp16 溢出.
+- host-oom: host RAM said out ("CPU OOM", "out of RAM", the OOM killer); 内存 不足/溢出/爆 (RAM, not 显存).
+- killed: the kernel's "Killed" (the shell's report of SIGKILL), "exit code -9" / "return code = -9"
+  (torch/distributed/elastic/multiprocessing/api.py, deepspeed/launcher/launch.py sigkill_handler); 被kill/被杀.
+- stopped: a run that ended with no error printed ("stops without any error", 突然中断, 没有报错就退出): SIGKILL
+  leaves no Python traceback, so this is what a kill looks like from the outside.
+- oom: c10's "CUDA out of memory" (c10/cuda/CUDACachingAllocator.cpp), OutOfMemoryError, "OOM"; 显存 不足/溢出/爆,
+  爆显存, CUDA/GPU 内存不足.
+- no-update: a grad norm or learning rate of exactly 0 ("grad_norm 一直为 0", "lr is 0"), PEFT's "trainable params: 0",
+  weights not updated / 参数不更新.
+- nan: HF Trainer's logged "nan" loss or grad_norm, "inf" losses; loss-zero: a loss logged or said as 0 / zero / 零.
+- diverged: a loss that explodes, spikes or diverges (loss 爆炸/飙升/发散/突然变大), 梯度爆炸.
+- timeout: "timeout", "timed out", the NCCL watchdog's "Watchdog caught collective operation timeout"
+  (ProcessGroupNCCL.cpp), 超时.
+- hang: hangs, stuck, freezes, no progress, deadlock; 卡住/卡死/卡在/不动/无响应/没反应/停住.
+- version: a version range a package or model states ("requires transformers>=4.45", "is required for a normal
+  functioning of this module" (transformers utils/versions.py require_version), "not supported", "版本不兼容").
+- error: an exception class named in the words ("fails with KeyError 'qwen3_next'") or 报错/失败 with the words
+  that follow: a crash whose cause the words hold, read by run-crashed.
+
+A match right after a negation ("no OOM", "without NaN", "没有超时") does not count: the next match, or the next
+symptom, is tried.
+"""
+
+from __future__ import annotations
+
+import re
+
+_I = re.I
+
+# (symptom, words): the first symptom whose words occur (not negated) wins; the specific ones first
+SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("disk-full", re.compile(
+        r"No space left on device|\[?Errno 28\]?|os error 28|Disk quota exceeded|PytorchStreamWriter failed writing file|"
+        r"\bdisk (?:is |was |gets |got )?full\b|\bfull disk\b|out of disk(?: space)?|\bno (?:more )?(?:disk )?space left\b|"
+        r"\bnot enough (?:free )?disk space\b|(?:磁盘|硬盘|存储)(?:空间)?(?:不足|已?满|爆|不够)|空间不足|磁盘满", _I)),
+    ("nccl-error", re.compile(
+        r"socketFinalizeAccept|socketStartConnect|ncclSystemError|ncclInternalError|ncclRemoteError|"
+        r"ncclUnhandledCudaError|ncclInvalidUsage|NCCL error|NCCL WARN|unhandled (?:system|cuda) error|"
+        r"NCCL (?:报错|错误|通信(?:失败|错误))", _I)),
+    ("image-tokens", re.compile(
+        r"image features and image tokens do not match|video features and video tokens do not match|"
+        r"\b(?:image|video|visual) (?:features? and (?:image |video )?tokens?|tokens?(?: and features?)?|token count)\s*"
+        r"(?:do(?:es)?(?: not|n't) match|mismatch\w*|不匹配|不一致|对不上)|(?:图像|图片|视频)\s*token\w*\s*(?:数量?)?(?:不匹配|不一致|对不上)",
+        _I)),
+    ("native-crash", re.compile(
+        r"Segmentation fault|\bsegfault\w*|\bSIGSEGV\b|core dumped|\bBus error\b|\bSIGBUS\b|Illegal instruction|"
+        r"\bSIGILL\b|(?:exit ?code|return code|exitcode)\s*[:=]?\s*-?(?:11|139)\b|段错误|总线错误|非法指令|核心已转储|"
+        r"Floating point exception|\bSIGFPE\b|浮点数?例外", _I)),
+    ("loss-scale", re.compile(
+        r"loss scale (?:is )?already at (?:the )?minimum|(?:minimum|min) loss scale|"
+        r"loss[ _]scale\S*\s*(?:collaps\w*|keeps? (?:decreasing|dropping|falling)|drops? to|(?:goes|went|falls?|fell) to)|"
+        r"\bfp16 (?:gradient |grad )?overflow\w*|Gradient overflow|Grad overflow|OVERFLOW!|"
+        r"loss[ _]?scale\S*\s*(?:降到|降至|一直(?:下降|减小))|(?:梯度)?溢出.{0,6}fp16|fp16.{0,6}(?:梯度)?溢出", _I)),
+    ("host-oom", re.compile(
+        r"\b(?:CPU|host|system) (?:OOM|RAM|memory)\b(?:[^.\n]{0,30}(?:OOM|out of|exceed|killed|full|不足))?|"
+        r"\bRAM (?:OOM|out of memory|exhausted|(?:is )?full)|\bout of (?:host |system |CPU )?RAM\b|"
+        r"(?<!显)(?<!CUDA)(?<!GPU)(?<!卡)(?<!CUDA )(?<!GPU )内存(?:不足|溢出|爆|不够|耗尽|占满|满了|\s?OOM)|爆内存|"
+        r"(?:OOM|oom)[ -]?kill\w*", _I)),
+    # a kill said without its sender: the host's memory is the usual one (rule host-oom-killed says so)
+    ("killed", re.compile(
+        r"\b(?:gets?|got|was|were|is|are|been|being)\s+(?:\w+\s+)?killed\b|"
+        r"\b(?:process(?:es)?|training|trainer|job|run|worker|rank\s*\d*|it|and|then)\s+killed\b|^\s*Killed\b|"
+        r"被\s*(?:系统)?\s*(?:kill(?:ed)?|杀|干掉)|\bSIGKILL\b|\bsignal 9\b|"
+        r"(?:exit ?code|return code|exitcode)\s*[:=]?\s*-9\b", _I | re.M)),
+    ("oom", re.compile(
+        r"out of memory|\bOOM\b|OutOfMemory|(?<![A-Za-z])oom(?![A-Za-z])|显存(?:不足|溢出|爆|不够|炸|占满)|爆显存|"
+        r"(?:CUDA|GPU|显卡)\s?(?:的)?内存(?:不足|溢出|爆|不够)|\bran out of (?:GPU |CUDA |video )?memory\b|"
+        r"\bruns? out of (?:GPU |CUDA |video )?memory\b|\bnot enough (?:GPU |CUDA )?memory\b|"
+        r"\bout of (?:GPU |CUDA )?VRAM\b|\bGPU memory (?:overflow|is full|exhausted)|\bVRAM (?:overflow|is full)|"
+        r"显存(?:满了|用完|用尽)", _I)),
+    ("cuda-error", re.compile(
+        r"illegal memory access(?!\s+(?:check|checker|detect\w*|sanitiz\w*))|device-side assert\w*|unspecified launch failure|misaligned address|"
+        r"no kernel image is available|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|\bcuDNN error\b|"
+        r"\bCUDA error(?!:? ?out of memory)|非法内存访问", _I)),
+    # an optimizer that changes nothing (rule no-parameter-update): a grad norm or learning rate of exactly 0, no
+    # trainable parameter (PEFT's print_trainable_parameters "trainable params: 0")
+    ("no-update", re.compile(
+        r"(?:grad(?:ient)?[_ ]?norm|梯度(?:范数)?)\s*(?:is |was |stays |=|:|为|是|一直(?:是|为)?|始终(?:是|为)?)?\s*(?:0(?:\.0+)?|zero|零)(?![\d.])|"
+        r"(?:learning[_ ]rate|\blr)\s*(?:is |was |stays |=|:|为|是|一直(?:是|为)?|始终(?:是|为)?)?\s*(?:0(?:\.0+)?|zero|零)(?![\d.e])|"
+        r"学习率\s*(?:一直|始终)?(?:是|为)?\s*0(?![\d.])|trainable params:?\s*0\b|(?:可训练|需要训练的)参数\s*(?:量|数)?\s*(?:为|是)?\s*0(?![\d.])|"
+        r"\bno trainable param\w*|\bweights? (?:are |were )?not (?:updated|updating|changing)\b|\bparameters? (?:are |were )?not "
+        r"(?:updated|updating|changing)\b|参数(?:没有|不)更新|权重(?:没有|不)更新", _I)),
+    ("nan", re.compile(
+        r"(?<![A-Za-z])nan(?![A-Za-z])|(?<![A-Za-z])(?:inf|infinite) loss|"
+        r"(?:loss|grad_norm|grad norm|梯度)\s*(?:is |becomes |goes to |=|:|为|变成)?\s*inf\b", _I)),
+    ("loss-zero", re.compile(
+        r"(?:loss|损失)(?:[^\d\n.,;，。]{0,12}?)(?<![\d.])0(?:\.0+)?(?![\d.%])|"
+        r"(?:loss|损失)\s*(?:is |was |becomes |became |goes to |stays |drops to |为|是|变成|一直(?:是|为)?)\s*(?:zero|零)\b|"
+        r"\bzero (?:training )?loss\b", _I)),
+    ("diverged", re.compile(
+        r"(?:loss|损失)\s*(?:suddenly |then |quickly )?(?:explod\w*|spik\w*|diverg\w*|blows? up|blew up|skyrocket\w*|"
+        r"shoots? up|jumps? up)|(?:loss|损失)(?:值)?\s*(?:突然|骤然|迅速)?(?:变大|升高|上升|飙升|暴涨|增大|爆炸|发散)|"
+        r"梯度爆炸|\bgradient explo\w*|\bexploding (?:loss|gradients?)\b|\bloss divergence\b", _I)),
+    ("timeout", re.compile(r"\btime[ -]?out\b|\btimed out\b|\btimeouts?\b|Watchdog caught|超时", _I)),
+    ("hang", re.compile(
+        r"\bhang(?:s|ing)?\b|\bhung\b|\bstuck\b|\bfreez(?:e|es|ing)\b|\bfroze(?:n)?\b|\bdeadlock\w*|"
+        r"\bno progress\b|\bnot (?:progressing|moving|proceeding)\b|\bdoes(?:n't| not) (?:proceed|progress|move on)\b|"
+        r"\bnever (?:starts|finishes|returns)\b|卡住|卡死|卡在|卡着|不动了?|无响应|没(?:有)?反应|停住|停在|夯住|死锁|"
+        r"(?:一直|始终)(?:等待|不动)|没有进度|进度条不动|\b(?:stays?|remains?|sits?|stuck) at 0\s?%|"
+        r"进度(?:条)?(?:一直|始终)(?:是|为|在|停在)?\s*0\s*%", _I)),
+    # a run that ended with no error at all (the words say none was printed)
+    ("stopped", re.compile(
+        r"\b(?:stops?|stopped|exits?|exited|ends?|ended|quits?|dies|died|terminat\w*)\s+(?:suddenly\s+|silently\s+)?"
+        r"(?:without|with no)\s+(?:any\s+)?(?:error|traceback|message|output|log)|\bexits? silently\b|"
+        r"\bsilently (?:stops?|stopped|exits?|exited|dies|died)\b|\bdisappear\w* without\b|"
+        r"(?:突然|自动|直接)(?:中断|停止|退出|结束|断掉|挂掉|没了)|(?:没有|无)(?:任何)?(?:报错|错误)(?:信息)?(?:就|直接)?(?:退出|停止|中断|结束)|"
+        r"进程(?:消失|没了|自己退出)", _I)),
+    ("version", re.compile(
+        r"\b(?:requires?|required|need|needs)\s+(?:`)?[\w.-]+\s*(?:>=|==|<=|>|<)\s*\d[\w.]*|"
+        r"is required for a normal functioning|\bversion (?:mismatch|conflict|incompatib\w*)\b|"
+        r"\b(?:is|are) not supported (?:by|in|with) (?:the )?(?:installed |current )?(?:transformers|torch|deepspeed|peft|vllm|accelerate|flash[-_]?attn|version)\b|"
+        r"\bincompatible (?:with )?(?:the )?(?:installed )?(?:version|transformers|torch|deepspeed|peft|vllm)\b|"
+        r"版本(?:不兼容|不匹配|冲突|不对|问题|太低|太高|过低|过高)|(?:升级|降级)[\w.-]*版本|(?:升级|降级)\s*(?:transformers|torch|"
+        r"deepspeed|peft|vllm|accelerate|flash[-_]attn)", _I)),
+    # an exception class the words say the run raised: after a verb of failing ("fails with KeyError", "报错
+    # KeyError"), or opening the text with its value quoted ("KeyError 'qwen3_next' when ..."); a class merely
+    # mentioned ("see ChildFailedError in the docs", "except OSError: pass") is not a failure. The class name is
+    # matched case-sensitively (CPython's spelling), the words around it are not.
+    ("error", re.compile(
+        r"(?i:\bfail(?:s|ed|ing)? with|\bcrash(?:es|ed)? with|\braise[sd]?|\bthrows?|\bthrew|\bgot|\bgets|\bgetting|"
+        r"\bhits?|报错|出现|遇到|提示|抛出)\s*(?:an? |the )?[`'\"“]?(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b|"
+        r"^\s*(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\s+(?:['\"`“‘]|(?i:(?:is |was )?(?:raised|thrown|occur\w*)|"
+        r"when|during|while|after|with)\b)|报错|出错|错误[:：]|"
+        r"(?i:\b(?:config(?:uration)?|tokenizer|template|dataset|data|import|runtime|cuda|deepspeed|training|"
+        r"load(?:ing)?|save|saving)\s+error\s*[:：])|"
+        r"(?i:\bfail(?:s|ed|ing)? to (?:load|import|start|save|launch|initiali[sz]e|run)\b|"
+        r"(?<!loss )(?<!损失)\berrors? (?:when|during|while|in|at)\b|\bcannot (?:load|import|find)\b|"
+        r"\bcan't (?:load|import|find)\b|"
+        r"\b(?:install\w*|resum\w*|sav(?:e|ing)|load(?:ing)?|import(?:ing)?|build(?:ing)?|compil\w*|merg\w*|export\w*)"
+        r"\s+(?:[\w.-]+\s+){0,3}?fail(?:s|ed|ure)?\b)|"
+        r"(?:安装|编译|保存|加载|导入|合并|导出|断点续训|恢复训练|续训)\S{0,6}失败|"
+        # message fragments that only an exception prints: torch/cuda/__init__.py _lazy_init's "Torch not compiled
+        # with CUDA enabled", CPython's "No module named" / "cannot import name" / "got an unexpected keyword
+        # argument" / "has no attribute", the dynamic loader's "undefined symbol", transformers' AutoConfig "does
+        # not recognize this architecture"
+        r"\bnot compiled with (?:CUDA|NCCL|ROCm)|\bNo module named\b|\bcannot import name\b|\bundefined symbol\b|"
+        r"\bunexpected keyword argument\b|\bhas no attribute\b|\bdoes not recognize this architecture\b|"
+        # LLaMA-Factory's own refusals (data/template.py "Template {name} does not exist.", data/parser.py
+        # "Undefined dataset {name} in dataset_info.json.") and users' words for a dataset it cannot read
+        r"\bTemplate \S+ does not exist|\bUndefined dataset\b|(?i:\bdataset format (?:error|is wrong|is invalid))|"
+        r"找不到数据集|数据集格式(?:错误|不对|有误)|"
+        # more refusals users quote without their class: LF's mm_plugin.py "Processor was not found", transformers'
+        # training_args.py "Your setup doesn't support bf16/gpu" and hf_argparser.py "Some keys are not used by the
+        # HfArgumentParser", PyTorch's "Expected all tensors to be on the same device" and load_state_dict's "size
+        # mismatch for", CPython's errno texts, the hub's "is not a valid model identifier"
+        r"\bProcessor was not found\b|\bdoesn't support bf16|(?i:\bbf16 (?:is )?not supported)|不支持\s*bf16|"
+        r"\bSome keys are not used by the HfArgumentParser|\bExpected all tensors to be on the same device|"
+        r"\bsize mismatch for\b|\bNo such file or directory\b|\bPermission denied\b|\bAddress already in use\b|"
+        r"\bis not a valid model identifier\b|\bdoes not appear to have a file named\b|"
+        # an exception class right after 报/抛/出 ("报ValueError", "抛出 KeyError")
+        r"(?:报|抛|出)了?\s*(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b")),
+)
+
+# a negation right before a symptom's words: that match does not count
+# (one word may stand between: "no NCCL timeout", "没有 CUDA 报错")
+# (what a user did to avoid a symptom is no report of it: "to avoid OOM I set batch 1", "为了防止OOM")
+NEGATED = re.compile(r"(?:\bno|\bnot|\bwithout|\bnever|n't|\bnor|\bavoid\w*|\bprevent\w*|\binstead of|没有|没|不是|并非|"
+                     r"并无|无|防止|避免|以免)\s*(?:an? |any |the )?"
+                     r"(?:[A-Za-z][\w-]*\s+)?$", _I)
+
+# (phase, words) in the order they are tried; eval before save ("保存" is rarer in an eval complaint than the reverse)
+PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("evaluation", re.compile(r"\beval(?:uat\w*)?\b|\bvalidat\w*|\bdo_predict\b|\bpredict(?:ion|ing)?\b|"
+                              r"评估|验证|eval阶段|测评|预测", _I)),
+    ("resume", re.compile(r"\bresum(?:e|es|ed|ing)\b|resume_from_checkpoint|断点续训|恢复训练|续训", _I)),
+    ("save", re.compile(r"\bsav(?:e|es|ed|ing)\b|\bcheckpoint(?:s|ing)?\b(?!\s+shards)|保存|存储模型|存模型|save_steps", _I)),
+    # (LLaMA-Factory's map descriptions, data/loader.py and data/converter.py: "Running tokenizer on dataset",
+    # "Converting format of dataset")
+    ("tokenization", re.compile(r"\btokeni[sz](?:e|es|ed|ing|ation)\b|Running tokenizer on dataset|"
+                                r"Converting format of dataset|\bpreprocess\w*|\bdatasets? map\b|\bmap\(|"
+                                r"\bload(?:s|ing)? (?:the )?(?:dataset|data)\b|预处理|分词|数据处理|加载数据|数据集加载|"
+                                r"读取数据", _I)),
+    ("loading", re.compile(r"\bload(?:s|ing)?\b(?! balanc)|checkpoint shards|from_pretrained|加载|载入", _I)),
+    # (最后 alone is "finally" as often as "at the end": only its phrases of the run's end count)
+    ("end", re.compile(r"\bin the end\b|\bat the end\b|\bend of training\b|训练(?:结束|快结束|的最后)|"
+                       r"最后一(?:步|个\s?epoch|轮)|(?:训练|跑)到最后", _I)),
+    ("start", re.compile(r"\b(?:at|from) the (?:very )?(?:start|beginning)\b|\bfirst (?:step|iteration|batch)\b|"
+                         r"刚开始|一开始|第一步", _I)),
+)
+
+
+def first_symptom(text: str) -> tuple[str, re.Match[str]] | None:
+    """The first symptom of `SYMPTOMS` with a match in `text` that no negation precedes (`NEGATED`, looked for
+    in the 24 characters before it), and that match; None when there is none. The first non-empty line (an issue's
+    title: the user's own summary) is searched first, the whole text only when it names no symptom."""
+    lead = len(text) - len(text.lstrip())
+    nl = text.find("\n", lead)
+    title_end = len(text) if nl < 0 else nl
+    for end in ((title_end, len(text)) if title_end < len(text) else (title_end,)):
+        for symptom, pat in SYMPTOMS:
+            for m in pat.finditer(text, 0, end):
+                if not NEGATED.search(text[max(0, m.start() - 24):m.start()]):
+                    return symptom, m
+    return None
+
+
+# a non-finite value said of the gradient norm rather than the loss ("grad_norm 是 nan，loss 正常")
+GRAD_BEFORE = re.compile(r"(?:grad(?:ient)?[_ ]?norm|gradients?|梯度(?:范数)?)\W{0,4}(?:is |are |becomes |=|:|为|是|变成)?\s*$", _I)
+
+
+def first_phase(text: str) -> tuple[str, re.Match[str]] | None:
+    """The first phase of `PHASES` whose words occur in `text`, and the match; None when none does."""
+    for phase, pat in PHASES:
+        m = pat.search(text)
+        if m:
+            return phase, m
+    return None
