@@ -69,7 +69,7 @@ class Mode:
 MODES: dict[str, Mode] = {
     "lint": Mode(static=True),
     "check": Mode(need_model=False),
-    "estimate": Mode(),
+    "estimate": Mode(need_model=False),   # an unsized model is a finding, as in check (trial 11: not exit 2)
     "probe": Mode(),
     "postmortem": Mode(need_model=False, lenient=True),
 }
@@ -386,9 +386,13 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
 def text_only(data: dict[str, Any] | None) -> bool:
     """Whether the ``data`` facts show that no sample brings an image, video or audio: every configured dataset
     was read in full here (or by the training machine's context) and none has a sample with media
-    (``with_media`` 0). False when the data is unknown or any dataset was not read: images stay possible."""
+    (``with_media`` 0), or its dataset_info.json entry, read here, names no images/videos/audios column (LF
+    reads media from those only). False when the data is unknown or any dataset was not read: images stay
+    possible."""
     sets = (data or {}).get("datasets") or []
-    return bool(sets) and all(d.get("status") == "ok" and not d.get("with_media") for d in sets)
+    # or its dataset_info entry, read here, names no media column: LF loads no media for it (data/parser.py)
+    return bool(sets) and all((d.get("status") == "ok" and not d.get("with_media"))
+                              or (d.get("info_read") and d.get("media_columns") == []) for d in sets)
 
 
 def _scan(asm: Assembly, config: str) -> dict[str, Any] | None:

@@ -454,6 +454,11 @@ def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:
                           f"duplicate key {d['key']}\"",),
             resolve_with="--llamafactory VERSION or --env FILE; or delete the repeated line, which every release "
                          "reads"))
+    from finetune_doctor.facts.cutpaste import assumption as cut_assumption
+
+    cut = cut_assumption(facts.get("config_cut"))   # a paste that may stop early (trial 11 cases 08, 09)
+    if cut is not None:
+        out.append(cut)
     launcher = launcher_assumption(asm, None)   # the run is not resolved yet: its world size is not known
     if launcher is not None:
         out.append(launcher)

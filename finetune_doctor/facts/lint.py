@@ -14,6 +14,7 @@ from typing import Any
 
 from finetune_doctor.facts.tmpladvice import (export_merge_quantized, ref_model_fix_state, reasoning_template,
                                                template_mismatch)
+from finetune_doctor.facts import cutpaste
 from finetune_doctor.facts.schema import LOCATION, F, Namespace
 from finetune_doctor.analyzers.config.launch import CHECK_NAMES, check_launch
 from finetune_doctor.readers.config.keyschema import (CHOICE_CHECKS, CHOICE_ENDINGS, OPENING_CHECKS, TYPE_CHECKS,
@@ -130,6 +131,15 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "range_text": F("str", "the catalogued releases judged: '0.8.0-0.9.6.dev0'")}),
     "release_note": F("str", "why the keys were not judged (a stated release older than the catalogue), or ''"),
     "config_suffix": F("str", "the config file's suffix, lower-cased ('.yml')"),
+    "vision_pos_embed_trains": F("dict", "the judged LF release freezes the vision tower by keys that miss its "
+                                         "position embedding (facts/visionfreeze.py, PR #10139)", fields={
+        "model_type": F("str", "the model's type"), "releases": F("str", "the judged releases that miss it"),
+        "scope": F("str", "all | some of the judged releases", values=("all", "some")),
+        "fixed_in": F("str", "the first release whose keys hold it")}),
+    "config_cut": F("dict", "signs that the config file is a cut-off paste (facts/cutpaste.py), None when it shows "
+                            "none: rules tagged `absence` then say the file does not set the key", fields={
+        "signs": F("list", "empty-last-key | empty-section | open-block | no-schedule"),
+        "text": F("str", "the signs as clauses for a message")}),
     "duplicates": F("list", "keys the config file repeats (`duplicate_facts`)", items={
         "key": F("str", "the key (dotted when nested)"), "line": F("int", "1-based line of the repeat"),
         "first_line": F("int", "1-based line of the first occurrence"),
@@ -340,11 +350,13 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
     conflicts = [{"key": clash[0][0], "keys_text": ", ".join(f"`{k}` ({s})" for k, s in clash),
                   "range_text": f"{release.versions[0]}-{release.versions[-1]}"}] if clash else []
     return {"keys": out, "keys_dropped": dropped, "assumptions": [], "strict": False, "config_kind": kind,
+            "config_cut": cutpaste.fact(doc, kind),
             **suffix_facts(doc.path, release), "duplicates": duplicate_facts(doc, release),
             "lf_version": rel, "release_conflicts": conflicts,
             "release_note": release.note if getattr(release, "older", False) else "",
             "launch_trains": None, "config_command": COMMANDS.get(kind or "train"), "stack_refusals": [],
             "model_type_unregistered": None, "tf_conflict": None, "moe_z3_leaf": None,
+            "vision_pos_embed_trains": None,
             "reasoning_template": reasoning_template(doc.values, release),
             "ref_model_fsdp_fix": ref_model_fix_state(release),
             "export_merge_quantized": export_merge_quantized(doc.values, kind),
