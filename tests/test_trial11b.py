@@ -43,8 +43,8 @@ warmup_ratio: 0.1
 # per_device_eval_batch_size: 1
 """
 
-# the same config pasted into an issue up to the first key of its train section (the kind of #5320's paste)
-CUT = WHOLE.split("gradient_accumulation_steps")[0]
+# the same config pasted into an issue that stops at its train section's header (the kind of #8137's paste)
+CUT = WHOLE.split("### train")[0] + "### train\n"
 
 
 def test_a_whole_example_shaped_config_shows_no_sign():
@@ -53,7 +53,9 @@ def test_a_whole_example_shaped_config_shows_no_sign():
 
 
 @pytest.mark.parametrize("text, values, kind, expect", [
-    (CUT, {"do_train": True, "streaming": True}, "train", ["no-schedule"]),
+    (CUT, {"do_train": True, "streaming": True}, "train", ["empty-section"]),
+    # a file that reads as whole is whole, schedule keys or not: LF's own rejection of such a file must stay an error
+    (WHOLE.split("gradient_accumulation_steps")[0], {"do_train": True, "streaming": True}, "train", []),
     # a bare key as the last line: YAML reads null, no one ends a file with it on purpose
     ("stage: sft\ndo_train: true\nlearning_rate: 1.0e-5\nlr_scheduler_type:\n", {"do_train": True,
                                                                                   "learning_rate": 1e-5},
@@ -90,8 +92,8 @@ def test_a_cut_paste_hedges_what_rests_on_absent_keys(tmp_path):
     f010, f101 = _finding(rep, "FD010"), _finding(rep, "FD101")
     # the key may be in the part the paste lost: no certain stop, so not an error (exit 0 under --fail-on error)
     assert f010["severity"] == "warning" and code == 0
-    assert f010["message"].startswith("This file does not set `max_steps`, but it may be cut off (it is a "
-                                      "training config that sets none of `learning_rate`")
+    assert f010["message"].startswith("This file does not set `max_steps`, but it may be cut off (its last "
+                                      "line is the section header `### train` with nothing under it)")
     assert "if the config as launched does not set it either:" in f010["message"]
     assert f101["message"].startswith("This file sets neither `bf16` nor `fp16`, but it may be cut off")
     assert [a["name"] for a in rep["assumptions"]].count("config-complete") == 1
