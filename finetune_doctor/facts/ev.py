@@ -29,6 +29,8 @@ _DETECTORS = {
                   "location}",
     "attention_warning": "the attention backend warned", "gpus": "per-card memory from a recording",
     "model": "model facts the logs state", "world": "world size the logs state",
+    "world_split": "logs or a launch script that start the ranks of one run with different world sizes "
+                   "(analyzers/postmortem/worldsplit.py): {text, logs, cause, location, worlds, tasks}",
     "stack": "package versions the logs state: {package: {version, source}} (llamafactory-cli env, ds_report, "
              "DeepSpeed's init line, NCCL INFO)",
     "cuda_error": "a CUDA runtime/library error or device-side assert: {kind, exc, status, call, assert_site, "

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from finetune_doctor.analyzers.postmortem.timeline import analyze
+from finetune_doctor.analyzers.postmortem.worldsplit import world_split
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError, install_hint
 from finetune_doctor.evidence import Evidence
@@ -333,8 +334,9 @@ def run(run_dir: str | None, logs: list[str], config: str | None, opts: Options,
     tl = analyze(ev, facts, _given_versions(opts))
     facts["ev"] = tl.facts
     _launched_past_deepspeed(facts, tl.facts, any(o.startswith("deepspeed=") for o in over))
-    _launched_under_nohup(tl.facts, opts.launch or (launch_file_in(ev.run_dir or run_dir)
-                                                    if (ev.run_dir or run_dir) else None))
+    launch = opts.launch or (launch_file_in(ev.run_dir or run_dir) if (ev.run_dir or run_dir) else None)
+    _launched_under_nohup(tl.facts, launch)
+    tl.facts["world_split"] = world_split(ev, launch)   # ranks told different world sizes (trial 12)
     facts["ev"]["skipped"] = [{"path": r.path, "why": r.problems[0] if r.problems else "",
                                "extra": _extra_of(r)} for r in ev.skipped][:64]
     main_log = next((f.read.path for f in ev.files if f.read.kind == "text-log"), None)
