@@ -1,0 +1,78 @@
+"""Trial 12's findings in `doctor postmortem` as kinds: ranks started into different worlds (FD343), the exit code
+of a hung run, and what a bare ``Killed`` line shows. Log lines are in the upstream formats named beside them."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from click.testing import CliRunner
+
+from finetune_doctor.cli import main
+
+FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "postmortem")
+
+
+def invoke(*args):
+    r = CliRunner().invoke(main, ["postmortem", *args], catch_exceptions=False)
+    return r.exit_code, r.output
+
+
+def _write(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+# LLaMA-Factory launcher.py:69 and hparams/parser.py:652-653 at the snapshot, with LF's logger prefix
+NODE = ("[INFO|2025-06-01 08:00:01] llamafactory.launcher:69 >> Initializing {n} distributed tasks at: 10.1.0.5:29500\n"
+        "[INFO|2025-06-01 08:00:09] llamafactory.hparams.parser:652 >> Process rank: {r}, world size: {w}, "
+        "device: cuda:0, distributed training: True, compute dtype: torch.bfloat16\n"
+        "[INFO|2025-06-01 08:01:30] llamafactory.model.adapter:143 >> Fine-tuning method: LoRA\n")
+
+
+def test_logs_of_two_nodes_with_different_world_sizes_are_the_cause_and_exit_1(tmp_path):
+    a = _write(tmp_path / "n0.log", NODE.format(n=8, r=0, w=16))
+    b = _write(tmp_path / "n1.log", NODE.format(n=2, r=8, w=10))
+    code, out = invoke("--log", a, "--log", b, "--format", "json")
+    rep = json.loads(out)
+    first = rep["findings"][0]
+    assert code == 1 and first["code"] == "FD343", [f["code"] for f in rep["findings"]]
+    assert "n0.log says 8 processes on its node (line 1) and world size 16 (line 2)" in first["message"]
+    assert "n1.log says 2 processes on its node (line 1) and world size 10 (line 2)" in first["message"]
+    assert "FD318" not in [f["code"] for f in rep["findings"]]
+
+
+def test_a_launch_script_that_sets_devices_on_one_node_only_is_named_with_its_lines(tmp_path):
+    a = _write(tmp_path / "n0.log", NODE.format(n=8, r=0, w=16))
+    sh = _write(tmp_path / "launch.sh",
+                "#!/bin/bash\n"
+                "# node A\n"
+                "CUDA_VISIBLE_DEVICES=0,1 FORCE_TORCHRUN=1 NNODES=2 NODE_RANK=0 MASTER_ADDR=10.1.0.5 \\\n"
+                "  llamafactory-cli train sft.yaml\n"
+                "# node B\n"
+                "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 FORCE_TORCHRUN=1 NNODES=2 NODE_RANK=1 MASTER_ADDR=10.1.0.5 "
+                "llamafactory-cli train sft.yaml\n")
+    code, out = invoke("--log", a, "--launch", sh, "--format", "json")
+    first = json.loads(out)["findings"][0]
+    assert code == 1 and first["code"] == "FD343"
+    assert ("launch.sh launches its nodes differently: line 3 (node 0): CUDA_VISIBLE_DEVICES=0,1; line 6 (node 1): "
+            "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7") in first["message"]
+
+
+def test_one_node_log_and_a_symmetric_script_are_no_split(tmp_path):
+    a = _write(tmp_path / "n0.log", NODE.format(n=4, r=0, w=8))
+    sh = _write(tmp_path / "launch.sh",
+                "export FORCE_TORCHRUN=1 NNODES=2 MASTER_ADDR=10.1.0.5\n"
+                "NODE_RANK=0 NPROC_PER_NODE=4 llamafactory-cli train sft.yaml\n"
+                "NODE_RANK=1 NPROC_PER_NODE=4 llamafactory-cli train sft.yaml\n")
+    code, out = invoke("--log", a, "--launch", sh, "--format", "json")
+    assert "FD343" not in [f["code"] for f in json.loads(out)["findings"]]
+
+
+def test_a_hang_found_in_the_log_exits_1_so_a_ci_wrapper_tells_it_from_a_clean_run():
+    code, out = invoke("--log", os.path.join(FIX, "startup_hang", "lf_process_rank_last.log"), "--format", "json")
+    rep = json.loads(out)
+    assert rep["findings"][0]["code"] == "FD325" and rep["findings"][0]["severity"] == "error"
+    assert code == 1
+    code, _ = invoke("--log", os.path.join(FIX, "startup_hang", "lf_process_rank_last.log"), "--fail-on", "never")
+    assert code == 0
