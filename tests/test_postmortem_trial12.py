@@ -76,3 +76,30 @@ def test_a_hang_found_in_the_log_exits_1_so_a_ci_wrapper_tells_it_from_a_clean_r
     assert code == 1
     code, _ = invoke("--log", os.path.join(FIX, "startup_hang", "lf_process_rank_last.log"), "--fail-on", "never")
     assert code == 0
+
+
+MIXED = """\
+model_name_or_path: Qwen/Qwen2-VL-7B-Instruct
+trust_remote_code: true
+image_resolution: 512
+stage: sft
+do_train: true
+finetuning_type: lora
+dataset: mllm_demo
+template: qwen2_vl
+cutoff_len: 2048
+output_dir: saves/qwen2_vl-7b/lora/sft
+per_device_train_batch_size: 1
+learning_rate: 1.0e-4
+bf16: true
+"""
+
+
+def test_lint_exits_1_on_keys_every_release_and_main_refuse_and_0_for_the_build_that_may_hold_them(tmp_path):
+    cfg = _write(tmp_path / "mixed.yaml", MIXED)
+    # unknown-build: no version known, as on a machine without LLaMA-Factory (the test venv carries one)
+    r = CliRunner().invoke(main, ["lint", cfg, "--llamafactory", "unknown-build", "--format", "concise"])
+    assert r.exit_code == 1 and "FD040" in r.output, r.output
+    # a git install between 0.9.1 and 0.9.2: its commit decides, so the keys are warnings (FD041) and lint passes
+    r = CliRunner().invoke(main, ["lint", cfg, "--llamafactory", "0.9.2.dev0", "--format", "concise"])
+    assert r.exit_code == 0 and "FD040" not in r.output and "FD041" in r.output, r.output
