@@ -103,3 +103,18 @@ def test_lint_exits_1_on_keys_every_release_and_main_refuse_and_0_for_the_build_
     # a git install between 0.9.1 and 0.9.2: its commit decides, so the keys are warnings (FD041) and lint passes
     r = CliRunner().invoke(main, ["lint", cfg, "--llamafactory", "0.9.2.dev0", "--format", "concise"])
     assert r.exit_code == 0 and "FD040" not in r.output and "FD041" in r.output, r.output
+
+
+def test_a_bare_killed_line_says_sigkill_without_an_exit_code_the_log_does_not_print(tmp_path):
+    # bash prints strsignal(SIGKILL) = "Killed" for a job SIGKILL ended; the status (128 + 9) is not printed
+    log = _write(tmp_path / "train.log",
+                 "[INFO|2025-03-02 14:20:05] llamafactory.data.loader:143 >> Loading dataset corpus.json...\n"
+                 "Running tokenizer on dataset (num_proc=16):  37%|###7      | 682000/1843211 [03:05<05:11, "
+                 "3723.40 examples/s]\n"
+                 "Killed\n")
+    code, out = invoke("--log", log, "--format", "json")
+    rep = json.loads(out)
+    first = rep["findings"][0]
+    assert first["code"] == "FD315" and code == 1
+    assert "SIGKILL (the shell prints `Killed` when SIGKILL ends a job)" in first["message"]
+    assert "137" not in out
