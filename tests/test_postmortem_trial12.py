@@ -118,3 +118,19 @@ def test_a_bare_killed_line_says_sigkill_without_an_exit_code_the_log_does_not_p
     assert first["code"] == "FD315" and code == 1
     assert "SIGKILL (the shell prints `Killed` when SIGKILL ends a job)" in first["message"]
     assert "137" not in out
+
+
+def test_a_dict_before_the_first_bar_is_placed_by_its_epoch_and_the_axis_says_it_was_estimated(tmp_path):
+    # HF's ProgressCallback.on_log prints the dict (tqdm.write, stdout) and the bar goes to stderr; the first dict
+    # of this paste comes before any bar line. Epoch 0.2 of a run whose dict at epoch 0.25 sits on bar step 250.
+    log = _write(tmp_path / "train.log",
+                 "{'loss': 1.2345, 'grad_norm': 2.5, 'learning_rate': 4.8e-05, 'epoch': 0.2}\n"
+                 " 20%|##        | 200/1000 [10:00<40:00,  3.00s/it]\n"
+                 " 25%|##5       | 250/1000 [12:30<37:30,  3.00s/it]\n"
+                 "{'loss': 1.1111, 'grad_norm': 2.4, 'learning_rate': 4.7e-05, 'epoch': 0.25}\n"
+                 " 26%|##6       | 260/1000 [13:00<37:00,  3.00s/it]\n")
+    code, out = invoke("--log", log, "--format", "json")
+    loss = json.loads(out)["postmortem"]["curves"]["loss"]
+    assert loss["steps"] == [200, 250] and loss["basis"] == "estimated", loss
+    code, text = invoke("--log", log)
+    assert "step axis (estimated: the log prints no step" in text
