@@ -39,6 +39,7 @@ from finetune_doctor.evidence import Evidence
 from finetune_doctor.readers.config.accelerate import launch_file_in
 from finetune_doctor.facts.config import Assembly, assemble_config, read_env_file
 from finetune_doctor.facts.ev import past_start_up
+from finetune_doctor.facts.loadfail import version_first
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import skeleton
 from finetune_doctor.fsutil import output_sinks
@@ -331,8 +332,10 @@ def run(run_dir: str | None, logs: list[str], config: str | None, opts: Options,
         # the shared skeleton and hw builder: the hand-built hw dropped compute_capability, in_use_gib, nnodes, fp8
         facts = skeleton(hw=hw_facts.assemble(hw))
         sources, live = {}, {}
-    tl = analyze(ev, facts, _given_versions(opts))
+    given = _given_versions(opts)
+    tl = analyze(ev, facts, given)
     facts["ev"] = tl.facts
+    version_first(facts, given)   # a load failure of a model type the run's transformers predates (trial 12)
     _launched_past_deepspeed(facts, tl.facts, any(o.startswith("deepspeed=") for o in over))
     launch = opts.launch or (launch_file_in(ev.run_dir or run_dir) if (ev.run_dir or run_dir) else None)
     _launched_under_nohup(tl.facts, launch)
