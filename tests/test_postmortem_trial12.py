@@ -179,3 +179,43 @@ def test_a_processor_load_failure_names_the_model_types_transformers_requirement
     code, out = invoke("--log", log, "--config", cfg, "--offline", "--transformers", "5.3.0", "--format", "json")
     msg = next(f for f in json.loads(out)["findings"] if f["code"] == "FD317")["message"]
     assert "needs transformers" not in msg and "multimodal template needs the model's processor" in msg
+
+
+Z3 = """\
+model_name_or_path: Qwen/Qwen2.5-7B-Instruct
+stage: sft
+do_train: true
+finetuning_type: full
+deepspeed: examples/deepspeed/ds_z3_config.json
+dataset: alpaca_en_demo
+template: qwen
+cutoff_len: 2048
+output_dir: saves/qwen25-7b/full
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+learning_rate: 1.0e-5
+num_train_epochs: 1.0
+bf16: true
+"""
+
+# torch ProcessGroupNCCL.cpp's watchdog line (WorkNCCL::checkTimeout's message) under torchrun's "[rankN]:" prefix
+WATCHDOG = (
+    "[INFO|trainer.py:2527] 2025-11-02 10:00:00,100 >>   Total optimization steps = 300\n"
+    "  0%|          | 0/300 [00:00<?, ?it/s]\n"
+    "  1%|          | 2/300 [00:40<1:39:20, 20.00s/it]\n"
+    "[rank1]:[E1102 10:31:00.000001 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=911, OpType=_ALLGATHER_BASE, NumelIn=1048576, NumelOut=8388608, "
+    "Timeout(ms)=1800000) ran for 1800042 milliseconds before timing out.\n")
+
+
+def test_a_timeout_the_config_sets_is_yours_and_the_memory_table_follows_the_findings(tmp_path):
+    cfg = _write(tmp_path / "z3.yaml", Z3 + "ddp_timeout: 1800\n")
+    log = _write(tmp_path / "train.log", WATCHDOG)
+    code, text = invoke("--log", log, "--config", cfg, "--gpu", "8xH100-80GB", "--offline")
+    assert "1800 s: your ddp_timeout (the config sets ddp_timeout: 1800)" in " ".join(text.split())
+    assert "default ddp_timeout" not in text
+    # no OOM in the run: what happened leads, the estimate is background
+    assert text.index("FD314") < text.index("Memory per GPU"), text
+    cfg = _write(tmp_path / "z3_default.yaml", Z3)
+    code, text = invoke("--log", log, "--config", cfg, "--gpu", "8xH100-80GB", "--offline")
+    assert "1800 s: transformers' default ddp_timeout" in " ".join(text.split())

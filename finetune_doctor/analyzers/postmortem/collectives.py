@@ -145,11 +145,20 @@ def _main(recs: list[NcclRecord]) -> NcclRecord | None:
 _TRAINER_NAMES = {"nemo": "NeMo (through Lightning)", "lightning": "Lightning"}
 
 
-def _timeout_text(tmo: int | None, trainer: str | None) -> str | None:
+def _timeout_text(tmo: int | None, trainer: str | None, configured: Any = None) -> str | None:
     """Who set the timeout. 1800 s is transformers' ``ddp_timeout`` default (training_args.py) and also torch's
     ``default_pg_timeout`` (torch/distributed/constants.py, 30 min) that Lightning's DDPStrategy and DeepSpeed's
-    ``init_distributed`` pass by default: the HF setting is named only for a run an HF-based trainer wrote."""
+    ``init_distributed`` pass by default: the HF setting is named only for a run an HF-based trainer wrote.
+    `configured`: the config's own ``ddp_timeout`` (seconds; None when the file does not set it): a timeout equal
+    to it is the user's setting, never called a default (trial 12: "transformers' default ddp_timeout" was said of
+    a config with ``ddp_timeout: 1800``)."""
     hf = trainer == "transformers"
+    try:
+        mine = int(float(configured)) if configured is not None else None
+    except (TypeError, ValueError):
+        mine = None
+    if tmo and mine is not None and mine * 1000 == tmo:
+        return f"{mine} s: your ddp_timeout (the config sets ddp_timeout: {configured})"
     if tmo == 1800000:
         return ("1800 s: transformers' default ddp_timeout" if hf else
                 "1800 s: torch.distributed's default_pg_timeout (30 min)"
@@ -254,7 +263,7 @@ def nccl_facts(recs: list[NcclRecord], cx: RunContext, out: dict[str, Any],
     what = (f"{op}" + (f" (SeqNum {seq})" if seq is not None else "")) if op else \
         (f"collective #{seq}" if seq is not None else "a collective")
     trainer = cx.log.get("trainer") or ("transformers" if cx.cfg else None)
-    d = {"rank": main.rank, "op": op, "seq": seq, "timeout_ms": tmo, "timeout_text": _timeout_text(tmo, trainer),
+    d = {"rank": main.rank, "op": op, "seq": seq, "timeout_ms": tmo, "timeout_text": _timeout_text(tmo, trainer, cx.cfg.get("ddp_timeout")),
          "ran_ms": main.ran_ms, "numel_in": main.numel_in, "numel_out": main.numel_out, "step": main.step,
          "kind": main.kind, "likely": likely, "stragglers": laggards, "pg": main.pg, "pg_desc": main.pg_desc,
          "trainer": trainer, "late": late,
@@ -339,7 +348,7 @@ def barrier_facts(ev: Any, cx: RunContext, out: dict[str, Any]) -> dict[str, Any
     if bar is not None or mpf is not None:
         likely += ("; raise ddp_timeout for the first run, or preprocess faster (more preprocessing_num_workers) "
                    "or once beforehand (tokenized_path)")
-    d = {"rank": rank, "op": None, "seq": None, "timeout_ms": tmo, "timeout_text": _timeout_text(tmo, trainer),
+    d = {"rank": rank, "op": None, "seq": None, "timeout_ms": tmo, "timeout_text": _timeout_text(tmo, trainer, cx.cfg.get("ddp_timeout")),
          "ran_ms": None, "numel_in": None, "numel_out": None, "step": main.step, "kind": "barrier",
          "likely": likely, "stragglers": [], "pg": None, "pg_desc": None, "trainer": trainer, "late": None,
          "ddp_timeout_fix": trainer == "transformers" or bar is not None or mpf is not None, "count": 1, "ranks": [rank] if rank is not None else [],
