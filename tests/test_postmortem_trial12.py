@@ -219,3 +219,23 @@ def test_a_timeout_the_config_sets_is_yours_and_the_memory_table_follows_the_fin
     cfg = _write(tmp_path / "z3_default.yaml", Z3)
     code, text = invoke("--log", log, "--config", cfg, "--gpu", "8xH100-80GB", "--offline")
     assert "1800 s: transformers' default ddp_timeout" in " ".join(text.split())
+
+
+MOE = Z3.replace("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen3-30B-A3B-Instruct-2507").replace("template: qwen\n",
+                                                                                        "template: qwen3_nothink\n")
+
+
+def test_a_zero3_moe_hang_on_transformers_4_names_the_known_moe_hang_and_not_on_5(tmp_path):
+    cfg = _write(tmp_path / "moe.yaml", MOE)
+    log = _write(tmp_path / "train.log", WATCHDOG)
+    code, out = invoke("--log", log, "--config", cfg, "--offline", "--transformers", "4.57.1", "--format", "json")
+    msg = next(f for f in json.loads(out)["findings"] if f["code"] == "FD314")["message"]
+    assert "Likely: the known ZeRO-3 hang of mixture-of-experts models on transformers < 5.0.0 (this run's is " \
+           "4.57.1, --transformers)" in msg and "LlamaFactory#9628" in msg
+    code, out = invoke("--log", log, "--config", cfg, "--offline", "--transformers", "5.0.0", "--format", "json")
+    msg = next(f for f in json.loads(out)["findings"] if f["code"] == "FD314")["message"]
+    assert "mixture-of-experts" not in msg and "ZeRO-3 parameter all-gather hang" in msg
+    # a dense model on transformers 4: not this cause
+    cfg = _write(tmp_path / "dense.yaml", Z3)
+    code, out = invoke("--log", log, "--config", cfg, "--offline", "--transformers", "4.57.1", "--format", "json")
+    assert "mixture-of-experts" not in next(f for f in json.loads(out)["findings"] if f["code"] == "FD314")["message"]

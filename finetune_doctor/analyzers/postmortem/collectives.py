@@ -18,6 +18,7 @@ from finetune_doctor.analyzers.postmortem.curves import location_of
 from finetune_doctor.analyzers.postmortem.ranks import FAR_BEHIND
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.evidence import NcclRecord
+from finetune_doctor.numbers import parse_version
 from finetune_doctor.readers.runlogs.logpatterns import NCCL_WARN_FAILURE
 
 _MAIN_ORDER = ("timeout", "last_work", "heartbeat", "failed", "desync-missing", "desync-started")
@@ -182,6 +183,34 @@ def late_watchdog(main: NcclRecord, tmo: int | None) -> str | None:
     return None
 
 
+# the first transformers release whose MoE blocks no longer skip experts that receive no token (LlamaFactory#9628)
+MOE_HANG_FIXED = (5, 0, 0)
+
+
+def _moe_hang(cx: RunContext, out: dict[str, Any]) -> str | None:
+    """The known ZeRO-3 hang of MoE models on transformers < 5.0.0, when the inputs state that transformers
+    (--transformers / --env over the logs' own versions) and the model is a mixture of experts: LlamaFactory#9628
+    (reproduced on Qwen3-30B-A3B, Qwen3-Omni, GLM-4.6; #9222, #9474, #9609) found the backward pass hanging when
+    some experts get no token on a rank, and transformers 5.0.0 removing it. transformers 4.x's sparse-MoE blocks
+    loop over the experts and skip those with no routed token, so that rank never gathers their ZeRO-3 partitions
+    nor reduces their gradients while the others wait; 5.0.0 computes all experts as one module of packed
+    parameters (transformers PR #41580, the unified MoE experts). None when any of this is not stated."""
+    if not (cx.model.get("is_moe") or (cx.model.get("num_experts") or 0) > 1):
+        return None
+    got = cx.given_versions.get("transformers") or (
+        ((out.get("stack") or {}).get("transformers") or {}).get("version"),
+        ((out.get("stack") or {}).get("transformers") or {}).get("source"))
+    ver = parse_version(got[0]) if got and got[0] else None
+    if ver is None or tuple(ver) >= MOE_HANG_FIXED:
+        return None
+    return (f"the known ZeRO-3 hang of mixture-of-experts models on transformers < 5.0.0 (this run's is {got[0]}, "
+            f"{got[1]}): transformers 4.x skips an expert that no token of the batch reaches, so under ZeRO-3 the "
+            "ranks disagree on the collectives of the backward pass and the others wait "
+            "(LlamaFactory#9628 reproduced it on Qwen3-30B-A3B, Qwen3-Omni and GLM-4.6; transformers 5.0.0, whose "
+            "experts are one module of packed parameters, PR #41580, removed it): upgrade transformers to >= 5.0.0 "
+            "with a LLaMA-Factory that admits it, or train without ZeRO-3")
+
+
 def _likely(op: str | None, early: bool, cx: RunContext, out: dict[str, Any]) -> str:
     zs = cx.zero_stage()
     if out.get("grad_const") or out.get("loss_zero") or out.get("nan"):
@@ -190,6 +219,9 @@ def _likely(op: str | None, early: bool, cx: RunContext, out: dict[str, Any]) ->
     if early and op in ("BROADCAST", "ALLREDUCE", None):
         return ("a rank never reached the first collective: rank 0 was still preprocessing the dataset or "
                 "loading the model when the others timed out (raise ddp_timeout, or preprocess once beforehand)")
+    moe = _moe_hang(cx, out) if zs == 3 and not early else None
+    if moe:
+        return moe
     if op and "ALLGATHER" in op and zs == 3:
         return ("ZeRO-3 parameter all-gather hang: the ranks ran different numbers of forward passes (generate "
                 "with different lengths, a rank-0-only evaluation or save, an uneven last batch)")
