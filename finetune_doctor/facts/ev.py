@@ -39,7 +39,7 @@ _DETECTORS = {
            "count, codes, hardware, location}",
     "health": "run health (analyzers/postmortem/health.py): {no_update {why, evidence, check, location}, "
               "stopped {last_step, total, total_source, percent, bar_only, lead, location}, hang {the same + evidence, lead, "
-              "more} (a start-up hang: last_step and total None)}",
+              "more, shown (the logs show it, not only allow it)} (a start-up hang: last_step and total None)}",
     "said": "the user's own description of the failure, read from words when no log line gave evidence "
             "(analyzers/postmortem/said.py): {symptom [disk-full | nccl-error | host-oom | oom | nan | loss-zero | "
             "timeout | hang], words, phase [evaluation | save | tokenization | loading | end], phase_words, step, after, "
