@@ -248,3 +248,17 @@ def test_a_zero3_moe_hang_on_transformers_4_names_the_known_moe_hang_and_not_on_
     cfg = _write(tmp_path / "dense.yaml", Z3)
     code, out = invoke("--log", log, "--config", cfg, "--offline", "--transformers", "4.57.1", "--format", "json")
     assert "mixture-of-experts" not in next(f for f in json.loads(out)["findings"] if f["code"] == "FD314")["message"]
+
+
+def test_logs_that_stop_before_training_are_not_nothing_to_diagnose(tmp_path):
+    # LF's start-up lines only (hparams/parser.py:652-653, model/adapter.py), no step, no error: a hang before
+    # training or a cut output, never an empty report
+    log = _write(tmp_path / "node.log", NODE.format(n=4, r=0, w=4))
+    code, out = invoke("--log", log, "--format", "json")
+    f = json.loads(out)["findings"][0]
+    assert f["code"] == "FD318" and "Nothing to diagnose" not in f["message"]
+    assert "the output stops before the first training step" in f["message"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, out = invoke(str(empty), "--format", "json")
+    assert json.loads(out)["findings"][0]["message"].startswith("Nothing to diagnose: 0 file(s) looked at")
