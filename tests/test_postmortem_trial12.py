@@ -262,3 +262,10 @@ def test_logs_that_stop_before_training_are_not_nothing_to_diagnose(tmp_path):
     empty.mkdir()
     code, out = invoke(str(empty), "--format", "json")
     assert json.loads(out)["findings"][0]["message"].startswith("Nothing to diagnose: 0 file(s) looked at")
+
+
+def test_logs_of_two_jobs_with_different_masters_are_no_split(tmp_path):
+    a = _write(tmp_path / "old.log", NODE.format(n=4, r=0, w=4))
+    b = _write(tmp_path / "new.log", NODE.format(n=8, r=0, w=8).replace("10.1.0.5:29500", "10.1.0.9:29501"))
+    code, out = invoke("--log", a, "--log", b, "--format", "json")
+    assert "FD343" not in [f["code"] for f in json.loads(out)["findings"]]

@@ -37,9 +37,10 @@ NODE_KEYS = ("NODE_RANK", "node_rank", "machine_rank")
 
 
 def head_statements(path: str, limit: int = MAX_HEAD) -> dict[str, Any]:
-    """{tasks: (n, line) | None, worlds: {world: first line}} stated in the first `limit` bytes of the text log
-    at `path` (lines 1-based); empty values when the file cannot be read."""
-    out: dict[str, Any] = {"tasks": None, "worlds": {}}
+    """{tasks: (n, line) | None, worlds: {world: first line}, addr: the master "ADDR:PORT" of the tasks line}
+    stated in the first `limit` bytes of the text log at `path` (lines 1-based); empty values when the file cannot
+    be read."""
+    out: dict[str, Any] = {"tasks": None, "worlds": {}, "addr": None}
     try:
         with open(path, "rb") as fh:
             head = fh.read(limit)
@@ -50,6 +51,7 @@ def head_statements(path: str, limit: int = MAX_HEAD) -> dict[str, Any]:
             m = LF_TASKS.search(raw)
             if m:
                 out["tasks"] = (int(m.group("n")), i)
+                out["addr"] = m.group("addr")
         elif "world size" in raw or "Num processes" in raw:
             m = LF_WORLD.search(raw) or ACCEL_WORLD.search(raw)
             if m:
@@ -137,7 +139,9 @@ def world_split(ev: Evidence, launch: str | None = None) -> dict[str, Any] | Non
     rows = _logs(ev)
     worlds = {w for r in rows for w in r["worlds"]}
     tasks = {r["tasks"][0] for r in rows if r["tasks"]}
-    logs_split = len(rows) >= 2 and (len(worlds) > 1 or len(tasks) > 1)
+    # logs that name different masters are different jobs (an old run's log beside a new one), not one split job
+    one_job = len({r["addr"] for r in rows if r["addr"]}) <= 1
+    logs_split = len(rows) >= 2 and one_job and (len(worlds) > 1 or len(tasks) > 1)
     cmds = _launch_split(launch)
     if not logs_split and not cmds:
         return None
