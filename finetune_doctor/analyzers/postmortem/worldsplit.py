@@ -28,8 +28,10 @@ from typing import Any
 from finetune_doctor.evidence import Evidence
 from finetune_doctor.readers.config.accelerate import LaunchCommand, parse_launch_or_none
 
-# start-up lines come first; 4 MiB of a log holds them while bounding the cost on 50 MB rank logs
-MAX_HEAD = 4 << 20
+# LF's launcher line is a log's first; the per-process lines follow within the start-up output. 256 KiB holds
+# them and bounds the extra read on runs of hundreds of 50 MB rank logs; each file's first stated world size is
+# also taken from what the reader parsed (Fact world_size), wherever it was printed
+MAX_HEAD = 256 << 10
 LF_TASKS = re.compile(r"Initializing (?P<n>\d+) distributed tasks at: (?P<addr>\S+)")
 LF_WORLD = re.compile(r"Process rank: (?P<rank>\d+), world size: (?P<world>\d+)")
 ACCEL_WORLD = re.compile(r"^\s*Num processes: (?P<world>\d+)\s*$")
@@ -46,6 +48,8 @@ def head_statements(path: str, limit: int = MAX_HEAD) -> dict[str, Any]:
             head = fh.read(limit)
     except OSError:
         return out
+    if b"distributed tasks" not in head and b"world size" not in head and b"Num processes" not in head:
+        return out    # the common case costs one scan in C, no decoding
     for i, raw in enumerate(head.decode("utf-8", "replace").splitlines(), 1):
         if "distributed tasks" in raw and out["tasks"] is None:
             m = LF_TASKS.search(raw)
@@ -65,6 +69,9 @@ def _logs(ev: Evidence) -> list[dict[str, Any]]:
         if f.read.kind != "text-log":
             continue
         st = head_statements(f.read.path)
+        ws = next((x for x in f.facts if x.name == "world_size" and isinstance(x.value, int)), None)
+        if ws is not None and ws.file == f.read.path:
+            st["worlds"].setdefault(ws.value, ws.line)
         if st["tasks"] or st["worlds"]:
             rows.append({"file": f.read.path, **st})
     return rows
