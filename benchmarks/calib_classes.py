@@ -1,0 +1,230 @@
+#!/usr/bin/env python
+"""Leave-one-source-out coverage and Brier per class of run, on the dev rows (issue #21, session 11).
+
+The yardstick for an interval and a probability that generalise to unseen sources: every dev source is scored
+with the error table fitted without it (benchmarks/calib_loso.py `fold_fits`/`fold_scores`, the shipped form —
+the class key, location estimate, tails, λ, τ and q of finetune_doctor/analyzers/memory/uncertainty_table.json —
+is not re-chosen here), and the results are broken down by **class of run** (`run_class`: NPU, offload, QLoRA,
+ZeRO-3 full, ZeRO-3 LoRA, ZeRO-2 (stage 1 and 2), FSDP, DDP, single; the first that applies, in that order).
+
+Reports, per class and over all dev rows: LOSO coverage of the 90 % interval (measurements), LOSO Brier of the
+all-cause p_oom (runs with an outcome and a card), and the runs with the largest squared error with what the
+doctor did not know about them (their open assumptions, whether the source states its samples, the counter).
+
+``--after`` also scores the interval as session 11 builds it (analyzers/memory/uncertainty.py
+`widen_interval`, `interval_widths` in benchmarks/calib_widths.py): per-class widths from the LOSO residuals of
+the *other* sources, the sample lengths widening downward only, and an unknown counter read as any of
+allocated / reserved / nvidia-smi.
+
+Usage (CPU, about a minute: each dev row is assembled once, ~35 s)::
+
+    FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python benchmarks/calib_classes.py [--after] [--cache FILE] [--page FILE]
+
+``--cache FILE`` keeps the assembled rows (a pickle) between runs of the same tree; the page goes to ``--page``
+(default benchmarks/results/calib_classes.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import pickle
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+os.environ.setdefault("FINETUNE_DOCTOR_NO_NVML", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import calib_loso  # noqa: E402
+from calib_data import load_rows, samples_fill  # noqa: E402
+
+PAGE = ROOT / "benchmarks" / "results" / "calib_classes.md"
+CLASSES = ("NPU", "offload", "QLoRA", "ZeRO-3 full", "ZeRO-3 LoRA", "ZeRO-2", "FSDP", "DDP", "single")
+
+
+def run_class(row: dict[str, Any]) -> str:
+    """The class of run a calibration row belongs to, read from the row (module docstring): the first of `CLASSES`
+    that applies. The scored rows carry the class the doctor gives the assembled run (analyzers/memory/bands.py
+    `run_class`, calibrate.predict ``run_class``), which `loso_rows` uses; this reading stands in for a refused row.
+    NPU: an Ascend card or a row whose id says npu; offload: a ZeRO or FSDP offload of optimizer or parameters
+    to the CPU/NVMe (calibrate.engine_of); QLoRA: ``quantization_bit`` set; then the engine."""
+    from calibrate import engine_of
+
+    gpu, rid = str(row.get("gpu") or "").lower(), str(row.get("id") or "").lower()
+    if "ascend" in gpu or "910" in gpu or "npu" in rid:
+        return "NPU"
+    eng = engine_of(row)
+    if eng.endswith("+offload"):
+        return "offload"
+    if row["config"].get("quantization_bit"):
+        return "QLoRA"
+    if eng == "ZeRO-3":
+        return "ZeRO-3 full" if row["config"].get("finetuning_type") == "full" else "ZeRO-3 LoRA"
+    if eng in ("ZeRO-1", "ZeRO-2"):
+        return "ZeRO-2"
+    if eng == "ZeRO-0":
+        return "DDP"
+    return eng
+
+
+def scored_dev(cache: str | None) -> list[dict[str, Any]]:
+    """calibrate.score_all over the dev rows (each assembled as `doctor estimate` does), from `cache` when given
+    and present; written there after a fresh run."""
+    if cache and Path(cache).exists():
+        with open(cache, "rb") as fh:
+            return pickle.load(fh)
+    import calibrate
+
+    scored = calibrate.score_all([r for r in load_rows() if r["split"] == "dev"])
+    if cache:
+        with open(cache, "wb") as fh:
+            pickle.dump(scored, fh)
+    return scored
+
+
+def shipped_variant() -> dict[str, Any]:
+    """The form of the shipped table (class key, robust, tails, λ, τ, q) as calib_loso's variant fields."""
+    from finetune_doctor.analyzers.memory import uncertainty as u
+
+    t = u.table()
+    cont = t.get("contamination") or {}
+    return {"class_by": tuple((t.get("class_by") or {}).get("analytic") or ["shape"]), "robust": bool(t.get("robust")),
+            "tails": ("wide", (float(cont["weight"]), float(cont["scale"]))) if cont.get("weight")
+            else (("cap", int(t["max_dof"])) if t.get("max_dof") else ("t", None)),
+            "factor": float(t.get("p_oom_scale_factor") or 1.0), "tau": float(t.get("p_oom_extra_scale") or 0.0),
+            "q": float(t.get("p_oom_unexplained") or 0.0)}
+
+
+def loso_rows(scored: list[dict[str, Any]], v: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per dev row, its source's fold (calib_loso.fold_scores) with the variant's p_oom, the fold's interval at
+    the row's components and the row's class: {id, source, cls, row, pred, dist, comps, totals, inside, p, y}."""
+    from dataclasses import replace
+
+    from finetune_doctor.analyzers.memory.uncertainty import mixture_p_oom, widened
+
+    dev = [{**s, "comps": calib_loso.components(s), "totals": calib_loso.components(s, need=False)} for s in scored]
+    kept = __import__("calibrate").kept_rows()
+    folds = calib_loso.fold_scores(dev, v["class_by"], kept, robust=v["robust"], tails=v["tails"])
+    by_id = {s["row"]["id"]: s for s in dev}
+    out = []
+    for f in folds:
+        s = by_id[f["id"]]
+        p = y = None
+        if f["outcome"] and f["comps"]:
+            p = mixture_p_oom(f["comps"], replace(widened(f["dist"], v["tau"], v["factor"]), unexplained=v["q"]))
+            y = 1.0 if f["outcome"] == "oom" else 0.0
+        out.append({**f, "cls": s["pred"].get("run_class") or run_class(s["row"]), "row": s["row"], "pred": s["pred"], "totals": s["totals"],
+                    "cmp": s["cmp"], "p": p, "y": y})
+    return out
+
+
+def _brier(rs: list[dict[str, Any]]) -> tuple[float, int, int]:
+    terms = [(r["p"] - r["y"]) ** 2 for r in rs if r["p"] is not None]
+    return (statistics.mean(terms) if terms else math.nan), len(terms), sum(1 for r in rs if r["y"] == 1.0)
+
+
+def _cover(rs: list[dict[str, Any]], key: str = "inside") -> tuple[float, int, int, int]:
+    """(coverage, n, below, above) of the rows' measurements under `key`."""
+    m = [r for r in rs if r.get(key) is not None]
+    below = sum(1 for r in m if r.get(key + "_side") == "below")
+    above = sum(1 for r in m if r.get(key + "_side") == "above")
+    return (sum(1 for r in m if r[key]) / len(m) if m else math.nan), len(m), below, above
+
+
+def mark_sides(rows: list[dict[str, Any]]) -> None:
+    """Mark whether a measurement outside the fold's interval lies below or above it (``inside_side``)."""
+    from finetune_doctor.analyzers.memory.uncertainty import mixture_interval
+
+    for r in rows:
+        x = calib_loso.measured_on_total(r)
+        if r["inside"] is None or x is None:
+            continue
+        lo, hi = mixture_interval([(w, t, None) for w, t, _b in r["totals"]], r["dist"])
+        r["before"] = (lo, hi)
+        if not r["inside"]:
+            r["inside_side"] = "below" if x < lo else "above"
+
+
+def class_table(rows: list[dict[str, Any]], keys: tuple[str, ...] = ("inside",)) -> list[str]:
+    head = "| class | runs with outcome (OOM) | LOSO Brier |" + "".join(
+        f" measurements | LOSO coverage ({k}) | below / above |" for k in keys)
+    out = [head, "|" + "---|" * (3 + 3 * len(keys))]
+    for c in (*CLASSES, "all dev"):
+        rs = rows if c == "all dev" else [r for r in rows if r["cls"] == c]
+        b, n, oom = _brier(rs)
+        line = f"| {c} | {n} ({oom}) | {b:.3f} |"
+        for k in keys:
+            cov, m, lo, hi = _cover(rs, k)
+            line += f" {m} | {cov:.0%} | {lo} / {hi} |" if m else " 0 | — | — |"
+        out.append(line)
+    return out
+
+
+def kind_of_miss(r: dict[str, Any]) -> str:
+    """What the doctor did not know about a run, in words: its open assumptions, whether the source states its
+    samples, the p_oom of the memory model alone."""
+    row, pred = r["row"], r["pred"]
+    bits = []
+    if not samples_fill(row):
+        bits.append("samples from a dataset (lengths unknown)")
+    opened = [a for a in pred.get("open") or [] if a != "sample-lengths"]
+    if opened:
+        bits.append("open: " + ", ".join(opened))
+    return "; ".join(bits) or "nothing open"
+
+
+def brier_lines(rows: list[dict[str, Any]], k: int = 25) -> list[str]:
+    rs = sorted((r for r in rows if r["p"] is not None), key=lambda r: -(r["p"] - r["y"]) ** 2)
+    total = sum((r["p"] - r["y"]) ** 2 for r in rs)
+    out = [f"The {k} dev runs with the largest squared error under LOSO ({sum((r['p'] - r['y']) ** 2 for r in rs[:k]):.1f}"
+           f" of the sum {total:.1f} over {len(rs)} runs):", "",
+           "| run | class | source type | outcome | LOSO p_oom | (p − y)² | predicted need / budget GiB | what was not known |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rs[:k]:
+        row, pred = r["row"], r["pred"]
+        need = pred.get("need") or pred.get("total")
+        out.append(f"| {r['id']} | {r['cls']} | {row.get('source_type')} | {row.get('outcome')} | {r['p']:.3f} | "
+                   f"{(r['p'] - r['y']) ** 2:.2f} | {need:.1f} / {pred.get('capacity') or 0:.1f} | {kind_of_miss(r)} |")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cache", metavar="FILE")
+    ap.add_argument("--page", metavar="FILE", default=str(PAGE))
+    ap.add_argument("--after", action="store_true")
+    args = ap.parse_args(argv)
+    scored = scored_dev(args.cache)
+    v = shipped_variant()
+    rows = loso_rows(scored, v)
+    mark_sides(rows)
+    keys = ("inside",)
+    if args.after:
+        import calib_widths
+        calib_widths.score_after(rows)
+        keys = ("inside", "inside_base", "inside_after", "inside_widen_only")
+    lines = ["# Leave-one-source-out coverage and Brier per class of run (dev rounds 1-6)", "",
+             f"`python benchmarks/calib_classes.py{' --after' if args.after else ''}` (module docstring). Shipped "
+             f"form, re-fitted per fold: classes keyed by {' × '.join(v['class_by'])}, robust {v['robust']}, tails "
+             f"{v['tails']}, λ {v['factor']}, τ {v['tau']}, q {v['q']}. Every number is dev: rounds 1-6, each "
+             "source scored with the table fitted without it.", ""]
+    lines += class_table(rows, keys)
+    lines += [""] + brier_lines(rows)
+    if args.after:
+        lines += ["", "## The four rules for the widths under LOSO (benchmarks/calib_widths.py, 'Which of four rules'; "
+                  "each cell: coverage, median hi / lo)", ""] + calib_widths.rules_lines(rows)
+        lines += [""] + calib_widths.report_lines(rows)
+    Path(args.page).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(class_table(rows, keys)))
+    print(f"wrote {args.page}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
