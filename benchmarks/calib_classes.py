@@ -194,6 +194,81 @@ def brier_lines(rows: list[dict[str, Any]], k: int = 25) -> list[str]:
     return out
 
 
+def brier_parts_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Where the LOSO Brier sum comes from: confident misses either way, the floor q/2 on runs that trained, and
+    the runs left in between (module docstring)."""
+    rs = [r for r in rows if r["p"] is not None]
+    total = sum((r["p"] - r["y"]) ** 2 for r in rs)
+    parts = [("ran out at p ≤ 0.15 (the memory model sees it fit)", lambda r: r["y"] == 1 and r["p"] <= 0.15),
+             ("trained at p ≥ 0.85", lambda r: r["y"] == 0 and r["p"] >= 0.85),
+             ("trained at p ≤ 0.15 (the floor q/2 on right answers)", lambda r: r["y"] == 0 and r["p"] <= 0.15),
+             ("ran out at p ≥ 0.85", lambda r: r["y"] == 1 and r["p"] >= 0.85),
+             ("0.15 < p < 0.85, sample lengths open", lambda r: 0.15 < r["p"] < 0.85 and not samples_fill(r["row"])),
+             ("0.15 < p < 0.85, samples reach cutoff_len", lambda r: 0.15 < r["p"] < 0.85 and samples_fill(r["row"]))]
+    out = ["| runs | n | share of the Brier sum | adds to the Brier score |", "|---|---|---|---|"]
+    for name, f in parts:
+        sub = [r for r in rs if f(r)]
+        c = sum((r["p"] - r["y"]) ** 2 for r in sub)
+        out.append(f"| {name} | {len(sub)} | {c / total:.0%} | {c / len(rs):.3f} |")
+    return out
+
+
+def recalibration_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Two calibration maps tried under LOSO (each source scored with what the other sources choose), neither
+    shipped: a logistic map of the memory model's own probability inside the all-cause mix, p = (1 − q)·σ(a + b·logit
+    p_model) + q/2 over a grid of (a, b, q); and a shift of ε's location per class of run by the median (each source
+    alike) of the other sources' fill-row residuals ε − μ, for classes of at least 5 sources."""
+    from dataclasses import replace
+
+    from finetune_doctor.analyzers.memory.uncertainty import mixture_p_oom, widened
+
+    v = shipped_variant()
+    rs = [r for r in rows if r["p"] is not None]
+    q = v["q"]
+
+    def logit(p: float) -> float:
+        p = min(max((p - q / 2) / (1 - q), 1e-6), 1 - 1e-6)
+        return math.log(p / (1 - p))
+
+    grid = [(a / 10, b, qq) for a in range(-20, 11, 2) for b in (0.5, 0.7, 0.9, 1.0) for qq in (0.15, 0.2, 0.25)]
+    terms = {g: [((1 - g[2]) / (1 + math.exp(-(g[0] + g[1] * logit(r["p"])))) + g[2] / 2 - r["y"]) ** 2 for r in rs]
+             for g in grid}
+    tot = {g: sum(t) for g, t in terms.items()}
+    by_src: dict[str, list[int]] = {}
+    for i, r in enumerate(rs):
+        by_src.setdefault(r["source"], []).append(i)
+    loso = []
+    for ii in by_src.values():
+        g = min(grid, key=lambda g: tot[g] - sum(terms[g][i] for i in ii))
+        loso += [terms[g][i] for i in ii]
+    res = [(r["source"], r["cls"], r["cmp"]["eps"] - r["dist"].mu) for r in rows
+           if r["cmp"] is not None and r["inside"] is not None and samples_fill(r["row"])]
+
+    def shift(cls: str, leave: str) -> float:
+        sub = [(s, e) for s, c, e in res if c == cls and s != leave]
+        cnt: dict[str, int] = {}
+        for s_, _e in sub:
+            cnt[s_] = cnt.get(s_, 0) + 1
+        if len(cnt) < 5:
+            return 0.0
+        vs, acc = sorted((e, 1.0 / cnt[s_]) for s_, e in sub), 0.0
+        for e, w in vs:
+            acc += w
+            if acc >= len(cnt) / 2:
+                return e
+        return 0.0
+    shifted = []
+    for r in rs:
+        d = replace(widened(r["dist"], v["tau"], v["factor"]), unexplained=q)
+        p = mixture_p_oom(r["comps"], replace(d, mu=d.mu + shift(r["cls"], r["source"])))
+        shifted.append((p - r["y"]) ** 2)
+    base = statistics.mean((r["p"] - r["y"]) ** 2 for r in rs)
+    return [f"- as shipped: LOSO Brier {base:.4f} over {len(rs)} runs",
+            f"- logistic map of p_oom_model (a, b, q chosen per fold on the other sources): {statistics.mean(loso):.4f}",
+            f"- ε's location shifted per class of run (other sources' fill-row residuals): "
+            f"{statistics.mean(shifted):.4f}"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cache", metavar="FILE")
@@ -214,7 +289,17 @@ def main(argv: list[str] | None = None) -> int:
              f"form, re-fitted per fold: classes keyed by {' × '.join(v['class_by'])}, robust {v['robust']}, tails "
              f"{v['tails']}, λ {v['factor']}, τ {v['tau']}, q {v['q']}. Every number is dev: rounds 1-6, each "
              "source scored with the table fitted without it.", ""]
+    if args.after:
+        lines += ["Columns: `inside` — the interval as shipped before session 11 (the mixture's); `inside_base` — its "
+                  "upper end at cutoff_len (unknown sample lengths widen downward only) and, for a measurement whose "
+                  "counter the source does not name, its lower end at the allocated counter's share; "
+                  "`inside_after` — that with the class's widths derived without the row's source "
+                  "(benchmarks/calib_widths.py: what ships once the table is refitted); `inside_widen_only` — "
+                  "the same widths bounded below by 0, for the record. Below / above: measurements under the "
+                  "lower end / over the upper end. p_oom (the Brier column) does not change.", ""]
     lines += class_table(rows, keys)
+    lines += ["", "## Brier: where the sum comes from, and what calibration can still move", ""]
+    lines += brier_parts_lines(rows) + [""] + recalibration_lines(rows)
     lines += [""] + brier_lines(rows)
     if args.after:
         lines += ["", "## The four rules for the widths under LOSO (benchmarks/calib_widths.py, 'Which of four rules'; "

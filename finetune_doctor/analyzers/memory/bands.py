@@ -10,11 +10,12 @@ classes of analyzers/memory/uncertainty.py (shape class × weight storage) do no
 
 **Widths** (the table's ``interval_widths``, written by benchmarks/calibrate.py through benchmarks/calib_widths.py
 `derive_widths`): per class, ``below`` and ``above`` in ln units — split-conformal 95 % quantiles (the
-⌈(n + 1)·0.95⌉-th of n; Lei et al. 2018, JASA 113:1094) of how far the dev measurements fell under the lower end and
-over the upper end of their leave-one-source-out interval (a measurement inside gives a negative residual, so a
-class whose measurements sit well inside gets a narrower band). Both ends at 95 % make the central 90 %: the level is the interval's own, not a
-value tuned on the rows. A class with fewer than the derivation's minimum of sources takes the ``pooled`` widths
-(every class). The interval becomes [lo·e^(−below), hi·e^(above)].
+⌈(n + 1)·0.95⌉-th of n; Lei et al. 2018, JASA 113:1094) of how far the dev measurements fell under the lower end
+and over the upper end of their leave-one-source-out interval (a measurement inside gives a negative residual, so a
+class whose measurements sit well inside gets a narrower band). Both ends at 95 % make the central 90 %: the level
+is the interval's own. A class with fewer than the derivation's minimum of sources takes the ``pooled`` widths
+(every class). The interval becomes [lo·e^(−below), hi·e^(above)]. Which of four quantile rules ships was decided
+on dev (benchmarks/calib_widths.py, 'Which of four rules').
 
 **Sample lengths** (open when the data was not scanned): the prediction with every sample at cutoff_len is an upper
 bound of the sample-lengths effect (a shorter longest sample never needs more), so unknown lengths widen the interval
