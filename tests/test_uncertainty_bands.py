@@ -136,3 +136,21 @@ def test_calib_widths_conformal_rank():
     assert "NPU" not in w["classes"] and w["pooled"]["rows"] == 41
     # leaving a source out removes its rows from every width
     assert cw.derive_widths(rows, "other")["pooled"]["rows"] == 40
+
+
+def test_an_unknown_counter_reaches_down_to_allocated():
+    """calibrate.compare: a source that does not say what it counted is inside when its figure lies between the
+    interval's lower end at the allocated counter's share and its upper end; a named counter keeps its own scale."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import calibrate
+
+    pred = {"total": 40.0, "peak_allocated": 30.0, "runtime": 2.0, "interval": (32.0, 50.0)}
+    row = {"measured": {"kind": "unknown", "value": 26.0, "unit": "GiB"}, "gpu": "1xA100-80GB"}
+    c = calibrate.compare(row, pred)
+    # 26 GiB is under 32 but over 32 · 30/40 = 24: an allocated figure the total's interval holds
+    assert c["inside"] is True and c["predicted"] == 40.0
+    assert calibrate.compare({**row, "measured": {**row["measured"], "value": 23.0}}, pred)["inside"] is False
+    assert calibrate.compare({**row, "measured": {**row["measured"], "value": 51.0}}, pred)["inside"] is False
+    # nvidia-smi says what it counts: the total's interval as it is
+    smi = {**row, "measured": {"kind": "nvidia-smi", "value": 26.0, "unit": "GiB"}}
+    assert calibrate.compare(smi, pred)["inside"] is False
