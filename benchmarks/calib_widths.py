@@ -189,6 +189,24 @@ def report_lines(rows: list[dict[str, Any]]) -> list[str]:
         rs = [r for r in rows if "after" in r and "before" in r and (c == "all dev" or r["cls"] == c)]
         med = [statistics.median(r[k][1] / r[k][0] for r in rs) for k in ("before", "base", "after")]
         out.append(f"| {c} | {med[0]:.2f} | {med[1]:.2f} | {med[2]:.2f} |")
+    out += ["", "By what the doctor did not know (LOSO coverage before → base → after; a row counts under every "
+            "assumption open for it):", "", "| rows | n | before | base | after |", "|---|---|---|---|---|"]
+    meas = [r for r in rows if "after" in r]
+    from calib_data import samples_fill
+
+    groups = [("sample lengths open (the source does not size its samples)", lambda r: not samples_fill(r["row"]))]
+    groups += [(f"{a} open", lambda r, a=a: a in (r["pred"].get("open") or []))
+               for a in ("launcher", "torch-version", "bitsandbytes-version", "image-pixels")]
+    groups += [("nothing open but the sample lengths",
+                lambda r: not set(r["pred"].get("open") or []) - {"sample-lengths"})]
+    groups += [(f"counter {k}", lambda r, k=k: r["cmp"]["kind"] == k)
+               for k in ("unknown", "allocated", "reserved", "nvidia-smi", "boundary")]
+    for name, f in groups:
+        sub = [r for r in meas if f(r)]
+        if sub:
+            out.append(f"| {name} | {len(sub)} | " + " | ".join(
+                f"{statistics.mean(bool(r[k]) for r in sub):.0%}" for k in ("inside", "inside_base", "inside_after"))
+                + " |")
     miss = [r for r in rows if r.get("inside_after") is False]
     out += ["", f"Outside the widened interval under LOSO ({len(miss)}):", "",
             "| row | class | counter | measured GiB | interval GiB |", "|---|---|---|---|---|"]
