@@ -12,7 +12,8 @@ taken to fill ``cutoff_len``), on the row's card (``--gpu``). What the doctor re
 
 **Compared quantity.** A measurement is compared with the prediction of the same counter: ``allocated`` with
 ``peak_allocated``; ``reserved`` with ``total`` less the runtime term (CUDA context, NCCL and cuBLAS workspaces,
-which torch's reserved counter does not see); ``nvidia-smi`` and ``unknown`` with ``total``; ``boundary`` (the
+which torch's reserved counter does not see); ``nvidia-smi`` and ``unknown`` with ``total`` (an ``unknown`` one inside the interval when it lies between the
+lower end at the allocated counter's share and the upper end: it may be any of the three; session 11); ``boundary`` (the
 longest run that still fit a card) with ``total`` against the card's capacity. The error is ε = ln(measured /
 predicted), as in analyzers/memory/uncertainty.py.
 
@@ -159,6 +160,7 @@ def _scalar(v: Any) -> str:
 def predict(row: dict[str, Any]) -> dict[str, Any]:
     """What `doctor estimate` reports for `row` (in-process): a dict of total, peak_allocated, runtime (GiB),
     shape class, method, p_oom, interval (GiB), capacity; ``error`` instead when the doctor refuses the input."""
+    from finetune_doctor.analyzers.memory.bands import run_class
     from finetune_doctor.analyzers.memory.uncertainty import error_class
     from finetune_doctor.errors import InputError
     from finetune_doctor.facts.config import assemble_config
@@ -190,7 +192,9 @@ def predict(row: dict[str, Any]) -> dict[str, Any]:
                 "capacity": asm.hw.capacity_gib if asm.hw else None, "verdict": mem.verdict,
                 # what the mixture over the open assumptions is rebuilt from under other weights (`reweigh`)
                 "mix": (mem.total, asm.hw, list(asm.assumptions), gpu),
-                "open": sorted({a.name for a in asm.assumptions if a.effect_gib and a.name not in _not_open()})}
+                "open": sorted({a.name for a in asm.assumptions if a.effect_gib and a.name not in _not_open()}),
+                # the class of run the interval's widths are keyed by (analyzers/memory/bands.py)
+                "run_class": run_class(asm.run, asm.hw.gpu if asm.hw else None)}
 
 
 def _not_open() -> frozenset[str]:
@@ -346,6 +350,11 @@ def compare(row: dict[str, Any], pred: dict[str, Any]) -> dict[str, Any] | None:
         p = total
     lo, hi = pred["interval"] or (None, None)
     scale = p / total if total else 1.0
+    if lo is not None and kind == "unknown" and total:
+        # a source that does not say what it counted may have read torch's allocated, reserved or nvidia-smi: the
+        # interval of what it measured reaches down to the allocated counter's share of the total
+        # (benchmarks/calib_widths.py base_interval, the same rule the widths are derived under)
+        lo *= min(1.0, float(pred.get("peak_allocated") or total) / total)
     inside = None if lo is None else (lo * scale <= meas <= hi * scale)
     return {"kind": kind, "measured": meas, "predicted": p, "eps": math.log(meas / p), "inside": inside,
             "rel_err": p / meas - 1.0}
@@ -664,6 +673,8 @@ def _fit_and_score(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict
         table["contamination"] = {"weight": w, "scale": sc}
     if chosen.get("unexplained"):
         table["p_oom_unexplained"] = chosen["unexplained"]
+    # the interval's widths per class of run, from the chosen form's LOSO residuals (benchmarks/calib_widths.py)
+    table["interval_widths"] = interval_widths([s for s in before if s["row"]["split"] == "dev"], chosen)
     install(table)
     write_unc_rows(fit_rows)
     after = score_all(rows)
@@ -690,6 +701,24 @@ def _fit_and_score(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict
     return {"rows": rows, "before": before, "after": after, "table": table, "legacy": len(legacy),
             "variants": variants, "chosen": chosen, "weight_cands": weight_cands, "prior_cands": prior_cands,
             "tails": tails}
+
+
+def interval_widths(dev: list[dict[str, Any]], chosen: dict[str, Any]) -> dict[str, Any]:
+    """The table's ``interval_widths`` (analyzers/memory/bands.py) from the dev rows `dev` (score_all output)
+    under the form `chosen` (calib_loso.choose): each source's residuals against the table fitted without it
+    (calib_classes.loso_rows), their split-conformal quantiles per class of run (calib_widths.derive_widths)."""
+    import calib_classes
+    import calib_widths
+
+    if chosen.get("contamination"):
+        tails: tuple[str, Any] = ("wide", tuple(chosen["contamination"]))
+    else:
+        tails = ("cap", int(chosen["max_dof"])) if chosen.get("max_dof") else ("t", None)
+    v = {"class_by": tuple(chosen["class_by"]), "robust": bool(chosen.get("robust")), "tails": tails,
+         "factor": float(chosen["factor"]), "tau": float(chosen["tau"]), "q": float(chosen.get("unexplained") or 0.0)}
+    rows = calib_classes.loso_rows(dev, v)
+    calib_widths.residuals(rows)
+    return calib_widths.derive_widths(rows)
 
 
 def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str]:

@@ -73,7 +73,7 @@ def mixed_p_oom(asm: Assembly, opts: Options) -> dict[str, Any]:
     (``p_oom_assumed``, ``interval_assumed``, and the components for benchmarks/calibrate.py). Returns the ``mem``
     facts that change (p_oom, p_oom_model and their _pct, interval_*); empty when nothing is open."""
     from finetune_doctor.analyzers.memory import uncertainty
-    from finetune_doctor.facts import assume
+    from finetune_doctor.facts import assume, bands
     from finetune_doctor.facts.mem import BENCHMARK_ERROR, need_ratio, pct_fields, shape_of
 
     mem = asm.memory
@@ -82,9 +82,9 @@ def mixed_p_oom(asm: Assembly, opts: Options) -> dict[str, Any]:
                "p_oom_components": comps, "p_oom_model_assumed": mem.p_oom_model}
     if len(comps) < 2:
         asm.memory = replace(mem, details=details)
-        return {}
+        return bands.single_interval(asm)   # the class's widths (facts/bands.py); {} without them
     shape = shape_of(mem)
-    interval = uncertainty.mixture_interval(comps, uncertainty.error_dist(mem.method, shape))
+    interval = bands.mixed_interval(asm, opts.gpu, comps, uncertainty.error_dist(mem.method, shape))
     mixed_p: dict[str, Any] = {}
     if mem.p_oom is not None and all(b is not None for _w, _t, b in comps):
         # on each component's need, not the reserve it shows (uncertainty.assess `need_gib`); Σw·((1−q)·P + q/2)
@@ -95,7 +95,7 @@ def mixed_p_oom(asm: Assembly, opts: Options) -> dict[str, Any]:
     # GiB, labelled as the benchmarks' error alone)
     mixed = [a.name for a in asm.assumptions if a.name not in assume.NOT_OPEN and a.effect_gib
              and (a.name == "sample-lengths" or uncertainty.assumed_weight(a.name) < 1.0)]
-    basis = f"{BENCHMARK_ERROR}, mixed over the alternatives of {', '.join(mixed)}" if mixed else BENCHMARK_ERROR
+    basis = bands.basis(asm, f"{BENCHMARK_ERROR}, mixed over the alternatives of {', '.join(mixed)}" if mixed else None)
     details["interval_basis"] = basis
     asm.memory = replace(mem, interval_gib=interval, details=details, **mixed_p)
     out: dict[str, Any] = {"interval_gib": list(interval), "interval_lo_gib": interval[0],
