@@ -226,7 +226,7 @@ def reweigh(row: dict[str, Any], pred: dict[str, Any], weights: dict[str, float]
     interval = uncertainty.mixture_interval(comps, uncertainty.error_dist(pred["method"], cls))
     p = pred["p_oom"]
     if p is not None and all(b is not None for _w, _t, b in comps):
-        # p_oom on what each component needs, as the doctor decides it (facts/config.py `_mixed`)
+        # p_oom on what each component needs, as the doctor decides it (facts/verdict.py `_mixed`)
         ratio = pred["need"] / total if pred.get("need") and total else 1.0
         p = uncertainty.mixture_p_oom([(w, t * ratio, b) for w, t, b in comps],
                                       uncertainty.oom_dist(pred["method"], cls))
