@@ -43,6 +43,8 @@ def test_each_converted_check_has_its_case_in_the_rule_of_its_kind():
     for kind in sorted(set(CHECK_KINDS.values())):
         rule = _rule_of_kind(kind)
         message = rule["message"]
+        if "parts" in message:   # a clause before the table (missing-required-key's cut-paste hedge): the table is a part
+            message = next(p for p in message["parts"] if isinstance(p, dict))
         assert message["by"] == "item.check", rule["name"]
         ours = {c for c, k in CHECK_KINDS.items() if k == kind}
         assert ours <= set(message["cases"]), (rule["name"], sorted(ours - set(message["cases"])))
