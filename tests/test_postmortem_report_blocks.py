@@ -26,6 +26,8 @@ FIX = FIXTURES / "report_blocks"
     ("title_pip_list_long_zh.txt", "run-hang", ['("卡住") around step 1200']),
     ("title_nvidia_smi_en.txt", "nan-loss", ['("NaN") around step 300', "bf16"]),
     ("title_dataset_sample_zh.txt", "loss-stuck-zero", ['("loss 一直为 0")']),
+    # transformers' `transformers env` bullets and its bug form's headings
+    ("title_transformers_env_en.txt", "run-hang", ['("hangs") (at the end)', "final barrier"]),
 ])
 def test_a_title_over_a_block_is_read_as_words(tmp_path, name, rule, words):
     text = (FIX / name).read_text(encoding="utf-8")
@@ -46,6 +48,20 @@ def test_metric_lines_said_stay_words():
     assert userwords.read_words(text)["symptom"] == "no-update"
 
 
+def test_a_users_own_bullets_stay_words():
+    """"- 模型: ... / - 现象: ..." bullets are the user's description, not print_env's (whose labels are versions,
+    the platform and the devices): nothing is blanked and the symptom is read."""
+    text = (FIX / "bullets_said_zh.txt").read_text(encoding="utf-8")
+    assert pasteblocks.blank_blocks(text)[0] == text
+    assert userwords.read_words(text)["symptom"] == "loss-zero"
+
+
+def test_typed_metric_rows_are_no_pip_list():
+    """"step 100 loss 0.0" typed by a user has no dotted version in its second column: no pip list row."""
+    text = "loss goes to zero\nstep 100 loss 0.0\nstep 110 loss 0.0\nstep 120 loss 0.0\n"
+    assert pasteblocks.blank_blocks(text)[0] == text
+
+
 def test_blocks_keep_line_numbers_and_never_hold_log_lines():
     text = ("Run dies at eval\n- `llamafactory` version: 0.9.1\n- PyTorch version: 2.3.1+cu121 (GPU)\n"
             "- Transformers version: 4.45.2\n[rank0]: torch.OutOfMemoryError: CUDA out of memory.\n")
@@ -57,11 +73,17 @@ def test_blocks_keep_line_numbers_and_never_hold_log_lines():
                                           "transformers": ("4.45.2", 4)}
 
 
+def test_transformers_env_gives_versions():
+    env = pasteblocks.blank_blocks((FIX / "title_transformers_env_en.txt").read_text(encoding="utf-8"))[1]
+    assert stack.pasted_versions(env) == {"transformers": ("4.46.1", 5), "accelerate": ("1.1.1", 10),
+                                          "torch": ("2.5.1+cu124", 12)}
+
+
 def test_collect_env_and_conda_rows_give_versions():
     env = pasteblocks.blank_blocks((FIX / "title_collect_env_en.txt").read_text(encoding="utf-8"))[1]
     got = stack.pasted_versions(env)
     # collect_env's "PyTorch version:" line, its [pip3] rows and its [conda] rows (the last one read stands)
-    assert got["torch"][0] == "2.4.0" and got["transformers"] == ("4.43.4", 33)
+    assert got["torch"][0] == "2.4.0" and got["transformers"] == ("4.43.4", 49)
 
 
 def test_pasted_versions_reach_the_version_readings(tmp_path):

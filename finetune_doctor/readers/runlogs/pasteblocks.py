@@ -25,15 +25,22 @@ sentence is words; a run of them is a paste. A chosen bound."""
 
 # environment dumps
 _ENV = re.compile(
-    r"^\s*(?:[-*]\s*`?[\w .()/'`-]{1,60}`?\s*:\s*\S"          # print_env / transformers env bullets
+    # print_env / transformers env bullets: their labels are versions, the platform and the devices (a user's own
+    # "- Model: ..." / "- 现象: ..." bullets are words)
+    r"^\s*(?:[-*]\s*`?[A-Za-z][\w .()/'`?-]{0,60}(?:version|Version|VERSION)[\w .()/'`?-]{0,20}\s*:\s*\S"
+    r"|[-*]\s*(?:Platform|GPU type|GPU number|GPU memory|NPU type|CANN version|Git commit|Accelerate config|"
+    r"Default data collator|Using (?:distributed|GPU)[^:]{0,60})\s*:\s*\S"
     r"|(?:\[(?:pip3?|conda)\]\s+)?[A-Za-z0-9_.\-]+\s*==\s*[0-9]"  # pip freeze, collect_env's [pip3] rows
-    r"|[A-Za-z0-9_.\-]+\s+[0-9][0-9A-Za-z.+\-]*(?:\s+\S+){0,2}\s*$"  # pip list / conda list rows
+    # pip list / conda list rows: a dotted version ("step 100 loss 0.0" typed by a user is no row)
+    r"|(?:\[conda\]\s+)?[A-Za-z][A-Za-z0-9_.\-]*\s+[0-9]+\.[0-9A-Za-z.+\-]*(?:\s+\S+){0,2}\s*$"
+    # lscpu's padded "Label:   value" lines, which collect_env prints under "CPU:"
+    r"|[A-Za-z][\w .()/,-]{0,50}:\s{2,}\S"
     r"|Package\s+Version\b|-{3,}(?:\s+-{3,})+\s*$|#\s*(?:packages in environment|Name\s+Version)"
     r"|[|+](?:[-=+| ]|.*\|\s*$)"                               # nvidia-smi's table
     r"|(?:PyTorch version|Is debug build|CUDA used to build PyTorch|ROCM used to build PyTorch|OS|GCC version|"
     r"Clang version|CMake version|Libc version|Python version|Python platform|Is CUDA available|CUDA runtime version|"
     r"CUDA_MODULE_LOADING set to|GPU models and configuration|Nvidia driver version|cuDNN version|HIP runtime version|"
-    r"MIOpen runtime version|Is XNNPACK available|Versions of relevant libraries|GPU \d+)\s*:"
+    r"MIOpen runtime version|Is XNNPACK available|Versions of relevant libraries|GPU \d+|CPU)\s*:"
     r"|Collecting environment information"
     r"|NVIDIA-SMI \d)")
 # a YAML config (LLaMA-Factory's keys are lower-case snake case) and its comments and list items
