@@ -54,7 +54,7 @@ CASES: dict[str, tuple[str, dict, dict | None, str, int]] = {
 
 def _zero_config(zo: dict, hidden: int) -> dict:
     """The zero_optimization block with the "auto" values transformers fills for ZeRO-3."""
-    from finetune_doctor.analyzers.memory.zero3 import hf_auto_values
+    from finetune_doctor.readers.deepspeed.dsauto import hf_auto_values
 
     return {**hf_auto_values(hidden), "overlap_comm": True, "contiguous_gradients": True,
             "stage3_gather_16bit_weights_on_model_save": True, **zo}

@@ -273,9 +273,14 @@ class ModelArch:
         transformers' causal-LM heads do (``ForCausalLMLoss``: ``logits.float()``; before 4.45 each model's forward).
         Qwen(1)'s remote code does not: QWenLMHeadModel.forward takes a contiguous copy of the shifted logits and
         calls CrossEntropyLoss on it in their own dtype (modeling_qwen.py of Qwen/Qwen-7B). Only autocast then
-        brings fp32 in; without it (DeepSpeed fp16/bf16) the loss runs in half precision.
+        brings fp32 in; without it (DeepSpeed fp16/bf16) the loss runs in half precision. Baichuan2's remote code
+        does the same (BaichuanForCausalLM.forward: ``logits = self.lm_head(hidden_states)``, a contiguous copy of
+        the shifted logits, a z-loss over their row maxima and CrossEntropyLoss, no ``.float()``; read in the
+        ports of that forward in the code index, e.g. ipex-llm's baichuan2 forward, not in the hub file itself).
+        Baichuan(1)'s forward, also ``model_type: baichuan``, predates transformers' own upcast (llama gained
+        ``logits.float()`` in 4.31; Baichuan-7B came out on 4.29) and is taken to be the same (not read).
         """
-        return self.model_type != "qwen"
+        return self.model_type not in ("qwen", "baichuan")
 
     @property
     def is_moe(self) -> bool:

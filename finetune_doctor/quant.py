@@ -1,8 +1,8 @@
 """Weights as a checkpoint stores them: the ``quantization_config`` of a config.json, and its bytes per parameter.
 
-`parse_quantization_config` turns the dict into a frozen `QuantSpec`; `lf_treatment` says what LLaMA-Factory does
-with the format. Pricing a model's linears under a spec and resolving the YAML's quantization keys against the
-checkpoint live in run/quantization.py (they need the model's architecture).
+`parse_quantization_config` turns the dict into a frozen `QuantSpec`. What LLaMA-Factory does with a format
+(`lf_treatment`), pricing a model's linears under a spec and resolving the YAML's quantization keys against the
+checkpoint live in run/quantization.py: resolution, not a value type (issue #22).
 
 Layouts (bytes per quantized weight element of an ``in_features x out_features`` linear, group size g):
 
@@ -36,11 +36,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
-
-
-# LLaMA-Factory's own list (extras/constants.py:168-179, snapshot ff6d4d1); transformers names bitsandbytes
-# "bitsandbytes" (utils/quantization_config.py QuantizationMethod), LF "bnb".
-LF_DEQUANTIZED = frozenset({"mxfp4", "fp8"})   # model_utils/quantization.py:107-126: loaded with dequantize=True
 
 
 @dataclass(frozen=True)
@@ -239,26 +234,3 @@ def hinted_spec(name: str) -> QuantSpec | None:
         return parse_quantization_config({"quant_method": "bitsandbytes", "load_in_8bit": eight,
                                           "load_in_4bit": not eight, "bnb_4bit_quant_type": "nf4"})
     return None
-
-
-@dataclass(frozen=True)
-class LFTreatment:
-    """What LLaMA-Factory (snapshot ff6d4d1) does with a pre-quantized checkpoint.
-
-    `dequantized`: loaded with ``dequantize=True`` and trained as a plain model in the checkpoint dtype
-    (MXFP4, FP8: model_utils/quantization.py:107-126; transformers then drops the quantization,
-    quantizers/base.py ``remove_quantization_config``). Otherwise the model stays quantized: `lora_only`
-    (adapter.py:330-335 "Quantized models can only be used for the LoRA or OFT tuning"), no ZeRO-3/FSDP
-    (quantization.py:101-105), no DoRA (adapter.py:239-243), and `quantization_bit` is ignored with a warning
-    (quantization.py:94-96).
-    """
-
-    dequantized: bool
-    lora_only: bool
-    zero3_ok: bool
-    dora_ok: bool
-
-
-def lf_treatment(spec: QuantSpec) -> LFTreatment:
-    deq = spec.method in LF_DEQUANTIZED
-    return LFTreatment(dequantized=deq, lora_only=not deq, zero3_ok=deq, dora_ok=deq)

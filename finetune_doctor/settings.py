@@ -30,6 +30,13 @@ def _check_version(flag: str, given: str | None) -> None:
         raise InputError(f"expected a version such as 2.5.1, got {shown!r}", file=flag)
 
 
+# Fields a flag fills and the project configuration may fill when the flag is unset: (field, project key).
+FROM_PROJECT = (("gpu", "gpu"), ("nnodes", "nnodes"), ("torch_version", "torch"),
+                ("transformers_version", "transformers"), ("lf_version", "llamafactory"))
+# Fields only a flag fills (an input path or a machine fact of this invocation, never the project's).
+FROM_CLI_ONLY = ("model_config", "env_file", "accelerate_config", "launch", "host_ram", "context", "config_file")
+
+
 @dataclass(frozen=True)
 class Options:
     """The options of one command, from its command line, the project configuration and the defaults."""
@@ -60,48 +67,43 @@ class Options:
     lf_version: str | None = None            # --llamafactory VERSION: the training machine's LLaMA-Factory
 
     @classmethod
-    def from_cli(cls, command: str, paths: list[str], gpu: str | None = None, nnodes: int | None = None,
-                 fmt: str | None = None, output: str | None = None, select: str | None = None,
-                 ignore: str | None = None, fail_on: str | None = None,
-                 rules_dirs: tuple[str, ...] = (), torch_version: str | None = None,
-                 transformers_version: str | None = None, model_config: str | None = None,
-                 offline: bool = False, env_file: str | None = None, accelerate_config: str | None = None,
-                 launch: str | None = None, host_ram: str | None = None, strict: bool = False,
-                 context: str | None = None, config_file: str | None = None,
-                 lf_version: str | None = None, **_: Any) -> "Options":
+    def from_cli(cls, command: str, paths: list[str], **flags: Any) -> "Options":
+        """The options of `command` on `paths` from its parsed flags, named as the fields they fill (``fmt`` for
+        ``format``; ``select``/``ignore`` as the comma-separated text given; ``rules_dirs`` the --rules folders),
+        merged over the project configuration found from the first path (or ``config_file``): a flag given wins,
+        the project's value fills an unset one (`FROM_PROJECT`), and --rules folders add to the project's. A flag
+        that is no Options field (a command's own, such as check's --no-data) is not read. Raises InputError for a
+        --torch/--transformers value that is not a version and for a project file that cannot be read.
+
+        One keyword mapping instead of a parameter per flag (there were 22, issue #22): the flags are declared once,
+        as the fields of `Options` and as click options in cli.py (lintcli.OPTIONS for lint's own reader)."""
         from finetune_doctor.projectconfig import find_project_config, load_project_config
 
+        def flag(name: str) -> Any:
+            return flags.get(name)
+
+        config_file = flag("config_file")
         proj = load_project_config(config_file) if config_file else find_project_config(paths[0] if paths else ".")
-        fmt = fmt or proj.get("format")
+        fmt = flag("fmt") or proj.get("format")
         if fmt is None:
             fmt = "github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text"
-        for flag, given in (("--torch", torch_version), ("--transformers", transformers_version)):
-            _check_version(flag, given)
-        sel = _split(select) if select is not None else proj.get("select")
-        ign = (_split(ignore) or []) + list(proj.get("ignore") or [])
+        for name, field_name in (("--torch", "torch_version"), ("--transformers", "transformers_version")):
+            _check_version(name, flag(field_name))
+        sel = _split(flag("select")) if flag("select") is not None else proj.get("select")
+        ign = (_split(flag("ignore")) or []) + list(proj.get("ignore") or [])
         return cls(
             command=command,
             paths=tuple(paths),
-            gpu=gpu or proj.get("gpu"),
-            nnodes=nnodes or proj.get("nnodes"),
             format=fmt,
-            output=output,
+            output=flag("output"),
             select=tuple(sel) if sel else None,
             ignore=tuple(ign),
-            fail_on=fail_on or proj.get("fail-on") or "error",
-            rules_dirs=tuple(rules_dirs) + tuple(proj.get("rules") or ()),
+            fail_on=flag("fail_on") or proj.get("fail-on") or "error",
+            rules_dirs=tuple(flag("rules_dirs") or ()) + tuple(proj.get("rules") or ()),
             per_file_ignores={k: tuple(v) for k, v in (proj.get("per-file-ignores") or {}).items()},
             project_file=proj.get("__file__"),
-            torch_version=torch_version or proj.get("torch"),
-            transformers_version=transformers_version or proj.get("transformers"),
-            model_config=model_config,
-            offline=bool(offline or proj.get("offline")),
-            env_file=env_file,
-            accelerate_config=accelerate_config,
-            launch=launch,
-            host_ram=host_ram,
-            strict=bool(strict or proj.get("strict")),
-            context=context,
-            config_file=config_file,
-            lf_version=lf_version or proj.get("llamafactory"),
+            offline=bool(flag("offline") or proj.get("offline")),
+            strict=bool(flag("strict") or proj.get("strict")),
+            **{name: flag(name) for name in FROM_CLI_ONLY},
+            **{name: flag(name) or proj.get(key) for name, key in FROM_PROJECT},
         )

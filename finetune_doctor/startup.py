@@ -12,8 +12,10 @@ seen before is executed from its cached code object, compiled exactly as ``exec`
 ``<string>``, no ``__future__`` flags inherited), so every class and method is the same as without the cache.
 Code objects live in one marshal file in the doctor's cache folder (`fsutil.cache_dir`, off with
 FINETUNE_DOCTOR_NO_CACHE=1), keyed by the interpreter's bytecode tag and the ``dataclasses`` module file, like the
-rule expressions' cache (engine/expr.py). Only the console script installs it (`__main__.entry`): the process is
-the doctor's own, and a library user's interpreter is left untouched.
+rule expressions' cache (engine/expr.py); each entry names the module of its class, and a save keeps only what the
+package still generates (`_current`), so the file cannot outgrow the package's own dataclasses. Only the console
+script installs it (`__main__.entry`): the process is the doctor's own, and a library user's interpreter is left
+untouched.
 
 Regular expressions are the same kind of cost: ``re.compile`` parses a pattern and builds its matcher's code in
 Python on every start (``re/_compiler.py`` ``compile``: ``_parser.parse``, ``_code``, then ``_sre.compile``), and
@@ -39,6 +41,7 @@ import sys
 from typing import Any
 
 _CACHE: dict[str, Any] = {}     # generated source -> code object, from the file and this process
+_MOD: dict[str, str] = {}       # generated source -> the project module whose class it was generated for
 _NEW = 0                        # sources compiled in this process and not in the file yet
 _USED: set[str] = set()         # sources this process executed (what a full file keeps)
 _MAX = 8192                     # entries; past it the file restarts from this process's sources
@@ -75,6 +78,7 @@ def _exec(source: Any, globals_: Any = None, locals_: Any = None, /, **kw: Any) 
     if not _ours(globals_):
         return builtins.exec(compile(source, "<string>", "exec", dont_inherit=True), globals_, locals_)
     _USED.add(source)
+    _MOD[source] = globals_["__name__"]
     code = _CACHE.get(source)
     if code is None:
         code = compile(source, "<string>", "exec", dont_inherit=True)
@@ -109,7 +113,10 @@ def install(family: str = "") -> None:
         except (OSError, ValueError, EOFError, TypeError):
             data = None
         if isinstance(data, dict):
-            _CACHE.update((k, v) for k, v in data.items() if isinstance(k, str) and isinstance(v, CodeType))
+            for k, v in data.items():   # source -> (code, module); a file of another layout is read as empty
+                if isinstance(k, str) and isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], CodeType) \
+                        and isinstance(v[1], str):
+                    _CACHE[k], _MOD[k] = v
     _STATE["path"] = path
     dataclasses.exec = _exec   # type: ignore[attr-defined]
     _install_re(path)
@@ -117,19 +124,64 @@ def install(family: str = "") -> None:
 
 
 class _DeferredModule(type(sys)):   # type: ignore[misc]
-    """A stand-in in ``sys.modules`` for a module not imported yet: the first attribute it lacks imports the real
-    module, which takes its place in ``sys.modules``; the stand-in forwards every later lookup to it."""
+    """A stand-in in ``sys.modules`` for a module not imported yet. It answers only what the import system asks of a
+    module already in ``sys.modules`` (``__name__``; ``__spec__``, which ``import x`` reads to see whether the module
+    is still initializing: CPython 3.11 ``Python/import.c`` ``import_ensure_initialized``; the real module's spec,
+    found without executing it, so ``importlib.util.find_spec`` and ``reload`` see the real file). Every other
+    attribute, dunders included (``__doc__``, ``__file__``, ``__loader__``, ``__path__``, ``__all__``) and ``dir()``,
+    imports the real module, which takes the stand-in's place in ``sys.modules``; the stand-in then forwards every
+    lookup and assignment to it. Fail safe: whatever the stand-in does not know comes from the real module."""
 
-    def __getattr__(self, name: str) -> Any:
-        real = self.__dict__.get("_real")
+    _LOCAL = frozenset({"__dict__", "__class__", "__name__", "__spec__"})
+
+    def __getattribute__(self, name: str) -> Any:
+        d = object.__getattribute__(self, "__dict__")
+        real = d.get("_real")
+        if real is not None:
+            return getattr(real, name)
+        if name == "__spec__":
+            return _DeferredModule._spec(d)
+        if name in _DeferredModule._LOCAL:
+            return object.__getattribute__(self, name)
+        return getattr(_DeferredModule._load(self), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(_DeferredModule._load(self), name, value)
+
+    def __delattr__(self, name: str) -> None:
+        delattr(_DeferredModule._load(self), name)
+
+    def __dir__(self) -> list[str]:
+        return dir(_DeferredModule._load(self))
+
+    def __repr__(self) -> str:
+        return repr(_DeferredModule._load(self))
+
+    @staticmethod
+    def _spec(d: dict[str, Any]) -> Any:
+        """The real module's ModuleSpec (the path finder's answer, cached; no module code runs), else None."""
+        spec = d.get("_spec")
+        if spec is None:
+            import importlib.machinery
+
+            spec = importlib.machinery.PathFinder.find_spec(d["__name__"])
+            d["_spec"] = spec
+        return spec
+
+    @staticmethod
+    def _load(stand_in: Any) -> Any:
+        """Import the real module in the stand-in's place (once) and return it."""
+        d = object.__getattribute__(stand_in, "__dict__")
+        real = d.get("_real")
         if real is None:
             import importlib
 
-            if sys.modules.get(self.__name__) is self:
-                del sys.modules[self.__name__]
-            real = importlib.import_module(self.__name__)
-            self.__dict__["_real"] = real
-        return getattr(real, name)
+            name = d["__name__"]
+            if sys.modules.get(name) is stand_in:
+                del sys.modules[name]
+            real = importlib.import_module(name)
+            d["_real"] = real
+        return real
 
 
 def _defer_inspect() -> None:
@@ -234,7 +286,9 @@ def save() -> None:
     from finetune_doctor.errors import InputError
     from finetune_doctor.fsutil import prune_cache, write_bytes
 
-    data = _CACHE if len(_CACHE) <= _MAX else {k: v for k, v in _CACHE.items() if k in _USED}
+    data = {k: (v, _MOD.get(k, "")) for k, v in _CACHE.items() if _current(k)}
+    if len(data) > _MAX:
+        data = {k: v for k, v in data.items() if k in _USED}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fresh = not path.exists()
@@ -244,6 +298,24 @@ def save() -> None:
     except (InputError, OSError, ValueError):
         return
     _NEW = 0
+
+
+def _current(source: str) -> bool:
+    """Whether a cached source is one the package as installed still generates, so that the file holds at most what
+    the package defines (it grew across versions, 456 entries where a lint uses ~410, issue #22): a source this
+    process executed is; one of a module this process imported but did not execute is stale (every project
+    dataclass is built at its module's import: none is nested in a function); one of a module with no file in the
+    package is gone; one of a module this process did not import is kept for the command that imports it."""
+    if source in _USED:
+        return True
+    mod = _MOD.get(source, "")
+    if mod in sys.modules:
+        return False
+    parts = mod.split(".")
+    if parts[0] != "finetune_doctor":
+        return False
+    base = os.path.join(os.path.dirname(os.path.abspath(__file__)), *parts[1:])
+    return os.path.isfile(base + ".py") or os.path.isfile(os.path.join(base, "__init__.py"))
 
 
 def _save_re() -> None:

@@ -263,7 +263,9 @@ def test_the_memory_terms_assumptions_reach_the_report():
     cfg = EXAMPLES / "train_lora" / "qwen3vl_lora_sft.yaml"
     _, r = doctor("check", cfg, "--gpu", "RTX4090", "--no-data")
     names = by_name(r)
-    assert {"images-per-sample", "image-pixels"} <= set(names)
+    # one line for the unread images (how many and how large: trial 11 case 01), not two
+    assert "image-pixels" in names and "images-per-sample" not in names
+    assert "one image per sample" in names["image-pixels"]["source"]
     pixels = names["image-pixels"]
     assert pixels["value"] == 262144 and list(pixels["effect"]["total_gib"]) == [str(pixels["alternatives"][0])]
     assert pixels["effect"]["total_gib"][str(pixels["alternatives"][0])] <= r["memory"]["per_gpu_gib"]["total"]

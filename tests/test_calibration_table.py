@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import calib_data  # noqa: E402
+import parsecache  # noqa: E402
 
 # The calibration rows, read when the first test here runs rather than at import: every pytest-xdist worker collects
 # (imports) this file, one runs it, and parsing the rows' YAML costs ~1.8 CPU s (2026-12-07, load 4-5).
@@ -38,7 +39,7 @@ def _rows():
     import calibrate
 
     real = calib_data.load_rows
-    ROWS[:] = real()
+    ROWS[:] = parsecache.calibration_rows(calib_data)   # the same parse, kept between processes (parsecache.py)
     parsed = copy.deepcopy(ROWS)
 
     def load_rows(path=None):

@@ -103,13 +103,15 @@ def test_gpu0_gathers_the_fp32_logits_of_every_replica():
     assert gathered_logit_bytes(_one_gpu_run("4.57.1", dp_replicas=2), 1024) == 2 * 1024 * LLAMA3_VOCAB * 2
 
 
-def test_evaluation_gathers_too_and_a_reward_model_gathers_scores():
+def test_evaluation_gathers_too_and_a_reward_model_gathers_its_whole_output():
     one = _one_gpu_run()
     dp = one.with_(dp_replicas=2)
     e1 = {n: v for n, v, _p, _w in later_moments(one, compute_terms(one))}
     e2 = {n: v for n, v, _p, _w in later_moments(dp, compute_terms(dp))}
     assert e2["evaluation"] - e1["evaluation"] == 2 * 1024 * LLAMA3_VOCAB * 4   # per_device_eval_batch_size 1
-    assert gathered_logit_bytes(dp.with_(stage="rm"), 1024) == 2 * 1024 * 4
+    # TRL's value-head wrapper returns (fp32 vocabulary logits, loss, value): 2 replicas x 1024 tokens x
+    # (128,256 + 1) x 4 B = 1,050,681,344 B, gathered on GPU 0 (was 8,192 B, the scores alone)
+    assert gathered_logit_bytes(dp.with_(stage="rm"), 1024) == 2 * 1024 * (LLAMA3_VOCAB + 1) * 4 == 1_050_681_344
 
 
 def test_the_one_process_estimate_is_the_one_gpu_run_plus_the_gather():
@@ -220,7 +222,7 @@ def test_the_assumption_says_what_removes_it(cfg):
 def test_shown_and_weighed_but_never_deciding(tmp_path):
     # cutoff 3072 on two 24 GB cards: as DataParallel GPU 0 runs out, as two DDP ranks it is at risk. The run is
     # modelled as LLaMA-Factory 0.9.5 runs it, so an older release's launch is shown but does not move the verdict
-    # (facts/assume.py UNNAMED); `--launch` with the python line estimates that launch itself
+    # (facts/assumebase.py UNNAMED); `--launch` with the python line estimates that launch itself
     p = tmp_path / "llama3_lora_sft.yaml"
     p.write_text(EXAMPLE_071.replace("cutoff_len: 1024", "cutoff_len: 3072"))
     r = doctor(p, "--gpu", "2xRTX4090", "--transformers", "4.40.2")

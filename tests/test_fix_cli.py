@@ -95,7 +95,7 @@ def test_fixable_findings_are_marked_and_counted(tmp_path):
     cfg.write_text(FP32_FULL)
     code, out = _lint(str(cfg), "--format", "concise")
     assert code == 0                                    # a warning: lint fails on errors only
-    assert out.startswith(f"{cfg}:5:1: FD101 [*] Neither")
+    assert out.startswith(f"{cfg}:5:1: FD101 [*] This file sets neither")
     code, out = _lint(str(cfg))
     assert out.endswith("0 errors, 1 warning, 0 info · 1 fixable with --fix")
     res = CliRunner().invoke(main, ["lint", "--fix", str(cfg), "--format", "json"])

@@ -87,7 +87,22 @@ def test_keys_that_share_no_release_are_the_conflict(no_lf_here, tmp_path):
     assert [(f["name"], f["location"]["key"], f["location"]["line"]) for f in ours] == [
         ("keys-of-no-one-release", "trust_remote_code", 3)]
     assert ("`trust_remote_code` (0.9.2-0.9.6.dev0), `image_resolution` (0.9.0-0.9.1)" in ours[0]["message"]
-            and ours[0]["severity"] == "warning")
+            and ours[0]["severity"] == "error")
+    # trust_remote_code from 0.9.2, image_resolution up to 0.9.1: only a git build between them may hold both
+    assert "Only a git install between 0.9.1 and 0.9.2 could declare them all" in ours[0]["message"]
+
+
+def test_keys_no_build_could_hold_together_are_an_error_that_says_so(no_lf_here, tmp_path):
+    # train_mm_proj_only was declared up to 0.9.1, kt_non_expert_weight_path only in the snapshot (0.9.6.dev0):
+    # releases lie between them, so no git install declares both
+    cfg = tmp_path / "mixed.yaml"
+    cfg.write_text(QWEN2VL_MIXED.replace("trust_remote_code: true\n", "kt_non_expert_weight_path: /data/w\n")
+                   .replace("image_resolution: 512\n", "train_mm_proj_only: true\n"), encoding="utf-8")
+    rep = _lint(cfg)
+    ours = [f for f in rep["findings"] if f["name"] == "keys-of-no-one-release"]
+    assert len(ours) == 1 and ours[0]["severity"] == "error", [f["name"] for f in rep["findings"]]
+    assert "No build of LLaMA-Factory, released or from git, declares them all." in ours[0]["message"]
+    assert "`train_mm_proj_only` (0.8.0-0.9.1)" in ours[0]["message"]
 
 
 def test_one_old_key_narrows_to_its_releases(no_lf_here, tmp_path):

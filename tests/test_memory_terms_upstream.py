@@ -18,7 +18,7 @@ from finetune_doctor.analyzers.memory.hostsave import save_host_bytes
 from finetune_doctor.analyzers.memory.npu import hccl_bytes, is_npu
 from finetune_doctor.analyzers.memory.qlora import dequant_transient_bytes
 from finetune_doctor.analyzers.memory.vision import image_tokens, smart_resize, tower_working_bytes
-from finetune_doctor.analyzers.memory.zero3 import (all_layers_gathered_bytes, hf_auto_values,
+from finetune_doctor.analyzers.memory.zero3 import (all_layers_gathered_bytes,
                                                     largest_trainable_elements, persistent_elements,
                                                     quantized_load_bytes, recompute_leak,
                                                     reduce_scatter_bytes, zero3_live)
@@ -26,6 +26,7 @@ from finetune_doctor.analyzers.memory.params import count_params
 from finetune_doctor.analyzers.memory.reserve import TABLE
 from finetune_doctor.dtypes import weight_bytes_per_param
 from finetune_doctor.hardware.catalog import parse_gpu_spec
+from finetune_doctor.readers.deepspeed.dsauto import hf_auto_values
 from finetune_doctor.readers.deepspeed.dsconfig import load_ds_config
 from finetune_doctor.readers.runlogs.logs import read_text_log
 from finetune_doctor.readers.model.modelcfg import load_arch
@@ -563,7 +564,7 @@ def test_unnamed_deepspeed_is_weighed_as_the_leaking_release(tmp_path, monkeypat
 
     from finetune_doctor.analyzers.memory.zero3 import RECOMPUTE_LEAK_RELEASE
     from finetune_doctor.cli import main
-    from finetune_doctor.facts.assume import LEAK_RELEASE
+    from finetune_doctor.facts.assumestack import LEAK_RELEASE
 
     assert LEAK_RELEASE == RECOMPUTE_LEAK_RELEASE
     monkeypatch.setenv("FINETUNE_DOCTOR_NO_NVML", "1")

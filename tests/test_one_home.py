@@ -11,7 +11,8 @@ from finetune_doctor.analyzers.data.tokenizer import find_tokenizer
 from finetune_doctor.readers.gpus import gpu_config
 from finetune_doctor.readers.deepspeed.dsconfig import resolve_ds_path
 from finetune_doctor.readers.data.hubcache import hf_hub_cache
-from finetune_doctor.readers.model.caches import cached_model_files, env_enabled, hub_cache_dirs
+from finetune_doctor.readers.lfenv import env_enabled
+from finetune_doctor.readers.model.caches import cached_model_files, hub_cache_dirs
 
 DS = {"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 3}}
 
@@ -99,6 +100,13 @@ def test_one_split_arg_with_lfs_empty_items():
     assert split_arg(["x", 1]) == ["x", "1"] and split_arg(None) is None and split_arg(3) == ["3"]
     assert tokens.as_list is split_arg and launch._names("a,,b") == ["a", "", "b"] and launch._names(3) is None
     assert split_list("q_proj, ,v_proj,") == ("q_proj", "v_proj")   # module names: an empty item names none
+    # the probe's dataset sampler was a fifth copy (a list item that is not a str crashed it): it reads split_list
+    import inspect
+
+    from finetune_doctor.probes import confirm
+
+    src = inspect.getsource(confirm.sample_batches)
+    assert "split_list(" in src and '.split(",")' not in src
 
 
 def test_one_as_bool():
@@ -125,6 +133,13 @@ def test_one_json_key_scanner_places_a_duplicate_where_json_load_reads_it():
     # the exact parser (taken for a text with an escaped control character) agrees with the fast scan
     slow = text.replace('"x"', '"x\\u0001"')
     assert dsjson.parse(slow, "ds.json").positions["zero_optimization.stage"] == (4, 5)
+    # and --fix edits that occurrence (it edited the first, which json.load ignores, and refused the fix)
+    from finetune_doctor.fixes.edit import render_edits
+    from finetune_doctor.types import Edit
+
+    out, changed = render_edits(text, [Edit("ds.json", "zero_optimization.stage", 1)], kind="json", path="ds.json")
+    assert json.loads(out)["zero_optimization"]["stage"] == 1 and changed == ["zero_optimization.stage"]
+    assert out.splitlines()[2:4] == ['    "stage": 2,', '    "stage": 1']
 
 
 def test_one_bf16_family_list():
@@ -252,7 +267,7 @@ def test_slot_text_step_has_one_home():
     ("fixtures/trial_reports/qwen3-8b-lora-20k-2xa100-40gb.yaml", ["--gpu", "2xA100-40GB"], "FD640"),
 ])
 def test_one_probability_of_oom_per_report(case):
-    """The memory block's p_oom (a mixture over the open assumptions, facts/config.py `_mixed`) is the home of a
+    """The memory block's p_oom (a mixture over the open assumptions, facts/verdict.py `mixed_p_oom`) is the home of a
     run's probability of OOM: a remedy's "before" is that number, not the assumed values' alone."""
     from click.testing import CliRunner
 
@@ -425,3 +440,155 @@ def test_check_and_postmortem_size_a_deepspeed_file_not_here_with_the_same_stand
     assert [f.severity for f in pr.findings if f.name == "not-checked-here" and f.location.key == "deepspeed"] \
         == [f.severity for f in cr.findings if f.name == "not-checked-here" and f.location.key == "deepspeed"] \
         == ["info"]
+
+
+def test_transformers_auto_bucket_values_have_one_home(tmp_path):
+    """transformers' "auto" bucket values (h², int(0.9·h²), 10·h) were written in readers/deepspeed/dsauto.py and again
+    in analyzers/memory/zero3.py, which probes/zerotrace.py read (issue #22): dsauto's `hf_auto_values` is the one
+    home; the reader fills a config with it, the allocator replay reads it, and no other module restates it."""
+    import re
+
+    from finetune_doctor.analyzers.memory import zero3
+    from finetune_doctor.arch import ModelArch
+    from finetune_doctor.probes import zerotrace
+    from finetune_doctor.readers.deepspeed import dsauto
+    from finetune_doctor.readers.deepspeed.dsconfig import load_ds_config
+
+    want = {"reduce_bucket_size": 16777216, "stage3_prefetch_bucket_size": 15099494,
+            "stage3_param_persistence_threshold": 40960}
+    assert dsauto.hf_auto_values(4096) == want and tuple(want) == dsauto.HIDDEN_SIZE_KEYS
+    assert dsauto.hf_auto_values(4096, float_prefetch=True)["stage3_prefetch_bucket_size"] == 0.9 * 4096 * 4096
+    assert zerotrace.hf_auto_values is dsauto.hf_auto_values and not hasattr(zero3, "hf_auto_values")
+    p = tmp_path / "ds_z3.json"
+    p.write_text(json.dumps({"zero_optimization": {"stage": 3, **dict.fromkeys(want, "auto")}}))
+    for tfv, prefetch in (("4.57.0", 15099494), ("4.44.2", 0.9 * 4096 * 4096)):
+        ds = load_ds_config(str(p), str(tmp_path / "train.yaml"), 1, {}, 8, 4096, transformers_version=tfv)
+        got = {k: ds.resolved["zero_optimization"][k] for k in want}
+        assert got == {**want, "stage3_prefetch_bucket_size": prefetch}, tfv
+    # the replay of a ZeRO-3 "auto" block lands on the same prefetch bucket and persistence threshold
+    arch = ModelArch(name="t", model_type="llama", hidden_size=4096, num_layers=2, num_heads=32, num_kv_heads=32,
+                     intermediate_size=11008, vocab_size=32000)
+    layout = zerotrace.layout_from_arch(arch, 3, 8, 2, full=True)
+    assert (layout.reduce_bucket, layout.prefetch_bucket, layout.persistence) == tuple(want.values())
+    root = Path(__file__).resolve().parent.parent / "finetune_doctor"
+    square = re.compile(r"0\.9\s*\*\s*([\w.]+)\s*\*\s*\1\b")   # 0.9 * h * h, the prefetch formula
+    restated = [str(p.relative_to(root)) for p in sorted(root.rglob("*.py"))
+                if p.name != "dsauto.py" and square.search(p.read_text(encoding="utf-8"))]
+    assert restated == []
+
+
+# Called by name from outside Python's call syntax: ast.NodeVisitor's visit_<Node> dispatch, pickle's find_class.
+_DISPATCHED = frozenset({"visit_BinOp", "visit_Compare", "find_class"})
+# Left for the engineer of the NPU memory terms (analyzers/memory/npu.py; issue #23 lane): torch_npu's
+# expandable-segments switch, written beside the HCCL terms and not wired into the reserve yet.
+_DEAD_ELSEWHERE = frozenset({"expandable_on_npu"})
+
+
+def test_no_function_that_nothing_names():
+    """Issue #22 counted 10 functions nothing calls; session 9 deleted 9 and byname.candidates_text followed. A
+    project function (module level or method, undecorated) whose name appears nowhere else in the package, the
+    tests, the benchmarks, the scripts or the rule files is dead code. Words in comments count as a use, so this
+    can miss a dead function but never flags a live one."""
+    import ast
+    import collections
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    words: collections.Counter = collections.Counter()
+    for folder, pattern in (("finetune_doctor", "*.py"), ("tests", "*.py"), ("benchmarks", "*.py"),
+                            ("scripts", "*.py"), ("rules", "*.yaml")):
+        for path in (root / folder).rglob(pattern):
+            if path.resolve() != Path(__file__).resolve():   # the lists above are not a use
+                words.update(re.findall(r"\w+", path.read_text(encoding="utf-8", errors="replace")))
+    dead = set()
+    for path in sorted((root / "finetune_doctor").rglob("*.py")):
+        for node in pkgast.tree(path).body:
+            funcs = [node] if isinstance(node, ast.FunctionDef) else \
+                [m for m in node.body if isinstance(m, ast.FunctionDef)] if isinstance(node, ast.ClassDef) else []
+            dead |= {f.name for f in funcs if not f.name.startswith("__") and not f.decorator_list
+                     and words[f.name] <= 1}
+    assert dead - _DISPATCHED <= _DEAD_ELSEWHERE, sorted(dead - _DISPATCHED - _DEAD_ELSEWHERE)
+
+
+@pytest.mark.parametrize("value, v0, v1", [("1", True, True), ("TRUE", True, True), ("y", True, True),
+                                          ("yes", False, True), ("on", False, True), ("t", False, True),
+                                          (" 1", False, False), ("0", False, False), ("", False, False)])
+def test_lfs_env_switch_is_read_by_one_function(value, v0, v1):
+    """LF's ``is_env_enabled`` was written seven times; one copy (DISABLE_VERSION_CHECK) stripped the value, which LF
+    does not (extras/misc.py:258-260). Every reader of an LF switch now answers as readers/lfenv.py does, v1's
+    ALLOW_EXTRA_KEYS with v1's wider set (v1/utils/env.py:28-30)."""
+    import re
+
+    from finetune_doctor.facts.stackrange import disabled
+    from finetune_doctor.readers import lfenv
+    from finetune_doctor.readers.config.accelerate import LaunchCommand
+    from finetune_doctor.readers.config.keyschema import extra_args_allowed
+    from finetune_doctor.readers.config.lfkind import is_v1
+    from finetune_doctor.readers.config.lfv1 import extra_keys_allowed
+
+    assert lfenv.env_enabled("V", {"V": value}) is v0 and lfenv.env_enabled("V", {"V": value}, v1=True) is v1
+    assert env_enabled("USE_MODELSCOPE_HUB", {"USE_MODELSCOPE_HUB": value}) is v0
+    assert extra_args_allowed({"ALLOW_EXTRA_ARGS": value}) is v0 and disabled({"DISABLE_VERSION_CHECK": value}) is v0
+    assert extra_keys_allowed({"ALLOW_EXTRA_KEYS": value}) is v1
+    assert is_v1({"model": "m"}, {"USE_V1": value}) is v0
+    launch = LaunchCommand(launcher="llamafactory-cli", env={"FORCE_TORCHRUN": value}, options={}, script="train",
+                           text="llamafactory-cli train")
+    assert launch.env_flag("FORCE_TORCHRUN") is v0
+    # no other module spells the true values (analyzers/memory/launchenv.py: the memory-terms lane, left)
+    root = Path(__file__).resolve().parent.parent / "finetune_doctor"
+    spelled = re.compile(r"lower\(\)\s+in\s+[(\[{][^)\]}]*[\"']y[\"']")
+    copies = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if spelled.search(p.read_text("utf-8")))
+    assert set(copies) <= {"readers/lfenv.py", "analyzers/memory/launchenv.py"}
+
+
+def test_quant_holds_value_types_and_run_resolves():
+    """quant.py mixed the checkpoint's value type with LLaMA-Factory's treatment of it (issue #22): the treatment
+    (which formats LF dequantizes, what a quantized model may train with) is run/quantization.py's, beside the
+    resolution of the YAML's quantization keys; quant.py defines no function that names LLaMA-Factory's choices."""
+    from finetune_doctor import quant
+    from finetune_doctor.run import quantization
+
+    spec = quant.parse_quantization_config({"quant_method": "fp8", "weight_block_size": [128, 128]})
+    t = quantization.lf_treatment(spec)
+    assert (t.dequantized, t.lora_only, t.zero3_ok) == (True, False, True)
+    awq = quantization.lf_treatment(quant.parse_quantization_config({"quant_method": "awq", "bits": 4,
+                                                                      "group_size": 128}))
+    assert (awq.dequantized, awq.lora_only, awq.zero3_ok, awq.dora_ok) == (False, True, False, False)
+    assert not hasattr(quant, "lf_treatment") and not hasattr(quant, "LF_DEQUANTIZED")
+
+
+def test_options_take_each_flag_by_its_field(tmp_path):
+    """Options.from_cli took a parameter per flag (22, issue #22): it now takes the flags by field name, and each
+    field is filled by one declared route (flag, flag over the project file, or derived), so a field added to
+    Options without a route fails here instead of being silently never read."""
+    import dataclasses
+
+    from finetune_doctor.settings import FROM_CLI_ONLY, FROM_PROJECT, Options
+
+    derived = {"command", "paths", "format", "output", "select", "ignore", "fail_on", "rules_dirs",
+               "per_file_ignores", "project_file", "offline", "strict"}
+    routes = derived | set(FROM_CLI_ONLY) | {f for f, _key in FROM_PROJECT}
+    assert routes == {f.name for f in dataclasses.fields(Options)} and not set(FROM_CLI_ONLY) & derived
+    (tmp_path / ".finetune-doctor.toml").write_text('gpu = "A100-80GB"\ntorch = "2.4.0"\nrules = ["mine"]\n'
+                                                    'ignore = ["FD001"]\nstrict = true\n')
+    cfg = str(tmp_path / "train.yaml")
+    o = Options.from_cli(command="check", paths=[cfg], fmt="json", select="FD101, FD102", ignore="FD002",
+                         rules_dirs=("cli",), torch_version="2.6.0", env_file="env.txt", no_data=True)
+    assert (o.gpu, o.torch_version, o.format, o.select, o.ignore, o.rules_dirs, o.strict, o.env_file) == (
+        "A100-80GB", "2.6.0", "json", ("FD101", "FD102"), ("FD002", "FD001"), ("cli", str(tmp_path / "mine")), True,
+        "env.txt")
+    assert Options.from_cli(command="check", paths=[cfg], gpu="H100").gpu == "H100"
+
+
+def test_every_command_starts_its_facts_from_the_skeleton():
+    """`doctor data` judged a hand-built ``{"cfg": ..., "data": ...}`` (issue #22: one facts skeleton): no pipeline
+    module spells a facts dict; each starts from facts.skeleton, which holds every config namespace."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent / "finetune_doctor" / "pipeline"
+    spelled = []
+    for path in sorted(root.glob("*.py")):
+        for node in _nodes(path):
+            if isinstance(node, ast.Dict) and any(isinstance(k, ast.Constant) and k.value == "cfg" for k in node.keys):
+                spelled.append(f"{path.name}:{node.lineno}")
+    assert spelled == []

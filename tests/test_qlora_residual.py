@@ -110,9 +110,11 @@ def test_trl_prepared_rows_get_upcast_layernorm_only_when_unsharded():
     """benchmarks/calib_data.py: TRL's SFTTrainer prepares an unsharded 4-bit model (fp32 norms, 16-bit head under
     bf16), which is LF's upcast_layernorm; under FSDP/ZeRO-3 it skips that preparation."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from calib_data import config_for, load_rows
+    import calib_data
+    import parsecache
+    from calib_data import config_for
 
-    rows = {r["id"]: r for r in load_rows()}
+    rows = {r["id"]: r for r in parsecache.calibration_rows(calib_data)}   # load_rows(), kept between processes
     assert config_for(rows["r4m-fms-mistral-7b-qlora-1x4"]).get("upcast_layernorm") is True
     assert "upcast_layernorm" not in config_for(rows["r4m-fms-mistral-7b-qlora-2x4"])   # FSDP: sharded
     assert "upcast_layernorm" not in config_for(rows["r4m-fms-mistral-7b-lora-1x4"])    # not quantized

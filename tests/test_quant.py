@@ -13,8 +13,8 @@ import pytest
 
 from finetune_doctor.analyzers.memory import compute_terms
 from finetune_doctor.analyzers.memory.params import count_params
-from finetune_doctor.quant import lf_treatment, parse_quantization_config
-from finetune_doctor.run.quantization import stored_linear_bytes
+from finetune_doctor.quant import parse_quantization_config
+from finetune_doctor.run.quantization import lf_treatment, stored_linear_bytes
 from finetune_doctor.readers.model.generic import arch_from_config
 from finetune_doctor.readers.model.modelcfg import load_arch
 from finetune_doctor.run import resolve_run

@@ -40,10 +40,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from ruamel.yaml import YAML
 
 from finetune_doctor.cli import main
 from finetune_doctor.engine.loader import load_rules
+from parsecache import ruamel_safe_load
 
 # the memory rules' cases were written against a fixed error model (tests/conftest.py pinned_error_model)
 pytestmark = pytest.mark.usefixtures("pinned_error_model")
@@ -61,7 +61,8 @@ RULES = {r.name: r for r in load_rules()}
 def _parsed(path: Path, text: str) -> Any:
     # keyed by the text too, so an edited file is parsed again; ruamel's pure-Python parser takes ~10 ms a file,
     # and test_rule_registry.py reads every case file that collection here has parsed already
-    return YAML(typ="safe", pure=True).load(text)
+    # and (parsecache.py) the parse is kept between processes: both pytest-xdist workers collect this file
+    return ruamel_safe_load(text)
 
 
 def load_case_file(path: Path) -> dict[str, Any]:

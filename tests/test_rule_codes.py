@@ -143,6 +143,7 @@ RELEASED = {
     "FD644": "export-host-oom",
     "FD645": "zero3-model-loads-whole",
     "FD346": "host-alloc-failed",
+    "FD343": "nodes-disagree-on-world",
     "FD097": "rule-failed",
     "FD714": "muon-under-deepspeed",
     "FD021": "template-of-another-model", "FD055": "export-merge-into-quantized",

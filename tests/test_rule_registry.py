@@ -13,15 +13,16 @@ import re
 from pathlib import Path
 
 import pytest
-from ruamel.yaml import YAML
 
 from finetune_doctor.engine.loader import bundled_rules_dir, load_rules
+from parsecache import ruamel_safe_load
 from test_rule_cases import CASES, load_case_file
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
 RULE_FILES = sorted(bundled_rules_dir().glob("*.yaml"))
-RAW = {p: YAML(typ="safe", pure=True).load(p.read_text(encoding="utf-8")) for p in RULE_FILES}
+# ruamel's own parse of each file, kept between processes (parsecache.py): both pytest-xdist workers collect this file
+RAW = {p: ruamel_safe_load(p.read_text(encoding="utf-8")) for p in RULE_FILES}
 STATIC = {"check", "lint", "estimate"}
 DOC_SECTIONS = ("what_it_does", "why_bad", "example", "use_instead", "references")
 

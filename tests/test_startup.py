@@ -325,3 +325,74 @@ def test_rule_stem_is_pathlibs(path):
     from finetune_doctor.engine import loader
 
     assert loader._stem(path) == Path(path).stem
+
+
+_ASKS = ["m.__doc__", "m.__file__", "m.__loader__.name", "m.__package__", "m.__all__ if hasattr(m, '__all__') else 0",
+         "sorted(dir(m))[:3]", "'signature' in dir(m)", "m.signature(len)", "m.__spec__.origin",
+         "__import__('importlib.util').util.find_spec('inspect').origin", "hasattr(m, '__path__')",
+         "m.isfunction(m.getmembers)", "m.getsource(m.ismodule).split('(')[0]", "repr(m)"]
+
+
+@pytest.mark.parametrize("ask", _ASKS)
+def test_the_inspect_stand_in_answers_as_the_real_module(ask):
+    """The stand-in `_defer_inspect` puts in ``sys.modules`` is fail safe (issue #22): any attribute it does not
+    hold itself, dunders and ``dir()`` included, imports the real ``inspect``; so every question asked of it gets the
+    real module's answer, and the real module then sits in ``sys.modules``."""
+    code = ("import sys\nfrom finetune_doctor import startup\n"
+            "real = __import__('inspect'); del sys.modules['inspect']\n"
+            "m = startup._DeferredModule('inspect'); sys.modules['inspect'] = m\n"
+            f"got = {ask}\n"
+            "loaded = sys.modules['inspect'] is not m and type(sys.modules['inspect']).__name__ == 'module'\n"
+            "import inspect as again\n"
+            f"m = real\nwant = {ask}\n"
+            "print(repr(got) == repr(want), loaded or 'origin' in " + repr(ask) + ", again is not None)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True", "True"], out.stdout
+
+
+def test_import_of_a_deferred_module_does_not_load_it():
+    """``import inspect`` while the stand-in sits in ``sys.modules`` reads only its ``__spec__`` (the real module's,
+    found without running it): the deferral the lint's start-up saves ~5 ms with still holds."""
+    code = ("import sys\nfrom finetune_doctor import startup\nstartup._defer_inspect()\n"
+            "import dataclasses, inspect\nfrom importlib import util\n"
+            "print(type(sys.modules['inspect']).__name__, 'signature' in vars(sys.modules['inspect']), "
+            "util.find_spec('inspect').origin.endswith('inspect.py'), "
+            "type(sys.modules['inspect']).__name__)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["_DeferredModule", "False", "True", "_DeferredModule"]
+
+
+def test_the_dataclass_cache_keeps_only_what_the_package_generates(tmp_path):
+    """The dataclass-code file grew across versions (937 kB, 456 entries, issue #22): a save now keeps a source only
+    while the package still generates it. A source of a module the process imported but did not execute (its class
+    changed), or of a module the package no longer has, is dropped; one of a module not imported this time stays for
+    the command that imports it; the file then holds exactly the sources the package builds."""
+    import marshal
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path)}
+    env.pop("FINETUNE_DOCTOR_NO_CACHE", None)
+    code = ("from finetune_doctor import startup; startup.install()\n"
+            "import finetune_doctor.types\nprint(startup._NEW); startup.save()\n")
+
+    def run() -> int:
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        return int(out.stdout)
+
+    first = run()
+    (path,) = (tmp_path / "finetune-doctor").glob("dataclass-code-*.marshal")
+    clean = marshal.loads(path.read_bytes())
+    assert len(clean) == first > 10 and {m for _, m in clean.values()} == {"finetune_doctor.types"}
+    stale = compile("x = 1", "<string>", "exec")
+    data = dict(clean)
+    dropped = next(iter(data))
+    del data[dropped]                                      # types.py "changed": one source is new ...
+    data["def __init__(self, old): pass"] = (stale, "finetune_doctor.types")          # ... and one is stale
+    data["def __init__(self, gone): pass"] = (stale, "finetune_doctor.no_such_module")
+    data["def __init__(self, later): pass"] = (stale, "finetune_doctor.probes.zerotrace")
+    path.write_bytes(marshal.dumps(data))
+    assert run() == 1
+    after = marshal.loads(path.read_bytes())
+    assert set(after) == set(clean) | {"def __init__(self, later): pass"}
+    assert run() == 0

@@ -1,7 +1,7 @@
 """unsloth's own loss under ``use_unsloth`` (run/savers.py `_unsloth_loss`, analyzers/memory/logits.py
 `unsloth_terms`): the in-place cross-entropy of releases before 2024.11.8 and the fused, chunked loss after; the
 whole-window RoPE tables of releases before 2024.8 (weights.py `unsloth_rope_bytes`); with no release named, the
-loss charged as transformers' and the releases weighed (facts/assume.py `_unsloth_release`)."""
+loss charged as transformers' and the releases weighed (facts/assumestack.py `unsloth_assumption`)."""
 
 from __future__ import annotations
 

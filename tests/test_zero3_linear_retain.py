@@ -16,7 +16,7 @@ from finetune_doctor.analyzers.memory.weights import weight_terms
 from finetune_doctor.analyzers.memory.zero3 import (LINEAR_WRAP_ABSENT_RELEASE, linear_weights_retained,
                                                     persistent_elements,
                                                     sub_group_half_flat_bytes, zero3_live)
-from finetune_doctor.facts.assume import NO_LINEAR_WRAP_RELEASE
+from finetune_doctor.facts.assumestack import NO_LINEAR_WRAP_RELEASE
 from finetune_doctor.hardware.catalog import parse_gpu_spec
 from finetune_doctor.readers.config.accelerate import accelerate_config_from_values
 from finetune_doctor.readers.model.modelcfg import load_arch

@@ -130,7 +130,7 @@ def candidates(run: Any, ds: Any, stock: bool = False, own_missing: str | None =
 
     `stock`: the DeepSpeed file read is LLaMA-Factory's stock copy; `own_missing`: the path the config names when
     the user's own DeepSpeed file is not on this machine (a stock file of its stage stood in for the estimate,
-    facts/config.py `_stand_in_deepspeed`) -- the remedies then edit the keys of the user's file, never swap it for
+    facts/dsread.py `stand_in_deepspeed`) -- the remedies then edit the keys of the user's file, never swap it for
     a stock path; `written` the ``deepspeed:`` value as the config spells it (`stock_sibling`). Offload and any edit of the ``deepspeed:`` path are unsafe (`--unsafe-fixes`): offload keeps the
     training but runs ~60-120 % slower on host RAM the doctor may not see, and a new path must exist where the run
     is launched, which only the user knows.
@@ -326,7 +326,7 @@ def judge_against(hw: Any, mixture: list[tuple[float, float, float | None]] | No
 
     `mixture`: (weight, ratio, budget GiB or None) per component of the report's open assumptions (facts/assume.py
     `mixture`, as ratios to the reported total; None budget: `hw`'s). The p_oom of a run is then Σ w·P(peak of
-    total·ratio > budget), the quantity the report's memory block shows (facts/config.py `_mixed`), so a fix's
+    total·ratio > budget), the quantity the report's memory block shows (facts/verdict.py `mixed_p_oom`), so a fix's
     "before" is the report's p_oom and its "after" is the same quantity for the edited run: each alternative is
     taken to scale the edited run's total by the ratio it scaled the original's (the mixture's own approximation).
     Without it, the assumed values' p_oom_model. The all-cause p_oom of the same run is

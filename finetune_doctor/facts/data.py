@@ -39,6 +39,9 @@ _DATASET = {
     "turns_dropped": F("int", "turns dropped by truncation"), "with_media": F("int", "samples with images/videos/audio"),
     "tokens_trained": F("int", "target tokens after truncation"), "num_samples": F("int", "dataset_info num_samples"),
     "cached_from": F("str", "a cache the rows were read from"),
+    "info_read": F("bool", "its dataset_info.json entry was read here (whether or not its rows are here)"),
+    "media_columns": F("list", "the media columns (images, videos, audios) its dataset_info entry names: LF reads "
+                               "media from these only (data/parser.py)"),
     "total": _STATS, "target": _STATS, "after_cutoff": _STATS,
     "histogram": OPEN("edges[], counts[], cutoff_bin"),
     "longest": F("list", "longest samples", items=_EXAMPLE), "examples": OPEN("examples by kind"),

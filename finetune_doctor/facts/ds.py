@@ -190,8 +190,8 @@ def named_stage(path: Any) -> int | None:
 
 
 def stand_in_note(value: Any, stock: str) -> str:
-    """The note of a DeepSpeed file not on this machine that `stock` stands in for (facts/config.py
-    `_stand_in_deepspeed`): whether its stage is the one its file name says (`named_stage`) or assumed outright."""
+    """The note of a DeepSpeed file not on this machine that `stock` stands in for (facts/dsread.py
+    `stand_in_deepspeed`): whether its stage is the one its file name says (`named_stage`) or assumed outright."""
     how = "the stage its file name says" if named_stage(value) is not None else "its stage assumed"
     return f"{value} is not on this machine: estimated with LLaMA-Factory's {stock} (an assumption, {how})"
 

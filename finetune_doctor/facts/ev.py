@@ -29,6 +29,8 @@ _DETECTORS = {
                   "location}",
     "attention_warning": "the attention backend warned", "gpus": "per-card memory from a recording",
     "model": "model facts the logs state", "world": "world size the logs state",
+    "world_split": "logs or a launch script that start the ranks of one run with different world sizes "
+                   "(analyzers/postmortem/worldsplit.py): {text, logs, cause, location, worlds, tasks}",
     "stack": "package versions the logs state: {package: {version, source}} (llamafactory-cli env, ds_report, "
              "DeepSpeed's init line, NCCL INFO)",
     "cuda_error": "a CUDA runtime/library error or device-side assert: {kind, exc, status, call, assert_site, "
@@ -37,7 +39,7 @@ _DETECTORS = {
            "count, codes, hardware, location}",
     "health": "run health (analyzers/postmortem/health.py): {no_update {why, evidence, check, location}, "
               "stopped {last_step, total, total_source, percent, bar_only, lead, location}, hang {the same + evidence, lead, "
-              "more} (a start-up hang: last_step and total None)}",
+              "more, shown (the logs show it, not only allow it)} (a start-up hang: last_step and total None)}",
     "said": "the user's own description of the failure, read from words when no log line gave evidence "
             "(analyzers/postmortem/said.py): {symptom [disk-full | nccl-error | image-tokens | native-crash | loss-scale | "
             "host-oom | killed | oom | "

@@ -315,7 +315,7 @@ def launch_facts(opts: Any, hw: Any, env_report: Any = None, env: Mapping[str, s
     machine's own GPUs: the installed torch is the training machine's)."""
     import os
 
-    from finetune_doctor.readers.config.lfkind import env_enabled
+    from finetune_doctor.readers.lfenv import env_enabled
 
     env = os.environ if env is None else env
     ws = str(env.get("WORLD_SIZE", "") or env.get("NPROC_PER_NODE", ""))
@@ -454,6 +454,11 @@ def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:
                           f"duplicate key {d['key']}\"",),
             resolve_with="--llamafactory VERSION or --env FILE; or delete the repeated line, which every release "
                          "reads"))
+    from finetune_doctor.facts.cutpaste import assumption as cut_assumption
+
+    cut = cut_assumption(facts.get("config_cut"))   # a paste that may stop early (trial 11 cases 08, 09)
+    if cut is not None:
+        out.append(cut)
     launcher = launcher_assumption(asm, None)   # the run is not resolved yet: its world size is not known
     if launcher is not None:
         out.append(launcher)
@@ -466,7 +471,7 @@ def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:
     return out
 
 
-# the alternatives of a multi-rank launch that facts/assume.py weighs (their labels are its effect keys)
+# the alternatives of a multi-rank launch that facts/assumelaunch.py weighs (their labels are its effect keys)
 BY_HAND = "torchrun or deepspeed started by hand (allocator default)"
 ACCELERATE_FSDP = "accelerate launch with FSDP"
 # LLaMA-Factory 0.8.0 cli.py:75-76 is the first release whose `llamafactory-cli train` starts torchrun itself when
@@ -534,8 +539,8 @@ def launcher_assumption(asm: Any, world_size: int | None, engine: str | None = N
     Over several ranks the question is the launcher (llamafactory-cli's torchrun sets expandable segments, a
     torchrun started by hand does not: LLaMA-Factory ``launcher.py``), unless `launch_read` says it was read or
     Megatron launches itself; on one rank it is whether anything says how many ranks run (``launch_known``:
-    facts/kinds.py `launch_facts`). facts/config.py records it when the config is read; facts/assume.py asks again
-    with the resolved run and weighs the alternatives, and that entry replaces the first (issue #22: there were
+    facts/kinds.py `launch_facts`). facts/config.py records it when the config is read; facts/assumelaunch.py asks
+    again with the resolved run and weighs the alternatives, and that entry replaces the first (issue #22: there were
     two producers with their own wording and their own test of a known launch)."""
     from finetune_doctor.types import Assumption
 
@@ -549,7 +554,7 @@ def launcher_assumption(asm: Any, world_size: int | None, engine: str | None = N
         alts = (BY_HAND, ACCELERATE_FSDP) if engine == "ddp" and refused is None else (BY_HAND,)
         # `llamafactory-cli train` on several GPUs starts torchrun (LF main launcher.py L60-126: FORCE_TORCHRUN or
         # more than one device), never accelerate: FSDP needs an accelerate config (or the YAML's `fsdp`) that no
-        # input names, so its alternative is weighed and shown but does not decide the verdict (facts/assume.py
+        # input names, so its alternative is weighed and shown but does not decide the verdict (facts/assumebase.py
         # `UNNAMED`); where LF refuses FSDP for the model it is not an alternative at all
         why = ("no --launch, --accelerate-config, accelerate config beside the YAML, or FORCE_TORCHRUN/NNODES in "
                "the environment; `llamafactory-cli train` on several GPUs starts torchrun (LLaMA-Factory "

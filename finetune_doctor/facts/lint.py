@@ -14,12 +14,14 @@ from typing import Any
 
 from finetune_doctor.facts.tmpladvice import (export_merge_quantized, ref_model_fix_state, reasoning_template,
                                                template_mismatch)
+from finetune_doctor.facts import cutpaste
 from finetune_doctor.facts.schema import LOCATION, F, Namespace
 from finetune_doctor.analyzers.config.launch import CHECK_NAMES, check_launch
 from finetune_doctor.readers.config.keyschema import (CHOICE_CHECKS, CHOICE_ENDINGS, OPENING_CHECKS, TYPE_CHECKS,
                                                       TYPE_ENDINGS, VALUE_CHECKS, check_keys)
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc
 from finetune_doctor.readers.config.lfkind import COMMANDS
+from finetune_doctor.readers.config.lfnarrow import bridging_build
 
 # an undeclared key's opening with its fate (keyschema OPENING_CHECKS x KeyProblem.fate): one case each
 OPENING_CASES = tuple(f"{c}/{f}" for c in OPENING_CHECKS for f in ("stops", "drops"))
@@ -127,9 +129,20 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
                                    "release (readers/config/lfnarrow.py): one item per config", items={
         "key": F("str", "the first conflicting key, where the finding points"),
         "keys_text": F("str", "each conflicting key with the releases declaring it: '`a` (0.9.2-0.9.6.dev0), ...'"),
+        "bridge_text": F("str", "which build could still declare them all: a git install between two consecutive "
+                                "versions, or none (lfnarrow.py `bridging_build`)"),
         "range_text": F("str", "the catalogued releases judged: '0.8.0-0.9.6.dev0'")}),
     "release_note": F("str", "why the keys were not judged (a stated release older than the catalogue), or ''"),
     "config_suffix": F("str", "the config file's suffix, lower-cased ('.yml')"),
+    "vision_pos_embed_trains": F("dict", "the judged LF release freezes the vision tower by keys that miss its "
+                                         "position embedding (facts/visionfreeze.py, PR #10139)", fields={
+        "model_type": F("str", "the model's type"), "releases": F("str", "the judged releases that miss it"),
+        "scope": F("str", "all | some of the judged releases", values=("all", "some")),
+        "fixed_in": F("str", "the first release whose keys hold it")}),
+    "config_cut": F("dict", "signs that the config file is a cut-off paste (facts/cutpaste.py), None when it shows "
+                            "none: rules tagged `absence` then say the file does not set the key", fields={
+        "signs": F("list", "empty-last-key | empty-section | open-block | no-schedule"),
+        "text": F("str", "the signs as clauses for a message")}),
     "duplicates": F("list", "keys the config file repeats (`duplicate_facts`)", items={
         "key": F("str", "the key (dotted when nested)"), "line": F("int", "1-based line of the repeat"),
         "first_line": F("int", "1-based line of the first occurrence"),
@@ -300,6 +313,22 @@ def _decide(condition: str, transformers_version: str | None, release_source: st
     return "pass --transformers VERSION or --env FILE to decide it"
 
 
+def _bridge_text(keys: list[str]) -> str:
+    """The clause of keys-of-no-one-release (FD040) that says which build, if any, could still run the config:
+    readers/config/lfnarrow.py `bridging_build`."""
+    gap = bridging_build(keys)
+    if gap is None:
+        return "No build of LLaMA-Factory, released or from git, declares them all."
+    return (f"Only a git install between {gap[0]} and {gap[1]} could declare them all: if that is what runs, pass "
+            f"its version (`llamafactory-cli env` prints e.g. {_dev_of(gap[1])}) with --llamafactory to judge "
+            f"the config for it.")
+
+
+def _dev_of(version: str) -> str:
+    """The development version string a git install before `version` prints (``0.9.2`` -> ``0.9.2.dev0``)."""
+    return version if ".dev" in version else f"{version}.dev0"
+
+
 def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, release: Any = None,
              kind: str = "train", launch: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``lint`` facts of `doc` (None: a DeepSpeed JSON on its own, no keys to check): the key schema's problems
@@ -338,13 +367,16 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
            else str(release.given) if getattr(release, "older", False) else ",".join(release.versions))
     clash = getattr(release, "conflict", ())
     conflicts = [{"key": clash[0][0], "keys_text": ", ".join(f"`{k}` ({s})" for k, s in clash),
-                  "range_text": f"{release.versions[0]}-{release.versions[-1]}"}] if clash else []
+                  "range_text": f"{release.versions[0]}-{release.versions[-1]}",
+                  "bridge_text": _bridge_text([k for k, _ in clash])}] if clash else []
     return {"keys": out, "keys_dropped": dropped, "assumptions": [], "strict": False, "config_kind": kind,
+            "config_cut": cutpaste.fact(doc, kind),
             **suffix_facts(doc.path, release), "duplicates": duplicate_facts(doc, release),
             "lf_version": rel, "release_conflicts": conflicts,
             "release_note": release.note if getattr(release, "older", False) else "",
             "launch_trains": None, "config_command": COMMANDS.get(kind or "train"), "stack_refusals": [],
             "model_type_unregistered": None, "tf_conflict": None, "moe_z3_leaf": None,
+            "vision_pos_embed_trains": None,
             "reasoning_template": reasoning_template(doc.values, release),
             "ref_model_fsdp_fix": ref_model_fix_state(release),
             "export_merge_quantized": export_merge_quantized(doc.values, kind),

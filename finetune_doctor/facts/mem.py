@@ -24,7 +24,7 @@ from finetune_doctor.types import GIB, Hardware, MemoryEstimate
 
 BENCHMARK_ERROR = "the benchmarks' error for this kind of run"
 """What a 90 % interval of one prediction is made of (analyzers/memory/uncertainty.py); `interval_basis` adds the
-assumptions whose alternatives a mixture spreads it over (facts/config.py `_mixed`)."""
+assumptions whose alternatives a mixture spreads it over (facts/verdict.py `mixed_p_oom`)."""
 
 _TERMS = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "runtime", "total")
 _BREAKDOWN = {k: F("float", f"{k}, GiB") for k in _TERMS}
@@ -101,7 +101,7 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "interval_lo_gib": F("float", "its lower end, GiB"),
     "interval_hi_gib": F("float", "its upper end, GiB"),
     "interval_basis": F("str", "what the interval is made of: the benchmarks' error for this kind of run, and the "
-                               "open assumptions whose alternatives it mixes in (facts/config.py `_mixed`)"),
+                               "open assumptions whose alternatives it mixes in (facts/verdict.py `mixed_p_oom`)"),
     "safe_total_gib": F("float", "the largest need with p_oom_model <= p_oom_target on this card, GiB"),
     "error_class": F("str", "the error class whose benchmark error applies (shape class, and weight storage where "
                                 "the table keys by it)"),

@@ -33,17 +33,17 @@ def quant_assumption(asm: Any, qalt: dict[str, Any]) -> None:
 def named_quant_assumption(asm: Any, resolve_arch: Any, tokens: int | None) -> None:
     """Record the ``weights-quantization`` assumption of weights sized from the repository name's ending alone
     (quant.py `QuantSpec.from_name`: ``-AWQ`` as AWQ 4-bit g128, ...) with the unquantized base model (an upper
-    bound) evaluated beside it. That alternative is shown, not weighed (facts/assume.py `SHOWN_ONLY`): an upload
+    bound) evaluated beside it. That alternative is shown, not weighed (facts/assumebase.py `SHOWN_ONLY`): an upload
     named -AWQ is not stored unquantized, so it neither moves the verdict nor enters the mixture."""
     from finetune_doctor.analyzers.memory import estimate
-    from finetune_doctor.facts import assume
+    from finetune_doctor.facts import assumebase
     from finetune_doctor.facts import mem as mem_facts
 
     run = asm.run
     quant = getattr(run.arch, "quant", None) if run is not None else None
     if quant is None or not getattr(quant, "from_name", False) or asm.memory is None:
         return
-    label = assume.UNQUANTIZED
+    label = assumebase.UNQUANTIZED
     est = mem_facts.judged(estimate(resolve_arch(replace(run.arch, quant=None)), asm.hw, tokens=tokens), asm.hw)
     asm.assumptions.append(Assumption(
         name="weights-quantization", value=f"{quant.label} (as the name's ending suggests)",

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from finetune_doctor.numbers import parse_version
+from finetune_doctor.readers.lfenv import env_enabled
 
 CATALOG = Path(__file__).resolve().parent.parent / "catalog" / "lf_stack_ranges.json"
 _CLAUSE = re.compile(r"^(>=|<=|==|!=|>|<|~=)\s*(.+)$")
@@ -70,7 +71,7 @@ def disabled(*envs: Mapping[str, str] | None) -> bool:
     """DISABLE_VERSION_CHECK is on for the run in one of `envs` (the --launch file's ``KEY=value`` prefixes and
     ``export`` lines, the --env file's variables). "1" and "true" switch it off on every release, "y" from 0.9.2 on;
     on 0.8.0-0.9.1 "y" does not, but a finding silenced by it is one the user asked to skip."""
-    return any(str((e or {}).get("DISABLE_VERSION_CHECK", "")).strip().lower() in ("1", "true", "y") for e in envs)
+    return any(env_enabled("DISABLE_VERSION_CHECK", e or {}) for e in envs)
 
 
 def launch_env(path: str | None) -> dict[str, str]:

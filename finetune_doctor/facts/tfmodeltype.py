@@ -82,7 +82,11 @@ def facts(asm: Any, arch: Any) -> dict[str, Any]:
         for item in asm.facts["lint"].get("stack_refusals") or ():
             if item.get("package") == "transformers":
                 item["advice"] = got["advice"]
-    return {"model_type_unregistered": fact(asm, arch), "tf_conflict": got}
+    from finetune_doctor.facts import visionfreeze
+
+    return {"model_type_unregistered": fact(asm, arch), "tf_conflict": got,
+            # the tower `freeze_vision_tower` leaves partly trainable in the judged release (FD058, PR #10139)
+            "vision_pos_embed_trains": visionfreeze.fact(asm, _model_type(asm, arch)[0])}
 
 
 def conflict(asm: Any, arch: Any) -> dict[str, Any] | None:

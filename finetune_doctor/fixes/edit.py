@@ -5,7 +5,7 @@ Every edit is a `types.Edit`: set a key (``value``), or remove it (``delete=True
 
 How the file is kept intact
 ---------------------------
-The file is parsed with ruamel.yaml's round-trip loader (YAML) or a small span-recording JSON scanner, which give
+The file is parsed with ruamel.yaml's round-trip loader (YAML) or a small span-recording JSON scanner (fixes/jsonedit.py), which give
 the exact line and column of every key and value. Each edit then rewrites only the characters of that key's value
 (set), the lines of that key (delete) or adds one line (insert), so comments, blank lines, key order, quoting, number
 spellings like ``5.0e-6`` or ``1e9`` and indentation stay byte for byte as they were -- a full ``ruamel.dump`` or
@@ -15,7 +15,7 @@ write a file that means something else.
 
 * Set on a missing key inserts it: at the end of its mapping/object, or after a named sibling (`after`).
   A delete of key A next to a set of missing key B in the same mapping (in either order) is a rename: B takes A's
-  line and keeps A's trailing comment (see `_pair_renames` for how merged edits of several fixes are paired).
+  line and keeps A's trailing comment (fixes/plan.py `pair_renames`: how merged edits of several fixes are paired).
 * A new string value keeps the quote style of the value it replaces; otherwise it is written plain when LLaMA-Factory
   (OmegaConf, YAML 1.1) would read it back as the same string, else double-quoted.
 * Writes are atomic (a temp file in the same directory, then ``os.replace``; the file mode is kept). Nothing is
@@ -36,6 +36,8 @@ from finetune_doctor.errors import InputError
 from finetune_doctor.fixes.fileio import atomic_write as _atomic_write
 from finetune_doctor.fixes.fileio import lf as _lf
 from finetune_doctor.fixes.fileio import read as _read
+from finetune_doctor.fixes.jsonedit import JsonDoc
+from finetune_doctor.fixes.plan import Op, expected_data, is_noop, lookup_path, pair_renames, plan_ops, same_data
 from finetune_doctor.types import Edit
 
 
@@ -104,121 +106,11 @@ def render_edits(text: str, edits: Sequence[Edit], *, kind: str, path: str = "<t
                  after: Mapping[str, str] | None = None, notes: list[str] | None = None) -> tuple[str, list[str]]:
     """The new text after `edits` (pure: no I/O) and the keys that changed; `notes`, when given, collects why an
     edit was left out (a key from a merge key, an anchor an alias uses). Raises InputError as apply_edits."""
-    ops = _plan(edits)
-    doc: Any = _JsonDoc(text, path) if kind == "json" else _YamlDoc(text, path)
+    ops = plan_ops(edits)
+    doc: Any = JsonDoc(text, path) if kind == "json" else _YamlDoc(text, path)
     out = doc.apply(ops, after or {})
     if notes is not None:
         notes.extend(getattr(doc, "skipped", ()))
-    return out
-
-
-# --------------------------------------------------------------------------------------------------------------
-# planning: one op per key, renames paired
-
-@dataclass
-class _Op:
-    """One planned change at a dotted key path: set, delete or rename."""
-    path: tuple[str, ...]
-    action: str          # set | delete | rename
-    value: Any = None
-    new_name: str | None = None
-
-
-def _plan(edits: Sequence[Edit]) -> list[_Op]:
-    ops: dict[tuple[str, ...], _Op] = {}
-    for e in edits:
-        p = tuple(e.key.split("."))
-        ops[p] = _Op(p, "delete" if e.delete else "set", None if e.delete else e.value)
-    return list(ops.values())
-
-
-_MISSING = object()
-
-
-def _is_noop(o: "_Op", data: Mapping[str, Any]) -> bool:
-    """True when edit `o` would leave `data` (the parsed YAML or JSON) as it is: deleting an absent key, or setting
-    a key to the value it already has. Shared by the YAML and JSON documents."""
-    cur: Any = data
-    for k in o.path[:-1]:
-        if not isinstance(cur, Mapping) or k not in cur:
-            return o.action == "delete"
-        cur = cur[k]
-    if not isinstance(cur, Mapping):
-        return False
-    if o.action == "delete":
-        return o.path[-1] not in cur
-    if o.action == "set":
-        return o.path[-1] in cur and _same(cur[o.path[-1]], o.value)
-    return False
-
-
-def _pair_renames(ops: list[_Op], exists, current=lambda path: _MISSING) -> list[_Op]:
-    """An existing key's delete next to a set of a missing sibling is one rename (the new key takes the old line).
-
-    Only adjacent edits pair up: that is how one fix spells a rename (``[set new, delete old]`` or
-    ``[delete old, set new]``), while unrelated fixes of the same file stay separate. When a set has a delete on
-    both sides, the one whose current value is the value being set wins (a rename moves the value), else the
-    following one.
-    """
-    def can(d: _Op | None, st: _Op) -> bool:
-        return (d is not None and d.action == "delete" and d.path[:-1] == st.path[:-1] and exists(d.path))
-
-    out: list[_Op] = []
-    taken: set[int] = set()
-    for i, o in enumerate(ops):
-        if i in taken:
-            continue
-        if o.action == "set" and not exists(o.path):
-            cands = [j for j in (i + 1, i - 1) if 0 <= j < len(ops) and j not in taken and can(ops[j], o)]
-            if cands:
-                same = [j for j in cands if _same(current(ops[j].path), o.value)]
-                j = (same or cands)[0]
-                taken.add(j)
-                rename = _Op(ops[j].path, "rename", o.value, new_name=o.path[-1])
-                if j < i:  # the delete was already emitted: replace it
-                    out = [x for x in out if x is not ops[j]]
-                out.append(rename)
-                continue
-        out.append(o)
-    return out
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
-        return True   # NaN (a JSON NaN literal, YAML .nan) is the value it was
-    return a == b
-
-
-def _lookup(data: Any, path: tuple[str, ...]) -> Any:
-    cur = data
-    for k in path:
-        if not isinstance(cur, Mapping) or k not in cur:
-            return _MISSING
-        cur = cur[k]
-    return cur
-
-
-def _expected(data: Any, ops: list[_Op]) -> Any:
-    import copy
-
-    out = copy.deepcopy(data)
-    for o in ops:
-        parent = out
-        for k in o.path[:-1]:
-            parent = parent.setdefault(k, {})
-        if o.action == "delete":
-            parent.pop(o.path[-1], None)
-        elif o.action == "rename":
-            parent.pop(o.path[-1], None)
-            parent[o.new_name] = o.value
-        else:
-            parent[o.path[-1]] = o.value
     return out
 
 
@@ -337,7 +229,7 @@ class _YamlDoc:
         parent = self._node(path[:-1]) if len(path) > 1 else self.root
         return isinstance(parent, dict) and path[-1] in parent
 
-    def _blocked(self, o: _Op) -> str | None:
+    def _blocked(self, o: Op) -> str | None:
         """Why op `o` cannot be applied without breaking what YAML users rely on, or None (issue 27)."""
         key = ".".join(o.path)
         if o.action in ("delete", "rename") and self._present(o.path) and not self._exists(o.path):
@@ -360,10 +252,10 @@ class _YamlDoc:
 
         return parse_yaml_text(text, self.path)[0]
 
-    def apply(self, ops: list[_Op], after: Mapping[str, str]) -> tuple[str, list[str]]:
+    def apply(self, ops: list[Op], after: Mapping[str, str]) -> tuple[str, list[str]]:
         before = self._typed(self.text) if self.text.strip() else {}
         before = before if isinstance(before, dict) else {}
-        ops = [o for o in _pair_renames(ops, self._present, lambda p: _lookup(before, p)) if not _is_noop(o, before)]
+        ops = [o for o in pair_renames(ops, self._present, lambda p: lookup_path(before, p)) if not is_noop(o, before)]
         kept = []
         for o in ops:
             why = self._blocked(o)
@@ -397,7 +289,7 @@ class _YamlDoc:
             raise InputError("could not apply the fix without changing other keys; edit the file by hand",
                              file=self.path) from None
 
-    def _apply_ops(self, ops: list[_Op], after: Mapping[str, str], before: Any) -> tuple[str, list[str]]:
+    def _apply_ops(self, ops: list[Op], after: Mapping[str, str], before: Any) -> tuple[str, list[str]]:
         """Apply `ops` to this document's lines; _Unfaithful when the result differs from `before` + `ops`."""
         # edit bottom-up so earlier line numbers stay valid; inserts (no line) go last, in order
         located = [(self._anchor_line(o), i, o) for i, o in enumerate(ops)]
@@ -408,12 +300,12 @@ class _YamlDoc:
             self._insert(o, after)
         new_text = "".join(self.lines)
         got = self._typed(new_text) if new_text.strip() else {}
-        want = _expected(before, ops)
-        if not _same(got, want):
+        want = expected_data(before, ops)
+        if not same_data(got, want):
             raise _Unfaithful()
         return new_text, [".".join(o.path if o.action != "rename" else o.path[:-1] + (o.new_name,)) for o in ops]
 
-    def _anchor_line(self, o: _Op) -> int | None:
+    def _anchor_line(self, o: Op) -> int | None:
         if not self._exists(o.path):
             return None
         parent = self._node(o.path[:-1]) if len(o.path) > 1 else self.root
@@ -492,7 +384,7 @@ class _YamlDoc:
             j += 1
         return j
 
-    def _apply_existing(self, o: _Op) -> None:
+    def _apply_existing(self, o: Op) -> None:
         parent = self._node(o.path[:-1]) if len(o.path) > 1 else self.root
         key = o.path[-1]
         first, end, col = self._key_span(parent, key)
@@ -534,7 +426,7 @@ class _YamlDoc:
             new_body = new_body[:col] + yaml_scalar(o.new_name) + new_body[colon:]
         self.lines[first] = new_body + (eol or (self.nl if first < len(self.lines) - 1 else ""))
 
-    def _insert(self, o: _Op, after: Mapping[str, str]) -> None:
+    def _insert(self, o: Op, after: Mapping[str, str]) -> None:
         # find the deepest existing mapping on the path
         parent_path: tuple[str, ...] = ()
         for k in o.path[:-1]:
@@ -585,202 +477,6 @@ class _YamlDoc:
     def _line_of(self, path: tuple[str, ...]) -> int:
         parent = self._node(path[:-1]) if len(path) > 1 else self.root
         return parent.lc.key(path[-1])[0]
-
-
-# --------------------------------------------------------------------------------------------------------------
-# JSON
-
-_NUM = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
-_WS = re.compile(r"\s*")
-
-
-@dataclass
-class _Member:
-    """One member of a JSON object and the character span of its key and value."""
-    key: str
-    key_start: int
-    value_start: int
-    value_end: int
-    value: Any
-
-
-@dataclass
-class _Obj:
-    """A JSON object's character span and its members."""
-    start: int          # index of '{'
-    end: int            # index after '}'
-    members: list[_Member]
-
-
-class _JsonDoc:
-    """Strict JSON with the character span of every object member (the json module keeps no positions)."""
-
-    def __init__(self, text: str, path: str):
-        self.text = text
-        self.path = path
-        try:
-            self.data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise InputError(f"malformed JSON: {err.msg}", file=path, line=err.lineno) from None
-        if not isinstance(self.data, dict):
-            raise InputError("top level must be an object to edit keys", file=path, line=1)
-        self.objects: dict[tuple[str, ...], _Obj] = {}
-        i = _WS.match(text, 0).end()
-        self._value(i, ())
-        self.unit, self.tabs = self._detect_indent()
-
-    def _value(self, i: int, path: tuple[str, ...]) -> tuple[Any, int]:
-        c = self.text[i]
-        if c == "{":
-            members: list[_Member] = []
-            j = _WS.match(self.text, i + 1).end()
-            out: dict[str, Any] = {}
-            if self.text[j] == "}":
-                self.objects[path] = _Obj(i, j + 1, members)
-                return out, j + 1
-            while True:
-                key, k_end = json.decoder.scanstring(self.text, j + 1)
-                colon = _WS.match(self.text, k_end).end()
-                vstart = _WS.match(self.text, colon + 1).end()
-                val, vend = self._value(vstart, path + (key,))
-                members.append(_Member(key, j, vstart, vend, val))
-                out[key] = val
-                j = _WS.match(self.text, vend).end()
-                if self.text[j] == ",":
-                    j = _WS.match(self.text, j + 1).end()
-                    continue
-                self.objects[path] = _Obj(i, j + 1, members)
-                return out, j + 1
-        if c == "[":
-            j = _WS.match(self.text, i + 1).end()
-            items = []
-            if self.text[j] == "]":
-                return items, j + 1
-            while True:
-                val, j = self._value(j, path + ("[]",))
-                items.append(val)
-                j = _WS.match(self.text, j).end()
-                if self.text[j] == ",":
-                    j = _WS.match(self.text, j + 1).end()
-                    continue
-                return items, j + 1
-        if c == '"':
-            s, end = json.decoder.scanstring(self.text, i + 1)
-            return s, end
-        # Python's json (which DeepSpeed and HF read the file with) also takes NaN, Infinity and -Infinity
-        for lit, val in (("true", True), ("false", False), ("null", None), ("NaN", float("nan")),
-                         ("Infinity", float("inf")), ("-Infinity", float("-inf"))):
-            if self.text.startswith(lit, i):
-                return val, i + len(lit)
-        m = _NUM.match(self.text, i)
-        if m is None:
-            line = self.text.count("\n", 0, i) + 1
-            raise InputError(f"cannot edit: unexpected {self.text[i:i + 12]!r} where a JSON value belongs",
-                             file=self.path, line=line)
-        return json.loads(m.group(0)), m.end()
-
-    def _detect_indent(self) -> tuple[int, bool]:
-        for line in self.text.splitlines()[1:]:
-            stripped = line.lstrip(" \t")
-            if stripped and len(stripped) < len(line):
-                lead = line[: len(line) - len(stripped)]
-                return (len(lead), lead.startswith("\t"))
-        return 2, False
-
-    def _indent_at(self, pos: int) -> str:
-        line_start = self.text.rfind("\n", 0, pos) + 1
-        lead = self.text[line_start:pos]
-        return lead[: len(lead) - len(lead.lstrip(" \t"))]
-
-    def _dump(self, v: Any, base: str) -> str:
-        unit = "\t" if self.tabs else " " * self.unit
-        text = json.dumps(v, indent=unit if isinstance(v, (dict, list)) and v else None, ensure_ascii=False)
-        return text.replace("\n", "\n" + base)
-
-    def _exists(self, path: tuple[str, ...]) -> bool:
-        obj = self.objects.get(path[:-1])
-        return obj is not None and any(m.key == path[-1] for m in obj.members)
-
-    def apply(self, ops: list[_Op], after: Mapping[str, str]) -> tuple[str, list[str]]:
-        ops = [o for o in _pair_renames(ops, self._exists, lambda p: _lookup(self.data, p)) if not _is_noop(o, self.data)]
-        if not ops:
-            return self.text, []
-        text = self.text
-        for o in ops:  # one at a time, re-scanning, so spans stay exact
-            doc = _JsonDoc(text, self.path)
-            text = doc._apply_one(o, after)
-        got = json.loads(text)
-        if not _same(got, _expected(self.data, ops)):
-            raise InputError("could not apply the fix without changing other keys; edit the file by hand",
-                             file=self.path)
-        return text, [".".join(o.path if o.action != "rename" else o.path[:-1] + (o.new_name,)) for o in ops]
-
-    def _apply_one(self, o: _Op, after: Mapping[str, str]) -> str:
-        t = self.text
-        obj = self.objects.get(o.path[:-1])
-        member = next((m for m in obj.members if m.key == o.path[-1]), None) if obj else None
-        if member is not None and o.action in ("set", "rename"):
-            base = self._indent_at(member.key_start)
-            new_val = self._dump(o.value, base)
-            if o.action == "rename":
-                key_end = json.decoder.scanstring(t, member.key_start + 1)[1]
-                return (t[:member.key_start] + json.dumps(o.new_name, ensure_ascii=False) + t[key_end:member.value_start]
-                        + new_val + t[member.value_end:])
-            return t[:member.value_start] + new_val + t[member.value_end:]
-        if member is not None:  # delete the member with its comma; whole lines when it sits on its own line
-            idx = obj.members.index(member)
-            if len(obj.members) == 1:
-                return t[:obj.start + 1] + t[obj.end - 1:]
-            if idx + 1 < len(obj.members):
-                nxt = obj.members[idx + 1]
-                own_line = t[t.rfind("\n", 0, member.key_start) + 1:member.key_start].strip() == ""
-                if own_line and "\n" in t[member.value_end:nxt.key_start]:
-                    start = t.rfind("\n", 0, member.key_start) + 1
-                    stop = t.rfind("\n", 0, nxt.key_start) + 1
-                else:
-                    start, stop = member.key_start, nxt.key_start
-                return t[:start] + t[stop:]
-            prev = obj.members[idx - 1]  # the last member: from the previous value's end (drops the comma)
-            return t[:prev.value_end] + t[member.value_end:]
-        # insert (the parent chain may need creating)
-        parent_path: tuple[str, ...] = ()
-        for k in o.path[:-1]:
-            if parent_path + (k,) in self.objects:
-                parent_path += (k,)
-            else:
-                break
-        if len(parent_path) < len(o.path) - 1 and self._get(parent_path + (o.path[len(parent_path)],)) is not None:
-            raise InputError(f"cannot set {'.'.join(o.path)}: {'.'.join(o.path[:len(parent_path) + 1])} is not an "
-                             f"object", file=self.path)
-        obj = self.objects[parent_path]
-        rest = o.path[len(parent_path):]
-        value: Any = o.value
-        for k in reversed(rest[1:]):
-            value = {k: value}
-        name = rest[0]
-        unit = "\t" if self.tabs else " " * self.unit
-        if obj.members:
-            anchor = obj.members[-1]
-            sib = after.get(".".join(o.path)) or after.get(o.path[-1])
-            for m in obj.members:
-                if sib == m.key and len(rest) == 1:
-                    anchor = m
-            base = self._indent_at(anchor.key_start)
-            multiline = "\n" in t[obj.start:obj.end]
-            sep = ",\n" + base if multiline else ", "
-            entry = json.dumps(name, ensure_ascii=False) + ": " + self._dump(value, base)
-            return t[:anchor.value_end] + sep + entry + t[anchor.value_end:]
-        base = self._indent_at(obj.start)
-        entry = json.dumps(name, ensure_ascii=False) + ": " + self._dump(value, base + unit)
-        return t[:obj.start + 1] + "\n" + base + unit + entry + "\n" + base + t[obj.end - 1:]
-
-    def _get(self, path: tuple[str, ...]) -> Any:
-        cur: Any = self.data
-        for k in path:
-            if not isinstance(cur, dict) or k not in cur:
-                return None
-            cur = cur[k]
-        return cur
 
 
 def _unified(path: str, old: str, new: str) -> str:

@@ -12,7 +12,9 @@ from typing import Callable
 from finetune_doctor.analyzers.data.datascan import collect
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
+from finetune_doctor.facts import cfg as cfg_facts
 from finetune_doctor.facts import data as data_facts
+from finetune_doctor.facts import skeleton
 from finetune_doctor.readers.data.datasets import DatasetDirNotFound
 from finetune_doctor.readers.config.yamlcfg import load_config
 from finetune_doctor.settings import Options
@@ -42,7 +44,9 @@ def run(config: str, overrides: tuple[str, ...] | list[str], opts: Options, appr
     sources: dict[str, SourceDoc] = {"config": doc.source()}
     if doc.overrides:
         sources["override"] = SourceDoc("override", "<command line>", {k: (1, 1) for k in doc.overrides})
-    findings = judge("data", {"cfg": doc.values, "data": facts}, sources, opts, texts={doc.path: doc.text})
+    # the one facts skeleton (facts.skeleton): namespaces this command does not read are None, as for every command
+    findings = judge("data", skeleton(cfg=cfg_facts.assemble(doc.values), data=facts), sources, opts,
+                     texts={doc.path: doc.text})
     run_summary = {"stage": facts["stage"], "model": doc.values.get("model_name_or_path"),
                    "finetuning_type": doc.values.get("finetuning_type"),
                    "template": facts["template"]["name"], "micro_batch": facts["micro_batch"],

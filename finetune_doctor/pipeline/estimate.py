@@ -47,13 +47,17 @@ def parse_sweep(spec: str) -> tuple[str, list[str]]:
 
 def run(config: str, overrides: tuple[str, ...], opts: Options, *, sweeps: tuple[str, ...] = (),
         scan_data: bool = True) -> Report:
-    """The estimate of `config` (and of each sweep point). Raises InputError on bad input, including a model
-    that cannot be resolved (nothing to estimate).
+    """The estimate of `config` (and of each sweep point). Raises InputError on bad input; a model that cannot be
+    resolved is a finding (model-unresolved, or not-checked-here for a model not on this machine) and leaves
+    `memory` None, as in `check`.
 
     `scan_data` measures the longest micro-batch of the datasets on this machine, as ``check`` does, so that both
     commands give the same total for the same inputs; sweep points are not scanned (each is its worst case, every
     sample at cutoff_len)."""
     opts = replace(opts, launch=as_launch(config, opts.launch))   # a command line is its own launch
+    # an unknown model narrows the estimate to "not estimated" with the finding that says what to give (FD607, or
+    # FD098 for a model folder not on this machine), exactly as `check` does: the same inputs exit alike (README's
+    # exit codes: 2 is for input the doctor cannot read, not for a model it cannot size; trial 11)
     asm = assemble_config(config, overrides, opts, replace(MODES["estimate"], scan_data=scan_data))
     findings = judge("estimate", asm.facts, asm.sources, opts, texts={asm.doc.path: asm.doc.text}, live=asm.live())
     sections: dict[str, Any] = {"model": asm.model_section()} if asm.run is not None else {}

@@ -274,7 +274,7 @@ one config ~3 ms of CPU after start-up (benchmarks/results/lint.md), so a smalle
 
 def _lint_config(f: str, opts: Options) -> ConfigResult:
     from finetune_doctor.engine.judge import judge
-    from finetune_doctor.facts.assume import MEMORY_ONLY
+    from finetune_doctor.facts.assumebase import MEMORY_ONLY
     from finetune_doctor.facts.config import assemble_config
     from finetune_doctor.facts.lint import dropped_note
 

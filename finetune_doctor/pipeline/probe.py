@@ -16,7 +16,8 @@ from dataclasses import replace
 
 from finetune_doctor.engine.judge import judge
 from finetune_doctor.errors import InputError
-from finetune_doctor.facts.config import Assembly, assemble_config
+from finetune_doctor.facts.assembly import Assembly
+from finetune_doctor.facts.config import assemble_config
 from finetune_doctor.facts.mem import judged
 from finetune_doctor.probes.confirm import (Measured, Progress, confirm_expandable, confirm_findings, gpu_usable,
                                             measure, overhead, replay_data, section_data)

@@ -288,9 +288,10 @@ def sample_batches(asm: Any, model_dir: str, n: int = 4, max_len: int = 512) -> 
 
     from finetune_doctor.readers.data.datasets import iter_chunks, resolve_datasets
 
+    from finetune_doctor.run.values import split_list
+
     values = asm.doc.values
-    names = values.get("dataset")
-    names = [x.strip() for x in (names.split(",") if isinstance(names, str) else (names or [])) if x.strip()]
+    names = list(split_list(values.get("dataset")))   # LF's split_arg, empty items dropped (run/values.py)
     if not names:
         return []
     from pathlib import Path

@@ -51,9 +51,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from finetune_doctor.analyzers.memory.zero3 import hf_auto_values
 from finetune_doctor.probes.trace import AllocTrace
 from finetune_doctor.probes.tracedepth import synthesize
+from finetune_doctor.readers.deepspeed.dsauto import hf_auto_values
 from finetune_doctor.readers.deepspeed.dsschema import ZERO_FIELDS
 
 HALF = 2   # bf16/fp16 bytes

@@ -149,6 +149,7 @@ class Run:
     mcore_error: str | None = None        # the first parallel layout Megatron-Core refuses, in its words
     mcore_error_key: str | None = None
     shifted_logits_copy: bool = False    # transformers < 4.49 keeps an fp32 copy of the shifted logits
+    forward_upcasts_logits: bool = False  # transformers < 4.46: the forward casts lm_head's output to fp32 (stack.py)
     # moments after the steady step (run/moments.py)
     eval_during_training: bool = False   # an eval_strategy with eval data: evaluations interrupt training
     eval_micro_batch: int = 8            # per_device_eval_batch_size (transformers' default 8)

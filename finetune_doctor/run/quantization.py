@@ -2,7 +2,7 @@
 LLaMA-Factory's treatment of the YAML's ``quantization_bit``/``quantization_method`` against it.
 
 The formats and their byte layouts are in quant.py; this module needs the architecture (arch.py), which is why
-it is not there (a value type below, the resolution here).
+it is not there (a value type below, the resolution here, `lf_treatment` included).
 """
 
 from __future__ import annotations
@@ -13,7 +13,36 @@ from typing import Any
 
 from finetune_doctor.arch import ModelArch
 from finetune_doctor.dtypes import DTYPE_BYTES
-from finetune_doctor.quant import QuantSpec, lf_treatment
+from finetune_doctor.quant import QuantSpec
+
+
+# LLaMA-Factory's own list (extras/constants.py:168-179, snapshot ff6d4d1); transformers names bitsandbytes
+# "bitsandbytes" (utils/quantization_config.py QuantizationMethod), LF "bnb".
+LF_DEQUANTIZED = frozenset({"mxfp4", "fp8"})   # model_utils/quantization.py:107-126: loaded with dequantize=True
+
+
+@dataclass(frozen=True)
+class LFTreatment:
+    """What LLaMA-Factory (snapshot ff6d4d1) does with a pre-quantized checkpoint.
+
+    `dequantized`: loaded with ``dequantize=True`` and trained as a plain model in the checkpoint dtype
+    (MXFP4, FP8: model_utils/quantization.py:107-126; transformers then drops the quantization,
+    quantizers/base.py ``remove_quantization_config``). Otherwise the model stays quantized: `lora_only`
+    (adapter.py:330-335 "Quantized models can only be used for the LoRA or OFT tuning"), no ZeRO-3/FSDP
+    (quantization.py:101-105), no DoRA (adapter.py:239-243), and `quantization_bit` is ignored with a warning
+    (quantization.py:94-96).
+    """
+
+    dequantized: bool
+    lora_only: bool
+    zero3_ok: bool
+    dora_ok: bool
+
+
+def lf_treatment(spec: QuantSpec) -> LFTreatment:
+    """LLaMA-Factory's treatment of a checkpoint stored in `spec`'s format (`LF_DEQUANTIZED` or not)."""
+    deq = spec.method in LF_DEQUANTIZED
+    return LFTreatment(dequantized=deq, lora_only=not deq, zero3_ok=deq, dora_ok=deq)
 
 
 # ---- which linears a format quantizes ------------------------------------------------------------------------

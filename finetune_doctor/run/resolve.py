@@ -15,8 +15,8 @@ from finetune_doctor.run.engines import LaunchInputs, resolve_engine
 from finetune_doctor.run.model import Run
 from finetune_doctor.run.moments import moment_fields
 from finetune_doctor.run.savers import resolve_savers
-from finetune_doctor.run.stack import (OPTIM_IMPL, SHIFTED_LOGITS_COPY_BEFORE, default_optim, parse_version,
-                                      torch_decides_optim)
+from finetune_doctor.run.stack import (FORWARD_UPCAST_BEFORE, OPTIM_IMPL, SHIFTED_LOGITS_COPY_BEFORE, default_optim,
+                                      parse_version, torch_decides_optim)
 from finetune_doctor.run.values import DEFAULT_CUTOFF_LEN, DEFAULT_MICRO_BATCH, as_bool, as_int, check_sizes, \
     packing_of, split_list
 from finetune_doctor.types import Hardware
@@ -280,4 +280,5 @@ def _optimizer(cfg: dict[str, Any], stack: dict[str, str | None], notes: list[st
     return {"optim": optim, "optimizer_impl": OPTIM_IMPL.get(optim, "foreach"),
             # a transformers before 4.54 decides the default without torch (run/stack.py FUSED_DEFAULT_FROM)
             "optim_assumed": not cfg.get("optim") and not stack.get("torch") and torch_decides_optim(tf_v),
-            "shifted_logits_copy": bool(tf_v and tf_v[:2] < SHIFTED_LOGITS_COPY_BEFORE)}
+            "shifted_logits_copy": bool(tf_v and tf_v[:2] < SHIFTED_LOGITS_COPY_BEFORE),
+            "forward_upcasts_logits": bool(tf_v and tf_v[:2] < FORWARD_UPCAST_BEFORE)}

@@ -260,7 +260,7 @@ def _unsloth_loss(cfg: dict[str, Any], arch: ModelArch, stage: str, stack: dict[
     (`unsloth_release_paths`). With no release named, none either: the loss stays charged as transformers' (the
     whole logits with their fp32 upcast), the largest of the forms, because the one long-context unsloth run on
     record that ran out (LlamaFactory#3638: cutoff 102400 on an A100-80GB, 65536 already filling it) is short of
-    its card by about 25 GiB under the forms its release's source gives; facts/assume.py weighs the releases'
+    its card by about 25 GiB under the forms its release's source gives; facts/assumestack.py weighs the releases'
     forms as the ``unsloth-version`` assumption."""
     none = {"unsloth_loss": "", "unsloth_rope_positions": 0}
     if (not as_bool(cfg.get("use_unsloth")) or stage not in ("pt", "sft")

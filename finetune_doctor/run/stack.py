@@ -57,3 +57,9 @@ def parse_version(v: str | None) -> tuple[int, ...] | None:
 # (loss_utils.ForCausalLMLoss: logits[..., :-1, :].contiguous()); huggingface/transformers#35646 (in 4.49.0)
 # shifts the labels instead.
 SHIFTED_LOGITS_COPY_BEFORE = (4, 49)
+# transformers before 4.46 cast the logits to fp32 inside the causal-LM forward itself (4.45.0
+# models/llama/modeling_llama.py:1214 ``self.lm_head(...).float()`` with its "TODO: remove the float() operation in
+# v4.46" at :1213, and :1219 again when labels are given), so lm_head's half-precision output is dropped as soon as
+# its fp32 copy exists; from 4.46 the forward returns lm_head's output in its own dtype (5.6.0 modeling_llama.py:487)
+# and only the loss upcasts it (loss_utils.ForCausalLMLoss)
+FORWARD_UPCAST_BEFORE = (4, 46)

@@ -204,7 +204,12 @@ def dataset_facts(spec: DatasetSpec, res: ScanResult | None, settings: DataSetti
     """One entry of ``data.datasets`` (its shape is declared in facts/data.py)."""
     base = {"name": spec.name, "source": spec.source, "load_from": spec.load_from, "formatting": spec.formatting,
             "ranking": bool(spec.ranking), "files": list(spec.files), "file_type": spec.file_type,
-            "location": spec.location(), "num_samples": spec.num_samples, "cached_from": spec.cached_from}
+            "location": spec.location(), "num_samples": spec.num_samples, "cached_from": spec.cached_from,
+            # LF reads media only from the columns its dataset_info entry names (data/parser.py DatasetAttr: images,
+            # videos, audios default None, set from `columns` only): an entry read here that names none is
+            # text-only whether or not its rows are on this machine (trial 11 case 01)
+            "info_read": bool(spec.info_path) and not spec.info_problem,
+            "media_columns": [r for r in ("images", "videos", "audios") if (spec.columns or {}).get(r)]}
     if res is None:
         base.update(status="unavailable", reason=spec.unavailable, samples=0, rows=0, problems=[])
         return base

@@ -18,14 +18,18 @@ def term_assumptions(run: Run, hw: Hardware | None, t: Any) -> list[Assumption]:
     """The assumptions behind `t` (analyzers.memory.terms.Terms) for `run` on `hw`."""
     out: list[Assumption] = []
     if getattr(t, "vision", 0.0):
-        out.append(Assumption(
-            "images-per-sample", 1, "not read: the dataset's images are not opened by the memory estimate",
-            alternatives=(2, 4), resolve_with="doctor data CONFIG.yaml on the training machine"))
+        # one assumption, not two: the data was not read here (data read here with no media leaves no vision term,
+        # facts/config.py `text_only`), so how many images a sample holds (2, 4, or none in a text-only dataset) is
+        # the same unknown as their size; a user read two image lines for a text-only dataset as a claim (trial 11
+        # case 01, LlamaFactory#10219)
         out.append(Assumption(
             "image-pixels", run.image_max_pixels,
-            f"image_max_pixels bound: each image at the largest size LF lets through "
-            f"({max_patches_per_image(run.image_max_pixels)} patches)",
-            alternatives=(run.image_min_pixels,), resolve_with="image_max_pixels in the YAML"))
+            f"the dataset was not read: one image per sample assumed, at the image_max_pixels bound, the largest "
+            f"size LF lets through ({max_patches_per_image(run.image_max_pixels)} patches); samples may hold 2 or "
+            f"4, or none in a text-only dataset (no vision term)",
+            alternatives=(run.image_min_pixels,),
+            resolve_with="doctor data CONFIG.yaml on the training machine (or --context), image_max_pixels in the "
+                         "YAML"))
     if is_npu(hw) and run.world_size > 1:
         out.append(Assumption(
             "hccl-buffsize", f"{HCCL_BUFFSIZE_MB:.0f} MB", "CANN default (HCCL_BUFFSIZE unset or not read)",

@@ -41,8 +41,9 @@ from finetune_doctor.run import Run
 def gathered_logit_bytes(run: Run, tokens: int, training: bool = True) -> float:
     """Bytes of the logits `nn.DataParallel` gathers on GPU 0 for a step whose replicas each run `tokens` tokens
     (micro batch × sequence length): ``dp_replicas × tokens × vocab × e``; 0 when the run is not one process over
-    several GPUs (``Run.dp_replicas`` <= 1) or its loss head scores tokens instead of a vocabulary (a reward model:
-    ``dp_replicas × tokens`` fp32 values).
+    several GPUs (``Run.dp_replicas`` <= 1). A reward model returns TRL's value-head tuple ``(lm_logits, loss,
+    value)`` with the vocabulary logits upcast to fp32 (logits.py `value_head_bytes` cites the lines), and
+    DataParallel's gather takes every tensor of it: ``dp_replicas × tokens × (vocab + 1)`` fp32 values.
 
     ``e`` is the dtype of the logits the model returns: fp32 with a transformers whose causal-LM forward upcasts
     them (``Run.shifted_logits_copy``, transformers < 4.49; e.g. 4.40.2 ``models/llama/modeling_llama.py:1231``
@@ -53,7 +54,7 @@ def gathered_logit_bytes(run: Run, tokens: int, training: bool = True) -> float:
     if n <= 1 or tokens <= 0:
         return 0.0
     if run.stage == "rm":
-        return float(n * tokens * 4)
+        return float(n * tokens * (run.arch.vocab_size + 1) * 4)
     if training and run.liger_flce and run.stage in ("pt", "sft"):
         return 0.0
     e = 4.0 if run.shifted_logits_copy else logit_dtype_bytes(run)

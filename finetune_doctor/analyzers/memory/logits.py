@@ -33,10 +33,40 @@ def eval_logit_bytes(run: Run, T: int) -> float:
     materialise them in evaluation: liger-kernel's ``lce_forward`` (liger_kernel/transformers/model/*.py) fuses only
     under ``if self.training and labels is not None``. A reward model scores tokens."""
     if run.stage == "rm":
-        return T * 4.0 * 2
+        return value_head_bytes(run, T)
     e = logit_dtype_bytes(run)
     # before transformers 4.49 the loss also takes a contiguous fp32 copy of the shifted logits
-    return T * run.arch.vocab_size * (e + 4.0 + (4.0 if e == 2.0 else 0.0) + (4.0 if run.shifted_logits_copy else 0.0))
+    return T * run.arch.vocab_size * (_loss_input_bytes(run, e) + 4.0 + (4.0 if run.shifted_logits_copy else 0.0))
+
+
+def _loss_input_bytes(run: Run, e_logit: float) -> float:
+    """Bytes per element of the logits alive when the loss's log_softmax runs, for lm_head output of `e_logit` bytes:
+    half-precision logits and their fp32 upcast (6); only the fp32 copy (4) where the forward itself upcast them
+    (`Run.forward_upcasts_logits`, transformers < 4.46, run/stack.py): ``logits = logits.float()`` rebinds the name,
+    so the half tensor is freed once the copy exists (the 6 bytes of that moment are below the loss's). A model whose
+    own loss does not upcast (remote code, `ModelArch.loss_upcasts_logits`) runs its own forward, not
+    transformers'."""
+    if e_logit != 2.0:
+        return e_logit
+    return 4.0 if run.forward_upcasts_logits and run.arch.loss_upcasts_logits else 6.0
+
+
+def value_head_bytes(run: Run, T: int) -> float:
+    """Bytes of the forward of LLaMA-Factory's reward model over `T` tokens at its largest moment.
+
+    LF wraps the model in TRL's ``AutoModelForCausalLMWithValueHead`` (LF model/loader.py:184 at the snapshot,
+    :186 at v0.9.5, :178 at v0.9.0) and its PairwiseTrainer calls it with ``output_hidden_states=True``
+    (train/rm/trainer.py:98; :92 at v0.9.0, :101 at v0.9.2). TRL's forward runs the whole causal LM, so lm_head's logits over
+    the vocabulary are computed although the reward uses only the value head: ``lm_logits =
+    base_model_output.logits`` and, for half-precision logits, ``lm_logits = lm_logits.float()`` while
+    ``base_model_output`` still holds the half tensor (trl 0.24.0 models/modeling_value_head.py:169 and :178-179;
+    0.9.6, LF 0.9.0's pin, :180 and :189-190). Both exist together at the end of the forward (6 B per token per
+    vocabulary entry; 4 B where the logits are fp32 already); nothing in the reward's graph reads them, so they
+    are gone before the backward. Plus the value head's fp32 score per token and its input's fp32 copy
+    (T·8 B, as before)."""
+    e = logit_dtype_bytes(run)
+    logits = T * run.arch.vocab_size * (e + (4.0 if e == 2.0 else 0.0))
+    return logits + T * 4.0 * 2
 
 
 def _next_pow2(n: int) -> int:
@@ -161,8 +191,7 @@ def logit_terms(run: Run, T: int) -> LogitTerms:
         u = unsloth_terms(run, T, final_hidden_bytes(run))
         return LogitTerms(max(u.forward, T * layer_transients(run)[0]), u.backward)
     e_logit = logit_dtype_bytes(run)
-    fwd = T * a.vocab_size * (e_logit + 4.0 + (4.0 if e_logit == 2.0 else 0.0)
-                              + (4.0 if run.shifted_logits_copy else 0.0))
+    fwd = T * a.vocab_size * (_loss_input_bytes(run, e_logit) + 4.0 + (4.0 if run.shifted_logits_copy else 0.0))
     bwd = T * a.vocab_size * 12.0
     if e_logit == 2.0 and run.autocast is None and not a.loss_upcasts_logits:
         # remote-code loss on half-precision logits (ModelArch.loss_upcasts_logits): the logits, the contiguous
@@ -180,8 +209,13 @@ def logit_terms(run: Run, T: int) -> LogitTerms:
     if run.stage in ("dpo", "kto") and (run.ref_model or run.finetuning_type in ("lora", "oft")):
         # LF computes the reference log-probs after the policy forward (dpo/trainer.py get_batch_loss_metrics),
         # under no_grad but while the policy's activations and logits are alive: its logits and their fp32
-        # log-softmax exist at the same time.
-        fwd += T * a.vocab_size * (e_logit + 4.0)
+        # log-softmax exist at the same time. LF reads the logits as ``.logits.to(torch.float32)`` and keeps that
+        # fp32 tensor (chosen/rejected logits for its metrics, dpo/trainer.py:230-250), so the policy holds fp32
+        # logits + log_softmax and the reference adds the same, 16 B per token and vocabulary entry whether or not
+        # the forward upcast them (`_loss_input_bytes`: the 2 B it drops there come back here)
+        fwd += T * a.vocab_size * (e_logit + 4.0 + (6.0 - _loss_input_bytes(run, e_logit) if e_logit == 2.0 else 0.0))
     if run.stage == "rm":
-        fwd = bwd = T * 4.0 * 2   # a value head: one fp32 score per token (LF ValueHead), no vocabulary
+        # the value head's scores are what the loss keeps; the vocabulary logits TRL's wrapper still computes
+        # are alive only at the end of the forward (`value_head_bytes`)
+        fwd, bwd = value_head_bytes(run, T), T * 4.0 * 2
     return LogitTerms(fwd, bwd)

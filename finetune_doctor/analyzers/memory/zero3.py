@@ -18,7 +18,7 @@ Derived from DeepSpeed 0.19.8 (the version docs/ARCHITECTURE.md "Sources" names)
   tests the running count before it pops the next parameter, so the last module may overshoot the bucket).
 * ``"auto"`` values as transformers fills them (5.6.0 ``integrations/deepspeed.py:199-240``): ``reduce_bucket_size
   = hidden²``, ``stage3_prefetch_bucket_size = int(0.9·hidden²)``, ``stage3_param_persistence_threshold =
-  10·hidden`` (readers/deepspeed/dsauto.py resolves them; `hf_auto_values` restates the formula for the tests).
+  10·hidden`` (their one home: readers/deepspeed/dsauto.py `hf_auto_values`, which resolves them for the run).
 * the gradient side (IPG bucket of ``reduce_bucket_size`` elements, ``stage3.py:779-783``; the flat gradient
   partition ``grad_partitions_flat_buffer``, ``stage3.py:786-795``, pinned on the host when the optimizer is
   offloaded with pin_memory) stays in buffers.py and weights.py; what the reduction holds beside the bucket during
@@ -47,14 +47,6 @@ from finetune_doctor.run.stack import parse_version
 DEFAULTS = {"stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9,
             "stage3_prefetch_bucket_size": 5e7, "stage3_param_persistence_threshold": 1e5,
             "reduce_bucket_size": 5e8}
-
-
-def hf_auto_values(hidden_size: int) -> dict[str, int]:
-    """What transformers writes for the hidden-size "auto" keys of a ZeRO-3 config (integrations/deepspeed.py:
-    230-240). Elements."""
-    h = int(hidden_size)
-    return {"reduce_bucket_size": h * h, "stage3_prefetch_bucket_size": int(0.9 * h * h),
-            "stage3_param_persistence_threshold": 10 * h}
 
 
 def ds_model_bytes(run: Run) -> float:

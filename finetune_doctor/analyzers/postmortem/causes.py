@@ -357,6 +357,10 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
            "ray-worker-gone": "a SIGKILL Ray could not see (its worker exited with no exception of its own)"
            }.get(
         k.kind, f"{k.signal or 'a signal'}" + (f" (exit code {k.exitcode})" if k.exitcode is not None else ""))
+    if k.kind == "shell-killed":
+        # the line is what the shell prints for a job SIGKILL ended (strsignal(SIGKILL) = "Killed"); the status it
+        # would return (128 + 9) is not in the input, so no exit code is stated (trial 12)
+        how = "SIGKILL (the shell prints `Killed` when SIGKILL ends a job)"
     if k.kind == "loader-signal" and k.signal in NATIVE_SIGNALS:
         # torch/csrc/DataLoader.cpp's SIGBUS handler names the usual cause itself; with num_workers 0 the dataset
         # code runs in the main process, where the fault (and PYTHONFAULTHANDLER's stack) can be seen
@@ -380,7 +384,7 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     if k.kind in LAUNCHER_ONLY:
         who, how = _launcher_words(k, [x for x in relevant if x.kind == "launcher-kill"])
         host_oom = host_oom and not any(x.kind == "launcher-signalled" for x in relevant)
-    d = {"kind": k.kind, "signal": k.signal, "exitcode": k.exitcode, "rank": k.rank, "local_rank": k.local_rank,
+    d = {"kind": k.kind, "signal": k.signal, "exitcode": None if k.kind == "shell-killed" else k.exitcode, "rank": k.rank, "local_rank": k.local_rank,
          "pid": k.pid, "host": k.host, "step": step, "host_oom": host_oom, "who": who, "how": how,
          "host_ram_text": hram, "offload": bool(run_off), "location": location_of(k.file, k.line),
          # a fault in compiled code (bash's "Segmentation fault", faulthandler, exit -11/139 ...): not the host

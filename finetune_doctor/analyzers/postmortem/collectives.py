@@ -18,6 +18,7 @@ from finetune_doctor.analyzers.postmortem.curves import location_of
 from finetune_doctor.analyzers.postmortem.ranks import FAR_BEHIND
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.evidence import NcclRecord
+from finetune_doctor.numbers import parse_version
 from finetune_doctor.readers.runlogs.logpatterns import NCCL_WARN_FAILURE
 
 _MAIN_ORDER = ("timeout", "last_work", "heartbeat", "failed", "desync-missing", "desync-started")
@@ -145,11 +146,20 @@ def _main(recs: list[NcclRecord]) -> NcclRecord | None:
 _TRAINER_NAMES = {"nemo": "NeMo (through Lightning)", "lightning": "Lightning"}
 
 
-def _timeout_text(tmo: int | None, trainer: str | None) -> str | None:
+def _timeout_text(tmo: int | None, trainer: str | None, configured: Any = None) -> str | None:
     """Who set the timeout. 1800 s is transformers' ``ddp_timeout`` default (training_args.py) and also torch's
     ``default_pg_timeout`` (torch/distributed/constants.py, 30 min) that Lightning's DDPStrategy and DeepSpeed's
-    ``init_distributed`` pass by default: the HF setting is named only for a run an HF-based trainer wrote."""
+    ``init_distributed`` pass by default: the HF setting is named only for a run an HF-based trainer wrote.
+    `configured`: the config's own ``ddp_timeout`` (seconds; None when the file does not set it): a timeout equal
+    to it is the user's setting, never called a default (trial 12: "transformers' default ddp_timeout" was said of
+    a config with ``ddp_timeout: 1800``)."""
     hf = trainer == "transformers"
+    try:
+        mine = int(float(configured)) if configured is not None else None
+    except (TypeError, ValueError):
+        mine = None
+    if tmo and mine is not None and mine * 1000 == tmo:
+        return f"{mine} s: your ddp_timeout (the config sets ddp_timeout: {configured})"
     if tmo == 1800000:
         return ("1800 s: transformers' default ddp_timeout" if hf else
                 "1800 s: torch.distributed's default_pg_timeout (30 min)"
@@ -173,6 +183,34 @@ def late_watchdog(main: NcclRecord, tmo: int | None) -> str | None:
     return None
 
 
+# the first transformers release whose MoE blocks no longer skip experts that receive no token (LlamaFactory#9628)
+MOE_HANG_FIXED = (5, 0, 0)
+
+
+def _moe_hang(cx: RunContext, out: dict[str, Any]) -> str | None:
+    """The known ZeRO-3 hang of MoE models on transformers < 5.0.0, when the inputs state that transformers
+    (--transformers / --env over the logs' own versions) and the model is a mixture of experts: LlamaFactory#9628
+    (reproduced on Qwen3-30B-A3B, Qwen3-Omni, GLM-4.6; #9222, #9474, #9609) found the backward pass hanging when
+    some experts get no token on a rank, and transformers 5.0.0 removing it. transformers 4.x's sparse-MoE blocks
+    loop over the experts and skip those with no routed token, so that rank never gathers their ZeRO-3 partitions
+    nor reduces their gradients while the others wait; 5.0.0 computes all experts as one module of packed
+    parameters (transformers PR #41580, the unified MoE experts). None when any of this is not stated."""
+    if not (cx.model.get("is_moe") or (cx.model.get("num_experts") or 0) > 1):
+        return None
+    got = cx.given_versions.get("transformers") or (
+        ((out.get("stack") or {}).get("transformers") or {}).get("version"),
+        ((out.get("stack") or {}).get("transformers") or {}).get("source"))
+    ver = parse_version(got[0]) if got and got[0] else None
+    if ver is None or tuple(ver) >= MOE_HANG_FIXED:
+        return None
+    return (f"the known ZeRO-3 hang of mixture-of-experts models on transformers < 5.0.0 (this run's is {got[0]}, "
+            f"{got[1]}): transformers 4.x skips an expert that no token of the batch reaches, so under ZeRO-3 the "
+            "ranks disagree on the collectives of the backward pass and the others wait "
+            "(LlamaFactory#9628 reproduced it on Qwen3-30B-A3B, Qwen3-Omni and GLM-4.6; transformers 5.0.0, whose "
+            "experts are one module of packed parameters, PR #41580, removed it): upgrade transformers to >= 5.0.0 "
+            "with a LLaMA-Factory that admits it, or train without ZeRO-3")
+
+
 def _likely(op: str | None, early: bool, cx: RunContext, out: dict[str, Any]) -> str:
     zs = cx.zero_stage()
     if out.get("grad_const") or out.get("loss_zero") or out.get("nan"):
@@ -181,6 +219,9 @@ def _likely(op: str | None, early: bool, cx: RunContext, out: dict[str, Any]) ->
     if early and op in ("BROADCAST", "ALLREDUCE", None):
         return ("a rank never reached the first collective: rank 0 was still preprocessing the dataset or "
                 "loading the model when the others timed out (raise ddp_timeout, or preprocess once beforehand)")
+    moe = _moe_hang(cx, out) if zs == 3 and not early else None
+    if moe:
+        return moe
     if op and "ALLGATHER" in op and zs == 3:
         return ("ZeRO-3 parameter all-gather hang: the ranks ran different numbers of forward passes (generate "
                 "with different lengths, a rank-0-only evaluation or save, an uneven last batch)")
@@ -254,7 +295,7 @@ def nccl_facts(recs: list[NcclRecord], cx: RunContext, out: dict[str, Any],
     what = (f"{op}" + (f" (SeqNum {seq})" if seq is not None else "")) if op else \
         (f"collective #{seq}" if seq is not None else "a collective")
     trainer = cx.log.get("trainer") or ("transformers" if cx.cfg else None)
-    d = {"rank": main.rank, "op": op, "seq": seq, "timeout_ms": tmo, "timeout_text": _timeout_text(tmo, trainer),
+    d = {"rank": main.rank, "op": op, "seq": seq, "timeout_ms": tmo, "timeout_text": _timeout_text(tmo, trainer, cx.cfg.get("ddp_timeout")),
          "ran_ms": main.ran_ms, "numel_in": main.numel_in, "numel_out": main.numel_out, "step": main.step,
          "kind": main.kind, "likely": likely, "stragglers": laggards, "pg": main.pg, "pg_desc": main.pg_desc,
          "trainer": trainer, "late": late,
@@ -339,7 +380,7 @@ def barrier_facts(ev: Any, cx: RunContext, out: dict[str, Any]) -> dict[str, Any
     if bar is not None or mpf is not None:
         likely += ("; raise ddp_timeout for the first run, or preprocess faster (more preprocessing_num_workers) "
                    "or once beforehand (tokenized_path)")
-    d = {"rank": rank, "op": None, "seq": None, "timeout_ms": tmo, "timeout_text": _timeout_text(tmo, trainer),
+    d = {"rank": rank, "op": None, "seq": None, "timeout_ms": tmo, "timeout_text": _timeout_text(tmo, trainer, cx.cfg.get("ddp_timeout")),
          "ran_ms": None, "numel_in": None, "numel_out": None, "step": main.step, "kind": "barrier",
          "likely": likely, "stragglers": [], "pg": None, "pg_desc": None, "trainer": trainer, "late": None,
          "ddp_timeout_fix": trainer == "transformers" or bar is not None or mpf is not None, "count": 1, "ranks": [rank] if rank is not None else [],

@@ -107,6 +107,9 @@ def place(curves: dict[str, Curve], ev: Evidence, h: dict[str, Any]) -> dict[str
     lrs = [lr_at.get(ln) for ln in loss.lines]   # one map for the whole log: a 200k-line log stays linear
     top = max((v for v in lrs if v is not None), default=None)
     use_lr = not (top and h["peak"] and top > h["peak"] * (1 + 1e-3))
+    if h["spe"] is None:
+        bar = max((f.last_step for f in ev.files if f.read.path in texts and f.last_step), default=None)
+        h = dict(h, spe=_anchored_spe(cs, bar))
     got = _placement(cs, h, lrs, use_lr)
     if got is not None and use_lr and _repeats(got[0], loss):
         got = _placement(cs, h, lrs, False)
@@ -118,6 +121,28 @@ def place(curves: dict[str, Curve], ev: Evidence, h: dict[str, Any]) -> dict[str
         curves[n] = replace(c, steps=steps, basis="estimated")
     first = min(new)
     return {"basis": sorted(bases), "moved": len(new), "first_moved": {"line": first, "step": new[first]}}
+
+
+def _anchored_spe(cs: dict[str, Curve], bar: int | None) -> float | None:
+    """Steps per epoch from one dict the progress bar placed, when neither the config nor the log gives
+    ``num_train_epochs`` (trainer.py:1776: epoch = steps done / steps per epoch, so steps per epoch = step /
+    epoch). The anchor is the dict at the highest step no other dict shares, at or below the bar's last step
+    `bar`: curves.py `fill_steps` extrapolates dicts before the first bar backwards and after the last bar
+    forwards, and interpolates between bars, so the highest such dict sits on a bar. None without one. Trial 12
+    (LF#8830): a dict printed before the first bar was put at half the next dict's step, its epoch 0.31 of 0.32."""
+    if "epoch" not in cs or not bar or cs["loss"].basis in ("ordinal", "logging_steps"):
+        return None
+    loss = cs["loss"]
+    epochs = dict(zip(cs["epoch"].lines, cs["epoch"].values))
+    seen: dict[int, int] = {}
+    for st in loss.steps:
+        seen[st] = seen.get(st, 0) + 1
+    anchors = [(st, epochs[ln]) for ln, st in zip(loss.lines, loss.steps)
+               if 0 < st <= bar and seen[st] == 1 and (epochs.get(ln) or 0) > 0]
+    if not anchors:
+        return None
+    st, ep = max(anchors)
+    return st / ep
 
 
 def _repeats(new: dict[int, int], loss: Curve) -> bool:

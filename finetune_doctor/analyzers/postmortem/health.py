@@ -157,7 +157,12 @@ def stopped(ev: Evidence, cx: RunContext, out: dict[str, Any]) -> tuple[dict[str
         return d, None
     hang = _hang_evidence(ev, cx, out)
     if hang:
-        return None, {**d, "evidence": hang, "lead": f"Progress stopped at step {last} of {total} with no error and "
+        # shown: the logs themselves show processes alive and stuck (the heartbeat monitor, ranks at different
+        # steps with none failed); a huge ddp_timeout only explains why nothing was printed, and a paste cut
+        # there reads the same (pipeline/postmortem.py makes such a hang a warning, trial 12)
+        shown = not hang.startswith("ddp_timeout is ")
+        return None, {**d, "evidence": hang, "shown": shown,
+                      "lead": f"Progress stopped at step {last} of {total} with no error and "
                       f"no exit, and {hang}: the run hangs (a rank stuck in a collective or in data loading)",
                       "more": ", and set a ddp_timeout short enough for the watchdog to name the stuck collective"}
     return d, None
@@ -200,7 +205,7 @@ def _startup_hang(ev: Evidence) -> dict[str, Any] | None:
     what, means = STARTUP_WHERE[kind]
     where = f"{f.read.path}:{n.line}"
     line = n.text if len(n.text) <= 120 else n.text[:117] + "..."
-    return {"last_step": None, "total": None, "percent": None, "total_source": None,
+    return {"last_step": None, "total": None, "percent": None, "total_source": None, "shown": False,
             "location": location_of(f.read.path, n.line), "evidence": f"the log ends at {where}",
             "lead": (f"The log ends at distributed start-up ({what}: \"{line}\", {where}) with no training step, "
                      f"no error and no exit: if the job was still running there, {means}"),

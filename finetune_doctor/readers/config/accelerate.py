@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from finetune_doctor.errors import InputError
+from finetune_doctor.readers.lfenv import env_enabled
 
 # accelerate's launch defaults for the FSDP flags (commands/launch.py:514-601 at 16cb6eb): what an FSDP config that
 # omits a key runs with once `accelerate launch` has filled it.
@@ -179,8 +180,8 @@ class LaunchCommand:
                      or (self.launcher == "llamafactory-cli" and self.env.get("NPROC_PER_NODE")))
 
     def env_flag(self, name: str) -> bool:
-        """LLaMA-Factory's ``is_env_enabled`` (extras/misc.py): ``true``, ``y`` or ``1``."""
-        return str(self.env.get(name, "0")).lower() in ("true", "y", "1")
+        """LLaMA-Factory's ``is_env_enabled`` of the launch's variables (readers/lfenv.py)."""
+        return env_enabled(name, self.env)
 
 
 def _logical_lines(text: str) -> list[tuple[int, str]]:
@@ -289,7 +290,7 @@ def _any_command(tokens: list[str], env: dict[str, str], line: int, text: str) -
         return _with_script(LaunchCommand("deepspeed", env, opts, line=line, text=text), rest[i:])
     if head in ("llamafactory-cli", "lmf"):
         # v1 (USE_V1=1) trains with sft/dpo/rm as well as train (LF main v1/launcher.py _DIST_TRAIN_COMMANDS)
-        if not rest or rest[0] not in (("train", "sft", "dpo", "rm") if _env_on(env, "USE_V1") else ("train",)):
+        if not rest or rest[0] not in (("train", "sft", "dpo", "rm") if env_enabled("USE_V1", env) else ("train",)):
             return None
         args = tuple(rest[1:])
         return LaunchCommand("llamafactory-cli", env, {}, "train", args, _config_of(list(args)), line, text)
@@ -297,11 +298,6 @@ def _any_command(tokens: list[str], env: dict[str, str], line: int, text: str) -
         args = tuple(rest[1:])
         return LaunchCommand("python", env, {}, rest[0], args, _config_of(list(args)), line, text)
     return None
-
-
-def _env_on(env: dict[str, str], name: str) -> bool:
-    """LF's is_env_enabled: true/y/1, case-insensitive."""
-    return str(env.get(name, "0")).lower() in ("true", "y", "1")
 
 
 def _with_script(cmd: LaunchCommand, tail: list[str]) -> LaunchCommand:

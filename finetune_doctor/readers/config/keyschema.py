@@ -108,9 +108,9 @@ def _bundled_schema() -> dict[str, Any]:
 
 
 def extra_args_allowed(env: Mapping[str, str] | None = None) -> bool:
-    """LLaMA-Factory's ``is_env_enabled("ALLOW_EXTRA_ARGS")``: the value lower-cased is one of true, y, 1."""
-    env = os.environ if env is None else env
-    return str(env.get("ALLOW_EXTRA_ARGS", "0")).lower() in ("true", "y", "1")
+    """LLaMA-Factory's ``is_env_enabled("ALLOW_EXTRA_ARGS")`` (readers/lfenv.py): true, y or 1, lower-cased."""
+    from finetune_doctor.readers.lfenv import env_enabled
+    return env_enabled("ALLOW_EXTRA_ARGS", env)
 
 
 def value_kind(v: Any) -> str:

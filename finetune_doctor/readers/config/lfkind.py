@@ -35,6 +35,8 @@ import os
 from collections.abc import Mapping   # not typing.Mapping: a slower isinstance (one per top-level value of every file)
 from typing import Any
 
+from finetune_doctor.readers.lfenv import env_enabled
+
 # v1-only top-level keys (v1/config/*.py at the snapshot), none of which a v0 parser declares
 V1_KEYS = frozenset({"model", "model_class", "peft_config", "quant_config", "kernel_config", "dist_config",
                      "init_config", "optim_config", "lr_scheduler_config", "micro_batch_size", "global_batch_size",
@@ -81,12 +83,6 @@ NOT_LF = {
 COMMANDS = {"train": "llamafactory-cli train", "train-v1": "USE_V1=1 llamafactory-cli sft",
             "export-v1": "USE_V1=1 llamafactory-cli merge", "export": "llamafactory-cli export",
             "chat": "llamafactory-cli chat/webchat/api", "eval": "llamafactory-cli eval"}
-
-
-def env_enabled(name: str, env: Mapping[str, str] | None = None) -> bool:
-    """LF's ``is_env_enabled``: the value lower-cased is one of true, y, 1."""
-    env = os.environ if env is None else env
-    return str(env.get(name, "0")).lower() in ("true", "y", "1")
 
 
 def v1_hits(keys: set[str]) -> set[str]:

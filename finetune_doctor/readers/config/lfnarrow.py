@@ -89,6 +89,22 @@ def narrow(release: Release | None, values: Mapping[str, Any], kind: str | None 
     return replace(release, versions=versions, note=f"{base}; {why}", evidence=evidence)
 
 
+def bridging_build(keys: list[str]) -> tuple[str, str] | None:
+    """(release before, release after) when a development build between two consecutive catalogued versions may
+    declare every one of `keys` (each key is declared by one of the two: a key added in the later release or
+    removed after the earlier one may be in a git install between them), else None: then no build of
+    LLaMA-Factory, released or not, declares them all, as a key's declared range is one stretch of its history.
+    The versions are those of catalog/lf_releases.json (LF's published releases and the snapshot, main)."""
+    allv = load()["versions"]
+    sets = [declared(k) for k in keys]
+    if not sets or any(s is None for s in sets):
+        return None
+    for i in range(len(allv) - 1):
+        if all(i in s or i + 1 in s for s in sets if s is not None):
+            return allv[i], allv[i + 1]
+    return None
+
+
 def _conflicting(ranges: Mapping[str, frozenset[int]]) -> list[str]:
     """The keys of `ranges` that share no release with some other key of it, in config order; every key when no
     two are disjoint (ranges with holes can meet pairwise yet not all together)."""

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 from typing import Any, Mapping
 
 from finetune_doctor.readers.config.lfrelease import v1_catalog, v1_releases
+from finetune_doctor.readers.lfenv import env_enabled
 
 Problem = dict[str, Any]
 PLUGIN_KEYS = {"init_config": "InitPlugin", "peft_config": "PeftPlugin", "kernel_config": "KernelPlugin",
@@ -61,8 +61,8 @@ FLASH_ATTN = ("eager", "sdpa", "flash_attention_2")
 
 
 def extra_keys_allowed(env: Mapping[str, str] | None = None) -> bool:
-    env = os.environ if env is None else env
-    return str(env.get("ALLOW_EXTRA_KEYS", "0")).lower() in ("true", "yes", "on", "t", "y", "1")
+    """v1's ``is_env_enabled("ALLOW_EXTRA_KEYS")`` (readers/lfenv.py, v1's wider set of true values)."""
+    return env_enabled("ALLOW_EXTRA_KEYS", env, v1=True)
 
 
 def _p(key: str, kind: str, message: str, suggestion: str | None = None, *, replacement: str | None = None,

@@ -31,7 +31,7 @@ from finetune_doctor.errors import InputError
 from finetune_doctor.readers.data.datarows import CHUNK_ROWS, FILEEXT2TYPE, Chunk, RowError, Unreadable, file_problem, \
     file_type, iter_chunks, not_utf8, open_regular, os_reason, parse_json_lines, total_bytes
 from finetune_doctor.readers.data.hubcache import find_cached_hub_dataset, hf_hub_cache, hub_snapshot
-from finetune_doctor.readers.model.caches import env_enabled
+from finetune_doctor.readers.lfenv import env_enabled
 
 __all__ = ["CHUNK_ROWS", "DATA_CONFIG", "DEFAULT_COLUMNS", "DEFAULT_TAGS", "FILEEXT2TYPE", "Chunk",
            "DatasetDirNotFound", "DatasetSpec", "RowError", "find_cached_hub_dataset", "find_dataset_dir", "hf_hub_cache", "hub_snapshot",

@@ -161,6 +161,26 @@ def _trainer_process(r: Resolution, a: _Args, world_size: int | None) -> None:
         r.caveats.append("apex_fp16_4x")
 
 
+HIDDEN_SIZE_KEYS = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold")
+"""The ``zero_optimization`` keys whose "auto" transformers fills from the model's hidden size."""
+
+
+def hf_auto_values(hidden_size: int, float_prefetch: bool = False) -> dict[str, int | float]:
+    """The values transformers writes for the hidden-size "auto" keys of ``zero_optimization`` (elements).
+
+    ``reduce_bucket_size = h²``, ``stage3_prefetch_bucket_size = int(0.9·h²)``, ``stage3_param_persistence_threshold
+    = 10·h`` (transformers 5.6.0 ``integrations/deepspeed.py:230-240``, ``trainer_config_finalize``; accelerate's
+    ``_prepare_deepspeed`` writes the same three outside ZeRO-3). `float_prefetch`: transformers <= 4.44 wrote the
+    prefetch size as the float ``0.9·h²`` under ZeRO-3 (DeepSpeed's pydantic v2 config then refuses a fractional
+    one). The one home of these numbers: the reader here, the ZeRO-3 memory terms and the allocator replay
+    (probes/zerotrace.py) all read them from this function (tests/test_one_home.py). Raises ValueError/TypeError
+    when `hidden_size` is not a number.
+    """
+    h = int(hidden_size)
+    return {"reduce_bucket_size": h * h, "stage3_prefetch_bucket_size": 0.9 * h * h if float_prefetch
+            else int(0.9 * h * h), "stage3_param_persistence_threshold": 10 * h}
+
+
 def _trainer_finalize(r: Resolution, a: _Args, hidden_size: int | None, dsv: tuple[int, ...] | None,
                       tfv: tuple[int, ...] | None, out: Problems) -> None:
     """``trainer_config_finalize``: the hidden-size keys and the scheduler's step counts."""
@@ -169,12 +189,8 @@ def _trainer_finalize(r: Resolution, a: _Args, hidden_size: int | None, dsv: tup
     if isinstance(zo, dict):
         h = _count(hidden_size)
         pre_445 = tfv is not None and tfv < (4, 45)
-        vals: dict[str, Any] = {
-            "reduce_bucket_size": h * h if h else UNKNOWN,
-            # transformers <= 4.44 wrote the float 0.9*h*h (ZeRO-3 only; accelerate writes int() otherwise)
-            "stage3_prefetch_bucket_size": (0.9 * h * h if (pre_445 and stage3) else int(0.9 * h * h)) if h else UNKNOWN,
-            "stage3_param_persistence_threshold": 10 * h if h else UNKNOWN,
-        }
+        vals: dict[str, Any] = hf_auto_values(h, float_prefetch=pre_445 and stage3) if h else \
+            dict.fromkeys(HIDDEN_SIZE_KEYS, UNKNOWN)
         # HF fills the stage-3 keys only for ZeRO-3; accelerate's _prepare_deepspeed fills all three otherwise.
         for k, v in vals.items():
             _fill_match(r, f"zero_optimization.{k}", v, "hidden_size", "zero", must_match=False)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from finetune_doctor.readers.model.catalog import catalog_entries, norm, resolve_entry
 
@@ -285,7 +285,3 @@ def infer(name: str, mm_hint: str | None = None, template: str | None = None) ->
     if mm_hint:
         why += f", with a vision/audio tower ({mm_hint})"
     return Inference(entry, why, tuple(dict.fromkeys(excluded)))
-
-
-def candidates_text(ids: Iterable[str]) -> str:
-    return ", ".join(ids)

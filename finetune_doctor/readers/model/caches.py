@@ -22,15 +22,9 @@ import re
 from pathlib import Path
 from typing import Mapping
 
+from finetune_doctor.readers.lfenv import env_enabled   # LF's is_env_enabled, one copy (read here as before)
+
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
-_TRUE = ("true", "y", "1")
-
-
-def env_enabled(name: str, env: Mapping[str, str] | None = None) -> bool:
-    """LLaMA-Factory's ``is_env_enabled`` (extras/misc.py:258-260): the variable lower-cased is true, y or 1.
-    `env` defaults to ``os.environ``. The one reading of USE_MODELSCOPE_HUB / USE_OPENMIND_HUB (models, tokenizers,
-    datasets)."""
-    return str((os.environ if env is None else env).get(name, "0")).lower() in _TRUE
 
 
 def _dedup(cands: list[str]) -> list[Path]:

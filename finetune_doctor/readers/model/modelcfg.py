@@ -32,12 +32,12 @@ from finetune_doctor.errors import InputError
 from finetune_doctor.readers.model.caches import (
     REPO_ID,
     repo_of_cache_folder,
-    env_enabled,
     hub_cache_config,
     hub_cache_dirs,
     modelscope_cache_config,
     openmind_cache_config,
 )
+from finetune_doctor.readers.lfenv import env_enabled
 from finetune_doctor.readers.model.catalog import (
     catalog_arch,
     catalog_entries,

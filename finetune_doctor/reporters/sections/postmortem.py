@@ -137,6 +137,8 @@ def render(data: dict[str, Any]) -> Any:
 
     # the strip shrinks with the terminal: the label, range and last-value columns take about 50 of its columns
     width = max(10, min(WIDTH, render_width() - 52)) if hi > lo else 1
+    if _axis_basis(curves):
+        parts.append(Text("step axis " + _axis_basis(curves).strip(), style="dim"))
     t = Table(box=box.SIMPLE, show_edge=False, pad_edge=False, show_header=True, header_style="bold")
     t.add_column("curve", no_wrap=True)
     t.add_column(f"steps {lo} → {hi}", no_wrap=True)
@@ -193,3 +195,17 @@ def render(data: dict[str, Any]) -> Any:
         legend = "  ".join(f"{MARKS.get(k, ('•', ''))[0]} {k.replace('_', ' ')}{at(v)}" for k, v in seen.items())
         parts.append(Text(legend, style="dim"))
     return Group(*parts)
+
+
+# how a curve's x-axis was obtained (analyzers/postmortem/curves.py Curve.basis): only global_step is read as is
+AXIS_WORDS = {"estimated": "estimated: the log prints no step; each metric dict placed from the progress bar, its epoch "
+                           "or the spacing of the others",
+              "logging_steps": "assumed: one dict every logging_steps, the log prints no step",
+              "ordinal": "not steps: the dicts numbered in order, the log prints no step"}
+
+
+def _axis_basis(curves: dict[str, Any]) -> str:
+    """The header's note on what the step axis was read from (trial 12: epochs and a bar placed as plain steps)."""
+    bases = [c.get("basis") for c in curves.values() if c and c.get("basis") in AXIS_WORDS]
+    return f" ({AXIS_WORDS[bases[0]]})" if bases else ""
+

@@ -1,0 +1,159 @@
+"""What facts/assume.py and its family modules share: which assumptions open the verdict, the judge that weighs an
+alternative by the memory model, and `Seen`, what every group of assumptions reads (docs/DESIGN.md, "Honest
+verdicts"; issue #21). The groups live by input family: facts/assumestack.py (the training machine's torch,
+transformers, DeepSpeed and unsloth; a DeepSpeed file not here), facts/assumelaunch.py (the launcher, the rank
+count, the GPU variant a remedy must fit), facts/assume.py (the data, the card, the model, the memory terms'
+own and the defaults; the fold into the verdict, the mixture and the token budget). Split from facts/assume.py at
+the 800-line cap (issue #22); no module here imports the memory model at its top: `lint` without a card lists
+assumptions without weighing them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from finetune_doctor.facts.kinds import ACCELERATE_FSDP, DATA_PARALLEL
+from finetune_doctor.quant import UNQUANTIZED_LABEL
+from finetune_doctor.types import Assumption, Hardware
+
+# The shortest samples taken as plausible when the data is not here: a one-turn instruction with a short answer
+# (alpaca's median is ~150 tokens under a chat template; 512 leaves room for the longest sample of a batch).
+SHORT_SAMPLE_TOKENS = 512
+# The longest sample is evaluated at SHORT_SAMPLE_TOKENS and each doubling of it below cutoff_len (512, 1024, ...,
+# at most SAMPLE_LADDER_STEPS lengths): the mixture over the open assumptions weighs them by the table's prior on
+# the longest sample (analyzers/memory/uncertainty.py `length_weights`); a doubling keeps the discretisation's
+# over-prediction of the activations under 2x while cutoff_len 32768 costs six re-runs of the memory model.
+SAMPLE_LADDER_STEPS = 7
+SAMPLE_LABEL = re.compile(r"^samples of (\d+) tokens$")
+# Assumptions that never open the verdict: values LLaMA-Factory or transformers fill in for sure (eval and train
+# batch, cutoff_len), and transformers < 4.49, weighed and shown but not plausible under the modelled release: the
+# run is modelled as LLaMA-Factory 0.9.5 runs it, and 0.9.5 requires transformers >= 4.55 (its wheel's metadata,
+# catalog/lf_keys.json "sources"); an older transformers means an older LLaMA-Factory. Every other assumption whose
+# alternatives change the verdict opens it, including those other modules add (the model's resolution).
+# ``liger-kernel`` (installable) bears on a remedy, not on the run as configured: it never opens the verdict.
+NOT_OPEN = frozenset({"eval-batch", "train-batch", "cutoff-len", "transformers-version", "liger-kernel"})
+OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-dtype", "launcher",
+                  "deepspeed-config", "attention-kernel", "image-pixels", "unsloth-version"})   # this module's
+# Alternatives no input names and LLaMA-Factory would not pick for the config (issue #21, trial 2: an FSDP launch
+# nobody named softened predicted OOMs to at-risk). UNNAMED ones are evaluated, shown and weighed in the p_oom and
+# interval mixture by the table's assumption weights (they widen it when the assumed value weighs < 1), but never
+# open the verdict (`weigh`, `fold`) nor decide it (`deciding_facts`):
+# `llamafactory-cli train` on several GPUs starts torchrun (LF main launcher.py L60-126); FSDP needs an accelerate
+# config or the YAML's `fsdp`, and when either is given the launch is read, not assumed (facts/kinds.py
+# `launcher_assumption`, which drops FSDP where LF refuses it for the model). SHOWN_ONLY ones are not plausible for
+# the config at all and stay out of the mixture too: a checkpoint sized from its name's ending (-AWQ as AWQ 4-bit:
+# quant.py `hinted_spec`) shows the unquantized base model (facts/quantassume.py `named_quant_assumption`), but an
+# upload named so is not stored unquantized.
+UNQUANTIZED = UNQUANTIZED_LABEL   # defined in quant.py, so facts/kinds.py (which this module imports) can name it
+# One process over every visible GPU (DATA_PARALLEL) is how LLaMA-Factory before 0.8.0 trained; the run is modelled
+# as 0.9.5 runs it (as for transformers < 4.49 above), so an older release is shown and weighed, never deciding;
+# `--launch` with a `python src/train.py` line estimates that launch itself (run/engines.py `_one_process_replicas`)
+UNNAMED: dict[str, frozenset[str]] = {"launcher": frozenset({ACCELERATE_FSDP, DATA_PARALLEL})}
+SHOWN_ONLY: dict[str, frozenset[str]] = {"weights-quantization": frozenset({UNQUANTIZED})}
+
+
+def not_deciding(name: str) -> frozenset[str]:
+    """The labels of assumption `name`'s alternatives that never open or decide the verdict (`UNNAMED`,
+    `SHOWN_ONLY`)."""
+    return UNNAMED.get(name, frozenset()) | SHOWN_ONLY.get(name, frozenset())
+
+
+# what only the memory estimate rests on: `lint` without a card lists none of them (the stack's and the model's
+# assumptions, which its key and model judgments rest on, it keeps; so is the launcher, which decides whether the
+# launch-dependent rules fire: facts/kinds.py)
+MEMORY_ONLY = frozenset({"sample-lengths", "gpus", "gpu-variant", "torch-version", "deepspeed-version",
+                         "deepspeed-config", "checkpoint-dtype", "attention-kernel", "world-size",
+                         "eval-batch", "train-batch", "cutoff-len", "host-ram", "images-per-sample", "image-pixels",
+                         "hccl-buffsize", "npu-runtime", "save-gathers-adapter-only", "liger-kernel",
+                         "unsloth-version"})
+
+Judge = Callable[[Any, Hardware | None, int | None], "tuple[float, str | None] | None"]
+
+
+def judge_run(counts: Any = None, enabled: bool = True) -> Judge:
+    """(run, hw, tokens) → (total GiB, verdict) by the memory model and the error model of the reported estimate.
+    `counts` (analyzers.memory.params.ParamCounts) is reused only for runs of the same architecture and trainable set.
+    Disabled (``lint`` without a card: no verdict to move), it returns None and the alternative stays unweighed."""
+
+    def judge(run: Any, hw: Hardware | None, tokens: int | None = None) -> tuple[float, str | None] | None:
+        if not enabled:
+            return None
+        from finetune_doctor.analyzers.memory import estimate, uncertainty
+        from finetune_doctor.facts.mem import shape_of
+
+        est = estimate(run, hw, counts=counts, tokens=tokens)
+        budget = budget_gib(hw)
+        a = uncertainty.assess(est.total, budget, est.method, shape_of(est), est.need)
+        return est.total, a.verdict
+
+    judge.enabled = enabled   # type: ignore[attr-defined]
+    return judge
+
+
+def weighs(judge: Judge) -> bool:
+    """Whether `judge` weighs alternatives (judge_run's `enabled`): re-resolving a run for nothing is skipped."""
+    return bool(getattr(judge, "enabled", True))
+
+
+def budget_gib(hw: Hardware | None) -> float | None:
+    if hw is None or not hw.capacity_gib:
+        return None
+    return hw.capacity_gib - (max(hw.in_use_gib) if hw.in_use_gib else 0.0)
+
+
+def weigh(name: str, value: Any, source: str, resolve_with: str, base_verdict: str | None,
+           alts: list[tuple[str, Callable[[], tuple[float, str | None]] | None]],
+           shown_only: Any = ()) -> Assumption:
+    """An Assumption whose alternatives are evaluated by the given thunks (None: not evaluable here); the labels in
+    `shown_only` are evaluated and shown but do not make it move the verdict (`not_deciding`)."""
+    gib: dict[str, float] = {}
+    verdicts: dict[str, str] = {}
+    for label, thunk in alts:
+        res = thunk() if thunk is not None else None
+        if res is None:
+            continue
+        total, verdict = res
+        gib[label] = total
+        if verdict is not None:
+            verdicts[label] = verdict
+    moves = base_verdict is not None and any(v != base_verdict for k, v in verdicts.items() if k not in shown_only)
+    return Assumption(name=name, value=value, source=source, alternatives=tuple(label for label, _ in alts),
+                      effect_gib=gib, effect_verdict=verdicts, resolve_with=resolve_with, moves_verdict=moves)
+
+
+@dataclass
+class Seen:
+    """What every group of assumptions reads: the assembly, its run and card, the judges and the re-resolver."""
+
+    asm: Any
+    opts: Any
+    tokens: int | None
+    base: str | None
+    judge: Judge
+    fresh: Judge
+
+    @property
+    def run(self) -> Any:
+        return self.asm.run
+
+    @property
+    def hw(self) -> Hardware | None:
+        return self.asm.hw
+
+    @property
+    def cfg(self) -> dict[str, Any]:
+        return self.asm.doc.values
+
+    def rerun(self, stack: dict[str, Any] | None = None, arch: Any = None, launch: Any = None,
+              hw: Hardware | None = None) -> Any:
+        """The run re-resolved by run.resolve_run with another stack, architecture, launch or GPUs."""
+        from finetune_doctor.run import resolve_run
+
+        a = self.asm
+        out = resolve_run(self.cfg, arch or self.run.arch, hw or self.hw, a.ds, nnodes=a.nnodes,
+                          stack={**a.stack, **(stack or {})}, stack_sources=a.stack_sources,
+                          launch=launch if launch is not None else a.launch)
+        # what the data showed (facts/config.py `text_only`) holds under every alternative
+        return out if self.run.media_inputs else out.with_(media_inputs=False)

@@ -1,0 +1,80 @@
+"""Signs that a config file is a cut-off paste, and the ``config-complete`` assumption they open.
+
+Users paste a YAML into an issue, or copy part of it out of one, and the paste stops mid-config (trial 11 cases
+08 and 09: LlamaFactory#8137 ends after its dataset section, #5320 after the first key of its train section). A
+rule whose only basis is an absent key (no `bf16`/`fp16`: fp32; `streaming` without `max_steps`: LF stops) then
+states as the run's behaviour what the doctor only infers from the keys the paste lost. This module decides, from
+the file's text and keys alone, whether the file shows one of these signs; the rules tagged ``absence`` word their
+finding as "this file does not set X" and are at most a warning when it does (engine/judge.py), and the report
+lists the assumption that the file is the whole config.
+
+The signs (each a fact of the text, never a guess about the run):
+
+- ``empty-last-key``: the last line is a bare key with no value and nothing under it (`lr_scheduler_type:`): YAML
+  reads it as null, which no one writes on purpose as a file's last line.
+- ``empty-section``: the last non-blank line is a section header comment (`### train`, LLaMA-Factory's example
+  layout) with nothing, not even a commented key, under it.
+- ``open-block``: the text ends without a newline on an indented line (a nested mapping or list cut mid-block).
+Absence of keys is not a sign: a training config that sets none of `learning_rate`, `num_train_epochs` and
+`max_steps` (a fourth sign tried in session 11) is how many real configs are written — the parity corpus holds 12
+LF rejections of such files ("Please specify dataset for training.") that the hedge turned into warnings, so a
+file that reads as whole is judged as whole.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_BARE_KEY = re.compile(r"^\s*(?:-\s+)?([A-Za-z_][\w.\-]*)\s*:\s*(?:#.*)?$")
+_HEADER = re.compile(r"^\s*#{2,}\s*\w")
+
+
+def signs(text: str, values: dict[str, Any] | None, kind: str | None) -> list[dict[str, str]]:
+    """The cut-paste signs of a config: a list of ``{"sign", "text"}`` (sign as in the module docstring, text a
+    clause for messages, e.g. "its `### train` section is its last line, with nothing under it"); empty for a file
+    that shows none. `text` is the file's text, `values` its keys after overrides (a key given on the command line
+    is set) and `kind` readers/config/lfkind.py's reading are kept for callers; the signs read the text only."""
+    out: list[dict[str, str]] = []
+    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
+    if not lines:
+        return out
+    last = lines[-1]
+    bare = _BARE_KEY.match(last)
+    if bare and not last.lstrip().startswith("#"):
+        out.append({"sign": "empty-last-key",
+                    "text": f"its last line, `{bare.group(1)}:`, is a key with no value"})
+    elif _HEADER.match(last):
+        out.append({"sign": "empty-section",
+                    "text": f"its last line is the section header `{last.strip()}` with nothing under it"})
+    if text and not text.endswith(("\n", "\r")) and last[:1] in (" ", "\t") and not last.lstrip().startswith("#"):
+        out.append({"sign": "open-block", "text": "it ends without a newline inside an indented block"})
+    return out
+
+
+def fact(doc: Any, kind: str | None) -> dict[str, Any] | None:
+    """``lint.config_cut``: None when the config (a `ConfigDoc`) shows no sign; else ``{"signs": [...], "text":
+    "<the clauses joined>"}``. A config given as command-line words (WebUI preview, .sh) is whole by construction:
+    None."""
+    path = str(getattr(doc, "path", "") or "")
+    text = str(getattr(doc, "text", "") or "")
+    if path == "<command line>" or text.lstrip().startswith(("llamafactory-cli", "CUDA_", "FORCE_TORCHRUN")):
+        return None
+    found = signs(text, getattr(doc, "values", None), kind)
+    if not found:
+        return None
+    return {"signs": [s["sign"] for s in found], "text": "; ".join(s["text"] for s in found)}
+
+
+def assumption(cut: dict[str, Any] | None) -> Any:
+    """The ``config-complete`` Assumption of a config with cut-paste signs (`fact`), or None: the doctor judges
+    the file as the whole config, and names what removes the doubt."""
+    if not cut:
+        return None
+    from finetune_doctor.types import Assumption
+
+    return Assumption(name="config-complete", value="the file is the whole config",
+                      source=f"the file may be cut off: {cut['text']}; findings that rest on a key it does not set "
+                             "say so and are at most warnings",
+                      alternatives=("part of a longer config (a paste that stops early)",),
+                      resolve_with="the whole YAML as it is launched, with the command line's key=value overrides")

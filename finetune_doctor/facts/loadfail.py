@@ -1,0 +1,86 @@
+"""A postmortem's load failure read against the model type's transformers requirement (trial 12, LlamaFactory#10235).
+
+When a run dies loading the model or its processor, and the model's ``model_type`` needs a newer transformers
+than the run had, the version is the cause to name first: the fact is the one ``lint`` states as
+``lint.model_type_unregistered`` (rules FD052/FD053), computed by facts/tfmodeltype.py `unregistered` from
+catalog/tf_model_types.json (the first transformers release registering each type, with its source). The load
+failures it explains, as the upstream code words them:
+
+- transformers models/auto/configuration_auto.py (``AutoConfig.from_pretrained``): "The checkpoint you are trying
+  to load has model type `X` but Transformers does not recognize this architecture", and in older releases the
+  bare ``KeyError: 'X'`` from ``CONFIG_MAPPING[config_dict["model_type"]]``;
+- transformers models/auto/auto_factory.py (``_BaseAutoModelClass.from_config/from_pretrained``): "Unrecognized
+  configuration class ... for this kind of AutoModel"; processing_auto.py / tokenization_auto.py: "Unrecognized
+  processing class", "Unrecognized model in";
+- LLaMA-Factory data/mm_plugin.py:178 at the snapshot (``_validate_input``): "Processor was not found, please
+  check and update your model file." — AutoProcessor of a transformers that does not know the model's processor
+  returns a tokenizer, which LF's loader drops (model/loader.py ``load_tokenizer``).
+
+Only the standard library and facts modules are imported: no torch.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from finetune_doctor.facts import tfmodeltype
+
+LOAD_FAILURE = re.compile(r"does not recognize this architecture|Unrecognized configuration class|"
+                          r"Unrecognized processing class|Unrecognized model in|Processor was not found")
+
+
+def _is_load_failure(crash: dict[str, Any], mtype: str | None) -> bool:
+    text = f"{crash.get('msg') or ''} {crash.get('text') or ''}"
+    if LOAD_FAILURE.search(text):
+        return True
+    # transformers before the "does not recognize" wording: CONFIG_MAPPING["X"] raised a bare KeyError
+    return bool(mtype) and crash.get("cls") == "KeyError" and f"'{mtype}'" in text
+
+
+def _model_type(facts: dict[str, Any]) -> str | None:
+    got = (facts.get("lint") or {}).get("model_type_unregistered")
+    if got:
+        return got["model_type"]
+    mtype = (facts.get("model") or {}).get("model_type")
+    if mtype and mtype in tfmodeltype.load():
+        return str(mtype)
+    name = ((facts.get("cfg") or {}).get("model_name_or_path")) or (facts.get("model") or {}).get("name")
+    return tfmodeltype.type_by_name(str(name)) if name else None
+
+
+def version_first(facts: dict[str, Any], versions: dict[str, tuple[str, str]]) -> None:
+    """Put the model type's transformers requirement first in ``ev.crash.cause`` when the crash is a load failure
+    (module docstring). `versions` are {package: (version, where)} from --transformers / --env, then the versions
+    the logs print (``ev.stack``). Stated and too old: the requirement is the cause, the earlier cause follows as
+    what else to check. Not stated: the requirement is named with "the inputs do not say which transformers ran".
+    Stated and new enough, no catalogued type, or no load failure: nothing changes."""
+    ev = facts.get("ev") or {}
+    crash = ev.get("crash")
+    if not crash:
+        return
+    mtype = _model_type(facts)
+    row = tfmodeltype.load().get(str(mtype)) if mtype else None
+    if row is None or not _is_load_failure(crash, mtype):
+        return
+    stack = {k: (v["version"], v["source"]) for k, v in (ev.get("stack") or {}).items()
+             if isinstance(v, dict) and v.get("version")}
+    stated = versions.get("transformers") or stack.get("transformers")
+    need = f"the model's type `{mtype}` needs transformers >= {row['since']} ({row['source']})"
+    if stated is not None:
+        got = tfmodeltype.unregistered(mtype, stated[0], True, stated[1])
+        if got is None:
+            return
+        lead = (f"{need}, and this run's transformers is {stated[0]} ({stated[1]}): a transformers that does not "
+                f"register `{mtype}` cannot build its config or processor, which is what fails here; install "
+                f"transformers>={row['since']} with a LLaMA-Factory whose range admits it (`doctor lint CONFIG "
+                f"--transformers {row['since']}` checks)")
+    else:
+        lead = (f"{need}; the inputs do not say which transformers ran (--transformers VERSION or --env FILE "
+                f"decides it): if it is older, that is the cause, as such a transformers cannot build the "
+                f"model's config or processor")
+    old = crash.get("cause")
+    text = lead + (f". If the version is not it: {old['text']}" if old and old.get("text") else "")
+    crash["cause"] = {"kind": "model-type-needs-transformers", "text": text,
+                      "was": old.get("kind") if old else None}
+    crash["cause_text"] = f" — {text}"
