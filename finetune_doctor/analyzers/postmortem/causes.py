@@ -301,8 +301,8 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
                  traced: bool = False, caused: bool | None = None) -> dict[str, Any] | None:
     """The process death that ended the run, or None. `traced`: the files hold a Python exception, a traceback
     or another failure (CUDA OOM or error, NCCL): DeepSpeed's "Killing subprocess" lines are then that
-    failure's consequence, never the cause. `caused` (default `traced`): the same without the launchers'
-    wrapper exceptions (ChildFailedError, CalledProcessError): a SIGABRT with nothing else is the child's abort."""
+    failure's consequence, never the cause. `caused` (default `traced`): the same without the launchers' wrapper
+    exceptions (ChildFailedError, CalledProcessError): a SIGABRT with nothing else is the child's abort."""
     # the root cause: torchrun's "first observed failure", else the kernel's own record, else the launcher's
     relevant = [k for k in kills if not (k.kind == "child-failed" or (k.exitcode in (-15, 143) and k.kind != "signal"))]
     if all(k.kind in LAUNCHER_ONLY for k in relevant) and traced:
@@ -384,20 +384,17 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     if k.kind in LAUNCHER_ONLY:
         who, how = _launcher_words(k, [x for x in relevant if x.kind == "launcher-kill"])
         host_oom = host_oom and not any(x.kind == "launcher-signalled" for x in relevant)
+    abort = k.signal == "SIGABRT" and not (traced if caused is None else caused)   # native-crash's abort words
     d = {"kind": k.kind, "signal": k.signal, "exitcode": None if k.kind == "shell-killed" else k.exitcode, "rank": k.rank, "local_rank": k.local_rank,
          "pid": k.pid, "host": k.host, "step": step, "host_oom": host_oom, "who": who, "how": how,
          "host_ram_text": hram, "offload": bool(run_off), "location": location_of(k.file, k.line),
          # a fault in compiled code (bash's "Segmentation fault", faulthandler, exit -11/139 ...): not the host
-         "native": k.signal in NATIVE_SIGNALS,
+         "native": k.signal in NATIVE_SIGNALS or abort,
          "text": k.text, "count": len(kills), "inferred": inferred and host_oom,
          "outside": k.kind in OUTSIDE_KINDS,
          "total": total, "next_text": nxt,
          # the pipeline sets it from the --launch line (pipeline/postmortem.py `_launched_under_nohup`)
-         "nohup": False,
-         "abort": k.signal == "SIGABRT" and not (traced if caused is None else caused),   # native-crash words
-         "ask": SUMMARY_ASK if summary and host_oom else ""}
-    if d["abort"]:
-        d["native"] = True
+         "nohup": False, "abort": abort, "ask": SUMMARY_ASK if summary and host_oom else ""}
     d["timeline_text"] = f"{who} {'crashed with' if d['native'] else 'killed by'} {how}"
     return d
 
