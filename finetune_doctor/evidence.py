@@ -527,6 +527,9 @@ class FileEvidence:
     total_steps: int | None = None
     # HF step-dict lines counted but not parsed (a counted read of many rank logs, readers/runlogs/logs.py)
     counted_dicts: int = 0
+    # package versions of an environment block pasted in a short file ({package: (version, 1-based line)},
+    # readers/config/stack.py pasted_versions): what --env would give, read from the report itself
+    env_versions: dict[str, Any] = field(default_factory=dict)
     # a short file that is the user's description of the failure, not a log (readers/runlogs/userwords.py
     # `read_words`: {symptom, words, phase, phase_words, step, after, text, line}); None for every log
     said: dict[str, Any] | None = None

@@ -340,7 +340,7 @@ def run(run_dir: str | None, logs: list[str], config: str | None, opts: Options,
         # the shared skeleton and hw builder: the hand-built hw dropped compute_capability, in_use_gib, nnodes, fp8
         facts = skeleton(hw=hw_facts.assemble(hw))
         sources, live = {}, {}
-    given = _given_versions(opts)
+    given = {**_pasted_versions(ev), **_given_versions(opts)}   # --env and the flags win over a pasted block
     tl = analyze(ev, facts, given)
     facts["ev"] = tl.facts
     version_first(facts, given)   # a load failure of a model type the run's transformers predates (trial 12)
@@ -364,6 +364,17 @@ def run(run_dir: str | None, logs: list[str], config: str | None, opts: Options,
         draw(tl, plot, title=_plot_title(facts, ev), inputs=[f.read.path for f in ev.files] + [cfg_path or ""])
         notes.append(f"plot written to {plot}")
     return _report(ev, tl, asm, hw, cfg_path, findings, notes)
+
+
+def _pasted_versions(ev: Any) -> dict[str, tuple[str, str]]:
+    """{package: (version, where)} of the environment blocks pasted in the files read (a report's
+    ``llamafactory-cli env``, ``pip list`` or collect_env block: readers/runlogs/logs.py, read by the lines
+    ``--env`` reads); the first file that gives a package wins, and ``--env`` and the version flags win over both."""
+    found: dict[str, tuple[str, str]] = {}
+    for f in ev.files:
+        for pkg, (version, line) in f.env_versions.items():
+            found.setdefault(pkg, (str(version), f"{f.read.path}:{line}"))
+    return found
 
 
 def _given_versions(opts: Options) -> dict[str, tuple[str, str]]:

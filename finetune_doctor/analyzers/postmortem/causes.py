@@ -267,6 +267,24 @@ KILL_PRIORITY = {"child-failed-root": 0, "kernel-oom": 1, "cgroup-oom": 1, "slur
                   # a scheduler's own record of why it ended the job outranks the SIGKILL that follows its SIGTERM
                   "slurm-cancel": 1, "trainer-signalled": 7, "interrupted": 7}
 LAUNCHER_ONLY = ("launcher-kill", "launcher-signalled")
+SUMMARY_KINDS = ("child-failed-root", "torchrun-exit", "launcher-exit", "exit-signal", "signal")
+"""A launcher's report of how its child ended (torchrun's failure summary and agent line, DeepSpeed's "exits with
+return code", CPython's CalledProcessError "died with <Signals.SIGKILL: 9>" under accelerate): the exit, not its
+sender."""
+SENDER_KINDS = ("kernel-oom", "cgroup-oom", "slurm-oom", "ray-oom", "cpu-alloc", "slurm-cancel", "shell-killed")
+"""Records that name who ended a process (the kernel, a cgroup, Slurm, Ray, bash's report of the signal)."""
+SUMMARY_ASK = (" The launcher's summary does not say who sent SIGKILL: `dmesg -T | grep -iE 'killed process|out of "
+               "memory'` on that node shows whether the kernel's OOM killer did (a scheduler's limit or a `kill -9` "
+               "are the other senders).")
+"""What tells a summary's SIGKILL apart: the kernel's log on that node (``ev.killed.ask``)."""
+
+
+def _summary_sigkill(k: KillRecord, relevant: list[KillRecord]) -> bool:
+    """True for a launcher's summary of a SIGKILL (torchrun's table or agent line, accelerate's CalledProcessError
+    "died with <Signals.SIGKILL: 9>", DeepSpeed's "return code = -9") with no record of who sent it: the OOM
+    killer is the usual sender, so host-oom-killed says "most likely" and asks for the kernel's log."""
+    return (k.kind in SUMMARY_KINDS and (k.signal == "SIGKILL" or k.exitcode in (-9, 137))
+            and not any(x.kind in SENDER_KINDS for x in relevant))
 OUTSIDE_KINDS = ("launcher-signalled", "elastic-signalled", "slurm-cancel", "trainer-signalled", "interrupted")
 """Records of a stop sent from outside the training code (a signal to the launcher, a scheduler's cancel, an
 interrupt): an exception the process raises after one (a DataLoader worker "killed by signal: Terminated", a
@@ -280,10 +298,11 @@ outside."""
 
 
 def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: dict[str, Any],
-                 traced: bool = False) -> dict[str, Any] | None:
+                 traced: bool = False, caused: bool | None = None) -> dict[str, Any] | None:
     """The process death that ended the run, or None. `traced`: the files hold a Python exception, a traceback
     or another failure (CUDA OOM or error, NCCL): DeepSpeed's "Killing subprocess" lines are then that
-    failure's consequence, never the cause."""
+    failure's consequence, never the cause. `caused` (default `traced`): the same without the launchers' wrapper
+    exceptions (ChildFailedError, CalledProcessError): a SIGABRT with nothing else is the child's abort."""
     # the root cause: torchrun's "first observed failure", else the kernel's own record, else the launcher's
     relevant = [k for k in kills if not (k.kind == "child-failed" or (k.exitcode in (-15, 143) and k.kind != "signal"))]
     if all(k.kind in LAUNCHER_ONLY for k in relevant) and traced:
@@ -292,7 +311,8 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
         return None
     k = min(relevant, key=lambda x: (KILL_PRIORITY.get(x.kind, 9), x.line))
     # DeepSpeed's launcher killing its children, a Ray worker gone without an exception: a SIGKILL no line names
-    inferred = k.kind in ("launcher-kill", "ray-worker-gone")
+    summary = _summary_sigkill(k, relevant)
+    inferred = k.kind in ("launcher-kill", "ray-worker-gone") or summary
     host_oom = (k.kind in ("kernel-oom", "cgroup-oom", "slurm-oom", "cpu-alloc", "ray-oom")
                 or k.signal == "SIGKILL" or k.exitcode in (-9, 137) or inferred)
     if not host_oom and k.exitcode not in (-6, 134):
@@ -364,16 +384,17 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     if k.kind in LAUNCHER_ONLY:
         who, how = _launcher_words(k, [x for x in relevant if x.kind == "launcher-kill"])
         host_oom = host_oom and not any(x.kind == "launcher-signalled" for x in relevant)
+    abort = k.signal == "SIGABRT" and not (traced if caused is None else caused)   # native-crash's abort words
     d = {"kind": k.kind, "signal": k.signal, "exitcode": None if k.kind == "shell-killed" else k.exitcode, "rank": k.rank, "local_rank": k.local_rank,
          "pid": k.pid, "host": k.host, "step": step, "host_oom": host_oom, "who": who, "how": how,
          "host_ram_text": hram, "offload": bool(run_off), "location": location_of(k.file, k.line),
          # a fault in compiled code (bash's "Segmentation fault", faulthandler, exit -11/139 ...): not the host
-         "native": k.signal in NATIVE_SIGNALS,
+         "native": k.signal in NATIVE_SIGNALS or abort,
          "text": k.text, "count": len(kills), "inferred": inferred and host_oom,
          "outside": k.kind in OUTSIDE_KINDS,
          "total": total, "next_text": nxt,
          # the pipeline sets it from the --launch line (pipeline/postmortem.py `_launched_under_nohup`)
-         "nohup": False}
+         "nohup": False, "abort": abort, "ask": SUMMARY_ASK if summary and host_oom else ""}
     d["timeline_text"] = f"{who} {'crashed with' if d['native'] else 'killed by'} {how}"
     return d
 
@@ -655,7 +676,10 @@ def _child_failed_only(ev: Evidence, explained: bool) -> dict[str, Any] | None:
     if agent:
         # no summary: the elastic agent's own "failed (exitcode: N) local_rank: R (pid: P) of binary: B" lines
         # (torch/distributed/elastic/multiprocessing/api.py:1003, torch 2.13 wheel) say the same of each child
-        kills = [k for f in ev.files for k in f.kills if k.kind == "torchrun-exit"]
+        kills = [k for f in ev.files for k in f.kills if k.kind == "torchrun-exit"] or [
+            # DeepSpeed's launcher: "[launch.py:N:sigkill_handler] [cmd ... '--local_rank=R' ...] exits with
+            # return code = 1" (deepspeed/launcher/launch.py sigkill_handler), its children's output above it
+            k for f in ev.files for k in f.kills if k.kind == "launcher-exit"]
         root = kills[0] if kills else None
     if root is None or root.exitcode is None or root.exitcode <= 0 or root.signal:
         return None
@@ -663,17 +687,24 @@ def _child_failed_only(ev: Evidence, explained: bool) -> dict[str, Any] | None:
     ranks = []
     for k in [root] + [k for k in kills if k is not root]:
         who = f"rank {k.rank}" if k.rank is not None else (
-            f"local rank {k.local_rank} (pid {k.pid})" if k.local_rank is not None else f"pid {k.pid}")
+            f"local rank {k.local_rank}" + (f" (pid {k.pid})" if k.pid is not None else "") if k.local_rank is not None
+            else f"pid {k.pid}" if k.pid is not None else "a child process")
         if who not in seen and k.exitcode is not None:
             seen[who] = k.exitcode
             ranks += [k.rank] if k.rank is not None else []
     names = ", ".join(f"{w} (exit code {c})" for w, c in list(seen.items())[:8]) + (", ..." if len(seen) > 8 else "")
     first = f"rank {root.rank}" if root.rank is not None else (
         f"local rank {root.local_rank}" if root.local_rank is not None else "the first failed process")
-    text = (f"a Python exception in a child process that torchelastic's "
-            f"{'agent log' if agent else 'failure summary'} reports without its traceback: {names}, {first} first")
+    deepspeed = root.kind == "launcher-exit"
+    text = (f"a Python exception in a child process that "
+            f"{'DeepSpeed' + chr(39) + 's launcher' if deepspeed else 'torchelastic' + chr(39) + 's'} "
+            f"{'' if deepspeed else 'agent log ' if agent else 'failure summary '}reports without its traceback: "
+            f"{names}, {first} first")
     ask = (f"the exception is only in {first}'s own stderr: give that output with --log (or decorate the entry "
-           "point with torch.distributed.elastic.multiprocessing.errors.record so the summary carries it)")
+           "point with torch.distributed.elastic.multiprocessing.errors.record so the summary carries it)"
+           if not deepspeed else
+           f"{first} printed its exception above this line in the same output (DeepSpeed's launcher does not "
+           "redirect its children): give the whole output with --log")
     return {"kind": "child-failed", "cls": None, "msg": None, "step": root.step, "explained": explained, "text": text,
             "ask": ask, "where_text": "at an unknown step" if root.step is None else f"during step {root.step}",
             "phase": None, "location": location_of(root.file, root.line), "disk_full": None,

@@ -168,6 +168,11 @@ def _child_alone(ev: Evidence, cls: str, msg: str) -> str | None:
     """torchrun's ChildFailedError with nothing of its summary (torch/distributed/elastic/multiprocessing/errors/
     __init__.py ``ChildFailedError.format_msg``: the "Root Cause" entry with rank, exitcode and pid): the text
     establishes that a training process failed and nothing of why."""
+    m = CALLED_STATUS.search(msg) if cls == "CalledProcessError" else None
+    if m:   # CPython's CalledProcessError.__str__ for a child that exited with a code (Lib/subprocess.py)
+        return (f"the launcher (accelerate launch, or a script starting the trainer) reports only that the process "
+                f"it started exited with code {m.group('code')}: that process's own exception was printed above "
+                "this traceback in the same output; give the whole output with --log")
     if cls != "ChildFailedError" or msg.strip() or any(k.kind.startswith("child-failed") for f in ev.files
                                                        for k in f.kills):
         return None
@@ -175,6 +180,8 @@ def _child_alone(ev: Evidence, cls: str, msg: str) -> str | None:
             "failure summary (which rank, which exit code) nor the process's own error, which it printed above "
             "that line: give the whole output of the run with --log")
 
+
+CALLED_STATUS = re.compile(r"returned non-zero exit status (?P<code>\d+)")
 
 FUNC_FRAME = re.compile(r"^[\w<>]+ \([^()]+\)$")
 

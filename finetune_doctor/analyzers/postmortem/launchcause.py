@@ -48,6 +48,23 @@ ADDR_IN_USE = re.compile(r"failed to listen on any local network address\. port:
 # reset by peer"): the other end went away
 GLOO_PEER = re.compile(r"gloo/transport/tcp/pair\.cc:\d+\] (?:Connection closed by peer|Connection reset by peer|"
                        r"Read error|Write error)(?: \[(?P<peer>[^\]]+)\])?")
+# c10d's TCPStore seen from a client rank. ProcessGroupNCCL's broadcastUniqueNCCLID: "[R] is setting up NCCL
+# communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key 'K', but store->get('K') got
+# error: E. This may indicate a possible application crash on rank 0 or a network set up issue."
+# (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp); E and the store's own errors are libtorch_cpu's format
+# strings (torch 2.13, TCPStore.cpp / socket.cpp): "Failed to recv, got 0 bytes. Connection was likely closed. Did
+# the remote server shutdown or crash?", "recvValue failed on {}: {}", "sendBytes failed on {}: {}", "wait timeout
+# after {}ms, keys: {}", "Socket Timeout", "The client socket has timed out after {} while trying to connect to
+# ({}, {}).", "TCP client failed to connect/validate to host {}:{} - timed out ..."; the errno texts ("Connection
+# reset by peer", "Broken pipe") from strerror
+STORE_GET = re.compile(r"\[(?P<rank>\d+)\] is setting up NCCL communicator and retrieving ncclUniqueId from \[0\]")
+STORE_GONE = re.compile(r"Connection reset by peer|Connection closed by peer|Broken pipe|Failed to recv, got 0 bytes|"
+                        r"Failed to send, sent 0 bytes|recvValue failed on|sendBytes failed on")
+STORE_TIMEOUT = re.compile(r"Socket Timeout|wait timeout after (?P<ms>\d+) ?ms")
+STORE_CONNECT = re.compile(r"client socket has timed out after (?P<t>\S+) while trying to connect to \((?P<host>[^,()]+), "
+                           r"(?P<port>\d+)\)|client socket has failed to connect to|TCP client failed to "
+                           r"connect/validate to host (?P<h2>[^:\s]+):(?P<p2>\d+)")
+_STORE_CLS = ("DistStoreError", "DistNetworkError", "DistBackendError")
 # ATen's MapAllocator (aten/src/ATen/MapAllocator.cpp; the strings in torch 2.13's libtorch_cpu): "unable to write to
 # file <NAME>: ERR (N)", "unable to mmap N bytes from file <NAME>: ERR (N)", "unable to open shared memory object
 # <NAME> in read-write mode: ERR (N)", "unable to allocate shared memory(shm) for file <NAME>"; NAME "/torch_PID_..."
@@ -79,6 +96,9 @@ def launch_cause(cls: str, msg: str) -> str | None:
         peer = f" ({m.group('peer')})" if m.group("peer") else ""
         return (f"the other end of a gloo connection{peer} went away: a consequence, not the cause; the process on "
                 "that peer died or the link dropped, and the first failure is in that peer's own log")
+    said = store_cause(cls, msg)
+    if said:
+        return said
     m = SHM_MAP.search(msg)
     if m:
         err = m.group("err") or ""
@@ -126,6 +146,42 @@ def launch_cause(cls: str, msg: str) -> str | None:
                 f"its weights and profiling run:{need} raise gpu_memory_utilization (LLaMA-Factory vllm_gpu_util, TRL "
                 "vllm_gpu_memory_utilization, verl/OpenRLHF rollout gpu_memory_utilization), lower max_model_len "
                 "(LLaMA-Factory vllm_maxlen), or free the card: in colocated RL the training process holds part of it")
+    return None
+
+
+def store_cause(cls: str, msg: str) -> str | None:
+    """What a c10d store error on a client rank establishes (`STORE_GET`, `STORE_GONE`, `STORE_TIMEOUT`,
+    `STORE_CONNECT`), in words, or None. The store's server runs in rank 0's process (torchrun's agent on the
+    first node holds it instead where TORCHELASTIC_USE_AGENT_STORE is set, libtorch_cpu's "The server socket on {}
+    has failed to bind. TORCHELASTIC_USE_AGENT_STORE is enabled"), so a connection to it that was reset or closed
+    means rank 0 (or that node) had gone: the error is a consequence and rank 0's output holds the cause
+    (ranks.py CONSEQUENCE_EXC/WORDS rank another rank's exception above it)."""
+    get = STORE_GET.search(msg)
+    if not (get or cls in _STORE_CLS or "TCPStore" in msg or "c10d" in msg):
+        return None   # "Connection reset by peer" alone may be a download or any socket
+    who = f"rank {get.group('rank')}" if get else "this rank"
+    what = " while it fetched NCCL's unique id from rank 0" if get else ""
+    m = STORE_CONNECT.search(msg)
+    if m:
+        at = (f" at {m.group('host') or m.group('h2')}:{m.group('port') or m.group('p2')}"
+              if m.group("host") or m.group("h2") else "")
+        return (f"{who} never reached the c10d store{at} (the rendezvous store on the master node): the master "
+                "was not started or had already exited, MASTER_ADDR/MASTER_PORT differ between the nodes, or a "
+                "firewall or the wrong network interface is between them; start the master node with the same "
+                "address and port on every node, and read the master's own log")
+    if STORE_GONE.search(msg):
+        return (f"the c10d store lives in rank 0's process (or torchrun's agent on the first node), and {who}'s "
+                f"connection to it was reset or closed{what}: rank 0 had already exited, so this error is a "
+                "consequence, not the cause; rank 0's own output (an exception, a CUDA OOM, a kill) holds the "
+                "cause: give it with --log")
+    m = STORE_TIMEOUT.search(msg)
+    if m:
+        after = f" after {int(m.group('ms')) // 1000} s" if m.group("ms") else ""
+        return (f"{who} waited on the c10d store{what} and the wait timed out{after}: rank 0 had not got there "
+                "(still loading the model, or preparing the dataset on the main process while the other ranks "
+                "wait), had died without closing its socket, or cannot be reached from this node; rank 0's log "
+                "says which, and a preparation that is only slow needs a longer timeout (ddp_timeout, or "
+                "init_process_group's timeout)")
     return None
 
 

@@ -46,7 +46,7 @@ FAR_BEHIND = 10
 """Collectives a rank's counter must trail by for it to be named behind even between two ranks (a counter that
 far back left the sequence long before the timeout; one or two apart is the normal skew of in-flight work)."""
 CONSEQUENCE_EXC = ("DistBackendError", "DistError", "ChildFailedError", "DistNetworkError", "SignalException",
-                   "CalledProcessError")
+                   "CalledProcessError", "DistStoreError")
 """Exception classes that a rank raises because another one failed (torch.distributed's watchdog and store,
 torchelastic's agent): consequences, not causes (torch/distributed/elastic/multiprocessing/errors/__init__.py);
 and a launcher's report that its child exited non-zero (accelerate/commands/launch.py ``simple_launcher``:
@@ -54,7 +54,9 @@ and a launcher's report that its child exited non-zero (accelerate/commands/laun
 exception printed above it."""
 CONSEQUENCE_WORDS = ("NCCL", "Watchdog", "watchdog", "timed out", "Timeout", "Connection reset", "TCPStore",
                      "Connection closed by peer",   # gloo pair.cc: the peer went away (launchcause.py GLOO_PEER)
-                     "recvValue", "Broken pipe", "ProcessGroup")
+                     "recvValue", "Broken pipe", "ProcessGroup",
+                     # c10d's store seen from a client (launchcause.py STORE_*): rank 0, its server, had gone
+                     "store->get", "Socket Timeout", "Failed to recv, got 0 bytes")
 _PHASE_WORDS = (("save", ("_save_checkpoint", "save_model", "save_checkpoint", "Saving model checkpoint")),
                 ("evaluation", ("evaluation_loop", "evaluate", "prediction_step", "Running Evaluation")),
                 ("optimizer", ("optimizer.step", "_optimizer_step", "step (adamw", "clip_grad")),

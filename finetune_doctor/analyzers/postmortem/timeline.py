@@ -267,7 +267,12 @@ def _kills(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str
         a = out["host_alloc"]
         events.at(a["step"], "host_alloc", a["timeline_text"], a["location"])
     kills = [k for k in kills if k.kind != "cpu-alloc"]
-    out["killed"] = causes.killed_facts(kills, cx, mems, out, traced) if kills else None
+    # the same without the launchers' wrapper exceptions, which only report the child's end (said.py _WRAPPER_EXC)
+    caused = traced and (any(out.get(x) for x in ("oom", "cuda_error", "nccl", "nccl_error")) or any(
+        f.aborts for f in ev.files) or any(n.kind == "exception" and not any(
+            w in str((n.value or {}).get("cls") or "") for w in ("ChildFailedError", "CalledProcessError"))
+        for f in ev.files for n in f.notices))
+    out["killed"] = causes.killed_facts(kills, cx, mems, out, traced, caused) if kills else None
     if out["killed"]:
         k = out["killed"]
         k["phase_text"] = causes.after_loop(ev, (k["location"] or {}).get("file"), (k["location"] or {}).get("line"))

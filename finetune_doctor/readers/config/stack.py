@@ -67,6 +67,56 @@ class EnvReport:
     gpu_memory_gib: float | None = None
 
 
+# `python -m torch.utils.collect_env` (torch/utils/collect_env.py, ``env_info_fmt``): "PyTorch version: 2.1.0+cu121"
+# without a bullet, and the libraries as "[pip3] torch==2.1.0" / "[conda] torch 2.1.0 py3.10_cuda12.1 pytorch"
+_COLLECT_LABEL = re.compile(r"^\s*(PyTorch version)\s*:\s*(.+?)\s*$")
+_COLLECT_PKG = re.compile(r"^\s*\[(?:pip3?|conda)\]\s+")
+
+
+def _scan(text: str) -> tuple[dict[str, str], dict[str, str], dict[str, str], dict[str, int]]:
+    """(versions, environment variables, print_env's GPU lines, the 1-based line of each version) of an
+    environment report's text (module docstring), nothing validated: `read_env_file` validates;
+    `pasted_versions` reads the same lines out of a paste."""
+    versions: dict[str, str] = {}
+    env: dict[str, str] = {}
+    gpu: dict[str, str] = {}
+    where: dict[str, int] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        m = _ITEM.match(line) or _COLLECT_LABEL.match(line)
+        if m:
+            label, value = m.group(1).strip().lower(), m.group(2).strip()
+            pkg = _LABELS.get(label)
+            if pkg and (v := _VERSION.match(value)):
+                versions[pkg], where[pkg] = v.group(0), n
+            elif label in ("gpu type", "gpu number", "gpu memory"):
+                gpu[label] = value
+            continue
+        m = _ASSIGN.match(line)
+        if m:
+            env[m.group(1)] = m.group(3)
+            continue
+        line = _COLLECT_PKG.sub("", line)
+        m = _FREEZE.match(line) or _PIPLIST.match(line) or _CONDA.match(line)
+        if m and _norm(m.group(1)) in PACKAGES:
+            versions[_norm(m.group(1))], where[_norm(m.group(1))] = m.group(2), n
+    return versions, env, gpu, where
+
+
+# `conda list` rows: name, version, build string and channel ("torch  2.1.0  py3.10_cuda12.1_cudnn8.9.2_0  pytorch")
+_CONDA = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s+([0-9][0-9A-Za-z.+\-]*)\s+\S+(?:\s+\S+)?\s*$")
+
+
+def pasted_versions(text: str) -> dict[str, tuple[str, int]]:
+    """{package: (version, 1-based line)} of the environment-report lines inside `text` (a paste that is not an
+    --env file: a bug report's `llamafactory-cli env` block, `pip list`, collect_env), read by the same lines as
+    ``--env`` (`_scan`); a version the bounded parser refuses is left out rather than refused (a paste is not an
+    input the user named)."""
+    from finetune_doctor.numbers import parse_version
+
+    versions, _, _, where = _scan(text)
+    return {k: (v, where[k]) for k, v in versions.items() if parse_version(v) is not None}
+
+
 def looks_like_env_report(path: str) -> bool:
     """Whether the file at `path` is the output of ``llamafactory-cli env`` (its ``- `llamafactory` version: ...``
     line and at least one more of its ``- Label: value`` lines) rather than a config: a paste given where the
@@ -87,27 +137,7 @@ def read_env_file(path: str) -> EnvReport:
     from finetune_doctor.numbers import bounded_int, parse_version
 
     text = read_text(path, "environment report")
-    versions: dict[str, str] = {}
-    env: dict[str, str] = {}
-    gpu: dict[str, str] = {}
-    where: dict[str, int] = {}
-    for n, line in enumerate(text.splitlines(), 1):
-        m = _ITEM.match(line)
-        if m:
-            label, value = m.group(1).strip().lower(), m.group(2).strip()
-            pkg = _LABELS.get(label)
-            if pkg and (v := _VERSION.match(value)):
-                versions[pkg], where[pkg] = v.group(0), n
-            elif label in ("gpu type", "gpu number", "gpu memory"):
-                gpu[label] = value
-            continue
-        m = _ASSIGN.match(line)
-        if m:
-            env[m.group(1)] = m.group(3)
-            continue
-        m = _FREEZE.match(line) or _PIPLIST.match(line)
-        if m and _norm(m.group(1)) in PACKAGES:
-            versions[_norm(m.group(1))], where[_norm(m.group(1))] = m.group(2), n
+    versions, env, gpu, where = _scan(text)
     for pkg, v in versions.items():
         # every version the run is judged by goes through the one bounded parser: a 5,000-digit version stopped
         # the model reader with Python's int-conversion limit (issue 27)

@@ -399,8 +399,11 @@ class FailureLines:
         m = pat.LAUNCHER_EXIT.search(text)
         if m:
             code = int(m.group("rc"))
+            # the child's command line, which DeepSpeed's launcher prints, gives its local rank
+            lr = pat.LAUNCHER_LOCAL_RANK.search(text)
             self.keep.add("kills", KillRecord(self.path, line, st, "launcher-exit", exitcode=code,
-                                              signal=signame(code), text=text.strip()[:300]))
+                                              signal=signame(code), local_rank=int(lr.group(1)) if lr else None,
+                                              text=text.strip()[:300]))
             return
         m = pat.LAUNCHER_EXIT_QUOTED.search(text) if "sigkill_handler" not in text else None
         if m:

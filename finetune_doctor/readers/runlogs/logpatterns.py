@@ -360,6 +360,8 @@ SLURM_OOM = re.compile(r"Detected (?P<n>\d+) oom[-_]kill event|task \d+: Out Of 
 TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<lr>\d+) \(pid: (?P<pid>\d+)\)")
 SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\) received by PID (?P<pid>\d+)")
 LAUNCHER_EXIT = re.compile(r"\[launch\.py:\d+:sigkill_handler\] .*exits with return code = (?P<rc>-?\d+)")
+# the child's command that line prints (deepspeed/launcher/launch.py builds it with "--local_rank={local_rank}")
+LAUNCHER_LOCAL_RANK = re.compile(r"'--local[_-]rank=(\d+)'")
 # ... the same words without the launcher's log prefix, as a user quotes them in a sentence ("... training glm4
 # ended with exits with return code = -9."): only a negative code (a signal) is read, since a bare positive code in
 # prose is no evidence of how the child died

@@ -53,7 +53,8 @@ from typing import Any, Iterator
 
 from finetune_doctor.errors import InputError
 from finetune_doctor.evidence import FileEvidence, FileRead, Notice
-from finetune_doctor.readers.runlogs import loggrep, userwords
+from finetune_doctor.readers.config import stack
+from finetune_doctor.readers.runlogs import loggrep, pasteblocks, userwords
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.logcontext import LOOKAHEAD, LOOKBACK, LineContext
 from finetune_doctor.readers.runlogs.logparse import TextLogParser
@@ -205,7 +206,7 @@ def read_text_log(path: str, count_dicts: bool = False) -> FileEvidence:
         fe = replace(fe, counted_dicts=hits.dicts)
     if size <= len(sample) and plain:
         fe = _exception_alone(fe, sample)
-        if size <= userwords.MAX_BYTES:   # decided by size first: no log of any length reaches the prose test
+        if size <= userwords.MAX_PASTE_BYTES:   # decided by size first: no long log reaches the prose test
             fe = _user_words(fe, sample)
     return fe
 
@@ -215,7 +216,11 @@ def _user_words(fe: FileEvidence, data: bytes) -> FileEvidence:
     symptom and phase in `FileEvidence.said`. Kept beside whatever the line scan found in it: whether the words
     count is decided once every file's evidence is known (analyzers/postmortem/said.py: only where no log line
     gave a diagnosis)."""
-    said = userwords.read_words(data.decode("utf-8", "replace"))
+    text = data.decode("utf-8", "replace")
+    env = stack.pasted_versions(pasteblocks.blank_blocks(text)[1])
+    if env:   # an environment block pasted with the report: its versions, read as --env reads them
+        fe = replace(fe, env_versions=env)
+    said = userwords.read_words(text)
     if said is None:
         return fe
     return replace(fe, said={**said, "file": fe.read.path})

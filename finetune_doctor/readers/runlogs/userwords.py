@@ -6,8 +6,10 @@ a log's line shapes (no traceback frame, no logger prefix, no progress bar, no m
 logpatterns.py find nothing in it. `read_words` reads it as a *report*: which symptom the user names and in which
 phase, with the words that said so. It never states a figure the words do not hold.
 
-Only small files are read this way (`MAX_BYTES`, checked by the caller before anything else: a 50 MB log never
-reaches this module), and only when the line scan found no evidence at all (readers/runlogs/logs.py).
+Only small files are read this way (`MAX_PASTE_BYTES`, checked by the caller before anything else: a 50 MB log never
+reaches this module), and only when the line scan found no evidence at all (readers/runlogs/logs.py). The blocks of
+a report that are neither words nor log (an environment dump, a config, a data sample: readers/runlogs/
+pasteblocks.py) are blanked first; what is left must be short (`MAX_BYTES`, `MAX_LINES`).
 
 The symptom and phase words (English and Chinese, with their upstream sources) are in userwords_vocab.py.
 """
@@ -17,10 +19,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from finetune_doctor.readers.runlogs import pasteblocks
 from finetune_doctor.readers.runlogs import userwords_vocab as vocab
 
 MAX_BYTES = 4096
-"""Larger files are logs (a title or a paragraph is far below 4 KiB); the caller checks the size first."""
+"""Words longer than this are a log (a title or a paragraph is far below 4 KiB), counted once the environment,
+config and data blocks are blanked."""
+MAX_PASTE_BYTES = 65536
+"""The largest file the caller hands to `read_words` (the first read of readers/runlogs/logs.py, so the file is
+whole in it): a title above a `pip list` or `conda list` (a few hundred rows) stays below it; a 50 MB log never
+reaches the block test."""
 MAX_LINES = 12
 """A chosen bound, not a measured one: a title plus a short paragraph fits; a paste of the last lines of a log rarely
 stays under it and is read by the line patterns instead."""
@@ -65,8 +73,10 @@ def read_words(text: str) -> dict[str, Any] | None:
     characters, one line); `metric` for nan: grad_norm when the words call the gradient norm non-finite,
     else loss (None for the other symptoms); `line` the 1-based line the symptom words are on; `default_timeout` whether the words
     give a failure after 30 minutes, the default collective timeout; `inferred` True when no symptom word was there and
-    that duration alone made it a `timeout`.
+    that duration alone made it a `timeout`. Environment, config and data blocks (pasteblocks.py) are blanked
+    before anything is read, so their words never name a symptom and a title above them counts.
     """
+    text = pasteblocks.blank_blocks(text)[0]
     if not looks_like_prose(text):
         return None
     found = vocab.first_symptom(text)
