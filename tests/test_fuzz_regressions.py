@@ -107,7 +107,7 @@ def test_trainer_state_logging_steps_1e400_is_no_count(tmp_path):
     assert out.problem is None and out.code in (0, 1), out
 
 
-def test_model_config_name_too_long_names_the_path(tmp_path):
+def test_model_config_name_too_long_names_the_flag_and_reason(tmp_path):
     cfg = tmp_path / "train.yaml"
     cfg.write_text(BASE)
     long = "y" * 300
