@@ -51,7 +51,13 @@ the table on rounds 1-4 (benchmarks/results/calibrate.md, memory_accuracy.md at 
 **Round 6 (session 10).** ``calibration_rows_round6*.yaml`` (57 runs with an outcome; 24 + 36 measurements in two
 files, part b collected after part a by another engineer who used none of part a's sources), collected blind; scored
 once at the end of session 10 in the run that refit the table on rounds 1-5 (benchmarks/results/calibrate.md,
-memory_accuracy.md, commit d94b349), then rewritten to dev. No held-out round exists until a round 7 is collected.
+memory_accuracy.md, commit d94b349), then rewritten to dev.
+
+**Round 7 (session 10, scored in session 11).** ``calibration_rows_round7*.yaml`` (10 runs with an outcome, 31
+measurements), collected blind in session 10 and kept on unmerged branches while session 11's fixes landed; scored
+once in the run that refit the table on rounds 1-6 (benchmarks/results/calibrate.md, memory_accuracy.md, commit
+f939d2f), then rewritten to dev. Round 8 (``calibration_rows_round8*.yaml``) was collected blind in session 11 and
+waits, unmerged, for the next session's one scoring run.
 
 **The split of round 1** was by source: every row of one page or thread lands in the same half. Within each source type the
 sources are ordered by the SHA-256 of their address and dealt, in that order, to whichever half holds fewer rows of
@@ -69,7 +75,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROWS = HERE / "data" / "calibration_rows.yaml"
-HELD_OUT_ROUND = 7   # the newest round: all test, never tuned on (rounds 5 and 6 were scored once, at d9fd8c3 and d94b349: dev since)
+HELD_OUT_ROUND = 8   # the newest round: all test, never tuned on (rounds 5-7 were scored once, at d9fd8c3, d94b349 and f939d2f: dev since)
 GIB = float(1 << 30)
 # GB-class sizes of cards as sold → the capacity torch reports is taken from the GPU catalogue instead
 UNIT_BYTES = {"GB": 1e9, "GiB": GIB}
