@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from finetune_doctor.engine.expr import NULL, Evaluator, ExprError, Template, unwrap
+from finetune_doctor.engine.expr import NULL, Evaluator, ExprError, Guard, Template, unwrap
 from finetune_doctor.engine.loader import Message, Rule
 from finetune_doctor.errors import InputError
 from finetune_doctor.types import Edit, Finding, Fix, Location, SourceDoc
@@ -87,6 +87,8 @@ def evaluate(rules: tuple[Rule, ...], ctx: RuleContext) -> list[Finding]:
     for rule in rules:
         if rule.name == RULE_FAILED or (rule.requires and any(facts.get(ns) is None for ns in rule.requires)):
             continue
+        if rule.for_each is None and rule.when is not None and _ruled_out(rule.when.guards, facts):
+            continue
         try:
             out.extend(_run_rule(rule, ctx, base))
         except InputError:
@@ -103,6 +105,52 @@ def evaluate(rules: tuple[Rule, ...], ctx: RuleContext) -> list[Finding]:
     for f in out:
         dedup.setdefault((f.code, f.location.file, f.location.line, f.location.key, f.message), f)
     return sorted(dedup.values(), key=Finding.sort_key)
+
+
+_MISSING = object()
+
+
+def _ruled_out(guards: tuple[Guard, ...], facts: Mapping[str, Any]) -> bool:
+    """Whether one of a condition's leading guards (expr.py `leading_guards`) is false on the raw facts, read the
+    way the evaluator reads them (a missing key or an attribute of None is None); the rule then cannot fire and its
+    condition is not evaluated: the same findings, without ~10 us of evaluation each for most rules of most files
+    (issue #22). A guard whose path meets a value that is neither a dict nor None (the evaluation would raise or
+    see a non-dict mapping), or whose value is not a plain type, decides nothing: the condition is evaluated."""
+    for test, path, const in guards:
+        v = facts.get(path[0], _MISSING)
+        if v is _MISSING:
+            return False   # a function or a namespace this command does not assemble
+        for name in path[1:]:
+            if v is None:
+                break
+            if type(v) is not dict:
+                return False
+            v = v.get(name)
+        if test == "not-none":
+            if v is None:
+                return True
+            continue
+        t = type(v)
+        if v is None:
+            if test == "in" and None in const:
+                continue
+            if test == "eq" and const is None:
+                continue
+            return True
+        if test == "truthy":
+            if t not in _TRUTHY_TYPES:
+                return False
+            if not v:
+                return True
+        elif t not in _PLAIN_TYPES:
+            return False
+        elif (test == "eq" and not v == const) or (test == "in" and v not in const):
+            return True
+    return False
+
+
+_PLAIN_TYPES = frozenset({str, int, float, bool})
+_TRUTHY_TYPES = _PLAIN_TYPES | {dict, list, tuple}
 
 
 def _run_rule(rule: Rule, ctx: RuleContext, base: Evaluator) -> list[Finding]:

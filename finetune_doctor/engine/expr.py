@@ -353,12 +353,13 @@ class Expr:
     expression of a pack it has not validated before.
     """
 
-    __slots__ = ("source", "_node", "_code")
+    __slots__ = ("source", "_node", "_code", "_guards")
 
     def __init__(self, source: str):
         self.source = source.strip()
         self._node: ast.AST | None = None
         self._code: Any = None
+        self._guards: tuple[Guard, ...] | None = None
 
     @property
     def node(self) -> ast.AST:
@@ -383,6 +384,18 @@ class Expr:
             self._code = code
         return self._code
 
+    @property
+    def guards(self) -> tuple["Guard", ...]:
+        """The tests a rule's `engine/evaluate.py` may apply to the raw facts before evaluating this expression as
+        a condition (`leading_guards`), kept with the code objects between processes."""
+        if self._guards is None:
+            key = _GUARD_KEY + self.source
+            got = _cached_code(key)
+            if got is None:
+                got = _CODE_NEW[key] = leading_guards(self.source)
+            self._guards = got
+        return self._guards
+
     def __eq__(self, other: Any) -> bool:
         return isinstance(other, Expr) and other.source == self.source
 
@@ -391,6 +404,63 @@ class Expr:
 
     def __repr__(self) -> str:
         return f"Expr({self.source!r})"
+
+
+Guard = tuple[str, tuple[str, ...], Any]
+"""(test, fact path, constant): ``("truthy", ("cfg", "galore_target"), None)`` for a conjunct ``cfg.galore_target``;
+"not-none" for ``PATH is not None``, "eq" for ``PATH == CONSTANT``, "in" for ``PATH in (CONSTANT, ...)``."""
+_GUARD_KEY = "\x00guards "   # the guards' key in the code cache: no expression source starts with NUL
+
+
+def leading_guards(source: str) -> tuple[Guard, ...]:
+    """The conjuncts at the start of a condition ``A and B and ...`` that test one fact path (names joined by dots,
+    no call, no subscript) against constants, in order, up to the first conjunct that does anything else; () for
+    a source that does not parse (evaluating it reports the error, as before). When one of them is false on the
+    facts the whole condition is false (``and`` stops at the first false operand), and the conjuncts before it,
+    being guards too, cannot raise: so a rule can be ruled out from the facts' dicts without evaluating its
+    condition (ruff's and sqlfluff's "does the rule apply to this file" prefilter; issue #22: of ~76 rules
+    evaluated per file in a lint of LLaMA-Factory's examples, most test a key the file does not set)."""
+    try:
+        body = ast.parse(source, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ()
+    conjuncts = body.values if isinstance(body, ast.BoolOp) and isinstance(body.op, ast.And) else [body]
+    out: list[Guard] = []
+    for c in conjuncts:
+        g = _guard(c)
+        if g is None:
+            break
+        out.append(g)
+    return tuple(out)
+
+
+def _path(node: ast.AST) -> tuple[str, ...] | None:
+    names: list[str] = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or not names or any(n.startswith("_") for n in (node.id, *names)):
+        return None   # a name the whitelist refuses: evaluating it reports that
+    return (node.id, *reversed(names))
+
+
+def _guard(node: ast.AST) -> Guard | None:
+    path = _path(node)
+    if path is not None:
+        return ("truthy", path, None)
+    if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
+        return None
+    path, op, right = _path(node.left), node.ops[0], node.comparators[0]
+    if path is None:
+        return None
+    if isinstance(op, ast.IsNot) and isinstance(right, ast.Constant) and right.value is None:
+        return ("not-none", path, None)
+    if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) and type(right.value) in _PLAIN:
+        return ("eq", path, right.value)
+    if isinstance(op, ast.In) and isinstance(right, (ast.Tuple, ast.List)) and right.elts and all(
+            isinstance(e, ast.Constant) and (e.value is None or type(e.value) in _PLAIN) for e in right.elts):
+        return ("in", path, tuple(e.value for e in right.elts))
+    return None
 
 
 @lru_cache(maxsize=1)
@@ -494,7 +564,8 @@ def _cached_code(source: str) -> Any:
             except (OSError, ValueError, EOFError, TypeError):
                 data = None
             if isinstance(data, dict):
-                _CODE_CACHE = {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, CodeType)}
+                _CODE_CACHE = {k: v for k, v in data.items() if isinstance(k, str) and (
+                    isinstance(v, tuple) if k.startswith(_GUARD_KEY) else isinstance(v, CodeType))}
     return _CODE_CACHE.get(source)
 
 
