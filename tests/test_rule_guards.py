@@ -9,7 +9,7 @@ import pytest
 
 from finetune_doctor.engine import evaluate
 from finetune_doctor.engine.evaluate import _ruled_out
-from finetune_doctor.engine.expr import Evaluator, ExprError, leading_guards
+from finetune_doctor.engine.expr import Evaluator, ExprError, each_guards, leading_guards
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "fixtures" / "llamafactory" / "examples"
@@ -51,6 +51,25 @@ def test_a_guard_rules_out_only_what_the_evaluator_finds_false(source):
                     decided += 1
                     assert truth is False, (source, facts)
     assert decided > 0   # the prefilter does decide some of these
+
+
+def test_a_for_each_over_one_path_is_a_guard():
+    assert each_guards("lint.keys") == (("each", ("lint", "keys"), None),)
+    assert each_guards("[k for k in lint.keys if k.kind == 'unknown']") == (("each", ("lint", "keys"), None),)
+    assert each_guards("[k for k in lint.keys for j in k.xs]") == ()     # two loops
+    assert each_guards("[k for k in sorted(lint.keys)]") == () and each_guards("lint.keys + ds.keys") == ()
+
+
+@pytest.mark.parametrize("source", ["cfg.a", "[k for k in cfg.a if k.kind == 'x']", "[k.b for k in cfg.a]"])
+def test_an_each_guard_rules_out_only_an_empty_iteration(source):
+    guards = each_guards(source)
+    decided = 0
+    for a in (None, [], (), [{"kind": "x", "b": 1}], [{"kind": "y"}], {}, "", 0, "ab", {"kind": "x"}):
+        facts = {"cfg": {"a": a}}
+        if _ruled_out(guards, facts):
+            decided += 1
+            assert list(Evaluator(facts).eval(source) or []) == [], (source, a)
+    assert decided == 3   # None, [] and () only
 
 
 def test_a_namespace_not_in_the_facts_decides_nothing():

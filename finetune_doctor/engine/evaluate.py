@@ -87,7 +87,10 @@ def evaluate(rules: tuple[Rule, ...], ctx: RuleContext) -> list[Finding]:
     for rule in rules:
         if rule.name == RULE_FAILED or (rule.requires and any(facts.get(ns) is None for ns in rule.requires)):
             continue
-        if rule.for_each is None and rule.when is not None and _ruled_out(rule.when.guards, facts):
+        if rule.for_each is None:
+            if rule.when is not None and _ruled_out(rule.when.guards, facts):
+                continue
+        elif _ruled_out(rule.for_each.each_guards, facts):
             continue
         try:
             out.extend(_run_rule(rule, ctx, base))
@@ -130,6 +133,8 @@ def _ruled_out(guards: tuple[Guard, ...], facts: Mapping[str, Any]) -> bool:
             if v is None:
                 return True
             continue
+        if test == "each":   # nothing to iterate: no item to judge
+            return v is None or (type(v) in (list, tuple) and not v)
         t = type(v)
         if v is None:
             if test == "in" and None in const:

@@ -370,6 +370,10 @@ class Expr:
                 raise ExprError(f"invalid expression {self.source!r}: {err.msg}") from None
             _check_allowed(tree, self.source)
             self._node = tree.body
+            # the guards of both uses from this tree, so that no expression is parsed a second time for them
+            # (kept in memory; only the guards a rule asks for are written to the cache: `_guards_of`)
+            for prefix, make in ((_GUARD_KEY, _leading), (_EACH_KEY, _each)):
+                _FROM_TREE.setdefault(prefix + self.source, make(tree.body))
         return self._node
 
     @property
@@ -389,12 +393,13 @@ class Expr:
         """The tests a rule's `engine/evaluate.py` may apply to the raw facts before evaluating this expression as
         a condition (`leading_guards`), kept with the code objects between processes."""
         if self._guards is None:
-            key = _GUARD_KEY + self.source
-            got = _cached_code(key)
-            if got is None:
-                got = _CODE_NEW[key] = leading_guards(self.source)
-            self._guards = got
+            self._guards = _guards_of(_GUARD_KEY, self.source, leading_guards)
         return self._guards
+
+    @property
+    def each_guards(self) -> tuple["Guard", ...]:
+        """The same for this expression as a rule's ``for_each`` (`each_guards`)."""
+        return _guards_of(_EACH_KEY, self.source, each_guards)
 
     def __eq__(self, other: Any) -> bool:
         return isinstance(other, Expr) and other.source == self.source
@@ -410,6 +415,40 @@ Guard = tuple[str, tuple[str, ...], Any]
 """(test, fact path, constant): ``("truthy", ("cfg", "galore_target"), None)`` for a conjunct ``cfg.galore_target``;
 "not-none" for ``PATH is not None``, "eq" for ``PATH == CONSTANT``, "in" for ``PATH in (CONSTANT, ...)``."""
 _GUARD_KEY = "\x00guards "   # the guards' key in the code cache: no expression source starts with NUL
+_EACH_KEY = "\x00each "
+_GUARDS_SEEN: dict[str, tuple[Guard, ...]] = {}   # asked for in this process
+_FROM_TREE: dict[str, tuple[Guard, ...]] = {}     # made from a tree `Expr.node` parsed anyway
+
+
+def _guards_of(prefix: str, source: str, make: Any) -> tuple[Guard, ...]:
+    key = prefix + source
+    got = _GUARDS_SEEN.get(key)
+    if got is None:
+        got = _cached_code(key)
+        if got is None:
+            got = _FROM_TREE.get(key)
+            _CODE_NEW[key] = got = make(source) if got is None else got
+        _GUARDS_SEEN[key] = got
+    return got
+
+
+def each_guards(source: str) -> tuple[Guard, ...]:
+    """``(("each", PATH, None),)`` for a rule's ``for_each`` that is one fact path, or one list comprehension with
+    a single ``for`` over one fact path (``[k for k in lint.keys if k.kind == 'unknown']``): when that path's value
+    is None or an empty list, there is nothing to iterate, so the rule has no item to judge and cannot fire (nor
+    raise); () for anything else."""
+    try:
+        body = ast.parse(source, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ()
+    return _each(body)
+
+
+def _each(body: ast.AST) -> tuple[Guard, ...]:
+    if isinstance(body, ast.ListComp) and len(body.generators) == 1 and not body.generators[0].is_async:
+        body = body.generators[0].iter
+    path = _path(body)
+    return (("each", path, None),) if path is not None else ()
 
 
 def leading_guards(source: str) -> tuple[Guard, ...]:
@@ -424,6 +463,10 @@ def leading_guards(source: str) -> tuple[Guard, ...]:
         body = ast.parse(source, mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return ()
+    return _leading(body)
+
+
+def _leading(body: ast.AST) -> tuple[Guard, ...]:
     conjuncts = body.values if isinstance(body, ast.BoolOp) and isinstance(body.op, ast.And) else [body]
     out: list[Guard] = []
     for c in conjuncts:
@@ -565,7 +608,7 @@ def _cached_code(source: str) -> Any:
                 data = None
             if isinstance(data, dict):
                 _CODE_CACHE = {k: v for k, v in data.items() if isinstance(k, str) and (
-                    isinstance(v, tuple) if k.startswith(_GUARD_KEY) else isinstance(v, CodeType))}
+                    isinstance(v, tuple) if k.startswith("\x00") else isinstance(v, CodeType))}
     return _CODE_CACHE.get(source)
 
 
