@@ -24,13 +24,21 @@ def test_only_leading_path_tests_are_guards():
     assert leading_guards("cfg.a and cfg.b or cfg.c") == ()
     assert leading_guards("len(cfg.a) > 1 and cfg.b") == ()        # the first conjunct is no guard: none after it
     assert leading_guards("cfg.a == cfg.b and cfg.c") == ()         # compared with another fact, not a constant
-    assert leading_guards("cfg.a != 'x'") == () and leading_guards("cfg.a == None") == ()
+    assert leading_guards("cfg.a == None") == () and leading_guards("cfg.a > 1") == ()
+    assert leading_guards("cfg.a != 'x' and not cfg.b and cfg.c is None and cfg.d not in (1, 2)") == (
+        ("ne", ("cfg", "a"), "x"), ("not", ("cfg", "b"), None), ("none", ("cfg", "c"), None),
+        ("not-in", ("cfg", "d"), (1, 2)))
+    assert leading_guards("(cfg.a or cfg.b == 2) and cfg.c") == (
+        ("or", (), (("truthy", ("cfg", "a"), None), ("eq", ("cfg", "b"), 2))), ("truthy", ("cfg", "c"), None))
+    assert leading_guards("(cfg.a or len(cfg.b)) and cfg.c") == ()   # an operand of `or` that is no guard
     assert leading_guards("cfg.__class__ and cfg.a") == ()          # a refused name is left to the evaluator
     assert leading_guards("cfg.a and (") == ()                      # a syntax error is left to the evaluator
 
 
 SOURCES = ["cfg.a", "cfg.a.b", "cfg.a is not None", "cfg.a == 'x'", "cfg.a == 1", "cfg.a in ('x', 2)",
-           "cfg.a in ('x', None)", "cfg.a.b == True", "cfg.a and cfg.b == 0"]
+           "cfg.a in ('x', None)", "cfg.a.b == True", "cfg.a and cfg.b == 0", "not cfg.a", "not cfg.a.b",
+           "cfg.a is None", "cfg.a != 'x'", "cfg.a != 0", "cfg.a not in ('x', 2)", "cfg.a not in ('x', None)",
+           "cfg.a or cfg.b", "(cfg.a == 'x' or cfg.b) and not cfg.a.b", "cfg.a.b is None or cfg.b != 0"]
 VALUES = [None, 0, 1, 0.0, "", "x", "y", True, False, 2, [], [1], (), {}, {"b": None}, {"b": True}, {"b": "x"},
           {"b": {}}, "abc", 1.5]
 

@@ -119,39 +119,52 @@ def _ruled_out(guards: tuple[Guard, ...], facts: Mapping[str, Any]) -> bool:
     condition is not evaluated: the same findings, without ~10 us of evaluation each for most rules of most files
     (issue #22). A guard whose path meets a value that is neither a dict nor None (the evaluation would raise or
     see a non-dict mapping), or whose value is not a plain type, decides nothing: the condition is evaluated."""
-    for test, path, const in guards:
-        v = facts.get(path[0], _MISSING)
-        if v is _MISSING:
-            return False   # a function or a namespace this command does not assemble
-        for name in path[1:]:
-            if v is None:
-                break
-            if type(v) is not dict:
-                return False
-            v = v.get(name)
-        if test == "not-none":
-            if v is None:
-                return True
-            continue
-        if test == "each":   # nothing to iterate: no item to judge
-            return v is None or (type(v) in (list, tuple) and not v)
-        t = type(v)
-        if v is None:
-            if test == "in" and None in const:
-                continue
-            if test == "eq" and const is None:
-                continue
-            return True
-        if test == "truthy":
-            if t not in _TRUTHY_TYPES:
-                return False
-            if not v:
-                return True
-        elif t not in _PLAIN_TYPES:
+    for g in guards:
+        held = _holds(g, facts)
+        if held is None:
             return False
-        elif (test == "eq" and not v == const) or (test == "in" and v not in const):
+        if not held:
             return True
     return False
+
+
+def _holds(guard: Guard, facts: Mapping[str, Any]) -> bool | None:
+    """The truth of one guard on the raw facts as the evaluator would find it, or None when it cannot be told
+    without evaluating (a namespace not in the facts, a path through a non-dict, a value of another type)."""
+    test, path, const = guard
+    if test == "or":   # operands in order, as `or` evaluates them: true at the first true one
+        for g in const:
+            held = _holds(g, facts)
+            if held is None or held:
+                return held
+        return False
+    v = facts.get(path[0], _MISSING)
+    if v is _MISSING:
+        return None   # a function or a namespace this command does not assemble
+    for name in path[1:]:
+        if v is None:
+            break
+        if type(v) is not dict:
+            return None
+        v = v.get(name)
+    if test == "not-none" or test == "none":
+        return (v is None) == (test == "none")
+    if test == "each":   # something to iterate, or not: no item to judge
+        return None if not (v is None or type(v) in (list, tuple)) else bool(v)
+    if v is None:   # NULL: falsy, equal to None only (no "eq"/"ne" constant is None), `in` only beside a None
+        if test == "in" or test == "not-in":
+            return (None in const) == (test == "in")
+        return test == "not" or test == "ne"
+    t = type(v)
+    if test == "truthy" or test == "not":
+        return None if t not in _TRUTHY_TYPES else bool(v) == (test == "truthy")
+    if t not in _PLAIN_TYPES:
+        return None
+    if test == "eq":
+        return bool(v == const)
+    if test == "ne":
+        return bool(v != const)
+    return (v in const) == (test == "in")
 
 
 _PLAIN_TYPES = frozenset({str, int, float, bool})

@@ -413,7 +413,9 @@ class Expr:
 
 Guard = tuple[str, tuple[str, ...], Any]
 """(test, fact path, constant): ``("truthy", ("cfg", "galore_target"), None)`` for a conjunct ``cfg.galore_target``;
-"not-none" for ``PATH is not None``, "eq" for ``PATH == CONSTANT``, "in" for ``PATH in (CONSTANT, ...)``."""
+"not" for ``not PATH``, "none"/"not-none" for ``PATH is None``/``is not None``, "eq"/"ne" for ``PATH == CONSTANT``/
+``!=``, "in"/"not-in" for ``PATH in (CONSTANT, ...)``/``not in``; "or" (path ``()``) for ``G1 or G2 ...`` of such
+tests, its operands' guards as the constant; "each" for a ``for_each`` (`each_guards`)."""
 _GUARD_KEY = "\x00guards "   # the guards' key in the code cache: no expression source starts with NUL
 _EACH_KEY = "\x00each "
 _GUARDS_SEEN: dict[str, tuple[Guard, ...]] = {}   # asked for in this process
@@ -488,11 +490,28 @@ def _path(node: ast.AST) -> tuple[str, ...] | None:
 
 
 def _guard(node: ast.AST) -> Guard | None:
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+        operands = tuple(_guard(v) for v in node.values)
+        return None if any(g is None for g in operands) else ("or", (), operands)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        path = _path(node.operand)
+        return None if path is None else ("not", path, None)
     path = _path(node)
     if path is not None:
         return ("truthy", path, None)
     if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
         return None
+    path, op, right = _path(node.left), node.ops[0], node.comparators[0]
+    if path is None:
+        return None
+    if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) and right.value is None:
+        return ("none" if isinstance(op, ast.Is) else "not-none", path, None)
+    if isinstance(op, (ast.Eq, ast.NotEq)) and isinstance(right, ast.Constant) and type(right.value) in _PLAIN:
+        return ("eq" if isinstance(op, ast.Eq) else "ne", path, right.value)
+    if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Tuple, ast.List)) and right.elts and all(
+            isinstance(e, ast.Constant) and (e.value is None or type(e.value) in _PLAIN) for e in right.elts):
+        return ("in" if isinstance(op, ast.In) else "not-in", path, tuple(e.value for e in right.elts))
+    return None
     path, op, right = _path(node.left), node.ops[0], node.comparators[0]
     if path is None:
         return None
