@@ -108,3 +108,22 @@ def test_an_accelerate_config_lint_imports_no_run_resolver_nor_model_readers(tmp
 
     assert resolve_run.__module__ == "finetune_doctor.run.resolve" and Run.__name__ == "Run"
     assert issubclass(InvalidRunValue, Exception)
+
+
+def test_a_fix_shown_in_text_imports_no_ruamel(tmp_path, cache_home):
+    # the text reporter types each fix's value (fixes/edit.py `_plain_ok` -> yamlcfg.type_scalar): ~11 ms of CPU
+    # for importing ruamel.yaml when the YAML was read through libyaml, which holds no ruamel ScalarString
+    galore = ROOT / "fixtures" / "llamafactory" / "examples" / "extras" / "galore" / "llama3_full_sft.yaml"
+    got = _lint(tmp_path, cache_home, galore)
+    assert "optim: (unset) → adamw_torch" in got["text"]
+    assert [m for m in got["modules"] if m.startswith("ruamel")] == []
+
+
+def test_type_scalar_keeps_a_quoted_ruamel_scalar_a_string():
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
+    from finetune_doctor.readers.config.yamlcfg import type_scalar
+
+    assert type_scalar(DoubleQuotedScalarString("true")) == "true"
+    assert type_scalar(DoubleQuotedScalarString("1e-4")) == "1e-4"
+    assert type_scalar("true") is True and type_scalar("1e-4") == 1e-4
