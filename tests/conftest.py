@@ -38,23 +38,27 @@ _HEAVY_FIRST = ("test_parity_release_090.py", "test_parity_lf.py", "test_parity_
 
 
 # Then the fast lane's files that take longest, longest first, by their CPU seconds (the worker's own and its
-# children's, os.times) in one serial run of `-m "not slow and not gpu"` over the 40 files that took longest in two
-# xdist runs (2026-12-07, load 7-8; CPU rather than wall, which that load inflated 1.5-3x unevenly). The first file
-# to need torch, transformers and peft carries their import (~4 s): test_probe_progress, first here, in each run.
-# (test_hub_offline, once entered at its 2 s wall wait on a silent socket, left the list when its test took a 0.4 s
-# deadline, 2026-12-07.) Ordered by test count alone these came last: test_probe_progress (5 tests, the fast
-# lane's longest file) started 98th of 125 files and test_context (7 tests) 86th, so one worker ran them after
-# the other had gone idle. Only the files of >= 0.9 CPU s are named: the order of the rest hardly moves the end,
-# and a file added later still runs.
-_SLOW_FAST_LANE_S = {"test_probe_progress.py": 10.3, "test_rule_cases.py": 5.4, "test_data_lf_parity.py": 3.7,
-                     "test_context.py": 3.6, "test_architecture.py": 3.5, "test_cases.py": 3.1,
-                     "test_catalog_entries.py": 2.9, "test_postmortem_hostile.py": 2.7, "test_one_home.py": 2.0,
-                     "test_calibration_table.py": 2.0, "test_rule_registry.py": 1.9,
-                     "test_startup.py": 1.9, "test_postmortem_counted.py": 1.8, "test_ds_hostile.py": 1.6,
-                     "test_data_hostile.py": 1.5, "test_terminal_width.py": 1.4, "test_postmortem_sources.py": 1.4,
-                     "test_dsconfig.py": 1.3, "test_arch.py": 1.2, "test_lintcli.py": 1.2,
-                     "test_assumptions.py": 1.1, "test_yamlcfg.py": 1.0, "test_fixer.py": 1.0,
-                     "test_postmortem_cli.py": 0.9}
+# children's, os.times, summed over each file's tests) in a run of `-m "not slow and not gpu"` under -n 2 --dist
+# loadfile with the package's bytecode and pytest's rewritten tests cached (2026-12-07 14:25 UTC, load 3-7; CPU
+# rather than wall, which load inflates unevenly). The first file to need torch, transformers and peft carries
+# their import (~4 s) where collection has not imported them already. (test_hub_offline, once entered at its 2 s
+# wall wait on a silent socket, left the list when its test took a 0.4 s deadline, 2026-12-07.) Ordered by test
+# count alone these came last: test_probe_progress (5 tests, the fast lane's longest file) started 98th of 125
+# files and test_context (7 tests) 86th, so one worker ran them after the other had gone idle; test_startup,
+# test_lazy_lint_imports and test_lazy_planners (few tests, each a handful of child processes) were not named before
+# and started late for the same reason. Only the files of >= 0.9 CPU s are named: the order of the rest hardly
+# moves the end, and a file added later still runs.
+_SLOW_FAST_LANE_S = {"test_probe_progress.py": 8.8, "test_rule_cases.py": 6.7, "test_architecture.py": 3.6,
+                     "test_startup.py": 3.4, "test_cases.py": 3.4, "test_context.py": 3.1,
+                     "test_catalog_entries.py": 3.0, "test_postmortem_hostile.py": 2.9,
+                     "test_data_lf_parity.py": 2.6, "test_lintcli.py": 2.6, "test_postmortem_sources.py": 2.3,
+                     "test_rule_registry.py": 2.1, "test_ds_hostile.py": 2.0, "test_postmortem_counted.py": 1.8,
+                     "test_lazy_lint_imports.py": 1.8, "test_terminal_width.py": 1.6, "test_arch.py": 1.4,
+                     "test_lazy_planners.py": 1.3, "test_assumptions.py": 1.3, "test_one_home.py": 1.3,
+                     "test_postmortem_real_threads.py": 1.2, "test_model_parity.py": 1.1, "test_fixer.py": 1.1,
+                     "test_yamlcfg.py": 1.1, "test_output_policy.py": 1.0, "test_postmortem_cli.py": 1.0,
+                     "test_catalog_provenance.py": 0.9, "test_examples.py": 0.9, "test_data_hostile.py": 0.9,
+                     "test_dsconfig.py": 0.9}
 
 
 def file_order(counts: dict[str, int]) -> list[str]:
