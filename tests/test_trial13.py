@@ -1,0 +1,102 @@
+"""New-user trial 13 (issue #21, honest verdicts): what `doctor check` said wrongly or without saying why.
+
+Merge with an adapter: `llamafactory-cli export` with `adapter_name_or_path` holds the whole LoRA adapter in float32
+beside the base weights while peft merges it (LF model/adapter.py L197-199, facts/exportadapter.py). The fixture is a
+Qwen2.5-VL-32B-Instruct merge on one 80 GB card, the config.json as the hub publishes it (decoder 64 x 5120, MLP
+27648, 8 KV heads of 128) and adapters as peft writes them. Rank 512 on the 7 decoder linears is
+512 x (10240 + 6144 + 6144 + 10240 + 3 x 32768) x 64 = 4.295e9 elements = 16.0 GiB in float32."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from finetune_doctor.cli import main
+
+QWEN25_VL_32B = {
+    "architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
+    "hidden_size": 5120, "intermediate_size": 27648, "num_hidden_layers": 64, "num_attention_heads": 40,
+    "num_key_value_heads": 8, "vocab_size": 152064, "max_position_embeddings": 128000, "rms_norm_eps": 1e-06,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "hidden_act": "silu", "rope_theta": 1000000.0,
+    "vision_start_token_id": 151652, "vision_end_token_id": 151653, "image_token_id": 151655,
+    "video_token_id": 151656,
+    "vision_config": {"depth": 32, "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3456,
+                      "num_heads": 16, "in_chans": 3, "out_hidden_size": 5120, "patch_size": 14,
+                      "spatial_merge_size": 2, "spatial_patch_size": 14, "window_size": 112,
+                      "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2, "temporal_patch_size": 2}}
+
+MERGE = """### model
+model_name_or_path: Qwen/Qwen2.5-VL-32B-Instruct
+adapter_name_or_path: {adapter}
+template: qwen2_vl
+finetuning_type: lora
+
+### export
+export_dir: output/qwen2_5vl_32b_merged
+export_size: 5
+export_device: auto
+export_legacy_format: false
+"""
+
+LINEARS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def _merge(tmp_path: Path, adapter: str, rank: int | None, *args: str) -> tuple[int, dict]:
+    (tmp_path / "config.json").write_text(json.dumps(QWEN25_VL_32B), encoding="utf-8")
+    if rank is not None:
+        d = tmp_path / adapter
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "adapter_config.json").write_text(json.dumps({
+            "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": 2 * rank, "lora_dropout": 0.05,
+            "base_model_name_or_path": "Qwen/Qwen2.5-VL-32B-Instruct", "target_modules": LINEARS,
+            "modules_to_save": None, "use_dora": False}), encoding="utf-8")
+    cfg = tmp_path / "merge.yaml"
+    cfg.write_text(MERGE.format(adapter=adapter), encoding="utf-8")
+    r = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "A800-80GB", "--model-config",
+                                  str(tmp_path / "config.json"), "--offline", "--format", "json", *args])
+    return r.exit_code, json.loads(r.stdout)
+
+
+def test_merge_counts_a_rank_512_adapter_and_does_not_fit(tmp_path):
+    code, rep = _merge(tmp_path, "saves/qwen2_5vl-32b/lora/r512", 512)
+    ex = rep["export"]
+    assert ex["adapter_params_b"] == 4.295 and ex["adapter_gib"] == 16.0 and ex["adapter_read"] is True
+    assert ex["weights_gib"] == 62.31 and ex["peak_gib"] == 81.43
+    # the base model (65.43 GiB with its working set) fits the card, so accelerate puts it all there and the adapter
+    # lands on the same card: no spill to host RAM, an OOM
+    assert ex["fits"] is False and ex["verdict"] == "oom" and ex["spill_gib"] == 0.0
+    assert code == 1 and [f["code"] for f in rep["findings"] if f["severity"] == "error"] == ["FD643"]
+    assert not [a for a in rep["assumptions"] if a["name"] == "adapter-rank"]
+
+
+def test_merge_with_a_rank_8_adapter_fits(tmp_path):
+    code, rep = _merge(tmp_path, "saves/qwen2_5vl-32b/lora/r8", 8)
+    ex = rep["export"]
+    assert ex["adapter_params_b"] == 0.067 and ex["adapter_gib"] == 0.25 and ex["peak_gib"] == 65.68
+    assert code == 0 and ex["verdict"] == "fits"
+    # the verdict says why it carries no probability
+    assert ex["p_oom"] is None and "no measured merge peaks" in ex["no_probability"]
+
+
+def test_merge_with_an_adapter_not_here_is_said_and_its_rank_assumed(tmp_path):
+    code, rep = _merge(tmp_path, "saves/not/on/this/machine", None)
+    ex = rep["export"]
+    assert ex["adapter_read"] is False and ex["adapter_rank"] == 8 and ex["peak_gib"] == 65.68
+    [a] = [a for a in rep["assumptions"] if a["name"] == "adapter-rank"]
+    assert a["moves_verdict"] is True
+    assert a["effect"]["verdict"] == {"rank 64 on every linear layer": "fits", "rank 512 on every linear layer": "oom"}
+    assert a["effect"]["total_gib"]["rank 512 on every linear layer"] == 81.43
+    assert ex["verdict"] == "at-risk" and ex["interval_gib"] == [65.68, 81.43]
+    [f] = [f for f in rep["findings"] if f["code"] == "FD098"]
+    assert f["location"]["key"] == "adapter_name_or_path" and "saves/not/on/this/machine" in f["message"]
+    assert code == 0
+
+
+def test_merge_text_shows_the_adapter_row(tmp_path):
+    _merge(tmp_path, "saves/r512", 512)
+    r = CliRunner().invoke(main, ["check", str(tmp_path / "merge.yaml"), "--gpu", "A800-80GB", "--model-config",
+                                  str(tmp_path / "config.json"), "--offline"], env={"COLUMNS": "140"})
+    row = next(ln for ln in r.stdout.splitlines() if "LoRA adapter" in ln)
+    assert "4.295 B params, float32, rank 512" in row and row.split()[-2:] == ["16.00", "20.2%"]
