@@ -100,3 +100,81 @@ def test_merge_text_shows_the_adapter_row(tmp_path):
                                   str(tmp_path / "config.json"), "--offline"], env={"COLUMNS": "140"})
     row = next(ln for ln in r.stdout.splitlines() if "LoRA adapter" in ln)
     assert "4.295 B params, float32, rank 512" in row and row.split()[-2:] == ["16.00", "20.2%"]
+
+
+# -- a launch failure the data scan proves (FD417) -------------------------------------------------------------------
+
+VL_TRAIN = """### model
+model_name_or_path: Qwen/Qwen2.5-VL-3B-Instruct
+image_max_pixels: 12845056
+### method
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_target: all
+### dataset
+dataset: screens
+dataset_dir: data
+template: qwen2_vl
+cutoff_len: 1024
+### output
+output_dir: saves/qwen2.5vl-3b/lora/sft
+### train
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+learning_rate: 1.0e-4
+num_train_epochs: 3.0
+bf16: true
+"""
+
+
+def _vl_data(tmp_path: Path, images: list[str]) -> Path:
+    d = tmp_path / "data"
+    d.mkdir()
+    # PPM headers: Pillow reads the size from the header alone, as it does for a PNG
+    (d / "shot.ppm").write_text("P6\n1920 1080\n255\n", encoding="utf-8")    # 2,646 tokens at 28 px a token
+    (d / "icon.ppm").write_text("P6\n448 448\n255\n", encoding="utf-8")      # 256 tokens
+    (d / "dataset_info.json").write_text(json.dumps({"screens": {
+        "file_name": "screens.json", "formatting": "sharegpt",
+        "columns": {"messages": "messages", "images": "images"},
+        "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}}}),
+        encoding="utf-8")
+    rows = [{"messages": [{"role": "user", "content": "<image>Read the form and list its fields."},
+                          {"role": "assistant", "content": "Name: Li Wei; Date: 2024-03-02; Amount: 350.00"}],
+             "images": [img]} for img in images]
+    (d / "screens.json").write_text(json.dumps(rows), encoding="utf-8")
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(VL_TRAIN, encoding="utf-8")
+    return cfg
+
+
+def _codes(rep: dict) -> dict[str, str]:
+    return {f["code"]: f["severity"] for f in rep["findings"]}
+
+
+def test_some_samples_cut_inside_their_image_stop_the_run(tmp_path):
+    cfg = _vl_data(tmp_path, ["shot.ppm", "icon.ppm", "shot.ppm"])
+    r = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "A100-80GB", "--offline", "--format", "json"])
+    rep = json.loads(r.stdout)
+    assert rep["data"]["overall"]["media_cut"] == 2 and rep["data"]["overall"]["with_media"] == 3
+    assert _codes(rep)["FD417"] == "error" and r.exit_code == 1
+    [f] = [f for f in rep["findings"] if f["code"] == "FD417"]
+    assert f["message"].startswith("2 of the 3 samples are cut by `cutoff_len: 1024`")
+    assert "stops at the first batch that draws one" in f["message"]
+
+
+def test_the_error_leads_the_text_report(tmp_path):
+    cfg = _vl_data(tmp_path, ["shot.ppm", "shot.ppm"])
+    r = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "A100-80GB", "--offline"], env={"COLUMNS": "140"})
+    lines = r.stdout.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("Memory per GPU"))
+    assert "read first: 1 error(s) below not about memory (FD417 multimodal-samples-cut)" in lines[at + 1]
+    assert "every sample is one, so the first step fails" in r.stdout and r.exit_code == 1
+
+
+def test_images_that_fit_or_are_not_here_prove_no_cut(tmp_path):
+    cfg = _vl_data(tmp_path, ["icon.ppm", "missing.png"])
+    r = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "A100-80GB", "--offline", "--format", "json"])
+    rep = json.loads(r.stdout)
+    # icon: 256 tokens fit whole; missing.png: its size is assumed (the largest LF lets through), so no cut is certain
+    assert rep["data"]["overall"]["media_cut"] == 0 and "FD417" not in _codes(rep)
