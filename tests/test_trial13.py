@@ -178,3 +178,69 @@ def test_images_that_fit_or_are_not_here_prove_no_cut(tmp_path):
     rep = json.loads(r.stdout)
     # icon: 256 tokens fit whole; missing.png: its size is assumed (the largest LF lets through), so no cut is certain
     assert rep["data"]["overall"]["media_cut"] == 0 and "FD417" not in _codes(rep)
+
+
+# -- the headline p_oom's mixture made visible ------------------------------------------------------------------------
+
+LONG_LORA = """### model
+model_name_or_path: Qwen/Qwen2.5-7B-Instruct
+### method
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_rank: 8
+lora_target: all
+### dataset
+dataset: long_docs
+template: qwen
+cutoff_len: 32768
+### output
+output_dir: saves/qwen2.5-7b/lora/sft
+### train
+per_device_train_batch_size: 2
+gradient_accumulation_steps: 8
+learning_rate: 1.0e-4
+num_train_epochs: 2.0
+bf16: true
+"""
+
+
+def test_the_mixture_weights_and_the_stated_probability_are_printed(tmp_path):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(LONG_LORA, encoding="utf-8")
+    args = ["check", str(cfg), "--gpu", "A100-80GB", "--no-data", "--offline"]
+    rep = json.loads(CliRunner().invoke(main, args + ["--format", "json"]).stdout)
+    mem = rep["memory"]
+    mix = {m["name"]: m["weights"] for m in mem["mixture_weights"]}
+    lengths = mix["sample-lengths"]
+    assert lengths[0][0] == "every sample fills cutoff_len (32768 tokens)" and lengths[0][2] == mem["per_gpu_gib"]["total"]
+    for ws in mix.values():   # each assumption's weights sum to one (they multiply across assumptions)
+        assert abs(sum(w for _l, w, _t in ws) - 1.0) < 0.005, ws
+    # stated: every sample at 32768 tokens, 2 per micro batch, does not fit an 80 GB card; the shorter lengths pull
+    # the headline down, and both figures are given
+    assert mem["p_oom_assumed"] > 0.5 and mem["p_oom"] < mem["p_oom_assumed"]
+    text = " ".join(CliRunner().invoke(main, args, env={"COLUMNS": "120"}).stdout.split())
+    pa, p = round(100 * mem["p_oom_assumed"]), round(100 * mem["p_oom"])
+    assert (f"at cutoff_len 32768 (every sample filling it), the other values as assumed: probability of OOM {pa} %"
+            in text)
+    assert f"the headline {p} % averages over plausible values with the table's weights — sample lengths" in text
+    assert "the data on this machine, or --context FILE" in text
+
+
+def test_the_shown_weights_are_the_mixture_s_own():
+    from finetune_doctor.facts.assume import mixture
+    from finetune_doctor.types import Assumption
+
+    lengths = Assumption(name="sample-lengths", value="every sample fills cutoff_len (8192 tokens)", source="t",
+                         alternatives=("samples of 512 tokens", "samples of 2048 tokens"),
+                         effect_gib={"samples of 512 tokens": 30.0, "samples of 2048 tokens": 45.0})
+    torch = Assumption(name="torch-version", value=">= 2.8", source="t", alternatives=("torch < 2.8",),
+                       effect_gib={"torch < 2.8": 95.0})
+    shown: list = []
+    comps = mixture(90.0, None, [lengths, torch], None, shown=shown)
+    by = {name: dict(zip(labels, [w for w, _r, _b in opts])) for name, labels, opts in shown}
+    assert set(by) == {"sample-lengths", "torch-version"}
+    assert list(by["sample-lengths"]) == [lengths.value, "samples of 512 tokens", "samples of 2048 tokens"]
+    # every component's weight is the product of one shown weight per assumption
+    prods = sorted(round(a * b, 6) for a in by["sample-lengths"].values() for b in by["torch-version"].values())
+    assert prods == sorted(round(w, 6) for w, _t, _b in comps)

@@ -413,6 +413,11 @@ def _memory(w: _Writer, r: Report) -> None:
         verdict = f"verdict {mem.verdict} · {_probabilities(mem, cond)} · " if mem.verdict else ""
         basis = mem.details.get("interval_basis") or "the benchmarks' error for this kind of run"
         w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB ({basis})", indent=1)
+        from finetune_doctor.facts.mixshow import headline_words
+
+        words = headline_words(mem, (mem.details.get("token_budget") or {}).get("cutoff_len"))
+        if words:
+            w.line(words, indent=1)
     from finetune_doctor.reporters.sections import assumed
 
     for line in (assumed.deciding_line(mem.details.get("deciding_assumption")),
@@ -430,10 +435,12 @@ def _probabilities(mem: Any, cond: str) -> str:
     if q <= 0.0 or pm is None:
         return f"probability of OOM {_pct(mem.p_oom)}{cond}"
     # p = (1 − q)·pm + q/2: under 50 % the unexplained share adds runs that ran out, over it runs that trained
+    # name the JSON field and its value (trial 13: JSON p_oom_unexplained 0.2 beside a text "10 %", the q/2 share)
     fate = "ran out" if pm < 0.5 else "trained"
     return (f"the memory model puts {_pct(pm)} on running out{cond}; probability of OOM from any cause "
             f"{_pct(mem.p_oom)} (runs reported like this one {fate} for reasons no memory term sees "
-            f"{50 * q:g} % of the time)")
+            f"{50 * q:g} % of the time: half of p_oom_unexplained q = {100 * q:g} %, the share whose outcome no "
+            "memory term explains)")
 
 
 def _needs(mem: Any) -> str:
