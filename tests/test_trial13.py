@@ -244,3 +244,54 @@ def test_the_shown_weights_are_the_mixture_s_own():
     # every component's weight is the product of one shown weight per assumption
     prods = sorted(round(a * b, 6) for a in by["sample-lengths"].values() for b in by["torch-version"].values())
     assert prods == sorted(round(w, 6) for w, _t, _b in comps)
+
+
+# -- Qwen(1) remote code loads in the compute dtype ------------------------------------------------------------------
+
+QWEN1_7B = {"architectures": ["QWenLMHeadModel"], "model_type": "qwen", "hidden_size": 4096,
+            "intermediate_size": 22016, "num_hidden_layers": 32, "num_attention_heads": 32, "kv_channels": 128,
+            "vocab_size": 151936, "seq_length": 8192, "max_position_embeddings": 8192, "layer_norm_epsilon": 1e-06,
+            "no_bias": True, "tie_word_embeddings": False, "bf16": False, "fp16": False, "fp32": False,
+            "torch_dtype": "bfloat16", "rotary_emb_base": 10000, "use_flash_attn": "auto"}
+
+QWEN1_LORA = """model_name_or_path: Qwen/Qwen-7B-Chat
+trust_remote_code: true
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_target: all
+dataset: alpaca_en_demo
+template: qwen
+cutoff_len: 2048
+output_dir: saves/qwen-7b/lora/sft
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 16
+learning_rate: 1.0e-4
+num_train_epochs: 1.0
+{flag}: true
+"""
+
+
+def _precision(tmp_path: Path, flag: str, model: dict) -> dict:
+    (tmp_path / "config.json").write_text(json.dumps(model), encoding="utf-8")
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(QWEN1_LORA.format(flag=flag), encoding="utf-8")
+    r = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "V100-32GB", "--model-config",
+                                  str(tmp_path / "config.json"), "--no-data", "--offline", "--format", "json"])
+    return json.loads(r.stdout)["run"]["precision"]
+
+
+def test_qwen1_remote_code_loads_in_fp16_under_fp16(tmp_path):
+    # LF sets config.fp16 (model/patcher.py L389-392) and modeling_qwen.py calls .half() on the transformer
+    assert _precision(tmp_path, "fp16", QWEN1_7B) == {"weights": "float16", "trainable": "float32",
+                                                      "compute": "float16"}
+    assert _precision(tmp_path, "bf16", QWEN1_7B)["weights"] == "bfloat16"
+
+
+def test_other_models_keep_the_checkpoint_dtype_under_fp16(tmp_path):
+    qwen2 = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+             "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+             "vocab_size": 152064, "max_position_embeddings": 32768, "rms_norm_eps": 1e-06,
+             "tie_word_embeddings": False, "torch_dtype": "bfloat16", "rope_theta": 1000000.0}
+    # torch_dtype="auto" (LF model/loader.py): the checkpoint's bf16, whatever the compute dtype
+    assert _precision(tmp_path, "fp16", qwen2)["weights"] == "bfloat16"
