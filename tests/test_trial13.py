@@ -295,3 +295,38 @@ def test_other_models_keep_the_checkpoint_dtype_under_fp16(tmp_path):
              "tie_word_embeddings": False, "torch_dtype": "bfloat16", "rope_theta": 1000000.0}
     # torch_dtype="auto" (LF model/loader.py): the checkpoint's bf16, whatever the compute dtype
     assert _precision(tmp_path, "fp16", qwen2)["weights"] == "bfloat16"
+
+
+# -- the verdict line says why (reporter) ---------------------------------------------------------------------------
+
+def _text(mem) -> str:
+    from finetune_doctor.reporters.text import TextReporter
+    from finetune_doctor.types import Hardware, Report
+
+    r = Report("check", {"config": "config.yaml"}, run={"model": "m"},
+               hardware=Hardware("A100-80GB", 8, 79.15, True, "flag"), memory=mem)
+    return " ".join(TextReporter(color=False, width=120).render(r).split())
+
+
+def test_at_risk_under_five_percent_names_the_alternative_that_decides():
+    from finetune_doctor.types import MemoryEstimate
+
+    # a 47.1 GiB ZeRO-3 full fine-tune whose torch < 2.8 alternative (49.1 GiB) crosses the 5 % line
+    per = {"weights": 4.62, "gradients": 8.35, "optimizer": 29.61, "activations": 0.0, "logits": 0.0,
+           "buffers": 0.07, "runtime": 4.46, "total": 47.12}
+    deciding = {"name": "torch-version", "value": ">= 2.8", "alternative": "torch < 2.8 (adamw_torch)",
+                "alternative_total_gib": 49.12, "alternative_verdict": "at-risk", "verdict_assumed": "fits",
+                "total_gib": 47.12, "resolve_with": "--torch VERSION"}
+    mem = MemoryEstimate(per, 42.65, 61.0, True, 35.14, verdict="at-risk", p_oom=0.139, p_oom_model=0.048,
+                         interval_gib=(30.87, 86.3), details={"deciding_assumption": deciding,
+                                                             "p_oom_unexplained": 0.2, "peak_moment": "optimizer step",
+                                                             "moments_gib": {"backward of step 2": 40.1,
+                                                                             "optimizer step": 42.6}})
+    text = _text(mem)
+    assert ("verdict at-risk (an alternative of torch-version is at-risk, see below; the verdict is fits or oom "
+            "only under every alternative) · the memory model puts 4.8 % on running out") in text
+    # the breakdown at the optimizer step says why activations read 0.00
+    assert ("at the peak moment, the optimizer step: the step's activations and logits are freed by then (the "
+            "largest other moment, backward of step 2, holds 40.10 GiB of tensors)") in text
+    # and the JSON's p_oom_unexplained (0.2) is the q the text names beside its half
+    assert "10 % of the time: half of p_oom_unexplained q = 20 %" in text
