@@ -330,3 +330,9 @@ def test_at_risk_under_five_percent_names_the_alternative_that_decides():
             "largest other moment, backward of step 2, holds 40.10 GiB of tensors)") in text
     # and the JSON's p_oom_unexplained (0.2) is the q the text names beside its half
     assert "10 % of the time: half of p_oom_unexplained q = 20 %" in text
+
+
+def test_strict_judges_an_adapter_not_here_by_its_rank_assumption(tmp_path):
+    # --strict: the verdict-moving adapter-rank assumption is the error (FD641), not an undefined dataset
+    code, rep = _merge(tmp_path, "saves/not/on/this/machine", None, "--strict")
+    assert [f["code"] for f in rep["findings"] if f["severity"] == "error"] == ["FD641"] and code == 1
