@@ -227,6 +227,11 @@ class MemoryEstimate:
             "interval_gib": None if self.interval_gib is None else [_r(v) for v in self.interval_gib],
             # honest verdicts (facts/assume.py): how long samples may be, and the assumption an at-risk names
             **{k: self.details[k] for k in ("token_budget", "deciding_assumption") if self.details.get(k)},
+            # trial 13: what a mixed p_oom averages over (facts/mixshow.py) and its value at the assumed values
+            **({"mixture_weights": self.details["mixture_weights"],
+                "p_oom_assumed": _r(self.details.get("p_oom_assumed"), 3),
+                "p_oom_model_assumed": _r(self.details.get("p_oom_model_assumed"), 3)}
+               if self.details.get("mixture_weights") and self.p_oom is not None else {}),
         }
 
 

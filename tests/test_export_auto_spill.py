@@ -18,14 +18,20 @@ FIX = Path(__file__).resolve().parent.parent / "fixtures" / "lint" / "trial8" / 
 def _check(*args: str) -> dict:
     r = CliRunner().invoke(main, ["check", str(FIX), *args, "--gpu", "A100-80GB", "--format", "json"],
                            catch_exceptions=False)
-    return json.loads(r.output)
+    rep = json.loads(r.output)
+    # the adapter folder is the training machine's: said once (not-checked-here) and sized at LF's rank 8 on every
+    # linear (0.39 GiB in float32, facts/exportadapter.py); the tests below are about where the base model goes
+    here = [f for f in rep["findings"] if f["code"] == "FD098"]
+    assert [f["location"]["key"] for f in here] == ["adapter_name_or_path"]
+    rep["findings"] = [f for f in rep["findings"] if f["code"] != "FD098"]
+    return rep
 
 
 def test_auto_spills_to_host_ram_and_fits():
     rep = _check("--host-ram", "128GB")
     assert [f["code"] for f in rep["findings"]] == []
     note = next(n for n in rep["notes"] if "device_map" in n)
-    assert "the GPUs hold 79.15 GiB and the other 63.05 GiB go to host RAM (119.21 GiB given)" in note
+    assert "the GPUs hold 79.15 GiB and the other 63.44 GiB go to host RAM (119.21 GiB given)" in note
 
 
 def test_the_cpu_merge_points_to_auto_and_auto_is_then_clean():
@@ -47,4 +53,4 @@ def test_auto_without_host_ram_is_an_assumption():
     rep = _check()
     assert rep["findings"] == []
     [a] = [a for a in rep["assumptions"] if a["name"] == "host-ram"]
-    assert "fills the 79.15 GiB of the GPUs and puts the other 63.05 GiB of the 142.2 GiB peak in host RAM" in a["source"]
+    assert "fills the 79.15 GiB of the GPUs and puts the other 63.44 GiB of the 142.59 GiB peak in host RAM" in a["source"]

@@ -30,6 +30,15 @@ export_legacy_format: false
 def _check(tmp_path: Path, model: str, *args: str, fmt: str = "json") -> tuple[int, str]:
     p = tmp_path / "merge.yaml"
     p.write_text(MERGE.format(model=model), encoding="utf-8")
+    # the adapter the merge names, as LF writes it after `lora_rank: 8, lora_target: all` on Qwen3-4B: the merge
+    # holds it in float32 beside the weights (facts/exportadapter.py)
+    ad = tmp_path / "saves" / "qwen3-4b" / "lora" / "sft"
+    ad.mkdir(parents=True, exist_ok=True)
+    (ad / "adapter_config.json").write_text(json.dumps({
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 8, "lora_alpha": 16, "lora_dropout": 0.0,
+        "base_model_name_or_path": model, "modules_to_save": None,
+        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}),
+        encoding="utf-8")
     res = CliRunner().invoke(main, ["check", str(p), "--no-data", "--offline", "--format", fmt, *args],
                              env={"COLUMNS": "120"})
     return res.exit_code, res.stdout
@@ -40,7 +49,8 @@ def test_cpu_merge_fits_the_host_ram_given(tmp_path):
     rep = json.loads(out)
     assert code == 0 and rep["export"]["device"] == "cpu"
     assert rep["export"]["host_ram_gib"] == 14.9 and rep["export"]["fits"] is True
-    assert rep["export"]["weights_gib"] == 7.49 and rep["export"]["peak_gib"] == 7.87
+    assert rep["export"]["weights_gib"] == 7.49 and rep["export"]["peak_gib"] == 7.93
+    assert rep["export"]["adapter_gib"] == 0.06 and rep["export"]["adapter_rank"] == 8
     assert not [a for a in rep["assumptions"] if a["name"] == "host-ram"]
     assert not [n for n in rep["notes"] if "--host-ram is judged with the GPUs" in n or "GPUs unknown" in n]
 
@@ -51,7 +61,7 @@ def test_cpu_merge_over_the_host_ram_is_a_host_oom(tmp_path):
     assert code == 1 and rep["export"]["fits"] is False
     errs = [f for f in rep["findings"] if f["severity"] == "error"]
     assert [f["code"] for f in errs] == ["FD644"]
-    assert "142.2 GiB at the peak" in errs[0]["message"] and "59.6 GiB of host RAM" in errs[0]["message"]
+    assert "142.59 GiB at the peak" in errs[0]["message"] and "59.6 GiB of host RAM" in errs[0]["message"]
     assert errs[0]["location"]["key"] == "export_device"
 
 
@@ -60,7 +70,7 @@ def test_host_ram_unknown_is_an_assumption(tmp_path):
     rep = json.loads(out)
     assert code == 0 and rep["export"]["fits"] is None and not rep["findings"]
     a = next(a for a in rep["assumptions"] if a["name"] == "host-ram")
-    assert "142.2 GiB" in a["source"] and "--host-ram" in a["resolve_with"]
+    assert "142.59 GiB" in a["source"] and "--host-ram" in a["resolve_with"]
 
 
 def test_host_ram_with_gpus_judges_the_cpu_merge_by_the_host(tmp_path):
@@ -75,9 +85,11 @@ def test_export_section_is_a_table(tmp_path):
     lines = [ln.strip() for ln in section.splitlines() if ln.strip()]
     assert lines[0] == "Merge peak in host RAM (export_device: cpu)"
     assert lines[2].startswith("weights (4.022 B params, bfloat16)") and lines[2].split()[-2:] == ["7.49", "50.3%"]
-    assert lines[4].startswith("total at the peak") and lines[4].split()[-2:] == ["7.87", "52.8%"]
-    # no card named: LF may load it in float32 (no CUDA/NPU device, infer_optim_dtype), 15.73 GiB > 14.90 (trial 6)
-    assert "host RAM 14.90 GiB · fits at-risk (7.87-15.73 GiB over the load-dtype assumption)" in lines[5]
+    # Qwen3-4B at rank 8 on its 7 linears x 36 layers: 16.5 M elements, 0.06 GiB in float32
+    assert lines[4].startswith("LoRA adapter (0.017 B params, float32, rank 8)") and lines[4].split()[-2:] == ["0.06", "0.4%"]
+    assert lines[5].startswith("total at the peak") and lines[5].split()[-2:] == ["7.93", "53.2%"]
+    # no card named: LF may load it in float32 (no CUDA/NPU device, infer_optim_dtype), 15.79 GiB > 14.90 (trial 6)
+    assert "host RAM 14.90 GiB · fits at-risk (7.93-15.79 GiB over the load-dtype assumption)" in lines[6]
     assert "peak_gib:" not in out and "kind: export" not in out
 
 

@@ -152,6 +152,7 @@ RELEASED = {
     "FD661": "deepspeed-autotp-not-sized", "FD662": "deepspeed-autotp-zero3", "FD663": "model-config-not-understood",
     "FD026": "train-config-trains-nothing", "FD027": "max-length-not-cutoff-len",
     "FD028": "liger-kernel-unsupported-gpu",
+    "FD417": "multimodal-samples-cut",
 }
 
 

@@ -66,7 +66,8 @@ def test_json_and_text_carry_both_probabilities_and_a_roomy_run_fits(tmp_path):
     # the text names which is which: the verdict's figure is the memory model's, the other is all causes
     assert "verdict fits · the memory model puts < 1 % on running out" in text
     assert (f"probability of OOM from any cause {round(100 * mem['p_oom'])} % (runs reported like this one ran out "
-            "for reasons no memory term sees 10 % of the time)") in text
+            "for reasons no memory term sees 10 % of the time: half of p_oom_unexplained q = 20 %, the share whose "
+            "outcome no memory term explains)") in " ".join(text.split())
     assert "predicted-tight-fit" not in text
 
 

@@ -327,7 +327,9 @@ _FROM_TABLE: Any = object()
 def mixture(total: float, hw: Hardware | None, assumptions: list[Assumption],
             gpu_spec: str | None = None,
             weight: Callable[[str], float] | None = None,
-            lengths_prior: Any = _FROM_TABLE) -> list[tuple[float, float, float | None]]:
+            lengths_prior: Any = _FROM_TABLE,
+            shown: list[tuple[str, list[str], list[tuple[float, float, float | None]]]] | None = None,
+            ) -> list[tuple[float, float, float | None]]:
     """The components (weight, total GiB, budget GiB) of a prediction of `total` GiB on `hw` under its
     open assumptions (those not in `NOT_OPEN` whose alternatives were evaluated): each assumption is its assumed
     value with the table's weight (analyzers/memory/uncertainty.py `assumed_weight`) or one of its evaluated
@@ -339,7 +341,8 @@ def mixture(total: float, hw: Hardware | None, assumptions: list[Assumption],
     calibration's fit (benchmarks/calibrate.py). The ``sample-lengths`` assumption is weighed instead by the prior
     on the longest sample (`lengths_prior`: uncertainty.py `lengths_prior`'s values, default the table's
     ``sample_lengths_prior``; None: the constant weight as for the others), each evaluated length
-    ("samples of N tokens") taking its share (uncertainty.py `length_weights`)."""
+    ("samples of N tokens") taking its share (uncertainty.py `length_weights`). `shown`, when given, receives
+    (assumption name, option labels, options (weight, ratio, budget)) of each assumption weighed."""
     from finetune_doctor.analyzers.memory import uncertainty
 
     weight = weight or uncertainty.assumed_weight
@@ -370,10 +373,16 @@ def mixture(total: float, hw: Hardware | None, assumptions: list[Assumption],
                     opts.append((share, alt_total / total, None))
         if not opts:
             continue
+        labels = (_length_labels(a, alts, prior) if a.name == "sample-lengths" and prior is not None
+                  and _length_options(a, alts, total, prior) is not None else [str(a.value)] + [k for k, _v in alts])
         movers.append((max(abs(math.log(r)) + (abs(math.log(budget / b)) if b and budget else 0.0)
-                           for _w, r, b in opts), opts))
+                           for _w, r, b in opts), opts, a.name, labels))
     movers.sort(key=lambda m: -m[0])
-    options = [o for _m, o in movers[:MIXTURE_MAX_ASSUMPTIONS]]
+    options = [o for _m, o, *_ in movers[:MIXTURE_MAX_ASSUMPTIONS]]
+    if shown is not None:
+        # what the report prints beside the headline (facts/mixshow.py): each weighed assumption's options in the
+        # order of `opts`, labelled (the assumed value first when it keeps a weight)
+        shown.extend((m[2], m[3], o) for m in movers[:MIXTURE_MAX_ASSUMPTIONS] for o in [m[1]])
     out: list[tuple[float, float, float | None]] = []
     for combo in itertools.product(*options):
         w, ratio, b = 1.0, 1.0, budget
@@ -383,6 +392,15 @@ def mixture(total: float, hw: Hardware | None, assumptions: list[Assumption],
             b = cb if cb is not None else b
         out.append((w, total * ratio, b))
     return out
+
+
+def _length_labels(a: Assumption, alts: list[tuple[str, float]], prior: Any) -> list[str]:
+    """The labels of `_length_options`' options, in its order (those with no weight left out)."""
+    from finetune_doctor.analyzers.memory.uncertainty import length_weights
+
+    toks = {label: int(SAMPLE_LABEL.match(str(label)).group(1)) for label, _t in alts}   # type: ignore[union-attr]
+    w0, ws = length_weights(toks.values(), prior)
+    return ([str(a.value)] if w0 > 0 else []) + [label for label, _t in alts if ws[toks[label]] > 0]
 
 
 def _length_options(a: Assumption, alts: list[tuple[str, float]], total: float,

@@ -37,6 +37,8 @@ _DATASET = {
     "truncated": F("int", "samples cut by cutoff_len"), "truncated_frac": F("float", "share truncated"),
     "eos_lost": F("int", "samples whose EOS is cut off"), "empty_targets": F("int", "samples left with no target"),
     "turns_dropped": F("int", "turns dropped by truncation"), "with_media": F("int", "samples with images/videos/audio"),
+    "media_cut": F("int", "samples whose truncation certainly removes media placeholder tokens (they fail in the "
+                          "model's forward: analyzers/data/encoder.py MEDIA_CUT)"),
     "tokens_trained": F("int", "target tokens after truncation"), "num_samples": F("int", "dataset_info num_samples"),
     "cached_from": F("str", "a cache the rows were read from"),
     "info_read": F("bool", "its dataset_info.json entry was read here (whether or not its rows are here)"),

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from finetune_doctor.facts import exportadapter
 from finetune_doctor.run.quantization import checkpoint_weight_bytes
 
 GIB = 2 ** 30
@@ -629,6 +630,8 @@ def not_training(asm: Any, arch: Any) -> Any:
         _predict(asm, arch, values)
     elif asm.kind in ("export", "export-v1"):
         e = export_estimate(values, arch)
+        base_peak, ad = e["peak_gib"], exportadapter.adapter_term(asm, arch, dict(values))
+        e.update(ad or {"adapter_gib": 0.0}, peak_gib=round(base_peak + (ad or {}).get("adapter_gib", 0.0), 2))
         where = "host RAM (export_device: cpu)" if e["device"] == "cpu" else "GPU memory over the visible GPUs"
         quant = f", GPTQ {e['quantized_bits']}-bit" if e["quantized_bits"] else ""
         asm.notes.append(f"a {cmd} config (merge{quant}), not training: the model loads in {e['dtype']} into "
@@ -638,6 +641,9 @@ def not_training(asm: Any, arch: Any) -> Any:
         e["capacity_gib"] = None if e["device"] == "cpu" else cap
         e["host_ram_gib"] = _host_ram(asm)
         e.update(_export_places(e["peak_gib"], cap, e["host_ram_gib"], spills=not e["quantized_bits"]))
+        if ad and e["device"] == "gpu" and cap and base_peak <= cap < e["peak_gib"]:
+            # accelerate placed the base model alone; the adapter then loads onto the cards it filled
+            e.update(auto_fits=False, spill_gib=0.0)
         e["fits"] = e["cpu_fits"] if e["device"] == "cpu" else e["auto_fits"]
         if e["device"] == "gpu" and e["spill_gib"]:
             asm.notes.append(f"export_device: auto loads with device_map=\"auto\": the GPUs hold {cap:.2f} GiB and "
@@ -647,6 +653,14 @@ def not_training(asm: Any, arch: Any) -> Any:
             asm.assumptions.append(_host_ram_unknown(e["peak_gib"], None if e["device"] == "cpu" else cap))
         e["verdict"] = None if e["fits"] is None else ("fits" if e["fits"] else "oom")
         _export_load_dtype(asm, arch, values, e)
+        if ad and not ad["adapter_read"]:
+            asm.assumptions.append(a := exportadapter.rank_assumption(
+                arch, base_peak, e["capacity_gib"] if e["device"] == "gpu" else e["host_ram_gib"], e["verdict"]))
+            if a.moves_verdict:
+                lo, hi = e.get("interval_gib") or (e["peak_gib"], e["peak_gib"])
+                e.update(verdict="at-risk", interval_gib=[lo, max(hi, *a.effect_gib.values())],
+                         interval_of="adapter-rank" + (" and load-dtype" if e.get("interval_gib") else ""))
+        e["p_oom"], e["no_probability"] = None, exportadapter.NO_PROBABILITY
         asm.kind_section = {"kind": "export", **e}
     else:
         cap = asm.hw.capacity_gib if asm.hw is not None else None
@@ -699,6 +713,7 @@ def _export_load_dtype(asm: Any, arch: Any, values: Mapping[str, Any], e: dict[s
     if asm.hw is not None and asm.hw.capacity_gib:
         return
     alt = export_estimate({**values, "infer_dtype": "float32"}, arch)
+    alt["peak_gib"] = round(alt["peak_gib"] + e.get("adapter_gib", 0.0), 2)   # the adapter is float32 either way
     if alt["peak_gib"] <= e["peak_gib"]:
         return   # a float32 checkpoint: already sized at 4 bytes
     label = "float32 (no CUDA or NPU device visible where it merges)"

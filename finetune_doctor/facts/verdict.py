@@ -83,6 +83,9 @@ def mixed_p_oom(asm: Assembly, opts: Options) -> dict[str, Any]:
     if len(comps) < 2:
         asm.memory = replace(mem, details=details)
         return bands.single_interval(asm)   # the class's widths (facts/bands.py); {} without them
+    from finetune_doctor.facts.mixshow import mixture_weights
+
+    details["mixture_weights"] = mixture_weights(mem.total, asm.hw, asm.assumptions, opts.gpu)
     shape = shape_of(mem)
     interval = bands.mixed_interval(asm, opts.gpu, comps, uncertainty.error_dist(mem.method, shape))
     mixed_p: dict[str, Any] = {}

@@ -381,6 +381,15 @@ def _memory(w: _Writer, r: Report) -> None:
     for col, text in zip(t.columns, ("total", gib(total), pct(total))):
         col.footer = Text(text, style="bold red" if (over and col.header) else "bold")
     w.rich(t, indent=1)
+    moment = str(mem.details.get("peak_moment") or "")
+    if moment and "optimizer" in moment and not mem.per_gpu.get("activations"):
+        # the terms are those of the peak moment (analyzers/memory/moments.py): the step's activations and logits
+        # are freed before the optimizer steps (trial 13: a table with "activations 0.00" and no word why)
+        others = {k: v for k, v in (mem.details.get("moments_gib") or {}).items() if "optimizer" not in k}
+        top = max(others.items(), key=lambda kv: kv[1]) if others else None
+        w.line(f"at the peak moment, the {moment}: the step's activations and logits are freed by then"
+               + (f" (the largest other moment, {top[0]}, holds {gib(top[1])} GiB of tensors)" if top else ""),
+               indent=1)
     fits = {True: ("yes", "green"), False: ("NO", "bold red"), None: ("unknown", None)}[mem.fits]
     w.line(f"capacity {gib(cap) + ' GiB' if cap is not None else 'unknown'}"
            f"{_needs(mem)}"
@@ -410,9 +419,20 @@ def _memory(w: _Writer, r: Report) -> None:
             # at-risk is decided at the assumed values (facts/mem.py verdict_facts): a mixed p_oom under the 5 %
             # target printed alone beside it reads as a contradiction (trial 9: "at-risk · 4.7 %")
             cond = f" over the open assumptions, {_pct(pa)} as assumed"
-        verdict = f"verdict {mem.verdict} · {_probabilities(mem, cond)} · " if mem.verdict else ""
+        why = ""
+        if deciding and mem.verdict == "at-risk" and pm is not None and pm <= 0.05:
+            # at-risk because an alternative of an open assumption crosses the 5 % line (facts/assume.py `fold`,
+            # README: fits or oom only under every alternative), not because of the figure beside it (trial 13)
+            why = (f" (an alternative of {deciding.get('name')} is {deciding.get('alternative_verdict')}, see below; "
+                   "the verdict is fits or oom only under every alternative)")
+        verdict = f"verdict {mem.verdict}{why} · {_probabilities(mem, cond)} · " if mem.verdict else ""
         basis = mem.details.get("interval_basis") or "the benchmarks' error for this kind of run"
         w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB ({basis})", indent=1)
+        from finetune_doctor.facts.mixshow import headline_words
+
+        words = headline_words(mem, (mem.details.get("token_budget") or {}).get("cutoff_len"))
+        if words:
+            w.line(words, indent=1)
     from finetune_doctor.reporters.sections import assumed
 
     for line in (assumed.deciding_line(mem.details.get("deciding_assumption")),
@@ -430,10 +450,12 @@ def _probabilities(mem: Any, cond: str) -> str:
     if q <= 0.0 or pm is None:
         return f"probability of OOM {_pct(mem.p_oom)}{cond}"
     # p = (1 − q)·pm + q/2: under 50 % the unexplained share adds runs that ran out, over it runs that trained
+    # name the JSON field and its value (trial 13: JSON p_oom_unexplained 0.2 beside a text "10 %", the q/2 share)
     fate = "ran out" if pm < 0.5 else "trained"
     return (f"the memory model puts {_pct(pm)} on running out{cond}; probability of OOM from any cause "
             f"{_pct(mem.p_oom)} (runs reported like this one {fate} for reasons no memory term sees "
-            f"{50 * q:g} % of the time)")
+            f"{50 * q:g} % of the time: half of p_oom_unexplained q = {100 * q:g} %, the share whose outcome no "
+            "memory term explains)")
 
 
 def _needs(mem: Any) -> str:

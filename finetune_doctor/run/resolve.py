@@ -148,6 +148,11 @@ def _precision(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: An
             qbit, f"int{qbit}")
     elif ptq and not qz["ptq_dequantized"]:
         weights_dtype = qz["weights_dtype"] or weights_dtype
+    if arch.model_type == "qwen" and not qbit and not ptq and compute in ("bfloat16", "float16"):
+        # Qwen(1)/Qwen-VL remote code: LF sets its config.bf16/fp16/fp32 to the compute dtype (LF model/patcher.py
+        # L389-392) and modeling_qwen.py casts the transformer and lm_head to it in QWenLMHeadModel.__init__, so
+        # `fp16: true` loads a bf16 checkpoint as fp16 (trial 13 case 07: "weights bf16" on a V100 run)
+        weights_dtype = compute
     # DeepSpeed with fp16/bf16 casts the module to half precision (engine._configure_distributed_model) and keeps
     # fp32 masters inside its optimizer: GPU-resident trainable params are 2-byte then.
     if zero3 and not (bf16 or fp16 or pure_bf16) and qbit is None and ptq is None:

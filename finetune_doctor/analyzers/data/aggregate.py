@@ -14,8 +14,8 @@ from collections import Counter
 from typing import Any
 
 from finetune_doctor.analyzers.data.dataargs import DataSettings
-from finetune_doctor.analyzers.data.encoder import DROPPED, EMPTY_TARGET, EOS_LOST, ERROR, HAS_MEDIA, OK, TRUNCATED, \
-    TURNS_DROPPED, UNREADABLE
+from finetune_doctor.analyzers.data.encoder import DROPPED, EMPTY_TARGET, EOS_LOST, ERROR, HAS_MEDIA, MEDIA_CUT, OK, \
+    TRUNCATED, TURNS_DROPPED, UNREADABLE
 
 _SEQ = itertools.count()  # tie-break for heap items (never compares the dicts)
 MAX_EXAMPLES = 5          # locations kept per problem kind / per flag
@@ -127,7 +127,7 @@ class DatasetAggregate:
             self.pair_longest = max(self.pair_longest, pair[0], pair[1])
         if flags:
             for bit, key in ((TRUNCATED, "truncated"), (EOS_LOST, "eos_lost"), (EMPTY_TARGET, "empty_target"),
-                             (TURNS_DROPPED, "turns_dropped"), (HAS_MEDIA, "media")):
+                             (TURNS_DROPPED, "turns_dropped"), (HAS_MEDIA, "media"), (MEDIA_CUT, "media_cut")):
                 if flags & bit:
                     self.flags[key] += 1
                     ex = self.examples.setdefault(key, [])
@@ -173,6 +173,7 @@ class DatasetAggregate:
             "empty_targets": self.flags["empty_target"],
             "turns_dropped": self.flags["turns_dropped"],
             "with_media": self.flags["media"],
+            "media_cut": self.flags["media_cut"],
             "tokens_trained": self.tokens_trained,
             "source": _summary(self.counts["source"]),
             "target": _summary(self.counts["target"]),

@@ -20,6 +20,10 @@ from finetune_doctor.analyzers.data.media import IMAGE, VIDEO, MediaCounter
 
 # flags of a sample record
 TRUNCATED, EOS_LOST, EMPTY_TARGET, TURNS_DROPPED, HAS_MEDIA = 1, 2, 4, 8, 16
+# a sample whose truncation certainly removes media placeholder tokens (`_finish_sft`): the vision tower still
+# encodes every image of the sample, so the model's forward raises on it (rules/multimodal-samples-cut.yaml)
+MEDIA_CUT = 32
+MEDIA_ASSUMED = 64   # a media size of the sample was assumed (not read): its cut is not certain, never MEDIA_CUT
 # status of a sample record
 OK, DROPPED, ERROR, UNREADABLE = 0, 1, 2, 3
 
@@ -244,6 +248,7 @@ class Encoder:
         img, vid, notes = self.media.sample(images, videos)
         for why in notes[:1]:
             problems.append(("media_assumed", rec.index, rec.line, why, False))
+            rec.flags |= MEDIA_ASSUMED
         for why in self.media.too_large[:1]:
             problems.append(("bad_value", rec.index, rec.line, why, True))
         extra, i, j, out = [], 0, 0, []
@@ -369,7 +374,9 @@ class Encoder:
                 s += self.thought_n * items[2].get(k // 2, 0)
                 t += self.thought_n * items[3].get(k // 2, 0)
                 pairs.append((s, t))
-            self._finish_sft(rec, pairs)
+            media = [(extra[k] if k < len(extra) else 0, extra[k + 1] if k + 1 < len(extra) else 0)
+                     for k in range(0, len(ml), 2)]
+            self._finish_sft(rec, pairs, media)
         elif kind == "pair":
             ml = add([L(m) for m in items[1]])
             prompt = sum(ml[:-1]) + self.thought_n * items[2].get(0, 0)
@@ -385,12 +392,18 @@ class Encoder:
     def _lost_eos(self, full: int, kept: int) -> bool:
         return self.eos_tail is not None and full - kept > self.eos_tail
 
-    def _finish_sft(self, rec: SampleRecord, pairs: list[tuple[int, int]]) -> None:
-        """``SupervisedDatasetProcessor._encode_data_example`` on lengths (supervised.py:50-104)."""
+    def _finish_sft(self, rec: SampleRecord, pairs: list[tuple[int, int]],
+                    media: Sequence[tuple[int, int]] = ()) -> None:
+        """``SupervisedDatasetProcessor._encode_data_example`` on lengths (supervised.py:50-104). `media[k]` is the
+        media placeholder tokens in turn k's (source, target). LF expands the placeholders before it truncates
+        (mm_plugin ``process_messages`` first, then ``infer_seqlen``): a turn kept shorter than its media tokens,
+        or a dropped turn that holds media, loses placeholders for certain -- MEDIA_CUT. (A cut that falls after
+        an image's placeholders leaves them whole; where it falls is not known, so only certain cuts count.)"""
         s, t = self.s, self.t
         eff = t.efficient_eos
         total = 1 if eff else 0
         order = pairs[::-1] if s.mask_history else pairs
+        mord = list(media[::-1] if s.mask_history else media)
         src = tgt = labels = 0
         kept = 0
         for turn, (sl, tl) in enumerate(order):
@@ -411,10 +424,15 @@ class Encoder:
                 rec.flags |= TRUNCATED
                 if nt < tl and not eff and self._lost_eos(tl, nt):
                     rec.flags |= EOS_LOST
+                ms, mt = mord[turn] if turn < len(mord) else (0, 0)
+                if (ns < ms or nt < mt) and not rec.flags & MEDIA_ASSUMED:
+                    rec.flags |= MEDIA_CUT
         if eff:
             labels += 1
         if kept < len(pairs):
             rec.flags |= TRUNCATED | TURNS_DROPPED
+            if any(sum(m) for m in mord[kept:]) and not rec.flags & MEDIA_ASSUMED:
+                rec.flags |= MEDIA_CUT
         rec.source_full = sum(p[0] for p in pairs)
         rec.target_full = sum(p[1] for p in pairs)
         rec.total_full = rec.source_full + rec.target_full + (1 if eff else 0)

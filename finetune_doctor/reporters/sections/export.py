@@ -25,10 +25,15 @@ def render(data: dict[str, Any]) -> list[Any]:
     weights, merge = data.get("weights_gib"), data.get("merge_gib")
     t.add_row(f"weights ({data.get('params_b')} B params, {data.get('weights_format') or data.get('dtype')})", _g(weights), _pct(weights, limit))
     t.add_row("LoRA merge working set (5 % of the weights)", _g(merge), _pct(merge, limit))
+    if data.get("adapter_params_b") is not None:
+        # facts/exportadapter.py: the whole adapter sits in float32 beside the base model while it is merged
+        how = f"rank {data.get('adapter_rank')}" + ("" if data.get("adapter_read") else " assumed: adapter-rank")
+        t.add_row(f"LoRA adapter ({data['adapter_params_b']} B params, float32, {how})", _g(data.get("adapter_gib")),
+                  _pct(data.get("adapter_gib"), limit))
     fits = {True: "yes", False: "NO", None: "unknown"}[data.get("fits")]
     if data.get("verdict") == "at-risk":
         lo, hi = data.get("interval_gib") or (data.get("peak_gib"), data.get("peak_gib"))
-        fits = f"at-risk ({_g(lo)}-{_g(hi)} GiB over the load-dtype assumption)"
+        fits = f"at-risk ({_g(lo)}-{_g(hi)} GiB over the {data.get('interval_of') or 'load-dtype'} assumption)"
     what = "host RAM" if cpu else "GPU memory"
     lim = f"{_g(limit)} GiB" if limit is not None else ("not given (--host-ram)" if cpu else "unknown (--gpu)")
     if not cpu and data.get("spill_gib"):
@@ -37,7 +42,8 @@ def render(data: dict[str, Any]) -> list[Any]:
     bits = data.get("quantized_bits")
     written = f"export_dir receives {_g(data.get('written_gib'))} GiB in {data.get('shards')} shard(s)" + (
         f", GPTQ {bits}-bit" if bits else "")
-    return [t, f"{what} {lim} · fits {fits} · {written}"]
+    out = [t, f"{what} {lim} · fits {fits} · {written}"]
+    return out + ([data["no_probability"]] if data.get("no_probability") and data.get("fits") is not None else [])
 
 
 def _pct(v: Any, limit: Any) -> str:
