@@ -229,8 +229,16 @@ FRAMEWORK_CONFIG: dict[str, dict[str, Any]] = {"litgpt": {"lora_dropout": 0.05},
 # * llama-recipes wraps the model in torch FSDP itself, without accelerate, and its ``pure_bf16`` casts the model
 #   to bf16 before wrapping (the rows' ``unknown``: "torch AdamW on the bf16 parameters (bf16 states)"): nothing
 #   upcasts the flat parameters, which is accelerate's ``no`` here.
+# * torchtune's distributed recipes build the model in the config's ``dtype`` (bf16 in every row: torch AdamW then
+#   keeps bf16 states, LF ``pure_bf16``) and wrap it in torch FSDP themselves with ``mixed_precision=None``
+#   (recipes/full_finetune_distributed.py:249 and recipes/lora_finetune_distributed.py:302 at f6f6855da; :277/:338
+#   at fef3ed10d and 20747cd87; :302/:340 at 0217d44c2, the commits the round-7 rows cite): no fp32 copy of the
+#   flat parameters, gradients or states, accelerate's ``no``. At e802c057d (the fp32 SGD row) torchtune.utils.
+#   wrap_fsdp passed ``MixedPrecision(param_dtype=dtype, ...)`` with the run's dtype, fp32 there: nothing upcasts
+#   either (torchtune/utils/distributed.py:186 at e802c057d).
 FRAMEWORK_MIXED_PRECISION: dict[str, str] = {"fms-hf-tuning SFTTrainer (fms-acceleration bench)": "no",
-                                             "llama-recipes (FSDP, pure bf16)": "no"}
+                                             "llama-recipes (FSDP, pure bf16)": "no",
+                                             "torchtune": "no"}
 
 
 # Datasets whose every sample is far shorter than the cutoff a row's framework defaults to. A batch is padded to its
@@ -267,6 +275,11 @@ DATASET_LONGEST: dict[str, tuple[int, str]] = {
     # codefuse's Evol-instruction-66k (2983 in 2024-09, 2661 now)
     "dureader-robust-zh": (1416, "ms-swift dataset tables: modelscope/DuReader_robust-QG max=1416 tokens"),
     "codefuse-evol-instruction-zh": (2983, "ms-swift dataset tables: codefuse-ai/Evol-instruction-66k max=2983 / 2661"),
+    # GSM8K's train split ("main", 7,473 grade-school word problems with a worked answer), which ms-swift 3.x/4.x
+    # names ``gsm8k`` (modelscope/gsm8k, HF openai/gsm8k with --use_hf): "7473 | 88.6±21.6, min=41, max=241" in
+    # the current table (docs/source_en/Instruction/Supported-models-and-datasets.md:1323 at 3602360a5, Qwen2.5's
+    # tokenizer and chat template, the same script as blossom-math above)
+    "gsm8k": (241, "ms-swift dataset table (Qwen2.5 tokenizer): modelscope/gsm8k main max=241 tokens"),
 }
 
 # A length counted with one tokenizer holds for another only by accident (ms-swift's table says so itself: "the
@@ -283,6 +296,7 @@ DATASET_TOKENIZER: dict[str, tuple[str, ...]] = {
     "AI-ModelScope/alpaca-gpt4-data-en": ("Qwen/",),
     "dureader-robust-zh": ("Qwen/",),
     "codefuse-evol-instruction-zh": ("Qwen/",),
+    "gsm8k": ("Qwen/",),
 }
 
 

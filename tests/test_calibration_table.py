@@ -499,3 +499,34 @@ def test_stanford_alpaca_and_alignment_handbook_rows_run_the_2023_trainer():
     assert calib_data.dated_pins(ahb) == {"torch": "2.7.1", "transformers": "4.35.2", "bitsandbytes": "0.43.1"}
     lf = next(r for r in ROWS if r["framework"] == "LLaMA-Factory" and "flash_attn" not in r["config"])
     assert "flash_attn" not in calib_data.config_for(lf)
+
+
+def test_torchtune_fsdp_rows_keep_their_bf16_flat_parameters(tmp_path):
+    """torchtune wraps its bf16 model in torch FSDP with ``mixed_precision=None`` (recipes/full_finetune_distributed.py:249
+    at f6f6855da): the accelerate config the row is given says ``no``, and 7B full fine-tuning on 4 ranks holds
+    6,738,415,616 params x 2 bytes / 4 = 3.14 GiB of weights and as much gradient per GPU, half of what the
+    upcast flat parameters of accelerate's bf16 mixed precision hold."""
+    import calibrate
+    from memory_dev_terms import score_with_terms
+
+    row = next(r for r in ROWS if r["id"] == "r7m-tt-a-llama2-7b-full-fsdp-4x4090")
+    _, acc = calibrate.write_row(row, tmp_path)
+    assert "mixed_precision: no" in acc.read_text(encoding="utf-8")
+    hand = 6_738_415_616 * 2 / 4 / 2**30
+    tt = score_with_terms(row)
+    assert tt["terms"]["weights"] == pytest.approx(hand, rel=0.02)
+    assert tt["terms"]["gradients"] == pytest.approx(hand, rel=0.02)
+    assert tt["terms"]["optimizer"] >= 2 * hand * 0.98           # two bf16 AdamW states, no fp32 master copy
+    upcast = score_with_terms({**row, "framework": "accelerate FSDP (bf16 mixed precision)"})
+    assert upcast["terms"]["weights"] == pytest.approx(2 * hand, rel=0.02)
+    assert tt["predicted_gib"] < 24 * 0.93 < upcast["predicted_gib"]   # the 4090 runs that trained fit only without the upcast
+
+
+def test_gsm8k_bounds_a_qwen_rows_cutoff_at_msswifts_count():
+    """ms-swift's dataset table: modelscope/gsm8k main, max=241 tokens with Qwen2.5's tokenizer and template."""
+    from calib_data import DATASET_LONGEST, config_for
+
+    row = next(r for r in ROWS if r["id"] == "r7m-swift3-cce-off-qwen25-05b-lora-b64-a10")
+    assert row["datasets"] == ["gsm8k"] and row["config"]["cutoff_len"] == 1024
+    assert config_for(row)["cutoff_len"] == DATASET_LONGEST["gsm8k"][0] == 241
+    assert config_for({**row, "model": "meta-llama/Llama-2-7b-hf"})["cutoff_len"] == 1024
