@@ -21,6 +21,7 @@ import os
 import statistics
 import sys
 from pathlib import Path
+from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -82,8 +83,11 @@ def table(cls: str, items: list[dict]) -> list[str]:
     return out + [""]
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run_listing(argv: list[str] | None, doc: str, listing_of: Callable[[str], list[dict]],
+                table_of: Callable[[str, list[dict]], list[str]]) -> int:
+    """The command line of a per-class dev listing (this script's, memory_dev_terms.py's): --cls (repeatable) and
+    --json; prints each class's markdown table."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--cls", action="append", help="a class of memory_dev_classes.py (repeatable); default QLoRA and NPU")
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args(argv)
@@ -91,11 +95,15 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     every = {}
     for cls in args.cls or DEFAULT_CLASSES:
-        every[cls] = listing(cls)
-        print("\n".join(table(cls, every[cls])))
+        every[cls] = listing_of(cls)
+        print("\n".join(table_of(cls, every[cls])))
     if args.json:
         Path(args.json).write_text(json.dumps(every, indent=1), encoding="utf-8")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_listing(argv, __doc__, listing, table)
 
 
 if __name__ == "__main__":

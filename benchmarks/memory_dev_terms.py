@@ -17,8 +17,6 @@ CPU only, about a minute for QLoRA. Prints markdown; writes only the optional --
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import sys
@@ -31,13 +29,12 @@ sys.path.insert(0, str(HERE))
 from calib_data import load_rows  # noqa: E402
 from calibrate import engine_of  # noqa: E402
 from memory_dev_classes import classes  # noqa: E402
-from memory_dev_rows import family  # noqa: E402
+from memory_dev_rows import family, run_listing  # noqa: E402
 
 # the tree named on PYTHONPATH goes back in front of this checkout (as memory_dev_classes.py does)
 for _p in reversed([p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]):
     sys.path.insert(0, _p)
 
-DEFAULT_CLASSES = ("QLoRA (method)", "NPU (Ascend 910B)")
 TERMS = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "runtime", "total")
 # model-size bands (billions of parameters, the catalogue's count) the QLoRA question "under or over per size" reads
 SIZE_BANDS = ((0.0, 4.0, "< 4 B"), (4.0, 10.0, "4-10 B"), (10.0, 40.0, "10-40 B"), (40.0, 1e9, ">= 40 B"))
@@ -128,19 +125,7 @@ def table(cls: str, items: list[dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cls", action="append", help="a class of memory_dev_classes.py (repeatable); default QLoRA and NPU")
-    ap.add_argument("--json", help="write the rows here")
-    args = ap.parse_args(argv)
-    os.environ.setdefault("FINETUNE_DOCTOR_NO_NVML", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    every = {}
-    for cls in args.cls or DEFAULT_CLASSES:
-        every[cls] = listing(cls)
-        print("\n".join(table(cls, every[cls])))
-    if args.json:
-        Path(args.json).write_text(json.dumps(every, indent=1), encoding="utf-8")
-    return 0
+    return run_listing(argv, __doc__, listing, table)
 
 
 if __name__ == "__main__":

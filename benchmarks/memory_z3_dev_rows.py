@@ -48,14 +48,12 @@ sys.path.insert(0, str(HERE))
 
 from calib_data import config_for, load_rows, samples_fill  # noqa: E402
 from calibrate import compare, engine_of  # noqa: E402
-from memory_z3full_terms import _assemble  # noqa: E402
+from memory_z3full_terms import TERMS, _assemble  # noqa: E402
 
 for _p in reversed([p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]):
     sys.path.insert(0, _p)
 
 GIB = float(1 << 30)
-TERMS = ("weights", "grads_always", "master", "states", "live_params", "activations", "recompute", "logits",
-         "logits_bwd", "grads_in_backward", "grads_step", "step_temp", "buffers")
 SHORT = {"weights": "w", "grads_always": "gflat", "master": "m32", "states": "adam", "live_params": "live",
          "activations": "act", "recompute": "rec", "logits": "lg", "logits_bwd": "lgb", "grads_in_backward": "gbwd",
          "grads_step": "gstep", "step_temp": "tmp", "buffers": "buf"}

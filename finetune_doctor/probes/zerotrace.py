@@ -77,13 +77,14 @@ class ZeroLayout:
     final_norm: int
     full: bool
     adapter: int = 0
-    reduce_bucket: int = 500_000_000
-    prefetch_bucket: int = 50_000_000
-    persistence: int = 100_000
-    max_live: int = 1_000_000_000
-    max_reuse: int = 1_000_000_000
+    # DeepSpeed's own defaults (runtime/zero/config.py), from their one home readers/deepspeed/dsschema.py
+    reduce_bucket: int = int(ZERO_FIELDS["reduce_bucket_size"].default)
+    prefetch_bucket: int = int(ZERO_FIELDS["stage3_prefetch_bucket_size"].default)
+    persistence: int = int(ZERO_FIELDS["stage3_param_persistence_threshold"].default)
+    max_live: int = int(ZERO_FIELDS["stage3_max_live_parameters"].default)
+    max_reuse: int = int(ZERO_FIELDS["stage3_max_reuse_distance"].default)
     overlap_comm: bool = False
-    sub_group: int = 1_000_000_000
+    sub_group: int = int(ZERO_FIELDS["sub_group_size"].default)
     offload: bool = False      # offload_optimizer to the host: the fp32 side lives there, not on the card
 
     def all_params(self) -> list[int]:
