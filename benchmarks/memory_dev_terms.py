@@ -26,7 +26,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from calib_data import load_rows  # noqa: E402
+from calib_data import load_rows, samples_fill  # noqa: E402
 from calibrate import engine_of  # noqa: E402
 from memory_dev_classes import classes  # noqa: E402
 from memory_dev_rows import family, run_listing  # noqa: E402
@@ -36,8 +36,25 @@ for _p in reversed([p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep
     sys.path.insert(0, _p)
 
 TERMS = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "runtime", "total")
+# counters a source can state (calib_data docstring); ``unknown`` or no kind is a counter not stated
+STATED_COUNTERS = ("allocated", "reserved", "nvidia-smi", "boundary")
 # model-size bands (billions of parameters, the catalogue's count) the QLoRA question "under or over per size" reads
 SIZE_BANDS = ((0.0, 4.0, "< 4 B"), (4.0, 10.0, "4-10 B"), (10.0, 40.0, "10-40 B"), (40.0, 1e9, ">= 40 B"))
+
+
+def unstated(row: dict[str, Any]) -> list[str]:
+    """What the row's source leaves open among the three inputs that move a QLoRA/NPU figure most: ``lengths`` (the
+    samples do not reach cutoff_len by the source's own statement, calib_data `samples_fill`), ``counter`` (the
+    measured kind is not one of STATED_COUNTERS) and ``versions`` (no ``stack`` pin, or an ``unknown`` entry that
+    names a version: bitsandbytes/transformers/unsloth not printed). Empty: every input stated."""
+    out = []
+    if not samples_fill(row):
+        out.append("lengths")
+    if (row.get("measured") or {}).get("kind") not in STATED_COUNTERS:
+        out.append("counter")
+    if not row.get("stack") or any("version" in str(u).lower() for u in row.get("unknown") or ()):
+        out.append("versions")
+    return out
 
 
 def score_with_terms(row: dict[str, Any]) -> dict[str, Any] | None:
@@ -71,13 +88,26 @@ def score_with_terms(row: dict[str, Any]) -> dict[str, Any] | None:
             "peak_allocated_gib": round(asm.memory.peak_allocated, 2),
             "params_b": round(asm.run.arch.total_params() / 1e9, 2) if asm.run is not None else None,
             "batch": b, "cutoff_len": c.get("cutoff_len"), "samples": row.get("samples"),
-            "shape": f"{b} x {c.get('cutoff_len') or '?'}"}
+            "shape": f"{b} x {c.get('cutoff_len') or '?'}",
+            "unstated": "+".join(unstated(row)) or "all stated",
+            "resid_gib": round(cmp["measured"] - cmp["predicted"], 2),
+            "tokens_band": tokens_band(b * int(c.get("cutoff_len") or 1024)),
+            "lora_rank": int(c.get("lora_rank") or 8) if c.get("finetuning_type", "lora") == "lora" else "-"}
 
 
 def listing(cls: str) -> list[dict[str, Any]]:
     """The dev rows of `cls` with a comparable measurement, scored with their term split, by error."""
     out = [s for r in load_rows() if r["split"] == "dev" and cls in classes(r) if (s := score_with_terms(r))]
     return sorted(out, key=lambda d: d["err_pct"])
+
+
+# tokens per micro batch (batch × cutoff; LF's default cutoff 1024 where the row gives none), the per-token question
+TOKEN_BANDS = ((0, 2048, "< 2k"), (2048, 4096, "2k-4k"), (4096, 8192, "4k-8k"), (8192, 16384, "8k-16k"),
+               (16384, 1 << 40, ">= 16k"))
+
+
+def tokens_band(tokens: int) -> str:
+    return next(name for lo, hi, name in TOKEN_BANDS if lo <= tokens < hi)
 
 
 def size_band(params_b: float | None) -> str:
@@ -87,14 +117,17 @@ def size_band(params_b: float | None) -> str:
 
 
 def _summary(title: str, key: str, items: list[dict[str, Any]]) -> list[str]:
-    groups: dict[str, list[float]] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
     for d in items:
-        groups.setdefault(str(d[key]), []).append(d["err_pct"])
-    out = [f"| {title} | n | median abs error | median signed | under (< -10 %) | within 10 % | over (> +10 %) |",
-           "|---|---|---|---|---|---|---|"]
-    for g, errs in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        groups.setdefault(str(d[key]), []).append(d)
+    out = [f"| {title} | n | median abs error | median signed | under (< -10 %) | within 10 % | over (> +10 %) | "
+           "median measured - predicted GiB |", "|---|---|---|---|---|---|---|---|"]
+    for g, ds in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        errs = [d["err_pct"] for d in ds]
+        resid = statistics.median(d["resid_gib"] for d in ds)
         out.append(f"| {g} | {len(errs)} | {statistics.median(map(abs, errs)):.1f}% | {statistics.median(errs):+.1f}% | "
-                   f"{sum(e < -10 for e in errs)} | {sum(abs(e) <= 10 for e in errs)} | {sum(e > 10 for e in errs)} |")
+                   f"{sum(e < -10 for e in errs)} | {sum(abs(e) <= 10 for e in errs)} | {sum(e > 10 for e in errs)} | "
+                   f"{resid:+.2f} |")
     return out + [""]
 
 
@@ -103,12 +136,12 @@ def table(cls: str, items: list[dict[str, Any]]) -> list[str]:
     head = " | ".join(TERMS)
     out = [f"## {cls}: {len(items)} dev measurements", "",
            f"| error | row | framework | card | engine | counter | measured | predicted | params B | batch x cutoff | "
-           f"{head} |", "|---" * (10 + len(TERMS)) + "|"]
+           f"not stated | {head} |", "|---" * (11 + len(TERMS)) + "|"]
     for d in items:
         t = " | ".join(f"{d['terms'][k]:.2f}" for k in TERMS)
         out.append(f"| {d['err_pct']:+.1f}% | {d['id']} | {d['framework']} | {d['gpu'] or '-'} | {d['engine']} | "
                    f"{d['counter']} | {d['measured_gib']:.2f} | {d['predicted_gib']:.2f} | {d['params_b']} | "
-                   f"{d['shape']} | {t} |")
+                   f"{d['shape']} | {d['unstated']} | {t} |")
     out.append("")
     for d in items:
         d["size"] = size_band(d["params_b"])
@@ -116,7 +149,13 @@ def table(cls: str, items: list[dict[str, Any]]) -> list[str]:
     out += _summary("framework", "framework", items)
     out += _summary("model size", "size", items)
     out += _summary("micro batch", "batch", items)
+    out += _summary("tokens per micro batch", "tokens_band", items)
+    out += _summary("LoRA rank", "lora_rank", items)
     out += _summary("counter", "counter", items)
+    out += _summary("inputs not stated", "unstated", items)
+    for d in items:
+        d["stated"] = "fully stated" if d["unstated"] == "all stated" else "something not stated"
+    out += _summary("inputs", "stated", items)
     if items:
         errs = [d["err_pct"] for d in items]
         out.append(f"All: n {len(errs)}, median |error| {statistics.median(map(abs, errs)):.1f}%, median signed "
