@@ -42,6 +42,16 @@ one length that is a multiple of 8): SDPA on an NPU then keeps the probabilities
 score is taken as one half-precision copy (the softmax output, which its backward and the value matmul share): a
 lower bound, since torch_npu's composite was not read (`npu_sdpa_materialises`).
 
+**``flash_attn: fa2`` on an Ascend NPU before LLaMA-Factory 0.9.4.** Up to 0.9.3 LF's
+``configure_attn_implementation`` sets ``flash_attention_2`` only when ``is_flash_attn_2_available()``, which is
+False without the CUDA ``flash_attn`` package, so on an NPU it logs "FlashAttention-2 is not installed." and
+returns without touching ``_attn_implementation`` (LF 0.9.0 model/model_utils/attention.py:60-63, 0.9.3 :59-62,
+read in the PyPI wheels): the model runs transformers' default, what ``auto`` gives (`auto_kernel`). 0.9.4 accepts
+``is_torch_npu_available()`` beside it (0.9.4 :72-76; hiyouga/LlamaFactory#9397, merged 2025-11-04), and
+transformers maps ``flash_attention_2`` to torch_npu's fused operator. The LF release is the training machine's
+(``--env``, a ``doctor context`` file, or installed here); unknown, it is taken as current, like transformers
+(`lf_drops_fa2_on_npu`). With a transformers before 4.57 the SDPA it falls back to keeps the probabilities (above).
+
 `saved` names what autograd keeps per score element: ``fp32+cast`` (4 + e bytes), ``half`` (e), ``half+masked``
 (2·e); activations.py turns it into bytes.
 """
@@ -106,6 +116,18 @@ def resolve_attention(requested: str, arch: ModelArch) -> tuple[str, str, str | 
 
 # the first transformers release whose SDPA hands an Ascend NPU a boolean mask (module docstring)
 NPU_BOOL_MASK_FROM = (4, 57)
+
+
+# the first LLaMA-Factory release that keeps ``fa2`` on an NPU (module docstring)
+LF_NPU_FA2_FROM = (0, 9, 4)
+
+
+def lf_drops_fa2_on_npu(hw: Hardware | None, llamafactory: tuple[int, ...] | None) -> bool:
+    """Whether ``flash_attn: fa2`` falls back to transformers' default on `hw` under the LLaMA-Factory release
+    `llamafactory` (a parsed tuple; None when unknown, taken as current): an Ascend NPU with LF before
+    LF_NPU_FA2_FROM (module docstring). False for any other card."""
+    on_npu = bool(hw is not None and hw.gpu and vendor_of(hw.gpu) == "huawei")
+    return on_npu and llamafactory is not None and tuple(llamafactory[:3]) < LF_NPU_FA2_FROM
 
 
 def npu_sdpa_materialises(hw: Hardware | None, transformers: tuple[int, ...] | None) -> bool:

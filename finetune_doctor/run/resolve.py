@@ -10,7 +10,7 @@ from typing import Any
 from finetune_doctor.arch import ModelArch
 from finetune_doctor.readers.model.byname import media_template
 from finetune_doctor.run.quantization import resolve_quantization
-from finetune_doctor.run.attention import auto_kernel, npu_sdpa_materialises, resolve_attention
+from finetune_doctor.run.attention import auto_kernel, lf_drops_fa2_on_npu, npu_sdpa_materialises, resolve_attention
 from finetune_doctor.run.engines import LaunchInputs, resolve_engine
 from finetune_doctor.run.model import Run
 from finetune_doctor.run.moments import moment_fields
@@ -58,7 +58,7 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
         **_adapters(cfg),
         micro_batch=mbs, grad_accum=gas, seq_len=as_int(cfg.get("cutoff_len"), DEFAULT_CUTOFF_LEN),
         **_stage_data(cfg, stage, ft),
-        **_memory_knobs(cfg, arch, notes, stack, hw),
+        **_memory_knobs(cfg, arch, notes, {**stack, "llamafactory": _stated(stack_sources, "llamafactory")}, hw),
         **_optimizer(cfg, stack, notes),
         max_grad_norm=float(mgn if isinstance(mgn, (int, float)) and not isinstance(mgn, bool) else 1.0),
         learning_rate=float(lr) if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None,
@@ -68,6 +68,11 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
         stack_sources=tuple(stack_sources), notes=tuple(notes),
     )
     return resolve_engine(run, cfg, launch, hw)
+
+
+def _stated(stack_sources: tuple[tuple[str, str, str], ...], package: str) -> str | None:
+    """The version of `package` the inputs state (``--env``, a context file, installed here), else None."""
+    return next((v for p, v, _src in stack_sources if p == package), None)
 
 
 def _deepspeed(ds: Any | None, hw: Hardware | None, notes: list[str]) -> dict[str, Any]:
@@ -247,7 +252,8 @@ def _memory_knobs(cfg: dict[str, Any], arch: ModelArch, notes: list[str] | None 
     runs its attention (run/attention.py) gets eager attention whatever ``flash_attn`` says; ``auto`` is eager on a
     LLaMA or Mistral under a transformers before 4.36 (`stack`, run/attention.py `auto_kernel`); SDPA on an Ascend
     NPU (`hw`) under a transformers before 4.57 keeps the probabilities like eager attention (run/attention.py
-    `npu_sdpa_materialises`).
+    `npu_sdpa_materialises`); ``fa2`` on an NPU under a LLaMA-Factory before 0.9.4 (``stack['llamafactory']``) is
+    transformers' default (run/attention.py `lf_drops_fa2_on_npu`).
     """
     gc = not as_bool(cfg.get("disable_gradient_checkpointing")) or as_bool(cfg.get("gradient_checkpointing"))
     attention = str(cfg.get("flash_attn") or "auto")
@@ -257,6 +263,13 @@ def _memory_knobs(cfg: dict[str, Any], arch: ModelArch, notes: list[str] | None 
                      "(SDPA is transformers' default from 4.36.0)")
     attention = {"auto": auto, "disabled": "eager", "sdpa": "sdpa", "fa2": "fa2", "fa3": "fa3"}.get(attention,
                                                                                                    attention)
+    lf = (stack or {}).get("llamafactory")
+    if attention == "fa2" and lf_drops_fa2_on_npu(hw, parse_version(lf)):
+        attention = auto
+        if notes is not None:
+            notes.append(f"flash_attn: fa2 on an Ascend NPU under LLaMA-Factory {lf}: FlashAttention-2 is not "
+                         f"installed there, so the model runs transformers' default ({auto}); LLaMA-Factory "
+                         "0.9.4 keeps fa2 on an NPU")
     attention, saved, note = resolve_attention(attention, arch)
     if note and notes is not None:
         notes.append(note)
