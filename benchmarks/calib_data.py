@@ -208,13 +208,16 @@ FRAMEWORK_PINS: dict[str, dict[str, str]] = {"litgpt": {"bitsandbytes": "0.42.0"
 # so the doctor's peft term applies. One difference left in: litgpt's fused ``LoRAQKVLinear`` drops x once for
 # q and v together, where the row's translated ``lora_target: q_proj,v_proj`` gives peft two dropped copies (the
 # doctor then counts one h-wide copy and mask per layer more than litgpt keeps: 3 bytes · h per token and layer).
-# The older "lit-gpt" resource-table rows are left as they are: no source for their rate was read.
+# The older "lit-gpt" resource-table rows (finetune/lora.py at 8641822, 2023-10) ran the same ``LoRALinear`` path with
+# the rate set as a module constant, ``lora_dropout = 0.05``, handed to ``Config(dropout=lora_dropout)`` (read in
+# lit-gpt finetune/lora.py at 0010d8ef, the version the code index holds; the rows' own commit was not read): the
+# same key for them.
 # Stanford Alpaca's train.py loads the model with ``from_pretrained(model_name_or_path, cache_dir=...)`` and no
 # ``attn_implementation`` (train.py at 761dc5bf, the commit its rows read), and every one of its rows is dated
 # 2023, before transformers 4.36.0 (2023-12-11 on PyPI), the first release whose LLaMA has an SDPA attention class
 # (LlamaSdpaAttention, huggingface/transformers#26572); until then LlamaAttention computes the scores eagerly
 # (matmul, fp32 softmax, matmul): the doctor's ``flash_attn: disabled``, where LLaMA-Factory's ``auto`` would be SDPA.
-FRAMEWORK_CONFIG: dict[str, dict[str, Any]] = {"litgpt": {"lora_dropout": 0.05},
+FRAMEWORK_CONFIG: dict[str, dict[str, Any]] = {"litgpt": {"lora_dropout": 0.05}, "lit-gpt": {"lora_dropout": 0.05},
                                                "Stanford Alpaca train.py (transformers Trainer, FSDP)":
                                                    {"flash_attn": "disabled"}}
 

@@ -57,6 +57,17 @@ def unstated(row: dict[str, Any]) -> list[str]:
     return out
 
 
+def config_brief(c: dict[str, Any]) -> str:
+    """The keys of a row's config that decide its QLoRA/NPU terms, in one cell: method, rank, bits, attention,
+    precision, checkpointing, optimizer."""
+    parts = [str(c.get("finetuning_type") or "lora"), f"r{c.get('lora_rank') or 8}" if
+             (c.get("finetuning_type") or "lora") == "lora" else "",
+             f"{c['quantization_bit']}-bit" if c.get("quantization_bit") else "",
+             f"attn {c.get('flash_attn') or 'auto'}", "bf16" if c.get("bf16") else "fp16" if c.get("fp16") else "",
+             "no gc" if c.get("disable_gradient_checkpointing") else "", str(c.get("optim") or "")]
+    return " ".join(p for p in parts if p)
+
+
 def score_with_terms(row: dict[str, Any]) -> dict[str, Any] | None:
     """One dev row scored as calibrate.py scores it, with the term split and parameter count of the same estimate;
     None when the row has no comparable measurement or the doctor refuses it."""
@@ -89,7 +100,8 @@ def score_with_terms(row: dict[str, Any]) -> dict[str, Any] | None:
             "params_b": round(asm.run.arch.total_params() / 1e9, 2) if asm.run is not None else None,
             "batch": b, "cutoff_len": c.get("cutoff_len"), "samples": row.get("samples"),
             "shape": f"{b} x {c.get('cutoff_len') or '?'}",
-            "unstated": "+".join(unstated(row)) or "all stated",
+            "unstated": "+".join(unstated(row)) or "all stated", "source": row.get("source"),
+            "config": config_brief(c),
             "resid_gib": round(cmp["measured"] - cmp["predicted"], 2),
             "tokens_band": tokens_band(b * int(c.get("cutoff_len") or 1024)),
             "lora_rank": int(c.get("lora_rank") or 8) if c.get("finetuning_type", "lora") == "lora" else "-"}
@@ -136,12 +148,12 @@ def table(cls: str, items: list[dict[str, Any]]) -> list[str]:
     head = " | ".join(TERMS)
     out = [f"## {cls}: {len(items)} dev measurements", "",
            f"| error | row | framework | card | engine | counter | measured | predicted | params B | batch x cutoff | "
-           f"not stated | {head} |", "|---" * (11 + len(TERMS)) + "|"]
+           f"not stated | {head} | config | source |", "|---" * (13 + len(TERMS)) + "|"]
     for d in items:
         t = " | ".join(f"{d['terms'][k]:.2f}" for k in TERMS)
         out.append(f"| {d['err_pct']:+.1f}% | {d['id']} | {d['framework']} | {d['gpu'] or '-'} | {d['engine']} | "
                    f"{d['counter']} | {d['measured_gib']:.2f} | {d['predicted_gib']:.2f} | {d['params_b']} | "
-                   f"{d['shape']} | {d['unstated']} | {t} |")
+                   f"{d['shape']} | {d['unstated']} | {t} | {d['config']} | {d['source']} |")
     out.append("")
     for d in items:
         d["size"] = size_band(d["params_b"])

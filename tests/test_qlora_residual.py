@@ -119,3 +119,31 @@ def test_trl_prepared_rows_get_upcast_layernorm_only_when_unsharded():
     assert "upcast_layernorm" not in config_for(rows["r4m-fms-mistral-7b-qlora-2x4"])   # FSDP: sharded
     assert "upcast_layernorm" not in config_for(rows["r4m-fms-mistral-7b-lora-1x4"])    # not quantized
     assert "upcast_layernorm" not in config_for(rows["peft-ds-z3-qlora-70b"])           # ZeRO-3: sharded
+
+
+def test_lit_gpt_resource_table_rows_run_bnb_041_with_lora_dropout_and_keep_every_input_by_hand():
+    """benchmarks/calib_data.py: the lit-gpt resource-table QLoRA rows (finetune/lora.py, 2023-10) state torch 2.1.0
+    and bitsandbytes 0.41.1 (their notes; now their ``stack``) and run lit-gpt's ``lora_dropout = 0.05``
+    (FRAMEWORK_CONFIG "lit-gpt"). 0.41.1's MatMul4Bit keeps its input (``ctx.tensors = (A, B)``, :523), there is no
+    activation checkpointing, and the dropout hands lora_A a new tensor, so every 4-bit linear's input is kept in
+    every layer: Llama-2-7B at the row's 1,304 tokens, bf16,
+    (q/k/v's h 4096 + o_proj's 32 x 128 + gate/up's h 4096 + down_proj's I 11008) x 2 B x 1304 x 32 layers."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import calib_data
+    import parsecache
+    from calib_data import config_for, pins_for
+
+    from finetune_doctor.analyzers.memory.qlora import keeps_input, saved_input_terms
+    from finetune_doctor.readers.model.modelcfg import load_arch
+
+    rows = {r["id"]: r for r in parsecache.calibration_rows(calib_data)}
+    row = rows["litgpt-rt-7b-nf4"]
+    assert pins_for(row) == {"torch": "2.1.0", "bitsandbytes": "0.41.1"}
+    cfg = config_for(row)
+    assert cfg["lora_dropout"] == 0.05 and cfg["disable_gradient_checkpointing"] is True
+    llama2, _ = load_arch("meta-llama/Llama-2-7b-hf")
+    r = resolve_run(cfg, llama2, None, stack_sources=(("bitsandbytes", "0.41.1", "row"),))
+    assert keeps_input(r) and not r.gradient_checkpointing
+    saved, recompute = saved_input_terms(r, 1304, range(0, 32), range(32, 32))
+    assert (saved, recompute) == ((4096 + 32 * 128 + 4096 + 11008) * 2 * 1304 * 32, 0.0)
+    assert saved == 1_944_190_976            # 1.81 GiB the 0.48.2 default left out
