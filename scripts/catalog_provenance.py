@@ -219,6 +219,11 @@ READ_ELSEWHERE = {
         "public session log: the hub file at revision 851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a as `curl -s -L"
         " https://huggingface.co/Qwen/Qwen3.5-4B/resolve/main/config.json` printed it (whole, "
         "transformers_version 4.57.0.dev0))"),
+    "Qwen/Qwen3.5-9B": (
+        "https://huggingface.co/Qwen/Qwen3.5-9B/blob/main/config.json (read as the hub file's first 50 lines, "
+        "verbatim, as `curl -s -L https://huggingface.co/Qwen/Qwen3.5-9B/resolve/main/config.json | head -50` "
+        "printed them in a public session log (text_config.dtype 'bfloat16' among them), and whole in a "
+        "config.json saved by unsloth from unsloth/Qwen3.5-9B (vocab_size 248320, the vision tower): read_note)"),
     "zai-org/GLM-4.5V": "https://huggingface.co/zai-org/GLM-4.5V/blob/main/config.json as Glm4vMoeConfig printed "
                         "after from_pretrained of a local snapshot with transformers 5.7.0, in a public model-info "
                         "report (GitHub code index id 62538297598) that also lists the snapshot's safetensors tensors",

@@ -247,3 +247,60 @@ def test_ascend_gpus_come_from_an_npu_smi_output(machines, monkeypatch):
     assert r.exit_code == 0, r.output
     hw = json.loads((proj / FILE_NAME).read_text())["hardware"]
     assert (hw["gpu"], hw["num_gpus"], hw["source"]) == ("Ascend-910B-64GB", 8, "record")
+
+
+def _leaves(x, pre: str = "") -> dict:
+    """Every leaf of a JSON report by its path (``run.stack[3].source``)."""
+    if isinstance(x, dict):
+        return {k: v for key, val in x.items() for k, v in _leaves(val, f"{pre}.{key}" if pre else key).items()}
+    if isinstance(x, list):
+        return {k: v for i, val in enumerate(x) for k, v in _leaves(val, f"{pre}[{i}]").items()} or {pre: []}
+    return {pre: x}
+
+
+# What legitimately differs between the training machine's report and the one made elsewhere from its context:
+# where a value came from (the context file instead of this machine's folder, NVML or installed packages), the
+# scan's own time, the data files' absolute paths (the context keeps them relative: no path of the user's machine
+# leaves it), and the per-row pointers to truncated samples (the context keeps quantiles and the longest samples,
+# not every row). Everything else -- verdict, peak, p_oom, interval, budget, assumptions, findings, notes, the
+# run, the hardware, the data statistics -- must match leaf for leaf.
+LEGIT = (r"inputs\.context", r"model\.(source|config)", r"hardware\.source", r"run\.stack\[\d+\]\.source",
+         r"data\.elapsed_s", r"data\.dataset_dir",
+         r"data\.(datasets\[\d+\]\.|overall\.)(files\[\d+\]|location\.file|longest\[\d+\]\.file)",
+         r"data\.(datasets\[\d+\]\.|overall\.)examples\..*")
+
+
+def test_the_round_trip_differs_only_where_a_value_came_from(machines, monkeypatch):
+    """The whole JSON report, leaf by leaf (not a chosen subset): the paths that differ are exactly the LEGIT
+    ones, the relative data paths are the training machine's made relative, and without the context the same
+    laptop gets another report (no verdict: the model folder is not there), so the comparison can fail."""
+    import re
+
+    proj, other = machines
+    a = json.loads(_run(["check", "train.yaml", "--format", "json"], proj, monkeypatch, gpus=True).output)
+    bare = json.loads(_run(["check", "train.yaml", "--format", "json"], other, monkeypatch, gpus=False).output)
+    _run(["context", "train.yaml"], proj, monkeypatch, gpus=True)
+    shutil.copy(proj / FILE_NAME, other / FILE_NAME)
+    b = json.loads(_run(["check", "train.yaml", "--format", "json"], other, monkeypatch, gpus=False).output)
+
+    # what is compared carries the verdict and what moves it
+    mem = a["memory"]
+    assert mem["verdict"] == "fits" and mem["p_oom"] is not None and mem["interval_gib"] and mem["peak_allocated_gib"]
+    assert a["assumptions"] and a["findings"] and a["data"]["datasets"][0]["samples"] == len(ROWS)
+
+    la, lb = _leaves(a), _leaves(b)
+    differ = {k for k in set(la) | set(lb) if la.get(k, "<absent>") != lb.get(k, "<absent>")}
+    unexplained = sorted(k for k in differ if not any(re.fullmatch(p, k) for p in LEGIT))
+    assert unexplained == [], [(k, la.get(k), lb.get(k)) for k in unexplained]
+    # each kind of legitimate difference is really there (the list above is not stale)
+    for p in (r"inputs\.context", r"model\.source", r"hardware\.source", r"run\.stack\[\d+\]\.source",
+              r"data\.datasets\[0\]\.files\[0\]"):
+        assert any(re.fullmatch(p, k) for k in differ), p
+    assert (lb["model.source"], lb["hardware.source"]) == ("context", "context")
+    for k in differ:
+        if k.startswith("data.") and k in lb and str(la.get(k, "")).startswith(str(proj)):   # the same file
+            assert la[k] == str(proj / lb[k]), k
+
+    # the laptop without the context: no model, no data, no GPU -> another report altogether
+    assert (bare.get("memory") or {}).get("verdict") is None
+    assert sum(1 for k in set(la) | set(_leaves(bare)) if la.get(k) != _leaves(bare).get(k)) > 100

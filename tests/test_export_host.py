@@ -105,3 +105,25 @@ def test_chat_section_is_a_table(tmp_path):
     assert lines[2].split()[-2:] == ["7.49", "9.5%"] and lines[3].startswith("KV cache at 8192 tokens")
     assert "the engine reserves 71.24 GiB of each card up front · fits yes" in lines[5]
     assert "weights_gib:" not in res.stdout
+
+
+def test_host_ram_unknown_still_gives_a_verdict_that_names_it(tmp_path):
+    """Issue 21: a verdict on every config whose model is known. With no --host-ram the CPU merge is at-risk,
+    deciding assumption host-ram, at the host RAM it needs: the float32 peak (15.79 GiB, no card named: LF may load
+    it in float32) without a GPU, the 16-bit peak (7.93 GiB) with one; the host-ram assumption weighs both sides of
+    that line, moves the verdict and comes first; --host-ram removes it."""
+    rep = json.loads(_check(tmp_path, "Qwen/Qwen3-4B-Instruct-2507")[1])
+    e = rep["export"]
+    assert (e["verdict"], e["deciding"], e["host_ram_needed_gib"], e["fits"]) == ("at-risk", "host-ram", 15.79, None)
+    first = rep["assumptions"][0]
+    assert first["name"] == "host-ram" and first["moves_verdict"] is True
+    assert first["effect"]["verdict"] == {"host RAM >= 15.79 GiB free where it merges": "fits",
+                                          "host RAM < 15.79 GiB free": "oom"}
+    assert not rep["findings"]                      # at-risk is not an error: no rule fires on fits None
+    gpu = json.loads(_check(tmp_path, "Qwen/Qwen3-4B-Instruct-2507", "--gpu", "A100-80GB")[1])["export"]
+    assert (gpu["verdict"], gpu["host_ram_needed_gib"]) == ("at-risk", 7.93)
+    given = json.loads(_check(tmp_path, "Qwen/Qwen3-4B-Instruct-2507", "--gpu", "A100-80GB", "--host-ram", "16GB")[1])
+    assert given["export"]["verdict"] == "fits" and "deciding" not in given["export"]
+    assert "host-ram" not in [a["name"] for a in given["assumptions"]]
+    _, text = _check(tmp_path, "Qwen/Qwen3-4B-Instruct-2507", "--gpu", "A100-80GB", fmt="text")
+    assert "fits at-risk (needs 7.93 GiB of host RAM: host-ram assumption)" in " ".join(text.split())

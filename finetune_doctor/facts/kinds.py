@@ -177,6 +177,31 @@ def _host_ram_unknown(peak_gib: float, gpus_gib: float | None = None) -> Any:
                       resolve_with="--host-ram SIZE (e.g. 64GB), or --context FILE from the machine that merges")
 
 
+def _host_ram_verdict(asm: Any, e: dict[str, Any], gpus_gib: float | None) -> None:
+    """An export whose fit hangs on host RAM that was not given gets a verdict all the same (issue 21: a verdict on
+    every config whose model is known): ``at-risk``, deciding assumption ``host-ram``, with the host RAM it needs
+    (GiB, ``host_ram_needed_gib``): the upper end of the peak for export_device: cpu, what the GPUs leave of it for
+    auto. The `host-ram` assumption then weighs the two sides of that line (fits / oom) and moves the verdict. No
+    range of plausible host RAM is invented: merges run on laptops (16 GB) and on 2 TB nodes alike."""
+    from dataclasses import replace
+
+    if e["verdict"] is not None or e.get("host_ram_gib") is not None:
+        return
+    at = next((i for i, a in enumerate(asm.assumptions) if a.name == "host-ram"), None)
+    if at is None:
+        return
+    top = max([e["peak_gib"], *(e.get("interval_gib") or [])])
+    need = round(top if e["device"] == "cpu" else top - (gpus_gib or 0.0), 2)
+    if need <= 0:
+        return
+    enough, short = f"host RAM >= {need} GiB free where it merges", f"host RAM < {need} GiB free"
+    # the peak is the same on either side of the line; only the verdict differs
+    asm.assumptions[at] = replace(asm.assumptions[at], alternatives=(enough, short),
+                                  effect_gib={enough: round(top, 2), short: round(top, 2)},
+                                  effect_verdict={enough: "fits", short: "oom"}, moves_verdict=True)
+    e.update(verdict="at-risk", host_ram_needed_gib=need, deciding="host-ram")
+
+
 def v1_doc(doc: Any) -> tuple[Any, list[str]]:
     """A v1 config's `ConfigDoc` as the v0 keys of the same run (readers/config/lfv1.py `to_v0`), each placed at the line
     of the v1 key it came from, so that a finding about the run points into the v1 file."""
@@ -660,6 +685,7 @@ def not_training(asm: Any, arch: Any) -> Any:
                 lo, hi = e.get("interval_gib") or (e["peak_gib"], e["peak_gib"])
                 e.update(verdict="at-risk", interval_gib=[lo, max(hi, *a.effect_gib.values())],
                          interval_of="adapter-rank" + (" and load-dtype" if e.get("interval_gib") else ""))
+        _host_ram_verdict(asm, e, cap)
         e["p_oom"], e["no_probability"] = None, exportadapter.NO_PROBABILITY
         asm.kind_section = {"kind": "export", **e}
     else:

@@ -168,7 +168,9 @@ def sanitize(value: Any, base: str, keep_paths: bool = False, _key: str = "") ->
             ks = str(k)
             if ks in ("examples", "message", "text", "content", "prompt", "response"):
                 continue
-            if _SECRET_KEY.search(ks) and isinstance(v, str):
+            # a position record's `key` ({file, line, column, key}) names a config key, e.g. a dataset's entry in
+            # dataset_info.json: not a credential (the training machine's report shows it, so must the other's)
+            if _SECRET_KEY.search(ks) and isinstance(v, str) and not (ks == "key" and _key == "location"):
                 out[ks] = "<redacted>"
                 continue
             out[ks] = sanitize(v, base, keep_paths, ks)

@@ -122,14 +122,26 @@ CHECKPOINT_LEAF = re.compile(r"^(checkpoint[-_]?\d+|global[-_]?step[-_]?\d+|step
                              r"ckpt([-_]?\d+)?|final|merged?|best|last|latest|export(ed)?|hf(_model)?)$", re.I)
 
 
+# LLaMA-Factory's examples write a run to saves/<model>/<finetuning_type>/<stage> (examples/train_full/*.yaml
+# output_dir: saves/qwen3-4b/full/sft), and its inference and merge examples load that folder back
+# (examples/inference/qwen3_full_sft.yaml). Only full and freeze runs save a whole model there; a lora or oft run
+# saves an adapter, which is no model_name_or_path.
+LF_OUTPUT_TAIL = re.compile(r"^(full|freeze)/(sft|pt|rm|ppo|dpo|kto|orpo|simpo)$", re.I)
+
+
 def checkpoint_parent(name: str) -> tuple[str, str] | None:
     """(the nearest ancestor of `name` whose leaf is not a checkpoint-like folder, the checkpoint part) when the
-    leaf of the path `name` is one (`CHECKPOINT_LEAF`: ``checkpoint-1200``, ``global_step500``, ``merged``), else
-    None. ``/data/m/qwen2.5-7b-sft-v3/checkpoint-1200`` → (``/data/m/qwen2.5-7b-sft-v3``, ``checkpoint-1200``)."""
+    leaf of the path `name` is one (`CHECKPOINT_LEAF`: ``checkpoint-1200``, ``global_step500``, ``merged``) or the
+    path ends in LF's output layout (`LF_OUTPUT_TAIL`: ``full/sft``), else None.
+    ``/data/m/qwen2.5-7b-sft-v3/checkpoint-1200`` → (``/data/m/qwen2.5-7b-sft-v3``, ``checkpoint-1200``);
+    ``saves/qwen3-4b/full/sft`` → (``saves/qwen3-4b``, ``full/sft``)."""
     parts = [p for p in str(name).replace("\\", "/").rstrip("/").split("/")]
     tail: list[str] = []
     while len(parts) > 1 and CHECKPOINT_LEAF.match(parts[-1]):
         tail.insert(0, parts.pop())
+    if len(parts) > 2 and LF_OUTPUT_TAIL.match("/".join(parts[-2:])):
+        tail[:0] = parts[-2:]
+        del parts[-2:]
     if not tail or not parts or parts[-1] in ("", ".", ".."):
         return None
     return "/".join(parts), "/".join(tail)

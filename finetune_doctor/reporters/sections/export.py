@@ -31,7 +31,10 @@ def render(data: dict[str, Any]) -> list[Any]:
         t.add_row(f"LoRA adapter ({data['adapter_params_b']} B params, float32, {how})", _g(data.get("adapter_gib")),
                   _pct(data.get("adapter_gib"), limit))
     fits = {True: "yes", False: "NO", None: "unknown"}[data.get("fits")]
-    if data.get("verdict") == "at-risk":
+    if data.get("deciding") == "host-ram":
+        # facts/kinds.py `_host_ram_verdict`: no host RAM given, the line it needs is the verdict
+        fits = f"at-risk (needs {_g(data.get('host_ram_needed_gib'))} GiB of host RAM: host-ram assumption)"
+    elif data.get("verdict") == "at-risk":
         lo, hi = data.get("interval_gib") or (data.get("peak_gib"), data.get("peak_gib"))
         fits = f"at-risk ({_g(lo)}-{_g(hi)} GiB over the {data.get('interval_of') or 'load-dtype'} assumption)"
     what = "host RAM" if cpu else "GPU memory"
