@@ -57,7 +57,8 @@ _DETECTORS = {
 NAMESPACE = Namespace("ev", __doc__.split("\n\n")[0], {
     **{k: OPEN(v) for k, v in _DETECTORS.items()},
     "files": F("int", "files read"), "readable": F("int", "files that yielded anything"),
-    "unread": F("list", "paths with problems"), "has_metrics": F("bool", "a loss curve was found"),
+    "unread": F("list", "paths with problems"),
+    "nccl_seen": F("str", "file:line of the first NCCL INFO/WARN line read (NCCL_DEBUG output), or null"), "has_metrics": F("bool", "a loss curve was found"),
     "loss_spikes": F("int", "loss spikes found"), "grad_spikes": F("int", "grad-norm spikes found"),
     "restarts": F("list", "resumes and relaunches", items={
         "step": F("int", "step"), "kind": F("str", "resume | relaunch | session-start"),

@@ -330,6 +330,10 @@ def run(run_dir: str | None, logs: list[str], config: str | None, opts: Options,
     hw = hw_facts.from_inputs(opts, read_env_file(opts.env_file) if opts.env_file else None, allow_nvml=False)
     if hw is None:
         hw = _hardware_from_evidence(ev)
+    if hw is None and not opts.env_file:
+        # the environment block pasted in a log read as --env would read it (one reader: trial 14, the issue
+        # template's `llamafactory-cli env` above the traceback given as --log only)
+        hw = hw_facts.from_inputs(opts, _pasted_env(ev), allow_nvml=False)
     asm = _context(cfg_path, over, opts, hw, notes)
     if asm is None and hw is not None:
         notes.extend(hw.notes)     # with a config, assemble_config reports them
@@ -375,6 +379,20 @@ def _pasted_versions(ev: Any) -> dict[str, tuple[str, str]]:
         for pkg, (version, line) in f.env_versions.items():
             found.setdefault(pkg, (str(version), f"{f.read.path}:{line}"))
     return found
+
+
+def _pasted_env(ev: Any) -> Any:
+    """The first environment block pasted in the files read as the EnvReport ``--env`` would make of it
+    (readers/config/stack.py): its versions (`FileEvidence.env_versions`) and print_env's ``GPU type`` (the
+    ``version:gpu`` fact, readers/runlogs/logparse.py `_versions`); None when no file holds one."""
+    from finetune_doctor.readers.config.stack import EnvReport
+
+    for f in ev.files:
+        gpu = next((x.value for x in f.facts if x.name == "version:gpu" and isinstance(x.value, str)), None)
+        if f.env_versions or gpu:
+            return EnvReport(path=f.read.path, versions={k: str(v) for k, (v, _) in f.env_versions.items()},
+                             gpu_type=gpu)
+    return None
 
 
 def _given_versions(opts: Options) -> dict[str, tuple[str, str]]:

@@ -357,7 +357,8 @@ class FailureLines:
             self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, "watchdog-error", op=what,
                                              text=text.strip()[:500], wall=wall))
             return
-        if ("have failed or timed out" in text or "thread terminated" in text or "checkTimeout" in text) and (
+        if ("have failed or timed out" in text or "thread terminated" in text or "checkTimeout" in text
+                or "Exception raised from" in text) and (
                 pat.NCCL_FAILED.search(text) or pat.NCCL_TERMINATED.search(text) or pat.NCCL_CHECK_FRAME.search(text)):
             if ("failed", rank) not in self.nccl_seen:
                 self.nccl_seen.add(("failed", rank))

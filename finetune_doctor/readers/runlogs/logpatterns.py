@@ -310,7 +310,12 @@ NCCL_HEARTBEAT = re.compile(r"(?:Rank (?P<rank>\d+)\] )?ProcessGroupNCCL's watch
 NCCL_FAILED = re.compile(r"(?:\[Rank (?P<rank>\d+)\] )?Some NCCL operations have failed or timed out")
 NCCL_TERMINATED = re.compile(_PG.replace("(?P<", "(?P<t_") + r"(?:Process group|NCCL) watchdog thread terminated "
                              r"with exception: |(?:Process group|NCCL) watchdog thread terminated with exception: ")
-NCCL_CHECK_FRAME = re.compile(r"c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from checkTimeout at")
+# the C++ stack of an exception the watchdog thread built when it ended: "Exception raised from F at
+# .../ProcessGroupNCCL.cpp:N" with F checkTimeout (the timeout itself), ncclCommWatchdog (the thread's function
+# before torch 2.6) or run (its Watchdog class since 2.6, ``Watchdog::run`` rethrowing what ``runLoop`` raised as
+# "Process group watchdog thread terminated with exception: ..."): a paste cut above the message keeps only these
+NCCL_CHECK_FRAME = re.compile(r"c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from checkTimeout at"
+                              r"|Exception raised from (?:ncclCommWatchdog|run) at \S*ProcessGroupNCCL\.cpp")
 # ncclGetErrorString (nccl src/init.cc:3415-3437, the same since v2.18) as torch's "NCCL error in: ..." prints it
 NCCL_ERROR = re.compile(r"(?:NCCL error(?: in: [^,]*,)?|ProcessGroupNCCL\.cpp:\d+,|NCCL failure [\w./-]+:\d+ ') ?"
                         r"(?P<desc>unhandled system error|unhandled cuda error|internal "
