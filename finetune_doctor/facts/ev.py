@@ -44,7 +44,8 @@ _DETECTORS = {
             "(analyzers/postmortem/said.py): {symptom [disk-full | nccl-error | image-tokens | native-crash | loss-scale | "
             "host-oom | killed | oom | "
             "cuda-error | no-update | nan | loss-zero | diverged | timeout | hang | stopped | version | error], words, phase [evaluation | save | "
-            "tokenization | loading | end | start | resume], phase_words, step, after, text, location}",
+            "tokenization | loading | end | start | resume], phase_words, step, after, text, location, memory [gpu | None: "
+            "an oom whose words do not say which memory]}",
     "dict_steps": "HF metric dicts re-placed from the warmup lr, the epoch and logging_steps where the training bar "
                   "at their line disagreed (analyzers/postmortem/dictsteps.py): {basis [warmup-lr | epoch], moved, "
                   "first_moved {line, step}}",

@@ -502,7 +502,8 @@ def _report(ev: Evidence, tl: Any, asm: Assembly | None, hw: Hardware | None, cf
 
 def _assumptions(f: dict[str, Any], findings: list[Finding]) -> tuple[Assumption, ...]:
     """What a finding used that the inputs did not say: the fine-tuning method behind the learning-rate
-    judgement when neither a config nor the log's trainable share tells it (analyzers/postmortem/causes.py)."""
+    judgement when neither a config nor the log's trainable share tells it (analyzers/postmortem/causes.py); the
+    memory an "out of memory" said in words names when they do not say GPU (trial 14)."""
     out = []
     lh = f.get("lr_high") or {}
     if lh and not lh.get("method_known") and any(x.name == "learning-rate-too-high-confirmed" for x in findings):
@@ -511,6 +512,13 @@ def _assumptions(f: dict[str, Any], findings: list[Finding]) -> tuple[Assumption
             "threshold (5e-3), the higher one, so that a full fine-tune is not blamed on a rate that is usual for it",
             alternatives=("full", "freeze"), resolve_with="--config the run's YAML (finetuning_type)",
             moves_verdict=bool(lh.get("lr") is not None and lh["lr"] < LR_HIGH_FULL)))
+    sd = f.get("said") or {}
+    if sd.get("symptom") == "oom" and sd.get("memory") != "gpu" and any(x.name == "cuda-oom" for x in findings):
+        out.append(Assumption(
+            name="oom-memory", value="GPU memory", source=f"the words (\"{sd.get('words')}\") say out of memory "
+            "without naming the GPU's; the symptom rule reads them as CUDA's", alternatives=("host RAM",),
+            resolve_with="the error's full text (CUDA out of memory ... Tried to allocate) or `dmesg -T | grep -i "
+            "kill` on the node", moves_verdict=True))
     gs = f.get("grad_spike") or {}
     if gs.get("clipped_unfelt") and gs.get("max_grad_norm_source") != "config":
         out.append(Assumption(

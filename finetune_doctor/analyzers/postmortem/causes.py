@@ -565,6 +565,8 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     if exc is not None:
         v = exc.value or {}
         text = (f"{v.get('cls')}: {v.get('msg')}" if v.get("msg") else f"{v.get('cls')}")[:200]
+        if v.get("compiler"):   # a compiler's line (readers/runlogs/logs.py), not a Python class: shown as printed
+            text = f"a compiler error ({v.get('msg')})"[:240]
         rec = exc
         kind = "exception"
     else:

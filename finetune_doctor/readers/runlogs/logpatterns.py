@@ -623,6 +623,11 @@ EXC_ANY = re.compile(r"^(?P<cls>(?:(?:[a-z_][\w]*|[A-Z][A-Z0-9_]*)\.)+[A-Z_]\w*|
 PY_WARNING = re.compile(r"(?P<file>[^\s:\"']+\.py):(?P<line>\d+): (?P<cat>[A-Z]\w*Warning): (?P<msg>\S.*)$")
 # the same line alone in a short paste where nothing else was found (`logs._exception_alone`): only a module-qualified
 # class (lower-case module names, as every non-builtin exception prints) with a message
+# a C/C++ compiler's own diagnostic (GCC and Clang print "FILE:LINE:COL: fatal error: MESSAGE", then "compilation
+# terminated."): a build that torch.compile (Inductor's C++/Triton builds), a JIT extension (torch.utils.
+# cpp_extension, DeepSpeed's op builders) or a package install ran, and that stopped there
+COMPILER_FATAL = re.compile(r"^[\s`>*-]*(?P<src>[^\s:]+\.(?:h|hh|hpp|c|cc|cpp|cxx|cu|cuh)):\d+(?::\d+)?: "
+                            r"(?P<msg>fatal error: \S.*?)[\s`]*$")
 EXC_ALONE = re.compile(r"^[\s`>*-]*(?P<cls>(?:[a-z_][a-z0-9_]*\.)+[A-Z]\w*): (?P<msg>\S.*?)[\s`]*$")
 LF_LOG = re.compile(r"^\[(?P<lvl>WARNING|ERROR)\|(?P<where>[^\]]+)\]\s*(?:[\d-]+ [\d:,]+ )?(?:(?P<logger>[\w.]+):\d+ )?>> (?P<msg>.*)$")
 ATTN_WARN = re.compile(r"strongly recommended to train (?P<model>\w+) models with the `?(?P<want>\w+)`? attention "
