@@ -364,9 +364,8 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     if k.kind == "loader-signal" and k.signal in NATIVE_SIGNALS:
         # torch/csrc/DataLoader.cpp's SIGBUS handler names the usual cause itself; with num_workers 0 the dataset
         # code runs in the main process, where the fault (and PYTHONFAULTHANDLER's stack) can be seen
-        how += ((", which PyTorch says may be too little shared memory (/dev/shm) for the workers"
-                 if k.signal == "SIGBUS" else "")
-                + " (a rerun with fewer loader workers, or 0, shows whether the dataset code faults)")
+        # (SIGBUS: PyTorch's own message names shared memory; rule native-crash words that cause first, `shm`)
+        how += "" if k.signal == "SIGBUS" else " (a rerun with fewer loader workers, or 0, shows whether the dataset code faults)"
     if k.kind == "ray-oom" and k.pid is None:
         pid = next((x.pid for x in relevant if x.kind == "ray-oom" and x.pid is not None), None)
         who = f"pid {pid}" if pid is not None else who
@@ -388,6 +387,7 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     d = {"kind": k.kind, "signal": k.signal, "exitcode": None if k.kind == "shell-killed" else k.exitcode, "rank": k.rank, "local_rank": k.local_rank,
          "pid": k.pid, "host": k.host, "step": step, "host_oom": host_oom, "who": who, "how": how,
          "host_ram_text": hram, "offload": bool(run_off), "location": location_of(k.file, k.line),
+         "shm": k.kind == "loader-signal" and k.signal == "SIGBUS",
          # a fault in compiled code (bash's "Segmentation fault", faulthandler, exit -11/139 ...): not the host
          "native": k.signal in NATIVE_SIGNALS or abort,
          "text": k.text, "count": len(kills), "inferred": inferred and host_oom,
