@@ -330,11 +330,10 @@ def run(run_dir: str | None, logs: list[str], config: str | None, opts: Options,
     hw = hw_facts.from_inputs(opts, read_env_file(opts.env_file) if opts.env_file else None, allow_nvml=False)
     if hw is None:
         hw = _hardware_from_evidence(ev)
-    if hw is None and not opts.env_file:
-        # the environment block pasted in a log read as --env would read it (one reader: trial 14, the issue
-        # template's `llamafactory-cli env` above the traceback given as --log only)
-        hw = hw_facts.from_inputs(opts, _pasted_env(ev), allow_nvml=False)
-    asm = _context(cfg_path, over, opts, hw, notes)
+    env_opts = _log_as_env(opts, ev)   # a log holding an env block feeds what --env feeds (one reader)
+    if hw is None and env_opts.env_file != opts.env_file:
+        hw = hw_facts.from_inputs(env_opts, read_env_file(env_opts.env_file), allow_nvml=False)
+    asm = _context(cfg_path, over, env_opts, hw, notes)
     if asm is None and hw is not None:
         notes.extend(hw.notes)     # with a config, assemble_config reports them
     if asm is not None:
@@ -381,18 +380,27 @@ def _pasted_versions(ev: Any) -> dict[str, tuple[str, str]]:
     return found
 
 
-def _pasted_env(ev: Any) -> Any:
-    """The first environment block pasted in the files read as the EnvReport ``--env`` would make of it
-    (readers/config/stack.py): its versions (`FileEvidence.env_versions`) and print_env's ``GPU type`` (the
-    ``version:gpu`` fact, readers/runlogs/logparse.py `_versions`); None when no file holds one."""
-    from finetune_doctor.readers.config.stack import EnvReport
+def _log_as_env(opts: Options, ev: Any) -> Options:
+    """`opts` with ``env_file`` set to the first file read as a log that holds an environment block (its
+    `FileEvidence.env_versions`: LLaMA-Factory's issue template puts ``llamafactory-cli env`` above the
+    traceback), when no ``--env`` was given: the same file read by the one reader of ``--env`` (readers/config/
+    stack.py `read_env_file`), so the config is judged for the release that ran and its GPU type counts (trial 14:
+    a log stating ``llamafactory version: 0.9.2.dev0`` was judged as if no version were known). A block whose
+    versions that reader refuses is left out, as a paste is not an input the user named."""
+    if opts.env_file:
+        return opts
+    from dataclasses import replace as _replace
+
+    from finetune_doctor.errors import InputError as _InputError
 
     for f in ev.files:
-        gpu = next((x.value for x in f.facts if x.name == "version:gpu" and isinstance(x.value, str)), None)
-        if f.env_versions or gpu:
-            return EnvReport(path=f.read.path, versions={k: str(v) for k, (v, _) in f.env_versions.items()},
-                             gpu_type=gpu)
-    return None
+        if f.env_versions:
+            try:
+                read_env_file(f.read.path)
+            except _InputError:
+                continue
+            return _replace(opts, env_file=f.read.path)
+    return opts
 
 
 def _given_versions(opts: Options) -> dict[str, tuple[str, str]]:
