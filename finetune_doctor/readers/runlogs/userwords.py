@@ -51,12 +51,12 @@ _DEFAULT_TIMEOUT = re.compile(r"\b(?:after|within|at|takes?|took)\s+(?:about |~)
 # RAM (the kernel's OOM killer, dataset packing and preprocessing) as well as CUDA's allocator (trial 14)
 _GPU_MEMORY = re.compile(r"CUDA|\bGPU|显存|显卡|\bVRAM\b|video memory|OutOfMemoryError|Tried to allocate|\bNPU\b|\bHBM\b", re.I)
 # a thing the user says they did NOT use or turn on ("没用流式加载", "did not use streaming", "not using packing",
-# "without deepspeed"): the words after the negated verb, up to the end of the clause, name no symptom or phase of
+# "without using deepspeed"; a bare "without" is left, as "stops without any error" names a symptom): the words after the negated verb, up to the end of the clause, name no symptom or phase of
 # the run (trial 14 read "没用流式加载" as the loading phase). Only a negated use/enable verb is taken: a negation in
 # an error's own words ("No space left", "Torch not compiled with CUDA", "does not require grad") is kept.
 _NEGATED = re.compile(
     r"(?:\b(?:did(?:n't| not)|do(?:n't| not)|does(?:n't| not)|was(?:n't| not)|were(?:n't| not)|am not|are not|is not|"
-    r"never)\s+(?:use|using|enable|enabling|turn on|set|have|run)\b|\bnot (?:using|enabling)\b|\bwithout(?: using)?\b"
+    r"never)\s+(?:use|using|enable|enabling|turn on|set|have|run)\b|\bnot (?:using|enabling)\b|\bwithout using\b"
     r"|(?:没有?|未|不)(?:用|使用|开启?|启用|打开|设置?))(?:\s+(?:the|a|an)\b)?"
     # the clause ends at punctuation, or where a new statement starts ("without deepspeed the loss is nan")
     r"(?:(?!\s(?:the|and|but|so|then|when|while|it|training|loss|after|before|during|at)\b|在|时|后|但|就)"
