@@ -248,6 +248,9 @@ def test_a_log_that_reached_the_forward_pass_outranks_start_up_refusals(tmp_path
     assert unknown["severity"] == "warning"
     assert "The run reached the model's forward pass" in unknown["message"]
     assert "got past start-up" in unknown["message"]
+    # one order in every format: the log's cause first, though its file sorts after the config's
+    concise = invoke("postmortem", "--log", log, "--config", cfg, "--format", "concise")[1].splitlines()
+    assert [ln.split(": ")[1].split()[0] for ln in concise] == [f["code"] for f in rep["findings"]]
 
 
 def test_the_lf_version_of_a_pasted_env_block_judges_the_config(tmp_path):
