@@ -310,12 +310,9 @@ NCCL_HEARTBEAT = re.compile(r"(?:Rank (?P<rank>\d+)\] )?ProcessGroupNCCL's watch
 NCCL_FAILED = re.compile(r"(?:\[Rank (?P<rank>\d+)\] )?Some NCCL operations have failed or timed out")
 NCCL_TERMINATED = re.compile(_PG.replace("(?P<", "(?P<t_") + r"(?:Process group|NCCL) watchdog thread terminated "
                              r"with exception: |(?:Process group|NCCL) watchdog thread terminated with exception: ")
-# the C++ stack of an exception the watchdog thread built when it ended: "Exception raised from F at
-# .../ProcessGroupNCCL.cpp:N" with F checkTimeout (the timeout itself), ncclCommWatchdog (the thread's function
-# before torch 2.6) or run (its Watchdog class since 2.6, ``Watchdog::run`` rethrowing what ``runLoop`` raised as
-# "Process group watchdog thread terminated with exception: ..."): a paste cut above the message keeps only these
-NCCL_CHECK_FRAME = re.compile(r"c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from checkTimeout at"
-                              r"|Exception raised from (?:ncclCommWatchdog|run) at \S*ProcessGroupNCCL\.cpp")
+# the watchdog's exception stack ("Exception raised from F at .../ProcessGroupNCCL.cpp"; F checkTimeout, ncclCommWatchdog
+# before torch 2.6, run since: Watchdog::run rethrows what runLoop raised) is all a paste cut above the message keeps
+NCCL_CHECK_FRAME = re.compile(r"c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from (?:checkTimeout at|(?:ncclCommWatchdog|run) at \S*ProcessGroupNCCL\.cpp)")
 # ncclGetErrorString (nccl src/init.cc:3415-3437, the same since v2.18) as torch's "NCCL error in: ..." prints it
 NCCL_ERROR = re.compile(r"(?:NCCL error(?: in: [^,]*,)?|ProcessGroupNCCL\.cpp:\d+,|NCCL failure [\w./-]+:\d+ ') ?"
                         r"(?P<desc>unhandled system error|unhandled cuda error|internal "
@@ -623,11 +620,6 @@ EXC_ANY = re.compile(r"^(?P<cls>(?:(?:[a-z_][\w]*|[A-Z][A-Z0-9_]*)\.)+[A-Z_]\w*|
 PY_WARNING = re.compile(r"(?P<file>[^\s:\"']+\.py):(?P<line>\d+): (?P<cat>[A-Z]\w*Warning): (?P<msg>\S.*)$")
 # the same line alone in a short paste where nothing else was found (`logs._exception_alone`): only a module-qualified
 # class (lower-case module names, as every non-builtin exception prints) with a message
-# a C/C++ compiler's own diagnostic (GCC and Clang print "FILE:LINE:COL: fatal error: MESSAGE", then "compilation
-# terminated."): a build that torch.compile (Inductor's C++/Triton builds), a JIT extension (torch.utils.
-# cpp_extension, DeepSpeed's op builders) or a package install ran, and that stopped there
-COMPILER_FATAL = re.compile(r"^[\s`>*-]*(?P<src>[^\s:]+\.(?:h|hh|hpp|c|cc|cpp|cxx|cu|cuh)):\d+(?::\d+)?: "
-                            r"(?P<msg>fatal error: \S.*?)[\s`]*$")
 EXC_ALONE = re.compile(r"^[\s`>*-]*(?P<cls>(?:[a-z_][a-z0-9_]*\.)+[A-Z]\w*): (?P<msg>\S.*?)[\s`]*$")
 LF_LOG = re.compile(r"^\[(?P<lvl>WARNING|ERROR)\|(?P<where>[^\]]+)\]\s*(?:[\d-]+ [\d:,]+ )?(?:(?P<logger>[\w.]+):\d+ )?>> (?P<msg>.*)$")
 ATTN_WARN = re.compile(r"strongly recommended to train (?P<model>\w+) models with the `?(?P<want>\w+)`? attention "
