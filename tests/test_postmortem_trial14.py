@@ -253,6 +253,18 @@ def test_a_log_that_reached_the_forward_pass_outranks_start_up_refusals(tmp_path
     assert [ln.split(": ")[1].split()[0] for ln in concise] == [f["code"] for f in rep["findings"]]
 
 
+def test_a_traceback_through_the_training_loop_outranks_start_up_refusals(tmp_path):
+    cfg = _write(tmp_path / "train.yaml", "model_name_or_path: Qwen/Qwen2.5-7B-Instruct\nstage: sft\n"
+                 "do_train: true\nfinetuning_type: lora\nlora_rnak: 8\ndataset: alpaca_en_demo\ntemplate: qwen\n"
+                 "output_dir: saves/x\nbf16: true\n")
+    log = _write(tmp_path / "train.log", TRACEBACK)
+    rep = json.loads(invoke("postmortem", "--log", log, "--config", cfg, "--format", "json")[1])
+    assert rep["findings"][0]["code"] == "FD317"
+    unknown = next(f for f in rep["findings"] if f["code"] == "FD001")
+    assert unknown["severity"] == "warning"
+    assert "The traceback runs through the Trainer's training loop, so the run got past start-up" in unknown["message"]
+
+
 def test_the_lf_version_of_a_pasted_env_block_judges_the_config(tmp_path):
     cfg = _write(tmp_path / "train.yaml", "model_name_or_path: Qwen/Qwen2.5-7B-Instruct\nstage: sft\n"
                  "do_train: true\nfinetuning_type: lora\ndataset: alpaca_en_demo\ntemplate: qwen\n"

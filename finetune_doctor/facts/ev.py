@@ -108,6 +108,8 @@ def past_start_up(evf: dict) -> str | None:
     for key, why in PAST_START_UP.items():
         if evf.get(key):
             return why
+    if (evf.get("crash") or {}).get("in_loop"):
+        return "the traceback runs through the Trainer's training loop"
     if (evf.get("image_cut") or {}).get("state") == "cut":
         # counted in the log, not said in words: transformers compares the image features with the placeholder
         # tokens inside the model's forward (e.g. Qwen2-VL's get_placeholder_mask), so a batch reached the model

@@ -600,7 +600,19 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
             "text": text, "where_text": where, "phase": phase, "location": location_of(rec.file, rec.line),
             "disk_full": disk, "cause": cause, "first": bool(after), "consequences": after or "",
             "earlier_text": _earlier(seen, exc),
-            "after_loop": bool(post)}
+            "after_loop": bool(post), "in_loop": _in_loop(tb_exc)}
+
+
+# HF Trainer's training-loop functions (transformers trainer.py): a traceback through one of them was raised by a
+# run past argument parsing (facts/ev.py `past_start_up`)
+_LOOP_FRAMES = ("_inner_training_loop (", "training_step (", "compute_loss (")
+
+
+def _in_loop(tb: Any) -> bool:
+    """Whether the traceback `tb` (a Notice whose value holds ``frames``, "function (file)") runs through the
+    HF Trainer's training loop."""
+    frames = (tb.value or {}).get("frames") or () if tb is not None and isinstance(tb.value, dict) else ()
+    return any(str(fr).startswith(_LOOP_FRAMES) for fr in frames)
 
 
 STOP_WORDS = ("SignalException", "KeyboardInterrupt", "killed by signal: Terminated", "killed by signal: Interrupt",
