@@ -100,6 +100,9 @@ def test_the_watchdogs_own_exception_frames_are_a_watchdog_abort_not_no_evidence
     assert code == 1 and codes[0] == "FD314", codes
     assert "FD318" not in codes
     assert any(e["kind"] == "nccl_timeout" for e in rep["timeline"])
+    # the message saying timeout or error is not in the paste: neither is stated
+    assert rep["findings"][0]["message"].startswith("NCCL watchdog abort (only its exception stack is in the input")
+    assert "NCCL watchdog timeout" not in rep["findings"][0]["message"]
 
 
 def test_nccl_info_lines_are_never_called_absent(tmp_path):

@@ -363,7 +363,10 @@ class FailureLines:
             if ("failed", rank) not in self.nccl_seen:
                 self.nccl_seen.add(("failed", rank))
                 self.fail_wall(wall)
-                self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, "failed",
+                # only the watchdog thread's own stack: it ended on a timeout or an error, the message saying
+                # which is not in the paste (collectives.py words it so)
+                stack = "watchdog-stack" if ("from run at" in text or "from ncclCommWatchdog at" in text) else None
+                self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, "failed", op=stack,
                                                  text=text.strip()[:500], wall=wall))
             return
         m = pat.NCCL_ERROR.search(text) if ("NCCL error" in text or "Error" in text or "NCCL WARN" in text
