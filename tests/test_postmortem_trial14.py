@@ -318,3 +318,11 @@ def test_negations_inside_an_error_are_kept():
     assert read_words("No space left on device while saving\n")["symptom"] == "disk-full"
     assert read_words("without using deepspeed the loss is nan at step 30\n")["symptom"] == "nan"
     assert read_words("Training stops without any error at step 46\n")["symptom"] == "stopped"
+
+
+def test_fix_on_a_cut_config_says_why_it_writes_nothing(tmp_path):
+    cfg = _write(tmp_path / "train.yaml", CUT_CONFIG)
+    code, out = invoke("lint", cfg, "--fix")
+    assert code == 2
+    assert "not fixed: the file looks cut (its last line, `warm`, stops in the middle of a key)" in out
+    assert (tmp_path / "train.yaml").read_text(encoding="utf-8") == CUT_CONFIG
