@@ -144,6 +144,13 @@ def test_exit_codes_of_the_other_postmortem_paths(tmp_path):
     assert invoke("postmortem", "--log", crash, "--fail-on", "never")[0] == 0     # the user turned failing off
     image = _write(tmp_path / "image.log", IMAGE_CRASH)
     assert invoke("postmortem", "--log", image, "--fail-on", "never")[0] == 0
+    run = tmp_path / "run"
+    run.mkdir()
+    _write(run / "train.log", IMAGE_CRASH)
+    assert invoke("postmortem", str(run))[0] == 1                                  # a run folder, cause a warning
+    report = tmp_path / "report.json"
+    assert invoke("postmortem", "--log", image, "--format", "json", "--output", str(report))[0] == 1
+    assert json.loads(report.read_text())["postmortem"]["crashed"] is True
     words = _write(tmp_path / "title.txt", "training stops with out of memory after a few steps\n")
     assert invoke("postmortem", "--log", words)[0] == 0                           # words alone show no crash
     # HF Trainer's metric dicts (trainer.py `log`), a run that trained and ended
