@@ -57,7 +57,7 @@ _GPU_MEMORY = re.compile(r"CUDA|\bGPU|显存|显卡|\bVRAM\b|video memory|OutOfM
 _NEGATED = re.compile(
     r"(?:\b(?:did(?:n't| not)|do(?:n't| not)|does(?:n't| not)|was(?:n't| not)|were(?:n't| not)|am not|are not|is not|"
     r"never)\s+(?:use|using|enable|enabling|turn on|set|have|run)\b|\bnot (?:using|enabling)\b|\bwithout using\b"
-    r"|(?:没有?|未|不)(?:用|使用|开启?|启用|打开|设置?))(?:\s+(?:the|a|an)\b)?"
+    r"|(?:没有?|未|不)(?:用|使用|开启|启用|打开|设置?))(?:\s+(?:the|a|an)\b)?"
     # the clause ends at punctuation, or where a new statement starts ("without deepspeed the loss is nan")
     r"(?:(?!\s(?:the|and|but|so|then|when|while|it|training|loss|after|before|during|at)\b|在|时|后|但|就)"
     r"[^,，.。;；:：!！?？\n])*", re.I)
