@@ -64,6 +64,8 @@ def test_the_same_paste_given_as_log_only_feeds_the_env_facts(tmp_path):
     rep = json.loads(out)
     assert code == 1 and rep["findings"][0]["code"] == "FD317"
     assert rep["hardware"]["gpu"] == "A100-80GB"
+    # print_env named the card, not how many: the one counted is an assumption, not a fact
+    assert [(a["name"], a["value"]) for a in rep["assumptions"]] == [("gpu-count", 1)]
 
 
 def test_an_env_report_alone_given_as_env_and_log_is_still_not_a_log(tmp_path):

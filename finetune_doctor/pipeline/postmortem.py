@@ -366,7 +366,14 @@ def run(run_dir: str | None, logs: list[str], config: str | None, opts: Options,
     if plot:
         draw(tl, plot, title=_plot_title(facts, ev), inputs=[f.read.path for f in ev.files] + [cfg_path or ""])
         notes.append(f"plot written to {plot}")
-    return _report(ev, tl, asm, hw, cfg_path, findings, notes)
+    report = _report(ev, tl, asm, hw, cfg_path, findings, notes)
+    if asm is None and hw is not None and hw.source == hw_facts.ENV_CARD_ONLY:
+        # the card from an environment report that does not count the cards (facts/hw.py: one assumed)
+        report = replace(report, assumptions=report.assumptions + (Assumption(
+            name="gpu-count", value=hw.num_gpus, source="the environment report names the card but not how many "
+            "there were; one is assumed", alternatives=("several GPUs on the node",),
+            resolve_with="--gpu NxTYPE (and --nnodes)", moves_verdict=False),))
+    return report
 
 
 def _pasted_versions(ev: Any) -> dict[str, tuple[str, str]]:
