@@ -364,9 +364,8 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     if k.kind == "loader-signal" and k.signal in NATIVE_SIGNALS:
         # torch/csrc/DataLoader.cpp's SIGBUS handler names the usual cause itself; with num_workers 0 the dataset
         # code runs in the main process, where the fault (and PYTHONFAULTHANDLER's stack) can be seen
-        how += ((", which PyTorch says may be too little shared memory (/dev/shm) for the workers"
-                 if k.signal == "SIGBUS" else "")
-                + " (a rerun with fewer loader workers, or 0, shows whether the dataset code faults)")
+        # (SIGBUS: PyTorch's own message names shared memory; rule native-crash words that cause first, `shm`)
+        how += "" if k.signal == "SIGBUS" else " (a rerun with fewer loader workers, or 0, shows whether the dataset code faults)"
     if k.kind == "ray-oom" and k.pid is None:
         pid = next((x.pid for x in relevant if x.kind == "ray-oom" and x.pid is not None), None)
         who = f"pid {pid}" if pid is not None else who
@@ -388,6 +387,7 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     d = {"kind": k.kind, "signal": k.signal, "exitcode": None if k.kind == "shell-killed" else k.exitcode, "rank": k.rank, "local_rank": k.local_rank,
          "pid": k.pid, "host": k.host, "step": step, "host_oom": host_oom, "who": who, "how": how,
          "host_ram_text": hram, "offload": bool(run_off), "location": location_of(k.file, k.line),
+         "shm": k.kind == "loader-signal" and k.signal == "SIGBUS",
          # a fault in compiled code (bash's "Segmentation fault", faulthandler, exit -11/139 ...): not the host
          "native": k.signal in NATIVE_SIGNALS or abort,
          "text": k.text, "count": len(kills), "inferred": inferred and host_oom,
@@ -565,6 +565,8 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     if exc is not None:
         v = exc.value or {}
         text = (f"{v.get('cls')}: {v.get('msg')}" if v.get("msg") else f"{v.get('cls')}")[:200]
+        if v.get("compiler"):   # a compiler's line (readers/runlogs/logs.py), not a Python class: shown as printed
+            text = f"a compiler error ({v.get('msg')})"[:240]
         rec = exc
         kind = "exception"
     else:
@@ -598,7 +600,19 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
             "text": text, "where_text": where, "phase": phase, "location": location_of(rec.file, rec.line),
             "disk_full": disk, "cause": cause, "first": bool(after), "consequences": after or "",
             "earlier_text": _earlier(seen, exc),
-            "after_loop": bool(post)}
+            "after_loop": bool(post), "in_loop": _in_loop(tb_exc)}
+
+
+# HF Trainer's training-loop functions (transformers trainer.py): a traceback through one of them was raised by a
+# run past argument parsing (facts/ev.py `past_start_up`)
+_LOOP_FRAMES = ("_inner_training_loop (", "training_step (", "compute_loss (")
+
+
+def _in_loop(tb: Any) -> bool:
+    """Whether the traceback `tb` (a Notice whose value holds ``frames``, "function (file)") runs through the
+    HF Trainer's training loop."""
+    frames = (tb.value or {}).get("frames") or () if tb is not None and isinstance(tb.value, dict) else ()
+    return any(str(fr).startswith(_LOOP_FRAMES) for fr in frames)
 
 
 STOP_WORDS = ("SignalException", "KeyboardInterrupt", "killed by signal: Terminated", "killed by signal: Interrupt",

@@ -306,6 +306,12 @@ def nccl_facts(recs: list[NcclRecord], cx: RunContext, out: dict[str, Any],
          "location": location_of(main.file, main.line)}
     d["timeline_text"] = (f"NCCL watchdog timeout on rank {main.rank if main.rank is not None else '?'}: {what}"
                           + (f" after {main.ran_ms / 1000:.0f} s" if main.ran_ms else ""))
+    # the watchdog's exception stack alone (readers/runlogs/logfailures.py op "watchdog-stack"): the message that
+    # says timeout or error is cut, so neither is stated (trial 14)
+    d["cut"] = main.kind == "failed" and main.op == "watchdog-stack" and not timeouts
+    if d["cut"]:
+        d["timeline_text"] = (f"NCCL watchdog ended the process on rank {main.rank if main.rank is not None else '?'}"
+                              ": its exception stack is there, the message saying timeout or error is cut")
     if main.kind == "heartbeat":
         d["what"] = "ProcessGroupNCCL's watchdog thread"
         d["timeline_text"] = (f"NCCL heartbeat monitor on rank {main.rank if main.rank is not None else '?'}: the "

@@ -65,6 +65,10 @@ LAZY_IMPORT = re.compile(r"Failed to import (?P<mod>[\w.]+) because of the follo
 SAFETENSORS_HEADER = re.compile(r"Error while deserializing header: (?P<err>\w+)")
 REQUIRED_VERSION = re.compile(r"(?P<req>[A-Za-z][\w.-]*\s*(?:[<>=!~]=?|==)[^ ]*?),? is required for a normal functioning "
                               r"of this module(?:, but found (?P<found>[\w.-]+==[\w.+-]*[\w+]))?")
+# a header the compiler could not open ("pyconfig.h:3:12: fatal error: x86_64-linux-gnu/python3.12/pyconfig.h: No
+# such file or directory"): GCC's and Clang's wording for an #include not found
+HEADER_MISSING = re.compile(r"fatal error: (?P<hdr>[\w./+-]+\.h(?:h|pp)?): No such file or directory")
+PYTHON_HEADER = re.compile(r"(?:^|/)(?:Python\.h|pyconfig\.h)$|python3\.\d+")
 BUILD_FAILED = re.compile(r"Error building extension '(?P<op>\w+)'")
 TWO_DEVICES = re.compile(r"Expected all tensors to be on the same device, but found at least two devices, "
                          r"(?P<a>cuda:\d+|cpu) and (?P<b>cuda:\d+|cpu)")
@@ -478,6 +482,17 @@ def _environment(msg: str) -> str | None:
                 "failed: the compiler output above the traceback says why, most often no CUDA toolkit (nvcc, "
                 "CUDA_HOME) of the CUDA version torch was built with, or no ninja / g++; install that toolkit, or "
                 "a DeepSpeed with the op prebuilt (DS_BUILD_OPS=1 or DS_BUILD_<OP>=1 pip install deepspeed)")
+    h = HEADER_MISSING.search(msg)
+    if h:
+        hdr = h.group("hdr")
+        where = ("the Python development headers of the interpreter that runs the job (the python3.X-dev package "
+                 "of the system Python, or the include folder of the conda or venv Python; a header that includes "
+                 "another under a multiarch folder, as pyconfig.h does, needs the dev package of that same Python)"
+                 ) if PYTHON_HEADER.search(hdr) else f"the package that provides {hdr}"
+        return (f"a C/C++ build stopped because the header {hdr} was not found: torch.compile (Inductor and Triton "
+                "compile at the first step), a JIT-built extension or op (torch.utils.cpp_extension, DeepSpeed's op "
+                f"builders) or a source install compiles here; install {where}, or run without the compiled "
+                "path (no torch.compile, a prebuilt wheel)")
     d = TWO_DEVICES.search(msg)
     if d and d.group("a").startswith("cuda") and d.group("b").startswith("cuda") and d.group("a") != d.group("b"):
         return (f"one operation got tensors on {d.group('a')} and {d.group('b')}: the model is spread over several "

@@ -14,6 +14,7 @@ kernel errors. This module runs them in order and orders the events.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -105,6 +106,8 @@ def _outline(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[s
     out["files"] = len(reads)
     out["readable"] = sum(1 for f in ev.files if f.read.items or f.read.records or f.series)
     out["unread"] = [r.path for r in reads if not r.complete or r.problems]
+    out["nccl_seen"] = next((f"{os.path.basename(x.file)}:{x.line}" for f in ev.files for x in f.facts
+                             if x.name == "nccl_line"), None)
     out["loss"] = curve_summary(loss)
     out["grad_norm"] = curve_summary(gn)
     steps_seen = [c.steps[-1] for c in (loss, gn, lr) if c is not None and len(c)]

@@ -357,12 +357,16 @@ class FailureLines:
             self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, "watchdog-error", op=what,
                                              text=text.strip()[:500], wall=wall))
             return
-        if ("have failed or timed out" in text or "thread terminated" in text or "checkTimeout" in text) and (
+        if ("have failed or timed out" in text or "thread terminated" in text or "checkTimeout" in text
+                or "Exception raised from" in text) and (
                 pat.NCCL_FAILED.search(text) or pat.NCCL_TERMINATED.search(text) or pat.NCCL_CHECK_FRAME.search(text)):
             if ("failed", rank) not in self.nccl_seen:
                 self.nccl_seen.add(("failed", rank))
                 self.fail_wall(wall)
-                self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, "failed",
+                # only the watchdog thread's own stack: it ended on a timeout or an error, the message saying
+                # which is not in the paste (collectives.py words it so)
+                stack = "watchdog-stack" if ("from run at" in text or "from ncclCommWatchdog at" in text) else None
+                self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, "failed", op=stack,
                                                  text=text.strip()[:500], wall=wall))
             return
         m = pat.NCCL_ERROR.search(text) if ("NCCL error" in text or "Error" in text or "NCCL WARN" in text

@@ -215,6 +215,9 @@ class TextLogParser(FailureLines):
             self._versions(text, line, context)
         if "Process rank: " in text:
             self._process(text, line)
+        if "NCCL INFO" in text or "NCCL WARN" in text:
+            # NCCL's own debug lines (NCCL_DEBUG=INFO): kept so that no finding says the files hold no NCCL line
+            self.fact("nccl_line", text.strip()[:200], line)
         if "Initializing TorchBackend" in text or "NCCL INFO" in text or (
                 "Process rank: " in text and "distributed training: True" in text):
             self._dist_init(text, line, rank, context)

@@ -310,7 +310,9 @@ NCCL_HEARTBEAT = re.compile(r"(?:Rank (?P<rank>\d+)\] )?ProcessGroupNCCL's watch
 NCCL_FAILED = re.compile(r"(?:\[Rank (?P<rank>\d+)\] )?Some NCCL operations have failed or timed out")
 NCCL_TERMINATED = re.compile(_PG.replace("(?P<", "(?P<t_") + r"(?:Process group|NCCL) watchdog thread terminated "
                              r"with exception: |(?:Process group|NCCL) watchdog thread terminated with exception: ")
-NCCL_CHECK_FRAME = re.compile(r"c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from checkTimeout at")
+# the watchdog's exception stack ("Exception raised from F at .../ProcessGroupNCCL.cpp"; F checkTimeout, ncclCommWatchdog
+# before torch 2.6, run since: Watchdog::run rethrows what runLoop raised) is all a paste cut above the message keeps
+NCCL_CHECK_FRAME = re.compile(r"c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from (?:checkTimeout at|(?:ncclCommWatchdog|run) at \S*ProcessGroupNCCL\.cpp)")
 # ncclGetErrorString (nccl src/init.cc:3415-3437, the same since v2.18) as torch's "NCCL error in: ..." prints it
 NCCL_ERROR = re.compile(r"(?:NCCL error(?: in: [^,]*,)?|ProcessGroupNCCL\.cpp:\d+,|NCCL failure [\w./-]+:\d+ ') ?"
                         r"(?P<desc>unhandled system error|unhandled cuda error|internal "
