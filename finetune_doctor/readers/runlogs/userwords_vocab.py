@@ -47,18 +47,30 @@ from __future__ import annotations
 
 import re
 
-_I = re.I
+# re.A: \b and \w are ASCII-only, so a Latin word written right against Chinese ("模型会hang", "报错OOM") still
+# starts at a word boundary (under Unicode rules 会 is a word character and "\bhang" does not match after it)
+_I = re.I | re.A
 
 # (symptom, words): the first symptom whose words occur (not negated) wins; the specific ones first
 SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("disk-full", re.compile(
         r"No space left on device|\[?Errno 28\]?|os error 28|Disk quota exceeded|PytorchStreamWriter failed writing file|"
         r"\bdisk (?:is |was |gets |got )?full\b|\bfull disk\b|out of disk(?: space)?|\bno (?:more )?(?:disk )?space left\b|"
-        r"\bnot enough (?:free )?disk space\b|(?:磁盘|硬盘|存储)(?:空间)?(?:不足|已?满|爆|不够)|空间不足|磁盘满", _I)),
+        r"\bnot enough (?:free )?disk space\b|\bcannot write to (?:file|disk)\b|\b(?:unable|failed) to write to disk\b|"
+        r"\bdisk[- ]space (?:error|issue|problem|exhausted|ran out)\b|[/\\s]disk[- ]space\b[\"'”]?\s*error|"
+        r"\b(?:ephemeral[- ]storage|storage quota) (?:exceeded|limit|full|ran out)|\bran out of (?:disk|storage)\b|"
+        r"\bout of (?:storage|space on (?:the )?(?:disk|device))\b|(?:磁盘|硬盘|存储)(?:空间)?(?:不足|已?满|爆|不够)|空间不足|磁盘满", _I)),
     ("nccl-error", re.compile(
         r"socketFinalizeAccept|socketStartConnect|ncclSystemError|ncclInternalError|ncclRemoteError|"
         r"ncclUnhandledCudaError|ncclInvalidUsage|NCCL error|NCCL WARN|unhandled (?:system|cuda) error|"
-        r"NCCL (?:报错|错误|通信(?:失败|错误))", _I)),
+        r"NCCL (?:报错|错误|通信(?:失败|错误))|"
+        # said in words: an NCCL issue/failure, NCCL and CUDA (or torch) releases that do not match, the dynamic
+        # loader missing an NCCL symbol torch was linked against (a libnccl older than torch's: "undefined symbol:
+        # ncclCommRegister"), a libnccl named in a version complaint
+        r"\bNCCL\s*(?:issue|problem|failure|fail(?:s|ed)?|crash\w*|bug|exception)s?\b|NCCL\s*(?:问题|出错|失败|异常)|"
+        r"\bNCCL\b[^.\n。]{0,40}\bversions?\b[^.\n。]{0,20}(?:mismatch\w*|do(?:es)?(?: not|n't) match|incompatib\w*|conflict\w*)|"
+        r"\bNCCL\b[^.\n。]{0,40}版本\s*(?:不匹配|不一致|不兼容|对不上|冲突)|"
+        r"\bNCCL (?:version )?mismatch\w*|undefined symbol:?\s*nccl\w+|\blibnccl\S*\b[^.\n。]{0,40}(?:mismatch|version|not found)", _I)),
     ("image-tokens", re.compile(
         r"image features and image tokens do not match|video features and video tokens do not match|"
         r"\b(?:image|video|visual) (?:features? and (?:image |video )?tokens?|tokens?(?: and features?)?|token count)\s*"
@@ -120,6 +132,12 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\bnever (?:starts|finishes|returns)\b|卡住|卡死|卡在|卡着|不动了?|无响应|没(?:有)?反应|停住|停在|夯住|死锁|"
         r"(?:一直|始终)(?:等待|不动)|没有进度|进度条不动|\b(?:stays?|remains?|sits?|stuck) at 0\s?%|"
         r"进度(?:条)?(?:一直|始终)(?:是|为|在|停在)?\s*0\s*%", _I)),
+    # a datasets progress bar at 0 as the last line of a short paste (datasets arrow_dataset.py map's "Map
+    # (num_proc=N)", LLaMA-Factory's "Running tokenizer on dataset" / "Converting format of dataset" descriptions,
+    # data/loader.py and data/converter.py): the user pasted where it stopped, the map never finished a shard
+    ("hang", re.compile(
+        r"^\s*(?:Map|Filter|Running tokenizer on dataset|Converting format of dataset)\b[^\n]{0,80}?:\s*0%\|[^\n]*\|"
+        r"\s*0/\d+\b[^\n]*\s*\Z", _I | re.M)),
     # a run that ended with no error at all (the words say none was printed)
     ("stopped", re.compile(
         r"\b(?:stops?|stopped|exits?|exited|ends?|ended|quits?|dies|died|terminat\w*)\s+(?:suddenly\s+|silently\s+)?"
@@ -127,11 +145,27 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\bsilently (?:stops?|stopped|exits?|exited|dies|died)\b|\bdisappear\w* without\b|"
         r"(?:突然|自动|直接)(?:中断|停止|退出|结束|断掉|挂掉|没了)|(?:没有|无)(?:任何)?(?:报错|错误)(?:信息)?(?:就|直接)?(?:退出|停止|中断|结束)|"
         r"进程(?:消失|没了|自己退出)", _I)),
+    # an error said only of multi-node training ("多机多卡训练的时候报错", "fails on multi-node"): what a second node
+    # adds is the network between ranks, so NCCL's transport (rule nccl-error) is the lead; after every specific
+    # symptom ("多机 OOM" stays oom)
+    ("nccl-error", re.compile(
+        r"(?:多机|多节点|跨节点|跨机|\bmulti[- ]?node\b|\bmultiple (?:nodes|machines)\b|\b(?:two|2|several) (?:nodes|machines)\b)"
+        r"[^.\n。]{0,24}?(?:报错|出错|错误|失败|\berrors?\b|\bfail\w*|\bcrash\w*)|"
+        r"(?:\berrors?\b|\bfail\w*|\bcrash\w*)[^.\n。]{0,24}?(?:\bmulti[- ]?node\b|\bmultiple (?:nodes|machines)\b|"
+        r"\b(?:two|2|several) (?:nodes|machines)\b)", _I)),
     ("version", re.compile(
         r"\b(?:requires?|required|need|needs)\s+(?:`)?[\w.-]+\s*(?:>=|==|<=|>|<)\s*\d[\w.]*|"
         r"is required for a normal functioning|\bversion (?:mismatch|conflict|incompatib\w*)\b|"
         r"\b(?:is|are) not supported (?:by|in|with) (?:the )?(?:installed |current )?(?:transformers|torch|deepspeed|peft|vllm|accelerate|flash[-_]?attn|version)\b|"
         r"\bincompatible (?:with )?(?:the )?(?:installed )?(?:version|transformers|torch|deepspeed|peft|vllm)\b|"
+        # two packages said not to go together ("torch and deepspeed versions are currently incompatible",
+        # "deepspeed 0.14.3 does not work with torch 2.4"), a release the user must move to ("please use a version
+        # that is greater than 0.5.0", "need accelerate>=0.34"), a version said not compatible
+        r"\bversions? (?:are|is) (?:currently |still |now )?(?:incompatible|not compatible)\b|"
+        r"\bversions? (?:of \S+ )?(?:you are using )?(?:is|are) not compatible\b|"
+        r"\buse a version (?:that is )?(?:greater|newer|higher|later|lower|older) than\b|"
+        r"\b(?:does(?:n't| not)|do(?:n't| not)|won't) work with (?:the )?(?:torch|transformers|deepspeed|peft|accelerate|"
+        r"trl|vllm|datasets|flash[-_]?attn|bitsandbytes|cuda)\s*v?\d|"
         r"版本(?:不兼容|不匹配|冲突|不对|问题|太低|太高|过低|过高)|(?:升级|降级)[\w.-]*版本|(?:升级|降级)\s*(?:transformers|torch|"
         r"deepspeed|peft|vllm|accelerate|flash[-_]attn)", _I)),
     # an exception class the words say the run raised: after a verb of failing ("fails with KeyError", "报错
@@ -139,6 +173,9 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # mentioned ("see ChildFailedError in the docs", "except OSError: pass") is not a failure. The class name is
     # matched case-sensitively (CPython's spelling), the words around it are not.
     ("error", re.compile(
+        # a title that opens with the error and what was being done ("Error patching SFTTrainer", "[BUG] Error
+        # loading checkpoint"): a crash whose cause the words hold
+        r"(?i:^\s*(?:\[[^\]\n]{1,20}\]\s*)*errors?\s+(?:while\s+|when\s+)?[a-z]+ing\b)|"
         r"(?i:\bfail(?:s|ed|ing)? with|\bcrash(?:es|ed)? with|\braise[sd]?|\bthrows?|\bthrew|\bgot|\bgets|\bgetting|"
         r"\bhits?|报错|出现|遇到|提示|抛出)\s*(?:an? |the )?[`'\"“]?(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b|"
         r"^\s*(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\s+(?:['\"`“‘]|(?i:(?:is |was )?(?:raised|thrown|occur\w*)|"
