@@ -9,6 +9,7 @@ from typing import Any
 
 from finetune_doctor.analyzers.postmortem import refmodel
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause, raised_at, warning_lead
+from finetune_doctor.analyzers.postmortem.saidstack import startup_cut_lead
 from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.analyzers.postmortem.launchcause import SHM_MAP
@@ -582,7 +583,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     lead = None
     if kind == "traceback-only":
         phase, where = _cut_where(tb, where, out)
-        lead = warning_lead(tb)
+        lead = warning_lead(tb) or startup_cut_lead(tb, ev)   # LF's start-up check: saidstack.py
     tb_exc = _traceback_before(ev, exc) if exc else None
     cause = crash_cause(ev, exc, tb_exc, model or {}, versions or {}) if exc else (
         {"kind": "warning-lead", "text": lead} if lead else None)

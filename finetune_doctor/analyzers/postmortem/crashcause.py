@@ -335,6 +335,13 @@ def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]], pkgs: tupl
     if cls not in ("ImportError", "ModuleNotFoundError"):
         return None
     m = UNDEFINED_SYMBOL.search(msg)
+    if m and m.group("sym").startswith("nccl"):
+        # an NCCL entry point torch was linked against is missing from the libnccl the loader found: that libnccl
+        # is older than torch's: a system or pip libnccl shadows torch's own
+        return (f"the libnccl loaded lacks {m.group('sym')}, which {m.group('so')} was built against: an older NCCL "
+                "(a system libnccl on LD_LIBRARY_PATH, or an nvidia-nccl-cu* wheel of another release) shadows the "
+                "one this torch needs; `pip show nvidia-nccl-cu12` and LD_LIBRARY_PATH show which, and reinstalling "
+                "the NCCL wheel torch pins (or unsetting the path) cures it")
     if m:
         stem = m.group("so").split(".")[0]
         what = COMPILED.get(stem) or next((v for k, v in COMPILED.items() if stem.startswith(k)), None) \

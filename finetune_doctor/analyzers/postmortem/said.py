@@ -15,6 +15,7 @@ from typing import Any
 
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import location_of
+from finetune_doctor.analyzers.postmortem.saidstack import setup_lead, stack_text
 from finetune_doctor.evidence import Evidence, Notice
 
 # every evidence no-run-evidence counts (rules/no-run-evidence.yaml), and the detectors that need a log
@@ -57,6 +58,10 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
             s["given"] = (f"the only log line read ({crash.get('text')}) names no cause" if crash else
                           "no log lines were given")
             s["reading"] = _reading(ev, s, f.read.path) if s["symptom"] in ("error", "version") else None
+            # what the words state of the stack and the set-up (saidstack.py): the versions named, judged against
+            # LF's start-up ranges, and what to run for the rest; a hang's or an NCCL error's set-up lead
+            s["stack_text"] = stack_text(ev) if s["symptom"] in ("error", "version") else None
+            s["lead"] = setup_lead(ev, s["symptom"], s.get("phase"), str(s.get("text") or ""))
             return s
     return None
 

@@ -77,3 +77,44 @@ def stack_range_text(versions: Mapping[str, tuple[str, str]]) -> str | None:
     return (f"the logged stack is outside what LLaMA-Factory {lf[0]} requires at start-up: {'; '.join(out)}; that "
             "release refuses such a stack unless DISABLE_VERSION_CHECK is set, so the check was skipped or another "
             "install was imported: install the versions in range before looking further")
+
+
+def _runs(names: list[str], order: list[str]) -> str:
+    """"0.8.0–0.8.3, 0.9.1–0.9.3": `names` (a subset of `order`) as runs of consecutive releases."""
+    out, run = [], []
+    for r in order:
+        if r in names:
+            run.append(r)
+            continue
+        if run:
+            out.append(run[0] if len(run) == 1 else f"{run[0]}–{run[-1]}")
+        run = []
+    if run:
+        out.append(run[0] if len(run) == 1 else f"{run[0]}–{run[-1]}")
+    return ", ".join(out)
+
+
+def releases_judging(package: str, version: str) -> str | None:
+    """Which catalogued LLaMA-Factory releases' start-up check admits and which refuses `package` at `version`
+    (catalog/lf_stack_ranges.json, each release's ``check_dependencies``): "LLaMA-Factory's start-up check
+    (llamafactory/extras/misc.py) refuses accelerate 0.34.2 in 0.9.0, 0.9.4–0.9.6.dev0 and admits it in
+    0.8.0–0.8.3, 0.9.1–0.9.3". None when no release checks the package, or the version cannot be judged (a
+    "0.x", a suffix at a bound: `_outside`)."""
+    m = _NUM.match(version.strip()[:64])
+    if m is None or parse_version(m.group(1)) is None or m.group(2).strip():
+        return None
+    order = list(_releases())
+    refuse, admit, where = [], [], None
+    for rel, row in _releases().items():
+        req = next((q for q in row["requires"] if q["package"] == package), None)
+        if req is not None and _outside(version, req["spec"]):
+            refuse.append(rel)
+            where = where or req["where"].split(":")[0]
+        else:
+            admit.append(rel)
+    if not refuse:
+        return None
+    said = f"refuses {package} {version} in {_runs(refuse, order)}"
+    if admit:
+        said += f" and admits it in {_runs(admit, order)}"
+    return f"LLaMA-Factory's start-up check ({where}) {said} (DISABLE_VERSION_CHECK=1 skips it)"

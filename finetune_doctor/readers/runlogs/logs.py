@@ -54,7 +54,7 @@ from typing import Any, Iterator
 from finetune_doctor.errors import InputError
 from finetune_doctor.evidence import FileEvidence, FileRead, Notice
 from finetune_doctor.readers.config import stack
-from finetune_doctor.readers.runlogs import loggrep, pasteblocks, userwords
+from finetune_doctor.readers.runlogs import loggrep, pasteblocks, statedwords, userwords
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.logcontext import LOOKAHEAD, LOOKBACK, LineContext
 from finetune_doctor.readers.runlogs.logparse import TextLogParser
@@ -220,6 +220,10 @@ def _user_words(fe: FileEvidence, data: bytes) -> FileEvidence:
     env = stack.pasted_versions(pasteblocks.blank_blocks(text)[1])
     if env:   # an environment block pasted with the report: its versions, read as --env reads them
         fe = replace(fe, env_versions=env)
+    words = pasteblocks.blank_blocks(text)[0]
+    versions, setup = statedwords.stated_versions(words), statedwords.setup_words(words)
+    if versions or any(setup.values()):   # what the words state of the stack and set-up, symptom or not
+        fe = replace(fe, stated={"versions": versions, "setup": setup})
     said = userwords.read_words(text)
     if said is None:
         return fe

@@ -59,7 +59,13 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\bnot enough (?:free )?disk space\b|\bcannot write to (?:file|disk)\b|\b(?:unable|failed) to write to disk\b|"
         r"\bdisk[- ]space (?:error|issue|problem|exhausted|ran out)\b|[/\\s]disk[- ]space\b[\"'”]?\s*error|"
         r"\b(?:ephemeral[- ]storage|storage quota) (?:exceeded|limit|full|ran out)|\bran out of (?:disk|storage)\b|"
-        r"\bout of (?:storage|space on (?:the )?(?:disk|device))\b|(?:磁盘|硬盘|存储)(?:空间)?(?:不足|已?满|爆|不够)|空间不足|磁盘满", _I)),
+        r"\bout of (?:storage|space on (?:the )?(?:disk|device))\b|"
+        # the kubelet's evictions for a pod's own disk (kubernetes pkg/kubelet/eviction/helpers.go: "Pod ephemeral
+        # local storage usage exceeds the total limit of containers %s.", "Container %s exceeded its local
+        # ephemeral storage limit %q.", "Usage of EmptyDir volume %q exceeds the limit %q.", "The node was low on
+        # resource: ephemeral-storage.")
+        r"ephemeral local storage usage exceeds|exceeded its local ephemeral storage limit|"
+        r"Usage of EmptyDir volume \S+ exceeds|low on resource: ephemeral-storage|(?:磁盘|硬盘|存储)(?:空间)?(?:不足|已?满|爆|不够)|空间不足|磁盘满", _I)),
     ("nccl-error", re.compile(
         r"socketFinalizeAccept|socketStartConnect|ncclSystemError|ncclInternalError|ncclRemoteError|"
         r"ncclUnhandledCudaError|ncclInvalidUsage|NCCL error|NCCL WARN|unhandled (?:system|cuda) error|"
@@ -104,7 +110,8 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"显存(?:满了|用完|用尽)", _I)),
     ("cuda-error", re.compile(
         r"illegal memory access(?!\s+(?:check|checker|detect\w*|sanitiz\w*))|device-side assert\w*|unspecified launch failure|misaligned address|"
-        r"no kernel image is available|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|\bcuDNN error\b|"
+        r"no kernel image is available|CUBLAS_STATUS_\w+|driver version is insufficient|driver on your system is too old|"
+        r"\b(?:NVIDIA |CUDA |GPU )?driver (?:is )?too old\b|驱动(?:版本)?(?:太低|过低|太旧|过旧|不够)|CUDNN_STATUS_\w+|\bcuDNN error\b|"
         r"\bCUDA error(?!:? ?out of memory)|非法内存访问", _I)),
     # an optimizer that changes nothing (rule no-parameter-update): a grad norm or learning rate of exactly 0, no
     # trainable parameter (PEFT's print_trainable_parameters "trainable params: 0")
@@ -132,12 +139,6 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\bnever (?:starts|finishes|returns)\b|卡住|卡死|卡在|卡着|不动了?|无响应|没(?:有)?反应|停住|停在|夯住|死锁|"
         r"(?:一直|始终)(?:等待|不动)|没有进度|进度条不动|\b(?:stays?|remains?|sits?|stuck) at 0\s?%|"
         r"进度(?:条)?(?:一直|始终)(?:是|为|在|停在)?\s*0\s*%", _I)),
-    # a datasets progress bar at 0 as the last line of a short paste (datasets arrow_dataset.py map's "Map
-    # (num_proc=N)", LLaMA-Factory's "Running tokenizer on dataset" / "Converting format of dataset" descriptions,
-    # data/loader.py and data/converter.py): the user pasted where it stopped, the map never finished a shard
-    ("hang", re.compile(
-        r"^\s*(?:Map|Filter|Running tokenizer on dataset|Converting format of dataset)\b[^\n]{0,80}?:\s*0%\|[^\n]*\|"
-        r"\s*0/\d+\b[^\n]*\s*\Z", _I | re.M)),
     # a run that ended with no error at all (the words say none was printed)
     ("stopped", re.compile(
         r"\b(?:stops?|stopped|exits?|exited|ends?|ended|quits?|dies|died|terminat\w*)\s+(?:suddenly\s+|silently\s+)?"
@@ -210,6 +211,12 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?:报|抛|出)了?\s*(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b")),
 )
 
+# a datasets progress bar at 0 (datasets arrow_dataset.py map's "Map (num_proc=N)", LLaMA-Factory's "Running
+# tokenizer on dataset" / "Converting format of dataset" descriptions, data/loader.py and data/converter.py): as
+# the last line of a short paste that names no symptom, the user pasted where it stopped (userwords.read_words)
+BAR_AT_ZERO = re.compile(r"^\s*(?:Map|Filter|Running tokenizer on dataset|Converting format of dataset)\b[^\n]{0,80}?:"
+                         r"\s*0%\|[^\n]*\|\s*0/\d+\b[^\n]*$", _I | re.M)
+
 # a negation right before a symptom's words: that match does not count
 # (one word may stand between: "no NCCL timeout", "没有 CUDA 报错")
 # (what a user did to avoid a symptom is no report of it: "to avoid OOM I set batch 1", "为了防止OOM")
@@ -226,7 +233,7 @@ PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # (LLaMA-Factory's map descriptions, data/loader.py and data/converter.py: "Running tokenizer on dataset",
     # "Converting format of dataset")
     ("tokenization", re.compile(r"\btokeni[sz](?:e|es|ed|ing|ation)\b|Running tokenizer on dataset|"
-                                r"Converting format of dataset|\bpreprocess\w*|\bdatasets? map\b|\bmap\(|"
+                                r"Converting format of dataset|\bpreprocess\w*|\bdatasets? map\b|\bmap\(|\bMap \(num_proc=|"
                                 r"\bload(?:s|ing)? (?:the )?(?:dataset|data)\b|预处理|分词|数据处理|加载数据|数据集加载|"
                                 r"读取数据", _I)),
     ("loading", re.compile(r"\bload(?:s|ing)?\b(?! balanc)|checkpoint shards|from_pretrained|加载|载入", _I)),
