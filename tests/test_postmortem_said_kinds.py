@@ -225,3 +225,45 @@ def test_a_map_bar_that_moved_on_is_no_hang(tmp_path):
     (tmp_path / "train.log").write_text(log + "\n", encoding="utf-8")
     r = pm.run(str(tmp_path), [], None, Options(command="postmortem"))
     assert all(f.name != "run-hang" for f in r.findings)
+
+
+# -- model types and library files named in one line ----------------------------------------------------------------
+
+def test_a_model_type_said_not_recognised_names_the_transformers_it_needs(tmp_path):
+    # catalog/tf_model_types.json: qwen2_vl from transformers 4.45.0
+    f = first(tmp_path, "model type qwen2_vl not recognised")
+    assert f.name == "run-crashed" and f.severity == "warning"
+    assert "The model type `qwen2_vl` the words name needs transformers >= 4.45.0" in f.message
+
+
+def test_a_model_type_and_a_stated_transformers_are_compared(tmp_path):
+    f = first(tmp_path, "fine-tuning fails: unrecognized model type qwen3_moe with transformers 4.40.0")
+    assert "needs transformers >= 4.51.0" in f.message and "the transformers stated is 4.40.0 (the words): older" \
+        in f.message
+
+
+def test_keyerror_of_a_catalogued_model_type_is_config_mappings_failure(tmp_path):
+    # transformers before the "does not recognize this architecture" wording: CONFIG_MAPPING["qwen3"] raised
+    f = first(tmp_path, "KeyError: 'qwen3'")
+    assert f.name == "run-crashed" and f.severity == "error"
+    assert "the model's type `qwen3` needs transformers >= 4.51.0" in f.message
+
+
+def test_a_library_ctypes_cannot_load_is_read_from_oserror(tmp_path):
+    # torch/__init__.py _load_global_deps loads its CUDA libraries with ctypes.CDLL, which raises OSError
+    f = first(tmp_path, "OSError: libnccl.so.2: cannot open shared object file: No such file or directory")
+    assert f.name == "run-crashed" and "a shared library (libnccl.so.2)" in f.message
+
+
+@pytest.mark.parametrize("words, names", [
+    ("deepspeed 0.15 和 torch 2.4 不兼容", "deepspeed 0.15, torch 2.4"),
+    ("vllm 0.6.3 requires torch==2.4.0, but you have torch 2.5.1 which is incompatible.", "torch 2.5.1"),
+])
+def test_two_packages_said_not_to_go_together(tmp_path, words, names):
+    f = first(tmp_path, words)
+    assert f.name == "run-crashed" and "You describe a version conflict" in f.message
+    assert f"The words name {names}" in f.message
+
+
+def test_training_that_does_not_move_is_a_hang(tmp_path):
+    assert first(tmp_path, "GPU util 100% but training does not move").name == "run-hang"

@@ -332,7 +332,8 @@ def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]], pkgs: tupl
     one: the pair of releases that do not go together), a package not installed, a start-up version check."""
     if cls == "RuntimeError" and LAZY_IMPORT.search(msg):
         cls = "ImportError"   # the wrapped error is on the lines after (the reader joins the first one to msg)
-    if cls not in ("ImportError", "ModuleNotFoundError"):
+    if cls not in ("ImportError", "ModuleNotFoundError") and not (cls == "OSError" and NO_SHARED.search(msg)):
+        # (ctypes.CDLL raises OSError for a library it cannot load: torch/__init__.py's _load_global_deps)
         return None
     m = UNDEFINED_SYMBOL.search(msg)
     if m and m.group("sym").startswith("nccl"):

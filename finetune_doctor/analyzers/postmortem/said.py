@@ -15,7 +15,7 @@ from typing import Any
 
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import location_of
-from finetune_doctor.analyzers.postmortem.saidstack import setup_lead, stack_text
+from finetune_doctor.analyzers.postmortem.saidstack import setup_lead, stack_text, stated
 from finetune_doctor.evidence import Evidence, Notice
 
 # every evidence no-run-evidence counts (rules/no-run-evidence.yaml), and the detectors that need a log
@@ -61,6 +61,8 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
             # what the words state of the stack and the set-up (saidstack.py): the versions named, judged against
             # LF's start-up ranges, and what to run for the rest; a hang's or an NCCL error's set-up lead
             s["stack_text"] = stack_text(ev) if s["symptom"] in ("error", "version") else None
+            s["versions"] = {k: v["version"] for k, v in (stated(ev).get("versions") or {}).items()
+                             if v["version"] and "x" not in v["version"]}
             s["lead"] = setup_lead(ev, s["symptom"], s.get("phase"), str(s.get("text") or ""))
             return s
     return None

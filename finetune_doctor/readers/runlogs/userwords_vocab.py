@@ -135,7 +135,8 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("timeout", re.compile(r"\btime[ -]?out\b|\btimed out\b|\btimeouts?\b|Watchdog caught|超时", _I)),
     ("hang", re.compile(
         r"\bhang(?:s|ing)?\b|\bhung\b|\bstuck\b|\bfreez(?:e|es|ing)\b|\bfroze(?:n)?\b|\bdeadlock\w*|"
-        r"\bno progress\b|\bnot (?:progressing|moving|proceeding)\b|\bdoes(?:n't| not) (?:proceed|progress|move on)\b|"
+        r"\bno progress\b|\bnot (?:progressing|moving|proceeding|advancing)\b|"
+        r"\bdo(?:es)?(?:n't| not) (?:proceed|progress|move(?: on)?|advance)\b|"
         r"\bnever (?:starts|finishes|returns)\b|卡住|卡死|卡在|卡着|不动了?|无响应|没(?:有)?反应|停住|停在|夯住|死锁|"
         r"(?:一直|始终)(?:等待|不动)|没有进度|进度条不动|\b(?:stays?|remains?|sits?|stuck) at 0\s?%|"
         r"进度(?:条)?(?:一直|始终)(?:是|为|在|停在)?\s*0\s*%", _I)),
@@ -157,6 +158,10 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("version", re.compile(
         r"\b(?:requires?|required|need|needs)\s+(?:`)?[\w.-]+\s*(?:>=|==|<=|>|<)\s*\d[\w.]*|"
         r"is required for a normal functioning|\bversion (?:mismatch|conflict|incompatib\w*)\b|"
+        # a model type the installed transformers does not know (configuration_auto.py's "does not recognize this
+        # architecture", said in users' words): a transformers older than the model
+        r"\bmodel[_ ]type\s*[`'\"]?[\w.-]+[`'\"]?\s*(?:is\s+)?(?:not recogni[sz]ed|unrecogni[sz]ed|not supported|unknown)|"
+        r"\b(?:unrecogni[sz]ed|unknown|unsupported) model[_ ]type\b|"
         r"\b(?:is|are) not supported (?:by|in|with) (?:the )?(?:installed |current )?(?:transformers|torch|deepspeed|peft|vllm|accelerate|flash[-_]?attn|version)\b|"
         r"\bincompatible (?:with )?(?:the )?(?:installed )?(?:version|transformers|torch|deepspeed|peft|vllm)\b|"
         # two packages said not to go together ("torch and deepspeed versions are currently incompatible",
@@ -167,6 +172,10 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\buse a version (?:that is )?(?:greater|newer|higher|later|lower|older) than\b|"
         r"\b(?:does(?:n't| not)|do(?:n't| not)|won't) work with (?:the )?(?:torch|transformers|deepspeed|peft|accelerate|"
         r"trl|vllm|datasets|flash[-_]?attn|bitsandbytes|cuda)\s*v?\d|"
+        # a package named, then within the same sentence said not to go with another ("deepspeed 0.15 和 torch 2.4
+        # 不兼容", "flash-attn is incompatible with torch 2.5")
+        r"\b(?:torch|pytorch|transformers|deepspeed|peft|accelerate|trl|vllm|datasets|flash[-_]?attn|bitsandbytes)\b"
+        r"[^。\n]{0,40}?(?:不兼容|不匹配|\bincompatible\b|\bnot compatible\b)|"
         r"版本(?:不兼容|不匹配|冲突|不对|问题|太低|太高|过低|过高)|(?:升级|降级)[\w.-]*版本|(?:升级|降级)\s*(?:transformers|torch|"
         r"deepspeed|peft|vllm|accelerate|flash[-_]attn)", _I)),
     # an exception class the words say the run raised: after a verb of failing ("fails with KeyError", "报错
