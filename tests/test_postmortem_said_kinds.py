@@ -131,11 +131,19 @@ def test_nccl_version_mismatch_in_words_asks_for_each_nodes_nccl(tmp_path):
 def test_nccl_issue_in_a_title_is_nccl_error(tmp_path):
     f = first(tmp_path, "[BUG] NCCL issue in ESM2 pretraining")
     assert f.name == "nccl-error" and f.severity == "warning"
+    assert f.message.startswith('You describe an NCCL error ("NCCL issue")')
+
+
+def test_an_exception_quoted_in_a_multi_node_report_is_read_as_the_exception(tmp_path):
+    # LLaMA-Factory data/template.py: "Template {name} does not exist."
+    f = first(tmp_path, "多机多卡训练的时候报错 ValueError: Template qwen3 does not exist.")
+    assert f.name == "run-crashed" and "registers no template 'qwen3'" in f.message
 
 
 def test_an_error_said_only_of_multi_node_training_leads_to_nccl(tmp_path):
     f = first(tmp_path, "多机多卡训练的时候报错")
     assert f.name == "nccl-error" and 'The words tie the error to several nodes ("多机")' in f.message
+    assert f.message.startswith('You describe an error of multi-node training ("多机多卡训练的时候报错")')
 
 
 def test_an_oom_on_several_nodes_stays_an_oom(tmp_path):

@@ -136,7 +136,7 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("hang", re.compile(
         r"\bhang(?:s|ing)?\b|\bhung\b|\bstuck\b|\bfreez(?:e|es|ing)\b|\bfroze(?:n)?\b|\bdeadlock\w*|"
         r"\bno progress\b|\bnot (?:progressing|moving|proceeding|advancing)\b|"
-        r"\bdo(?:es)?(?:n't| not) (?:proceed|progress|move(?: on)?|advance)\b|"
+        r"\bdo(?:es)?(?:n't| not) (?:proceed|progress|move(?: on)?|advance)\b(?!\s+(?:the|to|a|an|it|them|my|its)\b)|"
         r"\bnever (?:starts|finishes|returns)\b|卡住|卡死|卡在|卡着|不动了?|无响应|没(?:有)?反应|停住|停在|夯住|死锁|"
         r"(?:一直|始终)(?:等待|不动)|没有进度|进度条不动|\b(?:stays?|remains?|sits?|stuck) at 0\s?%|"
         r"进度(?:条)?(?:一直|始终)(?:是|为|在|停在)?\s*0\s*%", _I)),
@@ -149,12 +149,12 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"进程(?:消失|没了|自己退出)", _I)),
     # an error said only of multi-node training ("多机多卡训练的时候报错", "fails on multi-node"): what a second node
     # adds is the network between ranks, so NCCL's transport (rule nccl-error) is the lead; after every specific
-    # symptom ("多机 OOM" stays oom)
+    # symptom ("多机 OOM" stays oom), and not where the words quote the exception (its reading says more)
     ("nccl-error", re.compile(
         r"(?:多机|多节点|跨节点|跨机|\bmulti[- ]?node\b|\bmultiple (?:nodes|machines)\b|\b(?:two|2|several) (?:nodes|machines)\b)"
-        r"[^.\n。]{0,24}?(?:报错|出错|错误|失败|\berrors?\b|\bfail\w*|\bcrash\w*)|"
+        r"[^.\n。]{0,24}?(?:报错|出错|错误|失败|\berrors?\b|\bfail\w*|\bcrash\w*)(?![^\n]{0,60}(?:Error|Exception)\b)|"
         r"(?:\berrors?\b|\bfail\w*|\bcrash\w*)[^.\n。]{0,24}?(?:\bmulti[- ]?node\b|\bmultiple (?:nodes|machines)\b|"
-        r"\b(?:two|2|several) (?:nodes|machines)\b)", _I)),
+        r"\b(?:two|2|several) (?:nodes|machines)\b)(?![^\n]{0,60}(?:Error|Exception)\b)", _I)),
     ("version", re.compile(
         r"\b(?:requires?|required|need|needs)\s+(?:`)?[\w.-]+\s*(?:>=|==|<=|>|<)\s*\d[\w.]*|"
         r"is required for a normal functioning|\bversion (?:mismatch|conflict|incompatib\w*)\b|"
