@@ -275,3 +275,15 @@ def test_two_packages_said_not_to_go_together(tmp_path, words, names):
 
 def test_training_that_does_not_move_is_a_hang(tmp_path):
     assert first(tmp_path, "GPU util 100% but training does not move").name == "run-hang"
+
+
+@pytest.mark.parametrize("line", [
+    "AttributeError: 'AdamW' object has no attribute 'train'",
+    "AttributeError: 'DeepSpeedZeroOptimizer_Stage3' object has no attribute 'train'",
+])
+def test_an_optimizer_without_train_names_the_transformers_accelerate_pair(tmp_path, line):
+    # transformers 4.45 Trainer.training_step -> accelerate 0.33 optimizer.py:128 AcceleratedOptimizer.train
+    # (huggingface/transformers#33620); LF 0.9.0's check_dependencies caps accelerate at 0.33.0
+    f = first(tmp_path, line)
+    assert f.name == "run-crashed" and f.severity == "error"
+    assert "install accelerate>=0.34.2" in f.message and "refuses accelerate 0.34.2 in 0.9.0" in f.message

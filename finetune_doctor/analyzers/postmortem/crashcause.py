@@ -35,6 +35,7 @@ import re
 from typing import Any
 
 from finetune_doctor.analyzers.postmortem.launchcause import launch_cause, precision_cause
+from finetune_doctor.analyzers.postmortem.stackcause import optimizer_train_pair
 from finetune_doctor.evidence import Evidence, Notice
 
 SIZE_MISMATCH = re.compile(r"size mismatch for (?P<key>[\w.]+): copying a param with shape torch\.Size\(\[(?P<ck>[\d, ]*)\]\)"
@@ -156,6 +157,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("fp16-grads", lambda: precision_cause(msg)),
                      ("cpu-adam-groups", lambda: _cpu_adam_groups(cls, msg)),
                      ("data-key", lambda: _data_key(cls, msg, frames)),
+                     ("version-pair", lambda: optimizer_train_pair(cls, msg)),
                      ("version-mismatch", lambda: _mismatch(cls, msg, pkgs, versions)),
                      ("library-error", lambda: _library(cls, msg, pkgs, frames, versions))):
         text = fn()

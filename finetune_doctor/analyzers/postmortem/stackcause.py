@@ -118,3 +118,24 @@ def releases_judging(package: str, version: str) -> str | None:
     if admit:
         said += f" and admits it in {_runs(admit, order)}"
     return f"LLaMA-Factory's start-up check ({where}) {said} (DISABLE_VERSION_CHECK=1 skips it)"
+
+
+# an optimizer without .train(): transformers 4.45 Trainer.training_step calls self.optimizer.train(), and
+# accelerate 0.33's AcceleratedOptimizer.train (accelerate/optimizer.py:128) forwards it to the torch optimizer, which
+# has none (huggingface/transformers#33620, hiyouga/LlamaFactory#5402, unslothai/unsloth#1069: accelerate 0.34.2
+# checks for it first)
+_OPT_TRAIN = re.compile(r"'(?:AdamW|Adam|SGD|Adafactor|AdamW8bit|PagedAdamW\w*|\w*Optimizer\w*)' object has no "
+                        r"attribute '(?:train|eval)'")
+
+
+def optimizer_train_pair(cls: str, msg: str) -> str | None:
+    """The transformers/accelerate pair that calls ``optimizer.train()`` on an optimizer without it (`_OPT_TRAIN`),
+    with the LLaMA-Factory releases whose start-up check refuses the accelerate that has the fix
+    (`releases_judging`). None for any other AttributeError."""
+    if cls != "AttributeError" or not _OPT_TRAIN.search(msg):
+        return None
+    lf = releases_judging("accelerate", "0.34.2")
+    return ("transformers 4.45's Trainer calls optimizer.train(), which accelerate up to 0.33 forwards to a torch "
+            "optimizer that has no such method (huggingface/transformers#33620): install accelerate>=0.34.2 "
+            "beside that transformers (or a transformers before 4.45)" + (f"; {lf}, so on LLaMA-Factory 0.9.0 "
+                                                                          "move to 0.9.1 or later" if lf else ""))
