@@ -172,10 +172,11 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\buse a version (?:that is )?(?:greater|newer|higher|later|lower|older) than\b|"
         r"\b(?:does(?:n't| not)|do(?:n't| not)|won't) work with (?:the )?(?:torch|transformers|deepspeed|peft|accelerate|"
         r"trl|vllm|datasets|flash[-_]?attn|bitsandbytes|cuda)\s*v?\d|"
-        # a package named, then within the same sentence said not to go with another ("deepspeed 0.15 和 torch 2.4
-        # 不兼容", "flash-attn is incompatible with torch 2.5")
-        r"\b(?:torch|pytorch|transformers|deepspeed|peft|accelerate|trl|vllm|datasets|flash[-_]?attn|bitsandbytes)\b"
-        r"[^。\n]{0,40}?(?:不兼容|不匹配|\bincompatible\b|\bnot compatible\b)|"
+        # a package with its version, then within the same sentence said not to go with another ("deepspeed 0.15 和
+        # torch 2.4 不兼容"); with no version it may be an option conflict ("DeepSpeed ZeRO-3 is incompatible with
+        # pure_bf16"), not a release one
+        r"\b(?:torch|pytorch|transformers|deepspeed|peft|accelerate|trl|vllm|datasets|flash[-_]?attn|bitsandbytes)"
+        r"\s*(?:==|=)?\s*v?\d+(?:\.\d+)+[^。\n]{0,40}?(?:不兼容|不匹配|\bincompatible\b|\bnot compatible\b)|"
         r"版本(?:不兼容|不匹配|冲突|不对|问题|太低|太高|过低|过高)|(?:升级|降级)[\w.-]*版本|(?:升级|降级)\s*(?:transformers|torch|"
         r"deepspeed|peft|vllm|accelerate|flash[-_]attn)", _I)),
     # an exception class the words say the run raised: after a verb of failing ("fails with KeyError", "报错
