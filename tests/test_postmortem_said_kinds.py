@@ -247,7 +247,7 @@ def test_a_model_type_said_not_recognised_names_the_transformers_it_needs(tmp_pa
 def test_a_model_type_and_a_stated_transformers_are_compared(tmp_path):
     f = first(tmp_path, "fine-tuning fails: unrecognized model type qwen3_moe with transformers 4.40.0")
     assert "needs transformers >= 4.51.0" in f.message and "the transformers stated is 4.40.0 (the words): older" \
-        in f.message
+        in f.message and "older, so it cannot build the model's config" in f.message
 
 
 def test_keyerror_of_a_catalogued_model_type_is_config_mappings_failure(tmp_path):
@@ -287,3 +287,37 @@ def test_an_optimizer_without_train_names_the_transformers_accelerate_pair(tmp_p
     f = first(tmp_path, line)
     assert f.name == "run-crashed" and f.severity == "error"
     assert "install accelerate>=0.34.2" in f.message and "refuses accelerate 0.34.2 in 0.9.0" in f.message
+
+
+# -- a title above one log line: the line is the evidence, the title's words narrow it ------------------------------
+
+def test_a_watchdog_timeout_under_a_title_naming_zero3_and_moe_names_the_expert_hang(tmp_path):
+    # ProcessGroupNCCL.cpp's watchdog line as torch 2.4 prints it
+    log = ("Mixtral-8x7B zero3 lora 训练卡住\n"
+           "[rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: "
+           "WorkNCCL(SeqNum=3, OpType=_ALLGATHER_BASE, NumelIn=1, NumelOut=8, Timeout(ms)=1800000) ran for "
+           "1800040 milliseconds before timing out.")
+    f = first(tmp_path, log)
+    assert f.name == "nccl-timeout" and f.severity == "error"
+    assert 'Likely: ZeRO-3 with a mixture-of-experts model (the words: "zero3", "Mixtral")' in f.message
+
+
+def test_a_start_up_refusal_names_the_lf_releases_that_admit_the_version_found(tmp_path):
+    # transformers utils/versions.py require_version's text, called by LF 0.9.0's check_dependencies
+    log = ("llamafactory 0.9.0 with accelerate 0.34.2 fails at start\n"
+           "ImportError: accelerate>=0.30.1,<=0.33.0 is required for a normal functioning of this module, but found "
+           "accelerate==0.34.2.")
+    f = first(tmp_path, log)
+    assert f.name == "run-crashed" and "admits it in 0.8.0–0.8.3, 0.9.1–0.9.3" in f.message
+    # the refusal is the check itself, not a sign that it was skipped
+    assert "the check was skipped" not in f.message
+
+
+def test_a_pinned_release_in_words_is_a_version():
+    assert stated_versions("一开始用的是建议的trl==0.15.0版本")["trl"] == {"version": "0.15.0", "spec": None,
+                                                                       "line": 1}
+
+
+def test_nccls_own_words_are_not_called_multi_node_only(tmp_path):
+    f = first(tmp_path, "多机训练 socketFinalizeAccept 报错")
+    assert f.name == "nccl-error" and f.message.startswith('You describe an NCCL error ("socketFinalizeAccept")')

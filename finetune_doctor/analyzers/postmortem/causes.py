@@ -590,7 +590,9 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     at = raised_at(tb_exc) if exc and cause is None else None
     if at:   # no reading of the text: say where it was raised, which the traceback does establish
         cause = {"kind": "raised-at", "text": at}
-    rng = stack_range_text(versions or {}) if exc else None
+    # (not beside the start-up check's own refusal: that exception is the check, not a sign it was skipped)
+    rng = stack_range_text(versions or {}) if exc and "start-up version check" not in str((cause or {}).get("text")) \
+        else None
     if rng:   # a lead the exception does not give: the release was not written for this stack (stackcause.py)
         cause = {"kind": cause["kind"] if cause else "stack-range", "text": (cause["text"] + "; " if cause else "") + rng}
     after = _consequences(ev, out, exc) if raised and not explained else None

@@ -35,7 +35,7 @@ import re
 from typing import Any
 
 from finetune_doctor.analyzers.postmortem.launchcause import launch_cause, precision_cause
-from finetune_doctor.analyzers.postmortem.stackcause import optimizer_train_pair
+from finetune_doctor.analyzers.postmortem.stackcause import optimizer_train_pair, releases_judging
 from finetune_doctor.evidence import Evidence, Notice
 
 SIZE_MISMATCH = re.compile(r"size mismatch for (?P<key>[\w.]+): copying a param with shape torch\.Size\(\[(?P<ck>[\d, ]*)\]\)"
@@ -388,9 +388,14 @@ def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]], pkgs: tupl
         # transformers utils/versions.py require_version (LLaMA-Factory's extras/misc.py check_version calls it
         # with "To fix: run `pip install REQ` or set `DISABLE_VERSION_CHECK=1`")
         found = f" (found {r.group('found')})" if r.group("found") else ""
+        # which LLaMA-Factory releases admit the version found (catalog/lf_stack_ranges.json): moving LF is the
+        # other way out when another package needs that version (hiyouga/LlamaFactory#5751)
+        pkg, _, got = (r.group("found") or "").partition("==")
+        lf = releases_judging(pkg.lower(), got) if got else None
         return (f"a start-up version check: the installed package is outside {r.group('req').strip()}{found}; "
                 "install a version in that range (LLaMA-Factory's optional checks can be skipped with "
-                "DISABLE_VERSION_CHECK=1, at the risk of the failures the range avoids)")
+                "DISABLE_VERSION_CHECK=1, at the risk of the failures the range avoids)"
+                + (f"; {lf.replace(' (DISABLE_VERSION_CHECK=1 skips it)', '')}" if lf and "admits" in lf else ""))
     c = PIP_COMMAND.search(msg)
     if c and " requires " in msg:
         # transformers' quantizers check their packages before loading (quantizers/quantizer_bnb_4bit.py

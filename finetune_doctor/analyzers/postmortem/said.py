@@ -17,6 +17,7 @@ from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import location_of
 from finetune_doctor.analyzers.postmortem.saidstack import setup_lead, stack_text, stated
 from finetune_doctor.evidence import Evidence, Notice
+from finetune_doctor.readers.runlogs.statedwords import NODES
 
 # every evidence no-run-evidence counts (rules/no-run-evidence.yaml), and the detectors that need a log
 _LOG_EVIDENCE = ("oom", "nan", "crash", "nccl", "nccl_error", "killed", "cuda_error", "xid", "loss_zero", "host_alloc",
@@ -64,7 +65,7 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
             s["versions"] = {k: v["version"] for k, v in (stated(ev).get("versions") or {}).items()
                              if v["version"] and "x" not in v["version"]}
             # an error said only of several nodes (userwords_vocab's multi-node entry), not of NCCL itself
-            s["nodes_only"] = s["symptom"] == "nccl-error" and "nccl" not in str(s.get("words")).lower()
+            s["nodes_only"] = s["symptom"] == "nccl-error" and bool(NODES.search(str(s.get("words"))))
             s["lead"] = setup_lead(ev, s["symptom"], s.get("phase"), str(s.get("text") or ""))
             return s
     return None

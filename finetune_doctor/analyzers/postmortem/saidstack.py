@@ -33,6 +33,14 @@ def stated(ev: Evidence) -> dict[str, Any]:
     return {}
 
 
+def stated_releases(stated_: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
+    """{package: (version, "the words")} of the full releases a report's words state (`FileEvidence.stated`):
+    "0.34.2", "2.4" — not "0.x", a range, or a dev/rc/local build, which no range check judges. The lowest-ranked
+    versions of a crash's readings: what the logs print and the flags outrank them (timeline.py)."""
+    return {k: (str(v["version"]), "the words") for k, v in ((stated_ or {}).get("versions") or {}).items()
+            if re.fullmatch(r"\d+(?:\.\d+)+", str(v.get("version") or ""))}
+
+
 def stack_text(ev: Evidence) -> str | None:
     """The sentence of a version conflict or an error said in words that names what the words state (package and
     version, or range), judges each stated version of a package LLaMA-Factory checks at start-up against its
@@ -109,6 +117,14 @@ _CONTAINER = ("The words place the run in a container or pod (\"{container}\"): 
               "`df -h` inside the container shows which one is full.")
 
 
+def moe_zero3_said(setup: dict[str, Any]) -> str | None:
+    """The ZeRO-3 + MoE hang lead when the words name both (`setup`: statedwords.setup_words), worded for a
+    collective timeout or a hang: None unless both are named."""
+    if not (setup.get("zero3") and setup.get("moe")):
+        return None
+    return _MOE_Z3.format(**setup).rstrip(".")
+
+
 def setup_lead(ev: Evidence, symptom: str | None, phase: str | None, words: str = "") -> str | None:
     """The lead the set-up words give a hang or an NCCL error said in words: ZeRO-3 with an MoE model (the
     experts' gathers), a datasets map that never moved, library versions that disagree, several nodes; for a CUDA
@@ -116,7 +132,7 @@ def setup_lead(ev: Evidence, symptom: str | None, phase: str | None, words: str 
     the card. None when the words give none of these for `symptom`."""
     setup = stated(ev).get("setup") or {}
     if symptom == "hang":
-        if setup.get("zero3") and setup.get("moe"):
+        if moe_zero3_said(setup):
             return _MOE_Z3.format(**setup)
         if setup.get("map"):
             return _MAP.format(**setup)

@@ -97,8 +97,8 @@ def _runs(names: list[str], order: list[str]) -> str:
 def releases_judging(package: str, version: str) -> str | None:
     """Which catalogued LLaMA-Factory releases' start-up check admits and which refuses `package` at `version`
     (catalog/lf_stack_ranges.json, each release's ``check_dependencies``): "LLaMA-Factory's start-up check
-    (llamafactory/extras/misc.py) refuses accelerate 0.34.2 in 0.9.0, 0.9.4–0.9.6.dev0 and admits it in
-    0.8.0–0.8.3, 0.9.1–0.9.3". None when no release checks the package, or the version cannot be judged (a
+    (llamafactory/extras/misc.py; releases 0.8.0–0.9.6.dev0 catalogued) refuses accelerate 0.34.2 in 0.9.0,
+    0.9.4–0.9.6.dev0 and admits it in 0.8.0–0.8.3, 0.9.1–0.9.3". None when no release checks the package, or the version cannot be judged (a
     "0.x", a suffix at a bound: `_outside`)."""
     m = _NUM.match(version.strip()[:64])
     if m is None or parse_version(m.group(1)) is None or m.group(2).strip():
@@ -117,7 +117,8 @@ def releases_judging(package: str, version: str) -> str | None:
     said = f"refuses {package} {version} in {_runs(refuse, order)}"
     if admit:
         said += f" and admits it in {_runs(admit, order)}"
-    return f"LLaMA-Factory's start-up check ({where}) {said} (DISABLE_VERSION_CHECK=1 skips it)"
+    return (f"LLaMA-Factory's start-up check ({where}; releases {order[0]}–{order[-1]} catalogued) {said} "
+            "(DISABLE_VERSION_CHECK=1 skips it)")
 
 
 # an optimizer without .train(): transformers 4.45 Trainer.training_step calls self.optimizer.train(), and

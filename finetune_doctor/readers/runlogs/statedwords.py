@@ -29,7 +29,7 @@ _MENTION = re.compile(
     # (not a path's or a module's part: "site-packages/transformers/trainer.py", "from llamafactory.cli import")
     r"(?<![A-Za-z0-9_/.\\-])(?P<name>" + "|".join(re.escape(n) for n in _NAMES) + r")(?![A-Za-z0-9_/\\]|\.[A-Za-z_])"
     r"(?:\s*(?:version|版本)?\s*(?:(?P<spec>(?:[<>=!~]=?\s*\d+(?:\.\d+)*\s*,?\s*)+)|"
-    r"(?:[(\s:=]|到|为|是|升级到|降级到|更新到|==)\s*v?(?P<ver>\d+\.(?:\d+|x)(?:\.(?:\d+|x))*(?:[a-z]+\d*)?(?:\+\w+)?)))?",
+    r"(?:[(\s:=]|到|为|是|升级到|降级到|更新到|==)\s*v?(?P<ver>\d+\.(?:\d+|x)(?:\.(?:\d+|x))*(?:\.?(?:dev|rc|post|a|b)\d*)?(?:\+\w+)?)))?",
     re.I | re.A)
 # "a version that is greater than 0.5.0": a bound the words state, for the one package they name
 _BOUND = re.compile(r"\b(?:greater|newer|higher|later)\s+than\s+v?(?P<gt>\d+(?:\.\d+)+)|"
@@ -75,6 +75,11 @@ def stated_versions(text: str) -> dict[str, dict[str, Any]]:
             got["version"] = m.group("ver")
         if m.group("spec") and got["spec"] is None:
             got["spec"] = re.sub(r"\s+", "", m.group("spec")).rstrip(",")
+            pinned = re.fullmatch(r"==(\d+(?:\.\d+)+)", got["spec"])
+            required = re.search(r"(?:requir\w*|needs?|install)\s*$", text[max(0, m.start() - 12):m.start()], re.I)
+            if pinned and got["version"] is None and not required:
+                # "trl==0.15.0" names a release, as pip freeze writes it; "requires torch==2.4.0" a requirement
+                got["version"], got["spec"] = pinned.group(1), None
     if len(out) == 1:
         b = _BOUND.search(text)
         only = next(iter(out.values()))
