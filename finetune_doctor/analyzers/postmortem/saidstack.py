@@ -74,7 +74,7 @@ def stack_text(ev: Evidence) -> str | None:
 
 
 # (condition on the set-up words, the lead): the first that holds is said
-_MOE_Z3 = ("ZeRO-3 with a mixture-of-experts model (the words: \"{zero3}\", \"{moe}\") is a known hang: each rank "
+_MOE_Z3 = ("ZeRO-3 with a mixture-of-experts model (the report: \"{zero3}\", \"{moe}\") is a known hang: each rank "
            "gathers only the experts its tokens reach, so the ranks' ZeRO-3 gathers stop matching and every rank "
            "waits, with no error and no loss. LLaMA-Factory gathers the MoE block of the model types it knows whole "
            "(set_z3_leaf_modules; Mixtral since PR #2283, later types per release in catalog/lf_z3_leaf.json), and "

@@ -222,6 +222,10 @@ def _user_words(fe: FileEvidence, data: bytes) -> FileEvidence:
         fe = replace(fe, env_versions=env)
     words = pasteblocks.blank_blocks(text)[0]
     versions, setup = statedwords.stated_versions(words), statedwords.setup_words(words)
+    # ZeRO-3 and an MoE model may be said by the pasted config itself (`deepspeed: ds_z3_config.json`,
+    # `model_name_or_path: Qwen/Qwen3-30B-A3B`), which the words' reading blanks
+    whole = statedwords.setup_words(text)
+    setup.update({k: setup[k] or whole[k] for k in ("zero3", "moe")})
     if versions or any(setup.values()):   # what the words state of the stack and set-up, symptom or not
         fe = replace(fe, stated={"versions": versions, "setup": setup})
     said = userwords.read_words(text)

@@ -89,10 +89,11 @@ def stated_versions(text: str) -> dict[str, dict[str, Any]]:
 
 
 def setup_words(text: str) -> dict[str, str | None]:
-    """{zero3, moe, map, nodes, lib_mismatch, container, shm}: the words of `text` (first 4 KiB) that say the run
+    """{zero3, moe, map, nodes, lib_mismatch, container, shm}: the words of `text` (first 64 KiB) that say the run
     used ZeRO-3, an MoE model, a datasets map, several nodes, that CUDA/NCCL library versions disagree, that it ran
-    in a container or pod, or that name shared memory (/dev/shm); None where none do."""
-    text = text[:4096]
+    in a container or pod, or that name shared memory (/dev/shm); None where none do. The caller hands short
+    files only (userwords.MAX_PASTE_BYTES)."""
+    text = text[:65536]
     out: dict[str, str | None] = {}
     for key, pat in (("zero3", ZERO3), ("moe", MOE), ("map", MAP), ("nodes", NODES), ("lib_mismatch", LIB_MISMATCH),
                      ("container", CONTAINER), ("shm", SHM)):
