@@ -340,3 +340,11 @@ def test_zero3_and_moe_said_by_the_pasted_config_name_the_hang(tmp_path):
     assert 'ZeRO-3 with a mixture-of-experts model (the report: "ds_z3_config", "-A3B")' in f.message
     # the config's preprocessing_num_workers alone does not make it a datasets-map hang
     assert "The words name a datasets map" not in f.message
+
+
+def test_unknown_location_names_a_folder_that_shadows_the_package(tmp_path):
+    # CPython's import_from (Python/ceval.c): "cannot import name %R from %R (unknown location)" for a module
+    # without __file__, a namespace package: a folder named peft with no __init__.py on the path
+    f = first(tmp_path, "ImportError: cannot import name 'LoraConfig' from 'peft' (unknown location)")
+    assert f.name == "run-crashed" and f.severity == "error"
+    assert "a folder named peft with no __init__.py" in f.message and "print(peft.__path__)" in f.message

@@ -360,6 +360,15 @@ def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]], pkgs: tupl
                 "path: a CUDA/cuDNN/NCCL runtime of another version than the package was built for, or "
                 "LD_LIBRARY_PATH not set; install the runtime it names or the package build for the installed one")
     m = CANNOT_IMPORT.search(msg)
+    if m and "(unknown location)" in msg:
+        # CPython says "(unknown location)" for a module with no __file__: a namespace package, i.e. a folder of
+        # that name without __init__.py (the working directory, a checkout beside the script) imported instead
+        # of the installed package
+        top = m.group("mod").split(".")[0]
+        return (f"'{m.group('mod')}' was imported from a folder named {top} with no __init__.py (\"unknown "
+                f"location\": a namespace package), which shadows the installed {top}: rename or move that folder "
+                f"(`python -c \"import {top}; print({top}.__path__)\"` in the run's working directory shows where "
+                "it is)")
     if m:
         top = m.group("mod").split(".")[0]
         by = pkgs[-1] if pkgs and pkgs[-1][0] != top else None

@@ -65,7 +65,8 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
             s["versions"] = {k: v["version"] for k, v in (stated(ev).get("versions") or {}).items()
                              if v["version"] and "x" not in v["version"]}
             # an error said only of several nodes (userwords_vocab's multi-node entry), not of NCCL itself
-            s["nodes_only"] = s["symptom"] == "nccl-error" and bool(NODES.search(str(s.get("words"))))
+            s["nodes_only"] = (s["symptom"] == "nccl-error" and bool(NODES.search(str(s.get("words"))))
+                               and "nccl" not in str(s.get("words")).lower())
             s["lead"] = setup_lead(ev, s["symptom"], s.get("phase"), str(s.get("text") or ""))
             return s
     return None

@@ -69,7 +69,7 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("nccl-error", re.compile(
         r"socketFinalizeAccept|socketStartConnect|ncclSystemError|ncclInternalError|ncclRemoteError|"
         r"ncclUnhandledCudaError|ncclInvalidUsage|NCCL error|NCCL WARN|unhandled (?:system|cuda) error|"
-        r"NCCL (?:报错|错误|通信(?:失败|错误))|"
+        r"NCCL\s*(?:报错|错误|通信(?:失败|错误))|"
         # said in words: an NCCL issue/failure, NCCL and CUDA (or torch) releases that do not match, the dynamic
         # loader missing an NCCL symbol torch was linked against (a libnccl older than torch's: "undefined symbol:
         # ncclCommRegister"), a libnccl named in a version complaint
