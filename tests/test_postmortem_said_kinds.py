@@ -348,3 +348,12 @@ def test_unknown_location_names_a_folder_that_shadows_the_package(tmp_path):
     f = first(tmp_path, "ImportError: cannot import name 'LoraConfig' from 'peft' (unknown location)")
     assert f.name == "run-crashed" and f.severity == "error"
     assert "a folder named peft with no __init__.py" in f.message and "print(peft.__path__)" in f.message
+
+
+def test_a_full_disk_under_the_datasets_cache_names_that_writer(tmp_path):
+    # errno 28 on one of datasets' map cache files (arrow_dataset.py writes cache-<fingerprint>.arrow)
+    f = first(tmp_path, "OSError: [Errno 28] No space left on device: "
+                        "'/root/.cache/huggingface/datasets/json/default-1a2b/0.0.0/cache-123.arrow'")
+    assert f.name == "disk-full" and f.severity == "error"
+    assert "The path is datasets' map cache (HF_DATASETS_CACHE" in f.message
+    assert "A checkpoint save" not in f.message

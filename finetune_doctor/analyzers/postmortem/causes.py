@@ -773,6 +773,10 @@ def _disk_full(ev: Evidence) -> dict[str, Any] | None:
             # ATen MapAllocator's "unable to write to file </torch_...>: No space left on device (28)" is
             # /dev/shm full under the DataLoader's workers, not the disk (launchcause.py SHM_MAP)
             if n.kind == "exception" and pat.DISK_FULL.search(n.text) and not SHM_MAP.search(n.text):
-                return {"text": n.text[:200], "location": location_of(n.file, n.line),
-                        "saving": "save" in n.text.lower() or "serializ" in n.text.lower()}
+                low = n.text.lower()
+                # the writer the path names: datasets' map cache (cache-*.arrow under HF_DATASETS_CACHE) or /tmp
+                writer = ("datasets" if "cache-" in low and ".arrow" in low or "/datasets/" in low else
+                          "tmp" if "'/tmp/" in low or '"/tmp/' in low else None)
+                return {"text": n.text[:200], "location": location_of(n.file, n.line), "writer": writer,
+                        "saving": "save" in low or "serializ" in low}
     return None
