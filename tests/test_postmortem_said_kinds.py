@@ -10,8 +10,10 @@ The texts are as users and the tools write them:
 - the dynamic loader's "undefined symbol: ncclCommRegister" from an ImportError of torch/lib/libtorch_cuda.so;
 - LLM-Adapters' finetune.py "The version of PEFT you are using is not compatible, please use a version that is
   greater than 0.5.0" (AGI-Edgerunners/LLM-Adapters#39);
-- LLaMA-Factory 0.9.0 src/llamafactory/hparams/parser.py:45 calls ``check_dependencies()`` at import
-  (extras/misc.py ``check_dependencies``: accelerate>=0.30.1,<=0.33.0, catalog/lf_stack_ranges.json);
+- LLaMA-Factory 0.9.0 llamafactory/hparams/parser.py:45 calls ``check_dependencies()`` at import
+  (extras/misc.py:75, its accelerate>=0.30.1,<=0.33.0 at :84; catalog/lf_stack_ranges.json);
+- transformers 4.45.0 trainer.py:3476-3477 calls ``self.optimizer.train()``, which accelerate 0.33.0
+  optimizer.py:124-128 forwards to the torch optimizer ("'AdamW' object has no attribute 'train'");
 - kubelet's eviction "Pod ephemeral local storage usage exceeds the total limit of containers %s."
   (kubernetes pkg/kubelet/eviction/helpers.go ``podEphemeralStorageMessageFmt``);
 - datasets' map bar "Map (num_proc=2):   0%|          | 0/1000 [00:00<?, ? examples/s]" (arrow_dataset.py).

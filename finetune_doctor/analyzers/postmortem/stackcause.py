@@ -121,10 +121,11 @@ def releases_judging(package: str, version: str) -> str | None:
             "(DISABLE_VERSION_CHECK=1 skips it)")
 
 
-# an optimizer without .train(): transformers 4.45 Trainer.training_step calls self.optimizer.train(), and
-# accelerate 0.33's AcceleratedOptimizer.train (accelerate/optimizer.py:128) forwards it to the torch optimizer, which
-# has none (huggingface/transformers#33620, hiyouga/LlamaFactory#5402, unslothai/unsloth#1069: accelerate 0.34.2
-# checks for it first)
+# an optimizer without .train(): transformers 4.45.0 Trainer.training_step calls self.optimizer.train() when the
+# wrapper has one (trainer.py:3476-3477), and accelerate 0.33.0's AcceleratedOptimizer.train (accelerate/
+# optimizer.py:124-128, both read from the wheels beside LF 0.9.0 in .lf-releases/0.9.0) forwards it to the torch
+# optimizer, which has none (huggingface/transformers#33620, hiyouga/LlamaFactory#5402, unslothai/unsloth#1069:
+# accelerate 0.34.2 cures it)
 _OPT_TRAIN = re.compile(r"'(?:AdamW|Adam|SGD|Adafactor|AdamW8bit|PagedAdamW\w*|\w*Optimizer\w*)' object has no "
                         r"attribute '(?:train|eval)'")
 
