@@ -40,7 +40,8 @@ def generic_crash(crash: dict[str, Any]) -> bool:
 
 
 def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
-    """``ev.said``: {symptom, words, phase, phase_words, step, after, text, metric, location, given} of the first file
+    """``ev.said``: {symptom, words, phase, phase_words, step, after, text, metric, location, given, reading,
+    stack_text, versions, nodes_only, lead} (the last four from saidstack.py) of the first file
     read as the user's words (readers/runlogs/userwords.py `read_words`), or None when there is none or when any
     log evidence (`_LOG_EVIDENCE`, a hang or a stop of the run-health detector) was found. A crash that says nothing of its
     cause (`generic_crash`: torchrun's ChildFailedError alone, a launcher's CalledProcessError, a traceback cut
