@@ -359,3 +359,10 @@ def test_a_full_disk_under_the_datasets_cache_names_that_writer(tmp_path):
     assert f.name == "disk-full" and f.severity == "error"
     assert "The path is datasets' map cache (HF_DATASETS_CACHE" in f.message
     assert "A checkpoint save" not in f.message
+
+
+def test_cuda_versions_said_not_to_match_name_the_three_cudas_to_compare(tmp_path):
+    f = first(tmp_path, "CUDA版本不匹配导致训练报错")
+    assert f.name == "run-crashed" and f.severity == "warning"
+    assert 'The words say CUDA versions disagree ("CUDA版本不匹配")' in f.message
+    assert "torch.version.cuda" in f.message and "`nvidia-smi`" in f.message and "`nvcc -V`" in f.message

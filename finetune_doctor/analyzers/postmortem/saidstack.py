@@ -44,11 +44,14 @@ def stated_releases(stated_: dict[str, Any] | None) -> dict[str, tuple[str, str]
 def stack_text(ev: Evidence) -> str | None:
     """The sentence of a version conflict or an error said in words that names what the words state (package and
     version, or range), judges each stated version of a package LLaMA-Factory checks at start-up against its
-    releases (stackcause.releases_judging), and names the commands that give what is missing. None when the
-    words name no package."""
-    versions = stated(ev).get("versions") or {}
+    releases (stackcause.releases_judging), and names the commands that give what is missing; where the words say
+    CUDA versions disagree (not NCCL's), which three CUDA versions to compare. None when the words name neither."""
+    st = stated(ev)
+    versions = st.get("versions") or {}
+    libs = (st.get("setup") or {}).get("lib_mismatch")
+    cuda = _CUDA_LIBS.format(lib_mismatch=libs) if libs and "nccl" not in libs.lower() else None
     if not versions:
-        return None
+        return cuda
     named, judged, missing = [], [], []
     for pkg, v in versions.items():
         if v["version"] and re.match(r"^\d+(?:\.\d+)+", v["version"]) and "x" not in v["version"]:
@@ -70,7 +73,15 @@ def stack_text(ev: Evidence) -> str | None:
             f"print({first.replace('-', '_')}.__version__, {first.replace('-', '_')}.__file__)\"` shows the copy the "
             f"run imports (a folder named {first.replace('-', '_')} beside the script, or an older install earlier "
             "on the path, shadows the one pip shows).")
-    return out
+    return out + (f" {cuda}" if cuda else "")
+
+
+# CUDA libraries said not to match (no NCCL in the words): torch's wheel carries its own CUDA runtime, the driver
+# must be at least that CUDA, and compiled extensions must be built for torch's CUDA
+_CUDA_LIBS = ("The words say CUDA versions disagree (\"{lib_mismatch}\"): a torch wheel brings its own CUDA runtime "
+              "(`python -c \"import torch; print(torch.__version__, torch.version.cuda)\"`), the driver must support "
+              "at least that CUDA (`nvidia-smi`), and compiled extensions (flash-attn, DeepSpeed's ops, bitsandbytes) "
+              "must be built for torch's CUDA, not the toolkit on PATH (`nvcc -V`).")
 
 
 # (condition on the set-up words, the lead): the first that holds is said
