@@ -65,7 +65,8 @@ def stack_text(ev: Evidence) -> str | None:
             missing.append(pkg)
     out = f"The words name {', '.join(named)}"
     if judged:
-        out += "; " + "; ".join(judged)
+        out += ("; " + "; ".join(judged) + " — `doctor lint CONFIG --env FILE` judges the whole stack against the "
+                "release in use (package-version-refused, FD050/FD051)")
     ask = missing or list(versions)
     first = ask[0]
     out += (f". `pip show {' '.join(ask)}` (or `llamafactory-cli env`) on the training machine gives the "
