@@ -366,3 +366,12 @@ def test_cuda_versions_said_not_to_match_name_the_three_cudas_to_compare(tmp_pat
     assert f.name == "run-crashed" and f.severity == "warning"
     assert 'The words say CUDA versions disagree ("CUDA版本不匹配")' in f.message
     assert "torch.version.cuda" in f.message and "`nvidia-smi`" in f.message and "`nvcc -V`" in f.message
+
+
+@pytest.mark.parametrize("words, loading", [
+    ("it hangs after loading the model", False), ("模型加载完后卡住", False),
+    ("stuck while loading checkpoint shards", True),
+])
+def test_a_hang_after_the_load_is_not_placed_in_it(tmp_path, words, loading):
+    f = first(tmp_path, words)
+    assert f.name == "run-hang" and ("While the weights load" in f.message) == loading

@@ -246,7 +246,9 @@ PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
                                 r"Converting format of dataset|\bpreprocess\w*|\bdatasets? map\b|\bmap\(|\bMap \(num_proc=|"
                                 r"\bload(?:s|ing)? (?:the )?(?:dataset|data)\b|预处理|分词|数据处理|加载数据|数据集加载|"
                                 r"读取数据", _I)),
-    ("loading", re.compile(r"\bload(?:s|ing)?\b(?! balanc)|checkpoint shards|from_pretrained|加载|载入", _I)),
+    # ("after loading the model" / "加载完后" is past the load: the hang is not in it)
+    ("loading", re.compile(r"(?<!after )(?<!after the )\bload(?:s|ing)?\b(?! balanc)|checkpoint shards|from_pretrained|"
+                           r"(?:加载|载入)(?!完|后|之后|结束|成功)", _I)),
     # (最后 alone is "finally" as often as "at the end": only its phrases of the run's end count)
     ("end", re.compile(r"\bin the end\b|\bat the end\b|\bend of training\b|训练(?:结束|快结束|的最后)|"
                        r"最后一(?:步|个\s?epoch|轮)|(?:训练|跑)到最后", _I)),
