@@ -375,3 +375,12 @@ def test_cuda_versions_said_not_to_match_name_the_three_cudas_to_compare(tmp_pat
 def test_a_hang_after_the_load_is_not_placed_in_it(tmp_path, words, loading):
     f = first(tmp_path, words)
     assert f.name == "run-hang" and ("While the weights load" in f.message) == loading
+
+
+@pytest.mark.parametrize("words, rule", [
+    ("训练时显存空间不足", "cuda-oom"),             # GPU memory's "space" is no disk
+    ("内存空间不足被kill", "host-oom-killed"),     # nor is host RAM's
+    ("/root 空间不够了，保存失败", "disk-full"),
+])
+def test_space_said_of_memory_is_not_the_disk(tmp_path, words, rule):
+    assert first(tmp_path, words).name == rule

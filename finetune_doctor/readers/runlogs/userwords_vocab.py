@@ -65,7 +65,7 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         # ephemeral storage limit %q.", "Usage of EmptyDir volume %q exceeds the limit %q.", "The node was low on
         # resource: ephemeral-storage.")
         r"ephemeral local storage usage exceeds|exceeded its local ephemeral storage limit|"
-        r"Usage of EmptyDir volume \S+ exceeds|low on resource: ephemeral-storage|(?:磁盘|硬盘|存储)(?:空间)?(?:不足|已?满|爆|不够)|空间不足|磁盘满", _I)),
+        r"Usage of EmptyDir volume \S+ exceeds|low on resource: ephemeral-storage|(?:磁盘|硬盘|存储)(?:空间)?(?:不足|已?满|爆|不够)|(?<!显存)(?<!内存)(?<!显卡)空间(?:不足|不够|满了)|磁盘满", _I)),
     ("nccl-error", re.compile(
         r"socketFinalizeAccept|socketStartConnect|ncclSystemError|ncclInternalError|ncclRemoteError|"
         r"ncclUnhandledCudaError|ncclInvalidUsage|NCCL error|NCCL WARN|unhandled (?:system|cuda) error|"
@@ -94,7 +94,7 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("host-oom", re.compile(
         r"\b(?:CPU|host|system) (?:OOM|RAM|memory)\b(?:[^.\n]{0,30}(?:OOM|out of|exceed|killed|full|不足))?|"
         r"\bRAM (?:OOM|out of memory|exhausted|(?:is )?full)|\bout of (?:host |system |CPU )?RAM\b|"
-        r"(?<!显)(?<!CUDA)(?<!GPU)(?<!卡)(?<!CUDA )(?<!GPU )内存(?:不足|溢出|爆|不够|耗尽|占满|满了|\s?OOM)|爆内存|"
+        r"(?<!显)(?<!CUDA)(?<!GPU)(?<!卡)(?<!CUDA )(?<!GPU )内存(?:空间)?(?:不足|溢出|爆|不够|耗尽|占满|满了|\s?OOM)|爆内存|"
         r"(?:OOM|oom)[ -]?kill\w*", _I)),
     # a kill said without its sender: the host's memory is the usual one (rule host-oom-killed says so)
     ("killed", re.compile(
@@ -103,7 +103,7 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"被\s*(?:系统)?\s*(?:kill(?:ed)?|杀|干掉)|\bSIGKILL\b|\bsignal 9\b|"
         r"(?:exit ?code|return code|exitcode)\s*[:=]?\s*-9\b", _I | re.M)),
     ("oom", re.compile(
-        r"out of memory|\bOOM\b|OutOfMemory|(?<![A-Za-z])oom(?![A-Za-z])|显存(?:不足|溢出|爆|不够|炸|占满)|爆显存|"
+        r"out of memory|\bOOM\b|OutOfMemory|(?<![A-Za-z])oom(?![A-Za-z])|显存(?:空间)?(?:不足|溢出|爆|不够|炸|占满)|爆显存|"
         r"(?:CUDA|GPU|显卡)\s?(?:的)?内存(?:不足|溢出|爆|不够)|\bran out of (?:GPU |CUDA |video )?memory\b|"
         r"\bruns? out of (?:GPU |CUDA |video )?memory\b|\bnot enough (?:GPU |CUDA )?memory\b|"
         r"\bout of (?:GPU |CUDA )?VRAM\b|\bGPU memory (?:overflow|is full|exhausted)|\bVRAM (?:overflow|is full)|"
