@@ -533,6 +533,9 @@ class FileEvidence:
     # a short file that is the user's description of the failure, not a log (readers/runlogs/userwords.py
     # `read_words`: {symptom, words, phase, phase_words, step, after, text, line}); None for every log
     said: dict[str, Any] | None = None
+    # what a short file's words state beside any symptom (readers/runlogs/statedwords.py): {versions {package:
+    # {version, spec, line}}, setup {zero3, moe, map, nodes, lib_mismatch}}; empty for a long log
+    stated: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

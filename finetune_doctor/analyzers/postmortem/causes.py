@@ -9,6 +9,7 @@ from typing import Any
 
 from finetune_doctor.analyzers.postmortem import refmodel
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause, raised_at, warning_lead
+from finetune_doctor.analyzers.postmortem.saidstack import startup_cut_lead
 from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.analyzers.postmortem.launchcause import SHM_MAP
@@ -584,14 +585,16 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     lead = None
     if kind == "traceback-only":
         phase, where = _cut_where(tb, where, out)
-        lead = warning_lead(tb)
+        lead = warning_lead(tb) or startup_cut_lead(tb, ev)   # LF's start-up check: saidstack.py
     tb_exc = _traceback_before(ev, exc) if exc else None
     cause = crash_cause(ev, exc, tb_exc, model or {}, versions or {}) if exc else (
         {"kind": "warning-lead", "text": lead} if lead else None)
     at = raised_at(tb_exc) if exc and cause is None else None
     if at:   # no reading of the text: say where it was raised, which the traceback does establish
         cause = {"kind": "raised-at", "text": at}
-    rng = stack_range_text(versions or {}) if exc else None
+    # (not beside the start-up check's own refusal: that exception is the check, not a sign it was skipped)
+    rng = stack_range_text(versions or {}) if exc and "start-up version check" not in str((cause or {}).get("text")) \
+        else None
     if rng:   # a lead the exception does not give: the release was not written for this stack (stackcause.py)
         cause = {"kind": cause["kind"] if cause else "stack-range", "text": (cause["text"] + "; " if cause else "") + rng}
     after = _consequences(ev, out, exc) if raised and not explained else None
@@ -784,6 +787,10 @@ def _disk_full(ev: Evidence) -> dict[str, Any] | None:
             # ATen MapAllocator's "unable to write to file </torch_...>: No space left on device (28)" is
             # /dev/shm full under the DataLoader's workers, not the disk (launchcause.py SHM_MAP)
             if n.kind == "exception" and pat.DISK_FULL.search(n.text) and not SHM_MAP.search(n.text):
-                return {"text": n.text[:200], "location": location_of(n.file, n.line),
-                        "saving": "save" in n.text.lower() or "serializ" in n.text.lower()}
+                low = n.text.lower()
+                # the writer the path names: datasets' map cache (cache-*.arrow under HF_DATASETS_CACHE) or /tmp
+                writer = ("datasets" if "cache-" in low and ".arrow" in low or "/datasets/" in low else
+                          "tmp" if "'/tmp/" in low or '"/tmp/' in low else None)
+                return {"text": n.text[:200], "location": location_of(n.file, n.line), "writer": writer,
+                        "saving": "save" in low or "serializ" in low}
     return None

@@ -23,6 +23,7 @@ from finetune_doctor.analyzers.postmortem.collectives import barrier_facts, nccl
 from finetune_doctor.analyzers.postmortem.curves import Curve, build_curves, curve_summary, fmt, location_of
 from finetune_doctor.analyzers.postmortem.detectors import spikes
 from finetune_doctor.analyzers.postmortem.mmcause import image_cut
+from finetune_doctor.analyzers.postmortem.saidstack import stated_releases
 from finetune_doctor.analyzers.postmortem.oomcause import oom_facts
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.analyzers.postmortem.said import said_facts, said_image_cut
@@ -306,7 +307,10 @@ def _end(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, 
          trained: bool) -> None:
     """Completion and the exception that ended the run."""
     out["completed"] = causes.completed_facts(ev)
-    versions = {k: (v["version"], v["source"]) for k, v in (out.get("stack") or {}).items()}
+    # lowest first: a release the report's words state ("llamafactory 0.9.0 with accelerate 0.34.2",
+    # readers/runlogs/statedwords.py; a full version only), then what the logs print, then the flags and --env
+    versions = stated_releases(cx.stated)
+    versions.update({k: (v["version"], v["source"]) for k, v in (out.get("stack") or {}).items()})
     versions.update(cx.given_versions)
     out["crash"] = causes.crash_facts(ev, out, cx.model_shape(), versions)
     c = out["crash"]

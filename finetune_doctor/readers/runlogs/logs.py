@@ -54,7 +54,7 @@ from typing import Any, Iterator
 from finetune_doctor.errors import InputError
 from finetune_doctor.evidence import FileEvidence, FileRead, Notice
 from finetune_doctor.readers.config import stack
-from finetune_doctor.readers.runlogs import loggrep, pasteblocks, userwords
+from finetune_doctor.readers.runlogs import loggrep, pasteblocks, statedwords, userwords
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.logcontext import LOOKAHEAD, LOOKBACK, LineContext
 from finetune_doctor.readers.runlogs.logparse import TextLogParser
@@ -220,6 +220,14 @@ def _user_words(fe: FileEvidence, data: bytes) -> FileEvidence:
     env = stack.pasted_versions(pasteblocks.blank_blocks(text)[1])
     if env:   # an environment block pasted with the report: its versions, read as --env reads them
         fe = replace(fe, env_versions=env)
+    words = pasteblocks.blank_blocks(text)[0]
+    versions, setup = statedwords.stated_versions(words), statedwords.setup_words(words)
+    # ZeRO-3 and an MoE model may be said by the pasted config itself (`deepspeed: ds_z3_config.json`,
+    # `model_name_or_path: Qwen/Qwen3-30B-A3B`), which the words' reading blanks
+    whole = statedwords.setup_words(text)
+    setup.update({k: setup[k] or whole[k] for k in ("zero3", "moe")})
+    if versions or any(setup.values()):   # what the words state of the stack and set-up, symptom or not
+        fe = replace(fe, stated={"versions": versions, "setup": setup})
     said = userwords.read_words(text)
     if said is None:
         return fe

@@ -99,7 +99,13 @@ def read_words(text: str) -> dict[str, Any] | None:
     # negated phrases blanked in place (same length: line numbers and offsets stay those of the file)
     text = _NEGATED.sub(lambda m: " " * len(m.group(0)), text)
     found = vocab.first_symptom(text)
-    if found is not None:
+    if found is None:
+        # no symptom word, but the paste ends on a datasets bar still at 0: where it stopped is the report
+        lines = text.rstrip().splitlines()
+        bar = vocab.BAR_AT_ZERO.search(lines[-1]) if lines else None
+        if bar is not None:
+            found = ("hang", vocab.BAR_AT_ZERO.search(text, len(text.rstrip()) - len(lines[-1])))
+    if found is not None and found[1] is not None:
         symptom, m = found
     else:
         # a failure after exactly the default collective timeout: torch.distributed's default process-group
