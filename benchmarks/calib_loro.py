@@ -1,0 +1,350 @@
+#!/usr/bin/env python
+"""Leave-one-ROUND-out: the yardstick for p_oom and the 90 % interval on the next held-out round (issue #21).
+
+Why rounds, not sources. Every calibration round (benchmarks/calib_data.py: rounds 1-7 are dev) was collected by
+other people at another time, from sources no earlier round used; the next held-out round is one more such round.
+Leave-one-source-out (benchmarks/calib_loso.py) keeps a source's siblings of the same round in the fit — the same
+collector's way of translating a framework into LLaMA-Factory keys, the same kind of thread — so it says how the
+table does on a new page of a round it has seen, not on a new round. Held-out rounds scored worse than LOSO on dev
+said (round 6: Brier 0.157 / coverage 80 %; round 7: 0.207 / 84 %; dev LOSO 0.139 / 88 %).
+
+**Folds** (`FOLDS`): ``round`` — the error table (uncertainty.derive on the rows whose samples reach cutoff_len,
+the prior (κ0, ν0) by leave-one-out log score as calibrate.fit chooses it) and the interval's class widths
+(calib_widths.derive_widths) are fitted on the other dev rounds and round R's rows are scored with them;
+``forward`` — fitted on the rounds before R only (what the held-out scoring did: round 6 was scored with a table
+fitted on rounds 1-5); ``source`` — calib_loso's leave-one-source-out, for the comparison. Widths come from the
+residuals of the training folds' rows, each taken against the table fitted without its own fold (calib_widths
+`residuals`), as the shipped widths are.
+
+**Scored as reported**: every row's mixture over its open assumptions (calib_loso.components: the sample lengths
+under the log-uniform prior unless its samples reach cutoff_len, the other assumptions at the assumed value); p_oom
+= Σ w·P(need·e^ε > budget) under the widened t with the unexplained share q (uncertainty.oom_dist); the interval the
+mixture's, its upper end at cutoff_len, its lower end at the allocated share for an unknown counter, then widened by
+the class's widths (analyzers/memory/bands.py). The form (class key, robust, tails, λ, τ, q) is the shipped table's
+(calib_classes.shipped_variant) unless a variant below changes one part.
+
+Usage (CPU; the dev rows are assembled once, ~3 min on the shared machine, then kept in ``--cache``)::
+
+    FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python benchmarks/calib_loro.py [--cache FILE] [--page FILE] [--variants]
+
+Writes benchmarks/results/calib_loro.md (``--page``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+os.environ.setdefault("FINETUNE_DOCTOR_NO_NVML", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import calib_classes  # noqa: E402
+import calib_loso  # noqa: E402
+import calib_widths  # noqa: E402
+from calib_data import samples_fill  # noqa: E402
+
+PAGE = ROOT / "benchmarks" / "results" / "calib_loro.md"
+FOLDS = ("round", "forward", "source")
+# the held-out scores each round got once, before it became dev (benchmarks/calib_data.py; session notes 10 and 11):
+# (Brier, runs, coverage, measurements)
+HELD_OUT = {6: (0.157, None, 0.80, None), 7: (0.207, 35, 0.84, 32)}
+
+
+def round_of(row: dict[str, Any]) -> int:
+    return int(row.get("round") or 1)
+
+
+def fold_key(fold: str, row: dict[str, Any]) -> Any:
+    return row["source"] if fold == "source" else round_of(row)
+
+
+def in_training(fold: str, key: Any, row: dict[str, Any]) -> bool:
+    """Whether `row` may fit the table that scores fold `key` (module docstring, 'Folds')."""
+    if fold == "forward":
+        return round_of(row) < key
+    return fold_key(fold, row) != key
+
+
+def prepared(scored: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The dev rows with their mixture components (calib_loso.components), refused rows dropped."""
+    return [{**s, "comps": calib_loso.components(s), "totals": calib_loso.components(s, need=False)}
+            for s in scored if "error" not in s["pred"]]
+
+
+def fold_tables(dev: list[dict[str, Any]], fold: str, v: dict[str, Any], kept: list[dict[str, Any]],
+                derive_fn: Callable[..., dict[str, Any]] | None = None) -> dict[Any, tuple[Any, float, int]]:
+    """fold key → (methods table, κ0, ν0) fitted on the fill rows `in_training` for that key (plus the kept
+    simulated/measured rows). `derive_fn` (rows, robust) → methods stands in for uncertainty.derive."""
+    from derive_uncertainty import choose_prior
+
+    from finetune_doctor.analyzers.memory.uncertainty import derive
+
+    derive_fn = derive_fn or derive
+    if fold == "source" and derive_fn is derive:
+        return calib_loso.fold_fits(dev, tuple(v["class_by"]), kept, v["robust"])
+    fitted = [s for s in dev if samples_fill(s["row"]) and s["cmp"] is not None]
+    out = {}
+    for key in sorted({fold_key(fold, s["row"]) for s in dev}, key=str):
+        train = [{**calib_loso.eps_row(s, tuple(v["class_by"])), "src": s["row"]["source"]}
+                 for s in fitted if in_training(fold, key, s["row"])] + kept
+        if not any(r.get("method") == "analytic" for r in train):
+            continue   # forward: round 1 has no earlier round
+        (k0, nu0), _ = choose_prior(train, v["robust"])
+        out[key] = (derive_fn(train, v["robust"]), k0, nu0)
+    return out
+
+
+def score_fold(dev: list[dict[str, Any]], fold: str, v: dict[str, Any], kept: list[dict[str, Any]],
+               tables: dict[Any, tuple[Any, float, int]] | None = None,
+               dist_fn: Callable[..., Any] | None = None) -> list[dict[str, Any]]:
+    """Per dev row scored by its fold (module docstring): the calib_classes.loso_rows fields (id, source, cls,
+    row, pred, cmp, dist, comps, totals, inside, p, y) plus ``fold`` and, for a measurement, ``inside_after``
+    (the interval widened by the class widths fitted on the training folds). `dist_fn` (methods, class, κ0, ν0)
+    stands in for uncertainty.dist_from; `v["q_of"]` (row → q), when given, replaces the one q."""
+    from finetune_doctor.analyzers.memory import bands
+    from finetune_doctor.analyzers.memory.uncertainty import dist_from, mixture_interval, mixture_p_oom, widened
+
+    tables = tables if tables is not None else fold_tables(dev, fold, v, kept)
+    dist_fn = dist_fn or (lambda m, c, k0, nu0: dist_from(m, "analytic", c, k0, nu0))
+    rows = []
+    for s in dev:
+        r, p = s["row"], s["pred"]
+        key = fold_key(fold, r)
+        if key not in tables:
+            continue
+        methods, k0, nu0 = tables[key]
+        d = calib_loso.with_tails(dist_fn(methods, calib_loso.class_of(p, tuple(v["class_by"])), k0, nu0),
+                                  v["tails"])
+        x, tot = calib_loso.measured_on_total(s), s["totals"]
+        inside = None
+        if x is not None and tot:
+            lo, hi = mixture_interval([(w, t, None) for w, t, _b in tot], d)
+            inside = lo <= x <= hi
+        pr = y = None
+        if r.get("outcome") and r.get("gpu") and s["comps"]:
+            q = v["q_of"](r) if v.get("q_of") else v["q"]
+            pr = mixture_p_oom(s["comps"], replace(widened(d, v["tau"], v["factor"]), unexplained=q))
+            y = 1.0 if r["outcome"] == "oom" else 0.0
+        rows.append({"id": r["id"], "source": r["source"], "fold": key, "round": round_of(r),
+                     "cls": p.get("run_class") or calib_classes.run_class(r), "row": r, "pred": p, "cmp": s["cmp"],
+                     "dist": d, "comps": s["comps"], "totals": tot, "inside": inside, "p": pr, "y": y})
+    calib_widths.residuals(rows)
+    widths: dict[Any, dict[str, Any]] = {}
+    for r in rows:
+        if "r_lo" not in r:
+            continue
+        if r["fold"] not in widths:
+            train = [o for o in rows if "r_lo" in o and in_training(fold, r["fold"], o["row"])]
+            widths[r["fold"]] = {"interval_widths": calib_widths.derive_widths(train)} if train else {}
+        lo, hi = bands.widen(r["base"], widths[r["fold"]], r["cls"])
+        x = calib_loso.measured_on_total(r)
+        r["after"], r["inside_after"] = (lo, hi), lo <= x <= hi
+        if not r["inside_after"]:
+            r["inside_after_side"] = "below" if x < lo else "above"
+    return rows
+
+
+def scores(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Brier (runs, OOM), coverage of the widened interval (measurements), confident misses of rows `rs`."""
+    out = [r for r in rs if r["p"] is not None]
+    meas = [r for r in rs if r.get("inside_after") is not None]
+    return {"brier": statistics.mean((r["p"] - r["y"]) ** 2 for r in out) if out else math.nan,
+            "n": len(out), "oom": sum(1 for r in out if r["y"] == 1.0),
+            "cover": statistics.mean(bool(r["inside_after"]) for r in meas) if meas else math.nan,
+            "m": len(meas), "below": sum(1 for r in meas if r.get("inside_after_side") == "below"),
+            "above": sum(1 for r in meas if r.get("inside_after_side") == "above"),
+            "sure_trained": [r["id"] for r in out if r["y"] == 0 and r["p"] >= 0.9],
+            "sure_oom": [r["id"] for r in out if r["y"] == 1 and r["p"] <= 0.1],
+            "log_outc": statistics.mean(math.log(min(max(r["p"] if r["y"] else 1 - r["p"], 1e-4), 1.0))
+                                        for r in out) if out else math.nan}
+
+
+def cell(sc: dict[str, Any]) -> str:
+    b = "—" if math.isnan(sc["brier"]) else f"{sc['brier']:.3f} ({sc['n']}, {sc['oom']} OOM)"
+    c = "—" if math.isnan(sc["cover"]) else f"{sc['cover']:.0%} of {sc['m']} ({sc['below']}↓ {sc['above']}↑)"
+    return f"{b} | {c} | {len(sc['sure_trained'])} / {len(sc['sure_oom'])}"
+
+
+def mean_over_rounds(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """(Brier, coverage) averaged over rounds with each round alike: what one more round is expected to score."""
+    per = [scores([r for r in rows if r["round"] == k]) for k in sorted({r["round"] for r in rows})]
+    b = [s["brier"] for s in per if not math.isnan(s["brier"])]
+    c = [s["cover"] for s in per if not math.isnan(s["cover"])]
+    return statistics.mean(b), statistics.mean(c)
+
+
+def round_table(by_fold: dict[str, list[dict[str, Any]]]) -> list[str]:
+    head = "| round | " + " | ".join(f"{f}: Brier (runs) | {f}: coverage | {f}: p≥0.9 trained / p≤0.1 OOM"
+                                      for f in by_fold) + " | held-out score when it was new |"
+    out = [head, "|---|" + "---|---|---|" * len(by_fold) + "---|"]
+    rounds = sorted({r["round"] for rows in by_fold.values() for r in rows})
+    for k in [*rounds, "all dev"]:
+        cells = [cell(scores([r for r in rows if k == "all dev" or r["round"] == k])) for rows in by_fold.values()]
+        ho = HELD_OUT.get(k) if isinstance(k, int) else None
+        hs = f"Brier {ho[0]:.3f}, coverage {ho[2]:.0%}" if ho else ""
+        out.append(f"| {k} | " + " | ".join(cells) + f" | {hs} |")
+    means = [mean_over_rounds(rows) for rows in by_fold.values()]
+    out.append("| mean of rounds | " + " | ".join(f"{b:.3f} | {c:.0%} | " for b, c in means) + " |")
+    return out
+
+
+def tracking_lines(by_fold: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Which yardstick said what the held-out scoring of rounds 6 and 7 found (`HELD_OUT`)."""
+    out = ["Which yardstick tracked the held-out scores (each round's rows as they are now, with today's memory "
+           "model; the held-out score was taken with the memory model of its day):", ""]
+    for k, (b, _n, c, _m) in sorted(HELD_OUT.items()):
+        parts = []
+        for f, rows in by_fold.items():
+            sc = scores([r for r in rows if r["round"] == k])
+            parts.append(f"{f} {sc['brier']:.3f} / {sc['cover']:.0%}")
+        out.append(f"- round {k}: held out Brier {b:.3f} / coverage {c:.0%}; as dev now: " + ", ".join(parts))
+    return out
+
+
+def class_table(rows: list[dict[str, Any]]) -> list[str]:
+    out = ["| class | Brier (runs) | coverage | p≥0.9 trained / p≤0.1 OOM | rounds with rows |", "|---|---|---|---|---|"]
+    for c in (*calib_classes.CLASSES, "all dev"):
+        rs = rows if c == "all dev" else [r for r in rows if r["cls"] == c]
+        if rs:
+            out.append(f"| {c} | {cell(scores(rs))} | {len({r['round'] for r in rs})} |")
+    return out
+
+
+def kind_of(r: dict[str, Any]) -> str:
+    """The KIND of a large Brier term (issue #21's brief): an OOM the memory model sees fit, a trained run it sees
+    out, and what the doctor did not know (calib_classes.kind_of_miss)."""
+    side = "ran out, model says fits" if r["y"] == 1 else "trained, model says out"
+    return f"{side}; {calib_classes.kind_of_miss(r)}"
+
+
+def top_lines(rows: list[dict[str, Any]], k: int = 30) -> list[str]:
+    rs = sorted((r for r in rows if r["p"] is not None), key=lambda r: -(r["p"] - r["y"]) ** 2)
+    tot = sum((r["p"] - r["y"]) ** 2 for r in rs)
+    out = [f"The {k} largest Brier terms under leave-one-round-out ({sum((r['p'] - r['y']) ** 2 for r in rs[:k]):.1f}"
+           f" of the sum {tot:.1f} over {len(rs)} runs):", "",
+           "| run | round | class | source type | outcome | p_oom | (p − y)² | need / budget GiB | kind |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rs[:k]:
+        need = r["pred"].get("need") or r["pred"].get("total")
+        out.append(f"| {r['id']} | {r['round']} | {r['cls']} | {r['row'].get('source_type')} | {r['row']['outcome']} "
+                   f"| {r['p']:.3f} | {(r['p'] - r['y']) ** 2:.2f} | {need:.1f} / {r['pred'].get('capacity') or 0:.1f} "
+                   f"| {kind_of(r)} |")
+    return out
+
+
+def parts_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The Brier sum by source type and outcome band (calib_classes.brier_parts_lines, by round folds)."""
+    rs = [r for r in rows if r["p"] is not None]
+    tot = sum((r["p"] - r["y"]) ** 2 for r in rs)
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rs:
+        band = "p ≤ 0.15" if r["p"] <= 0.15 else "p ≥ 0.85" if r["p"] >= 0.85 else "0.15-0.85"
+        groups[f"{r['row'].get('source_type')}, {r['row']['outcome']}, {band}"].append(r)
+    out = ["| source type, outcome, p band | runs | share of the Brier sum | adds to the Brier score |",
+           "|---|---|---|---|"]
+    for g, sub in sorted(groups.items(), key=lambda kv: -sum((r["p"] - r["y"]) ** 2 for r in kv[1])):
+        c = sum((r["p"] - r["y"]) ** 2 for r in sub)
+        out.append(f"| {g} | {len(sub)} | {c / tot:.0%} | {c / len(rs):.3f} |")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cache", metavar="FILE")
+    ap.add_argument("--page", metavar="FILE", default=str(PAGE))
+    args = ap.parse_args(argv)
+    import calibrate
+
+    dev = prepared(calib_classes.scored_dev(args.cache))
+    kept = calibrate.kept_rows()
+    v = calib_classes.shipped_variant()
+    by_fold = {f: score_fold(dev, f, v, kept) for f in FOLDS}
+    lines = ["# Leave-one-round-out Brier, coverage and confident misses (dev rounds 1-7)", "",
+             "`python benchmarks/calib_loro.py` (module docstring). The shipped form, refitted per fold: classes keyed "
+             f"by {' × '.join(v['class_by'])}, robust {v['robust']}, tails {v['tails']}, λ {v['factor']}, τ {v['tau']}, "
+             f"q {v['q']}; the interval widened by class widths fitted on the training folds. Every number is dev.", "",
+             "Columns per yardstick: Brier of the all-cause p_oom (runs with an outcome and a card), coverage of the "
+             "90 % interval (↓ below its lower end, ↑ above its upper end), confident misses. `round`: fitted on the "
+             "other rounds; `forward`: on the earlier rounds only (round 1 has none); `source`: leave-one-source-out.",
+             "", *round_table(by_fold), "", *tracking_lines(by_fold), "", "## Per class of run, leave-one-round-out", "", *class_table(by_fold["round"]),
+             "", "## Where the leave-one-round-out Brier comes from", "", *parts_lines(by_fold["round"]), "",
+             *top_lines(by_fold["round"])]
+    Path(args.page).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(round_table(by_fold)))
+    print(f"wrote {args.page}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+# -- calibration maps of the memory model's own probability, each chosen per fold on the other folds' runs ------------
+#
+# p_model is the memory model's probability P(need·e^ε > budget) of a row under its fold's table (no q). A map turns
+# it into the all-cause p_oom. The map's free parameters are chosen for fold R on the runs of the folds that fit R's
+# table (`in_training`), by their Brier score, and R's runs are scored with them: every choice by the same folds.
+
+Q_GRID = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
+
+
+def add_p_model(rows: list[dict[str, Any]], v: dict[str, Any]) -> None:
+    """Add ``pm`` (the memory model's own probability under the row's fold table, widened by λ and τ) to every
+    run with an outcome."""
+    from finetune_doctor.analyzers.memory.uncertainty import mixture_p_oom, widened
+
+    for r in rows:
+        if r["p"] is not None:
+            r["pm"] = mixture_p_oom(r["comps"], replace(widened(r["dist"], v["tau"], v["factor"]), unexplained=0.0))
+
+
+def source_kind(r: dict[str, Any]) -> str:
+    """Threads (a user's run, published because of its outcome) or documentation (framework and vendor tables)."""
+    return "thread" if r["row"].get("source_type") == "issue-thread" else "documentation"
+
+
+def symmetric(pm: float, q: float) -> float:
+    return (1.0 - q) * pm + q / 2.0
+
+
+def two_sided(pm: float, a: float, b: float) -> float:
+    """a: the share of runs that run out whatever the memory model says; b: the share that train whatever it says."""
+    return a + (1.0 - a - b) * pm
+
+
+MAPS: dict[str, tuple[Callable[[float, tuple[float, ...]], float], list[tuple[float, ...]]]] = {
+    "symmetric q": (lambda pm, th: symmetric(pm, th[0]), [(q,) for q in Q_GRID]),
+    "two-sided (a, b)": (lambda pm, th: two_sided(pm, th[0], th[1]),
+                         [(a, b) for a in (0.0, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25) for b in
+                          (0.0, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25)]),
+}
+
+
+def apply_map(rows: list[dict[str, Any]], fold: str, name: str, by_kind: bool = False) -> dict[Any, Any]:
+    """Set every run's ``p`` by map `name` (`MAPS`) with parameters chosen per fold on the training folds' runs
+    (per source kind when `by_kind`); returns fold → {kind: chosen parameters}."""
+    f, grid = MAPS[name]
+    runs = [r for r in rows if r.get("pm") is not None]
+    chosen: dict[Any, Any] = {}
+    for key in sorted({r["fold"] for r in runs}, key=str):
+        train = [r for r in runs if in_training(fold, key, r["row"])]
+        kinds = {source_kind(r) for r in runs} if by_kind else {None}
+        pick = {}
+        for k in kinds:
+            sub = [r for r in train if k is None or source_kind(r) == k] or train
+            pick[k] = min(grid, key=lambda th: sum((f(r["pm"], th) - r["y"]) ** 2 for r in sub)) if sub else grid[0]
+        chosen[key] = pick
+        for r in runs:
+            if r["fold"] == key:
+                r["p"] = f(r["pm"], pick[source_kind(r) if by_kind else None])
+    return chosen
