@@ -1,0 +1,90 @@
+"""Leave-one-round-out, the yardstick for the next held-out round (benchmarks/calib_loro.py, calib_loso.FOLD), and
+p_oom given the kind of report (analyzers/memory/uncertainty.py `by_report`; issue #21, session 12)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from finetune_doctor.analyzers.memory import uncertainty as u
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def _table(monkeypatch, extra):
+    t = {**u.table(), **extra}
+    monkeypatch.setattr(u, "table", lambda: t)
+
+
+def test_report_kind_reads_the_source_type():
+    assert u.report_kind("issue-thread") == "thread"
+    assert u.report_kind("framework-doc") == "documentation"
+    assert u.report_kind("vendor-doc") == "documentation"
+    assert u.report_kind(None) == "documentation"
+
+
+def test_by_report_is_the_two_sided_map_of_the_kind(monkeypatch):
+    _table(monkeypatch, {"p_oom_by_report": {"thread": {"oom": 0.35, "trained": 0.1},
+                                             "documentation": {"oom": 0.1, "trained": 0.5}}})
+    # a + (1 - a - b)·p: a thread the memory model sees fit still ran out 35 % of the time
+    assert u.by_report(0.0, "thread") == pytest.approx(0.35)
+    assert u.by_report(1.0, "thread") == pytest.approx(0.9)
+    assert u.by_report(0.5, "documentation") == pytest.approx(0.1 + 0.4 * 0.5)
+    assert u.by_report(1.0, "documentation") == pytest.approx(0.5)
+
+
+def test_by_report_is_none_without_shares_and_refuses_shares_that_sum_to_one(monkeypatch):
+    _table(monkeypatch, {"p_oom_by_report": None})
+    assert u.by_report(0.3, "thread") is None
+    _table(monkeypatch, {"p_oom_by_report": {"thread": {"oom": 0.6, "trained": 0.4}}})
+    with pytest.raises(ValueError, match="thread"):
+        u.by_report(0.3, "thread")
+
+
+def test_the_doctors_p_oom_keeps_one_q_whatever_the_report_shares(monkeypatch):
+    # p_oom_by_report is for scoring published runs; the all-cause p_oom a check prints stays (1 - q)·p + q/2
+    _table(monkeypatch, {"p_oom_by_report": {"thread": {"oom": 0.35, "trained": 0.1}}, "p_oom_unexplained": 0.2})
+    assert u.all_cause(0.0, u.unexplained_share()) == pytest.approx(0.1)
+
+
+def test_folds_are_rounds_by_default():
+    import calib_loso
+
+    assert calib_loso.FOLD == "round"
+    assert calib_loso.fold_of({"source": "a", "round": 6}) == "6"
+    assert calib_loso.fold_of({"source": "a"}) == "1"   # absent round = 1 (calib_data)
+    assert calib_loso.fold_of({"source": "a", "round": 6}, "source") == "a"
+
+
+def _row(i, rnd, eps, source=None):
+    r = {"id": f"r{i}", "source": source or f"s{i}", "round": rnd, "source_type": "framework-doc", "samples": "fill"}
+    return {"row": r, "cmp": {"eps": eps}, "pred": {"cls": "default/unquantized"}}
+
+
+def test_a_round_is_scored_by_a_table_fitted_without_any_of_its_rows():
+    import calib_loso
+
+    # round 2's three sources all sit at ε = 0.9; the others at 0. Left out by round, round 2's table has never seen
+    # ε = 0.9 (mean 0); left out by source, each of its rows is fitted with its two round-2 siblings
+    scored = [_row(i, 1, 0.0) for i in range(6)] + [_row(10 + i, 2, 0.9) for i in range(3)]
+    by_round = calib_loso.fold_fits(scored, ("shape",), [], fold="round")
+    by_source = calib_loso.fold_fits(scored, ("shape",), [], fold="source")
+    mean = lambda fit: fit[0]["analytic"]["classes"]["default"]["mean"]   # noqa: E731
+    assert mean(by_round["2"]) == pytest.approx(0.0)
+    assert mean(by_source["s10"]) > 0.2
+
+
+def test_map_parameters_of_a_round_are_chosen_without_its_runs():
+    import calib_loro
+
+    # round 1's runs all ran out at p_model 0; round 2's trained at p_model 0. The shares chosen for round 2 come
+    # from round 1 alone (a high floor), and those for round 1 from round 2 (the lowest floor)
+    rows = ([{"row": {"round": 1, "source_type": "issue-thread"}, "fold": 1, "pm": 0.0, "y": 1.0, "p": 0.5}] * 4
+            + [{"row": {"round": 2, "source_type": "issue-thread"}, "fold": 2, "pm": 0.0, "y": 0.0, "p": 0.5}] * 4)
+    chosen = calib_loro.apply_map(rows, "round", "two-sided, both ≥ 0.1")
+    assert chosen[2][None][0] == max(calib_loro.BOUNDED)
+    assert chosen[1][None][0] == min(calib_loro.BOUNDED)
+    assert all(0.1 <= r["p"] <= 0.9 for r in rows)
