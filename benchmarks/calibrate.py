@@ -753,7 +753,8 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
     printed.append(f"assumption weights (assumed value's probability, chosen on dev): {w}; prior on the longest "
                    f"sample: {res['table'].get('sample_lengths_prior', {}).get('form')}")
     ch = res["chosen"]
-    printed.append(f"error model form (LOSO on dev rows with known lengths): {ch['class_by']}, robust "
+    printed.append(f"error model form (leave-one-{calib_loso.FOLD}-out on dev rows with known lengths): "
+                   f"{ch['class_by']}, robust "
                    f"{bool(ch.get('robust'))}, λ {ch['factor']}, "
                    f"τ {ch['tau']}, ν cap {ch.get('max_dof')}, contamination {ch.get('contamination')}, "
                    f"q {ch.get('unexplained')}: LOSO log score {ch.get('log_score', math.nan):.3f}, "
