@@ -894,8 +894,9 @@ def samples_lines(scored: list[dict[str, Any]]) -> list[str]:
 
 
 def loso_lines(res: dict[str, Any]) -> list[str]:
-    """The variants of the error model and their leave-one-source-out numbers on the dev half."""
-    return ["## Choosing the error model: leave-one-source-out on the dev half", "",
+    """The variants of the error model and their leave-one-out numbers (folds: calib_loso.FOLD) on the dev half."""
+    return [f"## Choosing the error model: leave-one-{calib_loso.FOLD}-out on the dev half (the table's LOSO columns "
+            "are the folds' numbers)", "",
             calib_loso.__doc__.split("\n\n", 1)[1].strip(), "",
             *calib_loso.table_lines(res["variants"], res["chosen"]), ""]
 

@@ -88,3 +88,20 @@ def test_map_parameters_of_a_round_are_chosen_without_its_runs():
     assert chosen[2][None][0] == max(calib_loro.BOUNDED)
     assert chosen[1][None][0] == min(calib_loro.BOUNDED)
     assert all(0.1 <= r["p"] <= 0.9 for r in rows)
+
+
+def test_calibrate_scores_the_kind_of_report_beside_the_doctors_p_oom():
+    import calibrate
+
+    def s(i, outcome, p, by):
+        return {"row": {"id": f"r{i}", "outcome": outcome, "gpu": "A100-80GB", "source_type": "issue-thread"},
+                "pred": {"p_oom": p, "p_oom_by_report": by}, "cmp": None}
+    scored = [s(0, "oom", 0.1, 0.4), s(1, "trained", 0.1, 0.37), s(2, "oom", 0.8, 0.85)]
+    sm = calibrate.summary(scored)
+    assert sm["brier"] == pytest.approx((0.81 + 0.01 + 0.04) / 3)
+    assert sm["brier_by_report"] == pytest.approx((0.36 + 0.1369 + 0.0225) / 3)
+    assert sm["by_report_misses"] == 0
+    # a table without p_oom_by_report: nothing scored beside it, and no line printed for it
+    sm = calibrate.summary([{**x, "pred": {**x["pred"], "p_oom_by_report": None}} for x in scored])
+    assert sm["brier_by_report"] is None
+    assert not any("kind of report" in line for line in calibrate.summary_lines("dev", sm))
