@@ -53,8 +53,8 @@ too: p_oom 0.05 on a run at a third of its card. So the analytic error may be a 
 location with scale s (ln units), the table's ``contamination`` {weight, scale}; and p_oom may carry a share q of
 outcomes the prediction does not explain (a cause no term sees, an over-sized translation), each an even chance:
 p_oom = (1 − q)·P(need·e^ε > budget) + q/2 (``p_oom_unexplained``, at most `UNEXPLAINED_MAX`, the top of the
-calibration's grid). w, s and q are chosen with the rest of the form by leave-one-source-out on dev
-(benchmarks/calib_loso.py).
+calibration's grid). w, s and q are chosen with the rest of the form by leave-one-out on dev
+(benchmarks/calib_loso.py; the folds are whole calibration rounds since session 12, sources before).
 
 **Two probabilities** (issue #21, a contract change: README 'Two probabilities'). About 11 % of the dev runs the
 memory model placed under 10 % ran out all the same, for causes no memory term sees (other processes, version bugs,
