@@ -217,7 +217,8 @@ def fold_scores(scored: list[dict[str, Any]], by: tuple[str, ...], kept: list[di
         if x is not None and tot:
             lo, hi = mixture_interval([(w, t, None) for w, t, _b in tot], d)
             inside, logd = lo <= x <= hi, mixture_logpdf(x, tot, d)
-        out.append({"id": r["id"], "source": r["source"], "inside": inside, "log_meas": logd, "dist": d,
+        out.append({"id": r["id"], "source": r["source"], "fold": fold_of(r), "inside": inside, "log_meas": logd,
+                    "dist": d,
                     "outcome": r.get("outcome") if r.get("gpu") else None, "comps": s.get("comps")})
     return out
 
@@ -235,7 +236,22 @@ def score_variant(folds: list[dict], tau: float, factor: float = 1.0, unexplaine
     terms = [(p - y) ** 2 for p, y, _ in outc]
     lm = [f["log_meas"] for f in meas]
     lo = [math.log(min(max(p if y else 1.0 - p, P_CLIP), 1.0)) for p, y, _ in outc]
-    return {"log_meas": statistics.mean(lm) if lm else math.nan, "log_outc": statistics.mean(lo) if lo else math.nan,
+    # per fold (sum of squared errors, runs, inside, measurements, Σ log density, Σ outcome log-lik.): what a nested
+    # choice needs (benchmarks/calib_loro.py `nested`: the variant chosen without a round, then scored on it)
+    by_fold: dict[str, list[float]] = {}
+    for f in meas:
+        acc = by_fold.setdefault(f.get("fold", ""), [0.0] * 6)
+        acc[2] += bool(f["inside"])
+        acc[3] += 1
+        acc[4] += f["log_meas"]
+    fold_of_id = {f["id"]: f.get("fold", "") for f in folds}
+    for (p, y, i), t, lg in zip(outc, terms, lo):
+        acc = by_fold.setdefault(fold_of_id[i], [0.0] * 6)
+        acc[0] += t
+        acc[1] += 1
+        acc[5] += lg
+    return {"by_fold": by_fold,
+            "log_meas": statistics.mean(lm) if lm else math.nan, "log_outc": statistics.mean(lo) if lo else math.nan,
             "log_score": (statistics.mean(lm) if lm else 0.0) + (statistics.mean(lo) if lo else 0.0),
             "brier": statistics.mean(terms) if terms else math.nan,
             "brier_se": statistics.stdev(terms) / math.sqrt(len(terms)) if len(terms) > 1 else math.nan,

@@ -105,3 +105,20 @@ def test_calibrate_scores_the_kind_of_report_beside_the_doctors_p_oom():
     sm = calibrate.summary([{**x, "pred": {**x["pred"], "p_oom_by_report": None}} for x in scored])
     assert sm["brier_by_report"] is None
     assert not any("kind of report" in line for line in calibrate.summary_lines("dev", sm))
+
+
+def test_nested_choice_never_sees_the_round_it_scores():
+    import calib_loro
+
+    def variant(name, f1, f2):
+        # by_fold: Σ squared error, runs, inside, measurements, Σ log density, Σ outcome log-likelihood
+        return {"class_by": ["shape"], "robust": False, "factor": 1.0, "tau": 0.0, "max_dof": None,
+                "contamination": None, "unexplained": {"a": 0.1, "b": 0.2}[name], "by_fold": {"1": f1, "2": f2}}
+    # a is the better variant on round 2's rows only, b on round 1's only; both cover 90 % everywhere
+    a = variant("a", [4.0, 10, 9, 10, -20.0, -9.0], [1.0, 10, 9, 10, -1.0, -1.0])
+    b = variant("b", [1.0, 10, 9, 10, -1.0, -1.0], [4.0, 10, 9, 10, -20.0, -9.0])
+    lines = calib_loro.nested([a, b])
+    # round 1 is scored with what round 2 prefers (a: Brier 0.4 there), round 2 with b (0.4): never its own best
+    assert "| 1 | " in lines[2] and "q 0.1" in lines[2] and "0.400 (10)" in lines[2]
+    assert "| 2 | " in lines[3] and "q 0.2" in lines[3] and "0.400 (10)" in lines[3]
+    assert "0.400 (20)" in lines[-1]
