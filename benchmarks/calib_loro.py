@@ -23,9 +23,20 @@ mixture's, its upper end at cutoff_len, its lower end at the allocated share for
 the class's widths (analyzers/memory/bands.py). The form (class key, robust, tails, λ, τ, q) is the shipped table's
 (calib_classes.shipped_variant) unless a variant below changes one part.
 
-Usage (CPU; the dev rows are assembled once, ~3 min on the shared machine, then kept in ``--cache``)::
+**What else the page holds.** ``--experiments``: every choice tried (issue #21's brief, step 2), each scored by
+leave-one-round-out with the rest as shipped — the prior on the longest sample, the other open assumptions' weight,
+σ per class counted by its sources (`dist_by_sources`), λ and τ, and four maps of the memory model's own
+probability into p_oom (`MAPS`: one q or two-sided shares, for all runs or per kind of report), each map's
+parameters chosen for a round on the other rounds' runs (`apply_map`). ``--after VARIANTS`` (a pickle of
+calib_loso.loso's results under round folds): the form calib_loso.choose picks, before → after, per class and per
+kind of report, with `fit_report_shares`' map beside it, and — when the results carry per-fold sums — the form
+chosen without each round and scored on it (`nested`).
 
-    FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python benchmarks/calib_loro.py [--cache FILE] [--page FILE] [--variants]
+Usage (CPU; the dev rows are assembled once, ~40 s on the shared machine, then kept in ``--cache``; the variants'
+grid takes 15-30 min at load 10)::
+
+    FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python benchmarks/calib_loro.py [--cache FILE] [--page FILE] \
+        [--experiments] [--after VARIANTS.pkl]
 
 Writes benchmarks/results/calib_loro.md (``--page``).
 """
@@ -468,7 +479,7 @@ FINDINGS = [
     "score (0.207, 84 %) is tracked by none (0.143-0.144, 91-94 %), not even by `forward`, which fits on the same "
     "rounds 1-6 as that scoring did: the gap is the memory model, not the yardstick — round 7 was studied after it "
     "was scored and its misses fixed (torchtune's FSDP without mixed precision, gsm8k's longest sample; memory error "
-    "19.2 % → 13.1 % median, 4 → 1 runs that trained called oom, calibrate.md). A yardstick on dev rows cannot see "
+    "19.2 % → 13.1 % median, 4 → 1 runs that trained called oom: memory_round7_dev.md). A yardstick on dev rows cannot see "
     "what the next round will find missing in the memory model.",
     "- **Where the Brier is.** Under leave-one-round-out 57 % of the Brier sum is issue threads that ran out (24 "
     "of them at p ≤ 0.15: the memory model sees them fit, three offload runs at a quarter of their card or "
