@@ -35,8 +35,7 @@ chosen without each round and scored on it (`nested`).
 Usage (CPU; the dev rows are assembled once, ~40 s on the shared machine, then kept in ``--cache``; the variants'
 grid takes 15-30 min at load 10)::
 
-    FINETUNE_DOCTOR_NO_NVML=1 HF_HUB_OFFLINE=1 python benchmarks/calib_loro.py [--cache FILE] [--page FILE] \
-        [--experiments] [--after VARIANTS.pkl]
+    python benchmarks/calib_loro.py [--cache FILE] [--page FILE] [--experiments] [--after VARIANTS.pkl]
 
 Writes benchmarks/results/calib_loro.md (``--page``).
 """
