@@ -490,7 +490,8 @@ FINDINGS = [
     "by more than 0.002 (the prior on the longest sample, the other assumptions' weight, σ per class counted by "
     "its sources, λ and τ, the two-sided map; the table above): one s.e. is 0.010. The grid of calib_loso chose "
     "the shipped form again but for τ (0.05 → 0.10); chosen without each round and scored on it (`nested`) the grid's "
-    "form scores 0.142, so the choice among the grid buys nothing a new round would see. The interval is where it should be under leave-one-round-out "
+    "form scores 0.142, so the choice among the grid buys nothing a new round would see. The interval is where it "
+    "should be under leave-one-round-out "
     "(90 %, every class 86-92 %, rounds 79-96 %).",
     "- **By kind of report.** Why a run was published is most of what decides its outcome here: 53 % of the dev "
     "threads ran out, 6 % of the documentation rows. A map per kind (p_oom_by_report, both shares ≥ 0.1) scores "
