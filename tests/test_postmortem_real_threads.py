@@ -41,6 +41,9 @@ KNOWN_MISS_R5 = {"tf28027", "lf4077", "lf4000", "lf2974"}
 # reentrant "None of the inputs have requires_grad=True") is read as a lead (crashcause.warning_lead)
 # session 11 (wt/pmfix10): lf6784's paste of two attempts names the earlier exception (the unknown model type
 # qwen2_5_vl) beside the last one (causes.py `_earlier`)
+# session 12 (wt/pmfix12b): lf4213's first finding is launched-as-data-parallel (HF Trainer's "Training with
+# DataParallel" line: the plain `python` launch the thread found), still a miss: its case accepts only the OOM that its
+# excerpt stops before
 KNOWN_MISS_R6 = {"lf1839", "lf8082", "lf4213", "lf9178", "axolotl2975"}
 # round 7 (cases_i.py), scored once on 2026-12-07 at 3ba2d45: 29 of 48; 10 of these 19 carry no paste (the thread's
 # title or a sentence in the user's words), lf4557 and openrlhf211 accept no finding
