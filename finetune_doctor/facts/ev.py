@@ -27,7 +27,9 @@ _DETECTORS = {
     "host_alloc": "a host allocation that failed in-process (c10 DefaultCPUAllocator), not a kill: {bytes, "
                   "size_text, size_words, huge, phase, evidence, where_text, advice, allocator, raised_text, count, step, "
                   "location}",
-    "attention_warning": "the attention backend warned", "gpus": "per-card memory from a recording",
+    "attention_warning": "the attention backend warned",
+    "data_parallel": "one process over several GPUs, HF Trainer's DataParallel line (analyzers/postmortem/dpcause.py): "
+                     "{batch, micro_batch, gpus, text, where, location}", "gpus": "per-card memory from a recording",
     "model": "model facts the logs state", "world": "world size the logs state",
     "world_split": "logs or a launch script that start the ranks of one run with different world sizes "
                    "(analyzers/postmortem/worldsplit.py): {text, logs, cause, location, worlds, tasks}",

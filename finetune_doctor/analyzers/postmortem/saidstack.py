@@ -160,24 +160,3 @@ def setup_lead(ev: Evidence, symptom: str | None, phase: str | None, words: str 
             return _NODES.format(**setup)
     return None
 
-
-# LLaMA-Factory's start-up dependency check, called at import of hparams/parser.py (`check_dependencies()`,
-# llamafactory/extras/misc.py at each release: the file:line in catalog/lf_stack_ranges.json)
-_CHECK = re.compile(r"^(?:check_de\w*|check_dependencies\b.*|require_version\b.*)$")
-
-
-def startup_cut_lead(tb: Any, ev: Evidence) -> str | None:
-    """The lead of a traceback cut inside LLaMA-Factory's start-up dependency check (the innermost frame a
-    llamafactory frame whose code line is ``check_dependencies()``, even cut mid-word, or ``require_version``):
-    the exception it would have raised names a package outside the release's range; the versions the words beside
-    the paste state are judged against the releases (`stack_text`). None for any other cut."""
-    v = (tb.value or {}) if tb is not None and isinstance(tb.value, dict) else {}
-    frames = [str(f) for f in (v.get("frames") or ())]
-    pkgs = {p[0] for p in (v.get("pkgs") or ())}
-    if not frames or "llamafactory" not in pkgs or not _CHECK.match(frames[-1].strip("` ")):
-        return None
-    words = stack_text(ev)
-    return ("the traceback is cut inside LLaMA-Factory's start-up dependency check (check_dependencies, run when "
-            "hparams/parser.py is imported), which stops the run when transformers, datasets, accelerate, peft or "
-            "trl is outside the release's range: the missing exception line names the package and the range"
-            + (f". {words.rstrip('.')}" if words else ": `llamafactory-cli env` gives the versions that ran"))

@@ -22,6 +22,7 @@ from finetune_doctor.analyzers.postmortem import causes, detectors, dictsteps, f
 from finetune_doctor.analyzers.postmortem.collectives import barrier_facts, nccl_error_facts, nccl_facts
 from finetune_doctor.analyzers.postmortem.curves import Curve, build_curves, curve_summary, fmt, location_of
 from finetune_doctor.analyzers.postmortem.detectors import spikes
+from finetune_doctor.analyzers.postmortem.dpcause import data_parallel_facts
 from finetune_doctor.analyzers.postmortem.mmcause import image_cut
 from finetune_doctor.analyzers.postmortem.saidstack import stated_releases
 from finetune_doctor.analyzers.postmortem.oomcause import oom_facts
@@ -124,6 +125,7 @@ def _outline(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[s
     out["zero_stage"] = cx.zero_stage()
     out["overlap_comm"] = cx.overlap_comm()
     out["stack"] = failures.stack_facts(ev)
+    out["data_parallel"] = data_parallel_facts(ev)
     return bool(steps_seen) or last_step is not None
 
 
