@@ -87,7 +87,7 @@ def dependency_check_lead(tb: Any, versions: Mapping[str, tuple[str, str]], said
     elif rng:
         which = f"here {rng}"
     elif said:
-        which = said.rstrip(".")
+        which = said[:1].lower() + said[1:].rstrip(".")
     else:
         which = (f"one of {', '.join(_checked_packages())}, the packages it checks (`llamafactory-cli env` or "
                  "`pip show` gives their versions; the ImportError below the cut names the one and its range)")
