@@ -108,8 +108,12 @@ def _ds_json(ds: dict[str, Any]) -> dict[str, Any]:
     with the row's ``zero_optimization`` keys over it."""
     zo = dict(ds.get("zero_optimization") or {})
     stage = int(zo.get("stage", 0))
-    name = ds.get("_stock") or {0: "ds_z0_config.json", 1: "ds_z2_config.json", 2: "ds_z2_config.json",
-                                3: "ds_z3_config.json"}[stage]
+    by_stage = {0: "ds_z0_config.json", 1: "ds_z2_config.json", 2: "ds_z2_config.json", 3: "ds_z3_config.json"}
+    name = ds.get("_stock") or by_stage[stage]
+    if not (STOCK / name).is_file():
+        # another framework's stock file (round 8 names ms-swift's "default-zero3"/"zero3", swift/llm/ds_config):
+        # written as LLaMA-Factory's stock file of the same stage, as earlier rounds translated them by hand
+        name = by_stage[stage]
     base = json.loads((STOCK / name).read_text(encoding="utf-8"))
     base.setdefault("zero_optimization", {}).update(zo)
     return base
