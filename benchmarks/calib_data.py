@@ -56,8 +56,13 @@ memory_accuracy.md, commit d94b349), then rewritten to dev.
 **Round 7 (session 10, scored in session 11).** ``calibration_rows_round7*.yaml`` (10 runs with an outcome, 31
 measurements), collected blind in session 10 and kept on unmerged branches while session 11's fixes landed; scored
 once in the run that refit the table on rounds 1-6 (benchmarks/results/calibrate.md, memory_accuracy.md, commit
-f939d2f), then rewritten to dev. Round 8 (``calibration_rows_round8*.yaml``) was collected blind in session 11 and
-waits, unmerged, for the next session's one scoring run.
+f939d2f), then rewritten to dev.
+
+**Round 8 (session 11, scored in session 12).** ``calibration_rows_round8*.yaml`` (22 runs with an outcome, 18
+measurements), collected blind in session 11 and kept on an unmerged branch while session 12's fixes landed; scored
+once in the run that refit the table on rounds 1-7 (benchmarks/results/calibrate.md, memory_accuracy.md, commit
+after 7ef5342), then rewritten to dev. Round 9 (``calibration_rows_round9*.yaml``) was collected blind in session 12
+and waits, unmerged, for the next session's one scoring run.
 
 **The split of round 1** was by source: every row of one page or thread lands in the same half. Within each source type the
 sources are ordered by the SHA-256 of their address and dealt, in that order, to whichever half holds fewer rows of
@@ -75,7 +80,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROWS = HERE / "data" / "calibration_rows.yaml"
-HELD_OUT_ROUND = 8   # the newest round: all test, never tuned on (rounds 5-7 were scored once, at d9fd8c3, d94b349 and f939d2f: dev since)
+HELD_OUT_ROUND = 9   # the newest round: all test, never tuned on (rounds 5-8 were scored once, at d9fd8c3, d94b349, f939d2f and 7ef5342: dev since)
 GIB = float(1 << 30)
 # GB-class sizes of cards as sold → the capacity torch reports is taken from the GPU catalogue instead
 UNIT_BYTES = {"GB": 1e9, "GiB": GIB}
