@@ -61,7 +61,7 @@ f939d2f), then rewritten to dev.
 **Round 8 (session 11, scored in session 12).** ``calibration_rows_round8*.yaml`` (22 runs with an outcome, 18
 measurements), collected blind in session 11 and kept on an unmerged branch while session 12's fixes landed; scored
 once in the run that refit the table on rounds 1-7 (benchmarks/results/calibrate.md, memory_accuracy.md, commit
-after 7ef5342), then rewritten to dev. Round 9 (``calibration_rows_round9*.yaml``) was collected blind in session 12
+e651b04), then rewritten to dev. Round 9 (``calibration_rows_round9*.yaml``) was collected blind in session 12
 and waits, unmerged, for the next session's one scoring run.
 
 **The split of round 1** was by source: every row of one page or thread lands in the same half. Within each source type the
