@@ -198,3 +198,51 @@ def test_an_unresolved_model_raises_the_same_error_from_the_memo(tmp_path, monke
         with pytest.raises(InputError) as two:
             fc.load_arch_once(load_arch, dict(kw), [])
     assert str(one.value) == str(two.value) and "no-such-model" in str(two.value)
+
+
+# --- YAML scalars typed once per text (readers/config/yamlcfg.py `_typed_node`, yamlnodes.py `_loader`) ---
+
+_SCALARS = """\
+a: on
+b: yes
+c: 1e-4
+d: "1e-4"
+e: 0x10
+f: 1_000
+g: .inf
+h: ~
+i: True
+j: '1'
+k: 1
+l: 1.0
+m: sft
+n: [on, "on", 1e-4, 2]
+"""
+
+
+def test_scalars_are_typed_the_same_with_the_memos_cold_and_warm():
+    from finetune_doctor.readers.config import yamlcfg, yamlnodes
+
+    yamlcfg._TYPED.clear()
+    yamlnodes._LOADER.clear()
+    cold, pos = yamlcfg.parse_yaml_text(_SCALARS, "x.yaml")
+    # OmegaConf's reading (PyYAML 1.1 resolvers plus its float pattern); quoted scalars stay strings
+    assert cold == {"a": True, "b": True, "c": 1e-4, "d": "1e-4", "e": 16, "f": 1000, "g": float("inf"), "h": None,
+                    "i": True, "j": "1", "k": 1, "l": 1.0, "m": "sft", "n": [True, "on", 1e-4, 2]}
+    warm, pos2 = yamlcfg.parse_yaml_text(_SCALARS.replace("m: sft", "m: lora"), "x.yaml")
+    assert {k: v for k, v in warm.items() if k != "m"} == {k: v for k, v in cold.items() if k != "m"}
+    assert warm["m"] == "lora" and pos2 == pos
+    assert [type(warm[k]) for k in "ijkl"] == [bool, str, int, float]   # True, '1', 1 and 1.0 kept apart
+
+
+def test_an_integer_past_the_digit_limit_is_refused_each_time_with_its_own_line():
+    import pytest
+
+    from finetune_doctor.errors import InputError
+    from finetune_doctor.readers.config import yamlcfg
+
+    big = "9" * (yamlcfg.MAX_INT_DIGITS + 1)
+    for text, line in ((f"a: {big}\n", 1), (f"b: 1\nc: {big}\n", 2)):
+        with pytest.raises(InputError) as err:
+            yamlcfg.parse_yaml_text(text, "x.yaml")
+        assert err.value.line == line
