@@ -4,7 +4,8 @@
 The yardstick for an interval and a probability that generalise to unseen sources: every dev source is scored
 with the error table fitted without it (benchmarks/calib_loso.py `fold_fits`/`fold_scores`, the shipped form —
 the class key, location estimate, tails, λ, τ and q of finetune_doctor/analyzers/memory/uncertainty_table.json —
-is not re-chosen here), and the results are broken down by **class of run** (`run_class`: NPU, offload, QLoRA,
+is not re-chosen here; the folds are calib_loso.FOLD's, whole rounds since session 12, though the page's title
+and columns still say "source"), and the results are broken down by **class of run** (`run_class`: NPU, offload, QLoRA,
 ZeRO-3 full, ZeRO-3 LoRA, ZeRO-2 (stage 1 and 2), FSDP, DDP, single; the first that applies, in that order).
 
 Reports, per class and over all dev rows: LOSO coverage of the 90 % interval (measurements), LOSO Brier of the

@@ -44,6 +44,12 @@ each measurement's ε plus the mean log-likelihood of each outcome under p_oom (
 proper score that punishes a confident miss without bound, where Brier caps it at 1. Ties go to the simpler
 variant (fewer class parts, λ nearer 1, smaller τ, no cap), the order of `VARIANTS`. The table prints each Brier
 with its standard error over the runs (± one s.e.): differences well inside it are not evidence for a variant.
+
+**Which folds** (session 12, `FOLD`): since session 12 the folds are whole calibration *rounds*, not sources
+(benchmarks/calib_loro.py, benchmarks/results/calib_loro.md): each round was collected by other people at another
+time, as the next held-out round will be, while a source's siblings of the same round share its collector's
+translation and kind of thread. Everything above that says "source" holds with "round" for it; ``FOLD = "source"``
+restores the old yardstick.
 """
 
 from __future__ import annotations
@@ -77,6 +83,15 @@ VARIANTS = [(by, rob, tails, lam, tau, q) for by in CLASS_BYS for rob in ROBUST 
             for tau in TAUS for q in UNEXPLAINED]
 P_CLIP = 1e-4
 COVER_BAND = (0.85, 0.95)
+# the unit left out (module docstring, 'Which folds'): "round" (calib_data's ``round``, absent = 1) or "source"
+FOLD = "round"
+
+
+def fold_of(row: dict[str, Any], fold: str | None = None) -> str:
+    """The fold calibration row `row` is left out with: its round (as a string) or its source (`FOLD`)."""
+    if (fold or FOLD) == "round":
+        return str(int(row.get("round") or 1))
+    return str(row["source"])
 
 
 def class_of(pred: dict[str, Any], by: tuple[str, ...]) -> str:
@@ -144,23 +159,23 @@ def mixture_logpdf(x: float, comps: list[tuple[float, float, Any]], d: Any) -> f
 
 
 def fold_fits(scored: list[dict[str, Any]], by: tuple[str, ...], kept: list[dict[str, Any]],
-              robust: bool = False) -> dict[str, tuple[Any, float, int]]:
-    """source → (methods table, κ0, ν0) of its fold: fitted on the measurements of the rows whose samples reach
-    cutoff_len from every other source (module docstring, "Which rows"); a source with none of those shares the fit
-    on all of them. The tails of a variant do not change the fit, so `fold_scores` reuses it across them."""
+              robust: bool = False, fold: str | None = None) -> dict[str, tuple[Any, float, int]]:
+    """fold (`fold_of`: a round or a source) → (methods table, κ0, ν0): fitted on the measurements of the rows whose
+    samples reach cutoff_len from every other fold (module docstring, "Which rows"); a fold with none of those shares
+    the fit on all of them. `fold`: "round" or "source" (default `FOLD`). The tails of a variant do not change the fit, so `fold_scores` reuses it across them."""
     from calib_data import samples_fill
     from derive_uncertainty import choose_prior
 
     from finetune_doctor.analyzers.memory.uncertainty import derive
 
     fitted = [s for s in scored if samples_fill(s["row"]) and s["cmp"] is not None]
-    has_own = {s["row"]["source"] for s in fitted}
+    has_own = {fold_of(s["row"], fold) for s in fitted}
     cache: dict[str | None, tuple[Any, float, int]] = {}
     out = {}
-    for src in sorted({s["row"]["source"] for s in scored}):
+    for src in sorted({fold_of(s["row"], fold) for s in scored}):
         key = src if src in has_own else None
         if key not in cache:
-            train = [eps_row(s, by) for s in fitted if s["row"]["source"] != key] + kept
+            train = [eps_row(s, by) for s in fitted if fold_of(s["row"], fold) != key] + kept
             (k0, nu0), _ = choose_prior(train, robust)
             cache[key] = (derive(train, robust), k0, nu0)
         out[src] = cache[key]
@@ -195,14 +210,15 @@ def fold_scores(scored: list[dict[str, Any]], by: tuple[str, ...], kept: list[di
         r, p = s["row"], s["pred"]
         if "error" in p:
             continue
-        methods, k0, nu0 = fits[r["source"]]
+        methods, k0, nu0 = fits[fold_of(r)]
         d = with_tails(dist_from(methods, "analytic", class_of(p, by), k0, nu0), tails)
         x, tot = measured_on_total(s), s.get("totals")
         inside = logd = None
         if x is not None and tot:
             lo, hi = mixture_interval([(w, t, None) for w, t, _b in tot], d)
             inside, logd = lo <= x <= hi, mixture_logpdf(x, tot, d)
-        out.append({"id": r["id"], "source": r["source"], "inside": inside, "log_meas": logd, "dist": d,
+        out.append({"id": r["id"], "source": r["source"], "fold": fold_of(r), "inside": inside, "log_meas": logd,
+                    "dist": d,
                     "outcome": r.get("outcome") if r.get("gpu") else None, "comps": s.get("comps")})
     return out
 
@@ -220,7 +236,22 @@ def score_variant(folds: list[dict], tau: float, factor: float = 1.0, unexplaine
     terms = [(p - y) ** 2 for p, y, _ in outc]
     lm = [f["log_meas"] for f in meas]
     lo = [math.log(min(max(p if y else 1.0 - p, P_CLIP), 1.0)) for p, y, _ in outc]
-    return {"log_meas": statistics.mean(lm) if lm else math.nan, "log_outc": statistics.mean(lo) if lo else math.nan,
+    # per fold (sum of squared errors, runs, inside, measurements, Σ log density, Σ outcome log-lik.): what a nested
+    # choice needs (benchmarks/calib_loro.py `nested`: the variant chosen without a round, then scored on it)
+    by_fold: dict[str, list[float]] = {}
+    for f in meas:
+        acc = by_fold.setdefault(f.get("fold", ""), [0.0] * 6)
+        acc[2] += bool(f["inside"])
+        acc[3] += 1
+        acc[4] += f["log_meas"]
+    fold_of_id = {f["id"]: f.get("fold", "") for f in folds}
+    for (p, y, i), t, lg in zip(outc, terms, lo):
+        acc = by_fold.setdefault(fold_of_id[i], [0.0] * 6)
+        acc[0] += t
+        acc[1] += 1
+        acc[5] += lg
+    return {"by_fold": by_fold,
+            "log_meas": statistics.mean(lm) if lm else math.nan, "log_outc": statistics.mean(lo) if lo else math.nan,
             "log_score": (statistics.mean(lm) if lm else 0.0) + (statistics.mean(lo) if lo else 0.0),
             "brier": statistics.mean(terms) if terms else math.nan,
             "brier_se": statistics.stdev(terms) / math.sqrt(len(terms)) if len(terms) > 1 else math.nan,

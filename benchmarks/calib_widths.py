@@ -135,7 +135,7 @@ def derive_widths(rows: list[dict[str, Any]], leave_out: str | None = None, floo
                            "min_sources": MIN_SOURCES,
                            "how": "per class of run, split-conformal 95 % quantiles of the dev "
                                   "measurements' residuals past the lower and the upper end of their "
-                                  "leave-one-source-out interval (benchmarks/calib_widths.py)"}
+                                  f"leave-one-{calib_loso.FOLD}-out interval (benchmarks/calib_widths.py)"}
     by: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rs:
         by[r["cls"]].append(r)

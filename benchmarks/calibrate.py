@@ -87,6 +87,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from calib_data import FRAMEWORK_MIXED_PRECISION, config_for, load_rows, measured_gib, model_config_for, pins_for, \
     samples_fill  # noqa: E402
+import calib_loro  # noqa: E402
 import calib_loso  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -225,12 +226,16 @@ def reweigh(row: dict[str, Any], pred: dict[str, Any], weights: dict[str, float]
     cls = pred["cls"]
     interval = uncertainty.mixture_interval(comps, uncertainty.error_dist(pred["method"], cls))
     p = pred["p_oom"]
+    by_kind = None
     if p is not None and all(b is not None for _w, _t, b in comps):
         # p_oom on what each component needs, as the doctor decides it (facts/verdict.py `_mixed`)
         ratio = pred["need"] / total if pred.get("need") and total else 1.0
-        p = uncertainty.mixture_p_oom([(w, t * ratio, b) for w, t, b in comps],
-                                      uncertainty.oom_dist(pred["method"], cls))
-    return {**pred, "p_oom": p, "interval": interval}
+        needs = [(w, t * ratio, b) for w, t, b in comps]
+        p = uncertainty.mixture_p_oom(needs, uncertainty.oom_dist(pred["method"], cls))
+        # beside it, the probability given why the run was published (uncertainty.py 'By kind of report')
+        by_kind = uncertainty.by_report(uncertainty.mixture_p_oom(needs, uncertainty.model_dist(pred["method"], cls)),
+                                        uncertainty.report_kind(row.get("source_type")))
+    return {**pred, "p_oom": p, "interval": interval, "p_oom_by_report": by_kind}
 
 
 # the weight of the assumed value tried for the open assumptions other than the sample lengths (those are weighed
@@ -476,8 +481,14 @@ def summary(scored: list[dict[str, Any]]) -> dict[str, Any]:
                      "mean_p": statistics.mean(p for p, _ in b) if b else None,
                      "oom_rate": statistics.mean(y for _, y in b) if b else None})
     errs = [abs(s["cmp"]["rel_err"]) for s in meas]
+    kind = [(s["pred"]["p_oom_by_report"], y) for _p, y, s in outc if s["pred"].get("p_oom_by_report") is not None]
     return {"n_outcomes": len(outc), "n_oom": int(sum(y for _, y, _ in outc)),
             "brier": statistics.mean((p - y) ** 2 for p, y, _ in outc) if outc else None,
+            # the p_oom given the kind of report (uncertainty.py 'By kind of report'), when the table has it for all
+            "brier_by_report": (statistics.mean((p - y) ** 2 for p, y in kind)
+                                if outc and len(kind) == len(outc) else None),
+            "by_report_misses": (sum(1 for p, y in kind if (y == 1 and p <= 0.1) or (y == 0 and p >= 0.9))
+                                 if kind else None),
             "brier_half": statistics.mean((0.5 - y) ** 2 for _, y, _ in outc) if outc else None,
             "n_meas": len(meas), "inside": (sum(bool(s["cmp"]["inside"]) for s in meas) / len(meas)) if meas else None,
             "bins": bins,
@@ -534,7 +545,10 @@ def summary_lines(name: str, sm: dict[str, Any]) -> list[str]:
             f"max {_f(sm['max_err'], '.1%')}",
             f"{name}: p >= 0.9 on runs that trained: {len(sm['sure_oom_but_trained'])} "
             f"{sm['sure_oom_but_trained'] or ''}; p <= 0.1 on runs that ran out: {len(sm['sure_fits_but_oom'])} "
-            f"{sm['sure_fits_but_oom'] or ''}"]
+            f"{sm['sure_fits_but_oom'] or ''}"] + (
+        [f"{name}: given the kind of report (the table's p_oom_by_report, analyzers/memory/uncertainty.py 'By kind "
+         f"of report'; not what the doctor reports): Brier {sm['brier_by_report']:.3f}, confident misses "
+         f"{sm['by_report_misses']}"] if sm.get("brier_by_report") is not None else [])
 
 
 def _bins_table(sm: dict[str, Any]) -> list[str]:
@@ -675,6 +689,10 @@ def _fit_and_score(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict
         table["p_oom_unexplained"] = chosen["unexplained"]
     # the interval's widths per class of run, from the chosen form's LOSO residuals (benchmarks/calib_widths.py)
     table["interval_widths"] = interval_widths([s for s in before if s["row"]["split"] == "dev"], chosen)
+    # p_oom given why the run was published, per kind of report (calib_loro.fit_report_shares; scored beside the
+    # doctor's p_oom, never reported by the doctor: uncertainty.py 'By kind of report')
+    table["p_oom_by_report"] = calib_loro.fit_report_shares([s for s in before if s["row"]["split"] == "dev"],
+                                                            calib_loro.variant_of(chosen), kept)
     install(table)
     write_unc_rows(fit_rows)
     after = score_all(rows)
@@ -735,7 +753,8 @@ def report(res: dict[str, Any], halves: tuple[str, ...]) -> tuple[list[str], str
     printed.append(f"assumption weights (assumed value's probability, chosen on dev): {w}; prior on the longest "
                    f"sample: {res['table'].get('sample_lengths_prior', {}).get('form')}")
     ch = res["chosen"]
-    printed.append(f"error model form (LOSO on dev rows with known lengths): {ch['class_by']}, robust "
+    printed.append(f"error model form (leave-one-{calib_loso.FOLD}-out on dev rows with known lengths): "
+                   f"{ch['class_by']}, robust "
                    f"{bool(ch.get('robust'))}, λ {ch['factor']}, "
                    f"τ {ch['tau']}, ν cap {ch.get('max_dof')}, contamination {ch.get('contamination')}, "
                    f"q {ch.get('unexplained')}: LOSO log score {ch.get('log_score', math.nan):.3f}, "
@@ -875,8 +894,9 @@ def samples_lines(scored: list[dict[str, Any]]) -> list[str]:
 
 
 def loso_lines(res: dict[str, Any]) -> list[str]:
-    """The variants of the error model and their leave-one-source-out numbers on the dev half."""
-    return ["## Choosing the error model: leave-one-source-out on the dev half", "",
+    """The variants of the error model and their leave-one-out numbers (folds: calib_loso.FOLD) on the dev half."""
+    return [f"## Choosing the error model: leave-one-{calib_loso.FOLD}-out on the dev half (the table's LOSO columns "
+            "are the folds' numbers)", "",
             calib_loso.__doc__.split("\n\n", 1)[1].strip(), "",
             *calib_loso.table_lines(res["variants"], res["chosen"]), ""]
 

@@ -87,37 +87,109 @@ def offload_of(row: dict) -> str:
     return out or "-"
 
 
-def listing() -> list[dict]:
-    """One dict per dev ZeRO-3 row with a comparable measurement (module docstring's columns)."""
+def _compare(row: dict):
+    """(assembly, calibrate.py `compare` of its prediction with the row's measurement) of `row`; compare is None
+    when the row has no comparable measurement or the doctor no memory estimate."""
+    asm = _assemble(row)
+    mem = asm.memory
+    if mem is None:
+        return asm, None
+    pred = {"total": mem.total, "peak_allocated": mem.peak_allocated,
+            "runtime": float(mem.details.get("runtime_gib") or 0.0), "interval": None,
+            "capacity": asm.hw.capacity_gib if asm.hw else None}
+    return asm, compare(row, pred)
+
+
+def at_length(row: dict, tokens: int) -> dict:
+    """A copy of `row` whose ``cutoff_len`` is at most `tokens` (what the doctor is given for samples that short)."""
+    cfg = dict(row.get("config") or {})
+    cfg["cutoff_len"] = min(int(cfg.get("cutoff_len") or tokens), tokens)
+    return {**row, "config": cfg}
+
+
+def listing(floor: bool = False) -> list[dict]:
+    """One dict per dev ZeRO-3 row with a comparable measurement (module docstring's columns). With `floor`, a
+    ``samples: dataset`` row also carries ``err_floor``: its error re-predicted at FLOOR_TOKENS per sample."""
     out = []
     for row in load_rows():
         if row.get("split") != "dev" or not engine_of(row).startswith("ZeRO-3") or not row.get("measured"):
             continue
-        asm = _assemble(row)
-        mem = asm.memory
-        if mem is None:
-            continue
-        pred = {"total": mem.total, "peak_allocated": mem.peak_allocated,
-                "runtime": float(mem.details.get("runtime_gib") or 0.0), "interval": None,
-                "capacity": asm.hw.capacity_gib if asm.hw else None}
-        c = compare(row, pred)
+        asm, c = _compare(row)
         if c is None:
             continue
+        mem = asm.memory
         cfg = config_for(row)
         tb = mem.details["terms_bytes"]
+        samples = "fill" if samples_fill(row) else "dataset"
+        err_floor = None
+        if floor and samples == "dataset":
+            _, cf = _compare(at_length(row, FLOOR_TOKENS))
+            err_floor = cf["rel_err"] if cf else None
         out.append({"id": row["id"], "source": source_of(row), "repo": repo_of(row), "model": row["model"],
                     "method": row["method"],
                     "engine": engine_of(row), "seq": cfg.get("cutoff_len"),
                     "mb": cfg.get("per_device_train_batch_size", 1), "ga": cfg.get("gradient_accumulation_steps", 1),
                     "gc": bool(asm.run.gradient_checkpointing), "offload": offload_of(row),
-                    "samples": "fill" if samples_fill(row) else "dataset", "pairwise": bool(asm.run.pairwise),
+                    "samples": samples, "pairwise": bool(asm.run.pairwise),
                     "counter": c["kind"], "measured": c["measured"], "predicted": c["predicted"], "err": c["rel_err"],
+                    "err_floor": err_floor,
                     "moment": mem.details.get("peak_moment"), "world": asm.run.world_size,
                     "terms": {k: tb.get(k, 0.0) / GIB for k in TERMS}})
     return out
 
 
 DIFF_KEYS = ("seq", "mb", "ga", "gc", "offload", "world", "method", "pairwise")
+
+# the shortest sample `length_floor` re-predicts a dataset row at: below any chat template's own tokens, so no real
+# sample of a named dataset is shorter
+FLOOR_TOKENS = 128
+
+
+def stated(item: dict) -> bool:
+    """Whether a row's inputs are fully stated (issue 23's split (a)): no offload, samples that reach ``cutoff_len``
+    (a packed or fixed-length benchmark) and a counter the source names (allocated, reserved or nvidia-smi)."""
+    return item["engine"] == "ZeRO-3" and item["samples"] == "fill" and item["counter"] != "unknown"
+
+
+def length_floor_err(item: dict) -> float:
+    """The smallest |error| any sample length between FLOOR_TOKENS and ``cutoff_len`` can give a ``samples:
+    dataset`` row, from its error at ``cutoff_len`` (``err``) and at FLOOR_TOKENS (``err_floor``): the doctor's
+    peak does not fall when tokens are added (every term is a non-decreasing function of the micro-batch's
+    tokens; the moments that do not depend on them, the step, are constants), so a measurement above the
+    cutoff prediction stays that far under whatever the real lengths were, one below the floor prediction stays
+    that far over, and one in between is matched by some length. A row that fills its length keeps ``err``.
+    A fraction (0.25 = 25 %)."""
+    e = item["err"]
+    if item["samples"] != "dataset" or item.get("err_floor") is None or e <= 0:
+        return abs(e)
+    return max(item["err_floor"], 0.0)
+
+
+def split_table(items: list[dict]) -> list[dict]:
+    """Issue 23's split of the rows without offload: (a) `stated`, (b) the rest, (b) by sample kind, and the whole
+    class as it is and with every (b) dataset row at its `length_floor_err` (the best a fix of how the
+    prediction of unstated lengths is formed could reach). One dict per line: name, n, median |error|, under
+    (< -10 %), within 10 %, over (> +10 %)."""
+    z3 = [i for i in items if i["engine"] == "ZeRO-3"]
+    groups = (("(a) stated: fill, counter stated", [i for i in z3 if stated(i)]),
+              ("(b) the rest", [i for i in z3 if not stated(i)]),
+              ("(b) fill, counter unknown (compared with the total)",
+               [i for i in z3 if not stated(i) and i["samples"] == "fill"]),
+              ("(b) samples: dataset", [i for i in z3 if i["samples"] == "dataset"]),
+              ("(a)+(b), no offload", z3))
+    out = []
+    for name, rows in groups:
+        errs = [i["err"] for i in rows]
+        if errs:
+            out.append({"name": name, "n": len(errs), "median_abs": statistics.median(map(abs, errs)),
+                        "under": sum(e < -0.10 for e in errs), "within": sum(abs(e) <= 0.10 for e in errs),
+                        "over": sum(e > 0.10 for e in errs)})
+    floors = [length_floor_err(i) for i in z3]
+    if z3 and any(i.get("err_floor") is not None for i in z3):
+        out.append({"name": "(a)+(b), every dataset row at its best length (a floor)", "n": len(floors),
+                    "median_abs": statistics.median(floors), "under": None,
+                    "within": sum(f <= 0.10 for f in floors), "over": None})
+    return out
 
 
 def contradiction(measured_ratio: float, predicted_ratio: float) -> str | None:
@@ -184,6 +256,16 @@ def tables(items: list[dict]) -> list[str]:
             lines.append(f"| {name} | {len(errs)} | {sum(e < -0.10 for e in errs)} | "
                          f"{sum(abs(e) <= 0.10 for e in errs)} | {sum(e > 0.10 for e in errs)} | "
                          f"{statistics.median(map(abs, errs)):.1%} |")
+    lines += ["", "Issue 23's split, rows without offload ((a) inputs fully stated; a dataset row's best length: "
+              "`length_floor_err`):", "", "| subset | n | median abs | under | within 10 % | over |",
+              "|---|---|---|---|---|---|"]
+    for g in split_table(items):
+        lines.append(f"| {g['name']} | {g['n']} | {g['median_abs']:.1%} | {'-' if g['under'] is None else g['under']}"
+                     f" | {g['within']} | {'-' if g['over'] is None else g['over']} |")
+    rising = [i["id"] for i in items if i.get("err_floor") is not None and i["err_floor"] > i["err"] + 1e-9]
+    if any(i.get("err_floor") is not None for i in items):
+        lines += ["", f"Dataset rows predicted higher at {FLOOR_TOKENS} tokens than at cutoff_len (would break "
+                  f"`length_floor_err`'s premise): {', '.join(rising) or 'none'}."]
     bad = [p for p in pairs(items) if p["kind"]]
     lines += ["", f"Pairs of one repository and model that no one prediction per row reaches both of ({len(bad)}; "
               f"rows in them: {len({p[k] for p in bad for k in ('a', 'b')})}):", "",
@@ -197,10 +279,12 @@ def tables(items: list[dict]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write the rows here as well")
+    ap.add_argument("--floor", action="store_true",
+                    help=f"also re-predict each samples: dataset row at {FLOOR_TOKENS} tokens (issue 23's split)")
     args = ap.parse_args(argv)
     os.environ.setdefault("FINETUNE_DOCTOR_NO_NVML", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    items = listing()
+    items = listing(floor=args.floor)
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": items, "pairs": pairs(items)}, indent=1), encoding="utf-8")
     print("\n".join(tables(items)))

@@ -60,6 +60,8 @@ crash               {kind: exception|traceback-only|child-failed, cls, msg, step
                     consequences (" — then ...: consequences of rank R's exception ...", or "")}
 restarts            [{step, kind: resume|relaunch|session-start, detail, location}]
 attention_warning   {model, want, have, text, location}
+data_parallel       {batch, micro_batch, gpus, text, where, location}: HF Trainer's "Training with DataParallel so
+                    batch size has been adjusted to: B" (analyzers/postmortem/dpcause.py)
 gpus                {cards: [{index, name, node, peak_gib, total_gib, samples, location}], busiest, lightest, spread_gib,
                     nodes} (recordings of several nodes join: each card names its node)
 cuda_error          {kind, exc, status, call, assert_site, assert_cond, out_of_vocab, table, rank, ranks, count, step,
@@ -533,6 +535,9 @@ class FileEvidence:
     # a short file that is the user's description of the failure, not a log (readers/runlogs/userwords.py
     # `read_words`: {symptom, words, phase, phase_words, step, after, text, line}); None for every log
     said: dict[str, Any] | None = None
+    # what a short file's words state beside any symptom (readers/runlogs/statedwords.py): {versions {package:
+    # {version, spec, line}}, setup {zero3, moe, map, nodes, lib_mismatch}}; empty for a long log
+    stated: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -246,11 +246,17 @@ def write(text: str, opts: Any, inputs: Any = ()) -> None:
 
 
 def exit_code(report: Any, fail_on: str) -> int:
-    """1 when a finding is at or above `fail_on` (``never``: 0), else 0."""
+    """1 when a finding is at or above `fail_on` (``never``: 0), else 0. A postmortem whose logs show the run
+    crashed (its ``postmortem`` section's ``crashed``, not a stop from outside) is 1 whatever the severity of the
+    finding that names the cause: a cause identified at warning (FD416) is still a crashed run to a CI wrapper
+    (trial 14 case 09); a crash only described in words is not shown, and follows the findings."""
     from finetune_doctor.types import SEVERITY_RANK
 
     if fail_on == "never":
         return 0
+    pm = (getattr(report, "sections", None) or {}).get("postmortem") or {}
+    if getattr(report, "command", None) == "postmortem" and pm.get("crashed") and not pm.get("stopped_outside"):
+        return 1
     floor = SEVERITY_RANK[fail_on]
     return 1 if any(SEVERITY_RANK.get(f.severity, 0) >= floor for f in report.findings) else 0
 

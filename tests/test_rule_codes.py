@@ -144,6 +144,7 @@ RELEASED = {
     "FD645": "zero3-model-loads-whole",
     "FD346": "host-alloc-failed",
     "FD343": "nodes-disagree-on-world",
+    "FD347": "launched-as-data-parallel",
     "FD097": "rule-failed",
     "FD714": "muon-under-deepspeed",
     "FD021": "template-of-another-model", "FD055": "export-merge-into-quantized",

@@ -14,6 +14,8 @@ The signs (each a fact of the text, never a guess about the run):
   reads it as null, which no one writes on purpose as a file's last line.
 - ``empty-section``: the last non-blank line is a section header comment (`### train`, LLaMA-Factory's example
   layout) with nothing, not even a commented key, under it.
+- ``cut-mid-line``: the last line is one bare word with no colon (`lr_`): the paste stopped inside a key; the
+  YAML reader reads the file without that line (readers/config/yamlcfg.py `_parse_maybe_cut`).
 - ``open-block``: the text ends without a newline on an indented line (a nested mapping or list cut mid-block).
 Absence of keys is not a sign: a training config that sets none of `learning_rate`, `num_train_epochs` and
 `max_steps` (a fourth sign tried in session 11) is how many real configs are written — the parity corpus holds 12
@@ -28,6 +30,7 @@ from typing import Any
 
 _BARE_KEY = re.compile(r"^\s*(?:-\s+)?([A-Za-z_][\w.\-]*)\s*:\s*(?:#.*)?$")
 _HEADER = re.compile(r"^\s*#{2,}\s*\w")
+_CUT_WORD = re.compile(r"^[A-Za-z_][\w.\-]*$")   # readers/config/yamlcfg.py CUT_WORD: a key cut mid-token
 
 
 def signs(text: str, values: dict[str, Any] | None, kind: str | None) -> list[dict[str, str]]:
@@ -44,6 +47,9 @@ def signs(text: str, values: dict[str, Any] | None, kind: str | None) -> list[di
     if bare and not last.lstrip().startswith("#"):
         out.append({"sign": "empty-last-key",
                     "text": f"its last line, `{bare.group(1)}:`, is a key with no value"})
+    elif _CUT_WORD.match(last) and len(lines) > 1:
+        out.append({"sign": "cut-mid-line",
+                    "text": f"its last line, `{last.strip()}`, stops in the middle of a key"})
     elif _HEADER.match(last):
         out.append({"sign": "empty-section",
                     "text": f"its last line is the section header `{last.strip()}` with nothing under it"})

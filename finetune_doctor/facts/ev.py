@@ -27,7 +27,9 @@ _DETECTORS = {
     "host_alloc": "a host allocation that failed in-process (c10 DefaultCPUAllocator), not a kill: {bytes, "
                   "size_text, size_words, huge, phase, evidence, where_text, advice, allocator, raised_text, count, step, "
                   "location}",
-    "attention_warning": "the attention backend warned", "gpus": "per-card memory from a recording",
+    "attention_warning": "the attention backend warned",
+    "data_parallel": "one process over several GPUs, HF Trainer's DataParallel line (analyzers/postmortem/dpcause.py): "
+                     "{batch, micro_batch, gpus, text, where, location}", "gpus": "per-card memory from a recording",
     "model": "model facts the logs state", "world": "world size the logs state",
     "world_split": "logs or a launch script that start the ranks of one run with different world sizes "
                    "(analyzers/postmortem/worldsplit.py): {text, logs, cause, location, worlds, tasks}",
@@ -44,7 +46,11 @@ _DETECTORS = {
             "(analyzers/postmortem/said.py): {symptom [disk-full | nccl-error | image-tokens | native-crash | loss-scale | "
             "host-oom | killed | oom | "
             "cuda-error | no-update | nan | loss-zero | diverged | timeout | hang | stopped | version | error], words, phase [evaluation | save | "
-            "tokenization | loading | end | start | resume], phase_words, step, after, text, location}",
+            "tokenization | loading | end | start | resume], phase_words, step, after, text, location, reading, "
+            "stack_text (the packages and versions the words name, judged against LF's start-up ranges, and what to "
+            "run: analyzers/postmortem/saidstack.py), lead (what the set-up words say of the kind), versions "
+            "({package: version} the words state), nodes_only (an error said only of multi-node training), memory "
+            "[gpu | None: an oom whose words do not say which memory]}",
     "dict_steps": "HF metric dicts re-placed from the warmup lr, the epoch and logging_steps where the training bar "
                   "at their line disagreed (analyzers/postmortem/dictsteps.py): {basis [warmup-lr | epoch], moved, "
                   "first_moved {line, step}}",
@@ -57,7 +63,8 @@ _DETECTORS = {
 NAMESPACE = Namespace("ev", __doc__.split("\n\n")[0], {
     **{k: OPEN(v) for k, v in _DETECTORS.items()},
     "files": F("int", "files read"), "readable": F("int", "files that yielded anything"),
-    "unread": F("list", "paths with problems"), "has_metrics": F("bool", "a loss curve was found"),
+    "unread": F("list", "paths with problems"),
+    "nccl_seen": F("str", "file:line of the first NCCL INFO/WARN line read (NCCL_DEBUG output), or null"), "has_metrics": F("bool", "a loss curve was found"),
     "loss_spikes": F("int", "loss spikes found"), "grad_spikes": F("int", "grad-norm spikes found"),
     "restarts": F("list", "resumes and relaunches", items={
         "step": F("int", "step"), "kind": F("str", "resume | relaunch | session-start"),
@@ -106,4 +113,10 @@ def past_start_up(evf: dict) -> str | None:
     for key, why in PAST_START_UP.items():
         if evf.get(key):
             return why
+    if (evf.get("crash") or {}).get("in_loop"):
+        return "the traceback runs through the Trainer's training loop"
+    if (evf.get("image_cut") or {}).get("state") == "cut":
+        # counted in the log, not said in words: transformers compares the image features with the placeholder
+        # tokens inside the model's forward (e.g. Qwen2-VL's get_placeholder_mask), so a batch reached the model
+        return "the run reached the model's forward pass (the image features/tokens check)"
     return None

@@ -60,6 +60,14 @@ def version_first(facts: dict[str, Any], versions: dict[str, tuple[str, str]]) -
     if not crash:
         return
     mtype = _model_type(facts)
+    cause = crash.get("cause") or {}
+    if mtype is None and crash.get("cls") == "KeyError" and (
+            cause.get("kind") != "raised-at" or "transformers" in str(cause.get("text"))):
+        # no model known (a postmortem without --config): a KeyError whose key is a catalogued model type, raised
+        # inside transformers or pasted alone, is CONFIG_MAPPING's own failure in the transformers releases before
+        # the "does not recognize" wording (a KeyError the traceback shows raised in the user's code is not)
+        key = re.match(r"\s*['\"]([\w.-]+)['\"]", str(crash.get("msg") or ""))
+        mtype = key.group(1) if key and key.group(1) in tfmodeltype.load() else None
     row = tfmodeltype.load().get(str(mtype)) if mtype else None
     if row is None or not _is_load_failure(crash, mtype):
         return
@@ -84,3 +92,39 @@ def version_first(facts: dict[str, Any], versions: dict[str, tuple[str, str]]) -
     crash["cause"] = {"kind": "model-type-needs-transformers", "text": text,
                       "was": old.get("kind") if old else None}
     crash["cause_text"] = f" — {text}"
+
+
+# a model type the user's words name: "model type `qwen3` ...", "model_type qwen2_vl", "KeyError: 'qwen3_moe'"
+_SAID_TYPE = re.compile(r"model[_ ]type\s*[:=]?\s*[`'\"]?(?P<a>[a-z][\w.-]*)|KeyError\W{0,3}(?P<b>[a-z][\w.-]*)", re.I)
+
+
+def said_type_need(facts: dict[str, Any], versions: dict[str, tuple[str, str]]) -> None:
+    """Add to ``ev.said.stack_text`` the transformers a model type the user's words name needs (a version conflict
+    or an error said in words: "model type qwen2_vl not recognised", "KeyError: 'qwen3'", or a model name
+    catalog/tf_model_types.json ``names`` maps to its type), from the same catalogue as `version_first`. With a
+    transformers stated (`versions`: --env, the flags, a pasted environment; or the words themselves) it says
+    whether that release registers the type; without one it asks for it. Nothing changes for an uncatalogued
+    type or when no type is named."""
+    said = (facts.get("ev") or {}).get("said")
+    if not said or said.get("symptom") not in ("version", "error"):
+        return
+    text = str(said.get("text") or "")
+    m = _SAID_TYPE.search(text)
+    mtype = (m.group("a") or m.group("b")).lower() if m else None
+    if mtype not in tfmodeltype.load():
+        mtype = tfmodeltype.type_by_name(text)
+    row = tfmodeltype.load().get(str(mtype)) if mtype else None
+    if row is None:
+        return
+    need = f"the model type `{mtype}` the words name needs transformers >= {row['since']} ({row['source']})"
+    words = (said.get("versions") or {}).get("transformers")
+    stated = versions.get("transformers") or ((words, "the words") if words else None)
+    if stated:
+        older = tfmodeltype.unregistered(mtype, stated[0], True, stated[1]) is not None
+        need += (f", and the transformers stated is {stated[0]} ({stated[1]}): "
+                 + ("older, so it cannot build the model's config: the likely cause" if older else
+                    "new enough, so the release is not what fails"))
+    else:
+        need += (": an older transformers does not recognise it at load; `pip show transformers` on the training "
+                 "machine says which ran")
+    said["stack_text"] = (str(said.get("stack_text") or "") + " " + need[0].upper() + need[1:] + ".").strip()

@@ -199,6 +199,15 @@ class _YamlDoc:
             self.root = y.load(_TAB_AFTER_COLON.sub(_blank_tabs, text))
         except YAMLError as err:
             mark = getattr(err, "problem_mark", None)
+            from finetune_doctor.readers.config.yamlcfg import CUT_WORD
+
+            last = [ln for ln in text.splitlines() if ln.strip()][-1:]
+            if last and CUT_WORD.match(last[0]):
+                # read, judged and hedged as a cut paste (readers/config/yamlcfg.py `_parse_maybe_cut`); an edit
+                # would write around a line no one knows the end of
+                raise InputError(f"not fixed: the file looks cut (its last line, `{last[0].strip()}`, stops in the "
+                                 "middle of a key): complete or remove that line, then --fix", file=path,
+                                 line=len(text.splitlines())) from None
             raise InputError(f"malformed YAML: {getattr(err, 'problem', err)}", file=path,
                              line=mark.line + 1 if mark else None) from None
         if self.root is None:

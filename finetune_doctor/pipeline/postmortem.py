@@ -40,7 +40,7 @@ from finetune_doctor.readers.config.accelerate import launch_file_in
 from finetune_doctor.facts.assembly import Assembly
 from finetune_doctor.facts.config import assemble_config, read_env_file
 from finetune_doctor.facts.ev import past_start_up
-from finetune_doctor.facts.loadfail import version_first
+from finetune_doctor.facts.loadfail import said_type_need, version_first
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import skeleton
 from finetune_doctor.fsutil import output_sinks
@@ -330,7 +330,10 @@ def run(run_dir: str | None, logs: list[str], config: str | None, opts: Options,
     hw = hw_facts.from_inputs(opts, read_env_file(opts.env_file) if opts.env_file else None, allow_nvml=False)
     if hw is None:
         hw = _hardware_from_evidence(ev)
-    asm = _context(cfg_path, over, opts, hw, notes)
+    env_opts = _log_as_env(opts, ev)   # a log holding an env block feeds what --env feeds (one reader)
+    if hw is None and env_opts.env_file != opts.env_file:
+        hw = hw_facts.from_inputs(env_opts, read_env_file(env_opts.env_file), allow_nvml=False)
+    asm = _context(cfg_path, over, env_opts, hw, notes)
     if asm is None and hw is not None:
         notes.extend(hw.notes)     # with a config, assemble_config reports them
     if asm is not None:
@@ -344,6 +347,7 @@ def run(run_dir: str | None, logs: list[str], config: str | None, opts: Options,
     tl = analyze(ev, facts, given)
     facts["ev"] = tl.facts
     version_first(facts, given)   # a load failure of a model type the run's transformers predates (trial 12)
+    said_type_need(facts, given)   # a model type the user's words name, against the transformers that registers it
     _launched_past_deepspeed(facts, tl.facts, any(o.startswith("deepspeed=") for o in over))
     launch = opts.launch or (launch_file_in(ev.run_dir or run_dir) if (ev.run_dir or run_dir) else None)
     _launched_under_nohup(tl.facts, launch)
@@ -363,7 +367,14 @@ def run(run_dir: str | None, logs: list[str], config: str | None, opts: Options,
     if plot:
         draw(tl, plot, title=_plot_title(facts, ev), inputs=[f.read.path for f in ev.files] + [cfg_path or ""])
         notes.append(f"plot written to {plot}")
-    return _report(ev, tl, asm, hw, cfg_path, findings, notes)
+    report = _report(ev, tl, asm, hw, cfg_path, findings, notes)
+    if asm is None and hw is not None and hw.source == hw_facts.ENV_CARD_ONLY:
+        # the card from an environment report that does not count the cards (facts/hw.py: one assumed)
+        report = replace(report, assumptions=report.assumptions + (Assumption(
+            name="gpu-count", value=hw.num_gpus, source="the environment report names the card but not how many "
+            "there were; one is assumed", alternatives=("several GPUs on the node",),
+            resolve_with="--gpu NxTYPE (and --nnodes)", moves_verdict=False),))
+    return report
 
 
 def _pasted_versions(ev: Any) -> dict[str, tuple[str, str]]:
@@ -375,6 +386,29 @@ def _pasted_versions(ev: Any) -> dict[str, tuple[str, str]]:
         for pkg, (version, line) in f.env_versions.items():
             found.setdefault(pkg, (str(version), f"{f.read.path}:{line}"))
     return found
+
+
+def _log_as_env(opts: Options, ev: Any) -> Options:
+    """`opts` with ``env_file`` set to the first file read as a log that holds an environment block (its
+    `FileEvidence.env_versions`: LLaMA-Factory's issue template puts ``llamafactory-cli env`` above the
+    traceback), when no ``--env`` was given: the same file read by the one reader of ``--env`` (readers/config/
+    stack.py `read_env_file`), so the config is judged for the release that ran and its GPU type counts (trial 14:
+    a log stating ``llamafactory version: 0.9.2.dev0`` was judged as if no version were known). A block whose
+    versions that reader refuses is left out, as a paste is not an input the user named."""
+    if opts.env_file:
+        return opts
+    from dataclasses import replace as _replace
+
+    from finetune_doctor.errors import InputError as _InputError
+
+    for f in ev.files:
+        if f.env_versions:
+            try:
+                read_env_file(f.read.path)
+            except _InputError:
+                continue
+            return _replace(opts, env_file=f.read.path)
+    return opts
 
 
 def _given_versions(opts: Options) -> dict[str, tuple[str, str]]:
@@ -484,7 +518,8 @@ def _report(ev: Evidence, tl: Any, asm: Assembly | None, hw: Hardware | None, cf
 
 def _assumptions(f: dict[str, Any], findings: list[Finding]) -> tuple[Assumption, ...]:
     """What a finding used that the inputs did not say: the fine-tuning method behind the learning-rate
-    judgement when neither a config nor the log's trainable share tells it (analyzers/postmortem/causes.py)."""
+    judgement when neither a config nor the log's trainable share tells it (analyzers/postmortem/causes.py); the
+    memory an "out of memory" said in words names when they do not say GPU (trial 14)."""
     out = []
     lh = f.get("lr_high") or {}
     if lh and not lh.get("method_known") and any(x.name == "learning-rate-too-high-confirmed" for x in findings):
@@ -493,6 +528,13 @@ def _assumptions(f: dict[str, Any], findings: list[Finding]) -> tuple[Assumption
             "threshold (5e-3), the higher one, so that a full fine-tune is not blamed on a rate that is usual for it",
             alternatives=("full", "freeze"), resolve_with="--config the run's YAML (finetuning_type)",
             moves_verdict=bool(lh.get("lr") is not None and lh["lr"] < LR_HIGH_FULL)))
+    sd = f.get("said") or {}
+    if sd.get("symptom") == "oom" and sd.get("memory") != "gpu" and any(x.name == "cuda-oom" for x in findings):
+        out.append(Assumption(
+            name="oom-memory", value="GPU memory", source=f"the words (\"{sd.get('words')}\") say out of memory "
+            "without naming the GPU's; the symptom rule reads them as CUDA's", alternatives=("host RAM",),
+            resolve_with="the error's full text (CUDA out of memory ... Tried to allocate) or `dmesg -T | grep -i "
+            "kill` on the node", moves_verdict=True))
     gs = f.get("grad_spike") or {}
     if gs.get("clipped_unfelt") and gs.get("max_grad_norm_source") != "config":
         out.append(Assumption(

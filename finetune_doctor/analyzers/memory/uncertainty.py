@@ -53,8 +53,8 @@ too: p_oom 0.05 on a run at a third of its card. So the analytic error may be a 
 location with scale s (ln units), the table's ``contamination`` {weight, scale}; and p_oom may carry a share q of
 outcomes the prediction does not explain (a cause no term sees, an over-sized translation), each an even chance:
 p_oom = (1 − q)·P(need·e^ε > budget) + q/2 (``p_oom_unexplained``, at most `UNEXPLAINED_MAX`, the top of the
-calibration's grid). w, s and q are chosen with the rest of the form by leave-one-source-out on dev
-(benchmarks/calib_loso.py).
+calibration's grid). w, s and q are chosen with the rest of the form by leave-one-out on dev
+(benchmarks/calib_loso.py; the folds are whole calibration rounds since session 12, sources before).
 
 **Two probabilities** (issue #21, a contract change: README 'Two probabilities'). About 11 % of the dev runs the
 memory model placed under 10 % ran out all the same, for causes no memory term sees (other processes, version bugs,
@@ -63,6 +63,16 @@ base rate, and while the verdict was read from it q had to be capped so that ``f
 two: ``p_oom`` is the all-cause probability above, the one calibrated and scored on outcomes; ``p_oom_model`` is the
 memory model's own, P(need·e^ε > budget) (the (1 − q) part renormalised: p_oom = (1 − q)·p_oom_model + q/2), which
 decides the verdict and what remedies aim at, since no edit of the config moves the q/2 part.
+
+**By kind of report** (session 12, `by_report`; benchmarks/calib_loro.py, benchmarks/results/calib_loro.md). The runs
+with outcomes are published runs, and why a run was published decides much of its outcome: an issue thread is
+written because a run failed (53 % of the dev threads ran out), a documentation table lists what trained (6 %). Under
+leave-one-round-out a two-sided map per kind, p = a + (1 − a − b)·p_oom_model (a: the share that runs out whatever
+the memory model says, b: the share that trains whatever it says, both at least 0.1 so that no p reaches 0.1 or
+0.9), scores a Brier of 0.115 where one q for all runs scores 0.141. It is the probability *given why the run was
+published*, which a user's check before launch does not have, so the doctor's ``p_oom`` keeps the one q; the table's
+``p_oom_by_report`` ({kind: {"oom": a, "trained": b}}) is what benchmarks/calibrate.py scores reported runs with
+beside it.
 
 The t distribution's CDF is Abramowitz & Stegun 26.7.3 (odd ν) and 26.7.4 (even ν), exact for integer ν.
 """
@@ -502,6 +512,29 @@ def all_cause(p_model: float, q: float) -> float:
     """The all-cause p_oom (0-1) from the memory model's own probability `p_model` and the unexplained share `q`:
     (1 − q)·p_model + q/2 (module docstring, 'Two probabilities')."""
     return (1.0 - q) * p_model + 0.5 * q
+
+
+REPORT_KINDS = ("thread", "documentation")
+
+
+def report_kind(source_type: str | None) -> str:
+    """The kind of report a published run comes from (module docstring, 'By kind of report'): ``thread`` for an
+    issue thread (a user's run, published because of its outcome), ``documentation`` for a framework's or vendor's
+    table."""
+    return "thread" if source_type == "issue-thread" else "documentation"
+
+
+def by_report(p_model: float, kind: str) -> float | None:
+    """p_oom (0-1) of a published run of report kind `kind` (`report_kind`) from the memory model's own probability
+    `p_model`: a + (1 − a − b)·p_model with the table's ``p_oom_by_report`` shares for that kind (module docstring,
+    'By kind of report'); None when the table carries none for it."""
+    spec = (table().get("p_oom_by_report") or {}).get(kind)
+    if not isinstance(spec, Mapping):
+        return None
+    a, b = float(spec["oom"]), float(spec["trained"])
+    if not (0.0 <= a and 0.0 <= b and a + b < 1.0):
+        raise ValueError(f"p_oom_by_report[{kind!r}]: shares {a}, {b} must be >= 0 with a sum under 1")
+    return a + (1.0 - a - b) * p_model
 
 
 # -- open assumptions: a mixture over their alternatives -----------------------------------------------------------

@@ -9,6 +9,8 @@ from typing import Any
 
 from finetune_doctor.analyzers.postmortem import refmodel
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause, raised_at, warning_lead
+from finetune_doctor.analyzers.postmortem.cutcause import dependency_check_lead
+from finetune_doctor.analyzers.postmortem.saidstack import stack_text
 from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.analyzers.postmortem.launchcause import SHM_MAP
@@ -364,9 +366,8 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     if k.kind == "loader-signal" and k.signal in NATIVE_SIGNALS:
         # torch/csrc/DataLoader.cpp's SIGBUS handler names the usual cause itself; with num_workers 0 the dataset
         # code runs in the main process, where the fault (and PYTHONFAULTHANDLER's stack) can be seen
-        how += ((", which PyTorch says may be too little shared memory (/dev/shm) for the workers"
-                 if k.signal == "SIGBUS" else "")
-                + " (a rerun with fewer loader workers, or 0, shows whether the dataset code faults)")
+        # (SIGBUS: PyTorch's own message names shared memory; rule native-crash words that cause first, `shm`)
+        how += "" if k.signal == "SIGBUS" else " (a rerun with fewer loader workers, or 0, shows whether the dataset code faults)"
     if k.kind == "ray-oom" and k.pid is None:
         pid = next((x.pid for x in relevant if x.kind == "ray-oom" and x.pid is not None), None)
         who = f"pid {pid}" if pid is not None else who
@@ -388,6 +389,7 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     d = {"kind": k.kind, "signal": k.signal, "exitcode": None if k.kind == "shell-killed" else k.exitcode, "rank": k.rank, "local_rank": k.local_rank,
          "pid": k.pid, "host": k.host, "step": step, "host_oom": host_oom, "who": who, "how": how,
          "host_ram_text": hram, "offload": bool(run_off), "location": location_of(k.file, k.line),
+         "shm": k.kind == "loader-signal" and k.signal == "SIGBUS",
          # a fault in compiled code (bash's "Segmentation fault", faulthandler, exit -11/139 ...): not the host
          "native": k.signal in NATIVE_SIGNALS or abort,
          "text": k.text, "count": len(kills), "inferred": inferred and host_oom,
@@ -565,6 +567,8 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     if exc is not None:
         v = exc.value or {}
         text = (f"{v.get('cls')}: {v.get('msg')}" if v.get("msg") else f"{v.get('cls')}")[:200]
+        if v.get("compiler"):   # a compiler's line (readers/runlogs/logs.py), not a Python class: shown as printed
+            text = f"a compiler error ({v.get('msg')})"[:240]
         rec = exc
         kind = "exception"
     else:
@@ -579,17 +583,22 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     post = after_loop(ev, rec.file, rec.line)
     where = post or where
     phase = None
-    lead = None
+    lead = dep = None
     if kind == "traceback-only":
         phase, where = _cut_where(tb, where, out)
-        lead = warning_lead(tb)
+        # the frames alone name the cause where only one exception can leave them (cutcause.py; the versions the
+        # user's words state beside the paste name the package), else the warning printed above the traceback
+        dep = dependency_check_lead(tb, versions or {}, stack_text(ev))
+        lead = dep or warning_lead(tb)
     tb_exc = _traceback_before(ev, exc) if exc else None
     cause = crash_cause(ev, exc, tb_exc, model or {}, versions or {}) if exc else (
-        {"kind": "warning-lead", "text": lead} if lead else None)
+        {"kind": "dependency-check" if dep else "warning-lead", "text": lead} if lead else None)
     at = raised_at(tb_exc) if exc and cause is None else None
     if at:   # no reading of the text: say where it was raised, which the traceback does establish
         cause = {"kind": "raised-at", "text": at}
-    rng = stack_range_text(versions or {}) if exc else None
+    # (not beside the start-up check's own refusal: that exception is the check, not a sign it was skipped)
+    rng = stack_range_text(versions or {}) if exc and "start-up version check" not in str((cause or {}).get("text")) \
+        else None
     if rng:   # a lead the exception does not give: the release was not written for this stack (stackcause.py)
         cause = {"kind": cause["kind"] if cause else "stack-range", "text": (cause["text"] + "; " if cause else "") + rng}
     after = _consequences(ev, out, exc) if raised and not explained else None
@@ -598,7 +607,19 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
             "text": text, "where_text": where, "phase": phase, "location": location_of(rec.file, rec.line),
             "disk_full": disk, "cause": cause, "first": bool(after), "consequences": after or "",
             "earlier_text": _earlier(seen, exc),
-            "after_loop": bool(post)}
+            "after_loop": bool(post), "in_loop": _in_loop(tb_exc)}
+
+
+# HF Trainer's training-loop functions (transformers trainer.py): a traceback through one of them was raised by a
+# run past argument parsing (facts/ev.py `past_start_up`)
+_LOOP_FRAMES = ("_inner_training_loop (", "training_step (", "compute_loss (")
+
+
+def _in_loop(tb: Any) -> bool:
+    """Whether the traceback `tb` (a Notice whose value holds ``frames``, "function (file)") runs through the
+    HF Trainer's training loop."""
+    frames = (tb.value or {}).get("frames") or () if tb is not None and isinstance(tb.value, dict) else ()
+    return any(str(fr).startswith(_LOOP_FRAMES) for fr in frames)
 
 
 STOP_WORDS = ("SignalException", "KeyboardInterrupt", "killed by signal: Terminated", "killed by signal: Interrupt",
@@ -770,6 +791,10 @@ def _disk_full(ev: Evidence) -> dict[str, Any] | None:
             # ATen MapAllocator's "unable to write to file </torch_...>: No space left on device (28)" is
             # /dev/shm full under the DataLoader's workers, not the disk (launchcause.py SHM_MAP)
             if n.kind == "exception" and pat.DISK_FULL.search(n.text) and not SHM_MAP.search(n.text):
-                return {"text": n.text[:200], "location": location_of(n.file, n.line),
-                        "saving": "save" in n.text.lower() or "serializ" in n.text.lower()}
+                low = n.text.lower()
+                # the writer the path names: datasets' map cache (cache-*.arrow under HF_DATASETS_CACHE) or /tmp
+                writer = ("datasets" if "cache-" in low and ".arrow" in low or "/datasets/" in low else
+                          "tmp" if "'/tmp/" in low or '"/tmp/' in low else None)
+                return {"text": n.text[:200], "location": location_of(n.file, n.line), "writer": writer,
+                        "saving": "save" in low or "serializ" in low}
     return None

@@ -17,6 +17,7 @@ from typing import Any
 from finetune_doctor.analyzers.postmortem.curves import location_of
 from finetune_doctor.analyzers.postmortem.ranks import FAR_BEHIND
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
+from finetune_doctor.analyzers.postmortem.saidstack import moe_zero3_said
 from finetune_doctor.evidence import NcclRecord
 from finetune_doctor.numbers import parse_version
 from finetune_doctor.readers.runlogs.logpatterns import NCCL_WARN_FAILURE
@@ -222,6 +223,10 @@ def _likely(op: str | None, early: bool, cx: RunContext, out: dict[str, Any]) ->
     moe = _moe_hang(cx, out) if zs == 3 and not early else None
     if moe:
         return moe
+    # no config, but the report's own words name ZeRO-3 and an MoE model (saidstack.py): that hang's kind
+    said = moe_zero3_said(cx.stated.get("setup") or {}) if zs in (3, None) and not early else None
+    if said:
+        return said
     if op and "ALLGATHER" in op and zs == 3:
         return ("ZeRO-3 parameter all-gather hang: the ranks ran different numbers of forward passes (generate "
                 "with different lengths, a rank-0-only evaluation or save, an uneven last batch)")
@@ -306,6 +311,12 @@ def nccl_facts(recs: list[NcclRecord], cx: RunContext, out: dict[str, Any],
          "location": location_of(main.file, main.line)}
     d["timeline_text"] = (f"NCCL watchdog timeout on rank {main.rank if main.rank is not None else '?'}: {what}"
                           + (f" after {main.ran_ms / 1000:.0f} s" if main.ran_ms else ""))
+    # the watchdog's exception stack alone (readers/runlogs/logfailures.py op "watchdog-stack"): the message that
+    # says timeout or error is cut, so neither is stated (trial 14)
+    d["cut"] = main.kind == "failed" and main.op == "watchdog-stack" and not timeouts
+    if d["cut"]:
+        d["timeline_text"] = (f"NCCL watchdog ended the process on rank {main.rank if main.rank is not None else '?'}"
+                              ": its exception stack is there, the message saying timeout or error is cut")
     if main.kind == "heartbeat":
         d["what"] = "ProcessGroupNCCL's watchdog thread"
         d["timeline_text"] = (f"NCCL heartbeat monitor on rank {main.rank if main.rank is not None else '?'}: the "

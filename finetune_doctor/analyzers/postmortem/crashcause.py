@@ -35,6 +35,7 @@ import re
 from typing import Any
 
 from finetune_doctor.analyzers.postmortem.launchcause import launch_cause, precision_cause
+from finetune_doctor.analyzers.postmortem.stackcause import optimizer_train_pair, releases_judging
 from finetune_doctor.evidence import Evidence, Notice
 
 SIZE_MISMATCH = re.compile(r"size mismatch for (?P<key>[\w.]+): copying a param with shape torch\.Size\(\[(?P<ck>[\d, ]*)\]\)"
@@ -65,6 +66,10 @@ LAZY_IMPORT = re.compile(r"Failed to import (?P<mod>[\w.]+) because of the follo
 SAFETENSORS_HEADER = re.compile(r"Error while deserializing header: (?P<err>\w+)")
 REQUIRED_VERSION = re.compile(r"(?P<req>[A-Za-z][\w.-]*\s*(?:[<>=!~]=?|==)[^ ]*?),? is required for a normal functioning "
                               r"of this module(?:, but found (?P<found>[\w.-]+==[\w.+-]*[\w+]))?")
+# a header the compiler could not open ("pyconfig.h:3:12: fatal error: x86_64-linux-gnu/python3.12/pyconfig.h: No
+# such file or directory"): GCC's and Clang's wording for an #include not found
+HEADER_MISSING = re.compile(r"fatal error: (?P<hdr>[\w./+-]+\.h(?:h|pp)?): No such file or directory")
+PYTHON_HEADER = re.compile(r"(?:^|/)(?:Python\.h|pyconfig\.h)$|python3\.\d+")
 BUILD_FAILED = re.compile(r"Error building extension '(?P<op>\w+)'")
 TWO_DEVICES = re.compile(r"Expected all tensors to be on the same device, but found at least two devices, "
                          r"(?P<a>cuda:\d+|cpu) and (?P<b>cuda:\d+|cpu)")
@@ -156,6 +161,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("fp16-grads", lambda: precision_cause(msg)),
                      ("cpu-adam-groups", lambda: _cpu_adam_groups(cls, msg)),
                      ("data-key", lambda: _data_key(cls, msg, frames)),
+                     ("version-pair", lambda: optimizer_train_pair(cls, msg)),
                      ("version-mismatch", lambda: _mismatch(cls, msg, pkgs, versions)),
                      ("library-error", lambda: _library(cls, msg, pkgs, frames, versions))):
         text = fn()
@@ -332,9 +338,17 @@ def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]], pkgs: tupl
     one: the pair of releases that do not go together), a package not installed, a start-up version check."""
     if cls == "RuntimeError" and LAZY_IMPORT.search(msg):
         cls = "ImportError"   # the wrapped error is on the lines after (the reader joins the first one to msg)
-    if cls not in ("ImportError", "ModuleNotFoundError"):
+    if cls not in ("ImportError", "ModuleNotFoundError") and not (cls == "OSError" and NO_SHARED.search(msg)):
+        # (ctypes.CDLL raises OSError for a library it cannot load: torch/__init__.py's _load_global_deps)
         return None
     m = UNDEFINED_SYMBOL.search(msg)
+    if m and m.group("sym").startswith("nccl"):
+        # an NCCL entry point torch was linked against is missing from the libnccl the loader found: that libnccl
+        # is older than torch's: a system or pip libnccl shadows torch's own
+        return (f"the libnccl loaded lacks {m.group('sym')}, which {m.group('so')} was built against: an older NCCL "
+                "(a system libnccl on LD_LIBRARY_PATH, or an nvidia-nccl-cu* wheel of another release) shadows the "
+                "one this torch needs; `pip show nvidia-nccl-cu12` and LD_LIBRARY_PATH show which, and reinstalling "
+                "the NCCL wheel torch pins (or unsetting the path) cures it")
     if m:
         stem = m.group("so").split(".")[0]
         what = COMPILED.get(stem) or next((v for k, v in COMPILED.items() if stem.startswith(k)), None) \
@@ -350,6 +364,15 @@ def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]], pkgs: tupl
                 "path: a CUDA/cuDNN/NCCL runtime of another version than the package was built for, or "
                 "LD_LIBRARY_PATH not set; install the runtime it names or the package build for the installed one")
     m = CANNOT_IMPORT.search(msg)
+    if m and "(unknown location)" in msg:
+        # CPython says "(unknown location)" for a module with no __file__: a namespace package, i.e. a folder of
+        # that name without __init__.py (the working directory, a checkout beside the script) imported instead
+        # of the installed package
+        top = m.group("mod").split(".")[0]
+        return (f"'{m.group('mod')}' was imported from a folder named {top} with no __init__.py (\"unknown "
+                f"location\": a namespace package), which shadows the installed {top}: rename or move that folder "
+                f"(`python -c \"import {top}; print({top}.__path__)\"` in the run's working directory shows where "
+                "it is)")
     if m:
         top = m.group("mod").split(".")[0]
         by = pkgs[-1] if pkgs and pkgs[-1][0] != top else None
@@ -378,9 +401,14 @@ def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]], pkgs: tupl
         # transformers utils/versions.py require_version (LLaMA-Factory's extras/misc.py check_version calls it
         # with "To fix: run `pip install REQ` or set `DISABLE_VERSION_CHECK=1`")
         found = f" (found {r.group('found')})" if r.group("found") else ""
+        # which LLaMA-Factory releases admit the version found (catalog/lf_stack_ranges.json): moving LF is the
+        # other way out when another package needs that version (hiyouga/LlamaFactory#5751)
+        pkg, _, got = (r.group("found") or "").partition("==")
+        lf = releases_judging(pkg.lower(), got) if got else None
         return (f"a start-up version check: the installed package is outside {r.group('req').strip()}{found}; "
                 "install a version in that range (LLaMA-Factory's optional checks can be skipped with "
-                "DISABLE_VERSION_CHECK=1, at the risk of the failures the range avoids)")
+                "DISABLE_VERSION_CHECK=1, at the risk of the failures the range avoids)"
+                + (f"; {lf.replace(' (DISABLE_VERSION_CHECK=1 skips it)', '')}" if lf and "admits" in lf else ""))
     c = PIP_COMMAND.search(msg)
     if c and " requires " in msg:
         # transformers' quantizers check their packages before loading (quantizers/quantizer_bnb_4bit.py
@@ -478,6 +506,17 @@ def _environment(msg: str) -> str | None:
                 "failed: the compiler output above the traceback says why, most often no CUDA toolkit (nvcc, "
                 "CUDA_HOME) of the CUDA version torch was built with, or no ninja / g++; install that toolkit, or "
                 "a DeepSpeed with the op prebuilt (DS_BUILD_OPS=1 or DS_BUILD_<OP>=1 pip install deepspeed)")
+    h = HEADER_MISSING.search(msg)
+    if h:
+        hdr = h.group("hdr")
+        where = ("the Python development headers of the interpreter that runs the job (the python3.X-dev package "
+                 "of the system Python, or the include folder of the conda or venv Python; a header that includes "
+                 "another under a multiarch folder, as pyconfig.h does, needs the dev package of that same Python)"
+                 ) if PYTHON_HEADER.search(hdr) else f"the package that provides {hdr}"
+        return (f"a C/C++ build stopped because the header {hdr} was not found: torch.compile (Inductor and Triton "
+                "compile at the first step), a JIT-built extension or op (torch.utils.cpp_extension, DeepSpeed's op "
+                f"builders) or a source install compiles here; install {where}, or run without the compiled "
+                "path (no torch.compile, a prebuilt wheel)")
     d = TWO_DEVICES.search(msg)
     if d and d.group("a").startswith("cuda") and d.group("b").startswith("cuda") and d.group("a") != d.group("b"):
         return (f"one operation got tensors on {d.group('a')} and {d.group('b')}: the model is spread over several "

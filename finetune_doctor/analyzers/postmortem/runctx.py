@@ -26,6 +26,8 @@ class RunContext:
         self.log: dict[str, Any] = {}
         self.log_at: dict[str, dict[str, Any]] = {}
         self.given_versions: dict[str, tuple[str, str]] = {}   # analyze's `versions` (the flags)
+        # what a short report's words state of the set-up (readers/runlogs/statedwords.py): the first file's
+        self.stated: dict[str, Any] = next((fe.stated for fe in ev.files if fe.stated), {})
         for fe in ev.files:
             for fact in fe.facts:
                 if fact.name not in self.log:

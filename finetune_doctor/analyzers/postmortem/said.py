@@ -15,7 +15,9 @@ from typing import Any
 
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import location_of
+from finetune_doctor.analyzers.postmortem.saidstack import setup_lead, stack_text, stated
 from finetune_doctor.evidence import Evidence, Notice
+from finetune_doctor.readers.runlogs.statedwords import NODES
 
 # every evidence no-run-evidence counts (rules/no-run-evidence.yaml), and the detectors that need a log
 _LOG_EVIDENCE = ("oom", "nan", "crash", "nccl", "nccl_error", "killed", "cuda_error", "xid", "loss_zero", "host_alloc",
@@ -38,7 +40,8 @@ def generic_crash(crash: dict[str, Any]) -> bool:
 
 
 def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
-    """``ev.said``: {symptom, words, phase, phase_words, step, after, text, metric, location, given} of the first file
+    """``ev.said``: {symptom, words, phase, phase_words, step, after, text, metric, location, given, reading,
+    stack_text, versions, nodes_only, lead} (the last four from saidstack.py) of the first file
     read as the user's words (readers/runlogs/userwords.py `read_words`), or None when there is none or when any
     log evidence (`_LOG_EVIDENCE`, a hang or a stop of the run-health detector) was found. A crash that says nothing of its
     cause (`generic_crash`: torchrun's ChildFailedError alone, a launcher's CalledProcessError, a traceback cut
@@ -57,6 +60,15 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
             s["given"] = (f"the only log line read ({crash.get('text')}) names no cause" if crash else
                           "no log lines were given")
             s["reading"] = _reading(ev, s, f.read.path) if s["symptom"] in ("error", "version") else None
+            # what the words state of the stack and the set-up (saidstack.py): the versions named, judged against
+            # LF's start-up ranges, and what to run for the rest; a hang's or an NCCL error's set-up lead
+            s["stack_text"] = stack_text(ev) if s["symptom"] in ("error", "version") else None
+            s["versions"] = {k: v["version"] for k, v in (stated(ev).get("versions") or {}).items()
+                             if v["version"] and "x" not in v["version"]}
+            # an error said only of several nodes (userwords_vocab's multi-node entry), not of NCCL itself
+            s["nodes_only"] = (s["symptom"] == "nccl-error" and bool(NODES.search(str(s.get("words"))))
+                               and "nccl" not in str(s.get("words")).lower())
+            s["lead"] = setup_lead(ev, s["symptom"], s.get("phase"), str(s.get("text") or ""))
             return s
     return None
 

@@ -77,3 +77,67 @@ def stack_range_text(versions: Mapping[str, tuple[str, str]]) -> str | None:
     return (f"the logged stack is outside what LLaMA-Factory {lf[0]} requires at start-up: {'; '.join(out)}; that "
             "release refuses such a stack unless DISABLE_VERSION_CHECK is set, so the check was skipped or another "
             "install was imported: install the versions in range before looking further")
+
+
+def _runs(names: list[str], order: list[str]) -> str:
+    """"0.8.0–0.8.3, 0.9.1–0.9.3": `names` (a subset of `order`) as runs of consecutive releases."""
+    out, run = [], []
+    for r in order:
+        if r in names:
+            run.append(r)
+            continue
+        if run:
+            out.append(run[0] if len(run) == 1 else f"{run[0]}–{run[-1]}")
+        run = []
+    if run:
+        out.append(run[0] if len(run) == 1 else f"{run[0]}–{run[-1]}")
+    return ", ".join(out)
+
+
+def releases_judging(package: str, version: str) -> str | None:
+    """Which catalogued LLaMA-Factory releases' start-up check admits and which refuses `package` at `version`
+    (catalog/lf_stack_ranges.json, each release's ``check_dependencies``): "LLaMA-Factory's start-up check
+    (llamafactory/extras/misc.py; releases 0.8.0–0.9.6.dev0 catalogued) refuses accelerate 0.34.2 in 0.9.0,
+    0.9.4–0.9.6.dev0 and admits it in 0.8.0–0.8.3, 0.9.1–0.9.3". None when no release checks the package, or the version cannot be judged (a
+    "0.x", a suffix at a bound: `_outside`)."""
+    m = _NUM.match(version.strip()[:64])
+    if m is None or parse_version(m.group(1)) is None or m.group(2).strip():
+        return None
+    order = list(_releases())
+    refuse, admit, where = [], [], None
+    for rel, row in _releases().items():
+        req = next((q for q in row["requires"] if q["package"] == package), None)
+        if req is not None and _outside(version, req["spec"]):
+            refuse.append(rel)
+            where = where or req["where"].split(":")[0]
+        else:
+            admit.append(rel)
+    if not refuse:
+        return None
+    said = f"refuses {package} {version} in {_runs(refuse, order)}"
+    if admit:
+        said += f" and admits it in {_runs(admit, order)}"
+    return (f"LLaMA-Factory's start-up check ({where}; releases {order[0]}–{order[-1]} catalogued) {said} "
+            "(DISABLE_VERSION_CHECK=1 skips it)")
+
+
+# an optimizer without .train(): transformers 4.45.0 Trainer.training_step calls self.optimizer.train() when the
+# wrapper has one (trainer.py:3476-3477), and accelerate 0.33.0's AcceleratedOptimizer.train (accelerate/
+# optimizer.py:124-128, both read from the wheels beside LF 0.9.0 in .lf-releases/0.9.0) forwards it to the torch
+# optimizer, which has none (huggingface/transformers#33620, hiyouga/LlamaFactory#5402, unslothai/unsloth#1069:
+# accelerate 0.34.2 cures it)
+_OPT_TRAIN = re.compile(r"'(?:AdamW|Adam|SGD|Adafactor|AdamW8bit|PagedAdamW\w*|\w*Optimizer\w*)' object has no "
+                        r"attribute '(?:train|eval)'")
+
+
+def optimizer_train_pair(cls: str, msg: str) -> str | None:
+    """The transformers/accelerate pair that calls ``optimizer.train()`` on an optimizer without it (`_OPT_TRAIN`),
+    with the LLaMA-Factory releases whose start-up check refuses the accelerate that has the fix
+    (`releases_judging`). None for any other AttributeError."""
+    if cls != "AttributeError" or not _OPT_TRAIN.search(msg):
+        return None
+    lf = releases_judging("accelerate", "0.34.2")
+    return ("transformers 4.45's Trainer calls optimizer.train(), which accelerate up to 0.33 forwards to a torch "
+            "optimizer that has no such method (huggingface/transformers#33620): install accelerate>=0.34.2 "
+            "beside that transformers (or a transformers before 4.45)" + (f"; {lf}, so on LLaMA-Factory 0.9.0 "
+                                                                          "move to 0.9.1 or later" if lf else ""))

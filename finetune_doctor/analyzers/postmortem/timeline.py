@@ -14,6 +14,7 @@ kernel errors. This module runs them in order and orders the events.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -21,7 +22,9 @@ from finetune_doctor.analyzers.postmortem import causes, detectors, dictsteps, f
 from finetune_doctor.analyzers.postmortem.collectives import barrier_facts, nccl_error_facts, nccl_facts
 from finetune_doctor.analyzers.postmortem.curves import Curve, build_curves, curve_summary, fmt, location_of
 from finetune_doctor.analyzers.postmortem.detectors import spikes
+from finetune_doctor.analyzers.postmortem.dpcause import data_parallel_facts
 from finetune_doctor.analyzers.postmortem.mmcause import image_cut
+from finetune_doctor.analyzers.postmortem.saidstack import stated_releases
 from finetune_doctor.analyzers.postmortem.oomcause import oom_facts
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.analyzers.postmortem.said import said_facts, said_image_cut
@@ -105,6 +108,8 @@ def _outline(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[s
     out["files"] = len(reads)
     out["readable"] = sum(1 for f in ev.files if f.read.items or f.read.records or f.series)
     out["unread"] = [r.path for r in reads if not r.complete or r.problems]
+    out["nccl_seen"] = next((f"{os.path.basename(x.file)}:{x.line}" for f in ev.files for x in f.facts
+                             if x.name == "nccl_line"), None)
     out["loss"] = curve_summary(loss)
     out["grad_norm"] = curve_summary(gn)
     steps_seen = [c.steps[-1] for c in (loss, gn, lr) if c is not None and len(c)]
@@ -120,6 +125,7 @@ def _outline(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[s
     out["zero_stage"] = cx.zero_stage()
     out["overlap_comm"] = cx.overlap_comm()
     out["stack"] = failures.stack_facts(ev)
+    out["data_parallel"] = data_parallel_facts(ev)
     return bool(steps_seen) or last_step is not None
 
 
@@ -303,7 +309,10 @@ def _end(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, 
          trained: bool) -> None:
     """Completion and the exception that ended the run."""
     out["completed"] = causes.completed_facts(ev)
-    versions = {k: (v["version"], v["source"]) for k, v in (out.get("stack") or {}).items()}
+    # lowest first: a release the report's words state ("llamafactory 0.9.0 with accelerate 0.34.2",
+    # readers/runlogs/statedwords.py; a full version only), then what the logs print, then the flags and --env
+    versions = stated_releases(cx.stated)
+    versions.update({k: (v["version"], v["source"]) for k, v in (out.get("stack") or {}).items()})
     versions.update(cx.given_versions)
     out["crash"] = causes.crash_facts(ev, out, cx.model_shape(), versions)
     c = out["crash"]

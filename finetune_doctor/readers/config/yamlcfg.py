@@ -241,6 +241,30 @@ def _parse_with_ruamel(text: str, path: str) -> tuple[Any, dict[str, tuple[int, 
     return _plain(data, "", positions), positions
 
 
+# a last line that is one bare word with no colon ("lr_", "learning_ra"): a paste that stopped in the middle of a key
+CUT_WORD = re.compile(r"^[A-Za-z_][\w.\-]*$")
+
+
+def _parse_maybe_cut(text: str, path: str, dups: list[dict[str, Any]]) -> tuple[Any, dict[str, tuple[int, int]]]:
+    """`parse_yaml_text`, except that a file whose last non-blank line is a bare word cut mid-key (`CUT_WORD`, at
+    the start of the line) and which parses without that line is read without it: a paste that stopped mid-token
+    (trial 14: `lr_` after `num_train_epochs: 3`). The text is kept whole, so facts/cutpaste.py sees the cut
+    (sign ``cut-mid-line``) and the rules that rest on an absent key hedge. Any other YAML error is raised as
+    before."""
+    try:
+        return parse_yaml_text(text, path, dups)
+    except InputError:
+        lines = text.splitlines()
+        last = max((i for i, ln in enumerate(lines) if ln.strip()), default=None)
+        if last is None or last == 0 or not CUT_WORD.match(lines[last]):
+            raise
+        try:
+            return parse_yaml_text("\n".join(lines[:last]) + "\n", path, dups)
+        except InputError:
+            pass
+        raise
+
+
 def parse_override(item: str) -> tuple[str, Any]:
     """One ``key=value`` dotlist item, value typed as YAML (OmegaConf.from_dotlist does the same)."""
     if "=" not in item:
@@ -295,7 +319,7 @@ def load_config(path: str, overrides: tuple[str, ...] | list[str] = ()) -> Confi
         # WebUI's preview command, a .sh: the flags are the keys, `key=value` overrides still apply after them
         values, positions = cliflags.parse_command(text, path, type_scalar)
     else:
-        values, positions = parse_yaml_text(text, path, dups)
+        values, positions = _parse_maybe_cut(text, path, dups)
     if not isinstance(values, dict):
         launch = cliflags.launch_line_of(text)
         if launch is not None:   # a shell line that runs no command the doctor reads (trial 9: export scripts)

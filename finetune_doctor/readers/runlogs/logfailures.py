@@ -54,6 +54,14 @@ class _Status:
         return self.status if name == "status" else None
 
 
+# the driver older than the CUDA runtime, without "CUDA error: " before it: torch/cuda/__init__.py `_lazy_init`'s
+# "RuntimeError: The NVIDIA driver on your system is too old (found version 12080)" (c10/cuda/CUDAFunctions.cpp;
+# the same text as a "UserWarning: CUDA initialization: ..." at import is a warning, not the failure), and
+# cudaGetErrorString(cudaErrorInsufficientDriver) raised bare ("RuntimeError: CUDA driver version is insufficient
+# for CUDA runtime version", TensorFlow's "Status: CUDA driver version is insufficient ...")
+DRIVER_TOO_OLD = re.compile(r"NVIDIA driver on your system is too old|CUDA driver version is insufficient")
+
+
 def other_cuda_error(text: str) -> _Status | None:
     """A CUDA runtime/library error printed by a stack other than torch (logpatterns.CUDA_RUNTIME_ERRORS): a
     runtime or driver error name, a wrapper's "CUDA Error" / "CUDA error at F:L", a failed check of a runtime
@@ -64,6 +72,8 @@ def other_cuda_error(text: str) -> _Status | None:
     c = pat.CUDA_CHECK_RETURN.search(text) if " in file " in text and " at line " in text else None
     if c:
         return _Status(c.group("status").strip())
+    if DRIVER_TOO_OLD.search(text) and "Warning" not in text:
+        return _Status("CUDA driver version is insufficient for CUDA runtime version")
     m = pat.CUDA_NAMED.search(text) if ("cudaError" in text or "CUDA_ERROR_" in text) and (
         "== cudaSuccess" not in text) else None
     if m:
@@ -357,12 +367,16 @@ class FailureLines:
             self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, "watchdog-error", op=what,
                                              text=text.strip()[:500], wall=wall))
             return
-        if ("have failed or timed out" in text or "thread terminated" in text or "checkTimeout" in text) and (
+        if ("have failed or timed out" in text or "thread terminated" in text or "checkTimeout" in text
+                or "Exception raised from" in text) and (
                 pat.NCCL_FAILED.search(text) or pat.NCCL_TERMINATED.search(text) or pat.NCCL_CHECK_FRAME.search(text)):
             if ("failed", rank) not in self.nccl_seen:
                 self.nccl_seen.add(("failed", rank))
                 self.fail_wall(wall)
-                self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, "failed",
+                # only the watchdog thread's own stack: it ended on a timeout or an error, the message saying
+                # which is not in the paste (collectives.py words it so)
+                stack = "watchdog-stack" if ("from run at" in text or "from ncclCommWatchdog at" in text) else None
+                self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, "failed", op=stack,
                                                  text=text.strip()[:500], wall=wall))
             return
         m = pat.NCCL_ERROR.search(text) if ("NCCL error" in text or "Error" in text or "NCCL WARN" in text

@@ -215,6 +215,9 @@ class TextLogParser(FailureLines):
             self._versions(text, line, context)
         if "Process rank: " in text:
             self._process(text, line)
+        if "NCCL INFO" in text or "NCCL WARN" in text:
+            # NCCL's own debug lines (NCCL_DEBUG=INFO): kept so that no finding says the files hold no NCCL line
+            self.fact("nccl_line", text.strip()[:200], line)
         if "Initializing TorchBackend" in text or "NCCL INFO" in text or (
                 "Process rank: " in text and "distributed training: True" in text):
             self._dist_init(text, line, rank, context)
@@ -409,6 +412,7 @@ class TextLogParser(FailureLines):
                 or "untime error (" in text or "CUDA warning" in text or "cudaError" in text
                 or "CUDA Error" in text or "CUDA_ERROR_" in text or "cudaSuccess" in text or "CUDNN_STATUS_" in text
                 or "CUDA driver error" in text or "HIP error" in text or "Cuda failure" in text
+                or "driver version is insufficient" in text or "driver on your system is too old" in text
                 or "llegal memory access was" in text or (" at line " in text and " in file " in text)) \
                 and "CUBLAS_STATUS_ALLOC_FAILED" not in text:
             self._device(text, line, rank, context, wall)

@@ -53,8 +53,7 @@ TRIGGER_WORDS = (
     # CUDA OOM (log_patterns.md §5)
     "CUDA out of memory", "CUDA error: out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED",
     "ErrorMemoryAllocation", "NPU out of memory",
-    # Intel GPUs (c10/xpu/XPUCachingAllocator.cpp: the CUDA allocator's v2 message with "XPU") and Apple's Metal
-    # backend (`OOM_MPS`); 'X' is a new first byte, rare in logs
+    # Intel GPUs (c10/xpu/XPUCachingAllocator.cpp) and Apple's Metal (OOM_MPS); 'X' is a new first byte, rare in logs
     "XPU out of memory", "MPS backend out of memory",
     # DeepSpeed loss scaling (§2)
     "OVERFLOW!", "[deepspeed] fp16 dynamic", "Overflow detected", "Grad overflow", "Reducing dynamic",
@@ -120,7 +119,7 @@ TRIGGER_WORDS = (
     # run facts: HF Trainer banner, LF, DeepSpeed init and config dump (".... " is the dump's dot filler)
     "Total optimization", "Total train batch", "Num Epochs", "Gradient Accumulation", "Instantaneous batch",
     "Number of trainable", "|| all params: ", "Process rank: ", "Config mesh", "DeepSpeed info", "ZeRO stage ",
-    ".... ", "- num_params = ", "Running training", "Continuing training",
+    ".... ", "- num_params = ", "Running training", "Continuing training", "Training with DataParallel",
     # HF Trainer's evaluation and save markers (the phase a crash happened in)
     "Saving model checkpoint", "Running Evaluation", "Running Prediction", "train metrics *****", "cpu_adam op",
     # the trainer (FACTS "trainer"): Lightning's process-group line; NeMo's "[NeMo I" prefix is on every line of
@@ -310,7 +309,9 @@ NCCL_HEARTBEAT = re.compile(r"(?:Rank (?P<rank>\d+)\] )?ProcessGroupNCCL's watch
 NCCL_FAILED = re.compile(r"(?:\[Rank (?P<rank>\d+)\] )?Some NCCL operations have failed or timed out")
 NCCL_TERMINATED = re.compile(_PG.replace("(?P<", "(?P<t_") + r"(?:Process group|NCCL) watchdog thread terminated "
                              r"with exception: |(?:Process group|NCCL) watchdog thread terminated with exception: ")
-NCCL_CHECK_FRAME = re.compile(r"c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from checkTimeout at")
+# the watchdog's exception stack ("Exception raised from F at .../ProcessGroupNCCL.cpp"; F checkTimeout, ncclCommWatchdog
+# before torch 2.6, run since: Watchdog::run rethrows what runLoop raised) is all a paste cut above the message keeps
+NCCL_CHECK_FRAME = re.compile(r"c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from (?:checkTimeout at|(?:ncclCommWatchdog|run) at \S*ProcessGroupNCCL\.cpp)")
 # ncclGetErrorString (nccl src/init.cc:3415-3437, the same since v2.18) as torch's "NCCL error in: ..." prints it
 NCCL_ERROR = re.compile(r"(?:NCCL error(?: in: [^,]*,)?|ProcessGroupNCCL\.cpp:\d+,|NCCL failure [\w./-]+:\d+ ') ?"
                         r"(?P<desc>unhandled system error|unhandled cuda error|internal "
@@ -629,6 +630,7 @@ FACTS = [   # (fact, a literal every matching line contains, expression, convers
     ("num_epochs", "Num Epochs", re.compile(r"Num Epochs = (?P<v>[\d,.]+)"), float),
     ("grad_accum", "Gradient Accumulation", re.compile(r"Gradient Accumulation steps = (?P<v>[\d,]+)"), int),
     ("micro_batch", "Instantaneous", re.compile(r"Instantaneous batch size per device = (?P<v>[\d,]+)"), int),
+    ("data_parallel_batch", "with DataParallel", re.compile(r"Training with DataParallel so batch size has been adjusted to: (?P<v>[\d,]+)"), int),
     ("total_batch", "Total train batch", re.compile(r"Total train batch size \(w\. parallel, distributed & accumulation\) = (?P<v>[\d,]+)"), int),
     ("trainable_params", "Number of trainable", re.compile(r"Number of trainable parameters = (?P<v>[\d,]+)"), int),
     ("trainable_params", "trainable params", re.compile(r"trainable params: (?P<v>[\d,]+) \|\|"), int),

@@ -54,7 +54,7 @@ from typing import Any, Iterator
 from finetune_doctor.errors import InputError
 from finetune_doctor.evidence import FileEvidence, FileRead, Notice
 from finetune_doctor.readers.config import stack
-from finetune_doctor.readers.runlogs import loggrep, pasteblocks, userwords
+from finetune_doctor.readers.runlogs import loggrep, pasteblocks, statedwords, userwords
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.logcontext import LOOKAHEAD, LOOKBACK, LineContext
 from finetune_doctor.readers.runlogs.logparse import TextLogParser
@@ -220,6 +220,14 @@ def _user_words(fe: FileEvidence, data: bytes) -> FileEvidence:
     env = stack.pasted_versions(pasteblocks.blank_blocks(text)[1])
     if env:   # an environment block pasted with the report: its versions, read as --env reads them
         fe = replace(fe, env_versions=env)
+    words = pasteblocks.blank_blocks(text)[0]
+    versions, setup = statedwords.stated_versions(words), statedwords.setup_words(words)
+    # ZeRO-3 and an MoE model may be said by the pasted config itself (`deepspeed: ds_z3_config.json`,
+    # `model_name_or_path: Qwen/Qwen3-30B-A3B`), which the words' reading blanks
+    whole = statedwords.setup_words(text)
+    setup.update({k: setup[k] or whole[k] for k in ("zero3", "moe")})
+    if versions or any(setup.values()):   # what the words state of the stack and set-up, symptom or not
+        fe = replace(fe, stated={"versions": versions, "setup": setup})
     said = userwords.read_words(text)
     if said is None:
         return fe
@@ -229,12 +237,20 @@ def _user_words(fe: FileEvidence, data: bytes) -> FileEvidence:
 _FULLWIDTH_COLON = re.compile(r"(Error|Exception)：\s*")
 
 
+# a C/C++ compiler's own diagnostic (GCC and Clang print "FILE:LINE:COL: fatal error: MESSAGE", then "compilation
+# terminated."): a build that torch.compile (Inductor's C++/Triton builds), a JIT extension (torch.utils.
+# cpp_extension, DeepSpeed's op builders) or a package install ran, and that stopped there
+COMPILER_FATAL = re.compile(r"^[\s`>*-]*(?P<src>[^\s:]+\.(?:h|hh|hpp|c|cc|cpp|cxx|cu|cuh)):\d+(?::\d+)?: "
+                            r"(?P<msg>fatal error: \S.*?)[\s`]*$")
+
+
 def _exception_alone(fe: FileEvidence, data: bytes) -> FileEvidence:
     """A short file in which the scan found nothing at all, whose last line shaped like an exception of a class
     outside builtins (logpatterns.EXC_ALONE: "zipfile.BadZipFile: ...", "triton.runtime.errors.OutOfResources:
     ..."; no trigger word is in such a line) is that exception: a one-line paste is a crash, not "nothing to
     diagnose". So is a builtin exception typed with a full-width colon ("AssertionError：
-    ..."). Files with any other evidence are returned unchanged."""
+    ..."). Files with any other evidence are returned unchanged. With no such line, the first C/C++ compiler fatal
+    error (`COMPILER_FATAL`) is the failure, as class ``CompileError``."""
     if any((fe.series, fe.ooms, fe.overflows, fe.aborts, fe.nccl, fe.kills, fe.notices, fe.device_errors, fe.xids)):
         return fe
     lines = data.decode("utf-8", "replace").splitlines()
@@ -247,6 +263,16 @@ def _exception_alone(fe: FileEvidence, data: bytes) -> FileEvidence:
         if m:
             n = Notice(fe.read.path, k + 1, None, "exception", lines[k].strip()[:500],
                        {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": None, "typeless": False})
+            return replace(fe, notices=(n,))
+    for k, ln in enumerate(lines):
+        # no exception line: a compiler's fatal error quoted in the paste is the failure (trial 14: the user
+        # quoted "pyconfig.h:3:12: fatal error: ...: No such file or directory" above their words); `cls` names
+        # what printed it, not a Python class
+        c = COMPILER_FATAL.match(ln) if "fatal error: " in ln else None
+        if c:
+            n = Notice(fe.read.path, k + 1, None, "exception", ln.strip()[:500],
+                       {"cls": "CompileError", "msg": (c.group("src") + ": " + c.group("msg"))[:300], "rank": None,
+                        "typeless": False, "compiler": True})
             return replace(fe, notices=(n,))
     return fe
 

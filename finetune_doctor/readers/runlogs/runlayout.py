@@ -409,6 +409,16 @@ def _named_as(path: str, named: Mapping[tuple[int, int], str]) -> str | None:
     return named.get((st.st_dev, st.st_ino))
 
 
+def _holds_run_lines(fe: FileEvidence) -> bool:
+    """Whether a file read as a log gave anything of the run beyond an environment report's lines (package
+    versions and the GPU type, Fact names ``version:*``): a traceback, a metric, an OOM, NCCL or kill line, a
+    launch line, the user's own words."""
+    if fe.said or fe.series or fe.ooms or fe.overflows or fe.aborts or fe.nccl or fe.kills or fe.memory \
+            or fe.notices or fe.restarts or fe.device_errors or fe.xids or fe.flight or fe.counted_dicts:
+        return True
+    return any(not f.name.startswith("version:") for f in fe.facts)
+
+
 def collect(run_dir: str | None, logs: list[str], workers: int | None = None,
             exclude: frozenset[tuple[int, int]] = frozenset(),
             named: Mapping[tuple[int, int], str] | None = None) -> Evidence:
@@ -417,7 +427,8 @@ def collect(run_dir: str | None, logs: list[str], workers: int | None = None,
     RUN_DIR or ``--log`` that is not a regular file or directory (a FIFO, /dev/zero) is skipped with a note.
     `exclude` holds the (st_dev, st_ino) of files the command is writing its own report to (fsutil.py
     ``output_sinks``): skipped with a note, never read. `named` maps the (st_dev, st_ino) of files the command
-    takes through another flag (an ``--env`` report in the run folder, trial 3) to that flag: not read as logs."""
+    takes through another flag (an ``--env`` report in the run folder, trial 3) to that flag: read, and kept as a log
+    only when it also holds log lines (`_holds_run_lines`: an issue's env block above its traceback, trial 14)."""
     from finetune_doctor.readers.runlogs.trainer_log import find_saved_args
 
     skipped: list[FileRead] = []
@@ -426,6 +437,7 @@ def collect(run_dir: str | None, logs: list[str], workers: int | None = None,
     prints: dict[tuple[int, str], str] = {}
     dups: list[tuple[str, str]] = []
     tasks: list[tuple[str, str, str | None]] = []
+    flagged: dict[str, str] = {}
 
     def add(path: str, kind: str, base: str | None) -> None:
         real = os.path.realpath(path)
@@ -438,9 +450,10 @@ def collect(run_dir: str | None, logs: list[str], workers: int | None = None,
             return
         flag = _named_as(path, named) if named else None
         if flag:
-            skipped.append(FileRead(path, "unknown", _size(path), 0, complete=False, problems=(
-                f"not read: the {flag} file, not a log",)))
-            return
+            # read like any log, kept only when it holds log lines (`_holds_run_lines`): LLaMA-Factory's issue
+            # template puts `llamafactory-cli env` and the traceback in one post, given as both --env and --log
+            # (trial 14); an environment report alone is still not a log (trial 3)
+            flagged[path] = flag
         fp = fingerprint(path)
         if fp is not None and fp[0] > 0:
             if fp in prints:
@@ -480,7 +493,10 @@ def collect(run_dir: str | None, logs: list[str], workers: int | None = None,
     counted = _counted(tasks)
     read: list[FileEvidence] = []
     for fe in read_all(counted or tasks, workers):
-        if fe.read.kind == "unknown":
+        if fe.read.path in flagged and not _holds_run_lines(fe):
+            skipped.append(FileRead(fe.read.path, "unknown", fe.read.size, 0, complete=False, problems=(
+                f"not read: the {flagged[fe.read.path]} file, not a log",)))
+        elif fe.read.kind == "unknown":
             skipped.append(fe.read)
         elif counted:
             read.append(fe)

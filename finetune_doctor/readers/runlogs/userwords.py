@@ -47,6 +47,20 @@ _AFTER = re.compile(r"\bafter (?:about |~)?(?P<n>\d+) ?(?P<u>minutes?|mins?|hour
 
 _DEFAULT_TIMEOUT = re.compile(r"\b(?:after|within|at|takes?|took)\s+(?:about |~)?(?:30 ?min(?:ute)?s?|half an hour|1800 ?s(?:ec(?:onds)?)?)\b|"
                               r"30\s*分钟", re.I)
+# words that say which memory ran out was the GPU's: without them "out of memory" / "OOM" / 报oom may be the host's
+# RAM (the kernel's OOM killer, dataset packing and preprocessing) as well as CUDA's allocator (trial 14)
+_GPU_MEMORY = re.compile(r"CUDA|\bGPU|显存|显卡|\bVRAM\b|video memory|OutOfMemoryError|Tried to allocate|\bNPU\b|\bHBM\b", re.I)
+# a thing the user says they did NOT use or turn on ("没用流式加载", "did not use streaming", "not using packing",
+# "without using deepspeed"; a bare "without" is left, as "stops without any error" names a symptom): the words after the negated verb, up to the end of the clause, name no symptom or phase of
+# the run (trial 14 read "没用流式加载" as the loading phase). Only a negated use/enable verb is taken: a negation in
+# an error's own words ("No space left", "Torch not compiled with CUDA", "does not require grad") is kept.
+_NEGATED = re.compile(
+    r"(?:\b(?:did(?:n't| not)|do(?:n't| not)|does(?:n't| not)|was(?:n't| not)|were(?:n't| not)|am not|are not|is not|"
+    r"never)\s+(?:use|using|enable|enabling|turn on|set|have|run)\b|\bnot (?:using|enabling)\b|\bwithout using\b"
+    r"|(?:没有?|未|不)(?:用|使用|开启|启用|打开|设置?))(?:\s+(?:the|a|an)\b)?"
+    # the clause ends at punctuation, or where a new statement starts ("without deepspeed the loss is nan")
+    r"(?:(?!\s(?:the|and|but|so|then|when|while|it|training|loss|after|before|during|at)\b|在|时|后|但|就)"
+    r"[^,，.。;；:：!！?？\n])*", re.I)
 _FAILED = re.compile(r"\bfail\w*|\bcrash\w*|\berror\w*|\bdies\b|\bdied\b|\bkilled\b|报错|失败|挂了|崩溃", re.I)
 
 
@@ -64,7 +78,7 @@ def looks_like_prose(text: str) -> bool:
 def read_words(text: str) -> dict[str, Any] | None:
     """The symptom a short description names, or None (not prose, or no symptom word).
 
-    Returns ``{symptom, words, phase, phase_words, step, after, text, line, default_timeout, metric}``: `symptom` one of disk-full,
+    Returns ``{symptom, words, phase, phase_words, step, after, text, line, default_timeout, metric, memory}``: `symptom` one of disk-full,
     nccl-error, image-tokens, native-crash, loss-scale, host-oom, killed, oom, cuda-error, no-update, nan, loss-zero, diverged,
     timeout, hang, stopped, version, error
     (userwords_vocab.SYMPTOMS); `words` the text that named it; `phase` evaluation |
@@ -73,14 +87,25 @@ def read_words(text: str) -> dict[str, Any] | None:
     characters, one line); `metric` for nan: grad_norm when the words call the gradient norm non-finite,
     else loss (None for the other symptoms); `line` the 1-based line the symptom words are on; `default_timeout` whether the words
     give a failure after 30 minutes, the default collective timeout; `inferred` True when no symptom word was there and
-    that duration alone made it a `timeout`. Environment, config and data blocks (pasteblocks.py) are blanked
-    before anything is read, so their words never name a symptom and a title above them counts.
+    that duration alone made it a `timeout`; `memory` for oom: ``gpu`` when the words name the GPU's memory (CUDA,
+    GPU, 显存, OutOfMemoryError...), else None, for "out of memory" alone does not say which. Environment, config and data blocks (pasteblocks.py) are blanked
+    before anything is read, so their words never name a symptom and a title above them counts; so is what the
+    user says they did not use (`_NEGATED`).
     """
     text = pasteblocks.blank_blocks(text)[0]
     if not looks_like_prose(text):
         return None
+    shown = text
+    # negated phrases blanked in place (same length: line numbers and offsets stay those of the file)
+    text = _NEGATED.sub(lambda m: " " * len(m.group(0)), text)
     found = vocab.first_symptom(text)
-    if found is not None:
+    if found is None:
+        # no symptom word, but the paste ends on a datasets bar still at 0: where it stopped is the report
+        lines = text.rstrip().splitlines()
+        bar = vocab.BAR_AT_ZERO.search(lines[-1]) if lines else None
+        if bar is not None:
+            found = ("hang", vocab.BAR_AT_ZERO.search(text, len(text.rstrip()) - len(lines[-1])))
+    if found is not None and found[1] is not None:
         symptom, m = found
     else:
         # a failure after exactly the default collective timeout: torch.distributed's default process-group
@@ -92,12 +117,14 @@ def read_words(text: str) -> dict[str, Any] | None:
         symptom = "named"
     out: dict[str, Any] = {"symptom": "timeout" if symptom == "named" else symptom, "inferred": symptom == "named",
                            "words": m.group(0).strip(), "phase": None, "phase_words": None,
-                           "step": None, "after": None, "text": " ".join(text.split())[:300],
+                           "step": None, "after": None, "text": " ".join(shown.split())[:300],
                            "line": text.count("\n", 0, m.start()) + 1,
                            "default_timeout": bool(_DEFAULT_TIMEOUT.search(text))}
     # which value the words call non-finite: HF's Trainer logs as grad_norm what clip_grad_norm_ returned, which
     # is inf/nan for a step whose gradients overflowed (fp16's GradScaler then skips that step) while the loss
     # stays finite
+    # which memory an "oom" names: gpu when the words say so, else None (unknown: GPU memory or host RAM)
+    out["memory"] = ("gpu" if _GPU_MEMORY.search(text) else None) if symptom == "oom" else None
     out["metric"] = ("grad_norm" if vocab.GRAD_BEFORE.search(text[max(0, m.start() - 24):m.start()]) else "loss") \
         if symptom == "nan" else None
     ph = vocab.first_phase(text)

@@ -47,18 +47,36 @@ from __future__ import annotations
 
 import re
 
-_I = re.I
+# re.A: \b and \w are ASCII-only, so a Latin word written right against Chinese ("模型会hang", "报错OOM") still
+# starts at a word boundary (under Unicode rules 会 is a word character and "\bhang" does not match after it)
+_I = re.I | re.A
 
 # (symptom, words): the first symptom whose words occur (not negated) wins; the specific ones first
 SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("disk-full", re.compile(
         r"No space left on device|\[?Errno 28\]?|os error 28|Disk quota exceeded|PytorchStreamWriter failed writing file|"
         r"\bdisk (?:is |was |gets |got )?full\b|\bfull disk\b|out of disk(?: space)?|\bno (?:more )?(?:disk )?space left\b|"
-        r"\bnot enough (?:free )?disk space\b|(?:磁盘|硬盘|存储)(?:空间)?(?:不足|已?满|爆|不够)|空间不足|磁盘满", _I)),
+        r"\bnot enough (?:free )?disk space\b|\bcannot write to (?:file|disk)\b|\b(?:unable|failed) to write to disk\b|"
+        r"\bdisk[- ]space (?:error|issue|problem|exhausted|ran out)\b|[/\\s]disk[- ]space\b[\"'”]?\s*error|"
+        r"\b(?:ephemeral[- ]storage|storage quota) (?:exceeded|limit|full|ran out)|\bran out of (?:disk|storage)\b|"
+        r"\bout of (?:storage|space on (?:the )?(?:disk|device))\b|"
+        # the kubelet's evictions for a pod's own disk (kubernetes pkg/kubelet/eviction/helpers.go: "Pod ephemeral
+        # local storage usage exceeds the total limit of containers %s.", "Container %s exceeded its local
+        # ephemeral storage limit %q.", "Usage of EmptyDir volume %q exceeds the limit %q.", "The node was low on
+        # resource: ephemeral-storage.")
+        r"ephemeral local storage usage exceeds|exceeded its local ephemeral storage limit|"
+        r"Usage of EmptyDir volume \S+ exceeds|low on resource: ephemeral-storage|(?:磁盘|硬盘|存储)(?:空间)?(?:不足|已?满|爆|不够)|(?<!显存)(?<!内存)(?<!显卡)空间(?:不足|不够|满了)|磁盘满", _I)),
     ("nccl-error", re.compile(
         r"socketFinalizeAccept|socketStartConnect|ncclSystemError|ncclInternalError|ncclRemoteError|"
         r"ncclUnhandledCudaError|ncclInvalidUsage|NCCL error|NCCL WARN|unhandled (?:system|cuda) error|"
-        r"NCCL (?:报错|错误|通信(?:失败|错误))", _I)),
+        r"NCCL\s*(?:报错|错误|通信(?:失败|错误))|"
+        # said in words: an NCCL issue/failure, NCCL and CUDA (or torch) releases that do not match, the dynamic
+        # loader missing an NCCL symbol torch was linked against (a libnccl older than torch's: "undefined symbol:
+        # ncclCommRegister"), a libnccl named in a version complaint
+        r"\bNCCL\s*(?:issue|problem|failure|fail(?:s|ed)?|crash\w*|bug|exception)s?\b|NCCL\s*(?:问题|出错|失败|异常)|"
+        r"\bNCCL\b[^.\n。]{0,40}\bversions?\b[^.\n。]{0,20}(?:mismatch\w*|do(?:es)?(?: not|n't) match|incompatib\w*|conflict\w*)|"
+        r"\bNCCL\b[^.\n。]{0,40}版本\s*(?:不匹配|不一致|不兼容|对不上|冲突)|"
+        r"\bNCCL (?:version )?mismatch\w*|undefined symbol:?\s*nccl\w+|\blibnccl\S*\b[^.\n。]{0,40}(?:mismatch|version|not found)", _I)),
     ("image-tokens", re.compile(
         r"image features and image tokens do not match|video features and video tokens do not match|"
         r"\b(?:image|video|visual) (?:features? and (?:image |video )?tokens?|tokens?(?: and features?)?|token count)\s*"
@@ -76,7 +94,7 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("host-oom", re.compile(
         r"\b(?:CPU|host|system) (?:OOM|RAM|memory)\b(?:[^.\n]{0,30}(?:OOM|out of|exceed|killed|full|不足))?|"
         r"\bRAM (?:OOM|out of memory|exhausted|(?:is )?full)|\bout of (?:host |system |CPU )?RAM\b|"
-        r"(?<!显)(?<!CUDA)(?<!GPU)(?<!卡)(?<!CUDA )(?<!GPU )内存(?:不足|溢出|爆|不够|耗尽|占满|满了|\s?OOM)|爆内存|"
+        r"(?<!显)(?<!CUDA)(?<!GPU)(?<!卡)(?<!CUDA )(?<!GPU )内存(?:空间)?(?:不足|溢出|爆|不够|耗尽|占满|满了|\s?OOM)|爆内存|"
         r"(?:OOM|oom)[ -]?kill\w*", _I)),
     # a kill said without its sender: the host's memory is the usual one (rule host-oom-killed says so)
     ("killed", re.compile(
@@ -85,14 +103,15 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"被\s*(?:系统)?\s*(?:kill(?:ed)?|杀|干掉)|\bSIGKILL\b|\bsignal 9\b|"
         r"(?:exit ?code|return code|exitcode)\s*[:=]?\s*-9\b", _I | re.M)),
     ("oom", re.compile(
-        r"out of memory|\bOOM\b|OutOfMemory|(?<![A-Za-z])oom(?![A-Za-z])|显存(?:不足|溢出|爆|不够|炸|占满)|爆显存|"
+        r"out of memory|\bOOM\b|OutOfMemory|(?<![A-Za-z])oom(?![A-Za-z])|显存(?:空间)?(?:不足|溢出|爆|不够|炸|占满)|爆显存|"
         r"(?:CUDA|GPU|显卡)\s?(?:的)?内存(?:不足|溢出|爆|不够)|\bran out of (?:GPU |CUDA |video )?memory\b|"
         r"\bruns? out of (?:GPU |CUDA |video )?memory\b|\bnot enough (?:GPU |CUDA )?memory\b|"
         r"\bout of (?:GPU |CUDA )?VRAM\b|\bGPU memory (?:overflow|is full|exhausted)|\bVRAM (?:overflow|is full)|"
         r"显存(?:满了|用完|用尽)", _I)),
     ("cuda-error", re.compile(
         r"illegal memory access(?!\s+(?:check|checker|detect\w*|sanitiz\w*))|device-side assert\w*|unspecified launch failure|misaligned address|"
-        r"no kernel image is available|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|\bcuDNN error\b|"
+        r"no kernel image is available|CUBLAS_STATUS_\w+|driver version is insufficient|driver on your system is too old|"
+        r"\b(?:NVIDIA |CUDA |GPU )?driver (?:is )?too old\b|驱动(?:版本)?(?:太低|过低|太旧|过旧|不够)|CUDNN_STATUS_\w+|\bcuDNN error\b|"
         r"\bCUDA error(?!:? ?out of memory)|非法内存访问", _I)),
     # an optimizer that changes nothing (rule no-parameter-update): a grad norm or learning rate of exactly 0, no
     # trainable parameter (PEFT's print_trainable_parameters "trainable params: 0")
@@ -116,7 +135,8 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("timeout", re.compile(r"\btime[ -]?out\b|\btimed out\b|\btimeouts?\b|Watchdog caught|超时", _I)),
     ("hang", re.compile(
         r"\bhang(?:s|ing)?\b|\bhung\b|\bstuck\b|\bfreez(?:e|es|ing)\b|\bfroze(?:n)?\b|\bdeadlock\w*|"
-        r"\bno progress\b|\bnot (?:progressing|moving|proceeding)\b|\bdoes(?:n't| not) (?:proceed|progress|move on)\b|"
+        r"\bno progress\b|\bnot (?:progressing|moving|proceeding|advancing)\b|"
+        r"\bdo(?:es)?(?:n't| not) (?:proceed|progress|move(?: on)?|advance)\b(?!\s+(?:the|to|a|an|it|them|my|its)\b)|"
         r"\bnever (?:starts|finishes|returns)\b|卡住|卡死|卡在|卡着|不动了?|无响应|没(?:有)?反应|停住|停在|夯住|死锁|"
         r"(?:一直|始终)(?:等待|不动)|没有进度|进度条不动|\b(?:stays?|remains?|sits?|stuck) at 0\s?%|"
         r"进度(?:条)?(?:一直|始终)(?:是|为|在|停在)?\s*0\s*%", _I)),
@@ -127,11 +147,36 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\bsilently (?:stops?|stopped|exits?|exited|dies|died)\b|\bdisappear\w* without\b|"
         r"(?:突然|自动|直接)(?:中断|停止|退出|结束|断掉|挂掉|没了)|(?:没有|无)(?:任何)?(?:报错|错误)(?:信息)?(?:就|直接)?(?:退出|停止|中断|结束)|"
         r"进程(?:消失|没了|自己退出)", _I)),
+    # an error said only of multi-node training ("多机多卡训练的时候报错", "fails on multi-node"): what a second node
+    # adds is the network between ranks, so NCCL's transport (rule nccl-error) is the lead; after every specific
+    # symptom ("多机 OOM" stays oom), and not where the words quote the exception (its reading says more)
+    ("nccl-error", re.compile(
+        r"(?:多机|多节点|跨节点|跨机|\bmulti[- ]?node\b|\bmultiple (?:nodes|machines)\b|\b(?:two|2|several) (?:nodes|machines)\b)"
+        r"[^.\n。]{0,24}?(?:报错|出错|错误|失败|\berrors?\b|\bfail\w*|\bcrash\w*)(?![^\n]{0,60}(?:Error|Exception)\b)|"
+        r"(?:\berrors?\b|\bfail\w*|\bcrash\w*)[^.\n。]{0,24}?(?:\bmulti[- ]?node\b|\bmultiple (?:nodes|machines)\b|"
+        r"\b(?:two|2|several) (?:nodes|machines)\b)(?![^\n]{0,60}(?:Error|Exception)\b)", _I)),
     ("version", re.compile(
         r"\b(?:requires?|required|need|needs)\s+(?:`)?[\w.-]+\s*(?:>=|==|<=|>|<)\s*\d[\w.]*|"
         r"is required for a normal functioning|\bversion (?:mismatch|conflict|incompatib\w*)\b|"
+        # a model type the installed transformers does not know (configuration_auto.py's "does not recognize this
+        # architecture", said in users' words): a transformers older than the model
+        r"\bmodel[_ ]type\s*[`'\"]?[\w.-]+[`'\"]?\s*(?:is\s+)?(?:not recogni[sz]ed|unrecogni[sz]ed|not supported|unknown)|"
+        r"\b(?:unrecogni[sz]ed|unknown|unsupported) model[_ ]type\b|"
         r"\b(?:is|are) not supported (?:by|in|with) (?:the )?(?:installed |current )?(?:transformers|torch|deepspeed|peft|vllm|accelerate|flash[-_]?attn|version)\b|"
         r"\bincompatible (?:with )?(?:the )?(?:installed )?(?:version|transformers|torch|deepspeed|peft|vllm)\b|"
+        # two packages said not to go together ("torch and deepspeed versions are currently incompatible",
+        # "deepspeed 0.14.3 does not work with torch 2.4"), a release the user must move to ("please use a version
+        # that is greater than 0.5.0", "need accelerate>=0.34"), a version said not compatible
+        r"\bversions? (?:are|is) (?:currently |still |now )?(?:incompatible|not compatible)\b|"
+        r"\bversions? (?:of \S+ )?(?:you are using )?(?:is|are) not compatible\b|"
+        r"\buse a version (?:that is )?(?:greater|newer|higher|later|lower|older) than\b|"
+        r"\b(?:does(?:n't| not)|do(?:n't| not)|won't) work with (?:the )?(?:torch|transformers|deepspeed|peft|accelerate|"
+        r"trl|vllm|datasets|flash[-_]?attn|bitsandbytes|cuda)\s*v?\d|"
+        # a package with its version, then within the same sentence said not to go with another ("deepspeed 0.15 和
+        # torch 2.4 不兼容"); with no version it may be an option conflict ("DeepSpeed ZeRO-3 is incompatible with
+        # pure_bf16"), not a release one
+        r"\b(?:torch|pytorch|transformers|deepspeed|peft|accelerate|trl|vllm|datasets|flash[-_]?attn|bitsandbytes)"
+        r"\s*(?:==|=)?\s*v?\d+(?:\.\d+)+[^。\n]{0,40}?(?:不兼容|不匹配|\bincompatible\b|\bnot compatible\b)|"
         r"版本(?:不兼容|不匹配|冲突|不对|问题|太低|太高|过低|过高)|(?:升级|降级)[\w.-]*版本|(?:升级|降级)\s*(?:transformers|torch|"
         r"deepspeed|peft|vllm|accelerate|flash[-_]attn)", _I)),
     # an exception class the words say the run raised: after a verb of failing ("fails with KeyError", "报错
@@ -139,6 +184,9 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # mentioned ("see ChildFailedError in the docs", "except OSError: pass") is not a failure. The class name is
     # matched case-sensitively (CPython's spelling), the words around it are not.
     ("error", re.compile(
+        # a title that opens with the error and what was being done ("Error patching SFTTrainer", "[BUG] Error
+        # loading checkpoint"): a crash whose cause the words hold
+        r"(?i:^\s*(?:\[[^\]\n]{1,20}\]\s*)*errors?\s+(?:while\s+|when\s+)?[a-z]+ing\b)|"
         r"(?i:\bfail(?:s|ed|ing)? with|\bcrash(?:es|ed)? with|\braise[sd]?|\bthrows?|\bthrew|\bgot|\bgets|\bgetting|"
         r"\bhits?|报错|出现|遇到|提示|抛出)\s*(?:an? |the )?[`'\"“]?(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b|"
         r"^\s*(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\s+(?:['\"`“‘]|(?i:(?:is |was )?(?:raised|thrown|occur\w*)|"
@@ -173,6 +221,12 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?:报|抛|出)了?\s*(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b")),
 )
 
+# a datasets progress bar at 0 (datasets arrow_dataset.py map's "Map (num_proc=N)", LLaMA-Factory's "Running
+# tokenizer on dataset" / "Converting format of dataset" descriptions, data/loader.py and data/converter.py): as
+# the last line of a short paste that names no symptom, the user pasted where it stopped (userwords.read_words)
+BAR_AT_ZERO = re.compile(r"^\s*(?:Map|Filter|Running tokenizer on dataset|Converting format of dataset)\b[^\n]{0,80}?:"
+                         r"\s*0%\|[^\n]*\|\s*0/\d+\b[^\n]*$", _I | re.M)
+
 # a negation right before a symptom's words: that match does not count
 # (one word may stand between: "no NCCL timeout", "没有 CUDA 报错")
 # (what a user did to avoid a symptom is no report of it: "to avoid OOM I set batch 1", "为了防止OOM")
@@ -189,10 +243,12 @@ PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # (LLaMA-Factory's map descriptions, data/loader.py and data/converter.py: "Running tokenizer on dataset",
     # "Converting format of dataset")
     ("tokenization", re.compile(r"\btokeni[sz](?:e|es|ed|ing|ation)\b|Running tokenizer on dataset|"
-                                r"Converting format of dataset|\bpreprocess\w*|\bdatasets? map\b|\bmap\(|"
+                                r"Converting format of dataset|\bpreprocess\w*|\bdatasets? map\b|\bmap\(|\bMap \(num_proc=|"
                                 r"\bload(?:s|ing)? (?:the )?(?:dataset|data)\b|预处理|分词|数据处理|加载数据|数据集加载|"
                                 r"读取数据", _I)),
-    ("loading", re.compile(r"\bload(?:s|ing)?\b(?! balanc)|checkpoint shards|from_pretrained|加载|载入", _I)),
+    # ("after loading the model" / "加载完后" is past the load: the hang is not in it)
+    ("loading", re.compile(r"(?<!after )(?<!after the )\bload(?:s|ing)?\b(?! balanc)|checkpoint shards|from_pretrained|"
+                           r"(?:加载|载入)(?!完|后|之后|结束|成功)", _I)),
     # (最后 alone is "finally" as often as "at the end": only its phrases of the run's end count)
     ("end", re.compile(r"\bin the end\b|\bat the end\b|\bend of training\b|训练(?:结束|快结束|的最后)|"
                        r"最后一(?:步|个\s?epoch|轮)|(?:训练|跑)到最后", _I)),
