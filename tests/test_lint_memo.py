@@ -72,3 +72,177 @@ def test_project_config_of_nested_folders_comes_from_the_nearest(tmp_path):
         assert find_project_config(str(deep / "x.yaml"))["fail-on"] == "never"
     finally:
         _find.cache_clear()
+
+
+# --- keys already found clean (readers/config/keymemo.py) and models resolved once per lint (facts/archmemo.py) ---
+
+def _fresh_key_memo():
+    from finetune_doctor.readers.config import keymemo
+
+    keymemo._CLEAN.clear()
+    return keymemo
+
+
+def test_a_clean_key_is_checked_once_per_value_and_context(monkeypatch):
+    from finetune_doctor.readers.config import keyschema
+    from finetune_doctor.readers.config.lfrelease import choose
+
+    _fresh_key_memo()
+    calls: list[str] = []
+    real = keyschema._check_one
+    monkeypatch.setattr(keyschema, "_check_one", lambda ctx, key, value: calls.append(key) or real(ctx, key, value))
+    rel = choose("0.9.3")
+    cfg = {"stage": "sft", "finetuning_type": "lora", "lora_rank": 8}
+    assert keyschema.check_keys(cfg, env={}, release=rel) == []
+    assert keyschema.check_keys(cfg, env={}, release=rel) == []
+    assert calls == ["stage", "finetuning_type", "lora_rank"]   # the second config asked nothing again
+    keyschema.check_keys({**cfg, "lora_rank": 16}, env={}, release=rel)   # another value: checked
+    keyschema.check_keys(cfg, env={}, release=choose("0.9.2"))           # another release: checked
+    assert calls[3:] == ["lora_rank", "stage", "finetuning_type", "lora_rank"]
+
+
+def test_the_memo_keeps_true_apart_from_one_and_never_hides_a_problem():
+    from finetune_doctor.readers.config.keyschema import check_keys
+    from finetune_doctor.readers.config.lfrelease import choose
+
+    _fresh_key_memo()
+    rel = choose("0.9.3")
+    assert check_keys({"stage": "sft", "lora_rank": 8}, env={}, release=rel) == []
+    # the same key with a value of another type (bool True == 1 in Python) is a problem the memo must not hide
+    wrong = check_keys({"stage": "sft", "lora_rank": True}, env={}, release=rel)
+    assert [p.key for p in wrong] == ["lora_rank"]
+    # a key a later release added is clean on 0.9.5 and not on an older release, memo warm or not
+    cold_old = check_keys({"stage": "sft", "finetuning_type": "oft"}, env={}, release=choose("0.9.1"))
+    _fresh_key_memo()
+    assert check_keys({"stage": "sft", "finetuning_type": "oft"}, env={}, release=choose("0.9.5")) == []
+    warm_old = check_keys({"stage": "sft", "finetuning_type": "oft"}, env={}, release=choose("0.9.1"))
+    assert cold_old == warm_old and [p.key for p in warm_old] == ["finetuning_type"]
+
+
+def test_every_example_config_gives_the_same_key_problems_with_the_memo_warm():
+    from finetune_doctor.readers.config.keyschema import check_keys
+    from finetune_doctor.readers.config.lfrelease import choose
+    from finetune_doctor.readers.config.yamlcfg import load_config
+
+    examples = sorted((Path(__file__).parent.parent / "fixtures" / "llamafactory" / "examples").rglob("*.yaml"))
+    docs = [load_config(str(p)).values for p in examples]
+    for version in ("0.9.5", "0.8.3"):
+        rel = choose(version)
+        cold = []
+        for values in docs:
+            _fresh_key_memo()
+            cold.append(check_keys(values, env={}, release=rel))
+        warm = [check_keys(values, env={}, release=rel) for values in docs]   # the memo filled by every file
+        assert warm == cold
+        assert any(cold)   # the corpus has problems on this release: the comparison compares something
+
+
+def _hub(tmp_path: Path, monkeypatch, repo: str, hidden: int) -> None:
+    """An HF cache at tmp_path/hf holding `repo`'s config.json with `hidden` as its hidden_size."""
+    import json
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    snap = tmp_path / "hf" / "hub" / ("models--" + repo.replace("/", "--")) / "snapshots" / "r1"
+    snap.mkdir(parents=True, exist_ok=True)
+    (snap / "config.json").write_text(json.dumps({
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": hidden,
+        "intermediate_size": 4 * hidden, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 4, "vocab_size": 1000, "torch_dtype": "bfloat16"}))
+
+
+def test_a_model_is_resolved_once_in_a_lint_and_anew_in_the_next(tmp_path, monkeypatch):
+    from finetune_doctor.facts import archmemo as fc
+    from finetune_doctor.readers.model import modelcfg
+
+    _hub(tmp_path, monkeypatch, "acme/tiny-llama", 64)
+    calls = []
+    real = modelcfg.load_arch
+
+    def counting(*a, **kw):
+        calls.append(kw.get("model_name_or_path", a[0] if a else None))
+        return real(*a, **kw)
+
+    kw = dict(model_name_or_path="acme/tiny-llama", base_dir=str(tmp_path), cache_dir=None, model_config=None,
+              allow_download=False, offline=True, exact=False, transformers_major=None, template=None,
+              multimodal=None, context_config=None)
+    with fc.arch_memo():
+        first: list = []
+        a1, _ = fc.load_arch_once(counting, dict(kw), first)
+        second: list = []
+        a2, _ = fc.load_arch_once(counting, dict(kw), second)
+        assert a2 is a1 and second == first and len(calls) == 1
+        fc.load_arch_once(counting, {**kw, "template": "llama3"}, [])   # another argument: resolved again
+        assert len(calls) == 2
+    _hub(tmp_path, monkeypatch, "acme/tiny-llama", 128)   # the cache changed between two lints
+    with fc.arch_memo():
+        a3, _ = fc.load_arch_once(counting, dict(kw), [])
+    assert len(calls) == 3 and a3.hidden_size == 128 and a1.hidden_size == 64
+    a4, _ = fc.load_arch_once(counting, dict(kw), [])   # outside a scope: no memo
+    assert len(calls) == 4 and a4.hidden_size == 128
+
+
+def test_an_unresolved_model_raises_the_same_error_from_the_memo(tmp_path, monkeypatch):
+    import pytest
+
+    from finetune_doctor.errors import InputError
+    from finetune_doctor.facts import archmemo as fc
+    from finetune_doctor.readers.model.modelcfg import load_arch
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    kw = dict(model_name_or_path=str(tmp_path / "no-such-model"), base_dir=str(tmp_path), cache_dir=None,
+              model_config=None, allow_download=False, offline=True, exact=False, transformers_major=None,
+              template=None, multimodal=None, context_config=None)
+    with fc.arch_memo():
+        with pytest.raises(InputError) as one:
+            fc.load_arch_once(load_arch, dict(kw), [])
+        with pytest.raises(InputError) as two:
+            fc.load_arch_once(load_arch, dict(kw), [])
+    assert str(one.value) == str(two.value) and "no-such-model" in str(two.value)
+
+
+# --- YAML scalars typed once per text (readers/config/yamlcfg.py `_typed_node`, yamlnodes.py `_loader`) ---
+
+_SCALARS = """\
+a: on
+b: yes
+c: 1e-4
+d: "1e-4"
+e: 0x10
+f: 1_000
+g: .inf
+h: ~
+i: True
+j: '1'
+k: 1
+l: 1.0
+m: sft
+n: [on, "on", 1e-4, 2]
+"""
+
+
+def test_scalars_are_typed_the_same_with_the_memos_cold_and_warm():
+    from finetune_doctor.readers.config import yamlcfg, yamlnodes
+
+    yamlcfg._TYPED.clear()
+    yamlnodes._LOADER.clear()
+    cold, pos = yamlcfg.parse_yaml_text(_SCALARS, "x.yaml")
+    # OmegaConf's reading (PyYAML 1.1 resolvers plus its float pattern); quoted scalars stay strings
+    assert cold == {"a": True, "b": True, "c": 1e-4, "d": "1e-4", "e": 16, "f": 1000, "g": float("inf"), "h": None,
+                    "i": True, "j": "1", "k": 1, "l": 1.0, "m": "sft", "n": [True, "on", 1e-4, 2]}
+    warm, pos2 = yamlcfg.parse_yaml_text(_SCALARS.replace("m: sft", "m: lora"), "x.yaml")
+    assert {k: v for k, v in warm.items() if k != "m"} == {k: v for k, v in cold.items() if k != "m"}
+    assert warm["m"] == "lora" and pos2 == pos
+    assert [type(warm[k]) for k in "ijkl"] == [bool, str, int, float]   # True, '1', 1 and 1.0 kept apart
+
+
+def test_an_integer_past_the_digit_limit_is_refused_each_time_with_its_own_line():
+    import pytest
+
+    from finetune_doctor.errors import InputError
+    from finetune_doctor.readers.config import yamlcfg
+
+    big = "9" * (yamlcfg.MAX_INT_DIGITS + 1)
+    for text, line in ((f"a: {big}\n", 1), (f"b: 1\nc: {big}\n", 2)):
+        with pytest.raises(InputError) as err:
+            yamlcfg.parse_yaml_text(text, "x.yaml")
+        assert err.value.line == line

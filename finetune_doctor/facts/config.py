@@ -26,6 +26,7 @@ from finetune_doctor.facts import ds as ds_facts
 from finetune_doctor.facts import dsread, launchread
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import kinds
+from finetune_doctor.facts.archmemo import load_arch_once as _load_arch_once
 from finetune_doctor.facts.assembly import Assembly
 from finetune_doctor.facts.bf16stack import bf16_refusal, stack_versions
 from finetune_doctor.facts.stackrange import assumed_transformers, stack_refusal_facts
@@ -352,13 +353,13 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
         return None
     cache = doc.values.get("cache_dir")
     try:
-        arch, model_src = load_arch(
-            str(name), base_dir=str(real_parent(config)),
+        arch, model_src = _load_arch_once(load_arch, dict(
+            model_name_or_path=str(name), base_dir=str(real_parent(config)),
             cache_dir=cache if isinstance(cache, str) else None, model_config=opts.model_config,
             allow_download=not static and opts.command in DOWNLOAD_COMMANDS, offline=opts.offline,
             exact=False if static else "auto", transformers_major=transformers,
             template=str(doc.values.get("template") or "") or None, multimodal=multimodal_hint(doc.values),
-            assumptions=asm.assumptions, context_config=machine.model_config(asm.context))
+            context_config=machine.model_config(asm.context)), asm.assumptions)
     except InputError as err:
         if not tolerate:
             if err.file is None or err.file == str(name):

@@ -177,7 +177,10 @@ def run(files: list[str], opts: Options, *, fix: bool = False, unsafe_fixes: boo
     findings: list[Finding] = []
     notes: list[str] = []
     linted_ds: set[str] = set()
-    kinds, results, alone = _classify_and_lint(files, opts, jobs)
+    from finetune_doctor.facts.archmemo import arch_memo
+
+    with arch_memo():   # each distinct model resolved once in this lint (facts/archmemo.py)
+        kinds, results, alone = _classify_and_lint(files, opts, jobs)
     skipped = [f for f, k in kinds if k is None]
     # what each skipped file is to LF (kind_of_file reads and parses it): asked once, or given by the workers
     named: dict[str, str | None] = {f: k for f, (k, _found) in (alone or {}).items()}

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Mapping
 
+from finetune_doctor.readers.config.keymemo import clean_keys, memo_key
+
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "catalog", "lf_keys.json")
 KINDS = ("unknown", "renamed", "derived", "invalid_value", "wrong_type", "out_of_range")
 _NO_FIX = object()
@@ -138,16 +140,6 @@ _KIND_WORDS = {"null": "null", "bool": "a boolean", "int": "an integer", "float"
                "list": "a list", "dict": "a mapping"}
 
 
-def _fmt(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if v is None:
-        return "null"
-    if isinstance(v, str):
-        return repr(v)
-    return str(v)
-
-
 def _major(version: str) -> str:
     return version.split(".", 1)[0]
 
@@ -189,13 +181,19 @@ def check_keys(values: Mapping[str, Any], *, env: Mapping[str, str] | None = Non
     )
     lenient = extra_args_allowed(env)
     out: list[KeyProblem] = []
+    clean = clean_keys(sch, release, ctx.mode, ctx.tf_major, ctx.tf_version)   # readers/config/keymemo.py
     for raw_key, value in values.items():
         key = str(raw_key)
+        seen = memo_key(key, value)
+        if seen in clean:
+            continue
         problem = _check_one(ctx, key, value)
-        if problem is not None and release is not None:
+        if problem is None:
+            problem = (_not_yet(ctx, key) or _choice_not_yet(ctx, key, value)) if release is not None else None
+            if problem is None and seen is not None:
+                clean.add(seen)
+        elif release is not None:
             problem = _by_release(ctx, key, value, problem)
-        elif problem is None and release is not None:
-            problem = _not_yet(ctx, key) or _choice_not_yet(ctx, key, value)
         if problem is None:
             continue
         if problem.kind in ("unknown", "renamed", "derived"):
