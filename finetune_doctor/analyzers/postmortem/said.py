@@ -16,6 +16,8 @@ from typing import Any
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import location_of
 from finetune_doctor.analyzers.postmortem.saidstack import setup_lead, stack_text, stated
+from finetune_doctor.analyzers.postmortem.savecause import said_save_lead
+from finetune_doctor.arch import BF16_FAMILIES
 from finetune_doctor.evidence import Evidence, Notice
 from finetune_doctor.readers.runlogs.statedwords import NODES
 
@@ -68,7 +70,9 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
             # an error said only of several nodes (userwords_vocab's multi-node entry), not of NCCL itself
             s["nodes_only"] = (s["symptom"] == "nccl-error" and bool(NODES.search(str(s.get("words"))))
                                and "nccl" not in str(s.get("words")).lower())
-            s["lead"] = setup_lead(ev, s["symptom"], s.get("phase"), str(s.get("text") or ""))
+            s["lead"] = (setup_lead(ev, s["symptom"], s.get("phase"), str(s.get("text") or ""))
+                         or said_save_lead(s, s["versions"])   # a save said to fail: which save (savecause.py)
+                         or fp16_lead(s))
             return s
     return None
 
@@ -105,6 +109,29 @@ def _reading(ev: Evidence, said: dict[str, Any], path: str) -> str | None:
         if cause:
             return str(cause["text"])
     return None
+
+
+# fp16 said in the words ("fp16", "float16", "半精度" is either half type, so not taken)
+_FP16 = re.compile(r"(?<![A-Za-z])(?:fp16|float16|torch\.float16)(?![A-Za-z0-9])", re.I)
+
+
+def fp16_lead(said: dict[str, Any]) -> str | None:
+    """The fp16 cause first, for a NaN or a loss of 0 said in words that also say fp16: the family the words
+    name when it is one pre-trained in bf16 (arch.BF16_FAMILIES, the one home of that list), whose activations
+    exceed fp16's maximum of 65504. None for other symptoms or without fp16 in the words."""
+    if said.get("symptom") not in ("nan", "loss-zero"):
+        return None
+    text = str(said.get("text") or "")
+    if not _FP16.search(text):
+        return None
+    flat = re.sub(r"[-_ ]", "", text.lower())
+    fam = next((f for f in sorted(BF16_FAMILIES, key=len, reverse=True)
+                if re.search(rf"(?<![a-z]){re.escape(f.replace('_', ''))}(?![a-z0-9])", flat)), None)
+    named = (f"the words name fp16 and {fam}, a family pre-trained in bf16" if fam else
+             "the words name fp16")
+    return (f"First: {named}, so fp16 overflow is the cause to rule out before the others (activations past fp16's "
+            "maximum of 65504 become inf/NaN, which the trainer logs as a NaN or a loss of 0): train in bf16 "
+            "(fp32 on a GPU without bf16).")
 
 
 _QUOTED = re.compile(r"'[^'\s]+'|\"[^\"\s]+\"")

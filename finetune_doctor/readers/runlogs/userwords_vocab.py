@@ -51,6 +51,10 @@ import re
 # starts at a word boundary (under Unicode rules 会 is a word character and "\bhang" does not match after it)
 _I = re.I | re.A
 
+# the packages a title may say a run is broken with (a release named right after them)
+_PKG = (r"(?:torch|pytorch|transformers|deepspeed|peft|accelerate|trl|vllm|datasets|flash[-_]?attn|bitsandbytes|"
+        r"xformers|unsloth|triton)")
+
 # (symptom, words): the first symptom whose words occur (not negated) wins; the specific ones first
 SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("disk-full", re.compile(
@@ -155,6 +159,17 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"[^.\n。]{0,24}?(?:报错|出错|错误|失败|\berrors?\b|\bfail\w*|\bcrash\w*)(?![^\n]{0,60}(?:Error|Exception)\b)|"
         r"(?:\berrors?\b|\bfail\w*|\bcrash\w*)[^.\n。]{0,24}?(?:\bmulti[- ]?node\b|\bmultiple (?:nodes|machines)\b|"
         r"\b(?:two|2|several) (?:nodes|machines)\b)(?![^\n]{0,60}(?:Error|Exception)\b)", _I)),
+    # a dataset that yields no sample (rule no-valid-samples): LLaMA-Factory takes the first processed sample to
+    # print it and turns the StopIteration of an empty dataset into "Cannot find sufficient samples, consider
+    # increasing dataset size." (stage pt: texts grouped into cutoff_len blocks) or "Cannot find valid samples,
+    # check `data/README.md` for the data format." (0.9.0 data/loader.py:199-207; main :264-271; llmtuner's
+    # preprocess.py let the bare StopIteration through): the error users call a dataset "format error"
+    ("no-samples", re.compile(
+        r"\bStopIteration\b|Cannot find (?:valid|sufficient) samples|\bno valid (?:training )?samples?\b|"
+        r"\b(?:dataset|data) (?:is |was |becomes |became |gets? |got )?empty\b|\bempty (?:training |train )?dataset\b|"
+        r"\b(?:dataset|data) (?:is |was )?too small\b|\bnot enough (?:samples|data|rows)\b|"
+        r"\bdataset format (?:error|is wrong|is invalid)|数据集?\S{0,3}格式(?:错误|不对|有误)|(?:没有|无)有效(?:的)?(?:样本|数据)|"
+        r"数据集?(?:为空|是空的)|样本(?:为空|数为0)|数据(?:集)?(?:太少|过少|量太小)", _I)),
     ("version", re.compile(
         r"\b(?:requires?|required|need|needs)\s+(?:`)?[\w.-]+\s*(?:>=|==|<=|>|<)\s*\d[\w.]*|"
         r"is required for a normal functioning|\bversion (?:mismatch|conflict|incompatib\w*)\b|"
@@ -172,6 +187,13 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\buse a version (?:that is )?(?:greater|newer|higher|later|lower|older) than\b|"
         r"\b(?:does(?:n't| not)|do(?:n't| not)|won't) work with (?:the )?(?:torch|transformers|deepspeed|peft|accelerate|"
         r"trl|vllm|datasets|flash[-_]?attn|bitsandbytes|cuda)\s*v?\d|"
+        # a run said broken or failing with a package release installed ("training is broken with vllm==0.5.0",
+        # "fails with vllm 0.5.0 installed", "breaks after upgrading to peft 0.7.0"): the release is the lead
+        r"\b(?:is|are|gets?|got|was|were|became) broken\s+(?:with|by|after|since|on|when)\s+"
+        r"(?:installing |upgrading (?:to )?|using )?(?:the )?" + _PKG + r"\s*(?:==|=|>=)?\s*v?\d[\w.]*|"
+        r"\bbr(?:eaks?|oke)\s+(?:with|after|on|since)\s+(?:installing |upgrading (?:to )?)?" + _PKG
+        + r"\s*(?:==|=)?\s*v?\d[\w.]*|\bfail(?:s|ed|ing)?\s+(?:with|after|when|once)\s+(?:installing |upgrading (?:to )?)?"
+        + _PKG + r"\s*(?:==|=)?\s*v?\d[\w.]*(?:\s+(?:is |being )?installed)?|"
         # a package with its version, then within the same sentence said not to go with another ("deepspeed 0.15 和
         # torch 2.4 不兼容"); with no version it may be an option conflict ("DeepSpeed ZeRO-3 is incompatible with
         # pure_bf16"), not a release one
@@ -197,8 +219,13 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?<!loss )(?<!损失)\berrors? (?:when|during|while|in|at)\b|\bcannot (?:load|import|find)\b|"
         r"\bcan't (?:load|import|find)\b|"
         r"\b(?:install\w*|resum\w*|sav(?:e|ing)|load(?:ing)?|import(?:ing)?|build(?:ing)?|compil\w*|merg\w*|export\w*)"
-        r"\s+(?:[\w.-]+\s+){0,3}?fail(?:s|ed|ure)?\b)|"
-        r"(?:安装|编译|保存|加载|导入|合并|导出|断点续训|恢复训练|续训)\S{0,6}失败|"
+        r"\s+(?:[\w.-]+\s+){0,3}?(?:fail(?:s|ed|ure)?|crash(?:es|ed)?)\b)|"
+        r"(?:安装|编译|保存|加载|导入|合并|导出|断点续训|恢复训练|续训)\S{0,6}(?:失败|崩溃|报错|出错|挂了)|"
+        r"(?i:\b(?:got|get|gets|getting|hit|hits|throws?|threw|raised?)\s+(?:an? |the |this |following )?(?:error|exception)\b)|"
+        # a title that states a named API's failure ("`SFTTrainer` does not pass `token_type_ids` ...") or that
+        # one thing does not work with another: a bug report whose words are the cause's only text
+        r"[`'\"][A-Za-z_][\w.]*(?:\(\))?[`'\"]\s+(?i:(?:does(?:n't| not)|do(?:n't| not)|cannot|can't|fails? to|never)\s+[a-z]+)\b|"
+        r"(?i:\b(?:does(?:n't| not)|do(?:n't| not)|won't|cannot|can't) work (?:with|on|under|when)\b)|"
         # message fragments that only an exception prints: torch/cuda/__init__.py _lazy_init's "Torch not compiled
         # with CUDA enabled", CPython's "No module named" / "cannot import name" / "got an unexpected keyword
         # argument" / "has no attribute", the dynamic loader's "undefined symbol", transformers' AutoConfig "does
@@ -283,3 +310,9 @@ def first_phase(text: str) -> tuple[str, re.Match[str]] | None:
         if m:
             return phase, m
     return None
+
+
+def loss_zero_said(text: str) -> re.Match[str] | None:
+    """The first loss-zero match of `SYMPTOMS` in `text` that no negation precedes, or None."""
+    pat = next(p for name, p in SYMPTOMS if name == "loss-zero")
+    return next((m for m in pat.finditer(text) if not NEGATED.search(text[max(0, m.start() - 24):m.start()])), None)
