@@ -72,7 +72,7 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
                                and "nccl" not in str(s.get("words")).lower())
             s["lead"] = (setup_lead(ev, s["symptom"], s.get("phase"), str(s.get("text") or ""))
                          or said_save_lead(s, s["versions"])   # a save said to fail: which save (savecause.py)
-                         or fp16_lead(s))
+                         or fp16_lead(s) or replicated_lead(s))
             return s
     return None
 
@@ -126,12 +126,30 @@ def fp16_lead(said: dict[str, Any]) -> str | None:
         return None
     flat = re.sub(r"[-_ ]", "", text.lower())
     fam = next((f for f in sorted(BF16_FAMILIES, key=len, reverse=True)
-                if re.search(rf"(?<![a-z]){re.escape(f.replace('_', ''))}(?![a-z0-9])", flat)), None)
+                if re.search(rf"(?<![a-z]){re.escape(f.replace('_', ''))}(?![a-z])", flat)), None)
     named = (f"the words name fp16 and {fam}, a family pre-trained in bf16" if fam else
              "the words name fp16")
     return (f"First: {named}, so fp16 overflow is the cause to rule out before the others (activations past fp16's "
             "maximum of 65504 become inf/NaN, which the trainer logs as a NaN or a loss of 0): train in bf16 "
             "(fp32 on a GPU without bf16).")
+
+
+# several cards said of an OOM: "三张卡", "1,2,3 并行", "4 GPUs", "multi-GPU", "DDP", "each card", "more GPUs"
+_SEVERAL = re.compile(r"[二两三四五六七八2-9]\s*(?:张|块)(?:显)?卡|多卡|并行训练|\b[2-9] ?(?:x ?)?GPUs\b|\bmulti[- ]?GPU\b|\bDDP\b|"
+                      r"\b(?:each|every|more|several|multiple) (?:GPUs?|cards?)\b|每(?:张|块)卡|(?:加|多)了?卡", re.I)
+
+
+def replicated_lead(said: dict[str, Any]) -> str | None:
+    """For GPU memory said to run out on several cards: data-parallel training (DDP, LLaMA-Factory's default for
+    several GPUs without DeepSpeed or FSDP) keeps a whole copy of the weights, gradients and optimizer states on
+    every card, so more cards add no room per model (rule weights-replicated says the same from a config). None
+    for other symptoms or without several cards in the words."""
+    if said.get("symptom") != "oom" or said.get("memory") != "gpu" or not _SEVERAL.search(str(said.get("text") or "")):
+        return None
+    return ("The words name several cards: under DDP (LLaMA-Factory's default for several GPUs without DeepSpeed "
+            "or FSDP) every card holds a whole copy of the model with its gradients and optimizer states, so more "
+            "cards add no memory per model and the longest sample that fits is bounded by one card; ZeRO-3 "
+            "(`deepspeed: examples/deepspeed/ds_z3_config.json`) or FSDP shards them across the cards.")
 
 
 _QUOTED = re.compile(r"'[^'\s]+'|\"[^\"\s]+\"")

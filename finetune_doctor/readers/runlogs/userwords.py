@@ -64,7 +64,7 @@ _NEGATED = re.compile(
 # 内存 is the word for any memory: said of the cards ("GPU的内存情况", "一号卡", "每张卡", "显卡"), an "out of 内存"
 # is the GPU's (a card merely counted, "多卡训练内存不足", is not: each process also loads the model into host RAM) (a DDP run holds a whole model copy per card, so more cards do not pool it); only the bare word
 # is re-read, never one the user tied to the host (CPU/RAM/系统内存/the OOM killer)
-_CARDS = re.compile(r"GPU|CUDA|显卡|显存|每(?:张|块)卡|[一二三四五六七八\d]+\s*号卡|卡的?(?:内存|占用)|\bVRAM\b", re.I)
+_CARDS = re.compile(r"GPU|CUDA|显卡|显存|每(?:张|块)卡|\b(?:each|every) (?:card|device)\b|\bcards\b|加了?卡|[一二三四五六七八\d]+\s*号卡|卡的?(?:内存|占用)|\bVRAM\b", re.I)
 _HOST_SAID = re.compile(r"CPU|\bhost\b|\bsystem\b|\bRAM\b|系统|主机|kill|杀", re.I)
 _FAILED = re.compile(r"\bfail\w*|\bcrash\w*|\berror\w*|\bdies\b|\bdied\b|\bkilled\b|报错|失败|挂了|崩溃", re.I)
 

@@ -111,7 +111,11 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?:CUDA|GPU|显卡)\s?(?:的)?内存(?:不足|溢出|爆|不够)|\bran out of (?:GPU |CUDA |video )?memory\b|"
         r"\bruns? out of (?:GPU |CUDA |video )?memory\b|\bnot enough (?:GPU |CUDA )?memory\b|"
         r"\bout of (?:GPU |CUDA )?VRAM\b|\bGPU memory (?:overflow|is full|exhausted)|\bVRAM (?:overflow|is full)|"
-        r"显存(?:满了|用完|用尽)", _I)),
+        r"显存(?:满了|用完|用尽)|"
+        # a DDP run's memory said per card: each card holds the whole model, more cards did not help
+        r"\beach (?:GPU|card|device) (?:holds|loads|keeps|has|gets|stores) (?:a |the )?(?:whole|full|entire|complete)\b"
+        r"[^.\n]{0,20}\bmodel\b|\b(?:more|adding|extra|additional) (?:GPUs|cards) (?:did(?:n't| not)|does(?:n't| not)|"
+        r"do(?:n't| not)) help\b|每(?:张|块)卡都(?:加载|放|存|有)了?(?:一份)?(?:完整的?)?模型|(?:加|多)了?卡(?:也|都)?(?:没用|不管用|没有用)", _I)),
     ("cuda-error", re.compile(
         r"illegal memory access(?!\s+(?:check|checker|detect\w*|sanitiz\w*))|device-side assert\w*|unspecified launch failure|misaligned address|"
         r"no kernel image is available|CUBLAS_STATUS_\w+|driver version is insufficient|driver on your system is too old|"
