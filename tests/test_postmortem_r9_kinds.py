@@ -65,6 +65,9 @@ def test_errno39_from_the_dev_builds_renames_without_its_paths(tmp_path):
     f = first(tmp_path, fixture="renames_errno39_dev.log")
     assert f.name == "run-crashed"
     assert "OSError: [Errno 39] Directory not empty" in f.message and "#36076" in f.message
+    # the dev build's own code line (os.renames of the staging folder) picks its episode alone
+    assert 'transformers 4.49.0.dev0 (a build of main: "os.renames(output_dir, checkpoint_dir)")' in f.message
+    assert "#27925" not in f.message
     # the marker named tmp-checkpoint-<random>: no step is invented
     assert "during a checkpoint save" in f.message and "checkpoint-None" not in f.message
 
@@ -75,6 +78,9 @@ def test_the_episode_follows_the_release_and_a_release_outside_every_episode_say
     out = _episode_words({"transformers": ("4.40.0", "train.log:3")})
     assert out.startswith("transformers 4.40.0 (read at train.log:3) is in none of them, so another writer is likelier")
     assert "pip show" not in out
+    # words that say main was built: the dev build's episode; a release read outranks them
+    assert "(a build of main: \"main branch\") is in the affected releases" in _episode_words({}, None, "on the main branch")
+    assert "4.38.1" in _episode_words({"transformers": ("4.38.1", "env")}, None, "main branch")
 
 
 def test_errno39_alone_outside_a_save_is_no_staged_save(tmp_path):

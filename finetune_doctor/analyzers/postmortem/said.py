@@ -4,7 +4,8 @@ readers/runlogs/userwords.py reads a short file that is prose (an issue title, a
 Here it becomes the ``ev.said`` fact, but only when no log line gave any evidence: a symptom read from words never
 competes with one read from the run's own output. The rules that judge a symptom from a log (cuda-oom, nan-loss,
 loss-stuck-zero, nccl-timeout, nccl-error, disk-full, host-oom-killed, run-hang, native-crash, cuda-error,
-loss-diverged; run-crashed for an error or a version conflict the words name) read ``ev.said`` as a second,
+loss-diverged; run-crashed for an error or a version conflict the words name; no-valid-samples for a dataset said
+to give no sample) read ``ev.said`` as a second,
 weaker kind of evidence and word their finding as what the words alone support, asking for the output.
 """
 

@@ -52,12 +52,23 @@ _SAVE_WORDS = re.compile(r"\bsav(?:e|es|ed|ing)\b|\bckpt\b|\bcheckpoint|保存|�
 _FINAL = re.compile(r"\bfinal\b|\blast\b|\bend of training\b|\bafter training\b|最后|最终|训练(?:完成|结束)", re.I)
 
 
-def _episode_words(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str] | None = None) -> str:
+# signs of a build of transformers' main rather than a release: the user's words ("main branch", "installed from
+# source", a git+ URL, a .dev0 version) or the dev build's own code line (4.49.0.dev0 trainer.py:3157)
+_MAIN_BUILD = re.compile(r"\bmain branch\b|\bfrom (?:source|github|git)\b|git\+https://github\.com/huggingface/transformers|"
+                         r"\bdev0\b|os\.renames\(output_dir, checkpoint_dir\)|主分支|源码安装", re.I)
+
+
+def _episode_words(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str] | None = None,
+                   seen: str = "") -> str:
     """The episode the transformers release read (`versions`: {package: (version, where read)}) or said (`said`:
-    {package: version}) falls in, worded with where it was read; every episode when none is known or none
-    matches (the release is then what to check)."""
+    {package: version}) falls in, worded with where it was read; with no release, a build of main that `seen`
+    (the words and code lines read) shows (`_MAIN_BUILD`) is the dev build's episode; every episode when none is
+    known or none matches (the release is then what to check)."""
     v = versions.get("transformers")
     ver, where = (v[0], f"read at {v[1]}") if v else ((said or {}).get("transformers"), "the words state it")
+    main = _MAIN_BUILD.search(seen) if not ver else None
+    if main:
+        ver, where = "4.49.0.dev0", f"a build of main: \"{main.group(0)}\""
     key = version_key(ver) if ver else None
     if key is not None:
         for lo, hi, words in _EPISODES:
@@ -72,10 +83,11 @@ STAGED = "the checkpoint save failed in transformers' staged save"
 """The opening of every staged-save reading (causes.py tells its lead's kind by it: cutcause.lead_kind)."""
 
 
-def _staged_text(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str] | None = None) -> str:
+def _staged_text(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str] | None = None,
+                 seen: str = "") -> str:
     return (f"{STAGED} (Trainer._save_checkpoint writes a "
             "tmp-checkpoint folder, then renames it to checkpoint-N): a second process renamed or removed the "
-            f"same folder; {_episode_words(versions, said)}; the fix: {_FIX}")
+            f"same folder; {_episode_words(versions, said, seen)}; the fix: {_FIX}")
 
 
 def staged_save_lead(tb: Any, versions: Mapping[str, tuple[str, str]]) -> str | None:
@@ -91,7 +103,7 @@ def staged_save_lead(tb: Any, versions: Mapping[str, tuple[str, str]]) -> str | 
     below = frames[at + 1:]
     if not any(_STAGING.search(x) or x.startswith(("rmtree (shutil.py)", "renames (", "rename (")) for x in below):
         return None
-    return _staged_text(versions)
+    return _staged_text(versions, seen="\n".join(below))
 
 
 def words_beside(ev: Any, exc: Any) -> str:
@@ -112,7 +124,7 @@ def staged_save_error(cls: str, msg: str, line: str, frames: tuple, versions: Ma
     in_save = any(str(x).startswith("_save_checkpoint (") for x in frames)
     if not (in_save or _STAGING.search(line) or _SAVE_WORDS.search(line)):
         return None
-    return _staged_text(versions)
+    return _staged_text(versions, seen="\n".join([line, *map(str, frames)]))
 
 
 def said_save_lead(said: Mapping[str, Any], versions: Mapping[str, str]) -> str | None:
@@ -126,7 +138,7 @@ def said_save_lead(said: Mapping[str, Any], versions: Mapping[str, str]) -> str 
         return None
     text = str(said.get("text") or "")
     if _ERRNO.search(text) or _STAGING.search(text):
-        return "From the words: " + _staged_text({}, versions) + "."
+        return "From the words: " + _staged_text({}, versions, text) + "."
     if _FINAL.search(text):
         return ("From the words: it was the final save (after the training loop: the trainer's save_model, which "
                 "gathers the whole model on one process under ZeRO-3, FSDP or Megatron, where the intermediate "

@@ -34,9 +34,17 @@ the words are those the tools themselves print and users repeat in issue titles:
 - timeout: "timeout", "timed out", the NCCL watchdog's "Watchdog caught collective operation timeout"
   (ProcessGroupNCCL.cpp), 超时.
 - hang: hangs, stuck, freezes, no progress, deadlock; 卡住/卡死/卡在/不动/无响应/没反应/停住.
+- no-samples: a dataset that yields no sample: "StopIteration", "dataset is empty", "too small", "no valid samples",
+  LLaMA-Factory's "Cannot find valid/sufficient samples" (0.9.0 data/loader.py:199-207), a dataset "format error"
+  (数据集格式错误, 数据集为空).
 - version: a version range a package or model states ("requires transformers>=4.45", "is required for a normal
   functioning of this module" (transformers utils/versions.py require_version), "not supported", "版本不兼容").
-- error: an exception class named in the words ("fails with KeyError 'qwen3_next'") or 报错/失败 with the words
+- oom also: a DDP run's memory said per card ("each GPU holds the whole model", "more GPUs did not help",
+  每张卡都加载了完整模型); 内存 said of the cards (userwords.py `_CARDS`) is the GPU's, not the host's.
+- version also: a run said broken or failing with a package release ("broken with vllm==0.5.0", "fails with
+  deepspeed 0.15.1 installed").
+- error: a save said to fail or crash (保存...崩溃/报错), a named API said not to do its job ("`X` does not pass
+  `y`"), "does not work with", "got an error"; and an exception class named in the words ("fails with KeyError 'qwen3_next'") or 报错/失败 with the words
   that follow: a crash whose cause the words hold, read by run-crashed.
 
 A match right after a negation ("no OOM", "without NaN", "没有超时") does not count: the next match, or the next
