@@ -180,3 +180,9 @@ def test_oom_said_of_several_cards_names_the_replicated_copy_as_a_warning(tmp_pa
 def test_oom_on_one_card_gets_no_replicated_copy(tmp_path):
     f = first(tmp_path, "CUDA out of memory on a single 4090 with Qwen2.5-7B full sft")
     assert f.name == "cuda-oom" and "whole copy" not in f.message
+
+
+def test_a_missing_checkpoint_file_at_resume_is_no_staged_save(tmp_path):
+    f = first(tmp_path, "FileNotFoundError: [Errno 2] No such file or directory: "
+                        "'saves/qwen/lora/checkpoint-1000/trainer_state.json'")
+    assert f.name == "run-crashed" and "staged save" not in f.message

@@ -155,7 +155,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("no-grad", lambda: _no_grad(msg)),
                      ("file-incomplete", lambda: _file_format(msg, versions)),
                      ("rename-race", lambda: _rename_race(msg)),
-                     ("staged-save", lambda: staged_save_error(cls, msg, words_beside(ev, exc), frames, versions)),
+                     ("staged-save", lambda: staged_save_error(cls, msg, frames, versions, words_beside(ev, exc), exc.text)),
                      ("hub", lambda: HUB_ERRORS.get(cls)),
                      ("os-error", lambda: _os_error(msg)),
                      ("environment", lambda: _environment(msg)),

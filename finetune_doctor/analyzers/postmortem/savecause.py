@@ -107,24 +107,28 @@ def staged_save_lead(tb: Any, versions: Mapping[str, tuple[str, str]]) -> str | 
 
 
 def words_beside(ev: Any, exc: Any) -> str:
-    """The exception line `exc` (a Notice) with the user's words of the same short file around it (its
-    ``FileEvidence.said`` text: "when save ckpt, got error: OSError ..."), which the line reader cuts off."""
+    """The user's words of the short file that holds the exception line `exc` (a Notice): its
+    ``FileEvidence.said`` text ("when save ckpt, got error: OSError ..."), which the line reader cuts off; "" for
+    a log."""
     said = next((f.said for f in ev.files if f.said and f.read.path == exc.file), None)
-    return " ".join(x for x in (str((said or {}).get("text") or ""), exc.text or "") if x)
+    return str((said or {}).get("text") or "")
 
 
-def staged_save_error(cls: str, msg: str, line: str, frames: tuple, versions: Mapping[str, tuple[str, str]]) \
-        -> str | None:
+def staged_save_error(cls: str, msg: str, frames: tuple, versions: Mapping[str, tuple[str, str]], words: str = "",
+                      line: str = "") -> str | None:
     """Words for an exception that a staged save's second writer raises (`cls` OSError, FileNotFoundError or
     FileExistsError with a rename's errno, `_ERRNO`) when the paths that would show the staging folder are cut
-    off: its traceback (`frames`) runs through ``_save_checkpoint``, or the line (`line`, the words around it
-    included) names the staging folder or a save. None otherwise."""
+    off: its traceback (`frames`) runs through ``_save_checkpoint``, or the exception line (`line`) names the
+    staging folder, or — for a target already there (Errno 39/17), not a missing file — the user's words around
+    it (`words`) say it was a save. A path that merely holds "checkpoint" (a resume from a missing folder) is no
+    save. None otherwise."""
     if cls not in ("OSError", "FileNotFoundError", "FileExistsError") or not _ERRNO.search(msg):
         return None
     in_save = any(str(x).startswith("_save_checkpoint (") for x in frames)
-    if not (in_save or _STAGING.search(line) or _SAVE_WORDS.search(line)):
+    said_save = "[Errno 2]" not in msg and bool(_SAVE_WORDS.search(words))
+    if not (in_save or _STAGING.search(line) or _STAGING.search(msg) or said_save):
         return None
-    return _staged_text(versions, seen="\n".join([line, *map(str, frames)]))
+    return _staged_text(versions, seen="\n".join([words, line, *map(str, frames)]))
 
 
 def said_save_lead(said: Mapping[str, Any], versions: Mapping[str, str]) -> str | None:
