@@ -186,3 +186,18 @@ def test_a_missing_checkpoint_file_at_resume_is_no_staged_save(tmp_path):
     f = first(tmp_path, "FileNotFoundError: [Errno 2] No such file or directory: "
                         "'saves/qwen/lora/checkpoint-1000/trainer_state.json'")
     assert f.name == "run-crashed" and "staged save" not in f.message
+
+
+# -- cuDNN's failed descriptor finalize ---------------------------------------------------------------------------
+
+def test_cudnn_finalize_with_its_status_is_the_cudnn_torch_loads(tmp_path):
+    f = first(tmp_path, fixture="cudnn_finalize_conv2d.log")
+    assert f.name == "cuda-error" and "CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED" in f.message
+    assert "the cuDNN frontend's failed descriptor finalize" in f.message and "nvidia-cudnn-cu12" in f.message
+
+
+def test_cudnn_finalize_cut_to_its_check_is_still_read(tmp_path):
+    f = first(tmp_path, "[rank3]:     return F.conv3d(\n[rank3]: RuntimeError: ptrDesc->finalize()")
+    assert f.name == "run-crashed" and "cuDNN could not finalize a descriptor" in f.message
+    g = first(tmp_path, "RuntimeError: shape '[2, -1]' is invalid for input of size 3")
+    assert "cuDNN" not in g.message

@@ -34,6 +34,7 @@ import math
 import re
 from typing import Any
 
+from finetune_doctor.analyzers.postmortem.cudnncause import cudnn_finalize
 from finetune_doctor.analyzers.postmortem.launchcause import launch_cause, precision_cause
 from finetune_doctor.analyzers.postmortem.samplecause import empty_dataset
 from finetune_doctor.analyzers.postmortem.savecause import staged_save_error, words_beside
@@ -159,6 +160,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("hub", lambda: HUB_ERRORS.get(cls)),
                      ("os-error", lambda: _os_error(msg)),
                      ("environment", lambda: _environment(msg)),
+                     ("cudnn-finalize", lambda: cudnn_finalize(cls, msg)),
                      ("config-keys", lambda: _unused_keys(exc.text or msg)),
                      ("launch", lambda: launch_cause(cls, msg)),
                      ("fp16-grads", lambda: precision_cause(msg)),
