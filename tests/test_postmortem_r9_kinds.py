@@ -201,3 +201,10 @@ def test_cudnn_finalize_cut_to_its_check_is_still_read(tmp_path):
     assert f.name == "run-crashed" and "cuDNN could not finalize a descriptor" in f.message
     g = first(tmp_path, "RuntimeError: shape '[2, -1]' is invalid for input of size 3")
     assert "cuDNN" not in g.message
+
+
+def test_the_leads_stay_quiet_where_the_words_rule_them_out(tmp_path):
+    f = first(tmp_path, "ZeRO-3 on 8 GPUs still OOM: each GPU holds the whole model?")
+    assert f.name == "cuda-oom" and "whole copy" not in f.message
+    g = first(tmp_path, "qwen2 loss becomes nan with fp16 and with bf16 alike")
+    assert g.name == "nan-loss" and "First:" not in g.message

@@ -112,6 +112,10 @@ def _reading(ev: Evidence, said: dict[str, Any], path: str) -> str | None:
     return None
 
 
+# bf16 said too: the words compare or already moved, so fp16 is not the one cause to rule out first
+_BF16 = re.compile(r"(?<![A-Za-z])(?:bf16|bfloat16)(?![A-Za-z0-9])", re.I)
+# the words say the model is already sharded (ZeRO-3, FSDP, DeepSpeed): no whole copy per card to name
+_SHARDED = re.compile(r"zero[-_ ]?3|\bz3\b|\bFSDP\b|\bdeepspeed\b|\bzero stage 3\b", re.I)
 # fp16 said in the words ("fp16", "float16", "半精度" is either half type, so not taken)
 _FP16 = re.compile(r"(?<![A-Za-z])(?:fp16|float16|torch\.float16)(?![A-Za-z0-9])", re.I)
 
@@ -123,7 +127,7 @@ def fp16_lead(said: dict[str, Any]) -> str | None:
     if said.get("symptom") not in ("nan", "loss-zero"):
         return None
     text = str(said.get("text") or "")
-    if not _FP16.search(text):
+    if not _FP16.search(text) or _BF16.search(text):   # "fp16 and bf16 alike" or "moved to bf16": not fp16's alone
         return None
     flat = re.sub(r"[-_ ]", "", text.lower())
     fam = next((f for f in sorted(BF16_FAMILIES, key=len, reverse=True)
@@ -145,7 +149,8 @@ def replicated_lead(said: dict[str, Any]) -> str | None:
     several GPUs without DeepSpeed or FSDP) keeps a whole copy of the weights, gradients and optimizer states on
     every card, so more cards add no room per model (rule weights-replicated says the same from a config). None
     for other symptoms or without several cards in the words."""
-    if said.get("symptom") != "oom" or said.get("memory") != "gpu" or not _SEVERAL.search(str(said.get("text") or "")):
+    text = str(said.get("text") or "")
+    if said.get("symptom") != "oom" or said.get("memory") != "gpu" or not _SEVERAL.search(text) or _SHARDED.search(text):
         return None
     return ("The words name several cards: under DDP (LLaMA-Factory's default for several GPUs without DeepSpeed "
             "or FSDP) every card holds a whole copy of the model with its gradients and optimizer states, so more "
