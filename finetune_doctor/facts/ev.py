@@ -43,7 +43,7 @@ _DETECTORS = {
               "stopped {last_step, total, total_source, percent, bar_only, lead, location}, hang {the same + evidence, lead, "
               "more, shown (the logs show it, not only allow it)} (a start-up hang: last_step and total None)}",
     "said": "the user's own description of the failure, read from words when no log line gave evidence "
-            "(analyzers/postmortem/said.py): {symptom [disk-full | nccl-error | image-tokens | native-crash | loss-scale | "
+            "(analyzers/postmortem/said.py): {symptom [disk-full | nccl-error | image-tokens | native-crash | loss-scale | no-samples | "
             "host-oom | killed | oom | "
             "cuda-error | no-update | nan | loss-zero | diverged | timeout | hang | stopped | version | error], words, phase [evaluation | save | "
             "tokenization | loading | end | start | resume], phase_words, step, after, text, location, reading, "

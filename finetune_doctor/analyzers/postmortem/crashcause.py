@@ -34,7 +34,10 @@ import math
 import re
 from typing import Any
 
+from finetune_doctor.analyzers.postmortem.cudnncause import cudnn_finalize
 from finetune_doctor.analyzers.postmortem.launchcause import launch_cause, precision_cause
+from finetune_doctor.analyzers.postmortem.samplecause import empty_dataset
+from finetune_doctor.analyzers.postmortem.savecause import staged_save_error, words_beside
 from finetune_doctor.analyzers.postmortem.stackcause import optimizer_train_pair, releases_judging
 from finetune_doctor.evidence import Evidence, Notice
 
@@ -153,14 +156,17 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("no-grad", lambda: _no_grad(msg)),
                      ("file-incomplete", lambda: _file_format(msg, versions)),
                      ("rename-race", lambda: _rename_race(msg)),
+                     ("staged-save", lambda: staged_save_error(cls, msg, frames, versions, words_beside(ev, exc), exc.text)),
                      ("hub", lambda: HUB_ERRORS.get(cls)),
                      ("os-error", lambda: _os_error(msg)),
                      ("environment", lambda: _environment(msg)),
+                     ("cudnn-finalize", lambda: cudnn_finalize(cls, msg)),
                      ("config-keys", lambda: _unused_keys(exc.text or msg)),
                      ("launch", lambda: launch_cause(cls, msg)),
                      ("fp16-grads", lambda: precision_cause(msg)),
                      ("cpu-adam-groups", lambda: _cpu_adam_groups(cls, msg)),
                      ("data-key", lambda: _data_key(cls, msg, frames)),
+                     ("no-samples", lambda: empty_dataset(cls, frames, pkgs)),
                      ("version-pair", lambda: optimizer_train_pair(cls, msg)),
                      ("version-mismatch", lambda: _mismatch(cls, msg, pkgs, versions)),
                      ("library-error", lambda: _library(cls, msg, pkgs, frames, versions))):

@@ -17,7 +17,10 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from finetune_doctor.analyzers.postmortem.savecause import STAGED, staged_save_lead
 from finetune_doctor.analyzers.postmortem.stackcause import _outside, _releases
+
+__all__ = ["dependency_check_lead", "in_dependency_check", "lead_kind", "staged_save_lead"]
 
 _CHECK_FUNCS = {"check_dependencies (misc.py)", "check_version (misc.py)", "require_version (versions.py)"}
 _CALL = "check_dependencies()"
@@ -95,3 +98,9 @@ def dependency_check_lead(tb: Any, versions: Mapping[str, tuple[str, str]], said
             "check_dependencies() at import; extras/misc.py), which raises only when an installed package is "
             f"missing or outside the release's range: {which}; install it inside that range, or set "
             "DISABLE_VERSION_CHECK=1 to skip the check")
+
+
+def lead_kind(lead: str) -> str:
+    """The ``ev.crash.cause`` kind of a cut traceback's lead that is not the dependency check: ``staged-save``
+    for transformers' staged checkpoint save read from the frames (savecause.py), else ``warning-lead``."""
+    return "staged-save" if lead.startswith(STAGED) else "warning-lead"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from finetune_doctor.analyzers.postmortem.cudnncause import cudnn_finalize
 from finetune_doctor.analyzers.postmortem.curves import location_of
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.evidence import Evidence, src
@@ -128,6 +129,10 @@ def cuda_error_facts(ev: Evidence, cx: RunContext) -> dict[str, Any] | None:
                    "attention implementation or a fused op, an id outside a table, or failing GPU memory; an Xid "
                    "31/13/94 in the kernel log tells which)")
         fix = "switch the attention implementation (flash_attn: sdpa) and rerun with CUDA_LAUNCH_BLOCKING=1"
+    elif e.kind == "cudnn" and cudnn_finalize("RuntimeError", e.text or ""):
+        # the frontend's descriptor finalize with its status (cudnncause.py): the cuDNN loaded, not the shapes
+        meaning = "the cuDNN frontend's failed descriptor finalize: " + (cudnn_finalize("RuntimeError", e.text or "") or "")
+        fix = "remove a cuDNN installed beside torch's own (or change the torch release with its torch-bound packages)"
     elif e.kind in ("cublas", "cudnn"):
         meaning = (f"{'cuBLAS' if e.kind == 'cublas' else 'cuDNN'} failed with {e.status}"
                    + (f" in `{e.call}`" if e.call else "") + ": usually memory exhausted inside the library "

@@ -274,7 +274,9 @@ def crash_moment(ev: Evidence, cx: RunContext, file: str, line: int, step: int |
     if last is not None and (step is None or last.step == step):
         at = (last.value or {}).get("step")
         if last.kind == "save":
-            return "save", f"during the checkpoint save of checkpoint-{at}", at if at is not None else step
+            # (transformers 4.49.0.dev0 saved to tmp-checkpoint-<random>: the marker names no step)
+            return "save", (f"during the checkpoint save of checkpoint-{at}" if at is not None else
+                            "during a checkpoint save"), at if at is not None else step
         done = [s for ln, s in evals if ln > last.line]
         if done:
             ph, words = _after_eval(done[-1], cx)

@@ -4,7 +4,8 @@ readers/runlogs/userwords.py reads a short file that is prose (an issue title, a
 Here it becomes the ``ev.said`` fact, but only when no log line gave any evidence: a symptom read from words never
 competes with one read from the run's own output. The rules that judge a symptom from a log (cuda-oom, nan-loss,
 loss-stuck-zero, nccl-timeout, nccl-error, disk-full, host-oom-killed, run-hang, native-crash, cuda-error,
-loss-diverged; run-crashed for an error or a version conflict the words name) read ``ev.said`` as a second,
+loss-diverged; run-crashed for an error or a version conflict the words name; no-valid-samples for a dataset said
+to give no sample) read ``ev.said`` as a second,
 weaker kind of evidence and word their finding as what the words alone support, asking for the output.
 """
 
@@ -16,6 +17,8 @@ from typing import Any
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import location_of
 from finetune_doctor.analyzers.postmortem.saidstack import setup_lead, stack_text, stated
+from finetune_doctor.analyzers.postmortem.savecause import said_save_lead
+from finetune_doctor.arch import BF16_FAMILIES
 from finetune_doctor.evidence import Evidence, Notice
 from finetune_doctor.readers.runlogs.statedwords import NODES
 
@@ -68,7 +71,9 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
             # an error said only of several nodes (userwords_vocab's multi-node entry), not of NCCL itself
             s["nodes_only"] = (s["symptom"] == "nccl-error" and bool(NODES.search(str(s.get("words"))))
                                and "nccl" not in str(s.get("words")).lower())
-            s["lead"] = setup_lead(ev, s["symptom"], s.get("phase"), str(s.get("text") or ""))
+            s["lead"] = (setup_lead(ev, s["symptom"], s.get("phase"), str(s.get("text") or ""))
+                         or said_save_lead(s, s["versions"])   # a save said to fail: which save (savecause.py)
+                         or fp16_lead(s) or replicated_lead(s))
             return s
     return None
 
@@ -105,6 +110,52 @@ def _reading(ev: Evidence, said: dict[str, Any], path: str) -> str | None:
         if cause:
             return str(cause["text"])
     return None
+
+
+# bf16 said too: the words compare or already moved, so fp16 is not the one cause to rule out first
+_BF16 = re.compile(r"(?<![A-Za-z])(?:bf16|bfloat16)(?![A-Za-z0-9])", re.I)
+# the words say the model is already sharded (ZeRO-3, FSDP, DeepSpeed): no whole copy per card to name
+_SHARDED = re.compile(r"zero[-_ ]?3|\bz3\b|\bFSDP\b|\bdeepspeed\b|\bzero stage 3\b", re.I)
+# fp16 said in the words ("fp16", "float16", "半精度" is either half type, so not taken)
+_FP16 = re.compile(r"(?<![A-Za-z])(?:fp16|float16|torch\.float16)(?![A-Za-z0-9])", re.I)
+
+
+def fp16_lead(said: dict[str, Any]) -> str | None:
+    """The fp16 cause first, for a NaN or a loss of 0 said in words that also say fp16: the family the words
+    name when it is one pre-trained in bf16 (arch.BF16_FAMILIES, the one home of that list), whose activations
+    exceed fp16's maximum of 65504. None for other symptoms or without fp16 in the words."""
+    if said.get("symptom") not in ("nan", "loss-zero"):
+        return None
+    text = str(said.get("text") or "")
+    if not _FP16.search(text) or _BF16.search(text):   # "fp16 and bf16 alike" or "moved to bf16": not fp16's alone
+        return None
+    flat = re.sub(r"[-_ ]", "", text.lower())
+    fam = next((f for f in sorted(BF16_FAMILIES, key=len, reverse=True)
+                if re.search(rf"(?<![a-z]){re.escape(f.replace('_', ''))}(?![a-z])", flat)), None)
+    named = (f"the words name fp16 and {fam}, a family pre-trained in bf16" if fam else
+             "the words name fp16")
+    return (f"First: {named}, so fp16 overflow is the cause to rule out before the others (activations past fp16's "
+            "maximum of 65504 become inf/NaN, which the trainer logs as a NaN or a loss of 0): train in bf16 "
+            "(fp32 on a GPU without bf16).")
+
+
+# several cards said of an OOM: "三张卡", "1,2,3 并行", "4 GPUs", "multi-GPU", "DDP", "each card", "more GPUs"
+_SEVERAL = re.compile(r"[二两三四五六七八2-9]\s*(?:张|块)(?:显)?卡|多卡|并行训练|\b[2-9] ?(?:x ?)?GPUs\b|\bmulti[- ]?GPU\b|\bDDP\b|"
+                      r"\b(?:each|every|more|several|multiple) (?:GPUs?|cards?)\b|每(?:张|块)卡|(?:加|多)了?卡", re.I)
+
+
+def replicated_lead(said: dict[str, Any]) -> str | None:
+    """For GPU memory said to run out on several cards: data-parallel training (DDP, LLaMA-Factory's default for
+    several GPUs without DeepSpeed or FSDP) keeps a whole copy of the weights, gradients and optimizer states on
+    every card, so more cards add no room per model (rule weights-replicated says the same from a config). None
+    for other symptoms or without several cards in the words."""
+    text = str(said.get("text") or "")
+    if said.get("symptom") != "oom" or said.get("memory") != "gpu" or not _SEVERAL.search(text) or _SHARDED.search(text):
+        return None
+    return ("The words name several cards: under DDP (LLaMA-Factory's default for several GPUs without DeepSpeed "
+            "or FSDP) every card holds a whole copy of the model with its gradients and optimizer states, so more "
+            "cards add no memory per model and the longest sample that fits is bounded by one card; ZeRO-3 "
+            "(`deepspeed: examples/deepspeed/ds_z3_config.json`) or FSDP shards them across the cards.")
 
 
 _QUOTED = re.compile(r"'[^'\s]+'|\"[^\"\s]+\"")

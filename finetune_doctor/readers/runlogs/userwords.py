@@ -61,6 +61,11 @@ _NEGATED = re.compile(
     # the clause ends at punctuation, or where a new statement starts ("without deepspeed the loss is nan")
     r"(?:(?!\s(?:the|and|but|so|then|when|while|it|training|loss|after|before|during|at)\b|在|时|后|但|就)"
     r"[^,，.。;；:：!！?？\n])*", re.I)
+# 内存 is the word for any memory: said of the cards ("GPU的内存情况", "一号卡", "每张卡", "显卡"), an "out of 内存"
+# is the GPU's (a card merely counted, "多卡训练内存不足", is not: each process also loads the model into host RAM) (a DDP run holds a whole model copy per card, so more cards do not pool it); only the bare word
+# is re-read, never one the user tied to the host (CPU/RAM/系统内存/the OOM killer)
+_CARDS = re.compile(r"GPU|CUDA|显卡|显存|每(?:张|块)卡|\b(?:each|every) (?:card|device)\b|\bcards\b|加了?卡|[一二三四五六七八\d]+\s*号卡|卡的?(?:内存|占用)|\bVRAM\b", re.I)
+_HOST_SAID = re.compile(r"CPU|\bhost\b|\bsystem\b|\bRAM\b|系统|主机|kill|杀", re.I)
 _FAILED = re.compile(r"\bfail\w*|\bcrash\w*|\berror\w*|\bdies\b|\bdied\b|\bkilled\b|报错|失败|挂了|崩溃", re.I)
 
 
@@ -78,7 +83,7 @@ def looks_like_prose(text: str) -> bool:
 def read_words(text: str) -> dict[str, Any] | None:
     """The symptom a short description names, or None (not prose, or no symptom word).
 
-    Returns ``{symptom, words, phase, phase_words, step, after, text, line, default_timeout, metric, memory}``: `symptom` one of disk-full,
+    Returns ``{symptom, words, phase, phase_words, step, after, text, line, default_timeout, metric, memory}``: `symptom` one of disk-full, no-samples,
     nccl-error, image-tokens, native-crash, loss-scale, host-oom, killed, oom, cuda-error, no-update, nan, loss-zero, diverged,
     timeout, hang, stopped, version, error
     (userwords_vocab.SYMPTOMS); `words` the text that named it; `phase` evaluation |
@@ -115,6 +120,13 @@ def read_words(text: str) -> dict[str, Any] | None:
         if m is None or not _FAILED.search(text):
             return None
         symptom = "named"
+    # NaN said to show as a loss of 0 ("有些token会输出nan, 导致loss为0"): the logged loss is 0, and loss-stuck-zero's
+    # reading is the one that covers non-finite values logged as 0
+    if symptom == "nan" and vocab.loss_zero_said(text):
+        symptom, m = "loss-zero", vocab.loss_zero_said(text)
+    if symptom == "host-oom" and not _HOST_SAID.search(m.group(0)) and _CARDS.search(text) \
+            and not _HOST_SAID.search(text):
+        symptom = "oom"
     out: dict[str, Any] = {"symptom": "timeout" if symptom == "named" else symptom, "inferred": symptom == "named",
                            "words": m.group(0).strip(), "phase": None, "phase_words": None,
                            "step": None, "after": None, "text": " ".join(shown.split())[:300],
@@ -124,7 +136,7 @@ def read_words(text: str) -> dict[str, Any] | None:
     # is inf/nan for a step whose gradients overflowed (fp16's GradScaler then skips that step) while the loss
     # stays finite
     # which memory an "oom" names: gpu when the words say so, else None (unknown: GPU memory or host RAM)
-    out["memory"] = ("gpu" if _GPU_MEMORY.search(text) else None) if symptom == "oom" else None
+    out["memory"] = ("gpu" if _GPU_MEMORY.search(text) or _CARDS.search(text) else None) if symptom == "oom" else None
     out["metric"] = ("grad_norm" if vocab.GRAD_BEFORE.search(text[max(0, m.start() - 24):m.start()]) else "loss") \
         if symptom == "nan" else None
     ph = vocab.first_phase(text)

@@ -34,9 +34,17 @@ the words are those the tools themselves print and users repeat in issue titles:
 - timeout: "timeout", "timed out", the NCCL watchdog's "Watchdog caught collective operation timeout"
   (ProcessGroupNCCL.cpp), 超时.
 - hang: hangs, stuck, freezes, no progress, deadlock; 卡住/卡死/卡在/不动/无响应/没反应/停住.
+- no-samples: a dataset that yields no sample: "StopIteration", "dataset is empty", "too small", "no valid samples",
+  LLaMA-Factory's "Cannot find valid/sufficient samples" (0.9.0 data/loader.py:199-207), a dataset "format error"
+  (数据集格式错误, 数据集为空).
 - version: a version range a package or model states ("requires transformers>=4.45", "is required for a normal
   functioning of this module" (transformers utils/versions.py require_version), "not supported", "版本不兼容").
-- error: an exception class named in the words ("fails with KeyError 'qwen3_next'") or 报错/失败 with the words
+- oom also: a DDP run's memory said per card ("each GPU holds the whole model", "more GPUs did not help",
+  每张卡都加载了完整模型); 内存 said of the cards (userwords.py `_CARDS`) is the GPU's, not the host's.
+- version also: a run said broken or failing with a package release ("broken with vllm==0.5.0", "fails with
+  deepspeed 0.15.1 installed").
+- error: a save said to fail or crash (保存...崩溃/报错), a named API said not to do its job ("`X` does not pass
+  `y`"), "does not work with", "got an error"; and an exception class named in the words ("fails with KeyError 'qwen3_next'") or 报错/失败 with the words
   that follow: a crash whose cause the words hold, read by run-crashed.
 
 A match right after a negation ("no OOM", "without NaN", "没有超时") does not count: the next match, or the next
@@ -50,6 +58,10 @@ import re
 # re.A: \b and \w are ASCII-only, so a Latin word written right against Chinese ("模型会hang", "报错OOM") still
 # starts at a word boundary (under Unicode rules 会 is a word character and "\bhang" does not match after it)
 _I = re.I | re.A
+
+# the packages a title may say a run is broken with (a release named right after them)
+_PKG = (r"(?:torch|pytorch|transformers|deepspeed|peft|accelerate|trl|vllm|datasets|flash[-_]?attn|bitsandbytes|"
+        r"xformers|unsloth|triton)")
 
 # (symptom, words): the first symptom whose words occur (not negated) wins; the specific ones first
 SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -107,7 +119,11 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?:CUDA|GPU|显卡)\s?(?:的)?内存(?:不足|溢出|爆|不够)|\bran out of (?:GPU |CUDA |video )?memory\b|"
         r"\bruns? out of (?:GPU |CUDA |video )?memory\b|\bnot enough (?:GPU |CUDA )?memory\b|"
         r"\bout of (?:GPU |CUDA )?VRAM\b|\bGPU memory (?:overflow|is full|exhausted)|\bVRAM (?:overflow|is full)|"
-        r"显存(?:满了|用完|用尽)", _I)),
+        r"显存(?:满了|用完|用尽)|"
+        # a DDP run's memory said per card: each card holds the whole model, more cards did not help
+        r"\beach (?:GPU|card|device) (?:holds|loads|keeps|has|gets|stores) (?:a |the )?(?:whole|full|entire|complete)\b"
+        r"[^.\n]{0,20}\bmodel\b|\b(?:more|adding|extra|additional) (?:GPUs|cards) (?:did(?:n't| not)|does(?:n't| not)|"
+        r"do(?:n't| not)) help\b|每(?:张|块)卡都(?:加载|放|存|有)了?(?:一份)?(?:完整的?)?模型|(?:加|多)了?卡(?:也|都)?(?:没用|不管用|没有用)", _I)),
     ("cuda-error", re.compile(
         r"illegal memory access(?!\s+(?:check|checker|detect\w*|sanitiz\w*))|device-side assert\w*|unspecified launch failure|misaligned address|"
         r"no kernel image is available|CUBLAS_STATUS_\w+|driver version is insufficient|driver on your system is too old|"
@@ -155,6 +171,17 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"[^.\n。]{0,24}?(?:报错|出错|错误|失败|\berrors?\b|\bfail\w*|\bcrash\w*)(?![^\n]{0,60}(?:Error|Exception)\b)|"
         r"(?:\berrors?\b|\bfail\w*|\bcrash\w*)[^.\n。]{0,24}?(?:\bmulti[- ]?node\b|\bmultiple (?:nodes|machines)\b|"
         r"\b(?:two|2|several) (?:nodes|machines)\b)(?![^\n]{0,60}(?:Error|Exception)\b)", _I)),
+    # a dataset that yields no sample (rule no-valid-samples): LLaMA-Factory takes the first processed sample to
+    # print it and turns the StopIteration of an empty dataset into "Cannot find sufficient samples, consider
+    # increasing dataset size." (stage pt: texts grouped into cutoff_len blocks) or "Cannot find valid samples,
+    # check `data/README.md` for the data format." (0.9.0 data/loader.py:199-207; main :264-271; llmtuner's
+    # preprocess.py let the bare StopIteration through): the error users call a dataset "format error"
+    ("no-samples", re.compile(
+        r"\bStopIteration\b|Cannot find (?:valid|sufficient) samples|\bno valid (?:training )?samples?\b|"
+        r"\b(?:dataset|data) (?:is |was |becomes |became |gets? |got )?empty\b|\bempty (?:training |train )?dataset\b|"
+        r"\b(?:dataset|data) (?:is |was )?too small\b|\bnot enough (?:samples|data|rows)\b|"
+        r"\bdataset format (?:error|is wrong|is invalid)|数据集?\S{0,3}格式(?:错误|不对|有误)|(?:没有|无)有效(?:的)?(?:样本|数据)|"
+        r"数据集?(?:为空|是空的)|样本(?:为空|数为0)|数据(?:集)?(?:太少|过少|量太小)", _I)),
     ("version", re.compile(
         r"\b(?:requires?|required|need|needs)\s+(?:`)?[\w.-]+\s*(?:>=|==|<=|>|<)\s*\d[\w.]*|"
         r"is required for a normal functioning|\bversion (?:mismatch|conflict|incompatib\w*)\b|"
@@ -172,6 +199,13 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\buse a version (?:that is )?(?:greater|newer|higher|later|lower|older) than\b|"
         r"\b(?:does(?:n't| not)|do(?:n't| not)|won't) work with (?:the )?(?:torch|transformers|deepspeed|peft|accelerate|"
         r"trl|vllm|datasets|flash[-_]?attn|bitsandbytes|cuda)\s*v?\d|"
+        # a run said broken or failing with a package release installed ("training is broken with vllm==0.5.0",
+        # "fails with vllm 0.5.0 installed", "breaks after upgrading to peft 0.7.0"): the release is the lead
+        r"\b(?:is|are|gets?|got|was|were|became) broken\s+(?:with|by|after|since|on|when)\s+"
+        r"(?:installing |upgrading (?:to )?|using )?(?:the )?" + _PKG + r"\s*(?:==|=|>=)?\s*v?\d[\w.]*|"
+        r"\bbr(?:eaks?|oke)\s+(?:with|after|on|since)\s+(?:installing |upgrading (?:to )?)?" + _PKG
+        + r"\s*(?:==|=)?\s*v?\d[\w.]*|\bfail(?:s|ed|ing)?\s+(?:with|after|when|once)\s+(?:installing |upgrading (?:to )?)?"
+        + _PKG + r"\s*(?:==|=)?\s*v?\d[\w.]*(?:\s+(?:is |being )?installed)?|"
         # a package with its version, then within the same sentence said not to go with another ("deepspeed 0.15 和
         # torch 2.4 不兼容"); with no version it may be an option conflict ("DeepSpeed ZeRO-3 is incompatible with
         # pure_bf16"), not a release one
@@ -197,8 +231,13 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?<!loss )(?<!损失)\berrors? (?:when|during|while|in|at)\b|\bcannot (?:load|import|find)\b|"
         r"\bcan't (?:load|import|find)\b|"
         r"\b(?:install\w*|resum\w*|sav(?:e|ing)|load(?:ing)?|import(?:ing)?|build(?:ing)?|compil\w*|merg\w*|export\w*)"
-        r"\s+(?:[\w.-]+\s+){0,3}?fail(?:s|ed|ure)?\b)|"
-        r"(?:安装|编译|保存|加载|导入|合并|导出|断点续训|恢复训练|续训)\S{0,6}失败|"
+        r"\s+(?:[\w.-]+\s+){0,3}?(?:fail(?:s|ed|ure)?|crash(?:es|ed)?)\b)|"
+        r"(?:安装|编译|保存|加载|导入|合并|导出|断点续训|恢复训练|续训)\S{0,6}(?:失败|崩溃|报错|出错|挂了)|"
+        r"(?i:\b(?:got|get|gets|getting|hit|hits|throws?|threw|raised?)\s+(?:an? |the |this |following )?(?:error|exception)\b)|"
+        # a title that states a named API's failure ("`SFTTrainer` does not pass `token_type_ids` ...") or that
+        # one thing does not work with another: a bug report whose words are the cause's only text
+        r"[`'\"][A-Za-z_][\w.]*(?:\(\))?[`'\"]\s+(?i:(?:does(?:n't| not)|do(?:n't| not)|cannot|can't|fails? to|never)\s+[a-z]+)\b|"
+        r"(?i:\b(?:does(?:n't| not)|do(?:n't| not)|won't|cannot|can't) work (?:with|on|under|when)\b)|"
         # message fragments that only an exception prints: torch/cuda/__init__.py _lazy_init's "Torch not compiled
         # with CUDA enabled", CPython's "No module named" / "cannot import name" / "got an unexpected keyword
         # argument" / "has no attribute", the dynamic loader's "undefined symbol", transformers' AutoConfig "does
@@ -283,3 +322,9 @@ def first_phase(text: str) -> tuple[str, re.Match[str]] | None:
         if m:
             return phase, m
     return None
+
+
+def loss_zero_said(text: str) -> re.Match[str] | None:
+    """The first loss-zero match of `SYMPTOMS` in `text` that no negation precedes, or None."""
+    pat = next(p for name, p in SYMPTOMS if name == "loss-zero")
+    return next((m for m in pat.finditer(text) if not NEGATED.search(text[max(0, m.start() - 24):m.start()])), None)

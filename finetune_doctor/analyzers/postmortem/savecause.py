@@ -1,0 +1,154 @@
+"""Checkpoint saves that failed: transformers' staged checkpoint save, and a save said to fail in words.
+
+transformers' Trainer has saved checkpoints in two steps in some releases: write everything into a staging folder
+(``tmp-checkpoint-N``, later ``tmp-checkpoint-<random>``), then rename it to ``checkpoint-N`` (and remove what is
+left of the staging folder). Where more than one process did the rename or the clean-up, the second one found the
+folder gone or the target already there:
+
+- 4.36.x: ``Trainer._save_checkpoint`` ran ``os.rename(staging_output_dir, output_dir)`` on every process
+  (huggingface/transformers#27925, on 4.36.0.dev0: FileNotFoundError on the ranks that came second; #28119 on
+  4.36.1); #28364 (in 4.37.0) renames on the main process only.
+- 4.38.0 and 4.38.1: a clean-up of the staging folder, ``shutil.rmtree(staging_output_dir)`` on each node (#28848),
+  failing in shutil's frames while another process renamed it; reverted by #29336 (in 4.38.2).
+- 4.49.0.dev0 (transformers' main in February 2025): ``os.renames(output_dir, checkpoint_dir)`` of a
+  ``tmp-checkpoint-<random>`` folder raised ``OSError: [Errno 39] Directory not empty`` under DDP
+  (huggingface/transformers#36076, trl#2928, ms-swift#3031); fixed on main before 4.49.0.
+
+What the doctor reads: a traceback cut inside those frames (`staged_save_lead`: ``_save_checkpoint`` with a code
+line naming the staging folder, or a rename/rmtree under it), an exception line whose errno is a rename's (2, 17,
+39) said in a save (`staged_save_error`: the paths may be cut off; readings with the paths are crashcause.py
+``_rename_race``), and the user's words that a save failed (`said_save_lead`). The transformers release, where the
+logs or the words give it, picks the episode; without it every episode is named with `pip show transformers`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from finetune_doctor.numbers import version_key
+
+# (first, last) transformers releases of each episode, inclusive, as version_key compares them, and its words
+_EPISODES: tuple[tuple[str, str, str], ...] = (
+    ("4.36.0.dev0", "4.36.2",
+     "transformers 4.36 renamed tmp-checkpoint-N to checkpoint-N from every process (huggingface/transformers#27925, "
+     "#28119; 4.37.0 renames on the main process only, #28364)"),
+    ("4.38.0", "4.38.1",
+     "transformers 4.38.0-4.38.1 removed the staging folder with shutil.rmtree(staging_output_dir) on each node while "
+     "another process renamed it (#28848, reverted in 4.38.2 by #29336)"),
+    ("4.49.0.dev0", "4.49.0.dev0",
+     "transformers 4.49.0.dev0 (main in February 2025) renamed a tmp-checkpoint-<random> folder with os.renames from "
+     "more than one process: OSError [Errno 39] Directory not empty (huggingface/transformers#36076; fixed on main "
+     "before 4.49.0)"),
+)
+_FIX = ("upgrade transformers past the episode (4.37.0 or later for 4.36's rename, 4.38.2 for 4.38's clean-up, "
+        "4.49.0 for the dev build's rename) or go back to the release before it; until then save from one writer "
+        "(save_on_each_node: false on a shared filesystem, each rank's output_dir not shared by several jobs)")
+
+# a rename/remove errno: ENOENT (the folder already gone), EEXIST and ENOTEMPTY (the target already there)
+_ERRNO = re.compile(r"\[Errno (?:2|17|39)\]|Directory not empty|File exists")
+_STAGING = re.compile(r"staging_output_dir|tmp-checkpoint")
+_SAVE_WORDS = re.compile(r"\bsav(?:e|es|ed|ing)\b|\bckpt\b|\bcheckpoint|保存|存储模型", re.I)
+_FINAL = re.compile(r"\bfinal\b|\blast\b|\bend of training\b|\bafter training\b|最后|最终|训练(?:完成|结束)", re.I)
+
+
+# signs of a build of transformers' main rather than a release: the user's words ("main branch", "installed from
+# source", a git+ URL, a .dev0 version) or the dev build's own code line (4.49.0.dev0 trainer.py:3157)
+_MAIN_BUILD = re.compile(r"\bmain branch\b|\bfrom (?:source|github|git)\b|git\+https://github\.com/huggingface/transformers|"
+                         r"\bdev0\b|os\.renames\(output_dir, checkpoint_dir\)|主分支|源码安装", re.I)
+
+
+def _episode_words(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str] | None = None,
+                   seen: str = "") -> str:
+    """The episode the transformers release read (`versions`: {package: (version, where read)}) or said (`said`:
+    {package: version}) falls in, worded with where it was read; with no release, a build of main that `seen`
+    (the words and code lines read) shows (`_MAIN_BUILD`) is the dev build's episode; every episode when none is
+    known or none matches (the release is then what to check)."""
+    v = versions.get("transformers")
+    ver, where = (v[0], f"read at {v[1]}") if v else ((said or {}).get("transformers"), "the words state it")
+    main = _MAIN_BUILD.search(seen) if not ver else None
+    if main:
+        ver, where = "4.49.0.dev0", f"a build of main: \"{main.group(0)}\""
+    key = version_key(ver) if ver else None
+    if key is not None:
+        for lo, hi, words in _EPISODES:
+            if version_key(lo) <= key <= version_key(hi):
+                return f"transformers {ver} ({where}) is in the affected releases: {words}"
+    known = f"transformers {ver} ({where}) is in none of them, so another writer is likelier; " if key else ""
+    return (f"{known}the releases that did it: " + "; ".join(w for _, _, w in _EPISODES)
+            + ("" if key else " (`pip show transformers` says which is installed)"))
+
+
+STAGED = "the checkpoint save failed in transformers' staged save"
+"""The opening of every staged-save reading (causes.py tells its lead's kind by it: cutcause.lead_kind)."""
+
+
+def _staged_text(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str] | None = None,
+                 seen: str = "") -> str:
+    return (f"{STAGED} (Trainer._save_checkpoint writes a "
+            "tmp-checkpoint folder, then renames it to checkpoint-N): a second process renamed or removed the "
+            f"same folder; {_episode_words(versions, said, seen)}; the fix: {_FIX}")
+
+
+def staged_save_lead(tb: Any, versions: Mapping[str, tuple[str, str]]) -> str | None:
+    """Words for a traceback cut before its exception line inside transformers' staged save (`tb`: the
+    traceback Notice whose value holds ``frames``, "func (file.py)" entries with their code lines, outermost
+    first): a ``_save_checkpoint (trainer.py)`` frame followed by a code line naming the staging folder
+    (``staging_output_dir``, ``tmp-checkpoint``) or by os's rename/shutil's rmtree frames. None otherwise."""
+    v = tb.value if tb is not None and isinstance(tb.value, dict) else {}
+    frames = [x for x in (v.get("frames") or ()) if isinstance(x, str)]
+    at = next((i for i, x in enumerate(frames) if x.startswith("_save_checkpoint (trainer.py)")), None)
+    if at is None:
+        return None
+    below = frames[at + 1:]
+    if not any(_STAGING.search(x) or x.startswith(("rmtree (shutil.py)", "renames (", "rename (")) for x in below):
+        return None
+    return _staged_text(versions, seen="\n".join(below))
+
+
+def words_beside(ev: Any, exc: Any) -> str:
+    """The user's words of the short file that holds the exception line `exc` (a Notice): its
+    ``FileEvidence.said`` text ("when save ckpt, got error: OSError ..."), which the line reader cuts off; "" for
+    a log."""
+    said = next((f.said for f in ev.files if f.said and f.read.path == exc.file), None)
+    return str((said or {}).get("text") or "")
+
+
+def staged_save_error(cls: str, msg: str, frames: tuple, versions: Mapping[str, tuple[str, str]], words: str = "",
+                      line: str = "") -> str | None:
+    """Words for an exception that a staged save's second writer raises (`cls` OSError, FileNotFoundError or
+    FileExistsError with a rename's errno, `_ERRNO`) when the paths that would show the staging folder are cut
+    off: its traceback (`frames`) runs through ``_save_checkpoint``, or the exception line (`line`) names the
+    staging folder, or — for a target already there (Errno 39/17), not a missing file — the user's words around
+    it (`words`) say it was a save. A path that merely holds "checkpoint" (a resume from a missing folder) is no
+    save. None otherwise."""
+    if cls not in ("OSError", "FileNotFoundError", "FileExistsError") or not _ERRNO.search(msg):
+        return None
+    in_save = any(str(x).startswith("_save_checkpoint (") for x in frames)
+    said_save = "[Errno 2]" not in msg and bool(_SAVE_WORDS.search(words))
+    if not (in_save or _STAGING.search(line) or _STAGING.search(msg) or said_save):
+        return None
+    return _staged_text(versions, seen="\n".join([words, line, *map(str, frames)]))
+
+
+def said_save_lead(said: Mapping[str, Any], versions: Mapping[str, str]) -> str | None:
+    """What the user's words of a failed save support (`said`: userwords.read_words' answer with phase save;
+    `versions`: {package: version} the words state): transformers' staged save when the words quote a rename's
+    errno or the staging folder, else which save it was — the final one (after the loop: Trainer.save_model, the
+    whole model gathered on one process under ZeRO-3/FSDP/Megatron, while the intermediate saves may have kept
+    only what `save_only_model` keeps) or one at `save_steps` — and what to give. None when the phase is not
+    save or the symptom is no error."""
+    if said.get("phase") != "save" or said.get("symptom") not in ("error", "version"):
+        return None
+    text = str(said.get("text") or "")
+    if _ERRNO.search(text) or _STAGING.search(text):
+        return "From the words: " + _staged_text({}, versions, text) + "."
+    if _FINAL.search(text):
+        return ("From the words: it was the final save (after the training loop: the trainer's save_model, which "
+                "gathers the whole model on one process under ZeRO-3, FSDP or Megatron, where the intermediate "
+                "saves may have written shards or only what save_only_model keeps); a bug of that trainer "
+                "release's final save, the gathered model not fitting one process's memory, and the disk are "
+                "what to tell apart: its traceback says which, and the trainer's release notes whether a later "
+                "release fixed its final save.")
+    return ("From the words: the failure was in a checkpoint save at save_steps; the traceback's innermost frames "
+            "tell the writer (transformers' staged tmp-checkpoint rename, the disk, the gathered weights) apart.")
