@@ -34,7 +34,14 @@ def pinned_error_model(monkeypatch):
 # oracle.py). Under pytest-xdist's --dist loadfile (README, Development) a worker takes the next file when it is
 # free: one that starts last finishes minutes after the other worker has gone idle. Order only; no test changes.
 _HEAVY_FIRST = ("test_parity_release_090.py", "test_parity_lf.py", "test_parity_releases.py", "test_fuzz_corpus.py", "test_fuzz_round2.py",
-                "test_margin_replay.py", "test_parity_v1.py", "test_fuzz_structured.py", "test_catalog_entries.py")
+                "test_margin_replay.py", "test_parity_v1.py", "test_fuzz_structured.py", "test_catalog_entries.py",
+                # the slow lane's next longest files (CPU s in a run of -m "slow and not gpu", -n 2, 2026-12-07, load
+                # 6-16, benchmarks/results/test_speed.md) and test_precommit (18 CPU s but 123 s wall: a clone and
+                # pre-commit's own environment): unnamed, few tests each, they started among the short files and
+                # test_precommit ended 47 s after the other worker had finished
+                "test_precommit.py", "test_probe_simulate.py", "test_savers_liger.py", "test_postmortem_sources.py",
+                "test_probe_replay.py", "test_data_piececount.py", "test_probe_calibration.py", "test_report_schema.py",
+                "test_probe_gpu.py", "test_engines_fsdp2_sim.py", "test_data_scale.py", "test_data_media_parity.py")
 
 
 # Then the fast lane's files that take longest, longest first, by their CPU seconds (the worker's own and its
