@@ -34,7 +34,14 @@ def pinned_error_model(monkeypatch):
 # oracle.py). Under pytest-xdist's --dist loadfile (README, Development) a worker takes the next file when it is
 # free: one that starts last finishes minutes after the other worker has gone idle. Order only; no test changes.
 _HEAVY_FIRST = ("test_parity_release_090.py", "test_parity_lf.py", "test_parity_releases.py", "test_fuzz_corpus.py", "test_fuzz_round2.py",
-                "test_margin_replay.py", "test_parity_v1.py", "test_fuzz_structured.py", "test_catalog_entries.py")
+                "test_margin_replay.py", "test_parity_v1.py", "test_fuzz_structured.py", "test_catalog_entries.py",
+                # the slow lane's next longest files (CPU s in a run of -m "slow and not gpu", -n 2, 2026-12-07, load
+                # 6-16, benchmarks/results/test_speed.md) and test_precommit (18 CPU s but 123 s wall: a clone and
+                # pre-commit's own environment): unnamed, few tests each, they started among the short files and
+                # test_precommit ended 47 s after the other worker had finished
+                "test_precommit.py", "test_probe_simulate.py", "test_savers_liger.py", "test_postmortem_sources.py",
+                "test_probe_replay.py", "test_data_piececount.py", "test_probe_calibration.py", "test_report_schema.py",
+                "test_probe_gpu.py", "test_engines_fsdp2_sim.py", "test_data_scale.py", "test_data_media_parity.py")
 
 
 # Then the fast lane's files that take longest, longest first, by their CPU seconds (the worker's own and its
@@ -92,3 +99,25 @@ def pytest_collection_modifyitems(items):
     # the long files start early and the short ones fill the end on both workers; stable within a file
     pos = {path: i for i, path in enumerate(file_order(count))}
     items.sort(key=lambda item: pos[str(item.path)])
+
+
+# The cyclic garbage collector during collection and after it (issue #22). Collecting the fast lane imports every
+# test module, torch and transformers in each xdist worker: ~390,000 objects that live to the end, which CPython's
+# full collections (one each time the tracked heap grows by a quarter) walked 23 times, 3.2 CPU s per worker of the
+# 14.6 its collection took, and every later full collection walked them again (5.9 CPU s of full collections per
+# worker in all, 2026-12-07, gc.callbacks). None of them is garbage: the collector stays off while the modules
+# import and what collection built is then frozen (gc.freeze: the collector skips those objects from then on;
+# reference counting still frees them). Objects the tests create are collected as before, pytest's closing sweep
+# for unraisable exceptions included.
+@_pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session):
+    import gc
+
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if was_on:
+            gc.enable()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import gc
 from pathlib import Path
 
 
@@ -24,11 +25,24 @@ def nodes(path: Path) -> tuple[ast.AST, ...]:
     return _nodes(Path(path).resolve())
 
 
+def _paused_gc(build):
+    """`build()` with the cyclic collector off: parsing the package makes ~680,000 tracked objects and no cycles,
+    and the collector's passes over them while they were made took half of the build (2.1 -> 1.05 CPU s for every
+    module, 2026-12-07). Reference counting still frees whatever the build drops."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        return build()
+    finally:
+        if was_on:
+            gc.enable()
+
+
 @functools.cache
 def _tree(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(encoding="utf-8"))
+    return _paused_gc(lambda: ast.parse(path.read_text(encoding="utf-8")))
 
 
 @functools.cache
 def _nodes(path: Path) -> tuple[ast.AST, ...]:
-    return tuple(ast.walk(_tree(path)))
+    return _paused_gc(lambda: tuple(ast.walk(_tree(path))))
