@@ -286,6 +286,8 @@ def _memory_knobs(cfg: dict[str, Any], arch: ModelArch, notes: list[str] | None 
             **{k: as_int(cfg.get(k), d) for k, d in (("image_max_pixels", 768 * 768), ("image_min_pixels", 32 * 32),
                                                      ("video_max_pixels", 256 * 256), ("video_min_pixels", 16 * 16))},
             "freeze_vision_tower": as_bool(cfg.get("freeze_vision_tower"), True),
+            "freeze_multi_modal_projector": as_bool(cfg.get("freeze_multi_modal_projector"), True),
+            "video_maxlen": as_int(cfg.get("video_maxlen"), 128),
             "media_inputs": media_template(cfg.get("template"))}
 
 
