@@ -61,9 +61,23 @@ def table(scored: list[dict]) -> list[str]:
     return out
 
 
+def summary(scored: list[dict]) -> list[str]:
+    """Brier of the reported p_oom over the rows with an outcome (oom = 1), median and max |error| over the rows
+    with a measurement (calibrate.py `compare`: predicted / measured - 1 of the counter the source measured)."""
+    import statistics
+
+    out = [(s["pred"]["p_oom"], 1.0 if s["row"]["outcome"] == "oom" else 0.0) for s in scored
+           if s["row"].get("outcome") in ("oom", "trained") and s["pred"].get("p_oom") is not None]
+    errs = [abs(s["cmp"]["rel_err"]) for s in scored if s["cmp"]]
+    brier = sum((p - y) ** 2 for p, y in out) / len(out) if out else float("nan")
+    return [f"VL dev rows: {len(scored)}; Brier {brier:.3f} over {len(out)} outcomes "
+            f"({sum(y for _p, y in out):.0f} OOM); median |error| {statistics.median(errs):.1%}, "
+            f"max {max(errs):.1%} over {len(errs)} measurements"]
+
+
 def main() -> int:
-    rows = vl_dev_rows()
-    print("\n".join(table(score_all(rows))))
+    scored = score_all(vl_dev_rows())
+    print("\n".join(table(scored) + [""] + summary(scored)))
     return 0
 
 
