@@ -96,3 +96,24 @@ def test_full_tuning_trains_the_tower_only_when_unfrozen():
     # LoRA is untouched by the flags
     lora = {**QWEN2VL, "finetuning_type": "lora", "lora_target": "all"}
     assert count_params(_run(lora)).trainable == count_params(_run({**lora, "freeze_vision_tower": False})).trainable
+
+
+def test_release_defaults_of_older_releases():
+    from finetune_doctor.run.resolve import media_knobs
+
+    # LF 0.9.0 hparams/model_args.py:59-74: image_resolution 512 (a side: at most 512² = 262,144 px), video 128 px
+    # (128² = 16,384), video_maxlen 64; no freeze_multi_modal_projector (the projector trains under full tuning)
+    old = media_knobs({}, (0, 9, 0))
+    assert (old["image_max_pixels"], old["video_max_pixels"], old["video_maxlen"],
+            old["freeze_multi_modal_projector"]) == (262144, 16384, 64, False)
+    new = media_knobs({}, (0, 9, 5))
+    assert (new["image_max_pixels"], new["video_max_pixels"], new["video_maxlen"],
+            new["freeze_multi_modal_projector"]) == (589824, 65536, 128, True)
+    # unknown release: the largest bounds; a YAML value wins over any default
+    assert media_knobs({}, None) == new
+    assert media_knobs({"image_max_pixels": 1000, "video_maxlen": 8}, (0, 9, 0))["image_max_pixels"] == 1000
+    # through resolve_run: the stated release reaches the run
+    arch, _ = load_arch(QWEN2VL["model_name_or_path"])
+    run = resolve_run(QWEN2VL, arch, parse_gpu_spec("1xA100-80GB"), None, stack={"llamafactory": "0.9.0"},
+                      stack_sources=(("llamafactory", "0.9.0", "--llamafactory"),))
+    assert (run.image_max_pixels, run.video_maxlen) == (262144, 64)
