@@ -117,3 +117,30 @@ def test_release_defaults_of_older_releases():
     run = resolve_run(QWEN2VL, arch, parse_gpu_spec("1xA100-80GB"), None, stack={"llamafactory": "0.9.0"},
                       stack_sources=(("llamafactory", "0.9.0", "--llamafactory"),))
     assert (run.image_max_pixels, run.video_maxlen) == (262144, 64)
+
+
+def test_llava_clip_tower_by_hand():
+    from finetune_doctor.analyzers.memory.clipvision import clip_image_tokens, clip_terms
+
+    llava = {**QWEN2VL, "model_name_or_path": "llava-hf/llava-1.5-7b-hf", "template": "llava",
+             "per_device_train_batch_size": 16}
+    run = _run(llava)
+    # 336 px / 14 px = 24 → 576 patches + the class token = 577; 576 tokens (vision_feature_select_strategy default)
+    assert clip_image_tokens(run.arch.raw) == 576
+    # CLIP ViT-L: 24 layers, D 1024, M 4096, e 2: per patch 25·2·1024 = 51,200 hidden-state bytes + max(2·1024 +
+    # 4·2·4096, 5·2·1024) = 34,816 → 86,016 bytes; 16 images · 577 patches
+    work, saved, patches = vision_terms(run)
+    assert (patches, work, saved) == (577, 16 * 577 * 86016, 0.0)
+    # a trained tower keeps each layer's input: 24 · 1024 · 2 bytes per patch
+    assert vision_terms(_run({**llava, "freeze_vision_tower": False}))[1] == 16 * 577 * 24 * 1024 * 2
+    assert clip_terms({"model_type": "qwen2_vl"}, 1, False) == (0.0, 0.0, 0)
+
+
+def test_llava_lists_images_per_sample_not_pixels():
+    from finetune_doctor.analyzers.memory.assumed import term_assumptions
+    from finetune_doctor.analyzers.memory.terms import compute_terms
+
+    run = _run({**QWEN2VL, "model_name_or_path": "llava-hf/llava-1.5-7b-hf", "template": "llava"})
+    names = {a.name: a for a in term_assumptions(run, None, compute_terms(run))}
+    assert "image-pixels" not in names and names["images-per-sample"].value == 1
+    assert "576 tokens each" in names["images-per-sample"].source

@@ -235,8 +235,14 @@ def vision_terms(run) -> tuple[float, float, int]:  # run: finetune_doctor.run.R
     false`` with full fine-tuning, LF model/adapter.py); LoRA never adapts it while frozen."""
     raw = run.arch.raw
     # no image reaches the tower under a text template or with data read here that holds none (run.media_inputs)
-    if _vision_shape(raw) is None or not getattr(run, "media_inputs", True):
+    if not getattr(run, "media_inputs", True):
         return 0.0, 0.0, 0
+    if _vision_shape(raw) is None:   # LLaVA-1.5's fixed-size CLIP tower (clipvision.py), else no vision term
+        from finetune_doctor.analyzers.memory.clipvision import clip_terms
+
+        e = 4.0 if run.compute_dtype == "float32" and run.autocast is None else 2.0
+        trains = not run.freeze_vision_tower and run.finetuning_type == "full"
+        return clip_terms(raw, max(run.micro_batch, 1) * (2 if run.pairwise else 1), trains, e)
     per_image = max_patches_per_image(run.image_max_pixels)
     per_sample, chunk = per_image, per_image
     frames = int(getattr(run, "video_frames", 0) or 0)
