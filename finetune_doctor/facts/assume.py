@@ -138,6 +138,9 @@ def _terms(c: Seen) -> list[Assumption]:
         if a.name == "image-pixels" and a.alternatives:
             alts = [(str(v), (lambda v=v: c.judge(c.run.with_(image_max_pixels=int(v)), c.hw, c.tokens)))
                     for v in a.alternatives if isinstance(v, int)]
+            # a sample holding one video at LF's bounds (analyzers/memory/assumed.py `video_alternative`)
+            alts += [(v, (lambda: c.judge(c.run.with_(video_frames=c.run.video_maxlen), c.hw, c.tokens)))
+                     for v in a.alternatives if isinstance(v, str) and v.startswith("one video per sample")]
             a = weigh(a.name, a.value, a.source, a.resolve_with, c.base, alts)
         elif a.name == "bitsandbytes-version" and a.alternatives:
             # the run with that release in its stack (analyzers/memory/qlora.py keeps_input reads it there)

@@ -71,6 +71,13 @@ class Run:
     video_max_pixels: int = 256 * 256
     video_min_pixels: int = 16 * 16
     freeze_vision_tower: bool = True
+    # LF >= 0.9.2 (hparams/finetuning_args.py:550): the projector is frozen by default under full/freeze tuning
+    freeze_multi_modal_projector: bool = True
+    # the most frames LF samples from one video (ProcessorArguments.video_maxlen: 128 from 0.9.2, 64 before)
+    video_maxlen: int = 128
+    # 0: a sample's media are images; N > 0: one video of N frames at video_max_pixels (the alternative the
+    # image-pixels assumption weighs when the data is not read; analyzers/memory/vision.py `vision_terms`)
+    video_frames: int = 0
     # whether images can reach a vision tower at all: False under a template without an image plugin (LF
     # data/template.py: one registered without mm_plugin gets the base plugin; readers/model/byname.py
     # media_template) or data read here that holds no media; the vision term and its assumptions follow it

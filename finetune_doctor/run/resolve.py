@@ -283,10 +283,27 @@ def _memory_knobs(cfg: dict[str, Any], arch: ModelArch, notes: list[str] | None 
     return {"gradient_checkpointing": gc and arch.model_type != "gemma3n", "unsloth_gc": as_bool(cfg.get("use_unsloth_gc")),
             "attention": attention, "attention_saved": saved,
             # the processor arguments LF reads (hparams/model_args.py:305-330) and freeze_vision_tower (:546)
-            **{k: as_int(cfg.get(k), d) for k, d in (("image_max_pixels", 768 * 768), ("image_min_pixels", 32 * 32),
-                                                     ("video_max_pixels", 256 * 256), ("video_min_pixels", 16 * 16))},
-            "freeze_vision_tower": as_bool(cfg.get("freeze_vision_tower"), True),
+            **media_knobs(cfg, parse_version(lf)),
             "media_inputs": media_template(cfg.get("template"))}
+
+
+def media_knobs(cfg: dict[str, Any], lf: tuple[int, ...] | None) -> dict[str, Any]:
+    """The processor bounds and freeze flags LF reads (hparams/model_args.py ProcessorArguments, hparams/
+    finetuning_args.py:546-553), each the YAML's value or the judged release's default. From 0.9.2:
+    ``image_max_pixels`` 768·768, ``video_max_pixels`` 256·256, ``video_maxlen`` 128, the projector frozen
+    (``freeze_multi_modal_projector``). 0.9.0/0.9.1 bounded by ``image_resolution``/``video_resolution`` (0.9.0 a
+    side of 512 / 128 px, hparams/model_args.py:59-74 of the 0.9.0 wheel; 0.9.1 the same area as a
+    pixel count), sampled at most 64 frames and had no projector flag (0.9.0 model_utils/visual.py
+    get_forbidden_modules freezes the vision tower only, so full tuning trains the projector); catalog/
+    lf_releases.json lists the keys and defaults by release. An unknown release (`lf` None) takes the largest
+    bounds: those of 0.9.2 onwards."""
+    old = lf is not None and lf[:3] < (0, 9, 2)
+    img, vid, frames = (512 * 512, 128 * 128, 64) if old else (768 * 768, 256 * 256, 128)
+    return {**{k: as_int(cfg.get(k), d) for k, d in (("image_max_pixels", img), ("image_min_pixels", 32 * 32),
+                                                     ("video_max_pixels", vid), ("video_min_pixels", 16 * 16))},
+            "freeze_vision_tower": as_bool(cfg.get("freeze_vision_tower"), True),
+            "freeze_multi_modal_projector": as_bool(cfg.get("freeze_multi_modal_projector"), not old),
+            "video_maxlen": as_int(cfg.get("video_maxlen"), frames)}
 
 
 def _optimizer(cfg: dict[str, Any], stack: dict[str, str | None], notes: list[str]) -> dict[str, Any]:

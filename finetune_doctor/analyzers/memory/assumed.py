@@ -7,17 +7,37 @@ from __future__ import annotations
 
 from typing import Any
 
+from finetune_doctor.analyzers.memory.clipvision import clip_image_tokens
 from finetune_doctor.analyzers.memory.npu import HCCL_BUFFSIZE_MB, is_npu
 from finetune_doctor.analyzers.memory.qlora import BNB_OLD, BNB_READ, bnb_version, is_bnb4
-from finetune_doctor.analyzers.memory.vision import max_patches_per_image
+from finetune_doctor.analyzers.memory.vision import max_patches_per_image, max_video_patches
 from finetune_doctor.run import Run
 from finetune_doctor.types import Assumption, Hardware
+
+
+VIDEO_ALT = "one video per sample: {frames} frames at video_max_pixels={px} ({patches} patches)"
+
+
+def video_alternative(run: Run) -> str:
+    """The image-pixels assumption's video alternative: a sample holding one video at LF's bounds, the most a
+    sample of a video-capable Qwen-VL tower can bring (``video_maxlen`` frames, each at ``video_max_pixels``;
+    vision.py `max_video_patches`). facts/assume.py `_terms` evaluates it with ``Run.video_frames``."""
+    patches, _chunk = max_video_patches(run.video_max_pixels, run.video_maxlen)
+    return VIDEO_ALT.format(frames=run.video_maxlen, px=run.video_max_pixels, patches=patches)
 
 
 def term_assumptions(run: Run, hw: Hardware | None, t: Any) -> list[Assumption]:
     """The assumptions behind `t` (analyzers.memory.terms.Terms) for `run` on `hw`."""
     out: list[Assumption] = []
-    if getattr(t, "vision", 0.0):
+    if getattr(t, "vision", 0.0) and clip_image_tokens(run.arch.raw) is not None:
+        # LLaVA-1.5: every image becomes 336 x 336 px (clipvision.py), so only how many a sample holds is unknown
+        out.append(Assumption(
+            "images-per-sample", 1,
+            f"the dataset was not read: one image per sample assumed ({clip_image_tokens(run.arch.raw)} tokens each, "
+            "whatever its size: the CLIP processor resizes it to the tower's image_size); samples may hold 2 or 4, "
+            "or none in a text-only dataset",
+            alternatives=(2, 4), resolve_with="doctor data CONFIG.yaml on the training machine (or --context)"))
+    elif getattr(t, "vision", 0.0):
         # one assumption, not two: the data was not read here (data read here with no media leaves no vision term,
         # facts/config.py `text_only`), so how many images a sample holds (2, 4, or none in a text-only dataset) is
         # the same unknown as their size; a user read two image lines for a text-only dataset as a claim (trial 11
@@ -26,8 +46,9 @@ def term_assumptions(run: Run, hw: Hardware | None, t: Any) -> list[Assumption]:
             "image-pixels", run.image_max_pixels,
             f"the dataset was not read: one image per sample assumed, at the image_max_pixels bound, the largest "
             f"size LF lets through ({max_patches_per_image(run.image_max_pixels)} patches); samples may hold 2 or "
-            f"4, or none in a text-only dataset (no vision term)",
-            alternatives=(run.image_min_pixels,),
+            f"4, or none in a text-only dataset (no vision term); or a video (video_maxlen frames at "
+            f"video_max_pixels each, weighed as an alternative)",
+            alternatives=(run.image_min_pixels, video_alternative(run)),
             resolve_with="doctor data CONFIG.yaml on the training machine (or --context), image_max_pixels in the "
                          "YAML"))
     if is_npu(hw) and run.world_size > 1:

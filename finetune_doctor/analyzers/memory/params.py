@@ -153,6 +153,37 @@ def badam_block_params(run) -> int:  # run: finetune_doctor.run.Run
     return max((arch.kind_params(k) for k, _ in arch.layer_groups()), default=0)
 
 
+def frozen_extra(run) -> int:  # run: finetune_doctor.run.Run
+    """Elements outside the decoder (`ModelArch.extra_params`: towers, projector) that full fine-tuning leaves
+    frozen. LLaMA-Factory's `_setup_full_tuning` (model/adapter.py at the main snapshot, :48-54) keeps every
+    parameter whose name holds a forbidden key frozen and upcasts the rest to fp32; the forbidden keys are the
+    composite model's vision keys under ``freeze_vision_tower`` and its projector keys under
+    ``freeze_multi_modal_projector`` (model/model_utils/visual.py:173-193; both default true, hparams/
+    finetuning_args.py:546-553). A tower of any kind (vision, audio) counts as a vision key, as LF registers them;
+    parts that are neither (LLaVA-NeXT's ``image_newline``) stay counted as frozen, as before. The Qwen-VL towers
+    count their merger inside the tower (readers/model/wrappers.py), which LF registers as the projector key
+    (``visual.merger``, ~45 M elements at 7B): here it follows ``freeze_vision_tower``. An arch without a
+    breakdown (`extra_parts` empty) follows ``freeze_vision_tower`` alone. 0 when `extra_frozen` is False."""
+    arch = run.arch
+    if not arch.extra_frozen or not arch.extra_params:
+        return 0
+    vt = bool(getattr(run, "freeze_vision_tower", True))
+    proj = bool(getattr(run, "freeze_multi_modal_projector", True))
+    if vt and proj:
+        return int(arch.extra_params)
+    if not arch.extra_parts:
+        return int(arch.extra_params) if vt else 0
+    frozen = 0
+    for part, n in arch.extra_parts:
+        if part == "projector":
+            frozen += n if proj else 0
+        elif part == "image_newline":
+            frozen += n
+        else:
+            frozen += n if vt else 0
+    return frozen
+
+
 def count_params(run) -> ParamCounts:  # run: finetune_doctor.run.Run (not imported: avoids a cycle in typing)
     """Parameter counts for `run` (element counts, not bytes)."""
     arch: ModelArch = run.arch
@@ -162,7 +193,7 @@ def count_params(run) -> ParamCounts:  # run: finetune_doctor.run.Run (not impor
     vocab_trainable = emb if run.resize_vocab else 0
     ft = run.finetuning_type
     if ft == "full":
-        trainable_base = base - (arch.extra_params if arch.extra_frozen else 0)
+        trainable_base = base - frozen_extra(run)
         return ParamCounts(base, trainable_base, 0, base - trainable_base, trainable_base, largest)
     if ft == "freeze":
         k = run.freeze_trainable_layers

@@ -127,6 +127,19 @@ def max_patches_per_image(max_pixels: int) -> int:
     return max(int(min(max_pixels, PROCESSOR_MAX_PIXELS) // (PATCH * PATCH)), 0)
 
 
+def max_video_patches(max_pixels: int, frames: int, temporal: int = 2) -> tuple[int, int]:
+    """(patches of one video, patches of one attention chunk) for a video of `frames` frames, each at most
+    `max_pixels` (LLaMA-Factory's ``video_max_pixels``, applied per frame: mm_plugin.py ``_regularize_videos``).
+    The processor stacks ``temporal_patch_size`` = 2 frames into one patch (frames rounded up to a multiple of it),
+    so the grid is ``ceil(frames / 2) × (h/14) × (w/14)``; the tower's ``cu_seqlens`` repeat ``h·w`` once per
+    temporal slice (transformers ``models/qwen2_vl/modeling_qwen2_vl.py``, ``Qwen2VisionTransformerPretrainedModel.
+    forward``: ``repeat_interleave(grid_thw[:, 1] * grid_thw[:, 2], grid_thw[:, 0])``), so attention runs over one
+    slice's patches at a time. Example: 128 frames at 256·256 → 64 × 334 = 21,376 patches, chunks of 334."""
+    per_frame = max_patches_per_image(max_pixels)
+    slices = -(-max(int(frames), 0) // temporal)
+    return slices * per_frame, per_frame
+
+
 def max_image_tokens(raw: dict, max_pixels: int) -> int | None:
     """Language tokens of one image at the bound `max_pixels` (LLaMA-Factory's ``image_max_pixels``) for a model
     with a Qwen-VL-style vision tower: ``min(max_pixels, processor max) / patch² / merge²`` (28² = 784 pixels per
@@ -222,12 +235,22 @@ def vision_terms(run) -> tuple[float, float, int]:  # run: finetune_doctor.run.R
     false`` with full fine-tuning, LF model/adapter.py); LoRA never adapts it while frozen."""
     raw = run.arch.raw
     # no image reaches the tower under a text template or with data read here that holds none (run.media_inputs)
-    if _vision_shape(raw) is None or not getattr(run, "media_inputs", True):
+    if not getattr(run, "media_inputs", True):
         return 0.0, 0.0, 0
+    if _vision_shape(raw) is None:   # LLaVA-1.5's fixed-size CLIP tower (clipvision.py), else no vision term
+        from finetune_doctor.analyzers.memory.clipvision import clip_terms
+
+        e = 4.0 if run.compute_dtype == "float32" and run.autocast is None else 2.0
+        trains = not run.freeze_vision_tower and run.finetuning_type == "full"
+        return clip_terms(raw, max(run.micro_batch, 1) * (2 if run.pairwise else 1), trains, e)
     per_image = max_patches_per_image(run.image_max_pixels)
-    patches = per_image * max(run.micro_batch, 1) * (2 if run.pairwise else 1)
+    per_sample, chunk = per_image, per_image
+    frames = int(getattr(run, "video_frames", 0) or 0)
+    if frames > 0:   # the alternative of a video sample (facts/assume.py `_terms`)
+        per_sample, chunk = max_video_patches(run.video_max_pixels, frames)
+    patches = per_sample * max(run.micro_batch, 1) * (2 if run.pairwise else 1)
     e = 4.0 if run.compute_dtype == "float32" and run.autocast is None else 2.0
-    work = tower_working_bytes(raw, patches, per_image, run.attention == "eager", e,
+    work = tower_working_bytes(raw, patches, chunk, run.attention == "eager", e,
                                fp16=run.compute_dtype == "float16")
     trains = not run.freeze_vision_tower and run.finetuning_type == "full"
     return work, (tower_saved_bytes(raw, patches, e) if trains else 0.0), per_image
