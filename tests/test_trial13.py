@@ -9,6 +9,7 @@ Qwen2.5-VL-32B-Instruct merge on one 80 GB card, the config.json as the hub publ
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -220,10 +221,14 @@ def test_the_mixture_weights_and_the_stated_probability_are_printed(tmp_path):
     # the headline down, and both figures are given
     assert mem["p_oom_assumed"] > 0.5 and mem["p_oom"] < mem["p_oom_assumed"]
     text = " ".join(CliRunner().invoke(main, args, env={"COLUMNS": "120"}).stdout.split())
-    pa, p = round(100 * mem["p_oom_assumed"]), round(100 * mem["p_oom"])
-    assert (f"at cutoff_len 32768 (every sample filling it), the other values as assumed: probability of OOM {pa} %"
-            in text)
-    assert f"the headline {p} % averages over plausible values with the table's weights — sample lengths" in text
+    # the JSON carries the probabilities rounded and the text rounds the unrounded value to a percent,
+    # so a value near x.5 % may print either neighbour: the printed percent is within half a point of the JSON's
+    m = re.search(r"at cutoff_len 32768 \(every sample filling it\), the other values as assumed: probability of "
+                  r"OOM (\d+) %", text)
+    assert m and abs(int(m.group(1)) - 100 * mem["p_oom_assumed"]) <= 0.51, (m and m.group(1), mem["p_oom_assumed"])
+    m = re.search(r"the headline (\d+) % averages over plausible values with the table's weights — sample lengths",
+                  text)
+    assert m and abs(int(m.group(1)) - 100 * mem["p_oom"]) <= 0.51, (m and m.group(1), mem["p_oom"])
     assert "the data on this machine, or --context FILE" in text
 
 
