@@ -109,7 +109,13 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "size of the copies saved from it (hiyouga/Baichuan-7B-sft config.json: the same fields, 'float16', "
         "transformers 4.30.1), which with transformers' writer (sorted keys, two-space indent, closing newline) "
         "leaves room for a seven-letter dtype ('float16' or 'float32', as copies saved by 4.30 and 4.29.1 "
-        "disagree), not 'bfloat16'. So the value is float16 (the bytes equal bfloat16's), recalled from the "
+        "disagree), not 'bfloat16'. Session 12b looked again (GitHub baichuan-inc/Baichuan-7B: its stored files "
+        "ever are code, DeepSpeed configs and media, no config.json; exact strings 'BaiChuanForCausalLM', "
+        "'configuration_baichuan.BaiChuanConfig' and 'Model config BaiChuanConfig {' in the code corpus: "
+        "registries and Baichuan2/TongGu logs only; a path search for Baichuan-7B/config.json; GitHub "
+        "RahulSChand/gpu_poor all_configs.json, every version: Baichuan-7B's shape fields and vocab 64000 "
+        "but no dtype; the issues corpus: no config print): not found. So the value is float16 (the bytes "
+        "equal bfloat16's), recalled from the "
         "copies, and the doctor names the dtype as an open assumption and weighs float32 (facts/assume.py "
         "_checkpoint); --model-config with the real config.json overrides it", False),
     "LGAI-EXAONE/EXAONE-3.0-7.8B-Instruct": (
@@ -130,7 +136,10 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "technical report): no stored copy of the LGAI-EXAONE file or its safetensors index. Session 11 looked "
         "again (docs corpus for the hub page's tensor type, NVIDIA NeMo AutoModel's EXAONE-3.0 page, issues "
         "corpus): re-saves only; a llamafied copy (CarrotAI/EXAONE-3.0-7.8B-Instruct-Llamafied-8k) keeps 7 "
-        "shards of 31.3 GB, 4 bytes an element, a conversion's size, not the file. The doctor "
+        "shards of 31.3 GB, 4 bytes an element, a conversion's size, not the file. Session 12b looked again "
+        "(GitHub lgai-exaone/transformers: EXAONE 4 files only; a path search for "
+        "EXAONE-3.0-7.8B-Instruct/config.json; the issues corpus: vLLM's new-model request #7236 without the "
+        "file): not found. The doctor "
         "names the dtype as an open assumption and weighs bfloat16 (facts/assume.py _checkpoint)", False),
     "mistralai/Codestral-22B-v0.1": (
         "bfloat16", "config.json",
@@ -150,7 +159,9 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "mistral-common; no file list or config), and the released tensors are 16-bit: the HF conversion "
         "mistral-community/Codestral-22B-v0.1 (tree at main) holds 9 safetensors shards, 44.5 GB for "
         "22,247,282,688 elements, 2 bytes each, with a 596-byte config.json, the size of bullerwins' conversion "
-        "that names bfloat16. The doctor names the dtype as an open assumption and weighs float32 "
+        "that names bfloat16. Session 12b looked again (a path search for Codestral-22B-v0.1/config.json; the "
+        "issues corpus for a pasted copy of its shape fields): not found. The doctor names the dtype as an "
+        "open assumption and weighs float32 "
         "(facts/assume.py _checkpoint)",
         False),
     "Tele-AI/TeleChat2-7B": (
@@ -167,7 +178,10 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "(shuiyin.accos.tk and code.bitahub.com hold its tokenizer_config.json and README only, no file list, "
         "shard header or safetensors index). Session 11 looked again (docs corpus for the hub page's tensor "
         "type and shard list, issues corpus, pages corpus for ModelScope's file list): the same mirrors' "
-        "tokenizer files only; the doctor names the dtype as an open assumption and weighs "
+        "tokenizer files only. Session 12b looked again (exact string '\"model_type\": \"telechat\"' in the "
+        "code corpus: no hit; the issues corpus: GPTQModel's TeleChat2 pull request #1106 and Tele-AI "
+        "issues, no file list or shard header): not found; the doctor names the dtype as an open "
+        "assumption and weighs "
         "float32 (facts/assume.py _checkpoint)",
         False),
 }
@@ -188,7 +202,11 @@ UNREAD_NOTE = {
         "the base's file, not zai-org/GLM-4.6's: its own config.json is not stored (sessions 10-11 searched the "
         "docs corpus for the hub blob, tree and safetensors pages, the code corpus for copies with its "
         "_name_or_path, 202752 and its shape fields -- only generated write-ups that invent fields -- and the "
-        "llama.cpp GLM 4.6 conversion thread); the quantized conversions read for its layout and dtype "
+        "llama.cpp GLM 4.6 conversion thread; session 12b: the exact strings 'Glm4MoeConfig {' and "
+        "'glm-4.6/config.json' in the code corpus -- a GLM-4.5-Air print and a write-up only --, a path "
+        "search for GLM-4.6/config.json, GitHub zai-org/GLM-4.5 (no model config), Google maxtext's "
+        "conversion configs (no GLM) and the docs corpus for the FP8/NVFP4 conversions' pages, stored only "
+        "up to their quantization_config); the quantized conversions read for its layout and dtype "
         "(basis) show their vocab_size only past the part of the page stored. GLM-4-9B, GLM-4.1V, GLM-4.5, "
         "GLM-4.5-Air, GLM-4.5V and GLM-4.7 all have 151552 (GLM-4.7-Flash 154880)"),
 }
