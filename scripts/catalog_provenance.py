@@ -114,7 +114,9 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "'configuration_baichuan.BaiChuanConfig' and 'Model config BaiChuanConfig {' in the code corpus: "
         "registries and Baichuan2/TongGu logs only; a path search for Baichuan-7B/config.json; GitHub "
         "RahulSChand/gpu_poor all_configs.json, every version: Baichuan-7B's shape fields and vocab 64000 "
-        "but no dtype; the issues corpus: no config print): not found. So the value is float16 (the bytes "
+        "but no dtype; the issues corpus: no config print; the pages corpus twice: hub mirrors' model cards "
+        "(repo.model.xfyun.cn aicloud/baichuan_7b README at 89c656c, model.drfengling.asia, hf.qhduan.com) and "
+        "TheBloke's GPTQ card, no config.json): not found. So the value is float16 (the bytes "
         "equal bfloat16's), recalled from the "
         "copies, and the doctor names the dtype as an open assumption and weighs float32 (facts/assume.py "
         "_checkpoint); --model-config with the real config.json overrides it", False),
