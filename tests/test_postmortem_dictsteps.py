@@ -110,3 +110,11 @@ def test_self_contradicting_evidence_moves_nothing(tmp_path):
     c = build_curves(ev, 5)
     assert dictsteps.place(c, ev, dictsteps.hints(CFG, {}, 200)) is None
     assert list(c["loss"].steps) == list(range(5, 55, 5))
+
+
+def test_a_dict_whose_epoch_is_nan_is_not_placed_by_it():
+    # HF prints float('nan') as `nan` inside the dict when the loss went non-finite before the epoch was known
+    # (a fuzz case: int(round(nan)) raised); the step comes from the bar instead, nothing raises
+    h = {"peak": None, "warmup": None, "spe": 40.0, "logging_steps": 10}
+    assert dictsteps._estimate(None, float("nan"), h, False) == (None, 0.0, None)
+    assert dictsteps._estimate(None, 0.5, h, False)[0] == 20

@@ -77,7 +77,7 @@ def _estimate(lr: float | None, epoch: float | None, h: dict[str, Any],
     est, tol, basis = None, 0.0, None
     if rising and lr is not None and peak and warm and 0 < lr < peak * (1 - 1e-3):
         est, tol, basis = lr / peak * warm, max(1.0, warm * 1e-3), "warmup-lr"   # 4 significant digits printed
-    elif epoch is not None and spe:
+    elif epoch is not None and math.isfinite(epoch) and spe:   # a NaN epoch ('epoch': nan) places nothing
         # printed with 4 significant digits (transformers 5) or 2 decimals (older): the looser of the two
         prec = max(0.005, 10 ** (math.floor(math.log10(epoch)) - 3) / 2 if epoch > 0 else 0.005)
         est, tol, basis = epoch * spe, max(1.0, prec * spe), "epoch"
