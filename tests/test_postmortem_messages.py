@@ -116,6 +116,15 @@ def test_illegal_memory_access_and_library_errors(tmp_path):
     assert "run-crashed" not in codes(r)    # the crash is explained by the CUDA error
 
 
+def test_a_cuda_status_with_a_clause_for_its_meaning_reads_as_a_sentence(tmp_path):
+    """Issue #25: "This is the NVIDIA driver is older ..." (the meaning of cudaErrorInsufficientDriver is a clause)."""
+    f = diagnose_file(tmp_path, "driver_insufficient.log").findings[0]
+    assert f.name == "cuda-error"
+    assert "CUDA error: CUDA driver version is insufficient for CUDA runtime version. This means the NVIDIA driver " \
+        "is older than the CUDA runtime torch was built with." in f.message
+    assert "This is the" not in f.message
+
+
 # -- the kernel log ----------------------------------------------------------------------------------------------
 
 def test_every_xid_code_is_read_and_explained(tmp_path):
