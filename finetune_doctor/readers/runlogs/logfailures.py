@@ -26,6 +26,11 @@ RAY_WORKER_GONE = re.compile(r"(?:Worker PID: (?P<pid>\d+)\s+)?Worker exit type:
                              r"\s+Worker exit detail: Worker unexpectedly exits with a connection error code")
 
 
+# NCCL's own log prefix (src/debug.cc ncclDebugLog: "%s:%d:%d [%d] NCCL INFO|WARN ..." = host:pid:tid [cudaDev]):
+# the CUDA device of the process that printed it, not its rank
+NCCL_DEVICE = re.compile(r"^\S+:\d+:\d+ \[(?P<dev>\d+)\] NCCL (?:INFO|WARN)")
+
+
 def oom_figures(text: str) -> dict[str, Any]:
     """The figures of a cut OOM message, each read on its own (logpatterns.OOM_FIGURES): {gpu, total, free,
     this_process, allocated, reserved_unallocated, reserved, allowed} for those printed whole."""
@@ -310,6 +315,13 @@ class FailureLines:
 
     # -- NCCL -------------------------------------------------------------------------------------------------
     def _nccl(self, text: str, line: int, rank: int | None, wall: float | None) -> None:
+        if " NCCL " in text and (d := NCCL_DEVICE.match(text.strip())):
+            # the one device NCCL's lines name (facts nccl_device; nccl_devices_mixed once a second one is seen):
+            # what a report without a printed rank can still say of the process
+            dev = int(d.group("dev"))
+            if "nccl_device" in self.facts and self.facts["nccl_device"].value != dev:
+                self.fact("nccl_devices_mixed", True, line)
+            self.fact("nccl_device", dev, line)
         # each expression is tried only where its literal occurs: a hit's window can be kilobytes of one line
         m = pat.NCCL_TIMEOUT.search(text) if "Watchdog caught" in text else None
         if m:
