@@ -82,3 +82,32 @@ def test_exit_code_1_asks_for_the_childs_own_error(tmp_path, launcher, words):
     assert f.name == "run-crashed"
     for w in words:
         assert w in f.message
+
+
+# -- torchelastic's per-rank entry pasted without its header (issue #25) -------------------------------------------
+
+def test_a_headerless_entry_with_exit_code_1_names_the_rank_and_asks_for_its_stderr(tmp_path):
+    """The "[0]:" block alone (time, host, rank, exitcode, error_file, traceback) gave no-run-evidence before."""
+    r = diagnose_report(tmp_path, FIX / "torchrun_entry1.log")
+    f = r.findings[0]
+    assert f.name == "run-crashed", [x.name for x in r.findings]
+    assert "rank 3 (exit code 1)" in f.message and "only in rank 3's own stderr" in f.message
+    assert f.location.line == 5
+    assert "no-run-evidence" not in [x.name for x in r.findings]
+
+
+def test_a_headerless_sigkill_entry_reads_like_the_full_table(tmp_path):
+    whole = diagnose_report(tmp_path / "a", FIX / "torchrun9.log").findings[0]
+    alone = diagnose_report(tmp_path / "b", FIX / "torchrun_entry9.log").findings[0]
+    assert alone.name == whole.name == "host-oom-killed"
+    assert alone.message.startswith("rank 1 was killed by SIGKILL (exit code -9)")
+    assert "dmesg -T" in alone.message
+
+
+def test_headerless_entries_give_one_root_and_the_headed_table_is_not_read_twice():
+    from finetune_doctor.readers.runlogs.logs import read_text_log
+    kills = read_text_log(str(FIX / "torchrun_entries_two.log")).kills
+    assert [(k.kind, k.rank, k.local_rank, k.exitcode, k.pid, k.host) for k in kills] == [
+        ("child-failed-root", 5, 5, 1, 88412, "dgx-a100-02"), ("child-failed", 6, 6, 1, 88413, "dgx-a100-02")]
+    headed = read_text_log(str(FIX / "torchrun1.log")).kills
+    assert sorted(k.kind for k in headed) == ["child-failed-root", "torchrun-exit"]

@@ -116,6 +116,32 @@ def test_illegal_memory_access_and_library_errors(tmp_path):
     assert "run-crashed" not in codes(r)    # the crash is explained by the CUDA error
 
 
+def test_a_cuda_status_with_a_clause_for_its_meaning_reads_as_a_sentence(tmp_path):
+    """Issue #25: "This is the NVIDIA driver is older ..." (the meaning of cudaErrorInsufficientDriver is a clause)."""
+    f = diagnose_file(tmp_path, "driver_insufficient.log").findings[0]
+    assert f.name == "cuda-error"
+    assert "CUDA error: CUDA driver version is insufficient for CUDA runtime version. This means the NVIDIA driver " \
+        "is older than the CUDA runtime torch was built with." in f.message
+    assert "This is the" not in f.message
+
+
+def test_a_watchdog_without_a_rank_says_so_and_names_ncclss_device(tmp_path):
+    """Issue #25: "rank ?" was said when only NCCL's device index ("[3] NCCL INFO") was printed."""
+    r = diagnose_file(tmp_path, "nccl_device_only.log")
+    f = r.findings[0]
+    assert f.name == "nccl-timeout"
+    assert f.message.startswith("NCCL watchdog timeout (the rank is not printed, device 3): ALLREDUCE (SeqNum 2931)")
+    assert "rank ?" not in f.message and "?" not in r.timeline[0].detail
+    # two devices in one file (an interleaved log): no device is named
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    with open(os.path.join(MSG, "nccl_device_only.log"), encoding="utf-8") as fh:
+        text = fh.read()
+    (mixed / "two_devices.log").write_text("gpu-node-1:48214:48291 [4] NCCL INFO Using network Socket\n" + text)
+    f = diagnose_report(mixed / "out", mixed / "two_devices.log").findings[0]
+    assert f.message.startswith("NCCL watchdog timeout (the rank is not printed): ALLREDUCE")
+
+
 # -- the kernel log ----------------------------------------------------------------------------------------------
 
 def test_every_xid_code_is_read_and_explained(tmp_path):

@@ -49,8 +49,9 @@ def test_a_traceback_cut_in_436s_rename_names_the_staged_save_and_the_save_phase
     assert f.name == "run-crashed" and f.severity == "error"
     assert "during the checkpoint save of checkpoint-500" in f.message
     assert "transformers' staged save" in f.message and "#27925" in f.message and "#28364" in f.message
-    # no release was logged: every episode is named, and how to tell which is installed
+    # no release was logged: every episode is named, and how to tell which is installed, with every episode's fix
     assert "pip show transformers" in f.message
+    assert "4.37.0 or later for 4.36's rename, 4.38.2 for 4.38's clean-up, 4.49.0 for the dev build's" in f.message
 
 
 def test_a_cut_in_4381s_rmtree_with_the_logged_release_names_that_episode_only(tmp_path):
@@ -59,6 +60,10 @@ def test_a_cut_in_4381s_rmtree_with_the_logged_release_names_that_episode_only(t
     assert "in the checkpoint save" in f.message
     assert "transformers 4.38.1 (read at" in f.message and "is in the affected releases" in f.message
     assert "#29336" in f.message and "#27925" not in f.message and "#36076" not in f.message
+    # issue #25: the fix is that episode's only, not every episode's
+    assert "the fix: upgrade transformers to 4.38.2 or later (or go back to 4.37.2); until then save from one " \
+        "writer" in f.message
+    assert "4.37.0 or later for 4.36" not in f.message and "4.49.0" not in f.message
 
 
 def test_errno39_from_the_dev_builds_renames_without_its_paths(tmp_path):
@@ -68,6 +73,8 @@ def test_errno39_from_the_dev_builds_renames_without_its_paths(tmp_path):
     # the dev build's own code line (os.renames of the staging folder) picks its episode alone
     assert 'transformers 4.49.0.dev0 (a build of main: "os.renames(output_dir, checkpoint_dir)")' in f.message
     assert "#27925" not in f.message
+    assert "the fix: install the transformers 4.49.0 release or later instead of that build of main; until then" \
+        in f.message and "4.38.2" not in f.message
     # the marker named tmp-checkpoint-<random>: no step is invented
     assert "during a checkpoint save" in f.message and "checkpoint-None" not in f.message
 

@@ -87,6 +87,20 @@ def test_version_conflict_in_words_names_the_packages_and_what_to_run(tmp_path):
     assert "`pip show torch deepspeed`" in f.message
 
 
+def test_a_version_conflict_asks_for_pip_show_in_one_sentence(tmp_path):
+    """Issue #25: the generic `pip show PACKAGE` sentence stood beside the one naming the packages."""
+    f = first(tmp_path, "torch and deepspeed versions are currently incompatible")
+    assert f.message.count("`pip show") == 1 and "`pip show PACKAGE`" not in f.message
+    assert "and a model newer than the installed transformers is not recognised. The words name torch" in f.message
+    (tmp_path / "b").mkdir()
+    f = first(tmp_path / "b", "version conflict after upgrading, model type qwen3 not recognised")
+    assert f.message.count("`pip show") == 1 and "`pip show transformers` on the training machine" in f.message
+    # no package named: the generic sentence is the only one
+    (tmp_path / "c").mkdir()
+    f = first(tmp_path / "c", "version conflict")
+    assert f.message.count("`pip show") == 1 and "compare `pip show PACKAGE` (or `llamafactory-cli env`)" in f.message
+
+
 def test_stated_versions_are_judged_against_lf_ranges(tmp_path):
     f = first(tmp_path, "need accelerate>=0.34.0 but llamafactory says the accelerate version 0.34.2 is too high, "
                         "version conflict")

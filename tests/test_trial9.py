@@ -194,8 +194,10 @@ def test_a_dev_build_read_from_env_is_not_told_to_pass_env(tmp_path):
     cfg = _cfg(tmp_path, "Qwen/Qwen3-VL-2B-Instruct", "qwen3_vl_nothink")
     _, rep = _run("lint", cfg, "--env", str(env))
     f = next(f for f in rep["findings"] if f["name"] == "unverified-config-problem")
-    assert "env.txt names that development build, so only its commit decides" in f["message"]
-    assert "pass --env" not in f["message"]
+    # issue #25: the file that states the release is named with it, never after "the inputs do not say"
+    assert "env.txt states LLaMA-Factory 0.9.4.dev0, but not the commit it was built from: the `Git commit` line " \
+        "of `llamafactory-cli env`" in f["message"]
+    assert "pass --env" not in f["message"] and "do not say" not in f["message"]
 
 
 def test_the_memory_table_points_at_errors_that_are_not_about_memory(tmp_path):

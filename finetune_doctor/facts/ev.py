@@ -48,7 +48,8 @@ _DETECTORS = {
             "cuda-error | no-update | nan | loss-zero | diverged | timeout | hang | stopped | version | error], words, phase [evaluation | save | "
             "tokenization | loading | end | start | resume], phase_words, step, after, text, location, reading, "
             "stack_text (the packages and versions the words name, judged against LF's start-up ranges, and what to "
-            "run: analyzers/postmortem/saidstack.py), lead (what the set-up words say of the kind), versions "
+            "run: analyzers/postmortem/saidstack.py), version_text (a version conflict's generic words, with `pip show "
+            "PACKAGE` only when stack_text names no command), lead (what the set-up words say of the kind), versions "
             "({package: version} the words state), nodes_only (an error said only of multi-node training), memory "
             "[gpu | None: an oom whose words do not say which memory]}",
     "dict_steps": "HF metric dicts re-placed from the warmup lr, the epoch and logging_steps where the training bar "

@@ -57,6 +57,10 @@ KEY_ITEM = {
               values=(*CHECK_NAMES, *VALUE_CHECKS, *CHOICE_CHECKS, *OPENING_CASES)),
     "decide": F("str", "for kind unverified: the inputs that would decide the condition (--llamafactory VERSION or "
                        "--env FILE, ...), none of them given"),
+    "unsaid": F("str", "for kind unverified: the clause after the condition, `, which the inputs do not say`, or "
+                       "what an input file states of it first (`_unsaid`)"),
+    "unran": F("str", "for kind unverified: the same clause after a release list, `; the inputs do not say which "
+                      "one ran`, or what an input file states"),
     "line": F("int", "1-based line of the key in the config"),
     "override": F("bool", "the value was given as key=value on the command line"),
     "inert": F("bool", "deleting the key changes nothing: a retired key at the default it had where it was read"),
@@ -299,9 +303,10 @@ def _decide(condition: str, transformers_version: str | None, release_source: st
     --transformers VERSION" right after --transformers 5.2.0 was passed, for a key only LF's release decides)."""
     if condition.startswith("LLaMA-Factory ") and "so its commit decides" in condition and release_source \
             and release_source not in ("--llamafactory", "installed here", "not given"):
-        # the dev version came from the training machine's own env output (trial 9: "pass --env" after --env)
-        return (f"{release_source} names that development build, so only its commit decides: the `Git commit` line "
-                "of `llamafactory-cli env` (or `git log -1` in the LLaMA-Factory checkout)")
+        # the dev version came from the training machine's own env output (trial 9: "pass --env" after --env);
+        # `_unsaid` has named that file and its version just before
+        return ("the `Git commit` line of `llamafactory-cli env` (or `git log -1` in the LLaMA-Factory checkout) "
+                "gives it")
     if condition.startswith("LLaMA-Factory ") and "so its commit decides" in condition:
         # --llamafactory named a build between releases (trial 6: 0.9.3.dev0): another version flag cannot help
         return "pass --env FILE from the training machine (`llamafactory-cli env`) to decide it"
@@ -311,6 +316,28 @@ def _decide(condition: str, transformers_version: str | None, release_source: st
     if transformers_version:   # "stock transformers ...": the build, not the version, is open
         return "pass --env FILE from the training machine to decide it"
     return "pass --transformers VERSION or --env FILE to decide it"
+
+
+def _stated_dev(condition: str, release: Any) -> str | None:
+    """The file that states the development build a commit-dependent `condition` is about (the --env file, a log's
+    `llamafactory` version line), or None: the version came from --llamafactory, this machine or nowhere."""
+    source = str(getattr(release, "source", "") or "")
+    if condition.startswith("LLaMA-Factory ") and "so its commit decides" in condition and source \
+            and source not in ("--llamafactory", "installed here", "not given"):
+        return source
+    return None
+
+
+def _unsaid(condition: str, release: Any) -> tuple[str, str]:
+    """The clauses between an unverified condition and what decides it (`unsaid` after a condition, `unran` after
+    a release list). When an input file states the version, that is said first: the inputs do say which release
+    ran, a build between two, and only its commit is open (issue #25: "the inputs do not say which one ran" was
+    followed by the file that named 0.9.2.dev0)."""
+    source = _stated_dev(condition, release)
+    if source is None:
+        return ", which the inputs do not say", "; the inputs do not say which one ran"
+    stated = f"; {source} states LLaMA-Factory {getattr(release, 'given', None)}, but not the commit it was built from"
+    return stated, stated
 
 
 def _bridge_text(keys: list[str]) -> str:
@@ -362,6 +389,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
             # launch check no longer carries) or, for an undeclared key, on its opening and fate
             d["case"] = d["case"] or d["check"]
             d["decide"] = _decide(d["condition"], transformers_version, str(getattr(release, "source", "") or ""))
+            d["unsaid"], d["unran"] = _unsaid(d["condition"], release)
         out.append(d)
     rel = ("unknown" if release is None or not release.known
            else str(release.given) if getattr(release, "older", False) else ",".join(release.versions))

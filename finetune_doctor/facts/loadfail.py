@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from finetune_doctor.analyzers.postmortem.saidstack import version_text
 from finetune_doctor.facts import tfmodeltype
 
 LOAD_FAILURE = re.compile(r"does not recognize this architecture|Unrecognized configuration class|"
@@ -128,3 +129,4 @@ def said_type_need(facts: dict[str, Any], versions: dict[str, tuple[str, str]]) 
         need += (": an older transformers does not recognise it at load; `pip show transformers` on the training "
                  "machine says which ran")
     said["stack_text"] = (str(said.get("stack_text") or "") + " " + need[0].upper() + need[1:] + ".").strip()
+    said["version_text"] = version_text(said["stack_text"])

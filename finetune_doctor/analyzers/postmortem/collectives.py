@@ -309,19 +309,30 @@ def nccl_facts(recs: list[NcclRecord], cx: RunContext, out: dict[str, Any],
          "count": len(timeouts), "ranks": sorted({r.rank for r in timeouts if r.rank is not None}),
          "first_failed": first, "waiting": rk.get("waiting") or [], "what": what,
          "location": location_of(main.file, main.line)}
-    d["timeline_text"] = (f"NCCL watchdog timeout on rank {main.rank if main.rank is not None else '?'}: {what}"
+    d["on_rank"] = on_rank(main.rank, cx)
+    d["timeline_text"] = (f"NCCL watchdog timeout {d['on_rank']}: {what}"
                           + (f" after {main.ran_ms / 1000:.0f} s" if main.ran_ms else ""))
     # the watchdog's exception stack alone (readers/runlogs/logfailures.py op "watchdog-stack"): the message that
     # says timeout or error is cut, so neither is stated (trial 14)
     d["cut"] = main.kind == "failed" and main.op == "watchdog-stack" and not timeouts
     if d["cut"]:
-        d["timeline_text"] = (f"NCCL watchdog ended the process on rank {main.rank if main.rank is not None else '?'}"
+        d["timeline_text"] = (f"NCCL watchdog ended the process {d['on_rank']}"
                               ": its exception stack is there, the message saying timeout or error is cut")
     if main.kind == "heartbeat":
         d["what"] = "ProcessGroupNCCL's watchdog thread"
-        d["timeline_text"] = (f"NCCL heartbeat monitor on rank {main.rank if main.rank is not None else '?'}: the "
+        d["timeline_text"] = (f"NCCL heartbeat monitor {d['on_rank']}: the "
                               "watchdog made no progress" + (f" for {main.ran_ms / 1000:.0f} s" if main.ran_ms else ""))
     return d
+
+
+def on_rank(rank: int | None, cx: RunContext) -> str:
+    """``ev.nccl.on_rank``: "on rank R", or, when no line printed the rank, "(the rank is not printed, device D)"
+    with the one CUDA device NCCL's own lines name (readers/runlogs/logfailures.py NCCL_DEVICE), else "(the rank
+    is not printed)": a device index is no rank (issue #25: "rank ?" was said)."""
+    if rank is not None:
+        return f"on rank {rank}"
+    dev = cx.log.get("nccl_device") if not cx.log.get("nccl_devices_mixed") else None
+    return "(the rank is not printed" + (f", device {dev})" if dev is not None else ")")
 
 
 def heartbeat_likely(main: NcclRecord, cx: RunContext) -> str:
@@ -397,5 +408,6 @@ def barrier_facts(ev: Any, cx: RunContext, out: dict[str, Any]) -> dict[str, Any
          "ddp_timeout_fix": trainer == "transformers" or bar is not None or mpf is not None, "count": 1, "ranks": [rank] if rank is not None else [],
          "first_failed": None, "waiting": [], "what": what, "location": location_of(main.file, main.line),
          "preprocessing": bar.value if bar is not None else None}
-    d["timeline_text"] = f"distributed timeout at a barrier on rank {rank if rank is not None else '?'}"
+    d["on_rank"] = on_rank(rank, cx)
+    d["timeline_text"] = f"distributed timeout at a barrier {d['on_rank']}"
     return d

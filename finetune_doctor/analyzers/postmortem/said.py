@@ -16,7 +16,7 @@ from typing import Any
 
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import location_of
-from finetune_doctor.analyzers.postmortem.saidstack import setup_lead, stack_text, stated
+from finetune_doctor.analyzers.postmortem.saidstack import setup_lead, stack_text, stated, version_text
 from finetune_doctor.analyzers.postmortem.savecause import said_save_lead
 from finetune_doctor.arch import BF16_FAMILIES
 from finetune_doctor.evidence import Evidence, Notice
@@ -44,7 +44,7 @@ def generic_crash(crash: dict[str, Any]) -> bool:
 
 def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
     """``ev.said``: {symptom, words, phase, phase_words, step, after, text, metric, location, given, reading,
-    stack_text, versions, nodes_only, lead} (the last four from saidstack.py) of the first file
+    stack_text, version_text, versions, nodes_only, lead} (the last five from saidstack.py) of the first file
     read as the user's words (readers/runlogs/userwords.py `read_words`), or None when there is none or when any
     log evidence (`_LOG_EVIDENCE`, a hang or a stop of the run-health detector) was found. A crash that says nothing of its
     cause (`generic_crash`: torchrun's ChildFailedError alone, a launcher's CalledProcessError, a traceback cut
@@ -66,6 +66,7 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
             # what the words state of the stack and the set-up (saidstack.py): the versions named, judged against
             # LF's start-up ranges, and what to run for the rest; a hang's or an NCCL error's set-up lead
             s["stack_text"] = stack_text(ev) if s["symptom"] in ("error", "version") else None
+            s["version_text"] = version_text(s["stack_text"])
             s["versions"] = {k: v["version"] for k, v in (stated(ev).get("versions") or {}).items()
                              if v["version"] and "x" not in v["version"]}
             # an error said only of several nodes (userwords_vocab's multi-node entry), not of NCCL itself

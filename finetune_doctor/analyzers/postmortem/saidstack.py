@@ -41,6 +41,21 @@ def stated_releases(stated_: dict[str, Any] | None) -> dict[str, tuple[str, str]
             if re.fullmatch(r"\d+(?:\.\d+)+", str(v.get("version") or ""))}
 
 
+VERSION_RANGE = ("A package outside the range the code needs stops a run at import or at model load, and a model "
+                 "newer than the installed transformers is not recognised")
+"""The opening of a version conflict said in words (rule run-crashed, `version_text`)."""
+
+
+def version_text(stack: str | None) -> str:
+    """``ev.said.version_text``: what a version conflict said in words means and, when `stack` (``stack_text``)
+    does not already name the command, the generic `pip show PACKAGE` comparison. One `pip show` sentence, never
+    the generic one beside the specific one (issue #25: the message repeated itself)."""
+    if stack and "`pip show" in stack:
+        return VERSION_RANGE + "."
+    return (VERSION_RANGE + ": compare `pip show PACKAGE` (or `llamafactory-cli env`) with the range the error "
+            "states and install a release inside it.")
+
+
 def stack_text(ev: Evidence) -> str | None:
     """The sentence of a version conflict or an error said in words that names what the words state (package and
     version, or range), judges each stated version of a package LLaMA-Factory checks at start-up against its

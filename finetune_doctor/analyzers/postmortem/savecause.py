@@ -28,22 +28,28 @@ from typing import Any, Mapping
 
 from finetune_doctor.numbers import version_key
 
-# (first, last) transformers releases of each episode, inclusive, as version_key compares them, and its words
-_EPISODES: tuple[tuple[str, str, str], ...] = (
+# (first, last) transformers releases of each episode, inclusive, as version_key compares them, its words and its
+# fix (the release that fixed it, from the PRs named; the release before it)
+_EPISODES: tuple[tuple[str, str, str, str], ...] = (
     ("4.36.0.dev0", "4.36.2",
      "transformers 4.36 renamed tmp-checkpoint-N to checkpoint-N from every process (huggingface/transformers#27925, "
-     "#28119; 4.37.0 renames on the main process only, #28364)"),
+     "#28119; 4.37.0 renames on the main process only, #28364)",
+     "upgrade transformers to 4.37.0 or later (or go back to 4.35.2)"),
     ("4.38.0", "4.38.1",
      "transformers 4.38.0-4.38.1 removed the staging folder with shutil.rmtree(staging_output_dir) on each node while "
-     "another process renamed it (#28848, reverted in 4.38.2 by #29336)"),
+     "another process renamed it (#28848, reverted in 4.38.2 by #29336)",
+     "upgrade transformers to 4.38.2 or later (or go back to 4.37.2)"),
     ("4.49.0.dev0", "4.49.0.dev0",
      "transformers 4.49.0.dev0 (main in February 2025) renamed a tmp-checkpoint-<random> folder with os.renames from "
      "more than one process: OSError [Errno 39] Directory not empty (huggingface/transformers#36076; fixed on main "
-     "before 4.49.0)"),
+     "before 4.49.0)",
+     "install the transformers 4.49.0 release or later instead of that build of main"),
 )
 _FIX = ("upgrade transformers past the episode (4.37.0 or later for 4.36's rename, 4.38.2 for 4.38's clean-up, "
-        "4.49.0 for the dev build's rename) or go back to the release before it; until then save from one writer "
-        "(save_on_each_node: false on a shared filesystem, each rank's output_dir not shared by several jobs)")
+        "4.49.0 for the dev build's rename) or go back to the release before it")
+"""The fix when no episode is known (no release read, or one in none of them): every episode's."""
+_ONE_WRITER = ("until then save from one writer (save_on_each_node: false on a shared filesystem, each rank's "
+               "output_dir not shared by several jobs)")
 
 # a rename/remove errno: ENOENT (the folder already gone), EEXIST and ENOTEMPTY (the target already there)
 _ERRNO = re.compile(r"\[Errno (?:2|17|39)\]|Directory not empty|File exists")
@@ -58,25 +64,32 @@ _MAIN_BUILD = re.compile(r"\bmain branch\b|\bfrom (?:source|github|git)\b|git\+h
                          r"\bdev0\b|os\.renames\(output_dir, checkpoint_dir\)|主分支|源码安装", re.I)
 
 
-def _episode_words(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str] | None = None,
-                   seen: str = "") -> str:
-    """The episode the transformers release read (`versions`: {package: (version, where read)}) or said (`said`:
-    {package: version}) falls in, worded with where it was read; with no release, a build of main that `seen`
-    (the words and code lines read) shows (`_MAIN_BUILD`) is the dev build's episode; every episode when none is
-    known or none matches (the release is then what to check)."""
+def _episode(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str] | None = None,
+             seen: str = "") -> tuple[str | None, str, tuple[str, str, str, str] | None]:
+    """(release, where it was read, its episode or None) for the transformers release read (`versions`: {package:
+    (version, where read)}) or said (`said`: {package: version}); with no release, a build of main that `seen`
+    (the words and code lines read) shows (`_MAIN_BUILD`) is the dev build's episode."""
     v = versions.get("transformers")
     ver, where = (v[0], f"read at {v[1]}") if v else ((said or {}).get("transformers"), "the words state it")
     main = _MAIN_BUILD.search(seen) if not ver else None
     if main:
         ver, where = "4.49.0.dev0", f"a build of main: \"{main.group(0)}\""
     key = version_key(ver) if ver else None
-    if key is not None:
-        for lo, hi, words in _EPISODES:
-            if version_key(lo) <= key <= version_key(hi):
-                return f"transformers {ver} ({where}) is in the affected releases: {words}"
-    known = f"transformers {ver} ({where}) is in none of them, so another writer is likelier; " if key else ""
-    return (f"{known}the releases that did it: " + "; ".join(w for _, _, w in _EPISODES)
-            + ("" if key else " (`pip show transformers` says which is installed)"))
+    episode = next((e for e in _EPISODES if key is not None and version_key(e[0]) <= key <= version_key(e[1])), None)
+    return ver, where, episode
+
+
+def _episode_words(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str] | None = None,
+                   seen: str = "") -> str:
+    """The episode the transformers release falls in (`_episode`), worded with where it was read; every episode
+    when none is known or none matches (the release is then what to check)."""
+    ver, where, episode = _episode(versions, said, seen)
+    if episode is not None:
+        return f"transformers {ver} ({where}) is in the affected releases: {episode[2]}"
+    known = version_key(ver) if ver else None
+    lead = f"transformers {ver} ({where}) is in none of them, so another writer is likelier; " if known else ""
+    return (f"{lead}the releases that did it: " + "; ".join(e[2] for e in _EPISODES)
+            + ("" if known else " (`pip show transformers` says which is installed)"))
 
 
 STAGED = "the checkpoint save failed in transformers' staged save"
@@ -87,7 +100,13 @@ def _staged_text(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str
                  seen: str = "") -> str:
     return (f"{STAGED} (Trainer._save_checkpoint writes a "
             "tmp-checkpoint folder, then renames it to checkpoint-N): a second process renamed or removed the "
-            f"same folder; {_episode_words(versions, said, seen)}; the fix: {_FIX}")
+            f"same folder; {_episode_words(versions, said, seen)}; the fix: {_fix(versions, said, seen)}")
+
+
+def _fix(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str] | None = None, seen: str = "") -> str:
+    """The known episode's own fix, or every episode's (`_FIX`) when none is known; then the one-writer stopgap."""
+    episode = _episode(versions, said, seen)[2]
+    return f"{episode[3] if episode is not None else _FIX}; {_ONE_WRITER}"
 
 
 def staged_save_lead(tb: Any, versions: Mapping[str, tuple[str, str]]) -> str | None:

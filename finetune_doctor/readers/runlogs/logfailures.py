@@ -26,6 +26,11 @@ RAY_WORKER_GONE = re.compile(r"(?:Worker PID: (?P<pid>\d+)\s+)?Worker exit type:
                              r"\s+Worker exit detail: Worker unexpectedly exits with a connection error code")
 
 
+# NCCL's own log prefix (src/debug.cc ncclDebugLog: "%s:%d:%d [%d] NCCL INFO|WARN ..." = host:pid:tid [cudaDev]):
+# the CUDA device of the process that printed it, not its rank
+NCCL_DEVICE = re.compile(r"^\S+:\d+:\d+ \[(?P<dev>\d+)\] NCCL (?:INFO|WARN)")
+
+
 def oom_figures(text: str) -> dict[str, Any]:
     """The figures of a cut OOM message, each read on its own (logpatterns.OOM_FIGURES): {gpu, total, free,
     this_process, allocated, reserved_unallocated, reserved, allowed} for those printed whole."""
@@ -310,6 +315,13 @@ class FailureLines:
 
     # -- NCCL -------------------------------------------------------------------------------------------------
     def _nccl(self, text: str, line: int, rank: int | None, wall: float | None) -> None:
+        if " NCCL " in text and (d := NCCL_DEVICE.match(text.strip())):
+            # the one device NCCL's lines name (facts nccl_device; nccl_devices_mixed once a second one is seen):
+            # what a report without a printed rank can still say of the process
+            dev = int(d.group("dev"))
+            if "nccl_device" in self.facts and self.facts["nccl_device"].value != dev:
+                self.fact("nccl_devices_mixed", True, line)
+            self.fact("nccl_device", dev, line)
         # each expression is tried only where its literal occurs: a hit's window can be kilobytes of one line
         m = pat.NCCL_TIMEOUT.search(text) if "Watchdog caught" in text else None
         if m:
@@ -390,7 +402,7 @@ class FailureLines:
     # -- process death ----------------------------------------------------------------------------------------
     def _kill(self, text: str, line: int, rank: int | None, context: LineContext | None = None) -> None:
         st = self.during()
-        if self._short_kill(text, line, rank, context):
+        if self._short_kill(text, line, rank, context) or self._child_entry(text, line, context):
             return
         m = pat.KERNEL_OOM.search(text)
         if m:
@@ -588,6 +600,40 @@ class FailureLines:
             elif (m := pat.CF_TB.search(ln)):
                 entry["tb"] = m.group("tb").strip()
         close()
+
+    def _child_entry(self, text: str, line: int, context: LineContext | None) -> bool:
+        """One "[n]:" entry of torchelastic's failure summary pasted without the ChildFailedError header above it
+        (torch/distributed/elastic/multiprocessing/errors/__init__.py ``_FAILURE_FORMAT_TEMPLATE``: "time", "host",
+        "rank : R (local_rank: L)", "exitcode : N (pid: P)", "error_file", "traceback" lines), read at its
+        exitcode line. An entry under "Root Cause (first observed failure):" or "Failures:" is the header readers'
+        (`_child_failed`, `_child_failures`), so it is left to them. The first headerless entry of a file is
+        recorded as "child-failed-root" (a paste of one entry is most often the root-cause section, the one users
+        copy), later ones as "child-failed". False when the line is no such entry."""
+        m = pat.CF_EXIT.match(pat.RANK.sub("", text).strip()) if context is not None else None
+        if m is None:
+            return False
+        before = context.buf[max(0, context.ls - 8192):context.ls].decode("utf-8", "replace").splitlines()[-80:]
+        rank = lr = host = None
+        own = True   # still inside this entry (below its "[n]:" line)
+        for b in reversed(before):
+            b = pat.RANK.sub("", b).strip()
+            if b.startswith("Root Cause") or b == "Failures:":
+                return False
+            if b.startswith("=" * 8):
+                break
+            if own and (r := pat.CF_RANK.match(b)):
+                rank, lr = int(r.group("rank")), int(r.group("lr"))
+            elif own and (h := pat.CF_HOST.match(b)):
+                host = h.group("host")
+            own = own and not pat.CF_ENTRY.match(b)
+        tb = next((t.group("tb").strip() for ln in context.following_lines(3)
+                   if (t := pat.CF_TB.match(pat.RANK.sub("", ln).strip()))), "")
+        code = int(m.group("code"))
+        root = not any(k.kind == "child-failed-root" for k in self.keep.get("kills"))
+        self.keep.add("kills", KillRecord(self.path, line, self.during(), "child-failed-root" if root else "child-failed",
+                                          exitcode=code, signal=m.group("sig") or signame(code), rank=rank,
+                                          local_rank=lr, pid=int(m.group("pid")), host=host, text=tb[:300]))
+        return True
 
     def _child_failed(self, line: int, context: LineContext) -> None:
         """torchrun's ChildFailedError block: parse the entry under "Root Cause (first observed failure):"."""

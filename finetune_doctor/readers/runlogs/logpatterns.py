@@ -61,7 +61,7 @@ TRIGGER_WORDS = (
     # NCCL (§6)
     "Watchdog caught", "NCCL",
     # process death (§8)
-    "Killed", "(exitcode: ", "DefaultCPUAllocator", "Root Cause", "Failures:", "ChildFailedError", "Signal ", "Detected ",
+    "Killed", "(exitcode: ", "(pid: ", "DefaultCPUAllocator", "Root Cause", "Failures:", "ChildFailedError", "Signal ", "Detected ",
     "Out Of Memory", "Out of memory: ", "Memory cgroup", "] exits with return code", "Killing subprocess",
     "Main process received",
     # torchelastic's agent stopped by a signal (`ELASTIC_SIGNALLED`): its warning and the SignalException it raises
