@@ -24,6 +24,9 @@ import os
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zero3_toy  # noqa: E402
+
 H, LAYERS, MB, SEQ = 128, 8, 2, 1024
 
 
@@ -69,45 +72,15 @@ def _meter():
 
 
 def _run(rank: int, world: int, port: int, ckpt: bool, ga: int, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank), DS_ACCELERATOR="cpu", LOCAL_SIZE=str(world))
+    zero3_toy.rank_env(rank, world, port, LOCAL_SIZE=str(world))
     import torch
     import deepspeed
-    from torch.utils.checkpoint import checkpoint
 
     torch.manual_seed(0)
-
-    class Layer(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.up = torch.nn.Linear(H, 4 * H, bias=False)
-            self.down = torch.nn.Linear(4 * H, H, bias=False)
-
-        def forward(self, x):
-            return x + self.down(torch.relu(self.up(x)))
-
-    class Net(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.emb = torch.nn.Linear(H, H, bias=False)
-            self.layers = torch.nn.ModuleList(Layer() for _ in range(LAYERS))
-            self.head = torch.nn.Linear(H, H, bias=False)
-
-        def forward(self, x):
-            x = self.emb(x)
-            for layer in self.layers:
-                x = checkpoint(layer, x, use_reentrant=True) if ckpt else layer(x)
-            return self.head(x).pow(2).mean()
-
     layer_el = 2 * 4 * H * H
-    zo = {"stage": 3, "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": int(4.3 * layer_el),
-          "stage3_max_live_parameters": int(4.3 * layer_el), "stage3_prefetch_bucket_size": int(0.06 * layer_el),
-          "reduce_bucket_size": layer_el, "overlap_comm": True, "contiguous_gradients": True}
-    cfg = {"train_micro_batch_size_per_gpu": MB, "gradient_accumulation_steps": ga,
-           "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
-           "zero_allow_untested_optimizer": True, "zero_optimization": zo}
+    cfg = zero3_toy.zero3_config(H, MB, ga, overlap_comm=True, contiguous_gradients=True)
     with deepspeed.zero.Init(config_dict_or_path=cfg):
-        model = Net()
+        model = zero3_toy.toy_net(torch, H, LAYERS, ckpt)
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
 
     def one_step() -> None:

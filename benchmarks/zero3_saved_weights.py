@@ -27,57 +27,29 @@ import os
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zero3_toy  # noqa: E402
+
 H, LAYERS = 64, 8
 
 
 def _run(rank: int, world: int, port: int, build: str, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank), DS_ACCELERATOR="cpu")
+    zero3_toy.rank_env(rank, world, port)
     import torch
     import deepspeed
     from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
 
     torch.manual_seed(0)
-
-    class Layer(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.up = torch.nn.Linear(H, 4 * H, bias=False)
-            self.down = torch.nn.Linear(4 * H, H, bias=False)
-
-        def forward(self, x):
-            return x + self.down(torch.relu(self.up(x)))
-
-    class Net(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.emb = torch.nn.Linear(H, H, bias=False)
-            self.layers = torch.nn.ModuleList(Layer() for _ in range(LAYERS))
-            self.head = torch.nn.Linear(H, H, bias=False)
-
-        def forward(self, x):
-            x = self.emb(x)
-            for layer in self.layers:
-                x = layer(x)
-            return self.head(x).pow(2).mean()
-
     layer_el = 2 * 4 * H * H
-    # DeepSpeed's defaults scaled to the stack as a 7B Llama sees them (1e9 elements ~ 5 layers of 202 M): the reuse
-    # distance keeps the last layers across the forward/backward boundary, nothing earlier
-    zo = {"stage": 3, "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": int(4.3 * layer_el),
-          "stage3_max_live_parameters": int(4.3 * layer_el), "stage3_prefetch_bucket_size": int(0.06 * layer_el),
-          "reduce_bucket_size": layer_el}
-    if build == "init, memory_efficient_linear false":
-        zo["memory_efficient_linear"] = False
-    cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
-           "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
-           "zero_allow_untested_optimizer": True, "zero_optimization": zo}
+    # the reuse distance keeps the last layers across the forward/backward boundary, nothing earlier
+    extra = {"memory_efficient_linear": False} if build == "init, memory_efficient_linear false" else {}
+    cfg = zero3_toy.zero3_config(H, 2, 1, **extra)
     linear_bk = torch.nn.functional.linear
     if build.startswith("init"):
         with deepspeed.zero.Init(config_dict_or_path=cfg):
-            model = Net()
+            model = zero3_toy.toy_net(torch, H, LAYERS)
     else:
-        model = Net()
+        model = zero3_toy.toy_net(torch, H, LAYERS)
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
     shapes = {(4 * H, H), (H, 4 * H)}
     rows = []
