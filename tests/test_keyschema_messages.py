@@ -128,8 +128,8 @@ def test_a_key_some_releases_declare_on_a_build_between_two(tmp_path, monkeypatc
     assert got == [
         f"FD041 `image_max_pixels` is declared by LLaMA-Factory 0.9.2-0.9.6.dev0 only: {STOPS} on the others. Of the "
         "releases the inputs allow, that is LLaMA-Factory 0.9.1 (0.9.2.dev0 is a build between 0.9.1 and 0.9.2, so its "
-        "commit decides); the inputs do not say which one ran: pass --env FILE from the training machine "
-        "(`llamafactory-cli env`) to decide it."], got
+        "commit decides); --llamafactory states LLaMA-Factory 0.9.2.dev0, but not the commit it was built from: "
+        "pass --env FILE from the training machine (`llamafactory-cli env`) to decide it."], got
 
 
 def test_a_dropped_key_is_never_unverified(tmp_path, monkeypatch):

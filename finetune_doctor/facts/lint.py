@@ -319,11 +319,13 @@ def _decide(condition: str, transformers_version: str | None, release_source: st
 
 
 def _stated_dev(condition: str, release: Any) -> str | None:
-    """The file that states the development build a commit-dependent `condition` is about (the --env file, a log's
-    `llamafactory` version line), or None: the version came from --llamafactory, this machine or nowhere."""
+    """The input that states the development build a commit-dependent `condition` is about (the --env file, a log's
+    `llamafactory` version line, --llamafactory), or None: the version came from this machine or nowhere."""
     source = str(getattr(release, "source", "") or "")
     if condition.startswith("LLaMA-Factory ") and "so its commit decides" in condition and source \
-            and source not in ("--llamafactory", "installed here", "not given"):
+            and source not in ("installed here", "not given"):
+        # --llamafactory 0.9.2.dev0 states the build as much as an env file does (session 12's leftover: it was
+        # followed by "the inputs do not say which one ran")
         return source
     return None
 
