@@ -7,8 +7,8 @@ an empty working directory, --gpu A100 and nothing else. The ones without a verd
 each for a reason the report states (benchmarks/results/honest_check_speed.md lists them with the wall times):
 - accelerate configs and a special-token description file: not run configs (exit 2, one line saying what to do);
 - MOSS-VL (OpenMOSS-Team/MOSS-VL-Instruct-0708): not in the catalogue (tests/test_lf_examples_models.py);
-- models/llama3-8b-pro: the folder LLaMA Pro's expansion script writes (scripts/llama_pro.py adds layers), so
-  its size is not Llama-3-8B's and no entry is taken for it.
+(models/llama3-8b-pro, the folder LLaMA Pro's expansion writes, gets one: it is sized as Llama-3-8B plus the blocks
+LLaMA Pro adds, an assumption the report names: tests/test_llama_pro_expansion.py.)
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ _PLACE = shared_dir("reference", "llamafactory", "examples")
 SHARED = None if _PLACE is None else _PLACE / "reference" / "llamafactory" / "examples"
 
 NOT_RUN_CONFIGS = ("accelerate/", "extras/multi_tokens/tokens_cfg.yaml")
-NO_ENTRY = {"mossvl": "OpenMOSS-Team/MOSS-VL-Instruct-0708", "llama_pro": "models/llama3-8b-pro"}
+NO_ENTRY = {"mossvl": "OpenMOSS-Team/MOSS-VL-Instruct-0708"}
 
 
 def _verdict(rep: dict) -> str | None:

@@ -359,7 +359,8 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
             allow_download=not static and opts.command in DOWNLOAD_COMMANDS, offline=opts.offline,
             exact=False if static else "auto", transformers_major=transformers,
             template=str(doc.values.get("template") or "") or None, multimodal=multimodal_hint(doc.values),
-            context_config=machine.model_config(asm.context)), asm.assumptions)
+            context_config=machine.model_config(asm.context), llama_pro_layers=_llama_pro_layers(doc.values)),
+            asm.assumptions)
     except InputError as err:
         if not tolerate:
             if err.file is None or err.file == str(name):
@@ -383,6 +384,15 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
         machine.check_dtype(asm.context, arch, model_src)
         asm.sources["model"] = model_src
     return arch
+
+def _llama_pro_layers(values: dict[str, Any]) -> int | None:
+    """The blocks a LLaMA Pro run trains (``freeze_trainable_layers``, LF's default 2: hparams/finetuning_args.py)
+    when the YAML sets ``use_llama_pro``; None otherwise."""
+    if values.get("use_llama_pro") is not True:
+        return None
+    n = values.get("freeze_trainable_layers", 2)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
 
 def text_only(data: dict[str, Any] | None) -> bool:
     """Whether the ``data`` facts show that no sample brings an image, video or audio: every configured dataset

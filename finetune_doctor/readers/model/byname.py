@@ -115,6 +115,28 @@ def changes_architecture(name: str) -> bool:
     return any(t in CHANGES_ARCH or SIZE.match(t) for t in tail)
 
 
+# The words LF's LLaMA Pro script and its example give an expanded checkpoint's folder (examples/extras/llama_pro/
+# expand.sh: ``--output_dir models/llama3-8b-pro``): the base's name with one of these after the size
+EXPANSION_WORDS = frozenset({"pro", "expanded", "expand"})
+
+
+def expansion_base(name: str) -> str | None:
+    """The base model's name inside a block-expanded checkpoint's folder name, or None: ``models/llama3-8b-pro`` →
+    ``models/llama3-8b`` when the only words after the size that change the architecture (`CHANGES_ARCH`) are
+    `EXPANSION_WORDS`; ``Qwen2-7B-moe`` or a name with no size gives None."""
+    parts = str(name).replace("\\", "/").rstrip("/").split("/")
+    toks = [t for t in re.split(r"([-\s]+)", parts[-1])]
+    words = [t.lower() for t in toks[::2]]
+    idx = next((i for i, t in enumerate(words) if SIZE.match(t)), None)
+    if idx is None:
+        return None
+    tail = [t for t in words[idx + 1:] if t in CHANGES_ARCH or SIZE.match(t)]
+    if not tail or any(t not in EXPANSION_WORDS for t in tail):
+        return None
+    keep = [w for i, w in enumerate(toks[::2]) if not (i > idx and w.lower() in EXPANSION_WORDS)]
+    return "/".join([*parts[:-1], "-".join(keep)])
+
+
 # Folders a training run writes under its output directory (transformers Trainer ``checkpoint-<step>``, DeepSpeed
 # ``global_step<N>``, LLaMA-Factory export / merge folders people name ``merged``/``final``): they say nothing
 # about the model, their parent folder does

@@ -182,7 +182,7 @@ def load_arch(model_name_or_path: str, *, base_dir: str | None = None, hf_home: 
               transformers_major: int | str | None = None, template: str | None = None,
               multimodal: str | None = None, assumptions: list[Assumption] | None = None,
               context_config: tuple[dict[str, Any], str, str] | None = None,
-              _depth: int = 0) -> tuple[ModelArch, SourceDoc | None]:
+              llama_pro_layers: int | None = None, _depth: int = 0) -> tuple[ModelArch, SourceDoc | None]:
     """Architecture of LLaMA-Factory's ``model_name_or_path``; the module docstring gives the search order.
 
     `base_dir` is the directory of the YAML that names the model (relative paths are tried there first);
@@ -195,7 +195,9 @@ def load_arch(model_name_or_path: str, *, base_dir: str | None = None, hf_home: 
     sees images/video/audio, readers/model/byname.py ``multimodal_hint``) narrow a match by name; every value taken
     from a name rather than a config.json is appended to `assumptions` as an `Assumption` (name ``model``).
     `context_config` is (config.json dict, where it was read, note) from a ``doctor context`` file: it acts as
-    ``--model-config`` (consulted after the local folder, source kind ``context``). Returns the arch and the
+    ``--model-config`` (consulted after the local folder, source kind ``context``). `llama_pro_layers` (the YAML's
+    ``freeze_trainable_layers`` when it sets ``use_llama_pro``) lets a folder named after a base model plus
+    ``-pro`` be sized as that base with as many blocks added (`_by_expansion`). Returns the arch and the
     `SourceDoc` of the config.json read (None for a catalog match or a context; `notes` then say how it matched).
 
     Raises ModelConfigInvalid (an InputError with file, line and key) for a config.json that is unreadable, not
@@ -208,6 +210,7 @@ def load_arch(model_name_or_path: str, *, base_dir: str | None = None, hf_home: 
                               fix="model_name_or_path: ORG/NAME or a local directory")
     ctx = _Ctx(template, multimodal, assumptions if assumptions is not None else [])
     ctx.context_config = context_config
+    ctx.llama_pro_layers = llama_pro_layers
     arch, doc = _resolve(name, base_dir, hf_home, cache_dir, model_config, allow_download, offline, timeout_s,
                          transformers_major, _depth, ctx)
     if exact:
@@ -223,6 +226,7 @@ class _Ctx:
     def __init__(self, template: str | None, multimodal: str | None, assumptions: list[Assumption]):
         self.template, self.multimodal, self.assumptions = template, multimodal, assumptions
         self.context_config: tuple[dict[str, Any], str, str] | None = None
+        self.llama_pro_layers: int | None = None
 
 
 def _by_name(name: str, found: tuple[dict[str, Any], str] | None, ctx: _Ctx, tf_major: int | str | None,
@@ -257,7 +261,8 @@ def _by_name(name: str, found: tuple[dict[str, Any], str] | None, ctx: _Ctx, tf_
 
 def _assumed(arch: ModelArch, name: str, entry_id: str, why: str, ctx: _Ctx) -> ModelArch:
     """Record that `arch` was taken from the catalogue entry `entry_id` because of the name `name`."""
-    path_like = not REPO_ID.match(name) or bool(byname.shell_variables(name))
+    path_like = not REPO_ID.match(name) or bool(byname.shell_variables(name)) \
+        or name.split("/", 1)[0].lower() in FOLDER_WORDS   # models/llama3-8b: a folder, as _fix_command says
     source = "folder name" if path_like else "repository name"
     var = byname.shell_variables(name)
     note = f"sized as the catalogue entry {entry_id} from its {source} '{name}'"
@@ -357,6 +362,9 @@ def _resolve(name: str, base_dir: str | None, hf_home: str | None, cache_dir: st
     arch = _by_parent(name, ctx, tf_major)
     if arch is not None:
         return arch, None
+    arch = _by_expansion(name, ctx, tf_major)
+    if arch is not None:
+        return arch, None
     looked.append("not in the bundled catalog")
     if allow_download and REPO_ID.match(name):
         dl = download_configs(name, offline=offline, use_modelscope=env_enabled("USE_MODELSCOPE_HUB"),
@@ -385,6 +393,37 @@ def _by_parent(name: str, ctx: _Ctx, tf_major: int | str | None) -> ModelArch | 
     return with_note(arch, f"sized as the catalogue entry of its parent folder '{parent}': the path '{name}' does not "
                            f"exist on this machine, and '{leaf}' is a folder a training run writes (a checkpoint or "
                            "an export), which names no model")
+
+
+def _by_expansion(name: str, ctx: _Ctx, tf_major: int | str | None) -> ModelArch | None:
+    """A LLaMA Pro checkpoint not on this machine (``models/llama3-8b-pro``, the folder LF's example expands
+    Meta-Llama-3-8B-Instruct into) sized as its base (byname.py `expansion_base`) with `ctx.llama_pro_layers`
+    decoder blocks added; None without ``use_llama_pro``, when the base matches nothing, or for a base whose layers
+    are not all alike (`layer_types`: the copies' kinds would be a guess).
+
+    Why freeze_trainable_layers is the number added: LF's use_llama_pro trains every `stride`-th block with
+    stride = num_layers // freeze_trainable_layers and raises unless it divides num_layers (LF
+    src/llamafactory/model/adapter.py:80-88 at the snapshot), and LF's expansion script inserts one copy after every
+    num_layers // num_expand original blocks (examples/extras/llama_pro/expand.sh, ``--num_expand 8`` for a
+    ``freeze_trainable_layers: 8`` YAML): the trained blocks are the inserted ones exactly when the two are equal. So
+    it is an assumption (``llama-pro-blocks``), removed by the expanded checkpoint's config.json."""
+    added = ctx.llama_pro_layers
+    base = byname.expansion_base(name)
+    if not added or added <= 0 or base is None:
+        return None
+    arch = _by_name(base, find_in_catalog(base), ctx, tf_major)
+    if arch is None or arch.layer_types or arch.num_experts:
+        return None
+    ctx.assumptions.append(Assumption(
+        name="llama-pro-blocks", value=arch.num_layers + added,
+        source=f"folder name '{name}' with use_llama_pro: {arch.num_layers} blocks of the base plus "
+               f"freeze_trainable_layers ({added}) added by LF's LLaMA Pro expansion (--num_expand = the trained "
+               "blocks, LF model/adapter.py:80-88)",
+        alternatives=(f"another --num_expand ({name}'s own config.json num_hidden_layers)",),
+        resolve_with="--model-config FILE (the expanded checkpoint's config.json)"))
+    return with_note(replace(arch, num_layers=arch.num_layers + added),
+                     f"sized as the catalogue entry of '{base}' with {added} LLaMA Pro blocks added "
+                     f"({arch.num_layers + added} layers): '{name}' is not on this machine")
 
 
 def _unknown(name: str, looked: list[str]) -> ModelUnresolved:
