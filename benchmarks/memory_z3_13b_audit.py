@@ -93,7 +93,7 @@ def medians(items: list[dict]) -> list[tuple[str, int, float | None]]:
 
     z3 = lambda i: i["engine"] == "ZeRO-3"  # noqa: E731
     subsets = (("ZeRO-3 (no offload), all rows", z3),
-               ("ZeRO-3 (no offload), without the 8 ms-swift DPO rows", lambda i: z3(i) and not i["pairwise"]),
+               ("ZeRO-3 (no offload), without the pairwise (ms-swift DPO) rows", lambda i: z3(i) and not i["pairwise"]),
                ("ZeRO-3 (no offload), without the rows at the card", lambda i: z3(i) and not at_card(i)),
                ("ZeRO-3 (no offload), without either", lambda i: z3(i) and not i["pairwise"] and not at_card(i)),
                ("ZeRO-3 (no offload), fully stated", lambda i: z3(i) and i["engine_stated"]),
