@@ -39,7 +39,7 @@ sys.path.insert(0, str(HERE))
 
 from calib_data import config_for, load_rows, samples_fill  # noqa: E402
 from calibrate import engine_of  # noqa: E402
-from memory_z3_dev_rows import _compare, offload_of, stated  # noqa: E402
+from memory_z3_dev_rows import _compare, offload_of  # noqa: E402
 
 for _p in reversed([p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]):
     sys.path.insert(0, _p)
