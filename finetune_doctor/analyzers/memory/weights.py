@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import finetune_doctor.dtypes as bytes_table
-from finetune_doctor.analyzers.memory.zero3 import (all_layers_gathered_bytes, ds_model_bytes, linear_weights_retained,
-                                                    output_layer_gathered_bytes, recompute_leak,
-                                                    sub_group_half_flat_bytes, zero3_live)
+from finetune_doctor.analyzers.memory.zero3 import (all_layers_gathered_bytes, ds_model_bytes, gather_allocates,
+                                                    linear_weights_retained, output_layer_gathered_bytes,
+                                                    recompute_leak, sub_group_half_flat_bytes, zero3_live)
 from finetune_doctor.analyzers.memory.optstates import badam_states, lowrank_states, muon_states
 from finetune_doctor.analyzers.memory.params import ParamCounts, badam_block_params
 from finetune_doctor.arch import Linear, ModelArch
@@ -71,6 +71,8 @@ def weight_terms(run: Run, c: ParamCounts) -> WeightTerms:
         if linear_weights_retained(run):
             # at the loss: every decoder layer still held by autograd, and the output layer gathered for the loss
             gathered = max(gathered, all_layers_gathered_bytes(run) + output_layer_gathered_bytes(run))
+        if not gather_allocates(run):
+            gathered = 0.0  # one rank: what autograd or the coordinator holds is the partition itself (zero3.py)
         live = gathered + z.persistent
         if run.offload_param:
             weights = 0.0   # partitions live on the host; only gathered layers (`live`) reach the GPU

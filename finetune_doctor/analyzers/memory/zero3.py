@@ -148,8 +148,26 @@ def persistent_elements(run: Run, counts: ParamCounts | None = None) -> float:
     return total
 
 
+def gather_allocates(run: Run) -> bool:
+    """Whether gathering a ZeRO-3 parameter allocates storage of its own on the device: False on one rank with the
+    partitions on the device, where DeepSpeed's "gathered" parameter is a view of its partition.
+
+    Why: ``all_gather_coalesced`` returns ``_no_gather_coalesced`` when the partition world is one rank (0.19.8
+    runtime/zero/partition_parameters.py:1559-1560; ``self.num_partitions == 1`` at v0.11.1 :1062-1063, v0.14.2
+    :1166-1167, v0.16.4 :1207-1208; ``self.world_size == 1`` at v0.9.0 :846-848), whose ``NoGatherHandle`` sets
+    ``param.data = param.ds_tensor.data.to(device).view(ds_shape)`` (0.19.8 :61-76, v0.14.2 :44-56): ``Tensor.to``
+    returns the tensor itself when it is already on that device, so nothing is allocated, and a weight autograd
+    keeps (`linear_weights_retained`, `recompute_leak`) is that same partition. With ``offload_param`` the
+    partition is on the host and ``.to`` copies it to the device: the gather allocates as on several ranks.
+    Measured on CPU with benchmarks/zero3_one_rank.py (DeepSpeed 0.19.8, the toy stack built under zero.Init): at
+    the loss 102,400 elements are AVAILABLE on one rank with 0 bytes of storage beside the partitions, and on two
+    ranks the same elements hold 409,600 bytes (fp32) of gathered storage."""
+    return bool(run.offload_param) or max(run.world_size, 1) > 1
+
+
 def zero3_live(run: Run, counts: ParamCounts | None = None) -> Zero3Live:
-    """The ZeRO-3 device terms of `run` (Zero3Live, bytes); all zero outside ZeRO-3.
+    """The ZeRO-3 device terms of `run` (Zero3Live, bytes); all zero outside ZeRO-3 and on one rank whose
+    partitions stay on the device (`gather_allocates`).
 
     Boundary rule (parameter_offload / coordinator lines in the module docstring): module m of layer i is kept
     gathered from its forward to its reuse when the elements the trace visits in between are under
@@ -163,6 +181,10 @@ def zero3_live(run: Run, counts: ParamCounts | None = None) -> Zero3Live:
         return Zero3Live(0.0, 0.0, 0.0)
     a = run.arch
     N = max(run.world_size, 1)
+    if not gather_allocates(run):
+        # one rank, partitions on the device: a gathered parameter is its partition (`gather_allocates`), and a
+        # persistent one is already whole in `weights`
+        return Zero3Live(0.0, 0.0, 0.0)
     R = setting(run, "stage3_max_reuse_distance")
     prefetch = min(setting(run, "stage3_prefetch_bucket_size"), setting(run, "stage3_max_live_parameters"))
     persistent = persistent_elements(run) * ds_model_bytes(run) * (1.0 - 1.0 / N)
