@@ -276,7 +276,11 @@ def class_table(rows: list[dict[str, Any]]) -> list[str]:
 def kind_of(r: dict[str, Any]) -> str:
     """The KIND of a large Brier term (issue #21's brief): an OOM the memory model sees fit, a trained run it sees
     out, and what the doctor did not know (calib_classes.kind_of_miss)."""
-    side = "ran out, model says fits" if r["y"] == 1 else "trained, model says out"
+    # which way p leans, not only the outcome: a run that trained at p 0.25 was not called out (session 13)
+    if r["y"] == 1:
+        side = "ran out, model says fits" if r["p"] < 0.5 else "ran out, p short of 1"
+    else:
+        side = "trained, model says out" if r["p"] >= 0.5 else "trained, p not near 0"
     return f"{side}; {calib_classes.kind_of_miss(r)}"
 
 
