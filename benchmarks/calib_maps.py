@@ -163,8 +163,9 @@ def outcome_shift(rows: list[dict[str, Any]], v: dict[str, Any], group: Callable
 
 def before_after(shipped: list[dict[str, Any]], best: list[dict[str, Any]], name: str) -> list[str]:
     """Per round (Brier, coverage, confident misses) and per class, shipped → `best` (calib_loro's tables)."""
-    return ["", f"## Before → after: the shipped form and the best map keyed by what the doctor knows ({name})", "",
-            "The interval is the same in both (a map moves p_oom only), so coverage does not move.", "",
+    return ["", f"## Before → after: the shipped form and the best candidate keyed by what the doctor knows ({name}; "
+            "not shipped)", "",
+            "The interval is the same in both (each candidate moves p_oom only), so coverage does not move.", "",
             *calib_loro.round_table({"shipped": shipped, name: best}), "", "Per class, shipped:", "",
             *calib_loro.class_table(shipped), "", f"Per class, {name}:", "", *calib_loro.class_table(best)]
 
