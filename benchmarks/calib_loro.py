@@ -67,7 +67,7 @@ PAGE = ROOT / "benchmarks" / "results" / "calib_loro.md"
 FOLDS = ("round", "forward", "source")
 # the held-out scores each round got once, before it became dev (benchmarks/calib_data.py; session notes 10 and 11):
 # (Brier, runs, coverage, measurements)
-HELD_OUT = {6: (0.157, None, 0.80, None), 7: (0.207, 35, 0.84, 32)}
+HELD_OUT = {6: (0.157, None, 0.80, None), 7: (0.207, 35, 0.84, 32), 8: (0.131, 32, 0.94, 18)}
 
 
 def round_of(row: dict[str, Any]) -> int:
@@ -208,6 +208,49 @@ def round_table(by_fold: dict[str, list[dict[str, Any]]]) -> list[str]:
     return out
 
 
+DECOMP_BINS = 10
+
+
+def decomposition(rs: list[dict[str, Any]], bins: int = DECOMP_BINS) -> dict[str, float]:
+    """Murphy's decomposition of the Brier score of runs `rs` (those with ``p``) over `bins` equal-width bins of p:
+    Brier = reliability − resolution + uncertainty + within-bin (the spread of p inside a bin, small for narrow
+    bins). reliability = Σ n_k (p̄_k − ō_k)² / N (0 when each bin's mean p is its share that ran out: what a
+    calibration map can lower), resolution = Σ n_k (ō_k − ō)² / N (how far the bins' outcome rates sit from the
+    base rate: what only a sharper memory model raises), uncertainty = ō(1 − ō). Source: A. H. Murphy, 'A new
+    vector partition of the probability score', J. Appl. Meteor. 12 (1973) 595-600."""
+    out = [r for r in rs if r.get("p") is not None]
+    n = len(out)
+    if not n:
+        return {"brier": math.nan, "rel": math.nan, "res": math.nan, "unc": math.nan, "within": math.nan, "n": 0}
+    base = sum(r["y"] for r in out) / n
+    groups: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in out:
+        groups[min(int(r["p"] * bins), bins - 1)].append(r)
+    rel = res = 0.0
+    for g in groups.values():
+        pbar, obar = statistics.mean(r["p"] for r in g), statistics.mean(r["y"] for r in g)
+        rel += len(g) * (pbar - obar) ** 2 / n
+        res += len(g) * (obar - base) ** 2 / n
+    brier = statistics.mean((r["p"] - r["y"]) ** 2 for r in out)
+    unc = base * (1 - base)
+    return {"brier": brier, "rel": rel, "res": res, "unc": unc, "within": brier - (rel - res + unc), "n": n}
+
+
+def decomposition_lines(rows: list[dict[str, Any]], key: Callable[[dict[str, Any]], Any] = lambda r: r["round"],
+                        label: str = "round") -> list[str]:
+    """One line per value of `key` (rounds by default) and for all runs: Brier = reliability − resolution +
+    uncertainty + within-bin (`decomposition`)."""
+    out = [f"| {label} | runs (OOM) | Brier | reliability | resolution | uncertainty | within-bin |",
+           "|---|---|---|---|---|---|---|"]
+    keys = sorted({key(r) for r in rows if r.get("p") is not None}, key=str)
+    for k in [*keys, "all dev"]:
+        rs = [r for r in rows if r.get("p") is not None and (k == "all dev" or key(r) == k)]
+        d = decomposition(rs)
+        out.append(f"| {k} | {d['n']} ({sum(1 for r in rs if r['y'] == 1.0)}) | {d['brier']:.3f} | {d['rel']:.3f} | "
+                   f"{d['res']:.3f} | {d['unc']:.3f} | {d['within']:+.3f} |")
+    return out
+
+
 def tracking_lines(by_fold: dict[str, list[dict[str, Any]]]) -> list[str]:
     """Which yardstick said what the held-out scoring of rounds 6 and 7 found (`HELD_OUT`)."""
     out = ["Which yardstick tracked the held-out scores (each round's rows as they are now, with today's memory "
@@ -233,7 +276,11 @@ def class_table(rows: list[dict[str, Any]]) -> list[str]:
 def kind_of(r: dict[str, Any]) -> str:
     """The KIND of a large Brier term (issue #21's brief): an OOM the memory model sees fit, a trained run it sees
     out, and what the doctor did not know (calib_classes.kind_of_miss)."""
-    side = "ran out, model says fits" if r["y"] == 1 else "trained, model says out"
+    # which way p leans, not only the outcome: a run that trained at p 0.25 was not called out (session 13)
+    if r["y"] == 1:
+        side = "ran out, model says fits" if r["p"] < 0.5 else "ran out, p short of 1"
+    else:
+        side = "trained, model says out" if r["p"] >= 0.5 else "trained, p not near 0"
     return f"{side}; {calib_classes.kind_of_miss(r)}"
 
 
@@ -311,23 +358,25 @@ MAPS: dict[str, tuple[Callable[[float, tuple[float, ...]], float], list[tuple[fl
 }
 
 
-def apply_map(rows: list[dict[str, Any]], fold: str, name: str, by_kind: bool = False) -> dict[Any, Any]:
+def apply_map(rows: list[dict[str, Any]], fold: str, name: str, by_kind: bool = False,
+              group: Callable[[dict[str, Any]], Any] | None = None) -> dict[Any, Any]:
     """Set every run's ``p`` by map `name` (`MAPS`) with parameters chosen per fold on the training folds' runs
-    (per source kind when `by_kind`); returns fold → {kind: chosen parameters}."""
+    (per source kind when `by_kind`, per value of `group(run)` when given: a group with no training run takes the
+    parameters of all training runs); returns fold → {group: chosen parameters}."""
     f, grid = MAPS[name]
+    gf = group or (source_kind if by_kind else (lambda r: None))
     runs = [r for r in rows if r.get("pm") is not None]
     chosen: dict[Any, Any] = {}
     for key in sorted({r["fold"] for r in runs}, key=str):
         train = [r for r in runs if in_training(fold, key, r["row"])]
-        kinds = {source_kind(r) for r in runs} if by_kind else {None}
         pick = {}
-        for k in kinds:
-            sub = [r for r in train if k is None or source_kind(r) == k] or train
+        for k in {gf(r) for r in runs}:
+            sub = [r for r in train if gf(r) == k] or train
             pick[k] = min(grid, key=lambda th: sum((f(r["pm"], th) - r["y"]) ** 2 for r in sub)) if sub else grid[0]
         chosen[key] = pick
         for r in runs:
             if r["fold"] == key:
-                r["p"] = f(r["pm"], pick[source_kind(r) if by_kind else None])
+                r["p"] = f(r["pm"], pick[gf(r)])
     return chosen
 
 
@@ -435,7 +484,7 @@ def experiments(scored: list[dict[str, Any]], kept: list[dict[str, Any]], v: dic
             picked = "; ".join(f"{k or 'all'} {tuple(round(x, 3) for x in th)}" for k, th in sorted(
                 last.items(), key=lambda kv: str(kv[0])))
             out.append(experiment_row(f"map {name}, {'per kind of report' if by_kind else 'one for all runs'} "
-                                      f"(round 7's fold chose: {picked})", rows))
+                                      f"(round {max(chosen, key=str)}'s fold chose: {picked})", rows))
     return out
 
 
@@ -560,13 +609,20 @@ def main(argv: list[str] | None = None) -> int:
     kept = calibrate.kept_rows()
     v = calib_classes.shipped_variant()
     by_fold = {f: score_fold(dev, f, v, kept) for f in FOLDS}
-    lines = ["# Leave-one-round-out Brier, coverage and confident misses (dev rounds 1-7)", "",
+    dev_rounds = sorted({round_of(s["row"]) for s in dev})
+    lines = [f"# Leave-one-round-out Brier, coverage and confident misses (dev rounds {dev_rounds[0]}-{dev_rounds[-1]})",
+             "",
              "`python benchmarks/calib_loro.py` (module docstring). The shipped form, refitted per fold: "
              f"{describe(v)}; the interval widened by class widths fitted on the training folds. Every number is dev.",
              "", "Columns per yardstick: Brier of the all-cause p_oom (runs with an outcome and a card), coverage of "
              "the 90 % interval (↓ below its lower end, ↑ above its upper end), confident misses. `round`: fitted on "
              "the other rounds; `forward`: on the earlier rounds only (round 1 has none); `source`: "
              "leave-one-source-out.", "", *round_table(by_fold), "", *tracking_lines(by_fold), "",
+             "## Brier decomposition, leave-one-round-out", "",
+             f"Murphy's partition over {DECOMP_BINS} equal bins of p_oom (`decomposition`): reliability is what a "
+             "calibration map can remove, resolution what only a sharper memory model adds.", "",
+             *decomposition_lines(by_fold["round"]), "", *decomposition_lines(by_fold["round"], lambda r: r["cls"],
+                                                                              "class"), "",
              "## Per class of run, leave-one-round-out", "", *class_table(by_fold["round"]), "",
              "## Where the leave-one-round-out Brier comes from", "", *parts_lines(by_fold["round"]), "",
              *top_lines(by_fold["round"])]

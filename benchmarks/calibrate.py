@@ -87,6 +87,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from calib_data import FRAMEWORK_MIXED_PRECISION, config_for, load_rows, measured_gib, model_config_for, pins_for, \
     samples_fill  # noqa: E402
+import calib_heldout  # noqa: E402
 import calib_loro  # noqa: E402
 import calib_loso  # noqa: E402
 
@@ -955,7 +956,8 @@ def main(argv: list[str] | None = None) -> int:
     if not held_out and not args.dev_only:
         # between rounds (the next one collected blind and not yet merged) every row is dev: the page says so
         md = md.replace("\n## Rows\n", "\n**No held-out rows in this tree: every number on this page is dev (fitted and "
-                        "scored on the same rows), not a held-out score.**\n\n## Rows\n", 1)
+                        "scored on the same rows), not a held-out score; the held-out history below keeps each round's one "
+                        "held-out score.**\n\n## Rows\n", 1)
     for line in printed:
         print(line)
     if args.dev_only and not args.no_write:
@@ -963,6 +965,13 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(md, encoding="utf-8")
         print(f"dev half only (nothing about a test row was computed); the page: {out}")
     if not args.dev_only and not args.no_write:
+        # the held-out history outlives this page (calib_heldout.py): a round's test half is kept the first time it
+        # is scored, and the page names every kept round above its dev numbers
+        test_round = max((int(r.get("round") or 1) for r in res["rows"] if r["split"] == "test"), default=None)
+        if test_round and calib_heldout.record(calib_heldout.PAGE, test_round, md, calib_heldout.git_head(),
+                                               date.today().isoformat()):
+            print(f"kept round {test_round}'s held-out section in {calib_heldout.PAGE.relative_to(ROOT)}")
+        md = calib_heldout.with_history(md)
         DOC.write_text(md, encoding="utf-8")
         write_rows_csv(res)
         print(f"wrote {DOC.relative_to(ROOT)}, {ROWS_CSV.relative_to(ROOT)}")
