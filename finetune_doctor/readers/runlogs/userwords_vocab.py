@@ -260,6 +260,26 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?:报|抛|出)了?\s*(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b")),
 )
 
+# Appended (wt/pmfix13a), tried after every symptom above. A resumed run said to end at once with nothing trained:
+# HF's Trainer skips the steps a checkpoint already holds (analyzers/postmortem/kindwords.py `resume_lead`).
+RESUME_ENDED = re.compile(
+    r"(?:\bresum\w*|resume_from_checkpoint|\bcontinu\w* (?:training|from (?:the )?checkpoint))[^.\n。]{0,80}?"
+    r"(?:\b(?:ends?|ended|finish\w*|stops?|stopped|exits?|exited|complet\w*|done|returns?)\s+(?:almost\s+)?"
+    r"(?:immediately|instantly|at once|right away|directly|straight away)|\bwithout (?:any |actually )?training\b|"
+    r"\b(?:no|zero|0) (?:training )?steps?\b|\bnothing (?:is |was |gets )?trained\b|"
+    r"\bdoes(?:n't| not) (?:train|start training)\b)|"
+    r"(?:断点续训|续训|恢复训练|继续训练|resume)\S{0,20}?(?:直接|立刻|马上|立即|瞬间)(?:就)?(?:结束|退出|完成|停止)|"
+    r"(?:断点续训|续训|恢复训练|继续训练|resume)\S{0,20}?(?:没有|没|不)(?:开始)?训练", _I)
+# A failure said with no exception or 报错 word ("Axolotl crashes at the end of training", "Fine-tuning ... failure
+# on main branch", "script broke after upgrading", "在进行ppo训练时发生下面错误"): an error whose cause the words may hold (rule run-crashed).
+FAILURE_SAID = re.compile(r"\bcrash(?:es|ed|ing)?\b|\bfailures?\b(?!\s+(?:rate|mode)s?\b)|"
+                          # (a failure after a duration is left to userwords' default-timeout reading: "failed after
+                          # 30 minutes" is torch's 1800 s collective timeout)
+                          r"\bfail(?:s|ed|ing)?\b(?!\s+(?:\w+\s+)?(?:after|within|at)\s+(?:about\s+|~)?(?:\d|half an))|"
+                          r"\b(?:broke|broken|breaks)\b|"
+                          r"(?:发生|出现|遇到|产生)\S{0,6}?(?:错误|异常)", _I)
+SYMPTOMS = SYMPTOMS + (("no-update", RESUME_ENDED), ("error", FAILURE_SAID))
+
 # a datasets progress bar at 0 (datasets arrow_dataset.py map's "Map (num_proc=N)", LLaMA-Factory's "Running
 # tokenizer on dataset" / "Converting format of dataset" descriptions, data/loader.py and data/converter.py): as
 # the last line of a short paste that names no symptom, the user pasted where it stopped (userwords.read_words)
