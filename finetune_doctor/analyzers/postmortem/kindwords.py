@@ -10,10 +10,11 @@ finding (``ev.said.lead``, analyzers/postmortem/said.py) or into what an excepti
   config; the release that worked is named when the words give it.
 - **a source checkout** ("fails on the main branch", "installed from source", "最新代码"): code newer than any
   release, written against other releases of its dependencies than the ones installed.
-- **an MoE model that hangs under ZeRO-2 as well** ("Qwen3-MoE with DeepSpeed ZeRO-2/ZeRO-3 hangs"): ZeRO-2 keeps
-  every parameter whole, so ZeRO-3's expert gathers do not explain it; MoE blocks that run only the experts their
-  tokens reach (transformers 5.6.0 models/qwen3_moe/modeling_qwen3_moe.py:237-239 loops over ``expert_hit``) give
-  the ranks different collectives, and which loop runs changes with the transformers release.
+- **an MoE model that hangs under ZeRO-2 or DDP as well** ("Mixtral hangs with ZeRO-2", "MoE 用 zero2 卡住"): ZeRO-1/2
+  and DDP keep every parameter whole, so ZeRO-3's expert gathers do not explain it; an MoE block that skips the
+  experts no token reached (the loop over ``expert_hit``, transformers 5.6.0 models/qwen3_moe/
+  modeling_qwen3_moe.py:237-239) leaves, where each expert is a module of its own (transformers 4.x), gradients
+  on some ranks and not others; 5.x packs the experts into one parameter (:215-224, PR #41580).
 - **a crash at the end of training** ("crashes at the end of training if the base model is local"): what runs
   after the loop — the final save, the model card and Hub look-ups of the base model, push_to_hub; a local path
   given where a Hub repo id is looked up fails huggingface_hub's id validation (HFValidationError, "Repo id must
@@ -76,10 +77,6 @@ SOURCE = re.compile(
     r"(?:$|[\s,.;:)]))|\b(?:main|master)\s+branch\b|\b(?:installed|install|built|building)\s+from\s+(?:source|git|github)\b|"
     r"\bgit\s+(?:clone|pull)\b|\bpip install git\+|\bsource (?:checkout|install)\b|main\s*分支|(?:最新的?|拉取的?)(?:代码|源码)|"
     r"源码(?:安装|编译)", _I)
-
-# ZeRO-2 or plain data parallel named beside an MoE hang (ZeRO-3's gathers do not apply to them)
-_NOT_Z3 = re.compile(r"\bzero[-_ ]?(?:stage[-_ ]?)?[12]\b|\bz[12]\b|\bds_z[12]\w*|\bstage[-_ ]?[12]\b|zero[12]\b|\bDDP\b",
-                     _I)
 
 # a local model path or the words for one
 _LOCAL = re.compile(r"\blocal(?:ly)?\b|本地|\blocal (?:path|folder|directory|dir|model|base model)\b|"
@@ -165,19 +162,20 @@ def source_lead(text: str) -> str | None:
             "were tested together.")
 
 
-def moe_not_zero3_lead(text: str, setup: dict[str, Any]) -> str | None:
-    """The lead for an MoE hang said under ZeRO-2 or DDP as well as (or instead of) ZeRO-3, or None."""
-    z = _NOT_Z3.search(text)
-    if not (setup.get("moe") and z):
+def moe_not_zero3_lead(setup: dict[str, Any]) -> str | None:
+    """The lead for an MoE hang said under ZeRO-1/2 or DDP as well as (or instead of) ZeRO-3 (`setup`:
+    statedwords.setup_words, its ``moe`` and ``not_zero3`` words), or None."""
+    if not (setup.get("moe") and setup.get("not_zero3")):
         return None
-    return (f"The words name {z.group(0)} with a mixture-of-experts model (\"{setup['moe']}\"): ZeRO-2 and DDP "
-            "keep every parameter whole on each rank, so ZeRO-3's expert gathers do not explain the hang. MoE "
-            "blocks that run only the experts their tokens reach (transformers 5.6.0 modeling_qwen3_moe.py:237-239 "
-            "loops over the experts hit) give each rank different work: experts that got tokens on one rank and "
-            "none on another leave gradient reductions (and ZeRO-3 gathers) that no longer match, and which loop "
-            "a model runs changes with the transformers release. Pin the transformers release that last worked "
-            "(`pip show transformers`), and with ZeRO-3 set the MoE block as a leaf module "
-            "(deepspeed.utils.set_z3_leaf_modules).")
+    return (f"The words name {setup['not_zero3']} with a mixture-of-experts model (\"{setup['moe']}\"): ZeRO-1/2 "
+            "and DDP keep every parameter whole on each rank, so ZeRO-3's expert gathers do not explain the hang. "
+            "An MoE block that skips the experts no token reached gives each rank different work: where each expert "
+            "is a module of its own (transformers 4.x), an expert that got tokens on one rank and none on another "
+            "has a gradient on one and not the other, and the gradient reductions stop matching; transformers 5.x "
+            "keeps the experts as one packed parameter (5.6.0 modeling_qwen3_moe.py:215-224, PR #41580), so every "
+            "rank's gradient covers them all. Which code a model runs changes with the transformers release: pin the "
+            "transformers release that last worked (`pip show transformers`) or move to one with packed experts, "
+            "and with ZeRO-3 set the MoE block as a leaf module (deepspeed.utils.set_z3_leaf_modules).")
 
 
 def end_lead(text: str, phase: str | None) -> str | None:
@@ -240,7 +238,7 @@ def kind_lead(said: dict[str, Any], setup: dict[str, Any]) -> str | None:
     text = str(said.get("text") or "")
     symptom, phase = said.get("symptom"), said.get("phase")
     if symptom == "hang":
-        return moe_not_zero3_lead(text, setup)
+        return moe_not_zero3_lead(setup)
     if symptom == "no-update":
         return resume_lead(symptom, phase)
     if symptom not in ("error", "version"):
