@@ -65,7 +65,7 @@ UPGRADE = re.compile(
     r"(?:更新|升级)(?:了|到|至|成)?\S{0,12}?(?:后|之后|以后)?\S{0,4}?(?:就|又|开始)?(?:报错|出错|失败|不行|挂了|有问题|异常)|"
     r"(?:更新|升级)(?:了|到|至)?最新", _I)
 # a release named as the one that worked ("一开始用的是 trl==0.15.0", "worked with peft 0.10.0", "0.15.0 was fine")
-_WORKED = re.compile(r"(?:一开始|之前|原来|起初|最初|以前)\S{0,12}?(?P<p1>" + _PKG + r")\s*(?:==|=)?\s*(?P<v1>" + _VER
+_WORKED = re.compile(r"(?:一开始|之前|原来|起初|最初|以前)[^，,。；;\n]{0,12}?(?P<p1>" + _PKG + r")\s*(?:==|=)?\s*(?P<v1>" + _VER
                      + r")|\b(?:works?|worked|working|was fine|fine)\s+(?:fine\s+|well\s+)?(?:with|on|in|under)\s+"
                      r"(?P<p2>" + _PKG + r")\s*(?:==|=)?\s*(?P<v2>" + _VER + r")|\b(?P<p3>" + _PKG + r")\s*(?:==|=)?\s*"
                      r"(?P<v3>" + _VER + r")\s+(?:works?|worked|was fine|is fine)\b", _I)
@@ -226,7 +226,8 @@ def model_lead(text: str, symptom: str | None) -> str | None:
     return (f"The words name {words} (model type {mtype}, registered by transformers {row['since']} and later: "
             f"{row['source']}): a crash said of a model with no traceback is most often the transformers release — "
             f"one older than {row['since']} does not recognise the type, and the first releases that carry a new "
-            "type are those whose bugs (a wrong no-split list, a missing key mapping) later patch releases fix. "
+            "type are those whose bugs (weight-name mappings, attention, cache or device-placement paths) later patch "
+            "releases fix. "
             "`pip show transformers` first; `doctor check CONFIG` compares it (model-type-unregistered).")
 
 

@@ -276,7 +276,7 @@ FAILURE_SAID = re.compile(r"\bcrash(?:es|ed|ing)?\b|\bfailures?\b(?!\s+(?:rate|m
                           # (a failure after a duration is left to userwords' default-timeout reading: "failed after
                           # 30 minutes" is torch's 1800 s collective timeout)
                           r"\bfail(?:s|ed|ing)?\b(?!\s+(?:\w+\s+)?(?:after|within|at)\s+(?:about\s+|~)?(?:\d|half an))|"
-                          r"\b(?:broke|broken|breaks)\b|"
+                          r"\b(?:broke|broken|breaks)\b|\berror(?:s|ed)?\s+out\b|\berrored\b|"
                           r"(?:发生|出现|遇到|产生)\S{0,6}?(?:错误|异常)", _I)
 SYMPTOMS = SYMPTOMS + (("no-update", RESUME_ENDED), ("error", FAILURE_SAID))
 
