@@ -139,14 +139,14 @@ def upgrade_lead(text: str) -> str | None:
     pkgs = [p.lower() for p in _NAMED_PKG.findall(text)]
     pkg = pkg or (pkgs[0] if pkgs else None)
     worked = f"; the words name {pkg} {ver} as the release that worked" if ver else ""
-    what = pkg or "the package upgraded"
-    pin = f"`pip install {pkg}=={ver}`" if ver else f"`pip install {pkg}==<the release that worked>`" if pkg else \
-        "the release that worked"
-    return (f"{UPGRADE_OPENING} (\"{m.group(0).strip()}\"){worked}: a version regression — "
-            f"code written for one release of {what} calling it in a way a later release changed (a renamed or "
-            f"removed argument, a moved function, a new default). Pin {what} back to the release that worked "
-            f"({pin}), or move the trainer to a release written for the new one (its requirements state the "
-            f"range); `pip show {pkg or 'PACKAGE'}` gives the one that ran.")
+    opening = (f"{UPGRADE_OPENING} (\"{m.group(0).strip()}\"){worked}: a version regression — code written for one "
+               f"release of {pkg or 'a package'} calling it in a way a later release changed (a renamed or removed "
+               "argument, a moved function, a new default)")
+    if pkg is None:
+        return opening + ": the package upgraded and the release that worked are what to state."
+    pin = f"`pip install {pkg}=={ver}`" if ver else f"`pip install {pkg}==<the release that worked>`"
+    return (f"{opening}. Pin {pkg} back to the release that worked ({pin}), or move the trainer to a release "
+            f"written for the new one (its requirements state the range); `pip show {pkg}` gives the one that ran.")
 
 
 def source_lead(text: str) -> str | None:

@@ -83,7 +83,10 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
                          or kind_lead(s, setup) or fp16_lead(s) or replicated_lead(s))
             if s["lead"] and s["lead"].startswith(UPGRADE_OPENING) and s["stack_text"]:
                 # what the words say changed comes before the judging of the releases they name
-                s["stack_text"], s["lead"] = s["lead"] + " " + s["stack_text"], None
+                # one `pip show` sentence (issue #25): the stack's names the command already
+                lead = re.sub(r"; `pip show [^`]+` gives the one that ran", "", s["lead"]) \
+                    if "`pip show" in s["stack_text"] else s["lead"]
+                s["stack_text"], s["lead"] = lead + " " + s["stack_text"], None
             return s
     return None
 
