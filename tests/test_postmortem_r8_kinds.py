@@ -168,6 +168,7 @@ def test_resume_words_alone_are_no_resume_that_trained_nothing():
 
 
 # -- a named model with a crash and no traceback ---------------------------------------------------------------------------
+# (facts/loadfail.py said_type_need reads catalog/tf_model_types.json; kindwords.family_type names the family)
 
 @pytest.mark.parametrize("text, mtype, since", [
     ("Gemma3 微调报错", "gemma3", "4.50.0"),
@@ -179,13 +180,14 @@ def test_a_named_model_with_a_crash_names_the_transformers_release_of_its_type(t
     f = first(tmp_path, text)
     assert f.name == "run-crashed"
     _words_only(f)
-    assert f"model type {mtype}, registered by transformers {since} and later" in f.message
-    assert "`pip show transformers` first" in f.message
+    assert f"The model type `{mtype}` the words name needs transformers >= {since}" in f.message
+    assert "the first releases that carry a new type" in f.message and "`pip show transformers`" in f.message
 
 
-def test_no_catalogued_family_no_model_lead():
-    assert kw.model_lead("BERT fine-tuning error", "error") is None
-    assert kw.model_in_words("qwen3-vl-8b")[1] == "qwen3_vl" and kw.model_in_words("Qwen3-30B-A3B")[1] == "qwen3_moe"
+def test_families_as_users_write_them():
+    assert kw.family_type("BERT fine-tuning error") is None
+    assert kw.family_type("qwen3-vl-8b") == "qwen3_vl" and kw.family_type("Qwen3-30B-A3B") == "qwen3_moe"
+    assert kw.family_type("Qwen3.5") == "qwen3_5" and kw.family_type("qwen2.5 7b") == "qwen2"
 
 
 # -- FSDP's auto wrap with no layer class (one line) -----------------------------------------------------------------------

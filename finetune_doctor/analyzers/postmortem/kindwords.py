@@ -24,7 +24,8 @@ finding (``ev.said.lead``, analyzers/postmortem/said.py) or into what an excepti
   (transformers trainer.py ``_inner_training_loop``: "Continuing training from global step", "Will skip the
   first N epochs"), so a checkpoint already at the run's last step leaves no step to run.
 - **a model named with a crash and no traceback** ("Qwen3.5 SFT 训练报错"): the transformers release against the
-  model type — older than the first release that registers it (catalog/tf_model_types.json, each row sourced)
+  model type — older than the first release that registers it (catalog/tf_model_types.json, each row sourced,
+  read by facts/loadfail.py `said_type_need`; this module gives the family as users write it, `family_type`)
   does not recognise it, and the first releases carrying a new type are the ones whose bugs later patch
   releases fix.
 - **FSDP's auto wrap finding no layer class** (accelerate utils/dataclasses.py ``set_auto_wrap_policy``: "Could not
@@ -39,10 +40,7 @@ finding (``ev.said.lead``, analyzers/postmortem/said.py) or into what an excepti
 
 from __future__ import annotations
 
-import json
 import re
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from finetune_doctor.readers.runlogs.userwords_vocab import RESUME_ENDED
@@ -101,24 +99,16 @@ _FAMILIES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p, _I), t
     (r"llama[-_ ]?4(?!\d)", "llama4"),
     (r"seed[-_ ]?oss", "seed_oss"),
 ))
-_CATALOG = Path(__file__).resolve().parent.parent.parent / "catalog" / "tf_model_types.json"
+NEW_TYPE_RELEASES = ("and the first releases that carry a new type are those whose bugs (weight-name mappings, "
+                     "attention, cache or device-placement paths) later patch releases fix")
+"""What a crash said of a named model with no traceback adds about the transformers release (facts/loadfail.py
+`said_type_need`, which reads the first release of the type from catalog/tf_model_types.json)."""
 
 
-@lru_cache(maxsize=1)
-def _since() -> dict[str, dict[str, str]]:
-    """{model_type: {since, source}} of catalog/tf_model_types.json (the one home of those releases)."""
-    return json.loads(_CATALOG.read_text(encoding="utf-8"))["model_types"]
-
-
-def model_in_words(text: str) -> tuple[str, str, dict[str, str]] | None:
-    """(the words naming the model, its model_type, the catalogue row {since, source}) for the first model family
-    of `_FAMILIES` the text names whose type the catalogue holds; None otherwise."""
-    for pat, mtype in _FAMILIES:
-        m = pat.search(text)
-        row = _since().get(mtype) if m else None
-        if m and row:
-            return m.group(0), mtype, row
-    return None
+def family_type(text: str) -> str | None:
+    """The model_type of the first model family of `_FAMILIES` the text names ("Qwen1.5" is qwen2, "Gemma3"
+    gemma3), or None."""
+    return next((mtype for pat, mtype in _FAMILIES if pat.search(text)), None)
 
 
 UPGRADE_OPENING = "The words tie the failure to an upgrade"
@@ -213,28 +203,11 @@ def resume_lead(symptom: str | None, phase: str | None) -> str | None:
             "(adapter_name_or_path) instead of resuming.")
 
 
-def model_lead(text: str, symptom: str | None) -> str | None:
-    """The lead for a crash said of a named model with no traceback: the transformers release against the model
-    type's first release (catalog/tf_model_types.json). None when no catalogued family is named or the symptom
-    is not an error."""
-    if symptom not in ("error", "version"):
-        return None
-    found = model_in_words(text)
-    if found is None:
-        return None
-    words, mtype, row = found
-    return (f"The words name {words} (model type {mtype}, registered by transformers {row['since']} and later: "
-            f"{row['source']}): a crash said of a model with no traceback is most often the transformers release — "
-            f"one older than {row['since']} does not recognise the type, and the first releases that carry a new "
-            "type are those whose bugs (weight-name mappings, attention, cache or device-placement paths) later patch "
-            "releases fix. "
-            "`pip show transformers` first; `doctor check CONFIG` compares it (model-type-unregistered).")
-
-
 def kind_lead(said: dict[str, Any], setup: dict[str, Any]) -> str | None:
     """``ev.said.lead`` from the kinds of this module for the words of `said` (userwords.read_words' answer) with
     `setup` (statedwords.setup_words of the same file): the first of an upgrade, a source checkout, an MoE hang
-    beyond ZeRO-3, a crash at the end of training, a resume that trained nothing, a named model's transformers.
+    beyond ZeRO-3, a crash at the end of training, a resume that trained nothing (a named model's transformers
+    release is facts/loadfail.py's, with `family_type` and `NEW_TYPE_RELEASES`).
     None when no kind applies."""
     text = str(said.get("text") or "")
     symptom, phase = said.get("symptom"), said.get("phase")
@@ -244,7 +217,7 @@ def kind_lead(said: dict[str, Any], setup: dict[str, Any]) -> str | None:
         return resume_lead(symptom, phase)
     if symptom not in ("error", "version"):
         return None
-    return (upgrade_lead(text) or source_lead(text) or end_lead(text, phase) or model_lead(text, symptom))
+    return upgrade_lead(text) or source_lead(text) or end_lead(text, phase)
 
 
 # ATen's dtype check of an op's operands (aten/src/ATen/native: "expected scalar type Float but found BFloat16";
