@@ -114,8 +114,10 @@ def said_type_need(facts: dict[str, Any], versions: dict[str, tuple[str, str]]) 
     m = _SAID_TYPE.search(text)
     mtype = (m.group("a") or m.group("b")).lower() if m else None
     if mtype not in tfmodeltype.load():
-        # a checkpoint's name (the catalogue's patterns), else a family as users write it ("Qwen1.5", "Gemma3")
-        mtype = tfmodeltype.type_by_name(text) or family_type(text)
+        # a checkpoint's name (the catalogue's patterns), else a family as users write it ("Qwen1.5", "Gemma3") when
+        # the words give nothing else to go on (no lead, no stated stack, no reading of an error they quote)
+        bare = not (said.get("lead") or said.get("stack_text") or said.get("reading"))
+        mtype = tfmodeltype.type_by_name(text) or (family_type(text) if bare else None)
     row = tfmodeltype.load().get(str(mtype)) if mtype else None
     if row is None:
         return
