@@ -64,6 +64,26 @@ def test_the_upgrade_comes_before_the_judging_of_the_releases_the_words_name(tmp
     assert f.message.index("version regression") < f.message.index("LLaMA-Factory's start-up check")
 
 
+@pytest.mark.parametrize("text, pkg", [
+    ("After upgrading trl the SFT run fails\nTypeError: SFTTrainer.__init__() got an unexpected keyword argument "
+     "'tokenizer'", "trl"),
+    ("升级 peft 到 0.11.0 后报错\nAttributeError: 'LoraModel' object has no attribute 'prepare_inputs_for_generation'",
+     "peft"),
+])
+def test_a_title_tying_the_one_log_line_to_an_upgrade_adds_the_regression_to_the_lines_reading(tmp_path, text, pkg):
+    f = first(tmp_path, text)
+    assert f.name == "run-crashed" and f.severity == "error"   # the log line is the evidence
+    assert "the words above it tie it to an upgrade" in f.message
+    assert f"the release of {pkg} before the upgrade is the one the code was written for" in f.message
+
+
+def test_a_start_up_refusal_under_an_upgrade_title_keeps_its_own_reading(tmp_path):
+    f = first(tmp_path, "After upgrading transformers LLaMA-Factory refuses to start\nImportError: "
+                        "transformers>=4.41.2,<=4.48.1 is required for a normal functioning of this module, but found "
+                        "transformers==4.49.0.")
+    assert f.name == "run-crashed" and "tie it to an upgrade" not in f.message
+
+
 def test_no_upgrade_words_no_regression_lead(tmp_path):
     f = first(tmp_path, "LoRA training with peft 0.11.0 fails")
     assert "version regression" not in f.message

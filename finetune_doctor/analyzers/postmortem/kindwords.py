@@ -60,7 +60,7 @@ UPGRADE = re.compile(
     r"\b(?:upgrad\w*|updat\w*)\s+(?:\w+\s+){0,2}?to\s+(?:the\s+)?(?:latest|newest|new(?:er)?)\b|"
     r"\b(?:works?|worked|working)\s+(?:fine\s+|well\s+)?(?:with|on|in|under)\s+" + _PKG + r"\s*(?:==|=)?\s*" + _VER
     + r"[^.\n]{0,60}?\b(?:but|while|fails?|failed|breaks?|broke|broken|errors?)\b|"
-    r"(?:更新|升级)(?:了|到|至|成)?\S{0,12}?(?:后|之后|以后)?\S{0,4}?(?:就|又|开始)?(?:报错|出错|失败|不行|挂了|有问题|异常)|"
+    r"(?:更新|升级)(?:了|到|至|成)?[^，,。；;\n]{0,20}?(?:后|之后|以后)?\S{0,4}?(?:就|又|开始)?(?:报错|出错|失败|不行|挂了|有问题|异常)|"
     r"(?:更新|升级)(?:了|到|至)?最新", _I)
 # a release named as the one that worked ("一开始用的是 trl==0.15.0", "worked with peft 0.10.0", "0.15.0 was fine")
 _WORKED = re.compile(r"(?:一开始|之前|原来|起初|最初|以前)[^，,。；;\n]{0,12}?(?P<p1>" + _PKG + r")\s*(?:==|=)?\s*(?P<v1>" + _VER
@@ -249,3 +249,39 @@ def layer_cause(cls: str, msg: str, words: str = "") -> str | None:
             "CUDA_VISIBLE_DEVICES=0 for one GPU, or launch data parallel with torchrun / llamafactory-cli; "
             "otherwise a module kept in fp32 (a norm, a value head, an lm_head) fed half-precision activations "
             "outside autocast")
+
+
+_STATES_RANGE = re.compile(r"is required for|\brequires?\b|[<>=]=\s*\d|\bbut found\b")
+
+
+def upgrade_beside_crash(ev_facts: dict[str, Any], ev: Any) -> None:
+    """A title above one log line that ties the crash to an upgrade ("After upgrading trl the SFT run fails" over
+    a TypeError): add to ``ev.crash.cause_text`` that the release before the upgrade is the one the code was
+    written for, so the exception's own reading ("upgrade that package ...") is not the only direction given.
+    `ev_facts` the ``ev`` facts (its ``crash``), `ev` the Evidence (the words of the file that holds the line:
+    ``FileEvidence.said``). Nothing changes without a crash or without upgrade words beside it."""
+    crash = ev_facts.get("crash")
+    if not crash or crash.get("kind") != "exception":
+        return
+    if _STATES_RANGE.search(f"{crash.get('msg') or ''} {crash.get('text') or ''}"):
+        return   # the exception states the range itself (a start-up refusal): its own reading says what to install
+    loc = crash.get("location")
+    at = str(loc.get("file") if isinstance(loc, dict) else loc or "")
+    for f in ev.files:
+        words = str((f.said or {}).get("text") or "")
+        if not words or not at.startswith(f.read.path):
+            continue
+        m = UPGRADE.search(words)
+        if m is None:
+            return
+        w = _WORKED.search(words)
+        n = next((i for i in (1, 2, 3) if w and w.group(f"p{i}")), None)
+        named = [p.lower() for p in _NAMED_PKG.findall(words)]
+        pkg = w.group(f"p{n}").lower() if w and n else (named[0] if named else "the package upgraded")
+        back = f" ({w.group(f'v{n}')})" if w and n else ""
+        sep = "; " if crash.get("cause_text") else " — "
+        crash["cause_text"] = (str(crash.get("cause_text") or "") + f"{sep}the words above it tie it to an upgrade "
+                               f"(\"{m.group(0).strip()}\"): a version regression — the release of {pkg} before "
+                               f"the upgrade{back} is the one the code was written for: pin it back, or move the "
+                               "trainer to a release written for the new one")
+        return
