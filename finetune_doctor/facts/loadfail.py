@@ -103,9 +103,10 @@ _SAID_TYPE = re.compile(r"model[_ ]type\s*[:=]?\s*[`'\"]?(?P<a>[a-z][\w.-]*)|Key
 def said_type_need(facts: dict[str, Any], versions: dict[str, tuple[str, str]]) -> None:
     """Add to ``ev.said.stack_text`` the transformers a model type the user's words name needs (a version conflict
     or an error said in words: "model type qwen2_vl not recognised", "KeyError: 'qwen3'", a model name
-    catalog/tf_model_types.json ``names`` maps to its type, or a family as users write it: kindwords.family_type), from the same catalogue as `version_first`. With a
-    transformers stated (`versions`: --env, the flags, a pasted environment; or the words themselves) it says
-    whether that release registers the type; without one it asks for it. Nothing changes for an uncatalogued
+    catalog/tf_model_types.json ``names`` maps to its type, or a family as users write it: kindwords.family_type),
+    from the same catalogue as `version_first`. With a transformers stated (`versions`: --env, the flags, a
+    pasted environment; or the words themselves) it says whether that release registers the type; without one it
+    asks for it. Nothing changes for an uncatalogued
     type or when no type is named."""
     said = (facts.get("ev") or {}).get("said")
     if not said or said.get("symptom") not in ("version", "error"):

@@ -72,7 +72,8 @@ _NAMED_PKG = re.compile(r"\b" + _PKG + r"\b", _I)
 # a source checkout: the main/master/dev branch, an install from source or git, 最新代码/源码
 SOURCE = re.compile(
     r"\b(?:on|from|with|using|in)\s+(?:the\s+)?(?:latest\s+)?(?:main|master|dev(?:elop)?)(?:\s+branch)?\b(?=[^.\n]{0,3}"
-    r"(?:$|[\s,.;:)]))|\b(?:main|master)\s+branch\b|\b(?:installed|install|built|building)\s+from\s+(?:source|git|github)\b|"
+    r"(?:$|[\s,.;:)]))|\b(?:main|master)\s+branch\b|"
+    r"\b(?:installed|install|built|building)\s+from\s+(?:source|git|github)\b|"
     r"\bgit\s+(?:clone|pull)\b|\bpip install git\+|\bsource (?:checkout|install)\b|main\s*分支|(?:最新的?|拉取的?)(?:代码|源码)|"
     r"源码(?:安装|编译)", _I)
 
@@ -178,7 +179,8 @@ def end_lead(text: str, phase: str | None) -> str | None:
         return (f"The words place the crash at the end of training with a local model: {steps}; a local path "
                 "where a Hub repo id is looked up is not a Hub repo id, and huggingface_hub's id check raises "
                 "HFValidationError (\"Repo id must be in the form 'repo_name' or 'namespace/repo_name'\") for "
-                "it (so does a path that does not exist on this machine, which transformers then takes for a repo id) — a trainer release that does not catch it crashes after training (the checkpoints saved "
+                "it (so does a path that does not exist on this machine, which transformers then takes for a repo id) "
+                "— a trainer release that does not catch it crashes after training (the checkpoints saved "
                 "before are whole: the last checkpoint-N holds the trained weights). Update the trainer, or "
                 "give the base model as a Hub id with the local copy in the HF cache.")
     return (f"The words place the crash at the end of training: {steps}; the traceback's innermost frames say "
@@ -222,7 +224,8 @@ def kind_lead(said: dict[str, Any], setup: dict[str, Any]) -> str | None:
 
 # ATen's dtype check of an op's operands (aten/src/ATen/native: "expected scalar type Float but found BFloat16";
 # torch 2.x also words it "expected mat1 and mat2 to have the same dtype, but got: float != c10::BFloat16")
-DTYPE_MISMATCH = re.compile(r"expected scalar type (?P<want>\w+) but found (?P<got>\w+)|expected m(?:at)?1 and m(?:at)?2 "
+DTYPE_MISMATCH = re.compile(r"expected scalar type (?P<want>\w+) but found (?P<got>\w+)|"
+                            r"expected m(?:at)?1 and m(?:at)?2 "
                             r"to have the same dtype")
 WRAP_CLASS = re.compile(r"Could not find the transformer layer class to wrap in the model")
 

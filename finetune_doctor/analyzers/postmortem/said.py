@@ -82,8 +82,8 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
                          or said_save_lead(s, s["versions"])   # a save said to fail: which save (savecause.py)
                          or kind_lead(s, setup) or fp16_lead(s) or replicated_lead(s))
             if s["lead"] and s["lead"].startswith(UPGRADE_OPENING) and s["stack_text"]:
-                # what the words say changed comes before the judging of the releases they name
-                # one `pip show` sentence (issue #25): the stack's names the command already
+                # what the words say changed comes before the judging of the releases they name, with one `pip
+                # show` sentence (issue #25): the stack's names the command already
                 lead = re.sub(r"; `pip show [^`]+` gives the one that ran", "", s["lead"]) \
                     if "`pip show" in s["stack_text"] else s["lead"]
                 s["stack_text"], s["lead"] = lead + " " + s["stack_text"], None
