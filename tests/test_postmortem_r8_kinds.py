@@ -210,6 +210,22 @@ def test_families_as_users_write_them():
     assert kw.family_type("Qwen3.5") == "qwen3_5" and kw.family_type("qwen2.5 7b") == "qwen2"
 
 
+# -- an engine on though the user turned it off -------------------------------------------------------------------------
+# (no other thread of this kind was searched for: these follow the kind's mechanism, accelerate's default config
+# read by `accelerate launch` without --config_file, and are not taken from round 8's axolotl394 thread)
+
+@pytest.mark.parametrize("text", [
+    "DeepSpeed gets enabled even though my config has no deepspeed key",
+    "Training uses DeepSpeed ZeRO-3 although I never configured it",
+    "明明关闭了 fsdp 还是启用了",
+])
+def test_an_engine_on_though_turned_off_names_accelerates_default_config(tmp_path, text):
+    f = first(tmp_path, text)
+    assert f.name == "run-crashed"
+    _words_only(f)
+    assert "an engine was on though it was turned off" in f.message and "default_config.yaml" in f.message
+
+
 # -- FSDP's auto wrap with no layer class (one line) -----------------------------------------------------------------------
 # phrased after huggingface/accelerate#2872 ("Accelerate test fails: Exception: Could not find ..."),
 # netease-youdao/BCEmbedding#66 ("accelerate加速，微调...报错：Could not find ...") and tatsu-lab/stanford_alpaca#58

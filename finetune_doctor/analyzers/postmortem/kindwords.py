@@ -28,6 +28,8 @@ finding (``ev.said.lead``, analyzers/postmortem/said.py) or into what an excepti
   read by facts/loadfail.py `said_type_need`; this module gives the family as users write it, `family_type`)
   does not recognise it, and the first releases carrying a new type are the ones whose bugs later patch
   releases fix.
+- **an engine on though the user turned it off** ("FSDP is still enabled even though fsdp is false", "明明关闭了
+  deepspeed 还是启用了"): the launcher's own config, most often accelerate's default config.
 - **FSDP's auto wrap finding no layer class** (accelerate utils/dataclasses.py ``set_auto_wrap_policy``: "Could not
   find the transformer layer class to wrap in the model."): the class named is not one of the model's, and where
   FSDP was never asked for, accelerate's default config (``$HF_HOME/accelerate/default_config.yaml``, written by
@@ -43,7 +45,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from finetune_doctor.readers.runlogs.userwords_vocab import RESUME_ENDED
+from finetune_doctor.readers.runlogs.userwords_vocab import ENGINE_ON_ANYWAY, RESUME_ENDED
 
 _I = re.I | re.A
 
@@ -140,6 +142,23 @@ def upgrade_lead(text: str) -> str | None:
             f"written for the new one (its requirements state the range); `pip show {pkg}` gives the one that ran.")
 
 
+# accelerate's default config (accelerate commands/config/config_args.py: $HF_HOME/accelerate/default_config.yaml,
+# read by `accelerate launch` without --config_file)
+DEFAULT_CONFIG = ("accelerate's default config — ~/.cache/huggingface/accelerate/default_config.yaml (under "
+                  "$HF_HOME), written by an earlier `accelerate config` and read by every `accelerate launch` without "
+                  "--config_file: `accelerate env` prints the config in use; delete it or pass --config_file")
+
+
+def engine_lead(text: str) -> str | None:
+    """The lead for a distributed engine said to be on although the user turned it off (userwords_vocab
+    ENGINE_ON_ANYWAY), or None."""
+    m = ENGINE_ON_ANYWAY.search(text)
+    if m is None:
+        return None
+    return (f"The words say an engine was on though it was turned off (\"{m.group(0).strip()}\"): the launcher's "
+            f"own config outranks the run's — most often {DEFAULT_CONFIG}.")
+
+
 def source_lead(text: str) -> str | None:
     """The lead for a failure said of a source checkout (`SOURCE`), or None."""
     m = SOURCE.search(text)
@@ -219,7 +238,7 @@ def kind_lead(said: dict[str, Any], setup: dict[str, Any]) -> str | None:
         return resume_lead(symptom, phase)
     if symptom not in ("error", "version"):
         return None
-    return upgrade_lead(text) or source_lead(text) or end_lead(text, phase)
+    return upgrade_lead(text) or engine_lead(text) or source_lead(text) or end_lead(text, phase)
 
 
 # ATen's dtype check of an op's operands (aten/src/ATen/native: "expected scalar type Float but found BFloat16";
@@ -237,9 +256,7 @@ def layer_cause(cls: str, msg: str, words: str = "") -> str | None:
         return ("accelerate's FSDP auto wrap found no module of the class(es) named in "
                 "fsdp_transformer_layer_cls_to_wrap (or the model's _no_split_modules): name this model's decoder "
                 "layer class (LlamaDecoderLayer, Qwen2DecoderLayer, ...); and where FSDP was never asked for, "
-                "accelerate's default config turned it on — ~/.cache/huggingface/accelerate/default_config.yaml "
-                "(under $HF_HOME), written by an earlier `accelerate config` and read by every `accelerate launch` "
-                "without --config_file: `accelerate env` prints the config in use; delete it or pass --config_file")
+                "it was turned on by " + DEFAULT_CONFIG)
     m = DTYPE_MISMATCH.search(msg)
     if m is None:
         return None

@@ -280,7 +280,17 @@ FAILURE_SAID = re.compile(
     r"\b(?:training|train|fine[- ]?tun\w*|finetun\w*|runs?|job|script|sft|dpo|ppo|grpo|kto|pretrain\w*|it)\b"
     r"(?:[^.\n。]|\.(?=\d)){0,60}?\bfail(?:s|ed|ing)?\b" + _NO_DURATION + r"|"
     r"\b(?:broke|broken|breaks)\b|\berror(?:s|ed)?\s+out\b|\berrored\b|(?:发生|出现|遇到|产生)\S{0,6}?(?:错误|异常)", _I)
-SYMPTOMS = SYMPTOMS + (("no-update", RESUME_ENDED), ("error", FAILURE_SAID))
+# A distributed engine said to be on although the user turned it off ("FSDP is still enabled even though I set fsdp
+# to false", "明明关闭了 deepspeed 还是启用了"): a launcher's own config outranks the run's (accelerate's default
+# config: analyzers/postmortem/kindwords.py `engine_lead`), an error whose cause the words hold
+ENGINE_ON_ANYWAY = re.compile(
+    r"\b(?:fsdp|deepspeed|zero[-_ ]?[23])\b[^.\n]{0,40}?\b(?:enabled|turned on|activated|active|used|on)\b[^.\n]{0,40}?"
+    r"\b(?:even though|although|though|despite|while)\b|"
+    r"\b(?:uses|using|used|runs? (?:with|under|in)|starts?)\s+(?:\w+\s+)?(?:fsdp|deepspeed)\b[^.\n]{0,40}?"
+    r"\b(?:even though|although|though|despite)\b|"
+    r"(?:明明|已经)?(?:设置|关闭|关掉|没开|没有开|禁用)了?[^，,。\n]{0,20}?(?:fsdp|deepspeed)[^，,。\n]{0,20}?(?:还是|仍然|依然|却)"
+    r"(?:开启|启用|被启用|被使用|生效|打开)", _I)
+SYMPTOMS = SYMPTOMS + (("no-update", RESUME_ENDED), ("error", FAILURE_SAID), ("error", ENGINE_ON_ANYWAY))
 
 # a datasets progress bar at 0 (datasets arrow_dataset.py map's "Map (num_proc=N)", LLaMA-Factory's "Running
 # tokenizer on dataset" / "Converting format of dataset" descriptions, data/loader.py and data/converter.py): as
