@@ -34,6 +34,7 @@ import math
 import re
 from typing import Any
 
+from finetune_doctor.analyzers.postmortem.attrpair import trainer_attr_pair
 from finetune_doctor.analyzers.postmortem.cudnncause import cudnn_finalize
 from finetune_doctor.analyzers.postmortem.launchcause import launch_cause, precision_cause
 from finetune_doctor.analyzers.postmortem.samplecause import empty_dataset
@@ -167,7 +168,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("cpu-adam-groups", lambda: _cpu_adam_groups(cls, msg)),
                      ("data-key", lambda: _data_key(cls, msg, frames)),
                      ("no-samples", lambda: empty_dataset(cls, frames, pkgs)),
-                     ("version-pair", lambda: optimizer_train_pair(cls, msg)),
+                     ("version-pair", lambda: optimizer_train_pair(cls, msg) or trainer_attr_pair(cls, msg, pkgs)),
                      ("version-mismatch", lambda: _mismatch(cls, msg, pkgs, versions)),
                      ("library-error", lambda: _library(cls, msg, pkgs, frames, versions))):
         text = fn()
