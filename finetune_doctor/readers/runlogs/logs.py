@@ -94,7 +94,8 @@ def file_type(mode: int) -> str:
 
 def _origin(p: TextLogParser) -> dict[str, Any]:
     """Who wrote the file, from its lines: the rank most of its ``[rankN]:`` prefixes name (or LLaMA-Factory's
-    "Process rank" line, which also names its device), the local rank of torchrun's prefix, the host."""
+    "Process rank" line, which also names its device, or NCCL's communicator line "comm 0x.. rank R nranks N",
+    with ``world`` N), the local rank of torchrun's prefix, the host."""
     v = p.origin_votes
     out: dict[str, Any] = {}
     for key in ("rank", "local_rank", "host"):
@@ -112,6 +113,17 @@ def _origin(p: TextLogParser) -> dict[str, Any]:
                 out["gpu"] = int(str(dev).rsplit(":", 1)[1])
             except ValueError:
                 pass
+    nc = v.get("nccl_rank")
+    if nc and "rank" not in out:
+        # NCCL's communicator lines (logfailures.NCCL_COMM): one process's rank in the largest communicator
+        # (the world); several pids in one file are several writers, so no one rank is the file's
+        world = max(n for _, n in nc.values())
+        ranks = {r for r, n in nc.values() if n == world}
+        if len(ranks) == 1:
+            out["rank"] = ranks.pop()
+            out["world"] = world
+        else:
+            out["ranks"] = sorted(ranks)
     if out:
         out["source"] = "log lines"
     return out
