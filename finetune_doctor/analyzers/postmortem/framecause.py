@@ -25,6 +25,11 @@ The frames read, and their sources:
   the installed transformers does not know (configuration_auto.py's KeyError / "does not recognize this
   architecture"), a file missing from the folder, remote code (LlamaFactory#9178: cut inside
   ``AutoProcessor.from_pretrained`` of ``load_tokenizer``, the KeyError 'qwen3_next' below the cut);
+- a checkpoint write outside transformers' Trainer (mmengine's ``CheckpointHook._save_checkpoint``, ``torch.save``,
+  safetensors' ``save_file``): disk or quota (open-mmlab/mmdetection#12069: cut in the save hook, Errno 122 below
+  the cut), a folder not writable, host RAM (transformers' own staged save is savecause.py's);
+- torch's ``cross_entropy`` (nn/functional.py): the loss over the logits, the largest tensor of a long-sequence
+  step (LlamaFactory#10367: cut there, a CUDA OOM below the cut), or a label outside the vocabulary;
 - the data loader's ``__next__`` / ``_next_data`` / ``fetch`` / a collator (torch utils/data/dataloader.py,
   _utils/fetch.py): a sample the collator cannot batch, or a worker that died (host RAM, /dev/shm).
 """
@@ -75,6 +80,18 @@ _TABLE: tuple[tuple[str, re.Pattern[str], str, str, str], ...] = (
      "recognize this architecture\": a transformers older than the model), a file missing from the model folder, "
      "or remote code that needs `trust_remote_code`",
      "the model folder's config.json `model_type` and `pip show transformers`"),
+    ("save", re.compile(r"^(?:_save_checkpoint|save_checkpoint|save_model|_save) \((?!trainer\.py)[\w.-]+\)$|"
+                        r"^(?:self\.)?_?save_checkpoint\(|^torch\.save\(|^save_file\("),
+     "a checkpoint write (the save hook of the trainer, torch.save or safetensors' save_file)",
+     "the disk or the quota (OSError [Errno 28] No space left on device, [Errno 122] Disk quota exceeded), a "
+     "folder that is not writable, or host RAM while the weights are gathered for the file",
+     "`df -h` and `quota -s` for the output folder"),
+    ("loss", re.compile(r"^cross_entropy \(functional\.py\)$|^return torch\._C\._nn\.cross_entropy_loss\("),
+     "the loss over the logits (torch's cross_entropy, on batch x sequence x vocabulary logits, upcast to "
+     "float32 in most trainers)",
+     "a CUDA out-of-memory (for long sequences and a large vocabulary the logits are the largest tensor of the "
+     "step), or a label outside the vocabulary (a device-side assert, an IndexError)",
+     "the per-device batch, the sequence length and the vocabulary size"),
     ("data", re.compile(r"^(?:__next__|_next_data|fetch|_process_data|default_collate|collate|__call__ \(data_collator"
                         r"|get_batch_samples)\b"),
      "the data loader (torch utils/data/dataloader.py, a collator)",

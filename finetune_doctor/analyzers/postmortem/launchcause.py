@@ -32,6 +32,11 @@ ENGINE_METHODS = ("save_checkpoint", "load_checkpoint", "zero_optimization_stage
                   "is_gradient_accumulation_boundary", "set_gradient_accumulation_boundary")
 NO_ENGINE_ATTR = re.compile(r"'(?P<obj>\w+)' object has no attribute '(?P<attr>" + "|".join(ENGINE_METHODS) + r")'")
 FORCE_TORCHRUN = re.compile(r"Please use `?FORCE_TORCHRUN=1`? to launch DeepSpeed training")
+# torch's embedding on a weight that is not a matrix (aten/src/ATen/native/Embedding.cpp ``embedding_symint``:
+# ``TORCH_CHECK(weight.dim() == 2, "'weight' must be 2-D")``): ZeRO-3 keeps a partitioned parameter as an empty 1-D
+# placeholder until the engine's gather hook runs (deepspeed/runtime/zero/partition_parameters.py), FSDP flattens
+# and shards it into 1-D; LlamaFactory#4557: a ZeRO-3 config on one GPU started without torchrun
+WEIGHT_NOT_2D = re.compile(r"'weight' must be 2-D")
 CLIENTS_JOINED = re.compile(r"Timed out after (?P<sec>\d+) seconds waiting for clients\. (?P<got>\d+)/(?P<want>\d+) "
                             r"clients joined")
 VLLM_KV = re.compile(r"No available memory for the cache blocks|stored in KV cache \((?P<kv>\d+)\)|"
@@ -129,6 +134,14 @@ def launch_cause(cls: str, msg: str) -> str | None:
         return ("LLaMA-Factory refused a DeepSpeed config in a process that no distributed launcher started "
                 "(`llamafactory-cli train` starts torchrun by itself only when more than one GPU is visible): "
                 "launch it with FORCE_TORCHRUN=1 llamafactory-cli train ..., or drop the deepspeed key on one GPU")
+    if WEIGHT_NOT_2D.search(msg):
+        return ("the embedding met a weight that is not a matrix: ZeRO-3 leaves each partitioned parameter as an "
+                "empty 1-D placeholder until the DeepSpeed engine gathers it (FSDP flattens and shards it into 1-D), "
+                "so the forward ran through a model no engine wraps: most often a ZeRO-3 config in a process no "
+                "distributed launcher started (a single-GPU `llamafactory-cli train` with `deepspeed:` starts no "
+                "torchrun, yet the weights are partitioned at load), else a forward of the unwrapped model (a "
+                "generation, a reference or reward model, a callback); launch it with FORCE_TORCHRUN=1 "
+                "llamafactory-cli train ... (or torchrun / deepspeed), or drop the ZeRO-3 config on one GPU")
     m = CLIENTS_JOINED.search(msg)
     if m:
         missing = int(m.group("want")) - int(m.group("got"))

@@ -258,6 +258,13 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\bis not a valid model identifier\b|\bdoes not appear to have a file named\b|"
         # an exception class right after 报/抛/出 ("报ValueError", "抛出 KeyError")
         r"(?:报|抛|出)了?\s*(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b")),
+    # (session 13, appended) message fragments only an exception prints, quoted without their class: autograd's
+    # "element 0 of tensors does not require grad and does not have a grad_fn" (torch/csrc/autograd/engine.cpp
+    # validate_outputs... run_backward), torch's embedding on a partitioned weight "'weight' must be 2-D"
+    # (aten/src/ATen/native/Embedding.cpp embedding_symint): crashcause.py / launchcause.py read them
+    # (the tail "does not have a grad_fn" is blanked as a negated "have" by userwords._NEGATED: not matched)
+    ("error", re.compile(r"\belement \d+ of tensors does not require grad\b|\bdoes not require grad and\b|"
+                         r"'weight' must be 2-D")),
 )
 
 # a datasets progress bar at 0 (datasets arrow_dataset.py map's "Map (num_proc=N)", LLaMA-Factory's "Running
