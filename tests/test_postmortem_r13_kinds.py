@@ -5,7 +5,15 @@ warning.
 - a traceback cut inside a trainer frame that does one set-up job (analyzers/postmortem/framecause.py): the
   Trainer's FSDP + PEFT set-up (transformers trainer.py ``_fsdp_qlora_plugin_updates``, accelerate#2761),
   accelerate's ``prepare``, a resume's ``_load_from_checkpoint``, ``Auto*.from_pretrained``: the likely kinds are
-  named and the lines after the cut asked for; a frame that does many things names none.
+  named and the lines after the cut asked for; a frame that does many things names none; a checkpoint write
+  outside transformers' Trainer (mmengine's hook, torch.save) and torch's cross_entropy likewise;
+- torch's embedding on a weight that is not 2-D (aten/src/ATen/native/Embedding.cpp ``embedding_symint``): ZeRO-3
+  or FSDP weights used outside their engine, most often a DeepSpeed ZeRO-3 config without a distributed launch
+  (LlamaFactory#4557's kind), as a log line, a title or a sentence (launchcause.py);
+- autograd's "element 0 of tensors does not require grad" quoted without its class (userwords_vocab.py);
+- leads of an OOM said with a plain ``python`` launch over several GPUs (DataParallel, LlamaFactory#4213's kind),
+  an OOM said beside another process holding the card (LlamaFactory#8082's kind), a hang said with vLLM beside the
+  training engine (OpenRLHF#211's kind) (saidlead.py).
 """
 
 from __future__ import annotations
@@ -83,3 +91,118 @@ def test_a_cut_in_the_training_step_names_no_kind(tmp_path):
     f = first(tmp_path, _HEAD + "    tr_loss_step = self.training_step(model, inputs)")
     assert f.name == "run-crashed"
     assert "the paste is cut inside" not in f.message
+
+
+def test_a_cut_in_a_checkpoint_hook_names_the_disk_and_quota(tmp_path):
+    f = first(tmp_path, """2025-03-02 11:20:07 - mmengine - INFO - Saving checkpoint at 20 epochs
+Traceback (most recent call last):
+  File "tools/train.py", line 133, in <module>
+    main()
+  File "/opt/conda/lib/python3.10/site-packages/mmengine/runner/loops.py", line 103, in run
+    self.runner.call_hook('after_train_epoch')
+  File "/opt/conda/lib/python3.10/site-packages/mmengine/hooks/checkpoint_hook.py", line 352, in after_train_epoch
+    self._save_checkpoint(runner)""")
+    assert f.name == "run-crashed"
+    assert "the paste is cut inside a checkpoint write" in f.message and "Disk quota exceeded" in f.message
+
+
+def test_a_cut_in_cross_entropy_names_an_oom_as_likely_not_as_seen(tmp_path):
+    f = first(tmp_path, """[rank3]: Traceback (most recent call last):
+[rank3]:   File "/usr/local/lib/python3.11/site-packages/transformers/loss/loss_utils.py", line 36, in fixed_cross_entropy
+[rank3]:     loss = nn.functional.cross_entropy(source, target, ignore_index=ignore_index, reduction=reduction)
+[rank3]:   File "/usr/local/lib/python3.11/site-packages/torch/nn/functional.py", line 3462, in cross_entropy
+[rank3]:     return torch._C._nn.cross_entropy_loss(""")
+    assert f.name == "run-crashed"   # not cuda-oom: the OOM is a likely kind, not a line the log holds
+    assert "the loss over the logits" in f.message and "CUDA out-of-memory" in f.message
+
+
+# -- "'weight' must be 2-D": ZeRO-3 / FSDP weights outside their engine ---------------------------------------------
+
+WEIGHT_2D = {
+    "the log line": "RuntimeError: 'weight' must be 2-D",
+    "a rank-prefixed traceback": """[rank0]: Traceback (most recent call last):
+[rank0]:   File "/root/miniconda3/lib/python3.10/site-packages/torch/nn/modules/sparse.py", line 190, in forward
+[rank0]:     return F.embedding(
+[rank0]:   File "/root/miniconda3/lib/python3.10/site-packages/torch/nn/functional.py", line 2551, in embedding
+[rank0]:     return torch.embedding(weight, input, padding_idx, scale_grad_by_freq, sparse)
+[rank0]: RuntimeError: 'weight' must be 2-D""",
+}
+WEIGHT_2D_WORDS = {
+    "a Chinese title": "单卡用 ds_z3_config.json 训练报错：'weight' must be 2-D",
+    "an English sentence": "Full fine-tuning with zero3 on one GPU fails with 'weight' must be 2-D at the first step.",
+    "a question title": "Why do I get 'weight' must be 2-D when training with DeepSpeed stage 3 on a single card?",
+}
+
+
+@pytest.mark.parametrize("case", sorted(WEIGHT_2D))
+def test_weight_not_2d_in_a_log_names_the_missing_distributed_launch(tmp_path, case):
+    f = first(tmp_path, WEIGHT_2D[case])
+    assert f.name == "run-crashed" and f.severity == "error"
+    assert "no distributed launcher" in f.message and "FORCE_TORCHRUN=1" in f.message
+
+
+@pytest.mark.parametrize("case", sorted(WEIGHT_2D_WORDS))
+def test_weight_not_2d_in_words_is_read_the_same_and_stays_a_warning(tmp_path, case):
+    f = first(tmp_path, WEIGHT_2D_WORDS[case])
+    assert f.name == "run-crashed" and f.severity == "warning"
+    assert "FORCE_TORCHRUN=1" in f.message
+
+
+# -- autograd's no-grad text quoted without its class ----------------------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    "element 0 of tensors does not require grad and does not have a grad_fn",
+    "全参数微调 loss.backward() 报错 element 0 of tensors does not require grad",
+    "Training with BAdam crashes in backward: element 0 of tensors does not require grad and does not have a grad_fn",
+])
+def test_the_no_grad_text_in_words_names_what_has_no_grad(tmp_path, text):
+    f = first(tmp_path, text)
+    assert f.name == "run-crashed" and f.severity == "warning"
+    assert "the loss does not depend on any tensor that requires grad" in f.message
+
+
+# -- leads a short report's words give ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    "OOM on 4x RTX 3090 with python src/train.py, one GPU works fine",
+    "四张卡用 python src/train.py 跑就爆显存，单卡可以",
+    "CUDA_VISIBLE_DEVICES=0,1,2,3 python train_bash.py --stage pt ... runs out of GPU memory on GPU 0",
+])
+def test_an_oom_said_with_a_plain_python_launch_over_gpus_names_data_parallel(tmp_path, text):
+    f = first(tmp_path, text)
+    assert f.name == "cuda-oom" and f.severity == "warning"
+    assert "plain `python` launch over several GPUs" in f.message and "DataParallel" in f.message
+
+
+def test_an_oom_said_under_torchrun_gets_no_data_parallel_lead(tmp_path):
+    f = first(tmp_path, "OOM on 4 GPUs with torchrun --nproc_per_node 4 src/train.py")
+    assert f.name == "cuda-oom"
+    assert "DataParallel" not in f.message
+
+
+@pytest.mark.parametrize("text", [
+    "GPU out of memory because a previous training process did not exit and still holds the GPU",
+    "显存不足，原来是之前的训练进程没有退出，还占用着显卡",
+    "OOM at start: the GPU is still occupied by a zombie process from the last run",
+])
+def test_an_oom_said_beside_another_process_on_the_card_names_it(tmp_path, text):
+    f = first(tmp_path, text)
+    assert f.name == "cuda-oom" and f.severity == "warning"
+    assert "another process holds the card" in f.message and "nvidia-smi" in f.message
+
+
+@pytest.mark.parametrize("text", [
+    "PPO with vLLM generation hangs under ZeRO-3",
+    "GRPO 用 vllm 生成时 deepspeed 训练卡住不动",
+    "Training gets stuck at the weight sync to vllm engines (OpenRLHF, zero2)",
+])
+def test_a_hang_said_with_vllm_beside_the_trainer_names_the_weight_sync(tmp_path, text):
+    f = first(tmp_path, text)
+    assert f.name == "run-hang" and f.severity == "warning"
+    assert "vLLM release the trainer pins" in f.message
+
+
+def test_a_hang_said_without_vllm_gets_no_weight_sync_lead(tmp_path):
+    f = first(tmp_path, "PPO training hangs under ZeRO-3 after 200 steps")
+    assert f.name == "run-hang"
+    assert "vLLM" not in f.message
