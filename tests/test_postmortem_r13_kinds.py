@@ -10,6 +10,8 @@ warning.
 - torch's embedding on a weight that is not 2-D (aten/src/ATen/native/Embedding.cpp ``embedding_symint``): ZeRO-3
   or FSDP weights used outside their engine, most often a DeepSpeed ZeRO-3 config without a distributed launch
   (LlamaFactory#4557's kind), as a log line, a title or a sentence (launchcause.py);
+- a DeepSpeedEngine method asked of the bare model, retyped from a screenshot (quotes lost, "obiect", "save
+  checkpoint": LlamaFactory#4077's kind): the same missing distributed launch (launchcause.NO_ENGINE_TYPED);
 - autograd's "element 0 of tensors does not require grad" quoted without its class (userwords_vocab.py);
 - leads of an OOM said with a plain ``python`` launch over several GPUs (DataParallel, LlamaFactory#4213's kind),
   an OOM said beside another process holding the card (LlamaFactory#8082's kind), a hang said with vLLM beside the
@@ -206,3 +208,27 @@ def test_a_hang_said_without_vllm_gets_no_weight_sync_lead(tmp_path):
     f = first(tmp_path, "PPO training hangs under ZeRO-3 after 200 steps")
     assert f.name == "run-hang"
     assert "vLLM" not in f.message
+
+
+@pytest.mark.parametrize("text", [
+    "AttributeError: LlamaForCausalLM object has no attribute save_checkpoint",
+    "单卡 deepspeed 训练到保存时报错 AttributeError: Qwen2ForCausalLM'obiect has no attribute 'save checkpoint'",
+    "Saving fails with AttributeError \"GemmaForCausalLM\" object has no attribute \"save_checkpoint\" on one GPU",
+])
+def test_a_retyped_engine_method_error_names_the_missing_launch(tmp_path, text):
+    f = first(tmp_path, text)
+    assert f.name == "run-crashed"
+    assert "never wrapped by deepspeed.initialize" in f.message and "FORCE_TORCHRUN=1" in f.message
+
+
+@pytest.mark.parametrize("text, rule", [
+    ("DPO loss goes to inf with fp16 on a Llama-2 checkpoint", "nan-loss"),
+    ("DPO 训练用 fp16，loss 一直是 0", "loss-stuck-zero"),
+    ("loss is 0 or inf when training DPO in fp16", "loss-stuck-zero"),
+])
+def test_a_dpo_loss_of_0_or_inf_said_with_fp16_names_fp16_first(tmp_path, text, rule):
+    """LlamaFactory#2819's kind (an fp16 run of a bf16-trained model whose DPO loss went to 0 or inf), said with
+    fp16 in the words; "loss error" alone (that thread's title) names no value and stays unread."""
+    f = first(tmp_path, text)
+    assert f.name == rule and f.severity == "warning"
+    assert "First: the words name fp16" in f.message

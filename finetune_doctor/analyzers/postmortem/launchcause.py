@@ -31,6 +31,10 @@ import re
 ENGINE_METHODS = ("save_checkpoint", "load_checkpoint", "zero_optimization_stage", "zero_optimization_partition_gradients",
                   "is_gradient_accumulation_boundary", "set_gradient_accumulation_boundary")
 NO_ENGINE_ATTR = re.compile(r"'(?P<obj>\w+)' object has no attribute '(?P<attr>" + "|".join(ENGINE_METHODS) + r")'")
+# the same message retyped from a screenshot (LlamaFactory#4077: "GemmaForCausalLM'obiect has no attribute"save
+# checkpoint"): quotes lost or swapped, "object" misspelt, the underscore read as a space
+NO_ENGINE_TYPED = re.compile(r"(?P<obj>[A-Z]\w+)\W{0,3}\s*ob[ij]e?ct has no attribute\W{0,3}\s*"
+                             r"(?P<attr>save[ _]checkpoint|load[ _]checkpoint|zero[ _]optimization[ _]stage)\b")
 FORCE_TORCHRUN = re.compile(r"Please use `?FORCE_TORCHRUN=1`? to launch DeepSpeed training")
 # torch's embedding on a weight that is not a matrix (aten/src/ATen/native/Embedding.cpp ``embedding_symint``:
 # ``TORCH_CHECK(weight.dim() == 2, "'weight' must be 2-D")``): ZeRO-3 keeps a partitioned parameter as an empty 1-D
@@ -123,7 +127,7 @@ def launch_cause(cls: str, msg: str) -> str | None:
         return ("bf16 was asked for on a setup without it: bf16 needs an NVIDIA GPU of compute capability 8.0 or "
                 "newer (A100, RTX 30xx/40xx, H100; not V100, T4 or RTX 20xx) with a CUDA build of torch; set bf16: "
                 "false and fp16: true on older cards")
-    m = NO_ENGINE_ATTR.search(msg) if cls == "AttributeError" else None
+    m = (NO_ENGINE_ATTR.search(msg) or NO_ENGINE_TYPED.search(msg)) if cls == "AttributeError" else None
     if m and m.group("obj") != "DeepSpeedEngine":
         return (f"the model ({m.group('obj')}) was asked for the DeepSpeedEngine method {m.group('attr')}, so it was "
                 "never wrapped by deepspeed.initialize: a DeepSpeed config run without a distributed launcher (a "
