@@ -13,6 +13,9 @@ warning.
 - a DeepSpeedEngine method asked of the bare model, retyped from a screenshot (quotes lost, "obiect", "save
   checkpoint": LlamaFactory#4077's kind): the same missing distributed launch (launchcause.NO_ENGINE_TYPED);
 - autograd's "element 0 of tensors does not require grad" quoted without its class (userwords_vocab.py);
+- an "out of memory" said with the host's RAM named and no GPU word (axolotl#2975's kind: RAM filling while a
+  pre-tokenised dataset loads) is host RAM (userwords.py), and a negation is a whole word ("the node runs out of
+  memory": "node" negates nothing; userwords_vocab.NEGATED);
 - leads of an OOM said with a plain ``python`` launch over several GPUs (DataParallel, LlamaFactory#4213's kind),
   an OOM said beside another process holding the card (LlamaFactory#8082's kind), a hang said with vLLM beside the
   training engine (OpenRLHF#211's kind) (saidlead.py).
@@ -232,3 +235,19 @@ def test_a_dpo_loss_of_0_or_inf_said_with_fp16_names_fp16_first(tmp_path, text, 
     f = first(tmp_path, text)
     assert f.name == rule and f.severity == "warning"
     assert "First: the words name fp16" in f.message
+
+
+
+@pytest.mark.parametrize("text", [
+    "RAM climbs to 1.3 TB while loading the tokenized dataset from disk until the node runs out of memory",
+    "Loading a 550 GB pre-tokenized dataset: htop shows memory filling up, then the node is out of memory",
+    "加载预处理好的数据集时系统内存一直涨，最后 out of memory",
+])
+def test_out_of_memory_said_with_the_hosts_ram_named_is_host_ram(tmp_path, text):
+    f = first(tmp_path, text)
+    assert f.name == "host-oom-killed" and f.severity == "warning"
+
+
+def test_out_of_memory_said_of_the_gpu_beside_ram_stays_the_gpus(tmp_path):
+    f = first(tmp_path, "GPU runs out of memory at step 10 although 512 GB of RAM are free")
+    assert f.name == "cuda-oom"

@@ -276,7 +276,8 @@ BAR_AT_ZERO = re.compile(r"^\s*(?:Map|Filter|Running tokenizer on dataset|Conver
 # a negation right before a symptom's words: that match does not count
 # (one word may stand between: "no NCCL timeout", "没有 CUDA 报错")
 # (what a user did to avoid a symptom is no report of it: "to avoid OOM I set batch 1", "为了防止OOM")
-NEGATED = re.compile(r"(?:\bno|\bnot|\bwithout|\bnever|n't|\bnor|\bavoid\w*|\bprevent\w*|\binstead of|没有|没|不是|并非|"
+# (whole words: "node", "nothing", "normal" do not negate what follows them)
+NEGATED = re.compile(r"(?:\b(?:no|not|without|never|nor)\b|n't|\bavoid\w*|\bprevent\w*|\binstead of|没有|没|不是|并非|"
                      r"并无|无|防止|避免|以免)\s*(?:an? |any |the )?"
                      r"(?:[A-Za-z][\w-]*\s+)?$", _I)
 
