@@ -146,6 +146,12 @@ def test_weight_not_2d_in_a_log_names_the_missing_distributed_launch(tmp_path, c
     assert "no distributed launcher" in f.message and "FORCE_TORCHRUN=1" in f.message
 
 
+def test_weight_not_2d_said_of_a_teacher_model_names_the_unwrapped_model(tmp_path):
+    """Modelled on arcee-ai/DistillKit#3 (a teacher model never passed to deepspeed.initialize under ZeRO-3)."""
+    f = first(tmp_path, "Distillation with Deepspeed Zero3: the teacher forward fails with 'weight' must be 2-D")
+    assert f.name == "run-crashed" and "teacher model" in f.message
+
+
 @pytest.mark.parametrize("case", sorted(WEIGHT_2D_WORDS))
 def test_weight_not_2d_in_words_is_read_the_same_and_stays_a_warning(tmp_path, case):
     f = first(tmp_path, WEIGHT_2D_WORDS[case])
@@ -179,6 +185,19 @@ def test_an_oom_said_with_a_plain_python_launch_over_gpus_names_data_parallel(tm
     assert "plain `python` launch over several GPUs" in f.message and "DataParallel" in f.message
 
 
+@pytest.mark.parametrize("text", [
+    "4 GPUs but the memory is only used in the first GPU, so I got OUT OF MEMORY",
+    "Only GPU0 fills up and runs out of memory while the other cards stay empty",
+    "多卡训练只有0号卡显存爆了，其他卡没用上",
+])
+def test_an_oom_said_on_gpu_0_only_names_one_process_over_the_gpus(tmp_path, text):
+    """Modelled on microsoft/singleshotpose#52 and NoamRosenberg/autodeeplab#2 (the memory used on the first GPU
+    only)."""
+    f = first(tmp_path, text)
+    assert f.name == "cuda-oom" and f.severity == "warning"
+    assert "fills on the first GPU only" in f.message and "DataParallel" in f.message
+
+
 def test_an_oom_said_under_torchrun_gets_no_data_parallel_lead(tmp_path):
     f = first(tmp_path, "OOM on 4 GPUs with torchrun --nproc_per_node 4 src/train.py")
     assert f.name == "cuda-oom"
@@ -197,7 +216,8 @@ def test_an_oom_said_beside_another_process_on_the_card_names_it(tmp_path, text)
 
 
 @pytest.mark.parametrize("text", [
-    "PPO with vLLM generation hangs under ZeRO-3",
+    # modelled on OpenRLHF/OpenRLHF#349 ("the async_fit_actor_model gets stuck"; the maintainers: which vllm version)
+    "PPO with Ray and vLLM engines gets stuck at async_fit_actor_model",
     "GRPO 用 vllm 生成时 deepspeed 训练卡住不动",
     "Training gets stuck at the weight sync to vllm engines (OpenRLHF, zero2)",
 ])

@@ -39,7 +39,8 @@ FORCE_TORCHRUN = re.compile(r"Please use `?FORCE_TORCHRUN=1`? to launch DeepSpee
 # torch's embedding on a weight that is not a matrix (aten/src/ATen/native/Embedding.cpp ``embedding_symint``:
 # ``TORCH_CHECK(weight.dim() == 2, "'weight' must be 2-D")``): ZeRO-3 keeps a partitioned parameter as an empty 1-D
 # placeholder until the engine's gather hook runs (deepspeed/runtime/zero/partition_parameters.py), FSDP flattens
-# and shards it into 1-D; LlamaFactory#4557: a ZeRO-3 config on one GPU started without torchrun
+# and shards it into 1-D; LlamaFactory#4557: a ZeRO-3 config on one GPU started without torchrun; arcee-ai/DistillKit#3:
+# a teacher model never passed to deepspeed.initialize
 WEIGHT_NOT_2D = re.compile(r"'weight' must be 2-D")
 CLIENTS_JOINED = re.compile(r"Timed out after (?P<sec>\d+) seconds waiting for clients\. (?P<got>\d+)/(?P<want>\d+) "
                             r"clients joined")
@@ -144,7 +145,7 @@ def launch_cause(cls: str, msg: str) -> str | None:
                 "so the forward ran through a model no engine wraps: most often a ZeRO-3 config in a process no "
                 "distributed launcher started (a single-GPU `llamafactory-cli train` with `deepspeed:` starts no "
                 "torchrun, yet the weights are partitioned at load), else a forward of the unwrapped model (a "
-                "generation, a reference or reward model, a callback); launch it with FORCE_TORCHRUN=1 "
+                "generation, a reference, reward or teacher model, a callback); launch it with FORCE_TORCHRUN=1 "
                 "llamafactory-cli train ... (or torchrun / deepspeed), or drop the ZeRO-3 config on one GPU")
     m = CLIENTS_JOINED.search(msg)
     if m:

@@ -9,6 +9,8 @@ most a warning (the rules' ``words`` case):
   distributed launcher while several GPUs are visible (transformers training_args.py ``_setup_devices``:
   ``n_gpu = torch.cuda.device_count()`` when not distributed; trainer.py wraps the model in ``nn.DataParallel`` when
   ``args.n_gpu > 1``), which keeps the reduced gradients, the optimizer states and the gathered outputs on GPU 0;
+- **the memory filling on GPU 0 only** (microsoft/singleshotpose#52 "the memory can only used in the first gpu",
+  NoamRosenberg/autodeeplab#2 "only GPU0 works in training"): the same one-process shape, said by its symptom;
 - **another process holding the card** (LlamaFactory#8082): an OOM said beside a previous/zombie/other process
   still on the GPU: the job gets only what that process leaves;
 - **a hang of an RL trainer with vLLM** (OpenRLHF#211): a hang said with vLLM named beside a training engine
@@ -32,6 +34,13 @@ _SEVERAL = re.compile(r"\b[2-9] ?(?:x ?)?(?:GPUs|cards|张卡|块卡)|[二两三
                       r"\bmulti[- ]?GPU\b|\bseveral GPUs\b|CUDA_VISIBLE_DEVICES=\d+(?:,\d+)+", re.I | re.A)
 _ONE_OK = re.compile(r"\b(?:one|single|1) (?:GPU|card)\b[^.\n]{0,30}\b(?:works?|fine|ok|runs?)\b|单卡(?:可以|能|正常|没问题)",
                      re.I | re.A)
+
+# the memory said to fill on the first GPU only ("the memory can only used in the first gpu", "only GPU0 works",
+# "只有0号卡显存满了"): what one process driving several GPUs leaves (microsoft/singleshotpose#52,
+# NoamRosenberg/autodeeplab#2)
+_GPU0_ONLY = re.compile(r"\bonly (?:on |uses? |used in |in |fills )?(?:the )?(?:first (?:GPU|card)|GPU ?0|gpu0|cuda:0)\b|"
+                        r"\b(?:first (?:GPU|card)|GPU ?0|cuda:0) (?:only|alone)\b|"
+                        r"只有\s*(?:第一张卡|0\s*号卡|卡\s*0|GPU\s*0)|只用了?\s*(?:第一张卡|0\s*号卡|GPU\s*0)", re.I | re.A)
 
 # another process said to hold the card: a previous run that did not exit, a zombie, another user's job
 _HELD = re.compile(r"\b(?:previous|earlier|old|last|zombie|stale|another|other|leftover)\s+(?:training\s+)?"
@@ -57,6 +66,13 @@ def said_lead(said: dict[str, Any]) -> str | None:
                 "more cards do not help (a DeepSpeed file is then not used either); start it with "
                 "`llamafactory-cli train` (it starts torchrun for several GPUs), `torchrun --nproc_per_node N` or "
                 "`deepspeed`.")
+    if sym == "oom" and _GPU0_ONLY.search(text):
+        return ("The words say the memory fills on the first GPU only: that is what one process driving several "
+                "GPUs leaves (torch DataParallel, which HF's Trainer falls back to when a script is started with "
+                "plain `python` while several GPUs are visible, keeps the reduced gradients, the optimizer states and "
+                "the gathered outputs on GPU 0), or a run that uses one GPU at all; start one process per GPU "
+                "(`llamafactory-cli train`, `torchrun --nproc_per_node N`, `deepspeed`) and check that every GPU "
+                "shows a process in `nvidia-smi`.")
     if sym == "oom" and _HELD.search(text):
         return ("The words say another process holds the card (a previous run that did not exit, a zombie, "
                 "another job): this run gets only the memory it leaves; `nvidia-smi` lists the processes on each "
