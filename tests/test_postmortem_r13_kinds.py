@@ -136,6 +136,7 @@ WEIGHT_2D_WORDS = {
     "a Chinese title": "单卡用 ds_z3_config.json 训练报错：'weight' must be 2-D",
     "an English sentence": "Full fine-tuning with zero3 on one GPU fails with 'weight' must be 2-D at the first step.",
     "a question title": "Why do I get 'weight' must be 2-D when training with DeepSpeed stage 3 on a single card?",
+    "a title without the quotes": "zero3 单卡 报错 weight must be 2-D",
 }
 
 
@@ -208,6 +209,7 @@ def test_an_oom_said_under_torchrun_gets_no_data_parallel_lead(tmp_path):
     "GPU out of memory because a previous training process did not exit and still holds the GPU",
     "显存不足，原来是之前的训练进程没有退出，还占用着显卡",
     "OOM at start: the GPU is still occupied by a zombie process from the last run",
+    "CUDA OOM because GPU memory is occupied by another process",
 ])
 def test_an_oom_said_beside_another_process_on_the_card_names_it(tmp_path, text):
     f = first(tmp_path, text)
@@ -220,6 +222,7 @@ def test_an_oom_said_beside_another_process_on_the_card_names_it(tmp_path, text)
     "PPO with Ray and vLLM engines gets stuck at async_fit_actor_model",
     "GRPO 用 vllm 生成时 deepspeed 训练卡住不动",
     "Training gets stuck at the weight sync to vllm engines (OpenRLHF, zero2)",
+    "训练卡在 vllm 权重同步那一步",
 ])
 def test_a_hang_said_with_vllm_beside_the_trainer_names_the_weight_sync(tmp_path, text):
     f = first(tmp_path, text)

@@ -41,7 +41,7 @@ FORCE_TORCHRUN = re.compile(r"Please use `?FORCE_TORCHRUN=1`? to launch DeepSpee
 # placeholder until the engine's gather hook runs (deepspeed/runtime/zero/partition_parameters.py), FSDP flattens
 # and shards it into 1-D; LlamaFactory#4557: a ZeRO-3 config on one GPU started without torchrun; arcee-ai/DistillKit#3:
 # a teacher model never passed to deepspeed.initialize
-WEIGHT_NOT_2D = re.compile(r"'weight' must be 2-D")
+WEIGHT_NOT_2D = re.compile(r"(?<!\w)['\"‘’`]?weight['\"‘’`]? must be 2-?D\b", re.I)
 CLIENTS_JOINED = re.compile(r"Timed out after (?P<sec>\d+) seconds waiting for clients\. (?P<got>\d+)/(?P<want>\d+) "
                             r"clients joined")
 VLLM_KV = re.compile(r"No available memory for the cache blocks|stored in KV cache \((?P<kv>\d+)\)|"

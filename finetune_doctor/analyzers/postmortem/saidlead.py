@@ -46,12 +46,15 @@ _GPU0_ONLY = re.compile(r"\bonly (?:on |uses? |used in |in |fills )?(?:the )?(?:
 _HELD = re.compile(r"\b(?:previous|earlier|old|last|zombie|stale|another|other|leftover)\s+(?:training\s+)?"
                    r"(?:process(?:es)?|run|job|task)\b[^.\n]{0,60}?\b(?:still\s+)?(?:hold\w*|occup\w*|using|uses|running|"
                    r"on the GPU|not (?:exit|killed|released))|\bGPU (?:is |was )?(?:still )?(?:occupied|in use|held) by\b|"
+                   r"\b(?:GPU|card|VRAM)(?: memory)?\s+(?:is |was |are |were )?(?:still )?(?:occupied|in use|held|taken|used) by\b|"
+                   r"\bzombie process|"
                    r"(?:之前|上次|上一次|别的|其他|残留|僵尸)的?(?:训练)?进程[^。\n]{0,20}?(?:占用|没有?(?:退出|结束|释放)|还在)|"
                    r"显存被\S{0,10}?占用|显卡被\S{0,10}?占用", re.I | re.A)
 
 _VLLM = re.compile(r"(?<![\w-])vllm\b", re.I | re.A)
 _TRAINER = re.compile(r"\bzero[-_ ]?[0-3]?\b|\bzero\d\b|\bdeepspeed\b|\bFSDP\b|\bPPO\b|\bGRPO\b|\bRLHF\b|\bOpenRLHF\b|"
-                      r"\bverl\b|\btrl\b|\bray\b", re.I | re.A)
+                      r"\bverl\b|\btrl\b|\bray\b|\bweights? sync\w*|\bsync\w* (?:the )?weights\b|\bupdate_weights?\b|"
+                      r"权重同步|同步权重|更新权重", re.I | re.A)
 
 
 def said_lead(said: dict[str, Any]) -> str | None:

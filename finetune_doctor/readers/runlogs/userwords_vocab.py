@@ -264,7 +264,7 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # (aten/src/ATen/native/Embedding.cpp embedding_symint): crashcause.py / launchcause.py read them
     # (the tail "does not have a grad_fn" is blanked as a negated "have" by userwords._NEGATED: not matched)
     ("error", re.compile(r"\belement \d+ of tensors does not require grad\b|\bdoes not require grad and\b|"
-                         r"'weight' must be 2-D")),
+                         r"(?<!\w)['\"‘’`]?weight['\"‘’`]? must be 2-?D\b")),
 )
 
 # a datasets progress bar at 0 (datasets arrow_dataset.py map's "Map (num_proc=N)", LLaMA-Factory's "Running
