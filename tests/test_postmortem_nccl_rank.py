@@ -96,3 +96,28 @@ def test_without_a_communicator_line_the_rank_stays_unknown(tmp_path: Path) -> N
     r = pm.run(str(tmp_path), [], None, Options(command="postmortem"))
     assert r.findings[0].name == "nccl-error"
     assert "on rank" not in r.findings[0].message
+
+
+_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB. GPU 0 has a total capacity of 79.15 "
+        "GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 78.12 GiB memory in use. Of "
+        "the allocated memory 74.20 GiB is allocated by PyTorch, and 2.41 GiB is reserved by PyTorch but "
+        "unallocated.\n")
+# torch 2.5's watchdog line without a "[Rank N]" prefix (ProcessGroupNCCL.cpp's glog prefix only)
+_TIMEOUT = ("[E1207 10:41:07.118437213 ProcessGroupNCCL.cpp:632] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=412, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800073 "
+            "milliseconds before timing out.\n")
+
+
+def test_rank_files_named_only_by_their_communicator_lines_join_as_ranks(tmp_path: Path) -> None:
+    """Two files whose names hold no rank and whose lines no ``[rankN]`` prefix: the communicator lines say rank 0
+    and rank 1; rank 0 raised a CUDA OOM, rank 1's watchdog timed out. The timeout is said on rank 1 and rank 0
+    is the rank the other waited on (before: "(the rank is not printed, device 0)" and no root)."""
+    _log(tmp_path, "gpu-a:4011:4102 [0] NCCL INFO comm 0x5581a0c3f2d0 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId "
+                   "1b000 commId 0x7d3c9a11e0f2b845 - Init COMPLETE\n" + _OOM, "worker-a.log")
+    _log(tmp_path, "gpu-b:4012:4101 [0] NCCL INFO comm 0x55d2b1a4e3c0 rank 1 nranks 2 cudaDev 0 nvmlDev 0 busId "
+                   "1b000 commId 0x7d3c9a11e0f2b845 - Init COMPLETE\n" + _TIMEOUT, "worker-b.log")
+    r = pm.run(str(tmp_path), [], None, Options(command="postmortem"))
+    assert r.findings[0].name == "cuda-oom"
+    t = next(f for f in r.findings if f.name == "nccl-timeout")
+    assert "NCCL watchdog timeout on rank 1:" in t.message
+    assert "rank 0 failed first (CUDA out of memory), the others waited on it" in t.message
