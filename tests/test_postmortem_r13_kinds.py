@@ -274,3 +274,18 @@ def test_out_of_memory_said_with_the_hosts_ram_named_is_host_ram(tmp_path, text)
 def test_out_of_memory_said_of_the_gpu_beside_ram_stays_the_gpus(tmp_path):
     f = first(tmp_path, "GPU runs out of memory at step 10 although 512 GB of RAM are free")
     assert f.name == "cuda-oom"
+
+
+def test_the_reference_model_lead_outranks_a_frames_lead(tmp_path):
+    """A KTO run cut in its first step inside accelerate's wrap: the known reference-model fault of LF's DPO/KTO
+    trainers under FSDP (refmodel.py, more specific: it reads the stage and release) replaces the kinds the frame
+    names (fixture: fixtures/postmortem/trial9/kto-first-step, with the wrap frame appended)."""
+    src = Path(__file__).resolve().parent.parent / "fixtures" / "postmortem" / "trial9" / "kto-first-step" / "train.log"
+    text = src.read_text(encoding="utf-8").rstrip("\n") + "\n" + "\n".join("[rank1]: " + ln for ln in (
+        '  File "/opt/conda/envs/lf/lib/python3.11/site-packages/transformers/trainer.py", line 2318, in '
+        '_inner_training_loop',
+        "    self.model = self.accelerator.prepare(self.model)"))
+    f = first(tmp_path, text)
+    assert f.name == "run-crashed"
+    assert "known fault of LLaMA-Factory's DPO/KTO trainers" in f.message
+    assert "the paste is cut inside" not in f.message
