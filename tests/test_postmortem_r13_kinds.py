@@ -210,6 +210,10 @@ def test_an_oom_said_under_torchrun_gets_no_data_parallel_lead(tmp_path):
     "显存不足，原来是之前的训练进程没有退出，还占用着显卡",
     "OOM at start: the GPU is still occupied by a zombie process from the last run",
     "CUDA OOM because GPU memory is occupied by another process",
+    "显卡被别人的进程占着，训练一开始就 OOM",
+    # the card said held, with no OOM word, beside torchrun's ChildFailedError (LlamaFactory#8082's kind)
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: the previous training process was still "
+    "holding the GPU",
 ])
 def test_an_oom_said_beside_another_process_on_the_card_names_it(tmp_path, text):
     f = first(tmp_path, text)
@@ -289,3 +293,17 @@ def test_the_reference_model_lead_outranks_a_frames_lead(tmp_path):
     assert f.name == "run-crashed"
     assert "known fault of LLaMA-Factory's DPO/KTO trainers" in f.message
     assert "the paste is cut inside" not in f.message
+
+
+
+@pytest.mark.parametrize("text", [
+    "tmp-checkpoint rename fails at save with transformers 4.36.0",
+    "Saving crashes: the rename of tmp-checkpoint-500 failed under deepspeed, transformers 4.36",
+    "保存时 tmp-checkpoint 重命名报错，transformers 4.36.0",
+])
+def test_a_staged_save_rename_said_to_fail_names_436s_episode(tmp_path, text):
+    """LlamaFactory#1839 / transformers#28027's kind (4.36's staged save renamed from every process), said in
+    words: an error (a warning) whose save lead names the release's episode and its fix."""
+    f = first(tmp_path, text)
+    assert f.name == "run-crashed" and f.severity == "warning"
+    assert "#27925" in f.message and "4.37.0" in f.message

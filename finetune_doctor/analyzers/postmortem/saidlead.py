@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from finetune_doctor.readers.runlogs.userwords_vocab import HELD_CARD
+
 # a plain python launch of a training script ("python src/train.py", "python3 train_bash.py", "CUDA_VISIBLE_DEVICES=
 # 0,1,2,3 python ..."), not torchrun / deepspeed / accelerate / llamafactory-cli
 _PLAIN_PYTHON = re.compile(r"(?<![\w-])python3?(?:\.\d+)?\s+(?:-u\s+)?\S*(?:train\w*|finetune\w*|sft\w*)\.py\b|"
@@ -43,13 +45,7 @@ _GPU0_ONLY = re.compile(r"\bonly (?:on |uses? |used in |in |fills )?(?:the )?(?:
                         r"只有\s*(?:第一张卡|0\s*号卡|卡\s*0|GPU\s*0)|只用了?\s*(?:第一张卡|0\s*号卡|GPU\s*0)", re.I | re.A)
 
 # another process said to hold the card: a previous run that did not exit, a zombie, another user's job
-_HELD = re.compile(r"\b(?:previous|earlier|old|last|zombie|stale|another|other|leftover)\s+(?:training\s+)?"
-                   r"(?:process(?:es)?|run|job|task)\b[^.\n]{0,60}?\b(?:still\s+)?(?:hold\w*|occup\w*|using|uses|running|"
-                   r"on the GPU|not (?:exit|killed|released))|\bGPU (?:is |was )?(?:still )?(?:occupied|in use|held) by\b|"
-                   r"\b(?:GPU|card|VRAM)(?: memory)?\s+(?:is |was |are |were )?(?:still )?(?:occupied|in use|held|taken|used) by\b|"
-                   r"\bzombie process|"
-                   r"(?:之前|上次|上一次|别的|其他|残留|僵尸)的?(?:训练)?进程[^。\n]{0,20}?(?:占用|没有?(?:退出|结束|释放)|还在)|"
-                   r"显存被\S{0,10}?占用|显卡被\S{0,10}?占用", re.I | re.A)
+_HELD = HELD_CARD   # readers/runlogs/userwords_vocab.py: also the appended oom entry there
 
 _VLLM = re.compile(r"(?<![\w-])vllm\b", re.I | re.A)
 _TRAINER = re.compile(r"\bzero[-_ ]?[0-3]?\b|\bzero\d\b|\bdeepspeed\b|\bFSDP\b|\bPPO\b|\bGRPO\b|\bRLHF\b|\bOpenRLHF\b|"

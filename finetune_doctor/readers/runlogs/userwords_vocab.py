@@ -63,6 +63,18 @@ _I = re.I | re.A
 _PKG = (r"(?:torch|pytorch|transformers|deepspeed|peft|accelerate|trl|vllm|datasets|flash[-_]?attn|bitsandbytes|"
         r"xformers|unsloth|triton)")
 
+# another process said to hold the card: a previous run that did not exit, a zombie, another user's job
+# (LlamaFactory#8082's kind): the card's memory is taken, so it is said as an oom of the GPU after every other symptom
+# (analyzers/postmortem/saidlead.py words the lead)
+HELD_CARD = re.compile(
+    r"\b(?:previous|earlier|old|last|zombie|stale|another|other|leftover)\s+(?:training\s+)?"
+    r"(?:process(?:es)?|run|job|task)\b[^.\n]{0,60}?\b(?:still\s+)?(?:hold\w*|occup\w*|using|uses|running|"
+    r"on the GPU|not (?:exit|killed|released))|"
+    r"\b(?:GPU|card|VRAM)(?: memory)?\s+(?:is |was |are |were )?(?:still )?(?:occupied|in use|held|taken|used) by\b|"
+    r"\bzombie process|"
+    r"(?:之前|上次|上一次|别的|别人|其他|残留|僵尸)的?(?:训练)?进程[^。\n]{0,20}?(?:占用|占着|占了|没有?(?:退出|结束|释放)|还在)|"
+    r"(?:显存|显卡|GPU|卡)(?:一直)?被\S{0,12}?(?:占用|占着|占了|占满)", _I)
+
 # (symptom, words): the first symptom whose words occur (not negated) wins; the specific ones first
 SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("disk-full", re.compile(
@@ -265,6 +277,11 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # (the tail "does not have a grad_fn" is blanked as a negated "have" by userwords._NEGATED: not matched)
     ("error", re.compile(r"\belement \d+ of tensors does not require grad\b|\bdoes not require grad and\b|"
                          r"(?<!\w)['\"‘’`]?weight['\"‘’`]? must be 2-?D\b")),
+    # (session 13, appended) a save's rename said to fail ("tmp-checkpoint rename fails at save"): an error whose
+    # save lead savecause.py words; the card said held by another process: its memory (HELD_CARD above)
+    ("error", re.compile(r"\brenam\w*\s+(?:[\w.-]+\s+){0,3}?(?:fail(?:s|ed|ure)?|crash\w*|error)\b|"
+                         r"\btmp-checkpoint\S*\s+[^.\n]{0,40}?\b(?:fail\w*|errors?|crash\w*)\b", _I)),
+    ("oom", HELD_CARD),
 )
 
 # a datasets progress bar at 0 (datasets arrow_dataset.py map's "Map (num_proc=N)", LLaMA-Factory's "Running
