@@ -307,3 +307,40 @@ def test_a_staged_save_rename_said_to_fail_names_436s_episode(tmp_path, text):
     f = first(tmp_path, text)
     assert f.name == "run-crashed" and f.severity == "warning"
     assert "#27925" in f.message and "4.37.0" in f.message
+
+
+
+@pytest.mark.parametrize("text, pkg", [
+    ("FSDP QLoRA training fails after upgrading accelerate to 0.30.0", "accelerate"),
+    ("升级 accelerate 到 0.30.0 之后报错", "accelerate"),
+    ("SFT broke after updating transformers to 4.40.0", "transformers"),
+])
+def test_a_failure_said_after_moving_a_package_to_a_release_names_it(tmp_path, text, pkg):
+    """accelerate#2761's kind in words (a run that failed once accelerate went to 0.30.0)."""
+    f = first(tmp_path, text)
+    assert f.name == "run-crashed" and f.severity == "warning"
+    assert f"The words name {pkg}" in f.message
+
+
+@pytest.mark.parametrize("text", [
+    "Training dies right after saving checkpoint-1000 with ChildFailedError, exitcode 1",
+    "训练保存 checkpoint 之后进程退出，exitcode 1",
+    "the run exits with code 1 right after the checkpoint save",
+])
+def test_a_process_said_to_exit_with_a_python_error_after_a_save_is_a_crash_at_the_save(tmp_path, text):
+    """LlamaFactory#6848's kind in words (a child that exited 1 after a save): an error, its phase the save; what
+    the words cannot say (which exception) is asked for."""
+    f = first(tmp_path, text)
+    assert f.name == "run-crashed" and f.severity == "warning"
+    assert "the failure was in a checkpoint save" in f.message and "Give the whole traceback" in f.message
+
+
+def test_torchelastics_summary_is_not_read_as_words(tmp_path):
+    """The summary's own "exitcode : 1 (pid: N)" lines stay the summary's reading, not an exit code said in words."""
+    f = first(tmp_path, """  host      : node-3
+  rank      : 2 (local_rank: 2)
+  exitcode  : 1 (pid: 51234)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html""")
+    assert f.name == "run-crashed" and f.severity == "error"
+    assert "failure summary reports without its traceback" in f.message

@@ -282,6 +282,20 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("error", re.compile(r"\brenam\w*\s+(?:[\w.-]+\s+){0,3}?(?:fail(?:s|ed|ure)?|crash\w*|error)\b|"
                          r"\btmp-checkpoint\S*\s+[^.\n]{0,40}?\b(?:fail\w*|errors?|crash\w*)\b", _I)),
     ("oom", HELD_CARD),
+    # a run said to fail after a package was moved to a release ("fails after upgrading accelerate to 0.30.0",
+    # accelerate#2761's kind; "升级 accelerate 到 0.30.0 后报错"): the release is the lead
+    ("version", re.compile(
+        r"\b(?:fail\w*|br(?:eaks?|oke|oken)|crash\w*|errors?|stopped working)\s+(?:after|since|when|once)\s+"
+        r"(?:upgrading|updating|installing|downgrading|moving|bumping)\s+(?:to\s+)?" + _PKG + r"\s+(?:to\s+)?v?\d[\w.]*|"
+        r"(?:升级|更新|安装|降级)\s*" + _PKG + r"\s*(?:到|至)?\s*v?\d[\w.]*\s*(?:之?后|以后)\S{0,6}?(?:报错|失败|出错|崩溃)", _I)),
+    # a process said to end with an exception class or a positive exit code ("dies right after saving with
+    # ChildFailedError, exitcode 1", "进程退出，exitcode 1"): a Python exception whose text is not in the words
+    # (a kill is -9 and a native crash -11/139, read above)
+    ("error", re.compile(
+        r"\b(?:dies|died|exits?|exited|stops?|stopped|ends?|ended|terminat\w*)\b[^.\n]{0,60}?\bwith\s+(?:an? )?"
+        r"(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b|"
+        r"(?i:\bexit ?code|\bexitcode|\breturn code|退出码|\bexit(?:s|ed)? with (?:exit |status |return )?code)\s?[:=：]?\s?"
+        r"[1-9]\d{0,2}\b(?!\s*\(pid)")),
 )
 
 # a datasets progress bar at 0 (datasets arrow_dataset.py map's "Map (num_proc=N)", LLaMA-Factory's "Running
