@@ -324,12 +324,13 @@ def test_a_failure_said_after_moving_a_package_to_a_release_names_it(tmp_path, t
 
 @pytest.mark.parametrize("text", [
     "Training dies right after saving checkpoint-1000 with ChildFailedError, exitcode 1",
-    "训练保存 checkpoint 之后进程退出，exitcode 1",
-    "the run exits with code 1 right after the checkpoint save",
+    "训练保存 checkpoint 之后进程退出，报 ChildFailedError",
+    "the run stopped with a RuntimeError right after the checkpoint save",
 ])
 def test_a_process_said_to_exit_with_a_python_error_after_a_save_is_a_crash_at_the_save(tmp_path, text):
     """LlamaFactory#6848's kind in words (a child that exited 1 after a save): an error, its phase the save; what
-    the words cannot say (which exception) is asked for."""
+    the words cannot say (which exception) is asked for. A positive exit code alone stays no evidence
+    (tests/test_postmortem_short_pastes.py)."""
     f = first(tmp_path, text)
     assert f.name == "run-crashed" and f.severity == "warning"
     assert "the failure was in a checkpoint save" in f.message and "Give the whole traceback" in f.message
@@ -344,3 +345,11 @@ def test_torchelastics_summary_is_not_read_as_words(tmp_path):
   traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html""")
     assert f.name == "run-crashed" and f.severity == "error"
     assert "failure summary reports without its traceback" in f.message
+
+
+def test_a_cut_in_the_data_loader_names_the_collator_and_workers(tmp_path):
+    f = first(tmp_path, _HEAD + """    batch_samples, num_items_in_batch = self.get_batch_samples(epoch_iterator, num_batches)
+  File "/opt/conda/lib/python3.10/site-packages/torch/utils/data/dataloader.py", line 701, in __next__
+    data = self._next_data()""")
+    assert f.name == "run-crashed"
+    assert "the paste is cut inside the data loader" in f.message

@@ -92,8 +92,8 @@ _TABLE: tuple[tuple[str, re.Pattern[str], str, str, str], ...] = (
      "a CUDA out-of-memory (for long sequences and a large vocabulary the logits are the largest tensor of the "
      "step), or a label outside the vocabulary (a device-side assert, an IndexError)",
      "the per-device batch, the sequence length and the vocabulary size"),
-    ("data", re.compile(r"^(?:__next__|_next_data|fetch|_process_data|default_collate|collate|__call__ \(data_collator"
-                        r"|get_batch_samples)\b"),
+    ("data", re.compile(r"^(?:(?:__next__|_next_data) \(dataloader\.py\)|fetch \(fetch\.py\)|_process_data \(|"
+                        r"(?:default_collate|collate) \(collate\.py\)|__call__ \(data_collator|get_batch_samples \()"),
      "the data loader (torch utils/data/dataloader.py, a collator)",
      "a sample the collator cannot batch (a missing key, lengths or types that differ), or a worker process that "
      "died (host RAM or /dev/shm)",
