@@ -16,6 +16,7 @@ from typing import Any
 
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import location_of
+from finetune_doctor.analyzers.postmortem.saidlead import said_lead
 from finetune_doctor.analyzers.postmortem.saidstack import setup_lead, stack_text, stated, version_text
 from finetune_doctor.analyzers.postmortem.savecause import said_save_lead
 from finetune_doctor.arch import BF16_FAMILIES
@@ -74,7 +75,7 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
                                and "nccl" not in str(s.get("words")).lower())
             s["lead"] = (setup_lead(ev, s["symptom"], s.get("phase"), str(s.get("text") or ""))
                          or said_save_lead(s, s["versions"])   # a save said to fail: which save (savecause.py)
-                         or fp16_lead(s) or replicated_lead(s))
+                         or fp16_lead(s) or said_lead(s) or replicated_lead(s))
             return s
     return None
 
