@@ -466,7 +466,7 @@ def _catalog_model_types() -> frozenset[str]:
 
 
 def _no_grad(msg: str) -> str | None:
-    if "does not require grad and does not have a grad_fn" not in msg:
+    if not re.search(r"element \d+ of tensors does not require grad|does not require grad and does not have a grad_fn", msg):
         return None
     return ("the loss does not depend on any tensor that requires grad: either nothing is trainable (every "
             "parameter frozen, an adapter not attached, or the forward run under torch.no_grad), or reentrant "

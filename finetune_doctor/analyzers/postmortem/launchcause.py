@@ -33,7 +33,17 @@ from finetune_doctor.analyzers.postmortem.kindwords import layer_cause
 ENGINE_METHODS = ("save_checkpoint", "load_checkpoint", "zero_optimization_stage", "zero_optimization_partition_gradients",
                   "is_gradient_accumulation_boundary", "set_gradient_accumulation_boundary")
 NO_ENGINE_ATTR = re.compile(r"'(?P<obj>\w+)' object has no attribute '(?P<attr>" + "|".join(ENGINE_METHODS) + r")'")
+# the same message retyped from a screenshot (LlamaFactory#4077: "GemmaForCausalLM'obiect has no attribute"save
+# checkpoint"): quotes lost or swapped, "object" misspelt, the underscore read as a space
+NO_ENGINE_TYPED = re.compile(r"(?P<obj>[A-Z]\w+)\W{0,3}\s*ob[ij]e?ct has no attribute\W{0,3}\s*"
+                             r"(?P<attr>save[ _]checkpoint|load[ _]checkpoint|zero[ _]optimization[ _]stage)\b")
 FORCE_TORCHRUN = re.compile(r"Please use `?FORCE_TORCHRUN=1`? to launch DeepSpeed training")
+# torch's embedding on a weight that is not a matrix (aten/src/ATen/native/Embedding.cpp ``embedding_symint``:
+# ``TORCH_CHECK(weight.dim() == 2, "'weight' must be 2-D")``): ZeRO-3 keeps a partitioned parameter as an empty 1-D
+# placeholder until the engine's gather hook runs (deepspeed/runtime/zero/partition_parameters.py), FSDP flattens
+# and shards it into 1-D; LlamaFactory#4557: a ZeRO-3 config on one GPU started without torchrun; arcee-ai/DistillKit#3:
+# a teacher model never passed to deepspeed.initialize
+WEIGHT_NOT_2D = re.compile(r"(?<!\w)['\"‘’`]?weight['\"‘’`]? must be 2-?D\b", re.I)
 CLIENTS_JOINED = re.compile(r"Timed out after (?P<sec>\d+) seconds waiting for clients\. (?P<got>\d+)/(?P<want>\d+) "
                             r"clients joined")
 VLLM_KV = re.compile(r"No available memory for the cache blocks|stored in KV cache \((?P<kv>\d+)\)|"
@@ -122,7 +132,7 @@ def launch_cause(cls: str, msg: str, words: str = "") -> str | None:
         return ("bf16 was asked for on a setup without it: bf16 needs an NVIDIA GPU of compute capability 8.0 or "
                 "newer (A100, RTX 30xx/40xx, H100; not V100, T4 or RTX 20xx) with a CUDA build of torch; set bf16: "
                 "false and fp16: true on older cards")
-    m = NO_ENGINE_ATTR.search(msg) if cls == "AttributeError" else None
+    m = (NO_ENGINE_ATTR.search(msg) or NO_ENGINE_TYPED.search(msg)) if cls == "AttributeError" else None
     if m and m.group("obj") != "DeepSpeedEngine":
         return (f"the model ({m.group('obj')}) was asked for the DeepSpeedEngine method {m.group('attr')}, so it was "
                 "never wrapped by deepspeed.initialize: a DeepSpeed config run without a distributed launcher (a "
@@ -133,6 +143,14 @@ def launch_cause(cls: str, msg: str, words: str = "") -> str | None:
         return ("LLaMA-Factory refused a DeepSpeed config in a process that no distributed launcher started "
                 "(`llamafactory-cli train` starts torchrun by itself only when more than one GPU is visible): "
                 "launch it with FORCE_TORCHRUN=1 llamafactory-cli train ..., or drop the deepspeed key on one GPU")
+    if WEIGHT_NOT_2D.search(msg):
+        return ("the embedding met a weight that is not a matrix: ZeRO-3 leaves each partitioned parameter as an "
+                "empty 1-D placeholder until the DeepSpeed engine gathers it (FSDP flattens and shards it into 1-D), "
+                "so the forward ran through a model no engine wraps: most often a ZeRO-3 config in a process no "
+                "distributed launcher started (a single-GPU `llamafactory-cli train` with `deepspeed:` starts no "
+                "torchrun, yet the weights are partitioned at load), else a forward of the unwrapped model (a "
+                "generation, a reference, reward or teacher model, a callback); launch it with FORCE_TORCHRUN=1 "
+                "llamafactory-cli train ... (or torchrun / deepspeed), or drop the ZeRO-3 config on one GPU")
     m = CLIENTS_JOINED.search(msg)
     if m:
         missing = int(m.group("want")) - int(m.group("got"))

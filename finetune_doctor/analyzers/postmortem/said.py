@@ -17,6 +17,7 @@ from typing import Any
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import location_of
 from finetune_doctor.analyzers.postmortem.kindwords import UPGRADE_OPENING, kind_lead, resumed_untrained
+from finetune_doctor.analyzers.postmortem.saidlead import said_lead
 from finetune_doctor.analyzers.postmortem.saidstack import setup_lead, stack_text, stated, version_text
 from finetune_doctor.analyzers.postmortem.savecause import said_save_lead
 from finetune_doctor.arch import BF16_FAMILIES
@@ -80,7 +81,7 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
             s["lead"] = ((kind_lead(s, setup) if s["symptom"] in ("hang", "no-update") else None)
                          or setup_lead(ev, s["symptom"], s.get("phase"), str(s.get("text") or ""))
                          or said_save_lead(s, s["versions"])   # a save said to fail: which save (savecause.py)
-                         or kind_lead(s, setup) or fp16_lead(s) or replicated_lead(s))
+                         or kind_lead(s, setup) or fp16_lead(s) or said_lead(s) or replicated_lead(s))
             if s["lead"] and s["lead"].startswith(UPGRADE_OPENING) and s["stack_text"]:
                 # what the words say changed comes before the judging of the releases they name, with one `pip
                 # show` sentence (issue #25): the stack's names the command already

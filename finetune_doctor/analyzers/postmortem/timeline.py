@@ -320,9 +320,11 @@ def _end(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, 
         c.setdefault("cause", None)
         c.setdefault("first", False)
         c.setdefault("consequences", "")
-        if c["cause"] is None and c["kind"] == "traceback-only" and (c["step"] or 0) <= 1:
+        if (c["cause"] is None or c["cause"]["kind"] == "frames-lead") and c["kind"] == "traceback-only" \
+                and (c["step"] or 0) <= 1:
             # a DPO/KTO run dead in its first step with its exception line cut: the known reference-model fault
-            # under FSDP is a lead, never more than the frames and the inputs support (trial 9, LlamaFactory#7641)
+            # under FSDP is a lead, never more than the frames and the inputs support (trial 9, LlamaFactory#7641);
+            # it is more specific than the kinds a frame names (framecause.py), so it replaces them
             from finetune_doctor.analyzers.postmortem import refmodel
 
             stage = refmodel.stage_of_traceback(ev)

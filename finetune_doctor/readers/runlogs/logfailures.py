@@ -29,6 +29,15 @@ RAY_WORKER_GONE = re.compile(r"(?:Worker PID: (?P<pid>\d+)\s+)?Worker exit type:
 # NCCL's own log prefix (src/debug.cc ncclDebugLog: "%s:%d:%d [%d] NCCL INFO|WARN ..." = host:pid:tid [cudaDev]):
 # the CUDA device of the process that printed it, not its rank
 NCCL_DEVICE = re.compile(r"^\S+:\d+:\d+ \[(?P<dev>\d+)\] NCCL (?:INFO|WARN)")
+# NCCL's communicator line (NCCL_DEBUG=INFO), the process's rank in that communicator and its size, by release
+# (NVIDIA/nccl src/init.cc): 2.7-2.17 "comm %p rank %d nranks %d cudaDev %d busId %x - Init COMPLETE" (v2.7.8-1
+# :843, v2.14.3-1 :1095); 2.18-2.20 "... nvmlDev %d busId %lx commId 0x%llx - Init START|COMPLETE" (v2.18.5-1
+# :1356/:1375); 2.21 "ncclCommInitRank comm %p ..." (v2.21.5-1 :1544/:1573); 2.23+ "%s comm %p ..." with the API's
+# name (v2.23.4-1 :1454/:1482); 2.29+ "[Rank %d] %s comm %p ..." (v2.30.7 :1912); 2.21+ also "comm %p rank %d
+# nRanks %d nNodes %d localRanks %d ..." (v2.21.5-1 :1160); "... - Destroy COMPLETE" (v2.30.7 :375). A split
+# communicator ("ncclCommSplit ... parent %p color %d key %d") numbers its ranks within the split: not taken
+NCCL_COMM = re.compile(r"^\S+:(?P<pid>\d+):\d+ \[\d+\] NCCL INFO (?:\[Rank \d+\] )?(?:ncclCommInit\w* )?"
+                       r"comm 0x[0-9a-fA-F]+ rank (?P<rank>\d+) n[Rr]anks (?P<n>\d+)\b(?!.*\bparent 0x)")
 
 
 def oom_figures(text: str) -> dict[str, Any]:
@@ -115,6 +124,7 @@ class FailureLines:
     last_mem_label: str | None
     nccl_seen: set[tuple]
     timing: dict[str, Any]
+    origin_votes: dict[str, Any]
 
     def during(self) -> int | None:  # pragma: no cover - provided by the parser
         raise NotImplementedError
@@ -322,6 +332,8 @@ class FailureLines:
             if "nccl_device" in self.facts and self.facts["nccl_device"].value != dev:
                 self.fact("nccl_devices_mixed", True, line)
             self.fact("nccl_device", dev, line)
+        if rank is None and " NCCL " in text:
+            rank = self._nccl_comm_rank(text)
         # each expression is tried only where its literal occurs: a hit's window can be kilobytes of one line
         m = pat.NCCL_TIMEOUT.search(text) if "Watchdog caught" in text else None
         if m:
@@ -398,6 +410,21 @@ class FailureLines:
                                                           else None)
             self.keep.add("nccl", NcclRecord(self.path, line, self.during(), rank, "error", op=what,
                                              text=text.strip()[:500], wall=wall))
+
+    def _nccl_comm_rank(self, text: str) -> int | None:
+        """The rank of the process that printed an NCCL line, from its communicator lines (`NCCL_COMM`, keyed by
+        the pid of NCCL's prefix): the rank in the largest communicator that process set up so far (the world
+        group; a sub-group's line numbers its ranks within the group), kept as the vote ``nccl_rank`` {pid: (rank,
+        nranks)} for the file's writer (readers/runlogs/logs.py `_origin`). None before any communicator line of that pid."""
+        known: dict[str, tuple[int, int]] = self.origin_votes.setdefault("nccl_rank", {})
+        m = NCCL_COMM.match(text.strip())
+        if m:
+            pid, r, n = m.group("pid"), int(m.group("rank")), int(m.group("n"))
+            if pid not in known or n > known[pid][1]:
+                known[pid] = (r, n)
+        p = text.strip().split(" ", 1)[0].split(":")
+        got = known.get(p[1]) if len(p) >= 3 else None
+        return got[0] if got else None
 
     # -- process death ----------------------------------------------------------------------------------------
     def _kill(self, text: str, line: int, rank: int | None, context: LineContext | None = None) -> None:

@@ -94,7 +94,8 @@ def file_type(mode: int) -> str:
 
 def _origin(p: TextLogParser) -> dict[str, Any]:
     """Who wrote the file, from its lines: the rank most of its ``[rankN]:`` prefixes name (or LLaMA-Factory's
-    "Process rank" line, which also names its device), the local rank of torchrun's prefix, the host."""
+    "Process rank" line, which also names its device, or NCCL's communicator line "comm 0x.. rank R nranks N",
+    with ``world`` N), the local rank of torchrun's prefix, the host."""
     v = p.origin_votes
     out: dict[str, Any] = {}
     for key in ("rank", "local_rank", "host"):
@@ -112,9 +113,30 @@ def _origin(p: TextLogParser) -> dict[str, Any]:
                 out["gpu"] = int(str(dev).rsplit(":", 1)[1])
             except ValueError:
                 pass
+    nc = v.get("nccl_rank")
+    if nc and "rank" not in out:
+        # NCCL's communicator lines (logfailures.NCCL_COMM): one process's rank in the largest communicator
+        # (the world); several pids in one file are several writers, so no one rank is the file's
+        world = max(n for _, n in nc.values())
+        ranks = {r for r, n in nc.values() if n == world}
+        if len(ranks) == 1:
+            out["rank"] = ranks.pop()
+            out["world"] = world
+        else:
+            out["ranks"] = sorted(ranks)
     if out:
         out["source"] = "log lines"
     return out
+
+
+def _with_comm_rank(recs: Any, origin: dict[str, Any]) -> Any:
+    """The NCCL records of a file whose one writer NCCL's communicator line named (`_origin`'s ``world``: no
+    ``[rankN]`` prefix decided it), with that rank where the line printed none (torch's watchdog line "Watchdog
+    caught collective operation timeout" carries no rank of its own in some releases)."""
+    if not recs or origin.get("world") is None or origin.get("rank") is None:
+        return recs
+    out = [replace(r, rank=origin["rank"]) if r.rank is None else r for r in recs]
+    return type(recs)(out) if isinstance(recs, tuple) else out
 
 
 def _timing(p: TextLogParser) -> dict[str, Any]:
@@ -475,10 +497,11 @@ def scan_text(path: str, size: int, chunks: Iterator[bytes], problems: list[str]
     lines = sc.lines_seen(path) - 1 + (1 if read and last_byte != b"\n" else 0)
     rd = FileRead(path, "text-log", size, read, lines=lines, items=p.items, complete=not any(
         "stopped early" in x for x in problems), problems=tuple(problems))
+    origin = _origin(p)
     return FileEvidence(
-        origin=_origin(p), timing=_timing(p), device_errors=p.keep.get("device_errors"), xids=p.keep.get("xids"),
+        origin=origin, timing=_timing(p), device_errors=p.keep.get("device_errors"), xids=p.keep.get("xids"),
         read=rd, series=tuple(p.series.values()), ooms=p.keep.get("ooms"), overflows=p.keep.get("overflows"),
-        aborts=p.keep.get("aborts"), nccl=p.keep.get("nccl"), kills=p.keep.get("kills"),
+        aborts=p.keep.get("aborts"), nccl=_with_comm_rank(p.keep.get("nccl"), origin), kills=p.keep.get("kills"),
         memory=p.keep.get("memory"), notices=p.keep.get("notices"), facts=tuple(p.facts.values()),
         restarts=p.keep.get("restarts"), dropped=dict(p.keep.dropped), last_step=p.logged(),
         total_steps=p.train_total or (p.bar_total_max or None))

@@ -66,6 +66,7 @@ _NEGATED = re.compile(
 # is re-read, never one the user tied to the host (CPU/RAM/系统内存/the OOM killer)
 _CARDS = re.compile(r"GPU|CUDA|显卡|显存|每(?:张|块)卡|\b(?:each|every) (?:card|device)\b|\bcards\b|加了?卡|[一二三四五六七八\d]+\s*号卡|卡的?(?:内存|占用)|\bVRAM\b", re.I)
 _HOST_SAID = re.compile(r"CPU|\bhost\b|\bsystem\b|\bRAM\b|系统|主机|kill|杀", re.I)
+_HOST_RAM = re.compile(r"\bRAM\b|\b(?:host|CPU|system) memory\b|系统内存|主机内存|\bhtop\b|\bfree -[ghm]\b", re.I)
 _FAILED = re.compile(r"\bfail\w*|\bcrash\w*|\berror\w*|\bdies\b|\bdied\b|\bkilled\b|报错|失败|挂了|崩溃", re.I)
 
 
@@ -127,6 +128,10 @@ def read_words(text: str) -> dict[str, Any] | None:
     if symptom == "host-oom" and not _HOST_SAID.search(m.group(0)) and _CARDS.search(text) \
             and not _HOST_SAID.search(text):
         symptom = "oom"
+    # the reverse: an "out of memory" that names the host's RAM and no GPU ("RAM climbs to 1.3 TB while loading the
+    # dataset until the node runs out of memory", axolotl#2975's kind) is the host's
+    if symptom == "oom" and _HOST_RAM.search(text) and not _GPU_MEMORY.search(text) and not _CARDS.search(text):
+        symptom = "host-oom"
     out: dict[str, Any] = {"symptom": "timeout" if symptom == "named" else symptom, "inferred": symptom == "named",
                            "words": m.group(0).strip(), "phase": None, "phase_words": None,
                            "step": None, "after": None, "text": " ".join(shown.split())[:300],

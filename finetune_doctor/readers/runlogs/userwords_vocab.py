@@ -63,6 +63,18 @@ _I = re.I | re.A
 _PKG = (r"(?:torch|pytorch|transformers|deepspeed|peft|accelerate|trl|vllm|datasets|flash[-_]?attn|bitsandbytes|"
         r"xformers|unsloth|triton)")
 
+# another process said to hold the card: a previous run that did not exit, a zombie, another user's job
+# (LlamaFactory#8082's kind): the card's memory is taken, so it is said as an oom of the GPU after every other symptom
+# (analyzers/postmortem/saidlead.py words the lead)
+HELD_CARD = re.compile(
+    r"\b(?:previous|earlier|old|last|zombie|stale|another|other|leftover)\s+(?:training\s+)?"
+    r"(?:process(?:es)?|run|job|task)\b[^.\n]{0,60}?\b(?:still\s+)?(?:hold\w*|occup\w*|using|uses|running|"
+    r"on the GPU|not (?:exit|killed|released))|"
+    r"\b(?:GPU|card|VRAM)(?: memory)?\s+(?:is |was |are |were )?(?:still )?(?:occupied|in use|held|taken|used) by\b|"
+    r"\bzombie process|"
+    r"(?:之前|上次|上一次|别的|别人|其他|残留|僵尸)的?(?:训练)?进程[^。\n]{0,20}?(?:占用|占着|占了|没有?(?:退出|结束|释放)|还在)|"
+    r"(?:显存|显卡|GPU|卡)(?:一直)?被\S{0,12}?(?:占用|占着|占了|占满)", _I)
+
 # (symptom, words): the first symptom whose words occur (not negated) wins; the specific ones first
 SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("disk-full", re.compile(
@@ -258,6 +270,30 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\bis not a valid model identifier\b|\bdoes not appear to have a file named\b|"
         # an exception class right after 报/抛/出 ("报ValueError", "抛出 KeyError")
         r"(?:报|抛|出)了?\s*(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b")),
+    # (session 13, appended) message fragments only an exception prints, quoted without their class: autograd's
+    # "element 0 of tensors does not require grad and does not have a grad_fn" (torch/csrc/autograd/engine.cpp
+    # validate_outputs... run_backward), torch's embedding on a partitioned weight "'weight' must be 2-D"
+    # (aten/src/ATen/native/Embedding.cpp embedding_symint): crashcause.py / launchcause.py read them
+    # (the tail "does not have a grad_fn" is blanked as a negated "have" by userwords._NEGATED: not matched)
+    ("error", re.compile(r"\belement \d+ of tensors does not require grad\b|\bdoes not require grad and\b|"
+                         r"(?<!\w)['\"‘’`]?weight['\"‘’`]? must be 2-?D\b")),
+    # (session 13, appended) a save's rename said to fail ("tmp-checkpoint rename fails at save"): an error whose
+    # save lead savecause.py words; the card said held by another process: its memory (HELD_CARD above)
+    ("error", re.compile(r"\brenam\w*\s+(?:[\w.-]+\s+){0,3}?(?:fail(?:s|ed|ure)?|crash\w*|error)\b|"
+                         r"\btmp-checkpoint\S*\s+[^.\n]{0,40}?\b(?:fail\w*|errors?|crash\w*)\b", _I)),
+    ("oom", HELD_CARD),
+    # a run said to fail after a package was moved to a release ("fails after upgrading accelerate to 0.30.0",
+    # accelerate#2761's kind; "升级 accelerate 到 0.30.0 后报错"): the release is the lead
+    ("version", re.compile(
+        r"\b(?:fail\w*|br(?:eaks?|oke|oken)|crash\w*|errors?|stopped working)\s+(?:after|since|when|once)\s+"
+        r"(?:upgrading|updating|installing|downgrading|moving|bumping)\s+(?:to\s+)?" + _PKG + r"\s+(?:to\s+)?v?\d[\w.]*|"
+        r"(?:升级|更新|安装|降级)\s*" + _PKG + r"\s*(?:到|至)?\s*v?\d[\w.]*\s*(?:之?后|以后)\S{0,6}?(?:报错|失败|出错|崩溃)", _I)),
+    # a process said to end with an exception class ("dies right after saving with ChildFailedError"): a Python
+    # exception whose text is not in the words (a positive exit code alone is no evidence:
+    # tests/test_postmortem_short_pastes.py)
+    ("error", re.compile(
+        r"\b(?:dies|died|exits?|exited|stops?|stopped|ends?|ended|terminat\w*)\b[^.\n]{0,60}?\bwith\s+(?:an? )?"
+        r"(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b")),
 )
 
 # Appended (wt/pmfix13a), tried after every symptom above. A resumed run said to end at once with nothing trained:
@@ -301,7 +337,8 @@ BAR_AT_ZERO = re.compile(r"^\s*(?:Map|Filter|Running tokenizer on dataset|Conver
 # a negation right before a symptom's words: that match does not count
 # (one word may stand between: "no NCCL timeout", "没有 CUDA 报错")
 # (what a user did to avoid a symptom is no report of it: "to avoid OOM I set batch 1", "为了防止OOM")
-NEGATED = re.compile(r"(?:\bno|\bnot|\bwithout|\bnever|n't|\bnor|\bavoid\w*|\bprevent\w*|\binstead of|没有|没|不是|并非|"
+# (whole words: "node", "nothing", "normal" do not negate what follows them)
+NEGATED = re.compile(r"(?:\b(?:no|not|without|never|nor)\b|n't|\bavoid\w*|\bprevent\w*|\binstead of|没有|没|不是|并非|"
                      r"并无|无|防止|避免|以免)\s*(?:an? |any |the )?"
                      r"(?:[A-Za-z][\w-]*\s+)?$", _I)
 

@@ -1,0 +1,86 @@
+"""Leads a short report's words give a symptom said in words, by what they name of how the run was started or
+what else holds the card (``ev.said.lead``; said.py tries them after the set-up leads of saidstack.py).
+
+Each lead is a kind of root cause users name beside the symptom, read from the words only; the finding stays at
+most a warning (the rules' ``words`` case):
+
+- **one process over several GPUs** (LlamaFactory#4213): an OOM said of several GPUs with a plain ``python
+  train.py`` launch. HF's Trainer falls back to ``torch.nn.DataParallel`` when a script is started without a
+  distributed launcher while several GPUs are visible (transformers training_args.py ``_setup_devices``:
+  ``n_gpu = torch.cuda.device_count()`` when not distributed; trainer.py wraps the model in ``nn.DataParallel`` when
+  ``args.n_gpu > 1``), which keeps the reduced gradients, the optimizer states and the gathered outputs on GPU 0;
+- **the memory filling on GPU 0 only** (microsoft/singleshotpose#52 "the memory can only used in the first gpu",
+  NoamRosenberg/autodeeplab#2 "only GPU0 works in training"): the same one-process shape, said by its symptom;
+- **another process holding the card** (LlamaFactory#8082): an OOM said beside a previous/zombie/other process
+  still on the GPU: the job gets only what that process leaves;
+- **a hang of an RL trainer with vLLM** (OpenRLHF#211): a hang said with vLLM named beside a training engine
+  (ZeRO, FSDP, PPO/GRPO): the trainers push the policy's weights into the vLLM engines through a patch of vLLM's
+  worker that each trainer release writes for a range of vLLM releases, so a vLLM outside that range hangs or
+  fails in the weight sync; the trainer's pinned vLLM is the first thing to check.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from finetune_doctor.readers.runlogs.userwords_vocab import HELD_CARD
+
+# a plain python launch of a training script ("python src/train.py", "python3 train_bash.py", "CUDA_VISIBLE_DEVICES=
+# 0,1,2,3 python ..."), not torchrun / deepspeed / accelerate / llamafactory-cli
+_PLAIN_PYTHON = re.compile(r"(?<![\w-])python3?(?:\.\d+)?\s+(?:-u\s+)?\S*(?:train\w*|finetune\w*|sft\w*)\.py\b|"
+                           r"用\s*python\s*(?:直接)?(?:启动|运行|跑)|\b(?:started|launched|ran|run) (?:it )?with (?:plain )?"
+                           r"`?python`?\b(?! -m torch)", re.I | re.A)
+# several GPUs named: a count of cards, "multi-GPU", a CUDA_VISIBLE_DEVICES list
+_SEVERAL = re.compile(r"\b[2-9] ?(?:x ?)?(?:GPUs|cards|张卡|块卡)|[二两三四五六七八2-9]\s*(?:张|块)(?:显)?卡|多卡|多张卡|"
+                      r"\bmulti[- ]?GPU\b|\bseveral GPUs\b|CUDA_VISIBLE_DEVICES=\d+(?:,\d+)+", re.I | re.A)
+_ONE_OK = re.compile(r"\b(?:one|single|1) (?:GPU|card)\b[^.\n]{0,30}\b(?:works?|fine|ok|runs?)\b|单卡(?:可以|能|正常|没问题)",
+                     re.I | re.A)
+
+# the memory said to fill on the first GPU only ("the memory can only used in the first gpu", "only GPU0 works",
+# "只有0号卡显存满了"): what one process driving several GPUs leaves (microsoft/singleshotpose#52,
+# NoamRosenberg/autodeeplab#2)
+_GPU0_ONLY = re.compile(r"\bonly (?:on |uses? |used in |in |fills )?(?:the )?(?:first (?:GPU|card)|GPU ?0|gpu0|cuda:0)\b|"
+                        r"\b(?:first (?:GPU|card)|GPU ?0|cuda:0) (?:only|alone)\b|"
+                        r"只有\s*(?:第一张卡|0\s*号卡|卡\s*0|GPU\s*0)|只用了?\s*(?:第一张卡|0\s*号卡|GPU\s*0)", re.I | re.A)
+
+# another process said to hold the card: a previous run that did not exit, a zombie, another user's job
+_HELD = HELD_CARD   # readers/runlogs/userwords_vocab.py: also the appended oom entry there
+
+_VLLM = re.compile(r"(?<![\w-])vllm\b", re.I | re.A)
+_TRAINER = re.compile(r"\bzero[-_ ]?[0-3]?\b|\bzero\d\b|\bdeepspeed\b|\bFSDP\b|\bPPO\b|\bGRPO\b|\bRLHF\b|\bOpenRLHF\b|"
+                      r"\bverl\b|\btrl\b|\bray\b|\bweights? sync\w*|\bsync\w* (?:the )?weights\b|\bupdate_weights?\b|"
+                      r"权重同步|同步权重|更新权重", re.I | re.A)
+
+
+def said_lead(said: dict[str, Any]) -> str | None:
+    """The lead of the module docstring that the words of `said` (``ev.said``: symptom, memory, text) give, or
+    None."""
+    text = str(said.get("text") or "")
+    sym = said.get("symptom")
+    if sym == "oom" and _PLAIN_PYTHON.search(text) and (_SEVERAL.search(text) or _ONE_OK.search(text)):
+        return ("The words name a plain `python` launch over several GPUs: without a distributed launcher HF's "
+                "Trainer runs one process over every visible GPU with torch DataParallel, which keeps the reduced "
+                "gradients, the optimizer states and the gathered outputs on GPU 0, so GPU 0 runs out first and "
+                "more cards do not help (a DeepSpeed file is then not used either); start it with "
+                "`llamafactory-cli train` (it starts torchrun for several GPUs), `torchrun --nproc_per_node N` or "
+                "`deepspeed`.")
+    if sym == "oom" and _GPU0_ONLY.search(text):
+        return ("The words say the memory fills on the first GPU only: that is what one process driving several "
+                "GPUs leaves (torch DataParallel, which HF's Trainer falls back to when a script is started with "
+                "plain `python` while several GPUs are visible, keeps the reduced gradients, the optimizer states and "
+                "the gathered outputs on GPU 0), or a run that uses one GPU at all; start one process per GPU "
+                "(`llamafactory-cli train`, `torchrun --nproc_per_node N`, `deepspeed`) and check that every GPU "
+                "shows a process in `nvidia-smi`.")
+    if sym == "oom" and _HELD.search(text):
+        return ("The words say another process holds the card (a previous run that did not exit, a zombie, "
+                "another job): this run gets only the memory it leaves; `nvidia-smi` lists the processes on each "
+                "GPU (`doctor gpus` flags them), end the stale one (`kill PID`, or `fuser -v /dev/nvidia*`) and "
+                "rerun.")
+    if sym == "hang" and _VLLM.search(text) and _TRAINER.search(text):
+        return ("The words name vLLM beside the training engine: RL trainers push the policy's weights into the "
+                "vLLM engines through a patch of vLLM's worker written for a range of vLLM releases, and a vLLM "
+                "outside that range hangs or fails in that weight sync; first install the vLLM release the "
+                "trainer pins (its requirements or install extra), then look at the live processes (`py-spy dump "
+                "--pid PID`).")
+    return None
