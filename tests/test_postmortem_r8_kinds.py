@@ -59,7 +59,9 @@ def test_an_upgrade_said_before_a_failure_is_a_version_regression_naming_the_pac
 
 
 def test_the_upgrade_comes_before_the_judging_of_the_releases_the_words_name(tmp_path):
-    f = first(tmp_path, "Used accelerate==0.30.1 at first; after updating accelerate to the latest the run errors out")
+    # LF named (trial 15: its start-up check is judged only where LF's lines or LF is named)
+    f = first(tmp_path, "LLaMA-Factory: used accelerate==0.30.1 at first; after updating accelerate to the latest the "
+                        "run errors out")
     assert f.name == "run-crashed"
     assert f.message.index("version regression") < f.message.index("LLaMA-Factory's start-up check")
 

@@ -62,7 +62,7 @@ UPGRADE = re.compile(
     r"\b(?:upgrad\w*|updat\w*)\s+(?:\w+\s+){0,2}?to\s+(?:the\s+)?(?:latest|newest|new(?:er)?)\b|"
     r"\b(?:works?|worked|working)\s+(?:fine\s+|well\s+)?(?:with|on|in|under)\s+" + _PKG + r"\s*(?:==|=)?\s*" + _VER
     + r"[^.\n]{0,60}?\b(?:but|while|fails?|failed|breaks?|broke|broken|errors?)\b|"
-    r"(?:更新|升级)(?:了|到|至|成)?[^，,。；;\n]{0,20}?(?:后|之后|以后)?\S{0,4}?(?:就|又|开始)?(?:报错|出错|失败|不行|挂了|有问题|异常)|"
+    r"(?:更新|升级)(?:了|到|至|成)?[^，,。；;\n]{0,40}?(?:后|之后|以后)?\S{0,4}?(?:就|又|开始)?(?:报错|出错|失败|不行|挂了|有问题|异常)|"
     r"(?:更新|升级)(?:了|到|至)?最新", _I)
 # a release named as the one that worked ("一开始用的是 trl==0.15.0", "worked with peft 0.10.0", "0.15.0 was fine")
 _WORKED = re.compile(r"(?:一开始|之前|原来|起初|最初|以前)[^，,。；;\n]{0,12}?(?P<p1>" + _PKG + r")\s*(?:==|=)?\s*(?P<v1>" + _VER
@@ -137,6 +137,10 @@ def upgrade_lead(text: str) -> str | None:
                "argument, a moved function, a new default)")
     if pkg is None:
         return opening + ": the package upgraded and the release that worked are what to state."
+    ver = ver or failed_release(text, pkg, None, works=True)
+    bad = failed_release(text, pkg, ver)
+    if bad:   # both releases said (trial 15): name them, pin the one that worked or upgrade past the one that broke
+        return f"{opening}.{regression_advice(pkg, ver, bad)}; `pip show {pkg}` gives the one that ran."
     pin = f"`pip install {pkg}=={ver}`" if ver else f"`pip install {pkg}==<the release that worked>`"
     return (f"{opening}. Pin {pkg} back to the release that worked ({pin}), or move the trainer to a release "
             f"written for the new one (its requirements state the range); `pip show {pkg}` gives the one that ran.")
@@ -305,3 +309,80 @@ def upgrade_beside_crash(ev_facts: dict[str, Any], ev: Any) -> None:
                                f"the upgrade{back} is the one the code was written for: pin it back, or move the "
                                "trainer to a release written for the new one")
         return
+
+
+# -- appended (wt/fixtrial15pm, trial 15): the release the words say fails beside the one that worked, and a failure
+# the words say stays across several releases of one package while another package's release is held fixed
+
+# words of a clause that says its release failed, or that it worked
+_FAIL_WORDS = re.compile(r"\b(?:fail\w*|errors?|error(?:ed|s)? out|br(?:eaks?|oke|oken)|crash\w*|not work\w*|"
+                         r"doesn'?t work|upgrad\w*|updat\w*|bump\w*)\b|报错|失败|出错|不行|崩溃|升级|更新", _I)
+_WORK_WORDS = re.compile(r"\b(?:works?|worked|working|fine|ok|okay|runs? (?:fine|well))\b|正常|没问题|可以|能跑|好了", _I)
+_CLAUSE = re.compile(r"[^,;.!?，。；！？\n]+(?:\.\d[^,;.!?，。；！？\n]*)*")
+
+
+def failed_release(text: str, pkg: str, worked: str | None, works: bool = False) -> str | None:
+    """The release of `pkg` the words say fails ("fails with transformers 4.46.0", "升级 peft 到 0.11.0 后报错",
+    "after upgrading trl to 0.12"): the first version in a clause that names `pkg` (or no other package) with failure
+    or upgrade words (`_FAIL_WORDS`) and no words of working, other than `worked`. With `works` the reverse: the
+    release a clause says works ("4.45.2 正常", "0.10.0 is fine"). None when the words give none."""
+    for c in _CLAUSE.finditer(text):
+        clause = c.group(0)
+        named = {p.lower().replace("pytorch", "torch") for p in _NAMED_PKG.findall(clause)}
+        if named and pkg.replace("pytorch", "torch") not in named:
+            continue
+        said_fail, said_work = _FAIL_WORDS.search(clause), _WORK_WORDS.search(clause)
+        if not (said_work and not said_fail if works else said_fail and not said_work):
+            continue
+        for v in re.finditer(r"(?<![\w.])" + _VER + r"(?![\w.])", clause, _I):
+            got = v.group(0).lstrip("vV")
+            if got != worked:
+                return got
+    return None
+
+
+def regression_advice(pkg: str, worked: str | None, failed: str | None) -> str:
+    """The sentence naming both releases of a version regression and the two ways out: pin the release that worked,
+    or upgrade past the one that broke (a regression of one release is most often fixed in a later one)."""
+    both = (f"{pkg} {worked} works and {pkg} {failed} fails" if worked and failed else
+            f"{pkg} {failed} fails" if failed else f"{pkg} {worked} works")
+    past = f"past {failed} " if failed else ""
+    return (f" The words say {both}: pin `pip install {pkg}=={worked or '<the release that worked>'}`, or upgrade "
+            f"{pkg} {past}(`pip install -U {pkg}`) — a regression in one release is most often fixed in a later "
+            f"one (the release notes of {pkg} and its issues for the error's text say which)")
+
+
+# the words say several releases of one package were tried and the failure stayed
+_TRIED = re.compile(r"\b(?:tested|tried|both|all of them|either|each|same (?:error|issue|problem)|still|"
+                    r"no matter)\b|换了|试了|试过|都(?:不行|报错|一样|失败|出现)|均(?:报错|失败)", _I)
+
+
+PERSIST_OPENING = "The words say the error stays across"
+"""How `persist_lead` opens (said.py puts it before the releases the words name, as `UPGRADE_OPENING`)."""
+
+
+def persist_lead(said: dict[str, Any], versions: dict[str, Any]) -> str | None:
+    """The lead when the words list two or more releases of one package as tried and failing alike ("pytorch 2.2
+    and 2.4 are tested", "torch 2.1/2.3 都报错") while another package is named at one release (`versions`:
+    statedwords.stated_versions, its ``also``): the package that changed is not the cause, the one held fixed is
+    the lead (trial 15: transformers#34702, a regression of transformers 4.46.2 told with two torch releases).
+    None for other symptoms than error/version, without `_TRIED` words, or when no package is held at one
+    release."""
+    text = str(said.get("text") or "")
+    tried = _TRIED.search(text)
+    if said.get("symptom") not in ("error", "version") or tried is None:
+        return None
+    several = [(k, [v["version"], *v.get("also", [])]) for k, v in versions.items() if v.get("also") and v["version"]]
+    fixed = [(k, v["version"]) for k, v in versions.items()
+             if not v.get("also") and v.get("version") and re.fullmatch(r"\d+(?:\.\d+)+", str(v["version"]))]
+    if not several or not fixed:
+        return None
+    pkg, rels = several[0]
+    held = ", ".join(f"{k} {v}" for k, v in fixed)
+    one = len(fixed) == 1
+    return (f"{PERSIST_OPENING} {pkg} {' and '.join(rels)} (\"{tried.group(0)}\"), so {pkg}'s "
+            f"release is not what breaks it; {held} {'is the release' if one else 'are the releases'} the words "
+            f"hold fixed: a regression in {'it' if one else 'one of them'} is the lead. Try "
+            f"{'its' if one else 'each'} release before and the newest (`pip install -U "
+            f"{' '.join(k for k, _ in fixed)}`) — a regression in one release is most often fixed in a later one; the release notes "
+            "and issues for the error's text say which.")

@@ -16,7 +16,8 @@ from typing import Any
 
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import location_of
-from finetune_doctor.analyzers.postmortem.kindwords import UPGRADE_OPENING, kind_lead, resumed_untrained
+from finetune_doctor.analyzers.postmortem.kindwords import (PERSIST_OPENING, UPGRADE_OPENING, kind_lead, persist_lead,
+                                                        resumed_untrained)
 from finetune_doctor.analyzers.postmortem.saidlead import said_lead
 from finetune_doctor.analyzers.postmortem.saidstack import setup_lead, stack_text, stated, version_text
 from finetune_doctor.analyzers.postmortem.savecause import said_save_lead
@@ -81,8 +82,9 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
             s["lead"] = ((kind_lead(s, setup) if s["symptom"] in ("hang", "no-update") else None)
                          or setup_lead(ev, s["symptom"], s.get("phase"), str(s.get("text") or ""))
                          or said_save_lead(s, s["versions"])   # a save said to fail: which save (savecause.py)
-                         or kind_lead(s, setup) or fp16_lead(s) or said_lead(s) or replicated_lead(s))
-            if s["lead"] and s["lead"].startswith(UPGRADE_OPENING) and s["stack_text"]:
+                         or kind_lead(s, setup) or persist_lead(s, stated(ev).get("versions") or {})
+                         or fp16_lead(s) or said_lead(s) or replicated_lead(s))
+            if s["lead"] and s["lead"].startswith((UPGRADE_OPENING, PERSIST_OPENING)) and s["stack_text"]:
                 # what the words say changed comes before the judging of the releases they name, with one `pip
                 # show` sentence (issue #25): the stack's names the command already
                 lead = re.sub(r"; `pip show [^`]+` gives the one that ran", "", s["lead"]) \

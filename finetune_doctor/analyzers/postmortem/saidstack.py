@@ -68,10 +68,12 @@ def stack_text(ev: Evidence) -> str | None:
     if not versions:
         return cuda
     named, judged, missing = [], [], []
+    lf = lf_named(ev, versions)   # LF's start-up check is LF's: judged only where LF's lines or LF is named
     for pkg, v in versions.items():
         if v["version"] and re.match(r"^\d+(?:\.\d+)+", v["version"]) and "x" not in v["version"]:
-            named.append(f"{pkg} {v['version']}" + (" (the pasted environment)" if v.get("from_env") else ""))
-            j = releases_judging(pkg, v["version"])
+            named.append(f"{pkg} {' and '.join([v['version'], *v.get('also', [])])}"
+                         + (" (the pasted environment)" if v.get("from_env") else ""))
+            j = releases_judging(pkg, v["version"]) if lf else None
             if j:
                 judged.append(j)
         else:
@@ -84,12 +86,31 @@ def stack_text(ev: Evidence) -> str | None:
                 "release in use (package-version-refused, FD050/FD051)")
     ask = missing or list(versions)
     first = ask[0]
-    out += (f". `pip show {' '.join(ask)}` (or `llamafactory-cli env`) on the training machine gives the "
+    out += (f". `pip show {' '.join(ask)}`{' (or `llamafactory-cli env`)' if lf else ''} on the training machine gives the "
             f"release{'s' if len(ask) > 1 else ''} that ran; `python -c \"import {first.replace('-', '_')}; "
             f"print({first.replace('-', '_')}.__version__, {first.replace('-', '_')}.__file__)\"` shows the copy the "
             f"run imports (a folder named {first.replace('-', '_')} beside the script, or an older install earlier "
             "on the path, shadows the one pip shows).")
     return out + (f" {cuda}" if cuda else "")
+
+
+# LLaMA-Factory named in a report: its names, its CLI, its package path, keys only its configs have
+_LF_NAMED = re.compile(r"llama[-_ ]?factory|\bllmtuner\b|\bllamafactory|\bfinetuning_type\b|\blf\s?0\.\d", re.I | re.A)
+
+
+def lf_named(ev: Evidence, versions: dict[str, Any]) -> bool:
+    """True when the report names LLaMA-Factory — its version stated, its name or CLI or keys in any file's words
+    or read lines (`_LF_NAMED`), or its frames in a traceback. A report of another trainer (TRL, accelerate,
+    plain transformers) is never judged against LF's start-up check (trial 15: a transformers issue was told
+    which LF releases refuse its transformers)."""
+    if "llamafactory" in versions:
+        return True
+    for f in ev.files:
+        if "llamafactory" in f.env_versions or _LF_NAMED.search(str((f.said or {}).get("text") or "")):
+            return True
+        if any(_LF_NAMED.search(n.text or "") or "llamafactory" in str(n.value) for n in f.notices):
+            return True
+    return False
 
 
 # CUDA libraries said not to match (no NCCL in the words): torch's wheel carries its own CUDA runtime, the driver

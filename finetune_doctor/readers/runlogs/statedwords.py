@@ -29,8 +29,11 @@ _MENTION = re.compile(
     # (not a path's or a module's part: "site-packages/transformers/trainer.py", "from llamafactory.cli import")
     r"(?<![A-Za-z0-9_/.\\-])(?P<name>" + "|".join(re.escape(n) for n in _NAMES) + r")(?![A-Za-z0-9_/\\]|\.[A-Za-z_])"
     r"(?:\s*(?:version|版本)?\s*(?:(?P<spec>(?:[<>=!~]=?\s*\d+(?:\.\d+)*\s*,?\s*)+)|"
-    r"(?:[(\s:=]|到|为|是|升级到|降级到|更新到|==)\s*v?(?P<ver>\d+\.(?:\d+|x)(?:\.(?:\d+|x))*(?:\.?(?:dev|rc|post|a|b)\d*)?(?:\+\w+)?)))?",
+    r"(?:to\s+|[(\s:=]|到|为|是|升级到|降级到|更新到|==)\s*v?(?P<ver>\d+\.(?:\d+|x)(?:\.(?:\d+|x))*(?:\.?(?:dev|rc|post|a|b)\d*)?(?:\+\w+)?)))?",
     re.I | re.A)
+# more releases right after a named one: "2.2 and 2.4", "2.1, 2.3 or 2.4", "2.2/2.4", "2.2 和 2.4"
+_MORE = re.compile(r"(?:\s*(?:,|/|、|&|\band\b|\bor\b|和|或|以及|及)\s*v?\d+\.\d+(?:\.\d+)*(?![\w.]))*", re.I | re.A)
+_MORE_VERS = re.compile(r"(?<![\w.])v?(\d+\.\d+(?:\.\d+)*)(?![\w.])", re.A)
 # "a version that is greater than 0.5.0": a bound the words state, for the one package they name
 _BOUND = re.compile(r"\b(?:greater|newer|higher|later)\s+than\s+v?(?P<gt>\d+(?:\.\d+)+)|"
                     r"\b(?:lower|older|less)\s+than\s+v?(?P<lt>\d+(?:\.\d+)+)", re.I | re.A)
@@ -62,8 +65,8 @@ LIB_MISMATCH = re.compile(r"\b(?:NCCL|CUDA|cudart|libnccl\S*|driver)\b[^.\n。]{
 
 
 def stated_versions(text: str) -> dict[str, dict[str, Any]]:
-    """{package: {version, spec, line}} of the packages `text` names (stack.PACKAGES and `_ALIASES`), in the
-    order first named: `version` the release the words give ("0.34.2", "2.4", "0.x" kept as written) or None,
+    """{package: {version, spec, line[, also]}} of the packages `text` names (stack.PACKAGES and `_ALIASES`), in
+    the order first named: `also` the other releases the words list for it (after the first, in order), `version` the release the words give ("0.34.2", "2.4", "0.x" kept as written) or None,
     `spec` a range the words give (">=0.30.1,<=0.33.0", or ">0.5.0" from "greater than 0.5.0" when the words name
     one package) or None, `line` the 1-based line of the first mention. A bounded read: the first 4 KiB."""
     text = text[:4096]
@@ -77,6 +80,13 @@ def stated_versions(text: str) -> dict[str, dict[str, Any]]:
                                     "line": text.count("\n", 0, m.start()) + 1})
         if m.group("ver") and got["version"] is None:
             got["version"] = m.group("ver")
+        if m.group("ver"):
+            # every release the words list for it ("pytorch 2.2 and 2.4 are tested", "torch 2.1/2.3", a second
+            # mention): kept in `also`, so a quote never drops one (trial 15)
+            more = [m.group("ver")] + _MORE_VERS.findall(_MORE.match(text, m.end()).group(0))
+            for x in more:
+                if x != got["version"] and x not in got.get("also", []):
+                    got.setdefault("also", []).append(x)
         if m.group("spec") and got["spec"] is None:
             got["spec"] = re.sub(r"\s+", "", m.group("spec")).rstrip(",")
             pinned = re.fullmatch(r"==(\d+(?:\.\d+)+)", got["spec"])

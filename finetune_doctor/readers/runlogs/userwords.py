@@ -20,6 +20,7 @@ import re
 from typing import Any
 
 from finetune_doctor.readers.runlogs import pasteblocks
+from finetune_doctor.readers.runlogs.quotewords import quote_text
 from finetune_doctor.readers.runlogs import userwords_vocab as vocab
 
 MAX_BYTES = 4096
@@ -134,7 +135,7 @@ def read_words(text: str) -> dict[str, Any] | None:
         symptom = "host-oom"
     out: dict[str, Any] = {"symptom": "timeout" if symptom == "named" else symptom, "inferred": symptom == "named",
                            "words": m.group(0).strip(), "phase": None, "phase_words": None,
-                           "step": None, "after": None, "text": " ".join(shown.split())[:300],
+                           "step": None, "after": None, "text": quote_text(shown),
                            "line": text.count("\n", 0, m.start()) + 1,
                            "default_timeout": bool(_DEFAULT_TIMEOUT.search(text))}
     # which value the words call non-finite: HF's Trainer logs as grad_norm what clip_grad_norm_ returned, which
