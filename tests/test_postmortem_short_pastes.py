@@ -24,8 +24,9 @@ def first(tmp_path, name: str):
       "the package that defines TrainingArguments does not take the keyword 'evaluation_strategy'"]),
     ("typeless_template.log", "run-crashed",
      ["ValueError: Template gemma9 does not exist.", "registers no template 'gemma9'"]),
-    ("ucx_caught_signal.log", "native-crash", ["crashed with SIGBUS (exit code -7)"]),
-    ("glog_sigsegv.log", "native-crash", ["pid 20931 crashed with SIGSEGV (exit code -11)"]),
+    # UCX's and glog's lines name the signal, not the exit status: none is stated (trial 15)
+    ("ucx_caught_signal.log", "native-crash", ["crashed with SIGBUS:"]),
+    ("glog_sigsegv.log", "native-crash", ["pid 20931 crashed with SIGSEGV:"]),
     ("exit_code_signal.log", "host-oom-killed", ["killed by SIGKILL (exit code -9)"]),
     ("died_with_sigkill.log", "host-oom-killed", ["killed by SIGKILL (exit code -9)"]),
     ("loader_bus_wrapped.log", "native-crash", ["DataLoader worker process (pid 3172) crashed with SIGBUS",

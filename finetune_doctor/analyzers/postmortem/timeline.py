@@ -24,6 +24,7 @@ from finetune_doctor.analyzers.postmortem.curves import Curve, build_curves, cur
 from finetune_doctor.analyzers.postmortem.detectors import spikes
 from finetune_doctor.analyzers.postmortem.dpcause import data_parallel_facts
 from finetune_doctor.analyzers.postmortem.mmcause import image_cut
+from finetune_doctor.analyzers.postmortem.nativewords import native_words
 from finetune_doctor.analyzers.postmortem.saidstack import stated_releases
 from finetune_doctor.analyzers.postmortem.oomcause import oom_facts
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
@@ -279,6 +280,7 @@ def _kills(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str
             w in str((n.value or {}).get("cls") or "") for w in ("ChildFailedError", "CalledProcessError"))
         for f in ev.files for n in f.notices))
     out["killed"] = causes.killed_facts(kills, cx, mems, out, traced, caused) if kills else None
+    out["killed"] = native_words(out["killed"], ev)   # the fault handler's banner, a trimmed stack (nativewords.py)
     if out["killed"]:
         k = out["killed"]
         k["phase_text"] = causes.after_loop(ev, (k["location"] or {}).get("file"), (k["location"] or {}).get("line"))
