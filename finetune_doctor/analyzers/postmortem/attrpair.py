@@ -42,9 +42,9 @@ def trainer_attr_pair(cls: str, msg: str, pkgs: tuple) -> str | None:
     """What an AttributeError on a trainer, accelerate or peft object establishes when no frame names the caller
     (`pkgs` empty: a title or a one-line paste): the two packages of the pair (`_PAIRS`) and the command that gives
     both releases. `cls` the exception class, `msg` its text ("'GRPOTrainer' object has no attribute 'x'").
-    None for another exception, another object (a model, a tensor, None), or with frames (crashcause `_mismatch`
-    reads those with the frame's package)."""
-    if cls != "AttributeError" or pkgs:
+    None for another exception (`cls` "" is words that quote the text without the class), another object (a
+    model, a tensor, None), or with frames (crashcause `_mismatch` reads those with the frame's package)."""
+    if cls not in ("AttributeError", "") or pkgs:   # "" : words quoting the text without its class
         return None
     o = OBJ_ATTR_ANY.search(msg)
     if o is None:

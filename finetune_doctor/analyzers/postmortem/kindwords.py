@@ -386,3 +386,12 @@ def persist_lead(said: dict[str, Any], versions: dict[str, Any]) -> str | None:
             f"{'its' if one else 'each'} release before and the newest (`pip install -U "
             f"{' '.join(k for k, _ in fixed)}`) — a regression in one release is most often fixed in a later one; the release notes "
             "and issues for the error's text say which.")
+
+
+# A release said to work beside one said to fail, with no upgrade word ("peft 0.10.0 works, 0.11.0 fails",
+# "deepspeed 0.14.0 可以跑，0.14.1 报错"): the same version regression; appended to `UPGRADE` (trial 15)
+_GAP = r"(?:[^,.;，。；\n]|\.(?=\d)){0,30}?"
+_WORKS_THEN_FAILS = (r"\b" + _PKG + r"\s*(?:==|=)?\s*" + _VER + _GAP + r"(?:works?|worked|is fine|was fine|runs? fine|"
+                     r"可以跑?|正常|没问题|能跑)[^。\n]{0,40}?" + _VER + _GAP + r"(?:fails?|failed|breaks?|errors?|"
+                     r"crashes|does(?:n't| not) work|报错|不行|失败|出错)")
+UPGRADE = re.compile(UPGRADE.pattern + "|" + _WORKS_THEN_FAILS, _I)
