@@ -254,3 +254,12 @@ def test_trial15_posts(tmp_path, case, checks):
     assert all(c in msg for c in checks), (case, msg)
     assert "start-up check" not in msg and "exit code 139" not in msg and "System Info" not in msg
     assert "PYTHONFAULTHANDLER" not in msg
+
+
+def test_the_frame_named_is_the_current_threads_not_another_threads(tmp_path):
+    f = first(tmp_path, BANNER + "\nThread 0x00007f5c2e7fc700 (most recent call first):\n"
+              '  File "/usr/lib/python3.10/threading.py", line 324 in wait\n\n'
+              "Current thread 0x00007f5d1a2b3740 (most recent call first):\n"
+              '  File "/opt/conda/lib/python3.10/site-packages/bitsandbytes/functional.py", line 1402 in '
+              "dequantize_4bit\n")
+    assert "starts at dequantize_4bit (functional.py:1402)" in f.message and "threading.py" not in f.message

@@ -53,6 +53,7 @@ def _short_texts(ev: Evidence) -> list[str]:
 
 
 # faulthandler's frame lines ("  File "/path/x.py", line 51 in f"), innermost first
+_CURRENT = re.compile(r"^Current thread 0x[0-9a-fA-F]+ \(most recent call first\):", re.M)
 _FH_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>[\w<>.]+)', re.M)
 
 
@@ -94,7 +95,9 @@ def native_words(killed: dict[str, Any] | None, ev: Evidence) -> dict[str, Any] 
     banner = b.group(0) if b else None
     # the user's whole trimming line, as written ("...lots of stuff trimmed here...")
     trimmed = joined[joined.rfind("\n", 0, t.start()) + 1:].split("\n", 1)[0].strip()[:80] if t else None
-    f = _FH_FRAME.search(joined, b.end()) if b else None
+    # the thread that faulted is the one faulthandler heads "Current thread" (the others: "Thread 0x...")
+    cur = _CURRENT.search(joined, b.end()) if b else None
+    f = _FH_FRAME.search(joined, cur.end()) if cur else None
     frame = f"{f.group('func')} ({Path(f.group('file')).name}:{f.group('line')})" if f else None
     killed["native_text"] = native_text(banner, trimmed, frame)
     if banner and frame and not trimmed:
