@@ -235,6 +235,8 @@ def test_a_long_quote_ends_on_a_whole_clause():
     ("torch 2.1/2.3/2.4 all fail", "torch", ["2.1", "2.3", "2.4"]),
     ("deepspeed 0.14.2 和 0.15.1 都不行", "deepspeed", ["0.14.2", "0.15.1"]),
     ("works with transformers 4.45.2, fails with transformers 4.46.0", "transformers", ["4.45.2", "4.46.0"]),
+    # one package named: a bare release of its major elsewhere is its own; CUDA's is not
+    ("升级 transformers 到 4.46.2 后报错，4.45.2 正常, CUDA 12.1.0", "transformers", ["4.46.2", "4.45.2"]),
 ])
 def test_every_release_the_words_list_is_stated(text, pkg, versions):
     v = stated_versions(text)[pkg]

@@ -95,8 +95,15 @@ def stated_versions(text: str) -> dict[str, dict[str, Any]]:
                 # "trl==0.15.0" names a release, as pip freeze writes it; "requires torch==2.4.0" a requirement
                 got["version"], got["spec"] = pinned.group(1), None
     if len(out) == 1:
-        b = _BOUND.search(text)
+        # one package named: a bare release of the same major elsewhere in the words is that package's too
+        # ("升级 transformers 到 4.46.2 后报错，4.45.2 正常"); another major is another thing (CUDA 12.1, python 3.10)
         only = next(iter(out.values()))
+        major = str(only["version"] or "").split(".")[0]
+        for x in _MORE_VERS.findall(text) if major.isdigit() else ():
+            if x.split(".")[0] == major and x.count(".") >= 2 and x != only["version"] \
+                    and x not in only.get("also", []):
+                only.setdefault("also", []).append(x)
+        b = _BOUND.search(text)
         if b and only["spec"] is None:
             only["spec"] = f">{b.group('gt')}" if b.group("gt") else f"<{b.group('lt')}"
     return out
