@@ -366,12 +366,12 @@ def persist_lead(said: dict[str, Any], versions: dict[str, Any]) -> str | None:
     and 2.4 are tested", "torch 2.1/2.3 都报错") while another package is named at one release (`versions`:
     statedwords.stated_versions, its ``also``): the package that changed is not the cause, the one held fixed is
     the lead (trial 15: transformers#34702, a regression of transformers 4.46.2 told with two torch releases).
-    None for other symptoms than error/version, without `_TRIED` words, or when no package is held at one
-    release."""
+    None for other symptoms than error/version, without `_TRIED` words, with words of a release that works, or
+    when no package is held at one release."""
     text = str(said.get("text") or "")
     tried = _TRIED.search(text)
-    if said.get("symptom") not in ("error", "version") or tried is None:
-        return None
+    if said.get("symptom") not in ("error", "version") or tried is None or _WORK_WORDS.search(text):
+        return None   # a release said to work is no failure that stays (`upgrade_lead` reads that)
     several = [(k, [v["version"], *v.get("also", [])]) for k, v in versions.items() if v.get("also") and v["version"]]
     fixed = [(k, v["version"]) for k, v in versions.items()
              if not v.get("also") and v.get("version") and re.fullmatch(r"\d+(?:\.\d+)+", str(v["version"]))]
