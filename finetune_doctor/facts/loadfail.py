@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from finetune_doctor.analyzers.postmortem.kindwords import NEW_TYPE_RELEASES, family_type
 from finetune_doctor.analyzers.postmortem.saidstack import version_text
 from finetune_doctor.facts import tfmodeltype
 
@@ -101,10 +102,11 @@ _SAID_TYPE = re.compile(r"model[_ ]type\s*[:=]?\s*[`'\"]?(?P<a>[a-z][\w.-]*)|Key
 
 def said_type_need(facts: dict[str, Any], versions: dict[str, tuple[str, str]]) -> None:
     """Add to ``ev.said.stack_text`` the transformers a model type the user's words name needs (a version conflict
-    or an error said in words: "model type qwen2_vl not recognised", "KeyError: 'qwen3'", or a model name
-    catalog/tf_model_types.json ``names`` maps to its type), from the same catalogue as `version_first`. With a
-    transformers stated (`versions`: --env, the flags, a pasted environment; or the words themselves) it says
-    whether that release registers the type; without one it asks for it. Nothing changes for an uncatalogued
+    or an error said in words: "model type qwen2_vl not recognised", "KeyError: 'qwen3'", a model name
+    catalog/tf_model_types.json ``names`` maps to its type, or a family as users write it: kindwords.family_type),
+    from the same catalogue as `version_first`. With a transformers stated (`versions`: --env, the flags, a
+    pasted environment; or the words themselves) it says whether that release registers the type; without one it
+    asks for it. Nothing changes for an uncatalogued
     type or when no type is named."""
     said = (facts.get("ev") or {}).get("said")
     if not said or said.get("symptom") not in ("version", "error"):
@@ -113,7 +115,10 @@ def said_type_need(facts: dict[str, Any], versions: dict[str, tuple[str, str]]) 
     m = _SAID_TYPE.search(text)
     mtype = (m.group("a") or m.group("b")).lower() if m else None
     if mtype not in tfmodeltype.load():
-        mtype = tfmodeltype.type_by_name(text)
+        # a checkpoint's name (the catalogue's patterns), else a family as users write it ("Qwen1.5", "Gemma3") when
+        # the words give nothing else to go on (no lead, no stated stack, no reading of an error they quote)
+        bare = not (said.get("lead") or said.get("stack_text") or said.get("reading"))
+        mtype = tfmodeltype.type_by_name(text) or (family_type(text) if bare else None)
     row = tfmodeltype.load().get(str(mtype)) if mtype else None
     if row is None:
         return
@@ -126,7 +131,7 @@ def said_type_need(facts: dict[str, Any], versions: dict[str, tuple[str, str]]) 
                  + ("older, so it cannot build the model's config: the likely cause" if older else
                     "new enough, so the release is not what fails"))
     else:
-        need += (": an older transformers does not recognise it at load; `pip show transformers` on the training "
-                 "machine says which ran")
+        need += (": an older transformers does not recognise it at load, " + NEW_TYPE_RELEASES + "; `pip show "
+                 "transformers` on the training machine says which ran")
     said["stack_text"] = (str(said.get("stack_text") or "") + " " + need[0].upper() + need[1:] + ".").strip()
     said["version_text"] = version_text(said["stack_text"])

@@ -41,6 +41,7 @@ from finetune_doctor.facts.assembly import Assembly
 from finetune_doctor.facts.config import assemble_config, read_env_file
 from finetune_doctor.facts.ev import past_start_up
 from finetune_doctor.facts.loadfail import said_type_need, version_first
+from finetune_doctor.analyzers.postmortem.kindwords import upgrade_beside_crash
 from finetune_doctor.facts import hw as hw_facts
 from finetune_doctor.facts import skeleton
 from finetune_doctor.fsutil import output_sinks
@@ -348,6 +349,7 @@ def run(run_dir: str | None, logs: list[str], config: str | None, opts: Options,
     facts["ev"] = tl.facts
     version_first(facts, given)   # a load failure of a model type the run's transformers predates (trial 12)
     said_type_need(facts, given)   # a model type the user's words name, against the transformers that registers it
+    upgrade_beside_crash(facts["ev"], ev)   # a title above the line that ties it to an upgrade (kindwords.py)
     _launched_past_deepspeed(facts, tl.facts, any(o.startswith("deepspeed=") for o in over))
     launch = opts.launch or (launch_file_in(ev.run_dir or run_dir) if (ev.run_dir or run_dir) else None)
     _launched_under_nohup(tl.facts, launch)

@@ -17,6 +17,7 @@ from typing import Any
 from finetune_doctor.analyzers.postmortem.curves import location_of
 from finetune_doctor.analyzers.postmortem.ranks import FAR_BEHIND
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
+from finetune_doctor.analyzers.postmortem.kindwords import moe_not_zero3_lead
 from finetune_doctor.analyzers.postmortem.saidstack import moe_zero3_said
 from finetune_doctor.evidence import NcclRecord
 from finetune_doctor.numbers import parse_version
@@ -224,7 +225,10 @@ def _likely(op: str | None, early: bool, cx: RunContext, out: dict[str, Any]) ->
     if moe:
         return moe
     # no config, but the report's own words name ZeRO-3 and an MoE model (saidstack.py): that hang's kind
-    said = moe_zero3_said(cx.stated.get("setup") or {}) if zs in (3, None) and not early else None
+    setup = cx.stated.get("setup") or {}
+    said = moe_zero3_said(setup) if zs in (3, None) and not early and not setup.get("not_zero3") else None
+    # ... or ZeRO-1/2 / DDP with an MoE model: the experts' gradients, not ZeRO-3's gathers (kindwords.py)
+    said = said or (moe_not_zero3_lead(setup) if zs in (0, 1, 2, None) and not early else None)
     if said:
         return said
     if op and "ALLGATHER" in op and zs == 3:

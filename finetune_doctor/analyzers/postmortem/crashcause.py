@@ -162,7 +162,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("environment", lambda: _environment(msg)),
                      ("cudnn-finalize", lambda: cudnn_finalize(cls, msg)),
                      ("config-keys", lambda: _unused_keys(exc.text or msg)),
-                     ("launch", lambda: launch_cause(cls, msg)),
+                     ("launch", lambda: launch_cause(cls, msg, words_beside(ev, exc))),
                      ("fp16-grads", lambda: precision_cause(msg)),
                      ("cpu-adam-groups", lambda: _cpu_adam_groups(cls, msg)),
                      ("data-key", lambda: _data_key(cls, msg, frames)),

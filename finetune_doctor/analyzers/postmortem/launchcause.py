@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import re
 
+from finetune_doctor.analyzers.postmortem.kindwords import layer_cause
+
 # the methods HF's Trainer and accelerate call on the DeepSpeedEngine that deepspeed.initialize returns
 # (deepspeed/runtime/engine.py); a model object asked for one was never wrapped
 ENGINE_METHODS = ("save_checkpoint", "load_checkpoint", "zero_optimization_stage", "zero_optimization_partition_gradients",
@@ -89,8 +91,10 @@ NO_CUDA_BUILD = re.compile(r"Torch not compiled with CUDA enabled")
 BF16_SETUP = re.compile(r"Your setup doesn't support bf16/gpu")
 
 
-def launch_cause(cls: str, msg: str) -> str | None:
-    """The launch or sizing mistake the exception `cls`: `msg` states, in words, or None."""
+def launch_cause(cls: str, msg: str, words: str = "") -> str | None:
+    """The launch or sizing mistake the exception `cls`: `msg` states, in words, or None; `words` the report's
+    other text (FSDP turned on by accelerate's default config, a dtype mismatch of a plain `python` launch over
+    several GPUs: kindwords.py `layer_cause`)."""
     m = ADDR_IN_USE.search(msg.strip())
     if m:
         port = f" {m.group('port')}" if m.group("port") else ""
@@ -164,7 +168,7 @@ def launch_cause(cls: str, msg: str) -> str | None:
                 f"its weights and profiling run:{need} raise gpu_memory_utilization (LLaMA-Factory vllm_gpu_util, TRL "
                 "vllm_gpu_memory_utilization, verl/OpenRLHF rollout gpu_memory_utilization), lower max_model_len "
                 "(LLaMA-Factory vllm_maxlen), or free the card: in colocated RL the training process holds part of it")
-    return None
+    return layer_cause(cls, msg, words)
 
 
 def store_cause(cls: str, msg: str) -> str | None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import location_of
+from finetune_doctor.analyzers.postmortem.kindwords import UPGRADE_OPENING, kind_lead, resumed_untrained
 from finetune_doctor.analyzers.postmortem.saidlead import said_lead
 from finetune_doctor.analyzers.postmortem.saidstack import setup_lead, stack_text, stated, version_text
 from finetune_doctor.analyzers.postmortem.savecause import said_save_lead
@@ -73,9 +74,20 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
             # an error said only of several nodes (userwords_vocab's multi-node entry), not of NCCL itself
             s["nodes_only"] = (s["symptom"] == "nccl-error" and bool(NODES.search(str(s.get("words"))))
                                and "nccl" not in str(s.get("words")).lower())
-            s["lead"] = (setup_lead(ev, s["symptom"], s.get("phase"), str(s.get("text") or ""))
+            setup = stated(ev).get("setup") or {}
+            if s["symptom"] in ("stopped", "error") and resumed_untrained(str(s.get("text") or "")):
+                s["symptom"], s["phase"] = "no-update", "resume"   # a resume that trained nothing (kindwords.py)
+            # the general kinds (kindwords.py): an MoE hang beyond ZeRO-3 first, the rest after a save's lead
+            s["lead"] = ((kind_lead(s, setup) if s["symptom"] in ("hang", "no-update") else None)
+                         or setup_lead(ev, s["symptom"], s.get("phase"), str(s.get("text") or ""))
                          or said_save_lead(s, s["versions"])   # a save said to fail: which save (savecause.py)
-                         or fp16_lead(s) or said_lead(s) or replicated_lead(s))
+                         or kind_lead(s, setup) or fp16_lead(s) or said_lead(s) or replicated_lead(s))
+            if s["lead"] and s["lead"].startswith(UPGRADE_OPENING) and s["stack_text"]:
+                # what the words say changed comes before the judging of the releases they name, with one `pip
+                # show` sentence (issue #25): the stack's names the command already
+                lead = re.sub(r"; `pip show [^`]+` gives the one that ran", "", s["lead"]) \
+                    if "`pip show" in s["stack_text"] else s["lead"]
+                s["stack_text"], s["lead"] = lead + " " + s["stack_text"], None
             return s
     return None
 

@@ -50,6 +50,10 @@ NODES = re.compile(r"多机|多节点|跨节点|跨机|\bmulti[- ]?node\b|\bmult
 CONTAINER = re.compile(r"\b(?:pod|pods|container|docker|kubernetes|k8s|kubelet|ephemeral[- ]storage|emptyDir|"
                        r"openshift)\b|容器", re.I | re.A)
 SHM = re.compile(r"/dev/shm|\bshm\b|shared memory|共享内存|--shm-size", re.I | re.A)
+# ZeRO-1/2 or plain data parallel (DDP): every parameter whole on each rank, so ZeRO-3's gathers are not in play
+# (analyzers/postmortem/kindwords.py `moe_not_zero3_lead`)
+NOT_ZERO3 = re.compile(r"\bzero[-_ ]?(?:stage[-_ ]?)?[12]\b|\bz[12]\b|\bds_z[12]\w*|\bstage[-_ ]?[12]\b|zero[12]\b|"
+                       r"\bDDP\b", re.I | re.A)
 # the words of a version mismatch of the CUDA / NCCL libraries (not of a Python package)
 LIB_MISMATCH = re.compile(r"\b(?:NCCL|CUDA|cudart|libnccl\S*|driver)\b[^.\n。]{0,40}(?:versions?\b|版本)[^.\n。]{0,20}"
                           r"(?:mismatch\w*|do(?:es)?(?: not|n't) match|incompatib\w*|insufficient|conflict\w*|"
@@ -89,14 +93,14 @@ def stated_versions(text: str) -> dict[str, dict[str, Any]]:
 
 
 def setup_words(text: str) -> dict[str, str | None]:
-    """{zero3, moe, map, nodes, lib_mismatch, container, shm}: the words of `text` (first 64 KiB) that say the run
-    used ZeRO-3, an MoE model, a datasets map, several nodes, that CUDA/NCCL library versions disagree, that it ran
-    in a container or pod, or that name shared memory (/dev/shm); None where none do. The caller hands short
-    files only (userwords.MAX_PASTE_BYTES)."""
+    """{zero3, moe, map, nodes, lib_mismatch, container, shm, not_zero3}: the words of `text` (first 64 KiB) that say
+    the run used ZeRO-3, an MoE model, a datasets map, several nodes, that CUDA/NCCL library versions disagree, that
+    it ran in a container or pod, that name shared memory (/dev/shm), or ZeRO-1/2 or DDP; None where none do. The
+    caller hands short files only (userwords.MAX_PASTE_BYTES)."""
     text = text[:65536]
     out: dict[str, str | None] = {}
     for key, pat in (("zero3", ZERO3), ("moe", MOE), ("map", MAP), ("nodes", NODES), ("lib_mismatch", LIB_MISMATCH),
-                     ("container", CONTAINER), ("shm", SHM)):
+                     ("container", CONTAINER), ("shm", SHM), ("not_zero3", NOT_ZERO3)):
         m = pat.search(text)
         out[key] = m.group(0).strip() if m else None
     return out

@@ -296,6 +296,38 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b")),
 )
 
+# Appended (wt/pmfix13a), tried after every symptom above. A resumed run said to end at once with nothing trained:
+# HF's Trainer skips the steps a checkpoint already holds (analyzers/postmortem/kindwords.py `resume_lead`).
+RESUME_ENDED = re.compile(
+    r"(?:\bresum\w*|resume_from_checkpoint|\bcontinu\w* (?:training|from (?:the )?checkpoint))[^.\n。]{0,80}?"
+    r"(?:\b(?:ends?|ended|finish\w*|stops?|stopped|exits?|exited|complet\w*|done|returns?)\s+(?:almost\s+)?"
+    r"(?:immediately|instantly|at once|right away|directly|straight away)|\bwithout (?:any |actually )?training\b|"
+    r"\b(?:no|zero|0) (?:training )?steps?\b|\bnothing (?:is |was |gets )?trained\b|"
+    r"\bdoes(?:n't| not) (?:train|start training)\b)|"
+    r"(?:断点续训|续训|恢复训练|继续训练|resume)\S{0,20}?(?:直接|立刻|马上|立即|瞬间)(?:就)?(?:结束|退出|完成|停止)|"
+    r"(?:断点续训|续训|恢复训练|继续训练|resume)\S{0,20}?(?:没有|没|不)(?:开始)?训练", _I)
+# A failure said with no exception or 报错 word ("Axolotl crashes at the end of training", "Fine-tuning ... failure
+# on main branch", "script broke after upgrading", "在进行ppo训练时发生下面错误"): an error whose cause the words may hold (rule run-crashed).
+# (a failure after a duration is left to userwords' default-timeout reading: "crashes after 30 minutes" is torch's
+# 1800 s collective timeout; "failed" needs the run as its subject: "Assertion check failed." is any program's)
+_NO_DURATION = r"(?!\s+(?:\w+\s+)?(?:after|within|at)\s+(?:about\s+|~)?(?:\d|half an))"
+FAILURE_SAID = re.compile(
+    r"\bcrash(?:es|ed|ing)?\b" + _NO_DURATION + r"|\bfailures?\b(?!\s+(?:rate|mode)s?\b)|"
+    r"\b(?:training|train|fine[- ]?tun\w*|finetun\w*|runs?|job|script|sft|dpo|ppo|grpo|kto|pretrain\w*|it)\b"
+    r"(?:[^.\n。]|\.(?=\d)){0,60}?\bfail(?:s|ed|ing)?\b" + _NO_DURATION + r"|"
+    r"\b(?:broke|broken|breaks)\b|\berror(?:s|ed)?\s+out\b|\berrored\b|(?:发生|出现|遇到|产生)\S{0,6}?(?:错误|异常)", _I)
+# A distributed engine said to be on although the user turned it off ("FSDP is still enabled even though I set fsdp
+# to false", "明明关闭了 deepspeed 还是启用了"): a launcher's own config outranks the run's (accelerate's default
+# config: analyzers/postmortem/kindwords.py `engine_lead`), an error whose cause the words hold
+ENGINE_ON_ANYWAY = re.compile(
+    r"\b(?:fsdp|deepspeed|zero[-_ ]?[23])\b[^.\n]{0,40}?\b(?:enabled|turned on|activated|active|used|on)\b[^.\n]{0,40}?"
+    r"\b(?:even though|although|though|despite|while)\b|"
+    r"\b(?:uses|using|used|runs? (?:with|under|in)|starts?)\s+(?:\w+\s+)?(?:fsdp|deepspeed)\b[^.\n]{0,40}?"
+    r"\b(?:even though|although|though|despite)\b|"
+    r"(?:明明|已经)?(?:设置|关闭|关掉|没开|没有开|禁用)了?[^，,。\n]{0,20}?(?:fsdp|deepspeed)[^，,。\n]{0,20}?(?:还是|仍然|依然|却)"
+    r"(?:开启|启用|被启用|被使用|生效|打开)", _I)
+SYMPTOMS = SYMPTOMS + (("no-update", RESUME_ENDED), ("error", FAILURE_SAID), ("error", ENGINE_ON_ANYWAY))
+
 # a datasets progress bar at 0 (datasets arrow_dataset.py map's "Map (num_proc=N)", LLaMA-Factory's "Running
 # tokenizer on dataset" / "Converting format of dataset" descriptions, data/loader.py and data/converter.py): as
 # the last line of a short paste that names no symptom, the user pasted where it stopped (userwords.read_words)
