@@ -160,3 +160,22 @@ def unsloth_assumption(c: Seen) -> list[Assumption]:
                    "use_unsloth and no unsloth version of the training machine; a long-context unsloth run that ran "
                    "out (LlamaFactory#3638) needs more than its release's own loss gives",
                    "--env FILE with `pip freeze` of the training machine", c.base, alts)]
+
+
+def unsloth_nf4_assumption(c: Seen) -> list[Assumption]:
+    """``use_unsloth`` with ``quantization_bit: 4`` on gpt-oss's MXFP4 checkpoint and no unsloth release of the
+    training machine: the run is sized as unsloth's bitsandbytes NF4 copy, which its mapper loads from 2025.8.2
+    (run/quantization.py `unsloth_nf4_copy` has the source lines); an older unsloth has no gpt-oss entry and the
+    alternative is LF's own load, the MXFP4 experts dequantised to bf16 (every weight at 2 bytes)."""
+    from finetune_doctor.run.quantization import UNSLOTH_GPT_OSS_FROM, unsloth_nf4_copy
+
+    run = c.run
+    if "unsloth" in {p for p, _v, _s in c.asm.stack_sources} or not unsloth_nf4_copy(run.arch, c.cfg, None):
+        return []
+    older = ".".join(str(x) for x in (*UNSLOTH_GPT_OSS_FROM[:2], UNSLOTH_GPT_OSS_FROM[2] - 1))
+    label = f"unsloth {older} or older: LF's own load, the MXFP4 checkpoint dequantised to bf16"
+    alts = [(label, (lambda: c.fresh(c.rerun(stack={"unsloth": older}), c.hw, c.tokens)) if weighs(c.fresh) else None)]
+    return [weigh("unsloth-gpt-oss", "unsloth's NF4 copy (unsloth-bnb-4bit): every decoder linear, experts "
+                  "included, at 4 bits", "use_unsloth with quantization_bit 4 on an MXFP4 checkpoint and no unsloth "
+                  "version of the training machine: unsloth 2025.8.2 and later load their own 4-bit copy",
+                  "--env FILE with `pip freeze` of the training machine", c.base, alts)]

@@ -51,7 +51,11 @@ def weight_terms(run: Run, c: ParamCounts) -> WeightTerms:
     stage = run.zero_stage if run.deepspeed else 0
     wq = run.linear_weight_bytes or weight_bytes_per_param(run.weights_dtype, run.double_quantization)
     if run.quantized:
-        linear = sum(n * sum(lin.params for lin in a.kind_linears(k)) for k, n in a.layer_groups())
+        # bitsandbytes packs a linear's weight only (Linear4bit/Linear8bitLt keep ``bias`` a plain parameter in the
+        # load dtype: bitsandbytes nn/modules.py, only ``weight`` becomes Params4bit/Int8Params), so biases stay
+        # with the unquantized rest
+        linear = sum(n * sum(lin.count * lin.in_features * lin.out_features for lin in a.kind_linears(k))
+                     for k, n in a.layer_groups())
         other_frozen = max(c.frozen - linear, 0)
         frozen_bytes = linear * wq + other_frozen * _bytes(a.dtype if a.dtype != "float32" else run.compute_dtype)
     else:
