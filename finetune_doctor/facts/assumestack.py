@@ -179,3 +179,24 @@ def unsloth_nf4_assumption(c: Seen) -> list[Assumption]:
                   "included, at 4 bits", "use_unsloth with quantization_bit 4 on an MXFP4 checkpoint and no unsloth "
                   "version of the training machine: unsloth 2025.8.2 and later load their own 4-bit copy",
                   "--env FILE with `pip freeze` of the training machine", c.base, alts)]
+
+
+def unsloth_rope_build_assumption(c: Seen) -> list[Assumption]:
+    """A stated unsloth 2024.7 on a type whose RoPE tables unsloth replaced: builds of that version string before
+    2024-07-18 hold every layer's cos/sin tables over the whole window, builds from then on grow them with the
+    batch (run/savers.py `UNSLOTH_AMBIGUOUS_ROPE_RELEASE` has the commits); the window form is the value, the later
+    builds' form is weighed."""
+    from finetune_doctor.run.savers import UNSLOTH_AMBIGUOUS_ROPE_RELEASE
+    from finetune_doctor.run.stack import parse_version
+
+    run = c.run
+    stated = next((v for p, v, _s in c.asm.stack_sources if p == "unsloth"), None)
+    v = parse_version(stated)
+    if v is None or tuple(v[:2]) != UNSLOTH_AMBIGUOUS_ROPE_RELEASE or run.unsloth_rope_positions <= 0:
+        return []
+    label = "a build from 2024-07-18 on (dynamic RoPE, 54dd81de67): tables grow with the longest batch"
+    alts = [(label, lambda: c.judge(run.with_(unsloth_rope_positions=0), c.hw, c.tokens))]
+    return [weigh("unsloth-rope-build", f"a 2024.7 build before 2024-07-18: every layer holds cos/sin tables for "
+                  f"{run.unsloth_rope_positions} positions", f"unsloth {stated} names a version string that spans "
+                  "builds with and without the dynamic RoPE change", "--env FILE naming the unsloth commit, or "
+                  "unsloth 2024.8 or later", c.base, alts)]
