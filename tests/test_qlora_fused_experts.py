@@ -1,0 +1,60 @@
+"""On-the-fly quantization of an MoE whose routed experts are fused 3-D parameters (transformers 5, gpt-oss in 4.x):
+transformers swaps only ``nn.Linear`` modules for bitsandbytes' (integrations/bitsandbytes.py:184 at 5.6.0), so
+the experts stay 16-bit (analyzers/memory/qlora.py `fused_experts_left_unquantized`, bitsandbytes#1849); under
+transformers 4.x the same experts are ``nn.Linear`` modules and are quantized. Hand-computed sizes."""
+
+from __future__ import annotations
+
+import pytest
+
+from finetune_doctor.analyzers.memory import estimate
+from finetune_doctor.analyzers.memory.qlora import dequant_transient_bytes
+from finetune_doctor.readers.model.generic import arch_from_config
+from finetune_doctor.run import resolve_run
+
+GIB = 2 ** 30
+# Qwen3-30B-A3B's shapes cut to 2 layers (hidden 2048, 32 q / 4 kv heads of 128, 128 experts of width 768)
+CONFIG = {"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 2, "num_attention_heads": 32,
+          "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144, "moe_intermediate_size": 768,
+          "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936, "torch_dtype": "bfloat16",
+          "tie_word_embeddings": False, "max_position_embeddings": 40960, "decoder_sparse_step": 1,
+          "mlp_only_layers": []}
+V5 = arch_from_config(CONFIG, "qwen3-moe-shaped", "test", transformers_major=5)
+V4 = arch_from_config(CONFIG, "qwen3-moe-shaped", "test", transformers_major=4)
+BASE = {"stage": "sft", "finetuning_type": "lora", "quantization_bit": 4, "bf16": True, "cutoff_len": 1024,
+        "lora_rank": 8, "lora_target": "all"}
+
+ATTN = 2 * (2048 * 4096 + 2 * 2048 * 512 + 4096 * 2048)        # q, k, v, o of both layers
+EXPERTS = 2 * 128 * 3 * 2048 * 768                               # gate, up, down of 128 experts, both layers
+NF4 = 0.5 + 1 / 64 + 4 / (64 * 256)
+
+
+def _frozen_weight_bytes(arch, cfg) -> float:
+    """The weights term less the fp32 adapter (which differs by layout: fused experts take no LoRA)."""
+    from finetune_doctor.analyzers.memory.params import count_params
+
+    run = resolve_run(cfg, arch, None)
+    return estimate(run, None).per_gpu["weights"] * GIB - count_params(run).adapter * 4
+
+
+def test_transformers5_fused_experts_stay_bf16_under_bnb():
+    rest = V5.total_params() - ATTN - EXPERTS          # embeddings, head, norms, router
+    assert _frozen_weight_bytes(V5, BASE) == pytest.approx(ATTN * NF4 + EXPERTS * 2 + rest * 2, rel=1e-9)
+
+
+def test_transformers4_expert_linears_are_quantized():
+    rest = V4.total_params() - ATTN - EXPERTS
+    assert _frozen_weight_bytes(V4, BASE) == pytest.approx((ATTN + EXPERTS) * NF4 + rest * 2, rel=1e-9)
+
+
+def test_unsloth_quantizes_fused_experts_itself():
+    rest = V5.total_params() - ATTN - EXPERTS
+    cfg = {**BASE, "use_unsloth": True}
+    assert _frozen_weight_bytes(V5, cfg) == pytest.approx((ATTN + EXPERTS) * NF4 + rest * 2, rel=1e-9)
+
+
+def test_no_dequantised_copy_of_an_unquantized_expert():
+    # the largest 4-bit linear left is q_proj/o_proj (2048 x 4096), in bf16 with no cast: 16 MiB; an expert's
+    # 2048 x 768 would be smaller anyway, so under transformers 4 the same q/o sets it
+    assert dequant_transient_bytes(resolve_run(BASE, V5, None)) == 2048 * 4096 * 2
+    assert dequant_transient_bytes(resolve_run(BASE, V4, None)) == 2048 * 4096 * 2
