@@ -205,18 +205,19 @@ def unsloth_nf4_copy(arch: ModelArch, cfg: dict[str, Any], unsloth_release: tupl
     """Whether LLaMA-Factory's ``use_unsloth`` load trains `arch`'s MXFP4 checkpoint as unsloth's bitsandbytes NF4
     copy instead of dequantising it to bf16.
 
-    LF's own load meets an MXFP4 checkpoint with ``Mxfp4Config(dequantize=True)`` and ignores
-    ``quantization_bit`` (model_utils/quantization.py:91-112 at the snapshot): every weight at 2 bytes. With
-    ``use_unsloth`` LF builds ``init_kwargs`` the same way but never hands them on: it calls unsloth's
-    ``FastLanguageModel.from_pretrained(model_name=model_name_or_path, load_in_4bit=quantization_bit == 4, ...)``
-    (model_utils/unsloth.py:36-48, :59; model/loader.py:145-149), and ``quantization_bit`` is never cleared for a
-    PTQ checkpoint. Unsloth then renames the model (unsloth/models/loader.py:560 ``get_model_name(model_name,
-    load_in_4bit)`` at abbf1f0a, 2025-08-13; loader_utils.py:67-75 looks the lower-cased name up in
-    ``FLOAT_TO_INT_MAPPER``), and its mapper sends ``openai/gpt-oss-20b``/``-120b`` (and ``unsloth/gpt-oss-*``) to
-    ``unsloth/gpt-oss-*-unsloth-bnb-4bit`` (mapper.py:924-933 at abbf1f0a; :1058-1067 at 015bdef0d9,
-    2026-08-22): a bitsandbytes 4-bit checkpoint whose routed experts are per-expert linears (the loader's
-    ``'down_projs' in name`` rule for that copy, loader.py:620-626 at abbf1f0a). So every decoder linear, the
-    experts included, is NF4 with its quantisation state; embeddings, head, router and norms stay 16-bit.
+    LF's own load meets an MXFP4 checkpoint with ``Mxfp4Config(dequantize=True)`` and ignores ``quantization_bit``
+    (model_utils/quantization.py:94-112 at the snapshot: the warning :95-96, the dequantising config :107-112):
+    every weight at 2 bytes. With ``use_unsloth`` LF builds ``init_kwargs`` the same way (``patch_config`` first,
+    model/loader.py:141-149) but never hands them on: it calls unsloth's ``FastLanguageModel.from_pretrained(
+    model_name=model_name_or_path, load_in_4bit=quantization_bit == 4, ...)`` (model_utils/unsloth.py:36-48, :59),
+    and ``quantization_bit`` is never cleared for a PTQ checkpoint. Unsloth then renames the model
+    (unsloth/models/loader.py:560 ``get_model_name(model_name, load_in_4bit)`` at abbf1f0a, 2025-08-13;
+    loader_utils.py:67-75 looks the lower-cased name up in ``FLOAT_TO_INT_MAPPER``), and its mapper sends
+    ``openai/gpt-oss-20b``/``-120b`` (and ``unsloth/gpt-oss-*``) to ``unsloth/gpt-oss-*-unsloth-bnb-4bit``
+    (mapper.py:924-933 at abbf1f0a; :1058-1067 at 015bdef0d9, 2026-08-22): a bitsandbytes 4-bit checkpoint whose
+    routed experts are per-expert linears (the loader's ``'down_projs' in name`` rule for that copy,
+    loader.py:620-626 at abbf1f0a). So every decoder linear, the experts included, is NF4 with its quantisation
+    state; embeddings, head, router and norms stay 16-bit.
 
     `unsloth_release` is the training machine's unsloth (a parsed version) or None when unknown: unknown is taken
     as a release with the mapper (the assumption ``unsloth-gpt-oss`` weighs LF's dequantised path against it);
