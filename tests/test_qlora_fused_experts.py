@@ -58,3 +58,28 @@ def test_no_dequantised_copy_of_an_unquantized_expert():
     # 2048 x 768 would be smaller anyway, so under transformers 4 the same q/o sets it
     assert dequant_transient_bytes(resolve_run(BASE, V5, None)) == 2048 * 4096 * 2
     assert dequant_transient_bytes(resolve_run(BASE, V4, None)) == 2048 * 4096 * 2
+
+
+def _fsdp_weights(arch) -> float:
+    """FSDP1 full shard over 2 GPUs, LoRA on q/v only (the same adapter in both layouts): the weights term."""
+    from finetune_doctor.analyzers.memory.fsdp import fsdp_terms
+    from finetune_doctor.analyzers.memory.params import count_params
+    from finetune_doctor.hardware.catalog import parse_gpu_spec
+    from finetune_doctor.readers.config.accelerate import accelerate_config_from_values
+    from finetune_doctor.run.engines import LaunchInputs
+
+    acc = accelerate_config_from_values(
+        {"distributed_type": "FSDP", "mixed_precision": "bf16", "num_processes": 2,
+         "fsdp_config": {"fsdp_version": 1, "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                         "fsdp_sharding_strategy": "FULL_SHARD"}}, "acc.yaml")
+    run = resolve_run({**BASE, "lora_target": "q_proj,v_proj"}, arch, parse_gpu_spec("2xA100-80GB"),
+                      launch=LaunchInputs(acc))
+    assert run.fsdp_version == 1
+    return fsdp_terms(run, count_params(run), 1024)["weights"]
+
+
+def test_fsdp_shards_the_unquantized_experts_at_two_bytes():
+    # each layer's elements are even, so FULL_SHARD over 2 ranks keeps exactly half of every flat parameter; the
+    # experts move from the packed 0.5 B (sharded) plus the unsharded quant state (1/64 + 4/16384 B) to 2 B (sharded)
+    want = EXPERTS * (2.0 / 2 - (0.5 / 2 + (NF4 - 0.5)))
+    assert _fsdp_weights(V5) - _fsdp_weights(V4) == pytest.approx(want, rel=1e-6)
