@@ -63,8 +63,9 @@ def fused_experts_left_unquantized(run: Run, lin: Linear) -> bool:
     (transformers 5.6.0 integrations/bitsandbytes.py:184 ``replace_with_bnb_linear``; HQQ and EETQ test
     ``isinstance(module, nn.Linear)`` too: integrations/hqq.py:54, integrations/eetq.py:109), so the experts, most of
     an MoE's weights, stay 16-bit (bitsandbytes-foundation/bitsandbytes#1849, open; the Experts4bit PRs #1965/#1984
-    unmerged). unsloth quantizes them itself from unsloth-zoo#527 (merged 2026-03-02), so a ``use_unsloth`` run is
-    left as quantized. A pre-quantized checkpoint is sized as stored (run/quantization.py), not here."""
+    unmerged). unsloth quantizes them itself (unsloth-zoo#527, opened 2026-03-02, merged; unsloth#4032), so a
+    ``use_unsloth`` run is left as quantized. A pre-quantized checkpoint is sized as stored (run/quantization.py),
+    not here."""
     return bool(lin.expert and run.arch.experts_fused and run.quantization_bit and not run.use_unsloth)
 
 
