@@ -232,4 +232,3 @@ def unsloth_nf4_copy(arch: ModelArch, cfg: dict[str, Any], unsloth_release: tupl
     except (TypeError, ValueError, OverflowError):
         return False
     return qbit == 4 and (unsloth_release is None or tuple(unsloth_release[:3]) >= UNSLOTH_GPT_OSS_FROM)
-

@@ -52,9 +52,9 @@ def weight_terms(run: Run, c: ParamCounts) -> WeightTerms:
     stage = run.zero_stage if run.deepspeed else 0
     wq = run.linear_weight_bytes or weight_bytes_per_param(run.weights_dtype, run.double_quantization)
     if run.quantized:
-        # bitsandbytes packs a linear's weight only (Linear4bit/Linear8bitLt keep ``bias`` a plain parameter in the
-        # load dtype: bitsandbytes nn/modules.py, only ``weight`` becomes Params4bit/Int8Params), so biases stay
-        # with the unquantized rest
+        # weight elements only: bitsandbytes packs a linear's weight, not its bias (Linear4bit/Linear8bitLt keep
+        # ``bias`` a plain parameter in the load dtype, bitsandbytes nn/modules.py), and a PTQ checkpoint's bias
+        # bytes are already inside its per-element figure (run/quantization.py `stored_linear_bytes`)
         linear = sum(n * sum(lin.count * lin.in_features * lin.out_features for lin in a.kind_linears(k)
                              if not fused_experts_left_unquantized(run, lin))
                      for k, n in a.layer_groups())
