@@ -83,3 +83,38 @@ def test_fsdp_shards_the_unquantized_experts_at_two_bytes():
     # experts move from the packed 0.5 B (sharded) plus the unsharded quant state (1/64 + 4/16384 B) to 2 B (sharded)
     want = EXPERTS * (2.0 / 2 - (0.5 / 2 + (NF4 - 0.5)))
     assert _fsdp_weights(V5) - _fsdp_weights(V4) == pytest.approx(want, rel=1e-6)
+
+
+def _qwen3_moe_check(tmp_path, env: str | None, extra: str = ""):
+    from finetune_doctor.facts.config import assemble_config
+    from finetune_doctor.settings import Options
+
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text("model_name_or_path: Qwen/Qwen3-30B-A3B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+                   "quantization_bit: 4\nlora_target: all\ncutoff_len: 1024\nper_device_train_batch_size: 1\n"
+                   f"bf16: true\ndataset: alpaca_en_demo\ntemplate: qwen3\noutput_dir: out\n{extra}",
+                   encoding="utf-8")
+    env_path = None
+    if env:
+        env_path = tmp_path / "freeze.txt"
+        env_path.write_text(env, encoding="utf-8")
+    opts = Options(command="estimate", paths=(str(cfg),), gpu="1xA100-80GB", offline=True,
+                   env_file=str(env_path) if env_path else None)
+    asm = assemble_config(str(cfg), (), opts)
+    return asm, {a.name: a for a in asm.assumptions}
+
+
+def test_unknown_transformers_weighs_the_fused_layout(tmp_path):
+    asm, got = _qwen3_moe_check(tmp_path, None)
+    a = got["moe-expert-layout"]
+    (label,) = a.alternatives
+    five, _ = _qwen3_moe_check(tmp_path, "transformers==5.6.0\n")
+    # the alternative is the run as a stated transformers 5 sizes it (the experts' 29 B parameters at 2 B, not
+    # 0.52 B: some 40 GiB more)
+    assert a.effect_gib[label] == pytest.approx(five.memory.total, rel=0.01)
+    assert a.effect_gib[label] - asm.memory.total > 35
+
+
+def test_stated_transformers_or_unsloth_leave_nothing_to_weigh(tmp_path):
+    assert "moe-expert-layout" not in _qwen3_moe_check(tmp_path, "transformers==4.57.1\n")[1]
+    assert "moe-expert-layout" not in _qwen3_moe_check(tmp_path, None, "use_unsloth: true\n")[1]

@@ -200,3 +200,25 @@ def unsloth_rope_build_assumption(c: Seen) -> list[Assumption]:
                   f"{run.unsloth_rope_positions} positions", f"unsloth {stated} names a version string that spans "
                   "builds with and without the dynamic RoPE change", "--env FILE naming the unsloth commit, or "
                   "unsloth 2024.8 or later", c.base, alts)]
+
+
+def moe_expert_layout_assumption(c: Seen) -> list[Assumption]:
+    """On-the-fly quantization (``quantization_bit``, not through unsloth) of an MoE whose experts the doctor built as
+    ``nn.Linear`` modules, with no transformers release of the training machine: under transformers 4.x each expert
+    is a linear and is quantized with the rest; under 5.x (LLaMA-Factory's snapshot allows up to 5.8.0,
+    pyproject.toml:43) the routed experts are fused 3-D parameters that bitsandbytes, HQQ and EETQ leave 16-bit
+    (analyzers/memory/qlora.py `fused_experts_left_unquantized` has the source lines), which the alternative sizes."""
+    from dataclasses import replace
+
+    run = c.run
+    arch = run.arch
+    if (not run.quantization_bit or run.use_unsloth or not arch.is_moe or arch.experts_fused
+            or "transformers" in {p for p, _v, _s in c.asm.stack_sources}):
+        return []
+    label = "transformers 5.x: the routed experts fused 3-D parameters, left 16-bit by on-the-fly quantization"
+    fused = replace(arch, experts_fused=True)
+    alts = [(label, (lambda: c.fresh(c.rerun(arch=fused), c.hw, c.tokens)) if weighs(c.fresh) else None)]
+    return [weigh("moe-expert-layout", "transformers 4.x: every expert an nn.Linear, quantized with the rest",
+                  "quantization_bit on a mixture-of-experts model and no transformers version of the training "
+                  "machine: transformers 5 stores the experts fused, and bitsandbytes quantizes nn.Linear modules "
+                  "only", "--env FILE with `pip freeze` of the training machine", c.base, alts)]
