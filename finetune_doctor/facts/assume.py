@@ -32,7 +32,9 @@ from typing import Any, Callable
 from finetune_doctor.facts.assumebase import (NOT_OPEN, SAMPLE_LABEL, SAMPLE_LADDER_STEPS, SHORT_SAMPLE_TOKENS,
                                               SHOWN_ONLY, Seen, budget_gib, judge_run, not_deciding, weigh, weighs)
 from finetune_doctor.facts.assumelaunch import launch_assumptions
-from finetune_doctor.facts.assumestack import deepspeed_config_assumption, stack_assumptions, unsloth_assumption
+from finetune_doctor.facts.assumestack import (deepspeed_config_assumption, stack_assumptions, unsloth_assumption,
+                                              unsloth_nf4_assumption, unsloth_rope_build_assumption,
+                                              moe_expert_layout_assumption)
 from finetune_doctor.types import Assumption, Hardware
 
 # the least that enabling liger-kernel must lower the peak by for its assumption to be listed: the report rounds
@@ -49,7 +51,8 @@ def collect(asm: Any, opts: Any, *, tokens: int | None, base_verdict: str | None
     weigh = asm.hw is not None or asm.memory is not None   # lint without a card: listed, not weighed
     c = Seen(asm, opts, tokens, base_verdict, judge_run(asm.counts, weigh), judge_run(None, weigh))
     return [*_data_and_card(c), *deepspeed_config_assumption(c), *stack_assumptions(c, alt_stack), *_checkpoint(c), *_attention(c),
-            *unsloth_assumption(c), *_terms(c), *_tensor_parallel(c),
+            *unsloth_assumption(c), *unsloth_nf4_assumption(c), *unsloth_rope_build_assumption(c),
+            *moe_expert_layout_assumption(c), *_terms(c), *_tensor_parallel(c),
             *launch_assumptions(asm, c.run, c.hw, tokens, c.judge, c.fresh, c.rerun, base_verdict), *_defaults(c)]
 
 

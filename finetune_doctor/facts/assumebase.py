@@ -35,7 +35,8 @@ SAMPLE_LABEL = re.compile(r"^samples of (\d+) tokens$")
 # ``liger-kernel`` (installable) bears on a remedy, not on the run as configured: it never opens the verdict.
 NOT_OPEN = frozenset({"eval-batch", "train-batch", "cutoff-len", "transformers-version", "liger-kernel"})
 OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-dtype", "launcher",
-                  "deepspeed-config", "attention-kernel", "image-pixels", "unsloth-version"})   # this module's
+                  "deepspeed-config", "attention-kernel", "image-pixels", "unsloth-version", "unsloth-gpt-oss",
+                  "unsloth-rope-build", "moe-expert-layout"})   # this module's
 # Alternatives no input names and LLaMA-Factory would not pick for the config (issue #21, trial 2: an FSDP launch
 # nobody named softened predicted OOMs to at-risk). UNNAMED ones are evaluated, shown and weighed in the p_oom and
 # interval mixture by the table's assumption weights (they widen it when the assumed value weighs < 1), but never
@@ -67,7 +68,8 @@ MEMORY_ONLY = frozenset({"sample-lengths", "gpus", "gpu-variant", "torch-version
                          "deepspeed-config", "checkpoint-dtype", "attention-kernel", "world-size",
                          "eval-batch", "train-batch", "cutoff-len", "host-ram", "images-per-sample", "image-pixels",
                          "hccl-buffsize", "npu-runtime", "save-gathers-adapter-only", "liger-kernel",
-                         "unsloth-version"})
+                         "unsloth-version", "unsloth-gpt-oss", "unsloth-rope-build",
+                         "moe-expert-layout"})
 
 Judge = Callable[[Any, Hardware | None, int | None], "tuple[float, str | None] | None"]
 
