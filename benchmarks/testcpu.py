@@ -58,13 +58,25 @@ def pytest_collection_finish(session):
     import gc
     _REC["collected_gc_objects"] = len(gc.get_objects())
     _REC["collected_gc"] = {"n": list(_GC["n"]), "s": list(_GC["s"])}
+    import sys
+    _REC["first_import"] = {name: "collection" for name in _HEAVY if name in sys.modules}
+
+
+# the heavy imports a test may be the first in its worker to pay for (recorded with the test that first had them)
+_HEAVY = ("torch", "transformers", "peft", "deepspeed", "llamafactory", "accelerate", "datasets", "matplotlib",
+          "trl", "numpy", "hypothesis", "pyarrow", "tokenizers", "safetensors", "scipy", "pandas")
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
+    import sys
     c0, w0, k0 = _cpu(), time.time(), _kids()
     yield
     c1, w1, k1 = _cpu(), time.time(), _kids()
+    first = _REC.setdefault("first_import", {})
+    for name in _HEAVY:
+        if name not in first and name in sys.modules:
+            first[name] = item.nodeid
     _REC["tests"].append([item.nodeid, round(c1 - c0, 4), round(w1 - w0, 4), round(w1, 3), round(k1 - k0, 4)])
 
 
