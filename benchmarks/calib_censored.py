@@ -1,0 +1,275 @@
+#!/usr/bin/env python
+"""The error model's class locations (and scales) fitted with the outcome runs as CENSORED evidence, scored by
+leave-one-round-out beside the shipped form (issue #21, session 13; calib_maps.md's lead, `outcome_shift`).
+
+**What is fitted.** The shipped error table fits each class's ε = ln(measured / predicted) on the measurements
+alone (uncertainty.derive, the conjugate update of the pooled rows, BDA3 §3.3). A run with an outcome and a card
+says something about ε too, only less: a run that trained at need N on a budget B says N·e^ε ≤ B, one that ran out
+says N·e^ε > B (the need carries the allocator reserve it needs to complete, analyzers/memory/reserve.py 'Shown and
+needed'). Both are censored observations of ε (Tobit: J. Tobin, 'Estimation of relationships for limited dependent
+variables', Econometrica 26, 1958). Here each row's fold distribution d (fitted on the other rounds, as
+calib_loro.score_fold builds it) is moved to location μ + δ and scale σ·m, and (δ, m) maximise the likelihood of
+
+- every measurement (exact): the density of the measured peak under the row's mixture of open assumptions
+  (calib_loso.mixture_logpdf over the row's totals, the interval's distribution d), and
+- every other run with an outcome and a card (censored): log p if it ran out, log (1 − p) if it trained, with p the
+  all-cause p_oom as reported (d widened by λ and τ, the unexplained share q; the mixture over open assumptions),
+
+over the rows of the OTHER rounds only. Per fold: first one (δ0, m0) for all rows (the pooled values), then one
+(δ̂_k, m̂_k) per group k, shrunk to the pooled values by the group's number of sources s_k:
+δ_k = δ0 + s_k/(s_k + κ0)·(δ̂_k − δ0), ln m_k likewise, with κ0 the table's own prior weight of the pooled rows
+(uncertainty_table.json ``prior.kappa0``, chosen by derive_uncertainty.py; not a new choice). The held-out round is
+then scored with its group's (δ_k, m_k): p_oom moves; the interval is reported as shipped (as every candidate on
+calib_maps.md) and its raw coverage under the moved distribution is printed beside it.
+
+Groups (the two keys a check has in hand): ``error class`` — the table's own class key (shape × weights, what the
+table's fields would carry), ``run class`` — bands.run_class (QLoRA, ZeRO-3 full, FSDP, ...: where calib_maps.md saw
+the shift go opposite ways), and ``all`` (the pooled values only).
+
+Free choices (counted on the page, the running total is calib_maps.md's): the grid of δ (−0.4…0.4 by 0.025) and of
+m (0.75, 1, 1.25, 1.5), the two likelihood parts weighted alike, three groupings.
+
+Usage (CPU; the dev rows cached by calib_classes.scored_dev)::
+
+    python benchmarks/calib_censored.py [--cache FILE] [--page FILE]
+
+Writes benchmarks/results/calib_censored.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+os.environ.setdefault("FINETUNE_DOCTOR_NO_NVML", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import calib_classes  # noqa: E402
+import calib_loro  # noqa: E402
+import calib_loso  # noqa: E402
+import calib_maps  # noqa: E402
+
+PAGE = ROOT / "benchmarks" / "results" / "calib_censored.md"
+DELTAS = tuple(round(0.025 * k, 3) for k in range(-16, 17))
+MULTS = (0.75, 1.0, 1.25, 1.5)
+GRID = tuple((d, m) for d in DELTAS for m in MULTS)
+P_FLOOR = 1e-6   # a censored term's probability is never taken below this (a log of 0 would end the fit)
+
+
+def moved(d: Any, th: tuple[float, float]) -> Any:
+    """ErrorDist `d` at location μ + δ and scale σ·m (th = (δ, m), ln units)."""
+    return replace(d, mu=d.mu + th[0], scale=d.scale * th[1])
+
+
+def p_all(r: dict[str, Any], d: Any, v: dict[str, Any]) -> float:
+    """The all-cause p_oom of scored row `r` under class distribution `d` (calib_loro.score_fold's formula)."""
+    from finetune_doctor.analyzers.memory.uncertainty import mixture_p_oom, widened
+
+    return mixture_p_oom(r["comps"], replace(widened(d, v["tau"], v["factor"]), unexplained=v["q"]))
+
+
+def exact(r: dict[str, Any]) -> float | None:
+    """Row `r`'s measured peak on the total's scale (GiB) when it has one and the mixture to place it in."""
+    x = calib_loso.measured_on_total(r) if r.get("cmp") else None
+    return x if x is not None and x > 0 and r.get("totals") else None
+
+
+def loglik(r: dict[str, Any], d: Any, v: dict[str, Any], censored: bool = False) -> float | None:
+    """ln L of row `r` under `d` (module docstring): exact for a measurement, censored for an outcome run, None
+    for a row that says nothing (no measurement, no outcome with a card). `censored`: every run with an outcome
+    is taken as censored, its measurement (if any) left out."""
+    x = None if censored else exact(r)
+    if x is not None:
+        return calib_loso.mixture_logpdf(x, r["totals"], d)
+    if r.get("p") is None:
+        return None
+    p = p_all(r, d, v)
+    return math.log(max(p if r["y"] == 1.0 else 1.0 - p, P_FLOOR))
+
+
+def prepare(rows: list[dict[str, Any]], v: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each row's log-likelihood at every grid point (`GRID`) under its own fold distribution (fitted without its
+    round), and its p_oom at every grid point for scoring. Rows that say nothing are dropped from the fit."""
+    for r in rows:
+        r["ll_at"] = {th: loglik(r, moved(r["dist"], th), v) for th in GRID}
+        if r.get("p") is not None:
+            r["p_at"] = {th: p_all(r, moved(r["dist"], th), v) for th in GRID}
+            r["llc_at"] = {th: math.log(max(p if r["y"] == 1.0 else 1.0 - p, P_FLOOR)) for th, p in r["p_at"].items()}
+    return [r for r in rows if r["ll_at"][(0.0, 1.0)] is not None]
+
+
+def best(sub: list[dict[str, Any]], field: str = "ll_at") -> tuple[float, float]:
+    return max(GRID, key=lambda th: sum(r[field][th] for r in sub))
+
+
+def nearest(th: tuple[float, float]) -> tuple[float, float]:
+    return min(GRID, key=lambda g: abs(g[0] - th[0]) + abs(math.log(g[1]) - math.log(th[1])))
+
+
+def fit_fold(train: list[dict[str, Any]], group: Callable[[dict[str, Any]], Any] | None,
+             kappa0: float, field: str = "ll_at") -> tuple[tuple[float, float], dict[Any, tuple[float, float]]]:
+    """(pooled (δ0, m0), {group: (δ_k, m_k)}) by maximum likelihood on `train`, each group shrunk to the pooled
+    values by its number of sources (module docstring). The shrunk values are snapped to the grid."""
+    pooled = best(train, field)
+    if group is None:
+        return pooled, {}
+    out = {}
+    for k in sorted({group(r) for r in train}, key=str):
+        sub = [r for r in train if group(r) == k]
+        own = best(sub, field)
+        s = len({r["source"] for r in sub})
+        w = s / (s + kappa0)
+        out[k] = nearest((pooled[0] + w * (own[0] - pooled[0]),
+                          math.exp(math.log(pooled[1]) + w * (math.log(own[1]) - math.log(pooled[1])))))
+    return pooled, out
+
+
+def scored(rows: list[dict[str, Any]], fitrows: list[dict[str, Any]], group: Callable[[dict[str, Any]], Any] | None,
+           kappa0: float, field: str = "ll_at") -> tuple[list[dict[str, Any]], dict[Any, Any]]:
+    """Copies of `rows` with p set per fold by `fit_fold` on the other rounds' `fitrows`; fold → (pooled, groups)."""
+    out = [dict(r) for r in rows]
+    chosen = {}
+    for key in sorted({r["fold"] for r in out}, key=str):
+        train = [r for r in fitrows if calib_loro.in_training("round", key, r["row"])]
+        pooled, per = fit_fold(train, group, kappa0, field)
+        chosen[key] = (pooled, per)
+        for r in out:
+            if r["fold"] == key:
+                th = per.get(group(r), pooled) if group else pooled
+                r["th"] = th
+                if r.get("p") is not None:
+                    r["p"] = r["p_at"][th]
+    return out, chosen
+
+
+def raw_coverage(rows: list[dict[str, Any]], moved_too: bool) -> tuple[float, int]:
+    """Share of measurements inside the mixture's 90 % interval BEFORE the class widths (bands.widen), under the
+    fold distribution as fitted or moved by the row's (δ, m): what the location shift alone does to the interval."""
+    from finetune_doctor.analyzers.memory.uncertainty import mixture_interval
+
+    hits = n = 0
+    for r in rows:
+        x = calib_loso.measured_on_total(r) if r.get("cmp") else None
+        if x is None or not r.get("totals"):
+            continue
+        d = moved(r["dist"], r.get("th", (0.0, 1.0))) if moved_too else r["dist"]
+        lo, hi = mixture_interval([(w, t, None) for w, t, _b in r["totals"]], d)
+        hits += lo <= x <= hi
+        n += 1
+    return (hits / n if n else math.nan), n
+
+
+# which rows the likelihood takes: the brief's fit takes both; each part alone is scored beside it, to show which
+# part moves the location (calib_maps.md's `outcome_shift` fitted the outcomes alone, by Brier)
+# (which rows, which log-likelihood: ``ll_at`` exact where measured else censored, ``llc_at`` censored always)
+PARTS: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
+    "measurements + outcomes": (lambda r: True, "ll_at"),
+    "outcomes only (censored)": (lambda r: exact(r) is None, "ll_at"),
+    "measurements only (exact)": (lambda r: exact(r) is not None, "ll_at"),
+    "every outcome censored, no measurement": (lambda r: "llc_at" in r, "llc_at")}
+GROUPS: dict[str, Callable[[dict[str, Any]], Any] | None] = {
+    "all": None,
+    "error class": lambda r: calib_loso.class_of(r["pred"], tuple(calib_classes.shipped_variant()["class_by"])),
+    "run class": lambda r: r["cls"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cache", metavar="FILE")
+    ap.add_argument("--page", metavar="FILE", default=str(PAGE))
+    args = ap.parse_args(argv)
+    import calibrate
+
+    from finetune_doctor.analyzers.memory import uncertainty as u
+
+    dev = calib_loro.prepared(calib_classes.scored_dev(args.cache))
+    kept = calibrate.kept_rows()
+    v = calib_classes.shipped_variant()
+    tables = calib_loro.fold_tables(dev, "round", v, kept)
+    rows = calib_loro.score_fold(dev, "round", v, kept, tables)
+    shipped = [dict(r) for r in rows]
+    kappa0 = float(u.prior()[0])
+    fitrows = prepare(rows, v)
+    n_meas = sum(1 for r in fitrows if exact(r) is not None)
+    rounds = sorted({r["round"] for r in rows})
+    cov0, m0 = raw_coverage(shipped, False)
+    out = ["# Class locations fitted with the outcome runs as censored evidence, by leave-one-round-out", "",
+           "`python benchmarks/calib_censored.py` (module docstring). Every number is dev: each round scored with "
+           f"(δ, m) fitted on the other rounds' {n_meas} measurements (exact) and {len(fitrows) - n_meas} runs with "
+           f"an outcome and a card and no measurement (censored); shrinkage κ0 = {kappa0:g} sources (the table's "
+           f"prior). Per round: {' / '.join(map(str, rounds))}. Raw coverage: the mixture's 90 % interval before the "
+           "class widths (shipped: {:.1%} of {}).".format(cov0, m0), "",
+           "| fit, keyed by | Brier | − shipped, paired (± s.e.) | gain / s.e. | rounds better | rounds worse by more "
+           "than their s.e. | mean of rounds | reliability | resolution | per round | thread / doc | "
+           "p≥0.9 trained / p≤0.1 OOM | mean ln p(outcome) | raw coverage, moved | chosen per fold |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+           row_line("shipped (the fold tables as fitted)", shipped, shipped, {}, rounds)]
+    results = {}
+    for pname, (part, field) in PARTS.items():
+        for gname, g in GROUPS.items():
+            cand, chosen = scored(rows, [r for r in fitrows if part(r)], g, kappa0, field)
+            results[f"{pname}, {gname}"] = (cand, chosen)
+            out.append(row_line(f"{pname}, {gname}", cand, shipped, chosen, rounds))
+            print(out[-1], flush=True)
+    out += ["", *verdict_lines(results, shipped, rounds)]
+    Path(args.page).write_text("\n".join(out) + "\n", encoding="utf-8")
+    print(f"wrote {args.page}")
+    return 0
+
+
+def per_round_paired(cand: list[dict[str, Any]], base: list[dict[str, Any]], k: int) -> tuple[float, float]:
+    """(mean, s.e.) of the paired difference of squared errors on round `k`'s runs."""
+    import statistics
+
+    d = [(c["p"] - c["y"]) ** 2 - (b["p"] - b["y"]) ** 2 for c, b in zip(cand, base)
+         if c["p"] is not None and c["round"] == k]
+    se = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else math.nan
+    return statistics.mean(d), se
+
+
+def row_line(gname: str, cand: list[dict[str, Any]], shipped: list[dict[str, Any]], chosen: dict[Any, Any],
+             rounds: list[int]) -> str:
+    sc = calib_loro.scores(cand)
+    dm, dse, better, nk = calib_maps.paired(cand, shipped)
+    worse = [k for k in rounds if (lambda m, s: m > s)(*per_round_paired(cand, shipped, k))]
+    mb, _ = calib_loro.mean_over_rounds(cand)
+    dec = calib_loro.decomposition(cand)
+    per = " / ".join(f"{calib_loro.scores([r for r in cand if r['round'] == k])['brier']:.3f}" for k in rounds)
+    kinds = " / ".join(f"{calib_loro.scores([r for r in cand if calib_loro.source_kind(r) == k])['brier']:.3f}"
+                       for k in ("thread", "documentation"))
+    cov, n = raw_coverage(cand, True)
+    # each fold's pooled (δ0, m0), then the last fold's groups (the others are on the page's second table)
+    pick = "pooled " + ", ".join(f"{f}: {c[0]}" for f, c in sorted(chosen.items(), key=lambda kv: str(kv[0])))
+    if chosen and chosen[max(chosen, key=str)][1]:
+        pick += "; fold " + str(max(chosen, key=str)) + ": " + ", ".join(
+            f"{k} {th}" for k, th in chosen[max(chosen, key=str)][1].items())
+    return (f"| {gname} | {sc['brier']:.4f} | {dm:+.4f} ± {dse:.4f} | {(-dm / dse if dse else 0):+.2f} | "
+            f"{better} of {nk} | {', '.join(map(str, worse)) or 'none'} | {mb:.4f} | {dec['rel']:.4f} | "
+            f"{dec['res']:.4f} | {per} | {kinds} | {len(sc['sure_trained'])} / {len(sc['sure_oom'])} | {sc['log_outc']:.4f} | "
+            f"{cov:.1%} of {n} | {pick} |")
+
+
+def verdict_lines(results: dict[str, Any], shipped: list[dict[str, Any]], rounds: list[int]) -> list[str]:
+    """The adoption rule (calib_maps.md's): a LORO gain ≥ 2 paired s.e. and no round worse by more than its own
+    s.e., applied to each fit."""
+    out = ["## Adoption rule: gain ≥ 2 paired s.e. and no round worse by more than its own s.e.", ""]
+    for gname, (cand, _ch) in results.items():
+        dm, dse, _b, _n = calib_maps.paired(cand, shipped)
+        worse = [f"{k} ({m:+.4f} ± {s:.4f})" for k in rounds for m, s in [per_round_paired(cand, shipped, k)]
+                 if m > s]
+        ok = dse > 0 and -dm >= 2 * dse and not worse
+        out.append(f"- {gname}: {dm:+.4f} ± {dse:.4f} ({(-dm / dse if dse else 0):+.2f} s.e.); rounds worse by more than their s.e.: "
+                   f"{', '.join(worse) or 'none'} → {'ADOPT' if ok else 'not adopted'}")
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
