@@ -55,7 +55,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import calib_classes  # noqa: E402
 import calib_loro  # noqa: E402
 import calib_loso  # noqa: E402
-import calib_maps  # noqa: E402
 
 PAGE = ROOT / "benchmarks" / "results" / "calib_censored.md"
 DELTAS = tuple(round(0.025 * k, 3) for k in range(-16, 17))
@@ -150,6 +149,42 @@ def scored(rows: list[dict[str, Any]], fitrows: list[dict[str, Any]], group: Cal
     return out, chosen
 
 
+# the fit the adoption rule passed on this page (2026-12-07, dev rounds 1-8): every outcome run censored, per
+# error class (the table's class key), shrunk to the pooled values by sources (`verdict_lines`)
+ADOPTED = ("every outcome censored, no measurement", "error class")
+
+
+def fit_table_shift(scored: list[dict[str, Any]], v: dict[str, Any], kept: list[dict[str, Any]],
+                    kappa0: float) -> dict[str, Any]:
+    """The table's ``p_oom_shift`` (analyzers/memory/uncertainty.py `outcome_shift`): the `ADOPTED` fit over ALL
+    the dev rounds' runs, each run's likelihood taken under its own round's fold distribution (calib_loro.score_fold,
+    as calib_loro.fit_report_shares and the interval's widths see every round once). `scored`: calibrate.score_all
+    output of the dev rows; `v`: the chosen form (calib_loro.variant_of); `kappa0`: the table's prior weight.
+    Returns {"how", "pooled": {"delta", "mult", "sources"}, "classes": {class key: {...}}}."""
+    rows = calib_loro.score_fold(calib_loro.prepared(scored), "round", v, kept)
+    part, field = PARTS[ADOPTED[0]]
+    fitrows = [r for r in prepare(rows, v) if part(r)]
+    group = GROUPS[ADOPTED[1]]
+    return shift_field(fitrows, group, kappa0, field)
+
+
+def shift_field(fitrows: list[dict[str, Any]], group: Callable[[dict[str, Any]], Any], kappa0: float,
+                field: str = "llc_at") -> dict[str, Any]:
+    """`fit_fold` on every row of `fitrows` (no round left out), as the table's ``p_oom_shift`` object."""
+    pooled, per = fit_fold(fitrows, group, kappa0, field)
+
+    def src(sub: list[dict[str, Any]]) -> int:
+        return len({r["source"] for r in sub})
+
+    return {"how": "location delta (ln units) and scale factor mult of p_oom's error distribution per error class, "
+                   "maximum likelihood over the dev runs' outcomes as censored observations of eps under each run's "
+                   f"leave-one-round-out distribution, shrunk to the pooled values by sources (kappa0 {kappa0:g}); "
+                   "benchmarks/calib_censored.py fit_table_shift",
+            "pooled": {"delta": pooled[0], "mult": pooled[1], "sources": src(fitrows)},
+            "classes": {k: {"delta": th[0], "mult": th[1], "sources": src([r for r in fitrows if group(r) == k])}
+                        for k, th in per.items()}}
+
+
 def raw_coverage(rows: list[dict[str, Any]], moved_too: bool) -> tuple[float, int]:
     """Share of measurements inside the mixture's 90 % interval BEFORE the class widths (bands.widen), under the
     fold distribution as fitted or moved by the row's (δ, m): what the location shift alone does to the interval."""
@@ -219,10 +254,36 @@ def main(argv: list[str] | None = None) -> int:
             results[f"{pname}, {gname}"] = (cand, chosen)
             out.append(row_line(f"{pname}, {gname}", cand, shipped, chosen, rounds))
             print(out[-1], flush=True)
-    out += ["", *verdict_lines(results, shipped, rounds)]
+    out += ["", *verdict_lines(results, shipped, rounds), "", *verdict_moves(results[", ".join(ADOPTED)][0], v)]
     Path(args.page).write_text("\n".join(out) + "\n", encoding="utf-8")
     print(f"wrote {args.page}")
     return 0
+
+
+def verdict_moves(cand: list[dict[str, Any]], v: dict[str, Any]) -> list[str]:
+    """What the adopted fit does to the VERDICT, which the Brier does not score: uncertainty.assess calls a run
+    ``fits`` when the memory model's own p (q left out) is ≤ 5 % and its need is within the budget, ``oom`` when
+    the need exceeds the budget, else ``at-risk``; counted per outcome, leave-one-round-out, shipped → moved."""
+    from finetune_doctor.analyzers.memory.uncertainty import P_OOM_TARGET
+
+    def verdict(r: dict[str, Any], th: tuple[float, float]) -> str:
+        if sum(w for w, n, b in r["comps"] if n > b) > 0.5:
+            return "oom"
+        pm = p_all(r, moved(r["dist"], th), {**v, "q": 0.0})
+        return "fits" if pm <= P_OOM_TARGET else "at-risk"
+
+    counts: dict[tuple[str, str, str], int] = {}
+    for r in cand:
+        if r.get("p") is None:
+            continue
+        key = ("ran out" if r["y"] else "trained", verdict(r, (0.0, 1.0)), verdict(r, r["th"]))
+        counts[key] = counts.get(key, 0) + 1
+    out = [f"## The verdict under the adopted fit ({', '.join(ADOPTED)}), leave-one-round-out", "",
+           "Not scored by the Brier: the verdict reads the memory model's own p (uncertainty.assess; `oom` here is "
+           "the mixture's weight over the budget > 0.5, an approximation of the report's). Runs per outcome, "
+           "shipped verdict → moved verdict:", "", "| outcome | shipped | moved | runs |", "|---|---|---|---|"]
+    out += [f"| {o} | {a} | {b} | {n} |" for (o, a, b), n in sorted(counts.items())]
+    return out
 
 
 def per_round_paired(cand: list[dict[str, Any]], base: list[dict[str, Any]], k: int) -> tuple[float, float]:
@@ -237,6 +298,8 @@ def per_round_paired(cand: list[dict[str, Any]], base: list[dict[str, Any]], k: 
 
 def row_line(gname: str, cand: list[dict[str, Any]], shipped: list[dict[str, Any]], chosen: dict[Any, Any],
              rounds: list[int]) -> str:
+    import calib_maps   # the page only: importing it adds its logistic map to calib_loro.MAPS
+
     sc = calib_loro.scores(cand)
     dm, dse, better, nk = calib_maps.paired(cand, shipped)
     worse = [k for k in rounds if (lambda m, s: m > s)(*per_round_paired(cand, shipped, k))]
@@ -260,6 +323,8 @@ def row_line(gname: str, cand: list[dict[str, Any]], shipped: list[dict[str, Any
 def verdict_lines(results: dict[str, Any], shipped: list[dict[str, Any]], rounds: list[int]) -> list[str]:
     """The adoption rule (calib_maps.md's): a LORO gain ≥ 2 paired s.e. and no round worse by more than its own
     s.e., applied to each fit."""
+    import calib_maps
+
     out = ["## Adoption rule: gain ≥ 2 paired s.e. and no round worse by more than its own s.e.", ""]
     for gname, (cand, _ch) in results.items():
         dm, dse, _b, _n = calib_maps.paired(cand, shipped)
