@@ -170,7 +170,10 @@ def fit_table_shift(scored: list[dict[str, Any]], v: dict[str, Any], kept: list[
     rows = calib_loro.score_fold(calib_loro.prepared(scored), "round", v, kept)
     part, field = PARTS[ADOPTED[0]]
     fitrows = [r for r in prepare(rows, v) if part(r)]
-    group = GROUPS[ADOPTED[1]]
+    # the error class under the form being fitted (its class_by), which the refitted table's reader keys by; not the
+    # installed table's, which a refit may be replacing
+    group = ((lambda r: calib_loso.class_of(r["pred"], tuple(v["class_by"]))) if ADOPTED[1] == "error class"
+             else GROUPS[ADOPTED[1]])
     return shift_field(fitrows, group, kappa0, field)
 
 
