@@ -112,6 +112,9 @@ def prepare(rows: list[dict[str, Any]], v: dict[str, Any]) -> list[dict[str, Any
 
 
 def best(sub: list[dict[str, Any]], field: str = "ll_at") -> tuple[float, float]:
+    """The grid point of the largest summed log-likelihood `field` over `sub`; (0, 1), the fit unmoved, for none."""
+    if not sub:
+        return (0.0, 1.0)
     return max(GRID, key=lambda th: sum(r[field][th] for r in sub))
 
 

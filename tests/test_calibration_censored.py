@@ -60,6 +60,8 @@ def test_each_class_is_shrunk_to_the_pooled_values_by_its_number_of_sources():
     field = cc.shift_field(rows, lambda r: r["cls"], 3.0)
     assert field["pooled"] == {"delta": -0.075, "mult": 1.0, "sources": 3}
     assert field["classes"]["B"] == {"delta": -0.125, "mult": 1.0, "sources": 2}
+    # no run with an outcome (a refit whose rows were all refused): the distribution is left as fitted
+    assert cc.shift_field([], lambda r: r["cls"], 3.0)["pooled"] == {"delta": 0.0, "mult": 1.0, "sources": 0}
 
 
 TABLE = {"methods": {"analytic": {"pooled": {"n": 30, "mean": 0.0, "var": 0.1 ** 2},
