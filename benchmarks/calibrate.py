@@ -698,6 +698,13 @@ def _fit_and_score(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict
     # doctor's p_oom, never reported by the doctor: uncertainty.py 'By kind of report')
     table["p_oom_by_report"] = calib_loro.fit_report_shares([s for s in before if s["row"]["split"] == "dev"],
                                                             calib_loro.variant_of(chosen), kept)
+    # p_oom's location and scale per error class from the dev runs' outcomes as censored evidence (adopted by
+    # benchmarks/calib_censored.py's leave-one-round-out page; uncertainty.py `outcome_shift`)
+    import calib_censored
+
+    table["p_oom_shift"] = calib_censored.fit_table_shift([s for s in before if s["row"]["split"] == "dev"],
+                                                          calib_loro.variant_of(chosen), kept,
+                                                          float(table["prior"]["kappa0"]))
     install(table)
     write_unc_rows(fit_rows)
     after = score_all(rows)
