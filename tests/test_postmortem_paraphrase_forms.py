@@ -101,3 +101,51 @@ def test_words_that_name_no_failure_of_the_run_are_not_read_as_one(text):
     # a loss that does not improve is not a crash, and a negated failure is none
     w = read_words(text)
     assert w is None or w["symptom"] != "error", w
+
+
+# -- round 2 of the yardstick (set 2's misses, by kind) --------------------------------------------------------------
+
+def test_machines_counted_in_chinese_with_an_error_is_the_network_lead(tmp_path):
+    f = first(tmp_path, "三个节点一起跑 deepspeed 就出错")
+    assert f.name == "nccl-error" and f.severity == "warning"
+
+
+@pytest.mark.parametrize("text", ["模型训练到一半就僵住了", "8卡训练 step 20 之后假死"])
+def test_chinese_words_for_a_frozen_run_are_a_hang(text):
+    w = read_words(text)
+    assert w is not None and w["symptom"] == "hang", w
+
+
+@pytest.mark.parametrize("text", ["the installed accelerate and peft versions are not compatible",
+                                  "flash-attn 与 torch 版本冲突"])
+def test_releases_said_incompatible_with_words_between_are_a_version_conflict(text):
+    w = read_words(text)
+    assert w is not None and w["symptom"] == "version", w
+
+
+@pytest.mark.parametrize("text", [
+    "llama3 dpo error",
+    "Qwen2 lora 训练时出现错误",
+    "`labels` missing when I run the reward model script",
+    "多卡时报 'Expected to mark a variable ready only once'",
+])
+def test_an_error_said_as_a_noun_a_missing_key_or_a_quoted_message_is_an_error(text):
+    w = read_words(text)
+    assert w is not None and w["symptom"] == "error", w
+
+
+def test_a_message_with_its_class_in_brackets_after_it_is_read_as_that_exception(tmp_path):
+    f = first(tmp_path, "Target modules {'c_attn'} not found in the base model (ValueError) with my qwen1 model")
+    assert f.name == "run-crashed" and "Target modules" in f.message
+
+
+def test_the_release_that_worked_then_the_newest_failing_is_a_version_regression(tmp_path):
+    f = first(tmp_path, "peft 0.10.0 worked fine, the newest peft breaks my lora training")
+    assert f.name == "run-crashed" and "version regression" in f.message and "peft" in f.message
+
+
+@pytest.mark.parametrize("text", ["error rate of the classifier is 30 %, training is fine",
+                                  "training error bars look wide on the plot"])
+def test_an_error_rate_or_error_bars_are_no_failure(text):
+    w = read_words(text)
+    assert w is None or w["symptom"] != "error", w

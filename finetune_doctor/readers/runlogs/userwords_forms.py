@@ -60,6 +60,34 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?:跑不起来|跑不通|报错|失败|出错|崩溃|崩了|不能|无法|用不了)", _I)),
     ("error", re.compile(_ERRNO)),
     ("error", re.compile(_FAIL_EN + "|" + _FAIL_ZH, _I)),
+    # (round 2 of the yardstick: set 2's misses, by kind)
+    # machines or nodes counted in Chinese ("两台机器", "三个节点") with an error: multi-node, the network lead
+    ("nccl-error", re.compile(r"(?:[两二三四五六七八2-9]|多|几)\s*(?:台|个)\s*(?:机器|服务器|节点|主机)[^。\n]{0,20}?"
+                              r"(?:报错|出错|错误|失败)")),
+    # Chinese words for a run that stopped moving (froze, went numb): a hang
+    ("hang", re.compile(r"冻住|僵住|假死|停滞|一动不动")),
+    # releases said incompatible with words between ("torch and deepspeed releases are incompatible", 版本冲突)
+    ("version", re.compile(r"\b(?:versions?|releases?)\b[^.\n]{0,20}?\b(?:are |is )?(?:incompatible|not compatible|"
+                           r"mismatch(?:ed)?)\b|\bincompatible (?:versions?|releases?)\b|版本\S{0,6}(?:不兼容|不匹配|冲突)", _I)),
+    ("error", re.compile(
+        # an exception class in brackets after its message ("... not found in the base model (ValueError)")
+        r"\((?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\)|"
+        # "<what was run> error" as the title ("sft training error", "deepspeed error"), not a metric's error
+        r"(?i:\b(?:sft|dpo|ppo|kto|grpo|orpo|pretrain\w*|training|train|fine[- ]?tun\w*|finetun\w*|lora|qlora|"
+        r"deepspeed|fsdp|launch|startup|runtime)\s+errors?\b(?!\s+(?:rate|bars?|analysis|metric)))|"
+        r"(?:训练|微调|运行|启动)(?:时|的时候)?(?:出现|发生)?(?:了)?错误|"
+        # 报 right before a quoted message ("时报 `ddp_find_unused_parameters` needs ...", "会报 'xxx'")
+        r"报\s*[:：]?\s*[`'\"“‘]|"
+        # a named argument or key said missing ("token_type_ids missing when ...", "missing key 'label'"): an
+        # identifier (snake_case or quoted), not a plain word ("something missing in the output" is no error)
+        r"(?i:(?:[`'\"]\w+[`'\"]|\b[a-z]+_[a-z_]+\b)\s+(?:is\s+|are\s+)?missing\b|\bmissing\s+(?:required\s+)?"
+        r"(?:argument|key|field|keyword|column)s?\b)|"
+        # message fragments only one raise site prints, quoted without their class: peft's tuners_utils
+        # "Target modules {...} not found in the base model", accelerate's FSDP auto wrap "Could not find the
+        # transformer layer class to wrap in the model" (utils/dataclasses.py), LLaMA-Factory's hparams parser
+        # "... needs to be set as False for LoRA in DDP training" / "Please specify `max_steps` in streaming mode"
+        r"\bnot found in the base model\b|\bCould not find the transformer layer class to wrap\b|"
+        r"\bneeds to be set as False for LoRA\b|\bPlease specify `?max_steps`? in streaming mode\b")),
 )
 
 PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
