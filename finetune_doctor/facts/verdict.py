@@ -48,6 +48,12 @@ def record_assumptions(asm: Assembly, opts: Options, tokens: int | None,
         # was read), or none once the launch is read
         asm.assumptions[:] = [a for a in asm.assumptions if a.name != "launcher"]
     asm.assumptions.extend(found)
+    from finetune_doctor.facts.assumebase import settled
+
+    asm.assumptions[:] = [settled(a) for a in asm.assumptions]   # the `!` is what `fold` reads
+    from finetune_doctor.facts.launchray import renote_world
+
+    renote_world(asm, opts.env_file)   # the world size the "GPUs unknown" note gives is the run's (trial 15)
     if mem is None:
         return {}
     verdict, deciding = assume.fold(base, mem.total, asm.assumptions)

@@ -482,7 +482,8 @@ def _assumed(w: _Writer, r: Report) -> None:
     from finetune_doctor.reporters.sections import assumed   # a lint of accelerate configs alone assumes nothing
 
     w.heading("Assumed (not read from your inputs; ! moves the verdict)")
-    for text, moves in assumed.assumption_lines(r.assumptions):
+    verdict = r.memory.verdict if r.memory is not None else None
+    for text, moves in assumed.assumption_lines(r.assumptions, verdict):
         w.line((text, "yellow" if moves else None), indent=1)
 
 
