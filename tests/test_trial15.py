@@ -165,3 +165,87 @@ def test_fixtures_are_the_published_files():
     assert "ray-project/ray/pull/58511" in (FIX / "SOURCE.md").read_text(encoding="utf-8")
     for name in ("cpt_deepspeed.yaml", "sft_lora_deepspeed.yaml", "dpo_qlora.yaml", "kto_lora.yaml"):
         assert "ray_num_workers: 4" in (FIX / name).read_text(encoding="utf-8")
+
+
+# -- 5. the interval beside the probabilities (trial 15 case 04) ---------------------------------------------------
+
+def test_case04_the_report_says_what_the_interval_and_p_oom_are_each_of():
+    """[6.6, 64.4] GiB on the L40S's 44.39 GiB beside p_oom_model 0.03: the interval is of the peak shown (the
+    reserve included) under the class's widths, p_oom_model of what the run needs under the outcome-fitted spread.
+    Both say so, and the interval's own share above the card is reported: over 5 %, as the card sits inside."""
+    d = _run("check", str(FIX / "cpt_deepspeed.yaml"), "--gpu", "4xL40S")
+    m, card = d["memory"], d["hardware"]["capacity_gib"]
+    lo, hi = m["interval_gib"]
+    assert lo < card < hi and card == pytest.approx(44.39)
+    assert m["p_oom_model"] < 0.05 < m["interval_share_above_card"] < 0.5
+    assert "memory.per_gpu_gib.total" in m["interval_of"] and "needs" in m["p_oom_of"]
+    assert f"{m['need_gib']:.2f} GiB" in m["p_oom_of"]
+    text = " ".join(CliRunner().invoke(main, ["check", str(FIX / "cpt_deepspeed.yaml"), "--gpu", "4xL40S",
+                                               "--offline"]).output.split())
+    assert (f"the interval is of the peak nvidia-smi shows ({m['per_gpu_gib']['total']:.2f} GiB predicted), "
+            f"{round(100 * m['interval_share_above_card'])} % of it above the card") in text
+
+
+def _where(share: float, lo: float, hi: float, card: float, tol: float = 0.002) -> None:
+    if card >= hi:
+        assert share <= 0.05 + tol, (share, lo, hi, card)
+    elif card <= lo:
+        assert share >= 0.95 - tol, (share, lo, hi, card)
+    else:
+        assert 0.05 - tol <= share <= 0.95 + tol, (share, lo, hi, card)
+
+
+def test_share_above_agrees_with_where_the_card_sits_in_the_interval():
+    """Property, over random mixtures, error models and widths: the interval's share above a card is 5 % at its
+    upper end and 95 % at its lower end, monotone between (facts/bands.py `share_above`)."""
+    import math
+    import random
+
+    from finetune_doctor.analyzers.memory import uncertainty
+    from finetune_doctor.facts.bands import share_above
+
+    rng = random.Random(15)
+    dists = [uncertainty.error_dist(m, s) for m in ("analytic", "simulated") for s in ("dense", "moe", "qlora")]
+    for _ in range(300):
+        dist = rng.choice(dists)
+        comps = [(rng.random() + 0.05, rng.uniform(2, 90), None) for _ in range(rng.randint(1, 4))]
+        tot = sum(w for w, _t, _b in comps)
+        comps = [(w / tot, t, b) for w, t, b in comps]
+        lo, hi = uncertainty.mixture_interval(comps, dist)
+        final = (lo * math.exp(-rng.uniform(-0.3, 0.8)), hi * math.exp(rng.uniform(-0.3, 0.8)))
+        if final[0] >= final[1]:
+            continue   # widths never cross the ends (analyzers/memory/bands.py `widen`)
+        assert share_above(comps, dist, final, final[1]) == pytest.approx(0.05, abs=0.002)
+        assert share_above(comps, dist, final, final[0]) == pytest.approx(0.95, abs=0.002)
+        cards = sorted(rng.uniform(0.5, 150) for _ in range(5))
+        shares = [share_above(comps, dist, final, c) for c in cards]
+        assert shares == sorted(shares, reverse=True)
+        for c, s in zip(cards, shares):
+            _where(s, *final, c)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_reported_share_agrees_with_the_reported_interval_for_random_runs(tmp_path, seed):
+    """Property on whole checks: random LF configs (model, method, cutoff, batch, ZeRO stage) on random cards; the
+    reported interval_share_above_card sits where the card sits in the reported interval."""
+    import random
+
+    rng = random.Random(seed)
+    model = rng.choice(["Qwen/Qwen2.5-7B-Instruct", "meta-llama/Meta-Llama-3-8B-Instruct", "google/gemma-3-4b-pt",
+                        "Qwen/Qwen2.5-32B-Instruct"])
+    ft = rng.choice(["lora", "full"])
+    lines = [f"model_name_or_path: {model}", "stage: sft", "do_train: true", f"finetuning_type: {ft}",
+             "dataset: alpaca_en_demo", "template: qwen", f"cutoff_len: {rng.choice([512, 1024, 2048, 4096])}",
+             f"per_device_train_batch_size: {rng.choice([1, 2, 4])}", "gradient_accumulation_steps: 2",
+             "bf16: true", "output_dir: saves/x"]
+    if rng.random() < 0.5:
+        lines.append("quantization_bit: 4" if ft == "lora" and rng.random() < 0.5 else "")
+    gpu = rng.choice(["4xL40S", "4xL4", "2xA100-80GB", "8xH100-80GB", "4090"])
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    d = _run("check", str(cfg), "--gpu", gpu, "--no-data")
+    m = d["memory"]
+    lo, hi = m["interval_gib"]
+    card = d["hardware"]["capacity_gib"]
+    assert m["interval_share_above_card"] is not None
+    _where(m["interval_share_above_card"], lo, hi, card, tol=0.006)   # the JSON rounds the ends to 0.01 GiB

@@ -88,7 +88,8 @@ def mixed_p_oom(asm: Assembly, opts: Options) -> dict[str, Any]:
                "p_oom_components": comps, "p_oom_model_assumed": mem.p_oom_model}
     if len(comps) < 2:
         asm.memory = replace(mem, details=details)
-        return bands.single_interval(asm)   # the class's widths (facts/bands.py); {} without them
+        single = bands.single_interval(asm)   # the class's widths (facts/bands.py); {} without them
+        return {**single, **bands.what_each_is_of(asm, comps)}
     from finetune_doctor.facts.mixshow import mixture_weights
 
     details["mixture_weights"] = mixture_weights(mem.total, asm.hw, asm.assumptions, opts.gpu)
@@ -111,4 +112,5 @@ def mixed_p_oom(asm: Assembly, opts: Options) -> dict[str, Any]:
                            "interval_hi_gib": interval[1], "interval_basis": basis}
     if mixed_p:
         out.update(pct_fields(mixed_p["p_oom"], mem.p_oom, mixed_p["p_oom_model"], mem.p_oom_model))
+    out.update(bands.what_each_is_of(asm, comps))   # of the same mixture the interval is (trial 15)
     return out
