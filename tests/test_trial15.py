@@ -249,3 +249,22 @@ def test_reported_share_agrees_with_the_reported_interval_for_random_runs(tmp_pa
     card = d["hardware"]["capacity_gib"]
     assert m["interval_share_above_card"] is not None
     _where(m["interval_share_above_card"], lo, hi, card, tol=0.006)   # the JSON rounds the ends to 0.01 GiB
+
+
+def test_a_differing_alternative_that_never_decides_says_so():
+    """An FSDP launch no input names is weighed but never opens the verdict (facts/assumebase.py UNNAMED): where its
+    verdict differs from the report's, the line says why it carries no `!`; a deciding one carries `!` instead."""
+    from finetune_doctor.facts.kinds import ACCELERATE_FSDP, BY_HAND
+    from finetune_doctor.reporters.sections.assumed import assumption_lines
+    from finetune_doctor.types import Assumption
+
+    a = Assumption(name="launcher", value="llamafactory-cli train (torchrun, DDP, expandable segments on)",
+                   source="s", alternatives=(BY_HAND, ACCELERATE_FSDP),
+                   effect_gib={BY_HAND: 30.1, ACCELERATE_FSDP: 17.4},
+                   effect_verdict={BY_HAND: "oom", ACCELERATE_FSDP: "fits"}, resolve_with="--launch FILE")
+    (line, moves), = assumption_lines([a], "oom")
+    assert not moves and line.startswith("- launcher")
+    assert f"{ACCELERATE_FSDP}: 17.4 GiB fits (weighed, not deciding: no input names it)" in line
+    assert f"{BY_HAND}: 30.1 GiB oom;" in line
+    (same, _), = assumption_lines([a], "fits")
+    assert "not deciding" not in same.split(ACCELERATE_FSDP)[1]
