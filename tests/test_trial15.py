@@ -268,3 +268,20 @@ def test_a_differing_alternative_that_never_decides_says_so():
     assert f"{BY_HAND}: 30.1 GiB oom;" in line
     (same, _), = assumption_lines([a], "fits")
     assert "not deciding" not in same.split(ACCELERATE_FSDP)[1]
+
+
+def test_installed_release_does_not_reopen_what_the_keys_rule_out(monkeypatch, tmp_path):
+    """With llamafactory 0.9.5 installed here (taken as the training machine's, not narrowed by the keys) the
+    config's own keys still rule out a release before 0.8.0: no DataParallel alternative for the trial's DDP
+    config without its Ray block, while LF 0.7.1's example (keys every catalogued release declares) keeps it."""
+    monkeypatch.setattr(lfrelease, "installed_version", lambda: "0.9.5")
+    cfg = tmp_path / "kto_lora.yaml"
+    cfg.write_text((FIX / "kto_lora.yaml").read_text(encoding="utf-8").split("### ray")[0], encoding="utf-8")
+    d = _run("check", str(cfg), "--gpu", "4xL40S")
+    assert _asm(d, "lf-version")["value"] == "0.9.5"
+    assert DATA_PARALLEL not in _asm(d, "launcher")["alternatives"]
+    from test_dataparallel import EXAMPLE_071
+
+    old = tmp_path / "llama3_lora_sft.yaml"
+    old.write_text(EXAMPLE_071, encoding="utf-8")
+    assert DATA_PARALLEL in _asm(_run("check", str(old), "--gpu", "2xRTX4090"), "launcher")["alternatives"]

@@ -29,16 +29,24 @@ def ray_launcher(run: Any, how: str) -> dict[str, Any]:
             "resolve_with": "--launch FILE (the launch command line with its environment)"}
 
 
-def narrowed_past_first(release: Any) -> bool:
-    """Whether `release` (readers/config/lfrelease.py Release) is not known but narrowed by the config's keys
-    (readers/config/lfnarrow.py) to releases that start after the catalogue's first: a key first declared later
-    was in no release before the catalogue either (a key's declared range is one stretch of its history), so a
-    release before LLaMA-Factory 0.8.0 is ruled out (trial 15 case 07: the Ray keys narrowed the run to
-    0.9.3-0.9.4, yet "llamafactory-cli train before 0.8.0" was offered as an alternative)."""
-    if release is None or release.known or release.older or not release.versions:
+def narrowed_past_first(release: Any, values: Any = None, kind: str | None = "train") -> bool:
+    """Whether the config's keys place the run after the catalogue's first release (LLaMA-Factory 0.8.0): `release`
+    (readers/config/lfrelease.py Release) not known but narrowed by them (readers/config/lfnarrow.py) to releases
+    that start later, or, for the one installed here (not necessarily the training machine's, so not narrowed by
+    the reading), the config's `values` narrowed the same way. A key first declared later was in no release before
+    the catalogue either (a key's declared range is one stretch of its history), so a release before 0.8.0 is ruled
+    out (trial 15 case 07: the Ray keys narrowed the run to 0.9.3-0.9.4, yet "llamafactory-cli train before 0.8.0"
+    was offered as an alternative)."""
+    if release is None or release.older:
         return False
-    from finetune_doctor.readers.config.lfrelease import load
+    from finetune_doctor.readers.config.lfrelease import choose, load
 
+    if release.known and release.source == "installed here" and values:
+        from finetune_doctor.readers.config.lfnarrow import narrow
+
+        release = narrow(choose(None), values, kind) or release
+    if release.known or not release.versions or release.conflict:
+        return False
     return release.versions[0] != load()["versions"][0]
 
 
