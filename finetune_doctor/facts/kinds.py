@@ -528,7 +528,7 @@ def data_parallel_open(asm: Any, engine: str | None, deepspeed: bool) -> bool:
     if str(values.get("quantization_bit", "")).strip() == "8":
         return False
     rel = getattr(asm, "release", None)
-    if narrowed_past_first(rel, values, asm.kind):   # the keys rule out a release before torchrun (trial 15)
+    if narrowed_past_first(rel, values, getattr(asm, "kind", "train")):   # the keys rule out LF < 0.8.0 (trial 15)
         return False
     if rel is None or not rel.known or rel.source == "installed here":
         return True

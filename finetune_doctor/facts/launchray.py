@@ -37,17 +37,18 @@ def narrowed_past_first(release: Any, values: Any = None, kind: str | None = "tr
     the catalogue either (a key's declared range is one stretch of its history), so a release before 0.8.0 is ruled
     out (trial 15 case 07: the Ray keys narrowed the run to 0.9.3-0.9.4, yet "llamafactory-cli train before 0.8.0"
     was offered as an alternative)."""
-    if release is None or release.older:
+    if release is None or getattr(release, "older", False):
         return False
     from finetune_doctor.readers.config.lfrelease import choose, load
 
-    if release.known and release.source == "installed here" and values:
+    if release.known and getattr(release, "source", None) == "installed here" and values:
         from finetune_doctor.readers.config.lfnarrow import narrow
 
         release = narrow(choose(None), values, kind) or release
-    if release.known or not release.versions or release.conflict:
+    versions = getattr(release, "versions", ())
+    if release.known or not versions or getattr(release, "conflict", ()):
         return False
-    return release.versions[0] != load()["versions"][0]
+    return versions[0] != load()["versions"][0]
 
 
 def ranks_train_as(asm: Any, engine: str | None, deepspeed: bool) -> tuple[bool, str | None, str]:
