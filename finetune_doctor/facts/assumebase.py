@@ -33,6 +33,7 @@ SAMPLE_LABEL = re.compile(r"^samples of (\d+) tokens$")
 # catalog/lf_keys.json "sources"); an older transformers means an older LLaMA-Factory. Every other assumption whose
 # alternatives change the verdict opens it, including those other modules add (the model's resolution).
 # ``liger-kernel`` (installable) bears on a remedy, not on the run as configured: it never opens the verdict.
+# Since trial 15 this set keeps its meaning for the p_oom/interval mixture only; the verdict reads `NEVER_OPENS`.
 NOT_OPEN = frozenset({"eval-batch", "train-batch", "cutoff-len", "transformers-version", "liger-kernel"})
 OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-dtype", "launcher",
                   "deepspeed-config", "attention-kernel", "image-pixels", "unsloth-version"})   # this module's
