@@ -698,6 +698,18 @@ def _fit_and_score(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict
     # doctor's p_oom, never reported by the doctor: uncertainty.py 'By kind of report')
     table["p_oom_by_report"] = calib_loro.fit_report_shares([s for s in before if s["row"]["split"] == "dev"],
                                                             calib_loro.variant_of(chosen), kept)
+    # p_oom's location and scale per error class from the dev runs' outcomes as censored evidence
+    # (benchmarks/calib_censored.py; uncertainty.py `outcome_shift`). NOT shipped by default (session 13): it passed
+    # the leave-one-round-out rule at 2.17 paired s.e. as the best of 12 candidates (54 free choices in all), moves
+    # p_oom but not the interval, and calls 7 more OOM runs `fits`; --outcome-shift writes it, for a session that
+    # scores it on a round it has not seen
+    table.pop("p_oom_shift", None)
+    if getattr(args, "outcome_shift", False):
+        import calib_censored
+
+        table["p_oom_shift"] = calib_censored.fit_table_shift([s for s in before if s["row"]["split"] == "dev"],
+                                                              calib_loro.variant_of(chosen), kept,
+                                                              float(table["prior"]["kappa0"]))
     install(table)
     write_unc_rows(fit_rows)
     after = score_all(rows)
@@ -940,6 +952,8 @@ def main(argv: list[str] | None = None) -> int:
                          "it the fit lives in a private copy and the package's table is never written)")
     ap.add_argument("--page", metavar="FILE", help="with --dev-only: write the dev page here (default: a fresh "
                     "private temp folder of this run, never a shared name)")
+    ap.add_argument("--outcome-shift", action="store_true",
+                    help="with --write-table: also fit and write p_oom_shift (calib_censored.py; not shipped by default)")
     ap.add_argument("--with-legacy", action="store_true",
                     help="add the published rows the memory model was tuned on to the dev rows")
     ap.add_argument("--form", choices=("loso", "shape"), default="loso",

@@ -26,6 +26,12 @@ def _cpu() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def _kids() -> float:
+    # the reaped children's share alone (a `doctor` or `python -c` child a test starts; in the controller, the workers)
+    t = os.times()
+    return t.children_user + t.children_system
+
+
 _GC = {"t": 0.0, "n": [0, 0, 0], "s": [0.0, 0.0, 0.0], "t0": 0.0}
 
 
@@ -52,14 +58,26 @@ def pytest_collection_finish(session):
     import gc
     _REC["collected_gc_objects"] = len(gc.get_objects())
     _REC["collected_gc"] = {"n": list(_GC["n"]), "s": list(_GC["s"])}
+    import sys
+    _REC["first_import"] = {name: "collection" for name in _HEAVY if name in sys.modules}
+
+
+# the heavy imports a test may be the first in its worker to pay for (recorded with the test that first had them)
+_HEAVY = ("torch", "transformers", "peft", "deepspeed", "llamafactory", "accelerate", "datasets", "matplotlib",
+          "trl", "numpy", "hypothesis", "pyarrow", "tokenizers", "safetensors", "scipy", "pandas")
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    c0, w0 = _cpu(), time.time()
+    import sys
+    c0, w0, k0 = _cpu(), time.time(), _kids()
     yield
-    c1, w1 = _cpu(), time.time()
-    _REC["tests"].append([item.nodeid, round(c1 - c0, 4), round(w1 - w0, 4), round(w1, 3)])
+    c1, w1, k1 = _cpu(), time.time(), _kids()
+    first = _REC.setdefault("first_import", {})
+    for name in _HEAVY:
+        if name not in first and name in sys.modules:
+            first[name] = item.nodeid
+    _REC["tests"].append([item.nodeid, round(c1 - c0, 4), round(w1 - w0, 4), round(w1, 3), round(k1 - k0, 4)])
 
 
 def pytest_sessionfinish(session):
@@ -68,6 +86,7 @@ def pytest_sessionfinish(session):
         return
     _REC["end_wall"] = time.time()
     _REC["end_cpu"] = _cpu()
+    _REC["end_children_cpu"] = _kids()
     import gc
     _REC["end_gc_objects"] = len(gc.get_objects())
     _REC["end_gc"] = {"n": list(_GC["n"]), "s": list(_GC["s"])}

@@ -31,12 +31,14 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zero3_toy  # noqa: E402
+
 H, LAYERS, RANK = 64, 8, 4
 
 
 def _run(rank: int, world: int, port: int, frozen: bool, reentrant: bool, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank), DS_ACCELERATOR="cpu")
+    zero3_toy.rank_env(rank, world, port)
     import torch
     import deepspeed
     from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
@@ -72,14 +74,8 @@ def _run(rank: int, world: int, port: int, frozen: bool, reentrant: bool, out: s
             return self.head(x).pow(2).mean()
 
     layer_el = 2 * 4 * H * H
-    cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
-           "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
-           "zero_allow_untested_optimizer": True,
-           "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
-                                 "stage3_max_reuse_distance": int(4.3 * layer_el),
-                                 "stage3_max_live_parameters": int(4.3 * layer_el),
-                                 "stage3_prefetch_bucket_size": int(0.06 * layer_el),
-                                 "reduce_bucket_size": layer_el}}
+    # the shared scaled config (zero3_toy.py); this stack's layer is the same 8·H² elements plus the adapters
+    cfg = zero3_toy.zero3_config(H, micro_batch=2, grad_accum=1)
     seen: list[int] = []
 
     def gathered(model) -> int:

@@ -2,6 +2,7 @@
 the rank's environment for a 2-process gloo group, a stack of trainable decoder-like MLP layers, and a ZeRO-3 config
 whose bucket and reuse limits are DeepSpeed's defaults scaled to the stack.
 
+Used by zero3_frozen_gather.py too (its own adapter-carrying stack, this config and environment).
 Every function takes `torch` (imported by the caller inside its child process, after the environment is set) so
 that importing this module imports nothing heavy.
 """

@@ -227,6 +227,9 @@ class MemoryEstimate:
             "interval_gib": None if self.interval_gib is None else [_r(v) for v in self.interval_gib],
             # honest verdicts (facts/assume.py): how long samples may be, and the assumption an at-risk names
             **{k: self.details[k] for k in ("token_budget", "deciding_assumption") if self.details.get(k)},
+            # trial 15: what the interval and the probabilities are each of, and the interval's share above the card
+            **{k: self.details[k] for k in ("interval_of", "p_oom_of", "interval_share_above_card")
+               if k in self.details},
             # trial 13: what a mixed p_oom averages over (facts/mixshow.py) and its value at the assumed values
             **({"mixture_weights": self.details["mixture_weights"],
                 "p_oom_assumed": _r(self.details.get("p_oom_assumed"), 3),

@@ -6,6 +6,12 @@ from pathlib import Path
 os.environ.setdefault("FINETUNE_DOCTOR_NO_NVML", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+# pytest's rewritten test modules kept in a per-user temporary folder when PYTHONDONTWRITEBYTECODE forbids its own
+# .pyc (tests/rewritecache.py: ~4 CPU s of each worker's collection); before any test module is imported
+import rewritecache  # noqa: E402
+
+rewritecache.install()
+
 
 # The error model the rule cases and remedy tests were written against (finetune_doctor/analyzers/
 # uncertainty_table.json as committed on 2026-12-02, kept in fixtures/uncertainty/pinned_table.json). Those tests

@@ -219,17 +219,21 @@ def test_the_assumption_says_what_removes_it(cfg):
     assert "0.8.0" not in closed["source"] and "--llamafactory" not in closed["resolve_with"]
 
 
-def test_shown_and_weighed_but_never_deciding(tmp_path):
-    # cutoff 3072 on two 24 GB cards: as DataParallel GPU 0 runs out, as two DDP ranks it is at risk. The run is
-    # modelled as LLaMA-Factory 0.9.5 runs it, so an older release's launch is shown but does not move the verdict
-    # (facts/assumebase.py UNNAMED); `--launch` with the python line estimates that launch itself
+def test_weighed_and_marked_where_no_input_rules_it_out(tmp_path):
+    # cutoff 3072 on two 24 GB cards: as DataParallel GPU 0 runs out, as two DDP ranks it is at risk. No input rules
+    # out a release before 0.8.0 (transformers 4.40.2 is one of its time), so the alternative is plausible and
+    # marked `!` as its verdict differs (trial 15: one computation for the `!` and the verdict, facts/assumebase.py
+    # `opens_verdict`); at-risk already says the verdict depends, so none decides it. A stated release closes it;
+    # `--launch` with the python line estimates that launch itself
     p = tmp_path / "llama3_lora_sft.yaml"
     p.write_text(EXAMPLE_071.replace("cutoff_len: 1024", "cutoff_len: 3072"))
     r = doctor(p, "--gpu", "2xRTX4090", "--transformers", "4.40.2")
     a = launcher(r)
     assert a["effect"]["verdict"][DATA_PARALLEL] == "oom" and r["memory"]["verdict"] == "at-risk"
-    assert a["moves_verdict"] is False
+    assert a["moves_verdict"] is True
     assert (r["memory"].get("deciding_assumption") or {}).get("name") != "launcher"
+    closed = launcher(doctor(p, "--gpu", "2xRTX4090", "--llamafactory", "0.9.5"))
+    assert DATA_PARALLEL not in closed["alternatives"] and closed["moves_verdict"] is False
     launch = tmp_path / "train.sh"
     launch.write_text(f"CUDA_VISIBLE_DEVICES=0,1 python src/train_bash.py {p}\n")
     read = doctor(p, "--gpu", "2xRTX4090", "--transformers", "4.40.2", "--launch", str(launch))

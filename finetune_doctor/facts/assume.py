@@ -30,9 +30,12 @@ from typing import Any, Callable
 # the memory model is imported where an alternative is weighed, not here: `lint` without a card lists assumptions
 # without weighing them and stays off the memory model (ARCHITECTURE.md, "memory model off the lint path")
 from finetune_doctor.facts.assumebase import (NOT_OPEN, SAMPLE_LABEL, SAMPLE_LADDER_STEPS, SHORT_SAMPLE_TOKENS,
-                                              SHOWN_ONLY, Seen, budget_gib, judge_run, not_deciding, weigh, weighs)
+                                              SHOWN_ONLY, Seen, budget_gib, judge_run, not_deciding, settled, weigh,
+                                              weighs)
 from finetune_doctor.facts.assumelaunch import launch_assumptions
-from finetune_doctor.facts.assumestack import deepspeed_config_assumption, stack_assumptions, unsloth_assumption
+from finetune_doctor.facts.assumestack import (deepspeed_config_assumption, stack_assumptions, unsloth_assumption,
+                                              unsloth_nf4_assumption, unsloth_rope_build_assumption,
+                                              moe_expert_layout_assumption)
 from finetune_doctor.types import Assumption, Hardware
 
 # the least that enabling liger-kernel must lower the peak by for its assumption to be listed: the report rounds
@@ -49,7 +52,8 @@ def collect(asm: Any, opts: Any, *, tokens: int | None, base_verdict: str | None
     weigh = asm.hw is not None or asm.memory is not None   # lint without a card: listed, not weighed
     c = Seen(asm, opts, tokens, base_verdict, judge_run(asm.counts, weigh), judge_run(None, weigh))
     return [*_data_and_card(c), *deepspeed_config_assumption(c), *stack_assumptions(c, alt_stack), *_checkpoint(c), *_attention(c),
-            *unsloth_assumption(c), *_terms(c), *_tensor_parallel(c),
+            *unsloth_assumption(c), *unsloth_nf4_assumption(c), *unsloth_rope_build_assumption(c),
+            *moe_expert_layout_assumption(c), *_terms(c), *_tensor_parallel(c),
             *launch_assumptions(asm, c.run, c.hw, tokens, c.judge, c.fresh, c.rerun, base_verdict), *_defaults(c)]
 
 
@@ -78,9 +82,12 @@ def _data_and_card(c: Seen) -> list[Assumption]:
                               f"default variant ({hw.capacity_gib:.2f} GiB usable) is taken",
                               f"--gpu {'/'.join([hw.gpu] + [g.name for g in others])}", c.base, alts))
     if hw is None:
-        out.append(weigh("gpus", "unknown: one GPU, no capacity", "no --gpu, no --env and no GPU seen here: the fit "
-                          "is not judged and the world size is 1", "--gpu SPEC (e.g. 8xA100-80GB) or --env FILE",
-                          None, []))
+        from finetune_doctor.facts.launchray import world_without_gpus
+
+        ranks = "one GPU" if c.run.world_size <= 1 else f"{c.run.world_size} GPUs"
+        out.append(weigh("gpus", f"unknown: {ranks}, no capacity", "no --gpu, no --env and no GPU seen here: the "
+                          f"fit is not judged and {world_without_gpus(c.run)}",
+                          "--gpu SPEC (e.g. 8xA100-80GB) or --env FILE", None, []))
     return out
 
 
@@ -225,7 +232,8 @@ def fold(verdict: str | None, total: float, assumptions: list[Assumption]) -> tu
     verdict stays at-risk; None (no card) stays None."""
     if verdict is None:
         return None, None
-    movers = [a for a in assumptions if a.name not in NOT_OPEN and a.moves_verdict]
+    # the flag is the one computation (facts/assumebase.py `opens_verdict`, `settled`): what the report marks `!`
+    movers = [a for a in assumptions if settled(a).moves_verdict]
     if not movers or verdict == "at-risk":
         return verdict, None
     movers.sort(key=lambda a: -max((abs(v - total) for v in a.effect_gib.values()), default=0.0))

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from finetune_doctor.facts.kinds import ACCELERATE_FSDP, DATA_PARALLEL
+from finetune_doctor.facts.kinds import ACCELERATE_FSDP
 from finetune_doctor.quant import UNQUANTIZED_LABEL
 from finetune_doctor.types import Assumption, Hardware
 
@@ -33,9 +33,11 @@ SAMPLE_LABEL = re.compile(r"^samples of (\d+) tokens$")
 # catalog/lf_keys.json "sources"); an older transformers means an older LLaMA-Factory. Every other assumption whose
 # alternatives change the verdict opens it, including those other modules add (the model's resolution).
 # ``liger-kernel`` (installable) bears on a remedy, not on the run as configured: it never opens the verdict.
+# Since trial 15 this set keeps its meaning for the p_oom/interval mixture only; the verdict reads `NEVER_OPENS`.
 NOT_OPEN = frozenset({"eval-batch", "train-batch", "cutoff-len", "transformers-version", "liger-kernel"})
 OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-dtype", "launcher",
-                  "deepspeed-config", "attention-kernel", "image-pixels", "unsloth-version"})   # this module's
+                  "deepspeed-config", "attention-kernel", "image-pixels", "unsloth-version", "unsloth-gpt-oss",
+                  "unsloth-rope-build", "moe-expert-layout"})   # this module's
 # Alternatives no input names and LLaMA-Factory would not pick for the config (issue #21, trial 2: an FSDP launch
 # nobody named softened predicted OOMs to at-risk). UNNAMED ones are evaluated, shown and weighed in the p_oom and
 # interval mixture by the table's assumption weights (they widen it when the assumed value weighs < 1), but never
@@ -47,11 +49,43 @@ OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-
 # quant.py `hinted_spec`) shows the unquantized base model (facts/quantassume.py `named_quant_assumption`), but an
 # upload named so is not stored unquantized.
 UNQUANTIZED = UNQUANTIZED_LABEL   # defined in quant.py, so facts/kinds.py (which this module imports) can name it
-# One process over every visible GPU (DATA_PARALLEL) is how LLaMA-Factory before 0.8.0 trained; the run is modelled
-# as 0.9.5 runs it (as for transformers < 4.49 above), so an older release is shown and weighed, never deciding;
-# `--launch` with a `python src/train.py` line estimates that launch itself (run/engines.py `_one_process_replicas`)
-UNNAMED: dict[str, frozenset[str]] = {"launcher": frozenset({ACCELERATE_FSDP, DATA_PARALLEL})}
+# One process over every visible GPU (DATA_PARALLEL) is how LLaMA-Factory before 0.8.0 trained. It is offered only
+# where no input rules that release out (facts/kinds.py `data_parallel_open`: a release stated or narrowed by the
+# config's keys to 0.8.0 or later closes it, facts/launchray.py `narrowed_past_first`), and an alternative that
+# remains is plausible: it opens the verdict like any other (trial 15: "19.0 GiB at-risk" listed without `!` beside
+# "fits"). `--launch` with a `python src/train.py` line estimates that launch itself (run/engines.py
+# `_one_process_replicas`).
+UNNAMED: dict[str, frozenset[str]] = {"launcher": frozenset({ACCELERATE_FSDP})}
 SHOWN_ONLY: dict[str, frozenset[str]] = {"weights-quantization": frozenset({UNQUANTIZED})}
+
+
+# The names of `NOT_OPEN` that stay out of the verdict although they are weighed: values LLaMA-Factory or transformers
+# fill in for sure, and the remedy-only liger-kernel. ``transformers-version`` is not among them (trial 15, case 06:
+# "fits" beside "! if transformers 4.48.3: 14.5 GiB at-risk"): its older alternative is offered only where the model
+# loads under it and a judged LLaMA-Factory release admits it (facts/tfmodeltype.py `could_run`; none where the
+# release is 0.9.4 or later), so an alternative that remains is plausible and opens the verdict like any other. It
+# stays in `NOT_OPEN` for the p_oom/interval mixture, whose weights were fitted without it (facts/assume.py `mixture`).
+NEVER_OPENS = NOT_OPEN - {"transformers-version"}
+
+
+def opens_verdict(name: str, base_verdict: str | None, verdicts: dict[str, str]) -> bool:
+    """Whether an assumption `name` whose alternatives gave `verdicts` (label → verdict) opens `base_verdict`: the
+    one home of that question, so the ``!`` of the report (``Assumption.moves_verdict``) and the verdict
+    (facts/assume.py `fold`) cannot disagree. True when some alternative that may decide (not `not_deciding`) gives
+    another verdict, for an assumption not in `NEVER_OPENS`; False without a verdict."""
+    if base_verdict is None or name in NEVER_OPENS:
+        return False
+    shown = not_deciding(name)
+    return any(v != base_verdict for k, v in verdicts.items() if k not in shown)
+
+
+def settled(a: Assumption) -> Assumption:
+    """`a` with ``moves_verdict`` cleared where `opens_verdict`'s name test says it never opens the verdict (a
+    producer that set the flag itself: facts/kinds.py, quantassume.py, exportadapter.py, readers/model/modelcfg.py);
+    `fold` reads the flag alone."""
+    from dataclasses import replace
+
+    return replace(a, moves_verdict=False) if a.moves_verdict and a.name in NEVER_OPENS else a
 
 
 def not_deciding(name: str) -> frozenset[str]:
@@ -67,7 +101,8 @@ MEMORY_ONLY = frozenset({"sample-lengths", "gpus", "gpu-variant", "torch-version
                          "deepspeed-config", "checkpoint-dtype", "attention-kernel", "world-size",
                          "eval-batch", "train-batch", "cutoff-len", "host-ram", "images-per-sample", "image-pixels",
                          "hccl-buffsize", "npu-runtime", "save-gathers-adapter-only", "liger-kernel",
-                         "unsloth-version"})
+                         "unsloth-version", "unsloth-gpt-oss", "unsloth-rope-build",
+                         "moe-expert-layout"})
 
 Judge = Callable[[Any, Hardware | None, int | None], "tuple[float, str | None] | None"]
 
@@ -118,7 +153,7 @@ def weigh(name: str, value: Any, source: str, resolve_with: str, base_verdict: s
         gib[label] = total
         if verdict is not None:
             verdicts[label] = verdict
-    moves = base_verdict is not None and any(v != base_verdict for k, v in verdicts.items() if k not in shown_only)
+    moves = opens_verdict(name, base_verdict, {k: v for k, v in verdicts.items() if k not in shown_only})
     return Assumption(name=name, value=value, source=source, alternatives=tuple(label for label, _ in alts),
                       effect_gib=gib, effect_verdict=verdicts, resolve_with=resolve_with, moves_verdict=moves)
 

@@ -31,6 +31,7 @@ def launch_assumptions(asm: Any, run: Any, hw: Hardware | None, tokens: int | No
     """Over several ranks: the launcher (facts/kinds.py `launcher_assumption`, the one producer, asked again with
     the resolved run) weighed, and the rank count, when the launch was not read."""
     from finetune_doctor.facts.kinds import ACCELERATE_FSDP, BY_HAND, DATA_PARALLEL, launcher_assumption
+    from finetune_doctor.facts.launchray import RAY_UNSET
 
     if run.world_size <= 1:
         return _gpu_count(asm, run, hw, tokens, judge, rerun, base_verdict)
@@ -39,7 +40,8 @@ def launch_assumptions(asm: Any, run: Any, hw: Hardware | None, tokens: int | No
         return []
     thunks: dict[str, Callable[[], tuple[float, str | None] | None]] = {
         BY_HAND: lambda: judge(run.with_(launcher="torchrun"), hw, tokens),
-        DATA_PARALLEL: lambda: _data_parallel(asm, run, hw, tokens, judge, fresh, rerun)}
+        DATA_PARALLEL: lambda: _data_parallel(asm, run, hw, tokens, judge, fresh, rerun),
+        RAY_UNSET: lambda: judge(run.with_(launcher="llamafactory-cli"), hw, tokens)}
     if ACCELERATE_FSDP in base.alternatives:
         from finetune_doctor.readers.config.accelerate import AccelerateConfig
         from finetune_doctor.run.engines import LaunchInputs

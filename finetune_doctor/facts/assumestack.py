@@ -160,3 +160,65 @@ def unsloth_assumption(c: Seen) -> list[Assumption]:
                    "use_unsloth and no unsloth version of the training machine; a long-context unsloth run that ran "
                    "out (LlamaFactory#3638) needs more than its release's own loss gives",
                    "--env FILE with `pip freeze` of the training machine", c.base, alts)]
+
+
+def unsloth_nf4_assumption(c: Seen) -> list[Assumption]:
+    """``use_unsloth`` with ``quantization_bit: 4`` on gpt-oss's MXFP4 checkpoint and no unsloth release of the
+    training machine: the run is sized as unsloth's bitsandbytes NF4 copy, which its mapper loads from 2025.8.2
+    (run/quantization.py `unsloth_nf4_copy` has the source lines); an older unsloth has no gpt-oss entry and the
+    alternative is LF's own load, the MXFP4 experts dequantised to bf16 (every weight at 2 bytes)."""
+    from finetune_doctor.run.quantization import UNSLOTH_GPT_OSS_FROM, unsloth_nf4_copy
+
+    run = c.run
+    if "unsloth" in {p for p, _v, _s in c.asm.stack_sources} or not unsloth_nf4_copy(run.arch, c.cfg, None):
+        return []
+    older = ".".join(str(x) for x in (*UNSLOTH_GPT_OSS_FROM[:2], UNSLOTH_GPT_OSS_FROM[2] - 1))
+    label = f"unsloth {older} or older: LF's own load, the MXFP4 checkpoint dequantised to bf16"
+    alts = [(label, (lambda: c.fresh(c.rerun(stack={"unsloth": older}), c.hw, c.tokens)) if weighs(c.fresh) else None)]
+    return [weigh("unsloth-gpt-oss", "unsloth's NF4 copy (unsloth-bnb-4bit): every decoder linear, experts "
+                  "included, at 4 bits", "use_unsloth with quantization_bit 4 on an MXFP4 checkpoint and no unsloth "
+                  "version of the training machine: unsloth 2025.8.2 and later load their own 4-bit copy",
+                  "--env FILE with `pip freeze` of the training machine", c.base, alts)]
+
+
+def unsloth_rope_build_assumption(c: Seen) -> list[Assumption]:
+    """A stated unsloth 2024.7 on a type whose RoPE tables unsloth replaced: builds of that version string before
+    2024-07-18 hold every layer's cos/sin tables over the whole window, builds from then on grow them with the
+    batch (run/savers.py `UNSLOTH_AMBIGUOUS_ROPE_RELEASE` has the commits); the window form is the value, the later
+    builds' form is weighed."""
+    from finetune_doctor.run.savers import UNSLOTH_AMBIGUOUS_ROPE_RELEASE
+    from finetune_doctor.run.stack import parse_version
+
+    run = c.run
+    stated = next((v for p, v, _s in c.asm.stack_sources if p == "unsloth"), None)
+    v = parse_version(stated)
+    if v is None or tuple(v[:2]) != UNSLOTH_AMBIGUOUS_ROPE_RELEASE or run.unsloth_rope_positions <= 0:
+        return []
+    label = "a build from 2024-07-18 on (dynamic RoPE, 54dd81de67): tables grow with the longest batch"
+    alts = [(label, lambda: c.judge(run.with_(unsloth_rope_positions=0), c.hw, c.tokens))]
+    return [weigh("unsloth-rope-build", f"a 2024.7 build before 2024-07-18: every layer holds cos/sin tables for "
+                  f"{run.unsloth_rope_positions} positions", f"unsloth {stated} names a version string that spans "
+                  "builds with and without the dynamic RoPE change", "--env FILE naming the unsloth commit, or "
+                  "unsloth 2024.8 or later", c.base, alts)]
+
+
+def moe_expert_layout_assumption(c: Seen) -> list[Assumption]:
+    """On-the-fly quantization (``quantization_bit``, not through unsloth) of an MoE whose experts the doctor built as
+    ``nn.Linear`` modules, with no transformers release of the training machine: under transformers 4.x each expert
+    is a linear and is quantized with the rest; under 5.x (LLaMA-Factory's snapshot allows up to 5.8.0,
+    pyproject.toml:43) the routed experts are fused 3-D parameters that bitsandbytes, HQQ and EETQ leave 16-bit
+    (analyzers/memory/qlora.py `fused_experts_left_unquantized` has the source lines), which the alternative sizes."""
+    from dataclasses import replace
+
+    run = c.run
+    arch = run.arch
+    if (not run.quantization_bit or run.use_unsloth or not arch.is_moe or arch.experts_fused
+            or "transformers" in {p for p, _v, _s in c.asm.stack_sources}):
+        return []
+    label = "transformers 5.x: the routed experts fused 3-D parameters, left 16-bit by on-the-fly quantization"
+    fused = replace(arch, experts_fused=True)
+    alts = [(label, (lambda: c.fresh(c.rerun(arch=fused), c.hw, c.tokens)) if weighs(c.fresh) else None)]
+    return [weigh("moe-expert-layout", "transformers 4.x: every expert an nn.Linear, quantized with the rest",
+                  "quantization_bit on a mixture-of-experts model and no transformers version of the training "
+                  "machine: transformers 5 stores the experts fused, and bitsandbytes quantizes nn.Linear modules "
+                  "only", "--env FILE with `pip freeze` of the training machine", c.base, alts)]

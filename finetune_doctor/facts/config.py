@@ -240,13 +240,11 @@ def _hardware(asm: Assembly, opts: Options, hw: Hardware | None, env_report: Any
 
 
 def _gpus_unknown(opts: Options) -> str:
-    """The note of a run judged without a card; it names --env as given when it was (trial 6 case 11: an env file
-    with no GPU line was reported as "no --env")."""
-    if opts.env_file:
-        return (f"GPUs unknown (no --gpu, no NVML; --env {opts.env_file} names no GPU): the fit is not judged and "
-                "one GPU is assumed for the world size; pass e.g. --gpu 4xL20")
-    return ("GPUs unknown (no --gpu, no NVML, no --env): the fit is not judged and one GPU is assumed for the world "
-            "size; pass e.g. --gpu 4xL20, or --env with `llamafactory-cli env` output")
+    """The note of a run judged without a card (facts/launchray.py `gpus_unknown_note`, which facts/verdict.py asks
+    again once the run's world size is resolved)."""
+    from finetune_doctor.facts.launchray import gpus_unknown_note
+
+    return gpus_unknown_note(opts.env_file, None)
 
 def _kind(doc: ConfigDoc, launch_file: str | None = None) -> str:
     """Which LF command reads `doc` (readers/config/lfkind.py; ``USE_V1=1`` on the --launch line counts); a file LF does

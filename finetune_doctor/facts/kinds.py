@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from finetune_doctor.facts import exportadapter
+from finetune_doctor.facts.launchray import narrowed_past_first, ranks_train_as, ray_launcher
 from finetune_doctor.run.quantization import checkpoint_weight_bytes
 
 GIB = 2 ** 30
@@ -527,6 +528,8 @@ def data_parallel_open(asm: Any, engine: str | None, deepspeed: bool) -> bool:
     if str(values.get("quantization_bit", "")).strip() == "8":
         return False
     rel = getattr(asm, "release", None)
+    if narrowed_past_first(rel, values, getattr(asm, "kind", "train")):   # the keys rule out LF < 0.8.0 (trial 15)
+        return False
     if rel is None or not rel.known or rel.source == "installed here":
         return True
     from finetune_doctor.numbers import parse_version   # the one reader of release strings
@@ -575,7 +578,9 @@ def launcher_assumption(asm: Any, world_size: int | None, engine: str | None = N
     if world_size is not None and world_size > 1:
         if engine == "megatron" or launch_read(asm):
             return None
-        how = "DeepSpeed as the YAML names it" if deepspeed else "DDP"
+        deepspeed, engine, how = ranks_train_as(asm, engine, deepspeed)   # one description for lint and check
+        if run is not None and getattr(run, "launcher", None) == "ray":
+            return Assumption(name="launcher", **ray_launcher(run, how))
         refused = fsdp_refused(run)
         alts = (BY_HAND, ACCELERATE_FSDP) if engine == "ddp" and refused is None else (BY_HAND,)
         # `llamafactory-cli train` on several GPUs starts torchrun (LF main launcher.py L60-126: FORCE_TORCHRUN or

@@ -48,6 +48,12 @@ def record_assumptions(asm: Assembly, opts: Options, tokens: int | None,
         # was read), or none once the launch is read
         asm.assumptions[:] = [a for a in asm.assumptions if a.name != "launcher"]
     asm.assumptions.extend(found)
+    from finetune_doctor.facts.assumebase import settled
+
+    asm.assumptions[:] = [settled(a) for a in asm.assumptions]   # the `!` is what `fold` reads
+    from finetune_doctor.facts.launchray import renote_world
+
+    renote_world(asm, opts.env_file)   # the world size the "GPUs unknown" note gives is the run's (trial 15)
     if mem is None:
         return {}
     verdict, deciding = assume.fold(base, mem.total, asm.assumptions)
@@ -82,7 +88,8 @@ def mixed_p_oom(asm: Assembly, opts: Options) -> dict[str, Any]:
                "p_oom_components": comps, "p_oom_model_assumed": mem.p_oom_model}
     if len(comps) < 2:
         asm.memory = replace(mem, details=details)
-        return bands.single_interval(asm)   # the class's widths (facts/bands.py); {} without them
+        single = bands.single_interval(asm)   # the class's widths (facts/bands.py); {} without them
+        return {**single, **bands.what_each_is_of(asm, comps)}
     from finetune_doctor.facts.mixshow import mixture_weights
 
     details["mixture_weights"] = mixture_weights(mem.total, asm.hw, asm.assumptions, opts.gpu)
@@ -105,4 +112,5 @@ def mixed_p_oom(asm: Assembly, opts: Options) -> dict[str, Any]:
                            "interval_hi_gib": interval[1], "interval_basis": basis}
     if mixed_p:
         out.update(pct_fields(mixed_p["p_oom"], mem.p_oom, mixed_p["p_oom_model"], mem.p_oom_model))
+    out.update(bands.what_each_is_of(asm, comps))   # of the same mixture the interval is (trial 15)
     return out

@@ -428,6 +428,13 @@ def _memory(w: _Writer, r: Report) -> None:
         verdict = f"verdict {mem.verdict}{why} · {_probabilities(mem, cond)} · " if mem.verdict else ""
         basis = mem.details.get("interval_basis") or "the benchmarks' error for this kind of run"
         w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB ({basis})", indent=1)
+        share = mem.details.get("interval_share_above_card")
+        if share is not None and mem.p_oom is not None:
+            # trial 15: the two are of different counters and spreads; each says what it is of (facts/bands.py)
+            need = mem.need if getattr(mem, "need", None) is not None else mem.total
+            w.line(f"the interval is of the peak nvidia-smi shows ({gib(mem.total)} GiB predicted), "
+                   f"{_pct(share)} of it above the card; the probabilities are of what the run needs "
+                   f"({gib(need)} GiB), with the spread fitted on outcomes", indent=1)
         from finetune_doctor.facts.mixshow import headline_words
 
         words = headline_words(mem, (mem.details.get("token_budget") or {}).get("cutoff_len"))
@@ -482,7 +489,8 @@ def _assumed(w: _Writer, r: Report) -> None:
     from finetune_doctor.reporters.sections import assumed   # a lint of accelerate configs alone assumes nothing
 
     w.heading("Assumed (not read from your inputs; ! moves the verdict)")
-    for text, moves in assumed.assumption_lines(r.assumptions):
+    verdict = r.memory.verdict if r.memory is not None else None
+    for text, moves in assumed.assumption_lines(r.assumptions, verdict):
         w.line((text, "yellow" if moves else None), indent=1)
 
 

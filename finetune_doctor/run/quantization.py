@@ -14,6 +14,7 @@ from typing import Any
 from finetune_doctor.arch import ModelArch
 from finetune_doctor.dtypes import DTYPE_BYTES
 from finetune_doctor.quant import QuantSpec
+from finetune_doctor.run.values import as_bool
 
 
 # LLaMA-Factory's own list (extras/constants.py:168-179, snapshot ff6d4d1); transformers names bitsandbytes
@@ -189,3 +190,45 @@ def checkpoint_weight_bytes(arch: ModelArch, unquantized_bytes: float) -> tuple[
         return params * unquantized_bytes, None
     rest = max(params - lb.quantized - lb.unquantized, 0)
     return lb.bytes + rest * unquantized_bytes, spec.label
+
+
+# ---- unsloth's own 4-bit copy of an MXFP4 checkpoint ------------------------------------------------------------
+
+# The first unsloth release whose mapper knows gpt-oss (commit 5fa56a5cda "GPT-OSS", 2025-08-06, which moved
+# unsloth/models/_utils.py ``__version__`` from 2025.8.1 to 2025.8.2).
+UNSLOTH_GPT_OSS_FROM = (2025, 8, 2)
+# MXFP4 checkpoints unsloth's mapper sends to a bitsandbytes NF4 copy of its own under ``load_in_4bit``
+UNSLOTH_NF4_COPIES = frozenset({"gpt_oss"})
+
+
+def unsloth_nf4_copy(arch: ModelArch, cfg: dict[str, Any], unsloth_release: tuple[int, ...] | None) -> bool:
+    """Whether LLaMA-Factory's ``use_unsloth`` load trains `arch`'s MXFP4 checkpoint as unsloth's bitsandbytes NF4
+    copy instead of dequantising it to bf16.
+
+    LF's own load meets an MXFP4 checkpoint with ``Mxfp4Config(dequantize=True)`` and ignores ``quantization_bit``
+    (model_utils/quantization.py:94-112 at the snapshot: the warning :95-96, the dequantising config :107-112):
+    every weight at 2 bytes. With ``use_unsloth`` LF builds ``init_kwargs`` the same way (``patch_config`` first,
+    model/loader.py:141-149) but never hands them on: it calls unsloth's ``FastLanguageModel.from_pretrained(
+    model_name=model_name_or_path, load_in_4bit=quantization_bit == 4, ...)`` (model_utils/unsloth.py:36-48, :59),
+    and ``quantization_bit`` is never cleared for a PTQ checkpoint. Unsloth then renames the model
+    (unsloth/models/loader.py:560 ``get_model_name(model_name, load_in_4bit)`` at abbf1f0a, 2025-08-13;
+    loader_utils.py:67-75 looks the lower-cased name up in ``FLOAT_TO_INT_MAPPER``), and its mapper sends
+    ``openai/gpt-oss-20b``/``-120b`` (and ``unsloth/gpt-oss-*``) to ``unsloth/gpt-oss-*-unsloth-bnb-4bit``
+    (mapper.py:924-933 at abbf1f0a; :1058-1067 at 015bdef0d9, 2026-08-22): a bitsandbytes 4-bit checkpoint whose
+    routed experts are per-expert linears (the loader's ``'down_projs' in name`` rule for that copy,
+    loader.py:620-626 at abbf1f0a). So every decoder linear, the experts included, is NF4 with its quantisation
+    state; embeddings, head, router and norms stay 16-bit.
+
+    `unsloth_release` is the training machine's unsloth (a parsed version) or None when unknown: unknown is taken
+    as a release with the mapper (the assumption ``unsloth-gpt-oss`` weighs LF's dequantised path against it);
+    a release before `UNSLOTH_GPT_OSS_FROM` has no gpt-oss entry and is left on LF's own path.
+    """
+    spec = arch.quant
+    if not (as_bool(cfg.get("use_unsloth")) and spec is not None and spec.method == "mxfp4"
+            and arch.model_type in UNSLOTH_NF4_COPIES):
+        return False
+    try:
+        qbit = int(cfg.get("quantization_bit"))
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return qbit == 4 and (unsloth_release is None or tuple(unsloth_release[:3]) >= UNSLOTH_GPT_OSS_FROM)

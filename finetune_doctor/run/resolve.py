@@ -5,11 +5,12 @@ reference/llamafactory/LF_FACTS.md), transformers or DeepSpeed decides it.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from finetune_doctor.arch import ModelArch
 from finetune_doctor.readers.model.byname import media_template
-from finetune_doctor.run.quantization import resolve_quantization
+from finetune_doctor.run.quantization import resolve_quantization, unsloth_nf4_copy
 from finetune_doctor.run.attention import auto_kernel, lf_drops_fa2_on_npu, npu_sdpa_materialises, resolve_attention
 from finetune_doctor.run.engines import LaunchInputs, resolve_engine
 from finetune_doctor.run.model import Run
@@ -54,7 +55,7 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
     mgn = cfg.get("max_grad_norm")
     run = Run(
         arch=arch, model_name=str(cfg.get("model_name_or_path") or arch.name), stage=stage, finetuning_type=ft,
-        **_precision(cfg, arch, hw, ds, dsf["zero_stage"], notes),
+        **_precision(cfg, arch, hw, ds, dsf["zero_stage"], notes, stack),
         **_adapters(cfg),
         micro_batch=mbs, grad_accum=gas, seq_len=as_int(cfg.get("cutoff_len"), DEFAULT_CUTOFF_LEN),
         **_stage_data(cfg, stage, ft),
@@ -123,12 +124,18 @@ def _flags_text(cfg: dict[str, Any]) -> str:
 
 
 def _precision(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: Any | None, zero_stage: int,
-               notes: list[str]) -> dict[str, Any]:
+               notes: list[str], stack: dict[str, str | None] | None = None) -> dict[str, Any]:
     """Weights, trainable and compute dtypes, autocast and quantization, as LLaMA-Factory resolves them
     (LF_FACTS.md §2: weights load in the checkpoint dtype; trainable params are upcast to fp32 unless pure_bf16)."""
     bf16, fp16, pure_bf16 = as_bool(cfg.get("bf16")), as_bool(cfg.get("fp16")), as_bool(cfg.get("pure_bf16"))
-    # Quantization (LF model_utils/quantization.py:86-227): a PTQ checkpoint wins over quantization_bit.
-    qz = resolve_quantization(arch, cfg.get("quantization_bit"), cfg.get("quantization_method"))
+    # Quantization (LF model_utils/quantization.py:86-227): a PTQ checkpoint wins over quantization_bit, except
+    # where use_unsloth hands the load to unsloth, whose mapper swaps an MXFP4 checkpoint for its NF4 copy
+    qarch = arch
+    if unsloth_nf4_copy(arch, cfg, parse_version((stack or {}).get("unsloth"))):
+        qarch = replace(arch, quant=None)
+        notes.append("use_unsloth with quantization_bit 4: unsloth loads its bitsandbytes NF4 copy of this MXFP4 "
+                     "checkpoint (unsloth-bnb-4bit, experts as 4-bit linears) instead of LF's dequantised bf16")
+    qz = resolve_quantization(qarch, cfg.get("quantization_bit"), cfg.get("quantization_method"))
     ptq, qbit = qz["ptq_method"], qz["quantization_bit"]
     notes.extend(qz["notes"])
     # compute dtype (parser.py:640-643, patcher.py:375-379 + extras/misc.py:241-248)

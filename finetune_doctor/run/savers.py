@@ -240,6 +240,11 @@ UNSLOTH_OWN_FORWARD = frozenset({"llama", "mistral", "gemma", "gemma2", "qwen2",
 # are cast to lm_head's dtype after loading (llama.py:1336-1341). From 2024.8 the tables start at min(32768, that
 # length) and grow only to the longest batch seen (llama.py ``extend_rope_embedding`` at 54dd81de67).
 UNSLOTH_DYNAMIC_ROPE_FROM = (2024, 8)
+# The version string "2024.7" spans main from cc4c5d7785 (2024-07-02) to e9ab1ad5bc~1 (2024-07-24): the dynamic RoPE
+# commit 54dd81de67 landed on main's first-parent line on 2024-07-18, so a 2024.7 build may have either form (a
+# model unsloth first took on 2024-07-18, Mistral-Nemo at 6a437e43f5, can only have run the later builds at scale).
+# The window form is kept as the value; facts/assumestack.py `unsloth_rope_build_assumption` weighs the other.
+UNSLOTH_AMBIGUOUS_ROPE_RELEASE = (2024, 7)
 UNSLOTH_WINDOW_ROPE_TYPES = frozenset({"llama", "mistral"})
 
 

@@ -51,6 +51,7 @@ import math
 from finetune_doctor.analyzers.memory.activations import activation_terms
 from finetune_doctor.analyzers.memory.constants import HOST_PER_PROCESS_GIB
 from finetune_doctor.analyzers.memory.logits import logit_terms
+from finetune_doctor.analyzers.memory.qlora import fused_experts_left_unquantized
 from finetune_doctor.analyzers.memory.weights import optimizer_state_bytes, weight_bytes_per_param
 from finetune_doctor.analyzers.memory.params import ParamCounts
 from finetune_doctor.dtypes import dtype_bytes as _bytes
@@ -106,8 +107,10 @@ def _stored_bytes(run: Run) -> tuple[float, float, float, float]:
 def _layer_parts(run: Run, c: ParamCounts, i: int) -> tuple[float, float, float]:
     """(frozen linear, other frozen, trainable) elements of decoder layer `i` and its LoRA leaves."""
     a = run.arch
-    lin = float(sum(x.params for x in a.layer_linears(i)))
-    other = float(a.layer_other_params(i))
+    # fused 3-D experts that on-the-fly quantization skips are stored like the other unquantized parameters
+    kept = float(sum(x.params for x in a.layer_linears(i) if fused_experts_left_unquantized(run, x)))
+    lin = float(sum(x.params for x in a.layer_linears(i))) - kept
+    other = float(a.layer_other_params(i)) + kept
     ft = run.finetuning_type
     L = max(a.num_layers, 1)
     if ft == "full":

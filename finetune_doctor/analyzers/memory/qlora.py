@@ -32,6 +32,7 @@ the bug behind QLoRA's memory issues at larger batches and longer sequences).
 
 from __future__ import annotations
 
+from finetune_doctor.arch import Linear
 from finetune_doctor.dtypes import dtype_bytes
 from finetune_doctor.run import Run
 from finetune_doctor.run.stack import parse_version
@@ -55,11 +56,25 @@ def is_bnb8(run: Run) -> bool:
     return run.quantization_bit == 8 and (run.quantization_method or "bnb") in ("bnb", "bitsandbytes")
 
 
+def fused_experts_left_unquantized(run: Run, lin: Linear) -> bool:
+    """Whether on-the-fly quantization (``quantization_bit``) leaves this linear in the load dtype: routed experts
+    held as fused 3-D parameters (transformers 5's MoE layers, gpt-oss's in 4.x too: `ModelArch.experts_fused`) are
+    no ``nn.Linear``, and transformers swaps only ``nn.Linear``/``Conv1D`` modules for bitsandbytes' 4-/8-bit ones
+    (transformers 5.6.0 integrations/bitsandbytes.py:184 ``replace_with_bnb_linear``; HQQ and EETQ test
+    ``isinstance(module, nn.Linear)`` too: integrations/hqq.py:54, integrations/eetq.py:109), so the experts, most of
+    an MoE's weights, stay 16-bit (bitsandbytes-foundation/bitsandbytes#1849, open; the Experts4bit PRs #1965/#1984
+    unmerged). unsloth quantizes them itself (unsloth-zoo#527, opened 2026-03-02, merged; unsloth#4032), so a
+    ``use_unsloth`` run is left as quantized. A pre-quantized checkpoint is sized as stored (run/quantization.py),
+    not here."""
+    return bool(lin.expert and run.arch.experts_fused and run.quantization_bit and not run.use_unsloth)
+
+
 def largest_quantized_linear(run: Run) -> int:
     """Elements of the largest single quantised weight (``out × in`` of one linear, one expert's for MoE)."""
     a = run.arch
-    return max((lin.in_features * lin.out_features for kind, _n in a.layer_groups() for lin in a.kind_linears(kind)),
-               default=0)
+    # fused 3-D experts are not quantized on the fly (`fused_experts_left_unquantized`): no dequantised copy
+    return max((lin.in_features * lin.out_features for kind, _n in a.layer_groups() for lin in a.kind_linears(kind)
+                if not fused_experts_left_unquantized(run, lin)), default=0)
 
 
 def dequant_transient_bytes(run: Run) -> float:

@@ -490,13 +490,28 @@ def oom_dist(method: str, shape: str) -> ErrorDist:
 
 def model_dist(method: str, shape: str) -> ErrorDist:
     """The distribution the memory model's own probability p_oom_model is taken from (module docstring, 'Two
-    probabilities'): `oom_dist` without the unexplained share (the analytic method's scale set by λ and τ;
-    the probe methods' as they are). The verdict, `safe_total` and the remedy planners read it."""
+    probabilities'): `oom_dist` without the unexplained share (the analytic method's location and scale moved by
+    the table's outcome fit, `outcome_shift`, then its scale set by λ and τ; the probe methods' as they are). The verdict, `safe_total` and the remedy planners read it."""
     d = error_dist(method, shape)
     if d.method != "analytic":
         return d
     factor, tau = oom_spread()
+    delta, mult = outcome_shift(shape)
+    if delta or mult != 1.0:
+        d = replace(d, mu=d.mu + delta, scale=max(d.scale * mult, SIGMA_FLOOR))
     return widened(d, tau, factor)
+
+
+def outcome_shift(shape: str) -> tuple[float, float]:
+    """(δ, m) of the table's ``p_oom_shift`` for the analytic error class of `shape` (`class_key`): the location
+    δ (ln units) and the scale factor m that p_oom's distribution takes past the one fitted on measurements,
+    fitted by maximum likelihood on the dev runs' outcomes as censored observations of ε (a run that trained:
+    need·e^ε ≤ budget; one that ran out: above), each class shrunk to the pooled values by its number of sources
+    (benchmarks/calib_censored.py `fit_table_shift`, scored by leave-one-round-out there). The class's own values,
+    else the pooled ones, else (0, 1) for a table without the field."""
+    spec = table().get("p_oom_shift") or {}
+    got = (spec.get("classes") or {}).get(class_key("analytic", shape)) or spec.get("pooled") or {}
+    return float(got.get("delta") or 0.0), float(got.get("mult") or 1.0)
 
 
 def unexplained_share(method: str = "analytic") -> float:

@@ -15,6 +15,7 @@ from finetune_doctor.analyzers.memory.zero3 import (all_layers_gathered_bytes, d
                                                     recompute_leak, sub_group_half_flat_bytes, zero3_live)
 from finetune_doctor.analyzers.memory.optstates import badam_states, lowrank_states, muon_states
 from finetune_doctor.analyzers.memory.params import ParamCounts, badam_block_params
+from finetune_doctor.analyzers.memory.qlora import fused_experts_left_unquantized
 from finetune_doctor.arch import Linear, ModelArch
 from finetune_doctor.dtypes import dtype_bytes as _bytes
 from finetune_doctor.run import Run
@@ -51,7 +52,12 @@ def weight_terms(run: Run, c: ParamCounts) -> WeightTerms:
     stage = run.zero_stage if run.deepspeed else 0
     wq = run.linear_weight_bytes or weight_bytes_per_param(run.weights_dtype, run.double_quantization)
     if run.quantized:
-        linear = sum(n * sum(lin.params for lin in a.kind_linears(k)) for k, n in a.layer_groups())
+        # weight elements only: bitsandbytes packs a linear's weight, not its bias (Linear4bit/Linear8bitLt keep
+        # ``bias`` a plain parameter in the load dtype, bitsandbytes nn/modules.py), and a PTQ checkpoint's bias
+        # bytes are already inside its per-element figure (run/quantization.py `stored_linear_bytes`)
+        linear = sum(n * sum(lin.count * lin.in_features * lin.out_features for lin in a.kind_linears(k)
+                             if not fused_experts_left_unquantized(run, lin))
+                     for k, n in a.layer_groups())
         other_frozen = max(c.frozen - linear, 0)
         frozen_bytes = linear * wq + other_frozen * _bytes(a.dtype if a.dtype != "float32" else run.compute_dtype)
     else:

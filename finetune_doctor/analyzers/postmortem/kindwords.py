@@ -63,7 +63,12 @@ UPGRADE = re.compile(
     r"\b(?:works?|worked|working)\s+(?:fine\s+|well\s+)?(?:with|on|in|under)\s+" + _PKG + r"\s*(?:==|=)?\s*" + _VER
     + r"[^.\n]{0,60}?\b(?:but|while|fails?|failed|breaks?|broke|broken|errors?)\b|"
     r"(?:更新|升级)(?:了|到|至|成)?[^，,。；;\n]{0,40}?(?:后|之后|以后)?\S{0,4}?(?:就|又|开始)?(?:报错|出错|失败|不行|挂了|有问题|异常)|"
-    r"(?:更新|升级)(?:了|到|至)?最新", _I)
+    r"(?:更新|升级)(?:了|到|至)?最新|"
+    # (appended, wt/pmrobust13) the release that worked said first, the newest said to fail after it ("trl 0.15.0
+    # was fine, the newest trl gives an error", "0.15.0 没问题，最新版报错")
+    r"\b" + _PKG + r"\s*(?:==|=)?\s*" + _VER + r"\s+(?:was|is|works?|worked|ran)\s+(?:fine|ok|okay|good|well)\b"
+    r"[^.\n]{0,60}?\b(?:latest|newest|new(?:er)?)\b|"
+    r"(?:没问题|正常|可以)[^。\n]{0,30}?(?:最新|新版)\S{0,10}?(?:报错|出错|失败|不行)", _I)
 # a release named as the one that worked ("一开始用的是 trl==0.15.0", "worked with peft 0.10.0", "0.15.0 was fine")
 _WORKED = re.compile(r"(?:一开始|之前|原来|起初|最初|以前)[^，,。；;\n]{0,12}?(?P<p1>" + _PKG + r")\s*(?:==|=)?\s*(?P<v1>" + _VER
                      + r")|\b(?:works?|worked|working|was fine|fine)\s+(?:fine\s+|well\s+)?(?:with|on|in|under)\s+"

@@ -594,8 +594,8 @@ DS_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+\] \[[A-Z]+\] \[[\w.]+:\d+:\w
 # exceptions and warnings
 # an exception line quoted inside a sentence or a title ('Getting "ValueError: Asking to pad ..." while running',
 # "训练报错，RuntimeError: ..."): the class starts after a space, a quote, a bracket or CJK/ASCII punctuation
-EXC_IN = re.compile(r"(?:(?<=[\s\"'`(（“‘，,:：>])|^)(?P<cls>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)):\s"
-                    r"(?P<msg>\S.*)$")
+EXC_IN = re.compile(r"(?:(?<=[\s\"'`(（“‘，,:：>])|^)(?P<cls>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)|"
+                    r"Exception):\s(?P<msg>\S.*)$")   # (bare Exception: accelerate's FSDP wrap raises it)
 QUOTE_CLOSE = {'"': '"', "'": "'", "“": "”", "‘": "’", "`": "`", "(": ")", "（": "）"}
 # a traceback's frame line that a paste cut inside its path, before ``File "`` (CPython Lib/traceback.py
 # FrameSummary's '  File "{filename}", line {lineno}, in {name}'): "site-packages/transformers/x.py", line 9, in f"

@@ -20,6 +20,7 @@ import re
 from typing import Any
 
 from finetune_doctor.readers.runlogs import pasteblocks
+from finetune_doctor.readers.runlogs import userwords_forms as forms
 from finetune_doctor.readers.runlogs.quotewords import quote_text
 from finetune_doctor.readers.runlogs import userwords_vocab as vocab
 
@@ -105,7 +106,10 @@ def read_words(text: str) -> dict[str, Any] | None:
     shown = text
     # negated phrases blanked in place (same length: line numbers and offsets stay those of the file)
     text = _NEGATED.sub(lambda m: " " * len(m.group(0)), text)
-    found = vocab.first_symptom(text)
+    # the vocabulary's forms first; a second user's other forms of the same symptoms after (userwords_forms.py)
+    found = vocab.first_symptom(text) or forms.first_symptom(text)
+    if found is not None and found[0] == "error":
+        found = forms.specific(text) or found   # a more specific kind said beside the catch-all "error"
     if found is None:
         # no symptom word, but the paste ends on a datasets bar still at 0: where it stopped is the report
         lines = text.rstrip().splitlines()
@@ -145,7 +149,7 @@ def read_words(text: str) -> dict[str, Any] | None:
     out["memory"] = ("gpu" if _GPU_MEMORY.search(text) or _CARDS.search(text) else None) if symptom == "oom" else None
     out["metric"] = ("grad_norm" if vocab.GRAD_BEFORE.search(text[max(0, m.start() - 24):m.start()]) else "loss") \
         if symptom == "nan" else None
-    ph = vocab.first_phase(text)
+    ph = vocab.first_phase(text) or forms.first_phase(text)
     if ph is not None:
         out["phase"], out["phase_words"] = ph[0], ph[1].group(0).strip()
     sm = _STEP.search(text)

@@ -180,9 +180,9 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # symptom ("多机 OOM" stays oom), and not where the words quote the exception (its reading says more)
     ("nccl-error", re.compile(
         r"(?:多机|多节点|跨节点|跨机|\bmulti[- ]?node\b|\bmultiple (?:nodes|machines)\b|\b(?:two|2|several) (?:nodes|machines)\b)"
-        r"[^.\n。]{0,24}?(?:报错|出错|错误|失败|\berrors?\b|\bfail\w*|\bcrash\w*)(?![^\n]{0,60}(?:Error|Exception)\b)|"
+        r"[^.\n。]{0,24}?(?:报错|出错|错误|失败|\berrors?\b|\bfail\w*|\bcrash\w*)(?![^\n]{0,60}(?-i:Error|Exception)\b)|"
         r"(?:\berrors?\b|\bfail\w*|\bcrash\w*)[^.\n。]{0,24}?(?:\bmulti[- ]?node\b|\bmultiple (?:nodes|machines)\b|"
-        r"\b(?:two|2|several) (?:nodes|machines)\b)(?![^\n]{0,60}(?:Error|Exception)\b)", _I)),
+        r"\b(?:two|2|several) (?:nodes|machines)\b)(?![^\n]{0,60}(?-i:Error|Exception)\b)", _I)),
     # a dataset that yields no sample (rule no-valid-samples): LLaMA-Factory takes the first processed sample to
     # print it and turns the StopIteration of an empty dataset into "Cannot find sufficient samples, consider
     # increasing dataset size." (stage pt: texts grouped into cutoff_len blocks) or "Cannot find valid samples,

@@ -56,9 +56,9 @@ def deciding_line(d: dict[str, Any] | None) -> str | None:
             f"({d['value']}){tail}")
 
 
-def assumption_lines(items: Iterable[Any]) -> list[tuple[str, bool]]:
+def assumption_lines(items: Iterable[Any], verdict: str | None = None) -> list[tuple[str, bool]]:
     """(line, moves the verdict) per assumption, verdict-moving first: ``name: value — alternative: GiB verdict;
-    … (resolve with …)``."""
+    … (resolve with …)``. `verdict` is the report's memory verdict (None: not known)."""
     out = []
     for a in sorted(items, key=lambda a: not a.moves_verdict):
         sized, unsized = [], []
@@ -67,7 +67,7 @@ def assumption_lines(items: Iterable[Any]) -> list[tuple[str, bool]]:
             if g is None:
                 unsized.append(str(alt))
             else:
-                sized.append(f"{alt}: {g:.1f} GiB" + (f" {v}" if v else ""))
+                sized.append(f"{alt}: {g:.1f} GiB" + (f" {v}" if v else "") + _not_deciding(a, alt, v, verdict))
         # alternatives the memory model was not re-run for carry no number: name a few, not every release
         if unsized:
             more = f", +{len(unsized) - _UNSIZED_SHOWN} more" if len(unsized) > _UNSIZED_SHOWN else ""
@@ -83,6 +83,17 @@ def assumption_lines(items: Iterable[Any]) -> list[tuple[str, bool]]:
                  len(files) > _UNSIZED_SHOWN else "") + "]") if files else ""
         out.append((f"{'!' if a.moves_verdict else '-'} {a.name}: {a.value}{where}{eff}{tail}", a.moves_verdict))
     return out
+
+
+def _not_deciding(a: Any, alt: str, alt_verdict: str | None, verdict: str | None) -> str:
+    """" (weighed, not deciding: no input names it)" after an alternative whose verdict differs from the report's
+    `verdict` but that never opens it (facts/assumebase.py `UNNAMED`, `SHOWN_ONLY`): a differing verdict listed
+    without `!` says why (trial 15)."""
+    from finetune_doctor.facts.assumebase import not_deciding
+
+    if verdict is None or alt_verdict is None or alt_verdict == verdict or alt not in not_deciding(a.name):
+        return ""
+    return " (weighed, not deciding: no input names it)"
 
 
 # how many alternatives without a sized effect the text names before "+N more" (the JSON lists them all)
