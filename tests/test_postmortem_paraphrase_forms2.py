@@ -85,3 +85,24 @@ def test_a_negated_failure_or_no_class_is_no_failure(text):
 def test_a_failure_still_said_after_the_negation_fix(tmp_path):
     f = first(tmp_path, "the lora job fails at step 120 on two 3090s")
     assert f.name == "run-crashed" and f.severity == "warning"
+
+
+@pytest.mark.parametrize("text", [
+    "compute_loss() takes 3 positional arguments but 4 were given",
+    "collate_fn missing 1 required positional argument: 'features'",
+    "xformers is not available, but is needed for memory efficient attention",
+    "Fused kernels only support Hopper GPUs or newer",
+    "gradient_accumulation_steps is not equal to 16 * 2 as configured",
+    "Asking to return token_type_ids while setting add_special_tokens to False",
+])
+def test_an_exception_message_pasted_alone_without_class_is_an_error(tmp_path, text):
+    f = first(tmp_path, text)
+    assert f.name == "run-crashed" and f.severity == "warning" and text[:20] in f.message
+
+
+@pytest.mark.parametrize("text", ["the eval loss is not equal to the train loss, is that ok?",
+                                  "this repo only supports the idea of small models",
+                                  "loss is not available in the logs but the run goes on"])
+def test_prose_that_only_looks_like_a_library_message_is_not_an_error(text):
+    w = read_words(text)
+    assert w is None or w["symptom"] != "error", w

@@ -115,7 +115,21 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         # an exception class typed with a lower-case first letter and its colon ("valueError: ...", "keyError:")
         r"\b[a-z][a-z]*(?:[A-Z][a-z]+)*(?:Error|Exception)\s*[:：]|"
         # an exception class followed by its quoted value with no colon ("KeyError 'label'")
-        r"\b(?:[A-Z][a-z]+)+(?:Error|Exception)\s+[`'\"‘“][^`'\"’”\n]{1,80}[`'\"’”]")),
+        r"\b(?:[A-Z][a-z]+)+(?:Error|Exception)\s+[`'\"‘“][^`'\"’”\n]{1,80}[`'\"’”]")),    # (R2 of rounds 1-6, by kind) an exception message pasted alone, with neither its class nor a failure word:
+    # the library register of an error, not a user's sentence - CPython's call-signature TypeErrors
+    # (Objects/call.c, Python/getargs.c: "takes N positional arguments but M were given", "missing N required
+    # positional argument", "got multiple values for argument"), a capability refused ("X is not available, but is
+    # needed", "only supports <hardware> or newer"), a config equation that does not hold ("is not equal to a * b"),
+    # transformers' "Asking to <do> but ..." family (tokenization_utils_base.py), torch's "Expected to have finished
+    # reduction" (DDP reducer) and safetensors' "contained shared tensors" (one raise site each)
+    ("error", re.compile(
+        r"\btakes \d+ positional arguments? but \d+ (?:was|were) given\b|"
+        r"\bmissing \d+ required (?:positional |keyword-only )?arguments?\b|\bgot multiple values for (?:keyword )?argument\b|"
+        r"\bis not available,? but (?:it )?is (?:needed|required)\b|"
+        r"\bonly supports? (?:[\w.-]+ ){1,4}(?:or newer|or later|or above|or higher)\b|"
+        r"\bis not equal to\b[^.\n]{0,80}?\d\s*[*x×]\s*\d|"
+        r"\bAsking to [a-z]+\b[^.\n]{0,60}?\b(?:but|while)\b|"
+        r"\bExpected to have finished reduction\b|\bcontained shared tensors\b")),
 )
 
 PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
