@@ -88,6 +88,48 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         # "... needs to be set as False for LoRA in DDP training" / "Please specify `max_steps` in streaming mode"
         r"\bnot found in the base model\b|\bCould not find the transformer layer class to wrap\b|"
         r"\bneeds to be set as False for LoRA\b|\bPlease specify `?max_steps`? in streaming mode\b")),
+    # (R1 of rounds 1-6, by kind)
+    # a library's version requirement quoted without its exception class: the check's own words (transformers
+    # utils/import_utils.py "you need flash_attn package version to be greater or equal than ... Detected version",
+    # utils/versions.py "... is required for a normal functioning of this module, but found ...")
+    ("version", re.compile(
+        r"\b(?:need|needs|requires?|required)\b[^.\n]{0,50}?\bversion\b[^.\n]{0,12}?\bto be\s+(?:greater|higher|at least)|"
+        r"\bDetected version\s+\d|\bis required for a normal functioning\b|\brequired\b[^.\n]{0,60}?\bbut found\s+[\w.-]+==\d",
+        _I)),
+    # 报/报错 right before an English message quoted without quotes or class ("但是报 you need ... ", "报错 Target
+    # modules ... not found"): three English words in a row after it
+    ("error", re.compile(r"报(?:错)?\s*[:：]?\s*[A-Za-z][\w.-]*\s+[A-Za-z][\w.-]*\s+[A-Za-z][\w.-]*")),
+    # (set 3's leftovers of rounds 7-9, by kind; tested in other wordings)
+    # multi-node said as machines, servers or hosts in English ("multi machine", "multi-server", "more than one
+    # machine") with a failure: the vocabulary's multi-node reading (the network between ranks), and not where the
+    # words quote the exception (its reading says more)
+    ("nccl-error", re.compile(
+        r"(?:\bmulti[- ]?(?:machines?|servers?|hosts?)\b|\bmore than one (?:machine|node|server|host)\b|"
+        r"\bacross (?:machines|servers|hosts)\b)[^.\n。]{0,40}?(?:\berrors?\b|\bfail\w*|\bcrash\w*)"
+        r"(?![^\n]{0,60}(?-i:Error|Exception)\b)", _I)),
+    # GPU memory said to blow up ("blows up GPU memory", "VRAM blew up"): the idiom for running out of it
+    ("oom", re.compile(
+        r"\b(?:blows?|blew|blown|blowing)\s+up\s+(?:the\s+|my\s+|all\s+(?:the\s+)?)?(?:GPU|CUDA|video|VRAM)\b|"
+        r"\b(?:VRAM|(?:GPU|CUDA|video)\s+memory)\s+(?:usage\s+)?(?:blows?|blew|blown|blowing)\s+up\b", _I)),
+    ("error", re.compile(
+        # an exception class typed with a lower-case first letter and its colon ("valueError: ...", "keyError:")
+        r"\b[a-z][a-z]*(?:[A-Z][a-z]+)*(?:Error|Exception)\s*[:：]|"
+        # an exception class followed by its quoted value with no colon ("KeyError 'label'")
+        r"\b(?:[A-Z][a-z]+)+(?:Error|Exception)\s+[`'\"‘“][^`'\"’”\n]{1,80}[`'\"’”]")),    # (R2 of rounds 1-6, by kind) an exception message pasted alone, with neither its class nor a failure word:
+    # the library register of an error, not a user's sentence - CPython's call-signature TypeErrors
+    # (Objects/call.c, Python/getargs.c: "takes N positional arguments but M were given", "missing N required
+    # positional argument", "got multiple values for argument"), a capability refused ("X is not available, but is
+    # needed", "only supports <hardware> or newer"), a config equation that does not hold ("is not equal to a * b"),
+    # transformers' "Asking to <do> but ..." family (tokenization_utils_base.py), torch's "Expected to have finished
+    # reduction" (DDP reducer) and safetensors' "contained shared tensors" (one raise site each)
+    ("error", re.compile(
+        r"\btakes \d+ positional arguments? but \d+ (?:was|were) given\b|"
+        r"\bmissing \d+ required (?:positional |keyword-only )?arguments?\b|\bgot multiple values for (?:keyword )?argument\b|"
+        r"\bis not available,? but (?:it )?is (?:needed|required)\b|"
+        r"\bonly supports? (?:[\w.-]+ ){1,4}(?:or newer|or later|or above|or higher)\b|"
+        r"\bis not equal to\b[^.\n]{0,80}?\d\s*[*x×]\s*\d|"
+        r"\bAsking to [a-z]+\b[^.\n]{0,60}?\b(?:but|while)\b|"
+        r"\bExpected to have finished reduction\b|\bcontained shared tensors\b")),
 )
 
 PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (

@@ -308,13 +308,14 @@ RESUME_ENDED = re.compile(
     r"(?:断点续训|续训|恢复训练|继续训练|resume)\S{0,20}?(?:没有|没|不)(?:开始)?训练", _I)
 # A failure said with no exception or 报错 word ("Axolotl crashes at the end of training", "Fine-tuning ... failure
 # on main branch", "script broke after upgrading", "在进行ppo训练时发生下面错误"): an error whose cause the words may hold (rule run-crashed).
+# (a negation between the run and "fail" takes the failure back: "it does not fail to start" says none)
 # (a failure after a duration is left to userwords' default-timeout reading: "crashes after 30 minutes" is torch's
 # 1800 s collective timeout; "failed" needs the run as its subject: "Assertion check failed." is any program's)
 _NO_DURATION = r"(?!\s+(?:\w+\s+)?(?:after|within|at)\s+(?:about\s+|~)?(?:\d|half an))"
 FAILURE_SAID = re.compile(
     r"\bcrash(?:es|ed|ing)?\b" + _NO_DURATION + r"|\bfailures?\b(?!\s+(?:rate|mode)s?\b)|"
     r"\b(?:training|train|fine[- ]?tun\w*|finetun\w*|runs?|job|script|sft|dpo|ppo|grpo|kto|pretrain\w*|it)\b"
-    r"(?:[^.\n。]|\.(?=\d)){0,60}?\bfail(?:s|ed|ing)?\b" + _NO_DURATION + r"|"
+    r"(?:(?!\b(?:not|never)\b|n't|\bno longer\b)(?:[^.\n。]|\.(?=\d))){0,60}?\bfail(?:s|ed|ing)?\b" + _NO_DURATION + r"|"
     r"\b(?:broke|broken|breaks)\b|\berror(?:s|ed)?\s+out\b|\berrored\b|(?:发生|出现|遇到|产生)\S{0,6}?(?:错误|异常)", _I)
 # A distributed engine said to be on although the user turned it off ("FSDP is still enabled even though I set fsdp
 # to false", "明明关闭了 deepspeed 还是启用了"): a launcher's own config outranks the run's (accelerate's default
