@@ -78,8 +78,15 @@ KNOWN_MISS_R8 = {"lf2776", "lf3116"}
 # session 13 (wt/pmfix13b): accel2761 right, its cut inside the Trainer's FSDP + PEFT set-up (`self._fsdp_`) read
 # by that frame (analyzers/postmortem/framecause.py: the releases out of step named, the lines after asked for)
 KNOWN_MISS_R9 = {"swift3622", "baichuan99", "lf6302", "lf3693", "lf6848"}
+# round 10 (cases_l.py), scored once on 2026-12-07 at b8b88d9 (session 13): 23 of 50; 15 accept no finding; of the 12
+# misses a rule means, 4 are version mismatches whose finding never names the package, 4 words the reader found
+# nothing in, 4 the mechanism read under another rule (benchmarks/results/real_threads.md, "Round 10, held out")
+KNOWN_MISS_R10 = {"minicpmv862", "axolotl1617", "verl2012", "verifiers42", "qunbb6", "lf699", "chatglmet218",
+                  "swift7022", "tf33413", "lf2070", "lf2604", "axolotl808", "lf1471", "lf6990", "paimegatron325",
+                  "cla3_47", "lf1226", "lf4962", "lf7281", "lf7370", "lf8393", "lf9277", "qwenvlft44", "swift6392",
+                  "unsloth3108", "xtuner812", "ytrainer11"}
 KNOWN_MISS = (KNOWN_MISS_R4 | KNOWN_MISS_R5 | KNOWN_MISS_R6 | KNOWN_MISS_R7 | KNOWN_MISS_R8 | KNOWN_MISS_R9
-              | {"mmdet12069", "della2", "lf10367"})
+              | KNOWN_MISS_R10 | {"mmdet12069", "della2", "lf10367"})
 
 
 def test_the_split_is_by_source_and_fixed():
