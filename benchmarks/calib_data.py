@@ -61,8 +61,13 @@ f939d2f), then rewritten to dev.
 **Round 8 (session 11, scored in session 12).** ``calibration_rows_round8*.yaml`` (22 runs with an outcome, 18
 measurements), collected blind in session 11 and kept on an unmerged branch while session 12's fixes landed; scored
 once in the run that refit the table on rounds 1-7 (benchmarks/results/calibrate.md, memory_accuracy.md, commit
-e651b04), then rewritten to dev. Round 9 (``calibration_rows_round9*.yaml``) was collected blind in session 12
-and waits, unmerged, for the next session's one scoring run.
+e651b04), then rewritten to dev.
+
+**Rounds 9 and 10 (sessions 12 and 13, scored together in session 13).** ``calibration_rows_round9*.yaml`` (14 runs, 3
+measurements, collected blind in session 12) and ``calibration_rows_round10*.yaml`` (29 runs, 7 measurements, collected
+blind in session 13), kept on unmerged branches while session 13's fixes landed, scored once together in the run that
+refit the table on rounds 1-8 (benchmarks/results/calibrate_heldout.md "Round 10", commit adf0d7a), then rewritten to
+dev. Round 11 is collected blind for the next session's one scoring run.
 
 **The split of round 1** was by source: every row of one page or thread lands in the same half. Within each source type the
 sources are ordered by the SHA-256 of their address and dealt, in that order, to whichever half holds fewer rows of
@@ -80,7 +85,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROWS = HERE / "data" / "calibration_rows.yaml"
-HELD_OUT_ROUND = 9   # the newest round: all test, never tuned on (rounds 5-8 were scored once, at d9fd8c3, d94b349, f939d2f and 7ef5342: dev since)
+HELD_OUT_ROUND = 11   # the newest round: all test, never tuned on (rounds 5-8 were scored once, at d9fd8c3, d94b349, f939d2f and 7ef5342, rounds 9 and 10 together at 5ddeed0: dev since)
 GIB = float(1 << 30)
 # GB-class sizes of cards as sold → the capacity torch reports is taken from the GPU catalogue instead
 UNIT_BYTES = {"GB": 1e9, "GiB": GIB}
