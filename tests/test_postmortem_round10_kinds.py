@@ -247,6 +247,7 @@ def test_optimizer_group_mismatch_names_the_trainable_set(tmp_path, text):
     ("/home/u/xtuner/xtuner/model/modules/dispatch/__init__.py", "Qwen2ForCausalLM", "xtuner"),
     ("/opt/conda/lib/python3.10/site-packages/swift/llm/model/register.py", "InternLM2ForCausalLM", "swift"),
     ("/w/axolotl/src/axolotl/monkeypatch/multipack.py", "Gemma3ForConditionalGeneration", "axolotl"),
+    ("/home/swift/xtuner/xtuner/model/modules/dispatch/__init__.py", "BaichuanForCausalLM", "xtuner"),   # innermost
 ])
 def test_an_architecture_keyerror_in_a_trainer_file_names_the_trainer(tmp_path, path, key, pkg):
     log = (f'[rank0]:   File "{path}", line 261, in check\n'

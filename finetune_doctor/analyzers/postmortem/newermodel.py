@@ -78,8 +78,10 @@ def optimizer_groups(cls: str, msg: str) -> str | None:
 
 
 _ARCH_KEY = re.compile(r"""^\s*['"]([A-Z]\w*For(?:CausalLM|ConditionalGeneration|Sequence\w+|\w+))['"]""")
-_FILE = re.compile(r'File "[^"]*?[/\\](xtuner|swift|axolotl|trl|llamafactory|llmtuner|verl|unsloth\w*|openrlhf|nemo\w*|'
-                   r'megatron\w*|mmengine|peft|deepspeed|accelerate)[/\\][^"]*"', re.I)
+_TRAINERS = (r"(xtuner|swift|axolotl|trl|llamafactory|llmtuner|verl|unsloth\w*|openrlhf|nemo\w*|megatron\w*|mmengine|"
+             r"peft|deepspeed|accelerate)")
+_FILE = re.compile(r'File "[^"]*?[/\\]' + _TRAINERS + r'[/\\][^"]*"', re.I)
+_PKG = re.compile(r"(?<=[/\\])" + _TRAINERS + r"(?=[/\\])", re.I)
 
 
 def _trainer_file(ev: Evidence, exc: Any) -> str | None:
@@ -94,6 +96,13 @@ def _trainer_file(ev: Evidence, exc: Any) -> str | None:
     return found[-1] if found else None
 
 
+def _package(where: str) -> str | None:
+    """The innermost trainer folder of a ``File "..."`` path (`_PKG`): the file's own package, not a home folder
+    that shares a trainer's name ("/home/swift/xtuner/..." is xtuner's)."""
+    names = _PKG.findall(where)
+    return names[-1] if names else None
+
+
 def trainer_table_key(cls: str, msg: str, frames: tuple, ev: Evidence, exc: Any) -> str | None:
     """Words for a KeyError whose key is an architecture class raised in a trainer's own file (module docstring):
     the trainer's table lacks the model, not transformers. None without such a key or file."""
@@ -101,10 +110,9 @@ def trainer_table_key(cls: str, msg: str, frames: tuple, ev: Evidence, exc: Any)
     if cls != "KeyError" or not key:
         return None
     where = _trainer_file(ev, exc)
-    m = _FILE.search(where or "")
-    if not m:
+    pkg = _package(where or "")
+    if not pkg:
         return None
-    pkg = m.group(1)
     return (f"the KeyError is raised in {pkg}'s own code ({where}), in a table keyed by the model's architecture "
             f"class: transformers keys its auto mappings by the lower-case model_type, so this is {pkg}'s list of "
             f"the models it supports, and `{key.group(1)}` is not in it — upgrade {pkg} to a release that lists "

@@ -92,7 +92,7 @@ def read_words(text: str) -> dict[str, Any] | None:
 
     Returns ``{symptom, words, phase, phase_words, step, after, text, line, default_timeout, metric, memory}``: `symptom` one of disk-full, no-samples,
     nccl-error, image-tokens, native-crash, loss-scale, host-oom, killed, oom, cuda-error, no-update, nan, loss-zero, diverged,
-    timeout, hang, stopped, version, error
+    timeout, hang, stopped, version, error, interrupted
     (userwords_vocab.SYMPTOMS); `words` the text that named it; `phase` evaluation |
     save | tokenization | loading | end | start | None with `phase_words`; `step` the step number the words give (int) or
     None; `after` the duration the words give ("30 minutes") or None; `text` the description (first 300
