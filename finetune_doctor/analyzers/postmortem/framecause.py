@@ -98,7 +98,8 @@ _TABLE: tuple[tuple[str, re.Pattern[str], str, str, str], ...] = (
      "over the template's converters, which call the model's tokenizer and, for a multimodal template, its "
      "processor, in num_proc worker processes)",
      "the model's tokenizer or processor that the installed transformers cannot build or call (a model newer "
-     "than the transformers release: LlamaFactory#7281, Gemma 3 before transformers 4.50), a "
+     "than the transformers release, LlamaFactory#7281; `doctor lint CONFIG` names the release the "
+     "model's type needs), a "
      "sample in another format than its dataset_info entry says, or a map worker that died (host RAM)",
      "`pip show transformers datasets`, the transformers release the model card names, and the first sample"),
     ("data", re.compile(r"^(?:(?:__next__|_next_data) \(dataloader\.py\)|fetch \(fetch\.py\)|_process_data \(|"
