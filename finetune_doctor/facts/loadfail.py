@@ -51,12 +51,13 @@ def _model_type(facts: dict[str, Any]) -> str | None:
     return tfmodeltype.type_by_name(str(name)) if name else None
 
 
-def version_first(facts: dict[str, Any], versions: dict[str, tuple[str, str]]) -> None:
+def version_first(facts: dict[str, Any], versions: dict[str, tuple[str, str]], words: str = "") -> None:
     """Put the model type's transformers requirement first in ``ev.crash.cause`` when the crash is a load failure
     (module docstring). `versions` are {package: (version, where)} from --transformers / --env, then the versions
     the logs print (``ev.stack``). Stated and too old: the requirement is the cause, the earlier cause follows as
     what else to check. Not stated: the requirement is named with "the inputs do not say which transformers ran".
-    Stated and new enough, no catalogued type, or no load failure: nothing changes."""
+    Stated and new enough, no catalogued type, or no load failure: nothing changes. Without a config, the model
+    is the one `words` (the user's words of the files read, FileEvidence.said) or the exception's own line name."""
     ev = facts.get("ev") or {}
     crash = ev.get("crash")
     if not crash:
@@ -70,6 +71,11 @@ def version_first(facts: dict[str, Any], versions: dict[str, tuple[str, str]]) -
         # the "does not recognize" wording (a KeyError the traceback shows raised in the user's code is not)
         key = re.match(r"\s*['\"]([\w.-]+)['\"]", str(crash.get("msg") or ""))
         mtype = key.group(1) if key and key.group(1) in tfmodeltype.load() else None
+    if mtype is None and LOAD_FAILURE.search(str(crash.get("msg") or "")):
+        # no config: a model the words on the exception's own line name ("微调gemma3报错: ValueError: Processor was
+        # not found ..."), by the catalogue's name patterns or a family as users write it (round 10's kind)
+        head = words + " " + str(crash.get("text") or "").split(str(crash.get("msg") or "\0"))[0]
+        mtype = tfmodeltype.type_by_name(head) or family_type(head)
     row = tfmodeltype.load().get(str(mtype)) if mtype else None
     if row is None or not _is_load_failure(crash, mtype):
         return

@@ -347,7 +347,8 @@ def run(run_dir: str | None, logs: list[str], config: str | None, opts: Options,
     given = {**_pasted_versions(ev), **_given_versions(opts)}   # --env and the flags win over a pasted block
     tl = analyze(ev, facts, given)
     facts["ev"] = tl.facts
-    version_first(facts, given)   # a load failure of a model type the run's transformers predates (trial 12)
+    version_first(facts, given,   # a load failure of a model type the run's transformers predates (trial 12)
+                  " ".join(str(f.said.get("text") or "") for f in ev.files if f.said))
     said_type_need(facts, given)   # a model type the user's words name, against the transformers that registers it
     upgrade_beside_crash(facts["ev"], ev)   # a title above the line that ties it to an upgrade (kindwords.py)
     _launched_past_deepspeed(facts, tl.facts, any(o.startswith("deepspeed=") for o in over))

@@ -37,6 +37,8 @@ from typing import Any
 from finetune_doctor.analyzers.postmortem.attrpair import trainer_attr_pair
 from finetune_doctor.analyzers.postmortem.cudnncause import cudnn_finalize
 from finetune_doctor.analyzers.postmortem.launchcause import launch_cause, precision_cause
+from finetune_doctor.analyzers.postmortem.mmcause import no_placeholder
+from finetune_doctor.analyzers.postmortem.newermodel import optimizer_groups, processor_missing, trainer_table_key
 from finetune_doctor.analyzers.postmortem.samplecause import empty_dataset
 from finetune_doctor.analyzers.postmortem.savecause import staged_save_error, words_beside
 from finetune_doctor.analyzers.postmortem.stackcause import optimizer_train_pair, releases_judging
@@ -151,7 +153,8 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
         pkgs = ()   # the innermost frame is not a package's (the user's own code, or a cut frame): no library blamed
     for kind, fn in (("child-failed-alone", lambda: _child_alone(ev, cls, msg)),
                      ("size-mismatch", lambda: _size_mismatch(v.get("details") or [msg], model)),
-                     ("processor-missing", lambda: _processor(msg, model, ev)),
+                     ("processor-missing", lambda: processor_missing(msg, model, ev)),
+                     ("no-placeholder", lambda: no_placeholder(msg)),
                      ("import", lambda: _import(cls, msg, versions, pkgs)),
                      ("model-type-unknown", lambda: _model_type(cls, msg, pkgs, versions, bool(frames))),
                      ("no-grad", lambda: _no_grad(msg)),
@@ -166,6 +169,8 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("launch", lambda: launch_cause(cls, msg, words_beside(ev, exc))),
                      ("fp16-grads", lambda: precision_cause(msg)),
                      ("cpu-adam-groups", lambda: _cpu_adam_groups(cls, msg)),
+                     ("optimizer-groups", lambda: optimizer_groups(cls, msg)),
+                     ("trainer-table", lambda: trainer_table_key(cls, msg, frames, ev, exc)),
                      ("data-key", lambda: _data_key(cls, msg, frames)),
                      ("no-samples", lambda: empty_dataset(cls, frames, pkgs)),
                      ("version-pair", lambda: optimizer_train_pair(cls, msg) or trainer_attr_pair(cls, msg, pkgs)),
@@ -316,28 +321,6 @@ def _shard(a: int, b: int) -> str | None:
 
 
 # -- processor, imports, model types, autograd -------------------------------------------------------------------
-
-def _processor(msg: str, model: dict[str, Any], ev: Evidence) -> str | None:
-    if "rocessor was not found" not in msg:
-        return None
-    why = next((n for f in ev.files for n in f.notices if n.kind == "processor-failed"), None)
-    name = str(model.get("name") or "") + (why.text if why is not None else "")
-    internvl = ("; LLaMA-Factory reads InternVL from the transformers-format \"-hf\" repositories (OpenGVLab/"
-                "InternVL…-hf, extras/constants.py)") if "internvl" in (name + msg).lower() else ""
-    if why is not None:
-        return (f"LLaMA-Factory's multimodal template needs the model's processor, and loading it failed: "
-                f"\"Failed to load processor: {why.text[:200]}\" ({why.file}:{why.line}); a model folder without "
-                "its processor files (preprocessor_config.json / processor_config.json, chat template, remote-code "
-                ".py files) or without trust_remote_code: true fails so; copy the processor files from the base "
-                "model's repository into the folder" + internvl)
-    return ("LLaMA-Factory's multimodal template needs the model's processor and none was loaded: AutoProcessor "
-            "failed on the model folder or returned no Processor (LLaMA-Factory logs the failure at INFO as "
-            "\"Failed to load processor: ...\"); the folder lacks its processor files "
-            "(preprocessor_config.json / processor_config.json, the tokenizer and chat template, and for a "
-            "remote-code model its .py files), the model needs trust_remote_code: true, or the template is a "
-            "multimodal one for a text-only checkpoint; copy the processor files from the base model's repository "
-            "into the folder" + internvl)
-
 
 def _import(cls: str, msg: str, versions: dict[str, tuple[str, str]], pkgs: tuple = ()) -> str | None:
     """An import that failed: a compiled extension against another torch, a missing shared library, a name or

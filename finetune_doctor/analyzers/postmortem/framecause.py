@@ -74,7 +74,8 @@ _TABLE: tuple[tuple[str, re.Pattern[str], str, str, str], ...] = (
      "`weights_only=True` default (torch 2.6) refusing what the checkpoint pickled",
      "`ls` of the checkpoint folder and `pip show torch transformers`"),
     ("load", re.compile(r"^(?:\w+\s*=\s*)?Auto(?:Processor|Tokenizer|Config|Model\w*)\.from_pretrained\(|"
-                        r"^from_pretrained \((?:processing|tokenization|configuration|modeling)_auto\.py\)$"),
+                        r"^from_pretrained \((?:processing|tokenization|configuration|modeling)_auto\.py\)$|"
+                        r"^(?:load_config|load_tokenizer) \(loader\.py\)$"),
      "transformers' load of the model, tokenizer or processor (`Auto*.from_pretrained`)",
      "a model type the installed transformers does not know (a KeyError naming the model type, or \"does not "
      "recognize this architecture\": a transformers older than the model), a file missing from the model folder, "
@@ -92,6 +93,15 @@ _TABLE: tuple[tuple[str, re.Pattern[str], str, str, str], ...] = (
      "a CUDA out-of-memory (for long sequences and a large vocabulary the logits are the largest tensor of the "
      "step), or a label outside the vocabulary (a device-side assert, an IndexError)",
      "the per-device batch, the sequence length and the vocabulary size"),
+    ("lf-data", re.compile(r"^_get_preprocessed_dataset \(loader\.py\)$"),
+     "LLaMA-Factory's preprocessing of the dataset (data/loader.py `_get_preprocessed_dataset`: datasets' map "
+     "over the template's converters, which call the model's tokenizer and, for a multimodal template, its "
+     "processor, in num_proc worker processes)",
+     "the model's tokenizer or processor that the installed transformers cannot build or call (a model newer "
+     "than the transformers release, LlamaFactory#7281; `doctor lint CONFIG` names the release the "
+     "model's type needs), a "
+     "sample in another format than its dataset_info entry says, or a map worker that died (host RAM)",
+     "`pip show transformers datasets`, the transformers release the model card names, and the first sample"),
     ("data", re.compile(r"^(?:(?:__next__|_next_data) \(dataloader\.py\)|fetch \(fetch\.py\)|_process_data \(|"
                         r"(?:default_collate|collate) \(collate\.py\)|__call__ \(data_collator|get_batch_samples \()"),
      "the data loader (torch utils/data/dataloader.py, a collator)",
@@ -101,6 +111,28 @@ _TABLE: tuple[tuple[str, re.Pattern[str], str, str, str], ...] = (
 )
 
 
+_LF_MAP = "_get_preprocessed_dataset (loader.py)"
+_DATASETS_FILES = ("(arrow_dataset.py)", "(py_utils.py)", "(fingerprint.py)", "(dataset_dict.py)")
+
+
+def _whole_name(frames: list[str]) -> list[str]:
+    """`frames` with an innermost function name cut by the paste ("l (loader.py)") completed from the call on the
+    code line above it (``config = load_config(model_args)`` gives ``load_config (loader.py)``), when that call
+    starts with the cut name; otherwise unchanged."""
+    if _LF_MAP in frames:
+        # cut inside datasets' own map machinery under LF's preprocessing: the job is LF's, the frames datasets'
+        tail = [f for f in frames[frames.index(_LF_MAP) + 1:] if _FUNC.match(f)]
+        if all(f.endswith(_DATASETS_FILES) for f in tail):
+            return frames[:frames.index(_LF_MAP) + 1]
+    if len(frames) < 2 or not _FUNC.match(frames[-1]):
+        return frames
+    name, _, file = frames[-1].partition(" (")
+    call = re.search(r"(?:^|[=\s.])(\w+)\(", frames[-2])
+    if call and call.group(1) != name and call.group(1).startswith(name):
+        return [*frames[:-1], f"{call.group(1)} ({file}"]
+    return frames
+
+
 def frame_lead(tb: Any) -> str | None:
     """Words for a traceback cut inside a frame of `_TABLE` (`tb`: the reader's traceback notice, its value holding
     ``frames``, "func (file.py)" entries with the code lines below them, outermost first): what that frame does,
@@ -108,7 +140,7 @@ def frame_lead(tb: Any) -> str | None:
     first; a code line cut mid-name counts when it is a prefix of the call (``self._fsdp_``). None when no
     entry matches: nothing is guessed from a frame that does many things."""
     v = tb.value if tb is not None and isinstance(tb.value, dict) else {}
-    frames = [f.strip() for f in (v.get("frames") or ()) if isinstance(f, str)]
+    frames = _whole_name([f.strip() for f in (v.get("frames") or ()) if isinstance(f, str)])
     for fr in reversed(frames[-3:]):
         for _name, rx, what, kinds, run in _TABLE:
             if rx.search(fr):

@@ -17,7 +17,9 @@ merge_length``), then fits the sample into ``cutoff_len`` by cutting the prompt 
 ever *removes* placeholders, so **fewer tokens than features** is the shape truncation by cutoff_len leaves (rule
 image-tokens-exceed-cutoff). More tokens than features is not: a cut cannot add placeholders (the text itself
 holding placeholder tokens, or a processor that resized differently from the expansion, can); that crash stays a
-plain run-crashed.
+plain run-crashed. **No placeholder at all** (``tokens: 0``) is not a cut either: the sample's text held no
+``<image>`` tag for LLaMA-Factory to expand (LlamaFactory#8393: self-made data in the mllm_demo layout, "tokens: 0,
+features 777"; the maintainer pointed at data/README.md's format), which `no_placeholder` words for run-crashed.
 """
 
 from __future__ import annotations
@@ -44,8 +46,28 @@ def image_cut(ev: Evidence) -> dict[str, Any] | None:
             if m is None:
                 continue
             tokens, features = int(m.group("tokens")), int(m.group("features"))
-            if tokens >= features:
+            if tokens >= features or tokens == 0:
                 return None
             return {"state": "cut", "modality": m.group("kind").lower(), "tokens": tokens, "features": features,
                     "missing": features - tokens, "text": m.group(0), "location": location_of(n.file, n.line)}
     return None
+
+
+NONE_PLACED = re.compile(r"(?P<kind>Image|Video) features and (?:image|video) tokens do not match[:,]?\s*tokens:\s*0\s*,"
+                         r"\s*features:?\s*(?P<features>\d+)", re.I)
+
+
+def no_placeholder(msg: str) -> str | None:
+    """Words for the features/tokens mismatch with no placeholder token at all (`msg` holding "tokens: 0,
+    features N", module docstring), or None for another message."""
+    m = NONE_PLACED.search(msg)
+    if m is None:
+        return None
+    tag = "<image>" if m.group("kind").lower() == "image" else "<video>"
+    return (f"no placeholder token reached the model for its {m.group('features')} {m.group('kind').lower()} "
+            f"features, so the sample's text held no `{tag}` tag where its {m.group('kind').lower()} goes: "
+            f"LLaMA-Factory expands each `{tag}` in the messages into the placeholder tokens the processor's grid "
+            "gives (data/mm_plugin.py `process_messages`), and a dataset written in another layout than data/"
+            f"README.md's (the tag left out of the text, or a column the dataset_info entry does not map) leaves "
+            f"none; put one `{tag}` per {m.group('kind').lower()} in each sample's text (a cut by cutoff_len removes "
+            "placeholders only in part, never all of them while the prompt remains)")

@@ -58,8 +58,11 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
     if h.get("hang") or h.get("stopped"):
         return None
     for f in ev.files:
+        if f.said and f.said.get("above_traceback") and (out.get("crash") or {}).get("cause"):
+            continue   # words above a traceback whose frames name a cause (a start-up check): the frames outrank them
         if f.said:
             s = dict(f.said)
+            s.pop("above_traceback", None)
             s["location"] = location_of(s.pop("file"), s.pop("line"))
             crash = out.get("crash")
             # honest about what was read: a line that names no cause may have been there beside the words

@@ -16,7 +16,13 @@ most a warning (the rules' ``words`` case):
 - **a hang of an RL trainer with vLLM** (OpenRLHF#211): a hang said with vLLM named beside a training engine
   (ZeRO, FSDP, PPO/GRPO): the trainers push the policy's weights into the vLLM engines through a patch of vLLM's
   worker that each trainer release writes for a range of vLLM releases, so a vLLM outside that range hangs or
-  fails in the weight sync; the trainer's pinned vLLM is the first thing to check.
+  fails in the weight sync; the trainer's pinned vLLM is the first thing to check;
+- **checkpoints that outlive save_total_limit** (ms-swift#6392), said of a full disk: the Trainer protects the
+  newest and the best checkpoint (transformers trainer_utils.py ``rotate_checkpoints``);
+- **ZeRO-3 with an adapter and a checkpoint** (LlamaFactory#1226): an error said of a resume or a save with ZeRO-3
+  and LoRA named: each rank holds a shard of the adapter (DeepSpeed 0.19.8 runtime/zero/partition_parameters.py:
+  a partitioned parameter's data is ``torch.empty(0)``), so a checkpoint written without gathering holds partial
+  adapter tensors.
 """
 
 from __future__ import annotations
@@ -53,6 +59,16 @@ _TRAINER = re.compile(r"\bzero[-_ ]?[0-3]?\b|\bzero\d\b|\bdeepspeed\b|\bFSDP\b|\
                       r"权重同步|同步权重|更新权重", re.I | re.A)
 
 
+# ZeRO-3 with an adapter and a checkpoint said together (LlamaFactory#1226: "ZeRO-3和LoRA ... checkpoint恢复训练 ...
+# dimension mismatch ... 无法把所有的LoRA参数保存下来"): the adapter saved from ZeRO-3's shards
+# checkpoints said to outlive save_total_limit (ms-swift#6392: "step 200, 250, 300's checkpoint co-exist")
+_LIMIT = re.compile(r"\bsave_total_limit\b|\bcheckpoints?\b[^.\n。]{0,40}?\b(?:co-?exist\w*|pil\w+ up)|"
+                    r"(?:checkpoint|ckpt)\S{0,10}(?:没有?被?删除|越来越多)", re.I | re.A)
+_Z3 = re.compile(r"\bzero[-_ ]?3\b|\bzero stage 3\b|\bstage[-_ ]?3\b|\bz3\b", re.I | re.A)
+_ADAPTER = re.compile(r"\bq?lora\b|\badapters?\b|\bpeft\b", re.I | re.A)
+_CKPT = re.compile(r"\bcheckpoints?\b|\bresum\w*|\bsav(?:e|es|ed|ing)\b|load_best_model_at_end|保存|恢复训练|续训", re.I | re.A)
+
+
 def said_lead(said: dict[str, Any]) -> str | None:
     """The lead of the module docstring that the words of `said` (``ev.said``: symptom, memory, text) give, or
     None."""
@@ -77,6 +93,21 @@ def said_lead(said: dict[str, Any]) -> str | None:
                 "another job): this run gets only the memory it leaves; `nvidia-smi` lists the processes on each "
                 "GPU (`doctor gpus` flags them), end the stale one (`kill PID`, or `fuser -v /dev/nvidia*`) and "
                 "rerun.")
+    if sym == "disk-full" and _LIMIT.search(text):
+        return ("The words say checkpoints outlived save_total_limit: HF's Trainer never deletes the newest "
+                "checkpoint nor, once an evaluation has picked one, the best (`metric_for_best_model`, which load_best_model_at_end sets), so it keeps "
+                "max(save_total_limit, 2) folders after the first evaluation (transformers 5.6.0 trainer_utils.py "
+                "`rotate_checkpoints`), and each full checkpoint holds the optimizer states too; size the disk for "
+                "one more checkpoint, or save the weights only (`save_only_model: true`).")
+    if sym in ("error", "version") and _Z3.search(text) and _ADAPTER.search(text) and _CKPT.search(text):
+        return ("The words name ZeRO-3 with an adapter and a checkpoint: under ZeRO-3 each rank holds a shard of "
+                "every parameter, the adapter's too (DeepSpeed keeps an empty placeholder in the module), so a "
+                "checkpoint written from the module's own parameters without gathering them holds empty or partial "
+                "LoRA tensors, and resuming from it (or load_best_model_at_end) fails on their shapes while the "
+                "final save, gathered, is whole; set `stage3_gather_16bit_weights_on_model_save: true` in the "
+                "DeepSpeed JSON, use a transformers/peft release whose Trainer gathers the adapter at every save "
+                "(`pip show transformers peft deepspeed`), or train the adapter under ZeRO-2 (its optimizer states "
+                "are small), and look at the shapes in a checkpoint's adapter_model.safetensors (a `[0]` is a shard).")
     if sym == "hang" and _VLLM.search(text) and _TRAINER.search(text):
         return ("The words name vLLM beside the training engine: RL trainers push the policy's weights into the "
                 "vLLM engines through a patch of vLLM's worker written for a range of vLLM releases, and a vLLM "

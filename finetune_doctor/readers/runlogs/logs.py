@@ -250,7 +250,7 @@ def _user_words(fe: FileEvidence, data: bytes) -> FileEvidence:
     setup.update({k: setup[k] or whole[k] for k in ("zero3", "moe")})
     if versions or any(setup.values()):   # what the words state of the stack and set-up, symptom or not
         fe = replace(fe, stated={"versions": versions, "setup": setup})
-    said = userwords.read_words(text)
+    said = userwords.read_words(text) or userwords.read_words_above_traceback(text)
     if said is None:
         return fe
     return replace(fe, said={**said, "file": fe.read.path})

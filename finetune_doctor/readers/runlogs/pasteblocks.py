@@ -7,7 +7,8 @@ version: 0.9.1``), ``transformers env`` (``- `transformers` version: 4.46.1``), 
 torch.utils.collect_env`` (torch/utils/collect_env.py ``env_info_fmt``: ``PyTorch version: 2.1.0``, ``Is debug
 build: False``, ``[pip3] torch==2.1.0``), the training YAML (``model_name_or_path: ...``), a DeepSpeed JSON or a
 dataset sample (``{"instruction": ...}``). None of these is a description of the failure, and their length made
-the words of the title count as a log (userwords.MAX_LINES). `blank_blocks` finds them by their line shapes only
+the words of the title count as a log (userwords.MAX_LINES); so did a pasted launch command (``python -m x \``
+continued over many ``--flag value`` lines). `blank_blocks` finds them by their line shapes only
 (never by what a case says) and blanks them, so the words around them are read as words; the environment lines
 are returned apart for their versions (readers/config/stack.py `pasted_versions`, the reader of ``--env``).
 
@@ -60,6 +61,9 @@ _FENCE = re.compile(r"^\s*(?:```|~~~)")
 _TEMPLATE = re.compile(r"^\s*(?:(?:```|~~~)[\w-]*\s*$|-\s*\[[ xX]\]\s|#{2,6}\s*(?:Reminder|System Info|Reproduction|"
                        r"Expected behaviou?r|Others|Information|Tasks|Who can help\??|Environment|Your current environment|"
                        r"Describe the bug|To Reproduce|Steps to reproduce|Additional context|Logs?)\s*$)", re.I)
+# a pasted shell command (ytrainer11's kind: "报OOM，参数如下：" above a `python -m ... \` launch): a line continued
+# with a trailing backslash, or an indented `--flag value` line of such a command
+_CMD = re.compile(r"\s\\\s*$|^\s+--[A-Za-z][\w.-]*(?:[= ]\S.*)?\s*$")
 # an exception line or a log line is never part of a block
 _NOT = re.compile(r"(?:Error|Exception|Warning|Traceback)\b|^\s*File \"|^\s*\[rank\d+\]|^\s*\{'")
 
@@ -67,6 +71,8 @@ _NOT = re.compile(r"(?:Error|Exception|Warning|Traceback)\b|^\s*File \"|^\s*\[ra
 def _kind(line: str) -> str | None:
     if _NOT.search(line):
         return None
+    if _CMD.search(line):
+        return "cmd"
     if _ENV.match(line):
         return "env"
     if _JSON.match(line):

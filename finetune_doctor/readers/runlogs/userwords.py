@@ -72,6 +72,10 @@ _HOST_RAM = re.compile(r"\bRAM\b|\b(?:host|CPU|system) memory\b|系统内存|主
 _FAILED = re.compile(r"\bfail\w*|\bcrash\w*|\berror\w*|\bdies\b|\bdied\b|\bkilled\b|报错|失败|挂了|崩溃", re.I)
 
 
+# the features/tokens mismatch quoted with no placeholder token ("tokens: 0, features 777")
+_NO_PLACEHOLDER = re.compile(r"\btokens:\s*0\s*,\s*features:?\s*[1-9]", re.I)
+
+
 def looks_like_prose(text: str) -> bool:
     """True when `text` is short and holds at most one line shaped like program output (`_LOG_LINE`): a title or a
     sentence, possibly quoting one error line."""
@@ -88,7 +92,7 @@ def read_words(text: str) -> dict[str, Any] | None:
 
     Returns ``{symptom, words, phase, phase_words, step, after, text, line, default_timeout, metric, memory}``: `symptom` one of disk-full, no-samples,
     nccl-error, image-tokens, native-crash, loss-scale, host-oom, killed, oom, cuda-error, no-update, nan, loss-zero, diverged,
-    timeout, hang, stopped, version, error
+    timeout, hang, stopped, version, error, interrupted
     (userwords_vocab.SYMPTOMS); `words` the text that named it; `phase` evaluation |
     save | tokenization | loading | end | start | None with `phase_words`; `step` the step number the words give (int) or
     None; `after` the duration the words give ("30 minutes") or None; `text` the description (first 300
@@ -130,6 +134,8 @@ def read_words(text: str) -> dict[str, Any] | None:
     # reading is the one that covers non-finite values logged as 0
     if symptom == "nan" and vocab.loss_zero_said(text):
         symptom, m = "loss-zero", vocab.loss_zero_said(text)
+    if symptom == "image-tokens" and _NO_PLACEHOLDER.search(text):
+        symptom = "error"   # "tokens: 0": no placeholder at all, a data-format error, not a cut (mmcause.py)
     if symptom == "host-oom" and not _HOST_SAID.search(m.group(0)) and _CARDS.search(text) \
             and not _HOST_SAID.search(text):
         symptom = "oom"
@@ -159,3 +165,19 @@ def read_words(text: str) -> dict[str, Any] | None:
     if am:
         out["after"] = am.group(0).strip()
     return out
+
+
+_TB_HEAD = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?Traceback \(most recent call last\):", re.M)
+
+
+def read_words_above_traceback(text: str) -> dict[str, Any] | None:
+    """`read_words` of the words a user wrote above a pasted traceback (ms-swift#6392: "... checkpoints co-exist,
+    causing the disk memory OOM" over a traceback cut before its exception), which the traceback's frame lines
+    keep from reading as prose whole; None when there is no traceback, nothing above it, or no symptom there. The
+    line numbers stay those of the file; ``above_traceback`` is set. Whether these words count beside the
+    traceback is said.py's decision (only where the traceback's frames establish no cause)."""
+    m = _TB_HEAD.search(text)
+    if m is None or not text[:m.start()].strip():
+        return None
+    said = read_words(text[:m.start()])
+    return {**said, "above_traceback": True} if said else None

@@ -340,7 +340,7 @@ BAR_AT_ZERO = re.compile(r"^\s*(?:Map|Filter|Running tokenizer on dataset|Conver
 # (what a user did to avoid a symptom is no report of it: "to avoid OOM I set batch 1", "为了防止OOM")
 # (whole words: "node", "nothing", "normal" do not negate what follows them)
 NEGATED = re.compile(r"(?:\b(?:no|not|without|never|nor)\b|n't|\bavoid\w*|\bprevent\w*|\binstead of|没有|没|不是|并非|"
-                     r"并无|无|防止|避免|以免)\s*(?:an? |any |the )?"
+                     r"并无|无|防止|避免|以免)\s*(?:an? |any |the |任何|什么|啥)?"
                      r"(?:[A-Za-z][\w-]*\s+)?$", _I)
 
 # (phase, words) in the order they are tried; eval before save ("保存" is rarer in an eval complaint than the reverse)
@@ -398,3 +398,35 @@ def loss_zero_said(text: str) -> re.Match[str] | None:
     """The first loss-zero match of `SYMPTOMS` in `text` that no negation precedes, or None."""
     pat = next(p for name, p in SYMPTOMS if name == "loss-zero")
     return next((m for m in pat.finditer(text) if not NEGATED.search(text[max(0, m.start() - 24):m.start()])), None)
+
+# Appended (wt/pmfix13c, round 10's kinds). The disk said to fill in words users bend from the GPU's: "disk memory
+# OOM", "硬盘 OOM", or checkpoints said to pile up past save_total_limit (ms-swift#6392: "step 200, 250, 300's
+# checkpoint co-exist, causing the disk memory OOM"); tried before every symptom (else "OOM" reads as the GPU's).
+DISK_SAID = re.compile(
+    r"\b(?:disk|storage|hard[- ]?drive|SSD)\s+(?:memory\s+|space\s+)?(?:OOM|out of memory|overflow\w*)\b|"
+    r"(?:磁盘|硬盘|存储)(?:空间)?\s*(?:OOM|溢出|爆了)|"
+    r"\bsave_total_limit\b[^.\n。]{0,80}?(?:does(?:n't| not) (?:work|delete|remove|apply)|not (?:work\w*|respected|"
+    r"deleting|honou?red)|(?:is |was )?ignored)|save_total_limit\S{0,20}?(?:不生效|没有?生效|失效|没用)|"
+    r"\bcheckpoints?\b[^.\n。]{0,40}?\b(?:co-?exist\w*|pil(?:e|es|ed|ing) up|keep accumulating)\b", _I)
+# A DataLoader worker said to die (torch utils/data/_utils/signal_handling.py / dataloader.py: "DataLoader worker
+# (pid(s) N) exited unexpectedly", "DataLoader worker (pid N) is killed by signal: ..."): the worker processes hold
+# host RAM and pass batches through /dev/shm, so the host's memory is the usual cause (2U1/Qwen-VL-Series-Finetune
+# #44: confirmed host OOM); a "Bus error" beside it stays native-crash (tried earlier).
+LOADER_DIED = re.compile(
+    r"\bDataLoader worker\b[^.\n。]{0,40}?\b(?:exited unexpectedly|exits? unexpectedly|died|crashed|was killed)\b|"
+    r"\bDataLoader worker\b[^.\n。]{0,20}?(?:意外退出|异常退出|退出了|挂了|被杀)", _I)
+# A run said to be interrupted part-way with no error named ("训练过程中异常中断", "training was interrupted"): a
+# stop from outside (a closed terminal or ssh session under nohup, a scheduler, Ctrl-C) is the kind the words give
+# (ymcui/Chinese-LLaMA-Alpaca-3#47: DDP under nohup); rule stopped-from-outside words it, at most a warning.
+INTERRUPTED = re.compile(
+    r"(?:异常|意外)中断|训练\S{0,6}?(?:被)?中断|被中断|中断了|"
+    r"\b(?:training|train|run|job|process(?:es)?|it)\s+(?:\w+\s+)?(?:was |is |got |gets |keeps getting )?"
+    r"interrupted\b|\binterrupted (?:training|run|job)\b", _I)
+# Shapes said not to match, or parameters said not to be saved whole ("resume ... dimension mismatch", "维度不匹配",
+# "无法把所有的LoRA参数保存下来"): an error whose cause the words may hold (LlamaFactory#1226, rule run-crashed).
+MISMATCH_SAID = re.compile(
+    r"\b(?:dimension|shape|size)s? (?:mismatch\w*|do(?:es)?(?: not|n't) match)\b|(?:维度|形状|尺寸|shape)\s*(?:不匹配|不一致|对不上)|"
+    r"(?:无法|没法|不能|没有)\S{0,14}?(?:参数|权重)?保存(?:下来|完整|全)|保存\S{0,10}?(?:不全|不完整)|"
+    r"\b(?:not|n't) (?:all|every|the whole)\b[^.\n]{0,30}\b(?:saved|in the checkpoint)\b|\bincomplete (?:checkpoint|adapter)", _I)
+SYMPTOMS = (("disk-full", DISK_SAID),) + SYMPTOMS + (("host-oom", LOADER_DIED), ("interrupted", INTERRUPTED),
+                                                     ("error", MISMATCH_SAID))

@@ -1,0 +1,119 @@
+"""Round 10's kinds of exception reading (issue #25): a model newer than the installed transformers behind LF's
+"Processor was not found", torch's optimizer groups on a resume after the trainable set changed, and a KeyError in
+another trainer's table of supported models.
+
+- LLaMA-Factory data/mm_plugin.py ``_validate_input`` (:178 at the snapshot) raises "Processor was not found, please
+  check and update your model file." when ``load_tokenizer`` kept no processor (model/loader.py:97-117: AutoProcessor
+  failed, logged at INFO as "Failed to load processor: ...", or returned a tokenizer only). A transformers release
+  that does not know the model's processor class does exactly that (LlamaFactory#9277: Qwen3-VL, working with
+  transformers 4.57.1; #7370 / #7281: Gemma 3, the v4.49.0-Gemma-3 build), so the installed transformers is one
+  of the causes named (``NEWER_MODEL``); the release a named model needs is facts/loadfail.py's (catalog/
+  tf_model_types.json), its one home.
+- torch/optim/optimizer.py ``Optimizer.load_state_dict`` (torch 2.13.0 wheel :941-953) raises "loaded state dict
+  has a different number of parameter groups" / "loaded state dict contains a parameter group that doesn't match
+  the size of optimizer's group" when the saved groups do not hold as many parameters as the optimizer built for
+  this run: the trainable set is not the one the checkpoint was written with (unslothai/unsloth#3108: lm_head and
+  embed_tokens in modules_to_save reloaded as not trainable).
+- A KeyError whose key is an architecture class (``BaichuanForCausalLM``), raised in a trainer's own file:
+  transformers keys its auto mappings by ``model_type`` (lower case), so a class-name key is the trainer's own
+  table of the models it supports (InternLM/xtuner#812: xtuner/model/modules/dispatch/__init__.py
+  ``LOWEST_TRANSFORMERS_VERSION[...]``, fixed by xtuner PR #802).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from finetune_doctor.evidence import Evidence
+
+NEWER_MODEL = ("the installed transformers predates the model's processor class (a model newer than the "
+               "transformers release: AutoProcessor then fails or returns a tokenizer only, which LLaMA-Factory "
+               "drops), so `pip show transformers` against the release the model card names")
+"""The cause a model newer than the installed transformers gives a processor or config load, in words."""
+
+
+def processor_missing(msg: str, model: dict[str, Any], ev: Evidence) -> str | None:
+    """Words for LLaMA-Factory's "Processor was not found" (`msg`; `model`: what is known of the model, its name;
+    `ev`: the evidence, for LF's INFO line "Failed to load processor: ..."): the load that failed and its usual
+    causes, the installed transformers predating the model's processor among them (`NEWER_MODEL`). None for
+    another message."""
+    if "rocessor was not found" not in msg:
+        return None
+    why = next((n for f in ev.files for n in f.notices if n.kind == "processor-failed"), None)
+    name = str(model.get("name") or "") + (why.text if why is not None else "")
+    internvl = ("; LLaMA-Factory reads InternVL from the transformers-format \"-hf\" repositories (OpenGVLab/"
+                "InternVL…-hf, extras/constants.py)") if "internvl" in (name + msg).lower() else ""
+    if why is not None:
+        return (f"LLaMA-Factory's multimodal template needs the model's processor, and loading it failed: "
+                f"\"Failed to load processor: {why.text[:200]}\" ({why.file}:{why.line}); a model folder without "
+                "its processor files (preprocessor_config.json / processor_config.json, chat template, remote-code "
+                ".py files) or without trust_remote_code: true fails so; copy the processor files from the base "
+                "model's repository into the folder" + internvl)
+    return ("LLaMA-Factory's multimodal template needs the model's processor and none was loaded: AutoProcessor "
+            "failed on the model folder or returned no Processor (LLaMA-Factory logs the failure at INFO as "
+            "\"Failed to load processor: ...\"); the folder lacks its processor files "
+            "(preprocessor_config.json / processor_config.json, the tokenizer and chat template, and for a "
+            "remote-code model its .py files), the model needs trust_remote_code: true, the template is a "
+            "multimodal one for a text-only checkpoint, or " + NEWER_MODEL + "; copy the processor files from the "
+            "base model's repository into the folder" + internvl)
+
+
+_GROUPS = re.compile(r"loaded state dict (?:contains a parameter group that doesn't match the size of optimizer's "
+                     r"group|has a different number of parameter groups)")
+
+
+def optimizer_groups(cls: str, msg: str) -> str | None:
+    """Words for torch's refusal of a saved optimizer state whose parameter groups differ from this run's (module
+    docstring), or None for another exception."""
+    if cls not in ("ValueError", "") or not _GROUPS.search(msg):
+        return None
+    return ("torch's Optimizer.load_state_dict compares the saved optimizer state with the optimizer built for this "
+            "run group by group (torch/optim/optimizer.py): a group of another size means the set of trainable "
+            "parameters is not the one the checkpoint was saved with — other LoRA target modules, modules_to_save "
+            "(lm_head, embed_tokens) reloaded as not trainable, a part frozen or unfrozen since (freeze_vision_tower, "
+            "additional_target), another finetuning_type; make the same parameters trainable as when it was saved "
+            "(compare the `trainable params` line of the two runs), or start from the saved weights without "
+            "resume_from_checkpoint (a fresh optimizer)")
+
+
+_ARCH_KEY = re.compile(r"""^\s*['"]([A-Z]\w*For(?:CausalLM|ConditionalGeneration|Sequence\w+|\w+))['"]""")
+_TRAINERS = (r"(xtuner|swift|axolotl|trl|llamafactory|llmtuner|verl|unsloth\w*|openrlhf|nemo\w*|megatron\w*|mmengine|"
+             r"peft|deepspeed|accelerate)")
+_FILE = re.compile(r'File "[^"]*?[/\\]' + _TRAINERS + r'[/\\][^"]*"', re.I)
+_PKG = re.compile(r"(?<=[/\\])" + _TRAINERS + r"(?=[/\\])", re.I)
+
+
+def _trainer_file(ev: Evidence, exc: Any) -> str | None:
+    """The last trainer file (`_FILE`) a ``File "..."`` line names within the 12 lines above the exception `exc`
+    (a Notice) in its own file: the paste may lack the traceback's header, so the reader kept no frames."""
+    try:
+        with open(exc.file, encoding="utf-8", errors="replace") as fh:
+            lines = [ln for i, ln in zip(range(int(exc.line or 0)), fh)]
+    except (OSError, ValueError):
+        return None
+    found = [m.group(0) for ln in lines[-12:] for m in [_FILE.search(ln)] if m]
+    return found[-1] if found else None
+
+
+def _package(where: str) -> str | None:
+    """The innermost trainer folder of a ``File "..."`` path (`_PKG`): the file's own package, not a home folder
+    that shares a trainer's name ("/home/swift/xtuner/..." is xtuner's)."""
+    names = _PKG.findall(where)
+    return names[-1] if names else None
+
+
+def trainer_table_key(cls: str, msg: str, frames: tuple, ev: Evidence, exc: Any) -> str | None:
+    """Words for a KeyError whose key is an architecture class raised in a trainer's own file (module docstring):
+    the trainer's table lacks the model, not transformers. None without such a key or file."""
+    key = _ARCH_KEY.match(msg)
+    if cls != "KeyError" or not key:
+        return None
+    where = _trainer_file(ev, exc)
+    pkg = _package(where or "")
+    if not pkg:
+        return None
+    return (f"the KeyError is raised in {pkg}'s own code ({where}), in a table keyed by the model's architecture "
+            f"class: transformers keys its auto mappings by the lower-case model_type, so this is {pkg}'s list of "
+            f"the models it supports, and `{key.group(1)}` is not in it — upgrade {pkg} to a release that lists "
+            f"the model, or add the entry to that table; a newer transformers does not change it")
