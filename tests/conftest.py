@@ -160,7 +160,7 @@ def _slow_deselected(config) -> bool:
         return False
 
 
-@_pytest.hookimpl(tryfirst=True)
+@_pytest.hookimpl(tryfirst=True, optionalhook=True)   # a hook of pytest-xdist: absent without it
 def pytest_xdist_make_scheduler(config, log):
     """Under --dist loadfile in the fast lane, one work unit holds every file of `_TORCH_FILES` (in the order
     `file_order` gives them), so one worker imports torch and the other none. The whole suite keeps xdist's own
