@@ -17,19 +17,6 @@ from finetune_doctor.readers.model.modelcfg import load_arch
 REPO = "acme/not-in-the-catalog-7b"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _client_imported():
-    """huggingface_hub's download client imported before any deadline here starts, from the worker's own
-    environment, as it was when every pytest-xdist worker imported transformers (and with it huggingface_hub) at
-    collection. Since the workers import neither at collection (issue #22, conftest.py), the first import came
-    inside the 0.4 s deadline's download thread (~0.5 CPU s, httpx): once, at load ~4, the deadline test then
-    got another note than the timeout (2026-12-07; not reproduced alone). The deadline is about the network."""
-    import importlib.util
-
-    if importlib.util.find_spec("huggingface_hub") is not None:
-        import huggingface_hub.file_download  # noqa: F401
-
-
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch, tmp_path):
     for var in ("HF_HUB_OFFLINE", "USE_MODELSCOPE_HUB", "FINETUNE_DOCTOR_NO_CACHE", "HF_HUB_CACHE", "HF_HOME"):
