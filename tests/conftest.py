@@ -12,6 +12,17 @@ import rewritecache  # noqa: E402
 
 rewritecache.install()
 
+# huggingface_hub reads HF_HUB_OFFLINE, HF_ENDPOINT and its other settings once, when first imported. Every worker
+# imported it at collection (torch + transformers, module-level importorskip) until issue #22 made collection
+# light; then the first import came inside whichever test first downloaded, under that test's monkeypatched
+# environment (test_rules_null_facts sets HF_HUB_OFFLINE=1), and test_hub_offline's deadline test failed in 2 of 4
+# fast-lane runs (2026-12-07; `pytest tests/test_rules_null_facts.py tests/test_hub_offline.py` fails the same way
+# on main, where those two files import no transformers). Imported here, from the worker's own environment.
+try:
+    import huggingface_hub.file_download  # noqa: E402, F401
+except ImportError:   # an optional dependency: the tests that need it skip
+    pass
+
 
 # The error model the rule cases and remedy tests were written against (finetune_doctor/analyzers/
 # uncertainty_table.json as committed on 2026-12-02, kept in fixtures/uncertainty/pinned_table.json). Those tests
@@ -127,3 +138,51 @@ def pytest_collection(session):
         gc.freeze()
         if was_on:
             gc.enable()
+
+
+# The fast lane's files whose tests import torch (and transformers, peft, deepspeed: each imports torch), found
+# 2026-12-07 by running `-m "not slow and not gpu"` with those four packages refused at import: these files failed,
+# errored or skipped, every other file passed. Each pytest-xdist worker that runs one of them pays the imports once
+# (torch + transformers + numpy ~2.3 CPU s, transformers' modelling code and torch._dynamo on the first model build
+# or `import peft` ~2.3 s more, deepspeed, benchmarks/results/test_speed.md); spread over both workers by
+# --dist loadfile, both paid. A file missing here still runs: its worker then pays the imports too.
+_TORCH_FILES = frozenset({
+    "test_arch.py", "test_assumptions.py", "test_bytes.py", "test_cases.py", "test_catalog_entries.py",
+    "test_catalog_glm.py", "test_catalog_pixtral.py", "test_catalog_qwen35.py", "test_ds_hostile.py",
+    "test_dsconfig.py", "test_lora_dropout.py", "test_margin_replay.py", "test_memory_terms_upstream.py",
+    "test_model_parity.py", "test_model_type_required.py", "test_modelcfg.py", "test_postmortem_cases.py",
+    "test_postmortem_readers.py", "test_postmortem_timeline.py", "test_probe_calibration.py",
+    "test_probe_pipeline.py", "test_probe_progress.py", "test_probe_replay.py", "test_probe_simulate.py",
+    "test_probe_spec.py", "test_reserve_zero_depth.py", "test_rule_cases.py", "test_rules_null_facts.py",
+    "test_savers_optimizers.py", "test_trial13.py", "test_zero3_ga_peak.py"})
+_TORCH_GROUP = "tests/<the files that import torch>"
+
+
+def _slow_deselected(config) -> bool:
+    """Whether the run's -m expression leaves out a test marked `slow` alone (the fast lane); False when it cannot
+    tell."""
+    expr = getattr(config.option, "markexpr", "") or ""
+    if not expr:
+        return False
+    try:
+        from _pytest.mark.expression import Expression
+        return not Expression.compile(expr).evaluate(lambda name, **kw: name == "slow")
+    except Exception:   # pytest's private expression API changed: schedule as xdist does
+        return False
+
+
+@_pytest.hookimpl(tryfirst=True, optionalhook=True)   # a hook of pytest-xdist: absent without it
+def pytest_xdist_make_scheduler(config, log):
+    """Under --dist loadfile in the fast lane, one work unit holds every file of `_TORCH_FILES` (in the order
+    `file_order` gives them), so one worker imports torch and the other none. The whole suite keeps xdist's own
+    per-file units: there the same files carry minutes of slow tests that must not queue behind each other."""
+    if config.getvalue("dist") != "loadfile" or not _slow_deselected(config):
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class _TorchOnOneWorker(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return _TORCH_GROUP if Path(scope).name in _TORCH_FILES else scope
+
+    return _TorchOnOneWorker(config, log)

@@ -13,13 +13,20 @@ from __future__ import annotations
 import pytest
 
 
-def importorskip_when_run(*modules: str):
+def importorskip_when_run(*modules: str, bind: dict | None = None):
     """A module-scoped autouse fixture that calls ``pytest.importorskip`` on each of `modules` before the first
-    test of the module that assigns it (``_needs = importorskip_when_run("peft")``) runs."""
+    test of the module that assigns it (``_needs = importorskip_when_run("peft")``) runs. With `bind` (the test
+    module's ``globals()``), each imported module is also bound there under its own name (``torch``), for test
+    bodies that name it; the module declares that name as ``None`` beside the call so readers and linters see it.
+    11 test modules imported torch and transformers at collection (module-level importorskip): ~2 CPU s in each
+    pytest-xdist worker, also in one that runs none of their tests (issue #22, 2026-12-07, tests/conftest.py's
+    `_TORCH_FILES` keeps those files on one worker)."""
 
     @pytest.fixture(scope="module", autouse=True)
     def _importable() -> None:
         for name in modules:
-            pytest.importorskip(name)
+            mod = pytest.importorskip(name)
+            if bind is not None and "." not in name:
+                bind[name] = mod
 
     return _importable

@@ -20,8 +20,10 @@ from finetune_doctor.readers.model.vision import (
 )
 from finetune_doctor.readers.model.modelcfg import arch_from_config
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+from lazyskip import importorskip_when_run  # noqa: E402
+
+torch = transformers = None
+_needs_torch = importorskip_when_run("torch", "transformers", bind=globals())   # at the first test (lazyskip.py)
 
 TINY = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
             vocab_size=320)

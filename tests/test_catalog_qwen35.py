@@ -132,8 +132,9 @@ def test_estimate_sizes_a_qwen35_9b_lora_run_offline(tmp_path, monkeypatch):
     assert d["memory"]["per_gpu_gib"]["weights"] == pytest.approx(TOTAL * 2 / 2**30, abs=0.3)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None
-                    or importlib.util.find_spec("transformers.models.qwen3_5") is None,
+# a string, asked at setup: find_spec of transformers.models.qwen3_5 imports transformers (~1 CPU s) at collection
+@pytest.mark.skipif("importlib.util.find_spec('torch') is None or importlib.util.find_spec('transformers') is None"
+                    " or importlib.util.find_spec('transformers.models.qwen3_5') is None",
                     reason="needs torch and a transformers with qwen3_5 for the meta-device build")
 def test_transformers_builds_the_catalogue_config_to_the_same_count():
     import torch

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
 from lazyskip import importorskip_when_run  # noqa: E402
 
-_needs_peft = importorskip_when_run("peft")   # imported when a test here runs, not at collection (lazyskip.py)
+_needs_torch = importorskip_when_run("torch", "transformers")   # at the first test (lazyskip.py)
+
+_needs_peft = importorskip_when_run("peft")   # at the first test (lazyskip.py)
 
 from finetune_doctor.analyzers.memory import uncertainty  # noqa: E402
 from finetune_doctor.cli import main  # noqa: E402

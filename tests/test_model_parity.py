@@ -10,14 +10,20 @@ made is skipped with that reason. Runs in about a minute on two CPU cores.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
 
 from finetune_doctor.readers.model.verified import GENERIC_VERIFIED
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+from lazyskip import importorskip_when_run  # noqa: E402
+
+if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
+    pytest.skip("needs torch and transformers", allow_module_level=True)   # as importorskip did at collection
+torch = transformers = None
+_needs_torch = importorskip_when_run("torch", "transformers", bind=globals())   # imported when a test here runs,
+# not at collection (lazyskip.py); REGISTERED below reads transformers' source file, found without importing it
 
 from parity_kit import compare, configs, resized  # noqa: E402
 
@@ -32,8 +38,8 @@ def _registered_from_source() -> list[str]:
     mappings pins this reading against the imported module."""
     import ast
 
-    tree = ast.parse((Path(transformers.__file__).parent / "models" / "auto" / "modeling_auto.py").read_text(
-        encoding="utf-8"))
+    package = Path(importlib.util.find_spec("transformers").origin).parent
+    tree = ast.parse((package / "models" / "auto" / "modeling_auto.py").read_text(encoding="utf-8"))
     names: set[str] = set()
     found = set()
     try:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
 from lazyskip import importorskip_when_run  # noqa: E402
 
-_needs_peft = importorskip_when_run("peft")   # imported when a test here runs, not at collection (lazyskip.py)
+_needs_torch = importorskip_when_run("torch", "transformers")   # at the first test (lazyskip.py)
+
+_needs_peft = importorskip_when_run("peft")   # at the first test (lazyskip.py)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import calibration  # noqa: E402

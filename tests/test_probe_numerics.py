@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+from lazyskip import importorskip_when_run  # noqa: E402
+
+torch = None
+_needs_torch = importorskip_when_run("torch", "transformers", bind=globals())   # at the first test (lazyskip.py)
 
 from finetune_doctor.probes.numerics import FP16_MAX, probe_numerics, weights_on_disk  # noqa: E402
 

@@ -38,8 +38,10 @@ def test_progress_shows_each_message_on_a_terminal_with_control_characters_escap
     assert "\\x1b]0;pwned\\x07" in text and "\x1b]0;pwned" not in text
 
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+from lazyskip import importorskip_when_run  # noqa: E402
+
+torch = None
+_needs_torch = importorskip_when_run("torch", "transformers", bind=globals())   # at the first test (lazyskip.py)
 from finetune_doctor.probes import forked  # noqa: E402
 from finetune_doctor.probes import simulate as sim  # noqa: E402
 from finetune_doctor.probes.spec import ProbeSpec  # noqa: E402

@@ -12,11 +12,11 @@ import re
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
 from lazyskip import importorskip_when_run  # noqa: E402
 
-_needs_peft = importorskip_when_run("peft")   # imported when a test here runs, not at collection (lazyskip.py)
+_needs_torch = importorskip_when_run("torch", "transformers")   # at the first test (lazyskip.py)
+
+_needs_peft = importorskip_when_run("peft")   # at the first test (lazyskip.py)
 
 from finetune_doctor.probes.allocconf import parse_alloc_conf  # noqa: E402
 from finetune_doctor.probes.replay import format_size, oom_message, replay, replay_sim  # noqa: E402

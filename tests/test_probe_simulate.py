@@ -18,11 +18,12 @@ import json
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
 from lazyskip import importorskip_when_run  # noqa: E402
 
-_needs_peft = importorskip_when_run("peft")   # imported when a test here runs, not at collection (lazyskip.py)
+torch = None
+_needs_torch = importorskip_when_run("torch", "transformers", bind=globals())   # at the first test (lazyskip.py)
+
+_needs_peft = importorskip_when_run("peft")   # at the first test (lazyskip.py)
 
 from finetune_doctor.probes import simulate as sim  # noqa: E402
 from finetune_doctor.probes.build import checkpointed_layer, prepare  # noqa: E402

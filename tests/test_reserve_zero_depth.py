@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
 from lazyskip import importorskip_when_run  # noqa: E402
+
+_needs_torch = importorskip_when_run("torch", "transformers")   # at the first test (lazyskip.py)
 
 _needs_peft = importorskip_when_run("peft")
 
