@@ -148,8 +148,10 @@ def _lf_optimizer(run: Run, P_t: float, e_t: float) -> StateTerms | None:
 
 
 def _torch_states(run: Run, c: ParamCounts, P_t: float) -> StateTerms:
-    """A torch optimizer on the whole trainable set (no DeepSpeed): gradients in the trainable dtype, states in
-    fp32 for fp32 params, and the temporaries of the fused/foreach/for-loop implementation (reference/memory/REPORT.md §3);
+    """A torch optimizer on the whole trainable set (no DeepSpeed, or DeepSpeed's plain optimizer:
+    `ds_plain_optimizer`): gradients in the trainable dtype, states in the parameters' dtype and no master copy
+    (torch 2.13 optim/adam.py:178-184: ``exp_avg``/``exp_avg_sq`` are ``zeros_like(p)``, so LF's pure_bf16 keeps
+    bf16 moments), and the temporaries of the fused/foreach/for-loop implementation (reference/memory/REPORT.md §3);
     GaLore, APOLLO, BAdam and Muon as LF builds them (optstates.py)."""
     a = run.arch
     impl = run.optimizer_impl
