@@ -242,6 +242,9 @@ FRAMEWORK_CONFIG: dict[str, dict[str, Any]] = {"litgpt": {"lora_dropout": 0.05},
 # * llama-recipes wraps the model in torch FSDP itself, without accelerate, and its ``pure_bf16`` casts the model
 #   to bf16 before wrapping (the rows' ``unknown``: "torch AdamW on the bf16 parameters (bf16 states)"): nothing
 #   upcasts the flat parameters, which is accelerate's ``no`` here.
+# * llama-cookbook is llama-recipes renamed (meta-llama/llama-cookbook); at 70c2adc7, the commit round 10's rows cite,
+#   ``fsdp_config.pure_bf16`` still casts the model to bf16 (src/llama_cookbook/finetuning.py:200-206), wraps it with
+#   ``mixed_precision=None`` (:282-283) and steps torch AdamW on those parameters (:400): the same rule.
 # * torchtune's distributed recipes build the model in the config's ``dtype`` (bf16 in every row: torch AdamW then
 #   keeps bf16 states, LF ``pure_bf16``) and wrap it in torch FSDP themselves with ``mixed_precision=None``
 #   (recipes/full_finetune_distributed.py:249 and recipes/lora_finetune_distributed.py:302 at f6f6855da; :277/:338
@@ -251,6 +254,8 @@ FRAMEWORK_CONFIG: dict[str, dict[str, Any]] = {"litgpt": {"lora_dropout": 0.05},
 #   either (torchtune/utils/distributed.py:186 at e802c057d).
 FRAMEWORK_MIXED_PRECISION: dict[str, str] = {"fms-hf-tuning SFTTrainer (fms-acceleration bench)": "no",
                                              "llama-recipes (FSDP, pure bf16)": "no",
+                                             "llama-cookbook finetuning.py (FSDP, pure bf16)": "no",
+                                             "llama-cookbook finetuning.py (FSDP, pure bf16, low_cpu_fsdp)": "no",
                                              "torchtune": "no"}
 
 

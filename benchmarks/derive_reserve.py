@@ -47,6 +47,13 @@ GRID = [
     (Q7, {**B, "finetuning_type": "lora", "cutoff_len": 16384}, 1, None),
     (L8, {**B, "finetuning_type": "lora", "cutoff_len": 32768}, 1, None),
     (Q15, {**B, "finetuning_type": "full", "cutoff_len": 8192}, 1, None),
+    # issue 23 (session 13): the shapes of the dev runs that trained and were called oom on the reserve alone,
+    # full fine-tunes whose peak is the fp32 logits of many tokens: llama-cookbook's pure-bf16 Llama-3-8B at
+    # 4 × 4096 tokens, Liger's HF example's Qwen2-7B at 48 × 512 (bf16 autocast, bf16 parameters)
+    (L8, {**B, "finetuning_type": "full", "pure_bf16": True, "bf16": False, "per_device_train_batch_size": 4,
+          "cutoff_len": 4096, "optim": "adamw_torch"}, 1, None),
+    ("Qwen/Qwen2-7B", {**B, "finetuning_type": "full", "pure_bf16": True, "per_device_train_batch_size": 48,
+                       "cutoff_len": 512, "optim": "adamw_torch"}, 1, None),
     (MOE, {**B, "finetuning_type": "lora"}, 1, None),
     (MOE, {**B, "finetuning_type": "lora", "cutoff_len": 4096}, 1, None),
 ]

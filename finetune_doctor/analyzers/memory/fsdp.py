@@ -27,7 +27,11 @@ Per rank, with N ranks in the shard group (the world; a node for HYBRID_SHARD; 1
   exist during that unit's backward (FSDP2 ``foreach_reduce``; FSDP1 ``_reduce_grad``), FSDP1's root gradients until
   the end of backward; the fp32 sharded gradients stay until the optimizer step;
 * **optimizer states** on the fp32 shard (AdamW: 8 bytes per trainable element / N), and the implementation's
-  temporaries (foreach: one shard-sized copy);
+  temporaries (foreach: one shard-sized copy). LF's ``pure_bf16`` without accelerate mixed precision (``no``)
+  leaves the trainable shards in bf16 (no LF upcast, adapter.py:338-344; no accelerate upcast), so gradients
+  and AdamW moments are bf16 too (4 bytes of moments per element / N) and no fp32 copy exists; with ``bf16``
+  mixed precision accelerate upcasts them to fp32 all the same (accelerate 1.11.0 accelerator.py:1921-1955,
+  since 0.30.0, huggingface/accelerate#2674);
 * **CPU offload** (``fsdp_offload_params``): sharded parameters and gradients live on the host and the optimizer
   steps there (FSDP1 ``CPUOffload``, FSDP2 ``CPUOffloadPolicy``): the GPU keeps only unsharded units,
   gradients in flight and activations; the host pins shards, gradients and states of every rank of the node.

@@ -113,9 +113,24 @@ def state_terms(run: Run, c: ParamCounts) -> StateTerms:
         # BAdam trains one block (decoder layer) at a time: gradients and Adam states exist for that block only
         # (optstates.badam_states; Luo et al. 2024, arXiv:2404.02827)
         P_t = float(badam_block_params(run))
-    if run.deepspeed:
+    if run.deepspeed and not ds_plain_optimizer(run):
         return _zero_states(run, P_t)
     return _torch_states(run, c, c.trainable if run.use_badam else P_t)
+
+
+def ds_plain_optimizer(run: Run) -> bool:
+    """True when DeepSpeed steps the client's torch optimizer as it is: ZeRO stage 0 with neither fp16 nor bf16
+    enabled. LF's stock DeepSpeed files say ``"enabled": "auto"``, which transformers fills from
+    TrainingArguments' bf16/fp16 (integrations/deepspeed.py ``trainer_config_process``); LF's ``pure_bf16`` is not
+    TrainingArguments.bf16 (LF hparams/parser.py:640-641 sets only the compute dtype), so `pure_bf16` alone, like
+    no precision flag, leaves both disabled. DeepSpeed then takes float32 as the model and accumulation dtype
+    (engine.py:1485-1496 ``get_data_types`` at edaa72212), ``_do_optimizer_sanity_check`` returns no wrapper when
+    ZeRO is off and both dtypes are float32 (:1978-2020), and ``_configure_optimizer`` keeps the basic optimizer
+    (:2056-2071): no fp32 master copy, the states in the parameters' dtype (bf16 under pure_bf16: LF loads the
+    checkpoint's dtype and does not upcast, model/adapter.py:338-344), gradients likewise: the terms of a torch
+    optimizer (`_torch_states`). ZeRO 1/2 keep fp32 masters and states whatever the flags (DeepSpeedZeroOptimizer's
+    fp32 partitions); ZeRO-3 with pure_bf16 is refused by LF (parser.py:502-503)."""
+    return bool(run.deepspeed) and run.zero_stage == 0 and not (run.bf16 or run.fp16)
 
 
 def _lf_optimizer(run: Run, P_t: float, e_t: float) -> StateTerms | None:
@@ -133,8 +148,10 @@ def _lf_optimizer(run: Run, P_t: float, e_t: float) -> StateTerms | None:
 
 
 def _torch_states(run: Run, c: ParamCounts, P_t: float) -> StateTerms:
-    """A torch optimizer on the whole trainable set (no DeepSpeed): gradients in the trainable dtype, states in
-    fp32 for fp32 params, and the temporaries of the fused/foreach/for-loop implementation (reference/memory/REPORT.md §3);
+    """A torch optimizer on the whole trainable set (no DeepSpeed, or DeepSpeed's plain optimizer:
+    `ds_plain_optimizer`): gradients in the trainable dtype, states in the parameters' dtype and no master copy
+    (torch 2.13 optim/adam.py:178-184: ``exp_avg``/``exp_avg_sq`` are ``zeros_like(p)``, so LF's pure_bf16 keeps
+    bf16 moments), and the temporaries of the fused/foreach/for-loop implementation (reference/memory/REPORT.md §3);
     GaLore, APOLLO, BAdam and Muon as LF builds them (optstates.py)."""
     a = run.arch
     impl = run.optimizer_impl
