@@ -31,9 +31,10 @@ the shift go opposite ways), and ``all`` (the pooled values only).
 Free choices (counted on the page, the running total is calib_maps.md's): the grid of δ (−0.4…0.4 by 0.025) and of
 m (0.75, 1, 1.25, 1.5), the two likelihood parts weighted alike, four parts × three groupings.
 
-The fit that passed the adoption rule (`ADOPTED`) is what `fit_table_shift` writes into the table at a refit
-(benchmarks/calibrate.py, field ``p_oom_shift``), read at check time by analyzers/memory/uncertainty.py
-`outcome_shift` (p_oom and p_oom_model move; the interval does not).
+The fit that passed the adoption rule (`ADOPTED`) is what `fit_table_shift` writes into the table when a refit asks
+for it (benchmarks/calibrate.py --outcome-shift, field ``p_oom_shift``; not shipped in session 13: results page),
+read at check time by analyzers/memory/uncertainty.py `outcome_shift` (p_oom and p_oom_model move; the interval
+does not).
 
 Usage (CPU; the dev rows cached by calib_classes.scored_dev)::
 
@@ -159,7 +160,8 @@ def scored(rows: list[dict[str, Any]], fitrows: list[dict[str, Any]], group: Cal
 
 
 # the fit the adoption rule passed on this page (2026-12-07, dev rounds 1-8): every outcome run censored, per
-# error class (the table's class key), shrunk to the pooled values by sources (`verdict_lines`)
+# error class (the table's class key), shrunk to the pooled values by sources (`verdict_lines`); passed, not shipped
+# (calibrate.py writes it only with --outcome-shift)
 ADOPTED = ("every outcome censored, no measurement", "error class")
 
 

@@ -43,6 +43,15 @@ def diagnose_dir(run_dir: str | os.PathLike | None, logs: tuple[str | os.PathLik
                   overrides=overrides, deepspeed=deepspeed)
 
 
+def first_of_text(tmp_path: Path, text: str):
+    """The first finding of ``doctor postmortem`` on a run folder holding one log whose text is `text` (a user's
+    words or a one-line paste, a newline added); fails when there is none."""
+    (tmp_path / "train.log").write_text(text + "\n", encoding="utf-8")
+    r = diagnose_dir(str(tmp_path))
+    assert r.findings, "no finding"
+    return r.findings[0]
+
+
 def diagnose(tmp_path: Path, fixture: str | os.PathLike, **opts: Any) -> list:
     """The findings of `diagnose_report`, in report order (the first is the diagnosis)."""
     return list(diagnose_report(tmp_path, fixture, **opts).findings)

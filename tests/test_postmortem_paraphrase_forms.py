@@ -7,20 +7,11 @@ A finding read from words alone is at most a warning; nothing the words do not s
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
-from finetune_doctor.pipeline import postmortem as pm
 from finetune_doctor.readers.runlogs.userwords import read_words
-from finetune_doctor.settings import Options
-
-
-def first(tmp_path: Path, text: str):
-    (tmp_path / "train.log").write_text(text + "\n", encoding="utf-8")
-    r = pm.run(str(tmp_path), [], None, Options(command="postmortem"))
-    assert r.findings, "no finding"
-    return r.findings[0]
+from pmhelp import first_of_text as first
 
 
 @pytest.mark.parametrize("text", [

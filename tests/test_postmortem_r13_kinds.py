@@ -26,16 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from finetune_doctor.pipeline import postmortem as pm
-from finetune_doctor.settings import Options
-
-
-def first(tmp_path: Path, text: str):
-    (tmp_path / "train.log").write_text(text + "\n", encoding="utf-8")
-    r = pm.run(str(tmp_path), [], None, Options(command="postmortem"))
-    assert r.findings, "no finding"
-    return r.findings[0]
+from pmhelp import first_of_text as first
 
 
 # -- a traceback cut inside a trainer frame -------------------------------------------------------------------------
@@ -264,7 +255,6 @@ def test_a_dpo_loss_of_0_or_inf_said_with_fp16_names_fp16_first(tmp_path, text, 
     assert "First: the words name fp16" in f.message
 
 
-
 @pytest.mark.parametrize("text", [
     "RAM climbs to 1.3 TB while loading the tokenized dataset from disk until the node runs out of memory",
     "Loading a 550 GB pre-tokenized dataset: htop shows memory filling up, then the node is out of memory",
@@ -295,7 +285,6 @@ def test_the_reference_model_lead_outranks_a_frames_lead(tmp_path):
     assert "the paste is cut inside" not in f.message
 
 
-
 @pytest.mark.parametrize("text", [
     "tmp-checkpoint rename fails at save with transformers 4.36.0",
     "Saving crashes: the rename of tmp-checkpoint-500 failed under deepspeed, transformers 4.36",
@@ -307,7 +296,6 @@ def test_a_staged_save_rename_said_to_fail_names_436s_episode(tmp_path, text):
     f = first(tmp_path, text)
     assert f.name == "run-crashed" and f.severity == "warning"
     assert "#27925" in f.message and "4.37.0" in f.message
-
 
 
 @pytest.mark.parametrize("text, pkg", [

@@ -11,21 +11,12 @@ stays at most a warning.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from finetune_doctor.analyzers.postmortem import kindwords as kw
-from finetune_doctor.pipeline import postmortem as pm
 from finetune_doctor.readers.runlogs.userwords import read_words
-from finetune_doctor.settings import Options
-
-
-def first(tmp_path: Path, text: str):
-    (tmp_path / "train.log").write_text(text + "\n", encoding="utf-8")
-    r = pm.run(str(tmp_path), [], None, Options(command="postmortem"))
-    assert r.findings, "no finding"
-    return r.findings[0]
+from pmhelp import first_of_text as first
 
 
 def _words_only(f) -> None:

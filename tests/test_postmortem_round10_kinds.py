@@ -19,22 +19,13 @@ A finding read from words alone is at most a warning; a log line that proves it 
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from finetune_doctor.analyzers.postmortem.framecause import frame_lead
 from finetune_doctor.evidence import Notice
-from finetune_doctor.pipeline import postmortem as pm
 from finetune_doctor.readers.runlogs import pasteblocks, userwords
-from finetune_doctor.settings import Options
-
-
-def first(tmp_path: Path, text: str):
-    (tmp_path / "train.log").write_text(text + "\n", encoding="utf-8")
-    r = pm.run(str(tmp_path), [], None, Options(command="postmortem"))
-    assert r.findings, "no finding"
-    return r.findings[0]
+from pmhelp import first_of_text as first
 
 
 # -- 1. a version mismatch names the package ------------------------------------------------------------------------

@@ -22,7 +22,6 @@ A finding read from words alone is at most a warning (the `words` case); a log l
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -30,13 +29,7 @@ from finetune_doctor.analyzers.postmortem.stackcause import releases_judging
 from finetune_doctor.pipeline import postmortem as pm
 from finetune_doctor.readers.runlogs.statedwords import setup_words, stated_versions
 from finetune_doctor.settings import Options
-
-
-def first(tmp_path: Path, text: str):
-    (tmp_path / "train.log").write_text(text + "\n", encoding="utf-8")
-    r = pm.run(str(tmp_path), [], None, Options(command="postmortem"))
-    assert r.findings, "no finding"
-    return r.findings[0]
+from pmhelp import first_of_text as first
 
 
 # -- what the words state -------------------------------------------------------------------------------------------

@@ -507,8 +507,9 @@ def outcome_shift(shape: str) -> tuple[float, float]:
     δ (ln units) and the scale factor m that p_oom's distribution takes past the one fitted on measurements,
     fitted by maximum likelihood on the dev runs' outcomes as censored observations of ε (a run that trained:
     need·e^ε ≤ budget; one that ran out: above), each class shrunk to the pooled values by its number of sources
-    (benchmarks/calib_censored.py `fit_table_shift`, scored by leave-one-round-out there). The class's own values,
-    else the pooled ones, else (0, 1) for a table without the field."""
+    (benchmarks/calib_censored.py `fit_table_shift`, scored by leave-one-round-out there; written only by
+    `calibrate.py --outcome-shift`, so the shipped table has none). The class's own values, else the pooled ones,
+    else (0, 1) for a table without the field."""
     spec = table().get("p_oom_shift") or {}
     got = (spec.get("classes") or {}).get(class_key("analytic", shape)) or spec.get("pooled") or {}
     return float(got.get("delta") or 0.0), float(got.get("mult") or 1.0)
