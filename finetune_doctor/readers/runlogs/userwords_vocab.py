@@ -109,7 +109,10 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("native-crash", re.compile(
         r"Segmentation fault|\bsegfault\w*|\bSIGSEGV\b|core dumped|\bBus error\b|\bSIGBUS\b|Illegal instruction|"
         r"\bSIGILL\b|(?:exit ?code|return code|exitcode)\s*[:=]?\s*-?(?:11|139)\b|段错误|总线错误|非法指令|核心已转储|"
-        r"Floating point exception|\bSIGFPE\b|浮点数?例外", _I)),
+        r"Floating point exception|\bSIGFPE\b|浮点数?例外|"
+        # (round 14) CPython's faulthandler for SIGABRT ("Fatal Python error: Aborted", Python/faulthandler.c's
+        # signal table), bash's strsignal text "Aborted (core dumped)" is matched by "core dumped" above
+        r"Fatal Python error:?\s*(?:Aborted|Bus error|Illegal instruction|Floating point exception)|\bSIGABRT\b", _I)),
     ("loss-scale", re.compile(
         r"loss scale (?:is )?already at (?:the )?minimum|(?:minimum|min) loss scale|"
         r"loss[ _]scale\S*\s*(?:collaps\w*|keeps? (?:decreasing|dropping|falling)|drops? to|(?:goes|went|falls?|fell) to)|"
@@ -125,9 +128,13 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\b(?:gets?|got|was|were|is|are|been|being)\s+(?:\w+\s+)?killed\b|"
         r"\b(?:process(?:es)?|training|trainer|job|run|worker|rank\s*\d*|it|and|then)\s+killed\b|^\s*Killed\b|"
         r"被\s*(?:系统)?\s*(?:kill(?:ed)?|杀|干掉)|\bSIGKILL\b|\bsignal 9\b|"
-        r"(?:exit ?code|return code|exitcode)\s*[:=]?\s*-9\b", _I | re.M)),
+        r"(?:exit ?code|return code|exitcode)\s*[:=]?\s*-9\b|"
+        # (round 14) the status said with a verb, or as the shell's 128 + 9 (bash, docker and Kubernetes report a
+        # process ended by SIGKILL as 137): "exits with code -9", "exit code 137", "exit status 137"
+        r"\bexit(?:s|ed)? with (?:exit )?(?:code|status)\s*[:=]?\s*(?:-9|137)\b|"
+        r"(?:exit ?(?:code|status)|return ?code|exitcode|returncode)\s*[:=]?\s*137\b", _I | re.M)),
     ("oom", re.compile(
-        r"out of memory|\bOOM\b|OutOfMemory|(?<![A-Za-z])oom(?![A-Za-z])|显存(?:空间)?(?:不足|溢出|爆|不够|炸|占满)|爆显存|"
+        r"out of memory|\bOOM(?:s|ed|ing)?\b|OutOfMemory|(?<![A-Za-z])oom(?![A-Za-z])|显存(?:空间)?(?:不足|溢出|爆|不够|炸|占满)|爆显存|"
         r"(?:CUDA|GPU|显卡)\s?(?:的)?内存(?:不足|溢出|爆|不够)|\bran out of (?:GPU |CUDA |video )?memory\b|"
         r"\bruns? out of (?:GPU |CUDA |video )?memory\b|\bnot enough (?:GPU |CUDA )?memory\b|"
         r"\bout of (?:GPU |CUDA )?VRAM\b|\bGPU memory (?:overflow|is full|exhausted)|\bVRAM (?:overflow|is full)|"
@@ -166,7 +173,9 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\bno progress\b|\bnot (?:progressing|moving|proceeding|advancing)\b|"
         r"\bdo(?:es)?(?:n't| not) (?:proceed|progress|move(?: on)?|advance)\b(?!\s+(?:the|to|a|an|it|them|my|its)\b)|"
         r"\bnever (?:starts|finishes|returns)\b|卡住|卡死|卡在|卡着|不动了?|无响应|没(?:有)?反应|停住|停在|夯住|死锁|"
-        r"(?:一直|始终)(?:等待|不动)|没有进度|进度条不动|\b(?:stays?|remains?|sits?|stuck) at 0\s?%|"
+        r"(?:一直|始终)在?(?:等待|等着|不动)|没有进度|\bnothing (?:happens|is happening)\b|\b(?:just )?sits there\b|"
+        r"\bno (?:new )?(?:output|log(?: line)?s?) for (?:hours|\d+ ?(?:min\w*|hours?|h))\b|"
+        r"(?:很久|半天|几个小时|一个小时|好几个小时)(?:都|也)?没(?:有)?(?:输出|动静|日志)|进度条不动|\b(?:stays?|remains?|sits?|stuck) at 0\s?%|"
         r"进度(?:条)?(?:一直|始终)(?:是|为|在|停在)?\s*0\s*%", _I)),
     # a run that ended with no error at all (the words say none was printed)
     ("stopped", re.compile(
@@ -193,7 +202,7 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\b(?:dataset|data) (?:is |was |becomes |became |gets? |got )?empty\b|\bempty (?:training |train )?dataset\b|"
         r"\b(?:dataset|data) (?:is |was )?too small\b|\bnot enough (?:samples|data|rows)\b|"
         r"\bdataset format (?:error|is wrong|is invalid)|数据集?\S{0,3}格式(?:错误|不对|有误)|(?:没有|无)有效(?:的)?(?:样本|数据)|"
-        r"数据集?(?:为空|是空的)|样本(?:为空|数为0)|数据(?:集)?(?:太少|过少|量太小)", _I)),
+        r"数据集?(?:为空|是空的)|样本(?:为空|数为0)|数据集?[^，,。\n]{0,10}?(?:是空的|变成?空的?|空了)|(?:没有|0\s*条|零条)(?:有效的?)?样本|数据(?:集)?(?:太少|过少|量太小)", _I)),
     ("version", re.compile(
         r"\b(?:requires?|required|need|needs)\s+(?:`)?[\w.-]+\s*(?:>=|==|<=|>|<)\s*\d[\w.]*|"
         r"is required for a normal functioning|\bversion (?:mismatch|conflict|incompatib\w*)\b|"
@@ -245,6 +254,7 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\b(?:install\w*|resum\w*|sav(?:e|ing)|load(?:ing)?|import(?:ing)?|build(?:ing)?|compil\w*|merg\w*|export\w*)"
         r"\s+(?:[\w.-]+\s+){0,3}?(?:fail(?:s|ed|ure)?|crash(?:es|ed)?)\b)|"
         r"(?:安装|编译|保存|加载|导入|合并|导出|断点续训|恢复训练|续训)\S{0,6}(?:失败|崩溃|报错|出错|挂了)|"
+        r"(?:保存|存)\s*(?:模型|checkpoint|ckpt|权重)[^，,。\n]{0,12}?(?:失败|崩溃|报错|出错|挂了|挂掉|崩了)|"
         r"(?i:\b(?:got|get|gets|getting|hit|hits|throws?|threw|raised?)\s+(?:an? |the |this |following )?(?:error|exception)\b)|"
         # a title that states a named API's failure ("`SFTTrainer` does not pass `token_type_ids` ...") or that
         # one thing does not work with another: a bug report whose words are the cause's only text
@@ -421,7 +431,13 @@ LOADER_DIED = re.compile(
 INTERRUPTED = re.compile(
     r"(?:异常|意外)中断|训练\S{0,6}?(?:被)?中断|被中断|中断了|"
     r"\b(?:training|train|run|job|process(?:es)?|it)\s+(?:\w+\s+)?(?:was |is |got |gets |keeps getting )?"
-    r"interrupted\b|\binterrupted (?:training|run|job)\b", _I)
+    r"interrupted\b|\binterrupted (?:training|run|job)\b|"
+    # (round 14) a sender named: SIGTERM (signal 15: schedulers, `kill`, Kubernetes' eviction grace), SIGINT /
+    # KeyboardInterrupt (Ctrl-C), a job pre-empted or cancelled by its scheduler, Slurm's "CANCELLED ... DUE TO TIME
+    # LIMIT" (slurm src/slurmd/slurmstepd/req.c); a stop from outside, not a failure of the run's own
+    r"\bSIGTERM\b|\bsignal 15\b|\bSIGINT\b|\bKeyboardInterrupt\b|\bCtrl[- +]?C\b|\bpre-?empt(?:ed|ion)\b|"
+    r"\bDUE TO TIME LIMIT\b|\b(?:hit|reached|exceeded) (?:the |its |my )?(?:slurm |job |wall[- ]?(?:clock|time) )?time ?limit\b|"
+    r"\b(?:job|run|training) (?:was |got )?(?:cancell?ed|scancel\w*)\b|被(?:调度|集群|平台)\S{0,6}(?:抢占|取消|终止)", _I)
 # Shapes said not to match, or parameters said not to be saved whole ("resume ... dimension mismatch", "维度不匹配",
 # "无法把所有的LoRA参数保存下来"): an error whose cause the words may hold (LlamaFactory#1226, rule run-crashed).
 MISMATCH_SAID = re.compile(

@@ -1,0 +1,123 @@
+"""Round 14's word kinds (issue #25, wt/pmfix14a): the forms of the words-only yardstick's misses, each in wordings
+that are not the yardstick's (fixtures/postmortem/paraphrases_round14.py), and the catalogue of known release
+regressions (catalog/known_regressions.json, analyzers/postmortem/knownbugs.py).
+
+The kinds: GPU memory said with OOM as a verb ("OOMs", "OOMed"); a SIGKILL said as an exit status with a verb or as
+the shell's 128 + 9 = 137; CPython's faulthandler line for SIGABRT; a stop whose sender is named (SIGTERM, a
+scheduler's pre-emption or time limit, Ctrl-C); a hang said as waiting or sitting there; an empty dataset said with
+words between; a save said to crash with words between (Chinese); an exception class named mid-sentence with where
+it was raised. A finding from words alone is at most a warning.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from finetune_doctor.analyzers.postmortem import knownbugs
+from finetune_doctor.numbers import version_key
+from finetune_doctor.readers.runlogs import userwords
+from pmhelp import first_of_text as first
+
+
+def symptom(text: str) -> str | None:
+    said = userwords.read_words(text)
+    return said["symptom"] if said else None
+
+
+# -- the reader's kinds -----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    ("the 13B run OOMs on every eval", "oom"),
+    ("It OOMed at step 40 on an A10", "oom"),
+    ("keeps OOMing after I raised cutoff_len", "oom"),
+    ("the trainer exited with exit code -9 while packing", "killed"),
+    ("container exit code 137 right after tokenization", "killed"),
+    ("worker exited with status 137", "killed"),
+    ("Fatal Python error: Aborted during backward", "native-crash"),
+    ("got SIGABRT from the loss kernel", "native-crash"),
+    ("the pod received SIGTERM mid-epoch", "interrupted"),
+    ("job preempted on the spot instance at step 900", "interrupted"),
+    ("slurm: CANCELLED AT 2024-05-01 DUE TO TIME LIMIT", "interrupted"),
+    ("the run hit the wall-clock time limit of the cluster", "interrupted"),
+    ("pressed Ctrl-C by accident and the trainer quit", "interrupted"),
+    ("launch script just sits there after the dataset is loaded", "hang"),
+    ("nothing happens after 'Loading checkpoint shards'", "hang"),
+    ("进程一直在等着，nvidia-smi 显示利用率 100%", "hang"),
+    ("半天都没有输出，也没有报错", "hang"),
+    ("处理完数据集变成空的了", "no-samples"),
+    ("过滤之后 0 条样本", "no-samples"),
+    ("存 checkpoint 的时候进程崩了", "error"),
+    ("RuntimeError during eval of the second epoch", "error"),
+    ("KeyError upon loading the tokenizer of qwen3", "error"),
+])
+def test_round14_forms_are_read(text, expected):
+    assert symptom(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "exit code 1 after the first step",        # a positive exit status is a Python exception's, not a kill
+    "see KeyboardInterruptHandler docs",        # no word boundary
+    "return code 1370 from the launcher",       # not 137
+    "the ValueError in the docs is unrelated",   # "in": no failure placed
+])
+def test_round14_forms_do_not_overreach(text):
+    assert symptom(text) not in ("killed", "interrupted", "error")
+
+
+def test_exit_137_words_name_the_host_memory(tmp_path):
+    f = first(tmp_path, "Training died with exit code 137 while tokenizing 2M samples")
+    assert f.name == "host-oom-killed"
+    assert f.severity != "error"   # words alone: at most a warning
+
+
+def test_sigterm_words_name_a_stop_from_outside(tmp_path):
+    f = first(tmp_path, "训练到一半收到 SIGTERM 就退出了")
+    assert f.name == "stopped-from-outside"
+
+
+# -- the catalogue of known regressions -------------------------------------------------------------------------------
+
+def test_every_catalogue_row_is_sourced_and_ordered():
+    rows = knownbugs.rows()
+    assert len(rows) >= 5
+    for r in rows:
+        assert r["url"].startswith("https://github.com/") and r["source"]
+        lo, hi = version_key(r["first"]), version_key(r["last"])
+        assert lo is not None and hi is not None and lo <= hi
+        if r["fixed_in"]:
+            assert version_key(r["fixed_in"]) > hi   # the fixing release is past the affected ones
+
+
+@pytest.mark.parametrize("version, blamed", [("4.36.0", True), ("4.36.2", True), ("4.36.0.dev0", True),
+                                             ("4.37.0", False), ("4.35.2", False)])
+def test_transformers_436_save_race_range(version, blamed):
+    row = knownbugs.known_regression({"transformers": version}, "FileNotFoundError when saving a checkpoint")
+    assert (row is not None and row["url"].endswith("/27925")) is blamed
+
+
+def test_a_release_named_beside_another_symptom_is_not_blamed():
+    # deepspeed 0.14.3's row is about zero gradients; an OOM said with that release names no regression
+    assert knownbugs.known_regression({"deepspeed": "0.14.3"}, "CUDA out of memory with zero3") is None
+
+
+def test_words_naming_a_regressed_release_lead_with_its_thread(tmp_path):
+    f = first(tmp_path, "After moving to deepspeed 0.14.3 the grad_norm is 0 on every step")
+    assert f.name == "no-parameter-update"
+    assert "deepspeed 0.14.3, the release the words name, has a known regression" in f.message
+    assert "https://github.com/deepspeedai/DeepSpeed/issues/5692" in f.message
+
+
+def test_a_save_error_with_transformers_436_names_the_rename_race(tmp_path):
+    # FileNotFoundError is CPython's class for a rename's ENOENT: the staged save's episode (savecause.py) leads
+    f = first(tmp_path, "FileNotFoundError on checkpoint save with transformers==4.36.1 and 4 GPUs")
+    assert f.name == "run-crashed"
+    assert "27925" in f.message and "4.37.0" in f.message
+    assert "has a known regression" not in f.message   # the episode's own words, not the catalogue's beside them
+
+
+def test_a_regressed_release_outside_a_save_leads_with_the_catalogue(tmp_path):
+    f = first(tmp_path, "zero2 sft with deepspeed 0.17.6 errors out in allreduce_gradients")
+    assert f.name == "run-crashed"
+    assert "deepspeed 0.17.6, the release the words name, has a known regression" in f.message
+    assert "deepspeedai/DeepSpeed/issues/7718" in f.message and "deepspeed 0.18.3 fixed it" in f.message
+    assert f.message.count("`pip show deepspeed`") == 1   # one command, not two
