@@ -49,6 +49,12 @@ def symptom(text: str) -> str | None:
     ("存 checkpoint 的时候进程崩了", "error"),
     ("RuntimeError during eval of the second epoch", "error"),
     ("KeyError upon loading the tokenizer of qwen3", "error"),
+    # (after the FRESH set) the session a run hung on closed, a pod evicted; a failure after a qualified 30 minutes
+    ("lost the ssh connection overnight and the run was gone", "interrupted"),
+    ("tmux session died, training ended at step 1200", "interrupted"),
+    ("远程连接断开后训练就停了", "interrupted"),
+    ("the node evicted my job at epoch 2", "interrupted"),
+    ("ddp run dies after roughly 30 minutes every time", "timeout"),
 ])
 def test_round14_forms_are_read(text, expected):
     assert symptom(text) == expected
@@ -59,6 +65,7 @@ def test_round14_forms_are_read(text, expected):
     "see KeyboardInterruptHandler docs",        # no word boundary
     "return code 1370 from the launcher",       # not 137
     "the ValueError in the docs is unrelated",   # "in": no failure placed
+    "ssh into the node and the loss is fine",    # ssh named, nothing closed
 ])
 def test_round14_forms_do_not_overreach(text):
     assert symptom(text) not in ("killed", "interrupted", "error")

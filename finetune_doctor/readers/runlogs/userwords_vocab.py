@@ -321,7 +321,9 @@ RESUME_ENDED = re.compile(
 # (a negation between the run and "fail" takes the failure back: "it does not fail to start" says none)
 # (a failure after a duration is left to userwords' default-timeout reading: "crashes after 30 minutes" is torch's
 # 1800 s collective timeout; "failed" needs the run as its subject: "Assertion check failed." is any program's)
-_NO_DURATION = r"(?!\s+(?:\w+\s+)?(?:after|within|at)\s+(?:about\s+|~)?(?:\d|half an))"
+# (round 14: a qualifier before the figure, "after exactly 30 minutes", "after roughly half an hour", counts too)
+_NO_DURATION = (r"(?!\s+(?:\w+\s+)?(?:after|within|at)\s+(?:(?:about|exactly|around|roughly|approximately|almost|nearly|"
+                r"precisely|always)\s+|~)?(?:\d|half an))")
 FAILURE_SAID = re.compile(
     r"\bcrash(?:es|ed|ing)?\b" + _NO_DURATION + r"|\bfailures?\b(?!\s+(?:rate|mode)s?\b)|"
     r"\b(?:training|train|fine[- ]?tun\w*|finetun\w*|runs?|job|script|sft|dpo|ppo|grpo|kto|pretrain\w*|it)\b"
@@ -437,7 +439,11 @@ INTERRUPTED = re.compile(
     # LIMIT" (slurm src/slurmd/slurmstepd/req.c); a stop from outside, not a failure of the run's own
     r"\bSIGTERM\b|\bsignal 15\b|\bSIGINT\b|\bKeyboardInterrupt\b|\bCtrl[- +]?C\b|\bpre-?empt(?:ed|ion)\b|"
     r"\bDUE TO TIME LIMIT\b|\b(?:hit|reached|exceeded) (?:the |its |my )?(?:slurm |job |wall[- ]?(?:clock|time) )?time ?limit\b|"
-    r"\b(?:job|run|training) (?:was |got )?(?:cancell?ed|scancel\w*)\b|被(?:调度|集群|平台)\S{0,6}(?:抢占|取消|终止)", _I)
+    r"\b(?:job|run|training) (?:was |got )?(?:cancell?ed|scancel\w*)\b|被(?:调度|集群|平台)\S{0,6}(?:抢占|取消|终止)|"
+    # the session the run hung on closed (SIGHUP to a run started without nohup/tmux), a pod evicted by its node
+    r"\b(?:ssh|terminal|tmux|screen|remote)\b(?: session| connection)?\s+(?:was |got )?(?:disconnect\w*|dropped|closed|"
+    r"lost|timed out|died)|\b(?:closed|lost) (?:the |my )?(?:ssh|terminal|session|connection)\b|\bSIGHUP\b|"
+    r"\bevict(?:ed|ion)\b|(?:ssh|终端|远程连接|连接|会话)\S{0,6}(?:断开|断了|掉线|关闭|关了)|关(?:掉|闭)了?终端|驱逐", _I)
 # Shapes said not to match, or parameters said not to be saved whole ("resume ... dimension mismatch", "维度不匹配",
 # "无法把所有的LoRA参数保存下来"): an error whose cause the words may hold (LlamaFactory#1226, rule run-crashed).
 MISMATCH_SAID = re.compile(
