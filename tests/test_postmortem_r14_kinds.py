@@ -128,3 +128,40 @@ def test_a_regressed_release_outside_a_save_leads_with_the_catalogue(tmp_path):
     assert "deepspeed 0.17.6, the release the words name, has a known regression" in f.message
     assert "deepspeedai/DeepSpeed/issues/7718" in f.message and "deepspeed 0.18.3 fixed it" in f.message
     assert f.message.count("`pip show deepspeed`") == 1   # one command, not two
+
+
+# -- forms placed by userwords_more.PLACED: each kind at its symptom's precedence -------------------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    ("host memory keeps climbing until the whole box crashes", "host-oom"),   # not the catch-all "crashes"
+    ("内存持续增长，最后训练崩了", "host-oom"),
+    ("sft on 4 cards, Killed after the first eval", "killed"),
+    ("after the tokenizer step nothing is logged, GPU utilization goes to 0%", "hang"),
+    ("rank 3 keeps waiting in the barrier", "hang"),
+    ("NCCL init failed on the second node", "nccl-error"),
+    ("NET/IB : connection reset by peer during allreduce", "nccl-error"),
+    ("NCCL watchdog timeout error at step 300", "timeout"),                  # a timeout stays nccl-timeout's
+    ("peft is too old for this LoRA config", "version"),
+    ("deepspeed 0.16.4 还不支持这个 offload 配置", "version"),
+    ("downgrading to accelerate 0.33.0 solved it", "version"),
+    ("unable to resume from checkpoint-2000", "error"),
+    ("[Bug] qwen2.5-omni full sft error", "error"),
+    ("scancel killed nothing, but the job was preempted at 3am", "interrupted"),
+])
+def test_placed_forms_are_read_at_their_symptoms_place(text, expected):
+    assert symptom(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "training finishes with no error",
+    "torchrun: Sending process 881 closing signal SIGTERM",   # torchelastic stopping the others: not a sender
+    "the loss looks fine, GPU utilization is 95%",
+])
+def test_placed_forms_do_not_overreach(text):
+    assert symptom(text) not in ("error", "interrupted", "hang")
+
+
+def test_place_refuses_a_missing_anchor():
+    from finetune_doctor.readers.runlogs import userwords_more
+    with pytest.raises(StopIteration):
+        userwords_more.place((("oom", userwords_more.KILLED_WORD),))

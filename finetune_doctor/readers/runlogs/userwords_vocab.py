@@ -433,17 +433,7 @@ LOADER_DIED = re.compile(
 INTERRUPTED = re.compile(
     r"(?:异常|意外)中断|训练\S{0,6}?(?:被)?中断|被中断|中断了|"
     r"\b(?:training|train|run|job|process(?:es)?|it)\s+(?:\w+\s+)?(?:was |is |got |gets |keeps getting )?"
-    r"interrupted\b|\binterrupted (?:training|run|job)\b|"
-    # (round 14) a sender named: SIGTERM (signal 15: schedulers, `kill`, Kubernetes' eviction grace), SIGINT /
-    # KeyboardInterrupt (Ctrl-C), a job pre-empted or cancelled by its scheduler, Slurm's "CANCELLED ... DUE TO TIME
-    # LIMIT" (slurm src/slurmd/slurmstepd/req.c); a stop from outside, not a failure of the run's own
-    r"\bSIGTERM\b|\bsignal 15\b|\bSIGINT\b|\bKeyboardInterrupt\b|\bCtrl[- +]?C\b|\bpre-?empt(?:ed|ion)\b|"
-    r"\bDUE TO TIME LIMIT\b|\b(?:hit|reached|exceeded) (?:the |its |my )?(?:slurm |job |wall[- ]?(?:clock|time) )?time ?limit\b|"
-    r"\b(?:job|run|training) (?:was |got )?(?:cancell?ed|scancel\w*)\b|被(?:调度|集群|平台)\S{0,6}(?:抢占|取消|终止)|"
-    # the session the run hung on closed (SIGHUP to a run started without nohup/tmux), a pod evicted by its node
-    r"\b(?:ssh|terminal|tmux|screen|remote)\b(?: session| connection)?\s+(?:was |got )?(?:disconnect\w*|dropped|closed|"
-    r"lost|timed out|died)|\b(?:closed|lost) (?:the |my )?(?:ssh|terminal|session|connection)\b|\bSIGHUP\b|"
-    r"\bevict(?:ed|ion)\b|(?:ssh|终端|远程连接|连接|会话)\S{0,6}(?:断开|断了|掉线|关闭|关了)|关(?:掉|闭)了?终端|驱逐", _I)
+    r"interrupted\b|\binterrupted (?:training|run|job)\b", _I)
 # Shapes said not to match, or parameters said not to be saved whole ("resume ... dimension mismatch", "维度不匹配",
 # "无法把所有的LoRA参数保存下来"): an error whose cause the words may hold (LlamaFactory#1226, rule run-crashed).
 MISMATCH_SAID = re.compile(
@@ -452,3 +442,9 @@ MISMATCH_SAID = re.compile(
     r"\b(?:not|n't) (?:all|every|the whole)\b[^.\n]{0,30}\b(?:saved|in the checkpoint)\b|\bincomplete (?:checkpoint|adapter)", _I)
 SYMPTOMS = (("disk-full", DISK_SAID),) + SYMPTOMS + (("host-oom", LOADER_DIED), ("interrupted", INTERRUPTED),
                                                      ("error", MISMATCH_SAID))
+
+# Round 14 (wt/pmfix14a): more words of these symptoms, each tried at the place userwords_more.PLACED declares (the
+# one table of where an added form stands among the symptoms above), not after every catch-all
+from finetune_doctor.readers.runlogs.userwords_more import place  # noqa: E402  (placed last: it reads SYMPTOMS)
+
+SYMPTOMS = place(SYMPTOMS)
