@@ -165,3 +165,22 @@ def test_place_refuses_a_missing_anchor():
     from finetune_doctor.readers.runlogs import userwords_more
     with pytest.raises(StopIteration):
         userwords_more.place((("oom", userwords_more.KILLED_WORD),))
+
+
+# -- a host kill or RAM said in a phase: what fills host RAM there (saidlead.host_lead) -------------------------------
+
+@pytest.mark.parametrize("text, needle", [
+    ("8 卡训练加载模型的时候进程被 kill", "every training process reads the checkpoint into host RAM"),
+    ("host RAM runs out while tokenizing with 64 workers", "`preprocessing_num_workers` processes"),
+    ("Killed at the final save of a 70B zero3 run", "rank 0 copies the whole gathered 16-bit model"),
+    ("CPU memory OOM during evaluation", "moves every batch's logits"),
+])
+def test_a_host_kill_in_a_phase_names_what_fills_host_ram(tmp_path, text, needle):
+    f = first(tmp_path, text)
+    assert f.name == "host-oom-killed"
+    assert needle in f.message
+
+
+def test_a_host_kill_without_a_phase_has_no_phase_lead(tmp_path):
+    f = first(tmp_path, "the trainer gets killed, nothing else printed")
+    assert f.name == "host-oom-killed" and "The words place it" not in f.message

@@ -37,10 +37,12 @@ _PKG = (r"(?:torch|pytorch|transformers|deepspeed|peft|accelerate|trl|vllm|datas
         r"xformers|unsloth|triton|liger[-_ ]?kernel|numpy|llamafactory|llama[-_]factory)")
 
 SENT_STOP = re.compile(
-    r"(?<!closing signal )\bSIGTERM\b|\bsignal 15\b|\bSIGINT\b|\bKeyboardInterrupt\b|\bCtrl[- +]?C\b|"
+    # (Lightning's "Received SIGTERM: N handlers registered, continuing" reports handlers, not a stop)
+    r"(?<!closing signal )\bSIGTERM\b(?!:\s*\d+ handlers)|\bsignal 15\b|\bSIGINT\b|\bKeyboardInterrupt\b|\bCtrl[- +]?C\b|"
     r"\bpre-?empt(?:ed|ion)\b|\bDUE TO TIME LIMIT\b|"
     r"\b(?:hit|reached|exceeded) (?:the |its |my )?(?:slurm |job |wall[- ]?(?:clock|time) )?time ?limit\b|"
-    r"\b(?:job|run|training) (?:was |got )?(?:cancell?ed|scancel\w*)\b|被(?:调度|集群|平台)\S{0,6}(?:抢占|取消|终止)|"
+    # (a cancel with its sender or reason: "the job was CANCELLED AT the end of the queue window" names neither)
+    r"\b(?:job|run|training) (?:was |got )?cancell?ed (?:by|due to|because)\b|\bscancel(?:led|ed)?\b|被(?:调度|集群|平台)\S{0,6}(?:抢占|取消|终止)|"
     r"\b(?:ssh|terminal|tmux|screen|remote)\b(?: session| connection)?\s+(?:was |got )?(?:disconnect\w*|dropped|closed|"
     r"lost|timed out|died)|\b(?:closed|lost) (?:the |my )?(?:ssh|terminal|session|connection)\b|\bSIGHUP\b|"
     r"\bevict(?:ed|ion)\b|(?:ssh|终端|远程连接|连接|会话)\S{0,6}(?:断开|断了|掉线|关闭|关了)|关(?:掉|闭)了?终端|驱逐", _I)

@@ -173,7 +173,7 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\bno progress\b|\bnot (?:progressing|moving|proceeding|advancing)\b|"
         r"\bdo(?:es)?(?:n't| not) (?:proceed|progress|move(?: on)?|advance)\b(?!\s+(?:the|to|a|an|it|them|my|its)\b)|"
         r"\bnever (?:starts|finishes|returns)\b|卡住|卡死|卡在|卡着|不动了?|无响应|没(?:有)?反应|停住|停在|夯住|死锁|"
-        r"(?:一直|始终)在?(?:等待|等着|不动)|没有进度|\bnothing (?:happens|is happening)\b|\b(?:just )?sits there\b|"
+        r"(?:一直|始终)在?(?:等待|等着|不动)|没有进度|\bnothing (?:happens|happened|is happening)\s+(?:for|after|since)\b|\b(?:just )?sits there\b|"
         r"\bno (?:new )?(?:output|log(?: line)?s?) for (?:hours|\d+ ?(?:min\w*|hours?|h))\b|"
         r"(?:很久|半天|几个小时|一个小时|好几个小时)(?:都|也)?没(?:有)?(?:输出|动静|日志)|进度条不动|\b(?:stays?|remains?|sits?|stuck) at 0\s?%|"
         r"进度(?:条)?(?:一直|始终)(?:是|为|在|停在)?\s*0\s*%", _I)),
