@@ -184,3 +184,20 @@ def test_a_host_kill_in_a_phase_names_what_fills_host_ram(tmp_path, text, needle
 def test_a_host_kill_without_a_phase_has_no_phase_lead(tmp_path):
     f = first(tmp_path, "the trainer gets killed, nothing else printed")
     assert f.name == "host-oom-killed" and "The words place it" not in f.message
+
+
+# -- torch's OutOfMemoryError quoted with its request only (logfailures._TORCH_OOM) -----------------------------------
+
+@pytest.mark.parametrize("text, requested", [
+    ("torch.cuda.OutOfMemoryError: Tried to allocate 1.50 GiB", "1.50 GiB"),
+    ("glm4 lora 训练报 torch.OutOfMemoryError: Tried to allocate 768.00 MiB", "768.00 MiB"),
+])
+def test_the_oom_class_with_its_request_is_a_cuda_oom(tmp_path, text, requested):
+    f = first(tmp_path, text)
+    assert f.name == "cuda-oom"
+    assert f"tried to allocate {requested}" in f.message
+
+
+def test_another_class_with_a_request_is_not_an_oom(tmp_path):
+    f = first(tmp_path, "torch.cuda.AcceleratorError: Tried to allocate 1.50 GiB")
+    assert f.name != "cuda-oom"
