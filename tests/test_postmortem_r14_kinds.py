@@ -201,3 +201,22 @@ def test_the_oom_class_with_its_request_is_a_cuda_oom(tmp_path, text, requested)
 def test_another_class_with_a_request_is_not_an_oom(tmp_path):
     f = first(tmp_path, "torch.cuda.AcceleratorError: Tried to allocate 1.50 GiB")
     assert f.name != "cuda-oom"
+
+
+# -- NCCL's error said beside a rank's own failure: that failure first (userwords_more.MOVED) -------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    ("ncclRemoteError on ranks 0-6 after rank 7 ran out of GPU memory", "oom"),
+    ("多卡训练 NCCL 报错，其中一张卡出现 Segmentation fault", "native-crash"),
+    ("NCCL error on node 2 after the OOM killer hit rank 9", "host-oom"),
+    ("NCCL error: unhandled system error when launching on two nodes", "nccl-error"),   # NCCL alone stays NCCL's
+])
+def test_a_ranks_own_failure_outranks_the_nccl_errors_of_the_others(text, expected):
+    assert symptom(text) == expected
+
+
+def test_moved_symptoms_keep_every_entry():
+    from finetune_doctor.readers.runlogs import userwords_vocab as vocab
+    names = [n for n, _ in vocab.SYMPTOMS]
+    assert names.index("nccl-error") > names.index("oom") > names.index("native-crash")
+    assert names.index("nccl-error") < names.index("cuda-error")

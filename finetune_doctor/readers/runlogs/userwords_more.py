@@ -10,6 +10,8 @@ outrank a weaker reading.
 The forms, by kind (found by the round-14 yardstick, fixtures/postmortem/paraphrases_round14.py, and written by
 kind, not from one sentence):
 
+- (MOVED) NCCL's transport errors after every rank-ending symptom: said beside a rank's own failure, that failure is
+  the cause (see `MOVED`).
 - interrupted (rule stopped-from-outside): a sender named: SIGTERM (signal 15: schedulers, ``kill``, Kubernetes'
   grace period; torchelastic's own "closing signal SIGTERM" to the other ranks after a failure is not one), SIGINT /
   KeyboardInterrupt / Ctrl-C, a job pre-empted or cancelled, Slurm's "CANCELLED ... DUE TO TIME LIMIT" (slurmstepd),
@@ -91,11 +93,37 @@ PLACED: tuple[tuple[str, str, str, re.Pattern[str]], ...] = (
 )
 
 
+# (symptom, anchor): the symptom's first run of entries is tried right after the anchor's first run instead of where
+# the vocabulary put it. NCCL's transport errors are what the OTHER ranks print when one rank dies (NCCL's "remote
+# process exited or there was a network error", ncclRemoteError): said beside a rank's own failure ("NCCL error
+# after CUDA out of memory on rank 3", "segfault then NCCL error on the other ranks") that failure is the cause, so
+# every rank-ending symptom (a native crash, the host's memory, a kill, the GPU's memory) is tried before NCCL's.
+# cuda-error stays after it: NCCL's "unhandled cuda error" is NCCL's own wording.
+MOVED: tuple[tuple[str, str], ...] = (
+    ("nccl-error", "oom"),
+)
+
+
+def _run_end(out: list[tuple[str, re.Pattern[str]]], name: str) -> tuple[int, int]:
+    """(start, end) of the first run of entries of symptom `name` in `out`; StopIteration when there is none."""
+    start = next(i for i, (n, _) in enumerate(out) if n == name)
+    end = start
+    while end < len(out) and out[end][0] == name:
+        end += 1
+    return start, end
+
+
 def place(table: tuple[tuple[str, re.Pattern[str]], ...]) -> tuple[tuple[str, re.Pattern[str]], ...]:
-    """`table` (userwords_vocab.SYMPTOMS) with each entry of `PLACED` inserted before the first entry of its anchor
-    symptom, or after that entry and the ones of the same symptom right behind it; an anchor the table lacks is an
-    error (a renamed symptom must not drop its forms silently)."""
+    """`table` (userwords_vocab.SYMPTOMS) with the moves of `MOVED` made, then each entry of `PLACED` inserted
+    before the first entry of its anchor symptom, or after that entry and the ones of the same symptom right behind
+    it; an anchor the table lacks is an error (a renamed symptom must not drop its forms silently)."""
     out = list(table)
+    for name, anchor in MOVED:
+        start, end = _run_end(out, name)
+        run = out[start:end]
+        del out[start:end]
+        at = _run_end(out, anchor)[1]
+        out[at:at] = run
     for where, anchor, symptom, pat in PLACED:
         at = next(i for i, (name, _) in enumerate(out) if name == anchor)
         if where == "after":
