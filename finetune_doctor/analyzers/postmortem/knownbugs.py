@@ -53,6 +53,10 @@ _FIXED = {True: "{pkg} {fixed} fixed it: install it, or go back to a release old
                  "check the thread for a later fix"}
 
 
+# the `pip show` sentence, keyed by whether the words' stack sentence already names the command
+_PIP = {True: "", False: " `pip show {pkg}` on the training machine confirms the release that ran."}
+
+
 def regression_lead(said: Mapping[str, Any], versions: Mapping[str, str]) -> str | None:
     """The lead of a words finding whose words state a release with a known regression of the kind they describe
     (`known_regression`): the package and release, what that release does, the upstream thread and the release to
@@ -63,7 +67,6 @@ def regression_lead(said: Mapping[str, Any], versions: Mapping[str, str]) -> str
         return None
     fix = _FIXED[bool(row["fixed_in"])].format(pkg=row["package"], fixed=row["fixed_in"], first=row["first"],
                                                last=row["last"])
-    pip = ("" if "`pip show" in str(said.get("stack_text") or "") else
-           f" `pip show {row['package']}` on the training machine confirms the release that ran.")
+    pip = _PIP["`pip show" in str(said.get("stack_text") or "")].format(pkg=row["package"])
     return (f"{row['package']} {row['version']}, the release the words name, has a known regression of this kind: "
             f"{row['symptom']} ({row['url']}); {fix}.{pip}")
