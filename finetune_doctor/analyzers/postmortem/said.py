@@ -16,11 +16,12 @@ from typing import Any
 
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import location_of
+from finetune_doctor.analyzers.postmortem.knownbugs import regression_lead
 from finetune_doctor.analyzers.postmortem.kindwords import (PERSIST_OPENING, UPGRADE_OPENING, kind_lead, persist_lead,
                                                         resumed_untrained)
-from finetune_doctor.analyzers.postmortem.saidlead import said_lead
+from finetune_doctor.analyzers.postmortem.saidlead import host_lead, said_lead
 from finetune_doctor.analyzers.postmortem.saidstack import setup_lead, stack_text, stated, version_text
-from finetune_doctor.analyzers.postmortem.savecause import said_save_lead
+from finetune_doctor.analyzers.postmortem.savecause import said_save_lead, staged_said
 from finetune_doctor.arch import BF16_FAMILIES
 from finetune_doctor.evidence import Evidence, Notice
 from finetune_doctor.readers.runlogs.statedwords import NODES
@@ -84,9 +85,13 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
             # the general kinds (kindwords.py): an MoE hang beyond ZeRO-3 first, the rest after a save's lead
             s["lead"] = ((kind_lead(s, setup) if s["symptom"] in ("hang", "no-update") else None)
                          or setup_lead(ev, s["symptom"], s.get("phase"), str(s.get("text") or ""))
+                         # a save said to fail, quoting the staged save's errno or folder: its episode (savecause.py)
+                         or (said_save_lead(s, s["versions"]) if staged_said(s) else None)
+                         # a release the words state with a known regression of the kind said (knownbugs.py)
+                         or regression_lead(s, s["versions"])
                          or said_save_lead(s, s["versions"])   # a save said to fail: which save (savecause.py)
                          or kind_lead(s, setup) or persist_lead(s, stated(ev).get("versions") or {})
-                         or fp16_lead(s) or said_lead(s) or replicated_lead(s))
+                         or fp16_lead(s) or said_lead(s) or replicated_lead(s) or host_lead(s))
             if s["lead"] and s["lead"].startswith((UPGRADE_OPENING, PERSIST_OPENING)) and s["stack_text"]:
                 # what the words say changed comes before the judging of the releases they name, with one `pip
                 # show` sentence (issue #25): the stack's names the command already

@@ -115,3 +115,46 @@ def said_lead(said: dict[str, Any]) -> str | None:
                 "trainer pins (its requirements or install extra), then look at the live processes (`py-spy dump "
                 "--pid PID`).")
     return None
+
+
+# Round 14 (wt/pmfix14a): the host's RAM said to run out (or a kill said), placed by the words in a phase. What
+# fills host RAM in each phase (sources in the sentences' own terms):
+# - loading: each training process reads the checkpoint into host memory before it reaches its card; FSDP's ranks all
+#   do unless fsdp_cpu_ram_efficient_loading leaves it to rank 0 (rules/fsdp-host-ram.yaml), and a ZeRO-3 model is
+#   partitioned while it is built only under deepspeed.zero.Init (transformers 5.6.0 modeling_utils.py:1535, 3660;
+#   rules/zero3-model-loads-whole.yaml for the launch that skips it);
+# - tokenization: LLaMA-Factory maps the dataset with num_proc=preprocessing_num_workers (0.9.5 data/loader.py:139,
+#   250), each a process holding its shard's rows, inside main_process_first (:302, :313), so the main process of
+#   each node preprocesses first (local=True unless data_shared_file_system) and the other ranks read its cache;
+# - save: under ZeRO-3 with stage3_gather_16bit_weights_on_model_save, rank 0 copies every gathered 16-bit parameter
+#   to its host before writing it (DeepSpeed _zero3_consolidated_16bit_state_dict; analyzers/memory/hostsave.py, the
+#   one home of that size);
+# - evaluation: with eval_accumulation_steps set, the Trainer moves the predictions (the logits: batch x sequence x
+#   vocabulary) to the CPU and keeps them all for compute_metrics (transformers 5.6.0 training_args.py:438-441).
+_HOST_PHASE = {
+    "loading": ("The words place it at the model load: every training process reads the checkpoint into host RAM "
+                "before it reaches its card (about 2 bytes per parameter in bf16, times the processes on the node), "
+                "unless FSDP's `fsdp_cpu_ram_efficient_loading` leaves it to rank 0 or ZeRO-3 builds the model under "
+                "zero.Init; fewer processes per node, rank-0 loading, or more RAM or swap get it through."),
+    "tokenization": ("The words place it in the dataset's preprocessing: LLaMA-Factory maps the dataset with "
+                     "`preprocessing_num_workers` processes, each holding its share of the rows, before the first "
+                     "step; fewer workers, `streaming: true`, or tokenizing once into `tokenized_path` lowers it."),
+    "save": ("The words place it at a checkpoint save: under ZeRO-3 with `stage3_gather_16bit_weights_on_model_save`"
+             " rank 0 copies the whole gathered 16-bit model into its host memory to write it (an adapter only, "
+             "where the Trainer gathers the trainable part), on top of what training already holds; more RAM on "
+             "rank 0's node, or the setting off (DeepSpeed's shards are written, merged later with "
+             "zero_to_fp32.py), avoids it."),
+    "evaluation": ("The words place it in evaluation: with `eval_accumulation_steps` set, HF's Trainer moves every "
+                   "batch's logits (batch x sequence x vocabulary) to host memory and keeps them all for "
+                   "compute_metrics; `prediction_loss_only: true`, a smaller eval set, or no token-level metric "
+                   "keeps them off the host."),
+}
+
+
+def host_lead(said: dict[str, Any]) -> str | None:
+    """For the host's RAM said to run out or a process said killed (symptoms host-oom, killed, stopped), what fills
+    host RAM in the phase the words name (`_HOST_PHASE`: loading, tokenization, save, evaluation; sources above
+    it); None for another symptom or phase."""
+    if said.get("symptom") not in ("host-oom", "killed", "stopped"):
+        return None
+    return _HOST_PHASE.get(str(said.get("phase")))

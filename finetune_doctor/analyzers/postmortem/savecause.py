@@ -52,7 +52,8 @@ _ONE_WRITER = ("until then save from one writer (save_on_each_node: false on a s
                "output_dir not shared by several jobs)")
 
 # a rename/remove errno: ENOENT (the folder already gone), EEXIST and ENOTEMPTY (the target already there)
-_ERRNO = re.compile(r"\[Errno (?:2|17|39)\]|Directory not empty|File exists")
+# (CPython raises ENOENT as FileNotFoundError and EEXIST as FileExistsError: a title may name only the class)
+_ERRNO = re.compile(r"\[Errno (?:2|17|39)\]|Directory not empty|File exists|\bFileNotFoundError\b|\bFileExistsError\b")
 _STAGING = re.compile(r"staging_output_dir|tmp-checkpoint")
 _SAVE_WORDS = re.compile(r"\bsav(?:e|es|ed|ing)\b|\bckpt\b|\bcheckpoint|保存|存储模型", re.I)
 _FINAL = re.compile(r"\bfinal\b|\blast\b|\bend of training\b|\bafter training\b|最后|最终|训练(?:完成|结束)", re.I)
@@ -148,6 +149,14 @@ def staged_save_error(cls: str, msg: str, frames: tuple, versions: Mapping[str, 
     if not (in_save or _STAGING.search(line) or _STAGING.search(msg) or said_save):
         return None
     return _staged_text(versions, seen="\n".join([words, line, *map(str, frames)]))
+
+
+def staged_said(said: Mapping[str, Any]) -> bool:
+    """True when words of a failed save (phase save, symptom error or version) quote a rename's errno or class or
+    the staging folder: the staged save's reading (`said_save_lead`'s first branch), which outranks any other lead."""
+    text = str(said.get("text") or "")
+    return (said.get("phase") == "save" and said.get("symptom") in ("error", "version")
+            and bool(_ERRNO.search(text) or _STAGING.search(text)))
 
 
 def said_save_lead(said: Mapping[str, Any], versions: Mapping[str, str]) -> str | None:

@@ -56,6 +56,10 @@ def oom_figures(text: str) -> dict[str, Any]:
     return out
 
 
+# torch's OutOfMemoryError (raised by c10/cuda/CUDACachingAllocator.cpp only) quoted without "CUDA out of memory."
+_TORCH_OOM = re.compile(r"(?P<exc>torch(?:\.cuda)?\.OutOfMemoryError):\s*Tried to allocate (?P<requested>" + pat.SIZE + ")")
+
+
 class _Status:
     """A match-like holder of a status read by `other_cuda_error` (what `_device` reads of a match)."""
 
@@ -188,6 +192,9 @@ class FailureLines:
                 if m and (m.group("exc") or m.group("requested") or text.lstrip().startswith("CUDA out of memory")):
                     rec = OomRecord(self.path, line, self.during(), rank, "partial", exc=m.group("exc"),
                                     requested=pat.size_bytes(m.group("requested")), **oom_figures(text))
+            elif (om := _TORCH_OOM.search(text)) is not None:   # the class and the request alone (issue titles)
+                rec = OomRecord(self.path, line, self.during(), rank, "partial", exc=om.group("exc"),
+                                requested=pat.size_bytes(om.group("requested")))
             elif "Caught OutOfMemoryError in replica" in text and (dp := pat.DP_CAUGHT_OOM.search(text)):
                 # DataParallel re-raised a replica's CUDA OOM (torch/_utils.py ExceptionWrapper): the figures are
                 # in the replica's own traceback below, which a paste often leaves out

@@ -21,7 +21,7 @@ from finetune_doctor.readers.config.stack import PACKAGES
 # users' spellings of the packages of stack.PACKAGES
 _ALIASES = {"pytorch": "torch", "flash_attn": "flash-attn", "flashattn": "flash-attn", "flash-attention":
             "flash-attn", "llama-factory": "llamafactory", "llama_factory": "llamafactory", "liger_kernel":
-            "liger-kernel", "ds": None}
+            "liger-kernel", "liger kernel": "liger-kernel", "ds": None}
 _NAMES = sorted({*PACKAGES, *(k for k, v in _ALIASES.items() if v)}, key=len, reverse=True)
 # a package name, then within a few characters a version or a range: "accelerate==0.34.2", "accelerate到0.34.2",
 # "torch 2.4", "deepspeed 0.x", "transformers v4.45.0", "accelerate>=0.30.1,<=0.33.0", "peft (0.5.0)"

@@ -47,7 +47,7 @@ _STEP = re.compile(r"\b(?:step|iter(?:ation)?)\s*(?P<a>\d+)\b|\b(?P<b>\d+)\s*(?:
 _AFTER = re.compile(r"\bafter (?:about |~)?(?P<n>\d+) ?(?P<u>minutes?|mins?|hours?|h)\b|(?P<cn>\d+)\s*(?P<cu>分钟|小时)后",
                     re.I)
 
-_DEFAULT_TIMEOUT = re.compile(r"\b(?:after|within|at|takes?|took)\s+(?:about |~)?(?:30 ?min(?:ute)?s?|half an hour|1800 ?s(?:ec(?:onds)?)?)\b|"
+_DEFAULT_TIMEOUT = re.compile(r"\b(?:after|within|at|takes?|took)\s+(?:(?:about|exactly|around|roughly|approximately|almost|nearly|precisely|always) |~)?(?:30 ?min(?:ute)?s?|half an hour|1800 ?s(?:ec(?:onds)?)?)\b|"
                               r"30\s*分钟", re.I)
 # words that say which memory ran out was the GPU's: without them "out of memory" / "OOM" / 报oom may be the host's
 # RAM (the kernel's OOM killer, dataset packing and preprocessing) as well as CUDA's allocator (trial 14)

@@ -115,7 +115,12 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         # an exception class typed with a lower-case first letter and its colon ("valueError: ...", "keyError:")
         r"\b[a-z][a-z]*(?:[A-Z][a-z]+)*(?:Error|Exception)\s*[:：]|"
         # an exception class followed by its quoted value with no colon ("KeyError 'label'")
-        r"\b(?:[A-Z][a-z]+)+(?:Error|Exception)\s+[`'\"‘“][^`'\"’”\n]{1,80}[`'\"’”]")),    # (R2 of rounds 1-6, by kind) an exception message pasted alone, with neither its class nor a failure word:
+        r"\b(?:[A-Z][a-z]+)+(?:Error|Exception)\s+[`'\"‘“][^`'\"’”\n]{1,80}[`'\"’”]")),
+    # (round 14) an exception class named mid-sentence with where it was raised ("FileNotFoundError at checkpoint
+    # save", "ValueError when saving with zero3", "KeyError during eval"): a crash the words place ("in" is left
+    # out: "see ChildFailedError in the docs" names no failure)
+    ("error", re.compile(
+        r"\b(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\s+(?i:at|on|upon|when|while|during|after|before|whil)\s+\S")),    # (R2 of rounds 1-6, by kind) an exception message pasted alone, with neither its class nor a failure word:
     # the library register of an error, not a user's sentence - CPython's call-signature TypeErrors
     # (Objects/call.c, Python/getargs.c: "takes N positional arguments but M were given", "missing N required
     # positional argument", "got multiple values for argument"), a capability refused ("X is not available, but is

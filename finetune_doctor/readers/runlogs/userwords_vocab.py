@@ -109,7 +109,10 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("native-crash", re.compile(
         r"Segmentation fault|\bsegfault\w*|\bSIGSEGV\b|core dumped|\bBus error\b|\bSIGBUS\b|Illegal instruction|"
         r"\bSIGILL\b|(?:exit ?code|return code|exitcode)\s*[:=]?\s*-?(?:11|139)\b|段错误|总线错误|非法指令|核心已转储|"
-        r"Floating point exception|\bSIGFPE\b|浮点数?例外", _I)),
+        r"Floating point exception|\bSIGFPE\b|浮点数?例外|"
+        # (round 14) CPython's faulthandler for SIGABRT ("Fatal Python error: Aborted", Python/faulthandler.c's
+        # signal table), bash's strsignal text "Aborted (core dumped)" is matched by "core dumped" above
+        r"Fatal Python error:?\s*(?:Aborted|Bus error|Illegal instruction|Floating point exception)|\bSIGABRT\b", _I)),
     ("loss-scale", re.compile(
         r"loss scale (?:is )?already at (?:the )?minimum|(?:minimum|min) loss scale|"
         r"loss[ _]scale\S*\s*(?:collaps\w*|keeps? (?:decreasing|dropping|falling)|drops? to|(?:goes|went|falls?|fell) to)|"
@@ -125,9 +128,13 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\b(?:gets?|got|was|were|is|are|been|being)\s+(?:\w+\s+)?killed\b|"
         r"\b(?:process(?:es)?|training|trainer|job|run|worker|rank\s*\d*|it|and|then)\s+killed\b|^\s*Killed\b|"
         r"被\s*(?:系统)?\s*(?:kill(?:ed)?|杀|干掉)|\bSIGKILL\b|\bsignal 9\b|"
-        r"(?:exit ?code|return code|exitcode)\s*[:=]?\s*-9\b", _I | re.M)),
+        r"(?:exit ?code|return code|exitcode)\s*[:=]?\s*-9\b|"
+        # (round 14) the status said with a verb, or as the shell's 128 + 9 (bash, docker and Kubernetes report a
+        # process ended by SIGKILL as 137): "exits with code -9", "exit code 137", "exit status 137"
+        r"\bexit(?:s|ed)? with (?:exit )?(?:code|status)\s*[:=]?\s*(?:-9|137)\b|"
+        r"(?:exit ?(?:code|status)|return ?code|exitcode|returncode)\s*[:=]?\s*137\b", _I | re.M)),
     ("oom", re.compile(
-        r"out of memory|\bOOM\b|OutOfMemory|(?<![A-Za-z])oom(?![A-Za-z])|显存(?:空间)?(?:不足|溢出|爆|不够|炸|占满)|爆显存|"
+        r"out of memory|\bOOM(?:s|ed|ing)?\b|OutOfMemory|(?<![A-Za-z])oom(?![A-Za-z])|显存(?:空间)?(?:不足|溢出|爆|不够|炸|占满)|爆显存|"
         r"(?:CUDA|GPU|显卡)\s?(?:的)?内存(?:不足|溢出|爆|不够)|\bran out of (?:GPU |CUDA |video )?memory\b|"
         r"\bruns? out of (?:GPU |CUDA |video )?memory\b|\bnot enough (?:GPU |CUDA )?memory\b|"
         r"\bout of (?:GPU |CUDA )?VRAM\b|\bGPU memory (?:overflow|is full|exhausted)|\bVRAM (?:overflow|is full)|"
@@ -166,7 +173,9 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\bno progress\b|\bnot (?:progressing|moving|proceeding|advancing)\b|"
         r"\bdo(?:es)?(?:n't| not) (?:proceed|progress|move(?: on)?|advance)\b(?!\s+(?:the|to|a|an|it|them|my|its)\b)|"
         r"\bnever (?:starts|finishes|returns)\b|卡住|卡死|卡在|卡着|不动了?|无响应|没(?:有)?反应|停住|停在|夯住|死锁|"
-        r"(?:一直|始终)(?:等待|不动)|没有进度|进度条不动|\b(?:stays?|remains?|sits?|stuck) at 0\s?%|"
+        r"(?:一直|始终)在?(?:等待|等着|不动)|没有进度|\bnothing (?:happens|happened|is happening)\s+(?:for|after|since)\b|\b(?:just )?sits there\b|"
+        r"\bno (?:new )?(?:output|log(?: line)?s?) for (?:hours|\d+ ?(?:min\w*|hours?|h))\b|"
+        r"(?:很久|半天|几个小时|一个小时|好几个小时)(?:都|也)?没(?:有)?(?:输出|动静|日志)|进度条不动|\b(?:stays?|remains?|sits?|stuck) at 0\s?%|"
         r"进度(?:条)?(?:一直|始终)(?:是|为|在|停在)?\s*0\s*%", _I)),
     # a run that ended with no error at all (the words say none was printed)
     ("stopped", re.compile(
@@ -193,7 +202,7 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\b(?:dataset|data) (?:is |was |becomes |became |gets? |got )?empty\b|\bempty (?:training |train )?dataset\b|"
         r"\b(?:dataset|data) (?:is |was )?too small\b|\bnot enough (?:samples|data|rows)\b|"
         r"\bdataset format (?:error|is wrong|is invalid)|数据集?\S{0,3}格式(?:错误|不对|有误)|(?:没有|无)有效(?:的)?(?:样本|数据)|"
-        r"数据集?(?:为空|是空的)|样本(?:为空|数为0)|数据(?:集)?(?:太少|过少|量太小)", _I)),
+        r"数据集?(?:为空|是空的)|样本(?:为空|数为0)|数据集?[^，,。\n]{0,10}?(?:是空的|变成?空的?|空了)|(?:没有|0\s*条|零条)(?:有效的?)?样本|数据(?:集)?(?:太少|过少|量太小)", _I)),
     ("version", re.compile(
         r"\b(?:requires?|required|need|needs)\s+(?:`)?[\w.-]+\s*(?:>=|==|<=|>|<)\s*\d[\w.]*|"
         r"is required for a normal functioning|\bversion (?:mismatch|conflict|incompatib\w*)\b|"
@@ -245,6 +254,7 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\b(?:install\w*|resum\w*|sav(?:e|ing)|load(?:ing)?|import(?:ing)?|build(?:ing)?|compil\w*|merg\w*|export\w*)"
         r"\s+(?:[\w.-]+\s+){0,3}?(?:fail(?:s|ed|ure)?|crash(?:es|ed)?)\b)|"
         r"(?:安装|编译|保存|加载|导入|合并|导出|断点续训|恢复训练|续训)\S{0,6}(?:失败|崩溃|报错|出错|挂了)|"
+        r"(?:保存|存)\s*(?:模型|checkpoint|ckpt|权重)[^，,。\n]{0,12}?(?:失败|崩溃|报错|出错|挂了|挂掉|崩了)|"
         r"(?i:\b(?:got|get|gets|getting|hit|hits|throws?|threw|raised?)\s+(?:an? |the |this |following )?(?:error|exception)\b)|"
         # a title that states a named API's failure ("`SFTTrainer` does not pass `token_type_ids` ...") or that
         # one thing does not work with another: a bug report whose words are the cause's only text
@@ -311,7 +321,9 @@ RESUME_ENDED = re.compile(
 # (a negation between the run and "fail" takes the failure back: "it does not fail to start" says none)
 # (a failure after a duration is left to userwords' default-timeout reading: "crashes after 30 minutes" is torch's
 # 1800 s collective timeout; "failed" needs the run as its subject: "Assertion check failed." is any program's)
-_NO_DURATION = r"(?!\s+(?:\w+\s+)?(?:after|within|at)\s+(?:about\s+|~)?(?:\d|half an))"
+# (round 14: a qualifier before the figure, "after exactly 30 minutes", "after roughly half an hour", counts too)
+_NO_DURATION = (r"(?!\s+(?:\w+\s+)?(?:after|within|at)\s+(?:(?:about|exactly|around|roughly|approximately|almost|nearly|"
+                r"precisely|always)\s+|~)?(?:\d|half an))")
 FAILURE_SAID = re.compile(
     r"\bcrash(?:es|ed|ing)?\b" + _NO_DURATION + r"|\bfailures?\b(?!\s+(?:rate|mode)s?\b)|"
     r"\b(?:training|train|fine[- ]?tun\w*|finetun\w*|runs?|job|script|sft|dpo|ppo|grpo|kto|pretrain\w*|it)\b"
@@ -430,3 +442,9 @@ MISMATCH_SAID = re.compile(
     r"\b(?:not|n't) (?:all|every|the whole)\b[^.\n]{0,30}\b(?:saved|in the checkpoint)\b|\bincomplete (?:checkpoint|adapter)", _I)
 SYMPTOMS = (("disk-full", DISK_SAID),) + SYMPTOMS + (("host-oom", LOADER_DIED), ("interrupted", INTERRUPTED),
                                                      ("error", MISMATCH_SAID))
+
+# Round 14 (wt/pmfix14a): more words of these symptoms, each tried at the place userwords_more.PLACED declares (the
+# one table of where an added form stands among the symptoms above), not after every catch-all
+from finetune_doctor.readers.runlogs.userwords_more import place  # noqa: E402  (placed last: it reads SYMPTOMS)
+
+SYMPTOMS = place(SYMPTOMS)
