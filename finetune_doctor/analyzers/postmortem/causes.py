@@ -490,9 +490,9 @@ def completed_facts(ev: Evidence) -> dict[str, Any] | None:
     return None
 
 
-LOOP_OVER = ("train-summary", "train-end", "train-metrics")
+LOOP_OVER = ("train-summary", "train-end", "train-metrics", "run-end")
 """Notices that the training loop returned: HF's final dict with train_runtime/train_loss, LF's last LogCallback
-line, transformers' "***** train metrics *****" block (readers/runlogs/logparse.py)."""
+line, transformers' "***** train metrics *****" block, LF's loss plot and the model card (readers/runlogs/logparse.py, logmoments.py)."""
 
 
 def after_loop(ev: Evidence, file: str | None, line: int | None) -> str | None:

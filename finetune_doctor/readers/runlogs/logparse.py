@@ -1,6 +1,6 @@
 """The text-log line parser: the training bar (which step an event belongs to), metric dicts, run facts,
 DeepSpeed memory lines, warnings, exceptions, versions and the launch command. Failure lines are parsed by
-readers/runlogs/logfailures.py (mixed in); the scan that feeds it is readers/runlogs/logs.py. Patterns: readers/runlogs/logpatterns.py.
+readers/runlogs/logfailures.py, moments of the run (evaluation, save, the run's end) by readers/runlogs/logmoments.py (both mixed in); the scan that feeds it is readers/runlogs/logs.py. Patterns: readers/runlogs/logpatterns.py.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from finetune_doctor.readers.runlogs.logcontext import (
     FRAME, LOOKAHEAD, Keep, LineContext, frames_and_packages, num, traceback_end,
 )
 from finetune_doctor.readers.runlogs.logfailures import FailureLines
+from finetune_doctor.readers.runlogs.logkept import frame_lines_above
+from finetune_doctor.readers.runlogs.logmoments import MomentLines
 
 MAX_DICT = 2048   # characters of a metric dict parsed (HF's dicts are a few hundred)
 FAST_NAMES = ("loss", "grad_norm", "learning_rate", "epoch")   # HF's step dict, in its key order
@@ -34,7 +36,7 @@ def _loading_bar(window: bytes, lo: int, j: int) -> bool:
     return k >= 0 and window.find(b"\n", k, j) < 0 and window.find(b"\r", k, j) < 0
 
 
-class TextLogParser(FailureLines):
+class TextLogParser(FailureLines, MomentLines):
     """State of one text-log scan. Call `feed_line` for every triggered line, in file order."""
 
     def __init__(self, path: str):
@@ -180,6 +182,8 @@ class TextLogParser(FailureLines):
             self._warning(text, line)
         if "Saving model checkpoint to" in text or "***** Running " in text or "train metrics *****" in text:
             self._moment(text, line)
+        elif "No metric " in text or "Dropping the following result" in text:
+            self._run_end(text, line)
         if "Time to load cpu_adam op" in text:   # DeepSpeed op_builder/builder.py:624 (0.19.8): ZeRO-Offload's Adam
             self.fact("cpu_adam", True, line)
         if "examples/s]" in text or "[c10d] waitForInput" in text:
@@ -258,7 +262,8 @@ class TextLogParser(FailureLines):
         if "tb_open" not in self.timing:
             self._cut_head_frames(line, rank, context)
         self.timing["tb_open"] = False
-        value = {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank}
+        value = {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank,
+                 "frame_lines": frame_lines_above(context.buf, context.ls, context.le)}
         if m.group("msg").rstrip().endswith("(look up to see its traceback):"):
             # transformers' lazy-module RuntimeError puts the import error it wraps on the next line
             # (utils/import_utils.py _LazyModule._get_module): that line is the cause
@@ -761,38 +766,3 @@ class TextLogParser(FailureLines):
         elif m:
             self.keep.add("memory", MemoryRecord(self.path, line, self.during(), None, cpu_used=float(m.group("used")),
                                                  cpu_percent=float(m.group("pct"))))
-
-    def _moment(self, text: str, line: int) -> None:
-        """HF Trainer's evaluation and save markers (transformers/trainer.py ``evaluation_loop``: "***** Running
-        Evaluation *****"; ``_save``: "Saving model checkpoint to DIR"): a crash after one is placed in it.
-        ``value.step`` is the checkpoint's step (``checkpoint-N``) or the bar's step."""
-        m = pat.SAVE_MARK.search(text)
-        if m:
-            c = pat.CHECKPOINT_STEP.search(m.group("dir"))
-            self.keep.add("notices", Notice(self.path, line, self.during(), "save", text.strip()[:300],
-                                            {"step": int(c.group("step")) if c else self.step}))
-        elif "***** Running Evaluation" in text or "***** Running Prediction" in text:
-            self.timing["eval_open"] = True
-            self.keep.add("notices", Notice(self.path, line, self.during(), "eval-start", text.strip()[:300],
-                                            {"step": self.step}))
-        elif "***** train metrics *****" in text:
-            # transformers trainer_pt_utils.py ``log_metrics`` prints "***** {split} metrics *****" on the main
-            # process; LF's workflows call it with "train" once trainer.train() has returned (LF train/sft/
-            # workflow.py L120-128 at the snapshot): the training loop is over, what follows is the final save,
-            # evaluation, prediction or shutdown
-            self.timing["loop_over"] = True
-            self.keep.add("notices", Notice(self.path, line, self.during(), "train-metrics", text.strip()[:300],
-                                            {"step": self.step}))
-
-    def _warning(self, text: str, line: int) -> None:
-        m = pat.ATTN_WARN.search(text)
-        if m:
-            self.keep.add("notices", Notice(self.path, line, self.during(), "attention-warning", text.strip()[:400],
-                                            {"model": m.group("model"), "want": m.group("want"),
-                                             "have": m.group("have")}))
-            return
-        m = pat.LF_LOG.match(text.strip())
-        if m:
-            self.keep.add("notices", Notice(self.path, line, self.during(), m.group("lvl").lower(),
-                                            m.group("msg").strip()[:400], {"where": m.group("where"),
-                                                                          "logger": m.group("logger")}))
