@@ -20,6 +20,7 @@ from finetune_doctor.readers.runlogs.logcontext import (
 from finetune_doctor.readers.runlogs.logfailures import FailureLines
 from finetune_doctor.readers.runlogs.logkept import frame_lines_above
 from finetune_doctor.readers.runlogs.logmoments import MomentLines
+from finetune_doctor.readers.runlogs.npulines import NpuLines, npu_line
 
 MAX_DICT = 2048   # characters of a metric dict parsed (HF's dicts are a few hundred)
 FAST_NAMES = ("loss", "grad_norm", "learning_rate", "epoch")   # HF's step dict, in its key order
@@ -36,7 +37,7 @@ def _loading_bar(window: bytes, lo: int, j: int) -> bool:
     return k >= 0 and window.find(b"\n", k, j) < 0 and window.find(b"\r", k, j) < 0
 
 
-class TextLogParser(FailureLines, MomentLines):
+class TextLogParser(FailureLines, MomentLines, NpuLines):
     """State of one text-log scan. Call `feed_line` for every triggered line, in file order."""
 
     def __init__(self, path: str):
@@ -394,7 +395,9 @@ class TextLogParser(FailureLines, MomentLines):
 
     def _failures(self, text: str, line: int, rank: int | None, context: LineContext, pre: Any,
                   wall: float | None) -> bool:
-        """The failure lines (logfailures.py); True when the line was fully consumed."""
+        """The failure lines (logfailures.py, npulines.py); True when the line was fully consumed."""
+        if npu_line(text) and self._npu(text, line, rank, context, wall):
+            return True
         if "out of memory" in text or "OutOfMemoryError" in text or "ALLOC_FAILED" in text \
                 or "cudaErrorMemoryAllocation" in text or "OUT_OF_MEMORY" in text or "RESOURCE_EXHAUSTED" in text \
                 or "OOM when allocating" in text or "Out of memory error on GPU" in text:

@@ -52,7 +52,7 @@ import re
 TRIGGER_WORDS = (
     # CUDA OOM (log_patterns.md §5)
     "CUDA out of memory", "CUDA error: out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED",
-    "ErrorMemoryAllocation", "NPU out of memory",
+    "ErrorMemoryAllocation", "NPU out of memory", "NPU function error", "ERR00100", "Inner error is reported",   # torch_npu's block (npulines.py)
     # Intel GPUs (c10/xpu/XPUCachingAllocator.cpp) and Apple's Metal (OOM_MPS); 'X' is a new first byte, rare in logs
     "XPU out of memory", "MPS backend out of memory",
     # DeepSpeed loss scaling (§2)
