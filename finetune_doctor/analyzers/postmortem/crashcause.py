@@ -39,6 +39,7 @@ from finetune_doctor.analyzers.postmortem.cudnncause import cudnn_finalize
 from finetune_doctor.analyzers.postmortem.launchcause import launch_cause, precision_cause
 from finetune_doctor.analyzers.postmortem.mmcause import no_placeholder
 from finetune_doctor.analyzers.postmortem.newermodel import optimizer_groups, processor_missing, trainer_table_key
+from finetune_doctor.analyzers.postmortem.remotecode import remote_code_clash
 from finetune_doctor.analyzers.postmortem.samplecause import empty_dataset
 from finetune_doctor.analyzers.postmortem.savecause import staged_save_error, words_beside
 from finetune_doctor.analyzers.postmortem.stackcause import optimizer_train_pair, releases_judging
@@ -155,6 +156,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("size-mismatch", lambda: _size_mismatch(v.get("details") or [msg], model)),
                      ("processor-missing", lambda: processor_missing(msg, model, ev)),
                      ("no-placeholder", lambda: no_placeholder(msg)),
+                     ("remote-code", lambda: remote_code_clash(cls, msg, exc)),
                      ("import", lambda: _import(cls, msg, versions, pkgs)),
                      ("model-type-unknown", lambda: _model_type(cls, msg, pkgs, versions, bool(frames))),
                      ("no-grad", lambda: _no_grad(msg)),
