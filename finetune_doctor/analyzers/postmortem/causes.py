@@ -541,7 +541,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
                     signalled = True
                     continue
                 exc = n        # the last exception is what ended the run
-                if not is_consequence_exc(v, n.text):
+                if not is_consequence_exc(v, n.text) and not v.get("ignored"):   # CPython ignored it (logparse)
                     cause_exc = n
                     seen.append(n)
             elif n.kind == "traceback":

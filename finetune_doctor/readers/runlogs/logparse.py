@@ -191,6 +191,9 @@ class TextLogParser(FailureLines, MomentLines, NpuLines):
             self._barrier_wait(text, line, rank)
         if "Traceback (most recent" in text:
             self.timing["tb_open"] = True
+            # CPython's unraisable hook ("Exception ignored in: <obj>", Python/errors.c) prints a traceback of an
+            # exception it then ignores (a __del__ at shutdown): it ended nothing (analyzers: no cause)
+            self.timing["tb_ignored"] = "Exception ignored in" in (context.previous_line() or "")
             below = context.following_lines(200)
             frames, pkgs = frames_and_packages(below)
             self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip()[:500],
@@ -262,8 +265,9 @@ class TextLogParser(FailureLines, MomentLines, NpuLines):
             return False
         if "tb_open" not in self.timing:
             self._cut_head_frames(line, rank, context)
+        ignored = bool(self.timing.get("tb_open") and self.timing.pop("tb_ignored", False))   # the traceback it ends
         self.timing["tb_open"] = False
-        value = {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank,
+        value = {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank, "ignored": ignored,
                  "frame_lines": frame_lines_above(context.buf, context.ls, context.le)}
         if m.group("msg").rstrip().endswith("(look up to see its traceback):"):
             # transformers' lazy-module RuntimeError puts the import error it wraps on the next line
@@ -321,7 +325,8 @@ class TextLogParser(FailureLines, MomentLines, NpuLines):
         at = line + k + 1
         self.timing["tb_exc"] = at
         self.keep.add("notices", Notice(self.path, at, self.during(), "exception", ln[:500],
-                                        {"cls": m.group("cls"), "msg": (m.group("msg") or "")[:300], "rank": rank}))
+                                        {"cls": m.group("cls"), "msg": (m.group("msg") or "")[:300], "rank": rank,
+                                         "ignored": self.timing.pop("tb_ignored", False)}))
         self._interrupt(m.group("cls"), at, rank, ln)
 
     def _cut_head_frames(self, line: int, rank: int | None, context: LineContext) -> None:
