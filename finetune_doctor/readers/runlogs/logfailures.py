@@ -40,6 +40,11 @@ NCCL_COMM = re.compile(r"^\S+:(?P<pid>\d+):\d+ \[\d+\] NCCL INFO (?:\[Rank \d+\]
                        r"comm 0x[0-9a-fA-F]+ rank (?P<rank>\d+) n[Rr]anks (?P<n>\d+)\b(?!.*\bparent 0x)")
 
 
+_CUT_CLASS = re.compile(r"(?P<exc>torch\.(?:cuda\.)?OutOfMemoryError): (?P<msg>CUDA[ \w]*?)\s*$")
+"""torch's CUDA allocator OOM class (c10/cuda/CUDACachingAllocator.cpp raises it as torch.OutOfMemoryError, named
+torch.cuda.OutOfMemoryError before torch 2.5) with its message cut before "CUDA out of memory" ends."""
+
+
 def oom_figures(text: str) -> dict[str, Any]:
     """The figures of a cut OOM message, each read on its own (logpatterns.OOM_FIGURES): {gpu, total, free,
     this_process, allocated, reserved_unallocated, reserved, allowed} for those printed whole."""
@@ -188,6 +193,9 @@ class FailureLines:
                 if m and (m.group("exc") or m.group("requested") or text.lstrip().startswith("CUDA out of memory")):
                     rec = OomRecord(self.path, line, self.during(), rank, "partial", exc=m.group("exc"),
                                     requested=pat.size_bytes(m.group("requested")), **oom_figures(text))
+            elif (cut := _CUT_CLASS.search(text)) and "CUDA out of memory".startswith(cut.group("msg")):
+                # the message cut inside its first words ("CUDA out of mem"): torch's allocator class says the OOM
+                rec = OomRecord(self.path, line, self.during(), rank, "partial", exc=cut.group("exc"))
             elif "Caught OutOfMemoryError in replica" in text and (dp := pat.DP_CAUGHT_OOM.search(text)):
                 # DataParallel re-raised a replica's CUDA OOM (torch/_utils.py ExceptionWrapper): the figures are
                 # in the replica's own traceback below, which a paste often leaves out
