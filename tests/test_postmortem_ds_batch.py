@@ -28,7 +28,16 @@ def test_a_config_written_for_two_processes_started_as_one(tmp_path):
     assert "not a DeepSpeed bug" in f.message and "library's own code" not in f.message
 
 
-def test_values_no_world_size_fits_are_said_to_contradict(tmp_path):
+def test_a_global_batch_no_accumulation_can_make_is_said_so(tmp_path):
     f = first_of_text(tmp_path, OLD_NO_SPACE)
-    # 4 x 4 x 2 = 32; 24 / 16 is not whole
-    assert "world size 2 = 32; no whole number of processes makes them multiply out" in f.message
+    # 4 x 4 x 2 = 32; 24 = 4 x 3 x 2: the accumulation is the odd one
+    assert "world size 2 = 32; for micro batch 4 on 2 processes train_batch_size 24 needs " \
+           "gradient_accumulation_steps 3, and 4 is set" in f.message
+
+
+def test_a_global_batch_not_divisible_by_the_ranks(tmp_path):
+    line = ("AssertionError: Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
+            "gradient_acc_step * world_size 100 != 2 * 8 * 6")
+    f = first_of_text(tmp_path, line)
+    # 2 x 8 x 6 = 96; 100 / (2 x 6) = 8.33: no accumulation makes it
+    assert "= 96; train_batch_size 100 is not a whole multiple of micro batch × world size (2 × 6 = 12)" in f.message
