@@ -528,7 +528,10 @@ def _environment(msg: str) -> str | None:
                 "batch: a signal ended it (the OOM killer's SIGKILL for host RAM, a SIGSEGV/SIGBUS in a dataset or "
                 "image library, a full /dev/shm); the lines above (\"killed by signal\", dmesg) say which, and "
                 "dataloader_num_workers: 0 runs the loading in the main process, where the fault shows")
-    if "'NoneType' object has no attribute 'c" in msg and ("cadam" in msg or "cquantize" in msg or "cdequantize" in msg):
+    # ... or its CUDA set-up refusing (bitsandbytes 0.39-0.41 cuda_setup/main.py: "CUDA Setup failed despite GPU being
+    # available", when no libbitsandbytes_cudaXYZ.so matches the CUDA runtime it found)
+    if ("'NoneType' object has no attribute 'c" in msg and ("cadam" in msg or "cquantize" in msg or "cdequantize" in msg)
+            ) or "CUDA Setup failed despite GPU" in msg:
         return ("bitsandbytes loaded without its CUDA library (a CPU-only build, or none matching this machine's "
                 "CUDA; its import warns about it): install a bitsandbytes build for this CUDA (pip install -U "
                 "bitsandbytes)")

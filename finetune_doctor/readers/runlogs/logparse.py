@@ -27,7 +27,7 @@ FAST_NAMES = ("loss", "grad_norm", "learning_rate", "epoch")   # HF's step dict,
 FLUSH_DICTS = 4096   # step dicts held before they go into the series (bounds the waiting lists)
 
 
-_BARE_EXC = re.compile(r"^(?P<cls>[A-Z]\w*(?:Error|Exception))(?P<msg>)$")
+_BARE_EXC = re.compile(r"^(?P<cls>[A-Z]\w*(?:Error|Exception))(?P<msg>)(?P<colon>:?)$")
 
 
 def _loading_bar(window: bytes, lo: int, j: int) -> bool:
@@ -315,17 +315,21 @@ class TextLogParser(FailureLines, MomentLines, NpuLines):
         if k is None:
             return
         ln = strip_prefixes(below[k])[0].strip()
-        m = pat.EXC_ANY.match(ln) if not pat.EXC.match(ln) else None
+        m = pat.EXC_ANY.match(ln) if not pat.EXC.match(ln) else _BARE_EXC.match(ln)   # the latter: "Cls:" alone
         if m is None and not pat.EXC.match(ln):
             # a builtin class with an empty message: CPython prints the bare name, no ": " (Lib/traceback.py
             # format_exception_only), e.g. `assert pg is not None` in torch's destroy_process_group (trial 10 case 12)
             m = _BARE_EXC.match(ln)
         if m is None:
             return
+        msg = m.group("msg") or ""
+        if m.re is _BARE_EXC and m.group("colon"):   # a message that starts with a line feed: its text is below
+            msg = next((t for t in (strip_prefixes(x)[0].strip() for x in below[k + 1:k + 4]) if t), "")
+            ln = f"{ln} {msg}".strip()
         at = line + k + 1
         self.timing["tb_exc"] = at
         self.keep.add("notices", Notice(self.path, at, self.during(), "exception", ln[:500],
-                                        {"cls": m.group("cls"), "msg": (m.group("msg") or "")[:300], "rank": rank,
+                                        {"cls": m.group("cls"), "msg": msg[:300], "rank": rank,
                                          "ignored": self.timing.pop("tb_ignored", False)}))
         self._interrupt(m.group("cls"), at, rank, ln)
 
