@@ -538,6 +538,11 @@ class FileEvidence:
     # what a short file's words state beside any symptom (readers/runlogs/statedwords.py): {versions {package:
     # {version, spec, line}}, setup {zero3, moe, map, nodes, lib_mismatch}}; empty for a long log
     stated: dict[str, Any] = field(default_factory=dict)
+    # what the text-log reader kept of the file's own lines so that no analyzer reads it again (readers/runlogs/
+    # logkept.py): the whole text of a file of at most 64 KiB (a paste; None for a longer one), and the world
+    # sizes stated in its first 256 KiB ({tasks, worlds, addr}, logkept.head_statements)
+    text: str | None = None
+    head: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

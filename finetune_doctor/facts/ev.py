@@ -36,7 +36,8 @@ _DETECTORS = {
     "stack": "package versions the logs state: {package: {version, source}} (llamafactory-cli env, ds_report, "
              "DeepSpeed's init line, NCCL INFO)",
     "cuda_error": "a CUDA runtime/library error or device-side assert: {kind, exc, status, call, assert_site, "
-                  "assert_cond, out_of_vocab, table, rank, ranks, count, step, meaning, fix_title, location}",
+                  "assert_cond, out_of_vocab, table, rank, ranks, count, step, meaning, fix_title, location, what (a CUDA "
+                  "error / an Ascend NPU error), status_text}",
     "xid": "kernel Xid lines: {events: [{xid, pci, pid, process, host, meaning, action, who, location}], worst, "
            "count, codes, hardware, location}",
     "health": "run health (analyzers/postmortem/health.py): {no_update {why, evidence, check, location}, "

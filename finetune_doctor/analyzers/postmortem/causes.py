@@ -490,9 +490,9 @@ def completed_facts(ev: Evidence) -> dict[str, Any] | None:
     return None
 
 
-LOOP_OVER = ("train-summary", "train-end", "train-metrics")
+LOOP_OVER = ("train-summary", "train-end", "train-metrics", "run-end")
 """Notices that the training loop returned: HF's final dict with train_runtime/train_loss, LF's last LogCallback
-line, transformers' "***** train metrics *****" block (readers/runlogs/logparse.py)."""
+line, transformers' "***** train metrics *****" block, LF's loss plot and the model card (readers/runlogs/logparse.py, logmoments.py)."""
 
 
 def after_loop(ev: Evidence, file: str | None, line: int | None) -> str | None:
@@ -541,7 +541,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
                     signalled = True
                     continue
                 exc = n        # the last exception is what ended the run
-                if not is_consequence_exc(v, n.text):
+                if not is_consequence_exc(v, n.text) and not v.get("ignored"):   # CPython ignored it (logparse)
                     cause_exc = n
                     seen.append(n)
             elif n.kind == "traceback":

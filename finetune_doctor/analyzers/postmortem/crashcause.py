@@ -36,9 +36,11 @@ from typing import Any
 
 from finetune_doctor.analyzers.postmortem.attrpair import trainer_attr_pair
 from finetune_doctor.analyzers.postmortem.cudnncause import cudnn_finalize
+from finetune_doctor.analyzers.postmortem.dsbatch import ds_batch
 from finetune_doctor.analyzers.postmortem.launchcause import launch_cause, precision_cause
 from finetune_doctor.analyzers.postmortem.mmcause import no_placeholder
 from finetune_doctor.analyzers.postmortem.newermodel import optimizer_groups, processor_missing, trainer_table_key
+from finetune_doctor.analyzers.postmortem.remotecode import remote_code_clash
 from finetune_doctor.analyzers.postmortem.samplecause import empty_dataset
 from finetune_doctor.analyzers.postmortem.savecause import staged_save_error, words_beside
 from finetune_doctor.analyzers.postmortem.stackcause import optimizer_train_pair, releases_judging
@@ -155,6 +157,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("size-mismatch", lambda: _size_mismatch(v.get("details") or [msg], model)),
                      ("processor-missing", lambda: processor_missing(msg, model, ev)),
                      ("no-placeholder", lambda: no_placeholder(msg)),
+                     ("remote-code", lambda: remote_code_clash(cls, msg, exc)),
                      ("import", lambda: _import(cls, msg, versions, pkgs)),
                      ("model-type-unknown", lambda: _model_type(cls, msg, pkgs, versions, bool(frames))),
                      ("no-grad", lambda: _no_grad(msg)),
@@ -166,6 +169,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("environment", lambda: _environment(msg)),
                      ("cudnn-finalize", lambda: cudnn_finalize(cls, msg)),
                      ("config-keys", lambda: _unused_keys(exc.text or msg)),
+                     ("ds-batch", lambda: ds_batch(msg)),
                      ("launch", lambda: launch_cause(cls, msg, words_beside(ev, exc))),
                      ("fp16-grads", lambda: precision_cause(msg)),
                      ("cpu-adam-groups", lambda: _cpu_adam_groups(cls, msg)),
@@ -524,7 +528,10 @@ def _environment(msg: str) -> str | None:
                 "batch: a signal ended it (the OOM killer's SIGKILL for host RAM, a SIGSEGV/SIGBUS in a dataset or "
                 "image library, a full /dev/shm); the lines above (\"killed by signal\", dmesg) say which, and "
                 "dataloader_num_workers: 0 runs the loading in the main process, where the fault shows")
-    if "'NoneType' object has no attribute 'c" in msg and ("cadam" in msg or "cquantize" in msg or "cdequantize" in msg):
+    # ... or its CUDA set-up refusing (bitsandbytes 0.39-0.41 cuda_setup/main.py: "CUDA Setup failed despite GPU being
+    # available", when no libbitsandbytes_cudaXYZ.so matches the CUDA runtime it found)
+    if ("'NoneType' object has no attribute 'c" in msg and ("cadam" in msg or "cquantize" in msg or "cdequantize" in msg)
+            ) or "CUDA Setup failed despite GPU" in msg:
         return ("bitsandbytes loaded without its CUDA library (a CPU-only build, or none matching this machine's "
                 "CUDA; its import warns about it): install a bitsandbytes build for this CUDA (pip install -U "
                 "bitsandbytes)")

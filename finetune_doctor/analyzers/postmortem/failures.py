@@ -139,6 +139,12 @@ def cuda_error_facts(ev: Evidence, cx: RunContext) -> dict[str, Any] | None:
                    "(NOT_INITIALIZED / ALLOC_FAILED), a shape or dtype the library does not support (NOT_SUPPORTED, "
                    "INVALID_VALUE), or an earlier asynchronous CUDA error surfacing here (EXECUTION_FAILED)")
         fix = "rerun with CUDA_LAUNCH_BLOCKING=1; lower the micro-batch if memory is near the limit"
+    elif e.kind in ("npu-kernel", "npu-other"):
+        # torch_npu's error block (readers/runlogs/npulines.py): reported asynchronously, so the operator named is
+        # where the fault surfaced ("the stacktrace may be inaccurate", torch_npu's own RuntimeError)
+        meaning = (NPU_KERNEL_MEANING if e.kind == "npu-kernel" else f"the Ascend runtime reported: {e.status}") + (
+            f" (the operator it surfaced in: {e.call})" if e.call else "")
+        fix = NPU_FIX
     elif e.kind == "ecc":
         meaning = "an uncorrectable ECC error on the GPU: hardware, not the training code"
         fix = "drain the node and reset the GPU"
@@ -149,8 +155,21 @@ def cuda_error_facts(ev: Evidence, cx: RunContext) -> dict[str, Any] | None:
     return {"kind": e.kind, "exc": e.exc, "status": e.status, "call": e.call, "assert_site": e.assert_site,
             "assert_cond": e.assert_cond, "out_of_vocab": table in ("embedding", "loss"), "table": table,
             "rank": e.rank, "ranks": ranks, "count": len(errs), "step": e.step, "meaning": meaning, "fix_title": fix,
-            "location": location_of(e.file, e.line),
-            "timeline_text": f"{e.exc + ': ' if e.exc else ''}CUDA error: {e.status}"[:160]}
+            "location": location_of(e.file, e.line), "what": DEVICE_ERROR_WORDS.get(e.kind, "a CUDA error"),
+            "status_text": STATUS_FORMS.get(e.kind, "CUDA error: {}").format(e.status),
+            "timeline_text": f"{e.exc + ': ' if e.exc else ''}{STATUS_FORMS.get(e.kind, 'CUDA error: {}').format(e.status)}"[:160]}
+
+
+DEVICE_ERROR_WORDS = {"npu-kernel": "an Ascend NPU error", "npu-other": "an Ascend NPU error"}
+"""``ev.cuda_error.what`` by the record's kind (readers/runlogs/npulines.py); a CUDA error otherwise."""
+STATUS_FORMS = {"npu-kernel": "torch_npu: \"{}\"", "npu-other": "torch_npu: \"{}\""}
+"""How ``ev.cuda_error.status_text`` quotes the status, by kind: torch's own "CUDA error: X" otherwise."""
+NPU_KERNEL_MEANING = ("a kernel faulted on the NPU (an AI Core, AI CPU or vector-core exception): an operator bug of the "
+                      "installed CANN or torch_npu release (fused attention and matmul operators most often), an index "
+                      "outside a table, or a shape or dtype the operator does not support; torch_npu reports it "
+                      "asynchronously, so the line that raised is not always the one that faulted")
+NPU_FIX = ("rerun with ASCEND_LAUNCH_BLOCKING=1 (torch_npu's own advice) to see the failing operator, and compare the "
+           "CANN and torch_npu releases with the ones the operator is known to work with")
 
 
 def xid_facts(ev: Evidence) -> dict[str, Any] | None:

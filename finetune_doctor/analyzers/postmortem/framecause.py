@@ -31,7 +31,15 @@ The frames read, and their sources:
 - torch's ``cross_entropy`` (nn/functional.py): the loss over the logits, the largest tensor of a long-sequence
   step (LlamaFactory#10367: cut there, a CUDA OOM below the cut), or a label outside the vocabulary;
 - the data loader's ``__next__`` / ``_next_data`` / ``fetch`` / a collator (torch utils/data/dataloader.py,
-  _utils/fetch.py): a sample the collator cannot batch, or a worker that died (host RAM, /dev/shm).
+  _utils/fetch.py): a sample the collator cannot batch, or a worker that died (host RAM, /dev/shm);
+- a collective of torch.distributed (distributed_c10d.py ``all_reduce``, ``all_gather*``, ``reduce_scatter*``,
+  ``broadcast``, ``barrier``, ``all_to_all*``; the ``work = group.allreduce(...)`` line under them): NCCL's error
+  (a peer gone, the network), the watchdog's timeout (a rank that never reached it raised first in its own log),
+  or an earlier kernel's CUDA error surfacing at the collective (ProcessGroupNCCL checks the stream there);
+- flash-attention's compiled kernels (flash_attn_interface.py ``_flash_attn_forward`` / ``_backward`` and their
+  varlen forms, which call ``flash_attn_2_cuda``): a CUDA error inside the kernel (flash-attn 2.5.0's backward,
+  Dao-AILab/flash-attention#338 and #812: an illegal memory access), a CUDA out-of-memory, or a build made for
+  another torch or CUDA.
 """
 
 from __future__ import annotations
@@ -81,7 +89,8 @@ _TABLE: tuple[tuple[str, re.Pattern[str], str, str, str], ...] = (
      "recognize this architecture\": a transformers older than the model), a file missing from the model folder, "
      "or remote code that needs `trust_remote_code`",
      "the model folder's config.json `model_type` and `pip show transformers`"),
-    ("save", re.compile(r"^(?:_save_checkpoint|save_checkpoint|save_model|_save) \((?!trainer\.py)[\w.-]+\)$|"
+    ("save", re.compile(r"^(?:_save_checkpoint|save_checkpoint|save_model|_save|save_file) \((?!trainer\.py)[\w.-]+\)$|"
+                        r"^save \(serialization\.py\)$|"
                         r"^(?:self\.)?_?save_checkpoint\(|^torch\.save\(|^save_file\("),
      "a checkpoint write (the save hook of the trainer, torch.save or safetensors' save_file)",
      "the disk or the quota (OSError [Errno 28] No space left on device, [Errno 122] Disk quota exceeded), a "
@@ -102,6 +111,20 @@ _TABLE: tuple[tuple[str, re.Pattern[str], str, str, str], ...] = (
      "model's type needs), a "
      "sample in another format than its dataset_info entry says, or a map worker that died (host RAM)",
      "`pip show transformers datasets`, the transformers release the model card names, and the first sample"),
+    ("collective", re.compile(r"^(?:all_reduce|all_gather\w*|_all_gather_base|reduce_scatter\w*|_reduce_scatter_base|"
+                              r"broadcast|barrier|all_to_all\w*|reduce) \(distributed_c10d\.py\)$"),
+     "a collective of torch.distributed (an NCCL all-reduce, all-gather, reduce-scatter, broadcast or barrier)",
+     "an NCCL error (a peer that died, the network between nodes), the watchdog's timeout (a rank that never "
+     "reached the collective: its own error, in its own log, is the cause), or an earlier kernel's CUDA error "
+     "surfacing at the collective",
+     "every rank's log (the first rank that raised something other than a timeout is the cause) and NCCL_DEBUG=INFO"),
+    ("flash-attn", re.compile(r"^_?flash_attn_(?:varlen_)?(?:forward|backward) \(flash_attn_interface\.py\)$|"
+                              r"^_wrapped_flash_attn_(?:varlen_)?(?:forward|backward) \(flash_attn_interface\.py\)$"),
+     "flash-attention's compiled kernel (flash_attn_interface.py calling flash_attn_2_cuda)",
+     "a CUDA error inside the kernel (an illegal memory access: a flash-attn release with a bug for this GPU, head "
+     "size or packed sequences, e.g. 2.5.0's backward, Dao-AILab/flash-attention#338), a CUDA out-of-memory, or "
+     "a flash-attn build made for another torch or CUDA",
+     "`pip show flash-attn torch`, the GPU model, and a run with `flash_attn: sdpa` to compare"),
     ("data", re.compile(r"^(?:(?:__next__|_next_data) \(dataloader\.py\)|fetch \(fetch\.py\)|_process_data \(|"
                         r"(?:default_collate|collate) \(collate\.py\)|__call__ \(data_collator|get_batch_samples \()"),
      "the data loader (torch utils/data/dataloader.py, a collator)",

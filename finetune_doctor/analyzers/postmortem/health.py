@@ -236,10 +236,51 @@ def _data_load_stop(ev: Evidence) -> dict[str, Any] | None:
                      "the same: give the rest of the output if it goes on.")}
 
 
+_RESUME_CHECK = ("whether the run resumed from a checkpoint already at its last step: HF's Trainer restores the "
+                 "checkpoint's global_step and skips the steps already trained (transformers trainer.py "
+                 "``_inner_training_loop``: \"Continuing training from global step N\"), so with the same "
+                 "num_train_epochs or max_steps nothing is left to run and the run ends as if complete; raise "
+                 "num_train_epochs or max_steps past the checkpoint's global_step (its trainer_state.json), or load "
+                 "the adapter (adapter_name_or_path) instead of resuming. Otherwise the dataset gave no batch "
+                 "(max_samples, a filter that dropped every sample) or the output given is only its last lines: "
+                 "give the whole of it")
+
+
+def ended_untrained(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
+    """``ev.health.no_update`` for a run whose output reaches its end with no training step (issue #25, round 8
+    LlamaFactory#2776): a text log's end-of-training notice (readers/runlogs/logmoments.py ``run-end``:
+    LLaMA-Factory's loss plot or the model card written after ``trainer.train()`` returned; or transformers'
+    "***** train metrics *****") and no step in any file (no logged metric, no training bar). With HF's resume
+    line ("Continuing training from global step N") the step it resumed at is named. None otherwise."""
+    steps = out.get("steps") or {}
+    if steps.get("last") is not None or steps.get("logged") or out.get("has_metrics"):
+        return None
+    end = next(((f, n) for f in ev.files if f.read.kind == "text-log" for n in f.notices
+                if n.kind in ("run-end", "train-metrics")), None)
+    if end is None:
+        return None
+    f, n = end
+    resumes = [r for g in ev.files for r in g.restarts if r.kind == "resume"]
+    resume = next((r for r in resumes if r.step is not None), resumes[0] if resumes else None)
+    total = steps.get("total")
+    what = {"plot": f"LLaMA-Factory's loss plot (\"{n.text[:100]}\")", "model-card": "the model card written "
+            "after training (transformers' \"Dropping the following result ...\")"}.get(
+        str((n.value or {}).get("what")), "transformers' final \"***** train metrics *****\"")
+    said = resume.detail[resume.detail.find("Continuing"):][:100] if resume is not None else ""
+    at = f" at global step {resume.step}" if resume is not None and resume.step is not None else ""
+    of = f" of the {total} the run has (\"Total optimization steps\")" if at and isinstance(total, int) else ""
+    from_step = (f"it resumed from a checkpoint{at}{of} (\"{said}\", {resume.file}:{resume.line}) and "
+                 if resume is not None else "")
+    return {"why": f"{from_step}the output reaches the run's end with no training step before it",
+            "evidence": f"{what} at {f.read.path}:{n.line}, and no metric, step or training progress bar in "
+                        f"the {len(ev.files)} file(s) read",
+            "location": location_of(f.read.path, n.line), "check": _RESUME_CHECK}
+
+
 def health_facts(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, Any]) -> dict[str, Any]:
     """``ev.health``: {no_update, stopped, hang} (module docstring)."""
     s, h = stopped(ev, cx, out)
-    return {"no_update": no_update(ev, cx, curves), "stopped": s, "hang": h}
+    return {"no_update": no_update(ev, cx, curves) or ended_untrained(ev, out), "stopped": s, "hang": h}
 
 
 def _eval_points(f: Any) -> list[tuple[int, int]]:

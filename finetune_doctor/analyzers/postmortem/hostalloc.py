@@ -137,6 +137,13 @@ def _allocator(text: str) -> tuple[str, str]:
         return ("Windows' commit limit", "Windows refused to commit more memory (OSError [WinError 1455]: the "
                 "paging file is too small); RAM plus the paging file is the limit: enlarge the paging file or "
                 "run fewer processes (dataloader_num_workers, preprocessing_num_workers, ranks)")
+    if "MallocHost" in text or "EL0018" in text:
+        # torch_npu's pinned host allocator (readers/runlogs/npulines.py): page-locked memory counts against the
+        # locked-memory limit as well as the RAM
+        return ("torch_npu's page-locked host allocator", "the Ascend runtime refused page-locked (pinned) host "
+                "memory (aclrtMallocHost: \"Failed to apply for memory\", EL0018): the host's RAM or its locked-"
+                "memory limit ran out (`ulimit -l`; a Docker container gets 64 KiB unless started with "
+                "`--ulimit memlock=-1`); pinned buffers come from DeepSpeed's offload and pin_memory")
     if "_ArrayMemoryError" in text:
         return "NumPy", "NumPy raised _ArrayMemoryError (\"Unable to allocate ... for an array\")"
     if "ArrowMemoryError" in text:

@@ -25,9 +25,6 @@ from typing import Any
 
 from finetune_doctor.evidence import Evidence
 
-_SHORT = 65536
-"""Only files this short are read again for their words (a paste, not a rank's log)."""
-
 FAULT_BANNER = re.compile(r"^Fatal Python error: (?:Segmentation fault|Bus error|Aborted|Illegal instruction|"
                           r"Floating[- ]point exception)", re.M)
 TRIMMED = re.compile(r"\b(?:trimmed|snipped|truncated|omitted|cut (?:here|out|for brevity))\b|<snip>|\[\s*(?:\.{3}|…)\s*\]|"
@@ -42,14 +39,9 @@ VERSIONS = ("compare the versions of the compiled packages (flash-attn, bitsandb
 
 
 def _short_texts(ev: Evidence) -> list[str]:
-    out = []
-    for f in ev.files:
-        if f.read.size and f.read.size <= _SHORT:
-            try:
-                out.append(Path(f.read.path).read_text(encoding="utf-8", errors="replace")[:_SHORT])
-            except OSError:
-                continue
-    return out
+    """The whole texts of the short files (pastes) the reader kept (``FileEvidence.text``, readers/runlogs/
+    logkept.py: files of at most 64 KiB); no file is read again."""
+    return [f.text for f in ev.files if f.text]
 
 
 # faulthandler's frame lines ("  File "/path/x.py", line 51 in f"), innermost first

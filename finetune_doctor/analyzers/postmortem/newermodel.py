@@ -84,15 +84,12 @@ _FILE = re.compile(r'File "[^"]*?[/\\]' + _TRAINERS + r'[/\\][^"]*"', re.I)
 _PKG = re.compile(r"(?<=[/\\])" + _TRAINERS + r"(?=[/\\])", re.I)
 
 
-def _trainer_file(ev: Evidence, exc: Any) -> str | None:
+def _trainer_file(exc: Any) -> str | None:
     """The last trainer file (`_FILE`) a ``File "..."`` line names within the 12 lines above the exception `exc`
-    (a Notice) in its own file: the paste may lack the traceback's header, so the reader kept no frames."""
-    try:
-        with open(exc.file, encoding="utf-8", errors="replace") as fh:
-            lines = [ln for i, ln in zip(range(int(exc.line or 0)), fh)]
-    except (OSError, ValueError):
-        return None
-    found = [m.group(0) for ln in lines[-12:] for m in [_FILE.search(ln)] if m]
+    (a Notice): the paste may lack the traceback's header, so the reader kept no frames, but it kept those lines
+    (``value["frame_lines"]``, readers/runlogs/logkept.py `frame_lines_above`; the file is not read again)."""
+    lines = (getattr(exc, "value", None) or {}).get("frame_lines") or ()
+    found = [m.group(0) for ln in lines for m in [_FILE.search(ln)] if m]
     return found[-1] if found else None
 
 
@@ -109,7 +106,7 @@ def trainer_table_key(cls: str, msg: str, frames: tuple, ev: Evidence, exc: Any)
     key = _ARCH_KEY.match(msg)
     if cls != "KeyError" or not key:
         return None
-    where = _trainer_file(ev, exc)
+    where = _trainer_file(exc)
     pkg = _package(where or "")
     if not pkg:
         return None

@@ -138,6 +138,12 @@ def foreign_memory(o: OomRecord) -> dict[str, Any] | None:
     return foreign
 
 
+OOM_DEVICE = {"mps": "MPS (Apple GPU) out of memory", "npu": "NPU (Ascend) out of memory",
+              "npu-runtime": "NPU (Ascend) out of memory"}
+"""The device an OOM message names, by its record's format (readers/runlogs/logfailures.py `_oom`, npulines.py):
+Apple's Metal backend, torch_npu's allocator and the Ascend runtime; Intel's XPU by its text; CUDA otherwise."""
+
+
 def oom_facts(ooms: list[OomRecord], cx: RunContext, P: float | None, world: int | None, trained: bool,
          ev: Evidence) -> dict[str, Any]:
     first = ooms[0]
@@ -191,18 +197,21 @@ def oom_facts(ooms: list[OomRecord], cx: RunContext, P: float | None, world: int
     d["when_text"] = when
     # the device the message names: Apple's Metal backend (its limit is a share of the memory the CPU shares) and
     # Intel's XPU allocator (readers/runlogs/logfailures.py `_oom`) are read as the CUDA allocator's message
-    dev = ("MPS (Apple GPU) out of memory" if o.format == "mps"
-           else "XPU (Intel GPU) out of memory" if "XPU out of memory" in (o.text or "") else "CUDA out of memory")
+    dev = OOM_DEVICE.get(o.format) or ("XPU (Intel GPU) out of memory" if "XPU out of memory" in (o.text or "")
+                                       else "CUDA out of memory")
     s = f"{dev} {when}"
     if phase and phase not in when and phase != "optimizer":
         s += f" (phase: {phase})"
     if o.requested is not None:
         s += f": tried to allocate {gib_text(o.requested)}"
     if o.gpu is not None and o.total is not None:
-        s += f" on GPU {o.gpu} ({gib_text(o.free)} free of {gib_text(o.total)}"
+        s += f" on {'NPU' if o.format.startswith('npu') else 'GPU'} {o.gpu} ({gib_text(o.free)} free of {gib_text(o.total)}"
         if o.allocated is not None:
             s += f", {gib_text(o.allocated)} allocated by PyTorch"
         s += ")"
+    if o.format == "npu-runtime":
+        s += (f" on NPU {o.gpu}" if o.gpu is not None else "") + (
+            " (the Ascend runtime's own report, \"Failed to apply for memory\" / EL0004: no allocator figures)")
     if o.format == "mps" and o.total is not None:
         s += (f" (MPS had {gib_text(o.allocated)} allocated of the {gib_text(o.total)} it may use: a share of the "
               f"unified memory, PYTORCH_MPS_HIGH_WATERMARK_RATIO)")
@@ -224,7 +233,7 @@ def oom_facts(ooms: list[OomRecord], cx: RunContext, P: float | None, world: int
     d["timeline_text"] = (f"OOM{' in the ' + phase if phase and phase != 'optimizer' else ''}"
                           f"{' allocating optimizer states' if phase == 'optimizer' else ''}: "
                           f"tried to allocate {gib_text(o.requested)}"
-                          + (f" on GPU {o.gpu}" if o.gpu is not None else "")
+                          + (f" on {'NPU' if o.format.startswith('npu') else 'GPU'} {o.gpu}" if o.gpu is not None else "")
                           + (f" (= {match['formula']})" if match else ""))
     d["stage_text"] = ("ZeRO-" + str(cx.zero_stage())) if cx.zero_stage() is not None else None
     return d

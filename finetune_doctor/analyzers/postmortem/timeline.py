@@ -72,6 +72,11 @@ class _Events:
         return tuple(e[2] for e in self.items[:TIMELINE_CAP])
 
 
+FINISHED = {None: "the training loop finished (final metrics were logged)",
+            "run-end": "the training loop finished (LLaMA-Factory's end-of-training output follows it)"}
+"""The timeline's words for a finished loop, by the notice that says so (causes.LOOP_OVER)."""
+
+
 def analyze(ev: Evidence, facts: dict[str, Any] | None = None,
             versions: dict[str, tuple[str, str]] | None = None) -> Timeline:
     """Build the timeline and the ``ev`` facts (their shape: finetune_doctor/evidence.py, "The ``ev`` fact
@@ -342,5 +347,5 @@ def _end(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, 
         events.at(c["step"], "exception", c["text"], c["location"])
     out["health"] = health.health_facts(ev, cx, curves, out)
     if out["completed"]:
-        events.add(out["steps"]["last"], "finished", "the training loop finished (final metrics were logged)",
+        events.add(out["steps"]["last"], "finished", FINISHED.get(out["completed"]["kind"], FINISHED[None]),
                    out["completed"]["source"])

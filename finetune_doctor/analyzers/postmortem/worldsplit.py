@@ -14,7 +14,8 @@ a timeout (if any) fires. The usual way to get there on several nodes is an asym
   (hparams/parser.py:652-653 at the snapshot); accelerate's ``PartialState`` prints ``Num processes: W`` in its
   ``__repr__`` (accelerate state.py).
 
-What is read: the first MAX_HEAD bytes of every text log (these lines are printed at start-up) and the launch
+What is read: the world sizes the reader took from the first 256 KiB of every text log (``FileEvidence.head``,
+readers/runlogs/logkept.py `head_statements`; these lines are printed at start-up) and the launch
 script given with ``--launch`` (one launch line per node, as multi-node scripts are written). Nothing here is
 inferred from the config: only what the run's files state.
 """
@@ -22,45 +23,12 @@ inferred from the config: only what the run's files state.
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
 
 from finetune_doctor.evidence import Evidence
 from finetune_doctor.readers.config.accelerate import LaunchCommand, parse_launch_or_none
 
-# LF's launcher line is a log's first; the per-process lines follow within the start-up output. 256 KiB holds
-# them and bounds the extra read on runs of hundreds of 50 MB rank logs; each file's first stated world size is
-# also taken from what the reader parsed (Fact world_size), wherever it was printed
-MAX_HEAD = 256 << 10
-LF_TASKS = re.compile(r"Initializing (?P<n>\d+) distributed tasks at: (?P<addr>\S+)")
-LF_WORLD = re.compile(r"Process rank: (?P<rank>\d+), world size: (?P<world>\d+)")
-ACCEL_WORLD = re.compile(r"^\s*Num processes: (?P<world>\d+)\s*$")
 NODE_KEYS = ("NODE_RANK", "node_rank", "machine_rank")
-
-
-def head_statements(path: str, limit: int = MAX_HEAD) -> dict[str, Any]:
-    """{tasks: (n, line) | None, worlds: {world: first line}, addr: the master "ADDR:PORT" of the tasks line}
-    stated in the first `limit` bytes of the text log at `path` (lines 1-based); empty values when the file cannot
-    be read."""
-    out: dict[str, Any] = {"tasks": None, "worlds": {}, "addr": None}
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(limit)
-    except OSError:
-        return out
-    if b"distributed tasks" not in head and b"world size" not in head and b"Num processes" not in head:
-        return out    # the common case costs one scan in C, no decoding
-    for i, raw in enumerate(head.decode("utf-8", "replace").splitlines(), 1):
-        if "distributed tasks" in raw and out["tasks"] is None:
-            m = LF_TASKS.search(raw)
-            if m:
-                out["tasks"] = (int(m.group("n")), i)
-                out["addr"] = m.group("addr")
-        elif "world size" in raw or "Num processes" in raw:
-            m = LF_WORLD.search(raw) or ACCEL_WORLD.search(raw)
-            if m:
-                out["worlds"].setdefault(int(m.group("world")), i)
-    return out
 
 
 def _logs(ev: Evidence) -> list[dict[str, Any]]:
@@ -68,7 +36,7 @@ def _logs(ev: Evidence) -> list[dict[str, Any]]:
     for f in ev.files:
         if f.read.kind != "text-log":
             continue
-        st = head_statements(f.read.path)
+        st = {"tasks": f.head.get("tasks"), "worlds": dict(f.head.get("worlds") or {}), "addr": f.head.get("addr")}
         ws = next((x for x in f.facts if x.name == "world_size" and isinstance(x.value, int)), None)
         if ws is not None and ws.file == f.read.path:
             st["worlds"].setdefault(ws.value, ws.line)

@@ -16,6 +16,7 @@ from finetune_doctor.evidence import (
 )
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.logcontext import Keep, LineContext, num, signame
+from finetune_doctor.readers.runlogs.oomlines import CUT_CLASS, TORCH_OOM, oom_figures
 from finetune_doctor.readers.runlogs.lineprefix import Prefix
 
 # A Ray worker that vanished without raising (ray-project/ray doc/source/ray-observability/user-guides/debug-apps/
@@ -38,26 +39,6 @@ NCCL_DEVICE = re.compile(r"^\S+:\d+:\d+ \[(?P<dev>\d+)\] NCCL (?:INFO|WARN)")
 # communicator ("ncclCommSplit ... parent %p color %d key %d") numbers its ranks within the split: not taken
 NCCL_COMM = re.compile(r"^\S+:(?P<pid>\d+):\d+ \[\d+\] NCCL INFO (?:\[Rank \d+\] )?(?:ncclCommInit\w* )?"
                        r"comm 0x[0-9a-fA-F]+ rank (?P<rank>\d+) n[Rr]anks (?P<n>\d+)\b(?!.*\bparent 0x)")
-
-
-def oom_figures(text: str) -> dict[str, Any]:
-    """The figures of a cut OOM message, each read on its own (logpatterns.OOM_FIGURES): {gpu, total, free,
-    this_process, allocated, reserved_unallocated, reserved, allowed} for those printed whole."""
-    out: dict[str, Any] = {}
-    for name, rx in pat.OOM_FIGURES:
-        key = "total" if name == "gpu_total" else name
-        if key in out:
-            continue
-        m = rx.search(text)
-        if m:
-            out[key] = pat.size_bytes(m.group("v"))
-            if name == "gpu_total":
-                out["gpu"] = int(m.group("gpu"))
-    return out
-
-
-# torch's OutOfMemoryError (raised by c10/cuda/CUDACachingAllocator.cpp only) quoted without "CUDA out of memory."
-_TORCH_OOM = re.compile(r"(?P<exc>torch(?:\.cuda)?\.OutOfMemoryError):\s*Tried to allocate (?P<requested>" + pat.SIZE + ")")
 
 
 class _Status:
@@ -192,9 +173,12 @@ class FailureLines:
                 if m and (m.group("exc") or m.group("requested") or text.lstrip().startswith("CUDA out of memory")):
                     rec = OomRecord(self.path, line, self.during(), rank, "partial", exc=m.group("exc"),
                                     requested=pat.size_bytes(m.group("requested")), **oom_figures(text))
-            elif (om := _TORCH_OOM.search(text)) is not None:   # the class and the request alone (issue titles)
+            elif (om := TORCH_OOM.search(text)) is not None:   # the class and the request alone (issue titles)
                 rec = OomRecord(self.path, line, self.during(), rank, "partial", exc=om.group("exc"),
                                 requested=pat.size_bytes(om.group("requested")))
+            elif (cut := CUT_CLASS.search(text)) and "CUDA out of memory".startswith(cut.group("msg")):
+                # the message cut inside its first words ("CUDA out of mem"): torch's allocator class says the OOM
+                rec = OomRecord(self.path, line, self.during(), rank, "partial", exc=cut.group("exc"))
             elif "Caught OutOfMemoryError in replica" in text and (dp := pat.DP_CAUGHT_OOM.search(text)):
                 # DataParallel re-raised a replica's CUDA OOM (torch/_utils.py ExceptionWrapper): the figures are
                 # in the replica's own traceback below, which a paste often leaves out

@@ -1,6 +1,6 @@
 """The text-log line parser: the training bar (which step an event belongs to), metric dicts, run facts,
 DeepSpeed memory lines, warnings, exceptions, versions and the launch command. Failure lines are parsed by
-readers/runlogs/logfailures.py (mixed in); the scan that feeds it is readers/runlogs/logs.py. Patterns: readers/runlogs/logpatterns.py.
+readers/runlogs/logfailures.py, moments of the run (evaluation, save, the run's end) by readers/runlogs/logmoments.py (both mixed in); the scan that feeds it is readers/runlogs/logs.py. Patterns: readers/runlogs/logpatterns.py.
 """
 
 from __future__ import annotations
@@ -18,13 +18,16 @@ from finetune_doctor.readers.runlogs.logcontext import (
     FRAME, LOOKAHEAD, Keep, LineContext, frames_and_packages, num, traceback_end,
 )
 from finetune_doctor.readers.runlogs.logfailures import FailureLines
+from finetune_doctor.readers.runlogs.logkept import frame_lines_above
+from finetune_doctor.readers.runlogs.logmoments import MomentLines
+from finetune_doctor.readers.runlogs.npulines import NpuLines, npu_line
 
 MAX_DICT = 2048   # characters of a metric dict parsed (HF's dicts are a few hundred)
 FAST_NAMES = ("loss", "grad_norm", "learning_rate", "epoch")   # HF's step dict, in its key order
 FLUSH_DICTS = 4096   # step dicts held before they go into the series (bounds the waiting lists)
 
 
-_BARE_EXC = re.compile(r"^(?P<cls>[A-Z]\w*(?:Error|Exception))(?P<msg>)$")
+_BARE_EXC = re.compile(r"^(?P<cls>[A-Z]\w*(?:Error|Exception))(?P<msg>)(?P<colon>:?)$")
 
 
 def _loading_bar(window: bytes, lo: int, j: int) -> bool:
@@ -34,7 +37,7 @@ def _loading_bar(window: bytes, lo: int, j: int) -> bool:
     return k >= 0 and window.find(b"\n", k, j) < 0 and window.find(b"\r", k, j) < 0
 
 
-class TextLogParser(FailureLines):
+class TextLogParser(FailureLines, MomentLines, NpuLines):
     """State of one text-log scan. Call `feed_line` for every triggered line, in file order."""
 
     def __init__(self, path: str):
@@ -180,12 +183,17 @@ class TextLogParser(FailureLines):
             self._warning(text, line)
         if "Saving model checkpoint to" in text or "***** Running " in text or "train metrics *****" in text:
             self._moment(text, line)
+        elif "No metric " in text or "Dropping the following result" in text:
+            self._run_end(text, line)
         if "Time to load cpu_adam op" in text:   # DeepSpeed op_builder/builder.py:624 (0.19.8): ZeRO-Offload's Adam
             self.fact("cpu_adam", True, line)
         if "examples/s]" in text or "[c10d] waitForInput" in text:
             self._barrier_wait(text, line, rank)
         if "Traceback (most recent" in text:
             self.timing["tb_open"] = True
+            # CPython's unraisable hook ("Exception ignored in: <obj>", Python/errors.c) prints a traceback of an
+            # exception it then ignores (a __del__ at shutdown): it ended nothing (analyzers: no cause)
+            self.timing["tb_ignored"] = "Exception ignored in" in (context.previous_line() or "")
             below = context.following_lines(200)
             frames, pkgs = frames_and_packages(below)
             self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip()[:500],
@@ -257,8 +265,10 @@ class TextLogParser(FailureLines):
             return False
         if "tb_open" not in self.timing:
             self._cut_head_frames(line, rank, context)
+        ignored = bool(self.timing.get("tb_open") and self.timing.pop("tb_ignored", False))   # the traceback it ends
         self.timing["tb_open"] = False
-        value = {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank}
+        value = {"cls": m.group("cls"), "msg": m.group("msg")[:300], "rank": rank, "ignored": ignored,
+                 "frame_lines": frame_lines_above(context.buf, context.ls, context.le)}
         if m.group("msg").rstrip().endswith("(look up to see its traceback):"):
             # transformers' lazy-module RuntimeError puts the import error it wraps on the next line
             # (utils/import_utils.py _LazyModule._get_module): that line is the cause
@@ -305,17 +315,22 @@ class TextLogParser(FailureLines):
         if k is None:
             return
         ln = strip_prefixes(below[k])[0].strip()
-        m = pat.EXC_ANY.match(ln) if not pat.EXC.match(ln) else None
+        m = pat.EXC_ANY.match(ln) if not pat.EXC.match(ln) else _BARE_EXC.match(ln)   # the latter: "Cls:" alone
         if m is None and not pat.EXC.match(ln):
             # a builtin class with an empty message: CPython prints the bare name, no ": " (Lib/traceback.py
             # format_exception_only), e.g. `assert pg is not None` in torch's destroy_process_group (trial 10 case 12)
             m = _BARE_EXC.match(ln)
         if m is None:
             return
+        msg = m.group("msg") or ""
+        if m.re is _BARE_EXC and m.group("colon"):   # a message that starts with a line feed: its text is below
+            msg = next((t for t in (strip_prefixes(x)[0].strip() for x in below[k + 1:k + 4]) if t), "")
+            ln = f"{ln} {msg}".strip()
         at = line + k + 1
         self.timing["tb_exc"] = at
         self.keep.add("notices", Notice(self.path, at, self.during(), "exception", ln[:500],
-                                        {"cls": m.group("cls"), "msg": (m.group("msg") or "")[:300], "rank": rank}))
+                                        {"cls": m.group("cls"), "msg": msg[:300], "rank": rank,
+                                         "ignored": self.timing.pop("tb_ignored", False)}))
         self._interrupt(m.group("cls"), at, rank, ln)
 
     def _cut_head_frames(self, line: int, rank: int | None, context: LineContext) -> None:
@@ -389,7 +404,9 @@ class TextLogParser(FailureLines):
 
     def _failures(self, text: str, line: int, rank: int | None, context: LineContext, pre: Any,
                   wall: float | None) -> bool:
-        """The failure lines (logfailures.py); True when the line was fully consumed."""
+        """The failure lines (logfailures.py, npulines.py); True when the line was fully consumed."""
+        if npu_line(text) and self._npu(text, line, rank, context, wall):
+            return True
         if "out of memory" in text or "OutOfMemoryError" in text or "ALLOC_FAILED" in text \
                 or "cudaErrorMemoryAllocation" in text or "OUT_OF_MEMORY" in text or "RESOURCE_EXHAUSTED" in text \
                 or "OOM when allocating" in text or "Out of memory error on GPU" in text:
@@ -761,38 +778,3 @@ class TextLogParser(FailureLines):
         elif m:
             self.keep.add("memory", MemoryRecord(self.path, line, self.during(), None, cpu_used=float(m.group("used")),
                                                  cpu_percent=float(m.group("pct"))))
-
-    def _moment(self, text: str, line: int) -> None:
-        """HF Trainer's evaluation and save markers (transformers/trainer.py ``evaluation_loop``: "***** Running
-        Evaluation *****"; ``_save``: "Saving model checkpoint to DIR"): a crash after one is placed in it.
-        ``value.step`` is the checkpoint's step (``checkpoint-N``) or the bar's step."""
-        m = pat.SAVE_MARK.search(text)
-        if m:
-            c = pat.CHECKPOINT_STEP.search(m.group("dir"))
-            self.keep.add("notices", Notice(self.path, line, self.during(), "save", text.strip()[:300],
-                                            {"step": int(c.group("step")) if c else self.step}))
-        elif "***** Running Evaluation" in text or "***** Running Prediction" in text:
-            self.timing["eval_open"] = True
-            self.keep.add("notices", Notice(self.path, line, self.during(), "eval-start", text.strip()[:300],
-                                            {"step": self.step}))
-        elif "***** train metrics *****" in text:
-            # transformers trainer_pt_utils.py ``log_metrics`` prints "***** {split} metrics *****" on the main
-            # process; LF's workflows call it with "train" once trainer.train() has returned (LF train/sft/
-            # workflow.py L120-128 at the snapshot): the training loop is over, what follows is the final save,
-            # evaluation, prediction or shutdown
-            self.timing["loop_over"] = True
-            self.keep.add("notices", Notice(self.path, line, self.during(), "train-metrics", text.strip()[:300],
-                                            {"step": self.step}))
-
-    def _warning(self, text: str, line: int) -> None:
-        m = pat.ATTN_WARN.search(text)
-        if m:
-            self.keep.add("notices", Notice(self.path, line, self.during(), "attention-warning", text.strip()[:400],
-                                            {"model": m.group("model"), "want": m.group("want"),
-                                             "have": m.group("have")}))
-            return
-        m = pat.LF_LOG.match(text.strip())
-        if m:
-            self.keep.add("notices", Notice(self.path, line, self.during(), m.group("lvl").lower(),
-                                            m.group("msg").strip()[:400], {"where": m.group("where"),
-                                                                          "logger": m.group("logger")}))

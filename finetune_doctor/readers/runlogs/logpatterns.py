@@ -52,7 +52,7 @@ import re
 TRIGGER_WORDS = (
     # CUDA OOM (log_patterns.md §5)
     "CUDA out of memory", "CUDA error: out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED",
-    "ErrorMemoryAllocation", "NPU out of memory",
+    "ErrorMemoryAllocation", "NPU out of memory", "NPU function error", "ERR00100", "Inner error is reported",   # torch_npu's block (npulines.py)
     # Intel GPUs (c10/xpu/XPUCachingAllocator.cpp) and Apple's Metal (OOM_MPS); 'X' is a new first byte, rare in logs
     "XPU out of memory", "MPS backend out of memory",
     # DeepSpeed loss scaling (§2)
@@ -120,8 +120,8 @@ TRIGGER_WORDS = (
     "Total optimization", "Total train batch", "Num Epochs", "Gradient Accumulation", "Instantaneous batch",
     "Number of trainable", "|| all params: ", "Process rank: ", "Config mesh", "DeepSpeed info", "ZeRO stage ",
     ".... ", "- num_params = ", "Running training", "Continuing training", "Training with DataParallel",
-    # HF Trainer's evaluation and save markers (the phase a crash happened in)
-    "Saving model checkpoint", "Running Evaluation", "Running Prediction", "train metrics *****", "cpu_adam op",
+    # HF Trainer's evaluation and save markers (the phase a crash happened in); LF's loss plot and the model card after training (logmoments.py)
+    "Saving model checkpoint", "Running Evaluation", "Running Prediction", "train metrics *****", "cpu_adam op", "No metric ", "Dropping the following result",
     # the trainer (FACTS "trainer"): Lightning's process-group line; NeMo's "[NeMo I" prefix is on every line of
     # its logs, so a log of >= 4 MiB (grep path) names NeMo only through the other lines
     "GLOBAL_RANK: ",

@@ -54,7 +54,7 @@ from typing import Any, Iterator
 from finetune_doctor.errors import InputError
 from finetune_doctor.evidence import FileEvidence, FileRead, Notice
 from finetune_doctor.readers.config import stack
-from finetune_doctor.readers.runlogs import loggrep, pasteblocks, statedwords, userwords
+from finetune_doctor.readers.runlogs import loggrep, logkept, pasteblocks, statedwords, userwords
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.logcontext import LOOKAHEAD, LOOKBACK, LineContext
 from finetune_doctor.readers.runlogs.logparse import TextLogParser
@@ -227,7 +227,8 @@ def read_text_log(path: str, count_dicts: bool = False) -> FileEvidence:
     if hits is not None and hits.dicts:
         fe = replace(fe, counted_dicts=hits.dicts)
     if size <= len(sample) and plain:
-        fe = _exception_alone(fe, sample)
+        # a paste: kept whole for the analyzers' words (readers/runlogs/logkept.py), so none reads it again
+        fe = replace(_exception_alone(fe, sample), text=sample[:logkept.PASTE_TEXT].decode("utf-8", "replace"))
         if size <= userwords.MAX_PASTE_BYTES:   # decided by size first: no long log reaches the prose test
             fe = _user_words(fe, sample)
     return fe
@@ -462,10 +463,13 @@ def scan_text(path: str, size: int, chunks: Iterator[bytes], problems: list[str]
     read = nul = 0
     last_byte = b"\n"
     eof = False
+    head: dict[str, Any] = {}
     while not eof:
         chunk = next(chunks, None)
         if chunk is None:
             eof, chunk = True, b""
+        if not read:   # the start-up lines' world sizes from the first chunk (no second read, logkept.py)
+            head = logkept.head_statements(chunk[:logkept.MAX_HEAD])
         read += len(chunk)
         if chunk:
             last_byte = chunk[-1:]
@@ -504,7 +508,7 @@ def scan_text(path: str, size: int, chunks: Iterator[bytes], problems: list[str]
         aborts=p.keep.get("aborts"), nccl=_with_comm_rank(p.keep.get("nccl"), origin), kills=p.keep.get("kills"),
         memory=p.keep.get("memory"), notices=p.keep.get("notices"), facts=tuple(p.facts.values()),
         restarts=p.keep.get("restarts"), dropped=dict(p.keep.dropped), last_step=p.logged(),
-        total_steps=p.train_total or (p.bar_total_max or None))
+        total_steps=p.train_total or (p.bar_total_max or None), head=head)
 
 
 # -- GPU recordings ------------------------------------------------------------------------------------------------
