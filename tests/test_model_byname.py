@@ -129,11 +129,13 @@ def test_check_reports_the_assumption_in_json(tmp_path):
     (model,) = [a for a in d["assumptions"] if a["name"] == "model"]
     assert {"name": "model", "value": "Qwen/Qwen2.5-7B", "source": "folder name",
             "resolve_with": "--model-config"}.items() <= model.items()
-    cfg.write_text(YAML.format(model="/data/models/Qwen2-57B-A14B-Instruct", template="qwen"))
+    cfg.write_text(YAML.format(model="/data/models/Qwen2-47B-A9B-Instruct", template="qwen"))
     r = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "A100-80GB", "--no-data", "--format", "json"])
     d = json.loads(r.output)
-    # a local folder that is not on this machine: not checked here (info), model-unresolved under --strict
-    assert d["memory"] is None and [f["name"] for f in d["findings"] if f["name"] == "not-checked-here"]
+    # a local folder that is not on this machine and names no catalogue model: no memory verdict, an error
+    # (trial 16), as under --strict
+    assert d["memory"] is None and [f["name"] for f in d["findings"] if f["name"] == "model-unresolved"]
+    assert r.exit_code == 1
     r = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "A100-80GB", "--no-data", "--format", "json",
                                   "--strict"])
     d = json.loads(r.output)

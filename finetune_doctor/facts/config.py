@@ -104,7 +104,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
                  transformers=stack.get("transformers"))
     facts["lint"].update(tfmodeltype.facts(asm, arch))
     if arch is None:   # every config kind alike: a model this machine cannot see is info unless --strict (trial 6)
-        nothere.model_not_here(asm)
+        nothere.model_not_here(asm, sizes=opts.command in ("check", "estimate"))
     if kind not in ("train", "train-v1") or (kind == "train" and kinds.predict_only(doc.values)):
         kinds.not_training(asm, arch)
         return lint_assumptions(asm)   # --strict judges a merge's or a chat's verdict-moving ones too

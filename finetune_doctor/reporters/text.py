@@ -635,9 +635,10 @@ def _not_estimated(w: _Writer, r: Report) -> None:
     if why is None or r.command not in ("check", "estimate"):
         return
     w.heading("Memory per GPU")
-    w.line(("not estimated", "yellow"), f": {why.split(': ', 1)[1] if ': ' in why else why}. To answer whether it "
-           "fits, give the model's config.json: --model-config FILE (or the folder that holds it), or --context FILE "
-           "from `doctor context` on the training machine.", indent=1)
+    # "no verdict" first: a check that sized nothing must not read as clean (trial 16, rule model-unresolved)
+    w.line(("no verdict", "bold yellow"), f" — memory not estimated: {why.split(': ', 1)[1] if ': ' in why else why}. "
+           "To answer whether it fits, give the model's config.json: --model-config FILE (or the folder that holds "
+           "it), or --context FILE from `doctor context` on the training machine.", indent=1)
 
 
 def _fix_facts(fix: Fix) -> list[str]:
