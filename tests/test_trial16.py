@@ -1,0 +1,65 @@
+"""Trial 16 (a new user on four "will it fit" checks; fixtures written here, real-shaped: LLaMA-Factory's own
+example YAML layout). Each test pins the kind of fault, not the trial's case."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from finetune_doctor.cli import main
+
+# LLaMA-Factory's examples/train_lora/llama3_lora_sft.yaml layout, with a Qwen2.5-7B model and long samples
+QWEN_LORA = """### model
+model_name_or_path: Qwen/Qwen2.5-7B-Instruct
+
+### method
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_target: all
+
+### dataset
+dataset: alpaca_en_demo
+template: qwen
+cutoff_len: {cutoff}
+
+### output
+output_dir: saves/qwen2.5-7b/lora/sft
+
+### train
+per_device_train_batch_size: 2
+gradient_accumulation_steps: 8
+learning_rate: 1.0e-4
+num_train_epochs: 3.0
+bf16: true
+"""
+
+
+def _check(tmp_path, text, *args):
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(text, encoding="utf-8")
+    j = CliRunner().invoke(main, ["check", str(cfg), "--no-data", "--format", "json", *args])
+    t = CliRunner().invoke(main, ["check", str(cfg), "--no-data", *args])
+    return j.exit_code, json.loads(j.output), " ".join(t.output.split())
+
+
+def test_the_memory_screen_judges_the_card_on_one_figure(tmp_path):
+    """k3's kind: a total over the card (what nvidia-smi shows, allocator cache included) beside "fits yes" and
+    "the estimate alone stays under the card", both judged on what the run needs. The screen now prints that
+    figure as a row under the table, and the token budget's sentence quotes the same figure (the need at the
+    limit), not the shown total. Numbers are read back from the JSON report (tolerance: the text's rounding)."""
+    _, rep, flat = _check(tmp_path, QWEN_LORA.format(cutoff=6656), "--gpu", "L40S")
+    mem, cap = rep["memory"], rep["hardware"]["capacity_gib"]
+    total, need = mem["per_gpu_gib"]["total"], mem["need_gib"]
+    assert total > cap > need and mem["fits"] is True   # the case: shown total over the card, the need under it
+    assert f"total {total:.2f} {100 * total / cap:.1f}%" in flat
+    assert f"needs to run {need:.2f} GiB = {100 * need / cap:.1f}% of capacity: the figure the card, fits and" in flat
+    assert "fits yes" in flat
+    train = mem["token_budget"]["train"]
+    # the figure at the token limit is the need (what the card limit judges), below the shown total there
+    assert train["need_gib"] < train["total_gib"]
+    assert f"there the run needs {train['need_gib']:.1f} GiB of {cap:.1f}" in flat
+    assert f"there the estimate is {train['total_gib']:.1f}" not in flat
+    assert "what it needs stays under the card even at cutoff_len" in flat and train["card_tokens_per_sample"] == 6656
