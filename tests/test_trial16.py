@@ -63,3 +63,23 @@ def test_the_memory_screen_judges_the_card_on_one_figure(tmp_path):
     assert f"there the run needs {train['need_gib']:.1f} GiB of {cap:.1f}" in flat
     assert f"there the estimate is {train['total_gib']:.1f}" not in flat
     assert "what it needs stays under the card even at cutoff_len" in flat and train["card_tokens_per_sample"] == 6656
+
+
+def test_a_missing_train_batch_whose_alternative_crosses_the_card_moves_the_verdict(tmp_path):
+    """k1's kind (a paste that lost its `### train` lines): transformers' default batch 8 is sized, and the
+    alternative 1 lands on the other side of the card. That alternative now carries the `!` and opens the verdict
+    (facts/assumebase.py NEVER_OPENS no longer holds train-batch). Its total is checked against the same config with
+    per_device_train_batch_size: 1 written out (tolerance 0.01 GiB: the same estimator, two inputs)."""
+    text = QWEN_LORA.format(cutoff=2048).replace("per_device_train_batch_size: 2\n", "")
+    _, rep, flat = _check(tmp_path, text, "--gpu", "A100-40GB")
+    (batch,) = [a for a in rep["assumptions"] if a["name"] == "train-batch"]
+    cap = rep["hardware"]["capacity_gib"]
+    assert batch["value"] == 8 and rep["memory"]["need_gib"] > cap   # at 8 the run needs more than the card
+    written = tmp_path / "one"
+    written.mkdir()
+    _, one, _ = _check(written, text.replace("### train\n", "### train\nper_device_train_batch_size: 1\n"),
+                       "--gpu", "A100-40GB")
+    assert batch["effect"]["total_gib"]["1"] == pytest.approx(one["memory"]["per_gpu_gib"]["total"], abs=0.01)
+    assert one["memory"]["need_gib"] < cap and batch["effect"]["verdict"]["1"] != "oom"
+    assert batch["moves_verdict"] is True and "! train-batch: 8 — if 1:" in flat
+    assert rep["memory"]["verdict"] == "at-risk" and rep["memory"]["deciding_assumption"]["name"] == "train-batch"
