@@ -49,9 +49,13 @@ def test_a_57b_moe_folder_is_never_sized_as_a_dense_7b():
     assert traits(name).active == "a14b" and traits(name).size == "57b"
     assert not same_class(name, find_in_catalog("Qwen/Qwen2-7B")[0])
     assert not same_class(name, find_in_catalog("Qwen/Qwen2.5-14B")[0])
-    assert infer(name) is None
+    # the catalogue holds Qwen2-57B-A14B since trial 16: the folder is sized as that MoE entry, never a dense one
+    assert infer(name).entry["id"] == "Qwen/Qwen2-57B-A14B"
+    assert load_arch(name)[0].num_experts == 64
+    other = "/data/models/Qwen2-47B-A9B-Instruct"   # a MoE the catalogue lacks: unresolved
+    assert infer(other) is None
     with pytest.raises(ModelUnresolved) as ei:
-        load_arch(name)
+        load_arch(other)
     # no suggestion of another size class either
     assert "Qwen/Qwen2-7B" not in ei.value.message and "Qwen2.5-14B" not in ei.value.message
 

@@ -83,3 +83,44 @@ def test_a_missing_train_batch_whose_alternative_crosses_the_card_moves_the_verd
     assert one["memory"]["need_gib"] < cap and batch["effect"]["verdict"]["1"] != "oom"
     assert batch["moves_verdict"] is True and "! train-batch: 8 — if 1:" in flat
     assert rep["memory"]["verdict"] == "at-risk" and rep["memory"]["deciding_assumption"]["name"] == "train-batch"
+
+
+def _qwen2_moe_params(cfg: dict) -> int:
+    """Parameters of a Qwen2-MoE checkpoint counted from its config.json, by transformers' module layout
+    (models/qwen2_moe/modeling_qwen2_moe.py: q/k/v with bias, o without; per layer 2 RMSNorm weights; a router of
+    num_experts outputs; num_experts SwiGLU experts of moe_intermediate_size; one shared SwiGLU expert and its
+    one-output gate), untied embeddings and a final norm. Written here, independent of analyzers/memory/params.py."""
+    h, kv = cfg["hidden_size"], cfg["num_key_value_heads"] * cfg["hidden_size"] // cfg["num_attention_heads"]
+    attn = (h * h + h) + 2 * (h * kv + kv) + h * h
+    moe = cfg["num_experts"] * 3 * h * cfg["moe_intermediate_size"] + 3 * h * cfg["shared_expert_intermediate_size"]
+    layer = attn + moe + h * cfg["num_experts"] + h + 2 * h
+    return 2 * cfg["vocab_size"] * h + cfg["num_hidden_layers"] * layer + h
+
+
+def test_qwen2_57b_a14b_is_catalogued_and_counted_independently(tmp_path):
+    """LF#4447's model, added from its config.json (read in TensorRT-LLM's vendored copy, models.json read_from).
+    The doctor's count must equal the count from the module layout (tolerance 0.1 %) and the Qwen2 blog's 57.41B
+    (tolerance 0.01B); the folder name with -Instruct is sized as that entry."""
+    from finetune_doctor.readers.model.catalog import find_in_catalog
+
+    entry, _ = find_in_catalog("Qwen/Qwen2-57B-A14B")
+    counted = _qwen2_moe_params(entry["config"])
+    assert counted / 1e9 == pytest.approx(57.41, abs=0.01)
+    _, rep, _ = _check(tmp_path, QWEN_LORA.format(cutoff=1024).replace(
+        "Qwen/Qwen2.5-7B-Instruct", "/data/models/Qwen2-57B-A14B-Instruct"), "--gpu", "A100-80GB")
+    assert rep["run"]["params_b"] == pytest.approx(counted / 1e9, rel=1e-3)
+    assert rep["model"]["source"] == "catalog"
+
+
+def test_a_did_you_mean_says_when_it_crosses_size_or_moe(tmp_path):
+    """k1's kind: `Qwen2-57B` (a folder named without its active size) was offered Qwen/Qwen2-72B, a dense model of
+    another size, with no word. The MoE of the stated size is now offered first and says it is a MoE; a suggestion
+    of another size says so."""
+    code, rep, _ = _check(tmp_path, QWEN_LORA.format(cutoff=1024).replace("Qwen/Qwen2.5-7B-Instruct", "Qwen2-57B"),
+                          "--gpu", "A100-80GB")
+    msg = next(f["message"] for f in rep["findings"] if f["code"] == "FD607")
+    hint = msg[msg.index("(did you mean "):msg.index("?)")]
+    assert hint.startswith("(did you mean Qwen/Qwen2-57B-A14B (a MoE, 14B active)")
+    for other in hint[len("(did you mean "):].split(", Qwen/")[1:]:
+        assert "another size than 57B" in other or "a MoE" in other, other
+    assert code == 1

@@ -386,9 +386,7 @@ def _memory(w: _Writer, r: Report) -> None:
         col.footer = Text(text, style="bold red" if (over and col.header) else "bold")
     w.rich(t, indent=1)
     if shown_only:
-        w.line(f"needs to run {gib(need)} GiB = {pct(need)} of capacity: the figure the card, fits and the verdict "
-               f"are judged on; the total above is what nvidia-smi shows, with {gib(total - need)} GiB of allocator "
-               "cache that is freed before an OOM", indent=1)
+        _need_row(w, total, need, pct(need))
     moment = str(mem.details.get("peak_moment") or "")
     if moment and "optimizer" in moment and not mem.per_gpu.get("activations"):
         # the terms are those of the peak moment (analyzers/memory/moments.py): the step's activations and logits
@@ -470,6 +468,14 @@ def _probabilities(mem: Any, cond: str) -> str:
             f"{_pct(mem.p_oom)} (runs reported like this one {fate} for reasons no memory term sees "
             f"{50 * q:g} % of the time: half of p_oom_unexplained q = {100 * q:g} %, the share whose outcome no "
             "memory term explains)")
+
+
+def _need_row(w: _Writer, total: float, need: float, share: str) -> None:
+    """The figure the card is judged on, under the table (trial 16; analyzers/memory/reserve.py 'Shown and
+    needed'): GiB and its share of capacity, and what the shown total adds (allocator cache, GiB)."""
+    w.line(f"needs to run {gib(need)} GiB = {share} of capacity: the figure the card, fits and the verdict are "
+           f"judged on; the total above is what nvidia-smi shows, with {gib(total - need)} GiB of allocator cache "
+           "that is freed before an OOM", indent=1)
 
 
 def _at_estimate(mem: Any) -> str:
