@@ -124,3 +124,37 @@ def test_a_did_you_mean_says_when_it_crosses_size_or_moe(tmp_path):
     for other in hint[len("(did you mean "):].split(", Qwen/")[1:]:
         assert "another size than 57B" in other or "a MoE" in other, other
     assert code == 1
+
+
+def test_a_context_file_used_implicitly_or_without_gpus_is_named_with_what_wins(tmp_path):
+    """k3's kind: `doctor context` run on a laptop (no GPU) wrote .doctor-context.json beside the config, and every
+    later check read it with no word of where it came from. Now the report names a context found beside the config,
+    and one that records no GPU says it is not the training machine's cards and what gives them (--gpu, or
+    nothing). A context passed with --context that records GPUs needs no such word."""
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(QWEN_LORA.format(cutoff=2048), encoding="utf-8")
+    made = CliRunner().invoke(main, ["context", str(cfg), "--no-data"])
+    assert made.exit_code == 0, made.output
+    ctx_file = tmp_path / ".doctor-context.json"
+    saved = json.loads(ctx_file.read_text())
+    assert saved["hardware"]["gpu"] is None   # this machine has no GPU the doctor may read (FINETUNE_DOCTOR_NO_NVML)
+
+    def run(*args):
+        r = CliRunner().invoke(main, ["check", str(cfg), "--no-data", "--format", "json", *args])
+        return json.loads(r.output)
+
+    with_gpu = run("--gpu", "A100-80GB")
+    use = with_gpu["inputs"]["context_use"]
+    assert use.startswith("found beside the config, used without --context")
+    assert "captured on a machine with no GPU" in use and "--gpu A100-80GB gives the cards" in use
+    assert with_gpu["hardware"]["source"] == "flag" and with_gpu["hardware"]["gpu"] == "A100-80GB"
+    assert "no --gpu: the cards are unknown here" in run()["inputs"]["context_use"]
+    text = CliRunner().invoke(main, ["check", str(cfg), "--no-data", "--gpu", "A100-80GB"]).output
+    assert "context: " in text and "found beside the config" in " ".join(text.split())
+    # the same file holding the training machine's cards (as `doctor context` writes them there), passed explicitly
+    saved["hardware"].update(gpu="A100-80GB", num_gpus=8, capacity_gib=79.15, bf16=True, source="nvml")
+    passed = tmp_path / "train-machine.json"
+    passed.write_text(json.dumps(saved), encoding="utf-8")
+    ctx_file.unlink()
+    rep = run("--context", str(passed))
+    assert "context_use" not in rep["inputs"] and rep["hardware"]["source"] == "context"

@@ -202,6 +202,7 @@ def _read(config: str, overrides: tuple[str, ...] | list[str], opts: Options, hw
     asm.doc_read = doc
     facts["lint"]["strict"] = bool(getattr(opts, "strict", False))
     asm.context, ctx_note = machine.load(config, opts, doc)
+    asm.context_use = machine.how_used(asm.context, opts)
     if ctx_note:
         asm.notes.append(ctx_note)
     env_read, env_report = env_report, (env_report if not static else None)

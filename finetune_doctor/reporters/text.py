@@ -265,7 +265,8 @@ def _header(w: _Writer, r: Report) -> None:
     w.line(("doctor " + r.command, "bold"))
     inputs = r.inputs or {}
     for key, value in inputs.items():
-        if value is None or value == [] or value == () or key in ("deepspeed_stock", "deepspeed_stand_in"):
+        if value is None or value == [] or value == () or key in ("deepspeed_stock", "deepspeed_stand_in",
+                                                                  "context_use"):
             continue
         if isinstance(value, (list, tuple)):
             value = ", ".join(str(display_path(str(v))) for v in value)
@@ -275,6 +276,8 @@ def _header(w: _Writer, r: Report) -> None:
             value = f"{value} (not on disk here: LLaMA-Factory's stock copy)"
         elif key == "deepspeed" and inputs.get("deepspeed_stand_in"):
             value = f"{value} (not on this machine: estimated with {inputs['deepspeed_stand_in']}, an assumption)"
+        elif key == "context" and inputs.get("context_use"):
+            value = f"{value} ({inputs['context_use']})"   # facts/machine.py how_used (trial 16)
         w.line(f"{key}: {value}", indent=1)
 
 
