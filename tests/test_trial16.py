@@ -158,3 +158,50 @@ def test_a_context_file_used_implicitly_or_without_gpus_is_named_with_what_wins(
     ctx_file.unlink()
     rep = run("--context", str(passed))
     assert "context_use" not in rep["inputs"] and rep["hardware"]["source"] == "context"
+
+
+# a DDP run's log as transformers and torchrun print it: `transformers-cli env` pasted first, the Trainer's save line,
+# then rank 1's traceback of the staged save's rename ({code}: the release's or the dev build's line at that frame)
+SAVE_LOG = """- `transformers` version: {version}
+- Platform: Linux-5.15.0-105-generic-x86_64-with-glibc2.35
+- Python version: 3.10.14
+- PyTorch version (GPU?): 2.5.1+cu124 (True)
+[INFO|trainer.py:3910] 2025-02-10 11:02:41,118 >> Saving model checkpoint to /data/out/qwen2.5-vl-lora/checkpoint-200
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "/opt/conda/lib/python3.10/site-packages/transformers/trainer.py", line 3176, in _save_checkpoint
+[rank1]:     {code}
+[rank1]:   File "/opt/conda/lib/python3.10/os.py", line 270, in renames
+[rank1]:     rename(old, new)
+[rank1]: OSError: [Errno 39] Directory not empty: '/data/out/qwen2.5-vl-lora/{staging}' -> '/data/out/qwen2.5-vl-lora/checkpoint-200'
+"""
+
+
+@pytest.mark.parametrize("version, staging, code, episode, fix", [
+    # p2's kind (ms-swift#3031): the dev build's random staging folder; its own episode, not 4.36's
+    ("4.49.0.dev0", "tmp-checkpoint-k2x9w_qa", "os.renames(output_dir, checkpoint_dir)",
+     "transformers 4.49.0.dev0 (main in February 2025)", "install the transformers 4.49.0 release or later"),
+    # the first episode itself: 4.36.2 renamed from every process, 4.37.0 fixed it
+    ("4.36.2", "tmp-checkpoint-200", "os.rename(staging_output_dir, output_dir)",
+     "transformers 4.36 renamed", "upgrade transformers to 4.37.0 or later"),
+    # a dev build after both fixing releases has both fixes: no transformers to change
+    ("4.47.0.dev0", "tmp-checkpoint-200", "os.rename(staging_output_dir, output_dir)",
+     None, "the fix: save from one writer"),
+])
+def test_the_rename_race_advice_compares_the_transformers_build_read(tmp_path, version, staging, code, episode, fix):
+    """The rename-race reading (paths read) named 4.36 and "a release with the fix (#28364) ends it" whatever
+    transformers ran. It now compares the release or dev build read (version_key: 4.37.0 < 4.47.0.dev0 <
+    4.49.0.dev0 < 4.49.0) with the episodes of savecause.py, as a cut traceback's reading does."""
+    from pmhelp import diagnose_dir
+
+    (tmp_path / "train.log").write_text(SAVE_LOG.format(version=version, staging=staging, code=code),
+                                        encoding="utf-8")
+    f = diagnose_dir(str(tmp_path)).findings[0]
+    assert f.code == "FD317" and f"('{staging}' -> 'checkpoint-200')" in f.message
+    assert f"transformers {version} (read at " in f.message and fix in f.message
+    if episode:
+        assert f"is in the affected releases: {episode}" in f.message
+    else:
+        assert "is in none of them, so another writer is likelier" in f.message
+        assert "upgrade transformers" not in f.message
+    if version != "4.36.2":
+        assert "#28364, the rename on the main process only) ends it" not in f.message
