@@ -205,3 +205,58 @@ def test_the_rename_race_advice_compares_the_transformers_build_read(tmp_path, v
         assert "upgrade transformers" not in f.message
     if version != "4.36.2":
         assert "#28364, the rename on the main process only) ends it" not in f.message
+
+
+QWEN72_FULL_Z3 = """### model
+model_name_or_path: Qwen/Qwen2-72B-Instruct
+
+### method
+stage: sft
+do_train: true
+finetuning_type: full
+deepspeed: examples/deepspeed/ds_z3_config.json
+
+### dataset
+dataset: alpaca_en_demo
+template: qwen
+cutoff_len: 2048
+
+### output
+output_dir: saves/qwen2-72b/full/sft
+
+### train
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 2
+learning_rate: 1.0e-5
+num_train_epochs: 3.0
+bf16: true
+"""
+
+
+def _fixes(rep):
+    fix = next(f["fix"] for f in rep["findings"] if f["code"] == "FD601")
+    return [fix, *fix.get("alternatives", [])]
+
+
+def test_an_offload_remedy_past_what_nodes_have_says_so_without_host_ram(tmp_path):
+    """k4's kind (LF#5553): a full 72B run on the 4 cards of one node; offloading every state puts them all in that
+    node's host RAM (~1.4 TB; the fp32 master weights and Adam's two moments alone are 72.7e9 x 12 B = 812 GiB),
+    and with no --host-ram it was ranked first with no word. Now it says it is past what many nodes have (1 TiB,
+    planners.PLAUSIBLE_HOST_RAM_GIB) and ranks after the others; --host-ram 2TB judges it instead."""
+    from finetune_doctor.engine.planners import PLAUSIBLE_HOST_RAM_GIB
+
+    _, rep, _ = _check(tmp_path, QWEN72_FULL_Z3, "--gpu", "4xA100-80GB")
+    fixes = _fixes(rep)
+    off = [i for i, f in enumerate(fixes) if "offload" in f["title"] and "parameters" in f["title"]]
+    assert off, [f["title"] for f in fixes]
+    cost = fixes[off[0]]["cost"]
+    need = float(cost.split("host RAM needed per node ≈ ")[1].split(" GiB")[0])
+    # independent floor: fp32 master weights + Adam's two moments of the whole model, 12 bytes per parameter, on the
+    # node's host (4 ranks, one node), in GiB
+    assert need > 72.7e9 * 12 / 2**30 > PLAUSIBLE_HOST_RAM_GIB * 0.75
+    assert "more than many GPU nodes have" in cost and "--host-ram SIZE judges it" in cost
+    assert off[0] == len(fixes) - 1 and "taken as the most a node has while --host-ram is not given" in cost
+    given = tmp_path / "given"
+    given.mkdir()
+    _, rep2, _ = _check(given, QWEN72_FULL_Z3, "--gpu", "4xA100-80GB", "--host-ram", "2TB")
+    assert all("more than many GPU nodes have" not in (f.get("cost") or "") for f in _fixes(rep2))
