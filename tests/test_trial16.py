@@ -260,3 +260,47 @@ def test_an_offload_remedy_past_what_nodes_have_says_so_without_host_ram(tmp_pat
     given.mkdir()
     _, rep2, _ = _check(given, QWEN72_FULL_Z3, "--gpu", "4xA100-80GB", "--host-ram", "2TB")
     assert all("more than many GPU nodes have" not in (f.get("cost") or "") for f in _fixes(rep2))
+
+
+# LLaMA-Factory 0.9.0's examples/train_lora/qwen2vl_lora_sft.yaml layout, with the 0.9.0/0.9.1 image bound
+QWEN2VL_LORA = """### model
+model_name_or_path: Qwen/Qwen2-VL-7B-Instruct
+
+### method
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_target: all
+
+### dataset
+dataset: mllm_demo
+template: qwen2_vl
+cutoff_len: 2048
+image_resolution: 448
+
+### output
+output_dir: saves/qwen2_vl-7b/lora/sft
+
+### train
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+learning_rate: 1.0e-4
+num_train_epochs: 3.0
+bf16: true
+"""
+
+
+@pytest.mark.parametrize("lf, pixels", [
+    ("0.9.0", 448 * 448),   # 0.9.0 data/mm_plugin.py: max(w, h) > image_resolution -> scaled to that side
+    ("0.9.1", 448),         # 0.9.1: w * h > image_resolution -> scaled to that many pixels
+    ("0.9.2", 768 * 768),   # renamed to image_max_pixels: LF stops on the key (FD002); the default bound is sized
+])
+def test_image_resolution_is_sized_as_the_release_reads_it(tmp_path, lf, pixels):
+    """k2's kind: `image_resolution: 448` under --llamafactory 0.9.1 was sized at 0.9.2's default bound
+    (589,824 pixels) because the release named by --llamafactory did not reach the run's LF-dependent terms."""
+    code, rep, _ = _check(tmp_path, QWEN2VL_LORA, "--gpu", "A100-80GB", "--llamafactory", lf)
+    (img,) = [a for a in rep["assumptions"] if a["name"] == "image-pixels"]
+    assert img["value"] == pixels
+    codes = {f["code"] for f in rep["findings"]}
+    assert ("FD002" in codes) == (lf == "0.9.2")
+    assert {"package": "llamafactory", "version": lf, "source": "--llamafactory"} in rep["run"]["stack"]

@@ -324,9 +324,12 @@ def _stack(opts: Options, hw: Hardware | None, env: Any, ctx: Any = None) -> tup
     found.update({k: (v, ctx.path) for k, v in machine.stack(ctx).items()})
     if env is not None:
         found.update({k: (v, env.path) for k, v in env.versions.items()})
-    for key, flag in (("torch", opts.torch_version), ("transformers", opts.transformers_version)):
+    # --llamafactory states the release the run's LF-dependent terms follow too (run/resolve.py media_knobs: 0.9.0/
+    # 0.9.1's image bounds; trial 16, LF#5590 was sized with 0.9.2's)
+    for key, flag, name in (("torch", opts.torch_version, "--torch"), ("transformers", opts.transformers_version,
+                            "--transformers"), ("llamafactory", getattr(opts, "lf_version", None), "--llamafactory")):
         if flag:
-            found[key] = (flag, f"--{key}")
+            found[key] = (flag, name)
     # unsloth's release decides its loss path (run/savers.py `_unsloth_loss`)
     stack = {k: found[k][0] if k in found else None for k in ("torch", "transformers", "unsloth")}
     return stack, tuple((k, v, src) for k, (v, src) in sorted(found.items()))
