@@ -304,3 +304,21 @@ def test_image_resolution_is_sized_as_the_release_reads_it(tmp_path, lf, pixels)
     codes = {f["code"] for f in rep["findings"]}
     assert ("FD002" in codes) == (lf == "0.9.2")
     assert {"package": "llamafactory", "version": lf, "source": "--llamafactory"} in rep["run"]["stack"]
+
+
+# the longest paragraph a rule's documentation may print: about 14 lines at 100 columns (FD317's list of the
+# causes it reads, 1,327 characters, is the longest); trial 16 read `doctor explain FD317` as one 40-line block
+EXPLAIN_PARAGRAPH_MAX = 1400
+
+
+def test_doctor_explain_renders_paragraphs():
+    from finetune_doctor.engine.loader import load_rules
+    from finetune_doctor.reporters.catalog import render_explain
+
+    for rule in load_rules([]):
+        text = render_explain(rule)
+        longest = max(len(p) for p in text.split("\n\n"))
+        assert longest <= EXPLAIN_PARAGRAPH_MAX, (rule.code, longest)
+    out = CliRunner().invoke(main, ["explain", "FD317"]).output
+    body = out[out.index("## What it does"):out.index("## Why is this bad?")]
+    assert body.count("\n\n") >= 8   # scope, torchelastic, causes, fallback, chain, consequences, ... stops
