@@ -254,8 +254,9 @@ def word_family(name: str) -> str:
 
 
 def same_kind(name: str, entry: dict[str, Any]) -> bool:
-    """True when `entry` is a fair suggestion for `name`: the same family and the same MoE-ness (a size may
-    differ: ``Qwen2.5-8B`` is a typo of Qwen2.5-7B; ``Qwen2-57B-A14B`` is not a Qwen2-7B). A name without a
+    """True when `entry` is a fair suggestion for `name`: the same family, and never a dense entry for a name that
+    states an active size (a size may differ: ``Qwen2.5-8B`` is a typo of Qwen2.5-7B; ``Qwen2-57B-A14B`` is not a
+    Qwen2-7B); a name without one may be a MoE's (``Qwen2-57B``), and `suggestion_note` says so. A name without a
     numeric size keeps its family too (`word_family`, one a prefix of the other): ``gpt2-medium`` never suggests
     Phi-3-medium on the shared size word (trial 11, LlamaFactory#5320)."""
     t = traits(name)
@@ -274,7 +275,7 @@ def same_kind(name: str, entry: dict[str, Any]) -> bool:
 
 def suggestion_note(name: str, entry: dict[str, Any]) -> str:
     """What a did-you-mean entry does not share with `name`, said beside it (trial 16: `Qwen2-57B` got "did you
-    mean Qwen/Qwen2-72B?", a dense model of another size): `` (a MoE, 14B active; 57.41B)``, `` (dense)``, ``
+    mean Qwen/Qwen2-72B?", a dense model of another size): `` (a MoE, 14B active)``, `` (dense)``, ``
     (72.71B: another size than 57B)``; "" when it shares both. Sizes are the entry's published parameter count
     (models.json ``published_params``, billions) against the size the name states (`traits`); "another size" past a
     10 % difference."""
