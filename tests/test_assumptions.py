@@ -332,22 +332,29 @@ def _verdict_sentence(output: str) -> str:
     return flat[start:flat.index(" · 90 % interval", start)]
 
 
-@pytest.mark.parametrize("name, code", [
-    ("models/llama3-8b-pro", "FD098"),          # LF's llama_pro example: a folder the expand script writes
-    ("/data/exp/run1/merged", "FD098"),
-    ("saves/llama3/lora/merged", "FD098"),      # three parts: no hub id has them
-    # owner/name: LF would ask the hub, which --offline keeps this machine from doing: not checked here either
-    # (trial 5: an air-gapped CI failed a fine config on it); --strict makes it FD607 (tests/test_trial5.py)
-    ("acme-labs/Qwen9-7B-Instruct", "FD098"),
+@pytest.mark.parametrize("name, why", [
+    ("models/llama3-8b-pro", "the model folder is not on this machine"),   # LF's llama_pro example: expand's output
+    ("/data/exp/run1/merged", "the model folder is not on this machine"),
+    ("saves/llama3/lora/merged", "the model folder is not on this machine"),   # three parts: no hub id has them
+    # owner/name: LF would ask the hub, which --offline keeps this machine from doing (trial 5)
+    ("acme-labs/Qwen9-7B-Instruct", "this machine cannot fetch the model's config.json"),
 ])
-def test_a_model_path_not_on_this_machine_is_not_checked_here(tmp_path, name, code):
+def test_a_model_path_not_on_this_machine_is_not_checked_here(tmp_path, name, why):
+    """`lint` (no verdict to give) says not checked here (FD098, info); `check` has no memory verdict without the
+    model, and says so as an error (FD607, exit 1), worded by why the model is not here (trial 16: a hub id not
+    fetchable exited 0 with "0 errors" while a missing folder exited 1)."""
     cfg = tmp_path / "train.yaml"
     cfg.write_text(f"model_name_or_path: {name}\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
                    "dataset: alpaca_en_demo\ntemplate: llama3\noutput_dir: saves/x\nbf16: true\n")
-    res = CliRunner().invoke(main, ["check", str(cfg), "--no-data", "--offline", "--format", "json",
-                                    "--fail-on", "never"])
-    codes = [f["code"] for f in json.loads(res.stdout)["findings"] if f["code"] in ("FD098", "FD607")]
-    assert codes == [code]
+    res = CliRunner().invoke(main, ["check", str(cfg), "--no-data", "--offline", "--format", "json"])
+    found = [f for f in json.loads(res.stdout)["findings"] if f["code"] in ("FD098", "FD607")]
+    assert [f["code"] for f in found] == ["FD607"] and res.exit_code == 1
+    assert found[0]["message"].startswith(f"No memory verdict: {why}")
+    assert "--model-config" in found[0]["message"] and "--context FILE" in found[0]["message"]
+    lint = CliRunner().invoke(main, ["lint", str(cfg), "--offline", "--format", "json"])
+    # lint reads no hub (static): a hub id is nothing to it, a folder not here is not checked here
+    assert [f["code"] for f in json.loads(lint.stdout)["findings"] if f["code"] in ("FD098", "FD607")] == (
+        [] if "/" in name and not name.startswith(("/", "models/", "saves/")) else ["FD098"])
 
 
 @pytest.mark.parametrize("model,recalled,other", [

@@ -264,7 +264,8 @@ def _leaves(x, pre: str = "") -> dict:
 # leaves it), and the per-row pointers to truncated samples (the context keeps quantiles and the longest samples,
 # not every row). Everything else -- verdict, peak, p_oom, interval, budget, assumptions, findings, notes, the
 # run, the hardware, the data statistics -- must match leaf for leaf.
-LEGIT = (r"inputs\.context", r"model\.(source|config)", r"hardware\.source", r"run\.stack\[\d+\]\.source",
+LEGIT = (r"inputs\.context", r"inputs\.context_use",   # found beside the config (trial 16)
+         r"model\.(source|config)", r"hardware\.source", r"run\.stack\[\d+\]\.source",
          r"data\.elapsed_s", r"data\.dataset_dir",
          r"data\.(datasets\[\d+\]\.|overall\.)(files\[\d+\]|location\.file|longest\[\d+\]\.file)",
          r"data\.(datasets\[\d+\]\.|overall\.)examples\..*")

@@ -191,7 +191,7 @@ def test_text_report_shows_verdict_and_probabilities(tmp_path):
     out = CliRunner().invoke(main, ["check", str(cfg), "--no-data", "--gpu", "A100-40GB"]).output
     flat = " ".join(out.split())
     assert "verdict at-risk · probability of OOM 8 % · 90 % interval" in flat
-    assert "total 43.39 110.2%" in flat and "needs 37.64 GiB to run" in flat and "headroom 1.75 GiB" in flat
+    assert "total 43.39 110.2%" in flat and "needs to run 37.64 GiB = 95.6% of capacity" in flat and "headroom 1.75 GiB" in flat
     assert "effect: total 43.4 → 41.4 GiB, probability of OOM 8 % → 4 %" in flat
 
 

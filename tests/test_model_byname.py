@@ -49,9 +49,13 @@ def test_a_57b_moe_folder_is_never_sized_as_a_dense_7b():
     assert traits(name).active == "a14b" and traits(name).size == "57b"
     assert not same_class(name, find_in_catalog("Qwen/Qwen2-7B")[0])
     assert not same_class(name, find_in_catalog("Qwen/Qwen2.5-14B")[0])
-    assert infer(name) is None
+    # the catalogue holds Qwen2-57B-A14B since trial 16: the folder is sized as that MoE entry, never a dense one
+    assert infer(name).entry["id"] == "Qwen/Qwen2-57B-A14B"
+    assert load_arch(name)[0].num_experts == 64
+    other = "/data/models/Qwen2-47B-A9B-Instruct"   # a MoE the catalogue lacks: unresolved
+    assert infer(other) is None
     with pytest.raises(ModelUnresolved) as ei:
-        load_arch(name)
+        load_arch(other)
     # no suggestion of another size class either
     assert "Qwen/Qwen2-7B" not in ei.value.message and "Qwen2.5-14B" not in ei.value.message
 
@@ -129,11 +133,13 @@ def test_check_reports_the_assumption_in_json(tmp_path):
     (model,) = [a for a in d["assumptions"] if a["name"] == "model"]
     assert {"name": "model", "value": "Qwen/Qwen2.5-7B", "source": "folder name",
             "resolve_with": "--model-config"}.items() <= model.items()
-    cfg.write_text(YAML.format(model="/data/models/Qwen2-57B-A14B-Instruct", template="qwen"))
+    cfg.write_text(YAML.format(model="/data/models/Qwen2-47B-A9B-Instruct", template="qwen"))
     r = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "A100-80GB", "--no-data", "--format", "json"])
     d = json.loads(r.output)
-    # a local folder that is not on this machine: not checked here (info), model-unresolved under --strict
-    assert d["memory"] is None and [f["name"] for f in d["findings"] if f["name"] == "not-checked-here"]
+    # a local folder that is not on this machine and names no catalogue model: no memory verdict, an error
+    # (trial 16), as under --strict
+    assert d["memory"] is None and [f["name"] for f in d["findings"] if f["name"] == "model-unresolved"]
+    assert r.exit_code == 1
     r = CliRunner().invoke(main, ["check", str(cfg), "--gpu", "A100-80GB", "--no-data", "--format", "json",
                                   "--strict"])
     d = json.loads(r.output)

@@ -226,19 +226,20 @@ def test_did_you_mean_never_crosses_families_on_a_size_word(name, allowed):
 def test_an_unsized_model_says_so_where_the_memory_block_goes(tmp_path: Path):
     """Case 04 (LlamaFactory#7865): a "will it fit" check of a model folder that is only on the training machine
     said "memory not estimated" in a note at the bottom. The memory block now opens with it and with what to give.
-    The exit code stays 0: the model not being here is not-checked-here (info) by README's contract, FD607 (an
-    error, exit 1) under --strict."""
+    It says there is no verdict, and so does the exit code: FD607, exit 1, with or without --strict (trial 16: a
+    check that sized nothing exited 0 with "0 errors")."""
     from click.testing import CliRunner
 
     from finetune_doctor.cli import main
 
     cfg = _write(tmp_path, VL_LORA.replace("Qwen/Qwen2.5-VL-7B-Instruct", "/mnt/data/ckpt/Kimi-VL-A3B-Instruct"))
     res = CliRunner().invoke(main, ["check", cfg, "--gpu", "8xH20", "--no-data", "--llamafactory", "0.9.3"])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1 and "FD607" in res.output, res.output
     lines = res.output.splitlines()
     at = lines.index("Memory per GPU")
-    assert lines[at + 1].startswith("  not estimated: the architecture of /mnt/data/ckpt/Kimi-VL-A3B-Instruct is not")
-    assert at < next(i for i, ln in enumerate(lines) if ln.startswith(("Assumed", "Warnings", "Info")))
+    assert lines[at + 1].startswith("  no verdict — memory not estimated: the architecture of "
+                                    "/mnt/data/ckpt/Kimi-VL-A3B-Instruct is not")
+    assert at < next(i for i, ln in enumerate(lines) if ln.startswith(("Assumed", "Errors", "Warnings", "Info")))
     assert "--model-config FILE (or the folder that holds it)" in " ".join(ln.strip() for ln in lines[at + 1:at + 4])
     strict = CliRunner().invoke(main, ["check", cfg, "--gpu", "8xH20", "--no-data", "--llamafactory", "0.9.3",
                                        "--strict"])

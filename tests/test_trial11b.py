@@ -128,8 +128,8 @@ def test_explicitly_off_precision_is_not_worded_as_absent(tmp_path):
 @pytest.mark.parametrize("model, code, finding", [
     # a hub name the catalogue lacks (#5320's gpt2-medium kind): model-unresolved, an error
     ("gpt2-medium", 1, "FD607"),
-    # a folder of the training machine: not checked here, info
-    ("/mnt/data/checkpoint/Kimi-VL-A3B-Instruct", 0, "FD098"),
+    # a folder of the training machine: no memory verdict either, the same error (trial 16)
+    ("/mnt/data/checkpoint/Kimi-VL-A3B-Instruct", 1, "FD607"),
 ])
 def test_estimate_exits_as_check_on_a_model_it_cannot_size(tmp_path, model, code, finding):
     cfg = tmp_path / "config.yaml"

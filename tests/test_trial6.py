@@ -100,15 +100,17 @@ def test_unquantized_name_stays_bf16_in_chat(tmp_path):
 
 
 @pytest.mark.parametrize("body", [TRAIN, CHAT, EXPORT], ids=["train", "chat", "export"])
-def test_unfetchable_hub_model_is_info_for_every_kind(body, tmp_path):
-    """A hub id in no cache and not in the catalogue, with --offline: not checked here (FD098, info) whatever the
-    config kind, FD607 (error) only under --strict (trial 6: error for a chat config, info for a train config)."""
+def test_unfetchable_hub_model_is_alike_for_every_kind(body, tmp_path):
+    """A hub id in no cache and not in the catalogue, with --offline: the same finding whatever the config kind
+    (trial 6: error for a chat config, info for a train config) - model-unresolved, worded as not fetchable from
+    this machine, an error with or without --strict: `check` has no memory verdict without it (trial 16)."""
     # Qwen/Qwen3.5-9B has a catalogue entry since session 12, and a name built on it is sized as that entry with a
     # 'model' assumption; the 2B has none, so this name stays unresolvable offline
     text = body.format(model="Qwen/Qwen3.5-2B-Base-Preview")
     rep = _check(tmp_path, text)
-    codes = [f["code"] for f in rep["findings"]]
-    assert "FD098" in codes and "FD607" not in codes, codes
+    found = {f["code"]: f for f in rep["findings"]}
+    assert "FD098" not in found and found["FD607"]["severity"] == "error", list(found)
+    assert found["FD607"]["message"].startswith("No memory verdict: this machine cannot fetch")
     strict = tmp_path / "strict"
     strict.mkdir()
     rep = _check(strict, text, "--strict")

@@ -42,6 +42,10 @@ from finetune_doctor.engine.expr import unwrap
 from finetune_doctor.types import Edit, Fix
 
 MAX_EDITS = 3
+# Host RAM per node past which an offload remedy is said to need more than many GPU nodes have, when --host-ram is
+# not given (trial 16, LF#5553: ~1,369 GiB for a 72B full run ranked first with no word): 1 TiB, the system memory
+# of NVIDIA's DGX A100 320GB (datasheet: "System Memory 1TB") and below AWS p4d.24xlarge's 1,152 GiB, GiB.
+PLAUSIBLE_HOST_RAM_GIB = 1024.0
 SHOWN = 4
 
 
@@ -392,6 +396,10 @@ def _fix_of(combo: tuple[Candidate, ...], total: float, before: tuple[float, flo
         effect.update(p_oom_model_assumed_before=assumed[0], p_oom_model_assumed_after=assumed[1])
     if host_after is not None and any(c.group in ("offopt", "offpar") for c in combo):
         cost += f"; host RAM needed per node ≈ {host_after:.0f} GiB"
+        hw = ctx.extra.get("hw")
+        if host_after > PLAUSIBLE_HOST_RAM_GIB and (hw is None or not hw.host_ram_gib):
+            cost += (f", more than many GPU nodes have (DGX A100 320GB: 1 TB); the node's RAM was not given, so this "
+                     "is not judged: --host-ram SIZE judges it")
     return Fix(title=" + ".join(c.label for c in combo), edits=tuple(edits),
                safety="unsafe" if any(c.unsafe for c in combo) else "safe", effect=effect, cost=cost)
 
@@ -468,7 +476,8 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
     cheap = cheapest_under(seen, budget) if total0 > budget else None
     if cheap is not None and found and _rank(cheap) < _rank(found[0]):
         found = [cheap, *found]
-    found, over = _host_split(found, hw.host_ram_gib, host_of)
+    # the node's RAM unknown: a set past what many nodes have ranks after the others (it is said in its cost)
+    found, over = _host_split(found, hw.host_ram_gib or PLAUSIBLE_HOST_RAM_GIB, host_of)
     if not found and not over:
         if closest is None:
             return Fix(title="no standard remedy applies: use more or larger GPUs", edits=(), safety="unsafe")
@@ -486,8 +495,10 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
                              "the next remedies reach)") for f in fixes]
     for combo, total, p in over[:max(SHOWN - len(fixes), 1)]:
         fix = _fix_of(combo, total, before, ctx, host_of(combo), p, pa(total))
+        node = (f"the node's {hw.host_ram_gib:.0f} GiB" if hw.host_ram_gib else
+                f"{PLAUSIBLE_HOST_RAM_GIB:.0f} GiB, taken as the most a node has while --host-ram is not given")
         fixes.append(replace(fix, cost=f"{fix.cost}; ranked last: needs about {host_of(combo):.0f} GiB of host RAM "
-                                       f"per node, more than the node's {hw.host_ram_gib:.0f} GiB"))
+                                       f"per node, more than {node}"))
     return replace(fixes[0], alternatives=tuple(fixes[1:]))
 
 

@@ -42,6 +42,7 @@ class Assembly:
     nnodes: int | None = None
     assumptions: list[Assumption] = field(default_factory=list)   # values used but not read (Report.assumptions)
     context: Any = None            # readers.config.context.MachineContext: the training machine, captured (--context)
+    context_use: str | None = None   # how it was taken, when the report must say so (facts/machine.py how_used)
     hw_worst: Hardware | None = None   # the smallest card a bare --gpu may mean, when that decides the verdict
     ds_assumed: tuple[str, str] | None = None   # (the DeepSpeed path not here, the stock file used instead)
     kind: str = "train"            # readers/config/lfkind.py: which LF command reads the config
@@ -127,6 +128,8 @@ class Assembly:
         elif self.ds is not None and getattr(self.ds, "path", None):
             ds = self.sources["deepspeed"].path if "deepspeed" in self.sources else str(self.ds.path)
         ctx = {"context": self.context.path} if self.context is not None else {}
+        if self.context is not None and self.context_use:
+            ctx["context_use"] = self.context_use
         return {"config": self.doc.path, "deepspeed": ds, **stock, "run_dir": None, **ctx, **extra}
 
 

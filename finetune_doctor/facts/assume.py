@@ -262,8 +262,10 @@ def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str,
     evaluation from the evaluation moment alone (its tensor peak × (1 + the allocator reserve share) + the
     runtime, analyzers/memory/moments.py; the verdict on the reserve the run needs, reserve.py `needed_fraction`).
     Returns ``{"cutoff_len", "budget_gib", "train": {"tokens_per_sample",
-    "tokens_per_micro_batch", "micro_batch", "fits_at_cutoff", "total_gib", "card_tokens_per_sample"}, "eval": {...}
-    or None}``; ``total_gib`` is the estimate at ``tokens_per_sample`` (GiB, None at 0 tokens) and
+    "tokens_per_micro_batch", "micro_batch", "fits_at_cutoff", "total_gib", "need_gib", "card_tokens_per_sample"},
+    "eval": {...}
+    or None}``; ``total_gib`` is the estimate at ``tokens_per_sample`` (GiB, None at 0 tokens), ``need_gib`` what
+    the run needs there (the figure the verdict and ``card_tokens_per_sample`` judge, reserve.py) and
     ``card_tokens_per_sample`` the longest sequence whose point estimate of what it needs is under the budget (no
     error band): the gap between the two limits is what the prediction's error takes. ``tokens_per_sample``
     is the longest sequence (for DPO/RM/KTO each of the pair's sequences; the collator pads a micro batch to its
@@ -302,7 +304,8 @@ def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str,
         res = at(n) if n else None
         return {"tokens_per_sample": n, "tokens_per_micro_batch": n * batch * per_seq,
                 "micro_batch": batch, "fits_at_cutoff": n >= run.seq_len,
-                "total_gib": round(res[0], 2) if res else None, "card_tokens_per_sample": card}
+                "total_gib": round(res[0], 2) if res else None, "need_gib": round(res[2], 2) if res else None,
+                "card_tokens_per_sample": card}
 
     out: dict[str, Any] = {"cutoff_len": run.seq_len, "budget_gib": round(budget, 2),
                            "train": largest(train_at, run.micro_batch), "eval": None}

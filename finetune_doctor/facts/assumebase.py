@@ -65,7 +65,12 @@ SHOWN_ONLY: dict[str, frozenset[str]] = {"weights-quantization": frozenset({UNQU
 # loads under it and a judged LLaMA-Factory release admits it (facts/tfmodeltype.py `could_run`; none where the
 # release is 0.9.4 or later), so an alternative that remains is plausible and opens the verdict like any other. It
 # stays in `NOT_OPEN` for the p_oom/interval mixture, whose weights were fitted without it (facts/assume.py `mixture`).
-NEVER_OPENS = NOT_OPEN - {"transformers-version"}
+# ``train-batch`` is not among them either (trial 16, LF#4447: a paste that lost its `### train` section was sized
+# at transformers' default 8, 56.8 GiB at-risk, beside "if 1: 41.8 GiB" with no `!`, on a run that trained at ~40
+# GB): every LLaMA-Factory example and doc config sets per_device_train_batch_size, so a training config without it
+# is as likely a file that lost the line as one that means 8, and an alternative whose verdict differs opens the
+# verdict like any other. ``eval-batch`` stays sure: per_device_eval_batch_size is commonly left unset (trial 9).
+NEVER_OPENS = NOT_OPEN - {"transformers-version", "train-batch"}
 
 
 def opens_verdict(name: str, base_verdict: str | None, verdicts: dict[str, str]) -> bool:

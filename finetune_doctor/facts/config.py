@@ -104,7 +104,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
                  transformers=stack.get("transformers"))
     facts["lint"].update(tfmodeltype.facts(asm, arch))
     if arch is None:   # every config kind alike: a model this machine cannot see is info unless --strict (trial 6)
-        nothere.model_not_here(asm)
+        nothere.model_not_here(asm, sizes=opts.command in ("check", "estimate"))
     if kind not in ("train", "train-v1") or (kind == "train" and kinds.predict_only(doc.values)):
         kinds.not_training(asm, arch)
         return lint_assumptions(asm)   # --strict judges a merge's or a chat's verdict-moving ones too
@@ -202,6 +202,7 @@ def _read(config: str, overrides: tuple[str, ...] | list[str], opts: Options, hw
     asm.doc_read = doc
     facts["lint"]["strict"] = bool(getattr(opts, "strict", False))
     asm.context, ctx_note = machine.load(config, opts, doc)
+    asm.context_use = machine.how_used(asm.context, opts)
     if ctx_note:
         asm.notes.append(ctx_note)
     env_read, env_report = env_report, (env_report if not static else None)
@@ -323,9 +324,12 @@ def _stack(opts: Options, hw: Hardware | None, env: Any, ctx: Any = None) -> tup
     found.update({k: (v, ctx.path) for k, v in machine.stack(ctx).items()})
     if env is not None:
         found.update({k: (v, env.path) for k, v in env.versions.items()})
-    for key, flag in (("torch", opts.torch_version), ("transformers", opts.transformers_version)):
+    # --llamafactory states the release the run's LF-dependent terms follow too (run/resolve.py media_knobs: 0.9.0/
+    # 0.9.1's image bounds; trial 16, LF#5590 was sized with 0.9.2's)
+    for key, flag, name in (("torch", opts.torch_version, "--torch"), ("transformers", opts.transformers_version,
+                            "--transformers"), ("llamafactory", getattr(opts, "lf_version", None), "--llamafactory")):
         if flag:
-            found[key] = (flag, f"--{key}")
+            found[key] = (flag, name)
     # unsloth's release decides its loss path (run/savers.py `_unsloth_loss`)
     stack = {k: found[k][0] if k in found else None for k in ("torch", "transformers", "unsloth")}
     return stack, tuple((k, v, src) for k, (v, src) in sorted(found.items()))

@@ -257,7 +257,9 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "config_json": F("str", "file:line of a config.json that was found but is unusable"),
         "not_here": F("bool", "a local path that is not on this machine (not checked here unless --strict)"),
         "parse_limit": F("bool", "a config.json was read but lacks a field where the doctor looks for it: the "
-                                 "doctor's limit (model-config-not-understood, info unless --strict)")}),
+                                 "doctor's limit (model-config-not-understood)"),
+        "why": F("str", "why it is not sized (facts/nothere.py)",
+                 values=("path-not-here", "hub-not-here", "parse-limit", "unknown"))}),
 })
 
 

@@ -45,6 +45,25 @@ def load(config: str, opts: Any, doc: Any) -> tuple[MachineContext | None, str |
     return ctx, None
 
 
+def how_used(ctx: MachineContext | None, opts: Any) -> str | None:
+    """How the report says a context file was taken (JSON ``inputs.context_use``, the header beside ``context:``),
+    None when none is used or when it was passed and holds GPUs. A file found beside the config (no --context) is
+    named as found; one that records no GPU (``hardware.gpu`` empty: `doctor context` run on a laptop or CI runner,
+    trial 16) says what wins for the cards (--gpu when given, else nothing: unknown) and that its stack and host RAM
+    are that machine's."""
+    if ctx is None:
+        return None
+    parts = [] if getattr(opts, "context", None) else [
+        "found beside the config, used without --context: pass --context FILE for another, or remove it"]
+    h = ctx.section("hardware") or {}
+    if not h.get("gpu") and not h.get("capacity_gib"):
+        gpu = getattr(opts, "gpu", None)
+        cards = f"--gpu {gpu} gives the cards" if gpu else "no --gpu: the cards are unknown here"
+        parts.append(f"captured on a machine with no GPU, so not the training machine's cards: {cards}; its stack "
+                     "and host RAM are that machine's (--env FILE and --host-ram SIZE give the training machine's)")
+    return "; ".join(parts) or None
+
+
 def check_model(ctx: MachineContext | None, doc: Any) -> None:
     """Raise InputError when the context was captured for another model than the config names."""
     if ctx is None or ctx.model_name is None:

@@ -11,11 +11,16 @@ PATH_NOT_HERE = "not on this machine"
 HUB_NOT_HERE = "not fetchable from this machine"
 
 
-def model_not_here(asm: Any) -> None:
+def model_not_here(asm: Any, *, sizes: bool = False) -> None:
     """An unresolved model named by a local path (absolute, ``./``, ``../``, ``~``) that is not on this machine: the
     training machine may hold it, so it is not-checked-here (info) unless --strict (model-unresolved). A name that
     could be a hub id (``org/name``) stays model-unresolved when this machine could ask the hub and did not find
-    it; when it could not ask (--offline, HF_HUB_OFFLINE=1, no network) it is not checked here too."""
+    it; when it could not ask (--offline, HF_HUB_OFFLINE=1, no network) it is not checked here too.
+
+    `sizes` (``check``/``estimate``, commands whose answer is the memory verdict): the model not being here leaves
+    the run with no verdict, which model-unresolved (FD607, error) says, whatever the reason the model is not
+    sized (trial 16: an unfetchable hub id exited 0 with "0 errors" and no estimate while a bare folder name
+    exited 1), so no not-checked-here key is added for it; ``lint`` (no verdict to give) keeps the info."""
     import os
 
     unresolved = asm.facts["lint"].get("model_unresolved")
@@ -41,7 +46,9 @@ def model_not_here(asm: Any) -> None:
     # InternVL-Chat config whose decoder sits under llm_config was an FD607 error, exit 1)
     unresolved["parse_limit"] = bool(unresolved.get("config_json")) and " has no '" in str(
         unresolved.get("message") or "")
-    if unresolved["not_here"]:
+    unresolved["why"] = ("parse-limit" if unresolved["parse_limit"] else "hub-not-here" if unfetched and not local
+                         else "path-not-here" if unresolved["not_here"] else "unknown")
+    if unresolved["not_here"] and not sizes:
         doc = asm.doc
         asm.facts["lint"]["keys"].append({
             "key": "model_name_or_path", "kind": "not_here", "message": unresolved["message"],

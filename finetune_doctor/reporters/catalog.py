@@ -142,7 +142,9 @@ def _fence(text: str) -> str:
 
 
 def _para(text: Any) -> str:
-    return str(text).strip()
+    """A docs text as markdown paragraphs: a blank line in the rule file's folded scalar (``>-``) reaches here as
+    one newline, which becomes a paragraph break (trial 16: `doctor explain FD317` printed one 40-line paragraph)."""
+    return "\n\n".join(p.strip() for p in str(text).strip().split("\n") if p.strip())
 
 
 def fix_safety_text(rule: "Rule") -> str:

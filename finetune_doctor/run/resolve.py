@@ -306,11 +306,29 @@ def media_knobs(cfg: dict[str, Any], lf: tuple[int, ...] | None) -> dict[str, An
     bounds: those of 0.9.2 onwards."""
     old = lf is not None and lf[:3] < (0, 9, 2)
     img, vid, frames = (512 * 512, 128 * 128, 64) if old else (768 * 768, 256 * 256, 128)
+    # the releases that take image_resolution/video_resolution bound by the YAML's value as they read it (trial 16,
+    # LF#5590: `image_resolution: 448` on 0.9.1 was sized at 0.9.2's 768·768)
+    img, vid = _retired_bound(cfg, "image_resolution", lf, img), _retired_bound(cfg, "video_resolution", lf, vid)
     return {**{k: as_int(cfg.get(k), d) for k, d in (("image_max_pixels", img), ("image_min_pixels", 32 * 32),
                                                      ("video_max_pixels", vid), ("video_min_pixels", 16 * 16))},
             "freeze_vision_tower": as_bool(cfg.get("freeze_vision_tower"), True),
             "freeze_multi_modal_projector": as_bool(cfg.get("freeze_multi_modal_projector"), not old),
             "video_maxlen": as_int(cfg.get("video_maxlen"), frames)}
+
+
+def _retired_bound(cfg: dict[str, Any], key: str, lf: tuple[int, ...] | None, default: int) -> int:
+    """The pixel bound LLaMA-Factory `lf` (0.9.0/0.9.1, the releases that declare it) takes from `key`
+    (``image_resolution``/``video_resolution``): a side length L in the catalog's ``side_length_in`` releases (0.9.0
+    data/mm_plugin.py: ``max(w, h) > image_resolution`` scales to that side, so at most L² pixels), a pixel count
+    in the others (0.9.1: ``w * h > image_resolution``); `default` (pixels) when the key is not set or the release
+    does not read it (catalog/lf_keys.json ``retired``, readers/config/keyschema.py `_pixels` for the fix)."""
+    v = cfg.get(key)
+    if lf is None or lf[:3] >= (0, 9, 2) or not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        return default
+    from finetune_doctor.readers.config.keyschema import load_schema
+
+    side_in = (load_schema().get("retired", {}).get(key) or {}).get("side_length_in") or ()
+    return v * v if ".".join(map(str, lf[:3])) in side_in else v
 
 
 def _optimizer(cfg: dict[str, Any], stack: dict[str, str | None], notes: list[str]) -> dict[str, Any]:

@@ -162,7 +162,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("model-type-unknown", lambda: _model_type(cls, msg, pkgs, versions, bool(frames))),
                      ("no-grad", lambda: _no_grad(msg)),
                      ("file-incomplete", lambda: _file_format(msg, versions)),
-                     ("rename-race", lambda: _rename_race(msg)),
+                     ("rename-race", lambda: _rename_race(msg, versions, "\n".join([exc.text or "", *map(str, frames)]))),
                      ("staged-save", lambda: staged_save_error(cls, msg, frames, versions, words_beside(ev, exc), exc.text)),
                      ("hub", lambda: HUB_ERRORS.get(cls)),
                      ("os-error", lambda: _os_error(msg)),
@@ -571,12 +571,12 @@ def _unused_keys(msg: str) -> str | None:
     return None
 
 
-def _rename_race(msg: str) -> str | None:
+def _rename_race(msg: str, versions: dict[str, tuple[str, str]] | None = None, seen: str = "") -> str | None:
     """A rename whose source vanished or whose target already existed (`RENAME`): another process renamed the
     same folder first — each rank or node renaming what only one should, or a shared filesystem whose nodes see
-    the change late. transformers' staged save (Trainer._save_checkpoint writes tmp-checkpoint-N, then renames
-    it to checkpoint-N) did so from every process in its first releases (huggingface/transformers#27925, 4.36;
-    #28119 on 4.36.1); #28364 renames from the main process only."""
+    the change late. transformers' staged save (Trainer._save_checkpoint writes a tmp-checkpoint folder, then
+    renames it to checkpoint-N) did so in three episodes (savecause.py); which one, and its fix, follows the
+    release read (`versions`) or the build the lines `seen` show (savecause.py `rename_history`)."""
     m = RENAME.search(msg)
     if not m:
         return None
@@ -587,9 +587,10 @@ def _rename_race(msg: str) -> str | None:
             "same folder first — several ranks or nodes doing a rename only one should do, or a shared filesystem "
             "whose nodes see each other's changes late")
     if src.startswith("tmp-checkpoint-"):
-        return (base + "; tmp-checkpoint-N is transformers' staged checkpoint save, which renamed from every "
-                "process in its first releases (4.36: huggingface/transformers#27925, #28119): a transformers "
-                "release with the fix (#28364, the rename on the main process only) ends it")
+        from finetune_doctor.analyzers.postmortem.savecause import rename_history
+
+        return (base + f"; {src} is transformers' staged checkpoint save: "
+                + rename_history(versions or {}, f"{seen}\n{src}"))
     return base
 
 

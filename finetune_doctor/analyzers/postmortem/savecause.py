@@ -61,8 +61,13 @@ _FINAL = re.compile(r"\bfinal\b|\blast\b|\bend of training\b|\bafter training\b|
 
 # signs of a build of transformers' main rather than a release: the user's words ("main branch", "installed from
 # source", a git+ URL, a .dev0 version) or the dev build's own code line (4.49.0.dev0 trainer.py:3157)
+# signs of a build of transformers' main rather than a release: the user's words ("main branch", "installed from
+# source", a git+ URL, a .dev0 version), the dev build's own code line (4.49.0.dev0 trainer.py:3157) or its staging
+# folder, named by tempfile.mkdtemp(prefix="tmp-checkpoint-") with a random suffix (huggingface/transformers#35580)
+# where the releases' is tmp-checkpoint-<step> (trial 16, ms-swift#3031)
 _MAIN_BUILD = re.compile(r"\bmain branch\b|\bfrom (?:source|github|git)\b|git\+https://github\.com/huggingface/transformers|"
-                         r"\bdev0\b|os\.renames\(output_dir, checkpoint_dir\)|主分支|源码安装", re.I)
+                         r"\bdev0\b|os\.renames\(output_dir, checkpoint_dir\)|tmp-checkpoint-(?=\w*[a-z_])\w{8}\b|"
+                         r"主分支|源码安装", re.I)
 
 
 def _episode(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str] | None = None,
@@ -81,16 +86,27 @@ def _episode(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str] | 
 
 
 def _episode_words(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str] | None = None,
-                   seen: str = "") -> str:
+                   seen: str = "", episodes: tuple[tuple[str, str, str, str], ...] = _EPISODES) -> str:
     """The episode the transformers release falls in (`_episode`), worded with where it was read; every episode
-    when none is known or none matches (the release is then what to check)."""
+    of `episodes` when none is known or none matches (the release is then what to check)."""
     ver, where, episode = _episode(versions, said, seen)
     if episode is not None:
         return f"transformers {ver} ({where}) is in the affected releases: {episode[2]}"
     known = version_key(ver) if ver else None
     lead = f"transformers {ver} ({where}) is in none of them, so another writer is likelier; " if known else ""
-    return (f"{lead}the releases that did it: " + "; ".join(e[2] for e in _EPISODES)
+    return (f"{lead}the releases that did it: " + "; ".join(e[2] for e in episodes)
             + ("" if known else " (`pip show transformers` says which is installed)"))
+
+
+def rename_history(versions: Mapping[str, tuple[str, str]], seen: str = "") -> str:
+    """For a rename of a ``tmp-checkpoint-*`` folder whose paths are read (crashcause.py ``_rename_race``): which
+    episode of transformers' staged save the release read (`versions`) or the build `seen` shows falls in, and its
+    fix, by the same comparison as a cut traceback's (`_episode`: a release, or a dev build, after an episode's
+    fixing release is in none of them; trial 16: 4.49.0.dev0 was told that a release with 4.37.0's fix ends it)."""
+    # a staging folder named by its step (tmp-checkpoint-81) is the releases' naming, never the dev build's
+    numbered = re.search(r"tmp-checkpoint-\d+\b", seen) is not None
+    episodes = tuple(e for e in _EPISODES if not (numbered and e[0].endswith(".dev0") and e[0] == e[1]))
+    return f"{_episode_words(versions, None, seen, episodes)}; the fix: {_fix(versions, None, seen)}"
 
 
 STAGED = "the checkpoint save failed in transformers' staged save"
@@ -105,8 +121,12 @@ def _staged_text(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str
 
 
 def _fix(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str] | None = None, seen: str = "") -> str:
-    """The known episode's own fix, or every episode's (`_FIX`) when none is known; then the one-writer stopgap."""
-    episode = _episode(versions, said, seen)[2]
+    """The known episode's own fix, or every episode's (`_FIX`) when no release is known; then the one-writer
+    stopgap. A release known to be in none of them (a dev build after an episode's fixing release has its fix,
+    trial 16) gets the one-writer fix alone: no transformers to change."""
+    ver, _, episode = _episode(versions, said, seen)
+    if episode is None and ver and version_key(ver) is not None:
+        return _ONE_WRITER.replace("until then ", "", 1)
     return f"{episode[3] if episode is not None else _FIX}; {_ONE_WRITER}"
 
 

@@ -254,8 +254,9 @@ def word_family(name: str) -> str:
 
 
 def same_kind(name: str, entry: dict[str, Any]) -> bool:
-    """True when `entry` is a fair suggestion for `name`: the same family and the same MoE-ness (a size may
-    differ: ``Qwen2.5-8B`` is a typo of Qwen2.5-7B; ``Qwen2-57B-A14B`` is not a Qwen2-7B). A name without a
+    """True when `entry` is a fair suggestion for `name`: the same family, and never a dense entry for a name that
+    states an active size (a size may differ: ``Qwen2.5-8B`` is a typo of Qwen2.5-7B; ``Qwen2-57B-A14B`` is not a
+    Qwen2-7B); a name without one may be a MoE's (``Qwen2-57B``), and `suggestion_note` says so. A name without a
     numeric size keeps its family too (`word_family`, one a prefix of the other): ``gpt2-medium`` never suggests
     Phi-3-medium on the shared size word (trial 11, LlamaFactory#5320)."""
     t = traits(name)
@@ -264,10 +265,31 @@ def same_kind(name: str, entry: dict[str, Any]) -> bool:
         return not mine or any(f and (f.startswith(mine) or mine.startswith(f))
                                for f in (word_family(n) for n in [entry["id"], *entry.get("aliases", [])]))
     _, cfg = _base_id(entry)
-    if (t.active is not None) != is_moe(cfg) and not t.size.count("x"):
-        return False
-    return any((not t.family or e.family == t.family) and (e.active is None) == (t.active is None)
+    if t.active is not None and not is_moe(cfg) and not t.size.count("x"):
+        return False   # a name that states an active size is a MoE: never a dense suggestion
+    # a name without an active size may still be a MoE's folder (trial 16: `Qwen2-57B` for Qwen2-57B-A14B): its
+    # MoE-ness is unknown, so a MoE entry may be suggested, and `suggestion_note` says that it is one
+    return any((not t.family or e.family == t.family) and (t.active is None or e.active is not None)
                for e in _entry_traits(entry))
+
+
+def suggestion_note(name: str, entry: dict[str, Any]) -> str:
+    """What a did-you-mean entry does not share with `name`, said beside it (trial 16: `Qwen2-57B` got "did you
+    mean Qwen/Qwen2-72B?", a dense model of another size): `` (a MoE, 14B active)``, `` (dense)``, ``
+    (72.71B: another size than 57B)``; "" when it shares both. Sizes are the entry's published parameter count
+    (models.json ``published_params``, billions) against the size the name states (`traits`); "another size" past a
+    10 % difference."""
+    t, (_, cfg) = traits(name), _base_id(entry)
+    parts = []
+    if is_moe(cfg) and t.active is None:
+        act = entry.get("published_active_params")
+        parts.append(f"a MoE{f', {act:g}B active' if act else ''}")
+    elif t.active is not None and not is_moe(cfg):
+        parts.append("dense")
+    mine, theirs = _billions(t.size), entry.get("published_params")
+    if mine and isinstance(theirs, (int, float)) and abs(theirs / mine - 1) > 0.10:
+        parts.append(f"{theirs:g}B: another size than {mine:g}B")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 @dataclass(frozen=True)

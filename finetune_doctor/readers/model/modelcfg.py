@@ -429,9 +429,11 @@ def _by_expansion(name: str, ctx: _Ctx, tf_major: int | str | None) -> ModelArch
 def _unknown(name: str, looked: list[str]) -> ModelUnresolved:
     var = byname.shell_variables(name)
     # a suggestion keeps the family and MoE-ness the name states (Qwen2-57B-A14B is not Qwen2-7B)
-    sugg = [] if var and name.strip() in var else [
-        s for s in did_you_mean(name, 6) if (e := find_in_catalog(s)) is None
-        or (byname.same_kind(name, e[0]) and byname.near_size(name, e[0]))][:3]
+    # and says what it does not share (byname.suggestion_note: MoE-ness, another size); the stated size first
+    sugg = [] if var and name.strip() in var else sorted((
+        s + (byname.suggestion_note(name, e[0]) if e is not None else "") for s in did_you_mean(name, 12)
+        if (e := find_in_catalog(s)) is None or (byname.same_kind(name, e[0]) and byname.near_size(name, e[0]))),
+        key=lambda s: "another size" in s)[:3]
     hint = f" (did you mean {', '.join(sugg)}?)" if sugg else ""
     fix = _fix_command(name)
     if var:
