@@ -151,7 +151,9 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "same repository's print of meta-llama/Llama-2-7b-hf, loaded the same way, shows 'bfloat16' where that "
         "hub file names float16. The same notebook's load reports 7 checkpoint shards (heegyu's bf16 re-save has "
         "4): consistent with float32 at 5 GB a shard, not a read. Docs corpus for the hub page's tensor type: "
-        "re-saves, llamafied copies and a GGUF only. The doctor "
+        "re-saves, llamafied copies and a GGUF only; issues corpus for a vLLM dtype='auto' load (whose engine "
+        "line would show float16 for a float32 file): vLLM pull requests #7819 and #7942 ran it, but the stored "
+        "excerpts stop before that line. The doctor "
         "names the dtype as an open assumption and weighs bfloat16 (facts/assume.py _checkpoint)", False),
     "mistralai/Codestral-22B-v0.1": (
         "bfloat16", "config.json",
