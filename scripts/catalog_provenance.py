@@ -116,7 +116,10 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "RahulSChand/gpu_poor all_configs.json, every version: Baichuan-7B's shape fields and vocab 64000 "
         "but no dtype; the issues corpus: no config print; the pages corpus twice: hub mirrors' model cards "
         "(repo.model.xfyun.cn aicloud/baichuan_7b README at 89c656c, model.drfengling.asia, hf.qhduan.com) and "
-        "TheBloke's GPTQ card, no config.json): not found. So the value is float16 (the bytes "
+        "TheBloke's GPTQ card, no config.json): not found. Session 14: the exact string "
+        "'\"_name_or_path\": \"baichuan-inc/Baichuan-7B\"' in the code corpus: no hit. The weights' bfloat16 is "
+        "not taken as the value: the stored weights decide only where config.json names no dtype, and this "
+        "file's 656 bytes say it names one, which LLaMA-Factory's torch_dtype='auto' load then follows. So the value is float16 (the bytes "
         "equal bfloat16's), recalled from the "
         "copies, and the doctor names the dtype as an open assumption and weighs float32 (facts/assume.py "
         "_checkpoint); --model-config with the real config.json overrides it", False),
@@ -141,7 +144,16 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "shards of 31.3 GB, 4 bytes an element, a conversion's size, not the file. Session 12b looked again "
         "(GitHub lgai-exaone/transformers: EXAONE 4 files only; a path search for "
         "EXAONE-3.0-7.8B-Instruct/config.json; the issues corpus: vLLM's new-model request #7236 without the "
-        "file): not found. The doctor "
+        "file): not found. Session 14: the one stored print of this checkpoint's config (GitHub Retruth/deontic "
+        "nlp_models/exaone/README.md and notebook.ipynb at a77cf87: ExaoneConfig with _name_or_path "
+        "LGAI-EXAONE/EXAONE-3.0-7.8B-Instruct, transformers 4.45.2, 'torch_dtype': 'bfloat16') is not the file's "
+        "field: its loader (nlp_models/exaone/load_model.py get_exaone) passes torch_dtype=torch.bfloat16, and the "
+        "same repository's print of meta-llama/Llama-2-7b-hf, loaded the same way, shows 'bfloat16' where that "
+        "hub file names float16. The same notebook's load reports 7 checkpoint shards (heegyu's bf16 re-save has "
+        "4): consistent with float32 at 5 GB a shard, not a read. Docs corpus for the hub page's tensor type: "
+        "re-saves, llamafied copies and a GGUF only; issues corpus for a vLLM dtype='auto' load (whose engine "
+        "line would show float16 for a float32 file): vLLM pull requests #7819 and #7942 ran it, but the stored "
+        "excerpts stop before that line. The doctor "
         "names the dtype as an open assumption and weighs bfloat16 (facts/assume.py _checkpoint)", False),
     "mistralai/Codestral-22B-v0.1": (
         "bfloat16", "config.json",
@@ -162,7 +174,11 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "mistral-community/Codestral-22B-v0.1 (tree at main) holds 9 safetensors shards, 44.5 GB for "
         "22,247,282,688 elements, 2 bytes each, with a 596-byte config.json, the size of bullerwins' conversion "
         "that names bfloat16. Session 12b looked again (a path search for Codestral-22B-v0.1/config.json; the "
-        "issues corpus for a pasted copy of its shape fields): not found. The doctor names the dtype as an "
+        "issues corpus for a pasted copy of its shape fields): not found. Session 14: the docs corpus for the "
+        "hub page's tensor type (another conversion only, ImagineIt/22b-Converted: _name_or_path "
+        "mistralai/Codestral-22B-v0.1, transformers 4.41.2, bfloat16, vocab 32770 -- a re-save, not the file), "
+        "the exact string 'Loading model: Codestral-22B-v0.1' (a GGUF conversion log) and the issues corpus for "
+        "a conversion log: not found. The doctor names the dtype as an "
         "open assumption and weighs float32 "
         "(facts/assume.py _checkpoint)",
         False),
@@ -182,7 +198,9 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "type and shard list, issues corpus, pages corpus for ModelScope's file list): the same mirrors' "
         "tokenizer files only. Session 12b looked again (exact string '\"model_type\": \"telechat\"' in the "
         "code corpus: no hit; the issues corpus: GPTQModel's TeleChat2 pull request #1106 and Tele-AI "
-        "issues, no file list or shard header): not found; the doctor names the dtype as an open "
+        "issues, no file list or shard header): not found. Session 14: the docs corpus for the hub page's "
+        "tensor type (a telechat fine-tune, TeleChat2-115B's trees, telechat-7B's quantized copy) and the exact "
+        "string '\"_name_or_path\": \"Tele-AI/TeleChat2-7B\"' in the code corpus (no hit): not found; the doctor names the dtype as an open "
         "assumption and weighs "
         "float32 (facts/assume.py _checkpoint)",
         False),
@@ -197,21 +215,11 @@ CLASS_DEFAULT_VOCAB: dict[str, tuple[int, str]] = {
 
 # Alias entries whose own config.json was not read (the basis says on what the shared layout rests): the values
 # inherited from the base are the base's file, not theirs, so they are recorded as recalled (checked false).
-UNREAD_ALIASES = {"zai-org/GLM-4.6"}
+# zai-org/GLM-4.6 left in session 14: its vocabulary was read in a load of a GGUF converted from its checkpoint
+# (ALIAS_READ), its dtype in session 11.
+UNREAD_ALIASES: set[str] = set()
 # Where the alias's own value was looked for (appended to the base's source in its unread records).
-UNREAD_NOTE = {
-    "zai-org/GLM-4.6": (
-        "the base's file, not zai-org/GLM-4.6's: its own config.json is not stored (sessions 10-11 searched the "
-        "docs corpus for the hub blob, tree and safetensors pages, the code corpus for copies with its "
-        "_name_or_path, 202752 and its shape fields -- only generated write-ups that invent fields -- and the "
-        "llama.cpp GLM 4.6 conversion thread; session 12b: the exact strings 'Glm4MoeConfig {' and "
-        "'glm-4.6/config.json' in the code corpus -- a GLM-4.5-Air print and a write-up only --, a path "
-        "search for GLM-4.6/config.json, GitHub zai-org/GLM-4.5 (no model config), Google maxtext's "
-        "conversion configs (no GLM) and the docs corpus for the FP8/NVFP4 conversions' pages, stored only "
-        "up to their quantization_config); the quantized conversions read for its layout and dtype "
-        "(basis) show their vocab_size only past the part of the page stored. GLM-4-9B, GLM-4.1V, GLM-4.5, "
-        "GLM-4.5-Air, GLM-4.5V and GLM-4.7 all have 151552 (GLM-4.7-Flash 154880)"),
-}
+UNREAD_NOTE: dict[str, str] = {}
 
 # Alias fields read in a file of the alias's own checkpoint other than its config.json (a conversion saved from it):
 # {id: {field: (value, source)}}; each is recorded as read (checked) from that source.
@@ -223,7 +231,24 @@ ALIAS_READ: dict[str, dict[str, tuple[Any, str]]] = {
         "https://huggingface.co/inference-optimization/GLM-4.6-FP8-dynamic/blob/main/config.json and "
         "https://huggingface.co/RedHatAI/GLM-4.6-NVFP4/blob/main/config.json ('dtype': 'bfloat16'; base_model "
         "zai-org/GLM-4.6 on the RedHatAI card, which says quantizing 'reduces the number of bits per parameter "
-        "from 16 to 4')")},
+        "from 16 to 4')"),
+        "vocab_size": (
+            151552,
+            "zai-org/GLM-4.6's own config.json not stored; read (session 14) in a llama.cpp load of a GGUF "
+            "converted from that checkpoint, printed whole in ik_llama.cpp discussion #816 "
+            "(https://github.com/ikawrakow/ik_llama.cpp/discussions/816, an archived copy in the code index, id "
+            "39156493539; ubergarm/GLM-4.6-GGUF IQ5_K, which ubergarm converted from the new GLM-4.6 safetensors, "
+            "ik_llama.cpp pull request #814; "
+            "general.name 'GLM 4.6', general.version '4.6', glm4moe, 93 blocks = 92 + the next-token-prediction "
+            "layer, 160 experts): 'tokenizer.ggml.tokens arr[str,151552]' and 'print_info: n_vocab = 151552'. "
+            "llama.cpp's converter writes exactly config.json's vocab_size tokens (convert_hf_to_gguf.py "
+            "get_vocab_base: vocab_size = hparams['vocab_size'], ids the tokenizer lacks padded as [PAD<i>]), and "
+            "the loader refuses a token_embd.weight whose rows differ from n_vocab; this load placed every tensor "
+            "(the thread's failure is a later compute-buffer allocation). Cross-check: "
+            "the doctor's count of this entry with 151552 (352,797,814,784) plus the MTP layer's tensors the log "
+            "lists (3,988,069,792) is 356,785,884,576, the log's 'model params = 356.786 B' (each id is 2 x 5120 "
+            "elements: a vocabulary outside 151515-151612, GLM-4.7-Flash's 154880 among them, prints another "
+            "value)")},
 }
 
 # Entries whose config was read in a copy that has no address of its own to put in read_from: what was read.

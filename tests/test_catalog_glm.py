@@ -9,6 +9,8 @@ Each count is compared with a reference that does not come from the doctor's rea
 - GLM-4.5-Air: 106 B total (transformers' glm4_moe model doc, zai-org/GLM-4.5 README); that figure includes the
   multi-token-prediction layer transformers does not build, so 1 %.
 - GLM-4.5 / GLM-4.6: 355 B total (the same doc; Xinference's GLM-4.6 spec), 1 %.
+- GLM-4.6 with its vocabulary: a llama.cpp load of a GGUF converted from its checkpoint prints 356.786 B,
+  the doctor's count plus the next-token-prediction layer it lists, to the printed digit.
 - GLM-4.7-Flash: 30 B (transformers' glm4_moe_lite model doc: "a 30B-parameter mixture-of-experts model"), 1 %.
 - Seed-OSS-36B-Instruct: 36 B (transformers' seed_oss model doc: "36B-parameter dense"), 1 %.
 - GLM-4.1V-9B-Thinking: only its name's 9 B (the GLM-4-9B text model; 15 %, the catalogue's nominal bar), and,
@@ -78,18 +80,46 @@ def test_glm_moe_layout(name, experts, first_dense, moe_width, layers):
                                                                  moe_width, layers)
 
 
-def test_glm_45_and_46_differ_only_in_context_and_46_vocab_is_recorded_unread():
+def test_glm_45_and_46_differ_only_in_context_and_46_dtype_and_vocab_are_read():
     """GLM-4.6's own config.json is not stored: its layout and dtype were read in two quantized conversions of its
-    checkpoint (issue 21, session 11), its vocabulary was not, so that one stays recorded as unread."""
+    checkpoint (issue 21, session 11), its vocabulary in a llama.cpp load of a GGUF converted from it (session 14)."""
     e45, a45 = _arch("zai-org/GLM-4.5")
     e46, a46 = _arch("zai-org/GLM-4.6")
     assert (a45.max_position_embeddings, a46.max_position_embeddings) == (131072, 202752)
     assert a45.total_params() == a46.total_params()
     dt, voc = e46["provenance"]["torch_dtype"], e46["provenance"]["vocab_size"]
     assert dt["checked"] is True and dt["value"] == "bfloat16" and "GLM-4.6-FP8-dynamic" in dt["source"]
-    assert voc["checked"] is False and voc["value"] == 151552
+    assert voc["checked"] is True and voc["value"] == 151552 and "discussions/816" in voc["source"]
     assert e46["basis"].startswith("compared with two quantized conversions of its checkpoint, not with its own")
     assert all(e45["provenance"][f]["checked"] is True for f in ("torch_dtype", "vocab_size"))
+
+
+# ik_llama.cpp discussion #816 (https://github.com/ikawrakow/ik_llama.cpp/discussions/816): a load of
+# ubergarm/GLM-4.6-GGUF prints 'model params = 356.786 B' (llama.cpp prints the count in billions to 3 decimals)
+# and lists the one next-token-prediction layer (blk.92) it keeps unused; the doctor does not count that layer
+# (transformers does not build it).
+GLM46_GGUF_BILLIONS = 356.786
+
+
+def _glm46_mtp_layer() -> int:
+    """Elements of blk.92 as the log lists them (sizes there: attn_q.bias 49,152 bytes = 12,288 f32, ffn_gate_inp
+    3,276,800 bytes = 160 x 5120 f32, exp_probs_b 640 bytes = 160 f32): attention with q/k/v biases and per-head
+    q/k norms, two layer norms, router and its bias, 160 routed + 1 shared expert of width 1536, the eh_proj
+    (2h -> h) and its enorm/hnorm/shared_head_norm."""
+    h, q, kv, e, m = 5120, 96 * 128, 8 * 128, 160, 1536
+    attention = h * q + q + 2 * (h * kv + kv) + q * h + 2 * 128
+    return attention + 2 * h + h * e + e + (e + 1) * 3 * h * m + 2 * h * h + 3 * h
+
+
+def test_glm_46_count_with_its_vocabulary_is_what_llama_cpp_prints_for_its_gguf():
+    """The vocabulary sets 2 x 5120 elements an id: the printed 356.786 B admits 151515-151612 only, so the
+    recorded 151552 is checked against the stored tensors, GLM-4.7-Flash's 154880 (or 151365 tokens) is not."""
+    _entry, arch = _arch("zai-org/GLM-4.6")
+    assert arch.vocab_size == 151552
+    total = arch.total_params() + _glm46_mtp_layer()
+    assert round(total / 1e9, 3) == GLM46_GGUF_BILLIONS
+    for other in (154880, 151365):
+        assert round((total + (other - 151552) * 2 * 5120) / 1e9, 3) != GLM46_GGUF_BILLIONS
 
 
 def test_glm_vision_tower_count_follows_its_fields():
