@@ -418,12 +418,25 @@ def test_samples_field_and_the_mixture_a_row_is_scored_with():
     pred = {"mix": (70.0, hw, [sl], None), "cls": u.error_class("default", False), "method": "analytic",
             "p_oom": 0.4, "interval": (50.0, 90.0)}
     half = {"sample-lengths": 0.5, "default": 1.0}
-    d = u.oom_dist("analytic", pred["cls"])
+    # scored as the doctor reports since session 14 (facts/bands.py `final_interval`, `one_distribution`): the
+    # interval with the class's widths and its upper end at cutoff_len, p_oom read on that one distribution
+    from finetune_doctor.analyzers.memory import predictive
+    from finetune_doctor.facts.bands import final_interval
+
+    d = u.core_dist("analytic", pred["cls"])
+    q = u.unexplained_share("analytic")
+    comps = [(0.5, 70.0, 79.15), (0.5, 20.0, 79.15)]
+    iv = final_interval(comps, [(1.0, 70.0, 79.15)], d, None)
     dataset = calibrate.reweigh({"source_type": "issue-thread"}, pred, half)
-    assert dataset["p_oom"] == pytest.approx(0.5 * u.p_oom(70.0, 79.15, d) + 0.5 * u.p_oom(20.0, 79.15, d))
+    assert dataset["interval"] == pytest.approx(iv, rel=1e-9)
+    assert dataset["p_oom"] == pytest.approx(u.all_cause(predictive.build(comps, d, iv).share_above(79.15), q))
     # samples that reach cutoff_len close the assumption, as the data on the training machine would
     fill = calibrate.reweigh({"source_type": "framework-doc"}, pred, half)
-    assert fill["p_oom"] == pytest.approx(u.p_oom(70.0, 79.15, d))
+    one = [(1.0, 70.0, 79.15)]
+    assert fill["p_oom"] == pytest.approx(
+        u.all_cause(predictive.build(one, d, final_interval(one, None, d, None)).share_above(79.15), q))
+    # unknown lengths widen the interval downward only: the upper end is the full-length case's (bands.py)
+    assert dataset["interval"][1] == pytest.approx(fill["interval"][1], rel=1e-9)
     assert fill["interval"][0] > dataset["interval"][0]
     assert calibrate.reweigh({}, {"error": "refused"}, half) == {"error": "refused"}
 
