@@ -543,3 +543,29 @@ def test_gsm8k_bounds_a_qwen_rows_cutoff_at_msswifts_count():
     assert row["datasets"] == ["gsm8k"] and row["config"]["cutoff_len"] == 1024
     assert config_for(row)["cutoff_len"] == DATASET_LONGEST["gsm8k"][0] == 241
     assert config_for({**row, "model": "meta-llama/Llama-2-7b-hf"})["cutoff_len"] == 1024
+
+
+def test_the_refit_fits_the_widths_on_the_one_distributions_core(monkeypatch):
+    """benchmarks/calibrate.py `interval_widths` with the core calibrate.py ships (ONE_CORE, "outcome": p_oom's
+    spread, uncertainty.py `core_dist`): the residuals are taken against intervals of the widened t,
+    √((λ·s)² + τ²) (uncertainty.py `widened`), so the widths fit the interval the doctor then reports, floored at
+    0; with the measurements' core the rows' distribution and the signed widths are left as they are."""
+    import calib_classes
+    import calib_widths
+    import calibrate
+
+    d = u.ErrorDist("analytic", "default", 0.02, 0.2, 8, 30)
+    monkeypatch.setattr(calib_classes, "loso_rows", lambda dev, v: [{"dist": d, "id": "r"}])
+    seen: list = []
+    monkeypatch.setattr(calib_widths, "residuals", lambda rows: seen.extend(rows))
+    floors: list = []
+    monkeypatch.setattr(calib_widths, "derive_widths",
+                        lambda rows, floor=None: floors.append(floor) or {"pooled": {"below": 0.0, "above": 0.0}})
+    chosen = {"class_by": ["shape"], "robust": True, "contamination": [0.3, 0.5], "factor": 0.5, "tau": 0.1,
+              "unexplained": 0.2}
+    calibrate.interval_widths([], {**chosen, "core": calibrate.ONE_CORE})
+    assert seen[0]["dist"].scale == pytest.approx(math.hypot(0.5 * 0.2, 0.1), rel=1e-12)   # 0.1414
+    assert floors == [0.0]   # widths that only widen (calibrate.ONE_WIDTH_FLOOR)
+    seen.clear()
+    calibrate.interval_widths([], chosen)
+    assert seen[0]["dist"].scale == pytest.approx(0.2) and floors == [0.0, None]

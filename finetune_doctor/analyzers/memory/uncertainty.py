@@ -74,6 +74,12 @@ published*, which a user's check before launch does not have, so the doctor's ``
 ``p_oom_by_report`` ({kind: {"oom": a, "trained": b}}) is what benchmarks/calibrate.py scores reported runs with
 beside it.
 
+**One distribution** (issue #21, session 14). What a report shows is read on one predictive distribution of the
+peak (analyzers/memory/predictive.py): its 5-95 % is the interval (the core `core_dist`'s mixture over the open
+assumptions, widened by the class's widths), p_oom_model its share above the budget, the verdict ``fits`` exactly
+when the interval's upper end is under the budget (in shown terms, budget·total/need). `assess` above keeps the
+core's interval and the spread-based p_oom for the callers that know no class of run (the probes).
+
 The t distribution's CDF is Abramowitz & Stegun 26.7.3 (odd ν) and 26.7.4 (even ν), exact for integer ν.
 """
 
