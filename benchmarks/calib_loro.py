@@ -617,7 +617,9 @@ def variant_of(chosen: dict[str, Any]) -> dict[str, Any]:
     else:
         tails = ("cap", int(chosen["max_dof"])) if chosen.get("max_dof") else ("t", None)
     return {"class_by": tuple(chosen["class_by"]), "robust": bool(chosen.get("robust")), "tails": tails,
-            "factor": float(chosen["factor"]), "tau": float(chosen["tau"]), "q": float(chosen.get("unexplained") or 0.0)}
+            "factor": float(chosen["factor"]), "tau": float(chosen["tau"]), "q": float(chosen.get("unexplained") or 0.0),
+            # the one distribution's core and width floor when the record carries them (calibrate.py's refit)
+            "core": chosen.get("core") or "measured", "width_floor": chosen.get("width_floor")}
 
 
 def describe(v: dict[str, Any]) -> str:

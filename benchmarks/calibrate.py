@@ -715,7 +715,7 @@ def _fit_and_score(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict
     # the one distribution's core (uncertainty.py `core_dist`): p_oom's spread, chosen over the measurements'
     # spread by leave-one-round-out on dev rounds 1-10 (benchmarks/calib_onedist.py, calib_loro.md 'One
     # distribution'); the widths below are then fitted on its intervals
-    chosen = {**chosen, "core": ONE_CORE}
+    chosen = {**chosen, "core": ONE_CORE, "width_floor": ONE_WIDTH_FLOOR}
     table["one_distribution"] = {"core": ONE_CORE, "width_floor": ONE_WIDTH_FLOOR, "why": ONE_CORE_WHY}
     # the interval's widths per class of run, from the chosen form's LOSO residuals (benchmarks/calib_widths.py)
     table["interval_widths"] = interval_widths([s for s in before if s["row"]["split"] == "dev"], chosen)
