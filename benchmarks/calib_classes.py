@@ -99,7 +99,10 @@ def shipped_variant() -> dict[str, Any]:
             "tails": ("wide", (float(cont["weight"]), float(cont["scale"]))) if cont.get("weight")
             else (("cap", int(t["max_dof"])) if t.get("max_dof") else ("t", None)),
             "factor": float(t.get("p_oom_scale_factor") or 1.0), "tau": float(t.get("p_oom_extra_scale") or 0.0),
-            "q": float(t.get("p_oom_unexplained") or 0.0)}
+            "q": float(t.get("p_oom_unexplained") or 0.0),
+            # the one distribution (session 14): p_oom read on the interval's distribution, whose core the table names
+            "one": True, "core": str((t.get("one_distribution") or {}).get("core") or "measured"),
+            "width_floor": (t.get("one_distribution") or {}).get("width_floor")}
 
 
 def loso_rows(scored: list[dict[str, Any]], v: dict[str, Any]) -> list[dict[str, Any]]:

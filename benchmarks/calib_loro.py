@@ -17,10 +17,12 @@ residuals of the training folds' rows, each taken against the table fitted witho
 `residuals`), as the shipped widths are.
 
 **Scored as reported**: every row's mixture over its open assumptions (calib_loso.components: the sample lengths
-under the log-uniform prior unless its samples reach cutoff_len, the other assumptions at the assumed value); p_oom
-= Σ w·P(need·e^ε > budget) under the widened t with the unexplained share q (uncertainty.oom_dist); the interval the
-mixture's, its upper end at cutoff_len, its lower end at the allocated share for an unknown counter, then widened by
-the class's widths (analyzers/memory/bands.py). The form (class key, robust, tails, λ, τ, q) is the shipped table's
+under the log-uniform prior unless its samples reach cutoff_len, the other assumptions at the assumed value); the
+interval the mixture's, its upper end at cutoff_len, its lower end at the allocated share for an unknown counter,
+then widened by the class's widths (analyzers/memory/bands.py); since session 14 p_oom = (1 − q)·p_oom_model + q/2
+with p_oom_model the share above the budget of the one distribution whose 5-95 % is that interval (`one_p_model`,
+analyzers/memory/predictive.py); the variant ``one: False`` scores the two computations of before (p_oom under the
+widened t, uncertainty.oom_dist). The form (class key, robust, tails, λ, τ, q) is the shipped table's
 (calib_classes.shipped_variant) unless a variant below changes one part.
 
 **What else the page holds.** ``--experiments``: every choice tried (issue #21's brief, step 2), each scored by
@@ -136,6 +138,8 @@ def score_fold(dev: list[dict[str, Any]], fold: str, v: dict[str, Any], kept: li
         methods, k0, nu0 = tables[key]
         d = calib_loso.with_tails(dist_fn(methods, calib_loso.class_of(p, tuple(v["class_by"])), k0, nu0),
                                   v["tails"])
+        if v.get("core") == "outcome":   # the one distribution's core is p_oom's spread (uncertainty.core_dist)
+            d = widened(d, v["tau"], v["factor"])
         x, tot = calib_loso.measured_on_total(s), s["totals"]
         inside = None
         if x is not None and tot:
@@ -144,25 +148,53 @@ def score_fold(dev: list[dict[str, Any]], fold: str, v: dict[str, Any], kept: li
         pr = y = None
         if r.get("outcome") and r.get("gpu") and s["comps"]:
             q = v["q_of"](r) if v.get("q_of") else v["q"]
-            pr = mixture_p_oom(s["comps"], replace(widened(d, v["tau"], v["factor"]), unexplained=q))
+            if not v.get("one", True):   # two computations (before session 14): p_oom under a second spread
+                pr = mixture_p_oom(s["comps"], replace(widened(d, v["tau"], v["factor"]), unexplained=q))
             y = 1.0 if r["outcome"] == "oom" else 0.0
         rows.append({"id": r["id"], "source": r["source"], "fold": key, "round": round_of(r),
                      "cls": p.get("run_class") or calib_classes.run_class(r), "row": r, "pred": p, "cmp": s["cmp"],
-                     "dist": d, "comps": s["comps"], "totals": tot, "inside": inside, "p": pr, "y": y})
+                     "dist": d, "comps": s["comps"], "totals": tot, "inside": inside, "p": pr, "y": y,
+                     "q": v["q_of"](r) if v.get("q_of") else v["q"]})
     calib_widths.residuals(rows)
     widths: dict[Any, dict[str, Any]] = {}
+    for k in sorted({r["fold"] for r in rows}, key=str):
+        train = [o for o in rows if "r_lo" in o and in_training(fold, k, o["row"])]
+        widths[k] = ({"interval_widths": calib_widths.derive_widths(train, floor=v.get("width_floor"))}
+                     if train else {})
+    if v.get("one", True):
+        for r in rows:
+            if r["y"] is not None:
+                pm = one_p_model(r, widths[r["fold"]])
+                r["p"] = None if pm is None else (1 - r["q"]) * pm + r["q"] / 2
     for r in rows:
         if "r_lo" not in r:
             continue
-        if r["fold"] not in widths:
-            train = [o for o in rows if "r_lo" in o and in_training(fold, r["fold"], o["row"])]
-            widths[r["fold"]] = {"interval_widths": calib_widths.derive_widths(train)} if train else {}
         lo, hi = bands.widen(r["base"], widths[r["fold"]], r["cls"])
         x = calib_loso.measured_on_total(r)
         r["after"], r["inside_after"] = (lo, hi), lo <= x <= hi
         if not r["inside_after"]:
             r["inside_after_side"] = "below" if x < lo else "above"
     return rows
+
+
+def one_p_model(r: dict[str, Any], widths: dict[str, Any]) -> float | None:
+    """p_oom_model of scored row `r` as the doctor reports it since session 14: the share above the budget (in
+    shown terms) of the one distribution whose 5-95 % is the row's reported interval (the mixture of its totals
+    under r["dist"], the upper end at cutoff_len, the class's `widths`; facts/bands.py `final_interval`,
+    analyzers/memory/predictive.py). None without totals or components."""
+    from finetune_doctor.analyzers.memory import bands, predictive
+    from finetune_doctor.analyzers.memory.uncertainty import mixture_interval
+
+    tot, comps = r["totals"], r["comps"]
+    if not tot or not comps or not tot[0][1]:
+        return None
+    d = r["dist"]
+    lo, hi = mixture_interval([(w, t, None) for w, t, _b in tot], d)
+    full = calib_widths._full_length_totals(r)
+    if full:
+        hi = max(hi, mixture_interval(full, d)[1])
+    final = bands.widen((lo, hi), widths, r["cls"])
+    return predictive.build(tot, d, final).p_over([b for _w, _t, b in comps], comps[0][1] / tot[0][1])
 
 
 def scores(rs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -585,12 +617,57 @@ def variant_of(chosen: dict[str, Any]) -> dict[str, Any]:
     else:
         tails = ("cap", int(chosen["max_dof"])) if chosen.get("max_dof") else ("t", None)
     return {"class_by": tuple(chosen["class_by"]), "robust": bool(chosen.get("robust")), "tails": tails,
-            "factor": float(chosen["factor"]), "tau": float(chosen["tau"]), "q": float(chosen.get("unexplained") or 0.0)}
+            "factor": float(chosen["factor"]), "tau": float(chosen["tau"]), "q": float(chosen.get("unexplained") or 0.0),
+            # the one distribution's core and width floor when the record carries them (calibrate.py's refit)
+            "core": chosen.get("core") or "measured", "width_floor": chosen.get("width_floor")}
 
 
 def describe(v: dict[str, Any]) -> str:
     return (f"classes keyed by {' × '.join(v['class_by'])}, robust {v['robust']}, tails {v['tails']}, λ {v['factor']}, "
-            f"τ {v['tau']}, q {v['q']}")
+            f"τ {v['tau']}, q {v['q']}" + (f"; one distribution, core {v.get('core') or 'measured'}, width floor "
+                                             f"{v.get('width_floor')}" if v.get("one", True) else ""))
+
+
+ONE_DISTRIBUTION_WORDS = [
+    "Before session 14 the interval and p_oom were two computations (the interval the measurements' mixture widened "
+    "by the class's widths, p_oom the same mixture under the outcome-fitted spread λ·s, τ), so a report could show "
+    "an interval wholly under the card beside p_oom 0.3, or `fits` beside an interval reaching past the card. Since "
+    "then p_oom_model is the share above the budget (in shown terms, budget·total/need) of the ONE distribution "
+    "whose 5-95 % is the reported interval (analyzers/memory/predictive.py), p_oom = (1 − q)·p_oom_model + q/2; the "
+    "table above scores that form as shipped on this branch (the measurements' spread as the core). Every row "
+    "below is leave-one-round-out on dev rounds 1-10 (benchmarks/calib_onedist.py), the same folds and runs; "
+    "coverage is of the reported interval (the measurements' 468)."]
+ONE_DISTRIBUTION_VERDICT = [
+    "What was adopted (the rule: LORO Brier and coverage both better, or one better and the other within 1 s.e.):",
+    "",
+    "- **One distribution** (required by the brief, not a candidate): Brier 0.1428 → 0.1458 (paired +0.0030 ± "
+    "0.0025, within 1 s.e.), coverage unchanged; no confident miss. Shipped in the code.",
+    "- **Core = p_oom's spread, class widths refitted on its intervals**: against the measurements' core Brier "
+    "0.1458 → 0.1440 (paired −0.0018 ± 0.0014) and coverage 89.3 % → 89.5 %, mean over rounds 0.1636 / 87.5 % → "
+    "0.1620 / 87.7 %: both better.",
+    "- **Widths floored at 0** (the interval only widens): with the measurements' core Brier 0.1436, coverage "
+    "91.5 %; with p_oom's spread as the core Brier 0.1419, coverage 91.9 % of 468 (mean over rounds 0.1590 / "
+    "89.3 %), better than the two computations of before (0.1428 / 89.3 %, mean 0.1612 / 87.5 %). Signed widths "
+    "let a class whose measurements sat under the prediction (ZeRO-2's upper width −0.48) pull the distribution's "
+    "upper half under the card: two ZeRO-2 runs that ran out at 78-82 % of their card got p_oom exactly 0.1 under "
+    "leave-one-source-out. **Adopted together with the core**: benchmarks/calibrate.py writes "
+    "``one_distribution: {core: outcome, width_floor: 0}`` and fits ``interval_widths`` on that core with that "
+    "floor at the next refit (uncertainty.py `core_dist`); a table without the field keeps the measurements' "
+    "core and signed widths (this branch's shipped table). The round table at the top of this page is that form "
+    "(`--core outcome`).",
+    "- **Translation term** for rows not run with LLaMA-Factory (an extra spread in quadrature, size chosen per "
+    "fold on the other rounds): the folds chose 0 in 9 of 10 rounds; Brier 0.1463 against 0.1458, coverage "
+    "unchanged: **not adopted**.",
+    "- **Student t core without the contamination component** (the fitted dof's heavier tail alone): Brier 0.1669, "
+    "8 confident misses on runs that trained and 5 on runs that ran out: **not adopted**.",
+    "- **q other than 0.2**, or chosen per fold: worse Brier or confident misses (q < 0.2 puts runs that ran out at "
+    "p ≤ 0.1): **not adopted**.",
+    "- **The reverse** (the interval the quantiles of p_oom's spread without class widths): Brier as before, "
+    "coverage over rounds 87.5 % → 83.7 %: **not adopted**.",
+    "- Per-framework translation rules (Lightning bf16-true, HF Trainer on a bf16-loaded model, xtuner, SPIN): "
+    "not tried here — they change memory terms (session 14's mem14), and the largest round 9-10 misses are "
+    "predictions at a third of the card for runs that ran out (top of the table above), which no calibration term "
+    "reaches without widening every run."]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -600,6 +677,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--experiments", action="store_true", help="add the choices tried (about 3 minutes)")
     ap.add_argument("--after", metavar="VARIANTS", help="a pickle of calib_loso.loso's results under round folds: "
                     "score the variant calib_loso.choose picks from them beside the shipped form")
+    ap.add_argument("--core", choices=("table", "outcome"), default="table",
+                    help="the one distribution's core and width floor: the installed table's, or p_oom's spread with "
+                         "widths floored at 0 (what calibrate.py writes at the next refit)")
+    ap.add_argument("--one-distribution", action="store_true",
+                    help="add session 14's variants (benchmarks/calib_onedist.py, about 2 minutes)")
     args = ap.parse_args(argv)
     import pickle
 
@@ -609,6 +691,8 @@ def main(argv: list[str] | None = None) -> int:
     dev = prepared(scored)
     kept = calibrate.kept_rows()
     v = calib_classes.shipped_variant()
+    if args.core == "outcome":
+        v = {**v, "core": "outcome", "width_floor": 0.0}
     by_fold = {f: score_fold(dev, f, v, kept) for f in FOLDS}
     dev_rounds = sorted({round_of(s["row"]) for s in dev})
     lines = [f"# Leave-one-round-out Brier, coverage and confident misses (dev rounds {dev_rounds[0]}-{dev_rounds[-1]})",
@@ -646,6 +730,11 @@ def main(argv: list[str] | None = None) -> int:
                   *round_table(after), "", "Per class, after (the chosen form; the doctor's p_oom):", "",
                   *class_table(after["chosen by LORO"]), "", "Per kind of report (Brier, runs):", "",
                   *kind_lines(after), "", *FINDINGS]
+    if args.one_distribution:
+        import calib_onedist
+
+        lines += ["", "## One distribution and the robustness candidates (issue #21, session 14)", "",
+                  *ONE_DISTRIBUTION_WORDS, "", *calib_onedist.onedist_lines(dev, kept), "", *ONE_DISTRIBUTION_VERDICT]
     if args.experiments:
         lines += ["", "## The choices tried, each by leave-one-round-out", "", *experiments(scored, kept, v)]
     Path(args.page).write_text("\n".join(lines) + "\n", encoding="utf-8")

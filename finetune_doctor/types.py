@@ -230,6 +230,9 @@ class MemoryEstimate:
             # trial 15: what the interval and the probabilities are each of, and the interval's share above the card
             **{k: self.details[k] for k in ("interval_of", "p_oom_of", "interval_share_above_card")
                if k in self.details},
+            # issue #21 session 14: the budget on the interval's scale, the one p_oom_model is the share above
+            **({"oom_threshold_gib": _r(self.details["oom_threshold_gib"])}
+               if self.details.get("oom_threshold_gib") is not None else {}),
             # trial 13: what a mixed p_oom averages over (facts/mixshow.py) and its value at the assumed values
             **({"mixture_weights": self.details["mixture_weights"],
                 "p_oom_assumed": _r(self.details.get("p_oom_assumed"), 3),

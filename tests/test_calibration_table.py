@@ -418,12 +418,25 @@ def test_samples_field_and_the_mixture_a_row_is_scored_with():
     pred = {"mix": (70.0, hw, [sl], None), "cls": u.error_class("default", False), "method": "analytic",
             "p_oom": 0.4, "interval": (50.0, 90.0)}
     half = {"sample-lengths": 0.5, "default": 1.0}
-    d = u.oom_dist("analytic", pred["cls"])
+    # scored as the doctor reports since session 14 (facts/bands.py `final_interval`, `one_distribution`): the
+    # interval with the class's widths and its upper end at cutoff_len, p_oom read on that one distribution
+    from finetune_doctor.analyzers.memory import predictive
+    from finetune_doctor.facts.bands import final_interval
+
+    d = u.core_dist("analytic", pred["cls"])
+    q = u.unexplained_share("analytic")
+    comps = [(0.5, 70.0, 79.15), (0.5, 20.0, 79.15)]
+    iv = final_interval(comps, [(1.0, 70.0, 79.15)], d, None)
     dataset = calibrate.reweigh({"source_type": "issue-thread"}, pred, half)
-    assert dataset["p_oom"] == pytest.approx(0.5 * u.p_oom(70.0, 79.15, d) + 0.5 * u.p_oom(20.0, 79.15, d))
+    assert dataset["interval"] == pytest.approx(iv, rel=1e-9)
+    assert dataset["p_oom"] == pytest.approx(u.all_cause(predictive.build(comps, d, iv).share_above(79.15), q))
     # samples that reach cutoff_len close the assumption, as the data on the training machine would
     fill = calibrate.reweigh({"source_type": "framework-doc"}, pred, half)
-    assert fill["p_oom"] == pytest.approx(u.p_oom(70.0, 79.15, d))
+    one = [(1.0, 70.0, 79.15)]
+    assert fill["p_oom"] == pytest.approx(
+        u.all_cause(predictive.build(one, d, final_interval(one, None, d, None)).share_above(79.15), q))
+    # unknown lengths widen the interval downward only: the upper end is the full-length case's (bands.py)
+    assert dataset["interval"][1] == pytest.approx(fill["interval"][1], rel=1e-9)
     assert fill["interval"][0] > dataset["interval"][0]
     assert calibrate.reweigh({}, {"error": "refused"}, half) == {"error": "refused"}
 
@@ -530,3 +543,29 @@ def test_gsm8k_bounds_a_qwen_rows_cutoff_at_msswifts_count():
     assert row["datasets"] == ["gsm8k"] and row["config"]["cutoff_len"] == 1024
     assert config_for(row)["cutoff_len"] == DATASET_LONGEST["gsm8k"][0] == 241
     assert config_for({**row, "model": "meta-llama/Llama-2-7b-hf"})["cutoff_len"] == 1024
+
+
+def test_the_refit_fits_the_widths_on_the_one_distributions_core(monkeypatch):
+    """benchmarks/calibrate.py `interval_widths` with the core calibrate.py ships (ONE_CORE, "outcome": p_oom's
+    spread, uncertainty.py `core_dist`): the residuals are taken against intervals of the widened t,
+    √((λ·s)² + τ²) (uncertainty.py `widened`), so the widths fit the interval the doctor then reports, floored at
+    0; with the measurements' core the rows' distribution and the signed widths are left as they are."""
+    import calib_classes
+    import calib_widths
+    import calibrate
+
+    d = u.ErrorDist("analytic", "default", 0.02, 0.2, 8, 30)
+    monkeypatch.setattr(calib_classes, "loso_rows", lambda dev, v: [{"dist": d, "id": "r"}])
+    seen: list = []
+    monkeypatch.setattr(calib_widths, "residuals", lambda rows: seen.extend(rows))
+    floors: list = []
+    monkeypatch.setattr(calib_widths, "derive_widths",
+                        lambda rows, floor=None: floors.append(floor) or {"pooled": {"below": 0.0, "above": 0.0}})
+    chosen = {"class_by": ["shape"], "robust": True, "contamination": [0.3, 0.5], "factor": 0.5, "tau": 0.1,
+              "unexplained": 0.2}
+    calibrate.interval_widths([], {**chosen, "core": calibrate.ONE_CORE})
+    assert seen[0]["dist"].scale == pytest.approx(math.hypot(0.5 * 0.2, 0.1), rel=1e-12)   # 0.1414
+    assert floors == [0.0]   # widths that only widen (calibrate.ONE_WIDTH_FLOOR)
+    seen.clear()
+    calibrate.interval_widths([], chosen)
+    assert seen[0]["dist"].scale == pytest.approx(0.2) and floors == [0.0, None]

@@ -102,17 +102,22 @@ def test_report_verdict_probability_and_interval_follow_the_error_model(tmp_path
     assert mem["fits"] is True and mem["verdict"] == "at-risk"
     # the run needs less than it shows: the allocator frees its cache before an OOM (reserve.py 'Shown and needed')
     assert need < total
-    # p_oom from the interval's distribution with the table's (λ, τ) spread (uncertainty.oom_dist), on the need
-    assert mem["p_oom"] == pytest.approx(uncertainty.p_oom(need, cap, uncertainty.oom_dist("analytic", cls)),
-                                         abs=2e-3)
     lo, hi = mem["interval_gib"]
     # the error model's 90 % band, widened by the table's widths for this class of run (analyzers/memory/bands.py;
     # the identity for a table without widths)
-    from finetune_doctor.analyzers.memory import bands
+    from finetune_doctor.analyzers.memory import bands, predictive
+    dist = uncertainty.core_dist("analytic", cls)
     want = bands.widen((total * math.exp(dist.quantile(0.05)), total * math.exp(dist.quantile(0.95))),
                        uncertainty.table(), "single")
     assert lo == pytest.approx(want[0], abs=0.02)
     assert hi == pytest.approx(want[1], abs=0.02)
+    # p_oom read on the distribution whose 5-95 % that band is (issue #21 session 14, predictive.py): its share
+    # above the card as the shown peak reaches it when the run needs all of it (cap·total/need), plus q/2; the JSON
+    # rounds total and need to 0.01 GiB (≈ 2e-3 in p here)
+    share = predictive.build([(1.0, total, None)], dist, want).share_above(cap * total / need)
+    assert mem["p_oom_model"] == pytest.approx(share, abs=2e-3)
+    assert mem["p_oom"] == pytest.approx(uncertainty.all_cause(share, uncertainty.unexplained_share()), abs=2e-3)
+    assert (mem["p_oom_model"] > 0.05) == (hi > cap * total / need)
     # headroom is the room left before an OOM: against the need
     assert mem["headroom_gib"] == pytest.approx(cap - need, abs=0.02) and mem["method"] == "analytic"
     codes = {f["code"] for f in d["findings"]}

@@ -115,19 +115,27 @@ def test_check_reports_the_mixture_when_the_table_weighs_alternatives(tmp_path, 
     assert mixed.total == pytest.approx(mem.total) and mixed.verdict == mem.verdict
     from finetune_doctor.facts.mem import shape_of
 
-    d = u.oom_dist(mem.method, shape_of(mem))
-    # p_oom is decided on what each component needs: the alternative's total in the run's ratio of need to total
+    from finetune_doctor.analyzers.memory import predictive
+
+    d = u.core_dist(mem.method, shape_of(mem))
+    q = u.unexplained_share(mem.method)
+    # p_oom is read on the one distribution whose 5-95 % is the reported interval (session 14, predictive.py): the
+    # components' totals 0.5 / 0.125 each, each run out when its need (the run's ratio of need to total) passes
+    # the card, i.e. its shown peak passes 79.15·total/need
     ratio = mem.need / mem.total
     assert ratio < 1.0
-    want = 0.5 * u.p_oom(mem.need, 79.15, d) + sum(0.125 * u.p_oom(t * ratio, 79.15, d) for t in totals)
-    assert mixed.p_oom == pytest.approx(want, rel=1e-6) and mixed.p_oom < mem.p_oom
+    comps = [(0.5, mem.total, 79.15)] + [(0.125, t, 79.15) for t in totals]
+    dp = predictive.build(comps, d, tuple(mixed.interval_gib))
+    assert mixed.p_oom_model == pytest.approx(dp.share_above(79.15 / ratio), abs=1e-9)
+    assert mixed.p_oom == pytest.approx(u.all_cause(dp.share_above(79.15 / ratio), q), rel=1e-6)
     assert mixed.interval_gib[0] < mem.interval_gib[0] and mixed.interval_gib[1] <= mem.interval_gib[1] + 1e-6
     assert base.total == pytest.approx(mem.total)
     # the log-uniform prior on the longest sample: the assumed value and each evaluated length weigh the same
     monkeypatch.setattr(u, "table", lambda: {**table, "assumption_weights": {"default": 1.0},
                                              "sample_lengths_prior": {"form": "log-uniform"}})
     even = assemble_config(str(path), (), opts).memory
-    want = (u.p_oom(mem.need, 79.15, d) + sum(u.p_oom(t * ratio, 79.15, d) for t in totals)) / 5
+    comps = [(0.2, mem.total, 79.15)] + [(0.2, t, 79.15) for t in totals]
+    want = u.all_cause(predictive.build(comps, d, tuple(even.interval_gib)).share_above(79.15 / ratio), q)
     assert even.p_oom == pytest.approx(want, rel=1e-6)
 
 

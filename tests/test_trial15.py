@@ -170,20 +170,25 @@ def test_fixtures_are_the_published_files():
 # -- 5. the interval beside the probabilities (trial 15 case 04) ---------------------------------------------------
 
 def test_case04_the_report_says_what_the_interval_and_p_oom_are_each_of():
-    """[6.6, 64.4] GiB on the L40S's 44.39 GiB beside p_oom_model 0.03: the interval is of the peak shown (the
-    reserve included) under the class's widths, p_oom_model of what the run needs under the outcome-fitted spread.
-    Both say so, and the interval's own share above the card is reported: over 5 %, as the card sits inside."""
+    """[6.6, 64.4] GiB on the L40S's 44.39 GiB beside p_oom_model 0.03 and `fits` (before session 14): now one
+    distribution gives both (issue #21), so with the card inside the interval p_oom_model is over 5 % and the
+    verdict at-risk; the interval's share above the budget in shown terms is p_oom_model, and both say so."""
     d = _run("check", str(FIX / "cpt_deepspeed.yaml"), "--gpu", "4xL40S")
     m, card = d["memory"], d["hardware"]["capacity_gib"]
     lo, hi = m["interval_gib"]
+    thr = m["oom_threshold_gib"]
     assert lo < card < hi and card == pytest.approx(44.39)
-    assert m["p_oom_model"] < 0.05 < m["interval_share_above_card"] < 0.5
+    # the threshold is the budget times total / need (the reserve the run shows over what it needs)
+    assert thr == pytest.approx(card * m["per_gpu_gib"]["total"] / m["need_gib"], rel=2e-3)   # no memory in use
+    assert lo < thr < hi
+    assert 0.05 < m["p_oom_model"] < 0.5 and m["verdict"] == "at-risk"
+    assert m["interval_share_above_card"] == pytest.approx(m["p_oom_model"], abs=1e-3)   # 3 decimals in the JSON
     assert "memory.per_gpu_gib.total" in m["interval_of"] and "needs" in m["p_oom_of"]
     assert f"{m['need_gib']:.2f} GiB" in m["p_oom_of"]
     text = " ".join(CliRunner().invoke(main, ["check", str(FIX / "cpt_deepspeed.yaml"), "--gpu", "4xL40S",
                                                "--offline"]).output.split())
     assert (f"the interval is of the peak nvidia-smi shows ({m['per_gpu_gib']['total']:.2f} GiB predicted), "
-            f"{round(100 * m['interval_share_above_card'])} % of it above the card") in text
+            f"{round(100 * m['interval_share_above_card'])} % of it above {thr:.2f} GiB") in text
 
 
 def _where(share: float, lo: float, hi: float, card: float, tol: float = 0.002) -> None:
@@ -248,7 +253,8 @@ def test_reported_share_agrees_with_the_reported_interval_for_random_runs(tmp_pa
     lo, hi = m["interval_gib"]
     card = d["hardware"]["capacity_gib"]
     assert m["interval_share_above_card"] is not None
-    _where(m["interval_share_above_card"], lo, hi, card, tol=0.006)   # the JSON rounds the ends to 0.01 GiB
+    # the share is above the budget in shown terms (oom_threshold_gib), where the card sits for the run's peak
+    _where(m["interval_share_above_card"], lo, hi, m["oom_threshold_gib"], tol=0.006)   # ends rounded to 0.01 GiB
 
 
 def test_a_differing_alternative_that_never_decides_says_so():

@@ -324,7 +324,8 @@ def cheapest_under(seen: list[tuple], budget: float) -> tuple | None:
     return min(under, key=_rank) if under else None
 
 
-def judge_against(hw: Any, mixture: list[tuple[float, float, float | None]] | None = None) -> Judge:
+def judge_against(hw: Any, mixture: list[tuple[float, float, float | None]] | None = None,
+                  full: list[tuple[float, float, float | None]] | None = None) -> Judge:
     """The planners' fit test on `hw`: the analytic estimate (with expandable segments when asked) and the memory
     model's own probability of OOM (p_oom_model, uncertainty.py `model_dist`) by the error model of its shape class.
 
@@ -334,8 +335,15 @@ def judge_against(hw: Any, mixture: list[tuple[float, float, float | None]] | No
     "before" is the report's p_oom and its "after" is the same quantity for the edited run: each alternative is
     taken to scale the edited run's total by the ratio it scaled the original's (the mixture's own approximation).
     Without it, the assumed values' p_oom_model. The all-cause p_oom of the same run is
-    uncertainty.all_cause(p_oom_model, q) (the mixture is linear in it)."""
-    from finetune_doctor.analyzers.memory import estimate, uncertainty
+    uncertainty.all_cause(p_oom_model, q) (the mixture is linear in it).
+
+    Since session 14 the probability is read as the report reads it (facts/bands.py `one_distribution`): the share
+    above the budget of the one distribution whose 5-95 % is the edited run's interval (the mixture, its upper end
+    at the samples' cutoff_len from `full` — the same ratios for the components without the sample lengths —, the
+    widths of the edited run's class), so a fix's "before" is the report's p_oom."""
+    from finetune_doctor.analyzers.memory import estimate, predictive, uncertainty
+    from finetune_doctor.analyzers.memory.bands import run_class
+    from finetune_doctor.facts.bands import final_interval
     from finetune_doctor.facts.mem import budget_of, expandable_total, shape_of
 
     budget = budget_of(hw) or 0.0
@@ -348,18 +356,35 @@ def judge_against(hw: Any, mixture: list[tuple[float, float, float | None]] | No
         total = expandable_total(est, r) if on else est.total
         # decided on what the run needs, as the verdict is (uncertainty.assess `need_gib`); `total` is reported
         need = expandable_total(est, r, need=True) if on else est.need
-        dist = uncertainty.model_dist("analytic", shape_of(est))
-        p = sum(w * uncertainty.p_oom(need * ratio, budget if b is None else b, dist) for w, ratio, b in comps)
+        core, cls = uncertainty.core_dist("analytic", shape_of(est)), run_class(r, getattr(hw, "gpu", None))
+        shown = [(w, total * ratio, budget if b is None else b) for w, ratio, b in comps]
+        iv = final_interval(shown, [(w, total * ratio, None) for w, ratio, _b in full] if full else None, core, cls)
+        ratio_need = need / total if total > 0 else 1.0
+        p = predictive.build(shown, core, iv).p_over([b for _w, _t, b in shown], ratio_need) or 0.0
         # the report decides at-risk on the probability at the assumed values as well as on the mixture (README,
         # trial 9): an edited run is held to the same rule, so a remedy never reads safer than the report would
         # call that run (trial 11, LlamaFactory#7869: "cutoff_len 32768 -> 16384: 55.0 GiB, < 1 %" beside the
         # alternative "samples of 16384 tokens: 55.0 GiB at-risk")
-        pa = uncertainty.p_oom(need, budget, dist) if mixture else p
+        if mixture:
+            one = [(1.0, total, budget)]
+            pa = predictive.build(one, core, final_interval(one, None, core, cls)).p_over([budget], ratio_need) or 0.0
+        else:
+            pa = p
         assumed[round(total, 6)] = pa
         return p <= uncertainty.P_OOM_TARGET and pa <= uncertainty.P_OOM_TARGET, total, p
 
     judge.assumed = assumed   # type: ignore[attr-defined]  # {total GiB: p at the assumed values}, for the effect
     return judge
+
+
+def full_ratios(extra: dict[str, Any], worst: bool) -> list[tuple[float, float, float | None]] | None:
+    """The report's components without the sample lengths (facts/bands.py `full_components`: the interval's upper
+    end at cutoff_len) as (weight, ratio to the reported total, budget), for `judge_against`; None when the
+    mixture is not used (`mixture_ratios`) or the sample lengths are not open."""
+    comps, total = extra.get("p_oom_full_components"), extra.get("mem_total")
+    if mixture_ratios(extra, worst) is None or not comps or not total:
+        return None
+    return [(w, t / total, b) for w, t, b in comps]
 
 
 def mixture_ratios(extra: dict[str, Any], worst: bool) -> list[tuple[float, float, float | None]] | None:
@@ -448,7 +473,7 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
         hw = ctx.extra["hw_worst"]   # a bare --gpu decides: the remedy must fit the smallest card it may mean
     if run is None or hw is None or not hw.capacity_gib:
         return None
-    judge = judge_against(hw, mixture_ratios(ctx.extra, worst))
+    judge = judge_against(hw, mixture_ratios(ctx.extra, worst), full_ratios(ctx.extra, worst))
     after = ctx.extra["run_after"]
     _, total0, p0 = judge(run, False)
     before = (total0, p0)
@@ -556,11 +581,11 @@ def plan_expandable(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
               "p_oom_model_before": mem.get("p_oom_model"), "p_oom_model_after": mem.get("expandable_p_oom_model")}
     run, hw = ctx.extra.get("run"), ctx.extra.get("hw")
     mix = mixture_ratios(ctx.extra, False)
-    if mix and run is not None and hw is not None and hw.capacity_gib:
+    if run is not None and hw is not None and hw.capacity_gib:
         from finetune_doctor.analyzers.memory.uncertainty import all_cause, unexplained_share
 
-        # mem.p_oom is the mixture over the open assumptions: the "after" must be the same quantity
-        pm = judge_against(hw, mix)(run, True)[2]
+        # mem.p_oom is read on the one distribution over the open assumptions: the "after" is the same quantity
+        pm = judge_against(hw, mix, full_ratios(ctx.extra, False))(run, True)[2]
         effect.update(p_oom_model_after=pm, p_oom_after=all_cause(pm, unexplained_share()))
     return Fix(title=launchenv.EXPANDABLE_REMEDY, edits=(), safety="safe",
                effect={k: v for k, v in effect.items() if v is not None}, cost=expandable_candidate().note)

@@ -63,6 +63,7 @@ class Assembly:
                 # the report's p_oom is a mixture over the open assumptions (`mixed`): a remedy's before/after
                 # is weighed over the same components, so the fix and the memory block give one number
                 "p_oom_components": mem.details.get("p_oom_components") if mem is not None else None,
+                "p_oom_full_components": mem.details.get("p_oom_full_components") if mem is not None else None,
                 "mem_total": mem.total if mem is not None else None}
 
     def run_after(self, edits: Iterable[tuple[str, str, Any, bool]]) -> Any:

@@ -274,14 +274,15 @@ def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str,
     budget = budget_gib(hw)
     if budget is None or run.packing:
         return None
-    from finetune_doctor.analyzers.memory import estimate, uncertainty
-    from finetune_doctor.facts.mem import shape_of
+    from finetune_doctor.analyzers.memory import estimate, predictive
+    from finetune_doctor.facts.mem import run_cls, shape_of
 
     per_seq = 2 if run.pairwise else 1
+    cls = run_cls(run, hw)
 
     def train_at(n: int) -> tuple[float, str, float]:
         est = estimate(run.with_(seq_len=n, eval_during_training=False), hw, counts=counts)
-        verdict = uncertainty.assess(est.total, budget, est.method, shape_of(est), est.need).verdict
+        verdict = predictive.assess(est.total, budget, est.method, shape_of(est), est.need, cls=cls).verdict
         return est.total, verdict, est.need
 
     def eval_at(n: int) -> tuple[float, str, float] | None:
@@ -293,7 +294,7 @@ def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str,
         rt = float(d.get("runtime_gib") or 0.0)
         total = moment * (1 + float(d.get("reserve_share") or 0.0)) + rt
         need = moment * (1 + max(float(d.get("reserve_needed_share") or 0.0), 0.0)) + rt
-        return total, uncertainty.assess(total, budget, est.method, shape_of(est), need).verdict, need
+        return total, predictive.assess(total, budget, est.method, shape_of(est), need, cls=cls).verdict, need
 
     def largest(at: Callable[[int], tuple[float, str, float] | None], batch: int) -> dict[str, Any]:
         n = _bisect(lambda k: (at(k) or (0.0, "fits", 0.0))[1] == "fits", run.seq_len)

@@ -120,12 +120,12 @@ def judge_run(counts: Any = None, enabled: bool = True) -> Judge:
     def judge(run: Any, hw: Hardware | None, tokens: int | None = None) -> tuple[float, str | None] | None:
         if not enabled:
             return None
-        from finetune_doctor.analyzers.memory import estimate, uncertainty
-        from finetune_doctor.facts.mem import shape_of
+        from finetune_doctor.analyzers.memory import estimate, predictive
+        from finetune_doctor.facts.mem import run_cls, shape_of
 
         est = estimate(run, hw, counts=counts, tokens=tokens)
         budget = budget_gib(hw)
-        a = uncertainty.assess(est.total, budget, est.method, shape_of(est), est.need)
+        a = predictive.assess(est.total, budget, est.method, shape_of(est), est.need, cls=run_cls(run, hw))
         return est.total, a.verdict
 
     judge.enabled = enabled   # type: ignore[attr-defined]

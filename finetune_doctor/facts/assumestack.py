@@ -28,14 +28,17 @@ def stack_assumptions(c: Seen, alt_stack: dict[str, Any] | None) -> list[Assumpt
         alts = []
         if alt_stack and alt_stack.get("alt_stack_total") is not None:
             total = float(alt_stack["alt_stack_total"])
-            from finetune_doctor.analyzers.memory import uncertainty
+            from finetune_doctor.analyzers.memory import predictive
             from finetune_doctor.facts.mem import need_ratio, shape_of
 
             # judged as the reported estimate is: same method, same shape class (the optimizer leaves both), its
             # need in the same ratio to its total
             shape = shape_of(c.asm.memory) if c.asm.memory is not None else "default"
             ratio = need_ratio(c.asm.memory) if c.asm.memory is not None else 1.0
-            verdict = uncertainty.assess(total, budget_gib(hw), "analytic", shape, total * ratio).verdict if hw else None
+            from finetune_doctor.facts.mem import run_cls
+
+            verdict = (predictive.assess(total, budget_gib(hw), "analytic", shape, total * ratio,
+                                          cls=run_cls(run, hw)).verdict if hw else None)
             alts.append((f"torch < 2.8 ({alt_stack.get('alt_stack_optim')})",
                          lambda total=total, verdict=verdict: (total, verdict)))
         why = ("transformers' default optimizer follows torch (fused AdamW from 2.8)"

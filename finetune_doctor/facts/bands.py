@@ -3,11 +3,10 @@ per class of run, and downward only for unknown sample lengths. facts/verdict.py
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Any
 
-from finetune_doctor.analyzers.memory import bands, uncertainty
+from finetune_doctor.analyzers.memory import bands, predictive, uncertainty
 
 
 def _class(asm: Any) -> str:
@@ -19,17 +18,32 @@ def mixed_interval(asm: Any, gpu_spec: str | None, comps: list[tuple[float, floa
     """The interval (GiB) of `asm.memory` over the mixture `comps` (facts/assume.py `mixture`) under `dist`: its
     upper end at the samples' cutoff_len when their lengths are open, then the class's widths (analyzers/memory/
     bands.py); the mixture's interval alone when the table carries no widths."""
+    return final_interval(comps, full_components(asm, gpu_spec), dist, _class(asm))
+
+
+def full_components(asm: Any, gpu_spec: str | None) -> list[tuple[float, float, float | None]] | None:
+    """The mixture (weight, total GiB, budget GiB) over the open assumptions other than the sample lengths (the
+    samples at cutoff_len: the interval's upper end, analyzers/memory/bands.py `upper_at_cutoff`); None when the
+    sample lengths are not open."""
     from finetune_doctor.facts import assume
 
+    rest = [a for a in asm.assumptions if a.name != "sample-lengths"]
+    return assume.mixture(asm.memory.total, asm.hw, rest, gpu_spec) if len(rest) != len(asm.assumptions) else None
+
+
+def final_interval(comps: list[tuple[float, float, Any]], full: list[tuple[float, float, Any]] | None,
+                   dist: uncertainty.ErrorDist, cls: str | None) -> tuple[float, float]:
+    """The reported 90 % interval (GiB) of the mixture `comps` (weight, total GiB, budget) under `dist`: its upper
+    end raised to the mixture `full`'s (the samples at cutoff_len; None when their lengths are not open), then the
+    widths of class `cls` (analyzers/memory/bands.py); the mixture's own interval when the table has no widths.
+    benchmarks/calibrate.py `reweigh` scores the same function."""
     table = uncertainty.table()
     interval = uncertainty.mixture_interval(comps, dist)
     if bands.widths(table, None) is None:
         return interval
-    rest = [a for a in asm.assumptions if a.name != "sample-lengths"]
-    if len(rest) != len(asm.assumptions):
-        full = assume.mixture(asm.memory.total, asm.hw, rest, gpu_spec)
+    if full:
         interval = bands.upper_at_cutoff(interval, uncertainty.mixture_interval(full, dist), table)
-    return bands.widen(interval, table, _class(asm))
+    return bands.widen(interval, table, cls)
 
 
 def basis(asm: Any, text: str | None) -> str:
@@ -50,6 +64,9 @@ def single_interval(asm: Any) -> dict[str, Any]:
     table, mem = uncertainty.table(), asm.memory
     if mem is None or not mem.interval_gib or bands.widths(table, None) is None:
         return {}
+    if mem.details.get("interval_widened"):   # facts/mem.py `judged` widened it with the run's class
+        asm.memory = replace(mem, details={**mem.details, "interval_basis": basis(asm, None)})
+        return {"interval_basis": basis(asm, None)}
     iv = bands.widen(tuple(mem.interval_gib), table, _class(asm))
     asm.memory = replace(mem, interval_gib=iv, details={**mem.details, "interval_basis": basis(asm, None)})
     return {"interval_gib": list(iv), "interval_lo_gib": iv[0], "interval_hi_gib": iv[1],
@@ -58,55 +75,57 @@ def single_interval(asm: Any) -> dict[str, Any]:
 
 def share_above(comps: list[tuple[float, float, float | None]], dist: uncertainty.ErrorDist,
                 final: tuple[float, float], budget: float | None) -> float | None:
-    """The share (0-1) of the distribution the reported 90 % interval `final` (GiB) is the central 90 % of that
-    lies above `budget` (GiB): what the interval itself says of the card (trial 15 case 04: [6.61, 64.59] on a
-    44.39 GiB card beside p_oom_model 0.032, with no statement of what either is of). None without a budget.
-
-    The interval is the mixture `comps` (weight, total GiB, budget) of the peak total·e^ε under `dist`
-    (uncertainty.py `mixture_interval`), its ends then moved by the class's widths and the full-length upper end
-    (`mixed_interval`, `single_interval`). The distribution with exactly those ends is the mixture mapped by T,
-    piecewise linear in ln units through three points: the mixture's 5 % point to `final`'s lower end, its median m
-    to m' (m itself, or the middle of `final` in ln units where a negative width put m outside it) and its 95 %
-    point to `final`'s upper end. So P(peak > budget) = 1 − F_mix(T⁻¹(budget)): a card at the interval's upper end
-    gets exactly 5 %, above it less, at its lower end 95 %, below it more; monotone in `budget`."""
-    comp = [(w, t) for w, t, _b in comps if w > 0 and t > 0]
+    """The share (0-1) above `budget` (GiB) of the distribution whose central 90 % is the reported interval `final`
+    (GiB): the one predictive distribution of the peak (analyzers/memory/predictive.py: the mixture `comps` (weight,
+    total GiB, budget) of total·e^ε under `dist`, T-mapped onto `final`). A card at the interval's upper end gets
+    5 %, at its lower end 95 %; monotone in `budget`. None without a budget."""
+    comp = [(w, t, b) for w, t, b in comps if w > 0 and t > 0]
     if budget is None or budget <= 0 or not comp:
         return None
-    lm = math.log(uncertainty.mixture_interval(comps, dist, level=0.0)[0])
-    lo_m, hi_m = (math.log(v) for v in uncertainty.mixture_interval(comps, dist))
-    lo_f, hi_f = math.log(final[0]), math.log(final[1])
-    mid = lm if lo_f < lm < hi_f else 0.5 * (lo_f + hi_f)
-    lb = math.log(budget)
-    if lb >= mid:
-        x = lm + (lb - mid) * (hi_m - lm) / (hi_f - mid) if hi_f > mid and hi_m > lm else lb - mid + lm
-    else:
-        x = lm - (mid - lb) * (lm - lo_m) / (mid - lo_f) if mid > lo_f and lm > lo_m else lb - mid + lm
-    return min(max(1.0 - sum(w * dist.cdf(x - math.log(t)) for w, t in comp), 0.0), 1.0)
+    return predictive.build(comp, dist, final).share_above(budget)
 
 
-def what_each_is_of(asm: Any, comps: list[tuple[float, float, float | None]] | None = None) -> dict[str, Any]:
-    """The ``mem`` facts (and ``asm.memory.details``) that say what the interval and the probabilities are each of
-    (trial 15: they read as contradicting each other): ``interval_of`` / ``p_oom_of`` in words and
-    ``interval_share_above_card`` (`share_above`). The interval is of the peak nvidia-smi shows (``total``: the
-    allocator's reserve included) under the benchmarks' error and the class's widths; p_oom_model of what the run
-    needs to complete (``need``: the allocator frees its cache first) under the spread fitted on outcomes
-    (uncertainty.py `model_dist`). Empty without a memory estimate or an interval."""
+def one_distribution(asm: Any, comps: list[tuple[float, float, float | None]] | None = None) -> dict[str, Any]:
+    """p_oom_model, p_oom and the words of what each is of, from the ONE predictive distribution of the peak whose
+    5-95 % quantiles are the reported interval (analyzers/memory/predictive.py; issue #21, session 14):
+    p_oom_model = Σ w_i·P(need_i·e^ε > budget_i) read on that distribution (the share above the budget in shown
+    terms, ``oom_threshold_gib`` = budget·total/need), p_oom = (1 − q)·p_oom_model + q/2 (uncertainty.py
+    `all_cause`). The values at the assumed value of every open assumption (``*_assumed``) are the same reading
+    of the assumed case's own distribution. Writes them to `asm.memory`; returns the ``mem`` facts that change.
+    Empty without a memory estimate or an interval."""
     from finetune_doctor.facts.assumebase import budget_gib
-    from finetune_doctor.facts.mem import shape_of
+    from finetune_doctor.facts.mem import need_ratio, pct_fields, shape_of
 
     mem = asm.memory
     if mem is None or not mem.interval_gib:
         return {}
     budget = budget_gib(asm.hw)
-    comps = comps if comps and len(comps) > 0 else [(1.0, mem.total, budget)]
-    share = share_above(comps, uncertainty.error_dist(mem.method, shape_of(mem)), tuple(mem.interval_gib), budget)
+    comps = [c for c in (comps or []) if c[0] > 0 and c[1] > 0] or [(1.0, mem.total, budget)]
+    dist = uncertainty.core_dist(mem.method, shape_of(mem))
+    ratio = need_ratio(mem)
+    dp = predictive.build(comps, dist, tuple(mem.interval_gib))
+    pm = dp.p_over([b for _w, _t, b in comps], ratio)
+    assumed_iv = mem.details.get("interval_assumed")
+    pm_a = pm
+    if len(comps) > 1 and assumed_iv and budget is not None:
+        final_a = tuple(assumed_iv) if mem.details.get("interval_widened") else \
+            bands.widen(tuple(assumed_iv), uncertainty.table(), _class(asm))
+        pm_a = predictive.build([(1.0, mem.total, budget)], dist, final_a).p_over([budget], ratio)
+    q = uncertainty.unexplained_share(mem.method)
+    p = None if pm is None else uncertainty.all_cause(pm, q)
+    p_a = None if pm_a is None else uncertainty.all_cause(pm_a, q)
     need = mem.need if mem.need is not None else mem.total
-    out = {"interval_of": f"the peak nvidia-smi would show (memory.per_gpu_gib.total, {mem.total:.2f} GiB, the "
-                          "allocator's reserve included), under the benchmarks' error and its class's widths",
-           "p_oom_of": None if budget is None else (
-               f"what the run needs to complete ({need:.2f} GiB: the allocator frees its cache before an OOM) "
-               f"against the {budget:.2f} GiB budget, with the spread fitted on outcomes (p_oom_model), plus the "
-               "unexplained share (p_oom)"),
-           "interval_share_above_card": None if share is None else round(share, 3)}
-    asm.memory = replace(mem, details={**mem.details, **out})
+    thr = None if budget is None else predictive.threshold(budget, ratio)
+    words = {"interval_of": f"the peak nvidia-smi would show (memory.per_gpu_gib.total, {mem.total:.2f} GiB, the "
+                            "allocator's reserve included), under the benchmarks' error and its class's widths",
+             "p_oom_of": None if budget is None else (
+                 f"the same distribution's share above {thr:.2f} GiB, the {budget:.2f} GiB budget as that peak shows "
+                 f"when the run needs it all ({need:.2f} GiB needed: the allocator frees its cache before an OOM) "
+                 "(p_oom_model), plus the unexplained share (p_oom)"),
+             "interval_share_above_card": None if pm is None else round(pm, 3), "oom_threshold_gib": thr}
+    details = {**mem.details, **words, "p_oom_assumed": p_a, "p_oom_model_assumed": pm_a}
+    asm.memory = replace(mem, details=details, **({} if pm is None else {"p_oom": p, "p_oom_model": pm}))
+    out = dict(words)
+    if pm is not None:
+        out.update(pct_fields(p, p_a, pm, pm_a))
     return out

@@ -161,7 +161,7 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
         alt = mem_facts.older_stack(lambda s: resolve({**stack, **s}), asm.run, asm.hw, asm.counts,
                                     int(tokens) if tokens else None, torch_given=bool(opts.torch_version),
                                     optim_given="optim" in doc.values)
-        asm.memory = mem_facts.judged(est, asm.hw, alt)   # verdict, p_oom, interval (analyzers/memory/uncertainty.py)
+        asm.memory = mem_facts.judged(est, asm.hw, alt, run=asm.run)   # verdict, p_oom, interval (analyzers/memory/uncertainty.py)
         qalt = mem_facts.quant_alternative(lambda a: resolve(stack, a), asm.run, asm.hw,
                                            int(tokens) if tokens else None)
         quantassume.quant_assumption(asm, qalt)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from finetune_doctor.analyzers.memory import launchenv, uncertainty
+from finetune_doctor.analyzers.memory import launchenv, predictive, uncertainty
 from finetune_doctor.analyzers.memory import compute_terms, estimate
 from finetune_doctor.analyzers.memory.params import count_params
 from finetune_doctor.analyzers.memory.reserve import needed_fraction, reserve_fraction
@@ -182,14 +182,27 @@ def shape_of(mem: MemoryEstimate) -> str:
                                    bool(mem.details.get("quantized")))
 
 
-def judged(mem: MemoryEstimate, hw: Hardware | None, alt: dict[str, Any] | None = None) -> MemoryEstimate:
+def run_cls(run: Any, hw: Hardware | None) -> str | None:
+    """The class of run `run` on `hw`'s cards (analyzers/memory/bands.py `run_class`), whose widths the interval
+    takes; None without a run."""
+    from finetune_doctor.analyzers.memory.bands import run_class
+
+    return None if run is None else run_class(run, hw.gpu if hw is not None else None)
+
+
+def judged(mem: MemoryEstimate, hw: Hardware | None, alt: dict[str, Any] | None = None,
+           run: Any = None) -> MemoryEstimate:
     """`mem` with its verdict, p_oom and interval (analyzers/memory/uncertainty.py) against `hw`'s budget. A run that
-    fits the assumed stack but not a torch < 2.8 one (`alt`, `older_stack`) is at risk: the stack is not known."""
-    a = uncertainty.assess(mem.total, budget_of(hw), mem.method, shape_of(mem), mem.need)
+    fits the assumed stack but not a torch < 2.8 one (`alt`, `older_stack`) is at risk: the stack is not known.
+    With `run`, the interval takes its class's widths and p_oom is read on that one distribution (uncertainty.py
+    `assess`, ``cls``; details ``interval_widened``)."""
+    cls = run_cls(run, hw)
+    a = predictive.assess(mem.total, budget_of(hw), mem.method, shape_of(mem), mem.need, cls=cls)
     verdict = a.verdict
     if verdict == "fits" and alt and alt.get("alt_stack_fits") is False:
         verdict = "at-risk"
-    details = {**mem.details, "p_oom_unexplained": uncertainty.unexplained_share(mem.method)}
+    details = {**mem.details, "p_oom_unexplained": uncertainty.unexplained_share(mem.method),
+               "interval_widened": cls is not None}
     return replace(mem, verdict=verdict, p_oom=a.p_oom, interval_gib=a.interval_gib, p_oom_model=a.p_oom_model,
                    details=details)
 
@@ -221,7 +234,7 @@ def pct_fields(p: float | None, p_assumed: float | None, pm: float | None = None
 def verdict_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[str, Any] | None) -> dict[str, Any]:
     """The verdict and error-model facts of `mem` (namespace fields budget_gib … expandable_verdict)."""
     budget = budget_of(hw)
-    a = uncertainty.assess(mem.total, budget, mem.method, shape_of(mem), mem.need)
+    a = predictive.assess(mem.total, budget, mem.method, shape_of(mem), mem.need, cls=run_cls(run, hw))
     d = a.dist
     q = uncertainty.unexplained_share(mem.method)
     verdict = mem.verdict or a.verdict
@@ -240,8 +253,9 @@ def verdict_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[
         "alt_stack_p_oom": None,
     }
     if alt and alt.get("alt_stack_total") is not None and budget is not None:
-        out["alt_stack_p_oom"] = uncertainty.p_oom(alt["alt_stack_total"] * need_ratio(mem), budget,
-                                                  uncertainty.model_dist(d.method, shape_of(mem)))
+        out["alt_stack_p_oom"] = predictive.assess(alt["alt_stack_total"], budget, d.method, shape_of(mem),
+                                                    alt["alt_stack_total"] * need_ratio(mem),
+                                                    cls=run_cls(run, hw)).p_oom_model
     out.update(expandable_facts(mem, hw, run))
     return out
 
@@ -260,7 +274,8 @@ def expandable_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any) -> dict
     if assumed or mem.method != "analytic":
         return out
     total = expandable_total(mem, run)
-    a = uncertainty.assess(total, budget_of(hw), mem.method, shape_of(mem), expandable_total(mem, run, need=True))
+    a = predictive.assess(total, budget_of(hw), mem.method, shape_of(mem), expandable_total(mem, run, need=True),
+                           cls=run_cls(run, hw))
     out.update({"expandable_total": total, "expandable_saves_gib": mem.total - total, "expandable_p_oom": a.p_oom,
                 "expandable_p_oom_pct": None if a.p_oom is None else 100 * a.p_oom, "expandable_verdict": a.verdict,
                 "expandable_p_oom_model": a.p_oom_model,
@@ -297,7 +312,7 @@ def quant_alternative(resolve_arch: Any, run: Any, hw: Hardware | None, tokens: 
     if spec is None:
         return out
     alt_run = resolve_arch(replace(run.arch, quant=spec))
-    est = judged(estimate(alt_run, hw, tokens=tokens), hw)
+    est = judged(estimate(alt_run, hw, tokens=tokens), hw, run=alt_run)
     return {"quant_alt_label": spec.label, "quant_alt_total": est.total, "quant_alt_verdict": est.verdict}
 
 

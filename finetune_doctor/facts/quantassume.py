@@ -44,7 +44,8 @@ def named_quant_assumption(asm: Any, resolve_arch: Any, tokens: int | None) -> N
     if quant is None or not getattr(quant, "from_name", False) or asm.memory is None:
         return
     label = assumebase.UNQUANTIZED
-    est = mem_facts.judged(estimate(resolve_arch(replace(run.arch, quant=None)), asm.hw, tokens=tokens), asm.hw)
+    est = mem_facts.judged(estimate(resolve_arch(replace(run.arch, quant=None)), asm.hw, tokens=tokens), asm.hw,
+                           run=run)
     asm.assumptions.append(Assumption(
         name="weights-quantization", value=f"{quant.label} (as the name's ending suggests)",
         source=f"no config.json of the checkpoint was read; the name '{run.model_name}' ends as such uploads do, "

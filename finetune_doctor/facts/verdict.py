@@ -64,7 +64,10 @@ def record_assumptions(asm: Assembly, opts: Options, tokens: int | None,
     details["token_budget"] = budget
     details["deciding_assumption"] = out["deciding_assumption"]
     asm.memory = replace(mem, verdict=verdict, details=details)
+    old_pm = mem.p_oom_model
     out.update(mixed_p_oom(asm, opts))
+    if deciding is None:
+        out.update(redecided(asm, old_pm))
     if deciding is not None:
         out.update(verdict=verdict, verdict_reason="assumption")
         if deciding.name == "gpu-variant":
@@ -73,14 +76,15 @@ def record_assumptions(asm: Assembly, opts: Options, tokens: int | None,
 
 
 def mixed_p_oom(asm: Assembly, opts: Options) -> dict[str, Any]:
-    """p_oom and the 90 % interval of ``asm.memory`` over its open assumptions (facts/assume.py `mixture`,
-    analyzers/memory/uncertainty.py `mixture_p_oom`/`mixture_interval`): a run that fits only if its samples are
+    """The 90 % interval of ``asm.memory`` over its open assumptions (facts/assume.py `mixture`, analyzers/memory/
+    uncertainty.py `mixture_interval`, the class's widths), and p_oom and p_oom_model read on the one distribution
+    whose 5-95 % that interval is (facts/bands.py `one_distribution`): a run that fits only if its samples are
     short does not keep the full-length case's p_oom. The assumed case's values stay in ``details``
     (``p_oom_assumed``, ``interval_assumed``, and the components for benchmarks/calibrate.py). Returns the ``mem``
-    facts that change (p_oom, p_oom_model and their _pct, interval_*); empty when nothing is open."""
+    facts that change (p_oom, p_oom_model and their _pct, interval_*)."""
     from finetune_doctor.analyzers.memory import uncertainty
     from finetune_doctor.facts import assume, bands
-    from finetune_doctor.facts.mem import BENCHMARK_ERROR, need_ratio, pct_fields, shape_of
+    from finetune_doctor.facts.mem import BENCHMARK_ERROR, shape_of
 
     mem = asm.memory
     comps = assume.mixture(mem.total, asm.hw, asm.assumptions, opts.gpu)
@@ -89,28 +93,45 @@ def mixed_p_oom(asm: Assembly, opts: Options) -> dict[str, Any]:
     if len(comps) < 2:
         asm.memory = replace(mem, details=details)
         single = bands.single_interval(asm)   # the class's widths (facts/bands.py); {} without them
-        return {**single, **bands.what_each_is_of(asm, comps)}
+        return {**single, **bands.one_distribution(asm, comps)}
     from finetune_doctor.facts.mixshow import mixture_weights
 
     details["mixture_weights"] = mixture_weights(mem.total, asm.hw, asm.assumptions, opts.gpu)
     shape = shape_of(mem)
-    interval = bands.mixed_interval(asm, opts.gpu, comps, uncertainty.error_dist(mem.method, shape))
-    mixed_p: dict[str, Any] = {}
-    if mem.p_oom is not None and all(b is not None for _w, _t, b in comps):
-        # on each component's need, not the reserve it shows (uncertainty.assess `need_gib`); Σw·((1−q)·P + q/2)
-        need_comps = [(w, t * need_ratio(mem), b) for w, t, b in comps]
-        pm = uncertainty.mixture_p_oom(need_comps, uncertainty.model_dist(mem.method, shape))   # type: ignore[arg-type]
-        mixed_p = {"p_oom": uncertainty.all_cause(pm, uncertainty.unexplained_share(mem.method)), "p_oom_model": pm}
+    interval = bands.mixed_interval(asm, opts.gpu, comps, uncertainty.core_dist(mem.method, shape))
+    # the remedy planners rebuild the same interval for an edited run (engine/planners.py `judge_against`)
+    details["p_oom_full_components"] = bands.full_components(asm, opts.gpu)
     # say what the interval is made of (trial 3: ds_z3_offload's 9.6 GiB spread a 60.6 GiB prediction to 7.8-85.1
     # GiB, labelled as the benchmarks' error alone)
     mixed = [a.name for a in asm.assumptions if a.name not in assume.NOT_OPEN and a.effect_gib
              and (a.name == "sample-lengths" or uncertainty.assumed_weight(a.name) < 1.0)]
     basis = bands.basis(asm, f"{BENCHMARK_ERROR}, mixed over the alternatives of {', '.join(mixed)}" if mixed else None)
     details["interval_basis"] = basis
-    asm.memory = replace(mem, interval_gib=interval, details=details, **mixed_p)
+    asm.memory = replace(mem, interval_gib=interval, details=details)
     out: dict[str, Any] = {"interval_gib": list(interval), "interval_lo_gib": interval[0],
                            "interval_hi_gib": interval[1], "interval_basis": basis}
-    if mixed_p:
-        out.update(pct_fields(mixed_p["p_oom"], mem.p_oom, mixed_p["p_oom_model"], mem.p_oom_model))
-    out.update(bands.what_each_is_of(asm, comps))   # of the same mixture the interval is (trial 15)
+    # p_oom_model and p_oom read on the distribution whose 5-95 % the interval is (facts/bands.py
+    # `one_distribution`, issue #21 session 14: before, a second spread gave p_oom beside this interval)
+    out.update(bands.one_distribution(asm, comps))
     return out
+
+
+def redecided(asm: Assembly, old_pm: float | None) -> dict[str, Any]:
+    """The verdict ``fits`` / ``at-risk`` read again on the one distribution's p_oom_model (facts/bands.py
+    `one_distribution`) against uncertainty.P_OOM_TARGET, so that ``fits`` holds exactly when the 90 % interval's
+    upper end is under the budget in shown terms (issue #21, session 14). A run at risk for its stack (`old_pm`,
+    the model's probability it was judged on, under the target) and an ``oom`` stay as they are. Returns the ``mem``
+    facts that change (verdict, verdict_reason); empty when none does."""
+    from finetune_doctor.analyzers.memory.uncertainty import P_OOM_TARGET
+
+    mem = asm.memory
+    pm = None if mem is None else mem.p_oom_model
+    if pm is None or mem.verdict not in ("fits", "at-risk"):
+        return {}
+    if mem.verdict == "at-risk" and (old_pm is None or old_pm <= P_OOM_TARGET):
+        return {}   # at risk for the stack (facts/mem.py `judged`), not for the error
+    verdict = "fits" if pm <= P_OOM_TARGET else "at-risk"
+    if verdict == mem.verdict:
+        return {}
+    asm.memory = replace(mem, verdict=verdict)
+    return {"verdict": verdict, "verdict_reason": "error" if verdict == "at-risk" else None}

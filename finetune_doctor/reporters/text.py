@@ -437,12 +437,13 @@ def _memory(w: _Writer, r: Report) -> None:
         basis = mem.details.get("interval_basis") or "the benchmarks' error for this kind of run"
         w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB ({basis})", indent=1)
         share = mem.details.get("interval_share_above_card")
-        if share is not None and mem.p_oom is not None:
-            # trial 15: the two are of different counters and spreads; each says what it is of (facts/bands.py)
-            need = mem.need if getattr(mem, "need", None) is not None else mem.total
+        thr = mem.details.get("oom_threshold_gib")
+        if share is not None and mem.p_oom is not None and thr is not None:
+            # trial 15 and issue #21 session 14: one distribution gives the interval and p_oom_model
+            # (facts/bands.py `one_distribution`); the line says what both are of
             w.line(f"the interval is of the peak nvidia-smi shows ({gib(mem.total)} GiB predicted), "
-                   f"{_pct(share)} of it above the card; the probabilities are of what the run needs "
-                   f"({gib(need)} GiB), with the spread fitted on outcomes", indent=1)
+                   f"{_pct(share)} of it above {gib(thr)} GiB, the card's usable memory as that peak shows it when "
+                   "the run needs all of it: that share is p_oom_model", indent=1)
         from finetune_doctor.facts.mixshow import headline_words
 
         words = headline_words(mem, (mem.details.get("token_budget") or {}).get("cutoff_len"))

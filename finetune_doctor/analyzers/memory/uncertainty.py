@@ -74,6 +74,12 @@ published*, which a user's check before launch does not have, so the doctor's ``
 ``p_oom_by_report`` ({kind: {"oom": a, "trained": b}}) is what benchmarks/calibrate.py scores reported runs with
 beside it.
 
+**One distribution** (issue #21, session 14). What a report shows is read on one predictive distribution of the
+peak (analyzers/memory/predictive.py): its 5-95 % is the interval (the core `core_dist`'s mixture over the open
+assumptions, widened by the class's widths), p_oom_model its share above the budget, the verdict ``fits`` exactly
+when the interval's upper end is under the budget (in shown terms, budget·total/need). `assess` above keeps the
+core's interval and the spread-based p_oom for the callers that know no class of run (the probes).
+
 The t distribution's CDF is Abramowitz & Stegun 26.7.3 (odd ν) and 26.7.4 (even ν), exact for integer ν.
 """
 
@@ -464,10 +470,13 @@ def assess(total_gib: float, budget_gib: float | None, method: str, shape: str,
     `need_gib` is what the run needs to complete (MemoryEstimate.need: the allocator reserve it needs, not the one
     it shows, analyzers/memory/reserve.py 'Shown and needed'); it decides the verdict, p_oom and `safe_total_gib`
     (which is then in the same terms), while the interval stays the one of `total_gib`, the figure measurements of
-    reserved memory and nvidia-smi are compared with. None: `total_gib` decides (a prediction that does not say)."""
+    reserved memory and nvidia-smi are compared with. None: `total_gib` decides (a prediction that does not say).
+    The interval is the core's (`core_dist`); analyzers/memory/predictive.py `assess` reads the verdict and p_oom on
+    the one distribution of a run whose class is known (issue #21 session 14)."""
     d = error_dist(method, shape)
-    lo = total_gib * math.exp(d.quantile((1.0 - LEVEL) / 2))
-    hi = total_gib * math.exp(d.quantile((1.0 + LEVEL) / 2))
+    core = core_dist(method, shape)
+    lo = total_gib * math.exp(core.quantile((1.0 - LEVEL) / 2))
+    hi = total_gib * math.exp(core.quantile((1.0 + LEVEL) / 2))
     if budget_gib is None:
         return Assessment(None, None, (lo, hi), d, None, None)
     dm = model_dist(method, shape)
@@ -478,6 +487,16 @@ def assess(total_gib: float, budget_gib: float | None, method: str, shape: str,
     verdict = "oom" if need > budget_gib else ("fits" if pm <= P_OOM_TARGET else "at-risk")
     p = p_oom(need, budget_gib, oom_dist(method, shape))
     return Assessment(verdict, p, (lo, hi), d, budget_gib, safe_total(budget_gib, dm), pm)
+
+
+def core_dist(method: str, shape: str) -> ErrorDist:
+    """The error ε of the ONE predictive distribution of the peak (analyzers/memory/predictive.py), whose 5-95 %
+    (after the class's widths) is the interval and whose share above the budget is p_oom_model: `model_dist`
+    (the spread fitted on outcomes, λ and τ) when the table's ``one_distribution`` says ``{"core": "outcome"}``
+    (benchmarks/calibrate.py then fits the class's widths on intervals of that spread), else `error_dist` (the
+    spread fitted on measurements, the widths of every table before session 14)."""
+    spec = table().get("one_distribution") or {}
+    return model_dist(method, shape) if spec.get("core") == "outcome" else error_dist(method, shape)
 
 
 def oom_dist(method: str, shape: str) -> ErrorDist:
