@@ -406,55 +406,62 @@ def _memory(w: _Writer, r: Report) -> None:
            f" · peak allocated {gib(mem.peak_allocated)} GiB"
            f" · host RAM needed per node {gib(mem.host)} GiB"
            f" · method {mem.method}", indent=1)
-    if mem.interval_gib is not None:
-        lo, hi = mem.interval_gib
-        # p_oom is a mixture over the open assumptions when the table weighs their alternatives (facts/assume.py
-        # `mixture`); with the assumed values' weight at 1 it stays the assumed case's, and an at-risk verdict says so
-        mixed = len(mem.details.get("p_oom_components") or ()) > 1
-        deciding = mem.details.get("deciding_assumption")
-        if deciding and mixed:
-            from finetune_doctor.analyzers.memory.uncertainty import weighs_alternatives
-
-            # the table may give the deciding assumption's value all the weight: then p_oom is that value's, and
-            # "over the open assumptions" would read as a contradiction of "at-risk"
-            mixed = weighs_alternatives(deciding.get("name", ""))
-        cond = (" over the open assumptions" if mixed else " as assumed") if deciding else ""
-        # the verdict is read on the memory model's own probability (README 'Two probabilities'), so the trial-9
-        # guard compares that one; with q = 0 the two are the same
-        pm, pa = getattr(mem, "p_oom_model", None), mem.details.get("p_oom_model_assumed")
-        if not deciding and mixed and mem.verdict == "at-risk" and pm is not None and pa is not None \
-                and pm <= 0.05 < pa:
-            # at-risk is decided at the assumed values (facts/mem.py verdict_facts): a mixed p_oom under the 5 %
-            # target printed alone beside it reads as a contradiction (trial 9: "at-risk · 4.7 %")
-            cond = f" over the open assumptions, {_pct(pa)} as assumed"
-        why = ""
-        if deciding and mem.verdict == "at-risk" and pm is not None and pm <= 0.05:
-            # at-risk because an alternative of an open assumption crosses the 5 % line (facts/assume.py `fold`,
-            # README: fits or oom only under every alternative), not because of the figure beside it (trial 13)
-            why = (f" (an alternative of {deciding.get('name')} is {deciding.get('alternative_verdict')}, see below; "
-                   "the verdict is fits or oom only under every alternative)")
-        verdict = f"verdict {mem.verdict}{why} · {_probabilities(mem, cond)} · " if mem.verdict else ""
-        basis = mem.details.get("interval_basis") or "the benchmarks' error for this kind of run"
-        w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB ({basis})", indent=1)
-        share = mem.details.get("interval_share_above_card")
-        thr = mem.details.get("oom_threshold_gib")
-        if share is not None and mem.p_oom is not None and thr is not None:
-            # trial 15 and issue #21 session 14: one distribution gives the interval and p_oom_model
-            # (facts/bands.py `one_distribution`); the line says what both are of
-            w.line(f"the interval is of the peak nvidia-smi shows ({gib(mem.total)} GiB predicted), "
-                   f"{_pct(share)} of it above {gib(thr)} GiB, the card's usable memory as that peak shows it when "
-                   "the run needs all of it: that share is p_oom_model", indent=1)
-        from finetune_doctor.facts.mixshow import headline_words
-
-        words = headline_words(mem, (mem.details.get("token_budget") or {}).get("cutoff_len"))
-        if words:
-            w.line(words, indent=1)
+    _interval_lines(w, mem)
     from finetune_doctor.reporters.sections import assumed
 
     for line in (assumed.deciding_line(mem.details.get("deciding_assumption")),
                  assumed.budget_line(mem.details.get("token_budget"))):
         if line:
             w.line(line, indent=1)
+
+
+def _interval_lines(w: _Writer, mem: Any) -> None:
+    """The verdict, the two probabilities and the 90 % interval of `mem` (GiB), with what each is of; nothing
+    without an interval."""
+    if mem.interval_gib is None:
+        return
+    lo, hi = mem.interval_gib
+    # p_oom is a mixture over the open assumptions when the table weighs their alternatives (facts/assume.py
+    # `mixture`); with the assumed values' weight at 1 it stays the assumed case's, and an at-risk verdict says so
+    mixed = len(mem.details.get("p_oom_components") or ()) > 1
+    deciding = mem.details.get("deciding_assumption")
+    if deciding and mixed:
+        from finetune_doctor.analyzers.memory.uncertainty import weighs_alternatives
+
+        # the table may give the deciding assumption's value all the weight: then p_oom is that value's, and
+        # "over the open assumptions" would read as a contradiction of "at-risk"
+        mixed = weighs_alternatives(deciding.get("name", ""))
+    cond = (" over the open assumptions" if mixed else " as assumed") if deciding else ""
+    # the verdict is read on the memory model's own probability (README 'Two probabilities'), so the trial-9
+    # guard compares that one; with q = 0 the two are the same
+    pm, pa = getattr(mem, "p_oom_model", None), mem.details.get("p_oom_model_assumed")
+    if not deciding and mixed and mem.verdict == "at-risk" and pm is not None and pa is not None \
+            and pm <= 0.05 < pa:
+        # at-risk is decided at the assumed values (facts/mem.py verdict_facts): a mixed p_oom under the 5 %
+        # target printed alone beside it reads as a contradiction (trial 9: "at-risk · 4.7 %")
+        cond = f" over the open assumptions, {_pct(pa)} as assumed"
+    why = ""
+    if deciding and mem.verdict == "at-risk" and pm is not None and pm <= 0.05:
+        # at-risk because an alternative of an open assumption crosses the 5 % line (facts/assume.py `fold`,
+        # README: fits or oom only under every alternative), not because of the figure beside it (trial 13)
+        why = (f" (an alternative of {deciding.get('name')} is {deciding.get('alternative_verdict')}, see below; "
+               "the verdict is fits or oom only under every alternative)")
+    verdict = f"verdict {mem.verdict}{why} · {_probabilities(mem, cond)} · " if mem.verdict else ""
+    basis = mem.details.get("interval_basis") or "the benchmarks' error for this kind of run"
+    w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB ({basis})", indent=1)
+    share = mem.details.get("interval_share_above_card")
+    thr = mem.details.get("oom_threshold_gib")
+    if share is not None and mem.p_oom is not None and thr is not None:
+        # trial 15 and issue #21 session 14: one distribution gives the interval and p_oom_model
+        # (facts/bands.py `one_distribution`); the line says what both are of
+        w.line(f"the interval is of the peak nvidia-smi shows ({gib(mem.total)} GiB predicted), "
+               f"{_pct(share)} of it above {gib(thr)} GiB, the card's usable memory as that peak shows it when "
+               "the run needs all of it: that share is p_oom_model", indent=1)
+    from finetune_doctor.facts.mixshow import headline_words
+
+    words = headline_words(mem, (mem.details.get("token_budget") or {}).get("cutoff_len"))
+    if words:
+        w.line(words, indent=1)
 
 
 def _probabilities(mem: Any, cond: str) -> str:
