@@ -45,10 +45,12 @@ def is_npu(hw: Hardware | None) -> bool:
 
 
 def hccl_communicators(run: Run) -> int:
-    """HCCL communicators one rank joins: the default group, plus DeepSpeed's clone of it. 0 for one rank."""
-    if run.world_size <= 1:
-        return 0
-    return 2 if run.deepspeed else 1
+    """HCCL communicators one rank joins: the default group, plus DeepSpeed's clone of it; 0 for one rank. The
+    process groups are the framework's, not the backend's, so the count is NCCL's (runtime.py
+    `nccl_communicators`, its one home and its sources)."""
+    from finetune_doctor.analyzers.memory.runtime import nccl_communicators   # runtime.py imports this module
+
+    return nccl_communicators(run)
 
 
 def hccl_bytes(run: Run, buffsize_mb: float = HCCL_BUFFSIZE_MB) -> float:

@@ -27,8 +27,8 @@ def nccl_communicators(run: Run) -> int:
     https://github.com/NVIDIA/nccl/issues/864#issuecomment-1573800780, quoted in NVIDIA/nccl#986). DeepSpeed asks
     for no shared resources (a plain ``new_group``), and the clone spans the same ranks over the same links, so it is
     taken at what the world communicator takes (`NCCL_2_RANKS_GIB` / `NCCL_MANY_RANKS_GIB`, measured per communicator
-    in NVIDIA/nccl#964); it was 0.1 GiB before, an assumption with no source. The same count is
-    `npu.hccl_communicators` for HCCL."""
+    in NVIDIA/nccl#964); it was 0.1 GiB before, an assumption with no source. HCCL's count on an Ascend NPU is this
+    one (`npu.hccl_communicators`)."""
     if run.world_size <= 1:
         return 0
     return 2 if run.deepspeed else 1
