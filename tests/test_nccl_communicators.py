@@ -1,5 +1,5 @@
-"""NCCL communicators a rank holds (analyzers/memory/runtime.py `nccl_communicators`, `runtime_bytes`): the default
-group's, and under DeepSpeed the clone of the world group its ZeRO optimizers reduce over, each at the size
+"""NCCL communicators a rank holds (analyzers/memory/collectives.py `communicators`, runtime.py `runtime_bytes`):
+the default group's, and under DeepSpeed the clone of the world group its ZeRO optimizers reduce over, each at the size
 NVIDIA/nccl#964 measured for one communicator (544 MB over 2 ranks, 688 MB over more, on A100: the constants
 NCCL_2_RANKS_GIB / NCCL_MANY_RANKS_GIB). Expected figures are written out by hand; the DeepSpeed facts are read from
 the installed package's source text (skipped where DeepSpeed is not installed), so a release that stops cloning the
@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from finetune_doctor.analyzers.memory.collectives import communicators
 from finetune_doctor.analyzers.memory.constants import (CUBLAS_WORKSPACE_MIB, CUDA_CONTEXT_GIB, MIB,
                                                         NCCL_2_RANKS_GIB, NCCL_MANY_RANKS_GIB)
 from finetune_doctor.analyzers.memory.npu import hccl_communicators
-from finetune_doctor.analyzers.memory.runtime import nccl_communicators, runtime_bytes
+from finetune_doctor.analyzers.memory.runtime import runtime_bytes
 from finetune_doctor.hardware.catalog import parse_gpu_spec
 from finetune_doctor.readers.model.modelcfg import load_arch
 from finetune_doctor.run import resolve_run
@@ -56,7 +57,7 @@ def test_hand_base_matches_the_constants():
 ])
 def test_runtime_counts_one_communicator_per_group(gpus, stage, comms, per_gib):
     run, hw = _run(gpus, stage)
-    assert nccl_communicators(run) == comms
+    assert communicators(run) == comms
     assert runtime_bytes(run, hw) / GIB == pytest.approx(BASE_GIB + comms * per_gib, abs=1e-9)
 
 
