@@ -6,8 +6,8 @@ from __future__ import annotations
 MIB = float(1 << 20)
 
 # Runtime constants (reference/memory/REPORT.md §7). CUDA context with lazy module loading on a current driver: 0.3-0.9 GB; we take
-# 0.5 GiB. NCCL per communicator: 544 MB for 2 ranks, 688 MB for more on A100 (nccl#964). DeepSpeed adds its
-# data-parallel process group beside the world group; we add 0.1 GiB for it, an assumption not measured here.
+# 0.5 GiB. NCCL per communicator: 544 MB for 2 ranks, 688 MB for more on A100 (nccl#964). DeepSpeed's clone of the
+# world group is a second communicator of the same size (collectives.py `communicators`).
 CUDA_CONTEXT_GIB = 0.5
 # Hopper, measured: device usage minus max_memory_reserved was 0.749 GiB in 13 of 14 training runs on an H200
 # (CUDA 13.0, torch 2.11, driver 580; benchmarks/results/gpu_measure.md). The 33 MiB of cuBLAS workspace added

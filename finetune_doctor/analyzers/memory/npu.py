@@ -31,6 +31,7 @@ its notes.
 
 from __future__ import annotations
 
+from finetune_doctor.analyzers.memory.collectives import communicators
 from finetune_doctor.hardware.catalog import vendor_of
 from finetune_doctor.run import Run
 from finetune_doctor.types import Hardware
@@ -45,10 +46,10 @@ def is_npu(hw: Hardware | None) -> bool:
 
 
 def hccl_communicators(run: Run) -> int:
-    """HCCL communicators one rank joins: the default group, plus DeepSpeed's clone of it. 0 for one rank."""
-    if run.world_size <= 1:
-        return 0
-    return 2 if run.deepspeed else 1
+    """HCCL communicators one rank joins: the default group, plus DeepSpeed's clone of it; 0 for one rank. The
+    process groups are the framework's, not the backend's, so the count is NCCL's (collectives.py `communicators`,
+    its one home and its sources)."""
+    return communicators(run)
 
 
 def hccl_bytes(run: Run, buffsize_mb: float = HCCL_BUFFSIZE_MB) -> float:
