@@ -12,7 +12,11 @@ import rewritecache  # noqa: E402
 
 rewritecache.install()
 
+# an xdist worker's exit without the interpreter's teardown (tests/workerexit.py): its atexit handler first, so that
+# the handlers of what is imported below (huggingface_hub, filelock) and of the tests run before it
 import workerexit  # noqa: E402
+
+workerexit.register()
 
 # huggingface_hub reads HF_HUB_OFFLINE, HF_ENDPOINT and its other settings once, when first imported. Every worker
 # imported it at collection (torch + transformers, module-level importorskip) until issue #22 made collection

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from types import SimpleNamespace
 
 import workerexit
@@ -17,8 +18,13 @@ _CHILD = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     import workerexit
 
+    workerexit.register()   # as conftest does at import, before what registers handlers of its own
+    # a handler registered later, as huggingface_hub's or filelock's at conftest's import: it must still run
+    atexit.register(lambda: open({marker!r} + ".early", "w").write("ran"))
     registered = []
-    config = SimpleNamespace(workerinput={{}}, pluginmanager=SimpleNamespace(register=lambda p, n: registered.append(n)))
+    config = SimpleNamespace(pluginmanager=SimpleNamespace(register=lambda p, n: registered.append(n)))
+    if {worker!r}:
+        config.workerinput = {{}}
     print("installed", workerexit.install(config), registered)
     # a handler registered later, as a test or the package registers one: it must still run
     atexit.register(lambda: open({marker!r}, "w").write("ran"))
@@ -34,17 +40,32 @@ _CHILD = textwrap.dedent("""
 """)
 
 
-def test_a_worker_leaves_after_the_later_handlers_with_its_output_flushed(tmp_path):
+def _child(tmp_path, worker: bool) -> tuple[subprocess.CompletedProcess, Path, Path, Path]:
     marker, log, late = tmp_path / "marker", tmp_path / "log", tmp_path / "late"
-    code = _CHILD.format(tests=os.path.dirname(__file__), marker=str(marker), log=str(log), late=str(late))
+    code = _CHILD.format(tests=os.path.dirname(__file__), marker=str(marker), log=str(log), late=str(late),
+                         worker=worker)
     env = {k: v for k, v in os.environ.items() if k != "FINETUNE_DOCTOR_TEST_FULL_EXIT"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    return done, marker, log, late
+
+
+def test_a_worker_leaves_after_the_later_handlers_with_its_output_flushed(tmp_path):
+    done, marker, log, late = _child(tmp_path, worker=True)
     assert done.stdout == "installed True ['finetune-doctor-workerexit']\nunflushed", done.stderr
     # os._exit(0): the status a worker ends with normally, not the SystemExit(3) it was leaving with
     assert done.returncode == 0, done.stderr
-    assert marker.read_text() == "ran"
+    assert marker.read_text() == "ran" and Path(f"{marker}.early").read_text() == "ran"
     assert "kept" in log.read_text()
     assert not late.exists()
+
+
+def test_a_registered_handler_leaves_a_process_that_is_no_worker_alone(tmp_path):
+    """A pytest that a test starts inherits PYTEST_XDIST_WORKER and imports conftest (so registers) but has no
+    `workerinput`: its exit status and its teardown stay the interpreter's."""
+    done, marker, _, late = _child(tmp_path, worker=False)
+    assert done.stdout == "installed False []\nunflushed", done.stderr
+    assert done.returncode == 3, done.stderr
+    assert marker.read_text() == "ran" and late.read_text() == "teardown ran"
 
 
 def test_nothing_is_installed_outside_a_worker_or_when_asked_not_to(monkeypatch):

@@ -10,13 +10,16 @@ benchmarks/testcpu.py with faulthandler stacks every 0.5 s): 4 s of wall in the 
 with no Python frame on the stack, while the controller waited for it (xdist/workermanage.py `teardown_nodes`
 waits up to 10 s for each worker's gateway); benchmarks/results/test_speed.md has the before and after.
 
-`install` registers an atexit handler. Handlers run last-registered first, so every handler a test, the package
-(readers/runlogs/loggrep.py removes its temporary files) or a plugin registered later has run when this one runs;
-the two registered before it in a worker (logging's `shutdown`, and execnet's default group, which holds no
-gateway in a worker) are done by hand or have nothing to do. Then stdout and stderr are flushed and the process
-leaves with `os._exit(0)`, the status a worker ends with after a normal run. Not installed in the controller, a
-run without xdist, under coverage measurement (coverage.py saves its data file from its own atexit handler,
-registered earlier), or with FINETUNE_DOCTOR_TEST_FULL_EXIT=1 set.
+`register` (tests/conftest.py, before anything else it imports) adds an atexit handler that does nothing until
+`install` (conftest's `pytest_configure`) has seen `config.workerinput`, which xdist sets only in a worker: a
+pytest started by a test inherits PYTEST_XDIST_WORKER but never leaves this way. Handlers run last-registered
+first, so every handler registered after conftest's import has run when this one runs: a test's, the package's
+(readers/runlogs/loggrep.py removes its temporary files), huggingface_hub's (it closes its HTTP session) and
+filelock's (it releases held locks), both imported by conftest. Registered before it in a worker are only logging's
+`shutdown`, called here, and execnet's default group, which holds no gateway in a worker. Then stdout and stderr
+are flushed and the process leaves with `os._exit(0)`, the status a worker ends with after a normal run. The
+ordinary exit stays in the controller, a run without xdist, under coverage measurement (coverage.py saves its data
+file from its own atexit handler, registered earlier) and with FINETUNE_DOCTOR_TEST_FULL_EXIT=1 set.
 """
 
 from __future__ import annotations
@@ -30,8 +33,11 @@ import sys
 import pytest
 
 
+_IN_WORKER: list[bool] = []   # set by `install` in an xdist worker
+
+
 def _leave() -> None:
-    if "coverage" in sys.modules:   # coverage.py may still have to write its data file: the ordinary exit
+    if not _IN_WORKER or "coverage" in sys.modules:   # coverage.py may still have to write its data file: the ordinary exit
         return
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
@@ -54,13 +60,18 @@ class _FreezeAfterLastCollection:
         gc.freeze()
 
 
+def register() -> None:
+    """Add the exit handler; call it before importing what registers atexit handlers that must still run."""
+    atexit.register(_leave)
+
+
 def install(config) -> bool:
-    """Register the fast exit in an xdist worker (`config.workerinput` is set by xdist/remote.py before pytest
-    configures); returns whether it was registered."""
+    """Arm the fast exit in an xdist worker (`config.workerinput` is set by xdist/remote.py before pytest
+    configures); returns whether it was armed. `register` must have run in this process."""
     if not hasattr(config, "workerinput"):
         return False
     if os.environ.get("FINETUNE_DOCTOR_TEST_FULL_EXIT"):
         return False
-    atexit.register(_leave)
+    _IN_WORKER.append(True)
     config.pluginmanager.register(_FreezeAfterLastCollection(), "finetune-doctor-workerexit")
     return True
