@@ -139,8 +139,12 @@ def pytest_collection_modifyitems(items):
 # by a quarter and ten middle-generation collections had passed (CPython's third threshold): 7-12 full collections
 # per worker, 1.3-1.6 CPU s (2026-12-07, benchmarks/testcpu.py's gc.callbacks record). With the third threshold at
 # 100 a full collection waits for 100 middle-generation ones: 2 per worker, 0.4-0.8 CPU s; young cycles are
-# still collected by the first two generations as before, and the workers' peak RSS moved 723 -> 756 MB.
+# still collected by the first two generations as before (the largest process's peak RSS: 604-709 MB with it, 771-863
+# MB on main, benchmarks/results/test_speed.md session 14). Only in the fast lane (`_slow_deselected`), where it was
+# measured: the slow tests' memory under it was not.
 _FULL_GC_EVERY = 100
+
+
 @_pytest.hookimpl(hookwrapper=True)
 def pytest_collection(session):
     import gc
@@ -151,7 +155,8 @@ def pytest_collection(session):
         yield
     finally:
         gc.freeze()
-        gc.set_threshold(*gc.get_threshold()[:2], _FULL_GC_EVERY)
+        if _slow_deselected(session.config):
+            gc.set_threshold(*gc.get_threshold()[:2], _FULL_GC_EVERY)
         if was_on:
             gc.enable()
 
