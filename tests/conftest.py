@@ -12,6 +12,12 @@ import rewritecache  # noqa: E402
 
 rewritecache.install()
 
+# an xdist worker's exit without the interpreter's teardown (tests/workerexit.py): its atexit handler first, so that
+# the handlers of what is imported below (huggingface_hub, filelock) and of the tests run before it
+import workerexit  # noqa: E402
+
+workerexit.register()
+
 # huggingface_hub reads HF_HUB_OFFLINE, HF_ENDPOINT and its other settings once, when first imported. Every worker
 # imported it at collection (torch + transformers, module-level importorskip) until issue #22 made collection
 # light; then the first import came inside whichever test first downloaded, under that test's monkeypatched
@@ -100,6 +106,8 @@ def file_order(counts: dict[str, int]) -> list[str]:
 
 
 def pytest_configure(config):
+    # an xdist worker skips the interpreter's teardown at its very end (tests/workerexit.py)
+    workerexit.install(config)
     # pytest-xdist's --dist loadfile queues files by their number of tests, most first, unless told otherwise
     # (xdist/scheduler/loadscope.py, `loadscopereorder`, on by default in the 3.8.0 installed here): the parity
     # files, 2-7 tests each, then ran last and set the suite's wall time (seen 2026-12-07: 0.9.0's corpus started
@@ -126,6 +134,17 @@ def pytest_collection_modifyitems(items):
 # import and what collection built is then frozen (gc.freeze: the collector skips those objects from then on;
 # reference counting still frees them). Objects the tests create are collected as before, pytest's closing sweep
 # for unraisable exceptions included.
+# During the tests, the objects a worker keeps grow again from ~0 to 0.5-1 million (the modules torch, transformers
+# and pandas import, module fixtures, caches), and a full collection came each time the old generation had grown
+# by a quarter and ten middle-generation collections had passed (CPython's third threshold): 7-12 full collections
+# per worker, 1.3-1.6 CPU s (2026-12-07, benchmarks/testcpu.py's gc.callbacks record). With the third threshold at
+# 100 a full collection waits for 100 middle-generation ones: 2 per worker, 0.4-0.8 CPU s; young cycles are
+# still collected by the first two generations as before (the largest process's peak RSS: 604-709 MB with it, 771-863
+# MB on main, benchmarks/results/test_speed.md session 14). Only in the fast lane (`_slow_deselected`), where it was
+# measured: the slow tests' memory under it was not.
+_FULL_GC_EVERY = 100
+
+
 @_pytest.hookimpl(hookwrapper=True)
 def pytest_collection(session):
     import gc
@@ -136,6 +155,8 @@ def pytest_collection(session):
         yield
     finally:
         gc.freeze()
+        if _slow_deselected(session.config):
+            gc.set_threshold(*gc.get_threshold()[:2], _FULL_GC_EVERY)
         if was_on:
             gc.enable()
 
@@ -154,7 +175,11 @@ _TORCH_FILES = frozenset({
     "test_postmortem_readers.py", "test_postmortem_timeline.py", "test_probe_calibration.py",
     "test_probe_pipeline.py", "test_probe_progress.py", "test_probe_replay.py", "test_probe_simulate.py",
     "test_probe_spec.py", "test_reserve_zero_depth.py", "test_rule_cases.py", "test_rules_null_facts.py",
-    "test_savers_optimizers.py", "test_trial13.py", "test_zero3_ga_peak.py"})
+    "test_savers_optimizers.py", "test_trial13.py", "test_zero3_ga_peak.py",
+    # passes without torch, but reads flight-recorder dumps with torch's own analyzer when it is there
+    # (readers/runlogs/flight.py `_analyze_with_torch`): the one file that still imported torch and numpy on the
+    # other worker (benchmarks/testcpu.py's first-import record, 2026-12-07)
+    "test_postmortem_sources.py"})
 _TORCH_GROUP = "tests/<the files that import torch>"
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from finetune_doctor.engine.loader import bundled_rules_dir, load_rules
-from parsecache import ruamel_safe_load
+from parsecache import cached, ruamel_safe_load
 from test_rule_cases import CASES, load_case_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,14 +94,31 @@ def _asserted_strings(path: Path) -> set[str]:
     return out
 
 
+def _all_asserted_strings(files: list[Path]) -> set[str]:
+    """The union of `_asserted_strings` over `files`, kept by tests/parsecache.py keyed by this function's and
+    `_asserted_strings`' source and every file's path and text: parsing and walking the ~260 test files was ~1 CPU s
+    of the fast lane (issue #22, 2026-12-07); an edited test file or an edited walker walks them all again."""
+    import inspect
+
+    texts = [inspect.getsource(_asserted_strings), inspect.getsource(_all_asserted_strings)]
+    for p in files:
+        texts += [str(p), p.read_text(encoding="utf-8")]
+
+    def build() -> set[str]:
+        out: set[str] = set()
+        for p in files:
+            out |= _asserted_strings(p)
+        return out
+
+    return cached("test_rule_registry-asserted-strings", texts, build)
+
+
 def test_rules_outside_check_lint_estimate_are_asserted_by_a_test():
     """postmortem/gpus/data-only rules have no config to lint; their fixtures are run directories and GPU
     recordings, exercised by the tests of those commands. Each must be what some test asserts (its code or name
     inside an assert, or in a parametrized case table): a name met only in a comment or a table proves nothing."""
-    asserted: set[str] = set()
-    for p in TESTS.rglob("*.py"):
-        if p.name != Path(__file__).name:
-            asserted |= _asserted_strings(p)
+    files = sorted(p for p in TESTS.rglob("*.py") if p.name != Path(__file__).name)
+    asserted = _all_asserted_strings(files)
     unasserted = [f"{d['code']} {d['name']}" for d in RAW.values()
                   if not STATIC & set(d["commands"]) and d["code"] not in asserted and d["name"] not in asserted]
     assert not unasserted, f"rules no test asserts: {unasserted}"

@@ -20,7 +20,7 @@ COLLECTION = [
     "tests/test_lintcli.py::test_three",
     "tests/test_rule_cases.py::test_rule_case[a]",
     "tests/test_rule_cases.py::test_rule_case[b]",
-    "tests/test_postmortem_sources.py::test_elastic_error_file",
+    "tests/test_postmortem_cli.py::test_plot_writes_a_png",
     "tests/test_arch.py::test_counts[llama]",
     "tests/test_yamlcfg.py::test_four",
     "tests/test_model_parity.py::test_registered_types_are_the_imported_mappings",
