@@ -67,7 +67,13 @@ e651b04), then rewritten to dev.
 measurements, collected blind in session 12) and ``calibration_rows_round10*.yaml`` (29 runs, 7 measurements, collected
 blind in session 13), kept on unmerged branches while session 13's fixes landed, scored once together in the run that
 refit the table on rounds 1-8 (benchmarks/results/calibrate_heldout.md "Round 10", commit adf0d7a), then rewritten to
-dev. Round 11 is collected blind for the next session's one scoring run.
+dev.
+
+**Round 11 (session 14).** ``calibration_rows_round11*.yaml`` (16 + 9 runs with an outcome, 3 + 5 measurements; part
+b collected after part a by another engineer from sources part a had not used), collected blind in session 14 and
+kept on unmerged branches while that session's fixes landed; scored once in the run that refit the table on rounds
+1-10 (benchmarks/results/calibrate_heldout.md "Round 11", commit 8fc988e), then rewritten to dev. Round 12 is
+collected blind under benchmarks/data/heldout/ (not read by `load_rows`) for the next session's one scoring run.
 
 **The split of round 1** was by source: every row of one page or thread lands in the same half. Within each source type the
 sources are ordered by the SHA-256 of their address and dealt, in that order, to whichever half holds fewer rows of
@@ -85,7 +91,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROWS = HERE / "data" / "calibration_rows.yaml"
-HELD_OUT_ROUND = 11   # the newest round: all test, never tuned on (rounds 5-8 were scored once, at d9fd8c3, d94b349, f939d2f and 7ef5342, rounds 9 and 10 together at 5ddeed0: dev since)
+HELD_OUT_ROUND = 12   # the newest round: all test, never tuned on (rounds 5-8 were scored once, at d9fd8c3, d94b349, f939d2f and 7ef5342, rounds 9 and 10 together at 5ddeed0, round 11 at 8fc988e: dev since)
 GIB = float(1 << 30)
 # GB-class sizes of cards as sold → the capacity torch reports is taken from the GPU catalogue instead
 UNIT_BYTES = {"GB": 1e9, "GiB": GIB}
