@@ -161,6 +161,39 @@ def measured_gib(row: dict[str, Any], capacity_gib: float | None = None) -> floa
     return float(m["value"]) * UNIT_BYTES[m["unit"]] / GIB
 
 
+# What the counter of a row's figure is, where a framework rule settles what the row left ``unknown``.
+# ms-swift's trainer logs ``memory(GiB)``, torch's ``max_memory_reserved`` (swift/trainers/mixin.py:520-524 and
+# :559-560 at v2.6.1, :390-392 and :422-423 at v3.5.0; swift/trainers/callback.py:21 and :37 at d0368be8f), but the
+# rows' figures are the comments of example scripts and pages ('# 4 * 22GB GPU memory'), which do not say what was
+# read. Where a page shows its reading beside such a comment, it is nvidia-smi: qwen2-vl-best-practice.md at
+# 9f3f65ddc puts a screenshot of nvidia-smi (docs/resources/qwen2-vl/1.png) under "GPU Memory Usage", and the comment
+# '# 24GB GPU memory' of Self-cognition-best-practice.md:108 at a3fe40084 sits above the largest memory(GiB) of its
+# own log, 20.5 GiB (22.0 GB). So on a CUDA card such a figure stays compared with the total, as any unknown counter
+# (benchmarks/calibrate.py ``compare``). On an Ascend NPU swift printed no memory at all from ba98cacbe (2024-06-11:
+# ``if not is_torch_npu_available()`` before the memory(GiB) line, mixin.py:559 at v2.6.1) until d0368be8f
+# (2025-11-19, "memory log is missing on Ascend NPU", callback.py:37-38 before it): a figure an ms-swift page gives for
+# a run on a 910B in that window was read from npu-smi, the card's own reading (HBM-Usage: calibrate.py
+# ``npu_smi_offset_gib``), so its counter is nvidia-smi's.
+NPU_NO_LOG_FRAMEWORKS = ("ms-swift",)
+NPU_NO_LOG_DATES = ("2024-06-11", "2025-11-19")   # [first day without the memory log on an NPU, the fix's day)
+
+
+def counter_of(row: dict[str, Any]) -> str | None:
+    """The counter `row`'s figure is compared as (``measured.kind``, module docstring), after the framework rule
+    above: an ms-swift figure of unknown counter on an Ascend card dated in NPU_NO_LOG_DATES is ``nvidia-smi``
+    (npu-smi's reading). None without a measurement."""
+    m = row.get("measured")
+    if not m:
+        return None
+    kind = str(m["kind"])
+    card = str(row.get("gpu") or "")
+    first, fixed = NPU_NO_LOG_DATES
+    if (kind == "unknown" and str(row.get("framework") or "").startswith(NPU_NO_LOG_FRAMEWORKS) and "Ascend" in card
+            and first <= str(row.get("date") or "") < fixed):
+        return "nvidia-smi"
+    return kind
+
+
 # -- translating other frameworks' runs: rules per framework, applied to every row of it ------------------------
 #
 # A row from another framework is written as the LLaMA-Factory YAML that does the same thing. Where the framework

@@ -85,8 +85,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("FINETUNE_DOCTOR_NO_NVML", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from calib_data import FRAMEWORK_MIXED_PRECISION, config_for, load_rows, measured_gib, model_config_for, pins_for, \
-    samples_fill  # noqa: E402
+from calib_data import FRAMEWORK_MIXED_PRECISION, config_for, counter_of, load_rows, measured_gib, model_config_for, \
+    pins_for, samples_fill  # noqa: E402
 import calib_heldout  # noqa: E402
 import calib_loro  # noqa: E402
 import calib_loso  # noqa: E402
@@ -365,7 +365,7 @@ def compare(row: dict[str, Any], pred: dict[str, Any]) -> dict[str, Any] | None:
     m = row.get("measured")
     if not m or "error" in pred:
         return None
-    kind = m["kind"]
+    kind = counter_of(row)   # the row's counter, or the one a framework rule of calib_data.py settles
     meas = measured_gib(row, pred.get("capacity"))
     if meas is None:
         return None
