@@ -151,10 +151,37 @@ def samples_fill(row: dict[str, Any]) -> bool:
     return (row.get("samples") or default) == "fill"
 
 
-def measured_gib(row: dict[str, Any], capacity_gib: float | None = None) -> float | None:
-    """The measurement in GiB, or None. A ``boundary`` row (GB-class) is the card's capacity (`capacity_gib`)."""
+# A figure that is the card's own size says the run fit on that card, not what it held: ms-swift's comments write the
+# card a run needs in the same words as a reading. Self-cognition-best-practice.md at a3fe40084 heads its run
+# "# Experimental environment: 3090, V100, ..." / "# 24GB GPU memory" (:107-108) while the log printed below it
+# peaks at memory(GiB) 20.5 (:131-148, first at :146: torch's max reserved; nvidia-smi adds the CUDA context, about 0.5 GiB, so
+# about 22.5 GB, not 24). So an ms-swift figure of unknown counter equal to the named card's marketed size
+# ('4 * 24GB' on RTX 3090s, '80GB' on an A100-80GB) is not compared: the row keeps its outcome (it trained) and has
+# no measurement, as the rows already written that way have ("8*80GB": swift-bench-qwen25-14b-z2, "8 * 80GiB":
+# swift-full-qwen25-32b-z3). A row whose card is not named (sized on calibrate.py's default card) is left as it is.
+WHOLE_CARD_FRAMEWORKS = ("ms-swift",)
+
+
+def whole_card(row: dict[str, Any]) -> bool:
+    """Whether `row`'s figure is its card's marketed size under WHOLE_CARD_FRAMEWORKS (a statement of the card, not
+    a reading): unknown counter, GB or GiB, value equal to the catalogue's ``nominal_gb`` of the card ``gpu`` names."""
+    import re
+
     m = row.get("measured")
-    if not m:
+    if (not m or m.get("kind") != "unknown" or m.get("unit") not in ("GB", "GiB") or not row.get("gpu")
+            or not str(row.get("framework") or "").startswith(WHOLE_CARD_FRAMEWORKS)):
+        return False
+    from finetune_doctor.hardware.catalog import lookup
+
+    card = lookup(re.sub(r"^\d+\s*[xX]\s*", "", str(row["gpu"])))
+    return card is not None and float(m["value"]) == float(card.nominal_gb)
+
+
+def measured_gib(row: dict[str, Any], capacity_gib: float | None = None) -> float | None:
+    """The measurement in GiB, or None (none, or the card's size under `whole_card`). A ``boundary`` row (GB-class)
+    is the card's capacity (`capacity_gib`)."""
+    m = row.get("measured")
+    if not m or whole_card(row):
         return None
     if m["unit"] == "GB-class":
         return capacity_gib

@@ -33,3 +33,22 @@ def test_an_npu_figure_from_the_months_swift_printed_no_memory_is_npu_smis():
     assert calib_data.counter_of({**row, "date": "2024-06-10"}) == "unknown"   # before the gate
     assert calib_data.counter_of({**row, "framework": "LLaMA-Factory"}) == "unknown"
     assert calib_data.counter_of({**row, "measured": None}) is None
+
+
+def test_a_figure_at_the_cards_marketed_size_is_the_card_not_a_reading():
+    """ms-swift's '4 * 24GB GPU memory' on four RTX 3090s (nominal 24 GB in the catalogue) and '80GB' on an
+    A100-80GB are the card: no measurement (the outcome stays). 76 GiB on an A100-80GB, 22 GiB on an A10 (24 GB), a
+    stated counter, another framework's 78 GiB and a row without a named card are readings as written."""
+    rows = _rows()
+    for rid in ("r3m-swift1-qwen14bchat-lora-z3-4x3090", "r7m-swift1-q15doc-qwen15-7b-lora-z3-4x3090",
+                "r3m-swift1-qwen7bchat-full-1xa100"):
+        assert calib_data.whole_card(rows[rid]), rid
+        assert calib_data.measured_gib(rows[rid], 23.69) is None
+        assert rows[rid]["outcome"] == "trained"
+    for rid in ("swift-full-qwen25-7b", "swift-qwen3-8b-lora-a10", "r3m-swiftbench-qwen7b-full-4096",
+                "r7m-flagperf-llava15-7b-finetune-z3-8xa800", "swift-zero3-lora-qwen25-7b"):
+        assert not calib_data.whole_card(rows[rid]), rid
+    assert calib_data.measured_gib(rows["swift-full-qwen25-7b"]) == 76.0   # GiB as written
+    row = rows["r3m-swift1-qwen14bchat-lora-z3-4x3090"]
+    assert not calib_data.whole_card({**row, "measured": {**row["measured"], "value": 22}})
+    assert not calib_data.whole_card({**row, "gpu": None})
