@@ -319,6 +319,55 @@ FRAMEWORK_MIXED_PRECISION: dict[str, str] = {"fms-hf-tuning SFTTrainer (fms-acce
                                              "torchtune": "no"}
 
 
+# How a framework starts its ranks, where that is not how LLaMA-Factory starts them. ``llamafactory-cli train`` on
+# several GPUs runs torchrun and exports ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` to it
+# (analyzers/memory/launchenv.py), which the doctor assumes when nothing says how a multi-rank run is launched.
+# ms-swift starts torchrun itself and leaves the allocator as the shell has it: ``swift sft``/``rlhf`` with
+# NPROC_PER_NODE runs ``python -m torch.distributed.run`` over the entry file (swift/cli/main.py:23-28 and :48-55 at
+# v3.0.0; :30-35 and :98 at 3602360a5; ``torchrun`` at :53 at v1.5.0), and the 1.x example scripts call torchrun
+# themselves (examples/pytorch/llm/scripts/qwen_7b_chat/lora_ddp_ds/sft.sh:7 at 6d256563b). No file under swift/
+# sets PYTORCH_CUDA_ALLOC_CONF at v1.5.0, v2.6.1, v3.0.0, v3.5.0, v3.10.0 or v4.0.0 (git grep; only the GRPO vLLM
+# rollout toggles expandable segments, around its weight sync: trainers/rlhf_trainer/rollout_mixin.py:211/:234 at
+# v3.10.0). So a multi-rank ms-swift row without FSDP is given its launch line (``--launch``: torchrun started by
+# hand, the allocator's default segments), unless the script or command it cites exports the variable itself:
+# SWIFT_EXPANDABLE_SOURCES, source address -> the line that does, each read at the commit the source names.
+OWN_TORCHRUN_FRAMEWORKS = ("ms-swift",)
+SWIFT_EXPANDABLE_SOURCES: dict[str, str] = {
+    "https://github.com/modelscope/ms-swift/blob/f7ec0e98c/examples/train/multimodal/rlhf/dpo/full.sh": ":4",
+    "https://github.com/modelscope/ms-swift/blob/880cea114/examples/train/padding_free/dpo_vlm.sh": ":3",
+    "https://github.com/modelscope/ms-swift/blob/746d8c688/examples/train/packing/dpo_vlm.sh": ":2",
+    "https://github.com/modelscope/ms-swift/blob/646e87e51/docs/source_en/BestPractices/Qwen3-VL-Best-Practice.md":
+        ":176 (the dense-model run under '# 2 * 21GiB')",
+    "https://github.com/modelscope/ms-swift/blob/3602360a5/examples/train/packing/dpo.sh": ":2",
+    "https://github.com/modelscope/ms-swift/blob/3602360a5/examples/train/full/qwen2_5_32b.sh": ":2",
+    "https://github.com/modelscope/ms-swift/blob/710553d85/examples/train/flash_attention_3/transformers.sh": ":7",
+    "https://github.com/modelscope/ms-swift/blob/6c44707d7/examples/models/qwen3_5/transformers.sh": ":2",
+    "https://github.com/modelscope/ms-swift/blob/81dd57a33/docs/source_en/BestPractices/Qwen3_5-Best-Practice.md":
+        ":111 (the run under '# 4 * 20GiB')",
+    "https://github.com/modelscope/ms-swift/blob/06a8f59f2/examples/models/qwen3_vl/mixed.sh": ":2",
+    "https://github.com/modelscope/ms-swift/blob/3602360a5/docs/source_en/Megatron-SWIFT/Quick-start.md":
+        "examples/megatron/benchmark/deepspeed.sh:4 at 3602360a5, the script its DeepSpeed columns link",
+    "https://github.com/modelscope/ms-swift/blob/3602360a5/examples/train/cached_dataset/sft.sh": ":11",
+    "https://github.com/modelscope/ms-swift/issues/7031": "the user's command (the row's notes)",
+}
+# Read and left out of the list: Qwen3-Best-Practice.md at 3602360a5 exports it at :343 only, for the two-node run;
+# its 4-GPU full fine-tuning under '# 4 * 60GB' (:219-223) exports nothing.
+
+
+def launch_line(row: dict[str, Any]) -> str | None:
+    """The launch command line the doctor is given for `row` (OWN_TORCHRUN_FRAMEWORKS: torchrun over its ranks),
+    or None for a row launched as LLaMA-Factory launches (one rank, FSDP through accelerate, another framework, or a
+    source in SWIFT_EXPANDABLE_SOURCES)."""
+    import re
+
+    spec = str(row.get("gpu") or "")
+    ranks = int(spec.split("x", 1)[0]) if re.match(r"^\d+x", spec) else int(row.get("world") or 1)
+    if (ranks < 2 or row.get("fsdp") or not str(row.get("framework") or "").startswith(OWN_TORCHRUN_FRAMEWORKS)
+            or str(row.get("source") or "").split("#", 1)[0] in SWIFT_EXPANDABLE_SOURCES):
+        return None
+    return f"torchrun --nproc_per_node {ranks} swift/cli/sft.py"
+
+
 # Datasets whose every sample is far shorter than the cutoff a row's framework defaults to. A batch is padded to its
 # longest sample, not to cutoff_len (LLaMA-Factory's SFT collator is transformers' DataCollatorForSeq2Seq with its
 # default padding, "longest", and pad_to_multiple_of 8: src/llamafactory/train/sft/workflow.py:62-66 and

@@ -52,3 +52,21 @@ def test_a_figure_at_the_cards_marketed_size_is_the_card_not_a_reading():
     row = rows["r3m-swift1-qwen14bchat-lora-z3-4x3090"]
     assert not calib_data.whole_card({**row, "measured": {**row["measured"], "value": 22}})
     assert not calib_data.whole_card({**row, "gpu": None})
+
+
+def test_a_multi_rank_swift_row_is_launched_by_its_own_torchrun_unless_its_script_exports_expandable_segments():
+    """swift/cli/main.py runs torch.distributed.run with the shell's environment: a 2-process ZeRO-3 row is given a
+    torchrun line (no expandable segments); a row whose script exports PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    (examples/train/cached_dataset/sft.sh:11 at 3602360a5), a one-GPU row, an FSDP row and an LLaMA-Factory row get
+    none. The line reads back as torchrun over that many ranks."""
+    from finetune_doctor.readers.config.accelerate import parse_launch_or_none
+
+    rows = _rows()
+    line = calib_data.launch_line(rows["swift-zero3-lora-qwen25-7b"])   # world 2, no card named
+    assert line == "torchrun --nproc_per_node 2 swift/cli/sft.py"
+    launch = parse_launch_or_none(line, "cmdline.txt")
+    assert launch.launcher == "torchrun" and launch.options["nproc_per_node"] == "2"
+    assert calib_data.launch_line(rows["r3m-swift1-qwen7bchat-full-z3-4xa100"]).startswith("torchrun --nproc_per_node 4 ")
+    for rid in ("swift-cached-full-qwen25-7b-z3", "swift-full-qwen25-7b", "swift-fsdp2-lora-qwen25-7b"):
+        assert calib_data.launch_line(rows[rid]) is None, rid
+    assert calib_data.launch_line({**rows["swift-zero3-lora-qwen25-7b"], "framework": "LLaMA-Factory"}) is None
