@@ -157,14 +157,74 @@ def samples_fill(row: dict[str, Any]) -> bool:
     return (row.get("samples") or default) == "fill"
 
 
-def measured_gib(row: dict[str, Any], capacity_gib: float | None = None) -> float | None:
-    """The measurement in GiB, or None. A ``boundary`` row (GB-class) is the card's capacity (`capacity_gib`)."""
+# A figure that is the card's own size says the run fit on that card, not what it held: ms-swift's comments write the
+# card a run needs in the same words as a reading. Self-cognition-best-practice.md at a3fe40084 heads its run
+# "# Experimental environment: 3090, V100, ..." / "# 24GB GPU memory" (:107-108) while the log printed below it
+# peaks at memory(GiB) 20.5 (:131-148, first at :146: torch's max reserved; nvidia-smi adds the CUDA context, about 0.5 GiB, so
+# about 22.5 GB, not 24). So an ms-swift figure of unknown counter equal to the named card's marketed size
+# ('4 * 24GB' on RTX 3090s, '80GB' on an A100-80GB) is not compared: the row keeps its outcome (it trained) and has
+# no measurement, as the rows already written that way have ("8*80GB": swift-bench-qwen25-14b-z2, "8 * 80GiB":
+# swift-full-qwen25-32b-z3). A row whose card is not named (sized on calibrate.py's default card) is left as it is.
+WHOLE_CARD_FRAMEWORKS = ("ms-swift",)
+
+
+def whole_card(row: dict[str, Any]) -> bool:
+    """Whether `row`'s figure is its card's marketed size under WHOLE_CARD_FRAMEWORKS (a statement of the card, not
+    a reading): unknown counter, GB or GiB, value equal to the catalogue's ``nominal_gb`` of the card ``gpu`` names."""
+    import re
+
     m = row.get("measured")
-    if not m:
+    if (not m or m.get("kind") != "unknown" or m.get("unit") not in ("GB", "GiB") or not row.get("gpu")
+            or not str(row.get("framework") or "").startswith(WHOLE_CARD_FRAMEWORKS)):
+        return False
+    from finetune_doctor.hardware.catalog import lookup
+
+    card = lookup(re.sub(r"^\d+\s*[xX]\s*", "", str(row["gpu"])))
+    return card is not None and float(m["value"]) == float(card.nominal_gb)
+
+
+def measured_gib(row: dict[str, Any], capacity_gib: float | None = None) -> float | None:
+    """The measurement in GiB, or None (none, or the card's size under `whole_card`). A ``boundary`` row (GB-class)
+    is the card's capacity (`capacity_gib`)."""
+    m = row.get("measured")
+    if not m or whole_card(row):
         return None
     if m["unit"] == "GB-class":
         return capacity_gib
     return float(m["value"]) * UNIT_BYTES[m["unit"]] / GIB
+
+
+# What the counter of a row's figure is, where a framework rule settles what the row left ``unknown``.
+# ms-swift's trainer logs ``memory(GiB)``, torch's ``max_memory_reserved`` (swift/trainers/mixin.py:520-524 and
+# :559-560 at v2.6.1, :390-392 and :422-423 at v3.5.0; swift/trainers/callback.py:21 and :37 at d0368be8f), but the
+# rows' figures are the comments of example scripts and pages ('# 4 * 22GB GPU memory'), which do not say what was
+# read. Where a page shows its reading beside such a comment, it is nvidia-smi: qwen2-vl-best-practice.md at
+# 9f3f65ddc puts a screenshot of nvidia-smi (docs/resources/qwen2-vl/1.png) under "GPU Memory Usage", and the comment
+# '# 24GB GPU memory' of Self-cognition-best-practice.md:108 at a3fe40084 sits above the largest memory(GiB) of its
+# own log, 20.5 GiB (22.0 GB). So on a CUDA card such a figure stays compared with the total, as any unknown counter
+# (benchmarks/calibrate.py ``compare``). On an Ascend NPU swift printed no memory at all from ba98cacbe (2024-06-11:
+# ``if not is_torch_npu_available()`` before the memory(GiB) line, mixin.py:559 at v2.6.1) until d0368be8f
+# (2025-11-19, "memory log is missing on Ascend NPU", callback.py:37-38 before it): a figure an ms-swift page gives for
+# a run on a 910B in that window was read from npu-smi, the card's own reading (HBM-Usage: calibrate.py
+# ``npu_smi_offset_gib``), so its counter is nvidia-smi's.
+NPU_NO_LOG_FRAMEWORKS = ("ms-swift",)
+NPU_NO_LOG_DATES = ("2024-06-11", "2025-11-19")   # [first day without the memory log on an NPU, the fix's day)
+
+
+def counter_of(row: dict[str, Any]) -> str | None:
+    """The counter `row`'s figure is compared as (``measured.kind``, module docstring), after the framework rule
+    above: an ms-swift figure of unknown counter on an Ascend card dated in NPU_NO_LOG_DATES is ``nvidia-smi``
+    (npu-smi's reading). None without a measurement."""
+    m = row.get("measured")
+    if not m:
+        return None
+    kind = str(m["kind"])
+    card = str(row.get("gpu") or "")
+    first, fixed = NPU_NO_LOG_DATES
+    if (kind == "unknown" and str(row.get("framework") or "").startswith(NPU_NO_LOG_FRAMEWORKS) and "Ascend" in card
+            and first <= str(row.get("date") or "") < fixed):
+        return "nvidia-smi"
+    return kind
 
 
 # -- translating other frameworks' runs: rules per framework, applied to every row of it ------------------------
@@ -263,6 +323,55 @@ FRAMEWORK_MIXED_PRECISION: dict[str, str] = {"fms-hf-tuning SFTTrainer (fms-acce
                                              "llama-cookbook finetuning.py (FSDP, pure bf16)": "no",
                                              "llama-cookbook finetuning.py (FSDP, pure bf16, low_cpu_fsdp)": "no",
                                              "torchtune": "no"}
+
+
+# How a framework starts its ranks, where that is not how LLaMA-Factory starts them. ``llamafactory-cli train`` on
+# several GPUs runs torchrun and exports ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` to it
+# (analyzers/memory/launchenv.py), which the doctor assumes when nothing says how a multi-rank run is launched.
+# ms-swift starts torchrun itself and leaves the allocator as the shell has it: ``swift sft``/``rlhf`` with
+# NPROC_PER_NODE runs ``python -m torch.distributed.run`` over the entry file (swift/cli/main.py:23-28 and :48-55 at
+# v3.0.0; :30-35 and :98 at 3602360a5; ``torchrun`` at :53 at v1.5.0), and the 1.x example scripts call torchrun
+# themselves (examples/pytorch/llm/scripts/qwen_7b_chat/lora_ddp_ds/sft.sh:7 at 6d256563b). No file under swift/
+# sets PYTORCH_CUDA_ALLOC_CONF at v1.5.0, v2.6.1, v3.0.0, v3.5.0, v3.10.0 or v4.0.0 (git grep; only the GRPO vLLM
+# rollout toggles expandable segments, around its weight sync: trainers/rlhf_trainer/rollout_mixin.py:211/:234 at
+# v3.10.0). So a multi-rank ms-swift row without FSDP is given its launch line (``--launch``: torchrun started by
+# hand, the allocator's default segments), unless the script or command it cites exports the variable itself:
+# SWIFT_EXPANDABLE_SOURCES, source address -> the line that does, each read at the commit the source names.
+OWN_TORCHRUN_FRAMEWORKS = ("ms-swift",)
+SWIFT_EXPANDABLE_SOURCES: dict[str, str] = {
+    "https://github.com/modelscope/ms-swift/blob/f7ec0e98c/examples/train/multimodal/rlhf/dpo/full.sh": ":4",
+    "https://github.com/modelscope/ms-swift/blob/880cea114/examples/train/padding_free/dpo_vlm.sh": ":3",
+    "https://github.com/modelscope/ms-swift/blob/746d8c688/examples/train/packing/dpo_vlm.sh": ":2",
+    "https://github.com/modelscope/ms-swift/blob/646e87e51/docs/source_en/BestPractices/Qwen3-VL-Best-Practice.md":
+        ":176 (the dense-model run under '# 2 * 21GiB')",
+    "https://github.com/modelscope/ms-swift/blob/3602360a5/examples/train/packing/dpo.sh": ":2",
+    "https://github.com/modelscope/ms-swift/blob/3602360a5/examples/train/full/qwen2_5_32b.sh": ":2",
+    "https://github.com/modelscope/ms-swift/blob/710553d85/examples/train/flash_attention_3/transformers.sh": ":7",
+    "https://github.com/modelscope/ms-swift/blob/6c44707d7/examples/models/qwen3_5/transformers.sh": ":2",
+    "https://github.com/modelscope/ms-swift/blob/81dd57a33/docs/source_en/BestPractices/Qwen3_5-Best-Practice.md":
+        ":111 (the run under '# 4 * 20GiB')",
+    "https://github.com/modelscope/ms-swift/blob/06a8f59f2/examples/models/qwen3_vl/mixed.sh": ":2",
+    "https://github.com/modelscope/ms-swift/blob/3602360a5/docs/source_en/Megatron-SWIFT/Quick-start.md":
+        "examples/megatron/benchmark/deepspeed.sh:4 at 3602360a5, the script its DeepSpeed columns link",
+    "https://github.com/modelscope/ms-swift/blob/3602360a5/examples/train/cached_dataset/sft.sh": ":11",
+    "https://github.com/modelscope/ms-swift/issues/7031": "the user's command (the row's notes)",
+}
+# Read and left out of the list: Qwen3-Best-Practice.md at 3602360a5 exports it at :343 only, for the two-node run;
+# its 4-GPU full fine-tuning under '# 4 * 60GB' (:219-223) exports nothing.
+
+
+def launch_line(row: dict[str, Any]) -> str | None:
+    """The launch command line the doctor is given for `row` (OWN_TORCHRUN_FRAMEWORKS: torchrun over its ranks),
+    or None for a row launched as LLaMA-Factory launches (one rank, FSDP through accelerate, another framework, or a
+    source in SWIFT_EXPANDABLE_SOURCES)."""
+    import re
+
+    spec = str(row.get("gpu") or "")
+    ranks = int(spec.split("x", 1)[0]) if re.match(r"^\d+x", spec) else int(row.get("world") or 1)
+    if (ranks < 2 or row.get("fsdp") or not str(row.get("framework") or "").startswith(OWN_TORCHRUN_FRAMEWORKS)
+            or str(row.get("source") or "").split("#", 1)[0] in SWIFT_EXPANDABLE_SOURCES):
+        return None
+    return f"torchrun --nproc_per_node {ranks} swift/cli/sft.py"
 
 
 # Datasets whose every sample is far shorter than the cutoff a row's framework defaults to. A batch is padded to its

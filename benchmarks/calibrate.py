@@ -85,8 +85,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("FINETUNE_DOCTOR_NO_NVML", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from calib_data import FRAMEWORK_MIXED_PRECISION, config_for, load_rows, measured_gib, model_config_for, pins_for, \
-    samples_fill  # noqa: E402
+from calib_data import FRAMEWORK_MIXED_PRECISION, config_for, counter_of, launch_line, load_rows, measured_gib, \
+    model_config_for, pins_for, samples_fill  # noqa: E402
 import calib_heldout  # noqa: E402
 import calib_loro  # noqa: E402
 import calib_loso  # noqa: E402
@@ -180,8 +180,13 @@ def predict(row: dict[str, Any]) -> dict[str, Any]:
         if pins_for(row):   # the framework's pinned packages, as the training machine's pip freeze (calib_data.py)
             env = Path(tmp) / "pip-freeze.txt"
             env.write_text("".join(f"{k}=={v}\n" for k, v in sorted(pins_for(row).items())))
+        launch = None
+        if launch_line(row):   # how the row's framework starts its ranks (calib_data.py OWN_TORCHRUN_FRAMEWORKS)
+            launch = Path(tmp) / "cmdline.txt"
+            launch.write_text(launch_line(row) + "\n", encoding="utf-8")
         opts = Options(command="estimate", paths=(str(path),), gpu=gpu, offline=True, env_file=str(env) if env else None,
-                       accelerate_config=str(acc) if acc else None, model_config=str(mc) if mc.exists() else None)
+                       accelerate_config=str(acc) if acc else None, model_config=str(mc) if mc.exists() else None,
+                       launch=str(launch) if launch else None)
         try:
             asm = assemble_config(str(path), (), opts)
         except InputError as err:
@@ -365,7 +370,7 @@ def compare(row: dict[str, Any], pred: dict[str, Any]) -> dict[str, Any] | None:
     m = row.get("measured")
     if not m or "error" in pred:
         return None
-    kind = m["kind"]
+    kind = counter_of(row)   # the row's counter, or the one a framework rule of calib_data.py settles
     meas = measured_gib(row, pred.get("capacity"))
     if meas is None:
         return None
