@@ -9,7 +9,7 @@ from typing import Any
 
 from finetune_doctor.analyzers.postmortem import refmodel
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause, raised_at, warning_lead
-from finetune_doctor.analyzers.postmortem.cutcause import dependency_check_lead, frame_lead, lead_kind, staged_save_lead
+from finetune_doctor.analyzers.postmortem.cutcause import args_lead, dependency_check_lead, frame_lead, lead_kind, staged_save_lead
 from finetune_doctor.analyzers.postmortem.saidstack import stack_text
 from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
@@ -589,7 +589,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
         # the frames alone name the cause where only one exception can leave them (cutcause.py; the versions the
         # user's words state beside the paste name the package), else the warning printed above the traceback
         dep = dependency_check_lead(tb, versions or {}, stack_text(ev))
-        lead = dep or staged_save_lead(tb, versions or {}) or warning_lead(tb) or frame_lead(tb)
+        lead = dep or staged_save_lead(tb, versions or {}) or args_lead(ev, tb) or warning_lead(tb) or frame_lead(tb)
     tb_exc = _traceback_before(ev, exc) if exc else None
     cause = crash_cause(ev, exc, tb_exc, model or {}, versions or {}) if exc else (
         {"kind": "dependency-check" if dep else lead_kind(lead), "text": lead} if lead else None)

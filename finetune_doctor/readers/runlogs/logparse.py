@@ -187,7 +187,7 @@ class TextLogParser(FailureLines, MomentLines, NpuLines):
             self._run_end(text, line)
         if "Time to load cpu_adam op" in text:   # DeepSpeed op_builder/builder.py:624 (0.19.8): ZeRO-Offload's Adam
             self.fact("cpu_adam", True, line)
-        if "examples/s]" in text or "[c10d] waitForInput" in text:
+        if "examples/s]" in text or "ba/s]" in text or "s/ba]" in text or "[c10d] waitForInput" in text:
             self._barrier_wait(text, line, rank)
         if "Traceback (most recent" in text:
             self.timing["tb_open"] = True
@@ -393,7 +393,7 @@ class TextLogParser(FailureLines, MomentLines, NpuLines):
         if m:
             self.keep.add("notices", Notice(self.path, line, self.during(), "store-timeout", text.strip()[:300],
                                             {"rank": rank, "ms": int(m.group("ms"))}))
-        b = pat.DATASETS_BAR.search(text) if "examples/s]" in text else None
+        b = pat.DATASETS_BAR.search(text) if "/s]" in text or "s/ba]" in text else None
         if b:
             secs = 0
             for part in b.group("el").split(":"):

@@ -1,0 +1,121 @@
+"""Round 11's kinds (issue #25, wt/pmfix15), each in a paste of its own shape that is not the round's text
+(fixtures/postmortem/real_threads/cases_m.py holds the threads): the exception whose own words carry the cause
+(analyzers/postmortem/msgcause.py), the c10d store's timeout beside the main process's preprocessing bar
+(collectives.py `barrier_facts`), and the further kinds below.
+"""
+
+from __future__ import annotations
+
+from pmhelp import first_of_text as first
+
+# -- an exception whose words state the cause ------------------------------------------------------------------------
+
+PICKLE_MAP = """\
+[INFO|2024-05-02 10:11:12] llamafactory.data.loader:52 >> Loading dataset identity.json...
+Converting format of dataset (num_proc=16): 100%|██████████| 91/91 [00:00<00:00, 512.45 examples/s]
+Running tokenizer on dataset (num_proc=16):   0%|          | 0/91 [00:00<?, ? examples/s]
+Traceback (most recent call last):
+  File "/opt/conda/lib/python3.10/site-packages/multiprocess/pool.py", line 125, in worker
+    result = (True, func(*args, **kwds))
+  File "/opt/conda/lib/python3.10/site-packages/dill/_dill.py", line 388, in save
+    StockPickler.save(self, obj, save_persistent_id)
+TypeError: cannot pickle 'builtins.CoreBPE' object"""
+
+
+def test_an_unpicklable_tiktoken_tokenizer_in_a_map_names_tiktoken_and_the_workers(tmp_path):
+    f = first(tmp_path, PICKLE_MAP)
+    assert f.name == "run-crashed"
+    assert "tiktoken" in f.message and "num_proc=16" in f.message
+    assert "preprocessing_num_workers: 1" in f.message
+
+
+def test_an_unpicklable_lock_names_the_lock_not_tiktoken(tmp_path):
+    f = first(tmp_path, PICKLE_MAP.replace("'builtins.CoreBPE'", "'_thread.RLock'"))
+    assert "thread lock" in f.message and "tiktoken" not in f.message
+
+
+RESUME_DS = """\
+[INFO|trainer.py:2128] 2024-09-20 10:00:00,000 >> ***** Running training *****
+[INFO|trainer.py:2129] 2024-09-20 10:00:00,000 >>   Num examples = 48,000
+Traceback (most recent call last):
+  File "/usr/local/lib/python3.10/dist-packages/transformers/trainer.py", line 1938, in train
+    return inner_training_loop(
+  File "/usr/local/lib/python3.10/dist-packages/transformers/trainer.py", line 2110, in _inner_training_loop
+    deepspeed_load_checkpoint(
+  File "/usr/local/lib/python3.10/dist-packages/transformers/integrations/deepspeed.py", line 427, in deepspeed_load_checkpoint
+    raise ValueError(f"Can't find a valid checkpoint at {checkpoint_path}")
+ValueError: Can't find a valid checkpoint at saves/qwen2-7b/full/sft/checkpoint-500"""
+
+
+def test_a_resume_without_a_valid_checkpoint_names_save_only_model(tmp_path):
+    f = first(tmp_path, RESUME_DS)
+    assert f.name == "run-crashed"
+    assert "save_only_model" in f.message and "global_step" in f.message
+    assert "the words name save_only_model" not in f.message   # the paste does not say it
+
+
+def test_a_resume_said_with_save_only_model_leads_with_the_words(tmp_path):
+    f = first(tmp_path, "I trained with save_only_model: true and now resuming fails\n" + RESUME_DS)
+    assert "the words name save_only_model" in f.message
+
+
+def test_libuv_missing_names_windows_and_the_switch(tmp_path):
+    f = first(tmp_path, """\
+PS C:\\Users\\me\\proj> torchrun --standalone --nproc_per_node=2 train.py
+  File "C:\\Users\\me\\miniconda3\\envs\\t\\Lib\\site-packages\\torch\\distributed\\rendezvous.py", line 189, in _create_c10d_store
+    return TCPStore(
+RuntimeError: use_libuv was requested but PyTorch was build without libuv support""")
+    assert f.name == "run-crashed"
+    assert "Windows" in f.message and "USE_LIBUV=0" in f.message
+
+
+def test_cublaslt_error_names_bitsandbytes_int8_and_4bit(tmp_path):
+    f = first(tmp_path, """\
+loading the 13B in 8bit on an H800 node
+Traceback (most recent call last):
+  File "/usr/local/lib/python3.10/dist-packages/bitsandbytes/autograd/_functions.py", line 395, in forward
+    out32, Sout32 = F.igemmlt(C32A, state.CxB, SA, state.SB)
+  File "/usr/local/lib/python3.10/dist-packages/bitsandbytes/functional.py", line 1792, in igemmlt
+    raise Exception('cublasLt ran into an error!')
+Exception: cublasLt ran into an error!""")
+    assert f.name == "run-crashed"
+    assert "bitsandbytes" in f.message and "4-bit" in f.message and "H800" in f.message
+
+
+def test_unknown_args_above_a_cut_traceback_name_the_renamed_key(tmp_path):
+    f = first(tmp_path, """\
+Got unknown args, potentially deprecated arguments: ['--name_module_trainable', 'q_proj,v_proj']
+Traceback (most recent call last):
+  File "/data/LLaMA-Factory/src/train_bash.py", line 14, in <module>
+    main()
+  File "/data/LLaMA-Factory/src/llmtuner/train/tuner.py", line 26, in run_exp
+    model_args, data_args, training_args, finetuning_args, generating_args = get_train_args(args)
+  File "/data/LLaMA-Factory/src/llmtuner/hparams/parser.py", line 91, in get_train""")
+    assert f.name == "run-crashed"
+    assert "--name_module_trainable (renamed to freeze_trainable_modules)" in f.message
+
+
+# -- the store's own timeout beside the main process's preprocessing bar ---------------------------------------------
+
+BAR_TIMEOUT = ("Running tokenizer on train dataset:  61%|██████    | 610000/1000000 [29:58<19:10, 339.01 examples/s]"
+               "Traceback (most recent call last):\n"
+               '  File "run_clm.py", line 640, in <module>\n'
+               "    main()\n"
+               "RuntimeError: Socket Timeout")
+
+
+def test_a_socket_timeout_beside_the_tokenizer_bar_is_the_barrier_timeout(tmp_path):
+    f = first(tmp_path, BAR_TIMEOUT)
+    assert f.name == "nccl-timeout"
+    assert "Running tokenizer on train dataset" in f.message and "29 min 58 s" in f.message
+
+
+def test_a_socket_timeout_without_a_bar_stays_the_crash(tmp_path):
+    f = first(tmp_path, BAR_TIMEOUT.split("]", 1)[1])
+    assert f.name == "run-crashed"
+
+
+def test_a_datasets_1_batch_bar_is_read(tmp_path):
+    f = first(tmp_path, BAR_TIMEOUT.replace("610000/1000000 [29:58<19:10, 339.01 examples/s]",
+                                            "61/100 [29:58<19:10, 29.48s/ba]"))
+    assert f.name == "nccl-timeout" and "61 %" in f.message
