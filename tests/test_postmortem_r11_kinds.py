@@ -119,3 +119,31 @@ def test_a_datasets_1_batch_bar_is_read(tmp_path):
     f = first(tmp_path, BAR_TIMEOUT.replace("610000/1000000 [29:58<19:10, 339.01 examples/s]",
                                             "61/100 [29:58<19:10, 29.48s/ba]"))
     assert f.name == "nccl-timeout" and "61 %" in f.message
+
+
+# -- a stop from outside named by torchelastic's class alone --------------------------------------------------------
+
+def test_torchelastics_signal_exception_named_alone_is_a_stop_from_outside(tmp_path):
+    f = first(tmp_path, "multi-node job dies every night with\n"
+                        "raise SignalException(f\"Process {os.getpid()} got signal: {sigval}\", sigval=sigval)\n"
+                        "torch.distributed.elastic.multiprocessing.api.SignalException\n"
+                        "no OOM, no NCCL error before it")
+    assert f.name == "stopped-from-outside"
+
+
+# -- errno 28 where the full device is the container's /dev/shm -----------------------------------------------------
+
+ENOSPC = """\
+OSError: [Errno 28] No space left on device: '/workspace/ckpt/iter_0002000'
+docker run --gpus all -it -v /data:/data nvcr.io/nvidia/pytorch:24.01-py3 bash"""
+
+
+def test_errno_28_in_a_container_without_shm_size_names_dev_shm(tmp_path):
+    f = first(tmp_path, ENOSPC)
+    assert f.name == "disk-full"
+    assert "/dev/shm" in f.message and "--shm-size" in f.message
+
+
+def test_errno_28_in_a_container_with_shm_size_stays_the_disk(tmp_path):
+    f = first(tmp_path, ENOSPC.replace("-it -v", "--shm-size=32g -it -v"))
+    assert f.name == "disk-full" and "/dev/shm" not in f.message

@@ -15,7 +15,8 @@ kind, not from one sentence):
 - interrupted (rule stopped-from-outside): a sender named: SIGTERM (signal 15: schedulers, ``kill``, Kubernetes'
   grace period; torchelastic's own "closing signal SIGTERM" to the other ranks after a failure is not one), SIGINT /
   KeyboardInterrupt / Ctrl-C, a job pre-empted or cancelled, Slurm's "CANCELLED ... DUE TO TIME LIMIT" (slurmstepd),
-  the session the run hung on closed (ssh, tmux, a terminal; SIGHUP), a pod evicted. Tried before ``stopped`` (a run
+  the session the run hung on closed (ssh, tmux, a terminal; SIGHUP), a pod evicted, torchelastic's SignalException
+  named alone. Tried before ``stopped`` (a run
   said to end with no error: the sender is what the words add) and after every specific symptom.
 - host-oom: host RAM said to grow or leak ("RAM keeps growing", "内存一直涨", "memory leak ... RAM").
 - killed: the shell's "Killed" anywhere in a sentence ("训练时 Killed", "it just says Killed"), case-sensitive as
@@ -47,7 +48,9 @@ SENT_STOP = re.compile(
     r"\b(?:job|run|training) (?:was |got )?cancell?ed (?:by|due to|because)\b|\bscancel(?:led|ed)?\b|被(?:调度|集群|平台)\S{0,6}(?:抢占|取消|终止)|"
     r"\b(?:ssh|terminal|tmux|screen|remote)\b(?: session| connection)?\s+(?:was |got )?(?:disconnect\w*|dropped|closed|"
     r"lost|timed out|died)|\b(?:closed|lost) (?:the |my )?(?:ssh|terminal|session|connection)\b|\bSIGHUP\b|"
-    r"\bevict(?:ed|ion)\b|(?:ssh|终端|远程连接|连接|会话)\S{0,6}(?:断开|断了|掉线|关闭|关了)|关(?:掉|闭)了?终端|驱逐", _I)
+    # torchelastic's SignalException named alone (elastic/multiprocessing/api.py: the agent's handler of SIGTERM,
+    # SIGINT, SIGHUP, SIGQUIT raises it; its "Process N got signal: S" form is a log line, logfailures.py)
+    r"\bSignalException\b|\bevict(?:ed|ion)\b|(?:ssh|终端|远程连接|连接|会话)\S{0,6}(?:断开|断了|掉线|关闭|关了)|关(?:掉|闭)了?终端|驱逐", _I)
 
 RAM_GROWS = re.compile(
     r"\b(?:RAM|CPU memory|host memory|system memory)\b(?: usage)?\s+(?:keeps?\s+|kept\s+|is\s+|was\s+)?"
