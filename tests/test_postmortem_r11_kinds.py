@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pmhelp import first_of_text as first
 
 # -- an exception whose words state the cause ------------------------------------------------------------------------
@@ -147,3 +149,24 @@ def test_errno_28_in_a_container_without_shm_size_names_dev_shm(tmp_path):
 def test_errno_28_in_a_container_with_shm_size_stays_the_disk(tmp_path):
     f = first(tmp_path, ENOSPC.replace("-it -v", "--shm-size=32g -it -v"))
     assert f.name == "disk-full" and "/dev/shm" not in f.message
+
+
+# -- a loss said to train first and then collapse to 0 or NaN -------------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    "the loss hovered around 1.8 for 300 steps, then dropped to 0 and stayed there",
+    "全参微调 qwen2-7b，一开始 loss 在 1.5 左右，跑到 800 步之后 loss 就开始为 nan",
+    "LoRA on llama3: loss was fine for the first 50 steps, then suddenly nan",
+])
+def test_a_loss_said_to_train_then_collapse_names_the_learning_rate_first(tmp_path, text):
+    f = first(tmp_path, text)
+    assert f.name == "learning-rate-too-high-confirmed"
+    assert f.severity == "warning" and "fp16" in f.message   # words alone: the other cause is named too
+
+
+@pytest.mark.parametrize("text, rule", [
+    ("loss is nan from the very first step", "nan-loss"),
+    ("fp16 training of qwen2: loss 2.0 for the first 50 steps, then nan", "nan-loss"),   # fp16 named: fp16 first
+])
+def test_a_collapse_without_a_loss_that_trained_first_stays_its_symptom(tmp_path, text, rule):
+    assert first(tmp_path, text).name == rule

@@ -27,6 +27,7 @@ kind, not from one sentence):
 - version: a package said too old or too new, or not supported at a release ("transformers too old for gemma3",
   "torch 2.6 不支持"), a release said to fix or to work where another fails ("pip install transformers==4.49.0 fixed
   it").
+- loss-zero: a loss said to change to 0 with a clause between (round 11, ChatGLM-Efficient-Tuning#267's kind).
 - error: a thing the run could not do ("could not save the adapter", "unable to load"), a title that ends on the word
   error/bug after what was run ("llamafactory 0.9.2 with transformers 4.48 error").
 """
@@ -83,6 +84,12 @@ ERROR_MORE = re.compile(
     r"^\s*(?:\[[^\]\n]{1,20}\]\s*)?[^\n]{3,100}?(?<!no )(?<!any )(?<!without )\b(?:errors?|bug)\s*[.!?。！？]*\s*$",
     _I | re.M)
 
+# a loss said to change to 0 with a clause between ("loss先在2左右上下波动，然后突然变成0", "the loss hovered around
+# 1.8, then dropped to 0"): the verb of change before the 0 is what the plain form's 12 characters miss
+LOSS_TO_ZERO = re.compile(
+    r"(?:loss|损失)(?:[^\n.。]|\.\d){0,40}?(?:变成|变为|降到|降为|掉到|到了|\bdrop(?:s|ped)? to|\bfell to|\bfalls? to|"
+    r"\bwent to|\bgoes to|\bbecame|\bbecomes)\s*(?:0(?:\.0+)?(?![\d.%])|zero\b|零)", _I)
+
 # (where, anchor symptom, symptom, pattern): "after" tries the pattern right after the anchor's first run of entries
 # (the forms it already had keep their reading, and no other symptom comes between), "before" right before it
 PLACED: tuple[tuple[str, str, str, re.Pattern[str]], ...] = (
@@ -92,6 +99,7 @@ PLACED: tuple[tuple[str, str, str, re.Pattern[str]], ...] = (
     ("after", "hang", "hang", HANG_MORE),
     ("after", "nccl-error", "nccl-error", NCCL_MORE),
     ("after", "version", "version", VERSION_MORE),
+    ("after", "loss-zero", "loss-zero", LOSS_TO_ZERO),
     ("before", "error", "error", ERROR_MORE),   # before the first catch-all error form, which is no more specific
 )
 
