@@ -170,3 +170,27 @@ def test_a_loss_said_to_train_then_collapse_names_the_learning_rate_first(tmp_pa
 ])
 def test_a_collapse_without_a_loss_that_trained_first_stays_its_symptom(tmp_path, text, rule):
     assert first(tmp_path, text).name == rule
+
+
+# -- host RAM in words -----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    "excessive memory usage when I turn on offload_optimizer: cpu, the node swaps and dies",
+    "开启 offload 之后内存占用异常，机器直接卡死",
+    "full finetune with zero2 cpu offload gets OOM after the first epoch, when the dataloader workers restart",
+    "num_workers=16 forks copies of the dataset and the job hits OOM",
+])
+def test_memory_said_beside_what_holds_host_ram_is_the_hosts(tmp_path, text):
+    assert first(tmp_path, text).name == "host-oom-killed"
+
+
+def test_an_oom_said_of_the_gpu_beside_offload_stays_the_gpus(tmp_path):
+    assert first(tmp_path, "CUDA OOM even with offload_param on 8 GPUs").name == "cuda-oom"
+
+
+@pytest.mark.parametrize("text", [
+    "每次保存模型之后训练就退出了，也没有报错",
+    "跑到第二个epoch进程结束了，无任何报错",
+])
+def test_a_stop_then_no_error_in_the_chinese_order_is_a_silent_stop(tmp_path, text):
+    assert first(tmp_path, text).name == "host-oom-killed"

@@ -18,7 +18,9 @@ kind, not from one sentence):
   the session the run hung on closed (ssh, tmux, a terminal; SIGHUP), a pod evicted, torchelastic's SignalException
   named alone. Tried before ``stopped`` (a run
   said to end with no error: the sender is what the words add) and after every specific symptom.
-- host-oom: host RAM said to grow or leak ("RAM keeps growing", "内存一直涨", "memory leak ... RAM").
+- host-oom: host RAM said to grow or leak ("RAM keeps growing", "内存一直涨", "memory leak ... RAM"); memory use said
+  abnormal beside CPU offload (round 11, DeepSpeed#4380's kind).
+- stopped: a stop, then "no error", in the Chinese order (round 11, LlamaFactory#815's kind).
 - killed: the shell's "Killed" anywhere in a sentence ("训练时 Killed", "it just says Killed"), case-sensitive as
   bash prints it.
 - hang: nothing printed any more, GPU utilisation said to drop to 0, waiting forever or at a barrier, 没有任何反应.
@@ -90,11 +92,24 @@ LOSS_TO_ZERO = re.compile(
     r"(?:loss|损失)(?:[^\n.。]|\.\d){0,40}?(?:变成|变为|降到|降为|掉到|到了|\bdrop(?:s|ped)? to|\bfell to|\bfalls? to|"
     r"\bwent to|\bgoes to|\bbecame|\bbecomes)\s*(?:0(?:\.0+)?(?![\d.%])|zero\b|零)", _I)
 
+# a stop and then "no error" in the Chinese order ("存储checkpoint后任务停掉，无报错", "训练到一半就退出了，也没有报错")
+STOPPED_MORE = re.compile(
+    r"(?:停掉|停止|停了|中断|退出|结束|挂掉|断掉|没了)了?\s*[，,、]?\s*(?:也|但是?|并且)?\s*(?:没有|无|没)(?:任何)?(?:报错|错误|error)",
+    _I)
+
+# host memory said to be used abnormally beside CPU offload (DeepSpeed's ZeRO-Offload keeps the optimizer states, and
+# ZeRO-3's offload the parameters, in host RAM): "abnormal memory usage with zero3 ... offload", "offload 时内存占用异常"
+_ABNORMAL = (r"(?:\b(?:abnormal|excessive|huge|unusual|enormous)\s+(?:CPU |host |system )?memory\s+(?:usage|consumption|use)\b|"
+             r"内存(?:占用|消耗|使用)(?:异常|过大|过高|太大|太高|很大)|大量内存消耗)")
+MEMORY_ABNORMAL = re.compile(_ABNORMAL + r"[^.\n。?？]{0,60}?offload|offload[^.\n。?？]{0,60}?" + _ABNORMAL, _I)
+
 # (where, anchor symptom, symptom, pattern): "after" tries the pattern right after the anchor's first run of entries
 # (the forms it already had keep their reading, and no other symptom comes between), "before" right before it
 PLACED: tuple[tuple[str, str, str, re.Pattern[str]], ...] = (
     ("before", "stopped", "interrupted", SENT_STOP),   # the sender outranks "ended with no error"
     ("after", "host-oom", "host-oom", RAM_GROWS),
+    ("after", "host-oom", "host-oom", MEMORY_ABNORMAL),
+    ("after", "stopped", "stopped", STOPPED_MORE),
     ("after", "killed", "killed", KILLED_WORD),
     ("after", "hang", "hang", HANG_MORE),
     ("after", "nccl-error", "nccl-error", NCCL_MORE),
