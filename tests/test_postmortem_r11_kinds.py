@@ -194,3 +194,22 @@ def test_an_oom_said_of_the_gpu_beside_offload_stays_the_gpus(tmp_path):
 ])
 def test_a_stop_then_no_error_in_the_chinese_order_is_a_silent_stop(tmp_path, text):
     assert first(tmp_path, text).name == "host-oom-killed"
+
+
+# -- a model said not to learn at all ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    "after switching to FSDP the loss stays exactly the same every epoch (use_orig_params: false in my accelerate yaml)",
+    "训练了 3 个 epoch，loss 一直不变，模型根本没学到东西",
+])
+def test_a_loss_said_constant_is_no_update(tmp_path, text):
+    f = first(tmp_path, text)
+    assert f.name == "no-parameter-update"
+    assert ("use_orig_params off" in f.message) == ("use_orig_params" in text)
+
+
+def test_a_loss_said_not_decreasing_is_not_no_update(tmp_path):
+    (tmp_path / "train.log").write_text("loss is not decreasing after 2 epochs\n", encoding="utf-8")
+    from pmhelp import diagnose_dir
+    r = diagnose_dir(str(tmp_path))
+    assert not r.findings or r.findings[0].name != "no-parameter-update"

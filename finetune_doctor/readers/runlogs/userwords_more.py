@@ -20,6 +20,7 @@ kind, not from one sentence):
   said to end with no error: the sender is what the words add) and after every specific symptom.
 - host-oom: host RAM said to grow or leak ("RAM keeps growing", "内存一直涨", "memory leak ... RAM"); memory use said
   abnormal beside CPU offload (round 11, DeepSpeed#4380's kind).
+- no-update: the loss said to stay constant, a model said not to learn at all (round 11, accelerate#3256's kind).
 - stopped: a stop, then "no error", in the Chinese order (round 11, LlamaFactory#815's kind).
 - killed: the shell's "Killed" anywhere in a sentence ("训练时 Killed", "it just says Killed"), case-sensitive as
   bash prints it.
@@ -103,6 +104,15 @@ _ABNORMAL = (r"(?:\b(?:abnormal|excessive|huge|unusual|enormous)\s+(?:CPU |host 
              r"内存(?:占用|消耗|使用)(?:异常|过大|过高|太大|太高|很大)|大量内存消耗)")
 MEMORY_ABNORMAL = re.compile(_ABNORMAL + r"[^.\n。?？]{0,60}?offload|offload[^.\n。?？]{0,60}?" + _ABNORMAL, _I)
 
+# a model said not to learn at all: the loss said to stay constant across steps or epochs, or learning said absent
+# ("loss stays constant for each epoch", "the model learns nothing", "loss 一直不变"); "loss not decreasing" is not
+# one (slow learning, a low learning rate)
+NO_UPDATE_MORE = re.compile(
+    r"\bloss(?:es)?\s+(?:stays?|stayed|remains?|remained|is|was|keeps?|kept)\s+(?:exactly\s+|completely\s+|totally\s+)?"
+    r"(?:constant|the same|unchanged|identical)\b|\b(?:completely|totally)\s+not\s+learning\b|\bnot learning at all\b|"
+    r"\b(?:does(?:n't| not)|did(?:n't| not)) learn (?:at all|anything)\b|\blearns? nothing\b|"
+    r"(?:loss|损失)\s*(?:值)?\s*(?:一直|始终|完全|根本)(?:都)?(?:不变|没有?变化?|保持不变)", _I)
+
 # (where, anchor symptom, symptom, pattern): "after" tries the pattern right after the anchor's first run of entries
 # (the forms it already had keep their reading, and no other symptom comes between), "before" right before it
 PLACED: tuple[tuple[str, str, str, re.Pattern[str]], ...] = (
@@ -110,6 +120,7 @@ PLACED: tuple[tuple[str, str, str, re.Pattern[str]], ...] = (
     ("after", "host-oom", "host-oom", RAM_GROWS),
     ("after", "host-oom", "host-oom", MEMORY_ABNORMAL),
     ("after", "stopped", "stopped", STOPPED_MORE),
+    ("after", "no-update", "no-update", NO_UPDATE_MORE),
     ("after", "killed", "killed", KILLED_WORD),
     ("after", "hang", "hang", HANG_MORE),
     ("after", "nccl-error", "nccl-error", NCCL_MORE),
