@@ -213,3 +213,24 @@ def test_a_loss_said_not_decreasing_is_not_no_update(tmp_path):
     from pmhelp import diagnose_dir
     r = diagnose_dir(str(tmp_path))
     assert not r.findings or r.findings[0].name != "no-parameter-update"
+
+
+# -- a hang said after the last metrics line --------------------------------------------------------------------------
+
+SWIFT_DICTS = """\
+{'loss': 1.2101, 'grad_norm': 3.11, 'learning_rate': 9.9e-05, 'token_acc': 0.71, 'epoch': 0.49, 'global_step/max_steps': '250/1000', 'percentage': '25.00%', 'elapsed_time': '1h 2m 3s', 'remaining_time': '3h 6m 9s', 'memory(GiB)': 61.2, 'train_speed(iter/s)': 0.067}
+{'loss': 1.1873, 'grad_norm': 2.87, 'learning_rate': 9.7e-05, 'token_acc': 0.72, 'epoch': 0.5, 'global_step/max_steps': '260/1000', 'percentage': '26.00%', 'elapsed_time': '1h 4m 31s', 'remaining_time': '3h 3m 41s', 'memory(GiB)': 61.2, 'train_speed(iter/s)': 0.067}"""
+
+
+def test_ms_swift_dicts_give_the_step_and_total(tmp_path):
+    from pmhelp import diagnose_dir
+    (tmp_path / "train.log").write_text(SWIFT_DICTS + "\n", encoding="utf-8")
+    r = diagnose_dir(str(tmp_path))
+    assert r.findings[0].name == "run-stopped-without-error"
+    assert "step 260 of 1000" in r.findings[0].message
+
+
+def test_a_hang_said_below_the_last_dict_is_a_hang_and_a_warning(tmp_path):
+    f = first(tmp_path, SWIFT_DICTS + "\n\nit has been stuck here for two hours, both nodes at 100% GPU util")
+    assert f.name == "run-hang" and f.severity == "warning"
+    assert "step 260 of 1000" in f.message and "stuck" in f.message

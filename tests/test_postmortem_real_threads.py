@@ -89,7 +89,7 @@ KNOWN_MISS_R10 = {"minicpmv862", "axolotl1617", "verl2012", "verifiers42", "qunb
 # metrics (benchmarks/results/real_threads.md, "Round 11, held out")
 KNOWN_MISS_R11 = {"thunder2116", "tinyllama152", "axolotl705", "ronin51",
                   "lf8437", "lf8210", "swift9640", "qwen38_104", "lf8794",
-                  "lf7084", "swift4680"}
+                  "lf7084"}
 KNOWN_MISS = (KNOWN_MISS_R4 | KNOWN_MISS_R5 | KNOWN_MISS_R6 | KNOWN_MISS_R7 | KNOWN_MISS_R8 | KNOWN_MISS_R9
               | KNOWN_MISS_R10 | KNOWN_MISS_R11 | {"mmdet12069", "della2", "lf10367"})
 

@@ -67,7 +67,7 @@ KILLED_WORD = re.compile(r"(?<![A-Za-z])Killed\b(?!\s+process\s+\d+\s+\(\S+\)\s+
 HANG_MORE = re.compile(
     r"\bnothing (?:is |gets )?(?:printed|logged|output)\b|\bno (?:more )?output\b[^.\n]{0,20}\bGPU\b|"
     r"\b(?:GPU )?util(?:i[sz]ation)?\s+(?:drops?|dropped|falls?|fell|goes|went|stays?|is)\s+(?:down\s+)?(?:to\s+)?0\s?%?(?![\d.])|"
-    r"\b(?:keeps?|kept|still|forever) waiting\b|\bwait(?:s|ing|ed)? forever\b|\bwait(?:s|ing)? (?:at|in|on) "
+    r"\b(?:keeps?|kept|still|forever) waiting\b|停留在(?:这|此)|\bwait(?:s|ing|ed)? forever\b|\bwait(?:s|ing)? (?:at|in|on) "
     r"(?:the )?(?:dist\.|torch\.distributed\.)?barrier\b|没(?:有)?任何反应|一直没(?:有)?动静", _I)
 
 NCCL_MORE = re.compile(
