@@ -93,7 +93,8 @@ def _no_checkpoint(cls: str, msg: str, text: str) -> str | None:
             "resumed: under DeepSpeed the resume reads the engine's global_step* folder, which it does not write"
             if said else
             "the checkpoint folder lacks what the resume loads: the model's weight files, or under DeepSpeed the "
-            "engine's global_step* folder, which a run saved with save_only_model: true never writes")
+            "engine's global_step* folder, which a run saved with save_only_model: true never writes (or the path "
+            "is not a checkpoint folder at all: check resume_from_checkpoint)")
     return (f"{head}; resume from a checkpoint saved without save_only_model, or start from "
             f"{m.group('path').rstrip('.')} as the model (model_name_or_path / adapter) without resume_from_checkpoint")
 
