@@ -52,7 +52,8 @@ _DETECTORS = {
             "run: analyzers/postmortem/saidstack.py), version_text (a version conflict's generic words, with `pip show "
             "PACKAGE` only when stack_text names no command), lead (what the set-up words say of the kind), versions "
             "({package: version} the words state), nodes_only (an error said only of multi-node training), memory "
-            "[gpu | None: an oom whose words do not say which memory]}",
+            "[gpu | None: an oom whose words do not say which memory], lr_first (a NaN or loss of 0 said to follow a "
+            "loss that first trained: the learning rate first)}",
     "dict_steps": "HF metric dicts re-placed from the warmup lr, the epoch and logging_steps where the training bar "
                   "at their line disagreed (analyzers/postmortem/dictsteps.py): {basis [warmup-lr | epoch], moved, "
                   "first_moved {line, step}}",

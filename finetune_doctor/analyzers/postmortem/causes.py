@@ -9,11 +9,11 @@ from typing import Any
 
 from finetune_doctor.analyzers.postmortem import refmodel
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause, raised_at, warning_lead
-from finetune_doctor.analyzers.postmortem.cutcause import dependency_check_lead, frame_lead, lead_kind, staged_save_lead
+from finetune_doctor.analyzers.postmortem.cutcause import args_lead, dependency_check_lead, frame_lead, lead_kind, staged_save_lead
 from finetune_doctor.analyzers.postmortem.saidstack import stack_text
+from finetune_doctor.analyzers.postmortem.diskfull import disk_full
 from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
-from finetune_doctor.analyzers.postmortem.launchcause import SHM_MAP
 from finetune_doctor.analyzers.postmortem.ranks import is_consequence_exc
 from finetune_doctor.analyzers.postmortem.stackcause import stack_range_text
 from finetune_doctor.evidence import Evidence, KillRecord, Notice, src
@@ -578,7 +578,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
         kind = "traceback-only"
     total = out["steps"]["total"]
     pct = f" ({100 * rec.step / total:.0f}% of {total})" if rec.step and total else ""
-    disk = _disk_full(ev)
+    disk = disk_full(ev)
     where = f"during step {rec.step}{pct}" if rec.step is not None else "at an unknown step"
     post = after_loop(ev, rec.file, rec.line)
     where = post or where
@@ -589,7 +589,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
         # the frames alone name the cause where only one exception can leave them (cutcause.py; the versions the
         # user's words state beside the paste name the package), else the warning printed above the traceback
         dep = dependency_check_lead(tb, versions or {}, stack_text(ev))
-        lead = dep or staged_save_lead(tb, versions or {}) or warning_lead(tb) or frame_lead(tb)
+        lead = dep or staged_save_lead(tb, versions or {}) or args_lead(ev, tb) or warning_lead(tb) or frame_lead(tb)
     tb_exc = _traceback_before(ev, exc) if exc else None
     cause = crash_cause(ev, exc, tb_exc, model or {}, versions or {}) if exc else (
         {"kind": "dependency-check" if dep else lead_kind(lead), "text": lead} if lead else None)
@@ -780,21 +780,3 @@ def _cut_where(tb: Any, where: str, out: dict[str, Any]) -> tuple[str | None, st
 
 _FUNC_FRAME = re.compile(r"^[\w<>]+ \([\w.-]+\)$")
 _PHASE_WORDS = {"forward": "forward pass", "backward": "backward pass"}
-
-
-def _disk_full(ev: Evidence) -> dict[str, Any] | None:
-    """The exception line that says a write ran out of disk (logpatterns.DISK_FULL), or None."""
-    from finetune_doctor.readers.runlogs import logpatterns as pat
-
-    for f in ev.files:
-        for n in f.notices:
-            # ATen MapAllocator's "unable to write to file </torch_...>: No space left on device (28)" is
-            # /dev/shm full under the DataLoader's workers, not the disk (launchcause.py SHM_MAP)
-            if n.kind == "exception" and pat.DISK_FULL.search(n.text) and not SHM_MAP.search(n.text):
-                low = n.text.lower()
-                # the writer the path names: datasets' map cache (cache-*.arrow under HF_DATASETS_CACHE) or /tmp
-                writer = ("datasets" if "cache-" in low and ".arrow" in low or "/datasets/" in low else
-                          "tmp" if "'/tmp/" in low or '"/tmp/' in low else None)
-                return {"text": n.text[:200], "location": location_of(n.file, n.line), "writer": writer,
-                        "saving": "save" in low or "serializ" in low}
-    return None

@@ -360,6 +360,9 @@ def heartbeat_likely(main: NcclRecord, cx: RunContext) -> str:
     return text
 
 
+_STORE_EXC = re.compile(r"^\s*(?:Socket Timeout|wait timeout after \d+ ?ms)")
+
+
 def barrier_facts(ev: Any, cx: RunContext, out: dict[str, Any]) -> dict[str, Any] | None:
     """``ev.nccl`` for a distributed timeout at a barrier that no NCCL watchdog line reports, or None.
 
@@ -367,7 +370,8 @@ def barrier_facts(ev: Any, cx: RunContext, out: dict[str, Any]) -> dict[str, Any
     notices), or a traceback whose innermost frames are the ``__enter__``/``__exit__`` of transformers'
     ``TrainingArguments.main_process_first`` (training_args.py: the non-main ranks call ``dist.barrier()`` on entry
     and wait while the main process preprocesses, the main process calls it on exit) with no exception line or a
-    timeout one. HF datasets' map bar on the failure's line ("prep-bar" notices: desc, percent, elapsed seconds)
+    timeout one, or the c10d store's own timeout exception (`_STORE_EXC`, libtorch's "Socket Timeout" / "wait
+    timeout after Nms", launchcause.py) raised beside that bar (transformers#17106). HF datasets' map bar on the failure's line ("prep-bar" notices: desc, percent, elapsed seconds)
     names what the main process was still doing. LLaMA-Factory's remedies: a larger ``ddp_timeout``
     (hparams/training_args; transformers' default 1800 s) or more ``preprocessing_num_workers``, or preprocessing
     once beforehand (``tokenized_path``)."""
@@ -385,6 +389,10 @@ def barrier_facts(ev: Any, cx: RunContext, out: dict[str, Any]) -> dict[str, Any
     exc = next((n for n in reversed(notes) if n.kind == "exception"), None)
     if mpf is not None and exc is not None and not any(w in exc.text for w in ("imeout", "timed out", "Timed out")):
         mpf = None   # an error inside the preprocessing itself, not the wait at the barrier
+    if store is None and mpf is None and exc is not None and _STORE_EXC.search(str((exc.value or {}).get("msg") or "")) \
+            and any(n.kind == "prep-bar" and exc.line - 60 <= n.line <= exc.line + 2 for n in notes):
+        mpf = exc   # the store's own timeout ("Socket Timeout") raised at the main process's preprocessing bar (the
+        # bar's line, where the traceback opens, or the user's sentence around it; 60 lines: a traceback's frames)
     main = store or mpf
     if main is None:
         return None

@@ -39,6 +39,7 @@ from finetune_doctor.analyzers.postmortem.cudnncause import cudnn_finalize
 from finetune_doctor.analyzers.postmortem.dsbatch import ds_batch
 from finetune_doctor.analyzers.postmortem.launchcause import launch_cause, precision_cause
 from finetune_doctor.analyzers.postmortem.mmcause import no_placeholder
+from finetune_doctor.analyzers.postmortem.msgcause import message_cause
 from finetune_doctor.analyzers.postmortem.newermodel import optimizer_groups, processor_missing, trainer_table_key
 from finetune_doctor.analyzers.postmortem.remotecode import remote_code_clash
 from finetune_doctor.analyzers.postmortem.samplecause import empty_dataset
@@ -166,6 +167,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("staged-save", lambda: staged_save_error(cls, msg, frames, versions, words_beside(ev, exc), exc.text)),
                      ("hub", lambda: HUB_ERRORS.get(cls)),
                      ("os-error", lambda: _os_error(msg)),
+                     ("message", lambda: message_cause(cls, msg, _file_text(ev, exc))),
                      ("environment", lambda: _environment(msg)),
                      ("cudnn-finalize", lambda: cudnn_finalize(cls, msg)),
                      ("config-keys", lambda: _unused_keys(exc.text or msg)),
@@ -184,6 +186,11 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
         if text:
             return {"kind": kind, "text": text}
     return None
+
+
+def _file_text(ev: Evidence, exc: Notice) -> str:
+    """The whole text of the short file holding `exc` (readers/runlogs/logkept.py), "" for a long log."""
+    return next((str(f.text or "") for f in ev.files if f.read.path == exc.file), "")
 
 
 def _child_alone(ev: Evidence, cls: str, msg: str) -> str | None:

@@ -18,10 +18,11 @@ import re
 from typing import Any, Mapping
 
 from finetune_doctor.analyzers.postmortem.framecause import FRAMES_LEAD, frame_lead
+from finetune_doctor.analyzers.postmortem.msgcause import ARGS_LEAD, args_lead
 from finetune_doctor.analyzers.postmortem.savecause import STAGED, staged_save_lead
 from finetune_doctor.analyzers.postmortem.stackcause import _outside, _releases
 
-__all__ = ["dependency_check_lead", "frame_lead", "in_dependency_check", "lead_kind", "staged_save_lead"]
+__all__ = ["args_lead", "dependency_check_lead", "frame_lead", "in_dependency_check", "lead_kind", "staged_save_lead"]
 
 _CHECK_FUNCS = {"check_dependencies (misc.py)", "check_version (misc.py)", "require_version (versions.py)"}
 _CALL = "check_dependencies()"
@@ -104,5 +105,8 @@ def dependency_check_lead(tb: Any, versions: Mapping[str, tuple[str, str]], said
 def lead_kind(lead: str) -> str:
     """The ``ev.crash.cause`` kind of a cut traceback's lead that is not the dependency check: ``staged-save``
     for transformers' staged checkpoint save read from the frames (savecause.py), ``frames-lead`` for the kinds a
-    trainer frame names (framecause.py), else ``warning-lead``."""
+    trainer frame names (framecause.py), ``unknown-args`` for LLaMA-Factory's refused arguments (msgcause.py),
+    else ``warning-lead``."""
+    if lead.startswith(ARGS_LEAD):
+        return "unknown-args"
     return "staged-save" if lead.startswith(STAGED) else "frames-lead" if lead.startswith(FRAMES_LEAD) else "warning-lead"

@@ -29,6 +29,7 @@ from typing import Any
 from finetune_doctor.analyzers.postmortem.curves import Curve, location_of
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.evidence import Evidence
+from finetune_doctor.readers.runlogs.userwords import read_words
 
 MIN_LOGS = 3
 STOP_SHORT = 0.05
@@ -102,6 +103,22 @@ def _total(out: dict[str, Any], cx: RunContext) -> tuple[int | None, str | None]
     return None, None
 
 
+_PROGRESS_LINE = ("'loss'", "it/s]", "s/it]")
+
+
+def _said_below(ev: Evidence) -> dict[str, Any] | None:
+    """The user's words below the last progress line of a paste (`FileEvidence.text`, kept for short files) read
+    by readers/runlogs/userwords.py, when they say it hangs; None otherwise (a long log keeps no text)."""
+    for f in ev.files:
+        lines = str(f.text or "").splitlines()
+        last = max((i for i, ln in enumerate(lines) if any(p in ln for p in _PROGRESS_LINE)), default=None)
+        tail = "\n".join(lines[last + 1:]).strip() if last is not None else ""
+        said = read_words(tail) if tail and len(tail) <= 4096 else None
+        if said and said.get("symptom") == "hang":
+            return said
+    return None
+
+
 def _hang_evidence(ev: Evidence, cx: RunContext, out: dict[str, Any]) -> str | None:
     for f in ev.files:
         for n in f.nccl:
@@ -114,6 +131,11 @@ def _hang_evidence(ev: Evidence, cx: RunContext, out: dict[str, Any]) -> str | N
         behind = sorted(r for r, s in steps.items() if s == lo)
         return (f"rank(s) {', '.join(map(str, behind[:8]))} stopped at step {lo} while others reached "
                 f"{max(steps.values())}, and no rank failed")
+    # the user's words beside the last line say it stays there ("停留在这里，gpu利用率100%", "stuck here"): the
+    # process was alive and not progressing when they wrote, which is a hang, not a stop (ms-swift#4680's kind)
+    said = next((f.said for f in ev.files if f.said and f.said.get("symptom") == "hang"), None) or _said_below(ev)
+    if said:
+        return f"your words say it stays there (\"{said.get('words')}\"): the processes were alive, not progressing"
     tmo = cx.cfg.get("ddp_timeout")
     if isinstance(tmo, (int, float)) and tmo >= HANG_TIMEOUT_S:
         return (f"ddp_timeout is {int(tmo)} s ({tmo / 86400:.0f} days): a rank stuck in a collective is never "
@@ -160,7 +182,7 @@ def stopped(ev: Evidence, cx: RunContext, out: dict[str, Any]) -> tuple[dict[str
         # shown: the logs themselves show processes alive and stuck (the heartbeat monitor, ranks at different
         # steps with none failed); a huge ddp_timeout only explains why nothing was printed, and a paste cut
         # there reads the same (pipeline/postmortem.py makes such a hang a warning, trial 12)
-        shown = not hang.startswith("ddp_timeout is ")
+        shown = not hang.startswith(("ddp_timeout is ", "your words say"))   # words allow it, as a timeout does
         return None, {**d, "evidence": hang, "shown": shown,
                       "lead": f"Progress stopped at step {last} of {total} with no error and "
                       f"no exit, and {hang}: the run hangs (a rank stuck in a collective or in data loading)",

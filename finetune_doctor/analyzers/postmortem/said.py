@@ -92,6 +92,7 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
                          or said_save_lead(s, s["versions"])   # a save said to fail: which save (savecause.py)
                          or kind_lead(s, setup) or persist_lead(s, stated(ev).get("versions") or {})
                          or fp16_lead(s) or said_lead(s) or replicated_lead(s) or host_lead(s))
+            s["lr_first"] = lr_first(s)
             if s["lead"] and s["lead"].startswith((UPGRADE_OPENING, PERSIST_OPENING)) and s["stack_text"]:
                 # what the words say changed comes before the judging of the releases they name, with one `pip
                 # show` sentence (issue #25): the stack's names the command already
@@ -161,6 +162,27 @@ def fp16_lead(said: dict[str, Any]) -> str | None:
     return (f"First: {named}, so fp16 overflow is the cause to rule out before the others (activations past fp16's "
             "maximum of 65504 become inf/NaN, which the trainer logs as a NaN or a loss of 0): train in bf16 "
             "(fp32 on a GPU without bf16).")
+
+
+# the loss said to train first (a value, a fluctuation, a number of steps) and then to collapse
+_BEFORE = re.compile(r"先|前\s*\d+|一开始|刚开始|起初|开始(?:时|的时候)|波动|\bfirst\b|\binitially\b|\bhover\w*|\bfluctuat\w*|"
+                     r"\b(?:for|after) (?:the first |about |around |~)?\d+\+? ?(?:steps|iterations|iters)\b", re.I)
+_THEN = re.compile(r"然后|之后|突然|就开始|后来|\bthen\b|\bsuddenly\b|\bafter that\b|\bstart(?:s|ed)? to\b", re.I)
+
+
+def lr_first(said: dict[str, Any]) -> bool:
+    """Whether a NaN or a loss of 0 said in words comes after the loss first trained (`_BEFORE` then `_THEN`:
+    "loss先在2左右上下波动，然后突然变成0", "loss 10-20 for the first 20 steps, then nan"): AdamW at too large a
+    learning rate trains for a while and then diverges (rules/learning-rate-too-high-confirmed.yaml, its
+    references LlamaFactory#2810, ChatGLM-Efficient-Tuning#267, ChatGLM2-6B#519), so the learning rate is the
+    cause to rule out first. False where the words name fp16 (`fp16_lead` leads) or no such order."""
+    if said.get("symptom") not in ("nan", "loss-zero"):
+        return False
+    text = str(said.get("text") or "")
+    if _FP16.search(text):
+        return False
+    b = _BEFORE.search(text)
+    return bool(b and _THEN.search(text, b.end()))
 
 
 # several cards said of an OOM: "三张卡", "1,2,3 并行", "4 GPUs", "multi-GPU", "DDP", "each card", "more GPUs"

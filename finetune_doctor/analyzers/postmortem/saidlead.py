@@ -69,6 +69,10 @@ _ADAPTER = re.compile(r"\bq?lora\b|\badapters?\b|\bpeft\b", re.I | re.A)
 _CKPT = re.compile(r"\bcheckpoints?\b|\bresum\w*|\bsav(?:e|es|ed|ing)\b|load_best_model_at_end|保存|恢复训练|续训", re.I | re.A)
 
 
+# FSDP's use_orig_params said off ("fsdp_use_orig_params=False", "use_orig_params: false")
+_ORIG_OFF = re.compile(r"use_orig_params\W{0,4}(?:=|:)?\s*(?:False|false|0)\b")
+
+
 def said_lead(said: dict[str, Any]) -> str | None:
     """The lead of the module docstring that the words of `said` (``ev.said``: symptom, memory, text) give, or
     None."""
@@ -108,6 +112,12 @@ def said_lead(said: dict[str, Any]) -> str | None:
                 "DeepSpeed JSON, use a transformers/peft release whose Trainer gathers the adapter at every save "
                 "(`pip show transformers peft deepspeed`), or train the adapter under ZeRO-2 (its optimizer states "
                 "are small), and look at the shapes in a checkpoint's adapter_model.safetensors (a `[0]` is a shard).")
+    if sym == "no-update" and _ORIG_OFF.search(text):
+        return ("The words name FSDP with use_orig_params off: FSDP then replaces the model's parameters by flat "
+                "parameters when the model is wrapped, so an optimizer built on the original parameters before "
+                "that (before `accelerator.prepare(model)`) steps tensors the wrapped model no longer uses and the "
+                "loss does not move (huggingface/accelerate#2665, #3256); set `fsdp_use_orig_params: true` or "
+                "create the optimizer after the model is prepared.")
     if sym == "hang" and _VLLM.search(text) and _TRAINER.search(text):
         return ("The words name vLLM beside the training engine: RL trainers push the policy's weights into the "
                 "vLLM engines through a patch of vLLM's worker written for a range of vLLM releases, and a vLLM "

@@ -37,6 +37,11 @@ def _loading_bar(window: bytes, lo: int, j: int) -> bool:
     return k >= 0 and window.find(b"\n", k, j) < 0 and window.find(b"\r", k, j) < 0
 
 
+# ms-swift's trainer logs its step and total in every metric dict ("'global_step/max_steps': '1/94'" in the output
+# its documentation shows for examples/train/full/train.sh): the run's plan, as HF's "Total optimization steps" is
+SWIFT_STEPS = re.compile(r"'global_step/max_steps': '(?P<step>\d+)/(?P<total>\d+)'")
+
+
 class TextLogParser(FailureLines, MomentLines, NpuLines):
     """State of one text-log scan. Call `feed_line` for every triggered line, in file order."""
 
@@ -187,7 +192,7 @@ class TextLogParser(FailureLines, MomentLines, NpuLines):
             self._run_end(text, line)
         if "Time to load cpu_adam op" in text:   # DeepSpeed op_builder/builder.py:624 (0.19.8): ZeRO-Offload's Adam
             self.fact("cpu_adam", True, line)
-        if "examples/s]" in text or "[c10d] waitForInput" in text:
+        if "examples/s]" in text or "ba/s]" in text or "s/ba]" in text or "[c10d] waitForInput" in text:
             self._barrier_wait(text, line, rank)
         if "Traceback (most recent" in text:
             self.timing["tb_open"] = True
@@ -393,7 +398,7 @@ class TextLogParser(FailureLines, MomentLines, NpuLines):
         if m:
             self.keep.add("notices", Notice(self.path, line, self.during(), "store-timeout", text.strip()[:300],
                                             {"rank": rank, "ms": int(m.group("ms"))}))
-        b = pat.DATASETS_BAR.search(text) if "examples/s]" in text else None
+        b = pat.DATASETS_BAR.search(text) if "/s]" in text or "s/ba]" in text else None
         if b:
             secs = 0
             for part in b.group("el").split(":"):
@@ -633,6 +638,10 @@ class TextLogParser(FailureLines, MomentLines, NpuLines):
             self.keep.add("notices", Notice(self.path, line, self.logged(), "train-summary", body[:500], kv))
             return True
         if "loss" in kv:
+            m = SWIFT_STEPS.search(body)   # ms-swift's own step and total in its dict
+            if m and (self.step is None or self.timing.get("swift_steps")):   # no training bar gives the step
+                self.step, self.timing["swift_steps"] = int(m.group("step")), True
+                self.fact("total_steps", int(m.group("total")), line)
             if "rewards/chosen" in kv or "logps/chosen" in kv:
                 # trl's preference trainers log these (DPOTrainer: rewards/margins too; KTOTrainer: kl), so the
                 # stage is read from the log when no config is given (analyzers/postmortem/refmodel.py)

@@ -441,11 +441,11 @@ STRSIGNAL = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Killed": "
 # "[c10d] waitForInput: socket SocketImpl(fd=N, addr=A, remote=R) timed out after Nms"): a rank waited on the store
 # (a store-based barrier, or the rendezvous) for the whole timeout
 C10D_SOCKET_TIMEOUT = re.compile(r"\[c10d\] waitForInput: socket SocketImpl\([^)]*\) timed out after (?P<ms>\d+) ?ms")
-# HF datasets' map/filter progress bar (datasets/arrow_dataset.py ``map``: hf_tqdm(unit=" examples", desc=desc or
-# "Map"), "Running tokenizer on dataset:  88%|...| 383700/433643 [29:55<03:25, 2432.70 examples/s]"): the dataset
-# preprocessing that the main process runs while the other ranks wait at main_process_first's barrier
+# HF datasets' map/filter bar (arrow_dataset.py ``map``: hf_tqdm(unit=" examples", desc=desc or "Map"), "Running
+# tokenizer on dataset:  88%|...| 383700/433643 [29:55<03:25, 2432.70 examples/s]"; datasets 1.x counted batches,
+# "ba/s" or "s/ba", transformers#17106): the preprocessing the main process runs while the others wait at a barrier
 DATASETS_BAR = re.compile(r"(?P<desc>[A-Z][^\r\n|:]{1,80}?):\s+(?P<pct>\d+)%\|[^|\r\n]*\|\s*(?P<done>\d+)/(?P<total>\d+) "
-                          r"\[(?P<el>[\d:]+)<[\d:?]+,\s*[\d.?]+ examples/s\]")
+                          r"\[(?P<el>[\d:]+)<[\d:?]+,\s*[\d.?]+ ?(?:examples/s|ba/s|s/ba)\]")
 # DataParallel (torch/nn/parallel/parallel_apply.py wraps a replica's exception in torch/_utils.py ExceptionWrapper,
 # whose reraise() raises the original type with "Caught <Type> in replica N on device D."): a CUDA OOM in a replica
 DP_CAUGHT_OOM = re.compile(r"Caught OutOfMemoryError in replica (?P<replica>\d+) on device (?P<gpu>\d+)")

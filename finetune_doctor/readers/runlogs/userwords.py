@@ -69,6 +69,8 @@ _NEGATED = re.compile(
 _CARDS = re.compile(r"GPU|CUDA|显卡|显存|每(?:张|块)卡|\b(?:each|every) (?:card|device)\b|\bcards\b|加了?卡|[一二三四五六七八\d]+\s*号卡|卡的?(?:内存|占用)|\bVRAM\b", re.I)
 _HOST_SAID = re.compile(r"CPU|\bhost\b|\bsystem\b|\bRAM\b|系统|主机|kill|杀", re.I)
 _HOST_RAM = re.compile(r"\bRAM\b|\b(?:host|CPU|system) memory\b|系统内存|主机内存|\bhtop\b|\bfree -[ghm]\b", re.I)
+_HOST_MECH = re.compile(r"offload|\bfork\w*|copy[- ]on[- ]write|\bCOW\b|\bDataLoader\s*(?:workers?|进程)|"
+                        r"\bnum_workers\b|dataloader_num_workers", re.I)
 _FAILED = re.compile(r"\bfail\w*|\bcrash\w*|\berror\w*|\bdies\b|\bdied\b|\bkilled\b|报错|失败|挂了|崩溃", re.I)
 
 
@@ -141,7 +143,10 @@ def read_words(text: str) -> dict[str, Any] | None:
         symptom = "oom"
     # the reverse: an "out of memory" that names the host's RAM and no GPU ("RAM climbs to 1.3 TB while loading the
     # dataset until the node runs out of memory", axolotl#2975's kind) is the host's
-    if symptom == "oom" and _HOST_RAM.search(text) and not _GPU_MEMORY.search(text) and not _CARDS.search(text):
+    # (or names what holds host RAM: CPU offload, forked DataLoader workers and their copy-on-write pages,
+    # ms-swift#9687's kind)
+    if symptom == "oom" and (_HOST_RAM.search(text) or _HOST_MECH.search(text)) and not _GPU_MEMORY.search(text) \
+            and not _CARDS.search(text):
         symptom = "host-oom"
     out: dict[str, Any] = {"symptom": "timeout" if symptom == "named" else symptom, "inferred": symptom == "named",
                            "words": m.group(0).strip(), "phase": None, "phase_words": None,

@@ -15,9 +15,13 @@ kind, not from one sentence):
 - interrupted (rule stopped-from-outside): a sender named: SIGTERM (signal 15: schedulers, ``kill``, Kubernetes'
   grace period; torchelastic's own "closing signal SIGTERM" to the other ranks after a failure is not one), SIGINT /
   KeyboardInterrupt / Ctrl-C, a job pre-empted or cancelled, Slurm's "CANCELLED ... DUE TO TIME LIMIT" (slurmstepd),
-  the session the run hung on closed (ssh, tmux, a terminal; SIGHUP), a pod evicted. Tried before ``stopped`` (a run
+  the session the run hung on closed (ssh, tmux, a terminal; SIGHUP), a pod evicted, torchelastic's SignalException
+  named alone. Tried before ``stopped`` (a run
   said to end with no error: the sender is what the words add) and after every specific symptom.
-- host-oom: host RAM said to grow or leak ("RAM keeps growing", "内存一直涨", "memory leak ... RAM").
+- host-oom: host RAM said to grow or leak ("RAM keeps growing", "内存一直涨", "memory leak ... RAM"); memory use said
+  abnormal beside CPU offload (round 11, DeepSpeed#4380's kind).
+- no-update: the loss said to stay constant, a model said not to learn at all (round 11, accelerate#3256's kind).
+- stopped: a stop, then "no error", in the Chinese order (round 11, LlamaFactory#815's kind).
 - killed: the shell's "Killed" anywhere in a sentence ("训练时 Killed", "it just says Killed"), case-sensitive as
   bash prints it.
 - hang: nothing printed any more, GPU utilisation said to drop to 0, waiting forever or at a barrier, 没有任何反应.
@@ -26,6 +30,7 @@ kind, not from one sentence):
 - version: a package said too old or too new, or not supported at a release ("transformers too old for gemma3",
   "torch 2.6 不支持"), a release said to fix or to work where another fails ("pip install transformers==4.49.0 fixed
   it").
+- loss-zero: a loss said to change to 0 with a clause between (round 11, ChatGLM-Efficient-Tuning#267's kind).
 - error: a thing the run could not do ("could not save the adapter", "unable to load"), a title that ends on the word
   error/bug after what was run ("llamafactory 0.9.2 with transformers 4.48 error").
 """
@@ -47,7 +52,9 @@ SENT_STOP = re.compile(
     r"\b(?:job|run|training) (?:was |got )?cancell?ed (?:by|due to|because)\b|\bscancel(?:led|ed)?\b|被(?:调度|集群|平台)\S{0,6}(?:抢占|取消|终止)|"
     r"\b(?:ssh|terminal|tmux|screen|remote)\b(?: session| connection)?\s+(?:was |got )?(?:disconnect\w*|dropped|closed|"
     r"lost|timed out|died)|\b(?:closed|lost) (?:the |my )?(?:ssh|terminal|session|connection)\b|\bSIGHUP\b|"
-    r"\bevict(?:ed|ion)\b|(?:ssh|终端|远程连接|连接|会话)\S{0,6}(?:断开|断了|掉线|关闭|关了)|关(?:掉|闭)了?终端|驱逐", _I)
+    # torchelastic's SignalException named alone (elastic/multiprocessing/api.py: the agent's handler of SIGTERM,
+    # SIGINT, SIGHUP, SIGQUIT raises it; its "Process N got signal: S" form is a log line, logfailures.py)
+    r"\bSignalException\b|\bevict(?:ed|ion)\b|(?:ssh|终端|远程连接|连接|会话)\S{0,6}(?:断开|断了|掉线|关闭|关了)|关(?:掉|闭)了?终端|驱逐", _I)
 
 RAM_GROWS = re.compile(
     r"\b(?:RAM|CPU memory|host memory|system memory)\b(?: usage)?\s+(?:keeps?\s+|kept\s+|is\s+|was\s+)?"
@@ -60,7 +67,7 @@ KILLED_WORD = re.compile(r"(?<![A-Za-z])Killed\b(?!\s+process\s+\d+\s+\(\S+\)\s+
 HANG_MORE = re.compile(
     r"\bnothing (?:is |gets )?(?:printed|logged|output)\b|\bno (?:more )?output\b[^.\n]{0,20}\bGPU\b|"
     r"\b(?:GPU )?util(?:i[sz]ation)?\s+(?:drops?|dropped|falls?|fell|goes|went|stays?|is)\s+(?:down\s+)?(?:to\s+)?0\s?%?(?![\d.])|"
-    r"\b(?:keeps?|kept|still|forever) waiting\b|\bwait(?:s|ing|ed)? forever\b|\bwait(?:s|ing)? (?:at|in|on) "
+    r"\b(?:keeps?|kept|still|forever) waiting\b|停留在(?:这|此)|\bwait(?:s|ing|ed)? forever\b|\bwait(?:s|ing)? (?:at|in|on) "
     r"(?:the )?(?:dist\.|torch\.distributed\.)?barrier\b|没(?:有)?任何反应|一直没(?:有)?动静", _I)
 
 NCCL_MORE = re.compile(
@@ -80,15 +87,45 @@ ERROR_MORE = re.compile(
     r"^\s*(?:\[[^\]\n]{1,20}\]\s*)?[^\n]{3,100}?(?<!no )(?<!any )(?<!without )\b(?:errors?|bug)\s*[.!?。！？]*\s*$",
     _I | re.M)
 
+# a loss said to change to 0 with a clause between ("loss先在2左右上下波动，然后突然变成0", "the loss hovered around
+# 1.8, then dropped to 0"): the verb of change before the 0 is what the plain form's 12 characters miss
+LOSS_TO_ZERO = re.compile(
+    r"(?:loss|损失)(?:[^\n.。]|\.\d){0,40}?(?:变成|变为|降到|降为|掉到|到了|\bdrop(?:s|ped)? to|\bfell to|\bfalls? to|"
+    r"\bwent to|\bgoes to|\bbecame|\bbecomes)\s*(?:0(?:\.0+)?(?![\d.%])|zero\b|零)", _I)
+
+# a stop and then "no error" in the Chinese order ("存储checkpoint后任务停掉，无报错", "训练到一半就退出了，也没有报错")
+STOPPED_MORE = re.compile(
+    r"(?:停掉|停止|停了|中断|退出|结束|挂掉|断掉|没了)了?\s*[，,、]?\s*(?:也|但是?|并且)?\s*(?:没有|无|没)(?:任何)?(?:报错|错误|error)",
+    _I)
+
+# host memory said to be used abnormally beside CPU offload (DeepSpeed's ZeRO-Offload keeps the optimizer states, and
+# ZeRO-3's offload the parameters, in host RAM): "abnormal memory usage with zero3 ... offload", "offload 时内存占用异常"
+_ABNORMAL = (r"(?:\b(?:abnormal|excessive|huge|unusual|enormous)\s+(?:CPU |host |system )?memory\s+(?:usage|consumption|use)\b|"
+             r"内存(?:占用|消耗|使用)(?:异常|过大|过高|太大|太高|很大)|大量内存消耗)")
+MEMORY_ABNORMAL = re.compile(_ABNORMAL + r"[^.\n。?？]{0,60}?offload|offload[^.\n。?？]{0,60}?" + _ABNORMAL, _I)
+
+# a model said not to learn at all: the loss said to stay constant across steps or epochs, or learning said absent
+# ("loss stays constant for each epoch", "the model learns nothing", "loss 一直不变"); "loss not decreasing" is not
+# one (slow learning, a low learning rate)
+NO_UPDATE_MORE = re.compile(
+    r"\bloss(?:es)?\s+(?:stays?|stayed|remains?|remained|is|was|keeps?|kept)\s+(?:exactly\s+|completely\s+|totally\s+)?"
+    r"(?:constant|the same|unchanged|identical)\b|\b(?:completely|totally)\s+not\s+learning\b|\bnot learning at all\b|"
+    r"\b(?:does(?:n't| not)|did(?:n't| not)) learn (?:at all|anything)\b|\blearns? nothing\b|"
+    r"(?:loss|损失)\s*(?:值)?\s*(?:一直|始终|完全|根本)(?:都)?(?:不变|没有?变化?|保持不变)", _I)
+
 # (where, anchor symptom, symptom, pattern): "after" tries the pattern right after the anchor's first run of entries
 # (the forms it already had keep their reading, and no other symptom comes between), "before" right before it
 PLACED: tuple[tuple[str, str, str, re.Pattern[str]], ...] = (
     ("before", "stopped", "interrupted", SENT_STOP),   # the sender outranks "ended with no error"
     ("after", "host-oom", "host-oom", RAM_GROWS),
+    ("after", "host-oom", "host-oom", MEMORY_ABNORMAL),
+    ("after", "stopped", "stopped", STOPPED_MORE),
+    ("after", "no-update", "no-update", NO_UPDATE_MORE),
     ("after", "killed", "killed", KILLED_WORD),
     ("after", "hang", "hang", HANG_MORE),
     ("after", "nccl-error", "nccl-error", NCCL_MORE),
     ("after", "version", "version", VERSION_MORE),
+    ("after", "loss-zero", "loss-zero", LOSS_TO_ZERO),
     ("before", "error", "error", ERROR_MORE),   # before the first catch-all error form, which is no more specific
 )
 

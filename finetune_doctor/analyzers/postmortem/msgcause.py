@@ -1,0 +1,146 @@
+"""The cause an exception's own words carry, read as its mechanism (issue #25, round 11's first kind: the text
+named the option, the package or the platform, and the finding repeated the exception without naming it).
+
+Each reading keys on the words the upstream code prints and says the known mechanism behind them, quoting the
+word of the paste that carries the cause (an option, a class, a platform) where the paste gives it:
+
+* CPython's "cannot pickle 'T' object" (Objects/typeobject.c ``object_getstate_default``, CPython 3.11+; the
+  same words in the older ``copyreg._reduce_ex``): a process pool pickles the mapped function with what it
+  captures. HF datasets' ``Dataset.map(num_proc=N)`` does so for its N workers (it logs "Spawning N processes",
+  arrow_dataset.py), and LLaMA-Factory passes ``preprocessing_num_workers`` as that ``num_proc``
+  (data/loader.py at the snapshot). A tiktoken-based tokenizer holds tiktoken's Rust ``CoreBPE``, which
+  pyo3 exposes under the module name ``builtins`` and which does not pickle (huggingface/datasets#5536,
+  hiyouga/LlamaFactory#328);
+* transformers' "Can't find a valid checkpoint at P": raised by ``Trainer._load_from_checkpoint`` when the
+  folder holds none of the weight files, and by ``integrations/deepspeed.py`` ``deepspeed_load_checkpoint`` when
+  it has no ``global_step*`` folder (DeepSpeed's engine states). ``save_only_model`` writes the model alone
+  (TrainingArguments' doc: "you won't be able to resume training from checkpoint"), so a DeepSpeed checkpoint
+  saved with it has no ``global_step*`` folder to resume from (hiyouga/LlamaFactory#5497);
+* torch's TCPStore "use_libuv was requested but PyTorch was build without libuv support"
+  (torch/csrc/distributed/c10d/TCPStore.cpp): torch 2.4 made the libuv store the default and the Windows builds
+  of torch have no libuv; ``USE_LIBUV=0`` selects the older store (PyTorch's tutorial "Introduction to Libuv
+  TCPStore Backend"), and distributed training is better supported under WSL/Linux (jingyaogong/minimind#115);
+* bitsandbytes' "cublasLt ran into an error!" (bitsandbytes/functional.py ``igemmlt``, the LLM.int8 matmul of
+  8-bit weights through cuBLASLt): the releases of that time had no int8 cuBLASLt path for Hopper (H100/H800),
+  and the maintainers' answer was 4-bit (nf4/fp4) weights (bitsandbytes-foundation/bitsandbytes#538);
+* LLaMA-Factory's "Got unknown args, potentially deprecated arguments: [...]" (hparams/parser.py
+  ``_parse_args``, printed before it raises that its parser did not use them): the arguments named are not
+  options of the installed release, most often renamed or removed ones (catalog/lf_keys.json ``retired``, the
+  replacement per old key), even where the paste is cut before the exception line (hiyouga/LlamaFactory#2800).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+KEYS_CATALOG = Path(__file__).resolve().parent.parent.parent / "catalog" / "lf_keys.json"
+
+UNPICKLABLE = re.compile(r"cannot pickle '(?P<t>[\w.]+)' object")
+# (the class as CPython prints it, its last dotted part) -> (what holds it, the package to name)
+PICKLE_HOLDERS = {
+    "CoreBPE": ("a tiktoken-based tokenizer (Qwen-7B's QWenTokenizer and the other remote-code tokenizers built on "
+                "tiktoken) holds tiktoken's Rust CoreBPE, which cannot be pickled (huggingface/datasets#5536)"),
+    "lock": "an object the function captures holds a thread lock (a logging handler, a client, a progress bar)",
+    "RLock": "an object the function captures holds a thread lock (a logging handler, a client, a progress bar)",
+}
+POOL_WORDS = re.compile(r"num_proc\s*=\s*(?P<n>\d+)|Spawning (?P<s>\d+) processes|preprocessing_num_workers")
+NO_CHECKPOINT = re.compile(r"Can't find a valid checkpoint at (?P<path>\S+)")
+NO_LIBUV = re.compile(r"use_libuv was requested but PyTorch was buil[dt] without libuv support")
+CUBLASLT = re.compile(r"cublasLt ran into an error")
+UNKNOWN_ARGS = re.compile(r"Got unknown args, potentially deprecated arguments: \[(?P<args>[^\]]*)\]?")
+ARGS_LEAD = "LLaMA-Factory's parser printed"
+"""How the refused-arguments lead opens (cutcause.py `lead_kind` tells it by this)."""
+HOPPER = re.compile(r"\b(?:H100|H800|H200|H20|GH200|Hopper|sm_?90)\b", re.I)
+
+
+def message_cause(cls: str, msg: str, text: str) -> str | None:
+    """The mechanism the exception `cls`: `msg` states, in words, with `text` the whole short file it came
+    from (the user's words and the lines around it) for the word that carries the cause; None when none of
+    the readings above applies."""
+    for fn in (_unpicklable, _no_checkpoint, _no_libuv, _cublaslt):
+        said = fn(cls, msg, text)
+        if said:
+            return said
+    return None
+
+
+def _unpicklable(cls: str, msg: str, text: str) -> str | None:
+    m = UNPICKLABLE.search(msg)
+    if not m:
+        return None
+    t = m.group("t")
+    holder = PICKLE_HOLDERS.get(t.rsplit(".", 1)[-1], f"an object the mapped function captures ({t}) cannot be pickled")
+    pool = POOL_WORDS.search(text)
+    n = (pool.group("n") or pool.group("s")) if pool else None
+    where = (f"the dataset preprocessing ran in {n} worker processes (datasets' map with num_proc={n})" if n else
+             "the dataset preprocessing ran in worker processes (datasets' map with num_proc)" if pool else
+             "a process pool (datasets' map with num_proc, or DataLoader workers started by spawn) sends the "
+             "function it runs to each worker by pickling it")
+    return (f"{where}, and {holder}; preprocess in one process (preprocessing_num_workers: 1, or num_proc unset), "
+            "or use a tokenizer that pickles (a converted fast tokenizer)")
+
+
+def _no_checkpoint(cls: str, msg: str, text: str) -> str | None:
+    m = NO_CHECKPOINT.search(msg)
+    if not m:
+        return None
+    said = "save_only_model" in text
+    head = ("the words name save_only_model: it saves the model alone, so a checkpoint saved with it cannot be "
+            "resumed: under DeepSpeed the resume reads the engine's global_step* folder, which it does not write"
+            if said else
+            "the checkpoint folder lacks what the resume loads: the model's weight files, or under DeepSpeed the "
+            "engine's global_step* folder, which a run saved with save_only_model: true never writes (or the path "
+            "is not a checkpoint folder at all: check resume_from_checkpoint)")
+    return (f"{head}; resume from a checkpoint saved without save_only_model, or start from "
+            f"{m.group('path').rstrip('.')} as the model (model_name_or_path / adapter) without resume_from_checkpoint")
+
+
+def _no_libuv(cls: str, msg: str, text: str) -> str | None:
+    if not NO_LIBUV.search(msg):
+        return None
+    return ("the Windows builds of PyTorch have no libuv, and torch 2.4 made libuv's TCPStore the default of "
+            "torchrun's rendezvous: set the environment variable USE_LIBUV=0 before torchrun (the older store), "
+            "or run distributed training under WSL or Linux, where it is supported far better than on Windows")
+
+
+def _cublaslt(cls: str, msg: str, text: str) -> str | None:
+    if not CUBLASLT.search(msg):
+        return None
+    card = HOPPER.search(text)
+    on = f"the words name {card.group(0)}, a Hopper GPU" if card else "a Hopper GPU (H100/H800) among them"
+    return ("bitsandbytes' 8-bit matmul (LLM.int8: load_in_8bit, quantization_bit: 8) runs through cuBLASLt's int8 "
+            f"kernels, which bitsandbytes releases of that time did not support on every GPU ({on}; "
+            "bitsandbytes#538): load the weights in 4-bit (nf4/fp4, quantization_bit: 4) or in bf16, or use a "
+            "bitsandbytes release whose 8-bit path supports the card")
+
+
+@lru_cache(maxsize=1)
+def _renamed() -> dict[str, str]:
+    """Old LLaMA-Factory key -> its replacement, from catalog/lf_keys.json ``retired`` (read as data)."""
+    data = json.loads(KEYS_CATALOG.read_text(encoding="utf-8"))
+    return {k: str(v.get("replacement")) for k, v in (data.get("retired") or {}).items()
+            if isinstance(v, dict) and v.get("replacement")}
+
+
+def args_lead(ev: Any, tb: Any) -> str | None:
+    """For a traceback cut before its exception line (`tb`, a Notice), LLaMA-Factory's "Got unknown args" line
+    printed above it in the same file (`UNKNOWN_ARGS`): the arguments its parser refused, each with its
+    replacement where the key was renamed. None without that line."""
+    if tb is None:
+        return None
+    text = next((str(f.text or "") for f in ev.files if f.read.path == tb.file), "")
+    m = UNKNOWN_ARGS.search(text)
+    if not m:
+        return None
+    args = [a.strip().strip("'\"") for a in m.group("args").split(",") if a.strip().strip("'\"")]
+    if not args:
+        return None
+    ren = _renamed()
+    named = ", ".join(f"{a} (renamed to {ren[k]})" if (k := a.lstrip("-").split("=")[0]) in ren else a for a in args)
+    return (f"{ARGS_LEAD} \"Got unknown args, potentially deprecated arguments\" for {named}: "
+            "the installed release has no such option (renamed or removed), and it stops with a ValueError "
+            "after printing its help; use the release's own option name, or the release the command was written for")
