@@ -1,4 +1,4 @@
-"""Blocks of a bug report that are neither the user's words nor a log: environment dumps, configs, data samples.
+r"""Blocks of a bug report that are neither the user's words nor a log: environment dumps, configs, data samples.
 
 A report is often a title or a sentence followed by a long block that the issue template asks for: what
 ``llamafactory-cli env`` prints (LLaMA-Factory src/llamafactory/extras/env.py ``print_env``: ``- `llamafactory`
