@@ -195,3 +195,32 @@ def test_grep_past_its_memory_limit_is_a_failed_grep_not_a_big_process(tmp_path,
         if hits is None:
             pytest.skip("no grep on this machine")
         assert list(hits) == [] and not hits.ok   # "memory exhausted", exit 2: readers/runlogs/logs.py rescans itself
+
+
+# --- session 14's CI run of the structured fuzz suite ---------------------------------------------------------------
+
+def test_sparkline_over_the_whole_float_range_is_drawn_not_a_nan(tmp_path):
+    # fuzz: a trainer_state.json whose learning rates span -1.8e308 to 9.98e291 (inf - inf: NaN into int())
+    from finetune_doctor.reporters.sections.postmortem import BLOCKS, sparkline
+
+    line, bad = sparkline([0, 10, 20, 30], [-1.7976931348623157e308, 0.0, 0.0, 9.9792015476736e291], 0, 30, width=4)
+    assert bad == [] and line[0] == BLOCKS[0] and line[-1] == BLOCKS[-1] and len(line) == 4
+
+
+def test_a_dict_epoch_no_run_reaches_places_no_step(tmp_path):
+    # fuzz: a metrics dict with epoch 1.3e16 among real lines (OverflowError filling the int64 steps array)
+    from finetune_doctor.pipeline import postmortem as pm
+    from finetune_doctor.settings import Options
+
+    # the generated log as the fuzzer wrote it: accelerate's notice lines around two progress bars and dicts
+    notice = "The following values were not passed to `accelerate launch` and had defaults used instead:\n"
+    (tmp_path / "train.log").write_text(
+        "\n" + notice * 18 + "  2%|          | 8/400 [01:52<1:31:28, 14.40s/it]\n"
+        "{'loss': 0.0, 'grad_norm': null, 'learning_rate': 1e-05, 'epoch': 1.3176245766935394e+16}\n"
+        + notice * 11 + "\n1%|▉   | 6/1184 [00:21<1:09:10,  3.52s/it][2021-02-04 15:06:19,825] [INFO] "
+        "[stage2.py:1357:step] [deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 134217728.0, "
+        "reducing to 67108864.0\n"
+        "{'loss': 3.5534, 'grad_norm': 1.4142135381698608, 'learning_rate': 2.0454545454545457e-06, "
+        "'epoch': 0.01}", encoding="utf-8")
+    r = pm.run(str(tmp_path), [], None, Options(command="postmortem"))
+    assert r.findings and all(f.name for f in r.findings)

@@ -41,6 +41,9 @@ WARMUP_SCHEDULES = (None, "linear", "cosine", "cosine_with_restarts", "polynomia
                     "cosine_with_min_lr", "warmup_stable_decay")
 """Schedules whose warmup is linear from 0 (transformers/optimization.py: every ``*_with_warmup`` lambda)."""
 
+# the most steps a placement may give: far above any run, and within the signed 64-bit steps array
+MAX_STEP = 1 << 53
+
 
 def _num(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -116,6 +119,8 @@ def place(curves: dict[str, Curve], ev: Evidence, h: dict[str, Any]) -> dict[str
     if got is None or _repeats(got[0], loss):
         return None
     new, bases = got
+    if any(not 0 <= s < MAX_STEP for s in new.values()):
+        return None   # an epoch no run reaches (1e16 in a fuzzed dict) places nothing
     for n, c in cs.items():
         steps = array("q", (new.get(ln, s) for ln, s in zip(c.lines, c.steps)))
         curves[n] = replace(c, steps=steps, basis="estimated")

@@ -67,9 +67,18 @@ def sparkline(steps: list[int], values: list[float], lo: int, hi: int, width: in
         elif log and v <= 0:
             out.append(BLOCKS[0])
         else:
-            k = 0 if vmax == vmin else int((tr(v) - vmin) / (vmax - vmin) * (len(BLOCKS) - 1) + 0.5)
-            out.append(BLOCKS[k])
+            out.append(BLOCKS[_level(tr(v), vmin, vmax)])
     return "".join(out), bad
+
+
+def _level(v: float, vmin: float, vmax: float) -> int:
+    """The block index of `v` in [vmin, vmax]; halved first where the span itself overflows a float (a fuzzed
+    ±1.8e308 learning rate: inf - inf would make it NaN)."""
+    if vmax == vmin:
+        return 0
+    span = vmax - vmin
+    frac = (v - vmin) / span if math.isfinite(span) else (v / 2 - vmin / 2) / (vmax / 2 - vmin / 2)
+    return min(len(BLOCKS) - 1, max(0, int(frac * (len(BLOCKS) - 1) + 0.5)))
 
 
 def _fmt(v: Any) -> str:
