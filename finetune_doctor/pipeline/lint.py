@@ -490,7 +490,6 @@ def _fork_run(queue: Queue, files: list[str], opts: Options, known: dict[str, st
     ``pickle((True, results by file index))`` (or ``(False, None)`` on any error) to a pipe; returns (pid, read
     end)."""
     import os
-    import pickle
 
     read, write = os.pipe()
     pid = os.fork()
@@ -498,6 +497,9 @@ def _fork_run(queue: Queue, files: list[str], opts: Options, known: dict[str, st
         code = 0
         try:
             os.close(read)
+            # imported here, not before the fork: the parent needs it only to read the results, after its own share
+            import pickle
+
             try:
                 payload = pickle.dumps((True, _drain(queue, files, opts, known)), protocol=5)
             except BaseException:
