@@ -137,3 +137,42 @@ def test_skipped_files_linted_alone_by_a_worker_give_the_report_of_one_process(t
     assert two.findings == one.findings and two.notes == one.notes
     assert two.sections == one.sections and str(plain) in one.sections["skipped"]
     assert {one.sections["kinds"][a] for a in accel} == {"accelerate"}
+
+
+def test_only_the_first_plain_config_is_linted_before_the_fork(monkeypatch):
+    """LLaMA-Factory's examples/ starts with accelerate configs: the parent lints the first config alone and leaves
+    those, unclassified, to the workers (`_plain_config`, issue #22); the report is still one process's."""
+    files = sorted(str(p) for p in EXAMPLES.rglob("*.yaml"))
+    accel = sorted(str(p) for p in (EXAMPLES / "accelerate").glob("*.yaml"))
+    assert files[:len(accel)] == accel and len(accel) == 4   # the fixture's order: four accelerate configs first
+    first = files[len(accel)]
+    assert lint.classify(first) == "lf"
+    assert lint._plain_config(files) == len(accel)
+    before_fork: list[str] = []
+    forked: list[int] = []
+    real_classify, real_fork = lint.classify, lint._fork_run
+    monkeypatch.setattr(lint, "classify", lambda f: (before_fork.append(f) if not forked else None)
+                        or real_classify(f))
+    monkeypatch.setattr(lint, "_fork_run", lambda *a: forked.append(0) or real_fork(*a))
+    two = lint.run(files, Options(command="lint"), jobs=2)
+    assert forked == [0] and before_fork == [first]
+    one = lint.run(files, Options(command="lint"), jobs=1)
+    assert two.findings == one.findings and two.notes == one.notes and two.sections == one.sections
+    assert {two.sections["kinds"][a] for a in accel} == {"accelerate"}
+
+
+def test_plain_config_reads_keys_not_names(tmp_path):
+    """`_plain_config` picks a YAML by its top-level keys as `classify` reads them first; JSON, standard input,
+    indented or commented keys and a one-marker YAML are passed over (None when nothing qualifies)."""
+    one_marker = tmp_path / "a.yaml"
+    one_marker.write_text("template: qwen3\nname: x\n")
+    commented = tmp_path / "b.yml"
+    commented.write_text("# model_name_or_path: Qwen/Qwen3-4B\nnested:\n  model_name_or_path: Qwen/Qwen3-4B\n")
+    as_json = tmp_path / "c.json"
+    as_json.write_text('{"model_name_or_path": "Qwen/Qwen3-4B", "stage": "sft"}')
+    two_markers = tmp_path / "d.YML"
+    two_markers.write_text("\ufeffstage: sft\ndataset: alpaca_en_demo\n")
+    paths = [str(one_marker), str(commented), str(as_json)]
+    assert lint._plain_config(paths) is None
+    assert lint._plain_config(paths + [str(two_markers)]) == 3
+    assert lint.classify(str(two_markers)) == "lf"

@@ -31,11 +31,9 @@ spaces, ``-``/``_`` separators and form-factor words. A family without a size pi
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import re
-import statistics
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -125,6 +123,8 @@ def reserve_shares() -> dict[str, float]:
     for g in catalog():
         if _measured(g) and g.smi_total_mib and g.vendor == "nvidia":
             shares[g.memory].append(1 - g.capacity_gib / (g.smi_total_mib / 1024))
+    import statistics   # here, not at import: a lint imports this module and never asks (issue #22)
+
     return {k: statistics.median(v) for k, v in shares.items()}
 
 
@@ -335,6 +335,8 @@ def suggest(raw: str, n: int = 2) -> list[GpuModel]:
         pool = [g for g in catalog() if vendor is None or g.vendor == vendor]
     if not pool:
         return []
+
+    import difflib   # here, not at import: a lint imports this module and never asks (issue #22)
 
     def key(g: GpuModel) -> tuple[float, float]:
         names = [g.family.upper(), *(_split_mem(_tokens(a))[0] for a in (g.name, *g.aliases))]

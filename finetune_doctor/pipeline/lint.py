@@ -76,15 +76,26 @@ def _kind_of_text(text: str, suffix: str) -> str | None:
                 return "lf"
         return None
     if suffix in (".yaml", ".yml"):
-        keys = {line.split(":", 1)[0].strip().lstrip("\ufeff") for line in text.splitlines()
-                if line and not line[0].isspace() and ":" in line and not line.lstrip().startswith("#")}
-        if "model_name_or_path" in keys or len(keys & LF_MARKERS) >= 2 or _only_lf_keys(keys) \
+        keys = _top_keys(text)
+        if _names_lf(keys) or _only_lf_keys(keys) \
                 or len(v1_hits(keys)) >= 2:
             return "lf"   # a v0 config, or a LLaMA-Factory v1 one (USE_V1=1): readers/config/lfkind.py tells which
         # a YAML that does not parse is not "someone else's file": the config reader reports it at its line (exit 2)
         # instead of a skip whose reason would guess at keys it could not read
         return "lf" if _malformed_yaml(text) else None
     return None
+
+
+def _top_keys(text: str) -> set[str]:
+    """The top-level keys of a YAML text as its lines show them (no parse): unindented ``key:`` lines, comments out."""
+    return {line.split(":", 1)[0].strip().lstrip("\ufeff") for line in text.splitlines()
+            if line and not line[0].isspace() and ":" in line and not line.lstrip().startswith("#")}
+
+
+def _names_lf(keys: set[str]) -> bool:
+    """A YAML whose top-level `keys` make it a LLaMA-Factory config at first sight: ``model_name_or_path`` or two of
+    `LF_MARKERS`."""
+    return "model_name_or_path" in keys or len(keys & LF_MARKERS) >= 2
 
 
 def _malformed_yaml(text: str) -> bool:
@@ -350,9 +361,10 @@ def _in_workers(files: list[str], opts: Options, jobs: int) -> tuple[list[tuple[
     process, which raises what one process raises: classify's first refusal before any config's, each the first
     in command-line order).
 
-    This process classifies the files up to the first config and lints it (that config alone), which imports the
-    judge and fills this process's caches (rule pack, key schema, model catalogue); the rest, the files before it
-    included, goes into a queue of chunks of consecutive files (`_queue`: files of one folder share options and
+    This process lints the first config that names itself one by its keys (`_plain_config`; else it classifies the
+    files in order up to the first config), that config alone, which imports the judge and fills this process's
+    caches (rule pack, key schema, model catalogue); the rest, the files before it included (unclassified: the
+    workers classify them), goes into a queue of chunks of consecutive files (`_queue`: files of one folder share options and
     models), which `jobs` - 1 forked children and this process drain as each finishes a chunk (`_drain`); each
     child sends its results back pickled through a pipe. Classifying in the workers too keeps the serial part of a
     lint to start-up and that first config: the 95 examples of LLaMA-Factory spend ~25 ms of CPU classifying, which
@@ -361,18 +373,22 @@ def _in_workers(files: list[str], opts: Options, jobs: int) -> tuple[list[tuple[
     ~12 ms more), and fixed halves left one worker 5-27 ms of CPU behind the other on those 95 examples."""
     known: dict[str, str | None] = {}
     try:
-        first = None
-        for i, f in enumerate(files):
-            known[f] = classify(f)
-            if known[f] == "lf":
-                first = i
-                break
+        first = _plain_config(files)
+        if first is not None:
+            known[files[first]] = classify(files[first])   # "lf": the keys that picked it make classify say so
+        else:
+            for i, f in enumerate(files):
+                known[f] = classify(f)
+                if known[f] == "lf":
+                    first = i
+                    break
         # no config at all: nothing to share, as before (every file is already classified)
         head = _work(files if first is None else [files[first]], opts, known)
     except Exception:
         return None
     # the files before the first config (LF's examples/ starts with six accelerate configs, ~1.5 ms of CPU each
-    # once the judge is imported) are the workers' too: only the first config's lint is serial
+    # once the judge is imported) are the workers' too, their classification included: only the first config's
+    # lint is serial
     rest = [] if first is None else [i for i in range(len(files)) if i != first]
     jobs = min(jobs, len(rest) // PARALLEL_MIN)
     if jobs < 2:
@@ -400,6 +416,28 @@ def _in_workers(files: list[str], opts: Options, jobs: int) -> tuple[list[tuple[
     kinds = [(f, kind) for f, (kind, _r) in zip(files, pairs)]
     alone: Alone = {f: r for f, (kind, r) in zip(files, pairs) if kind is None}
     return kinds, [r for kind, r in pairs if kind == "lf"], alone
+
+
+def _plain_config(files: list[str]) -> int | None:
+    """The index of the first file that names itself a LLaMA-Factory config on its face: a .yaml/.yml file (not
+    standard input) with a top-level ``model_name_or_path`` or two of `LF_MARKERS`, the keys `_kind_of_text` reads
+    first, so that `classify` says "lf" of it; None when no file does. `_in_workers` lints that one alone before
+    forking, and leaves the files before it to the workers: LLaMA-Factory's examples/ starts with six accelerate
+    configs, which `classify` parses whole to tell a broken YAML (`_malformed_yaml`), ~1 ms of CPU each that one
+    process spent before any worker started (issue #22). A file that cannot be read is passed over here;
+    `classify` reports it where it is classified."""
+    from finetune_doctor.readers.textfile import provided, read_bytes, sniff_text
+
+    for i, f in enumerate(files):
+        if Path(f).suffix.lower() not in (".yaml", ".yml") or provided(f) is not None:
+            continue
+        try:
+            text = sniff_text(read_bytes(f))
+        except (InputError, OSError):
+            continue
+        if _names_lf(_top_keys(text)):
+            return i
+    return None
 
 
 Queue = tuple[int, list[list[int]]]
@@ -452,7 +490,6 @@ def _fork_run(queue: Queue, files: list[str], opts: Options, known: dict[str, st
     ``pickle((True, results by file index))`` (or ``(False, None)`` on any error) to a pipe; returns (pid, read
     end)."""
     import os
-    import pickle
 
     read, write = os.pipe()
     pid = os.fork()
@@ -460,6 +497,9 @@ def _fork_run(queue: Queue, files: list[str], opts: Options, known: dict[str, st
         code = 0
         try:
             os.close(read)
+            # imported here, not before the fork: the parent needs it only to read the results, after its own share
+            import pickle
+
             try:
                 payload = pickle.dumps((True, _drain(queue, files, opts, known)), protocol=5)
             except BaseException:
