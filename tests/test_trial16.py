@@ -254,8 +254,8 @@ def test_an_offload_remedy_past_what_nodes_have_says_so_without_host_ram(tmp_pat
     # independent floor: fp32 master weights + Adam's two moments of the whole model, 12 bytes per parameter, on the
     # node's host (4 ranks, one node), in GiB
     assert need > 72.7e9 * 12 / 2**30 > PLAUSIBLE_HOST_RAM_GIB * 0.75
-    assert "more than many GPU nodes have" in cost and "--host-ram SIZE judges it" in cost
-    assert off[0] == len(fixes) - 1 and "taken as the most a node has while --host-ram is not given" in cost
+    assert "more than many GPU nodes have" in cost and "until --host-ram SIZE gives the node's own" in cost
+    assert off[0] == len(fixes) - 1 and "the bound taken for a node while --host-ram is not given" in cost
     given = tmp_path / "given"
     given.mkdir()
     _, rep2, _ = _check(given, QWEN72_FULL_Z3, "--gpu", "4xA100-80GB", "--host-ram", "2TB")

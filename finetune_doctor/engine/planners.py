@@ -423,8 +423,8 @@ def _fix_of(combo: tuple[Candidate, ...], total: float, before: tuple[float, flo
         cost += f"; host RAM needed per node ≈ {host_after:.0f} GiB"
         hw = ctx.extra.get("hw")
         if host_after > PLAUSIBLE_HOST_RAM_GIB and (hw is None or not hw.host_ram_gib):
-            cost += (f", more than many GPU nodes have (DGX A100 320GB: 1 TB); the node's RAM was not given, so this "
-                     "is not judged: --host-ram SIZE judges it")
+            cost += (", more than many GPU nodes have (DGX A100 320GB: 1 TB); ranked by that bound until --host-ram "
+                     "SIZE gives the node's own")
     return Fix(title=" + ".join(c.label for c in combo), edits=tuple(edits),
                safety="unsafe" if any(c.unsafe for c in combo) else "safe", effect=effect, cost=cost)
 
@@ -521,7 +521,7 @@ def oom_remedies(ctx: RuleContext, rule: Any, ev: Any) -> Fix | None:
     for combo, total, p in over[:max(SHOWN - len(fixes), 1)]:
         fix = _fix_of(combo, total, before, ctx, host_of(combo), p, pa(total))
         node = (f"the node's {hw.host_ram_gib:.0f} GiB" if hw.host_ram_gib else
-                f"{PLAUSIBLE_HOST_RAM_GIB:.0f} GiB, taken as the most a node has while --host-ram is not given")
+                f"{PLAUSIBLE_HOST_RAM_GIB:.0f} GiB, the bound taken for a node while --host-ram is not given")
         fixes.append(replace(fix, cost=f"{fix.cost}; ranked last: needs about {host_of(combo):.0f} GiB of host RAM "
                                        f"per node, more than {node}"))
     return replace(fixes[0], alternatives=tuple(fixes[1:]))

@@ -118,8 +118,8 @@ def mixed_p_oom(asm: Assembly, opts: Options) -> dict[str, Any]:
 
 def redecided(asm: Assembly, old_pm: float | None) -> dict[str, Any]:
     """The verdict ``fits`` / ``at-risk`` read again on the one distribution's p_oom_model (facts/bands.py
-    `one_distribution`) against uncertainty.P_OOM_TARGET, so that ``fits`` holds exactly when the 90 % interval's
-    upper end is under the budget in shown terms (issue #21, session 14). A run at risk for its stack (`old_pm`,
+    `one_distribution`) against uncertainty.P_OOM_TARGET, and at the assumed values (``p_oom_model_assumed``), so
+    that ``fits`` implies the 90 % interval's upper end is under the budget in shown terms (issue #21, session 14). A run at risk for its stack (`old_pm`,
     the model's probability it was judged on, under the target) and an ``oom`` stay as they are. Returns the ``mem``
     facts that change (verdict, verdict_reason); empty when none does."""
     from finetune_doctor.analyzers.memory.uncertainty import P_OOM_TARGET
@@ -130,7 +130,11 @@ def redecided(asm: Assembly, old_pm: float | None) -> dict[str, Any]:
         return {}
     if mem.verdict == "at-risk" and (old_pm is None or old_pm <= P_OOM_TARGET):
         return {}   # at risk for the stack (facts/mem.py `judged`), not for the error
-    verdict = "fits" if pm <= P_OOM_TARGET else "at-risk"
+    # fits also at the assumed value of every open assumption: a verdict holds across the plausible range or it is
+    # at-risk (README "Verdicts that follow the unknowns"), and the remedies are judged the same way
+    # (engine/planners.py `judge_against`)
+    pa = mem.details.get("p_oom_model_assumed")
+    verdict = "fits" if pm <= P_OOM_TARGET and (pa is None or pa <= P_OOM_TARGET) else "at-risk"
     if verdict == mem.verdict:
         return {}
     asm.memory = replace(mem, verdict=verdict)

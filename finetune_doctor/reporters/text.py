@@ -455,7 +455,8 @@ def _interval_lines(w: _Writer, mem: Any) -> None:
         # trial 15 and issue #21 session 14: one distribution gives the interval and p_oom_model
         # (facts/bands.py `one_distribution`); the line says what both are of
         w.line(f"the interval is of the peak nvidia-smi shows ({gib(mem.total)} GiB predicted), "
-               f"{_pct(share)} of it above {gib(thr)} GiB, the card's usable memory as that peak shows it when "
+               f"{_pct(pm if pm is not None else share)} of it above {gib(thr)} GiB, the card's usable memory as "
+               "that peak shows it when "
                "the run needs all of it: that share is p_oom_model", indent=1)
     from finetune_doctor.facts.mixshow import headline_words
 

@@ -60,8 +60,6 @@ _FINAL = re.compile(r"\bfinal\b|\blast\b|\bend of training\b|\bafter training\b|
 
 
 # signs of a build of transformers' main rather than a release: the user's words ("main branch", "installed from
-# source", a git+ URL, a .dev0 version) or the dev build's own code line (4.49.0.dev0 trainer.py:3157)
-# signs of a build of transformers' main rather than a release: the user's words ("main branch", "installed from
 # source", a git+ URL, a .dev0 version), the dev build's own code line (4.49.0.dev0 trainer.py:3157) or its staging
 # folder, named by tempfile.mkdtemp(prefix="tmp-checkpoint-") with a random suffix (huggingface/transformers#35580)
 # where the releases' is tmp-checkpoint-<step> (trial 16, ms-swift#3031)

@@ -19,7 +19,7 @@ ended at once, and the paste held only these lines):
 
 Both are printed only once the training loop is over; the analyzers read the notice ``run-end`` as such
 (analyzers/postmortem/causes.py ``LOOP_OVER``), and a run-end with no training step anywhere in the output as a
-run that trained no step (analyzers/postmortem/health.py ``no_update``).
+run that trained no step (analyzers/postmortem/health.py ``ended_untrained``).
 """
 
 from __future__ import annotations
