@@ -114,20 +114,45 @@ class Predictive:
 
 
 def mixture_quantile(comps: tuple[tuple[float, float], ...], dist: ErrorDist, p: float) -> float:
-    """The `p` quantile (ln GiB) of the mixture Σ w·F(x − ln total) of `comps` (weight, total GiB) under `dist`:
-    bisection to 1e-10 ln units between the components' own quantiles (the mixture's lies between them). Raises
-    ValueError unless 0 < p < 1."""
+    """The `p` quantile (ln GiB) of the mixture Σ w·F(x − ln total) of `comps` (weight, total GiB) under `dist`,
+    between the components' own quantiles (the mixture's lies between them): exact for one component, else the
+    Illinois variant of false position (Dowell & Jarratt, BIT 11 (1971) 168-174) to a bracket of 1e-10 ln units or
+    a residual under 1e-13, the bisection's answer in a handful of CDF evaluations instead of ~35 (the remedy search
+    builds hundreds of these: 1.07 s of one check, LF's ascend/qwen3_5_full_sft_fsdp2.yaml). Raises ValueError
+    unless 0 < p < 1."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"a quantile needs 0 < p < 1, got {p}")
     logs = [math.log(t) for _w, t in comps]
     q = dist.quantile(p)
+    total_w = sum(w for w, _t in comps)
+    if len(comps) == 1 or min(logs) == max(logs):
+        return logs[0] + q
+
+    def f(x: float) -> float:
+        return sum(w * dist.cdf(x - lg) for (w, _t), lg in zip(comps, logs)) / total_w - p
+
     lo, hi = min(logs) + q - 1e-6, max(logs) + q + 1e-6
-    while hi - lo > 1e-10:
-        mid = 0.5 * (lo + hi)
-        if sum(w * dist.cdf(mid - lg) for (w, _t), lg in zip(comps, logs)) < p:
-            lo = mid
+    flo, fhi = f(lo), f(hi)
+    side = 0
+    for _ in range(200):
+        if hi - lo <= 1e-10:
+            break
+        mid = (lo * fhi - hi * flo) / (fhi - flo) if fhi != flo else 0.5 * (lo + hi)
+        if not lo < mid < hi:
+            mid = 0.5 * (lo + hi)
+        fm = f(mid)
+        if abs(fm) < 1e-13:
+            return mid
+        if fm < 0:
+            lo, flo = mid, fm
+            if side == -1:
+                fhi *= 0.5
+            side = -1
         else:
-            hi = mid
+            hi, fhi = mid, fm
+            if side == 1:
+                flo *= 0.5
+            side = 1
     return 0.5 * (lo + hi)
 
 
