@@ -97,6 +97,22 @@ Traceback (most recent call last):
     assert "--name_module_trainable (renamed to freeze_trainable_modules)" in f.message
 
 
+def test_unknown_args_name_a_replacement_whose_value_means_something_else(tmp_path):
+    """image_resolution (a side length in LF 0.9.0) was replaced by image_max_pixels (a pixel count): the catalog
+    marks it ``same_value: false``, so the message does not say only "renamed" (the value must be converted)."""
+    from finetune_doctor.readers.config.keyschema import load_schema
+
+    assert load_schema()["retired"]["image_resolution"]["same_value"] is False
+    f = first(tmp_path, """\
+Got unknown args, potentially deprecated arguments: ['--image_resolution', '512']
+Traceback (most recent call last):
+  File "/data/LLaMA-Factory/src/llamafactory/launcher.py", line 23, in <module>
+    launch()
+  File "/data/LLaMA-Factory/src/llamafactory/hparams/parser.py", line 72, in _parse_args""")
+    assert "--image_resolution (replaced by image_max_pixels, whose value means something else" in f.message
+    assert "renamed to image_max_pixels" not in f.message
+
+
 # -- the store's own timeout beside the main process's preprocessing bar ---------------------------------------------
 
 BAR_TIMEOUT = ("Running tokenizer on train dataset:  61%|██████    | 610000/1000000 [29:58<19:10, 339.01 examples/s]"

@@ -229,7 +229,9 @@ def test_an_interval_over_assumptions_says_so(tmp_path):
     from finetune_doctor.analyzers.memory.uncertainty import assumed_weight
 
     tight = next(f for f in rep["findings"] if f["name"] == "predicted-tight-fit")
-    assert "(the benchmarks' error for this kind of run, mixed over the alternatives of " in tight["message"]
+    # the interval's own error (facts/mem.py `error_words`: the outcome-fitted spread of the shipped table)
+    assert ("(the error for this kind of run, its bias measured on the benchmarks and its spread fitted on which "
+            "reported runs trained or ran out, mixed over the alternatives of ") in tight["message"]
     named = tight["message"].split("mixed over the alternatives of ", 1)[1].split(")", 1)[0].split(", ")
     # the class's widths, when the table carries them, are said after the assumptions (facts/bands.py `basis`)
     named = [n for n in named if not n.startswith("widened by ")]

@@ -327,7 +327,8 @@ def cheapest_under(seen: list[tuple], budget: float) -> tuple | None:
 def judge_against(hw: Any, mixture: list[tuple[float, float, float | None]] | None = None,
                   full: list[tuple[float, float, float | None]] | None = None) -> Judge:
     """The planners' fit test on `hw`: the analytic estimate (with expandable segments when asked) and the memory
-    model's own probability of OOM (p_oom_model, uncertainty.py `model_dist`) by the error model of its shape class.
+    model's own probability of OOM (p_oom_model) read on the one predictive distribution of its peak
+    (analyzers/memory/predictive.py, its error uncertainty.py `core_dist`, the widths of its shape class).
 
     `mixture`: (weight, ratio, budget GiB or None) per component of the report's open assumptions (facts/assume.py
     `mixture`, as ratios to the reported total; None budget: `hw`'s). The p_oom of a run is then Σ w·P(peak of

@@ -47,12 +47,12 @@ def final_interval(comps: list[tuple[float, float, Any]], full: list[tuple[float
 
 
 def basis(asm: Any, text: str | None) -> str:
-    """What the interval is made of, in words (``mem.interval_basis``): `text` (None: the benchmarks' error alone,
-    facts/mem.py BENCHMARK_ERROR), and, once the table carries widths, the class of run whose spread across sources
+    """What the interval is made of, in words (``mem.interval_basis``): `text` (None: the interval's error alone,
+    facts/mem.py `error_words`), and, once the table carries widths, the class of run whose spread across sources
     widened it."""
-    from finetune_doctor.facts.mem import BENCHMARK_ERROR
+    from finetune_doctor.facts.mem import error_words
 
-    text = text or BENCHMARK_ERROR
+    text = text or error_words()
     if bands.widths(uncertainty.table(), None) is None:
         return text
     return f"{text}, widened by the spread of {_class(asm)} runs across sources"
@@ -94,7 +94,7 @@ def one_distribution(asm: Any, comps: list[tuple[float, float, float | None]] | 
     of the assumed case's own distribution. Writes them to `asm.memory`; returns the ``mem`` facts that change.
     Empty without a memory estimate or an interval."""
     from finetune_doctor.facts.assumebase import budget_gib
-    from finetune_doctor.facts.mem import need_ratio, pct_fields, shape_of
+    from finetune_doctor.facts.mem import error_words, need_ratio, pct_fields, shape_of
 
     mem = asm.memory
     if mem is None or not mem.interval_gib:
@@ -117,13 +117,17 @@ def one_distribution(asm: Any, comps: list[tuple[float, float, float | None]] | 
     need = mem.need if mem.need is not None else mem.total
     thr = None if budget is None else predictive.threshold(budget, ratio)
     words = {"interval_of": f"the peak nvidia-smi would show (memory.per_gpu_gib.total, {mem.total:.2f} GiB, the "
-                            "allocator's reserve included), under the benchmarks' error and its class's widths",
+                            f"allocator's reserve included), under {error_words()} and its class's widths",
              "p_oom_of": None if budget is None else (
                  f"the same distribution's share above {thr:.2f} GiB, the {budget:.2f} GiB budget as that peak shows "
                  f"when the run needs it all ({need:.2f} GiB needed: the allocator frees its cache before an OOM) "
                  "(p_oom_model), plus the unexplained share (p_oom)"),
              "interval_share_above_card": None if pm is None else round(pm, 3), "oom_threshold_gib": thr}
-    details = {**mem.details, **words, "p_oom_assumed": p_a, "p_oom_model_assumed": pm_a}
+    # the card itself open (a gpu-variant alternative): p_oom_model weighs several budgets, so no one threshold is
+    # what it is the share above (reporters/text.py words the line by this)
+    budgets = {round(b, 6) for _w, _t, b in comps if b is not None}
+    details = {**mem.details, **words, "p_oom_assumed": p_a, "p_oom_model_assumed": pm_a,
+               "oom_thresholds_differ": len(budgets) > 1}
     asm.memory = replace(mem, details=details, **({} if pm is None else {"p_oom": p, "p_oom_model": pm}))
     out = dict(words)
     if pm is not None:

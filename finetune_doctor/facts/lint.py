@@ -255,7 +255,8 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "name": F("str", "model_name_or_path as written"), "message": F("str", "why"),
         "missing": F("str", "what was not found"), "fix": F("str", "the one flag or command that supplies it"),
         "config_json": F("str", "file:line of a config.json that was found but is unusable"),
-        "not_here": F("bool", "a local path that is not on this machine (not checked here unless --strict)"),
+        "not_here": F("bool", "a local path that is not on this machine (lint: not checked here unless --strict; "
+                               "check and estimate: model-unresolved, FD607)"),
         "parse_limit": F("bool", "a config.json was read but lacks a field where the doctor looks for it: the "
                                  "doctor's limit (model-config-not-understood)"),
         "why": F("str", "why it is not sized (facts/nothere.py)",

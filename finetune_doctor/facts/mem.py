@@ -22,9 +22,22 @@ from finetune_doctor.facts.schema import F, Namespace
 from finetune_doctor.quant import hinted_spec
 from finetune_doctor.types import GIB, Hardware, MemoryEstimate
 
-BENCHMARK_ERROR = "the benchmarks' error for this kind of run"
-"""What a 90 % interval of one prediction is made of (analyzers/memory/uncertainty.py); `interval_basis` adds the
-assumptions whose alternatives a mixture spreads it over (facts/verdict.py `mixed_p_oom`)."""
+# what the error under a 90 % interval is, in words, by the table's ``one_distribution.core``
+# (analyzers/memory/uncertainty.py `core_dist`): "outcome" is `model_dist` (the benchmarks' bias, the spread that
+# benchmarks/calibrate.py fitted on which reported runs trained and which ran out), anything else `error_dist`
+ERROR_WORDS = {
+    "outcome": "the error for this kind of run, its bias measured on the benchmarks and its spread fitted on which "
+               "reported runs trained or ran out",
+    "measured": "the benchmarks' error for this kind of run",
+}
+
+
+def error_words() -> str:
+    """What a 90 % interval of one prediction is made of (analyzers/memory/uncertainty.py `core_dist`, the error
+    whose quantiles made it), in words (`ERROR_WORDS`); `interval_basis` adds the assumptions whose alternatives a
+    mixture spreads it over (facts/verdict.py `mixed_p_oom`)."""
+    core = (uncertainty.table().get("one_distribution") or {}).get("core")
+    return ERROR_WORDS["outcome" if core == "outcome" else "measured"]
 
 _TERMS = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "runtime", "total")
 _BREAKDOWN = {k: F("float", f"{k}, GiB") for k in _TERMS}
@@ -100,16 +113,17 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "interval_gib": F("list", "central 90 % predictive interval of total, GiB"),
     "interval_lo_gib": F("float", "its lower end, GiB"),
     "interval_hi_gib": F("float", "its upper end, GiB"),
-    "interval_basis": F("str", "what the interval is made of: the benchmarks' error for this kind of run, and the "
-                               "open assumptions whose alternatives it mixes in (facts/verdict.py `mixed_p_oom`)"),
+    "interval_basis": F("str", "what the interval is made of: the error of this kind of run whose quantiles made it "
+                               "(error_words), and the open assumptions whose alternatives it mixes in "
+                               "(facts/verdict.py `mixed_p_oom`)"),
     "safe_total_gib": F("float", "the largest need with p_oom_model <= p_oom_target on this card, GiB"),
     "error_class": F("str", "the error class whose benchmark error applies (shape class, and weight storage where "
                                 "the table keys by it)"),
     "error_rows": F("int", "benchmark rows of this method and class behind the error model"),
     "error_kind": F("str", "the kind of run (shape class) in user terms, e.g. ZeRO-2/3 runs"),
     "error_label": F("str", "the kind of run and how many measured runs its error rests on, in user terms"),
-    "error_bias_pct": F("float", "their mean under-prediction, percent of total"),
-    "error_spread_pct": F("float", "their predictive spread (scale), percent of total"),
+    "error_bias_pct": F("float", "the interval's error: its mean under-prediction, percent of total"),
+    "error_spread_pct": F("float", "the interval's error: its spread (ErrorDist.spread), percent of total"),
     "reserve_gib": F("float", "cached-but-unallocated memory the allocator holds at the peak, GiB"),
     "expandable": F("bool", "the estimate assumes expandable segments (llamafactory-cli's torchrun launch)"),
     "expandable_in_env": F("bool", "the training processes get expandable_segments:True from the environment"),
@@ -192,10 +206,10 @@ def run_cls(run: Any, hw: Hardware | None) -> str | None:
 
 def judged(mem: MemoryEstimate, hw: Hardware | None, alt: dict[str, Any] | None = None,
            run: Any = None) -> MemoryEstimate:
-    """`mem` with its verdict, p_oom and interval (analyzers/memory/uncertainty.py) against `hw`'s budget. A run that
-    fits the assumed stack but not a torch < 2.8 one (`alt`, `older_stack`) is at risk: the stack is not known.
-    With `run`, the interval takes its class's widths and p_oom is read on that one distribution (uncertainty.py
-    `assess`, ``cls``; details ``interval_widened``)."""
+    """`mem` with its verdict, p_oom and interval (analyzers/memory/predictive.py `assess`) against `hw`'s budget. A
+    run that fits the assumed stack but not a torch < 2.8 one (`alt`, `older_stack`) is at risk: the stack is not
+    known. With `run`, the interval takes its class's widths and p_oom is read on that one distribution
+    (predictive.py `assess`, ``cls``; details ``interval_widened``)."""
     cls = run_cls(run, hw)
     a = predictive.assess(mem.total, budget_of(hw), mem.method, shape_of(mem), mem.need, cls=cls)
     verdict = a.verdict
@@ -232,10 +246,12 @@ def pct_fields(p: float | None, p_assumed: float | None, pm: float | None = None
 
 
 def verdict_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[str, Any] | None) -> dict[str, Any]:
-    """The verdict and error-model facts of `mem` (namespace fields budget_gib … expandable_verdict)."""
+    """The verdict and error-model facts of `mem` (namespace fields budget_gib … expandable_verdict). The error's
+    class, rows, bias and spread are those of the distribution whose quantiles made the interval
+    (predictive.assess's ``dist``: uncertainty.py `core_dist`), so the spread a message quotes is the interval's."""
     budget = budget_of(hw)
     a = predictive.assess(mem.total, budget, mem.method, shape_of(mem), mem.need, cls=run_cls(run, hw))
-    d = a.dist
+    d = a.dist   # core_dist (uncertainty.py `assess`), not the measurements' error_dist
     q = uncertainty.unexplained_share(mem.method)
     verdict = mem.verdict or a.verdict
     reason = None
@@ -247,7 +263,7 @@ def verdict_facts(mem: MemoryEstimate, hw: Hardware | None, run: Any, alt: dict[
         **pct_fields(a.p_oom, a.p_oom, a.p_oom_model, a.p_oom_model), "p_oom_target": uncertainty.P_OOM_TARGET,
         "p_oom_unexplained": q, "p_oom_other_pct": 50 * q,
         "interval_gib": list(a.interval_gib), "interval_lo_gib": a.interval_gib[0],
-        "interval_hi_gib": a.interval_gib[1], "interval_basis": BENCHMARK_ERROR, "safe_total_gib": a.safe_total_gib,
+        "interval_hi_gib": a.interval_gib[1], "interval_basis": error_words(), "safe_total_gib": a.safe_total_gib,
         "margin_gib": None if budget is None else budget - a.safe_total_gib,
         "error_class": d.shape, "error_rows": d.n, "error_label": d.label(), "error_kind": d.kind(), "error_bias_pct": 100 * d.mu, "error_spread_pct": 100 * d.spread(),
         "alt_stack_p_oom": None,

@@ -1,6 +1,7 @@
 """What the doctor cannot see from this machine but the training machine can: a model named by a local path that
-is not here, or a hub id this machine cannot fetch. Each becomes a ``not_here`` key (rules/not-checked-here.yaml,
-info) unless --strict, where model-unresolved (FD607) reports it."""
+is not here, or a hub id this machine cannot fetch. For ``check`` and ``estimate`` model-unresolved (FD607, error)
+reports it, since the run is left without a verdict; ``lint`` makes it a ``not_here`` key
+(rules/not-checked-here.yaml, info) unless --strict, where FD607 reports it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ HUB_NOT_HERE = "not fetchable from this machine"
 
 def model_not_here(asm: Any, *, sizes: bool = False) -> None:
     """An unresolved model named by a local path (absolute, ``./``, ``../``, ``~``) that is not on this machine: the
-    training machine may hold it, so it is not-checked-here (info) unless --strict (model-unresolved). A name that
+    training machine may hold it, so for ``lint`` it is not-checked-here (info) unless --strict (model-unresolved),
+and for ``check``/``estimate`` model-unresolved (see `sizes`). A name that
     could be a hub id (``org/name``) stays model-unresolved when this machine could ask the hub and did not find
     it; when it could not ask (--offline, HF_HUB_OFFLINE=1, no network) it is not checked here too.
 

@@ -84,7 +84,7 @@ def mixed_p_oom(asm: Assembly, opts: Options) -> dict[str, Any]:
     facts that change (p_oom, p_oom_model and their _pct, interval_*)."""
     from finetune_doctor.analyzers.memory import uncertainty
     from finetune_doctor.facts import assume, bands
-    from finetune_doctor.facts.mem import BENCHMARK_ERROR, shape_of
+    from finetune_doctor.facts.mem import error_words, shape_of
 
     mem = asm.memory
     comps = assume.mixture(mem.total, asm.hw, asm.assumptions, opts.gpu)
@@ -105,7 +105,7 @@ def mixed_p_oom(asm: Assembly, opts: Options) -> dict[str, Any]:
     # GiB, labelled as the benchmarks' error alone)
     mixed = [a.name for a in asm.assumptions if a.name not in assume.NOT_OPEN and a.effect_gib
              and (a.name == "sample-lengths" or uncertainty.assumed_weight(a.name) < 1.0)]
-    basis = bands.basis(asm, f"{BENCHMARK_ERROR}, mixed over the alternatives of {', '.join(mixed)}" if mixed else None)
+    basis = bands.basis(asm, f"{error_words()}, mixed over the alternatives of {', '.join(mixed)}" if mixed else None)
     details["interval_basis"] = basis
     asm.memory = replace(mem, interval_gib=interval, details=details)
     out: dict[str, Any] = {"interval_gib": list(interval), "interval_lo_gib": interval[0],

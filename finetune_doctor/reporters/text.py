@@ -447,22 +447,44 @@ def _interval_lines(w: _Writer, mem: Any) -> None:
         why = (f" (an alternative of {deciding.get('name')} is {deciding.get('alternative_verdict')}, see below; "
                "the verdict is fits or oom only under every alternative)")
     verdict = f"verdict {mem.verdict}{why} · {_probabilities(mem, cond)} · " if mem.verdict else ""
-    basis = mem.details.get("interval_basis") or "the benchmarks' error for this kind of run"
+    basis = mem.details.get("interval_basis") or _error_words()
     w.line(f"{verdict}90 % interval {gib(lo)}–{gib(hi)} GiB ({basis})", indent=1)
     share = mem.details.get("interval_share_above_card")
     thr = mem.details.get("oom_threshold_gib")
     if share is not None and mem.p_oom is not None and thr is not None:
         # trial 15 and issue #21 session 14: one distribution gives the interval and p_oom_model
         # (facts/bands.py `one_distribution`); the line says what both are of
-        w.line(f"the interval is of the peak nvidia-smi shows ({gib(mem.total)} GiB predicted), "
-               f"{_pct(pm if pm is not None else share)} of it above {gib(thr)} GiB, the card's usable memory as "
-               "that peak shows it when "
-               "the run needs all of it: that share is p_oom_model", indent=1)
+        w.line(_share_line(mem, pm if pm is not None else share, thr), indent=1)
     from finetune_doctor.facts.mixshow import headline_words
 
     words = headline_words(mem, (mem.details.get("token_budget") or {}).get("cutoff_len"))
     if words:
         w.line(words, indent=1)
+
+
+# the line under the interval (`_share_line`), by whether p_oom_model is the share above one threshold or weighs the
+# several budgets of a card that is itself an open assumption (facts/bands.py ``oom_thresholds_differ``)
+_SHARE_WORDS = {
+    False: "the interval is of the peak nvidia-smi shows ({total} GiB predicted), {pm} of it above {thr} GiB, the "
+           "card's usable memory as that peak shows it when the run needs all of it: that share is p_oom_model",
+    True: "the interval is of the peak nvidia-smi shows ({total} GiB predicted); p_oom_model ({pm}) weighs the "
+          "cards an open assumption may mean, each against its own usable memory as that peak shows it ({thr} GiB "
+          "on the card as assumed), so it is no one share of the interval",
+}
+
+
+def _share_line(mem: Any, pm: float, thr: float) -> str:
+    """What the interval and p_oom_model are of (facts/bands.py `one_distribution`, issue #21 session 14): the share
+    above the one threshold `thr` (GiB), or, where the mixture's budgets differ, a probability over several."""
+    words = _SHARE_WORDS[bool(mem.details.get("oom_thresholds_differ"))]
+    return words.format(total=gib(mem.total), pm=_pct(pm), thr=gib(thr))
+
+
+def _error_words() -> str:
+    """The interval's error in words where the facts gave none (facts/mem.py `error_words`)."""
+    from finetune_doctor.facts.mem import error_words
+
+    return error_words()
 
 
 def _probabilities(mem: Any, cond: str) -> str:

@@ -20,9 +20,9 @@ def communicators(run: Run) -> int:
     takes the default group (transformers 5.6.0 training_args.py:2094, :2103); ZeRO-3's parameter all-gather also
     runs on it: ``zero.Init`` without a ``data_parallel_group`` (as transformers enters it) partitions over
     ``dist.get_world_group()`` (``runtime/zero/partition_parameters.py:1093-1096``). A second communicator has
-    buffers of its own: "More communicators = more memory used, except if communicators are created with
-    ncclCommSplit and the flag to share resources is set" (NCCL's maintainer,
-    https://github.com/NVIDIA/nccl/issues/864#issuecomment-1573800780, quoted in NVIDIA/nccl#986). DeepSpeed asks
+    buffers of its own: each added communicator costs memory, unless it was split off an existing one with
+    ``ncclCommSplit`` and asked to share that one's resources (an NCCL maintainer's answer,
+    https://github.com/NVIDIA/nccl/issues/864#issuecomment-1573800780, cited again in NVIDIA/nccl#986). DeepSpeed asks
     for no shared resources (a plain ``new_group``), and the clone spans the same ranks over the same links, so it
     is taken at what the world communicator takes (`NCCL_2_RANKS_GIB` / `NCCL_MANY_RANKS_GIB`, measured per
     communicator in NVIDIA/nccl#964); it was 0.1 GiB before, an assumption with no source. runtime.py (NCCL) and

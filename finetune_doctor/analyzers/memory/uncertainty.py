@@ -436,7 +436,8 @@ def contaminated(d: ErrorDist, spec: Mapping[str, Any] | None) -> ErrorDist:
 class Assessment:
     """The verdict on one prediction. `p_oom` (all-cause), `p_oom_model` (the memory model's own, which decides
     the verdict; module docstring, 'Two probabilities') and `verdict` are None without a budget (no GPU known);
-    `interval_gib` is the central `LEVEL` predictive interval of the peak (GiB); `safe_total_gib` the largest
+    `interval_gib` is the central `LEVEL` predictive interval of the peak (GiB); `dist` the error whose quantiles
+    made it (`core_dist`: what a message quotes as the interval's bias and spread); `safe_total_gib` the largest
     prediction that keeps p_oom_model ≤ `P_OOM_TARGET` on this budget."""
 
     verdict: str | None
@@ -473,12 +474,11 @@ def assess(total_gib: float, budget_gib: float | None, method: str, shape: str,
     reserved memory and nvidia-smi are compared with. None: `total_gib` decides (a prediction that does not say).
     The interval is the core's (`core_dist`); analyzers/memory/predictive.py `assess` reads the verdict and p_oom on
     the one distribution of a run whose class is known (issue #21 session 14)."""
-    d = error_dist(method, shape)
     core = core_dist(method, shape)
     lo = total_gib * math.exp(core.quantile((1.0 - LEVEL) / 2))
     hi = total_gib * math.exp(core.quantile((1.0 + LEVEL) / 2))
     if budget_gib is None:
-        return Assessment(None, None, (lo, hi), d, None, None)
+        return Assessment(None, None, (lo, hi), core, None, None)
     dm = model_dist(method, shape)
     need = total_gib if need_gib is None else need_gib
     pm = p_oom(need, budget_gib, dm)
@@ -486,7 +486,7 @@ def assess(total_gib: float, budget_gib: float | None, method: str, shape: str,
     # probabilities'): the q/2 no memory term sees is not something a fit can be judged on
     verdict = "oom" if need > budget_gib else ("fits" if pm <= P_OOM_TARGET else "at-risk")
     p = p_oom(need, budget_gib, oom_dist(method, shape))
-    return Assessment(verdict, p, (lo, hi), d, budget_gib, safe_total(budget_gib, dm), pm)
+    return Assessment(verdict, p, (lo, hi), core, budget_gib, safe_total(budget_gib, dm), pm)
 
 
 def core_dist(method: str, shape: str) -> ErrorDist:

@@ -14,8 +14,9 @@ word of the paste that carries the cause (an option, a class, a platform) where 
 * transformers' "Can't find a valid checkpoint at P": raised by ``Trainer._load_from_checkpoint`` when the
   folder holds none of the weight files, and by ``integrations/deepspeed.py`` ``deepspeed_load_checkpoint`` when
   it has no ``global_step*`` folder (DeepSpeed's engine states). ``save_only_model`` writes the model alone
-  (TrainingArguments' doc: "you won't be able to resume training from checkpoint"), so a DeepSpeed checkpoint
-  saved with it has no ``global_step*`` folder to resume from (hiyouga/LlamaFactory#5497);
+  (TrainingArguments' documentation of ``save_only_model`` warns that such checkpoints cannot be resumed from),
+  so a DeepSpeed checkpoint saved with it has no ``global_step*`` folder to resume from
+  (hiyouga/LlamaFactory#5497);
 * torch's TCPStore "use_libuv was requested but PyTorch was build without libuv support"
   (torch/csrc/distributed/c10d/TCPStore.cpp): torch 2.4 made the libuv store the default and the Windows builds
   of torch have no libuv; ``USE_LIBUV=0`` selects the older store (PyTorch's tutorial "Introduction to Libuv
@@ -25,19 +26,16 @@ word of the paste that carries the cause (an option, a class, a platform) where 
   and the maintainers' answer was 4-bit (nf4/fp4) weights (bitsandbytes-foundation/bitsandbytes#538);
 * LLaMA-Factory's "Got unknown args, potentially deprecated arguments: [...]" (hparams/parser.py
   ``_parse_args``, printed before it raises that its parser did not use them): the arguments named are not
-  options of the installed release, most often renamed or removed ones (catalog/lf_keys.json ``retired``, the
-  replacement per old key), even where the paste is cut before the exception line (hiyouga/LlamaFactory#2800).
+  options of the installed release, most often renamed or removed ones (catalog/lf_keys.json ``retired``, read
+  through readers/config/keyschema.py `load_schema`: the replacement per old key, and whether the value keeps its
+  meaning, ``same_value``), even where the paste is cut before the exception line (hiyouga/LlamaFactory#2800).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
-
-KEYS_CATALOG = Path(__file__).resolve().parent.parent.parent / "catalog" / "lf_keys.json"
 
 UNPICKLABLE = re.compile(r"cannot pickle '(?P<t>[\w.]+)' object")
 # (the class as CPython prints it, its last dotted part) -> (what holds it, the package to name)
@@ -118,12 +116,32 @@ def _cublaslt(cls: str, msg: str, text: str) -> str | None:
             "bitsandbytes release whose 8-bit path supports the card")
 
 
+# how an old key is named beside its replacement, by the catalog's ``same_value`` (False: the new key reads its value
+# in other units, e.g. image_resolution, a side length in 0.9.0, against image_max_pixels, a pixel count)
+RENAMED_WORDS = {
+    True: "{arg} (renamed to {new})",
+    False: "{arg} (replaced by {new}, whose value means something else: convert it, do not copy it)",
+}
+
+
 @lru_cache(maxsize=1)
-def _renamed() -> dict[str, str]:
-    """Old LLaMA-Factory key -> its replacement, from catalog/lf_keys.json ``retired`` (read as data)."""
-    data = json.loads(KEYS_CATALOG.read_text(encoding="utf-8"))
-    return {k: str(v.get("replacement")) for k, v in (data.get("retired") or {}).items()
-            if isinstance(v, dict) and v.get("replacement")}
+def _renamed() -> dict[str, tuple[str, bool]]:
+    """Old LLaMA-Factory key -> (its replacement, whether the value keeps its meaning), from the key schema's
+    ``retired`` (catalog/lf_keys.json through readers/config/keyschema.py `load_schema`, the one reader of it).
+    A missing ``same_value`` is read as True (the catalog marks only the keys whose meaning changed)."""
+    from finetune_doctor.readers.config.keyschema import load_schema
+
+    return {k: (str(v.get("replacement")), v.get("same_value") is not False)
+            for k, v in (load_schema().get("retired") or {}).items() if isinstance(v, dict) and v.get("replacement")}
+
+
+def _named(arg: str, ren: dict[str, tuple[str, bool]]) -> str:
+    """`arg` as the message names it: with its replacement (`RENAMED_WORDS`) where the catalog has one."""
+    key = arg.lstrip("-").split("=")[0]
+    if key not in ren:
+        return arg
+    new, same = ren[key]
+    return RENAMED_WORDS[same].format(arg=arg, new=new)
 
 
 def args_lead(ev: Any, tb: Any) -> str | None:
@@ -140,7 +158,7 @@ def args_lead(ev: Any, tb: Any) -> str | None:
     if not args:
         return None
     ren = _renamed()
-    named = ", ".join(f"{a} (renamed to {ren[k]})" if (k := a.lstrip("-").split("=")[0]) in ren else a for a in args)
+    named = ", ".join(_named(a, ren) for a in args)
     return (f"{ARGS_LEAD} \"Got unknown args, potentially deprecated arguments\" for {named}: "
             "the installed release has no such option (renamed or removed), and it stops with a ValueError "
             "after printing its help; use the release's own option name, or the release the command was written for")
