@@ -374,7 +374,9 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
         fix = getattr(err, "fix", "") if isinstance(err, ModelUnresolved) else ""
         where = f"{err.file}:{err.line}" if err.file and err.file != str(name) and err.line else err.file
         asm.facts["lint"]["model_unresolved"] = {
-            "name": str(name), "message": err.message, "missing": getattr(err, "missing", "") or "",
+            "name": str(name), "message": err.message,
+            "sentence": err.message if err.message.endswith(".") else err.message + ".",
+            "missing": getattr(err, "missing", "") or "",
             "fix": fix or "--model-config path/to/config.json",
             "config_json": where if where and where != str(name) else None}
         asm.notes.append(f"memory not estimated: the architecture of {name} is not known here")
