@@ -67,9 +67,9 @@ _DETECTORS = {
 
 SAID_SYMPTOMS = ("disk-full", "nccl-error", "image-tokens", "native-crash", "loss-scale", "no-samples", "host-oom",
                  "killed", "oom", "cuda-error", "no-update", "nan", "loss-zero", "diverged", "timeout", "hang", "stopped",
-                 "version", "error")
-"""The symptoms words can name (readers/runlogs/userwords_vocab.py, userwords_more.py; said.py turns stopped/error
-into no-update for a resume that trained nothing): the values rule message tables switch on (``ev.said.symptom``)."""
+                 "version", "error", "interrupted")
+"""The symptoms words can name (readers/runlogs/userwords_vocab.py SYMPTOMS, tests/test_postmortem_said_kinds.py
+pins the two lists equal): the values rule message tables switch on (``ev.said.symptom``)."""
 
 NAMESPACE = Namespace("ev", __doc__.split("\n\n")[0], {
     **{k: OPEN(v) for k, v in _DETECTORS.items()},
