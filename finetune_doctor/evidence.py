@@ -41,7 +41,7 @@ scale               DeepSpeed loss scale {text, initial, min, last, overflows, r
                     min_loss_scale, location}
 amp_skips           HF AMP skipped steps {count, steps, location}; ``benign_overflow`` {text, kind, location}
 fp16                {in_use, source, model_bf16, model_text, evidence, confirmed, hw_bf16, location}
-lr_high             {lr, threshold, step, what, reason, suggested, finetuning_type, location}
+lr_high             {lr, threshold, step, what, reason, suggested, fix_title, finetuning_type, location}
 oom                 {step, gpu, rank, format, exc, requested_gib, total_gib, free_gib, allocated_gib,
                     reserved_gib, reserved_unallocated_gib, this_process_gib, fragmented, foreign {gib, kind,
                     text, pids, fix}, phase, phase_evidence, match {label, formula, expected_gib, ratio, phase},

@@ -391,3 +391,12 @@ def test_a_hang_after_the_load_is_not_placed_in_it(tmp_path, words, loading):
 ])
 def test_space_said_of_memory_is_not_the_disk(tmp_path, words, rule):
     assert first(tmp_path, words).name == rule
+
+
+def test_the_symptoms_rule_tables_may_name_are_the_ones_words_can_give():
+    # rule message tables switch on ev.said.symptom (host-oom-killed, learning-rate-too-high-confirmed); the loader
+    # checks their cases against facts/ev.py SAID_SYMPTOMS, which must be the reader's vocabulary, no more, no less
+    from finetune_doctor.facts.ev import SAID_SYMPTOMS
+    from finetune_doctor.readers.runlogs.userwords_vocab import SYMPTOMS
+
+    assert sorted(SAID_SYMPTOMS) == sorted({k for k, _ in SYMPTOMS})

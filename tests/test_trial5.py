@@ -201,6 +201,9 @@ def test_a_roomy_at_risk_run_is_not_called_tight_and_a_thin_error_says_so():
             "p_oom_assumed_pct": 5.15, "p_oom_assumed_text": "5.2", "verdict_reason": "error",
             "p_oom_model_pct": 5.15, "p_oom_model_text": "5.2", "p_oom_model_assumed_text": "5.2",
             "p_oom_other_pct": 0.0, "alt_stack_fits": None, "error_rows": 9}
+    from finetune_doctor.facts.verdict import error_risk
+
+    base["error_risk"] = error_risk(base)   # the case the message reads, as facts/config.py assembles it
     facts = {"mem": base, "hw": {"gpu": "L20X"}, "run": {"optim": "adamw_torch"}}
     text = _message(rule, Evaluator(facts))
     # trial 9: "not a tight fit" under a rule named predicted-tight-fit read as a contradiction
@@ -211,9 +214,19 @@ def test_a_roomy_at_risk_run_is_not_called_tight_and_a_thin_error_says_so():
     assert "the other cards an open assumption may mean" in text and "too few to size it" not in text
     thin = {**facts, "mem": {**base, "headroom_gib": 2.0, "need_gib": 20.0, "budget_gib": 22.0,
                              "interval_hi_gib": 26.5, "error_rows": 1}}
+    thin["mem"]["error_risk"] = error_risk(thin["mem"])
     text = _message(rule, Evaluator(thin))
     assert "the margin is not what is tight" not in text and "other cards an open assumption" not in text
     assert "rests on 1 measured run of this kind, too few to size it" in text
+    # at risk for the stack (p_oom_model under 5 %, an older torch runs out: facts/mem.py `judged`), with the
+    # interval under the card: no open assumption weighs other cards, so that sentence is not said (it was, in
+    # session 14, before the case was read on verdict_reason)
+    stack = {**facts, "mem": {**base, "verdict_reason": "stack", "p_oom_model_pct": 2.1, "p_oom_model_text": "2.1",
+                              "alt_stack_fits": False, "alt_stack_optim": "adamw_torch", "alt_stack_total": 141.2}}
+    stack["mem"]["error_risk"] = error_risk(stack["mem"])
+    text = _message(rule, Evaluator(stack))
+    assert stack["mem"]["error_risk"] is None and "2.1 % probability by the memory model. The run gets" in text
+    assert "other cards an open assumption" not in text and "over the 5 %" not in text
 
 
 # 9. a lint over several configs names whose each assumption is; a saved postmortem report with no inputs header

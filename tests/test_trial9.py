@@ -86,6 +86,9 @@ def test_the_printed_probability_never_disagrees_with_the_5_percent_target():
            "p_oom_model_pct": 4.7, "p_oom_model_text": "4.7", "p_oom_model_assumed_pct": 7.8,
            "p_oom_model_assumed_text": "7.8", "p_oom_other_pct": 0.0,   # q = 0: the two probabilities agree
            "alt_stack_fits": None, "error_rows": 69}
+    from finetune_doctor.facts.verdict import error_risk
+
+    mem["error_risk"] = error_risk(mem)   # the case the message reads, as facts/config.py assembles it
     ev = Evaluator({"mem": mem, "hw": {"gpu": "A100-80GB"}, "run": {"optim": "adamw_torch_fused"}})
     text = _message(rule, ev)
     assert "4.7 % probability by the memory model mixed over the alternatives of the open assumptions, and with " \

@@ -93,6 +93,9 @@ def test_the_tight_fit_message_says_which_probability():
            "interval_basis": "the benchmarks' error", "p_oom_pct": 15.6, "p_oom_text": "15.6",
            "p_oom_model_pct": 7.0, "p_oom_model_text": "7.0", "p_oom_model_assumed_text": "7.0",
            "p_oom_other_pct": 10.0, "verdict_reason": "error", "alt_stack_fits": None, "error_rows": 9}
+    from finetune_doctor.facts.verdict import error_risk
+
+    mem["error_risk"] = error_risk(mem)   # the case the message reads, as facts/config.py assembles it
     text = _message(rule, Evaluator({"mem": mem, "hw": {"gpu": "RTX-4090"}, "run": {"optim": "adamw_torch"}}))
     assert "with 7.0 % probability by the memory model, over the 5 % the doctor accepts" in text
     assert ("Runs reported like this one also ran out for reasons no memory term sees about 10.0 % of the time "

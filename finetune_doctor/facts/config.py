@@ -37,7 +37,7 @@ from finetune_doctor.facts import quantassume
 from finetune_doctor.facts import moeleaf, nothere
 from finetune_doctor.facts import run as run_facts
 from finetune_doctor.facts import tfmodeltype
-from finetune_doctor.facts.verdict import lint_assumptions, record_assumptions
+from finetune_doctor.facts.verdict import lint_assumptions, record_assumptions, with_error_risk
 from finetune_doctor.fsutil import real_parent
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc, load_config
 from finetune_doctor.readers.config.lfnarrow import release_in_use
@@ -167,8 +167,8 @@ def assemble_config(config: str, overrides: tuple[str, ...] | list[str], opts: O
         quantassume.quant_assumption(asm, qalt)
         quantassume.named_quant_assumption(asm, lambda a: resolve(stack, a), int(tokens) if tokens else None)
         honest = record_assumptions(asm, opts, int(tokens) if tokens else None, alt) if assume else {}
-        facts["mem"] = mem_facts.assemble(asm.memory, asm.hw, asm.run, alt, qalt)
-        facts["mem"].update({"deciding_assumption": None, "token_budget": None, **honest})
+        facts["mem"] = with_error_risk({**mem_facts.assemble(asm.memory, asm.hw, asm.run, alt, qalt),
+                                        "deciding_assumption": None, "token_budget": None, **honest})
     elif assume:
         record_assumptions(asm, opts, None, None)
     lint_assumptions(asm)
@@ -374,7 +374,9 @@ def _arch(asm: Assembly, config: str, opts: Options, *, tolerate: bool, static: 
         fix = getattr(err, "fix", "") if isinstance(err, ModelUnresolved) else ""
         where = f"{err.file}:{err.line}" if err.file and err.file != str(name) and err.line else err.file
         asm.facts["lint"]["model_unresolved"] = {
-            "name": str(name), "message": err.message, "missing": getattr(err, "missing", "") or "",
+            "name": str(name), "message": err.message,
+            "sentence": err.message if err.message.endswith(".") else err.message + ".",
+            "missing": getattr(err, "missing", "") or "",
             "fix": fix or "--model-config path/to/config.json",
             "config_json": where if where and where != str(name) else None}
         asm.notes.append(f"memory not estimated: the architecture of {name} is not known here")

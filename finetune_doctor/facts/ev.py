@@ -20,7 +20,9 @@ _DETECTORS = {
                 "gn_text, lr, lr_text, location}", "loss_spike": "the first loss spike", "grad_spike": "the first grad-norm spike",
     "grad_const": "a constant grad norm", "scale": "DeepSpeed's loss-scale trajectory",
     "amp_skips": "HF AMP skipped steps", "benign_overflow": "overflow messages that are harmless",
-    "fp16": "fp16 in use and what the model was trained in", "lr_high": "a learning rate above the safe range",
+    "fp16": "fp16 in use and what the model was trained in",
+    "lr_high": "a learning rate above the safe range: {lr, threshold, step, what, reason, suggested, fix_title (the fix's "
+               "title, causes.py), finetuning_type, location}",
     "oom": "a CUDA out-of-memory error", "nccl": "a collective that timed out or failed",
     "nccl_error": "an NCCL error that is not a timeout: {desc, meaning, rank, count, warns, step, location}",
     "killed": "a process killed by a signal", "crash": "an exception that ended the run",
@@ -63,8 +65,17 @@ _DETECTORS = {
              "desync {source, lagging, seq, how, location}, failed_count}",
 }
 
+SAID_SYMPTOMS = ("disk-full", "nccl-error", "image-tokens", "native-crash", "loss-scale", "no-samples", "host-oom",
+                 "killed", "oom", "cuda-error", "no-update", "nan", "loss-zero", "diverged", "timeout", "hang", "stopped",
+                 "version", "error", "interrupted")
+"""The symptoms words can name (readers/runlogs/userwords_vocab.py SYMPTOMS, tests/test_postmortem_said_kinds.py
+pins the two lists equal): the values rule message tables switch on (``ev.said.symptom``)."""
+
 NAMESPACE = Namespace("ev", __doc__.split("\n\n")[0], {
     **{k: OPEN(v) for k, v in _DETECTORS.items()},
+    # said's other sub-fields are accepted as written (open); its symptom declares the values tables may name
+    "said": F("dict", _DETECTORS["said"], open=True, fields={
+        "symptom": F("str", "the symptom the words name", values=SAID_SYMPTOMS)}),
     "files": F("int", "files read"), "readable": F("int", "files that yielded anything"),
     "unread": F("list", "paths with problems"),
     "nccl_seen": F("str", "file:line of the first NCCL INFO/WARN line read (NCCL_DEBUG output), or null"), "has_metrics": F("bool", "a loss curve was found"),

@@ -253,6 +253,7 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "quantized_bits": F("int", "export: GPTQ bits, None when not quantized")}),
     "model_unresolved": F("dict", "the model could not be resolved: memory is not estimated", fields={
         "name": F("str", "model_name_or_path as written"), "message": F("str", "why"),
+        "sentence": F("str", "message ending in a full stop (one added where it ends in none: facts/config.py)"),
         "missing": F("str", "what was not found"), "fix": F("str", "the one flag or command that supplies it"),
         "config_json": F("str", "file:line of a config.json that was found but is unusable"),
         "not_here": F("bool", "a local path that is not on this machine (lint: not checked here unless --strict; "

@@ -78,6 +78,11 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
     "verdict_reason": F("str", "why at-risk: error (p_oom_model over 5 %) | stack (an older torch runs out) | "
                                "assumption (an open assumption's alternative changes the verdict, facts/assume.py; or the weights "
                                "were sized as an upper bound and stored as the name suggests they fit)"),
+    "error_risk": F("str", "an at-risk verdict for the error (verdict_reason error) as rule predicted-tight-fit words "
+                           "it (facts/verdict.py `error_risk`): over (p_oom_model_pct over 5 %) | assumed (over only at "
+                           "the assumed values) | over-under / assumed-under (the same, with the 90 % interval's upper "
+                           "end under the budget); None otherwise",
+                    values=("over", "assumed", "over-under", "assumed-under")),
     "deciding_assumption": F("dict", "the open assumption an at-risk verdict depends on (None otherwise)", fields={
         "name": F("str", "the assumption's id (sample-lengths, gpu-variant, ...)"),
         "value": F("str", "the value assumed"), "source": F("str", "why it was assumed"),

@@ -139,3 +139,23 @@ def redecided(asm: Assembly, old_pm: float | None) -> dict[str, Any]:
         return {}
     asm.memory = replace(mem, verdict=verdict)
     return {"verdict": verdict, "verdict_reason": "error" if verdict == "at-risk" else None}
+
+
+def error_risk(mem: dict[str, Any]) -> str | None:
+    """The case of rule predicted-tight-fit's (FD606) message for the final ``mem`` facts (``mem.error_risk``):
+    None unless the verdict is at-risk for the error (``verdict_reason`` error; a run at risk for its stack,
+    facts/mem.py `judged`, is not), else ``over`` where p_oom_model_pct (mixed over the open assumptions) is over
+    the 5 % the message names (analyzers/memory/uncertainty.py P_OOM_TARGET), ``assumed`` where only the assumed
+    values' is (`redecided`), each with ``-under`` where the 90 % interval's upper end (GiB) is under budget_gib
+    (GiB): the probability then weighs other cards an open assumption may mean, past whose budget it reaches."""
+    if mem.get("verdict_reason") != "error":
+        return None
+    pct, hi, budget = mem.get("p_oom_model_pct"), mem.get("interval_hi_gib"), mem.get("budget_gib")
+    case = "over" if pct is not None and pct > 5 else "assumed"
+    return f"{case}-under" if hi is not None and budget and hi < budget else case
+
+
+def with_error_risk(mem: dict[str, Any]) -> dict[str, Any]:
+    """The final ``mem`` facts (facts/config.py), with `error_risk` read on their verdict."""
+    mem["error_risk"] = error_risk(mem)
+    return mem

@@ -56,19 +56,21 @@ def lr_high_facts(cx: RunContext, lr: Curve | None, nan: dict | None, out: dict[
     if rate is None:
         return None
     suggested = typical if rate > 3 * typical else rate / 3
+    # the fix's title (rule learning-rate-too-high-confirmed), the rate as the rule language's sci() writes it (%g)
+    title = f"lower the learning rate to {float(suggested):g}"
     info = out.get("lr") or {}
     if rate >= thr:
         usual = (f"{rate / typical:.0f}× the usual {fmt(typical)} for {ft}" if known else
                  f"{rate / 1e-4:.0f}× the usual 1e-4 for LoRA, {rate / 1e-5:.0f}× the usual 1e-5 for a full "
                  "fine-tune; the method is not known here: give --config")
         return {"lr": rate, "threshold": thr, "step": step, "what": what, "location": loc, "suggested": suggested,
-                "finetuning_type": ft, "method_known": known, "method_source": ft_src,
+                "fix_title": title, "finetuning_type": ft, "method_known": known, "method_source": ft_src,
                 "reason": f"{what} at learning rate {fmt(rate)}, ≥ {fmt(thr)} ({usual})"}
     w = info.get("warmup_end_step")
     healthy = (nan or {}).get("healthy_before", 3 if not nan else 0)
     if w and step is not None and 0.5 * w <= step <= 1.5 * w and rate >= 0.5 * info["peak"] and healthy >= 3:
         return {"lr": rate, "threshold": thr, "step": step, "what": what, "location": loc, "suggested": suggested,
-                "finetuning_type": ft, "reason": f"{what} at step {step}, as warm-up ends at step {w} "
+                "fix_title": title, "finetuning_type": ft, "reason": f"{what} at step {step}, as warm-up ends at step {w} "
                 f"(learning rate {fmt(rate)}, peak {fmt(info['peak'])})"}
     return None
 
