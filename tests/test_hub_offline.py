@@ -52,6 +52,11 @@ def test_blackholed_endpoint_stops_at_the_deadline(monkeypatch, capfd, caplog):
     srv.listen(16)
     try:
         monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{srv.getsockname()[1]}")
+        # an online attempt is what this test times: a shell that exports HF_HUB_OFFLINE=1 would stop it earlier
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        import huggingface_hub.constants as hf_constants   # read once at its import: the module's copy too
+
+        monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False, raising=False)
         t0 = time.monotonic()
         with caplog.at_level(logging.DEBUG), pytest.raises(ModelUnresolved) as ei:
             load_arch(REPO, allow_download=True, timeout_s=0.4)
