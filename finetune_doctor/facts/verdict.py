@@ -150,8 +150,10 @@ def error_risk(mem: dict[str, Any]) -> str | None:
     (GiB): the probability then weighs other cards an open assumption may mean, past whose budget it reaches."""
     if mem.get("verdict_reason") != "error":
         return None
+    from finetune_doctor.analyzers.memory.uncertainty import P_OOM_TARGET
+
     pct, hi, budget = mem.get("p_oom_model_pct"), mem.get("interval_hi_gib"), mem.get("budget_gib")
-    case = "over" if pct is not None and pct > 5 else "assumed"
+    case = "over" if pct is not None and pct > 100 * P_OOM_TARGET else "assumed"
     return f"{case}-under" if hi is not None and budget and hi < budget else case
 
 
