@@ -468,4 +468,4 @@ def typical_sample(assumptions: list[Assumption]) -> dict[str, Any] | None:
     if not above or above[0][0] >= cutoff:
         return None
     n, label = above[0]
-    return {"tokens": n, "total_gib": round(float(a.effect_gib[label]), 4), "label": label, "cutoff_len": cutoff}
+    return {"tokens": n, "total_gib": round(float(a.effect_gib[label]), 2), "label": label, "cutoff_len": cutoff}
