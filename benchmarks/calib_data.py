@@ -419,6 +419,10 @@ DATASET_LONGEST: dict[str, tuple[int, str]] = {
     # which swift 1.x cuts from the left (truncation_strategy 'truncation_left', swift/llm/utils/argument.py:62-64
     # at e818bf260), so the longest samples fill it
     "damo-agent-mini-zh": (4984, "ms-swift dataset table (qwen tokenizer, 2023-11-17): max=4984 tokens"),
+    # the same table's tigerbot-law-zh (AI-ModelScope/tigerbot-law-plugin): "55895 | 111.9±126.4, min=39,
+    # max=18880" (Benchmark.md at a79abd7ef); swift 1.x at 074178d46 keeps the last max_length tokens
+    # (swift/llm/utils/template.py:231-234)
+    "tigerbot-law-zh": (18880, "ms-swift dataset table (qwen tokenizer, 2023-11-17): max=18880 tokens"),
 }
 
 # A length counted with one tokenizer holds for another only by accident (ms-swift's table says so itself: "the
@@ -437,6 +441,7 @@ DATASET_TOKENIZER: dict[str, tuple[str, ...]] = {
     "codefuse-evol-instruction-zh": ("Qwen/",),
     "gsm8k": ("Qwen/",),
     "damo-agent-mini-zh": ("Qwen/",),
+    "tigerbot-law-zh": ("Qwen/",),
 }
 
 
