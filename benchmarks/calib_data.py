@@ -413,6 +413,16 @@ DATASET_LONGEST: dict[str, tuple[int, str]] = {
     # the current table (docs/source_en/Instruction/Supported-models-and-datasets.md:1323 at 3602360a5, Qwen2.5's
     # tokenizer and chat template, the same script as blossom-math above)
     "gsm8k": (241, "ms-swift dataset table (Qwen2.5 tokenizer): modelscope/gsm8k main max=241 tokens"),
+    # ms-swift 1.x's agent set (damo/MSAgent-Bench, the "mini" selection its 2023 example scripts train on):
+    # "40116 | 1232.9±350.1, min=560, max=4984" with qwen's tokenizer in the first dataset table
+    # (docs/source/GetStarted/Benchmark.md:34 at a79abd7ef, 2023-11-17). Longer than the scripts' max_length 4096,
+    # which swift 1.x cuts from the left (truncation_strategy 'truncation_left', swift/llm/utils/argument.py:62-64
+    # at e818bf260), so the longest samples fill it
+    "damo-agent-mini-zh": (4984, "ms-swift dataset table (qwen tokenizer, 2023-11-17): max=4984 tokens"),
+    # the same table's tigerbot-law-zh (AI-ModelScope/tigerbot-law-plugin): "55895 | 111.9±126.4, min=39,
+    # max=18880" (Benchmark.md at a79abd7ef); swift 1.x at 074178d46 keeps the last max_length tokens
+    # (swift/llm/utils/template.py:231-234)
+    "tigerbot-law-zh": (18880, "ms-swift dataset table (qwen tokenizer, 2023-11-17): max=18880 tokens"),
 }
 
 # A length counted with one tokenizer holds for another only by accident (ms-swift's table says so itself: "the
@@ -430,6 +440,8 @@ DATASET_TOKENIZER: dict[str, tuple[str, ...]] = {
     "dureader-robust-zh": ("Qwen/",),
     "codefuse-evol-instruction-zh": ("Qwen/",),
     "gsm8k": ("Qwen/",),
+    "damo-agent-mini-zh": ("Qwen/",),
+    "tigerbot-law-zh": ("Qwen/",),
 }
 
 

@@ -146,9 +146,9 @@ def measured_on_total(s: dict[str, Any]) -> float | None:
     """Row `s`'s measurement on the total's scale (GiB): the counter its source measured, divided by that
     counter's share of the predicted total (calibrate.compare), so it compares with the mixture's totals."""
     c, p = s["cmp"], s["pred"]
-    if c is None or "error" in p or not c["predicted"]:
+    if c is None or "error" in p or not c["predicted_full"]:
         return None
-    return c["measured"] * p["total"] / c["predicted"]
+    return c["measured"] * p["total"] / c["predicted_full"]   # the reported total's counter, not the point
 
 
 def mixture_logpdf(x: float, comps: list[tuple[float, float, Any]], d: Any) -> float:

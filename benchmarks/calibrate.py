@@ -86,7 +86,7 @@ os.environ.setdefault("FINETUNE_DOCTOR_NO_NVML", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from calib_data import FRAMEWORK_MIXED_PRECISION, config_for, counter_of, launch_line, load_rows, measured_gib, \
-    model_config_for, pins_for, samples_fill  # noqa: E402
+    longest_bound, model_config_for, pins_for, samples_fill  # noqa: E402
 import calib_heldout  # noqa: E402
 import calib_loro  # noqa: E402
 import calib_loso  # noqa: E402
@@ -165,7 +165,31 @@ def _scalar(v: Any) -> str:
 
 def predict(row: dict[str, Any]) -> dict[str, Any]:
     """What `doctor estimate` reports for `row` (in-process): a dict of total, peak_allocated, runtime (GiB),
-    shape class, method, p_oom, interval (GiB), capacity; ``error`` instead when the doctor refuses the input."""
+    shape class, method, p_oom, interval (GiB), capacity; ``error`` instead when the doctor refuses the input.
+
+    ``point``: the figures a measurement is compared with (`compare`). The reported total takes every sample at
+    cutoff_len; for a row whose samples come from a dataset the source does not size (calib_data.samples_fill
+    false, no `longest_bound`) that worst case is not what the run held, so the point is the estimate at the
+    doctor's own typical length (``memory.typical``: the median of its prior on the longest sample, facts/assume.py
+    `typical_sample`), re-run as a config with that cutoff_len: {total, peak_allocated, runtime, tokens}. For
+    every other row the point is the reported estimate (tokens None). The interval, p_oom and verdict stay the
+    reported ones (they already weigh the lengths)."""
+    pred = _predict(row)
+    if "error" in pred:
+        return pred
+    point = {"total": pred["total"], "peak_allocated": pred["peak_allocated"], "runtime": pred["runtime"],
+             "tokens": None}
+    typ = pred.pop("typical", None)
+    if typ and not samples_fill(row) and longest_bound(row) is None:
+        at = _predict({**row, "config": {**row["config"], "cutoff_len": int(typ["tokens"])}, "samples": "fill"})
+        if "error" not in at:
+            point = {"total": at["total"], "peak_allocated": at["peak_allocated"], "runtime": at["runtime"],
+                     "tokens": int(typ["tokens"])}
+    return {**pred, "point": point}
+
+
+def _predict(row: dict[str, Any]) -> dict[str, Any]:
+    """`predict`'s estimate of `row` as written (no point), with ``typical`` (memory.typical) beside it."""
     from finetune_doctor.analyzers.memory.bands import run_class
     from finetune_doctor.analyzers.memory.uncertainty import error_class
     from finetune_doctor.errors import InputError
@@ -205,7 +229,8 @@ def predict(row: dict[str, Any]) -> dict[str, Any]:
                 "mix": (mem.total, asm.hw, list(asm.assumptions), gpu),
                 "open": sorted({a.name for a in asm.assumptions if a.effect_gib and a.name not in _not_open()}),
                 # the class of run the interval's widths are keyed by (analyzers/memory/bands.py)
-                "run_class": run_class(asm.run, asm.hw.gpu if asm.hw else None)}
+                "run_class": run_class(asm.run, asm.hw.gpu if asm.hw else None),
+                "typical": mem.details.get("typical")}
 
 
 def _not_open() -> frozenset[str]:
@@ -302,7 +327,7 @@ def measurement_logpdf(s: dict[str, Any], prior: Any) -> float:
                     weight=lambda n: 1.0, lengths_prior=prior)
     d = uncertainty.error_dist(s["pred"]["method"], s["pred"]["cls"])
     c = s["cmp"]
-    x = math.log(c["measured"] / (c["predicted"] / total))   # the measurement on the total's scale
+    x = math.log(c["measured"] / (c["predicted_full"] / total))   # the measurement on the total's scale
     dens = sum(w * math.exp(d.logpdf(x - math.log(t))) for w, t, _b in comps if w > 0)
     return math.log(max(dens, 1e-300))
 
@@ -366,7 +391,10 @@ def npu_smi_offset_gib(gpu: str | None) -> float:
 
 def compare(row: dict[str, Any], pred: dict[str, Any]) -> dict[str, Any] | None:
     """The measured and predicted value of the same counter (module docstring), their ε and whether the stated
-    90 % interval (scaled to that counter) holds the measurement; None without a measurement."""
+    90 % interval (scaled to that counter) holds the measurement; None without a measurement. ``predicted`` and
+    ``rel_err`` are of the point (`predict`: the estimate at the typical length for a row whose sample lengths
+    are not stated); ``predicted_full`` and ``eps`` of the reported total (every sample at cutoff_len), the figure
+    the interval and the error model are about."""
     m = row.get("measured")
     if not m or "error" in pred:
         return None
@@ -375,14 +403,9 @@ def compare(row: dict[str, Any], pred: dict[str, Any]) -> dict[str, Any] | None:
     if meas is None:
         return None
     total = pred["total"]
-    if kind == "allocated":
-        p = pred["peak_allocated"]
-    elif kind == "reserved":
-        p = total - pred["runtime"]
-    elif kind == "nvidia-smi":
-        p = total + npu_smi_offset_gib(row.get("gpu"))
-    else:
-        p = total
+    p = _counter(kind, pred, row)
+    point = pred.get("point") or pred
+    pp = _counter(kind, point, row)
     lo, hi = pred["interval"] or (None, None)
     scale = p / total if total else 1.0
     if lo is not None and kind == "unknown" and total:
@@ -391,8 +414,20 @@ def compare(row: dict[str, Any], pred: dict[str, Any]) -> dict[str, Any] | None:
         # (benchmarks/calib_widths.py base_interval, the same rule the widths are derived under)
         lo *= min(1.0, float(pred.get("peak_allocated") or total) / total)
     inside = None if lo is None else (lo * scale <= meas <= hi * scale)
-    return {"kind": kind, "measured": meas, "predicted": p, "eps": math.log(meas / p), "inside": inside,
-            "rel_err": p / meas - 1.0}
+    return {"kind": kind, "measured": meas, "predicted": pp, "predicted_full": p, "eps": math.log(meas / p),
+            "inside": inside, "rel_err": pp / meas - 1.0, "point_tokens": point.get("tokens")}
+
+
+def _counter(kind: str, est: dict[str, Any], row: dict[str, Any]) -> float:
+    """The figure of estimate `est` (total, peak_allocated, runtime GiB) on the row's counter `kind`."""
+    total = est["total"]
+    if kind == "allocated":
+        return est["peak_allocated"]
+    if kind == "reserved":
+        return total - est["runtime"]
+    if kind == "nvidia-smi":
+        return total + npu_smi_offset_gib(row.get("gpu"))
+    return total
 
 
 # -- fitting --------------------------------------------------------------------------------------------------------
@@ -977,7 +1012,7 @@ def write_rows_csv(res: dict[str, Any]) -> None:
             w.writerow([r["id"], r["split"], r["source"], r.get("gpu") or "", r.get("outcome") or "",
                         "" if "error" in p or p["p_oom"] is None or not r.get("gpu") else round(p["p_oom"], 4),
                         c["kind"] if c else "", round(c["measured"], 3) if c else "",
-                        round(c["predicted"], 3) if c else "", round(c["eps"], 4) if c else "",
+                        round(c["predicted_full"], 3) if c else "", round(c["eps"], 4) if c else "",
                         ("" if c is None else int(bool(c["inside"]))), p.get("shape", "")])
 
 

@@ -13,7 +13,10 @@ Held-out rows: the published measurements of benchmarks/data/calibration_rows.ya
 test before any fit, benchmarks/calib_data.py) are a section of their own, each half reported separately, by
 engine, method and tokens per micro-batch. Each is compared with the prediction of the counter its source measured
 (benchmarks/calibrate.py `compare`: allocated with ``peak_allocated``, reserved with ``total`` less the runtime
-term, nvidia-smi with ``total``), through the same in-process path as ``doctor estimate``.
+term, nvidia-smi with ``total``), through the same in-process path as ``doctor estimate``. A row whose samples
+come from a dataset its source does not size is compared at the doctor's typical point (``memory.typical``: the
+estimate at 2048 tokens per sample, cut at cutoff_len), not at every sample filling cutoff_len (calibrate.py
+`predict`, issue #23).
 """
 
 from __future__ import annotations

@@ -226,7 +226,8 @@ class MemoryEstimate:
                                   else round(float(self.details["p_oom_unexplained"]), 3)),
             "interval_gib": None if self.interval_gib is None else [_r(v) for v in self.interval_gib],
             # honest verdicts (facts/assume.py): how long samples may be, and the assumption an at-risk names
-            **{k: self.details[k] for k in ("token_budget", "deciding_assumption") if self.details.get(k)},
+            **{k: self.details[k] for k in ("token_budget", "deciding_assumption", "typical")
+               if self.details.get(k)},
             # trial 15: what the interval and the probabilities are each of, and the interval's share above the card
             **{k: self.details[k] for k in ("interval_of", "p_oom_of", "interval_share_above_card")
                if k in self.details},

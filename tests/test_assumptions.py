@@ -386,3 +386,35 @@ def test_a_checked_catalogue_dtype_is_not_an_assumption(tmp_path):
                    "per_device_train_batch_size: 1\nbf16: true\noutput_dir: out\n")
     _, r = doctor("check", cfg, "--gpu", "A100-80GB", "--no-data")
     assert "checkpoint-dtype" not in by_name(r)
+
+
+def test_unread_data_reports_the_typical_point_beside_the_worst_case_total():
+    # cases/025 (cutoff 8192, micro batch 6, data not read): the total is every sample at 8192 tokens; the typical
+    # point is the 2048-token alternative the sample-lengths assumption evaluated (assumebase TYPICAL_LONGEST_TOKENS),
+    # the same GiB the assumption records, well under the total
+    _, r = doctor("check", CASE025, "--gpu", "8xA800-80GB", "--no-data")
+    typ = r["memory"]["typical"]
+    lengths = by_name(r)["sample-lengths"]
+    assert typ["tokens"] == 2048 and typ["cutoff_len"] == 8192 and typ["label"] == "samples of 2048 tokens"
+    assert typ["total_gib"] == pytest.approx(lengths["effect"]["total_gib"]["samples of 2048 tokens"], abs=0.01)
+    assert typ["total_gib"] < 0.8 * r["memory"]["per_gpu_gib"]["total"]
+    # a cutoff_len at or under the typical length: the total is the point, nothing added
+    _, short = doctor("check", CASE025, "cutoff_len=2048", "--gpu", "8xA800-80GB", "--no-data")
+    assert "typical" not in short["memory"] and "sample-lengths" in by_name(short)
+
+
+def test_typical_sample_takes_the_shortest_evaluated_length_at_or_above_the_typical_one():
+    from finetune_doctor.facts.assume import typical_sample
+    from finetune_doctor.types import Assumption
+
+    def lengths(cutoff: int, gib: dict[int, float]) -> Assumption:
+        return Assumption("sample-lengths", f"every sample fills cutoff_len ({cutoff} tokens)", "not scanned",
+                          effect_gib={f"samples of {n} tokens": v for n, v in gib.items()})
+
+    got = typical_sample([lengths(32768, {512: 10.0, 1024: 11.0, 2048: 13.0, 4096: 17.0, 16384: 40.0})])
+    assert got == {"tokens": 2048, "total_gib": 13.0, "label": "samples of 2048 tokens", "cutoff_len": 32768}
+    # 2048 not evaluated (a ladder cut short): the next longer evaluated length, never a shorter one
+    assert typical_sample([lengths(8192, {512: 10.0, 4096: 17.0})])["tokens"] == 4096
+    assert typical_sample([lengths(2048, {512: 10.0, 1024: 11.0})]) is None      # the total is the point
+    assert typical_sample([lengths(8192, {})]) is None                             # not weighed (lint, no card)
+    assert typical_sample([]) is None                                               # the data was read

@@ -249,8 +249,9 @@ def test_loso_scores_a_measurement_as_the_doctor_reports_it():
     two = calib_loso.mixture_logpdf(12.0, [(0.5, 10.0, None), (0.5, 24.0, None)], d)
     other = u.t_logpdf((math.log(0.5) - 0.1) / 0.2, 5) - math.log(0.2)
     assert two == pytest.approx(math.log(0.5 * math.exp(one) + 0.5 * math.exp(other)))
-    # the counter a source measured (allocated: 6 of a predicted 8 GiB) on the total's scale (10 GiB predicted)
-    s = {"cmp": {"measured": 6.0, "predicted": 8.0}, "pred": {"total": 10.0}}
+    # the counter a source measured (allocated: 6 of a predicted 8 GiB) on the total's scale (10 GiB predicted);
+    # the reported total's counter, not the typical point's (5 GiB) of a row whose sample lengths are unsized
+    s = {"cmp": {"measured": 6.0, "predicted": 5.0, "predicted_full": 8.0}, "pred": {"total": 10.0}}
     assert calib_loso.measured_on_total(s) == pytest.approx(7.5)
 
 
@@ -569,3 +570,27 @@ def test_the_refit_fits_the_widths_on_the_one_distributions_core(monkeypatch):
     seen.clear()
     calibrate.interval_widths([], chosen)
     assert seen[0]["dist"].scale == pytest.approx(0.2) and floors == [0.0, None]
+
+
+def test_a_row_on_unsized_data_is_compared_at_the_typical_point_not_the_worst_case():
+    from calibrate import compare
+
+    pred = {"total": 40.0, "peak_allocated": 32.0, "runtime": 1.0, "interval": (20.0, 50.0), "capacity": 79.0,
+            "point": {"total": 20.0, "peak_allocated": 15.0, "runtime": 1.0, "tokens": 2048}}
+    c = compare({"measured": {"value": 16.0, "unit": "GiB", "kind": "allocated"}}, pred)
+    # the error is the point's (15 against 16); eps and the interval stay the reported total's (32 on this counter)
+    assert c["predicted"] == 15.0 and c["rel_err"] == pytest.approx(15 / 16 - 1) and c["point_tokens"] == 2048
+    assert c["predicted_full"] == 32.0 and c["eps"] == pytest.approx(math.log(16 / 32))
+    assert c["inside"] is True                                      # 16 within [20, 50] x 32/40 = [16, 40]
+    c = compare({"measured": {"value": 18.0, "unit": "GiB", "kind": "reserved"}}, pred)
+    assert c["predicted"] == 19.0 and c["predicted_full"] == 39.0
+
+
+def test_predict_takes_the_typical_point_only_where_the_row_does_not_size_its_samples():
+    from calibrate import predict
+
+    vl = next(r for r in ROWS if r["id"] == "r11m-selfllm-qwen25vl-3b-lora-r128-1xh20")   # cutoff 8192, dataset
+    p = predict(vl)
+    assert p["point"]["tokens"] == 2048 and p["point"]["total"] < 0.5 * p["total"]
+    filled = predict({**vl, "samples": "fill"})                    # a benchmark at its cutoff: the total is the point
+    assert filled["point"]["tokens"] is None and filled["point"]["total"] == filled["total"] == p["total"]

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from dataclasses import replace
 from typing import Any, Callable
 
 # the memory model is imported where an alternative is weighed, not here: `lint` without a card lists assumptions
 # without weighing them and stays off the memory model (ARCHITECTURE.md, "memory model off the lint path")
 from finetune_doctor.facts.assumebase import (NOT_OPEN, SAMPLE_LABEL, SAMPLE_LADDER_STEPS, SHORT_SAMPLE_TOKENS,
+                                              TYPICAL_LONGEST_TOKENS,
                                               SHOWN_ONLY, Seen, budget_gib, judge_run, not_deciding, settled, weigh,
                                               weighs)
 from finetune_doctor.facts.assumelaunch import launch_assumptions
@@ -437,3 +439,33 @@ def _length_options(a: Assumption, alts: list[tuple[str, float]], total: float,
     opts: list[tuple[float, float, float | None]] = [(w0, 1.0, None)] if w0 > 0 else []
     opts += [(ws[toks[label]], t / total, None) for label, t in alts if ws[toks[label]] > 0]
     return opts
+
+
+
+def typical_sample(assumptions: list[Assumption]) -> dict[str, Any] | None:
+    """The point figure of a run whose data was not read: the total at the typical longest sample
+    (assumebase.py `TYPICAL_LONGEST_TOKENS`, cut at cutoff_len), one of the lengths the ``sample-lengths``
+    assumption evaluated.
+
+    The reported total takes every sample at cutoff_len (the worst case, which the verdict, p_oom and the interval
+    weigh with the shorter lengths under the prior on the longest sample); compared with a measurement of a run on
+    real data that worst case is an error of its own, not the memory terms' (issue #23: a Qwen2.5-VL-3B LoRA at
+    cutoff 8192 x micro batch 8 on LaTeX-OCR, +725.9 % at cutoff_len). The length taken is the shortest evaluated
+    one ("samples of N tokens") at or above min(TYPICAL_LONGEST_TOKENS, cutoff_len). Returns ``{"tokens": N
+    (tokens per sample), "total_gib": GiB, "label": that alternative's label, "cutoff_len": tokens}``, or None
+    when the data was read (no ``sample-lengths`` assumption), its lengths were not evaluated (no card, lint) or
+    the typical length is cutoff_len itself (cutoff_len <= TYPICAL_LONGEST_TOKENS: the total is the point).
+    Never raises."""
+    a = next((x for x in assumptions if x.name == "sample-lengths"), None)
+    if a is None or not a.effect_gib:
+        return None
+    m = re.search(r"\((\d+) tokens\)", str(a.value))
+    toks = {label: int(mt.group(1)) for label in a.effect_gib if (mt := SAMPLE_LABEL.match(str(label)))}
+    if m is None:
+        return None
+    cutoff = int(m.group(1))
+    above = sorted((n, label) for label, n in toks.items() if n >= min(TYPICAL_LONGEST_TOKENS, cutoff))
+    if not above or above[0][0] >= cutoff:
+        return None
+    n, label = above[0]
+    return {"tokens": n, "total_gib": round(float(a.effect_gib[label]), 2), "label": label, "cutoff_len": cutoff}

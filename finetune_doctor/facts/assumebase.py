@@ -26,6 +26,15 @@ SHORT_SAMPLE_TOKENS = 512
 # the longest sample (analyzers/memory/uncertainty.py `length_weights`); a doubling keeps the discretisation's
 # over-prediction of the activations under 2x while cutoff_len 32768 costs six re-runs of the memory model.
 SAMPLE_LADDER_STEPS = 7
+# The typical longest sample of a real dataset, the point figure of a run whose data was not read (facts/assume.py
+# `typical_sample`; the verdict still weighs every length up to cutoff_len). A doubling of the ladder, not a fit of
+# its own: the next one above Alpaca's longest sample (1,304 Llama-2 tokens, benchmarks/calib_data.py
+# DATASET_LONGEST), which one-turn instruction sets stay near. Checked on the dev measurements whose sources train
+# on a dataset they do not size (236 rows; benchmarks/results/memory_qlora_mem16b.md): the point at
+# min(2048, cutoff_len) reads a median signed error of -0.9 % on documentation rows, against +6.4 % at cutoff_len,
+# -7.3 % at the log-uniform prior's median and +6.1 % at 4096; issue threads (runs reported for their long data)
+# stay under at any length below cutoff_len.
+TYPICAL_LONGEST_TOKENS = 2048
 SAMPLE_LABEL = re.compile(r"^samples of (\d+) tokens$")
 # Assumptions that never open the verdict: values LLaMA-Factory or transformers fill in for sure (eval and train
 # batch, cutoff_len), and transformers < 4.49, weighed and shown but not plausible under the modelled release: the

@@ -97,6 +97,13 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
                               "train": F("dict", "training: tokens_per_sample, tokens_per_micro_batch, micro_batch, "
                                                  "fits_at_cutoff"),
                               "eval": F("dict", "the first evaluation, the same fields (None without one)")}),
+    "typical": F("dict", "with the data not scanned: the longest sample at the median of the prior on it and the "
+                 "total there, the point figure a measurement of a run on real data is compared with; total stays "
+                 "the worst case (facts/assume.py typical_sample)",
+                 fields={"tokens": F("int", "tokens per sample at the prior's median"),
+                         "total_gib": F("float", "total at that length, GiB"),
+                         "label": F("str", "the sample-lengths alternative it is"),
+                         "cutoff_len": F("int", "cutoff_len")}),
     "p_oom": F("float", "probability that the run runs out, all causes: (1 - q)·p_oom_model + q/2 (0-1)"),
     "p_oom_pct": F("float", "the same in percent"),
     "p_oom_text": F("str", "p_oom_pct as messages print it: one decimal, two where one would round across the 5 % "

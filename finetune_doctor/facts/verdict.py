@@ -35,7 +35,7 @@ def record_assumptions(asm: Assembly, opts: Options, tokens: int | None,
                        alt: dict[str, Any] | None) -> dict[str, Any]:
     """Record what the estimate assumed (facts/assume.py) into ``asm.assumptions`` and fold the open ones into the
     memory verdict; returns the ``mem`` facts that say so (verdict, verdict_reason, deciding_assumption,
-    token_budget)."""
+    token_budget, typical)."""
     from finetune_doctor.facts import assume, assumelaunch
 
     mem = asm.memory
@@ -58,10 +58,13 @@ def record_assumptions(asm: Assembly, opts: Options, tokens: int | None,
         return {}
     verdict, deciding = assume.fold(base, mem.total, asm.assumptions)
     budget = assume.token_budget(asm.run, asm.hw, asm.counts) if tokens is None else None
+    # the point figure of a run on unread data: the median of the prior on the longest sample (issue #23)
+    typical = assume.typical_sample(asm.assumptions) if tokens is None else None
     out: dict[str, Any] = {"deciding_assumption": assume.deciding_facts(deciding, mem.total, base),
-                           "token_budget": budget}
+                           "token_budget": budget, "typical": typical}
     details = dict(mem.details)
     details["token_budget"] = budget
+    details["typical"] = typical
     details["deciding_assumption"] = out["deciding_assumption"]
     asm.memory = replace(mem, verdict=verdict, details=details)
     old_pm = mem.p_oom_model
