@@ -125,7 +125,8 @@ def score_fold(dev: list[dict[str, Any]], fold: str, v: dict[str, Any], kept: li
     (the interval widened by the class widths fitted on the training folds). `dist_fn` (methods, class, κ0, ν0)
     stands in for uncertainty.dist_from; `v["q_of"]` (row → q), when given, replaces the one q."""
     from finetune_doctor.analyzers.memory import bands
-    from finetune_doctor.analyzers.memory.uncertainty import dist_from, mixture_interval, mixture_p_oom, widened
+    from finetune_doctor.analyzers.memory.predictive import mixture_interval
+    from finetune_doctor.analyzers.memory.uncertainty import dist_from, mixture_p_oom, widened
 
     tables = tables if tables is not None else fold_tables(dev, fold, v, kept)
     dist_fn = dist_fn or (lambda m, c, k0, nu0: dist_from(m, "analytic", c, k0, nu0))
@@ -183,7 +184,7 @@ def one_p_model(r: dict[str, Any], widths: dict[str, Any]) -> float | None:
     under r["dist"], the upper end at cutoff_len, the class's `widths`; facts/bands.py `final_interval`,
     analyzers/memory/predictive.py). None without totals or components."""
     from finetune_doctor.analyzers.memory import bands, predictive
-    from finetune_doctor.analyzers.memory.uncertainty import mixture_interval
+    from finetune_doctor.analyzers.memory.predictive import mixture_interval
 
     tot, comps = r["totals"], r["comps"]
     if not tot or not comps or not tot[0][1]:

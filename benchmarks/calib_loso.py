@@ -201,7 +201,8 @@ def fold_scores(scored: list[dict[str, Any]], by: tuple[str, ...], kept: list[di
     table from `fold_fits` (`fits`, computed when None) and the variant's tails (`tails`, else the ν `cap`).
     `inside` (the measurement inside the mixture's 90 % interval) and `log_meas` (its log density) are None
     without one."""
-    from finetune_doctor.analyzers.memory.uncertainty import dist_from, mixture_interval
+    from finetune_doctor.analyzers.memory.predictive import mixture_interval
+    from finetune_doctor.analyzers.memory.uncertainty import dist_from
 
     fits = fits if fits is not None else fold_fits(scored, by, kept, robust)
     tails = tails if tails is not None else (("cap", cap) if cap else ("t", None))

@@ -65,7 +65,7 @@ def _full_length_totals(s: dict[str, Any]) -> list[tuple[float, float, Any]] | N
 def base_interval(r: dict[str, Any]) -> tuple[float, float] | None:
     """The interval (GiB, on the total's scale) row `r` (calib_classes.loso_rows) is judged against before its
     class's widths (module docstring); None without a measurement."""
-    from finetune_doctor.analyzers.memory.uncertainty import mixture_interval
+    from finetune_doctor.analyzers.memory.predictive import mixture_interval
 
     tot = r.get("totals")
     if r.get("inside") is None or not tot:
