@@ -17,8 +17,8 @@ residuals of the training folds' rows, each taken against the table fitted witho
 `residuals`), as the shipped widths are.
 
 **Scored as reported**: every row's mixture over its open assumptions (calib_loso.components: the sample lengths
-under the log-uniform prior unless its samples reach cutoff_len, the other assumptions at the assumed value); the
-interval the mixture's, its upper end at cutoff_len, its lower end at the allocated share for an unknown counter,
+under the log-uniform prior unless its samples reach cutoff_len, the other assumptions weighed as the report weighs
+them since session 16, calib_loso.others_weight); the interval the mixture's, its upper end at cutoff_len, its lower end at the allocated share for an unknown counter,
 then widened by the class's widths (analyzers/memory/bands.py); since session 14 p_oom = (1 − q)·p_oom_model + q/2
 with p_oom_model the share above the budget of the one distribution whose 5-95 % is that interval (`one_p_model`,
 analyzers/memory/predictive.py); the variant ``one: False`` scores the two computations of before (p_oom under the
