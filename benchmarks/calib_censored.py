@@ -202,7 +202,7 @@ def shift_field(fitrows: list[dict[str, Any]], group: Callable[[dict[str, Any]],
 def raw_coverage(rows: list[dict[str, Any]], moved_too: bool) -> tuple[float, int]:
     """Share of measurements inside the mixture's 90 % interval BEFORE the class widths (bands.widen), under the
     fold distribution as fitted or moved by the row's (δ, m): what the location shift alone does to the interval."""
-    from finetune_doctor.analyzers.memory.uncertainty import mixture_interval
+    from finetune_doctor.analyzers.memory.predictive import mixture_interval
 
     hits = n = 0
     for r in rows:

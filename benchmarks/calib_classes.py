@@ -143,7 +143,7 @@ def _cover(rs: list[dict[str, Any]], key: str = "inside") -> tuple[float, int, i
 
 def mark_sides(rows: list[dict[str, Any]]) -> None:
     """Mark whether a measurement outside the fold's interval lies below or above it (``inside_side``)."""
-    from finetune_doctor.analyzers.memory.uncertainty import mixture_interval
+    from finetune_doctor.analyzers.memory.predictive import mixture_interval
 
     for r in rows:
         x = calib_loso.measured_on_total(r)

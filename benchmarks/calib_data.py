@@ -109,10 +109,25 @@ def load_rows(path: Path | None = None) -> list[dict[str, Any]]:
         out.extend((YAML(typ="safe").load(p.read_text(encoding="utf-8")) or {}).get("rows") or [])
     seen: set[str] = set()
     for r in out:
+        if r.get("deepspeed"):
+            r["deepspeed"] = zero_nested(r["deepspeed"])
         if r["id"] in seen:
             raise ValueError(f"calibration row id {r['id']!r} appears twice")
         seen.add(r["id"])
     return out
+
+
+def zero_nested(ds: dict[str, Any]) -> dict[str, Any]:
+    """A row's ``deepspeed`` with its ZeRO keys under ``zero_optimization``, as the rows document it (module
+    docstring). Round 11's second collector wrote the keys of ``zero_optimization`` at the top level (``stage: 3``,
+    ``offload_optimizer: ...``): read as they were, calibrate.py wrote LLaMA-Factory's ZeRO-0 stock file for them, and
+    nine ZeRO-2/3 runs, offloaded ones among them, were sized as replicated DDP (a 7B full run with ZeRO-3 offload on
+    two 4090s at 162 GiB per card, "trained" at p_oom_model 1.0; session 16). Keys starting with ``_`` (``_stock``)
+    stay beside it; a mapping that already nests them, or has no ``stage``, is returned as it is."""
+    if "zero_optimization" in ds or "stage" not in ds:
+        return ds
+    return {"zero_optimization": {k: v for k, v in ds.items() if not str(k).startswith("_")},
+            **{k: v for k, v in ds.items() if str(k).startswith("_")}}
 
 
 def source_key(source: str) -> str:

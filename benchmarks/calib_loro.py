@@ -17,8 +17,8 @@ residuals of the training folds' rows, each taken against the table fitted witho
 `residuals`), as the shipped widths are.
 
 **Scored as reported**: every row's mixture over its open assumptions (calib_loso.components: the sample lengths
-under the log-uniform prior unless its samples reach cutoff_len, the other assumptions at the assumed value); the
-interval the mixture's, its upper end at cutoff_len, its lower end at the allocated share for an unknown counter,
+under the log-uniform prior unless its samples reach cutoff_len, the other assumptions weighed as the report weighs
+them since session 16, calib_loso.others_weight); the interval the mixture's, its upper end at cutoff_len, its lower end at the allocated share for an unknown counter,
 then widened by the class's widths (analyzers/memory/bands.py); since session 14 p_oom = (1 − q)·p_oom_model + q/2
 with p_oom_model the share above the budget of the one distribution whose 5-95 % is that interval (`one_p_model`,
 analyzers/memory/predictive.py); the variant ``one: False`` scores the two computations of before (p_oom under the
@@ -125,7 +125,8 @@ def score_fold(dev: list[dict[str, Any]], fold: str, v: dict[str, Any], kept: li
     (the interval widened by the class widths fitted on the training folds). `dist_fn` (methods, class, κ0, ν0)
     stands in for uncertainty.dist_from; `v["q_of"]` (row → q), when given, replaces the one q."""
     from finetune_doctor.analyzers.memory import bands
-    from finetune_doctor.analyzers.memory.uncertainty import dist_from, mixture_interval, mixture_p_oom, widened
+    from finetune_doctor.analyzers.memory.predictive import mixture_interval
+    from finetune_doctor.analyzers.memory.uncertainty import dist_from, mixture_p_oom, widened
 
     tables = tables if tables is not None else fold_tables(dev, fold, v, kept)
     dist_fn = dist_fn or (lambda m, c, k0, nu0: dist_from(m, "analytic", c, k0, nu0))
@@ -183,7 +184,7 @@ def one_p_model(r: dict[str, Any], widths: dict[str, Any]) -> float | None:
     under r["dist"], the upper end at cutoff_len, the class's `widths`; facts/bands.py `final_interval`,
     analyzers/memory/predictive.py). None without totals or components."""
     from finetune_doctor.analyzers.memory import bands, predictive
-    from finetune_doctor.analyzers.memory.uncertainty import mixture_interval
+    from finetune_doctor.analyzers.memory.predictive import mixture_interval
 
     tot, comps = r["totals"], r["comps"]
     if not tot or not comps or not tot[0][1]:

@@ -10,22 +10,22 @@ not normal — other trainers' runs translated into LLaMA-Factory keys; none = a
 location and scale by median and MAD instead of mean and standard deviation (uncertainty.py `summarize`), so a
 few runs far off widen the tails (ν_max) rather than every interval.
 
-**Which rows.** Only dev rows whose samples reach cutoff_len (calib_data.samples_fill: benchmark tables at a fixed
-or packed length) fit the error model: a row whose data the source does not state measures the memory model's
-error and the unknown sample lengths together (a run at a framework's default cutoff_len 32768 with short samples
-shows ε ≈ −1.2), which the mixture over the sample lengths carries (benchmarks/calibrate.py PRIOR_CHOICE), not the
-memory model's error class. **Scored as reported** (session 8): every dev row is scored as the doctor reports it —
-through the mixture over its open assumptions (facts/assume.py `mixture`: the sample lengths under the log-uniform
-prior unless its samples reach cutoff_len, the other assumptions at their assumed value). Every run with an
-outcome and a card scores p_oom on what each component needs (MemoryEstimate.need) against its budget, threads
-included; every measurement scores the mixture's 90 % interval and its log density. Until session 7 only the
+**Which rows.** Only dev rows whose samples reach cutoff_len (calib_data.samples_fill: benchmark tables at a fixed or
+packed length) fit the error model: a row whose data the source does not state measures the memory model's error and
+the unknown sample lengths together (a run at a framework's default cutoff_len 32768 with short samples shows ε ≈
+−1.2), which the mixture over the sample lengths carries (benchmarks/calibrate.py PRIOR_CHOICE), not the memory
+model's error class. **Scored as reported** (session 8): every dev row is scored as the doctor reports it — through
+the mixture over its open assumptions (facts/assume.py `mixture`: the sample lengths under the log-uniform prior
+unless its samples reach cutoff_len, the other assumptions weighed as the report weighs them, `others_weight`). Every
+run with an outcome and a card scores p_oom on what each component needs (MemoryEstimate.need) against its budget,
+threads included; every measurement scores the mixture's 90 % interval and its log density. Until session 7 only the
 benchmark tables' rows were scored (65 runs, 60 measurements), so the spread of p_oom was chosen on runs that carry
-none of what a user's run carries and a table does not (the training machine, its launcher and versions, its
-data), and the four runs of round 3 that ran out at p ≤ 0.1 were all user threads. The outcome half of this was
-stated before its first run; the measurement half after it: that run chose Cauchy tails (ν cap 1) whose
-coverage over the fill rows was 94 % and over every dev measurement as reported 96 %, outside the band the goal
-states on what the doctor reports (benchmarks/results/calibrate.md says so). The grids reach past the edges session
-7's choice sat on (τ 0.20, ν cap 2): τ 0.30 and a cap of 1 (Cauchy tails).
+none of what a user's run carries and a table does not (the training machine, its launcher and versions, its data),
+and the four runs of round 3 that ran out at p ≤ 0.1 were all user threads. The outcome half of this was stated before
+its first run; the measurement half after it: that run chose Cauchy tails (ν cap 1) whose coverage over the fill rows
+was 94 % and over every dev measurement as reported 96 %, outside the band the goal states on what the doctor reports
+(benchmarks/results/calibrate.md says so). The grids reach past the edges session 7's choice sat on (τ 0.20, ν cap 2):
+τ 0.30 and a cap of 1 (Cauchy tails).
 
 **Leave-one-source-out.** For each dev source S, the table is fitted (`uncertainty.derive`, the prior (κ0, ν0)
 chosen by leave-one-out log score as in derive_uncertainty.choose_prior) on the dev measurements of every *other*
@@ -114,10 +114,25 @@ def capped(d: Any, cap: int | None) -> Any:
     return replace(d, dof=int(cap))
 
 
+# How the open assumptions other than the sample lengths are weighed when a row is scored: False (since session
+# 16) as the report weighs them, the installed table's ``assumption_weights`` (analyzers/memory/uncertainty.py
+# `assumed_weight`, facts/assume.py `mixture`); True, the assumed value alone, as every yardstick here did before:
+# a report that mixed a run's launcher or checkpoint dtype over its alternatives was scored as if it had not (issue
+# #21 session 16, benchmarks/results/calibrate_cal16.md)
+OTHERS_AT_ASSUMED = False
+
+
+def others_weight(name: str) -> float:
+    """The assumed value's weight (0-1) of open assumption `name` in a scored row's mixture (`OTHERS_AT_ASSUMED`)."""
+    from finetune_doctor.analyzers.memory.uncertainty import assumed_weight
+
+    return 1.0 if OTHERS_AT_ASSUMED else assumed_weight(name)
+
+
 def components(s: dict[str, Any], need: bool = True) -> list[tuple[float, float, float | None]] | None:
     """(weight, GiB, budget GiB) of scored row `s` as the doctor reports it (module docstring, "Scored as
     reported"): the mixture over its open assumptions, the sample lengths under the log-uniform prior unless the
-    row's samples reach cutoff_len, the other assumptions at their assumed value; each component's total scaled to
+    row's samples reach cutoff_len, the other assumptions weighed by `others_weight`; each component's total scaled to
     what it needs (MemoryEstimate.need / total) when `need`, as p_oom is decided. None for a refused row, and with
     `need` for a row without a card."""
     from calib_data import samples_fill
@@ -131,7 +146,7 @@ def components(s: dict[str, Any], need: bool = True) -> list[tuple[float, float,
     total, hw, assumptions, spec = p["mix"]
     if samples_fill(s["row"]):
         assumptions = [a for a in assumptions if a.name != "sample-lengths"]
-    comps = mixture(total, hw, assumptions, spec, weight=lambda n: 1.0, lengths_prior=LOG_UNIFORM)
+    comps = mixture(total, hw, assumptions, spec, weight=others_weight, lengths_prior=LOG_UNIFORM)
     if not comps:
         return None
     if not need:
@@ -201,7 +216,8 @@ def fold_scores(scored: list[dict[str, Any]], by: tuple[str, ...], kept: list[di
     table from `fold_fits` (`fits`, computed when None) and the variant's tails (`tails`, else the ν `cap`).
     `inside` (the measurement inside the mixture's 90 % interval) and `log_meas` (its log density) are None
     without one."""
-    from finetune_doctor.analyzers.memory.uncertainty import dist_from, mixture_interval
+    from finetune_doctor.analyzers.memory.predictive import mixture_interval
+    from finetune_doctor.analyzers.memory.uncertainty import dist_from
 
     fits = fits if fits is not None else fold_fits(scored, by, kept, robust)
     tails = tails if tails is not None else (("cap", cap) if cap else ("t", None))

@@ -66,7 +66,7 @@ def final_interval(r: dict[str, Any], d: Any, widths: dict[str, Any]) -> tuple[f
     """The reported interval of row `r` (GiB): the mixture of its totals under `d`, upper end at cutoff_len, then
     the class's widths (analyzers/memory/bands.py)."""
     from finetune_doctor.analyzers.memory import bands
-    from finetune_doctor.analyzers.memory.uncertainty import mixture_interval
+    from finetune_doctor.analyzers.memory.predictive import mixture_interval
 
     tot = r["totals"]
     if not tot:
@@ -265,7 +265,7 @@ def _paired(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> str:
 
 
 def _spread_interval(r: dict[str, Any], d: Any) -> tuple[float, float]:
-    from finetune_doctor.analyzers.memory.uncertainty import mixture_interval
+    from finetune_doctor.analyzers.memory.predictive import mixture_interval
 
     lo, hi = mixture_interval([(w, t, None) for w, t, _b in r["totals"]], d)
     full = calib_widths._full_length_totals(r)

@@ -49,7 +49,8 @@ MIN_SOURCES = 8
 
 def _full_length_totals(s: dict[str, Any]) -> list[tuple[float, float, Any]] | None:
     """Row `s`'s mixture components (weight, total GiB, None) with its sample lengths at cutoff_len (the
-    sample-lengths assumption closed); None for a refused row."""
+    sample-lengths assumption closed, the others weighed as calib_loso.components weighs them); None for a refused
+    row."""
     from finetune_doctor.analyzers.memory.uncertainty import LOG_UNIFORM
     from finetune_doctor.facts.assume import mixture
 
@@ -58,14 +59,14 @@ def _full_length_totals(s: dict[str, Any]) -> list[tuple[float, float, Any]] | N
         return None
     total, hw, assumptions, spec = p["mix"]
     rest = [a for a in assumptions if a.name != "sample-lengths"]
-    comps = mixture(total, hw, rest, spec, weight=lambda n: 1.0, lengths_prior=LOG_UNIFORM)
+    comps = mixture(total, hw, rest, spec, weight=calib_loso.others_weight, lengths_prior=LOG_UNIFORM)
     return [(w, t, None) for w, t, _b in comps] if comps else None
 
 
 def base_interval(r: dict[str, Any]) -> tuple[float, float] | None:
     """The interval (GiB, on the total's scale) row `r` (calib_classes.loso_rows) is judged against before its
     class's widths (module docstring); None without a measurement."""
-    from finetune_doctor.analyzers.memory.uncertainty import mixture_interval
+    from finetune_doctor.analyzers.memory.predictive import mixture_interval
 
     tot = r.get("totals")
     if r.get("inside") is None or not tot:

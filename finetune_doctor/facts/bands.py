@@ -38,11 +38,11 @@ def final_interval(comps: list[tuple[float, float, Any]], full: list[tuple[float
     widths of class `cls` (analyzers/memory/bands.py); the mixture's own interval when the table has no widths.
     benchmarks/calibrate.py `reweigh` scores the same function."""
     table = uncertainty.table()
-    interval = uncertainty.mixture_interval(comps, dist)
+    interval = predictive.mixture_interval(comps, dist)
     if bands.widths(table, None) is None:
         return interval
     if full:
-        interval = bands.upper_at_cutoff(interval, uncertainty.mixture_interval(full, dist), table)
+        interval = bands.upper_at_cutoff(interval, predictive.mixture_interval(full, dist), table)
     return bands.widen(interval, table, cls)
 
 

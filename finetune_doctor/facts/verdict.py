@@ -80,7 +80,7 @@ def record_assumptions(asm: Assembly, opts: Options, tokens: int | None,
 
 def mixed_p_oom(asm: Assembly, opts: Options) -> dict[str, Any]:
     """The 90 % interval of ``asm.memory`` over its open assumptions (facts/assume.py `mixture`, analyzers/memory/
-    uncertainty.py `mixture_interval`, the class's widths), and p_oom and p_oom_model read on the one distribution
+    predictive.py `mixture_interval`, the class's widths), and p_oom and p_oom_model read on the one distribution
     whose 5-95 % that interval is (facts/bands.py `one_distribution`): a run that fits only if its samples are
     short does not keep the full-length case's p_oom. The assumed case's values stay in ``details``
     (``p_oom_assumed``, ``interval_assumed``, and the components for benchmarks/calibrate.py). Returns the ``mem``

@@ -156,6 +156,23 @@ def mixture_quantile(comps: tuple[tuple[float, float], ...], dist: ErrorDist, p:
     return 0.5 * (lo + hi)
 
 
+def mixture_interval(components: Iterable[tuple[float, float, Any]], dist: ErrorDist,
+                     level: float = LEVEL) -> tuple[float, float]:
+    """The central `level` interval (GiB) of the peak total_i·e^ε drawn from the mixture `components` (weight,
+    total GiB, budget GiB or None; the budget unused): e to the `mixture_quantile` at (1 − level)/2 and
+    (1 + level)/2, the one quantile every interval of the doctor and of benchmarks/calib*.py is read with (issue
+    #21, session 16: a second bisection to 1e-4 ln units in uncertainty.py gave the report and the calibration two
+    slightly different numbers). Components of weight or total ≤ 0 are dropped; the weights need not sum to 1.
+    Raises ValueError when none is left, or unless 0 < level < 1."""
+    comp = tuple((float(w), float(t)) for w, t, _b in components if w > 0 and t > 0)
+    if not comp:
+        raise ValueError("a mixture needs a component with weight and total above 0")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"an interval needs 0 < level < 1, got {level}")
+    return (math.exp(mixture_quantile(comp, dist, (1.0 - level) / 2)),
+            math.exp(mixture_quantile(comp, dist, (1.0 + level) / 2)))
+
+
 def threshold(budget_gib: float, ratio: float) -> float:
     """The budget (GiB, capacity − memory in use) as the peak nvidia-smi would show when the run runs out:
     budget / (need / total) (module docstring, 'The budget in shown terms'); `ratio` ≤ 0 is taken as 1."""

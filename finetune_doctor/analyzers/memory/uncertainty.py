@@ -580,6 +580,7 @@ def by_report(p_model: float, kind: str) -> float | None:
 # the central LEVEL interval of the mixture of the shifted peaks (law of total probability; the error ε is the same
 # error model for every component). The weight of an assumed value is the table's ``assumption_weights`` (fitted
 # on outcome rows by benchmarks/calibrate.py; the rest of the mass is shared evenly by the evaluated alternatives).
+# The interval's quantiles are analyzers/memory/predictive.py `mixture_interval`'s, their one home.
 
 DEFAULT_ASSUMED_WEIGHT = 1.0   # a table without weights: the assumed value only, as before the mixture
 
@@ -603,32 +604,6 @@ def weighs_alternatives(name: str) -> bool:
 def mixture_p_oom(components: Iterable[tuple[float, float, float]], dist: ErrorDist) -> float:
     """Σ w·p_oom(total, budget) over `components` (weight, total GiB, budget GiB), the weights summing to 1."""
     return sum(w * p_oom(t, b, dist) for w, t, b in components)
-
-
-def mixture_interval(components: Iterable[tuple[float, float, float]], dist: ErrorDist,
-                     level: float = LEVEL) -> tuple[float, float]:
-    """The central `level` interval (GiB) of the peak total_i·e^ε drawn from the mixture `components` (weight,
-    total GiB, budget GiB; the budget is unused): the quantiles of the mixture CDF Σ w·F((ln x − ln total)),
-    found by bisection in ln x to 1e-4 (≈ 0.01 % of the peak). Equals `assess`'s interval for one component."""
-    comp = [(w, t) for w, t, _b in components if w > 0 and t > 0]
-    if not comp:
-        raise ValueError("a mixture needs a component with weight and total above 0")
-
-    def cdf(lx: float) -> float:
-        return sum(w * dist.cdf(lx - math.log(t)) for w, t in comp)
-
-    def quantile(p: float) -> float:
-        lo = min(math.log(t) for _w, t in comp) + dist.quantile(p)
-        hi = max(math.log(t) for _w, t in comp) + dist.quantile(p)
-        while hi - lo > 1e-4:
-            mid = 0.5 * (lo + hi)
-            if cdf(mid) < p:
-                lo = mid
-            else:
-                hi = mid
-        return math.exp(0.5 * (lo + hi))
-
-    return quantile((1.0 - level) / 2), quantile((1.0 + level) / 2)
 
 
 # -- the sample lengths without the data: a prior on the longest sample ---------------------------------------------
