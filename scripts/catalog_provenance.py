@@ -138,7 +138,11 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "but no dtype; the issues corpus: no config print; the pages corpus twice: hub mirrors' model cards "
         "(repo.model.xfyun.cn aicloud/baichuan_7b README at 89c656c, model.drfengling.asia, hf.qhduan.com) and "
         "TheBloke's GPTQ card, no config.json): not found. Session 14: the exact string "
-        "'\"_name_or_path\": \"baichuan-inc/Baichuan-7B\"' in the code corpus: no hit. The weights' bfloat16 is "
+        "'\"_name_or_path\": \"baichuan-inc/Baichuan-7B\"' in the code corpus: no hit. Session 16: the docs corpus for the hub's commit and blob pages of "
+        "baichuan-inc/Baichuan-7B (only the tree at e2f3e14 again: config.json 656 bytes, pytorch_model.bin of "
+        "torch.BFloat16Storage) and for the ai.gitee.com hf-models mirror (its tokenizer_config.json page only); the "
+        "code corpus, exact strings '\"modeling_baichuan.BaiChuanForCausalLM\"' and '\"model_type\": "
+        "\"baichuan\",' (Baichuan2 and TongGu configs, fine-tunes' copies): not found. The weights' bfloat16 is "
         "not taken as the value: the stored weights decide only where config.json names no dtype, and this "
         "file's 656 bytes say it names one, which LLaMA-Factory's torch_dtype='auto' load then follows. So the value is float16 (the bytes "
         "equal bfloat16's), recalled from the "
@@ -174,7 +178,13 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "4): consistent with float32 at 5 GB a shard, not a read. Docs corpus for the hub page's tensor type: "
         "re-saves, llamafied copies and a GGUF only; issues corpus for a vLLM dtype='auto' load (whose engine "
         "line would show float16 for a float32 file): vLLM pull requests #7819 and #7942 ran it, but the stored "
-        "excerpts stop before that line. The doctor "
+        "excerpts stop before that line. Session 16: the code corpus, exact strings "
+        "'\"eos_token_id\": 361,' (the Retruth print again, an EXAONE 4 test config), 'Model config "
+        "ExaoneConfig {' and 'EXAONE-3.0-7.8B-Instruct/resolve/main/model' (no hit); the docs corpus for LG's "
+        "tree, commit and blob pages (fine-tunes' upload commits with _name_or_path "
+        "LGAI-EXAONE/EXAONE-3.0-7.8B-Instruct, heegyu's and the llamafied trees, LG's EXAONE-3.5 trees, the "
+        "EXAONE-3.0 collection, which lists an LG AWQ repository) and the pages corpus (a mirror of Bingsu's "
+        "llamafied GGUF card): no LG tree, index or file. The doctor "
         "names the dtype as an open assumption and weighs bfloat16 (facts/assume.py _checkpoint)", False),
     "mistralai/Codestral-22B-v0.1": (
         "bfloat16", "config.json",
@@ -199,7 +209,14 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "hub page's tensor type (another conversion only, ImagineIt/22b-Converted: _name_or_path "
         "mistralai/Codestral-22B-v0.1, transformers 4.41.2, bfloat16, vocab 32770 -- a re-save, not the file), "
         "the exact string 'Loading model: Codestral-22B-v0.1' (a GGUF conversion log) and the issues corpus for "
-        "a conversion log: not found. The doctor names the dtype as an "
+        "a conversion log: not found. Session 16: the code corpus, exact strings "
+        "'\"_name_or_path\": \"mistralai/Codestral-22B-v0.1\"' and "
+        "'mistralai/Codestral-22B-v0.1/blob/main/config.json' (no hit), and a pip package that vendors Codestral's "
+        "card (kalle 0.0.6 data/tokenizer_config/codestral: README.md only); the docs corpus for the gated "
+        "repository's tree: fine-tunes' upload commits whose config.json names _name_or_path "
+        "mistralai/Codestral-22B-v0.1, bfloat16, transformers 4.41.2 and 4.42.3 (saved after training, not the "
+        "file), mistral-community's and bullerwins' conversions (9 shards, 44.5 GB): not found. The doctor names "
+        "the dtype as an "
         "open assumption and weighs float32 "
         "(facts/assume.py _checkpoint)",
         False),
