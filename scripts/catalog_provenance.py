@@ -93,6 +93,27 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "bfloat16", "modeling code",
         "config.json names no dtype and sets none of bf16/fp16/fp32: modeling_qwen.py QWenLMHeadModel.__init__ then "
         "picks bf16 where the GPU supports it (finetune_doctor/readers/model/generic.py _qwen1_dtype)", True),
+    "Tele-AI/TeleChat2-7B": (
+        "bfloat16", "stored weights",
+        "config.json names no dtype (the hub file at commit cd0b54ce; a later change to it, commit 659fd56 "
+        "'Update config.json', https://huggingface.co/Tele-AI/TeleChat2-7B/commit/"
+        "659fd56c4cdb1864dd9318fc30de8d4883a66012, is +1 -1: architectures TeleChatForCausalLM -> "
+        "TeleChat2ForCausalLM; the tree at main lists config.json at 1.05 kB, last changed by 'Update "
+        "config.json'), so torch_dtype='auto' takes the dtype of the checkpoint's first floating-point "
+        "tensor. The weights are four pickled shards whose pickle scan the hub tree prints (session 16, docs "
+        "corpus): https://huggingface.co/Tele-AI/TeleChat2-7B/tree/main lists pytorch_model_00001-of-00004.bin "
+        "(4.13 GB) and pytorch_model_00003-of-00004.bin (3.49 GB) with the pickle imports 'torch.BFloat16Storage', "
+        "'torch._utils._rebuild_tensor_v2', 'collections.OrderedDict', beside pytorch_model_00002-of-00004.bin "
+        "(3.49 GB) and pytorch_model_00004-of-00004.bin; the tree at commit b7cb4c7 "
+        "(https://huggingface.co/Tele-AI/TeleChat2-7B/tree/b7cb4c70388b6259a08e55238ffe5bca43aa4945) shows the "
+        "same imports for shards 1 and 4 (4.13 GB each). BFloat16Storage is the storage class torch.save writes "
+        "for bfloat16 tensors, and the first shard is the one 'auto' reads. Size check: 4.13 + 3.49 + 3.49 + 4.13 "
+        "= 15.24 GB (each figure rounded to 0.01 GB) against the doctor's count of this entry, 7,617,105,920 "
+        "elements x 2 bytes = 15.23 GB (x 4 bytes would be 30.47 GB). Not to be taken for its variants: "
+        "TeleChat2-7B-32K ships one 30.5 GB pytorch_model.bin of torch.FloatStorage (float32, "
+        "https://huggingface.co/Tele-AI/TeleChat2-7B-32K/tree/main). Sessions 7-14 had looked for a shard list "
+        "or header in GitHub Tele-AI/TeleChat2, hub mirrors and the code, issues and pages corpora",
+        True),
     # Not re-read (sessions 7 and 8: no stored copy of the hub file or of the weights' header was found; session 7
     # searched the code, issues and docs corpora, the hub pages the docs corpus holds, and the GitHub repositories
     # named below): recalled, with what the stored copies saved from each model say.
@@ -117,7 +138,11 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "but no dtype; the issues corpus: no config print; the pages corpus twice: hub mirrors' model cards "
         "(repo.model.xfyun.cn aicloud/baichuan_7b README at 89c656c, model.drfengling.asia, hf.qhduan.com) and "
         "TheBloke's GPTQ card, no config.json): not found. Session 14: the exact string "
-        "'\"_name_or_path\": \"baichuan-inc/Baichuan-7B\"' in the code corpus: no hit. The weights' bfloat16 is "
+        "'\"_name_or_path\": \"baichuan-inc/Baichuan-7B\"' in the code corpus: no hit. Session 16: the docs corpus for the hub's commit and blob pages of "
+        "baichuan-inc/Baichuan-7B (only the tree at e2f3e14 again: config.json 656 bytes, pytorch_model.bin of "
+        "torch.BFloat16Storage) and for the ai.gitee.com hf-models mirror (its tokenizer_config.json page only); the "
+        "code corpus, exact strings '\"modeling_baichuan.BaiChuanForCausalLM\"' and '\"model_type\": "
+        "\"baichuan\",' (Baichuan2 and TongGu configs, fine-tunes' copies): not found. The weights' bfloat16 is "
         "not taken as the value: the stored weights decide only where config.json names no dtype, and this "
         "file's 656 bytes say it names one, which LLaMA-Factory's torch_dtype='auto' load then follows. So the value is float16 (the bytes "
         "equal bfloat16's), recalled from the "
@@ -153,7 +178,13 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "4): consistent with float32 at 5 GB a shard, not a read. Docs corpus for the hub page's tensor type: "
         "re-saves, llamafied copies and a GGUF only; issues corpus for a vLLM dtype='auto' load (whose engine "
         "line would show float16 for a float32 file): vLLM pull requests #7819 and #7942 ran it, but the stored "
-        "excerpts stop before that line. The doctor "
+        "excerpts stop before that line. Session 16: the code corpus, exact strings "
+        "'\"eos_token_id\": 361,' (the Retruth print again, an EXAONE 4 test config), 'Model config "
+        "ExaoneConfig {' and 'EXAONE-3.0-7.8B-Instruct/resolve/main/model' (no hit); the docs corpus for LG's "
+        "tree, commit and blob pages (fine-tunes' upload commits with _name_or_path "
+        "LGAI-EXAONE/EXAONE-3.0-7.8B-Instruct, heegyu's and the llamafied trees, LG's EXAONE-3.5 trees, the "
+        "EXAONE-3.0 collection, which lists an LG AWQ repository) and the pages corpus (a mirror of Bingsu's "
+        "llamafied GGUF card): no LG tree, index or file. The doctor "
         "names the dtype as an open assumption and weighs bfloat16 (facts/assume.py _checkpoint)", False),
     "mistralai/Codestral-22B-v0.1": (
         "bfloat16", "config.json",
@@ -178,31 +209,16 @@ MANUAL: dict[str, tuple[str, str, str, bool]] = {
         "hub page's tensor type (another conversion only, ImagineIt/22b-Converted: _name_or_path "
         "mistralai/Codestral-22B-v0.1, transformers 4.41.2, bfloat16, vocab 32770 -- a re-save, not the file), "
         "the exact string 'Loading model: Codestral-22B-v0.1' (a GGUF conversion log) and the issues corpus for "
-        "a conversion log: not found. The doctor names the dtype as an "
+        "a conversion log: not found. Session 16: the code corpus, exact strings "
+        "'\"_name_or_path\": \"mistralai/Codestral-22B-v0.1\"' and "
+        "'mistralai/Codestral-22B-v0.1/blob/main/config.json' (no hit), and a pip package that vendors Codestral's "
+        "card (kalle 0.0.6 data/tokenizer_config/codestral: README.md only); the docs corpus for the gated "
+        "repository's tree: fine-tunes' upload commits whose config.json names _name_or_path "
+        "mistralai/Codestral-22B-v0.1, bfloat16, transformers 4.41.2 and 4.42.3 (saved after training, not the "
+        "file), mistral-community's and bullerwins' conversions (9 shards, 44.5 GB): not found. The doctor names "
+        "the dtype as an "
         "open assumption and weighs float32 "
         "(facts/assume.py _checkpoint)",
-        False),
-    "Tele-AI/TeleChat2-7B": (
-        "bfloat16", "stored weights",
-        "recalled, not re-read: config.json (hub file at commit cd0b54ce) names no dtype; the safetensors shards "
-        "hold BF16 tensors. No stored page lists TeleChat2-7B's files or a shard header (the docs corpus holds "
-        "TeleChat2-115B's and TeleChat2-7B-32K's trees; GitHub Tele-AI/TeleChat2 holds model/115B only); note "
-        "that TeleChat2-7B-32K ships a 30.5 GB pytorch_model.bin of torch.FloatStorage (float32, "
-        "huggingface.co/Tele-AI/TeleChat2-7B-32K/tree/main), so the 7B's BF16 is not to be taken for its variants. "
-        "Session 8 looked again (docs corpus for the TeleChat2-7B tree and safetensors files): only TeleChat2-115B's "
-        "trees and commits and TeleChat-1B/12B's. Session 9 fetched GitHub Tele-AI/TeleChat2 (cd9287f, every "
-        "commit's file list: only model/115B ever held a config.json or safetensors shards; its README gives the 7B "
-        "shape table and a ModelScope link, no dtype) and searched the pages corpus for hub mirrors of the 7B "
-        "(shuiyin.accos.tk and code.bitahub.com hold its tokenizer_config.json and README only, no file list, "
-        "shard header or safetensors index). Session 11 looked again (docs corpus for the hub page's tensor "
-        "type and shard list, issues corpus, pages corpus for ModelScope's file list): the same mirrors' "
-        "tokenizer files only. Session 12b looked again (exact string '\"model_type\": \"telechat\"' in the "
-        "code corpus: no hit; the issues corpus: GPTQModel's TeleChat2 pull request #1106 and Tele-AI "
-        "issues, no file list or shard header): not found. Session 14: the docs corpus for the hub page's "
-        "tensor type (a telechat fine-tune, TeleChat2-115B's trees, telechat-7B's quantized copy) and the exact "
-        "string '\"_name_or_path\": \"Tele-AI/TeleChat2-7B\"' in the code corpus (no hit): not found; the doctor names the dtype as an open "
-        "assumption and weighs "
-        "float32 (facts/assume.py _checkpoint)",
         False),
 }
 

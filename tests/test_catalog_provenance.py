@@ -79,8 +79,8 @@ NOT_READ = {
     ("baichuan-inc/Baichuan-7B", "torch_dtype"),             # weights read (BF16); config.json's field not stored
     ("LGAI-EXAONE/EXAONE-3.0-7.8B-Instruct", "torch_dtype"),  # only re-saves of the hub file are stored
     ("mistralai/Codestral-22B-v0.1", "torch_dtype"),          # gated hub repository
-    ("Tele-AI/TeleChat2-7B", "torch_dtype"),                  # config.json read (names none); weights' header not
-}   # zai-org/GLM-4.6's vocabulary left in session 14 (read in a llama.cpp load of its GGUF; test_catalog_glm.py)
+}   # zai-org/GLM-4.6's vocabulary left in session 14 (read in a llama.cpp load of its GGUF; test_catalog_glm.py),
+#     Tele-AI/TeleChat2-7B's dtype in session 16 (its shards' pickle scan on the hub tree; the test below)
 
 
 def test_the_records_not_read_in_a_stored_file_are_exactly_the_named_ones():
@@ -96,6 +96,35 @@ def test_a_record_not_read_says_where_it_was_looked_for_and_the_doctor_weighs_th
     if field == "torch_dtype":
         # facts/assume.py _checkpoint turns this note into the 'checkpoint-dtype' assumption (the other width)
         assert "recalled, not re-read" in catalog_arch(entry, eid).notes
+
+
+def test_telechat2_7b_dtype_is_read_from_its_stored_weights_and_no_longer_assumed(tmp_path, monkeypatch):
+    """config.json names no dtype, so the stored weights decide: the hub tree's pickle scan of the first shard
+    (and of the third and fourth) imports torch.BFloat16Storage, and the four shards' 15.24 GB are the entry's
+    7,617,105,920 elements at 2 bytes. A read record leaves the `checkpoint-dtype` assumption out of the report."""
+    import json
+
+    from click.testing import CliRunner
+
+    from finetune_doctor.cli import main
+
+    entry, _ = find_in_catalog("Tele-AI/TeleChat2-7B")
+    rec = entry["provenance"]["torch_dtype"]
+    assert (rec["value"], rec["from"], rec["checked"]) == ("bfloat16", "stored weights", True)
+    assert "torch.BFloat16Storage" in rec["source"] and "TeleChat2-7B/tree/main" in rec["source"]
+    arch = catalog_arch(entry, entry["id"])
+    assert arch.total_params() == 7_617_105_920
+    assert 15.22e9 <= arch.total_params() * 2 <= 15.26e9   # 4.13 + 3.49 + 3.49 + 4.13 GB, each to 0.01 GB
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.yaml").write_text("model_name_or_path: Tele-AI/TeleChat2-7B\nstage: sft\ndo_train: true\n"
+                                     "finetuning_type: lora\ntemplate: telechat2\ndataset: alpaca_en_demo\n"
+                                     "cutoff_len: 2048\nper_device_train_batch_size: 1\nbf16: true\n"
+                                     "output_dir: out\n")
+    r = CliRunner().invoke(main, ["estimate", "t.yaml", "--gpu", "A100-80GB", "--offline", "--format", "json"])
+    d = json.loads(r.output)
+    assert d["run"]["precision"]["weights"] == "bfloat16"
+    assert "checkpoint-dtype" not in {a["name"] for a in d["assumptions"]}
+    assert d["memory"]["per_gpu_gib"]["weights"] == pytest.approx(14.26, abs=0.1)   # 7.62 B x 2 bytes
 
 
 def _at(cfg: dict, dotted: str):

@@ -215,3 +215,29 @@ def test_the_leads_stay_quiet_where_the_words_rule_them_out(tmp_path):
     assert f.name == "cuda-oom" and "whole copy" not in f.message
     g = first(tmp_path, "qwen2 loss becomes nan with fp16 and with bf16 alike")
     assert g.name == "nan-loss" and "First:" not in g.message
+
+
+def test_the_staged_save_episodes_take_their_releases_from_the_catalogue_of_regressions(monkeypatch):
+    """One home: the releases of 4.36's rename and 4.38's clean-up are the rows of catalog/known_regressions.json
+    marked `save_episode` (savecause.py keeps only its words for them); a row marked without words, or words
+    without a row, fails here."""
+    from finetune_doctor.analyzers.postmortem import knownbugs, savecause
+
+    marked = [r for r in knownbugs.rows() if r.get("save_episode")]
+    assert sorted(r["save_episode"] for r in marked) == sorted(savecause._WORDS)
+    eps, fix_all = savecause._episodes()
+    assert [(e[0], e[1]) for e in eps] == [("4.36.0.dev0", "4.36.2"), ("4.38.0", "4.38.1"),
+                                           ("4.49.0.dev0", "4.49.0.dev0")]
+    assert eps[1][3] == "upgrade transformers to 4.38.2 or later (or go back to 4.37.2)"
+    assert "4.37.0 or later for 4.36's rename, 4.38.2 for 4.38's clean-up, 4.49.0 for the dev build's" in fix_all
+    assert not hasattr(savecause, "_EPISODES")
+    # a catalogue row moved (its last release and its fix) moves savecause's reading with it
+    moved = tuple({**r, "last": "4.36.3", "fixed_in": "4.36.4"} if r.get("save_episode") == "rename" else r
+                  for r in knownbugs.rows())
+    monkeypatch.setattr(knownbugs, "rows", lambda: moved)
+    savecause._episodes.cache_clear()
+    try:
+        assert "is in the affected releases" in _episode_words({"transformers": ("4.36.3", "env")})
+        assert "4.36.4 renames on the main process only" in _episode_words({"transformers": ("4.36.3", "env")})
+    finally:
+        savecause._episodes.cache_clear()

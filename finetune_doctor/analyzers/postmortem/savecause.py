@@ -24,30 +24,64 @@ logs or the words give it, picks the episode; without it every episode is named 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any, Mapping
 
+from finetune_doctor.analyzers.postmortem import knownbugs
 from finetune_doctor.numbers import version_key
 
-# (first, last) transformers releases of each episode, inclusive, as version_key compares them, its words and its
-# fix (the release that fixed it, from the PRs named; the release before it)
-_EPISODES: tuple[tuple[str, str, str, str], ...] = (
-    ("4.36.0.dev0", "4.36.2",
-     "transformers 4.36 renamed tmp-checkpoint-N to checkpoint-N from every process (huggingface/transformers#27925, "
-     "#28119; 4.37.0 renames on the main process only, #28364)",
-     "upgrade transformers to 4.37.0 or later (or go back to 4.35.2)"),
-    ("4.38.0", "4.38.1",
-     "transformers 4.38.0-4.38.1 removed the staging folder with shutil.rmtree(staging_output_dir) on each node while "
-     "another process renamed it (#28848, reverted in 4.38.2 by #29336)",
-     "upgrade transformers to 4.38.2 or later (or go back to 4.37.2)"),
-    ("4.49.0.dev0", "4.49.0.dev0",
-     "transformers 4.49.0.dev0 (main in February 2025) renamed a tmp-checkpoint-<random> folder with os.renames from "
-     "more than one process: OSError [Errno 39] Directory not empty (huggingface/transformers#36076; fixed on main "
-     "before 4.49.0)",
-     "install the transformers 4.49.0 release or later instead of that build of main"),
-)
-_FIX = ("upgrade transformers past the episode (4.37.0 or later for 4.36's rename, 4.38.2 for 4.38's clean-up, "
-        "4.49.0 for the dev build's rename) or go back to the release before it")
-"""The fix when no episode is known (no release read, or one in none of them): every episode's."""
+# each episode's words, keyed by the catalogue row's `save_episode` (catalog/known_regressions.json holds its first
+# and last affected release and the release that fixed it; {first}, {last}, {series} (first's major.minor) and
+# {fixed} come from there): what it did, its fix, the release before it to go back to, and what the episode is
+# called in the fix of every episode (`_episodes`)
+_WORDS: dict[str, dict[str, str]] = {
+    "rename": {"what": "transformers {series} renamed tmp-checkpoint-N to checkpoint-N from every process "
+                       "(huggingface/transformers#27925, #28119; {fixed} renames on the main process only, #28364)",
+               "fix": "upgrade transformers to {fixed} or later (or go back to {before})", "before": "4.35.2",
+               "called": "{series}'s rename"},
+    "rmtree": {"what": "transformers {first}-{last} removed the staging folder with shutil.rmtree(staging_output_dir) "
+                       "on each node while another process renamed it (#28848, reverted in {fixed} by #29336)",
+               "fix": "upgrade transformers to {fixed} or later (or go back to {before})", "before": "4.37.2",
+               "called": "{series}'s clean-up"},
+}
+# the dev build of February 2025, which no release shipped (so the catalogue of releases has no row for it):
+# huggingface/transformers#36076, trl#2928, ms-swift#3031; fixed on main before the 4.49.0 release
+_DEV_BUILD: tuple[str, str, str, str, str] = (
+    "4.49.0.dev0", "4.49.0.dev0",
+    "transformers 4.49.0.dev0 (main in February 2025) renamed a tmp-checkpoint-<random> folder with os.renames from "
+    "more than one process: OSError [Errno 39] Directory not empty (huggingface/transformers#36076; fixed on main "
+    "before 4.49.0)",
+    "install the transformers 4.49.0 release or later instead of that build of main", "4.49.0 for the dev build's rename")
+
+# the fix of every episode says "or later" once, after its first release
+_LATER = {True: " or later", False: ""}
+
+Episode = tuple[str, str, str, str]
+"""(first, last, what it did, its fix): transformers releases, inclusive, as version_key compares them."""
+
+
+@lru_cache(maxsize=1)
+def _episodes() -> tuple[tuple[Episode, ...], str]:
+    """The staged-save episodes, oldest first — the catalogue's rows marked `save_episode` (knownbugs.rows(), read
+    from catalog/known_regressions.json: their releases) worded by `_WORDS`, then the dev build's — and the fix of
+    every episode, for when no release is known. KeyError where a marked row has no words here (a test pins both
+    ways)."""
+    eps: list[Episode] = []
+    called: list[str] = []
+    for r in knownbugs.rows():
+        if r.get("package") != "transformers" or not r.get("save_episode"):
+            continue
+        w = _WORDS[r["save_episode"]]
+        fill = {"first": r["first"], "last": r["last"], "fixed": r["fixed_in"], "before": w["before"],
+                "series": ".".join(r["first"].split(".")[:2])}
+        eps.append((r["first"], r["last"], w["what"].format(**fill), w["fix"].format(**fill)))
+        called.append(f"{r['fixed_in']}{_LATER[not called]} for {w['called'].format(**fill)}")
+    eps.append(_DEV_BUILD[:4])
+    called.append(_DEV_BUILD[4])
+    fix_all = (f"upgrade transformers past the episode ({', '.join(called)}) or go back to the release before it")
+    return tuple(eps), fix_all
+
+
 _ONE_WRITER = ("until then save from one writer (save_on_each_node: false on a shared filesystem, each rank's "
                "output_dir not shared by several jobs)")
 
@@ -69,7 +103,7 @@ _MAIN_BUILD = re.compile(r"\bmain branch\b|\bfrom (?:source|github|git)\b|git\+h
 
 
 def _episode(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str] | None = None,
-             seen: str = "") -> tuple[str | None, str, tuple[str, str, str, str] | None]:
+             seen: str = "") -> tuple[str | None, str, Episode | None]:
     """(release, where it was read, its episode or None) for the transformers release read (`versions`: {package:
     (version, where read)}) or said (`said`: {package: version}); with no release, a build of main that `seen`
     (the words and code lines read) shows (`_MAIN_BUILD`) is the dev build's episode."""
@@ -77,22 +111,24 @@ def _episode(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str] | 
     ver, where = (v[0], f"read at {v[1]}") if v else ((said or {}).get("transformers"), "the words state it")
     main = _MAIN_BUILD.search(seen) if not ver else None
     if main:
-        ver, where = "4.49.0.dev0", f"a build of main: \"{main.group(0)}\""
+        ver, where = _DEV_BUILD[0], f"a build of main: \"{main.group(0)}\""
     key = version_key(ver) if ver else None
-    episode = next((e for e in _EPISODES if key is not None and version_key(e[0]) <= key <= version_key(e[1])), None)
+    episode = next((e for e in _episodes()[0]
+                    if key is not None and version_key(e[0]) <= key <= version_key(e[1])), None)
     return ver, where, episode
 
 
 def _episode_words(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str] | None = None,
-                   seen: str = "", episodes: tuple[tuple[str, str, str, str], ...] = _EPISODES) -> str:
+                   seen: str = "", episodes: tuple[Episode, ...] | None = None) -> str:
     """The episode the transformers release falls in (`_episode`), worded with where it was read; every episode
-    of `episodes` when none is known or none matches (the release is then what to check)."""
+    of `episodes` (default: all of `_episodes`) when none is known or none matches (the release is then what to
+    check)."""
     ver, where, episode = _episode(versions, said, seen)
     if episode is not None:
         return f"transformers {ver} ({where}) is in the affected releases: {episode[2]}"
     known = version_key(ver) if ver else None
     lead = f"transformers {ver} ({where}) is in none of them, so another writer is likelier; " if known else ""
-    return (f"{lead}the releases that did it: " + "; ".join(e[2] for e in episodes)
+    return (f"{lead}the releases that did it: " + "; ".join(e[2] for e in episodes or _episodes()[0])
             + ("" if known else " (`pip show transformers` says which is installed)"))
 
 
@@ -103,7 +139,7 @@ def rename_history(versions: Mapping[str, tuple[str, str]], seen: str = "") -> s
     fixing release is in none of them; trial 16: 4.49.0.dev0 was told that a release with 4.37.0's fix ends it)."""
     # a staging folder named by its step (tmp-checkpoint-81) is the releases' naming, never the dev build's
     numbered = re.search(r"tmp-checkpoint-\d+\b", seen) is not None
-    episodes = tuple(e for e in _EPISODES if not (numbered and e[0].endswith(".dev0") and e[0] == e[1]))
+    episodes = tuple(e for e in _episodes()[0] if not (numbered and e[0].endswith(".dev0") and e[0] == e[1]))
     return f"{_episode_words(versions, None, seen, episodes)}; the fix: {_fix(versions, None, seen)}"
 
 
@@ -119,13 +155,13 @@ def _staged_text(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str
 
 
 def _fix(versions: Mapping[str, tuple[str, str]], said: Mapping[str, str] | None = None, seen: str = "") -> str:
-    """The known episode's own fix, or every episode's (`_FIX`) when no release is known; then the one-writer
+    """The known episode's own fix, or every episode's (`_episodes`) when no release is known; then the one-writer
     stopgap. A release known to be in none of them (a dev build after an episode's fixing release has its fix,
     trial 16) gets the one-writer fix alone: no transformers to change."""
     ver, _, episode = _episode(versions, said, seen)
     if episode is None and ver and version_key(ver) is not None:
         return _ONE_WRITER.replace("until then ", "", 1)
-    return f"{episode[3] if episode is not None else _FIX}; {_ONE_WRITER}"
+    return f"{episode[3] if episode is not None else _episodes()[1]}; {_ONE_WRITER}"
 
 
 def staged_save_lead(tb: Any, versions: Mapping[str, tuple[str, str]]) -> str | None:
