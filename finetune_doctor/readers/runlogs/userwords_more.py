@@ -62,7 +62,7 @@ RAM_GROWS = re.compile(
     r"\bmemory leak\b[^.\n。]{0,40}\b(?:RAM|CPU|host)\b|\b(?:RAM|CPU|host)\b[^.\n。]{0,40}\bmemory leak\b|"
     r"(?<!显)(?<!GPU)(?<!卡)(?:系统|主机|CPU\s?)?内存\S{0,2}(?:一直|持续|不断)(?:增长|上涨|涨|增加)|(?<!显)(?<!GPU)内存泄[漏露]", _I)
 
-KILLED_WORD = re.compile(r"(?<![A-Za-z])Killed\b(?!\s+process\s+\d+\s+\(\S+\)\s+total-vm)")
+KILLED_WORD = re.compile(r"(?<![A-Za-z])Killed\b(?!\s+process\s+\d+\s+\(\S+\)\s+total-vm)", re.A)
 
 HANG_MORE = re.compile(
     r"\bnothing (?:is |gets )?(?:printed|logged|output)\b|\bno (?:more )?output\b[^.\n]{0,20}\bGPU\b|"

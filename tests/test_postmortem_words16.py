@@ -1,0 +1,42 @@
+"""Kinds of the words-only and error-line-in-words threads (issue #25, session 16, wt/pmfix16b), each in fresh
+wordings written after the shapes users post, none of them a case of fixtures/postmortem/real_threads/:
+
+- an error's own text written right against Chinese ("训练时提示Processor was not found", "出现element 0 of tensors
+  does not require grad"): under Unicode rules a Han character is a word character, so a pattern's ``\\b`` never
+  matches between it and the Latin text; every symptom pattern reads with ASCII word rules (re.A);
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from finetune_doctor.readers.runlogs import userwords, userwords_vocab
+from pmhelp import first_of_text as first
+
+
+def test_every_symptom_pattern_reads_latin_words_against_chinese_with_ascii_word_rules():
+    # the whole kind: a pattern with \b or \w under Unicode rules misses Latin text glued to a Han character
+    unicode_rules = [(name, p.pattern[:60]) for name, p in userwords_vocab.SYMPTOMS
+                     if re.search(r"\\[bBwW]", p.pattern) and not p.flags & re.A]
+    assert unicode_rules == []
+
+
+@pytest.mark.parametrize("text, words", [
+    ("新版本在lora qwen2-vl时提示Processor was not found", "Processor was not found"),
+    ("全参微调时出现element 0 of tensors does not require grad and does not have a grad_fn",
+     "element 0 of tensors does not require grad"),
+    ("单卡跑zero3时weight must be 2-D", "weight must be 2-D"),
+    ("训练到第10步进程died with RuntimeError", "died with RuntimeError"),
+])
+def test_an_error_written_against_chinese_is_read_as_the_error(text, words):
+    said = userwords.read_words(text + "\n")
+    assert said is not None and said["symptom"] == "error"
+    assert words in said["words"]
+
+
+def test_processor_not_found_glued_to_chinese_is_read_as_the_error_not_nothing(tmp_path):
+    f = first(tmp_path, "新版本llamafactory在lora qwen2-vl时提示Processor was not found\n")
+    assert f.name == "run-crashed"
+    assert "the installed transformers predates the model's processor class" in f.message
