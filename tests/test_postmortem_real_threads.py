@@ -87,8 +87,10 @@ KNOWN_MISS_R10 = {"minicpmv862", "axolotl1617", "verl2012", "verifiers42", "qunb
 # rule means, 6 an exception whose text states the cause unnamed by the finding, 3 host RAM in words, 3 a class or
 # sentence read as nothing, 2 a loss of 0/NaN from the learning rate, 2 disk-full kinds, 1 a hang after the last
 # metrics (benchmarks/results/real_threads.md, "Round 11, held out")
+# session 16 (wt/pmfix16b): lf8437's "提示Processor was not found" is read (every words pattern with ASCII word
+# rules) and run-crashed leads with the original InternVL checkpoint its -hf-less folder name makes likely
 KNOWN_MISS_R11 = {"thunder2116", "tinyllama152", "axolotl705", "ronin51",
-                  "lf8437", "lf8210", "swift9640", "qwen38_104", "lf8794",
+                  "lf8210", "swift9640", "qwen38_104", "lf8794",
                   "lf7084"}
 KNOWN_MISS = (KNOWN_MISS_R4 | KNOWN_MISS_R5 | KNOWN_MISS_R6 | KNOWN_MISS_R7 | KNOWN_MISS_R8 | KNOWN_MISS_R9
               | KNOWN_MISS_R10 | KNOWN_MISS_R11 | {"mmdet12069", "della2", "lf10367"})

@@ -4,6 +4,9 @@ wordings written after the shapes users post, none of them a case of fixtures/po
 - an error's own text written right against Chinese ("训练时提示Processor was not found", "出现element 0 of tensors
   does not require grad"): under Unicode rules a Han character is a word character, so a pattern's ``\\b`` never
   matches between it and the Latin text; every symptom pattern reads with ASCII word rules (re.A);
+- LLaMA-Factory's "Processor was not found" with an InternVL model named without the "-hf" suffix: the original
+  remote-code checkpoint (model_type internvl_chat) is the likely cause, and model_type in the folder's config.json is
+  the input that decides (LlamaFactory#7789, #7802; rule internvl-remote-code-checkpoint on the check side).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import re
 
 import pytest
 
+from finetune_doctor.analyzers.postmortem.newermodel import internvl_original
 from finetune_doctor.readers.runlogs import userwords, userwords_vocab
 from pmhelp import first_of_text as first
 
@@ -40,3 +44,26 @@ def test_processor_not_found_glued_to_chinese_is_read_as_the_error_not_nothing(t
     f = first(tmp_path, "新版本llamafactory在lora qwen2-vl时提示Processor was not found\n")
     assert f.name == "run-crashed"
     assert "the installed transformers predates the model's processor class" in f.message
+
+
+def test_processor_not_found_with_an_internvl_folder_without_hf_names_the_original_checkpoint_first(tmp_path):
+    text = ("升级之后lora微调internvl3提示Processor was not found\n"
+            "model_name_or_path: /data/models/InternVL3-2B\n"
+            "template: intern_vl\n")
+    f = first(tmp_path, text)
+    assert f.name == "run-crashed" and f.severity == "warning"   # words only: at most a warning
+    lead = f.message.index("most likely the model is InternVL's original remote-code checkpoint")
+    assert "`InternVL3-2B` with no \"-hf\" suffix" in f.message
+    assert "`model_type` in the model folder's config.json" in f.message   # the input that decides
+    assert lead < f.message.index("the installed transformers predates")   # the likely cause first
+
+
+@pytest.mark.parametrize("text, lead", [
+    ("Processor was not found OpenGVLab/InternVL2_5-8B", "`InternVL2_5-8B`"),
+    ("Processor was not found with InternVL3-8B-hf", ""),                  # the conversion: the other causes
+    ("Processor was not found, internvl3-1b-hf and InternVL3-1B both tried", ""),
+    ("Processor was not found for Qwen2.5-VL-7B-Instruct", ""),            # not InternVL
+])
+def test_internvl_original_reads_the_name_only(text, lead):
+    out = internvl_original(text)
+    assert (lead in out and out != "") if lead else out == ""
