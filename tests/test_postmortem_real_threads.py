@@ -33,7 +33,9 @@ KNOWN_MISS_R4 = {"cget75", "fa812"}
 # accepts run-crashed with that text since, as peft137 in round 4); lf4077's paste is retyped by hand ("obiect",
 # "save checkpoint"), so the launcher cause (launchcause.py), read from the exception's own format, did not fire;
 # since session 13 (wt/pmfix13b) the retyped form is read too (launchcause.NO_ENGINE_TYPED), the case accepting nothing
-KNOWN_MISS_R5 = {"tf28027", "lf4077", "lf4000", "lf2974"}
+# session 16 (wt/pmfix16b): lf2974 right, the Int4 checkpoint its words name read as the ZeRO-3 refusal's cause
+# (analyzers/postmortem/quantcause.py)
+KNOWN_MISS_R5 = {"tf28027", "lf4077", "lf4000"}
 # Round 6's misses as scored once at the end of session 9 (held out, benchmarks/results/real_threads.md); lf694,
 # lf1164, lf6289, fa121, lf3508 and trl466 moved to right on dev (the paste's shape: tests/test_postmortem_paste_shapes.py);
 # lf8082's paste is torchrun's ChildFailedError line alone, which says a process failed and nothing of why;

@@ -67,3 +67,34 @@ def test_processor_not_found_with_an_internvl_folder_without_hf_names_the_origin
 def test_internvl_original_reads_the_name_only(text, lead):
     out = internvl_original(text)
     assert (lead in out and out != "") if lead else out == ""
+
+
+# -- the ZeRO-3 refusal of a quantized model, with the checkpoint the words name ---------------------------------------
+# transformers' line as users paste it inside their sentence (LlamaFactory#2974's shape: the model named in the words,
+# the line retyped); LLaMA-Factory's own refusal (model_utils/quantization.py) keeps its reading without a name
+
+@pytest.mark.parametrize("text, name", [
+    ("用zero3微调Qwen1.5-7B-Chat-GPTQ-Int4一直报错: ValueError: DeepSpeed Zero-3 is not compatible with "
+     "`low_cpu_mem_usage=True` or with passing a `device_map`.\n", "Qwen1.5-7B-Chat-GPTQ-Int4"),
+    ("LoRA on Qwen/Qwen2-7B-Instruct-AWQ with ds_z3_config.json fails: ValueError: DeepSpeed Zero-3 is not "
+     "compatible with `low_cpu_mem_usage=True` or with passing a `device_map`.\n", "Qwen/Qwen2-7B-Instruct-AWQ"),
+])
+def test_zero3_refusal_names_the_quantized_checkpoint_the_words_give(tmp_path, text, name):
+    f = first(tmp_path, text)
+    assert f.name == "run-crashed"
+    assert f"the words name `{name}`, a checkpoint its name says is stored quantized" in f.message
+    assert "`quantization_config` in its config.json" in f.message   # the input that decides
+
+
+@pytest.mark.parametrize("text", [
+    "用zero3微调Qwen2-7B-Instruct报错: ValueError: DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` "
+    "or with passing a `device_map`.\n",
+    # 4-bit bitsandbytes is the quantization ZeRO-3 shards: a -bnb-4bit name is not the clash
+    "zero3 + unsloth/llama-3-8b-bnb-4bit: ValueError: DeepSpeed Zero-3 is not compatible with "
+    "`low_cpu_mem_usage=True` or with passing a `device_map`.\n",
+])
+def test_zero3_refusal_without_a_quantized_name_keeps_the_general_reading(tmp_path, text):
+    f = first(tmp_path, text)
+    assert f.name == "run-crashed"
+    assert "the words name" not in f.message
+    assert "ZeRO-3 partitions every parameter at load, which a quantized model cannot be" in f.message

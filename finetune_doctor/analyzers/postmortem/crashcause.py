@@ -41,6 +41,7 @@ from finetune_doctor.analyzers.postmortem.launchcause import launch_cause, preci
 from finetune_doctor.analyzers.postmortem.mmcause import no_placeholder
 from finetune_doctor.analyzers.postmortem.msgcause import message_cause
 from finetune_doctor.analyzers.postmortem.newermodel import optimizer_groups, processor_missing, trainer_table_key
+from finetune_doctor.analyzers.postmortem.quantcause import zero3_quantized
 from finetune_doctor.analyzers.postmortem.remotecode import remote_code_clash
 from finetune_doctor.analyzers.postmortem.samplecause import empty_dataset
 from finetune_doctor.analyzers.postmortem.savecause import staged_save_error, words_beside
@@ -67,7 +68,6 @@ MODULE_ATTR = re.compile(r"module '(?P<mod>[\w.]+)' has no attribute '(?P<attr>\
 # (a space may be lost where the line was retyped by hand: "f()got an unexpected keyword argument'k'")
 BAD_CALL = re.compile(r"(?P<fn>[\w.<>]+)\(\) ?(?:got an unexpected keyword argument ?'(?P<kw>\w+)'|"
                       r"missing \d+ required positional argument)")
-ZERO3_QUANT = re.compile(r"DeepSpeed Z\w+-3 is not compatible with .low_cpu_mem_usage|incompatible with PTQ-quantized")
 UNKNOWN_TEMPLATE = re.compile(r"Template (?P<name>\S+) does not exist")
 # transformers utils/import_utils.py _LazyModule._get_module wraps the import error of a model module as
 # RuntimeError "Failed to import M because of the following error (look up to see its traceback):\n<error>"
@@ -180,6 +180,8 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("data-key", lambda: _data_key(cls, msg, frames)),
                      ("no-samples", lambda: empty_dataset(cls, frames, pkgs)),
                      ("version-pair", lambda: optimizer_train_pair(cls, msg) or trainer_attr_pair(cls, msg, pkgs)),
+                     ("zero3-quantized", lambda: zero3_quantized(
+                         cls, msg, "\n".join((words_beside(ev, exc), exc.text or "", _file_text(ev, exc))))),
                      ("version-mismatch", lambda: _mismatch(cls, msg, pkgs, versions)),
                      ("library-error", lambda: _library(cls, msg, pkgs, frames, versions))):
         text = fn()
@@ -632,16 +634,6 @@ def _mismatch(cls: str, msg: str, pkgs: tuple, versions: dict[str, tuple[str, st
                 f"'{c.group('kw')}': the code calling it was written for a newer (or older) release; upgrade that "
                 "package to the version your trainer's requirements pin (`pip show` it, and the trainer's setup "
                 "file names the range)")
-    if cls == "ValueError" and ZERO3_QUANT.search(msg):
-        # transformers refuses a device_map (or low_cpu_mem_usage) under ZeRO-3; LLaMA-Factory disables
-        # low_cpu_mem_usage under ZeRO-3 (model/patcher.py:429, snapshot), so the device_map is the quantized
-        # model's; today's LLaMA-Factory refuses a PTQ checkpoint under ZeRO-3 itself (quantization.py:105)
-        dm = "; under LLaMA-Factory the device_map is the quantized model's" if "device_map" in msg else ""
-        return ("ZeRO-3 partitions every parameter at load, which a quantized model cannot be (a GPTQ/AWQ/... "
-                f"checkpoint, or bitsandbytes 8-bit{dm}): train a "
-                "quantized model with ZeRO-2 or without DeepSpeed, or use ZeRO-3 with the unquantized model "
-                "(4-bit bitsandbytes QLoRA is the one quantization ZeRO-3 shards); `doctor check` on the config "
-                "says so before a launch")
     t = UNKNOWN_TEMPLATE.search(msg) if cls == "ValueError" else None
     if t:
         # LLaMA-Factory data/template.py get_template_and_fix_tokenizer raises it for a name no register_template
