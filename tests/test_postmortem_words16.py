@@ -98,3 +98,37 @@ def test_zero3_refusal_without_a_quantized_name_keeps_the_general_reading(tmp_pa
     assert f.name == "run-crashed"
     assert "the words name" not in f.message
     assert "ZeRO-3 partitions every parameter at load, which a quantized model cannot be" in f.message
+
+
+# -- the same-device error with the setting the words give -----------------------------------------------------------
+# PyTorch's line as it prints it; the words after the shapes users post (a Ray launch line above it, a GRPO script's
+# name in a Chinese sentence); without such words the general reading (one process over several GPUs) stays
+
+SAME_DEVICE = ("RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:1 "
+               "and cuda:0! (when checking argument for argument mat2 in method wrapper_CUDA_mm)")
+
+
+def test_same_device_error_under_a_ray_launch_names_the_worker_resources(tmp_path):
+    f = first(tmp_path, "USE_RAY=1 llamafactory-cli train examples/train_lora/llama3_lora_sft_ray.yaml\n\n"
+                        + SAME_DEVICE + "\n")
+    assert f.name == "run-crashed"
+    assert "most likely a Ray worker given several GPUs" in f.message
+    assert "ray_num_workers and resources_per_worker in the YAML" in f.message   # the input that decides
+
+
+@pytest.mark.parametrize("text", [
+    "跑grpo的时候报错：Expected all tensors to be on the same device, but found at least two devices\n",
+    "GRPO with use_vllm=True on 4 GPUs fails: " + SAME_DEVICE + "\n",
+])
+def test_same_device_error_in_an_rl_run_names_the_model_beside_the_policy(tmp_path, text):
+    f = first(tmp_path, text)
+    assert f.name == "run-crashed"
+    assert "most likely a model beside the policy sits on another card" in f.message
+    assert "The input that decides: the device each model is put on" in f.message
+
+
+def test_same_device_error_without_a_setting_in_the_words_keeps_the_one_process_reading(tmp_path):
+    f = first(tmp_path, SAME_DEVICE + "\n")
+    assert f.name == "run-crashed"
+    assert "most likely" not in f.message
+    assert "the model is spread over several GPUs in one process" in f.message

@@ -36,6 +36,7 @@ from typing import Any
 
 from finetune_doctor.analyzers.postmortem.attrpair import trainer_attr_pair
 from finetune_doctor.analyzers.postmortem.cudnncause import cudnn_finalize
+from finetune_doctor.analyzers.postmortem.devicecause import two_devices
 from finetune_doctor.analyzers.postmortem.dsbatch import ds_batch
 from finetune_doctor.analyzers.postmortem.launchcause import launch_cause, precision_cause
 from finetune_doctor.analyzers.postmortem.mmcause import no_placeholder
@@ -168,6 +169,8 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("hub", lambda: HUB_ERRORS.get(cls)),
                      ("os-error", lambda: _os_error(msg)),
                      ("message", lambda: message_cause(cls, msg, _file_text(ev, exc))),
+                     ("two-devices", lambda: two_devices(
+                         msg, "\n".join((words_beside(ev, exc), exc.text or "", _file_text(ev, exc))))),
                      ("environment", lambda: _environment(msg)),
                      ("cudnn-finalize", lambda: cudnn_finalize(cls, msg)),
                      ("config-keys", lambda: _unused_keys(exc.text or msg)),
