@@ -132,3 +132,29 @@ def test_same_device_error_without_a_setting_in_the_words_keeps_the_one_process_
     assert f.name == "run-crashed"
     assert "most likely" not in f.message
     assert "the model is spread over several GPUs in one process" in f.message
+
+
+# -- an error said of a remote-code model family, nothing else said ---------------------------------------------------
+# titles as users write them (LlamaFactory's "baichuan2 13b lora 训练报错", "chatglm3-6b 微调报错" shapes)
+
+@pytest.mark.parametrize("text, named", [
+    ("baichuan2 13b lora 训练报错\n", "baichuan2 13b"),
+    ("chatglm3-6b 微调报错\n", "chatglm3-6b"),
+    ("Error when fine-tuning internlm2-7b with full sft\n", "internlm2-7b"),
+    ("Qwen-14B-Chat sft 报错\n", "Qwen-14B"),
+])
+def test_an_error_said_of_a_remote_code_family_names_its_model_files(tmp_path, text, named):
+    f = first(tmp_path, text)
+    assert f.name == "run-crashed" and f.severity == "warning"
+    assert f"The words name {named}, a model whose modelling code ships with its checkpoint" in f.message
+    assert "The input that decides: the traceback's innermost frame" in f.message
+
+
+@pytest.mark.parametrize("text", [
+    "qwen2.5-7b lora 训练报错\n",                                          # transformers' own qwen2 classes
+    "chatglm3-6b 微调报错 No module named 'flash_attn'\n",                 # a package named: its lead instead
+])
+def test_no_remote_code_lead_for_a_transformers_family_or_words_that_name_a_package(tmp_path, text):
+    f = first(tmp_path, text)
+    assert f.name == "run-crashed"
+    assert "a model whose modelling code ships with its checkpoint" not in f.message
