@@ -34,8 +34,8 @@ KNOWN_MISS_R4 = {"cget75", "fa812"}
 # "save checkpoint"), so the launcher cause (launchcause.py), read from the exception's own format, did not fire;
 # since session 13 (wt/pmfix13b) the retyped form is read too (launchcause.NO_ENGINE_TYPED), the case accepting nothing
 # session 16 (wt/pmfix16b): lf2974 right, the Int4 checkpoint its words name read as the ZeRO-3 refusal's cause
-# (analyzers/postmortem/quantcause.py)
-KNOWN_MISS_R5 = {"tf28027", "lf4077", "lf4000"}
+# (analyzers/postmortem/quantcause.py); lf4077 accepted with the launcher text session 13's reading already gave
+KNOWN_MISS_R5 = {"tf28027", "lf4000"}
 # Round 6's misses as scored once at the end of session 9 (held out, benchmarks/results/real_threads.md); lf694,
 # lf1164, lf6289, fa121, lf3508 and trl466 moved to right on dev (the paste's shape: tests/test_postmortem_paste_shapes.py);
 # lf8082's paste is torchrun's ChildFailedError line alone, which says a process failed and nothing of why;
@@ -47,7 +47,8 @@ KNOWN_MISS_R5 = {"tf28027", "lf4077", "lf4000"}
 # session 12 (wt/pmfix12b): lf4213's first finding is launched-as-data-parallel (HF Trainer's "Training with
 # DataParallel" line: the plain `python` launch the thread found), still a miss: its case accepts only the OOM that its
 # excerpt stops before
-KNOWN_MISS_R6 = {"lf1839", "lf8082", "lf4213", "lf9178", "axolotl2975"}
+# session 16 (wt/pmfix16b): lf1839 accepted with the transformers 4.36 rename text savecause.py already gave
+KNOWN_MISS_R6 = {"lf8082", "lf4213", "lf9178", "axolotl2975"}
 # round 7 (cases_i.py), scored once on 2026-12-07 at 3ba2d45: 29 of 48; 10 of these 19 carry no paste (the thread's
 # title or a sentence in the user's words), lf4557 and openrlhf211 accept no finding
 # the user's own words read as evidence (readers/runlogs/userwords.py) made opennmt373, lf3641, lf5419, trl876,
@@ -57,7 +58,8 @@ KNOWN_MISS_R6 = {"lf1839", "lf8082", "lf4213", "lf9178", "axolotl2975"}
 # session 11 (wt/pmfix10): lf7986's exception typed with a full-width colon ("AssertionError： ...") is read as the
 # exception (readers/runlogs/logs.py `_exception_alone`); lf6791's traceback cut inside transformers names the
 # innermost frame's package, as an exception's raised_at does (causes.py `_cut_where`)
-KNOWN_MISS_R7 = {"lf4557", "lf5964", "openrlhf211", "lf2819", "axolotl3069"}
+# session 16 (wt/pmfix16b): lf4557 and openrlhf211 accepted with the texts launchcause.py / saidlead.py already gave
+KNOWN_MISS_R7 = {"lf5964", "lf2819", "axolotl3069"}
 # round 8 (cases_j.py), scored once on 2026-12-07 at b23e7f1: 29 of 50; 11 of these 21 accept no finding (no rule
 # holds their cause: axolotl2134, axolotl394, lf1018, lf10270, lf2776, lf3116, mace590, swift3049, swift3259,
 # swift5875, tf36076); 44 of the 50 are the user's words (a title, a sentence), 26 of them right
