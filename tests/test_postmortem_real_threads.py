@@ -81,7 +81,8 @@ KNOWN_MISS_R8 = {"lf2776", "lf3116"}
 # swift5846 (cuDNN's failed descriptor finalize)
 # session 13 (wt/pmfix13b): accel2761 right, its cut inside the Trainer's FSDP + PEFT set-up (`self._fsdp_`) read
 # by that frame (analyzers/postmortem/framecause.py: the releases out of step named, the lines after asked for)
-KNOWN_MISS_R9 = {"swift3622", "baichuan99", "lf6302", "lf3693", "lf6848"}
+# session 16 (wt/pmfix16b): lf3693 right, the shell's "llamafactory-cli: not found" read (msgcause.py _not_on_path)
+KNOWN_MISS_R9 = {"swift3622", "baichuan99", "lf6302", "lf6848"}
 # round 10 (cases_l.py), scored once on 2026-12-07 at b8b88d9 (session 13): 23 of 50; 15 accept no finding; of the 12
 # misses a rule means, 4 are version mismatches whose finding never names the package, 4 words the reader found
 # nothing in, 4 the mechanism read under another rule (benchmarks/results/real_threads.md, "Round 10, held out")

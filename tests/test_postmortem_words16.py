@@ -158,3 +158,36 @@ def test_no_remote_code_lead_for_a_transformers_family_or_words_that_name_a_pack
     f = first(tmp_path, text)
     assert f.name == "run-crashed"
     assert "a model whose modelling code ships with its checkpoint" not in f.message
+
+
+# -- the shell's "not found" and a failure said with no exception class ----------------------------------------------
+# each shell's own wording (dash, bash, zsh); the sentences after the shapes users post
+
+@pytest.mark.parametrize("text, cmd", [
+    ("点击开始后终端提示 /bin/sh: 1: llamafactory-cli: not found\n", "llamafactory-cli"),
+    ("Running the script prints: bash: deepspeed: command not found\n", "deepspeed"),
+    ("zsh: command not found: torchrun\n", "torchrun"),
+])
+def test_the_shells_not_found_names_the_environment_that_ran_it(tmp_path, text, cmd):
+    f = first(tmp_path, text)
+    assert f.name == "run-crashed"
+    assert f"the shell found no program `{cmd}` on its PATH" in f.message
+    assert ("the web UI launches training through it" in f.message) == cmd.startswith("llamafactory")
+
+
+@pytest.mark.parametrize("text", [
+    "Exception raised with trainer + FSDP + gradient accumulation on a tiny dataset\n",
+    "Fatal error when resuming a ZeRO-3 run from its checkpoint\n",
+])
+def test_a_failure_said_without_a_class_is_an_error_not_nothing(tmp_path, text):
+    said = userwords.read_words(text)
+    assert said is not None and said["symptom"] == "error"
+    assert first(tmp_path, text).name == "run-crashed"
+
+
+def test_not_found_of_a_path_is_not_the_shells(tmp_path):
+    # a file that is not there is no program missing from PATH
+    said = userwords.read_words("FileNotFoundError: dataset_info.json not found\n")
+    assert said is None or "command not found" not in str(said.get("words"))
+    f = first(tmp_path, "训练报错: dataset_info.json not found\n")
+    assert "on its PATH" not in f.message
