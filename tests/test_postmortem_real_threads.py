@@ -87,7 +87,7 @@ KNOWN_MISS_R9 = {"swift3622", "baichuan99", "lf6302", "lf6848"}
 # misses a rule means, 4 are version mismatches whose finding never names the package, 4 words the reader found
 # nothing in, 4 the mechanism read under another rule (benchmarks/results/real_threads.md, "Round 10, held out")
 KNOWN_MISS_R10 = {"minicpmv862", "axolotl1617", "verl2012", "verifiers42", "chatglmet218",
-                  "swift7022", "tf33413", "lf2070", "lf2604", "axolotl808", "lf1471", "lf6990", "paimegatron325"}
+                  "swift7022", "tf33413", "lf2604", "axolotl808", "lf1471", "lf6990", "paimegatron325"}
 # round 11 (cases_m.py), scored once on 2026-12-07 (session 14): 21 of 46; 8 accept no finding; of the 17 misses a
 # rule means, 6 an exception whose text states the cause unnamed by the finding, 3 host RAM in words, 3 a class or
 # sentence read as nothing, 2 a loss of 0/NaN from the learning rate, 2 disk-full kinds, 1 a hang after the last
@@ -95,7 +95,8 @@ KNOWN_MISS_R10 = {"minicpmv862", "axolotl1617", "verl2012", "verifiers42", "chat
 # session 16 (wt/pmfix16b): lf8437's "提示Processor was not found" is read (every words pattern with ASCII word
 # rules) and run-crashed leads with the original InternVL checkpoint its -hf-less folder name makes likely; lf7084
 # (and qunbb6 of round 10): the same-device error read with the Ray launch / GRPO run the words give (devicecause.py);
-# lf699 (round 10): an error said of a remote-code family alone read as the model's own files (remotewords.py)
+# lf699 (round 10): an error said of a remote-code family alone read as the model's own files (remotewords.py);
+# lf2070 (round 10): an error said of --use_unsloth alone read as unsloth's compiled stack (remotewords.unsloth_lead)
 KNOWN_MISS_R11 = {"thunder2116", "tinyllama152", "axolotl705", "ronin51",
                   "lf8210", "swift9640", "qwen38_104", "lf8794"}
 KNOWN_MISS = (KNOWN_MISS_R4 | KNOWN_MISS_R5 | KNOWN_MISS_R6 | KNOWN_MISS_R7 | KNOWN_MISS_R8 | KNOWN_MISS_R9

@@ -191,3 +191,31 @@ def test_not_found_of_a_path_is_not_the_shells(tmp_path):
     assert said is None or "command not found" not in str(said.get("words"))
     f = first(tmp_path, "训练报错: dataset_info.json not found\n")
     assert "on its PATH" not in f.message
+
+
+# -- an error said of unsloth alone ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    "加了 --use_unsloth 之后训练报错\n",
+    "Training fails with use_unsloth: true on a 4090\n",
+])
+def test_an_error_said_of_unsloth_names_its_compiled_stack(tmp_path, text):
+    f = first(tmp_path, text)
+    assert f.name == "run-crashed" and f.severity == "warning"
+    assert "The words tie the error to unsloth" in f.message
+    assert "`python -m bitsandbytes`" in f.message and "The input that decides" in f.message
+
+
+def test_unsloth_named_beside_an_error_text_keeps_that_texts_reading(tmp_path):
+    f = first(tmp_path, "use_unsloth 训练报错 No module named 'unsloth_zoo'\n")
+    assert "The words tie the error to unsloth" not in f.message
+
+
+@pytest.mark.parametrize("text, words", [
+    ("训练报错 No module named 'unsloth_zoo'\n", "unsloth_zoo is not installed in the Python environment"),
+    ("sft fails: cannot import name 'is_torch_greater_or_equal' from 'transformers.utils'\n", "transformers"),
+])
+def test_an_import_fragment_quoted_without_its_class_is_read_as_that_class(tmp_path, text, words):
+    f = first(tmp_path, text)
+    assert f.name == "run-crashed"
+    assert "Read as the error's own text" in f.message and words in f.message

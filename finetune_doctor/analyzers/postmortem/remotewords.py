@@ -9,6 +9,7 @@ repositories are updated after release, so an error from such a model with nothi
 model's files against the installed transformers or an old copy of those files (LlamaFactory#699: Baichuan-13B full
 SFT, answered "update the model files"; analyzers/postmortem/remotecode.py reads the same clash from a traceback's
 frames). The lead says so as the likely reading and names the input that decides: the traceback's innermost frame.
+The same holds for an error said of unsloth alone, whose compiled dependencies are the likely side (`unsloth_lead`).
 """
 
 from __future__ import annotations
@@ -40,3 +41,25 @@ def remote_family_lead(said: dict[str, Any]) -> str | None:
             "repository, or install the transformers release its model card names. The input that decides: the "
             "traceback's innermost frame (one under transformers_modules/<model>/modeling_*.py is the model's own "
             "code).")
+
+
+# unsloth named as what was on when the error came ("--use_unsloth 训练时报错", "use_unsloth: true fails")
+UNSLOTH_SAID = re.compile(r"(?<![\w-])(?:--)?(?:use_)?unsloth\b", re.I | re.A)
+
+
+def unsloth_lead(said: dict[str, Any]) -> str | None:
+    """The lead for an error said of unsloth with no error text read (`said["reading"]` empty): unsloth checks its
+    compiled stack when imported (unsloth/__init__.py: bitsandbytes' CUDA library through triton's ``libcuda_dirs``,
+    warning "Unsloth: CUDA is not linked properly" with `python -m bitsandbytes` / `python -m xformers.info` as the
+    checks), and its kernels need bitsandbytes, triton, xformers and unsloth_zoo built for the installed torch and
+    CUDA (LlamaFactory#2070: `--use_unsloth` failing on a broken bitsandbytes install). None otherwise."""
+    if said.get("symptom") != "error" or said.get("reading"):
+        return None
+    if not UNSLOTH_SAID.search(str(said.get("text") or "")):
+        return None
+    return ("The words tie the error to unsloth: unsloth checks its compiled stack when it is imported (bitsandbytes' "
+            "CUDA library, found through triton, then xformers) and its kernels need bitsandbytes, triton, xformers "
+            "and unsloth_zoo releases built for the installed torch and CUDA, so a broken or mismatched one of them "
+            "is the likeliest cause; `python -m bitsandbytes` and `python -m xformers.info` test the two that fail "
+            "most often. The input that decides: those two commands' output and `pip show unsloth unsloth_zoo "
+            "bitsandbytes xformers triton torch`.")
