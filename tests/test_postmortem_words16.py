@@ -219,3 +219,27 @@ def test_an_import_fragment_quoted_without_its_class_is_read_as_that_class(tmp_p
     f = first(tmp_path, text)
     assert f.name == "run-crashed"
     assert "Read as the error's own text" in f.message and words in f.message
+
+
+# -- which kernel an illegal memory access came from ------------------------------------------------------------------
+# Triton's own prefix (triton/backends/nvidia/driver.c gpuAssert) and CUDA's status text, as users quote them
+
+def test_a_triton_illegal_access_names_a_patched_triton_kernel(tmp_path):
+    f = first(tmp_path, "RuntimeError: Triton Error [CUDA]: an illegal memory access was encountered\n")
+    assert f.name == "cuda-error"
+    assert "the faulting kernel is a Triton-compiled op: most likely one a package patched into the model" in f.message
+    assert "The run that decides: the same step with that patch off" in f.message
+
+
+def test_an_illegal_access_with_flash_attention_named_names_the_attention_kernel(tmp_path):
+    f = first(tmp_path, "With attn_implementation=\"flash_attention_2\" and packing, training Qwen2.5-7B crashes with "
+                        "`CUDA error: an illegal memory access was encountered`.\n")
+    assert f.name == "cuda-error"
+    assert "the text names flash_attention_2: most likely the flash-attention kernel read past its inputs" in f.message
+    assert "flash_attn: sdpa in LLaMA-Factory" in f.message
+
+
+def test_an_illegal_access_with_no_kernel_named_keeps_the_general_meaning(tmp_path):
+    f = first(tmp_path, "RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    assert f.name == "cuda-error"
+    assert "most likely" not in f.message and "Xid 31/13/94" in f.message
