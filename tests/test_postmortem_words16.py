@@ -243,3 +243,23 @@ def test_an_illegal_access_with_no_kernel_named_keeps_the_general_meaning(tmp_pa
     f = first(tmp_path, "RuntimeError: CUDA error: an illegal memory access was encountered\n")
     assert f.name == "cuda-error"
     assert "most likely" not in f.message and "Xid 31/13/94" in f.message
+
+
+# -- an error said of a resume, no error text -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    "加了resume_from_checkpoint想接着训练，结果报错了\n",
+    "Resuming from checkpoint-500 fails after I raised num_train_epochs\n",
+])
+def test_an_error_said_of_a_resume_names_the_checkpoint_folder_first(tmp_path, text):
+    f = first(tmp_path, text)
+    assert f.name == "run-crashed" and f.severity == "warning"
+    assert "most often the folder resume_from_checkpoint names is not one the run can resume from" in f.message
+    assert "The input that decides: what that folder holds" in f.message
+
+
+def test_a_resume_error_with_its_text_keeps_that_texts_reading(tmp_path):
+    f = first(tmp_path, "resume_from_checkpoint 报错 ValueError: loaded state dict has a different number of parameter "
+                        "groups\n")
+    assert "most often the folder resume_from_checkpoint names" not in f.message
+    assert "the set of trainable parameters is not the one the checkpoint was saved with" in f.message
