@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def resume_lead(said: dict[str, Any]) -> str | None:
+def resume_error_lead(said: dict[str, Any]) -> str | None:
     """The lead for an error said in the resume phase (`said["phase"] == "resume"`, userwords_vocab PHASES) with no
     error text read (`said["reading"]` empty); None otherwise."""
     if said.get("symptom") != "error" or said.get("phase") != "resume" or said.get("reading"):

@@ -20,7 +20,7 @@ from finetune_doctor.analyzers.postmortem.knownbugs import regression_lead
 from finetune_doctor.analyzers.postmortem.kindwords import (PERSIST_OPENING, UPGRADE_OPENING, kind_lead, persist_lead,
                                                         resumed_untrained)
 from finetune_doctor.analyzers.postmortem.remotewords import remote_family_lead, unsloth_lead
-from finetune_doctor.analyzers.postmortem.resumewords import resume_lead
+from finetune_doctor.analyzers.postmortem.resumewords import resume_error_lead
 from finetune_doctor.analyzers.postmortem.saidlead import host_lead, said_lead
 from finetune_doctor.analyzers.postmortem.saidstack import setup_lead, stack_text, stated, version_text
 from finetune_doctor.analyzers.postmortem.savecause import said_save_lead, staged_said
@@ -94,7 +94,7 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
                          or said_save_lead(s, s["versions"])   # a save said to fail: which save (savecause.py)
                          or kind_lead(s, setup) or persist_lead(s, stated(ev).get("versions") or {})
                          or fp16_lead(s) or said_lead(s) or replicated_lead(s) or host_lead(s)
-                         or resume_lead(s) or remote_family_lead(s) or unsloth_lead(s))
+                         or resume_error_lead(s) or remote_family_lead(s) or unsloth_lead(s))
             s["lr_first"] = lr_first(s)
             if s["lead"] and s["lead"].startswith((UPGRADE_OPENING, PERSIST_OPENING)) and s["stack_text"]:
                 # what the words say changed comes before the judging of the releases they name, with one `pip
