@@ -263,3 +263,24 @@ def test_a_resume_error_with_its_text_keeps_that_texts_reading(tmp_path):
                         "groups\n")
     assert "most often the folder resume_from_checkpoint names" not in f.message
     assert "the set of trainable parameters is not the one the checkpoint was saved with" in f.message
+
+
+@pytest.mark.parametrize("words, named", [
+    ("使用Qwen14B-chat-Int4作为base模型", ("Qwen14B-chat-Int4", "integer")),
+    ("TheBloke/Llama-2-7B-GPTQ under zero3", ("TheBloke/Llama-2-7B-GPTQ", "GPTQ")),
+    ("用int4量化的模型跑zero3", None),          # the format word alone names no checkpoint
+    ("Qwen2.5-7B-Instruct with ZeRO-3", None),
+])
+def test_quantized_name_reads_a_checkpoint_name_only(words, named):
+    from finetune_doctor.analyzers.postmortem.quantcause import quantized_name
+    assert quantized_name(words) == named
+
+
+@pytest.mark.parametrize("text, hit", [
+    ("Qwen-7B-Chat 报错", True), ("baichuan-13b-chat 报错", True), ("internlm2_5-7b-chat error", True),
+    ("qwen 7b 报错", False),     # loosely written: as likely Qwen2.5-7B, transformers' own classes
+    ("Qwen2-7B 报错", False), ("llama3 报错", False),
+])
+def test_remote_families_are_read_as_users_name_them(text, hit):
+    from finetune_doctor.analyzers.postmortem.remotewords import REMOTE_FAMILIES
+    assert bool(REMOTE_FAMILIES.search(text)) is hit

@@ -34,7 +34,8 @@ def quantized_name(words: str) -> tuple[str, str] | None:
     partition (GPTQ, AWQ, an -Int4/-Int8 upload, GGUF, AQLM, ...), or None."""
     for m in _NAME.finditer(words):
         hint = name_suggests_quantized(m.group(0).rstrip(".-"))
-        if hint and hint not in _NOT_THE_CLASH and re.search(r"\d", m.group(0)):
+        # a model's name: a digit and a separator ("Qwen-7B-Int4"), not the format word alone ("int4", "GPTQ")
+        if hint and hint not in _NOT_THE_CLASH and re.search(r"\d", m.group(0)) and re.search(r"[-_/]", m.group(0)):
             return m.group(0).rstrip(".-"), hint
     return None
 

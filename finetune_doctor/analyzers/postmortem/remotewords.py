@@ -21,7 +21,7 @@ from typing import Any
 # only, since Qwen1.5 and later are transformers' own qwen2 classes
 REMOTE_FAMILIES = re.compile(
     r"\bbaichuan[-_ ]?2?(?:[-_ ]?\d+b)?|\bchatglm[-_ ]?[236]?(?:[-_ ]?6b)?|\binternlm[-_ ]?2?(?:\.5)?(?:[-_ ]?\d+b)?|"
-    r"\bqwen[-_ ](?:\d+b|vl)\b|\bminicpm[-_ ]?(?:v|o)\b[\w.-]*|\btelechat\w*|\bxverse\w*",
+    r"\bqwen[-_](?:\d+b|vl)\b|\bminicpm[-_ ]?(?:v|o)\b[\w.-]*|\btelechat\w*|\bxverse\w*",
     re.I | re.A)
 
 
