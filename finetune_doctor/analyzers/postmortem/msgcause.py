@@ -28,7 +28,11 @@ word of the paste that carries the cause (an option, a class, a platform) where 
   ``_parse_args``, printed before it raises that its parser did not use them): the arguments named are not
   options of the installed release, most often renamed or removed ones (catalog/lf_keys.json ``retired``, read
   through readers/config/keyschema.py `load_schema`: the replacement per old key, and whether the value keeps its
-  meaning, ``same_value``), even where the paste is cut before the exception line (hiyouga/LlamaFactory#2800).
+  meaning, ``same_value``), even where the paste is cut before the exception line (hiyouga/LlamaFactory#2800);
+* the shell's report of a program it did not find on its PATH (dash "/bin/sh: 1: X: not found", bash "X: command
+  not found", zsh "command not found: X"): the environment that ran the command is not the one the program was
+  installed into; LLaMA-Factory's web UI starts training as a ``llamafactory-cli train`` subprocess
+  (webui/runner.py), so a UI started from another Python fails so (hiyouga/LlamaFactory#3693).
 """
 
 from __future__ import annotations
