@@ -97,7 +97,7 @@ KNOWN_MISS_R10 = {"minicpmv862", "axolotl1617", "verl2012", "verifiers42", "chat
 # (and qunbb6 of round 10): the same-device error read with the Ray launch / GRPO run the words give (devicecause.py);
 # lf699 (round 10): an error said of a remote-code family alone read as the model's own files (remotewords.py);
 # lf2070 (round 10): an error said of --use_unsloth alone read as unsloth's compiled stack (remotewords.unsloth_lead)
-KNOWN_MISS_R11 = {"thunder2116", "tinyllama152", "axolotl705", "ronin51",
+KNOWN_MISS_R11 = {"thunder2116", "axolotl705", "ronin51",
                   "lf8210"}
 KNOWN_MISS = (KNOWN_MISS_R4 | KNOWN_MISS_R5 | KNOWN_MISS_R6 | KNOWN_MISS_R7 | KNOWN_MISS_R8 | KNOWN_MISS_R9
               | KNOWN_MISS_R10 | KNOWN_MISS_R11 | {"mmdet12069", "della2", "lf10367"})

@@ -284,3 +284,23 @@ def test_quantized_name_reads_a_checkpoint_name_only(words, named):
 def test_remote_families_are_read_as_users_name_them(text, hit):
     from finetune_doctor.analyzers.postmortem.remotewords import REMOTE_FAMILIES
     assert bool(REMOTE_FAMILIES.search(text)) is hit
+
+
+# -- torch's CheckpointError: a recomputation that saved another number of tensors -----------------------------------
+# torch/utils/checkpoint.py's text, with the counts on the lines after as torch 2.1+ prints them
+
+def test_a_checkpoint_recomputation_mismatch_names_a_fused_op_in_the_block(tmp_path):
+    f = first(tmp_path, "torch.utils.checkpoint.CheckpointError: torch.utils.checkpoint: A different number of "
+                        "tensors was saved during the original forward and recomputation.\n"
+                        "Number of tensors saved during forward: 31\nNumber of tensors saved during recomputation: 9\n")
+    assert f.name == "run-crashed"
+    assert "the checkpointed block ran differently when it was recomputed" in f.message
+    assert "most likely an op inside it that saves tensors on its own terms" in f.message
+    assert "The run that decides: the same step with the fused op swapped for its torch form" in f.message
+
+
+def test_the_checkpoint_mismatch_said_in_words_is_read_too(tmp_path):
+    f = first(tmp_path, "FSDP + activation checkpointing 报错: A different number of tensors was saved during the "
+                        "original forward and recomputation\n")
+    assert f.name == "run-crashed"
+    assert "the checkpointed block ran differently" in f.message

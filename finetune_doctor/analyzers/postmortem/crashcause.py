@@ -38,6 +38,7 @@ from finetune_doctor.analyzers.postmortem.attrpair import trainer_attr_pair
 from finetune_doctor.analyzers.postmortem.cudnncause import cudnn_finalize
 from finetune_doctor.analyzers.postmortem.devicecause import two_devices
 from finetune_doctor.analyzers.postmortem.dsbatch import ds_batch
+from finetune_doctor.analyzers.postmortem.kernelwords import checkpoint_mismatch
 from finetune_doctor.analyzers.postmortem.launchcause import launch_cause, precision_cause
 from finetune_doctor.analyzers.postmortem.mmcause import no_placeholder
 from finetune_doctor.analyzers.postmortem.msgcause import message_cause
@@ -163,6 +164,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("import", lambda: _import(cls, msg, versions, pkgs)),
                      ("model-type-unknown", lambda: _model_type(cls, msg, pkgs, versions, bool(frames))),
                      ("no-grad", lambda: _no_grad(msg)),
+                     ("checkpoint-mismatch", lambda: checkpoint_mismatch(msg)),
                      ("file-incomplete", lambda: _file_format(msg, versions)),
                      ("rename-race", lambda: _rename_race(msg, versions, "\n".join([exc.text or "", *map(str, frames)]))),
                      ("staged-save", lambda: staged_save_error(cls, msg, frames, versions, words_beside(ev, exc), exc.text)),

@@ -13,6 +13,14 @@ name (issue #25: an error line quoted inside the user's sentence).
   huggingface/transformers#44911) or a release has a bug for the GPU or head size (Dao-AILab/flash-attention#338).
 
 Each lead says it is the likely reading and names the run that decides.
+
+torch's non-reentrant activation checkpointing records how many tensors the first forward of a checkpointed block
+saved and raises ``CheckpointError`` ("torch.utils.checkpoint: A different number of tensors was saved during the
+original forward and recomputation.", torch 2.13 torch/utils/checkpoint.py:879, ``_CheckpointFrame.
+check_recomputed_tensors_match``, with the two counts on the lines after) when the recomputation saves another number: the block ran
+differently the second time. A fused or custom op that saves tensors on its own terms does so (jzhang38/
+TinyLlama#152: xformers' fused SwiGLU under FSDP activation checkpointing, 27 tensors against 8; the answer was
+torch's own SwiGLU layers), as does a branch taken on state that changed between the passes (`checkpoint_mismatch`).
 """
 
 from __future__ import annotations
@@ -40,3 +48,20 @@ def illegal_access_lead(text: str) -> str | None:
                 "GPU or head size. The run that decides: the same step with sdpa attention (attn_implementation="
                 "\"sdpa\"; flash_attn: sdpa in LLaMA-Factory): if it trains, the flash-attention path is the cause")
     return None
+
+
+CHECKPOINT_MISMATCH = re.compile(r"A different number of tensors was saved during the original forward and "
+                                 r"recomputation")
+
+
+def checkpoint_mismatch(msg: str) -> str | None:
+    """Words for torch's CheckpointError of a recomputation that saved another number of tensors (module docstring),
+    or None for another message."""
+    if not CHECKPOINT_MISMATCH.search(msg):
+        return None
+    return ("the checkpointed block ran differently when it was recomputed for the backward pass: most likely an op "
+            "inside it that saves tensors on its own terms, a fused or custom kernel (xformers' fused SwiGLU or "
+            "memory-efficient attention, a Triton or custom autograd op), else a branch taken on state that changed "
+            "between the passes (use_cache, a random choice, a flag a hook flips); use plain torch layers for that op "
+            "inside checkpointed blocks. The run that decides: the same step with the fused op swapped for its torch "
+            "form, or with checkpointing off for that block")
