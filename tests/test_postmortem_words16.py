@@ -53,7 +53,7 @@ def test_processor_not_found_with_an_internvl_folder_without_hf_names_the_origin
     f = first(tmp_path, text)
     assert f.name == "run-crashed" and f.severity == "warning"   # words only: at most a warning
     lead = f.message.index("most likely the model is InternVL's original remote-code checkpoint")
-    assert "`InternVL3-2B` with no \"-hf\" suffix" in f.message
+    assert "it is named `InternVL3-2B`, with no \"-hf\" suffix" in f.message
     assert "`model_type` in the model folder's config.json" in f.message   # the input that decides
     assert lead < f.message.index("the installed transformers predates")   # the likely cause first
 

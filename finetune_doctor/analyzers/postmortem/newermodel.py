@@ -79,8 +79,8 @@ def internvl_original(text: str) -> str:
     if not names or any(n.lower().endswith("-hf") for n in names):
         return ""
     shown = max(names, key=len)
-    return (f"most likely the model is InternVL's original remote-code checkpoint: the words name `{shown}` with no "
-            "\"-hf\" suffix, and LLaMA-Factory trains InternVL only through transformers' own InternVL classes from "
+    return (f"most likely the model is InternVL's original remote-code checkpoint: it is named `{shown}`, with "
+            "no \"-hf\" suffix, and LLaMA-Factory trains InternVL only through transformers' own InternVL classes from "
             "the \"-hf\" conversions (e.g. OpenGVLab/InternVL3-8B-hf, extras/constants.py), loading no processor "
             "for the original checkpoint (model_type internvl_chat; LlamaFactory#7789, #7802): use the -hf "
             "repository, with a transformers that registers model_type internvl. The one input that decides: "
