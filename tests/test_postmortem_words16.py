@@ -304,3 +304,10 @@ def test_the_checkpoint_mismatch_said_in_words_is_read_too(tmp_path):
                         "original forward and recomputation\n")
     assert f.name == "run-crashed"
     assert "the checkpointed block ran differently" in f.message
+
+
+def test_the_zero3_refusal_quoted_without_its_class_is_read_with_the_named_checkpoint(tmp_path):
+    f = first(tmp_path, "使用Qwen-7B-Chat-Int4做lora，zero3报错 DeepSpeed Zero-3 is not compatible with "
+                        "low_cpu_mem_usage=True or with passing a device_map\n")
+    assert f.name == "run-crashed" and f.severity == "warning"
+    assert "the words name `Qwen-7B-Chat-Int4`, a checkpoint its name says is stored quantized" in f.message

@@ -19,7 +19,7 @@ import re
 
 from finetune_doctor.quant import name_suggests_quantized
 
-ZERO3_QUANT = re.compile(r"DeepSpeed Z\w+-3 is not compatible with .low_cpu_mem_usage|incompatible with PTQ-quantized")
+ZERO3_QUANT = re.compile(r"DeepSpeed Z\w+-3 is not compatible with \W?low_cpu_mem_usage|incompatible with PTQ-quantized")
 
 # a model name as users write one in a sentence ("使用Qwen14B-chat-Int4作为base模型", "Qwen/Qwen2-7B-Instruct-AWQ");
 # ASCII word rules, so a name written against Chinese ends at the first Han character
@@ -43,8 +43,9 @@ def quantized_name(words: str) -> tuple[str, str] | None:
 def zero3_quantized(cls: str, msg: str, words: str = "") -> str | None:
     """Words for the ZeRO-3 refusal of a quantized model (`cls` ValueError, `msg` its message; module docstring),
     with the quantized checkpoint `words` (the user's words and the line beside the exception) name first; None for
-    another exception."""
-    if cls != "ValueError" or not ZERO3_QUANT.search(msg):
+    another exception. `cls` "" is the message quoted in words without its class (said.py `_reading`): the text is
+    that ValueError's alone."""
+    if cls not in ("ValueError", "") or not ZERO3_QUANT.search(msg):
         return None
     dm = "; under LLaMA-Factory the device_map is the quantized model's" if "device_map" in msg else ""
     named = quantized_name(words)
