@@ -311,3 +311,14 @@ def test_the_zero3_refusal_quoted_without_its_class_is_read_with_the_named_check
                         "low_cpu_mem_usage=True or with passing a device_map\n")
     assert f.name == "run-crashed" and f.severity == "warning"
     assert "the words name `Qwen-7B-Chat-Int4`, a checkpoint its name says is stored quantized" in f.message
+
+
+@pytest.mark.parametrize("text, lead", [
+    ("用flash_attention_2训练qwen2.5时报illegal memory access\n", "The text names flash_attention_2: most likely"),
+    ("liger kernel 开启后 illegal memory access\n", "The text names liger kernel, whose kernels are Triton-compiled"),
+    ("illegal memory access at step 30\n", None),
+])
+def test_an_illegal_access_said_in_words_names_the_kernel_the_words_give(tmp_path, text, lead):
+    f = first(tmp_path, text)
+    assert f.name == "cuda-error" and f.severity in ("warning", "error")
+    assert (lead in f.message) if lead else ("most likely the" not in f.message)

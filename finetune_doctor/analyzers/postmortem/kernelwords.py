@@ -28,6 +28,9 @@ from __future__ import annotations
 import re
 
 TRITON = re.compile(r"Triton Error \[CUDA\]")
+# packages whose kernels are Triton ops patched into a model (Liger's, unsloth's, flash-linear-attention's)
+TRITON_PKG = re.compile(r"\bliger(?:[-_ ]kernels?)?\b|\buse_liger_kernel\b|\bunsloth\b|\bflash[-_ ]linear[-_ ]attention\b|"
+                        r"\bfla\b", re.I | re.A)
 FLASH_SAID = re.compile(r"flash[_ -]?attention[_ -]?2|\bflash[_-]?attn\b|\bfa2\b|\bFA2\b", re.I | re.A)
 
 
@@ -40,6 +43,12 @@ def illegal_access_lead(text: str) -> str | None:
                 "trainer's own patch of the model's ops) given a tensor layout or shape it does not expect. The run "
                 "that decides: the same step with that patch off (use_liger_kernel: false, the trainer's kernel or "
                 "model-patch option off), with CUDA_LAUNCH_BLOCKING=1 to name the kernel")
+    p = TRITON_PKG.search(text)
+    if p:
+        return (f"; the text names {p.group(0)}, whose kernels are Triton-compiled ops patched into the model: most "
+                "likely one of them given a tensor layout or shape it does not expect. The run that decides: the same "
+                "step with it off (use_liger_kernel: false, use_unsloth: false, the trainer's kernel option off), with "
+                "CUDA_LAUNCH_BLOCKING=1 to name the kernel")
     m = FLASH_SAID.search(text)
     if m:
         return (f"; the text names {m.group(0)}: most likely the flash-attention kernel read past its inputs, given "
@@ -65,3 +74,16 @@ def checkpoint_mismatch(msg: str) -> str | None:
             "between the passes (use_cache, a random choice, a flag a hook flips); use plain torch layers for that op "
             "inside checkpointed blocks. The run that decides: the same step with the fused op swapped for its torch "
             "form, or with checkpointing off for that block")
+
+
+ILLEGAL_SAID = re.compile(r"illegal memory access|非法内存访问|非法访问内存", re.I)
+
+
+def said_kernel_lead(said: dict) -> str | None:
+    """``ev.said.lead`` for an illegal memory access said in words (symptom cuda-error, no CUDA status line read):
+    `illegal_access_lead` of the words as a sentence of its own; None for another symptom or words naming no kernel."""
+    text = str(said.get("text") or "")
+    if said.get("symptom") != "cuda-error" or not ILLEGAL_SAID.search(text):
+        return None
+    lead = illegal_access_lead(text)
+    return (lead[2].upper() + lead[3:] + ".") if lead else None

@@ -16,6 +16,7 @@ from typing import Any
 
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import location_of
+from finetune_doctor.analyzers.postmortem.kernelwords import said_kernel_lead
 from finetune_doctor.analyzers.postmortem.knownbugs import regression_lead
 from finetune_doctor.analyzers.postmortem.kindwords import (PERSIST_OPENING, UPGRADE_OPENING, kind_lead, persist_lead,
                                                         resumed_untrained)
@@ -94,7 +95,8 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
                          or said_save_lead(s, s["versions"])   # a save said to fail: which save (savecause.py)
                          or kind_lead(s, setup) or persist_lead(s, stated(ev).get("versions") or {})
                          or fp16_lead(s) or said_lead(s) or replicated_lead(s) or host_lead(s)
-                         or resume_error_lead(s) or remote_family_lead(s) or unsloth_lead(s))
+                         or resume_error_lead(s) or remote_family_lead(s) or unsloth_lead(s)
+                         or said_kernel_lead(s))
             s["lr_first"] = lr_first(s)
             if s["lead"] and s["lead"].startswith((UPGRADE_OPENING, PERSIST_OPENING)) and s["stack_text"]:
                 # what the words say changed comes before the judging of the releases they name, with one `pip
