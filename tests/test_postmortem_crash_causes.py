@@ -118,7 +118,10 @@ def test_a_missing_processor_names_the_folder_and_remote_code(tmp_path):
           "template: intern_vl\noutput_dir: out\n"
     rep = diagnose_report(tmp_path / "b", f"{FIX}/processor_not_found.log", config=cfg)
     first = next(f for f in rep.findings if f.name == "run-crashed")
-    assert "-hf\" repositories" in first.message
+    # the config's InternVL name without -hf: the original checkpoint first, the -hf repositories as the remedy
+    # (session 16: newermodel.internvl_original)
+    assert "most likely the model is InternVL's original remote-code checkpoint: it is named `InternVL3-8B`" in first.message
+    assert "from the \"-hf\" conversions" in first.message
 
 
 @pytest.mark.parametrize("name, words", [
@@ -176,7 +179,8 @@ def test_build_and_placement_causes_the_message_establishes(tmp_path, name, word
 def test_the_processor_failure_lf_logged_is_quoted(tmp_path):
     msg = crashed(tmp_path, "processor_failed_logged.log")
     assert "\"Failed to load processor: Unrecognized processing class in /data/models/InternVL3-8B." in msg
-    assert "processor_failed_logged.log:2)" in msg and "-hf\" repositories" in msg
+    # the folder's InternVL name without -hf: the original checkpoint leads (session 16: newermodel.internvl_original)
+    assert "processor_failed_logged.log:2)" in msg and "it is named `InternVL3-8B`, with no \"-hf\" suffix" in msg
 
 
 def test_the_version_a_log_prints_is_used_and_a_flag_outranks_it(tmp_path):

@@ -33,7 +33,9 @@ KNOWN_MISS_R4 = {"cget75", "fa812"}
 # accepts run-crashed with that text since, as peft137 in round 4); lf4077's paste is retyped by hand ("obiect",
 # "save checkpoint"), so the launcher cause (launchcause.py), read from the exception's own format, did not fire;
 # since session 13 (wt/pmfix13b) the retyped form is read too (launchcause.NO_ENGINE_TYPED), the case accepting nothing
-KNOWN_MISS_R5 = {"tf28027", "lf4077", "lf4000", "lf2974"}
+# session 16 (wt/pmfix16b): lf2974 right, the Int4 checkpoint its words name read as the ZeRO-3 refusal's cause
+# (analyzers/postmortem/quantcause.py); lf4077 accepted with the launcher text session 13's reading already gave
+KNOWN_MISS_R5 = {"tf28027", "lf4000"}
 # Round 6's misses as scored once at the end of session 9 (held out, benchmarks/results/real_threads.md); lf694,
 # lf1164, lf6289, fa121, lf3508 and trl466 moved to right on dev (the paste's shape: tests/test_postmortem_paste_shapes.py);
 # lf8082's paste is torchrun's ChildFailedError line alone, which says a process failed and nothing of why;
@@ -45,7 +47,8 @@ KNOWN_MISS_R5 = {"tf28027", "lf4077", "lf4000", "lf2974"}
 # session 12 (wt/pmfix12b): lf4213's first finding is launched-as-data-parallel (HF Trainer's "Training with
 # DataParallel" line: the plain `python` launch the thread found), still a miss: its case accepts only the OOM that its
 # excerpt stops before
-KNOWN_MISS_R6 = {"lf1839", "lf8082", "lf4213", "lf9178", "axolotl2975"}
+# session 16 (wt/pmfix16b): lf1839 accepted with the transformers 4.36 rename text savecause.py already gave
+KNOWN_MISS_R6 = {"lf8082", "lf4213", "lf9178", "axolotl2975"}
 # round 7 (cases_i.py), scored once on 2026-12-07 at 3ba2d45: 29 of 48; 10 of these 19 carry no paste (the thread's
 # title or a sentence in the user's words), lf4557 and openrlhf211 accept no finding
 # the user's own words read as evidence (readers/runlogs/userwords.py) made opennmt373, lf3641, lf5419, trl876,
@@ -55,7 +58,8 @@ KNOWN_MISS_R6 = {"lf1839", "lf8082", "lf4213", "lf9178", "axolotl2975"}
 # session 11 (wt/pmfix10): lf7986's exception typed with a full-width colon ("AssertionError： ...") is read as the
 # exception (readers/runlogs/logs.py `_exception_alone`); lf6791's traceback cut inside transformers names the
 # innermost frame's package, as an exception's raised_at does (causes.py `_cut_where`)
-KNOWN_MISS_R7 = {"lf4557", "lf5964", "openrlhf211", "lf2819", "axolotl3069"}
+# session 16 (wt/pmfix16b): lf4557 and openrlhf211 accepted with the texts launchcause.py / saidlead.py already gave
+KNOWN_MISS_R7 = {"lf5964", "lf2819", "axolotl3069"}
 # round 8 (cases_j.py), scored once on 2026-12-07 at b23e7f1: 29 of 50; 11 of these 21 accept no finding (no rule
 # holds their cause: axolotl2134, axolotl394, lf1018, lf10270, lf2776, lf3116, mace590, swift3049, swift3259,
 # swift5875, tf36076); 44 of the 50 are the user's words (a title, a sentence), 26 of them right
@@ -77,19 +81,24 @@ KNOWN_MISS_R8 = {"lf2776", "lf3116"}
 # swift5846 (cuDNN's failed descriptor finalize)
 # session 13 (wt/pmfix13b): accel2761 right, its cut inside the Trainer's FSDP + PEFT set-up (`self._fsdp_`) read
 # by that frame (analyzers/postmortem/framecause.py: the releases out of step named, the lines after asked for)
-KNOWN_MISS_R9 = {"swift3622", "baichuan99", "lf6302", "lf3693", "lf6848"}
+# session 16 (wt/pmfix16b): lf3693 right, the shell's "llamafactory-cli: not found" read (msgcause.py _not_on_path)
+KNOWN_MISS_R9 = {"swift3622", "baichuan99", "lf6302", "lf6848"}
 # round 10 (cases_l.py), scored once on 2026-12-07 at b8b88d9 (session 13): 23 of 50; 15 accept no finding; of the 12
 # misses a rule means, 4 are version mismatches whose finding never names the package, 4 words the reader found
 # nothing in, 4 the mechanism read under another rule (benchmarks/results/real_threads.md, "Round 10, held out")
-KNOWN_MISS_R10 = {"minicpmv862", "axolotl1617", "verl2012", "verifiers42", "qunbb6", "lf699", "chatglmet218",
-                  "swift7022", "tf33413", "lf2070", "lf2604", "axolotl808", "lf1471", "lf6990", "paimegatron325"}
+KNOWN_MISS_R10 = {"minicpmv862", "axolotl1617", "verl2012", "verifiers42", "chatglmet218",
+                  "swift7022", "tf33413", "lf2604", "axolotl808", "lf1471", "lf6990", "paimegatron325"}
 # round 11 (cases_m.py), scored once on 2026-12-07 (session 14): 21 of 46; 8 accept no finding; of the 17 misses a
 # rule means, 6 an exception whose text states the cause unnamed by the finding, 3 host RAM in words, 3 a class or
 # sentence read as nothing, 2 a loss of 0/NaN from the learning rate, 2 disk-full kinds, 1 a hang after the last
 # metrics (benchmarks/results/real_threads.md, "Round 11, held out")
-KNOWN_MISS_R11 = {"thunder2116", "tinyllama152", "axolotl705", "ronin51",
-                  "lf8437", "lf8210", "swift9640", "qwen38_104", "lf8794",
-                  "lf7084"}
+# session 16 (wt/pmfix16b): lf8437's "提示Processor was not found" is read (every words pattern with ASCII word
+# rules) and run-crashed leads with the original InternVL checkpoint its -hf-less folder name makes likely; lf7084
+# (and qunbb6 of round 10): the same-device error read with the Ray launch / GRPO run the words give (devicecause.py);
+# lf699 (round 10): an error said of a remote-code family alone read as the model's own files (remotewords.py);
+# lf2070 (round 10): an error said of --use_unsloth alone read as unsloth's compiled stack (remotewords.unsloth_lead)
+KNOWN_MISS_R11 = {"thunder2116", "axolotl705", "ronin51",
+                  "lf8210"}
 KNOWN_MISS = (KNOWN_MISS_R4 | KNOWN_MISS_R5 | KNOWN_MISS_R6 | KNOWN_MISS_R7 | KNOWN_MISS_R8 | KNOWN_MISS_R9
               | KNOWN_MISS_R10 | KNOWN_MISS_R11 | {"mmdet12069", "della2", "lf10367"})
 

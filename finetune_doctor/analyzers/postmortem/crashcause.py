@@ -36,11 +36,14 @@ from typing import Any
 
 from finetune_doctor.analyzers.postmortem.attrpair import trainer_attr_pair
 from finetune_doctor.analyzers.postmortem.cudnncause import cudnn_finalize
+from finetune_doctor.analyzers.postmortem.devicecause import two_devices
 from finetune_doctor.analyzers.postmortem.dsbatch import ds_batch
+from finetune_doctor.analyzers.postmortem.kernelwords import checkpoint_mismatch
 from finetune_doctor.analyzers.postmortem.launchcause import launch_cause, precision_cause
 from finetune_doctor.analyzers.postmortem.mmcause import no_placeholder
 from finetune_doctor.analyzers.postmortem.msgcause import message_cause
 from finetune_doctor.analyzers.postmortem.newermodel import optimizer_groups, processor_missing, trainer_table_key
+from finetune_doctor.analyzers.postmortem.quantcause import zero3_quantized
 from finetune_doctor.analyzers.postmortem.remotecode import remote_code_clash
 from finetune_doctor.analyzers.postmortem.samplecause import empty_dataset
 from finetune_doctor.analyzers.postmortem.savecause import staged_save_error, words_beside
@@ -67,7 +70,6 @@ MODULE_ATTR = re.compile(r"module '(?P<mod>[\w.]+)' has no attribute '(?P<attr>\
 # (a space may be lost where the line was retyped by hand: "f()got an unexpected keyword argument'k'")
 BAD_CALL = re.compile(r"(?P<fn>[\w.<>]+)\(\) ?(?:got an unexpected keyword argument ?'(?P<kw>\w+)'|"
                       r"missing \d+ required positional argument)")
-ZERO3_QUANT = re.compile(r"DeepSpeed Z\w+-3 is not compatible with .low_cpu_mem_usage|incompatible with PTQ-quantized")
 UNKNOWN_TEMPLATE = re.compile(r"Template (?P<name>\S+) does not exist")
 # transformers utils/import_utils.py _LazyModule._get_module wraps the import error of a model module as
 # RuntimeError "Failed to import M because of the following error (look up to see its traceback):\n<error>"
@@ -162,12 +164,15 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("import", lambda: _import(cls, msg, versions, pkgs)),
                      ("model-type-unknown", lambda: _model_type(cls, msg, pkgs, versions, bool(frames))),
                      ("no-grad", lambda: _no_grad(msg)),
+                     ("checkpoint-mismatch", lambda: checkpoint_mismatch(msg)),
                      ("file-incomplete", lambda: _file_format(msg, versions)),
                      ("rename-race", lambda: _rename_race(msg, versions, "\n".join([exc.text or "", *map(str, frames)]))),
                      ("staged-save", lambda: staged_save_error(cls, msg, frames, versions, words_beside(ev, exc), exc.text)),
                      ("hub", lambda: HUB_ERRORS.get(cls)),
                      ("os-error", lambda: _os_error(msg)),
                      ("message", lambda: message_cause(cls, msg, _file_text(ev, exc))),
+                     ("two-devices", lambda: two_devices(
+                         msg, "\n".join((words_beside(ev, exc), exc.text or "", _file_text(ev, exc))))),
                      ("environment", lambda: _environment(msg)),
                      ("cudnn-finalize", lambda: cudnn_finalize(cls, msg)),
                      ("config-keys", lambda: _unused_keys(exc.text or msg)),
@@ -180,6 +185,8 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("data-key", lambda: _data_key(cls, msg, frames)),
                      ("no-samples", lambda: empty_dataset(cls, frames, pkgs)),
                      ("version-pair", lambda: optimizer_train_pair(cls, msg) or trainer_attr_pair(cls, msg, pkgs)),
+                     ("zero3-quantized", lambda: zero3_quantized(
+                         cls, msg, "\n".join((words_beside(ev, exc), exc.text or "", _file_text(ev, exc))))),
                      ("version-mismatch", lambda: _mismatch(cls, msg, pkgs, versions)),
                      ("library-error", lambda: _library(cls, msg, pkgs, frames, versions))):
         text = fn()
@@ -632,16 +639,6 @@ def _mismatch(cls: str, msg: str, pkgs: tuple, versions: dict[str, tuple[str, st
                 f"'{c.group('kw')}': the code calling it was written for a newer (or older) release; upgrade that "
                 "package to the version your trainer's requirements pin (`pip show` it, and the trainer's setup "
                 "file names the range)")
-    if cls == "ValueError" and ZERO3_QUANT.search(msg):
-        # transformers refuses a device_map (or low_cpu_mem_usage) under ZeRO-3; LLaMA-Factory disables
-        # low_cpu_mem_usage under ZeRO-3 (model/patcher.py:429, snapshot), so the device_map is the quantized
-        # model's; today's LLaMA-Factory refuses a PTQ checkpoint under ZeRO-3 itself (quantization.py:105)
-        dm = "; under LLaMA-Factory the device_map is the quantized model's" if "device_map" in msg else ""
-        return ("ZeRO-3 partitions every parameter at load, which a quantized model cannot be (a GPTQ/AWQ/... "
-                f"checkpoint, or bitsandbytes 8-bit{dm}): train a "
-                "quantized model with ZeRO-2 or without DeepSpeed, or use ZeRO-3 with the unquantized model "
-                "(4-bit bitsandbytes QLoRA is the one quantization ZeRO-3 shards); `doctor check` on the config "
-                "says so before a launch")
     t = UNKNOWN_TEMPLATE.search(msg) if cls == "ValueError" else None
     if t:
         # LLaMA-Factory data/template.py get_template_and_fix_tokenizer raises it for a name no register_template

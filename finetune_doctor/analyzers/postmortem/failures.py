@@ -15,6 +15,7 @@ from typing import Any
 
 from finetune_doctor.analyzers.postmortem.cudnncause import cudnn_finalize
 from finetune_doctor.analyzers.postmortem.curves import location_of
+from finetune_doctor.analyzers.postmortem.kernelwords import illegal_access_lead
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.evidence import Evidence, src
 from finetune_doctor.readers.runlogs.logpatterns import INDEX_ASSERTS
@@ -128,6 +129,9 @@ def cuda_error_facts(ev: Evidence, cx: RunContext) -> dict[str, Any] | None:
         meaning = ("an illegal memory access: a kernel read or wrote outside its memory (a kernel bug in the "
                    "attention implementation or a fused op, an id outside a table, or failing GPU memory; an Xid "
                    "31/13/94 in the kernel log tells which)")
+        # the kernel the line or the words beside it name (kernelwords.py): a short paste's whole text, a log's line
+        meaning += illegal_access_lead("\n".join([e.text or "", *(str(f.text or "") for f in ev.files
+                                                                    if f.read.path == e.file)])) or ""
         fix = "switch the attention implementation (flash_attn: sdpa) and rerun with CUDA_LAUNCH_BLOCKING=1"
     elif e.kind == "cudnn" and cudnn_finalize("RuntimeError", e.text or ""):
         # the frontend's descriptor finalize with its status (cudnncause.py): the cuDNN loaded, not the shapes

@@ -28,7 +28,11 @@ word of the paste that carries the cause (an option, a class, a platform) where 
   ``_parse_args``, printed before it raises that its parser did not use them): the arguments named are not
   options of the installed release, most often renamed or removed ones (catalog/lf_keys.json ``retired``, read
   through readers/config/keyschema.py `load_schema`: the replacement per old key, and whether the value keeps its
-  meaning, ``same_value``), even where the paste is cut before the exception line (hiyouga/LlamaFactory#2800).
+  meaning, ``same_value``), even where the paste is cut before the exception line (hiyouga/LlamaFactory#2800);
+* the shell's report of a program it did not find on its PATH (dash "/bin/sh: 1: X: not found", bash "X: command
+  not found", zsh "command not found: X"): the environment that ran the command is not the one the program was
+  installed into; LLaMA-Factory's web UI starts training as a ``llamafactory-cli train`` subprocess
+  (webui/runner.py), so a UI started from another Python fails so (hiyouga/LlamaFactory#3693).
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ def message_cause(cls: str, msg: str, text: str) -> str | None:
     """The mechanism the exception `cls`: `msg` states, in words, with `text` the whole short file it came
     from (the user's words and the lines around it) for the word that carries the cause; None when none of
     the readings above applies."""
-    for fn in (_unpicklable, _no_checkpoint, _no_libuv, _cublaslt):
+    for fn in (_unpicklable, _no_checkpoint, _no_libuv, _cublaslt, _not_on_path):
         said = fn(cls, msg, text)
         if said:
             return said
@@ -122,6 +126,28 @@ RENAMED_WORDS = {
     True: "{arg} (renamed to {new})",
     False: "{arg} (replaced by {new}, whose value means something else: convert it, do not copy it)",
 }
+
+
+# the shell's words for a program not on its PATH (dash, bash, zsh; readers/runlogs/userwords_more.py NOT_ON_PATH)
+NOT_ON_PATH = re.compile(r"(?:sh: (?:line )?\d*:? ?(?P<a>[\w.+-]+): (?:command )?not found|command not found: "
+                         r"(?P<b>[\w.+-]+)|(?P<c>[\w.+-]+): command not found(?!:))", re.A)
+
+
+def _not_on_path(cls: str, msg: str, text: str) -> str | None:
+    """The shell found no program of that name on its PATH: the environment that ran the command is not the one the
+    program was installed into (LLaMA-Factory's web UI starts training as a `llamafactory-cli train` subprocess,
+    webui/runner.py, so a UI started from another Python finds no CLI). None for another message."""
+    m = NOT_ON_PATH.search(msg) or NOT_ON_PATH.search(text)
+    if m is None:
+        return None
+    cmd = m.group("a") or m.group("b") or m.group("c")
+    lf = ("; `pip install -e .` in the LLaMA-Factory checkout (or `pip install llamafactory`) puts it on the active "
+          "environment's PATH, and the web UI launches training through it, so start the UI from that environment"
+          ) if cmd.startswith(("llamafactory", "llmtuner")) else ""
+    return (f"the shell found no program `{cmd}` on its PATH: the environment that ran the command (a web UI, a "
+            "script's shell, a job scheduler's) is not the one it was installed into, or it was never installed; "
+            f"activate that environment, or call it by its full path (`which {cmd}` in the same shell says whether "
+            f"it is found){lf}")
 
 
 @lru_cache(maxsize=1)

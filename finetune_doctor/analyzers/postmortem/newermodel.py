@@ -44,19 +44,48 @@ def processor_missing(msg: str, model: dict[str, Any], ev: Evidence) -> str | No
     name = str(model.get("name") or "") + (why.text if why is not None else "")
     internvl = ("; LLaMA-Factory reads InternVL from the transformers-format \"-hf\" repositories (OpenGVLab/"
                 "InternVL…-hf, extras/constants.py)") if "internvl" in (name + msg).lower() else ""
+    lead = internvl_original(name + " " + msg)
+    if lead:
+        internvl = ""
     if why is not None:
-        return (f"LLaMA-Factory's multimodal template needs the model's processor, and loading it failed: "
+        return lead + (f"LLaMA-Factory's multimodal template needs the model's processor, and loading it failed: "
                 f"\"Failed to load processor: {why.text[:200]}\" ({why.file}:{why.line}); a model folder without "
                 "its processor files (preprocessor_config.json / processor_config.json, chat template, remote-code "
                 ".py files) or without trust_remote_code: true fails so; copy the processor files from the base "
                 "model's repository into the folder" + internvl)
-    return ("LLaMA-Factory's multimodal template needs the model's processor and none was loaded: AutoProcessor "
+    return lead + ("LLaMA-Factory's multimodal template needs the model's processor and none was loaded: AutoProcessor "
             "failed on the model folder or returned no Processor (LLaMA-Factory logs the failure at INFO as "
             "\"Failed to load processor: ...\"); the folder lacks its processor files "
             "(preprocessor_config.json / processor_config.json, the tokenizer and chat template, and for a "
             "remote-code model its .py files), the model needs trust_remote_code: true, the template is a "
             "multimodal one for a text-only checkpoint, or " + NEWER_MODEL + "; copy the processor files from the "
             "base model's repository into the folder" + internvl)
+
+
+# an InternVL model as users name it: a hub id or a folder's last component ("OpenGVLab/InternVL3-8B", "/workspace/
+# InternVL3-8B", "internvl2_5-8b-hf"); ASCII word rules, so a name written against Chinese ends at the first Han character
+_INTERNVL_NAME = re.compile(r"(?<![\w.-])internvl[\w.-]*", re.I | re.A)
+
+
+def internvl_original(text: str) -> str:
+    """The lead sentence for "Processor was not found" when `text` (the model's name, the error and the words around
+    it) names an InternVL model and no name of it carries the "-hf" suffix, else "". LLaMA-Factory trains InternVL
+    through transformers' InternVL classes and lists only the "-hf" conversions (extras/constants.py:1355-1373 at
+    0.9.4); the original remote-code checkpoint (model_type internvl_chat) loads no processor there
+    (LlamaFactory#7789, answered in #7802; rule internvl-remote-code-checkpoint judges the config.json when it is
+    read). A name without the suffix makes the original checkpoint the most likely reading, not a certain one (a
+    renamed folder keeps no suffix), so the sentence names the one input that decides: the folder's model_type."""
+    names = [m.group(0).rstrip(".-") for m in _INTERNVL_NAME.finditer(text)]
+    if not names or any(n.lower().endswith("-hf") for n in names):
+        return ""
+    shown = max(names, key=len)
+    return (f"most likely the model is InternVL's original remote-code checkpoint: it is named `{shown}`, with "
+            "no \"-hf\" suffix, and LLaMA-Factory trains InternVL only through transformers' own InternVL classes from "
+            "the \"-hf\" conversions (e.g. OpenGVLab/InternVL3-8B-hf, extras/constants.py), loading no processor "
+            "for the original checkpoint (model_type internvl_chat; LlamaFactory#7789, #7802): use the -hf "
+            "repository, with a transformers that registers model_type internvl. The one input that decides: "
+            "`model_type` in the model folder's config.json (internvl_chat: the original checkpoint; internvl: the "
+            "-hf conversion, and then one of the other causes). Otherwise: ")
 
 
 _GROUPS = re.compile(r"loaded state dict (?:contains a parameter group that doesn't match the size of optimizer's "

@@ -16,9 +16,12 @@ from typing import Any
 
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause
 from finetune_doctor.analyzers.postmortem.curves import location_of
+from finetune_doctor.analyzers.postmortem.kernelwords import said_kernel_lead
 from finetune_doctor.analyzers.postmortem.knownbugs import regression_lead
 from finetune_doctor.analyzers.postmortem.kindwords import (PERSIST_OPENING, UPGRADE_OPENING, kind_lead, persist_lead,
                                                         resumed_untrained)
+from finetune_doctor.analyzers.postmortem.remotewords import remote_family_lead, unsloth_lead
+from finetune_doctor.analyzers.postmortem.resumewords import resume_error_lead
 from finetune_doctor.analyzers.postmortem.saidlead import host_lead, said_lead
 from finetune_doctor.analyzers.postmortem.saidstack import setup_lead, stack_text, stated, version_text
 from finetune_doctor.analyzers.postmortem.savecause import said_save_lead, staged_said
@@ -91,7 +94,9 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
                          or regression_lead(s, s["versions"])
                          or said_save_lead(s, s["versions"])   # a save said to fail: which save (savecause.py)
                          or kind_lead(s, setup) or persist_lead(s, stated(ev).get("versions") or {})
-                         or fp16_lead(s) or said_lead(s) or replicated_lead(s) or host_lead(s))
+                         or fp16_lead(s) or said_lead(s) or replicated_lead(s) or host_lead(s)
+                         or resume_error_lead(s) or remote_family_lead(s) or unsloth_lead(s)
+                         or said_kernel_lead(s))
             s["lr_first"] = lr_first(s)
             if s["lead"] and s["lead"].startswith((UPGRADE_OPENING, PERSIST_OPENING)) and s["stack_text"]:
                 # what the words say changed comes before the judging of the releases they name, with one `pip
@@ -117,6 +122,9 @@ def said_image_cut(said: dict[str, Any] | None) -> dict[str, Any] | None:
 _CLASS = re.compile(r"(?<![\w.])(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b")
 
 
+_IMPLIED = ((re.compile(r"\bNo module named\b"), "ModuleNotFoundError"), (re.compile(r"\bcannot import name\b"), "ImportError"))
+
+
 def _reading(ev: Evidence, said: dict[str, Any], path: str) -> str | None:
     """What the exception readings of crashcause.py establish from the words, read as the error's own text (the
     class the words name, if any, and the whole description as its message): a quoted "No module named
@@ -129,8 +137,11 @@ def _reading(ev: Evidence, said: dict[str, Any], path: str) -> str | None:
         rest = text[m.end():].strip(" :：,，")
         q = _QUOTED.match(rest)
         msgs = ([q.group(0)] if q else []) + [rest, text]
+    # a fragment only one class prints stands for that class when the words name none (CPython's import system:
+    # "No module named" is ModuleNotFoundError's, "cannot import name" ImportError's; Python/import.c, importlib)
+    cls = m.group(0) if m else next((c for pat, c in _IMPLIED if pat.search(text)), "")
     for msg in msgs:
-        n = Notice(path, 1, None, "exception", text, {"cls": m.group(0) if m else "", "msg": msg})
+        n = Notice(path, 1, None, "exception", text, {"cls": cls, "msg": msg})
         cause = crash_cause(ev, n, None, {}, {})
         if cause:
             return str(cause["text"])

@@ -62,7 +62,7 @@ RAM_GROWS = re.compile(
     r"\bmemory leak\b[^.\n。]{0,40}\b(?:RAM|CPU|host)\b|\b(?:RAM|CPU|host)\b[^.\n。]{0,40}\bmemory leak\b|"
     r"(?<!显)(?<!GPU)(?<!卡)(?:系统|主机|CPU\s?)?内存\S{0,2}(?:一直|持续|不断)(?:增长|上涨|涨|增加)|(?<!显)(?<!GPU)内存泄[漏露]", _I)
 
-KILLED_WORD = re.compile(r"(?<![A-Za-z])Killed\b(?!\s+process\s+\d+\s+\(\S+\)\s+total-vm)")
+KILLED_WORD = re.compile(r"(?<![A-Za-z])Killed\b(?!\s+process\s+\d+\s+\(\S+\)\s+total-vm)", re.A)
 
 HANG_MORE = re.compile(
     r"\bnothing (?:is |gets )?(?:printed|logged|output)\b|\bno (?:more )?output\b[^.\n]{0,20}\bGPU\b|"
@@ -86,6 +86,15 @@ ERROR_MORE = re.compile(
     r"export)\b|"
     r"^\s*(?:\[[^\]\n]{1,20}\]\s*)?[^\n]{3,100}?(?<!no )(?<!any )(?<!without )\b(?:errors?|bug)\s*[.!?。！？]*\s*$",
     _I | re.M)
+
+# (session 16) the shell's report of a program not on its PATH, as each shell prints it: dash "/bin/sh: 1: X: not
+# found", bash "bash: X: command not found", zsh "zsh: command not found: X" (msgcause.py `_not_on_path` reads it);
+# and a failure said as a raised exception or a fatal issue with no class ("Exception raised with trainer + FSDP",
+# "Fatal issues when using DeepSpeed Stage 3 only")
+NOT_ON_PATH = re.compile(r"(?:^|\s)(?:/bin/)?(?:ba|da|z)?sh: (?:line )?\d*:? ?[\w.+-]+: (?:command )?not found\b|"
+                         r"\bcommand not found: [\w.+-]+|\b[\w.+-]+: command not found\b", re.M | re.A)
+FAILURE_NAMED = re.compile(r"^\s*(?:\[[^\]\n]{1,20}\]\s*)?(?:an? )?(?:exception|fatal (?:issues?|errors?|failures?))"
+                           r"\s+(?:raised|thrown|occurs?|when|with|during|while|in)\b", _I | re.M)
 
 # a loss said to change to 0 with a clause between ("loss先在2左右上下波动，然后突然变成0", "the loss hovered around
 # 1.8, then dropped to 0"): the verb of change before the 0 is what the plain form's 12 characters miss
@@ -127,6 +136,8 @@ PLACED: tuple[tuple[str, str, str, re.Pattern[str]], ...] = (
     ("after", "version", "version", VERSION_MORE),
     ("after", "loss-zero", "loss-zero", LOSS_TO_ZERO),
     ("before", "error", "error", ERROR_MORE),   # before the first catch-all error form, which is no more specific
+    ("before", "error", "error", NOT_ON_PATH),  # the shell's own words, tried before any other error form
+    ("after", "error", "error", FAILURE_NAMED),
 )
 
 

@@ -279,14 +279,14 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\bsize mismatch for\b|\bNo such file or directory\b|\bPermission denied\b|\bAddress already in use\b|"
         r"\bis not a valid model identifier\b|\bdoes not appear to have a file named\b|"
         # an exception class right after 报/抛/出 ("报ValueError", "抛出 KeyError")
-        r"(?:报|抛|出)了?\s*(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b")),
+        r"(?:报|抛|出)了?\s*(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b", re.A)),
     # (session 13, appended) message fragments only an exception prints, quoted without their class: autograd's
     # "element 0 of tensors does not require grad and does not have a grad_fn" (torch/csrc/autograd/engine.cpp
     # validate_outputs... run_backward), torch's embedding on a partitioned weight "'weight' must be 2-D"
     # (aten/src/ATen/native/Embedding.cpp embedding_symint): crashcause.py / launchcause.py read them
     # (the tail "does not have a grad_fn" is blanked as a negated "have" by userwords._NEGATED: not matched)
     ("error", re.compile(r"\belement \d+ of tensors does not require grad\b|\bdoes not require grad and\b|"
-                         r"(?<!\w)['\"‘’`]?weight['\"‘’`]? must be 2-?D\b")),
+                         r"(?<!\w)['\"‘’`]?weight['\"‘’`]? must be 2-?D\b", re.A)),
     # (session 13, appended) a save's rename said to fail ("tmp-checkpoint rename fails at save"): an error whose
     # save lead savecause.py words; the card said held by another process: its memory (HELD_CARD above)
     ("error", re.compile(r"\brenam\w*\s+(?:[\w.-]+\s+){0,3}?(?:fail(?:s|ed|ure)?|crash\w*|error)\b|"
@@ -303,7 +303,7 @@ SYMPTOMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # tests/test_postmortem_short_pastes.py)
     ("error", re.compile(
         r"\b(?:dies|died|exits?|exited|stops?|stopped|ends?|ended|terminat\w*)\b[^.\n]{0,60}?\bwith\s+(?:an? )?"
-        r"(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b")),
+        r"(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception)\b", re.A)),
 )
 
 # Appended (wt/pmfix13a), tried after every symptom above. A resumed run said to end at once with nothing trained:
