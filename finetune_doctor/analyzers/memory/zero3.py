@@ -27,7 +27,8 @@ Derived from DeepSpeed 0.19.8 (the version docs/ARCHITECTURE.md "Sources" names)
 * a bitsandbytes model is loaded whole on every rank (`quantized_load_bytes`): transformers builds it outside
   ``zero.Init`` and puts it on the rank's device; DeepSpeed partitions it only at ``deepspeed.initialize``.
 * DeepSpeed 0.16.0-0.16.7 with non-reentrant activation checkpointing keeps every checkpointed layer gathered
-  through backward (`recompute_leak`).
+  through backward (`recompute_leak`); DeepSpeed 0.19.3 and later with reentrant checkpointing keeps every frozen
+  base layer (LoRA, OFT) gathered until backward ends (`frozen_recompute_hold`).
 * a model built outside zero.Init (accelerate before 1.0.0 with ``zero3_init_flag: false``) is whole on every rank
   until ``deepspeed.initialize`` (`unpartitioned_load_bytes`).
 
