@@ -12,7 +12,10 @@ the storage bytes those gathered parameters hold. The reuse distance, live-param
 are scaled to this model as a 7B Qwen2 sees DeepSpeed's defaults and transformers' "auto" values (1e9 elements
 ~ 4.3 decoder layers; prefetch 0.9·h²; persistence threshold 10·h; reduce bucket h²).
 
-    DS_ACCELERATOR=cpu python benchmarks/zero3_lora_stack.py
+    DS_ACCELERATOR=cpu python benchmarks/zero3_lora_stack.py [lora|full|lora-nr|lora-drop ...]
+
+Modes: ``lora`` (reentrant checkpointing, lora_dropout 0), ``lora-nr`` (non-reentrant), ``lora-drop``
+(lora_dropout 0.05, ms-swift's default), ``full``; ``ZERO3_PROBE_GA=2`` runs two micro-steps per optimizer step.
 
 Installed stack only (here DeepSpeed 0.19.8, transformers 5.6.0, peft 0.18.1, torch 2.13 CPU). No GPU, no network,
 no weights: a config built in memory, random initialisation. Results: benchmarks/results/memory_z3_mem16.md.
@@ -29,13 +32,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zero3_toy  # noqa: E402
 
 H, INTER, LAYERS, VOCAB, SEQ = 128, 352, 8, 2048, 64
+GA = int(os.environ.get("ZERO3_PROBE_GA", "1"))     # gradient accumulation (micro-steps per optimizer step)
 
 
 def _config(layer_el: int) -> dict:
     zo = {"stage": 3, "stage3_param_persistence_threshold": 10 * H, "stage3_max_reuse_distance": int(4.3 * layer_el),
           "stage3_max_live_parameters": int(4.3 * layer_el), "stage3_prefetch_bucket_size": int(0.9 * H * H),
           "reduce_bucket_size": H * H}
-    return {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+    return {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": GA,
             "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
             "zero_allow_untested_optimizer": True, "zero_optimization": zo}
 
@@ -75,7 +79,7 @@ def _run(rank: int, world: int, port: int, mode: str, out: str) -> None:
                 names.append(n)
         return el, byts, names
 
-    rec: dict = {"mode": mode, "layer_elements": layer_el, "total_elements": sum(p.ds_numel for _, p in named),
+    rec: dict = {"mode": mode, "grad_accum": GA, "layer_elements": layer_el, "total_elements": sum(p.ds_numel for _, p in named),
                  "frozen_elements": sum(p.ds_numel for _, p in named if not p.requires_grad),
                  "persistent_elements": sum(p.ds_numel for _, p in named if p.ds_persist)}
     snaps: list = []
@@ -88,7 +92,7 @@ def _run(rank: int, world: int, port: int, mode: str, out: str) -> None:
     at0: list = []
     base.model.layers[0].register_full_backward_pre_hook(lambda *a: at0.append(gathered()[2]))
     x = torch.randint(0, VOCAB, (1, SEQ))
-    for step in range(3):
+    for step in range(3 * GA):
         snaps.clear()
         loss = engine(input_ids=x, labels=x).loss
         engine.backward(loss)
