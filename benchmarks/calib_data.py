@@ -539,6 +539,11 @@ DATE_BOUNDS: tuple[tuple[str, str, str], ...] = (
     ("bitsandbytes", "2024-07-23", "0.43.1"),
 )
 TRAINER_WORDS = "transformers Trainer"
+# DeepSpeed 0.19.3 (tag v0.19.3, 2026-07-22): a reentrant checkpoint's recompute keeps the frozen base weights
+# gathered until the end of backward (analyzers/memory/zero3.py `frozen_recompute_hold`). Whatever the framework,
+# a run dated before that release ran an older DeepSpeed; the doctor takes an unnamed DeepSpeed as its newest
+# (0.19.8), so a row that uses DeepSpeed and is dated before the bound is given the release below it.
+DEEPSPEED_BOUND: tuple[str, str] = ("2026-07-22", "0.19.2")
 
 
 # unsloth's loss changes at 2024.11.8 (run/savers.py `_unsloth_loss`; released 2024-11-21, ddf118a8fc in
@@ -549,14 +554,17 @@ UNSLOTH_BOUNDS = (("2024-07-18", "2024.7"), ("2024-11-21", "2024.11.7"))
 
 
 def dated_pins(row: dict[str, Any]) -> dict[str, str]:
-    """Versions below each boundary of DATE_BOUNDS the row's date precedes (Trainer frameworks only), and
-    the release below the first of UNSLOTH_BOUNDS the date precedes for a row that loads through unsloth."""
+    """Versions below each boundary of DATE_BOUNDS the row's date precedes (Trainer frameworks only), the
+    DeepSpeed below DEEPSPEED_BOUND for a DeepSpeed row dated before it (any framework), and the release below the
+    first of UNSLOTH_BOUNDS the date precedes for a row that loads through unsloth."""
     fw, when = str(row.get("framework") or ""), str(row.get("date") or "")
     if not when:
         return {}
     trainer = fw.startswith(TRAINER_FRAMEWORKS) or TRAINER_WORDS in fw
     # a later bound of the same package is an older release: the dict keeps the last that applies
     out = {pkg: below for pkg, first, below in DATE_BOUNDS if when < first} if trainer else {}
+    if row.get("deepspeed") and when < DEEPSPEED_BOUND[0]:
+        out["deepspeed"] = DEEPSPEED_BOUND[1]
     if (row.get("config") or {}).get("use_unsloth"):
         below = [v for first, v in UNSLOTH_BOUNDS if when < first]
         if below:

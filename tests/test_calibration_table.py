@@ -510,7 +510,9 @@ def test_stanford_alpaca_and_alignment_handbook_rows_run_the_2023_trainer():
     assert calib_data.config_for(alpaca)["flash_attn"] == "disabled"
     assert calib_data.pins_for(alpaca) == {"torch": "2.7.1", "transformers": "4.31.0.dev0", "bitsandbytes": "0.43.1"}
     ahb = next(r for r in ROWS if r["id"] == "r4r-ahb22")   # 2023-11: before transformers 4.36.0 (2023-12-11)
-    assert calib_data.dated_pins(ahb) == {"torch": "2.7.1", "transformers": "4.35.2", "bitsandbytes": "0.43.1"}
+    # alignment-handbook's row runs DeepSpeed: a 2023 run predates DeepSpeed 0.19.3 (calib_data.DEEPSPEED_BOUND)
+    assert calib_data.dated_pins(ahb) == {"torch": "2.7.1", "transformers": "4.35.2", "bitsandbytes": "0.43.1",
+                                          "deepspeed": "0.19.2"}
     lf = next(r for r in ROWS if r["framework"] == "LLaMA-Factory" and "flash_attn" not in r["config"])
     assert "flash_attn" not in calib_data.config_for(lf)
 

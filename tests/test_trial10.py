@@ -87,7 +87,11 @@ def test_a_deepspeed_file_whose_name_states_no_stage_keeps_every_stock_stage_ope
     text = (FX / "named_stage" / "train.sh").read_text(encoding="utf-8").replace("ds_z2_config.json",
                                                                                  "deepspeed.json")
     (tmp_path / "train.sh").write_text(text, encoding="utf-8")
-    _, rep = _run("check", str(tmp_path / "train.sh"), "--gpu", "8xH20-96GB", "--offline", "--no-data")
+    # DeepSpeed named (0.19.2): under 0.19.8, the release assumed when none is named, the ZeRO-3 alternative holds
+    # every frozen layer gathered (zero3.py `frozen_recompute_hold`) and runs out of memory too
+    (tmp_path / "env.txt").write_text("deepspeed==0.19.2\n", encoding="utf-8")
+    _, rep = _run("check", str(tmp_path / "train.sh"), "--gpu", "8xH20-96GB", "--offline", "--no-data",
+                  "--env", str(tmp_path / "env.txt"))
     ds = next(a for a in rep["assumptions"] if a["name"] == "deepspeed-config")
     assert "name-implied" not in ds["source"] and "ds_z3_config.json" in ds["alternatives"]
     assert rep["memory"]["verdict"] == "at-risk"

@@ -30,9 +30,11 @@ def _acc(**ds):
                                           "mixed_precision": "bf16", "deepspeed_config": ds}, "ds.yaml")
 
 
-def _run(acc, accelerate: str | None = "0.33.0", launch: str | None = None, cfg: dict | None = None):
+def _run(acc, accelerate: str | None = "0.33.0", launch: str | None = None, cfg: dict | None = None,
+         deepspeed: str | None = None):
     arch, _ = load_arch(L3)
     stack = (("accelerate", accelerate, "--env"),) if accelerate else ()
+    stack += (("deepspeed", deepspeed, "--env"),) if deepspeed else ()
     return resolve_run(cfg or LORA, arch, parse_gpu_spec("8xA100-80GB"), None, stack_sources=stack,
                        launch=LaunchInputs(acc, parse_launch(launch) if launch else None))
 
@@ -53,7 +55,9 @@ def test_when_the_model_is_built_outside_zero_init():
 
 
 def test_the_whole_model_is_held_at_load_and_stays_reserved():
-    r = _run(_acc(zero_stage=3, zero3_init_flag=False))
+    # DeepSpeed 0.19.2: before 0.19.3 the step holds one frozen layer at a time (zero3.py `frozen_recompute_hold`),
+    # so the step's peak stays under the whole model and the floor is what decides
+    r = _run(_acc(zero_stage=3, zero3_init_flag=False), deepspeed="0.19.2")
     c = count_params(r)
     assert c.base == BASE
     whole = BASE * 2.0                                          # LF loads in the compute dtype (bf16 here)
@@ -65,7 +69,7 @@ def test_the_whole_model_is_held_at_load_and_stays_reserved():
     assert est.details["moments_gib"]["model load"] == pytest.approx(whole / GIB, rel=1e-9)
     assert est.per_gpu["total"] - est.details["runtime_gib"] >= whole / GIB - 1e-9
     # the same run under zero.Init: nothing whole
-    z = _run(_acc(zero_stage=3, zero3_init_flag=False), accelerate="1.3.0")
+    z = _run(_acc(zero_stage=3, zero3_init_flag=False), accelerate="1.3.0", deepspeed="0.19.2")
     assert unpartitioned_load_bytes(z, count_params(z)) == 0.0 and compute_terms(z).load_whole == 0.0
     ez = estimate(z, parse_gpu_spec("8xA100-80GB"))
     # the step is the same; only the reserve's floor differs (analyzers/memory/reserve.py: the default pool is the

@@ -18,6 +18,7 @@ STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_co
             "examples/deepspeed/ds_z3_offload_config.json")
 LEAK_RELEASE = "0.16.4"     # analyzers/memory/zero3.py RECOMPUTE_LEAK_RELEASE
 NO_LINEAR_WRAP_RELEASE = "0.19.3"   # analyzers/memory/zero3.py LINEAR_WRAP_ABSENT_RELEASE
+NO_FROZEN_HOLD_RELEASE = "0.19.2"   # analyzers/memory/zero3.py FROZEN_HOLD_ABSENT_RELEASE
 
 
 def stack_assumptions(c: Seen, alt_stack: dict[str, Any] | None) -> list[Assumption]:
@@ -106,6 +107,11 @@ def _deepspeed_version(c: Seen, given: set[str]) -> list[Assumption]:
                    and not run.use_reentrant_gc else [])
         if run.zero_stage == 3 and not (run.zero3_init or run.gradient_checkpointing or run.quantization_bit):
             ds_alts.append(alt(NO_LINEAR_WRAP_RELEASE))
+        # from 0.19.3 a reentrant recompute keeps every frozen base layer gathered until backward ends
+        # (`frozen_recompute_hold`); the release before it holds one layer at a time
+        if (run.zero_stage == 3 and run.gradient_checkpointing and run.use_reentrant_gc
+                and run.finetuning_type in ("lora", "oft") and run.quantization_bit is None and not run.quantized):
+            ds_alts.append(alt(NO_FROZEN_HOLD_RELEASE))
         out.append(weigh("deepspeed-version", dsv or "0.19.8 (the newest behaviour the doctor knows)",
                           "installed on this machine, not read from the training machine" if dsv else
                           "no DeepSpeed version of the training machine: defaults and known bugs of 0.19.8 apply",

@@ -64,7 +64,7 @@ def estimate(run: Run, hw: Hardware | None = None, *, tokens: int | None = None,
             ("backward", W + opt + t.live_params + g_bwd + t.activations + t.autocast_cache + t.recompute,
              {"activations": t.activations + t.autocast_cache + t.recompute, "gradients": g_bwd,
               "weights": t.weights + t.live_params}),
-            ("backward end", W + opt + t.live_params + t.gradients,
+            *_hold_moment(t, W + opt, g_bwd), ("backward end", W + opt + t.live_params + t.gradients,
              {"gradients": t.gradients, "weights": t.weights + t.live_params}),
             ("optimizer step", W + t.master + t.states + t.gradients + t.grads_step + t.step_temp,
              {"gradients": t.gradients + t.grads_step, "weights": t.weights, "temp": t.step_temp}),
@@ -153,6 +153,17 @@ def _against_card(hw: Hardware | None, timeline: list[tuple[str, float]], need: 
                      None)
     headroom = hw.capacity_gib - in_use - need / GIB
     return first_oom, headroom >= 0, headroom
+
+
+def _hold_moment(t: Any, static: float, g_bwd: float) -> list[tuple[str, float, dict[str, float]]]:
+    """ZeRO-3 with DeepSpeed >= 0.19.3 and reentrant checkpointing: every frozen decoder layer gathered while the
+    first layer is recomputed and differentiated (zero3.py `frozen_recompute_hold`, weights.py `backward_hold`);
+    none otherwise. `static` is the step's resident bytes (weights, buffers, masters, states)."""
+    if not t.backward_hold:
+        return []
+    return [("backward, first layer", static + t.live_params + t.backward_hold + g_bwd + t.recompute,
+             {"activations": t.recompute, "gradients": g_bwd,
+              "weights": t.weights + t.live_params + t.backward_hold})]
 
 
 def _vision_moment(t: Any, static: float, held: float) -> list[tuple[str, float, dict[str, float]]]:

@@ -44,6 +44,8 @@ class Terms:
     host: float
     # FSDP1 only (analyzers/memory/fsdp.py stream_pools): pools of FSDP's own streams, the part of them the
     # tensor peak counts, and what initialisation leaves cached on the default stream
+    # ZeRO-3 (weights.py `backward_hold`): gathered beyond live_params by the first decoder layer's backward only
+    backward_hold: float = 0.0
     side_pools: float = 0.0
     side_live: float = 0.0
     init_floor: float = 0.0
@@ -83,7 +85,8 @@ def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | Non
     load_whole = max(quantized_load_bytes(run, c), unpartitioned_load_bytes(run, c))
     return Terms(
         # unsloth < 2024.8 keeps whole-window RoPE tables in every attention layer (weights.py)
-        weights=w.weights + unsloth_rope_bytes(run), live_params=w.live, gradients=s.gradients,
+        weights=w.weights + unsloth_rope_bytes(run), live_params=w.live, backward_hold=w.backward_hold,
+        gradients=s.gradients,
         grads_persistent=s.grads_persistent,
         grads_always=s.grads_always, grads_step=s.grads_step, master=s.master, states=s.states,
         step_temp=s.step_temp, activations=act.saved + vis_saved + bnb_saved,

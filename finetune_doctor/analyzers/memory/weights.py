@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import finetune_doctor.dtypes as bytes_table
-from finetune_doctor.analyzers.memory.zero3 import (all_layers_gathered_bytes, ds_model_bytes, gather_allocates,
-                                                    linear_weights_retained, output_layer_gathered_bytes,
-                                                    recompute_leak, sub_group_half_flat_bytes, zero3_live)
+from finetune_doctor.analyzers.memory.zero3 import (all_layers_gathered_bytes, ds_model_bytes, frozen_recompute_hold,
+                                                    gather_allocates, linear_weights_retained,
+                                                    output_layer_gathered_bytes, recompute_leak,
+                                                    sub_group_half_flat_bytes, zero3_live)
 from finetune_doctor.analyzers.memory.optstates import badam_states, lowrank_states, muon_states
 from finetune_doctor.analyzers.memory.params import ParamCounts, badam_block_params
 from finetune_doctor.analyzers.memory.qlora import fused_experts_left_unquantized
@@ -38,11 +39,14 @@ def optimizer_state_bytes(impl: str, state_dtype_bytes: float) -> float:
 @dataclass(frozen=True)
 class WeightTerms:
     """Bytes of the model's parameters on one rank: `weights` resident, `live` gathered for compute (ZeRO-3),
-    `stored_per_param` the bytes of one stored (possibly quantized) decoder-linear parameter."""
+    `stored_per_param` the bytes of one stored (possibly quantized) decoder-linear parameter, `backward_hold` what
+    is gathered beyond `live` by the first decoder layer's backward only (ZeRO-3 `frozen_recompute_hold`: every
+    frozen layer, released when backward ends)."""
 
     weights: float
     live: float
     stored_per_param: float
+    backward_hold: float = 0.0
 
 
 def weight_terms(run: Run, c: ParamCounts) -> WeightTerms:
@@ -69,11 +73,15 @@ def weight_terms(run: Run, c: ParamCounts) -> WeightTerms:
     if stage == 3:
         # gathered and persistent parameters as DeepSpeed's coordinator keeps them (zero3.py)
         z = zero3_live(run, c)
-        # DeepSpeed 0.16.0-0.16.7 with non-reentrant checkpointing releases no layer in backward; torch's F.linear
-        # (no ZeRO-3 linear wrapper) keeps each gathered weight until its backward (zero3.py)
+        # DeepSpeed 0.16.0-0.16.7 with non-reentrant checkpointing releases no layer in backward, 0.19.3 and later
+        # with reentrant checkpointing no frozen base layer; torch's F.linear (no ZeRO-3 linear wrapper) keeps each
+        # gathered weight until its backward (zero3.py)
         gathered = z.peak
         if recompute_leak(run):
             gathered = max(gathered, all_layers_gathered_bytes(run))
+        # the frozen layers accumulate through backward and are all gathered only at its end (zero3.py): a moment
+        # of their own (moments.py "backward, first layer"), not every moment's
+        hold = all_layers_gathered_bytes(run) if frozen_recompute_hold(run) and gather_allocates(run) else 0.0
         if linear_weights_retained(run):
             # at the loss: every decoder layer still held by autograd, and the output layer gathered for the loss
             gathered = max(gathered, all_layers_gathered_bytes(run) + output_layer_gathered_bytes(run))
@@ -82,6 +90,7 @@ def weight_terms(run: Run, c: ParamCounts) -> WeightTerms:
         live = gathered + z.persistent
         if run.offload_param:
             weights = 0.0   # partitions live on the host; only gathered layers (`live`) reach the GPU
+        return WeightTerms(weights, live, wq, max(hold - gathered, 0.0))
     return WeightTerms(weights, live, wq)
 
 

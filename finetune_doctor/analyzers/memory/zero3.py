@@ -27,7 +27,8 @@ Derived from DeepSpeed 0.19.8 (the version docs/ARCHITECTURE.md "Sources" names)
 * a bitsandbytes model is loaded whole on every rank (`quantized_load_bytes`): transformers builds it outside
   ``zero.Init`` and puts it on the rank's device; DeepSpeed partitions it only at ``deepspeed.initialize``.
 * DeepSpeed 0.16.0-0.16.7 with non-reentrant activation checkpointing keeps every checkpointed layer gathered
-  through backward (`recompute_leak`).
+  through backward (`recompute_leak`); DeepSpeed 0.19.3 and later with reentrant checkpointing keeps every frozen
+  base layer (LoRA, OFT) gathered until backward ends (`frozen_recompute_hold`).
 * a model built outside zero.Init (accelerate before 1.0.0 with ``zero3_init_flag: false``) is whole on every rank
   until ``deepspeed.initialize`` (`unpartitioned_load_bytes`).
 
@@ -289,6 +290,46 @@ def recompute_leak(run: Run) -> bool:
     found = deepspeed_version(run)
     v = parse_version(found[0]) if found else None
     return v is not None and RECOMPUTE_LEAK_FROM <= (tuple(v) + (0, 0, 0))[:3] < RECOMPUTE_LEAK_UNTIL
+
+
+# DeepSpeed #8148 (a31eb3165, 2026-07-22, first tagged in v0.19.3) attributes the frozen parameters a checkpoint's
+# recompute gathers to the innermost module whose backward is under way
+FROZEN_HOLD_FROM = (0, 19, 3)
+FROZEN_HOLD_ABSENT_RELEASE = "0.19.2"   # the release before it that the doctor weighs when none is named
+
+
+def frozen_recompute_hold(run: Run) -> bool:
+    """Whether the frozen base weights of every decoder layer stay gathered until the end of backward: DeepSpeed
+    0.19.3 or later (or a DeepSpeed the inputs do not name, taken as the newest the doctor knows, 0.19.8), ZeRO-3,
+    reentrant activation checkpointing (LLaMA-Factory's default ``use_reentrant_gc: true``, hparams/model_args.py),
+    and an adapter method (LoRA, OFT) whose base decoder is frozen and not quantized.
+
+    Why (DeepSpeed 0.19.8, runtime/zero/partitioned_param_coordinator.py): ``fetch_sub_module`` marks a fetch made
+    during a forward inside a running backward graph task (``torch._C._current_graph_task_id() != -1``, :389: a
+    checkpoint's recompute) and, for a parameter that does not require grad, calls ``update_recompute_parameters``
+    on the last module of ``__active_backward_submodules`` (:393-394), which adds that module's id to the
+    parameter's ``ds_active_sub_modules`` (:37-40); ``__release_param`` frees only parameters with no active
+    submodule, so the parameter stays gathered until that owner's own backward release (``release_sub_module``
+    :503-505, :520-522) or ``release_backward_leftovers`` at the backward's end (:554-565, called from stage3.py
+    ``backward_epilogue`` :3068). Under reentrant checkpointing the whole layer is recomputed from
+    ``CheckpointFunction.backward``, when the innermost module whose backward has begun and not ended is an
+    enclosing one (the decoder stack or the model), so each layer's frozen weights are attributed to it and the
+    layers accumulate through backward. Trainable parameters are not attributed (:392) and a non-reentrant
+    recompute runs inside the module whose backward needs it, so full fine-tuning and non-reentrant runs keep the
+    reuse-distance set `zero3_live` counts.
+
+    Measured with benchmarks/zero3_lora_stack.py (CPU, gloo, 2 ranks; transformers 5.6.0's Qwen2 built under
+    zero.Init through HfDeepSpeedConfig, peft 0.18.1 LoRA on every linear, reentrant checkpointing, 8 layers of
+    184,320 elements): at layer 0's backward DeepSpeed 0.19.3 and 0.19.8 hold 1,483,008 elements gathered (all 8
+    layers' base weights), 0.19.2 and 0.16.4 hold 192,768 (one layer); full fine-tuning holds 184,320 at 0.19.8;
+    non-reentrant LoRA holds none at 0.19.8. Everything is released at the end of backward.
+    Quantized (bitsandbytes) bases were not measured and are left out."""
+    if not (run.deepspeed and run.zero_stage == 3 and run.gradient_checkpointing and run.use_reentrant_gc
+            and run.finetuning_type in ("lora", "oft") and run.quantization_bit is None and not run.quantized):
+        return False
+    found = deepspeed_version(run)
+    v = parse_version(found[0]) if found else None
+    return v is None or (tuple(v) + (0, 0, 0))[:3] >= FROZEN_HOLD_FROM
 
 
 # DeepSpeed #8189 (617061d6b, 2026-07-31, first tagged in v0.19.4) installs the ZeRO-3 linear wrapper for a model
