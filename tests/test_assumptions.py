@@ -420,3 +420,69 @@ def test_typical_sample_takes_the_shortest_evaluated_length_at_or_above_the_typi
     assert typical_sample([lengths(2048, {512: 10.0, 1024: 11.0})]) is None      # the total is the point
     assert typical_sample([lengths(8192, {})]) is None                             # not weighed (lint, no card)
     assert typical_sample([]) is None                                               # the data was read
+
+
+SHORT_CUTOFF_LORA = """\
+### model
+model_name_or_path: huggyllama/llama-7b
+
+### method
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_rank: 8
+lora_alpha: 16
+lora_dropout: 0.05
+lora_target: q_proj,v_proj
+disable_gradient_checkpointing: true
+
+### dataset
+dataset: alpaca_zh_demo
+template: default
+cutoff_len: 256
+overwrite_cache: true
+preprocessing_num_workers: 16
+
+### output
+output_dir: saves/llama-7b/lora/sft
+logging_steps: 10
+save_steps: 500
+overwrite_output_dir: true
+
+### train
+per_device_train_batch_size: 16
+gradient_accumulation_steps: 16
+learning_rate: 3.0e-4
+num_train_epochs: 1.0
+lr_scheduler_type: cosine
+warmup_ratio: 0.1
+fp16: true
+"""
+
+
+def test_sample_ladder_halves_a_cutoff_at_or_under_the_shortest_rung():
+    from finetune_doctor.facts.assumebase import sample_ladder
+
+    assert sample_ladder(8192) == [512, 1024, 2048, 4096]        # unchanged above 512
+    assert sample_ladder(513) == [512]
+    assert sample_ladder(512) == [256] and sample_ladder(257) == [128] and sample_ladder(2) == [1]
+    assert sample_ladder(1) == [] and sample_ladder(65536)[-1] == 32768
+
+
+def test_a_short_cutoff_oom_with_unread_data_weighs_shorter_samples(tmp_path):
+    # issue #23 (session 16): with cutoff_len <= 512 no ladder rung lay below it, so the open sample-lengths
+    # assumption weighed nothing and `oom` stood for a run (Chinese-Vicuna's LLaMA-7B fp16 LoRA, 16 x 256 tokens, no
+    # checkpointing) whose 128-token samples need ~25 GiB of a 32 GB V100
+    cfg = tmp_path / "llama7b_lora_sft.yaml"
+    cfg.write_text(SHORT_CUTOFF_LORA, encoding="utf-8")
+    _, r = doctor("check", cfg, "--gpu", "1xV100-32GB", "--no-data")
+    samples = by_name(r)["sample-lengths"]
+    assert list(samples["effect"]["total_gib"]) == ["samples of 128 tokens"] and samples["moves_verdict"]
+    assert samples["effect"]["total_gib"]["samples of 128 tokens"] < 31.0 < r["memory"]["per_gpu_gib"]["total"]
+    m = r["memory"]
+    assert m["verdict"] == "at-risk" and m["deciding_assumption"]["name"] == "sample-lengths"
+    assert m["deciding_assumption"]["verdict_assumed"] == "oom"
+    # on a 16 GB card the half-length run does not fit either: oom holds across the range and stays
+    _, small = doctor("check", cfg, "--gpu", "1xV100-16GB", "--no-data")
+    assert small["memory"]["verdict"] == "oom"
+    assert by_name(small)["sample-lengths"]["effect"]["verdict"] == {"samples of 128 tokens": "oom"}

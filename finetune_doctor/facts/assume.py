@@ -32,8 +32,8 @@ from typing import Any, Callable
 # without weighing them and stays off the memory model (ARCHITECTURE.md, "memory model off the lint path")
 from finetune_doctor.facts.assumebase import (NOT_OPEN, SAMPLE_LABEL, SAMPLE_LADDER_STEPS, SHORT_SAMPLE_TOKENS,
                                               TYPICAL_LONGEST_TOKENS,
-                                              SHOWN_ONLY, Seen, budget_gib, judge_run, not_deciding, settled, weigh,
-                                              weighs)
+                                              SHOWN_ONLY, Seen, budget_gib, judge_run, not_deciding, sample_ladder,
+                                              settled, weigh, weighs)
 from finetune_doctor.facts.assumelaunch import launch_assumptions
 from finetune_doctor.facts.assumestack import (deepspeed_config_assumption, stack_assumptions, unsloth_assumption,
                                               unsloth_nf4_assumption, unsloth_rope_build_assumption,
@@ -63,9 +63,8 @@ def _data_and_card(c: Seen) -> list[Assumption]:
     """The sample lengths without the data; the card a bare ``--gpu`` names; no card at all."""
     run, hw, out = c.run, c.hw, []
     if c.tokens is None and not run.packing:
-        ladder = [SHORT_SAMPLE_TOKENS << k for k in range(SAMPLE_LADDER_STEPS)]
         alts = [(f"samples of {n} tokens", (lambda n=n: c.judge(run.with_(seq_len=n), hw, None)))
-                for n in ladder if n < run.seq_len]
+                for n in sample_ladder(run.seq_len)]
         out.append(weigh(
             "sample-lengths", f"every sample fills cutoff_len ({run.seq_len} tokens)",
             "the datasets were not scanned (not on this machine, or --no-data): the worst case is taken",

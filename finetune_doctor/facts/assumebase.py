@@ -82,6 +82,17 @@ SHOWN_ONLY: dict[str, frozenset[str]] = {"weights-quantization": frozenset({UNQU
 NEVER_OPENS = NOT_OPEN - {"transformers-version", "train-batch"}
 
 
+def sample_ladder(cutoff_len: int) -> list[int]:
+    """The longest-sample lengths (tokens per sample) the ``sample-lengths`` assumption evaluates below
+    `cutoff_len` (tokens): SHORT_SAMPLE_TOKENS and its doublings under cutoff_len, at most SAMPLE_LADDER_STEPS of
+    them; at or under SHORT_SAMPLE_TOKENS, where no rung is below cutoff_len, half of cutoff_len (issue #23,
+    session 16: a 257-token Chinese-Vicuna run and a 241-token gsm8k batch were called ``oom`` with the assumption
+    open and no shorter length weighed, so the verdict held across none of its range; README "Verdicts that follow
+    the unknowns"). Empty for cutoff_len < 2. Never raises."""
+    ladder = [n for n in (SHORT_SAMPLE_TOKENS << k for k in range(SAMPLE_LADDER_STEPS)) if n < cutoff_len]
+    return ladder or ([cutoff_len // 2] if cutoff_len >= 2 else [])
+
+
 def opens_verdict(name: str, base_verdict: str | None, verdicts: dict[str, str]) -> bool:
     """Whether an assumption `name` whose alternatives gave `verdicts` (label → verdict) opens `base_verdict`: the
     one home of that question, so the ``!`` of the report (``Assumption.moves_verdict``) and the verdict
