@@ -8,6 +8,12 @@ A line the reader matches may carry, in front of the text the program printed, a
   elastic/multiprocessing/api.py);
 * Slurm's ``srun --label`` task id ``3: ``, pdsh's host label ``gpu-node-2: `` (DeepSpeed's multi-node runner) and
   Kubernetes' ``kubectl logs --prefix`` ``[pod/name/container] ``;
+* a Markdown quote ``> `` (a paste quoted in an issue reply; nested ``> > `` too) and terminal colours: ANSI SGR
+  codes (``\x1b[36m``), anywhere on the line, also as GitHub shows them once the escape byte is lost in the copy
+  (``[36m(TaskRunner pid=9831)[0m``, verl's Ray logs);
+* Ray's worker prefix ``(WorkerDict pid=26103) `` / ``(RayTrainWorker pid=1790, ip=10.0.3.17) `` (ray/_private/
+  worker.py print_worker_logs: the actor's class name, its pid and, off the head node, its ip), as verl, OpenRLHF and
+  LLaMA-Factory's ``USE_RAY=1`` print every line of a worker;
 * a timestamp: ISO 8601 (``kubectl logs --timestamps``: ``2024-11-23T00:52:57.664949121Z``), the Python logging
   default ``2024-11-23 00:52:57,664``, bracketed ``[2024-11-23 00:52:57]``, syslog/journalctl ``Nov 23 00:52:57
   host kernel:`` and dmesg's seconds since boot ``[  179.437933]``.
@@ -32,6 +38,15 @@ _MONTHS.update({"mär": 3, "mai": 5, "okt": 10, "dez": 12, "janv": 1, "févr": 2
 _VIEWER = re.compile(r"\[\d{1,9}\] |\s{0,8}\d{1,9} \| ")
 _RANK = re.compile(r"\[rank(?P<rank>\d+)\]:\s?")
 _ROLE = re.compile(r"\[(?P<role>[A-Za-z_]\w*?)(?P<lr>\d+)\]:\s?")
+# a Markdown quote marker: ">" with at most one blank after it, repeated for a nested quote ("> > ", ">>> ")
+_QUOTE = re.compile(r"(?:>[ \t]?)+")
+# SGR colour codes with their escape byte, and (only on a line that also resets, "[0m") the same codes whose escape
+# byte a copy from a terminal or a web page dropped: "[36m(TaskRunner pid=980072)[0m step:3 - ..."
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_ANSI_BARE = re.compile(r"\x1b?\[[0-9;]{0,12}m")
+# Ray's log prefix of a worker's line: "(ClassName pid=N)" or "(ClassName pid=N, ip=A.B.C.D)", "(pid=N)" for a task,
+# "(raylet)" for the raylet's own lines
+_RAY = re.compile(r"\((?:(?:[A-Za-z_][\w.:-]*) )?pid=\d+(?:, ip=(?P<ip>[0-9a-fA-F.:]+))?\)\s|\((?:raylet|gcs_server)\) ")
 _SLURM = re.compile(r"\s{0,6}(?P<task>\d{1,5}): ")
 _POD = re.compile(r"\[pod/(?P<pod>[^/\]\s]+)/[^\]\s]*\] ")
 _ISO = re.compile(r"\[?(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T ](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d+))?"
@@ -74,7 +89,12 @@ def wall_in_year(month: int, day: int, h: int, mi: int, s: float) -> float:
 
 
 def strip_prefixes(text: str) -> tuple[str, Prefix]:
-    """`text` without its leading prefixes, and what they said. At most 8 prefixes are taken off."""
+    """`text` without its leading prefixes (and without any colour code, wherever on the line), and what they
+    said. At most 8 prefixes are taken off."""
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    if "[0m" in text:
+        text = _ANSI_BARE.sub("", text)
     rank = lr = task = wall = up = None
     host = None
     has_year = False
@@ -98,6 +118,14 @@ def strip_prefixes(text: str) -> tuple[str, Prefix]:
             wall = wall_in_year(mon, int(m["d"]), int(m["h"]), int(m["mi"]),
                                 int(m["s"]) + (float("0." + m["f"]) if m["f"] else 0.0))
             host, pos = m["host"], m.end()
+            continue
+        m = _QUOTE.match(text, pos) if text.startswith(">", pos) else None
+        if m:
+            pos = m.end()
+            continue
+        m = _RAY.match(text, pos) if text.startswith("(", pos) else None
+        if m:
+            host, pos = m["ip"] or host, m.end()
             continue
         m = _DMESG.match(text, pos)
         if m:

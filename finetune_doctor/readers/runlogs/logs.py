@@ -21,8 +21,8 @@ OVERFLOW`` then ``{'loss': 2.0491, ...}`` is the step-380 log of a ``logging_ste
 that reduced the scale still completes its step (DeepSpeed skips the update, HF counts the step). Bars of other totals (eval loops,
 ``datasets.map``) are ignored once the training total is known from "Total optimization steps = N".
 
-Line prefixes (a log viewer's line numbers, ``[rankN]:``, timestamps, Slurm and Kubernetes prefixes) are taken
-off before matching (readers/runlogs/lineprefix.py). Module map: readers/runlogs/logpatterns.py (every pattern, with the upstream
+Line prefixes (a log viewer's line numbers, ``[rankN]:``, timestamps, Slurm and Kubernetes prefixes, a Markdown
+quote, colour codes, Ray's worker prefix) are taken off before matching (readers/runlogs/lineprefix.py). Module map: readers/runlogs/logpatterns.py (every pattern, with the upstream
 line that prints it), readers/runlogs/logparse.py (the line parser), readers/runlogs/logfailures.py (failure lines),
 readers/runlogs/logcontext.py (the bytes around a line). Cost is linear in the file: each hit hands the parsers at most
 `HIT_BEFORE` + `HIT_AFTER` bytes, and the hits inside that window are not parsed again.
