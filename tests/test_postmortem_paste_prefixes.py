@@ -2,7 +2,7 @@
 looks (the exception line, the frames below a traceback's header, the lines around them): a Markdown quote
 ("> ", a paste quoted in a reply), terminal colour codes with or without their escape byte, Ray's worker prefix
 (verl, OpenRLHF, LLaMA-Factory under USE_RAY=1). Issue #25: a quoted or coloured paste of a traceback cut before
-its exception lost what its frames say (15 of the 120 right real-thread pastes turned wrong when quoted)."""
+its exception lost what its frames say (15 of the 120 right real-thread pastes turned wrong when quoted, 5 when indented)."""
 
 from __future__ import annotations
 
@@ -66,6 +66,8 @@ FORMS = {
     "quoted": lambda s: "\n".join("> " + ln for ln in s.split("\n")),
     "ray-colour": lambda s: "\n".join("[36m(WorkerDict pid=2642052)[0m " + ln for ln in s.split("\n")),
     "ansi": lambda s: "\n".join("\x1b[31m" + ln + "\x1b[0m" for ln in s.split("\n")),
+    # a Markdown indented code block (or a paste inside a list item): every line shifted by four blanks
+    "indented": lambda s: "\n".join("    " + ln for ln in s.split("\n")),
 }
 
 
