@@ -2,10 +2,12 @@
 looks (the exception line, the frames below a traceback's header, the lines around them): a Markdown quote
 ("> ", a paste quoted in a reply), terminal colour codes with or without their escape byte, Ray's worker prefix
 (verl, OpenRLHF, LLaMA-Factory under USE_RAY=1). Issue #25: a quoted or coloured paste of a traceback cut before
-its exception lost what its frames say (15 of the 120 right real-thread pastes turned wrong when quoted, 5 when indented)."""
+its exception lost what its frames say (15 of the 120 right real-thread pastes turned wrong when quoted, 5 when indented; a start-up hang was missed
+behind a closing fence or a blank line pdsh labels)."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
@@ -28,6 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ("(RayTrainWorker pid=1790, ip=10.0.3.17) [rank2]: ValueError: x", "ValueError: x", "10.0.3.17"),
     ("(pid=4410) Loading checkpoint shards: 100%", "Loading checkpoint shards: 100%", None),
     ("\x1b[32m2024-11-23 00:52:57.664\x1b[0m | \x1b[1mINFO\x1b[0m | train", "| INFO | train", None),
+    ("gpu-node-2: ", "", "gpu-node-2"),
 ])
 def test_quote_colour_and_ray_prefixes_are_taken_off(line, text, host):
     got, pre = strip_prefixes(line)
@@ -51,15 +54,17 @@ def test_a_ray_worker_traceback_in_lost_colour_codes_names_the_frames(tmp_path):
     assert "from_pretrained (tokenization_auto.py, transformers)" in f.message
 
 
-def _cases():
+@functools.lru_cache(maxsize=1)
+def _right_pastes():
     spec = importlib.util.spec_from_file_location("real_threads", os.path.join(ROOT, "benchmarks", "real_threads.py"))
     assert spec and spec.loader
     rt = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(rt)
     # the pastes of a run's output among the dev cases: a traceback, a frame, a clock or a progress bar
-    return rt, [c for c in rt.load_cases() if c["split"] == "dev" and c["log"].count("\n") >= 3 and (
+    cases = [c for c in rt.load_cases() if c["split"] == "dev" and c["log"].count("\n") >= 3 and (
         "Traceback" in c["log"] or 'File "' in c["log"] or "it/s" in c["log"]
         or re.search(r"\d\d:\d\d:\d\d", c["log"]))]
+    return rt, [c for c in cases if rt.judge_case(c)["right"]]
 
 
 FORMS = {
@@ -68,13 +73,16 @@ FORMS = {
     "ansi": lambda s: "\n".join("\x1b[31m" + ln + "\x1b[0m" for ln in s.split("\n")),
     # a Markdown indented code block (or a paste inside a list item): every line shifted by four blanks
     "indented": lambda s: "\n".join("    " + ln for ln in s.split("\n")),
+    # copied with its Markdown fences: the log's last line is the closing fence, not the run's output
+    "fenced": lambda s: "```text\n" + s + "\n```\n",
+    # pdsh's host label (DeepSpeed's multi-node runner), a blank line of the remote process labelled too
+    "pdsh": lambda s: "\n".join("gpu-node-2: " + ln for ln in s.split("\n")),
 }
 
 
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_a_right_paste_stays_right_in_another_form(form):
-    rt, cases = _cases()
-    plain = [c for c in cases if rt.judge_case(c)["right"]]
+    rt, plain = _right_pastes()
     assert len(plain) >= 100
     turned = [(c["id"], j["first"]) for c in plain
               if not (j := rt.judge_case({**c, "log": FORMS[form](c["log"])}))["right"]]

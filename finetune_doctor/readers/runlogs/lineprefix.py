@@ -56,8 +56,9 @@ _SYSLOG = re.compile(r"(?P<mon>[A-Za-zéä]{3,4})\.? {1,2}(?P<d>\d{1,2}) (?P<h>\
 _DMESG = re.compile(r"\[\s*(?P<up>\d+\.\d+)\] ")
 # pdsh's label (pdsh -R ssh, the runner of `deepspeed --hostfile` across nodes: deepspeed/launcher/multinode_runner.py
 # PDSHRunner) puts "host: " before every line of a remote process; a host name here holds a digit and no "_"
-# ("gpu-node-2", "node01", "10.0.0.7"), so the "loss: " / "INFO: " / "wandb: " of a line are not taken for one
-_PDSH = re.compile(r"(?P<host>(?=[A-Za-z0-9.-]*\d)[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?): (?=\D)")
+# ("gpu-node-2", "node01", "10.0.0.7"), so the "loss: " / "INFO: " / "wandb: " of a line are not taken for one;
+# pdsh labels a blank line of the remote process too ("node01: " and nothing after it)
+_PDSH = re.compile(r"(?P<host>(?=[A-Za-z0-9.-]*\d)[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?):(?: (?=\D)| ?$)")
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,22 @@ def frames_below(lines: list[str]) -> tuple[str, ...]:
 SITE_DIRS = ("site-packages/", "dist-packages/")
 
 
+# a Markdown code fence ("```", "```text", "~~~") that closes a pasted log: no output of the run
+_FENCE = re.compile(r"\s*(?:```|~~~)[\w+-]*\s*")
+
+
+def only_below(context: LineContext, tail: re.Pattern) -> bool:
+    """Whether every line after the current one up to the end of the file (the caller checked that the file
+    ends within LOOKAHEAD) is blank, a Markdown fence closing the paste, or a line `tail` finds once its
+    prefixes are off: the log ends on the current line's kind."""
+    rest = context.buf[context.le:].decode("utf-8", "replace").splitlines()[1:]
+    for t in rest:
+        t = strip_prefixes(t)[0]
+        if t.strip() and not _FENCE.fullmatch(t) and not tail.search(t):
+            return False
+    return True
+
+
 def dedented(lines: list[str], indent: int) -> list[str]:
     """`lines` (the lines below a traceback's header) without the `indent` blanks the whole paste was shifted
     by: a traceback pasted as a Markdown indented code block or inside a list item has its header at column

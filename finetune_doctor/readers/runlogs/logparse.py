@@ -15,7 +15,7 @@ from finetune_doctor.evidence import Fact, KillRecord, MemoryRecord, Notice, Res
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.lineprefix import strip_prefixes, wall_in_year
 from finetune_doctor.readers.runlogs.logcontext import (
-    FRAME, LOOKAHEAD, Keep, LineContext, dedented, frames_and_packages, num, traceback_end,
+    FRAME, LOOKAHEAD, Keep, LineContext, dedented, frames_and_packages, num, only_below, traceback_end,
 )
 from finetune_doctor.readers.runlogs.logfailures import FailureLines
 from finetune_doctor.readers.runlogs.logkept import frame_lines_above
@@ -513,9 +513,7 @@ class TextLogParser(FailureLines, MomentLines, NpuLines):
         output is not kept. analyzers/postmortem/health.py reads a start-up hang from it."""
         if len(context.buf) - context.le >= LOOKAHEAD:
             return   # more than LOOKAHEAD bytes follow: not the end of the file (and no copy of them is made)
-        rest = context.buf[context.le:]
-        if not all(pat.DIST_INIT_TAIL.search(strip_prefixes(t)[0])
-                                             for t in rest.decode("utf-8", "replace").splitlines()[1:]):
+        if not only_below(context, pat.DIST_INIT_TAIL):
             return
         m = pat.DIST_INIT.search(text)
         kind = "deepspeed" if m else "nccl" if "NCCL INFO" in text else "llamafactory"
@@ -529,8 +527,7 @@ class TextLogParser(FailureLines, MomentLines, NpuLines):
         analyzers/postmortem/health.py reads a stop from it."""
         if len(context.buf) - context.le >= LOOKAHEAD:
             return
-        rest = context.buf[context.le:].decode("utf-8", "replace").splitlines()[1:]
-        if all(not t.strip() or pat.DATA_LOAD.search(t) for t in rest):
+        if only_below(context, pat.DATA_LOAD):
             self.keep.add("notices", Notice(self.path, line, self.during(), "data-load", text.strip()[:300],
                                             {"rank": rank, "ends_log": True}))
 
