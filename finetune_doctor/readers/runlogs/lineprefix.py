@@ -46,7 +46,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _ANSI_BARE = re.compile(r"\x1b?\[[0-9;]{0,12}m")
 # Ray's log prefix of a worker's line: "(ClassName pid=N)" or "(ClassName pid=N, ip=A.B.C.D)", "(pid=N)" for a task,
 # "(raylet)" for the raylet's own lines
-_RAY = re.compile(r"\((?:(?:[A-Za-z_][\w.:-]*) )?pid=\d+(?:, ip=(?P<ip>[0-9a-fA-F.:]+))?\)\s|\((?:raylet|gcs_server)\) ")
+_RAY = re.compile(r"\((?:(?:[A-Za-z_][\w.:-]*) )?pid=\d+(?:, ip=(?P<ip>[0-9a-fA-F.:]+))?\)\s"
+                  r"|\((?:raylet|gcs_server)\) ")
 _SLURM = re.compile(r"\s{0,6}(?P<task>\d{1,5}): ")
 _POD = re.compile(r"\[pod/(?P<pod>[^/\]\s]+)/[^\]\s]*\] ")
 _ISO = re.compile(r"\[?(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T ](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d+))?"
