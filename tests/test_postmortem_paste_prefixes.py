@@ -1,11 +1,11 @@
-"""A paste is read the same whatever form it reached the doctor in: what users and tools put before its lines is
-taken off wherever the reader looks (the exception line, the frames below a traceback's header, the lines around
-them): a Markdown quote ("> ", a paste quoted in a reply), terminal colour codes with or without their escape
-byte, Ray's worker prefix (verl, OpenRLHF, LLaMA-Factory under USE_RAY=1), pdsh's host label; a paste shifted
-right as a whole (an indented code block) is read at CPython's columns; a closing Markdown fence is no output of
-the run; lines a terminal broke at its width are joined back. Issue #25: of the 120 right dev pastes of the real
-threads, 15 turned wrong when quoted, coloured or Ray-prefixed, 5 when indented, 1 (a start-up hang) when fenced
-or pdsh-labelled, 16 when wrapped at 120 columns and 39 at 80."""
+"""A paste is read the same whatever form it reached the doctor in: what users and tools put before its lines is taken
+off wherever the reader looks (the exception line, the frames below a traceback's header, the lines around them): a
+Markdown quote ("> ", a paste quoted in a reply), terminal colour codes with or without their escape byte, Ray's
+worker prefix (verl, OpenRLHF, LLaMA-Factory under USE_RAY=1), pdsh's host label, Docker Compose's service label,
+Open MPI's output tag; a paste shifted right as a whole (an indented code block) is read at CPython's columns; a
+closing Markdown fence is no output of the run; lines a terminal broke at its width are joined back. Issue #25: of
+the 120 right dev pastes of the real threads, 15 turned wrong when quoted, coloured, Ray-, Compose- or MPI-prefixed,
+5 when indented, 1 (a start-up hang) when fenced or pdsh-labelled, 16 when wrapped at 120 columns and 39 at 80."""
 
 from __future__ import annotations
 
@@ -33,6 +33,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ("(pid=4410) Loading checkpoint shards: 100%", "Loading checkpoint shards: 100%", None),
     ("\x1b[32m2024-11-23 00:52:57.664\x1b[0m | \x1b[1mINFO\x1b[0m | train", "| INFO | train", None),
     ("gpu-node-2: ", "", "gpu-node-2"),
+    ("trainer-1  | Traceback (most recent call last):", "Traceback (most recent call last):", None),
+    ("trainer_1        |   File \"/app/train.py\", line 9", "  File \"/app/train.py\", line 9", None),
+    ("trainer-1  |", "", None),
+    ("[1,3]<stderr>:RuntimeError: NCCL error", "RuntimeError: NCCL error", None),
 ])
 def test_quote_colour_and_ray_prefixes_are_taken_off(line, text, host):
     got, pre = strip_prefixes(line)
@@ -40,10 +44,16 @@ def test_quote_colour_and_ray_prefixes_are_taken_off(line, text, host):
     assert pre.host == host
 
 
+def test_the_mpi_tag_names_the_rank():
+    assert strip_prefixes("[1,3]<stderr>:  File \"x.py\", line 1, in f")[1].rank == 3
+
+
 @pytest.mark.parametrize("line", [
     "loss went from 0.8 -> 1.2 (pid=4410) at step 3",     # a pid inside the text is no prefix
     "(base) user@host:~$ llamafactory-cli train x.yaml",   # a conda prompt is no Ray prefix
     "[5m] elapsed, loss 0.31",                             # a bracket with "m" and no reset code stays
+    "| step | loss |",                                      # a Markdown table row is no Compose label
+    "  0%|          | 0/1891 [00:00<?, ?it/s]",             # nor a progress bar
 ])
 def test_text_that_only_looks_like_a_prefix_stays(line):
     assert strip_prefixes(line)[0] == line
@@ -79,9 +89,13 @@ FORMS = {
     "fenced": lambda s: "```text\n" + s + "\n```\n",
     # pdsh's host label (DeepSpeed's multi-node runner), a blank line of the remote process labelled too
     "pdsh": lambda s: "\n".join("gpu-node-2: " + ln for ln in s.split("\n")),
+    # `docker compose up`'s service label; `mpirun --tag-output`'s job and rank tag
+    "compose": lambda s: "\n".join("trainer-1  | " + ln for ln in s.split("\n")),
+    "mpi": lambda s: "\n".join("[1,0]<stderr>:" + ln for ln in s.split("\n")),
 }
 
 
+@pytest.mark.slow   # every right dev paste, re-read in each form
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_a_right_paste_stays_right_in_another_form(form):
     rt, plain = _right_pastes()
@@ -141,6 +155,7 @@ WRAP_LEFT = {80: {"alpaca202", "simpletuner2353", "onlinerlhf11", "lf2460", "acc
              120: {"qwen434", "lf360", "autotrain456", "trl4782", "lf7920", "llava291"}}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", sorted(WRAP_LEFT))
 def test_a_right_paste_stays_right_when_a_terminal_wrapped_it(width):
     rt, plain = _right_pastes()

@@ -14,6 +14,8 @@ A line the reader matches may carry, in front of the text the program printed, a
 * Ray's worker prefix ``(WorkerDict pid=26103) `` / ``(RayTrainWorker pid=1790, ip=10.0.3.17) `` (ray/_private/
   worker.py print_worker_logs: the actor's class name, its pid and, off the head node, its ip), as verl, OpenRLHF and
   LLaMA-Factory's ``USE_RAY=1`` print every line of a worker;
+* Docker Compose's service label ``trainer-1  | `` (v1: ``trainer_1  | ``; padded to the longest service name, the
+  bar alone on a blank line) and Open MPI's ``mpirun --tag-output`` tag ``[1,3]<stderr>:`` (job, then rank);
 * a timestamp: ISO 8601 (``kubectl logs --timestamps``: ``2024-11-23T00:52:57.664949121Z``), the Python logging
   default ``2024-11-23 00:52:57,664``, bracketed ``[2024-11-23 00:52:57]``, syslog/journalctl ``Nov 23 00:52:57
   host kernel:`` and dmesg's seconds since boot ``[  179.437933]``.
@@ -48,6 +50,9 @@ _ANSI_BARE = re.compile(r"\x1b?\[[0-9;]{0,12}m")
 # "(raylet)" for the raylet's own lines
 _RAY = re.compile(r"\((?:(?:[A-Za-z_][\w.:-]*) )?pid=\d+(?:, ip=(?P<ip>[0-9a-fA-F.:]+))?\)\s"
                   r"|\((?:raylet|gcs_server)\) ")
+# Compose's label: the service name, "-" (v2) or "_" (v1) and the replica number, padding, "|"
+_COMPOSE = re.compile(r"[A-Za-z0-9][\w.-]*[-_]\d{1,3} +\|(?: |$)")
+_MPI = re.compile(r"\[\d+,(?P<rank>\d+)\]<std(?:out|err|diag)>:")
 _SLURM = re.compile(r"\s{0,6}(?P<task>\d{1,5}): ")
 _POD = re.compile(r"\[pod/(?P<pod>[^/\]\s]+)/[^\]\s]*\] ")
 _ISO = re.compile(r"\[?(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T ](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d+))?"
@@ -140,6 +145,14 @@ def strip_prefixes(text: str) -> tuple[str, Prefix]:
         m = _ROLE.match(text, pos)
         if m and m["role"] != "rank":
             lr, pos = int(m["lr"]), m.end()
+            continue
+        m = _MPI.match(text, pos) if text.startswith("[", pos) else None
+        if m:
+            rank, pos = int(m["rank"]), m.end()
+            continue
+        m = _COMPOSE.match(text, pos) if pos == 0 and "|" in text[:80] else None
+        if m:
+            pos = m.end()
             continue
         m = _SLURM.match(text, pos)
         if m and pos == 0:
