@@ -12,7 +12,7 @@ from finetune_doctor.analyzers.postmortem.crashcause import crash_cause, raised_
 from finetune_doctor.analyzers.postmortem.cutcause import args_lead, dependency_check_lead, frame_lead, lead_kind, staged_save_lead
 from finetune_doctor.analyzers.postmortem.saidstack import stack_text
 from finetune_doctor.analyzers.postmortem.diskfull import disk_full
-from finetune_doctor.analyzers.postmortem.launchtail import child_failed_only, cut_above
+from finetune_doctor.analyzers.postmortem.launchtail import child_failed_only, cut_above, rank_raised
 from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.analyzers.postmortem.ranks import is_consequence_exc
@@ -574,6 +574,9 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
         # that traceback is the cause's evidence, its frames say where the rank was
         exc, tb = None, cut
     exc = cause_exc or exc
+    # a rank's traceback cut before its exception line, away from a collective and from the launcher's own
+    # frames, is a rank that raised: the collective timeouts of the other ranks are its consequences
+    raised = raised or (exc is None and tb is not None and not signalled and rank_raised(tb, out.get("nccl")))
     explained = bool(out.get("oom") or (not raised and (out.get("nccl") or out.get("nccl_error")))
                      or out.get("cuda_error")
                      or (out.get("killed") and out["killed"]["host_oom"]) or out.get("host_alloc")
@@ -624,7 +627,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
         else None
     if rng:   # a lead the exception does not give: the release was not written for this stack (stackcause.py)
         cause = {"kind": cause["kind"] if cause else "stack-range", "text": (cause["text"] + "; " if cause else "") + rng}
-    after = _consequences(ev, out, exc) if raised and not explained else None
+    after = _consequences(ev, out, exc or rec) if raised and not explained else None
     return {"kind": kind, "cls": (exc.value or {}).get("cls") if exc else None,
             "msg": (exc.value or {}).get("msg") if exc else None, "step": rec.step, "explained": explained,
             "text": text, "where_text": where, "phase": phase, "location": location_of(rec.file, rec.line),

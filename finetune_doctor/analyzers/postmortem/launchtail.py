@@ -23,6 +23,31 @@ def _launcher_frames(n: Notice) -> bool:
         p == "torch" and base == "run.py" for p, _fn, base in v.get("pkgs") or ())
 
 
+# a traceback whose frames wait in a collective or a barrier (torch/distributed/distributed_c10d.py, HF's
+# main_process_first, accelerate's wait_for_everyone): a rank that waited for another, whatever stopped it
+_COLLECTIVE = ("distributed_c10d.py", "barrier", "main_process_first", "wait_for_everyone", "all_reduce", "all_gather",
+               "broadcast", "reduce_scatter")
+
+
+def rank_raised(tb: Notice, nccl: dict[str, Any] | None) -> bool:
+    """Whether a traceback cut before its exception line was a rank raising of its own: not the launcher's own
+    traceback, no frame waiting in a collective or barrier (where the exception is most often the timeout another
+    rank caused), and not the rank whose collective timeout the logs show (`nccl`: the ``ev.nccl`` fact; its
+    traceback is that timeout's, cut). Where the traceback or the timeout names no rank, a timeout printed above
+    the traceback in its file is taken for its own (torch prints the watchdog's or the store's timeout, then the
+    exception it raises); one printed below it is another rank's."""
+    frames = " ".join((tb.value or {}).get("frames") or ())
+    rank = (tb.value or {}).get("rank")
+    at = (nccl or {}).get("location") or {}
+    if nccl is None:
+        same = False
+    elif rank is not None and nccl.get("rank") is not None:
+        same = nccl.get("rank") == rank
+    else:
+        same = at.get("file") == tb.file and (at.get("line") or 0) <= tb.line
+    return not same and not _launcher_frames(tb) and not any(w in frames for w in _COLLECTIVE)
+
+
 def cut_above(ev: Evidence) -> Notice | None:
     """The last traceback that another traceback follows before any exception line: a rank's traceback the paste
     cut before its exception (CPython prints the exception right below its frames, Lib/traceback.py), above the
