@@ -576,7 +576,9 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     exc = cause_exc or exc
     # a rank's traceback cut before its exception line, away from a collective and from the launcher's own
     # frames, is a rank that raised: the collective timeouts of the other ranks are its consequences
-    raised = raised or (exc is None and tb is not None and not signalled and rank_raised(tb, out.get("nccl")))
+    # (not beside an NCCL error: a failure of its own, which a rank's cut traceback may be the report of)
+    raised = raised or (exc is None and tb is not None and not signalled and not out.get("nccl_error")
+                        and rank_raised(tb, out.get("nccl")))
     explained = bool(out.get("oom") or (not raised and (out.get("nccl") or out.get("nccl_error")))
                      or out.get("cuda_error")
                      or (out.get("killed") and out["killed"]["host_oom"]) or out.get("host_alloc")
