@@ -78,6 +78,7 @@ NCCL_TAIL = """[rank1]:[E1203 15:22:51.310417 48171 ProcessGroupNCCL.cpp:616] [R
 
 FORMS = {
     "quoted": _each("> "), "indented": _each("    "), "fenced": lambda s: "```text\n" + s + "\n```\n",
+    "details": lambda s: "<details>\n<summary>Error log</summary>\n\n" + s + "\n</details>\n",
     "ansi": lambda s: "\n".join("\x1b[31m" + ln + "\x1b[0m" for ln in s.split("\n")),
     "ray-colour-lost": _each("[36m(TaskRunner pid=980072)[0m "), "ray-ip": _each("(RayTrainWorker pid=1790, ip=10.0.3.17) "),
     "pdsh": _each("worker-0: "), "compose": _each("trainer-1  | "), "mpi": _each("[1,0]<stderr>:"),

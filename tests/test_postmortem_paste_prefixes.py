@@ -87,6 +87,8 @@ FORMS = {
     "indented": lambda s: "\n".join("    " + ln for ln in s.split("\n")),
     # copied with its Markdown fences: the log's last line is the closing fence, not the run's output
     "fenced": lambda s: "```text\n" + s + "\n```\n",
+    # inside a collapsed block of a GitHub issue
+    "details": lambda s: "<details>\n<summary>Error log</summary>\n\n" + s + "\n</details>\n",
     # pdsh's host label (DeepSpeed's multi-node runner), a blank line of the remote process labelled too
     "pdsh": lambda s: "\n".join("gpu-node-2: " + ln for ln in s.split("\n")),
     # `docker compose up`'s service label; `mpirun --tag-output`'s job and rank tag

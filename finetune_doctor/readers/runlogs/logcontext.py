@@ -117,8 +117,9 @@ def frames_below(lines: list[str]) -> tuple[str, ...]:
 SITE_DIRS = ("site-packages/", "dist-packages/")
 
 
-# a Markdown code fence ("```", "```text", "~~~") that closes a pasted log: no output of the run
-_FENCE = re.compile(r"\s*(?:```|~~~)[\w+-]*\s*")
+# a Markdown code fence ("```", "```text", "~~~") or the HTML of a collapsed block ("</details>", "<summary>Log
+# </summary>") that closes a pasted log: no output of the run
+_FENCE = re.compile(r"\s*(?:(?:```|~~~)[\w+-]*|</?details>|<summary>.*</summary>)\s*")
 
 
 def only_below(context: LineContext, tail: re.Pattern) -> bool:
