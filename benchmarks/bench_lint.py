@@ -274,8 +274,8 @@ def main() -> int:
     # shared ~/.cache/finetune-doctor every other checkout of the project (another mtime of engine/expr.py) writes
     # its own expression file, and the folder keeps the 8 newest and those of the last 10 minutes
     # (fsutil.prune_cache): a run can find its file evicted and compile the rule expressions again (valgrind, a
-    # lint of LF's 95 examples: 1.26 G instructions warm, 2.8 G with the expression file missing, 6.9 G with the
-    # folder empty); HF_HOME pinned to where the hub cache was before, which a changed XDG_CACHE_HOME would move
+    # lint of LF's 95 examples: 1.26 G instructions warm, 6.9 G with the folder empty, 2.8 G with only another
+    # checkout's files there); HF_HOME pinned to where the hub cache was before, which XDG_CACHE_HOME would move
     doctor_cache = Path(tempfile.mkdtemp(prefix="bench-lint-cache-"))
     hf_home = os.environ.get("HF_HOME") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
