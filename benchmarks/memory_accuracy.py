@@ -189,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(HERE / "results" / "memory_accuracy.md"))
     args = ap.parse_args(argv)
     from finetune_doctor.hardware.catalog import parse_gpu_spec
+    sys.path.insert(0, str(HERE))
+    from calib_data import DEEPSPEED_BOUND
 
     rows = list(csv.DictReader(open(args.csv, encoding="utf-8")))
     table, err_total, err_alloc = [], [], []
@@ -208,7 +210,10 @@ def main(argv: list[str] | None = None) -> int:
         hw = parse_gpu_spec(f"{n}xA100-80GB")
         zero = cfg.pop("_zero", None)
         extra = cfg.pop("_zero_extra", None)
-        run = resolve_run(cfg, arch, hw, _DS(zero, extra) if zero else None)
+        # every row of the CSV was published before DeepSpeed 0.19.3 (Qwen's README 2023-24, LLaMA-Factory's
+        # README table): the run used an older DeepSpeed, as calib_data.dated_pins gives dated calibration rows
+        dated = (("deepspeed", DEEPSPEED_BOUND[1], "published before DeepSpeed 0.19.3"),) if zero else ()
+        run = resolve_run(cfg, arch, hw, _DS(zero, extra) if zero else None, stack_sources=dated)
         est = estimate(run, hw)
         meas = float(r["measured_gb_per_gpu"])
         e_t = (est.total - meas) / meas

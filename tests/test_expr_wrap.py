@@ -28,3 +28,12 @@ def test_a_namespace_is_read_as_it_was_when_the_evaluator_was_made():
     assert ev.eval("cfg.nested.stage") == 3
     assert ev.truth("") is True and ev.truth(None) is True
     assert ev.truth("cfg.nested.nothing") is False
+
+
+def test_looping_over_a_mapping_fact_yields_its_keys_and_ends():
+    # without __iter__, `for x in facts` used the __getitem__(0), (1), ... fallback, which never raises IndexError:
+    # a rule (a user's --rules file) looping over a mapping fact hung `doctor lint`
+    ev = Evaluator({"cfg": {"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}})
+    assert ev.eval("[k for k in cfg.zero_optimization]") == ["stage", "offload_param"]
+    assert ev.truth("any(k == 'stage' for k in cfg.zero_optimization)") is True
+    assert ev.eval("[k for k in cfg.missing]") == []

@@ -26,6 +26,14 @@ def test_sparse_jump_over_a_positive_median_is_still_found():
     assert found[0]["ratio"] == 50.0
 
 
+
+def test_sparse_jump_between_extreme_losses_is_not_a_math_domain_error():
+    # fuzz (test_fuzz_structured, trainer_log.jsonl): a loss of 4.05e23 then 1e-300; their quotient underflows to
+    # 0.0, and log(0) raised "math domain error" (an internal error, exit 2)
+    assert sparse_jumps(_curve([4.0480450661462125e+23, 1e-300]), 4.0) == []
+    found = sparse_jumps(_curve([1e-300, 1e-300, 4e23]), 4.0)
+    assert [(s["step"], s["value"]) for s in found] == [(20, 4e23)]
+
 # --- the hostile corpus's finds (tests/test_fuzz_corpus.py) -------------------------------------------------------
 
 import math  # noqa: E402

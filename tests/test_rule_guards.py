@@ -110,3 +110,57 @@ def test_the_examples_give_the_same_findings_with_the_prefilter_off(monkeypatch)
     monkeypatch.setattr(evaluate, "_ruled_out", lambda guards, facts: False)
     off = _lint_all()
     assert on == off and len(on) >= 5
+
+
+LF_FULL = Path("/work/shared/reference/llamafactory/examples")
+
+
+def _fixture_files():
+    """Every YAML and JSON under fixtures/, the held-out folders excepted (scored elsewhere, never read here)."""
+    return [str(p) for p in sorted((ROOT / "fixtures").rglob("*"))
+            if "heldout" not in p.parts and p.is_file() and p.suffix in (".yaml", ".yml", ".json")]
+
+
+def _reports(files):
+    """Each file linted on its own, as repr of every finding and the skipped list (a malformed file stops its lint
+    with an InputError, kept as its outcome)."""
+    import json
+
+    from finetune_doctor.errors import InputError
+    from finetune_doctor.pipeline import lint as pipe
+    from finetune_doctor.settings import Options
+
+    out = []
+    for f in files:
+        try:
+            report = pipe.run([f], Options.from_cli(command="lint", paths=[f]), jobs=1)
+        except InputError as err:
+            out.append(f"{f}: InputError {err}")
+            continue
+        out.extend(repr(x) for x in report.findings)
+        out.append(json.dumps(getattr(report, "skipped", None), default=repr))
+    return out
+
+
+@pytest.mark.parametrize("corpus", ["fixtures", "lf-examples"])
+def test_every_fixture_gives_the_same_report_with_every_rule_evaluated(monkeypatch, corpus):
+    """Byte-identical reports (every field of every finding, the skipped files, the errors) with the prefilter and
+    with every rule's condition evaluated, on all of fixtures/ and on LLaMA-Factory's examples/ where present."""
+    if corpus == "lf-examples" and not LF_FULL.is_dir():
+        pytest.skip("LLaMA-Factory's examples/ is not on this machine (fixtures/llamafactory/examples is linted)")
+    files = _fixture_files() if corpus == "fixtures" else sorted(str(p) for p in LF_FULL.rglob("*.yaml"))
+    runs = []
+    real = evaluate._run_rule
+
+    def counting(rule, ctx, base):
+        runs.append(rule.code)
+        return real(rule, ctx, base)
+
+    monkeypatch.setattr(evaluate, "_run_rule", counting)
+    on = _reports(files)
+    ran_on = len(runs)
+    monkeypatch.setattr(evaluate, "_ruled_out", lambda guards, facts: False)
+    off = _reports(files)
+    assert on == off
+    assert sum(x.startswith("Finding(") for x in on) >= 30
+    assert ran_on * 3 < len(runs) - ran_on   # the prefilter leaves most rules of these files unevaluated

@@ -46,6 +46,11 @@ class Facts:
     def __contains__(self, name: str) -> bool:
         return name in self._d
 
+    def __iter__(self) -> Any:
+        # without it, `for k in facts` falls back to __getitem__(0), (1), ... which never raises: a rule looping over
+        # a mapping fact would never end. Iterating yields the keys, as `in` tests them.
+        return iter(tuple(self._d))
+
     def __setattr__(self, name: str, value: Any) -> None:  # pragma: no cover - defensive
         raise AttributeError("facts are read-only")
 
@@ -73,6 +78,9 @@ class _Null:
 
     def __getitem__(self, name: Any) -> Any:
         return NULL
+
+    def __iter__(self) -> Any:
+        return iter(())   # a missing fact holds nothing to loop over (and __getitem__ alone would loop forever)
 
     def __bool__(self) -> bool:
         return False

@@ -12,6 +12,7 @@ from finetune_doctor.analyzers.postmortem.crashcause import crash_cause, raised_
 from finetune_doctor.analyzers.postmortem.cutcause import args_lead, dependency_check_lead, frame_lead, lead_kind, staged_save_lead
 from finetune_doctor.analyzers.postmortem.saidstack import stack_text
 from finetune_doctor.analyzers.postmortem.diskfull import disk_full
+from finetune_doctor.analyzers.postmortem.launchtail import child_failed_only, cut_above, rank_raised
 from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.analyzers.postmortem.ranks import is_consequence_exc
@@ -275,6 +276,8 @@ SUMMARY_KINDS = ("child-failed-root", "torchrun-exit", "launcher-exit", "exit-si
 """A launcher's report of how its child ended (torchrun's failure summary and agent line, DeepSpeed's "exits with
 return code", CPython's CalledProcessError "died with <Signals.SIGKILL: 9>" under accelerate): the exit, not its
 sender."""
+EXIT_KINDS = ("child-failed-root", "torchrun-exit", "launcher-exit")
+"""A launcher's report of its child's exit code (the code a Python exception gives is 1)."""
 SENDER_KINDS = ("kernel-oom", "cgroup-oom", "slurm-oom", "ray-oom", "cpu-alloc", "slurm-cancel", "shell-killed")
 """Records that name who ended a process (the kernel, a cgroup, Slurm, Ray, bash's report of the signal)."""
 SUMMARY_ASK = (" The launcher's summary does not say who sent SIGKILL: `dmesg -T | grep -iE 'killed process|out of "
@@ -301,6 +304,19 @@ instruction, an integer division by zero): a crash inside a C/C++/CUDA extension
 outside."""
 
 
+def _relevant_kills(kills: list[KillRecord]) -> list[KillRecord]:
+    """The records that may name the death that ended the run: not the summary's list of the other failed ranks,
+    not a SIGTERM a launcher sent while stopping the others. A launcher's summary of a child that exited with an
+    exception's code (1: torchrun's "Root Cause" block, its agent's "failed (exitcode: 1)") only says that the child
+    raised; where a record beside it names a death (a DataLoader worker's signal, the kernel's or a cgroup's OOM
+    kill), that death is what the exception reported, and the summary is dropped."""
+    relevant = [k for k in kills if not (k.kind == "child-failed" or (k.exitcode in (-15, 143) and k.kind != "signal"))]
+    raised = [k for k in relevant if k.kind in EXIT_KINDS and k.exitcode is not None and k.exitcode > 0]
+    if raised and any(k.kind in SENDER_KINDS or k.kind == "loader-signal" for k in relevant):
+        return [k for k in relevant if k not in raised]
+    return relevant
+
+
 def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: dict[str, Any],
                  traced: bool = False, caused: bool | None = None) -> dict[str, Any] | None:
     """The process death that ended the run, or None. `traced`: the files hold a Python exception, a traceback
@@ -308,7 +324,7 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
     failure's consequence, never the cause. `caused` (default `traced`): the same without the launchers' wrapper
     exceptions (ChildFailedError, CalledProcessError): a SIGABRT with nothing else is the child's abort."""
     # the root cause: torchrun's "first observed failure", else the kernel's own record, else the launcher's
-    relevant = [k for k in kills if not (k.kind == "child-failed" or (k.exitcode in (-15, 143) and k.kind != "signal"))]
+    relevant = _relevant_kills(kills)
     if all(k.kind in LAUNCHER_ONLY for k in relevant) and traced:
         return None
     if not relevant:
@@ -321,7 +337,7 @@ def killed_facts(kills: list[KillRecord], cx: RunContext, mems: list[Any], out: 
                 or k.signal == "SIGKILL" or k.exitcode in (-9, 137) or inferred)
     if not host_oom and k.exitcode not in (-6, 134):
         # a Python exception (exit code 1) is reported by the crash fact, not as a kill
-        if k.exitcode is not None and k.exitcode > 0 and k.kind in ("child-failed-root", "torchrun-exit", "launcher-exit"):
+        if k.exitcode is not None and k.exitcode > 0 and k.kind in EXIT_KINDS:
             return None
     step = k.step
     if step is None:
@@ -552,16 +568,26 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
     # connection errors that other ranks raise after it are consequences, whatever their order in the files
     # (ranks.py CONSEQUENCE_EXC / CONSEQUENCE_WORDS): the last cause stands for the run
     raised = cause_exc is not None
+    if not raised and exc is not None and (cut := cut_above(ev)) is not None:
+        # the only exception is a launcher's or a collective's consequence (torchrun's ChildFailedError, LF's
+        # CalledProcessError), printed below a rank's traceback that the paste cut before its exception line:
+        # that traceback is the cause's evidence, its frames say where the rank was
+        exc, tb = None, cut
     exc = cause_exc or exc
+    # a rank's traceback cut before its exception line, away from a collective and from the launcher's own
+    # frames, is a rank that raised: the collective timeouts of the other ranks are its consequences
+    # (not beside an NCCL error: a failure of its own, which a rank's cut traceback may be the report of)
+    raised = raised or (exc is None and tb is not None and not signalled and not out.get("nccl_error")
+                        and rank_raised(tb, out.get("nccl")))
     explained = bool(out.get("oom") or (not raised and (out.get("nccl") or out.get("nccl_error")))
                      or out.get("cuda_error")
                      or (out.get("killed") and out["killed"]["host_oom"]) or out.get("host_alloc")
                      or (out.get("scale") and out["scale"]["trajectory"] == "abort"))
     if exc is None and (tb is None or signalled):
-        return None if out.get("completed") or signalled else _child_failed_only(ev, explained)
+        return None if out.get("completed") or signalled else child_failed_only(ev, explained)
     if exc is not None and str((exc.value or {}).get("cls") or "").endswith("ChildFailedError"):
         # torchrun's own exception only wraps the children's failures: say what its summary says of them
-        child = _child_failed_only(ev, explained)
+        child = child_failed_only(ev, explained)
         if child is not None:
             return child
     if out.get("completed") and exc is None:
@@ -603,7 +629,7 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
         else None
     if rng:   # a lead the exception does not give: the release was not written for this stack (stackcause.py)
         cause = {"kind": cause["kind"] if cause else "stack-range", "text": (cause["text"] + "; " if cause else "") + rng}
-    after = _consequences(ev, out, exc) if raised and not explained else None
+    after = _consequences(ev, out, exc or rec) if raised and not explained else None
     return {"kind": kind, "cls": (exc.value or {}).get("cls") if exc else None,
             "msg": (exc.value or {}).get("msg") if exc else None, "step": rec.step, "explained": explained,
             "text": text, "where_text": where, "phase": phase, "location": location_of(rec.file, rec.line),
@@ -685,53 +711,6 @@ def _traceback_before(ev: Evidence, exc: Any) -> Any:
                 if best is None or n.line > best.line:
                     best = n
     return best
-
-
-def _child_failed_only(ev: Evidence, explained: bool) -> dict[str, Any] | None:
-    """The run crashed in a child whose traceback is not in the files: torchelastic's failure summary
-    (torch/distributed/elastic/multiprocessing/errors/__init__.py ``ChildFailedError``) names the root-cause rank and
-    the other failed ranks with a positive exit code (a Python exception; a signal is `killed_facts`' business) and
-    "traceback : To enable traceback see ..." (the child did not record its error: no ``@record`` and no
-    TORCHELASTIC_ERROR_FILE), so the exception is only in that rank's own stderr. None without such a summary."""
-    kills = [k for f in ev.files for k in f.kills if k.kind in ("child-failed-root", "child-failed")]
-    root = next((k for k in kills if k.kind == "child-failed-root"), None)
-    agent = root is None
-    if agent:
-        # no summary: the elastic agent's own "failed (exitcode: N) local_rank: R (pid: P) of binary: B" lines
-        # (torch/distributed/elastic/multiprocessing/api.py:1003, torch 2.13 wheel) say the same of each child
-        kills = [k for f in ev.files for k in f.kills if k.kind == "torchrun-exit"] or [
-            # DeepSpeed's launcher: "[launch.py:N:sigkill_handler] [cmd ... '--local_rank=R' ...] exits with
-            # return code = 1" (deepspeed/launcher/launch.py sigkill_handler), its children's output above it
-            k for f in ev.files for k in f.kills if k.kind == "launcher-exit"]
-        root = kills[0] if kills else None
-    if root is None or root.exitcode is None or root.exitcode <= 0 or root.signal:
-        return None
-    seen: dict[str, int] = {}
-    ranks = []
-    for k in [root] + [k for k in kills if k is not root]:
-        who = f"rank {k.rank}" if k.rank is not None else (
-            f"local rank {k.local_rank}" + (f" (pid {k.pid})" if k.pid is not None else "") if k.local_rank is not None
-            else f"pid {k.pid}" if k.pid is not None else "a child process")
-        if who not in seen and k.exitcode is not None:
-            seen[who] = k.exitcode
-            ranks += [k.rank] if k.rank is not None else []
-    names = ", ".join(f"{w} (exit code {c})" for w, c in list(seen.items())[:8]) + (", ..." if len(seen) > 8 else "")
-    first = f"rank {root.rank}" if root.rank is not None else (
-        f"local rank {root.local_rank}" if root.local_rank is not None else "the first failed process")
-    deepspeed = root.kind == "launcher-exit"
-    text = (f"a Python exception in a child process that "
-            f"{'DeepSpeed' + chr(39) + 's launcher' if deepspeed else 'torchelastic' + chr(39) + 's'} "
-            f"{'' if deepspeed else 'agent log ' if agent else 'failure summary '}reports without its traceback: "
-            f"{names}, {first} first")
-    ask = (f"the exception is only in {first}'s own stderr: give that output with --log (or decorate the entry "
-           "point with torch.distributed.elastic.multiprocessing.errors.record so the summary carries it)"
-           if not deepspeed else
-           f"{first} printed its exception above this line in the same output (DeepSpeed's launcher does not "
-           "redirect its children): give the whole output with --log")
-    return {"kind": "child-failed", "cls": None, "msg": None, "step": root.step, "explained": explained, "text": text,
-            "ask": ask, "where_text": "at an unknown step" if root.step is None else f"during step {root.step}",
-            "phase": None, "location": location_of(root.file, root.line), "disk_full": None,
-            "ranks": sorted(ranks)}
 
 
 def _earlier(seen: list[Notice], exc: Notice | None) -> str:

@@ -82,7 +82,7 @@ def sparse_jumps(c: Curve, ratio: float) -> list[dict[str, Any]]:
         if len(fin) >= MIN_BASELINE:
             break
         if prev is not None and prev > 0 and v > 0:
-            lj = math.log(v / prev)
+            lj = math.log(v) - math.log(prev)   # not log(v / prev): the quotient of 1e-300 and 4e23 underflows to 0
             med = sorted(fin)[len(fin) // 2]
             history_ok = len(jumps) < 2 or lj >= JUMP_VS_HISTORY * max(abs(j) for j in jumps)
             # med > 0 as in `spikes`: a median of zeros (grad norms of 0.0 logged while nothing trains) gives no

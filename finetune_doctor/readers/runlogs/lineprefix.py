@@ -8,6 +8,14 @@ A line the reader matches may carry, in front of the text the program printed, a
   elastic/multiprocessing/api.py);
 * Slurm's ``srun --label`` task id ``3: ``, pdsh's host label ``gpu-node-2: `` (DeepSpeed's multi-node runner) and
   Kubernetes' ``kubectl logs --prefix`` ``[pod/name/container] ``;
+* a Markdown quote ``> `` (a paste quoted in an issue reply; nested ``> > `` too) and terminal colours: ANSI SGR
+  codes (``\x1b[36m``), anywhere on the line, also as GitHub shows them once the escape byte is lost in the copy
+  (``[36m(TaskRunner pid=9831)[0m``, verl's Ray logs);
+* Ray's worker prefix ``(WorkerDict pid=26103) `` / ``(RayTrainWorker pid=1790, ip=10.0.3.17) `` (ray/_private/
+  worker.py print_worker_logs: the actor's class name, its pid and, off the head node, its ip), as verl, OpenRLHF and
+  LLaMA-Factory's ``USE_RAY=1`` print every line of a worker;
+* Docker Compose's service label ``trainer-1  | `` (v1: ``trainer_1  | ``; padded to the longest service name, the
+  bar alone on a blank line) and Open MPI's ``mpirun --tag-output`` tag ``[1,3]<stderr>:`` (job, then rank);
 * a timestamp: ISO 8601 (``kubectl logs --timestamps``: ``2024-11-23T00:52:57.664949121Z``), the Python logging
   default ``2024-11-23 00:52:57,664``, bracketed ``[2024-11-23 00:52:57]``, syslog/journalctl ``Nov 23 00:52:57
   host kernel:`` and dmesg's seconds since boot ``[  179.437933]``.
@@ -32,6 +40,19 @@ _MONTHS.update({"mär": 3, "mai": 5, "okt": 10, "dez": 12, "janv": 1, "févr": 2
 _VIEWER = re.compile(r"\[\d{1,9}\] |\s{0,8}\d{1,9} \| ")
 _RANK = re.compile(r"\[rank(?P<rank>\d+)\]:\s?")
 _ROLE = re.compile(r"\[(?P<role>[A-Za-z_]\w*?)(?P<lr>\d+)\]:\s?")
+# a Markdown quote marker: ">" with at most one blank after it, repeated for a nested quote ("> > ", ">>> ")
+_QUOTE = re.compile(r"(?:>[ \t]?)+")
+# SGR colour codes with their escape byte, and (only on a line that also resets, "[0m") the same codes whose escape
+# byte a copy from a terminal or a web page dropped: "[36m(TaskRunner pid=980072)[0m step:3 - ..."
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_ANSI_BARE = re.compile(r"\x1b?\[[0-9;]{0,12}m")
+# Ray's log prefix of a worker's line: "(ClassName pid=N)" or "(ClassName pid=N, ip=A.B.C.D)", "(pid=N)" for a task,
+# "(raylet)" for the raylet's own lines
+_RAY = re.compile(r"\((?:(?:[A-Za-z_][\w.:-]*) )?pid=\d+(?:, ip=(?P<ip>[0-9a-fA-F.:]+))?\)\s"
+                  r"|\((?:raylet|gcs_server)\) ")
+# Compose's label: the service name, "-" (v2) or "_" (v1) and the replica number, padding, "|"
+_COMPOSE = re.compile(r"[A-Za-z0-9][\w.-]*[-_]\d{1,3} +\|(?: |$)")
+_MPI = re.compile(r"\[\d+,(?P<rank>\d+)\]<std(?:out|err|diag)>:")
 _SLURM = re.compile(r"\s{0,6}(?P<task>\d{1,5}): ")
 _POD = re.compile(r"\[pod/(?P<pod>[^/\]\s]+)/[^\]\s]*\] ")
 _ISO = re.compile(r"\[?(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T ](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d+))?"
@@ -41,8 +62,9 @@ _SYSLOG = re.compile(r"(?P<mon>[A-Za-zéä]{3,4})\.? {1,2}(?P<d>\d{1,2}) (?P<h>\
 _DMESG = re.compile(r"\[\s*(?P<up>\d+\.\d+)\] ")
 # pdsh's label (pdsh -R ssh, the runner of `deepspeed --hostfile` across nodes: deepspeed/launcher/multinode_runner.py
 # PDSHRunner) puts "host: " before every line of a remote process; a host name here holds a digit and no "_"
-# ("gpu-node-2", "node01", "10.0.0.7"), so the "loss: " / "INFO: " / "wandb: " of a line are not taken for one
-_PDSH = re.compile(r"(?P<host>(?=[A-Za-z0-9.-]*\d)[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?): (?=\D)")
+# ("gpu-node-2", "node01", "10.0.0.7"), so the "loss: " / "INFO: " / "wandb: " of a line are not taken for one;
+# pdsh labels a blank line of the remote process too ("node01: " and nothing after it)
+_PDSH = re.compile(r"(?P<host>(?=[A-Za-z0-9.-]*\d)[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?):(?: (?=\D)| ?$)")
 
 
 @dataclass(frozen=True)
@@ -74,7 +96,12 @@ def wall_in_year(month: int, day: int, h: int, mi: int, s: float) -> float:
 
 
 def strip_prefixes(text: str) -> tuple[str, Prefix]:
-    """`text` without its leading prefixes, and what they said. At most 8 prefixes are taken off."""
+    """`text` without its leading prefixes (and without any colour code, wherever on the line), and what they
+    said. At most 8 prefixes are taken off."""
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    if "[0m" in text:
+        text = _ANSI_BARE.sub("", text)
     rank = lr = task = wall = up = None
     host = None
     has_year = False
@@ -99,6 +126,14 @@ def strip_prefixes(text: str) -> tuple[str, Prefix]:
                                 int(m["s"]) + (float("0." + m["f"]) if m["f"] else 0.0))
             host, pos = m["host"], m.end()
             continue
+        m = _QUOTE.match(text, pos) if text.startswith(">", pos) else None
+        if m:
+            pos = m.end()
+            continue
+        m = _RAY.match(text, pos) if text.startswith("(", pos) else None
+        if m:
+            host, pos = m["ip"] or host, m.end()
+            continue
         m = _DMESG.match(text, pos)
         if m:
             up, pos = float(m["up"]), m.end()
@@ -110,6 +145,14 @@ def strip_prefixes(text: str) -> tuple[str, Prefix]:
         m = _ROLE.match(text, pos)
         if m and m["role"] != "rank":
             lr, pos = int(m["lr"]), m.end()
+            continue
+        m = _MPI.match(text, pos) if text.startswith("[", pos) else None
+        if m:
+            rank, pos = int(m["rank"]), m.end()
+            continue
+        m = _COMPOSE.match(text, pos) if pos == 0 and "|" in text[:80] else None
+        if m:
+            pos = m.end()
             continue
         m = _SLURM.match(text, pos)
         if m and pos == 0:

@@ -117,6 +117,34 @@ def frames_below(lines: list[str]) -> tuple[str, ...]:
 SITE_DIRS = ("site-packages/", "dist-packages/")
 
 
+# a Markdown code fence ("```", "```text", "~~~") or the HTML of a collapsed block ("</details>", "<summary>Log
+# </summary>") that closes a pasted log: no output of the run
+_FENCE = re.compile(r"\s*(?:(?:```|~~~)[\w+-]*|</?details>|<summary>.*</summary>)\s*")
+
+
+def only_below(context: LineContext, tail: re.Pattern) -> bool:
+    """Whether every line after the current one up to the end of the file (the caller checked that the file
+    ends within LOOKAHEAD) is blank, a Markdown fence closing the paste, or a line `tail` finds once its
+    prefixes are off: the log ends on the current line's kind."""
+    rest = context.buf[context.le:].decode("utf-8", "replace").splitlines()[1:]
+    for t in rest:
+        t = strip_prefixes(t)[0]
+        if t.strip() and not _FENCE.fullmatch(t) and not tail.search(t):
+            return False
+    return True
+
+
+def dedented(lines: list[str], indent: int) -> list[str]:
+    """`lines` (the lines below a traceback's header) without the `indent` blanks the whole paste was shifted
+    by: a traceback pasted as a Markdown indented code block or inside a list item has its header at column
+    `indent`, its frames at `indent` + 2 and its exception line at `indent`, where CPython printed them at 0, 2
+    and 0 (Lib/traceback.py). A line that does not start with those blanks is kept as it is."""
+    if indent <= 0:
+        return lines
+    pad = " " * indent
+    return [ln[indent:] if ln.startswith(pad) else ln for ln in lines]
+
+
 def traceback_end(lines: list[str]) -> int | None:
     """The index in `lines` (the lines below a "Traceback (most recent call last):" header, or below a frame)
     of the first line that is not a frame or its code: where CPython prints the exception (Lib/traceback.py

@@ -15,7 +15,7 @@ from finetune_doctor.evidence import Fact, KillRecord, MemoryRecord, Notice, Res
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.lineprefix import strip_prefixes, wall_in_year
 from finetune_doctor.readers.runlogs.logcontext import (
-    FRAME, LOOKAHEAD, Keep, LineContext, frames_and_packages, num, traceback_end,
+    FRAME, LOOKAHEAD, Keep, LineContext, dedented, frames_and_packages, num, only_below, traceback_end,
 )
 from finetune_doctor.readers.runlogs.logfailures import FailureLines
 from finetune_doctor.readers.runlogs.logkept import frame_lines_above
@@ -199,7 +199,8 @@ class TextLogParser(FailureLines, MomentLines, NpuLines):
             # CPython's unraisable hook ("Exception ignored in: <obj>", Python/errors.c) prints a traceback of an
             # exception it then ignores (a __del__ at shutdown): it ended nothing (analyzers: no cause)
             self.timing["tb_ignored"] = "Exception ignored in" in (context.previous_line() or "")
-            below = context.following_lines(200)
+            head = text.lstrip(" \t")   # the header's own column (a bar before it on its line is no indent)
+            below = dedented(context.following_lines(200), len(text) - len(head) if head.startswith("Tr") else 0)
             frames, pkgs = frames_and_packages(below)
             self.keep.add("notices", Notice(self.path, line, self.during(), "traceback", text.strip()[:500],
                                             {"rank": rank, "frames": frames, "pkgs": pkgs,
@@ -210,8 +211,9 @@ class TextLogParser(FailureLines, MomentLines, NpuLines):
             # frames with no "Traceback" header before them since the last exception: a paste cut above the
             # header; the traceback starts here
             self.timing["tb_open"] = True
-            below = context.following_lines(200)
-            frames, pkgs = frames_and_packages([text] + below)
+            lead = len(text) - len(text.lstrip(" \t"))   # CPython prints a frame line at column 2
+            below = dedented(context.following_lines(200), lead - 2)
+            frames, pkgs = frames_and_packages([text[max(0, lead - 2):]] + below)
             self.keep.add("notices", Notice(self.path, line, self.during(), "traceback",
                                             "frames of a traceback whose header the log does not hold",
                                             {"rank": rank, "frames": frames, "pkgs": pkgs}))
@@ -511,9 +513,7 @@ class TextLogParser(FailureLines, MomentLines, NpuLines):
         output is not kept. analyzers/postmortem/health.py reads a start-up hang from it."""
         if len(context.buf) - context.le >= LOOKAHEAD:
             return   # more than LOOKAHEAD bytes follow: not the end of the file (and no copy of them is made)
-        rest = context.buf[context.le:]
-        if not all(pat.DIST_INIT_TAIL.search(strip_prefixes(t)[0])
-                                             for t in rest.decode("utf-8", "replace").splitlines()[1:]):
+        if not only_below(context, pat.DIST_INIT_TAIL):
             return
         m = pat.DIST_INIT.search(text)
         kind = "deepspeed" if m else "nccl" if "NCCL INFO" in text else "llamafactory"
@@ -527,8 +527,7 @@ class TextLogParser(FailureLines, MomentLines, NpuLines):
         analyzers/postmortem/health.py reads a stop from it."""
         if len(context.buf) - context.le >= LOOKAHEAD:
             return
-        rest = context.buf[context.le:].decode("utf-8", "replace").splitlines()[1:]
-        if all(not t.strip() or pat.DATA_LOAD.search(t) for t in rest):
+        if only_below(context, pat.DATA_LOAD):
             self.keep.add("notices", Notice(self.path, line, self.during(), "data-load", text.strip()[:300],
                                             {"rank": rank, "ends_log": True}))
 

@@ -21,9 +21,10 @@ OVERFLOW`` then ``{'loss': 2.0491, ...}`` is the step-380 log of a ``logging_ste
 that reduced the scale still completes its step (DeepSpeed skips the update, HF counts the step). Bars of other totals (eval loops,
 ``datasets.map``) are ignored once the training total is known from "Total optimization steps = N".
 
-Line prefixes (a log viewer's line numbers, ``[rankN]:``, timestamps, Slurm and Kubernetes prefixes) are taken
-off before matching (readers/runlogs/lineprefix.py). Module map: readers/runlogs/logpatterns.py (every pattern, with the upstream
-line that prints it), readers/runlogs/logparse.py (the line parser), readers/runlogs/logfailures.py (failure lines),
+Line prefixes (a log viewer's line numbers, ``[rankN]:``, timestamps, Slurm and Kubernetes prefixes, a Markdown
+quote, colour codes, Ray's worker prefix) are taken off before matching (readers/runlogs/lineprefix.py); a paste
+whose long lines a terminal broke at its width is read joined back (readers/runlogs/unwrap.py). Module map:
+readers/runlogs/logpatterns.py (every pattern, with the upstream line that prints it), readers/runlogs/logparse.py (the line parser), readers/runlogs/logfailures.py (failure lines),
 readers/runlogs/logcontext.py (the bytes around a line). Cost is linear in the file: each hit hands the parsers at most
 `HIT_BEFORE` + `HIT_AFTER` bytes, and the hits inside that window are not parsed again.
 
@@ -54,7 +55,7 @@ from typing import Any, Iterator
 from finetune_doctor.errors import InputError
 from finetune_doctor.evidence import FileEvidence, FileRead, Notice
 from finetune_doctor.readers.config import stack
-from finetune_doctor.readers.runlogs import loggrep, logkept, pasteblocks, statedwords, userwords
+from finetune_doctor.readers.runlogs import loggrep, logkept, pasteblocks, statedwords, unwrap, userwords
 from finetune_doctor.readers.runlogs import logpatterns as pat
 from finetune_doctor.readers.runlogs.logcontext import LOOKAHEAD, LOOKBACK, LineContext
 from finetune_doctor.readers.runlogs.logparse import TextLogParser
@@ -219,6 +220,10 @@ def read_text_log(path: str, count_dicts: bool = False) -> FileEvidence:
         return FileEvidence(FileRead(path, "unknown", size, 0, complete=False,
                                      problems=("not a text file (binary content); skipped",)))
     plain = sample[:2] not in (GZIP_MAGIC, b"\xff\xfe", b"\xfe\xff")
+    joined = unwrap.unwrap(sample) if plain and size <= len(sample) else None
+    if joined is not None:   # a paste whose long lines a terminal broke at its width: read as joined back
+        sample = joined
+        return _paste(scan_text(path, size, iter([joined]), problems), sample)
     with loggrep.trigger_offsets(path, pat.TRIGGER_WORDS, count_dicts) if plain and size >= loggrep.MIN_BYTES \
             else loggrep.none() as hits:
         fe = scan_text(path, size, open_chunks(path, problems), problems, hits)
@@ -226,11 +231,15 @@ def read_text_log(path: str, count_dicts: bool = False) -> FileEvidence:
         return scan_text(path, size, open_chunks(path, []), [])
     if hits is not None and hits.dicts:
         fe = replace(fe, counted_dicts=hits.dicts)
-    if size <= len(sample) and plain:
-        # a paste: kept whole for the analyzers' words (readers/runlogs/logkept.py), so none reads it again
-        fe = replace(_exception_alone(fe, sample), text=sample[:logkept.PASTE_TEXT].decode("utf-8", "replace"))
-        if size <= userwords.MAX_PASTE_BYTES:   # decided by size first: no long log reaches the prose test
-            fe = _user_words(fe, sample)
+    return _paste(fe, sample) if size <= len(sample) and plain else fe
+
+
+def _paste(fe: FileEvidence, sample: bytes) -> FileEvidence:
+    """A paste's evidence with what only a short file gives: the exception its last line is, its whole text for
+    the analyzers' words (readers/runlogs/logkept.py, so that none reads it again), and the user's words in it."""
+    fe = replace(_exception_alone(fe, sample), text=sample[:logkept.PASTE_TEXT].decode("utf-8", "replace"))
+    if len(sample) <= userwords.MAX_PASTE_BYTES:   # decided by size first: no long log reaches the prose test
+        fe = _user_words(fe, sample)
     return fe
 
 
