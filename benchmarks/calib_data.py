@@ -75,6 +75,12 @@ kept on unmerged branches while that session's fixes landed; scored once in the 
 1-10 (benchmarks/results/calibrate_heldout.md "Round 11", commit 8fc988e), then rewritten to dev. Round 12 is
 collected blind under benchmarks/data/heldout/ (not read by `load_rows`) for the next session's one scoring run.
 
+**Round 12 (session 14, scored in session 15).** ``calibration_rows_round12_*.yaml`` (13 runs with an outcome, 11
+measurements), collected blind in session 14 and kept unwired under benchmarks/data/heldout/ while session 15's fixes
+landed; moved beside the dev rounds and scored once in the run that refit the table on rounds 1-11
+(benchmarks/results/calibrate_heldout.md "Round 12", commit 8b4b66a3), then rewritten to dev. Round 13 waits under
+benchmarks/data/heldout/ for the next session's one scoring run.
+
 **The split of round 1** was by source: every row of one page or thread lands in the same half. Within each source type the
 sources are ordered by the SHA-256 of their address and dealt, in that order, to whichever half holds fewer rows of
 that type so far (then fewer rows in all; dev on a tie), so both halves hold documentation tables and user threads. It
@@ -91,7 +97,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROWS = HERE / "data" / "calibration_rows.yaml"
-HELD_OUT_ROUND = 12   # the newest round: all test, never tuned on (rounds 5-8 were scored once, at d9fd8c3, d94b349, f939d2f and 7ef5342, rounds 9 and 10 together at 5ddeed0, round 11 at 8fc988e: dev since)
+HELD_OUT_ROUND = 13   # the newest round: all test, never tuned on (rounds 5-8 were scored once, at d9fd8c3, d94b349, f939d2f and 7ef5342, rounds 9 and 10 together at 5ddeed0, round 11 at 8fc988e, round 12 at 8b4b66a3: dev since)
 GIB = float(1 << 30)
 # GB-class sizes of cards as sold → the capacity torch reports is taken from the GPU catalogue instead
 UNIT_BYTES = {"GB": 1e9, "GiB": GIB}

@@ -70,7 +70,8 @@ FOLDS = ("round", "forward", "source")
 # the held-out scores each round got once, before it became dev (benchmarks/calib_data.py; session notes 10 and 11):
 # (Brier, runs, coverage, measurements)
 HELD_OUT = {6: (0.157, None, 0.80, None), 7: (0.207, 35, 0.84, 32), 8: (0.131, 32, 0.94, 18),
-            10: (0.257, 49, 0.60, 10), 11: (0.244, 32, 0.88, 8)}   # 10: rounds 9 and 10 scored together (calibrate_heldout.md)
+            10: (0.257, 49, 0.60, 10), 11: (0.244, 32, 0.88, 8),
+            12: (0.150, 20, 0.83, 12)}   # 10: rounds 9 and 10 scored together (calibrate_heldout.md)
 
 
 def round_of(row: dict[str, Any]) -> int:
