@@ -12,6 +12,7 @@ from finetune_doctor.analyzers.postmortem.crashcause import crash_cause, raised_
 from finetune_doctor.analyzers.postmortem.cutcause import args_lead, dependency_check_lead, frame_lead, lead_kind, staged_save_lead
 from finetune_doctor.analyzers.postmortem.saidstack import stack_text
 from finetune_doctor.analyzers.postmortem.diskfull import disk_full
+from finetune_doctor.analyzers.postmortem.rendezvous import connect_crash
 from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.analyzers.postmortem.ranks import is_consequence_exc
@@ -558,7 +559,9 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
                      or (out.get("killed") and out["killed"]["host_oom"]) or out.get("host_alloc")
                      or (out.get("scale") and out["scale"]["trajectory"] == "abort"))
     if exc is None and (tb is None or signalled):
-        return None if out.get("completed") or signalled else _child_failed_only(ev, explained)
+        # no exception at all: torchelastic's summary, else the store's connect warning alone (rendezvous.py)
+        return None if out.get("completed") or signalled else (_child_failed_only(ev, explained)
+                                                                or connect_crash(ev, out))
     if exc is not None and str((exc.value or {}).get("cls") or "").endswith("ChildFailedError"):
         # torchrun's own exception only wraps the children's failures: say what its summary says of them
         child = _child_failed_only(ev, explained)
