@@ -4,6 +4,8 @@
 - A rendezvous that never formed (c10d's client could not reach MASTER_ADDR:MASTER_PORT) is its own cause with
   network/launch advice, never an NCCL timeout "not the network"; --launch is read for the settings it holds.
 - A log line read because nothing else was recognised is not called "no log lines were given".
+- A loss that grows with gradient accumulation (a pasted table), or num_items_in_batch with two counts in one
+  step, is transformers' GA loss path of 4.46.0-4.50, not a hang or a stop.
 - key=value overrides without a config: exit 2 with one line that says what to do.
 """
 
@@ -113,6 +115,49 @@ def test_a_log_line_read_as_words_is_not_called_no_log_lines(tmp_path):
     assert NO_LOG not in msg and "the log line read names no cause" in msg
     (tmp_path / "w.txt").write_text("The training timed out after an hour on 8 GPUs\n")
     assert NO_LOG in diagnose_dir(tmp_path / "w.txt").findings[0].message
+
+
+def test_a_loss_table_by_gradient_accumulation_is_the_ga_loss_path(tmp_path):
+    r = diagnose_report(tmp_path, FIX / "lf7443_ga_table.txt")
+    f = r.findings[0]
+    assert f.name == "grad-accum-loss-scaled" and "no-run-evidence" not in _codes(r), _codes(r)
+    assert "2: 6.4, 4: 13.65, 16: 69, 32: 138" in f.message
+    assert "transformers 4.49.0" in f.message and "4.46.0 to 4.50" in f.message and "4.51.3" in f.message
+    assert "hung" not in " ".join(x.message for x in r.findings)
+
+
+@pytest.mark.parametrize("given, words", [
+    ({"transformers_version": "4.52.0"}, "outside the releases"),
+])
+def test_a_release_outside_the_span_points_at_the_loss_code(tmp_path, given, words):
+    f = diagnose_report(tmp_path, FIX / "lf7443_ga_table.txt", **given).findings[0]
+    assert f.name == "grad-accum-loss-scaled" and words in f.message and "liger-kernel" in f.message
+
+
+def test_a_table_without_versions_asks_for_them_and_a_flat_table_is_no_evidence(tmp_path):
+    table = ("| GPU | per device bs | gradient acc | Initial loss |\n|---|---|---|---|\n"
+             "| 4 | 16 | 2 | {a} |\n| 4 | 8 | 4 | {b} |\n| 4 | 1 | 32 | {c} |\n")
+    (tmp_path / "a.txt").write_text(table.format(a=6.4, b=13.65, c=138))
+    f = diagnose_dir(tmp_path / "a.txt").findings[0]
+    assert f.name == "grad-accum-loss-scaled" and "--transformers" in f.message
+    (tmp_path / "b.txt").write_text(table.format(a=1.8, b=1.79, c=1.83))
+    assert "grad-accum-loss-scaled" not in _codes(diagnose_dir(tmp_path / "b.txt"))
+
+
+@pytest.mark.parametrize("version, lead", [(None, "items-unknown"), ("4.46.1", "items-in"), ("4.53.0", None)])
+def test_num_items_in_batch_with_two_counts_in_one_step(tmp_path, version, lead):
+    opts = {"transformers_version": version} if version else {}
+    r = diagnose_report(tmp_path, FIX / "lf6639_num_items.log", **opts)
+    names = _codes(r)
+    if lead is None:
+        assert "grad-accum-loss-scaled" not in names and names[0] == "run-stopped-without-error", names
+        return
+    f = r.findings[0]
+    assert f.name == "grad-accum-loss-scaled", names
+    assert "(279, 279, 470, 470)" in f.message and f.location.line == 11
+    assert ("transformers 4.46.1 (--transformers)" in f.message) == (lead == "items-in")
+    assert ("release was not given" in f.message) == (lead == "items-unknown")
+    assert "run-stopped-without-error" in names   # the cut paste is still said, after the lead
 
 
 def test_overrides_without_a_config_say_what_to_do(tmp_path):
