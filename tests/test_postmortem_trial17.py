@@ -83,11 +83,19 @@ def test_launch_settings(text, want):
 
 
 @pytest.mark.parametrize("line, at", [
-    # socket.cpp's timed-out form (torch >= 2.1) as the store client prints it
-    ("[E socket.cpp:957] [c10d] The client socket has timed out after 1800s while trying to connect to "
-     "(10.0.0.1, 29500).", "10.0.0.1:29500 after 1800s"),
-    ("[W socket.cpp:663] [c10d] The client socket has failed to connect to node-0:29400 (errno: 113 - No route "
-     "to host).", "node-0:29400 (No route to host)"),
+    # the forms real threads show (rendezvous.py CONNECT_LINE names each): ofsoundof/GRL-Image-Restoration#27
+    ("trainer/0 [1]:[W socket.cpp:558] [c10d] The client socket has failed to connect to 0.0.0.5:40323 (errno: 110 "
+     "- Connection timed out).", "0.0.0.5:40323 (Connection timed out)"),
+    ("[E socket.cpp:610] [c10d] The client socket has failed to connect to any network address of (05, 40323).",
+     "at 05:40323"),
+    # pytorch/pytorch#107021
+    ("[E socket.cpp:860] [c10d] The client socket has timed out after 60s while trying to connect to 192.0.0.1:1234",
+     "192.0.0.1:1234 after 60s"),
+    # lzhxmu/CPPO#6 (torch >= 2.4's glog prefix; the TCPStore line alone)
+    ("[E521 15:43:02.707733876 socket.cpp:1023] [c10d] The client socket has timed out after 600000ms while trying "
+     "to connect to (172.18.21.4, 37907).", "172.18.21.4:37907 after 600000ms"),
+    ("[E521 15:43:02.707888867 TCPStore.cpp:318] [c10d] TCP client failed to connect/validate to host "
+     "172.18.21.4:37907 - timed out (try=1, timeout=600000ms)", "at 172.18.21.4:37907"),
 ])
 def test_other_connect_lines(tmp_path, line, at):
     (tmp_path / "t.log").write_text(line + "\n")

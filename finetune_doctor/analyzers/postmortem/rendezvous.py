@@ -26,9 +26,18 @@ from typing import Any
 from finetune_doctor.analyzers.postmortem.curves import location_of
 from finetune_doctor.evidence import Evidence
 
-CONNECT_LINE = re.compile(r"\[c10d\] The client socket has (?:failed to connect to (?:\[(?P<host>[^\]]+)\]|"
-                          r"(?P<h3>[^\s:\[]+)):(?P<port>\d+)(?: \(errno: (?P<errno>\d+) - (?P<err>[^)]*)\))?|timed out after "
-                          r"(?P<after>\S+) while trying to connect to \((?P<h2>[^,()]+), (?P<p2>\d+)\))")
+# the forms seen in real output: "[W socket.cpp:558] ... failed to connect to 0.0.0.5:40323 (errno: 110 - ...)" and
+# "[E socket.cpp:610] ... failed to connect to any network address of (05, 40323)." (ofsoundof/GRL-Image-Restoration#27),
+# "[E socket.cpp:860] ... timed out after 60s while trying to connect to 192.0.0.1:1234" (pytorch/pytorch#107021),
+# "[E521 15:43:02.707733876 socket.cpp:1023] ... timed out after 600000ms while trying to connect to (172.18.21.4,
+# 37907)." and TCPStore.cpp's "[c10d] TCP client failed to connect/validate to host 172.18.21.4:37907 - timed out"
+# (lzhxmu/CPPO#6)
+_HOST_PORT = r"(?:\[(?P<{0}>[^\]]+)\]|(?P<{0}b>[^\s:\[(]+)):(?P<{0}p>\d+)"
+CONNECT_LINE = re.compile(
+    r"\[c10d\] (?:The client socket has (?:failed to connect to (?:any network address of \((?P<an>[^,()]+), "
+    r"(?P<anp>\d+)\)|" + _HOST_PORT.format("fc") + r"(?: \(errno: (?P<errno>\d+) - (?P<err>[^)]*)\))?)|timed out "
+    r"after (?P<after>\S+) while trying to connect to (?:\((?P<tp>[^,()]+), (?P<tpp>\d+)\)|"
+    + _HOST_PORT.format("tc") + r"))|TCP client failed to connect/validate to host " + _HOST_PORT.format("tv") + ")")
 _BENIGN_ERRNO = ("97",)
 
 # the settings a launch script or command line gives torchrun / torch.distributed.run / llamafactory-cli
@@ -91,6 +100,15 @@ def _first_connect(ev: Evidence) -> tuple[str, int, re.Match[str]] | None:
     return None
 
 
+def _address(m: re.Match[str]) -> tuple[str, str]:
+    """(host, port) of a `CONNECT_LINE` match, whichever form printed them."""
+    for h, p in (("fc", "fcp"), ("fcb", "fcp"), ("an", "anp"), ("tp", "tpp"), ("tc", "tcp"), ("tcb", "tcp"),
+                 ("tv", "tvp"), ("tvb", "tvp")):
+        if m.group(h) and m.group(p):
+            return m.group(h), m.group(p)
+    return "?", "?"
+
+
 def connect_crash(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
     """``ev.crash`` for a log whose only failure is the c10d client's connect to the master (`CONNECT_LINE`), or
     None: where the log trained (a step, a metric dict) or completed, the warning was a retry that succeeded."""
@@ -100,7 +118,7 @@ def connect_crash(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
     if found is None:
         return None
     path, line, m = found
-    host, port = (m.group("host") or m.group("h3"), m.group("port")) if m.group("port") else (m.group("h2"), m.group("p2"))
+    host, port = _address(m)
     err = f" ({m.group('err')})" if m.group("err") else f" after {m.group('after')}" if m.group("after") else ""
     text = f"c10d's client failing to connect to the master's store at {host}:{port}{err}"
     cause = (f"the processes never formed the rendezvous: nothing answered at {host}:{port}, the MASTER_ADDR and "
