@@ -77,6 +77,8 @@ said                the user's description read from words when no log line gave
 image_cut           transformers' features/tokens mismatch with fewer tokens than features: {state, modality,
                     tokens, features, missing, text, location} (analyzers/postmortem/mmcause.py); state "said" when
                     only the user's words name the mismatch, no count known (analyzers/postmortem/said.py)
+ga_loss             a loss that follows gradient accumulation: {variant, shape, ga, release, release_text,
+                    rows_text, columns | counts_text, location} (analyzers/postmortem/gaacc.py)
 stack               {package: {version, source}}: versions the logs print (llamafactory-cli env, ds_report, NCCL)
 skipped             [{path, why, extra}]: what was not read (not a regular file, a missing extra)
 model, world        {params, params_source, trainable, vocab, name}; {value, source}

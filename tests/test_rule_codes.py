@@ -145,6 +145,7 @@ RELEASED = {
     "FD346": "host-alloc-failed",
     "FD343": "nodes-disagree-on-world",
     "FD347": "launched-as-data-parallel",
+    "FD348": "grad-accum-loss-scaled",
     "FD097": "rule-failed",
     "FD714": "muon-under-deepspeed",
     "FD021": "template-of-another-model", "FD055": "export-merge-into-quantized",

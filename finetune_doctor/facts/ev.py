@@ -83,6 +83,14 @@ NAMESPACE = Namespace("ev", __doc__.split("\n\n")[0], {
     "restarts": F("list", "resumes and relaunches", items={
         "step": F("int", "step"), "kind": F("str", "resume | relaunch | session-start"),
         "detail": F("str", "what was seen"), "location": OPEN("where")}),
+    "ga_loss": F("dict", "a loss that follows gradient accumulation (a pasted table, or num_items_in_batch prints): "
+                 "analyzers/postmortem/gaacc.py", fields={
+        "variant": F("str", "the evidence's shape and the transformers release against gaacc.AFFECTED",
+                     values=("table-in", "table-out", "table-unknown", "items-in", "items-unknown")),
+        "shape": F("str", "table | items", values=("table", "items")), "ga": F("int", "gradient_accumulation_steps"),
+        "release": F("str", "transformers release"), "release_text": F("str", "the release and where it was read"),
+        "rows_text": F("str", "GA: loss pairs"), "columns": F("str", "the table's loss and GA columns"),
+        "counts_text": F("str", "num_items_in_batch counts of one step"), "location": OPEN("where")}),
     "image_cut": F("dict", "a multimodal sample's placeholders cut: transformers' features/tokens mismatch with fewer "
                    "tokens than features (analyzers/postmortem/mmcause.py)", fields={
         "state": F("str", "cut (the error's counts show it) | said (the user's words name the mismatch, no count: "

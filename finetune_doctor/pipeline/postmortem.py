@@ -291,6 +291,14 @@ def _named_inputs(opts: Options) -> dict[tuple[int, int], str]:
     return out
 
 
+def _override_words(over: list[str]) -> str:
+    """How the refusal of overrides without a config names them: the first three as given, and --deepspeed."""
+    keys = [o for o in over if not o.startswith("deepspeed=")]
+    shown = ", ".join(keys[:3]) + (", ..." if len(keys) > 3 else "")
+    return (f"key=value overrides ({shown})" if keys else "") + (" and " if keys and len(keys) < len(over) else "") \
+        + ("--deepspeed" if len(keys) < len(over) else "")
+
+
 def _refuse_config_as_run(path: str | None) -> None:
     """A LLaMA-Factory or DeepSpeed config given where the run's folder or log goes: an InputError saying which
     command or flag takes it, instead of "nothing to diagnose" read from a YAML scanned as a log."""
@@ -325,8 +333,12 @@ def run(run_dir: str | None, logs: list[str], config: str | None, opts: Options,
     cfg_path, cmd_over = _resolve_config(config, ev, notes)
     over = list(cmd_over) + list(overrides) + ([f"deepspeed={deepspeed}"] if deepspeed else [])
     if over and not cfg_path:
-        raise InputError("key=value overrides and --deepspeed need a config (--config, or training_args.yaml in "
-                         "the run folder)", file=run_dir)
+        # trial 17: a user with only a log tried `gradient_accumulation_steps=4`; say what does take a setting
+        raise InputError(f"{_override_words(over)} need a config, and none was found: give the run's YAML "
+                         "with --config (or put training_args.yaml in the run folder); with no YAML at all, write "
+                         "these keys into a small one and give it as --config (the keys it leaves out are then "
+                         "judged at LLaMA-Factory's defaults); versions need no config (--transformers, --torch, "
+                         "--llamafactory, --env)", file=run_dir)
     # the GPUs as check reads them (facts/hw.py `from_inputs`: --gpu, then the --env report), then the logs'
     hw = hw_facts.from_inputs(opts, read_env_file(opts.env_file) if opts.env_file else None, allow_nvml=False)
     if hw is None:
@@ -354,6 +366,7 @@ def run(run_dir: str | None, logs: list[str], config: str | None, opts: Options,
     _launched_past_deepspeed(facts, tl.facts, any(o.startswith("deepspeed=") for o in over))
     launch = opts.launch or (launch_file_in(ev.run_dir or run_dir) if (ev.run_dir or run_dir) else None)
     _launched_under_nohup(tl.facts, launch)
+    _read_launch(tl.facts, launch, notes)
     tl.facts["world_split"] = world_split(ev, launch)   # ranks told different world sizes (trial 12)
     facts["ev"]["skipped"] = [{"path": r.path, "why": r.problems[0] if r.problems else "",
                                "extra": _extra_of(r)} for r in ev.skipped][:64]
@@ -371,6 +384,8 @@ def run(run_dir: str | None, logs: list[str], config: str | None, opts: Options,
         draw(tl, plot, title=_plot_title(facts, ev), inputs=[f.read.path for f in ev.files] + [cfg_path or ""])
         notes.append(f"plot written to {plot}")
     report = _report(ev, tl, asm, hw, cfg_path, findings, notes)
+    if launch and Path(launch).is_file():   # read for its settings (_read_launch): the inputs say so (trial 17)
+        report = replace(report, inputs={**report.inputs, "launch": launch})
     if asm is None and hw is not None and hw.source == hw_facts.ENV_CARD_ONLY:
         # the card from an environment report that does not count the cards (facts/hw.py: one assumed)
         report = replace(report, assumptions=report.assumptions + (Assumption(
@@ -428,6 +443,20 @@ def _given_versions(opts: Options) -> dict[str, tuple[str, str]]:
         if flag:
             found[key] = (flag, f"--{key}")
     return found
+
+
+def _read_launch(evf: dict[str, Any], launch: str | None, notes: list[str]) -> None:
+    """Say in the notes what the launch file (--launch, or the run folder's cmdline.txt) sets of the rendezvous
+    (analyzers/postmortem/rendezvous.py `launch_settings`), and add it to a connect failure's cause (trial 17,
+    LlamaFactory#3715: the file held the wrong MASTER_ADDR and was read for nothing else)."""
+    if not launch or not Path(launch).is_file():
+        return
+    from finetune_doctor.analyzers.postmortem.rendezvous import launch_note, launch_settings, with_launch
+    from finetune_doctor.readers.textfile import read_text
+
+    settings = launch_settings(read_text(launch, "launch command"))
+    notes.append(launch_note(launch, settings))
+    with_launch(evf.get("crash"), settings)
 
 
 def _launched_under_nohup(evf: dict[str, Any], launch: str | None) -> None:

@@ -13,6 +13,7 @@ from finetune_doctor.analyzers.postmortem.cutcause import args_lead, dependency_
 from finetune_doctor.analyzers.postmortem.saidstack import stack_text
 from finetune_doctor.analyzers.postmortem.diskfull import disk_full
 from finetune_doctor.analyzers.postmortem.launchtail import child_failed_only, cut_above, rank_raised
+from finetune_doctor.analyzers.postmortem.rendezvous import connect_crash
 from finetune_doctor.analyzers.postmortem.curves import Curve, fmt, location_of, sfmt, value_at
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.analyzers.postmortem.ranks import is_consequence_exc
@@ -584,7 +585,9 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
                      or (out.get("killed") and out["killed"]["host_oom"]) or out.get("host_alloc")
                      or (out.get("scale") and out["scale"]["trajectory"] == "abort"))
     if exc is None and (tb is None or signalled):
-        return None if out.get("completed") or signalled else child_failed_only(ev, explained)
+        # no exception at all: torchelastic's summary, else the store's connect warning alone (rendezvous.py)
+        return None if out.get("completed") or signalled else (child_failed_only(ev, explained)
+                                                                or connect_crash(ev, out))
     if exc is not None and str((exc.value or {}).get("cls") or "").endswith("ChildFailedError"):
         # torchrun's own exception only wraps the children's failures: say what its summary says of them
         child = child_failed_only(ev, explained)

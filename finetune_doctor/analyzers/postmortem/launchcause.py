@@ -184,7 +184,7 @@ def store_cause(cls: str, msg: str) -> str | None:
     who = f"rank {get.group('rank')}" if get else "this rank"
     what = " while it fetched NCCL's unique id from rank 0" if get else ""
     m = STORE_CONNECT.search(msg)
-    if m:
+    if m and "(errno: 97 " not in msg:   # IPv6 localhost first, then IPv4: printed by runs that train (rendezvous.py)
         at = (f" at {m.group('host') or m.group('h2')}:{m.group('port') or m.group('p2')}"
               if m.group("host") or m.group("h2") else "")
         return (f"{who} never reached the c10d store{at} (the rendezvous store on the master node): the master "

@@ -32,7 +32,14 @@ from finetune_doctor.readers.runlogs.statedwords import NODES
 # every evidence no-run-evidence counts (rules/no-run-evidence.yaml), and the detectors that need a log
 _LOG_EVIDENCE = ("oom", "nan", "crash", "nccl", "nccl_error", "killed", "cuda_error", "xid", "loss_zero", "host_alloc",
                  "scale", "gpus", "completed", "has_metrics", "grad_nan_only", "diverged", "image_cut",
-                 "attention_warning")
+                 "attention_warning", "ga_loss")
+
+
+# a line as a program prints it, not as a person writes it: glog / c10d's "[W socket.cpp:663]" and "[W513 10:00:00.1
+# socket.cpp:663]", torch's "[rank0]:", glog's "W0513 10:00:00", a date-time stamp (trial 17, LlamaFactory#3715: such
+# a line alone was read as words and the finding said "no log lines were given")
+_LOG_PREFIX = re.compile(r"\s*(?:\[[WEIF]\d{0,4}[ \d:.]*\S+\.(?:cpp|cc|h|py):\d+\]|\[rank\d+\]:|[WEIF]\d{4} \d{2}:\d{2}"
+                         r"|\[?\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2})")
 
 
 # exception classes that only say a child process failed (torch/distributed/elastic/multiprocessing/errors/__init__.py
@@ -71,7 +78,8 @@ def said_facts(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
             crash = out.get("crash")
             # honest about what was read: a line that names no cause may have been there beside the words
             s["given"] = (f"the only log line read ({crash.get('text')}) names no cause" if crash else
-                          "no log lines were given")
+                          "the log line read names no cause the doctor reads" if _LOG_PREFIX.match(
+                              str(s.get("text") or "")) else "no log lines were given")
             s["reading"] = _reading(ev, s, f.read.path) if s["symptom"] in ("error", "version") else None
             # what the words state of the stack and the set-up (saidstack.py): the versions named, judged against
             # LF's start-up ranges, and what to run for the rest; a hang's or an NCCL error's set-up lead

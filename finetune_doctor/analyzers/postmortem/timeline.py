@@ -21,6 +21,7 @@ from typing import Any, Callable
 from finetune_doctor.analyzers.postmortem import causes, detectors, dictsteps, failures, health, hostalloc, ranks
 from finetune_doctor.analyzers.postmortem.collectives import barrier_facts, nccl_error_facts, nccl_facts
 from finetune_doctor.analyzers.postmortem.curves import Curve, build_curves, curve_summary, fmt, location_of
+from finetune_doctor.analyzers.postmortem.gaacc import ga_loss_facts
 from finetune_doctor.analyzers.postmortem.detectors import spikes
 from finetune_doctor.analyzers.postmortem.dpcause import data_parallel_facts
 from finetune_doctor.analyzers.postmortem.mmcause import image_cut
@@ -100,6 +101,8 @@ def analyze(ev: Evidence, facts: dict[str, Any] | None = None,
     tl = events.ordered()
     out["events"] = [e.as_dict() for e in tl]
     out["has_metrics"] = bool(curves.get("loss") is not None and len(curves["loss"]))
+    # a loss that follows gradient accumulation (gaacc.py): log evidence, before the words are weighed
+    out["ga_loss"] = ga_loss_facts(ev, cx.given_versions, out.get("stack"))
     out["image_cut"] = image_cut(ev)
     out["said"] = said_facts(ev, out)
     out["image_cut"] = out["image_cut"] or said_image_cut(out["said"])
