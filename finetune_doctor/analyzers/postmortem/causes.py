@@ -537,14 +537,11 @@ def after_loop(ev: Evidence, file: str | None, line: int | None) -> str | None:
     return f"after the training loop had finished (its final metrics are logged at line {done[0].line}), {phase}"
 
 
-def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None = None,
-                versions: dict[str, tuple[str, str]] | None = None) -> dict[str, Any] | None:
-    """``ev.crash``: the exception (or bare traceback, or torchelastic's summary alone) that ended the run, with
-    ``cause`` (analyzers/postmortem/crashcause.py) where its text establishes one; `model` is what is known of
-    the model (vocab_size, hidden_size, name), `versions` {package: (version, where read)}. None without one."""
-    exc = None
-    cause_exc = None
-    tb = None
+def _scan_exceptions(ev: Evidence, out: dict[str, Any]) -> tuple[Notice | None, Notice | None, Notice | None, bool,
+                                                                   list[Notice]]:
+    """(the last exception, the last that is a cause rather than a consequence, the last bare traceback, whether an
+    exception followed a stop from outside, every cause exception in order) over the files' notices."""
+    exc = cause_exc = tb = None
     signalled = False
     seen: list[Notice] = []
     for f in ev.files:
@@ -565,6 +562,15 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
                     seen.append(n)
             elif n.kind == "traceback":
                 tb = n
+    return exc, cause_exc, tb, signalled, seen
+
+
+def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None = None,
+                versions: dict[str, tuple[str, str]] | None = None) -> dict[str, Any] | None:
+    """``ev.crash``: the exception (or bare traceback, or torchelastic's summary alone) that ended the run, with
+    ``cause`` (analyzers/postmortem/crashcause.py) where its text establishes one; `model` is what is known of
+    the model (vocab_size, hidden_size, name), `versions` {package: (version, where read)}. None without one."""
+    exc, cause_exc, tb, signalled, seen = _scan_exceptions(ev, out)
     # an exception a rank raised is a cause; the collective's abort, torchrun's ChildFailedError and the store's
     # connection errors that other ranks raise after it are consequences, whatever their order in the files
     # (ranks.py CONSEQUENCE_EXC / CONSEQUENCE_WORDS): the last cause stands for the run
