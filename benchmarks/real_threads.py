@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures" / "postmortem" / "real_threads"
 
 
-HELD_OUT = 12   # the round scored once, never tuned on (rounds 5-11 were scored once, 11 on 2026-12-07 in session 14: dev since)
+HELD_OUT = 13   # the round scored once, never tuned on (rounds 5-12 were scored once, 12 on 2026-12-08 in session 15: dev since)
 
 
 def split_of(repo: str) -> str:
@@ -35,7 +35,7 @@ def load_cases() -> list[dict]:
     out: list[dict] = []
     for name in ("cases_a.py", "cases_b.py", "cases_c.py", "cases_d.py", "cases_e.py", "cases_f.py", "cases_g.py", "cases_h.py",
                  "cases_i.py", "cases_j.py", "cases_k.py", "cases_l.py", "cases_m.py",
-                 "heldout/cases_n.py"):   # d: round 2, e: 3, ..., l: 10, m: 11, n: 12
+                 "cases_n.py"):   # d: round 2, e: 3, ..., l: 10, m: 11, n: 12
         spec = importlib.util.spec_from_file_location(Path(name).stem, FIX / name)
         assert spec and spec.loader
         mod = importlib.util.module_from_spec(spec)
@@ -71,7 +71,7 @@ def judge_case(case: dict) -> dict:
 
 def table(rows: list[tuple[dict, dict]]) -> str:
     lines = []
-    for rnd, split, title in ((12, "test", "round 12 (held out)"),
+    for rnd, split, title in ((12, "dev", "round 12 (held out for its first run; dev since)"),
                               (11, "dev", "round 11 (held out for its first run; dev since)"),
                               (10, "dev", "round 10 (held out for its first run; dev since)"),
                               (9, "dev", "round 9 (held out for its first run; dev since)"),
