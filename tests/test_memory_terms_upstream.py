@@ -564,7 +564,7 @@ def test_unnamed_deepspeed_is_weighed_as_the_leaking_release(tmp_path, monkeypat
 
     from finetune_doctor.analyzers.memory.zero3 import RECOMPUTE_LEAK_RELEASE
     from finetune_doctor.cli import main
-    from finetune_doctor.facts.assumestack import LEAK_RELEASE, NO_FROZEN_HOLD_RELEASE
+    from finetune_doctor.facts.assumestack import FROZEN_HOLD_LABEL, LEAK_RELEASE
 
     assert LEAK_RELEASE == RECOMPUTE_LEAK_RELEASE
     monkeypatch.setenv("FINETUNE_DOCTOR_NO_NVML", "1")
@@ -586,9 +586,10 @@ def test_unnamed_deepspeed_is_weighed_as_the_leaking_release(tmp_path, monkeypat
     # the leaking release holds the 32 layers gathered on every rank (~12 GiB of bf16 linears) beyond the
     # reuse-distance set the release assumed keeps
     assert seen["deepspeed-version"]["effect"]["total_gib"][RECOMPUTE_LEAK_RELEASE] > total + 8.0
-    # reentrant checkpointing (LF's default): 0.19.8 holds every frozen layer gathered at the first layer's backward
-    # (zero3.py `frozen_recompute_hold`), the one release weighed is 0.19.2, which holds one layer at a time; at
-    # 4 x 4096 tokens the loss (fp32 logits of 16,384 tokens) stays the peak either way, so the total does not move
+    # reentrant checkpointing (LF's default): an unnamed DeepSpeed holds one layer at a time (LF's deepspeed extra
+    # installs <= 0.18.4); the one release weighed is one from 0.19.3 on, which holds every frozen layer gathered at
+    # the first layer's backward (zero3.py `frozen_recompute_hold`); at 4 x 4096 tokens the loss (fp32 logits of
+    # 16,384 tokens) stays the peak either way, so the total does not move
     total_re, seen_re = report()
     effect = seen_re["deepspeed-version"]["effect"]["total_gib"]
-    assert list(effect) == [NO_FROZEN_HOLD_RELEASE] and effect[NO_FROZEN_HOLD_RELEASE] == total_re
+    assert list(effect) == [FROZEN_HOLD_LABEL] and effect[FROZEN_HOLD_LABEL] == total_re

@@ -19,6 +19,8 @@ STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_co
 LEAK_RELEASE = "0.16.4"     # analyzers/memory/zero3.py RECOMPUTE_LEAK_RELEASE
 NO_LINEAR_WRAP_RELEASE = "0.19.3"   # analyzers/memory/zero3.py LINEAR_WRAP_ABSENT_RELEASE
 NO_FROZEN_HOLD_RELEASE = "0.19.2"   # analyzers/memory/zero3.py FROZEN_HOLD_ABSENT_RELEASE
+FROZEN_HOLD_RELEASE = "0.19.8"      # analyzers/memory/zero3.py FROZEN_HOLD_RELEASE
+FROZEN_HOLD_LABEL = ">= 0.19.3 (ZeRO-3 keeps the frozen layers gathered through backward)"
 
 
 def stack_assumptions(c: Seen, alt_stack: dict[str, Any] | None) -> list[Assumption]:
@@ -96,8 +98,8 @@ def _deepspeed_version(c: Seen, given: set[str]) -> list[Assumption]:
     # judged for the release named, else for every release together (readers/config/lfrelease.py)
     if run.deepspeed and "deepspeed" not in given:
         dsv = getattr(c.asm.ds, "ds_version", None) if c.asm.ds is not None else None
-        def alt(release: str) -> tuple[str, Callable[[], Any]]:
-            return release, lambda: c.judge(run.with_(stack_sources=run.stack_sources + (
+        def alt(release: str, label: str | None = None) -> tuple[str, Callable[[], Any]]:
+            return label or release, lambda: c.judge(run.with_(stack_sources=run.stack_sources + (
                 ("deepspeed", release, "assumed alternative"),)), c.hw, c.tokens) if weighs(c.judge) else None
         # DeepSpeed 0.16.0-0.16.7 keep every checkpointed layer gathered under non-reentrant checkpointing
         # (analyzers/memory/zero3.py `recompute_leak` reads the release from the run's stack; LEAK_RELEASE is
@@ -108,16 +110,33 @@ def _deepspeed_version(c: Seen, given: set[str]) -> list[Assumption]:
         if run.zero_stage == 3 and not (run.zero3_init or run.gradient_checkpointing or run.quantization_bit):
             ds_alts.append(alt(NO_LINEAR_WRAP_RELEASE))
         # from 0.19.3 a reentrant recompute keeps every frozen base layer gathered until backward ends
-        # (`frozen_recompute_hold`); the release before it holds one layer at a time
+        # (`frozen_recompute_hold`); the release before it holds one layer at a time. The hold is applied only to a
+        # release the inputs name (LLaMA-Factory's deepspeed extra installs <= 0.18.4), so an unnamed DeepSpeed
+        # weighs a release with the hold and a named one from 0.19.3 on weighs the release before it
         if (run.zero_stage == 3 and run.gradient_checkpointing and run.use_reentrant_gc
                 and run.finetuning_type in ("lora", "oft") and run.quantization_bit is None and not run.quantized):
-            ds_alts.append(alt(NO_FROZEN_HOLD_RELEASE))
+            ds_alts.append(alt(NO_FROZEN_HOLD_RELEASE) if _named_ds_holds(run) else
+                           alt(FROZEN_HOLD_RELEASE, FROZEN_HOLD_LABEL))
         out.append(weigh("deepspeed-version", dsv or "0.19.8 (the newest behaviour the doctor knows)",
                           "installed on this machine, not read from the training machine" if dsv else
-                          "no DeepSpeed version of the training machine: defaults and known bugs of 0.19.8 apply",
+                          "no DeepSpeed version of the training machine: defaults and known bugs of 0.19.8 apply "
+                          "(not ZeRO-3's frozen-recompute hold of 0.19.3 on: LLaMA-Factory's deepspeed extra installs "
+                          "<= 0.18.4)",
                           "--env FILE with `llamafactory-cli env` (or `pip freeze`) of the training machine",
                           c.base, ds_alts))
     return out
+
+
+def _named_ds_holds(run: Any) -> bool:
+    """Whether the DeepSpeed the run's stack names (``--env``, a context file) is 0.19.3 or later, the releases
+    analyzers/memory/zero3.py `frozen_recompute_hold` applies the hold to (read here so lint stays off the memory
+    model)."""
+    from finetune_doctor.readers.deepspeed.dsschema import parse_version
+
+    for pkg, v, _src in run.stack_sources:
+        if pkg == "deepspeed" and (pv := parse_version(v)) is not None:
+            return (tuple(pv) + (0, 0, 0))[:3] >= (0, 19, 3)
+    return False
 
 
 def deepspeed_config_assumption(c: Seen) -> list[Assumption]:

@@ -295,12 +295,13 @@ def recompute_leak(run: Run) -> bool:
 # DeepSpeed #8148 (a31eb3165, 2026-07-22, first tagged in v0.19.3) attributes the frozen parameters a checkpoint's
 # recompute gathers to the innermost module whose backward is under way
 FROZEN_HOLD_FROM = (0, 19, 3)
-FROZEN_HOLD_ABSENT_RELEASE = "0.19.2"   # the release before it that the doctor weighs when none is named
+FROZEN_HOLD_ABSENT_RELEASE = "0.19.2"   # the release before it that the doctor weighs when a later one is read
+FROZEN_HOLD_RELEASE = "0.19.8"          # a release with it, weighed when none is named (the newest the doctor knows)
 
 
 def frozen_recompute_hold(run: Run) -> bool:
     """Whether the frozen base weights of every decoder layer stay gathered until the end of backward: DeepSpeed
-    0.19.3 or later (or a DeepSpeed the inputs do not name, taken as the newest the doctor knows, 0.19.8), ZeRO-3,
+    0.19.3 or later as the inputs name it (``--env``, the packages here, a context file), ZeRO-3,
     reentrant activation checkpointing (LLaMA-Factory's default ``use_reentrant_gc: true``, hparams/model_args.py),
     and an adapter method (LoRA, OFT) whose base decoder is frozen and not quantized.
 
@@ -323,13 +324,18 @@ def frozen_recompute_hold(run: Run) -> bool:
     184,320 elements): at layer 0's backward DeepSpeed 0.19.3 and 0.19.8 hold 1,483,008 elements gathered (all 8
     layers' base weights), 0.19.2 and 0.16.4 hold 192,768 (one layer); full fine-tuning holds 184,320 at 0.19.8;
     non-reentrant LoRA holds none at 0.19.8. Everything is released at the end of backward.
-    Quantized (bitsandbytes) bases were not measured and are left out."""
+    Quantized (bitsandbytes) bases were not measured and are left out.
+
+    A DeepSpeed the inputs do not name is taken to predate the hold: LLaMA-Factory's ``deepspeed`` extra installs
+    ``deepspeed>=0.10.0,<=0.18.4`` (requirements/deepspeed.txt at the snapshot, from 81b8a50, 2026-01-04), and no
+    measured run shows the hold yet (every dated calibration row predates 0.19.3); the release with it is weighed as
+    the `deepspeed-version` assumption's alternative (facts/assumestack.py), so it widens the verdict, named."""
     if not (run.deepspeed and run.zero_stage == 3 and run.gradient_checkpointing and run.use_reentrant_gc
             and run.finetuning_type in ("lora", "oft") and run.quantization_bit is None and not run.quantized):
         return False
     found = deepspeed_version(run)
     v = parse_version(found[0]) if found else None
-    return v is None or (tuple(v) + (0, 0, 0))[:3] >= FROZEN_HOLD_FROM
+    return v is not None and (tuple(v) + (0, 0, 0))[:3] >= FROZEN_HOLD_FROM
 
 
 # DeepSpeed #8189 (617061d6b, 2026-07-31, first tagged in v0.19.4) installs the ZeRO-3 linear wrapper for a model
