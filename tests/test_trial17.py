@@ -1,0 +1,56 @@
+"""New-user trial 17 (benchmarks/results/trial17.md): the llamafactory installed on this machine is recorded as an
+assumption, never silently taken as the training machine's release; a modded card is named as ``<card>-<N>GB``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from finetune_doctor.cli import main
+from finetune_doctor.readers.config import lfrelease
+from finetune_doctor.readers.config.lfrelease import INSTALLED_HERE_NOTE
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures" / "trial17"
+K4 = FIX / "k4_qwen25vl_full_cut.yaml"
+
+
+def _invoke(*args: str):
+    r = CliRunner().invoke(main, [*args, "--offline"])
+    assert r.exit_code in (0, 1), r.output
+    return r
+
+
+def _lf(report: dict) -> dict:
+    return next(a for a in report["assumptions"] if a["name"] == "lf-version")
+
+
+def test_installed_llamafactory_is_an_assumption_that_says_where_it_came_from(monkeypatch):
+    """Trial 17, trip 1: with the README's test oracle llamafactory 0.9.5 in the venv, `check` judged k4's keys
+    against 0.9.5 (FD001 error) and listed `lf-version: 0.9.5` with no word of its origin."""
+    monkeypatch.setattr(lfrelease, "installed_version", lambda: "0.9.5")
+    d = json.loads(_invoke("check", str(K4), "--gpu", "4xA6000", "--format", "json").stdout)
+    lf = _lf(d)
+    assert lf["value"] == f"0.9.5 ({INSTALLED_HERE_NOTE})"
+    assert "taken as the training machine's" in lf["source"] and lf["resolve_with"].startswith("--llamafactory")
+    text = _invoke("check", str(K4), "--gpu", "4xA6000").stdout
+    assert "lf-version: 0.9.5 (read from the LLaMA-Factory installed here" in " ".join(text.split())
+    assert "if training runs elsewhere, pass --llamafactory" in " ".join(text.split())
+
+
+def test_a_stated_release_carries_no_installed_here_note(monkeypatch):
+    monkeypatch.setattr(lfrelease, "installed_version", lambda: "0.9.5")
+    d = json.loads(_invoke("check", str(K4), "--gpu", "4xA6000", "--llamafactory", "0.9.2",
+                           "--format", "json").stdout)
+    # a release the user states is read, not assumed: no lf-version assumption at all
+    assert not [a for a in d["assumptions"] if a["name"] == "lf-version"]
+
+
+def test_lint_says_it_too(monkeypatch):
+    monkeypatch.setattr(lfrelease, "installed_version", lambda: "0.9.5")
+    d = json.loads(_invoke("lint", str(K4), "--format", "json").stdout)
+    assert _lf(d)["value"] == f"0.9.5 ({INSTALLED_HERE_NOTE})"
+    monkeypatch.setattr(lfrelease, "installed_version", lambda: None)
+    d = json.loads(_invoke("lint", str(K4), "--format", "json").stdout)
+    assert "installed here" not in _lf(d)["value"]
