@@ -54,3 +54,40 @@ def test_lint_says_it_too(monkeypatch):
     monkeypatch.setattr(lfrelease, "installed_version", lambda: None)
     d = json.loads(_invoke("lint", str(K4), "--format", "json").stdout)
     assert "installed here" not in _lf(d)["value"]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _quickstart_steps() -> tuple[str, str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("## Quickstart", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    cmds = [ln for ln in block.splitlines() if ln.startswith("python3 -m venv ")]
+    assert len(cmds) == 2, cmds
+    return cmds[0], cmds[1]
+
+
+def test_quickstart_tests_do_not_share_the_users_venv():
+    """Trial 17, trip 1b: step 2 installed the oracle llamafactory 0.9.5 into step 1's `.venv`, and every later
+    `doctor check` took it as the training machine's release. Each step now has its own venv."""
+    one, two = _quickstart_steps()
+    venv1, venv2 = one.split()[3], two.split()[3]
+    assert venv1 != venv2
+    assert "llamafactory" not in one and f"{venv2}/bin/pip install --no-deps llamafactory==0.9.5" in two
+    assert f"{venv2}/bin/pytest" in two and f"{venv1}/bin/doctor check" in one
+
+
+def test_ci_installs_as_the_quickstart_says():
+    """.ci/run runs step 1's check from a venv with only the doctor (`pip install .`) and the tests from another
+    with the test extra and the oracle, as the README's two steps do."""
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    quick = ci.index(".venv-ci-quick/bin/pip install -q .")
+    check = ci.index(".venv-ci-quick/bin/doctor check fixtures/quickstart/llama7b_full_zero2_v100.yaml")
+    tests = ci.index('. .venv-ci/bin/activate')
+    assert quick < check < tests
+    after = ci[tests:]
+    assert 'pip install -q -e ".[test]"' in after and "pip install -q --no-deps llamafactory==0.9.5" in after
+    assert "llamafactory" not in ci[:tests].split("pip install -q .")[1].split("doctor check")[0]
+    assert 'pytest -q -n auto --dist loadfile -m "not gpu"' in after
+    _, two = _quickstart_steps()
+    assert '-n auto --dist loadfile -m "not gpu"' in two
