@@ -91,3 +91,44 @@ def test_ci_installs_as_the_quickstart_says():
     assert 'pytest -q -n auto --dist loadfile -m "not gpu"' in after
     _, two = _quickstart_steps()
     assert '-n auto --dist loadfile -m "not gpu"' in two
+
+
+K3 = FIX / "k3_r1_distill_lora_2080ti.yaml"
+
+
+def test_a_modified_board_keeps_its_chip():
+    """Trial 17, trip 4: `--gpu 2x2080Ti-22GB` exited 2 and `--gpu 2x22GB` lost the card (bf16 unknown). A card
+    named with more memory than it was sold with is that chip with that memory."""
+    from finetune_doctor.hardware.catalog import parse_gpu_spec
+
+    hw = parse_gpu_spec("2x2080Ti-22GB")
+    assert (hw.gpu, hw.num_gpus, hw.bf16, hw.compute_capability) == ("RTX-2080Ti-22GB", 2, False, (7, 5))
+    # the 2080 Ti's own usable share (10.84 GiB of 11 GB) applied to 22 GB
+    assert hw.capacity_gib == 21.68 and "modified board" in hw.notes[0]
+    big = parse_gpu_spec("RTX-4090-48GB")
+    assert (big.bf16, big.compute_capability, big.capacity_gib) == (True, (8, 9), 47.28)
+    assert parse_gpu_spec("8xV100-64GB").gpu == "V100-64GB"
+    # a size the card was sold in is the catalogue's card; one at or below its largest is a slip, still an error
+    assert parse_gpu_spec("V100-32GB").capacity_gib == 31.75
+    import pytest
+
+    from finetune_doctor.errors import InputError
+
+    with pytest.raises(InputError, match="comes in 40GB, 80GB, not 60GB"):
+        parse_gpu_spec("A100-60GB")
+
+
+def _codes(*args: str) -> list[str]:
+    d = json.loads(_invoke(*args, "--format", "json").stdout)
+    return [f["code"] for f in d["findings"]]
+
+
+def test_fa2_on_a_card_older_than_ampere_is_flagged(monkeypatch):
+    """k3: `flash_attn: fa2` and `bf16: true` on two 2080 Ti 22 GB boards; both are the chip's facts."""
+    monkeypatch.setattr(lfrelease, "installed_version", lambda: None)
+    codes = _codes("check", str(K3), "--gpu", "2x2080Ti-22GB", "--llamafactory", "0.9.2.dev0")
+    assert "FD106" in codes and "FD105" in codes
+    assert "FD106" in _codes("lint", str(K3), "--gpu", "T4")
+    assert "FD106" not in _codes("lint", str(K3), "--gpu", "A100-80GB")
+    assert "FD106" not in _codes("lint", str(K3), "--gpu", "2x22GB")   # a bare size names no chip
+    assert "FD106" not in _codes("lint", str(K3))
