@@ -132,3 +132,38 @@ def test_fa2_on_a_card_older_than_ampere_is_flagged(monkeypatch):
     assert "FD106" not in _codes("lint", str(K3), "--gpu", "A100-80GB")
     assert "FD106" not in _codes("lint", str(K3), "--gpu", "2x22GB")   # a bare size names no chip
     assert "FD106" not in _codes("lint", str(K3))
+
+
+K1 = FIX / "k1_glm45v_lora_zero3.yaml"
+
+
+def _findings(*args: str) -> dict[str, dict]:
+    d = json.loads(_invoke(*args, "--format", "json").stdout)
+    return {f["code"]: f for f in d["findings"]}
+
+
+def test_a_dev_build_is_not_judged_as_its_neighbours(monkeypatch):
+    """Trial 17, trip 5 (LF PR #8876 registered `glm45v` on 0.9.4.dev0 and trained GLM-4.5V under ZeRO-3): the
+    template, which 0.9.4 ships as `glm4_5v` and 0.9.3 lacks, is no error under the dev build, and the ZeRO-3 leaf
+    that 0.9.4 added is the commit's to say, not a certain hang. The releases themselves keep their facts."""
+    monkeypatch.setattr(lfrelease, "installed_version", lambda: None)
+    dev = _findings("lint", str(K1), "--gpu", "8xA100-80GB", "--llamafactory", "0.9.4.dev0")
+    assert "FD017" not in dev
+    assert dev["FD041"]["severity"] == "warning" and "`glm4_5v` arrived" in dev["FD041"]["message"]
+    assert "so its commit decides" in dev["FD041"]["message"]
+    hang = dev["FD054"]["message"]
+    assert "0.9.4.dev0, a build between the releases 0.9.3-0.9.4" in hang and "can hang" in hang
+    assert "training hangs" not in hang
+    old = _findings("lint", str(K1), "--gpu", "8xA100-80GB", "--llamafactory", "0.9.3")
+    assert old["FD017"]["severity"] == "error" and "training hangs at the first step" in old["FD054"]["message"]
+    new = _findings("lint", str(K1), "--gpu", "8xA100-80GB", "--llamafactory", "0.9.4")
+    assert "Did you mean `glm4_5v`?" in new["FD017"]["message"] and "FD054" not in new
+    # a misspelling whose near name is no newer than the previous release stays an error under the dev build
+    typo = FIX.parent.parent / "fixtures" / "trial17" / "k1_glm45v_lora_zero3.yaml"
+    text = typo.read_text(encoding="utf-8").replace("template: glm45v", "template: qwen2_vll")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Path(tmp) / "typo.yaml"
+        cfg.write_text(text, encoding="utf-8")
+        assert _findings("lint", str(cfg), "--llamafactory", "0.9.4.dev0")["FD017"]["severity"] == "error"
