@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from finetune_doctor.cli import main
@@ -110,8 +111,6 @@ def test_a_modified_board_keeps_its_chip():
     assert parse_gpu_spec("8xV100-64GB").gpu == "V100-64GB"
     # a size the card was sold in is the catalogue's card; one at or below its largest is a slip, still an error
     assert parse_gpu_spec("V100-32GB").capacity_gib == 31.75
-    import pytest
-
     from finetune_doctor.errors import InputError
 
     with pytest.raises(InputError, match="comes in 40GB, 80GB, not 60GB"):
@@ -167,3 +166,57 @@ def test_a_dev_build_is_not_judged_as_its_neighbours(monkeypatch):
         cfg = Path(tmp) / "typo.yaml"
         cfg.write_text(text, encoding="utf-8")
         assert _findings("lint", str(cfg), "--llamafactory", "0.9.4.dev0")["FD017"]["severity"] == "error"
+
+
+def test_a_config_that_lost_its_training_section_is_not_sized_as_whole(monkeypatch, tmp_path):
+    """Trial 17, trip 2 (LF#7341, a paste cut in its `### method` section; the run trained on 4 x A6000 with bf16,
+    micro batch 1 and ZeRO-3): it was sized at micro batch 8, fp32 and no DeepSpeed and called "oom > 99 %"."""
+    monkeypatch.setattr(lfrelease, "installed_version", lambda: None)
+    d = json.loads(_invoke("check", str(K4), "--gpu", "4xA6000", "--format", "json").stdout)
+    cc = next(a for a in d["assumptions"] if a["name"] == "config-complete")
+    assert cc["moves_verdict"] and "micro batch 8, fp32, no DeepSpeed" in cc["value"]
+    assert "sets no key of a training section" in cc["source"]
+    # LF's example section under ZeRO-3 is what the user ran: ~38.7 GiB in the trial's completed config
+    assert cc["effect"]["total_gib"]["the same under DeepSpeed ZeRO-3"] == pytest.approx(39.0, abs=1.0)
+    assert cc["effect"]["verdict"]["LF's example training section (micro batch 1, bf16)"] == "oom"
+    assert d["memory"]["verdict"] == "at-risk"
+    assert d["memory"]["deciding_assumption"]["name"] == "config-complete"
+    # the required key it lacks may be in the part the paste lost: a warning, not LF's certain stop
+    f010 = next(f for f in d["findings"] if f["code"] == "FD010")
+    assert f010["severity"] == "warning" and "it may be cut off" in f010["message"]
+    # the same file with its training section back is whole: no config-complete, the verdict is the estimate's
+    whole = tmp_path / "whole.yaml"
+    whole.write_text(K4.read_text(encoding="utf-8") + "\n### train\nper_device_train_batch_size: 1\n"
+                     "gradient_accumulation_steps: 8\nlearning_rate: 1.0e-5\nnum_train_epochs: 3.0\nbf16: true\n"
+                     "deepspeed: examples/deepspeed/ds_z3_config.json\n", encoding="utf-8")
+    w = json.loads(_invoke("check", str(whole), "--gpu", "4xA6000", "--format", "json").stdout)
+    assert "config-complete" not in [a["name"] for a in w["assumptions"]]
+    assert w["memory"]["per_gpu_gib"]["total"] == pytest.approx(39.0, abs=1.0)
+
+
+def test_an_oom_under_every_example_section_stays_oom(monkeypatch, tmp_path):
+    """A lost section opens the verdict only where a section LF's examples write changes it: a 7B full fine-tune
+    on one 80 GB card (fixtures/cases/005, LF#94) runs out at micro batch 1 in bf16 too."""
+    monkeypatch.setattr(lfrelease, "installed_version", lambda: None)
+    cfg = FIX.parent / "cases" / "005" / "config.yaml"
+    d = json.loads(_invoke("check", str(cfg), "--gpu", "A100-80GB", "--no-data", "--format", "json").stdout)
+    cc = next(a for a in d["assumptions"] if a["name"] == "config-complete")
+    assert not cc["moves_verdict"] and set(cc["effect"]["verdict"].values()) == {"oom"}
+    assert d["memory"]["verdict"] == "oom"
+
+
+@pytest.mark.parametrize("text, values, has", [
+    ("stage: sft\ndo_train: true\nfinetuning_type: full\n", {"do_train": True}, True),
+    # one key of the section, in the file or as a key=value override, makes the file whole
+    ("stage: sft\ndo_train: true\nbf16: true\n", {"do_train": True, "bf16": True}, False),
+    ("stage: sft\ndo_train: true\n", {"do_train": True, "learning_rate": 1e-4}, False),
+    # not a training run: LF's default do_train is false; a preprocessing-only run (tokenized_path) trains nothing
+    ("stage: sft\ndo_predict: true\n", {"do_predict": True}, False),
+    ("stage: sft\ndo_train: true\ntokenized_path: saves/ds\n", {"do_train": True, "tokenized_path": "saves/ds"},
+     False),
+])
+def test_the_no_training_section_sign(text, values, has):
+    from finetune_doctor.facts.cutpaste import signs
+
+    assert ("no-training-section" in [s["sign"] for s in signs(text, values, "train")]) is has
+    assert not signs(text, values, "export")
