@@ -220,3 +220,37 @@ def test_the_no_training_section_sign(text, values, has):
 
     assert ("no-training-section" in [s["sign"] for s in signs(text, values, "train")]) is has
     assert not signs(text, values, "export")
+
+
+@pytest.mark.parametrize("cfg, args", [
+    (K3, ("--gpu", "2x22GB", "--llamafactory", "0.9.2.dev0")),
+    (K3, ("--gpu", "2x2080Ti-22GB")),
+    (K4, ("--gpu", "4xA6000")),
+    (K1, ("--gpu", "8xA100-80GB", "--llamafactory", "0.9.4.dev0")),
+    (FIX.parent / "quickstart" / "llama7b_full_zero2_v100.yaml", ("--gpu", "8xV100-32GB")),
+])
+def test_every_alternative_that_differs_from_the_verdict_is_marked_or_explained(monkeypatch, cfg, args):
+    """Trial 17, trip 3 (k3 on 2 x 22 GB: "eval-batch: 8 — if 1: 9.0 GiB fits" and "transformers 4.48.3: 43.0 GiB
+    oom" beside an at-risk headline, only sample-lengths marked): each Assumed line whose alternative gives another
+    verdict than the report's either carries `!` or says why it does not decide."""
+    from finetune_doctor.reporters.sections.assumed import _UNMARKED, assumption_lines
+    from finetune_doctor.types import Assumption
+
+    monkeypatch.setattr(lfrelease, "installed_version", lambda: None)
+    d = json.loads(_invoke("check", str(cfg), *args, "--no-data", "--format", "json").stdout)
+    verdict = d["memory"]["verdict"]
+    items = [Assumption(name=a["name"], value=a["value"], source=a["source"], alternatives=tuple(a["alternatives"]),
+                        effect_gib=a["effect"]["total_gib"], effect_verdict=a["effect"]["verdict"],
+                        resolve_with=a["resolve_with"], moves_verdict=a["moves_verdict"]) for a in d["assumptions"]]
+    lines = dict(zip([a.name for a in sorted(items, key=lambda a: not a.moves_verdict)],
+                     assumption_lines(items, verdict)))
+    checked = 0
+    for a in items:
+        for alt, v in a.effect_verdict.items():
+            if v == verdict:
+                continue
+            checked += 1
+            text, moves = lines[a.name]
+            after = text.split(f"{alt}: ", 1)[1].split(";")[0]
+            assert moves or any(why in after for why in _UNMARKED.values()), (a.name, alt, text)
+    assert checked
