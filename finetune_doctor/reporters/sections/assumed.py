@@ -64,13 +64,16 @@ def assumption_lines(items: Iterable[Any], verdict: str | None = None) -> list[t
     … (resolve with …)``. `verdict` is the report's memory verdict (None: not known)."""
     out = []
     for a in sorted(items, key=lambda a: not a.moves_verdict):
-        sized, unsized = [], []
+        sized, unsized, said = [], [], set()
         for alt in a.alternatives:
             g, v = a.effect_gib.get(alt), a.effect_verdict.get(alt)
             if g is None:
                 unsized.append(str(alt))
             else:
-                sized.append(f"{alt}: {g:.1f} GiB" + (f" {v}" if v else "") + _not_deciding(a, alt, v, verdict))
+                # each reason once per line, at its first alternative (trial 17: one clause per ladder rung)
+                why = _not_deciding(a, alt, v, verdict)
+                sized.append(f"{alt}: {g:.1f} GiB" + (f" {v}" if v else "") + ("" if why in said else why))
+                said.add(why)
         # alternatives the memory model was not re-run for carry no number: name a few, not every release
         if unsized:
             more = f", +{len(unsized) - _UNSIZED_SHOWN} more" if len(unsized) > _UNSIZED_SHOWN else ""
@@ -95,7 +98,7 @@ _UNMARKED = {
     "unnamed": " (weighed, not deciding: no input names it)",
     "sure-default": " (weighed, not deciding: the default transformers or LLaMA-Factory applies to a whole file "
                     "until the key is set)",
-    "same-as-assumed": " (the same verdict as the assumed value: another assumption makes the headline at-risk)",
+    "same-as-assumed": " (as at the assumed value: another assumption makes the headline at-risk)",
 }
 
 
