@@ -27,6 +27,7 @@ RELEASED = {
     "FD103": "bf16-unsupported-gpu",
     "FD104": "fp32-checkpoint",
     "FD105": "bf16-emulated-gpu",
+    "FD106": "flash-attn2-unsupported-gpu",
     "FD201": "deepspeed-config-invalid",
     "FD202": "deepspeed-batch-mismatch",
     "FD203": "deepspeed-precision-mismatch",

@@ -53,7 +53,8 @@ def test_a_whole_example_shaped_config_shows_no_sign():
 
 
 @pytest.mark.parametrize("text, values, kind, expect", [
-    (CUT, {"do_train": True, "streaming": True}, "train", ["empty-section"]),
+    # the paste stops at `### train`: it lost that section too (trial 17: no key of a training section is a sign)
+    (CUT, {"do_train": True, "streaming": True}, "train", ["empty-section", "no-training-section"]),
     # a file that reads as whole is whole, schedule keys or not: LF's own rejection of such a file must stay an error
     (WHOLE.split("gradient_accumulation_steps")[0], {"do_train": True, "streaming": True}, "train", []),
     # a bare key as the last line: YAML reads null, no one ends a file with it on purpose

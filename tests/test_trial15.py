@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from finetune_doctor.cli import main
 from finetune_doctor.facts.kinds import DATA_PARALLEL
 from finetune_doctor.readers.config import lfrelease
+from finetune_doctor.readers.config.lfrelease import INSTALLED_HERE_NOTE
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "trial15"
 
@@ -286,7 +287,7 @@ def test_installed_release_does_not_reopen_what_the_keys_rule_out(monkeypatch, t
     cfg = tmp_path / "kto_lora.yaml"
     cfg.write_text((FIX / "kto_lora.yaml").read_text(encoding="utf-8").split("### ray")[0], encoding="utf-8")
     d = _run("check", str(cfg), "--gpu", "4xL40S")
-    assert _asm(d, "lf-version")["value"] == "0.9.5"
+    assert _asm(d, "lf-version")["value"] == f"0.9.5 ({INSTALLED_HERE_NOTE})"
     assert DATA_PARALLEL not in _asm(d, "launcher")["alternatives"]
     from test_dataparallel import EXAMPLE_071
 

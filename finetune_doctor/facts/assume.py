@@ -35,6 +35,7 @@ from finetune_doctor.facts.assumebase import (NOT_OPEN, SAMPLE_LABEL, SAMPLE_LAD
                                               SHOWN_ONLY, Seen, budget_gib, judge_run, not_deciding, sample_ladder,
                                               settled, weigh, weighs)
 from finetune_doctor.facts.assumelaunch import launch_assumptions
+from finetune_doctor.facts.assumepartial import partial_assumption
 from finetune_doctor.facts.assumestack import (deepspeed_config_assumption, stack_assumptions, unsloth_assumption,
                                               unsloth_nf4_assumption, unsloth_rope_build_assumption,
                                               moe_expert_layout_assumption)
@@ -56,7 +57,8 @@ def collect(asm: Any, opts: Any, *, tokens: int | None, base_verdict: str | None
     return [*_data_and_card(c), *deepspeed_config_assumption(c), *stack_assumptions(c, alt_stack), *_checkpoint(c), *_attention(c),
             *unsloth_assumption(c), *unsloth_nf4_assumption(c), *unsloth_rope_build_assumption(c),
             *moe_expert_layout_assumption(c), *_terms(c), *_tensor_parallel(c),
-            *launch_assumptions(asm, c.run, c.hw, tokens, c.judge, c.fresh, c.rerun, base_verdict), *_defaults(c)]
+            *launch_assumptions(asm, c.run, c.hw, tokens, c.judge, c.fresh, c.rerun, base_verdict), *_defaults(c),
+            *partial_assumption(c)]
 
 
 def _data_and_card(c: Seen) -> list[Assumption]:

@@ -17,10 +17,18 @@ The signs (each a fact of the text, never a guess about the run):
 - ``cut-mid-line``: the last line is one bare word with no colon (`lr_`): the paste stopped inside a key; the
   YAML reader reads the file without that line (readers/config/yamlcfg.py `_parse_maybe_cut`).
 - ``open-block``: the text ends without a newline on an indented line (a nested mapping or list cut mid-block).
-Absence of keys is not a sign: a training config that sets none of `learning_rate`, `num_train_epochs` and
+- ``no-training-section``: a training config (readers/config/lfkind.py kind ``train``) that sets not one key of
+  the training section every LLaMA-Factory example writes (`TRAIN_SECTION_KEYS`: batch, accumulation, learning
+  rate, epochs or steps, scheduler, warm-up, precision). Trial 17 (LF#7341): a paste that stopped in its
+  `### method` section was sized at transformers' micro batch 8, fp32 and no DeepSpeed, "oom > 99 %", for a run
+  that trained with bf16, batch 1 and ZeRO-3. Of the dev fixtures' training configs, 10 of 165 set none of these
+  keys: pastes and fragments (trial 3's qwen3vl_fragment, cases 005/026/037 "nothing else reported") and one LF
+  example that only preprocesses (qwen3_preprocess.yaml, `tokenized_path`: not a sign); the sign opens the
+  verdict, it does not refuse the file.
+Absence of a few keys is not a sign: a training config that sets none of `learning_rate`, `num_train_epochs` and
 `max_steps` (a fourth sign tried in session 11) is how many real configs are written — the parity corpus holds 12
 LF rejections of such files ("Please specify dataset for training.") that the hedge turned into warnings, so a
-file that reads as whole is judged as whole.
+file that sets any key of its training section is judged as whole.
 """
 
 from __future__ import annotations
@@ -31,13 +39,19 @@ from typing import Any
 _BARE_KEY = re.compile(r"^\s*(?:-\s+)?([A-Za-z_][\w.\-]*)\s*:\s*(?:#.*)?$")
 _HEADER = re.compile(r"^\s*#{2,}\s*\w")
 _CUT_WORD = re.compile(r"^[A-Za-z_][\w.\-]*$")   # readers/config/yamlcfg.py CUT_WORD: a key cut mid-token
+# the keys of the `### train` section of LLaMA-Factory's example configs (examples/train_lora/llama3_lora_sft.yaml and
+# the rest) with the precision flags: a training config that sets none of them lost its training section
+TRAIN_SECTION_KEYS = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate",
+                                "num_train_epochs", "max_steps", "lr_scheduler_type", "warmup_ratio", "warmup_steps",
+                                "bf16", "fp16", "pure_bf16"})
 
 
 def signs(text: str, values: dict[str, Any] | None, kind: str | None) -> list[dict[str, str]]:
     """The cut-paste signs of a config: a list of ``{"sign", "text"}`` (sign as in the module docstring, text a
     clause for messages, e.g. "its `### train` section is its last line, with nothing under it"); empty for a file
     that shows none. `text` is the file's text, `values` its keys after overrides (a key given on the command line
-    is set) and `kind` readers/config/lfkind.py's reading are kept for callers; the signs read the text only."""
+    is set) and `kind` readers/config/lfkind.py's reading; the signs read the text, but ``no-training-section`` reads
+    the keys of a ``train`` config."""
     out: list[dict[str, str]] = []
     lines = [ln for ln in (text or "").splitlines() if ln.strip()]
     if not lines:
@@ -55,7 +69,24 @@ def signs(text: str, values: dict[str, Any] | None, kind: str | None) -> list[di
                     "text": f"its last line is the section header `{last.strip()}` with nothing under it"})
     if text and not text.endswith(("\n", "\r")) and last[:1] in (" ", "\t") and not last.lstrip().startswith("#"):
         out.append({"sign": "open-block", "text": "it ends without a newline inside an indented block"})
+    if kind == "train" and lost_training_section(text, values or {}):
+        out.append({"sign": "no-training-section",
+                    "text": "it sets no key of a training section (batch size, learning rate, epochs or steps, "
+                            "precision), so transformers' and LLaMA-Factory's defaults stand in for all of them"})
     return out
+
+
+_TOP_KEY = re.compile(r"^([A-Za-z_][\w.\-]*)\s*:", re.MULTILINE)
+
+
+def lost_training_section(text: str, values: dict[str, Any]) -> bool:
+    """Whether a config that trains (``do_train: true``; LLaMA-Factory's default is false) sets no key of
+    `TRAIN_SECTION_KEYS`, in its text (top-level keys) or in `values` (a key=value override sets one). A
+    preprocessing-only run (``tokenized_path``: LF saves the tokenized dataset and exits) needs no training section."""
+    if values.get("do_train") is not True or values.get("tokenized_path"):
+        return False
+    keys = set(map(str, values)) | set(_TOP_KEY.findall(text or ""))
+    return not TRAIN_SECTION_KEYS & keys
 
 
 def fact(doc: Any, kind: str | None) -> dict[str, Any] | None:
@@ -69,7 +100,10 @@ def fact(doc: Any, kind: str | None) -> dict[str, Any] | None:
     found = signs(text, getattr(doc, "values", None), kind)
     if not found:
         return None
-    return {"signs": [s["sign"] for s in found], "text": "; ".join(s["text"] for s in found)}
+    # the text says the first thing that shows the file is partial; a lost training section is named only when it
+    # is the one sign (a paste that ends on `### train` lost that section as well)
+    said = [s for s in found if s["sign"] != "no-training-section"] or found
+    return {"signs": [s["sign"] for s in found], "text": "; ".join(s["text"] for s in said)}
 
 
 def assumption(cut: dict[str, Any] | None) -> Any:

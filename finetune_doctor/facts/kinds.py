@@ -15,8 +15,7 @@ Chat/API (``llamafactory-cli chat|webchat|api``) holds the weights and a KV cach
 whatever the model needs; SGLang gets ``context_length = sglang_maxlen`` (4096) and ``mem_fraction_static =
 sglang_mem_fraction`` (0.7), the same up-front reservation.
 
-KV cache per token = 2 (K and V) x layers x KV heads x head_dim x bytes (weights' dtype). Units: GiB (2^30 bytes).
-"""
+KV cache per token = 2 (K and V) x layers x KV heads x head_dim x bytes (weights' dtype). Units: GiB (2^30 bytes)."""
 
 from __future__ import annotations
 
@@ -24,6 +23,7 @@ from typing import Any, Mapping
 
 from finetune_doctor.facts import exportadapter
 from finetune_doctor.facts.launchray import narrowed_past_first, ranks_train_as, ray_launcher
+from finetune_doctor.readers.config.lfrelease import INSTALLED_HERE_NOTE, INSTALLED_HERE_WHY
 from finetune_doctor.run.quantization import checkpoint_weight_bytes
 
 GIB = 2 ** 30
@@ -443,7 +443,9 @@ def assumptions(asm: Any, opts: Any, hw: Any) -> list[Any]:
             value = rel.versions[0] if len(rel.versions) == 1 else f"{rel.versions[0]}-{rel.versions[-1]}"
             if rel.given and rel.given != value and rel.source != "installed here":
                 value = f"{rel.given} as given, judged as {value}"   # what was stated stays in sight (trial 4)
-            why = rel.note or "the llamafactory installed here, taken as the training machine's"
+            if rel.source == "installed here":   # trial 17: a test install became the training machine's release
+                value = f"{value} ({INSTALLED_HERE_NOTE})"
+            why = rel.note or INSTALLED_HERE_WHY
             alts = ()
         out.append(Assumption(name="lf-version", value=value, source=why, alternatives=alts,
                               resolve_with="--llamafactory VERSION, or --env FILE with `llamafactory-cli env` "

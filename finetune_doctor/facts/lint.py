@@ -230,7 +230,9 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "model_type": F("str", "the MoE model type"), "releases": F("str", "the judged LF releases"),
         "without": F("str", "the judged releases that do not make its MoE block a ZeRO-3 leaf"),
         "first": F("str", "the first catalogued release that does"),
-        "certain": F("bool", "every judged release lacks it"), "where": F("str", "LF's file and function")}),
+        "certain": F("bool", "every judged release lacks it"), "where": F("str", "LF's file and function"),
+        "variant": F("str", "certain | dev-build | range", values=("certain", "dev-build", "range")),
+        "given": F("str", "the LF version as the inputs state it")}),
     "kind_estimate": F("dict", "the estimate of a config that does not train (facts/kinds.py)", fields={
         "kind": F("str", "export | chat"), "fits": F("bool", "fits the GPUs (None: not judged)"),
         "device": F("str", "export: cpu | gpu"), "peak_gib": F("float", "export: peak while merging, GiB"),

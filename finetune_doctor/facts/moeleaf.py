@@ -35,7 +35,8 @@ def _span(versions: list[str]) -> str:
 def fact(asm: Any) -> dict[str, Any] | None:
     """The ``lint.moe_z3_leaf`` fact of an assembly with a resolved run: {model_type, releases (the judged ones),
     without (those that do not make its MoE block a leaf), first (the first catalogued release that does),
-    certain (every judged release lacks it)}; None unless the run is a ZeRO-3 run of an MoE model whose type some
+    certain (every judged release lacks it), variant (certain | dev-build | range: which sentence the rule says),
+    given (the version as the inputs state it)}; None unless the run is a ZeRO-3 run of an MoE model whose type some
     release knows, the LF release is read (not assumed), and at least one judged release lacks the type."""
     run, release = getattr(asm, "run", None), getattr(asm, "release", None)
     if run is None or run.zero_stage != 3 or not run.arch.is_moe:
@@ -55,5 +56,10 @@ def fact(asm: Any) -> dict[str, Any] | None:
     if not without:
         return None
     first = next(v for v, r in table.items() if any(t in r["model_types"] for t in known))
+    # which sentence the rule says (rules/moe-zero3-leaf-missing.yaml `by`): every judged release lacks the leaf;
+    # a build between two releases of which the later has it (trial 17, LF PR #8876: GLM-4.5V under ZeRO-3 on
+    # 0.9.4.dev0 trained, trial 5's Qwen3-VL-MoE on another 0.9.4.dev0 hung: the commit decides); a range of releases
+    variant = "certain" if not has else ("dev-build" if getattr(release, "note", "") else "range")
     return {"model_type": known[0], "releases": _span(judged), "without": _span(without), "first": first,
-            "certain": not has, "where": table[first]["where"].split(" (")[0]}
+            "certain": not has, "variant": variant, "given": getattr(release, "given", None) or _span(judged),
+            "where": table[first]["where"].split(" (")[0]}

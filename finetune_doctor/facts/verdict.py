@@ -47,6 +47,10 @@ def record_assumptions(asm: Assembly, opts: Options, tokens: int | None,
         # `launch_assumptions`), whose answer replaces it: weighed (over several ranks, or over GPU counts when none
         # was read), or none once the launch is read
         asm.assumptions[:] = [a for a in asm.assumptions if a.name != "launcher"]
+    if any(a.name == "config-complete" for a in found):
+        # a config that lost its training section (facts/assumepartial.py): the weighed assumption replaces the
+        # one recorded when the config was read (facts/cutpaste.py `assumption`)
+        asm.assumptions[:] = [a for a in asm.assumptions if a.name != "config-complete"]
     asm.assumptions.extend(found)
     from finetune_doctor.facts.assumebase import settled
 

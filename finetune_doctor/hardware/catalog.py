@@ -309,9 +309,47 @@ def parse_gpu_spec(spec: str, nnodes: int | None = None) -> Hardware:
                         source="flag", nnodes=nodes, notes=(note,))
     g = lookup(raw)
     if g is None:
-        raise InputError(_unknown_message(spec, raw, count), file="--gpu")
+        modified = modified_board(raw)
+        if modified is None:
+            raise InputError(_unknown_message(spec, raw, count), file="--gpu")
+        g, name, cap, note = modified
+        return Hardware(gpu=name, num_gpus=count * nodes, capacity_gib=cap, bf16=g.bf16, source="flag",
+                        compute_capability=g.compute_capability, nnodes=nodes, fp8=g.fp8, notes=(note,))
     return Hardware(gpu=g.name, num_gpus=count * nodes, capacity_gib=g.capacity_gib, bf16=g.bf16, source="flag",
                     compute_capability=g.compute_capability, nnodes=nodes, fp8=g.fp8)
+
+
+# the least a modified board's memory is, as a multiple of the largest size its card was sold with: re-fitted boards
+# double the memory chips (2080 Ti 11 -> 22 GB, RTX 4090 24 -> 48 GB, RTX 3080 10 -> 20 GB); a size a little above
+# the largest (A100-90GB) is a slip, answered with the sizes the card comes in
+MODIFIED_BOARD_FACTOR = 1.5
+# how a modified board's note names its chip's bf16 (catalogue `bf16`: True, False, None when not known)
+_BF16_WORD = {True: "supported", False: "not supported", None: "not known"}
+
+
+def modified_board(raw: str) -> tuple[GpuModel, str, float, str] | None:
+    """A known card named with more memory than it was ever sold with (``2080Ti-22GB``, ``RTX-4090-48GB``: boards
+    re-fitted with larger memory chips, sold second-hand): (the catalogue card, the name to show, usable GiB per
+    card, the note that says how it was read), else None. The chip, so its compute capability, bf16 and fp8
+    support, is the catalogue card's; the usable share of the nominal size is that card's own (capacity_gib /
+    nominal_gb). A size under `MODIFIED_BOARD_FACTOR` times the card's largest (``A100-60GB``, ``A100-90GB``) is
+    read as a slip, not a modification: None, so the caller's error lists the sizes it comes in. Trial 17 (LF#7147, 2 x 2080 Ti 22 GB): the only way to say
+    22 GB was a bare ``22GB``, which lost the card's missing bf16. Never raises."""
+    model, mem = _split_mem(_tokens(raw))
+    card = lookup(model) if model and mem is not None else None
+    if card is None or mem is None:
+        return None
+    largest = max(e.nominal_gb for e in catalog() if e.family == card.family)
+    if mem < MODIFIED_BOARD_FACTOR * largest or mem > 4096:
+        return None
+    share = card.capacity_gib / card.nominal_gb
+    cap = math.floor(mem * share * 100 + 1e-9) / 100
+    name = re.sub(r"-\d+GB$", "", card.name) + f"-{mem}GB"
+    cc = ".".join(map(str, card.compute_capability)) if card.compute_capability else "unknown"
+    note = (f"--gpu {raw}: a {card.name} with {mem} GB, more than it was sold with ({largest} GB): read as a "
+            f"modified board, {cap:.2f} GiB usable ({mem} x {share:.3f}, the {card.name}'s usable share); the chip's "
+            f"compute capability ({cc}) and bf16 ({_BF16_WORD[card.bf16]}) are the {card.name}'s")
+    return card, name, cap, note
 
 
 def vendor_of(name: str) -> str | None:

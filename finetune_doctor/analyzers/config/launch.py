@@ -595,10 +595,27 @@ def _template(c: _Cfg) -> list[Problem]:
         check = "template-removed-misspelt" if near else "template-removed"
     else:
         check = "template-misspelt" if near else "template-unregistered"
+    cond = _renamed_in_dev_cycle(rel, name, near[0] if near else None) or cond
     return [_c("template", "template", check,
                f"write `template: {near[0]}`" if near else "use a template name from LLaMA-Factory's data/template.py",
                fix="set" if near else None, fix_value=near[0] if near else None, condition=cond,
                args={**args, **({"near": near[0]} if near else {})})]
+
+
+def _renamed_in_dev_cycle(rel: Any, name: str, near: str | None) -> str | None:
+    """The condition under which a template neither neighbour of a development build registers may still have been
+    registered by the build: `near`, the name suggested for it, is new in the next release (the previous one lacks
+    it), so it arrived between the two, and a commit of that cycle may have spelt it `name` before a rename. Trial
+    17 (LF PR #8876, on 0.9.4.dev0): the PR registered `glm45v` and trained on it; 0.9.4 ships it as `glm4_5v`,
+    0.9.3 has neither. None when `rel` is not a build between two releases (readers/config/lfrelease.py: `note`
+    set) or the near name is not new in the next one."""
+    if near is None or rel is None or not rel.known or not rel.note or len(rel.versions) < 2:
+        return None
+    if rel.versions[-1] not in rel.template_versions(near) or rel.versions[0] in rel.template_versions(near):
+        return None
+    return (f"LLaMA-Factory {rel.versions[0]}-{rel.versions[-1]}, where `{near}` arrived ({rel.given} is a build "
+            f"between {rel.versions[0]} and {rel.versions[-1]}, and a commit before the release may have registered "
+            f"`{name}`, so its commit decides)")
 
 
 def _first_after(elsewhere: list[str], rel: Any) -> str | None:

@@ -230,6 +230,14 @@ def _prerelease(v: str) -> bool:
     return got is not None and is_prerelease(got[1])
 
 
+# what the `lf-version` assumption (facts/kinds.py) says when the release is the llamafactory installed on this
+# machine (trial 17: a test install of LLaMA-Factory in the user's venv silently became the training machine's)
+INSTALLED_HERE_NOTE = ("read from the LLaMA-Factory installed here, which judges the config's keys, templates and "
+                       "defaults; if training runs elsewhere, pass --llamafactory")
+INSTALLED_HERE_WHY = ("the llamafactory installed here, taken as the training machine's: a key or template it lacks "
+                      "is an error; without it they are judged over every release the config's keys admit")
+
+
 def installed_version() -> str | None:
     """The llamafactory version installed here, from its package metadata (no import), else None
     (readers/dists.py, the one home of installed versions)."""

@@ -64,13 +64,16 @@ def assumption_lines(items: Iterable[Any], verdict: str | None = None) -> list[t
     … (resolve with …)``. `verdict` is the report's memory verdict (None: not known)."""
     out = []
     for a in sorted(items, key=lambda a: not a.moves_verdict):
-        sized, unsized = [], []
+        sized, unsized, said = [], [], set()
         for alt in a.alternatives:
             g, v = a.effect_gib.get(alt), a.effect_verdict.get(alt)
             if g is None:
                 unsized.append(str(alt))
             else:
-                sized.append(f"{alt}: {g:.1f} GiB" + (f" {v}" if v else "") + _not_deciding(a, alt, v, verdict))
+                # each reason once per line, at its first alternative (trial 17: one clause per ladder rung)
+                why = _not_deciding(a, alt, v, verdict)
+                sized.append(f"{alt}: {g:.1f} GiB" + (f" {v}" if v else "") + ("" if why in said else why))
+                said.add(why)
         # alternatives the memory model was not re-run for carry no number: name a few, not every release
         if unsized:
             more = f", +{len(unsized) - _UNSIZED_SHOWN} more" if len(unsized) > _UNSIZED_SHOWN else ""
@@ -88,15 +91,40 @@ def assumption_lines(items: Iterable[Any], verdict: str | None = None) -> list[t
     return out
 
 
-def _not_deciding(a: Any, alt: str, alt_verdict: str | None, verdict: str | None) -> str:
-    """" (weighed, not deciding: no input names it)" after an alternative whose verdict differs from the report's
-    `verdict` but that never opens it (facts/assumebase.py `UNNAMED`, `SHOWN_ONLY`): a differing verdict listed
-    without `!` says why (trial 15)."""
-    from finetune_doctor.facts.assumebase import not_deciding
+# why an alternative whose verdict differs from the report's carries no `!` (trial 15; trial 17, LF#7147: "eval-batch:
+# 8 — if 1: 9.0 GiB fits" and "transformers 4.48.3: 43.0 GiB oom" beside an at-risk headline, neither marked nor
+# explained), keyed by the reason `_unmarked_reason` finds
+_UNMARKED = {
+    "unnamed": " (weighed, not deciding: no input names it)",
+    "sure-default": " (weighed, not deciding: the default transformers or LLaMA-Factory applies to a whole file "
+                    "until the key is set)",
+    "same-as-assumed": " (as at the assumed value: another assumption makes the headline at-risk)",
+}
 
-    if verdict is None or alt_verdict is None or alt_verdict == verdict or alt not in not_deciding(a.name):
-        return ""
-    return " (weighed, not deciding: no input names it)"
+
+def _not_deciding(a: Any, alt: str, alt_verdict: str | None, verdict: str | None) -> str:
+    """The clause after an alternative whose verdict differs from the report's `verdict` while its assumption
+    carries no `!` (`_UNMARKED`), empty otherwise: a differing verdict listed without `!` always says why."""
+    reason = _unmarked_reason(a, alt, alt_verdict, verdict)
+    return _UNMARKED[reason] if reason else ""
+
+
+def _unmarked_reason(a: Any, alt: str, alt_verdict: str | None, verdict: str | None) -> str | None:
+    """Which `_UNMARKED` reason applies: an alternative that never decides (facts/assumebase.py `UNNAMED`,
+    `SHOWN_ONLY`), a sure default (`NEVER_OPENS`: weighed, never opening), or, under an at-risk verdict that
+    another assumption opened, an alternative whose verdict is the one at the assumed value (`opens_verdict`
+    compares with that one). None where the verdicts agree or the assumption moves the verdict."""
+    from finetune_doctor.facts.assumebase import NEVER_OPENS, not_deciding
+
+    if verdict is None or alt_verdict is None or alt_verdict == verdict:
+        return None
+    if alt in not_deciding(a.name):
+        return "unnamed"
+    if a.moves_verdict:
+        return None
+    if a.name in NEVER_OPENS:
+        return "sure-default"
+    return "same-as-assumed" if verdict == "at-risk" else None
 
 
 # how many alternatives without a sized effect the text names before "+N more" (the JSON lists them all)
