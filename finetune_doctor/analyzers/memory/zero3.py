@@ -327,9 +327,10 @@ def frozen_recompute_hold(run: Run) -> bool:
     Quantized (bitsandbytes) bases were not measured and are left out.
 
     A DeepSpeed the inputs do not name is taken to predate the hold: LLaMA-Factory's ``deepspeed`` extra installs
-    ``deepspeed>=0.10.0,<=0.18.4`` (requirements/deepspeed.txt at the snapshot, from 81b8a50, 2026-01-04), and no
-    measured run shows the hold yet (every dated calibration row predates 0.19.3); the release with it is weighed as
-    the `deepspeed-version` assumption's alternative (facts/assumestack.py), so it widens the verdict, named."""
+    ``deepspeed>=0.10.0,<=0.18.4`` (requirements/deepspeed.txt from bf04ca6, 2026-02-02, to LF's main of
+    2026-08-18), and no measured run shows the hold yet (every dated calibration row predates 0.19.3); a release
+    with it is weighed as the `deepspeed-version` assumption's alternative (facts/assumestack.py), so it widens the
+    verdict, named."""
     if not (run.deepspeed and run.zero_stage == 3 and run.gradient_checkpointing and run.use_reentrant_gc
             and run.finetuning_type in ("lora", "oft") and run.quantization_bit is None and not run.quantized):
         return False
