@@ -322,3 +322,16 @@ def test_an_illegal_access_said_in_words_names_the_kernel_the_words_give(tmp_pat
     f = first(tmp_path, text)
     assert f.name == "cuda-error" and f.severity in ("warning", "error")
     assert (lead in f.message) if lead else ("most likely the" not in f.message)
+
+
+@pytest.mark.parametrize("text", [
+    "flash_attn: sdpa\nRuntimeError: CUDA error: an illegal memory access was encountered\n",
+    "flash_attn: disabled\nRuntimeError: CUDA error: an illegal memory access was encountered\n",
+    "use_liger_kernel=False,\nRuntimeError: CUDA error: an illegal memory access was encountered\n",
+])
+def test_a_kernel_named_only_as_switched_off_is_not_the_kernel_the_text_names(tmp_path, text):
+    # LLaMA-Factory's flash_attn key set to sdpa/disabled, TrainingArguments' repr with Liger off: the paste names
+    # what the run did not use, so no lead points at it (kernelwords._OFF)
+    f = first(tmp_path, text)
+    assert f.name == "cuda-error"
+    assert "the text names" not in f.message and "Xid 31/13/94" in f.message
