@@ -335,3 +335,13 @@ def test_a_kernel_named_only_as_switched_off_is_not_the_kernel_the_text_names(tm
     f = first(tmp_path, text)
     assert f.name == "cuda-error"
     assert "the text names" not in f.message and "Xid 31/13/94" in f.message
+
+
+def test_an_installed_vllm_in_an_env_listing_is_not_an_rl_run(tmp_path):
+    # `llamafactory-cli env` (LLaMA-Factory's issue template) lists vLLM when it is installed; an SFT run spread over
+    # two cards keeps the one-process reading (devicecause.RL_SAID)
+    f = first(tmp_path, "- `llamafactory` version: 0.9.3\n- PyTorch version: 2.6.0+cu124 (GPU)\n"
+                        "- vLLM version: 0.8.4\n\n" + SAME_DEVICE + "\n")
+    assert f.name == "run-crashed"
+    assert "a model beside the policy" not in f.message
+    assert "the model is spread over several GPUs in one process" in f.message
