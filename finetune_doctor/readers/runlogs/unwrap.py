@@ -36,7 +36,11 @@ def _continues(a: str, b: str) -> bool:
 
 
 def _mid_word(a: str, b: str) -> bool:
-    return a[-1:].isalnum() and b[:1].isalnum()
+    """Whether the break between `a` and `b` falls inside a word: a letter or digit on both sides, and not a
+    lower-case letter before a capital, which is as often two lines a program ended itself ("... hours left" then
+    "Loaded: ...", "CUDA Error: ..." in darknet's fixed-width log, fixtures/postmortem/other_stacks/cuda_darknet.log)."""
+    x, y = a[-1:], b[:1]
+    return x.isalnum() and y.isalnum() and not (x.islower() and y.isupper())
 
 
 def unwrap(data: bytes) -> bytes | None:
