@@ -345,3 +345,13 @@ def test_an_installed_vllm_in_an_env_listing_is_not_an_rl_run(tmp_path):
     assert f.name == "run-crashed"
     assert "a model beside the policy" not in f.message
     assert "the model is spread over several GPUs in one process" in f.message
+
+
+def test_a_shells_not_found_above_another_exception_is_not_its_cause(tmp_path):
+    # "/bin/sh: 1: nvcc: not found" (a build step's probe) printed above an unrelated exception: that exception keeps
+    # its own reading (msgcause._not_on_path reads the other lines only for words without a class)
+    f = first(tmp_path, "/bin/sh: 1: nvcc: not found\nTraceback (most recent call last):\n"
+                        "  File \"/opt/LLaMA-Factory/src/llamafactory/hparams/parser.py\", line 70, in _parse_args\n"
+                        "    raise ValueError(msg)\nValueError: Some specified arguments are not used by the "
+                        "HfArgumentParser: ['--lora_rnak', '8']\n")
+    assert f.name == "run-crashed" and "on its PATH" not in f.message
