@@ -1,7 +1,9 @@
 """A paste copied from a terminal that broke its long lines at the window's width, joined back.
 
-Copying from tmux's or screen's copy mode, from some SSH clients and from a terminal's scrollback after a resize
-gives hard line feeds where the terminal only wrapped: a 300-character CUDA OOM message of a 120-column window
+Selecting with the mouse in a terminal that shows a tmux or screen session (the multiplexer draws each row; the outer
+terminal never saw a wrap), ``tmux capture-pane`` without ``-J``, some SSH clients and a terminal's scrollback after
+a resize give hard line feeds where the terminal only wrapped (tmux's own copy mode does not: window-copy.c
+``window_copy_copy_line`` adds no delimiter after a row flagged GRID_LINE_WRAPPED): a 300-character CUDA OOM message of a 120-column window
 arrives as three lines of 120, 120 and 60 characters, a frame line ``  File ".../site-packages/transformers/trai``
 + ``ner.py", line 2123, in train`` as two. The reader then sees a frame cut in its path and a continuation line
 that ends the traceback, and an exception line without the figures of its second half.
