@@ -355,3 +355,13 @@ def test_a_shells_not_found_above_another_exception_is_not_its_cause(tmp_path):
                         "    raise ValueError(msg)\nValueError: Some specified arguments are not used by the "
                         "HfArgumentParser: ['--lora_rnak', '8']\n")
     assert f.name == "run-crashed" and "on its PATH" not in f.message
+
+
+def test_llamafactorys_liger_key_names_liger_when_on_and_not_when_off(tmp_path):
+    # LLaMA-Factory's own key is enable_liger_kernel (hparams/model_args.py), transformers' use_liger_kernel
+    on = first(tmp_path, "enable_liger_kernel: true\nRuntimeError: CUDA error: an illegal memory access was "
+                         "encountered\n")
+    assert "the text names enable_liger_kernel, whose kernels are Triton-compiled ops" in on.message
+    off = first(tmp_path, "enable_liger_kernel: false\nRuntimeError: CUDA error: an illegal memory access was "
+                          "encountered\n")
+    assert "the text names" not in off.message
