@@ -170,7 +170,7 @@ def predict(row: dict[str, Any]) -> dict[str, Any]:
     ``point``: the figures a measurement is compared with (`compare`). The reported total takes every sample at
     cutoff_len; for a row whose samples come from a dataset the source does not size (calib_data.samples_fill
     false, no `longest_bound`) that worst case is not what the run held, so the point is the estimate at the
-    doctor's own typical length (``memory.typical``: the median of its prior on the longest sample, facts/assume.py
+    doctor's own typical length (``memory.typical``: 2048 tokens cut at cutoff_len, not its prior's median; facts/assume.py
     `typical_sample`), re-run as a config with that cutoff_len: {total, peak_allocated, runtime, tokens}. For
     every other row the point is the reported estimate (tokens None). The interval, p_oom and verdict stay the
     reported ones (they already weigh the lengths)."""

@@ -9,6 +9,7 @@ Inputs are the repository's real-shaped configs (fixtures/cases from LLaMA-Facto
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -486,3 +487,17 @@ def test_a_short_cutoff_oom_with_unread_data_weighs_shorter_samples(tmp_path):
     _, small = doctor("check", cfg, "--gpu", "1xV100-16GB", "--no-data")
     assert small["memory"]["verdict"] == "oom"
     assert by_name(small)["sample-lengths"]["effect"]["verdict"] == {"samples of 128 tokens": "oom"}
+
+
+def test_an_oom_at_a_short_cutoff_does_not_name_a_sample_length_above_it(tmp_path):
+    # predicted-oom's clause that the data's lengths do not matter named "samples of 512 tokens", the ladder's first
+    # rung; at cutoff_len 256 the rung weighed is 128 (sample_ladder), and 512 is no length the run has
+    text = (EXAMPLES / "train_lora" / "qwen3_lora_sft.yaml").read_text()
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(re.sub(r"(?m)^per_device_train_batch_size:.*$", "per_device_train_batch_size: 64",
+                          re.sub(r"(?m)^cutoff_len:.*$", "cutoff_len: 256", text)))
+    _, r = doctor("check", cfg, "--gpu", "1xRTX4090", "--no-data")
+    oom = next(f for f in r["findings"] if f["name"] == "predicted-oom")
+    assert set(by_name(r)["sample-lengths"]["effect"]["verdict"]) == {"samples of 128 tokens"}
+    assert "fills cutoff_len (64 × 256 = 16384 tokens)" in oom["message"]
+    assert "512 tokens" not in oom["message"] and "every shorter sample length weighed runs out too" in oom["message"]

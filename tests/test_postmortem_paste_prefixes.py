@@ -163,3 +163,15 @@ def test_a_right_paste_stays_right_when_a_terminal_wrapped_it(width):
     rt, plain = _right_pastes()
     turned = {c["id"] for c in plain if not rt.judge_case({**c, "log": _wrapped(c["log"], width)})["right"]}
     assert turned <= WRAP_LEFT[width]
+
+
+def test_fixed_width_lines_a_program_ended_are_not_joined(tmp_path):
+    # darknet's step lines are all 103 characters and end in a word, the next lines start with a capital
+    # ("Loaded: ...", "CUDA Error: ..."): joined, the CUDA error took the step line's "1997: " for a Slurm task id
+    # (rank 1997, world size 1998) and the line above for its own
+    from finetune_doctor.readers.runlogs.unwrap import unwrap
+
+    with open(os.path.join(ROOT, "fixtures", "postmortem", "other_stacks", "cuda_darknet.log"), "rb") as fh:
+        assert unwrap(fh.read()) is None
+    f = diagnose(tmp_path, "other_stacks/cuda_darknet.log")[0]
+    assert f.name == "cuda-error" and f.location.line == 5 and "rank" not in f.message

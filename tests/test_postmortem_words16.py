@@ -322,3 +322,46 @@ def test_an_illegal_access_said_in_words_names_the_kernel_the_words_give(tmp_pat
     f = first(tmp_path, text)
     assert f.name == "cuda-error" and f.severity in ("warning", "error")
     assert (lead in f.message) if lead else ("most likely the" not in f.message)
+
+
+@pytest.mark.parametrize("text", [
+    "flash_attn: sdpa\nRuntimeError: CUDA error: an illegal memory access was encountered\n",
+    "flash_attn: disabled\nRuntimeError: CUDA error: an illegal memory access was encountered\n",
+    "use_liger_kernel=False,\nRuntimeError: CUDA error: an illegal memory access was encountered\n",
+])
+def test_a_kernel_named_only_as_switched_off_is_not_the_kernel_the_text_names(tmp_path, text):
+    # LLaMA-Factory's flash_attn key set to sdpa/disabled, TrainingArguments' repr with Liger off: the paste names
+    # what the run did not use, so no lead points at it (kernelwords._OFF)
+    f = first(tmp_path, text)
+    assert f.name == "cuda-error"
+    assert "the text names" not in f.message and "Xid 31/13/94" in f.message
+
+
+def test_an_installed_vllm_in_an_env_listing_is_not_an_rl_run(tmp_path):
+    # `llamafactory-cli env` (LLaMA-Factory's issue template) lists vLLM when it is installed; an SFT run spread over
+    # two cards keeps the one-process reading (devicecause.RL_SAID)
+    f = first(tmp_path, "- `llamafactory` version: 0.9.3\n- PyTorch version: 2.6.0+cu124 (GPU)\n"
+                        "- vLLM version: 0.8.4\n\n" + SAME_DEVICE + "\n")
+    assert f.name == "run-crashed"
+    assert "a model beside the policy" not in f.message
+    assert "the model is spread over several GPUs in one process" in f.message
+
+
+def test_a_shells_not_found_above_another_exception_is_not_its_cause(tmp_path):
+    # "/bin/sh: 1: nvcc: not found" (a build step's probe) printed above an unrelated exception: that exception keeps
+    # its own reading (msgcause._not_on_path reads the other lines only for words without a class)
+    f = first(tmp_path, "/bin/sh: 1: nvcc: not found\nTraceback (most recent call last):\n"
+                        "  File \"/opt/LLaMA-Factory/src/llamafactory/hparams/parser.py\", line 70, in _parse_args\n"
+                        "    raise ValueError(msg)\nValueError: Some specified arguments are not used by the "
+                        "HfArgumentParser: ['--lora_rnak', '8']\n")
+    assert f.name == "run-crashed" and "on its PATH" not in f.message
+
+
+def test_llamafactorys_liger_key_names_liger_when_on_and_not_when_off(tmp_path):
+    # LLaMA-Factory's own key is enable_liger_kernel (hparams/model_args.py), transformers' use_liger_kernel
+    on = first(tmp_path, "enable_liger_kernel: true\nRuntimeError: CUDA error: an illegal memory access was "
+                         "encountered\n")
+    assert "the text names enable_liger_kernel, whose kernels are Triton-compiled ops" in on.message
+    off = first(tmp_path, "enable_liger_kernel: false\nRuntimeError: CUDA error: an illegal memory access was "
+                          "encountered\n")
+    assert "the text names" not in off.message

@@ -97,10 +97,12 @@ NAMESPACE = Namespace("mem", __doc__.split("\n\n")[0], {
                               "train": F("dict", "training: tokens_per_sample, tokens_per_micro_batch, micro_batch, "
                                                  "fits_at_cutoff"),
                               "eval": F("dict", "the first evaluation, the same fields (None without one)")}),
-    "typical": F("dict", "with the data not scanned: the longest sample at the median of the prior on it and the "
-                 "total there, the point figure a measurement of a run on real data is compared with; total stays "
-                 "the worst case (facts/assume.py typical_sample)",
-                 fields={"tokens": F("int", "tokens per sample at the prior's median"),
+    "typical": F("dict", "with the data not scanned: the typical longest sample (facts/assumebase.py "
+                 "TYPICAL_LONGEST_TOKENS, 2048 tokens: a rung of the ladder, not the prior's median) and the total "
+                 "there, the point figure a measurement of a run on real data is compared with; total stays the worst "
+                 "case (facts/assume.py typical_sample)",
+                 fields={"tokens": F("int", "tokens per sample: the shortest rung weighed at or above "
+                                            "min(2048, cutoff_len)"),
                          "total_gib": F("float", "total at that length, GiB"),
                          "label": F("str", "the sample-lengths alternative it is"),
                          "cutoff_len": F("int", "cutoff_len")}),

@@ -62,7 +62,7 @@ def record_assumptions(asm: Assembly, opts: Options, tokens: int | None,
         return {}
     verdict, deciding = assume.fold(base, mem.total, asm.assumptions)
     budget = assume.token_budget(asm.run, asm.hw, asm.counts) if tokens is None else None
-    # the point figure of a run on unread data: the median of the prior on the longest sample (issue #23)
+    # the point figure of a run on unread data: the typical longest sample, 2048 tokens cut at cutoff_len (issue #23)
     typical = assume.typical_sample(asm.assumptions) if tokens is None else None
     out: dict[str, Any] = {"deciding_assumption": assume.deciding_facts(deciding, mem.total, base),
                            "token_budget": budget, "typical": typical}

@@ -26,7 +26,10 @@ import re
 
 SAME_DEVICE = re.compile(r"Expected all tensors to be on the same device")
 RAY_SAID = re.compile(r"\bUSE_RAY\s*=\s*(?:1|true)\b|\bray_num_workers\b|\bresources_per_worker\b", re.I | re.A)
-RL_SAID = re.compile(r"\b(?:grpo|ppo|rlhf|vllm|rollouts?|online[ _-]?dpo)(?:_\w+)?\b", re.I | re.A)
+# vLLM as an installed package's line ("- vLLM version: 0.8.4" of `llamafactory-cli env`, which LLaMA-Factory's issue
+# template asks for; "vllm==0.8.4" / "vllm 0.8.4" of pip) says it is installed, not that the run generates with it
+RL_SAID = re.compile(r"\b(?:grpo|ppo|rlhf|vllm(?![ \t]*(?:version\b|==|\d))|rollouts?|online[ _-]?dpo)(?:_\w+)?\b",
+                     re.I | re.A)
 
 
 def two_devices(msg: str, words: str) -> str | None:

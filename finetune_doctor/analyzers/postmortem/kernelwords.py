@@ -28,10 +28,15 @@ from __future__ import annotations
 import re
 
 TRITON = re.compile(r"Triton Error \[CUDA\]")
-# packages whose kernels are Triton ops patched into a model (Liger's, unsloth's, flash-linear-attention's)
-TRITON_PKG = re.compile(r"\bliger(?:[-_ ]kernels?)?\b|\buse_liger_kernel\b|\bunsloth\b|\bflash[-_ ]linear[-_ ]attention\b|"
-                        r"\bfla\b", re.I | re.A)
-FLASH_SAID = re.compile(r"flash[_ -]?attention[_ -]?2|\bflash[_-]?attn\b|\bfa2\b|\bFA2\b", re.I | re.A)
+# a name set to a value that turns it off, as a config or an arguments dump prints it ("use_liger_kernel=False",
+# TrainingArguments' repr; LLaMA-Factory's "flash_attn: sdpa" / "auto" / "disabled", model_args.py): the name is
+# then what the run did not use, so it is not read as a kernel the text names
+_OFF = r"(?![\w \t-]{0,24}[:=][ \t]*[\"']?(?:false|no|none|0|disabled|sdpa|eager|auto)\b)"
+# packages whose kernels are Triton ops patched into a model (Liger's: transformers' use_liger_kernel, LLaMA-Factory's
+# enable_liger_kernel, hparams/model_args.py; unsloth's, flash-linear-attention's)
+TRITON_PKG = re.compile(r"(?:\bliger(?:[-_ ]kernels?)?\b|\b(?:use|enable)_liger_kernel\b|\bunsloth\b|"
+                        r"\bflash[-_ ]linear[-_ ]attention\b|\bfla\b)" + _OFF, re.I | re.A)
+FLASH_SAID = re.compile(r"(?:flash[_ -]?attention[_ -]?2|\bflash[_-]?attn\b|\bfa2\b)" + _OFF, re.I | re.A)
 
 
 def illegal_access_lead(text: str) -> str | None:

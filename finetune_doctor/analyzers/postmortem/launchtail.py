@@ -64,6 +64,15 @@ def cut_above(ev: Evidence) -> Notice | None:
     return cut
 
 
+# who reports a child's exit without its traceback, and what to give instead (`child_failed_only`)
+_REPORTER = {"deepspeed": "DeepSpeed's launcher", "agent": "torchelastic's agent log",
+             "summary": "torchelastic's failure summary"}
+_ASK = {False: "the exception is only in {first}'s own stderr: give that output with --log (or decorate the entry "
+               "point with torch.distributed.elastic.multiprocessing.errors.record so the summary carries it)",
+        True: "{first} printed its exception above this line in the same output (DeepSpeed's launcher does not "
+              "redirect its children): give the whole output with --log"}
+
+
 def child_failed_only(ev: Evidence, explained: bool) -> dict[str, Any] | None:
     """The run crashed in a child whose traceback is not in the files: torchelastic's failure summary
     (torch/distributed/elastic/multiprocessing/errors/__init__.py ``ChildFailedError``) names the root-cause rank and
@@ -95,16 +104,10 @@ def child_failed_only(ev: Evidence, explained: bool) -> dict[str, Any] | None:
     names = ", ".join(f"{w} (exit code {c})" for w, c in list(seen.items())[:8]) + (", ..." if len(seen) > 8 else "")
     first = f"rank {root.rank}" if root.rank is not None else (
         f"local rank {root.local_rank}" if root.local_rank is not None else "the first failed process")
-    deepspeed = root.kind == "launcher-exit"
-    text = (f"a Python exception in a child process that "
-            f"{'DeepSpeed' + chr(39) + 's launcher' if deepspeed else 'torchelastic' + chr(39) + 's'} "
-            f"{'' if deepspeed else 'agent log ' if agent else 'failure summary '}reports without its traceback: "
-            f"{names}, {first} first")
-    ask = (f"the exception is only in {first}'s own stderr: give that output with --log (or decorate the entry "
-           "point with torch.distributed.elastic.multiprocessing.errors.record so the summary carries it)"
-           if not deepspeed else
-           f"{first} printed its exception above this line in the same output (DeepSpeed's launcher does not "
-           "redirect its children): give the whole output with --log")
+    src = "deepspeed" if root.kind == "launcher-exit" else "agent" if agent else "summary"
+    text = (f"a Python exception in a child process that {_REPORTER[src]} reports without its traceback: {names}, "
+            f"{first} first")
+    ask = _ASK[src == "deepspeed"].format(first=first)
     return {"kind": "child-failed", "cls": None, "msg": None, "step": root.step, "explained": explained, "text": text,
             "ask": ask, "where_text": "at an unknown step" if root.step is None else f"during step {root.step}",
             "phase": None, "location": location_of(root.file, root.line), "disk_full": None,

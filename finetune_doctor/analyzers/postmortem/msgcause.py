@@ -133,17 +133,25 @@ NOT_ON_PATH = re.compile(r"(?:sh: (?:line )?\d*:? ?(?P<a>[\w.+-]+): (?:command )
                          r"(?P<b>[\w.+-]+)|(?P<c>[\w.+-]+): command not found(?!:))", re.A)
 
 
+# what to add when the missing program is LLaMA-Factory's own CLI
+_LF_CLI = {True: "; `pip install -e .` in the LLaMA-Factory checkout (or `pip install llamafactory`) puts it on the "
+                 "active environment's PATH, and the web UI launches training through it, so start the UI from that "
+                 "environment",
+           False: ""}
+
+
 def _not_on_path(cls: str, msg: str, text: str) -> str | None:
     """The shell found no program of that name on its PATH: the environment that ran the command is not the one the
     program was installed into (LLaMA-Factory's web UI starts training as a `llamafactory-cli train` subprocess,
-    webui/runner.py, so a UI started from another Python finds no CLI). None for another message."""
-    m = NOT_ON_PATH.search(msg) or NOT_ON_PATH.search(text)
+    webui/runner.py, so a UI started from another Python finds no CLI). None for another message.
+
+    The paste's other lines (`text`) are read only for words with no exception class (`cls` ""): a harmless
+    "/bin/sh: 1: nvcc: not found" above another exception is not that exception's cause."""
+    m = NOT_ON_PATH.search(msg) or (NOT_ON_PATH.search(text) if not cls else None)
     if m is None:
         return None
     cmd = m.group("a") or m.group("b") or m.group("c")
-    lf = ("; `pip install -e .` in the LLaMA-Factory checkout (or `pip install llamafactory`) puts it on the active "
-          "environment's PATH, and the web UI launches training through it, so start the UI from that environment"
-          ) if cmd.startswith(("llamafactory", "llmtuner")) else ""
+    lf = _LF_CLI[cmd.startswith(("llamafactory", "llmtuner"))]
     return (f"the shell found no program `{cmd}` on its PATH: the environment that ran the command (a web UI, a "
             "script's shell, a job scheduler's) is not the one it was installed into, or it was never installed; "
             f"activate that environment, or call it by its full path (`which {cmd}` in the same shell says whether "

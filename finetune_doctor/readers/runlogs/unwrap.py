@@ -1,10 +1,13 @@
 """A paste copied from a terminal that broke its long lines at the window's width, joined back.
 
-Copying from tmux's or screen's copy mode, from some SSH clients and from a terminal's scrollback after a resize
-gives hard line feeds where the terminal only wrapped: a 300-character CUDA OOM message of a 120-column window
-arrives as three lines of 120, 120 and 60 characters, a frame line ``  File ".../site-packages/transformers/trai``
-+ ``ner.py", line 2123, in train`` as two. The reader then sees a frame cut in its path and a continuation line
-that ends the traceback, and an exception line without the figures of its second half.
+Selecting with the mouse in a terminal that shows a tmux or screen session (the multiplexer draws each row; the outer
+terminal never saw a wrap), ``tmux capture-pane`` without ``-J``, some SSH clients and a terminal's scrollback after
+a resize give hard line feeds where the terminal only wrapped (tmux's own copy mode does not: window-copy.c
+``window_copy_copy_line`` adds no delimiter after a row flagged GRID_LINE_WRAPPED): a 300-character CUDA OOM
+message of a 120-column window arrives as three lines of 120, 120 and 60 characters, a frame line
+``  File ".../site-packages/transformers/trai`` + ``ner.py", line 2123, in train`` as two. The reader then sees a
+frame cut in its path and a continuation line that ends the traceback, and an exception line without the figures
+of its second half.
 
 `unwrap` decides from the text alone whether that happened: the longest line length W (at least `MIN_WIDTH`
 characters) is held by at least two lines that are followed by a non-blank line, and at least two of those breaks
@@ -36,7 +39,12 @@ def _continues(a: str, b: str) -> bool:
 
 
 def _mid_word(a: str, b: str) -> bool:
-    return a[-1:].isalnum() and b[:1].isalnum()
+    """Whether the break between `a` and `b` falls inside a word: a letter or digit on both sides, and not a
+    lower-case letter before a capital, which is as often two lines a program ended itself ("... hours left" then
+    "Loaded: ...", "CUDA Error: ..." in darknet's fixed-width log: fixtures/postmortem/other_stacks/
+    cuda_darknet.log)."""
+    x, y = a[-1:], b[:1]
+    return x.isalnum() and y.isalnum() and not (x.islower() and y.isupper())
 
 
 def unwrap(data: bytes) -> bytes | None:
