@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from finetune_doctor.facts.assumebase import Seen, budget_gib, weigh, weighs
+from finetune_doctor.run.stack import FROZEN_HOLD_ABSENT_RELEASE as NO_FROZEN_HOLD_RELEASE
+from finetune_doctor.run.stack import FROZEN_HOLD_RELEASE, frozen_hold_shape, named_release_holds
 from finetune_doctor.types import Assumption
 
 # the transformers release before the loss stopped copying the shifted logits (run/stack.py
@@ -18,8 +20,6 @@ STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_co
             "examples/deepspeed/ds_z3_offload_config.json")
 LEAK_RELEASE = "0.16.4"     # analyzers/memory/zero3.py RECOMPUTE_LEAK_RELEASE
 NO_LINEAR_WRAP_RELEASE = "0.19.3"   # analyzers/memory/zero3.py LINEAR_WRAP_ABSENT_RELEASE
-NO_FROZEN_HOLD_RELEASE = "0.19.2"   # analyzers/memory/zero3.py FROZEN_HOLD_ABSENT_RELEASE
-FROZEN_HOLD_RELEASE = "0.19.8"      # analyzers/memory/zero3.py FROZEN_HOLD_RELEASE
 FROZEN_HOLD_LABEL = ">= 0.19.3 (ZeRO-3 keeps the frozen layers gathered through backward)"
 
 
@@ -113,9 +113,8 @@ def _deepspeed_version(c: Seen, given: set[str]) -> list[Assumption]:
         # (`frozen_recompute_hold`); the release before it holds one layer at a time. The hold is applied only to a
         # release the inputs name (LLaMA-Factory's deepspeed extra installs <= 0.18.4), so an unnamed DeepSpeed
         # weighs a release with the hold and a named one from 0.19.3 on weighs the release before it
-        if (run.zero_stage == 3 and run.gradient_checkpointing and run.use_reentrant_gc
-                and run.finetuning_type in ("lora", "oft") and run.quantization_bit is None and not run.quantized):
-            ds_alts.append(alt(NO_FROZEN_HOLD_RELEASE) if _named_ds_holds(run) else
+        if frozen_hold_shape(run):
+            ds_alts.append(alt(NO_FROZEN_HOLD_RELEASE) if named_release_holds(run) else
                            alt(FROZEN_HOLD_RELEASE, FROZEN_HOLD_LABEL))
         out.append(weigh("deepspeed-version", dsv or "0.19.8 (the newest behaviour the doctor knows)",
                           "installed on this machine, not read from the training machine" if dsv else
@@ -125,18 +124,6 @@ def _deepspeed_version(c: Seen, given: set[str]) -> list[Assumption]:
                           "--env FILE with `llamafactory-cli env` (or `pip freeze`) of the training machine",
                           c.base, ds_alts))
     return out
-
-
-def _named_ds_holds(run: Any) -> bool:
-    """Whether the DeepSpeed the run's stack names (``--env``, a context file) is 0.19.3 or later, the releases
-    analyzers/memory/zero3.py `frozen_recompute_hold` applies the hold to (read here so lint stays off the memory
-    model)."""
-    from finetune_doctor.readers.deepspeed.dsschema import parse_version
-
-    for pkg, v, _src in run.stack_sources:
-        if pkg == "deepspeed" and (pv := parse_version(v)) is not None:
-            return (tuple(pv) + (0, 0, 0))[:3] >= (0, 19, 3)
-    return False
 
 
 def deepspeed_config_assumption(c: Seen) -> list[Assumption]:

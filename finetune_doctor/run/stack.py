@@ -63,3 +63,38 @@ SHIFTED_LOGITS_COPY_BEFORE = (4, 49)
 # its fp32 copy exists; from 4.46 the forward returns lm_head's output in its own dtype (5.6.0 modeling_llama.py:487)
 # and only the loss upcasts it (loss_utils.ForCausalLMLoss)
 FORWARD_UPCAST_BEFORE = (4, 46)
+
+
+# DeepSpeed #8148 (a31eb3165, 2026-07-22, first tagged in v0.19.3) attributes the frozen parameters a checkpoint's
+# recompute gathers to the innermost module whose backward is under way, so that under reentrant checkpointing every
+# frozen layer stays gathered until backward ends (analyzers/memory/zero3.py `frozen_recompute_hold` sizes it). The
+# shape of run it needs and the releases are kept here, light, because facts/assumestack.py weighs the release on
+# the lint-free path without loading the memory model.
+FROZEN_HOLD_FROM = (0, 19, 3)
+FROZEN_HOLD_ABSENT_RELEASE = "0.19.2"   # the release before it, weighed when a later one is named
+FROZEN_HOLD_RELEASE = "0.19.8"          # a release with it, weighed when none is named (the newest the doctor knows)
+
+
+def named_deepspeed(run) -> tuple[str, str] | None:   # noqa: ANN001 - run.Run, not imported: this module stays light
+    """(version, where it came from) of DeepSpeed on the training machine as the inputs name it (``--env``, the
+    packages here, a ``doctor context`` file: ``run.stack_sources``); None when none of them names it."""
+    for pkg, v, src in run.stack_sources:
+        if pkg == "deepspeed" and parse_version(v) is not None:
+            return v, src
+    return None
+
+
+def frozen_hold_shape(run) -> bool:   # noqa: ANN001
+    """The conditions of the frozen-recompute hold other than the release: ZeRO-3, reentrant activation
+    checkpointing (LLaMA-Factory's default ``use_reentrant_gc: true``, hparams/model_args.py), and an adapter method
+    (LoRA, OFT) whose frozen base is not quantized (quantized bases were not measured)."""
+    return bool(run.deepspeed and run.zero_stage == 3 and run.gradient_checkpointing and run.use_reentrant_gc
+                and run.finetuning_type in ("lora", "oft") and run.quantization_bit is None and not run.quantized)
+
+
+def named_release_holds(run) -> bool:   # noqa: ANN001
+    """Whether the DeepSpeed the inputs name is FROZEN_HOLD_FROM or later (False when none is named: LLaMA-Factory's
+    deepspeed extra installs <= 0.18.4, see zero3.py `frozen_recompute_hold`)."""
+    found = named_deepspeed(run)
+    v = parse_version(found[0]) if found else None
+    return v is not None and (tuple(v) + (0, 0, 0))[:3] >= FROZEN_HOLD_FROM

@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from finetune_doctor.analyzers.memory.params import ParamCounts, _canonical, _targets
 from finetune_doctor.dtypes import dtype_bytes, weight_bytes_per_param
 from finetune_doctor.run import Run
-from finetune_doctor.run.stack import parse_version
+from finetune_doctor.run.stack import (FROZEN_HOLD_ABSENT_RELEASE, FROZEN_HOLD_FROM, FROZEN_HOLD_RELEASE,  # noqa: F401
+                                       frozen_hold_shape, named_deepspeed, named_release_holds, parse_version)
 
 # runtime/zero/config.py defaults (DeepSpeed 0.19.8)
 DEFAULTS = {"stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9,
@@ -257,10 +258,7 @@ RECOMPUTE_LEAK_RELEASE = "0.16.4"      # the release of that range the doctor we
 def deepspeed_version(run: Run) -> tuple[str, str] | None:
     """(version, where it came from) of DeepSpeed on the training machine (``--env``, the packages here, a
     ``doctor context`` file); None when none of them names it."""
-    for pkg, v, src in run.stack_sources:
-        if pkg == "deepspeed" and parse_version(v) is not None:
-            return v, src
-    return None
+    return named_deepspeed(run)
 
 
 def recompute_leak_applies(run: Run) -> bool:
@@ -292,11 +290,7 @@ def recompute_leak(run: Run) -> bool:
     return v is not None and RECOMPUTE_LEAK_FROM <= (tuple(v) + (0, 0, 0))[:3] < RECOMPUTE_LEAK_UNTIL
 
 
-# DeepSpeed #8148 (a31eb3165, 2026-07-22, first tagged in v0.19.3) attributes the frozen parameters a checkpoint's
-# recompute gathers to the innermost module whose backward is under way
-FROZEN_HOLD_FROM = (0, 19, 3)
-FROZEN_HOLD_ABSENT_RELEASE = "0.19.2"   # the release before it that the doctor weighs when a later one is read
-FROZEN_HOLD_RELEASE = "0.19.8"          # a release with it, weighed when none is named (the newest the doctor knows)
+# DeepSpeed #8148's releases and the shape of run it needs: run/stack.py (one home, read by facts/assumestack.py too)
 
 
 def frozen_recompute_hold(run: Run) -> bool:
@@ -331,12 +325,7 @@ def frozen_recompute_hold(run: Run) -> bool:
     2026-08-18), and no measured run shows the hold yet (every dated calibration row predates 0.19.3); a release
     with it is weighed as the `deepspeed-version` assumption's alternative (facts/assumestack.py), so it widens the
     verdict, named."""
-    if not (run.deepspeed and run.zero_stage == 3 and run.gradient_checkpointing and run.use_reentrant_gc
-            and run.finetuning_type in ("lora", "oft") and run.quantization_bit is None and not run.quantized):
-        return False
-    found = deepspeed_version(run)
-    v = parse_version(found[0]) if found else None
-    return v is not None and (tuple(v) + (0, 0, 0))[:3] >= FROZEN_HOLD_FROM
+    return frozen_hold_shape(run) and named_release_holds(run)
 
 
 # DeepSpeed #8189 (617061d6b, 2026-07-31, first tagged in v0.19.4) installs the ZeRO-3 linear wrapper for a model
