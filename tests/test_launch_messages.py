@@ -93,7 +93,7 @@ def test_a_converted_check_carries_no_sentence_and_its_rule_renders_it(tmp_path)
 
 
 _BASE = ("model_name_or_path: Qwen/Qwen2.5-7B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
-         "dataset: alpaca_en_demo\ntemplate: qwen\noutput_dir: saves/x\n")
+         "dataset: alpaca_en_demo\ntemplate: qwen\nlearning_rate: 1.0e-4\noutput_dir: saves/x\n")   # a whole file: a training key set
 
 
 # The six checks LF's parity corpus (scripts/gen_parity_corpus.py, 4,321 configs) does not reach; the other 64 gave

@@ -6,8 +6,9 @@ defaults for all of them — micro batch 8 (TrainingArguments ``per_device_train
 ``bf16``/``fp16``), no DeepSpeed — which are the run's values only if the file is whole. Here they become one
 assumption that opens the verdict (trial 17, LF#7341: "oom > 99 %" on a cut paste of a run that trained), sized at
 the training sections LLaMA-Factory's own examples write: micro batch 1 with bf16 (examples/train_full and
-train_lora: ``per_device_train_batch_size: 1``, ``bf16: true``), and the same under ZeRO-3 (its stock
-``examples/deepspeed/ds_z3_config.json``) for a run over several GPUs. It opens the verdict where one of those
+train_lora: ``per_device_train_batch_size: 1``, ``bf16: true``), and for full fine-tuning over several GPUs the same
+under ZeRO-3 (its stock ``examples/deepspeed/ds_z3_config.json``, which every examples/train_full config sets; one of
+eleven train_lora configs and no train_qlora config does). It opens the verdict where one of those
 gives another verdict (facts/assumebase.py `opens_verdict`, the one home of the `!`): k4's "oom" becomes at-risk
 (39.0 GiB under ZeRO-3 on 4 x A6000), while a run that runs out under every section LF's examples write (cases 005
 and 026: Baichuan-7B full on one A100-80GB, Baichuan-13B LoRA on 24 GB cards) keeps its "oom".
@@ -25,6 +26,7 @@ SIGN = "no-training-section"
 # the LF example training section the alternatives put back (examples/train_lora/llama3_lora_sft.yaml `### train`)
 EXAMPLE_SECTION = (("config", "per_device_train_batch_size", 1, False), ("config", "bf16", True, False))
 ZERO3 = ("config", "deepspeed", "examples/deepspeed/ds_z3_config.json", False)
+ZERO3_METHODS = ("full", "freeze")   # the methods whose LF examples run under ZeRO-3 (examples/train_full)
 
 
 def lost_section(asm: Any) -> bool:
@@ -43,7 +45,9 @@ def partial_assumption(c: Any) -> list[Assumption]:
         return []
     alts: list[tuple[str, list[tuple[str, str, Any, bool]]]] = [
         ("LF's example training section (micro batch 1, bf16)", list(EXAMPLE_SECTION))]
-    if (c.run.world_size or 1) > 1 and not c.run.zero_stage:
+    # ZeRO-3 only where LF's examples of the method write it: every examples/train_full config sets
+    # ds_z3_config.json, one of the eleven examples/train_lora configs does (qwen3_lora_sft_ds3.yaml), no train_qlora
+    if (c.run.world_size or 1) > 1 and not c.run.zero_stage and c.run.finetuning_type in ZERO3_METHODS:
         alts.append(("the same under DeepSpeed ZeRO-3", [*EXAMPLE_SECTION, ZERO3]))
     gib: dict[str, float] = {}
     verdicts: dict[str, str] = {}
