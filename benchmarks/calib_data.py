@@ -92,6 +92,7 @@ committed before any fit (`python benchmarks/calib_data.py --write-split` fills 
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -504,6 +505,26 @@ def trl_kbit_prepared(row: dict[str, Any]) -> bool:
             and int(zero or 0) != 3)
 
 
+# 360-LLaMA-Factory is LLaMA-Factory with two model arguments of its own, ``sequence_parallel_size`` and
+# ``sequence_parallel_mode`` (src/llamafactory/hparams/model_args.py:232-239 at 6fd8b28), which the doctor reads
+# (finetune_doctor/run/seqpar.py). Its rows keep the size the source states in their ``unknown`` ("sequence_parallel_size
+# N", the fork's own key, which the collector left out because upstream LLaMA-Factory has none); the rule gives it back
+# to the doctor as the key the user wrote. xtuner's ``sequence_parallel_size`` is not translated: xtuner pads a split
+# batch to a multiple of the size only, where the fork pads every sample to cutoff_len first (data/loader.py:234-254),
+# so the fork's key would size xtuner's rows at their cutoff.
+SP_FRAMEWORKS = ("360-LLaMA-Factory",)
+SP_STATED = re.compile(r"\bsequence_parallel_size (\d+)\b")
+
+
+def sequence_parallel_of(row: dict[str, Any]) -> int | None:
+    """The ``sequence_parallel_size`` a SP_FRAMEWORKS row states in its ``unknown`` (None: not such a row, or none
+    stated)."""
+    if not str(row.get("framework") or "").startswith(SP_FRAMEWORKS):
+        return None
+    sizes = {int(m.group(1)) for u in row.get("unknown") or () for m in SP_STATED.finditer(str(u))}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
 def config_for(row: dict[str, Any]) -> dict[str, Any]:
     """The row's LLaMA-Factory config with its framework's settings (FRAMEWORK_CONFIG, TRL's 4-bit preparation:
     `trl_kbit_prepared`) beneath it; the ``lora_*`` keys only for LoRA rows; ``cutoff_len`` no longer than the
@@ -512,6 +533,8 @@ def config_for(row: dict[str, Any]) -> dict[str, Any]:
              if not k.startswith("lora_") or row["config"].get("finetuning_type") == "lora"}
     if trl_kbit_prepared(row):
         extra["upcast_layernorm"] = True
+    if (sp := sequence_parallel_of(row)) is not None:
+        extra["sequence_parallel_size"] = sp
     cfg = {**extra, **row["config"]}
     # packing fills every sequence to cutoff_len (LF data/processor/supervised.py:186 greedy_knapsack, :218-219 pads
     # each pack to it): no bound
