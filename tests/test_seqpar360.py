@@ -109,3 +109,27 @@ def test_calibration_harness_gives_the_fork_its_key():
     # xtuner pads a split batch to a multiple of the size only: not the fork's key
     xt = {**row, "framework": "xtuner (DeepSpeed ZeRO + sequence parallelism)"}
     assert sequence_parallel_of(xt) is None and "sequence_parallel_size" not in config_for(xt)
+
+
+def test_hyper_parallel_context_split_is_read_and_weighed_not_silently_ignored(tmp_path):
+    # LF main's HyperParallel backend (finetuning_args.py:500-521, tuner.py:92-100 at ff6d4d1): its cp split is in
+    # the external hyper_parallel package, so the rank is sized whole and the split is the open alternative
+    run = resolve_run({**BASE, "use_hyper_parallel": True, "hyper_parallel_cp_size": 8}, ARCH, HW)
+    assert (run.hp_cp_size, run.sp_size, run.rank_seq_len) == (8, 1, 32768)
+    assert resolve_run({**BASE, "stage": "dpo", "use_hyper_parallel": True, "hyper_parallel_cp_size": 8},
+                       ARCH, HW).hp_cp_size == 1           # pt and sft only
+    cfg = tmp_path / "hp_cp8.yaml"
+    cfg.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: sft\ndo_train: true\nfinetuning_type: full\n"
+                   "use_hyper_parallel: true\nhyper_parallel_cp_size: 8\ndataset: alpaca_en_demo\ntemplate: qwen\n"
+                   "cutoff_len: 65536\npacking: true\nper_device_train_batch_size: 1\nbf16: true\n"
+                   "flash_attn: fa2\noutput_dir: saves/hp\n", encoding="utf-8")
+    _, rep = run_json("estimate", str(cfg), "--gpu", "8xH100-80GB", "--offline")
+    a = next(a for a in rep["assumptions"] if a["name"] == "context-parallel")
+    assert a["value"] == "each rank holds the whole sequence (HyperParallel cp 8 not sized)"
+    label = "the sequence split over 8 ranks"
+    # whole: 64k tokens of 151936-wide logits per rank do not fit an 80 GB card; split 8 ways they do, so the
+    # verdict is open and this assumption decides it
+    assert a["effect"]["verdict"][label] == "fits" and a["moves_verdict"]
+    assert a["effect"]["total_gib"][label] < rep["memory"]["per_gpu_gib"]["total"] / 4
+    assert rep["memory"]["verdict"] == "at-risk"
+    assert rep["memory"]["deciding_assumption"]["name"] == "context-parallel"

@@ -142,10 +142,11 @@ def _sequence_parallel(c: Seen) -> list[Assumption]:
     a config that names the fork's key is not run by a LLaMA-Factory that drops it unless the user asks for that),
     so the size the split saves is in the report."""
     run = c.run
+    out = _context_parallel_unsized(c)
     if run.sp_size <= 1:
-        return []
+        return out
     one = SP_DROPPED
-    return [weigh("sequence-parallel",
+    return out + [weigh("sequence-parallel",
                   f"360-LLaMA-Factory splits each sequence over {run.sp_size} ranks ({run.sp_mode}): "
                   f"{run.rank_seq_len} of {run.seq_len} tokens per rank",
                   "sequence_parallel_size is 360-LLaMA-Factory's key (hparams/model_args.py:232 at 6fd8b28); "
@@ -153,6 +154,20 @@ def _sequence_parallel(c: Seen) -> list[Assumption]:
                   "run the 360-LLaMA-Factory fork, or remove sequence_parallel_size for upstream LLaMA-Factory",
                   c.base, [(one, lambda: c.judge(run.with_(sp_size=1, sp_mode=""), c.hw, c.tokens))],
                   shown_only=(one,))]
+
+
+def _context_parallel_unsized(c: Seen) -> list[Assumption]:
+    """LLaMA-Factory's HyperParallel context parallelism (``use_hyper_parallel`` with ``hyper_parallel_cp_size``
+    > 1, run/seqpar.py `hyper_parallel_cp`): the split happens in a package the doctor has not read, so each rank is
+    sized with the whole sequence, and the split (each rank's per-token terms at 1/N of the sequence, as
+    360-LLaMA-Factory's split is sized) is the alternative that may decide the verdict."""
+    run, n = c.run, c.run.hp_cp_size
+    if n <= 1 or run.sp_size > 1:
+        return []
+    return [weigh("context-parallel", f"each rank holds the whole sequence (HyperParallel cp {n} not sized)",
+                  f"use_hyper_parallel with hyper_parallel_cp_size: {n}; the hyper_parallel package's split is not "
+                  "modelled", "measure the first steps on the training machine (doctor gpus --watch)", c.base,
+                  [(f"the sequence split over {n} ranks", lambda: c.judge(run.with_(sp_size=n), c.hw, None))])]
 
 
 def _terms(c: Seen) -> list[Assumption]:

@@ -59,6 +59,7 @@ class Run:
     neat_packing: bool = False
     sp_size: int = 1                      # 360-LLaMA-Factory sequence_parallel_size: ranks sharing one sequence
     sp_mode: str = ""                     # its sequence_parallel_mode (run/seqpar.py)
+    hp_cp_size: int = 1                   # HyperParallel's hyper_parallel_cp_size: read, not sized (run/seqpar.py)
     pairwise: bool = False                # DPO/ORPO/SimPO/RM: chosen+rejected in one batch
     ref_model: bool = False               # DPO/KTO full/freeze keep a frozen reference copy
     gen_new_tokens: int = 0               # PPO: max_new_tokens of each rollout's generate (LF default 1024)

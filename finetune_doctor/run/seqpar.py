@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from finetune_doctor.run.values import as_int
+from finetune_doctor.run.values import as_bool, as_int
 
 # the modes the fork's argument accepts (model_args.py:236) and the one it implements (sequence_parallel.py:60-63
 # raises NotImplementedError('Other sequence parallel modes are to be implemented.') for the others)
@@ -38,6 +38,18 @@ def sp_cutoff(cutoff_len: int, sp: int) -> int:
     return cutoff_len if chunk % 8 == 0 else (chunk + (8 - chunk % 8)) * sp
 
 
+def hyper_parallel_cp(cfg: dict[str, Any], stage: str) -> int:
+    """The context-parallel size of LLaMA-Factory's HyperParallel backend (ranks sharing one sequence; 1 = none):
+    ``hyper_parallel_cp_size`` (default 1, hparams/finetuning_args.py:518-521 at the snapshot ff6d4d1) when
+    ``use_hyper_parallel`` is on for a pt/sft run (train/tuner.py:92-100 hands those to HyperParallel's trainer,
+    train/hyper_parallel/workflow.py:54-55 passes the size on). The split happens inside the external
+    ``hyper_parallel`` package, which the doctor has not read: the memory model does not size it, and
+    facts/assume.py `_sequence_parallel` weighs the split as an open assumption."""
+    if not as_bool(cfg.get("use_hyper_parallel")) or stage not in ("pt", "sft"):
+        return 1
+    return max(as_int(cfg.get("hyper_parallel_cp_size"), 1), 1)
+
+
 def sequence_parallel(cfg: dict[str, Any], world: int, notes: list[str]) -> dict[str, Any]:
     """The `Run` fields of the fork's sequence parallelism read from merged YAML keys `cfg`: ``sp_size`` (ranks
     that share one sequence, 1 = none) and ``sp_mode``. `world` is the run's rank count; `notes` receives what the
@@ -46,8 +58,9 @@ def sequence_parallel(cfg: dict[str, Any], world: int, notes: list[str]) -> dict
     with neat_packing, parser.py:273-274) and the raised cutoff_len. The size is kept as written even then: the
     doctor sizes what the YAML asks for. Never raises."""
     sp = as_int(cfg.get("sequence_parallel_size"), 1)
+    hp = {"hp_cp_size": hyper_parallel_cp(cfg, str(cfg.get("stage") or "sft"))}
     if sp <= 1:
-        return {"sp_size": 1, "sp_mode": ""}
+        return {"sp_size": 1, "sp_mode": "", **hp}
     mode = str(cfg.get("sequence_parallel_mode") or "zigzag-ring")
     cutoff = as_int(cfg.get("cutoff_len"), 2048)
     if cutoff % sp:
@@ -62,4 +75,4 @@ def sequence_parallel(cfg: dict[str, Any], world: int, notes: list[str]) -> dict
     if mode not in SP_IMPLEMENTED:
         notes.append(f"sequence_parallel_mode {mode}: 360-LLaMA-Factory implements zigzag-ring only and stops on "
                      "the others ('Other sequence parallel modes are to be implemented.')")
-    return {"sp_size": sp, "sp_mode": mode}
+    return {"sp_size": sp, "sp_mode": mode, **hp}
