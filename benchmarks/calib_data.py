@@ -525,6 +525,31 @@ def sequence_parallel_of(row: dict[str, Any]) -> int | None:
     return sizes.pop() if len(sizes) == 1 else None
 
 
+# The DeepSpeed file a framework launches with, where it is not LLaMA-Factory's stock file of the stage (calibrate.py
+# writes LF's stock file with the row's ``zero_optimization`` over it otherwise). The DeepSeek-671B-SFT-Guide's xtuner
+# fork starts with ``--deepspeed deepspeed_zero3(_offload)``, its own files (code/xtuner/configs/deepspeed/
+# deepspeed_zero3.json and deepspeed_zero3_offload.json at ccf17c5): ``overlap_comm: true`` and
+# ``stage3_gather_16bit_weights_on_model_save: true`` beside the stage and offloads, and no bucket keys at all, and
+# xtuner's mmengine strategy (code/xtuner/engine/_strategy/deepspeed.py at ccf17c5) fills no "auto" bucket, so
+# DeepSpeed's own defaults hold (reduce_bucket_size 5e8, stage3_prefetch_bucket_size 5e7, persistence 1e5), not
+# transformers' hidden-size "auto" values of LF's file. Only this fork's file was read; xtuner's other rows keep the rule.
+XTUNER_DS_FRAMEWORKS = ("xtuner (ScienceOne-AI fork",)
+
+
+def framework_ds_json(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The DeepSpeed JSON `row`'s framework launches with (XTUNER_DS_FRAMEWORKS), the row's ``zero_optimization``
+    over it; None where LLaMA-Factory's stock file stands in (calibrate.py ``_ds_json``)."""
+    if not row.get("deepspeed") or not str(row.get("framework") or "").startswith(XTUNER_DS_FRAMEWORKS):
+        return None
+    zo = dict((row["deepspeed"] or {}).get("zero_optimization") or {})
+    base = {"overlap_comm": True, **({"stage3_gather_16bit_weights_on_model_save": True}
+                                     if int(zo.get("stage", 0)) == 3 else {})}
+    return {"gradient_accumulation_steps": "auto", "train_micro_batch_size_per_gpu": "auto",
+            "gradient_clipping": "auto", "zero_allow_untested_optimizer": True, "zero_force_ds_cpu_optimizer": False,
+            "zero_optimization": {**base, **zo}, "fp16": {"enabled": "auto", "initial_scale_power": 16},
+            "bf16": {"enabled": "auto"}}
+
+
 def config_for(row: dict[str, Any]) -> dict[str, Any]:
     """The row's LLaMA-Factory config with its framework's settings (FRAMEWORK_CONFIG, TRL's 4-bit preparation:
     `trl_kbit_prepared`) beneath it; the ``lora_*`` keys only for LoRA rows; ``cutoff_len`` no longer than the

@@ -133,3 +133,17 @@ def test_hyper_parallel_context_split_is_read_and_weighed_not_silently_ignored(t
     assert a["effect"]["total_gib"][label] < rep["memory"]["per_gpu_gib"]["total"] / 4
     assert rep["memory"]["verdict"] == "at-risk"
     assert rep["memory"]["deciding_assumption"]["name"] == "context-parallel"
+
+
+def test_the_deepseek_guide_rows_launch_with_xtuners_own_zero3_file():
+    # code/xtuner/configs/deepspeed/deepspeed_zero3_offload.json at ccf17c5: overlap_comm on, no bucket keys
+    # (DeepSpeed's defaults, not transformers' "auto"), the row's offloads kept
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from calib_data import framework_ds_json
+
+    row = {"framework": "xtuner (ScienceOne-AI fork with DeepseekV3ForCausalLM, DeepSpeed ZeRO)",
+           "deepspeed": {"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}}
+    zo = framework_ds_json(row)["zero_optimization"]
+    assert zo == {"overlap_comm": True, "stage3_gather_16bit_weights_on_model_save": True, "stage": 3,
+                  "offload_param": {"device": "cpu"}}
+    assert framework_ds_json({**row, "framework": "xtuner (mmengine, DeepSpeed ZeRO-3)"}) is None
