@@ -92,6 +92,7 @@ committed before any fit (`python benchmarks/calib_data.py --write-split` fills 
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -504,6 +505,51 @@ def trl_kbit_prepared(row: dict[str, Any]) -> bool:
             and int(zero or 0) != 3)
 
 
+# 360-LLaMA-Factory is LLaMA-Factory with two model arguments of its own, ``sequence_parallel_size`` and
+# ``sequence_parallel_mode`` (src/llamafactory/hparams/model_args.py:232-239 at 6fd8b28), which the doctor reads
+# (finetune_doctor/run/seqpar.py). Its rows keep the size the source states in their ``unknown`` ("sequence_parallel_size
+# N", the fork's own key, which the collector left out because upstream LLaMA-Factory has none); the rule gives it back
+# to the doctor as the key the user wrote. xtuner's ``sequence_parallel_size`` is not translated: xtuner pads a split
+# batch to a multiple of the size only, where the fork pads every sample to cutoff_len first (data/loader.py:234-254),
+# so the fork's key would size xtuner's rows at their cutoff.
+SP_FRAMEWORKS = ("360-LLaMA-Factory",)
+SP_STATED = re.compile(r"\bsequence_parallel_size (\d+)\b")
+
+
+def sequence_parallel_of(row: dict[str, Any]) -> int | None:
+    """The ``sequence_parallel_size`` a SP_FRAMEWORKS row states in its ``unknown`` (None: not such a row, or none
+    stated)."""
+    if not str(row.get("framework") or "").startswith(SP_FRAMEWORKS):
+        return None
+    sizes = {int(m.group(1)) for u in row.get("unknown") or () for m in SP_STATED.finditer(str(u))}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+# The DeepSpeed file a framework launches with, where it is not LLaMA-Factory's stock file of the stage (calibrate.py
+# writes LF's stock file with the row's ``zero_optimization`` over it otherwise). The DeepSeek-671B-SFT-Guide's xtuner
+# fork starts with ``--deepspeed deepspeed_zero3(_offload)``, its own files (code/xtuner/configs/deepspeed/
+# deepspeed_zero3.json and deepspeed_zero3_offload.json at ccf17c5): ``overlap_comm: true`` and
+# ``stage3_gather_16bit_weights_on_model_save: true`` beside the stage and offloads, and no bucket keys at all, and
+# xtuner's mmengine strategy (code/xtuner/engine/_strategy/deepspeed.py at ccf17c5) fills no "auto" bucket, so
+# DeepSpeed's own defaults hold (reduce_bucket_size 5e8, stage3_prefetch_bucket_size 5e7, persistence 1e5), not
+# transformers' hidden-size "auto" values of LF's file. Only this fork's file was read; xtuner's other rows keep the rule.
+XTUNER_DS_FRAMEWORKS = ("xtuner (ScienceOne-AI fork",)
+
+
+def framework_ds_json(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The DeepSpeed JSON `row`'s framework launches with (XTUNER_DS_FRAMEWORKS), the row's ``zero_optimization``
+    over it; None where LLaMA-Factory's stock file stands in (calibrate.py ``_ds_json``)."""
+    if not row.get("deepspeed") or not str(row.get("framework") or "").startswith(XTUNER_DS_FRAMEWORKS):
+        return None
+    zo = dict((row["deepspeed"] or {}).get("zero_optimization") or {})
+    base = {"overlap_comm": True, **({"stage3_gather_16bit_weights_on_model_save": True}
+                                     if int(zo.get("stage", 0)) == 3 else {})}
+    return {"gradient_accumulation_steps": "auto", "train_micro_batch_size_per_gpu": "auto",
+            "gradient_clipping": "auto", "zero_allow_untested_optimizer": True, "zero_force_ds_cpu_optimizer": False,
+            "zero_optimization": {**base, **zo}, "fp16": {"enabled": "auto", "initial_scale_power": 16},
+            "bf16": {"enabled": "auto"}}
+
+
 def config_for(row: dict[str, Any]) -> dict[str, Any]:
     """The row's LLaMA-Factory config with its framework's settings (FRAMEWORK_CONFIG, TRL's 4-bit preparation:
     `trl_kbit_prepared`) beneath it; the ``lora_*`` keys only for LoRA rows; ``cutoff_len`` no longer than the
@@ -512,6 +558,8 @@ def config_for(row: dict[str, Any]) -> dict[str, Any]:
              if not k.startswith("lora_") or row["config"].get("finetuning_type") == "lora"}
     if trl_kbit_prepared(row):
         extra["upcast_layernorm"] = True
+    if (sp := sequence_parallel_of(row)) is not None:
+        extra["sequence_parallel_size"] = sp
     cfg = {**extra, **row["config"]}
     # packing fills every sequence to cutoff_len (LF data/processor/supervised.py:186 greedy_knapsack, :218-219 pads
     # each pack to it): no bound

@@ -85,8 +85,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("FINETUNE_DOCTOR_NO_NVML", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from calib_data import FRAMEWORK_MIXED_PRECISION, config_for, counter_of, launch_line, load_rows, measured_gib, \
-    longest_bound, model_config_for, pins_for, samples_fill  # noqa: E402
+from calib_data import FRAMEWORK_MIXED_PRECISION, config_for, counter_of, framework_ds_json, launch_line, \
+    load_rows, measured_gib, longest_bound, model_config_for, pins_for, samples_fill  # noqa: E402
 import calib_heldout  # noqa: E402
 import calib_loro  # noqa: E402
 import calib_loso  # noqa: E402
@@ -145,7 +145,8 @@ def write_row(row: dict[str, Any], folder: Path) -> tuple[Path, Path | None]:
            "template": "default", "output_dir": "out", **config_for(row)}
     acc = None
     if row.get("deepspeed"):
-        (folder / "ds.json").write_text(json.dumps(_ds_json(row["deepspeed"]), indent=1), encoding="utf-8")
+        ds = framework_ds_json(row) or _ds_json(row["deepspeed"])   # calib_data.py XTUNER_DS_FRAMEWORKS
+        (folder / "ds.json").write_text(json.dumps(ds, indent=1), encoding="utf-8")
         cfg["deepspeed"] = "ds.json"
     if row.get("fsdp"):
         spec = str(row.get("gpu") or "")

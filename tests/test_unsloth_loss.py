@@ -30,9 +30,13 @@ def test_release_decides_the_loss_path():
     assert resolve_run(BASE, ARCH, None).unsloth_loss == ""
     assert resolve_run({**BASE, "stage": "dpo"}, ARCH, None).unsloth_loss == ""   # no labels given to the model
     assert resolve_run({**BASE, "use_unsloth": False}, ARCH, None).unsloth_loss == ""
-    # a type unsloth hands to FastModel (unsloth_zoo's compiled forward): the plain loss stays
+    # a type unsloth hands to FastModel: unsloth_zoo's compiled forward calls the same fused loss from 2025.8
+    # (compiler.py apply_fused_lm_head, unsloth_fused_ce_loss since fc29e051); before, and unknown, the plain loss
     gemma3 = arch_from_config({**ARCH.raw, "model_type": "gemma3_text"}, "gemma3-shaped", "test")
     assert resolve_run(BASE, gemma3, None).unsloth_loss == ""
+    assert resolve_run(BASE, gemma3, None, stack={"unsloth": "2025.7.9"}).unsloth_loss == ""
+    assert resolve_run(BASE, gemma3, None, stack={"unsloth": "2025.8.1"}).unsloth_loss == "fused"
+    assert resolve_run(BASE, gemma3, None, stack={"unsloth": "2026.3.2"}).unsloth_rope_positions == 0
 
 
 def test_inplace_loss_keeps_one_half_precision_logits():
@@ -117,3 +121,30 @@ def test_rope_tables_before_dynamic_rope():
     qwen = arch_from_config({**ARCH.raw, "model_type": "qwen2"}, "qwen2-shaped", "test")
     assert resolve_run(BASE, qwen, None, stack={"unsloth": "2024.5"}).unsloth_rope_positions == 0   # not replaced
     assert unsloth_rope_bytes(resolve_run(BASE, long_ctx, None)) == 0.0
+
+
+def test_a_fastmodel_type_weighs_the_compiled_fused_loss(tmp_path):
+    """Round 12's unsloth rows (Qwen3.5, a type unsloth hands to FastModel) were sized with the whole fp32 logits
+    and no unsloth assumption at all: the compiled forward's fused loss (run/savers.py UNSLOTH_COMPILED_FUSED_FROM)
+    is now the release's form and the alternative an unknown release is weighed against."""
+    from finetune_doctor.facts.config import assemble_config
+    from finetune_doctor.settings import Options
+
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text("model_name_or_path: Qwen/Qwen3.5-9B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+                   "lora_rank: 16\nlora_target: all\nuse_unsloth: true\nbf16: true\ncutoff_len: 2048\n"
+                   "per_device_train_batch_size: 2\noptim: adamw_8bit\ndataset: private\ntemplate: qwen3_5\n"
+                   "output_dir: out\n")
+    asm = assemble_config(str(cfg), (), Options(command="estimate", paths=(str(cfg),), gpu="1xA100-80GB",
+                                                offline=True))
+    a = {x.name: x for x in asm.assumptions}["unsloth-version"]
+    (label,) = a.alternatives
+    assert label.startswith("2025.8 or later") and asm.run.unsloth_loss == ""
+    # 4096 tokens x 248320 x 12 B of plain-loss logits (11.4 GiB) against one ~1 GiB chunk
+    assert asm.memory.total - a.effect_gib[label] > 9.0
+    env = tmp_path / "freeze.txt"
+    env.write_text("unsloth==2026.3.1\n")
+    given = assemble_config(str(cfg), (), Options(command="estimate", paths=(str(cfg),), gpu="1xA100-80GB",
+                                                  offline=True, env_file=str(env)))
+    assert given.run.unsloth_loss == "fused" and "unsloth-version" not in {x.name for x in given.assumptions}
+    assert given.memory.total == pytest.approx(a.effect_gib[label], abs=0.05)

@@ -32,7 +32,7 @@ from typing import Any, Callable
 # without weighing them and stays off the memory model (ARCHITECTURE.md, "memory model off the lint path")
 from finetune_doctor.facts.assumebase import (NOT_OPEN, SAMPLE_LABEL, SAMPLE_LADDER_STEPS, SHORT_SAMPLE_TOKENS,
                                               TYPICAL_LONGEST_TOKENS,
-                                              SHOWN_ONLY, Seen, budget_gib, judge_run, not_deciding, sample_ladder,
+                                              SHOWN_ONLY, SP_DROPPED, Seen, budget_gib, judge_run, not_deciding, sample_ladder,
                                               settled, weigh, weighs)
 from finetune_doctor.facts.assumelaunch import launch_assumptions
 from finetune_doctor.facts.assumepartial import partial_assumption
@@ -56,7 +56,7 @@ def collect(asm: Any, opts: Any, *, tokens: int | None, base_verdict: str | None
     c = Seen(asm, opts, tokens, base_verdict, judge_run(asm.counts, weigh), judge_run(None, weigh))
     return [*_data_and_card(c), *deepspeed_config_assumption(c), *stack_assumptions(c, alt_stack), *_checkpoint(c), *_attention(c),
             *unsloth_assumption(c), *unsloth_nf4_assumption(c), *unsloth_rope_build_assumption(c),
-            *moe_expert_layout_assumption(c), *_terms(c), *_tensor_parallel(c),
+            *moe_expert_layout_assumption(c), *_terms(c), *_tensor_parallel(c), *_sequence_parallel(c),
             *launch_assumptions(asm, c.run, c.hw, tokens, c.judge, c.fresh, c.rerun, base_verdict), *_defaults(c),
             *partial_assumption(c)]
 
@@ -64,7 +64,7 @@ def collect(asm: Any, opts: Any, *, tokens: int | None, base_verdict: str | None
 def _data_and_card(c: Seen) -> list[Assumption]:
     """The sample lengths without the data; the card a bare ``--gpu`` names; no card at all."""
     run, hw, out = c.run, c.hw, []
-    if c.tokens is None and not run.packing:
+    if c.tokens is None and not run.fills_cutoff:
         alts = [(f"samples of {n} tokens", (lambda n=n: c.judge(run.with_(seq_len=n), hw, None)))
                 for n in sample_ladder(run.seq_len)]
         out.append(weigh(
@@ -135,6 +135,41 @@ def _tensor_parallel(c: Seen) -> list[Assumption]:
         resolve_with="measure the first steps on the training machine (doctor gpus --watch), or size the run "
                      "without tensor_parallel",
         moves_verdict=c.base == "oom")]
+
+
+def _sequence_parallel(c: Seen) -> list[Assumption]:
+    """360-LLaMA-Factory's ``sequence_parallel_size`` > 1 (run/seqpar.py): the run is sized as that fork splits each
+    sequence. Upstream LLaMA-Factory declares no such key; it stops on it, or under ``ALLOW_EXTRA_ARGS`` drops it and
+    trains every rank on the whole sequence. That alternative is evaluated and shown (assumebase.py `SHOWN_ONLY`:
+    a config that names the fork's key is not run by a LLaMA-Factory that drops it unless the user asks for that),
+    so the size the split saves is in the report."""
+    run = c.run
+    out = _context_parallel_unsized(c)
+    if run.sp_size <= 1:
+        return out
+    one = SP_DROPPED
+    return out + [weigh("sequence-parallel",
+                  f"360-LLaMA-Factory splits each sequence over {run.sp_size} ranks ({run.sp_mode}): "
+                  f"{run.rank_seq_len} of {run.seq_len} tokens per rank",
+                  "sequence_parallel_size is 360-LLaMA-Factory's key (hparams/model_args.py:232 at 6fd8b28); "
+                  "upstream LLaMA-Factory does not declare it",
+                  "run the 360-LLaMA-Factory fork, or remove sequence_parallel_size for upstream LLaMA-Factory",
+                  c.base, [(one, lambda: c.judge(run.with_(sp_size=1, sp_mode=""), c.hw, c.tokens))],
+                  shown_only=(one,))]
+
+
+def _context_parallel_unsized(c: Seen) -> list[Assumption]:
+    """LLaMA-Factory's HyperParallel context parallelism (``use_hyper_parallel`` with ``hyper_parallel_cp_size``
+    > 1, run/seqpar.py `hyper_parallel_cp`): the split happens in a package the doctor has not read, so each rank is
+    sized with the whole sequence, and the split (each rank's per-token terms at 1/N of the sequence, as
+    360-LLaMA-Factory's split is sized) is the alternative that may decide the verdict."""
+    run, n = c.run, c.run.hp_cp_size
+    if n <= 1 or run.sp_size > 1:
+        return []
+    return [weigh("context-parallel", f"each rank holds the whole sequence (HyperParallel cp {n} not sized)",
+                  f"use_hyper_parallel with hyper_parallel_cp_size: {n}; the hyper_parallel package's split is not "
+                  "modelled", "measure the first steps on the training machine (doctor gpus --watch)", c.base,
+                  [(f"the sequence split over {n} ranks", lambda: c.judge(run.with_(sp_size=n), c.hw, None))])]
 
 
 def _terms(c: Seen) -> list[Assumption]:
@@ -259,7 +294,8 @@ def deciding_facts(a: Assumption | None, total: float, verdict: str | None) -> d
 def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str, Any] | None:
     """The largest sequence length (tokens per sample, ≤ cutoff_len) at which the run still fits its card with
     p_oom_model ≤ 5 % (the ``fits`` verdict of analyzers/memory/uncertainty.py), for training and for the first evaluation;
-    None without a card or for a packed run (every sequence is cutoff_len long).
+    None without a card or for a run whose every sequence is cutoff_len long (packing, 360-LLaMA-Factory's
+    sequence parallelism: `Run.fills_cutoff`).
 
     Bisection over `run.seq_len` (the memory model is monotone in it): training is judged with evaluation off,
     evaluation from the evaluation moment alone (its tensor peak × (1 + the allocator reserve share) + the
@@ -275,7 +311,7 @@ def token_budget(run: Any, hw: Hardware | None, counts: Any = None) -> dict[str,
     longest, so one long sample sets the whole batch) and 0 when even one-token samples do not fit.
     """
     budget = budget_gib(hw)
-    if budget is None or run.packing:
+    if budget is None or run.fills_cutoff:
         return None
     from finetune_doctor.analyzers.memory import estimate, predictive
     from finetune_doctor.facts.mem import run_cls, shape_of

@@ -57,6 +57,8 @@ OPEN = frozenset({"sample-lengths", "gpu-variant", "torch-version", "checkpoint-
 # the config at all and stay out of the mixture too: a checkpoint sized from its name's ending (-AWQ as AWQ 4-bit:
 # quant.py `hinted_spec`) shows the unquantized base model (facts/quantassume.py `named_quant_assumption`), but an
 # upload named so is not stored unquantized.
+SP_DROPPED = ("the key dropped (upstream LLaMA-Factory under ALLOW_EXTRA_ARGS): every rank holds the whole "
+              "sequence")   # the one alternative of `sequence-parallel` (facts/assume.py `_sequence_parallel`)
 UNQUANTIZED = UNQUANTIZED_LABEL   # defined in quant.py, so facts/kinds.py (which this module imports) can name it
 # One process over every visible GPU (DATA_PARALLEL) is how LLaMA-Factory before 0.8.0 trained. It is offered only
 # where no input rules that release out (facts/kinds.py `data_parallel_open`: a release stated or narrowed by the
@@ -65,7 +67,10 @@ UNQUANTIZED = UNQUANTIZED_LABEL   # defined in quant.py, so facts/kinds.py (whic
 # "fits"). `--launch` with a `python src/train.py` line estimates that launch itself (run/engines.py
 # `_one_process_replicas`).
 UNNAMED: dict[str, frozenset[str]] = {"launcher": frozenset({ACCELERATE_FSDP})}
-SHOWN_ONLY: dict[str, frozenset[str]] = {"weights-quantization": frozenset({UNQUANTIZED})}
+SHOWN_ONLY: dict[str, frozenset[str]] = {"weights-quantization": frozenset({UNQUANTIZED}),
+                                          # a config naming 360-LLaMA-Factory's key runs that fork (assume.py
+                                          # `_sequence_parallel`)
+                                          "sequence-parallel": frozenset({SP_DROPPED})}
 
 
 # The names of `NOT_OPEN` that stay out of the verdict although they are weighed: values LLaMA-Factory or transformers

@@ -156,21 +156,25 @@ def deepspeed_config_assumption(c: Seen) -> list[Assumption]:
 
 
 def unsloth_assumption(c: Seen) -> list[Assumption]:
-    """``use_unsloth`` in pt/sft on a type unsloth runs through its own forward, with no unsloth release of the
-    training machine: the loss stays charged as transformers' (run/savers.py `_unsloth_loss` says why), and the
+    """``use_unsloth`` in pt/sft with no unsloth release of the training machine (a type unsloth runs through its
+    own forward, or one it hands to FastModel, whose compiled forward fuses the loss from 2025.8): the loss stays charged as transformers' (run/savers.py `_unsloth_loss` says why), and the
     forms of three release ranges are weighed (run/savers.py `unsloth_release_paths`): the fused loss of 2024.11.8
     and later, the in-place half-precision loss of 2024.8-2024.11.7 (analyzers/memory/logits.py `unsloth_terms`), and
     that loss with the whole-window RoPE tables of every layer before 2024.8 (weights.py `unsloth_rope_bytes`)."""
     from finetune_doctor.run.savers import UNSLOTH_OWN_FORWARD, unsloth_release_paths
 
     run = c.run
-    if (not run.use_unsloth or run.stage not in ("pt", "sft") or run.arch.model_type not in UNSLOTH_OWN_FORWARD
+    if (not run.use_unsloth or run.stage not in ("pt", "sft")
             or "unsloth" in {p for p, _v, _s in c.asm.stack_sources}):
         return []
+    forms = ((("2024.11.8 or later (fused loss, logits in chunks)", (2024, 11, 8)),
+              ("2024.8-2024.11.7 (whole half-precision logits, in-place loss)", (2024, 8)),
+              ("before 2024.8 (in-place loss, whole-window RoPE tables in every layer)", (2024, 7)))
+             if run.arch.model_type in UNSLOTH_OWN_FORWARD else
+             # FastModel types: unsloth_zoo's compiled forward (run/savers.py UNSLOTH_COMPILED_FUSED_FROM)
+             (("2025.8 or later (the compiled forward's fused loss, logits in chunks)", (2025, 8)),))
     alts = [(label, (lambda v=v: c.judge(run.with_(**unsloth_release_paths(c.cfg, run.arch, v)), c.hw, c.tokens)))
-            for label, v in (("2024.11.8 or later (fused loss, logits in chunks)", (2024, 11, 8)),
-                             ("2024.8-2024.11.7 (whole half-precision logits, in-place loss)", (2024, 8)),
-                             ("before 2024.8 (in-place loss, whole-window RoPE tables in every layer)", (2024, 7)))]
+            for label, v in forms]
     return [weigh("unsloth-version", "not known: the loss charged as transformers' (whole logits, fp32 upcast)",
                    "use_unsloth and no unsloth version of the training machine; a long-context unsloth run that ran "
                    "out (LlamaFactory#3638) needs more than its release's own loss gives",

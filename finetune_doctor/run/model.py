@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any
 
 from finetune_doctor.arch import ModelArch
+from finetune_doctor.run.seqpar import sp_cutoff
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ class Run:
     seq_len: int = 2048
     packing: bool = False
     neat_packing: bool = False
+    sp_size: int = 1                      # 360-LLaMA-Factory sequence_parallel_size: ranks sharing one sequence
+    sp_mode: str = ""                     # its sequence_parallel_mode (run/seqpar.py)
+    hp_cp_size: int = 1                   # HyperParallel's hyper_parallel_cp_size: read, not sized (run/seqpar.py)
     pairwise: bool = False                # DPO/ORPO/SimPO/RM: chosen+rejected in one batch
     ref_model: bool = False               # DPO/KTO full/freeze keep a frozen reference copy
     gen_new_tokens: int = 0               # PPO: max_new_tokens of each rollout's generate (LF default 1024)
@@ -206,9 +210,23 @@ class Run:
     notes: tuple[str, ...] = ()
 
     @property
+    def rank_seq_len(self) -> int:
+        """Tokens of one sequence on one rank: cutoff_len, or under 360-LLaMA-Factory's sequence parallelism its
+        cutoff_len (raised to a multiple of 8·sp) divided by ``sp_size`` (run/seqpar.py)."""
+        if self.sp_size <= 1:
+            return self.seq_len
+        return -(-sp_cutoff(self.seq_len, self.sp_size) // self.sp_size)
+
+    @property
+    def fills_cutoff(self) -> bool:
+        """Every sequence is cutoff_len long whatever the data: packing, or 360-LLaMA-Factory's sequence
+        parallelism, which pads each sample to cutoff_len before splitting it (run/seqpar.py)."""
+        return self.packing or self.sp_size > 1
+
+    @property
     def tokens_per_micro_batch(self) -> int:
-        """Tokens in one forward pass of one rank: micro batch × cutoff_len (× 2 for pairwise data)."""
-        return self.micro_batch * self.seq_len * (2 if self.pairwise else 1)
+        """Tokens in one forward pass of one rank: micro batch × `rank_seq_len` (× 2 for pairwise data)."""
+        return self.micro_batch * self.rank_seq_len * (2 if self.pairwise else 1)
 
     @property
     def quantized(self) -> bool:

@@ -16,6 +16,7 @@ from finetune_doctor.run.engines import LaunchInputs, resolve_engine
 from finetune_doctor.run.model import Run
 from finetune_doctor.run.moments import moment_fields
 from finetune_doctor.run.savers import resolve_savers
+from finetune_doctor.run.seqpar import sequence_parallel
 from finetune_doctor.run.stack import (FORWARD_UPCAST_BEFORE, OPTIM_IMPL, SHIFTED_LOGITS_COPY_BEFORE, default_optim,
                                       parse_version, torch_decides_optim)
 from finetune_doctor.run.values import DEFAULT_CUTOFF_LEN, DEFAULT_MICRO_BATCH, as_bool, as_int, check_sizes, \
@@ -58,7 +59,7 @@ def resolve_run(cfg: dict[str, Any], arch: ModelArch, hw: Hardware | None, ds: A
         **_precision(cfg, arch, hw, ds, dsf["zero_stage"], notes, stack),
         **_adapters(cfg),
         micro_batch=mbs, grad_accum=gas, seq_len=as_int(cfg.get("cutoff_len"), DEFAULT_CUTOFF_LEN),
-        **_stage_data(cfg, stage, ft),
+        **_stage_data(cfg, stage, ft), **sequence_parallel(cfg, max(world, 1), notes),
         **_memory_knobs(cfg, arch, notes, {**stack, "llamafactory": _stated(stack_sources, "llamafactory")}, hw),
         **_optimizer(cfg, stack, notes),
         max_grad_norm=float(mgn if isinstance(mgn, (int, float)) and not isinstance(mgn, bool) else 1.0),

@@ -227,8 +227,17 @@ def _kt(cfg: dict[str, Any]) -> dict[str, Any]:
 UNSLOTH_FUSED_LOSS_FROM = (2024, 11, 8)
 # The model types unsloth's FastLanguageModel runs through its own causal-LM forward (unsloth/models/loader.py:828-890
 # at 015bdef0d9; cohere and granite at :235-237 in the 2025-01 loader). Every other type is handed to ``FastModel``
-# (loader.py:906-), whose loss comes from unsloth_zoo's compiler and was not read: the plain loss stays modelled.
+# (loader.py:906-), whose forward unsloth_zoo's compiler rewrites: ``unsloth_compile_transformers`` passes the
+# forward of every GenerationMixin class of the model's modeling file through ``apply_fused_lm_head``
+# (unsloth_zoo/compiler.py:5080-5100 and :2347 at ce232d6c), whose replacements of transformers' loss lines call
+# ``unsloth_fused_ce_loss`` whenever labels are given and UNSLOTH_RETURN_LOGITS is unset (:2060-2330, the calls at
+# :2105, :2197, :2314): the same chunked loss as the own forward's. It entered the compiler at fc29e051 (2025-08-13,
+# "Nightly (#236)"), the day unsloth's own forward took it (806bee2433), so from release 2025.8 a FastModel type's
+# loss is "fused"; before, the compiled forward's older form (cut-cross-entropy under conditions not read here)
+# is not modelled and the plain loss stays. The compiler skips the rewrite on GPUs of compute capability 7.0,
+# torch < 2.5 or Triton < 3 (:5081-5083), which the doctor does not weigh.
 UNSLOTH_OWN_FORWARD = frozenset({"llama", "mistral", "gemma", "gemma2", "qwen2", "qwen3", "cohere", "granite"})
+UNSLOTH_COMPILED_FUSED_FROM = (2025, 8)
 # Before its "dynamic RoPE" change (54dd81de67, 2024-07-18, first in release 2024.8) unsloth's pre_patch replaced
 # transformers' LlamaRotaryEmbedding (and Mistral's, with the same class) by its own (unsloth/models/llama.py:999-1000,
 # mistral.py:285 at 0a433c33ca), which builds the cos and sin tables for every position up to
@@ -250,8 +259,11 @@ UNSLOTH_WINDOW_ROPE_TYPES = frozenset({"llama", "mistral"})
 
 def unsloth_release_paths(cfg: dict[str, Any], arch: ModelArch, release: tuple[int, ...]) -> dict[str, Any]:
     """The `Run` fields of an unsloth `release` (a parsed version): ``unsloth_loss`` ("inplace" before 2024.11.8,
-    else "fused") and ``unsloth_rope_positions`` (the positions of each layer's cos/sin tables before 2024.8 for
+    else "fused"; for a type outside UNSLOTH_OWN_FORWARD "fused" from 2025.8, else "") and ``unsloth_rope_positions`` (the positions of each layer's cos/sin tables before 2024.8 for
     the types whose rotary class unsloth replaced, else 0)."""
+    if arch.model_type not in UNSLOTH_OWN_FORWARD:   # FastModel: the compiled forward (UNSLOTH_COMPILED_FUSED_FROM)
+        return {"unsloth_loss": "fused" if release[:2] >= UNSLOTH_COMPILED_FUSED_FROM else "",
+                "unsloth_rope_positions": 0}
     rope = 0
     if release[:2] < UNSLOTH_DYNAMIC_ROPE_FROM and arch.model_type in UNSLOTH_WINDOW_ROPE_TYPES:
         rope = max(as_int(cfg.get("cutoff_len"), 0), int(arch.max_position_embeddings or 0))
@@ -260,16 +272,15 @@ def unsloth_release_paths(cfg: dict[str, Any], arch: ModelArch, release: tuple[i
 
 
 def _unsloth_loss(cfg: dict[str, Any], arch: ModelArch, stage: str, stack: dict[str, str | None]) -> dict[str, Any]:
-    """``unsloth_loss`` and ``unsloth_rope_positions`` (run/model.py): none without use_unsloth, outside pt/sft or
-    for a model type outside UNSLOTH_OWN_FORWARD; the paths of the release the stack names
+    """``unsloth_loss`` and ``unsloth_rope_positions`` (run/model.py): none without use_unsloth or outside pt/sft;
+    the paths of the release the stack names (FastModel types included)
     (`unsloth_release_paths`). With no release named, none either: the loss stays charged as transformers' (the
     whole logits with their fp32 upcast), the largest of the forms, because the one long-context unsloth run on
     record that ran out (LlamaFactory#3638: cutoff 102400 on an A100-80GB, 65536 already filling it) is short of
     its card by about 25 GiB under the forms its release's source gives; facts/assumestack.py weighs the releases'
     forms as the ``unsloth-version`` assumption."""
     none = {"unsloth_loss": "", "unsloth_rope_positions": 0}
-    if (not as_bool(cfg.get("use_unsloth")) or stage not in ("pt", "sft")
-            or arch.model_type not in UNSLOTH_OWN_FORWARD):
+    if not as_bool(cfg.get("use_unsloth")) or stage not in ("pt", "sft"):
         return none
     v = parse_version(stack.get("unsloth"))
     return none if v is None else unsloth_release_paths(cfg, arch, v)

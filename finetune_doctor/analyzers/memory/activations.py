@@ -65,7 +65,7 @@ def activation_bytes_per_token_layer(run: Run, layer: int = 0, frozen: bool = Fa
     b += e * hq + e * hq                          # rotated q, SDPA output
     b += e * hq if o_saved else 0                 # o_proj input
     b += 2 * e * hkv                              # rotated k, v
-    seq = run.seq_len   # eager attention: probabilities over the padded (or packed) row length
+    seq = run.rank_seq_len   # eager attention: probabilities over the padded (or packed) row length on this rank
     if run.shift_attn:
         seq = max(int(seq * S2ATTN_GROUP_RATIO), 1)
     if run.attention == "eager":
@@ -379,7 +379,7 @@ def activation_terms(run: Run, c: ParamCounts, T: int) -> ActivationTerms:
             acts += sum(per_layer_cast[-L_grad:])
         acts += head_cast
     if run.neat_packing and run.attention not in ("fa2", "fa3"):
-        acts += run.micro_batch * run.seq_len * run.seq_len * _bytes(run.compute_dtype)   # 4-D mask [B,1,L,L]
+        acts += run.micro_batch * run.rank_seq_len ** 2 * _bytes(run.compute_dtype)   # 4-D mask [B,1,L,L]
     cache = 0.0
     if run.autocast and run.trainable_dtype == "float32" and not run.deepspeed:
         # autocast keeps a half-precision copy of each fp32 weight used in a matmul for backward

@@ -190,7 +190,7 @@ def later_moments(run: Run, t: Any) -> list[tuple[str, float, dict[str, float], 
     out: list[tuple[str, float, dict[str, float], str]] = []
     static = t.weights + t.buffers + t.grads_always + t.master + t.states + t.live_params
     if run.eval_during_training:
-        T_e = run.eval_micro_batch * run.seq_len * (2 if run.pairwise else 1)
+        T_e = run.eval_micro_batch * run.rank_seq_len * (2 if run.pairwise else 1)   # split under SP as well
         a = run.arch
         layers = {0, a.num_layers - 1, min(a.first_k_dense, a.num_layers - 1)}
         work = T_e * max(activation_bytes_per_token_layer(run, i) for i in layers)

@@ -61,7 +61,7 @@ def shape_class(run: Any, terms: Any) -> str:
         return "zero"
     if run.arch.is_moe:
         return "moe"
-    if run.micro_batch * run.seq_len >= LONG_SEQUENCE_TOKENS:
+    if run.micro_batch * run.rank_seq_len >= LONG_SEQUENCE_TOKENS:
         return "long_sequence"
     tensors = (terms.weights + terms.buffers + terms.master + terms.states + terms.gradients + terms.activations
                + terms.logits)

@@ -68,9 +68,11 @@ class Terms:
 
 
 def compute_terms(run: Run, counts: ParamCounts | None = None, tokens: int | None = None) -> Terms:
-    """All byte terms for one rank. `tokens` overrides micro batch × cutoff_len (e.g. the longest real micro-batch)."""
+    """All byte terms for one rank. `tokens` overrides micro batch × cutoff_len (e.g. the longest real micro-batch),
+    except under 360-LLaMA-Factory's sequence parallelism, which pads every sample to cutoff_len before splitting it
+    (run/seqpar.py): there each rank always holds `Run.tokens_per_micro_batch`."""
     c = counts or count_params(run)
-    T = tokens if tokens is not None else run.tokens_per_micro_batch
+    T = tokens if tokens is not None and run.sp_size <= 1 else run.tokens_per_micro_batch
     if run.engine == "fsdp" and not run.deepspeed:   # a DeepSpeed config would take over (run/engines.py)
         return Terms(**fsdp_terms(run, c, T))        # analyzers/memory/fsdp.py
     if run.engine == "megatron":
