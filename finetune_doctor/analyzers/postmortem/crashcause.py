@@ -34,6 +34,7 @@ import math
 import re
 from typing import Any
 
+from finetune_doctor.analyzers.postmortem.apicause import keyword_owner
 from finetune_doctor.analyzers.postmortem.attrpair import trainer_attr_pair
 from finetune_doctor.analyzers.postmortem.cudnncause import cudnn_finalize
 from finetune_doctor.analyzers.postmortem.devicecause import two_devices
@@ -634,11 +635,7 @@ def _mismatch(cls: str, msg: str, pkgs: tuple, versions: dict[str, tuple[str, st
     if c and not pkgs and c.group("kw") and "." in c.group("fn"):
         # no traceback (a title or a one-line paste): the class is named, its package is not; a keyword a class's
         # constructor does not take is the usual sign of code written for a newer release of that package
-        owner = c.group("fn").split(".")[0]
-        return (f"the installed release of the package that defines {owner} does not take the keyword "
-                f"'{c.group('kw')}': the code calling it was written for a newer (or older) release; upgrade that "
-                "package to the version your trainer's requirements pin (`pip show` it, and the trainer's setup "
-                "file names the range)")
+        return keyword_owner(c.group("fn"), c.group("kw"), versions)
     t = UNKNOWN_TEMPLATE.search(msg) if cls == "ValueError" else None
     if t:
         # LLaMA-Factory data/template.py get_template_and_fix_tokenizer raises it for a name no register_template

@@ -32,7 +32,18 @@ word of the paste that carries the cause (an option, a class, a platform) where 
 * the shell's report of a program it did not find on its PATH (dash "/bin/sh: 1: X: not found", bash "X: command
   not found", zsh "command not found: X"): the environment that ran the command is not the one the program was
   installed into; LLaMA-Factory's web UI starts training as a ``llamafactory-cli train`` subprocess
-  (webui/runner.py), so a UI started from another Python fails so (hiyouga/LlamaFactory#3693).
+  (webui/runner.py), so a UI started from another Python fails so (hiyouga/LlamaFactory#3693);
+* torch's "Cannot copy out of meta tensor; no data!" (the copy kernel of the meta device, raised by ``.to()`` /
+  ``copy_`` of a tensor that has a shape and no storage): transformers' low-memory load (``low_cpu_mem_usage=True``
+  or a ``device_map``) builds the model on the meta device and fills in only what the checkpoint holds, so a
+  parameter or buffer the checkpoint lacks stays without data until something moves it; LLaMA-Factory passes its
+  ``low_cpu_mem_usage`` model argument (default true, catalog/lf_keys.json) to ``from_pretrained``, and the
+  maintainer's answer to this error was ``--low_cpu_mem_usage False`` (hiyouga/LlamaFactory#2940, #2933);
+* the CANN runtime's error block under torch_npu (Ascend): a line "EJ0001: <time> <what failed>. Reason: <cause>."
+  with "Solution: <what to do>" below it (hiyouga/LlamaFactory#3839, EJ0001 "Failed to initialize the HCCP
+  process. Reason: Maybe the last training process is running."): the runtime states the cause; it is quoted, with
+  how to find a process left on the NPUs (``npu-smi info`` lists the processes each NPU holds) where the reason
+  names one.
 """
 
 from __future__ import annotations
@@ -56,6 +67,11 @@ CUBLASLT = re.compile(r"cublasLt ran into an error")
 UNKNOWN_ARGS = re.compile(r"Got unknown args, potentially deprecated arguments: \[(?P<args>[^\]]*)\]?")
 ARGS_LEAD = "LLaMA-Factory's parser printed"
 """How the refused-arguments lead opens (cutcause.py `lead_kind` tells it by this)."""
+META_COPY = re.compile(r"Cannot copy out of meta tensor")
+# a CANN error code line (two capitals, four digits: EJ0001, EI9999, EE1001) with the runtime's "Reason:" and the
+# "Solution:" that may follow on the next line (torchrun's "[rankN]:" before it where the ranks' output is tagged)
+CANN_REASON = re.compile(r"\b(?P<code>E[A-Z]\d{4}):[^\n]*?\s(?P<what>[A-Z][^\n]*?\.)\s*Reason:\s*(?P<why>[^\n]+?)\s*"
+                         r"(?:\n(?:\[rank\d+\]:)?\s*Solution:\s*(?P<fix>[^\n]+))?$", re.M)
 HOPPER = re.compile(r"\b(?:H100|H800|H200|H20|GH200|Hopper|sm_?90)\b", re.I)
 
 
@@ -63,7 +79,7 @@ def message_cause(cls: str, msg: str, text: str) -> str | None:
     """The mechanism the exception `cls`: `msg` states, in words, with `text` the whole short file it came
     from (the user's words and the lines around it) for the word that carries the cause; None when none of
     the readings above applies."""
-    for fn in (_unpicklable, _no_checkpoint, _no_libuv, _cublaslt, _not_on_path):
+    for fn in (_unpicklable, _no_checkpoint, _no_libuv, _cublaslt, _not_on_path, _meta_copy, _cann_reason):
         said = fn(cls, msg, text)
         if said:
             return said
@@ -188,3 +204,33 @@ def args_lead(ev: Any, tb: Any) -> str | None:
     return (f"{ARGS_LEAD} \"Got unknown args, potentially deprecated arguments\" for {named}: "
             "the installed release has no such option (renamed or removed), and it stops with a ValueError "
             "after printing its help; use the release's own option name, or the release the command was written for")
+
+
+def _meta_copy(cls: str, msg: str, text: str) -> str | None:
+    """A tensor moved or copied while it was still on the meta device (`META_COPY`): the low-memory load left
+    it without data. None for another message."""
+    if not META_COPY.search(msg):
+        return None
+    return ("a parameter or buffer was still on the meta device (a shape with no data) when it was moved: "
+            "transformers' low-memory load (low_cpu_mem_usage, or a device_map) builds the model there and fills in "
+            "only what the checkpoint holds, so a weight the checkpoint lacks (a checkpoint of another revision, a "
+            "remote-code model that creates a buffer at load) or a load the trainer moved before it finished stays "
+            "empty; load without it (LLaMA-Factory: low_cpu_mem_usage: false, or --low_cpu_mem_usage False; "
+            "transformers: low_cpu_mem_usage=False and no device_map) and check that the checkpoint holds every "
+            "weight the model's code declares (hiyouga/LlamaFactory#2940)")
+
+
+def _cann_reason(cls: str, msg: str, text: str) -> str | None:
+    """The cause the CANN runtime states in its own error block (`CANN_REASON`, searched in the exception and the
+    file around it): quoted, with the process check where the reason names a process still running. None
+    without such a line."""
+    m = CANN_REASON.search(msg) or CANN_REASON.search(text)
+    if m is None:
+        return None
+    why = m.group("why").rstrip(".")
+    fix = f"; its solution: \"{m.group('fix').rstrip('.')}\"" if m.group("fix") else ""
+    left = (" A training process left on the NPUs (a run that did not exit, a killed launcher's children) still "
+            "holds them: `npu-smi info` lists each NPU's processes; end them and wait a few seconds before the "
+            "next launch") if "process" in why.lower() else ""
+    return (f"the Ascend (CANN) runtime states the cause with its code {m.group('code')}: {m.group('what').rstrip('.')} "
+            f"— reason: \"{why}\"{fix}.{left}")

@@ -1,0 +1,108 @@
+"""Round 12's kinds (issue #25, wt/pmfix17), each in a paste of its own shape that is not the round's text
+(fixtures/postmortem/real_threads/cases_n.py holds the threads): a keyword a library's class does not take, named by
+the package that defines the class (analyzers/postmortem/apicause.py); a tensor still on the meta device and the
+cause the Ascend runtime states in its own block (msgcause.py); torchelastic's SignalException retyped by hand and
+the CPU allocator's refusal without its size (readers/runlogs/logpatterns.py).
+"""
+
+from __future__ import annotations
+
+from pmhelp import first_of_text as first
+
+# -- a keyword a library's class does not take, said with no traceback ----------------------------------------------
+
+
+def test_a_trl_trainer_keyword_names_trl_not_the_package_that_defines_it(tmp_path):
+    f = first(tmp_path, "KTO训练报错 TypeError: KTOTrainer.__init__() got an unexpected keyword argument 'tokenizer'")
+    assert f.name == "run-crashed"
+    assert "KTOTrainer is trl's" in f.message and "`pip show trl`" in f.message
+    assert "the package that defines" not in f.message
+    assert "processing_class" in f.message and "huggingface/trl#2162" in f.message   # trl's rename on all trainers
+    assert "0.8.6" not in f.message
+
+
+def test_a_keyword_with_no_known_change_names_the_package_and_no_release(tmp_path):
+    f = first(tmp_path, "TypeError: LoraConfig.__init__() got an unexpected keyword argument 'use_dora'")
+    assert "LoraConfig is peft's" in f.message and "`pip show peft`" in f.message
+    assert "#" not in f.message.split(" — ", 1)[1]     # no issue cited: no release fact is known for it
+
+
+def test_the_removed_average_log_prob_names_the_trl_release_and_its_source(tmp_path):
+    f = first(tmp_path, "  File \"/workspace/simpo/scripts/simpo_trainer.py\", line 88, in concatenated_forward\n"
+                        "TypeError: DPOTrainer.get_batch_logps() got an unexpected keyword argument 'average_log_prob'")
+    assert f.name == "run-crashed"
+    assert "trl 0.8.6" in f.message and "hiyouga/LlamaFactory#4114" in f.message
+
+
+def test_the_collator_built_with_a_tokenizer_names_trl_0_7_2(tmp_path):
+    f = first(tmp_path, "TypeError: DPODataCollatorWithPadding.__init__() got an unexpected keyword argument "
+                        "'tokenizer'")
+    assert "DPODataCollatorWithPadding is trl's" in f.message and "trl 0.7.2" in f.message
+
+
+def test_a_class_of_no_known_package_keeps_the_general_words(tmp_path):
+    f = first(tmp_path, "TypeError: MyCustomTrainer.__init__() got an unexpected keyword argument 'gamma'")
+    assert "the package that defines MyCustomTrainer" in f.message and "trl" not in f.message
+
+
+# -- a tensor moved while still on the meta device -------------------------------------------------------------------
+
+META = """\
+[INFO|modeling_utils.py:4288] 2024-03-21 09:12:40,118 >> All the weights of ChatGLMForConditionalGeneration were initialized from the model checkpoint at THUDM/chatglm3-6b.
+Traceback (most recent call last):
+  File "/root/LLaMA-Factory/src/train_bash.py", line 14, in <module>
+    main()
+  File "/root/miniconda3/lib/python3.10/site-packages/torch/nn/modules/module.py", line 1160, in to
+    return self._apply(convert)
+  File "/root/miniconda3/lib/python3.10/site-packages/torch/nn/modules/module.py", line 833, in _apply
+    param_applied = fn(param)
+  File "/root/miniconda3/lib/python3.10/site-packages/torch/nn/modules/module.py", line 1158, in convert
+    return t.to(device, dtype if t.is_floating_point() or t.is_complex() else None, non_blocking)
+NotImplementedError: Cannot copy out of meta tensor; no data! Please use torch.nn.Module.to_empty() instead of torch.nn.Module.to() when moving module from meta to a different device."""
+
+
+def test_a_meta_tensor_copy_names_the_low_memory_load_and_its_switch(tmp_path):
+    f = first(tmp_path, META)
+    assert f.name == "run-crashed"
+    assert "meta device" in f.message and "low_cpu_mem_usage: false" in f.message
+
+
+# -- the cause the Ascend runtime states -----------------------------------------------------------------------------
+
+CANN = """\
+[rank5]: Traceback (most recent call last):
+[rank5]:   File "/usr/local/python3.10/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py", line 3683, in barrier
+[rank5]:     work = default_pg.barrier(opts=opts)
+[rank5]: RuntimeError: create:torch_npu/csrc/distributed/ProcessGroupHCCL.cpp:1914 HCCL function error: HcclGetRootInfo(&hcclID), error code is 7
+[rank5]: [ERROR] 2024-11-02-08:41:10 (PID:51873, Device:5, RankID:5) ERR02200 DIST call hccl api failed.
+[rank5]: EJ0001: 2024-11-02-08:41:10.552.118 Failed to initialize the HCCP process. Reason: Maybe the last training process is running.
+[rank5]:         Solution: Wait for 10s after killing the last training process and try again."""
+
+
+def test_the_runtimes_own_reason_is_quoted_with_the_process_check(tmp_path):
+    f = first(tmp_path, CANN)
+    assert f.name == "run-crashed"
+    assert "EJ0001" in f.message and "\"Maybe the last training process is running\"" in f.message
+    assert "npu-smi info" in f.message and "Wait for 10s" in f.message
+
+
+def test_a_reason_that_names_no_process_gets_no_process_check(tmp_path):
+    text = CANN.replace("Failed to initialize the HCCP process. Reason: Maybe the last training process is running.",
+                        "Getting socket times out. Reason: 1. The remote does not initiate a connect request.")
+    f = first(tmp_path, text)
+    assert "EJ0001" in f.message and "The remote does not initiate a connect request" in f.message
+    assert "npu-smi" not in f.message
+
+
+# -- lines retyped or cut by hand ------------------------------------------------------------------------------------
+
+
+def test_a_retyped_signal_exception_is_still_the_launcher_signalled(tmp_path):
+    f = first(tmp_path, "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4213 got signal : 1")
+    assert f.name == "stopped-from-outside" and "SIGHUP" in f.message
+
+
+def test_the_cpu_allocators_refusal_without_its_size_is_a_host_allocation(tmp_path):
+    f = first(tmp_path, "merge_and_unload 合并 Qwen2-72B 的 LoRA 时报 DefaultCPUAllocator: Can't allocate memory")
+    assert f.name == "host-alloc-failed"
+    assert "DefaultCPUAllocator" in f.message and " bytes" not in f.message.split("failed inside")[0]
