@@ -106,3 +106,34 @@ def test_the_cpu_allocators_refusal_without_its_size_is_a_host_allocation(tmp_pa
     f = first(tmp_path, "merge_and_unload 合并 Qwen2-72B 的 LoRA 时报 DefaultCPUAllocator: Can't allocate memory")
     assert f.name == "host-alloc-failed"
     assert "DefaultCPUAllocator" in f.message and " bytes" not in f.message.split("failed inside")[0]
+
+
+# -- LLaMA-Factory's own no-sample check ended the run ---------------------------------------------------------------
+
+NO_SAMPLES = """\
+[INFO|2024-10-08 16:20:31] llamafactory.data.loader:157 >> Loading dataset alpaca_zh_demo.json...
+Running tokenizer on dataset (num_proc=16): 100%|██████████| 1000/1000 [00:02<00:00, 412.55 examples/s]
+Traceback (most recent call last):
+  File "/root/LLaMA-Factory/src/llamafactory/launcher.py", line 23, in <module>
+    launch()
+  File "/root/LLaMA-Factory/src/llamafactory/train/pt/workflow.py", line 45, in run_pt
+    dataset_module = get_dataset(template, model_args, data_args, training_args, stage="pt", **tokenizer_module)
+  File "/root/LLaMA-Factory/src/llamafactory/data/loader.py", line 271, in get_dataset
+    raise RuntimeError("Cannot find sufficient samples, consider increasing dataset size.")
+RuntimeError: Cannot find sufficient samples, consider increasing dataset size."""
+
+
+def test_the_no_sample_check_in_a_log_leads_with_the_data_rule_and_the_stage(tmp_path):
+    from pmhelp import diagnose_dir
+
+    (tmp_path / "train.log").write_text(NO_SAMPLES + "\n", encoding="utf-8")
+    names = [f.name for f in diagnose_dir(str(tmp_path)).findings]
+    assert names[:2] == ["no-valid-samples", "run-crashed"]      # the data rule leads, the traceback follows
+    f = first(tmp_path, NO_SAMPLES)
+    assert "Cannot find sufficient samples" in f.message and "dataset_info.json against the stage" in f.message
+
+
+def test_another_runtime_error_in_the_loader_is_not_a_dataset_without_samples(tmp_path):
+    f = first(tmp_path, NO_SAMPLES.replace("Cannot find sufficient samples, consider increasing dataset size.",
+                                           "Unknown dataset format."))
+    assert f.name == "run-crashed"

@@ -101,6 +101,8 @@ NAMESPACE = Namespace("ev", __doc__.split("\n\n")[0], {
         "location": OPEN("where")}),
     "basis": F("str", "what the symptom rules read: the run's own output (log) or, when it gave no evidence, the "
                "user's description of the failure (words: ev.said)", values=("log", "words")),
+    "no_samples": F("str", "what says the dataset gave no sample: log (LLaMA-Factory's own check ended the run, "
+                    "analyzers/postmortem/samplecause.py) or words (ev.said); None otherwise", values=("log", "words")),
     "zero_stage": F("int", "ZeRO stage from the log, else the DeepSpeed config"),
     "skipped": F("list", "what was not read and why", items={
         "path": F("str", "path"), "why": F("str", "the reason"), "extra": F("str", "the install extra that reads it")}),

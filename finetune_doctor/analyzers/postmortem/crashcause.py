@@ -184,7 +184,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("optimizer-groups", lambda: optimizer_groups(cls, msg)),
                      ("trainer-table", lambda: trainer_table_key(cls, msg, frames, ev, exc)),
                      ("data-key", lambda: _data_key(cls, msg, frames)),
-                     ("no-samples", lambda: empty_dataset(cls, frames, pkgs)),
+                     ("no-samples", lambda: empty_dataset(cls, frames, pkgs, msg)),
                      ("version-pair", lambda: optimizer_train_pair(cls, msg) or trainer_attr_pair(cls, msg, pkgs)),
                      ("zero3-quantized", lambda: zero3_quantized(
                          cls, msg, "\n".join((words_beside(ev, exc), exc.text or "", _file_text(ev, exc))))),
