@@ -137,3 +137,27 @@ def test_another_runtime_error_in_the_loader_is_not_a_dataset_without_samples(tm
     f = first(tmp_path, NO_SAMPLES.replace("Cannot find sufficient samples, consider increasing dataset size.",
                                            "Unknown dataset format."))
     assert f.name == "run-crashed"
+
+
+# -- a lookup out of its table's range on the CPU --------------------------------------------------------------------
+
+CPU_LOOKUP = """\
+  File "/opt/conda/lib/python3.10/site-packages/transformers/models/gpt2/modeling_gpt2.py", line 844, in forward
+    position_embeds = self.wpe(position_ids)
+  File "/opt/conda/lib/python3.10/site-packages/torch/nn/modules/sparse.py", line 162, in forward
+    return F.embedding(
+  File "/opt/conda/lib/python3.10/site-packages/torch/nn/functional.py", line 2233, in embedding
+    return torch.embedding(weight, input, padding_idx, scale_grad_by_freq, sparse)
+IndexError: index out of range in self"""
+
+
+def test_a_cpu_lookup_out_of_range_names_the_vocabulary_and_the_position_table(tmp_path):
+    f = first(tmp_path, CPU_LOOKUP)
+    assert f.name == "cuda-error"
+    assert "IndexError: index out of range in self" in f.message
+    assert "len(tokenizer) against vocab_size" in f.message and "max_position_embeddings" in f.message
+
+
+def test_another_index_error_is_not_a_lookup_out_of_range(tmp_path):
+    f = first(tmp_path, CPU_LOOKUP.replace("index out of range in self", "list index out of range"))
+    assert f.name != "cuda-error"
