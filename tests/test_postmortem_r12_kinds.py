@@ -161,3 +161,31 @@ def test_a_cpu_lookup_out_of_range_names_the_vocabulary_and_the_position_table(t
 def test_another_index_error_is_not_a_lookup_out_of_range(tmp_path):
     f = first(tmp_path, CPU_LOOKUP.replace("index out of range in self", "list index out of range"))
     assert f.name != "cuda-error"
+
+
+# -- a pasted plain `python` launch under several GPUs beside the same-device error ------------------------------
+
+PLAIN_LAUNCH = """\
+CUDA_VISIBLE_DEVICES=0,1,2,3 python finetune.py --model_name_or_path baichuan-inc/Baichuan2-7B-Base --bf16 True
+  File "/usr/local/lib/python3.10/dist-packages/torch/nn/parallel/data_parallel.py", line 185, in forward
+    outputs = self.parallel_apply(replicas, inputs, module_kwargs)
+  File "/home/user/.cache/huggingface/modules/transformers_modules/Baichuan2-7B-Base/modeling_baichuan.py", line 461, in forward
+    hidden_states = self.norm(hidden_states)
+RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:1 and cuda:0!"""
+
+
+def test_a_plain_python_launch_under_several_gpus_is_one_process_over_them(tmp_path):
+    f = first(tmp_path, PLAIN_LAUNCH)
+    assert f.name == "launched-as-data-parallel"
+    assert "one process over 4 GPUs" in f.message and "`python finetune.py`" in f.message
+    assert "cuda:1 and cuda:0" in f.message and "torchrun --nproc_per_node 4" in f.message
+
+
+def test_the_same_error_under_torchrun_is_not_a_data_parallel_launch(tmp_path):
+    f = first(tmp_path, PLAIN_LAUNCH.replace("python finetune.py", "torchrun --nproc_per_node 4 finetune.py"))
+    assert f.name != "launched-as-data-parallel"
+
+
+def test_one_visible_gpu_is_not_a_data_parallel_launch(tmp_path):
+    f = first(tmp_path, PLAIN_LAUNCH.replace("CUDA_VISIBLE_DEVICES=0,1,2,3", "CUDA_VISIBLE_DEVICES=2"))
+    assert f.name != "launched-as-data-parallel"
