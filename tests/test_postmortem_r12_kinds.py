@@ -189,3 +189,20 @@ def test_the_same_error_under_torchrun_is_not_a_data_parallel_launch(tmp_path):
 def test_one_visible_gpu_is_not_a_data_parallel_launch(tmp_path):
     f = first(tmp_path, PLAIN_LAUNCH.replace("CUDA_VISIBLE_DEVICES=0,1,2,3", "CUDA_VISIBLE_DEVICES=2"))
     assert f.name != "launched-as-data-parallel"
+
+
+# -- Windows' console-script launcher ----------------------------------------------------------------------------
+
+
+def test_the_windows_launchers_failure_names_windows_and_the_lf_multi_gpu_launch(tmp_path):
+    f = first(tmp_path, "[INFO|2024-11-20 09:14:02] llamafactory.cli:157 >> Initializing distributed tasks at: "
+                        "127.0.0.1:29500\nfailed to create process.")
+    assert "Windows' console-script launcher" in f.message and "ddp_backend: gloo" in f.message
+    assert "the line before it is LLaMA-Factory starting torchrun" in f.message
+
+
+def test_the_launchers_fatal_error_without_lf_names_windows_only(tmp_path):
+    f = first(tmp_path, "Fatal error in launcher: Unable to create process using '\"C:\\Program Files\\Python310\\"
+                        "python.exe\"  \"C:\\Program Files\\Python310\\Scripts\\accelerate.exe\" launch train.py'")
+    assert "Windows' console-script launcher" in f.message
+    assert "LLaMA-Factory starting torchrun" not in f.message

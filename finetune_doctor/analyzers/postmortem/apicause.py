@@ -91,6 +91,7 @@ def keyword_owner(fn: str, kw: str, versions: dict[str, tuple[str, str]]) -> str
         return UNKNOWN_OWNER.format(owner=owner, kw=kw)
     got = versions.get(pkg)
     whose = pkg + ("'" if pkg.endswith("s") else "'s")
-    said = KNOWN_OWNER.format(owner=owner, pkg=pkg, whose=whose, kw=kw, fn=fn, ver=f" {got[0]} ({got[1]})" if got else "")
+    ver = f" {got[0]} ({got[1]})" if got else ""
+    said = KNOWN_OWNER.format(owner=owner, pkg=pkg, whose=whose, kw=kw, fn=fn, ver=ver)
     change = CHANGES.get((fn, kw)) or (CHANGES.get((pkg, kw)) if fn.endswith("Trainer.__init__") else None)
     return f"{said}; {change}" if change else said

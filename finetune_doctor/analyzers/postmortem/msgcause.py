@@ -43,7 +43,14 @@ word of the paste that carries the cause (an option, a class, a platform) where 
   with "Solution: <what to do>" below it (hiyouga/LlamaFactory#3839, EJ0001 "Failed to initialize the HCCP
   process. Reason: Maybe the last training process is running."): the runtime states the cause; it is quoted, with
   how to find a process left on the NPUs (``npu-smi info`` lists the processes each NPU holds) where the reason
-  names one.
+  names one;
+* the Windows console-script launcher's own failure: the ``.exe`` wrapper pip puts in the Scripts folder for each
+  console script (``torchrun.exe``, ``llamafactory-cli.exe``, ``accelerate.exe``) prints "failed to create process." (or
+  "Fatal error in launcher: Unable to create process using ...") when it cannot start the Python it was built for
+  (a Python path with spaces, pypa/pip#2783; an environment moved or deleted since, pypa/pip#5618): a Windows-only
+  message. LLaMA-Factory's CLI launches torchrun for several GPUs right after logging "Initializing distributed
+  tasks at: ADDR:PORT" (cli.py), and the Windows builds of torch have no NCCL, the default backend of that launch
+  (hiyouga/LlamaFactory#5719: one GPU trained; ddp_backend: gloo let several run).
 """
 
 from __future__ import annotations
@@ -67,6 +74,9 @@ CUBLASLT = re.compile(r"cublasLt ran into an error")
 UNKNOWN_ARGS = re.compile(r"Got unknown args, potentially deprecated arguments: \[(?P<args>[^\]]*)\]?")
 ARGS_LEAD = "LLaMA-Factory's parser printed"
 """How the refused-arguments lead opens (cutcause.py `lead_kind` tells it by this)."""
+WIN_LAUNCHER = re.compile(r"\bfailed to create process\.|Fatal error in launcher: Unable to create process using",
+                          re.I)
+LF_DISTRIBUTED = re.compile(r"Initializing distributed tasks at")
 META_COPY = re.compile(r"Cannot copy out of meta tensor")
 # a CANN error code line (two capitals, four digits: EJ0001, EI9999, EE1001) with the runtime's "Reason:" and the
 # "Solution:" that may follow on the next line (torchrun's "[rankN]:" before it where the ranks' output is tagged)
@@ -79,7 +89,8 @@ def message_cause(cls: str, msg: str, text: str) -> str | None:
     """The mechanism the exception `cls`: `msg` states, in words, with `text` the whole short file it came
     from (the user's words and the lines around it) for the word that carries the cause; None when none of
     the readings above applies."""
-    for fn in (_unpicklable, _no_checkpoint, _no_libuv, _cublaslt, _not_on_path, _meta_copy, _cann_reason):
+    for fn in (_unpicklable, _no_checkpoint, _no_libuv, _cublaslt, _not_on_path, _meta_copy, _cann_reason,
+               _windows_launcher):
         said = fn(cls, msg, text)
         if said:
             return said
@@ -232,5 +243,23 @@ def _cann_reason(cls: str, msg: str, text: str) -> str | None:
     left = (" A training process left on the NPUs (a run that did not exit, a killed launcher's children) still "
             "holds them: `npu-smi info` lists each NPU's processes; end them and wait a few seconds before the "
             "next launch") if "process" in why.lower() else ""
-    return (f"the Ascend (CANN) runtime states the cause with its code {m.group('code')}: {m.group('what').rstrip('.')} "
+    what = m.group("what").rstrip(".")
+    return (f"the Ascend (CANN) runtime states the cause with its code {m.group('code')}: {what} "
             f"— reason: \"{why}\"{fix}.{left}")
+
+
+def _windows_launcher(cls: str, msg: str, text: str) -> str | None:
+    """The Windows console-script launcher could not start its Python (`WIN_LAUNCHER`): Windows, which launcher,
+    and for a multi-GPU launch of LLaMA-Factory (`LF_DISTRIBUTED` in `text`) the backend Windows lacks. None for
+    another message."""
+    if not (WIN_LAUNCHER.search(msg) or WIN_LAUNCHER.search(text)):
+        return None
+    lf = ("; the line before it is LLaMA-Factory starting torchrun for several GPUs, and even started that way a "
+          "multi-GPU run on Windows has no NCCL, torch's default backend there: train on one GPU "
+          "(CUDA_VISIBLE_DEVICES=0), set ddp_backend: gloo, or run under WSL or Linux") if LF_DISTRIBUTED.search(
+        text) else "; distributed training on Windows also lacks NCCL (use one GPU, ddp_backend: gloo, or WSL)"
+    return ("this is Windows' console-script launcher (the .exe that pip installs in Scripts\\ for torchrun, "
+            "llamafactory-cli or accelerate) failing to start the Python it was built for: a Python path with "
+            "spaces, or an environment moved or deleted since the script was installed (pypa/pip#2783). The input "
+            "that decides is that environment: reinstall the package in the active one, or call the module "
+            "instead (`python -m torch.distributed.run` for torchrun)" + lf)
