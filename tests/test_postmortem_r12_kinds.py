@@ -206,3 +206,20 @@ def test_the_launchers_fatal_error_without_lf_names_windows_only(tmp_path):
                         "python.exe\"  \"C:\\Program Files\\Python310\\Scripts\\accelerate.exe\" launch train.py'")
     assert "Windows' console-script launcher" in f.message
     assert "LLaMA-Factory starting torchrun" not in f.message
+
+
+# -- the catch-all error word introducing the error as printed ------------------------------------------------------
+
+
+def test_an_error_word_closing_its_line_yields_to_the_quoted_errors_symptom(tmp_path):
+    f = first(tmp_path, "两机16卡训练，加载完数据集后报错：\n"
+                        "[3] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value "
+                        "store by key '0', but store->get('0') got error: Socket Timeout\n"
+                        "Exception raised from recvBytes at ../torch/csrc/distributed/c10d/Utils.hpp:672 (most "
+                        "recent call first):")
+    assert f.name == "nccl-timeout" and "rank 0 tokenizing" in f.message
+
+
+def test_an_error_word_closing_its_line_over_a_plain_error_stays_the_catch_all(tmp_path):
+    f = first(tmp_path, "微调时报错：\n数据集的格式好像不对，不知道怎么改")
+    assert f.name == "run-crashed" and f.message.startswith("You describe an error")
