@@ -223,3 +223,20 @@ def test_an_error_word_closing_its_line_yields_to_the_quoted_errors_symptom(tmp_
 def test_an_error_word_closing_its_line_over_a_plain_error_stays_the_catch_all(tmp_path):
     f = first(tmp_path, "微调时报错：\n数据集的格式好像不对，不知道怎么改")
     assert f.name == "run-crashed" and f.message.startswith("You describe an error")
+
+
+# -- GPU memory said tight for the fresh run beside a resume said to fail --------------------------------------------
+
+
+def test_a_tight_fresh_run_and_a_failing_resume_is_the_resumes_gpu_memory(tmp_path):
+    f = first(tmp_path, "Fine-tuning Mistral-7B with QLoRA on a 16GB card: training from scratch just fits.\n\n"
+                        "But when I resume from the last checkpoint it crashes while loading the optimizer state.")
+    assert f.name == "cuda-oom" and "(resume" in f.message
+    assert "huggingface/transformers#22159" in f.message and "optimizer states saved in the checkpoint" in f.message
+
+
+def test_loading_from_a_checkpoint_is_a_resume_not_a_save():
+    from finetune_doctor.readers.runlogs import userwords_vocab as vocab
+
+    assert vocab.first_phase("when loading from checkpoint the run fails")[0] == "resume"
+    assert vocab.first_phase("it fails while saving the checkpoint")[0] == "save"
