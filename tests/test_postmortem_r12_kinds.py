@@ -240,3 +240,26 @@ def test_loading_from_a_checkpoint_is_a_resume_not_a_save():
 
     assert vocab.first_phase("when loading from checkpoint the run fails")[0] == "resume"
     assert vocab.first_phase("it fails while saving the checkpoint")[0] == "save"
+
+
+# -- LLaMA-Factory's own refusals of a config: an undefined dataset, retired keys ------------------------------------
+
+
+def test_an_undefined_dataset_names_the_registry_and_the_folder(tmp_path):
+    f = first(tmp_path, "ValueError: Undefined dataset my_chats in dataset_info.json.")
+    assert f.name == "run-crashed"
+    assert "`dataset: my_chats`" in f.message and "relative to the folder the command runs in" in f.message
+
+
+def test_retired_keys_are_named_with_their_replacements_not_as_unknown(tmp_path):
+    f = first(tmp_path, "ValueError: Some keys are not used by the HfArgumentParser: ['image_resolution', "
+                        "'new_special_tokens']")
+    assert "all 2 keys are ones an older LLaMA-Factory took" in f.message
+    assert "new_special_tokens (renamed to add_special_tokens)" in f.message
+    assert "image_max_pixels, whose value means something else" in f.message
+    assert "not an argument of any" not in f.message
+
+
+def test_a_key_of_no_release_is_still_unknown(tmp_path):
+    f = first(tmp_path, "ValueError: Some keys are not used by the HfArgumentParser: ['lora_rnak']")
+    assert "not an argument of any LLaMA-Factory release" in f.message

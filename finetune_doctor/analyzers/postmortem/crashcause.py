@@ -42,7 +42,7 @@ from finetune_doctor.analyzers.postmortem.dsbatch import ds_batch
 from finetune_doctor.analyzers.postmortem.kernelwords import checkpoint_mismatch
 from finetune_doctor.analyzers.postmortem.launchcause import launch_cause, precision_cause
 from finetune_doctor.analyzers.postmortem.mmcause import no_placeholder
-from finetune_doctor.analyzers.postmortem.msgcause import message_cause
+from finetune_doctor.analyzers.postmortem.msgcause import message_cause, retired_keys
 from finetune_doctor.analyzers.postmortem.newermodel import optimizer_groups, processor_missing, trainer_table_key
 from finetune_doctor.analyzers.postmortem.quantcause import zero3_quantized
 from finetune_doctor.analyzers.postmortem.remotecode import remote_code_clash
@@ -579,6 +579,9 @@ def _unused_keys(msg: str) -> str | None:
                 " a training config given to a subcommand that reads no training arguments (LLaMA-Factory's "
                 "chat, webchat, api and export); launch it with `llamafactory-cli train`, or give that subcommand a "
                 "config with the model, template and adapter keys only")
+    old = retired_keys(unknown)
+    if old:
+        return old
     if unknown:
         return (f"{', '.join(unknown[:6])}{' are' if len(unknown) > 1 else ' is'} not an argument of any "
                 "LLaMA-Factory release the doctor knows: a typo or a key of another tool; `doctor lint` on the "

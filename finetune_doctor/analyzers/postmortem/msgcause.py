@@ -50,7 +50,12 @@ word of the paste that carries the cause (an option, a class, a platform) where 
   (a Python path with spaces, pypa/pip#2783; an environment moved or deleted since, pypa/pip#5618): a Windows-only
   message. LLaMA-Factory's CLI launches torchrun for several GPUs right after logging "Initializing distributed
   tasks at: ADDR:PORT" (cli.py), and the Windows builds of torch have no NCCL, the default backend of that launch
-  (hiyouga/LlamaFactory#5719: one GPU trained; ddp_backend: gloo let several run).
+  (hiyouga/LlamaFactory#5719: one GPU trained; ddp_backend: gloo let several run);
+* LLaMA-Factory's "Undefined dataset X in dataset_info.json." (data/parser.py ``get_dataset_list``: a name of
+  ``dataset`` / ``eval_dataset`` that is no key of ``dataset_dir``/dataset_info.json; ``dataset_dir`` defaults to
+  "data", read relative to the folder the command runs in): the name, or the folder the command ran from;
+* keys transformers' HfArgumentParser did not use that the key catalogue lists as retired (catalog/lf_keys.json
+  ``retired``): a config written for an older LLaMA-Factory, each key with what replaced it (`retired_keys`).
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ ARGS_LEAD = "LLaMA-Factory's parser printed"
 WIN_LAUNCHER = re.compile(r"\bfailed to create process\.|Fatal error in launcher: Unable to create process using",
                           re.I)
 LF_DISTRIBUTED = re.compile(r"Initializing distributed tasks at")
+UNDEFINED_DATASET = re.compile(r"Undefined dataset (?P<name>\S+) in (?P<file>dataset_info\.json|\S+\.json)")
 META_COPY = re.compile(r"Cannot copy out of meta tensor")
 # a CANN error code line (two capitals, four digits: EJ0001, EI9999, EE1001) with the runtime's "Reason:" and the
 # "Solution:" that may follow on the next line (torchrun's "[rankN]:" before it where the ranks' output is tagged)
@@ -90,7 +96,7 @@ def message_cause(cls: str, msg: str, text: str) -> str | None:
     from (the user's words and the lines around it) for the word that carries the cause; None when none of
     the readings above applies."""
     for fn in (_unpicklable, _no_checkpoint, _no_libuv, _cublaslt, _not_on_path, _meta_copy, _cann_reason,
-               _windows_launcher):
+               _windows_launcher, _undefined_dataset):
         said = fn(cls, msg, text)
         if said:
             return said
@@ -263,3 +269,36 @@ def _windows_launcher(cls: str, msg: str, text: str) -> str | None:
             "spaces, or an environment moved or deleted since the script was installed (pypa/pip#2783). The input "
             "that decides is that environment: reinstall the package in the active one, or call the module "
             "instead (`python -m torch.distributed.run` for torchrun)" + lf)
+
+
+def _undefined_dataset(cls: str, msg: str, text: str) -> str | None:
+    """LLaMA-Factory's refusal of a dataset name its dataset_info.json does not define (`UNDEFINED_DATASET`). None
+    for another message."""
+    m = UNDEFINED_DATASET.search(msg)
+    if m is None:
+        return None
+    name = m.group("name")
+    return (f"`dataset: {name}` (or eval_dataset) is no key of the dataset_info.json LLaMA-Factory read: it names "
+            "datasets by their key in dataset_dir/dataset_info.json, not by file name, and dataset_dir (default "
+            "`data`) is read relative to the folder the command runs in. The input that decides: the keys of that "
+            f"file against `{name}`; register the file there (file_name, formatting, columns) or run from the "
+            "LLaMA-Factory folder, or set dataset_dir to the folder that holds it")
+
+
+def retired_keys(keys: list[str]) -> str | None:
+    """What the key catalogue says of `keys` a parser did not use that it lists as retired (catalog/lf_keys.json
+    through `_renamed` and readers/config/keyschema.py): each with its replacement, or its explanation where it
+    has none; None when none of them is retired."""
+    from finetune_doctor.readers.config.keyschema import load_schema
+
+    retired = load_schema().get("retired") or {}
+    ren = _renamed()
+    old = [k for k in keys if k in retired]
+    if not old:
+        return None
+    said = "; ".join(_named(k, ren) if k in ren else f"{k} ({str((retired[k] or {}).get('explanation') or 'removed')}"
+                     f")".replace(".)", ")") for k in old)
+    share = f"all {len(old)} keys are" if len(old) == len(keys) else f"{len(old)} of the keys are"
+    return (f"{share} ones an older LLaMA-Factory took and the installed one no longer does: "
+            f"{said}; the config was written for another release: update those keys, or install the release it "
+            "was written for")
