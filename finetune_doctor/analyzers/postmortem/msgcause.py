@@ -241,7 +241,11 @@ def _cann_reason(cls: str, msg: str, text: str) -> str | None:
     """The cause the CANN runtime states in its own error block (`CANN_REASON`, searched in the exception and the
     file around it): quoted, with the process check where the reason names a process still running. None
     without such a line."""
-    m = CANN_REASON.search(msg) or CANN_REASON.search(text)
+    from finetune_doctor.readers.runlogs.lineprefix import strip_prefixes
+
+    # the paste's lines as the reader reads them: a quote, colour codes, a launcher's or a service's tag removed
+    clean = "\n".join(strip_prefixes(ln)[0] for ln in text.split("\n")) if text else ""
+    m = CANN_REASON.search(msg) or CANN_REASON.search(clean)
     if m is None:
         return None
     why = m.group("why").rstrip(".")
