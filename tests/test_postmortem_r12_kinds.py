@@ -263,3 +263,15 @@ def test_retired_keys_are_named_with_their_replacements_not_as_unknown(tmp_path)
 def test_a_key_of_no_release_is_still_unknown(tmp_path):
     f = first(tmp_path, "ValueError: Some keys are not used by the HfArgumentParser: ['lora_rnak']")
     assert "not an argument of any LLaMA-Factory release" in f.message
+
+
+def test_words_above_a_traceback_are_read_whatever_tag_the_lines_carry():
+    from finetune_doctor.readers.runlogs.userwords import read_words_above_traceback
+
+    paste = ("the job timed out after 30 minutes while rank 0 was still loading the data\n"
+             "Traceback (most recent call last):\n"
+             '  File "/workspace/train.py", line 12, in <module>\n'
+             "    main()")
+    for tag in ("", "> ", "\x1b[31m", "trainer-1  | ", "[1,0]<stderr>:"):
+        said = read_words_above_traceback("\n".join(tag + ln for ln in paste.split("\n")))
+        assert said and said["symptom"] == "timeout" and said["above_traceback"], repr(tag)

@@ -172,7 +172,9 @@ def read_words(text: str) -> dict[str, Any] | None:
     return out
 
 
-_TB_HEAD = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?Traceback \(most recent call last\):", re.M)
+# (any tag a paste's lines carry before it: torchrun's "[rankN]:", a Markdown quote, colour codes, Ray's worker, Docker
+# Compose's service, Open MPI's tag; lineprefix.py reads them)
+_TB_HEAD = re.compile(r"^[^\n]{0,80}?Traceback \(most recent call last\):", re.M)
 
 
 def read_words_above_traceback(text: str) -> dict[str, Any] | None:
