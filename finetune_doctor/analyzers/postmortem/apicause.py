@@ -6,9 +6,10 @@ defines DPOTrainer" where the name alone says trl).
 The callee's package comes from its class name (`OWNERS`, the classes each package exports at top level); the
 version facts (`CHANGES`) each cite where they were read:
 
-* trl dropped ``average_log_prob`` from ``DPOTrainer.get_batch_logps`` in its release of June 2024 (after 0.8.6):
-  the report the day after (hiyouga/LlamaFactory#4114, fixed by trl 0.8.6 or a newer LLaMA-Factory) and the same
-  error in princeton-nlp/SimPO#29 (2024-06-13), whose trainer then divided the two sums the new method returns;
+* trl dropped ``average_log_prob`` from ``DPOTrainer.get_batch_logps`` in 0.9, its release of June 2024 after 0.8.6
+  (huggingface/trl#1699 prepared 0.9.3 on 2024-06-05): the report the day after (hiyouga/LlamaFactory#4114, fixed by
+  trl 0.8.6 or a newer LLaMA-Factory) and the same error in princeton-nlp/SimPO#29 (2024-06-13), whose trainer then
+  divided the two sums the new method returns;
 * trl 0.7.2's ``DPODataCollatorWithPadding`` was built with the tokenizer (trl/trainer/utils.py at v0.7.2, cited in
   huggingface/trl#884); later releases tokenize in the trainer's dataset map and the collator only pads (fields
   ``pad_token_id``, ``label_pad_token_id``, ``is_encoder_decoder``), so code written against 0.7.2 fails on them
@@ -47,7 +48,7 @@ OWNER_OF = {cls: pkg for pkg, names in OWNERS.items() for cls in names}
 
 CHANGES = {
     ("DPOTrainer.get_batch_logps", "average_log_prob"): (
-        "trl's release of June 2024 (after 0.8.6) removed average_log_prob from DPOTrainer.get_batch_logps, which "
+        "trl 0.9 (June 2024, the release after 0.8.6) removed average_log_prob from DPOTrainer.get_batch_logps, which "
         "now returns the sum of the log-probabilities and the number of completion tokens (hiyouga/LlamaFactory#4114, "
         "princeton-nlp/SimPO#29): install trl 0.8.6, or a release of the trainer written for the newer trl"),
     ("DPODataCollatorWithPadding.__init__", "tokenizer"): (
