@@ -275,3 +275,8 @@ def test_words_above_a_traceback_are_read_whatever_tag_the_lines_carry():
     for tag in ("", "> ", "\x1b[31m", "trainer-1  | ", "[1,0]<stderr>:"):
         said = read_words_above_traceback("\n".join(tag + ln for ln in paste.split("\n")))
         assert said and said["symptom"] == "timeout" and said["above_traceback"], repr(tag)
+
+
+def test_the_launch_is_located_at_its_own_line(tmp_path):
+    f = first(tmp_path, "\n\nexport CUDA_VISIBLE_DEVICES=0,1\n\n" + PLAIN_LAUNCH.replace("CUDA_VISIBLE_DEVICES=0,1,2,3 ", ""))
+    assert f.name == "launched-as-data-parallel" and f.location.line == 5 and "over 2 GPUs" in f.message

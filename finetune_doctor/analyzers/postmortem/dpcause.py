@@ -65,7 +65,7 @@ def plain_launch(ev: Evidence) -> dict[str, Any] | None:
         vis, cmd, two = VISIBLE.search(text), PLAIN.search(text), TWO_CARDS.search(text)
         if not (vis and cmd and two) or LAUNCHERS.search(text):
             continue
-        line = text.count("\n", 0, cmd.start()) + 1 + (1 if text[cmd.start()] == "\n" else 0)
+        line = text.count("\n", 0, cmd.start("cmd")) + 1
         ids = [x for x in re.split(r"\s*,\s*", vis.group("ids")) if x]
         return {"basis": "command", "batch": None, "micro_batch": None, "gpus": len(ids),
                 "text": cmd.group("cmd"), "where": f"{f.read.path}:{line}",
