@@ -20,7 +20,7 @@ FIX = "paste_shapes"
       "a vocabulary of 151936 rows against 152064 (128 more in the model)", "(1 more size mismatch(es) listed)"]),
     ("keyword_retyped.log", "run-crashed",
      ["TypeError: Trainer.__init__()got an unexpected keyword argument'tokenizer'",
-      "the package that defines Trainer does not take the keyword 'tokenizer'"]),
+      "Trainer is transformers', and the installed transformers does not take the keyword 'tokenizer'"]),
     ("model_type_title.log", "run-crashed",
      ["ValueError: The checkpoint you are trying to load has model type `qwen3_next`",
       "does not know the model type 'qwen3_next'"]),

@@ -30,8 +30,7 @@ _DETECTORS = {
                   "size_text, size_words, huge, phase, evidence, where_text, advice, allocator, raised_text, count, step, "
                   "location}",
     "attention_warning": "the attention backend warned",
-    "data_parallel": "one process over several GPUs, HF Trainer's DataParallel line (analyzers/postmortem/dpcause.py): "
-                     "{batch, micro_batch, gpus, text, where, location}", "gpus": "per-card memory from a recording",
+    "gpus": "per-card memory from a recording",
     "model": "model facts the logs state", "world": "world size the logs state",
     "world_split": "logs or a launch script that start the ranks of one run with different world sizes "
                    "(analyzers/postmortem/worldsplit.py): {text, logs, cause, location, worlds, tasks}",
@@ -101,6 +100,12 @@ NAMESPACE = Namespace("ev", __doc__.split("\n\n")[0], {
         "location": OPEN("where")}),
     "basis": F("str", "what the symptom rules read: the run's own output (log) or, when it gave no evidence, the "
                "user's description of the failure (words: ev.said)", values=("log", "words")),
+    "data_parallel": F("dict", "one process over several GPUs (analyzers/postmortem/dpcause.py): HF Trainer's "
+                       "DataParallel line, or a pasted plain `python` launch under several visible GPUs with torch's "
+                       "same-device error", open=True, fields={
+        "basis": F("str", "line (the Trainer's line) | command (the pasted launch and error)", values=("line", "command"))}),
+    "no_samples": F("str", "what says the dataset gave no sample: log (LLaMA-Factory's own check ended the run, "
+                    "analyzers/postmortem/samplecause.py) or words (ev.said); None otherwise", values=("log", "words")),
     "zero_stage": F("int", "ZeRO stage from the log, else the DeepSpeed config"),
     "skipped": F("list", "what was not read and why", items={
         "path": F("str", "path"), "why": F("str", "the reason"), "extra": F("str", "the install extra that reads it")}),

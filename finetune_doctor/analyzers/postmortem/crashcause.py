@@ -34,6 +34,7 @@ import math
 import re
 from typing import Any
 
+from finetune_doctor.analyzers.postmortem.apicause import keyword_owner
 from finetune_doctor.analyzers.postmortem.attrpair import trainer_attr_pair
 from finetune_doctor.analyzers.postmortem.cudnncause import cudnn_finalize
 from finetune_doctor.analyzers.postmortem.devicecause import two_devices
@@ -41,7 +42,7 @@ from finetune_doctor.analyzers.postmortem.dsbatch import ds_batch
 from finetune_doctor.analyzers.postmortem.kernelwords import checkpoint_mismatch
 from finetune_doctor.analyzers.postmortem.launchcause import launch_cause, precision_cause
 from finetune_doctor.analyzers.postmortem.mmcause import no_placeholder
-from finetune_doctor.analyzers.postmortem.msgcause import message_cause
+from finetune_doctor.analyzers.postmortem.msgcause import message_cause, retired_keys
 from finetune_doctor.analyzers.postmortem.newermodel import optimizer_groups, processor_missing, trainer_table_key
 from finetune_doctor.analyzers.postmortem.quantcause import zero3_quantized
 from finetune_doctor.analyzers.postmortem.remotecode import remote_code_clash
@@ -183,7 +184,7 @@ def crash_cause(ev: Evidence, exc: Notice | None, tb: Notice | None, model: dict
                      ("optimizer-groups", lambda: optimizer_groups(cls, msg)),
                      ("trainer-table", lambda: trainer_table_key(cls, msg, frames, ev, exc)),
                      ("data-key", lambda: _data_key(cls, msg, frames)),
-                     ("no-samples", lambda: empty_dataset(cls, frames, pkgs)),
+                     ("no-samples", lambda: empty_dataset(cls, frames, pkgs, msg)),
                      ("version-pair", lambda: optimizer_train_pair(cls, msg) or trainer_attr_pair(cls, msg, pkgs)),
                      ("zero3-quantized", lambda: zero3_quantized(
                          cls, msg, "\n".join((words_beside(ev, exc), exc.text or "", _file_text(ev, exc))))),
@@ -578,6 +579,9 @@ def _unused_keys(msg: str) -> str | None:
                 " a training config given to a subcommand that reads no training arguments (LLaMA-Factory's "
                 "chat, webchat, api and export); launch it with `llamafactory-cli train`, or give that subcommand a "
                 "config with the model, template and adapter keys only")
+    old = retired_keys(unknown)
+    if old:
+        return old
     if unknown:
         return (f"{', '.join(unknown[:6])}{' are' if len(unknown) > 1 else ' is'} not an argument of any "
                 "LLaMA-Factory release the doctor knows: a typo or a key of another tool; `doctor lint` on the "
@@ -634,11 +638,7 @@ def _mismatch(cls: str, msg: str, pkgs: tuple, versions: dict[str, tuple[str, st
     if c and not pkgs and c.group("kw") and "." in c.group("fn"):
         # no traceback (a title or a one-line paste): the class is named, its package is not; a keyword a class's
         # constructor does not take is the usual sign of code written for a newer release of that package
-        owner = c.group("fn").split(".")[0]
-        return (f"the installed release of the package that defines {owner} does not take the keyword "
-                f"'{c.group('kw')}': the code calling it was written for a newer (or older) release; upgrade that "
-                "package to the version your trainer's requirements pin (`pip show` it, and the trainer's setup "
-                "file names the range)")
+        return keyword_owner(c.group("fn"), c.group("kw"), versions)
     t = UNKNOWN_TEMPLATE.search(msg) if cls == "ValueError" else None
     if t:
         # LLaMA-Factory data/template.py get_template_and_fix_tokenizer raises it for a name no register_template

@@ -10,10 +10,18 @@ per_device_train_batch_size. The line is the log's own statement that the run wa
 the launch LLaMA-Factory does not make (``llamafactory-cli train`` starts torchrun itself when it sees several
 GPUs from 0.8.0 on, cli.py; tests/test_dataparallel.py), and the one that keeps the whole optimizer state, the
 gradients and the gathered outputs on GPU 0.
+
+The same launch is established without that line where a paste shows it (`plain_launch`): the command, a plain
+``python SCRIPT.py`` with no distributed launcher (torchrun, ``python -m torch.distributed``, accelerate,
+deepspeed, ``llamafactory-cli``), under a CUDA_VISIBLE_DEVICES that lists several GPUs (``export`` or inline), and
+the error such a process raises: torch's "Expected all tensors to be on the same device, ... cuda:0 and cuda:1"
+(DataParallel's replicas or a spread model meeting another card's tensors; hiyouga/LlamaFactory#140, where the
+maintainer's answer was to launch through accelerate or DeepSpeed). ``basis`` says which evidence it is.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from finetune_doctor.analyzers.postmortem.curves import location_of
@@ -33,7 +41,33 @@ def data_parallel_facts(ev: Evidence) -> dict[str, Any] | None:
         mb = facts.get("micro_batch")
         micro = mb.value if mb is not None and isinstance(mb.value, int) and mb.value > 0 else None
         gpus = dp.value // micro if micro and dp.value % micro == 0 and dp.value // micro > 1 else None
-        return {"batch": dp.value, "micro_batch": micro, "gpus": gpus,
+        return {"basis": "line", "batch": dp.value, "micro_batch": micro, "gpus": gpus,
                 "text": f"Training with DataParallel so batch size has been adjusted to: {dp.value}",
                 "where": f"{dp.file}:{dp.line}", "location": location_of(dp.file, dp.line)}
+    return plain_launch(ev)
+
+
+VISIBLE = re.compile(r"CUDA_VISIBLE_DEVICES\s*=\s*[\"']?(?P<ids>\d+(?:\s*,\s*\d+)+)")
+PLAIN = re.compile(r"^\s*(?:[A-Z_]+=\S+\s+)*(?P<cmd>python3?(?:\.\d+)?\s+(?:-u\s+)?\S+\.py)\b", re.M)
+LAUNCHERS = re.compile(r"\btorchrun\b|torch\.distributed\.(?:launch|run)|\baccelerate\s+launch\b|"
+                       r"(?<![\w.])deepspeed\s|llamafactory-cli|\bFORCE_TORCHRUN\b")
+TWO_CARDS = re.compile(r"Expected all tensors to be on the same device, but found at least two devices, "
+                       r"(?P<a>cuda:\d+) and (?P<b>cuda:\d+)")
+
+
+def plain_launch(ev: Evidence) -> dict[str, Any] | None:
+    """``ev.data_parallel`` from a paste (a short file's whole text, `FileEvidence.text`) that shows a plain
+    ``python SCRIPT.py`` launch (`PLAIN`, no `LAUNCHERS` anywhere in the file), a CUDA_VISIBLE_DEVICES listing
+    several GPUs (`VISIBLE`) and torch's same-device error between two CUDA devices (`TWO_CARDS`): {basis
+    "command", gpus (the count listed), text (the command's line), where, location, devices}. None otherwise."""
+    for f in ev.files:
+        text = f.text or ""
+        vis, cmd, two = VISIBLE.search(text), PLAIN.search(text), TWO_CARDS.search(text)
+        if not (vis and cmd and two) or LAUNCHERS.search(text):
+            continue
+        line = text.count("\n", 0, cmd.start("cmd")) + 1
+        ids = [x for x in re.split(r"\s*,\s*", vis.group("ids")) if x]
+        return {"basis": "command", "batch": None, "micro_batch": None, "gpus": len(ids),
+                "text": cmd.group("cmd"), "where": f"{f.read.path}:{line}",
+                "location": location_of(f.read.path, line), "devices": f"{two.group('a')} and {two.group('b')}"}
     return None

@@ -108,7 +108,7 @@ def cuda_error_facts(ev: Evidence, cx: RunContext) -> dict[str, Any] | None:
     what it means and where. None without one."""
     errs = [e for f in ev.files for e in f.device_errors if e.kind != "out-of-memory"]
     if not errs:
-        return None
+        return cpu_lookup_facts(ev, cx)
     e = errs[0]
     ranks = sorted({x.rank for x in errs if x.rank is not None})
     table = INDEX_ASSERTS.get(e.assert_cond or "")
@@ -215,3 +215,36 @@ def gpu_record_facts(ev: Evidence) -> dict[str, Any] | None:
     lo = min(peaks, key=lambda x: x["peak_gib"])
     return {"cards": peaks, "busiest": hi, "lightest": lo, "spread_gib": hi["peak_gib"] - lo["peak_gib"],
             "nodes": len(files)}
+
+
+# torch's CPU index_select / embedding bound check (aten/src/ATen/native/TensorAdvancedIndexing.cpp
+# ``index_select_out_cpu_``: TORCH_CHECK_INDEX(... "index out of range in self")): the same lookup that, on a GPU, is
+# the device-side assert ``indexSelectLargeIndex: srcIndex < srcSelectDimSize`` (INDEX_ASSERTS "embedding")
+CPU_LOOKUP = "index out of range in self"
+CPU_LOOKUP_MEANING = (
+    "an index outside a lookup table, raised by torch's bound check of index_select / nn.Embedding (on a GPU the "
+    "same lookup is a device-side assert in indexSelectLargeIndex): a token id at or above the embedding's rows "
+    "(a tokenizer with added tokens, e.g. a [PAD] added to Llama's tokenizer, without resizing the embedding, or a "
+    "tokenizer whose vocabulary and the checkpoint's config.json vocab_size disagree){vocab}, or a position at or "
+    "above max_position_embeddings in a model with an absolute position table (GPT-2, BERT, OPT: inputs longer "
+    "than the table). The deciding input: len(tokenizer) against vocab_size in config.json, then the longest "
+    "input against max_position_embeddings")
+CPU_LOOKUP_FIX = "set resize_vocab: true (or use the model's own tokenizer), or cut inputs to max_position_embeddings"
+
+
+def cpu_lookup_facts(ev: Evidence, cx: RunContext) -> dict[str, Any] | None:
+    """``ev.cuda_error`` for an embedding or index_select lookup out of range raised on the CPU (an ``IndexError``
+    whose message is `CPU_LOOKUP`; also what a title keeps of the GPU's device-side assert): the out-of-vocabulary
+    reading of the GPU's assert, with the position table as the other cause. None without such an exception."""
+    n = next((x for f in ev.files for x in f.notices if x.kind == "exception"
+              and str((x.value or {}).get("cls") or "").endswith("IndexError")
+              and CPU_LOOKUP in str((x.value or {}).get("msg") or "")), None)
+    if n is None:
+        return None
+    vocab = cx.vocab()
+    meaning = CPU_LOOKUP_MEANING.format(vocab=f" (vocab_size {vocab})" if vocab else "")
+    return {"kind": "index-range", "exc": "IndexError", "status": CPU_LOOKUP, "call": None, "assert_site": None,
+            "assert_cond": None, "out_of_vocab": True, "table": "embedding", "rank": None, "ranks": [], "count": 1,
+            "step": n.step, "meaning": meaning, "fix_title": CPU_LOOKUP_FIX, "location": location_of(n.file, n.line),
+            "what": "an index out of a lookup table's range", "status_text": CPU_LOOKUP,
+            "timeline_text": f"IndexError: {CPU_LOOKUP}"}

@@ -32,7 +32,30 @@ word of the paste that carries the cause (an option, a class, a platform) where 
 * the shell's report of a program it did not find on its PATH (dash "/bin/sh: 1: X: not found", bash "X: command
   not found", zsh "command not found: X"): the environment that ran the command is not the one the program was
   installed into; LLaMA-Factory's web UI starts training as a ``llamafactory-cli train`` subprocess
-  (webui/runner.py), so a UI started from another Python fails so (hiyouga/LlamaFactory#3693).
+  (webui/runner.py), so a UI started from another Python fails so (hiyouga/LlamaFactory#3693);
+* torch's "Cannot copy out of meta tensor; no data!" (the copy kernel of the meta device, raised by ``.to()`` /
+  ``copy_`` of a tensor that has a shape and no storage): transformers' low-memory load (``low_cpu_mem_usage=True``
+  or a ``device_map``) builds the model on the meta device and fills in only what the checkpoint holds, so a
+  parameter or buffer the checkpoint lacks stays without data until something moves it; LLaMA-Factory passes its
+  ``low_cpu_mem_usage`` model argument (default true, catalog/lf_keys.json) to ``from_pretrained``, and the
+  maintainer's answer to this error was ``--low_cpu_mem_usage False`` (hiyouga/LlamaFactory#2940, #2933);
+* the CANN runtime's error block under torch_npu (Ascend): a line "EJ0001: <time> <what failed>. Reason: <cause>."
+  with "Solution: <what to do>" below it (hiyouga/LlamaFactory#3839, EJ0001 "Failed to initialize the HCCP
+  process. Reason: Maybe the last training process is running."): the runtime states the cause; it is quoted, with
+  how to find a process left on the NPUs (``npu-smi info`` lists the processes each NPU holds) where the reason
+  names one;
+* the Windows console-script launcher's own failure: the ``.exe`` wrapper pip puts in the Scripts folder for each
+  console script (``torchrun.exe``, ``llamafactory-cli.exe``, ``accelerate.exe``) prints "failed to create process." (or
+  "Fatal error in launcher: Unable to create process using ...") when it cannot start the Python it was built for
+  (a Python path with spaces, pypa/pip#2783; an environment moved or deleted since, pypa/pip#5618): a Windows-only
+  message. LLaMA-Factory's CLI launches torchrun for several GPUs right after logging "Initializing distributed
+  tasks at: ADDR:PORT" (cli.py), and the Windows builds of torch have no NCCL, the default backend of that launch
+  (hiyouga/LlamaFactory#5719: one GPU trained; ddp_backend: gloo let several run);
+* LLaMA-Factory's "Undefined dataset X in dataset_info.json." (data/parser.py ``get_dataset_list``: a name of
+  ``dataset`` / ``eval_dataset`` that is no key of ``dataset_dir``/dataset_info.json; ``dataset_dir`` defaults to
+  "data", read relative to the folder the command runs in): the name, or the folder the command ran from;
+* keys transformers' HfArgumentParser did not use that the key catalogue lists as retired (catalog/lf_keys.json
+  ``retired``): a config written for an older LLaMA-Factory, each key with what replaced it (`retired_keys`).
 """
 
 from __future__ import annotations
@@ -56,6 +79,15 @@ CUBLASLT = re.compile(r"cublasLt ran into an error")
 UNKNOWN_ARGS = re.compile(r"Got unknown args, potentially deprecated arguments: \[(?P<args>[^\]]*)\]?")
 ARGS_LEAD = "LLaMA-Factory's parser printed"
 """How the refused-arguments lead opens (cutcause.py `lead_kind` tells it by this)."""
+WIN_LAUNCHER = re.compile(r"\bfailed to create process\.|Fatal error in launcher: Unable to create process using",
+                          re.I)
+LF_DISTRIBUTED = re.compile(r"Initializing distributed tasks at")
+UNDEFINED_DATASET = re.compile(r"Undefined dataset (?P<name>\S+) in (?P<file>dataset_info\.json|\S+\.json)")
+META_COPY = re.compile(r"Cannot copy out of meta tensor")
+# a CANN error code line (two capitals, four digits: EJ0001, EI9999, EE1001) with the runtime's "Reason:" and the
+# "Solution:" that may follow on the next line (torchrun's "[rankN]:" before it where the ranks' output is tagged)
+CANN_REASON = re.compile(r"\b(?P<code>E[A-Z]\d{4}):[^\n]*?\s(?P<what>[A-Z][^\n]*?\.)\s*Reason:\s*(?P<why>[^\n]+?)\s*"
+                         r"(?:\n(?:\[rank\d+\]:)?\s*Solution:\s*(?P<fix>[^\n]+))?$", re.M)
 HOPPER = re.compile(r"\b(?:H100|H800|H200|H20|GH200|Hopper|sm_?90)\b", re.I)
 
 
@@ -63,7 +95,8 @@ def message_cause(cls: str, msg: str, text: str) -> str | None:
     """The mechanism the exception `cls`: `msg` states, in words, with `text` the whole short file it came
     from (the user's words and the lines around it) for the word that carries the cause; None when none of
     the readings above applies."""
-    for fn in (_unpicklable, _no_checkpoint, _no_libuv, _cublaslt, _not_on_path):
+    for fn in (_unpicklable, _no_checkpoint, _no_libuv, _cublaslt, _not_on_path, _meta_copy, _cann_reason,
+               _windows_launcher, _undefined_dataset):
         said = fn(cls, msg, text)
         if said:
             return said
@@ -196,3 +229,88 @@ def args_lead(ev: Any, tb: Any) -> str | None:
     return (f"{ARGS_LEAD} \"Got unknown args, potentially deprecated arguments\" for {named}: "
             "the installed release has no such option (renamed or removed), and it stops with a ValueError "
             "after printing its help; use the release's own option name, or the release the command was written for")
+
+
+def _meta_copy(cls: str, msg: str, text: str) -> str | None:
+    """A tensor moved or copied while it was still on the meta device (`META_COPY`): the low-memory load left
+    it without data. None for another message."""
+    if not META_COPY.search(msg):
+        return None
+    return ("a parameter or buffer was still on the meta device (a shape with no data) when it was moved: "
+            "transformers' low-memory load (low_cpu_mem_usage, or a device_map) builds the model there and fills in "
+            "only what the checkpoint holds, so a weight the checkpoint lacks (a checkpoint of another revision, a "
+            "remote-code model that creates a buffer at load) or a load the trainer moved before it finished stays "
+            "empty; load without it (LLaMA-Factory: low_cpu_mem_usage: false, or --low_cpu_mem_usage False; "
+            "transformers: low_cpu_mem_usage=False and no device_map) and check that the checkpoint holds every "
+            "weight the model's code declares (hiyouga/LlamaFactory#2940)")
+
+
+def _cann_reason(cls: str, msg: str, text: str) -> str | None:
+    """The cause the CANN runtime states in its own error block (`CANN_REASON`, searched in the exception and the
+    file around it): quoted, with the process check where the reason names a process still running. None
+    without such a line."""
+    from finetune_doctor.readers.runlogs.lineprefix import strip_prefixes
+
+    # the paste's lines as the reader reads them: a quote, colour codes, a launcher's or a service's tag removed
+    clean = "\n".join(strip_prefixes(ln)[0] for ln in text.split("\n")) if text else ""
+    m = CANN_REASON.search(msg) or CANN_REASON.search(clean)
+    if m is None:
+        return None
+    why = m.group("why").rstrip(".")
+    fix = f"; its solution: \"{m.group('fix').rstrip('.')}\"" if m.group("fix") else ""
+    left = (" A training process left on the NPUs (a run that did not exit, a killed launcher's children) still "
+            "holds them: `npu-smi info` lists each NPU's processes; end them and wait a few seconds before the "
+            "next launch") if "process" in why.lower() else ""
+    what = m.group("what").rstrip(".")
+    return (f"the Ascend (CANN) runtime states the cause with its code {m.group('code')}: {what} "
+            f"— reason: \"{why}\"{fix}.{left}")
+
+
+def _windows_launcher(cls: str, msg: str, text: str) -> str | None:
+    """The Windows console-script launcher could not start its Python (`WIN_LAUNCHER`): Windows, which launcher,
+    and for a multi-GPU launch of LLaMA-Factory (`LF_DISTRIBUTED` in `text`) the backend Windows lacks. None for
+    another message."""
+    if not (WIN_LAUNCHER.search(msg) or WIN_LAUNCHER.search(text)):
+        return None
+    lf = ("; the line before it is LLaMA-Factory starting torchrun for several GPUs, and even started that way a "
+          "multi-GPU run on Windows has no NCCL, torch's default backend there: train on one GPU "
+          "(CUDA_VISIBLE_DEVICES=0), set ddp_backend: gloo, or run under WSL or Linux") if LF_DISTRIBUTED.search(
+        text) else "; distributed training on Windows also lacks NCCL (use one GPU, ddp_backend: gloo, or WSL)"
+    return ("this is Windows' console-script launcher (the .exe that pip installs in Scripts\\ for torchrun, "
+            "llamafactory-cli or accelerate) failing to start the Python it was built for: a Python path with "
+            "spaces, or an environment moved or deleted since the script was installed (pypa/pip#2783). The input "
+            "that decides is that environment: reinstall the package in the active one, or call the module "
+            "instead (`python -m torch.distributed.run` for torchrun)" + lf)
+
+
+def _undefined_dataset(cls: str, msg: str, text: str) -> str | None:
+    """LLaMA-Factory's refusal of a dataset name its dataset_info.json does not define (`UNDEFINED_DATASET`). None
+    for another message."""
+    m = UNDEFINED_DATASET.search(msg)
+    if m is None:
+        return None
+    name = m.group("name")
+    return (f"`dataset: {name}` (or eval_dataset) is no key of the dataset_info.json LLaMA-Factory read: it names "
+            "datasets by their key in dataset_dir/dataset_info.json, not by file name, and dataset_dir (default "
+            "`data`) is read relative to the folder the command runs in. The input that decides: the keys of that "
+            f"file against `{name}`; register the file there (file_name, formatting, columns) or run from the "
+            "LLaMA-Factory folder, or set dataset_dir to the folder that holds it")
+
+
+def retired_keys(keys: list[str]) -> str | None:
+    """What the key catalogue says of `keys` a parser did not use that it lists as retired (catalog/lf_keys.json
+    through `_renamed` and readers/config/keyschema.py): each with its replacement, or its explanation where it
+    has none; None when none of them is retired."""
+    from finetune_doctor.readers.config.keyschema import load_schema
+
+    retired = load_schema().get("retired") or {}
+    ren = _renamed()
+    old = [k for k in keys if k in retired]
+    if not old:
+        return None
+    said = "; ".join(_named(k, ren) if k in ren else f"{k} ({str((retired[k] or {}).get('explanation') or 'removed')}"
+                     f")".replace(".)", ")") for k in old)
+    share = f"all {len(old)} keys are" if len(old) == len(keys) else f"{len(old)} of the keys are"
+    return (f"{share} ones an older LLaMA-Factory took and the installed one no longer does: "
+            f"{said}; the config was written for another release: update those keys, or install the release it "
+            "was written for")

@@ -107,6 +107,11 @@ def analyze(ev: Evidence, facts: dict[str, Any] | None = None,
     out["said"] = said_facts(ev, out)
     out["image_cut"] = out["image_cut"] or said_image_cut(out["said"])
     out["basis"] = "words" if out["said"] else "log"
+    # a dataset that gave no sample, and what says so: LLaMA-Factory's own check ended the run (samplecause.py,
+    # the crash cause `no-samples`), or the user's words (said.py); the no-valid-samples rule's case
+    cause = ((out.get("crash") or {}).get("cause") or {}).get("kind")
+    out["no_samples"] = ("log" if out["basis"] == "log" and cause == "no-samples" else
+                         "words" if (out["said"] or {}).get("symptom") == "no-samples" else None)
     return Timeline(tl, out, curves, tuple(f.read for f in ev.files) + tuple(ev.skipped))
 
 

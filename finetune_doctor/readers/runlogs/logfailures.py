@@ -487,7 +487,7 @@ class FailureLines:
         m = pat.CPU_ALLOC.search(text) or (pat.WIN_COMMIT.search(text) if "WinError 1455" in text else None)
         if m:   # WIN_COMMIT states no size
             self.keep.add("kills", KillRecord(self.path, line, st, "cpu-alloc", bytes=float(m.group("bytes")) if
-                                              "bytes" in m.re.groupindex else None, text=text.strip()[:300]))
+                                              "bytes" in m.re.groupindex and m.group("bytes") else None, text=text.strip()[:300]))
             return
         if self._outside_stop(text, line, rank, st):
             return

@@ -444,7 +444,8 @@ class TextLogParser(FailureLines, MomentLines, NpuLines):
             self._kernel(text, line, pre)
         if ("Killed" in text or "exitcode" in text or "exits with return code" in text or "oom" in text
                 or "Out Of Memory" in text or "Out of memory" in text or "received by PID" in text
-                or "can't allocate memory" in text or "not enough memory: you" in text or "WinError 1455" in text
+                or "can't allocate memory" in text or "DefaultCPUAllocator" in text
+                or "not enough memory: you" in text or "WinError 1455" in text
                 or "sigkill_handler" in text or "Segmentation fault" in text
                 or "Bus error" in text or "Illegal instruction" in text or "Task was killed due" in text
                 or "Memory on the node" in text or "encountered in worker" in text or "is killed by signal" in text

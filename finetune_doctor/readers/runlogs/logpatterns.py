@@ -460,15 +460,15 @@ LAUNCHER_SIGNALLED = re.compile(r"\[launch\.py:\d+:sigkill_handler\] Main proces
 # ("Process PID got signal: SIG", torch/distributed/elastic/multiprocessing/api.py `_terminate_process_handler`);
 # the agent logs "Received SIG death signal, shutting down workers" (agent/server/api.py `run`) and stops the
 # children. SIG is a signal.Signals printed with %s / f"{}": its number on Python >= 3.11 ("1"), "Signals.SIGHUP"
-# before. Either line means the launcher itself was signalled from outside
+# before. Either line means the launcher itself was signalled from outside (retyped: "got sigval:1", "signal : 1")
 ELASTIC_SIGNALLED = re.compile(r"(?:Received (?:Signals\.)?(?P<sig>SIG[A-Z0-9]+|\d+) death signal, shutting down workers"
-                               r"|SignalException: Process (?P<pid>\d+) got signal: (?:Signals\.)?(?P<sig2>SIG[A-Z0-9]+|\d+))")
+                               r"|SignalException: Process (?P<pid>\d+) got sig(?:nal|val) ?: ?(?:Signals\.)?(?P<sig2>SIG[A-Z0-9]+|\d+))")
 SIGNAL_NAMES = {"1": "SIGHUP", "2": "SIGINT", "3": "SIGQUIT", "15": "SIGTERM", "10": "SIGUSR1", "12": "SIGUSR2"}
 # c10/core/impl/alloc_cpu.cpp ``alloc_cpu``: posix_memalign's failure ("can't allocate memory: ... Error code 12");
-# the _MSC_VER branch (_aligned_malloc, Windows) words it "DefaultCPUAllocator: not enough memory: you tried to
-# allocate N bytes." ("[enforce fail at alloc_cpu.cpp:72] data. ...", torch 1.x-2.x on Windows)
-CPU_ALLOC = re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate "
-                       r"(?P<bytes>\d+) bytes")
+# the _MSC_VER branch (Windows, torch 1.x-2.x) "DefaultCPUAllocator: not enough memory: you tried to allocate N
+# bytes."; a title keeps the words without the size ("DefaultCPUAllocator: Can't allocate memory when ..."): None
+CPU_ALLOC = re.compile(r"DefaultCPUAllocator: (?i:can't allocate memory|not enough memory)(?:: you tried to allocate "
+                       r"(?P<bytes>\d+) bytes)?")
 # Windows' commit limit (RAM + paging file) reached: Win32 ERROR_COMMITMENT_LIMIT (1455), "OSError: [WinError 1455]
 # The paging file is too small for this operation to complete." as CPython raises it: host memory refused in-process
 WIN_COMMIT = re.compile(r"\[WinError 1455\] The paging file is too small")

@@ -115,7 +115,7 @@ def read_words(text: str) -> dict[str, Any] | None:
     # the vocabulary's forms first; a second user's other forms of the same symptoms after (userwords_forms.py)
     found = vocab.first_symptom(text) or forms.first_symptom(text)
     if found is not None and found[0] == "error":
-        found = forms.specific(text) or found   # a more specific kind said beside the catch-all "error"
+        found = forms.specific(text) or _quoted_after(text, found[1]) or found   # a more specific kind beside it
     if found is None:
         # no symptom word, but the paste ends on a datasets bar still at 0: where it stopped is the report
         lines = text.rstrip().splitlines()
@@ -172,7 +172,9 @@ def read_words(text: str) -> dict[str, Any] | None:
     return out
 
 
-_TB_HEAD = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?Traceback \(most recent call last\):", re.M)
+# (any tag a paste's lines carry before it: torchrun's "[rankN]:", a Markdown quote, colour codes, Ray's worker, Docker
+# Compose's service, Open MPI's tag; lineprefix.py reads them)
+_TB_HEAD = re.compile(r"^[^\n]{0,80}?Traceback \(most recent call last\):", re.M)
 
 
 def read_words_above_traceback(text: str) -> dict[str, Any] | None:
@@ -186,3 +188,22 @@ def read_words_above_traceback(text: str) -> dict[str, Any] | None:
         return None
     said = read_words(text[:m.start()])
     return {**said, "above_traceback": True} if said else None
+
+
+# the catch-all error word closing its line with a colon ("...这一步时报错：", "it fails with the following error:"):
+# the lines after it are the error as printed
+_INTRODUCES = re.compile(r"\s*[:：]\s*(?:\n|$)")
+
+
+def _quoted_after(text: str, m: re.Match[str]) -> tuple[str, re.Match[str]] | None:
+    """The specific symptom (userwords_vocab.SYMPTOMS other than ``error``) of the error quoted below the words when
+    the catch-all `m` ends its line with a colon (`_INTRODUCES`): "报错：" followed by the c10d store's "Socket
+    Timeout" is a timeout said, not an error of unknown kind (round 12, Finetune-ChatGLM2-6B#13's kind). None
+    otherwise."""
+    if not _INTRODUCES.match(text, m.end()):
+        return None
+    for symptom, pat in vocab.SYMPTOMS:
+        q = pat.search(text, m.end()) if symptom != "error" else None
+        if q is not None:
+            return symptom, q
+    return None

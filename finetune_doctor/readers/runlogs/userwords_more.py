@@ -18,6 +18,8 @@ kind, not from one sentence):
   the session the run hung on closed (ssh, tmux, a terminal; SIGHUP), a pod evicted, torchelastic's SignalException
   named alone. Tried before ``stopped`` (a run
   said to end with no error: the sender is what the words add) and after every specific symptom.
+- oom: GPU memory said to be tight for the fresh run beside a resume said to fail (round 12, transformers#22123's
+  kind: the optimizer state loaded onto the GPU at the resume).
 - host-oom: host RAM said to grow or leak ("RAM keeps growing", "内存一直涨", "memory leak ... RAM"); memory use said
   abnormal beside CPU offload (round 11, DeepSpeed#4380's kind).
 - no-update: the loss said to stay constant, a model said not to learn at all (round 11, accelerate#3256's kind).
@@ -122,11 +124,21 @@ NO_UPDATE_MORE = re.compile(
     r"\b(?:does(?:n't| not)|did(?:n't| not)) learn (?:at all|anything)\b|\blearns? nothing\b|"
     r"(?:loss|损失)\s*(?:值)?\s*(?:一直|始终|完全|根本)(?:都)?(?:不变|没有?变化?|保持不变)", _I)
 
+# GPU memory said to be tight for the fresh run beside a resume said to fail ("trains fine with <1GB of memory to
+# spare ... when loading from checkpoint I run into issues loading optimizer states"; either order): the resume's
+# extra copies are what no longer fit (rule cuda-oom's resume phase)
+_TIGHT = (r"(?:<\s*\d+(?:\.\d+)?\s*[GM]i?B (?:of (?:GPU |video )?(?:memory|VRAM|RAM) )?(?:to spare|left|free)|"
+          r"\bbarely fits?\b|\bjust fits?\b|显存(?:刚好|勉强|刚刚)(?:够|够用|放得下))")
+_RESUMED = (r"(?:\bload\w* (?:from |the |a )*checkpoints?\b|\bresum\w*|resume_from_checkpoint|\boptimizer states?\b|"
+            r"断点续训|恢复训练|续训)")
+RESUME_TIGHT = re.compile(_TIGHT + r"[\s\S]{0,300}?" + _RESUMED + r"|" + _RESUMED + r"[\s\S]{0,300}?" + _TIGHT, _I)
+
 # (where, anchor symptom, symptom, pattern): "after" tries the pattern right after the anchor's first run of entries
 # (the forms it already had keep their reading, and no other symptom comes between), "before" right before it
 PLACED: tuple[tuple[str, str, str, re.Pattern[str]], ...] = (
     ("before", "stopped", "interrupted", SENT_STOP),   # the sender outranks "ended with no error"
     ("after", "host-oom", "host-oom", RAM_GROWS),
+    ("after", "oom", "oom", RESUME_TIGHT),
     ("after", "host-oom", "host-oom", MEMORY_ABNORMAL),
     ("after", "stopped", "stopped", STOPPED_MORE),
     ("after", "no-update", "no-update", NO_UPDATE_MORE),

@@ -359,7 +359,10 @@ NEGATED = re.compile(r"(?:\b(?:no|not|without|never|nor)\b|n't|\bavoid\w*|\bprev
 PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("evaluation", re.compile(r"\beval(?:uat\w*)?\b|\bvalidat\w*|\bdo_predict\b|\bpredict(?:ion|ing)?\b|"
                               r"评估|验证|eval阶段|测评|预测", _I)),
-    ("resume", re.compile(r"\bresum(?:e|es|ed|ing)\b|resume_from_checkpoint|断点续训|恢复训练|续训", _I)),
+    # (a run loaded back from a checkpoint, or its optimizer states loaded, is a resume, not a save)
+    ("resume", re.compile(r"\bresum(?:e|es|ed|ing)\b|resume_from_checkpoint|断点续训|恢复训练|续训|"
+                          r"\bload\w* (?:it )?(?:back )?from (?:a |the )?(?:last |saved )?checkpoint\b|"
+                          r"\bload\w* (?:the )?optimizer states?\b", _I)),
     ("save", re.compile(r"\bsav(?:e|es|ed|ing)\b|\bcheckpoint(?:s|ing)?\b(?!\s+shards)|保存|存储模型|存模型|save_steps", _I)),
     # (LLaMA-Factory's map descriptions, data/loader.py and data/converter.py: "Running tokenizer on dataset",
     # "Converting format of dataset")
