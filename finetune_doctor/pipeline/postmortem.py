@@ -107,6 +107,18 @@ def _hardware_from_evidence(ev: Evidence) -> Hardware | None:
     return Hardware(gpu=None, num_gpus=world, capacity_gib=cap, bf16=None, source="log", notes=notes)
 
 
+def _log_world_over_nodes(hw: Hardware | None, nnodes: int | None) -> Hardware | None:
+    """`hw` read from the logs (`_hardware_from_evidence`), whose GPU count is the whole world, spread over the
+    ``--nnodes`` nodes: the sizing (run/resolve.py, per node = num_gpus // nnodes) then keeps that world instead
+    of multiplying it by the nodes again (trial 18, LlamaFactory#5450: "world size 4" in the run line, "taken as
+    2" in the notes). Unchanged without --nnodes or when the world is smaller than the node count."""
+    if hw is None or not nnodes or nnodes < 2 or not hw.num_gpus or hw.num_gpus < nnodes:
+        return hw
+    note = (f"world size {hw.num_gpus} read from the logs spans the {nnodes} nodes --nnodes gives "
+            f"({hw.num_gpus // nnodes} GPU(s) per node)")
+    return replace(hw, nnodes=nnodes, notes=tuple(hw.notes) + (note,))
+
+
 def _world_from_header(ev: Evidence) -> tuple[int | None, tuple[str, ...]]:
     """The rank count transformers' "***** Running training *****" header implies: its "Total train batch size (w.
     parallel, distributed & accumulation)" is per-device batch x gradient accumulation x world size
@@ -342,7 +354,7 @@ def run(run_dir: str | None, logs: list[str], config: str | None, opts: Options,
     # the GPUs as check reads them (facts/hw.py `from_inputs`: --gpu, then the --env report), then the logs'
     hw = hw_facts.from_inputs(opts, read_env_file(opts.env_file) if opts.env_file else None, allow_nvml=False)
     if hw is None:
-        hw = _hardware_from_evidence(ev)
+        hw = _log_world_over_nodes(_hardware_from_evidence(ev), opts.nnodes)
     env_opts = _log_as_env(opts, ev)   # a log holding an env block feeds what --env feeds (one reader)
     if hw is None and env_opts.env_file != opts.env_file:
         hw = hw_facts.from_inputs(env_opts, read_env_file(env_opts.env_file), allow_nvml=False)
@@ -366,7 +378,7 @@ def run(run_dir: str | None, logs: list[str], config: str | None, opts: Options,
     _launched_past_deepspeed(facts, tl.facts, any(o.startswith("deepspeed=") for o in over))
     launch = opts.launch or (launch_file_in(ev.run_dir or run_dir) if (ev.run_dir or run_dir) else None)
     _launched_under_nohup(tl.facts, launch)
-    _read_launch(tl.facts, launch, notes)
+    _read_launch(tl.facts, launch, notes, ev)
     tl.facts["world_split"] = world_split(ev, launch)   # ranks told different world sizes (trial 12)
     facts["ev"]["skipped"] = [{"path": r.path, "why": r.problems[0] if r.problems else "",
                                "extra": _extra_of(r)} for r in ev.skipped][:64]
@@ -445,18 +457,34 @@ def _given_versions(opts: Options) -> dict[str, tuple[str, str]]:
     return found
 
 
-def _read_launch(evf: dict[str, Any], launch: str | None, notes: list[str]) -> None:
+def _read_launch(evf: dict[str, Any], launch: str | None, notes: list[str], ev: Evidence) -> None:
     """Say in the notes what the launch file (--launch, or the run folder's cmdline.txt) sets of the rendezvous
-    (analyzers/postmortem/rendezvous.py `launch_settings`), and add it to a connect failure's cause (trial 17,
-    LlamaFactory#3715: the file held the wrong MASTER_ADDR and was read for nothing else)."""
-    if not launch or not Path(launch).is_file():
-        return
-    from finetune_doctor.analyzers.postmortem.rendezvous import launch_note, launch_settings, with_launch
+    (analyzers/postmortem/rendezvous.py `launch_settings`), else what a launch line pasted in a log sets
+    (readers/runlogs/launchlines.py, trial 18: LlamaFactory#5864), and add it to a rendezvous failure's cause
+    (trial 17, LlamaFactory#3715: the file held the wrong MASTER_ADDR and was read for nothing else). A multi-node
+    launch naming the example's master address is noted whatever the failure (`placeholder_master`)."""
+    from finetune_doctor.analyzers.postmortem.rendezvous import (launch_note, launch_settings, placeholder_master,
+                                                                 with_launch)
+    from finetune_doctor.readers.runlogs.launchlines import launch_lines
     from finetune_doctor.readers.textfile import read_text
 
-    settings = launch_settings(read_text(launch, "launch command"))
-    notes.append(launch_note(launch, settings))
+    if launch and Path(launch).is_file():
+        settings = launch_settings(read_text(launch, "launch command"))
+        notes.append(launch_note(launch, settings))
+    else:
+        pasted = next(((f.read.path, lines[0]) for f in ev.files if f.text
+                       for lines in [launch_lines(f.text)] if lines), None)
+        if pasted is None:
+            return
+        settings = launch_settings(pasted[1])
+        if not settings:
+            return
+        notes.append(launch_note(f"the launch line pasted in {pasted[0]}", settings))
     with_launch(evf.get("crash"), settings)
+    flag = placeholder_master(settings)
+    if flag and flag not in str((evf.get("crash") or {}).get("cause_text")):
+        notes.append(flag)
+    evf["launch_nodes"] = int(settings["NNODES"]) if settings.get("NNODES", "").isdigit() else None
 
 
 def _launched_under_nohup(evf: dict[str, Any], launch: str | None) -> None:

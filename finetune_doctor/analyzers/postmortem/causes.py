@@ -8,6 +8,8 @@ import re
 from typing import Any
 
 from finetune_doctor.analyzers.postmortem import refmodel
+from finetune_doctor.analyzers.postmortem.agentcause import agent_lead
+from finetune_doctor.analyzers.postmortem.nanfirst import from_start
 from finetune_doctor.analyzers.postmortem.crashcause import crash_cause, raised_at, warning_lead
 from finetune_doctor.analyzers.postmortem.cutcause import args_lead, dependency_check_lead, frame_lead, lead_kind, staged_save_lead
 from finetune_doctor.analyzers.postmortem.saidstack import stack_text
@@ -89,7 +91,7 @@ def _same_record(c: Curve | None, location: Any) -> float | None:
 
 
 def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bool, lr: Curve | None,
-               epoch: Curve | None) -> dict[str, Any]:
+               epoch: Curve | None, said_family: str | None = None) -> dict[str, Any]:
     st = nan["step"]
     # the learning rate printed in the same metric dict as the non-finite value, else the one in effect at its step
     # (two dicts placed at one estimated step would otherwise lend it the later dict's rate)
@@ -149,9 +151,7 @@ def nan_cause(nan: dict[str, Any], out: dict[str, Any], cx: RunContext, fp16: bo
                                        "the model (or a reference model) was prepared for the launcher"), \
             "switch the attention kernel"
     elif nan["first_logged"] and not late:
-        cause, text, fix = "from-start", ("NaN from the first logged step with ordinary settings: usually the "
-                                          "attention kernel or the library stack (LLaMA-Factory #2916, #9631, #7263, #3353), "
-                                          "or fp16 on a bf16 model"), "switch the attention kernel"
+        cause, text, fix = from_start(st, cx, fp16, said_family)   # a paste that starts mid-run; fp16 on bf16 (nanfirst.py)
     elif late:
         where = f"epoch {fmt(ep)}" if ep is not None else f"step {st}"
         before = (f"after {nan['healthy_before']} healthy logs ({where})" if nan["healthy_before"] else
@@ -626,7 +626,8 @@ def crash_facts(ev: Evidence, out: dict[str, Any], model: dict[str, Any] | None 
         # the frames alone name the cause where only one exception can leave them (cutcause.py; the versions the
         # user's words state beside the paste name the package), else the warning printed above the traceback
         dep = dependency_check_lead(tb, versions or {}, stack_text(ev))
-        lead = dep or staged_save_lead(tb, versions or {}) or args_lead(ev, tb) or warning_lead(tb) or frame_lead(tb)
+        lead = (dep or staged_save_lead(tb, versions or {}) or args_lead(ev, tb) or warning_lead(tb)
+                or agent_lead(tb) or frame_lead(tb))
     tb_exc = _traceback_before(ev, exc) if exc else None
     cause = crash_cause(ev, exc, tb_exc, model or {}, versions or {}) if exc else (
         {"kind": "dependency-check" if dep else lead_kind(lead), "text": lead} if lead else None)

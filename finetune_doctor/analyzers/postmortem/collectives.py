@@ -166,6 +166,12 @@ def _timeout_text(tmo: int | None, trainer: str | None, configured: Any = None) 
         return ("1800 s: transformers' default ddp_timeout" if hf else
                 "1800 s: torch.distributed's default_pg_timeout (30 min)"
                 + (f", which {_TRAINER_NAMES.get(trainer, trainer)} passes by default" if trainer else ""))
+    if tmo and mine is not None:
+        # the config sets another value: the process group was not made with it (trial 18, LlamaFactory#5450:
+        # ddp_timeout: 180000000 in the config, Timeout(ms)=600000 in the watchdog line)
+        return (f"{tmo / 1000:.0f} s, not the {mine} s your config's ddp_timeout sets: the process group was "
+                "made without it (created before the Trainer's arguments were read, or the run used another "
+                "config)")
     if tmo == 600000:
         return "600 s: torch's default NCCL timeout (so the framework most likely passed none)"
     if tmo:

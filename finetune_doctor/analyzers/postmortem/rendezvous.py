@@ -134,10 +134,29 @@ def connect_crash(ev: Evidence, out: dict[str, Any]) -> dict[str, Any] | None:
             "earlier_text": "", "after_loop": False, "in_loop": False, "host": host, "port": port}
 
 
+# the master address of LLaMA-Factory's multi-node example command (examples/README.md, README's "Supervised
+# Fine-Tuning on multiple nodes"): copied as is onto real nodes (LlamaFactory#3715, #5864)
+EXAMPLE_MASTER = "192.168.0.1"
+
+
+def placeholder_master(settings: dict[str, str]) -> str | None:
+    """Words for a multi-node launch (NNODES above 1) whose MASTER_ADDR is the example address `EXAMPLE_MASTER`,
+    or None (one node, another address, or a setting not given)."""
+    addr, nodes = settings.get("MASTER_ADDR"), settings.get("NNODES")
+    if addr != EXAMPLE_MASTER or not (nodes or "").isdigit() or int(nodes or 0) < 2:
+        return None
+    return (f"MASTER_ADDR={addr} is the address of LLaMA-Factory's multi-node example command: on {nodes} nodes it "
+            "must be the master node's own address, reachable from every node (`hostname -I` on the master), "
+            "or the rendezvous never forms")
+
+
 def with_launch(crash: dict[str, Any] | None, settings: dict[str, str]) -> None:
-    """Add to a ``connect`` crash's cause what the launch command states: a single node pointed at an address
-    that is not this machine (LlamaFactory#3715's example address)."""
-    if not crash or crash.get("kind") != "connect" or not settings:
+    """Add to the cause of a crash at the rendezvous (a ``connect`` crash, or a cut traceback of torchrun's own
+    launcher, agentcause.py) what the launch command states: a single node pointed at an address that is not
+    this machine (LlamaFactory#3715), or a multi-node launch naming the example's address (`placeholder_master`,
+    LlamaFactory#5864)."""
+    if not crash or not settings or not (crash.get("kind") == "connect" or "torchrun's elastic agent" in str(
+            (crash.get("cause") or {}).get("text"))):
         return
     addr, nodes = settings.get("MASTER_ADDR"), settings.get("NNODES")
     said = ", ".join(f"{k}={v}" for k, v in settings.items())
@@ -145,5 +164,7 @@ def with_launch(crash: dict[str, Any] | None, settings: dict[str, str]) -> None:
     if addr and nodes == "1" and addr not in _LOOPBACK:
         extra += (f": one node, yet the master address {addr} is not this machine's loopback (an example's "
                   "placeholder?): use 127.0.0.1 or leave --master_addr out")
+    elif placeholder_master(settings):
+        extra += ": " + str(placeholder_master(settings))
     crash["cause"] = {**crash["cause"], "text": crash["cause"]["text"] + extra}
     crash["cause_text"] = f" — {crash['cause']['text']}"

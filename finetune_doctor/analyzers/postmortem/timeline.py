@@ -18,6 +18,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from finetune_doctor.analyzers.postmortem.nanfirst import words_family
+from finetune_doctor.analyzers.postmortem.netlead import network_lead
 from finetune_doctor.analyzers.postmortem import causes, detectors, dictsteps, failures, health, hostalloc, ranks
 from finetune_doctor.analyzers.postmortem.collectives import barrier_facts, nccl_error_facts, nccl_facts
 from finetune_doctor.analyzers.postmortem.curves import Curve, build_curves, curve_summary, fmt, location_of
@@ -239,7 +241,7 @@ def _nan(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: dict[str, 
         events.at(g["step"], "warning", g["detail"], g["location"])
     if nan is not None and not g and not (amp and nan["metric"] == "grad_norm" and nan["step"] in amp["steps"]
                                           and not (lz and lz["with_grad_nan"])):
-        out["nan"] = n = causes.nan_cause(nan, out, cx, fp16_on, lr, epoch)
+        out["nan"] = n = causes.nan_cause(nan, out, cx, fp16_on, lr, epoch, words_family(ev))
         events.at(n["step"], "nan", n["detail"], n["location"])
     if lz:
         events.at(lz["start_step"], "loss_zero", f"loss 0.0 for {lz['count']} log(s)"
@@ -311,6 +313,9 @@ def _distributed(ev: Evidence, cx: RunContext, curves: dict[str, Curve], out: di
     out["nccl"] = nccl_facts(nccl, cx, out, out["ranks"]) if nccl else None
     if out["nccl"] is None:
         out["nccl"] = barrier_facts(ev, cx, out)
+    net = network_lead(ev, cx.hw, out["nccl"], trained or bool(out["steps"]["last"]))   # netlead.py (trial 18)
+    if net:
+        out["nccl"]["likely"] = f"{net} {out['nccl']['likely']}"
     out["nccl_error"] = nccl_error_facts(nccl) if nccl else None
     if out["nccl_error"]:
         e = out["nccl_error"]

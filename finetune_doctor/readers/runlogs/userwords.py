@@ -20,6 +20,7 @@ import re
 from typing import Any
 
 from finetune_doctor.readers.runlogs import pasteblocks
+from finetune_doctor.readers.runlogs.launchlines import blank_launch_lines
 from finetune_doctor.readers.runlogs import userwords_forms as forms
 from finetune_doctor.readers.runlogs.quotewords import quote_text
 from finetune_doctor.readers.runlogs import userwords_vocab as vocab
@@ -106,7 +107,8 @@ def read_words(text: str) -> dict[str, Any] | None:
     before anything is read, so their words never name a symptom and a title above them counts; so is what the
     user says they did not use (`_NEGATED`).
     """
-    text = pasteblocks.blank_blocks(text)[0]
+    # a pasted launch command is what was run, not what happened (launchlines.py, trial 18: LlamaFactory#5864)
+    text = blank_launch_lines(pasteblocks.blank_blocks(text)[0])
     if not looks_like_prose(text):
         return None
     shown = text
