@@ -22,7 +22,6 @@ from finetune_doctor.facts.assumebase import opens_verdict
 from finetune_doctor.types import Assumption
 
 NAME = "config-complete"
-SIGN = "no-training-section"
 # the LF example training section the alternatives put back (examples/train_lora/llama3_lora_sft.yaml `### train`)
 EXAMPLE_SECTION = (("config", "per_device_train_batch_size", 1, False), ("config", "bf16", True, False))
 ZERO3 = ("config", "deepspeed", "examples/deepspeed/ds_z3_config.json", False)
@@ -31,8 +30,7 @@ ZERO3_METHODS = ("full", "freeze")   # the methods whose LF examples run under Z
 
 def lost_section(asm: Any) -> bool:
     """Whether the config shows the ``no-training-section`` sign (facts/cutpaste.py)."""
-    cut = (getattr(asm, "facts", None) or {}).get("lint", {}).get("config_cut") or {}
-    return SIGN in (cut.get("signs") or ())
+    return bool((getattr(asm, "facts", None) or {}).get("lint", {}).get("training_section_lost"))
 
 
 def partial_assumption(c: Any) -> list[Assumption]:
@@ -57,11 +55,11 @@ def partial_assumption(c: Any) -> list[Assumption]:
             gib[label], verdict = res
             if verdict is not None:
                 verdicts[label] = verdict
-    cut = c.asm.facts["lint"]["config_cut"]
+    lost = c.asm.facts["lint"]["training_section_lost"]
     return [Assumption(
         name=NAME, value="the file is the whole config: transformers' and LLaMA-Factory's defaults for its training "
                          "section (micro batch 8, fp32, no DeepSpeed)",
-        source=f"the file may be partial: {cut['text']}",
+        source=f"the file may be partial: {lost}",
         alternatives=tuple(label for label, _ in alts) + ("any other training section",),
         effect_gib=gib, effect_verdict=verdicts,
         resolve_with="the whole YAML as it is launched (its `### train` section: per_device_train_batch_size, "

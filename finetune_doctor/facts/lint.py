@@ -147,6 +147,9 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
                             "none: rules tagged `absence` then say the file does not set the key", fields={
         "signs": F("list", "empty-last-key | empty-section | open-block | no-schedule"),
         "text": F("str", "the signs as clauses for a message")}),
+    "training_section_lost": F("str", "the clause saying a training config sets no key of a training section "
+                                      "(facts/cutpaste.py `section_lost`), None when it sets one: opens the verdict, "
+                                      "never hedges a rule"),
     "duplicates": F("list", "keys the config file repeats (`duplicate_facts`)", items={
         "key": F("str", "the key (dotted when nested)"), "line": F("int", "1-based line of the repeat"),
         "first_line": F("int", "1-based line of the first occurrence"),
@@ -406,7 +409,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
                   "range_text": f"{release.versions[0]}-{release.versions[-1]}",
                   "bridge_text": _bridge_text([k for k, _ in clash])}] if clash else []
     return {"keys": out, "keys_dropped": dropped, "assumptions": [], "strict": False, "config_kind": kind,
-            "config_cut": cutpaste.fact(doc, kind),
+            "config_cut": cutpaste.fact(doc, kind), "training_section_lost": cutpaste.section_lost(doc, kind),
             **suffix_facts(doc.path, release), "duplicates": duplicate_facts(doc, release),
             "lf_version": rel, "release_conflicts": conflicts,
             "release_note": release.note if getattr(release, "older", False) else "",
