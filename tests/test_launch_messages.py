@@ -16,6 +16,7 @@ import yaml
 
 from finetune_doctor.analyzers.config import launch
 from finetune_doctor.analyzers.config.launch import CHECK_KINDS, check_launch
+from finetune_doctor.facts.ev import NAMESPACE as EV
 from finetune_doctor.pipeline import lint
 from finetune_doctor.settings import Options
 
@@ -29,6 +30,7 @@ def _rules() -> dict[str, dict]:
     return {p.stem: yaml.safe_load(p.read_text(encoding="utf-8")) for p in (ROOT / "rules").glob("*.yaml")}
 
 
+EV_FIELDS = EV.fields
 KIND_OF_RULE = re.compile(r"k\.kind == '(\w+)'")
 
 
@@ -51,6 +53,9 @@ def test_each_converted_check_has_its_case_in_the_rule_of_its_kind():
         # checks of kinds the rule does not select never reach it: a case for one would be dead text
         # (dataset-not-defined also selects `not_here` under --strict)
         selected = {c for c, k in CHECK_KINDS.items() if k in KIND_OF_RULE.findall(str(rule["for_each"]))}
+        # and the cases of the log's items a postmortem joins to them (facts/ev.py: ev.undefined_dataset's `check`)
+        selected |= {c for name, fld in EV_FIELDS.items() if f"ev.{name}" in str(rule["for_each"])
+                     for c in (fld.items or {}).get("check").values or ()}
         assert set(message["cases"]) <= selected, (rule["name"], sorted(set(message["cases"]) - selected))
         if kind != "not_here":   # not-checked-here words the model folder and DeepSpeed file around their message
             assert message["default"] == "{item.message}"   # the key schema's and v1's problems keep their own words

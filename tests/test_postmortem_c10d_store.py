@@ -56,9 +56,12 @@ def test_rank_0s_exception_outranks_the_store_errors_of_the_others(tmp_path, ran
         (d / f"rank{r}.log").write_text(text)
     (d / "rank0.log").write_text(rank0)
     r = diagnose_dir(d)
-    f = r.findings[0]
-    assert f.name == "run-crashed", [x.name for x in r.findings]
-    assert "Undefined dataset my_data" in f.message
+    # the exception's own cause first (LLaMA-Factory's refusal read from rank 0's line: refusal.py), then the
+    # exception itself; the store errors after both
+    names = [x.name for x in r.findings]
+    assert names[:2] == ["dataset-not-defined", "run-crashed"], names
+    assert all("Undefined dataset my_data" in f.message for f in r.findings[:2])
+    assert str(r.findings[0].location.file).endswith("rank0.log")
 
 
 def test_in_one_stream_a_later_store_timeout_does_not_replace_the_cause(tmp_path):
@@ -75,5 +78,6 @@ def test_in_one_stream_a_later_store_timeout_does_not_replace_the_cause(tmp_path
                  "line 1141, in init_process_group\n"
                  "[rank1]:     default_pg, _ = _new_process_group_helper(\n"
                  "[rank1]: torch.distributed.DistStoreError: wait timeout after 600000ms, keys: /default_pg/0//cuda//0\n")
-    f = diagnose_report(tmp_path, p).findings[0]
-    assert f.name == "run-crashed" and "Undefined dataset my_data" in f.message, f.message
+    found = diagnose_report(tmp_path, p).findings
+    assert [f.name for f in found[:2]] == ["dataset-not-defined", "run-crashed"]
+    assert all("Undefined dataset my_data" in f.message for f in found[:2]) and found[0].location.line == 4

@@ -32,7 +32,8 @@ def test_killing_lines_alone_are_a_child_killed_most_likely_by_the_host(tmp_path
 
 
 @pytest.mark.parametrize("name, first, text", [
-    ("child_traceback.log", "run-crashed", "ValueError: Undefined dataset my_sft_data in dataset_info.json."),
+    # the child's exception is LLaMA-Factory's refusal of the dataset name: its rule leads (refusal.py)
+    ("child_traceback.log", "dataset-not-defined", "\"Undefined dataset my_sft_data in dataset_info.json.\""),
     ("child_oom.log", "cuda-oom", "3.82 GiB"),
 ])
 def test_a_child_traceback_wins_over_the_launcher_lines(tmp_path, name, first, text):

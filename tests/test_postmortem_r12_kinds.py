@@ -245,15 +245,25 @@ def test_loading_from_a_checkpoint_is_a_resume_not_a_save():
 # -- LLaMA-Factory's own refusals of a config: an undefined dataset, retired keys ------------------------------------
 
 
+def _all(tmp_path, text: str) -> list:
+    from pmhelp import diagnose_dir
+
+    (tmp_path / "train.log").write_text(text + "\n", encoding="utf-8")
+    return diagnose_dir(str(tmp_path)).findings
+
+
 def test_an_undefined_dataset_names_the_registry_and_the_folder(tmp_path):
-    f = first(tmp_path, "ValueError: Undefined dataset my_chats in dataset_info.json.")
-    assert f.name == "run-crashed"
-    assert "`dataset: my_chats`" in f.message and "relative to the folder the command runs in" in f.message
+    found = _all(tmp_path, "ValueError: Undefined dataset my_chats in dataset_info.json.")
+    assert [f.name for f in found[:2]] == ["dataset-not-defined", "run-crashed"]   # the lint rule leads (refusal.py)
+    for f in found[:2]:
+        assert "`dataset: my_chats`" in f.message and "relative to the folder the command runs in" in f.message
 
 
 def test_retired_keys_are_named_with_their_replacements_not_as_unknown(tmp_path):
-    f = first(tmp_path, "ValueError: Some keys are not used by the HfArgumentParser: ['image_resolution', "
-                        "'new_special_tokens']")
+    found = _all(tmp_path, "ValueError: Some keys are not used by the HfArgumentParser: ['image_resolution', "
+                           "'new_special_tokens']")
+    assert [f.name for f in found[:3]] == ["renamed-key", "renamed-key", "run-crashed"]   # one per key (refusal.py)
+    f = found[2]
     assert "all 2 keys are ones an older LLaMA-Factory took" in f.message
     assert "new_special_tokens (renamed to add_special_tokens)" in f.message
     assert "image_max_pixels, whose value means something else" in f.message

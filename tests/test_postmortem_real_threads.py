@@ -100,7 +100,9 @@ KNOWN_MISS_R10 = {"minicpmv862", "axolotl1617", "verl2012", "verifiers42", "chat
 KNOWN_MISS_R11 = {"thunder2116", "axolotl705", "ronin51",
                   "lf8210"}
 # round 12: scored once 2026-12-08 (session 15), 21 of 45; the 24 misses, pinned as dev from here
-KNOWN_MISS_R12 = {"axolotl270", "cet17", "cla835", "fsdrive29",
+# wt/pmfix18: cet17 and fsdrive29 (LLaMA-Factory's start-up refusal in the log, reported under the lint rule that
+# owns the fault: analyzers/postmortem/refusal.py)
+KNOWN_MISS_R12 = {"axolotl270", "cla835",
                   "lf1441", "lf472",
                   "lf522", "lf6015", "lf6154", "swift1177", "swift4815",
                   }   # fixed by wt/pmfix17: tf22123, bpo7, chatglm2_262, chatglm2ft13, insightv6, lf140, lf1413, lf2940, lf3586, lf3839, lf4114, lf5719, lofit1

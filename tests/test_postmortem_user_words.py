@@ -218,7 +218,9 @@ def test_a_line_that_names_its_cause_outranks_the_words(tmp_path):
     (p / "issue.txt").write_text("my run hangs\nValueError: Undefined dataset foo in dataset_info.json.\n")
     from pmhelp import diagnose_dir
     found = diagnose_dir(str(p)).findings
-    assert found[0].name == "run-crashed" and "Undefined dataset foo" in found[0].message
+    # the refusal's rule (analyzers/postmortem/refusal.py), then the exception: both from the line, not the words
+    assert [f.name for f in found[:2]] == ["dataset-not-defined", "run-crashed"]
+    assert all("Undefined dataset foo" in f.message for f in found[:2])
     assert "run-hang" not in [f.name for f in found]
 
 

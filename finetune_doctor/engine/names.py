@@ -5,7 +5,8 @@ A rule's expressions are Python expression syntax (engine/expr.py). Each attribu
 namespace, ``item`` (inside a ``for_each`` rule), a comprehension variable or one of the expression language's
 functions; each further name must be a declared field unless its parent is declared open. ``item`` and
 comprehension variables take the shape of the list they iterate (a field's ``items``), so
-``[k for k in lint.keys if k.kind == 'renamed']`` checks ``k.kind`` against ``lint.keys``' items.
+``[k for k in lint.keys if k.kind == 'renamed']`` checks ``k.kind`` against ``lint.keys``' items; two such lists
+joined with ``+`` give ``item`` the fields of either (`_merge_items`).
 
 What cannot be known statically (subscripts, a value computed by a call, a list built in place) is not checked.
 """
@@ -13,7 +14,7 @@ What cannot be known statically (subscripts, a value computed by a call, a list 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
 from finetune_doctor.facts.schema import Field, Namespace
@@ -45,6 +46,20 @@ class _Shape:
     @classmethod
     def of_items(cls, items: Mapping[str, Field] | None) -> "_Shape | None":
         return None if items is None else cls(items, False)
+
+
+def _merge_items(a: Mapping[str, Field], b: Mapping[str, Field]) -> dict[str, Field]:
+    """The element fields of a list joined from lists with elements `a` and `b`: every field of either; a field of
+    both lists every value either declares (no values where one of them declares none)."""
+    out = dict(a)
+    for name, f in b.items():
+        g = out.get(name)
+        if g is None:
+            out[name] = f
+        elif g.values != f.values:
+            out[name] = replace(g, values=None if g.values is None or f.values is None
+                                else tuple(dict.fromkeys((*g.values, *f.values))))
+    return out
 
 
 def _chain(node: ast.AST) -> tuple[str, list[str]] | None:
@@ -109,6 +124,12 @@ class _Checker:
             if isinstance(gen.target, ast.Name) and isinstance(node.elt, ast.Name) and node.elt.id == gen.target.id:
                 src = self.shape_of(gen.iter, scope)
                 return None if src is None else _Shape(src.items, False, "list", src.items)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            # two lists joined (``lint.keys`` items and ``ev``'s items of the same rule): the items of either
+            left, right = self.shape_of(node.left, scope), self.shape_of(node.right, scope)
+            if left is not None and right is not None and left.items is not None and right.items is not None:
+                both = _merge_items(left.items, right.items)
+                return _Shape(both, False, "list", both)
         return None
 
     def visit(self, node: ast.AST, scope: Mapping[str, _Shape | None]) -> None:

@@ -8,6 +8,7 @@ Each detector field is a mapping (None when the detector found nothing); every `
 
 from __future__ import annotations
 
+from finetune_doctor.facts.lint import KEY_ITEM
 from finetune_doctor.facts.schema import F, Namespace, OPEN
 
 _DETECTORS = {
@@ -106,6 +107,16 @@ NAMESPACE = Namespace("ev", __doc__.split("\n\n")[0], {
         "basis": F("str", "line (the Trainer's line) | command (the pasted launch and error)", values=("line", "command"))}),
     "no_samples": F("str", "what says the dataset gave no sample: log (LLaMA-Factory's own check ended the run, "
                     "analyzers/postmortem/samplecause.py) or words (ev.said); None otherwise", values=("log", "words")),
+    "refused_keys": F("list", "the keys LLaMA-Factory's argument parser refused in the exception that ended the run "
+                      "(\"Some keys are not used by the HfArgumentParser\"), judged by the key schema: "
+                      "analyzers/postmortem/refusal.py; the items of unknown-key and renamed-key in a postmortem",
+                      items={**KEY_ITEM, "location": OPEN("the log line"),
+                             "quote": F("str", "the refusal as printed")}),
+    "undefined_dataset": F("list", "LLaMA-Factory's \"Undefined dataset X in dataset_info.json\" in the exception "
+                           "that ended the run (analyzers/postmortem/refusal.py): the item of dataset-not-defined's "
+                           "`log` case", items={**KEY_ITEM, "location": OPEN("the log line"),
+                                                "check": F("str", "the case of the rule's table", values=("log",)),
+                                                "quote": F("str", "the refusal as printed")}),
     "zero_stage": F("int", "ZeRO stage from the log, else the DeepSpeed config"),
     "skipped": F("list", "what was not read and why", items={
         "path": F("str", "path"), "why": F("str", "the reason"), "extra": F("str", "the install extra that reads it")}),

@@ -66,6 +66,11 @@ error of a peer that went away: ProcessGroupNCCL.cpp ``WorkNCCL::checkTimeout`` 
 a collective that a rank which raised never entered). When ``ev.crash.first`` says a rank raised (a cause, not a
 consequence: analyzers/postmortem/causes.py ``crash_facts``), their findings follow run-crashed instead of
 preceding it by their ``rank:N``; alone, they keep their rank."""
+LOG_ITEMS_TAG = "log-items"
+"""The rule tag of static config rules (unknown-key, renamed-key, dataset-not-defined) that a postmortem evaluates
+for the items it read from the log (``ev.refused_keys``, ``ev.undefined_dataset``: analyzers/postmortem/refusal.py):
+their items from the config are not kept there (the config's keys reach a postmortem through check's pass below,
+demoted when the run got past start-up; its datasets not at all, the registry here may not be the one that ran)."""
 CMDLINE = "cmdline.txt"
 OWN_OUTPUT_NOTE = "not read as logs, finetune-doctor's own output"
 OWN_REPORT_MARKS = ("a finetune-doctor report", "this command's own report")
@@ -204,7 +209,8 @@ def _judge(facts: dict[str, Any], sources: dict[str, SourceDoc], opts: Options, 
     """The postmortem rules (cause first), then the config-level rules of ``check`` (CHECK_CATEGORIES) by
     severity: the first finding stays the diagnosis of what happened. A static finding that a postmortem rule
     confirmed from the logs (``fp16-on-bf16-model`` / ``fp16-on-bf16-model-confirmed``) is not repeated."""
-    found = _causes_first(judge("postmortem", facts, sources, opts, live=live, order="rank"), facts, opts)
+    found = _causes_first(_log_items_only(judge("postmortem", facts, sources, opts, live=live, order="rank"),
+                                          facts, opts), facts, opts)
     if (facts.get("ev") or {}).get("basis") == "words":
         # read from the user's description alone (analyzers/postmortem/said.py): no line of the run confirms it,
         # so it is at most a warning, below what the same rule says from a log line; its message asks for the output
@@ -228,6 +234,18 @@ def _judge(facts: dict[str, Any], sources: dict[str, SourceDoc], opts: Options, 
         parse_time = parse_time_rules(opts)
         extra = [_past_start_up(f, why) if f.name in parse_time else f for f in extra]
     return found + sorted(extra, key=lambda f: -SEVERITY_RANK.get(f.severity, 0))
+
+
+def _log_items_only(found: list[Finding], facts: dict[str, Any], opts: Options) -> list[Finding]:
+    """`found` without the findings of rules tagged LOG_ITEMS_TAG that do not stand on a log line an ``ev`` item
+    of theirs was read from (file and line)."""
+    ev = facts.get("ev") or {}
+    lines = {(str((i.get("location") or {}).get("file")), (i.get("location") or {}).get("line"))
+             for k in ("refused_keys", "undefined_dataset") for i in ev.get(k) or ()}
+    from finetune_doctor.engine.loader import load_rules
+
+    tagged = {r.name for r in load_rules(opts.rules_dirs) if LOG_ITEMS_TAG in r.tags}
+    return [f for f in found if f.name not in tagged or (str(f.location.file), f.location.line) in lines]
 
 
 def _causes_first(found: list[Finding], facts: dict[str, Any], opts: Options) -> list[Finding]:

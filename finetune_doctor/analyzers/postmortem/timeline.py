@@ -30,6 +30,7 @@ from finetune_doctor.analyzers.postmortem.mmcause import image_cut
 from finetune_doctor.analyzers.postmortem.nativewords import native_words
 from finetune_doctor.analyzers.postmortem.saidstack import stated_releases
 from finetune_doctor.analyzers.postmortem.oomcause import oom_facts
+from finetune_doctor.analyzers.postmortem.refusal import refused_keys, undefined_dataset
 from finetune_doctor.analyzers.postmortem.runctx import RunContext
 from finetune_doctor.analyzers.postmortem.said import said_facts, said_image_cut
 from finetune_doctor.evidence import Evidence, FileRead, src
@@ -114,6 +115,9 @@ def analyze(ev: Evidence, facts: dict[str, Any] | None = None,
     cause = ((out.get("crash") or {}).get("cause") or {}).get("kind")
     out["no_samples"] = ("log" if out["basis"] == "log" and cause == "no-samples" else
                          "words" if (out["said"] or {}).get("symptom") == "no-samples" else None)
+    # LLaMA-Factory's start-up refusal of the config in that exception: the lint rules' items (refusal.py)
+    out["refused_keys"] = refused_keys(out.get("crash"))
+    out["undefined_dataset"] = undefined_dataset(out.get("crash"))
     return Timeline(tl, out, curves, tuple(f.read for f in ev.files) + tuple(ev.skipped))
 
 
