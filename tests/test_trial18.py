@@ -1,0 +1,56 @@
+"""New-user trial 18 (benchmarks/results/trial18.md): model folders named the way caches and users flatten a
+repository id, a YAML LLaMA-Factory's loader refuses, a key valid only in old releases, and too few Ray workers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from finetune_doctor.cli import main
+from finetune_doctor.readers.model.catalog import owner_joined_repo
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures" / "trial18"
+K1 = FIX / "k1_qwen3_14b_full_ray_cut.yaml"
+L1 = FIX / "l1_lora_eval_split.yaml"
+
+
+def _invoke(*args: str, codes=(0, 1)):
+    r = CliRunner().invoke(main, [*args, "--offline"])
+    assert r.exit_code in codes, r.output
+    return r
+
+
+def _json(*args: str) -> dict:
+    return json.loads(_invoke(*args, "--format", "json").stdout)
+
+
+@pytest.mark.parametrize("leaf, repo", [
+    ("Qwen_Qwen3-14B", "Qwen/Qwen3-14B"),             # LlamaFactory#8641's folder
+    ("Qwen__Qwen3-14B", "Qwen/Qwen3-14B"),
+    ("Qwen___Qwen2___5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct"),   # ModelScope writes a dot as ___
+    ("meta-llama--Meta-Llama-3-8B", "meta-llama/Meta-Llama-3-8B"),
+])
+def test_owner_joined_folder_reads_as_its_repository(leaf, repo):
+    assert owner_joined_repo(f"/workspace/models/{leaf}")[0] == repo
+
+
+@pytest.mark.parametrize("leaf", ["Qwen3-14B", "my_qwen3-14b", "Qwen_", "qwen2.5-7b"])
+def test_no_catalogue_owner_in_front_is_no_repository(leaf):
+    assert owner_joined_repo(f"/m/{leaf}") is None
+
+
+@pytest.mark.parametrize("path", ["/workspace/models/Qwen_Qwen3-14B", "/m/Qwen__Qwen3-14B", "/m/Qwen___Qwen3-14B",
+                                  "/cache/models--Qwen--Qwen3-14B"])
+def test_flattened_folder_is_sized_as_the_catalogue_entry_and_said_so(path):
+    """Trial 18, trip 4: `doctor check` of LF#8641's config gave FD607 model-unresolved for
+    /workspace/models/Qwen_Qwen3-14B; the repository the name encodes is now sized, the reading an assumption."""
+    d = _json("estimate", str(K1), f"model_name_or_path={path}", "--gpu", "2xA100-80GB")
+    assert d["run"]["params_b"] == pytest.approx(14.77, abs=0.01)
+    model = [a for a in d["assumptions"] if a["name"] == "model"]
+    assert len(model) == 1 and model[0]["value"] == "Qwen/Qwen3-14B"
+    assert f"folder name '{path}' read as the repository Qwen/Qwen3-14B" in model[0]["source"]
+    assert model[0]["resolve_with"].startswith("--model-config")
+    assert "FD607" not in [f["code"] for f in d["findings"]]
