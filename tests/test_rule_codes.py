@@ -99,6 +99,7 @@ RELEASED = {
     "FD614": "fsdp-ignored-under-deepspeed",
     "FD615": "fsdp2-sharding-strategy-ignored",
     "FD624": "fsdp-wrap-class-unset",
+    "FD625": "ray-workers-fewer-than-gpus",
     "FD616": "fsdp-save-only-model-sharded",
     "FD617": "launch-ranks-exceed-gpus",
     "FD618": "ray-workers-exceed-gpus",

@@ -54,3 +54,26 @@ def test_flattened_folder_is_sized_as_the_catalogue_entry_and_said_so(path):
     assert f"folder name '{path}' read as the repository Qwen/Qwen3-14B" in model[0]["source"]
     assert model[0]["resolve_with"].startswith("--model-config")
     assert "FD607" not in [f["code"] for f in d["findings"]]
+
+
+def _codes(d: dict) -> dict[str, dict]:
+    return {f["code"]: f for f in d["findings"]}
+
+
+def test_fewer_ray_workers_than_gpus_warns_with_the_count():
+    """Trial 18, trip 5: LF#8641 ran `ray_num_workers: 3` on 3 machines × 2 GPUs; check sized 3 ranks and said
+    nothing of the 3 idle GPUs (only the opposite case, FD618, existed)."""
+    d = _json("check", str(K1), "--gpu", "2xA100-80GB", "--nnodes", "3", "--llamafactory", "0.9.3")
+    f = _codes(d)["FD625"]
+    assert f["severity"] == "warning" and f["location"]["key"] == "ray_num_workers"
+    assert "but the run is given 6 GPUs over 3 node(s)" in f["message"]
+    assert f["fix"]["edits"][0]["value"] == 6
+    assert "FD618" not in _codes(d)
+
+
+@pytest.mark.parametrize("workers, code", [("6", None), ("8", "FD618")])
+def test_one_worker_per_gpu_is_quiet_and_more_is_the_other_rule(workers, code):
+    d = _json("check", str(K1), "--gpu", "2xA100-80GB", "--nnodes", "3", "--llamafactory", "0.9.3",
+              f"ray_num_workers={workers}")
+    assert "FD625" not in _codes(d)
+    assert (code in _codes(d)) if code else ("FD618" not in _codes(d))
