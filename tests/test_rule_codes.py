@@ -20,6 +20,7 @@ RELEASED = {
     "FD018": "dataset-not-defined",
     "FD019": "thinking-template-on-instruct-model",
     "FD020": "plain-template-on-reasoning-model",
+    "FD022": "yaml-refused-by-loader",
     "FD098": "not-checked-here",
     "FD099": "unused-suppression",
     "FD101": "accidental-fp32",

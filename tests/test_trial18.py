@@ -77,3 +77,34 @@ def test_one_worker_per_gpu_is_quiet_and_more_is_the_other_rule(workers, code):
               f"ray_num_workers={workers}")
     assert "FD625" not in _codes(d)
     assert (code in _codes(d)) if code else ("FD618" not in _codes(d))
+
+
+def test_a_file_pyyaml_refuses_is_an_error_that_names_the_line(monkeypatch):
+    """Trial 18, trip 1: LF#8641's YAML ends in a bare `resources_per_worker`; PyYAML (LF's loader) stops on it,
+    yet `doctor lint` and `check` exited 0. The cut-paste reading stays for the other findings."""
+    from finetune_doctor.readers.config import lfrelease
+
+    monkeypatch.setattr(lfrelease, "installed_version", lambda: None)
+    r = _invoke("lint", str(K1), "--llamafactory", "0.9.3", "--format", "json", codes=(1,))
+    d = json.loads(r.stdout)
+    f = _codes(d)["FD022"]
+    assert f["severity"] == "error" and f["location"]["line"] == 47
+    assert ("while scanning a simple key (line 47, column 1): could not find expected ':' (line 48, column 1)"
+            in f["message"])
+    assert "`resources_per_worker`" in f["message"]
+    assert any(a["name"] == "config-complete" for a in d["assumptions"])   # still read as a cut paste
+    d = _json("check", str(K1), "--gpu", "2xA100-80GB", "--nnodes", "3", "--llamafactory", "0.9.3")
+    assert "FD022" in _codes(d) and d["summary"]["error"] >= 1
+
+
+def test_the_refusal_is_pyyamls_own_words():
+    import yaml
+
+    from finetune_doctor.readers.config.yamlnodes import loader_refusal
+
+    text = K1.read_text(encoding="utf-8")
+    with pytest.raises(yaml.YAMLError) as err:
+        yaml.safe_load(text)
+    assert err.value.problem == "could not find expected ':'" and err.value.context == "while scanning a simple key"
+    assert loader_refusal(text).startswith("while scanning a simple key (line 47")
+    assert loader_refusal(text.rsplit("resources_per_worker", 1)[0]) is None

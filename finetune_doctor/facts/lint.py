@@ -147,6 +147,12 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
                             "none: rules tagged `absence` then say the file does not set the key", fields={
         "signs": F("list", "empty-last-key | empty-section | open-block | no-schedule"),
         "text": F("str", "the signs as clauses for a message")}),
+    "yaml_refused": F("dict", "the file as given is refused by PyYAML, the loader of every LLaMA-Factory release, "
+                              "and was read without its cut last line (readers/config/yamlcfg.py "
+                              "`_parse_maybe_cut`); None when it loads as it is", fields={
+        "line": F("int", "1-based line of the bare word"), "word": F("str", "the word, as written"),
+        "message": F("str", "PyYAML's words for the refusal, on one line"),
+        "location": LOCATION()}),
     "duplicates": F("list", "keys the config file repeats (`duplicate_facts`)", items={
         "key": F("str", "the key (dotted when nested)"), "line": F("int", "1-based line of the repeat"),
         "first_line": F("int", "1-based line of the first occurrence"),
@@ -406,7 +412,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
                   "range_text": f"{release.versions[0]}-{release.versions[-1]}",
                   "bridge_text": _bridge_text([k for k, _ in clash])}] if clash else []
     return {"keys": out, "keys_dropped": dropped, "assumptions": [], "strict": False, "config_kind": kind,
-            "config_cut": cutpaste.fact(doc, kind),
+            "config_cut": cutpaste.fact(doc, kind), "yaml_refused": _yaml_refused(doc),
             **suffix_facts(doc.path, release), "duplicates": duplicate_facts(doc, release),
             "lf_version": rel, "release_conflicts": conflicts,
             "release_note": release.note if getattr(release, "older", False) else "",
@@ -496,3 +502,11 @@ def dropped_note(path: str, facts: dict[str, Any]) -> list[str]:
     n = lint.get("keys_dropped") or 0
     out = [f"{path}: {n} more key problems of a kind reported 1,000 times were counted, not listed"] if n else []
     return out + ([f"{path}: {lint['release_note']}"] if lint.get("release_note") else [])
+
+
+def _yaml_refused(doc: Any) -> dict[str, Any] | None:
+    """``lint.yaml_refused`` of a `ConfigDoc`: its ``refused`` record with the location of the cut line."""
+    r = getattr(doc, "refused", None)
+    if not r:
+        return None
+    return {**r, "location": {"file": doc.path, "line": r["line"], "column": 1, "key": None}}
