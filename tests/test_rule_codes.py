@@ -21,6 +21,7 @@ RELEASED = {
     "FD019": "thinking-template-on-instruct-model",
     "FD020": "plain-template-on-reasoning-model",
     "FD022": "yaml-refused-by-loader",
+    "FD023": "key-of-old-releases",
     "FD098": "not-checked-here",
     "FD099": "unused-suppression",
     "FD101": "accidental-fp32",

@@ -108,3 +108,41 @@ def test_the_refusal_is_pyyamls_own_words():
     assert err.value.problem == "could not find expected ':'" and err.value.context == "while scanning a simple key"
     assert loader_refusal(text).startswith("while scanning a simple key (line 47")
     assert loader_refusal(text.rsplit("resources_per_worker", 1)[0]) is None
+
+
+def _no_lf_installed(monkeypatch):
+    from finetune_doctor.readers.config import lfrelease
+
+    monkeypatch.setattr(lfrelease, "installed_version", lambda: None)
+
+
+def test_a_key_of_old_releases_is_a_warning_naming_the_range_and_the_refusing_release(monkeypatch):
+    """Trial 18, trip 2: `doctor lint` of LF#5843's eval config assumed 0.8.0-0.8.2 because of `split` and said
+    "No findings"; the user ran 0.9.1.dev0, which refused the key."""
+    _no_lf_installed(monkeypatch)
+    d = _json("lint", str(L1))
+    f = _codes(d)["FD023"]
+    assert f["severity"] == "warning" and f["location"]["key"] == "split" and f["location"]["line"] == 10
+    msg = " ".join(f["message"].split())
+    assert "`split` is a key of LLaMA-Factory 0.8.0-0.8.2 only: 0.8.3 and later refuse it" in msg
+    assert "write `task: mmlu_test` and delete `split`" in msg and "pass --llamafactory VERSION" in msg
+    lf = next(a for a in d["assumptions"] if a["name"] == "lf-version")
+    assert "0.8.0-0.8.2" in lf["value"]
+
+
+def test_a_stated_release_decides_instead(monkeypatch):
+    _no_lf_installed(monkeypatch)
+    d = _json("lint", str(L1), "--llamafactory", "0.9.1")
+    assert "FD023" not in _codes(d) and "FD001" in _codes(d)
+    d = _json("lint", str(L1), "--llamafactory", "0.8.2")
+    assert not _codes(d)
+
+
+def test_a_training_config_gets_the_plain_wording(monkeypatch, tmp_path):
+    _no_lf_installed(monkeypatch)
+    cfg = tmp_path / "sft.yaml"
+    cfg.write_text("model_name_or_path: Qwen/Qwen2.5-7B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+                   "dataset: alpaca_en_demo\nsplit: train\ntemplate: qwen\noutput_dir: saves/x\n"
+                   "per_device_train_batch_size: 1\nlearning_rate: 1.0e-4\nbf16: true\n", encoding="utf-8")
+    f = _codes(_json("lint", str(cfg)))["FD023"]
+    assert "task:" not in f["message"] and "0.8.3 and later refuse it" in f["message"]

@@ -21,7 +21,7 @@ from finetune_doctor.readers.config.keyschema import (CHOICE_CHECKS, CHOICE_ENDI
                                                       TYPE_ENDINGS, VALUE_CHECKS, check_keys)
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc
 from finetune_doctor.readers.config.lfkind import COMMANDS
-from finetune_doctor.readers.config.lfnarrow import bridging_build
+from finetune_doctor.readers.config.lfnarrow import bridging_build, old_evidence
 
 # an undeclared key's opening with its fate (keyschema OPENING_CHECKS x KeyProblem.fate): one case each
 OPENING_CASES = tuple(f"{c}/{f}" for c in OPENING_CHECKS for f in ("stops", "drops"))
@@ -136,6 +136,14 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "bridge_text": F("str", "which build could still declare them all: a git install between two consecutive "
                                 "versions, or none (lfnarrow.py `bridging_build`)"),
         "range_text": F("str", "the catalogued releases judged: '0.8.0-0.9.6.dev0'")}),
+    "old_release_keys": F("list", "no version given, and keys that later releases dropped narrowed the judged "
+                                  "releases to old ones (lfnarrow.py `old_evidence`)", items={
+        "key": F("str", "the key"), "range_text": F("str", "the releases declaring it: '0.8.0-0.8.2'"),
+        "dropped_in": F("str", "the first catalogued release that refuses it"),
+        "variant": F("str", "eval-split (an eval config's `split`) | default", values=("eval-split", "default")),
+        "task_split": F("str", "an eval config's task name with its split, as releases without `split` read it: "
+                                   "'mmlu_test'"),
+        "location": LOCATION()}),
     "release_note": F("str", "why the keys were not judged (a stated release older than the catalogue), or ''"),
     "config_suffix": F("str", "the config file's suffix, lower-cased ('.yml')"),
     "vision_pos_embed_trains": F("dict", "the judged LF release freezes the vision tower by keys that miss its "
@@ -414,7 +422,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
     return {"keys": out, "keys_dropped": dropped, "assumptions": [], "strict": False, "config_kind": kind,
             "config_cut": cutpaste.fact(doc, kind), "yaml_refused": _yaml_refused(doc),
             **suffix_facts(doc.path, release), "duplicates": duplicate_facts(doc, release),
-            "lf_version": rel, "release_conflicts": conflicts,
+            "lf_version": rel, "release_conflicts": conflicts, "old_release_keys": _old_keys(doc, release, kind),
             "release_note": release.note if getattr(release, "older", False) else "",
             "launch_trains": None, "config_command": COMMANDS.get(kind or "train"), "stack_refusals": [],
             "model_type_unregistered": None, "tf_conflict": None, "moe_z3_leaf": None,
@@ -510,3 +518,15 @@ def _yaml_refused(doc: Any) -> dict[str, Any] | None:
     if not r:
         return None
     return {**r, "location": {"file": doc.path, "line": r["line"], "column": 1, "key": None}}
+
+
+def _old_keys(doc: Any, release: Any, kind: str | None) -> list[dict[str, Any]]:
+    """``lint.old_release_keys``: one item per key of lfnarrow.py `old_evidence`, pointing at the key. An eval
+    config's ``split`` is its own case: the releases that declared it indexed the benchmark with
+    ``data_args.split``, the later ones read the split from the task name (eval/evaluator.py ``eval``:
+    ``task.split("_")``; examples/train_lora/llama3_lora_eval.yaml ``task: mmlu_test``; LlamaFactory#5843)."""
+    task = str(doc.values.get("task") or "mmlu").split("_", 1)[0] + "_" + str(doc.values.get("split") or "test")
+    return [{"key": key, "range_text": span, "dropped_in": dropped, "task_split": task,
+             "variant": "eval-split" if kind == "eval" and key == "split" else "default",
+             "location": {"file": doc.path, "line": doc.line_of(key), "column": 1, "key": key}}
+            for key, span, dropped in old_evidence(release)]
