@@ -124,7 +124,7 @@ def test_a_key_of_old_releases_is_a_warning_naming_the_range_and_the_refusing_re
     f = _codes(d)["FD023"]
     assert f["severity"] == "warning" and f["location"]["key"] == "split" and f["location"]["line"] == 10
     msg = " ".join(f["message"].split())
-    assert "`split` is a key of LLaMA-Factory 0.8.0-0.8.2 only: 0.8.3 and later refuse it" in msg
+    assert "`split` exists only in LLaMA-Factory 0.8.0-0.8.2: 0.8.3 and later refuse it" in msg
     assert "write `task: mmlu_test` and delete `split`" in msg and "pass --llamafactory VERSION" in msg
     lf = next(a for a in d["assumptions"] if a["name"] == "lf-version")
     assert "0.8.0-0.8.2" in lf["value"]
@@ -145,4 +145,15 @@ def test_a_training_config_gets_the_plain_wording(monkeypatch, tmp_path):
                    "dataset: alpaca_en_demo\nsplit: train\ntemplate: qwen\noutput_dir: saves/x\n"
                    "per_device_train_batch_size: 1\nlearning_rate: 1.0e-4\nbf16: true\n", encoding="utf-8")
     f = _codes(_json("lint", str(cfg)))["FD023"]
-    assert "task:" not in f["message"] and "0.8.3 and later refuse it" in f["message"]
+    msg = " ".join(f["message"].split())
+    assert "task:" not in msg and "`split` exists only in LLaMA-Factory 0.8.0-0.8.2: 0.8.3 and later refuse it" in msg
+
+
+def test_keys_of_the_same_releases_are_one_finding(monkeypatch):
+    """LF's Ray example of 0.9.2-0.9.4 (LF#8641, #7327) carries four keys 0.9.5 dropped: one warning names them."""
+    _no_lf_installed(monkeypatch)
+    d = _json("lint", str(K1))
+    old = [f for f in d["findings"] if f["code"] == "FD023"]
+    assert len(old) == 1 and old[0]["location"]["line"] == 43
+    assert ("`ray_run_name`, `ray_storage_path`, `placement_strategy` exist only in LLaMA-Factory 0.9.2-0.9.4: "
+            "0.9.5 and later refuse them" in " ".join(old[0]["message"].split()))

@@ -138,9 +138,12 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "range_text": F("str", "the catalogued releases judged: '0.8.0-0.9.6.dev0'")}),
     "old_release_keys": F("list", "no version given, and keys that later releases dropped narrowed the judged "
                                   "releases to old ones (lfnarrow.py `old_evidence`)", items={
-        "key": F("str", "the key"), "range_text": F("str", "the releases declaring it: '0.8.0-0.8.2'"),
-        "dropped_in": F("str", "the first catalogued release that refuses it"),
-        "variant": F("str", "eval-split (an eval config's `split`) | default", values=("eval-split", "default")),
+        "key": F("str", "the first key of the group"), "keys_text": F("str", "the group's keys: '`a`, `b`'"),
+        "count": F("int", "how many keys the group holds"),
+        "range_text": F("str", "the releases declaring them: '0.8.0-0.8.2'"),
+        "dropped_in": F("str", "the first catalogued release that refuses them"),
+        "variant": F("str", "eval-split (an eval config's `split`) | one | several (keys in the group)",
+                     values=("eval-split", "one", "several")),
         "task_split": F("str", "an eval config's task name with its split, as releases without `split` read it: "
                                    "'mmlu_test'"),
         "location": LOCATION()}),
@@ -521,12 +524,18 @@ def _yaml_refused(doc: Any) -> dict[str, Any] | None:
 
 
 def _old_keys(doc: Any, release: Any, kind: str | None) -> list[dict[str, Any]]:
-    """``lint.old_release_keys``: one item per key of lfnarrow.py `old_evidence`, pointing at the key. An eval
-    config's ``split`` is its own case: the releases that declared it indexed the benchmark with
-    ``data_args.split``, the later ones read the split from the task name (eval/evaluator.py ``eval``:
-    ``task.split("_")``; examples/train_lora/llama3_lora_eval.yaml ``task: mmlu_test``; LlamaFactory#5843)."""
+    """``lint.old_release_keys``: lfnarrow.py `old_evidence` grouped by the releases that declare the keys, one item
+    per group pointing at its first key (LF's Ray example of 0.9.2-0.9.4 carries four keys that 0.9.5 dropped:
+    one finding, not four). An eval config's ``split`` is its own case: the releases that declared it indexed the
+    benchmark with ``data_args.split``, the later ones read the split from the task name (eval/evaluator.py
+    ``eval``: ``task.split("_")``; examples/train_lora/llama3_lora_eval.yaml ``task: mmlu_test``; LlamaFactory#5843)."""
     task = str(doc.values.get("task") or "mmlu").split("_", 1)[0] + "_" + str(doc.values.get("split") or "test")
-    return [{"key": key, "range_text": span, "dropped_in": dropped, "task_split": task,
-             "variant": "eval-split" if kind == "eval" and key == "split" else "default",
-             "location": {"file": doc.path, "line": doc.line_of(key), "column": 1, "key": key}}
-            for key, span, dropped in old_evidence(release)]
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for key, span, dropped in old_evidence(release):
+        variant = "eval-split" if kind == "eval" and key == "split" else "default"
+        groups.setdefault((span, dropped, variant), []).append(key)
+    return [{"key": keys[0], "keys_text": ", ".join(f"`{k}`" for k in keys), "count": len(keys),
+             "range_text": span, "dropped_in": dropped, "task_split": task,
+             "variant": variant if variant != "default" else ("one" if len(keys) == 1 else "several"),
+             "location": {"file": doc.path, "line": doc.line_of(keys[0]), "column": 1, "key": keys[0]}}
+            for (span, dropped, variant), keys in groups.items()]
