@@ -157,3 +157,8 @@ def test_keys_of_the_same_releases_are_one_finding(monkeypatch):
     assert len(old) == 1 and old[0]["location"]["line"] == 43
     assert ("`ray_run_name`, `ray_storage_path`, `placement_strategy` exist only in LLaMA-Factory 0.9.2-0.9.4: "
             "0.9.5 and later refuse them" in " ".join(old[0]["message"].split()))
+
+
+def test_an_owner_in_front_of_no_known_model_stays_unresolved():
+    d = _json("estimate", str(K1), "model_name_or_path=/m/Qwen__foo", "--gpu", "2xA100-80GB")
+    assert "FD607" in _codes(d) and not [a for a in d["assumptions"] if a["name"] == "model"]

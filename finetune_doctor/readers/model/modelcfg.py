@@ -427,8 +427,11 @@ def _by_owner_folder(name: str, ctx: _Ctx, tf_major: int | str | None) -> ModelA
     if joined is None:
         return None
     repo, sep = joined
+    found = find_in_catalog(repo)
+    if found is None and not byname.traits(repo).family:
+        return None   # `qwen_7b`: the owner is the only family word, and a name with none is no repository
     before = len(ctx.assumptions)
-    arch = _by_name(repo, find_in_catalog(repo), ctx, tf_major)
+    arch = _by_name(repo, found, ctx, tf_major)
     if arch is None:
         return None
     _folder_repo_assumed(name, repo, _SEPARATOR_FORM[sep], before, ctx)
