@@ -162,3 +162,17 @@ def test_keys_of_the_same_releases_are_one_finding(monkeypatch):
 def test_an_owner_in_front_of_no_known_model_stays_unresolved():
     d = _json("estimate", str(K1), "model_name_or_path=/m/Qwen__foo", "--gpu", "2xA100-80GB")
     assert "FD607" in _codes(d) and not [a for a in d["assumptions"] if a["name"] == "model"]
+
+
+def test_a_stated_release_words_an_eval_configs_split_by_the_task_name(monkeypatch, tmp_path):
+    """Trial 18, trip 2: with --llamafactory 0.9.1, FD001 on LF#5843's eval config gave the training answer
+    ("set per dataset in dataset_info.json"); an eval config's split lives in the task name."""
+    _no_lf_installed(monkeypatch)
+    msg = " ".join(_codes(_json("lint", str(L1), "--llamafactory", "0.9.1"))["FD001"]["message"].split())
+    assert "the split is part of the task name (`task: mmlu_test`" in msg and "dataset_info.json" not in msg
+    cfg = tmp_path / "sft.yaml"
+    cfg.write_text("model_name_or_path: Qwen/Qwen2.5-7B\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+                   "dataset: alpaca_en_demo\nsplit: train\ntemplate: qwen\noutput_dir: saves/x\n"
+                   "per_device_train_batch_size: 1\nlearning_rate: 1.0e-4\nbf16: true\n", encoding="utf-8")
+    msg = _codes(_json("lint", str(cfg), "--llamafactory", "0.9.1"))["FD001"]["message"]
+    assert "set per dataset in dataset_info.json" in msg and "task:" not in msg

@@ -408,6 +408,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
         d["override"] = any(k == d["key"] or k.startswith(d["key"] + ".") for k in doc.overrides)
         # an undeclared key's rule words its opening and its fate together (the case `check/fate`)
         d["case"] = f"{d['check']}/{d['fate']}" if d["fate"] else None
+        d["args"] = _why_for_kind(d, kind)
         if _unverified(d["condition"], transformers_version):
             d["was"], d["kind"] = d["kind"], "unverified"
             # one rule words every unverified problem: its table switches on the check (whose sentence the
@@ -539,3 +540,16 @@ def _old_keys(doc: Any, release: Any, kind: str | None) -> list[dict[str, Any]]:
              "variant": variant if variant != "default" else ("one" if len(keys) == 1 else "several"),
              "location": {"file": doc.path, "line": doc.line_of(keys[0]), "column": 1, "key": keys[0]}}
             for (span, dropped, variant), keys in groups.items()]
+
+
+def _why_for_kind(d: dict[str, Any], kind: str | None) -> Any:
+    """A retired key's ``args`` with its explanation for the config's kind when the key schema has one
+    (catalog/lf_keys.json ``retired.<key>.explanation_by_kind``, from scripts/lf_key_tables.py): an eval config's
+    `split` moved into the task name, a training config's into dataset_info.json (trial 18, LlamaFactory#5843)."""
+    args = d.get("args")
+    if not str(d.get("check") or "").startswith("retired") or not isinstance(args, dict):
+        return args
+    from finetune_doctor.readers.config.keyschema import load_schema
+
+    alt = ((load_schema().get("retired") or {}).get(str(d.get("key"))) or {}).get("explanation_by_kind") or {}
+    return {**args, "why": alt[kind]} if kind in alt else args
