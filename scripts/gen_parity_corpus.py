@@ -480,14 +480,20 @@ def _is_training(text: str) -> bool:
 
 
 def _repeats_a_key(text: str) -> bool:
-    """Whether a top-level key appears twice: such a file stops at LF's YAML loader (OmegaConf refuses it from
+    """Whether a top-level key appears twice, or the file is no YAML: such a file stops at LF's YAML loader (OmegaConf refuses it from
     0.9.4 on; safe_load keeps the last value before), before the argument parser this corpus compares, and its
     judgement per release is tests/test_duplicate_key.py's (FD046/FD047, trial 8's LF #8150). The doctor's own
     YAML reader says so (readers/config/yamlcfg.py `parse_yaml_text`, which lists each repeat)."""
+    from finetune_doctor.errors import InputError
     from finetune_doctor.readers.config.yamlcfg import parse_yaml_text
 
     repeats: list[dict] = []
-    parse_yaml_text(text, "<corpus>", repeats)
+    try:
+        parse_yaml_text(text, "<corpus>", repeats)
+    except InputError:
+        # not YAML at all (trial 18's LF#8641 paste ends in a bare word): LF's loader refuses it before the parser
+        # too, and tests/test_trial18.py judges it (FD022)
+        return True
     return bool(repeats)
 
 

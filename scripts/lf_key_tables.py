@@ -58,7 +58,14 @@ RETIRED = {
                                    "model/loader.py). Compute precision comes from bf16/fp16/pure_bf16 in training "
                                    "and from infer_dtype for chat/export."},
     "split": {"replacement": None, "last_seen": "v0.8",
-              "explanation": "The dataset split is set per dataset in dataset_info.json (\"split\": \"train\")."},
+              "explanation": "The dataset split is set per dataset in dataset_info.json (\"split\": \"train\").",
+              # an eval config's split moved into the task name (eval/evaluator.py splits `task` at "_";
+              # examples/train_lora/llama3_lora_eval.yaml; LlamaFactory#5843): facts/lint.py picks it by config kind
+              "explanation_by_kind": {
+                  "eval": "In an eval config the split is part of the task name (`task: mmlu_test` for MMLU's test "
+                          "split: the evaluator splits `task` at its underscore, as LLaMA-Factory's "
+                          "llama3_lora_eval.yaml example writes it); delete `split` only together with that, since "
+                          "a task with no split stops the evaluator."}},
     "reserved_label_len": {"replacement": None, "last_seen": "v0.8",
                            "explanation": "Removed; cutoff_len alone bounds source plus target."},
     "visual_inputs": {"replacement": None, "last_seen": "v0.8",

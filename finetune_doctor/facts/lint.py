@@ -21,7 +21,7 @@ from finetune_doctor.readers.config.keyschema import (CHOICE_CHECKS, CHOICE_ENDI
                                                       TYPE_ENDINGS, VALUE_CHECKS, check_keys)
 from finetune_doctor.readers.config.yamlcfg import ConfigDoc
 from finetune_doctor.readers.config.lfkind import COMMANDS
-from finetune_doctor.readers.config.lfnarrow import bridging_build
+from finetune_doctor.readers.config.lfnarrow import bridging_build, old_evidence
 
 # an undeclared key's opening with its fate (keyschema OPENING_CHECKS x KeyProblem.fate): one case each
 OPENING_CASES = tuple(f"{c}/{f}" for c in OPENING_CHECKS for f in ("stops", "drops"))
@@ -136,6 +136,17 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
         "bridge_text": F("str", "which build could still declare them all: a git install between two consecutive "
                                 "versions, or none (lfnarrow.py `bridging_build`)"),
         "range_text": F("str", "the catalogued releases judged: '0.8.0-0.9.6.dev0'")}),
+    "old_release_keys": F("list", "no version given, and keys that later releases dropped narrowed the judged "
+                                  "releases to old ones (lfnarrow.py `old_evidence`)", items={
+        "key": F("str", "the first key of the group"), "keys_text": F("str", "the group's keys: '`a`, `b`'"),
+        "count": F("int", "how many keys the group holds"),
+        "range_text": F("str", "the releases declaring them: '0.8.0-0.8.2'"),
+        "dropped_in": F("str", "the first catalogued release that refuses them"),
+        "variant": F("str", "eval-split (an eval config's `split`) | one | several (keys in the group)",
+                     values=("eval-split", "one", "several")),
+        "task_split": F("str", "an eval config's task name with its split, as releases without `split` read it: "
+                                   "'mmlu_test'"),
+        "location": LOCATION()}),
     "release_note": F("str", "why the keys were not judged (a stated release older than the catalogue), or ''"),
     "config_suffix": F("str", "the config file's suffix, lower-cased ('.yml')"),
     "vision_pos_embed_trains": F("dict", "the judged LF release freezes the vision tower by keys that miss its "
@@ -150,6 +161,12 @@ NAMESPACE = Namespace("lint", __doc__.split("\n\n")[0], {
     "training_section_lost": F("str", "the clause saying a training config sets no key of a training section "
                                       "(facts/cutpaste.py `section_lost`), None when it sets one: opens the verdict, "
                                       "never hedges a rule"),
+    "yaml_refused": F("dict", "the file as given is refused by PyYAML, the loader of every LLaMA-Factory release, "
+                              "and was read without its cut last line (readers/config/yamlcfg.py "
+                              "`_parse_maybe_cut`); None when it loads as it is", fields={
+        "line": F("int", "1-based line of the bare word"), "word": F("str", "the word, as written"),
+        "message": F("str", "PyYAML's words for the refusal, on one line"),
+        "location": LOCATION()}),
     "duplicates": F("list", "keys the config file repeats (`duplicate_facts`)", items={
         "key": F("str", "the key (dotted when nested)"), "line": F("int", "1-based line of the repeat"),
         "first_line": F("int", "1-based line of the first occurrence"),
@@ -394,6 +411,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
         d["override"] = any(k == d["key"] or k.startswith(d["key"] + ".") for k in doc.overrides)
         # an undeclared key's rule words its opening and its fate together (the case `check/fate`)
         d["case"] = f"{d['check']}/{d['fate']}" if d["fate"] else None
+        d["args"] = _why_for_kind(d, kind)
         if _unverified(d["condition"], transformers_version):
             d["was"], d["kind"] = d["kind"], "unverified"
             # one rule words every unverified problem: its table switches on the check (whose sentence the
@@ -410,8 +428,9 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
                   "bridge_text": _bridge_text([k for k, _ in clash])}] if clash else []
     return {"keys": out, "keys_dropped": dropped, "assumptions": [], "strict": False, "config_kind": kind,
             "config_cut": cutpaste.fact(doc, kind), "training_section_lost": cutpaste.section_lost(doc, kind),
+            "yaml_refused": _yaml_refused(doc),
             **suffix_facts(doc.path, release), "duplicates": duplicate_facts(doc, release),
-            "lf_version": rel, "release_conflicts": conflicts,
+            "lf_version": rel, "release_conflicts": conflicts, "old_release_keys": _old_keys(doc, release, kind),
             "release_note": release.note if getattr(release, "older", False) else "",
             "launch_trains": None, "config_command": COMMANDS.get(kind or "train"), "stack_refusals": [],
             "model_type_unregistered": None, "tf_conflict": None, "moe_z3_leaf": None,
@@ -499,3 +518,42 @@ def dropped_note(path: str, facts: dict[str, Any]) -> list[str]:
     n = lint.get("keys_dropped") or 0
     out = [f"{path}: {n} more key problems of a kind reported 1,000 times were counted, not listed"] if n else []
     return out + ([f"{path}: {lint['release_note']}"] if lint.get("release_note") else [])
+
+
+def _yaml_refused(doc: Any) -> dict[str, Any] | None:
+    """``lint.yaml_refused`` of a `ConfigDoc`: its ``refused`` record with the location of the cut line."""
+    r = getattr(doc, "refused", None)
+    if not r:
+        return None
+    return {**r, "location": {"file": doc.path, "line": r["line"], "column": 1, "key": None}}
+
+
+def _old_keys(doc: Any, release: Any, kind: str | None) -> list[dict[str, Any]]:
+    """``lint.old_release_keys``: lfnarrow.py `old_evidence` grouped by the releases that declare the keys, one item
+    per group pointing at its first key (LF's Ray example of 0.9.2-0.9.4 carries four keys that 0.9.5 dropped:
+    one finding, not four). An eval config's ``split`` is its own case: the releases that declared it indexed the
+    benchmark with ``data_args.split``, the later ones read the split from the task name (eval/evaluator.py
+    ``eval``: ``task.split("_")``; examples/train_lora/llama3_lora_eval.yaml ``task: mmlu_test``; LlamaFactory#5843)."""
+    task = str(doc.values.get("task") or "mmlu").split("_", 1)[0] + "_" + str(doc.values.get("split") or "test")
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for key, span, dropped in old_evidence(release):
+        variant = "eval-split" if kind == "eval" and key == "split" else "default"
+        groups.setdefault((span, dropped, variant), []).append(key)
+    return [{"key": keys[0], "keys_text": ", ".join(f"`{k}`" for k in keys), "count": len(keys),
+             "range_text": span, "dropped_in": dropped, "task_split": task,
+             "variant": variant if variant != "default" else ("one" if len(keys) == 1 else "several"),
+             "location": {"file": doc.path, "line": doc.line_of(keys[0]), "column": 1, "key": keys[0]}}
+            for (span, dropped, variant), keys in groups.items()]
+
+
+def _why_for_kind(d: dict[str, Any], kind: str | None) -> Any:
+    """A retired key's ``args`` with its explanation for the config's kind when the key schema has one
+    (catalog/lf_keys.json ``retired.<key>.explanation_by_kind``, from scripts/lf_key_tables.py): an eval config's
+    `split` moved into the task name, a training config's into dataset_info.json (trial 18, LlamaFactory#5843)."""
+    args = d.get("args")
+    if not str(d.get("check") or "").startswith("retired") or not isinstance(args, dict):
+        return args
+    from finetune_doctor.readers.config.keyschema import load_schema
+
+    alt = ((load_schema().get("retired") or {}).get(str(d.get("key"))) or {}).get("explanation_by_kind") or {}
+    return {**args, "why": alt[kind]} if kind in alt else args

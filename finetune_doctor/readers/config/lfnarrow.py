@@ -89,6 +89,24 @@ def narrow(release: Release | None, values: Mapping[str, Any], kind: str | None 
     return replace(release, versions=versions, note=f"{base}; {why}", evidence=evidence)
 
 
+def old_evidence(release: Release | None) -> list[tuple[str, str, str]]:
+    """The keys that narrowed an unknown `release` (`narrow`, its `evidence`) to releases older than the newest
+    catalogued one because later releases dropped them: ``(key, the releases declaring it, the first release that
+    refuses it)``, e.g. ``("split", "0.8.0-0.8.2", "0.8.3")``. Empty for a known release, one not narrowed, or keys
+    that only bound the range from below (added in a release: a newer config, not an older one). Trial 18
+    (LlamaFactory#5843): `split` narrowed an eval config to 0.8.0-0.8.2 and lint said "No findings" for a run on
+    0.9.1.dev0, whose parser refused the key."""
+    if release is None or release.known or not release.evidence:
+        return []
+    allv = load()["versions"]
+    out = []
+    for key, span in release.evidence:
+        idx = declared(key)
+        if idx and max(idx) < len(allv) - 1:
+            out.append((key, span, allv[max(idx) + 1]))
+    return out
+
+
 def bridging_build(keys: list[str]) -> tuple[str, str] | None:
     """(release before, release after) when a development build between two consecutive catalogued versions may
     declare every one of `keys` (each key is declared by one of the two: a key added in the later release or

@@ -56,6 +56,9 @@ class ConfigDoc:
     # keys the file repeats, {key, line, first_line, same} each (the last value is in `values`): facts/lint.py
     # judges them per LLaMA-Factory release
     duplicates: tuple[dict[str, Any], ...] = ()
+    # the file as given is refused by PyYAML, LF's loader, and was read without its cut last line
+    # (`_parse_maybe_cut`): {line, word, message}; None when the file loads as it is
+    refused: dict[str, Any] | None = None
 
     def source(self) -> SourceDoc:
         return SourceDoc("config", self.path, dict(self.positions))
@@ -245,12 +248,15 @@ def _parse_with_ruamel(text: str, path: str) -> tuple[Any, dict[str, tuple[int, 
 CUT_WORD = re.compile(r"^[A-Za-z_][\w.\-]*$")
 
 
-def _parse_maybe_cut(text: str, path: str, dups: list[dict[str, Any]]) -> tuple[Any, dict[str, tuple[int, int]]]:
+def _parse_maybe_cut(text: str, path: str, dups: list[dict[str, Any]], refused: list[dict[str, Any]] | None = None
+                     ) -> tuple[Any, dict[str, tuple[int, int]]]:
     """`parse_yaml_text`, except that a file whose last non-blank line is a bare word cut mid-key (`CUT_WORD`, at
     the start of the line) and which parses without that line is read without it: a paste that stopped mid-token
     (trial 14: `lr_` after `num_train_epochs: 3`). The text is kept whole, so facts/cutpaste.py sees the cut
-    (sign ``cut-mid-line``) and the rules that rest on an absent key hedge. Any other YAML error is raised as
-    before."""
+    (sign ``cut-mid-line``) and the rules that rest on an absent key hedge. The file as given would not load in
+    LLaMA-Factory, so ``{line, word, message}`` (the cut line, its word, PyYAML's words: yamlnodes.py
+    `loader_refusal`) is appended to `refused` (trial 18, LlamaFactory#8641: a last line `resources_per_worker`
+    passed lint with exit 0). Any other YAML error is raised as before."""
     try:
         return parse_yaml_text(text, path, dups)
     except InputError:
@@ -259,10 +265,17 @@ def _parse_maybe_cut(text: str, path: str, dups: list[dict[str, Any]]) -> tuple[
         if last is None or last == 0 or not CUT_WORD.match(lines[last]):
             raise
         try:
-            return parse_yaml_text("\n".join(lines[:last]) + "\n", path, dups)
+            parsed = parse_yaml_text("\n".join(lines[:last]) + "\n", path, dups)
         except InputError:
-            pass
-        raise
+            parsed = None
+        if parsed is None:
+            raise
+        if refused is not None:
+            from finetune_doctor.readers.config.yamlnodes import loader_refusal
+
+            refused.append({"line": last + 1, "word": lines[last].strip(),
+                            "message": loader_refusal(text) or "malformed YAML"})
+        return parsed
 
 
 def parse_override(item: str) -> tuple[str, Any]:
@@ -315,11 +328,12 @@ def load_config(path: str, overrides: tuple[str, ...] | list[str] = ()) -> Confi
     if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()):
         raise InputError("empty file: no keys", file=path)
     dups: list[dict[str, Any]] = []
+    refused: list[dict[str, Any]] = []
     if cliflags.looks_like_command(text):
         # WebUI's preview command, a .sh: the flags are the keys, `key=value` overrides still apply after them
         values, positions = cliflags.parse_command(text, path, type_scalar)
     else:
-        values, positions = _parse_maybe_cut(text, path, dups)
+        values, positions = _parse_maybe_cut(text, path, dups, refused)
     if not isinstance(values, dict):
         launch = cliflags.launch_line_of(text)
         if launch is not None:   # a shell line that runs no command the doctor reads (trial 9: export scripts)
@@ -334,4 +348,4 @@ def load_config(path: str, overrides: tuple[str, ...] | list[str] = ()) -> Confi
         ov[k] = v
         _set_dotted(merged, k, v)
     return ConfigDoc(path="<stdin>" if path == STDIN else str(path), values=merged, positions=positions,
-                     overrides=ov, text=text, duplicates=tuple(dups))
+                     overrides=ov, text=text, duplicates=tuple(dups), refused=refused[0] if refused else None)

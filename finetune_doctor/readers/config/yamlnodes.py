@@ -30,6 +30,31 @@ class ParseError(Exception):
         self.problem, self.line = problem, line
 
 
+def loader_refusal(text: str) -> str | None:
+    """PyYAML's own words, on one line, for why its safe loader refuses `text` (``while scanning a simple key (line
+    47, column 1): could not find expected ':' (line 48, column 1)``), or None when it loads the text or PyYAML is not
+    installed. LLaMA-Factory reads a config with PyYAML in every catalogued release (``yaml.safe_load`` through
+    ``HfArgumentParser.parse_yaml_file`` in 0.8.0-0.9.1, ``yaml.safe_load`` in 0.9.2-0.9.3, ``OmegaConf.load``,
+    whose loader subclasses PyYAML's SafeLoader, from 0.9.4: hparams/parser.py ``read_args``), so these are the
+    words its traceback ends with."""
+    try:
+        import yaml
+    except ImportError:
+        return None
+    try:
+        yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.MarkedYAMLError as err:
+        parts = []
+        for what, mark in ((err.context, err.context_mark), (err.problem, err.problem_mark)):
+            if what:
+                where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+                parts.append(" ".join(str(what).split()) + where)
+        return ": ".join(parts) or "malformed YAML"
+    except yaml.YAMLError as err:
+        return " ".join(str(err).split())
+    return None
+
+
 def available() -> bool:
     try:
         import yaml

@@ -298,3 +298,40 @@ def _catalog_arch(entry: dict[str, Any], name: str | None, how: str,
         else entry.get("published_params")
     return replace(arch, published_params=published, quant=quant, source_kind="catalog",
                    notes="; ".join(x for x in (*notes, arch.notes) if x))
+
+
+# Separators people and tools put between a repository's owner and its name when they flatten ``ORG/NAME`` into one
+# folder, longest first so that ``Qwen___Qwen3-14B`` is not read as owner ``Qwen`` plus ``__Qwen3-14B``. ``--`` is
+# huggingface_hub's (file_download.py ``repo_folder_name``: ``models--{org}--{name}``, handled with its
+# ``snapshots/`` layout by caches.py ``repo_of_cache_folder``); the underscore forms are what users write when they
+# save a download from ModelScope or the hub under one folder (trial 18, LlamaFactory#8641:
+# ``/workspace/models/Qwen_Qwen3-14B``). ModelScope's own cache keeps ``<org>/<name>`` and writes a dot in the name
+# as ``___`` (modelscope hub/snapshot_download.py ``create_temporary_directory_and_cache``), which `norm` undoes.
+OWNER_SEPARATORS = ("___", "__", "--", "_")
+
+
+@lru_cache(maxsize=1)
+def _owners() -> tuple[str, ...]:
+    """Lower-cased owners of every catalogue id and aliased repo id, longest first."""
+    owners = {n.split("/", 1)[0].lower() for e in catalog_entries() for n in [e["id"], *e.get("aliases", [])]
+              if "/" in n}
+    return tuple(sorted(owners, key=len, reverse=True))
+
+
+def owner_joined_repo(name: str) -> tuple[str, str] | None:
+    """(``ORG/NAME``, the separator) when the last path component of `name` is a catalogue owner joined to a
+    name by one of `OWNER_SEPARATORS` (``Qwen_Qwen3-14B``, ``Qwen__Qwen3-14B``, ``Qwen___Qwen2___5-7B``,
+    ``meta-llama--Llama-3.1-8B``), with ModelScope's ``___`` in the name read back as a dot; else None. Only owners
+    the catalogue holds are read this way (``my_qwen3-14b`` is no repository), and the caller records the reading
+    as an assumption: the folder's name is all that says which repository it holds."""
+    leaf = str(name).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    low = leaf.lower()
+    for owner in _owners():
+        if not low.startswith(owner):
+            continue
+        rest = leaf[len(owner):]
+        sep = next((s for s in OWNER_SEPARATORS if rest.startswith(s)), None)
+        if sep is None or len(rest) == len(sep):
+            continue
+        return f"{leaf[:len(owner)]}/{rest[len(sep):].replace('___', '.')}", sep
+    return None

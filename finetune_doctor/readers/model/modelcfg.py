@@ -44,6 +44,7 @@ from finetune_doctor.readers.model.catalog import (
     catalog_names,
     did_you_mean,
     find_in_catalog,
+    owner_joined_repo,
     release_tag_lacking,
 )
 from finetune_doctor.readers.model import byname
@@ -329,10 +330,13 @@ def _resolve(name: str, base_dir: str | None, hf_home: str | None, cache_dir: st
         return (with_note(arch, note) if note else arch), None
     repo = repo_of_cache_folder(name)
     if repo is not None and depth < 3:
+        before = len(ctx.assumptions)
         arch, doc = load_arch(repo, base_dir=base_dir, hf_home=hf_home, cache_dir=cache_dir,
                               allow_download=allow_download, offline=offline, timeout_s=timeout_s,
                               transformers_major=tf_major, template=ctx.template, multimodal=ctx.multimodal,
                               assumptions=ctx.assumptions, _depth=depth + 1)
+        _folder_repo_assumed(name, repo, "the Hugging Face hub cache's folder form models--ORG--NAME "
+                                         "(huggingface_hub file_download.py repo_folder_name)", before, ctx)
         return with_note(arch, f"{name} is a hub-cache folder not on this machine; sized as {repo}, the repository "
                                "its folder name encodes"), doc
     if REPO_ID.match(name):
@@ -365,6 +369,9 @@ def _resolve(name: str, base_dir: str | None, hf_home: str | None, cache_dir: st
     arch = _by_expansion(name, ctx, tf_major)
     if arch is not None:
         return arch, None
+    arch = _by_owner_folder(name, ctx, tf_major)
+    if arch is not None:
+        return arch, None
     looked.append("not in the bundled catalog")
     if allow_download and REPO_ID.match(name):
         dl = download_configs(name, offline=offline, use_modelscope=env_enabled("USE_MODELSCOPE_HUB"),
@@ -393,6 +400,43 @@ def _by_parent(name: str, ctx: _Ctx, tf_major: int | str | None) -> ModelArch | 
     return with_note(arch, f"sized as the catalogue entry of its parent folder '{parent}': the path '{name}' does not "
                            f"exist on this machine, and '{leaf}' is a folder a training run writes (a checkpoint or "
                            "an export), which names no model")
+
+
+def _folder_repo_assumed(name: str, repo: str, form: str, before: int, ctx: _Ctx) -> None:
+    """Record as the ``model`` assumption that the folder `name` was read as the repository `repo` (its `form`),
+    unless the lookup of `repo` already recorded one (a name match of its own) since `before` assumptions."""
+    if any(a.name == "model" for a in ctx.assumptions[before:]):
+        return
+    ctx.assumptions.append(Assumption(
+        name="model", value=repo,
+        source=f"folder name '{name}' read as the repository {repo} ({form}); the folder is not on this machine",
+        alternatives=(f"another checkpoint saved under that name ({name}'s own config.json)",),
+        resolve_with="--model-config FILE (the checkpoint's config.json)"))
+
+
+_SEPARATOR_FORM = {"___": "owner___name, the ModelScope-style triple underscore",
+                   "__": "owner__name", "_": "owner_name", "--": "owner--name, the hub cache's separator"}
+
+
+def _by_owner_folder(name: str, ctx: _Ctx, tf_major: int | str | None) -> ModelArch | None:
+    """A folder named after a repository with its owner joined to its name (``/workspace/models/Qwen_Qwen3-14B``,
+    ``Qwen__Qwen3-14B``, ``Qwen___Qwen2___5-7B``: catalog.py `owner_joined_repo`) sized as the catalogue entry of
+    that repository, the reading recorded as the ``model`` assumption (trial 18, LlamaFactory#8641); None when the
+    name has no catalogue owner in front or the repository it reads as matches nothing."""
+    joined = owner_joined_repo(name)
+    if joined is None:
+        return None
+    repo, sep = joined
+    found = find_in_catalog(repo)
+    if found is None and not byname.traits(repo).family:
+        return None   # `qwen_7b`: the owner is the only family word, and a name with none is no repository
+    before = len(ctx.assumptions)
+    arch = _by_name(repo, found, ctx, tf_major)
+    if arch is None:
+        return None
+    _folder_repo_assumed(name, repo, _SEPARATOR_FORM[sep], before, ctx)
+    return with_note(arch, f"sized as the catalogue entry of {repo}: the folder '{name}' is not on this machine and "
+                           f"its name reads as that repository ({_SEPARATOR_FORM[sep]})")
 
 
 def _by_expansion(name: str, ctx: _Ctx, tf_major: int | str | None) -> ModelArch | None:
