@@ -157,3 +157,22 @@ def test_fp16_said_beside_the_paste_names_the_family(tmp_path):
     (d / "train.log").write_text("LlamaFactory fp16 训练出现 nan\n" + text, encoding="utf-8")
     f = next(x for x in diagnose_dir(d).findings if x.name == "nan-loss")
     assert "your words name fp16" not in f.message and f.fix.title == "switch the attention kernel"
+
+
+@pytest.mark.parametrize("line, launch", [
+    ("torchrun crashes with OOM when I set --nproc_per_node 8", False),
+    ("accelerate launch hangs, see config.yaml", False),
+    ("deepspeed train fails with CUDA out of memory", False),
+    ("deepspeed 0.15 和 torch 2.4 不兼容", False),
+    ("FORCE_TORCHRUN=1 NNODES=2 RANK=0 MASTER_ADDR=192.168.0.1 MASTER_PORT=29500 llamafactory-cli train x.yaml", True),
+    ("(env) u@h:/dir$ torchrun --nnodes 2 --nproc_per_node 8 src/train.py", True),
+    ("deepspeed --num_gpus 8 train.py", True),
+    ("accelerate launch train.py --config_file fsdp.yaml", True),
+    ("lmf train examples/train_lora/llama3_lora_sft.yaml", True),
+])
+def test_a_sentence_naming_a_launcher_is_not_a_launch_line(line, launch):
+    # review of the session's diff: the user's own sentence ("torchrun crashes with OOM ...") was blanked as a launch
+    # command, and its symptom words lost; the first word after the launcher must be an argument
+    from finetune_doctor.readers.runlogs.launchlines import launch_lines
+
+    assert bool(launch_lines(line)) is launch

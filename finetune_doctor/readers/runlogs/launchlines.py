@@ -16,11 +16,13 @@ import re
 LAUNCH_LINE = re.compile(
     r"^(?:[^\n$#]{0,200}?[$#]\s+)?"                                   # a shell prompt ("(env) u@h:/dir$ ")
     r"(?:(?:export\s+)?[A-Za-z_][A-Za-z0-9_]*=(?:\"[^\"\n]*\"|'[^'\n]*'|\S*)\s+)*"   # NAME=value before it
-    r"(?:nohup\s+)?(?:torchrun|llamafactory-cli|lmf|deepspeed|accelerate\s+launch|"
-    r"python3?\s+-m\s+torch\.distributed\.(?:run|launch))"
-    # a command's arguments, not a sentence naming the tool ("deepspeed 0.15 和 torch 2.4 不兼容"): a flag, a file,
-    # or LLaMA-Factory's subcommand
-    r"(?=[ \t][^\n]*?(?:[ \t]--?[A-Za-z]|\.(?:py|ya?ml|json|sh)\b|[ \t](?:train|eval|export|chat|webui|api)\b))"
+    # a command's arguments, not a sentence naming the tool ("deepspeed 0.15 和 torch 2.4 不兼容", "torchrun crashes
+    # with OOM when I set --nproc_per_node 8", "deepspeed train fails"): the first word after the launcher is itself an
+    # argument -- a flag, a file or a key=value, or for LLaMA-Factory's console scripts one of their subcommands
+    r"(?:nohup\s+)?(?:(?:llamafactory-cli|lmf)(?=[ \t]+(?:train|eval|export|chat|webui|api)"
+    r"(?:[ \t]*$|[ \t]+(?:--?[A-Za-z]|\S+\.(?:ya?ml|json)\b|[A-Za-z_]+=)))|"
+    r"(?:torchrun|llamafactory-cli|lmf|deepspeed|accelerate\s+launch|python3?\s+-m\s+torch\.distributed\.(?:run|launch))"
+    r"(?=[ \t]+(?:--?[A-Za-z]|\S+\.(?:py|ya?ml|json|sh)\b|[A-Za-z_]+=)))"
     r"[ \t][^\n]*$", re.M)
 """One launch command line (`LAUNCH_LINE.finditer` over a paste; ``re.M``)."""
 
