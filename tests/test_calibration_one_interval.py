@@ -16,6 +16,10 @@ from pathlib import Path
 
 import pytest
 
+# each test loads and sizes the benchmark harness's calibration rows (about 2 s of CPU each): outside the
+# fast lane (pytest -m "not slow"), run by the whole suite and .ci/run
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 

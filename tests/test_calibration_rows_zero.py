@@ -19,6 +19,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import calib_data  # noqa: E402
 
+# each test loads and sizes the benchmark harness's calibration rows (about 2 s of CPU each): outside the
+# fast lane (pytest -m "not slow"), run by the whole suite and .ci/run
+pytestmark = pytest.mark.slow
+
 Z3_TRAINED = "r11r-b-dszero-dsmath7b-full-z3gc-offload-2x4090-trained"
 Z0_OOM = "r11r-b-dszero-dsmath7b-full-z0-2x4090-oom"
 
