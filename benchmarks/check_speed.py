@@ -1,4 +1,5 @@
-"""Speed of `doctor check` (no probes, no data scan) on a 7B config, against the interpreter's own start-up.
+"""Speed of `doctor check` (no probes, no data scan) on a training config (LF's Qwen3-4B full SFT example), against
+the interpreter's own start-up.
 
 Baseline measured in the same run: `python -c "import click, rich, ruamel.yaml"` (the floor any CLI built on the
 same libraries pays). Prints median wall times over N runs and the ratio; the goal (issue #2) is a median under
