@@ -9,11 +9,12 @@ import pytest
 
 from finetune_doctor.analyzers.memory import compute_terms, estimate
 from finetune_doctor.analyzers.memory.params import count_params
-from finetune_doctor.analyzers.memory.zero3 import (FROZEN_HOLD_ABSENT_RELEASE, all_layers_gathered_bytes,
-                                                    frozen_recompute_hold, persistent_elements, zero3_live)
+from finetune_doctor.analyzers.memory.zero3 import (all_layers_gathered_bytes, frozen_recompute_hold,
+                                                    persistent_elements, zero3_live)
 from finetune_doctor.facts.assumestack import NO_FROZEN_HOLD_RELEASE
 from finetune_doctor.hardware.catalog import parse_gpu_spec
 from finetune_doctor.readers.model.modelcfg import load_arch
+from finetune_doctor.run.stack import FROZEN_HOLD_ABSENT_RELEASE
 from finetune_doctor.run import resolve_run
 
 Q2 = "Qwen/Qwen2.5-7B"

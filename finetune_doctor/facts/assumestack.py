@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from finetune_doctor.facts.assumebase import Seen, budget_gib, weigh, weighs
 from finetune_doctor.run.stack import FROZEN_HOLD_ABSENT_RELEASE as NO_FROZEN_HOLD_RELEASE
-from finetune_doctor.run.stack import FROZEN_HOLD_RELEASE, frozen_hold_shape, named_release_holds
+from finetune_doctor.run.stack import FROZEN_HOLD_FROM, FROZEN_HOLD_RELEASE, frozen_hold_shape, named_release_holds
 from finetune_doctor.types import Assumption
 
 # the transformers release before the loss stopped copying the shifted logits (run/stack.py
@@ -20,7 +20,8 @@ STOCK_DS = ("examples/deepspeed/ds_z2_config.json", "examples/deepspeed/ds_z3_co
             "examples/deepspeed/ds_z3_offload_config.json")
 LEAK_RELEASE = "0.16.4"     # analyzers/memory/zero3.py RECOMPUTE_LEAK_RELEASE
 NO_LINEAR_WRAP_RELEASE = "0.19.3"   # analyzers/memory/zero3.py LINEAR_WRAP_ABSENT_RELEASE
-FROZEN_HOLD_LABEL = ">= 0.19.3 (ZeRO-3 keeps the frozen layers gathered through backward)"
+FROZEN_HOLD_LABEL = (f">= {'.'.join(map(str, FROZEN_HOLD_FROM))} "
+                     "(ZeRO-3 keeps the frozen layers gathered through backward)")
 
 
 def stack_assumptions(c: Seen, alt_stack: dict[str, Any] | None) -> list[Assumption]:

@@ -90,31 +90,23 @@ def lost_training_section(text: str, values: dict[str, Any]) -> bool:
     return not TRAIN_SECTION_KEYS & keys
 
 
-def fact(doc: Any, kind: str | None) -> dict[str, Any] | None:
-    """``lint.config_cut``: None when the config (a `ConfigDoc`) shows no sign; else ``{"signs": [...], "text":
-    "<the clauses joined>"}``. A config given as command-line words (WebUI preview, .sh) is whole by construction:
-    None."""
+def cut_facts(doc: Any, kind: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """(``lint.config_cut``, ``lint.training_section_lost``) of a config (a `ConfigDoc`), from one pass of `signs`.
+
+    ``config_cut``: None when the file shows no sign of its text; else ``{"signs": [...], "text": "<the clauses
+    joined>"}``. ``training_section_lost``: the clause of the ``no-training-section`` sign, or None. A lost training
+    section is not a sign of the text: it opens the memory verdict (facts/assumepartial.py) but does not hedge the
+    absence rules, since LLaMA-Factory refuses such a file as given ("Please specify dataset for training.": cases
+    005, 026, 037 of the parity corpus, as in cf3b1cea). A config given as command-line words (WebUI preview, .sh)
+    is whole by construction: (None, None)."""
     path = str(getattr(doc, "path", "") or "")
     text = str(getattr(doc, "text", "") or "")
     if path == "<command line>" or text.lstrip().startswith(("llamafactory-cli", "CUDA_", "FORCE_TORCHRUN")):
-        return None
-    # a lost training section is not a sign of the text: it opens the memory verdict (`section_lost`,
-    # facts/assumepartial.py) but does not hedge the absence rules, since LLaMA-Factory refuses such a file as
-    # given ("Please specify dataset for training.": cases 005, 026, 037 of the parity corpus, as in cf3b1cea)
-    found = [s for s in signs(text, getattr(doc, "values", None), kind) if s["sign"] != LOST]
-    if not found:
-        return None
-    return {"signs": [s["sign"] for s in found], "text": "; ".join(s["text"] for s in found)}
-
-
-def section_lost(doc: Any, kind: str | None) -> str | None:
-    """``lint.training_section_lost``: the clause saying the config lost its training section (the
-    ``no-training-section`` sign), or None. Command-line configs are whole by construction, as in `fact`."""
-    path = str(getattr(doc, "path", "") or "")
-    text = str(getattr(doc, "text", "") or "")
-    if path == "<command line>" or text.lstrip().startswith(("llamafactory-cli", "CUDA_", "FORCE_TORCHRUN")):
-        return None
-    return next((s["text"] for s in signs(text, getattr(doc, "values", None), kind) if s["sign"] == LOST), None)
+        return None, None
+    found = signs(text, getattr(doc, "values", None), kind)
+    lost = next((x["text"] for x in found if x["sign"] == LOST), None)
+    cut = [x for x in found if x["sign"] != LOST]
+    return ({"signs": [x["sign"] for x in cut], "text": "; ".join(x["text"] for x in cut)} if cut else None), lost
 
 
 def assumption(cut: dict[str, Any] | None) -> Any:

@@ -427,7 +427,7 @@ def assemble(doc: ConfigDoc | None, transformers_version: str | None = None, *, 
                   "range_text": f"{release.versions[0]}-{release.versions[-1]}",
                   "bridge_text": _bridge_text([k for k, _ in clash])}] if clash else []
     return {"keys": out, "keys_dropped": dropped, "assumptions": [], "strict": False, "config_kind": kind,
-            "config_cut": cutpaste.fact(doc, kind), "training_section_lost": cutpaste.section_lost(doc, kind),
+            **dict(zip(("config_cut", "training_section_lost"), cutpaste.cut_facts(doc, kind))),
             "yaml_refused": _yaml_refused(doc),
             **suffix_facts(doc.path, release), "duplicates": duplicate_facts(doc, release),
             "lf_version": rel, "release_conflicts": conflicts, "old_release_keys": _old_keys(doc, release, kind),

@@ -42,8 +42,7 @@ from dataclasses import dataclass
 from finetune_doctor.analyzers.memory.params import ParamCounts, _canonical, _targets
 from finetune_doctor.dtypes import dtype_bytes, weight_bytes_per_param
 from finetune_doctor.run import Run
-from finetune_doctor.run.stack import (FROZEN_HOLD_ABSENT_RELEASE, FROZEN_HOLD_FROM, FROZEN_HOLD_RELEASE,  # noqa: F401
-                                       frozen_hold_shape, named_deepspeed, named_release_holds, parse_version)
+from finetune_doctor.run.stack import frozen_hold_shape, named_deepspeed, named_release_holds, parse_version
 
 # runtime/zero/config.py defaults (DeepSpeed 0.19.8)
 DEFAULTS = {"stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9,
@@ -255,11 +254,6 @@ RECOMPUTE_LEAK_FROM, RECOMPUTE_LEAK_UNTIL = (0, 16, 0), (0, 16, 8)
 RECOMPUTE_LEAK_RELEASE = "0.16.4"      # the release of that range the doctor weighs when none is named
 
 
-def deepspeed_version(run: Run) -> tuple[str, str] | None:
-    """(version, where it came from) of DeepSpeed on the training machine (``--env``, the packages here, a
-    ``doctor context`` file); None when none of them names it."""
-    return named_deepspeed(run)
-
 
 def recompute_leak_applies(run: Run) -> bool:
     """Whether the conditions of `recompute_leak` other than the DeepSpeed release hold: ZeRO-3, activation
@@ -285,7 +279,7 @@ def recompute_leak(run: Run) -> bool:
     rule `zero3_live` models), as 0.16.4 does with reentrant checkpointing."""
     if not recompute_leak_applies(run):
         return False
-    found = deepspeed_version(run)
+    found = named_deepspeed(run)
     v = parse_version(found[0]) if found else None
     return v is not None and RECOMPUTE_LEAK_FROM <= (tuple(v) + (0, 0, 0))[:3] < RECOMPUTE_LEAK_UNTIL
 
@@ -363,7 +357,7 @@ def linear_weights_retained(run: Run) -> bool:
         return True
     if run.zero3_init:
         return False
-    found = deepspeed_version(run)
+    found = named_deepspeed(run)
     v = parse_version(found[0]) if found else None
     return v is not None and (tuple(v) + (0, 0, 0))[:3] < LINEAR_WRAP_FOR_BUILT_MODEL_FROM
 
